@@ -1,0 +1,3 @@
+//! The `toolmux` binary: arguments, configuration, run, exit code.
+
+fn main() {}

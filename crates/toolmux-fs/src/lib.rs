@@ -1,0 +1,1 @@
+//! toolmux-fs: under construction; see ARCHITECTURE.md for what it will hold.

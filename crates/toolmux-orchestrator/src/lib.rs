@@ -1,0 +1,1 @@
+//! The call pipeline.

@@ -1,0 +1,1 @@
+//! toolmux-rest: under construction; see ARCHITECTURE.md for what it will hold.

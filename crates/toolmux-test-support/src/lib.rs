@@ -1,0 +1,1 @@
+//! Mocks, fixtures and the shared provider conformance suite.

@@ -1,0 +1,3 @@
+//! `cargo xtask`: codegen, tidy and ci for the toolmux workspace.
+
+fn main() {}
