@@ -1,1 +1,62 @@
-//! The vocabulary.
+//! The vocabulary every toolmux crate speaks: what a tool is ([`ToolSpec`]), how it is
+//! called ([`ToolCall`], [`CallContext`]), what comes back ([`ToolOutput`], [`ToolResult`]),
+//! what can go wrong ([`ToolError`]), where tools come from ([`ToolProvider`]) and how
+//! their names are built ([`naming`]).
+//!
+//! It is for authors of tool providers and of programs that call tools. It knows no
+//! transport, no HTTP client and no MCP SDK: those live in the provider crates.
+//!
+//! # Example
+//!
+//! A provider made of one typed tool, called directly:
+//!
+//! ```
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use toolmux_core::{CallContext, ToolKind, ToolOutput, ToolProvider, ToolSet};
+//!
+//! #[derive(Deserialize, JsonSchema)]
+//! struct Add {
+//!     /// First addend.
+//!     a: i64,
+//!     /// Second addend.
+//!     b: i64,
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let math = ToolSet::new("math", ToolKind::Builtin)
+//!     .with_typed("add", "Add two integers", |input: Add, _ctx| async move {
+//!         Ok(ToolOutput::text((input.a + input.b).to_string()))
+//!     });
+//! let out = math
+//!     .call("add", serde_json::json!({"a": 2, "b": 3}), &CallContext::new())
+//!     .await
+//!     .unwrap();
+//! assert_eq!(out.to_text(), "5");
+//! # });
+//! ```
+#![deny(missing_docs)]
+
+mod context;
+mod error;
+mod kind;
+pub mod naming;
+mod output;
+mod provider;
+mod result;
+mod spec;
+mod toolset;
+
+pub use context::{
+    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
+};
+pub use error::{Party, ToolError, Violation};
+pub use kind::{PermissionClass, ToolKind};
+pub use output::{ContentPart, ToolOutput};
+pub use provider::{ToolListChanges, ToolListNotifier, ToolProvider};
+pub use result::ToolResult;
+pub use spec::{ToolAnnotations, ToolCall, ToolSpec, schema_for};
+pub use toolset::ToolSet;
+
+/// A JSON object: the shape of tool arguments and of `extras`.
+pub type JsonObject = serde_json::Map<String, serde_json::Value>;

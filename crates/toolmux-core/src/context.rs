@@ -1,0 +1,344 @@
+//! Everything a call carries besides its arguments: cancellation, deadline, identity,
+//! its place in the operation tree, where progress goes and who answers questions.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A progress report from a running tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Work done so far, in the tool's own units; increases monotonically.
+    pub progress: f64,
+    /// The total, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    /// A human message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Progress {
+    /// A report of `progress` out of an optional `total`.
+    pub fn new(progress: f64, total: Option<f64>) -> Self {
+        Progress { progress, total, message: None }
+    }
+
+    /// Adds a message.
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        self.message = Some(message.into());
+        self
+    }
+}
+
+/// Where a tool sends its progress reports. Cheap to clone.
+#[derive(Clone)]
+pub struct ProgressSink(Arc<dyn Fn(Progress) + Send + Sync>);
+
+impl ProgressSink {
+    /// A sink calling `f` for every report; `f` must return quickly.
+    pub fn new(f: impl Fn(Progress) + Send + Sync + 'static) -> Self {
+        ProgressSink(Arc::new(f))
+    }
+
+    /// Delivers one report.
+    pub fn report(&self, progress: Progress) {
+        (self.0)(progress);
+    }
+}
+
+impl fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
+/// A request for a person (or a policy engine) to allow a call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The full tool name.
+    pub tool: String,
+    /// The validated arguments.
+    pub arguments: Value,
+    /// Why approval is needed (the matching rule).
+    pub reason: String,
+}
+
+/// The answer to an [`ApprovalRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Run the call.
+    Allow,
+    /// Refuse it; the reason reaches the model.
+    Deny {
+        /// Why, in words the model can act on.
+        reason: String,
+    },
+}
+
+/// Answers approval requests and clarification questions on behalf of a person.
+#[async_trait]
+pub trait InteractionHandler: Send + Sync + fmt::Debug {
+    /// Decides whether a call that a permission rule marks `ask` may run.
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision;
+
+    /// Answers a question from a tool; `None` when nobody can answer.
+    async fn clarify(&self, question: &str) -> Option<String> {
+        let _ = question;
+        None
+    }
+}
+
+/// One node of the operation tree: a tool call, with its parent call if it was made from
+/// inside another (a sub-agent's call, a batch).
+///
+/// The orchestrator records here which queues the operation holds a slot of, so that a
+/// descendant waiting on the same full queue fails fast instead of deadlocking.
+#[derive(Debug)]
+pub struct Op {
+    id: u64,
+    tool: Arc<str>,
+    parent: Option<Arc<Op>>,
+    held_queues: Mutex<Vec<Arc<str>>>,
+}
+
+static NEXT_OP: AtomicU64 = AtomicU64::new(1);
+
+impl Op {
+    /// A new operation for `tool` under `parent`.
+    pub fn new(tool: impl Into<Arc<str>>, parent: Option<Arc<Op>>) -> Arc<Op> {
+        Arc::new(Op {
+            id: NEXT_OP.fetch_add(1, Ordering::Relaxed),
+            tool: tool.into(),
+            parent,
+            held_queues: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A process-unique id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The tool this operation runs.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The enclosing operation.
+    pub fn parent(&self) -> Option<&Arc<Op>> {
+        self.parent.as_ref()
+    }
+
+    /// The operations above this one, nearest first.
+    pub fn ancestors(&self) -> impl Iterator<Item = &Op> {
+        std::iter::successors(self.parent.as_deref(), |op| op.parent.as_deref())
+    }
+
+    /// Depth in the tree; a top-level call is 0.
+    pub fn depth(&self) -> usize {
+        self.ancestors().count()
+    }
+
+    /// Records that this operation holds a slot of `queue`.
+    pub fn hold_queue(&self, queue: &Arc<str>) {
+        self.held_queues.lock().unwrap_or_else(|e| e.into_inner()).push(queue.clone());
+    }
+
+    /// Records that this operation released its slot of `queue`.
+    pub fn release_queue(&self, queue: &str) {
+        let mut held = self.held_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = held.iter().position(|q| &**q == queue) {
+            held.swap_remove(at);
+        }
+    }
+
+    /// Whether this operation holds a slot of `queue` now.
+    pub fn holds_queue(&self, queue: &str) -> bool {
+        self.held_queues.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|q| &**q == queue)
+    }
+
+    /// The nearest ancestor holding a slot of `queue`.
+    pub fn ancestor_holding(&self, queue: &str) -> Option<&Op> {
+        self.ancestors().find(|op| op.holds_queue(queue))
+    }
+}
+
+/// The context of one call. Cloning is cheap (a few reference counts).
+///
+/// A context made with [`CallContext::new`] has no deadline, no parent, no progress sink
+/// and no interaction handler; the orchestrator fills in what the pipeline decides.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    cancel: CancellationToken,
+    deadline: Option<Instant>,
+    call_id: Option<Arc<str>>,
+    run_id: Arc<str>,
+    op: Option<Arc<Op>>,
+    progress: Option<ProgressSink>,
+    handler: Option<Arc<dyn InteractionHandler>>,
+}
+
+impl Default for CallContext {
+    fn default() -> Self {
+        CallContext {
+            cancel: CancellationToken::new(),
+            deadline: None,
+            call_id: None,
+            run_id: Arc::from("default"),
+            op: None,
+            progress: None,
+            handler: None,
+        }
+    }
+}
+
+impl CallContext {
+    /// A fresh top-level context in run `default`.
+    pub fn new() -> Self {
+        CallContext::default()
+    }
+
+    /// Sets the cancellation token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// Sets the deadline.
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// Sets the caller's call id.
+    pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Sets the run id (one agent run, one gateway session).
+    pub fn with_run_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.run_id = id.into();
+        self
+    }
+
+    /// Sets the operation this call runs as.
+    pub fn with_op(mut self, op: Arc<Op>) -> Self {
+        self.op = Some(op);
+        self
+    }
+
+    /// Sets the progress sink.
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Removes the progress sink.
+    pub fn without_progress(mut self) -> Self {
+        self.progress = None;
+        self
+    }
+
+    /// Sets the approval and clarification handler.
+    pub fn with_handler(mut self, handler: Arc<dyn InteractionHandler>) -> Self {
+        self.handler = Some(handler);
+        self
+    }
+
+    /// The cancellation token; tools stop work soon after it fires.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether the call was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The deadline, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The caller's call id.
+    pub fn call_id(&self) -> Option<&str> {
+        self.call_id.as_deref()
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The operation this call runs as; its ancestors are the calls that led to it.
+    pub fn op(&self) -> Option<&Arc<Op>> {
+        self.op.as_ref()
+    }
+
+    /// The progress sink.
+    pub fn progress_sink(&self) -> Option<&ProgressSink> {
+        self.progress.as_ref()
+    }
+
+    /// Reports progress, if anyone listens.
+    pub fn report_progress(&self, progress: Progress) {
+        if let Some(sink) = &self.progress {
+            sink.report(progress);
+        }
+    }
+
+    /// The approval and clarification handler.
+    pub fn handler(&self) -> Option<&Arc<dyn InteractionHandler>> {
+        self.handler.as_ref()
+    }
+
+    /// A context for a call made from inside this one: same run and handler, a child
+    /// cancellation token, the current operation as parent, no progress sink and no call id.
+    pub fn child(&self) -> CallContext {
+        CallContext {
+            cancel: self.cancel.child_token(),
+            deadline: self.deadline,
+            call_id: None,
+            run_id: self.run_id.clone(),
+            op: self.op.clone(),
+            progress: None,
+            handler: self.handler.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ancestors_and_held_queues() {
+        let root = Op::new("a__outer", None);
+        let mid = Op::new("b__mid", Some(root.clone()));
+        let leaf = Op::new("c__leaf", Some(mid.clone()));
+        assert_eq!(leaf.depth(), 2);
+        let q: Arc<str> = Arc::from("q");
+        root.hold_queue(&q);
+        assert_eq!(leaf.ancestor_holding("q").map(Op::tool), Some("a__outer"));
+        assert!(leaf.ancestor_holding("other").is_none());
+        root.release_queue("q");
+        assert!(leaf.ancestor_holding("q").is_none());
+    }
+
+    #[test]
+    fn child_context_inherits_cancellation() {
+        let ctx = CallContext::new().with_call_id("1");
+        let child = ctx.child();
+        assert!(child.call_id().is_none());
+        ctx.cancel_token().cancel();
+        assert!(child.is_cancelled());
+    }
+}

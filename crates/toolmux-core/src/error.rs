@@ -1,0 +1,378 @@
+//! Why a call failed, sorted by who must act on it.
+
+use serde::{Deserialize, Serialize};
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::Duration;
+
+/// Who must act on a [`ToolError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Party {
+    /// The caller: fix the name or the arguments and call again.
+    Caller,
+    /// Policy said no (denied, timeout, budget, busy): change configuration or wait.
+    Policy,
+    /// The provider failed (transport, protocol, remote error).
+    Provider,
+}
+
+/// One schema violation in a call's arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// JSON pointer to the offending value (`""` for the whole object).
+    pub pointer: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() { "/" } else { &self.pointer };
+        write!(f, "at {at}: {}", self.message)
+    }
+}
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Why a call failed. Every message names the tool, queue or provider concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// No tool has this name.
+    #[error("unknown tool `{name}`{}", did_you_mean(.suggestions))]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+        /// The closest existing names, best first.
+        suggestions: Vec<String>,
+    },
+    /// The arguments do not match the tool's input schema.
+    #[error("invalid arguments for `{tool}`: {}", join_violations(.violations))]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// Every violation found.
+        violations: Vec<Violation>,
+    },
+    /// A permission rule, a hook or a person refused the call.
+    #[error("call to `{tool}` denied: {reason}")]
+    Denied {
+        /// The tool.
+        tool: String,
+        /// Why, and how to allow it.
+        reason: String,
+    },
+    /// The call ran past its time limit and was cancelled.
+    #[error("timeout: `{tool}` did not finish within {}", human_duration(*.after))]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The limit that was reached.
+        after: Duration,
+    },
+    /// The caller cancelled the call.
+    #[error("call to `{tool}` cancelled")]
+    Cancelled {
+        /// The tool.
+        tool: String,
+    },
+    /// No queue slot became free within the wait timeout.
+    #[error("queue `{queue}` busy: no slot for `{tool}` within {}, retry later", human_duration(*.waited))]
+    QueueBusy {
+        /// The tool.
+        tool: String,
+        /// The queue.
+        queue: String,
+        /// How long the call waited.
+        waited: Duration,
+    },
+    /// Waiting for the queue would deadlock: an enclosing call holds a slot of it and it is full.
+    #[error(
+        "queue `{queue}` is full and its slot is held by the enclosing call `{ancestor}`: \
+         `{tool}` would wait forever; raise `queues.{queue}.concurrent` or give `{tool}` another queue"
+    )]
+    QueueDeadlock {
+        /// The tool.
+        tool: String,
+        /// The queue.
+        queue: String,
+        /// The enclosing call holding a slot.
+        ancestor: String,
+    },
+    /// The run's budget of calls or tool time is spent.
+    #[error("run budget exhausted before `{tool}`: {what}")]
+    BudgetExhausted {
+        /// The tool.
+        tool: String,
+        /// Which limit, with its value.
+        what: String,
+    },
+    /// The output would overflow the model's context budget.
+    #[error("context window budget exceeded")]
+    ContextBudgetExceeded {
+        /// The tool.
+        tool: String,
+        /// Estimated tokens of the output.
+        tokens: u64,
+        /// Tokens that were left.
+        remaining: u64,
+    },
+    /// The connection to the provider failed; a retry may succeed.
+    #[error("{provider}: {message}")]
+    Transport {
+        /// The provider (namespace or server name).
+        provider: String,
+        /// What failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The provider broke its protocol (malformed message, unexpected reply).
+    #[error("{provider}: protocol error: {message}")]
+    Protocol {
+        /// The provider.
+        provider: String,
+        /// What was malformed.
+        message: String,
+    },
+    /// The provider ran the call and reported a failure.
+    #[error("{message}")]
+    Remote {
+        /// The tool.
+        tool: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider is not running (failed to start, shut down).
+    #[error("{provider} unavailable: {message}")]
+    Unavailable {
+        /// The provider.
+        provider: String,
+        /// Why.
+        message: String,
+    },
+    /// The provider panicked while running the call.
+    #[error("`{tool}` panicked: {message}")]
+    Panicked {
+        /// The tool.
+        tool: String,
+        /// The panic message.
+        message: String,
+    },
+    /// A provider failure of another kind.
+    #[error("{provider}: {message}")]
+    Other {
+        /// The provider.
+        provider: String,
+        /// What failed.
+        message: String,
+        /// The underlying error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl ToolError {
+    /// Who must act.
+    pub fn party(&self) -> Party {
+        match self {
+            ToolError::UnknownTool { .. } | ToolError::InvalidArguments { .. } => Party::Caller,
+            ToolError::Denied { .. }
+            | ToolError::Timeout { .. }
+            | ToolError::Cancelled { .. }
+            | ToolError::QueueBusy { .. }
+            | ToolError::QueueDeadlock { .. }
+            | ToolError::BudgetExhausted { .. }
+            | ToolError::ContextBudgetExceeded { .. } => Party::Policy,
+            ToolError::Transport { .. }
+            | ToolError::Protocol { .. }
+            | ToolError::Remote { .. }
+            | ToolError::Unavailable { .. }
+            | ToolError::Panicked { .. }
+            | ToolError::Other { .. } => Party::Provider,
+        }
+    }
+
+    /// Whether the same call may succeed if retried (connection trouble, provider restarting).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ToolError::Transport { .. } | ToolError::Unavailable { .. })
+    }
+
+    /// A short machine-readable code (`unknown_tool`, `timeout`, ...).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::InvalidArguments { .. } => "invalid_arguments",
+            ToolError::Denied { .. } => "denied",
+            ToolError::Timeout { .. } => "timeout",
+            ToolError::Cancelled { .. } => "cancelled",
+            ToolError::QueueBusy { .. } => "queue_busy",
+            ToolError::QueueDeadlock { .. } => "queue_deadlock",
+            ToolError::BudgetExhausted { .. } => "budget_exhausted",
+            ToolError::ContextBudgetExceeded { .. } => "context_budget_exceeded",
+            ToolError::Transport { .. } => "transport",
+            ToolError::Protocol { .. } => "protocol",
+            ToolError::Remote { .. } => "remote",
+            ToolError::Unavailable { .. } => "unavailable",
+            ToolError::Panicked { .. } => "panicked",
+            ToolError::Other { .. } => "other",
+        }
+    }
+
+    /// A transport failure with its cause.
+    pub fn transport(
+        provider: impl Into<String>,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        ToolError::Transport {
+            provider: provider.into(),
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A provider failure of another kind, with its cause.
+    pub fn other(provider: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        let source = source.into();
+        ToolError::Other { provider: provider.into(), message: source.to_string(), source: None }
+    }
+
+    /// A failure the provider reported for `tool`.
+    pub fn remote(tool: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError::Remote { tool: tool.into(), message: message.into() }
+    }
+
+    /// Arguments that do not fit; one violation at the root.
+    pub fn invalid_arguments(tool: impl Into<String>, message: impl Into<String>) -> Self {
+        ToolError::InvalidArguments {
+            tool: tool.into(),
+            violations: vec![Violation { pointer: String::new(), message: message.into() }],
+        }
+    }
+
+    /// The whole chain of messages, outermost first, joined by `: `.
+    ///
+    /// This is what a model sees after `(tool failed: ...)`: a message and its causes,
+    /// each said once.
+    pub fn report(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = self.source();
+        while let Some(err) = source {
+            let message = err.to_string();
+            if !text.contains(&message) {
+                text.push_str(": ");
+                text.push_str(&message);
+            }
+            source = err.source();
+        }
+        text
+    }
+}
+
+fn did_you_mean(suggestions: &[String]) -> String {
+    match suggestions {
+        [] => String::new(),
+        [one] => format!("; did you mean `{one}`?"),
+        many => {
+            let names: Vec<String> = many.iter().map(|s| format!("`{s}`")).collect();
+            format!("; did you mean one of {}?", names.join(", "))
+        }
+    }
+}
+
+fn join_violations(violations: &[Violation]) -> String {
+    let parts: Vec<String> = violations.iter().map(Violation::to_string).collect();
+    parts.join("; ")
+}
+
+/// Formats a duration for people: `250ms`, `30s`, `1.5s`, `2m`.
+pub(crate) fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(60_000) {
+        format!("{}m", ms / 60_000)
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    fn check(err: ToolError, expect: Expect) {
+        expect.assert_eq(&format!("{} [{:?} {}]", err.report(), err.party(), err.code()));
+    }
+
+    #[test]
+    fn messages() {
+        check(
+            ToolError::UnknownTool {
+                name: "fs__reed".into(),
+                suggestions: vec!["fs__read".into()],
+            },
+            expect!["unknown tool `fs__reed`; did you mean `fs__read`? [Caller unknown_tool]"],
+        );
+        check(
+            ToolError::UnknownTool {
+                name: "x".into(),
+                suggestions: vec!["a__x".into(), "b__x".into()],
+            },
+            expect!["unknown tool `x`; did you mean one of `a__x`, `b__x`? [Caller unknown_tool]"],
+        );
+        check(
+            ToolError::InvalidArguments {
+                tool: "fs__read".into(),
+                violations: vec![
+                    Violation {
+                        pointer: "".into(),
+                        message: "\"path\" is a required property".into(),
+                    },
+                    Violation {
+                        pointer: "/limit".into(),
+                        message: "-1 is less than the minimum of 1".into(),
+                    },
+                ],
+            },
+            expect![[
+                r#"invalid arguments for `fs__read`: at /: "path" is a required property; at /limit: -1 is less than the minimum of 1 [Caller invalid_arguments]"#
+            ]],
+        );
+        check(
+            ToolError::Timeout { tool: "a__b".into(), after: Duration::from_millis(1500) },
+            expect!["timeout: `a__b` did not finish within 1.5s [Policy timeout]"],
+        );
+        check(
+            ToolError::QueueBusy {
+                tool: "a__b".into(),
+                queue: "q".into(),
+                waited: Duration::from_secs(30),
+            },
+            expect![
+                "queue `q` busy: no slot for `a__b` within 30s, retry later [Policy queue_busy]"
+            ],
+        );
+        check(
+            ToolError::transport(
+                "github",
+                "connection closed",
+                std::io::Error::other("broken pipe"),
+            ),
+            expect!["github: connection closed: broken pipe [Provider transport]"],
+        );
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(Duration::from_millis(20)), "20ms");
+        assert_eq!(human_duration(Duration::from_secs(120)), "2m");
+        assert_eq!(human_duration(Duration::from_secs(45)), "45s");
+    }
+}
