@@ -323,7 +323,7 @@ mod tests {
     fn ancestors_and_held_queues() {
         let root = Op::new("a__outer", None);
         let mid = Op::new("b__mid", Some(root.clone()));
-        let leaf = Op::new("c__leaf", Some(mid.clone()));
+        let leaf = Op::new("c__leaf", Some(mid));
         assert_eq!(leaf.depth(), 2);
         let q: Arc<str> = Arc::from("q");
         root.hold_queue(&q);

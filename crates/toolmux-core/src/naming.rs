@@ -235,7 +235,7 @@ mod tests {
             tools in proptest::collection::vec("\\PC{0,90}", 1..20),
             budget in 40usize..=128,
         ) {
-            let mut unique = tools.clone();
+            let mut unique = tools;
             unique.sort();
             unique.dedup();
             let names = qualify_all(&namespace, unique.iter().map(String::as_str), budget).unwrap();
