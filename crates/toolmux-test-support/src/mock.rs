@@ -1,0 +1,311 @@
+//! A scriptable [`ToolProvider`] for orchestrator tests: each tool has a [`Behavior`] and the
+//! provider counts calls and the greatest number running at once.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolmux_core::{
+    CallContext, Progress, ToolAnnotations, ToolError, ToolKind, ToolListChanges, ToolListNotifier,
+    ToolOutput, ToolProvider, ToolSpec,
+};
+
+/// What a mock tool does when called.
+#[derive(Debug, Clone)]
+pub enum Behavior {
+    /// Returns its arguments as JSON.
+    Echo,
+    /// Returns this text.
+    Text(String),
+    /// Returns a text of this many bytes (`x` repeated, a newline every 100).
+    Big(usize),
+    /// Sleeps (cancellable), then returns `"slept"`.
+    Sleep(Duration),
+    /// Reports progress `steps` times, `interval` apart, then returns `"done"`.
+    Progress {
+        /// How many reports.
+        steps: u32,
+        /// Time between reports.
+        interval: Duration,
+    },
+    /// Never returns until cancelled.
+    Hang,
+    /// Panics.
+    Panic,
+    /// Returns an output flagged `is_error`.
+    ErrorOutput(String),
+    /// Fails with a transient transport error the first `times` calls, then echoes.
+    FailTransient {
+        /// Failures before the first success.
+        times: u64,
+    },
+    /// Fails with a remote error.
+    Fail(String),
+}
+
+#[derive(Debug)]
+struct MockTool {
+    spec: ToolSpec,
+    behavior: Behavior,
+    calls: AtomicU64,
+}
+
+/// A provider whose tools behave as scripted.
+#[derive(Debug)]
+pub struct MockProvider {
+    namespace: String,
+    kind: ToolKind,
+    tools: Mutex<Vec<Arc<MockTool>>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    total_calls: AtomicU64,
+    warmups: AtomicU64,
+    fail_warmup: Option<String>,
+    warmup_delay: Duration,
+    shut_down: AtomicBool,
+    notifier: ToolListNotifier,
+    instructions: Option<String>,
+}
+
+impl MockProvider {
+    /// A provider with no tools.
+    pub fn new(namespace: &str) -> Self {
+        MockProvider {
+            namespace: namespace.into(),
+            kind: ToolKind::Builtin,
+            tools: Mutex::new(Vec::new()),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            total_calls: AtomicU64::new(0),
+            warmups: AtomicU64::new(0),
+            fail_warmup: None,
+            warmup_delay: Duration::ZERO,
+            shut_down: AtomicBool::new(false),
+            notifier: ToolListNotifier::new(),
+            instructions: None,
+        }
+    }
+
+    /// Sets the kind reported.
+    pub fn with_kind(mut self, kind: ToolKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Adds a tool accepting any object.
+    pub fn with_tool(self, name: &str, behavior: Behavior) -> Self {
+        let spec = ToolSpec::new(name, format!("mock tool {name}"), json!({"type": "object"}));
+        self.with_spec(spec, behavior)
+    }
+
+    /// Adds a read-only (cacheable) tool accepting any object.
+    pub fn with_read_only_tool(self, name: &str, behavior: Behavior) -> Self {
+        let spec = ToolSpec::new(name, format!("mock tool {name}"), json!({"type": "object"}))
+            .with_annotations(ToolAnnotations::read_only());
+        self.with_spec(spec, behavior)
+    }
+
+    /// Adds a tool with a full spec.
+    pub fn with_spec(self, spec: ToolSpec, behavior: Behavior) -> Self {
+        self.lock_tools().push(Arc::new(MockTool { spec, behavior, calls: AtomicU64::new(0) }));
+        self
+    }
+
+    /// Makes warmup fail with this message.
+    pub fn with_failing_warmup(mut self, message: &str) -> Self {
+        self.fail_warmup = Some(message.into());
+        self
+    }
+
+    /// Makes warmup take this long.
+    pub fn with_warmup_delay(mut self, delay: Duration) -> Self {
+        self.warmup_delay = delay;
+        self
+    }
+
+    /// Sets instructions.
+    pub fn with_instructions(mut self, text: &str) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Adds a tool at run time and signals the change.
+    pub fn add_tool(&self, name: &str, behavior: Behavior) {
+        let spec = ToolSpec::new(name, format!("mock tool {name}"), json!({"type": "object"}));
+        self.lock_tools().push(Arc::new(MockTool { spec, behavior, calls: AtomicU64::new(0) }));
+        self.notifier.notify();
+    }
+
+    /// Calls of one tool so far.
+    pub fn calls_of(&self, name: &str) -> u64 {
+        self.lock_tools()
+            .iter()
+            .find(|t| t.spec.name == name)
+            .map_or(0, |t| t.calls.load(Ordering::SeqCst))
+    }
+
+    /// Calls of all tools so far.
+    pub fn total_calls(&self) -> u64 {
+        self.total_calls.load(Ordering::SeqCst)
+    }
+
+    /// Calls running now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The greatest number of calls that ran at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Warmups so far.
+    pub fn warmups(&self) -> u64 {
+        self.warmups.load(Ordering::SeqCst)
+    }
+
+    /// Whether shutdown was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
+    }
+
+    fn lock_tools(&self) -> std::sync::MutexGuard<'_, Vec<Arc<MockTool>>> {
+        self.tools.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tool(&self, name: &str) -> Option<Arc<MockTool>> {
+        self.lock_tools().iter().find(|t| t.spec.name == name).cloned()
+    }
+}
+
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl ToolProvider for MockProvider {
+    fn kind(&self) -> ToolKind {
+        self.kind
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self.lock_tools().iter().map(|t| t.spec.clone()).collect())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.tool(name).is_some()
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some(tool) = self.tool(name) else {
+            return Err(ToolError::UnknownTool { name: name.into(), suggestions: Vec::new() });
+        };
+        let nth = tool.calls.fetch_add(1, Ordering::SeqCst);
+        self.total_calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let _guard = InFlight(&self.in_flight);
+        let cancelled = || ToolError::Cancelled { tool: name.to_owned() };
+        match &tool.behavior {
+            Behavior::Echo => Ok(ToolOutput::json(arguments)),
+            Behavior::Text(text) => Ok(ToolOutput::text(text.clone())),
+            Behavior::Big(bytes) => {
+                let mut text = String::with_capacity(*bytes);
+                for i in 0..*bytes {
+                    text.push(if i % 100 == 99 { '\n' } else { 'x' });
+                }
+                Ok(ToolOutput::text(text))
+            }
+            Behavior::Sleep(duration) => tokio::select! {
+                () = tokio::time::sleep(*duration) => Ok(ToolOutput::text("slept")),
+                () = ctx.cancel_token().cancelled() => Err(cancelled()),
+            },
+            Behavior::Progress { steps, interval } => {
+                for step in 1..=*steps {
+                    tokio::select! {
+                        () = tokio::time::sleep(*interval) => {}
+                        () = ctx.cancel_token().cancelled() => return Err(cancelled()),
+                    }
+                    ctx.report_progress(Progress::new(f64::from(step), Some(f64::from(*steps))));
+                }
+                Ok(ToolOutput::text("done"))
+            }
+            Behavior::Hang => {
+                ctx.cancel_token().cancelled().await;
+                Err(cancelled())
+            }
+            Behavior::Panic => panic!("mock tool {name} panicked on purpose"),
+            Behavior::ErrorOutput(text) => Ok(ToolOutput::error(text.clone())),
+            Behavior::FailTransient { times } if nth < *times => Err(ToolError::Transport {
+                provider: self.namespace.clone(),
+                message: format!("connection reset (failure {} of {times})", nth + 1),
+                source: None,
+            }),
+            Behavior::FailTransient { .. } => Ok(ToolOutput::json(arguments)),
+            Behavior::Fail(message) => Err(ToolError::remote(name, message.clone())),
+        }
+    }
+
+    async fn warmup(&self) -> Result<(), ToolError> {
+        self.warmups.fetch_add(1, Ordering::SeqCst);
+        if !self.warmup_delay.is_zero() {
+            tokio::time::sleep(self.warmup_delay).await;
+        }
+        match &self.fail_warmup {
+            Some(message) => Err(ToolError::Unavailable {
+                provider: self.namespace.clone(),
+                message: message.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.instructions.clone()
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn tool_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.notifier.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::{Conformance, SampleCall};
+
+    #[tokio::test]
+    async fn mock_provider_conforms() {
+        let mock = MockProvider::new("mock")
+            .with_tool("echo", Behavior::Echo)
+            .with_tool("fail", Behavior::Fail("boom".into()))
+            .with_tool("hang", Behavior::Hang);
+        Conformance::new()
+            .with_sample(SampleCall::new("echo", json!({"a": 1})).expect_text_contains("\"a\":1"))
+            .with_sample(
+                SampleCall::new("fail", json!({})).expect_failure().expect_text_contains("boom"),
+            )
+            .with_cancellable(SampleCall::new("hang", json!({})))
+            .check(&mock)
+            .await;
+    }
+}
