@@ -1,0 +1,180 @@
+//! `cargo xtask ci`, the whole of continuous integration in order, and `cargo xtask bench`.
+//!
+//! Each step prints a header and its time; the first failure stops the run. Tools that
+//! may be missing on a developer's machine (cargo-nextest, cargo-deny) degrade: tests
+//! fall back to `cargo test`, and cargo-deny is installed only with `--install-tools` or
+//! `CI=true`, or else skipped with the reason said.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::codegen;
+use crate::metadata::Metadata;
+use crate::{cmd, tidy};
+
+#[derive(Debug)]
+pub(crate) struct CiOptions {
+    /// `cargo install` cargo-deny when it is missing (also implied by `CI=true`).
+    pub(crate) install_tools: bool,
+}
+
+enum Outcome {
+    Passed,
+    Skipped(String),
+}
+
+struct Step<'a> {
+    name: &'static str,
+    /// What the step runs, as a command line.
+    what: String,
+    action: Box<dyn FnOnce() -> Result<Outcome> + 'a>,
+}
+
+pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
+    let install_tools = options.install_tools || is_ci();
+    let tests: &[&str] = match has_nextest() {
+        true => &["nextest", "run", "--workspace", "--locked", "--no-fail-fast"],
+        false => &["test", "--workspace", "--locked"],
+    };
+    let steps = vec![
+        cargo_step(root, "fmt", &["fmt", "--all", "--", "--check"]),
+        cargo_step(
+            root,
+            "clippy",
+            &["clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings"],
+        ),
+        cargo_step(root, "tests", tests),
+        // nextest does not run doctests.
+        cargo_step(root, "doctests", &["test", "--workspace", "--doc", "--locked"]),
+        Step {
+            name: "codegen",
+            what: "cargo xtask codegen --check".into(),
+            action: Box::new(|| codegen::run(root, codegen::Mode::Check).map(|()| Outcome::Passed)),
+        },
+        Step {
+            name: "tidy",
+            what: "cargo xtask tidy".into(),
+            action: Box::new(|| tidy::run(root).map(|()| Outcome::Passed)),
+        },
+        Step {
+            name: "cargo deny",
+            what: "cargo deny --locked check bans licenses sources".into(),
+            action: Box::new(move || cargo_deny(root, install_tools)),
+        },
+        Step {
+            name: "bench build",
+            what: "cargo bench --workspace --no-run --locked".into(),
+            action: Box::new(|| bench_build(root)),
+        },
+    ];
+
+    let total = steps.len();
+    let started = Instant::now();
+    let mut summary = Vec::new();
+    for (index, step) in steps.into_iter().enumerate() {
+        let number = index + 1;
+        eprintln!("\n==> [{number}/{total}] {}: {}", step.name, step.what);
+        let step_started = Instant::now();
+        let outcome = (step.action)();
+        let elapsed = seconds(step_started.elapsed());
+        let status = match outcome {
+            Ok(Outcome::Passed) => {
+                eprintln!("--> {} passed in {elapsed}", step.name);
+                "passed".to_owned()
+            }
+            Ok(Outcome::Skipped(reason)) => {
+                eprintln!("--> skipping {}: {reason}", step.name);
+                "skipped".to_owned()
+            }
+            Err(error) => {
+                print_summary(&summary, started.elapsed());
+                return Err(error.context(format!(
+                    "ci failed at step {number}/{total} ({}) after {elapsed}",
+                    step.name
+                )));
+            }
+        };
+        summary.push(format!("{:<12} {status:<8} {elapsed}", step.name));
+    }
+    print_summary(&summary, started.elapsed());
+    eprintln!("ci: all steps passed");
+    Ok(())
+}
+
+/// `cargo bench --workspace [args]`, for the benchmark tables kept by hand.
+pub(crate) fn bench(root: &Path, args: &[String]) -> Result<()> {
+    let mut command = cmd::command("cargo");
+    command.current_dir(root).args(["bench", "--workspace"]).args(args);
+    eprintln!("==> {}", cmd::display(&command));
+    cmd::run(&mut command)?;
+    eprintln!(
+        "\nbench: criterion keeps its measurements under target/criterion/ and compares the \
+         next run against them; BENCHMARKS.md is maintained by hand from the output above"
+    );
+    Ok(())
+}
+
+fn cargo_step<'a>(root: &'a Path, name: &'static str, args: &'a [&'a str]) -> Step<'a> {
+    let mut command = cmd::command("cargo");
+    command.current_dir(root).args(args);
+    Step {
+        name,
+        what: cmd::display(&command),
+        action: Box::new(move || cmd::run(&mut command).map(|()| Outcome::Passed)),
+    }
+}
+
+fn cargo_deny(root: &Path, install_tools: bool) -> Result<Outcome> {
+    if !cmd::succeeds(cmd::command("cargo").args(["deny", "--version"])) {
+        if !install_tools {
+            return Ok(Outcome::Skipped(
+                "cargo-deny is not installed (pass --install-tools or set CI=true to install it)"
+                    .into(),
+            ));
+        }
+        eprintln!("cargo-deny is not installed: installing it");
+        let mut install = cmd::command("cargo");
+        install.args(["install", "--locked", "cargo-deny"]);
+        if let Err(error) = cmd::run(&mut install) {
+            return Ok(Outcome::Skipped(format!("{error:#}")));
+        }
+    }
+    let mut check = cmd::command("cargo");
+    check.current_dir(root).args(["deny", "--locked", "check", "bans", "licenses", "sources"]);
+    cmd::run(&mut check).map(|()| Outcome::Passed)
+}
+
+fn bench_build(root: &Path) -> Result<Outcome> {
+    let metadata = Metadata::load(root, true)?;
+    let has_benches = metadata
+        .workspace_packages()
+        .any(|package| package.target_kinds.iter().any(|kind| kind == "bench"));
+    if !has_benches {
+        return Ok(Outcome::Skipped("no crate has a bench target".into()));
+    }
+    let mut command = cmd::command("cargo");
+    command.current_dir(root).args(["bench", "--workspace", "--no-run", "--locked"]);
+    cmd::run(&mut command).map(|()| Outcome::Passed)
+}
+
+fn has_nextest() -> bool {
+    cmd::succeeds(cmd::command("cargo").args(["nextest", "--version"]))
+}
+
+fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value.eq_ignore_ascii_case("true") || value == "1")
+}
+
+fn print_summary(summary: &[String], total: Duration) {
+    eprintln!("\nci summary:");
+    for line in summary {
+        eprintln!("  {line}");
+    }
+    eprintln!("  total        {}", seconds(total));
+}
+
+fn seconds(duration: Duration) -> String {
+    format!("{:.1}s", duration.as_secs_f64())
+}

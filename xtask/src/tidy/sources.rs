@@ -1,0 +1,114 @@
+//! Checks on the text of `.rs` files: the `//!` first line, forbidden macros and
+//! attributes, and what library code may not do.
+//!
+//! The forbidden strings are assembled with `concat!` so that this file does not
+//! contain them and passes its own check.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+
+use super::Violation;
+use crate::walk;
+
+/// Modules of library crates that may spawn processes, as paths relative to the workspace
+/// root without `.rs`: an entry covers `ENTRY.rs` and everything under `ENTRY/`.
+///
+/// STYLE.md allows spawning only where a tool must (and there always with an explicit
+/// working directory). Add an entry only for such a module, with a comment saying why.
+pub(super) const SPAWN_ALLOWED: &[&str] = &[
+    // toolmux-fs: the bash tool runs commands in their own process group.
+    "crates/toolmux-fs/src/bash",
+    // toolmux-mcp: the stdio transport launches MCP servers as child processes.
+    "crates/toolmux-mcp/src/transport/stdio",
+];
+
+/// Text that must not appear in any `.rs` file, with what to do instead.
+const FORBIDDEN: &[(&str, &str)] = &[
+    (concat!("#[ig", "nore"), "tests are never skipped: make it pass, fix its peer or delete it"),
+    (concat!("#[should", "_panic"), "assert on the `Err` instead of expecting a panic"),
+    (concat!("to", "do!("), "finish the code, or leave a `// FIXME:` saying why it waits"),
+    (concat!("db", "g!("), "remove the debugging macro"),
+];
+
+/// Reading the process's current directory, forbidden in libraries (DESIGN.md invariant 6).
+const CURRENT_DIR: &str = concat!("env::", "current_dir");
+
+/// Spawning a process, allowed in libraries only under [`SPAWN_ALLOWED`].
+const SPAWN: &str = concat!("Command::", "new");
+
+/// Checks every `.rs` file beneath `root`; `library_dirs` (relative to `root`) hold
+/// library code, which is held to stricter rules.
+pub(super) fn check(
+    root: &Path,
+    library_dirs: &[PathBuf],
+    violations: &mut Vec<Violation>,
+) -> Result<()> {
+    for path in walk::files_with_extension(root, "rs")? {
+        let text =
+            fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let path = walk::relative(root, &path);
+        check_doc_line(&path, &text, violations);
+        check_forbidden(&path, &text, violations);
+        if library_dirs.iter().any(|dir| path.starts_with(dir)) {
+            check_library(&path, &text, violations);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn check_doc_line(path: &Path, text: &str, violations: &mut Vec<Violation>) {
+    if !text.starts_with("//!") {
+        violations.push(Violation {
+            path: path.to_path_buf(),
+            line: 1,
+            message: "file does not start with a `//!` line saying what it is for".into(),
+        });
+    }
+}
+
+pub(super) fn check_forbidden(path: &Path, text: &str, violations: &mut Vec<Violation>) {
+    for (index, line) in text.lines().enumerate() {
+        for (pattern, advice) in FORBIDDEN {
+            if line.contains(pattern) {
+                violations.push(Violation {
+                    path: path.to_path_buf(),
+                    line: index + 1,
+                    message: format!("`{pattern}` is forbidden: {advice}"),
+                });
+            }
+        }
+    }
+}
+
+/// `path` is library code: no current directory, and no spawning outside [`SPAWN_ALLOWED`].
+pub(super) fn check_library(path: &Path, text: &str, violations: &mut Vec<Violation>) {
+    let may_spawn = is_spawn_allowed(path);
+    for (index, line) in text.lines().enumerate() {
+        let mut report = |message: String| {
+            violations.push(Violation { path: path.to_path_buf(), line: index + 1, message });
+        };
+        if line.contains(CURRENT_DIR) {
+            report(format!(
+                "`{CURRENT_DIR}` in a library: resolve paths against a directory the caller \
+                 passes in (DESIGN.md invariant 6)"
+            ));
+        }
+        if line.contains(SPAWN) && !may_spawn {
+            report(format!(
+                "`{SPAWN}` in a library outside the modules that must spawn; if this one must, \
+                 add it to SPAWN_ALLOWED in xtask/src/tidy/sources.rs"
+            ));
+        }
+    }
+}
+
+fn is_spawn_allowed(path: &Path) -> bool {
+    // Compare with `/` separators whatever the platform, as SPAWN_ALLOWED is written.
+    let path: Vec<_> = path.components().map(|c| c.as_os_str().to_string_lossy()).collect();
+    let path = path.join("/");
+    SPAWN_ALLOWED.iter().any(|module| {
+        path.strip_prefix(module).is_some_and(|rest| rest == ".rs" || rest.starts_with('/'))
+    })
+}
