@@ -79,9 +79,8 @@ pub(super) fn check(
                 DepKind::Dev => &[CORE, TEST_SUPPORT],
                 DepKind::Build => &[CORE],
             };
-            (members.contains(dependency) && !allowed.contains(&dependency)).then_some(
-                "a provider depends only on toolmux-core (and tests on toolmux-test-support)",
-            )
+            (members.contains(dependency) && !allowed.contains(&dependency))
+                .then_some("a provider's tests may add only toolmux-test-support")
         })?;
     }
 
@@ -166,7 +165,11 @@ impl Checker<'_> {
                 let message = format!(
                     "{from} must not have {} as a {} ({why})",
                     dependency.name,
-                    table_name(dependency.kind).trim_end_matches('s'),
+                    match dependency.kind {
+                        DepKind::Normal => "dependency",
+                        DepKind::Dev => "dev-dependency",
+                        DepKind::Build => "build-dependency",
+                    },
                 );
                 self.report(package, dependency.key(), dependency.kind, message)?;
             }
