@@ -14,6 +14,9 @@ use crate::cmd;
 pub(crate) struct Metadata {
     /// Workspace packages and, unless loaded with `--no-deps`, every dependency.
     pub(crate) packages: Vec<Package>,
+    /// As cargo spells it: paths in the metadata are relative to this, not to however
+    /// the caller spelled the root.
+    pub(crate) workspace_root: PathBuf,
     workspace_members: HashSet<String>,
     /// Package id to its resolved dependencies; empty with `--no-deps`.
     resolve: HashMap<String, Vec<Edge>>,
@@ -80,7 +83,8 @@ impl Metadata {
                 resolve.insert(string(node, "id")?, edges);
             }
         }
-        Ok(Self { packages, workspace_members, resolve })
+        let workspace_root = string(&value, "workspace_root")?.into();
+        Ok(Self { packages, workspace_root, workspace_members, resolve })
     }
 
     /// The workspace's own packages.

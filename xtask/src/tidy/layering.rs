@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context as _, Result};
 
@@ -40,22 +40,18 @@ const REQUIRED: &[&str] =
 
 /// The `src/` directories of library crates, relative to `root`: every package under
 /// `crates/` but the binary. Their tests, benches and examples are not library code.
-pub(super) fn library_source_dirs(root: &Path, metadata: &Metadata) -> Vec<PathBuf> {
+pub(super) fn library_source_dirs(metadata: &Metadata) -> Vec<PathBuf> {
     metadata
         .workspace_packages()
         .filter(|p| p.name != CLI)
-        .map(|p| walk::relative(root, p.dir()))
+        .map(|p| walk::relative(&metadata.workspace_root, p.dir()))
         .filter(|dir| dir.starts_with("crates"))
         .map(|dir| dir.join("src"))
         .collect()
 }
 
-pub(super) fn check(
-    root: &Path,
-    metadata: &Metadata,
-    violations: &mut Vec<Violation>,
-) -> Result<()> {
-    let mut checker = Checker { root, metadata, violations };
+pub(super) fn check(metadata: &Metadata, violations: &mut Vec<Violation>) -> Result<()> {
+    let mut checker = Checker { metadata, violations };
     checker.check_required();
     let members: HashSet<&str> = metadata.workspace_packages().map(|p| p.name.as_str()).collect();
 
@@ -73,14 +69,16 @@ pub(super) fn check(
             members.contains(name) && name != CORE
         })?;
         checker.forbid_direct(provider, |dependency, kind| {
-            let allowed: &[&str] = match kind {
-                // Normal dependencies are checked transitively just above.
-                DepKind::Normal => return None,
-                DepKind::Dev => &[CORE, TEST_SUPPORT],
-                DepKind::Build => &[CORE],
-            };
-            (members.contains(dependency) && !allowed.contains(&dependency))
-                .then_some("a provider's tests may add only toolmux-test-support")
+            if !members.contains(dependency) || dependency == CORE {
+                return None;
+            }
+            match kind {
+                // Checked transitively just above.
+                DepKind::Normal => None,
+                DepKind::Dev => (dependency != TEST_SUPPORT)
+                    .then_some("a provider's tests may add only toolmux-test-support"),
+                DepKind::Build => Some("a provider depends only on toolmux-core"),
+            }
         })?;
     }
 
@@ -107,7 +105,6 @@ pub(super) fn check(
 }
 
 struct Checker<'a> {
-    root: &'a Path,
     metadata: &'a Metadata,
     violations: &'a mut Vec<Violation>,
 }
@@ -187,7 +184,7 @@ impl Checker<'_> {
         let manifest = fs::read_to_string(&package.manifest_path)
             .with_context(|| format!("cannot read {}", package.manifest_path.display()))?;
         self.violations.push(Violation {
-            path: walk::relative(self.root, &package.manifest_path),
+            path: walk::relative(&self.metadata.workspace_root, &package.manifest_path),
             line: manifest_line(&manifest, dependency_key, kind).unwrap_or(1),
             message,
         });

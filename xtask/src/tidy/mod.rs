@@ -51,7 +51,7 @@ pub(crate) fn run(root: &Path) -> Result<()> {
 pub(crate) fn check(root: &Path) -> Result<Vec<Violation>> {
     let metadata = Metadata::load(root, false)?;
     let mut violations = Vec::new();
-    sources::check(root, &layering::library_source_dirs(root, &metadata), &mut violations)?;
-    layering::check(root, &metadata, &mut violations)?;
+    sources::check(root, &layering::library_source_dirs(&metadata), &mut violations)?;
+    layering::check(&metadata, &mut violations)?;
     Ok(violations)
 }
