@@ -1,9 +1,20 @@
-//! Tests of rendering, section replacement and a whole codegen run in a scratch directory.
+//! The freshness test of the generated files, and tests of rendering, section replacement
+//! and a whole codegen run in a scratch directory.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{Generator, HEADER, Mode, render, replace_section, run_generators};
+use super::{Generator, HEADER, Mode, render, replace_section, run, run_generators};
+use crate::project_root;
+
+/// `cargo test --workspace` fails while a generated file is stale, like
+/// `cargo xtask codegen --check`.
+#[test]
+fn generated_files_are_fresh() {
+    if let Err(error) = run(&project_root(), Mode::Check) {
+        panic!("{error:#}");
+    }
+}
 
 #[test]
 fn json_gets_a_top_level_comment() {
