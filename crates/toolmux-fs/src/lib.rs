@@ -1,1 +1,57 @@
-//! toolmux-fs: under construction; see ARCHITECTURE.md for what it will hold.
+//! toolmux-fs: the builtin tools a coding or operations agent needs — `read`, `write`,
+//! `edit`, `multi_edit`, `grep`, `glob`, `ls`, `bash` and `exec` — as one
+//! [`toolmux_core::ToolProvider`] (namespace `fs`), confined beneath a workspace root.
+//!
+//! It is for programs that give a model file and shell access: the `toolmux` facade wires
+//! it from the configuration file; a Rust program can use it directly.
+//!
+//! - Every path goes through one resolver built on `cap-std`: components are resolved one
+//!   by one beneath the root, symlinks included, and `..`, absolute paths outside, and
+//!   symlinks (or symlinked parents) leading out are refused with an error naming the path.
+//! - Tools come in permission classes: read (`read`, `grep`, `glob`, `ls`), write (`write`,
+//!   `edit`, `multi_edit`) and execute (`bash`, `exec`). Only read is on by default.
+//! - `grep` and `glob` run ripgrep's crates in process, off the async threads, and stop
+//!   when the call is cancelled. `bash` and `exec` run in their own process group, which is
+//!   killed and reaped on timeout or cancellation; they are not confined by nature.
+//!
+//! # Example
+//!
+//! ```
+//! use serde_json::json;
+//! use toolmux_core::{CallContext, ToolProvider};
+//! use toolmux_fs::{FsConfig, FsProvider, Permission};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let root = tempfile::tempdir().unwrap();
+//! let fs = FsProvider::new(
+//!     FsConfig::new(root.path()).with_permissions([Permission::Read, Permission::Write]),
+//! )
+//! .unwrap();
+//! let ctx = CallContext::new();
+//! fs.call("write", json!({"path": "notes/a.txt", "content": "hello\nworld\n"}), &ctx)
+//!     .await
+//!     .unwrap();
+//! let page = fs.call("read", json!({"path": "notes/a.txt"}), &ctx).await.unwrap();
+//! assert_eq!(page.to_text(), "     1\thello\n     2\tworld\n");
+//! let escape = fs.call("read", json!({"path": "../etc/passwd"}), &ctx).await.unwrap_err();
+//! assert!(escape.to_string().contains("outside the workspace root"));
+//! # });
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+mod provider;
+mod tools;
+mod workspace;
+
+pub use config::{BashConfig, FsConfig, FsLimits, Permission};
+pub use error::FsError;
+pub use provider::FsProvider;
+pub use tools::edit::{EditArgs, EditOperation, MultiEditArgs};
+pub use tools::glob::GlobArgs;
+pub use tools::grep::{GrepArgs, OutputMode};
+pub use tools::ls::LsArgs;
+pub use tools::read::ReadArgs;
+pub use tools::shell::{BashArgs, ExecArgs};
+pub use tools::write::WriteArgs;

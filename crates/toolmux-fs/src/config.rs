@@ -1,0 +1,209 @@
+//! Configuration of the builtin tools: the workspace root, the permission classes switched
+//! on, the shell's allow-list and environment, and output limits.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use toolmux_core::PermissionClass;
+
+/// A permission class the file tools can be granted.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Permission {
+    /// `read`, `grep`, `glob`, `ls`.
+    Read,
+    /// `write`, `edit`, `multi_edit`.
+    Write,
+    /// `bash`, `exec`.
+    Execute,
+}
+
+impl Permission {
+    /// The matching class of toolmux-core.
+    pub fn as_class(self) -> PermissionClass {
+        match self {
+            Permission::Read => PermissionClass::Read,
+            Permission::Write => PermissionClass::Write,
+            Permission::Execute => PermissionClass::Execute,
+        }
+    }
+
+    /// The name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        self.as_class().as_str()
+    }
+}
+
+/// Configuration of the `fs` provider.
+///
+/// In a configuration file (camelCase keys):
+///
+/// ```json
+/// { "root": "/srv/project", "permissions": ["read", "write"],
+///   "bash": { "allowPrefixes": ["cargo test"], "env": ["RUST_LOG"] } }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsConfig {
+    /// The workspace root, an absolute path to an existing directory. Every file tool is
+    /// confined beneath it; `bash` and `exec` start in it.
+    pub root: PathBuf,
+    /// The permission classes switched on; read-only by default.
+    #[serde(default = "default_permissions")]
+    pub permissions: BTreeSet<Permission>,
+    /// The shell tools' settings.
+    #[serde(default)]
+    pub bash: BashConfig,
+    /// Output limits.
+    #[serde(default)]
+    pub limits: FsLimits,
+}
+
+fn default_permissions() -> BTreeSet<Permission> {
+    BTreeSet::from([Permission::Read])
+}
+
+impl FsConfig {
+    /// Read-only tools confined beneath `root` (an absolute path), default limits.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FsConfig {
+            root: root.into(),
+            permissions: default_permissions(),
+            bash: BashConfig::default(),
+            limits: FsLimits::default(),
+        }
+    }
+
+    /// Replaces the permission classes switched on.
+    pub fn with_permissions(mut self, permissions: impl IntoIterator<Item = Permission>) -> Self {
+        self.permissions = permissions.into_iter().collect();
+        self
+    }
+
+    /// Replaces the shell settings.
+    pub fn with_bash(mut self, bash: BashConfig) -> Self {
+        self.bash = bash;
+        self
+    }
+
+    /// Replaces the limits.
+    pub fn with_limits(mut self, limits: FsLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+/// Settings of `bash` and `exec`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BashConfig {
+    /// Command prefixes allowed, matched word by word (`cargo test` allows
+    /// `cargo test -p x`, not `cargo testing`). Empty: every command is allowed. When set,
+    /// `bash` commands containing shell operators (`;`, `&`, `|`, `$`, backticks,
+    /// redirections, newlines) are refused, since they could chain other commands.
+    pub allow_prefixes: Vec<String>,
+    /// Names of environment variables passed through to commands, besides `PATH`, `HOME`
+    /// and `LANG`, which always are.
+    #[serde(rename = "env")]
+    pub env_passthrough: Vec<String>,
+    /// The timeout when the call gives none, in milliseconds.
+    pub default_timeout_ms: u64,
+    /// The largest timeout a call may ask for, in milliseconds.
+    pub max_timeout_ms: u64,
+    /// Characters of stdout and stderr kept for the model together (head and tail).
+    pub output_cap_chars: usize,
+    /// Where full outputs over the cap are saved; the system temporary directory when unset.
+    pub spill_dir: Option<PathBuf>,
+    /// Bytes of one stream saved to the spill file at most.
+    pub spill_max_bytes: u64,
+    /// The shell `bash` runs commands with (`<shell> -c <command>`).
+    pub shell: String,
+}
+
+impl Default for BashConfig {
+    fn default() -> Self {
+        BashConfig {
+            allow_prefixes: Vec::new(),
+            env_passthrough: Vec::new(),
+            default_timeout_ms: 120_000,
+            max_timeout_ms: 600_000,
+            output_cap_chars: 30_000,
+            spill_dir: None,
+            spill_max_bytes: 64 * 1024 * 1024,
+            shell: "bash".into(),
+        }
+    }
+}
+
+/// Output limits of the file tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct FsLimits {
+    /// Lines `read` returns when the call gives no `limit`.
+    pub read_lines: usize,
+    /// Characters of one line `read` shows before cutting it with a marker.
+    pub line_chars: usize,
+    /// Bytes of text one `read` page may hold; past it the page ends early and says how
+    /// to continue.
+    pub read_page_bytes: usize,
+    /// Largest file `edit`, `multi_edit` and `write` load or write, in bytes.
+    pub edit_max_bytes: u64,
+    /// `head_limit` of `grep` when the call gives none.
+    pub grep_head_limit: usize,
+    /// Files `glob` lists when the call gives no `limit`.
+    pub glob_limit: usize,
+    /// Entries `ls` lists when the call gives no `limit`.
+    pub ls_limit: usize,
+}
+
+impl Default for FsLimits {
+    fn default() -> Self {
+        FsLimits {
+            read_lines: 2000,
+            line_chars: 2000,
+            read_page_bytes: 256 * 1024,
+            edit_max_bytes: 16 * 1024 * 1024,
+            grep_head_limit: 250,
+            glob_limit: 100,
+            ls_limit: 200,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_keys() {
+        let config: FsConfig = serde_json::from_value(serde_json::json!({
+            "root": "/srv/p",
+            "permissions": ["read", "execute"],
+            "bash": {"allowPrefixes": ["cargo test"], "env": ["RUST_LOG"], "defaultTimeoutMs": 5000}
+        }))
+        .unwrap();
+        assert_eq!(config.permissions, BTreeSet::from([Permission::Read, Permission::Execute]));
+        assert_eq!(config.bash.allow_prefixes, ["cargo test"]);
+        assert_eq!(config.bash.env_passthrough, ["RUST_LOG"]);
+        assert_eq!(config.bash.default_timeout_ms, 5000);
+        assert_eq!(config.bash.max_timeout_ms, 600_000);
+    }
+
+    #[test]
+    fn defaults_are_read_only() {
+        let config: FsConfig = serde_json::from_value(serde_json::json!({"root": "/x"})).unwrap();
+        assert_eq!(config, FsConfig::new("/x"));
+        assert_eq!(config.permissions, BTreeSet::from([Permission::Read]));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err =
+            serde_json::from_value::<FsConfig>(serde_json::json!({"root": "/x", "perms": []}))
+                .unwrap_err();
+        assert!(err.to_string().contains("unknown field `perms`"), "{err}");
+    }
+}

@@ -1,0 +1,245 @@
+//! Everything that can go wrong in the builtin tools, and how it reaches the caller.
+
+use std::io;
+use toolmux_core::ToolError;
+
+/// Why a builtin tool failed. Every message names the path or command the caller gave.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FsError {
+    /// The configuration is unusable (root missing, not absolute, not a directory).
+    #[error("invalid fs configuration: {message}")]
+    Config {
+        /// What is wrong.
+        message: String,
+    },
+    /// The arguments make no sense for the tool (past the end, empty pattern, bad glob).
+    #[error("{message}")]
+    InvalidArguments {
+        /// The tool, provider-local.
+        tool: &'static str,
+        /// What is wrong, naming the argument.
+        message: String,
+    },
+    /// The tool's permission class is not switched on.
+    #[error(
+        "tool `{tool}` is disabled: add \"{class}\" to the fs `permissions` configuration key \
+         to enable it"
+    )]
+    Disabled {
+        /// The tool.
+        tool: String,
+        /// The class that enables it.
+        class: &'static str,
+    },
+    /// The path leads outside the workspace root.
+    #[error(
+        "path `{path}` is outside the workspace root (reached through `..`, an absolute path \
+         or a symlink); only paths beneath the root are allowed"
+    )]
+    OutsideRoot {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// Nothing exists at the path.
+    #[error("no file or directory at `{path}`")]
+    NotFound {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// A directory where a file is needed.
+    #[error("`{path}` is a directory, not a file: use `ls` to list it")]
+    IsDirectory {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// A file where a directory is needed.
+    #[error("`{path}` is not a directory")]
+    NotDirectory {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// A FIFO, socket or device.
+    #[error("`{path}` is not a regular file (a FIFO, socket or device); refusing to open it")]
+    NotRegularFile {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// The file's content is binary.
+    #[error(
+        "`{path}` is a binary file (it contains NUL bytes); it cannot be shown as text, \
+         inspect it with `bash` tools such as `file` or `xxd` if allowed"
+    )]
+    Binary {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// Overwriting a file that was not read in this run.
+    #[error(
+        "`{path}` exists and has not been read in this run: read it first before writing to it"
+    )]
+    NotRead {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// Overwriting a file whose content changed since it was read.
+    #[error(
+        "`{path}` has been modified since it was last read (by the user, a formatter or another \
+         tool): read it again before writing to it"
+    )]
+    Stale {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// A file too large for a tool that holds it whole in memory.
+    #[error("`{path}` is {size} bytes, over the {limit}-byte limit of `{tool}`")]
+    TooLarge {
+        /// The tool.
+        tool: &'static str,
+        /// The path as the caller gave it.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// An edit could not be applied; nothing was written.
+    #[error("{message}")]
+    Edit {
+        /// The path as the caller gave it.
+        path: String,
+        /// What went wrong and how to fix it.
+        message: String,
+    },
+    /// A command is not on the configured allow-list.
+    #[error("command `{command}` is not allowed: {reason}")]
+    CommandDenied {
+        /// The command.
+        command: String,
+        /// Why, and what is allowed.
+        reason: String,
+    },
+    /// A command could not be started.
+    #[error("failed to start `{command}`")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The call was cancelled.
+    #[error("`{tool}` cancelled")]
+    Cancelled {
+        /// The tool.
+        tool: &'static str,
+    },
+    /// An I/O failure on a path.
+    #[error("i/o error on `{path}`")]
+    Io {
+        /// The path as the caller gave it.
+        path: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl FsError {
+    /// Maps an I/O error on `path` (as the caller gave it) to the matching variant.
+    pub(crate) fn from_io(path: &str, err: io::Error) -> FsError {
+        let path = path.to_owned();
+        if is_escape(&err) {
+            return FsError::OutsideRoot { path };
+        }
+        match err.kind() {
+            io::ErrorKind::NotFound => FsError::NotFound { path },
+            io::ErrorKind::IsADirectory => FsError::IsDirectory { path },
+            io::ErrorKind::NotADirectory => FsError::NotFound { path },
+            _ => FsError::Io { path, source: err },
+        }
+    }
+
+    /// The message with its causes, as the model reads it.
+    pub fn report(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(err) = source {
+            let message = err.to_string();
+            if !text.contains(&message) {
+                text.push_str(": ");
+                text.push_str(&message);
+            }
+            source = err.source();
+        }
+        text
+    }
+
+    /// Converts into the error a [`toolmux_core::ToolProvider`] returns; `tool` is the full
+    /// tool name.
+    pub fn into_tool_error(self, tool: &str) -> ToolError {
+        match self {
+            FsError::InvalidArguments { message, .. } => {
+                ToolError::invalid_arguments(tool, message)
+            }
+            FsError::Disabled { .. }
+            | FsError::OutsideRoot { .. }
+            | FsError::CommandDenied { .. } => {
+                ToolError::Denied { tool: tool.to_owned(), reason: self.to_string() }
+            }
+            FsError::Cancelled { .. } => ToolError::Cancelled { tool: tool.to_owned() },
+            FsError::Config { .. } => ToolError::Unavailable {
+                provider: tool.split("__").next().unwrap_or(tool).to_owned(),
+                message: self.to_string(),
+            },
+            other => ToolError::remote(tool, other.report()),
+        }
+    }
+}
+
+/// Whether cap-std refused the path because it leads outside the root.
+fn is_escape(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied
+        && err.to_string().contains("a path led outside of the filesystem")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    fn check(err: FsError, expect: Expect) {
+        let tool_error = err.into_tool_error("fs__read");
+        expect.assert_eq(&format!("{} [{}]", tool_error.report(), tool_error.code()));
+    }
+
+    #[test]
+    fn messages() {
+        check(
+            FsError::OutsideRoot { path: "../x".into() },
+            expect![[
+                "call to `fs__read` denied: path `../x` is outside the workspace root (reached through `..`, an absolute path or a symlink); only paths beneath the root are allowed [denied]"
+            ]],
+        );
+        check(
+            FsError::Disabled { tool: "write".into(), class: "write" },
+            expect![[
+                r#"call to `fs__read` denied: tool `write` is disabled: add "write" to the fs `permissions` configuration key to enable it [denied]"#
+            ]],
+        );
+        check(
+            FsError::Io { path: "a".into(), source: io::Error::other("disk on fire") },
+            expect!["i/o error on `a`: disk on fire [remote]"],
+        );
+        check(
+            FsError::InvalidArguments { tool: "read", message: "offset 9 is past the end".into() },
+            expect![
+                "invalid arguments for `fs__read`: at /: offset 9 is past the end [invalid_arguments]"
+            ],
+        );
+        check(
+            FsError::Cancelled { tool: "read" },
+            expect!["call to `fs__read` cancelled [cancelled]"],
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! [`FsProvider`]: the tools behind the [`ToolProvider`] interface, filtered by permission.
+
+use crate::config::{FsConfig, Permission};
+use crate::error::FsError;
+use crate::tools::{edit, glob, grep, ls, read, shell, write};
+use crate::workspace::Workspace;
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use toolmux_core::{
+    CallContext, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
+    schema_for,
+};
+
+/// The builtin file and shell tools, confined beneath a workspace root.
+///
+/// Tools of permission classes not switched on in [`FsConfig::permissions`] are not
+/// listed, and calling one by name is refused with a message naming the configuration key.
+#[derive(Debug)]
+pub struct FsProvider {
+    namespace: String,
+    config: Arc<FsConfig>,
+    workspace: Arc<Workspace>,
+    specs: Vec<(Tool, ToolSpec)>,
+}
+
+/// Every tool, in listing order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Read,
+    Write,
+    Edit,
+    MultiEdit,
+    Grep,
+    Glob,
+    Ls,
+    Bash,
+    Exec,
+}
+
+const ALL: [Tool; 9] = [
+    Tool::Read,
+    Tool::Write,
+    Tool::Edit,
+    Tool::MultiEdit,
+    Tool::Grep,
+    Tool::Glob,
+    Tool::Ls,
+    Tool::Bash,
+    Tool::Exec,
+];
+
+impl Tool {
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Read => "read",
+            Tool::Write => "write",
+            Tool::Edit => "edit",
+            Tool::MultiEdit => "multi_edit",
+            Tool::Grep => "grep",
+            Tool::Glob => "glob",
+            Tool::Ls => "ls",
+            Tool::Bash => "bash",
+            Tool::Exec => "exec",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Tool> {
+        ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    fn permission(self) -> Permission {
+        match self {
+            Tool::Read | Tool::Grep | Tool::Glob | Tool::Ls => Permission::Read,
+            Tool::Write | Tool::Edit | Tool::MultiEdit => Permission::Write,
+            Tool::Bash | Tool::Exec => Permission::Execute,
+        }
+    }
+
+    fn spec(self) -> ToolSpec {
+        let (description, schema) = match self {
+            Tool::Read => (read::DESCRIPTION, schema_for::<read::ReadArgs>()),
+            Tool::Write => (write::DESCRIPTION, schema_for::<write::WriteArgs>()),
+            Tool::Edit => (edit::EDIT_DESCRIPTION, schema_for::<edit::EditArgs>()),
+            Tool::MultiEdit => (edit::MULTI_EDIT_DESCRIPTION, schema_for::<edit::MultiEditArgs>()),
+            Tool::Grep => (grep::DESCRIPTION, schema_for::<grep::GrepArgs>()),
+            Tool::Glob => (glob::DESCRIPTION, schema_for::<glob::GlobArgs>()),
+            Tool::Ls => (ls::DESCRIPTION, schema_for::<ls::LsArgs>()),
+            Tool::Bash => (shell::BASH_DESCRIPTION, schema_for::<shell::BashArgs>()),
+            Tool::Exec => (shell::EXEC_DESCRIPTION, schema_for::<shell::ExecArgs>()),
+        };
+        let class = self.permission().as_class();
+        let annotations = match self.permission() {
+            Permission::Read => ToolAnnotations::read_only(),
+            Permission::Write => ToolAnnotations {
+                read_only: false,
+                destructive: true,
+                idempotent: self == Tool::Write,
+                open_world: false,
+                permission: Some(class),
+                ..ToolAnnotations::default()
+            },
+            Permission::Execute => ToolAnnotations {
+                read_only: false,
+                destructive: true,
+                idempotent: false,
+                open_world: true,
+                permission: Some(class),
+                ..ToolAnnotations::default()
+            },
+        };
+        ToolSpec::new(self.name(), description, schema).with_annotations(annotations)
+    }
+}
+
+impl FsProvider {
+    /// The tools configured by `config`, in namespace `fs`. Fails when the root is not an
+    /// absolute path to a directory.
+    pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
+        let workspace = Workspace::open(&config.root)?;
+        let specs = ALL.into_iter().map(|t| (t, t.spec())).collect();
+        Ok(FsProvider {
+            namespace: "fs".into(),
+            config: Arc::new(config),
+            workspace: Arc::new(workspace),
+            specs,
+        })
+    }
+
+    /// Lists the tools under another namespace.
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FsConfig {
+        &self.config
+    }
+
+    /// The canonical workspace root.
+    pub fn root(&self) -> &Path {
+        self.workspace.root()
+    }
+
+    fn enabled(&self, tool: Tool) -> bool {
+        self.config.permissions.contains(&tool.permission())
+    }
+
+    async fn dispatch(
+        &self,
+        tool: Tool,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, FsError> {
+        if !self.enabled(tool) {
+            return Err(FsError::Disabled {
+                tool: tool.name().into(),
+                class: tool.permission().as_str(),
+            });
+        }
+        if ctx.is_cancelled() {
+            return Err(FsError::Cancelled { tool: tool.name() });
+        }
+        let run = ctx.run_id().to_owned();
+        match tool {
+            Tool::Read => {
+                let args: read::ReadArgs = parse(tool, arguments)?;
+                self.blocking(tool, ctx, move |ws, config, cancelled| {
+                    read::read(ws, &config.limits, &run, args, cancelled)
+                })
+                .await
+            }
+            Tool::Grep => {
+                let args: grep::GrepArgs = parse(tool, arguments)?;
+                self.blocking(tool, ctx, move |ws, config, cancelled| {
+                    grep::grep(ws, &config.limits, args, cancelled)
+                })
+                .await
+            }
+            Tool::Glob => {
+                let args: glob::GlobArgs = parse(tool, arguments)?;
+                self.blocking(tool, ctx, move |ws, config, cancelled| {
+                    glob::glob(ws, &config.limits, args, cancelled)
+                })
+                .await
+            }
+            Tool::Ls => {
+                let args: ls::LsArgs = parse(tool, arguments)?;
+                self.blocking(tool, ctx, move |ws, config, cancelled| {
+                    ls::ls(ws, &config.limits, args, cancelled)
+                })
+                .await
+            }
+            // Writes are not raced against cancellation: once started, a write finishes
+            // (it is atomic and quick), so its outcome is never in doubt.
+            Tool::Write => {
+                let args: write::WriteArgs = parse(tool, arguments)?;
+                self.blocking_to_end(move |ws, config| write::write(ws, &config.limits, &run, args))
+                    .await
+            }
+            Tool::Edit => {
+                let args: edit::EditArgs = parse(tool, arguments)?;
+                self.blocking_to_end(move |ws, config| edit::edit(ws, &config.limits, &run, args))
+                    .await
+            }
+            Tool::MultiEdit => {
+                let args: edit::MultiEditArgs = parse(tool, arguments)?;
+                self.blocking_to_end(move |ws, config| {
+                    edit::multi_edit(ws, &config.limits, &run, args)
+                })
+                .await
+            }
+            Tool::Bash => {
+                let args: shell::BashArgs = parse(tool, arguments)?;
+                let program = shell::Program::Shell(args.command);
+                self.shell(tool, program, args.timeout, ctx).await
+            }
+            Tool::Exec => {
+                let args: shell::ExecArgs = parse(tool, arguments)?;
+                if args.argv.is_empty() {
+                    return Err(FsError::InvalidArguments {
+                        tool: "exec",
+                        message: "`argv` is empty: give the program and its arguments".into(),
+                    });
+                }
+                let program = shell::Program::Argv(args.argv);
+                self.shell(tool, program, args.timeout, ctx).await
+            }
+        }
+    }
+
+    async fn shell(
+        &self,
+        tool: Tool,
+        program: shell::Program,
+        timeout: Option<u64>,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, FsError> {
+        let name = tool.name();
+        shell::check_allowed(&self.config.bash, &program)?;
+        let limit = shell::timeout(&self.config.bash, name, timeout)?;
+        shell::run(
+            &self.config.bash,
+            self.workspace.root(),
+            name,
+            program,
+            limit,
+            ctx.cancel_token(),
+        )
+        .await
+    }
+
+    /// Runs `work` on the blocking pool; cancellation sets the flag `work` polls and returns
+    /// at once.
+    async fn blocking<F>(
+        &self,
+        tool: Tool,
+        ctx: &CallContext,
+        work: F,
+    ) -> Result<ToolOutput, FsError>
+    where
+        F: FnOnce(&Workspace, &FsConfig, &Arc<AtomicBool>) -> Result<ToolOutput, FsError>
+            + Send
+            + 'static,
+    {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (ws, config, flag) = (self.workspace.clone(), self.config.clone(), cancelled.clone());
+        let task = tokio::task::spawn_blocking(move || work(&ws, &config, &flag));
+        tokio::select! {
+            joined = task => joined.unwrap_or_else(|e| Err(panicked(tool, e))),
+            () = ctx.cancel_token().cancelled() => {
+                cancelled.store(true, Ordering::Relaxed);
+                Err(FsError::Cancelled { tool: tool.name() })
+            }
+        }
+    }
+
+    /// Runs `work` on the blocking pool to its end.
+    async fn blocking_to_end<F>(&self, work: F) -> Result<ToolOutput, FsError>
+    where
+        F: FnOnce(&Workspace, &FsConfig) -> Result<ToolOutput, FsError> + Send + 'static,
+    {
+        let (ws, config) = (self.workspace.clone(), self.config.clone());
+        tokio::task::spawn_blocking(move || work(&ws, &config)).await.unwrap_or_else(|e| {
+            Err(FsError::Io { path: String::new(), source: std::io::Error::other(e.to_string()) })
+        })
+    }
+}
+
+fn panicked(tool: Tool, e: tokio::task::JoinError) -> FsError {
+    FsError::Io { path: tool.name().into(), source: std::io::Error::other(e.to_string()) }
+}
+
+fn parse<T: DeserializeOwned>(tool: Tool, arguments: Value) -> Result<T, FsError> {
+    serde_json::from_value(arguments)
+        .map_err(|e| FsError::InvalidArguments { tool: tool.name(), message: e.to_string() })
+}
+
+#[async_trait]
+impl ToolProvider for FsProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self
+            .specs
+            .iter()
+            .filter(|(tool, _)| self.enabled(*tool))
+            .map(|(_, spec)| spec.clone())
+            .collect())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        Tool::from_name(name).is_some_and(|tool| self.enabled(tool))
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let full = format!("{}__{name}", self.namespace);
+        let Some(tool) = Tool::from_name(name) else {
+            let suggestions = ALL
+                .into_iter()
+                .filter(|t| {
+                    self.enabled(*t) && (t.name().contains(name) || name.contains(t.name()))
+                })
+                .map(|t| format!("{}__{}", self.namespace, t.name()))
+                .collect();
+            return Err(ToolError::UnknownTool { name: full, suggestions });
+        };
+        self.dispatch(tool, arguments, ctx).await.map_err(|e| e.into_tool_error(&full))
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Some(format!(
+            "File tools work beneath the workspace root {}; paths are relative to it (or \
+             absolute inside it). Read a file before overwriting it with write.",
+            self.workspace.root().display()
+        ))
+    }
+}

@@ -1,0 +1,337 @@
+//! `edit` and `multi_edit`: exact string replacements, all or nothing, written atomically.
+
+use crate::config::FsLimits;
+use crate::error::FsError;
+use crate::workspace::{self, Resolved, Workspace};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use toolmux_core::ToolOutput;
+
+/// Replacements shown in the diff at most.
+const DIFF_HUNKS: usize = 3;
+/// Lines of one side of a hunk shown at most.
+const DIFF_LINES: usize = 12;
+/// Match line numbers listed in an ambiguity error at most.
+const LISTED_MATCHES: usize = 20;
+
+/// Arguments of `edit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditArgs {
+    /// The file to edit: relative to the workspace root, or absolute inside it.
+    pub path: String,
+    /// The exact text to replace, including whitespace and indentation (without the line
+    /// number prefixes `read` adds).
+    pub old_string: String,
+    /// The text to put in its place; must differ from `old_string`.
+    pub new_string: String,
+    /// Replace every occurrence; otherwise `old_string` must occur exactly once.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// One replacement of `multi_edit`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditOperation {
+    /// The exact text to replace.
+    pub old_string: String,
+    /// The text to put in its place.
+    pub new_string: String,
+    /// Replace every occurrence; otherwise `old_string` must occur exactly once.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
+/// Arguments of `multi_edit`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MultiEditArgs {
+    /// The file to edit: relative to the workspace root, or absolute inside it.
+    pub path: String,
+    /// The replacements, applied in order, each to the result of the previous one.
+    #[schemars(length(min = 1))]
+    pub edits: Vec<EditOperation>,
+}
+
+pub(crate) const EDIT_DESCRIPTION: &str = "Replace exact text in a file. `old_string` must match \
+the file exactly (whitespace and indentation included, without the line-number prefix `read` \
+shows) and occur exactly once, unless `replace_all` is true. When it is not found, the error \
+names the closest line; when it occurs several times, the error gives the count and line \
+numbers: add surrounding context to make it unique. `old_string` and `new_string` must differ. \
+With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
+number of replacements and a short diff. The write is atomic; if the file was read in this run \
+and has changed since, the edit is refused until you read it again.";
+
+pub(crate) const MULTI_EDIT_DESCRIPTION: &str = "Apply several exact replacements to one file, \
+all or nothing: each edit (`old_string`, `new_string`, `replace_all`) is applied in order to the \
+result of the previous one, with the same rules as `edit`; if any edit fails, nothing is written \
+and the error names the failing edit. The write is atomic. Returns the number of replacements \
+and a short diff.";
+
+/// Runs `edit`.
+pub(crate) fn edit(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    args: EditArgs,
+) -> Result<ToolOutput, FsError> {
+    let op = EditOperation {
+        old_string: args.old_string,
+        new_string: args.new_string,
+        replace_all: args.replace_all,
+    };
+    apply(ws, limits, run, &args.path, std::slice::from_ref(&op))
+}
+
+/// Runs `multi_edit`.
+pub(crate) fn multi_edit(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    args: MultiEditArgs,
+) -> Result<ToolOutput, FsError> {
+    if args.edits.is_empty() {
+        return Err(FsError::InvalidArguments {
+            tool: "multi_edit",
+            message: "`edits` is empty: give at least one edit".into(),
+        });
+    }
+    apply(ws, limits, run, &args.path, &args.edits)
+}
+
+fn apply(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    given: &str,
+    edits: &[EditOperation],
+) -> Result<ToolOutput, FsError> {
+    let path = ws.resolve(given)?;
+    let multi = edits.len() > 1;
+    let original = match load(ws, limits, run, &path) {
+        Ok(text) => Some(text),
+        Err(FsError::NotFound { .. }) if edits[0].old_string.is_empty() => None,
+        Err(e) => return Err(e),
+    };
+    let created = original.is_none();
+    let mut text = original.unwrap_or_default();
+    let mut replacements = 0;
+    let mut hunks = Vec::new();
+    for (index, op) in edits.iter().enumerate() {
+        let label = if multi { format!("edit {}: ", index + 1) } else { String::new() };
+        let fail = |message: String| FsError::Edit {
+            path: path.given.clone(),
+            message: format!("{label}{message}; nothing was written"),
+        };
+        if op.old_string == op.new_string {
+            return Err(fail(
+                "no changes to make: old_string and new_string are exactly the same".into(),
+            ));
+        }
+        if op.old_string.is_empty() {
+            if created && index == 0 {
+                text = op.new_string.clone();
+                replacements += 1;
+                continue;
+            }
+            return Err(fail(format!(
+                "old_string is empty but `{}` exists: give the text to replace, or use `write` \
+                 to replace the whole file",
+                path.given
+            )));
+        }
+        let (old, new, note) = match_form(&text, op);
+        let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
+        if starts.is_empty() {
+            return Err(fail(not_found(&text, &op.old_string, &path.given)));
+        }
+        if starts.len() > 1 && !op.replace_all {
+            let lines: Vec<String> = starts
+                .iter()
+                .take(LISTED_MATCHES)
+                .map(|&at| line_of(&text, at).to_string())
+                .collect();
+            let more = if starts.len() > LISTED_MATCHES { ", ..." } else { "" };
+            return Err(fail(format!(
+                "found {} matches of old_string in `{}` (at lines {}{more}) but replace_all is \
+                 false: set replace_all to true to replace every occurrence, or add surrounding \
+                 context to old_string to pick one",
+                starts.len(),
+                path.given,
+                lines.join(", ")
+            )));
+        }
+        for &at in starts.iter().take(DIFF_HUNKS.saturating_sub(hunks.len())) {
+            hunks.push(Hunk {
+                line: line_of(&text, at),
+                old: old.clone(),
+                new: new.clone(),
+                note,
+            });
+        }
+        replacements += starts.len();
+        text = text.replace(old.as_str(), &new);
+    }
+    let written = ws.write_atomic(&path, text.as_bytes())?;
+    ws.record_read(run, written.canonical, workspace::hash(text.as_bytes()));
+    let mut out = if created {
+        format!("created `{}` ({} lines)", path.given, text.lines().count())
+    } else {
+        let s = if replacements == 1 { "" } else { "s" };
+        format!("made {replacements} replacement{s} in `{}`", path.given)
+    };
+    for hunk in &hunks {
+        hunk.render(&mut out);
+    }
+    if replacements > hunks.len() && !created {
+        let _ = write!(out, "\n[diff shows {} of {replacements} replacements]", hunks.len());
+    }
+    Ok(ToolOutput::text(out)
+        .with_extra("replacements", json!(replacements))
+        .with_extra("created", json!(created)))
+}
+
+/// Loads the file as UTF-8 text, refusing it when it changed since it was read in `run`.
+fn load(ws: &Workspace, limits: &FsLimits, run: &str, path: &Resolved) -> Result<String, FsError> {
+    let bytes = ws.read_small("edit", path, limits.edit_max_bytes)?;
+    if bytes[..bytes.len().min(8192)].contains(&0) {
+        return Err(FsError::Binary { path: path.given.clone() });
+    }
+    let canonical = ws.canonical(path)?;
+    ws.check_fresh(run, path, &canonical, &workspace::hash(&bytes), false)?;
+    String::from_utf8(bytes).map_err(|_| FsError::Edit {
+        path: path.given.clone(),
+        message: format!(
+            "`{}` is not valid UTF-8: editing it as text would corrupt it; nothing was written",
+            path.given
+        ),
+    })
+}
+
+/// The strings to search and insert: as given, or with line endings turned into CRLF when
+/// the file uses CRLF and the edit was written with LF.
+fn match_form(text: &str, op: &EditOperation) -> (String, String, Option<&'static str>) {
+    if !text.contains(op.old_string.as_str())
+        && text.contains("\r\n")
+        && op.old_string.contains('\n')
+        && !op.old_string.contains("\r\n")
+    {
+        let old = op.old_string.replace('\n', "\r\n");
+        if text.contains(old.as_str()) {
+            let new = op.new_string.replace("\r\n", "\n").replace('\n', "\r\n");
+            return (old, new, Some("matched with CRLF line endings"));
+        }
+    }
+    (op.old_string.clone(), op.new_string.clone(), None)
+}
+
+/// The 1-based line of byte offset `at`.
+fn line_of(text: &str, at: usize) -> usize {
+    memchr::memchr_iter(b'\n', &text.as_bytes()[..at]).count() + 1
+}
+
+/// The not-found message, pointing at the closest line.
+fn not_found(text: &str, old: &str, given: &str) -> String {
+    let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let wanted = squash(old);
+    // Whole-text match when whitespace is ignored: the likeliest mistake.
+    let lines: Vec<&str> = text.lines().collect();
+    let span = old.lines().count().max(1);
+    if !wanted.is_empty() && lines.len() <= 50_000 {
+        for start in 0..lines.len() {
+            let end = (start + span).min(lines.len());
+            if squash(&lines[start..end].join("\n")) == wanted {
+                return format!(
+                    "old_string was not found in `{given}`, but lines {}-{end} match it when \
+                     whitespace is ignored: copy the exact whitespace and indentation from \
+                     `read` output",
+                    start + 1
+                );
+            }
+        }
+    }
+    let first = old.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let best = lines
+        .iter()
+        .enumerate()
+        .take(50_000)
+        .map(|(i, line)| (similarity(first, line.trim()), i))
+        .filter(|(score, _)| *score >= 0.5)
+        .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+    match best {
+        Some((_, i)) => {
+            let shown: String = lines[i].trim().chars().take(200).collect();
+            format!(
+                "old_string was not found in `{given}`; the closest line is {}: `{shown}`; read \
+                 the file again and copy the exact text",
+                i + 1
+            )
+        }
+        None => format!(
+            "old_string was not found in `{given}` and no line resembles it; read the file \
+             again and copy the exact text (whitespace and indentation included)"
+        ),
+    }
+}
+
+/// Dice similarity of the character bigrams of two strings, in 0..=1.
+fn similarity(a: &str, b: &str) -> f64 {
+    if a == b {
+        return 1.0;
+    }
+    let grams = |s: &str| -> HashSet<(char, char)> {
+        let chars: Vec<char> = s.chars().take(400).collect();
+        chars.windows(2).map(|w| (w[0], w[1])).collect()
+    };
+    let (a, b) = (grams(a), grams(b));
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    2.0 * a.intersection(&b).count() as f64 / (a.len() + b.len()) as f64
+}
+
+/// One replacement, for the diff.
+struct Hunk {
+    line: usize,
+    old: String,
+    new: String,
+    note: Option<&'static str>,
+}
+
+impl Hunk {
+    fn render(&self, out: &mut String) {
+        let note = self.note.map(|n| format!(" ({n})")).unwrap_or_default();
+        let _ = write!(out, "\n@@ line {}{note} @@", self.line);
+        for (sign, text) in [('-', &self.old), ('+', &self.new)] {
+            let lines: Vec<&str> = text.lines().collect();
+            for line in lines.iter().take(DIFF_LINES) {
+                let _ = write!(out, "\n{sign}{}", line.trim_end_matches('\r'));
+            }
+            if lines.len() > DIFF_LINES {
+                let _ = write!(out, "\n{sign}[... {} more lines]", lines.len() - DIFF_LINES);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn similarity_orders_sensibly() {
+        assert!(similarity("let x = 1;", "let x = 2;") > similarity("let x = 1;", "fn main() {"));
+        assert_eq!(similarity("a", "a"), 1.0);
+    }
+
+    #[test]
+    fn lines_are_one_based() {
+        assert_eq!(line_of("a\nb\nc", 0), 1);
+        assert_eq!(line_of("a\nb\nc", 2), 2);
+        assert_eq!(line_of("a\nb\nc", 4), 3);
+    }
+}

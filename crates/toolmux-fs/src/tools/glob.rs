@@ -1,0 +1,122 @@
+//! `glob`: files matching a glob pattern, newest first, gitignore-aware.
+
+use crate::config::FsLimits;
+use crate::error::FsError;
+use crate::workspace::Workspace;
+use ignore::WalkState;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use toolmux_core::ToolOutput;
+
+/// Arguments of `glob`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// The glob, matched against paths relative to `path`: `**/*.rs`, `src/**/*.{ts,tsx}`.
+    /// `*` does not cross `/`; `**` does.
+    pub pattern: String,
+    /// The directory to search, relative to the workspace root or absolute inside it
+    /// (default: the root).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Files to return at most (default 100).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub limit: Option<usize>,
+    /// Files to skip first, to page through results.
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
+
+pub(crate) const DESCRIPTION: &str = "Find files by glob pattern, such as `**/*.rs` or \
+`src/**/*.{ts,tsx}`, matched against paths relative to `path` (default: the workspace root); `*` \
+does not cross `/`, `**` does. Returns paths relative to the workspace root, newest first \
+(modification time). Respects .gitignore and skips hidden files; symlinks are not followed. At \
+most `limit` (default 100) files; a footer says how many were left out and which `offset` \
+continues.";
+
+/// Runs `glob`; blocking.
+pub(crate) fn glob(
+    ws: &Workspace,
+    limits: &FsLimits,
+    args: GlobArgs,
+    cancelled: &Arc<AtomicBool>,
+) -> Result<ToolOutput, FsError> {
+    let invalid = |message: String| FsError::InvalidArguments { tool: "glob", message };
+    let pattern = args.pattern.strip_prefix("./").unwrap_or(&args.pattern);
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| invalid(format!("invalid glob `{}`: {e}", args.pattern)))?
+        .compile_matcher();
+    let given = args.path.clone().unwrap_or_else(|| ".".into());
+    let path = ws.resolve(&given)?;
+    let start = ws.walk_start(&path)?;
+    if !start.is_dir() {
+        return Err(FsError::NotDirectory { path: given });
+    }
+    let found = Mutex::new(Vec::new());
+    let mut walk = ignore::WalkBuilder::new(&start);
+    walk.follow_links(false).require_git(false);
+    walk.build_parallel().run(|| {
+        let (start, matcher, found, cancelled) = (&start, &matcher, &found, cancelled);
+        Box::new(move |entry| {
+            if cancelled.load(Ordering::Relaxed) {
+                return WalkState::Quit;
+            }
+            let Ok(entry) = entry else { return WalkState::Continue };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            let Ok(relative) = entry.path().strip_prefix(start) else {
+                return WalkState::Continue;
+            };
+            if matcher.is_match(relative) {
+                let modified = entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                let shown = ws.display(entry.path());
+                found.lock().unwrap_or_else(|e| e.into_inner()).push((modified, shown));
+            }
+            WalkState::Continue
+        })
+    });
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(FsError::Cancelled { tool: "glob" });
+    }
+    let mut found = found.into_inner().unwrap_or_else(|e| e.into_inner());
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let total = found.len();
+    if total == 0 {
+        return Ok(ToolOutput::text(format!("No files match `{}` in `{given}`", args.pattern))
+            .with_extra("total", json!(0))
+            .with_extra("truncated", json!(false)));
+    }
+    let offset = args.offset.unwrap_or(0);
+    let limit = args.limit.unwrap_or(limits.glob_limit).max(1);
+    let shown: Vec<String> = found.into_iter().skip(offset).take(limit).map(|(_, p)| p).collect();
+    let end = offset + shown.len();
+    let left_out = total - end.min(total);
+    let mut text = shown.join("\n");
+    if shown.is_empty() {
+        let _ = write!(text, "[offset {offset} is past the end: {total} files match]");
+    } else if left_out > 0 || offset > 0 {
+        let _ = write!(text, "\n[showing files {}-{end} of {total}, newest first", offset + 1);
+        if left_out > 0 {
+            let _ =
+                write!(text, "; {left_out} more left out: use offset={end} or narrow the pattern");
+        }
+        text.push(']');
+    }
+    Ok(ToolOutput::text(text)
+        .with_extra("total", json!(total))
+        .with_extra("leftOut", json!(left_out))
+        .with_extra("truncated", json!(left_out > 0)))
+}

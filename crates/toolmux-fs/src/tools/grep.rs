@@ -1,0 +1,407 @@
+//! `grep`: ripgrep's own crates in process: a parallel, gitignore-aware walk that never
+//! follows symlinks, a regex matcher and a searcher, stopped when the call is cancelled.
+
+use crate::config::FsLimits;
+use crate::error::FsError;
+use crate::workspace::Workspace;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{
+    BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
+};
+use ignore::WalkState;
+use ignore::overrides::OverrideBuilder;
+use ignore::types::TypesBuilder;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+use toolmux_core::ToolOutput;
+
+/// What `grep` returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    /// Matching lines, `path:line:text`.
+    Content,
+    /// Paths of files with a match, newest first (the default).
+    #[default]
+    FilesWithMatches,
+    /// `path:count` of matching lines per file.
+    Count,
+}
+
+/// Arguments of `grep`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// The regular expression (Rust regex syntax, as ripgrep; escape literal braces:
+    /// `interface\{\}`).
+    pub pattern: String,
+    /// File or directory to search, relative to the workspace root or absolute inside it
+    /// (default: the root).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only search files matching this glob (ripgrep `--glob`), such as `*.rs` or
+    /// `*.{ts,tsx}`; a leading `!` excludes.
+    #[serde(default)]
+    pub glob: Option<String>,
+    /// Only search files of this type (ripgrep `--type`), such as `rust`, `py`, `js`.
+    #[serde(default, rename = "type")]
+    pub file_type: Option<String>,
+    /// `content`, `files_with_matches` (default) or `count`.
+    #[serde(default)]
+    pub output_mode: Option<OutputMode>,
+    /// Lines of context after each match (content mode).
+    #[serde(default, rename = "-A")]
+    pub after: Option<usize>,
+    /// Lines of context before each match (content mode).
+    #[serde(default, rename = "-B")]
+    pub before: Option<usize>,
+    /// Lines of context before and after each match (content mode).
+    #[serde(default, rename = "-C")]
+    pub context: Option<usize>,
+    /// Show line numbers (content mode; default true).
+    #[serde(default, rename = "-n")]
+    pub line_numbers: Option<bool>,
+    /// Case-insensitive search.
+    #[serde(default, rename = "-i")]
+    pub case_insensitive: Option<bool>,
+    /// Let patterns span lines, with `.` matching newlines.
+    #[serde(default)]
+    pub multiline: Option<bool>,
+    /// Return at most this many lines or files (default 250; 0 for all).
+    #[serde(default)]
+    pub head_limit: Option<usize>,
+    /// Skip this many lines or files first, to page through results.
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
+
+pub(crate) const DESCRIPTION: &str = "Search file contents with a regular expression (ripgrep \
+syntax and engine, in process). Respects .gitignore and skips hidden and binary files; symlinks \
+are not followed. `output_mode`: `files_with_matches` (default) lists matching files newest \
+first; `content` shows `path:line:text` lines (context lines as `path-line-text`, `--` between \
+context groups) and honours `-A`, `-B`, `-C`, `-n`; `count` shows `path:count`. Filter files with \
+`glob` (e.g. `*.rs`) or `type` (e.g. `rust`). `-i` ignores case; `multiline` lets a match span \
+lines. Results are cut at `head_limit` (default 250, 0 = no limit) lines or files; a footer says \
+how many there were and which `offset` continues. Paths are relative to the workspace root. No \
+match is an empty result, not an error.";
+
+/// Runs a search; blocking, meant for `spawn_blocking`.
+pub(crate) fn grep(
+    ws: &Workspace,
+    limits: &FsLimits,
+    args: GrepArgs,
+    cancelled: &Arc<AtomicBool>,
+) -> Result<ToolOutput, FsError> {
+    let invalid = |message: String| FsError::InvalidArguments { tool: "grep", message };
+    if args.pattern.is_empty() {
+        return Err(invalid("`pattern` is empty".into()));
+    }
+    let given = args.path.clone().unwrap_or_else(|| ".".into());
+    let path = ws.resolve(&given)?;
+    let start = ws.walk_start(&path)?;
+    let mode = args.output_mode.unwrap_or_default();
+    let multiline = args.multiline.unwrap_or(false);
+    let matcher = build_matcher(&args, multiline).map_err(invalid)?;
+    let mut searcher = SearcherBuilder::new();
+    searcher
+        .binary_detection(BinaryDetection::quit(0))
+        .line_number(args.line_numbers.unwrap_or(true))
+        .multi_line(multiline);
+    if mode == OutputMode::Content {
+        searcher
+            .before_context(args.before.or(args.context).unwrap_or(0))
+            .after_context(args.after.or(args.context).unwrap_or(0));
+    }
+    let searcher = searcher.build();
+
+    let mut walk = ignore::WalkBuilder::new(&start);
+    walk.follow_links(false).require_git(false).threads(worker_threads());
+    if let Some(glob) = &args.glob {
+        let mut overrides = OverrideBuilder::new(&start);
+        overrides.add(glob).map_err(|e| invalid(format!("invalid `glob` `{glob}`: {e}")))?;
+        walk.overrides(overrides.build().map_err(|e| invalid(format!("invalid `glob`: {e}")))?);
+    }
+    if let Some(name) = &args.file_type {
+        let mut types = TypesBuilder::new();
+        types.add_defaults();
+        types.select(name);
+        let types = types.build().map_err(|e| invalid(format!("invalid `type` `{name}`: {e}")))?;
+        walk.types(types);
+    }
+    let head_limit = args.head_limit.unwrap_or(limits.grep_head_limit);
+    let offset = args.offset.unwrap_or(0);
+    let wanted = if head_limit == 0 { usize::MAX } else { offset.saturating_add(head_limit) };
+    let collector = Arc::new(Mutex::new(Collector::new(wanted)));
+    let matches = Arc::new(AtomicU64::new(0));
+    let show = Show {
+        numbers: args.line_numbers.unwrap_or(true),
+        line_chars: limits.line_chars,
+        context: mode == OutputMode::Content
+            && args.before.or(args.after).or(args.context).unwrap_or(0) > 0,
+    };
+
+    walk.build_parallel().run(|| {
+        let mut searcher = searcher.clone();
+        let matcher = matcher.clone();
+        let collector = collector.clone();
+        let cancelled = cancelled.clone();
+        let matches = matches.clone();
+        let root = ws.root().to_path_buf();
+        Box::new(move |entry| {
+            if cancelled.load(Ordering::Relaxed) {
+                return WalkState::Quit;
+            }
+            let Ok(entry) = entry else { return WalkState::Continue };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            let Ok(file) = open_no_follow(entry.path()) else { return WalkState::Continue };
+            let display = display(&root, entry.path());
+            let mut sink = FileSink {
+                mode,
+                show,
+                display: &display,
+                lines: Vec::new(),
+                count: 0,
+                cancelled: &cancelled,
+            };
+            if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.count == 0 {
+                return WalkState::Continue;
+            }
+            matches.fetch_add(sink.count, Ordering::Relaxed);
+            let modified = match mode {
+                OutputMode::FilesWithMatches => entry
+                    .metadata()
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
+                _ => SystemTime::UNIX_EPOCH,
+            };
+            let result = FileResult { modified, count: sink.count, lines: sink.lines };
+            collector.lock().unwrap_or_else(|e| e.into_inner()).add(display, result);
+            WalkState::Continue
+        })
+    });
+    if cancelled.load(Ordering::Relaxed) {
+        return Err(FsError::Cancelled { tool: "grep" });
+    }
+    let collector = std::mem::take(&mut *collector.lock().unwrap_or_else(|e| e.into_inner()));
+    let total_matches = matches.load(Ordering::Relaxed);
+    Ok(render(mode, collector, offset, head_limit, total_matches))
+}
+
+fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, String> {
+    let mut builder = RegexMatcherBuilder::new();
+    builder.case_insensitive(args.case_insensitive.unwrap_or(false)).multi_line(true);
+    if multiline {
+        builder.dot_matches_new_line(true);
+    } else {
+        builder.line_terminator(Some(b'\n'));
+    }
+    builder.build(&args.pattern).map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
+}
+
+/// Threads of the parallel walk: every core, as ripgrep uses.
+fn worker_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).min(12)
+}
+
+/// Opens a file found by the walk without following a symlink swapped in since.
+fn open_no_follow(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+fn display(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).to_string_lossy().into_owned()
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Show {
+    numbers: bool,
+    line_chars: usize,
+    context: bool,
+}
+
+/// Collects one file's results.
+struct FileSink<'a> {
+    mode: OutputMode,
+    show: Show,
+    display: &'a str,
+    lines: Vec<String>,
+    count: u64,
+    cancelled: &'a AtomicBool,
+}
+
+impl FileSink<'_> {
+    fn push(&mut self, separator: char, number: Option<u64>, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let mut line = String::with_capacity(self.display.len() + text.len().min(4096) + 12);
+        line.push_str(self.display);
+        line.push(separator);
+        if let (true, Some(n)) = (self.show.numbers, number) {
+            let _ = write!(line, "{n}{separator}");
+        }
+        let mut chars = text.char_indices();
+        match chars.nth(self.show.line_chars) {
+            Some((cut, _)) => {
+                let hidden = text[cut..].chars().count();
+                line.push_str(&text[..cut]);
+                let _ = write!(line, "[... {hidden} more characters]");
+            }
+            None => line.push_str(text),
+        }
+        self.lines.push(line);
+    }
+}
+
+impl Sink for FileSink<'_> {
+    type Error = io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, io::Error> {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        match self.mode {
+            OutputMode::FilesWithMatches => {
+                self.count += 1;
+                Ok(false)
+            }
+            OutputMode::Count => {
+                self.count += mat.lines().count() as u64;
+                Ok(true)
+            }
+            OutputMode::Content => {
+                let first = mat.line_number();
+                for (i, line) in mat.lines().enumerate() {
+                    self.count += 1;
+                    self.push(':', first.map(|n| n + i as u64), line);
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, io::Error> {
+        if matches!(ctx.kind(), SinkContextKind::Before | SinkContextKind::After) {
+            self.push('-', ctx.line_number(), ctx.bytes());
+        }
+        Ok(true)
+    }
+
+    fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
+        if self.show.context && !self.lines.is_empty() {
+            self.lines.push("--".into());
+        }
+        Ok(true)
+    }
+}
+
+struct FileResult {
+    modified: SystemTime,
+    count: u64,
+    lines: Vec<String>,
+}
+
+/// The results of every file, in path order, trimmed to what a page can show.
+#[derive(Default)]
+struct Collector {
+    files: BTreeMap<String, FileResult>,
+    /// Output lines kept in `files` (content mode).
+    kept_lines: usize,
+    /// Output lines seen, kept or not.
+    total_lines: usize,
+    /// Files seen.
+    total_files: usize,
+    /// Lines (content) a page may need: `offset + head_limit`.
+    wanted: usize,
+}
+
+impl Collector {
+    fn new(wanted: usize) -> Self {
+        Collector { wanted, ..Collector::default() }
+    }
+
+    fn add(&mut self, path: String, result: FileResult) {
+        self.total_files += 1;
+        self.total_lines += result.lines.len();
+        self.kept_lines += result.lines.len();
+        self.files.insert(path, result);
+        // Content mode: drop the files sorting last while the rest still fill the page, so
+        // memory stays bounded by a page however many matches the tree has.
+        while self.kept_lines > self.wanted {
+            let Some(last) = self.files.last_entry() else { break };
+            let len = last.get().lines.len();
+            if len == 0 || self.kept_lines - len < self.wanted {
+                break;
+            }
+            last.remove();
+            self.kept_lines -= len;
+        }
+    }
+}
+
+fn render(
+    mode: OutputMode,
+    collector: Collector,
+    offset: usize,
+    head_limit: usize,
+    total_matches: u64,
+) -> ToolOutput {
+    let limit = if head_limit == 0 { usize::MAX } else { head_limit };
+    let (items, total, unit): (Vec<String>, usize, &str) = match mode {
+        OutputMode::Content => {
+            let lines = collector.files.into_values().flat_map(|f| f.lines);
+            (lines.skip(offset).take(limit).collect(), collector.total_lines, "lines")
+        }
+        OutputMode::Count => {
+            let lines = collector.files.iter().map(|(path, f)| format!("{path}:{}", f.count));
+            (lines.skip(offset).take(limit).collect(), collector.total_files, "files")
+        }
+        OutputMode::FilesWithMatches => {
+            let mut files: Vec<(String, FileResult)> = collector.files.into_iter().collect();
+            files.sort_by(|a, b| b.1.modified.cmp(&a.1.modified).then_with(|| a.0.cmp(&b.0)));
+            let paths = files.into_iter().map(|(path, _)| path);
+            (paths.skip(offset).take(limit).collect(), collector.total_files, "files")
+        }
+    };
+    let files = collector.total_files;
+    if total == 0 {
+        return ToolOutput::text("No matches found")
+            .with_extra("matches", json!(0))
+            .with_extra("files", json!(0))
+            .with_extra("truncated", json!(false));
+    }
+    let shown_end = offset + items.len();
+    let truncated = shown_end < total;
+    let mut text = items.join("\n");
+    if mode == OutputMode::Count {
+        let _ = write!(text, "\n[{total_matches} matching lines in {files} files]");
+    }
+    if items.is_empty() {
+        let _ = write!(text, "[offset {offset} is past the end: there are {total} {unit}]");
+    } else if truncated || offset > 0 {
+        let _ = write!(text, "\n[showing {unit} {}-{shown_end} of {total}", offset + 1);
+        if truncated {
+            let _ = write!(text, "; use offset={shown_end} for more");
+        }
+        text.push(']');
+    }
+    ToolOutput::text(text)
+        .with_extra("matches", json!(total_matches))
+        .with_extra("files", json!(files))
+        .with_extra("total", json!(total))
+        .with_extra("truncated", json!(truncated))
+}

@@ -1,0 +1,10 @@
+//! The tools, one module each; each exposes its argument type, its description and a
+//! function doing the work.
+
+pub(crate) mod edit;
+pub(crate) mod glob;
+pub(crate) mod grep;
+pub(crate) mod ls;
+pub(crate) mod read;
+pub(crate) mod shell;
+pub(crate) mod write;

@@ -1,0 +1,264 @@
+//! `read`: one page of a text file with numbered lines, streamed so that the last page of
+//! a huge file costs a scan, not its size in memory.
+
+use crate::config::FsLimits;
+use crate::error::FsError;
+use crate::workspace::Workspace;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use toolmux_core::ToolOutput;
+
+/// Bytes looked at for NUL to decide a file is binary (as git and ripgrep do).
+const SNIFF_BYTES: usize = 8192;
+
+/// Arguments of `read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// The file to read: relative to the workspace root, or absolute inside it.
+    pub path: String,
+    /// The 1-based line to start at (default 1).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// How many lines to return (default 2000).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+pub(crate) const DESCRIPTION: &str = "Read a text file from the workspace. Returns `cat -n` style \
+lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line. By default up to \
+2000 lines from the start; pass `offset` (1-based line) and `limit` to read other parts. Lines \
+longer than 2000 characters are cut with a `[... N more characters]` marker. A footer in square \
+brackets says when more lines remain and which `offset` continues. The total line count is \
+reported. Directories are refused (use `ls`), binary files (NUL bytes in the first 8 KiB) are \
+refused, invalid UTF-8 is replaced with U+FFFD and flagged. Paths are relative to the workspace \
+root or absolute inside it; nothing outside the root can be read.";
+
+/// Reads one page of `args.path`, recording the file's hash for `run`.
+pub(crate) fn read(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    args: ReadArgs,
+    cancelled: &AtomicBool,
+) -> Result<ToolOutput, FsError> {
+    let path = ws.resolve(&args.path)?;
+    let err = |e| FsError::from_io(&path.given, e);
+    let meta = ws.dir().metadata(&path.relative).map_err(err)?;
+    if meta.is_dir() {
+        return Err(FsError::IsDirectory { path: path.given.clone() });
+    }
+    if !meta.is_file() {
+        return Err(FsError::NotRegularFile { path: path.given.clone() });
+    }
+    let canonical = ws.canonical(&path)?;
+    let file = ws.dir().open(&path.relative).map_err(err)?.into_std();
+    let first = args.offset.unwrap_or(1).max(1);
+    let limit = args.limit.unwrap_or(limits.read_lines as u64).max(1);
+    let mut page = Page::new(first, limit, limits);
+    let mut hasher = Sha256::new();
+    let mut reader = file;
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut at_start = true;
+    loop {
+        if cancelled.load(Ordering::Relaxed) {
+            return Err(FsError::Cancelled { tool: "read" });
+        }
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(err(e)),
+        };
+        let mut chunk = &buf[..n];
+        hasher.update(chunk);
+        if at_start {
+            at_start = false;
+            if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
+                return Err(FsError::Binary { path: path.given.clone() });
+            }
+            if let Some(rest) = chunk.strip_prefix(b"\xEF\xBB\xBF") {
+                chunk = rest;
+            }
+        }
+        page.feed(chunk);
+    }
+    ws.record_read(run, canonical, hasher.finalize().into());
+    page.finish(&path.given)
+}
+
+/// The lines of one page, and the count of all lines.
+struct Page<'a> {
+    first: u64,
+    limit: u64,
+    limits: &'a FsLimits,
+    /// The 1-based number of the line being fed.
+    line: u64,
+    /// Whether the current line has bytes (so a final line without newline counts).
+    line_open: bool,
+    /// The current line's bytes, while it is on the page; at most `max_line_bytes`.
+    current: Vec<u8>,
+    /// Bytes of the current line beyond what was kept.
+    current_dropped: u64,
+    text: String,
+    shown: u64,
+    /// The page ended early because of the byte cap.
+    capped: bool,
+    cut_lines: u64,
+    invalid_utf8: bool,
+}
+
+impl<'a> Page<'a> {
+    fn new(first: u64, limit: u64, limits: &'a FsLimits) -> Self {
+        Page {
+            first,
+            limit,
+            limits,
+            line: 1,
+            line_open: false,
+            current: Vec::new(),
+            current_dropped: 0,
+            text: String::new(),
+            shown: 0,
+            capped: false,
+            cut_lines: 0,
+            invalid_utf8: false,
+        }
+    }
+
+    fn on_page(&self) -> bool {
+        !self.capped && self.line >= self.first && self.line < self.first + self.limit
+    }
+
+    fn max_line_bytes(&self) -> usize {
+        // Enough bytes for `line_chars` characters of any width.
+        self.limits.line_chars * 4
+    }
+
+    fn feed(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            if !self.on_page() {
+                // Off the page: only count newlines, the fast path for huge files.
+                let before_page = self.line < self.first;
+                let newlines = if before_page {
+                    // Stop counting exactly at the first line of the page.
+                    let wanted = (self.first - self.line) as usize;
+                    match memchr::memchr_iter(b'\n', chunk).nth(wanted - 1) {
+                        Some(at) => {
+                            self.line += wanted as u64;
+                            self.line_open = false;
+                            chunk = &chunk[at + 1..];
+                            continue;
+                        }
+                        None => memchr::memchr_iter(b'\n', chunk).count(),
+                    }
+                } else {
+                    memchr::memchr_iter(b'\n', chunk).count()
+                };
+                self.line += newlines as u64;
+                self.line_open = chunk.last() != Some(&b'\n');
+                return;
+            }
+            let (part, rest, ends) = match memchr::memchr(b'\n', chunk) {
+                Some(at) => (&chunk[..at], &chunk[at + 1..], true),
+                None => (chunk, &chunk[chunk.len()..], false),
+            };
+            let room = self.max_line_bytes().saturating_sub(self.current.len());
+            let kept = part.len().min(room);
+            self.current.extend_from_slice(&part[..kept]);
+            self.current_dropped += (part.len() - kept) as u64;
+            self.line_open = !part.is_empty() || self.line_open;
+            if ends {
+                self.end_line();
+            }
+            chunk = rest;
+        }
+    }
+
+    fn end_line(&mut self) {
+        let mut bytes = std::mem::take(&mut self.current);
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+        let decoded = String::from_utf8_lossy(&bytes);
+        // A cut in the middle of a multi-byte character is not invalid UTF-8 in the file.
+        if matches!(decoded, std::borrow::Cow::Owned(_)) && self.current_dropped == 0 {
+            self.invalid_utf8 = true;
+        }
+        let mut shown: String = decoded.chars().take(self.limits.line_chars).collect();
+        let total_chars = decoded.chars().count() as u64 + self.current_dropped;
+        let hidden = total_chars.saturating_sub(self.limits.line_chars as u64);
+        if hidden > 0 {
+            self.cut_lines += 1;
+            let _ = write!(shown, "[... {hidden} more characters]");
+        }
+        let mut entry = String::with_capacity(shown.len() + 8);
+        let _ = writeln!(entry, "{:>6}\t{shown}", self.line);
+        if self.shown > 0 && self.text.len() + entry.len() > self.limits.read_page_bytes {
+            self.capped = true;
+        } else {
+            self.text.push_str(&entry);
+            self.shown += 1;
+        }
+        self.current_dropped = 0;
+        self.line_open = false;
+        self.line += 1;
+    }
+
+    fn finish(mut self, given: &str) -> Result<ToolOutput, FsError> {
+        if self.line_open || !self.current.is_empty() || self.current_dropped > 0 {
+            if self.on_page() {
+                self.end_line();
+            } else {
+                self.line += 1;
+            }
+        }
+        let total = self.line - 1;
+        if total == 0 {
+            return Ok(ToolOutput::text(format!("[`{given}` is empty]"))
+                .with_extra("totalLines", json!(0))
+                .with_extra("truncated", json!(false)));
+        }
+        if self.first > total {
+            return Err(FsError::InvalidArguments {
+                tool: "read",
+                message: format!(
+                    "offset {} is past the end of `{given}`, which has {total} lines",
+                    self.first
+                ),
+            });
+        }
+        let last = self.first + self.shown - 1;
+        let more = last < total;
+        let mut text = self.text;
+        if more {
+            let why = if self.capped {
+                format!("page capped at {} bytes; ", self.limits.read_page_bytes)
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                text,
+                "\n[{why}showing lines {}-{last} of {total}; use offset={} to read more]",
+                self.first,
+                last + 1
+            );
+        }
+        if self.invalid_utf8 {
+            text.push_str("\n[the file is not valid UTF-8: invalid bytes are shown as U+FFFD]");
+        }
+        Ok(ToolOutput::text(text)
+            .with_extra("totalLines", json!(total))
+            .with_extra("startLine", json!(self.first))
+            .with_extra("endLine", json!(last))
+            .with_extra("truncated", json!(more))
+            .with_extra("linesCut", json!(self.cut_lines))
+            .with_extra("invalidUtf8", json!(self.invalid_utf8)))
+    }
+}

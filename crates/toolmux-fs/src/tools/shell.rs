@@ -1,0 +1,538 @@
+//! `bash` and `exec`: commands in their own process group, killed as a group on timeout,
+//! cancellation or exit, with capped output and the full output spilled to a file.
+
+use crate::config::BashConfig;
+use crate::error::FsError;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::ToolOutput;
+
+/// How long the pipes may stay open once the process group is dead (a process that left
+/// the group may still hold them).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Characters a `bash` command may contain when an allow-list is set: shell operators that
+/// chain, substitute or redirect are refused, since a prefix check could not see past them.
+const SHELL_OPERATORS: &[char] = &[';', '&', '|', '$', '`', '<', '>', '(', ')', '\n', '\r', '\\'];
+
+/// Arguments of `bash`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashArgs {
+    /// The command line, run with `bash -c` in the workspace root.
+    pub command: String,
+    /// Timeout in milliseconds (default 120000, at most 600000).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout: Option<u64>,
+    /// What the command does, in 5 to 10 words, for people watching.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+/// Arguments of `exec`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecArgs {
+    /// The program and its arguments, run without a shell: `["cargo", "test", "-p", "x"]`.
+    #[schemars(length(min = 1))]
+    pub argv: Vec<String>,
+    /// Timeout in milliseconds (default 120000, at most 600000).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub timeout: Option<u64>,
+    /// What the command does, in 5 to 10 words, for people watching.
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
+pub(crate) const BASH_DESCRIPTION: &str = "Run a shell command with `bash -c` in the workspace \
+root, in its own process group, stdin closed. NOT confined to the workspace: the command can \
+touch anything the server's user can, so prefer the file tools for files. The environment holds \
+only PATH, HOME, LANG and configured variables; nothing persists between calls (no cd, no \
+exports). `timeout` in ms (default 120000, max 600000): on timeout or cancellation the whole \
+process group is killed; background processes left when the command exits are killed too. \
+Output: `exit code N` (or the signal / timeout), then `--- stdout ---` and `--- stderr ---` \
+sections. Output over 30000 characters keeps its head and tail with a marker, and the full \
+output is saved to a file whose path is given.";
+
+pub(crate) const EXEC_DESCRIPTION: &str = "Run a program with an argument list (`argv`), without a \
+shell (no parsing, globbing or substitution), in the workspace root, in its own process group, \
+stdin closed. NOT confined to the workspace: the program can touch anything the server's user \
+can. Environment, `timeout`, killing and output are as for `bash`.";
+
+/// What to run.
+#[derive(Debug)]
+pub(crate) enum Program {
+    /// A shell command line.
+    Shell(String),
+    /// An argument vector.
+    Argv(Vec<String>),
+}
+
+impl Program {
+    fn label(&self) -> String {
+        match self {
+            Program::Shell(command) => command.clone(),
+            Program::Argv(argv) => argv.join(" "),
+        }
+    }
+}
+
+/// Checks `program` against the configured allow-list.
+pub(crate) fn check_allowed(config: &BashConfig, program: &Program) -> Result<(), FsError> {
+    if config.allow_prefixes.is_empty() {
+        return Ok(());
+    }
+    let label = program.label();
+    let tokens: Vec<&str> = match program {
+        Program::Shell(command) => {
+            if let Some(op) = command.chars().find(|c| SHELL_OPERATORS.contains(c)) {
+                return Err(FsError::CommandDenied {
+                    command: label,
+                    reason: format!(
+                        "it contains the shell operator `{}`, which is refused when an \
+                         allow-list of command prefixes is configured; use `exec` with an argv",
+                        op.escape_debug()
+                    ),
+                });
+            }
+            command.split_whitespace().collect()
+        }
+        Program::Argv(argv) => argv.iter().map(String::as_str).collect(),
+    };
+    let allowed = config.allow_prefixes.iter().any(|prefix| {
+        let want: Vec<&str> = prefix.split_whitespace().collect();
+        !want.is_empty() && tokens.len() >= want.len() && tokens[..want.len()] == want[..]
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(FsError::CommandDenied {
+            command: label,
+            reason: format!(
+                "it does not start with an allowed prefix ({}); change `bash.allowPrefixes` to \
+                 allow it",
+                config
+                    .allow_prefixes
+                    .iter()
+                    .map(|p| format!("`{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+    }
+}
+
+/// The timeout a call asked for, checked against the configuration.
+pub(crate) fn timeout(
+    config: &BashConfig,
+    tool: &'static str,
+    asked: Option<u64>,
+) -> Result<Duration, FsError> {
+    let ms = asked.unwrap_or(config.default_timeout_ms);
+    if ms == 0 || ms > config.max_timeout_ms {
+        return Err(FsError::InvalidArguments {
+            tool,
+            message: format!(
+                "timeout {ms} ms is out of range: give 1 to {} ms",
+                config.max_timeout_ms
+            ),
+        });
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Kills a process group when dropped, unless disarmed: a call dropped mid-way (an
+/// orchestrator timeout) still leaves nothing behind.
+struct GroupKill(Option<rustix::process::Pid>);
+
+impl GroupKill {
+    fn kill(&self) {
+        if let Some(pid) = self.0 {
+            // ESRCH (the group is already gone) is the expected outcome often enough.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How the command ended.
+enum End {
+    Exited(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+/// Runs `program` in `root`.
+pub(crate) async fn run(
+    config: &BashConfig,
+    root: &Path,
+    tool: &'static str,
+    program: Program,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, FsError> {
+    let label = program.label();
+    let mut command = match &program {
+        Program::Shell(line) => {
+            let mut c = tokio::process::Command::new(&config.shell);
+            c.arg("-c").arg(line);
+            c
+        }
+        Program::Argv(argv) => {
+            let Some((first, rest)) = argv.split_first() else {
+                return Err(FsError::InvalidArguments { tool, message: "`argv` is empty".into() });
+            };
+            let mut c = tokio::process::Command::new(first);
+            c.args(rest);
+            c
+        }
+    };
+    command
+        .current_dir(root)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for name in ["PATH", "HOME", "LANG"]
+        .into_iter()
+        .chain(config.env_passthrough.iter().map(String::as_str))
+    {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
+    let started = Instant::now();
+    let mut child =
+        command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
+    let mut group = GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    let keep = config.output_cap_chars.saturating_mul(4).max(64);
+    let spill = SpillTarget::new(config);
+    let stdout =
+        child.stdout.take().map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stdout")));
+    let stderr =
+        child.stderr.take().map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stderr")));
+    let end = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => End::Exited(status),
+            Err(source) => return Err(FsError::Spawn { command: label, source }),
+        },
+        () = tokio::time::sleep(limit) => End::TimedOut,
+        () = cancel.cancelled() => End::Cancelled,
+    };
+    // Kill the whole group in every case: after a timeout or cancellation, and after a
+    // normal exit too, for background processes the command left behind.
+    group.kill();
+    if !matches!(end, End::Exited(_)) {
+        // Reap the shell; SIGKILL makes this quick.
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
+    }
+    group.disarm();
+    let elapsed = started.elapsed();
+    let (out, out_held) = finish(stdout).await;
+    let (err, err_held) = finish(stderr).await;
+    if matches!(end, End::Cancelled) {
+        return Err(FsError::Cancelled { tool });
+    }
+    let mut text = String::new();
+    let mut output = ToolOutput::default();
+    let failed = match &end {
+        End::Exited(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => {
+                    let _ = write!(text, "exit code {code}");
+                    output = output.with_extra("exitCode", json!(code));
+                    code != 0
+                }
+                (None, signal) => {
+                    let _ = write!(text, "killed by signal {}", signal.unwrap_or(0));
+                    output = output.with_extra("signal", json!(signal));
+                    true
+                }
+            }
+        }
+        End::TimedOut => {
+            let _ = write!(
+                text,
+                "timed out after {} ms: the process group was killed",
+                limit.as_millis()
+            );
+            output = output.with_extra("timedOut", json!(true));
+            true
+        }
+        End::Cancelled => true,
+    };
+    if out_held || err_held {
+        text.push_str(
+            "\n[a process outside the group kept the output open; output was cut after the command ended]",
+        );
+    }
+    let (out_budget, err_budget) =
+        allocate(out.chars_hint(), err.chars_hint(), config.output_cap_chars);
+    let stdout_text = out.render(out_budget);
+    let stderr_text = err.render(err_budget);
+    if stdout_text.text.is_empty() && stderr_text.text.is_empty() {
+        text.push_str("\n[no output]");
+    }
+    for (name, rendered) in [("stdout", &stdout_text), ("stderr", &stderr_text)] {
+        if !rendered.text.is_empty() {
+            let _ = write!(text, "\n--- {name} ---\n{}", rendered.text.trim_end_matches('\n'));
+        }
+        if let Some(path) = &rendered.spill {
+            output = output.with_extra(format!("{name}File"), json!(path.to_string_lossy()));
+        }
+        output = output
+            .with_extra(format!("{name}Bytes"), json!(rendered.bytes))
+            .with_extra(format!("{name}Truncated"), json!(rendered.truncated));
+    }
+    output.content = ToolOutput::text(text).content;
+    output.is_error = failed;
+    Ok(output.with_extra("durationMs", json!(elapsed.as_millis() as u64)))
+}
+
+/// Waits for a capture task, giving up after [`DRAIN_TIMEOUT`]; `true` when it was cut.
+async fn finish(task: Option<tokio::task::JoinHandle<Captured>>) -> (Captured, bool) {
+    let Some(mut task) = task else { return (Captured::default(), false) };
+    match tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await {
+        Ok(Ok(captured)) => (captured, false),
+        Ok(Err(_)) => (Captured::default(), false),
+        Err(_) => {
+            task.abort();
+            (Captured::default(), true)
+        }
+    }
+}
+
+/// Splits the character budget between two streams: the smaller keeps what it has up to
+/// half, the larger gets the rest.
+fn allocate(a: usize, b: usize, cap: usize) -> (usize, usize) {
+    if a.saturating_add(b) <= cap {
+        return (a, b);
+    }
+    if a <= b {
+        let a_share = a.min(cap / 2);
+        (a_share, cap - a_share)
+    } else {
+        let b_share = b.min(cap / 2);
+        (cap - b_share, b_share)
+    }
+}
+
+/// Where full outputs go.
+#[derive(Debug, Clone)]
+struct SpillTarget {
+    dir: PathBuf,
+    max_bytes: u64,
+    id: u64,
+}
+
+impl SpillTarget {
+    fn new(config: &BashConfig) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        SpillTarget {
+            dir: config
+                .spill_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("toolmux-fs")),
+            max_bytes: config.spill_max_bytes,
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    fn create(&self, stream: &str) -> Option<(PathBuf, std::fs::File)> {
+        std::fs::create_dir_all(&self.dir).ok()?;
+        let path = self.dir.join(format!("out-{}-{}.{stream}", std::process::id(), self.id));
+        let file = std::fs::File::create(&path).ok()?;
+        Some((path, file))
+    }
+}
+
+/// One stream, captured with bounded memory.
+#[derive(Debug, Default)]
+struct Captured {
+    /// Everything, while it fits in `head + tail`; then the first `keep` bytes.
+    head: Vec<u8>,
+    /// The last `keep` bytes, once the stream overflowed.
+    tail: VecDeque<u8>,
+    overflowed: bool,
+    total: u64,
+    spill: Option<PathBuf>,
+    spill_file: Option<std::fs::File>,
+    spill_written: u64,
+    spill_target: Option<SpillTarget>,
+    stream: &'static str,
+}
+
+/// Reads a pipe to the end into a [`Captured`].
+async fn capture(
+    mut pipe: impl AsyncRead + Unpin,
+    keep: usize,
+    spill: SpillTarget,
+    stream: &'static str,
+) -> Captured {
+    let mut captured = Captured { spill_target: Some(spill), stream, ..Captured::default() };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        captured.push(&buf[..n], keep);
+    }
+    captured
+}
+
+impl Captured {
+    fn push(&mut self, bytes: &[u8], keep: usize) {
+        self.total += bytes.len() as u64;
+        if !self.overflowed {
+            self.head.extend_from_slice(bytes);
+            if self.head.len() <= 2 * keep {
+                return;
+            }
+            // Overflow: everything so far goes to the spill file; memory keeps head and tail.
+            self.overflowed = true;
+            let all = std::mem::take(&mut self.head);
+            self.spill_write(&all);
+            self.head = all[..keep].to_vec();
+            self.tail = all[all.len() - keep..].iter().copied().collect();
+            return;
+        }
+        self.spill_write(bytes);
+        self.tail.extend(bytes.iter().copied());
+        let excess = self.tail.len().saturating_sub(keep);
+        self.tail.drain(..excess);
+    }
+
+    fn spill_write(&mut self, bytes: &[u8]) {
+        if self.spill_file.is_none()
+            && self.spill.is_none()
+            && let Some((path, file)) =
+                self.spill_target.as_ref().and_then(|t| t.create(self.stream))
+        {
+            self.spill = Some(path);
+            self.spill_file = Some(file);
+        }
+        let max = self.spill_target.as_ref().map_or(0, |t| t.max_bytes);
+        if let Some(file) = &mut self.spill_file {
+            let room = max.saturating_sub(self.spill_written) as usize;
+            let part = &bytes[..bytes.len().min(room)];
+            if file.write_all(part).is_err() || part.len() < bytes.len() {
+                self.spill_file = None;
+            }
+            self.spill_written += part.len() as u64;
+        }
+    }
+
+    /// Characters, or a large number once overflowed.
+    fn chars_hint(&self) -> usize {
+        if self.overflowed {
+            usize::MAX / 4
+        } else {
+            String::from_utf8_lossy(&self.head).chars().count()
+        }
+    }
+
+    /// The text shown within `budget` characters.
+    fn render(mut self, budget: usize) -> Rendered {
+        let bytes = self.total;
+        if !self.overflowed {
+            let text = String::from_utf8_lossy(&self.head).into_owned();
+            let chars = text.chars().count();
+            if chars <= budget {
+                return Rendered { text, spill: None, truncated: false, bytes };
+            }
+            let head = std::mem::take(&mut self.head);
+            self.spill_write(&head);
+            let half = budget / 2;
+            let first: String = text.chars().take(half).collect();
+            let last: String = text.chars().skip(chars - (budget - half)).collect();
+            let omitted = chars - budget;
+            let text = self.marked(first, last, &format!("{omitted} characters"));
+            return Rendered { text, spill: self.spill.clone(), truncated: true, bytes };
+        }
+        let half = budget / 2;
+        let head = String::from_utf8_lossy(&self.head);
+        let first: String = head.chars().take(half).collect();
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let tail = String::from_utf8_lossy(&tail);
+        let tail_chars = tail.chars().count();
+        let last: String = tail.chars().skip(tail_chars.saturating_sub(budget - half)).collect();
+        let omitted = bytes.saturating_sub((first.len() + last.len()) as u64);
+        let text = self.marked(first, last, &format!("about {omitted} bytes"));
+        Rendered { text, spill: self.spill.clone(), truncated: true, bytes }
+    }
+
+    fn marked(&self, first: String, last: String, omitted: &str) -> String {
+        let saved = match &self.spill {
+            Some(path) => format!("full output saved to {}", path.display()),
+            None => "the full output could not be saved".into(),
+        };
+        format!("{first}\n[... {omitted} omitted; {saved} ...]\n{last}")
+    }
+}
+
+/// One stream as shown.
+#[derive(Debug)]
+struct Rendered {
+    text: String,
+    spill: Option<PathBuf>,
+    truncated: bool,
+    bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_allocation() {
+        assert_eq!(allocate(10, 20, 100), (10, 20));
+        assert_eq!(allocate(10, 200, 100), (10, 90));
+        assert_eq!(allocate(200, 300, 100), (50, 50));
+        assert_eq!(allocate(300, 20, 100), (80, 20));
+    }
+
+    fn config(prefixes: &[&str]) -> BashConfig {
+        BashConfig {
+            allow_prefixes: prefixes.iter().map(|s| s.to_string()).collect(),
+            ..BashConfig::default()
+        }
+    }
+
+    #[test]
+    fn allow_list_matches_words() {
+        let c = config(&["cargo test", "ls"]);
+        assert!(check_allowed(&c, &Program::Shell("cargo test -p x".into())).is_ok());
+        assert!(check_allowed(&c, &Program::Shell("ls".into())).is_ok());
+        assert!(check_allowed(&c, &Program::Shell("cargo testing".into())).is_err());
+        assert!(check_allowed(&c, &Program::Shell("ls && rm -rf x".into())).is_err());
+        assert!(check_allowed(&c, &Program::Shell("ls $(rm x)".into())).is_err());
+        assert!(check_allowed(&c, &Program::Argv(vec!["ls".into(), ";rm".into()])).is_ok());
+        assert!(check_allowed(&c, &Program::Argv(vec!["rm".into()])).is_err());
+        assert!(check_allowed(&config(&[]), &Program::Shell("anything | at all".into())).is_ok());
+    }
+}

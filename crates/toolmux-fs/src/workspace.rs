@@ -1,0 +1,365 @@
+//! The one path resolver every file tool uses, the per-run record of what was read, and
+//! the atomic writer.
+//!
+//! Every file operation goes through a [`cap_std::fs::Dir`] opened on the root: cap-std
+//! resolves each path component by component (with `openat2(RESOLVE_BENEATH)` where the
+//! kernel has it) and refuses `..`, absolute symlink targets and symlinks that lead out of
+//! the root, so no string check stands between a path and the disk. The walkers of `grep`
+//! and `glob` start from a directory resolved the same way and never follow symlinks.
+
+use crate::error::FsError;
+use cap_std::fs::Dir;
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How many runs keep their read records; the oldest is forgotten first.
+const RUNS_KEPT: usize = 256;
+
+/// A content hash.
+pub(crate) type Hash = [u8; 32];
+
+/// The workspace root and the state the file tools share.
+#[derive(Debug)]
+pub(crate) struct Workspace {
+    /// The canonical absolute root.
+    root: PathBuf,
+    /// The root as configured, accepted as a prefix of absolute paths too.
+    configured_root: PathBuf,
+    dir: Dir,
+    reads: Mutex<ReadRecords>,
+}
+
+/// Content hashes of the files read, per run id, keyed by the path relative to the root
+/// with symlinks resolved.
+#[derive(Debug, Default)]
+struct ReadRecords {
+    runs: HashMap<String, HashMap<PathBuf, Hash>>,
+    order: VecDeque<String>,
+}
+
+/// A path resolved beneath the root.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    /// The path as the caller gave it, for messages.
+    pub given: String,
+    /// The path relative to the root, not yet resolved through symlinks (`.` for the root).
+    pub relative: PathBuf,
+}
+
+impl Workspace {
+    /// Opens the root, which must be an absolute path to a directory.
+    pub fn open(root: &Path) -> Result<Workspace, FsError> {
+        if !root.is_absolute() {
+            return Err(FsError::Config {
+                message: format!("root `{}` is not an absolute path", root.display()),
+            });
+        }
+        let canonical = std::fs::canonicalize(root).map_err(|e| FsError::Config {
+            message: format!("root `{}` cannot be opened: {e}", root.display()),
+        })?;
+        let dir = Dir::open_ambient_dir(&canonical, cap_std::ambient_authority()).map_err(|e| {
+            FsError::Config {
+                message: format!("root `{}` is not a directory: {e}", root.display()),
+            }
+        })?;
+        Ok(Workspace {
+            root: canonical,
+            configured_root: root.to_path_buf(),
+            dir,
+            reads: Mutex::new(ReadRecords::default()),
+        })
+    }
+
+    /// The canonical absolute root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The root directory handle; every file operation goes through it.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Turns a caller's path (relative to the root, or absolute inside it) into a path
+    /// relative to the root. Nothing is checked on disk yet: cap-std does that on use.
+    pub fn resolve(&self, given: &str) -> Result<Resolved, FsError> {
+        let outside = || FsError::OutsideRoot { path: given.to_owned() };
+        if given.contains('\0') {
+            return Err(FsError::InvalidArguments {
+                tool: "path",
+                message: format!("path `{}` contains a NUL byte", given.escape_debug()),
+            });
+        }
+        let path = Path::new(given);
+        let relative = if path.is_absolute() {
+            let stripped = path
+                .strip_prefix(&self.root)
+                .or_else(|_| path.strip_prefix(&self.configured_root))
+                .map_err(|_| outside())?;
+            stripped.to_path_buf()
+        } else {
+            path.to_path_buf()
+        };
+        // cap-std refuses `..` that leaves the root on its own; refusing every
+        // root-relative path starting with `..` early gives the clearer message without
+        // touching the disk.
+        if matches!(relative.components().next(), Some(Component::ParentDir)) {
+            return Err(outside());
+        }
+        let relative = if relative.as_os_str().is_empty() { PathBuf::from(".") } else { relative };
+        Ok(Resolved { given: given.to_owned(), relative })
+    }
+
+    /// The path relative to the root with every symlink resolved, beneath the root.
+    pub fn canonical(&self, path: &Resolved) -> Result<PathBuf, FsError> {
+        self.dir.canonicalize(&path.relative).map_err(|e| FsError::from_io(&path.given, e))
+    }
+
+    /// The absolute path of a directory beneath the root, symlinks resolved, for walkers.
+    pub fn walk_start(&self, path: &Resolved) -> Result<PathBuf, FsError> {
+        let canonical = self.canonical(path)?;
+        Ok(self.root.join(canonical))
+    }
+
+    /// How an absolute path found by a walker is shown: relative to the root.
+    pub fn display(&self, absolute: &Path) -> String {
+        match absolute.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Ok(rel) => rel.to_string_lossy().into_owned(),
+            Err(_) => absolute.to_string_lossy().into_owned(),
+        }
+    }
+
+    /// Records that `canonical` had content `hash` when read (or written) in `run`.
+    pub fn record_read(&self, run: &str, canonical: PathBuf, hash: Hash) {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        if !reads.runs.contains_key(run) {
+            if reads.order.len() >= RUNS_KEPT
+                && let Some(oldest) = reads.order.pop_front()
+            {
+                reads.runs.remove(&oldest);
+            }
+            reads.order.push_back(run.to_owned());
+        }
+        reads.runs.entry(run.to_owned()).or_default().insert(canonical, hash);
+    }
+
+    /// The hash `canonical` had when last read in `run`.
+    pub fn last_read(&self, run: &str, canonical: &Path) -> Option<Hash> {
+        let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        reads.runs.get(run)?.get(canonical).copied()
+    }
+
+    /// Checks that an existing file may be overwritten in `run`: it was read, and its
+    /// content has not changed since. `require_read` false lets never-read files pass.
+    pub fn check_fresh(
+        &self,
+        run: &str,
+        path: &Resolved,
+        canonical: &Path,
+        current: &Hash,
+        require_read: bool,
+    ) -> Result<(), FsError> {
+        match self.last_read(run, canonical) {
+            None if require_read => Err(FsError::NotRead { path: path.given.clone() }),
+            Some(hash) if &hash != current => Err(FsError::Stale { path: path.given.clone() }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Reads a whole regular file (at most `limit` bytes) through the resolver.
+    pub fn read_small(
+        &self,
+        tool: &'static str,
+        path: &Resolved,
+        limit: u64,
+    ) -> Result<Vec<u8>, FsError> {
+        let meta =
+            self.dir.metadata(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
+        if meta.is_dir() {
+            return Err(FsError::IsDirectory { path: path.given.clone() });
+        }
+        if !meta.is_file() {
+            return Err(FsError::NotRegularFile { path: path.given.clone() });
+        }
+        if meta.len() > limit {
+            return Err(FsError::TooLarge {
+                tool,
+                path: path.given.clone(),
+                size: meta.len(),
+                limit,
+            });
+        }
+        let file = self.dir.open(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.into_std()
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| FsError::from_io(&path.given, e))?;
+        Ok(bytes)
+    }
+
+    /// The SHA-256 of a file's content, streamed.
+    pub fn hash_file(&self, path: &Resolved) -> Result<Hash, FsError> {
+        let err = |e| FsError::from_io(&path.given, e);
+        let mut file = self.dir.open(&path.relative).map_err(err)?.into_std();
+        let mut hasher = Sha256::new();
+        io::copy(&mut file, &mut hasher).map_err(err)?;
+        Ok(hasher.finalize().into())
+    }
+
+    /// Writes `content` to `path` atomically: a temporary file in the same directory, then a
+    /// rename over the target. Parent directories are created (beneath the root); an
+    /// existing file keeps its permissions; a symlink at the target is written through
+    /// (its target must be beneath the root). Returns the canonical path written and
+    /// whether the file was created.
+    pub fn write_atomic(&self, path: &Resolved, content: &[u8]) -> Result<Written, FsError> {
+        let err = |e: io::Error| FsError::from_io(&path.given, e);
+        let target = self.write_target(path)?;
+        let (parent, name) = split_parent(&target).ok_or_else(|| FsError::InvalidArguments {
+            tool: "write",
+            message: format!("`{}` does not name a file", path.given),
+        })?;
+        if !parent.as_os_str().is_empty() {
+            self.dir.create_dir_all(&parent).map_err(err)?;
+        }
+        let parent_dir = if parent.as_os_str().is_empty() {
+            self.dir.try_clone()
+        } else {
+            self.dir.open_dir(&parent)
+        }
+        .map_err(err)?;
+        let existing = match parent_dir.symlink_metadata(&name) {
+            Ok(meta) if meta.is_dir() => {
+                return Err(FsError::IsDirectory { path: path.given.clone() });
+            }
+            Ok(meta) if !meta.is_file() => {
+                return Err(FsError::NotRegularFile { path: path.given.clone() });
+            }
+            Ok(meta) => Some(meta.permissions()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(err(e)),
+        };
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let temp = format!(
+            ".{}.toolmux-{}-{}.tmp",
+            name.to_string_lossy(),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let result = (|| {
+            let mut options = cap_std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            let file = parent_dir.open_with(&temp, &options)?;
+            let mut file = file.into_std();
+            file.write_all(content)?;
+            if let Some(perms) = &existing {
+                let perms = perms.clone().into_std(&file)?;
+                file.set_permissions(perms)?;
+            }
+            file.sync_all()?;
+            parent_dir.rename(&temp, &parent_dir, &name)
+        })();
+        if let Err(e) = result {
+            let _ = parent_dir.remove_file(&temp);
+            return Err(err(e));
+        }
+        Ok(Written {
+            canonical: self.canonical(path).unwrap_or(target),
+            created: existing.is_none(),
+        })
+    }
+
+    /// Where a write to `path` lands: the path itself, or the target of a symlink at it.
+    fn write_target(&self, path: &Resolved) -> Result<PathBuf, FsError> {
+        match self.dir.symlink_metadata(&path.relative) {
+            Ok(meta) if meta.is_symlink() => self.canonical(path),
+            // A missing file, or a missing parent: cap-std refuses parents that escape when
+            // the directories are created.
+            Ok(_) | Err(_) => Ok(path.relative.clone()),
+        }
+    }
+}
+
+/// What [`Workspace::write_atomic`] did.
+#[derive(Debug)]
+pub(crate) struct Written {
+    /// The path written, relative to the root, symlinks resolved.
+    pub canonical: PathBuf,
+    /// Whether the file did not exist before.
+    pub created: bool,
+}
+
+fn split_parent(path: &Path) -> Option<(PathBuf, PathBuf)> {
+    let name = match path.components().next_back()? {
+        Component::Normal(name) => PathBuf::from(name),
+        _ => return None,
+    };
+    let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    Some((parent, name))
+}
+
+/// The SHA-256 of `bytes`.
+pub(crate) fn hash(bytes: &[u8]) -> Hash {
+    Sha256::digest(bytes).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let temp = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(temp.path()).unwrap();
+        (temp, ws)
+    }
+
+    #[test]
+    fn relative_and_absolute_paths() {
+        let (temp, ws) = workspace();
+        assert_eq!(ws.resolve("a/b").unwrap().relative, Path::new("a/b"));
+        assert_eq!(ws.resolve("").unwrap().relative, Path::new("."));
+        let abs = temp.path().join("x/y");
+        assert_eq!(ws.resolve(abs.to_str().unwrap()).unwrap().relative, Path::new("x/y"));
+        assert_eq!(ws.resolve(temp.path().to_str().unwrap()).unwrap().relative, Path::new("."));
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        let (_temp, ws) = workspace();
+        for path in ["../x", "/etc/passwd", "..", "/"] {
+            let err = ws.resolve(path).unwrap_err();
+            assert!(matches!(err, FsError::OutsideRoot { .. }), "{path}: {err}");
+        }
+        let inner = ws.resolve("a/../../x").unwrap();
+        let err = ws.canonical(&inner).unwrap_err();
+        assert!(matches!(err, FsError::OutsideRoot { .. } | FsError::NotFound { .. }), "{err}");
+    }
+
+    #[test]
+    fn nul_is_refused() {
+        let (_temp, ws) = workspace();
+        assert!(ws.resolve("a\0b").is_err());
+    }
+
+    #[test]
+    fn relative_root_is_a_config_error() {
+        let err = Workspace::open(Path::new("relative/root")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid fs configuration: root `relative/root` is not an absolute path"
+        );
+    }
+
+    #[test]
+    fn read_records_are_per_run() {
+        let (_temp, ws) = workspace();
+        ws.record_read("r1", PathBuf::from("a"), [1; 32]);
+        assert_eq!(ws.last_read("r1", Path::new("a")), Some([1; 32]));
+        assert_eq!(ws.last_read("r2", Path::new("a")), None);
+    }
+}
