@@ -1,0 +1,287 @@
+//! The response cache stage: successful outputs of cacheable tools kept for a TTL, keyed
+//! by tool and the canonical JSON of the arguments, with identical concurrent calls
+//! coalesced into one execution (single-flight).
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use toolmux_core::{ToolError, ToolOutput};
+
+/// Where cached outputs live; the in-process [`MemoryCache`] by default.
+#[async_trait]
+pub trait ResponseCache: Send + Sync + fmt::Debug {
+    /// The output stored under `key`, if fresh.
+    async fn get(&self, key: &str) -> Option<ToolOutput>;
+
+    /// Stores `output` under `key` for `ttl`.
+    async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration);
+}
+
+/// An in-process cache bounded in entries; expired entries are dropped on the way.
+#[derive(Debug)]
+pub struct MemoryCache {
+    max_entries: usize,
+    entries: Mutex<HashMap<String, (Instant, ToolOutput)>>,
+}
+
+impl Default for MemoryCache {
+    fn default() -> Self {
+        MemoryCache::new(10_000)
+    }
+}
+
+impl MemoryCache {
+    /// A cache of at most `max_entries` outputs.
+    pub fn new(max_entries: usize) -> Self {
+        MemoryCache { max_entries, entries: Mutex::new(HashMap::new()) }
+    }
+}
+
+#[async_trait]
+impl ResponseCache for MemoryCache {
+    async fn get(&self, key: &str) -> Option<ToolOutput> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match entries.get(key) {
+            Some((expires, output)) if *expires > Instant::now() => Some(output.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration) {
+        let now = Instant::now();
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() >= self.max_entries {
+            entries.retain(|_, (expires, _)| *expires > now);
+        }
+        if entries.len() >= self.max_entries {
+            // Still full of fresh entries: drop the one closest to expiry.
+            if let Some(victim) =
+                entries.iter().min_by_key(|(_, (e, _))| *e).map(|(k, _)| k.clone())
+            {
+                entries.remove(&victim);
+            }
+        }
+        entries.insert(key.to_owned(), (now + ttl, output.clone()));
+    }
+}
+
+/// The cache key of a call: the tool and the canonical JSON of its arguments (object keys
+/// sorted at every depth, so key order never splits the cache).
+pub fn cache_key(tool: &str, arguments: &Value) -> String {
+    let mut key = String::with_capacity(tool.len() + 64);
+    key.push_str(tool);
+    key.push('\u{0}');
+    write_canonical(arguments, &mut key);
+    key
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Coalesces identical concurrent calls: the first runs, the others wait for its output.
+///
+/// If the leader fails or is cancelled, one waiter takes over and runs the call itself:
+/// errors are never shared, so a caller's own cancellation never fails another caller.
+#[derive(Debug, Default)]
+pub struct SingleFlight {
+    pending: Mutex<HashMap<String, watch::Receiver<Option<ToolOutput>>>>,
+}
+
+/// How a single-flight call was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// From the cache.
+    Cache,
+    /// By waiting for an identical call in flight.
+    Coalesced,
+    /// By running the call.
+    Executed,
+}
+
+struct PendingGuard<'a> {
+    flight: &'a SingleFlight,
+    key: &'a str,
+    sender: watch::Sender<Option<ToolOutput>>,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        // Remove before the sender drops, so a waiter that wakes up on the closed channel
+        // finds the slot free and can lead.
+        self.flight.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(self.key);
+    }
+}
+
+impl SingleFlight {
+    /// Serves `key` from `cache`, from an identical call in flight, or by running `run`;
+    /// a successful, non-error output of `run` is stored for `ttl`.
+    pub async fn run<F, Fut>(
+        &self,
+        cache: &dyn ResponseCache,
+        key: &str,
+        ttl: Duration,
+        run: F,
+    ) -> (Result<ToolOutput, ToolError>, Served)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<ToolOutput, ToolError>>,
+    {
+        loop {
+            if let Some(hit) = cache.get(key).await {
+                return (Ok(hit), Served::Cache);
+            }
+            let waiting = {
+                let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                match pending.get(key) {
+                    Some(receiver) => Err(receiver.clone()),
+                    None => {
+                        let (sender, receiver) = watch::channel(None);
+                        pending.insert(key.to_owned(), receiver);
+                        Ok(PendingGuard { flight: self, key, sender })
+                    }
+                }
+            };
+            match waiting {
+                Ok(guard) => {
+                    let result = run().await;
+                    if let Ok(output) = &result
+                        && !output.is_error
+                    {
+                        cache.put(key, output, ttl).await;
+                        guard.sender.send_replace(Some(output.clone()));
+                    }
+                    drop(guard);
+                    return (result, Served::Executed);
+                }
+                Err(mut receiver) => {
+                    // Either a value arrives or the leader is gone (error, cancellation);
+                    // in the second case, loop and lead.
+                    if let Ok(output) = receiver.wait_for(Option::is_some).await
+                        && let Some(output) = output.clone()
+                    {
+                        return (Ok(output), Served::Coalesced);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn canonical_keys_ignore_key_order() {
+        let a = cache_key("t", &json!({"b": [1, {"y": 1, "x": 2}], "a": "s"}));
+        let b = cache_key("t", &json!({"a": "s", "b": [1, {"x": 2, "y": 1}]}));
+        assert_eq!(a, b);
+        assert_eq!(a, "t\u{0}{\"a\":\"s\",\"b\":[1,{\"x\":2,\"y\":1}]}");
+        assert_ne!(a, cache_key("u", &json!({"a": "s", "b": [1, {"x": 2, "y": 1}]})));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_expire() {
+        let cache = MemoryCache::default();
+        cache.put("k", &ToolOutput::text("v"), Duration::from_secs(10)).await;
+        assert!(cache.get("k").await.is_some());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(cache.get("k").await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded() {
+        let cache = MemoryCache::new(2);
+        for k in ["a", "b", "c"] {
+            cache.put(k, &ToolOutput::text(k), Duration::from_secs(10)).await;
+        }
+        assert_eq!(cache.entries.lock().unwrap().len(), 2);
+        assert!(cache.get("c").await.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_identical_calls_run_once() {
+        let flight = SingleFlight::default();
+        let cache = MemoryCache::default();
+        let runs = AtomicU32::new(0);
+        let run = || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(ToolOutput::text("x"))
+        };
+        let calls = (0..8).map(|_| flight.run(&cache, "k", Duration::from_secs(60), run));
+        let results = futures::future::join_all(calls).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert_eq!(results.iter().filter(|(_, s)| *s == Served::Executed).count(), 1);
+        assert_eq!(results.iter().filter(|(_, s)| *s == Served::Coalesced).count(), 7);
+        let (_, served) = flight.run(&cache, "k", Duration::from_secs(60), run).await;
+        assert_eq!(served, Served::Cache);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_are_not_cached_nor_shared() {
+        let flight = SingleFlight::default();
+        let cache = MemoryCache::default();
+        let runs = AtomicU32::new(0);
+        let run = || async {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if n == 0 {
+                Err(ToolError::remote("t", "first fails"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        };
+        let (a, b) = tokio::join!(
+            flight.run(&cache, "k", Duration::from_secs(60), run),
+            flight.run(&cache, "k", Duration::from_secs(60), run)
+        );
+        assert!(a.0.is_err());
+        assert_eq!(b.0.unwrap().to_text(), "ok");
+        assert_eq!(b.1, Served::Executed);
+        let error_output = flight
+            .run(&cache, "e", Duration::from_secs(60), || async { Ok(ToolOutput::error("bad")) })
+            .await;
+        assert!(error_output.0.unwrap().is_error);
+        assert!(cache.get("e").await.is_none());
+    }
+}

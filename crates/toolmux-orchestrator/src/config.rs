@@ -1,0 +1,270 @@
+//! What the orchestrator is told: defaults, queues, per-provider and per-tool settings,
+//! permission rules, aliases, budgets. Plain Rust types; the facade maps the configuration
+//! file onto them.
+
+use crate::permission::PermissionRules;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything the pipeline needs to know. Build with [`OrchestratorConfig::default`] and the
+/// `with_` methods, or fill the fields.
+#[derive(Debug, Clone)]
+pub struct OrchestratorConfig {
+    /// Timeout of a call when neither the tool nor its provider sets one.
+    pub tool_timeout: Duration,
+    /// Outputs larger than this many bytes are spilled (or truncated).
+    pub response_max_bytes: usize,
+    /// What happens to an output over `response_max_bytes`.
+    pub oversize: OversizeMode,
+    /// Providers warmed up at once.
+    pub init_concurrency: usize,
+    /// Time a provider's warmup may take.
+    pub startup_timeout: Duration,
+    /// Model-facing name length budget.
+    pub name_budget: usize,
+    /// Named queues.
+    pub queues: HashMap<String, QueueConfig>,
+    /// Settings per provider namespace.
+    pub providers: HashMap<String, ToolSettings>,
+    /// Settings per full tool name (win over the provider's).
+    pub tools: HashMap<String, ToolSettings>,
+    /// Allow / deny / ask rules.
+    pub permissions: PermissionRules,
+    /// Extra names mapped to canonical full names.
+    pub aliases: HashMap<String, String>,
+    /// Per-run limits on calls and tool time.
+    pub run_budget: RunBudgetConfig,
+    /// Per-run context-token budget for tool outputs; `None` means unlimited.
+    pub context_token_budget: Option<u64>,
+    /// Default retry policy for idempotent tools on transient errors (off unless set).
+    pub retry: RetryPolicy,
+    /// JSON-lines audit log, one line per call.
+    pub audit_log: Option<PathBuf>,
+}
+
+impl Default for OrchestratorConfig {
+    fn default() -> Self {
+        OrchestratorConfig {
+            tool_timeout: Duration::from_secs(60),
+            response_max_bytes: 100_000,
+            oversize: OversizeMode::Spill,
+            init_concurrency: 4,
+            startup_timeout: Duration::from_secs(30),
+            name_budget: toolmux_core::naming::DEFAULT_BUDGET,
+            queues: HashMap::new(),
+            providers: HashMap::new(),
+            tools: HashMap::new(),
+            permissions: PermissionRules::default(),
+            aliases: HashMap::new(),
+            run_budget: RunBudgetConfig::default(),
+            context_token_budget: None,
+            retry: RetryPolicy::default(),
+            audit_log: None,
+        }
+    }
+}
+
+impl OrchestratorConfig {
+    /// Adds a named queue.
+    pub fn with_queue(mut self, name: &str, queue: QueueConfig) -> Self {
+        self.queues.insert(name.to_owned(), queue);
+        self
+    }
+
+    /// Sets the settings of a provider namespace.
+    pub fn with_provider_settings(mut self, namespace: &str, settings: ToolSettings) -> Self {
+        self.providers.insert(namespace.to_owned(), settings);
+        self
+    }
+
+    /// Sets the settings of one tool (full name).
+    pub fn with_tool_settings(mut self, tool: &str, settings: ToolSettings) -> Self {
+        self.tools.insert(tool.to_owned(), settings);
+        self
+    }
+
+    /// Adds an alias.
+    pub fn with_alias(mut self, alias: &str, canonical: &str) -> Self {
+        self.aliases.insert(alias.to_owned(), canonical.to_owned());
+        self
+    }
+
+    /// Sets the default timeout.
+    pub fn with_tool_timeout(mut self, timeout: Duration) -> Self {
+        self.tool_timeout = timeout;
+        self
+    }
+
+    /// Sets the size cap.
+    pub fn with_response_max_bytes(mut self, bytes: usize) -> Self {
+        self.response_max_bytes = bytes;
+        self
+    }
+
+    /// Sets the permission rules.
+    pub fn with_permissions(mut self, rules: PermissionRules) -> Self {
+        self.permissions = rules;
+        self
+    }
+
+    /// Sets the run budget.
+    pub fn with_run_budget(mut self, budget: RunBudgetConfig) -> Self {
+        self.run_budget = budget;
+        self
+    }
+
+    /// Sets the context-token budget per run.
+    pub fn with_context_token_budget(mut self, tokens: u64) -> Self {
+        self.context_token_budget = Some(tokens);
+        self
+    }
+
+    /// Sets the audit log file.
+    pub fn with_audit_log(mut self, path: PathBuf) -> Self {
+        self.audit_log = Some(path);
+        self
+    }
+}
+
+/// What to do with an output over the size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OversizeMode {
+    /// Store it whole in the output store; the model gets a handle message.
+    #[default]
+    Spill,
+    /// Keep the head and the tail with a marker in between.
+    Truncate,
+}
+
+/// A named queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Calls running at once.
+    pub concurrent: usize,
+    /// How long a call waits for a slot before failing as busy.
+    pub wait_timeout: Duration,
+}
+
+impl QueueConfig {
+    /// A queue of `concurrent` slots with a 5-minute wait timeout.
+    pub fn new(concurrent: usize) -> Self {
+        QueueConfig { concurrent, wait_timeout: Duration::from_secs(300) }
+    }
+
+    /// Sets the wait timeout.
+    pub fn with_wait_timeout(mut self, wait: Duration) -> Self {
+        self.wait_timeout = wait;
+        self
+    }
+}
+
+/// Settings of a provider or a tool; a tool's win over its provider's, field by field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolSettings {
+    /// The queue calls wait in.
+    pub queue: Option<String>,
+    /// Response cache time-to-live.
+    pub cache_ttl: Option<Duration>,
+    /// Cache even when the tool is not annotated read-only or idempotent (set on a tool).
+    pub cache_force: bool,
+    /// Timeout of one call.
+    pub timeout: Option<Duration>,
+    /// Reset the timeout whenever the tool reports progress.
+    pub reset_timeout_on_progress: Option<bool>,
+    /// Upper bound of a call's time, progress or not.
+    pub max_total_time: Option<Duration>,
+    /// Retries on transient errors.
+    pub retry: Option<RetryPolicy>,
+}
+
+impl ToolSettings {
+    /// Puts calls in `queue`.
+    pub fn with_queue(mut self, queue: &str) -> Self {
+        self.queue = Some(queue.to_owned());
+        self
+    }
+
+    /// Caches results for `ttl`.
+    pub fn with_cache(mut self, ttl: Duration) -> Self {
+        self.cache_ttl = Some(ttl);
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Resets the timeout on progress, up to `max_total`.
+    pub fn with_progress_reset(mut self, max_total: Duration) -> Self {
+        self.reset_timeout_on_progress = Some(true);
+        self.max_total_time = Some(max_total);
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn with_retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// This, with unset fields taken from `fallback`.
+    pub fn or(&self, fallback: &ToolSettings) -> ToolSettings {
+        ToolSettings {
+            queue: self.queue.clone().or_else(|| fallback.queue.clone()),
+            cache_ttl: self.cache_ttl.or(fallback.cache_ttl),
+            cache_force: self.cache_force,
+            timeout: self.timeout.or(fallback.timeout),
+            reset_timeout_on_progress: self
+                .reset_timeout_on_progress
+                .or(fallback.reset_timeout_on_progress),
+            max_total_time: self.max_total_time.or(fallback.max_total_time),
+            retry: self.retry.clone().or_else(|| fallback.retry.clone()),
+        }
+    }
+}
+
+/// Limits per run (one agent session, one gateway client).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunBudgetConfig {
+    /// Calls that reach a provider.
+    pub max_calls: Option<u64>,
+    /// Total time spent in providers.
+    pub max_tool_time: Option<Duration>,
+}
+
+/// Retries with exponential backoff, for idempotent tools on transient errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; 0 disables retrying.
+    pub max_retries: u32,
+    /// Delay before the first retry; doubled each time.
+    pub initial_backoff: Duration,
+    /// Cap of the delay.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            initial_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// `max_retries` retries with the default backoff.
+    pub fn retries(max_retries: u32) -> Self {
+        RetryPolicy { max_retries, ..RetryPolicy::default() }
+    }
+
+    /// The delay before retry number `attempt` (1-based).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.initial_backoff.saturating_mul(factor).min(self.max_backoff)
+    }
+}

@@ -1,0 +1,45 @@
+//! Before- and after-hooks: code that sees every matching call, may rewrite its arguments
+//! or refuse it (before), and may rewrite its output (after).
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
+use toolmux_core::{CallContext, ToolError, ToolOutput};
+
+/// Runs before a call, after validation. Rewritten arguments are validated again.
+#[async_trait]
+pub trait BeforeHook: Send + Sync + fmt::Debug {
+    /// Inspects or rewrites `arguments`; an `Err` (usually [`ToolError::Denied`]) refuses the call.
+    async fn before(
+        &self,
+        tool: &str,
+        arguments: &mut Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError>;
+}
+
+/// Runs after a successful provider call, before the size cap.
+#[async_trait]
+pub trait AfterHook: Send + Sync + fmt::Debug {
+    /// Inspects or rewrites `output`.
+    async fn after(
+        &self,
+        tool: &str,
+        output: &mut ToolOutput,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError>;
+}
+
+/// A hook with the glob of tool names it applies to.
+#[derive(Debug, Clone)]
+pub(crate) struct Scoped<H: ?Sized> {
+    pub pattern: String,
+    pub hook: Arc<H>,
+}
+
+impl<H: ?Sized> Scoped<H> {
+    pub fn applies_to(&self, tool: &str) -> bool {
+        crate::glob::glob_match(&self.pattern, tool)
+    }
+}

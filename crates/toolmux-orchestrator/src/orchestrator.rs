@@ -1,0 +1,1292 @@
+//! The orchestrator: providers in, one call pipeline out.
+
+use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
+use crate::budget::{RunFlags, RunState, estimate_tokens};
+use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
+use crate::config::{OrchestratorConfig, OversizeMode};
+use crate::events::ToolEvent;
+use crate::hooks::{AfterHook, BeforeHook, Scoped};
+use crate::permission::Permission;
+use crate::queue::{LocalQueues, Queue, QueueBackend, QueueSlot};
+use crate::redact::Redactor;
+use crate::registry::{ProviderTools, Registry, RegistryProblem, Severity, ToolEntry};
+use crate::store::{DirectoryStore, OutputPage, OutputStore, StoreError};
+use futures::{FutureExt as _, StreamExt as _};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, Op, ProgressSink, ToolCall,
+    ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult,
+    ToolSpec, naming,
+};
+use tracing::Instrument as _;
+
+/// Why an orchestrator could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OrchestratorError {
+    /// A provider's namespace is invalid.
+    #[error("provider namespace: {0}")]
+    Namespace(#[from] naming::NamingError),
+    /// Two providers share a namespace.
+    #[error(
+        "two providers use the namespace `{namespace}` ({first} and {second}); give one of them another name"
+    )]
+    DuplicateNamespace {
+        /// The namespace.
+        namespace: String,
+        /// The first provider's kind.
+        first: ToolKind,
+        /// The second provider's kind.
+        second: ToolKind,
+    },
+    /// A queue has no slots.
+    #[error("queue `{queue}` has `concurrent: 0`; it needs at least 1 slot")]
+    EmptyQueue {
+        /// The queue.
+        queue: String,
+    },
+    /// A setting names a queue that is not configured.
+    #[error("{owner} uses queue `{queue}`, which is not defined under `queues`{}", suggest_queue(.known))]
+    UnknownQueue {
+        /// The provider or tool.
+        owner: String,
+        /// The queue.
+        queue: String,
+        /// Defined queues.
+        known: Vec<String>,
+    },
+    /// The audit log could not be opened.
+    #[error("audit log")]
+    Audit(#[source] crate::accounting::StatsError),
+}
+
+fn suggest_queue(known: &[String]) -> String {
+    if known.is_empty() { String::new() } else { format!(" (defined: {})", known.join(", ")) }
+}
+
+/// How one provider's warmup went.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProviderReport {
+    /// The namespace.
+    pub namespace: String,
+    /// The kind.
+    pub kind: ToolKind,
+    /// Tools registered after warmup.
+    pub tools: usize,
+    /// Time the warmup took.
+    pub elapsed_ms: u64,
+    /// The failure, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// What [`Orchestrator::warmup`] found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WarmupReport {
+    /// One entry per provider, in registration order.
+    pub providers: Vec<ProviderReport>,
+    /// Registry problems (left-out tools, collisions).
+    pub problems: Vec<RegistryProblem>,
+}
+
+impl WarmupReport {
+    /// Whether every provider started and no collision was found.
+    pub fn is_ok(&self) -> bool {
+        self.providers.iter().all(|p| p.error.is_none())
+            && self.problems.iter().all(|p| p.severity != Severity::Error)
+    }
+}
+
+/// Builds an [`Orchestrator`].
+#[derive(Debug)]
+pub struct OrchestratorBuilder {
+    config: OrchestratorConfig,
+    providers: Vec<Arc<dyn ToolProvider>>,
+    queue_backend: Arc<dyn QueueBackend>,
+    cache: Arc<dyn ResponseCache>,
+    store: Option<Arc<dyn OutputStore>>,
+    before: Vec<Scoped<dyn BeforeHook>>,
+    after: Vec<Scoped<dyn AfterHook>>,
+    secrets: Vec<String>,
+    namespace: String,
+}
+
+impl OrchestratorBuilder {
+    /// Adds a provider; its tools are listed at warmup.
+    pub fn provider(mut self, provider: Arc<dyn ToolProvider>) -> Self {
+        self.providers.push(provider);
+        self
+    }
+
+    /// Replaces the in-process queues.
+    pub fn queue_backend(mut self, backend: Arc<dyn QueueBackend>) -> Self {
+        self.queue_backend = backend;
+        self
+    }
+
+    /// Replaces the in-process response cache.
+    pub fn cache(mut self, cache: Arc<dyn ResponseCache>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    /// Sets the output store (default: a directory under the system temporary directory).
+    pub fn output_store(mut self, store: Arc<dyn OutputStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Adds a before-hook for tools matching `pattern` (a glob on full names).
+    pub fn before_hook(mut self, pattern: &str, hook: Arc<dyn BeforeHook>) -> Self {
+        self.before.push(Scoped { pattern: pattern.to_owned(), hook });
+        self
+    }
+
+    /// Adds an after-hook for tools matching `pattern`.
+    pub fn after_hook(mut self, pattern: &str, hook: Arc<dyn AfterHook>) -> Self {
+        self.after.push(Scoped { pattern: pattern.to_owned(), hook });
+        self
+    }
+
+    /// Values that must never leave the pipeline (expanded `${ENV}` secrets): they are
+    /// replaced by `[redacted]` in outputs, errors, logs and stored outputs.
+    pub fn secrets(mut self, secrets: impl IntoIterator<Item = String>) -> Self {
+        self.secrets.extend(secrets);
+        self
+    }
+
+    /// The namespace the orchestrator reports as a provider itself (default `toolmux`).
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        namespace.clone_into(&mut self.namespace);
+        self
+    }
+
+    /// Checks the configuration and builds.
+    pub fn build(self) -> Result<Orchestrator, OrchestratorError> {
+        let mut seen: HashMap<&str, ToolKind> = HashMap::new();
+        for p in &self.providers {
+            naming::validate_namespace(p.namespace())?;
+            if let Some(first) = seen.insert(p.namespace(), p.kind()) {
+                return Err(OrchestratorError::DuplicateNamespace {
+                    namespace: p.namespace().to_owned(),
+                    first,
+                    second: p.kind(),
+                });
+            }
+        }
+        let mut queues = HashMap::new();
+        for (name, queue) in &self.config.queues {
+            if queue.concurrent == 0 {
+                return Err(OrchestratorError::EmptyQueue { queue: name.clone() });
+            }
+            queues.insert(name.clone(), self.queue_backend.queue(name, queue));
+        }
+        let mut known: Vec<String> = self.config.queues.keys().cloned().collect();
+        known.sort();
+        let owners = self.config.providers.iter().map(|(n, s)| (format!("provider `{n}`"), s));
+        let tools = self.config.tools.iter().map(|(n, s)| (format!("tool `{n}`"), s));
+        for (owner, settings) in owners.chain(tools) {
+            if let Some(q) = settings.queue.as_ref().filter(|q| !queues.contains_key(*q)) {
+                return Err(OrchestratorError::UnknownQueue { owner, queue: q.clone(), known });
+            }
+        }
+        let audit = match &self.config.audit_log {
+            Some(path) => Some(AuditLog::open(path).map_err(OrchestratorError::Audit)?),
+            None => None,
+        };
+        let store = self.store.unwrap_or_else(|| {
+            Arc::new(DirectoryStore::new(std::env::temp_dir().join("toolmux-outputs")))
+        });
+        let (events, _) = broadcast::channel(1024);
+        let providers = self
+            .providers
+            .into_iter()
+            .map(|provider| ProviderTools { provider, tools: Vec::new() })
+            .collect();
+        Ok(Orchestrator {
+            inner: Arc::new(Inner {
+                config: self.config,
+                namespace: self.namespace,
+                providers: RwLock::new(providers),
+                registry: RwLock::new(Arc::new(Registry::default())),
+                queues,
+                cache: self.cache,
+                flight: SingleFlight::default(),
+                store,
+                stats: Stats::default(),
+                audit,
+                events,
+                before: self.before,
+                after: self.after,
+                redactor: Redactor::new(self.secrets),
+                runs: Mutex::new(HashMap::new()),
+                generation: Mutex::new(CancellationToken::new()),
+                notifier: ToolListNotifier::new(),
+                watchers: Mutex::new(Vec::new()),
+                refresh_lock: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+}
+
+/// Routes every call through one pipeline; see the crate documentation for the stages.
+///
+/// Cheap to clone: clones share everything.
+#[derive(Debug, Clone)]
+pub struct Orchestrator {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: OrchestratorConfig,
+    namespace: String,
+    providers: RwLock<Vec<ProviderTools>>,
+    registry: RwLock<Arc<Registry>>,
+    queues: HashMap<String, Arc<dyn Queue>>,
+    cache: Arc<dyn ResponseCache>,
+    flight: SingleFlight,
+    store: Arc<dyn OutputStore>,
+    stats: Stats,
+    audit: Option<AuditLog>,
+    events: broadcast::Sender<ToolEvent>,
+    before: Vec<Scoped<dyn BeforeHook>>,
+    after: Vec<Scoped<dyn AfterHook>>,
+    redactor: Redactor,
+    runs: Mutex<HashMap<Arc<str>, Arc<RunState>>>,
+    // Invariant: replaced (after being cancelled) by `cancel()`; each call watches the token
+    // current when it started.
+    generation: Mutex<CancellationToken>,
+    notifier: ToolListNotifier,
+    watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    refresh_lock: tokio::sync::Mutex<()>,
+}
+
+/// What the pipeline learned about a call besides its result, for the record.
+#[derive(Debug, Default)]
+struct CallMeta {
+    queued_ms: AtomicU64,
+    attempts: AtomicU32,
+    served: Mutex<Option<Served>>,
+    spilled: std::sync::atomic::AtomicBool,
+}
+
+/// A held queue slot, recorded on the operation so that descendants can see it.
+struct HeldSlot {
+    _slot: QueueSlot,
+    op: Arc<Op>,
+    queue: Arc<str>,
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.op.release_queue(&self.queue);
+    }
+}
+
+impl Orchestrator {
+    /// A builder with `config`.
+    pub fn builder(config: OrchestratorConfig) -> OrchestratorBuilder {
+        OrchestratorBuilder {
+            config,
+            providers: Vec::new(),
+            queue_backend: Arc::new(LocalQueues),
+            cache: Arc::new(MemoryCache::default()),
+            store: None,
+            before: Vec::new(),
+            after: Vec::new(),
+            secrets: Vec::new(),
+            namespace: "toolmux".to_owned(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OrchestratorConfig {
+        &self.inner.config
+    }
+
+    /// The current registry snapshot.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.inner.registry.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Every registered tool, with its model-facing name in `name`.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        self.registry()
+            .entries()
+            .map(|e| ToolSpec { name: e.name.to_string(), ..e.spec.clone() })
+            .collect()
+    }
+
+    /// The registered providers.
+    pub fn providers(&self) -> Vec<Arc<dyn ToolProvider>> {
+        self.inner
+            .providers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| p.provider.clone())
+            .collect()
+    }
+
+    /// Instructions of every provider that has some, headed by its namespace.
+    pub fn instructions(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .providers()
+            .iter()
+            .filter_map(|p| p.instructions().map(|i| format!("## {}\n{}", p.namespace(), i.trim())))
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// Events of every call from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<ToolEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Per-tool statistics.
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// Reads back a spilled output.
+    pub async fn read_output(
+        &self,
+        handle: &str,
+        offset: u64,
+        limit: u64,
+    ) -> Result<OutputPage, StoreError> {
+        self.inner.store.read(handle, offset, limit).await
+    }
+
+    /// The counters and flags of a run.
+    pub fn run_flags(&self, run_id: &str) -> RunFlags {
+        let runs = self.inner.runs.lock().unwrap_or_else(|e| e.into_inner());
+        runs.get(run_id).map_or_else(|| RunState::new().flags(), |r| r.flags())
+    }
+
+    /// Sets the context-token budget left for a run (an agent knows its context window).
+    pub fn set_context_budget(&self, run_id: &str, tokens: u64) {
+        self.run_state(run_id).context_budget_override.store(tokens, Ordering::Relaxed);
+    }
+
+    /// Forgets a run's counters.
+    pub fn end_run(&self, run_id: &str) {
+        self.inner.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(run_id);
+    }
+
+    fn run_state(&self, run_id: &str) -> Arc<RunState> {
+        let mut runs = self.inner.runs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(state) = runs.get(run_id) {
+            return state.clone();
+        }
+        let state = Arc::new(RunState::new());
+        runs.insert(Arc::from(run_id), state.clone());
+        state
+    }
+
+    fn tracks_runs(&self) -> bool {
+        let c = &self.inner.config;
+        c.run_budget.max_calls.is_some()
+            || c.run_budget.max_tool_time.is_some()
+            || c.context_token_budget.is_some()
+    }
+
+    /// Warms every provider up, at most `init_concurrency` at a time, each within the startup
+    /// timeout, then lists their tools and builds the registry. A failing provider is
+    /// reported and does not stop the others.
+    pub async fn warmup(&self) -> WarmupReport {
+        let providers = self.providers();
+        let timeout = self.inner.config.startup_timeout;
+        // Futures built in a loop, not a closure: closures over `&Arc<dyn ToolProvider>` trip
+        // the compiler's higher-ranked lifetime inference inside `async_trait` methods.
+        let mut warmups = Vec::with_capacity(providers.len());
+        for (i, provider) in providers.iter().enumerate() {
+            warmups.push(warm_one(i, provider.clone(), timeout));
+        }
+        let results: Vec<(usize, Result<(), String>, u64)> = futures::stream::iter(warmups)
+            .buffer_unordered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await;
+        let results: Vec<(usize, Result<(), String>, u64)> = results
+            .into_iter()
+            .map(|(i, r, ms)| (i, r.map_err(|e| self.inner.redactor.redact(&e).into_owned()), ms))
+            .collect();
+        let mut list_errors = self.refresh().await;
+        self.start_watchers();
+        let registry = self.registry();
+        let mut report =
+            WarmupReport { providers: Vec::new(), problems: registry.problems().to_vec() };
+        let mut by_index: Vec<_> = results;
+        by_index.sort_by_key(|(i, _, _)| *i);
+        for (i, result, elapsed_ms) in by_index {
+            let p = &providers[i];
+            let prefix = format!("{}__", p.namespace());
+            let error = result.err().or_else(|| list_errors.remove(p.namespace()));
+            if let Some(e) = &error {
+                tracing::warn!(provider = p.namespace(), "provider failed to start: {e}");
+            }
+            report.providers.push(ProviderReport {
+                namespace: p.namespace().to_owned(),
+                kind: p.kind(),
+                tools: registry.names().filter(|n| n.starts_with(&prefix)).count(),
+                elapsed_ms,
+                error,
+            });
+        }
+        report
+    }
+
+    /// Lists the tools of every provider again and rebuilds the registry; returns the
+    /// providers whose listing failed (they keep their previous tools).
+    pub async fn refresh(&self) -> HashMap<String, String> {
+        let providers = self.providers();
+        let timeout = self.inner.config.startup_timeout;
+        let mut listings = Vec::with_capacity(providers.len());
+        for provider in providers {
+            listings.push(list_one(provider, timeout));
+        }
+        let listed: Vec<(String, Result<Vec<ToolSpec>, String>)> = futures::stream::iter(listings)
+            .buffer_unordered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await;
+        let mut errors = HashMap::new();
+        let _guard = self.inner.refresh_lock.lock().await;
+        {
+            let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
+            for (namespace, result) in listed {
+                match result {
+                    Ok(tools) => {
+                        if let Some(p) =
+                            providers.iter_mut().find(|p| p.provider.namespace() == namespace)
+                        {
+                            p.tools = tools;
+                        }
+                    }
+                    Err(e) => {
+                        errors.insert(namespace, self.inner.redactor.redact(&e).into_owned());
+                    }
+                }
+            }
+        }
+        self.rebuild();
+        errors
+    }
+
+    /// Lists one provider's tools again (after it signalled a change) and rebuilds.
+    pub async fn refresh_provider(&self, namespace: &str) {
+        let Some(provider) = self.providers().into_iter().find(|p| p.namespace() == namespace)
+        else {
+            return;
+        };
+        let listed =
+            tokio::time::timeout(self.inner.config.startup_timeout, provider.list_tools()).await;
+        let _guard = self.inner.refresh_lock.lock().await;
+        match listed {
+            Ok(Ok(tools)) => {
+                let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(p) = providers.iter_mut().find(|p| p.provider.namespace() == namespace)
+                {
+                    p.tools = tools;
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(provider = namespace, "refreshing tools failed: {}", e.report());
+            }
+            Err(_) => tracing::warn!(provider = namespace, "refreshing tools timed out"),
+        }
+        self.rebuild();
+        self.inner.notifier.notify();
+    }
+
+    fn rebuild(&self) {
+        let providers = self.inner.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let registry = Registry::build(&providers, &self.inner.config, &self.inner.queues);
+        *self.inner.registry.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(registry);
+    }
+
+    fn start_watchers(&self) {
+        let mut watchers = self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        if !watchers.is_empty() {
+            return;
+        }
+        for provider in self.providers() {
+            let Some(mut changes) = provider.tool_list_changes() else { continue };
+            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+            let namespace = provider.namespace().to_owned();
+            watchers.push(tokio::spawn(async move {
+                while changes.changed().await {
+                    let Some(inner) = weak.upgrade() else { break };
+                    Orchestrator { inner }.refresh_provider(&namespace).await;
+                }
+            }));
+        }
+    }
+
+    /// Aborts every call in flight (their queue slots are released) and lets new calls run.
+    pub fn cancel(&self) {
+        let old = std::mem::replace(
+            &mut *self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()),
+            CancellationToken::new(),
+        );
+        old.cancel();
+    }
+
+    /// Cancels everything, shuts every provider down (closing connections, reaping child
+    /// processes) and flushes the audit log.
+    pub async fn cleanup(&self) {
+        self.cancel();
+        for watcher in self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            watcher.abort();
+        }
+        let timeout = self.inner.config.startup_timeout;
+        let shutdowns = self.providers().into_iter().map(|p| async move {
+            match tokio::time::timeout(timeout, p.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(provider = p.namespace(), "shutdown failed: {}", e.report());
+                }
+                Err(_) => tracing::warn!(provider = p.namespace(), "shutdown timed out"),
+            }
+        });
+        futures::future::join_all(shutdowns).await;
+        if let Some(audit) = &self.inner.audit {
+            audit.close();
+        }
+    }
+
+    /// Runs one call through the whole pipeline and returns the envelope.
+    pub async fn execute(&self, call: ToolCall, ctx: &CallContext) -> ToolResult {
+        let ctx = match (&call.id, ctx.call_id()) {
+            (Some(id), None) => ctx.clone().with_call_id(id.as_str()),
+            _ => ctx.clone(),
+        };
+        let started = Instant::now();
+        let (result, entry) = self.run(&call.name, call.arguments, &ctx).await;
+        let latency_ms = started.elapsed().as_millis() as u64;
+        let (kind, namespace) = entry
+            .as_ref()
+            .map_or((ToolKind::Composite, ""), |e| (e.provider.kind(), e.provider.namespace()));
+        let mut result = match result {
+            Ok(output) => ToolResult::from_output(&output, kind, namespace, latency_ms),
+            Err(error) => ToolResult::from_error(&error, kind, namespace, latency_ms),
+        };
+        let redactor = &self.inner.redactor;
+        if !redactor.is_empty() {
+            for text in [&mut result.result, &mut result.error].into_iter().flatten() {
+                if let std::borrow::Cow::Owned(clean) = redactor.redact(text) {
+                    *text = clean;
+                }
+            }
+        }
+        result
+    }
+
+    /// Runs one call through the whole pipeline and returns the output or the error.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let result = self.run(name, arguments, ctx).await.0;
+        self.redact_result(result, name)
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> (Result<ToolOutput, ToolError>, Option<Arc<ToolEntry>>) {
+        let started = Instant::now();
+        let registry = self.registry();
+        let entry = registry.get(name).cloned();
+        drop(registry);
+        let tool: Arc<str> = entry.as_ref().map_or_else(|| Arc::from(name), |e| e.name.clone());
+        let op = Op::new(tool.clone(), ctx.op().cloned());
+        let chars_in = if self.inner.audit.is_some() || self.inner.events.receiver_count() > 0 {
+            arguments.to_string().chars().count() as u64
+        } else {
+            0
+        };
+        if self.inner.events.receiver_count() > 0 {
+            let _ = self.inner.events.send(ToolEvent::ToolStarted {
+                op_id: op.id(),
+                parent_op_id: op.parent().map(|p| p.id()),
+                run_id: ctx.run_id().to_owned(),
+                call_id: ctx.call_id().map(str::to_owned),
+                tool: tool.to_string(),
+                kind: entry.as_ref().map(|e| e.provider.kind()),
+            });
+        }
+        tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
+        tracing::trace!(target: "toolmux::tool", parameters = %self.inner.redactor.redact(&arguments.to_string()), "tool request → {tool}");
+        let meta = CallMeta::default();
+        let audit_args =
+            self.inner.audit.as_ref().map(|_| sha256_hex(cache_key("", &arguments).as_bytes()));
+        let result = match &entry {
+            None => Err(ToolError::UnknownTool {
+                name: name.to_owned(),
+                suggestions: crate::suggest::suggest(&self.registry(), name),
+            }),
+            Some(entry) => {
+                let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
+                self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await
+            }
+        };
+        self.account(
+            &tool,
+            entry.as_deref(),
+            ctx,
+            &op,
+            &meta,
+            &result,
+            started,
+            chars_in,
+            audit_args,
+        );
+        (result, entry)
+    }
+
+    fn redact_result(
+        &self,
+        result: Result<ToolOutput, ToolError>,
+        tool: &str,
+    ) -> Result<ToolOutput, ToolError> {
+        let redactor = &self.inner.redactor;
+        if redactor.is_empty() {
+            return result;
+        }
+        match result {
+            Ok(mut output) => {
+                for part in &mut output.content {
+                    if let ContentPart::Text { text } = part
+                        && let std::borrow::Cow::Owned(clean) = redactor.redact(text)
+                    {
+                        *text = clean;
+                    }
+                }
+                Ok(output)
+            }
+            Err(e) => {
+                let report = e.report();
+                match redactor.redact(&report) {
+                    std::borrow::Cow::Borrowed(_) => Err(e),
+                    // The variant is lost, not the secret kept: the message is all that leaves.
+                    std::borrow::Cow::Owned(clean) => {
+                        Err(ToolError::Remote { tool: tool.to_owned(), message: clean })
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn account(
+        &self,
+        tool: &Arc<str>,
+        entry: Option<&ToolEntry>,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+        result: &Result<ToolOutput, ToolError>,
+        started: Instant,
+        chars_in: u64,
+        audit_args: Option<String>,
+    ) {
+        let elapsed = started.elapsed();
+        let latency_ms = elapsed.as_millis() as u64;
+        let ok = matches!(result, Ok(o) if !o.is_error);
+        let stats = match entry {
+            Some(entry) => entry.stats.get_or_init(|| self.inner.stats.of(tool)).clone(),
+            None => self.inner.stats.of(tool),
+        };
+        stats.record(ok, elapsed.as_micros() as u64);
+        let error_code = match result {
+            Ok(o) if o.is_error => Some("tool_error"),
+            Ok(_) => None,
+            Err(e) => Some(e.code()),
+        };
+        match result {
+            Ok(_) if ok => {
+                tracing::debug!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: ok");
+            }
+            Ok(o) => {
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", o.to_text().chars().take(200).collect::<String>());
+            }
+            Err(e) => {
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&e.report()));
+            }
+        }
+        let wants_record = self.inner.events.receiver_count() > 0 || self.inner.audit.is_some();
+        if !wants_record {
+            return;
+        }
+        let text = match result {
+            Ok(o) => o.to_text(),
+            Err(e) => e.report(),
+        };
+        if let (Some(audit), Some(arguments_sha256)) = (&self.inner.audit, audit_args) {
+            audit.write(AuditRecord {
+                ts_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                run: ctx.run_id().to_owned(),
+                tool: tool.to_string(),
+                call_id: ctx.call_id().map(str::to_owned),
+                arguments_sha256,
+                result_sha256: sha256_hex(text.as_bytes()),
+                outcome: error_code.map_or_else(|| "ok".to_owned(), |c| format!("failed:{c}")),
+                latency_ms,
+            });
+        }
+        if self.inner.events.receiver_count() > 0 {
+            let served = *meta.served.lock().unwrap_or_else(|e| e.into_inner());
+            let record = CallRecord {
+                tool: tool.to_string(),
+                namespace: entry.map(|e| e.provider.namespace().to_owned()).unwrap_or_default(),
+                kind: entry.map_or(ToolKind::Composite, |e| e.provider.kind()),
+                run_id: ctx.run_id().to_owned(),
+                call_id: ctx.call_id().map(str::to_owned),
+                op_id: op.id(),
+                parent_op_id: op.parent().map(|p| p.id()),
+                latency_ms,
+                queued_ms: meta.queued_ms.load(Ordering::Relaxed),
+                chars_in,
+                chars_out: text.chars().count() as u64,
+                status: if ok { CallStatus::Ok } else { CallStatus::Failed },
+                error_code: error_code.map(str::to_owned),
+                cached: matches!(served, Some(Served::Cache | Served::Coalesced)),
+                spilled: meta.spilled.load(Ordering::Relaxed),
+                attempts: meta.attempts.load(Ordering::Relaxed),
+            };
+            let _ = self.inner.events.send(ToolEvent::ToolFinished { record });
+        }
+    }
+
+    /// Everything after lookup: permission, validation, hooks, cache, then the downstream
+    /// stages, then size cap and context budget.
+    async fn managed(
+        &self,
+        entry: &Arc<ToolEntry>,
+        arguments: Value,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+    ) -> Result<ToolOutput, ToolError> {
+        self.permit(entry, &arguments, ctx).await?;
+        entry.validator.validate(&entry.name, &arguments)?;
+        let arguments = self.before_hooks(entry, arguments, ctx).await?;
+        let output = match entry.settings.cache_ttl {
+            Some(ttl) => {
+                let key = cache_key(&entry.name, &arguments);
+                let run = || self.downstream(entry, arguments.clone(), ctx, op, meta);
+                let (result, served) =
+                    self.inner.flight.run(&*self.inner.cache, &key, ttl, run).await;
+                *meta.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(served);
+                result?
+            }
+            None => self.downstream(entry, arguments, ctx, op, meta).await?,
+        };
+        let output = self.cap_size(entry, output, ctx, meta).await;
+        if let Some(run) = self.tracks_runs().then(|| self.run_state(ctx.run_id())) {
+            let tokens = estimate_tokens(textual_len(&output));
+            if let Err(remaining) =
+                run.take_context_tokens(tokens, self.inner.config.context_token_budget)
+            {
+                return Err(ToolError::ContextBudgetExceeded {
+                    tool: entry.name.to_string(),
+                    tokens,
+                    remaining,
+                });
+            }
+        }
+        Ok(output)
+    }
+
+    async fn permit(
+        &self,
+        entry: &ToolEntry,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        match &entry.permission {
+            Permission::Allow => Ok(()),
+            Permission::Deny(reason) => {
+                Err(ToolError::Denied { tool: entry.name.to_string(), reason: reason.clone() })
+            }
+            Permission::Ask(rule) => {
+                let Some(handler) = ctx.handler() else {
+                    return Err(ToolError::Denied {
+                        tool: entry.name.to_string(),
+                        reason: format!(
+                            "{rule} requires approval and no approval handler is attached; \
+                             remove the rule or move it to `permissions.allow` to run without approval"
+                        ),
+                    });
+                };
+                let request = ApprovalRequest {
+                    tool: entry.name.to_string(),
+                    arguments: arguments.clone(),
+                    reason: rule.clone(),
+                };
+                match handler.approve(request).await {
+                    ApprovalDecision::Allow => Ok(()),
+                    ApprovalDecision::Deny { reason } => Err(ToolError::Denied {
+                        tool: entry.name.to_string(),
+                        reason: format!("not approved: {reason}"),
+                    }),
+                }
+            }
+        }
+    }
+
+    async fn before_hooks(
+        &self,
+        entry: &ToolEntry,
+        mut arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<Value, ToolError> {
+        let mut changed = false;
+        for scoped in self.inner.before.iter().filter(|h| h.applies_to(&entry.name)) {
+            let before = arguments.clone();
+            scoped.hook.before(&entry.name, &mut arguments, ctx).await?;
+            changed |= before != arguments;
+        }
+        if changed {
+            entry.validator.validate(&entry.name, &arguments)?;
+        }
+        Ok(arguments)
+    }
+
+    /// Run budget, queue slot, timeout and retries around the provider call, then after-hooks.
+    async fn downstream(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+    ) -> Result<ToolOutput, ToolError> {
+        let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let run = self.tracks_runs().then(|| self.run_state(ctx.run_id()));
+        let mut time_left = None;
+        if let Some(run) = &run {
+            let budget = &self.inner.config.run_budget;
+            if let Some(max) = budget.max_calls {
+                let calls = run.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                if calls > max {
+                    run.calls.fetch_sub(1, Ordering::Relaxed);
+                    return Err(ToolError::BudgetExhausted {
+                        tool: entry.name.to_string(),
+                        what: format!("the run may make at most {max} tool calls"),
+                    });
+                }
+            }
+            if let Some(max) = budget.max_tool_time {
+                let used = Duration::from_millis(run.tool_time_ms.load(Ordering::Relaxed));
+                if used >= max {
+                    return Err(ToolError::BudgetExhausted {
+                        tool: entry.name.to_string(),
+                        what: format!("the run may spend at most {}s in tools", max.as_secs_f64()),
+                    });
+                }
+                time_left = Some(max - used);
+            }
+        }
+        let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
+        let started = Instant::now();
+        let result = self.attempts(entry, arguments, ctx, op, meta, &generation, time_left).await;
+        if let Some(run) = &run {
+            run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+        let mut output = result?;
+        for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
+            scoped.hook.after(&entry.name, &mut output, ctx).await?;
+        }
+        Ok(output)
+    }
+
+    async fn take_slot(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+        generation: &CancellationToken,
+    ) -> Result<Option<HeldSlot>, ToolError> {
+        let Some((queue, wait)) = &entry.settings.queue else { return Ok(None) };
+        if queue.is_full()
+            && let Some(ancestor) = op.ancestor_holding(queue.name())
+        {
+            return Err(ToolError::QueueDeadlock {
+                tool: entry.name.to_string(),
+                queue: queue.name().to_string(),
+                ancestor: ancestor.tool().to_owned(),
+            });
+        }
+        let waited = Instant::now();
+        let slot = tokio::select! {
+            slot = queue.acquire(*wait) => slot,
+            () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
+            () = generation.cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
+        };
+        meta.queued_ms.store(waited.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let Some(slot) = slot else {
+            return Err(ToolError::QueueBusy {
+                tool: entry.name.to_string(),
+                queue: queue.name().to_string(),
+                waited: *wait,
+            });
+        };
+        op.hold_queue(queue.name());
+        Ok(Some(HeldSlot { _slot: slot, op: op.clone(), queue: queue.name().clone() }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+        generation: &CancellationToken,
+        time_left: Option<Duration>,
+    ) -> Result<ToolOutput, ToolError> {
+        let policy = &entry.settings.retries;
+        let annotations = &entry.spec.annotations;
+        let may_retry = policy.max_retries > 0 && (annotations.idempotent || annotations.read_only);
+        let mut attempt = 0;
+        let mut arguments = Some(arguments);
+        loop {
+            attempt += 1;
+            meta.attempts.store(attempt, Ordering::Relaxed);
+            let last = !may_retry || attempt > policy.max_retries;
+            // Only a call that may be retried keeps a copy of its arguments.
+            let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
+            let result = self.timed_call(entry, args, ctx, op, generation, time_left).await;
+            match result {
+                Err(e) if !last && e.is_transient() => {
+                    let delay = policy.backoff(attempt);
+                    tracing::debug!(tool = %entry.name, attempt, "transient failure, retrying in {delay:?}: {}", e.report());
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
+                        () = generation.cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The provider call, in its own cancellation scope, bounded by the timeout (reset on
+    /// progress when configured, never past the hard cap); a panic becomes an error.
+    async fn timed_call(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        generation: &CancellationToken,
+        time_left: Option<Duration>,
+    ) -> Result<ToolOutput, ToolError> {
+        let settings = &entry.settings;
+        let start = Instant::now();
+        let mut timeout = settings.timeout;
+        if let Some(left) = time_left {
+            timeout = timeout.min(left);
+        }
+        let hard_deadline = {
+            let cap = if settings.reset_on_progress {
+                settings.max_total_time.unwrap_or(timeout.saturating_mul(10))
+            } else {
+                timeout
+            };
+            let mut hard = start + cap;
+            if let Some(d) = ctx.deadline() {
+                hard = hard.min(d);
+            }
+            hard
+        };
+        let call_token = ctx.cancel_token().child_token();
+        let last_progress = Arc::new(AtomicU64::new(0));
+        let mut provider_ctx = ctx
+            .clone()
+            .with_cancel(call_token.clone())
+            .with_op(op.clone())
+            .with_deadline(hard_deadline);
+        let listens = self.inner.events.receiver_count() > 0;
+        if settings.reset_on_progress || listens || ctx.progress_sink().is_some() {
+            provider_ctx = provider_ctx.with_progress(self.progress_sink(
+                entry,
+                ctx,
+                op,
+                start,
+                &last_progress,
+                listens,
+            ));
+        }
+        let tool = entry.name.to_string();
+        let call = AssertUnwindSafe(entry.provider.call(&entry.original, arguments, &provider_ctx))
+            .catch_unwind();
+        tokio::pin!(call);
+        let mut deadline = (start + timeout).min(hard_deadline);
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut call => {
+                    return match result {
+                        Ok(result) => result,
+                        Err(panic) => Err(ToolError::Panicked { tool, message: panic_message(&*panic) }),
+                    };
+                }
+                () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool }),
+                () = generation.cancelled() => {
+                    call_token.cancel();
+                    return Err(ToolError::Cancelled { tool });
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let progressed = Duration::from_micros(last_progress.load(Ordering::Relaxed));
+                    let extended = (start + progressed + timeout).min(hard_deadline);
+                    if settings.reset_on_progress && extended > deadline {
+                        deadline = extended;
+                        continue;
+                    }
+                    call_token.cancel();
+                    return Err(ToolError::Timeout { tool, after: start.elapsed() });
+                }
+            }
+        }
+    }
+
+    fn progress_sink(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        start: Instant,
+        last_progress: &Arc<AtomicU64>,
+        listens: bool,
+    ) -> ProgressSink {
+        let upstream = ctx.progress_sink().cloned();
+        let last = last_progress.clone();
+        let events = listens.then(|| self.inner.events.clone());
+        let tool = entry.name.clone();
+        let op_id = op.id();
+        ProgressSink::new(move |progress| {
+            last.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            if let Some(events) = &events {
+                let _ = events.send(ToolEvent::ToolProgress {
+                    op_id,
+                    tool: tool.to_string(),
+                    progress: progress.clone(),
+                });
+            }
+            if let Some(sink) = &upstream {
+                sink.report(progress);
+            }
+        })
+    }
+
+    /// Spills or truncates an output over `toolResponseMaxBytes`. Error outputs are never
+    /// spilled (the model must see why a call failed) but are truncated when huge.
+    async fn cap_size(
+        &self,
+        entry: &ToolEntry,
+        output: ToolOutput,
+        ctx: &CallContext,
+        meta: &CallMeta,
+    ) -> ToolOutput {
+        let max = self.inner.config.response_max_bytes;
+        let size = textual_len(&output);
+        if size <= max {
+            return output;
+        }
+        if output.is_error || self.inner.config.oversize == OversizeMode::Truncate {
+            return truncate_output(output, max);
+        }
+        let text = output.to_text();
+        let text = self.inner.redactor.redact(&text);
+        match self.inner.store.store(ctx.run_id(), &entry.name, &text).await {
+            Ok(stored) => {
+                meta.spilled.store(true, Ordering::Relaxed);
+                let message = json!({
+                    "tool_output": {
+                        "handle": stored.handle,
+                        "reason": "size_limit_exceeded",
+                        "bytes": stored.bytes,
+                        "lines": stored.lines,
+                        "tokens": estimate_tokens(text.len()),
+                    }
+                });
+                let mut capped = ToolOutput::text(message.to_string());
+                capped.extras = output.extras;
+                capped.extras.insert("spilled".into(), message["tool_output"].clone());
+                capped
+            }
+            Err(e) => {
+                tracing::warn!(tool = %entry.name, "output store failed, truncating instead: {e}");
+                truncate_output(output, max)
+            }
+        }
+    }
+}
+
+async fn warm_one(
+    index: usize,
+    provider: Arc<dyn ToolProvider>,
+    timeout: Duration,
+) -> (usize, Result<(), String>, u64) {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(timeout, provider.warmup()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.report()),
+        Err(_) => {
+            Err(format!("did not start within {}s (`startupTimeout`)", timeout.as_secs_f64()))
+        }
+    };
+    (index, result, started.elapsed().as_millis() as u64)
+}
+
+async fn list_one(
+    provider: Arc<dyn ToolProvider>,
+    timeout: Duration,
+) -> (String, Result<Vec<ToolSpec>, String>) {
+    let result = match tokio::time::timeout(timeout, provider.list_tools()).await {
+        Ok(Ok(tools)) => Ok(tools),
+        Ok(Err(e)) => Err(format!("listing tools failed: {}", e.report())),
+        Err(_) => Err("listing tools timed out".to_owned()),
+    };
+    (provider.namespace().to_owned(), result)
+}
+
+/// Bytes of the parts a model reads as text (binary parts go to the model as they are).
+fn textual_len(output: &ToolOutput) -> usize {
+    if output.content.is_empty() {
+        return output.byte_len();
+    }
+    output
+        .content
+        .iter()
+        .filter(|p| !matches!(p, ContentPart::Image { .. } | ContentPart::Audio { .. }))
+        .map(ContentPart::byte_len)
+        .sum()
+}
+
+fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
+    let text = output.to_text();
+    let head_len = floor_char_boundary(&text, max / 2);
+    let tail_start = ceil_char_boundary(&text, text.len() - (max - head_len).min(text.len()));
+    let omitted = tail_start.saturating_sub(head_len);
+    let mut out = String::with_capacity(max + 64);
+    out.push_str(&text[..head_len]);
+    out.push_str(&format!("\n[... {omitted} bytes omitted: output over {max} bytes ...]\n"));
+    out.push_str(&text[tail_start.max(head_len)..]);
+    let mut capped =
+        ToolOutput { is_error: output.is_error, extras: output.extras, ..ToolOutput::text(out) };
+    capped.extras.insert("truncated".into(), json!({"bytes": text.len(), "omitted": omitted}));
+    capped
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Orchestrator {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Composite
+    }
+
+    fn namespace(&self) -> &str {
+        &self.inner.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self.tools())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.registry().get(name).is_some()
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.call_tool(name, arguments, ctx).await
+    }
+
+    async fn warmup(&self) -> Result<(), ToolError> {
+        let report = Orchestrator::warmup(self).await;
+        match report.problems.iter().find(|p| p.severity == Severity::Error) {
+            Some(problem) => Err(ToolError::Unavailable {
+                provider: self.inner.namespace.clone(),
+                message: problem.message.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        Orchestrator::instructions(self)
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        self.cleanup().await;
+        Ok(())
+    }
+
+    fn tool_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.inner.notifier.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_head_and_tail_on_char_boundaries() {
+        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
+        let out = truncate_output(ToolOutput::text(text), 50);
+        let t = out.to_text();
+        assert!(t.starts_with("éé"));
+        assert!(t.ends_with("zz"));
+        assert!(t.contains("bytes omitted: output over 50 bytes"));
+    }
+}

@@ -1,0 +1,256 @@
+//! The registry: every tool of every provider under its model-facing name, with what the
+//! pipeline needs precomputed per tool (validator, permission, settings, queue).
+//!
+//! A registry is an immutable snapshot; a refresh builds a new one and swaps it in, so a
+//! call never sees a half-built registry and lookups take no lock beyond one `Arc` clone.
+
+use crate::config::{OrchestratorConfig, ToolSettings};
+use crate::permission::Permission;
+use crate::queue::Queue;
+use crate::validate::ArgumentValidator;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use toolmux_core::{ToolProvider, ToolSpec, naming};
+
+/// One registered tool.
+#[derive(Debug)]
+pub struct ToolEntry {
+    /// The model-facing name.
+    pub name: Arc<str>,
+    /// The provider's own name for it.
+    pub original: String,
+    /// The provider.
+    pub provider: Arc<dyn ToolProvider>,
+    /// The spec as the provider gave it.
+    pub spec: ToolSpec,
+    pub(crate) validator: ArgumentValidator,
+    pub(crate) permission: Permission,
+    pub(crate) settings: ResolvedSettings,
+    pub(crate) stats: OnceLock<Arc<crate::accounting::ToolStats>>,
+}
+
+/// Settings of one tool after merging tool, provider and defaults.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedSettings {
+    pub queue: Option<(Arc<dyn Queue>, Duration)>,
+    /// Set only when the tool may be cached.
+    pub cache_ttl: Option<Duration>,
+    pub timeout: Duration,
+    pub reset_on_progress: bool,
+    pub max_total_time: Option<Duration>,
+    pub retries: crate::config::RetryPolicy,
+}
+
+/// How bad a registry problem is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The tool or alias was left out; the rest works.
+    Warning,
+    /// A configuration error: a name collision.
+    Error,
+}
+
+/// Something wrong found while building the registry.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryProblem {
+    /// How bad.
+    pub severity: Severity,
+    /// What, naming the tool and its owners.
+    pub message: String,
+}
+
+/// The tools of one provider as last listed.
+#[derive(Debug, Clone)]
+pub(crate) struct ProviderTools {
+    pub provider: Arc<dyn ToolProvider>,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// An immutable snapshot of all tools.
+#[derive(Debug, Default)]
+pub struct Registry {
+    entries: HashMap<Arc<str>, Arc<ToolEntry>>,
+    order: Vec<Arc<str>>,
+    aliases: HashMap<String, Arc<str>>,
+    problems: Vec<RegistryProblem>,
+}
+
+impl Registry {
+    /// Builds a registry from the listed tools of each provider, in order.
+    pub(crate) fn build(
+        providers: &[ProviderTools],
+        config: &OrchestratorConfig,
+        queues: &HashMap<String, Arc<dyn Queue>>,
+    ) -> Registry {
+        let mut registry = Registry::default();
+        for listed in providers {
+            registry.add_provider(listed, config, queues);
+        }
+        registry.add_aliases(config);
+        registry
+    }
+
+    fn add_provider(
+        &mut self,
+        listed: &ProviderTools,
+        config: &OrchestratorConfig,
+        queues: &HashMap<String, Arc<dyn Queue>>,
+    ) {
+        let namespace = listed.provider.namespace();
+        let mut seen = std::collections::HashSet::new();
+        let mut specs = Vec::with_capacity(listed.tools.len());
+        for spec in &listed.tools {
+            if !seen.insert(spec.name.as_str()) {
+                self.warn(format!(
+                    "provider `{namespace}` lists tool `{}` twice; the second is left out",
+                    spec.name
+                ));
+                continue;
+            }
+            if let Err(e) = ArgumentValidator::check_schema(&spec.input_schema) {
+                self.warn(format!(
+                    "tool `{}` of provider `{namespace}` is left out: its input schema is not valid JSON Schema: {e}",
+                    spec.name
+                ));
+                continue;
+            }
+            specs.push(spec);
+        }
+        let names = match naming::qualify_all(
+            namespace,
+            specs.iter().map(|s| s.name.as_str()),
+            config.name_budget,
+        ) {
+            Ok(names) => names,
+            Err(e) => {
+                self.error(format!("provider `{namespace}`: {e}"));
+                return;
+            }
+        };
+        let provider_settings = config.providers.get(namespace).cloned().unwrap_or_default();
+        for ((name, _), spec) in names.into_iter().zip(specs) {
+            let name: Arc<str> = Arc::from(name);
+            let tool_settings = config
+                .tools
+                .get(&*name)
+                .or_else(|| config.tools.get(&format!("{namespace}__{}", spec.name)))
+                .cloned()
+                .unwrap_or_default();
+            let settings =
+                self.resolve(&name, spec, tool_settings.or(&provider_settings), config, queues);
+            let entry = ToolEntry {
+                name: name.clone(),
+                original: spec.name.clone(),
+                provider: listed.provider.clone(),
+                spec: spec.clone(),
+                validator: ArgumentValidator::new(spec.input_schema.clone()),
+                permission: config.permissions.decide(&name),
+                settings,
+                stats: OnceLock::new(),
+            };
+            self.order.push(name.clone());
+            self.entries.insert(name, Arc::new(entry));
+        }
+    }
+
+    fn resolve(
+        &mut self,
+        name: &str,
+        spec: &ToolSpec,
+        settings: ToolSettings,
+        config: &OrchestratorConfig,
+        queues: &HashMap<String, Arc<dyn Queue>>,
+    ) -> ResolvedSettings {
+        let queue = settings.queue.as_deref().and_then(|q| {
+            let found = queues.get(q).map(|queue| {
+                let wait = config.queues.get(q).map_or(Duration::from_secs(300), |c| c.wait_timeout);
+                (queue.clone(), wait)
+            });
+            if found.is_none() {
+                self.warn(format!(
+                    "tool `{name}` names queue `{q}`, which is not configured under `queues`; it runs unqueued"
+                ));
+            }
+            found
+        });
+        let cacheable = settings.cache_force
+            || spec.annotations.read_only
+            || spec.annotations.idempotent
+            || config.tools.get(name).is_some_and(|t| t.cache_ttl.is_some());
+        ResolvedSettings {
+            queue,
+            cache_ttl: settings.cache_ttl.filter(|ttl| cacheable && !ttl.is_zero()),
+            timeout: settings.timeout.unwrap_or(config.tool_timeout),
+            reset_on_progress: settings.reset_timeout_on_progress.unwrap_or(false),
+            max_total_time: settings.max_total_time,
+            retries: settings.retry.unwrap_or_else(|| config.retry.clone()),
+        }
+    }
+
+    fn add_aliases(&mut self, config: &OrchestratorConfig) {
+        let mut aliases: Vec<(&String, &String)> = config.aliases.iter().collect();
+        aliases.sort();
+        for (alias, target) in aliases {
+            if let Some(owner) = self.entries.get(alias.as_str()) {
+                self.error(format!(
+                    "alias `{alias}` (configuration `aliases`) collides with tool `{alias}` of provider `{}`; rename the alias",
+                    owner.provider.namespace()
+                ));
+                continue;
+            }
+            match self.entries.get_key_value(target.as_str()) {
+                Some((name, _)) => {
+                    self.aliases.insert(alias.clone(), name.clone());
+                }
+                None => self.warn(format!(
+                    "alias `{alias}` points to `{target}`, which no provider offers; it is left out"
+                )),
+            }
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.problems.push(RegistryProblem { severity: Severity::Warning, message });
+    }
+
+    fn error(&mut self, message: String) {
+        tracing::error!("{message}");
+        self.problems.push(RegistryProblem { severity: Severity::Error, message });
+    }
+
+    /// The entry of a full name or alias.
+    pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        match self.entries.get(name) {
+            Some(entry) => Some(entry),
+            None => self.aliases.get(name).and_then(|target| self.entries.get(target)),
+        }
+    }
+
+    /// Full names, in provider order then listing order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(|n| &**n)
+    }
+
+    /// Entries, in order.
+    pub fn entries(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
+        self.order.iter().filter_map(|n| self.entries.get(n))
+    }
+
+    /// Number of tools.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether there are no tools.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Problems found while building.
+    pub fn problems(&self) -> &[RegistryProblem] {
+        &self.problems
+    }
+}

@@ -1,0 +1,98 @@
+//! Accounting: events, statistics, audit log, progress forwarding.
+
+use crate::{call, start};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolmux_core::{CallContext, ProgressSink, ToolCall};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, ToolEvent, accounting::CallStatus};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn provider() -> Arc<MockProvider> {
+    Arc::new(
+        MockProvider::new("m")
+            .with_tool("ok", Behavior::Sleep(Duration::from_millis(20)))
+            .with_tool("fail", Behavior::Fail("boom".into()))
+            .with_tool(
+                "steps",
+                Behavior::Progress { steps: 3, interval: Duration::from_millis(10) },
+            ),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn events_come_in_order_with_records() {
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    let mut events = o.subscribe();
+    let ctx = CallContext::new().with_run_id("run-1");
+    o.execute(ToolCall::new("m__steps", json!({"a": "bc"})).with_id("call-7"), &ctx).await;
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    assert_eq!(seen.len(), 5, "{seen:#?}");
+    let ToolEvent::ToolStarted { tool, call_id, run_id, .. } = &seen[0] else { panic!("{seen:?}") };
+    assert_eq!(
+        (tool.as_str(), call_id.as_deref(), run_id.as_str()),
+        ("m__steps", Some("call-7"), "run-1")
+    );
+    assert!(seen[1..4].iter().all(|e| matches!(e, ToolEvent::ToolProgress { .. })));
+    let ToolEvent::ToolFinished { record } = &seen[4] else { panic!("{seen:?}") };
+    assert_eq!(record.status, CallStatus::Ok);
+    assert_eq!((record.chars_in, record.chars_out, record.latency_ms), (10, 4, 30));
+    assert_eq!(record.attempts, 1);
+    assert_eq!(record.namespace, "m");
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_reaches_the_callers_sink() {
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        ProgressSink::new(move |p| seen.lock().unwrap().push(p.progress))
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    assert!(o.execute(ToolCall::new("m__steps", json!({})), &ctx).await.ok);
+    assert_eq!(*seen.lock().unwrap(), vec![1.0, 2.0, 3.0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn statistics_count_and_time_every_call() {
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    for _ in 0..4 {
+        call(&o, "m__ok", json!({})).await;
+    }
+    call(&o, "m__fail", json!({})).await;
+    call(&o, "m__missing", json!({})).await;
+    let snap = o.stats().snapshot();
+    let ok = &snap.tools["m__ok"];
+    assert_eq!((ok.count, ok.ok, ok.failed), (4, 4, 0));
+    assert!((ok.p50_ms - 20.0).abs() < 4.0 && (ok.p95_ms - 20.0).abs() < 4.0, "{ok:?}");
+    assert_eq!(snap.tools["m__fail"].failed, 1);
+    assert_eq!(snap.tools["m__missing"].failed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn audit_log_has_a_line_per_call_with_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let config = OrchestratorConfig::default().with_audit_log(path.clone());
+    let o = Orchestrator::builder(config).provider(provider()).build().unwrap();
+    o.warmup().await;
+    call(&o, "m__ok", json!({"b": 1, "a": 2})).await;
+    call(&o, "m__fail", json!({})).await;
+    o.cleanup().await;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["tool"], "m__ok");
+    assert_eq!(lines[0]["outcome"], "ok");
+    assert_eq!(lines[1]["outcome"], "failed:remote");
+    // SHA-256 of the canonical arguments `\0{"a":2,"b":1}` and of the output `slept`.
+    assert_eq!(lines[0]["arguments_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(lines[0]["result_sha256"], toolmux_orchestrator::accounting::sha256_hex(b"slept"));
+}

@@ -1,0 +1,78 @@
+//! Response cache: TTL, cacheable tools only, single-flight, errors never cached.
+
+use crate::{call, start};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_orchestrator::{OrchestratorConfig, ToolSettings};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn provider() -> Arc<MockProvider> {
+    Arc::new(
+        MockProvider::new("api")
+            .with_read_only_tool("get", Behavior::Echo)
+            .with_read_only_tool("slow", Behavior::Sleep(Duration::from_secs(1)))
+            .with_read_only_tool("broken", Behavior::ErrorOutput("nope".into()))
+            .with_tool("post", Behavior::Echo),
+    )
+}
+
+fn config() -> OrchestratorConfig {
+    OrchestratorConfig::default()
+        .with_provider_settings("api", ToolSettings::default().with_cache(Duration::from_secs(60)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn read_only_results_are_cached_for_the_ttl() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    for _ in 0..3 {
+        assert!(call(&o, "api__get", json!({"a": 1, "b": 2})).await.ok);
+    }
+    // Key order does not matter: canonical JSON.
+    assert!(call(&o, "api__get", json!({"b": 2, "a": 1})).await.ok);
+    assert_eq!(p.calls_of("get"), 1);
+    assert!(call(&o, "api__get", json!({"a": 2})).await.ok);
+    assert_eq!(p.calls_of("get"), 2);
+    tokio::time::advance(Duration::from_secs(61)).await;
+    assert!(call(&o, "api__get", json!({"a": 1, "b": 2})).await.ok);
+    assert_eq!(p.calls_of("get"), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tools_that_write_are_not_cached_unless_configured_per_tool() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    call(&o, "api__post", json!({})).await;
+    call(&o, "api__post", json!({})).await;
+    assert_eq!(p.calls_of("post"), 2);
+
+    let p = provider();
+    let forced = config().with_tool_settings(
+        "api__post",
+        ToolSettings::default().with_cache(Duration::from_secs(5)),
+    );
+    let o = start(forced, vec![p.clone()]).await;
+    call(&o, "api__post", json!({})).await;
+    call(&o, "api__post", json!({})).await;
+    assert_eq!(p.calls_of("post"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn identical_concurrent_calls_run_once() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    let calls = (0..20).map(|_| call(&o, "api__slow", json!({"q": 1})));
+    let results = futures::future::join_all(calls).await;
+    assert!(results.iter().all(|r| r.ok));
+    assert_eq!(p.calls_of("slow"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn error_results_are_never_cached() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    assert!(!call(&o, "api__broken", json!({})).await.ok);
+    assert!(!call(&o, "api__broken", json!({})).await.ok);
+    assert_eq!(p.calls_of("broken"), 2);
+}

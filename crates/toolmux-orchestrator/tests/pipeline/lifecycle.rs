@@ -1,0 +1,150 @@
+//! Warmup, list changes, cancel, cleanup, and the orchestrator as a provider.
+
+use crate::{call, start};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
+use toolmux_orchestrator::{
+    FilteredView, Orchestrator, OrchestratorConfig, QueueConfig, ToolSettings,
+};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+/// Counts warmups running at once across providers.
+#[derive(Debug)]
+struct Slow {
+    namespace: String,
+    running: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl ToolProvider for Slow {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Mcp
+    }
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(vec![ToolSpec::new("t", "d", json!({"type": "object"}))])
+    }
+    async fn call(&self, _: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ok"))
+    }
+    async fn warmup(&self) -> Result<(), ToolError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn warmup_is_bounded_and_one_failure_stops_nothing() {
+    let running = Arc::new(AtomicUsize::new(0));
+    let max = Arc::new(AtomicUsize::new(0));
+    let config = OrchestratorConfig {
+        init_concurrency: 3,
+        startup_timeout: Duration::from_secs(5),
+        ..OrchestratorConfig::default()
+    };
+    let mut builder = Orchestrator::builder(config);
+    for i in 0..9 {
+        builder = builder.provider(Arc::new(Slow {
+            namespace: format!("s{i}"),
+            running: running.clone(),
+            max: max.clone(),
+        }));
+    }
+    builder = builder
+        .provider(Arc::new(
+            MockProvider::new("broken").with_failing_warmup("command not found: nosuchserver"),
+        ))
+        .provider(Arc::new(
+            MockProvider::new("stuck").with_warmup_delay(Duration::from_secs(3600)),
+        ));
+    let o = builder.build().unwrap();
+    let started = tokio::time::Instant::now();
+    let report = o.warmup().await;
+    assert_eq!(max.load(Ordering::SeqCst), 3);
+    assert!(started.elapsed() <= Duration::from_secs(9), "{:?}", started.elapsed());
+    assert!(!report.is_ok());
+    let failures: Vec<(&str, &str)> = report
+        .providers
+        .iter()
+        .filter_map(|p| p.error.as_deref().map(|e| (p.namespace.as_str(), e)))
+        .collect();
+    assert_eq!(
+        failures,
+        [
+            ("broken", "broken unavailable: command not found: nosuchserver"),
+            ("stuck", "did not start within 5s (`startupTimeout`)")
+        ]
+    );
+    assert_eq!(o.tools().len(), 9);
+    assert!(call(&o, "s0__t", json!({})).await.ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn list_changes_refresh_the_registry_and_signal_upward() {
+    let p = Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo));
+    let o = start(OrchestratorConfig::default(), vec![p.clone()]).await;
+    let mut changes = o.tool_list_changes().unwrap();
+    p.add_tool("b", Behavior::Text("new".into()));
+    tokio::time::timeout(Duration::from_secs(5), changes.changed()).await.unwrap();
+    assert_eq!(call(&o, "m__b", json!({})).await.result.unwrap(), "new");
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancel_aborts_everything_in_flight_and_frees_slots() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("hang", Behavior::Hang).with_tool("ok", Behavior::Echo),
+    );
+    let config = OrchestratorConfig::default()
+        .with_queue("q", QueueConfig::new(2))
+        .with_provider_settings("m", ToolSettings::default().with_queue("q"));
+    let o = start(config, vec![p.clone()]).await;
+    let pending: Vec<_> = (0..5)
+        .map(|_| {
+            let o = o.clone();
+            tokio::spawn(async move { call(&o, "m__hang", json!({})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(p.in_flight(), 2);
+    o.cancel();
+    for r in futures::future::join_all(pending).await {
+        assert_eq!(r.unwrap().extras["code"], "cancelled");
+    }
+    assert_eq!(p.in_flight(), 0);
+    assert!(call(&o, "m__ok", json!({})).await.ok, "usable after cancel");
+    o.cleanup().await;
+    assert!(p.is_shut_down());
+}
+
+#[tokio::test]
+async fn the_orchestrator_is_a_conforming_provider() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("echo", Behavior::Echo)
+            .with_tool("hang", Behavior::Hang)
+            .with_instructions("use m wisely"),
+    );
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    Conformance::new()
+        .with_sample(SampleCall::new("m__echo", json!({"x": 1})).expect_text_contains("\"x\":1"))
+        .with_cancellable(SampleCall::new("m__hang", json!({})))
+        .check(&o)
+        .await;
+    assert_eq!(ToolProvider::instructions(&o).unwrap(), "## m\nuse m wisely");
+    let view = FilteredView::new(o.clone(), vec!["m__echo".into()]);
+    let names: Vec<String> = view.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["m__echo"]);
+    let err = view.call("m__hang", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(err.code(), "unknown_tool");
+}

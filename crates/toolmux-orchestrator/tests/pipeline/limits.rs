@@ -1,0 +1,150 @@
+//! Run budget, size cap (spill and truncate), context-token budget, retries, redaction.
+
+use crate::{call, start};
+use expect_test::expect;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolCall};
+use toolmux_orchestrator::{
+    Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig, ToolSettings,
+};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+#[tokio::test(start_paused = true)]
+async fn run_budget_limits_calls_per_run() {
+    let p = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Echo));
+    let config = OrchestratorConfig::default()
+        .with_run_budget(RunBudgetConfig { max_calls: Some(2), max_tool_time: None });
+    let o = start(config, vec![p.clone()]).await;
+    let run = CallContext::new().with_run_id("r1");
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+    let r = o.execute(ToolCall::new("m__t", json!({})), &run).await;
+    expect![
+        "(tool failed: run budget exhausted before `m__t`: the run may make at most 2 tool calls)"
+    ]
+    .assert_eq(&r.conversation_text());
+    let other = CallContext::new().with_run_id("r2");
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &other).await.ok, "budgets are per run");
+    assert_eq!(o.run_flags("r1").calls, 2);
+    assert_eq!(p.total_calls(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_budget_limits_tool_time_and_shortens_the_last_timeout() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("nap", Behavior::Sleep(Duration::from_secs(3)))
+            .with_tool("long", Behavior::Sleep(Duration::from_secs(30))),
+    );
+    let config = OrchestratorConfig::default().with_run_budget(RunBudgetConfig {
+        max_calls: None,
+        max_tool_time: Some(Duration::from_secs(5)),
+    });
+    let o = start(config, vec![p]).await;
+    assert!(call(&o, "m__nap", json!({})).await.ok);
+    let r = call(&o, "m__long", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)");
+    assert!((2000..2100).contains(&r.latency_ms), "{}", r.latency_ms);
+    let r = call(&o, "m__nap", json!({})).await;
+    expect![
+        "(tool failed: run budget exhausted before `m__nap`: the run may spend at most 5s in tools)"
+    ]
+    .assert_eq(&r.conversation_text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn oversize_outputs_are_spilled_and_read_back() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("big", Behavior::Big(10_000))
+            .with_tool("small", Behavior::Big(100))
+            .with_tool("bad", Behavior::ErrorOutput("e".repeat(5000))),
+    );
+    let o = start(OrchestratorConfig::default().with_response_max_bytes(1000), vec![p]).await;
+    let r = call(&o, "m__big", json!({})).await;
+    assert!(r.ok);
+    let message: serde_json::Value = serde_json::from_str(r.result.as_deref().unwrap()).unwrap();
+    let spill = &message["tool_output"];
+    assert_eq!(spill["reason"], "size_limit_exceeded");
+    assert_eq!(spill["bytes"], 10_000);
+    assert_eq!(spill["lines"], 100);
+    assert_eq!(spill["tokens"], 2500);
+    let handle = spill["handle"].as_str().unwrap();
+    let page = o.read_output(handle, 98, 10).await.unwrap();
+    assert_eq!((page.lines, page.total_lines), (2, 100));
+    assert_eq!(page.text.lines().next().unwrap().len(), 99);
+    assert_eq!(call(&o, "m__small", json!({})).await.result.unwrap().len(), 100);
+    // Error outputs are never spilled: the model must see why the call failed.
+    let r = call(&o, "m__bad", json!({})).await;
+    let error = r.error.unwrap();
+    assert!(error.contains("bytes omitted: output over 1000 bytes"), "{error}");
+    assert!(error.len() < 1100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn truncate_mode_keeps_head_and_tail() {
+    let p = Arc::new(MockProvider::new("m").with_tool("big", Behavior::Big(10_000)));
+    let config = OrchestratorConfig {
+        oversize: OversizeMode::Truncate,
+        ..OrchestratorConfig::default().with_response_max_bytes(1000)
+    };
+    let o = start(config, vec![p]).await;
+    let r = call(&o, "m__big", json!({})).await;
+    let text = r.result.unwrap();
+    assert!(text.contains("[... 9000 bytes omitted: output over 1000 bytes ...]"), "{text}");
+    assert_eq!(r.extras["truncated"]["bytes"], 10_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn context_budget_refuses_outputs_and_sets_the_flag() {
+    let p = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Big(400)));
+    let o = start(OrchestratorConfig::default().with_context_token_budget(150), vec![p]).await;
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+    assert!(!o.run_flags("r").context_budget_exceeded);
+    let r = o.execute(ToolCall::new("m__t", json!({})), &run).await;
+    assert_eq!(r.conversation_text(), "(tool failed: context window budget exceeded)");
+    assert!(o.run_flags("r").context_budget_exceeded);
+    o.set_context_budget("r", 10_000);
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+}
+
+#[tokio::test(start_paused = true)]
+async fn transient_failures_of_idempotent_tools_are_retried() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_read_only_tool("flaky", Behavior::FailTransient { times: 2 })
+            .with_tool("write", Behavior::FailTransient { times: 2 }),
+    );
+    let config = OrchestratorConfig::default()
+        .with_provider_settings("m", ToolSettings::default().with_retry(RetryPolicy::retries(3)));
+    let o = start(config, vec![p.clone()]).await;
+    let r = call(&o, "m__flaky", json!({"x": 1})).await;
+    assert!(r.ok, "{r:?}");
+    assert_eq!(p.calls_of("flaky"), 3);
+    // 200 ms + 400 ms of backoff on the paused clock.
+    assert!((600..700).contains(&r.latency_ms), "{}", r.latency_ms);
+    let r = call(&o, "m__write", json!({})).await;
+    expect!["(tool failed: m: connection reset (failure 1 of 2))"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(p.calls_of("write"), 1, "not idempotent: no retry");
+}
+
+#[tokio::test(start_paused = true)]
+async fn secrets_never_leave_the_pipeline() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("leak", Behavior::Text("token=s3cr3t-value here".into()))
+            .with_tool("fail", Behavior::Fail("auth s3cr3t-value rejected".into())),
+    );
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(p)
+        .secrets(["s3cr3t-value".to_owned()])
+        .build()
+        .unwrap();
+    o.warmup().await;
+    assert_eq!(call(&o, "m__leak", json!({})).await.result.unwrap(), "token=[redacted] here");
+    assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
+}

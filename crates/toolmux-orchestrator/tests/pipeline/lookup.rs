@@ -1,0 +1,256 @@
+//! Alias and lookup, registry validation, permissions, argument validation, hooks.
+
+use crate::{call, start};
+use async_trait::async_trait;
+use expect_test::expect;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ToolCall, ToolError,
+    ToolOutput, ToolSpec,
+};
+use toolmux_orchestrator::{
+    AfterHook, BeforeHook, Orchestrator, OrchestratorConfig, OrchestratorError, PermissionRules,
+    Severity,
+};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn mock() -> Arc<MockProvider> {
+    Arc::new(
+        MockProvider::new("files")
+            .with_tool("read", Behavior::Echo)
+            .with_tool("write", Behavior::Text("written".into()))
+            .with_tool("delete", Behavior::Text("deleted".into())),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_tool_names_the_closest() {
+    let o = start(OrchestratorConfig::default(), vec![mock()]).await;
+    let r = call(&o, "files__reed", json!({})).await;
+    expect!["(tool failed: unknown tool `files__reed`; did you mean `files__read`?)"]
+        .assert_eq(&r.conversation_text());
+    let r = call(&o, "read", json!({})).await;
+    expect!["(tool failed: unknown tool `read`; did you mean `files__read`?)"]
+        .assert_eq(&r.conversation_text());
+    let r = call(&o, "zzz", json!({})).await;
+    expect!["(tool failed: unknown tool `zzz`)"].assert_eq(&r.conversation_text());
+    assert_eq!(r.extras["code"], "unknown_tool");
+    assert_eq!(r.extras["party"], "caller");
+}
+
+#[tokio::test(start_paused = true)]
+async fn aliases_route_to_canonical_names() {
+    let config = OrchestratorConfig::default().with_alias("cat", "files__read");
+    let o = start(config, vec![mock()]).await;
+    let r = call(&o, "cat", json!({"x": 1})).await;
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.namespace, "files");
+}
+
+#[tokio::test(start_paused = true)]
+async fn alias_collision_is_an_error_naming_both_owners() {
+    let config = OrchestratorConfig::default()
+        .with_alias("files__write", "files__read")
+        .with_alias("gone", "files__nothing");
+    let o = Orchestrator::builder(config).provider(mock()).build().unwrap();
+    let report = o.warmup().await;
+    assert!(!report.is_ok());
+    let messages: Vec<(Severity, &str)> =
+        report.problems.iter().map(|p| (p.severity, p.message.as_str())).collect();
+    expect![[r#"
+        [
+            (
+                Error,
+                "alias `files__write` (configuration `aliases`) collides with tool `files__write` of provider `files`; rename the alias",
+            ),
+            (
+                Warning,
+                "alias `gone` points to `files__nothing`, which no provider offers; it is left out",
+            ),
+        ]
+    "#]]
+    .assert_debug_eq(&messages);
+}
+
+#[tokio::test(start_paused = true)]
+async fn invalid_schemas_and_duplicates_are_refused_by_name() {
+    let p = MockProvider::new("p")
+        .with_spec(ToolSpec::new("bad", "d", json!({"type": "strin"})), Behavior::Echo)
+        .with_tool("dup", Behavior::Echo)
+        .with_tool("dup", Behavior::Echo)
+        .with_tool("good", Behavior::Echo);
+    let o =
+        Orchestrator::builder(OrchestratorConfig::default()).provider(Arc::new(p)).build().unwrap();
+    let report = o.warmup().await;
+    let names: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["p__dup", "p__good"]);
+    let messages: Vec<&str> = report.problems.iter().map(|p| p.message.as_str()).collect();
+    expect![[r#"
+        [
+            "tool `bad` of provider `p` is left out: its input schema is not valid JSON Schema: at /type: \"strin\" is not valid under any of the schemas listed in the 'anyOf' keyword",
+            "provider `p` lists tool `dup` twice; the second is left out",
+        ]
+    "#]]
+    .assert_debug_eq(&messages);
+}
+
+#[tokio::test(start_paused = true)]
+async fn long_names_fit_the_budget_and_route_back() {
+    let long = format!("get_{}_details", "very_long_resource_name_".repeat(4));
+    let p = Arc::new(
+        MockProvider::new("github-enterprise").with_tool(&long, Behavior::Text("ok".into())),
+    );
+    let o = start(OrchestratorConfig::default(), vec![p.clone()]).await;
+    let name = o.tools()[0].name.clone();
+    assert_eq!(name.len(), 64, "{name}");
+    assert!(call(&o, &name, json!({})).await.ok);
+    assert_eq!(p.calls_of(&long), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn duplicate_namespaces_and_unknown_queues_fail_the_build() {
+    let err = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(mock())
+        .provider(mock())
+        .build()
+        .unwrap_err();
+    expect!["two providers use the namespace `files` (builtin and builtin); give one of them another name"]
+        .assert_eq(&err.to_string());
+    let config = OrchestratorConfig::default()
+        .with_queue("fast", toolmux_orchestrator::QueueConfig::new(2))
+        .with_provider_settings(
+            "files",
+            toolmux_orchestrator::ToolSettings::default().with_queue("slow"),
+        );
+    let err = Orchestrator::builder(config).provider(mock()).build().unwrap_err();
+    assert!(matches!(err, OrchestratorError::UnknownQueue { .. }));
+    expect![
+        "provider `files` uses queue `slow`, which is not defined under `queues` (defined: fast)"
+    ]
+    .assert_eq(&err.to_string());
+}
+
+#[derive(Debug)]
+struct Approver(bool);
+
+#[async_trait]
+impl InteractionHandler for Approver {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        assert_eq!(request.tool, "files__write");
+        if self.0 {
+            ApprovalDecision::Allow
+        } else {
+            ApprovalDecision::Deny { reason: "the user said no".into() }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn permissions_deny_ask_allow() {
+    let rules = PermissionRules::default().deny("*__delete").ask("files__write");
+    let p = mock();
+    let o = start(OrchestratorConfig::default().with_permissions(rules), vec![p.clone()]).await;
+    let r = call(&o, "files__delete", json!({})).await;
+    expect!["(tool failed: call to `files__delete` denied: denied by rule `permissions.deny: *__delete`; remove the rule to allow it)"]
+        .assert_eq(&r.conversation_text());
+    let r = call(&o, "files__write", json!({})).await;
+    expect!["(tool failed: call to `files__write` denied: rule `permissions.ask: files__write` requires approval and no approval handler is attached; remove the rule or move it to `permissions.allow` to run without approval)"]
+        .assert_eq(&r.conversation_text());
+    let yes = CallContext::new().with_handler(Arc::new(Approver(true)));
+    assert!(o.execute(ToolCall::new("files__write", json!({})), &yes).await.ok);
+    let no = CallContext::new().with_handler(Arc::new(Approver(false)));
+    let r = o.execute(ToolCall::new("files__write", json!({})), &no).await;
+    expect!["(tool failed: call to `files__write` denied: not approved: the user said no)"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(p.calls_of("delete"), 0);
+    assert_eq!(p.calls_of("write"), 1);
+}
+
+fn typed() -> Arc<MockProvider> {
+    let schema = json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "maximum": 10}, "s": {"type": "string"}},
+        "required": ["n"],
+        "additionalProperties": false
+    });
+    Arc::new(MockProvider::new("t").with_spec(ToolSpec::new("f", "typed", schema), Behavior::Echo))
+}
+
+#[tokio::test(start_paused = true)]
+async fn validation_lists_every_violation() {
+    let p = typed();
+    let o = start(OrchestratorConfig::default(), vec![p.clone()]).await;
+    let r = call(&o, "t__f", json!({"n": 11, "s": 3, "x": true})).await;
+    expect![[r#"(tool failed: invalid arguments for `t__f`: at /n: 11 is greater than the maximum of 10; at /s: 3 is not of type "string"; at /: Additional properties are not allowed ('x' was unexpected))"#]]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(p.total_calls(), 0, "the provider never sees invalid arguments");
+    assert!(call(&o, "t__f", json!({"n": 3})).await.ok);
+}
+
+#[derive(Debug)]
+struct Clamp;
+
+#[async_trait]
+impl BeforeHook for Clamp {
+    async fn before(
+        &self,
+        tool: &str,
+        arguments: &mut Value,
+        _ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        match arguments["n"].as_i64() {
+            Some(7) => {
+                Err(ToolError::Denied { tool: tool.into(), reason: "seven is unlucky".into() })
+            }
+            Some(n) if n > 5 => {
+                arguments["n"] = json!(5);
+                Ok(())
+            }
+            Some(0) => {
+                arguments["n"] = json!("zero");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shout;
+
+#[async_trait]
+impl AfterHook for Shout {
+    async fn after(
+        &self,
+        _tool: &str,
+        output: &mut ToolOutput,
+        _ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        *output = ToolOutput::text(output.to_text().to_uppercase());
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn hooks_rewrite_refuse_and_are_revalidated() {
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(typed())
+        .before_hook("t__*", Arc::new(Clamp))
+        .after_hook("t__f", Arc::new(Shout))
+        .build()
+        .unwrap();
+    o.warmup().await;
+    assert_eq!(
+        call(&o, "t__f", json!({"n": 9, "s": "a"})).await.result.unwrap(),
+        r#"{"N":5,"S":"A"}"#
+    );
+    let r = call(&o, "t__f", json!({"n": 7})).await;
+    expect!["(tool failed: call to `t__f` denied: seven is unlucky)"]
+        .assert_eq(&r.conversation_text());
+    let r = call(&o, "t__f", json!({"n": 0})).await;
+    expect![[
+        r#"(tool failed: invalid arguments for `t__f`: at /n: "zero" is not of type "integer")"#
+    ]]
+    .assert_eq(&r.conversation_text());
+}

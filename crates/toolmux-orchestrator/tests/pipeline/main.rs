@@ -1,0 +1,37 @@
+//! Pipeline tests: every stage through the public API, against mock providers, on tokio's
+//! paused clock (no real sleeps).
+
+mod accounting;
+mod cache;
+mod lifecycle;
+mod limits;
+mod lookup;
+mod queue;
+mod timeout;
+
+use std::sync::Arc;
+use toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig};
+
+/// Builds and warms up an orchestrator over `providers`, with outputs stored in a fresh
+/// temporary directory.
+pub async fn start(
+    config: OrchestratorConfig,
+    providers: Vec<Arc<dyn ToolProvider>>,
+) -> Orchestrator {
+    let dir = tempfile::tempdir().expect("temporary directory").keep();
+    let mut builder = Orchestrator::builder(config)
+        .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir)));
+    for p in providers {
+        builder = builder.provider(p);
+    }
+    let orchestrator = builder.build().expect("valid configuration");
+    let report = orchestrator.warmup().await;
+    assert!(report.is_ok(), "{report:?}");
+    orchestrator
+}
+
+/// One call with a fresh context.
+pub async fn call(o: &Orchestrator, name: &str, args: serde_json::Value) -> ToolResult {
+    o.execute(ToolCall::new(name, args), &CallContext::new()).await
+}

@@ -1,0 +1,138 @@
+//! Queues: bounded concurrency, FIFO, wait timeout, release on every exit, no deadlock in
+//! nested calls, and the 10,000-call load test.
+
+use crate::{call, start};
+use async_trait::async_trait;
+use expect_test::expect;
+use serde_json::{Value, json};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, QueueConfig, ToolSettings};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn queued(concurrent: usize, wait: Duration) -> OrchestratorConfig {
+    OrchestratorConfig::default()
+        .with_queue("q", QueueConfig::new(concurrent).with_wait_timeout(wait))
+        .with_provider_settings("m", ToolSettings::default().with_queue("q"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_thousand_calls_through_a_queue_of_four() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("work", Behavior::Sleep(Duration::from_millis(1))),
+    );
+    let o = start(queued(4, Duration::from_secs(3600)), vec![p.clone()]).await;
+    let calls = (0..10_000).map(|i| {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "m__work", json!({"i": i})).await })
+    });
+    let results = futures::future::join_all(calls).await;
+    assert_eq!(results.len(), 10_000);
+    assert!(results.iter().all(|r| r.as_ref().unwrap().ok));
+    assert_eq!(p.max_in_flight(), 4, "never more than the queue allows");
+    assert_eq!(p.total_calls(), 10_000);
+    assert_eq!(p.in_flight(), 0);
+    // Every slot is free again: four calls start at once.
+    let again = futures::future::join_all((0..4).map(|_| call(&o, "m__work", json!({})))).await;
+    assert!(again.iter().all(|r| r.ok && r.latency_ms <= 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_too_long_is_a_distinct_busy_error() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let o = start(queued(1, Duration::from_secs(2)), vec![p]).await;
+    let (first, second) =
+        tokio::join!(call(&o, "m__slow", json!({})), call(&o, "m__slow", json!({})));
+    assert!(first.ok);
+    expect!["(tool failed: queue `q` busy: no slot for `m__slow` within 2s, retry later)"]
+        .assert_eq(&second.conversation_text());
+    assert_eq!(second.extras["code"], "queue_busy");
+}
+
+#[tokio::test(start_paused = true)]
+async fn slots_are_released_on_error_timeout_panic_and_cancel() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("fail", Behavior::Fail("x".into()))
+            .with_tool("panic", Behavior::Panic)
+            .with_tool("hang", Behavior::Hang)
+            .with_tool("ok", Behavior::Echo),
+    );
+    let config = queued(1, Duration::from_millis(10)).with_tool_timeout(Duration::from_secs(1));
+    let o = start(config, vec![p.clone()]).await;
+    assert!(!call(&o, "m__fail", json!({})).await.ok);
+    let r = call(&o, "m__panic", json!({})).await;
+    expect!["(tool failed: `m__panic` panicked: mock tool panic panicked on purpose)"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(call(&o, "m__hang", json!({})).await.conversation_text(), "(tool failed: timeout)");
+    let ctx = CallContext::new();
+    let cancel = ctx.cancel_token().clone();
+    let hung = tokio::spawn({
+        let o = o.clone();
+        async move { o.execute(toolmux_core::ToolCall::new("m__hang", json!({})), &ctx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let r = hung.await.unwrap();
+    assert_eq!(r.extras["code"], "cancelled");
+    // The queue of one is free after all of that.
+    assert!(call(&o, "m__ok", json!({})).await.ok);
+    assert_eq!(p.in_flight(), 0);
+}
+
+/// A provider whose `outer` tool calls `m__inner` through the orchestrator, as a sub-agent would.
+#[derive(Debug)]
+struct Nested {
+    orchestrator: OnceLock<Orchestrator>,
+}
+
+#[async_trait]
+impl ToolProvider for Nested {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Agent
+    }
+    fn namespace(&self) -> &str {
+        "agent"
+    }
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(vec![ToolSpec::new("outer", "calls m__inner", json!({"type": "object"}))])
+    }
+    async fn call(
+        &self,
+        _name: &str,
+        _args: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let o = self.orchestrator.get().expect("set before calls");
+        o.call_tool("m__inner", json!({}), &ctx.child()).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nested_call_on_its_ancestors_full_queue_fails_fast() {
+    let nested = Arc::new(Nested { orchestrator: OnceLock::new() });
+    let m = Arc::new(MockProvider::new("m").with_tool("inner", Behavior::Text("inner ran".into())));
+    let config = OrchestratorConfig::default()
+        .with_queue("shared", QueueConfig::new(1))
+        .with_provider_settings("agent", ToolSettings::default().with_queue("shared"))
+        .with_provider_settings("m", ToolSettings::default().with_queue("shared"));
+    let o = start(config, vec![nested.clone(), m.clone()]).await;
+    nested.orchestrator.set(o.clone()).unwrap();
+    let r = call(&o, "agent__outer", json!({})).await;
+    expect!["(tool failed: queue `shared` is full and its slot is held by the enclosing call `agent__outer`: `m__inner` would wait forever; raise `queues.shared.concurrent` or give `m__inner` another queue)"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(m.total_calls(), 0);
+
+    // With room for both, the nested call runs.
+    let nested = Arc::new(Nested { orchestrator: OnceLock::new() });
+    let config = OrchestratorConfig::default()
+        .with_queue("shared", QueueConfig::new(2))
+        .with_provider_settings("agent", ToolSettings::default().with_queue("shared"))
+        .with_provider_settings("m", ToolSettings::default().with_queue("shared"));
+    let o = start(config, vec![nested.clone(), m]).await;
+    nested.orchestrator.set(o.clone()).unwrap();
+    assert_eq!(call(&o, "agent__outer", json!({})).await.result.unwrap(), "inner ran");
+}

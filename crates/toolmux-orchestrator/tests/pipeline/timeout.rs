@@ -1,0 +1,79 @@
+//! Timeouts: default, per tool, per provider, reset by progress up to the hard cap; the
+//! provider's work is cancelled.
+
+use crate::{call, start};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_orchestrator::{OrchestratorConfig, ToolSettings};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn provider() -> Arc<MockProvider> {
+    Arc::new(
+        MockProvider::new("m")
+            .with_tool("hang", Behavior::Hang)
+            .with_tool("nap", Behavior::Sleep(Duration::from_secs(5)))
+            .with_tool("steps", Behavior::Progress { steps: 10, interval: Duration::from_secs(2) }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_resolve_tool_then_provider_then_default() {
+    let config = OrchestratorConfig::default()
+        .with_tool_timeout(Duration::from_secs(3))
+        .with_provider_settings("m", ToolSettings::default().with_timeout(Duration::from_secs(7)))
+        .with_tool_settings(
+            "m__hang",
+            ToolSettings::default().with_timeout(Duration::from_secs(1)),
+        );
+    let p = provider();
+    let o = start(config, vec![p.clone()]).await;
+    let r = call(&o, "m__hang", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)");
+    assert_eq!(r.latency_ms, 1000);
+    assert!(r.error.unwrap().contains("did not finish within 1s"));
+    assert!(call(&o, "m__nap", json!({})).await.ok, "provider timeout of 7s beats the default 3s");
+    assert_eq!(p.in_flight(), 0, "the timed-out call was cancelled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_resets_the_timeout_up_to_the_hard_cap() {
+    let reset = ToolSettings::default()
+        .with_timeout(Duration::from_secs(3))
+        .with_progress_reset(Duration::from_secs(60));
+    let o =
+        start(OrchestratorConfig::default().with_provider_settings("m", reset), vec![provider()])
+            .await;
+    let r = call(&o, "m__steps", json!({})).await;
+    assert!(r.ok, "20s of work, progress every 2s, timeout 3s: {r:?}");
+    assert_eq!(r.latency_ms, 20_000);
+
+    let capped = ToolSettings::default()
+        .with_timeout(Duration::from_secs(3))
+        .with_progress_reset(Duration::from_secs(9));
+    let o =
+        start(OrchestratorConfig::default().with_provider_settings("m", capped), vec![provider()])
+            .await;
+    let r = call(&o, "m__steps", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)");
+    assert_eq!(r.latency_ms, 9000);
+
+    let no_reset = ToolSettings::default().with_timeout(Duration::from_secs(3));
+    let o = start(
+        OrchestratorConfig::default().with_provider_settings("m", no_reset),
+        vec![provider()],
+    )
+    .await;
+    let r = call(&o, "m__steps", json!({})).await;
+    assert_eq!(r.latency_ms, 3000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_callers_deadline_bounds_the_call() {
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    let ctx = toolmux_core::CallContext::new()
+        .with_deadline(tokio::time::Instant::now() + Duration::from_millis(1500));
+    let r = o.execute(toolmux_core::ToolCall::new("m__hang", json!({})), &ctx).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)");
+    assert_eq!(r.latency_ms, 1500);
+}
