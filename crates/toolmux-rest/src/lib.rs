@@ -1,1 +1,60 @@
-//! toolmux-rest: under construction; see ARCHITECTURE.md for what it will hold.
+//! toolmux-rest turns HTTP APIs into tools: inline tools described in configuration
+//! (`restTools`) and every operation of an OpenAPI document (`openapi`), Swagger 2.0,
+//! OpenAPI 3.0 or 3.1, read from a file or a URL.
+//!
+//! It is for programs that give models access to REST APIs through toolmux: the facade
+//! builds one [`RestProvider`] for the inline tools (namespace `rest`) and one per imported
+//! document (namespace = the import's name), and hands them to the orchestrator.
+//!
+//! Imported operations get one flat input schema each (path, query, header and cookie
+//! parameters and the body's properties side by side; clashes renamed `{name}__{location}`),
+//! JSON Schema 2020-12 with `$defs` pruned to what the operation reaches, and names that fit
+//! the 64-character budget after the namespace.
+//!
+//! # Example
+//!
+//! ```
+//! use toolmux_core::ToolProvider;
+//! use toolmux_rest::{OpenApiConfig, RestProvider};
+//!
+//! let document = r#"
+//! openapi: 3.0.3
+//! info: {title: Pets, version: "1"}
+//! servers: [{url: "https://pets.example/v1"}]
+//! paths:
+//!   /pets/{petId}:
+//!     get:
+//!       operationId: showPetById
+//!       summary: Info for a specific pet
+//!       parameters:
+//!         - {name: petId, in: path, required: true, schema: {type: string}}
+//!         - {name: petId, in: query, schema: {type: integer, nullable: true}}
+//!       responses: {"200": {description: A pet}}
+//! "#;
+//! let pets = RestProvider::openapi_from_text("pets", document, "pets.yaml", &OpenApiConfig::default())
+//!     .unwrap();
+//! assert_eq!(pets.namespace(), "pets");
+//! let tools = pets.specs();
+//! assert_eq!(tools[0].name, "show_pet_by_id");
+//! let properties = &tools[0].input_schema["properties"];
+//! assert_eq!(properties["petId__path"]["type"], "string");
+//! assert_eq!(properties["petId__query"]["type"], serde_json::json!(["integer", "null"]));
+//! ```
+#![deny(missing_docs)]
+
+mod auth;
+mod config;
+mod error;
+mod http;
+mod names;
+mod openapi;
+mod provider;
+mod request;
+mod template;
+
+pub use config::{
+    Credentials, DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOLS,
+    DEFAULT_TIMEOUT_MS, OpenApiConfig, RestToolConfig, Selector,
+};
+pub use error::RestError;
+pub use provider::{INLINE_NAMESPACE, RestProvider};

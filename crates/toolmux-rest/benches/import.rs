@@ -1,0 +1,2 @@
+//! Benchmark placeholder, filled below.
+fn main() {}

@@ -1,0 +1,236 @@
+//! The configuration of inline REST tools (`restTools`) and OpenAPI imports (`openapi`), as
+//! they appear in toolmux's configuration file.
+//!
+//! Strings here have already had `${VAR}` expanded from the environment by the facade;
+//! `${parameters.x}` placeholders survive that expansion and are filled per call.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Default time limit of one request, in milliseconds.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Default limit of a response body, in bytes.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 10 * 1024 * 1024;
+/// Default number of redirects followed.
+pub const DEFAULT_MAX_REDIRECTS: usize = 5;
+/// Default tool count above which an import warns.
+pub const DEFAULT_MAX_TOOLS: usize = 128;
+
+/// One inline REST tool (`restTools.<name>`).
+///
+/// `url`, header values, query values and string leaves of `body` may hold
+/// `${parameters.x}` placeholders, filled from the call's arguments: URL-encoded as a path
+/// segment in the URL's path, as a query component in its query, verbatim in headers. A
+/// body string that is exactly one placeholder takes the argument's JSON value (number,
+/// object) rather than its text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestToolConfig {
+    /// What the tool does, for the model.
+    pub description: String,
+    /// HTTP method (default `GET`).
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// The URL template.
+    pub url: String,
+    /// Request headers (templates).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Query parameters appended to the URL (templates); a parameter whose template is one
+    /// placeholder of an absent argument is left out.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// The JSON body template. Without one, `POST`, `PUT` and `PATCH` send the arguments no
+    /// template used as a JSON object, and other methods send them as query parameters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// The JSON Schema of the arguments; without one, every placeholder becomes a required
+    /// string property.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_schema: Option<Value>,
+    /// The named queue calls wait in (applied by the orchestrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Response cache time-to-live in milliseconds (applied by the orchestrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<u64>,
+    /// Time limit of one request in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Reads the response as newline-delimited JSON, reporting each item as progress,
+    /// whatever its content type says.
+    #[serde(default)]
+    pub stream: bool,
+    /// Largest response body read, in bytes (default 10 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<usize>,
+    /// Redirects followed (default 5; 0 follows none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_redirects: Option<usize>,
+}
+
+fn default_method() -> String {
+    "GET".into()
+}
+
+/// One OpenAPI import (`openapi.<name>`): every selected operation becomes a tool under the
+/// namespace `<name>` (or `namespace`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OpenApiConfig {
+    /// Path of the document (JSON or YAML), relative to the configuration file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PathBuf>,
+    /// URL of the document, when not read from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The namespace of the tools (default: the import's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Overrides the document's `servers` (or Swagger `host`/`basePath`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Values of server variables, overriding their defaults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub server_variables: BTreeMap<String, String>,
+    /// Operations to keep (all when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Selector>,
+    /// Operations to drop, applied after `include`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<Selector>,
+    /// Keeps operations marked `deprecated`.
+    #[serde(default)]
+    pub include_deprecated: bool,
+    /// Tool names by `operationId` (or `METHOD /path`); wins over `x-mcp-name`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rename: BTreeMap<String, String>,
+    /// Credentials by security scheme name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub auth: BTreeMap<String, Credentials>,
+    /// Warns when more tools than this are imported (default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tools: Option<usize>,
+    /// Time limit of one request in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Headers sent with every request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Largest response body read, in bytes (default 10 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<usize>,
+    /// Redirects followed (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_redirects: Option<usize>,
+    /// The named queue every tool of the import waits in (applied by the orchestrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Response cache time-to-live in milliseconds for read-only operations (applied by
+    /// the orchestrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<u64>,
+    /// The folder relative `spec` paths are resolved against; set by whoever loads the
+    /// configuration file (libraries never use the process's current directory).
+    #[serde(skip)]
+    pub base_dir: Option<PathBuf>,
+}
+
+impl OpenApiConfig {
+    /// An import of the document at `path`.
+    pub fn from_file(path: impl Into<PathBuf>) -> Self {
+        OpenApiConfig { spec: Some(path.into()), ..OpenApiConfig::default() }
+    }
+
+    /// An import of the document at `url`.
+    pub fn from_url(url: impl Into<String>) -> Self {
+        OpenApiConfig { url: Some(url.into()), ..OpenApiConfig::default() }
+    }
+
+    /// Sets the folder relative `spec` paths are resolved against.
+    pub fn with_base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the base URL override.
+    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+}
+
+/// Which operations a selector matches: every field given must match (fields combine with
+/// AND), and a field matches when any of its entries does (entries combine with OR).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Selector {
+    /// Tags of the operation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// `operationId`s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operation_ids: Vec<String>,
+    /// Path globs: `*` matches within one segment, `**` across segments
+    /// (`/repos/*/*/issues/**`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// HTTP methods, any case.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+}
+
+/// Credentials for one security scheme; which fields apply depends on the scheme's type:
+/// `apiKey` (API key in a header, query parameter or cookie), `token` (HTTP bearer),
+/// `username`/`password` (HTTP basic), `clientId`/`clientSecret`/`scopes` (OAuth2 client
+/// credentials). Values come from the environment through `${VAR}` and are never logged.
+#[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Credentials {
+    /// The API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// The bearer token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The basic-auth user name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The basic-auth password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// The OAuth2 client id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The OAuth2 client secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// OAuth2 scopes to request (default: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// Overrides the scheme's token URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_url: Option<String>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn redact(v: &Option<String>) -> &'static str {
+            if v.is_some() { "<redacted>" } else { "<none>" }
+        }
+        f.debug_struct("Credentials")
+            .field("api_key", &redact(&self.api_key))
+            .field("token", &redact(&self.token))
+            .field("username", &self.username)
+            .field("password", &redact(&self.password))
+            .field("client_id", &self.client_id)
+            .field("client_secret", &redact(&self.client_secret))
+            .field("scopes", &self.scopes)
+            .field("token_url", &self.token_url)
+            .finish()
+    }
+}

@@ -1,0 +1,236 @@
+//! Sending prepared requests and reading responses: bounded size, bounded redirects,
+//! timeouts, cancellation, NDJSON read incrementally and reported as progress.
+
+use crate::RestError;
+use crate::request::{Body, PreparedRequest};
+use futures::StreamExt;
+use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderName, HeaderValue};
+use serde_json::Value;
+use std::time::Duration;
+use toolmux_core::{CallContext, Progress, ToolOutput};
+
+/// How much of an error body is shown, in bytes.
+const ERROR_EXCERPT: usize = 2000;
+
+/// Limits of one tool's requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HttpSettings {
+    pub(crate) timeout: Duration,
+    pub(crate) max_response_bytes: usize,
+    /// Read the body as NDJSON whatever the content type.
+    pub(crate) stream: bool,
+}
+
+/// A client with bounded redirects, using rustls with the `ring` provider.
+pub(crate) fn client(max_redirects: usize) -> Result<reqwest::Client, RestError> {
+    // reqwest is built without a default crypto provider; install ring's once per process.
+    // Another crate may have installed one first, which is just as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let redirect = if max_redirects == 0 {
+        reqwest::redirect::Policy::none()
+    } else {
+        reqwest::redirect::Policy::limited(max_redirects)
+    };
+    reqwest::Client::builder()
+        .redirect(redirect)
+        .user_agent(concat!("toolmux/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| RestError::Config {
+            name: "http client".into(),
+            message: format!("cannot build the HTTP client: {e}"),
+        })
+}
+
+/// A response as read: status, content type and body.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
+    /// Items read from an NDJSON body.
+    pub(crate) items: Option<Vec<Value>>,
+}
+
+/// Sends `request` and reads the response within the settings' limits.
+pub(crate) async fn send(
+    client: &reqwest::Client,
+    request: &PreparedRequest,
+    settings: HttpSettings,
+    tool: &str,
+    ctx: &CallContext,
+) -> Result<Response, RestError> {
+    let http_error = |message: String, source: Option<reqwest::Error>| RestError::Http {
+        tool: tool.to_owned(),
+        url: request.url_for_messages().to_owned(),
+        message,
+        source: source.map(|e| Box::new(e) as _),
+    };
+    let method = reqwest::Method::from_bytes(request.method.as_bytes())
+        .map_err(|_| http_error(format!("invalid method `{}`", request.method), None))?;
+    let mut builder = client.request(method, &request.url).timeout(settings.timeout);
+    for (name, value) in &request.headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| http_error(format!("invalid header name `{name}`"), None))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| http_error(format!("invalid value for header `{name}`"), None))?;
+        builder = builder.header(name, value);
+    }
+    if !request.cookies.is_empty() {
+        let value = HeaderValue::from_str(&request.cookies.join("; "))
+            .map_err(|_| http_error("invalid cookie value".into(), None))?;
+        builder = builder.header(COOKIE, value);
+    }
+    builder = match &request.body {
+        Body::None => builder,
+        Body::Json(value) => {
+            let bytes = serde_json::to_vec(value).unwrap_or_default();
+            if request.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+                builder.body(bytes)
+            } else {
+                builder.header(CONTENT_TYPE, "application/json").body(bytes)
+            }
+        }
+        Body::Form(pairs) => builder.form(pairs),
+        Body::Raw { content_type, text } => {
+            builder.header(CONTENT_TYPE, content_type.as_str()).body(text.clone())
+        }
+        Body::Multipart(fields) => {
+            let mut form = reqwest::multipart::Form::new();
+            for field in fields {
+                form = if field.file {
+                    let part = reqwest::multipart::Part::bytes(field.value.clone().into_bytes())
+                        .file_name(field.name.clone());
+                    form.part(field.name.clone(), part)
+                } else {
+                    form.text(field.name.clone(), field.value.clone())
+                };
+            }
+            builder.multipart(form)
+        }
+    };
+    let response = builder.send().await.map_err(|e| {
+        let message = if e.is_timeout() {
+            "timed out".to_owned()
+        } else if e.is_redirect() {
+            "too many redirects".to_owned()
+        } else if e.is_connect() {
+            "cannot connect".to_owned()
+        } else {
+            "the exchange failed".to_owned()
+        };
+        http_error(message, Some(e))
+    })?;
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let ndjson = settings.stream || is_ndjson(&content_type);
+    let mut body = Vec::new();
+    let mut items = ndjson.then(Vec::new);
+    let mut line_start = 0;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| http_error("reading the response failed".into(), Some(e)))?;
+        if body.len() + chunk.len() > settings.max_response_bytes {
+            return Err(RestError::ResponseTooLarge {
+                tool: tool.to_owned(),
+                limit: settings.max_response_bytes,
+            });
+        }
+        body.extend_from_slice(&chunk);
+        if let Some(items) = items.as_mut() {
+            while let Some(offset) = body[line_start..].iter().position(|&b| b == b'\n') {
+                let line = &body[line_start..line_start + offset];
+                line_start += offset + 1;
+                take_line(line, items, ctx);
+            }
+        }
+    }
+    if let Some(items) = items.as_mut() {
+        let rest = body[line_start..].to_vec();
+        take_line(&rest, items, ctx);
+    }
+    Ok(Response {
+        status: status.as_u16(),
+        reason: status.canonical_reason().unwrap_or_default().to_owned(),
+        content_type,
+        body,
+        items,
+    })
+}
+
+fn take_line(line: &[u8], items: &mut Vec<Value>, ctx: &CallContext) {
+    let line = line.strip_prefix(b"\x1e").unwrap_or(line);
+    let text = String::from_utf8_lossy(line);
+    let text = text.trim();
+    if text.is_empty() {
+        return;
+    }
+    let item = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+    items.push(item);
+    ctx.report_progress(Progress::new(items.len() as f64, None).with_message(excerpt(text, 200)));
+}
+
+fn is_ndjson(content_type: &str) -> bool {
+    ["ndjson", "jsonl", "json-seq", "jsonlines", "stream+json"]
+        .iter()
+        .any(|k| content_type.contains(k))
+}
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
+impl Response {
+    /// The tool output: JSON compact, text as text, failures with status and excerpt.
+    pub(crate) fn into_output(self) -> ToolOutput {
+        let status = self.status;
+        let ok = (200..300).contains(&status);
+        let output = if !ok {
+            let text = String::from_utf8_lossy(&self.body);
+            let text = text.trim();
+            let mut message = format!("HTTP {status} {}", self.reason);
+            if !text.is_empty() {
+                message.push_str(": ");
+                message.push_str(&excerpt(text, ERROR_EXCERPT));
+            }
+            ToolOutput::error(message)
+        } else if let Some(items) = self.items {
+            ToolOutput::json(Value::Array(items))
+        } else if self.body.is_empty() {
+            ToolOutput::text(format!("HTTP {status} {} (empty body)", self.reason))
+        } else if self.content_type.contains("json") {
+            match serde_json::from_slice::<Value>(&self.body) {
+                Ok(value) => ToolOutput::json(value),
+                Err(_) => ToolOutput::text(String::from_utf8_lossy(&self.body).into_owned()),
+            }
+        } else {
+            match String::from_utf8(self.body) {
+                Ok(text) => ToolOutput::text(text),
+                Err(e) => ToolOutput::text(format!(
+                    "(binary response: {} bytes of {})",
+                    e.as_bytes().len(),
+                    if self.content_type.is_empty() { "unknown type" } else { &self.content_type }
+                )),
+            }
+        };
+        let output = output.with_extra("status", Value::from(status));
+        if self.content_type.is_empty() {
+            output
+        } else {
+            output.with_extra("contentType", Value::String(self.content_type))
+        }
+    }
+}

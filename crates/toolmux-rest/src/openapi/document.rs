@@ -1,0 +1,241 @@
+//! Reading an OpenAPI or Swagger document into `serde_json::Value`, telling its version
+//! and resolving local JSON pointers in it.
+
+use crate::RestError;
+use serde_json::Value;
+
+/// The document versions understood.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Version {
+    /// Swagger 2.0.
+    Swagger2,
+    /// OpenAPI 3.0.x.
+    OpenApi30,
+    /// OpenAPI 3.1.x.
+    OpenApi31,
+}
+
+/// A parsed document with its version and where it came from (for error messages).
+#[derive(Debug)]
+pub(crate) struct Document {
+    pub(crate) root: Value,
+    pub(crate) version: Version,
+    /// A file path or URL, for messages.
+    pub(crate) source_name: String,
+    /// The URL the document was fetched from, to resolve relative server URLs.
+    pub(crate) source_url: Option<String>,
+}
+
+impl Document {
+    /// Parses JSON (or, when that fails and the text does not look like JSON, YAML).
+    pub(crate) fn parse(
+        text: &str,
+        source_name: &str,
+        source_url: Option<&str>,
+    ) -> Result<Document, RestError> {
+        let root = parse_value(text, source_name)?;
+        Document::from_value(root, source_name, source_url)
+    }
+
+    /// Checks the version of an already parsed document.
+    pub(crate) fn from_value(
+        root: Value,
+        source_name: &str,
+        source_url: Option<&str>,
+    ) -> Result<Document, RestError> {
+        let spec_error = |pointer: &str, message: String| RestError::Spec {
+            source_name: source_name.to_owned(),
+            pointer: if pointer.is_empty() { "/".to_owned() } else { pointer.to_owned() },
+            message,
+        };
+        if !root.is_object() {
+            return Err(spec_error("", "the document is not an object".into()));
+        }
+        let version = match (root.get("openapi"), root.get("swagger")) {
+            (Some(v), _) => {
+                let v = version_text(v);
+                if v.starts_with("3.0") {
+                    Version::OpenApi30
+                } else if v.starts_with("3.1") {
+                    Version::OpenApi31
+                } else {
+                    return Err(spec_error(
+                        "/openapi",
+                        format!("unsupported OpenAPI version `{v}` (supported: 2.0, 3.0.x, 3.1.x)"),
+                    ));
+                }
+            }
+            (None, Some(v)) => {
+                let v = version_text(v);
+                if v == "2.0" {
+                    Version::Swagger2
+                } else {
+                    return Err(spec_error(
+                        "/swagger",
+                        format!("unsupported Swagger version `{v}` (supported: 2.0)"),
+                    ));
+                }
+            }
+            (None, None) => {
+                return Err(spec_error(
+                    "",
+                    "neither `openapi` nor `swagger` is set: not an OpenAPI document".into(),
+                ));
+            }
+        };
+        if let Some(paths) = root.get("paths")
+            && !paths.is_object()
+        {
+            return Err(spec_error("/paths", "`paths` is not an object".into()));
+        }
+        Ok(Document {
+            root,
+            version,
+            source_name: source_name.to_owned(),
+            source_url: source_url.map(str::to_owned),
+        })
+    }
+
+    /// An error at `pointer` in this document.
+    pub(crate) fn error(&self, pointer: &str, message: impl Into<String>) -> RestError {
+        RestError::Spec {
+            source_name: self.source_name.clone(),
+            pointer: if pointer.is_empty() { "/".into() } else { pointer.to_owned() },
+            message: message.into(),
+        }
+    }
+
+    /// Resolves a local reference (`#/components/schemas/Pet`) to its target.
+    pub(crate) fn resolve(&self, reference: &str) -> Option<&Value> {
+        let pointer = reference.strip_prefix('#')?;
+        self.root.pointer(&percent_decode(pointer))
+    }
+
+    /// Follows `$ref` chains starting at `value` (found at `pointer`), up to a fixed depth.
+    /// Returns the target with the pointer where it lives.
+    pub(crate) fn follow<'a>(
+        &'a self,
+        value: &'a Value,
+        pointer: &str,
+    ) -> Result<(&'a Value, String), RestError> {
+        let mut current = value;
+        let mut at = pointer.to_owned();
+        for _ in 0..32 {
+            let Some(reference) = current.get("$ref").and_then(Value::as_str) else {
+                return Ok((current, at));
+            };
+            if !reference.starts_with('#') {
+                return Err(self.error(
+                    &format!("{at}/$ref"),
+                    format!("external reference `{reference}` is not followed"),
+                ));
+            }
+            current = self.resolve(reference).ok_or_else(|| {
+                self.error(&format!("{at}/$ref"), format!("dangling reference `{reference}`"))
+            })?;
+            at = percent_decode(&reference[1..]);
+        }
+        Err(self.error(&at, "reference chain longer than 32 steps (a cycle of `$ref`s?)"))
+    }
+}
+
+fn version_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.trim().to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// Parses a JSON or YAML document into a value; errors name line and column.
+pub(crate) fn parse_value(text: &str, source_name: &str) -> Result<Value, RestError> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        return serde_json::from_str(trimmed).map_err(|e| RestError::Syntax {
+            source_name: source_name.to_owned(),
+            location: format!("line {} column {}", e.line(), e.column()),
+            message: strip_position(&e.to_string()),
+        });
+    }
+    serde_yaml_ng::from_str::<Value>(trimmed).map_err(|e| {
+        let location = e.location().map_or_else(
+            || "an unknown place".to_owned(),
+            |l| format!("line {} column {}", l.line(), l.column()),
+        );
+        RestError::Syntax {
+            source_name: source_name.to_owned(),
+            location,
+            message: strip_position(&e.to_string()),
+        }
+    })
+}
+
+/// Drops the ` at line N column M` a parser appends, since the error names it separately.
+fn strip_position(message: &str) -> String {
+    match message.find(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// Decodes `%XX` escapes of a URI fragment (JSON pointer `~` escapes are left to
+/// `Value::pointer`).
+pub(crate) fn percent_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_owned();
+    }
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// Escapes one token of a JSON pointer.
+pub(crate) fn escape_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    fn error_of(text: &str) -> String {
+        Document::parse(text, "spec.yaml", None).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn syntax_errors_name_line_and_column() {
+        expect!["spec.yaml: not valid JSON or YAML at line 2 column 12: key must be a string"]
+            .assert_eq(&error_of("{\"openapi\": \"3.0.0\",\n \"paths\": {]}"));
+        expect!["spec.yaml: not valid JSON or YAML at line 2 column 9: mapping values are not allowed in this context"]
+            .assert_eq(&error_of("openapi: 3.0.0\npaths: a: b: c\n"));
+    }
+
+    #[test]
+    fn versions() {
+        expect![[r#"spec.yaml: at /openapi: unsupported OpenAPI version `4.0.0` (supported: 2.0, 3.0.x, 3.1.x)"#]]
+            .assert_eq(&error_of("openapi: 4.0.0\npaths: {}\n"));
+        expect![[r#"spec.yaml: at /swagger: unsupported Swagger version `1.2` (supported: 2.0)"#]]
+            .assert_eq(&error_of("{\"swagger\": \"1.2\"}"));
+        expect!["spec.yaml: at /: neither `openapi` nor `swagger` is set: not an OpenAPI document"]
+            .assert_eq(&error_of("info: {}\n"));
+        let doc = Document::parse("openapi: 3.1.0\npaths: {}\n", "s", None).unwrap();
+        assert_eq!(doc.version, Version::OpenApi31);
+    }
+
+    #[test]
+    fn follows_reference_chains() {
+        let doc = Document::parse(
+            r##"{"openapi":"3.0.0","paths":{},"components":{"schemas":{
+                "A":{"$ref":"#/components/schemas/B"},"B":{"type":"string"},
+                "C":{"$ref":"#/components/schemas/Missing"}}}}"##,
+            "s.json",
+            None,
+        )
+        .unwrap();
+        let a = &doc.root["components"]["schemas"]["A"];
+        let (target, at) = doc.follow(a, "/components/schemas/A").unwrap();
+        assert_eq!(target["type"], "string");
+        assert_eq!(at, "/components/schemas/B");
+        let c = &doc.root["components"]["schemas"]["C"];
+        expect![[r#"s.json: at /components/schemas/C/$ref: dangling reference `#/components/schemas/Missing`"#]]
+            .assert_eq(&doc.follow(c, "/components/schemas/C").unwrap_err().to_string());
+    }
+}

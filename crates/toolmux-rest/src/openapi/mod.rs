@@ -1,0 +1,133 @@
+//! OpenAPI import: a document (Swagger 2.0, OpenAPI 3.0 or 3.1) becomes one tool per selected
+//! operation, each with one flat input schema and a map telling where every argument goes.
+
+mod document;
+mod operation;
+mod schema;
+mod select;
+
+pub(crate) use document::Document;
+pub(crate) use operation::import;
+
+use serde_json::Value;
+use toolmux_core::ToolAnnotations;
+
+/// The HTTP methods an OpenAPI path item may hold, in the order tools are listed.
+pub(crate) const METHODS: &[&str] =
+    &["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+
+/// Where one argument goes in the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Location {
+    Path,
+    Query,
+    Header,
+    Cookie,
+    /// A property of the request body (JSON object, form or multipart field).
+    Body,
+}
+
+impl Location {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Location::Path => "path",
+            Location::Query => "query",
+            Location::Header => "header",
+            Location::Cookie => "cookie",
+            Location::Body => "body",
+        }
+    }
+}
+
+/// How a parameter's array or object value is written (OpenAPI `style`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    Form,
+    Simple,
+    SpaceDelimited,
+    PipeDelimited,
+    TabDelimited,
+    DeepObject,
+    Label,
+    Matrix,
+}
+
+/// One flat argument and where it goes.
+#[derive(Debug, Clone)]
+pub(crate) struct Field {
+    /// The argument's name in the tool's input schema.
+    pub(crate) flat: String,
+    pub(crate) location: Location,
+    /// The name in the request (parameter or body property).
+    pub(crate) name: String,
+    pub(crate) style: Style,
+    pub(crate) explode: bool,
+    /// A multipart field sent as a file.
+    pub(crate) binary: bool,
+}
+
+/// How the request body is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BodyEncoding {
+    Json,
+    Form,
+    Multipart,
+    /// Sent as it is (text, octet stream).
+    Raw,
+}
+
+/// The request body of an operation.
+#[derive(Debug, Clone)]
+pub(crate) struct BodySpec {
+    pub(crate) content_type: String,
+    pub(crate) encoding: BodyEncoding,
+    /// The argument holding the whole body, when the body is not flattened.
+    pub(crate) whole: Option<String>,
+}
+
+/// One imported operation, ready to be listed and called.
+#[derive(Debug, Clone)]
+pub(crate) struct Operation {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    /// Upper-case HTTP method.
+    pub(crate) method: String,
+    /// The path template (`/pets/{petId}`).
+    pub(crate) path: String,
+    /// The base URL of this operation's server, when the document names one.
+    pub(crate) server: Option<String>,
+    pub(crate) input_schema: Value,
+    pub(crate) fields: Vec<Field>,
+    pub(crate) body: Option<BodySpec>,
+    /// Alternative sets of security schemes; the first whose credentials are all
+    /// configured is used. Empty: no security.
+    pub(crate) security: Vec<Vec<String>>,
+    pub(crate) annotations: ToolAnnotations,
+}
+
+/// A security scheme of the document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SecurityScheme {
+    ApiKey {
+        name: String,
+        location: Location,
+    },
+    Bearer,
+    Basic,
+    ClientCredentials {
+        token_url: Option<String>,
+        scopes: Vec<String>,
+    },
+    /// A scheme toolmux cannot apply (OpenID Connect, OAuth2 flows needing a person).
+    Unsupported {
+        kind: String,
+    },
+}
+
+/// The result of an import: operations, schemes and warnings.
+#[derive(Debug)]
+pub(crate) struct Imported {
+    pub(crate) operations: Vec<Operation>,
+    pub(crate) schemes: std::collections::BTreeMap<String, SecurityScheme>,
+    pub(crate) warnings: Vec<String>,
+}

@@ -1,0 +1,768 @@
+//! From the operations of a document to tools: selection, names, flat input schemas,
+//! parameter maps, servers and security.
+
+use super::document::{Document, Version, escape_token};
+use super::schema::{SchemaConverter, ref_name};
+use super::select::{OperationFacts, matches};
+use super::{
+    BodyEncoding, BodySpec, Field, Imported, Location, METHODS, Operation, SecurityScheme, Style,
+};
+use crate::config::DEFAULT_MAX_TOOLS;
+use crate::{OpenApiConfig, RestError, names};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashMap};
+use toolmux_core::{PermissionClass, ToolAnnotations, naming};
+
+/// Longest description kept, in bytes.
+const MAX_DESCRIPTION: usize = 2000;
+/// Longest argument name (what model APIs accept for property names).
+const MAX_ARGUMENT_NAME: usize = 64;
+
+/// Imports every selected operation of `doc` as a tool of `namespace`.
+pub(crate) fn import(
+    doc: &Document,
+    namespace: &str,
+    config: &OpenApiConfig,
+) -> Result<Imported, RestError> {
+    let mut converter = SchemaConverter::new(doc);
+    let mut warnings = Vec::new();
+    let mut operations = Vec::new();
+    let mut keys = Vec::new();
+    let empty = Map::new();
+    let paths = doc.root.get("paths").and_then(Value::as_object).unwrap_or(&empty);
+    for (path, item) in paths {
+        let item_at = format!("/paths/{}", escape_token(path));
+        let (item, item_at) = doc.follow(item, &item_at)?;
+        let Some(item_map) = item.as_object() else { continue };
+        for &method in METHODS {
+            let Some(op) = item_map.get(method) else { continue };
+            let op_at = format!("{item_at}/{method}");
+            if !op.is_object() {
+                return Err(doc.error(&op_at, "operation is not an object"));
+            }
+            if !selected(op, method, path, config) {
+                continue;
+            }
+            let built = build_operation(
+                doc,
+                &mut converter,
+                config,
+                OperationSite { item, op, method, path, at: &op_at },
+            )?;
+            keys.push((built.name.clone(), format!("{} {path}", method.to_ascii_uppercase())));
+            operations.push(built);
+        }
+    }
+    for (name, _) in &mut keys {
+        *name = names::fit(namespace, name, naming::DEFAULT_BUDGET);
+    }
+    names::dedupe(namespace, &mut keys, naming::DEFAULT_BUDGET);
+    for (op, (name, _)) in operations.iter_mut().zip(keys) {
+        op.name = name;
+    }
+    let max_tools = config.max_tools.unwrap_or(DEFAULT_MAX_TOOLS);
+    if operations.len() > max_tools {
+        warnings.push(format!(
+            "{}: {} operations imported as tools, more than the {max_tools} set by `maxTools`; \
+             models choose worse among many tools: narrow the import with `include`/`exclude`",
+            doc.source_name,
+            operations.len()
+        ));
+    }
+    let schemes = security_schemes(doc, &mut warnings);
+    Ok(Imported { operations, schemes, warnings })
+}
+
+/// Whether an operation is selected by its extensions and the configuration.
+fn selected(op: &Value, method: &str, path: &str, config: &OpenApiConfig) -> bool {
+    if op.get("x-mcp") == Some(&Value::Bool(false))
+        || op.pointer("/x-speakeasy-mcp/disabled") == Some(&Value::Bool(true))
+    {
+        return false;
+    }
+    if !config.include_deprecated && op.get("deprecated") == Some(&Value::Bool(true)) {
+        return false;
+    }
+    let facts = OperationFacts {
+        method,
+        path,
+        operation_id: op.get("operationId").and_then(Value::as_str),
+        tags: op
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|tags| tags.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default(),
+    };
+    config.include.as_ref().is_none_or(|s| matches(s, &facts))
+        && !config.exclude.as_ref().is_some_and(|s| matches(s, &facts))
+}
+
+/// Where an operation sits in the document.
+struct OperationSite<'a> {
+    item: &'a Value,
+    op: &'a Value,
+    method: &'a str,
+    path: &'a str,
+    at: &'a str,
+}
+
+/// One flat argument before clashes are resolved.
+struct Candidate {
+    field: Field,
+    schema: Value,
+    required: bool,
+}
+
+fn build_operation(
+    doc: &Document,
+    converter: &mut SchemaConverter<'_>,
+    config: &OpenApiConfig,
+    site: OperationSite<'_>,
+) -> Result<Operation, RestError> {
+    let OperationSite { item, op, method, path, at } = site;
+    let mut candidates = Vec::new();
+    let mut swagger_body = None;
+    let mut form_params = Vec::new();
+    for (param, param_at) in merged_parameters(doc, item, op, at)? {
+        let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
+        let location = match param.get("in").and_then(Value::as_str) {
+            Some("path") => Location::Path,
+            Some("query") => Location::Query,
+            Some("header") => Location::Header,
+            Some("cookie") => Location::Cookie,
+            Some("body") => {
+                swagger_body = Some((param, param_at));
+                continue;
+            }
+            Some("formData") => {
+                form_params.push((param, param_at));
+                continue;
+            }
+            other => {
+                return Err(doc.error(
+                    &format!("{param_at}/in"),
+                    format!("unknown parameter location {other:?}"),
+                ));
+            }
+        };
+        if name.is_empty() {
+            return Err(doc.error(&format!("{param_at}/name"), "parameter without a name"));
+        }
+        // OpenAPI: these header parameters are ignored; the client sets them.
+        if location == Location::Header
+            && ["accept", "content-type", "authorization"]
+                .contains(&name.to_ascii_lowercase().as_str())
+        {
+            continue;
+        }
+        let schema = parameter_schema(doc, converter, param, &param_at)?;
+        let (style, explode) = parameter_style(doc, param, location);
+        candidates.push(Candidate {
+            field: Field {
+                flat: String::new(),
+                location,
+                name: name.to_owned(),
+                style,
+                explode,
+                binary: false,
+            },
+            schema,
+            required: location == Location::Path
+                || param.get("required") == Some(&Value::Bool(true)),
+        });
+    }
+    let body = if doc.version == Version::Swagger2 {
+        swagger_request_body(doc, converter, op, swagger_body, &form_params, &mut candidates)?
+    } else {
+        request_body(doc, converter, op, at, &mut candidates)?
+    };
+    let (fields, properties, required) = flatten(candidates);
+    let body = body.map(|mut body| {
+        // An empty name marks the whole-body argument, which a clash may have renamed.
+        body.whole = fields
+            .iter()
+            .find(|f| f.location == Location::Body && f.name.is_empty())
+            .map(|f| f.flat.clone());
+        body
+    });
+    let mut input_schema = json!({"type": "object", "properties": properties});
+    if !required.is_empty() {
+        input_schema["required"] = Value::Array(required.into_iter().map(Value::String).collect());
+    }
+    converter.attach_defs(&mut input_schema)?;
+    let operation_id = op.get("operationId").and_then(Value::as_str);
+    Ok(Operation {
+        name: tool_name(op, method, path, operation_id, config),
+        description: description(op, method, path),
+        method: method.to_ascii_uppercase(),
+        path: path.to_owned(),
+        server: server_url(doc, item, op, config),
+        input_schema,
+        fields,
+        body,
+        security: security_requirements(doc, op),
+        annotations: annotations(method),
+    })
+}
+
+/// Path-level and operation-level parameters, the operation's winning on `(name, in)`.
+fn merged_parameters<'a>(
+    doc: &'a Document,
+    item: &'a Value,
+    op: &'a Value,
+    op_at: &str,
+) -> Result<Vec<(&'a Value, String)>, RestError> {
+    let item_at = op_at.rsplit_once('/').map_or("", |(head, _)| head);
+    let mut merged: Vec<(&Value, String)> = Vec::new();
+    let mut index: HashMap<(String, String), usize> = HashMap::new();
+    for (list, at) in [(item.get("parameters"), item_at), (op.get("parameters"), op_at)] {
+        let Some(list) = list.and_then(Value::as_array) else { continue };
+        for (i, param) in list.iter().enumerate() {
+            let (param, param_at) = doc.follow(param, &format!("{at}/parameters/{i}"))?;
+            let key = (
+                param.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                param.get("in").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            );
+            match index.get(&key) {
+                Some(&slot) => merged[slot] = (param, param_at),
+                None => {
+                    index.insert(key, merged.len());
+                    merged.push((param, param_at));
+                }
+            }
+        }
+    }
+    Ok(merged)
+}
+
+/// The JSON Schema of one parameter, with its description.
+fn parameter_schema(
+    doc: &Document,
+    converter: &mut SchemaConverter<'_>,
+    param: &Value,
+    at: &str,
+) -> Result<Value, RestError> {
+    let mut schema = if let Some(schema) = param.get("schema") {
+        converter.convert(schema, &format!("{at}/schema"))?
+    } else if let Some((media, content)) =
+        param.get("content").and_then(Value::as_object).and_then(|c| c.iter().next())
+    {
+        match content.get("schema") {
+            Some(schema) => converter
+                .convert(schema, &format!("{at}/content/{}/schema", escape_token(media)))?,
+            None => json!({}),
+        }
+    } else if doc.version == Version::Swagger2 {
+        // Swagger 2 puts the schema keywords on the parameter itself.
+        let keys = [
+            "type",
+            "format",
+            "items",
+            "enum",
+            "default",
+            "maximum",
+            "exclusiveMaximum",
+            "minimum",
+            "exclusiveMinimum",
+            "maxLength",
+            "minLength",
+            "pattern",
+            "maxItems",
+            "minItems",
+            "uniqueItems",
+            "multipleOf",
+        ];
+        let inline: Map<String, Value> = keys
+            .iter()
+            .filter_map(|k| param.get(*k).map(|v| ((*k).to_owned(), v.clone())))
+            .collect();
+        converter.convert(&Value::Object(inline), at)?
+    } else {
+        json!({})
+    };
+    let description = param.get("description").and_then(Value::as_str);
+    with_description(&mut schema, description);
+    Ok(schema)
+}
+
+fn with_description(schema: &mut Value, description: Option<&str>) {
+    if let Value::Bool(true) = schema {
+        *schema = json!({});
+    }
+    if let (Some(text), Value::Object(map)) = (description, schema)
+        && !text.is_empty()
+        && !map.contains_key("description")
+    {
+        map.insert("description".into(), Value::String(text.to_owned()));
+    }
+}
+
+fn parameter_style(doc: &Document, param: &Value, location: Location) -> (Style, bool) {
+    if doc.version == Version::Swagger2 {
+        return match param.get("collectionFormat").and_then(Value::as_str) {
+            Some("multi") => (Style::Form, true),
+            Some("ssv") => (Style::SpaceDelimited, false),
+            Some("tsv") => (Style::TabDelimited, false),
+            Some("pipes") => (Style::PipeDelimited, false),
+            _ if location == Location::Query => (Style::Form, false),
+            _ => (Style::Simple, false),
+        };
+    }
+    let style = match param.get("style").and_then(Value::as_str) {
+        Some("form") => Style::Form,
+        Some("simple") => Style::Simple,
+        Some("spaceDelimited") => Style::SpaceDelimited,
+        Some("pipeDelimited") => Style::PipeDelimited,
+        Some("deepObject") => Style::DeepObject,
+        Some("label") => Style::Label,
+        Some("matrix") => Style::Matrix,
+        _ => match location {
+            Location::Query | Location::Cookie => Style::Form,
+            _ => Style::Simple,
+        },
+    };
+    let explode = param.get("explode").and_then(Value::as_bool).unwrap_or(style == Style::Form);
+    (style, explode)
+}
+
+/// The media type chosen for a body: JSON first, then forms, then whatever is first.
+fn choose_media(content: &Map<String, Value>) -> Option<(&String, &Value)> {
+    content
+        .iter()
+        .find(|(m, _)| m.contains("json"))
+        .or_else(|| {
+            content.iter().find(|(m, _)| m.starts_with("application/x-www-form-urlencoded"))
+        })
+        .or_else(|| content.iter().find(|(m, _)| m.starts_with("multipart/form-data")))
+        .or_else(|| content.iter().next())
+}
+
+fn encoding_of(media: &str) -> BodyEncoding {
+    if media.contains("json") || media == "*/*" {
+        BodyEncoding::Json
+    } else if media.starts_with("application/x-www-form-urlencoded") {
+        BodyEncoding::Form
+    } else if media.starts_with("multipart/") {
+        BodyEncoding::Multipart
+    } else {
+        BodyEncoding::Raw
+    }
+}
+
+/// OpenAPI 3 `requestBody`: flattened into candidates when it is a plain object.
+fn request_body(
+    doc: &Document,
+    converter: &mut SchemaConverter<'_>,
+    op: &Value,
+    op_at: &str,
+    candidates: &mut Vec<Candidate>,
+) -> Result<Option<BodySpec>, RestError> {
+    let Some(body) = op.get("requestBody") else { return Ok(None) };
+    let (body, body_at) = doc.follow(body, &format!("{op_at}/requestBody"))?;
+    let Some((media, content)) =
+        body.get("content").and_then(Value::as_object).and_then(choose_media)
+    else {
+        return Ok(None);
+    };
+    let required = body.get("required") == Some(&Value::Bool(true));
+    let encoding = encoding_of(media);
+    let content_type = if media == "*/*" { "application/json".to_owned() } else { media.clone() };
+    let description = body.get("description").and_then(Value::as_str);
+    let schema = match content.get("schema") {
+        Some(schema) => converter
+            .convert(schema, &format!("{body_at}/content/{}/schema", escape_token(media)))?,
+        None if encoding == BodyEncoding::Raw => json!({"type": "string"}),
+        None => json!({}),
+    };
+    body_candidates(converter, schema, required, description, encoding, candidates)?;
+    Ok(Some(BodySpec { content_type, encoding, whole: None }))
+}
+
+/// Swagger 2 `in: body` and `in: formData` parameters.
+fn swagger_request_body(
+    doc: &Document,
+    converter: &mut SchemaConverter<'_>,
+    op: &Value,
+    body: Option<(&Value, String)>,
+    form_params: &[(&Value, String)],
+    candidates: &mut Vec<Candidate>,
+) -> Result<Option<BodySpec>, RestError> {
+    let consumes = |root: &Value| -> Vec<String> {
+        root.get("consumes")
+            .and_then(Value::as_array)
+            .map(|c| c.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let mut media = consumes(op);
+    if media.is_empty() {
+        media = consumes(&doc.root);
+    }
+    if let Some((param, at)) = body {
+        let schema = match param.get("schema") {
+            Some(schema) => converter.convert(schema, &format!("{at}/schema"))?,
+            None => json!({}),
+        };
+        let required = param.get("required") == Some(&Value::Bool(true));
+        let description = param.get("description").and_then(Value::as_str);
+        let content_type = media
+            .iter()
+            .find(|m| m.contains("json"))
+            .cloned()
+            .unwrap_or_else(|| "application/json".into());
+        let encoding = encoding_of(&content_type);
+        body_candidates(converter, schema, required, description, encoding, candidates)?;
+        return Ok(Some(BodySpec { content_type, encoding, whole: None }));
+    }
+    if form_params.is_empty() {
+        return Ok(None);
+    }
+    let any_file =
+        form_params.iter().any(|(p, _)| p.get("type").and_then(Value::as_str) == Some("file"));
+    let multipart = any_file || media.iter().any(|m| m.starts_with("multipart/form-data"));
+    let (content_type, encoding) = if multipart {
+        ("multipart/form-data".to_owned(), BodyEncoding::Multipart)
+    } else {
+        ("application/x-www-form-urlencoded".to_owned(), BodyEncoding::Form)
+    };
+    for (param, at) in form_params {
+        let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
+        let schema = parameter_schema(doc, converter, param, at)?;
+        let binary = param.get("type").and_then(Value::as_str) == Some("file");
+        let (style, explode) = parameter_style(doc, param, Location::Query);
+        candidates.push(Candidate {
+            field: Field {
+                flat: String::new(),
+                location: Location::Body,
+                name: name.to_owned(),
+                style,
+                explode,
+                binary,
+            },
+            schema,
+            required: param.get("required") == Some(&Value::Bool(true)),
+        });
+    }
+    Ok(Some(BodySpec { content_type, encoding, whole: None }))
+}
+
+/// Adds the body's properties as candidates, or one `body` candidate when the body is not
+/// a plain object (an array, a scalar, a composition).
+fn body_candidates(
+    converter: &mut SchemaConverter<'_>,
+    schema: Value,
+    required: bool,
+    description: Option<&str>,
+    encoding: BodyEncoding,
+    candidates: &mut Vec<Candidate>,
+) -> Result<(), RestError> {
+    let mut resolved = schema.clone();
+    for _ in 0..32 {
+        let Some(name) = ref_name(&resolved).map(str::to_owned) else { break };
+        match converter.definition(&name)? {
+            Some(target) => resolved = target.clone(),
+            None => break,
+        }
+    }
+    let flat = encoding != BodyEncoding::Raw
+        && resolved.get("properties").is_some_and(Value::is_object)
+        && ["oneOf", "anyOf", "allOf", "$ref", "not", "if"]
+            .iter()
+            .all(|k| resolved.get(*k).is_none())
+        && resolved.get("type").is_none_or(|t| t == "object");
+    if flat {
+        let required_props: Vec<&str> = resolved
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if let Some(Value::Object(props)) = resolved.get("properties") {
+            for (name, prop) in props {
+                let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
+                candidates.push(Candidate {
+                    field: Field {
+                        flat: String::new(),
+                        location: Location::Body,
+                        name: name.clone(),
+                        style: Style::Form,
+                        explode: true,
+                        binary,
+                    },
+                    schema: prop.clone(),
+                    required: required && required_props.contains(&name.as_str()),
+                });
+            }
+        }
+        return Ok(());
+    }
+    let mut schema = schema;
+    with_description(&mut schema, description.or(Some("The request body.")));
+    candidates.push(Candidate {
+        field: Field {
+            flat: String::new(),
+            location: Location::Body,
+            // An empty name marks the whole body.
+            name: String::new(),
+            style: Style::Form,
+            explode: true,
+            binary: false,
+        },
+        schema,
+        required,
+    });
+    Ok(())
+}
+
+/// An argument name models accept: `[A-Za-z0-9_.-]`, at most 64 characters.
+fn argument_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .collect();
+    out.truncate(MAX_ARGUMENT_NAME);
+    if out.is_empty() { "_".into() } else { out }
+}
+
+/// Gives every candidate its flat name: parameters clashing with another candidate get
+/// `__{location}`; body fields keep their names.
+fn flatten(mut candidates: Vec<Candidate>) -> (Vec<Field>, Map<String, Value>, Vec<String>) {
+    let base: Vec<String> =
+        candidates
+            .iter()
+            .map(|c| {
+                if c.field.name.is_empty() {
+                    "body".to_owned()
+                } else {
+                    argument_name(&c.field.name)
+                }
+            })
+            .collect();
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for name in &base {
+        *counts.entry(name.as_str()).or_default() += 1;
+    }
+    let mut taken: HashMap<String, usize> = HashMap::new();
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    let mut fields = Vec::with_capacity(candidates.len());
+    for (candidate, name) in candidates.iter_mut().zip(&base) {
+        let clashes = counts.get(name.as_str()).copied().unwrap_or(0) > 1;
+        let mut flat = if clashes && candidate.field.location != Location::Body {
+            format!("{name}__{}", candidate.field.location.as_str())
+        } else {
+            name.clone()
+        };
+        // Two names that only differ in characters models cannot use: number the later.
+        let seen = taken.entry(flat.clone()).or_default();
+        *seen += 1;
+        if *seen > 1 {
+            flat = format!("{flat}_{}", *seen);
+        }
+        candidate.field.flat = flat.clone();
+        if candidate.required {
+            required.push(flat.clone());
+        }
+        properties.insert(flat, std::mem::take(&mut candidate.schema));
+        fields.push(candidate.field.clone());
+    }
+    (fields, properties, required)
+}
+
+fn tool_name(
+    op: &Value,
+    method: &str,
+    path: &str,
+    operation_id: Option<&str>,
+    config: &OpenApiConfig,
+) -> String {
+    let route = format!("{} {path}", method.to_ascii_uppercase());
+    let configured =
+        operation_id.and_then(|id| config.rename.get(id)).or_else(|| config.rename.get(&route));
+    if let Some(name) = configured {
+        return names::sanitize(name);
+    }
+    let extension = op
+        .get("x-mcp-name")
+        .and_then(Value::as_str)
+        .or_else(|| op.pointer("/x-speakeasy-mcp/name").and_then(Value::as_str));
+    if let Some(name) = extension.filter(|n| !n.is_empty()) {
+        return names::sanitize(name);
+    }
+    operation_id
+        .map(names::snake_case)
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| names::from_method_and_path(method, path))
+}
+
+fn description(op: &Value, method: &str, path: &str) -> String {
+    let summary = op.get("summary").and_then(Value::as_str).map(str::trim).unwrap_or_default();
+    let details = op.get("description").and_then(Value::as_str).map(str::trim).unwrap_or_default();
+    let mut text = match (summary.is_empty(), details.is_empty()) {
+        (false, false) if details.starts_with(summary) => details.to_owned(),
+        (false, false) => format!("{summary}\n\n{details}"),
+        (false, true) => summary.to_owned(),
+        (true, false) => details.to_owned(),
+        (true, true) => format!("{} {path}", method.to_ascii_uppercase()),
+    };
+    if text.len() > MAX_DESCRIPTION {
+        let mut cut = MAX_DESCRIPTION;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+fn annotations(method: &str) -> ToolAnnotations {
+    let read_only = matches!(method, "get" | "head" | "options" | "trace");
+    ToolAnnotations {
+        read_only,
+        destructive: method == "delete",
+        idempotent: read_only || matches!(method, "put" | "delete"),
+        open_world: true,
+        permission: Some(PermissionClass::Network),
+        ..ToolAnnotations::default()
+    }
+}
+
+/// The base URL of an operation, from the configuration, its servers or the document's.
+fn server_url(doc: &Document, item: &Value, op: &Value, config: &OpenApiConfig) -> Option<String> {
+    if let Some(base) = &config.base_url {
+        return Some(base.trim_end_matches('/').to_owned());
+    }
+    let url = if doc.version == Version::Swagger2 {
+        let host = doc.root.get("host").and_then(Value::as_str);
+        let base_path = doc.root.get("basePath").and_then(Value::as_str).unwrap_or("");
+        let scheme = doc
+            .root
+            .get("schemes")
+            .and_then(Value::as_array)
+            .and_then(|s| {
+                s.iter()
+                    .filter_map(Value::as_str)
+                    .find(|s| *s == "https")
+                    .or_else(|| s.first()?.as_str())
+            })
+            .unwrap_or("https");
+        match host {
+            Some(host) => format!("{scheme}://{host}{base_path}"),
+            None => base_path.to_owned(),
+        }
+    } else {
+        let server = [op, item, &doc.root]
+            .iter()
+            .find_map(|v| v.get("servers").and_then(Value::as_array).and_then(|s| s.first()))?;
+        expand_server(server, &config.server_variables)
+    };
+    Some(absolute(doc, url.trim_end_matches('/')))
+}
+
+fn expand_server(server: &Value, overrides: &BTreeMap<String, String>) -> String {
+    let mut url = server.get("url").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if let Some(variables) = server.get("variables").and_then(Value::as_object) {
+        for (name, variable) in variables {
+            let value = overrides
+                .get(name)
+                .map(String::as_str)
+                .or_else(|| variable.get("default").and_then(Value::as_str))
+                .unwrap_or_default();
+            url = url.replace(&format!("{{{name}}}"), value);
+        }
+    }
+    url
+}
+
+/// Resolves a relative server URL against the URL the document came from.
+fn absolute(doc: &Document, url: &str) -> String {
+    if url.contains("://") {
+        return url.to_owned();
+    }
+    let Some(source) = doc.source_url.as_deref().and_then(|s| reqwest::Url::parse(s).ok()) else {
+        return url.to_owned();
+    };
+    let joined = if url.is_empty() { source.join("/") } else { source.join(url) };
+    joined.map_or_else(|_| url.to_owned(), |u| u.as_str().trim_end_matches('/').to_owned())
+}
+
+fn security_requirements(doc: &Document, op: &Value) -> Vec<Vec<String>> {
+    let list = op.get("security").or_else(|| doc.root.get("security"));
+    list.and_then(Value::as_array)
+        .map(|alternatives| {
+            alternatives
+                .iter()
+                .filter_map(Value::as_object)
+                .map(|req| req.keys().cloned().collect())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn security_schemes(
+    doc: &Document,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<String, SecurityScheme> {
+    let schemes = if doc.version == Version::Swagger2 {
+        doc.root.get("securityDefinitions")
+    } else {
+        doc.root.pointer("/components/securitySchemes")
+    };
+    let mut out = BTreeMap::new();
+    let Some(schemes) = schemes.and_then(Value::as_object) else { return out };
+    for (name, scheme) in schemes {
+        let Ok((scheme, _)) = doc.follow(scheme, "") else { continue };
+        let kind = scheme.get("type").and_then(Value::as_str).unwrap_or_default();
+        let mapped = match kind {
+            "apiKey" => {
+                let location = match scheme.get("in").and_then(Value::as_str) {
+                    Some("query") => Location::Query,
+                    Some("cookie") => Location::Cookie,
+                    _ => Location::Header,
+                };
+                let key = scheme.get("name").and_then(Value::as_str).unwrap_or_default();
+                SecurityScheme::ApiKey { name: key.to_owned(), location }
+            }
+            "basic" => SecurityScheme::Basic,
+            "http" => match scheme
+                .get("scheme")
+                .and_then(Value::as_str)
+                .map(str::to_ascii_lowercase)
+                .as_deref()
+            {
+                Some("bearer") => SecurityScheme::Bearer,
+                Some("basic") => SecurityScheme::Basic,
+                other => {
+                    SecurityScheme::Unsupported { kind: format!("http {}", other.unwrap_or("?")) }
+                }
+            },
+            "oauth2" => {
+                let flow = scheme.pointer("/flows/clientCredentials").or_else(|| {
+                    (scheme.get("flow").and_then(Value::as_str) == Some("application"))
+                        .then_some(scheme)
+                });
+                match flow {
+                    Some(flow) => SecurityScheme::ClientCredentials {
+                        token_url: flow
+                            .get("tokenUrl")
+                            .and_then(Value::as_str)
+                            .map(|u| absolute(doc, u)),
+                        scopes: Vec::new(),
+                    },
+                    None => SecurityScheme::Unsupported {
+                        kind: "oauth2 without client credentials".into(),
+                    },
+                }
+            }
+            other => SecurityScheme::Unsupported { kind: other.to_owned() },
+        };
+        if let SecurityScheme::Unsupported { kind } = &mapped {
+            warnings.push(format!(
+                "{}: security scheme `{name}` ({kind}) cannot be applied by toolmux; \
+                 operations needing it are sent without it unless another scheme fits",
+                doc.source_name
+            ));
+        }
+        out.insert(name.clone(), mapped);
+    }
+    out
+}

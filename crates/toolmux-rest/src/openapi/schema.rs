@@ -1,0 +1,475 @@
+//! OpenAPI schemas to JSON Schema 2020-12: `$ref`s to anywhere in the document become
+//! `#/$defs/<name>`, every referenced schema is converted once per document and shared by
+//! every operation, and each operation gets only the definitions it can reach.
+//!
+//! OpenAPI 3.0 and Swagger keywords are normalized: `nullable` (and `x-nullable`) adds
+//! `null` to the type, boolean `exclusiveMinimum`/`exclusiveMaximum` become numbers,
+//! `example` becomes `examples`, Swagger's `type: file` becomes a binary string, an array of
+//! `items` becomes `prefixItems`; `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
+//! and `x-` extensions are dropped.
+
+use super::document::{Document, escape_token, percent_decode};
+use crate::RestError;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// One converted definition.
+#[derive(Debug)]
+struct Definition {
+    schema: Value,
+    /// Names of the definitions its schema refers to directly.
+    refs: BTreeSet<String>,
+}
+
+/// Converts schemas of one document, caching every definition.
+#[derive(Debug)]
+pub(crate) struct SchemaConverter<'d> {
+    doc: &'d Document,
+    /// Definition name by document pointer.
+    names: HashMap<String, String>,
+    /// Pointer by definition name (to keep names unique).
+    taken: HashMap<String, String>,
+    defs: HashMap<String, Definition>,
+}
+
+/// Keywords whose value is one schema.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "additionalItems",
+    "contentSchema",
+];
+/// Keywords whose value is an array of schemas.
+const SCHEMA_ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems"];
+/// Keywords whose value is a map of schemas.
+const SCHEMA_MAP_KEYWORDS: &[&str] =
+    &["properties", "patternProperties", "dependentSchemas", "$defs", "definitions"];
+/// Keywords dropped: OpenAPI-only or harmful in a standalone schema.
+const DROPPED: &[&str] = &[
+    "discriminator",
+    "xml",
+    "externalDocs",
+    "$id",
+    "$schema",
+    "$anchor",
+    "$dynamicAnchor",
+    "nullable",
+    "x-nullable",
+    "example",
+    "collectionFormat",
+];
+
+impl<'d> SchemaConverter<'d> {
+    pub(crate) fn new(doc: &'d Document) -> Self {
+        SchemaConverter { doc, names: HashMap::new(), taken: HashMap::new(), defs: HashMap::new() }
+    }
+
+    /// Converts `schema`, found at `pointer`; references are registered, not followed.
+    pub(crate) fn convert(&mut self, schema: &Value, pointer: &str) -> Result<Value, RestError> {
+        match schema {
+            Value::Bool(_) => Ok(schema.clone()),
+            Value::Object(map) => self.convert_object(map, pointer),
+            // A schema of another type is invalid; accept anything rather than fail.
+            _ => Ok(json!({})),
+        }
+    }
+
+    fn convert_object(
+        &mut self,
+        map: &Map<String, Value>,
+        pointer: &str,
+    ) -> Result<Value, RestError> {
+        let mut out = Map::new();
+        for (key, value) in map {
+            if DROPPED.contains(&key.as_str()) || key.starts_with("x-") {
+                continue;
+            }
+            let at = || format!("{pointer}/{}", escape_token(key));
+            let converted = match key.as_str() {
+                "$ref" => match value.as_str() {
+                    Some(reference) => Value::String(self.reference(reference, &at())?),
+                    None => continue,
+                },
+                "items" => match value {
+                    Value::Array(items) => {
+                        let mut converted = Vec::with_capacity(items.len());
+                        for (i, item) in items.iter().enumerate() {
+                            converted.push(self.convert(item, &format!("{}/{i}", at()))?);
+                        }
+                        out.insert("prefixItems".into(), Value::Array(converted));
+                        continue;
+                    }
+                    other => self.convert(other, &at())?,
+                },
+                "required" => match value {
+                    Value::Array(names) => {
+                        let mut seen = BTreeSet::new();
+                        let unique: Vec<Value> = names
+                            .iter()
+                            .filter(|n| n.as_str().is_some_and(|n| seen.insert(n.to_owned())))
+                            .cloned()
+                            .collect();
+                        Value::Array(unique)
+                    }
+                    // Swagger-style `required: true` on a property means nothing here.
+                    _ => continue,
+                },
+                "exclusiveMinimum" | "exclusiveMaximum" => match value {
+                    Value::Bool(true) => {
+                        let bound = if key == "exclusiveMinimum" { "minimum" } else { "maximum" };
+                        match map.get(bound) {
+                            Some(limit) => limit.clone(),
+                            None => continue,
+                        }
+                    }
+                    Value::Bool(false) => continue,
+                    other => other.clone(),
+                },
+                "minimum" | "maximum" => {
+                    let exclusive =
+                        if key == "minimum" { "exclusiveMinimum" } else { "exclusiveMaximum" };
+                    if map.get(exclusive) == Some(&Value::Bool(true)) {
+                        continue;
+                    }
+                    value.clone()
+                }
+                "type" => match value {
+                    Value::String(t) if t == "file" => {
+                        out.insert("format".into(), Value::String("binary".into()));
+                        Value::String("string".into())
+                    }
+                    Value::String(t) if is_type_name(t) => value.clone(),
+                    Value::Array(types) => {
+                        let mut seen = BTreeSet::new();
+                        Value::Array(
+                            types
+                                .iter()
+                                .filter(|t| {
+                                    t.as_str().is_some_and(|t| is_type_name(t) && seen.insert(t))
+                                })
+                                .cloned()
+                                .collect(),
+                        )
+                    }
+                    // An unknown type name would make the schema invalid; leave it open.
+                    _ => continue,
+                },
+                "enum" if !value.is_array() => continue,
+                k if SCHEMA_KEYWORDS.contains(&k) => self.convert(value, &at())?,
+                k if SCHEMA_ARRAY_KEYWORDS.contains(&k) => match value {
+                    Value::Array(items) => {
+                        let mut converted = Vec::with_capacity(items.len());
+                        for (i, item) in items.iter().enumerate() {
+                            converted.push(self.convert(item, &format!("{}/{i}", at()))?);
+                        }
+                        Value::Array(converted)
+                    }
+                    _ => continue,
+                },
+                k if SCHEMA_MAP_KEYWORDS.contains(&k) => match value {
+                    Value::Object(entries) => {
+                        let base = at();
+                        let mut converted = Map::new();
+                        for (name, sub) in entries {
+                            let sub_at = format!("{base}/{}", escape_token(name));
+                            converted.insert(name.clone(), self.convert(sub, &sub_at)?);
+                        }
+                        Value::Object(converted)
+                    }
+                    _ => continue,
+                },
+                _ => value.clone(),
+            };
+            out.insert(key.clone(), converted);
+        }
+        if let Some(example) = map.get("example")
+            && !out.contains_key("examples")
+        {
+            out.insert("examples".into(), Value::Array(vec![example.clone()]));
+        }
+        let nullable = map.get("nullable").or_else(|| map.get("x-nullable"));
+        if nullable == Some(&Value::Bool(true)) {
+            return Ok(make_nullable(out));
+        }
+        Ok(Value::Object(out))
+    }
+
+    /// Registers the target of `reference` (found at `at`) and returns the rewritten
+    /// reference.
+    fn reference(&mut self, reference: &str, at: &str) -> Result<String, RestError> {
+        if !reference.starts_with('#') {
+            return Err(self.doc.error(
+                at,
+                format!(
+                    "external reference `{reference}` is not followed (external references are off)"
+                ),
+            ));
+        }
+        let pointer = percent_decode(&reference[1..]);
+        if let Some(name) = self.names.get(&pointer) {
+            return Ok(format!("#/$defs/{name}"));
+        }
+        if self.doc.root.pointer(&pointer).is_none() {
+            return Err(self.doc.error(at, format!("dangling reference `{reference}`")));
+        }
+        let name = self.name_for(&pointer);
+        self.names.insert(pointer.clone(), name.clone());
+        self.taken.insert(name.clone(), pointer);
+        Ok(format!("#/$defs/{name}"))
+    }
+
+    fn name_for(&self, pointer: &str) -> String {
+        let tokens: Vec<String> =
+            pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
+        let base = match tokens.as_slice() {
+            [c, s, name] if c == "components" && s == "schemas" => def_name(name),
+            [d, name] if d == "definitions" => def_name(name),
+            other => def_name(&other.join("_")),
+        };
+        if !self.taken.contains_key(&base) {
+            return base;
+        }
+        (2..).map(|n| format!("{base}_{n}")).find(|n| !self.taken.contains_key(n)).unwrap_or(base)
+    }
+
+    /// Converts every definition registered so far and those they reach.
+    fn settle(&mut self) -> Result<(), RestError> {
+        loop {
+            let pending: Vec<(String, String)> = self
+                .taken
+                .iter()
+                .filter(|(name, _)| !self.defs.contains_key(*name))
+                .map(|(n, p)| (n.clone(), p.clone()))
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            for (name, pointer) in pending {
+                let doc = self.doc;
+                let target = doc.root.pointer(&pointer).unwrap_or(&Value::Null);
+                let schema = self.convert(target, &pointer)?;
+                let mut refs = BTreeSet::new();
+                collect_refs(&schema, &mut refs);
+                self.defs.insert(name, Definition { schema, refs });
+            }
+        }
+    }
+
+    /// The converted definition `name` (after [`Self::settle`] ran).
+    pub(crate) fn definition(&mut self, name: &str) -> Result<Option<&Value>, RestError> {
+        self.settle()?;
+        Ok(self.defs.get(name).map(|d| &d.schema))
+    }
+
+    /// Adds `$defs` with every definition `schema` reaches.
+    pub(crate) fn attach_defs(&mut self, schema: &mut Value) -> Result<(), RestError> {
+        self.settle()?;
+        let mut wanted = BTreeSet::new();
+        collect_refs(schema, &mut wanted);
+        let mut reachable: BTreeSet<String> = BTreeSet::new();
+        let mut stack: Vec<String> = wanted.into_iter().collect();
+        while let Some(name) = stack.pop() {
+            if !reachable.insert(name.clone()) {
+                continue;
+            }
+            if let Some(def) = self.defs.get(&name) {
+                stack.extend(def.refs.iter().filter(|r| !reachable.contains(*r)).cloned());
+            }
+        }
+        if reachable.is_empty() {
+            return Ok(());
+        }
+        let defs: BTreeMap<String, Value> = reachable
+            .into_iter()
+            .filter_map(|name| self.defs.get(&name).map(|d| (name, d.schema.clone())))
+            .collect();
+        if let Value::Object(map) = schema {
+            map.insert("$defs".into(), Value::Object(defs.into_iter().collect()));
+        }
+        Ok(())
+    }
+}
+
+/// The name of the definition that `$ref` points at, when it is one of ours.
+pub(crate) fn ref_name(schema: &Value) -> Option<&str> {
+    schema.get("$ref")?.as_str()?.strip_prefix("#/$defs/")
+}
+
+fn collect_refs(value: &Value, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if key == "$ref" {
+                    if let Some(name) = v.as_str().and_then(|r| r.strip_prefix("#/$defs/")) {
+                        out.insert(name.to_owned());
+                    }
+                } else if key != "enum" && key != "const" && key != "examples" && key != "default" {
+                    collect_refs(v, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
+        _ => {}
+    }
+}
+
+fn is_type_name(t: &str) -> bool {
+    matches!(t, "string" | "number" | "integer" | "boolean" | "object" | "array" | "null")
+}
+
+/// A definition name usable in `#/$defs/<name>` without escaping.
+fn def_name(raw: &str) -> String {
+    let name: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') { c } else { '_' })
+        .collect();
+    if name.is_empty() { "_".into() } else { name }
+}
+
+/// Lets `null` through a converted schema.
+fn make_nullable(mut out: Map<String, Value>) -> Value {
+    if let Some(Value::Array(values)) = out.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
+    }
+    match out.get_mut("type") {
+        Some(Value::String(t)) => {
+            let t = std::mem::take(t);
+            out.insert("type".into(), json!([t, "null"]));
+            Value::Object(out)
+        }
+        Some(Value::Array(types)) => {
+            if !types.contains(&json!("null")) {
+                types.push(json!("null"));
+            }
+            Value::Object(out)
+        }
+        _ => {
+            // No type (a `$ref` or a composition): allow null beside whatever it says.
+            if out.is_empty() {
+                return Value::Object(out);
+            }
+            json!({"anyOf": [Value::Object(out), {"type": "null"}]})
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    fn doc(components: Value) -> Document {
+        Document::from_value(
+            json!({"openapi": "3.0.3", "paths": {}, "components": {"schemas": components}}),
+            "t.json",
+            None,
+        )
+        .unwrap()
+    }
+
+    fn check(components: Value, schema: Value, expected: Expect) {
+        let doc = doc(components);
+        let mut conv = SchemaConverter::new(&doc);
+        let mut out = conv.convert(&schema, "/x").unwrap();
+        conv.attach_defs(&mut out).unwrap();
+        expected.assert_eq(&serde_json::to_string(&out).unwrap());
+    }
+
+    #[test]
+    fn nullable_and_exclusive_bounds() {
+        check(
+            json!({}),
+            json!({"type": "integer", "nullable": true, "minimum": 1, "exclusiveMinimum": true,
+                   "maximum": 9, "exclusiveMaximum": false, "example": 3, "x-foo": 1}),
+            expect![[
+                r#"{"examples":[3],"exclusiveMinimum":1,"maximum":9,"type":["integer","null"]}"#
+            ]],
+        );
+        check(
+            json!({}),
+            json!({"type": "string", "enum": ["a"], "nullable": true}),
+            expect![[r#"{"enum":["a",null],"type":["string","null"]}"#]],
+        );
+    }
+
+    #[test]
+    fn nullable_reference_becomes_any_of() {
+        check(
+            json!({"A": {"type": "string"}}),
+            json!({"allOf": [{"$ref": "#/components/schemas/A"}], "nullable": true}),
+            expect![[
+                r##"{"$defs":{"A":{"type":"string"}},"anyOf":[{"allOf":[{"$ref":"#/$defs/A"}]},{"type":"null"}]}"##
+            ]],
+        );
+    }
+
+    #[test]
+    fn recursive_definitions_stay_references() {
+        check(
+            json!({
+                "Node": {"type": "object", "properties": {
+                    "children": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}},
+                    "other": {"$ref": "#/components/schemas/Leaf"}}},
+                "Leaf": {"type": "string"},
+                "Unused": {"type": "number"}
+            }),
+            json!({"$ref": "#/components/schemas/Node"}),
+            expect![[
+                r##"{"$defs":{"Leaf":{"type":"string"},"Node":{"properties":{"children":{"items":{"$ref":"#/$defs/Node"},"type":"array"},"other":{"$ref":"#/$defs/Leaf"}},"type":"object"}},"$ref":"#/$defs/Node"}"##
+            ]],
+        );
+    }
+
+    #[test]
+    fn property_named_like_keywords_is_kept() {
+        check(
+            json!({}),
+            json!({"type": "object", "properties": {"example": {"type": "string"},
+                   "nullable": {"type": "boolean"}, "$ref": {"type": "string"}}}),
+            expect![[
+                r#"{"properties":{"$ref":{"type":"string"},"example":{"type":"string"},"nullable":{"type":"boolean"}},"type":"object"}"#
+            ]],
+        );
+    }
+
+    #[test]
+    fn pointer_references_anywhere() {
+        check(
+            json!({"A": {"type": "object", "properties": {"b": {"type": "integer"}}}}),
+            json!({"$ref": "#/components/schemas/A/properties/b"}),
+            expect![[
+                r##"{"$defs":{"components_schemas_A_properties_b":{"type":"integer"}},"$ref":"#/$defs/components_schemas_A_properties_b"}"##
+            ]],
+        );
+    }
+
+    #[test]
+    fn dangling_and_external_references_name_the_place() {
+        let doc = doc(json!({"A": {"properties": {"b": {"$ref": "#/components/schemas/Nope"}}}}));
+        let mut conv = SchemaConverter::new(&doc);
+        let mut out = conv.convert(&json!({"$ref": "#/components/schemas/A"}), "/x").unwrap();
+        expect![[r#"t.json: at /components/schemas/A/properties/b/$ref: dangling reference `#/components/schemas/Nope`"#]]
+            .assert_eq(&conv.attach_defs(&mut out).unwrap_err().to_string());
+        let err = conv.convert(&json!({"$ref": "other.yaml#/A"}), "/paths/~1a/get").unwrap_err();
+        expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed (external references are off)"#]]
+            .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn swagger_file_and_tuple_items() {
+        check(
+            json!({}),
+            json!({"type": "array", "items": [{"type": "file"}, {"type": "int"}]}),
+            expect![[r#"{"prefixItems":[{"format":"binary","type":"string"},{}],"type":"array"}"#]],
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! [`RestProvider`]: inline tools or an imported OpenAPI document as a `ToolProvider`.
+
+use crate::auth::Auth;
+use crate::config::{DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_MS};
+use crate::http::{self, HttpSettings};
+use crate::openapi::{self, Document, Operation};
+use crate::request::{self, Body, PreparedRequest};
+use crate::template::{Escape, Template, UrlTemplate, body_parameters, lookup, render_body};
+use crate::{OpenApiConfig, RestError, RestToolConfig, names};
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use toolmux_core::{
+    CallContext, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider,
+    ToolSpec, naming,
+};
+
+/// The namespace of inline tools.
+pub const INLINE_NAMESPACE: &str = "rest";
+
+/// HTTP APIs as tools: inline tools (`restTools`) or the operations of one OpenAPI document.
+#[derive(Debug)]
+pub struct RestProvider {
+    namespace: String,
+    tools: Vec<Arc<RestTool>>,
+    by_name: HashMap<String, usize>,
+    warnings: Vec<String>,
+    auth: Option<Arc<Auth>>,
+    shut_down: AtomicBool,
+}
+
+#[derive(Debug)]
+struct RestTool {
+    spec: ToolSpec,
+    plan: Plan,
+    settings: HttpSettings,
+    client: reqwest::Client,
+}
+
+#[derive(Debug)]
+enum Plan {
+    Inline(InlinePlan),
+    OpenApi { op: Operation, base_url: Option<String>, headers: Vec<(String, String)> },
+}
+
+#[derive(Debug)]
+struct InlinePlan {
+    method: String,
+    url: UrlTemplate,
+    headers: Vec<(String, Template)>,
+    query: Vec<(String, Template)>,
+    body: Option<Value>,
+    /// Arguments some template uses; the others go to the query or the body.
+    used: BTreeSet<String>,
+}
+
+impl RestProvider {
+    /// Inline tools under the namespace `rest`.
+    pub fn inline(tools: &BTreeMap<String, RestToolConfig>) -> Result<RestProvider, RestError> {
+        RestProvider::inline_in(INLINE_NAMESPACE, tools)
+    }
+
+    /// Inline tools under another namespace.
+    pub fn inline_in(
+        namespace: &str,
+        tools: &BTreeMap<String, RestToolConfig>,
+    ) -> Result<RestProvider, RestError> {
+        check_namespace(namespace)?;
+        let default_client = http::client(DEFAULT_MAX_REDIRECTS)?;
+        let mut built = Vec::with_capacity(tools.len());
+        for (name, config) in tools {
+            let local = names::fit(namespace, &names::sanitize(name), naming::DEFAULT_BUDGET);
+            let client = match config.max_redirects {
+                Some(n) if n != DEFAULT_MAX_REDIRECTS => http::client(n)?,
+                _ => default_client.clone(),
+            };
+            built.push(inline_tool(name, local, config, client)?);
+        }
+        Ok(RestProvider::assemble(namespace, built, Vec::new(), None))
+    }
+
+    /// Imports the document of `config` (file or URL) under the namespace `name` (or
+    /// `config.namespace`).
+    pub async fn openapi(name: &str, config: &OpenApiConfig) -> Result<RestProvider, RestError> {
+        let (text, source_name, source_url) = match (&config.spec, &config.url) {
+            (Some(path), _) => {
+                let path = match (&config.base_dir, path.is_relative()) {
+                    (Some(dir), true) => dir.join(path),
+                    _ => path.clone(),
+                };
+                let text = tokio_read(&path).await?;
+                (text, path.display().to_string(), None)
+            }
+            (None, Some(url)) => {
+                let text = fetch_document(url, config).await?;
+                (text, url.clone(), Some(url.clone()))
+            }
+            (None, None) => {
+                return Err(RestError::Config {
+                    name: name.to_owned(),
+                    message: "set `spec` (a file) or `url`".into(),
+                });
+            }
+        };
+        let document = Document::parse(&text, &source_name, source_url.as_deref())?;
+        RestProvider::from_document(name, document, config)
+    }
+
+    /// Imports a document given as text (JSON or YAML); `source_name` names it in errors.
+    pub fn openapi_from_text(
+        name: &str,
+        text: &str,
+        source_name: &str,
+        config: &OpenApiConfig,
+    ) -> Result<RestProvider, RestError> {
+        let document = Document::parse(text, source_name, config.url.as_deref())?;
+        RestProvider::from_document(name, document, config)
+    }
+
+    /// Imports an already parsed document.
+    pub fn openapi_from_value(
+        name: &str,
+        document: Value,
+        source_name: &str,
+        config: &OpenApiConfig,
+    ) -> Result<RestProvider, RestError> {
+        let document = Document::from_value(document, source_name, config.url.as_deref())?;
+        RestProvider::from_document(name, document, config)
+    }
+
+    fn from_document(
+        name: &str,
+        document: Document,
+        config: &OpenApiConfig,
+    ) -> Result<RestProvider, RestError> {
+        let namespace = config.namespace.as_deref().unwrap_or(name);
+        check_namespace(namespace)?;
+        let imported = openapi::import(&document, namespace, config)?;
+        let mut warnings = imported.warnings;
+        let auth = Auth::new(imported.schemes, config.auth.clone());
+        for unknown in auth.unknown_schemes() {
+            warnings.push(format!(
+                "{}: `auth.{unknown}` names no security scheme of the document",
+                document.source_name
+            ));
+        }
+        let client = http::client(config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS))?;
+        let settings = HttpSettings {
+            timeout: Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
+            max_response_bytes: config.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            stream: false,
+        };
+        let headers: Vec<(String, String)> =
+            config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let tools = imported
+            .operations
+            .into_iter()
+            .map(|op| {
+                let spec = ToolSpec {
+                    name: op.name.clone(),
+                    title: None,
+                    description: op.description.clone(),
+                    input_schema: Arc::new(op.input_schema.clone()),
+                    output_schema: None,
+                    annotations: op.annotations.clone(),
+                };
+                let base_url = op.server.clone();
+                RestTool {
+                    spec,
+                    plan: Plan::OpenApi { op, base_url, headers: headers.clone() },
+                    settings,
+                    client: client.clone(),
+                }
+            })
+            .collect();
+        for warning in &warnings {
+            tracing::warn!(namespace, "{warning}");
+        }
+        Ok(RestProvider::assemble(namespace, tools, warnings, Some(Arc::new(auth))))
+    }
+
+    fn assemble(
+        namespace: &str,
+        tools: Vec<RestTool>,
+        warnings: Vec<String>,
+        auth: Option<Arc<Auth>>,
+    ) -> RestProvider {
+        let tools: Vec<Arc<RestTool>> = tools.into_iter().map(Arc::new).collect();
+        let by_name = tools.iter().enumerate().map(|(i, t)| (t.spec.name.clone(), i)).collect();
+        RestProvider {
+            namespace: namespace.to_owned(),
+            tools,
+            by_name,
+            warnings,
+            auth,
+            shut_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Warnings of the import (too many tools, unusable security schemes); partial success
+    /// is not an error.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The specs of every tool, without awaiting.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.iter().map(|t| t.spec.clone()).collect()
+    }
+
+    async fn run(
+        &self,
+        tool: &RestTool,
+        args: Map<String, Value>,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, RestError> {
+        let name = tool.spec.name.as_str();
+        let mut retried = false;
+        loop {
+            let (mut request, schemes) = match &tool.plan {
+                Plan::Inline(plan) => (inline_request(plan, &args, name)?, Vec::new()),
+                Plan::OpenApi { op, base_url, headers } => {
+                    let base =
+                        base_url.as_deref().filter(|b| b.contains("://")).ok_or_else(|| {
+                            RestError::Config {
+                                name: self.namespace.clone(),
+                                message: "the document names no absolute server URL: set `baseUrl`"
+                                    .into(),
+                            }
+                        })?;
+                    let mut request = request::build(op, base, &args)
+                        .map_err(|message| RestError::Request { tool: name.to_owned(), message })?;
+                    request.headers.extend(headers.iter().cloned());
+                    let schemes = self
+                        .auth
+                        .as_ref()
+                        .and_then(|auth| auth.choose(&op.security))
+                        .map(<[String]>::to_vec)
+                        .unwrap_or_default();
+                    (request, schemes)
+                }
+            };
+            if let Some(auth) = &self.auth {
+                auth.apply(&schemes, &mut request, &tool.client, name).await?;
+            }
+            let response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
+            if response.status == 401
+                && !retried
+                && let Some(auth) = self.auth.as_ref().filter(|a| a.uses_tokens(&schemes))
+            {
+                // The token may have been revoked early: fetch a new one once.
+                auth.invalidate(&schemes).await;
+                retried = true;
+                continue;
+            }
+            return Ok(response.into_output());
+        }
+    }
+}
+
+fn check_namespace(namespace: &str) -> Result<(), RestError> {
+    naming::validate_namespace(namespace)
+        .map_err(|e| RestError::Config { name: namespace.to_owned(), message: e.to_string() })
+}
+
+async fn tokio_read(path: &std::path::Path) -> Result<String, RestError> {
+    let path_buf = path.to_owned();
+    let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(&path_buf)).await;
+    match read {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(source)) => Err(RestError::ReadSpec { path: path.to_owned(), source }),
+        Err(join) => Err(RestError::ReadSpec {
+            path: path.to_owned(),
+            source: std::io::Error::other(join.to_string()),
+        }),
+    }
+}
+
+/// Largest OpenAPI document fetched, in bytes.
+const MAX_DOCUMENT_BYTES: usize = 64 * 1024 * 1024;
+
+async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, RestError> {
+    let client = http::client(config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS))?;
+    let mut request = PreparedRequest {
+        method: "GET".into(),
+        url: url.to_owned(),
+        headers: config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        cookies: Vec::new(),
+        body: Body::None,
+    };
+    request
+        .headers
+        .push(("Accept".into(), "application/json, application/yaml;q=0.9, */*;q=0.5".into()));
+    let settings = HttpSettings {
+        timeout: Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
+        max_response_bytes: MAX_DOCUMENT_BYTES,
+        stream: false,
+    };
+    let fetch_error =
+        |message: String| RestError::FetchSpec { url: url.to_owned(), message, source: None };
+    let response = http::send(&client, &request, settings, "openapi", &CallContext::new())
+        .await
+        .map_err(|e| fetch_error(e.to_string()))?;
+    if !(200..300).contains(&response.status) {
+        return Err(fetch_error(format!("HTTP {} {}", response.status, response.reason)));
+    }
+    String::from_utf8(response.body).map_err(|_| fetch_error("the document is not UTF-8".into()))
+}
+
+fn inline_tool(
+    name: &str,
+    local: String,
+    config: &RestToolConfig,
+    client: reqwest::Client,
+) -> Result<RestTool, RestError> {
+    let config_error = |message: String| RestError::Config { name: name.to_owned(), message };
+    let method = config.method.to_ascii_uppercase();
+    if reqwest::Method::from_bytes(method.as_bytes()).is_err() {
+        return Err(config_error(format!("invalid method `{}`", config.method)));
+    }
+    if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
+        return Err(config_error(format!(
+            "`url` must start with http:// or https://: `{}`",
+            config.url
+        )));
+    }
+    let url = UrlTemplate::parse(&config.url);
+    let headers: Vec<(String, Template)> =
+        config.headers.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
+    let query: Vec<(String, Template)> =
+        config.query.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
+    let mut used = BTreeSet::new();
+    let required: BTreeSet<String> = url.path_parameters().map(top_level).collect();
+    used.extend(required.iter().cloned());
+    used.extend(url.query_parameters().map(top_level));
+    for (_, t) in headers.iter().chain(&query) {
+        used.extend(t.parameters().map(top_level));
+    }
+    if let Some(body) = &config.body {
+        let mut in_body = BTreeSet::new();
+        body_parameters(body, &mut in_body);
+        used.extend(in_body.iter().map(|p| top_level(p)));
+    }
+    let input_schema = match &config.parameters_schema {
+        Some(schema) if schema.get("type").and_then(Value::as_str) == Some("object") => {
+            schema.clone()
+        }
+        Some(_) => {
+            return Err(config_error(
+                "`parametersSchema` must be an object schema (`\"type\": \"object\"`)".into(),
+            ));
+        }
+        None => {
+            let properties: Map<String, Value> =
+                used.iter().map(|p| (p.clone(), json!({"type": "string"}))).collect();
+            json!({"type": "object", "properties": properties, "required": required})
+        }
+    };
+    let read_only = matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS");
+    let annotations = ToolAnnotations {
+        read_only,
+        idempotent: read_only || matches!(method.as_str(), "PUT" | "DELETE"),
+        destructive: method == "DELETE",
+        permission: Some(PermissionClass::Network),
+        ..ToolAnnotations::default()
+    };
+    let spec = ToolSpec::new(local, config.description.clone(), input_schema)
+        .with_annotations(annotations);
+    Ok(RestTool {
+        spec,
+        plan: Plan::Inline(InlinePlan {
+            method,
+            url,
+            headers,
+            query,
+            body: config.body.clone(),
+            used,
+        }),
+        settings: HttpSettings {
+            timeout: Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
+            max_response_bytes: config.max_response_bytes.unwrap_or(DEFAULT_MAX_RESPONSE_BYTES),
+            stream: config.stream,
+        },
+        client,
+    })
+}
+
+fn top_level(name: &str) -> String {
+    name.split('.').next().unwrap_or(name).to_owned()
+}
+
+fn inline_request(
+    plan: &InlinePlan,
+    args: &Map<String, Value>,
+    tool: &str,
+) -> Result<PreparedRequest, RestError> {
+    let missing = |what: &str, name: String| RestError::Request {
+        tool: tool.to_owned(),
+        message: format!("missing argument `{name}` for the {what}"),
+    };
+    let mut url = plan.url.render(args).map_err(|n| missing("URL", n))?;
+    let mut headers = Vec::new();
+    for (name, template) in &plan.headers {
+        if template.sole_parameter().is_some_and(|p| lookup(args, p).is_none()) {
+            continue;
+        }
+        headers.push((
+            name.clone(),
+            template.render(args, Escape::Verbatim).map_err(|n| missing("headers", n))?,
+        ));
+    }
+    let mut query = Vec::new();
+    for (name, template) in &plan.query {
+        if template.sole_parameter().is_some_and(|p| lookup(args, p).is_none()) {
+            continue;
+        }
+        query.push((
+            name.clone(),
+            template.render(args, Escape::Verbatim).map_err(|n| missing("query", n))?,
+        ));
+    }
+    let unused: Map<String, Value> = args
+        .iter()
+        .filter(|(k, v)| !plan.used.contains(*k) && !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let sends_body = matches!(plan.method.as_str(), "POST" | "PUT" | "PATCH");
+    let body = match &plan.body {
+        Some(template) => Body::Json(render_body(template, args).map_err(|n| missing("body", n))?),
+        None if sends_body => Body::Json(Value::Object(unused)),
+        None => {
+            for (k, v) in &unused {
+                match v {
+                    Value::Array(items) => query
+                        .extend(items.iter().map(|i| (k.clone(), crate::template::value_text(i)))),
+                    other => query.push((k.clone(), crate::template::value_text(other))),
+                }
+            }
+            Body::None
+        }
+    };
+    let mut request = PreparedRequest {
+        method: plan.method.clone(),
+        url: String::new(),
+        headers,
+        cookies: Vec::new(),
+        body,
+    };
+    request.url = std::mem::take(&mut url);
+    for (k, v) in &query {
+        request.add_query(k, v);
+    }
+    Ok(request)
+}
+
+#[async_trait]
+impl ToolProvider for RestProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Rest
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self.specs())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        if self.shut_down.load(Ordering::Acquire) {
+            return Err(ToolError::Unavailable {
+                provider: self.namespace.clone(),
+                message: "shut down".into(),
+            });
+        }
+        let Some(tool) = self.by_name.get(name).map(|&i| Arc::clone(&self.tools[i])) else {
+            let suggestions = close_names(name, self.by_name.keys());
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
+        };
+        let args = match arguments {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return Err(ToolError::InvalidArguments {
+                    tool: name.to_owned(),
+                    violations: vec![toolmux_core::Violation {
+                        pointer: String::new(),
+                        message: format!("arguments must be an object, not {other}"),
+                    }],
+                });
+            }
+        };
+        let mut limit = tool.settings.timeout;
+        if let Some(deadline) = ctx.deadline() {
+            limit = limit.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        }
+        let work = self.run(&tool, args, ctx);
+        tokio::select! {
+            () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: name.to_owned() }),
+            outcome = tokio::time::timeout(limit, work) => match outcome {
+                Err(_) => Err(ToolError::Timeout { tool: name.to_owned(), after: limit }),
+                Ok(result) => result.map_err(|e| e.into_tool_error(&self.namespace)),
+            },
+        }
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        self.shut_down.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// Up to three known names sharing the longest prefix with `name`.
+fn close_names<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut scored: Vec<(usize, &String)> = known
+        .map(|k| (k.chars().zip(name.chars()).take_while(|(a, b)| a == b).count(), k))
+        .filter(|(score, _)| *score >= 3)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}

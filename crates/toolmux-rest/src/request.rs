@@ -1,0 +1,361 @@
+//! Requests built from flat arguments: path templating, query and header styles, cookies,
+//! JSON, form and multipart bodies.
+
+use crate::openapi::{BodyEncoding, Field, Location, Operation, Style};
+use crate::template::{encode, value_text};
+use serde_json::{Map, Value};
+
+/// A request ready to send, independent of the HTTP client.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PreparedRequest {
+    pub(crate) method: String,
+    /// The full URL, query included, already encoded.
+    pub(crate) url: String,
+    pub(crate) headers: Vec<(String, String)>,
+    /// Cookies as `name=value` pairs (values encoded).
+    pub(crate) cookies: Vec<String>,
+    pub(crate) body: Body,
+}
+
+/// A request body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Body {
+    None,
+    Json(Value),
+    Form(Vec<(String, String)>),
+    Multipart(Vec<MultipartField>),
+    Raw { content_type: String, text: String },
+}
+
+/// One multipart field.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct MultipartField {
+    pub(crate) name: String,
+    pub(crate) value: String,
+    /// Sent as a file part named after the field.
+    pub(crate) file: bool,
+}
+
+impl PreparedRequest {
+    /// Appends `name=value` (both raw) to the query.
+    pub(crate) fn add_query(&mut self, name: &str, value: &str) {
+        let sep = if self.url.contains('?') { '&' } else { '?' };
+        self.url.push(sep);
+        self.url.push_str(&encode(name));
+        self.url.push('=');
+        self.url.push_str(&encode(value));
+    }
+
+    /// The URL without its query, for messages (a query may hold credentials).
+    pub(crate) fn url_for_messages(&self) -> &str {
+        self.url.split('?').next().unwrap_or_default()
+    }
+}
+
+/// Builds the request of an imported operation from its flat arguments.
+pub(crate) fn build(
+    op: &Operation,
+    base_url: &str,
+    args: &Map<String, Value>,
+) -> Result<PreparedRequest, String> {
+    let mut path = op.path.clone();
+    let mut query: Vec<String> = Vec::new();
+    let mut headers = Vec::new();
+    let mut cookies = Vec::new();
+    let mut body_map = Map::new();
+    let mut whole_body = None;
+    for field in &op.fields {
+        let value = args.get(&field.flat).filter(|v| !v.is_null());
+        match field.location {
+            Location::Path => {
+                let Some(value) = value else {
+                    return Err(format!("missing required path argument `{}`", field.flat));
+                };
+                let text = path_value(field, value);
+                path = path.replace(&format!("{{{}}}", field.name), &text);
+            }
+            Location::Query => {
+                if let Some(value) = value {
+                    query_pairs(field, value, &mut query);
+                }
+            }
+            Location::Header => {
+                if let Some(value) = value {
+                    headers.push((field.name.clone(), simple(value, field.explode)));
+                }
+            }
+            Location::Cookie => {
+                if let Some(value) = value {
+                    cookies.push(format!(
+                        "{}={}",
+                        field.name,
+                        encode(&simple(value, field.explode))
+                    ));
+                }
+            }
+            Location::Body => {
+                if field.name.is_empty() {
+                    whole_body = value.cloned();
+                } else if let Some(value) = value {
+                    body_map.insert(field.name.clone(), value.clone());
+                }
+            }
+        }
+    }
+    let mut url = format!("{}{}", base_url.trim_end_matches('/'), path);
+    if !query.is_empty() {
+        url.push(if url.contains('?') { '&' } else { '?' });
+        url.push_str(&query.join("&"));
+    }
+    let body = match &op.body {
+        None => Body::None,
+        Some(spec) => {
+            let payload = match whole_body {
+                Some(value) => Some(value),
+                None if !body_map.is_empty() => Some(Value::Object(body_map)),
+                None => None,
+            };
+            match payload {
+                None => Body::None,
+                Some(value) => encode_body(spec.encoding, &spec.content_type, value, &op.fields),
+            }
+        }
+    };
+    if let Some(spec) = &op.body
+        && body != Body::None
+        && !matches!(spec.encoding, BodyEncoding::Multipart | BodyEncoding::Form)
+    {
+        headers.push(("Content-Type".into(), spec.content_type.clone()));
+    }
+    Ok(PreparedRequest { method: op.method.clone(), url, headers, cookies, body })
+}
+
+fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields: &[Field]) -> Body {
+    match encoding {
+        BodyEncoding::Json => Body::Json(value),
+        BodyEncoding::Raw => {
+            Body::Raw { content_type: content_type.to_owned(), text: value_text(&value) }
+        }
+        BodyEncoding::Form => {
+            let Value::Object(map) = value else {
+                return Body::Raw {
+                    content_type: content_type.to_owned(),
+                    text: value_text(&value),
+                };
+            };
+            let mut pairs = Vec::new();
+            for (name, value) in map {
+                match value {
+                    Value::Array(items) => {
+                        pairs.extend(items.iter().map(|item| (name.clone(), value_text(item))));
+                    }
+                    other => pairs.push((name, value_text(&other))),
+                }
+            }
+            Body::Form(pairs)
+        }
+        BodyEncoding::Multipart => {
+            let Value::Object(map) = value else {
+                return Body::Raw {
+                    content_type: content_type.to_owned(),
+                    text: value_text(&value),
+                };
+            };
+            let is_file = |name: &str| {
+                fields.iter().any(|f| f.location == Location::Body && f.name == name && f.binary)
+            };
+            let parts = map
+                .into_iter()
+                .flat_map(|(name, value)| {
+                    let file = is_file(&name);
+                    let values = match value {
+                        Value::Array(items) if !file => items,
+                        other => vec![other],
+                    };
+                    values.into_iter().map(move |v| MultipartField {
+                        name: name.clone(),
+                        value: value_text(&v),
+                        file,
+                    })
+                })
+                .collect();
+            Body::Multipart(parts)
+        }
+    }
+}
+
+/// A path parameter, encoded, in its style.
+fn path_value(field: &Field, value: &Value) -> String {
+    let encoded = |v: &Value| encode(&value_text(v));
+    let items = || -> Vec<String> {
+        match value {
+            Value::Array(items) => items.iter().map(encoded).collect(),
+            Value::Object(map) => map
+                .iter()
+                .flat_map(|(k, v)| {
+                    if field.explode {
+                        vec![format!("{}={}", encode(k), encoded(v))]
+                    } else {
+                        vec![encode(k), encoded(v)]
+                    }
+                })
+                .collect(),
+            other => vec![encoded(other)],
+        }
+    };
+    match field.style {
+        Style::Label => {
+            let sep = if field.explode { "." } else { "," };
+            format!(".{}", items().join(sep))
+        }
+        Style::Matrix => match value {
+            Value::Array(_) if field.explode => {
+                items().iter().map(|v| format!(";{}={v}", field.name)).collect::<String>()
+            }
+            Value::Object(_) if field.explode => {
+                items().iter().map(|kv| format!(";{kv}")).collect()
+            }
+            _ => format!(";{}={}", field.name, items().join(",")),
+        },
+        _ => items().join(","),
+    }
+}
+
+/// A header or cookie value in `simple` style (unencoded).
+fn simple(value: &Value, explode: bool) -> String {
+    match value {
+        Value::Array(items) => items.iter().map(value_text).collect::<Vec<_>>().join(","),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                if explode {
+                    format!("{k}={}", value_text(v))
+                } else {
+                    format!("{k},{}", value_text(v))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        other => value_text(other),
+    }
+}
+
+/// Query pairs of one parameter, encoded, in its style.
+fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
+    let name = encode(&field.name);
+    let text = |v: &Value| encode(&value_text(v));
+    match value {
+        Value::Array(items) => {
+            let sep = match field.style {
+                Style::SpaceDelimited => Some("%20"),
+                Style::PipeDelimited => Some("|"),
+                Style::TabDelimited => Some("%09"),
+                _ if field.explode => None,
+                _ => Some(","),
+            };
+            match sep {
+                None => out.extend(items.iter().map(|v| format!("{name}={}", text(v)))),
+                Some(sep) => {
+                    out.push(format!(
+                        "{name}={}",
+                        items.iter().map(text).collect::<Vec<_>>().join(sep)
+                    ));
+                }
+            }
+        }
+        Value::Object(map) => match field.style {
+            Style::DeepObject => {
+                out.extend(
+                    map.iter().map(|(k, v)| format!("{name}%5B{}%5D={}", encode(k), text(v))),
+                );
+            }
+            _ if field.explode => {
+                out.extend(map.iter().map(|(k, v)| format!("{}={}", encode(k), text(v))));
+            }
+            _ => {
+                let flat: Vec<String> =
+                    map.iter().flat_map(|(k, v)| [encode(k), text(v)]).collect();
+                out.push(format!("{name}={}", flat.join(",")));
+            }
+        },
+        other => out.push(format!("{name}={}", text(other))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openapi::BodySpec;
+    use serde_json::json;
+
+    fn field(flat: &str, location: Location, name: &str, style: Style, explode: bool) -> Field {
+        Field { flat: flat.into(), location, name: name.into(), style, explode, binary: false }
+    }
+
+    fn op(fields: Vec<Field>, body: Option<BodySpec>) -> Operation {
+        Operation {
+            name: "t".into(),
+            description: String::new(),
+            method: "POST".into(),
+            path: "/items/{id}/{tags}".into(),
+            server: None,
+            input_schema: json!({}),
+            fields,
+            body,
+            security: Vec::new(),
+            annotations: Default::default(),
+        }
+    }
+
+    #[test]
+    fn parameters_go_where_the_map_says() {
+        let op = op(
+            vec![
+                field("id", Location::Path, "id", Style::Simple, false),
+                field("tags", Location::Path, "tags", Style::Simple, false),
+                field("id__query", Location::Query, "id", Style::Form, true),
+                field("multi", Location::Query, "multi", Style::Form, true),
+                field("csv", Location::Query, "csv", Style::Form, false),
+                field("pipes", Location::Query, "pipes", Style::PipeDelimited, false),
+                field("deep", Location::Query, "deep", Style::DeepObject, true),
+                field("X-Trace", Location::Header, "X-Trace", Style::Simple, false),
+                field("session", Location::Cookie, "session", Style::Form, true),
+                field("name", Location::Body, "name", Style::Form, true),
+            ],
+            Some(BodySpec {
+                content_type: "application/json".into(),
+                encoding: BodyEncoding::Json,
+                whole: None,
+            }),
+        );
+        let args = json!({"id": "a/b", "tags": ["x", "y z"], "id__query": 7, "multi": [1, 2],
+            "csv": ["a", "b"], "pipes": [1, 2], "deep": {"k": "v"}, "X-Trace": "t1",
+            "session": "s 1", "name": "Rex"});
+        let req = build(&op, "http://h/api/", args.as_object().unwrap()).unwrap();
+        assert_eq!(
+            req.url,
+            "http://h/api/items/a%2Fb/x,y%20z?id=7&multi=1&multi=2&csv=a,b&pipes=1|2&deep%5Bk%5D=v"
+        );
+        assert_eq!(
+            req.headers,
+            vec![
+                ("X-Trace".to_owned(), "t1".to_owned()),
+                ("Content-Type".to_owned(), "application/json".to_owned())
+            ]
+        );
+        assert_eq!(req.cookies, vec!["session=s%201".to_owned()]);
+        assert_eq!(req.body, Body::Json(json!({"name": "Rex"})));
+        let missing = build(&op, "http://h", json!({"tags": 1}).as_object().unwrap()).unwrap_err();
+        assert_eq!(missing, "missing required path argument `id`");
+    }
+
+    #[test]
+    fn label_and_matrix_styles() {
+        let f = field("p", Location::Path, "p", Style::Label, false);
+        assert_eq!(path_value(&f, &json!([1, 2])), ".1,2");
+        let f = field("p", Location::Path, "p", Style::Matrix, true);
+        assert_eq!(path_value(&f, &json!([1, 2])), ";p=1;p=2");
+        let f = field("p", Location::Path, "p", Style::Matrix, false);
+        assert_eq!(path_value(&f, &json!({"a": 1})), ";p=a,1");
+    }
+}

@@ -1,0 +1,269 @@
+//! `${parameters.x}` templates of inline tools, filled from a call's arguments.
+//!
+//! `${VAR}` references to the environment were expanded by whoever loaded the
+//! configuration; only `${parameters.` placeholders are left for us. A name may use dots to
+//! reach into an object argument (`${parameters.user.id}`).
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+const PREFIX: &str = "${parameters.";
+
+/// Everything but RFC 3986 unreserved characters is escaped, in path segments and in query
+/// components alike.
+pub(crate) const COMPONENT: &AsciiSet =
+    &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// Percent-encodes one URL component.
+pub(crate) fn encode(text: &str) -> String {
+    utf8_percent_encode(text, COMPONENT).to_string()
+}
+
+/// How placeholder values are written into the text around them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Escape {
+    /// Percent-encoded as one URL component.
+    Component,
+    /// As they are (headers, body strings).
+    Verbatim,
+}
+
+/// One piece of a parsed template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Parameter(String),
+}
+
+/// A parsed template string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Template {
+    pieces: Vec<Piece>,
+}
+
+impl Template {
+    pub(crate) fn parse(text: &str) -> Template {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(PREFIX) {
+            let after = &rest[start + PREFIX.len()..];
+            let Some(end) = after.find('}') else { break };
+            let name = &after[..end];
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                pieces.push(Piece::Text(rest[..start + PREFIX.len()].to_owned()));
+                rest = after;
+                continue;
+            }
+            if start > 0 {
+                pieces.push(Piece::Text(rest[..start].to_owned()));
+            }
+            pieces.push(Piece::Parameter(name.to_owned()));
+            rest = &after[end + 1..];
+        }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_owned()));
+        }
+        Template { pieces }
+    }
+
+    /// The parameter names used.
+    pub(crate) fn parameters(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().filter_map(|p| match p {
+            Piece::Parameter(name) => Some(name.as_str()),
+            Piece::Text(_) => None,
+        })
+    }
+
+    /// The parameter when the template is exactly one placeholder.
+    pub(crate) fn sole_parameter(&self) -> Option<&str> {
+        match self.pieces.as_slice() {
+            [Piece::Parameter(name)] => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Fills the template; `Err(name)` names the first missing argument.
+    pub(crate) fn render(
+        &self,
+        args: &Map<String, Value>,
+        escape: Escape,
+    ) -> Result<String, String> {
+        let mut out = String::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Parameter(name) => {
+                    let value = lookup(args, name).ok_or_else(|| name.clone())?;
+                    let text = value_text(value);
+                    match escape {
+                        Escape::Component => out.push_str(&encode(&text)),
+                        Escape::Verbatim => out.push_str(&text),
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The argument at a dotted name; `null` counts as absent.
+pub(crate) fn lookup<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    if let Some(value) = args.get(name) {
+        return (!value.is_null()).then_some(value);
+    }
+    let mut parts = name.split('.');
+    let mut current = args.get(parts.next()?)?;
+    for part in parts {
+        current = current.get(part)?;
+    }
+    (!current.is_null()).then_some(current)
+}
+
+/// A value as text: strings as they are, everything else as compact JSON.
+pub(crate) fn value_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A URL template: its path part (before `?`) and its query pairs.
+#[derive(Debug, Clone)]
+pub(crate) struct UrlTemplate {
+    path: Template,
+    query: Vec<(Template, Template)>,
+}
+
+impl UrlTemplate {
+    pub(crate) fn parse(url: &str) -> UrlTemplate {
+        let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        let query = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                (Template::parse(k), Template::parse(v))
+            })
+            .collect();
+        UrlTemplate { path: Template::parse(path), query }
+    }
+
+    /// Parameters the path needs (required ones).
+    pub(crate) fn path_parameters(&self) -> impl Iterator<Item = &str> {
+        self.path.parameters()
+    }
+
+    /// Parameters of the query part.
+    pub(crate) fn query_parameters(&self) -> impl Iterator<Item = &str> {
+        self.query.iter().flat_map(|(k, v)| k.parameters().chain(v.parameters()))
+    }
+
+    /// The URL with every placeholder filled and encoded for its position; a query pair
+    /// whose value is one placeholder of an absent argument is left out.
+    pub(crate) fn render(&self, args: &Map<String, Value>) -> Result<String, String> {
+        let mut url = self.path.render(args, Escape::Component)?;
+        let mut first = true;
+        for (key, value) in &self.query {
+            if value.sole_parameter().is_some_and(|name| lookup(args, name).is_none()) {
+                continue;
+            }
+            url.push(if first { '?' } else { '&' });
+            first = false;
+            url.push_str(&key.render(args, Escape::Component)?);
+            let value = value.render(args, Escape::Component)?;
+            if !value.is_empty() {
+                url.push('=');
+                url.push_str(&value);
+            }
+        }
+        Ok(url)
+    }
+}
+
+/// Fills a body template: a string that is one placeholder takes the argument's JSON value
+/// (an object member whose placeholder has no argument is left out), other strings are
+/// filled as text.
+pub(crate) fn render_body(template: &Value, args: &Map<String, Value>) -> Result<Value, String> {
+    match template {
+        Value::String(text) => {
+            let parsed = Template::parse(text);
+            if let Some(name) = parsed.sole_parameter() {
+                return Ok(lookup(args, name).cloned().unwrap_or(Value::Null));
+            }
+            parsed.render(args, Escape::Verbatim).map(Value::String)
+        }
+        Value::Array(items) => items
+            .iter()
+            .map(|item| render_body(item, args))
+            .collect::<Result<_, _>>()
+            .map(Value::Array),
+        Value::Object(map) => {
+            let mut out = Map::new();
+            for (key, value) in map {
+                if let Value::String(text) = value
+                    && let Some(name) = Template::parse(text).sole_parameter()
+                    && lookup(args, name).is_none()
+                {
+                    continue;
+                }
+                out.insert(key.clone(), render_body(value, args)?);
+            }
+            Ok(Value::Object(out))
+        }
+        other => Ok(other.clone()),
+    }
+}
+
+/// Every placeholder of a body template.
+pub(crate) fn body_parameters(template: &Value, out: &mut BTreeSet<String>) {
+    match template {
+        Value::String(text) => out.extend(Template::parse(text).parameters().map(str::to_owned)),
+        Value::Array(items) => items.iter().for_each(|v| body_parameters(v, out)),
+        Value::Object(map) => map.values().for_each(|v| body_parameters(v, out)),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn url_placeholders_are_encoded_per_position() {
+        let url = UrlTemplate::parse(
+            "http://h/v1/${parameters.city}/x?q=${parameters.q}&unit=${parameters.unit}&fixed=1",
+        );
+        let got = url
+            .render(&args(json!({"city": "São Paulo/../x", "q": "a&b=c d", "unit": null})))
+            .unwrap();
+        assert_eq!(got, "http://h/v1/S%C3%A3o%20Paulo%2F..%2Fx/x?q=a%26b%3Dc%20d&fixed=1");
+        assert_eq!(url.render(&args(json!({}))).unwrap_err(), "city");
+    }
+
+    #[test]
+    fn non_placeholders_and_env_leftovers_stay_text() {
+        let t = Template::parse("a ${HOME} ${parameters.} ${parameters.x y} ${parameters.n}");
+        assert_eq!(
+            t.render(&args(json!({"n": 5})), Escape::Verbatim).unwrap(),
+            "a ${HOME} ${parameters.} ${parameters.x y} 5"
+        );
+    }
+
+    #[test]
+    fn body_keeps_json_types_and_drops_absent_members() {
+        let body = json!({"n": "${parameters.n}", "s": "id-${parameters.n}",
+                          "o": "${parameters.user.name}", "gone": "${parameters.missing}",
+                          "list": ["${parameters.n}"]});
+        let got = render_body(&body, &args(json!({"n": 3, "user": {"name": "ann"}}))).unwrap();
+        assert_eq!(got, json!({"n": 3, "s": "id-3", "o": "ann", "list": [3]}));
+    }
+}
