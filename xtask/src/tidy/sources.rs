@@ -18,8 +18,8 @@ use crate::walk;
 /// STYLE.md allows spawning only where a tool must (and there always with an explicit
 /// working directory). Add an entry only for such a module, with a comment saying why.
 pub(super) const SPAWN_ALLOWED: &[&str] = &[
-    // toolmux-fs: the bash tool runs commands in their own process group.
-    "crates/toolmux-fs/src/bash",
+    // toolmux-fs: the shell (bash) tool runs commands in their own process group.
+    "crates/toolmux-fs/src/tools/shell",
     // toolmux-mcp: the stdio transport launches MCP servers as child processes.
     "crates/toolmux-mcp/src/transport/stdio",
 ];
