@@ -1020,7 +1020,8 @@ impl Orchestrator {
             hard
         };
         let call_token = ctx.cancel_token().child_token();
-        let last_progress = Arc::new(AtomicU64::new(0));
+        // Microseconds from `start` to the last progress report; read only on timeout.
+        let last_progress = settings.reset_on_progress.then(|| Arc::new(AtomicU64::new(0)));
         let mut provider_ctx = ctx
             .clone()
             .with_cancel(call_token.clone())
@@ -1033,11 +1034,12 @@ impl Orchestrator {
                 ctx,
                 op,
                 start,
-                &last_progress,
+                last_progress.as_ref(),
                 listens,
             ));
         }
-        let tool = entry.name.to_string();
+        // Allocated only on the paths that report an error.
+        let tool = || entry.name.to_string();
         let call = AssertUnwindSafe(entry.provider.call(&entry.original, arguments, &provider_ctx))
             .catch_unwind();
         tokio::pin!(call);
@@ -1048,23 +1050,25 @@ impl Orchestrator {
                 result = &mut call => {
                     return match result {
                         Ok(result) => result,
-                        Err(panic) => Err(ToolError::Panicked { tool, message: panic_message(&*panic) }),
+                        Err(panic) => Err(ToolError::Panicked { tool: tool(), message: panic_message(&*panic) }),
                     };
                 }
-                () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool }),
+                () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
                 () = generation.cancelled() => {
                     call_token.cancel();
-                    return Err(ToolError::Cancelled { tool });
+                    return Err(ToolError::Cancelled { tool: tool() });
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    let progressed = Duration::from_micros(last_progress.load(Ordering::Relaxed));
-                    let extended = (start + progressed + timeout).min(hard_deadline);
-                    if settings.reset_on_progress && extended > deadline {
-                        deadline = extended;
-                        continue;
+                    if let Some(progressed) = &last_progress {
+                        let progressed = Duration::from_micros(progressed.load(Ordering::Relaxed));
+                        let extended = (start + progressed + timeout).min(hard_deadline);
+                        if extended > deadline {
+                            deadline = extended;
+                            continue;
+                        }
                     }
                     call_token.cancel();
-                    return Err(ToolError::Timeout { tool, after: start.elapsed() });
+                    return Err(ToolError::Timeout { tool: tool(), after: start.elapsed() });
                 }
             }
         }
@@ -1076,16 +1080,18 @@ impl Orchestrator {
         ctx: &CallContext,
         op: &Arc<Op>,
         start: Instant,
-        last_progress: &Arc<AtomicU64>,
+        last_progress: Option<&Arc<AtomicU64>>,
         listens: bool,
     ) -> ProgressSink {
         let upstream = ctx.progress_sink().cloned();
-        let last = last_progress.clone();
+        let last = last_progress.cloned();
         let events = listens.then(|| self.inner.events.clone());
         let tool = entry.name.clone();
         let op_id = op.id();
         ProgressSink::new(move |progress| {
-            last.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            if let Some(last) = &last {
+                last.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+            }
             if let Some(events) = &events {
                 let _ = events.send(ToolEvent::ToolProgress {
                     op_id,
