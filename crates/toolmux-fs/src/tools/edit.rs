@@ -166,12 +166,7 @@ fn apply(
             )));
         }
         for &at in starts.iter().take(DIFF_HUNKS.saturating_sub(hunks.len())) {
-            hunks.push(Hunk {
-                line: line_of(&text, at),
-                old: old.clone(),
-                new: new.clone(),
-                note,
-            });
+            hunks.push(Hunk { line: line_of(&text, at), old: old.clone(), new: new.clone(), note });
         }
         replacements += starts.len();
         text = text.replace(old.as_str(), &new);

@@ -1,0 +1,145 @@
+//! `edit` and `multi_edit`: exact matching, ambiguity, diffs, atomicity.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+
+#[tokio::test]
+async fn replaces_once_and_shows_a_diff() {
+    let fx = Fixture::new();
+    fx.put("a.rs", "fn main() {\n    let x = 1;\n}\n");
+    let out = fx
+        .call("edit", json!({"path": "a.rs", "old_string": "let x = 1;", "new_string": "let x = 2;\n    let y = 3;"}))
+        .await
+        .unwrap();
+    expect![[r#"
+        made 1 replacement in `a.rs`
+        @@ line 2 @@
+        -let x = 1;
+        +let x = 2;
+        +    let y = 3;"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["replacements"], 1);
+    assert_eq!(fx.get("a.rs"), "fn main() {\n    let x = 2;\n    let y = 3;\n}\n");
+}
+
+#[tokio::test]
+async fn several_matches_need_replace_all() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\nb\na\nc\na\n");
+    expect!["found 3 matches of old_string in `a.txt` (at lines 1, 3, 5) but replace_all is false: set replace_all to true to replace every occurrence, or add surrounding context to old_string to pick one; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "a.txt", "old_string": "a", "new_string": "z"})).await);
+    let out = fx
+        .call(
+            "edit",
+            json!({"path": "a.txt", "old_string": "a", "new_string": "z", "replace_all": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.extras["replacements"], 3);
+    assert_eq!(fx.get("a.txt"), "z\nb\nz\nc\nz\n");
+}
+
+#[tokio::test]
+async fn not_found_names_the_closest_line() {
+    let fx = Fixture::new();
+    fx.put("a.rs", "fn main() {\n    let total = compute(1, 2);\n}\n");
+    expect!["old_string was not found in `a.rs`; the closest line is 2: `let total = compute(1, 2);`; read the file again and copy the exact text; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "a.rs", "old_string": "let total = compute(1, 3);", "new_string": "x"})).await);
+}
+
+#[tokio::test]
+async fn not_found_but_whitespace_differs() {
+    let fx = Fixture::new();
+    fx.put("a.py", "def f():\n    return 1\n");
+    expect!["old_string was not found in `a.py`, but lines 1-2 match it when whitespace is ignored: copy the exact whitespace and indentation from `read` output; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "a.py", "old_string": "def f():\n  return 1", "new_string": "x"})).await);
+}
+
+#[tokio::test]
+async fn identical_strings_are_refused() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a");
+    expect![
+        "no changes to make: old_string and new_string are exactly the same; nothing was written"
+    ]
+    .assert_eq(
+        &fx.err("edit", json!({"path": "a.txt", "old_string": "a", "new_string": "a"})).await,
+    );
+}
+
+#[tokio::test]
+async fn empty_old_string_creates_a_missing_file_only() {
+    let fx = Fixture::new();
+    let out = fx
+        .ok("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "hello\n"}))
+        .await;
+    assert_eq!(out, "created `new/f.txt` (1 lines)");
+    expect!["old_string is empty but `new/f.txt` exists: give the text to replace, or use `write` to replace the whole file; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "x"})).await);
+}
+
+#[tokio::test]
+async fn crlf_files_match_lf_edits() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\r\ntwo\r\nthree\r\n");
+    let out = fx
+        .ok("edit", json!({"path": "a.txt", "old_string": "one\ntwo", "new_string": "1\n2"}))
+        .await;
+    assert!(out.contains("(matched with CRLF line endings)"), "{out}");
+    assert_eq!(fx.get("a.txt"), "1\r\n2\r\nthree\r\n");
+}
+
+#[tokio::test]
+async fn stale_files_are_refused() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "abc");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    fx.put("a.txt", "abcd");
+    let err =
+        fx.err("edit", json!({"path": "a.txt", "old_string": "abc", "new_string": "x"})).await;
+    assert!(err.contains("has been modified since it was last read"), "{err}");
+}
+
+#[tokio::test]
+async fn multi_edit_is_all_or_nothing() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "alpha beta gamma\n");
+    expect!["edit 2: old_string was not found in `a.txt` and no line resembles it; read the file again and copy the exact text (whitespace and indentation included); nothing was written"]
+        .assert_eq(&fx.err("multi_edit", json!({"path": "a.txt", "edits": [
+            {"old_string": "alpha", "new_string": "ALPHA"},
+            {"old_string": "zzzz", "new_string": "Z"},
+        ]})).await);
+    assert_eq!(fx.get("a.txt"), "alpha beta gamma\n");
+    let out = fx
+        .call(
+            "multi_edit",
+            json!({"path": "a.txt", "edits": [
+                {"old_string": "alpha", "new_string": "ALPHA"},
+                {"old_string": "ALPHA beta", "new_string": "AB"},
+                {"old_string": "a", "new_string": "4", "replace_all": true},
+            ]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.extras["replacements"], 4);
+    assert_eq!(fx.get("a.txt"), "AB g4mm4\n");
+}
+
+#[tokio::test]
+async fn multi_edit_needs_edits() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a");
+    expect![
+        "invalid arguments for `fs__multi_edit`: at /: `edits` is empty: give at least one edit"
+    ]
+    .assert_eq(&fx.err("multi_edit", json!({"path": "a.txt", "edits": []})).await);
+}
+
+#[tokio::test]
+async fn binary_files_are_not_edited() {
+    let fx = Fixture::new();
+    fx.put("a.bin", "a\0b");
+    let err = fx.err("edit", json!({"path": "a.bin", "old_string": "a", "new_string": "b"})).await;
+    assert!(err.contains("is a binary file"), "{err}");
+}

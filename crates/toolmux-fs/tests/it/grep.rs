@@ -1,0 +1,234 @@
+//! `grep`: modes, context, filters, paging, gitignore.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use std::time::{Duration, SystemTime};
+
+fn touch(path: &std::path::Path, secs_ago: u64) {
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
+}
+
+fn tree() -> Fixture {
+    let fx = Fixture::new();
+    touch(&fx.put("src/a.rs", "fn alpha() {}\nlet Needle = 1;\n// needle here\n"), 300);
+    touch(&fx.put("src/b.py", "needle = 2\nother\n"), 100);
+    touch(&fx.put("docs/c.md", "no match\n"), 50);
+    fx
+}
+
+#[tokio::test]
+async fn files_with_matches_newest_first() {
+    let fx = tree();
+    let out = fx.call("grep", json!({"pattern": "needle"})).await.unwrap();
+    expect![[r#"
+        src/b.py
+        src/a.rs"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["files"], 2);
+}
+
+#[tokio::test]
+async fn content_mode_with_line_numbers() {
+    let fx = tree();
+    expect![[r#"
+        src/a.rs:3:// needle here
+        src/b.py:1:needle = 2"#]]
+    .assert_eq(&fx.ok("grep", json!({"pattern": "needle", "output_mode": "content"})).await);
+    expect![[r#"
+        src/a.rs:// needle here
+        src/b.py:needle = 2"#]]
+    .assert_eq(
+        &fx.ok("grep", json!({"pattern": "needle", "output_mode": "content", "-n": false})).await,
+    );
+}
+
+#[tokio::test]
+async fn case_insensitive() {
+    let fx = tree();
+    expect![[r#"
+        src/a.rs:2:let Needle = 1;
+        src/a.rs:3:// needle here
+        src/b.py:1:needle = 2"#]]
+    .assert_eq(
+        &fx.ok("grep", json!({"pattern": "needle", "output_mode": "content", "-i": true})).await,
+    );
+}
+
+#[tokio::test]
+async fn context_lines() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "1\n2\nhit\n4\n5\n6\n7\nhit\n9\n");
+    expect![[r#"
+        a.txt-2-2
+        a.txt:3:hit
+        a.txt-4-4
+        --
+        a.txt-7-7
+        a.txt:8:hit
+        a.txt-9-9"#]]
+    .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-C": 1})).await);
+    expect![[r#"
+        a.txt:3:hit
+        a.txt-4-4
+        --
+        a.txt:8:hit
+        a.txt-9-9"#]]
+    .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-A": 1})).await);
+    expect![[r#"
+        a.txt-2-2
+        a.txt:3:hit
+        --
+        a.txt-7-7
+        a.txt:8:hit"#]]
+    .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-B": 1})).await);
+}
+
+#[tokio::test]
+async fn count_mode() {
+    let fx = tree();
+    expect![[r#"
+        src/a.rs:2
+        src/b.py:1
+        [3 matching lines in 2 files]"#]]
+    .assert_eq(
+        &fx.ok("grep", json!({"pattern": "needle", "output_mode": "count", "-i": true})).await,
+    );
+}
+
+#[tokio::test]
+async fn glob_and_type_filters() {
+    let fx = tree();
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "glob": "*.py"})).await, "src/b.py");
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "type": "rust"})).await, "src/a.rs");
+    let err = fx.err("grep", json!({"pattern": "needle", "type": "nosuchtype"})).await;
+    assert!(
+        err.starts_with("invalid arguments for `fs__grep`: at /: invalid `type` `nosuchtype`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn path_narrows_to_a_directory_or_file() {
+    let fx = tree();
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "path": "src/b.py"})).await, "src/b.py");
+    assert_eq!(fx.ok("grep", json!({"pattern": "match", "path": "docs"})).await, "docs/c.md");
+}
+
+#[tokio::test]
+async fn multiline_patterns() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "start\nmiddle\nend\n");
+    assert_eq!(fx.ok("grep", json!({"pattern": "start.middle"})).await, "No matches found");
+    expect![[r#"
+        a.txt:1:start
+        a.txt:2:middle"#]]
+    .assert_eq(
+        &fx.ok(
+            "grep",
+            json!({"pattern": "start.middle", "multiline": true, "output_mode": "content"}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn head_limit_and_offset_page_through() {
+    let fx = Fixture::new();
+    let text: String = (1..=10).map(|i| format!("hit {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let out = fx
+        .call("grep", json!({"pattern": "hit", "output_mode": "content", "head_limit": 3}))
+        .await
+        .unwrap();
+    expect![[r#"
+        a.txt:1:hit 1
+        a.txt:2:hit 2
+        a.txt:3:hit 3
+        [showing lines 1-3 of 10; use offset=3 for more]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["truncated"], true);
+    expect![[r#"
+        a.txt:10:hit 10
+        [showing lines 10-10 of 10]"#]]
+    .assert_eq(
+        &fx.ok(
+            "grep",
+            json!({"pattern": "hit", "output_mode": "content", "head_limit": 3, "offset": 9}),
+        )
+        .await,
+    );
+    let all =
+        fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "head_limit": 0})).await;
+    assert_eq!(all.lines().count(), 10);
+}
+
+#[tokio::test]
+async fn default_head_limit_is_250() {
+    let fx = Fixture::new();
+    let text: String = (1..=300).map(|i| format!("hit {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let out = fx.call("grep", json!({"pattern": "hit", "output_mode": "content"})).await.unwrap();
+    assert!(out.to_text().ends_with("[showing lines 1-250 of 300; use offset=250 for more]"));
+}
+
+#[tokio::test]
+async fn content_over_many_files_pages_in_path_order() {
+    let fx = Fixture::new();
+    for i in 0..40 {
+        fx.put(&format!("f{i:02}.txt"), "hit\nhit\n");
+    }
+    let page = fx
+        .ok(
+            "grep",
+            json!({"pattern": "hit", "output_mode": "content", "head_limit": 3, "offset": 5}),
+        )
+        .await;
+    expect![[r#"
+        f02.txt:2:hit
+        f03.txt:1:hit
+        f03.txt:2:hit
+        [showing lines 6-8 of 80; use offset=8 for more]"#]]
+    .assert_eq(&page);
+}
+
+#[tokio::test]
+async fn gitignore_hidden_and_binary_files_are_skipped() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "ignored/\n");
+    fx.put("ignored/a.txt", "needle\n");
+    fx.put(".hidden/a.txt", "needle\n");
+    fx.put("bin.dat", "needle\0\0");
+    fx.put("seen.txt", "needle\n");
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle"})).await, "seen.txt");
+}
+
+#[tokio::test]
+async fn no_match_is_an_empty_result_not_an_error() {
+    let fx = tree();
+    let out = fx.call("grep", json!({"pattern": "zebra"})).await.unwrap();
+    assert!(!out.is_error);
+    assert_eq!(out.to_text(), "No matches found");
+    assert_eq!(out.extras["matches"], 0);
+}
+
+#[tokio::test]
+async fn invalid_patterns_are_caller_errors() {
+    let fx = tree();
+    let err = fx.err("grep", json!({"pattern": "a{"})).await;
+    assert!(err.starts_with("invalid arguments for `fs__grep`: at /: invalid regex `a{`"), "{err}");
+    expect!["invalid arguments for `fs__grep`: at /: `pattern` is empty"]
+        .assert_eq(&fx.err("grep", json!({"pattern": ""})).await);
+}
+
+#[tokio::test]
+async fn cancelled_before_start() {
+    let fx = tree();
+    let ctx = toolmux_core::CallContext::new();
+    ctx.cancel_token().cancel();
+    let err = toolmux_core::ToolProvider::call(&fx.fs, "grep", json!({"pattern": "x"}), &ctx)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "cancelled");
+}

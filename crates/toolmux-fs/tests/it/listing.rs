@@ -1,0 +1,110 @@
+//! `glob` and `ls`.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use std::time::{Duration, SystemTime};
+
+fn touch(path: &std::path::Path, secs_ago: u64) {
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
+}
+
+#[tokio::test]
+async fn glob_newest_first() {
+    let fx = Fixture::new();
+    touch(&fx.put("src/old.rs", ""), 500);
+    touch(&fx.put("src/new.rs", ""), 5);
+    touch(&fx.put("src/deep/mid.rs", ""), 50);
+    fx.put("README.md", "");
+    expect![[r#"
+        src/new.rs
+        src/deep/mid.rs
+        src/old.rs"#]]
+    .assert_eq(&fx.ok("glob", json!({"pattern": "**/*.rs"})).await);
+    assert_eq!(fx.ok("glob", json!({"pattern": "*.md"})).await, "README.md");
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "*.rs", "path": "src/deep"})).await,
+        "src/deep/mid.rs"
+    );
+}
+
+#[tokio::test]
+async fn glob_limit_counts_what_was_left_out() {
+    let fx = Fixture::new();
+    for i in 0..5 {
+        touch(&fx.put(&format!("f{i}.txt"), ""), 100 - i);
+    }
+    let out = fx.call("glob", json!({"pattern": "*.txt", "limit": 2})).await.unwrap();
+    expect![[r#"
+        f4.txt
+        f3.txt
+        [showing files 1-2 of 5, newest first; 3 more left out: use offset=2 or narrow the pattern]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["leftOut"], 3);
+    expect![[r#"
+        f0.txt
+        [showing files 5-5 of 5, newest first]"#]]
+    .assert_eq(&fx.ok("glob", json!({"pattern": "*.txt", "limit": 2, "offset": 4})).await);
+}
+
+#[tokio::test]
+async fn glob_respects_gitignore_and_reports_no_match() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "target/\n");
+    fx.put("target/x.rs", "");
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "**/*.rs"})).await,
+        "No files match `**/*.rs` in `.`"
+    );
+    let err = fx.err("glob", json!({"pattern": "a[", "path": "."})).await;
+    assert!(err.starts_with("invalid arguments for `fs__glob`: at /: invalid glob `a[`"), "{err}");
+}
+
+#[tokio::test]
+async fn ls_marks_directories_symlinks_and_sizes() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "hello");
+    fx.put("dir/inner.txt", "");
+    std::os::unix::fs::symlink("a.txt", fx.root().join("link")).unwrap();
+    std::os::unix::fs::symlink("/etc", fx.root().join("escape")).unwrap();
+    std::os::unix::fs::symlink("missing", fx.root().join("dangling")).unwrap();
+    expect![[r#"
+        ./
+          a.txt (5 bytes)
+          dangling@ -> (dangling)
+          dir/
+          escape@ -> (outside the workspace)
+          link@ -> a.txt"#]]
+    .assert_eq(&fx.ok("ls", json!({})).await);
+}
+
+#[tokio::test]
+async fn ls_depth_ignore_and_limit() {
+    let fx = Fixture::new();
+    fx.put("a/b/c/d.txt", "");
+    fx.put("a/skip.log", "");
+    fx.put(".git/HEAD", "");
+    expect![[r#"
+        ./
+          .git/
+          a/
+            b/
+        [1 more entries left out: raise `limit`, lower `depth` or list a subdirectory]"#]]
+    .assert_eq(&fx.ok("ls", json!({"depth": 3, "ignore": ["*.log"], "limit": 3})).await);
+    expect![[r#"
+        a/b/
+          c/
+            d.txt (0 bytes)"#]]
+    .assert_eq(&fx.ok("ls", json!({"path": "a/b", "depth": 2})).await);
+}
+
+#[tokio::test]
+async fn ls_errors() {
+    let fx = Fixture::new();
+    fx.put("f", "");
+    expect!["`f` is not a directory"].assert_eq(&fx.err("ls", json!({"path": "f"})).await);
+    expect!["no file or directory at `nope`"]
+        .assert_eq(&fx.err("ls", json!({"path": "nope"})).await);
+    assert_eq!(fx.ok("ls", json!({"path": "."})).await, "./\n  f (0 bytes)");
+}

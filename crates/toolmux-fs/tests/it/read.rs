@@ -1,0 +1,155 @@
+//! `read`: pages, markers, errors.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use toolmux_fs::FsLimits;
+
+#[tokio::test]
+async fn numbered_lines_and_total() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\nthree\n");
+    let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
+    assert_eq!(out.to_text(), "     1\tone\n     2\ttwo\n     3\tthree\n");
+    assert_eq!(out.extras["totalLines"], 3);
+    assert_eq!(out.extras["truncated"], false);
+}
+
+#[tokio::test]
+async fn offset_and_limit_page_with_continuation() {
+    let fx = Fixture::new();
+    let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let out = fx.call("read", json!({"path": "a.txt", "offset": 4, "limit": 2})).await.unwrap();
+    assert_eq!(
+        out.to_text(),
+        "     4\tline 4\n     5\tline 5\n\n[showing lines 4-5 of 10; use offset=6 to read more]"
+    );
+    assert_eq!(out.extras["totalLines"], 10);
+    assert_eq!(out.extras["truncated"], true);
+    let last = fx.ok("read", json!({"path": "a.txt", "offset": 10})).await;
+    assert_eq!(last, "    10\tline 10\n");
+}
+
+#[tokio::test]
+async fn default_limit_is_2000_lines() {
+    let fx = Fixture::new();
+    let text: String = (1..=2500).map(|i| format!("{i}\n")).collect();
+    fx.put("a.txt", &text);
+    let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
+    assert_eq!(out.extras["endLine"], 2000);
+    assert!(
+        out.to_text().ends_with("[showing lines 1-2000 of 2500; use offset=2001 to read more]")
+    );
+}
+
+#[tokio::test]
+async fn long_lines_are_cut_with_a_marker() {
+    let fx = Fixture::new();
+    fx.put("a.txt", &format!("{}\nshort\n", "x".repeat(2500)));
+    let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
+    let text = out.to_text();
+    assert!(text.starts_with(&format!("     1\t{}[... 500 more characters]\n", "x".repeat(2000))));
+    assert_eq!(out.extras["linesCut"], 1);
+}
+
+#[tokio::test]
+async fn a_page_over_the_byte_cap_ends_early_and_says_how_to_continue() {
+    let fx =
+        Fixture::with(|c| c.with_limits(FsLimits { read_page_bytes: 100, ..FsLimits::default() }));
+    let text: String = (1..=50).map(|i| format!("line number {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
+    let text = out.to_text();
+    assert!(
+        text.ends_with(
+            "[page capped at 100 bytes; showing lines 1-4 of 50; use offset=5 to read more]"
+        ),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn directories_suggest_ls() {
+    let fx = Fixture::new();
+    fx.put("d/x", "");
+    expect!["`fs__read` failed: `d` is a directory, not a file: use `ls` to list it"]
+        .assert_eq(&format!("`fs__read` failed: {}", fx.err("read", json!({"path": "d"})).await));
+}
+
+#[tokio::test]
+async fn binary_is_detected_by_content_not_extension() {
+    let fx = Fixture::new();
+    fx.put("data.txt", "abc\0def");
+    fx.put("notes.dat", "plain text\n");
+    expect!["`data.txt` is a binary file (it contains NUL bytes); it cannot be shown as text, inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+        .assert_eq(&fx.err("read", json!({"path": "data.txt"})).await);
+    assert_eq!(fx.ok("read", json!({"path": "notes.dat"})).await, "     1\tplain text\n");
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_replaced_and_flagged() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("a.txt"), b"ok\n\xff\xfe bad\n").unwrap();
+    let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
+    assert_eq!(
+        out.to_text(),
+        "     1\tok\n     2\t\u{fffd}\u{fffd} bad\n\n[the file is not valid UTF-8: invalid bytes are shown as U+FFFD]"
+    );
+    assert_eq!(out.extras["invalidUtf8"], true);
+}
+
+#[tokio::test]
+async fn offset_past_the_end_names_the_line_count() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "1\n2\n");
+    expect!["invalid arguments for `fs__read`: at /: offset 7 is past the end of `a.txt`, which has 2 lines"]
+        .assert_eq(&fx.err("read", json!({"path": "a.txt", "offset": 7})).await);
+}
+
+#[tokio::test]
+async fn empty_file_and_missing_file() {
+    let fx = Fixture::new();
+    fx.put("empty", "");
+    assert_eq!(fx.ok("read", json!({"path": "empty"})).await, "[`empty` is empty]");
+    expect!["no file or directory at `nope.txt`"]
+        .assert_eq(&fx.err("read", json!({"path": "nope.txt"})).await);
+}
+
+#[tokio::test]
+async fn crlf_bom_and_missing_final_newline() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("a.txt"), "\u{feff}a\r\nb").unwrap();
+    assert_eq!(fx.ok("read", json!({"path": "a.txt"})).await, "     1\ta\n     2\tb\n");
+}
+
+#[tokio::test]
+async fn absolute_paths_inside_the_root_work() {
+    let fx = Fixture::new();
+    let abs = fx.put("sub/a.txt", "x\n");
+    assert_eq!(fx.ok("read", json!({"path": abs.to_str().unwrap()})).await, "     1\tx\n");
+}
+
+#[tokio::test]
+async fn fifos_are_refused_without_blocking() {
+    let fx = Fixture::new();
+    let status = std::process::Command::new("mkfifo")
+        .arg(fx.root().join("pipe"))
+        .current_dir(fx.root())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    expect!["`pipe` is not a regular file (a FIFO, socket or device); refusing to open it"]
+        .assert_eq(&fx.err("read", json!({"path": "pipe"})).await);
+}
+
+#[tokio::test]
+async fn unknown_arguments_are_refused() {
+    let fx = Fixture::new();
+    fx.put("a", "x");
+    let err = fx.err("read", json!({"file_path": "a"})).await;
+    assert!(
+        err.starts_with("invalid arguments for `fs__read`: at /: unknown field `file_path`"),
+        "{err}"
+    );
+}

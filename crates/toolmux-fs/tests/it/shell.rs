@@ -1,0 +1,222 @@
+//! `bash` and `exec`: output, exit codes, timeouts, process groups, caps, allow-lists.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use std::time::{Duration, Instant};
+use toolmux_fs::BashConfig;
+
+#[tokio::test]
+async fn stdout_stderr_and_exit_code_separately() {
+    let fx = Fixture::new();
+    let out = fx
+        .call("bash", json!({"command": "echo out; echo err >&2; exit 3", "description": "test"}))
+        .await
+        .unwrap();
+    expect![[r#"
+        exit code 3
+        --- stdout ---
+        out
+        --- stderr ---
+        err"#]]
+    .assert_eq(&out.to_text());
+    assert!(out.is_error);
+    assert_eq!(out.extras["exitCode"], 3);
+}
+
+#[tokio::test]
+async fn runs_in_the_root_with_stdin_closed() {
+    let fx = Fixture::new();
+    let out = fx.ok("bash", json!({"command": "pwd; cat; echo done"})).await;
+    let root = std::fs::canonicalize(fx.root()).unwrap();
+    assert_eq!(out, format!("exit code 0\n--- stdout ---\n{}\ndone", root.display()));
+}
+
+#[tokio::test]
+async fn the_environment_holds_only_path_home_lang() {
+    let fx = Fixture::new();
+    let out = fx.call("exec", json!({"argv": ["env"]})).await.unwrap();
+    let text = out.to_text();
+    let names: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter_map(|line| line.split_once('=').map(|(name, _)| name))
+        .collect();
+    assert!(names.iter().all(|n| ["PATH", "HOME", "LANG"].contains(n)), "{names:?}");
+    assert!(names.contains(&"PATH"), "{text}");
+}
+
+#[tokio::test]
+async fn exec_takes_argv_without_a_shell() {
+    let fx = Fixture::new();
+    let out = fx.ok("exec", json!({"argv": ["echo", "$HOME", "a;b"]})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\n$HOME a;b");
+    expect!["invalid arguments for `fs__exec`: at /: `argv` is empty: give the program and its arguments"]
+        .assert_eq(&fx.err("exec", json!({"argv": []})).await);
+    let err = fx.err("exec", json!({"argv": ["/no/such/program"]})).await;
+    assert!(err.starts_with("failed to start `/no/such/program`"), "{err}");
+}
+
+#[tokio::test]
+async fn timeouts_are_checked() {
+    let fx = Fixture::new();
+    expect!["invalid arguments for `fs__bash`: at /: timeout 600001 ms is out of range: give 1 to 600000 ms"]
+        .assert_eq(&fx.err("bash", json!({"command": "true", "timeout": 600001})).await);
+}
+
+/// Process ids whose process group is `pgid` and that are not zombies.
+fn live_in_group(pgid: i32) -> Vec<i32> {
+    let mut live = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command name (which is in parentheses): state ppid pgrp ...
+        let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2) == Some(&pgid.to_string().as_str()) && fields[0] != "Z" && fields[0] != "X"
+        {
+            live.push(pid);
+        }
+    }
+    live
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_group_and_leaves_nothing_behind() {
+    let fx = Fixture::new();
+    let started = Instant::now();
+    let out = fx
+        .call("bash", json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000", "timeout": 500}))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(out.is_error);
+    assert_eq!(out.extras["timedOut"], true);
+    assert!(out.to_text().starts_with("timed out after 500 ms: the process group was killed"));
+    let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live_in_group(pgid).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "processes left in group {pgid}: {:?}",
+            live_in_group(pgid)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn background_processes_die_when_the_command_exits() {
+    let fx = Fixture::new();
+    let started = Instant::now();
+    let out = fx.ok("bash", json!({"command": "echo $$ > pgid; sleep 1000 & echo started"})).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out, "exit code 0\n--- stdout ---\nstarted");
+    let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live_in_group(pgid).is_empty() {
+        assert!(Instant::now() < deadline, "processes left in group {pgid}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_group() {
+    let fx = Fixture::new();
+    let ctx = toolmux_core::CallContext::new();
+    let token = ctx.cancel_token().clone();
+    let root = fx.root();
+    let call = toolmux_core::ToolProvider::call(
+        &fx.fs,
+        "bash",
+        json!({"command": "echo $$ > pgid; sleep 1000"}),
+        &ctx,
+    );
+    let cancel = async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(root.join("pgid")).map_or(true, |s| !s.ends_with('\n')) {
+            assert!(Instant::now() < deadline);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        token.cancel();
+    };
+    let (result, ()) = tokio::join!(call, cancel);
+    assert_eq!(result.unwrap_err().code(), "cancelled");
+    let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !live_in_group(pgid).is_empty() {
+        assert!(Instant::now() < deadline, "processes left in group {pgid}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn large_output_keeps_head_and_tail_and_spills_the_rest() {
+    let spill = tempfile::tempdir().unwrap();
+    let spill_dir = spill.path().to_path_buf();
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig { spill_dir: Some(spill_dir), ..BashConfig::default() })
+    });
+    let out = fx.call("bash", json!({"command": "seq 1 100000"})).await.unwrap();
+    let text = out.to_text();
+    assert!(text.starts_with("exit code 0\n--- stdout ---\n1\n2\n3\n"));
+    assert!(text.ends_with("99999\n100000"));
+    assert!(text.chars().count() < 30_000 + 200, "{}", text.len());
+    assert!(text.contains("omitted; full output saved to "), "{text}");
+    assert_eq!(out.extras["stdoutTruncated"], true);
+    let file = out.extras["stdoutFile"].as_str().unwrap();
+    assert!(file.starts_with(&spill.path().to_string_lossy().into_owned()));
+    let full = std::fs::read_to_string(file).unwrap();
+    assert_eq!(full.lines().count(), 100_000);
+}
+
+#[tokio::test]
+async fn huge_output_stays_bounded() {
+    let spill = tempfile::tempdir().unwrap();
+    let spill_dir = spill.path().to_path_buf();
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig {
+            spill_dir: Some(spill_dir),
+            spill_max_bytes: 1 << 20,
+            ..BashConfig::default()
+        })
+    });
+    let out = fx
+        .call(
+            "bash",
+            json!({"command": "head -c 50000000 /dev/zero | tr '\\0' 'x'; echo; echo END"}),
+        )
+        .await
+        .unwrap();
+    let text = out.to_text();
+    assert!(text.ends_with("END"), "{}", &text[text.len() - 100..]);
+    assert_eq!(out.extras["stdoutBytes"], 50_000_005);
+    let file = out.extras["stdoutFile"].as_str().unwrap();
+    assert_eq!(std::fs::metadata(file).unwrap().len(), 1 << 20);
+}
+
+#[tokio::test]
+async fn allow_list_and_env_passthrough() {
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig {
+            allow_prefixes: vec!["echo".into(), "printenv LANG".into()],
+            env_passthrough: vec!["TOOLMUX_FS_TEST_NEVER_SET".into()],
+            ..BashConfig::default()
+        })
+    });
+    assert_eq!(
+        fx.ok("bash", json!({"command": "echo hi"})).await,
+        "exit code 0\n--- stdout ---\nhi"
+    );
+    expect!["call to `fs__bash` denied: command `echo hi; rm -rf x` is not allowed: it contains the shell operator `;`, which is refused when an allow-list of command prefixes is configured; use `exec` with an argv"]
+        .assert_eq(&fx.err("bash", json!({"command": "echo hi; rm -rf x"})).await);
+    expect!["call to `fs__exec` denied: command `rm -rf x` is not allowed: it does not start with an allowed prefix (`echo`, `printenv LANG`); change `bash.allowPrefixes` to allow it"]
+        .assert_eq(&fx.err("exec", json!({"argv": ["rm", "-rf", "x"]})).await);
+}
+
+#[tokio::test]
+async fn execute_is_off_unless_configured() {
+    let fx = Fixture::with(|c| c.with_permissions([toolmux_fs::Permission::Read]));
+    expect![[r#"call to `fs__bash` denied: tool `bash` is disabled: add "execute" to the fs `permissions` configuration key to enable it"#]]
+        .assert_eq(&fx.err("bash", json!({"command": "true"})).await);
+}

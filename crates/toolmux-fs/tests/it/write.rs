@@ -1,0 +1,96 @@
+//! `write`: creation, read-before-overwrite, staleness, permissions, atomicity.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+
+#[tokio::test]
+async fn creates_parent_directories() {
+    let fx = Fixture::new();
+    let out = fx.call("write", json!({"path": "a/b/c.txt", "content": "hi\n"})).await.unwrap();
+    expect!["created `a/b/c.txt` (3 bytes, 1 lines)"].assert_eq(&out.to_text());
+    assert_eq!(out.extras["created"], true);
+    assert_eq!(fx.get("a/b/c.txt"), "hi\n");
+}
+
+#[tokio::test]
+async fn overwriting_an_unread_file_is_refused() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old");
+    expect!["`a.txt` exists and has not been read in this run: read it first before writing to it"]
+        .assert_eq(&fx.err("write", json!({"path": "a.txt", "content": "new"})).await);
+    assert_eq!(fx.get("a.txt"), "old");
+}
+
+#[tokio::test]
+async fn overwriting_after_read_works_and_again_after_own_write() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    let out = fx.ok("write", json!({"path": "a.txt", "content": "new"})).await;
+    assert_eq!(out, "overwrote `a.txt` (3 bytes, 1 lines)");
+    fx.ok("write", json!({"path": "a.txt", "content": "newer"})).await;
+    assert_eq!(fx.get("a.txt"), "newer");
+}
+
+#[tokio::test]
+async fn a_file_changed_since_read_is_refused() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    fx.put("a.txt", "changed by someone");
+    expect!["`a.txt` has been modified since it was last read (by the user, a formatter or another tool): read it again before writing to it"]
+        .assert_eq(&fx.err("write", json!({"path": "a.txt", "content": "new"})).await);
+    assert_eq!(fx.get("a.txt"), "changed by someone");
+}
+
+#[tokio::test]
+async fn reads_count_per_run() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old");
+    fx.call_in("run-1", "read", json!({"path": "a.txt"})).await.unwrap();
+    assert!(fx.call_in("run-2", "write", json!({"path": "a.txt", "content": "x"})).await.is_err());
+    fx.call_in("run-1", "write", json!({"path": "a.txt", "content": "x"})).await.unwrap();
+}
+
+#[tokio::test]
+async fn keeps_permissions_and_leaves_no_temporary_files() {
+    let fx = Fixture::new();
+    let path = fx.put("run.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o751)).unwrap();
+    fx.ok("read", json!({"path": "run.sh"})).await;
+    fx.ok("write", json!({"path": "run.sh", "content": "#!/bin/sh\necho hi\n"})).await;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o751);
+    let names: Vec<_> =
+        std::fs::read_dir(fx.root()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["run.sh"]);
+}
+
+#[tokio::test]
+async fn writing_a_directory_is_refused() {
+    let fx = Fixture::new();
+    fx.put("d/x", "");
+    expect!["`d` is a directory, not a file: use `ls` to list it"]
+        .assert_eq(&fx.err("write", json!({"path": "d", "content": "x"})).await);
+}
+
+#[tokio::test]
+async fn writes_through_a_symlink_inside_the_root_land_on_its_target() {
+    let fx = Fixture::new();
+    fx.put("real.txt", "old");
+    std::os::unix::fs::symlink("real.txt", fx.root().join("link.txt")).unwrap();
+    fx.ok("read", json!({"path": "link.txt"})).await;
+    fx.ok("write", json!({"path": "link.txt", "content": "new"})).await;
+    assert_eq!(fx.get("real.txt"), "new");
+    assert!(std::fs::symlink_metadata(fx.root().join("link.txt")).unwrap().is_symlink());
+}
+
+#[tokio::test]
+async fn write_is_disabled_by_default() {
+    let fx = Fixture::with(|c| c.with_permissions([toolmux_fs::Permission::Read]));
+    expect![[r#"call to `fs__write` denied: tool `write` is disabled: add "write" to the fs `permissions` configuration key to enable it"#]]
+        .assert_eq(&fx.err("write", json!({"path": "a", "content": "x"})).await);
+    assert!(!fx.root().join("a").exists());
+}
