@@ -78,6 +78,14 @@ pub enum RestError {
         #[source]
         source: Option<BoxError>,
     },
+    /// The request ran past its time limit.
+    #[error("`{tool}`: no complete response within {} ms", .after.as_millis())]
+    Timeout {
+        /// The tool.
+        tool: String,
+        /// The limit.
+        after: std::time::Duration,
+    },
     /// The response grew past its size limit while being read.
     #[error("`{tool}`: response larger than {limit} bytes, reading stopped")]
     ResponseTooLarge {
@@ -106,10 +114,11 @@ impl RestError {
                 tool,
                 violations: vec![toolmux_core::Violation { pointer: String::new(), message }],
             },
-            RestError::Http { .. } => ToolError::Transport {
+            RestError::Timeout { tool, after } => ToolError::Timeout { tool, after },
+            RestError::Http { tool, url, message, source } => ToolError::Transport {
                 provider: provider.to_owned(),
-                message: self.to_string(),
-                source: Some(Box::new(self)),
+                message: format!("`{tool}`: request to {url} failed: {message}"),
+                source,
             },
             RestError::ResponseTooLarge { ref tool, .. } | RestError::Token { ref tool, .. } => {
                 ToolError::Remote { tool: tool.clone(), message: self.to_string() }

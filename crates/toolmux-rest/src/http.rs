@@ -109,10 +109,15 @@ pub(crate) async fn send(
             builder.multipart(form)
         }
     };
+    let timeout = |e: &reqwest::Error| {
+        e.is_timeout()
+            .then(|| RestError::Timeout { tool: tool.to_owned(), after: settings.timeout })
+    };
     let response = builder.send().await.map_err(|e| {
-        let message = if e.is_timeout() {
-            "timed out".to_owned()
-        } else if e.is_redirect() {
+        if let Some(timeout) = timeout(&e) {
+            return timeout;
+        }
+        let message = if e.is_redirect() {
             "too many redirects".to_owned()
         } else if e.is_connect() {
             "cannot connect".to_owned()
@@ -134,7 +139,10 @@ pub(crate) async fn send(
     let mut line_start = 0;
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| http_error("reading the response failed".into(), Some(e)))?;
+        let chunk = chunk.map_err(|e| match timeout(&e) {
+            Some(timeout) => timeout,
+            None => http_error("reading the response failed".into(), Some(e)),
+        })?;
         if body.len() + chunk.len() > settings.max_response_bytes {
             return Err(RestError::ResponseTooLarge {
                 tool: tool.to_owned(),

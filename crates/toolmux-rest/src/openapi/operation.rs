@@ -141,7 +141,7 @@ fn build_operation(
             other => {
                 return Err(doc.error(
                     &format!("{param_at}/in"),
-                    format!("unknown parameter location {other:?}"),
+                    format!("unknown parameter location `{}`", other.unwrap_or("(missing)")),
                 ));
             }
         };
@@ -547,7 +547,8 @@ fn flatten(mut candidates: Vec<Candidate>) -> (Vec<Field>, Map<String, Value>, V
     for (candidate, name) in candidates.iter_mut().zip(&base) {
         let clashes = counts.get(name.as_str()).copied().unwrap_or(0) > 1;
         let mut flat = if clashes && candidate.field.location != Location::Body {
-            format!("{name}__{}", candidate.field.location.as_str())
+            let suffix = format!("__{}", candidate.field.location.as_str());
+            format!("{}{suffix}", &name[..name.len().min(MAX_ARGUMENT_NAME - suffix.len())])
         } else {
             name.clone()
         };
@@ -555,7 +556,9 @@ fn flatten(mut candidates: Vec<Candidate>) -> (Vec<Field>, Map<String, Value>, V
         let seen = taken.entry(flat.clone()).or_default();
         *seen += 1;
         if *seen > 1 {
-            flat = format!("{flat}_{}", *seen);
+            let suffix = format!("_{}", *seen);
+            flat.truncate(MAX_ARGUMENT_NAME - suffix.len());
+            flat.push_str(&suffix);
         }
         candidate.field.flat = flat.clone();
         if candidate.required {
@@ -650,10 +653,11 @@ fn server_url(doc: &Document, item: &Value, op: &Value, config: &OpenApiConfig) 
             None => base_path.to_owned(),
         }
     } else {
-        let server = [op, item, &doc.root]
+        // Without `servers`, OpenAPI's default server is `/`.
+        [op, item, &doc.root]
             .iter()
-            .find_map(|v| v.get("servers").and_then(Value::as_array).and_then(|s| s.first()))?;
-        expand_server(server, &config.server_variables)
+            .find_map(|v| v.get("servers").and_then(Value::as_array).and_then(|s| s.first()))
+            .map_or_else(String::new, |server| expand_server(server, &config.server_variables))
     };
     Some(absolute(doc, url.trim_end_matches('/')))
 }

@@ -162,6 +162,10 @@ impl<'d> SchemaConverter<'d> {
                     _ => continue,
                 },
                 "enum" if !value.is_array() => continue,
+                "pattern" => match value {
+                    Value::String(pattern) => Value::String(ecma_braces(pattern)),
+                    _ => continue,
+                },
                 k if SCHEMA_KEYWORDS.contains(&k) => self.convert(value, &at())?,
                 k if SCHEMA_ARRAY_KEYWORDS.contains(&k) => match value {
                     Value::Array(items) => {
@@ -324,6 +328,61 @@ fn is_type_name(t: &str) -> bool {
     matches!(t, "string" | "number" | "integer" | "boolean" | "object" | "array" | "null")
 }
 
+/// Escapes `{` and `}` that ECMA-262 regexes read as literals but Rust's regex engines
+/// (used by JSON Schema validators) reject: braces that do not form a quantifier.
+fn ecma_braces(pattern: &str) -> String {
+    if !pattern.contains('{') && !pattern.contains('}') {
+        return pattern.to_owned();
+    }
+    let bytes = pattern.as_bytes();
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut i = 0;
+    let mut in_class = false;
+    let mut quantifier_end = None;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'\\' {
+            // Copy the escape and the escaped character (which may be multi-byte).
+            let next = pattern[i + 1..].chars().next().map_or(0, char::len_utf8);
+            out.push_str(&pattern[i..i + 1 + next]);
+            i += 1 + next;
+            continue;
+        }
+        match c {
+            b'[' => in_class = true,
+            b']' => in_class = false,
+            b'{' if !in_class => {
+                let rest = &pattern[i + 1..];
+                let close = rest.find('}');
+                let is_quantifier = close.is_some_and(|end| {
+                    let inner = &rest[..end];
+                    let (min, max) = inner.split_once(',').unwrap_or((inner, "0"));
+                    !min.is_empty()
+                        && min.bytes().all(|b| b.is_ascii_digit())
+                        && max.bytes().all(|b| b.is_ascii_digit())
+                });
+                if is_quantifier {
+                    quantifier_end = close.map(|end| i + 1 + end);
+                } else {
+                    out.push_str("\\{");
+                    i += 1;
+                    continue;
+                }
+            }
+            b'}' if !in_class && quantifier_end != Some(i) => {
+                out.push_str("\\}");
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let len = pattern[i..].chars().next().map_or(1, char::len_utf8);
+        out.push_str(&pattern[i..i + len]);
+        i += len;
+    }
+    out
+}
+
 /// A definition name usable in `#/$defs/<name>` without escaping.
 fn def_name(raw: &str) -> String {
     let name: String = raw
@@ -462,6 +521,13 @@ mod tests {
         let err = conv.convert(&json!({"$ref": "other.yaml#/A"}), "/paths/~1a/get").unwrap_err();
         expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed (external references are off)"#]]
             .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn ecma_literal_braces_are_escaped() {
+        assert_eq!(ecma_braces("^{[0-9]{4}}$"), "^\\{[0-9]{4}\\}$");
+        assert_eq!(ecma_braces("a{1,}b{2,3}[{}]\\{"), "a{1,}b{2,3}[{}]\\{");
+        assert_eq!(ecma_braces("x{,2}é}"), "x\\{,2\\}é\\}");
     }
 
     #[test]

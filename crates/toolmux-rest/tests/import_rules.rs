@@ -1,0 +1,170 @@
+//! The mapping rules of the OpenAPI import, one small document each.
+#![allow(clippy::unwrap_used)]
+
+use expect_test::{Expect, expect};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use toolmux_rest::{OpenApiConfig, RestProvider};
+
+fn import(doc: Value, config: &OpenApiConfig) -> RestProvider {
+    RestProvider::openapi_from_value("api", doc, "api.json", config).unwrap()
+}
+
+/// Renders every tool as `name: schema`.
+fn check(doc: Value, config: &OpenApiConfig, expected: Expect) {
+    let provider = import(doc, config);
+    let text: Vec<String> = provider
+        .specs()
+        .iter()
+        .map(|t| format!("{}: {}", t.name, serde_json::to_string(&t.input_schema).unwrap()))
+        .collect();
+    expected.assert_eq(&text.join("\n"));
+}
+
+fn check_error(doc: Value, expected: Expect) {
+    let err = RestProvider::openapi_from_value("api", doc, "api.json", &OpenApiConfig::default())
+        .unwrap_err();
+    expected.assert_eq(&err.to_string());
+}
+
+fn v3(paths: Value) -> Value {
+    json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": paths,
+           "components": {"schemas": {
+               "Pet": {"type": "object", "required": ["name"], "properties": {
+                   "name": {"type": "string"}, "id": {"type": "integer"},
+                   "parent": {"$ref": "#/components/schemas/Pet"}}}}}})
+}
+
+#[test]
+fn clashes_between_locations_get_suffixes() {
+    check(
+        v3(json!({"/pets/{id}": {"put": {
+            "operationId": "updatePet",
+            "parameters": [
+                {"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}},
+                {"name": "id", "in": "query", "schema": {"type": "string"}},
+                {"name": "name", "in": "header", "schema": {"type": "string"}},
+                {"name": "page[size]", "in": "query", "schema": {"type": "integer"}}],
+            "requestBody": {"required": true, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Pet"}}}}}}})),
+        &OpenApiConfig::default(),
+        expect![[
+            r##"update_pet: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"id":{"type":"integer"},"id__path":{"type":"integer"},"id__query":{"type":"string"},"name":{"type":"string"},"name__header":{"type":"string"},"page_size_":{"type":"integer"},"parent":{"$ref":"#/$defs/Pet"}},"required":["id__path","name"],"type":"object"}"##
+        ]],
+    );
+}
+
+#[test]
+fn non_object_bodies_become_one_body_argument() {
+    check(
+        v3(json!({"/pets": {"post": {
+            "requestBody": {"content": {"application/json": {
+                "schema": {"type": "array", "items": {"$ref": "#/components/schemas/Pet"}}}}}},
+            "put": {"requestBody": {"required": true, "content": {"text/plain": {}}}}}})),
+        &OpenApiConfig::default(),
+        expect![[r##"
+            put_pets: {"properties":{"body":{"description":"The request body.","type":"string"}},"required":["body"],"type":"object"}
+            post_pets: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"body":{"description":"The request body.","items":{"$ref":"#/$defs/Pet"},"type":"array"}},"type":"object"}"##]],
+    );
+}
+
+#[test]
+fn names_rename_and_extensions() {
+    let doc = v3(json!({
+        "/a": {"get": {"operationId": "listThings", "x-mcp-name": "things"},
+               "post": {"operationId": "makeThing"}},
+        "/b/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true}]},
+                    "delete": {"operationId": "zapB", "x-mcp": false}},
+        "/c": {"get": {"operationId": "x".repeat(80)}, "post": {"operationId": "oldThing", "deprecated": true}}}));
+    let config = OpenApiConfig {
+        rename: BTreeMap::from([("makeThing".to_owned(), "create".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    let provider = import(doc, &config);
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    expect![[r#"["things", "create", "get_b_by_id", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx_93a87c2f"]"#]]
+        .assert_eq(&format!("{names:?}"));
+}
+
+#[test]
+fn swagger_two_form_data_and_body() {
+    check(
+        json!({"swagger": "2.0", "host": "h.example", "basePath": "/v2", "paths": {
+            "/pet/{petId}/upload": {"post": {"operationId": "uploadFile",
+                "consumes": ["multipart/form-data"],
+                "parameters": [
+                    {"name": "petId", "in": "path", "required": true, "type": "integer", "format": "int64"},
+                    {"name": "file", "in": "formData", "type": "file"},
+                    {"name": "tags", "in": "query", "type": "array", "items": {"type": "string"}, "collectionFormat": "multi"}]}},
+            "/pet": {"post": {"operationId": "addPet", "parameters": [
+                {"in": "body", "name": "body", "required": true, "schema": {"$ref": "#/definitions/Pet"}}]}}},
+            "definitions": {"Pet": {"type": "object", "properties": {
+                "name": {"type": "string", "x-nullable": true, "example": "Rex"},
+                "age": {"type": "integer", "minimum": 0, "exclusiveMinimum": true}}}}}),
+        &OpenApiConfig::default(),
+        expect![[r#"
+            add_pet: {"properties":{"age":{"exclusiveMinimum":0,"type":"integer"},"name":{"examples":["Rex"],"type":["string","null"]}},"type":"object"}
+            upload_file: {"properties":{"file":{"format":"binary","type":"string"},"petId":{"format":"int64","type":"integer"},"tags":{"items":{"type":"string"},"type":"array"}},"required":["petId"],"type":"object"}"#]],
+    );
+}
+
+#[test]
+fn bad_documents_name_the_place() {
+    check_error(
+        v3(json!({"/a": {"get": {"parameters": [{"$ref": "#/components/parameters/nope"}]}}})),
+        expect![
+            "api.json: at /paths/~1a/get/parameters/0/$ref: dangling reference `#/components/parameters/nope`"
+        ],
+    );
+    check_error(
+        v3(
+            json!({"/a": {"get": {"responses": {}, "requestBody": {"content": {"application/json": {
+            "schema": {"properties": {"x": {"$ref": "#/components/schemas/Gone"}}}}}}}}}),
+        ),
+        expect![
+            "api.json: at /paths/~1a/get/requestBody/content/application~1json/schema/properties/x/$ref: dangling reference `#/components/schemas/Gone`"
+        ],
+    );
+    check_error(
+        json!({"openapi": "3.2.0", "paths": {}}),
+        expect![
+            "api.json: at /openapi: unsupported OpenAPI version `3.2.0` (supported: 2.0, 3.0.x, 3.1.x)"
+        ],
+    );
+    check_error(
+        v3(json!({"/a": {"get": {"parameters": [{"name": "q", "in": "body2"}]}}})),
+        expect![[
+            r#"api.json: at /paths/~1a/get/parameters/0/in: unknown parameter location `body2`"#
+        ]],
+    );
+}
+
+#[test]
+fn invalid_yaml_names_line_and_column() {
+    let err = RestProvider::openapi_from_text(
+        "api",
+        "openapi: 3.0.0\npaths:\n  /a:\n    get: [unclosed\n",
+        "api.yaml",
+        &OpenApiConfig::default(),
+    )
+    .unwrap_err();
+    expect![
+        "api.yaml: not valid JSON or YAML at line 5 column 1: did not find expected ',' or ']'"
+    ]
+    .assert_eq(&err.to_string());
+}
+
+#[test]
+fn server_variables_and_relative_servers() {
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": "https://{region}.api.example/{version}", "variables": {
+            "region": {"default": "eu"}, "version": {"default": "v1"}}}],
+        "paths": {"/a": {"get": {}}}});
+    let config = OpenApiConfig {
+        server_variables: BTreeMap::from([("region".to_owned(), "us".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    // The base URL is not public; the request error shows it.
+    let provider = import(doc, &config);
+    assert_eq!(provider.specs().len(), 1);
+}
