@@ -4,15 +4,23 @@
 //! may be missing on a developer's machine (cargo-nextest, cargo-deny) degrade: tests
 //! fall back to `cargo test`, and cargo-deny is installed only with `--install-tools` or
 //! `CI=true`, or else skipped with the reason said.
+//!
+//! Benchmarks are only built here, never run: speed targets live in benchmark tables,
+//! not in timed tests. Besides the workspace's own bench targets, every
+//! `benchmarks/*/Cargo.toml` is a workspace of its own (so the peers measured against stay
+//! out of the product's Cargo.lock) and is built too.
 
-use std::path::Path;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::codegen;
 use crate::metadata::Metadata;
-use crate::{cmd, tidy};
+use crate::{cmd, tidy, walk};
 
 #[derive(Debug)]
 pub(crate) struct CiOptions {
@@ -34,9 +42,10 @@ struct Step<'a> {
 
 pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
     let install_tools = options.install_tools || is_ci();
-    let tests: &[&str] = match has_nextest() {
-        true => &["nextest", "run", "--workspace", "--locked", "--no-fail-fast"],
-        false => &["test", "--workspace", "--locked"],
+    let tests: &[&str] = if has_nextest() {
+        &["nextest", "run", "--workspace", "--locked", "--no-fail-fast"]
+    } else {
+        &["test", "--workspace", "--locked"]
     };
     let steps = vec![
         cargo_step(root, "fmt", &["fmt", "--all", "--", "--check"]),
@@ -65,7 +74,7 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
         },
         Step {
             name: "bench build",
-            what: "cargo bench --workspace --no-run --locked".into(),
+            what: "cargo bench --no-run --locked, for the workspace and benchmarks/*".into(),
             action: Box::new(|| bench_build(root)),
         },
     ];
@@ -103,15 +112,18 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
     Ok(())
 }
 
-/// `cargo bench --workspace [args]`, for the benchmark tables kept by hand.
+/// `cargo bench [args]` in the workspace and in every benchmark workspace, for the
+/// benchmark tables kept by hand.
 pub(crate) fn bench(root: &Path, args: &[String]) -> Result<()> {
-    let mut command = cmd::command("cargo");
-    command.current_dir(root).args(["bench", "--workspace"]).args(args);
-    eprintln!("==> {}", cmd::display(&command));
-    cmd::run(&mut command)?;
+    for mut command in bench_commands(root, &[])? {
+        command.args(args);
+        eprintln!("==> {}", cmd::display(&command));
+        cmd::run(&mut command)?;
+    }
     eprintln!(
-        "\nbench: criterion keeps its measurements under target/criterion/ and compares the \
-         next run against them; BENCHMARKS.md is maintained by hand from the output above"
+        "\nbench: criterion keeps its measurements under each workspace's target/criterion/ and \
+         compares the next run against them; BENCHMARKS.md is maintained by hand from the \
+         output above"
     );
     Ok(())
 }
@@ -147,16 +159,56 @@ fn cargo_deny(root: &Path, install_tools: bool) -> Result<Outcome> {
 }
 
 fn bench_build(root: &Path) -> Result<Outcome> {
+    let commands = bench_commands(root, &["--no-run", "--locked"])?;
+    if commands.is_empty() {
+        return Ok(Outcome::Skipped("no crate has a bench target".into()));
+    }
+    for mut command in commands {
+        eprintln!("{}", cmd::display(&command));
+        cmd::run(&mut command)?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// `cargo bench {args}` for the workspace if any of its crates has a bench target, and
+/// for every benchmark workspace: `benchmarks/*/Cargo.toml`, workspaces of their own so
+/// that the peers they measure against never enter the product's dependency tree.
+fn bench_commands(root: &Path, args: &[&str]) -> Result<Vec<Command>> {
+    let mut commands = Vec::new();
     let metadata = Metadata::load(root, true)?;
     let has_benches = metadata
         .workspace_packages()
         .any(|package| package.target_kinds.iter().any(|kind| kind == "bench"));
-    if !has_benches {
-        return Ok(Outcome::Skipped("no crate has a bench target".into()));
+    if has_benches {
+        let mut command = cmd::command("cargo");
+        command.current_dir(root).args(["bench", "--workspace"]).args(args);
+        commands.push(command);
     }
-    let mut command = cmd::command("cargo");
-    command.current_dir(root).args(["bench", "--workspace", "--no-run", "--locked"]);
-    cmd::run(&mut command).map(|()| Outcome::Passed)
+    for manifest in bench_workspaces(root)? {
+        let mut command = cmd::command("cargo");
+        command.current_dir(root).arg("bench").arg("--manifest-path").arg(manifest).args(args);
+        commands.push(command);
+    }
+    Ok(commands)
+}
+
+/// `benchmarks/*/Cargo.toml`, relative to `root`, sorted.
+fn bench_workspaces(root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = root.join("benchmarks");
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error).context(format!("cannot list {}", dir.display())),
+    };
+    let mut manifests = Vec::new();
+    for entry in entries {
+        let manifest = entry?.path().join("Cargo.toml");
+        if manifest.is_file() {
+            manifests.push(walk::relative(root, &manifest));
+        }
+    }
+    manifests.sort();
+    Ok(manifests)
 }
 
 fn has_nextest() -> bool {

@@ -31,11 +31,8 @@ pub(crate) fn display(command: &Command) -> String {
     for arg in command.get_args() {
         let arg = arg.to_string_lossy();
         let needs_quotes = arg.is_empty() || arg.contains(char::is_whitespace);
-        match needs_quotes {
-            true => write!(line, " '{arg}'"),
-            false => write!(line, " {arg}"),
-        }
-        .expect("writing to a String cannot fail");
+        let written = if needs_quotes { write!(line, " '{arg}'") } else { write!(line, " {arg}") };
+        written.expect("writing to a String cannot fail");
     }
     line
 }

@@ -26,7 +26,8 @@ commands:
   tidy                   check `//!` lines, forbidden test/debug macros and the crate layering
   ci [--install-tools]   fmt, clippy, tests, doctests, codegen --check, tidy, cargo deny, bench build;
                          --install-tools (or CI=true) lets it `cargo install` a missing cargo-deny
-  bench [ARGS...]        cargo bench --workspace [ARGS...]; BENCHMARKS.md is updated by hand from it
+  bench [ARGS...]        cargo bench [ARGS...] in the workspace and each benchmarks/*/ workspace;
+                         BENCHMARKS.md is updated by hand from its output
   help                   print this message
 ";
 
@@ -77,9 +78,11 @@ fn run(args: Vec<String>) -> Result<()> {
 /// Returns the flags of `args`, refusing anything not in `known`.
 fn flags<'a>(args: &'a [String], known: &[&str]) -> Result<Vec<&'a str>> {
     args.iter()
-        .map(|arg| match known.contains(&arg.as_str()) {
-            true => Ok(arg.as_str()),
-            false => bail!("unexpected argument `{arg}`\n\n{USAGE}"),
+        .map(|arg| {
+            if !known.contains(&arg.as_str()) {
+                bail!("unexpected argument `{arg}`\n\n{USAGE}");
+            }
+            Ok(arg.as_str())
         })
         .collect()
 }
