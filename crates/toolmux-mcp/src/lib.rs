@@ -1,1 +1,44 @@
-//! toolmux-mcp: under construction; see ARCHITECTURE.md for what it will hold.
+//! MCP for toolmux. The client half turns each configured MCP server into a
+//! [`ToolProvider`](toolmux_core::ToolProvider) whose tools the orchestrator offers as
+//! `{server}__{tool}`, over stdio, streamable HTTP, legacy SSE or WebSocket, speaking both the
+//! handshake revisions (2024-11-05 to 2025-11-25) and the stateless 2026-07-28 revision.
+//!
+//! It is for programs that assemble a toolmux orchestrator (the `toolmux` facade does this
+//! from the `mcpServers` section of its configuration file). Servers are started lazily or at
+//! warmup, restarted with backoff when they die, and their whole process group is killed
+//! and reaped on shutdown.
+//!
+//! The server half ([`server`], cargo feature `server`, on by default) serves any
+//! `ToolProvider` — in `toolmux serve`, the whole orchestrator — as one MCP server over stdio
+//! or streamable HTTP, with pagination, progress, cancellation, `list_changed`, name
+//! shortening for prefixing clients and DNS-rebinding protection.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use serde_json::json;
+//! use toolmux_core::{CallContext, ToolProvider};
+//! use toolmux_mcp::{McpProvider, McpServerConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = McpServerConfig::stdio("npx", ["-y", "@modelcontextprotocol/server-everything"])
+//!     .with_base_dir("/srv/agent");
+//! let everything = McpProvider::new("everything", config)?;
+//! everything.warmup().await?;
+//! for tool in everything.list_tools().await? {
+//!     println!("everything__{}: {}", tool.name, tool.description);
+//! }
+//! let out = everything.call("echo", json!({"message": "hi"}), &CallContext::new()).await?;
+//! assert_eq!(out.to_text(), "Echo: hi");
+//! everything.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod client;
+mod error;
+mod transport;
+
+pub use client::{DeclaredTool, McpProvider, McpServerConfig, ProtocolMode, TransportKind};
+pub use error::McpError;

@@ -1,0 +1,318 @@
+//! How one MCP server is reached and filtered: the `mcpServers.<name>` entry of the
+//! configuration file, in the shape Claude Desktop, Cursor and VS Code files use.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::McpError;
+
+/// One MCP server: how to reach it, which of its tools to offer and how long to wait.
+///
+/// `${VAR}` references are expanded by the configuration loader before this is built;
+/// values of `env` and `headers` are treated as secrets and never logged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct McpServerConfig {
+    /// The transport; inferred from `command` (stdio) or `url` (streamable HTTP) when absent.
+    #[serde(rename = "type", alias = "transport", skip_serializing_if = "Option::is_none")]
+    pub transport: Option<TransportKind>,
+    /// The program to run (stdio).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments (stdio).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables added to the program's environment (stdio).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The program's working directory (stdio); a relative path is resolved against
+    /// `baseDir`, and without either the program runs in `baseDir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// The directory relative paths are resolved against: the configuration file's
+    /// directory, set by the loader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_dir: Option<PathBuf>,
+    /// The endpoint (streamable HTTP, SSE, WebSocket).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Globs over the server's own tool names; when set, only matching tools are offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools_allowed: Option<Vec<String>>,
+    /// Globs over the server's own tool names never offered; deny wins over allow.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools_denied: Vec<String>,
+    /// The longest wait for one request, reset by each progress notification
+    /// (default 60000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u64>,
+    /// The longest wait for the server to start and answer its handshake (default 30000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_ms: Option<u64>,
+    /// Whether the server is used at all (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Start the server on first use rather than at warmup; needs `tools` to list anything
+    /// before then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lazy: bool,
+    /// Tools declared here, listed before the server is started; replaced by the server's
+    /// own list once it runs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<DeclaredTool>,
+    /// Which revision of the protocol to speak (default `auto`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolMode>,
+    /// How many times in a row the server may be restarted after failures before the
+    /// provider gives up until its next successful start (default 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// The queue the orchestrator runs this server's calls in (read by the facade).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// How long responses may be cached, in ms (read by the facade).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<u64>,
+    /// A description of the server, for people.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// How the client reaches a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// A child process speaking JSON-RPC lines on stdin and stdout.
+    Stdio,
+    /// Streamable HTTP (MCP 2025-03-26 and later).
+    #[serde(alias = "streamable-http", alias = "streamableHttp", alias = "streamable_http")]
+    Http,
+    /// The legacy HTTP+SSE transport of MCP 2024-11-05.
+    Sse,
+    /// JSON-RPC messages as WebSocket text frames.
+    #[serde(alias = "ws")]
+    Websocket,
+}
+
+impl TransportKind {
+    /// The name used in configuration and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Http => "http",
+            TransportKind::Sse => "sse",
+            TransportKind::Websocket => "websocket",
+        }
+    }
+}
+
+/// Which MCP revision the client speaks with a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProtocolMode {
+    /// Probe with `server/discover` (2026-07-28) and fall back to the `initialize`
+    /// handshake when the server does not know it.
+    #[default]
+    Auto,
+    /// Only the `initialize` handshake, offering 2025-11-25.
+    Legacy,
+    /// Only the stateless 2026-07-28 revision.
+    Modern,
+}
+
+/// A tool declared in configuration, offered before its server starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeclaredTool {
+    /// The server's own name for it.
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: String,
+    /// The JSON Schema of its arguments (default: any object).
+    #[serde(default, alias = "parametersSchema", skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+}
+
+impl McpServerConfig {
+    /// A stdio server running `command` with `args`.
+    pub fn stdio(
+        command: impl Into<String>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        McpServerConfig {
+            transport: Some(TransportKind::Stdio),
+            command: Some(command.into()),
+            args: args.into_iter().map(Into::into).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A server at `url` speaking `transport`.
+    pub fn remote(transport: TransportKind, url: impl Into<String>) -> Self {
+        McpServerConfig { transport: Some(transport), url: Some(url.into()), ..Default::default() }
+    }
+
+    /// Adds one environment variable (stdio).
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds one HTTP header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Sets the directory relative paths are resolved against.
+    pub fn with_base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the working directory (stdio).
+    pub fn with_cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Sets the per-request timeout.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout_ms = Some(duration_ms(timeout));
+        self
+    }
+
+    /// Sets the startup timeout.
+    pub fn with_startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout_ms = Some(duration_ms(timeout));
+        self
+    }
+
+    /// Sets the allow globs.
+    pub fn with_tools_allowed(
+        mut self,
+        globs: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.tools_allowed = Some(globs.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the deny globs.
+    pub fn with_tools_denied(mut self, globs: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.tools_denied = globs.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the protocol mode.
+    pub fn with_protocol(mut self, mode: ProtocolMode) -> Self {
+        self.protocol = Some(mode);
+        self
+    }
+
+    /// Starts the server on first use.
+    pub fn with_lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
+    }
+
+    /// Declares a tool listed before the server starts.
+    pub fn with_declared_tool(mut self, tool: DeclaredTool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Sets the restart bound.
+    pub fn with_max_restarts(mut self, restarts: u32) -> Self {
+        self.max_restarts = Some(restarts);
+        self
+    }
+
+    /// The transport, explicit or inferred.
+    pub fn transport_kind(&self, server: &str) -> Result<TransportKind, McpError> {
+        match (self.transport, &self.command, &self.url) {
+            (Some(kind), _, _) => Ok(kind),
+            (None, Some(_), _) => Ok(TransportKind::Stdio),
+            (None, None, Some(url)) if url.starts_with("ws://") || url.starts_with("wss://") => {
+                Ok(TransportKind::Websocket)
+            }
+            (None, None, Some(_)) => Ok(TransportKind::Http),
+            (None, None, None) => Err(McpError::Config {
+                server: server.to_owned(),
+                message: "neither `command` nor `url` is set".into(),
+            }),
+        }
+    }
+
+    /// Whether the server is used.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+
+    /// The per-request timeout.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.unwrap_or(60_000))
+    }
+
+    /// The startup timeout.
+    pub fn startup_timeout(&self) -> Duration {
+        Duration::from_millis(self.startup_timeout_ms.unwrap_or(30_000))
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    fn kind(json: Value) -> String {
+        let config: McpServerConfig = serde_json::from_value(json).expect("parses");
+        match config.transport_kind("s") {
+            Ok(kind) => kind.as_str().to_owned(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn transport_inference() {
+        assert_eq!(kind(serde_json::json!({"command": "x"})), "stdio");
+        assert_eq!(kind(serde_json::json!({"url": "http://127.0.0.1/mcp"})), "http");
+        assert_eq!(kind(serde_json::json!({"url": "ws://127.0.0.1/"})), "websocket");
+        assert_eq!(kind(serde_json::json!({"type": "streamable-http", "url": "u"})), "http");
+        assert_eq!(kind(serde_json::json!({"type": "streamableHttp", "url": "u"})), "http");
+        assert_eq!(kind(serde_json::json!({"type": "ws", "url": "u"})), "websocket");
+        assert_eq!(kind(serde_json::json!({"type": "sse", "url": "u"})), "sse");
+        expect!["mcp server `s`: invalid configuration: neither `command` nor `url` is set"]
+            .assert_eq(&kind(serde_json::json!({})));
+    }
+
+    #[test]
+    fn claude_desktop_entry_loads() {
+        let config: McpServerConfig = serde_json::from_value(serde_json::json!({
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-everything"],
+            "env": {"TOKEN": "x"},
+            "toolsAllowed": ["echo", "get-*"],
+            "toolsDenied": ["get-env"],
+            "requestTimeoutMs": 5000,
+            "queue": "q",
+            "cache": 1000,
+            "tools": [{"name": "echo", "description": "Echo", "inputSchema": {"type": "object"}}]
+        }))
+        .expect("parses");
+        assert_eq!(config.request_timeout(), Duration::from_secs(5));
+        assert_eq!(config.tools.len(), 1);
+        assert!(config.is_enabled());
+    }
+}

@@ -1,0 +1,276 @@
+//! One live connection to a server: the transport started, the handshake done, and what
+//! is needed to close it and explain why it broke.
+
+use rmcp::model::{ProtocolVersion, ServerNotification, ServerPeerInfo, SubscriptionFilter};
+use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::config::{McpServerConfig, ProtocolMode, TransportKind};
+use super::handler::{Events, Handler};
+use crate::McpError;
+use crate::transport::stdio::{ChildGroup, StdioCommand};
+use crate::transport::{Fault, FaultKind, sse, stdio, websocket};
+
+/// How long a graceful close may take before the connection is dropped.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connected, initialized server.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    server: String,
+    pub(crate) peer: Peer<RoleClient>,
+    service: Mutex<Option<RunningService<RoleClient, Handler>>>,
+    process: Mutex<Option<ChildGroup>>,
+    fault: Fault,
+    pub(crate) info: Option<Arc<ServerPeerInfo>>,
+}
+
+impl Connection {
+    /// Whether the connection still works.
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.peer.is_transport_closed()
+    }
+
+    /// Whether the server speaks the stateless 2026-07-28 revision.
+    pub(crate) fn is_modern(&self) -> bool {
+        self.info.as_ref().is_some_and(|i| i.protocol_version >= ProtocolVersion::V_2026_07_28)
+    }
+
+    /// The process id of a stdio server.
+    pub(crate) fn pid(&self) -> Option<i32> {
+        self.process.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(ChildGroup::pid)
+    }
+
+    /// The error for a call that lost this connection: what the pumps saw, or plain closed.
+    pub(crate) fn lost(&self) -> McpError {
+        match self.fault.get() {
+            Some(FaultKind::Protocol(message)) => {
+                McpError::Protocol { server: self.server.clone(), message }
+            }
+            Some(FaultKind::Closed(detail)) => {
+                McpError::Closed { server: self.server.clone(), detail: Some(detail) }
+            }
+            None => McpError::Closed { server: self.server.clone(), detail: None },
+        }
+    }
+
+    /// Closes the session, then kills and reaps the server's process group.
+    pub(crate) async fn close(&self) {
+        let service = self.service.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut service) = service {
+            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+        }
+        let process = self.process.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(mut process) = process {
+            process.shutdown().await;
+        }
+    }
+}
+
+/// Starts the transport and runs the handshake, within the startup timeout.
+pub(crate) async fn connect(
+    server: &str,
+    config: &McpServerConfig,
+    kind: TransportKind,
+    http: Option<&reqwest::Client>,
+    events: &Arc<Events>,
+) -> Result<Connection, McpError> {
+    let fault = Fault::default();
+    let mut process = None;
+    let startup = config.startup_timeout();
+    let attempt = start(server, config, kind, http, events, &fault, &mut process);
+    let service = match tokio::time::timeout(startup, attempt).await {
+        Ok(Ok(service)) => service,
+        Ok(Err(e)) => {
+            if let Some(mut process) = process {
+                process.kill_now().await;
+            }
+            return Err(e);
+        }
+        Err(_) => {
+            if let Some(mut process) = process {
+                process.kill_now().await;
+            }
+            if let Some(noise) = fault.noise() {
+                return Err(McpError::Protocol {
+                    server: server.to_owned(),
+                    message: format!(
+                        "no answer to the handshake within {}ms; the server wrote a line that is {noise}",
+                        startup.as_millis()
+                    ),
+                });
+            }
+            return Err(McpError::StartupTimeout { server: server.to_owned(), after: startup });
+        }
+    };
+    let info = service.peer_info();
+    let connection = Connection {
+        server: server.to_owned(),
+        peer: service.peer().clone(),
+        service: Mutex::new(Some(service)),
+        process: Mutex::new(process),
+        fault,
+        info,
+    };
+    if connection.is_modern() {
+        listen_for_list_changes(server, &connection, events);
+    }
+    Ok(connection)
+}
+
+async fn start(
+    server: &str,
+    config: &McpServerConfig,
+    kind: TransportKind,
+    http: Option<&reqwest::Client>,
+    events: &Arc<Events>,
+    fault: &Fault,
+    process: &mut Option<ChildGroup>,
+) -> Result<RunningService<RoleClient, Handler>, McpError> {
+    let handler = Handler::new(server, events.clone());
+    let mode = config.protocol.unwrap_or_default();
+    let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| McpError::Connect {
+        server: server.to_owned(),
+        transport: kind.as_str(),
+        source,
+    };
+    let url = || {
+        config.url.as_deref().ok_or_else(|| McpError::Config {
+            server: server.to_owned(),
+            message: format!("`url` is required for the {} transport", kind.as_str()),
+        })
+    };
+    let client = || {
+        http.cloned().ok_or_else(|| McpError::Config {
+            server: server.to_owned(),
+            message: "no HTTP client".into(),
+        })
+    };
+    match kind {
+        TransportKind::Stdio => {
+            let program = config.command.as_deref().ok_or_else(|| McpError::Config {
+                server: server.to_owned(),
+                message: "`command` is required for the stdio transport".into(),
+            })?;
+            let command = StdioCommand {
+                server,
+                program,
+                args: &config.args,
+                env: &config.env,
+                cwd: working_dir(server, config)?,
+            };
+            let (transport, group) =
+                stdio::spawn(&command, fault).map_err(|e| connect_error(Box::new(e)))?;
+            *process = Some(group);
+            handshake(server, handler, transport, mode, fault).await
+        }
+        TransportKind::Http => {
+            let transport = StreamableHttpClientTransport::with_client(
+                client()?,
+                StreamableHttpClientTransportConfig::with_uri(url()?),
+            );
+            handshake(server, handler, transport, mode, fault).await
+        }
+        TransportKind::Sse => {
+            let transport =
+                sse::connect(server, client()?, url()?, fault).await.map_err(connect_error)?;
+            handshake(server, handler, transport, mode, fault).await
+        }
+        TransportKind::Websocket => {
+            let transport = websocket::connect(server, url()?, &config.headers, fault)
+                .await
+                .map_err(connect_error)?;
+            handshake(server, handler, transport, mode, fault).await
+        }
+    }
+}
+
+/// The working directory of a stdio server: `cwd` resolved against `baseDir`.
+fn working_dir(server: &str, config: &McpServerConfig) -> Result<PathBuf, McpError> {
+    match (&config.cwd, &config.base_dir) {
+        (Some(cwd), _) if cwd.is_absolute() => Ok(cwd.clone()),
+        (Some(cwd), Some(base)) => Ok(base.join(cwd)),
+        (None, Some(base)) => Ok(base.clone()),
+        (Some(_), None) | (None, None) => Err(McpError::Config {
+            server: server.to_owned(),
+            message: "a stdio server needs an absolute `cwd` or a `baseDir` to run in".into(),
+        }),
+    }
+}
+
+async fn handshake<T, E, A>(
+    server: &str,
+    handler: Handler,
+    transport: T,
+    mode: ProtocolMode,
+    fault: &Fault,
+) -> Result<RunningService<RoleClient, Handler>, McpError>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let lifecycle = match mode {
+        ProtocolMode::Legacy => ClientLifecycleMode::Initialize,
+        ProtocolMode::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+        ProtocolMode::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+    };
+    handler.serve_with_lifecycle(transport, lifecycle).await.map_err(|e| {
+        // What the pumps saw (an exit status, garbage) explains more than rmcp's error.
+        match fault.get() {
+            Some(FaultKind::Protocol(message)) => {
+                McpError::Protocol { server: server.to_owned(), message }
+            }
+            Some(FaultKind::Closed(detail)) => {
+                McpError::Closed { server: server.to_owned(), detail: Some(detail) }
+            }
+            None => handshake_error(server, e),
+        }
+    })
+}
+
+fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
+    McpError::Handshake { server: server.to_owned(), source: Box::new(error) }
+}
+
+/// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream.
+fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<Events>) {
+    let wants = connection
+        .info
+        .as_ref()
+        .and_then(|i| i.capabilities.tools.as_ref())
+        .and_then(|t| t.list_changed)
+        .unwrap_or(false);
+    if !wants {
+        return;
+    }
+    let peer = connection.peer.clone();
+    let events = Arc::downgrade(events);
+    let server = server.to_owned();
+    tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(subscription) => subscription,
+            Err(e) => {
+                tracing::debug!(server = %server, error = %e, "subscriptions/listen refused");
+                return;
+            }
+        };
+        while let Ok(Some(notification)) = subscription.next().await {
+            if let ServerNotification::ToolListChangedNotification(_) = notification {
+                let Some(events) = events.upgrade() else { return };
+                tracing::debug!(server = %server, "tools/list_changed (subscription)");
+                events.tools_changed.notify_one();
+            }
+        }
+    });
+}

@@ -1,0 +1,224 @@
+//! MCP's tool descriptions and call results mapped whole into toolmux's vocabulary.
+//!
+//! Strings are moved, not copied, so a large result is held once while it is mapped.
+
+use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolmux_core::{ContentPart, ToolAnnotations, ToolOutput, ToolSpec};
+
+use super::config::DeclaredTool;
+
+/// A server's tool as a [`ToolSpec`] under the server's own name.
+pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
+    let mut annotations = ToolAnnotations::default();
+    let mut title = tool.title;
+    if let Some(hints) = tool.annotations {
+        annotations.read_only = hints.read_only_hint.unwrap_or(false);
+        // MCP assumes a tool that writes is destructive unless it says otherwise.
+        annotations.destructive = !annotations.read_only && hints.destructive_hint.unwrap_or(false);
+        annotations.idempotent = hints.idempotent_hint.unwrap_or(false);
+        annotations.open_world = hints.open_world_hint.unwrap_or(true);
+        title = title.or(hints.title);
+    }
+    let mut input_schema =
+        Arc::try_unwrap(tool.input_schema).unwrap_or_else(|shared| (*shared).clone());
+    // Some servers omit `type` on argument-less tools; the vocabulary wants object schemas.
+    input_schema.entry("type").or_insert_with(|| json!("object"));
+    ToolSpec {
+        name: tool.name.into_owned(),
+        title,
+        description: tool.description.map(|d| d.into_owned()).unwrap_or_default(),
+        input_schema: Arc::new(Value::Object(input_schema)),
+        output_schema: tool
+            .output_schema
+            .map(|s| Arc::new(Value::Object(Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone())))),
+        annotations,
+    }
+}
+
+/// A tool declared in configuration as a [`ToolSpec`].
+pub(crate) fn declared_spec(tool: &DeclaredTool) -> ToolSpec {
+    let schema = tool.input_schema.clone().unwrap_or_else(ToolSpec::any_object_schema);
+    ToolSpec::new(tool.name.clone(), tool.description.clone(), schema)
+}
+
+/// A call result as a [`ToolOutput`]: every content block, structured content, the error
+/// flag, and block annotations and `_meta` as extras.
+pub(crate) fn tool_output(result: CallToolResult) -> ToolOutput {
+    let mut output = ToolOutput {
+        is_error: result.is_error.unwrap_or(false),
+        structured: result.structured_content,
+        ..ToolOutput::default()
+    };
+    let mut annotated = Vec::new();
+    output.content.reserve(result.content.len());
+    for (index, block) in result.content.into_iter().enumerate() {
+        let (part, annotations) = content_part(block);
+        if let Some(annotations) = annotations {
+            annotated.push(json!({"index": index, "annotations": annotations}));
+        }
+        output.content.push(part);
+    }
+    if !annotated.is_empty() {
+        output.extras.insert("annotations".into(), Value::Array(annotated));
+    }
+    if let Some(meta) = result.meta.and_then(|meta| serde_json::to_value(meta).ok()) {
+        output.extras.insert("_meta".into(), meta);
+    }
+    output
+}
+
+fn content_part(block: ContentBlock) -> (ContentPart, Option<Value>) {
+    let annotations =
+        |a: Option<rmcp::model::Annotations>| a.and_then(|a| serde_json::to_value(a).ok());
+    match block {
+        ContentBlock::Text(t) => (ContentPart::Text { text: t.text }, annotations(t.annotations)),
+        ContentBlock::Image(i) => (
+            ContentPart::Image { data: i.data, mime_type: i.mime_type },
+            annotations(i.annotations),
+        ),
+        ContentBlock::Audio(a) => (
+            ContentPart::Audio { data: a.data, mime_type: a.mime_type },
+            annotations(a.annotations),
+        ),
+        ContentBlock::Resource(r) => {
+            let part = match r.resource {
+                ResourceContents::TextResourceContents { uri, mime_type, text, .. } => {
+                    ContentPart::Resource { uri, mime_type, text: Some(text), blob: None }
+                }
+                ResourceContents::BlobResourceContents { uri, mime_type, blob, .. } => {
+                    ContentPart::Resource { uri, mime_type, text: None, blob: Some(blob) }
+                }
+                other => unknown(&other),
+            };
+            (part, annotations(r.annotations))
+        }
+        ContentBlock::ResourceLink(link) => (
+            ContentPart::ResourceLink {
+                uri: link.uri,
+                name: link.name,
+                description: link.description,
+                mime_type: link.mime_type,
+            },
+            annotations(link.annotations),
+        ),
+        other => (unknown(&other), None),
+    }
+}
+
+/// A kind of content newer than this code, passed on as JSON rather than dropped.
+fn unknown(value: &impl serde::Serialize) -> ContentPart {
+    ContentPart::Json { value: serde_json::to_value(value).unwrap_or(Value::Null) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    fn output(result: Value) -> String {
+        let result: CallToolResult = serde_json::from_value(result).expect("a CallToolResult");
+        serde_json::to_string_pretty(&tool_output(result)).expect("serializes")
+    }
+
+    #[test]
+    fn every_content_kind() {
+        expect![[r#"
+            {
+              "content": [
+                {
+                  "type": "text",
+                  "text": "hi"
+                },
+                {
+                  "type": "image",
+                  "data": "aGk=",
+                  "mime_type": "image/png"
+                },
+                {
+                  "type": "audio",
+                  "data": "aGk=",
+                  "mime_type": "audio/wav"
+                },
+                {
+                  "type": "resource",
+                  "uri": "demo://a",
+                  "mime_type": "text/plain",
+                  "text": "body"
+                },
+                {
+                  "type": "resource",
+                  "uri": "demo://b",
+                  "blob": "AAE="
+                },
+                {
+                  "type": "resource_link",
+                  "uri": "demo://c",
+                  "name": "c",
+                  "description": "a link"
+                }
+              ],
+              "structured": {
+                "sum": 3
+              },
+              "is_error": true,
+              "extras": {
+                "annotations": [
+                  {
+                    "annotations": {
+                      "audience": [
+                        "user"
+                      ],
+                      "priority": 0.5
+                    },
+                    "index": 0
+                  }
+                ]
+              }
+            }"#]]
+        .assert_eq(&output(json!({
+            "content": [
+                {"type": "text", "text": "hi", "annotations": {"audience": ["user"], "priority": 0.5}},
+                {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+                {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "demo://a", "mimeType": "text/plain", "text": "body"}},
+                {"type": "resource", "resource": {"uri": "demo://b", "blob": "AAE="}},
+                {"type": "resource_link", "uri": "demo://c", "name": "c", "description": "a link"}
+            ],
+            "structuredContent": {"sum": 3},
+            "isError": true
+        })));
+    }
+
+    #[test]
+    fn tool_hints() {
+        let tool: Tool = serde_json::from_value(json!({
+            "name": "get-sum",
+            "description": "Adds",
+            "inputSchema": {"properties": {}},
+            "annotations": {"title": "Sum", "readOnlyHint": true, "openWorldHint": false}
+        }))
+        .expect("a Tool");
+        let spec = tool_spec(tool);
+        expect![[r#"
+            {
+              "name": "get-sum",
+              "title": "Sum",
+              "description": "Adds",
+              "inputSchema": {
+                "properties": {},
+                "type": "object"
+              },
+              "annotations": {
+                "readOnly": true,
+                "destructive": false,
+                "idempotent": false,
+                "openWorld": false,
+                "endsTurn": false,
+                "visible": true
+              }
+            }"#]]
+        .assert_eq(&serde_json::to_string_pretty(&spec).expect("serializes"));
+    }
+}

@@ -1,0 +1,20 @@
+//! The client half: each configured MCP server becomes a [`McpProvider`].
+
+mod config;
+mod connection;
+mod content;
+mod filter;
+mod handler;
+mod provider;
+
+pub use config::{DeclaredTool, McpServerConfig, ProtocolMode, TransportKind};
+pub use provider::McpProvider;
+
+/// Installs ring as rustls's process-wide crypto provider unless one is installed, so
+/// `https://` and `wss://` work without pulling in a second provider.
+pub(crate) fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race against another installer is fine: a provider is then installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}

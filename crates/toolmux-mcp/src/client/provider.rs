@@ -1,0 +1,550 @@
+//! [`McpProvider`]: one MCP server as a [`ToolProvider`], with reconnection, timeouts,
+//! cancellation, progress and list-change refreshes.
+
+use async_trait::async_trait;
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::service::{PeerRequestOptions, ServiceError};
+use serde_json::Value;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    CallContext, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider,
+    ToolSpec,
+};
+
+use super::config::{McpServerConfig, TransportKind};
+use super::connection::{self, Connection};
+use super::content::{declared_spec, tool_output, tool_spec};
+use super::filter::ToolFilter;
+use super::handler::{Events, ProgressRoute};
+use crate::McpError;
+
+/// First delay before reconnecting after a failure; doubled per further failure.
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest delay between reconnection attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Consecutive failures allowed before giving up, by default.
+const DEFAULT_MAX_RESTARTS: u32 = 5;
+
+/// One MCP server as a tool provider: namespace = server name, tools under the server's own
+/// names (the orchestrator prefixes `{server}__`).
+///
+/// Cheap to clone; clones share the connection.
+#[derive(Debug, Clone)]
+pub struct McpProvider {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    name: String,
+    config: McpServerConfig,
+    transport: TransportKind,
+    filter: ToolFilter,
+    http: Option<reqwest::Client>,
+    events: Arc<Events>,
+    notifier: ToolListNotifier,
+    /// Serializes connecting; holds the restart bookkeeping.
+    restarts: tokio::sync::Mutex<Restarts>,
+    current: Mutex<Option<Arc<Connection>>>,
+    /// The server's tools after filtering; `None` until first listed (or after a change).
+    tools: RwLock<Option<Arc<Vec<ToolSpec>>>>,
+    instructions: RwLock<Option<String>>,
+    shutdown: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct Restarts {
+    /// Failures (failed starts, lost connections) since the last successful request.
+    failures: u32,
+    /// Not before this instant may the next start be tried.
+    not_before: Option<Instant>,
+}
+
+impl McpProvider {
+    /// A provider for the server named `name` (which becomes the namespace). Nothing is
+    /// started until [`ToolProvider::warmup`] or the first call.
+    pub fn new(name: impl Into<String>, config: McpServerConfig) -> Result<McpProvider, McpError> {
+        let name = name.into();
+        toolmux_core::naming::validate_namespace(&name)
+            .map_err(|e| McpError::Config { server: name.clone(), message: e.to_string() })?;
+        let transport = config.transport_kind(&name)?;
+        let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
+        let http = match transport {
+            TransportKind::Http | TransportKind::Sse => Some(http_client(&name, &config)?),
+            TransportKind::Stdio | TransportKind::Websocket => None,
+        };
+        Ok(McpProvider {
+            inner: Arc::new(Inner {
+                name,
+                config,
+                transport,
+                filter,
+                http,
+                events: Arc::default(),
+                notifier: ToolListNotifier::new(),
+                restarts: tokio::sync::Mutex::default(),
+                current: Mutex::new(None),
+                tools: RwLock::new(None),
+                instructions: RwLock::new(None),
+                shutdown: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.inner.config
+    }
+
+    /// The protocol revision negotiated with the running server.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.inner.live().and_then(|c| c.info.as_ref().map(|i| i.protocol_version.to_string()))
+    }
+
+    /// The process id of a running stdio server (which also leads its process group).
+    pub fn server_pid(&self) -> Option<i32> {
+        self.inner.live().and_then(|c| c.pid())
+    }
+}
+
+fn http_client(server: &str, config: &McpServerConfig) -> Result<reqwest::Client, McpError> {
+    super::ensure_crypto_provider();
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in &config.headers {
+        let invalid = |what: &str| McpError::Config {
+            server: server.to_owned(),
+            // Never the value: headers carry tokens.
+            message: format!("invalid {what} for header `{name}`"),
+        };
+        let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| invalid("name"))?;
+        let mut value =
+            reqwest::header::HeaderValue::from_str(value).map_err(|_| invalid("value"))?;
+        value.set_sensitive(true);
+        headers.insert(header, value);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .connect_timeout(config.startup_timeout())
+        .build()
+        .map_err(|e| McpError::Config {
+            server: server.to_owned(),
+            message: format!("cannot build an HTTP client: {e}"),
+        })
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Ends the refresher, which drops the last connection handle: the session closes
+        // and the server's process group is killed (see `ChildGroup`'s drop).
+        self.shutdown.cancel();
+    }
+}
+
+impl Inner {
+    fn live(&self) -> Option<Arc<Connection>> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone().filter(|c| c.is_alive())
+    }
+
+    /// The live connection, starting or restarting the server if needed.
+    async fn connection(self: &Arc<Self>) -> Result<Arc<Connection>, McpError> {
+        if self.shutdown.is_cancelled() {
+            return Err(McpError::ShutDown { server: self.name.clone() });
+        }
+        if let Some(connection) = self.live() {
+            return Ok(connection);
+        }
+        let mut restarts = self.restarts.lock().await;
+        if let Some(connection) = self.live() {
+            return Ok(connection);
+        }
+        let max = self.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
+        if restarts.failures > max {
+            return Err(McpError::GaveUp {
+                server: self.name.clone(),
+                restarts: restarts.failures - 1,
+            });
+        }
+        let dead = self.current.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(dead) = dead {
+            dead.close().await;
+        }
+        if let Some(at) = restarts.not_before {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = self.shutdown.cancelled() => return Err(McpError::ShutDown { server: self.name.clone() }),
+            }
+        }
+        let attempt = connection::connect(
+            &self.name,
+            &self.config,
+            self.transport,
+            self.http.as_ref(),
+            &self.events,
+        );
+        let result = tokio::select! {
+            result = attempt => result,
+            () = self.shutdown.cancelled() => Err(McpError::ShutDown { server: self.name.clone() }),
+        };
+        match result {
+            Ok(connection) => {
+                let connection = Arc::new(connection);
+                let instructions = connection.info.as_ref().and_then(|i| i.instructions.clone());
+                *self.instructions.write().unwrap_or_else(|e| e.into_inner()) = instructions;
+                tracing::debug!(
+                    server = %self.name,
+                    protocol = ?connection.info.as_ref().map(|i| i.protocol_version.to_string()),
+                    "mcp server connected"
+                );
+                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+                spawn_refresher(Arc::downgrade(self), connection.clone());
+                restarts.not_before = None;
+                Ok(connection)
+            }
+            Err(e) => {
+                Self::count_failure(&mut restarts);
+                tracing::warn!(server = %self.name, error = %e, "mcp server failed to start");
+                Err(e)
+            }
+        }
+    }
+
+    fn count_failure(restarts: &mut Restarts) {
+        restarts.failures += 1;
+        let factor = 1u32 << (restarts.failures - 1).min(16);
+        let delay = BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX);
+        restarts.not_before = Some(Instant::now() + delay);
+    }
+
+    /// Records that a connection died under a request.
+    async fn connection_lost(&self) {
+        let mut restarts = self.restarts.lock().await;
+        Self::count_failure(&mut restarts);
+        // The first restart after a crash is immediate; backoff applies from the second.
+        if restarts.failures == 1 {
+            restarts.not_before = None;
+        }
+    }
+
+    /// Records a successful request: the server works again.
+    fn succeeded(&self) {
+        if let Ok(mut restarts) = self.restarts.try_lock() {
+            restarts.failures = 0;
+            restarts.not_before = None;
+        }
+    }
+
+    /// Lists the server's tools (every page) and stores them filtered.
+    async fn fetch_tools(&self, connection: &Connection) -> Result<Arc<Vec<ToolSpec>>, McpError> {
+        let timeout = self.config.request_timeout();
+        let listed = match tokio::time::timeout(timeout, connection.peer.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => return Err(self.service_error(connection, "tools/list", e)),
+            Err(_) => {
+                return Err(McpError::Protocol {
+                    server: self.name.clone(),
+                    message: format!("no answer to tools/list within {}ms", timeout.as_millis()),
+                });
+            }
+        };
+        let tools: Vec<ToolSpec> =
+            listed.into_iter().filter(|t| self.filter.allows(&t.name)).map(tool_spec).collect();
+        let tools = Arc::new(tools);
+        *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Some(tools.clone());
+        Ok(tools)
+    }
+
+    fn service_error(
+        &self,
+        connection: &Connection,
+        method: &'static str,
+        error: ServiceError,
+    ) -> McpError {
+        match error {
+            ServiceError::McpError(data) => McpError::Rpc {
+                server: self.name.clone(),
+                method,
+                code: data.code.0,
+                message: data.message.into_owned(),
+            },
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => connection.lost(),
+            other => McpError::Protocol {
+                server: self.name.clone(),
+                message: format!("{method}: {other}"),
+            },
+        }
+    }
+
+    fn declared(&self) -> Vec<ToolSpec> {
+        self.config
+            .tools
+            .iter()
+            .filter(|t| self.filter.allows(&t.name))
+            .map(declared_spec)
+            .collect()
+    }
+
+    fn cached_tools(&self) -> Option<Arc<Vec<ToolSpec>>> {
+        self.tools.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    async fn call(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        if !self.filter.allows(name) {
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+        }
+        let arguments = match arguments {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => {
+                return Err(ToolError::invalid_arguments(
+                    name,
+                    format!("arguments must be an object, not {other}"),
+                ));
+            }
+        };
+        let connection = tokio::select! {
+            connection = self.connection() => connection.map_err(tool_error)?,
+            () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: name.to_owned() }),
+        };
+        if let Some(tools) =
+            self.cached_tools().filter(|tools| !tools.iter().any(|t| t.name == name))
+        {
+            let mut suggestions: Vec<String> =
+                tools.iter().map(|t| t.name.clone()).filter(|t| similar(t, name)).collect();
+            suggestions.truncate(3);
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
+        }
+        let params = CallToolRequestParams::new(name.to_owned());
+        let params = match arguments {
+            Some(arguments) => params.with_arguments(arguments),
+            None => params,
+        };
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut handle = match connection
+            .peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(e) => {
+                self.connection_lost().await;
+                return Err(tool_error(self.service_error(&connection, "tools/call", e)));
+            }
+        };
+        let activity = Arc::new(Notify::new());
+        let token = handle.progress_token.clone();
+        self.events.route(
+            token.clone(),
+            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
+        );
+        let _unroute = Unroute { events: &self.events, token };
+
+        let timeout = self.config.request_timeout();
+        let mut idle = Box::pin(tokio::time::sleep(timeout));
+        let response = loop {
+            tokio::select! {
+                response = &mut handle.rx => break response,
+                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
+                () = ctx.cancel_token().cancelled() => {
+                    let _ = handle.cancel(Some("cancelled by the caller".into())).await;
+                    return Err(ToolError::Cancelled { tool: name.to_owned() });
+                }
+                () = &mut idle => {
+                    let _ = handle.cancel(Some("request timeout".into())).await;
+                    return Err(ToolError::Timeout { tool: name.to_owned(), after: timeout });
+                }
+                () = self.shutdown.cancelled() => {
+                    return Err(tool_error(McpError::ShutDown { server: self.name.clone() }));
+                }
+            }
+        };
+        let result = match response {
+            Ok(result) => result,
+            // The responder was dropped: the connection ended under the call.
+            Err(_) => Err(ServiceError::TransportClosed),
+        };
+        match result {
+            Ok(ServerResult::CallToolResult(result)) => {
+                self.succeeded();
+                Ok(tool_output(result))
+            }
+            Ok(ServerResult::InputRequiredResult(_)) => Err(tool_error(McpError::Protocol {
+                server: self.name.clone(),
+                message: format!(
+                    "`{name}` asked the client for input, which toolmux does not provide"
+                ),
+            })),
+            Ok(other) => Err(tool_error(McpError::Protocol {
+                server: self.name.clone(),
+                message: format!("unexpected reply to tools/call: {}", variant_name(&other)),
+            })),
+            Err(e) => {
+                let lost =
+                    matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
+                let error = self.service_error(&connection, "tools/call", e);
+                if lost {
+                    self.connection_lost().await;
+                } else {
+                    self.succeeded();
+                }
+                Err(tool_error(error))
+            }
+        }
+    }
+}
+
+fn variant_name(result: &ServerResult) -> String {
+    serde_json::to_value(result)
+        .ok()
+        .and_then(|v| v.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>().join(",")))
+        .map(|keys| format!("a result with fields {keys}"))
+        .unwrap_or_else(|| "an unknown result".into())
+}
+
+/// Two names are similar when one contains the other or they share a prefix of 4.
+fn similar(a: &str, b: &str) -> bool {
+    let (a, b) = (a.to_lowercase(), b.to_lowercase());
+    a.contains(&b) || b.contains(&a) || (a.len() >= 4 && b.len() >= 4 && a[..4] == b[..4])
+}
+
+/// Stops routing a call's progress when the call ends, however it ends.
+struct Unroute<'a> {
+    events: &'a Events,
+    token: rmcp::model::ProgressToken,
+}
+
+impl Drop for Unroute<'_> {
+    fn drop(&mut self) {
+        self.events.unroute(&self.token);
+    }
+}
+
+/// While `connection` lives, turns list-changed signals into a refreshed list and a
+/// notification to the orchestrator.
+fn spawn_refresher(inner: Weak<Inner>, connection: Arc<Connection>) {
+    let Some(strong) = inner.upgrade() else { return };
+    let events = strong.events.clone();
+    let shutdown = strong.shutdown.clone();
+    drop(strong);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = events.tools_changed.notified() => {}
+                () = shutdown.cancelled() => return,
+                () = closed(&connection) => return,
+            }
+            let Some(inner) = inner.upgrade() else { return };
+            if let Err(e) = inner.fetch_tools(&connection).await {
+                tracing::warn!(server = %inner.name, error = %e, "cannot refresh the tool list");
+                *inner.tools.write().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            inner.notifier.notify();
+        }
+    });
+}
+
+/// Resolves when the connection's transport is gone.
+async fn closed(connection: &Connection) {
+    // rmcp offers no close signal on a peer; poll its cheap closed flag.
+    while connection.is_alive() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[async_trait]
+impl ToolProvider for McpProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Mcp
+    }
+
+    fn namespace(&self) -> &str {
+        &self.inner.name
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        let inner = &self.inner;
+        if let Some(tools) = inner.cached_tools() {
+            return Ok(tools.as_ref().clone());
+        }
+        let not_started = inner.live().is_none();
+        if not_started && inner.config.lazy && !inner.config.tools.is_empty() {
+            return Ok(inner.declared());
+        }
+        let connection = inner.connection().await?;
+        let tools = inner.fetch_tools(&connection).await?;
+        inner.succeeded();
+        Ok(tools.as_ref().clone())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        if !self.inner.filter.allows(name) {
+            return false;
+        }
+        match self.inner.cached_tools() {
+            Some(tools) => tools.iter().any(|t| t.name == name),
+            None => self.list_tools().await.is_ok_and(|tools| tools.iter().any(|t| t.name == name)),
+        }
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.inner.call(name, arguments, ctx).await
+    }
+
+    async fn warmup(&self) -> Result<(), ToolError> {
+        let inner = &self.inner;
+        if !inner.config.is_enabled() || inner.config.lazy {
+            return Ok(());
+        }
+        // An explicit warmup retries a server that was given up on.
+        {
+            let mut restarts = inner.restarts.lock().await;
+            let max = inner.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
+            if restarts.failures > max {
+                *restarts = Restarts::default();
+            }
+        }
+        let connection = inner.connection().await?;
+        if inner.cached_tools().is_none() {
+            inner.fetch_tools(&connection).await?;
+        }
+        Ok(())
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.inner.instructions.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        let inner = &self.inner;
+        inner.shutdown.cancel();
+        let current = inner.current.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(connection) = current {
+            connection.close().await;
+        }
+        Ok(())
+    }
+
+    fn tool_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.inner.notifier.subscribe())
+    }
+}

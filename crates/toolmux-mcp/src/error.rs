@@ -1,0 +1,216 @@
+//! The one error type of this crate, and how it becomes a [`ToolError`].
+
+use std::error::Error as StdError;
+use std::time::Duration;
+use toolmux_core::ToolError;
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// What went wrong talking to an MCP server. Every variant names the server.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// The server's configuration cannot work.
+    #[error("mcp server `{server}`: invalid configuration: {message}")]
+    Config {
+        /// The server.
+        server: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The server could not be started or reached.
+    #[error("mcp server `{server}`: cannot connect over {transport}")]
+    Connect {
+        /// The server.
+        server: String,
+        /// The transport tried.
+        transport: &'static str,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The server did not finish its handshake in time.
+    #[error("mcp server `{server}`: no answer to the handshake within {}ms", .after.as_millis())]
+    StartupTimeout {
+        /// The server.
+        server: String,
+        /// The startup timeout.
+        after: Duration,
+    },
+    /// The handshake failed.
+    #[error("mcp server `{server}`: handshake failed")]
+    Handshake {
+        /// The server.
+        server: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+    /// The connection broke or closed.
+    #[error("mcp server `{server}`: connection closed{}", with_detail(.detail))]
+    Closed {
+        /// The server.
+        server: String,
+        /// What is known about why (exit status, last error).
+        detail: Option<String>,
+    },
+    /// The server sent something that is not MCP.
+    #[error("mcp server `{server}`: protocol error: {message}")]
+    Protocol {
+        /// The server.
+        server: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The server answered a request with a JSON-RPC error.
+    #[error("mcp server `{server}`: {method} failed: {message} (code {code})")]
+    Rpc {
+        /// The server.
+        server: String,
+        /// The request method.
+        method: &'static str,
+        /// The JSON-RPC error code.
+        code: i32,
+        /// The error message.
+        message: String,
+    },
+    /// The server was restarted too often in a row and is given up on.
+    #[error("mcp server `{server}`: given up after {restarts} failed restarts")]
+    GaveUp {
+        /// The server.
+        server: String,
+        /// Restarts made.
+        restarts: u32,
+    },
+    /// The provider was shut down.
+    #[error("mcp server `{server}`: shut down")]
+    ShutDown {
+        /// The server.
+        server: String,
+    },
+    /// Serving a provider over MCP failed: the address could not be bound or the
+    /// transport broke (`server` is the name this process serves under).
+    #[error("mcp server `{server}`: serving over {transport} failed")]
+    Serve {
+        /// The served server's name.
+        server: String,
+        /// The transport, `stdio` or `http`.
+        transport: &'static str,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+}
+
+fn with_detail(detail: &Option<String>) -> String {
+    detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default()
+}
+
+impl McpError {
+    /// The server concerned.
+    pub fn server(&self) -> &str {
+        match self {
+            McpError::Config { server, .. }
+            | McpError::Connect { server, .. }
+            | McpError::StartupTimeout { server, .. }
+            | McpError::Handshake { server, .. }
+            | McpError::Closed { server, .. }
+            | McpError::Protocol { server, .. }
+            | McpError::Rpc { server, .. }
+            | McpError::GaveUp { server, .. }
+            | McpError::ShutDown { server }
+            | McpError::Serve { server, .. } => server,
+        }
+    }
+
+    /// Converts into the vocabulary error for a call of `tool`.
+    pub fn into_tool_error(self, tool: Option<&str>) -> ToolError {
+        let provider = self.server().to_owned();
+        let message = full_message(&self);
+        // The vocabulary's provider-level variants print the provider themselves.
+        let prefix = format!("mcp server `{provider}`: ");
+        let bare = message.strip_prefix(&prefix).unwrap_or(&message).to_owned();
+        match self {
+            McpError::Config { .. } | McpError::GaveUp { .. } | McpError::ShutDown { .. } => {
+                ToolError::Unavailable { provider, message: bare }
+            }
+            McpError::Connect { .. }
+            | McpError::StartupTimeout { .. }
+            | McpError::Handshake { .. }
+            | McpError::Closed { .. }
+            | McpError::Serve { .. } => {
+                ToolError::Transport { provider, message: bare, source: None }
+            }
+            McpError::Protocol { .. } => {
+                let message = bare.strip_prefix("protocol error: ").unwrap_or(&bare).to_owned();
+                ToolError::Protocol { provider, message }
+            }
+            McpError::Rpc { code, .. } => match tool {
+                Some(tool) if code == -32602 => ToolError::invalid_arguments(tool, message),
+                Some(tool) => ToolError::remote(tool, message),
+                None => ToolError::Other { provider, message: bare, source: None },
+            },
+        }
+    }
+}
+
+impl From<McpError> for ToolError {
+    fn from(error: McpError) -> Self {
+        error.into_tool_error(None)
+    }
+}
+
+/// The message and its causes, each said once: the vocabulary error is flat.
+fn full_message(error: &McpError) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(err) = source {
+        let message = err.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = err.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::{Expect, expect};
+
+    fn check(error: McpError, expect: Expect) {
+        let tool_error = error.into_tool_error(Some("echo"));
+        expect.assert_eq(&format!("{} [{}]", tool_error.report(), tool_error.code()));
+    }
+
+    #[test]
+    fn conversions() {
+        check(
+            McpError::Closed { server: "srv".into(), detail: Some("exit status: 3".into()) },
+            expect!["srv: connection closed (exit status: 3) [transport]"],
+        );
+        check(
+            McpError::StartupTimeout { server: "srv".into(), after: Duration::from_millis(500) },
+            expect!["srv: no answer to the handshake within 500ms [transport]"],
+        );
+        check(
+            McpError::Protocol { server: "srv".into(), message: "not JSON: `hello`".into() },
+            expect!["srv: protocol error: not JSON: `hello` [protocol]"],
+        );
+        check(
+            McpError::Rpc {
+                server: "srv".into(),
+                method: "tools/call",
+                code: -32603,
+                message: "boom".into(),
+            },
+            expect!["mcp server `srv`: tools/call failed: boom (code -32603) [remote]"],
+        );
+        check(
+            McpError::GaveUp { server: "srv".into(), restarts: 5 },
+            expect!["srv unavailable: given up after 5 failed restarts [unavailable]"],
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! The transports rmcp lacks or that need more care than its own: stdio with process-group
+//! hygiene and strict framing, legacy SSE and WebSocket. Each runs as background "pump"
+//! tasks exchanging JSON-RPC messages with rmcp through [`ChannelTransport`]; streamable
+//! HTTP uses rmcp's own client.
+//!
+//! (Spawning is allowed only under `transport/stdio` by the workspace's tidy check, which is
+//! why these live here rather than under `client/`.)
+
+pub(crate) mod sse;
+pub(crate) mod stdio;
+pub(crate) mod websocket;
+
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// Outbound messages waiting for a pump.
+const OUTBOUND_CAPACITY: usize = 64;
+/// Inbound messages waiting for rmcp.
+const INBOUND_CAPACITY: usize = 64;
+
+/// Why a connection ended, as far as its pumps know; read when a call fails with a closed
+/// transport so the error can say more than "closed".
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Fault(Arc<Mutex<FaultState>>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    kind: Option<FaultKind>,
+    /// The last non-message line seen before the first message (a banner, or garbage).
+    noise: Option<String>,
+}
+
+/// One recorded reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FaultKind {
+    /// The peer broke the protocol (garbage on stdout, a malformed message).
+    Protocol(String),
+    /// The connection broke or the process exited.
+    Closed(String),
+}
+
+impl Fault {
+    /// Records `kind` unless an earlier reason is known (the first cause is the real one).
+    pub(crate) fn set(&self, kind: FaultKind) {
+        let mut state = self.lock();
+        state.kind.get_or_insert(kind);
+    }
+
+    /// Records `kind` over a plain "closed" reason (an exit status explains more than EOF).
+    pub(crate) fn refine(&self, kind: FaultKind) {
+        let mut state = self.lock();
+        if !matches!(state.kind, Some(FaultKind::Protocol(_))) {
+            state.kind = Some(kind);
+        }
+    }
+
+    /// The recorded reason.
+    pub(crate) fn get(&self) -> Option<FaultKind> {
+        self.lock().kind.clone()
+    }
+
+    /// Remembers a non-message line seen before the handshake.
+    pub(crate) fn note_noise(&self, what: String) {
+        self.lock().noise = Some(what);
+    }
+
+    /// The last non-message line seen before the handshake.
+    pub(crate) fn noise(&self) -> Option<String> {
+        self.lock().noise.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The rmcp side of a pumped connection: messages go out through one channel and come in
+/// through another; rmcp sees the connection end when the inbound channel closes.
+#[derive(Debug)]
+pub(crate) struct ChannelTransport {
+    outbound: mpsc::Sender<TxJsonRpcMessage<RoleClient>>,
+    inbound: mpsc::Receiver<RxJsonRpcMessage<RoleClient>>,
+}
+
+/// The pump side of a [`ChannelTransport`].
+#[derive(Debug)]
+pub(crate) struct PumpEnds {
+    /// Messages rmcp wants sent.
+    pub(crate) outbound: mpsc::Receiver<TxJsonRpcMessage<RoleClient>>,
+    /// Where received messages go.
+    pub(crate) inbound: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+}
+
+/// A connected pair.
+pub(crate) fn channel_transport() -> (ChannelTransport, PumpEnds) {
+    let (out_tx, out_rx) = mpsc::channel(OUTBOUND_CAPACITY);
+    let (in_tx, in_rx) = mpsc::channel(INBOUND_CAPACITY);
+    (
+        ChannelTransport { outbound: out_tx, inbound: in_rx },
+        PumpEnds { outbound: out_rx, inbound: in_tx },
+    )
+}
+
+/// The connection is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("connection closed")]
+pub(crate) struct ChannelClosed;
+
+impl Transport<RoleClient> for ChannelTransport {
+    type Error = ChannelClosed;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let outbound = self.outbound.clone();
+        async move { outbound.send(item).await.map_err(|_| ChannelClosed) }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.inbound.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inbound.close();
+        Ok(())
+    }
+}
+
+/// Parses one received JSON-RPC message, or says briefly why it is not one.
+pub(crate) fn parse_message(bytes: &[u8]) -> Result<RxJsonRpcMessage<RoleClient>, String> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
+        let kind = if e.is_syntax() || e.is_eof() { "not JSON" } else { "not a JSON-RPC message" };
+        format!("{kind}: `{}`", text.trim_end())
+    })
+}
+
+/// Serializes one outgoing message.
+pub(crate) fn encode_message(message: &TxJsonRpcMessage<RoleClient>) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(message).map_err(|e| format!("cannot encode a message: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_say_what_was_received() {
+        let err = parse_message(b"Server listening on port 3000\n").unwrap_err();
+        assert_eq!(err, "not JSON: `Server listening on port 3000`");
+        let err = parse_message(br#"{"hello": 1}"#).unwrap_err();
+        assert_eq!(err, r#"not a JSON-RPC message: `{"hello": 1}`"#);
+    }
+
+    #[test]
+    fn first_fault_wins_but_exit_status_refines_closed() {
+        let fault = Fault::default();
+        fault.set(FaultKind::Closed("eof".into()));
+        fault.refine(FaultKind::Closed("exit status: 3".into()));
+        assert_eq!(fault.get(), Some(FaultKind::Closed("exit status: 3".into())));
+        let fault = Fault::default();
+        fault.set(FaultKind::Protocol("garbage".into()));
+        fault.refine(FaultKind::Closed("exit status: 3".into()));
+        assert_eq!(fault.get(), Some(FaultKind::Protocol("garbage".into())));
+    }
+}

@@ -1,0 +1,104 @@
+//! The WebSocket transport: one JSON-RPC message per text frame, subprotocol `mcp`, as the
+//! TypeScript SDK's WebSocket transport speaks it.
+
+use futures::{SinkExt, StreamExt};
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+
+use super::{
+    ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
+};
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Connects and starts the pumps. The caller bounds the wait with its startup timeout.
+pub(crate) async fn connect(
+    server: &str,
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    fault: &Fault,
+) -> Result<ChannelTransport, BoxError> {
+    super::super::client::ensure_crypto_provider();
+    let mut request = url.into_client_request()?;
+    let request_headers = request.headers_mut();
+    request_headers.insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mcp"));
+    for (name, value) in headers {
+        // The error names the header, never its value (it may be a secret).
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("invalid header name `{name}`"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("invalid value for header `{name}`"))?;
+        request_headers.insert(header, value);
+    }
+    let (socket, _response) = tokio_tungstenite::connect_async(request).await?;
+    let (mut sink, mut stream) = socket.split();
+    let (transport, PumpEnds { mut outbound, inbound }) = channel_transport();
+
+    let reader_fault = fault.clone();
+    let server = server.to_owned();
+    tokio::spawn(async move {
+        loop {
+            let message = tokio::select! {
+                () = inbound.closed() => return,
+                message = stream.next() => message,
+            };
+            let text = match message {
+                Some(Ok(Message::Text(text))) => text,
+                Some(Ok(Message::Binary(bytes))) => match String::from_utf8(bytes.to_vec()) {
+                    Ok(text) => text.into(),
+                    Err(_) => {
+                        reader_fault.set(FaultKind::Protocol("binary frame is not UTF-8".into()));
+                        return;
+                    }
+                },
+                Some(Ok(Message::Close(frame))) => {
+                    let why = frame
+                        .map(|f| format!(" ({} {})", u16::from(f.code), f.reason))
+                        .unwrap_or_default();
+                    reader_fault
+                        .set(FaultKind::Closed(format!("the server closed the websocket{why}")));
+                    return;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    reader_fault.set(FaultKind::Closed(format!("websocket broke: {e}")));
+                    return;
+                }
+                None => {
+                    reader_fault.set(FaultKind::Closed("the websocket ended".into()));
+                    return;
+                }
+            };
+            match parse_message(text.as_bytes()) {
+                Ok(message) => {
+                    if inbound.send(message).await.is_err() {
+                        return;
+                    }
+                }
+                Err(why) => {
+                    tracing::warn!(server = %server, "websocket frame is {why}");
+                    reader_fault.set(FaultKind::Protocol(format!("websocket frame is {why}")));
+                    return;
+                }
+            }
+        }
+    });
+
+    let writer_fault = fault.clone();
+    tokio::spawn(async move {
+        while let Some(message) = outbound.recv().await {
+            let Ok(Ok(text)) = encode_message(&message).map(String::from_utf8) else {
+                continue;
+            };
+            if let Err(e) = sink.send(Message::Text(text.into())).await {
+                writer_fault.set(FaultKind::Closed(format!("websocket send failed: {e}")));
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    Ok(transport)
+}

@@ -1,0 +1,227 @@
+//! Fault injection over stdio with the fixture server: crashes, hangs, garbage, slow and
+//! failed starts, list changes, cancellation and process-group reaping.
+
+use serde_json::json;
+use std::time::{Duration, Instant};
+use toolmux_core::{CallContext, ToolError, ToolProvider};
+use toolmux_mcp::{DeclaredTool, McpProvider};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+
+use crate::support;
+
+fn provider(mode: &str) -> McpProvider {
+    McpProvider::new("fixture", support::fixture_stdio(mode)).unwrap()
+}
+
+async fn call(provider: &McpProvider, tool: &str) -> Result<String, ToolError> {
+    provider.call(tool, json!({}), &CallContext::new()).await.map(|out| out.to_text())
+}
+
+#[tokio::test]
+async fn fixture_passes_the_conformance_suite_with_pagination() {
+    let provider = provider("ok");
+    Conformance::new()
+        .with_sample(
+            SampleCall::new("echo", json!({"message": "hi"})).expect_text_contains("echo: hi"),
+        )
+        .with_sample(
+            SampleCall::new("error", json!({})).expect_failure().expect_text_contains("it broke"),
+        )
+        .with_cancellable(SampleCall::new("slow", json!({})))
+        .check(&provider)
+        .await;
+    // Ten tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 10);
+    assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_mid_call_fails_promptly_and_the_next_call_restarts() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let first_pid = provider.server_pid().unwrap();
+    let started = Instant::now();
+    let err = call(&provider, "crash").await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    expect_test::expect!["fixture: connection closed (server process exit status: 3)"]
+        .assert_eq(&err.to_string());
+    assert!(err.is_transient());
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    let second_pid = provider.server_pid().unwrap();
+    assert_ne!(first_pid, second_pid);
+    support::assert_group_gone(first_pid).await;
+    provider.shutdown().await.unwrap();
+    support::assert_group_gone(second_pid).await;
+}
+
+#[tokio::test]
+async fn restarts_are_bounded() {
+    let config = support::fixture_stdio("exit-at-start").with_max_restarts(2);
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let mut messages = Vec::new();
+    for _ in 0..4 {
+        messages.push(call(&provider, "echo").await.unwrap_err().to_string());
+    }
+    expect_test::expect![[r#"
+        fixture: connection closed (server process exit status: 7)
+        fixture: connection closed (server process exit status: 7)
+        fixture: connection closed (server process exit status: 7)
+        fixture unavailable: given up after 2 failed restarts"#]]
+    .assert_eq(&messages.join("\n"));
+}
+
+#[tokio::test]
+async fn garbage_on_stdout_is_a_protocol_error_naming_it() {
+    let provider = provider("ok");
+    let err = call(&provider, "garbage").await.unwrap_err();
+    expect_test::expect![
+        "fixture: protocol error: stdout line is not JSON: `Traceback (most recent call last): not JSON at all`"
+    ]
+    .assert_eq(&err.to_string());
+    // The next call gets a fresh server.
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_initialize_fails_warmup_after_the_startup_timeout() {
+    let config = support::fixture_stdio("no-init").with_startup_timeout(Duration::from_millis(400));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let started = Instant::now();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    expect_test::expect!["fixture: no answer to the handshake within 400ms"]
+        .assert_eq(&err.to_string());
+}
+
+#[tokio::test]
+async fn garbage_instead_of_a_handshake_is_named_in_the_startup_error() {
+    let config =
+        support::fixture_stdio("garbage-init").with_startup_timeout(Duration::from_millis(400));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let err = provider.warmup().await.unwrap_err();
+    expect_test::expect!["fixture: protocol error: no answer to the handshake within 400ms; the server wrote a line that is not JSON: `Welcome to the fixture server! This is not JSON.`"]
+        .assert_eq(&err.to_string());
+}
+
+#[tokio::test]
+async fn a_slow_initialize_within_the_startup_timeout_works() {
+    let config = support::fixture_stdio("slow-init").with_startup_timeout(Duration::from_secs(10));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_exiting_at_start_names_its_exit_status() {
+    let provider = provider("exit-at-start");
+    let err = provider.warmup().await.unwrap_err();
+    expect_test::expect!["fixture: connection closed (server process exit status: 7)"]
+        .assert_eq(&err.to_string());
+}
+
+#[tokio::test]
+async fn a_hung_call_times_out_and_sends_cancelled() {
+    let config = support::fixture_stdio("ok").with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let err = call(&provider, "hang").await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err:?}");
+    let ids = call(&provider, "cancelled_ids").await.unwrap();
+    assert_ne!(ids, "[]", "the server saw notifications/cancelled");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_call_sends_cancelled_to_the_server() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let ctx = CallContext::new();
+    let token = ctx.cancel_token().clone();
+    let slow = {
+        let provider = provider.clone();
+        tokio::spawn(async move { provider.call("slow", json!({}), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    token.cancel();
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(matches!(err, ToolError::Cancelled { .. }), "{err:?}");
+    let ids = call(&provider, "cancelled_ids").await.unwrap();
+    assert_ne!(ids, "[]");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn list_changed_refreshes_the_list_and_notifies() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let mut changes = provider.tool_list_changes().expect("list changes are signalled");
+    assert!(!provider.has_tool("extra").await);
+    call(&provider, "add_tool").await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await);
+    assert_eq!(call(&provider, "extra").await.unwrap(), "extra");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_kills_grandchildren_in_the_group() {
+    let provider = provider("ok");
+    let grandchild: i32 = call(&provider, "spawn_child").await.unwrap().parse().unwrap();
+    let pgid = provider.server_pid().unwrap();
+    assert!(support::group_members(pgid).contains(&grandchild));
+    provider.shutdown().await.unwrap();
+    support::assert_group_gone(pgid).await;
+    assert!(support::zombie_children().is_empty());
+}
+
+#[tokio::test]
+async fn dropping_the_provider_kills_the_group() {
+    let provider = provider("ok");
+    call(&provider, "spawn_child").await.unwrap();
+    let pgid = provider.server_pid().unwrap();
+    drop(provider);
+    support::assert_group_gone(pgid).await;
+    support::wait_for("the child to be reaped", Duration::from_secs(5), || {
+        support::zombie_children().is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn declared_tools_are_listed_before_a_lazy_server_starts() {
+    let config = support::fixture_stdio("ok").with_lazy(true).with_declared_tool(DeclaredTool {
+        name: "echo".into(),
+        description: "Echo, as declared".into(),
+        input_schema: None,
+    });
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert!(provider.server_pid().is_none(), "lazy: not started by warmup");
+    let tools = provider.list_tools().await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].description, "Echo, as declared");
+    assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert!(provider.server_pid().is_some(), "started on first use");
+    assert_eq!(provider.list_tools().await.unwrap().len(), 10);
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_large_result_arrives_whole() {
+    let provider = provider("ok");
+    let out = provider.call("big", json!({"bytes": 8 << 20}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text().len(), 8 << 20);
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn env_values_never_reach_errors() {
+    let config = support::fixture_stdio("exit-at-start").with_env("SECRET_TOKEN", "hunter2-secret");
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(!err.report().contains("hunter2"), "{}", err.report());
+}

@@ -1,0 +1,10 @@
+//! Integration tests of the MCP client against real servers: server-everything (npm), a
+//! Python SDK server (PyPI), an in-process rmcp server and a fault-injection fixture.
+
+// Tests may unwrap: a failure is a test failure with the value shown.
+#![allow(clippy::unwrap_used)]
+
+mod everything;
+mod faults;
+mod python;
+mod support;

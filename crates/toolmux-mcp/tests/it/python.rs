@@ -1,0 +1,87 @@
+//! Against a server on the official Python SDK 2.x (`MCPServer`): a second independent
+//! implementation, which negotiates the stateless 2026-07-28 revision.
+
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use toolmux_core::{CallContext, ProgressSink, ToolProvider};
+use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+
+use crate::support::{self, ServerProcess};
+
+fn stdio() -> McpServerConfig {
+    let script = support::fixture("python_server.py").display().to_string();
+    McpServerConfig::stdio(support::python().display().to_string(), [script, "stdio".into()])
+        .with_base_dir(support::run_dir())
+}
+
+fn conformance() -> Conformance {
+    Conformance::new()
+        .with_sample(
+            SampleCall::new("echo", json!({"message": "hi"})).expect_text_contains("py echo: hi"),
+        )
+        .with_sample(SampleCall::new("add", json!({"a": 2, "b": 40})).expect_text_contains("42"))
+        .with_sample(
+            SampleCall::new("fail", json!({"reason": "on purpose"}))
+                .expect_failure()
+                .expect_text_contains("on purpose"),
+        )
+        .with_cancellable(SampleCall::new("sleep", json!({"seconds": 30})))
+}
+
+#[tokio::test]
+async fn stdio_speaks_2026_07_28_and_passes_the_conformance_suite() {
+    let provider = McpProvider::new("py", stdio()).unwrap();
+    conformance().check(&provider).await;
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    assert_eq!(provider.instructions().as_deref(), Some("Python fixture: echo, add, count, fail."));
+    let out = provider.call("add", json!({"a": 1, "b": 2}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.structured, Some(json!({"sum": 3})));
+    let pid = provider.server_pid().unwrap();
+    provider.shutdown().await.unwrap();
+    support::assert_group_gone(pid).await;
+}
+
+#[tokio::test]
+async fn stdio_legacy_handshake_works_too() {
+    let provider = McpProvider::new("py", stdio().with_protocol(ProtocolMode::Legacy)).unwrap();
+    let out = provider.call("echo", json!({"message": "old"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "py echo: old");
+    assert_eq!(provider.protocol_version().as_deref(), Some("2025-11-25"));
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn progress_reaches_the_sink_on_2026_07_28() {
+    let provider = McpProvider::new("py", stdio()).unwrap();
+    let messages: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink = {
+        let messages = messages.clone();
+        ProgressSink::new(move |p| {
+            messages.lock().unwrap().push(format!("{}/{:?} {:?}", p.progress, p.total, p.message));
+        })
+    };
+    let out = provider
+        .call("count", json!({"steps": 3}), &CallContext::new().with_progress(sink))
+        .await
+        .unwrap();
+    assert_eq!(out.to_text(), "counted to 3");
+    expect_test::expect![[r#"["1/Some(3.0) Some(\"step 1\")", "2/Some(3.0) Some(\"step 2\")", "3/Some(3.0) Some(\"step 3\")"]"#]]
+        .assert_eq(&format!("{:?}", messages.lock().unwrap()));
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn streamable_http_passes_the_conformance_suite() {
+    let port = support::free_port();
+    let script = support::fixture("python_server.py").display().to_string();
+    let server = ServerProcess::start(
+        &support::python().display().to_string(),
+        &[script, "http".into(), port.to_string()],
+        port,
+    );
+    let config = McpServerConfig::remote(TransportKind::Http, format!("{}/mcp", server.base));
+    let provider = McpProvider::new("py", config).unwrap();
+    conformance().check(&provider).await;
+    provider.shutdown().await.unwrap();
+}
