@@ -1,3 +1,99 @@
 //! The `toolmux` binary: arguments, configuration, run, exit code.
+//!
+//! Everything it does goes through the `toolmux` facade; this crate only parses the
+//! command line, prints for people (or JSON for programs) and maps failures to exit codes.
 
-fn main() {}
+// A command-line tool: what it prints is its interface.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod args;
+mod commands;
+mod progress;
+
+use anyhow::Context as _;
+use args::{Cli, Command, ConfigCommand, OutputCommand, ToolsCommand};
+use clap::Parser as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use toolmux::ToolmuxError;
+use toolmux::config::{self, Loaded};
+
+/// Exit codes, as `--help` documents them.
+pub(crate) mod exit {
+    /// The tool call failed.
+    pub(crate) const TOOL_FAILED: u8 = 1;
+    /// Usage or configuration error.
+    pub(crate) const CONFIG: u8 = 2;
+    /// A provider failed to start.
+    pub(crate) const PROVIDER: u8 = 3;
+    /// Serving or another operation failed.
+    pub(crate) const OTHER: u8 = 4;
+    /// Interrupted by Ctrl-C.
+    pub(crate) const INTERRUPTED: u8 = 130;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::OTHER);
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            classify(&error)
+        }
+    };
+    // Child processes are reaped by `shutdown`; do not wait for stray blocking tasks.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    ExitCode::from(code)
+}
+
+/// The exit code of a failure.
+fn classify(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<ToolmuxError>() {
+        Some(e) if e.is_config() => exit::CONFIG,
+        Some(ToolmuxError::Provider { .. }) => exit::PROVIDER,
+        _ => exit::OTHER,
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    if let Command::Config(ConfigCommand::Schema) = cli.command {
+        let schema = serde_json::to_string_pretty(&config::schema())?;
+        commands::print(&schema);
+        return Ok(0);
+    }
+    let cwd = std::env::current_dir().context("cannot tell the current directory")?;
+    let loaded = load(cli.config.as_deref(), &cwd)?;
+    commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
+    for warning in &loaded.warnings {
+        eprintln!("warning: {warning}");
+    }
+    match cli.command {
+        Command::Tools(ToolsCommand::List(flag)) => commands::tools_list(&loaded, flag.json).await,
+        Command::Tools(ToolsCommand::Call(call)) => commands::tools_call(&loaded, call).await,
+        Command::Serve(serve) => commands::serve(&loaded, serve).await,
+        Command::Config(ConfigCommand::Check(flag)) => {
+            commands::config_check(&loaded, flag.json).await
+        }
+        Command::Config(ConfigCommand::Schema) => Ok(0),
+        Command::Output(OutputCommand::Show(show)) => commands::output_show(&loaded, show).await,
+        Command::Stats(flag) => commands::stats(&loaded, flag.json),
+    }
+}
+
+/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none.
+fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<Loaded> {
+    let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
+    let Some(path) = config::discover(explicit, from_env.as_deref(), cwd) else {
+        return Ok(Loaded::without_file(cwd));
+    };
+    let shown = path.strip_prefix(cwd).unwrap_or(&path).display().to_string();
+    let env = |name: &str| std::env::var(name).ok();
+    Ok(config::load(&path, &shown, &env)?)
+}

@@ -1,0 +1,138 @@
+//! The command line, as clap derives it.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+const EXIT_CODES: &str = "\
+Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml or
+./toolmux.json; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
+on the current directory.
+
+Exit codes:
+  0  success
+  1  the tool call failed (or the output handle is unknown)
+  2  usage or configuration error
+  3  a provider failed to start
+  4  serving or another operation failed (address in use, I/O error)
+  130 interrupted";
+
+/// One tool plane for LLM agents: list and call every tool of every configured provider
+/// (builtin file tools, MCP servers, REST APIs), or serve them all as one MCP server.
+#[derive(Debug, Parser)]
+#[command(name = "toolmux", version, after_help = EXIT_CODES, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// The configuration file (JSON or YAML).
+    #[arg(short, long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// More logging on stderr: -v info, -vv debug, -vvv trace (RUST_LOG wins when set).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List or call tools.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+    /// Serve every tool as one MCP server (stdio by default).
+    Serve(ServeArgs),
+    /// Check the configuration, or print its JSON Schema.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Read outputs that were too large for a tool result.
+    #[command(subcommand)]
+    Output(OutputCommand),
+    /// Per-tool call statistics, kept across runs.
+    Stats(JsonFlag),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ToolsCommand {
+    /// List every tool.
+    List(JsonFlag),
+    /// Call one tool and print its result.
+    Call(CallArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct JsonFlag {
+    /// Print JSON for programs.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The tool's full name (`fs__grep`) or an alias.
+    pub(crate) name: String,
+    /// The arguments as a JSON object.
+    #[arg(value_name = "ARGS_JSON")]
+    pub(crate) arguments: Option<String>,
+    /// One argument; VALUE is read as JSON when it parses, else as a string. Repeatable;
+    /// wins over ARGS_JSON.
+    #[arg(long = "arg", value_name = "KEY=VALUE")]
+    pub(crate) args: Vec<String>,
+    /// Print the whole result envelope as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+#[group(multiple = false)]
+pub(crate) struct Transport {
+    /// Serve on stdin/stdout (the default); logs go to stderr.
+    #[arg(long)]
+    pub(crate) stdio: bool,
+    /// Serve streamable HTTP at http://ADDR/mcp (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<SocketAddr>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) transport: Transport,
+    /// The prefix the client puts before every tool name (`mcp__toolmux__` for Claude
+    /// Code), so that names are fitted into the 64 characters it leaves.
+    #[arg(long, value_name = "PREFIX")]
+    pub(crate) name_prefix: Option<String>,
+    /// Another accepted `Host` for HTTP (besides 127.0.0.1, localhost, ::1 and the bound
+    /// address). Repeatable.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub(crate) allowed_hosts: Vec<String>,
+    /// Tools per tools/list page.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) page_size: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Load the configuration, start every provider and report.
+    Check(JsonFlag),
+    /// Print the configuration's JSON Schema.
+    Schema,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OutputCommand {
+    /// Print a stored output by its handle (`run-x/out-y`), a page of lines at a time.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The handle from the `tool_output` message.
+    pub(crate) handle: String,
+    /// The first line to print (0-based).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) offset: u64,
+    /// Lines to print.
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) limit: u64,
+    /// Print the page as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}

@@ -1,0 +1,329 @@
+//! One function per command.
+
+use crate::args::{CallArgs, ServeArgs, ShowArgs};
+use crate::exit;
+use crate::progress::Spinner;
+use anyhow::{Context as _, bail};
+use serde_json::{Map, Value};
+use std::io::Write as _;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use toolmux::Toolmux;
+use toolmux::config::Loaded;
+use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
+use toolmux::toolmux_orchestrator::WarmupReport;
+use toolmux::toolmux_orchestrator::accounting::Stats;
+use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
+
+/// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
+pub(crate) fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`.
+pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
+        _ => {
+            let level = match verbose {
+                0 => "error",
+                1 => "info",
+                2 => "debug",
+                _ => "trace",
+            };
+            let spec =
+                if trace_mcp { format!("{level},toolmux_mcp=debug") } else { level.to_owned() };
+            EnvFilter::new(spec)
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(verbose > 1)
+        .try_init();
+}
+
+/// Builds everything and starts every provider, with a spinner on a terminal.
+async fn start(loaded: &Loaded) -> anyhow::Result<(Toolmux, WarmupReport)> {
+    let toolmux = Toolmux::build(loaded).await?;
+    for warning in toolmux.warnings().iter().skip(loaded.warnings.len()) {
+        eprintln!("warning: {warning}");
+    }
+    let providers = toolmux.orchestrator().providers().len();
+    let spinner = Spinner::start(format!(
+        "starting {providers} provider{}",
+        if providers == 1 { "" } else { "s" }
+    ));
+    let report = toolmux.orchestrator().warmup().await;
+    spinner.finish();
+    for provider in &report.providers {
+        if let Some(error) = &provider.error {
+            eprintln!("warning: provider `{}` failed to start: {error}", provider.namespace);
+        }
+    }
+    for problem in &report.problems {
+        eprintln!("warning: {problem:?}");
+    }
+    Ok((toolmux, report))
+}
+
+/// Stops everything, saving statistics; a failure to save is only a warning.
+async fn finish(toolmux: &Toolmux) {
+    if let Err(e) = toolmux.shutdown().await {
+        eprintln!("warning: {:#}", anyhow::Error::new(e));
+    }
+}
+
+pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
+    let (toolmux, report) = start(loaded).await?;
+    let tools = toolmux.orchestrator().tools();
+    if json {
+        print(&serde_json::to_string_pretty(&tools)?);
+    } else {
+        let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let mut text = String::new();
+        for tool in &tools {
+            let summary = tool.description.lines().next().unwrap_or("").trim();
+            let summary = shorten(summary, 100usize.saturating_sub(width + 2).max(40));
+            text.push_str(&format!("{:width$}  {summary}\n", tool.name));
+        }
+        print(text.trim_end());
+        eprintln!(
+            "{} tool{} from {} provider{}",
+            tools.len(),
+            if tools.len() == 1 { "" } else { "s" },
+            report.providers.len(),
+            if report.providers.len() == 1 { "" } else { "s" },
+        );
+    }
+    finish(&toolmux).await;
+    Ok(if report.providers.iter().any(|p| p.error.is_some()) { exit::PROVIDER } else { 0 })
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// The call's arguments: `ARGS_JSON` (an object), then each `--arg key=value`.
+pub(crate) fn call_arguments(json: Option<&str>, pairs: &[String]) -> anyhow::Result<Value> {
+    let mut arguments = match json {
+        None => Map::new(),
+        Some(text) => match serde_json::from_str(text) {
+            Ok(Value::Object(map)) => map,
+            Ok(other) => bail!("ARGS_JSON must be a JSON object, not `{other}`"),
+            Err(e) => bail!("ARGS_JSON is not valid JSON: {e}"),
+        },
+    };
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("--arg `{pair}` is not KEY=VALUE");
+        };
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        arguments.insert(key.to_owned(), value);
+    }
+    Ok(Value::Object(arguments))
+}
+
+pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Result<u8> {
+    let arguments = match call_arguments(call.arguments.as_deref(), &call.args) {
+        Ok(arguments) => arguments,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return Ok(exit::CONFIG);
+        }
+    };
+    let (toolmux, report) = start(loaded).await?;
+    let cancel = CancellationToken::new();
+    let ctx = CallContext::new().with_cancel(cancel.clone());
+    let orchestrator = toolmux.orchestrator();
+    let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);
+    let result = tokio::select! {
+        result = call_future => Some(result),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let Some(result) = result else {
+        cancel.cancel();
+        eprintln!("interrupted");
+        finish(&toolmux).await;
+        return Ok(exit::INTERRUPTED);
+    };
+    finish(&toolmux).await;
+    if call.json {
+        print(&serde_json::to_string_pretty(&result)?);
+    } else if result.ok {
+        print(result.result.as_deref().unwrap_or(""));
+        if let Some(handle) = spilled_handle(&result) {
+            eprintln!(
+                "note: the whole output is stored; read it with `toolmux output show {handle}`"
+            );
+        }
+    } else {
+        eprintln!("error: {}", result.error.as_deref().unwrap_or("the tool failed"));
+    }
+    if result.ok {
+        return Ok(0);
+    }
+    // A tool whose provider could not start is a start failure, not a tool failure.
+    let namespace = naming::split(&call.name).map(|(ns, _)| ns);
+    let provider_failed = report
+        .providers
+        .iter()
+        .any(|p| Some(p.namespace.as_str()) == namespace && p.error.is_some());
+    Ok(if provider_failed { exit::PROVIDER } else { exit::TOOL_FAILED })
+}
+
+fn spilled_handle(result: &ToolResult) -> Option<&str> {
+    result.extras.get("spilled")?.get("handle")?.as_str()
+}
+
+pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
+    use toolmux::toolmux_mcp::server::{ServeOptions, bind_http, serve_stdio};
+    let (toolmux, _report) = start(loaded).await?;
+    let mut options = ServeOptions {
+        name_prefix: args.name_prefix,
+        page_size: args.page_size.max(1),
+        ..ServeOptions::default()
+    };
+    options.allowed_hosts.extend(args.allowed_hosts);
+    let provider: Arc<dyn ToolProvider> = Arc::new(toolmux.orchestrator().clone());
+    let served = match args.transport.http {
+        None => {
+            tokio::select! {
+                served = serve_stdio(provider, options) => served.context("serving on stdio"),
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            }
+        }
+        Some(addr) => {
+            let shutdown = CancellationToken::new();
+            match bind_http(provider, addr, options, shutdown.clone()).await {
+                Err(e) => Err(anyhow::Error::new(e)),
+                Ok((bound, task)) => {
+                    eprintln!("toolmux: serving MCP at http://{bound}/mcp (Ctrl-C stops)");
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = terminated() => {}
+                    }
+                    shutdown.cancel();
+                    match task.await {
+                        Ok(served) => served.context("serving over HTTP"),
+                        Err(e) => Err(anyhow::Error::new(e).context("serving over HTTP")),
+                    }
+                }
+            }
+        }
+    };
+    finish(&toolmux).await;
+    match served {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Ok(exit::OTHER)
+        }
+    }
+}
+
+/// Resolves when the process receives SIGTERM.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            term.recv().await;
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
+    let (toolmux, report) = start(loaded).await?;
+    finish(&toolmux).await;
+    let failed = report.providers.iter().any(|p| p.error.is_some());
+    if json {
+        let value = serde_json::json!({
+            "file": loaded.file,
+            "ok": report.is_ok(),
+            "providers": report.providers,
+            "outputDir": toolmux.output_dir(),
+            "statsFile": toolmux.stats_file(),
+            "warnings": toolmux.warnings(),
+        });
+        print(&serde_json::to_string_pretty(&value)?);
+    } else {
+        let mut text = format!("{}: configuration is valid\n", loaded.source_name());
+        for p in &report.providers {
+            let status = match &p.error {
+                None => format!("{} tools", p.tools),
+                Some(e) => format!("FAILED: {e}"),
+            };
+            text.push_str(&format!(
+                "  {:<16} {:<8} {status} ({} ms)\n",
+                p.namespace,
+                p.kind.to_string(),
+                p.elapsed_ms
+            ));
+        }
+        print(text.trim_end());
+    }
+    Ok(if failed { exit::PROVIDER } else { 0 })
+}
+
+pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Result<u8> {
+    let store = DirectoryStore::new(loaded.output_dir());
+    match store.read(&show.handle, show.offset, show.limit).await {
+        Ok(page) => {
+            if show.json {
+                print(&serde_json::to_string_pretty(&page)?);
+            } else {
+                print(&page.text);
+                if page.offset + page.lines < page.total_lines {
+                    eprintln!(
+                        "lines {}-{} of {}; more with --offset {}",
+                        page.offset + 1,
+                        page.offset + page.lines,
+                        page.total_lines,
+                        page.offset + page.lines
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Err(e @ StoreError::UnknownHandle { .. }) => {
+            eprintln!("error: {e}");
+            Ok(exit::TOOL_FAILED)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("reading the output store")),
+    }
+}
+
+pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
+    let path = loaded.stats_file();
+    let stats = Stats::default();
+    stats.load(&path).with_context(|| format!("reading {}", path.display()))?;
+    let snapshot = stats.snapshot();
+    if json {
+        print(&serde_json::to_string_pretty(&snapshot)?);
+        return Ok(0);
+    }
+    if snapshot.tools.is_empty() {
+        eprintln!("no calls recorded yet (statistics file {})", path.display());
+        return Ok(0);
+    }
+    let width = snapshot.tools.keys().map(String::len).max().unwrap_or(4).max(4);
+    let mut text = format!(
+        "{:width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>9}\n",
+        "tool", "calls", "ok", "failed", "p50 ms", "p95 ms"
+    );
+    for (name, s) in &snapshot.tools {
+        text.push_str(&format!(
+            "{name:width$}  {:>7}  {:>7}  {:>7}  {:>9.1}  {:>9.1}\n",
+            s.count, s.ok, s.failed, s.p50_ms, s.p95_ms
+        ));
+    }
+    print(text.trim_end());
+    Ok(0)
+}

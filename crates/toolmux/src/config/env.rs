@@ -1,0 +1,238 @@
+//! `${VAR}`, `${VAR:-default}` and `${env:VAR}` in string values, expanded from the
+//! environment after parsing; every value taken from the environment is remembered as a
+//! secret.
+//!
+//! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
+//! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in.
+
+use serde_json::Value;
+
+/// Looks an environment variable up: the process environment in the binary, a map in
+/// tests.
+pub(crate) type Lookup<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// A variable that is not set and has no default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unset {
+    /// The variable.
+    pub(crate) variable: String,
+    /// The JSON path of the key whose value names it (`mcpServers.github.env.TOKEN`).
+    pub(crate) path: String,
+}
+
+/// What expansion found besides the new values.
+#[derive(Debug, Default)]
+pub(crate) struct Expansion {
+    /// Values taken from the environment.
+    pub(crate) secrets: Vec<String>,
+    /// `${input:x}` references left as they are.
+    pub(crate) inputs: Vec<String>,
+}
+
+/// Expands every string in `value` in place.
+pub(crate) fn expand(
+    value: &mut Value,
+    lookup: &Lookup<'_>,
+    workspace: &str,
+) -> Result<Expansion, Unset> {
+    let mut found = Expansion::default();
+    let mut path = Vec::new();
+    walk(value, lookup, workspace, &mut path, &mut found)?;
+    Ok(found)
+}
+
+fn walk(
+    value: &mut Value,
+    lookup: &Lookup<'_>,
+    workspace: &str,
+    path: &mut Vec<String>,
+    found: &mut Expansion,
+) -> Result<(), Unset> {
+    match value {
+        Value::String(text) => {
+            if text.contains("${") {
+                *text = expand_str(text, lookup, workspace, found)
+                    .map_err(|variable| Unset { variable, path: path.join(".") })?;
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                path.push(i.to_string());
+                walk(item, lookup, workspace, path, found)?;
+                path.pop();
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                path.push(key.clone());
+                walk(item, lookup, workspace, path, found)?;
+                path.pop();
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+    Ok(())
+}
+
+/// `text` with its references expanded; `Err(variable)` for an unset one.
+fn expand_str(
+    text: &str,
+    lookup: &Lookup<'_>,
+    workspace: &str,
+    found: &mut Expansion,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let inner = &after[..end];
+        let whole = &rest[start..start + 2 + end + 1];
+        match reference(inner) {
+            Reference::Env { name, default } => match lookup(name) {
+                Some(v) => {
+                    found.secrets.push(v.clone());
+                    out.push_str(&v);
+                }
+                None => match default {
+                    Some(d) => out.push_str(d),
+                    None => return Err(name.to_owned()),
+                },
+            },
+            Reference::Workspace => out.push_str(workspace),
+            Reference::Home => match lookup("HOME") {
+                Some(home) => out.push_str(&home),
+                None => return Err("HOME".to_owned()),
+            },
+            Reference::Input => {
+                found.inputs.push(whole.to_owned());
+                out.push_str(whole);
+            }
+            Reference::Other => out.push_str(whole),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+enum Reference<'a> {
+    Env { name: &'a str, default: Option<&'a str> },
+    Workspace,
+    Home,
+    Input,
+    Other,
+}
+
+fn reference(inner: &str) -> Reference<'_> {
+    if let Some(name) = inner.strip_prefix("env:") {
+        return if is_name(name) {
+            Reference::Env { name, default: None }
+        } else {
+            Reference::Other
+        };
+    }
+    match inner {
+        "workspaceFolder" => return Reference::Workspace,
+        "userHome" => return Reference::Home,
+        _ => {}
+    }
+    if inner.starts_with("input:") {
+        return Reference::Input;
+    }
+    let (name, default) = match inner.split_once(":-") {
+        Some((name, default)) => (name, Some(default)),
+        None => (inner, None),
+    };
+    if is_name(name) { Reference::Env { name, default } } else { Reference::Other }
+}
+
+/// An environment variable name: a letter or `_`, then letters, digits, `_`.
+fn is_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+    use serde_json::json;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "TOKEN" => Some("s3cret-token".into()),
+            "HOME" => Some("/home/u".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    fn check(mut value: Value, expected: expect_test::Expect) {
+        let shown = match expand(&mut value, &env, "/ws") {
+            Ok(found) => {
+                format!("{value}\nsecrets: {:?}\ninputs: {:?}", found.secrets, found.inputs)
+            }
+            Err(unset) => format!("unset {} at {}", unset.variable, unset.path),
+        };
+        expected.assert_eq(&shown);
+    }
+
+    #[test]
+    fn plain_and_default() {
+        check(
+            json!({"a": "Bearer ${TOKEN}", "b": "${MISSING:-fallback}", "c": "${TOKEN:-x}", "d": "${EMPTY}"}),
+            expect![[r#"
+                {"a":"Bearer s3cret-token","b":"fallback","c":"s3cret-token","d":""}
+                secrets: ["s3cret-token", "s3cret-token", ""]
+                inputs: []"#]],
+        );
+    }
+
+    #[test]
+    fn vscode_forms() {
+        check(
+            json!({"servers": {"x": {"env": {"T": "${env:TOKEN}", "I": "${input:api-key}", "W": "${workspaceFolder}/a", "H": "${userHome}"}}}}),
+            expect![[r#"
+                {"servers":{"x":{"env":{"H":"/home/u","I":"${input:api-key}","T":"s3cret-token","W":"/ws/a"}}}}
+                secrets: ["s3cret-token"]
+                inputs: ["${input:api-key}"]"#]],
+        );
+    }
+
+    #[test]
+    fn templates_survive() {
+        check(
+            json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "odd": "${", "unclosed": "a ${TOKEN"}),
+            expect![[r#"
+                {"odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
+                secrets: []
+                inputs: []"#]],
+        );
+    }
+
+    #[test]
+    fn unset_names_variable_and_path() {
+        check(
+            json!({"mcpServers": {"github": {"args": ["a", "${GITHUB_TOKEN}"]}}}),
+            expect!["unset GITHUB_TOKEN at mcpServers.github.args.1"],
+        );
+        check(json!({"x": "${env:NOPE}"}), expect!["unset NOPE at x"]);
+    }
+
+    #[test]
+    fn keys_are_not_expanded() {
+        check(
+            json!({"${TOKEN}": 1}),
+            expect![[r#"
+                {"${TOKEN}":1}
+                secrets: []
+                inputs: []"#]],
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! Finding, reading and checking the configuration file.
+//!
+//! Loading goes: text → syntax (JSON with comments, or YAML) → the typed model, read
+//! straight from the text so that unknown keys and bad types carry their line → `${VAR}`
+//! expansion on the parsed values → the typed model again from the expanded values.
+
+use super::{Config, env, jsonc};
+use crate::ToolmuxError;
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+
+/// The syntax of a configuration file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// JSON; `//` and `/* */` comments and trailing commas are allowed (VS Code files).
+    Json,
+    /// YAML 1.2.
+    Yaml,
+}
+
+impl FileFormat {
+    /// The format of `path` by its extension: `.json` and `.jsonc` are JSON, anything
+    /// else YAML (a superset of JSON's syntax).
+    pub fn of(path: &Path) -> FileFormat {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json" | "jsonc") => FileFormat::Json,
+            _ => FileFormat::Yaml,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FileFormat::Json => "JSON",
+            FileFormat::Yaml => "YAML",
+        }
+    }
+}
+
+/// A checked configuration and what came with it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The configuration, `${VAR}` references expanded.
+    pub config: Config,
+    /// The file it came from, as shown in messages; `None` when there was no file.
+    pub file: Option<String>,
+    /// The folder relative paths are resolved against: the file's folder, or the folder
+    /// the program started in when there is no file. Absolute.
+    pub base_dir: PathBuf,
+    /// Every value taken from the environment: never shown in logs, errors or outputs.
+    pub secrets: Vec<String>,
+    /// Things worth telling the user that do not stop loading.
+    pub warnings: Vec<String>,
+}
+
+impl Loaded {
+    /// The configuration used when there is no file: the read-only file tools on
+    /// `base_dir` (an absolute path), defaults for everything else.
+    pub fn without_file(base_dir: impl Into<PathBuf>) -> Loaded {
+        Loaded {
+            #[cfg(feature = "fs")]
+            config: Config { fs: Some(super::FsSection::default()), ..Config::default() },
+            #[cfg(not(feature = "fs"))]
+            config: Config::default(),
+            file: None,
+            base_dir: base_dir.into(),
+            secrets: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The name used for the configuration in messages.
+    pub fn source_name(&self) -> &str {
+        self.file.as_deref().unwrap_or("(no configuration file)")
+    }
+
+    /// `path` resolved against [`Loaded::base_dir`].
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        self.base_dir.join(path)
+    }
+
+    /// Where spilled outputs are kept: `defaults.outputDir`, or a folder per project
+    /// (per base folder) under the system temporary directory, so that a later run of the
+    /// binary in the same project finds them.
+    pub fn output_dir(&self) -> PathBuf {
+        match &self.config.defaults.output_dir {
+            Some(dir) => self.resolve(dir),
+            None => {
+                let base = self.base_dir.to_string_lossy();
+                let hash = toolmux_core::naming::short_hash("toolmux", &base);
+                std::env::temp_dir().join(format!("toolmux-{hash}"))
+            }
+        }
+    }
+
+    /// Where statistics persist: `defaults.statsFile`, or `stats.json` in the output
+    /// directory.
+    pub fn stats_file(&self) -> PathBuf {
+        match &self.config.defaults.stats_file {
+            Some(file) => self.resolve(file),
+            None => self.output_dir().join("stats.json"),
+        }
+    }
+}
+
+/// The configuration file to use: `explicit` (from `--config`), else `from_env` (the
+/// value of `TOOLMUX_CONFIG`), else `toolmux.yaml`, `toolmux.yml` or `toolmux.json` in
+/// `dir`; relative paths are resolved against `dir`. `None` when there is none.
+pub fn discover(explicit: Option<&Path>, from_env: Option<&Path>, dir: &Path) -> Option<PathBuf> {
+    if let Some(path) = explicit.or(from_env.filter(|p| !p.as_os_str().is_empty())) {
+        return Some(dir.join(path));
+    }
+    ["toolmux.yaml", "toolmux.yml", "toolmux.json"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Reads and checks the configuration file at `path` (absolute), shown as `shown` in
+/// messages; `env` looks environment variables up.
+pub fn load(
+    path: &Path,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ToolmuxError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
+    let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    load_str(&text, FileFormat::of(path), shown, &base_dir, env)
+}
+
+/// Checks configuration `text` in `format`, shown as `shown` in messages, with relative
+/// paths resolved against `base_dir` (absolute).
+pub fn load_str(
+    text: &str,
+    format: FileFormat,
+    shown: &str,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ToolmuxError> {
+    let error = |position: Option<(usize, usize)>, message: String| ToolmuxError::Config {
+        file: shown.to_owned(),
+        line: position.map(|p| p.0),
+        column: position.map(|p| p.1),
+        message,
+    };
+    let json_text;
+    let text = match format {
+        FileFormat::Json => {
+            json_text = jsonc::to_json(text);
+            json_text.as_str()
+        }
+        FileFormat::Yaml => text,
+    };
+    // Syntax first, so that a syntax error is reported as one.
+    let mut value: serde_json::Value = parse(text, format)
+        .map_err(|e| error(e.position, format!("invalid {}: {}", format.name(), e.message)))?;
+    // A file of nothing but comments is an empty configuration.
+    if value.is_null() {
+        return Ok(Loaded {
+            config: Config::default(),
+            file: Some(shown.to_owned()),
+            base_dir: base_dir.to_path_buf(),
+            secrets: Vec::new(),
+            warnings: Vec::new(),
+        });
+    }
+
+    // The typed model straight from the text: unknown keys and wrong types with a line.
+    typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
+
+    let workspace = workspace_folder(base_dir);
+    let found = env::expand(&mut value, env, &workspace).map_err(|unset| {
+        let position = reference_position(text, &unset.variable);
+        error(
+            position,
+            format!(
+                "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
+                unset.variable, unset.path, unset.variable
+            ),
+        )
+    })?;
+    let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        error(None, describe(&path, &e.into_inner().to_string()))
+    })?;
+
+    let mut warnings = Vec::new();
+    if config.inputs.is_some() {
+        warnings.push(format!(
+            "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"
+        ));
+    }
+    for input in &found.inputs {
+        warnings.push(format!(
+            "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
+        ));
+    }
+    Ok(Loaded {
+        config,
+        file: Some(shown.to_owned()),
+        base_dir: base_dir.to_path_buf(),
+        secrets: found.secrets,
+        warnings,
+    })
+}
+
+/// The folder VS Code calls `${workspaceFolder}`: the parent of a `.vscode` folder, else
+/// the configuration file's folder.
+fn workspace_folder(base_dir: &Path) -> String {
+    let dir = match base_dir.file_name() {
+        Some(name) if name == ".vscode" => base_dir.parent().unwrap_or(base_dir),
+        _ => base_dir,
+    };
+    dir.to_string_lossy().into_owned()
+}
+
+/// A problem found in the text, with its 1-based line and column when known.
+struct Located {
+    position: Option<(usize, usize)>,
+    message: String,
+}
+
+fn parse(text: &str, format: FileFormat) -> Result<serde_json::Value, Located> {
+    match format {
+        FileFormat::Json => serde_json::from_str(text).map_err(|e| json_error(&e)),
+        FileFormat::Yaml => serde_yaml_ng::from_str(text).map_err(|e| yaml_error(&e)),
+    }
+}
+
+fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Located> {
+    let (path, mut located) = match format {
+        FileFormat::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            match serde_path_to_error::deserialize(&mut de) {
+                Ok(value) => return Ok(value),
+                Err(e) => (e.path().to_string(), json_error(e.inner())),
+            }
+        }
+        FileFormat::Yaml => {
+            let de = serde_yaml_ng::Deserializer::from_str(text);
+            match serde_path_to_error::deserialize(de) {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let mut located = yaml_error(e.inner());
+                    // serde_yaml_ng puts its own path (the key's, or its parent's for an
+                    // unknown key) before the message; ours comes from serde_path_to_error.
+                    let parent = path.rsplit_once('.').map_or("", |(p, _)| p);
+                    for prefix in [path.as_str(), parent] {
+                        if let Some(rest) = located.message.strip_prefix(&format!("{prefix}: ")) {
+                            located.message = rest.to_owned();
+                            break;
+                        }
+                    }
+                    (path, located)
+                }
+            }
+        }
+    };
+    located.message = describe(&path, &located.message);
+    Err(located)
+}
+
+fn json_error(e: &serde_json::Error) -> Located {
+    let position = (e.line() > 0).then(|| (e.line(), e.column()));
+    Located { position, message: strip_position(&e.to_string()) }
+}
+
+fn yaml_error(e: &serde_yaml_ng::Error) -> Located {
+    let position = e.location().map(|l| (l.line(), l.column()));
+    Located { position, message: strip_position(&e.to_string()) }
+}
+
+/// A serde message without the ` at line L column C` its format appends.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// A typed-model error at `path` (`mcpServers.github.comand`, `.` for the top), told the
+/// way a person fixes it: which key, where, and the closest valid one.
+fn describe(path: &str, message: &str) -> String {
+    if let Some((unknown, expected)) = unknown_field(message) {
+        // serde_path_to_error's path ends with the unknown key itself.
+        let parent = path.strip_suffix(unknown).map(|p| p.trim_end_matches('.')).unwrap_or(path);
+        let place = if parent.is_empty() || parent == "." {
+            "at the top level".to_owned()
+        } else {
+            format!("in {parent}")
+        };
+        let hint = match closest(unknown, &expected) {
+            Some(best) => format!("; did you mean `{best}`?"),
+            None if expected.is_empty() => String::new(),
+            None => format!("; valid keys: {}", expected.join(", ")),
+        };
+        return format!("unknown key `{unknown}` {place}{hint}");
+    }
+    if let Some((unknown, expected)) = unknown_variant(message) {
+        let hint = match closest(unknown, &expected) {
+            Some(best) => format!("; did you mean `{best}`?"),
+            None => format!("; expected one of: {}", expected.join(", ")),
+        };
+        return format!("unknown value `{unknown}` for {path}{hint}");
+    }
+    if path.is_empty() || path == "." { message.to_owned() } else { format!("{path}: {message}") }
+}
+
+/// The key and the valid keys of serde's "unknown field `x`, expected one of `a`, `b`".
+fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, rest) = rest.split_once('`')?;
+    Some((key, backticked(rest)))
+}
+
+/// The value and the valid values of serde's "unknown variant `x`, expected `a` or `b`".
+fn unknown_variant(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = message.strip_prefix("unknown variant `")?;
+    let (value, rest) = rest.split_once('`')?;
+    Some((value, backticked(rest)))
+}
+
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
+fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let lower = word.to_lowercase();
+    candidates
+        .iter()
+        .map(|c| (distance(&lower, &c.to_lowercase()), *c))
+        .filter(|(d, c)| *d <= (c.chars().count().max(word.chars().count()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(previous + 1).min(row[j] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+/// Line and column of the first `${variable…}` or `${env:variable}` in `text`.
+fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
+    let forms =
+        [format!("${{{variable}}}"), format!("${{{variable}:-"), format!("${{env:{variable}}}")];
+    let offset = forms.iter().filter_map(|f| text.find(f.as_str())).min()?;
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    Some((line, column))
+}
+
+#[cfg(test)]
+mod tests;

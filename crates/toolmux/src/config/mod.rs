@@ -1,0 +1,317 @@
+//! The configuration file: its Rust model, how it is found and loaded, and its JSON Schema.
+//!
+//! The model is the file's shape, camelCase keys, unknown keys refused. [`load`] reads a
+//! file, [`Loaded::without_file`] is the configuration used when there is none, and
+//! [`schema`] is the JSON Schema editors validate the file with.
+
+mod env;
+mod jsonc;
+mod load;
+
+pub use load::{FileFormat, Loaded, discover, load, load_str};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// The whole configuration file.
+///
+/// A Claude Desktop or Cursor file (`mcpServers` only) and a VS Code `mcp.json` (`servers`,
+/// `inputs`) are configuration files too.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "toolmux configuration")]
+pub struct Config {
+    /// The JSON Schema the file follows, for editors; ignored by toolmux.
+    #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
+    /// Settings applied to every tool unless overridden.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// The builtin file and shell tools (`fs__*`). Without this key, a configuration file
+    /// offers no file tools; without a configuration file, the read-only ones are offered
+    /// on the current directory.
+    #[cfg(feature = "fs")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsSection>,
+    /// MCP servers by name; the name becomes the namespace of their tools
+    /// (`{name}__{tool}`). VS Code's `servers` is accepted as another spelling.
+    #[cfg(feature = "mcp")]
+    #[serde(default, alias = "servers", skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServerEntry>,
+    /// VS Code's prompted inputs (`${input:id}`); toolmux cannot prompt, so they are
+    /// ignored with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<serde_json::Value>>")]
+    pub inputs: Option<serde_json::Value>,
+    /// Named queues bounding how many calls run at once.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queues: BTreeMap<String, QueueEntry>,
+    /// Which tools may run, never run, or run after approval (globs on full names).
+    #[serde(default)]
+    pub permissions: PermissionsEntry,
+    /// Extra names for tools: alias to full tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub aliases: BTreeMap<String, String>,
+    /// Settings of single tools, by full name (`github__search_code`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, ToolEntry>,
+    /// Inline REST tools by name, offered as `rest__{name}`.
+    #[cfg(feature = "rest")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rest_tools: BTreeMap<String, toolmux_rest::RestToolConfig>,
+    /// OpenAPI documents to import, by name (the namespace of their tools).
+    #[cfg(feature = "rest")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub openapi: BTreeMap<String, toolmux_rest::OpenApiConfig>,
+}
+
+/// Settings applied to every tool unless a provider or tool overrides them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Defaults {
+    /// Timeout of one tool call in milliseconds (default 60000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout: Option<u64>,
+    /// Outputs larger than this many bytes are spilled to the output directory and the
+    /// model gets a handle instead (default 100000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_response_max_bytes: Option<usize>,
+    /// What happens to an output over `toolResponseMaxBytes` (default `spill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversize: Option<Oversize>,
+    /// Providers (MCP servers) started at once (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_init_concurrency: Option<usize>,
+    /// Time one provider may take to start, in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout: Option<u64>,
+    /// Tokens of tool output one run may receive; past it a call fails with
+    /// `(tool failed: context window budget exceeded)`. Unlimited when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_token_budget: Option<u64>,
+    /// Tool calls one run may make. Unlimited when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls_per_run: Option<u64>,
+    /// Total time one run may spend in tools, in milliseconds. Unlimited when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_time_ms: Option<u64>,
+    /// Retries of idempotent tools on transient errors (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// Where spilled outputs are kept (default: a folder per project under the system
+    /// temporary directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_dir: Option<PathBuf>,
+    /// A JSON-lines audit log, one line per call. Off when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_log: Option<PathBuf>,
+    /// Where per-tool statistics persist across runs (default `stats.json` in the output
+    /// directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats_file: Option<PathBuf>,
+    /// Logs the MCP traffic at debug level.
+    #[serde(default, rename = "traceMCP", alias = "traceMcp")]
+    pub trace_mcp: bool,
+}
+
+/// What happens to an output over the size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Oversize {
+    /// Kept whole in the output directory; the model gets a handle to read it by pages.
+    Spill,
+    /// Cut to its head and tail with a marker in between.
+    Truncate,
+}
+
+/// The builtin file and shell tools.
+#[cfg(feature = "fs")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FsSection {
+    /// Whether the tools are offered (default true).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The workspace root every tool is confined beneath; relative to the configuration
+    /// file's folder (default: that folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+    /// Permission classes switched on: `read`, `write`, `execute` (default `[read]`).
+    #[serde(default = "read_only")]
+    pub permissions: std::collections::BTreeSet<toolmux_fs::Permission>,
+    /// Settings of `bash` and `exec`: the allow-list of command prefixes, environment
+    /// variables passed through, timeouts.
+    #[serde(default)]
+    pub bash: toolmux_fs::BashConfig,
+    /// Output limits.
+    #[serde(default)]
+    pub limits: toolmux_fs::FsLimits,
+}
+
+#[cfg(feature = "fs")]
+impl Default for FsSection {
+    fn default() -> Self {
+        FsSection {
+            enabled: true,
+            root: None,
+            permissions: read_only(),
+            bash: toolmux_fs::BashConfig::default(),
+            limits: toolmux_fs::FsLimits::default(),
+        }
+    }
+}
+
+#[cfg(feature = "fs")]
+fn yes() -> bool {
+    true
+}
+
+#[cfg(feature = "fs")]
+fn read_only() -> std::collections::BTreeSet<toolmux_fs::Permission> {
+    std::collections::BTreeSet::from([toolmux_fs::Permission::Read])
+}
+
+/// One MCP server, in the shape Claude Desktop, Cursor and VS Code files use, plus
+/// toolmux's own keys.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpServerEntry {
+    /// The transport: `stdio`, `http` (streamable HTTP), `sse` or `websocket`; inferred
+    /// from `command` or `url` when absent.
+    #[serde(
+        rename = "type",
+        alias = "transport",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transport: Option<toolmux_mcp::TransportKind>,
+    /// The program to run (stdio).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variables added to its environment; values are treated as secrets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// A file of `KEY=value` lines added to its environment (VS Code); relative to the
+    /// configuration file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<PathBuf>,
+    /// Its working directory, relative to the configuration file's folder (default: that
+    /// folder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// The endpoint (streamable HTTP, SSE, WebSocket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Globs over the server's own tool names; when set, only matching tools are offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_allowed: Option<Vec<String>>,
+    /// Globs over the server's own tool names never offered; deny wins over allow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools_denied: Vec<String>,
+    /// The queue (under `queues`) its calls wait in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// How long responses of its read-only tools are cached, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<u64>,
+    /// The longest wait for one request in milliseconds, reset by progress (default
+    /// 60000); also the timeout of its tools unless `tools` says otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout_ms: Option<u64>,
+    /// The longest wait for the server to start (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout_ms: Option<u64>,
+    /// Whether the server is used at all (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Start the server on first use rather than at startup; needs `tools`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lazy: bool,
+    /// Tools declared here, listed before the server starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<toolmux_mcp::DeclaredTool>,
+    /// Protocol revision: `auto` (default), `legacy` (handshake) or `modern` (2026-07-28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<toolmux_mcp::ProtocolMode>,
+    /// Restarts in a row after failures before giving up (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_restarts: Option<u32>,
+    /// A description of the server, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// A named queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueEntry {
+    /// Calls running at once (at least 1).
+    pub concurrent: usize,
+    /// How long a call waits for a slot before failing as busy, in milliseconds
+    /// (default 300000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_timeout_ms: Option<u64>,
+}
+
+/// Permission rules: globs on full tool names (`fs__*`, `github__create_*`). Deny wins
+/// over ask, ask over allow; with allow rules, a tool matching none is denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PermissionsEntry {
+    /// Tools that may run (all when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Tools that never run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+    /// Tools that run only after approval; without an approver (the CLI, the MCP
+    /// gateway) they are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
+}
+
+/// Settings of one tool; they win over its provider's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolEntry {
+    /// Timeout of one call in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// The queue (under `queues`) its calls wait in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// Cache its responses for this many milliseconds, even if it is not marked
+    /// read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<u64>,
+    /// Retries on transient errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// Restart the timeout whenever the tool reports progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_timeout_on_progress: Option<bool>,
+    /// Upper bound of one call's time, progress or not, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_time_ms: Option<u64>,
+}
+
+/// The JSON Schema of the configuration file (draft 2020-12), generated from [`Config`].
+pub fn schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(Config).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.insert(
+            "$id".into(),
+            "https://github.com/toolmux/toolmux/schemas/toolmux.schema.json".into(),
+        );
+    }
+    schema
+}

@@ -1,0 +1,362 @@
+//! From a loaded configuration to one orchestrator with every configured provider.
+
+use crate::ToolmuxError;
+use crate::config::{Loaded, Oversize, ToolEntry};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::ToolProvider;
+use toolmux_orchestrator::store::DirectoryStore;
+use toolmux_orchestrator::{
+    Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RetryPolicy,
+    RunBudgetConfig, ToolSettings,
+};
+
+/// Every configured tool behind one orchestrator, plus where its outputs and statistics
+/// live.
+#[derive(Debug, Clone)]
+pub struct Toolmux {
+    orchestrator: Orchestrator,
+    output_dir: PathBuf,
+    stats_file: PathBuf,
+    warnings: Vec<String>,
+}
+
+impl Toolmux {
+    /// Builds every provider the configuration names and the orchestrator around them.
+    /// Nothing is started yet: call [`Orchestrator::warmup`] on [`Toolmux::orchestrator`].
+    ///
+    /// Statistics saved by earlier runs are loaded, so that the counts keep growing.
+    pub async fn build(loaded: &Loaded) -> Result<Toolmux, ToolmuxError> {
+        let file = loaded.source_name();
+        let mut warnings = loaded.warnings.clone();
+        let mut secrets = loaded.secrets.clone();
+        let mut config = orchestrator_config(loaded);
+        let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();
+
+        #[cfg(feature = "fs")]
+        if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled) {
+            providers.push(fs_provider(loaded, fs)?);
+        }
+        #[cfg(feature = "mcp")]
+        for (name, entry) in &loaded.config.mcp_servers {
+            if entry.enabled == Some(false) {
+                continue;
+            }
+            let namespace = mcp::namespace_for(name);
+            if namespace != *name {
+                warnings.push(format!(
+                    "{file}: the tools of mcp server `{name}` are named `{namespace}__*`"
+                ));
+            }
+            let server = mcp::server_config(loaded, name, entry, &mut secrets)?;
+            let provider = toolmux_mcp::McpProvider::new(namespace.clone(), server)
+                .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+            let settings = ToolSettings {
+                queue: entry.queue.clone(),
+                cache_ttl: entry.cache.map(Duration::from_millis),
+                timeout: entry.request_timeout_ms.map(Duration::from_millis),
+                ..ToolSettings::default()
+            };
+            config.providers.insert(namespace, settings);
+            providers.push(Arc::new(provider));
+        }
+        #[cfg(feature = "rest")]
+        rest::providers(loaded, &mut config, &mut providers, &mut warnings).await?;
+
+        let output_dir = loaded.output_dir();
+        let orchestrator = Orchestrator::builder(config)
+            .output_store(Arc::new(DirectoryStore::new(output_dir.clone())));
+        let orchestrator = providers
+            .into_iter()
+            .fold(orchestrator, |builder, provider| builder.provider(provider))
+            .secrets(secrets)
+            .build()
+            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+        let stats_file = loaded.stats_file();
+        orchestrator
+            .stats()
+            .load(&stats_file)
+            .map_err(|source| ToolmuxError::Stats { path: stats_file.clone(), source })?;
+        Ok(Toolmux { orchestrator, output_dir, stats_file, warnings })
+    }
+
+    /// The orchestrator: every tool, one pipeline. It is a [`ToolProvider`] too.
+    pub fn orchestrator(&self) -> &Orchestrator {
+        &self.orchestrator
+    }
+
+    /// Where spilled outputs are kept.
+    pub fn output_dir(&self) -> &Path {
+        &self.output_dir
+    }
+
+    /// Where statistics persist.
+    pub fn stats_file(&self) -> &Path {
+        &self.stats_file
+    }
+
+    /// Warnings from loading and wiring.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Saves the statistics (earlier runs' included) to the statistics file.
+    pub fn save_stats(&self) -> Result<(), ToolmuxError> {
+        let path = &self.stats_file;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ToolmuxError::Stats {
+                path: path.clone(),
+                source: toolmux_orchestrator::accounting::StatsError::Io {
+                    path: dir.to_path_buf(),
+                    source,
+                },
+            })?;
+        }
+        self.orchestrator
+            .stats()
+            .save(path)
+            .map_err(|source| ToolmuxError::Stats { path: path.clone(), source })
+    }
+
+    /// Saves the statistics and stops every provider (closing connections, reaping child
+    /// processes).
+    pub async fn shutdown(&self) -> Result<(), ToolmuxError> {
+        let saved = self.save_stats();
+        self.orchestrator.cleanup().await;
+        saved
+    }
+}
+
+fn orchestrator_config(loaded: &Loaded) -> OrchestratorConfig {
+    let c = &loaded.config;
+    let d = &c.defaults;
+    let defaults = OrchestratorConfig::default();
+    let ms = Duration::from_millis;
+    let mut config = OrchestratorConfig {
+        tool_timeout: d.tool_timeout.map_or(defaults.tool_timeout, ms),
+        response_max_bytes: d.tool_response_max_bytes.unwrap_or(defaults.response_max_bytes),
+        oversize: match d.oversize {
+            Some(Oversize::Truncate) => OversizeMode::Truncate,
+            Some(Oversize::Spill) | None => OversizeMode::Spill,
+        },
+        init_concurrency: d.mcp_init_concurrency.unwrap_or(defaults.init_concurrency),
+        startup_timeout: d.startup_timeout.map_or(defaults.startup_timeout, ms),
+        context_token_budget: d.context_token_budget,
+        run_budget: RunBudgetConfig {
+            max_calls: d.max_tool_calls_per_run,
+            max_tool_time: d.max_tool_time_ms.map(ms),
+        },
+        retry: d.retries.map_or_else(RetryPolicy::default, RetryPolicy::retries),
+        audit_log: d.audit_log.as_deref().map(|p| loaded.resolve(p)),
+        permissions: PermissionRules {
+            allow: c.permissions.allow.clone(),
+            deny: c.permissions.deny.clone(),
+            ask: c.permissions.ask.clone(),
+        },
+        aliases: c.aliases.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ..defaults
+    };
+    for (name, queue) in &c.queues {
+        let mut q = QueueConfig::new(queue.concurrent);
+        if let Some(wait) = queue.wait_timeout_ms {
+            q = q.with_wait_timeout(ms(wait));
+        }
+        config.queues.insert(name.clone(), q);
+    }
+    for (name, tool) in &c.tools {
+        config.tools.insert(name.clone(), tool_settings(tool));
+    }
+    config
+}
+
+fn tool_settings(tool: &ToolEntry) -> ToolSettings {
+    let ms = Duration::from_millis;
+    ToolSettings {
+        queue: tool.queue.clone(),
+        cache_ttl: tool.cache.map(ms),
+        cache_force: tool.cache.is_some(),
+        timeout: tool.timeout.map(ms),
+        reset_timeout_on_progress: tool.reset_timeout_on_progress,
+        max_total_time: tool.max_total_time_ms.map(ms),
+        retry: tool.retries.map(RetryPolicy::retries),
+    }
+}
+
+#[cfg(feature = "fs")]
+fn fs_provider(
+    loaded: &Loaded,
+    fs: &crate::config::FsSection,
+) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
+    let root = fs.root.as_deref().map_or_else(|| loaded.base_dir.clone(), |r| loaded.resolve(r));
+    let mut bash = fs.bash.clone();
+    bash.spill_dir = bash.spill_dir.map(|d| loaded.resolve(&d));
+    let config = toolmux_fs::FsConfig::new(root)
+        .with_permissions(fs.permissions.iter().copied())
+        .with_bash(bash)
+        .with_limits(fs.limits.clone());
+    let provider = toolmux_fs::FsProvider::new(config)
+        .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("fs: {e}")))?;
+    Ok(Arc::new(provider))
+}
+
+#[cfg(feature = "mcp")]
+mod mcp {
+    use super::*;
+    use crate::config::McpServerEntry;
+    use std::collections::BTreeMap;
+
+    /// A valid namespace for a server name from a Claude Desktop or VS Code file, where
+    /// names like `GitHub` or `my_server` are common: lowercase, other characters as `-`.
+    pub(super) fn namespace_for(name: &str) -> String {
+        let mut namespace: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .collect();
+        while namespace.contains("--") {
+            namespace = namespace.replace("--", "-");
+        }
+        let namespace = namespace.trim_matches('-');
+        match namespace.chars().next() {
+            Some(c) if c.is_ascii_lowercase() => namespace.to_owned(),
+            Some(_) => format!("mcp-{namespace}"),
+            None => "mcp".to_owned(),
+        }
+    }
+
+    pub(super) fn server_config(
+        loaded: &Loaded,
+        name: &str,
+        entry: &McpServerEntry,
+        secrets: &mut Vec<String>,
+    ) -> Result<toolmux_mcp::McpServerConfig, ToolmuxError> {
+        let mut env = BTreeMap::new();
+        if let Some(file) = &entry.env_file {
+            let path = loaded.resolve(file);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                ToolmuxError::config(
+                    loaded.source_name(),
+                    format!("mcpServers.{name}.envFile: cannot read {}: {e}", path.display()),
+                )
+            })?;
+            for (key, value) in dotenv(&text) {
+                secrets.push(value.clone());
+                env.insert(key, value);
+            }
+        }
+        env.extend(entry.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(toolmux_mcp::McpServerConfig {
+            transport: entry.transport,
+            command: entry.command.clone(),
+            args: entry.args.clone(),
+            env,
+            cwd: entry.cwd.as_deref().map(|c| loaded.resolve(c)),
+            base_dir: Some(loaded.base_dir.clone()),
+            url: entry.url.clone(),
+            headers: entry.headers.clone(),
+            tools_allowed: entry.tools_allowed.clone(),
+            tools_denied: entry.tools_denied.clone(),
+            request_timeout_ms: entry.request_timeout_ms,
+            startup_timeout_ms: entry.startup_timeout_ms,
+            enabled: entry.enabled,
+            lazy: entry.lazy,
+            tools: entry.tools.clone(),
+            protocol: entry.protocol,
+            max_restarts: entry.max_restarts,
+            queue: entry.queue.clone(),
+            cache: entry.cache,
+            description: entry.description.clone(),
+        })
+    }
+
+    /// `KEY=value` lines; `#` comments, `export ` prefixes and quotes around values
+    /// allowed.
+    fn dotenv(text: &str) -> Vec<(String, String)> {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .filter_map(|l| l.strip_prefix("export ").unwrap_or(l).split_once('='))
+            .map(|(k, v)| {
+                let v = v.trim();
+                let unquoted = ['"', '\'']
+                    .iter()
+                    .find_map(|q| v.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+                    .unwrap_or(v);
+                (k.trim().to_owned(), unquoted.to_owned())
+            })
+            .collect()
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn namespaces_from_desktop_names() {
+            assert_eq!(namespace_for("github"), "github");
+            assert_eq!(namespace_for("GitHub"), "github");
+            assert_eq!(namespace_for("my_server v2"), "my-server-v2");
+            assert_eq!(namespace_for("42"), "mcp-42");
+            assert_eq!(namespace_for("__"), "mcp");
+        }
+
+        #[test]
+        fn dotenv_lines() {
+            let parsed = dotenv("# c\nA=1\nexport B = \"two\"\n\nC='x=y'\nbad\n");
+            assert_eq!(
+                parsed,
+                [("A".into(), "1".into()), ("B".into(), "two".into()), ("C".into(), "x=y".into())]
+            );
+        }
+    }
+}
+
+#[cfg(feature = "rest")]
+mod rest {
+    use super::*;
+    use toolmux_rest::RestProvider;
+
+    pub(super) async fn providers(
+        loaded: &Loaded,
+        config: &mut OrchestratorConfig,
+        providers: &mut Vec<Arc<dyn ToolProvider>>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), ToolmuxError> {
+        let file = loaded.source_name();
+        let c = &loaded.config;
+        if !c.rest_tools.is_empty() {
+            let provider = RestProvider::inline(&c.rest_tools)
+                .map_err(|e| ToolmuxError::config(file, format!("restTools: {e}")))?;
+            let namespace = provider.namespace().to_owned();
+            for (name, tool) in &c.rest_tools {
+                if tool.queue.is_none() && tool.cache.is_none() {
+                    continue;
+                }
+                let local = toolmux_core::naming::sanitize(name);
+                let settings = ToolSettings {
+                    queue: tool.queue.clone(),
+                    cache_ttl: tool.cache.map(Duration::from_millis),
+                    cache_force: tool.cache.is_some(),
+                    ..ToolSettings::default()
+                };
+                config.tools.insert(format!("{namespace}__{local}"), settings);
+            }
+            providers.push(Arc::new(provider));
+        }
+        for (name, import) in &c.openapi {
+            let import = import.clone().with_base_dir(loaded.base_dir.clone());
+            let provider = RestProvider::openapi(name, &import).await.map_err(|e| {
+                ToolmuxError::Provider { namespace: name.clone(), source: e.into() }
+            })?;
+            warnings.extend(provider.warnings().iter().map(|w| format!("openapi `{name}`: {w}")));
+            let settings = ToolSettings {
+                queue: import.queue.clone(),
+                cache_ttl: import.cache.map(Duration::from_millis),
+                ..ToolSettings::default()
+            };
+            config.providers.insert(provider.namespace().to_owned(), settings);
+            providers.push(Arc::new(provider));
+        }
+        Ok(())
+    }
+}
