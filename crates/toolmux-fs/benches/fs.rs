@@ -1,2 +1,304 @@
-//! placeholder
-fn main() {}
+//! Benchmarks of toolmux-fs against its peers: `fs__grep` against the `rg` binary on the
+//! same tree and patterns, and the peak memory of `read` of the last page of a 1 GiB file.
+//!
+//! Run with `cargo bench -p toolmux-fs --bench fs` (needs `rg` on PATH: Debian's `ripgrep`
+//! package). `cargo xtask bench` installs it. Options: `--quick` (fewer runs, smaller read
+//! file), `--tree DIR` (grep an existing tree instead of the generated one). The table it
+//! prints is what BENCHMARKS-fs.md records.
+
+use serde_json::json;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use toolmux_core::{CallContext, ToolProvider};
+use toolmux_fs::{FsConfig, FsProvider};
+
+/// Files of the generated tree.
+const FILES: usize = 12_000;
+/// Lines per generated file.
+const LINES_PER_FILE: usize = 400;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--read-last-page") {
+        let file = PathBuf::from(&args[at + 1]);
+        let offset: u64 = args[at + 2].parse().expect("offset is a number");
+        read_last_page(&file, offset);
+        return;
+    }
+    // `cargo test --benches` runs bench binaries with `--bench` absent; only do the work
+    // when asked to benchmark.
+    if !args.iter().any(|a| a == "--bench") {
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolmux-fs-bench");
+    let tree = match args.iter().position(|a| a == "--tree") {
+        Some(at) => PathBuf::from(&args[at + 1]),
+        None => {
+            let tree = data.join("tree");
+            generate_tree(&tree);
+            tree
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let rg = Command::new("rg").arg("--version").output();
+    let rg_version = match rg {
+        Ok(o) if o.status.success() => {
+            String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or_default().to_owned()
+        }
+        _ => panic!(
+            "missing benchmark peer rg: install Debian's ripgrep package (apt-get install -y ripgrep)"
+        ),
+    };
+    let (files, bytes) = tree_size(&tree);
+    writeln!(
+        out,
+        "tree: {} ({files} files, {:.1} MiB); peer: {rg_version}; cores: {}",
+        tree.display(),
+        bytes as f64 / 1048576.0,
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    )
+    .expect("write to stdout");
+    writeln!(out).expect("write to stdout");
+    writeln!(out, "| case | rg median | fs__grep median | ratio |").expect("write to stdout");
+    writeln!(out, "|---|---|---|---|").expect("write to stdout");
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let fs = FsProvider::new(FsConfig::new(&tree)).expect("provider");
+    let runs = if quick { 3 } else { 11 };
+    let cases: [(&str, &[&str], serde_json::Value); 4] = [
+        (
+            "literal",
+            &["-n", "PlantedNeedle"],
+            json!({"pattern": "PlantedNeedle", "output_mode": "content", "head_limit": 0}),
+        ),
+        (
+            "regex",
+            &["-n", r"\w+_handler\(\d{3}\)"],
+            json!({"pattern": r"\w+_handler\(\d{3}\)", "output_mode": "content", "head_limit": 0}),
+        ),
+        (
+            "case-insensitive",
+            &["-n", "-i", "plantedneedle"],
+            json!({"pattern": "plantedneedle", "-i": true, "output_mode": "content", "head_limit": 0}),
+        ),
+        (
+            "files_with_matches",
+            &["-l", "error"],
+            json!({"pattern": "error", "output_mode": "files_with_matches", "head_limit": 0}),
+        ),
+    ];
+    for (name, rg_args, fs_args) in cases {
+        let mut rg_times = Vec::new();
+        let mut fs_times = Vec::new();
+        // One warm-up each, then alternate so both see the same cache state.
+        let rg_count = run_rg(&tree, rg_args).1;
+        let fs_count = runtime.block_on(run_fs(&fs, fs_args.clone())).1;
+        for _ in 0..runs {
+            rg_times.push(run_rg(&tree, rg_args).0);
+            fs_times.push(runtime.block_on(run_fs(&fs, fs_args.clone())).0);
+        }
+        let (rg_median, fs_median) = (median(&mut rg_times), median(&mut fs_times));
+        writeln!(
+            out,
+            "| {name} ({rg_count} rg lines / {fs_count} fs lines) | {:.1} ms | {:.1} ms | {:.2}x |",
+            ms(rg_median),
+            ms(fs_median),
+            ms(fs_median) / ms(rg_median)
+        )
+        .expect("write to stdout");
+    }
+    writeln!(out).expect("write to stdout");
+    let size: u64 = if quick { 256 << 20 } else { 1 << 30 };
+    let (big, lines) = generate_big_file(&data, size);
+    let offset = lines.saturating_sub(1999);
+    let started = Instant::now();
+    let child = Command::new(std::env::current_exe().expect("bench binary path"))
+        .args(["--read-last-page", &big.to_string_lossy(), &offset.to_string()])
+        .current_dir(&data)
+        .output()
+        .expect("run the read measurement");
+    let report = String::from_utf8_lossy(&child.stdout);
+    writeln!(out, "read of the last page (offset {offset}, 2000 lines) of a {} MiB file, {lines} lines: {} ({:.0} ms wall, child process)",
+        size >> 20, report.trim(), ms(started.elapsed())).expect("write to stdout");
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn run_rg(tree: &Path, args: &[&str]) -> (Duration, usize) {
+    let started = Instant::now();
+    let output = Command::new("rg")
+        .args(args)
+        .args(["--no-heading", "--color", "never", "--no-messages", "--"])
+        .current_dir(tree)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rg");
+    let elapsed = started.elapsed();
+    (elapsed, output.stdout.iter().filter(|&&b| b == b'\n').count())
+}
+
+async fn run_fs(fs: &FsProvider, args: serde_json::Value) -> (Duration, usize) {
+    let started = Instant::now();
+    let out = fs.call("grep", args, &CallContext::new()).await.expect("fs grep");
+    let elapsed = started.elapsed();
+    (elapsed, out.to_text().lines().count())
+}
+
+/// Runs in a child process: one `read` of the last page, then the peak resident memory.
+fn read_last_page(file: &Path, offset: u64) {
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let root = file.parent().expect("file has a parent");
+    let fs = FsProvider::new(FsConfig::new(root)).expect("provider");
+    let name = file.file_name().expect("file name").to_string_lossy().into_owned();
+    let started = Instant::now();
+    let out = runtime
+        .block_on(fs.call("read", json!({"path": name, "offset": offset}), &CallContext::new()))
+        .expect("read");
+    let elapsed = started.elapsed();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak =
+        status.lines().find(|l| l.starts_with("VmHWM:")).unwrap_or("VmHWM: ?").trim().to_owned();
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "peak RSS {} ; read took {:.0} ms; returned {} lines, totalLines {}",
+        peak.trim_start_matches("VmHWM:").trim(),
+        ms(elapsed),
+        out.to_text().lines().filter(|l| l.contains('\t')).count(),
+        out.extras["totalLines"]
+    )
+    .expect("write to stdout");
+}
+
+/// A deterministic xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+const WORDS: &[&str] = &[
+    "let",
+    "fn",
+    "struct",
+    "impl",
+    "return",
+    "match",
+    "self",
+    "value",
+    "count",
+    "index",
+    "buffer",
+    "request",
+    "response",
+    "config",
+    "error",
+    "result",
+    "Option",
+    "Vec",
+    "String",
+    "map",
+    "into",
+    "iter",
+    "collect",
+    "unwrap_or",
+    "len",
+    "push",
+    "async",
+    "await",
+    "pub",
+    "mod",
+    "use",
+    "crate",
+];
+
+/// A tree of source-like files, made once and reused.
+fn generate_tree(tree: &Path) {
+    let marker = tree.join(".complete");
+    if marker.exists() {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(tree);
+    let mut rng = Rng(0x00c0_ffee_1234_5678);
+    for i in 0..FILES {
+        let dir = tree.join(format!("d{:03}/s{:02}", i % 300, i % 17));
+        std::fs::create_dir_all(&dir).expect("create tree dir");
+        let mut file = BufWriter::new(
+            std::fs::File::create(dir.join(format!("f{i}.rs"))).expect("create file"),
+        );
+        for line in 0..LINES_PER_FILE {
+            let mut text = String::with_capacity(100);
+            text.push_str(&"    ".repeat((rng.next() % 4) as usize));
+            for _ in 0..(4 + rng.next() % 10) {
+                text.push_str(WORDS[(rng.next() % WORDS.len() as u64) as usize]);
+                text.push(' ');
+            }
+            let roll = rng.next() % 1000;
+            if roll == 0 {
+                text.push_str("PlantedNeedle();");
+            } else if roll < 4 {
+                text.push_str(&format!("process_handler({})", 100 + rng.next() % 900));
+            }
+            let _ = line;
+            writeln!(file, "{text}").expect("write line");
+        }
+        file.flush().expect("flush");
+    }
+    std::fs::write(marker, "").expect("marker");
+}
+
+/// A text file of `size` bytes (100-byte lines), made once; returns it and its line count.
+fn generate_big_file(data: &Path, size: u64) -> (PathBuf, u64) {
+    let dir = data.join(format!("big-{}", size >> 20));
+    let path = dir.join("big.txt");
+    let lines = size / 100;
+    if std::fs::metadata(&path).is_ok_and(|m| m.len() == lines * 100) {
+        return (path, lines);
+    }
+    std::fs::create_dir_all(&dir).expect("create big dir");
+    let mut file =
+        BufWriter::with_capacity(1 << 20, std::fs::File::create(&path).expect("create big"));
+    for i in 0..lines {
+        let mut line = format!("line {i:>12} ");
+        while line.len() < 99 {
+            line.push('x');
+        }
+        line.push('\n');
+        file.write_all(line.as_bytes()).expect("write big");
+    }
+    file.flush().expect("flush big");
+    (path, lines)
+}
+
+fn tree_size(tree: &Path) -> (usize, u64) {
+    let mut stack = vec![tree.to_path_buf()];
+    let (mut files, mut bytes) = (0, 0);
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    (files, bytes)
+}

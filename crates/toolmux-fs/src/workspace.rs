@@ -125,6 +125,38 @@ impl Workspace {
         Ok(self.root.join(canonical))
     }
 
+    /// A gitignore-aware walker from `start` (a result of [`Workspace::walk_start`]) that
+    /// reads nothing outside the root: it follows no symlinks, reads no global git
+    /// excludes and no ignore files of the root's parents; the `.gitignore` files between
+    /// the root and `start` are added by hand, so a search in a subdirectory still honours
+    /// them.
+    pub fn walker(&self, start: &Path) -> ignore::WalkBuilder {
+        let mut walk = ignore::WalkBuilder::new(start);
+        walk.follow_links(false).require_git(false).parents(false).git_global(false);
+        let dir = if start.is_dir() { Some(start) } else { start.parent() };
+        if let Some(dir) = dir.and_then(|d| d.strip_prefix(&self.root).ok()) {
+            let mut at = PathBuf::new();
+            let mut ancestors = vec![at.clone()];
+            for part in dir.components() {
+                at.push(part);
+                ancestors.push(at.clone());
+            }
+            // The walker reads the ignore files of `start` itself when it is a directory.
+            if start.is_dir() {
+                ancestors.pop();
+            }
+            for ancestor in ancestors {
+                for name in [".gitignore", ".ignore"] {
+                    let file = ancestor.join(name);
+                    if self.dir.is_file(&file) {
+                        let _ = walk.add_ignore(self.root.join(file));
+                    }
+                }
+            }
+        }
+        walk
+    }
+
     /// How an absolute path found by a walker is shown: relative to the root.
     pub fn display(&self, absolute: &Path) -> String {
         match absolute.strip_prefix(&self.root) {

@@ -61,8 +61,7 @@ pub(crate) fn glob(
         return Err(FsError::NotDirectory { path: given });
     }
     let found = Mutex::new(Vec::new());
-    let mut walk = ignore::WalkBuilder::new(&start);
-    walk.follow_links(false).require_git(false);
+    let walk = ws.walker(&start);
     walk.build_parallel().run(|| {
         let (start, matcher, found, cancelled) = (&start, &matcher, &found, cancelled);
         Box::new(move |entry| {

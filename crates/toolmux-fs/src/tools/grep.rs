@@ -122,8 +122,8 @@ pub(crate) fn grep(
     }
     let searcher = searcher.build();
 
-    let mut walk = ignore::WalkBuilder::new(&start);
-    walk.follow_links(false).require_git(false).threads(worker_threads());
+    let mut walk = ws.walker(&start);
+    walk.threads(worker_threads());
     if let Some(glob) = &args.glob {
         let mut overrides = OverrideBuilder::new(&start);
         overrides.add(glob).map_err(|e| invalid(format!("invalid `glob` `{glob}`: {e}")))?;

@@ -178,6 +178,9 @@ impl Listing<'_> {
                 if self.ws.dir().is_dir(&target) { format!("{shown}/") } else { shown }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => "(dangling)".into(),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+                "(symlink loop)".into()
+            }
             Err(_) => "(outside the workspace)".into(),
         }
     }

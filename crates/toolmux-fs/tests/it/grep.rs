@@ -232,3 +232,14 @@ async fn cancelled_before_start() {
         .unwrap_err();
     assert_eq!(err.code(), "cancelled");
 }
+
+#[tokio::test]
+async fn root_gitignore_applies_to_subdirectory_searches_and_parents_are_not_read() {
+    let fx = Fixture::new();
+    std::fs::write(fx.outside().join(".gitignore"), "*.txt\n").unwrap();
+    fx.put(".gitignore", "*.log\n");
+    fx.put("sub/a.log", "needle\n");
+    fx.put("sub/a.txt", "needle\n");
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "path": "sub"})).await, "sub/a.txt");
+    assert_eq!(fx.ok("glob", json!({"pattern": "**/a.*", "path": "sub"})).await, "sub/a.txt");
+}

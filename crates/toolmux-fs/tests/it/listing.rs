@@ -69,13 +69,15 @@ async fn ls_marks_directories_symlinks_and_sizes() {
     std::os::unix::fs::symlink("a.txt", fx.root().join("link")).unwrap();
     std::os::unix::fs::symlink("/etc", fx.root().join("escape")).unwrap();
     std::os::unix::fs::symlink("missing", fx.root().join("dangling")).unwrap();
+    std::os::unix::fs::symlink("loop", fx.root().join("loop")).unwrap();
     expect![[r#"
         ./
           a.txt (5 bytes)
           dangling@ -> (dangling)
           dir/
           escape@ -> (outside the workspace)
-          link@ -> a.txt"#]]
+          link@ -> a.txt
+          loop@ -> (symlink loop)"#]]
     .assert_eq(&fx.ok("ls", json!({})).await);
 }
 
