@@ -200,6 +200,15 @@ mod tests {
     }
 
     #[test]
+    fn json_schema_has_the_config_keys() {
+        let schema = toolmux_core::schema_for::<FsConfig>();
+        let text = schema.to_string();
+        for key in ["\"root\"", "\"permissions\"", "\"allowPrefixes\"", "\"env\"", "\"execute\""] {
+            assert!(text.contains(key), "schema lacks {key}: {text}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let err =
             serde_json::from_value::<FsConfig>(serde_json::json!({"root": "/x", "perms": []}))

@@ -6,6 +6,7 @@ use crate::error::FsError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -63,7 +64,7 @@ only PATH, HOME, LANG and configured variables; nothing persists between calls (
 exports). `timeout` in ms (default 120000, max 600000): on timeout or cancellation the whole \
 process group is killed; background processes left when the command exits are killed too. \
 Output: `exit code N` (or the signal / timeout), then `--- stdout ---` and `--- stderr ---` \
-sections. Output over 30000 characters keeps its head and tail with a marker, and the full \
+sections, terminal escape sequences removed. Output over 30000 characters keeps its head and tail with a marker, and the full \
 output is saved to a file whose path is given.";
 
 pub(crate) const EXEC_DESCRIPTION: &str = "Run a program with an argument list (`argv`), without a \
@@ -460,7 +461,7 @@ impl Captured {
     fn render(mut self, budget: usize) -> Rendered {
         let bytes = self.total;
         if !self.overflowed {
-            let text = String::from_utf8_lossy(&self.head).into_owned();
+            let text = strip_ansi(&String::from_utf8_lossy(&self.head)).into_owned();
             let chars = text.chars().count();
             if chars <= budget {
                 return Rendered { text, spill: None, truncated: false, bytes };
@@ -476,9 +477,11 @@ impl Captured {
         }
         let half = budget / 2;
         let head = String::from_utf8_lossy(&self.head);
+        let head = strip_ansi(&head);
         let first: String = head.chars().take(half).collect();
         let tail: Vec<u8> = self.tail.iter().copied().collect();
         let tail = String::from_utf8_lossy(&tail);
+        let tail = strip_ansi(&tail);
         let tail_chars = tail.chars().count();
         let last: String = tail.chars().skip(tail_chars.saturating_sub(budget - half)).collect();
         let omitted = bytes.saturating_sub((first.len() + last.len()) as u64);
@@ -495,6 +498,47 @@ impl Captured {
     }
 }
 
+/// Removes terminal escape sequences (colours, cursor moves, titles) from the text the
+/// model sees; the spill file keeps the raw bytes.
+fn strip_ansi(text: &str) -> Cow<'_, str> {
+    if !text.contains('\x1b') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            // CSI: parameter and intermediate bytes up to a final byte in `@`..=`~`.
+            Some('[') => {
+                for n in chars.by_ref() {
+                    if ('@'..='~').contains(&n) {
+                        break;
+                    }
+                }
+            }
+            // OSC: up to BEL or ESC `\`.
+            Some(']') => {
+                while let Some(n) = chars.next() {
+                    if n == '\x07' {
+                        break;
+                    }
+                    if n == '\x1b' {
+                        chars.next_if_eq(&'\\');
+                        break;
+                    }
+                }
+            }
+            // A two-character escape, or a lone ESC at the end.
+            _ => {}
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// One stream as shown.
 #[derive(Debug)]
 struct Rendered {
@@ -507,6 +551,15 @@ struct Rendered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ansi_sequences_are_stripped() {
+        assert_eq!(strip_ansi("\x1b[1;31merror\x1b[0m: x"), "error: x");
+        assert_eq!(strip_ansi("\x1b]0;title\x07text"), "text");
+        assert_eq!(strip_ansi("\x1b]8;;http://x\x1b\\link"), "link");
+        assert_eq!(strip_ansi("plain"), "plain");
+        assert_eq!(strip_ansi("end\x1b"), "end");
+    }
 
     #[test]
     fn budget_allocation() {

@@ -143,3 +143,32 @@ async fn binary_files_are_not_edited() {
     let err = fx.err("edit", json!({"path": "a.bin", "old_string": "a", "new_string": "b"})).await;
     assert!(err.contains("is a binary file"), "{err}");
 }
+
+#[tokio::test]
+async fn files_over_the_limit_and_invalid_utf8_are_refused() {
+    let fx = Fixture::with(|c| {
+        c.with_limits(toolmux_fs::FsLimits { edit_max_bytes: 10, ..Default::default() })
+    });
+    fx.put("big.txt", "0123456789abc");
+    expect!["`big.txt` is 13 bytes, over the 10-byte limit of `edit`"].assert_eq(
+        &fx.err("edit", json!({"path": "big.txt", "old_string": "0", "new_string": "x"})).await,
+    );
+    std::fs::write(fx.root().join("latin1.txt"), b"caf\xe9").unwrap();
+    expect![
+        "`latin1.txt` is not valid UTF-8: editing it as text would corrupt it; nothing was written"
+    ]
+    .assert_eq(
+        &fx.err("edit", json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}))
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn edits_through_an_escaping_path_are_refused() {
+    let fx = Fixture::new();
+    std::fs::write(fx.outside().join("out.txt"), "x").unwrap();
+    let err =
+        fx.err("edit", json!({"path": "../out.txt", "old_string": "x", "new_string": "y"})).await;
+    assert!(err.contains("path `../out.txt` is outside the workspace root"), "{err}");
+    assert_eq!(std::fs::read_to_string(fx.outside().join("out.txt")).unwrap(), "x");
+}

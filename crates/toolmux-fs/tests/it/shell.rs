@@ -220,3 +220,30 @@ async fn execute_is_off_unless_configured() {
     expect![[r#"call to `fs__bash` denied: tool `bash` is disabled: add "execute" to the fs `permissions` configuration key to enable it"#]]
         .assert_eq(&fx.err("bash", json!({"command": "true"})).await);
 }
+
+#[tokio::test]
+async fn dropping_the_call_kills_the_group() {
+    let fx = Fixture::new();
+    let call = fx.call("bash", json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000"}));
+    // An orchestrator timeout drops the call's future: the group must still die.
+    let root = fx.root();
+    let dropped = tokio::time::timeout(Duration::from_millis(300), call).await;
+    assert!(dropped.is_err());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(root.join("pgid")).map_or(true, |s| !s.ends_with('\n')) {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
+    while !live_in_group(pgid).is_empty() {
+        assert!(Instant::now() < deadline, "processes left in group {pgid}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn colours_are_stripped_for_the_model() {
+    let fx = Fixture::new();
+    let out = fx.ok("bash", json!({"command": "printf '\\033[31mred\\033[0m\\n'"})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\nred");
+}
