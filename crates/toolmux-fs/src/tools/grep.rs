@@ -163,7 +163,13 @@ pub(crate) fn grep(
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
-            let Ok(file) = open_no_follow(entry.path()) else { return WalkState::Continue };
+            // Open through the confined root handle: even a directory swapped for a symlink
+            // between the walk and the open cannot lead outside the root.
+            let Ok(relative) = entry.path().strip_prefix(ws.root()) else {
+                return WalkState::Continue;
+            };
+            let Ok(file) = ws.dir().open(relative) else { return WalkState::Continue };
+            let file = file.into_std();
             let display = display(&root, entry.path());
             let mut sink = FileSink {
                 mode,
@@ -212,15 +218,6 @@ fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, Strin
 /// Threads of the parallel walk: every core, as ripgrep uses.
 fn worker_threads() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()).min(12)
-}
-
-/// Opens a file found by the walk without following a symlink swapped in since.
-fn open_no_follow(path: &Path) -> io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path)
 }
 
 fn display(root: &Path, path: &Path) -> String {
