@@ -234,3 +234,50 @@ impl fmt::Debug for Credentials {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+    use serde_json::json;
+
+    #[test]
+    fn config_file_shapes_deserialize() {
+        let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({
+            "weather": {
+                "description": "Get weather data for a city",
+                "method": "GET",
+                "url": "https://api.weather.example/v1/${parameters.city}",
+                "headers": {"Authorization": "Bearer expanded"},
+                "parametersSchema": {"type": "object", "properties": {"city": {"type": "string"}}},
+                "queue": "weather", "cache": 300000, "timeoutMs": 5000, "stream": false
+            }
+        }))
+        .unwrap();
+        assert_eq!(tools["weather"].cache, Some(300_000));
+        let import: OpenApiConfig = serde_json::from_value(json!({
+            "spec": "specs/github.json", "namespace": "gh", "baseUrl": "http://127.0.0.1:1",
+            "include": {"tags": ["repos"], "methods": ["GET"], "paths": ["/repos/**"]},
+            "exclude": {"operationIds": ["repos/delete"]}, "includeDeprecated": true,
+            "rename": {"repos/get": "get_repo"}, "maxTools": 50, "timeoutMs": 1000,
+            "auth": {"bearer": {"token": "t"}}, "headers": {"X-GitHub-Api-Version": "2022-11-28"}
+        }))
+        .unwrap();
+        assert_eq!(import.include.unwrap().paths, ["/repos/**"]);
+        let err = serde_json::from_value::<OpenApiConfig>(json!({"spec": "a", "specs": "b"}))
+            .unwrap_err();
+        expect![[r#"unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `maxRedirects`, `queue`, `cache`"#]]
+            .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn json_schemas_generate() {
+        let tool = schemars::schema_for!(RestToolConfig);
+        let import = schemars::schema_for!(OpenApiConfig);
+        let tool = serde_json::to_value(tool).unwrap();
+        let import = serde_json::to_value(import).unwrap();
+        assert!(tool["properties"]["parametersSchema"].is_object());
+        assert!(import["properties"].get("baseDir").is_none());
+        assert!(import["properties"]["auth"].is_object());
+    }
+}

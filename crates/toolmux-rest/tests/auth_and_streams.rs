@@ -1,0 +1,260 @@
+//! Security schemes against a loopback server (API keys, bearer, basic, OAuth2 client
+//! credentials with its token cache and refresh), NDJSON progress and multipart bodies.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Reply, SeenRequest, serve};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use toolmux_core::{CallContext, Progress, ProgressSink, ToolProvider};
+use toolmux_rest::{Credentials, OpenApiConfig, RestProvider, RestToolConfig};
+
+/// Echoes what arrived: request line, authorization, api key header and cookie.
+fn echo(seen: &SeenRequest) -> Value {
+    json!({
+        "line": seen.request_line(),
+        "authorization": seen.header("authorization"),
+        "key": seen.header("x-api-key"),
+        "cookie": seen.header("cookie"),
+    })
+}
+
+fn secured_document(base: &str) -> Value {
+    let op = |scheme: &str| json!({"get": {"operationId": scheme, "security": [{scheme: []}]}});
+    json!({
+        "openapi": "3.1.0", "info": {"title": "s", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {
+            "/header": op("keyHeader"), "/query": op("keyQuery"), "/cookie": op("keyCookie"),
+            "/bearer": op("bearer"), "/basic": op("basic"), "/oauth": op("oauth"),
+            "/either": {"get": {"operationId": "either", "security": [{"unset": []}, {"bearer": []}]}},
+            "/public": {"get": {"operationId": "public", "security": []}}
+        },
+        "components": {"securitySchemes": {
+            "keyHeader": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
+            "keyQuery": {"type": "apiKey", "in": "query", "name": "api_key"},
+            "keyCookie": {"type": "apiKey", "in": "cookie", "name": "sid"},
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "basic": {"type": "http", "scheme": "basic"},
+            "unset": {"type": "http", "scheme": "bearer"},
+            "oauth": {"type": "oauth2", "flows": {"clientCredentials": {
+                "tokenUrl": format!("{base}/token"), "scopes": {"read": "read"}}}}
+        }}
+    })
+}
+
+fn credentials() -> BTreeMap<String, Credentials> {
+    let c = |f: &dyn Fn(&mut Credentials)| {
+        let mut c = Credentials::default();
+        f(&mut c);
+        c
+    };
+    BTreeMap::from([
+        ("keyHeader".to_owned(), c(&|c| c.api_key = Some("k-header".into()))),
+        ("keyQuery".to_owned(), c(&|c| c.api_key = Some("k q&".into()))),
+        ("keyCookie".to_owned(), c(&|c| c.api_key = Some("k-cookie".into()))),
+        ("bearer".to_owned(), c(&|c| c.token = Some("t-bearer".into()))),
+        (
+            "basic".to_owned(),
+            c(&|c| {
+                c.username = Some("ann".into());
+                c.password = Some("s3cret".into());
+            }),
+        ),
+        (
+            "oauth".to_owned(),
+            c(&|c| {
+                c.client_id = Some("client".into());
+                c.client_secret = Some("client-secret".into());
+                c.scopes = vec!["read".into()];
+            }),
+        ),
+    ])
+}
+
+/// Token requests as seen: authorization header and form body.
+type TokenRequests = Arc<Mutex<Vec<(Option<String>, String)>>>;
+
+struct TokenServer {
+    base: String,
+    token_requests: Arc<AtomicUsize>,
+    token_bodies: TokenRequests,
+}
+
+/// A server with a token endpoint issuing `tok-N` valid for `lifetime` seconds, which
+/// rejects `tok-1` on `/oauth` once it has issued `tok-2`... only when `revoke_first`.
+async fn token_server(lifetime: u64, revoke_first: bool) -> TokenServer {
+    let token_requests = Arc::new(AtomicUsize::new(0));
+    let token_bodies: TokenRequests = Arc::default();
+    let (requests, bodies) = (token_requests.clone(), token_bodies.clone());
+    let base = serve(move |seen| {
+        if seen.request_line().starts_with("POST /token") {
+            let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+            let body = String::from_utf8_lossy(&seen.body).into_owned();
+            bodies.lock().unwrap().push((seen.header("authorization"), body));
+            return Reply::json(200, json!({"access_token": format!("tok-{n}"), "token_type": "bearer", "expires_in": lifetime}));
+        }
+        if revoke_first && seen.header("authorization").as_deref() == Some("Bearer tok-1") {
+            return Reply::json(401, json!({"error": "revoked"}));
+        }
+        Reply::json(200, echo(&seen))
+    })
+    .await;
+    TokenServer { base, token_requests, token_bodies }
+}
+
+async fn provider(base: &str) -> RestProvider {
+    let config = OpenApiConfig { auth: credentials(), ..OpenApiConfig::default() };
+    RestProvider::openapi_from_value("secured", secured_document(base), "secured.json", &config)
+        .unwrap()
+}
+
+async fn call(provider: &RestProvider, tool: &str) -> Value {
+    let out = provider.call(tool, json!({}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{tool}: {}", out.to_text());
+    serde_json::from_str(&out.to_text()).unwrap()
+}
+
+#[tokio::test]
+async fn api_keys_bearer_and_basic_are_applied() {
+    let server = token_server(3600, false).await;
+    let provider = provider(&server.base).await;
+    assert!(provider.warnings().is_empty(), "{:?}", provider.warnings());
+    assert_eq!(call(&provider, "key_header").await["key"], "k-header");
+    assert_eq!(call(&provider, "key_query").await["line"], "GET /query?api_key=k%20q%26 HTTP/1.1");
+    assert_eq!(call(&provider, "key_cookie").await["cookie"], "sid=k-cookie");
+    assert_eq!(call(&provider, "bearer").await["authorization"], "Bearer t-bearer");
+    // base64("ann:s3cret")
+    assert_eq!(call(&provider, "basic").await["authorization"], "Basic YW5uOnMzY3JldA==");
+    // The first alternative has no credentials; the second is used.
+    assert_eq!(call(&provider, "either").await["authorization"], "Bearer t-bearer");
+    assert_eq!(call(&provider, "public").await["authorization"], Value::Null);
+}
+
+#[tokio::test]
+async fn oauth_client_credentials_token_is_fetched_once_and_cached() {
+    let server = token_server(3600, false).await;
+    let provider = provider(&server.base).await;
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 1);
+    let bodies = server.token_bodies.lock().unwrap().clone();
+    // base64("client:client-secret")
+    assert_eq!(bodies[0].0.as_deref(), Some("Basic Y2xpZW50OmNsaWVudC1zZWNyZXQ="));
+    assert_eq!(bodies[0].1, "grant_type=client_credentials&scope=read");
+}
+
+#[tokio::test]
+async fn oauth_tokens_near_expiry_are_refreshed() {
+    let server = token_server(1, false).await;
+    let provider = provider(&server.base).await;
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-2");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn oauth_token_rejected_with_401_is_replaced_once() {
+    let server = token_server(3600, true).await;
+    let provider = provider(&server.base).await;
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-2");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn secrets_stay_out_of_debug_output_and_errors() {
+    let config = OpenApiConfig { auth: credentials(), ..OpenApiConfig::default() };
+    let debug = format!("{config:?}");
+    for secret in ["k-header", "t-bearer", "s3cret", "client-secret"] {
+        assert!(!debug.contains(secret), "{secret} in {debug}");
+    }
+    // A token endpoint that refuses: the error names the scheme and status, no secret.
+    let base = serve(|seen| {
+        if seen.request_line().starts_with("POST /token") {
+            Reply::json(400, json!({"error": "invalid_client"}))
+        } else {
+            Reply::json(200, json!({}))
+        }
+    })
+    .await;
+    let provider = provider(&base).await;
+    let err = provider.call("oauth", json!({}), &CallContext::new()).await.unwrap_err();
+    let text = err.to_string();
+    assert_eq!(
+        text,
+        "`oauth`: cannot obtain an OAuth2 token for scheme `oauth`: token endpoint answered HTTP 400: {\"error\":\"invalid_client\"}"
+    );
+}
+
+fn inline(tools: Value) -> RestProvider {
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(tools).unwrap();
+    RestProvider::inline(&tools).unwrap()
+}
+
+#[tokio::test]
+async fn ndjson_is_read_incrementally_and_reported_as_progress() {
+    let base = serve(|_| Reply {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/x-ndjson".into())],
+        chunks: vec![
+            (0, b"{\"n\":1}\n{\"n\"".to_vec()),
+            (30, b":2}\n".to_vec()),
+            (30, b"{\"n\":3}".to_vec()),
+        ],
+    })
+    .await;
+    let provider =
+        inline(json!({"events": {"description": "events", "url": format!("{base}/events")}}));
+    let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = {
+        let seen = seen.clone();
+        ProgressSink::new(move |p| seen.lock().unwrap().push(p))
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    let out = provider.call("events", json!({}), &ctx).await.unwrap();
+    assert_eq!(out.to_text(), r#"[{"n":1},{"n":2},{"n":3}]"#);
+    let progress = seen.lock().unwrap().clone();
+    let counts: Vec<f64> = progress.iter().map(|p| p.progress).collect();
+    assert_eq!(counts, [1.0, 2.0, 3.0]);
+    assert_eq!(progress[1].message.as_deref(), Some(r#"{"n":2}"#));
+}
+
+#[tokio::test]
+async fn multipart_bodies_carry_files_and_fields() {
+    let last: Arc<Mutex<Option<SeenRequest>>> = Arc::default();
+    let base = {
+        let last = last.clone();
+        serve(move |seen| {
+            *last.lock().unwrap() = Some(seen);
+            Reply::json(200, json!({"ok": true}))
+        })
+        .await
+    };
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/upload": {"post": {"operationId": "upload", "requestBody": {"content": {
+            "multipart/form-data": {"schema": {"type": "object", "properties": {
+                "file": {"type": "string", "format": "binary"}, "note": {"type": "string"}}}}}}}}}});
+    let provider =
+        RestProvider::openapi_from_value("up", doc, "up.json", &OpenApiConfig::default()).unwrap();
+    let out = provider
+        .call("upload", json!({"file": "file body", "note": "a note"}), &CallContext::new())
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let seen = last.lock().unwrap().clone().unwrap();
+    assert!(seen.header("content-type").unwrap().starts_with("multipart/form-data; boundary="));
+    let body = String::from_utf8(seen.body).unwrap();
+    assert!(
+        body.contains("Content-Disposition: form-data; name=\"file\"; filename=\"file\"\r\n"),
+        "{body}"
+    );
+    assert!(body.contains("file body"), "{body}");
+    assert!(
+        body.contains("Content-Disposition: form-data; name=\"note\"\r\n\r\na note\r\n"),
+        "{body}"
+    );
+}
