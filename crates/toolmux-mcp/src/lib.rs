@@ -38,6 +38,8 @@
 
 mod client;
 mod error;
+#[cfg(feature = "server")]
+pub mod server;
 mod transport;
 
 pub use client::{DeclaredTool, McpProvider, McpServerConfig, ProtocolMode, TransportKind};

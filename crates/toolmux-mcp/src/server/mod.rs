@@ -1,0 +1,175 @@
+//! Serving any [`ToolProvider`] as one MCP server, over stdio or streamable HTTP: this is
+//! what `toolmux serve` runs, with the orchestrator as the provider, so that an MCP client
+//! (Claude Code, Cursor, an agent) sees every tool toolmux has as one server.
+//!
+//! What the client gets:
+//! - `tools/list` with pagination (`page_size` tools a page, an opaque cursor); hidden tools
+//!   (`visible: false`) are not listed but can be called; annotations are mapped to MCP's
+//!   hints (`readOnlyHint`, `destructiveHint`, `idempotentHint`, `openWorldHint`, `title`).
+//! - `tools/call`: the client's `progressToken` becomes the call's progress sink and each
+//!   report a `notifications/progress`; `notifications/cancelled` cancels the call's
+//!   [`CallContext`](toolmux_core::CallContext); every failure of the tool, `Err` or an output
+//!   flagged `is_error`, is a result with `isError: true` and the message as text (only an
+//!   unknown tool is a JSON-RPC error, `-32602`, as MCP specifies). Each MCP session is one
+//!   run id.
+//! - `notifications/tools/list_changed` when the provider's list changes, to every session
+//!   that initialized, and over `subscriptions/listen` for stateless 2026-07-28 clients.
+//! - The provider's instructions (or [`ServeOptions::instructions`]) as the server's.
+//! - Both protocol generations: the `initialize` handshake (2024-11-05 to 2025-11-25) and
+//!   the stateless 2026-07-28 revision (`server/discover`, `subscriptions/listen`).
+//! - With [`ServeOptions::name_prefix`] set to what the client puts before each name
+//!   (`mcp__toolmux__` for Claude Code), names are fitted into what the prefix leaves of 64
+//!   characters, shortened ones ending in a hash of the full name, and calls routed back.
+//! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
+//!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolmux_core::{ToolKind, ToolOutput, ToolSet};
+//! use toolmux_mcp::server::{ServeOptions, serve_http};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Echo {
+//!     message: String,
+//! }
+//!
+//! # async fn run() -> Result<(), toolmux_mcp::McpError> {
+//! let tools = ToolSet::new("demo", ToolKind::Builtin)
+//!     .with_typed("echo", "Echoes the message", |input: Echo, _ctx| async move {
+//!         Ok(ToolOutput::text(input.message))
+//!     });
+//! let shutdown = CancellationToken::new();
+//! // Serves http://127.0.0.1:8931/mcp until `shutdown` is cancelled.
+//! serve_http(Arc::new(tools), "127.0.0.1:8931".parse().unwrap(), ServeOptions::default(), shutdown)
+//!     .await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod convert;
+mod handler;
+mod http;
+mod names;
+
+use crate::McpError;
+use handler::{Gateway, Shared};
+use rmcp::ServiceExt;
+use rmcp::service::{QuitReason, ServerInitializeError};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::ToolProvider;
+
+/// How a provider is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// What the client puts before every tool name (`mcp__toolmux__`); names are fitted
+    /// into the 64 characters it leaves. `None` serves names unchanged.
+    pub name_prefix: Option<String>,
+    /// `Host` values (host or `host:port`) accepted over HTTP; `Origin`s on these hosts are
+    /// accepted too. The bound address is added when serving. An empty list accepts every
+    /// host and origin, which exposes a local server to DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// Tools per `tools/list` page.
+    pub page_size: usize,
+    /// The server's name in the handshake.
+    pub server_name: String,
+    /// The server's version in the handshake.
+    pub server_version: String,
+    /// Instructions for the client's model; the provider's when `None`.
+    pub instructions: Option<String>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            name_prefix: None,
+            allowed_hosts: ["127.0.0.1", "localhost", "::1"].map(String::from).into(),
+            page_size: 100,
+            server_name: "toolmux".to_owned(),
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+            instructions: None,
+        }
+    }
+}
+
+/// Serves `provider` on this process's stdin and stdout until the client closes stdin.
+pub async fn serve_stdio(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+) -> Result<(), McpError> {
+    serve_io(provider, options, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// Serves `provider` over a pair of byte streams carrying newline-delimited JSON-RPC, as
+/// on stdio, until `reader` ends.
+pub async fn serve_io<R, W>(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+    reader: R,
+    writer: W,
+) -> Result<(), McpError>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = Shared::new(provider, options);
+    let server = shared.options().server_name.clone();
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| McpError::Serve {
+        server: server.clone(),
+        transport: "stdio",
+        source,
+    };
+    let running = match Gateway::new(shared).serve((reader, writer)).await {
+        Ok(running) => running,
+        // The client left without an `initialize`: a stateless 2026-07-28 client is done,
+        // or the client gave up before starting. Either way the stream ended cleanly.
+        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(error) => return Err(failed(error.into())),
+    };
+    match running.waiting().await {
+        Ok(QuitReason::JoinError(error)) | Err(error) => Err(failed(error.into())),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Serves `provider` over streamable HTTP at `http://{addr}/mcp` until `shutdown` is
+/// cancelled; open sessions are closed then.
+pub async fn serve_http(
+    provider: Arc<dyn ToolProvider>,
+    addr: SocketAddr,
+    options: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(), McpError> {
+    let name = options.server_name.clone();
+    let (_, server) = bind_http(provider, addr, options, shutdown).await?;
+    server.await.unwrap_or_else(|error| {
+        Err(McpError::Serve { server: name, transport: "http", source: error.into() })
+    })
+}
+
+/// Binds `addr` (port 0 picks a free port) and serves `provider` there in a spawned task,
+/// as [`serve_http`] does. Returns the bound address and the task, which ends after
+/// `shutdown` is cancelled.
+pub async fn bind_http(
+    provider: Arc<dyn ToolProvider>,
+    addr: SocketAddr,
+    options: ServeOptions,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, JoinHandle<Result<(), McpError>>), McpError> {
+    let server = options.server_name.clone();
+    let listener = http::bind(&server, addr).await?;
+    let bound = listener.local_addr().map_err(|source| McpError::Serve {
+        server: server.clone(),
+        transport: "http",
+        source: source.into(),
+    })?;
+    let router = http::router(Shared::new(provider, options), bound, shutdown.child_token());
+    let task = tokio::spawn(http::run(server, listener, router, shutdown));
+    Ok((bound, task))
+}

@@ -1,0 +1,141 @@
+//! Tool names as served: unchanged, or fitted into what a prefixing client leaves of the
+//! 64-character budget, with a reverse map that routes calls back.
+//!
+//! Clients such as Claude Code show a server's tools to their model as
+//! `mcp__{server}__{tool}` and reject the whole server when one such name is over 64
+//! characters. With a name prefix set, every name is sanitized to `[A-Za-z0-9_-]` and cut to
+//! `64 - prefix` characters, the cut ones ending in `_` and a short hash of the original
+//! name, the way [`toolmux_core::naming`] shortens namespaced names.
+
+use std::collections::HashMap;
+use toolmux_core::naming;
+
+/// The length budget of a full, prefixed name.
+const FULL_BUDGET: usize = naming::DEFAULT_BUDGET;
+
+/// The shortest budget left for a served name, whatever the prefix: one character, `_`
+/// and the eight hash characters, plus some room to stay readable.
+const MIN_BUDGET: usize = 16;
+
+/// Hex characters of the hash [`naming::short_hash`] returns.
+const HASH_LEN: usize = 8;
+
+/// Served names of one tool listing and where each routes.
+#[derive(Debug, Default)]
+pub(crate) struct NameMap {
+    /// `(served, local)` in listing order.
+    pairs: Vec<(String, String)>,
+    /// Served name to local name, for names that differ.
+    routes: HashMap<String, String>,
+}
+
+impl NameMap {
+    /// Serves `local` names unchanged when `prefix` is `None`, else fitted to the budget
+    /// that `prefix` leaves.
+    pub(crate) fn new<'a>(local: impl IntoIterator<Item = &'a str>, prefix: Option<&str>) -> Self {
+        let local: Vec<&str> = local.into_iter().collect();
+        let Some(prefix) = prefix else {
+            let pairs = local.iter().map(|n| ((*n).to_owned(), (*n).to_owned())).collect();
+            return NameMap { pairs, routes: HashMap::new() };
+        };
+        let budget = FULL_BUDGET.saturating_sub(prefix.len()).max(MIN_BUDGET);
+        let mut served: Vec<String> = local.iter().map(|n| fit(n, budget, false)).collect();
+        // Two originals that sanitize alike (`a.b`, `a_b`): the changed one gets the hash,
+        // so the result depends only on the set of names, never on their order.
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for name in &served {
+            *counts.entry(name.as_str()).or_default() += 1;
+        }
+        let clashing: Vec<usize> = (0..served.len())
+            .filter(|&i| counts.get(served[i].as_str()).copied().unwrap_or(0) > 1)
+            .filter(|&i| served[i] != local[i])
+            .collect();
+        for i in clashing {
+            served[i] = fit(local[i], budget, true);
+        }
+        let mut map = NameMap::default();
+        for (served, local) in served.into_iter().zip(local) {
+            if served != local {
+                map.routes.insert(served.clone(), local.to_owned());
+            }
+            map.pairs.push((served, local.to_owned()));
+        }
+        map
+    }
+
+    /// `(served, local)` pairs in listing order.
+    pub(crate) fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+
+    /// The local name a served name routes to; `None` when the name was served unchanged
+    /// or is unknown (both are passed on as they are).
+    pub(crate) fn local(&self, served: &str) -> Option<&str> {
+        self.routes.get(served).map(String::as_str)
+    }
+
+    /// Whether `served` is a name of this listing.
+    pub(crate) fn contains(&self, served: &str) -> bool {
+        self.routes.contains_key(served) || self.pairs.iter().any(|(s, _)| s == served)
+    }
+}
+
+/// `name` sanitized and, when over `budget` (or `force_hash`), cut and given a hash suffix.
+fn fit(name: &str, budget: usize, force_hash: bool) -> String {
+    let clean = naming::sanitize(name);
+    if clean.len() <= budget && !force_hash {
+        return clean.into_owned();
+    }
+    let hash = match naming::split(name) {
+        Some((namespace, tool)) => naming::short_hash(namespace, tool),
+        None => naming::short_hash("", name),
+    };
+    let room = budget - 1 - HASH_LEN;
+    // `clean` is ASCII, so byte slicing is character slicing.
+    let kept = &clean[..clean.len().min(room)];
+    format!("{kept}_{hash}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    #[test]
+    fn without_prefix_names_pass_unchanged() {
+        let long = "x".repeat(100);
+        let map = NameMap::new(["a.b", long.as_str()], None);
+        assert_eq!(map.pairs()[0].0, "a.b");
+        assert_eq!(map.pairs()[1].0, long);
+        assert_eq!(map.local("a.b"), None);
+        assert!(map.contains(&long));
+    }
+
+    #[test]
+    fn long_names_fit_the_prefix_budget_and_route_back() {
+        let long = format!("github__{}", "search_code_".repeat(8));
+        let map = NameMap::new(["fs__read", long.as_str()], Some("mcp__toolmux__"));
+        let served = &map.pairs()[1].0;
+        expect!["github__search_code_search_code_search_co_91321316"].assert_eq(served);
+        assert_eq!(served.len(), 64 - "mcp__toolmux__".len());
+        assert_eq!(map.local(served), Some(long.as_str()));
+        assert_eq!(map.pairs()[0].0, "fs__read");
+        assert_eq!(map.local("fs__read"), None);
+    }
+
+    #[test]
+    fn sanitization_clashes_get_a_hash_whatever_the_order() {
+        let one = NameMap::new(["a.b", "a_b"], Some("p__"));
+        let two = NameMap::new(["a_b", "a.b"], Some("p__"));
+        assert_eq!(one.pairs()[1].0, "a_b");
+        assert_eq!(one.pairs()[0].0, two.pairs()[1].0);
+        assert!(one.pairs()[0].0.starts_with("a_b_"));
+        assert_eq!(one.local(&one.pairs()[0].0), Some("a.b"));
+    }
+
+    #[test]
+    fn a_huge_prefix_still_leaves_room() {
+        let map = NameMap::new(["some_rather_long_tool_name"], Some(&"p".repeat(70)));
+        assert_eq!(map.pairs()[0].0.len(), MIN_BUDGET);
+    }
+}

@@ -1,0 +1,139 @@
+//! Serving over streamable HTTP on 127.0.0.1, driven by rmcp's client and raw requests.
+
+use crate::provider::Fixture;
+use crate::support::{HttpServer, Lifecycle, call, eventually, first_text, within};
+use rmcp::model::{CallToolRequestParams, SubscriptionFilter};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use toolmux_mcp::server::ServeOptions;
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+#[tokio::test]
+async fn calls_over_both_protocol_generations() {
+    let server = HttpServer::start(Arc::new(Fixture::new(250)), ServeOptions::default()).await;
+    for lifecycle in [Lifecycle::Initialize, Lifecycle::Discover] {
+        let (client, _) = server.connect(lifecycle).await;
+        let tools = within(client.list_all_tools()).await.unwrap();
+        assert!(tools.len() > 250, "{lifecycle:?}: every page is read");
+        assert_eq!(first_text(&call(&client, "echo", json!({"message": "hi"})).await), "echo: hi");
+        let failed = call(&client, "fail", json!({})).await;
+        assert_eq!(failed.is_error, Some(true), "{lifecycle:?}");
+        within(client.cancel()).await.unwrap();
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn sessions_are_runs_and_see_list_changes() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let (legacy, recorder) = server.connect(Lifecycle::Initialize).await;
+    let (modern, _) = server.connect(Lifecycle::Discover).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = within(modern.listen(filter)).await.unwrap();
+    // Let the legacy session's notification stream be established before the change.
+    within(legacy.list_all_tools()).await.unwrap();
+    mock.add_tool("b", Behavior::Echo);
+    eventually("list_changed over the session", || async {
+        recorder.list_changed.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    let notification = within(subscription.next()).await.unwrap().expect("a notification");
+    let method = serde_json::to_value(&notification).unwrap()["method"].clone();
+    assert_eq!(method, "notifications/tools/list_changed");
+    within(legacy.cancel()).await.unwrap();
+    within(modern.cancel()).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_abandoned_call_cancels_the_tool() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    for lifecycle in [Lifecycle::Initialize, Lifecycle::Discover] {
+        let (client, _) = server.connect(lifecycle).await;
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(300),
+            client.call_tool(CallToolRequestParams::new("hang")),
+        )
+        .await;
+        assert!(abandoned.is_err(), "the call hangs");
+        eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+        within(client.cancel()).await.unwrap();
+    }
+    assert_eq!(mock.calls_of("hang"), 2);
+    server.stop().await;
+}
+
+/// A raw `initialize` POST with the given extra headers; returns the status.
+async fn initialize_status(url: &str, headers: &[(&str, &str)]) -> u16 {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}
+        }
+    });
+    crate::support::install_crypto();
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    within(request.send()).await.expect("response").status().as_u16()
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let url = server.url();
+    let port = server.addr.port();
+    assert_eq!(initialize_status(&url, &[]).await, 200);
+    let localhost = format!("localhost:{port}");
+    assert_eq!(initialize_status(&url, &[("host", &localhost)]).await, 200);
+    assert_eq!(initialize_status(&url, &[("host", "evil.example")]).await, 403);
+    let evil_with_port = format!("evil.example:{port}");
+    assert_eq!(initialize_status(&url, &[("host", &evil_with_port)]).await, 403);
+    assert_eq!(initialize_status(&url, &[("origin", "http://evil.example")]).await, 403);
+    let local_origin = "http://localhost:5173";
+    assert_eq!(initialize_status(&url, &[("origin", local_origin)]).await, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn configured_hosts_are_accepted() {
+    let options =
+        ServeOptions { allowed_hosts: vec!["tools.internal".into()], ..ServeOptions::default() };
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), options).await;
+    let url = server.url();
+    assert_eq!(initialize_status(&url, &[("host", "tools.internal")]).await, 200);
+    // The bound address is always accepted; other loopback names are not, unless listed.
+    assert_eq!(initialize_status(&url, &[]).await, 200);
+    assert_eq!(initialize_status(&url, &[("host", "localhost")]).await, 403);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn binding_a_busy_port_fails_with_the_address() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let error = toolmux_mcp::server::serve_http(
+        Arc::new(Fixture::new(0)),
+        server.addr,
+        ServeOptions::default(),
+        shutdown,
+    )
+    .await
+    .unwrap_err();
+    let message = error.to_string();
+    assert_eq!(message, "mcp server `toolmux`: serving over http failed");
+    let source = std::error::Error::source(&error).unwrap().to_string();
+    assert!(source.starts_with(&format!("cannot bind {}: ", server.addr)), "{source}");
+    server.stop().await;
+}

@@ -1,0 +1,131 @@
+//! The official Python SDK client (PyPI `mcp`) against the fixture server, over stdio and
+//! streamable HTTP, with the handshake and with the stateless 2026-07-28 revision.
+
+use crate::support::{ChildGuard, TIMEOUT, peer, repo_root, within};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const FIXTURE: &str = env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture");
+
+fn python() -> PathBuf {
+    peer("python/venv/bin/python", "mcp (PyPI)")
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/server/python_client.py")
+}
+
+/// Runs the Python client with `args` and parses its summary.
+async fn run_client(args: &[&str]) -> Value {
+    peer("python/venv/lib/python3.11/site-packages/mcp", "mcp (PyPI)");
+    let child = Command::new(python())
+        .arg(script())
+        .args(args)
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python starts");
+    let output = tokio::time::timeout(TIMEOUT * 3, child.wait_with_output())
+        .await
+        .expect("python client finishes in time")
+        .expect("python client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "python client failed: {stderr}\n{stdout}");
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout}\n{stderr}"))
+}
+
+fn check_common(summary: &Value, bulk: u64) {
+    assert_eq!(summary["echo"], "echo: hi", "{summary}");
+    assert_eq!(summary["fail"]["is_error"], true);
+    assert_eq!(summary["fail"]["text"], "the fail tool always fails");
+    assert_eq!(summary["error_output"]["is_error"], true);
+    assert_eq!(summary["error_output"]["text"], "scripted error output");
+    assert_eq!(summary["image"], serde_json::json!(["text", "image"]));
+    assert_eq!(summary["structured"], serde_json::json!({"n": 42}));
+    assert_eq!(summary["progress_result"], "done");
+    assert_eq!(
+        summary["progress"],
+        serde_json::json!([[1.0, 3.0, "step 1"], [2.0, 3.0, "step 2"], [3.0, 3.0, "step 3"]])
+    );
+    assert_eq!(summary["hidden_listed"], false);
+    assert!(summary["cancelled"].as_u64().unwrap_or(0) >= 1, "{summary}");
+    assert!(summary["tool_count"].as_u64().unwrap_or(0) > bulk);
+}
+
+#[tokio::test]
+async fn python_client_over_stdio_with_the_handshake() {
+    let summary =
+        run_client(&["--mode", "legacy", "stdio", FIXTURE, "stdio", "--bulk", "250"]).await;
+    check_common(&summary, 250);
+    assert_eq!(summary["protocol"], "2025-11-25");
+    assert_eq!(summary["pages"], 3);
+    assert_eq!(summary["list_changed"], true);
+}
+
+#[tokio::test]
+async fn python_client_over_stdio_with_2026_07_28() {
+    let args = [
+        "--mode",
+        "auto",
+        "stdio",
+        FIXTURE,
+        "stdio",
+        "--bulk",
+        "250",
+        "--prefix",
+        "mcp__toolmux__",
+    ];
+    let summary = run_client(&args).await;
+    check_common(&summary, 250);
+    assert_eq!(summary["protocol"], "2026-07-28");
+    assert_eq!(summary["pages"], 3);
+    assert_eq!(summary["max_name_len"], 64 - "mcp__toolmux__".len());
+}
+
+/// The fixture serving HTTP on 127.0.0.1 until dropped.
+struct HttpFixture {
+    url: String,
+    _child: ChildGuard,
+}
+
+async fn http_fixture() -> HttpFixture {
+    let mut child = Command::new(FIXTURE)
+        .args(["http", "127.0.0.1:0"])
+        .current_dir(repo_root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fixture starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = within(lines.next_line()).await.expect("reads").expect("a listening line");
+    let url = line.strip_prefix("listening ").expect("listening line").to_owned();
+    HttpFixture { url, _child: ChildGuard(Some(child)) }
+}
+
+#[tokio::test]
+async fn python_client_over_http_with_the_handshake() {
+    let fixture = http_fixture().await;
+    let summary = run_client(&["--mode", "legacy", "http", &fixture.url]).await;
+    check_common(&summary, 0);
+    assert_eq!(summary["protocol"], "2025-11-25");
+    assert_eq!(summary["list_changed"], true);
+}
+
+#[tokio::test]
+async fn python_client_over_http_with_2026_07_28() {
+    let fixture = http_fixture().await;
+    let summary = run_client(&["--mode", "auto", "http", &fixture.url]).await;
+    check_common(&summary, 0);
+    assert_eq!(summary["protocol"], "2026-07-28");
+}

@@ -1,0 +1,311 @@
+//! Serving over an in-process stdio pair, driven by rmcp's client.
+
+use crate::provider::{Fixture, LONG_NAME};
+use crate::support::{Lifecycle, call, connect_io, eventually, first_text, within};
+use expect_test::expect;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, PaginatedRequestParams,
+    ProgressToken, RequestMetaObject, SubscriptionFilter,
+};
+use rmcp::service::PeerRequestOptions;
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use toolmux_mcp::server::ServeOptions;
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn fixture(bulk: usize) -> Arc<Fixture> {
+    Arc::new(Fixture::new(bulk))
+}
+
+#[tokio::test]
+async fn handshake_names_the_server_and_its_instructions() {
+    for lifecycle in [Lifecycle::Initialize, Lifecycle::Discover] {
+        let options = ServeOptions { server_name: "gateway".into(), ..ServeOptions::default() };
+        let (client, _, server) = connect_io(fixture(0), options, lifecycle).await;
+        let info = client.peer_info().expect("server info");
+        let server_info = info.server_info.as_ref().expect("implementation");
+        assert_eq!(server_info.name, "gateway");
+        assert_eq!(
+            info.instructions.as_deref(),
+            Some("Fixture tools for the toolmux-mcp server tests.")
+        );
+        let tools = info.capabilities.tools.as_ref().expect("tools capability");
+        assert_eq!(tools.list_changed, Some(true));
+        let expected = match lifecycle {
+            Lifecycle::Initialize => "2025-11-25",
+            Lifecycle::Discover => "2026-07-28",
+        };
+        assert_eq!(info.protocol_version.as_str(), expected);
+        within(client.cancel()).await.unwrap();
+        within(server).await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn instructions_in_options_win() {
+    let options = ServeOptions { instructions: Some("use fs".into()), ..ServeOptions::default() };
+    let (client, _, _server) = connect_io(fixture(0), options, Lifecycle::Initialize).await;
+    assert_eq!(client.peer_info().unwrap().instructions.as_deref(), Some("use fs"));
+}
+
+#[tokio::test]
+async fn tools_are_listed_in_pages() {
+    let options = ServeOptions { page_size: 100, ..ServeOptions::default() };
+    let (client, _, _server) = connect_io(fixture(250), options, Lifecycle::Initialize).await;
+    let first = within(client.list_tools(None)).await.unwrap();
+    assert_eq!(first.tools.len(), 100);
+    let cursor = first.next_cursor.clone().expect("a second page");
+    let second = within(
+        client.list_tools(Some(PaginatedRequestParams::default().with_cursor(Some(cursor)))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.tools.len(), 100);
+    let all = within(client.list_all_tools()).await.unwrap();
+    let fixture_tools = Fixture::new(0).list_visible_count().await;
+    assert_eq!(all.len(), 250 + fixture_tools);
+    let mut names: Vec<&str> = all.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), all.len(), "no tool is listed twice");
+    assert!(!names.contains(&"hidden"));
+}
+
+#[tokio::test]
+async fn an_invalid_cursor_is_an_invalid_params_error() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let params = PaginatedRequestParams::default().with_cursor(Some("nope".into()));
+    let error = within(client.list_tools(Some(params))).await.unwrap_err();
+    expect![[r#"Mcp error: -32602: invalid cursor `nope`"#]].assert_eq(&error.to_string());
+}
+
+#[tokio::test]
+async fn tools_carry_their_annotations() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let tools = within(client.list_all_tools()).await.unwrap();
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    expect![[r#"{"name":"echo","title":"Echo","description":"Echoes `message`","inputSchema":{"properties":{"message":{"type":"string"}},"type":"object"},"annotations":{"title":"Echo","readOnlyHint":true,"destructiveHint":false,"idempotentHint":true,"openWorldHint":false}}"#]]
+        .assert_eq(&serde_json::to_string(echo).unwrap());
+    let image = tools.iter().find(|t| t.name == "image").unwrap();
+    assert_eq!(image.annotations.as_ref().unwrap().destructive_hint, Some(true));
+    let structured = tools.iter().find(|t| t.name == "structured").unwrap();
+    assert!(structured.output_schema.is_some());
+    let schema = tools.iter().find(|t| t.name == "json_schema_2020_12_tool").unwrap();
+    assert!(schema.input_schema.contains_key("$defs"), "2020-12 keywords are kept");
+}
+
+#[tokio::test]
+async fn calls_return_content() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let echo = call(&client, "echo", json!({"message": "hi"})).await;
+    assert_eq!(first_text(&echo), "echo: hi");
+    assert_eq!(echo.is_error, Some(false));
+    let image = call(&client, "image", json!({})).await;
+    let image = serde_json::to_value(&image.content).unwrap();
+    assert_eq!(image[1]["type"], "image");
+    assert_eq!(image[1]["mimeType"], "image/png");
+    let structured = call(&client, "structured", json!({})).await;
+    assert_eq!(structured.structured_content, Some(json!({"n": 42})));
+    let mixed = call(&client, "test_multiple_content_types", json!({})).await;
+    let types: Vec<String> = serde_json::to_value(&mixed.content)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(types, ["text", "image", "resource"]);
+}
+
+#[tokio::test]
+async fn failures_are_error_results_not_protocol_errors() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let failed = call(&client, "fail", json!({})).await;
+    assert_eq!(failed.is_error, Some(true));
+    expect!["the fail tool always fails"].assert_eq(&first_text(&failed));
+    let errored = call(&client, "error_output", json!({})).await;
+    assert_eq!(errored.is_error, Some(true));
+    expect!["scripted error output"].assert_eq(&first_text(&errored));
+    // The connection is still good.
+    assert_eq!(
+        first_text(&call(&client, "echo", json!({"message": "after"})).await),
+        "echo: after"
+    );
+}
+
+#[tokio::test]
+async fn a_mock_provider_s_errors_are_error_results() {
+    let mock = MockProvider::new("mock")
+        .with_tool("fails", Behavior::Fail("remote exploded".into()))
+        .with_tool("errs", Behavior::ErrorOutput("bad input".into()))
+        .with_tool("panics", Behavior::Panic);
+    let (client, _, _server) =
+        connect_io(Arc::new(mock), ServeOptions::default(), Lifecycle::Initialize).await;
+    for (tool, text) in [("fails", "remote exploded"), ("errs", "bad input")] {
+        let result = call(&client, tool, json!({})).await;
+        assert_eq!(result.is_error, Some(true), "{tool}");
+        assert!(first_text(&result).contains(text), "{tool}: {}", first_text(&result));
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_a_json_rpc_error() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let error = within(client.call_tool(CallToolRequestParams::new("nope"))).await.unwrap_err();
+    expect![[r#"Mcp error: -32602: unknown tool `fixture__nope`"#]].assert_eq(&error.to_string());
+}
+
+#[tokio::test]
+async fn hidden_tools_are_callable_by_name() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    assert_eq!(first_text(&call(&client, "hidden", json!({})).await), "hidden but callable");
+}
+
+async fn progress_reaches_the_client(lifecycle: Lifecycle) {
+    let (client, recorder, _server) =
+        connect_io(fixture(0), ServeOptions::default(), lifecycle).await;
+    let token = ProgressToken(NumberOrString::String("p-1".into()));
+    let mut meta = RequestMetaObject::new();
+    meta.set_progress_token(token.clone());
+    let params = CallToolRequestParams::new("progress")
+        .with_arguments(json!({"steps": 3}).as_object().unwrap().clone());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let mut options = PeerRequestOptions::no_options();
+    options.meta = Some(meta);
+    let handle = within(client.send_cancellable_request(request, options)).await.unwrap();
+    within(handle.await_response()).await.unwrap();
+    // Notifications are sent before the response, but handled on their own task.
+    eventually("three progress reports", || async { recorder.progress.lock().unwrap().len() == 3 })
+        .await;
+    let reports: Vec<String> = recorder
+        .progress
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{}:{}/{:?} {:?}", p.progress_token.0, p.progress, p.total, p.message))
+        .collect();
+    expect![[r#"
+        0:1/Some(3.0) Some("step 1")
+        0:2/Some(3.0) Some("step 2")
+        0:3/Some(3.0) Some("step 3")"#]]
+    .assert_eq(&reports.join("\n"));
+}
+
+#[tokio::test]
+async fn progress_reaches_the_client_over_initialize() {
+    progress_reaches_the_client(Lifecycle::Initialize).await;
+}
+
+#[tokio::test]
+async fn progress_reaches_the_client_over_2026_07_28() {
+    progress_reaches_the_client(Lifecycle::Discover).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_cancels_the_tool() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let (client, _, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Initialize).await;
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("hang")));
+    let handle = within(client.send_cancellable_request(request, PeerRequestOptions::no_options()))
+        .await
+        .unwrap();
+    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    within(handle.cancel(Some("test".into()))).await.unwrap();
+    eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    // The session goes on.
+    let tools = within(client.list_all_tools()).await.unwrap();
+    assert_eq!(tools.len(), 1);
+}
+
+#[tokio::test]
+async fn an_abandoned_call_cancels_the_tool_over_2026_07_28() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let (client, _, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Discover).await;
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(200),
+        client.call_tool(CallToolRequestParams::new("hang")),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the call hangs");
+    eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    assert_eq!(mock.calls_of("hang"), 1);
+}
+
+#[tokio::test]
+async fn list_changes_reach_initialized_sessions() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (client, recorder, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Initialize).await;
+    assert_eq!(within(client.list_all_tools()).await.unwrap().len(), 1);
+    mock.add_tool("b", Behavior::Echo);
+    eventually("list_changed", || async { recorder.list_changed.load(Ordering::SeqCst) == 1 })
+        .await;
+    assert_eq!(within(client.list_all_tools()).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn list_changes_reach_2026_07_28_subscriptions() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (client, _, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Discover).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = within(client.listen(filter)).await.unwrap();
+    mock.add_tool("b", Behavior::Echo);
+    let notification = within(subscription.next()).await.unwrap().expect("a notification");
+    let method = serde_json::to_value(&notification).unwrap()["method"].clone();
+    assert_eq!(method, "notifications/tools/list_changed");
+}
+
+#[tokio::test]
+async fn each_session_is_one_run() {
+    let provider = fixture(0);
+    let (one, _, _s1) =
+        connect_io(provider.clone(), ServeOptions::default(), Lifecycle::Initialize).await;
+    let (two, _, _s2) = connect_io(provider, ServeOptions::default(), Lifecycle::Initialize).await;
+    let first = first_text(&call(&one, "run_id", json!({})).await);
+    assert_eq!(first, first_text(&call(&one, "run_id", json!({})).await));
+    assert_ne!(first, first_text(&call(&two, "run_id", json!({})).await));
+    assert!(first.starts_with("mcp-"), "{first}");
+}
+
+#[tokio::test]
+async fn a_name_prefix_shortens_long_names_and_routes_them_back() {
+    let options =
+        ServeOptions { name_prefix: Some("mcp__toolmux__".into()), ..ServeOptions::default() };
+    let (client, _, _server) = connect_io(fixture(0), options, Lifecycle::Initialize).await;
+    let tools = within(client.list_all_tools()).await.unwrap();
+    let budget = 64 - "mcp__toolmux__".len();
+    assert!(tools.iter().all(|t| t.name.len() <= budget));
+    let long = tools.iter().find(|t| t.name.starts_with("a_tool_whose_name")).unwrap();
+    assert_ne!(long.name, LONG_NAME);
+    expect!["a_tool_whose_name_is_much_longer_than_any_cfef9f08"].assert_eq(&long.name);
+    assert_eq!(first_text(&call(&client, &long.name, json!({})).await), "long name reached");
+    // Short names are served as they are.
+    assert_eq!(first_text(&call(&client, "echo", json!({"message": "x"})).await), "echo: x");
+}
+
+#[tokio::test]
+async fn without_a_prefix_long_names_are_kept() {
+    let (client, _, _server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    assert_eq!(first_text(&call(&client, LONG_NAME, json!({})).await), "long name reached");
+}
+
+#[tokio::test]
+async fn the_server_ends_when_the_client_leaves() {
+    let (client, _, server) =
+        connect_io(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    within(client.cancel()).await.unwrap();
+    within(server).await.unwrap().unwrap();
+}

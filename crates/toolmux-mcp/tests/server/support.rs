@@ -1,0 +1,190 @@
+//! Helpers of the server tests: an rmcp client that records notifications, connections over
+//! an in-process stdio pair and over HTTP, polling with a timeout, and the test peers.
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ProgressNotificationParam, ProtocolVersion,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientHandler, RoleClient};
+use serde_json::Value;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::ToolProvider;
+use toolmux_mcp::McpError;
+use toolmux_mcp::server::{ServeOptions, bind_http, serve_io};
+
+/// Installs ring as rustls's crypto provider, which reqwest (built without one) needs.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Every wait in these tests ends after this long.
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// An rmcp client handler that records progress and list-changed notifications.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    pub list_changed: Arc<AtomicUsize>,
+}
+
+impl ClientHandler for Recorder {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().unwrap().push(params);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+pub type Client = RunningService<RoleClient, Recorder>;
+
+/// Which protocol generation a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// The `initialize` handshake.
+    Initialize,
+    /// The stateless 2026-07-28 revision (`server/discover`, per-request metadata).
+    Discover,
+}
+
+fn lifecycle_mode(lifecycle: Lifecycle) -> ClientLifecycleMode {
+    match lifecycle {
+        Lifecycle::Initialize => ClientLifecycleMode::Initialize,
+        Lifecycle::Discover => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+    }
+}
+
+/// A client connected to `provider` served over an in-process stdio pair, and the
+/// server's task, which ends when the client closes its side.
+pub async fn connect_io(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+    lifecycle: Lifecycle,
+) -> (Client, Recorder, JoinHandle<Result<(), McpError>>) {
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (reader, writer) = tokio::io::split(server_io);
+    let server = tokio::spawn(serve_io(provider, options, reader, writer));
+    let recorder = Recorder::default();
+    let client =
+        within(recorder.clone().serve_with_lifecycle(client_io, lifecycle_mode(lifecycle)))
+            .await
+            .expect("client connects");
+    (client, recorder, server)
+}
+
+/// An HTTP server for `provider` on 127.0.0.1 and a way to stop it.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<Result<(), McpError>>,
+}
+
+impl HttpServer {
+    pub async fn start(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> HttpServer {
+        let shutdown = CancellationToken::new();
+        let (addr, task) =
+            bind_http(provider, "127.0.0.1:0".parse().unwrap(), options, shutdown.clone())
+                .await
+                .expect("binds");
+        HttpServer { addr, shutdown, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub async fn connect(&self, lifecycle: Lifecycle) -> (Client, Recorder) {
+        install_crypto();
+        let recorder = Recorder::default();
+        let transport = StreamableHttpClientTransport::from_uri(self.url());
+        let client =
+            within(recorder.clone().serve_with_lifecycle(transport, lifecycle_mode(lifecycle)))
+                .await
+                .expect("client connects");
+        (client, recorder)
+    }
+
+    /// Stops the server and checks that it ended cleanly.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        within(self.task).await.expect("server task joins").expect("server ends cleanly");
+    }
+}
+
+/// Awaits `future`, failing the test after [`TIMEOUT`].
+pub async fn within<F: Future>(future: F) -> F::Output {
+    tokio::time::timeout(TIMEOUT, future).await.expect("timed out")
+}
+
+/// Polls `check` until it holds, failing the test after [`TIMEOUT`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Calls `name` with `arguments`.
+pub async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
+    within(client.call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments)))
+        .await
+        .unwrap_or_else(|e| panic!("call of {name} failed: {e}"))
+}
+
+/// The text of a result's first content block.
+pub fn first_text(result: &CallToolResult) -> String {
+    result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A file of an installed test peer; fails the test when the peer is missing.
+pub fn peer(relative: &str, name: &str) -> PathBuf {
+    let path = repo_root().join(".peers").join(relative);
+    assert!(path.exists(), "missing test peer {name}: run .ci/install-peers");
+    path
+}
+
+/// A child process killed and reaped when dropped.
+pub struct ChildGuard(pub Option<tokio::process::Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.start_kill();
+            // Reap it so that no zombie outlives the test.
+            let _ = std::thread::spawn(move || {
+                let runtime =
+                    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                runtime.block_on(async move {
+                    let _ = tokio::time::timeout(TIMEOUT, child.wait()).await;
+                });
+            })
+            .join();
+        }
+    }
+}
