@@ -27,6 +27,11 @@ impl Toolmux {
     /// Nothing is started yet: call [`Orchestrator::warmup`] on [`Toolmux::orchestrator`].
     ///
     /// Statistics saved by earlier runs are loaded, so that the counts keep growing.
+    // Without some provider features, some of the lists below are never added to.
+    #[cfg_attr(
+        not(all(feature = "fs", feature = "mcp", feature = "rest")),
+        allow(unused_mut, unused_variables)
+    )]
     pub async fn build(loaded: &Loaded) -> Result<Toolmux, ToolmuxError> {
         let file = loaded.source_name();
         let mut warnings = loaded.warnings.clone();
@@ -196,7 +201,7 @@ fn fs_provider(
         .with_bash(bash)
         .with_limits(fs.limits.clone());
     let provider = toolmux_fs::FsProvider::new(config)
-        .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("fs: {e}")))?;
+        .map_err(|e| ToolmuxError::config(loaded.source_name(), e.to_string()))?;
     Ok(Arc::new(provider))
 }
 

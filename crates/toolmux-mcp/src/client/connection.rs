@@ -3,6 +3,7 @@
 
 use rmcp::model::{ProtocolVersion, ServerNotification, ServerPeerInfo, SubscriptionFilter};
 use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
@@ -170,10 +171,9 @@ async fn start(
             handshake(server, handler, transport, mode, fault).await
         }
         TransportKind::Http => {
-            let transport = StreamableHttpClientTransport::with_client(
-                client()?,
-                StreamableHttpClientTransportConfig::with_uri(url()?),
-            );
+            let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
+            http_config.retry_config = Arc::new(BoundedRetry);
+            let transport = StreamableHttpClientTransport::with_client(client()?, http_config);
             handshake(server, handler, transport, mode, fault).await
         }
         TransportKind::Sse => {
@@ -187,6 +187,19 @@ async fn start(
                 .map_err(connect_error)?;
             handshake(server, handler, transport, mode, fault).await
         }
+    }
+}
+
+/// Reconnects a broken SSE stream once: a server that polls by closing streams is back at
+/// once, and a dead one fails its calls after one retry interval (the server's `retry:`
+/// hint when it sent one, rmcp's servers say 3 s) instead of rmcp's default of retrying
+/// forever while the calls wait.
+#[derive(Debug)]
+struct BoundedRetry;
+
+impl SseRetryPolicy for BoundedRetry {
+    fn retry(&self, attempt: usize) -> Option<Duration> {
+        (attempt == 0).then_some(Duration::from_millis(250))
     }
 }
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
+use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 
 use super::{
@@ -22,18 +24,15 @@ pub(crate) async fn connect(
     fault: &Fault,
 ) -> Result<ChannelTransport, BoxError> {
     super::super::client::ensure_crypto_provider();
-    let mut request = url.into_client_request()?;
-    let request_headers = request.headers_mut();
-    request_headers.insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mcp"));
-    for (name, value) in headers {
-        // The error names the header, never its value (it may be a secret).
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("invalid header name `{name}`"))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| format!("invalid value for header `{name}`"))?;
-        request_headers.insert(header, value);
-    }
-    let (socket, _response) = tokio_tungstenite::connect_async(request).await?;
+    // Ask for the `mcp` subprotocol as the TypeScript SDK does; a server that does not
+    // answer with it is tried again without asking.
+    let socket = match tokio_tungstenite::connect_async(request(url, headers, true)?).await {
+        Ok((socket, _)) => socket,
+        Err(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(_))) => {
+            tokio_tungstenite::connect_async(request(url, headers, false)?).await?.0
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (mut sink, mut stream) = socket.split();
     let (transport, PumpEnds { mut outbound, inbound }) = channel_transport();
 
@@ -101,4 +100,25 @@ pub(crate) async fn connect(
         let _ = sink.close().await;
     });
     Ok(transport)
+}
+
+fn request(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    mcp_protocol: bool,
+) -> Result<Request, BoxError> {
+    let mut request = url.into_client_request()?;
+    let request_headers = request.headers_mut();
+    if mcp_protocol {
+        request_headers.insert("Sec-WebSocket-Protocol", HeaderValue::from_static("mcp"));
+    }
+    for (name, value) in headers {
+        // The error names the header, never its value (it may be a secret).
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("invalid header name `{name}`"))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("invalid value for header `{name}`"))?;
+        request_headers.insert(header, value);
+    }
+    Ok(request)
 }

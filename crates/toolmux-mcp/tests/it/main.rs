@@ -7,4 +7,5 @@
 mod everything;
 mod faults;
 mod python;
+mod rmcp_peer;
 mod support;

@@ -57,9 +57,11 @@ fn walk(
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                path.push(i.to_string());
+                let parent = path.pop().unwrap_or_default();
+                path.push(format!("{parent}[{i}]"));
                 walk(item, lookup, workspace, path, found)?;
                 path.pop();
+                path.push(parent);
             }
         }
         Value::Object(map) => {
@@ -220,7 +222,7 @@ mod tests {
     fn unset_names_variable_and_path() {
         check(
             json!({"mcpServers": {"github": {"args": ["a", "${GITHUB_TOKEN}"]}}}),
-            expect!["unset GITHUB_TOKEN at mcpServers.github.args.1"],
+            expect!["unset GITHUB_TOKEN at mcpServers.github.args[1]"],
         );
         check(json!({"x": "${env:NOPE}"}), expect!["unset NOPE at x"]);
     }

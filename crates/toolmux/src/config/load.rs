@@ -271,12 +271,27 @@ fn yaml_error(e: &serde_yaml_ng::Error) -> Located {
     Located { position, message: strip_position(&e.to_string()) }
 }
 
-/// A serde message without the ` at line L column C` its format appends.
+/// A serde message without the ` at line L column C` its format adds (at the end, and
+/// sometimes inside, as YAML's "while parsing" messages do): the position is shown first.
 fn strip_position(message: &str) -> String {
-    match message.rfind(" at line ") {
-        Some(i) => message[..i].to_owned(),
-        None => message.to_owned(),
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(" at line ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + " at line ".len()..];
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let line_len = digits(after);
+        let tail = &after[line_len..];
+        match tail.strip_prefix(" column ") {
+            Some(col) if line_len > 0 && digits(col) > 0 => rest = &col[digits(col)..],
+            _ => {
+                out.push_str(" at line ");
+                rest = after;
+            }
+        }
     }
+    out.push_str(rest);
+    out
 }
 
 /// A typed-model error at `path` (`mcpServers.github.comand`, `.` for the top), told the
@@ -336,20 +351,29 @@ fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
         .map(|(_, c)| c)
 }
 
-/// Levenshtein distance.
+/// Edit distance counting insertions, deletions, substitutions and swaps of neighbours
+/// (optimal string alignment).
 fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous + usize::from(ca != *cb);
-            previous = row[j + 1];
-            row[j + 1] = substitution.min(previous + 1).min(row[j] + 1);
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
         }
     }
-    row[b.len()]
+    d[a.len()][b.len()]
 }
 
 /// Line and column of the first `${variable…}` or `${env:variable}` in `text`.
@@ -363,5 +387,6 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
     Some((line, column))
 }
 
-#[cfg(test)]
+// The tests load files with every section, so they need every provider's feature.
+#[cfg(all(test, feature = "fs", feature = "mcp", feature = "rest"))]
 mod tests;

@@ -45,7 +45,9 @@ fn loads(format: FileFormat, text: &str) -> Loaded {
 fn bad_yaml_syntax() {
     yaml_error(
         "defaults:\n  toolTimeout: 1\n mcpServers: [\n",
-        expect!["toolmux.yaml:3:2: invalid YAML: did not find expected key"],
+        expect![
+            "toolmux.yaml:3:2: invalid YAML: did not find expected key, while parsing a block mapping"
+        ],
     );
 }
 
@@ -295,4 +297,7 @@ fn edit_distance() {
     assert_eq!(closest("comand", &["command", "args"]), Some("command"));
     assert_eq!(closest("xyz", &["command", "args"]), None);
     assert_eq!(closest("ENV", &["env", "args"]), Some("env"));
+    assert_eq!(closest("raed", &["read", "write"]), Some("read"));
+    assert_eq!(strip_position("a at line 3 column 3, while b at line 2 column 1"), "a, while b");
+    assert_eq!(strip_position("at line x"), "at line x");
 }

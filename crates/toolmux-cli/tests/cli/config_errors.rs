@@ -1,0 +1,115 @@
+//! Every configuration mistake names the problem, the file and the line, and exits 2.
+
+use crate::Project;
+use expect_test::{Expect, expect};
+
+fn check(file: &str, content: &str, expected: Expect) {
+    let project = Project::new();
+    project.file(file, content);
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    expected.assert_eq(run.stderr.trim_end());
+}
+
+#[test]
+fn bad_json() {
+    check(
+        "toolmux.json",
+        "{\n  \"defaults\": {\"toolTimeout\": 1000},\n  \"queues\": {\"a\": {\"concurrent\": 1}}}\n}\n",
+        expect!["error: toolmux.json:4:1: invalid JSON: trailing characters"],
+    );
+}
+
+#[test]
+fn bad_yaml() {
+    check(
+        "toolmux.yaml",
+        "defaults:\n  toolTimeout: [1\nfs: {}\n",
+        expect![
+            "error: toolmux.yaml:3:3: invalid YAML: did not find expected ',' or ']', while parsing a flow sequence"
+        ],
+    );
+}
+
+#[test]
+fn unknown_key_with_suggestion() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  github:\n    command: npx\n    toolsAllowd: [search_code]\n",
+        expect![
+            "error: toolmux.yaml:4:5: unknown key `toolsAllowd` in mcpServers.github; did you mean `toolsAllowed`?"
+        ],
+    );
+}
+
+#[test]
+fn unset_variable() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  github:\n    command: npx\n    env:\n      GITHUB_TOKEN: ${TOOLMUX_TEST_UNSET_TOKEN}\n",
+        expect![
+            "error: toolmux.yaml:5:21: unset environment variable TOOLMUX_TEST_UNSET_TOKEN in mcpServers.github.env.GITHUB_TOKEN (set it, or give a default: ${TOOLMUX_TEST_UNSET_TOKEN:-value})"
+        ],
+    );
+}
+
+#[test]
+fn bad_type() {
+    check(
+        "toolmux.yaml",
+        "defaults:\n  toolTimeout: 30s\n",
+        expect![[
+            r#"error: toolmux.yaml:2:16: defaults.toolTimeout: invalid type: string "30s", expected u64"#
+        ]],
+    );
+}
+
+#[test]
+fn unknown_queue() {
+    check(
+        "toolmux.yaml",
+        "fs: {}\ntools:\n  fs__grep: {queue: slow}\nqueues:\n  fast: {concurrent: 2}\n",
+        expect![
+            "error: toolmux.yaml: tool `fs__grep` uses queue `slow`, which is not defined under `queues` (defined: fast)"
+        ],
+    );
+}
+
+#[test]
+fn missing_fs_root() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs:\n  root: does-not-exist\n");
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2);
+    let root = project.path().join("does-not-exist");
+    assert_eq!(
+        run.stderr.trim_end(),
+        format!(
+            "error: toolmux.yaml: invalid fs configuration: root `{}` cannot be opened: \
+             No such file or directory (os error 2)",
+            root.display()
+        )
+    );
+}
+
+#[test]
+fn explicit_file_that_does_not_exist() {
+    let project = Project::new();
+    let run = project.run(&["--config", "nope.yaml", "tools", "list"]);
+    assert_eq!(run.code, 2);
+    expect!["error: cannot read the configuration file nope.yaml: No such file or directory (os error 2)"]
+        .assert_eq(run.stderr.trim_end());
+}
+
+#[test]
+fn toolmux_config_variable_names_the_file() {
+    let project = Project::new().env("TOOLMUX_CONFIG", "conf/tm.json");
+    project.file("conf/tm.json", "{\"fs\": {\"permissions\": [\"raed\"]}}");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 2);
+    expect![
+        "error: conf/tm.json:1:30: unknown value `raed` for fs.permissions[0]; did you mean `read`?"
+    ]
+    .assert_eq(run.stderr.trim_end());
+}

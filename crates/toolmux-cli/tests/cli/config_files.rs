@@ -1,0 +1,147 @@
+//! Configuration files of other tools load as they are; variables expand; secrets stay
+//! secret; relative paths follow the file.
+
+use crate::{Project, toolmux_bin};
+use expect_test::expect;
+
+#[test]
+fn claude_desktop_file_loads() {
+    // The MCP server is toolmux itself, serving its builtin tools on stdio.
+    let project = Project::new();
+    project.file("inner/notes.txt", "TODO: inner\n").file(
+        "claude_desktop_config.json",
+        &format!(
+            r#"{{
+  "mcpServers": {{
+    "Inner Tools": {{
+      "command": "{}",
+      "args": ["serve", "--stdio"],
+      "cwd": "inner",
+      "env": {{"RUST_LOG": "off"}}
+    }}
+  }}
+}}"#,
+            toolmux_bin()
+        ),
+    );
+    let run = project.run(&[
+        "--config",
+        "claude_desktop_config.json",
+        "tools",
+        "call",
+        "inner-tools__fs__grep",
+        r#"{"pattern":"TODO"}"#,
+    ]);
+    expect!["notes.txt"].assert_eq(run.ok().trim());
+    assert!(run.stderr.contains("are named `inner-tools__*`"), "{}", run.stderr);
+}
+
+#[test]
+fn vscode_mcp_json_loads() {
+    let project = Project::new();
+    project.file("notes.txt", "TODO: top\n").file(
+        ".vscode/mcp.json",
+        &format!(
+            r#"{{
+  // VS Code: comments, trailing commas, `servers`, `inputs`, ${{workspaceFolder}}.
+  "inputs": [{{"type": "promptString", "id": "key", "description": "Key", "password": true}}],
+  "servers": {{
+    "mine": {{
+      "type": "stdio",
+      "command": "{}",
+      "args": ["serve", "--stdio"],
+      "cwd": "${{workspaceFolder}}",
+      "env": {{"HOME_COPY": "${{env:HOME}}"}},
+    }},
+  }},
+}}"#,
+            toolmux_bin()
+        ),
+    );
+    let run = project.run(&[
+        "--config",
+        ".vscode/mcp.json",
+        "tools",
+        "call",
+        "mine__fs__grep",
+        r#"{"pattern":"TODO"}"#,
+    ]);
+    expect!["notes.txt"].assert_eq(run.ok().trim());
+    assert!(
+        run.stderr.contains("warning: .vscode/mcp.json: `inputs` is ignored"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn default_values_of_variables() {
+    let project = Project::new();
+    project
+        .file("a/one.txt", "TODO a\n")
+        .file("b/two.txt", "TODO b\n")
+        .file("toolmux.yaml", "fs:\n  root: ${TOOLMUX_TEST_ROOT:-a}\n");
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+    expect!["one.txt"].assert_eq(run.ok().trim());
+    let project = project.env("TOOLMUX_TEST_ROOT", "b");
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+    expect!["two.txt"].assert_eq(run.ok().trim());
+}
+
+#[test]
+fn secrets_from_the_environment_are_redacted() {
+    let project = Project::new().env("TOOLMUX_TEST_SECRET", "hunter2-very-secret");
+    project.file("leak.txt", "token=hunter2-very-secret\n").file(
+        "toolmux.yaml",
+        "fs: {}\nmcpServers:\n  off:\n    command: unused\n    enabled: false\n    env: {TOKEN: '${TOOLMUX_TEST_SECRET}'}\n",
+    );
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"leak.txt"}"#]);
+    expect!["1\ttoken=[redacted]"].assert_eq(run.ok().trim());
+    let run = project.run(&[
+        "tools",
+        "call",
+        "fs__grep",
+        r#"{"pattern":"hunter2-very-secret","output_mode":"content"}"#,
+    ]);
+    assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
+    assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+}
+
+#[test]
+fn file_is_found_in_the_current_folder() {
+    let project = Project::new();
+    project.file("toolmux.json", r#"{"fs": {"permissions": ["read", "write"]}}"#);
+    let run = project.run(&["tools", "list"]);
+    assert!(run.ok().contains("fs__write"), "{}", run.stdout);
+}
+
+#[test]
+fn config_check_reports_providers() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\n");
+    let run = project.run(&["config", "check"]);
+    let out = run.ok();
+    assert!(out.starts_with("toolmux.yaml: configuration is valid\n  fs "), "{out}");
+    assert!(out.contains("4 tools"), "{out}");
+}
+
+#[test]
+fn failing_provider_exits_3() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "defaults: {startupTimeout: 20000}\nmcpServers:\n  broken:\n    command: /nonexistent/server\n",
+    );
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stdout.contains("broken"), "{}", run.stdout);
+    assert!(run.stderr.contains("provider `broken` failed to start"), "{}", run.stderr);
+}
+
+#[test]
+fn schema_is_printed() {
+    let run = Project::new().run(&["config", "schema"]);
+    let schema: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    assert_eq!(schema["title"], "toolmux configuration");
+    assert!(schema["properties"]["mcpServers"].is_object());
+}

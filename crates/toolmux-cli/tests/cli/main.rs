@@ -1,0 +1,138 @@
+//! Tests that drive the real `toolmux` binary in a temporary project folder.
+//!
+//! They live in this crate rather than in the workspace's `tests/it` because only here does
+//! cargo build the binary for them and tell its path (`CARGO_BIN_EXE_toolmux`); `tests/it`
+//! keeps the tests that combine library crates.
+
+mod config_errors;
+mod config_files;
+mod output_and_stats;
+mod serve;
+mod tools;
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub(crate) fn toolmux_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_toolmux")
+}
+
+/// The repository root.
+pub(crate) fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A test peer under `.peers/`, or a failure telling how to install it.
+pub(crate) fn peer(relative: &str) -> PathBuf {
+    let path = repo_root().join(".peers").join(relative);
+    assert!(path.exists(), "missing test peer {relative}: run .ci/install-peers");
+    path
+}
+
+/// A temporary project folder to run the binary in.
+pub(crate) struct Project {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+/// What one run printed and how it ended.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+impl Project {
+    pub(crate) fn new() -> Project {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        std::fs::create_dir(dir.path().join("tmp")).expect("tmp folder");
+        Project { dir, env: Vec::new() }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file (folders created).
+    pub(crate) fn file(&self, name: &str, content: &str) -> &Project {
+        let path = self.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("folders");
+        }
+        std::fs::write(path, content).expect("write");
+        self
+    }
+
+    /// Sets an environment variable for every run.
+    pub(crate) fn env(mut self, key: &str, value: &str) -> Project {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// A command for the binary in the project folder, with a private temporary folder
+    /// (so the default output folder and statistics are the project's own).
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(toolmux_bin());
+        command
+            .args(args)
+            .current_dir(self.path())
+            .env_remove("TOOLMUX_CONFIG")
+            .env_remove("RUST_LOG")
+            .env("TMPDIR", self.path().join("tmp"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    /// Runs the binary to completion (at most 120 seconds).
+    pub(crate) fn run(&self, args: &[&str]) -> Run {
+        let mut command = self.command(args);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = command.spawn().expect("spawn toolmux");
+        wait(child, Duration::from_secs(120))
+    }
+}
+
+/// Waits for `child` to exit, killing it after `limit`; collects its output.
+pub(crate) fn wait(mut child: Child, limit: Duration) -> Run {
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("toolmux did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+impl Run {
+    /// Asserts success and returns stdout.
+    pub(crate) fn ok(&self) -> &str {
+        assert_eq!(self.code, 0, "exit code; stderr:\n{}\nstdout:\n{}", self.stderr, self.stdout);
+        &self.stdout
+    }
+}

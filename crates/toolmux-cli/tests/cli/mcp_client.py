@@ -1,0 +1,49 @@
+# Drives `toolmux serve` with the official Python MCP SDK client (PyPI `mcp`): lists every
+# tool (all pages), calls one tool of each provider and a failing one, and prints one JSON
+# summary line that the Rust test asserts on.
+#
+# usage: python mcp_client.py stdio CMD ARGS...
+#        python mcp_client.py http URL
+import json
+import sys
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+
+async def main() -> None:
+    transport, target = sys.argv[1], sys.argv[2:]
+    if transport == "stdio":
+        server = StdioServerParameters(command=target[0], args=target[1:])
+    else:
+        server = target[0]
+    out: dict = {"transport": transport}
+    with anyio.fail_after(90):
+        async with Client(server, mode="legacy") as client:
+            out["protocol"] = client.session.protocol_version
+            names: list[str] = []
+            cursor = None
+            while True:
+                page = await client.list_tools(cursor=cursor, cache_mode="bypass")
+                names.extend(t.name for t in page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            out["tools"] = sorted(names)
+            calls = {
+                "fs__grep": {"pattern": "TODO"},
+                "everything__echo": {"message": "hi"},
+                "fs__read": {"path": "../outside.txt"},
+            }
+            for name, arguments in calls.items():
+                if name not in names:
+                    continue
+                result = await client.call_tool(name, arguments)
+                out[name] = {
+                    "is_error": bool(result.is_error),
+                    "text": result.content[0].text if result.content else "",
+                }
+    print(json.dumps(out, sort_keys=True))
+
+
+anyio.run(main)

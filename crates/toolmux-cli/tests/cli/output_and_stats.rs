@@ -1,0 +1,63 @@
+//! Outputs over the size cap are stored and read back; statistics persist across runs.
+
+use crate::Project;
+use expect_test::expect;
+
+fn spilled_project() -> Project {
+    let project = Project::new();
+    let lines: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    project.file("big.txt", &lines).file(
+        "toolmux.yaml",
+        "defaults:\n  toolResponseMaxBytes: 500\n  outputDir: .toolmux/out\nfs: {}\n",
+    );
+    project
+}
+
+#[test]
+fn spilled_output_is_read_back() {
+    let project = spilled_project();
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    assert!(result["result"].as_str().expect("text").contains("size_limit_exceeded"));
+
+    let page = project.run(&["output", "show", &handle, "--offset", "9", "--limit", "2"]);
+    expect![[r#"
+            10	line 10
+            11	line 11"#]]
+    .assert_eq(page.ok().trim_end());
+    expect!["lines 10-11 of 300; more with --offset 11"].assert_eq(page.stderr.trim());
+
+    let human = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#]);
+    assert!(human.stderr.contains("toolmux output show run-default/"), "{}", human.stderr);
+}
+
+#[test]
+fn unknown_handle_exits_1() {
+    let run = spilled_project().run(&["output", "show", "run-x/out-y"]);
+    assert_eq!(run.code, 1);
+    expect!["error: no stored output `run-x/out-y`: handles look like `run-id/out-id`, as given in a tool_output message"]
+        .assert_eq(run.stderr.trim());
+}
+
+#[test]
+fn statistics_persist_across_runs() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    let empty = project.run(&["stats"]);
+    assert!(empty.stderr.starts_with("no calls recorded yet"), "{}", empty.stderr);
+    project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]).ok();
+    project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]).ok();
+    let failed = project.run(&["tools", "call", "fs__read", r#"{"path":"missing.txt"}"#]);
+    assert_eq!(failed.code, 1);
+
+    let run = project.run(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    assert_eq!(stats["tools"]["fs__grep"]["count"], 2);
+    assert_eq!(stats["tools"]["fs__grep"]["ok"], 2);
+    assert_eq!(stats["tools"]["fs__read"]["failed"], 1);
+
+    let table = project.run(&["stats"]);
+    let header = table.ok().lines().next().unwrap_or_default().to_owned();
+    expect!["tool        calls       ok   failed     p50 ms     p95 ms"].assert_eq(&header);
+}

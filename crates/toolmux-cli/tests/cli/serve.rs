@@ -1,0 +1,164 @@
+//! `toolmux serve`: the gateway, driven by the official Python SDK client over stdio and
+//! streamable HTTP, with the builtin tools and `@modelcontextprotocol/server-everything`
+//! behind it.
+
+use crate::{Project, Run, peer, toolmux_bin, wait};
+use serde_json::Value;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn python() -> PathBuf {
+    peer("python/venv/bin/python")
+}
+
+fn client_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/mcp_client.py")
+}
+
+/// A project whose configuration has the builtin tools and server-everything.
+fn gateway_project() -> Project {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new();
+    project.file("notes.md", "TODO: gateway\n").file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\nmcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n",
+            node.display(),
+            everything.display()
+        ),
+    );
+    project
+}
+
+fn run_client(project: &Project, args: &[&str]) -> Value {
+    let mut command = Command::new(python());
+    command
+        .arg(client_script())
+        .args(args)
+        .current_dir(project.path())
+        .env("TMPDIR", project.path().join("tmp"))
+        .env_remove("TOOLMUX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = wait(command.spawn().expect("python starts"), Duration::from_secs(120));
+    assert_eq!(run.code, 0, "python client failed:\n{}\n{}", run.stderr, run.stdout);
+    serde_json::from_str(run.stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary ({e}): {}\n{}", run.stdout, run.stderr))
+}
+
+fn check_summary(summary: &Value) {
+    let tools: Vec<&str> =
+        summary["tools"].as_array().expect("tools").iter().filter_map(Value::as_str).collect();
+    for name in ["fs__read", "fs__grep", "fs__glob", "fs__ls", "everything__echo"] {
+        assert!(tools.contains(&name), "{name} missing from {tools:?}");
+    }
+    assert!(tools.iter().filter(|t| t.starts_with("everything__")).count() > 5, "{tools:?}");
+    assert_eq!(summary["fs__grep"]["text"], "notes.md", "{summary}");
+    assert_eq!(summary["fs__grep"]["is_error"], false);
+    assert_eq!(summary["everything__echo"]["text"], "Echo: hi", "{summary}");
+    assert_eq!(summary["fs__read"]["is_error"], true, "{summary}");
+    let failure = summary["fs__read"]["text"].as_str().unwrap_or_default();
+    assert!(failure.contains("outside the workspace root"), "{summary}");
+}
+
+#[test]
+fn python_client_over_stdio() {
+    let project = gateway_project();
+    let summary = run_client(&project, &["stdio", toolmux_bin(), "serve", "--stdio"]);
+    check_summary(&summary);
+}
+
+#[test]
+fn python_client_over_http() {
+    let project = gateway_project();
+    let mut child = project
+        .command(&["serve", "--http", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    // The address line comes once every provider has started; reading ends at EOF if
+    // toolmux exits, so this cannot hang past the process.
+    let mut seen = String::new();
+    let url = loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("toolmux serve ended before serving:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(rest) = line.trim().strip_prefix("toolmux: serving MCP at ") {
+            break rest.split_whitespace().next().unwrap_or_default().to_owned();
+        }
+    };
+    let summary = run_client(&project, &["http", &url]);
+    // SIGTERM: toolmux stops serving, saves statistics and reaps server-everything.
+    let terminated =
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
+    assert!(terminated.success());
+    child.stderr = Some(stderr.into_inner());
+    let run: Run = wait(child, Duration::from_secs(30));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    check_summary(&summary);
+
+    let stats = project.run(&["stats", "--json"]);
+    let stats: Value = serde_json::from_str(stats.ok()).expect("json");
+    assert_eq!(stats["tools"]["everything__echo"]["count"], 1, "{stats}");
+}
+
+/// Over stdio, stdout carries nothing but JSON-RPC messages, even with logging turned up.
+#[test]
+fn stdio_stdout_is_only_protocol() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    let mut child = project
+        .command(&["-vvv", "serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__grep","arguments":{"pattern":"TODO"}}}"#,
+    ];
+    for request in requests {
+        writeln!(stdin, "{request}").expect("write");
+    }
+    // Read until the call's answer, then close stdin so that toolmux exits.
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        let message: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{line}");
+        let done = message["id"] == 2;
+        lines.push(message);
+        if done {
+            break;
+        }
+    }
+    drop(stdin);
+    child.stdout = Some(stdout.into_inner());
+    let run = wait(child, Duration::from_secs(30));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.trim().is_empty(), "{}", run.stdout);
+    let answer = lines.last().expect("an answer");
+    assert_eq!(answer["result"]["content"][0]["text"], "a.txt", "{answer}");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+}

@@ -1,0 +1,106 @@
+//! `tools list` and `tools call` with the builtin tools.
+
+use crate::Project;
+use expect_test::expect;
+
+fn project() -> Project {
+    let project = Project::new();
+    project.file("src/main.rs", "fn main() {}\n// TODO: more\n").file("README.md", "hello\n");
+    project
+}
+
+fn first_column(text: &str) -> String {
+    text.lines().filter_map(|l| l.split_whitespace().next()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn list_without_configuration_shows_read_only_file_tools() {
+    let run = project().run(&["tools", "list"]);
+    expect![[r#"
+        fs__read
+        fs__grep
+        fs__glob
+        fs__ls"#]]
+    .assert_eq(&first_column(run.ok()));
+    expect!["4 tools from 1 provider"].assert_eq(run.stderr.trim());
+}
+
+#[test]
+fn list_as_json() {
+    let run = project().run(&["tools", "list", "--json"]);
+    let tools: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let names: Vec<&str> =
+        tools.as_array().expect("array").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["fs__read", "fs__grep", "fs__glob", "fs__ls"]);
+    assert_eq!(tools[1]["inputSchema"]["type"], "object");
+}
+
+#[test]
+fn call_grep_anywhere() {
+    let run = project().run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+    expect!["src/main.rs"].assert_eq(run.ok().trim());
+}
+
+#[test]
+fn call_with_arg_pairs() {
+    let run = project().run(&[
+        "tools",
+        "call",
+        "fs__grep",
+        "--arg",
+        "pattern=TODO",
+        "--arg",
+        "output_mode=\"content\"",
+    ]);
+    expect!["src/main.rs:2:// TODO: more"].assert_eq(run.ok().trim());
+}
+
+#[test]
+fn call_as_json_envelope() {
+    let run = project().run(&["tools", "call", "fs__ls", "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    assert_eq!(result["ok"], true);
+    assert_eq!(result["namespace"], "fs");
+    assert!(result["result"].as_str().expect("text").contains("README.md"));
+}
+
+#[test]
+fn failed_call_exits_1() {
+    let run = project().run(&["tools", "call", "fs__read", r#"{"path":"../outside"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("outside the workspace root"), "{}", run.stderr);
+    assert!(run.stdout.is_empty());
+}
+
+#[test]
+fn unknown_tool_suggests_close_names() {
+    let run = project().run(&["tools", "call", "fs__grepp", "{}"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("fs__grep"), "{}", run.stderr);
+}
+
+#[test]
+fn invalid_arguments_json_is_a_usage_error() {
+    let run = project().run(&["tools", "call", "fs__grep", "{pattern"]);
+    assert_eq!(run.code, 2);
+    expect!["error: ARGS_JSON is not valid JSON: key must be a string at line 1 column 2"]
+        .assert_eq(run.stderr.trim());
+    let run = project().run(&["tools", "call", "fs__grep", "[1]"]);
+    expect!["error: ARGS_JSON must be a JSON object, not `[1]`"].assert_eq(run.stderr.trim());
+    let run = project().run(&["tools", "call", "fs__grep", "--arg", "pattern"]);
+    expect!["error: --arg `pattern` is not KEY=VALUE"].assert_eq(run.stderr.trim());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let run = project().run(&["tools", "frobnicate"]);
+    assert_eq!(run.code, 2);
+    let run = project().run(&["serve", "--stdio", "--http", "127.0.0.1:0"]);
+    assert_eq!(run.code, 2);
+}
+
+#[test]
+fn help_documents_exit_codes() {
+    let run = project().run(&["--help"]);
+    assert!(run.ok().contains("3  a provider failed to start"), "{}", run.stdout);
+}

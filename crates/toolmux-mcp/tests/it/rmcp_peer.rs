@@ -1,0 +1,407 @@
+//! Against an rmcp server run inside the test over streamable HTTP and WebSocket: both
+//! protocol revisions, list changes on each (a notification, or a 2026-07-28 subscription),
+//! hangs, slow starts, a server dying mid-call and malformed replies.
+
+use futures::{SinkExt, StreamExt};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
+    Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    Tool,
+};
+use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::json;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{CallContext, ToolError, ToolProvider};
+use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+
+/// A server whose behaviour the test scripts.
+#[derive(Clone)]
+struct FaultServer {
+    extra: Arc<AtomicBool>,
+    changes: broadcast::Sender<()>,
+    slow_start: Option<Duration>,
+    /// Cancelled by the `die` tool: the whole HTTP service stops mid-call.
+    die: CancellationToken,
+}
+
+impl FaultServer {
+    fn new(slow_start: Option<Duration>, die: CancellationToken) -> FaultServer {
+        FaultServer { extra: Arc::default(), changes: broadcast::channel(16).0, slow_start, die }
+    }
+}
+
+fn schema() -> JsonObject {
+    serde_json::from_value(json!({"type": "object", "properties": {"message": {"type": "string"}}}))
+        .unwrap()
+}
+
+impl ServerHandler for FaultServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build(),
+        )
+        .with_server_info(Implementation::new("rmcp-fault", "1.0.0"))
+        .with_instructions("rmcp fault server")
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if let Some(delay) = self.slow_start {
+            tokio::time::sleep(delay).await;
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        if let Some(delay) = self.slow_start {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut names = vec!["echo", "hang", "add_tool", "die"];
+        if self.extra.load(Ordering::SeqCst) {
+            names.push("extra");
+        }
+        let tools = names
+            .into_iter()
+            .map(|name| Tool::new(name, format!("rmcp fault tool {name}"), schema()))
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let text = match request.name.as_ref() {
+            "echo" => {
+                let args = request.arguments.unwrap_or_default();
+                format!("rmcp echo: {}", args.get("message").and_then(|m| m.as_str()).unwrap_or(""))
+            }
+            "hang" => {
+                context.ct.cancelled().await;
+                return Err(ErrorData::internal_error("cancelled", None));
+            }
+            "add_tool" => {
+                self.extra.store(true, Ordering::SeqCst);
+                let modern =
+                    context.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+                if modern {
+                    let _ = self.changes.send(());
+                } else {
+                    let _ = context.peer.notify_tool_list_changed().await;
+                }
+                "added".into()
+            }
+            "die" => {
+                self.die.cancel();
+                std::future::pending::<()>().await;
+                unreachable!("pending never resolves")
+            }
+            "extra" => "extra".into(),
+            other => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "unknown tool {other}"
+                ))])
+                .into());
+            }
+        };
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.changes.subscribe();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                change = changes.recv() => {
+                    if change.is_err() {
+                        return Ok(());
+                    }
+                    let _ = context.sink().notify_tool_list_changed().await;
+                }
+            }
+        }
+    }
+}
+
+/// A running in-process HTTP server; stops on drop.
+struct HttpPeer {
+    url: String,
+    stop: CancellationToken,
+}
+
+impl Drop for HttpPeer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn http_peer(slow_start: Option<Duration>) -> HttpPeer {
+    let stop = CancellationToken::new();
+    let server = FaultServer::new(slow_start, stop.clone());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let died = stop.clone();
+    // Its own runtime on its own thread: when it is dropped, every connection task goes
+    // with it and the sockets close, as when a server process crashes.
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async move {
+            let service = StreamableHttpService::new(
+                move || Ok(server.clone()),
+                LocalSessionManager::default().into(),
+                StreamableHttpServerConfig::default(),
+            );
+            let router = axum::Router::new().nest_service("/mcp", service);
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            tokio::select! {
+                _ = axum::serve(listener, router) => {}
+                () = died.cancelled() => {}
+            }
+        });
+    });
+    HttpPeer { url, stop }
+}
+
+fn http_provider(peer: &HttpPeer, mode: ProtocolMode) -> McpProvider {
+    let config = McpServerConfig::remote(TransportKind::Http, peer.url.clone()).with_protocol(mode);
+    McpProvider::new("rmcp", config).unwrap()
+}
+
+fn conformance() -> Conformance {
+    Conformance::new()
+        .with_sample(
+            SampleCall::new("echo", json!({"message": "hi"})).expect_text_contains("rmcp echo: hi"),
+        )
+        .with_cancellable(SampleCall::new("hang", json!({})))
+}
+
+async fn list_changed_is_seen(provider: &McpProvider) {
+    provider.warmup().await.unwrap();
+    let mut changes = provider.tool_list_changes().unwrap();
+    assert!(!provider.has_tool("extra").await);
+    provider.call("add_tool", json!({}), &CallContext::new()).await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await);
+}
+
+#[tokio::test]
+async fn http_2026_07_28_conformance_and_list_changed_by_subscription() {
+    let peer = http_peer(None).await;
+    let provider = http_provider(&peer, ProtocolMode::Auto);
+    conformance().check(&provider).await;
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    assert_eq!(provider.instructions().as_deref(), Some("rmcp fault server"));
+    list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_legacy_conformance_and_list_changed_by_notification() {
+    let peer = http_peer(None).await;
+    let provider = http_provider(&peer, ProtocolMode::Legacy);
+    conformance().check(&provider).await;
+    assert_eq!(provider.protocol_version().as_deref(), Some("2025-11-25"));
+    list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_hang_times_out() {
+    let peer = http_peer(None).await;
+    let config = McpServerConfig::remote(TransportKind::Http, peer.url.clone())
+        .with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("rmcp", config).unwrap();
+    let err = provider.call("hang", json!({}), &CallContext::new()).await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err:?}");
+    let out = provider.call("echo", json!({"message": "ok"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "rmcp echo: ok");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_slow_start_beyond_the_startup_timeout_fails_warmup() {
+    let peer = http_peer(Some(Duration::from_secs(5))).await;
+    let config = McpServerConfig::remote(TransportKind::Http, peer.url.clone())
+        .with_startup_timeout(Duration::from_millis(400));
+    let provider = McpProvider::new("rmcp", config).unwrap();
+    let started = Instant::now();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    expect_test::expect!["rmcp: no answer to the handshake within 400ms"]
+        .assert_eq(&err.to_string());
+}
+
+#[tokio::test]
+async fn http_slow_start_within_the_startup_timeout_works() {
+    let peer = http_peer(Some(Duration::from_millis(500))).await;
+    let provider = http_provider(&peer, ProtocolMode::Legacy);
+    provider.warmup().await.unwrap();
+    let out = provider.call("echo", json!({"message": "late"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "rmcp echo: late");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_server_dying_mid_call_fails_the_call_promptly() {
+    let peer = http_peer(None).await;
+    let provider = http_provider(&peer, ProtocolMode::Legacy);
+    provider.warmup().await.unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        provider.call("die", json!({}), &CallContext::new()),
+    )
+    .await
+    .expect("the call ends when the server dies");
+    let err = outcome.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}: {err}", started.elapsed());
+    assert!(err.to_string().starts_with("rmcp"), "names the server: {err}");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_refused_connection_names_the_server() {
+    let port = crate::support::free_port();
+    let config =
+        McpServerConfig::remote(TransportKind::Http, format!("http://127.0.0.1:{port}/mcp"))
+            .with_startup_timeout(Duration::from_secs(5));
+    let provider = McpProvider::new("gone", config).unwrap();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(err.to_string().starts_with("gone: "), "{err}");
+    assert!(err.is_transient());
+}
+
+/// The same rmcp server over a WebSocket: each text frame one JSON-RPC message.
+async fn websocket_peer() -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let die = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                () = die.cancelled() => return,
+                accepted = listener.accept() => accepted.unwrap(),
+            };
+            let die = die.clone();
+            tokio::spawn(async move {
+                let socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                let (sink, stream) = socket.split();
+                let stream = Box::pin(stream.filter_map(|frame| async move {
+                    match frame {
+                        Ok(tokio_tungstenite::tungstenite::Message::Text(text)) => {
+                            serde_json::from_str(&text).ok()
+                        }
+                        _ => None,
+                    }
+                }));
+                let sink = Box::pin(sink.with(
+                    |message: rmcp::service::TxJsonRpcMessage<RoleServer>| async move {
+                        let text = serde_json::to_string(&message).unwrap();
+                        Ok::<_, tokio_tungstenite::tungstenite::Error>(
+                            tokio_tungstenite::tungstenite::Message::Text(text.into()),
+                        )
+                    },
+                ));
+                let server = FaultServer::new(None, die);
+                if let Ok(running) = server.serve((sink, stream)).await {
+                    let _ = running.waiting().await;
+                }
+            });
+        }
+    });
+    (url, stop)
+}
+
+#[tokio::test]
+async fn websocket_conformance_and_list_changed() {
+    let (url, stop) = websocket_peer().await;
+    let config =
+        McpServerConfig::remote(TransportKind::Websocket, url).with_protocol(ProtocolMode::Legacy);
+    let provider = McpProvider::new("ws", config).unwrap();
+    conformance().check(&provider).await;
+    list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn websocket_auto_mode_negotiates_2026_07_28() {
+    let (url, stop) = websocket_peer().await;
+    let config = McpServerConfig::remote(TransportKind::Websocket, url);
+    let provider = McpProvider::new("ws", config).unwrap();
+    let out = provider.call("echo", json!({"message": "w"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "rmcp echo: w");
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test]
+async fn websocket_garbage_is_a_protocol_error_naming_it() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        // Several connections: the client retries without the `mcp` subprotocol.
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(_)) = socket.next().await {
+                    let garbage =
+                        tokio_tungstenite::tungstenite::Message::Text("<html>502</html>".into());
+                    if socket.send(garbage).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let config = McpServerConfig::remote(TransportKind::Websocket, url)
+        .with_protocol(ProtocolMode::Legacy)
+        .with_startup_timeout(Duration::from_secs(10));
+    let provider = McpProvider::new("ws", config).unwrap();
+    let started = Instant::now();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    expect_test::expect!["ws: protocol error: websocket frame is not JSON: `<html>502</html>`"]
+        .assert_eq(&err.to_string());
+    server.abort();
+}
