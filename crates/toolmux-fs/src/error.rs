@@ -128,6 +128,14 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    /// The tool's worker thread panicked.
+    #[error("`{tool}` panicked: {message}")]
+    Panicked {
+        /// The tool.
+        tool: &'static str,
+        /// The panic message.
+        message: String,
+    },
     /// The call was cancelled.
     #[error("`{tool}` cancelled")]
     Cancelled {
@@ -188,6 +196,9 @@ impl FsError {
                 ToolError::Denied { tool: tool.to_owned(), reason: self.to_string() }
             }
             FsError::Cancelled { .. } => ToolError::Cancelled { tool: tool.to_owned() },
+            FsError::Panicked { message, .. } => {
+                ToolError::Panicked { tool: tool.to_owned(), message }
+            }
             FsError::Config { .. } => ToolError::Unavailable {
                 provider: tool.split("__").next().unwrap_or(tool).to_owned(),
                 message: self.to_string(),

@@ -199,17 +199,21 @@ impl FsProvider {
             // (it is atomic and quick), so its outcome is never in doubt.
             Tool::Write => {
                 let args: write::WriteArgs = parse(tool, arguments)?;
-                self.blocking_to_end(move |ws, config| write::write(ws, &config.limits, &run, args))
-                    .await
+                self.blocking_to_end(tool, move |ws, config| {
+                    write::write(ws, &config.limits, &run, args)
+                })
+                .await
             }
             Tool::Edit => {
                 let args: edit::EditArgs = parse(tool, arguments)?;
-                self.blocking_to_end(move |ws, config| edit::edit(ws, &config.limits, &run, args))
-                    .await
+                self.blocking_to_end(tool, move |ws, config| {
+                    edit::edit(ws, &config.limits, &run, args)
+                })
+                .await
             }
             Tool::MultiEdit => {
                 let args: edit::MultiEditArgs = parse(tool, arguments)?;
-                self.blocking_to_end(move |ws, config| {
+                self.blocking_to_end(tool, move |ws, config| {
                     edit::multi_edit(ws, &config.limits, &run, args)
                 })
                 .await
@@ -280,19 +284,19 @@ impl FsProvider {
     }
 
     /// Runs `work` on the blocking pool to its end.
-    async fn blocking_to_end<F>(&self, work: F) -> Result<ToolOutput, FsError>
+    async fn blocking_to_end<F>(&self, tool: Tool, work: F) -> Result<ToolOutput, FsError>
     where
         F: FnOnce(&Workspace, &FsConfig) -> Result<ToolOutput, FsError> + Send + 'static,
     {
         let (ws, config) = (self.workspace.clone(), self.config.clone());
-        tokio::task::spawn_blocking(move || work(&ws, &config)).await.unwrap_or_else(|e| {
-            Err(FsError::Io { path: String::new(), source: std::io::Error::other(e.to_string()) })
-        })
+        tokio::task::spawn_blocking(move || work(&ws, &config))
+            .await
+            .unwrap_or_else(|e| Err(panicked(tool, e)))
     }
 }
 
 fn panicked(tool: Tool, e: tokio::task::JoinError) -> FsError {
-    FsError::Io { path: tool.name().into(), source: std::io::Error::other(e.to_string()) }
+    FsError::Panicked { tool: tool.name(), message: e.to_string() }
 }
 
 fn parse<T: DeserializeOwned>(tool: Tool, arguments: Value) -> Result<T, FsError> {
