@@ -191,7 +191,13 @@ pub(crate) fn grep(
                     .unwrap_or(SystemTime::UNIX_EPOCH),
                 _ => SystemTime::UNIX_EPOCH,
             };
-            let result = FileResult { modified, count: sink.count, lines: sink.lines };
+            let mut lines = sink.lines;
+            if show.context {
+                // Context groups of different files are separated as ripgrep does; the
+                // separator before the first file is dropped when rendering.
+                lines.insert(0, "--".to_owned());
+            }
+            let result = FileResult { modified, count: sink.count, lines };
             collector.lock().unwrap_or_else(|e| e.into_inner()).add(display, result);
             WalkState::Continue
         })
@@ -201,7 +207,7 @@ pub(crate) fn grep(
     }
     let collector = std::mem::take(&mut *collector.lock().unwrap_or_else(|e| e.into_inner()));
     let total_matches = matches.load(Ordering::Relaxed);
-    Ok(render(mode, collector, offset, head_limit, total_matches))
+    Ok(render(mode, collector, offset, head_limit, total_matches, show.context))
 }
 
 fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, String> {
@@ -356,12 +362,15 @@ fn render(
     offset: usize,
     head_limit: usize,
     total_matches: u64,
+    separated: bool,
 ) -> ToolOutput {
     let limit = if head_limit == 0 { usize::MAX } else { head_limit };
     let (items, total, unit): (Vec<String>, usize, &str) = match mode {
         OutputMode::Content => {
-            let lines = collector.files.into_values().flat_map(|f| f.lines);
-            (lines.skip(offset).take(limit).collect(), collector.total_lines, "lines")
+            let skip = usize::from(separated);
+            let lines = collector.files.into_values().flat_map(|f| f.lines).skip(skip);
+            let total = collector.total_lines.saturating_sub(skip);
+            (lines.skip(offset).take(limit).collect(), total, "lines")
         }
         OutputMode::Count => {
             let lines = collector.files.iter().map(|(path, f)| format!("{path}:{}", f.count));
@@ -401,4 +410,20 @@ fn render(
         .with_extra("files", json!(files))
         .with_extra("total", json!(total))
         .with_extra("truncated", json!(truncated))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_cancellation_flag_stops_the_search() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::write(temp.path().join("a.txt"), "needle\n").unwrap();
+        let ws = Workspace::open(temp.path()).unwrap();
+        let args = GrepArgs { pattern: "needle".into(), ..GrepArgs::default() };
+        let cancelled = Arc::new(AtomicBool::new(true));
+        let err = grep(&ws, &FsLimits::default(), args, &cancelled).unwrap_err();
+        assert!(matches!(err, FsError::Cancelled { tool: "grep" }), "{err}");
+    }
 }

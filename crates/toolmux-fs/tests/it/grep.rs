@@ -243,3 +243,17 @@ async fn root_gitignore_applies_to_subdirectory_searches_and_parents_are_not_rea
     assert_eq!(fx.ok("grep", json!({"pattern": "needle", "path": "sub"})).await, "sub/a.txt");
     assert_eq!(fx.ok("glob", json!({"pattern": "**/a.*", "path": "sub"})).await, "sub/a.txt");
 }
+
+#[tokio::test]
+async fn context_groups_of_different_files_are_separated() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "x\nhit\n");
+    fx.put("b.txt", "hit\ny\n");
+    expect![[r#"
+        a.txt-1-x
+        a.txt:2:hit
+        --
+        b.txt:1:hit
+        b.txt-2-y"#]]
+    .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-C": 1})).await);
+}
