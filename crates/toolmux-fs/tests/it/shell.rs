@@ -247,3 +247,16 @@ async fn colours_are_stripped_for_the_model() {
     let out = fx.ok("bash", json!({"command": "printf '\\033[31mred\\033[0m\\n'"})).await;
     assert_eq!(out, "exit code 0\n--- stdout ---\nred");
 }
+
+#[tokio::test]
+async fn exec_timeout_kills_the_program() {
+    let fx = Fixture::new();
+    let started = Instant::now();
+    let out = fx
+        .call("exec", json!({"argv": ["sleep", "1000"], "timeout": 200, "description": "sleep"}))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(out.is_error);
+    assert_eq!(out.to_text(), "timed out after 200 ms: the process group was killed\n[no output]");
+}
