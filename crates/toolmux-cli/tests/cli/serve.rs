@@ -73,9 +73,14 @@ fn python_client_over_stdio() {
     check_summary(&summary);
 }
 
-#[test]
-fn python_client_over_http() {
-    let project = gateway_project();
+/// `toolmux serve --http 127.0.0.1:0` in `project`, stopped with SIGTERM by [`stop`].
+struct HttpGateway {
+    child: std::process::Child,
+    stderr: BufReader<std::process::ChildStderr>,
+    url: String,
+}
+
+fn serve_http(project: &Project) -> HttpGateway {
     let mut child = project
         .command(&["serve", "--http", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -99,13 +104,25 @@ fn python_client_over_http() {
             break rest.split_whitespace().next().unwrap_or_default().to_owned();
         }
     };
-    let summary = run_client(&project, &["http", &url]);
-    // SIGTERM: toolmux stops serving, saves statistics and reaps server-everything.
+    HttpGateway { child, stderr, url }
+}
+
+/// SIGTERM: toolmux stops serving, saves statistics and reaps its MCP servers.
+fn stop(gateway: HttpGateway) -> Run {
+    let HttpGateway { mut child, stderr, .. } = gateway;
     let terminated =
         Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");
     assert!(terminated.success());
     child.stderr = Some(stderr.into_inner());
-    let run: Run = wait(child, Duration::from_secs(30));
+    wait(child, Duration::from_secs(30))
+}
+
+#[test]
+fn python_client_over_http() {
+    let project = gateway_project();
+    let gateway = serve_http(&project);
+    let summary = run_client(&project, &["http", &gateway.url]);
+    let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.is_empty(), "{}", run.stdout);
     check_summary(&summary);
@@ -113,6 +130,72 @@ fn python_client_over_http() {
     let stats = project.run(&["stats", "--json"]);
     let stats: Value = serde_json::from_str(stats.ok()).expect("json");
     assert_eq!(stats["tools"]["everything__echo"]["count"], 1, "{stats}");
+}
+
+/// The MCP Inspector's CLI mode (`mcp-inspector --cli`) with `args`, its JSON answer.
+fn inspector(project: &Project, args: &[&str]) -> Value {
+    let mut command = Command::new(peer("node/node_modules/.bin/node"));
+    command
+        .arg(peer(
+            "node/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+        ))
+        .arg("--cli")
+        .args(args)
+        .current_dir(project.path())
+        .env("TMPDIR", project.path().join("tmp"))
+        .env_remove("TOOLMUX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = wait(command.spawn().expect("inspector starts"), Duration::from_secs(120));
+    assert_eq!(run.code, 0, "inspector failed:\n{}\n{}", run.stderr, run.stdout);
+    serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("inspector printed no JSON ({e}): {}", run.stdout))
+}
+
+fn inspector_checks(project: &Project, target: &[&str]) {
+    let with = |extra: &[&str]| -> Vec<String> {
+        target.iter().chain(extra).map(|s| (*s).to_owned()).collect()
+    };
+    let list = with(&["--method", "tools/list"]);
+    let tools = inspector(project, &list.iter().map(String::as_str).collect::<Vec<_>>());
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"fs__grep") && names.contains(&"everything__echo"), "{names:?}");
+    let grep =
+        with(&["--method", "tools/call", "--tool-name", "fs__grep", "--tool-arg", "pattern=TODO"]);
+    let grep = inspector(project, &grep.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(grep["content"][0]["text"], "notes.md", "{grep}");
+    let echo = with(&[
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "everything__echo",
+        "--tool-arg",
+        "message=hi",
+    ]);
+    let echo = inspector(project, &echo.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(echo["content"][0]["text"], "Echo: hi", "{echo}");
+}
+
+#[test]
+fn inspector_cli_over_stdio() {
+    let project = gateway_project();
+    inspector_checks(&project, &[toolmux_bin(), "serve", "--stdio"]);
+}
+
+#[test]
+fn inspector_cli_over_http() {
+    let project = gateway_project();
+    let gateway = serve_http(&project);
+    let url = gateway.url.clone();
+    inspector_checks(&project, &[&url, "--transport", "http"]);
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
 /// Over stdio, stdout carries nothing but JSON-RPC messages, even with logging turned up.
