@@ -267,6 +267,7 @@ mod mcp {
             lazy: entry.lazy,
             tools: entry.tools.clone(),
             protocol: entry.protocol,
+            accept_elicitation_defaults: entry.accept_elicitation_defaults,
             max_restarts: entry.max_restarts,
             queue: entry.queue.clone(),
             cache: entry.cache,
