@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
-use toolmux::toolmux_orchestrator::WarmupReport;
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
+use toolmux::toolmux_orchestrator::{Severity, WarmupReport};
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print(text: &str) {
@@ -64,7 +64,8 @@ async fn start(loaded: &Loaded) -> anyhow::Result<(Toolmux, WarmupReport)> {
         }
     }
     for problem in &report.problems {
-        eprintln!("warning: {problem:?}");
+        let level = if problem.severity == Severity::Error { "error" } else { "warning" };
+        eprintln!("{level}: {}", problem.message);
     }
     Ok((toolmux, report))
 }
@@ -192,11 +193,26 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     };
     options.allowed_hosts.extend(args.allowed_hosts);
     let provider: Arc<dyn ToolProvider> = Arc::new(toolmux.orchestrator().clone());
+    // A gateway runs for long: save statistics now and then, not only at the end.
+    let saver = tokio::spawn({
+        let toolmux = toolmux.clone();
+        async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
+            every.tick().await;
+            loop {
+                every.tick().await;
+                if let Err(e) = toolmux.save_stats() {
+                    tracing::warn!("cannot save statistics: {e}");
+                }
+            }
+        }
+    });
     let served = match args.transport.http {
         None => {
             tokio::select! {
                 served = serve_stdio(provider, options) => served.context("serving on stdio"),
                 _ = tokio::signal::ctrl_c() => Ok(()),
+                _ = terminated() => Ok(()),
             }
         }
         Some(addr) => {
@@ -218,6 +234,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             }
         }
     };
+    saver.abort();
     finish(&toolmux).await;
     match served {
         Ok(()) => Ok(0),
@@ -243,6 +260,7 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
     let (toolmux, report) = start(loaded).await?;
     finish(&toolmux).await;
     let failed = report.providers.iter().any(|p| p.error.is_some());
+    let collided = report.problems.iter().any(|p| p.severity == Severity::Error);
     if json {
         let value = serde_json::json!({
             "file": loaded.file,
@@ -269,7 +287,13 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         }
         print(text.trim_end());
     }
-    Ok(if failed { exit::PROVIDER } else { 0 })
+    Ok(if collided {
+        exit::CONFIG
+    } else if failed {
+        exit::PROVIDER
+    } else {
+        0
+    })
 }
 
 pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Result<u8> {

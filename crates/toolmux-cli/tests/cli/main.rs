@@ -32,6 +32,23 @@ pub(crate) fn peer(relative: &str) -> PathBuf {
     path
 }
 
+/// A project whose configuration has the builtin tools and server-everything (npm).
+pub(crate) fn gateway_project() -> Project {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new();
+    project.file("notes.md", "TODO: gateway\n").file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\nmcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n",
+            node.display(),
+            everything.display()
+        ),
+    );
+    project
+}
+
 /// A temporary project folder to run the binary in.
 pub(crate) struct Project {
     dir: tempfile::TempDir,

@@ -2,7 +2,7 @@
 //! streamable HTTP, with the builtin tools and `@modelcontextprotocol/server-everything`
 //! behind it.
 
-use crate::{Project, Run, peer, toolmux_bin, wait};
+use crate::{Project, Run, gateway_project, peer, toolmux_bin, wait};
 use serde_json::Value;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
@@ -15,23 +15,6 @@ fn python() -> PathBuf {
 
 fn client_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/mcp_client.py")
-}
-
-/// A project whose configuration has the builtin tools and server-everything.
-fn gateway_project() -> Project {
-    let node = peer("node/node_modules/.bin/node");
-    let everything =
-        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    let project = Project::new();
-    project.file("notes.md", "TODO: gateway\n").file(
-        "toolmux.yaml",
-        &format!(
-            "fs: {{}}\nmcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n",
-            node.display(),
-            everything.display()
-        ),
-    );
-    project
 }
 
 fn run_client(project: &Project, args: &[&str]) -> Value {

@@ -1,6 +1,6 @@
 //! `tools list` and `tools call` with the builtin tools.
 
-use crate::Project;
+use crate::{Project, gateway_project};
 use expect_test::expect;
 
 fn project() -> Project {
@@ -103,4 +103,20 @@ fn usage_errors_exit_2() {
 fn help_documents_exit_codes() {
     let run = project().run(&["--help"]);
     assert!(run.ok().contains("3  a provider failed to start"), "{}", run.stdout);
+}
+
+#[test]
+fn list_and_call_with_server_everything() {
+    let project = gateway_project();
+    let list = project.run(&["tools", "list"]);
+    let names = first_column(list.ok());
+    for name in ["fs__grep", "everything__echo", "everything__get-sum"] {
+        assert!(names.lines().any(|n| n == name), "{name} missing:\n{names}");
+    }
+    let echo = project.run(&["tools", "call", "everything__echo", "--arg", "message=hi there"]);
+    expect!["Echo: hi there"].assert_eq(echo.ok().trim());
+    let sum = project.run(&["tools", "call", "everything__get-sum", r#"{"a": 2, "b": 3}"#]);
+    assert!(sum.ok().contains('5'), "{}", sum.stdout);
+    let grep = project.run(&["tools", "call", "fs__grep", "--arg", "pattern=TODO"]);
+    expect!["notes.md"].assert_eq(grep.ok().trim());
 }

@@ -70,6 +70,10 @@ pub struct McpServerConfig {
     /// Which revision of the protocol to speak (default `auto`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<ProtocolMode>,
+    /// Answer the server's form elicitations with the defaults its schema gives, as an
+    /// unattended client; otherwise (the default) every elicitation is declined.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub accept_elicitation_defaults: bool,
     /// How many times in a row the server may be restarted after failures before the
     /// provider gives up until its next successful start (default 5).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -226,6 +230,12 @@ impl McpServerConfig {
     /// Declares a tool listed before the server starts.
     pub fn with_declared_tool(mut self, tool: DeclaredTool) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Answers form elicitations with the schema's defaults.
+    pub fn with_elicitation_defaults(mut self, accept: bool) -> Self {
+        self.accept_elicitation_defaults = accept;
         self
     }
 

@@ -84,7 +84,33 @@ pub(crate) async fn connect(
     let fault = Fault::default();
     let mut process = None;
     let startup = config.startup_timeout();
-    let attempt = start(server, config, kind, http, events, &fault, &mut process);
+    let mode = config.protocol.unwrap_or_default();
+    let attempt = async {
+        let first = start(server, config, kind, http, events, &fault, &mut process, mode).await;
+        match first {
+            // A server that answers `server/discover` with something that is neither a
+            // discovery result nor an error (some answer every unknown method with `{}`)
+            // gets the handshake it understands, on a fresh connection.
+            Err(McpError::Handshake { .. }) if mode == ProtocolMode::Auto => {
+                tracing::debug!(server, "server/discover failed; retrying with initialize");
+                if let Some(mut old) = process.take() {
+                    old.kill_now().await;
+                }
+                start(
+                    server,
+                    config,
+                    kind,
+                    http,
+                    events,
+                    &fault,
+                    &mut process,
+                    ProtocolMode::Legacy,
+                )
+                .await
+            }
+            other => other,
+        }
+    };
     let service = match tokio::time::timeout(startup, attempt).await {
         Ok(Ok(service)) => service,
         Ok(Err(e)) => {
@@ -124,6 +150,7 @@ pub(crate) async fn connect(
     Ok(connection)
 }
 
+#[allow(clippy::too_many_arguments)] // One private call site; a struct would only rename them.
 async fn start(
     server: &str,
     config: &McpServerConfig,
@@ -132,9 +159,9 @@ async fn start(
     events: &Arc<Events>,
     fault: &Fault,
     process: &mut Option<ChildGroup>,
+    mode: ProtocolMode,
 ) -> Result<RunningService<RoleClient, Handler>, McpError> {
-    let handler = Handler::new(server, events.clone());
-    let mode = config.protocol.unwrap_or_default();
+    let handler = Handler::new(server, events.clone(), config.accept_elicitation_defaults);
     let connect_error = |source: Box<dyn std::error::Error + Send + Sync>| McpError::Connect {
         server: server.to_owned(),
         transport: kind.as_str(),
