@@ -97,7 +97,9 @@ fn expand_str(
         match reference(inner) {
             Reference::Env { name, default } => match lookup(name) {
                 Some(v) => {
-                    found.secrets.push(v.clone());
+                    if !is_public(name) {
+                        found.secrets.push(v.clone());
+                    }
                     out.push_str(&v);
                 }
                 None => match default {
@@ -153,6 +155,15 @@ fn reference(inner: &str) -> Reference<'_> {
     if is_name(name) { Reference::Env { name, default } } else { Reference::Other }
 }
 
+/// Variables that describe the machine rather than hold credentials. Redacting their
+/// values (a home folder, a user name) would mangle ordinary paths in every output.
+fn is_public(name: &str) -> bool {
+    matches!(
+        name,
+        "HOME" | "USER" | "LOGNAME" | "PWD" | "PATH" | "SHELL" | "TMPDIR" | "LANG" | "TERM"
+    ) || name.starts_with("XDG_")
+}
+
 /// An environment variable name: a letter or `_`, then letters, digits, `_`.
 fn is_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -199,9 +210,9 @@ mod tests {
     #[test]
     fn vscode_forms() {
         check(
-            json!({"servers": {"x": {"env": {"T": "${env:TOKEN}", "I": "${input:api-key}", "W": "${workspaceFolder}/a", "H": "${userHome}"}}}}),
+            json!({"servers": {"x": {"env": {"T": "${env:TOKEN}", "I": "${input:api-key}", "W": "${workspaceFolder}/a", "H": "${userHome}", "P": "${HOME}/bin"}}}}),
             expect![[r#"
-                {"servers":{"x":{"env":{"H":"/home/u","I":"${input:api-key}","T":"s3cret-token","W":"/ws/a"}}}}
+                {"servers":{"x":{"env":{"H":"/home/u","I":"${input:api-key}","P":"/home/u/bin","T":"s3cret-token","W":"/ws/a"}}}}
                 secrets: ["s3cret-token"]
                 inputs: ["${input:api-key}"]"#]],
         );
