@@ -7,7 +7,7 @@ use futures::StreamExt;
 use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderName, HeaderValue};
 use serde_json::Value;
 use std::time::Duration;
-use toolmux_core::{CallContext, Progress, ToolOutput};
+use toolmux_core::{CallContext, ContentPart, Progress, ToolOutput};
 
 /// How much of an error body is shown, in bytes.
 const ERROR_EXCERPT: usize = 2000;
@@ -219,6 +219,16 @@ impl Response {
             ToolOutput::json(Value::Array(items))
         } else if self.body.is_empty() {
             ToolOutput::text(format!("HTTP {status} {} (empty body)", self.reason))
+        } else if self.content_type.starts_with("image/") {
+            let mime_type =
+                self.content_type.split(';').next().unwrap_or_default().trim().to_owned();
+            ToolOutput {
+                content: vec![ContentPart::Image {
+                    data: crate::auth::base64(&self.body),
+                    mime_type,
+                }],
+                ..ToolOutput::default()
+            }
         } else if self.content_type.contains("json") {
             match serde_json::from_slice::<Value>(&self.body) {
                 Ok(value) => ToolOutput::json(value),

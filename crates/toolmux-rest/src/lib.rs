@@ -11,6 +11,17 @@
 //! JSON Schema 2020-12 with `$defs` pruned to what the operation reaches, and names that fit
 //! the 64-character budget after the namespace.
 //!
+//! # Configuration
+//!
+//! [`RestToolConfig`] and [`OpenApiConfig`] are the values of `restTools.<name>` and
+//! `openapi.<name>` in toolmux's configuration file. Whoever loads that file expands
+//! `${VAR}` and `${VAR:-default}` from the environment first and must leave every
+//! `${parameters.…}` placeholder alone: those are filled per call, from the arguments,
+//! URL-encoded for their position (a path segment or a query component), verbatim in
+//! headers, and as JSON values in a body template. Credentials (`auth`) arrive expanded and
+//! are never logged or put into error messages. Relative `spec` paths are resolved against
+//! [`OpenApiConfig::base_dir`], which the loader sets to the configuration file's folder.
+//!
 //! # Example
 //!
 //! ```

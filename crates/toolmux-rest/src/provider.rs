@@ -70,9 +70,17 @@ impl RestProvider {
     ) -> Result<RestProvider, RestError> {
         check_namespace(namespace)?;
         let default_client = http::client(DEFAULT_MAX_REDIRECTS)?;
+        let mut locals: Vec<(String, String)> = tools
+            .keys()
+            .map(|name| {
+                let local = names::fit(namespace, &names::sanitize(name), naming::DEFAULT_BUDGET);
+                (local, name.clone())
+            })
+            .collect();
+        // `a.b` and `a_b` sanitize alike: both get a hash of their own name.
+        names::dedupe(namespace, &mut locals, naming::DEFAULT_BUDGET);
         let mut built = Vec::with_capacity(tools.len());
-        for (name, config) in tools {
-            let local = names::fit(namespace, &names::sanitize(name), naming::DEFAULT_BUDGET);
+        for ((name, config), (local, _)) in tools.iter().zip(locals) {
             let client = match config.max_redirects {
                 Some(n) if n != DEFAULT_MAX_REDIRECTS => http::client(n)?,
                 _ => default_client.clone(),
@@ -531,4 +539,47 @@ fn close_names<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> Vec<S
         .collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
     scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    fn tools(value: Value) -> BTreeMap<String, RestToolConfig> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn inline_names_are_sanitized_and_distinct() {
+        let provider = RestProvider::inline(&tools(json!({
+            "a.b": {"description": "x", "url": "http://127.0.0.1:1/a"},
+            "a_b": {"description": "y", "url": "http://127.0.0.1:1/b"},
+            "weather": {"description": "z", "url": "http://127.0.0.1:1/${parameters.city}?u=${parameters.unit}"}
+        })))
+        .unwrap();
+        let specs = provider.specs();
+        let names: Vec<&str> = specs.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names.len(), 3);
+        assert_ne!(names[0], names[1]);
+        assert!(names[0].starts_with("a_b_") && names[1].starts_with("a_b_"), "{names:?}");
+        expect![[r#"{"properties":{"city":{"type":"string"},"unit":{"type":"string"}},"required":["city"],"type":"object"}"#]]
+            .assert_eq(&specs[2].input_schema.to_string());
+    }
+
+    #[test]
+    fn inline_configuration_errors() {
+        let err = |v: Value| RestProvider::inline(&tools(v)).unwrap_err().to_string();
+        expect!["invalid configuration of `t`: invalid method `GE T`"].assert_eq(&err(
+            json!({"t": {"description": "x", "method": "GE T", "url": "http://h"}}),
+        ));
+        expect![
+            "invalid configuration of `t`: `url` must start with http:// or https://: `ftp://h`"
+        ]
+        .assert_eq(&err(json!({"t": {"description": "x", "url": "ftp://h"}})));
+        expect![[r#"invalid configuration of `t`: `parametersSchema` must be an object schema (`"type": "object"`)"#]]
+            .assert_eq(&err(json!({"t": {"description": "x", "url": "http://h", "parametersSchema": {"type": "string"}}})));
+        expect!["invalid configuration of `Bad_NS`: invalid namespace `Bad_NS`: use a lowercase letter followed by lowercase letters, digits or `-`"]
+            .assert_eq(&RestProvider::inline_in("Bad_NS", &BTreeMap::new()).unwrap_err().to_string());
+    }
 }

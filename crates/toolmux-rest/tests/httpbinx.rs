@@ -53,6 +53,15 @@ async fn imports_its_document_by_url_and_calls_operations() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("too many redirects"), "{err}");
+    // Images come back as image parts.
+    let out = provider.call("image_png_image_png_get", json!({}), &ctx).await.unwrap();
+    match out.content.as_slice() {
+        [toolmux_core::ContentPart::Image { mime_type, data }] => {
+            assert_eq!(mime_type, "image/png");
+            assert!(data.starts_with("iVBORw0KGgo"), "{}", &data[..20]);
+        }
+        other => panic!("not one image: {other:?}"),
+    }
     // Cookies as the server sees them.
     let out = provider.call("cookies_cookies_get", json!({}), &ctx).await.unwrap();
     assert_eq!(json_of(&out), json!({"cookies": {}}));

@@ -161,7 +161,7 @@ impl<'d> SchemaConverter<'d> {
                     // An unknown type name would make the schema invalid; leave it open.
                     _ => continue,
                 },
-                "enum" if !value.is_array() => continue,
+                "enum" | "examples" if !value.is_array() => continue,
                 "pattern" => match value {
                     Value::String(pattern) => Value::String(ecma_braces(pattern)),
                     _ => continue,
