@@ -154,7 +154,6 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
         finish(&toolmux).await;
         return Ok(exit::INTERRUPTED);
     };
-    finish(&toolmux).await;
     if call.json {
         print(&serde_json::to_string_pretty(&result)?);
     } else if result.ok {
@@ -167,6 +166,7 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     } else {
         eprintln!("error: {}", result.error.as_deref().unwrap_or("the tool failed"));
     }
+    finish(&toolmux).await;
     if result.ok {
         return Ok(0);
     }

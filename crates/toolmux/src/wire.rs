@@ -229,6 +229,7 @@ mod mcp {
         }
     }
 
+    #[allow(clippy::needless_update)]
     pub(super) fn server_config(
         loaded: &Loaded,
         name: &str,
@@ -272,6 +273,9 @@ mod mcp {
             queue: entry.queue.clone(),
             cache: entry.cache,
             description: entry.description.clone(),
+            // Settings the client gains later keep their defaults until the configuration
+            // exposes them.
+            ..toolmux_mcp::McpServerConfig::default()
         })
     }
 
