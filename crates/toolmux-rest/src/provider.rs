@@ -169,7 +169,7 @@ impl RestProvider {
             .map(|op| {
                 let spec = ToolSpec {
                     name: op.name.clone(),
-                    title: None,
+                    title: op.title.clone(),
                     description: op.description.clone(),
                     input_schema: Arc::new(op.input_schema.clone()),
                     output_schema: None,

@@ -295,6 +295,7 @@ mod tests {
     fn op(fields: Vec<Field>, body: Option<BodySpec>) -> Operation {
         Operation {
             name: "t".into(),
+            title: None,
             description: String::new(),
             method: "POST".into(),
             path: "/items/{id}/{tags}".into(),

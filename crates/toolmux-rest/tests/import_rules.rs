@@ -168,3 +168,24 @@ fn server_variables_and_relative_servers() {
     let provider = import(doc, &config);
     assert_eq!(provider.specs().len(), 1);
 }
+
+#[test]
+fn all_of_bodies_are_merged_and_flattened() {
+    let mut doc = v3(json!({"/dogs": {"post": {"operationId": "addDog", "requestBody": {
+        "required": true, "content": {"application/json": {"schema": {"allOf": [
+            {"$ref": "#/components/schemas/Pet"},
+            {"type": "object", "required": ["bark"], "properties": {"bark": {"type": "boolean"}}}]}}}}}},
+        "/cats": {"post": {"operationId": "addCat", "requestBody": {"content": {"application/json": {
+            "schema": {"oneOf": [{"$ref": "#/components/schemas/Pet"}, {"type": "string"}]}}}}}}}));
+    doc["paths"]["/dogs"]["post"]["summary"] = json!("Add a dog");
+    let provider = import(doc, &OpenApiConfig::default());
+    let specs = provider.specs();
+    assert_eq!(specs[1].title.as_deref(), Some("Add a dog"));
+    let text: Vec<String> = specs
+        .iter()
+        .map(|t| format!("{}: {}", t.name, serde_json::to_string(&t.input_schema).unwrap()))
+        .collect();
+    expect![[r##"
+        add_cat: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"body":{"description":"The request body.","oneOf":[{"$ref":"#/$defs/Pet"},{"type":"string"}]}},"type":"object"}
+        add_dog: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"bark":{"type":"boolean"},"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["bark","name"],"type":"object"}"##]].assert_eq(&text.join("\n"));
+}

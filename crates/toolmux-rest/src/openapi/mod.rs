@@ -89,6 +89,8 @@ pub(crate) struct BodySpec {
 #[derive(Debug, Clone)]
 pub(crate) struct Operation {
     pub(crate) name: String,
+    /// The operation's `summary`, when it has one.
+    pub(crate) title: Option<String>,
     pub(crate) description: String,
     /// Upper-case HTTP method.
     pub(crate) method: String,

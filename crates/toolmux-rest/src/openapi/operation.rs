@@ -193,6 +193,12 @@ fn build_operation(
     let operation_id = op.get("operationId").and_then(Value::as_str);
     Ok(Operation {
         name: tool_name(op, method, path, operation_id, config),
+        title: op
+            .get("summary")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned),
         description: description(op, method, path),
         method: method.to_ascii_uppercase(),
         path: path.to_owned(),
@@ -455,42 +461,24 @@ fn body_candidates(
     encoding: BodyEncoding,
     candidates: &mut Vec<Candidate>,
 ) -> Result<(), RestError> {
-    let mut resolved = schema.clone();
-    for _ in 0..32 {
-        let Some(name) = ref_name(&resolved).map(str::to_owned) else { break };
-        match converter.definition(&name)? {
-            Some(target) => resolved = target.clone(),
-            None => break,
-        }
-    }
-    let flat = encoding != BodyEncoding::Raw
-        && resolved.get("properties").is_some_and(Value::is_object)
-        && ["oneOf", "anyOf", "allOf", "$ref", "not", "if"]
-            .iter()
-            .all(|k| resolved.get(*k).is_none())
-        && resolved.get("type").is_none_or(|t| t == "object");
-    if flat {
-        let required_props: Vec<&str> = resolved
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        if let Some(Value::Object(props)) = resolved.get("properties") {
-            for (name, prop) in props {
-                let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
-                candidates.push(Candidate {
-                    field: Field {
-                        flat: String::new(),
-                        location: Location::Body,
-                        name: name.clone(),
-                        style: Style::Form,
-                        explode: true,
-                        binary,
-                    },
-                    schema: prop.clone(),
-                    required: required && required_props.contains(&name.as_str()),
-                });
-            }
+    let shape =
+        if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
+    if let Some((props, required_props)) = shape {
+        for (name, prop) in props {
+            let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
+            let is_required = required && required_props.contains(&name);
+            candidates.push(Candidate {
+                field: Field {
+                    flat: String::new(),
+                    location: Location::Body,
+                    name,
+                    style: Style::Form,
+                    explode: true,
+                    binary,
+                },
+                schema: prop,
+                required: is_required,
+            });
         }
         return Ok(());
     }
@@ -510,6 +498,54 @@ fn body_candidates(
         required,
     });
     Ok(())
+}
+
+/// Properties and required property names of a flattenable body.
+type ObjectShape = (Map<String, Value>, Vec<String>);
+
+/// The properties and required names of a plain object schema: `properties` with no
+/// `oneOf`/`anyOf`/`not`/`if`, following references, and merging the members of an `allOf`
+/// that are themselves plain objects. `None` when the body cannot be flattened.
+fn object_shape(
+    converter: &mut SchemaConverter<'_>,
+    schema: &Value,
+    depth: usize,
+) -> Result<Option<ObjectShape>, RestError> {
+    if depth > 16 {
+        return Ok(None);
+    }
+    if let Some(name) = ref_name(schema) {
+        if schema.as_object().is_some_and(|m| m.keys().any(|k| k != "$ref" && k != "description")) {
+            return Ok(None);
+        }
+        let Some(target) = converter.definition(name)?.cloned() else { return Ok(None) };
+        return object_shape(converter, &target, depth + 1);
+    }
+    let Some(map) = schema.as_object() else { return Ok(None) };
+    let open = ["oneOf", "anyOf", "not", "if", "$ref"].iter().any(|k| map.contains_key(*k));
+    let typed_otherwise = map.get("type").is_some_and(|t| t != "object");
+    if open || typed_otherwise {
+        return Ok(None);
+    }
+    let mut props = Map::new();
+    let mut required = Vec::new();
+    if let Some(members) = map.get("allOf") {
+        let Some(members) = members.as_array() else { return Ok(None) };
+        for member in members {
+            let Some((p, r)) = object_shape(converter, member, depth + 1)? else { return Ok(None) };
+            props.extend(p);
+            required.extend(r);
+        }
+    } else if !map.get("properties").is_some_and(Value::is_object) {
+        return Ok(None);
+    }
+    if let Some(Value::Object(own)) = map.get("properties") {
+        props.extend(own.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    if let Some(Value::Array(names)) = map.get("required") {
+        required.extend(names.iter().filter_map(Value::as_str).map(str::to_owned));
+    }
+    Ok(Some((props, required)))
 }
 
 /// An argument name models accept: `[A-Za-z0-9_.-]`, at most 64 characters.
