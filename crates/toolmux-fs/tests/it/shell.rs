@@ -86,13 +86,16 @@ async fn timeout_kills_the_whole_group_and_leaves_nothing_behind() {
     let fx = Fixture::new();
     let started = Instant::now();
     let out = fx
-        .call("bash", json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000", "timeout": 500}))
+        .call(
+            "bash",
+            json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000", "timeout": 2000}),
+        )
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(out.is_error);
     assert_eq!(out.extras["timedOut"], true);
-    assert!(out.to_text().starts_with("timed out after 500 ms: the process group was killed"));
+    assert!(out.to_text().starts_with("timed out after 2000 ms: the process group was killed"));
     let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while !live_in_group(pgid).is_empty() {
@@ -224,16 +227,20 @@ async fn execute_is_off_unless_configured() {
 #[tokio::test]
 async fn dropping_the_call_kills_the_group() {
     let fx = Fixture::new();
-    let call = fx.call("bash", json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000"}));
-    // An orchestrator timeout drops the call's future: the group must still die.
+    let mut call =
+        Box::pin(fx.call("bash", json!({"command": "echo $$ > pgid; sleep 1000 & sleep 1000"})));
     let root = fx.root();
-    let dropped = tokio::time::timeout(Duration::from_millis(300), call).await;
-    assert!(dropped.is_err());
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Drive the call until the command has started, then drop it as an orchestrator
+    // timeout would: the group must still die.
     while std::fs::read_to_string(root.join("pgid")).map_or(true, |s| !s.ends_with('\n')) {
-        assert!(Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(Instant::now() < deadline, "the command did not start");
+        tokio::select! {
+            _ = &mut call => panic!("the command finished"),
+            () = tokio::time::sleep(Duration::from_millis(10)) => {}
+        }
     }
+    drop(call);
     let pgid: i32 = fx.get("pgid").trim().parse().unwrap();
     while !live_in_group(pgid).is_empty() {
         assert!(Instant::now() < deadline, "processes left in group {pgid}");
