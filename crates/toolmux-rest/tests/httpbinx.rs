@@ -62,6 +62,13 @@ async fn imports_its_document_by_url_and_calls_operations() {
         }
         other => panic!("not one image: {other:?}"),
     }
+    // A document URL that fails names the URL and the status.
+    let url = format!("{}/status/404", server.base);
+    let err = RestProvider::openapi("x", &OpenApiConfig::from_url(&url)).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot fetch OpenAPI document from `{url}`: HTTP 404 Not Found")
+    );
     // Cookies as the server sees them.
     let out = provider.call("cookies_cookies_get", json!({}), &ctx).await.unwrap();
     assert_eq!(json_of(&out), json!({"cookies": {}}));

@@ -150,3 +150,25 @@ fn readme_examples_import_with_valid_schemas() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[tokio::test]
+async fn documents_load_from_files_relative_to_the_base_dir() {
+    let petstore = npm_file("@readme/oas-examples", "3.1/yaml/petstore.yaml");
+    let dir = petstore.parent().unwrap().parent().unwrap();
+    let config = OpenApiConfig::from_file("yaml/petstore.yaml").with_base_dir(dir);
+    let provider = RestProvider::openapi("petstore", &config).await.unwrap();
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    assert!(names.contains(&"find_pets_by_status".to_owned()), "{names:?}");
+
+    let missing = OpenApiConfig::from_file("yaml/nope.yaml").with_base_dir(dir);
+    let err = RestProvider::openapi("petstore", &missing).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("cannot read OpenAPI document `{}`", dir.join("yaml/nope.yaml").display())
+    );
+    let neither = RestProvider::openapi("petstore", &OpenApiConfig::default()).await.unwrap_err();
+    assert_eq!(
+        neither.to_string(),
+        "invalid configuration of `petstore`: set `spec` (a file) or `url`"
+    );
+}
