@@ -36,7 +36,8 @@ pub struct GlobArgs {
 pub(crate) const DESCRIPTION: &str = "Find files by glob pattern, such as `**/*.rs` or \
 `src/**/*.{ts,tsx}`, matched against paths relative to `path` (default: the workspace root); `*` \
 does not cross `/`, `**` does. Returns paths relative to the workspace root, newest first \
-(modification time). Respects .gitignore and skips hidden files; symlinks are not followed. At \
+(modification time). Respects .gitignore and skips hidden files unless the pattern names them \
+(`.github/**`); symlinks are not followed. At \
 most `limit` (default 100) files; a footer says how many were left out and which `offset` \
 continues.";
 
@@ -61,7 +62,11 @@ pub(crate) fn glob(
         return Err(FsError::NotDirectory { path: given });
     }
     let found = Mutex::new(Vec::new());
-    let walk = ws.walker(&start);
+    let mut walk = ws.walker(&start);
+    // Hidden files are skipped, unless the pattern names them (`.github/**/*.yml`).
+    if pattern.split('/').any(|part| part.starts_with('.') && part != "." && part != "..") {
+        walk.hidden(false);
+    }
     walk.build_parallel().run(|| {
         let (start, matcher, found, cancelled) = (&start, &matcher, &found, cancelled);
         Box::new(move |entry| {

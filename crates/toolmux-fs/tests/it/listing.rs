@@ -110,3 +110,15 @@ async fn ls_errors() {
         .assert_eq(&fx.err("ls", json!({"path": "nope"})).await);
     assert_eq!(fx.ok("ls", json!({"path": "."})).await, "./\n  f (0 bytes)");
 }
+
+#[tokio::test]
+async fn glob_finds_hidden_files_only_when_the_pattern_names_them() {
+    let fx = Fixture::new();
+    fx.put(".github/workflows/ci.yml", "");
+    fx.put("app.yml", "");
+    assert_eq!(fx.ok("glob", json!({"pattern": "**/*.yml"})).await, "app.yml");
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": ".github/**/*.yml"})).await,
+        ".github/workflows/ci.yml"
+    );
+}
