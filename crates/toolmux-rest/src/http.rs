@@ -64,7 +64,8 @@ pub(crate) async fn send(
         tool: tool.to_owned(),
         url: request.url_for_messages().to_owned(),
         message,
-        source: source.map(|e| Box::new(e) as _),
+        // The URL may carry an API key in its query: keep it out of the error chain.
+        source: source.map(|e| Box::new(e.without_url()) as _),
     };
     let method = reqwest::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| http_error(format!("invalid method `{}`", request.method), None))?;

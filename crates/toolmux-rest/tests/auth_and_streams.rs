@@ -189,6 +189,17 @@ async fn secrets_stay_out_of_debug_output_and_errors() {
     );
 }
 
+#[tokio::test]
+async fn connection_errors_keep_query_credentials_out() {
+    // Nothing listens on port 1 of loopback.
+    let provider = provider("http://127.0.0.1:1").await;
+    let err = provider.call("key_query", json!({}), &CallContext::new()).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    let report = err.report();
+    assert!(report.contains("http://127.0.0.1:1/query"), "{report}");
+    assert!(!report.contains("api_key") && !report.contains("k%20q"), "{report}");
+}
+
 fn inline(tools: Value) -> RestProvider {
     let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(tools).unwrap();
     RestProvider::inline(&tools).unwrap()
