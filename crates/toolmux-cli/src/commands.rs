@@ -46,8 +46,11 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
 }
 
 /// Builds everything and starts every provider, with a spinner on a terminal.
-async fn start(loaded: &Loaded) -> anyhow::Result<(Toolmux, WarmupReport)> {
-    let toolmux = Toolmux::build(loaded).await?;
+async fn start(
+    loaded: &Loaded,
+    keep: &dyn Fn(&str) -> bool,
+) -> anyhow::Result<(Toolmux, WarmupReport)> {
+    let toolmux = Toolmux::build_only(loaded, keep).await?;
     for warning in toolmux.warnings().iter().skip(loaded.warnings.len()) {
         eprintln!("warning: {warning}");
     }
@@ -78,7 +81,7 @@ async fn finish(toolmux: &Toolmux) {
 }
 
 pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let (toolmux, report) = start(loaded).await?;
+    let (toolmux, report) = start(loaded, &|_| true).await?;
     let tools = toolmux.orchestrator().tools();
     if json {
         print(&serde_json::to_string_pretty(&tools)?);
@@ -139,7 +142,13 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
             return Ok(exit::CONFIG);
         }
     };
-    let (toolmux, report) = start(loaded).await?;
+    // Only the provider of the tool is started, when the name (or alias) says which.
+    let canonical = loaded.config.aliases.get(&call.name).unwrap_or(&call.name);
+    let namespace = naming::split(canonical)
+        .map(|(ns, _)| ns.to_owned())
+        .filter(|ns| loaded.namespaces().contains(ns));
+    let keep = |ns: &str| namespace.as_deref().is_none_or(|wanted| wanted == ns);
+    let (toolmux, report) = start(loaded, &keep).await?;
     let cancel = CancellationToken::new();
     let ctx = CallContext::new().with_cancel(cancel.clone());
     let orchestrator = toolmux.orchestrator();
@@ -185,7 +194,7 @@ fn spilled_handle(result: &ToolResult) -> Option<&str> {
 
 pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, bind_http, serve_stdio};
-    let (toolmux, _report) = start(loaded).await?;
+    let (toolmux, _report) = start(loaded, &|_| true).await?;
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
         page_size: args.page_size.max(1),
@@ -257,7 +266,7 @@ async fn terminated() {
 }
 
 pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let (toolmux, report) = start(loaded).await?;
+    let (toolmux, report) = start(loaded, &|_| true).await?;
     finish(&toolmux).await;
     let failed = report.providers.iter().any(|p| p.error.is_some());
     let collided = report.problems.iter().any(|p| p.severity == Severity::Error);

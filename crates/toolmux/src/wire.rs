@@ -27,12 +27,21 @@ impl Toolmux {
     /// Nothing is started yet: call [`Orchestrator::warmup`] on [`Toolmux::orchestrator`].
     ///
     /// Statistics saved by earlier runs are loaded, so that the counts keep growing.
+    pub async fn build(loaded: &Loaded) -> Result<Toolmux, ToolmuxError> {
+        Toolmux::build_only(loaded, &|_| true).await
+    }
+
+    /// Like [`Toolmux::build`], with only the providers whose namespace `keep` accepts:
+    /// one call need not start every server. Settings of the others are kept, unused.
     // Without some provider features, some of the lists below are never added to.
     #[cfg_attr(
         not(all(feature = "fs", feature = "mcp", feature = "rest")),
         allow(unused_mut, unused_variables)
     )]
-    pub async fn build(loaded: &Loaded) -> Result<Toolmux, ToolmuxError> {
+    pub async fn build_only(
+        loaded: &Loaded,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<Toolmux, ToolmuxError> {
         let file = loaded.source_name();
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
@@ -40,7 +49,7 @@ impl Toolmux {
         let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();
 
         #[cfg(feature = "fs")]
-        if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled) {
+        if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled && keep("fs")) {
             providers.push(fs_provider(loaded, fs)?);
         }
         #[cfg(feature = "mcp")]
@@ -48,7 +57,10 @@ impl Toolmux {
             if entry.enabled == Some(false) {
                 continue;
             }
-            let namespace = mcp::namespace_for(name);
+            let namespace = namespace_for(name);
+            if !keep(&namespace) {
+                continue;
+            }
             if namespace != *name {
                 warnings.push(format!(
                     "{file}: the tools of mcp server `{name}` are named `{namespace}__*`"
@@ -67,7 +79,7 @@ impl Toolmux {
             providers.push(Arc::new(provider));
         }
         #[cfg(feature = "rest")]
-        rest::providers(loaded, &mut config, &mut providers, &mut warnings).await?;
+        rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
 
         let output_dir = loaded.output_dir();
         let orchestrator = Orchestrator::builder(config)
@@ -206,6 +218,9 @@ fn fs_provider(
 }
 
 #[cfg(feature = "mcp")]
+pub(crate) use mcp::namespace_for;
+
+#[cfg(feature = "mcp")]
 mod mcp {
     use super::*;
     use crate::config::McpServerEntry;
@@ -213,7 +228,7 @@ mod mcp {
 
     /// A valid namespace for a server name from a Claude Desktop or VS Code file, where
     /// names like `GitHub` or `my_server` are common: lowercase, other characters as `-`.
-    pub(super) fn namespace_for(name: &str) -> String {
+    pub(crate) fn namespace_for(name: &str) -> String {
         let mut namespace: String = name
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
@@ -328,13 +343,14 @@ mod rest {
 
     pub(super) async fn providers(
         loaded: &Loaded,
+        keep: &dyn Fn(&str) -> bool,
         config: &mut OrchestratorConfig,
         providers: &mut Vec<Arc<dyn ToolProvider>>,
         warnings: &mut Vec<String>,
     ) -> Result<(), ToolmuxError> {
         let file = loaded.source_name();
         let c = &loaded.config;
-        if !c.rest_tools.is_empty() {
+        if !c.rest_tools.is_empty() && keep(toolmux_rest::INLINE_NAMESPACE) {
             let provider = RestProvider::inline(&c.rest_tools)
                 .map_err(|e| ToolmuxError::config(file, format!("restTools: {e}")))?;
             let namespace = provider.namespace().to_owned();
@@ -354,6 +370,9 @@ mod rest {
             providers.push(Arc::new(provider));
         }
         for (name, import) in &c.openapi {
+            if !keep(import.namespace.as_deref().unwrap_or(name)) {
+                continue;
+            }
             let import = import.clone().with_base_dir(loaded.base_dir.clone());
             let provider = RestProvider::openapi(name, &import).await.map_err(|e| {
                 ToolmuxError::Provider { namespace: name.clone(), source: e.into() }

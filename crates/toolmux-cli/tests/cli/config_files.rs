@@ -145,3 +145,17 @@ fn schema_is_printed() {
     assert_eq!(schema["title"], "toolmux configuration");
     assert!(schema["properties"]["mcpServers"].is_object());
 }
+
+#[test]
+fn a_call_starts_only_its_provider() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n").file(
+        "toolmux.yaml",
+        "fs: {}\naliases: {find: fs__grep}\nmcpServers:\n  broken:\n    command: /nonexistent/server\n",
+    );
+    let run = project.run(&["tools", "call", "find", r#"{"pattern":"TODO"}"#]);
+    expect!["a.txt"].assert_eq(run.ok().trim());
+    assert!(!run.stderr.contains("broken"), "{}", run.stderr);
+    let run = project.run(&["tools", "call", "broken__anything", "{}"]);
+    assert_eq!(run.code, 3, "{run:?}");
+}

@@ -68,6 +68,34 @@ impl Loaded {
         }
     }
 
+    /// The namespaces of the providers the configuration enables, as their tools will be
+    /// named (`{namespace}__{tool}`).
+    // Without provider features, nothing is ever added.
+    #[cfg_attr(not(any(feature = "fs", feature = "mcp", feature = "rest")), allow(unused_mut))]
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut namespaces = Vec::new();
+        #[cfg(feature = "fs")]
+        if self.config.fs.as_ref().is_some_and(|fs| fs.enabled) {
+            namespaces.push("fs".to_owned());
+        }
+        #[cfg(feature = "mcp")]
+        for (name, entry) in &self.config.mcp_servers {
+            if entry.enabled != Some(false) {
+                namespaces.push(crate::wire::namespace_for(name));
+            }
+        }
+        #[cfg(feature = "rest")]
+        {
+            if !self.config.rest_tools.is_empty() {
+                namespaces.push(toolmux_rest::INLINE_NAMESPACE.to_owned());
+            }
+            for (name, import) in &self.config.openapi {
+                namespaces.push(import.namespace.clone().unwrap_or_else(|| name.clone()));
+            }
+        }
+        namespaces
+    }
+
     /// The name used for the configuration in messages.
     pub fn source_name(&self) -> &str {
         self.file.as_deref().unwrap_or("(no configuration file)")
