@@ -189,3 +189,17 @@ fn all_of_bodies_are_merged_and_flattened() {
         add_cat: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"body":{"description":"The request body.","oneOf":[{"$ref":"#/$defs/Pet"},{"type":"string"}]}},"type":"object"}
         add_dog: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"bark":{"type":"boolean"},"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["bark","name"],"type":"object"}"##]].assert_eq(&text.join("\n"));
 }
+
+#[test]
+fn x_mcp_flags_nest_operation_over_path_over_document() {
+    let mut doc = v3(json!({
+        "/hidden": {"x-mcp": false, "get": {"operationId": "hiddenGet"},
+                    "post": {"operationId": "shownPost", "x-mcp": true}},
+        "/plain": {"get": {"operationId": "plainGet"}}}));
+    let names = |doc: Value| -> Vec<String> {
+        import(doc, &OpenApiConfig::default()).specs().into_iter().map(|t| t.name).collect()
+    };
+    assert_eq!(names(doc.clone()), ["shown_post", "plain_get"]);
+    doc["x-mcp"] = json!(false);
+    assert_eq!(names(doc), ["shown_post"]);
+}

@@ -40,7 +40,7 @@ pub(crate) fn import(
             if !op.is_object() {
                 return Err(doc.error(&op_at, "operation is not an object"));
             }
-            if !selected(op, method, path, config) {
+            if !selected(doc, item, op, method, path, config) {
                 continue;
             }
             let built = build_operation(
@@ -73,11 +73,18 @@ pub(crate) fn import(
     Ok(Imported { operations, schemes, warnings })
 }
 
-/// Whether an operation is selected by its extensions and the configuration.
-fn selected(op: &Value, method: &str, path: &str, config: &OpenApiConfig) -> bool {
-    if op.get("x-mcp") == Some(&Value::Bool(false))
-        || op.pointer("/x-speakeasy-mcp/disabled") == Some(&Value::Bool(true))
-    {
+/// Whether an operation is selected by its extensions and the configuration. `x-mcp`
+/// (a boolean) on the operation wins over the path item's, which wins over the document's.
+fn selected(
+    doc: &Document,
+    item: &Value,
+    op: &Value,
+    method: &str,
+    path: &str,
+    config: &OpenApiConfig,
+) -> bool {
+    let x_mcp = [op, item, &doc.root].iter().find_map(|v| v.get("x-mcp").and_then(Value::as_bool));
+    if x_mcp == Some(false) || op.pointer("/x-speakeasy-mcp/disabled") == Some(&Value::Bool(true)) {
         return false;
     }
     if !config.include_deprecated && op.get("deprecated") == Some(&Value::Bool(true)) {
