@@ -30,6 +30,8 @@ pub(crate) struct SchemaConverter<'d> {
     /// Pointer by definition name (to keep names unique).
     taken: HashMap<String, String>,
     defs: HashMap<String, Definition>,
+    /// Whether each `pattern` seen compiles with the validator's regex engine.
+    patterns: HashMap<String, bool>,
 }
 
 /// Keywords whose value is one schema.
@@ -68,7 +70,13 @@ const DROPPED: &[&str] = &[
 
 impl<'d> SchemaConverter<'d> {
     pub(crate) fn new(doc: &'d Document) -> Self {
-        SchemaConverter { doc, names: HashMap::new(), taken: HashMap::new(), defs: HashMap::new() }
+        SchemaConverter {
+            doc,
+            names: HashMap::new(),
+            taken: HashMap::new(),
+            defs: HashMap::new(),
+            patterns: HashMap::new(),
+        }
     }
 
     /// Converts `schema`, found at `pointer`; references are registered, not followed.
@@ -163,7 +171,15 @@ impl<'d> SchemaConverter<'d> {
                 },
                 "enum" | "examples" if !value.is_array() => continue,
                 "pattern" => match value {
-                    Value::String(pattern) => Value::String(ecma_braces(pattern)),
+                    Value::String(pattern) => {
+                        let pattern = ecma_braces(pattern);
+                        if !self.pattern_compiles(&pattern) {
+                            // Validators would refuse the whole schema; the model loses
+                            // one constraint instead.
+                            continue;
+                        }
+                        Value::String(pattern)
+                    }
                     _ => continue,
                 },
                 k if SCHEMA_KEYWORDS.contains(&k) => self.convert(value, &at())?,
@@ -203,6 +219,15 @@ impl<'d> SchemaConverter<'d> {
             return Ok(make_nullable(out));
         }
         Ok(Value::Object(out))
+    }
+
+    fn pattern_compiles(&mut self, pattern: &str) -> bool {
+        if let Some(&ok) = self.patterns.get(pattern) {
+            return ok;
+        }
+        let ok = jsonschema::draft202012::options().build(&json!({"pattern": pattern})).is_ok();
+        self.patterns.insert(pattern.to_owned(), ok);
+        ok
     }
 
     /// Registers the target of `reference` (found at `at`) and returns the rewritten
@@ -521,6 +546,15 @@ mod tests {
         let err = conv.convert(&json!({"$ref": "other.yaml#/A"}), "/paths/~1a/get").unwrap_err();
         expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed (external references are off)"#]]
             .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn patterns_the_validator_cannot_compile_are_dropped() {
+        check(
+            json!({}),
+            json!({"type": "string", "pattern": "^(?<=a)[", "minLength": 1}),
+            expect![[r#"{"minLength":1,"type":"string"}"#]],
+        );
     }
 
     #[test]
