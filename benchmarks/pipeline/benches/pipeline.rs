@@ -9,7 +9,7 @@
 //! machine spreads over all of them instead of hitting one. The table is printed and written
 //! into `BENCHMARKS.md` under `## Call pipeline` (other sections are kept).
 //!
-//! Arguments (after `cargo bench --`): `--only <key,key>` runs those subjects (`direct`,
+//! Arguments (after `cargo bench --`): `--only <key,key>` runs those subjects (`empty`, `direct`,
 //! `toolmux`, `rig`, `toolmux-text`, `toolmux-events`, `toolmux-audit`, `toolmux-bare`), `--phase latency|alloc|throughput` runs one phase, `--quick` runs a tenth of
 //! the calls, `--no-write` leaves `BENCHMARKS.md` alone. The last three are for profiling.
 
@@ -181,6 +181,8 @@ enum Input {
 }
 
 enum Target {
+    /// Nothing at all: what the harness itself costs (two clock reads, the loop).
+    Empty,
     Direct(Arc<dyn ToolProvider>),
     Toolmux(Orchestrator, Input),
     Rig(Arc<RigToolSet>),
@@ -219,6 +221,7 @@ impl Subject {
     /// One call; `true` when it succeeded.
     async fn call(&self, caller: &mut Caller) -> bool {
         match &self.target {
+            Target::Empty => black_box(true),
             Target::Direct(provider) => {
                 provider.call("noop", caller.args.clone(), &caller.ctx).await.is_ok()
             }
@@ -304,6 +307,14 @@ fn subjects(audit_file: &Path) -> Vec<Subject> {
             audit_file,
         };
     vec![
+        Subject {
+            key: "empty",
+            label: "empty timed region (the harness's own cost, not subtracted)",
+            main: false,
+            target: Target::Empty,
+            drain_events: false,
+            audit_file: None,
+        },
         Subject {
             key: "direct",
             label: "direct `ToolProvider::call` (no-op tool)",
@@ -525,6 +536,9 @@ fn throughput_phase(subjects: Vec<Subject>, rows: &mut [Row], sizes: &Sizes) -> 
     rt.block_on(async {
         for round in 0..=sizes.throughput_rounds {
             for (subject, row) in subjects.iter().zip(rows.iter_mut()) {
+                if matches!(subject.target, Target::Empty) {
+                    continue;
+                }
                 let drain = subject.start_drain();
                 // Round 0 is a warmup and is not recorded.
                 let calls =
@@ -683,7 +697,15 @@ fn verdict(subjects: &[Subject], rows: &[Row]) -> String {
     if let Some(t) = tput {
         let _ = writeln!(
             out,
-            "- ≥ 1,000,000 calls/s from 16 callers on 2 cores: {} ({} calls/s)",
+            "- ≥ 1,000,000 calls/s from 16 callers on 2 cores, wall time: {} ({} calls/s)",
+            mark(t >= 1_000_000.0),
+            group_thousands(t.round() as u64)
+        );
+    }
+    if let Some(t) = Row::median_of(&row.calls_per_cpu2) {
+        let _ = writeln!(
+            out,
+            "- the same per 2 CPU-seconds (what two cores of our own would give): {} ({} calls/s)",
             mark(t >= 1_000_000.0),
             group_thousands(t.round() as u64)
         );
@@ -695,12 +717,24 @@ const SECTION: &str = "## Call pipeline";
 
 fn write_benchmarks_md(path: &Path, section: &str) -> std::io::Result<()> {
     let existing = std::fs::read_to_string(path).unwrap_or_default();
-    let header = "# Benchmarks\n\n\
-        Speed and memory of toolmux against its peers, measured by the benchmarks of this \
-        repository. Each section says what it measures, on which machine and under what load, \
-        and how to run it again: `cargo xtask bench`, or the command given in the section.\n\n";
-    let mut doc = if existing.trim().is_empty() { header.to_owned() } else { existing };
-    match doc.find(SECTION) {
+    let header = format!(
+        "# Benchmarks\n\n\
+         Speed and memory of toolmux against direct calls and peer projects, measured by the \
+         benchmarks of this repository. Each section says what it measures, when, and under \
+         what load.\n\n\
+         - Machine: {} cores (`nproc`), {}, shared with other builds (so each section gives \
+         the load average at measurement time).\n\
+         - Reproduce: `cargo xtask bench`, or `cd benchmarks/pipeline && cargo bench` for the \
+         call pipeline (a separate Cargo workspace, so that peer crates stay out of the \
+         product's dependency tree).\n\n",
+        cores(),
+        cpu_model()
+    );
+    let mut doc = if existing.trim().is_empty() { header } else { existing };
+    // The heading as a whole line, so that a section whose title merely starts the same way
+    // is left alone.
+    let heading = format!("\n{SECTION}\n");
+    match doc.find(&heading).map(|i| i + 1) {
         Some(start) => {
             let after = start + SECTION.len();
             let end = doc[after..].find("\n## ").map_or(doc.len(), |i| after + i + 1);
@@ -747,6 +781,18 @@ fn micro(subjects: &[Subject]) {
         }),
     ));
     let parent = tokio_util::sync::CancellationToken::new();
+    rows.push((
+        "std::time::Instant::now()",
+        ns_per(n, || {
+            black_box(Instant::now());
+        }),
+    ));
+    rows.push((
+        "CancellationToken::new() + drop",
+        ns_per(n, || {
+            black_box(tokio_util::sync::CancellationToken::new());
+        }),
+    ));
     rows.push((
         "CancellationToken::child_token() + drop",
         ns_per(n, || {
@@ -828,6 +874,18 @@ fn micro(subjects: &[Subject]) {
         }),
     ));
     let ctx = CallContext::new();
+    rows.push((
+        "CancellationToken clone + drop (locks the token's node twice)",
+        ns_per(n, || {
+            black_box(parent.clone());
+        }),
+    ));
+    rows.push((
+        "CallContext clone + drop",
+        ns_per(n, || {
+            black_box(ctx.clone());
+        }),
+    ));
     rows.push((
         "CallContext clone + with_cancel(child)/with_op/with_deadline + drop",
         ns_per(n, || {
@@ -934,6 +992,7 @@ fn main() {
             load_average()
         );
     }
+    let lagged_before_throughput = LAGGED.load(Ordering::Relaxed);
     if runs("throughput") {
         subjects = throughput_phase(subjects, &mut rows, &sizes);
         println!(
@@ -967,7 +1026,8 @@ fn main() {
             println!("{:>15}: {} FAILED CALLS", s.key, row.failures);
         }
     }
-    let lagged = LAGGED.load(Ordering::Relaxed);
+    let lagged_single = lagged_before_throughput;
+    let lagged_throughput = LAGGED.load(Ordering::Relaxed) - lagged_before_throughput;
     let waits: Vec<f64> = rows.iter().flat_map(|r| r.runqueue_share.iter().copied()).collect();
     let wait_share = Row::median_of(&waits);
     let verdict = verdict(&subjects, &rows);
@@ -1003,14 +1063,16 @@ fn main() {
          1024-slot queue, a 30 s timeout and per-tool statistics; permission rules, hooks, cache \
          and budgets are configured off, as they are by default. rig deserializes its typed \
          arguments from JSON text; toolmux takes a parsed `serde_json::Value` (the \
-         \"parsed from JSON text\" row adds the parse).\n\n\
+         \"parsed from JSON text\" row adds the parse). rig 0.44 clones the tool's registration, \
+         JSON Schema included, on every call (`ToolSet::execute` calls `self.get(name).cloned()`), \
+         so its cost grows with the schema; the one here has 3 properties.\n\n\
          Measured {date} on {} cores (`nproc`), {}; load average {load_before} before, \
          {load_after} after.\n\n",
-        sizes.latency_rounds * sizes.latency_calls,
+        group_thousands((sizes.latency_rounds * sizes.latency_calls) as u64),
         sizes.latency_rounds,
-        sizes.alloc_calls,
+        group_thousands(sizes.alloc_calls as u64),
         sizes.tasks,
-        sizes.calls_per_task,
+        group_thousands(sizes.calls_per_task as u64),
         sizes.throughput_rounds,
         cores(),
         cpu_model(),
@@ -1025,11 +1087,18 @@ fn main() {
     }
     section.push_str(&table);
     let _ = write!(section, "\nTargets for the full pipeline (bold toolmux row):\n\n{verdict}");
-    if lagged > 0 {
+    if lagged_single + lagged_throughput > 0 {
+        // Two events per call, over the warmup round and the measured rounds.
+        let sent = 2 * sizes.tasks * sizes.calls_per_task * sizes.throughput_rounds
+            + 2 * sizes.tasks * (sizes.calls_per_task / 5);
         let _ = writeln!(
             section,
-            "\nThe event subscriber fell behind and missed {lagged} events in all (the channel \
-             keeps 1024), so its row understates a subscriber that sees every event."
+            "\nThe event subscriber is one task among the 16 callers: in the throughput rounds \
+             it fell behind and missed {} of about {} events (the channel keeps 1024; a missed \
+             event is not cloned for the receiver), {} in the single-core phases.",
+            group_thousands(lagged_throughput),
+            group_thousands(sent as u64),
+            group_thousands(lagged_single),
         );
     }
     section.push('\n');
