@@ -191,11 +191,12 @@ pub struct McpServerEntry {
     /// The program to run (stdio).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// Its arguments.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Its arguments (numbers and booleans are taken as their text).
+    #[serde(default, deserialize_with = "scalar::list", skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// Environment variables added to its environment; values are treated as secrets.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Environment variables added to its environment; values are treated as secrets
+    /// (numbers and booleans are taken as their text).
+    #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// A file of `KEY=value` lines added to its environment (VS Code); relative to the
     /// configuration file's folder.
@@ -209,7 +210,7 @@ pub struct McpServerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// Globs over the server's own tool names; when set, only matching tools are offered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -252,6 +253,44 @@ pub struct McpServerEntry {
     /// A description of the server, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+/// Strings that YAML writers often leave unquoted (`PORT: 8080`, `args: [--port, 8080]`):
+/// numbers and booleans are accepted as their text.
+#[cfg(feature = "mcp")]
+mod scalar {
+    use serde::{Deserialize, Deserializer};
+    use std::collections::BTreeMap;
+
+    #[derive(Deserialize)]
+    #[serde(untagged, expecting = "expected a string, number or boolean")]
+    enum Scalar {
+        Text(String),
+        Number(serde_json::Number),
+        Bool(bool),
+    }
+
+    impl Scalar {
+        fn into_text(self) -> String {
+            match self {
+                Scalar::Text(text) => text,
+                Scalar::Number(n) => n.to_string(),
+                Scalar::Bool(b) => b.to_string(),
+            }
+        }
+    }
+
+    pub(super) fn list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        let items = Vec::<Scalar>::deserialize(d)?;
+        Ok(items.into_iter().map(Scalar::into_text).collect())
+    }
+
+    pub(super) fn map<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        let entries = BTreeMap::<String, Scalar>::deserialize(d)?;
+        Ok(entries.into_iter().map(|(k, v)| (k, v.into_text())).collect())
+    }
 }
 
 /// A named queue.

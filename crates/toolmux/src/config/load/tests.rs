@@ -301,3 +301,19 @@ fn edit_distance() {
     assert_eq!(strip_position("a at line 3 column 3, while b at line 2 column 1"), "a, while b");
     assert_eq!(strip_position("at line x"), "at line x");
 }
+
+#[test]
+fn unquoted_yaml_scalars_in_args_and_env() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  s:\n    command: srv\n    args: [--port, 8080, --debug, true]\n    env: {PORT: 8080, RATIO: 0.5}\n",
+    );
+    let s = &loaded.config.mcp_servers["s"];
+    assert_eq!(s.args, ["--port", "8080", "--debug", "true"]);
+    assert_eq!(s.env["PORT"], "8080");
+    assert_eq!(s.env["RATIO"], "0.5");
+    yaml_error(
+        "mcpServers:\n  s:\n    command: srv\n    env: {A: [1]}\n",
+        expect!["toolmux.yaml:4:10: mcpServers.s.env.A: expected a string, number or boolean"],
+    );
+}
