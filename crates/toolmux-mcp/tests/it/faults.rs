@@ -225,3 +225,16 @@ async fn env_values_never_reach_errors() {
     let err = provider.warmup().await.unwrap_err();
     assert!(!err.report().contains("hunter2"), "{}", err.report());
 }
+
+#[tokio::test]
+async fn a_disabled_server_lists_nothing_and_starts_nothing() {
+    let mut config = support::fixture_stdio("ok");
+    config.enabled = Some(false);
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert!(provider.list_tools().await.unwrap().is_empty());
+    let err = call(&provider, "echo").await.unwrap_err();
+    expect_test::expect!["fixture unavailable: disabled in the configuration (`enabled: false`)"]
+        .assert_eq(&err.to_string());
+    assert!(provider.server_pid().is_none());
+}

@@ -405,3 +405,28 @@ async fn websocket_garbage_is_a_protocol_error_naming_it() {
         .assert_eq(&err.to_string());
     server.abort();
 }
+
+#[tokio::test]
+async fn sse_endpoint_on_another_origin_is_refused() {
+    // The endpoint event would send our headers (tokens) to another host.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let router = axum::Router::new().route(
+        "/sse",
+        axum::routing::get(|| async {
+            (
+                [("content-type", "text/event-stream")],
+                "event: endpoint\ndata: http://127.0.0.2:9/message\n\n",
+            )
+        }),
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let config = McpServerConfig::remote(TransportKind::Sse, url)
+        .with_header("Authorization", "Bearer secret-token-value");
+    let provider = McpProvider::new("sse", config).unwrap();
+    let err = provider.warmup().await.unwrap_err();
+    expect_test::expect!["sse: cannot connect over sse: the `endpoint` event points to another origin (http://127.0.0.2:9)"]
+        .assert_eq(&err.report());
+    assert!(!err.report().contains("secret-token-value"));
+    server.abort();
+}
