@@ -137,3 +137,22 @@ async fn binding_a_busy_port_fails_with_the_address() {
     assert!(source.starts_with(&format!("cannot bind {}: ", server.addr)), "{source}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_sessions_and_running_calls() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let (legacy, _) = server.connect(Lifecycle::Initialize).await;
+    let (modern, _) = server.connect(Lifecycle::Discover).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let _subscription = within(modern.listen(filter)).await.unwrap();
+    // rmcp's client does not notice the server going away during a call, so the call's
+    // task is left to the end of the test.
+    let _hanging = tokio::spawn(async move {
+        let _ = legacy.call_tool(CallToolRequestParams::new("hang")).await;
+    });
+    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    // Returns although a session, a subscription and a call are open.
+    server.stop().await;
+    eventually("the call to be cancelled", || async { mock.in_flight() == 0 }).await;
+}
