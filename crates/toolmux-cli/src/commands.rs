@@ -180,11 +180,10 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
         return Ok(0);
     }
     // A tool whose provider could not start is a start failure, not a tool failure.
-    let namespace = naming::split(&call.name).map(|(ns, _)| ns);
     let provider_failed = report
         .providers
         .iter()
-        .any(|p| Some(p.namespace.as_str()) == namespace && p.error.is_some());
+        .any(|p| namespace.as_deref() == Some(p.namespace.as_str()) && p.error.is_some());
     Ok(if provider_failed { exit::PROVIDER } else { exit::TOOL_FAILED })
 }
 
