@@ -56,7 +56,9 @@ async fn run(package: &str, name: &str) {
     assert!(
         output.status.success()
             && all.contains("OVERALL: PASSED")
-            && all.contains(", 0 failed, 0 warnings")
+            // Warnings are allowed: `sse-retry` warns when a loaded machine reconnects a
+            // little late, and fails only when it is twice the server's `retry:` late.
+            && all.contains(", 0 failed,")
             && !all.contains("CLIENT EXITED WITH ERROR"),
         "scenario {name} failed ({}):\n{stdout}\n{stderr}",
         output.status

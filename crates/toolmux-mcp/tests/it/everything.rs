@@ -89,14 +89,14 @@ async fn progress_reaches_the_sink() {
 
 #[tokio::test]
 async fn progress_resets_the_request_timeout() {
-    // Each step takes 250 ms, the whole call 1 s: longer than the 600 ms timeout, which
-    // only holds because every progress report resets it.
-    let config = support::everything_stdio().with_request_timeout(Duration::from_millis(600));
+    // Each step takes 250 ms, the whole call 2 s: longer than the 1 s timeout, which only
+    // holds because every progress report resets it.
+    let config = support::everything_stdio().with_request_timeout(Duration::from_secs(1));
     let provider = McpProvider::new("everything", config).unwrap();
     let out = provider
         .call(
             "trigger-long-running-operation",
-            json!({"duration": 1, "steps": 4}),
+            json!({"duration": 2, "steps": 8}),
             &CallContext::new(),
         )
         .await

@@ -430,3 +430,48 @@ async fn sse_endpoint_on_another_origin_is_refused() {
     assert!(!err.report().contains("secret-token-value"));
     server.abort();
 }
+
+#[tokio::test]
+async fn http_headers_carry_a_bearer_token_which_no_error_repeats() {
+    async fn require_token(
+        request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        let authorized = request
+            .headers()
+            .get("authorization")
+            .is_some_and(|v| v.as_bytes() == b"Bearer s3cret-token");
+        if authorized {
+            next.run(request).await
+        } else {
+            axum::response::IntoResponse::into_response(axum::http::StatusCode::UNAUTHORIZED)
+        }
+    }
+    let server = FaultServer::new(None, CancellationToken::new());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(require_token));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let with_token = McpServerConfig::remote(TransportKind::Http, url.clone())
+        .with_header("Authorization", "Bearer s3cret-token");
+    let provider = McpProvider::new("auth", with_token).unwrap();
+    let out = provider.call("echo", json!({"message": "in"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "rmcp echo: in");
+    provider.shutdown().await.unwrap();
+
+    let wrong = McpServerConfig::remote(TransportKind::Http, url)
+        .with_header("Authorization", "Bearer wrong-s3cret");
+    let provider = McpProvider::new("auth", wrong).unwrap();
+    let err = provider.warmup().await.unwrap_err();
+    assert!(err.report().starts_with("auth: "), "{}", err.report());
+    assert!(!err.report().contains("wrong-s3cret"), "{}", err.report());
+    task.abort();
+}

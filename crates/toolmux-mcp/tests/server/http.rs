@@ -6,7 +6,6 @@ use rmcp::model::{CallToolRequestParams, SubscriptionFilter};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use toolmux_mcp::server::ServeOptions;
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -54,13 +53,17 @@ async fn an_abandoned_call_cancels_the_tool() {
     let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
     for lifecycle in [Lifecycle::Initialize, Lifecycle::Discover] {
         let (client, _) = server.connect(lifecycle).await;
-        let abandoned = tokio::time::timeout(
-            Duration::from_millis(300),
-            client.call_tool(CallToolRequestParams::new("hang")),
-        )
-        .await;
-        assert!(abandoned.is_err(), "the call hangs");
+        let client = Arc::new(client);
+        let caller = client.clone();
+        let call = tokio::spawn(async move {
+            let _ = caller.call_tool(CallToolRequestParams::new("hang")).await;
+        });
+        eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+        // Dropping the call's future abandons it; rmcp then sends `notifications/cancelled`.
+        call.abort();
+        let _ = call.await;
         eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+        let client = Arc::try_unwrap(client).expect("the call's task is gone");
         within(client.cancel()).await.unwrap();
     }
     assert_eq!(mock.calls_of("hang"), 2);

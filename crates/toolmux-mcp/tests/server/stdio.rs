@@ -11,7 +11,6 @@ use rmcp::service::PeerRequestOptions;
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 use toolmux_mcp::server::ServeOptions;
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -232,12 +231,15 @@ async fn an_abandoned_call_cancels_the_tool_over_2026_07_28() {
     let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
     let (client, _, _server) =
         connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Discover).await;
-    let abandoned = tokio::time::timeout(
-        Duration::from_millis(200),
-        client.call_tool(CallToolRequestParams::new("hang")),
-    )
-    .await;
-    assert!(abandoned.is_err(), "the call hangs");
+    let client = Arc::new(client);
+    let caller = client.clone();
+    let call = tokio::spawn(async move {
+        let _ = caller.call_tool(CallToolRequestParams::new("hang")).await;
+    });
+    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    // Dropping the call's future abandons it; rmcp then sends `notifications/cancelled`.
+    call.abort();
+    let _ = call.await;
     eventually("the call to end", || async { mock.in_flight() == 0 }).await;
     assert_eq!(mock.calls_of("hang"), 1);
 }
