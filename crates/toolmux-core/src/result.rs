@@ -52,6 +52,31 @@ impl ToolResult {
         }
     }
 
+    /// [`ToolResult::from_output`], taking the output so that a single text part is moved
+    /// into `result` instead of copied.
+    pub fn from_owned_output(
+        mut output: ToolOutput,
+        kind: ToolKind,
+        namespace: &str,
+        latency_ms: u64,
+    ) -> Self {
+        let text = match output.content.as_mut_slice() {
+            [crate::ContentPart::Text { text }] => std::mem::take(text),
+            _ => output.to_text(),
+        };
+        let (ok, result, error) =
+            if output.is_error { (false, None, Some(text)) } else { (true, Some(text), None) };
+        ToolResult {
+            ok,
+            result,
+            error,
+            latency_ms,
+            kind,
+            namespace: namespace.to_owned(),
+            extras: output.extras,
+        }
+    }
+
     /// A failed result from an error.
     pub fn from_error(error: &ToolError, kind: ToolKind, namespace: &str, latency_ms: u64) -> Self {
         let mut extras = JsonObject::new();

@@ -228,7 +228,7 @@ impl OrchestratorBuilder {
                 after: self.after,
                 redactor: Redactor::new(self.secrets),
                 runs: Mutex::new(HashMap::new()),
-                generation: Mutex::new(CancellationToken::new()),
+                generation: Mutex::new(Arc::new(CancellationToken::new())),
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
                 refresh_lock: tokio::sync::Mutex::new(()),
@@ -264,7 +264,7 @@ struct Inner {
     runs: Mutex<HashMap<Arc<str>, Arc<RunState>>>,
     // Invariant: replaced (after being cancelled) by `cancel()`; each call watches the token
     // current when it started.
-    generation: Mutex<CancellationToken>,
+    generation: Mutex<Arc<CancellationToken>>,
     notifier: ToolListNotifier,
     watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     refresh_lock: tokio::sync::Mutex<()>,
@@ -535,7 +535,7 @@ impl Orchestrator {
     pub fn cancel(&self) {
         let old = std::mem::replace(
             &mut *self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()),
-            CancellationToken::new(),
+            Arc::new(CancellationToken::new()),
         );
         old.cancel();
     }
@@ -566,17 +566,17 @@ impl Orchestrator {
     /// Runs one call through the whole pipeline and returns the envelope.
     pub async fn execute(&self, call: ToolCall, ctx: &CallContext) -> ToolResult {
         let ctx = match (&call.id, ctx.call_id()) {
-            (Some(id), None) => ctx.clone().with_call_id(id.as_str()),
-            _ => ctx.clone(),
+            (Some(id), None) => std::borrow::Cow::Owned(ctx.clone().with_call_id(id.as_str())),
+            _ => std::borrow::Cow::Borrowed(ctx),
         };
-        let started = Instant::now();
-        let (result, entry) = self.run(&call.name, call.arguments, &ctx).await;
-        let latency_ms = started.elapsed().as_millis() as u64;
+        let (result, entry, elapsed) =
+            self.run(&call.name, call.arguments, &ctx, Instant::now()).await;
+        let latency_ms = elapsed.as_millis() as u64;
         let (kind, namespace) = entry
             .as_ref()
             .map_or((ToolKind::Composite, ""), |e| (e.provider.kind(), e.provider.namespace()));
         let mut result = match result {
-            Ok(output) => ToolResult::from_output(&output, kind, namespace, latency_ms),
+            Ok(output) => ToolResult::from_owned_output(output, kind, namespace, latency_ms),
             Err(error) => ToolResult::from_error(&error, kind, namespace, latency_ms),
         };
         let redactor = &self.inner.redactor;
@@ -597,7 +597,7 @@ impl Orchestrator {
         arguments: Value,
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let result = self.run(name, arguments, ctx).await.0;
+        let result = self.run(name, arguments, ctx, Instant::now()).await.0;
         self.redact_result(result, name)
     }
 
@@ -606,8 +606,8 @@ impl Orchestrator {
         name: &str,
         arguments: Value,
         ctx: &CallContext,
-    ) -> (Result<ToolOutput, ToolError>, Option<Arc<ToolEntry>>) {
-        let started = Instant::now();
+        started: Instant,
+    ) -> (Result<ToolOutput, ToolError>, Option<Arc<ToolEntry>>, Duration) {
         let registry = self.registry();
         let entry = registry.get(name).cloned();
         drop(registry);
@@ -643,7 +643,7 @@ impl Orchestrator {
                 self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await
             }
         };
-        self.account(
+        let elapsed = self.account(
             &tool,
             entry.as_deref(),
             ctx,
@@ -654,7 +654,7 @@ impl Orchestrator {
             chars_in,
             audit_args,
         );
-        (result, entry)
+        (result, entry, elapsed)
     }
 
     fn redact_result(
@@ -702,7 +702,7 @@ impl Orchestrator {
         started: Instant,
         chars_in: u64,
         audit_args: Option<String>,
-    ) {
+    ) -> Duration {
         let elapsed = started.elapsed();
         let latency_ms = elapsed.as_millis() as u64;
         let ok = matches!(result, Ok(o) if !o.is_error);
@@ -729,7 +729,7 @@ impl Orchestrator {
         }
         let wants_record = self.inner.events.receiver_count() > 0 || self.inner.audit.is_some();
         if !wants_record {
-            return;
+            return elapsed;
         }
         let text = match result {
             Ok(o) => o.to_text(),
@@ -771,6 +771,7 @@ impl Orchestrator {
             };
             let _ = self.inner.events.send(ToolEvent::ToolFinished { record });
         }
+        elapsed
     }
 
     /// Everything after lookup: permission, validation, hooks, cache, then the downstream
@@ -783,21 +784,37 @@ impl Orchestrator {
         op: &Arc<Op>,
         meta: &CallMeta,
     ) -> Result<ToolOutput, ToolError> {
-        self.permit(entry, &arguments, ctx).await?;
+        // Stages with nothing to do are skipped without building their futures: every future
+        // built is moved (copied whole) into this one's state at least once.
+        if !matches!(entry.permission, Permission::Allow) {
+            self.permit(entry, &arguments, ctx).await?;
+        }
         entry.validator.validate(&entry.name, &arguments)?;
-        let arguments = self.before_hooks(entry, arguments, ctx).await?;
+        let arguments = if self.inner.before.is_empty() {
+            arguments
+        } else {
+            self.before_hooks(entry, arguments, ctx).await?
+        };
         let output = match entry.settings.cache_ttl {
+            // Boxed: the single-flight future is the largest state and rarely used.
             Some(ttl) => {
-                let key = cache_key(&entry.name, &arguments);
-                let run = || self.downstream(entry, arguments.clone(), ctx, op, meta);
-                let (result, served) =
-                    self.inner.flight.run(&*self.inner.cache, &key, ttl, run).await;
-                *meta.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(served);
-                result?
+                Box::pin(async {
+                    let key = cache_key(&entry.name, &arguments);
+                    let run = || self.downstream(entry, arguments.clone(), ctx, op, meta);
+                    let (result, served) =
+                        self.inner.flight.run(&*self.inner.cache, &key, ttl, run).await;
+                    *meta.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(served);
+                    result
+                })
+                .await?
             }
             None => self.downstream(entry, arguments, ctx, op, meta).await?,
         };
-        let output = self.cap_size(entry, output, ctx, meta).await;
+        let output = if textual_len(&output) > self.inner.config.response_max_bytes {
+            self.cap_size(entry, output, ctx, meta).await
+        } else {
+            output
+        };
         if let Some(run) = self.tracks_runs().then(|| self.run_state(ctx.run_id())) {
             let tokens = estimate_tokens(textual_len(&output));
             if let Err(remaining) =
@@ -904,9 +921,17 @@ impl Orchestrator {
             }
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
-        let started = Instant::now();
-        let result = self.attempts(entry, arguments, ctx, op, meta, &generation, time_left).await;
-        if let Some(run) = &run {
+        let started = run.as_ref().map(|_| Instant::now());
+        let retries = &entry.settings.retries;
+        let annotations = &entry.spec.annotations;
+        let result = if retries.max_retries > 0 && (annotations.idempotent || annotations.read_only)
+        {
+            Box::pin(self.attempts(entry, arguments, ctx, op, meta, &generation, time_left)).await
+        } else {
+            meta.attempts.store(1, Ordering::Relaxed);
+            self.timed_call(entry, arguments, ctx, op, &generation, time_left).await
+        };
+        if let (Some(run), Some(started)) = (&run, started) {
             run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
         let mut output = result?;
@@ -925,6 +950,11 @@ impl Orchestrator {
         generation: &CancellationToken,
     ) -> Result<Option<HeldSlot>, ToolError> {
         let Some((queue, wait)) = &entry.settings.queue else { return Ok(None) };
+        // A free slot is taken without a clock read, a select or a boxed future.
+        if let Some(slot) = queue.try_acquire() {
+            op.hold_queue(queue.name());
+            return Ok(Some(HeldSlot { _slot: slot, op: op.clone(), queue: queue.name().clone() }));
+        }
         if queue.is_full()
             && let Some(ancestor) = op.ancestor_holding(queue.name())
         {
@@ -1019,7 +1049,9 @@ impl Orchestrator {
             }
             hard
         };
-        let call_token = ctx.cancel_token().child_token();
+        // A token of its own rather than a child of the caller's: linking a child locks the
+        // parent's node on creation and on drop. The caller's cancellation is forwarded below.
+        let call_token = CancellationToken::new();
         // Microseconds from `start` to the last progress report; read only on timeout.
         let last_progress = settings.reset_on_progress.then(|| Arc::new(AtomicU64::new(0)));
         let mut provider_ctx = ctx
@@ -1043,6 +1075,16 @@ impl Orchestrator {
         let call = AssertUnwindSafe(entry.provider.call(&entry.original, arguments, &provider_ctx))
             .catch_unwind();
         tokio::pin!(call);
+        // In-process tools often finish on their first poll: try once before arming the timer
+        // and the cancellation waits (the select below polls the call first all the same).
+        if let std::task::Poll::Ready(result) = futures::poll!(&mut call) {
+            return match result {
+                Ok(result) => result,
+                Err(panic) => {
+                    Err(ToolError::Panicked { tool: tool(), message: panic_message(&*panic) })
+                }
+            };
+        }
         let mut deadline = (start + timeout).min(hard_deadline);
         loop {
             tokio::select! {
@@ -1053,7 +1095,10 @@ impl Orchestrator {
                         Err(panic) => Err(ToolError::Panicked { tool: tool(), message: panic_message(&*panic) }),
                     };
                 }
-                () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
+                () = ctx.cancel_token().cancelled() => {
+                    call_token.cancel();
+                    return Err(ToolError::Cancelled { tool: tool() });
+                }
                 () = generation.cancelled() => {
                     call_token.cancel();
                     return Err(ToolError::Cancelled { tool: tool() });

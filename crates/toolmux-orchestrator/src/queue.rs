@@ -27,6 +27,11 @@ pub trait Queue: Send + Sync + fmt::Debug {
     /// Takes a slot, waiting at most `wait`; `None` when none became free in time.
     async fn acquire(&self, wait: Duration) -> Option<QueueSlot>;
 
+    /// Takes a slot if one is free now, without waiting.
+    fn try_acquire(&self) -> Option<QueueSlot> {
+        None
+    }
+
     /// Whether every slot is taken now.
     fn is_full(&self) -> bool;
 
@@ -98,6 +103,10 @@ impl Queue for LocalQueue {
             Ok(Ok(permit)) => Some(QueueSlot(SlotInner::Local(permit))),
             _ => None,
         }
+    }
+
+    fn try_acquire(&self) -> Option<QueueSlot> {
+        self.semaphore.clone().try_acquire_owned().ok().map(|p| QueueSlot(SlotInner::Local(p)))
     }
 
     fn is_full(&self) -> bool {
