@@ -91,6 +91,22 @@ async fn gateway_client() -> (Client, Arc<McpProvider>) {
     (client, provider)
 }
 
+/// The client of a toolmux server serving a local echo tool, with no upstream: what
+/// serving alone costs.
+async fn local_client() -> Client {
+    let tools = toolmux_core::ToolSet::new("local", toolmux_core::ToolKind::Builtin).with_tool(
+        toolmux_core::ToolSpec::new("echo", "Echoes", serde_json::json!({"type": "object"})),
+        |args, _| async move {
+            let message = args["message"].as_str().unwrap_or_default().to_owned();
+            Ok(toolmux_core::ToolOutput::text(format!("Echo: {message}")))
+        },
+    );
+    let (client_end, server_end) = UnixStream::pair().expect("a socket pair");
+    let (reader, writer) = server_end.into_split();
+    tokio::spawn(serve_io(Arc::new(tools), ServeOptions::default(), reader, writer));
+    ().serve(client_end).await.expect("handshake with toolmux")
+}
+
 /// Median, p90 and p99 of `calls` sequential echo calls, after a warm-up.
 async fn measure(client: &Client, calls: usize) -> [Duration; 3] {
     let params = || {
@@ -118,14 +134,17 @@ async fn run(calls: usize) {
     let (direct, mut child) = direct_client().await;
     let (gateway, provider) = gateway_client().await;
     // Alternate the two paths so that drift of the machine affects both alike.
+    let local = local_client().await;
     let mut direct_runs = Vec::new();
     let mut gateway_runs = Vec::new();
+    let mut local_runs = Vec::new();
     for _ in 0..3 {
         direct_runs.push(measure(&direct, calls).await);
         gateway_runs.push(measure(&gateway, calls).await);
+        local_runs.push(measure(&local, calls).await);
     }
     let best = |runs: &[[Duration; 3]]| *runs.iter().min_by_key(|r| r[0]).expect("three runs");
-    let (d, g) = (best(&direct_runs), best(&gateway_runs));
+    let (d, g, l) = (best(&direct_runs), best(&gateway_runs), best(&local_runs));
     let us = |d: Duration| d.as_micros();
     println!("| path | calls | median µs | p90 µs | p99 µs |");
     println!("|---|---|---|---|---|");
@@ -142,11 +161,18 @@ async fn run(calls: usize) {
         us(g[2])
     );
     println!(
+        "| rmcp client → toolmux server → local echo (no upstream) | {calls} | {} | {} | {} |",
+        us(l[0]),
+        us(l[1]),
+        us(l[2])
+    );
+    println!(
         "\nratio of medians: {:.2} (target ≤ 1.3); best median of 3 runs each",
         g[0].as_secs_f64() / d[0].as_secs_f64()
     );
     let _ = direct.cancel().await;
     let _ = gateway.cancel().await;
+    let _ = local.cancel().await;
     let _ = provider.shutdown().await;
     let _ = child.kill().await;
 }
