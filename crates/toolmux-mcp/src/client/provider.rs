@@ -2,7 +2,10 @@
 //! cancellation, progress and list-change refreshes.
 
 use async_trait::async_trait;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ElicitRequestParams, ElicitResult,
+    ElicitationAction, InputRequest, InputResponses, ServerResult,
+};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -19,13 +22,15 @@ use super::config::{McpServerConfig, TransportKind};
 use super::connection::{self, Connection};
 use super::content::{declared_spec, tool_output, tool_spec};
 use super::filter::ToolFilter;
-use super::handler::{Events, ProgressRoute};
+use super::handler::{Events, ProgressRoute, answer_with_defaults};
 use crate::McpError;
 
 /// First delay before reconnecting after a failure; doubled per further failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 /// Longest delay between reconnection attempts.
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// `input_required` rounds one call may take.
+const MAX_INPUT_ROUNDS: usize = 8;
 /// Consecutive failures allowed before giving up, by default.
 const DEFAULT_MAX_RESTARTS: u32 = 5;
 
@@ -335,11 +340,60 @@ impl Inner {
             suggestions.truncate(3);
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         }
-        let params = CallToolRequestParams::new(name.to_owned());
-        let params = match arguments {
-            Some(arguments) => params.with_arguments(arguments),
-            None => params,
-        };
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = arguments;
+        // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
+        // with the answers, a bounded number of times.
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let result = self.call_once(&connection, name, params.clone(), ctx).await?;
+            match result {
+                ServerResult::CallToolResult(result) => {
+                    self.succeeded();
+                    return Ok(tool_output(result));
+                }
+                ServerResult::InputRequiredResult(input) => {
+                    let requests = input.input_requests.unwrap_or_default();
+                    if requests.is_empty() && input.request_state.is_none() {
+                        return Err(tool_error(self.protocol("an empty input_required result")));
+                    }
+                    let mut responses = InputResponses::new();
+                    for (key, request) in requests {
+                        let response =
+                            answer_input_request(request, self.config.accept_elicitation_defaults)
+                                .map_err(|what| {
+                                    tool_error(self.protocol(&format!("`{name}` {what}")))
+                                })?;
+                        responses.insert(key, response);
+                    }
+                    params.input_responses = (!responses.is_empty()).then_some(responses);
+                    params.request_state = input.request_state;
+                }
+                other => {
+                    let what = format!("unexpected reply to tools/call: {}", variant_name(&other));
+                    return Err(tool_error(self.protocol(&what)));
+                }
+            }
+        }
+        Err(tool_error(
+            self.protocol(&format!(
+                "`{name}` still asked for input after {MAX_INPUT_ROUNDS} rounds"
+            )),
+        ))
+    }
+
+    fn protocol(&self, message: &str) -> McpError {
+        McpError::Protocol { server: self.name.clone(), message: message.to_owned() }
+    }
+
+    /// One `tools/call` round trip with the call's timeout, cancellation and progress.
+    async fn call_once(
+        &self,
+        connection: &Connection,
+        name: &str,
+        params: CallToolRequestParams,
+        ctx: &CallContext,
+    ) -> Result<ServerResult, ToolError> {
+        let tool_error = |e: McpError| e.into_tool_error(Some(name));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut handle = match connection
             .peer
@@ -349,7 +403,7 @@ impl Inner {
             Ok(handle) => handle,
             Err(e) => {
                 self.connection_lost().await;
-                return Err(tool_error(self.service_error(&connection, "tools/call", e)));
+                return Err(tool_error(self.service_error(connection, "tools/call", e)));
             }
         };
         let activity = Arc::new(Notify::new());
@@ -379,30 +433,13 @@ impl Inner {
                 }
             }
         };
-        let result = match response {
-            Ok(result) => result,
-            // The responder was dropped: the connection ended under the call.
-            Err(_) => Err(ServiceError::TransportClosed),
-        };
-        match result {
-            Ok(ServerResult::CallToolResult(result)) => {
-                self.succeeded();
-                Ok(tool_output(result))
-            }
-            Ok(ServerResult::InputRequiredResult(_)) => Err(tool_error(McpError::Protocol {
-                server: self.name.clone(),
-                message: format!(
-                    "`{name}` asked the client for input, which toolmux does not provide"
-                ),
-            })),
-            Ok(other) => Err(tool_error(McpError::Protocol {
-                server: self.name.clone(),
-                message: format!("unexpected reply to tools/call: {}", variant_name(&other)),
-            })),
+        // A dropped responder means the connection ended under the call.
+        match response.unwrap_or(Err(ServiceError::TransportClosed)) {
+            Ok(result) => Ok(result),
             Err(e) => {
                 let lost =
                     matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
-                let error = self.service_error(&connection, "tools/call", e);
+                let error = self.service_error(connection, "tools/call", e);
                 if lost {
                     self.connection_lost().await;
                 } else {
@@ -412,6 +449,36 @@ impl Inner {
             }
         }
     }
+}
+
+/// The answer to one input request of an `input_required` result, as an unattended
+/// client: roots are none, form elicitations get their defaults when so configured (else
+/// are declined), and sampling is refused since toolmux lends no model to servers.
+fn answer_input_request(
+    request: InputRequest,
+    elicitation_defaults: bool,
+) -> Result<Value, String> {
+    let answer = match request {
+        InputRequest::ListRoots(_) => serde_json::json!({"roots": []}),
+        InputRequest::Elicitation(request) => {
+            let result = match request.params {
+                ElicitRequestParams::FormElicitationParams { requested_schema, .. }
+                    if elicitation_defaults =>
+                {
+                    answer_with_defaults(
+                        &serde_json::to_value(requested_schema).unwrap_or_default(),
+                    )
+                }
+                _ => ElicitResult::new(ElicitationAction::Decline),
+            };
+            serde_json::to_value(result).map_err(|e| format!("elicitation answer: {e}"))?
+        }
+        InputRequest::CreateMessage(_) => {
+            return Err("asked the client to sample a model, which toolmux does not provide".into());
+        }
+        _ => return Err("asked the client for a kind of input toolmux does not know".into()),
+    };
+    Ok(answer)
 }
 
 fn variant_name(result: &ServerResult) -> String {

