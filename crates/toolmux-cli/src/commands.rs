@@ -217,6 +217,15 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     });
     let served = match args.transport.http {
         None => {
+            // A person who started the gateway by hand sees what it serves; an MCP client
+            // (stderr not a terminal) gets a quiet stderr and pure protocol on stdout.
+            if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                let tools = toolmux.orchestrator().tools().len();
+                eprintln!(
+                    "toolmux: serving {tools} tools as an MCP server on stdio (Ctrl-C stops; \
+                     `toolmux serve --http 127.0.0.1:8765` serves over HTTP)"
+                );
+            }
             tokio::select! {
                 served = serve_stdio(provider, options) => served.context("serving on stdio"),
                 _ = tokio::signal::ctrl_c() => Ok(()),
