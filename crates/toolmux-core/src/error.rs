@@ -258,18 +258,26 @@ impl ToolError {
     /// This is what a model sees after `(tool failed: ...)`: a message and its causes,
     /// each said once.
     pub fn report(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = self.source();
-        while let Some(err) = source {
-            let message = err.to_string();
-            if !text.contains(&message) {
-                text.push_str(": ");
-                text.push_str(&message);
-            }
-            source = err.source();
-        }
-        text
+        error_report(self)
     }
+}
+
+/// An error and its chain of causes as one line, outermost first, joined by `: `, each
+/// message said once (a cause whose text the outer message already contains is skipped).
+///
+/// Every toolmux error enum renders its model-facing text with this.
+pub fn error_report(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(err) = source {
+        let message = err.to_string();
+        if !text.contains(&message) {
+            text.push_str(": ");
+            text.push_str(&message);
+        }
+        source = err.source();
+    }
+    text
 }
 
 fn did_you_mean(suggestions: &[String]) -> String {

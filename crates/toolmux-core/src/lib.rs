@@ -50,7 +50,7 @@ mod toolset;
 pub use context::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
 };
-pub use error::{Party, ToolError, Violation};
+pub use error::{Party, ToolError, Violation, error_report};
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput};
 pub use provider::{ToolListChanges, ToolListNotifier, ToolProvider};

@@ -170,17 +170,7 @@ impl FsError {
 
     /// The message with its causes, as the model reads it.
     pub fn report(&self) -> String {
-        let mut text = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(err) = source {
-            let message = err.to_string();
-            if !text.contains(&message) {
-                text.push_str(": ");
-                text.push_str(&message);
-            }
-            source = err.source();
-        }
-        text
+        toolmux_core::error_report(self)
     }
 
     /// Converts into the error a [`toolmux_core::ToolProvider`] returns; `tool` is the full

@@ -162,17 +162,7 @@ impl From<McpError> for ToolError {
 
 /// The message and its causes, each said once: the vocabulary error is flat.
 fn full_message(error: &McpError) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(err) = source {
-        let message = err.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = err.source();
-    }
-    text
+    toolmux_core::error_report(error)
 }
 
 #[cfg(test)]
