@@ -38,18 +38,14 @@ impl ToolResult {
         namespace: &str,
         latency_ms: u64,
     ) -> Self {
-        let text = output.to_text();
-        let (ok, result, error) =
-            if output.is_error { (false, None, Some(text)) } else { (true, Some(text), None) };
-        ToolResult {
-            ok,
-            result,
-            error,
-            latency_ms,
+        ToolResult::from_text(
+            output.to_text(),
+            output.is_error,
+            output.extras.clone(),
             kind,
-            namespace: namespace.to_owned(),
-            extras: output.extras.clone(),
-        }
+            namespace,
+            latency_ms,
+        )
     }
 
     /// [`ToolResult::from_output`], taking the output so that a single text part is moved
@@ -64,17 +60,20 @@ impl ToolResult {
             [crate::ContentPart::Text { text }] => std::mem::take(text),
             _ => output.to_text(),
         };
+        ToolResult::from_text(text, output.is_error, output.extras, kind, namespace, latency_ms)
+    }
+
+    fn from_text(
+        text: String,
+        is_error: bool,
+        extras: JsonObject,
+        kind: ToolKind,
+        namespace: &str,
+        latency_ms: u64,
+    ) -> Self {
         let (ok, result, error) =
-            if output.is_error { (false, None, Some(text)) } else { (true, Some(text), None) };
-        ToolResult {
-            ok,
-            result,
-            error,
-            latency_ms,
-            kind,
-            namespace: namespace.to_owned(),
-            extras: output.extras,
-        }
+            if is_error { (false, None, Some(text)) } else { (true, Some(text), None) };
+        ToolResult { ok, result, error, latency_ms, kind, namespace: namespace.to_owned(), extras }
     }
 
     /// A failed result from an error.

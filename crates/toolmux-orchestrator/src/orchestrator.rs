@@ -3,7 +3,7 @@
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
 use crate::budget::{RunFlags, RunState, estimate_tokens};
 use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
-use crate::config::{OrchestratorConfig, OversizeMode};
+use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy};
 use crate::events::ToolEvent;
 use crate::hooks::{AfterHook, BeforeHook, Scoped};
 use crate::permission::Permission;
@@ -610,7 +610,6 @@ impl Orchestrator {
     ) -> (Result<ToolOutput, ToolError>, Option<Arc<ToolEntry>>, Duration) {
         let registry = self.registry();
         let entry = registry.get(name).cloned();
-        drop(registry);
         let tool: Arc<str> = entry.as_ref().map_or_else(|| Arc::from(name), |e| e.name.clone());
         let op = Op::new(tool.clone(), ctx.op().cloned());
         let chars_in = if self.inner.audit.is_some() || self.inner.events.receiver_count() > 0 {
@@ -636,7 +635,7 @@ impl Orchestrator {
         let result = match &entry {
             None => Err(ToolError::UnknownTool {
                 name: name.to_owned(),
-                suggestions: crate::suggest::suggest(&self.registry(), name),
+                suggestions: crate::suggest::suggest(&registry, name),
             }),
             Some(entry) => {
                 let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
@@ -922,14 +921,24 @@ impl Orchestrator {
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let started = run.as_ref().map(|_| Instant::now());
-        let retries = &entry.settings.retries;
-        let annotations = &entry.spec.annotations;
-        let result = if retries.max_retries > 0 && (annotations.idempotent || annotations.read_only)
-        {
-            Box::pin(self.attempts(entry, arguments, ctx, op, meta, &generation, time_left)).await
-        } else {
-            meta.attempts.store(1, Ordering::Relaxed);
-            self.timed_call(entry, arguments, ctx, op, &generation, time_left).await
+        let result = match &entry.settings.retry {
+            Some(policy) => {
+                Box::pin(self.attempts(
+                    entry,
+                    policy,
+                    arguments,
+                    ctx,
+                    op,
+                    meta,
+                    &generation,
+                    time_left,
+                ))
+                .await
+            }
+            None => {
+                meta.attempts.store(1, Ordering::Relaxed);
+                self.timed_call(entry, arguments, ctx, op, &generation, time_left).await
+            }
         };
         if let (Some(run), Some(started)) = (&run, started) {
             run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
@@ -986,6 +995,7 @@ impl Orchestrator {
     async fn attempts(
         &self,
         entry: &ToolEntry,
+        policy: &RetryPolicy,
         arguments: Value,
         ctx: &CallContext,
         op: &Arc<Op>,
@@ -993,15 +1003,12 @@ impl Orchestrator {
         generation: &CancellationToken,
         time_left: Option<Duration>,
     ) -> Result<ToolOutput, ToolError> {
-        let policy = &entry.settings.retries;
-        let annotations = &entry.spec.annotations;
-        let may_retry = policy.max_retries > 0 && (annotations.idempotent || annotations.read_only);
         let mut attempt = 0;
         let mut arguments = Some(arguments);
         loop {
             attempt += 1;
             meta.attempts.store(attempt, Ordering::Relaxed);
-            let last = !may_retry || attempt > policy.max_retries;
+            let last = attempt > policy.max_retries;
             // Only a call that may be retried keeps a copy of its arguments.
             let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
             let result = self.timed_call(entry, args, ctx, op, generation, time_left).await;

@@ -39,7 +39,8 @@ pub(crate) struct ResolvedSettings {
     pub timeout: Duration,
     pub reset_on_progress: bool,
     pub max_total_time: Option<Duration>,
-    pub retries: crate::config::RetryPolicy,
+    /// Set only when the tool may be retried: retries configured and the tool idempotent.
+    pub retry: Option<crate::config::RetryPolicy>,
 }
 
 /// How bad a registry problem is.
@@ -185,7 +186,9 @@ impl Registry {
             timeout: settings.timeout.unwrap_or(config.tool_timeout),
             reset_on_progress: settings.reset_timeout_on_progress.unwrap_or(false),
             max_total_time: settings.max_total_time,
-            retries: settings.retry.unwrap_or_else(|| config.retry.clone()),
+            retry: Some(settings.retry.unwrap_or_else(|| config.retry.clone())).filter(|p| {
+                p.max_retries > 0 && (spec.annotations.idempotent || spec.annotations.read_only)
+            }),
         }
     }
 
