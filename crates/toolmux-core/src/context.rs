@@ -1,6 +1,10 @@
 //! Everything a call carries besides its arguments: cancellation, deadline, identity,
 //! its place in the operation tree, where progress goes and who answers questions.
 
+use crate::{
+    ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink, Root, SamplingRequest,
+    SamplingResponse, ToolError,
+};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -82,7 +86,13 @@ pub enum ApprovalDecision {
     },
 }
 
-/// Answers approval requests and clarification questions on behalf of a person.
+/// Answers, on behalf of the caller, what a call asks: approval to run, a clarifying
+/// question, a completion from the caller's model (sampling), structured input from the
+/// caller's user (elicitation) and the caller's roots.
+///
+/// Every method but `approve` has a default that says the caller cannot answer: sampling,
+/// elicitation and roots fail with [`ToolError::Unsupported`], which tools report to the
+/// model instead of waiting.
 #[async_trait]
 pub trait InteractionHandler: Send + Sync + fmt::Debug {
     /// Decides whether a call that a permission rule marks `ask` may run.
@@ -92,6 +102,23 @@ pub trait InteractionHandler: Send + Sync + fmt::Debug {
     async fn clarify(&self, question: &str) -> Option<String> {
         let _ = question;
         None
+    }
+
+    /// One completion from the caller's model.
+    async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        let _ = request;
+        Err(ToolError::unsupported("sampling", "the caller does not offer sampling"))
+    }
+
+    /// Structured input from the caller's user.
+    async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
+        let _ = request;
+        Err(ToolError::unsupported("elicitation", "the caller does not offer elicitation"))
+    }
+
+    /// The caller's workspace roots.
+    async fn roots(&self) -> Result<Vec<Root>, ToolError> {
+        Err(ToolError::unsupported("roots", "the caller does not share its roots"))
     }
 }
 
@@ -182,6 +209,7 @@ pub struct CallContext {
     run_id: Arc<str>,
     op: Option<Arc<Op>>,
     progress: Option<ProgressSink>,
+    log: Option<LogSink>,
     handler: Option<Arc<dyn InteractionHandler>>,
 }
 
@@ -194,6 +222,7 @@ impl Default for CallContext {
             run_id: Arc::from("default"),
             op: None,
             progress: None,
+            log: None,
             handler: None,
         }
     }
@@ -247,6 +276,12 @@ impl CallContext {
         self
     }
 
+    /// Sets where the call's log lines go.
+    pub fn with_log(mut self, sink: LogSink) -> Self {
+        self.log = Some(sink);
+        self
+    }
+
     /// Sets the approval and clarification handler.
     pub fn with_handler(mut self, handler: Arc<dyn InteractionHandler>) -> Self {
         self.handler = Some(handler);
@@ -295,13 +330,63 @@ impl CallContext {
         }
     }
 
+    /// The log sink.
+    pub fn log_sink(&self) -> Option<&LogSink> {
+        self.log.as_ref()
+    }
+
+    /// Sends a log line to the caller, if anyone listens.
+    pub fn log(&self, message: LogMessage) {
+        if let Some(sink) = &self.log {
+            sink.log(message);
+        }
+    }
+
+    /// Sends a text log line at `level` to the caller, if anyone listens.
+    pub fn log_text(&self, level: LogLevel, text: impl Into<String>) {
+        if let Some(sink) = &self.log {
+            sink.log(LogMessage::text(level, text));
+        }
+    }
+
     /// The approval and clarification handler.
     pub fn handler(&self) -> Option<&Arc<dyn InteractionHandler>> {
         self.handler.as_ref()
     }
 
-    /// A context for a call made from inside this one: same run and handler, a child
-    /// cancellation token, the current operation as parent, no progress sink and no call id.
+    /// Asks the caller's model for a completion; fails with [`ToolError::Unsupported`]
+    /// when no handler is attached or the caller does not offer sampling.
+    pub async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        match &self.handler {
+            Some(handler) => handler.sample(request).await,
+            None => Err(no_handler("sampling")),
+        }
+    }
+
+    /// Asks the caller's user for input; fails with [`ToolError::Unsupported`] when no
+    /// handler is attached or the caller does not offer elicitation.
+    pub async fn elicit(
+        &self,
+        request: ElicitationRequest,
+    ) -> Result<ElicitationResponse, ToolError> {
+        match &self.handler {
+            Some(handler) => handler.elicit(request).await,
+            None => Err(no_handler("elicitation")),
+        }
+    }
+
+    /// The caller's roots; fails with [`ToolError::Unsupported`] when no handler is
+    /// attached or the caller does not share them.
+    pub async fn roots(&self) -> Result<Vec<Root>, ToolError> {
+        match &self.handler {
+            Some(handler) => handler.roots().await,
+            None => Err(no_handler("roots")),
+        }
+    }
+
+    /// A context for a call made from inside this one: same run, handler and log sink, a
+    /// child cancellation token, the current operation as parent, no progress sink and no
+    /// call id.
     pub fn child(&self) -> CallContext {
         CallContext {
             cancel: self.cancel.child_token(),
@@ -310,9 +395,14 @@ impl CallContext {
             run_id: self.run_id.clone(),
             op: self.op.clone(),
             progress: None,
+            log: self.log.clone(),
             handler: self.handler.clone(),
         }
     }
+}
+
+fn no_handler(what: &str) -> ToolError {
+    ToolError::unsupported(what, "nobody is attached to answer this call's requests")
 }
 
 #[cfg(test)]

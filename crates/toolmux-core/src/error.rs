@@ -47,6 +47,28 @@ pub enum ToolError {
         /// The closest existing names, best first.
         suggestions: Vec<String>,
     },
+    /// No prompt has this name.
+    #[error("unknown prompt `{name}`{}", did_you_mean(.suggestions))]
+    UnknownPrompt {
+        /// The name asked for.
+        name: String,
+        /// The closest existing names, best first.
+        suggestions: Vec<String>,
+    },
+    /// No resource has this URI (and no template matches it).
+    #[error("unknown resource `{uri}`")]
+    UnknownResource {
+        /// The URI asked for.
+        uri: String,
+    },
+    /// The call needs something its caller does not offer (sampling, elicitation, roots).
+    #[error("{what} unavailable: {reason}")]
+    Unsupported {
+        /// What was needed.
+        what: String,
+        /// Why it is not available.
+        reason: String,
+    },
     /// The arguments do not match the tool's input schema.
     #[error("invalid arguments for `{tool}`: {}", join_violations(.violations))]
     InvalidArguments {
@@ -178,7 +200,11 @@ impl ToolError {
     /// Who must act.
     pub fn party(&self) -> Party {
         match self {
-            ToolError::UnknownTool { .. } | ToolError::InvalidArguments { .. } => Party::Caller,
+            ToolError::UnknownTool { .. }
+            | ToolError::UnknownPrompt { .. }
+            | ToolError::UnknownResource { .. }
+            | ToolError::Unsupported { .. }
+            | ToolError::InvalidArguments { .. } => Party::Caller,
             ToolError::Denied { .. }
             | ToolError::Timeout { .. }
             | ToolError::Cancelled { .. }
@@ -204,6 +230,9 @@ impl ToolError {
     pub fn code(&self) -> &'static str {
         match self {
             ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::UnknownPrompt { .. } => "unknown_prompt",
+            ToolError::UnknownResource { .. } => "unknown_resource",
+            ToolError::Unsupported { .. } => "unsupported",
             ToolError::InvalidArguments { .. } => "invalid_arguments",
             ToolError::Denied { .. } => "denied",
             ToolError::Timeout { .. } => "timeout",
@@ -238,6 +267,11 @@ impl ToolError {
     pub fn other(provider: impl Into<String>, source: impl Into<BoxError>) -> Self {
         let source = source.into();
         ToolError::Other { provider: provider.into(), message: source.to_string(), source: None }
+    }
+
+    /// Something the caller does not offer; `reason` says what to change.
+    pub fn unsupported(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        ToolError::Unsupported { what: what.into(), reason: reason.into() }
     }
 
     /// A failure the provider reported for `tool`.
@@ -352,6 +386,23 @@ mod tests {
             expect![[
                 r#"invalid arguments for `fs__read`: at /: "path" is a required property; at /limit: -1 is less than the minimum of 1 [Caller invalid_arguments]"#
             ]],
+        );
+        check(
+            ToolError::UnknownPrompt {
+                name: "review".into(),
+                suggestions: vec!["git__review".into()],
+            },
+            expect!["unknown prompt `review`; did you mean `git__review`? [Caller unknown_prompt]"],
+        );
+        check(
+            ToolError::UnknownResource { uri: "test://nope".into() },
+            expect!["unknown resource `test://nope` [Caller unknown_resource]"],
+        );
+        check(
+            ToolError::unsupported("sampling", "the caller does not offer sampling"),
+            expect![
+                "sampling unavailable: the caller does not offer sampling [Caller unsupported]"
+            ],
         );
         check(
             ToolError::Timeout { tool: "a__b".into(), after: Duration::from_millis(1500) },

@@ -1,7 +1,9 @@
 //! The vocabulary every toolmux crate speaks: what a tool is ([`ToolSpec`]), how it is
 //! called ([`ToolCall`], [`CallContext`]), what comes back ([`ToolOutput`], [`ToolResult`]),
 //! what can go wrong ([`ToolError`]), where tools come from ([`ToolProvider`]) and how
-//! their names are built ([`naming`]).
+//! their names are built ([`naming`]). Providers may also offer prompts and resources
+//! ([`PromptSpec`], [`ResourceSpec`]), and a running tool may log to its caller or ask it
+//! for a completion, an answer from its user or its roots ([`InteractionHandler`]).
 //!
 //! It is for authors of tool providers and of programs that call tools. It knows no
 //! transport, no HTTP client and no MCP SDK: those live in the provider crates.
@@ -37,8 +39,10 @@
 //! ```
 #![deny(missing_docs)]
 
+mod catalog;
 mod context;
 mod error;
+mod interaction;
 mod kind;
 pub mod naming;
 mod output;
@@ -47,13 +51,23 @@ mod result;
 mod spec;
 mod toolset;
 
+pub use catalog::{
+    Message, Prompt, PromptArgument, PromptSpec, ResourceBody, ResourceContents, ResourceSpec,
+    ResourceTemplate, Role,
+};
 pub use context::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
 };
 pub use error::{Party, ToolError, Violation, error_report};
+pub use interaction::{
+    ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
+    Root, SamplingRequest, SamplingResponse,
+};
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput};
-pub use provider::{ToolListChanges, ToolListNotifier, ToolProvider};
+pub use provider::{
+    ResourceUpdateNotifier, ResourceUpdates, ToolListChanges, ToolListNotifier, ToolProvider,
+};
 pub use result::ToolResult;
 pub use spec::{ToolAnnotations, ToolCall, ToolSpec, schema_for};
 pub use toolset::ToolSet;

@@ -1,10 +1,14 @@
 //! The one interface every source of tools implements.
 
-use crate::{CallContext, ToolError, ToolKind, ToolOutput, ToolSpec};
+use crate::{
+    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
+    ToolError, ToolKind, ToolOutput, ToolSpec,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::fmt;
-use tokio::sync::watch;
+use std::sync::Arc;
+use tokio::sync::{broadcast, watch};
 
 /// A source of tools: an MCP server, an HTTP API, the builtin file tools, another agent,
 /// or an orchestrator composing several of them.
@@ -12,6 +16,10 @@ use tokio::sync::watch;
 /// Names here are provider-local (`read`, not `fs__read`); the orchestrator adds the
 /// namespace. Implementations must be cheap to call concurrently and must stop work soon
 /// after `ctx` is cancelled.
+///
+/// Besides tools a provider may offer prompts and resources (an MCP server's, a fixture's);
+/// the defaults offer none. Prompt names are provider-local like tool names; resource URIs
+/// are global and pass through the orchestrator unchanged.
 #[async_trait]
 pub trait ToolProvider: Send + Sync + fmt::Debug {
     /// The kind of source.
@@ -55,6 +63,107 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     /// A signal that fires when the tool list changes; `None` when it never does.
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         None
+    }
+
+    /// The prompts offered now.
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    /// Renders prompt `name` with `arguments` (strings, as MCP passes them).
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        let _ = (arguments, ctx);
+        Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() })
+    }
+
+    /// The resources offered now (not the ones only reachable through a template).
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    /// The resource templates offered now.
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    /// Reads the resource at `uri`.
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        let _ = ctx;
+        Err(ToolError::UnknownResource { uri: uri.to_owned() })
+    }
+
+    /// Starts sending updates of `uri` through [`ToolProvider::resource_updates`]. The
+    /// default accepts any URI the provider lists or reads, as providers whose resources
+    /// change announce every change anyway.
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        let _ = uri;
+        Ok(())
+    }
+
+    /// Stops sending updates of `uri`.
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        let _ = uri;
+        Ok(())
+    }
+
+    /// A stream of URIs of resources that changed; `None` when none ever does.
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        None
+    }
+}
+
+/// The sending side of a resource-updated signal. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ResourceUpdateNotifier(broadcast::Sender<Arc<str>>);
+
+impl Default for ResourceUpdateNotifier {
+    fn default() -> Self {
+        ResourceUpdateNotifier(broadcast::Sender::new(64))
+    }
+}
+
+impl ResourceUpdateNotifier {
+    /// A notifier nobody listens to yet.
+    pub fn new() -> Self {
+        ResourceUpdateNotifier::default()
+    }
+
+    /// Tells every listener that the resource at `uri` changed.
+    pub fn notify(&self, uri: &str) {
+        // No listener is not an error: nobody subscribed.
+        let _ = self.0.send(Arc::from(uri));
+    }
+
+    /// A new listener; it sees updates made after this call.
+    pub fn subscribe(&self) -> ResourceUpdates {
+        ResourceUpdates(self.0.subscribe())
+    }
+}
+
+/// The receiving side of a resource-updated signal.
+#[derive(Debug)]
+pub struct ResourceUpdates(broadcast::Receiver<Arc<str>>);
+
+impl ResourceUpdates {
+    /// The next updated URI; `None` once the provider is gone. A listener that fell
+    /// behind skips the updates it missed (a reader re-reads the resource anyway).
+    pub async fn next(&mut self) -> Option<Arc<str>> {
+        loop {
+            match self.0.recv().await {
+                Ok(uri) => return Some(uri),
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
     }
 }
 
@@ -101,6 +210,16 @@ impl ToolListChanges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn resource_updates_reach_listeners() {
+        let notifier = ResourceUpdateNotifier::new();
+        let mut updates = notifier.subscribe();
+        notifier.notify("test://a");
+        assert_eq!(updates.next().await.as_deref(), Some("test://a"));
+        drop(notifier);
+        assert_eq!(updates.next().await, None);
+    }
 
     #[tokio::test]
     async fn notifier_wakes_listeners() {
