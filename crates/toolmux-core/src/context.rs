@@ -2,8 +2,8 @@
 //! its place in the operation tree, where progress goes and who answers questions.
 
 use crate::{
-    ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink, Root, SamplingRequest,
-    SamplingResponse, ToolError,
+    ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink, Root, RootsRequest,
+    SamplingRequest, SamplingResponse, ToolError,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -117,7 +117,8 @@ pub trait InteractionHandler: Send + Sync + fmt::Debug {
     }
 
     /// The caller's workspace roots.
-    async fn roots(&self) -> Result<Vec<Root>, ToolError> {
+    async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
+        let _ = request;
         Err(ToolError::unsupported("roots", "the caller does not share its roots"))
     }
 }
@@ -377,9 +378,9 @@ impl CallContext {
 
     /// The caller's roots; fails with [`ToolError::Unsupported`] when no handler is
     /// attached or the caller does not share them.
-    pub async fn roots(&self) -> Result<Vec<Root>, ToolError> {
+    pub async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
         match &self.handler {
-            Some(handler) => handler.roots().await,
+            Some(handler) => handler.roots(request).await,
             None => Err(no_handler("roots")),
         }
     }

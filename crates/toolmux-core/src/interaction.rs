@@ -13,6 +13,11 @@ use std::sync::Arc;
 /// A request for one completion from the caller's model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SamplingRequest {
+    /// A name for this request, the same every time the tool runs (`greeting`). A caller
+    /// that answers by re-running the tool (MCP's multi-round-trip requests) matches
+    /// answers to requests by it; without one, requests are numbered in the order made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// The conversation to complete.
     pub messages: Vec<Message>,
     /// The system prompt, if the tool wants one.
@@ -35,6 +40,7 @@ impl SamplingRequest {
     /// One user message of text, at most `max_tokens` in reply.
     pub fn text(prompt: impl Into<String>, max_tokens: u32) -> Self {
         SamplingRequest {
+            key: None,
             messages: vec![Message::user_text(prompt)],
             system_prompt: None,
             max_tokens,
@@ -42,6 +48,12 @@ impl SamplingRequest {
             stop_sequences: Vec::new(),
             model_preferences: None,
         }
+    }
+
+    /// Names the request (see [`SamplingRequest::key`]).
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
     }
 }
 
@@ -62,10 +74,41 @@ pub struct SamplingResponse {
 /// A question for the caller's user, with the JSON Schema of the answer (a flat object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ElicitationRequest {
+    /// A name for this request (see [`SamplingRequest::key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// What to ask.
     pub message: String,
     /// The schema of the answer: an object of primitive properties.
     pub requested_schema: Value,
+}
+
+impl ElicitationRequest {
+    /// Asks `message`, expecting an answer of `requested_schema`.
+    pub fn new(message: impl Into<String>, requested_schema: Value) -> Self {
+        ElicitationRequest { key: None, message: message.into(), requested_schema }
+    }
+
+    /// Names the request (see [`SamplingRequest::key`]).
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
+/// A request for the caller's roots.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RootsRequest {
+    /// A name for this request (see [`SamplingRequest::key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl RootsRequest {
+    /// A request named `key`.
+    pub fn with_key(key: impl Into<String>) -> Self {
+        RootsRequest { key: Some(key.into()) }
+    }
 }
 
 /// What the user did with an [`ElicitationRequest`].

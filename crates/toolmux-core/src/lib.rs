@@ -61,7 +61,7 @@ pub use context::{
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
-    Root, SamplingRequest, SamplingResponse,
+    Root, RootsRequest, SamplingRequest, SamplingResponse,
 };
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput};
