@@ -53,6 +53,7 @@
 pub mod accounting;
 mod budget;
 pub mod cache;
+mod catalog;
 mod config;
 mod events;
 mod glob;

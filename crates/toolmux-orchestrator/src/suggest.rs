@@ -1,15 +1,12 @@
-//! Close names for an unknown tool: the model misspelled it, dropped the namespace, or
-//! used another provider's prefix.
+//! Close names for an unknown tool or prompt: the model misspelled it, dropped the
+//! namespace, or used another provider's prefix.
 
-use crate::registry::Registry;
-
-/// Up to three existing names closest to `wanted`, best first.
-pub fn suggest(registry: &Registry, wanted: &str) -> Vec<String> {
+/// Up to three of `names` closest to `wanted`, best first.
+pub fn suggest<'a>(names: impl Iterator<Item = &'a str>, wanted: &str) -> Vec<String> {
     let wanted_lower = wanted.to_ascii_lowercase();
     let wanted_tool =
         toolmux_core::naming::split(&wanted_lower).map_or(wanted_lower.as_str(), |(_, t)| t);
-    let mut scored: Vec<(usize, &str)> = registry
-        .names()
+    let mut scored: Vec<(usize, &str)> = names
         .filter_map(|name| {
             let lower = name.to_ascii_lowercase();
             let tool = toolmux_core::naming::split(&lower).map_or(lower.as_str(), |(_, t)| t);

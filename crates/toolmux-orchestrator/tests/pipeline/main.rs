@@ -3,6 +3,7 @@
 
 mod accounting;
 mod cache;
+mod catalog;
 mod lifecycle;
 mod limits;
 mod lookup;

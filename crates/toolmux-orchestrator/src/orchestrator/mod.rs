@@ -1,8 +1,13 @@
-//! The orchestrator: providers in, one call pipeline out.
+//! The orchestrator: providers in, one call pipeline out; prompts and resources of every
+//! provider routed through it too (`prompts`, `resources`).
+
+mod prompts;
+mod resources;
 
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
 use crate::budget::{RunFlags, RunState, estimate_tokens};
 use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
+use crate::catalog::{PromptCatalog, ResourceCatalog};
 use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy};
 use crate::events::ToolEvent;
 use crate::hooks::{AfterHook, BeforeHook, Scoped};
@@ -22,9 +27,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, Op, ProgressSink, ToolCall,
-    ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult,
-    ToolSpec, naming,
+    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, JsonObject, Op, ProgressSink,
+    Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier,
+    ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
+    ToolProvider, ToolResult, ToolSpec, naming,
 };
 use tracing::Instrument as _;
 
@@ -232,6 +238,11 @@ impl OrchestratorBuilder {
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
                 refresh_lock: tokio::sync::Mutex::new(()),
+                prompts: RwLock::new(Arc::new(PromptCatalog::default())),
+                resources: RwLock::new(Arc::new(ResourceCatalog::default())),
+                learned_routes: Mutex::new(HashMap::new()),
+                updates: ResourceUpdateNotifier::new(),
+                forwarders: Mutex::new(Forwarders::default()),
             }),
         })
     }
@@ -268,6 +279,24 @@ struct Inner {
     notifier: ToolListNotifier,
     watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     refresh_lock: tokio::sync::Mutex<()>,
+    prompts: RwLock<Arc<PromptCatalog>>,
+    resources: RwLock<Arc<ResourceCatalog>>,
+    /// URIs nobody lists that a provider (its index) answered when asked in turn.
+    learned_routes: Mutex<HashMap<String, usize>>,
+    /// Every provider's resource updates, merged by the forwarders.
+    updates: ResourceUpdateNotifier,
+    forwarders: Mutex<Forwarders>,
+}
+
+/// The tasks copying each provider's resource updates into [`Inner::updates`].
+#[derive(Debug, Default)]
+struct Forwarders {
+    started: bool,
+    // Invariant: once set (by `cleanup()`), no forwarder starts again.
+    closed: bool,
+    /// Indices of the providers that offer updates.
+    sources: Vec<usize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// What the pipeline learned about a call besides its result, for the record.
@@ -277,6 +306,22 @@ struct CallMeta {
     attempts: AtomicU32,
     served: Mutex<Option<Served>>,
     spilled: std::sync::atomic::AtomicBool,
+}
+
+/// The limits of one provider call outside the tool pipeline.
+struct Bound {
+    token: CancellationToken,
+    start: Instant,
+    deadline: Instant,
+    generation: Arc<CancellationToken>,
+}
+
+impl Bound {
+    /// The context the provider gets: the caller's log sink, handler, run and operation,
+    /// the bound's deadline and a cancellation token of its own.
+    fn context(&self, ctx: &CallContext) -> CallContext {
+        ctx.clone().with_cancel(self.token.clone()).with_deadline(self.deadline)
+    }
 }
 
 /// A held queue slot, recorded on the operation so that descendants can see it.
@@ -422,9 +467,19 @@ impl Orchestrator {
             .collect();
         let mut list_errors = self.refresh().await;
         self.start_watchers();
+        self.start_update_forwarders();
+        // Prompts and resources are listed again whenever a client lists them; listing them
+        // here lets reads and `get_prompt` route before the first listing, and reports
+        // naming problems with the tools'.
+        let (prompts, ..) = futures::join!(
+            self.refresh_prompts(),
+            self.refresh_resources(),
+            self.refresh_resource_templates()
+        );
         let registry = self.registry();
-        let mut report =
-            WarmupReport { providers: Vec::new(), problems: registry.problems().to_vec() };
+        let mut problems = registry.problems().to_vec();
+        problems.extend_from_slice(prompts.problems());
+        let mut report = WarmupReport { providers: Vec::new(), problems };
         let mut by_index: Vec<_> = results;
         by_index.sort_by_key(|(i, _, _)| *i);
         for (i, result, elapsed_ms) in by_index {
@@ -547,6 +602,7 @@ impl Orchestrator {
         for watcher in self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             watcher.abort();
         }
+        self.stop_update_forwarders();
         let timeout = self.inner.config.startup_timeout;
         let shutdowns = self.providers().into_iter().map(|p| async move {
             match tokio::time::timeout(timeout, p.shutdown()).await {
@@ -635,7 +691,7 @@ impl Orchestrator {
         let result = match &entry {
             None => Err(ToolError::UnknownTool {
                 name: name.to_owned(),
-                suggestions: crate::suggest::suggest(&registry, name),
+                suggestions: crate::suggest::suggest(registry.names(), name),
             }),
             Some(entry) => {
                 let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
@@ -676,17 +732,73 @@ impl Orchestrator {
                 }
                 Ok(output)
             }
-            Err(e) => {
-                let report = e.report();
-                match redactor.redact(&report) {
-                    std::borrow::Cow::Borrowed(_) => Err(e),
-                    // The variant is lost, not the secret kept: the message is all that leaves.
-                    std::borrow::Cow::Owned(clean) => {
-                        Err(ToolError::Remote { tool: tool.to_owned(), message: clean })
-                    }
-                }
+            Err(e) => Err(self.redact_error(e, tool)),
+        }
+    }
+
+    /// An error whose message holds a secret becomes a [`ToolError::Remote`] about `tool`
+    /// with the secret redacted: the variant is lost, not the secret kept.
+    fn redact_error(&self, error: ToolError, tool: &str) -> ToolError {
+        let redactor = &self.inner.redactor;
+        if redactor.is_empty() {
+            return error;
+        }
+        match redactor.redact(&error.report()) {
+            std::borrow::Cow::Borrowed(_) => error,
+            std::borrow::Cow::Owned(clean) => {
+                ToolError::Remote { tool: tool.to_owned(), message: clean }
             }
         }
+    }
+
+    /// The bounds of a provider call outside the tool pipeline (a prompt, a resource),
+    /// enforced by [`Orchestrator::bounded`]: the provider's timeout (else the default tool
+    /// timeout), never past the caller's deadline.
+    fn bound(&self, provider: &dyn ToolProvider, ctx: &CallContext) -> Bound {
+        let timeout = self
+            .inner
+            .config
+            .providers
+            .get(provider.namespace())
+            .and_then(|s| s.timeout)
+            .unwrap_or(self.inner.config.tool_timeout);
+        let start = Instant::now();
+        let mut deadline = start + timeout;
+        if let Some(d) = ctx.deadline() {
+            deadline = deadline.min(d);
+        }
+        let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        Bound { token: CancellationToken::new(), start, deadline, generation }
+    }
+
+    /// Awaits `call` within `bound`: the caller's cancellation and [`Orchestrator::cancel`]
+    /// cancel it, the deadline times it out, a panic becomes an error. `what` (a prompt
+    /// name, a URI) names the call in errors.
+    async fn bounded<T>(
+        &self,
+        bound: Bound,
+        ctx: &CallContext,
+        what: &str,
+        call: impl Future<Output = Result<T, ToolError>>,
+    ) -> Result<T, ToolError> {
+        let call = AssertUnwindSafe(call).catch_unwind();
+        let result = tokio::select! {
+            biased;
+            result = call => match result {
+                Ok(result) => result,
+                Err(panic) => Err(ToolError::Panicked { tool: what.to_owned(), message: panic_message(&*panic) }),
+            },
+            () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: what.to_owned() }),
+            () = bound.generation.cancelled() => Err(ToolError::Cancelled { tool: what.to_owned() }),
+            () = tokio::time::sleep_until(bound.deadline) => {
+                Err(ToolError::Timeout { tool: what.to_owned(), after: bound.start.elapsed() })
+            }
+        };
+        if result.is_err() {
+            // Stops whatever the provider still runs for a call given up on.
+            bound.token.cancel();
+        }
+        result.map_err(|e| self.redact_error(e, what))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1244,17 +1356,24 @@ fn textual_len(output: &ToolOutput) -> usize {
 
 fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
     let text = output.to_text();
-    let head_len = floor_char_boundary(&text, max / 2);
-    let tail_start = ceil_char_boundary(&text, text.len() - (max - head_len).min(text.len()));
-    let omitted = tail_start.saturating_sub(head_len);
-    let mut out = String::with_capacity(max + 64);
-    out.push_str(&text[..head_len]);
-    out.push_str(&format!("\n[... {omitted} bytes omitted: output over {max} bytes ...]\n"));
-    out.push_str(&text[tail_start.max(head_len)..]);
+    let (out, omitted) = cut_middle(&text, max, &format!("output over {max} bytes"));
     let mut capped =
         ToolOutput { is_error: output.is_error, extras: output.extras, ..ToolOutput::text(out) };
     capped.extras.insert("truncated".into(), json!({"bytes": text.len(), "omitted": omitted}));
     capped
+}
+
+/// The head and the tail of `text` with a marker saying how much was left out and why;
+/// returns the text and the bytes omitted.
+fn cut_middle(text: &str, max: usize, why: &str) -> (String, usize) {
+    let head_len = floor_char_boundary(text, max / 2);
+    let tail_start = ceil_char_boundary(text, text.len() - (max - head_len).min(text.len()));
+    let omitted = tail_start.saturating_sub(head_len);
+    let mut out = String::with_capacity(max + 64);
+    out.push_str(&text[..head_len]);
+    out.push_str(&format!("\n[... {omitted} bytes omitted: {why} ...]\n"));
+    out.push_str(&text[tail_start.max(head_len)..]);
+    (out, omitted)
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -1331,6 +1450,47 @@ impl ToolProvider for Orchestrator {
 
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         Some(self.inner.notifier.subscribe())
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        Orchestrator::list_prompts(self).await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        Orchestrator::get_prompt(self, name, arguments, ctx).await
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        Orchestrator::list_resources(self).await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        Orchestrator::list_resource_templates(self).await
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        Orchestrator::read_resource(self, uri, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        Orchestrator::subscribe_resource(self, uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        Orchestrator::unsubscribe_resource(self, uri).await
+    }
+
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        Orchestrator::resource_updates(self)
     }
 }
 

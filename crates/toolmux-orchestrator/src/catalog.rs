@@ -1,0 +1,257 @@
+//! Prompts and resources of every provider, as last listed: prompt names qualified like
+//! tool names, resource URIs kept as they are, and where to route each.
+//!
+//! Like the [`crate::Registry`], a catalog is an immutable snapshot: a listing builds a new
+//! one from the previous one and swaps it in.
+
+use crate::registry::{RegistryProblem, Severity};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use toolmux_core::{PromptSpec, ResourceSpec, ResourceTemplate, ToolProvider, naming};
+
+/// One prompt under its model-facing name.
+#[derive(Debug)]
+pub(crate) struct PromptEntry {
+    /// The qualified name, `{namespace}__{prompt}`.
+    pub name: Arc<str>,
+    /// The provider's own name for it.
+    pub original: String,
+    /// The provider.
+    pub provider: Arc<dyn ToolProvider>,
+    /// The spec as the provider gave it.
+    pub spec: PromptSpec,
+}
+
+/// Every provider's prompts, qualified.
+#[derive(Debug, Default)]
+pub(crate) struct PromptCatalog {
+    // Invariant: one listing per provider, in provider order.
+    listed: Vec<Vec<PromptSpec>>,
+    order: Vec<Arc<PromptEntry>>,
+    by_name: HashMap<Arc<str>, Arc<PromptEntry>>,
+    problems: Vec<RegistryProblem>,
+}
+
+impl PromptCatalog {
+    /// A catalog from fresh listings, one per provider in order; `None` marks a provider
+    /// whose listing failed, which keeps what `previous` listed for it.
+    pub fn build(
+        providers: &[Arc<dyn ToolProvider>],
+        fresh: Vec<Option<Vec<PromptSpec>>>,
+        previous: &PromptCatalog,
+        budget: usize,
+    ) -> PromptCatalog {
+        let mut catalog = PromptCatalog::default();
+        for (i, (provider, fresh)) in providers.iter().zip(fresh).enumerate() {
+            let prompts = fresh.or_else(|| previous.listed.get(i).cloned()).unwrap_or_default();
+            catalog.add_provider(provider, &prompts, budget);
+            catalog.listed.push(prompts);
+        }
+        catalog
+    }
+
+    fn add_provider(
+        &mut self,
+        provider: &Arc<dyn ToolProvider>,
+        prompts: &[PromptSpec],
+        budget: usize,
+    ) {
+        let namespace = provider.namespace();
+        let mut seen = HashSet::new();
+        let mut specs = Vec::with_capacity(prompts.len());
+        for spec in prompts {
+            if seen.insert(spec.name.as_str()) {
+                specs.push(spec);
+            } else {
+                self.warn(format!(
+                    "provider `{namespace}` lists prompt `{}` twice; the second is left out",
+                    spec.name
+                ));
+            }
+        }
+        let names =
+            match naming::qualify_all(namespace, specs.iter().map(|s| s.name.as_str()), budget) {
+                Ok(names) => names,
+                Err(e) => {
+                    self.problems.push(RegistryProblem {
+                        severity: Severity::Error,
+                        message: format!("provider `{namespace}`: {e}"),
+                    });
+                    tracing::error!("prompts of provider `{namespace}` left out: {e}");
+                    return;
+                }
+            };
+        for ((name, _), spec) in names.into_iter().zip(specs) {
+            let entry = Arc::new(PromptEntry {
+                name: Arc::from(name),
+                original: spec.name.clone(),
+                provider: provider.clone(),
+                spec: spec.clone(),
+            });
+            self.by_name.insert(entry.name.clone(), entry.clone());
+            self.order.push(entry);
+        }
+    }
+
+    fn warn(&mut self, message: String) {
+        tracing::warn!("{message}");
+        self.problems.push(RegistryProblem { severity: Severity::Warning, message });
+    }
+
+    /// The entry of a qualified name.
+    pub fn get(&self, name: &str) -> Option<&Arc<PromptEntry>> {
+        self.by_name.get(name)
+    }
+
+    /// Qualified names, in provider order then listing order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(|e| &*e.name)
+    }
+
+    /// Every prompt with its qualified name in `name`.
+    pub fn specs(&self) -> Vec<PromptSpec> {
+        self.order
+            .iter()
+            .map(|e| PromptSpec { name: e.name.to_string(), ..e.spec.clone() })
+            .collect()
+    }
+
+    /// Problems found while building (left-out prompts).
+    pub fn problems(&self) -> &[RegistryProblem] {
+        &self.problems
+    }
+}
+
+/// Every provider's resources and templates, as last listed.
+#[derive(Debug, Default)]
+pub(crate) struct ResourceCatalog {
+    // Invariant: one listing per provider, in provider order, for both vectors.
+    resources: Vec<Vec<ResourceSpec>>,
+    templates: Vec<Vec<ResourceTemplate>>,
+    /// The provider (its index) that owns each listed URI: the first to list it.
+    owners: HashMap<String, usize>,
+    /// URIs listed more than once, already warned about.
+    duplicates: HashSet<String>,
+}
+
+impl ResourceCatalog {
+    /// This catalog with fresh resource listings, one per provider in order; `None` keeps
+    /// the previous listing. A URI listed by two providers belongs to the first; a warning
+    /// names both, once.
+    pub fn with_resources(
+        &self,
+        providers: &[Arc<dyn ToolProvider>],
+        fresh: Vec<Option<Vec<ResourceSpec>>>,
+    ) -> ResourceCatalog {
+        let resources = merge_listings(&self.resources, fresh);
+        let mut owners = HashMap::new();
+        let mut duplicates = HashSet::new();
+        for (i, listed) in resources.iter().enumerate() {
+            for resource in listed {
+                let Some(&first) = owners.get(&resource.uri) else {
+                    owners.insert(resource.uri.clone(), i);
+                    continue;
+                };
+                if first != i && !self.duplicates.contains(&resource.uri) {
+                    let name = |at: usize| providers.get(at).map_or("?", |p| p.namespace());
+                    tracing::warn!(
+                        "resource `{}` is listed by providers `{}` and `{}`; `{}` serves it",
+                        resource.uri,
+                        name(first),
+                        name(i),
+                        name(first),
+                    );
+                }
+                duplicates.insert(resource.uri.clone());
+            }
+        }
+        ResourceCatalog { resources, templates: self.templates.clone(), owners, duplicates }
+    }
+
+    /// This catalog with fresh template listings; `None` keeps the previous listing.
+    pub fn with_templates(&self, fresh: Vec<Option<Vec<ResourceTemplate>>>) -> ResourceCatalog {
+        ResourceCatalog {
+            resources: self.resources.clone(),
+            templates: merge_listings(&self.templates, fresh),
+            owners: self.owners.clone(),
+            duplicates: self.duplicates.clone(),
+        }
+    }
+
+    /// Every resource, each URI once as first listed, in provider order.
+    pub fn resources(&self) -> Vec<ResourceSpec> {
+        let mut seen = HashSet::new();
+        self.resources.iter().flatten().filter(|r| seen.insert(&r.uri)).cloned().collect()
+    }
+
+    /// Every template, in provider order.
+    pub fn templates(&self) -> Vec<ResourceTemplate> {
+        self.templates.iter().flatten().cloned().collect()
+    }
+
+    /// The provider (its index) to ask for `uri`: the one that listed it, else the first
+    /// whose template matches it.
+    pub fn route(&self, uri: &str) -> Option<usize> {
+        if let Some(&owner) = self.owners.get(uri) {
+            return Some(owner);
+        }
+        self.templates.iter().position(|listed| listed.iter().any(|t| t.match_uri(uri).is_some()))
+    }
+}
+
+/// Fresh listings over previous ones, provider by provider.
+fn merge_listings<T: Clone>(previous: &[Vec<T>], fresh: Vec<Option<Vec<T>>>) -> Vec<Vec<T>> {
+    fresh
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| f.or_else(|| previous.get(i).cloned()).unwrap_or_default())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resource(uri: &str, name: &str) -> ResourceSpec {
+        ResourceSpec::new(uri, name, "d")
+    }
+
+    #[test]
+    fn first_lister_of_a_uri_owns_it() {
+        let catalog = ResourceCatalog::default().with_resources(
+            &[],
+            vec![
+                Some(vec![resource("a://1", "one"), resource("a://1", "again")]),
+                Some(vec![resource("a://1", "other"), resource("b://2", "two")]),
+            ],
+        );
+        let names: Vec<String> = catalog.resources().into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["one", "two"]);
+        assert_eq!(catalog.route("a://1"), Some(0));
+        assert_eq!(catalog.route("b://2"), Some(1));
+        assert_eq!(catalog.route("c://3"), None);
+    }
+
+    #[test]
+    fn failed_listings_keep_the_previous_one() {
+        let first = ResourceCatalog::default()
+            .with_resources(&[], vec![Some(vec![resource("a://1", "one")]), Some(vec![])]);
+        let second = first.with_resources(&[], vec![None, Some(vec![resource("b://2", "two")])]);
+        assert_eq!(second.resources().len(), 2);
+    }
+
+    #[test]
+    fn templates_route_what_nobody_listed() {
+        let catalog = ResourceCatalog::default()
+            .with_resources(&[], vec![Some(vec![]), Some(vec![resource("x://1", "x")])])
+            .with_templates(vec![
+                Some(vec![ResourceTemplate::new("x://{id}", "x", "d")]),
+                Some(vec![ResourceTemplate::new("y://{id}", "y", "d")]),
+            ]);
+        // The listed URI wins over the earlier provider's matching template.
+        assert_eq!(catalog.route("x://1"), Some(1));
+        assert_eq!(catalog.route("x://2"), Some(0));
+        assert_eq!(catalog.route("y://2"), Some(1));
+        assert_eq!(catalog.route("x://a/b"), None);
+    }
+}

@@ -1,0 +1,141 @@
+//! Prompts of every provider under qualified names, rendered by their provider.
+//!
+//! Prompts are listed whenever a client lists them (and once at warmup), not only when
+//! tools are: no provider signals that its prompts changed, and clients list prompts
+//! rarely. `get_prompt` routes with the last listing and lists again once before calling
+//! a name unknown, so a prompt added since is found.
+
+use super::Orchestrator;
+use crate::catalog::PromptCatalog;
+use futures::StreamExt as _;
+use std::sync::Arc;
+use toolmux_core::{CallContext, ContentPart, JsonObject, Prompt, PromptSpec, ToolError};
+
+impl Orchestrator {
+    /// Every provider's prompts, named `{namespace}__{prompt}` like tools (sanitized,
+    /// within the name budget). A provider whose listing fails is logged and keeps the
+    /// prompts it listed last; the others' are listed all the same.
+    ///
+    /// Permission rules do not apply to prompts: rendering one runs no tool.
+    pub async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        Ok(self.refresh_prompts().await.specs())
+    }
+
+    /// Renders the prompt of qualified name `name` with `arguments` at its provider.
+    ///
+    /// An unknown name fails with [`ToolError::UnknownPrompt`] and the closest names; a
+    /// missing required argument with [`ToolError::InvalidArguments`] naming every one
+    /// missing, before the provider is asked. The call is bounded like a tool call: the
+    /// provider's timeout, the caller's deadline and cancellation.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        let mut catalog = self.prompt_catalog();
+        if catalog.get(name).is_none() {
+            catalog = self.refresh_prompts().await;
+        }
+        let Some(entry) = catalog.get(name).cloned() else {
+            return Err(ToolError::UnknownPrompt {
+                name: name.to_owned(),
+                suggestions: crate::suggest::suggest(catalog.names(), name),
+            });
+        };
+        let missing: Vec<String> =
+            entry.spec.missing_arguments(&arguments).map(|a| format!("`{a}`")).collect();
+        if !missing.is_empty() {
+            let s = if missing.len() == 1 { "" } else { "s" };
+            return Err(ToolError::invalid_arguments(
+                &*entry.name,
+                format!("missing required argument{s} {}", missing.join(", ")),
+            ));
+        }
+        tracing::debug!(target: "toolmux::prompt", "prompt request → {}", entry.name);
+        let bound = self.bound(&*entry.provider, ctx);
+        let provider_ctx = bound.context(ctx);
+        let call = entry.provider.get_prompt(&entry.original, arguments, &provider_ctx);
+        match self.bounded(bound, ctx, &entry.name, call).await {
+            Ok(prompt) => Ok(self.redact_prompt(prompt)),
+            // The provider knows the prompt by its own name; the caller by the qualified one.
+            Err(ToolError::UnknownPrompt { .. }) => {
+                Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The last prompt listing.
+    fn prompt_catalog(&self) -> Arc<PromptCatalog> {
+        self.inner.prompts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Lists every provider's prompts (at most `init_concurrency` at a time, each within
+    /// the startup timeout) and swaps in the new catalog.
+    pub(super) async fn refresh_prompts(&self) -> Arc<PromptCatalog> {
+        let providers = self.providers();
+        let timeout = self.inner.config.startup_timeout;
+        let mut listings = Vec::with_capacity(providers.len());
+        for provider in &providers {
+            let provider = provider.clone();
+            listings.push(async move {
+                let listed = tokio::time::timeout(timeout, provider.list_prompts()).await;
+                self.listed_or_logged(provider.namespace(), "prompts", listed)
+            });
+        }
+        let fresh: Vec<Option<Vec<PromptSpec>>> = futures::stream::iter(listings)
+            .buffered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await;
+        let previous = self.prompt_catalog();
+        let catalog = Arc::new(PromptCatalog::build(
+            &providers,
+            fresh,
+            &previous,
+            self.inner.config.name_budget,
+        ));
+        *self.inner.prompts.write().unwrap_or_else(|e| e.into_inner()) = catalog.clone();
+        catalog
+    }
+
+    /// The prompt with secrets redacted from its text.
+    fn redact_prompt(&self, mut prompt: Prompt) -> Prompt {
+        let redactor = &self.inner.redactor;
+        if redactor.is_empty() {
+            return prompt;
+        }
+        for message in &mut prompt.messages {
+            if let ContentPart::Text { text } = &mut message.content
+                && let std::borrow::Cow::Owned(clean) = redactor.redact(text)
+            {
+                *text = clean;
+            }
+        }
+        prompt
+    }
+
+    /// A provider's listing, or `None` after logging why there is none.
+    pub(super) fn listed_or_logged<T>(
+        &self,
+        namespace: &str,
+        what: &str,
+        listed: Result<Result<Vec<T>, ToolError>, tokio::time::error::Elapsed>,
+    ) -> Option<Vec<T>> {
+        match listed {
+            Ok(Ok(items)) => Some(items),
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    provider = namespace,
+                    "listing {what} failed: {}",
+                    self.inner.redactor.redact(&e.report())
+                );
+                None
+            }
+            Err(_) => {
+                tracing::warn!(provider = namespace, "listing {what} timed out");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Resources of every provider under their own URIs, reads and subscriptions routed to the
+//! provider that serves each, and every provider's resource updates merged into one stream.
+//!
+//! A read goes to the provider that listed the URI (the first one, when two did), else to
+//! the first whose template matches it, else to each provider in turn until one serves it;
+//! a provider found that way is remembered for the URI. Resources are listed whenever a
+//! client lists them and once at warmup.
+
+use super::{Orchestrator, cut_middle};
+use crate::catalog::ResourceCatalog;
+use crate::config::OversizeMode;
+use futures::StreamExt as _;
+use std::sync::Arc;
+use toolmux_core::{
+    CallContext, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
+    ToolError, ToolProvider,
+};
+
+/// URIs remembered from probing at most; the memory is cleared when full.
+const LEARNED_ROUTES_MAX: usize = 1024;
+
+impl Orchestrator {
+    /// Every provider's resources, URIs unchanged. A URI listed by two providers is listed
+    /// once, as the first listed it (a warning names both). A provider whose listing fails
+    /// is logged and keeps what it listed last.
+    pub async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        Ok(self.refresh_resources().await.resources())
+    }
+
+    /// Every provider's resource templates, in provider order.
+    pub async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        Ok(self.refresh_resource_templates().await.templates())
+    }
+
+    /// Reads the resource at `uri` from the provider that serves it (see the module
+    /// documentation for the routing). Fails with [`ToolError::UnknownResource`] when no
+    /// provider serves it; when some provider failed otherwise while asked in turn, with
+    /// that failure. Each provider asked is bounded like a tool call (its timeout, the
+    /// caller's deadline and cancellation); text over `toolResponseMaxBytes` is cut like a
+    /// tool's output, binary contents pass as they are.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        tracing::debug!(target: "toolmux::resource", "resource read → {uri}");
+        let providers = self.providers();
+        let routed = self.route(uri);
+        if let Some(provider) = routed.and_then(|i| providers.get(i)) {
+            match self.read_from(&**provider, uri, ctx).await {
+                Ok(contents) => return Ok(self.cap_contents(uri, contents, ctx).await),
+                // A stale listing or a template too wide: someone else may serve it.
+                Err(ToolError::UnknownResource { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut failure = None;
+        for (i, provider) in providers.iter().enumerate().filter(|(i, _)| Some(*i) != routed) {
+            match self.read_from(&**provider, uri, ctx).await {
+                Ok(contents) => {
+                    self.learn_route(uri, i);
+                    return Ok(self.cap_contents(uri, contents, ctx).await);
+                }
+                Err(ToolError::UnknownResource { .. }) => {}
+                Err(e @ ToolError::Cancelled { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::debug!(
+                        provider = provider.namespace(),
+                        "reading `{uri}` failed: {}",
+                        e.report()
+                    );
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        Err(failure.unwrap_or_else(|| ToolError::UnknownResource { uri: uri.to_owned() }))
+    }
+
+    /// Subscribes to updates of `uri` at the provider that serves it; when none is known,
+    /// at every provider that sends updates (succeeding when one accepts).
+    pub async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.start_update_forwarders();
+        self.route_subscription(uri, true).await
+    }
+
+    /// Ends a subscription made with [`Orchestrator::subscribe_resource`], routed the same way.
+    pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.route_subscription(uri, false).await
+    }
+
+    /// Updated URIs of every provider, merged; `None` when no provider sends any.
+    pub fn resource_updates(&self) -> Option<ResourceUpdates> {
+        self.start_update_forwarders();
+        let started = {
+            let forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+            forwarders.started.then(|| !forwarders.sources.is_empty())
+        };
+        // Outside a runtime no forwarder could start: say what the providers offer, and the
+        // forwarders start with the warmup.
+        let offered = started
+            .unwrap_or_else(|| self.providers().iter().any(|p| p.resource_updates().is_some()));
+        offered.then(|| self.inner.updates.subscribe())
+    }
+
+    /// Starts one task per provider that sends resource updates, copying them into the
+    /// merged stream; once, and never after cleanup. Needs a tokio runtime.
+    pub(super) fn start_update_forwarders(&self) {
+        let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        if forwarders.started || forwarders.closed || tokio::runtime::Handle::try_current().is_err()
+        {
+            return;
+        }
+        forwarders.started = true;
+        for (i, provider) in self.providers().iter().enumerate() {
+            let Some(mut updates) = provider.resource_updates() else { continue };
+            forwarders.sources.push(i);
+            let merged = self.inner.updates.clone();
+            forwarders.tasks.push(tokio::spawn(async move {
+                while let Some(uri) = updates.next().await {
+                    merged.notify(&uri);
+                }
+            }));
+        }
+    }
+
+    /// Stops the forwarders for good.
+    pub(super) fn stop_update_forwarders(&self) {
+        let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        forwarders.closed = true;
+        for task in forwarders.tasks.drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Lists every provider's resources and swaps in the new catalog.
+    pub(super) async fn refresh_resources(&self) -> Arc<ResourceCatalog> {
+        let providers = self.providers();
+        let timeout = self.inner.config.startup_timeout;
+        let mut listings = Vec::with_capacity(providers.len());
+        for provider in &providers {
+            let provider = provider.clone();
+            listings.push(async move {
+                let listed = tokio::time::timeout(timeout, provider.list_resources()).await;
+                self.listed_or_logged(provider.namespace(), "resources", listed)
+            });
+        }
+        let fresh: Vec<Option<Vec<ResourceSpec>>> = futures::stream::iter(listings)
+            .buffered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await;
+        let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
+        *catalog = Arc::new(catalog.with_resources(&providers, fresh));
+        catalog.clone()
+    }
+
+    /// Lists every provider's resource templates and swaps in the new catalog.
+    pub(super) async fn refresh_resource_templates(&self) -> Arc<ResourceCatalog> {
+        let providers = self.providers();
+        let timeout = self.inner.config.startup_timeout;
+        let mut listings = Vec::with_capacity(providers.len());
+        for provider in &providers {
+            let provider = provider.clone();
+            listings.push(async move {
+                let listed =
+                    tokio::time::timeout(timeout, provider.list_resource_templates()).await;
+                self.listed_or_logged(provider.namespace(), "resource templates", listed)
+            });
+        }
+        let fresh: Vec<Option<Vec<ResourceTemplate>>> = futures::stream::iter(listings)
+            .buffered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await;
+        let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
+        *catalog = Arc::new(catalog.with_templates(fresh));
+        catalog.clone()
+    }
+
+    /// The provider (its index) known to serve `uri`: by listing, template or experience.
+    fn route(&self, uri: &str) -> Option<usize> {
+        let catalog = self.inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+        catalog.route(uri).or_else(|| {
+            self.inner.learned_routes.lock().unwrap_or_else(|e| e.into_inner()).get(uri).copied()
+        })
+    }
+
+    fn learn_route(&self, uri: &str, provider: usize) {
+        let mut learned = self.inner.learned_routes.lock().unwrap_or_else(|e| e.into_inner());
+        if learned.len() >= LEARNED_ROUTES_MAX {
+            learned.clear();
+        }
+        learned.insert(uri.to_owned(), provider);
+    }
+
+    async fn read_from(
+        &self,
+        provider: &dyn ToolProvider,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        let bound = self.bound(provider, ctx);
+        let provider_ctx = bound.context(ctx);
+        let read = provider.read_resource(uri, &provider_ctx);
+        self.bounded(bound, ctx, uri, read).await
+    }
+
+    async fn route_subscription(&self, uri: &str, subscribe: bool) -> Result<(), ToolError> {
+        let providers = self.providers();
+        let targets: Vec<usize> = match self.route(uri) {
+            Some(i) => vec![i],
+            None => self.update_sources(),
+        };
+        let mut failure = None;
+        let mut accepted = false;
+        for provider in targets.iter().filter_map(|&i| providers.get(i)) {
+            // Only to bound the call: the trait's methods take no context.
+            let ctx = CallContext::new();
+            let bound = self.bound(&**provider, &ctx);
+            let call = async {
+                if subscribe {
+                    provider.subscribe_resource(uri).await
+                } else {
+                    provider.unsubscribe_resource(uri).await
+                }
+            };
+            match self.bounded(bound, &ctx, uri, call).await {
+                Ok(()) => accepted = true,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        match (accepted, failure) {
+            (true, _) => Ok(()),
+            (false, Some(e)) => Err(e),
+            (false, None) => Err(ToolError::UnknownResource { uri: uri.to_owned() }),
+        }
+    }
+
+    /// Indices of the providers that send resource updates.
+    fn update_sources(&self) -> Vec<usize> {
+        let forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        if forwarders.started {
+            return forwarders.sources.clone();
+        }
+        drop(forwarders);
+        self.providers()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.resource_updates().is_some())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Contents with secrets redacted from their text and, when their text is over
+    /// `toolResponseMaxBytes`, each text cut to its share of the cap, the whole text kept
+    /// in the output store (unless the oversize mode is truncate) and named in the marker.
+    async fn cap_contents(
+        &self,
+        uri: &str,
+        mut contents: Vec<ResourceContents>,
+        ctx: &CallContext,
+    ) -> Vec<ResourceContents> {
+        let redactor = &self.inner.redactor;
+        for item in &mut contents {
+            if let ResourceBody::Text(text) = &mut item.body
+                && let std::borrow::Cow::Owned(clean) = redactor.redact(text)
+            {
+                *text = clean;
+            }
+        }
+        let max = self.inner.config.response_max_bytes;
+        let text_len = |c: &ResourceContents| match &c.body {
+            ResourceBody::Text(text) => text.len(),
+            ResourceBody::Blob(_) => 0,
+        };
+        let total: usize = contents.iter().map(text_len).sum();
+        if total <= max {
+            return contents;
+        }
+        for item in &mut contents {
+            let ResourceBody::Text(text) = &mut item.body else { continue };
+            // Each text keeps its share of the cap (at least a line's worth).
+            let share = ((max as u128 * text.len() as u128 / total as u128) as usize).max(80);
+            if text.len() <= share {
+                continue;
+            }
+            let mut why = format!("resource over {max} bytes");
+            if self.inner.config.oversize == OversizeMode::Spill {
+                match self.inner.store.store(ctx.run_id(), uri, text).await {
+                    Ok(stored) => {
+                        why.push_str(&format!("; whole text in output `{}`", stored.handle));
+                    }
+                    Err(e) => tracing::warn!("output store failed for `{uri}`, truncating: {e}"),
+                }
+            }
+            *text = cut_middle(text, share, &why).0;
+        }
+        contents
+    }
+}

@@ -1,0 +1,560 @@
+//! Prompts and resources through the orchestrator: qualified prompt names, routing,
+//! unknown names, missing arguments, resource routing by listing, template and probing,
+//! duplicate URIs, bounds, size cap, subscriptions and merged updates; and what a tool asks
+//! its caller (log lines, elicitation, sampling, roots) reaching it through the pipeline.
+
+use crate::start;
+use async_trait::async_trait;
+use expect_test::expect;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, ElicitationAction,
+    ElicitationRequest, ElicitationResponse, InteractionHandler, JsonObject, LogLevel, LogMessage,
+    LogSink, Message, Prompt, PromptArgument, PromptSpec, ResourceBody, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, Role, Root,
+    RootsRequest, SamplingRequest, SamplingResponse, ToolAnnotations, ToolCall, ToolError,
+    ToolKind, ToolOutput, ToolProvider, ToolSet, ToolSpec,
+};
+use toolmux_orchestrator::{
+    Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity, ToolSettings,
+};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+/// A provider of prompts and resources (and no tools).
+#[derive(Debug, Default)]
+struct Library {
+    namespace: String,
+    prompts: Vec<PromptSpec>,
+    resources: Vec<(ResourceSpec, String)>,
+    templates: Vec<ResourceTemplate>,
+    /// URIs read but not listed (reached only by probing).
+    hidden: Vec<(String, String)>,
+    failing_prompts: bool,
+    hanging_reads: bool,
+    updates: Option<ResourceUpdateNotifier>,
+    subscribed: Mutex<Vec<String>>,
+    reads: Mutex<Vec<String>>,
+}
+
+impl Library {
+    fn new(namespace: &str) -> Self {
+        Library { namespace: namespace.into(), ..Library::default() }
+    }
+
+    fn prompt(mut self, spec: PromptSpec) -> Self {
+        self.prompts.push(spec);
+        self
+    }
+
+    fn resource(mut self, uri: &str, name: &str, text: &str) -> Self {
+        self.resources.push((ResourceSpec::new(uri, name, "d"), text.into()));
+        self
+    }
+
+    fn template(mut self, template: &str) -> Self {
+        self.templates.push(ResourceTemplate::new(template, "t", "d"));
+        self
+    }
+
+    fn hidden(mut self, uri: &str, text: &str) -> Self {
+        self.hidden.push((uri.into(), text.into()));
+        self
+    }
+
+    fn with_updates(mut self) -> Self {
+        self.updates = Some(ResourceUpdateNotifier::new());
+        self
+    }
+
+    fn notify(&self, uri: &str) {
+        self.updates.as_ref().expect("made with_updates").notify(uri);
+    }
+
+    fn reads(&self) -> Vec<String> {
+        self.reads.lock().expect("not poisoned").clone()
+    }
+
+    fn subscribed(&self) -> Vec<String> {
+        self.subscribed.lock().expect("not poisoned").clone()
+    }
+}
+
+#[async_trait]
+impl ToolProvider for Library {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    async fn call(&self, name: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::UnknownTool { name: name.into(), suggestions: Vec::new() })
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        if self.failing_prompts {
+            return Err(ToolError::Transport {
+                provider: self.namespace.clone(),
+                message: "connection refused".into(),
+                source: None,
+            });
+        }
+        Ok(self.prompts.clone())
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        _: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        if !self.prompts.iter().any(|p| p.name == name) {
+            return Err(ToolError::UnknownPrompt { name: name.into(), suggestions: Vec::new() });
+        }
+        Ok(Prompt {
+            description: None,
+            messages: vec![Message::user_text(format!(
+                "{}/{name} {}",
+                self.namespace,
+                Value::Object(arguments)
+            ))],
+        })
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        Ok(self.resources.iter().map(|(spec, _)| spec.clone()).collect())
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        Ok(self.templates.clone())
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.reads.lock().expect("not poisoned").push(uri.to_owned());
+        if self.hanging_reads {
+            ctx.cancel_token().cancelled().await;
+            return Err(ToolError::Cancelled { tool: uri.into() });
+        }
+        let listed = self.resources.iter().map(|(s, t)| (&s.uri, t));
+        if let Some((_, text)) =
+            listed.chain(self.hidden.iter().map(|(u, t)| (u, t))).find(|(u, _)| *u == uri)
+        {
+            return Ok(vec![ResourceContents::text(
+                uri,
+                "text/plain",
+                format!("{}: {text}", self.namespace),
+            )]);
+        }
+        if let Some(vars) = self.templates.iter().find_map(|t| t.match_uri(uri)) {
+            return Ok(vec![ResourceContents::text(
+                uri,
+                "text/plain",
+                format!("{}: {vars:?}", self.namespace),
+            )]);
+        }
+        Err(ToolError::UnknownResource { uri: uri.into() })
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.subscribed.lock().expect("not poisoned").push(uri.to_owned());
+        Ok(())
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.subscribed.lock().expect("not poisoned").retain(|u| u != uri);
+        Ok(())
+    }
+
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        self.updates.as_ref().map(ResourceUpdateNotifier::subscribe)
+    }
+}
+
+fn git() -> Library {
+    Library::new("git")
+        .prompt(
+            PromptSpec::new("review", "Review a change")
+                .with_argument(PromptArgument::required("change", "the change"))
+                .with_argument(PromptArgument::optional("focus", "what to look at"))
+                .with_argument(PromptArgument::required("tone", "how to say it")),
+        )
+        .prompt(PromptSpec::new("commit message", "Write a commit message"))
+        .resource("repo://main/README", "readme", "hello")
+        .resource("shared://config", "config", "from git")
+        .template("repo://{branch}/log")
+}
+
+fn docs() -> Library {
+    Library::new("docs")
+        .prompt(PromptSpec::new("summarize", "Summarize a page"))
+        .resource("shared://config", "config", "from docs")
+        .resource("docs://index", "index", "pages")
+        .template("repo://{branch}/{+path}")
+        .hidden("other://secret-page", "found by asking")
+}
+
+async fn library(providers: Vec<Arc<dyn ToolProvider>>) -> Orchestrator {
+    start(OrchestratorConfig::default(), providers).await
+}
+
+fn text(contents: &[ResourceContents]) -> String {
+    contents
+        .iter()
+        .map(|c| match &c.body {
+            ResourceBody::Text(t) => t.clone(),
+            ResourceBody::Blob(b) => format!("<blob {} bytes>", b.len()),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn message_text(prompt: &Prompt) -> String {
+    match &prompt.messages[0].content {
+        ContentPart::Text { text } => text.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn args(value: Value) -> JsonObject {
+    value.as_object().cloned().expect("an object")
+}
+
+#[tokio::test(start_paused = true)]
+async fn prompts_are_listed_under_qualified_names() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let names: Vec<String> = o.list_prompts().await.unwrap().into_iter().map(|p| p.name).collect();
+    expect![[r#"["git__review", "git__commit_message", "docs__summarize"]"#]]
+        .assert_eq(&format!("{names:?}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn prompts_route_to_their_provider_by_local_name() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let ctx = CallContext::new();
+    let p = o.get_prompt("git__commit_message", JsonObject::new(), &ctx).await.unwrap();
+    assert_eq!(message_text(&p), "git/commit message {}");
+    let given = args(json!({"change": "abc", "tone": "kind"}));
+    let p = o.get_prompt("git__review", given, &ctx).await.unwrap();
+    assert_eq!(message_text(&p), r#"git/review {"change":"abc","tone":"kind"}"#);
+    assert_eq!(p.messages[0].role, Role::User);
+    // Through the trait object, as the MCP server sees the orchestrator.
+    let provider: Arc<dyn ToolProvider> = Arc::new(o.clone());
+    let p = provider.get_prompt("docs__summarize", JsonObject::new(), &ctx).await.unwrap();
+    assert_eq!(message_text(&p), "docs/summarize {}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_prompts_name_the_closest() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let ctx = CallContext::new();
+    let check = |e: ToolError, expect: expect_test::Expect| expect.assert_eq(&e.report());
+    check(
+        o.get_prompt("git__reveiw", JsonObject::new(), &ctx).await.unwrap_err(),
+        expect!["unknown prompt `git__reveiw`; did you mean `git__review`?"],
+    );
+    check(
+        o.get_prompt("summarize", JsonObject::new(), &ctx).await.unwrap_err(),
+        expect!["unknown prompt `summarize`; did you mean `docs__summarize`?"],
+    );
+    let e = o.get_prompt("zzz", JsonObject::new(), &ctx).await.unwrap_err();
+    assert_eq!(e.code(), "unknown_prompt");
+    assert_eq!(e.report(), "unknown prompt `zzz`");
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_required_arguments_are_named_before_the_provider_is_asked() {
+    let o = library(vec![Arc::new(git())]).await;
+    let ctx = CallContext::new();
+    let e = o.get_prompt("git__review", args(json!({"focus": "tests"})), &ctx).await.unwrap_err();
+    expect![
+        "invalid arguments for `git__review`: at /: missing required arguments `change`, `tone`"
+    ]
+    .assert_eq(&e.report());
+    assert_eq!(e.party(), toolmux_core::Party::Caller);
+    let e = o.get_prompt("git__review", args(json!({"change": "x"})), &ctx).await.unwrap_err();
+    expect!["invalid arguments for `git__review`: at /: missing required argument `tone`"]
+        .assert_eq(&e.report());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_prompt_listing_hides_only_its_own_prompts() {
+    let broken = Library { failing_prompts: true, ..git() };
+    let o = library(vec![Arc::new(broken), Arc::new(docs())]).await;
+    let names: Vec<String> = o.list_prompts().await.unwrap().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["docs__summarize"]);
+    let e = o.get_prompt("git__review", JsonObject::new(), &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unknown_prompt");
+}
+
+#[tokio::test(start_paused = true)]
+async fn prompt_names_keep_the_budget_and_duplicates_are_left_out() {
+    let long = "p".repeat(80);
+    let lib = Library::new("lib")
+        .prompt(PromptSpec::new(&long, "long"))
+        .prompt(PromptSpec::new("twice", "first"))
+        .prompt(PromptSpec::new("twice", "second"));
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(lib))
+        .build()
+        .unwrap();
+    let report = o.warmup().await;
+    let warnings: Vec<&str> = report
+        .problems
+        .iter()
+        .filter(|p| p.severity == Severity::Warning)
+        .map(|p| p.message.as_str())
+        .collect();
+    assert_eq!(warnings, ["provider `lib` lists prompt `twice` twice; the second is left out"]);
+    let prompts = o.list_prompts().await.unwrap();
+    assert_eq!(prompts.len(), 2);
+    assert_eq!(prompts[1].description.as_deref(), Some("first"));
+    let name = &prompts[0].name;
+    assert_eq!(name.len(), 64);
+    let p = o.get_prompt(name, JsonObject::new(), &CallContext::new()).await.unwrap();
+    assert_eq!(message_text(&p), format!("lib/{long} {{}}"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resources_and_templates_of_every_provider_are_listed_first_uri_wins() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let resources: Vec<String> = o
+        .list_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| format!("{} {}", r.uri, r.name))
+        .collect();
+    expect![[r#"["repo://main/README readme", "shared://config config", "docs://index index"]"#]]
+        .assert_eq(&format!("{resources:?}"));
+    let templates: Vec<String> =
+        o.list_resource_templates().await.unwrap().into_iter().map(|t| t.uri_template).collect();
+    assert_eq!(templates, ["repo://{branch}/log", "repo://{branch}/{+path}"]);
+    let read = o.read_resource("shared://config", &CallContext::new()).await.unwrap();
+    assert_eq!(text(&read), "git: from git");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_route_by_listing_then_template_then_asking_in_turn() {
+    let (git, docs) = (Arc::new(git()), Arc::new(docs()));
+    let o = library(vec![git.clone(), docs.clone()]).await;
+    let ctx = CallContext::new();
+    let read = |uri: &'static str| {
+        let (o, ctx) = (o.clone(), ctx.clone());
+        async move { o.read_resource(uri, &ctx).await.map(|c| text(&c)) }
+    };
+    assert_eq!(read("docs://index").await.unwrap(), "docs: pages");
+    assert_eq!(read("repo://dev/log").await.unwrap(), r#"git: [("branch", "dev")]"#);
+    assert_eq!(
+        read("repo://dev/src/lib.rs").await.unwrap(),
+        r#"docs: [("branch", "dev"), ("path", "src/lib.rs")]"#
+    );
+    assert_eq!(
+        git.reads(),
+        ["repo://dev/log"],
+        "listed and templated URIs go straight to their owner"
+    );
+    assert_eq!(read("other://secret-page").await.unwrap(), "docs: found by asking");
+    assert_eq!(git.reads().last().map(String::as_str), Some("other://secret-page"));
+    // The provider found by asking is remembered.
+    read("other://secret-page").await.unwrap();
+    assert_eq!(git.reads().iter().filter(|u| *u == "other://secret-page").count(), 1);
+    let e = read("nowhere://x").await.unwrap_err();
+    assert_eq!(e.report(), "unknown resource `nowhere://x`");
+    assert_eq!(e.code(), "unknown_resource");
+}
+
+#[tokio::test(start_paused = true)]
+async fn reads_are_bounded_by_the_timeout_and_the_callers_cancellation() {
+    let hanging =
+        Library { hanging_reads: true, ..Library::new("slow").resource("slow://x", "x", "") };
+    let hanging = Arc::new(hanging);
+    let config = OrchestratorConfig::default().with_tool_timeout(Duration::from_secs(2));
+    let o = start(config, vec![hanging.clone(), Arc::new(docs())]).await;
+    let started = tokio::time::Instant::now();
+    let e = o.read_resource("slow://x", &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.report(), "timeout: `slow://x` did not finish within 2s");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    // Asking in turn goes on past a provider that hangs.
+    let read = o.read_resource("other://secret-page", &CallContext::new()).await.unwrap();
+    assert_eq!(text(&read), "docs: found by asking");
+
+    let ctx = CallContext::new();
+    let cancel = ctx.cancel_token().clone();
+    let read = tokio::spawn({
+        let o = o.clone();
+        async move { o.read_resource("slow://x", &ctx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let e = tokio::time::timeout(Duration::from_secs(1), read).await.unwrap().unwrap().unwrap_err();
+    assert_eq!(e.code(), "cancelled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resource_text_over_the_cap_is_cut_and_kept_whole() {
+    let big = "line\n".repeat(1000);
+    let lib = Library::new("big").resource("big://file", "file", &big);
+    let config = OrchestratorConfig::default().with_response_max_bytes(1000);
+    let o = start(config, vec![Arc::new(lib)]).await;
+    let contents = o.read_resource("big://file", &CallContext::new()).await.unwrap();
+    let ResourceBody::Text(cut) = &contents[0].body else { panic!("text expected") };
+    assert!(cut.len() < 1200, "{}", cut.len());
+    assert!(cut.starts_with("big: line\n"));
+    let marker = cut.lines().find(|l| l.starts_with("[...")).unwrap();
+    assert!(
+        marker.contains("bytes omitted: resource over 1000 bytes; whole text in output `"),
+        "{marker}"
+    );
+    let handle = marker.split('`').nth(1).unwrap();
+    let page = o.read_output(handle, 0, 5000).await.unwrap();
+    assert_eq!(page.text.len() + 1, big.len() + "big: ".len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscriptions_route_to_the_owner_and_updates_are_merged() {
+    let (git, docs) = (Arc::new(git().with_updates()), Arc::new(docs().with_updates()));
+    let o = library(vec![git.clone(), docs.clone()]).await;
+    let mut updates = o.resource_updates().expect("providers send updates");
+    o.subscribe_resource("docs://index").await.unwrap();
+    o.subscribe_resource("repo://dev/log").await.unwrap();
+    assert_eq!(docs.subscribed(), ["docs://index"]);
+    assert_eq!(git.subscribed(), ["repo://dev/log"]);
+    // Nobody claims it: every provider that sends updates is asked.
+    o.subscribe_resource("free://x").await.unwrap();
+    assert_eq!(docs.subscribed(), ["docs://index", "free://x"]);
+    o.unsubscribe_resource("docs://index").await.unwrap();
+    assert_eq!(docs.subscribed(), ["free://x"]);
+
+    git.notify("repo://dev/log");
+    docs.notify("docs://index");
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let uri = tokio::time::timeout(Duration::from_secs(1), updates.next()).await.unwrap();
+        seen.push(uri.unwrap().to_string());
+    }
+    seen.sort();
+    assert_eq!(seen, ["docs://index", "repo://dev/log"]);
+
+    o.cleanup().await;
+    git.notify("repo://dev/log");
+    let after = tokio::time::timeout(Duration::from_secs(1), updates.next()).await;
+    assert!(after.is_err(), "forwarders stop on cleanup: {after:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_sources_there_are_no_updates_and_nothing_to_subscribe() {
+    let o = library(vec![Arc::new(docs())]).await;
+    assert!(o.resource_updates().is_none());
+    let e = o.subscribe_resource("nowhere://x").await.unwrap_err();
+    assert_eq!(e.code(), "unknown_resource");
+    assert!(o.subscribe_resource("docs://index").await.is_ok());
+}
+
+/// Answers for the caller: approval, elicitation, sampling and roots.
+#[derive(Debug)]
+struct Caller;
+
+#[async_trait]
+impl InteractionHandler for Caller {
+    async fn approve(&self, _: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Allow
+    }
+
+    async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
+        Ok(ElicitationResponse {
+            action: ElicitationAction::Accept,
+            content: Some(args(json!({"answer": format!("yes to {}", request.message)}))),
+        })
+    }
+
+    async fn sample(&self, _: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        Ok(SamplingResponse {
+            role: Role::Assistant,
+            content: ContentPart::Text { text: "sampled".into() },
+            model: "caller-model".into(),
+            stop_reason: None,
+        })
+    }
+
+    async fn roots(&self, _: RootsRequest) -> Result<Vec<Root>, ToolError> {
+        Ok(vec![Root { uri: "file:///work".into(), name: None }])
+    }
+}
+
+fn asking_tool() -> ToolSet {
+    let spec = ToolSpec::new("ask", "Logs, asks the caller", json!({"type": "object"}))
+        .with_annotations(ToolAnnotations::read_only());
+    ToolSet::new("asker", ToolKind::Builtin).with_tool(spec, |_, ctx: CallContext| async move {
+        ctx.log_text(LogLevel::Info, "first line");
+        ctx.log(LogMessage::text(LogLevel::Warning, "second line"));
+        let answer =
+            ctx.elicit(ElicitationRequest::new("proceed?", json!({"type": "object"}))).await?;
+        let sampled = ctx.sample(SamplingRequest::text("hi", 10)).await?;
+        let roots = ctx.roots(RootsRequest::default()).await?;
+        Ok(ToolOutput::json(json!({
+            "elicited": answer.content,
+            "sampled": sampled.model,
+            "roots": roots.len(),
+        })))
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn log_lines_and_caller_questions_cross_every_pipeline_stage() {
+    // Queue, cache, retries, progress reset and an `ask` rule all wrap the call.
+    let settings = ToolSettings::default()
+        .with_queue("q")
+        .with_cache(Duration::from_secs(60))
+        .with_retry(RetryPolicy::retries(2))
+        .with_progress_reset(Duration::from_secs(60));
+    let config = OrchestratorConfig::default()
+        .with_queue("q", QueueConfig::new(1))
+        .with_provider_settings("asker", settings)
+        .with_permissions(toolmux_orchestrator::PermissionRules::default().ask("asker__*"));
+    let o = start(config, vec![Arc::new(asking_tool())]).await;
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let lines = lines.clone();
+        LogSink::new(move |m: LogMessage| {
+            lines.lock().expect("not poisoned").push(format!("{} {}", m.level.as_str(), m.data));
+        })
+    };
+    let ctx = CallContext::new().with_log(sink).with_handler(Arc::new(Caller));
+    let r = o.execute(ToolCall::new("asker__ask", json!({})), &ctx).await;
+    assert!(r.ok, "{r:?}");
+    expect![[r#"{"elicited":{"answer":"yes to proceed?"},"roots":1,"sampled":"caller-model"}"#]]
+        .assert_eq(r.result.as_deref().unwrap());
+    assert_eq!(
+        *lines.lock().expect("not poisoned"),
+        [r#"info "first line""#, r#"warning "second line""#]
+    );
+
+    // Without a handler the tool learns that nobody can answer (and `ask` denies).
+    let o = start(OrchestratorConfig::default(), vec![Arc::new(asking_tool())]).await;
+    let e = o.call_tool("asker__ask", json!({}), &CallContext::new()).await.unwrap_err();
+    expect!["elicitation unavailable: nobody is attached to answer this call's requests"]
+        .assert_eq(&e.report());
+}
+
+#[tokio::test(start_paused = true)]
+async fn tool_providers_without_catalogs_contribute_nothing() {
+    let o = library(vec![Arc::new(MockProvider::new("m").with_tool("t", Behavior::Echo))]).await;
+    assert!(o.list_prompts().await.unwrap().is_empty());
+    assert!(o.list_resources().await.unwrap().is_empty());
+    assert!(o.list_resource_templates().await.unwrap().is_empty());
+    let e = o.read_resource("any://x", &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unknown_resource");
+    assert!(o.resource_updates().is_none());
+}
