@@ -15,6 +15,38 @@
 //! (spill to the output store, or truncate) → context-token budget → accounting (statistics,
 //! audit log, events, tracing).
 //!
+//! The [`CallContext`](toolmux_core::CallContext) reaches the provider with the caller's log
+//! sink and interaction handler as they are, through every stage (queue, cache, retries,
+//! progress wrapping): a tool's log lines go to the caller, and its sampling, elicitation and
+//! roots requests are answered by the caller's handler. Only the cancellation token, the
+//! deadline, the operation and the progress sink are the pipeline's own. A cacheable tool's
+//! output is cached as any other, so a tool whose output depends on the caller's answers
+//! should not be marked read-only or idempotent.
+//!
+//! # Prompts and resources
+//!
+//! The orchestrator also serves every provider's prompts and resources, as a provider
+//! itself (so a gateway serving it offers them all):
+//!
+//! - Prompts are named `{namespace}__{prompt}` exactly like tools (sanitized, within the name
+//!   budget, duplicates left out with a warning). [`Orchestrator::get_prompt`] routes to the
+//!   owning provider under its own name, after checking required arguments; an unknown name
+//!   gets the closest names. Prompts are listed at warmup and whenever a client lists them,
+//!   and once more before a name is declared unknown. A provider whose listing fails is
+//!   logged and skipped. Permission rules, hooks, cache, queues and accounting apply to tool
+//!   calls only, not to prompts (rendering a prompt runs no tool).
+//! - Resources keep their URIs. A URI listed by two providers belongs to the first (a
+//!   warning names both). [`Orchestrator::read_resource`] asks the provider that listed the
+//!   URI, else the first whose template matches it, else every provider in turn (remembering
+//!   which one answered). Each provider asked is bounded by its timeout (else the default tool
+//!   timeout), the caller's deadline and cancellation and [`Orchestrator::cancel`]; text over
+//!   the output-size cap is cut like a tool's output, the whole text kept in the output store.
+//!   Subscriptions are routed the same way, and [`Orchestrator::resource_updates`] merges every
+//!   provider's updates into one stream (forwarding tasks start at warmup, stop at
+//!   [`Orchestrator::cleanup`]).
+//!
+//! A [`FilteredView`] (a sub-agent's tools) offers tools only.
+//!
 //! # Example
 //!
 //! ```

@@ -558,3 +558,36 @@ async fn tool_providers_without_catalogs_contribute_nothing() {
     assert_eq!(e.code(), "unknown_resource");
     assert!(o.resource_updates().is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_caller_could_not_answer_is_not_cached() {
+    let cached = ToolSettings::default().with_cache(Duration::from_secs(60));
+    let config = OrchestratorConfig::default().with_provider_settings("asker", cached);
+    let o = start(config, vec![Arc::new(asking_tool())]).await;
+    let e = o.call_tool("asker__ask", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unsupported");
+    // Asked again with someone to answer, the tool runs again and gets the answers.
+    let ctx = CallContext::new().with_handler(Arc::new(Caller));
+    let out = o.call_tool("asker__ask", json!({}), &ctx).await.unwrap();
+    assert!(out.to_text().contains("yes to proceed?"), "{}", out.to_text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn secrets_are_redacted_from_prompts_and_resources() {
+    let lib = Library::new("lib").prompt(PromptSpec::new("leaky", "d")).resource(
+        "lib://key",
+        "key",
+        "token=s3cret-value",
+    );
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(lib))
+        .secrets(["s3cret-value".to_owned()])
+        .build()
+        .unwrap();
+    o.warmup().await;
+    let read = o.read_resource("lib://key", &CallContext::new()).await.unwrap();
+    assert_eq!(text(&read), "lib: token=[redacted]");
+    let args = args(json!({"x": "s3cret-value"}));
+    let p = o.get_prompt("lib__leaky", args, &CallContext::new()).await.unwrap();
+    assert_eq!(message_text(&p), r#"lib/leaky {"x":"[redacted]"}"#);
+}
