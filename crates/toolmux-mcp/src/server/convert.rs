@@ -1,10 +1,20 @@
-//! From toolmux's vocabulary to MCP's wire types: specs to tools, outputs and errors to
-//! `tools/call` results.
+//! From toolmux's vocabulary to MCP's wire types and back: specs to tools, outputs and
+//! errors to `tools/call` results, prompts, resources, log lines, and the client's answers
+//! to sampling and roots requests.
+//!
+//! rmcp's model types are non-exhaustive and lack constructors for many fields, so most
+//! are built as their wire JSON and parsed; a value that does not parse is a bug here,
+//! reported as an internal error rather than a panic.
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use toolmux_core::{ContentPart, ToolError, ToolOutput, ToolSpec};
+use toolmux_core::{
+    ContentPart, LogLevel, Prompt, PromptSpec, ResourceBody, ResourceContents, ResourceSpec,
+    ResourceTemplate, Role, Root, SamplingRequest, SamplingResponse, ToolError, ToolOutput,
+    ToolSpec,
+};
 
 /// The MCP tool for `spec`, served as `name`.
 pub(crate) fn tool(spec: &ToolSpec, name: &str) -> Tool {
@@ -102,6 +112,216 @@ fn content_block(part: &ContentPart) -> ContentBlock {
         other => return ContentBlock::text(as_text(other)),
     };
     serde_json::from_value(value).unwrap_or_else(|_| ContentBlock::text(as_text(part)))
+}
+
+/// A part as MCP content JSON (`{"type": "text", ...}`).
+fn content_json(part: &ContentPart) -> Value {
+    serde_json::to_value(content_block(part))
+        .unwrap_or_else(|_| json!({"type": "text", "text": as_text(part)}))
+}
+
+/// A part from MCP content JSON; kinds toolmux has no part for become JSON.
+fn content_from_json(value: Value) -> ContentPart {
+    let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+    match value.get("type").and_then(Value::as_str) {
+        Some("text") => ContentPart::Text { text: text("text").unwrap_or_default() },
+        Some("image") => ContentPart::Image {
+            data: text("data").unwrap_or_default(),
+            mime_type: text("mimeType").unwrap_or_default(),
+        },
+        Some("audio") => ContentPart::Audio {
+            data: text("data").unwrap_or_default(),
+            mime_type: text("mimeType").unwrap_or_default(),
+        },
+        _ => ContentPart::Json { value },
+    }
+}
+
+fn role_json(role: Role) -> &'static str {
+    match role {
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+/// Parses wire JSON into an rmcp type.
+pub(crate) fn parse<T: DeserializeOwned>(value: Value) -> Result<T, rmcp::ErrorData> {
+    serde_json::from_value(value).map_err(|e| {
+        rmcp::ErrorData::internal_error(format!("cannot build the MCP result: {e}"), None)
+    })
+}
+
+/// Parses the wire JSON of a whole result, marked complete (`resultType`, which the
+/// 2026-07-28 revision requires and rmcp removes for older peers).
+pub(crate) fn result<T: DeserializeOwned>(mut value: Value) -> Result<T, rmcp::ErrorData> {
+    value["resultType"] = json!("complete");
+    parse(value)
+}
+
+/// A `prompts/list` entry.
+pub(crate) fn prompt(spec: &PromptSpec, name: &str) -> Value {
+    let mut prompt = json!({"name": name});
+    if let Some(title) = &spec.title {
+        prompt["title"] = json!(title);
+    }
+    if let Some(description) = &spec.description {
+        prompt["description"] = json!(description);
+    }
+    if !spec.arguments.is_empty() {
+        prompt["arguments"] = spec
+            .arguments
+            .iter()
+            .map(|a| {
+                let mut arg = json!({"name": a.name, "required": a.required});
+                if let Some(description) = &a.description {
+                    arg["description"] = json!(description);
+                }
+                arg
+            })
+            .collect();
+    }
+    prompt
+}
+
+/// A `prompts/get` result.
+pub(crate) fn prompt_result(prompt: Prompt) -> Value {
+    let messages: Vec<Value> = prompt
+        .messages
+        .iter()
+        .map(|m| json!({"role": role_json(m.role), "content": content_json(&m.content)}))
+        .collect();
+    let mut result = json!({"messages": messages});
+    if let Some(description) = prompt.description {
+        result["description"] = json!(description);
+    }
+    result
+}
+
+/// A `resources/list` entry.
+pub(crate) fn resource(spec: &ResourceSpec) -> Value {
+    let mut resource = json!({"uri": spec.uri, "name": spec.name});
+    if let Some(title) = &spec.title {
+        resource["title"] = json!(title);
+    }
+    if let Some(description) = &spec.description {
+        resource["description"] = json!(description);
+    }
+    if let Some(mime) = &spec.mime_type {
+        resource["mimeType"] = json!(mime);
+    }
+    if let Some(size) = spec.size {
+        resource["size"] = json!(size);
+    }
+    resource
+}
+
+/// A `resources/templates/list` entry.
+pub(crate) fn resource_template(template: &ResourceTemplate) -> Value {
+    let mut entry = json!({"uriTemplate": template.uri_template, "name": template.name});
+    if let Some(title) = &template.title {
+        entry["title"] = json!(title);
+    }
+    if let Some(description) = &template.description {
+        entry["description"] = json!(description);
+    }
+    if let Some(mime) = &template.mime_type {
+        entry["mimeType"] = json!(mime);
+    }
+    entry
+}
+
+/// A `resources/read` result.
+pub(crate) fn resource_contents(contents: Vec<ResourceContents>) -> Value {
+    let contents: Vec<Value> = contents
+        .into_iter()
+        .map(|c| {
+            let mut entry = json!({"uri": c.uri});
+            if let Some(mime) = c.mime_type {
+                entry["mimeType"] = json!(mime);
+            }
+            match c.body {
+                ResourceBody::Text(text) => entry["text"] = json!(text),
+                ResourceBody::Blob(blob) => entry["blob"] = json!(blob),
+            }
+            entry
+        })
+        .collect();
+    json!({"contents": contents})
+}
+
+/// The `notifications/message` params of a log line.
+#[expect(deprecated, reason = "logging is still part of every revision served")]
+pub(crate) fn log_param(
+    message: toolmux_core::LogMessage,
+) -> Option<rmcp::model::LoggingMessageNotificationParam> {
+    let mut param = json!({"level": message.level.as_str(), "data": message.data});
+    if let Some(logger) = message.logger {
+        param["logger"] = json!(logger);
+    }
+    serde_json::from_value(param).ok()
+}
+
+/// A log level from its MCP name (`warning`, ...).
+pub(crate) fn log_level(value: &Value) -> Option<LogLevel> {
+    serde_json::from_value(value.clone()).ok()
+}
+
+/// `sampling/createMessage` params for a request.
+pub(crate) fn sampling_params(request: &SamplingRequest) -> Value {
+    let messages: Vec<Value> = request
+        .messages
+        .iter()
+        .map(|m| json!({"role": role_json(m.role), "content": content_json(&m.content)}))
+        .collect();
+    let mut params = json!({"messages": messages, "maxTokens": request.max_tokens});
+    if let Some(system) = &request.system_prompt {
+        params["systemPrompt"] = json!(system);
+    }
+    if let Some(temperature) = request.temperature {
+        params["temperature"] = json!(temperature);
+    }
+    if !request.stop_sequences.is_empty() {
+        params["stopSequences"] = json!(request.stop_sequences);
+    }
+    if let Some(preferences) = &request.model_preferences {
+        params["modelPreferences"] = preferences.clone();
+    }
+    params
+}
+
+/// The client's `sampling/createMessage` result.
+pub(crate) fn sampling_response(value: Value) -> Result<SamplingResponse, String> {
+    let role = match value.get("role").and_then(Value::as_str) {
+        Some("user") => Role::User,
+        _ => Role::Assistant,
+    };
+    // The content may be one block or, in newer revisions, an array of blocks.
+    let content = match value.get("content").cloned() {
+        Some(Value::Array(mut blocks)) if !blocks.is_empty() => content_from_json(blocks.remove(0)),
+        Some(block @ Value::Object(_)) => content_from_json(block),
+        _ => return Err("the sampling result has no content".to_owned()),
+    };
+    Ok(SamplingResponse {
+        role,
+        content,
+        model: value.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        stop_reason: value.get("stopReason").and_then(Value::as_str).map(str::to_owned),
+    })
+}
+
+/// The client's `roots/list` result.
+pub(crate) fn roots(value: Value) -> Result<Vec<Root>, String> {
+    let Some(roots) = value.get("roots").and_then(Value::as_array) else {
+        return Err("the roots result has no `roots` array".to_owned());
+    };
+    roots
+        .iter()
+        .map(|r| {
+            let uri = r.get("uri").and_then(Value::as_str).ok_or("a root has no `uri`")?;
+            let name = r.get("name").and_then(Value::as_str).map(str::to_owned);
+            Ok(Root { uri: uri.to_owned(), name })
+        })
+        .collect()
 }
 
 /// A part as the text a model would read.

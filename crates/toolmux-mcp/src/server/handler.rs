@@ -3,20 +3,32 @@
 
 use super::ServeOptions;
 use super::convert;
+use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
+    Implementation, InputRequiredResult, InputResponses, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
-use serde_json::Value;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use toolmux_core::{CallContext, Progress, ProgressSink, ToolError, ToolOutput, ToolProvider};
+use toolmux_core::{
+    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ToolError, ToolProvider,
+};
+
+/// How long a stateless run that asked a question without an answer may go on asking
+/// others (questions asked together, as by `join!`, end up in one `InputRequiredResult`).
+const INPUT_GRACE: Duration = Duration::from_millis(20);
 
 /// What every session of one server shares.
 #[derive(Debug)]
@@ -30,6 +42,8 @@ pub(crate) struct Shared {
     sessions: AtomicU64,
     /// Distinguishes servers in one process, so run ids stay unique across them.
     server_id: u64,
+    /// Seals the answers of multi-round-trip requests into `requestState`.
+    seal: Result<StateSeal, String>,
 }
 
 /// One listing of the provider's tools, as served.
@@ -45,15 +59,20 @@ static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
     pub(crate) fn new(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> Arc<Shared> {
-        // Prompts and resources are declared, and served as empty lists, so that clients
-        // asking for them get an answer the capabilities explain (toolmux serves tools only);
-        // `logging/setLevel` is accepted, though no provider logs through MCP yet.
+        // Prompts and resources are always declared: a provider without any serves empty
+        // lists, which is the answer the capabilities explain. Tools log through MCP
+        // logging, and resource updates are offered when the provider has any.
         let mut capabilities = ServerCapabilities::builder()
             .enable_prompts()
             .enable_resources()
             .enable_tools()
             .build();
         capabilities.logging = Some(Default::default());
+        if provider.resource_updates().is_some()
+            && let Some(resources) = capabilities.resources.as_mut()
+        {
+            resources.subscribe = Some(true);
+        }
         if provider.tool_list_changes().is_some()
             && let Some(tools) = capabilities.tools.as_mut()
         {
@@ -74,6 +93,7 @@ impl Shared {
             listing: Mutex::new(None),
             sessions: AtomicU64::new(0),
             server_id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
+            seal: StateSeal::new(),
         })
     }
 
@@ -133,6 +153,27 @@ pub(crate) struct Gateway {
     /// session's list-changed forwarder.
     session: CancellationToken,
     _session_guard: Arc<DropGuard>,
+    /// The level set with `logging/setLevel`; no log lines are sent before one is set.
+    log_level: Arc<Mutex<Option<LogLevel>>>,
+    /// The resource URIs this session subscribed to.
+    subscriptions: Arc<Mutex<HashSet<String>>>,
+}
+
+/// How a call ended: with a result, or asking the stateless client for input.
+enum Ended<T> {
+    Done(Result<T, ToolError>),
+    InputRequired(InputRequiredResult),
+}
+
+/// What one request brings along: where progress and logs go, and who answers questions.
+struct Exchange {
+    peer: Peer<RoleServer>,
+    progress: Option<ProgressToken>,
+    log_level: Option<LogLevel>,
+    interaction: Arc<ClientInteraction>,
+    /// For stateless requests: the round of multi-round-trip answers and what binds
+    /// `requestState` to this request.
+    round: Option<(Arc<Round>, Vec<u8>)>,
 }
 
 impl Gateway {
@@ -141,67 +182,260 @@ impl Gateway {
         let run_id: Arc<str> = Arc::from(format!("mcp-{}-{n}", shared.server_id));
         let session = CancellationToken::new();
         let guard = Arc::new(session.clone().drop_guard());
-        Gateway { shared, run_id, session, _session_guard: guard }
+        Gateway {
+            shared,
+            run_id,
+            session,
+            _session_guard: guard,
+            log_level: Arc::new(Mutex::new(None)),
+            subscriptions: Arc::new(Mutex::new(HashSet::new())),
+        }
     }
 
-    async fn run_call(
+    /// The exchange of a request: its progress token, the log level in force (the
+    /// request's own `_meta` level on stateless requests, the session's otherwise), and,
+    /// for stateless requests, the round opened from `requestState` and `inputResponses`.
+    fn exchange(
         &self,
-        name: &str,
-        arguments: Value,
+        context: &RequestContext<RoleServer>,
+        progress: Option<ProgressToken>,
+        binding: impl FnOnce() -> Vec<u8>,
+        request_state: Option<&str>,
+        input_responses: Option<InputResponses>,
+    ) -> Result<Exchange, ErrorData> {
+        let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
+        let capabilities = context.client_capabilities();
+        let peer = context.peer.clone();
+        if !stateless {
+            let log_level = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
+            let interaction = ClientInteraction::session(peer.clone(), capabilities);
+            return Ok(Exchange {
+                peer,
+                progress,
+                log_level,
+                interaction: Arc::new(interaction),
+                round: None,
+            });
+        }
+        let log_level = context
+            .meta
+            .log_level()
+            .and_then(|level| convert::log_level(&serde_json::to_value(level).ok()?));
+        let binding = binding();
+        let mut answers = BTreeMap::new();
+        if let Some(state) = request_state {
+            let seal = self
+                .shared
+                .seal
+                .as_ref()
+                .map_err(|e| ErrorData::internal_error(e.clone(), None))?;
+            answers = seal.open(state, &binding).map_err(|e| ErrorData::invalid_params(e, None))?;
+        }
+        answers.extend(input_responses.unwrap_or_default());
+        let round = Arc::new(Round::new(answers));
+        let interaction = ClientInteraction::stateless(peer.clone(), capabilities, round.clone());
+        Ok(Exchange {
+            peer,
+            progress,
+            log_level,
+            interaction: Arc::new(interaction),
+            round: Some((round, binding)),
+        })
+    }
+
+    /// The call context of a request: its cancellation, this session's run id, its id.
+    fn context(&self, context: &RequestContext<RoleServer>) -> CallContext {
+        CallContext::new()
+            .with_cancel(context.ct.clone())
+            .with_run_id(self.run_id.clone())
+            .with_call_id(context.id.to_string())
+    }
+
+    /// The protocol error for a failed prompt or resource request.
+    fn protocol_error(&self, exchange: &Exchange, error: &ToolError) -> ErrorData {
+        missing_capability(exchange, error).unwrap_or_else(|| resource_error(error))
+    }
+
+    /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
+    /// log and question channels, stopping it when a stateless client must answer first.
+    async fn drive<T>(
+        &self,
         ctx: CallContext,
-        progress: Option<(ProgressToken, Peer<RoleServer>)>,
-    ) -> Result<ToolOutput, ToolError> {
-        let provider = &self.shared.provider;
-        let Some((token, peer)) = progress else {
-            return provider.call(name, arguments, &ctx).await;
-        };
-        // The sink must return at once, so reports go through a channel; they are sent
-        // from here, before the result, so that none arrives after the response.
-        let (tx, mut rx) = mpsc::unbounded_channel::<Progress>();
-        let ctx = ctx.with_progress(ProgressSink::new(move |p| {
-            let _ = tx.send(p);
-        }));
-        let mut last = f64::NEG_INFINITY;
-        let call = provider.call(name, arguments, &ctx);
+        exchange: &Exchange,
+        work: impl AsyncFnOnce(CallContext) -> Result<T, ToolError>,
+    ) -> Ended<T> {
+        let ctx = ctx.with_handler(exchange.interaction.clone());
+        let wants_channel = exchange.progress.is_some() || exchange.log_level.is_some();
+        if !wants_channel && exchange.round.is_none() {
+            return Ended::Done(work(ctx).await);
+        }
+        // Sinks must return at once, so reports go through a channel; they are sent from
+        // here, before the result, so that none arrives after the response.
+        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
+        let mut ctx = ctx;
+        if exchange.progress.is_some() {
+            let tx = tx.clone();
+            ctx = ctx.with_progress(ProgressSink::new(move |p| {
+                let _ = tx.send(Outgoing::Progress(p));
+            }));
+        }
+        if let Some(min) = exchange.log_level {
+            let tx = tx.clone();
+            ctx = ctx.with_log(LogSink::new(move |m: LogMessage| {
+                if m.level >= min {
+                    let _ = tx.send(Outgoing::Log(m));
+                }
+            }));
+        }
+        drop(tx);
+        let mut out = Sender { exchange, last_progress: f64::NEG_INFINITY };
+        let call = work(ctx);
         tokio::pin!(call);
+        let needed = async {
+            match &exchange.round {
+                Some((round, _)) => round.input_needed().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(needed);
+        let mut rx_open = true;
         let result = loop {
             tokio::select! {
                 biased;
-                result = &mut call => break result,
-                Some(progress) = rx.recv() => {
-                    send_progress(&peer, &token, progress, &mut last).await;
+                result = &mut call => break Some(result),
+                () = &mut needed => {
+                    // Let questions asked together with this one be asked too.
+                    match tokio::time::timeout(INPUT_GRACE, &mut call).await {
+                        Ok(result) => break Some(result),
+                        Err(_) => break None,
+                    }
                 }
+                message = rx.recv(), if rx_open => match message {
+                    Some(message) => out.send(message).await,
+                    None => rx_open = false,
+                },
             }
         };
-        while let Ok(progress) = rx.try_recv() {
-            send_progress(&peer, &token, progress, &mut last).await;
+        while let Ok(message) = rx.try_recv() {
+            out.send(message).await;
         }
-        result
+        match (result, &exchange.round) {
+            (Some(result), _) => Ended::Done(result),
+            (None, Some((round, binding))) => {
+                let asked = round.take_asked();
+                let state =
+                    self.shared.seal.as_ref().map(|seal| seal.seal(round.answers(), binding)).ok();
+                Ended::InputRequired(InputRequiredResult::new(Some(asked), state))
+            }
+            (None, None) => unreachable!("input is only needed in a round"),
+        }
     }
 }
 
-/// Sends one report; reports that do not increase are dropped, as MCP requires progress
-/// to increase with every notification.
-async fn send_progress(
-    peer: &Peer<RoleServer>,
-    token: &ProgressToken,
-    progress: Progress,
-    last: &mut f64,
-) {
-    if progress.progress <= *last {
-        return;
+/// A progress report or a log line on its way to the client.
+enum Outgoing {
+    Progress(Progress),
+    Log(LogMessage),
+}
+
+/// Sends a request's progress reports and log lines.
+struct Sender<'a> {
+    exchange: &'a Exchange,
+    last_progress: f64,
+}
+
+impl Sender<'_> {
+    async fn send(&mut self, message: Outgoing) {
+        let peer = &self.exchange.peer;
+        let sent = match message {
+            Outgoing::Progress(progress) => {
+                let Some(token) = &self.exchange.progress else { return };
+                // MCP requires progress to increase with every notification.
+                if progress.progress <= self.last_progress {
+                    return;
+                }
+                self.last_progress = progress.progress;
+                let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
+                if let Some(total) = progress.total {
+                    param = param.with_total(total);
+                }
+                if let Some(message) = progress.message {
+                    param = param.with_message(message);
+                }
+                peer.notify_progress(param).await
+            }
+            Outgoing::Log(message) => {
+                let Some(param) = convert::log_param(message) else { return };
+                #[expect(deprecated, reason = "logging is still part of every revision served")]
+                let sent = peer.notify_logging_message(param).await;
+                sent
+            }
+        };
+        if let Err(error) = sent {
+            tracing::debug!(%error, "notification not delivered");
+        }
     }
-    *last = progress.progress;
-    let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
-    if let Some(total) = progress.total {
-        param = param.with_total(total);
+}
+
+/// The protocol error for a failed prompt or resource request: unknown names and URIs
+/// as MCP specifies (`-32602`, `-32002` with the URI), the caller's mistakes as invalid
+/// params, the rest as internal errors.
+fn resource_error(error: &ToolError) -> ErrorData {
+    match error {
+        ToolError::UnknownResource { uri } => ErrorData::resource_not_found(
+            format!("resource not found: {uri}"),
+            Some(json!({ "uri": uri })),
+        ),
+        error if error.party() == toolmux_core::Party::Caller => {
+            ErrorData::invalid_params(error.report(), None)
+        }
+        error => ErrorData::internal_error(error.report(), None),
     }
-    if let Some(message) = progress.message {
-        param = param.with_message(message);
+}
+
+/// A canonical byte form of a request, binding `requestState` to it: the method, the
+/// name and the arguments with their keys sorted.
+fn binding(method: &str, name: &str, arguments: &Value) -> Vec<u8> {
+    fn canonical(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for key in keys {
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    canonical(&map[key], out);
+                    out.push(',');
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for item in items {
+                    canonical(item, out);
+                    out.push(',');
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
     }
-    if let Err(error) = peer.notify_progress(param).await {
-        tracing::debug!(%error, "progress notification not delivered");
+    let mut text = format!("{method}\0{name}\0");
+    canonical(arguments, &mut text);
+    text.into_bytes()
+}
+
+/// The protocol error for a call that failed because the stateless client did not
+/// declare a capability it needed, if that is why it failed.
+fn missing_capability(exchange: &Exchange, error: &ToolError) -> Option<ErrorData> {
+    if exchange.round.is_none() || !matches!(error, ToolError::Unsupported { .. }) {
+        return None;
     }
+    let need = exchange.interaction.missing()?;
+    let mut data = ErrorData::missing_required_client_capability(need.capabilities());
+    data.message = error.report().into();
+    Some(data)
 }
 
 impl ServerHandler for Gateway {
@@ -212,23 +446,152 @@ impl ServerHandler for Gateway {
     #[expect(deprecated, reason = "clients of the handshake revisions still send logging/setLevel")]
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
+        request: rmcp::model::SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        let level = serde_json::to_value(request.level).ok().and_then(|v| convert::log_level(&v));
+        *self.log_level.lock().unwrap_or_else(|e| e.into_inner()) = level;
         Ok(())
     }
 
-    /// No resource exists: the answer MCP specifies for an unknown URI.
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let prompts = self.shared.provider.list_prompts().await.map_err(|error| {
+            ErrorData::internal_error(format!("cannot list prompts: {}", error.report()), None)
+        })?;
+        let prompts: Vec<Value> = prompts.iter().map(|p| convert::prompt(p, &p.name)).collect();
+        convert::result(json!({ "prompts": prompts }))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let arguments = request.arguments.unwrap_or_default();
+        let args = Value::Object(arguments.clone());
+        let exchange = self.exchange(
+            &context,
+            context.meta.get_progress_token(),
+            || binding("prompts/get", &request.name, &args),
+            request.request_state.as_deref(),
+            request.input_responses,
+        )?;
+        let ctx = self.context(&context);
+        let provider = &self.shared.provider;
+        let name = request.name.as_str();
+        let ended = self
+            .drive(ctx, &exchange, async |ctx| provider.get_prompt(name, arguments, &ctx).await)
+            .await;
+        match ended {
+            Ended::Done(Ok(prompt)) => {
+                Ok(GetPromptResponse::from(convert::result::<rmcp::model::GetPromptResult>(
+                    convert::prompt_result(prompt),
+                )?))
+            }
+            Ended::Done(Err(error)) => Err(self.protocol_error(&exchange, &error)),
+            Ended::InputRequired(result) => Ok(result.into()),
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let resources = self.shared.provider.list_resources().await.map_err(|error| {
+            ErrorData::internal_error(format!("cannot list resources: {}", error.report()), None)
+        })?;
+        let resources: Vec<Value> = resources.iter().map(convert::resource).collect();
+        convert::result(json!({ "resources": resources }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let templates = self.shared.provider.list_resource_templates().await.map_err(|error| {
+            ErrorData::internal_error(
+                format!("cannot list resource templates: {}", error.report()),
+                None,
+            )
+        })?;
+        let templates: Vec<Value> = templates.iter().map(convert::resource_template).collect();
+        convert::result(json!({ "resourceTemplates": templates }))
+    }
+
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri;
-        Err(ErrorData::resource_not_found(
-            format!("resource not found: {uri}"),
-            Some(serde_json::json!({ "uri": uri })),
-        ))
+        let exchange = self.exchange(
+            &context,
+            context.meta.get_progress_token(),
+            || binding("resources/read", &uri, &Value::Null),
+            request.request_state.as_deref(),
+            request.input_responses,
+        )?;
+        let ctx = self.context(&context);
+        let provider = &self.shared.provider;
+        let ended =
+            self.drive(ctx, &exchange, async |ctx| provider.read_resource(&uri, &ctx).await).await;
+        match ended {
+            Ended::Done(Ok(contents)) => {
+                Ok(ReadResourceResponse::from(convert::result::<rmcp::model::ReadResourceResult>(
+                    convert::resource_contents(contents),
+                )?))
+            }
+            Ended::Done(Err(error)) => Err(self.protocol_error(&exchange, &error)),
+            Ended::InputRequired(result) => Ok(result.into()),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let fresh = self
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(request.uri.clone());
+        if fresh && let Err(error) = self.shared.provider.subscribe_resource(&request.uri).await {
+            self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
+            return Err(resource_error(&error));
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let removed =
+            self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
+        if removed {
+            self.shared
+                .provider
+                .unsubscribe_resource(&request.uri)
+                .await
+                .map_err(|e| resource_error(&e))?;
+        }
+        Ok(())
+    }
+
+    /// The served tool of this name, from the last listing; rmcp's HTTP transport checks
+    /// `Mcp-Param-*` headers against its `x-mcp-header` arguments. A tool not listed yet
+    /// is not checked (this is synchronous, so it cannot list).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        let listing = self.shared.cached_listing()?;
+        listing.tools.iter().find(|t| t.name == name).cloned()
     }
 
     async fn list_tools(
@@ -268,27 +631,63 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = self.shared.local_name(&request.name).await;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let ctx = CallContext::new()
-            .with_cancel(context.ct.clone())
-            .with_run_id(self.run_id.clone())
-            .with_call_id(context.id.to_string());
         let token = context
             .meta
             .get_progress_token()
             .or_else(|| request.meta.as_ref().and_then(|m| m.get_progress_token()));
-        let progress = token.map(|token| (token, context.peer.clone()));
-        match self.run_call(&name, arguments, ctx, progress).await {
-            Ok(output) => Ok(convert::output(output).into()),
-            // An unknown tool is a protocol error in MCP (`-32602`); every other failure
-            // is a result the model reads.
-            Err(error @ ToolError::UnknownTool { .. }) => {
+        let exchange = self.exchange(
+            &context,
+            token,
+            || binding("tools/call", &request.name, &arguments),
+            request.request_state.as_deref(),
+            request.input_responses,
+        )?;
+        let ctx = self.context(&context);
+        let provider = &self.shared.provider;
+        let ended = self
+            .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
+            .await;
+        match ended {
+            Ended::Done(Ok(output)) => Ok(convert::output(output).into()),
+            Ended::InputRequired(result) => Ok(result.into()),
+            // An unknown tool is a protocol error in MCP (`-32602`); so is a capability the
+            // stateless client did not declare (`-32021`); every other failure is a result
+            // the model reads.
+            Ended::Done(Err(error @ ToolError::UnknownTool { .. })) => {
                 Err(ErrorData::invalid_params(error.report(), None))
             }
-            Err(error) => Ok(convert::error(&error).into()),
+            Ended::Done(Err(error)) => match missing_capability(&exchange, &error) {
+                Some(data) => Err(data),
+                None => Ok(convert::error(&error).into()),
+            },
         }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(mut updates) = self.shared.provider.resource_updates() {
+            let peer = context.peer.clone();
+            let session = self.session.clone();
+            let subscriptions = Arc::downgrade(&self.subscriptions);
+            tokio::spawn(async move {
+                loop {
+                    let uri = tokio::select! {
+                        () = session.cancelled() => break,
+                        uri = updates.next() => match uri {
+                            Some(uri) => uri,
+                            None => break,
+                        },
+                    };
+                    let Some(subscriptions) = subscriptions.upgrade() else { break };
+                    if !subscriptions.lock().unwrap_or_else(|e| e.into_inner()).contains(&*uri) {
+                        continue;
+                    }
+                    let param = ResourceUpdatedNotificationParam::new(uri.to_string());
+                    if peer.notify_resource_updated(param).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         let Some(mut changes) = self.shared.provider.tool_list_changes() else {
             return;
         };

@@ -51,6 +51,7 @@
 
 mod convert;
 mod handler;
+mod interact;
 mod http;
 mod names;
 
