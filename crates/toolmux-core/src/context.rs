@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -212,6 +212,8 @@ pub struct CallContext {
     progress: Option<ProgressSink>,
     log: Option<LogSink>,
     handler: Option<Arc<dyn InteractionHandler>>,
+    /// Set when the call asked its caller something (see [`CallContext::track_asking`]).
+    asked: Option<Arc<AtomicBool>>,
 }
 
 impl Default for CallContext {
@@ -225,6 +227,7 @@ impl Default for CallContext {
             progress: None,
             log: None,
             handler: None,
+            asked: None,
         }
     }
 }
@@ -331,6 +334,26 @@ impl CallContext {
         }
     }
 
+    /// Starts recording, for this context and its clones, whether the call asks its caller
+    /// anything through [`CallContext::sample`], [`CallContext::elicit`] or
+    /// [`CallContext::roots`]. An output that depended on the caller's answers is theirs
+    /// alone: the orchestrator does not cache it nor share it with identical calls.
+    pub fn track_asking(mut self) -> Self {
+        self.asked = Some(Arc::new(AtomicBool::new(false)));
+        self
+    }
+
+    /// Whether the call asked its caller anything since [`CallContext::track_asking`].
+    pub fn asked_caller(&self) -> bool {
+        self.asked.as_ref().is_some_and(|a| a.load(Ordering::Acquire))
+    }
+
+    fn mark_asked(&self) {
+        if let Some(asked) = &self.asked {
+            asked.store(true, Ordering::Release);
+        }
+    }
+
     /// The log sink.
     pub fn log_sink(&self) -> Option<&LogSink> {
         self.log.as_ref()
@@ -358,6 +381,7 @@ impl CallContext {
     /// Asks the caller's model for a completion; fails with [`ToolError::Unsupported`]
     /// when no handler is attached or the caller does not offer sampling.
     pub async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        self.mark_asked();
         match &self.handler {
             Some(handler) => handler.sample(request).await,
             None => Err(no_handler("sampling")),
@@ -370,6 +394,7 @@ impl CallContext {
         &self,
         request: ElicitationRequest,
     ) -> Result<ElicitationResponse, ToolError> {
+        self.mark_asked();
         match &self.handler {
             Some(handler) => handler.elicit(request).await,
             None => Err(no_handler("elicitation")),
@@ -379,6 +404,7 @@ impl CallContext {
     /// The caller's roots; fails with [`ToolError::Unsupported`] when no handler is
     /// attached or the caller does not share them.
     pub async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
+        self.mark_asked();
         match &self.handler {
             Some(handler) => handler.roots(request).await,
             None => Err(no_handler("roots")),
@@ -398,6 +424,7 @@ impl CallContext {
             progress: None,
             log: self.log.clone(),
             handler: self.handler.clone(),
+            asked: self.asked.clone(),
         }
     }
 }
@@ -422,6 +449,19 @@ mod tests {
         assert!(leaf.ancestor_holding("other").is_none());
         root.release_queue("q");
         assert!(leaf.ancestor_holding("q").is_none());
+    }
+
+    #[tokio::test]
+    async fn asking_the_caller_is_recorded_when_tracked() {
+        let untracked = CallContext::new();
+        let _ = untracked.roots(RootsRequest::default()).await;
+        assert!(!untracked.asked_caller());
+        let tracked = CallContext::new().track_asking();
+        assert!(!tracked.asked_caller());
+        let clone = tracked.clone();
+        let answer = clone.elicit(ElicitationRequest::new("?", Value::Null)).await;
+        assert!(matches!(answer, Err(ToolError::Unsupported { .. })));
+        assert!(tracked.asked_caller());
     }
 
     #[test]

@@ -163,6 +163,23 @@ impl SingleFlight {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<ToolOutput, ToolError>>,
     {
+        self.run_if(cache, key, ttl, run, || true).await
+    }
+
+    /// As [`SingleFlight::run`], but an output is stored and shared only if `cacheable`
+    /// says so once `run` has finished (not when the call asked its caller something).
+    pub async fn run_if<F, Fut>(
+        &self,
+        cache: &dyn ResponseCache,
+        key: &str,
+        ttl: Duration,
+        run: F,
+        cacheable: impl Fn() -> bool,
+    ) -> (Result<ToolOutput, ToolError>, Served)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<ToolOutput, ToolError>>,
+    {
         loop {
             if let Some(hit) = cache.get(key).await {
                 return (Ok(hit), Served::Cache);
@@ -183,6 +200,7 @@ impl SingleFlight {
                     let result = run().await;
                     if let Ok(output) = &result
                         && !output.is_error
+                        && cacheable()
                     {
                         cache.put(key, output, ttl).await;
                         guard.sender.send_replace(Some(output.clone()));

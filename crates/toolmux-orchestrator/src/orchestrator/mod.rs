@@ -911,9 +911,15 @@ impl Orchestrator {
             Some(ttl) => {
                 Box::pin(async {
                     let key = cache_key(&entry.name, &arguments);
-                    let run = || self.downstream(entry, arguments.clone(), ctx, op, meta);
-                    let (result, served) =
-                        self.inner.flight.run(&*self.inner.cache, &key, ttl, run).await;
+                    // An output that depended on the caller's answers is not shared.
+                    let tracked = ctx.clone().track_asking();
+                    let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);
+                    let cacheable = || !tracked.asked_caller();
+                    let (result, served) = self
+                        .inner
+                        .flight
+                        .run_if(&*self.inner.cache, &key, ttl, run, cacheable)
+                        .await;
                     *meta.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(served);
                     result
                 })

@@ -573,6 +573,19 @@ async fn a_call_the_caller_could_not_answer_is_not_cached() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_output_built_from_the_callers_answers_is_never_cached() {
+    let cached = ToolSettings::default().with_cache(Duration::from_secs(60));
+    let config = OrchestratorConfig::default().with_provider_settings("asker", cached);
+    let o = start(config, vec![Arc::new(asking_tool())]).await;
+    let ctx = CallContext::new().with_handler(Arc::new(Caller));
+    o.call_tool("asker__ask", json!({}), &ctx).await.unwrap();
+    // A second caller with nobody to answer is asked itself, not served the first
+    // caller's answers from the cache.
+    let e = o.call_tool("asker__ask", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.code(), "unsupported");
+}
+
+#[tokio::test(start_paused = true)]
 async fn secrets_are_redacted_from_prompts_and_resources() {
     let lib = Library::new("lib").prompt(PromptSpec::new("leaky", "d")).resource(
         "lib://key",
