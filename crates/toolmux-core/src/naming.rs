@@ -174,10 +174,54 @@ pub fn qualify_all<'a>(
     Ok(out)
 }
 
+/// Names every tool of one provider without a namespace, for a provider served under its
+/// own names: each sanitized, and shortened with the hash suffix when over `budget` or when
+/// two originals sanitize to the same name (the one sanitization changed gets the hash).
+pub fn fit_all<'a>(
+    tools: impl IntoIterator<Item = &'a str>,
+    budget: usize,
+) -> Vec<(String, &'a str)> {
+    let fit = |tool: &str, force_hash: bool| {
+        let clean = sanitize(tool);
+        if clean.len() <= budget && !force_hash {
+            return clean.into_owned();
+        }
+        let hash = short_hash("", tool);
+        let room = budget.saturating_sub(1 + HASH_LEN).max(1);
+        // `clean` is ASCII, so byte slicing is character slicing.
+        format!("{}_{hash}", &clean[..clean.len().min(room)])
+    };
+    let mut out: Vec<(String, &str)> = tools.into_iter().map(|t| (fit(t, false), t)).collect();
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(out.len());
+    for (name, _) in &out {
+        *seen.entry(name.clone()).or_default() += 1;
+    }
+    for (name, tool) in &mut out {
+        if seen.get(name.as_str()).copied().unwrap_or(0) > 1 && sanitize(tool) != *tool {
+            *name = fit(tool, true);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn unprefixed_names_fit_the_budget_and_stay_distinct() {
+        let long = "x".repeat(80);
+        let names: Vec<String> = fit_all(["read", "a.b", "a_b", long.as_str()], 64)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names[0], "read");
+        assert_eq!(names[2], "a_b");
+        assert!(names[1].starts_with("a_b_") && names[1] != names[2], "{names:?}");
+        assert_eq!(names[3].len(), 64);
+        assert!(names.iter().all(|n| is_valid_name(n, 64)));
+    }
 
     #[test]
     fn plain_names() {

@@ -40,11 +40,13 @@ impl PromptCatalog {
         fresh: Vec<Option<Vec<PromptSpec>>>,
         previous: &PromptCatalog,
         budget: usize,
+        unprefixed: &HashSet<String>,
     ) -> PromptCatalog {
         let mut catalog = PromptCatalog::default();
         for (i, (provider, fresh)) in providers.iter().zip(fresh).enumerate() {
             let prompts = fresh.or_else(|| previous.listed.get(i).cloned()).unwrap_or_default();
-            catalog.add_provider(provider, &prompts, budget);
+            let prefixed = !unprefixed.contains(provider.namespace());
+            catalog.add_provider(provider, &prompts, budget, prefixed);
             catalog.listed.push(prompts);
         }
         catalog
@@ -55,6 +57,7 @@ impl PromptCatalog {
         provider: &Arc<dyn ToolProvider>,
         prompts: &[PromptSpec],
         budget: usize,
+        prefixed: bool,
     ) {
         let namespace = provider.namespace();
         let mut seen = HashSet::new();
@@ -69,8 +72,9 @@ impl PromptCatalog {
                 ));
             }
         }
-        let names =
-            match naming::qualify_all(namespace, specs.iter().map(|s| s.name.as_str()), budget) {
+        let local = specs.iter().map(|s| s.name.as_str());
+        let names = if prefixed {
+            match naming::qualify_all(namespace, local, budget) {
                 Ok(names) => names,
                 Err(e) => {
                     self.problems.push(RegistryProblem {
@@ -80,8 +84,20 @@ impl PromptCatalog {
                     tracing::error!("prompts of provider `{namespace}` left out: {e}");
                     return;
                 }
-            };
+            }
+        } else {
+            naming::fit_all(local, budget)
+        };
         for ((name, _), spec) in names.into_iter().zip(specs) {
+            if let Some(owner) = self.by_name.get(name.as_str()) {
+                let message = format!(
+                    "prompt `{name}` of provider `{namespace}` has the name of a prompt of provider `{}` and is left out",
+                    owner.provider.namespace()
+                );
+                tracing::error!("{message}");
+                self.problems.push(RegistryProblem { severity: Severity::Error, message });
+                continue;
+            }
             let entry = Arc::new(PromptEntry {
                 name: Arc::from(name),
                 original: spec.name.clone(),

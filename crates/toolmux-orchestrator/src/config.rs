@@ -33,6 +33,10 @@ pub struct OrchestratorConfig {
     pub permissions: PermissionRules,
     /// Extra names mapped to canonical full names.
     pub aliases: HashMap<String, String>,
+    /// Providers (by namespace) whose tools and prompts keep their own names, without
+    /// `{namespace}__`: a gateway in front of one server whose clients know its names.
+    /// A name that collides with another provider's is left out with an error.
+    pub unprefixed: std::collections::HashSet<String>,
     /// Per-run limits on calls and tool time.
     pub run_budget: RunBudgetConfig,
     /// Per-run context-token budget for tool outputs; `None` means unlimited.
@@ -57,6 +61,7 @@ impl Default for OrchestratorConfig {
             tools: HashMap::new(),
             permissions: PermissionRules::default(),
             aliases: HashMap::new(),
+            unprefixed: Default::default(),
             run_budget: RunBudgetConfig::default(),
             context_token_budget: None,
             retry: RetryPolicy::default(),

@@ -119,19 +119,27 @@ impl Registry {
             }
             specs.push(spec);
         }
-        let names = match naming::qualify_all(
-            namespace,
-            specs.iter().map(|s| s.name.as_str()),
-            config.name_budget,
-        ) {
-            Ok(names) => names,
-            Err(e) => {
-                self.error(format!("provider `{namespace}`: {e}"));
-                return;
+        let local = specs.iter().map(|s| s.name.as_str());
+        let names = if config.unprefixed.contains(namespace) {
+            naming::fit_all(local, config.name_budget)
+        } else {
+            match naming::qualify_all(namespace, local, config.name_budget) {
+                Ok(names) => names,
+                Err(e) => {
+                    self.error(format!("provider `{namespace}`: {e}"));
+                    return;
+                }
             }
         };
         let provider_settings = config.providers.get(namespace).cloned().unwrap_or_default();
         for ((name, _), spec) in names.into_iter().zip(specs) {
+            if let Some(owner) = self.entries.get(name.as_str()) {
+                self.error(format!(
+                    "tool `{name}` of provider `{namespace}` has the name of a tool of provider `{}` and is left out; list one of them with its namespace",
+                    owner.provider.namespace()
+                ));
+                continue;
+            }
             let name: Arc<str> = Arc::from(name);
             let tool_settings = config
                 .tools

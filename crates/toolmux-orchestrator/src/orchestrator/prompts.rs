@@ -94,6 +94,7 @@ impl Orchestrator {
             fresh,
             &previous,
             self.inner.config.name_budget,
+            &self.inner.config.unprefixed,
         ));
         *self.inner.prompts.write().unwrap_or_else(|e| e.into_inner()) = catalog.clone();
         catalog

@@ -254,3 +254,25 @@ async fn hooks_rewrite_refuse_and_are_revalidated() {
     ]]
     .assert_eq(&r.conversation_text());
 }
+
+#[tokio::test(start_paused = true)]
+async fn unprefixed_providers_keep_their_names_and_collisions_are_left_out() {
+    let mut config = OrchestratorConfig::default();
+    config.unprefixed.insert("files".into());
+    config.unprefixed.insert("other".into());
+    let other = Arc::new(
+        MockProvider::new("other")
+            .with_tool("read", Behavior::Text("other read".into()))
+            .with_tool("stat", Behavior::Text("stat".into())),
+    );
+    let o = Orchestrator::builder(config).provider(mock()).provider(other).build().unwrap();
+    let problems = o.warmup().await.problems;
+    let names: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["read", "write", "delete", "stat"]);
+    let r = call(&o, "read", json!({"x": 1})).await;
+    assert!(r.ok, "{}", r.conversation_text());
+    assert_eq!(call(&o, "stat", json!({})).await.conversation_text(), "stat");
+    let collision = problems.iter().find(|p| p.message.contains("has the name of a tool"));
+    expect!["tool `read` of provider `other` has the name of a tool of provider `files` and is left out; list one of them with its namespace"]
+        .assert_eq(&collision.expect("the collision is reported").message);
+}
