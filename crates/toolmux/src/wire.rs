@@ -61,7 +61,9 @@ impl Toolmux {
             if !keep(&namespace) {
                 continue;
             }
-            if namespace != *name {
+            if entry.namespaced == Some(false) {
+                config.unprefixed.insert(namespace.clone());
+            } else if namespace != *name {
                 warnings.push(format!(
                     "{file}: the tools of mcp server `{name}` are named `{namespace}__*`"
                 ));

@@ -234,6 +234,11 @@ pub struct McpServerEntry {
     /// Whether the server is used at all (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
+    /// Whether its tools and prompts are named `{server}__{tool}` (default true); `false`
+    /// offers them under the server's own names, for a gateway in front of one server
+    /// whose clients know those names. A name another provider also offers is left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaced: Option<bool>,
     /// Start the server on first use rather than at startup; needs `tools`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lazy: bool,
