@@ -1,17 +1,28 @@
 //! The client side of a connection as rmcp sees it: who toolmux is, and where server
-//! notifications go (progress to the call's sink, list changes to the provider).
+//! requests and notifications go (questions and log lines to the call in flight, progress
+//! to the call's sink, list changes to the provider, resource updates to listeners).
+
+// rmcp deprecates sampling, roots and logging (SEP-2577, 2026-07-28); servers of every
+// handshake revision still use them.
+#![expect(deprecated, reason = "sampling, roots and logging of the handshake revisions")]
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
-    ProtocolVersion,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
+    RootsCapabilities, SamplingCapability,
 };
-use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability};
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-use toolmux_core::{Progress, ProgressSink};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier};
+
+use super::interaction::{self, Flights, Question};
+use super::wire;
 
 /// Where a running call's progress goes.
 #[derive(Debug, Clone)]
@@ -28,6 +39,14 @@ pub(crate) struct Events {
     progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
     /// Woken when the server says its tool list changed.
     pub(crate) tools_changed: Notify,
+    /// The calls in flight, whose contexts answer the server's questions and take its
+    /// log lines.
+    pub(crate) flights: Flights,
+    /// Where `notifications/resources/updated` go.
+    pub(crate) resource_updates: ResourceUpdateNotifier,
+    /// The resources subscribed to, renewed on every new connection; on a 2026-07-28
+    /// connection each has the token that ends its `subscriptions/listen` stream.
+    pub(crate) subscriptions: Mutex<BTreeMap<String, Option<CancellationToken>>>,
 }
 
 impl Events {
@@ -100,37 +119,105 @@ pub(crate) fn answer_with_defaults(schema: &serde_json::Value) -> ElicitResult {
 /// What toolmux says about itself in the handshake. The `initialize` path offers
 /// 2025-11-25, the newest revision with a handshake, since servers and test suites that
 /// predate 2026-07-28 reject that version inside `initialize`.
-pub(crate) fn client_info(elicitation: bool) -> ClientConfig {
+///
+/// Sampling, form elicitation and roots are always declared: each question goes to the
+/// caller of the call it belongs to, and a caller that cannot answer gets the unattended
+/// answer (see [`interaction::answer`]). URL elicitation is not declared.
+pub(crate) fn client_info() -> ClientConfig {
     let mut capabilities = ClientCapabilities::default();
-    if elicitation {
-        capabilities.elicitation = Some(ElicitationCapability::default());
-    }
+    capabilities.sampling = Some(SamplingCapability::default());
+    capabilities.elicitation =
+        Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+    capabilities.roots = Some(RootsCapabilities::default());
     let mut info =
         ClientConfig::new(capabilities, Implementation::new("toolmux", env!("CARGO_PKG_VERSION")));
     info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
     info
 }
 
+impl Handler {
+    /// Answers a server's question through the call it belongs to.
+    async fn ask(
+        &self,
+        question: Question,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<serde_json::Value, ErrorData> {
+        let method = question.method();
+        let token = context.meta.get_progress_token();
+        let Some(ctx) = self.events.flights.context_for(token.as_ref()) else {
+            tracing::debug!(server = %self.server, method, "server asked with no call in flight");
+            return Err(ErrorData::invalid_request(
+                format!("no call in flight to answer {method}"),
+                None,
+            ));
+        };
+        interaction::answer(&ctx, question, self.elicitation_defaults, &context.ct).await.map_err(
+            |unanswered| {
+                let message = unanswered.message(method);
+                tracing::debug!(server = %self.server, %message, "server question unanswered");
+                ErrorData::internal_error(message, None)
+            },
+        )
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    what: &str,
+    value: serde_json::Value,
+) -> Result<T, ErrorData> {
+    wire::parse(what, value).map_err(|e| ErrorData::internal_error(e, None))
+}
+
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        client_info(self.elicitation_defaults)
+        client_info()
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let question = Question::Sampling(wire::sampling_request(&params, None));
+        parse("sampling", self.ask(question, &context).await?)
     }
 
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let ElicitRequestParams::FormElicitationParams { requested_schema, .. } = request else {
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
-        };
-        if !self.elicitation_defaults {
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        let question = Question::elicitation(request, None);
+        parse("elicitation", self.ask(question, &context).await?)
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let question = Question::Roots(toolmux_core::RootsRequest::default());
+        parse("roots", self.ask(question, &context).await?)
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let message = wire::log_message(&params);
+        match self.events.flights.log_sink() {
+            Some(sink) => sink.log(message),
+            None => trace_log(&self.server, &message),
         }
-        let schema = serde_json::to_value(requested_schema).unwrap_or_default();
-        let answer = answer_with_defaults(&schema);
-        tracing::debug!(server = %self.server, action = ?answer.action, "elicitation answered with defaults");
-        Ok(answer)
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        tracing::trace!(server = %self.server, uri = %params.uri, "resources/updated");
+        self.events.resource_updates.notify(&params.uri);
     }
 
     async fn on_progress(
@@ -144,6 +231,21 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.server, "tools/list_changed");
         self.events.tools_changed.notify_one();
+    }
+}
+
+/// A log line no call listens for, traced at its level.
+fn trace_log(server: &str, message: &LogMessage) {
+    let logger = message.logger.as_deref().unwrap_or_default();
+    let data = match &message.data {
+        serde_json::Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    match message.level {
+        LogLevel::Debug => tracing::debug!(server, logger, "{data}"),
+        LogLevel::Info | LogLevel::Notice => tracing::info!(server, logger, "{data}"),
+        LogLevel::Warning => tracing::warn!(server, logger, "{data}"),
+        _ => tracing::error!(server, logger, "{data}"),
     }
 }
 

@@ -5,7 +5,9 @@ mod connection;
 mod content;
 mod filter;
 mod handler;
+mod interaction;
 mod provider;
+mod wire;
 
 pub use config::{DeclaredTool, McpServerConfig, ProtocolMode, TransportKind};
 pub use provider::McpProvider;

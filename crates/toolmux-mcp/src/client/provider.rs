@@ -3,8 +3,7 @@
 
 use async_trait::async_trait;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ElicitRequestParams, ElicitResult,
-    ElicitationAction, InputRequest, InputResponses, ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, InputResponses, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
@@ -14,16 +13,19 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    CallContext, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider,
-    ToolSpec,
+    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
+    ResourceUpdates, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
+    ToolProvider, ToolSpec,
 };
 
 use super::config::{McpServerConfig, TransportKind};
 use super::connection::{self, Connection};
 use super::content::{declared_spec, tool_output, tool_spec};
 use super::filter::ToolFilter;
-use super::handler::{Events, ProgressRoute, answer_with_defaults};
+use super::handler::{Events, ProgressRoute};
 use crate::McpError;
+
+mod catalog;
 
 /// First delay before reconnecting after a failure; doubled per further failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
@@ -212,6 +214,7 @@ impl Inner {
                 );
                 *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
                 spawn_refresher(Arc::downgrade(self), connection.clone());
+                self.after_connect(&connection);
                 restarts.not_before = None;
                 Ok(connection)
             }
@@ -358,11 +361,11 @@ impl Inner {
                     }
                     let mut responses = InputResponses::new();
                     for (key, request) in requests {
-                        let response =
-                            answer_input_request(request, self.config.accept_elicitation_defaults)
-                                .map_err(|what| {
-                                    tool_error(self.protocol(&format!("`{name}` {what}")))
-                                })?;
+                        let defaults = self.config.accept_elicitation_defaults;
+                        let response = super::interaction::answer_input(
+                            &self.name, ctx, &key, request, defaults,
+                        )
+                        .await?;
                         responses.insert(key, response);
                     }
                     params.input_responses = (!responses.is_empty()).then_some(responses);
@@ -395,11 +398,11 @@ impl Inner {
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut handle = match connection
-            .peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
-            .await
-        {
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = catalog::request_meta(connection, ctx);
+        // In flight from before the send: the server may ask its questions at once.
+        let flight = self.events.flights.begin(ctx);
+        let mut handle = match connection.peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {
                 self.connection_lost().await;
@@ -408,6 +411,7 @@ impl Inner {
         };
         let activity = Arc::new(Notify::new());
         let token = handle.progress_token.clone();
+        flight.link(token.clone());
         self.events.route(
             token.clone(),
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
@@ -449,36 +453,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// The answer to one input request of an `input_required` result, as an unattended
-/// client: roots are none, form elicitations get their defaults when so configured (else
-/// are declined), and sampling is refused since toolmux lends no model to servers.
-fn answer_input_request(
-    request: InputRequest,
-    elicitation_defaults: bool,
-) -> Result<Value, String> {
-    let answer = match request {
-        InputRequest::ListRoots(_) => serde_json::json!({"roots": []}),
-        InputRequest::Elicitation(request) => {
-            let result = match request.params {
-                ElicitRequestParams::FormElicitationParams { requested_schema, .. }
-                    if elicitation_defaults =>
-                {
-                    answer_with_defaults(
-                        &serde_json::to_value(requested_schema).unwrap_or_default(),
-                    )
-                }
-                _ => ElicitResult::new(ElicitationAction::Decline),
-            };
-            serde_json::to_value(result).map_err(|e| format!("elicitation answer: {e}"))?
-        }
-        InputRequest::CreateMessage(_) => {
-            return Err("asked the client to sample a model, which toolmux does not provide".into());
-        }
-        _ => return Err("asked the client for a kind of input toolmux does not know".into()),
-    };
-    Ok(answer)
 }
 
 fn variant_name(result: &ServerResult) -> String {
@@ -622,5 +596,47 @@ impl ToolProvider for McpProvider {
 
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         Some(self.inner.notifier.subscribe())
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        self.inner.list_prompts().await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        self.inner.get_prompt(name, arguments, ctx).await
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        self.inner.list_resources().await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        self.inner.list_resource_templates().await
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.inner.read_resource(uri, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.inner.subscribe_resource(uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.inner.unsubscribe_resource(uri).await
+    }
+
+    /// Always a stream: a server that never sends updates never fires it.
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        Some(self.inner.events.resource_updates.subscribe())
     }
 }

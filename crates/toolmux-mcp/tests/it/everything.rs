@@ -170,7 +170,7 @@ async fn allow_and_deny_globs_filter_tools() {
     let mut names: Vec<String> =
         provider.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
     names.sort();
-    expect_test::expect![[r#"["echo", "get-annotated-message", "get-structured-content", "get-sum", "get-tiny-image"]"#]]
+    expect_test::expect![[r#"["echo", "get-annotated-message", "get-roots-list", "get-structured-content", "get-sum", "get-tiny-image"]"#]]
         .assert_eq(&format!("{names:?}"));
     let denied = provider.call("get-env", json!({}), &CallContext::new()).await.unwrap_err();
     assert!(matches!(denied, ToolError::UnknownTool { .. }), "{denied:?}");

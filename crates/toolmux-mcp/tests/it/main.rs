@@ -7,6 +7,8 @@
 mod conformance_suite;
 mod everything;
 mod faults;
+mod passthrough;
 mod python;
 mod rmcp_peer;
+mod roundtrip;
 mod support;

@@ -1,0 +1,370 @@
+//! Passing a server's questions and log lines on to whoever made the call they belong to.
+//!
+//! A server asks its client for a completion (`sampling/createMessage`), for input
+//! (`elicitation/create`) or for roots (`roots/list`) while it runs a request of that
+//! client, and logs (`notifications/message`) while it works. Over stdio none of these
+//! say which request they belong to, so every call, prompt rendering and resource read in
+//! flight on a connection is recorded with its [`CallContext`]: a question goes to the
+//! call whose progress token it carries, else to the most recently started call still
+//! running, and is answered by that context's [`toolmux_core::InteractionHandler`].
+//! 2026-07-28 servers ask inside their result instead (`input_required`); those questions
+//! belong to the request they answer and take the same path.
+
+use rmcp::model::{ElicitRequestParams, InputRequest, ProgressToken};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    CallContext, ElicitationRequest, LogSink, RootsRequest, SamplingRequest, ToolError,
+};
+
+use super::handler::answer_with_defaults;
+use super::wire;
+
+/// How long after a call ends its log sink still takes lines when no call is in flight.
+///
+/// rmcp hands each notification to its own task, so a line the server sent just before
+/// its response may be looked up after the call saw the response and ended.
+const LOG_GRACE: Duration = Duration::from_millis(500);
+
+/// The calls in flight on one provider's connection, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct Flights {
+    next: AtomicU64,
+    calls: Mutex<Vec<Flight>>,
+    /// The log sink of the call that ended last, and when it ended.
+    ended: Mutex<Option<(Instant, LogSink)>>,
+}
+
+#[derive(Debug)]
+struct Flight {
+    id: u64,
+    ctx: CallContext,
+    /// Progress tokens of the requests this call sent (one per `input_required` round).
+    tokens: Vec<ProgressToken>,
+}
+
+impl Flights {
+    /// Records a call until the returned guard drops. Begin before sending the request:
+    /// a server may ask its question before the send returns.
+    pub(crate) fn begin(&self, ctx: &CallContext) -> InFlight<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let flight = Flight { id, ctx: ctx.clone(), tokens: Vec::new() };
+        self.lock().push(flight);
+        InFlight { flights: self, id }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Flight>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The context a server's request belongs to: the call whose progress token it
+    /// carries, else the most recently started call still running.
+    pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<CallContext> {
+        let calls = self.lock();
+        let by_token = token.and_then(|t| calls.iter().find(|c| c.tokens.contains(t)));
+        by_token
+            .or_else(|| calls.iter().rev().find(|c| !c.ctx.is_cancelled()))
+            .map(|c| c.ctx.clone())
+    }
+
+    /// Where a log line goes: the sink of the most recently started call that has one,
+    /// else that of a call that ended within [`LOG_GRACE`].
+    pub(crate) fn log_sink(&self) -> Option<LogSink> {
+        let calls = self.lock();
+        if !calls.is_empty() {
+            return calls.iter().rev().find_map(|c| c.ctx.log_sink().cloned());
+        }
+        drop(calls);
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        ended.as_ref().filter(|(at, _)| at.elapsed() < LOG_GRACE).map(|(_, sink)| sink.clone())
+    }
+
+    /// How many calls are in flight.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A call recorded in [`Flights`]; dropping it ends the record.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a> {
+    flights: &'a Flights,
+    id: u64,
+}
+
+impl InFlight<'_> {
+    /// Links a progress token of a request this call sent, so that questions carrying it
+    /// find the call even when others started later.
+    pub(crate) fn link(&self, token: ProgressToken) {
+        let mut calls = self.flights.lock();
+        if let Some(flight) = calls.iter_mut().find(|c| c.id == self.id) {
+            flight.tokens.push(token);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut calls = self.flights.lock();
+        let Some(index) = calls.iter().position(|c| c.id == self.id) else { return };
+        let flight = calls.remove(index);
+        drop(calls);
+        if let Some(sink) = flight.ctx.log_sink() {
+            let ended = Some((Instant::now(), sink.clone()));
+            *self.flights.ended.lock().unwrap_or_else(|e| e.into_inner()) = ended;
+        }
+    }
+}
+
+/// A question from the server, in toolmux's vocabulary.
+#[derive(Debug)]
+pub(crate) enum Question {
+    Sampling(SamplingRequest),
+    Elicitation(ElicitationRequest),
+    /// A URL elicitation, which toolmux does not declare and always declines.
+    UrlElicitation,
+    Roots(RootsRequest),
+}
+
+impl Question {
+    /// The method that asks it.
+    pub(crate) fn method(&self) -> &'static str {
+        match self {
+            Question::Sampling(_) => "sampling/createMessage",
+            Question::Elicitation(_) | Question::UrlElicitation => "elicitation/create",
+            Question::Roots(_) => "roots/list",
+        }
+    }
+
+    /// An elicitation request as a question.
+    pub(crate) fn elicitation(params: ElicitRequestParams, key: Option<String>) -> Question {
+        match params {
+            ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => {
+                Question::Elicitation(wire::elicitation_request(message, &requested_schema, key))
+            }
+            _ => Question::UrlElicitation,
+        }
+    }
+}
+
+/// How a question went unanswered.
+#[derive(Debug)]
+pub(crate) enum Unanswered {
+    /// The caller failed it (or cannot answer it); the error says why.
+    Failed(ToolError),
+    /// The server withdrew it, or the call it belongs to was cancelled.
+    Cancelled,
+}
+
+impl Unanswered {
+    /// What to tell the server.
+    pub(crate) fn message(&self, method: &str) -> String {
+        match self {
+            Unanswered::Failed(error) => format!("{method} failed: {}", error.report()),
+            Unanswered::Cancelled => format!("{method} cancelled"),
+        }
+    }
+}
+
+/// Answers `question` through `ctx`'s handler, as the result's wire JSON.
+///
+/// A caller that cannot answer (no handler, or one that offers no such thing) gets what
+/// an unattended client answers: no roots, and form elicitations declined or, with
+/// `acceptElicitationDefaults`, answered with the schema's defaults. Sampling has no
+/// unattended answer and fails.
+pub(crate) async fn answer(
+    ctx: &CallContext,
+    question: Question,
+    elicitation_defaults: bool,
+    withdrawn: &CancellationToken,
+) -> Result<Value, Unanswered> {
+    let asked = async {
+        match question {
+            Question::Sampling(request) => {
+                ctx.sample(request).await.map(|response| wire::sampling_result(&response))
+            }
+            Question::Elicitation(request) => {
+                let schema = request.requested_schema.clone();
+                match ctx.elicit(request).await {
+                    Ok(response) => Ok(wire::elicitation_result(&response)),
+                    Err(ToolError::Unsupported { .. }) => {
+                        Ok(unattended_elicitation(&schema, elicitation_defaults))
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            Question::UrlElicitation => Ok(json!({"action": "decline"})),
+            Question::Roots(request) => match ctx.roots(request).await {
+                Ok(roots) => Ok(wire::roots_result(&roots)),
+                Err(ToolError::Unsupported { .. }) => Ok(json!({"roots": []})),
+                Err(error) => Err(error),
+            },
+        }
+    };
+    tokio::select! {
+        answer = asked => answer.map_err(Unanswered::Failed),
+        () = withdrawn.cancelled() => Err(Unanswered::Cancelled),
+        () = ctx.cancel_token().cancelled() => Err(Unanswered::Cancelled),
+    }
+}
+
+fn unattended_elicitation(schema: &Value, defaults: bool) -> Value {
+    if !defaults {
+        return json!({"action": "decline"});
+    }
+    serde_json::to_value(answer_with_defaults(schema)).unwrap_or(json!({"action": "decline"}))
+}
+
+/// Answers one question of a 2026-07-28 `input_required` result, named `key`, through
+/// the context of the request it came with; `server` names who asked.
+pub(crate) async fn answer_input(
+    server: &str,
+    ctx: &CallContext,
+    key: &str,
+    request: InputRequest,
+    elicitation_defaults: bool,
+) -> Result<Value, ToolError> {
+    let key = Some(key.to_owned());
+    let question = match request {
+        InputRequest::ListRoots(_) => Question::Roots(RootsRequest { key }),
+        InputRequest::Elicitation(request) => Question::elicitation(request.params, key),
+        InputRequest::CreateMessage(request) => {
+            Question::Sampling(wire::sampling_request(&request.params, key))
+        }
+        other => {
+            return Err(ToolError::Protocol {
+                provider: server.to_owned(),
+                message: format!(
+                    "asked the client for a kind of input toolmux does not know: {}",
+                    serde_json::to_value(&other).unwrap_or_default()
+                ),
+            });
+        }
+    };
+    let method = question.method();
+    match answer(ctx, question, elicitation_defaults, &CancellationToken::new()).await {
+        Ok(value) => Ok(value),
+        Err(Unanswered::Failed(error)) => Err(error),
+        Err(Unanswered::Cancelled) => Err(ToolError::Cancelled { tool: method.to_owned() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use std::sync::Arc;
+    use toolmux_core::{
+        ApprovalDecision, ApprovalRequest, ContentPart, InteractionHandler, Role, Root,
+        SamplingResponse,
+    };
+
+    #[derive(Debug)]
+    struct Answers;
+
+    #[async_trait]
+    impl InteractionHandler for Answers {
+        async fn approve(&self, _: ApprovalRequest) -> ApprovalDecision {
+            ApprovalDecision::Allow
+        }
+        async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+            let asked = format!("{:?}", request.messages[0].content);
+            Ok(SamplingResponse {
+                role: Role::Assistant,
+                content: ContentPart::Text { text: format!("sampled {asked}") },
+                model: "test".into(),
+                stop_reason: None,
+            })
+        }
+        async fn roots(&self, _: RootsRequest) -> Result<Vec<Root>, ToolError> {
+            Ok(vec![Root { uri: "file:///w".into(), name: None }])
+        }
+    }
+
+    #[test]
+    fn questions_go_to_the_latest_running_call_or_the_one_with_their_token() {
+        let flights = Flights::default();
+        assert!(flights.context_for(None).is_none());
+        let first = CallContext::new().with_call_id("first");
+        let second = CallContext::new().with_call_id("second");
+        let a = flights.begin(&first);
+        a.link(ProgressToken(rmcp::model::NumberOrString::Number(7)));
+        {
+            let _b = flights.begin(&second);
+            assert_eq!(flights.context_for(None).unwrap().call_id(), Some("second"));
+            let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
+            assert_eq!(flights.context_for(Some(&token)).unwrap().call_id(), Some("first"));
+            second.cancel_token().cancel();
+            assert_eq!(flights.context_for(None).unwrap().call_id(), Some("first"));
+        }
+        assert_eq!(flights.len(), 1);
+        drop(a);
+        assert_eq!(flights.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn unattended_callers_get_the_unattended_answers() {
+        let ctx = CallContext::new();
+        let never = CancellationToken::new();
+        let schema = json!({"properties": {"n": {"type": "string", "default": "x"}}});
+        let ask = || Question::Elicitation(ElicitationRequest::new("?", schema.clone()));
+        let declined = answer(&ctx, ask(), false, &never).await.unwrap();
+        assert_eq!(declined, json!({"action": "decline"}));
+        let defaults = answer(&ctx, ask(), true, &never).await.unwrap();
+        assert_eq!(defaults, json!({"action": "accept", "content": {"n": "x"}}));
+        let roots = answer(&ctx, Question::Roots(RootsRequest::default()), false, &never).await;
+        assert_eq!(roots.unwrap(), json!({"roots": []}));
+        let sampled =
+            answer(&ctx, Question::Sampling(SamplingRequest::text("hi", 5)), false, &never).await;
+        let Err(Unanswered::Failed(ToolError::Unsupported { .. })) = sampled else {
+            panic!("{sampled:?}")
+        };
+    }
+
+    #[tokio::test]
+    async fn handlers_answer_and_elicitations_they_cannot_answer_fall_back() {
+        let ctx = CallContext::new().with_handler(Arc::new(Answers));
+        let never = CancellationToken::new();
+        let sampled =
+            answer(&ctx, Question::Sampling(SamplingRequest::text("hi", 5)), false, &never)
+                .await
+                .unwrap();
+        assert_eq!(sampled["content"]["text"], r#"sampled Text { text: "hi" }"#);
+        let roots =
+            answer(&ctx, Question::Roots(RootsRequest::default()), false, &never).await.unwrap();
+        assert_eq!(roots, json!({"roots": [{"uri": "file:///w"}]}));
+        let elicited = answer(
+            &ctx,
+            Question::Elicitation(ElicitationRequest::new("?", json!({}))),
+            false,
+            &never,
+        )
+        .await
+        .unwrap();
+        assert_eq!(elicited, json!({"action": "decline"}));
+    }
+
+    #[tokio::test]
+    async fn a_withdrawn_question_stops_waiting() {
+        #[derive(Debug)]
+        struct Never;
+        #[async_trait]
+        impl InteractionHandler for Never {
+            async fn approve(&self, _: ApprovalRequest) -> ApprovalDecision {
+                ApprovalDecision::Allow
+            }
+            async fn roots(&self, _: RootsRequest) -> Result<Vec<Root>, ToolError> {
+                std::future::pending().await
+            }
+        }
+        let ctx = CallContext::new().with_handler(Arc::new(Never));
+        let withdrawn = CancellationToken::new();
+        withdrawn.cancel();
+        let answer = answer(&ctx, Question::Roots(RootsRequest::default()), false, &withdrawn);
+        assert!(matches!(answer.await, Err(Unanswered::Cancelled)));
+    }
+}

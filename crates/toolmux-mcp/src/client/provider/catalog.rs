@@ -1,0 +1,490 @@
+//! The server's prompts and resources through [`McpProvider`]: listing (every page),
+//! rendering and reading with the provider's request timeout and the caller's
+//! cancellation, resource subscriptions that survive restarts, and the log level asked
+//! of the server.
+//!
+//! Each is used only when the server's capabilities declare it; otherwise lists are
+//! empty and names and URIs are unknown, as for a provider that has none.
+//!
+//! Log level: toolmux asks for `debug`, everything the server has. Callers choose what
+//! they see: the gateway filters each request's lines by the level its own client set,
+//! and a call without a log sink has its lines traced (see the handler).
+
+// Logging and `resources/subscribe` are deprecated in rmcp (SEP-2577, 2026-07-28) but are
+// how every handshake revision logs and subscribes.
+#![expect(deprecated, reason = "logging and resources/subscribe of the handshake revisions")]
+
+use rmcp::model::{
+    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, InputResponses, LoggingLevel,
+    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+};
+use rmcp::service::ServiceError;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
+    ToolError,
+};
+
+use super::{Inner, MAX_INPUT_ROUNDS, similar};
+use crate::McpError;
+use crate::client::connection::Connection;
+use crate::client::interaction;
+use crate::client::wire;
+
+/// JSON-RPC's code for invalid parameters (an unknown prompt, a bad argument).
+const INVALID_PARAMS: i32 = -32602;
+/// MCP's code for a resource that does not exist.
+const RESOURCE_NOT_FOUND: i32 = -32002;
+
+/// Why a request failed: the server's JSON-RPC error, kept apart so that callers can
+/// tell an unknown name from other failures, or anything else, already converted.
+enum Failure {
+    Rpc { code: i32, error: McpError },
+    Tool(ToolError),
+}
+
+impl Failure {
+    fn into_tool_error(self, what: &str) -> ToolError {
+        match self {
+            Failure::Rpc { error, .. } => error.into_tool_error(Some(what)),
+            Failure::Tool(error) => error,
+        }
+    }
+}
+
+/// What a server declared, as far as this module cares.
+#[derive(Debug, Clone, Copy, Default)]
+struct Offers {
+    prompts: bool,
+    resources: bool,
+    subscribe: bool,
+    logging: bool,
+}
+
+fn offers(connection: &Connection) -> Offers {
+    let Some(info) = connection.info.as_ref() else { return Offers::default() };
+    let capabilities = &info.capabilities;
+    let resources = capabilities.resources.as_ref();
+    Offers {
+        prompts: capabilities.prompts.is_some(),
+        resources: resources.is_some(),
+        subscribe: resources.and_then(|r| r.subscribe).unwrap_or(false),
+        logging: capabilities.logging.is_some(),
+    }
+}
+
+/// The `_meta` of a request made for `ctx`: on 2026-07-28 connections, where the log
+/// level travels with each request, `debug` when the caller listens for log lines.
+pub(super) fn request_meta(
+    connection: &Connection,
+    ctx: &CallContext,
+) -> Option<RequestMetaObject> {
+    if !connection.is_modern() || !offers(connection).logging || ctx.log_sink().is_none() {
+        return None;
+    }
+    let mut meta = RequestMetaObject::default();
+    meta.set_log_level(LoggingLevel::Debug);
+    Some(meta)
+}
+
+impl Inner {
+    /// The connection for a listing: `None` when the provider is disabled, or lazy and
+    /// not started (listing prompts is no reason to start a server).
+    async fn listing_connection(self: &Arc<Self>) -> Result<Option<Arc<Connection>>, ToolError> {
+        if !self.config.is_enabled() || (self.config.lazy && self.live().is_none()) {
+            return Ok(None);
+        }
+        Ok(Some(self.connection().await?))
+    }
+
+    /// The connection for a request made for a caller, started if needed.
+    async fn request_connection(
+        self: &Arc<Self>,
+        what: &str,
+        ctx: &CallContext,
+    ) -> Result<Arc<Connection>, ToolError> {
+        if !self.config.is_enabled() {
+            return Err(ToolError::Unavailable {
+                provider: self.name.clone(),
+                message: "disabled in the configuration (`enabled: false`)".into(),
+            });
+        }
+        tokio::select! {
+            connection = self.connection() => connection.map_err(|e| e.into_tool_error(Some(what))),
+            () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: what.to_owned() }),
+        }
+    }
+
+    /// Runs one request with the request timeout, the caller's cancellation and the
+    /// provider's shutdown, keeping the restart bookkeeping as tool calls do.
+    async fn request<T>(
+        &self,
+        connection: &Connection,
+        method: &'static str,
+        what: &str,
+        cancel: Option<&CancellationToken>,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, Failure> {
+        let timeout = self.config.request_timeout();
+        let never = CancellationToken::new();
+        let cancel = cancel.unwrap_or(&never);
+        let result = tokio::select! {
+            result = tokio::time::timeout(timeout, request) => result,
+            () = cancel.cancelled() => {
+                return Err(Failure::Tool(ToolError::Cancelled { tool: what.to_owned() }));
+            }
+            () = self.shutdown.cancelled() => {
+                let error = McpError::ShutDown { server: self.name.clone() };
+                return Err(Failure::Tool(error.into_tool_error(Some(what))));
+            }
+        };
+        match result {
+            Ok(Ok(value)) => {
+                self.succeeded();
+                Ok(value)
+            }
+            Ok(Err(e)) => {
+                let lost =
+                    matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
+                let code = match &e {
+                    ServiceError::McpError(data) => Some(data.code.0),
+                    _ => None,
+                };
+                let error = self.service_error(connection, method, e);
+                if lost {
+                    self.connection_lost().await;
+                } else {
+                    self.succeeded();
+                }
+                match code {
+                    Some(code) => Err(Failure::Rpc { code, error }),
+                    None => Err(Failure::Tool(error.into_tool_error(Some(what)))),
+                }
+            }
+            Err(_) => {
+                Err(Failure::Tool(ToolError::Timeout { tool: what.to_owned(), after: timeout }))
+            }
+        }
+    }
+
+    /// The answers to an `input_required` result of a 2026-07-28 server, through `ctx`.
+    async fn answer_inputs(
+        &self,
+        what: &str,
+        input: InputRequiredResult,
+        ctx: &CallContext,
+    ) -> Result<(Option<InputResponses>, Option<String>), ToolError> {
+        let requests = input.input_requests.unwrap_or_default();
+        if requests.is_empty() && input.request_state.is_none() {
+            let message = format!("`{what}`: an empty input_required result");
+            return Err(self.protocol(&message).into_tool_error(Some(what)));
+        }
+        let mut responses = InputResponses::new();
+        for (key, request) in requests {
+            let defaults = self.config.accept_elicitation_defaults;
+            let answer =
+                interaction::answer_input(&self.name, ctx, &key, request, defaults).await?;
+            responses.insert(key, answer);
+        }
+        Ok(((!responses.is_empty()).then_some(responses), input.request_state))
+    }
+
+    pub(super) async fn list_prompts(self: &Arc<Self>) -> Result<Vec<PromptSpec>, ToolError> {
+        let Some(connection) = self.listing_connection().await? else { return Ok(Vec::new()) };
+        if !offers(&connection).prompts {
+            return Ok(Vec::new());
+        }
+        let listed = connection.peer.list_all_prompts();
+        let prompts = self
+            .request(&connection, "prompts/list", "prompts/list", None, listed)
+            .await
+            .map_err(|f| f.into_tool_error("prompts/list"))?;
+        Ok(prompts.iter().map(wire::prompt_spec).collect())
+    }
+
+    pub(super) async fn get_prompt(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        let connection = self.request_connection(name, ctx).await?;
+        let unknown =
+            || ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() };
+        if !offers(&connection).prompts {
+            return Err(unknown());
+        }
+        let mut params = GetPromptRequestParams::new(name);
+        params.arguments = (!arguments.is_empty()).then_some(arguments);
+        params.meta = request_meta(&connection, ctx);
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let flight = self.events.flights.begin(ctx);
+            let sent = connection.peer.get_prompt_once(params.clone());
+            let result = self
+                .request(&connection, "prompts/get", name, Some(ctx.cancel_token()), sent)
+                .await;
+            drop(flight);
+            match result {
+                Ok(GetPromptResponse::Complete(result)) => return Ok(wire::prompt(&result)),
+                Ok(GetPromptResponse::InputRequired(input)) => {
+                    (params.input_responses, params.request_state) =
+                        self.answer_inputs(name, input, ctx).await?;
+                }
+                Err(Failure::Rpc { code: INVALID_PARAMS, error }) => {
+                    return Err(self.prompt_error(name, error).await);
+                }
+                Err(failure) => return Err(failure.into_tool_error(name)),
+                Ok(_) => {
+                    let message = "unexpected reply to prompts/get";
+                    return Err(self.protocol(message).into_tool_error(Some(name)));
+                }
+            }
+        }
+        let message = format!("`{name}` still asked for input after {MAX_INPUT_ROUNDS} rounds");
+        Err(self.protocol(&message).into_tool_error(Some(name)))
+    }
+
+    /// Invalid parameters for prompt `name`: unknown when the server does not list it,
+    /// invalid arguments when it does.
+    async fn prompt_error(self: &Arc<Self>, name: &str, error: McpError) -> ToolError {
+        let Ok(prompts) = self.list_prompts().await else {
+            return error.into_tool_error(Some(name));
+        };
+        if prompts.iter().any(|p| p.name == name) {
+            return error.into_tool_error(Some(name));
+        }
+        let mut suggestions: Vec<String> =
+            prompts.into_iter().map(|p| p.name).filter(|p| similar(p, name)).collect();
+        suggestions.truncate(3);
+        ToolError::UnknownPrompt { name: name.to_owned(), suggestions }
+    }
+
+    pub(super) async fn list_resources(self: &Arc<Self>) -> Result<Vec<ResourceSpec>, ToolError> {
+        let Some(connection) = self.listing_connection().await? else { return Ok(Vec::new()) };
+        if !offers(&connection).resources {
+            return Ok(Vec::new());
+        }
+        let listed = connection.peer.list_all_resources();
+        let resources = self
+            .request(&connection, "resources/list", "resources/list", None, listed)
+            .await
+            .map_err(|f| f.into_tool_error("resources/list"))?;
+        Ok(resources.iter().map(wire::resource_spec).collect())
+    }
+
+    pub(super) async fn list_resource_templates(
+        self: &Arc<Self>,
+    ) -> Result<Vec<ResourceTemplate>, ToolError> {
+        let Some(connection) = self.listing_connection().await? else { return Ok(Vec::new()) };
+        if !offers(&connection).resources {
+            return Ok(Vec::new());
+        }
+        let method = "resources/templates/list";
+        let listed = connection.peer.list_all_resource_templates();
+        let templates = self
+            .request(&connection, method, method, None, listed)
+            .await
+            .map_err(|f| f.into_tool_error(method))?;
+        Ok(templates.iter().map(wire::resource_template).collect())
+    }
+
+    pub(super) async fn read_resource(
+        self: &Arc<Self>,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        let connection = self.request_connection(uri, ctx).await?;
+        let unknown = || ToolError::UnknownResource { uri: uri.to_owned() };
+        if !offers(&connection).resources {
+            return Err(unknown());
+        }
+        let mut params = ReadResourceRequestParams::new(uri);
+        params.meta = request_meta(&connection, ctx);
+        for _round in 0..MAX_INPUT_ROUNDS {
+            let flight = self.events.flights.begin(ctx);
+            let sent = connection.peer.read_resource_once(params.clone());
+            let result = self
+                .request(&connection, "resources/read", uri, Some(ctx.cancel_token()), sent)
+                .await;
+            drop(flight);
+            match result {
+                Ok(ReadResourceResponse::Complete(result)) => {
+                    return Ok(wire::resource_contents(&result));
+                }
+                Ok(ReadResourceResponse::InputRequired(input)) => {
+                    (params.input_responses, params.request_state) =
+                        self.answer_inputs(uri, input, ctx).await?;
+                }
+                // Older SDKs answer an unknown URI with invalid params, newer ones with
+                // MCP's resource-not-found.
+                Err(Failure::Rpc { code: RESOURCE_NOT_FOUND | INVALID_PARAMS, .. }) => {
+                    return Err(unknown());
+                }
+                Err(failure) => return Err(failure.into_tool_error(uri)),
+                Ok(_) => {
+                    let message = "unexpected reply to resources/read";
+                    return Err(self.protocol(message).into_tool_error(Some(uri)));
+                }
+            }
+        }
+        let message = format!("`{uri}` still asked for input after {MAX_INPUT_ROUNDS} rounds");
+        Err(self.protocol(&message).into_tool_error(Some(uri)))
+    }
+
+    pub(super) async fn subscribe_resource(self: &Arc<Self>, uri: &str) -> Result<(), ToolError> {
+        let ctx = CallContext::new();
+        let connection = self.request_connection(uri, &ctx).await?;
+        let offered = offers(&connection);
+        if !offered.resources {
+            return Err(ToolError::UnknownResource { uri: uri.to_owned() });
+        }
+        if !offered.subscribe {
+            return Err(ToolError::unsupported(
+                "resource subscriptions",
+                format!("mcp server `{}` does not offer them", self.name),
+            ));
+        }
+        if self.subscriptions().contains_key(uri) {
+            return Ok(());
+        }
+        let listening = subscribe(self, &connection, uri).await.map_err(|f| match f {
+            Failure::Rpc { code: RESOURCE_NOT_FOUND | INVALID_PARAMS, .. } => {
+                ToolError::UnknownResource { uri: uri.to_owned() }
+            }
+            failure => failure.into_tool_error(uri),
+        })?;
+        self.subscriptions().insert(uri.to_owned(), listening);
+        Ok(())
+    }
+
+    pub(super) async fn unsubscribe_resource(self: &Arc<Self>, uri: &str) -> Result<(), ToolError> {
+        let Some(listening) = self.subscriptions().remove(uri) else { return Ok(()) };
+        if let Some(listening) = listening {
+            // A 2026-07-28 subscription ends with its stream.
+            listening.cancel();
+            return Ok(());
+        }
+        let Some(connection) = self.live() else { return Ok(()) };
+        let sent = connection.peer.unsubscribe(UnsubscribeRequestParams::new(uri));
+        self.request(&connection, "resources/unsubscribe", uri, None, sent)
+            .await
+            .map_err(|f| f.into_tool_error(uri))
+    }
+
+    fn subscriptions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Option<CancellationToken>>>
+    {
+        self.events.subscriptions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// On a new connection: asks for every log line, and renews the subscriptions the
+    /// last connection had. Runs in the background, so connecting is not slowed.
+    pub(super) fn after_connect(self: &Arc<Self>, connection: &Arc<Connection>) {
+        let offered = offers(connection);
+        let renew: Vec<String> = if offered.subscribe {
+            self.subscriptions().keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let set_level = offered.logging && !connection.is_modern();
+        if renew.is_empty() && !set_level {
+            return;
+        }
+        let inner = Arc::downgrade(self);
+        let connection = connection.clone();
+        tokio::spawn(async move {
+            if set_level && let Some(strong) = inner.upgrade() {
+                let sent =
+                    connection.peer.set_level(SetLevelRequestParams::new(LoggingLevel::Debug));
+                let method = "logging/setLevel";
+                if let Err(failure) = strong.request(&connection, method, method, None, sent).await
+                {
+                    let error = failure.into_tool_error(method);
+                    tracing::debug!(server = %strong.name, error = %error, "logging/setLevel refused");
+                }
+            }
+            for uri in renew {
+                renew_subscription(&inner, &connection, &uri).await;
+            }
+        });
+    }
+}
+
+/// Subscribes to `uri` on `connection`: `resources/subscribe` on handshake revisions, a
+/// `subscriptions/listen` stream on 2026-07-28 (its token ends it).
+async fn subscribe(
+    inner: &Arc<Inner>,
+    connection: &Arc<Connection>,
+    uri: &str,
+) -> Result<Option<CancellationToken>, Failure> {
+    if !connection.is_modern() {
+        let sent = connection.peer.subscribe(SubscribeRequestParams::new(uri));
+        inner.request(connection, "resources/subscribe", uri, None, sent).await?;
+        return Ok(None);
+    }
+    let filter = SubscriptionFilter::builder().resource_subscription(uri).build();
+    let listen = connection.peer.listen(filter);
+    let mut subscription =
+        inner.request(connection, "subscriptions/listen", uri, None, listen).await?;
+    let acknowledged = subscription.acknowledged().resource_subscriptions.as_ref();
+    if !acknowledged.is_some_and(|uris| uris.iter().any(|u| u == uri)) {
+        return Err(Failure::Tool(ToolError::unsupported(
+            "resource subscriptions",
+            format!("mcp server `{}` did not acknowledge a subscription to `{uri}`", inner.name),
+        )));
+    }
+    let stop = CancellationToken::new();
+    let updates = Arc::downgrade(&inner.events);
+    let server = inner.name.clone();
+    let ended = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let next = tokio::select! {
+                next = subscription.next() => next,
+                () = ended.cancelled() => return,
+            };
+            match next {
+                Ok(Some(rmcp::model::ServerNotification::ResourceUpdatedNotification(n))) => {
+                    let Some(events) = updates.upgrade() else { return };
+                    events.resource_updates.notify(&n.params.uri);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    tracing::debug!(server = %server, "resource subscription stream ended");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Some(stop))
+}
+
+/// Subscribes again after a restart, unless the caller unsubscribed meanwhile.
+async fn renew_subscription(inner: &Weak<Inner>, connection: &Arc<Connection>, uri: &str) {
+    let Some(inner) = inner.upgrade() else { return };
+    match subscribe(&inner, connection, uri).await {
+        Ok(listening) => {
+            let mut subscriptions = inner.subscriptions();
+            match subscriptions.get_mut(uri) {
+                Some(slot) => {
+                    if let Some(old) = std::mem::replace(slot, listening) {
+                        old.cancel();
+                    }
+                }
+                None => {
+                    if let Some(listening) = listening {
+                        listening.cancel();
+                    }
+                }
+            }
+        }
+        Err(failure) => {
+            let error = failure.into_tool_error(uri);
+            tracing::warn!(server = %inner.name, uri, error = %error, "cannot renew a resource subscription");
+        }
+    }
+}
