@@ -8,6 +8,15 @@
 //! warmup, restarted with backoff when they die, and their whole process group is killed
 //! and reaped on shutdown.
 //!
+//! Everything else a server offers passes through the same provider: its prompts,
+//! resources, resource templates and resource updates; and what it asks or tells while it
+//! works — `sampling/createMessage`, `elicitation/create` and `roots/list` (or their
+//! 2026-07-28 `input_required` forms) are answered by the
+//! [`InteractionHandler`](toolmux_core::InteractionHandler) of the call they belong to,
+//! and its log lines go to that call's [`LogSink`](toolmux_core::LogSink). A caller that
+//! cannot answer gets an unattended client's answer: no roots, elicitations declined (or
+//! answered with their defaults), sampling refused.
+//!
 //! The server half ([`server`], cargo feature `server`, on by default) serves any
 //! `ToolProvider` — in `toolmux serve`, the whole orchestrator — as one MCP server over stdio
 //! or streamable HTTP, with pagination, progress, cancellation, `list_changed`, name

@@ -306,6 +306,29 @@ mod tests {
         assert_eq!(flights.len(), 0);
     }
 
+    #[test]
+    fn log_lines_go_to_the_latest_call_with_a_sink_or_one_that_just_ended() {
+        let flights = Flights::default();
+        assert!(flights.log_sink().is_none());
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let lines = lines.clone();
+            LogSink::new(move |m| lines.lock().unwrap().push(m))
+        };
+        let listening = CallContext::new().with_log(sink);
+        let first = flights.begin(&listening);
+        let second = flights.begin(&CallContext::new());
+        flights
+            .log_sink()
+            .expect("the sink of the call that has one")
+            .log(toolmux_core::LogMessage::text(toolmux_core::LogLevel::Info, "a"));
+        drop(first);
+        assert!(flights.log_sink().is_none(), "a call without a sink is in flight");
+        drop(second);
+        assert!(flights.log_sink().is_some(), "the call that just ended still listens");
+        assert_eq!(lines.lock().unwrap().len(), 1);
+    }
+
     #[tokio::test]
     async fn unattended_callers_get_the_unattended_answers() {
         let ctx = CallContext::new();

@@ -214,7 +214,7 @@ impl Inner {
                 );
                 *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
                 spawn_refresher(Arc::downgrade(self), connection.clone());
-                self.after_connect(&connection);
+                self.after_connect(&connection).await;
                 restarts.not_before = None;
                 Ok(connection)
             }

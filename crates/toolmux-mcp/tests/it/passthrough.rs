@@ -260,3 +260,31 @@ async fn after_a_crash_resources_work_again_and_subscriptions_are_renewed() {
     assert_eq!(updated.expect("an update within 10 s").as_deref(), Some(uri));
     provider.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn questions_and_log_lines_pass_through_streamable_http_too() {
+    let port = support::free_port();
+    let args = [support::everything_js().display().to_string(), "streamableHttp".into()];
+    let server = support::ServerProcess::start("node", &args, port);
+    let config = toolmux_mcp::McpServerConfig::remote(
+        toolmux_mcp::TransportKind::Http,
+        format!("{}/mcp", server.base),
+    );
+    let provider = McpProvider::new("everything", config).unwrap();
+    let (sink, lines) = log_lines();
+    let ctx = CallContext::new().with_handler(Arc::new(Answers::default())).with_log(sink);
+    let out = provider
+        .call("trigger-sampling-request", json!({"prompt": "http", "maxTokens": 10}), &ctx)
+        .await
+        .unwrap();
+    assert!(out.to_text().contains("a haiku about Resource trigger-sampling-request"), "{out:?}");
+    let out = provider.call("get-roots-list", json!({}), &ctx).await.unwrap();
+    assert!(out.to_text().contains("file:///work/project"), "{out:?}");
+    support::wait_for("the roots log line", Duration::from_secs(5), || {
+        lines.lock().unwrap().iter().any(|l| line_text(l).contains("root(s) received"))
+    })
+    .await;
+    let prompts = provider.list_prompts().await.unwrap();
+    assert!(prompts.iter().any(|p| p.name == "simple-prompt"), "{prompts:?}");
+    provider.shutdown().await.unwrap();
+}

@@ -18,11 +18,16 @@ use crate::support;
 const MODES: [(ProtocolMode, &str); 2] =
     [(ProtocolMode::Legacy, "2025-11-25"), (ProtocolMode::Auto, "2026-07-28")];
 
-async fn gateway(mode: ProtocolMode, version: &str) -> McpProvider {
+/// The gateway, not started yet.
+fn cold_gateway(mode: ProtocolMode) -> McpProvider {
     let config = McpServerConfig::stdio(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"), ["stdio"])
         .with_base_dir(support::run_dir())
         .with_protocol(mode);
-    let provider = McpProvider::new("fixture", config).unwrap();
+    McpProvider::new("fixture", config).unwrap()
+}
+
+async fn gateway(mode: ProtocolMode, version: &str) -> McpProvider {
+    let provider = cold_gateway(mode);
     provider.warmup().await.unwrap();
     assert_eq!(provider.protocol_version().as_deref(), Some(version));
     provider
@@ -147,11 +152,14 @@ async fn sampling_elicitation_and_roots_reach_the_callers_handler() {
 #[tokio::test]
 async fn log_lines_reach_the_callers_sink() {
     for (mode, version) in MODES {
-        let provider = gateway(mode, version).await;
+        // The first call starts the server: its lines come through all the same (the
+        // server half sends none before a level is set, so it is set while connecting).
+        let provider = cold_gateway(mode);
         let (sink, lines) = log_lines();
         let ctx = CallContext::new().with_log(sink);
         let out = provider.call("test_tool_with_logging", json!({}), &ctx).await.unwrap();
         assert_eq!(out.to_text(), "Logging tool completed");
+        assert_eq!(provider.protocol_version().as_deref(), Some(version));
         support::wait_for("three log lines", Duration::from_secs(5), || {
             lines.lock().unwrap().len() >= 3
         })

@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::ServiceError;
 use std::future::Future;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
@@ -38,6 +39,9 @@ use crate::client::wire;
 const INVALID_PARAMS: i32 = -32602;
 /// MCP's code for a resource that does not exist.
 const RESOURCE_NOT_FOUND: i32 = -32002;
+/// How long connecting waits for `logging/setLevel`: a server that does not answer it
+/// only loses its log lines, which is no reason to hold up its calls.
+const SET_LEVEL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a request failed: the server's JSON-RPC error, kept apart so that callers can
 /// tell an unknown name from other failures, or anything else, already converted.
@@ -382,31 +386,37 @@ impl Inner {
     }
 
     /// On a new connection: asks for every log line, and renews the subscriptions the
-    /// last connection had. Runs in the background, so connecting is not slowed.
-    pub(super) fn after_connect(self: &Arc<Self>, connection: &Arc<Connection>) {
+    /// last connection had.
+    ///
+    /// The log level is set before the connection is used, since some servers (toolmux's
+    /// own) send no line before a level is set and the first call's lines would be lost.
+    /// It runs under the connect lock, so it keeps no restart bookkeeping; renewals run
+    /// in the background.
+    pub(super) async fn after_connect(self: &Arc<Self>, connection: &Arc<Connection>) {
         let offered = offers(connection);
-        let renew: Vec<String> = if offered.subscribe {
-            self.subscriptions().keys().cloned().collect()
-        } else {
-            Vec::new()
-        };
-        let set_level = offered.logging && !connection.is_modern();
-        if renew.is_empty() && !set_level {
+        if offered.logging && !connection.is_modern() {
+            let timeout = self.config.request_timeout().min(SET_LEVEL_TIMEOUT);
+            let sent = connection.peer.set_level(SetLevelRequestParams::new(LoggingLevel::Debug));
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(server = %self.name, error = %e, "logging/setLevel refused");
+                }
+                Err(_) => {
+                    tracing::debug!(server = %self.name, "no answer to logging/setLevel");
+                }
+            }
+        }
+        if !offered.subscribe {
+            return;
+        }
+        let renew: Vec<String> = self.subscriptions().keys().cloned().collect();
+        if renew.is_empty() {
             return;
         }
         let inner = Arc::downgrade(self);
         let connection = connection.clone();
         tokio::spawn(async move {
-            if set_level && let Some(strong) = inner.upgrade() {
-                let sent =
-                    connection.peer.set_level(SetLevelRequestParams::new(LoggingLevel::Debug));
-                let method = "logging/setLevel";
-                if let Err(failure) = strong.request(&connection, method, method, None, sent).await
-                {
-                    let error = failure.into_tool_error(method);
-                    tracing::debug!(server = %strong.name, error = %error, "logging/setLevel refused");
-                }
-            }
             for uri in renew {
                 renew_subscription(&inner, &connection, &uri).await;
             }
