@@ -635,8 +635,7 @@ impl ToolProvider for McpProvider {
         self.inner.unsubscribe_resource(uri).await
     }
 
-    /// Always a stream: a server that never sends updates never fires it.
     fn resource_updates(&self) -> Option<ResourceUpdates> {
-        Some(self.inner.events.resource_updates.subscribe())
+        self.inner.resource_updates()
     }
 }

@@ -288,3 +288,23 @@ async fn questions_and_log_lines_pass_through_streamable_http_too() {
     assert!(prompts.iter().any(|p| p.name == "simple-prompt"), "{prompts:?}");
     provider.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_server_with_tools_only_has_no_prompts_resources_or_updates() {
+    let provider = McpProvider::new("fixture", support::fixture_stdio("ok")).unwrap();
+    // Before the server runs nobody knows whether it sends updates.
+    assert!(provider.resource_updates().is_some());
+    provider.warmup().await.unwrap();
+    assert!(provider.resource_updates().is_none());
+    assert!(provider.list_prompts().await.unwrap().is_empty());
+    assert!(provider.list_resources().await.unwrap().is_empty());
+    assert!(provider.list_resource_templates().await.unwrap().is_empty());
+    let ctx = CallContext::new();
+    let prompt = provider.get_prompt("p", toolmux_core::JsonObject::new(), &ctx).await;
+    assert!(matches!(prompt, Err(ToolError::UnknownPrompt { .. })), "{prompt:?}");
+    let read = provider.read_resource("file:///x", &ctx).await;
+    assert!(matches!(read, Err(ToolError::UnknownResource { .. })), "{read:?}");
+    let subscribed = provider.subscribe_resource("file:///x").await;
+    assert!(matches!(subscribed, Err(ToolError::UnknownResource { .. })), "{subscribed:?}");
+    provider.shutdown().await.unwrap();
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
-    ToolError,
+    ResourceUpdates, ToolError,
 };
 
 use super::{Inner, MAX_INPUT_ROUNDS, similar};
@@ -336,6 +336,13 @@ impl Inner {
         }
         let message = format!("`{uri}` still asked for input after {MAX_INPUT_ROUNDS} rounds");
         Err(self.protocol(&message).into_tool_error(Some(uri)))
+    }
+
+    /// Updates of subscribed resources: offered unless the provider is disabled or its
+    /// running server does not offer subscriptions (before it runs, nobody knows yet).
+    pub(super) fn resource_updates(&self) -> Option<ResourceUpdates> {
+        let refused = self.live().is_some_and(|c| !offers(&c).subscribe);
+        (self.config.is_enabled() && !refused).then(|| self.events.resource_updates.subscribe())
     }
 
     pub(super) async fn subscribe_resource(self: &Arc<Self>, uri: &str) -> Result<(), ToolError> {
