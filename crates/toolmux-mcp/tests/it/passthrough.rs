@@ -308,3 +308,122 @@ async fn a_server_with_tools_only_has_no_prompts_resources_or_updates() {
     assert!(matches!(subscribed, Err(ToolError::UnknownResource { .. })), "{subscribed:?}");
     provider.shutdown().await.unwrap();
 }
+
+/// A provider whose prompt and resource take until they are cancelled; `started` counts
+/// the ones begun.
+#[derive(Debug)]
+struct Slow {
+    started: tokio::sync::watch::Sender<usize>,
+}
+
+#[async_trait]
+impl ToolProvider for Slow {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        "slow"
+    }
+
+    async fn list_tools(&self) -> Result<Vec<toolmux_core::ToolSpec>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        _arguments: Value,
+        _ctx: &CallContext,
+    ) -> Result<toolmux_core::ToolOutput, ToolError> {
+        Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() })
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<toolmux_core::PromptSpec>, ToolError> {
+        Ok(vec![toolmux_core::PromptSpec::new("slow", "Takes forever")])
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        _arguments: toolmux_core::JsonObject,
+        ctx: &CallContext,
+    ) -> Result<toolmux_core::Prompt, ToolError> {
+        self.started.send_modify(|n| *n += 1);
+        ctx.cancel_token().cancelled().await;
+        Err(ToolError::Cancelled { tool: name.to_owned() })
+    }
+
+    async fn list_resources(&self) -> Result<Vec<toolmux_core::ResourceSpec>, ToolError> {
+        Ok(vec![toolmux_core::ResourceSpec::new("slow://r", "r", "Takes forever")])
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<toolmux_core::ResourceContents>, ToolError> {
+        self.started.send_modify(|n| *n += 1);
+        ctx.cancel_token().cancelled().await;
+        Err(ToolError::Cancelled { tool: uri.to_owned() })
+    }
+}
+
+#[tokio::test]
+async fn prompts_and_reads_keep_the_request_timeout_and_the_callers_cancellation() {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let slow = Arc::new(Slow { started: tokio::sync::watch::Sender::new(0) });
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let options = toolmux_mcp::server::ServeOptions::default();
+    let (bound, server) =
+        toolmux_mcp::server::bind_http(slow.clone(), addr, options, shutdown.clone())
+            .await
+            .unwrap();
+    let config = toolmux_mcp::McpServerConfig::remote(
+        toolmux_mcp::TransportKind::Http,
+        format!("http://{bound}/mcp"),
+    )
+    .with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("slow", config).unwrap();
+    let no_args = toolmux_core::JsonObject::new;
+
+    let timed_out = provider.get_prompt("slow", no_args(), &CallContext::new()).await.unwrap_err();
+    expect_test::expect!["timeout: `slow` did not finish within 300ms"]
+        .assert_eq(&timed_out.to_string());
+    let timed_out = provider.read_resource("slow://r", &CallContext::new()).await.unwrap_err();
+    assert!(matches!(timed_out, ToolError::Timeout { .. }), "{timed_out:?}");
+
+    // Cancelled once the server is working on it.
+    for (i, read) in [false, true].into_iter().enumerate() {
+        // Two began and timed out above.
+        let begun = 3 + i;
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let ctx = CallContext::new().with_cancel(cancel.clone());
+        let request = async {
+            if read {
+                provider.read_resource("slow://r", &ctx).await.map(drop)
+            } else {
+                provider.get_prompt("slow", no_args(), &ctx).await.map(drop)
+            }
+        };
+        let cancel_once_started = async {
+            let mut started = slow.started.subscribe();
+            started.wait_for(|n| *n >= begun).await.unwrap();
+            cancel.cancel();
+        };
+        let (cancelled, ()) = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures::future::join(request, cancel_once_started),
+        )
+        .await
+        .unwrap();
+        assert!(matches!(cancelled, Err(ToolError::Cancelled { .. })), "{cancelled:?}");
+    }
+
+    // The server still answers afterwards.
+    let prompts = provider.list_prompts().await.unwrap();
+    assert_eq!(prompts[0].name, "slow");
+    provider.shutdown().await.unwrap();
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap().unwrap();
+}
