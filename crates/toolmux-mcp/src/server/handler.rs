@@ -716,32 +716,60 @@ impl ServerHandler for Gateway {
 
     fn accepted_subscription_filter(
         &self,
-        _requested: &SubscriptionFilter,
+        requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        // rmcp narrows this to what was requested and what the capabilities declare.
+        let mut accepted = SubscriptionFilter::builder().tools_list_changed().build();
+        if self.shared.provider.resource_updates().is_some() {
+            accepted.resource_subscriptions = requested.resource_subscriptions.clone();
+        }
+        Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let wants_tools = context.accepted().tools_list_changed == Some(true);
-        let changes = self.shared.provider.tool_list_changes().filter(|_| wants_tools);
-        let Some(mut changes) = changes else {
-            context.cancelled().await;
-            return Ok(());
-        };
+        let accepted = context.accepted().clone();
+        let wants_tools = accepted.tools_list_changed == Some(true);
+        let mut changes = self.shared.provider.tool_list_changes().filter(|_| wants_tools);
+        let uris: HashSet<String> =
+            accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
+        let provider = &self.shared.provider;
+        let mut updates = if uris.is_empty() { None } else { provider.resource_updates() };
+        let mut subscribed = Vec::new();
+        if updates.is_some() {
+            for uri in &uris {
+                match provider.subscribe_resource(uri).await {
+                    Ok(()) => subscribed.push(uri.clone()),
+                    Err(error) => tracing::debug!(%uri, error = %error.report(), "not subscribed"),
+                }
+            }
+        }
         loop {
             tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                changed = changes.changed() => {
+                () = context.cancelled() => break,
+                changed = async { changes.as_mut()?.changed().await.then_some(()) },
+                    if changes.is_some() => {
                     // The provider is gone: end the subscription gracefully.
-                    if !changed {
-                        return Ok(());
+                    if changed.is_none() {
+                        break;
                     }
                     self.shared.forget_listing();
                     if context.sink().notify_tool_list_changed().await.is_err() {
-                        return Ok(());
+                        break;
+                    }
+                }
+                uri = async { updates.as_mut()?.next().await }, if updates.is_some() => {
+                    let Some(uri) = uri else { break };
+                    if uris.contains(&*uri)
+                        && context.sink().notify_resource_updated(uri.to_string()).await.is_err()
+                    {
+                        break;
                     }
                 }
             }
         }
+        for uri in subscribed {
+            let _ = provider.unsubscribe_resource(&uri).await;
+        }
+        Ok(())
     }
 }
