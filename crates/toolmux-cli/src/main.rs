@@ -34,7 +34,7 @@ pub(crate) mod exit {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match runtime_for(&cli.command).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -51,6 +51,20 @@ fn main() -> ExitCode {
     // Child processes are reaped by `shutdown`; do not wait for stray blocking tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     ExitCode::from(code)
+}
+
+/// The runtime a command runs on. `serve` on stdio has one client whose calls mostly wait
+/// on pipes and child processes: one thread does that with no cross-thread wakeups, which
+/// measurably cuts each call's latency (BENCHMARKS.md, "Gateway"); blocking work still goes
+/// to the blocking pool. Everything else, and the HTTP server with its many sessions, runs
+/// on the multi-threaded runtime.
+fn runtime_for(command: &Command) -> tokio::runtime::Builder {
+    match command {
+        Command::Serve(serve) if serve.transport.http.is_none() => {
+            tokio::runtime::Builder::new_current_thread()
+        }
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
 }
 
 /// The exit code of a failure.

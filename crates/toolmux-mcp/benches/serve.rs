@@ -1,28 +1,31 @@
 //! Per-call latency of serving through toolmux: an rmcp client calling server-everything's
-//! `echo` directly over stdio, against the same client calling it through
-//! `toolmux_mcp::server` serving an `McpProvider` of server-everything (client → toolmux
-//! server → toolmux client → server-everything). The target is a ratio of at most
-//! 1.3 in median per-call latency.
+//! `echo` directly over stdio, against the same client calling `everything__echo` through
+//! the real `toolmux serve --stdio` binary configured with server-everything as an
+//! `mcpServers` stdio entry (client → toolmux process: server, orchestrator pipeline, MCP
+//! client → server-everything). The target is a ratio of at most 1.3 in median
+//! per-call latency. Two in-process rows split the gateway's cost: the serving hop alone
+//! (`toolmux_mcp::server` serving a local echo tool over a Unix socket) and the server with
+//! an `McpProvider` of server-everything behind it (no orchestrator, no process boundary).
+//! The in-process servers run on their own current-thread runtime and OS thread, as
+//! `toolmux serve --stdio` does.
 //!
-//! Run with `cargo bench -p toolmux-mcp --bench serve` after `.ci/install-peers` (it needs
-//! `node` on PATH and the server-everything peer). Options: `--quick` (fewer calls),
-//! `--calls N`. The table it prints is what BENCHMARKS-serve.md records.
-//!
-//! The client reaches toolmux over a Unix socket pair in this process, a kernel byte stream
-//! like the pipe of `toolmux serve` on stdio, so both paths pay for the same kind of hop to
-//! the client; the toolmux path pays one more hop (to server-everything) and the gateway's
-//! work. The orchestrator's pipeline is not in the path (this crate cannot depend on it);
-//! its own benchmark measures that.
+//! Run with `cargo build --release -p toolmux-cli && cargo bench -p toolmux-mcp --bench
+//! serve` after `.ci/install-peers` (it needs `node` on PATH, the server-everything peer,
+//! and the `toolmux` binary: `target/release/toolmux`, or the path in `TOOLMUX_BIN`).
+//! Options: `--quick` (fewer calls), `--calls N`, `--only binary,relay,provider,local` (the
+//! direct path is always measured). A byte relay process (this binary with `--relay`)
+//! shows the floor any process between client and server costs. The table it prints is what
+//! BENCHMARKS-serve.md records.
 
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use toolmux_core::ToolProvider;
 use toolmux_mcp::server::{ServeOptions, serve_io};
 use toolmux_mcp::{McpProvider, McpServerConfig};
@@ -31,6 +34,10 @@ type Client = RunningService<RoleClient, ()>;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--relay") {
+        relay();
+        return;
+    }
     // `cargo test --benches` runs bench binaries without `--bench`; only measure when asked.
     if !args.iter().any(|a| a == "--bench") {
         return;
@@ -41,18 +48,60 @@ fn main() {
         None if quick => 300,
         None => 3000,
     };
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|at| args[at + 1].split(',').map(str::to_owned).collect());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(run(calls));
+    runtime.block_on(run(calls, only));
+}
+
+/// `--relay`: copies stdin to a server-everything child and its stdout back, byte for
+/// byte, from two threads blocked in `read`: the least any process between a client and
+/// the server can cost (two more pipe hops and process wakeups per call).
+fn relay() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    let mut child = std::process::Command::new("node")
+        .arg(everything())
+        .arg("stdio")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server-everything starts");
+    let copy = |mut from: Box<dyn Read + Send>, mut to: Box<dyn Write + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n @ 1..) = from.read(&mut buf) {
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        })
+    };
+    let stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().expect("stdin"));
+    let stdout =
+        std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().expect("stdout"));
+    let to_child = copy(Box::new(stdin), Box::new(child.stdin.take().expect("piped stdin")));
+    let _from_child = copy(Box::new(child.stdout.take().expect("piped stdout")), Box::new(stdout));
+    let _ = to_child.join();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn everything() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let script =
-        root.join(".peers/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let script = root()
+        .join(".peers/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         script.exists(),
         "missing test peer @modelcontextprotocol/server-everything: run .ci/install-peers"
@@ -60,58 +109,119 @@ fn everything() -> PathBuf {
     script
 }
 
-async fn direct_client() -> (Client, tokio::process::Child) {
-    let mut child = Command::new("node")
-        .arg(everything())
-        .arg("stdio")
-        .current_dir(std::env::temp_dir())
+/// The `toolmux` binary: `TOOLMUX_BIN`, or the release build of this workspace.
+fn toolmux_binary() -> PathBuf {
+    let binary = std::env::var_os("TOOLMUX_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/release/toolmux"));
+    assert!(
+        binary.exists(),
+        "missing {}: run `cargo build --release -p toolmux-cli` (or set TOOLMUX_BIN)",
+        binary.display()
+    );
+    binary
+}
+
+/// A client of a process speaking MCP on stdio.
+async fn spawn_client(mut command: Command) -> (Client, Child) {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .expect("server-everything starts");
+        .expect("the server starts");
     let stdout = child.stdout.take().expect("piped stdout");
     let stdin = child.stdin.take().expect("piped stdin");
-    let client = ().serve((stdout, stdin)).await.expect("handshake with server-everything");
+    let client = ().serve((stdout, stdin)).await.expect("a handshake");
     (client, child)
 }
 
-async fn gateway_client() -> (Client, Arc<McpProvider>) {
-    let config =
-        McpServerConfig::stdio("node", [everything().display().to_string(), "stdio".into()])
-            .with_base_dir(std::env::temp_dir());
-    let provider = Arc::new(McpProvider::new("everything", config).expect("a valid config"));
-    provider.warmup().await.expect("server-everything starts under toolmux");
-    let (client_end, server_end) = UnixStream::pair().expect("a socket pair");
-    let (reader, writer) = server_end.into_split();
-    let served: Arc<dyn ToolProvider> = provider.clone();
-    tokio::spawn(serve_io(served, ServeOptions::default(), reader, writer));
-    let client = ().serve(client_end).await.expect("handshake with toolmux");
-    (client, provider)
+/// The client of server-everything.
+async fn direct_client() -> (Client, Child) {
+    let mut command = Command::new("node");
+    command.arg(everything()).arg("stdio").current_dir(std::env::temp_dir());
+    spawn_client(command).await
 }
 
-/// The client of a toolmux server serving a local echo tool, with no upstream: what
-/// serving alone costs.
+/// The client of this bench binary in `--relay` mode in front of server-everything.
+async fn relay_client() -> (Client, Child) {
+    let mut command = Command::new(std::env::current_exe().expect("the bench binary"));
+    command.arg("--relay").current_dir(std::env::temp_dir());
+    spawn_client(command).await
+}
+
+/// The client of `toolmux serve --stdio` with server-everything as its one MCP server;
+/// the configuration lives in `dir`, which also gets toolmux's outputs and statistics.
+async fn binary_client(dir: &Path) -> (Client, Child) {
+    let config = serde_json::json!({
+        "mcpServers": {
+            "everything": {"command": "node", "args": [everything(), "stdio"]}
+        }
+    });
+    let file = dir.join("toolmux.json");
+    std::fs::write(&file, config.to_string()).expect("the configuration is written");
+    let mut command = Command::new(toolmux_binary());
+    command.arg("--config").arg(&file).arg("serve").arg("--stdio").current_dir(dir);
+    spawn_client(command).await
+}
+
+/// Serves `provider` on a Unix socket from its own OS thread and current-thread runtime,
+/// as `toolmux serve --stdio` does, and returns the client end.
+fn serve_on_thread(
+    provider: impl FnOnce() -> Arc<dyn ToolProvider> + Send + 'static,
+) -> UnixStream {
+    let (client_end, server_end) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    std::thread::spawn(move || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let provider = provider();
+            let _ = provider.warmup().await;
+            server_end.set_nonblocking(true).expect("non-blocking");
+            let stream = UnixStream::from_std(server_end).expect("a tokio socket");
+            let (reader, writer) = stream.into_split();
+            let _ = serve_io(provider.clone(), ServeOptions::default(), reader, writer).await;
+            let _ = provider.shutdown().await;
+        });
+    });
+    client_end.set_nonblocking(true).expect("non-blocking");
+    UnixStream::from_std(client_end).expect("a tokio socket")
+}
+
+/// The client of an in-process toolmux server serving an `McpProvider` of
+/// server-everything: the gateway without the orchestrator and the process boundary.
+async fn provider_client() -> Client {
+    let stream = serve_on_thread(|| {
+        let config =
+            McpServerConfig::stdio("node", [everything().display().to_string(), "stdio".into()])
+                .with_base_dir(std::env::temp_dir());
+        Arc::new(McpProvider::new("everything", config).expect("a valid config"))
+    });
+    ().serve(stream).await.expect("handshake with toolmux")
+}
+
+/// The client of an in-process toolmux server serving a local echo tool, with no
+/// upstream: what serving alone costs.
 async fn local_client() -> Client {
-    let tools = toolmux_core::ToolSet::new("local", toolmux_core::ToolKind::Builtin).with_tool(
-        toolmux_core::ToolSpec::new("echo", "Echoes", serde_json::json!({"type": "object"})),
-        |args, _| async move {
-            let message = args["message"].as_str().unwrap_or_default().to_owned();
-            Ok(toolmux_core::ToolOutput::text(format!("Echo: {message}")))
-        },
-    );
-    let (client_end, server_end) = UnixStream::pair().expect("a socket pair");
-    let (reader, writer) = server_end.into_split();
-    tokio::spawn(serve_io(Arc::new(tools), ServeOptions::default(), reader, writer));
-    ().serve(client_end).await.expect("handshake with toolmux")
+    let stream = serve_on_thread(|| {
+        let tools = toolmux_core::ToolSet::new("local", toolmux_core::ToolKind::Builtin).with_tool(
+            toolmux_core::ToolSpec::new("echo", "Echoes", serde_json::json!({"type": "object"})),
+            |args, _| async move {
+                let message = args["message"].as_str().unwrap_or_default().to_owned();
+                Ok(toolmux_core::ToolOutput::text(format!("Echo: {message}")))
+            },
+        );
+        Arc::new(tools)
+    });
+    ().serve(stream).await.expect("handshake with toolmux")
 }
 
-/// Median, p90 and p99 of `calls` sequential echo calls, after a warm-up.
-async fn measure(client: &Client, calls: usize) -> [Duration; 3] {
+/// Median, p90 and p99 of `calls` sequential calls of `tool`, after a warm-up.
+async fn measure(client: &Client, tool: &'static str, calls: usize) -> [Duration; 3] {
     let params = || {
         let arguments = serde_json::json!({"message": "hello"});
-        CallToolRequestParams::new("echo")
+        CallToolRequestParams::new(tool)
             .with_arguments(arguments.as_object().cloned().unwrap_or_default())
     };
     for _ in 0..100 {
@@ -129,50 +239,112 @@ async fn measure(client: &Client, calls: usize) -> [Duration; 3] {
     [at(0.5), at(0.9), at(0.99)]
 }
 
+/// One measured path.
+struct Measured {
+    /// What `--only` selects it by.
+    key: &'static str,
+    label: &'static str,
+    client: Client,
+    tool: &'static str,
+    runs: Vec<[Duration; 3]>,
+}
+
 #[expect(clippy::print_stdout, reason = "a benchmark prints its table")]
-async fn run(calls: usize) {
-    let (direct, mut child) = direct_client().await;
-    let (gateway, provider) = gateway_client().await;
-    // Alternate the two paths so that drift of the machine affects both alike.
-    let local = local_client().await;
-    let mut direct_runs = Vec::new();
-    let mut gateway_runs = Vec::new();
-    let mut local_runs = Vec::new();
-    for _ in 0..3 {
-        direct_runs.push(measure(&direct, calls).await);
-        gateway_runs.push(measure(&gateway, calls).await);
-        local_runs.push(measure(&local, calls).await);
+async fn run(calls: usize, only: Option<Vec<String>>) {
+    let dir = std::env::temp_dir().join(format!("toolmux-serve-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let wanted =
+        |key: &str| key == "direct" || only.as_ref().is_none_or(|o| o.iter().any(|k| k == key));
+    let mut children = Vec::new();
+    let mut paths = Vec::new();
+    let (direct, child) = direct_client().await;
+    children.push(child);
+    paths.push(Measured {
+        key: "direct",
+        label: "client → server-everything (stdio)",
+        client: direct,
+        tool: "echo",
+        runs: Vec::new(),
+    });
+    if wanted("binary") {
+        let (binary, child) = binary_client(&dir).await;
+        children.push(child);
+        paths.push(Measured {
+            key: "binary",
+            label: "client → `toolmux serve --stdio` → server-everything",
+            client: binary,
+            tool: "everything__echo",
+            runs: Vec::new(),
+        });
     }
-    let best = |runs: &[[Duration; 3]]| *runs.iter().min_by_key(|r| r[0]).expect("three runs");
-    let (d, g, l) = (best(&direct_runs), best(&gateway_runs), best(&local_runs));
+    if wanted("relay") {
+        let (relay, child) = relay_client().await;
+        children.push(child);
+        paths.push(Measured {
+            key: "relay",
+            label: "client → byte relay process (no parsing) → server-everything: the floor",
+            client: relay,
+            tool: "echo",
+            runs: Vec::new(),
+        });
+    }
+    if wanted("provider") {
+        paths.push(Measured {
+            key: "provider",
+            label: "in-process: client → toolmux server → McpProvider → server-everything",
+            client: provider_client().await,
+            tool: "echo",
+            runs: Vec::new(),
+        });
+    }
+    if wanted("local") {
+        paths.push(Measured {
+            key: "local",
+            label: "in-process: client → toolmux server → local echo (the serving hop)",
+            client: local_client().await,
+            tool: "echo",
+            runs: Vec::new(),
+        });
+    }
+    // Alternate the paths so that drift of the machine affects all alike.
+    for _ in 0..3 {
+        for path in &mut paths {
+            let run = measure(&path.client, path.tool, calls).await;
+            path.runs.push(run);
+        }
+    }
     let us = |d: Duration| d.as_micros();
     println!("| path | calls | median µs | p90 µs | p99 µs |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| rmcp client → server-everything (stdio) | {calls} | {} | {} | {} |",
-        us(d[0]),
-        us(d[1]),
-        us(d[2])
-    );
-    println!(
-        "| rmcp client → toolmux server → McpProvider → server-everything | {calls} | {} | {} | {} |",
-        us(g[0]),
-        us(g[1]),
-        us(g[2])
-    );
-    println!(
-        "| rmcp client → toolmux server → local echo (no upstream) | {calls} | {} | {} | {} |",
-        us(l[0]),
-        us(l[1]),
-        us(l[2])
-    );
-    println!(
-        "\nratio of medians: {:.2} (target ≤ 1.3); best median of 3 runs each",
-        g[0].as_secs_f64() / d[0].as_secs_f64()
-    );
-    let _ = direct.cancel().await;
-    let _ = gateway.cancel().await;
-    let _ = local.cancel().await;
-    let _ = provider.shutdown().await;
-    let _ = child.kill().await;
+    println!("|---|---|--:|--:|--:|");
+    let mut medians = Vec::new();
+    for path in &paths {
+        // The run with the best median, for each path.
+        let best = *path.runs.iter().min_by_key(|r| r[0]).expect("three runs");
+        medians.push(best[0]);
+        println!(
+            "| {} | {calls} | {} | {} | {} |",
+            path.label,
+            us(best[0]),
+            us(best[1]),
+            us(best[2])
+        );
+    }
+    println!();
+    for (path, median) in paths.iter().zip(&medians).skip(1) {
+        if matches!(path.key, "binary" | "relay") {
+            println!(
+                "ratio of medians, {} / direct: {:.2}",
+                path.key,
+                median.as_secs_f64() / medians[0].as_secs_f64()
+            );
+        }
+    }
+    println!("(target for binary ≤ 1.3; best median of 3 runs each)");
+    for path in paths {
+        let _ = path.client.cancel().await;
+    }
+    for mut child in children {
+        let _ = child.kill().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -51,9 +51,11 @@
 
 mod convert;
 mod handler;
-mod interact;
 mod http;
+mod interact;
 mod names;
+mod stdio;
+mod transport;
 
 use crate::McpError;
 use handler::{Gateway, Shared};
@@ -100,11 +102,21 @@ impl Default for ServeOptions {
 }
 
 /// Serves `provider` on this process's stdin and stdout until the client closes stdin.
+///
+/// When stdin and stdout are pipes or sockets, as an MCP client spawning toolmux makes
+/// them, they are read and written without blocking, on the runtime's event loop; tokio's
+/// own stdin and stdout hand every read and write to a blocking thread, which costs two
+/// thread wakeups per message. Anything else (a terminal, a file) falls back to those.
 pub async fn serve_stdio(
     provider: Arc<dyn ToolProvider>,
     options: ServeOptions,
 ) -> Result<(), McpError> {
-    serve_io(provider, options, tokio::io::stdin(), tokio::io::stdout()).await
+    let mut pipes = stdio::Pipes::take();
+    match pipes.as_mut().and_then(stdio::Pipes::split) {
+        // `pipes` lives until serving ends, then sets stdin and stdout back to blocking.
+        Some((reader, writer)) => serve_io(provider, options, reader, writer).await,
+        None => serve_io(provider, options, tokio::io::stdin(), tokio::io::stdout()).await,
+    }
 }
 
 /// Serves `provider` over a pair of byte streams carrying newline-delimited JSON-RPC, as
@@ -126,7 +138,8 @@ where
         transport: "stdio",
         source,
     };
-    let running = match Gateway::new(shared).serve((reader, writer)).await {
+    let transport = transport::LineTransport::new(reader, writer);
+    let running = match Gateway::new(shared).serve(transport).await {
         Ok(running) => running,
         // The client left without an `initialize`: a stateless 2026-07-28 client is done,
         // or the client gave up before starting. Either way the stream ended cleanly.

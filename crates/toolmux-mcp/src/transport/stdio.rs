@@ -15,14 +15,15 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
-};
+use super::{Fault, FaultKind, encode_message, parse_message};
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use std::future::Future;
+use std::sync::Arc;
 
 /// How long a closed stdout waits for the exit status, so the error can carry it.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(200);
@@ -97,11 +98,11 @@ impl Drop for ChildGroup {
     }
 }
 
-/// Spawns the server and starts its pumps.
+/// Spawns the server; returns its transport and its process group.
 pub(crate) fn spawn(
     command: &StdioCommand<'_>,
     fault: &Fault,
-) -> std::io::Result<(ChannelTransport, ChildGroup)> {
+) -> std::io::Result<(StdioTransport, ChildGroup)> {
     let mut cmd = Command::new(command.program);
     cmd.args(command.args)
         .envs(command.env)
@@ -121,16 +122,164 @@ pub(crate) fn spawn(
     let server = command.server.to_owned();
     tracing::debug!(server = %server, program = %command.program, pid = ?pgid.map(Pid::as_raw_nonzero), "mcp server started");
 
-    let (transport, PumpEnds { outbound, inbound }) = channel_transport();
     let (exited_tx, exited_rx) = watch::channel(None);
     let kill = CancellationToken::new();
 
     tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
-    tokio::spawn(read_stdout(server.clone(), stdout, inbound, fault.clone(), exited_rx.clone()));
-    tokio::spawn(write_stdin(stdin, outbound, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
-
+    let transport = StdioTransport {
+        server: server.clone(),
+        stdout: BufReader::new(stdout),
+        line: Vec::new(),
+        spoken: false,
+        noise: 0,
+        ended: false,
+        stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+        fault: fault.clone(),
+        exited: exited_rx.clone(),
+    };
     Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx }))
+}
+
+/// The rmcp side of a stdio server: messages are written to its stdin and read from its
+/// stdout right in rmcp's service loop, with no pump task or channel between (each would
+/// cost a task wakeup per message, a measurable part of a call that takes 100 µs).
+#[derive(Debug)]
+pub(crate) struct StdioTransport {
+    server: String,
+    stdout: BufReader<ChildStdout>,
+    /// The line being read; a read interrupted by rmcp's `select!` resumes into it.
+    line: Vec<u8>,
+    /// Whether the server has sent a message (lines before that may be banners).
+    spoken: bool,
+    /// Non-message lines seen before the first message.
+    noise: usize,
+    /// Stdout has ended or broke the protocol: the connection is over.
+    ended: bool,
+    /// `None` once closed; rmcp sends each message from its own task, hence the lock.
+    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    fault: Fault,
+    exited: watch::Receiver<Option<ExitStatus>>,
+}
+
+/// The server's stdin is closed.
+#[derive(Debug, thiserror::Error)]
+#[error("the server's stdin is closed")]
+pub(crate) struct StdinClosed;
+
+impl StdioTransport {
+    /// The next message on stdout; `None` when the connection is over.
+    ///
+    /// Cancel-safe, as rmcp polls it in a `select!`: a partly read line stays in
+    /// `self.line` and the next call continues it.
+    async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        while !self.ended {
+            match self.stdout.read_until(b'\n', &mut self.line).await {
+                Ok(0) => {
+                    self.fault.set(FaultKind::Closed("server closed its stdout".into()));
+                    self.ended = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let why = format!("cannot read the server's stdout: {e}");
+                    self.fault.set(FaultKind::Closed(why));
+                    self.ended = true;
+                    break;
+                }
+            }
+            let parsed = {
+                let trimmed = self.line.trim_ascii();
+                (!trimmed.is_empty()).then(|| parse_message(trimmed))
+            };
+            self.line.clear();
+            // A huge result is held once, as the parsed message; the line buffer does not
+            // keep its capacity for the rest of the connection.
+            if self.line.capacity() > LINE_BUFFER_KEEP {
+                self.line = Vec::new();
+            }
+            match parsed {
+                None => {}
+                Some(Ok(message)) => {
+                    self.spoken = true;
+                    return Some(message);
+                }
+                Some(Err(why)) if self.spoken => {
+                    tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
+                    self.fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
+                    // Ending the connection now fails the in-flight calls now.
+                    self.ended = true;
+                    return None;
+                }
+                Some(Err(why)) => {
+                    // Before the first message some servers print banners; they are noise
+                    // unless the handshake then fails, and the startup error mentions them.
+                    self.noise += 1;
+                    if self.noise <= NOISE_LINES_LOGGED {
+                        tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
+                    }
+                    self.fault.note_noise(why);
+                }
+            }
+        }
+        // Stdout ended: let the exit status arrive so the error can name it.
+        let _ =
+            tokio::time::timeout(EXIT_STATUS_GRACE, self.exited.wait_for(Option::is_some)).await;
+        None
+    }
+}
+
+impl Transport<RoleClient> for StdioTransport {
+    type Error = StdinClosed;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let stdin = self.stdin.clone();
+        let fault = self.fault.clone();
+        let mut exited = self.exited.clone();
+        // Encoded now, in rmcp's loop; the write happens in the task rmcp spawns for it.
+        let bytes = encode_message(&item).map(|mut bytes| {
+            bytes.push(b'\n');
+            bytes
+        });
+        async move {
+            let bytes = match bytes {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    return Ok(());
+                }
+            };
+            let mut stdin = stdin.lock().await;
+            let Some(pipe) = stdin.as_mut() else { return Err(StdinClosed) };
+            if let Err(e) = pipe.write_all(&bytes).await {
+                fault.set(FaultKind::Closed(format!("cannot write to the server's stdin: {e}")));
+                *stdin = None;
+                drop(stdin);
+                // A broken pipe usually means the server exited: let its exit status
+                // arrive, so the error the caller gets can name it.
+                let _ =
+                    tokio::time::timeout(EXIT_STATUS_GRACE, exited.wait_for(Option::is_some)).await;
+                return Err(StdinClosed);
+            }
+            Ok(())
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.next_message()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // EOF on stdin asks the server to exit.
+        if let Some(mut pipe) = self.stdin.lock().await.take() {
+            let _ = pipe.shutdown().await;
+        }
+        self.ended = true;
+        Ok(())
+    }
 }
 
 async fn reap(
@@ -166,94 +315,6 @@ async fn reap(
             exited.send_replace(Some(ExitStatus::default()));
         }
     }
-}
-
-async fn read_stdout(
-    server: String,
-    stdout: ChildStdout,
-    inbound: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
-    fault: Fault,
-    mut exited: watch::Receiver<Option<ExitStatus>>,
-) {
-    let mut reader = BufReader::new(stdout);
-    let mut line = Vec::new();
-    let mut spoken = false;
-    let mut noise = 0usize;
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) => {
-                fault.set(FaultKind::Closed("server closed its stdout".into()));
-                break;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                fault.set(FaultKind::Closed(format!("cannot read the server's stdout: {e}")));
-                break;
-            }
-        }
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() {
-            continue;
-        }
-        match parse_message(trimmed) {
-            Ok(message) => {
-                spoken = true;
-                // A huge result is held once, as the parsed message; the line buffer does
-                // not keep its capacity for the rest of the connection.
-                if line.capacity() > LINE_BUFFER_KEEP {
-                    line = Vec::new();
-                }
-                if inbound.send(message).await.is_err() {
-                    return;
-                }
-            }
-            Err(why) if spoken => {
-                tracing::warn!(server = %server, "mcp server wrote a line that is {why}");
-                fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
-                // Dropping `inbound` ends the connection; in-flight calls fail now.
-                return;
-            }
-            Err(why) => {
-                // Before the first message some servers print banners; they are noise
-                // unless the handshake then fails, and the startup error mentions them.
-                noise += 1;
-                if noise <= NOISE_LINES_LOGGED {
-                    tracing::warn!(server = %server, "mcp server wrote a line that is {why}");
-                }
-                fault.note_noise(why);
-            }
-        }
-    }
-    // Let the exit status arrive so the error can name it.
-    let _ = tokio::time::timeout(EXIT_STATUS_GRACE, exited.wait_for(Option::is_some)).await;
-}
-
-async fn write_stdin(
-    mut stdin: ChildStdin,
-    mut outbound: mpsc::Receiver<TxJsonRpcMessage<RoleClient>>,
-    fault: Fault,
-) {
-    while let Some(message) = outbound.recv().await {
-        let mut bytes = match encode_message(&message) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                tracing::warn!("{e}");
-                continue;
-            }
-        };
-        bytes.push(b'\n');
-        let written = async {
-            stdin.write_all(&bytes).await?;
-            stdin.flush().await
-        };
-        if let Err(e) = written.await {
-            fault.set(FaultKind::Closed(format!("cannot write to the server's stdin: {e}")));
-            return;
-        }
-    }
-    // rmcp closed the connection: EOF on stdin asks the server to exit.
-    let _ = stdin.shutdown().await;
 }
 
 async fn log_stderr(server: String, stderr: ChildStderr) {
