@@ -144,20 +144,25 @@ impl Handler {
     ) -> Result<serde_json::Value, ErrorData> {
         let method = question.method();
         let token = context.meta.get_progress_token();
-        let Some(ctx) = self.events.flights.context_for(token.as_ref()) else {
+        let Some(asked) = self.events.flights.context_for(token.as_ref()) else {
             tracing::debug!(server = %self.server, method, "server asked with no call in flight");
             return Err(ErrorData::invalid_request(
                 format!("no call in flight to answer {method}"),
                 None,
             ));
         };
-        interaction::answer(&ctx, question, self.elicitation_defaults, &context.ct).await.map_err(
-            |unanswered| {
-                let message = unanswered.message(method);
-                tracing::debug!(server = %self.server, %message, "server question unanswered");
-                ErrorData::internal_error(message, None)
-            },
-        )
+        let defaults = self.elicitation_defaults;
+        let answered = tokio::select! {
+            answered = interaction::answer(&asked.ctx, question, defaults, &context.ct) => answered,
+            // The call ended without its caller answering (a stateless gateway stops a call
+            // to ask its own client): the server must not wait for ever.
+            () = asked.ended.cancelled() => Err(interaction::Unanswered::Cancelled),
+        };
+        answered.map_err(|unanswered| {
+            let message = unanswered.message(method);
+            tracing::debug!(server = %self.server, %message, "server question unanswered");
+            ErrorData::internal_error(message, None)
+        })
     }
 }
 

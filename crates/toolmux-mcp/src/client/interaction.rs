@@ -44,6 +44,18 @@ struct Flight {
     ctx: CallContext,
     /// Progress tokens of the requests this call sent (one per `input_required` round).
     tokens: Vec<ProgressToken>,
+    /// Cancelled when the call ends, however it ends (a caller may drop it without
+    /// cancelling it): questions still waiting for its caller are withdrawn.
+    ended: CancellationToken,
+}
+
+/// The call a server's question belongs to.
+#[derive(Debug)]
+pub(crate) struct Asked {
+    /// Its context, whose handler answers.
+    pub(crate) ctx: CallContext,
+    /// Cancelled when the call ends.
+    pub(crate) ended: CancellationToken,
 }
 
 impl Flights {
@@ -51,7 +63,8 @@ impl Flights {
     /// a server may ask its question before the send returns.
     pub(crate) fn begin(&self, ctx: &CallContext) -> InFlight<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let flight = Flight { id, ctx: ctx.clone(), tokens: Vec::new() };
+        let flight =
+            Flight { id, ctx: ctx.clone(), tokens: Vec::new(), ended: CancellationToken::new() };
         self.lock().push(flight);
         InFlight { flights: self, id }
     }
@@ -62,12 +75,12 @@ impl Flights {
 
     /// The context a server's request belongs to: the call whose progress token it
     /// carries, else the most recently started call still running.
-    pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<CallContext> {
+    pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<Asked> {
         let calls = self.lock();
         let by_token = token.and_then(|t| calls.iter().find(|c| c.tokens.contains(t)));
         by_token
             .or_else(|| calls.iter().rev().find(|c| !c.ctx.is_cancelled()))
-            .map(|c| c.ctx.clone())
+            .map(|c| Asked { ctx: c.ctx.clone(), ended: c.ended.clone() })
     }
 
     /// Where a log line goes: the sink of the most recently started call (none if that
@@ -113,6 +126,7 @@ impl Drop for InFlight<'_> {
         let Some(index) = calls.iter().position(|c| c.id == self.id) else { return };
         let flight = calls.remove(index);
         drop(calls);
+        flight.ended.cancel();
         if let Some(sink) = flight.ctx.log_sink() {
             let ended = Some((Instant::now(), sink.clone()));
             *self.flights.ended.lock().unwrap_or_else(|e| e.into_inner()) = ended;
@@ -295,11 +309,11 @@ mod tests {
         a.link(ProgressToken(rmcp::model::NumberOrString::Number(7)));
         {
             let _b = flights.begin(&second);
-            assert_eq!(flights.context_for(None).unwrap().call_id(), Some("second"));
+            assert_eq!(flights.context_for(None).unwrap().ctx.call_id(), Some("second"));
             let token = ProgressToken(rmcp::model::NumberOrString::Number(7));
-            assert_eq!(flights.context_for(Some(&token)).unwrap().call_id(), Some("first"));
+            assert_eq!(flights.context_for(Some(&token)).unwrap().ctx.call_id(), Some("first"));
             second.cancel_token().cancel();
-            assert_eq!(flights.context_for(None).unwrap().call_id(), Some("first"));
+            assert_eq!(flights.context_for(None).unwrap().ctx.call_id(), Some("first"));
         }
         assert_eq!(flights.len(), 1);
         drop(a);

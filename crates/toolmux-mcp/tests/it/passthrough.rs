@@ -427,3 +427,60 @@ async fn prompts_and_reads_keep_the_request_timeout_and_the_callers_cancellation
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap().unwrap();
 }
+
+/// A handler that never answers a sampling request; `waiting` is true while one waits.
+#[derive(Debug, Default)]
+struct NeverAnswers {
+    waiting: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Clears `waiting` when the question is dropped.
+struct Waiting(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl InteractionHandler for NeverAnswers {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Allow
+    }
+
+    async fn sample(&self, _request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        self.waiting.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _waiting = Waiting(self.waiting.clone());
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_call_dropped_while_its_caller_is_asked_withdraws_the_question() {
+    let provider = everything();
+    let handler = Arc::new(NeverAnswers::default());
+    let waiting = handler.waiting.clone();
+    let ctx = CallContext::new().with_handler(handler);
+    let call = provider.call("trigger-sampling-request", json!({"prompt": "x"}), &ctx);
+    let asked = async {
+        let waiting = waiting.clone();
+        support::wait_for("the question", Duration::from_secs(10), move || {
+            waiting.load(std::sync::atomic::Ordering::SeqCst)
+        })
+        .await;
+    };
+    // Whichever ends first, the call future is dropped without cancelling its context,
+    // as a stateless gateway does when it must ask its own client first.
+    tokio::select! {
+        out = call => panic!("the call ended: {out:?}"),
+        () = asked => {}
+    }
+    support::wait_for("the question withdrawn", Duration::from_secs(5), || {
+        !waiting.load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .await;
+    let out = provider.call("echo", json!({"message": "after"}), &CallContext::new()).await;
+    assert_eq!(out.unwrap().to_text(), "Echo: after");
+    provider.shutdown().await.unwrap();
+}
