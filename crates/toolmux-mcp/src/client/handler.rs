@@ -17,12 +17,16 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier};
 
 use super::interaction::{self, Flights, Question};
 use super::wire;
+
+/// How often a call waiting for its caller's answer has its idle timeout reset.
+const KEEP_ALIVE: Duration = Duration::from_millis(100);
 
 /// Where a running call's progress goes.
 #[derive(Debug, Clone)]
@@ -58,6 +62,14 @@ impl Events {
     /// Stops routing progress for `token`.
     pub(crate) fn unroute(&self, token: &ProgressToken) {
         self.progress.lock().unwrap_or_else(|e| e.into_inner()).remove(token);
+    }
+
+    /// Resets the idle timeout of the requests sent with `tokens`, as progress does.
+    fn keep_alive(&self, tokens: &[ProgressToken]) {
+        let progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        for route in tokens.iter().filter_map(|t| progress.get(t)) {
+            route.activity.notify_one();
+        }
     }
 
     fn deliver(&self, params: ProgressNotificationParam) {
@@ -152,11 +164,19 @@ impl Handler {
             ));
         };
         let defaults = self.elicitation_defaults;
-        let answered = tokio::select! {
-            answered = interaction::answer(&asked.ctx, question, defaults, &context.ct) => answered,
-            // The call ended without its caller answering (a stateless gateway stops a call
-            // to ask its own client): the server must not wait for ever.
-            () = asked.ended.cancelled() => Err(interaction::Unanswered::Cancelled),
+        let answering = interaction::answer(&asked.ctx, question, defaults, &context.ct);
+        tokio::pin!(answering);
+        let answered = loop {
+            // Waiting for the caller (a person, perhaps) is not the server being silent:
+            // the call's idle timeout is held off until the answer comes.
+            self.events.keep_alive(&asked.tokens);
+            tokio::select! {
+                answered = &mut answering => break answered,
+                // The call ended without its caller answering (a stateless gateway stops
+                // a call to ask its own client): the server must not wait for ever.
+                () = asked.ended.cancelled() => break Err(interaction::Unanswered::Cancelled),
+                () = tokio::time::sleep(KEEP_ALIVE) => {}
+            }
         };
         answered.map_err(|unanswered| {
             let message = unanswered.message(method);

@@ -56,6 +56,8 @@ pub(crate) struct Asked {
     pub(crate) ctx: CallContext,
     /// Cancelled when the call ends.
     pub(crate) ended: CancellationToken,
+    /// The progress tokens of its requests, whose idle timeouts waiting holds off.
+    pub(crate) tokens: Vec<ProgressToken>,
 }
 
 impl Flights {
@@ -78,9 +80,11 @@ impl Flights {
     pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<Asked> {
         let calls = self.lock();
         let by_token = token.and_then(|t| calls.iter().find(|c| c.tokens.contains(t)));
-        by_token
-            .or_else(|| calls.iter().rev().find(|c| !c.ctx.is_cancelled()))
-            .map(|c| Asked { ctx: c.ctx.clone(), ended: c.ended.clone() })
+        by_token.or_else(|| calls.iter().rev().find(|c| !c.ctx.is_cancelled())).map(|c| Asked {
+            ctx: c.ctx.clone(),
+            ended: c.ended.clone(),
+            tokens: c.tokens.clone(),
+        })
     }
 
     /// Where a log line goes: the sink of the most recently started call (none if that

@@ -484,3 +484,30 @@ async fn a_call_dropped_while_its_caller_is_asked_withdraws_the_question() {
     assert_eq!(out.unwrap().to_text(), "Echo: after");
     provider.shutdown().await.unwrap();
 }
+
+/// A person who takes a second to answer.
+#[derive(Debug)]
+struct SlowPerson;
+
+#[async_trait]
+impl InteractionHandler for SlowPerson {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Allow
+    }
+
+    async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
+        // Thinking, not waiting for anything: longer than the request timeout below.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Answers::default().elicit(request).await
+    }
+}
+
+#[tokio::test]
+async fn waiting_for_the_callers_answer_does_not_time_the_call_out() {
+    let config = support::everything_stdio().with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("everything", config).unwrap();
+    let ctx = CallContext::new().with_handler(Arc::new(SlowPerson));
+    let out = provider.call("trigger-elicitation-request", json!({}), &ctx).await.unwrap();
+    assert!(out.to_text().contains("- Name: Ada Lovelace"), "{}", out.to_text());
+    provider.shutdown().await.unwrap();
+}
