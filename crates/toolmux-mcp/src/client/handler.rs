@@ -170,6 +170,7 @@ impl Handler {
             // Waiting for the caller (a person, perhaps) is not the server being silent:
             // the call's idle timeout is held off until the answer comes.
             self.events.keep_alive(&asked.tokens);
+            asked.activity.notify_one();
             tokio::select! {
                 answered = &mut answering => break answered,
                 // The call ended without its caller answering (a stateless gateway stops

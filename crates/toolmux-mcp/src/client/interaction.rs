@@ -12,9 +12,10 @@
 
 use rmcp::model::{ElicitRequestParams, InputRequest, ProgressToken};
 use serde_json::{Value, json};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, ElicitationRequest, LogSink, RootsRequest, SamplingRequest, ToolError,
@@ -47,6 +48,8 @@ struct Flight {
     /// Cancelled when the call ends, however it ends (a caller may drop it without
     /// cancelling it): questions still waiting for its caller are withdrawn.
     ended: CancellationToken,
+    /// Woken while a question waits for the caller, to hold off the call's idle timeout.
+    activity: Arc<Notify>,
 }
 
 /// The call a server's question belongs to.
@@ -58,6 +61,8 @@ pub(crate) struct Asked {
     pub(crate) ended: CancellationToken,
     /// The progress tokens of its requests, whose idle timeouts waiting holds off.
     pub(crate) tokens: Vec<ProgressToken>,
+    /// Woken while the question waits, to hold off the call's idle timeout.
+    pub(crate) activity: Arc<Notify>,
 }
 
 impl Flights {
@@ -65,8 +70,13 @@ impl Flights {
     /// a server may ask its question before the send returns.
     pub(crate) fn begin(&self, ctx: &CallContext) -> InFlight<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let flight =
-            Flight { id, ctx: ctx.clone(), tokens: Vec::new(), ended: CancellationToken::new() };
+        let flight = Flight {
+            id,
+            ctx: ctx.clone(),
+            tokens: Vec::new(),
+            ended: CancellationToken::new(),
+            activity: Arc::default(),
+        };
         self.lock().push(flight);
         InFlight { flights: self, id }
     }
@@ -84,6 +94,7 @@ impl Flights {
             ctx: c.ctx.clone(),
             ended: c.ended.clone(),
             tokens: c.tokens.clone(),
+            activity: c.activity.clone(),
         })
     }
 
@@ -114,6 +125,13 @@ pub(crate) struct InFlight<'a> {
 }
 
 impl InFlight<'_> {
+    /// Woken while one of the server's questions waits for this call's caller.
+    pub(crate) fn activity(&self) -> Arc<Notify> {
+        let calls = self.flights.lock();
+        let flight = calls.iter().find(|c| c.id == self.id);
+        flight.map(|c| c.activity.clone()).unwrap_or_default()
+    }
+
     /// Links a progress token of a request this call sent, so that questions carrying it
     /// find the call even when others started later.
     pub(crate) fn link(&self, token: ProgressToken) {

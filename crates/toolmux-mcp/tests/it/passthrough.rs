@@ -487,7 +487,7 @@ async fn a_call_dropped_while_its_caller_is_asked_withdraws_the_question() {
 
 /// A person who takes a second to answer.
 #[derive(Debug)]
-struct SlowPerson;
+pub struct SlowPerson;
 
 #[async_trait]
 impl InteractionHandler for SlowPerson {

@@ -12,7 +12,7 @@ use toolmux_core::{
 };
 use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode};
 
-use crate::passthrough::{Answers, line_text, log_lines};
+use crate::passthrough::{Answers, SlowPerson, line_text, log_lines};
 use crate::support;
 
 const MODES: [(ProtocolMode, &str); 2] =
@@ -174,6 +174,24 @@ async fn log_lines_reach_the_callers_sink() {
         })
         .await;
         assert_eq!(lines.lock().unwrap()[0].level, LogLevel::Debug, "{version}");
+        provider.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_waiting_for_the_callers_answer_does_not_time_out() {
+    for (mode, version) in MODES {
+        let config =
+            McpServerConfig::stdio(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"), ["stdio"])
+                .with_base_dir(support::run_dir())
+                .with_protocol(mode)
+                .with_request_timeout(Duration::from_millis(300));
+        let provider = McpProvider::new("fixture", config).unwrap();
+        let ctx = CallContext::new().with_handler(Arc::new(SlowPerson));
+        let prompt = provider
+            .get_prompt("test_input_required_result_prompt", toolmux_core::JsonObject::new(), &ctx)
+            .await;
+        assert_eq!(prompt.unwrap().messages.len(), 1, "{version}");
         provider.shutdown().await.unwrap();
     }
 }

@@ -23,6 +23,7 @@ use rmcp::service::ServiceError;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
@@ -129,20 +130,36 @@ impl Inner {
         connection: &Connection,
         method: &'static str,
         what: &str,
-        cancel: Option<&CancellationToken>,
+        caller: Option<(&CancellationToken, &Notify)>,
         request: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, Failure> {
         let timeout = self.config.request_timeout();
         let never = CancellationToken::new();
-        let cancel = cancel.unwrap_or(&never);
-        let result = tokio::select! {
-            result = tokio::time::timeout(timeout, request) => result,
-            () = cancel.cancelled() => {
-                return Err(Failure::Tool(ToolError::Cancelled { tool: what.to_owned() }));
-            }
-            () = self.shutdown.cancelled() => {
-                let error = McpError::ShutDown { server: self.name.clone() };
-                return Err(Failure::Tool(error.into_tool_error(Some(what))));
+        let (cancel, activity) = match caller {
+            Some((cancel, activity)) => (cancel, Some(activity)),
+            None => (&never, None),
+        };
+        tokio::pin!(request);
+        let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
+        let result = loop {
+            let active = async {
+                match activity {
+                    Some(activity) => activity.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = &mut request => break Ok(result),
+                () = &mut idle => break Err(()),
+                // A question of the server waits for the caller: not the server's silence.
+                () = active => idle.as_mut().reset(tokio::time::Instant::now() + timeout),
+                () = cancel.cancelled() => {
+                    return Err(Failure::Tool(ToolError::Cancelled { tool: what.to_owned() }));
+                }
+                () = self.shutdown.cancelled() => {
+                    let error = McpError::ShutDown { server: self.name.clone() };
+                    return Err(Failure::Tool(error.into_tool_error(Some(what))));
+                }
             }
         };
         match result {
@@ -226,9 +243,16 @@ impl Inner {
         params.meta = request_meta(&connection, ctx);
         for _round in 0..MAX_INPUT_ROUNDS {
             let flight = self.events.flights.begin(ctx);
+            let activity = flight.activity();
             let sent = connection.peer.get_prompt_once(params.clone());
             let result = self
-                .request(&connection, "prompts/get", name, Some(ctx.cancel_token()), sent)
+                .request(
+                    &connection,
+                    "prompts/get",
+                    name,
+                    Some((ctx.cancel_token(), &activity)),
+                    sent,
+                )
                 .await;
             drop(flight);
             match result {
@@ -309,9 +333,16 @@ impl Inner {
         params.meta = request_meta(&connection, ctx);
         for _round in 0..MAX_INPUT_ROUNDS {
             let flight = self.events.flights.begin(ctx);
+            let activity = flight.activity();
             let sent = connection.peer.read_resource_once(params.clone());
             let result = self
-                .request(&connection, "resources/read", uri, Some(ctx.cancel_token()), sent)
+                .request(
+                    &connection,
+                    "resources/read",
+                    uri,
+                    Some((ctx.cancel_token(), &activity)),
+                    sent,
+                )
                 .await;
             drop(flight);
             match result {
