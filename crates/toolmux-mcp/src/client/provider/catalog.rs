@@ -398,7 +398,15 @@ impl Inner {
             }
             failure => failure.into_tool_error(uri),
         })?;
-        self.subscriptions().insert(uri.to_owned(), listening);
+        let mut subscriptions = self.subscriptions();
+        if subscriptions.contains_key(uri) {
+            // A concurrent subscribe won: one stream per resource is enough.
+            if let Some(listening) = listening {
+                listening.cancel();
+            }
+        } else {
+            subscriptions.insert(uri.to_owned(), listening);
+        }
         Ok(())
     }
 
