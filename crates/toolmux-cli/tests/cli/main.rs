@@ -6,6 +6,7 @@
 
 mod config_errors;
 mod config_files;
+mod conformance;
 mod output_and_stats;
 mod serve;
 mod tools;

@@ -57,13 +57,13 @@ fn python_client_over_stdio() {
 }
 
 /// `toolmux serve --http 127.0.0.1:0` in `project`, stopped with SIGTERM by [`stop`].
-struct HttpGateway {
+pub(crate) struct HttpGateway {
     child: std::process::Child,
     stderr: BufReader<std::process::ChildStderr>,
-    url: String,
+    pub(crate) url: String,
 }
 
-fn serve_http(project: &Project) -> HttpGateway {
+pub(crate) fn serve_http(project: &Project) -> HttpGateway {
     let mut child = project
         .command(&["serve", "--http", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -91,7 +91,7 @@ fn serve_http(project: &Project) -> HttpGateway {
 }
 
 /// SIGTERM: toolmux stops serving, saves statistics and reaps its MCP servers.
-fn stop(gateway: HttpGateway) -> Run {
+pub(crate) fn stop(gateway: HttpGateway) -> Run {
     let HttpGateway { mut child, stderr, .. } = gateway;
     let terminated =
         Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill runs");

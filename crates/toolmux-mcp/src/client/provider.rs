@@ -2,9 +2,7 @@
 //! cancellation, progress and list-change refreshes.
 
 use async_trait::async_trait;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, InputResponses, ServerResult,
-};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -355,21 +353,9 @@ impl Inner {
                     return Ok(tool_output(result));
                 }
                 ServerResult::InputRequiredResult(input) => {
-                    let requests = input.input_requests.unwrap_or_default();
-                    if requests.is_empty() && input.request_state.is_none() {
-                        return Err(tool_error(self.protocol("an empty input_required result")));
-                    }
-                    let mut responses = InputResponses::new();
-                    for (key, request) in requests {
-                        let defaults = self.config.accept_elicitation_defaults;
-                        let response = super::interaction::answer_input(
-                            &self.name, ctx, &key, request, defaults,
-                        )
-                        .await?;
-                        responses.insert(key, response);
-                    }
-                    params.input_responses = (!responses.is_empty()).then_some(responses);
-                    params.request_state = input.request_state;
+                    let (responses, state) = self.answer_inputs(name, input, ctx).await?;
+                    params.input_responses = responses;
+                    params.request_state = state;
                 }
                 other => {
                     let what = format!("unexpected reply to tools/call: {}", variant_name(&other));
@@ -437,6 +423,14 @@ impl Inner {
                 }
             }
         };
+        // rmcp hands each notification to its own task, so progress the server sent just
+        // before its answer may not have reached the sink yet: let those tasks run first,
+        // or the caller's last reports arrive after its result (and are lost).
+        if ctx.progress_sink().is_some() {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        }
         // A dropped responder means the connection ended under the call.
         match response.unwrap_or(Err(ServiceError::TransportClosed)) {
             Ok(result) => Ok(result),

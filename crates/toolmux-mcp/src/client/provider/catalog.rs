@@ -192,7 +192,7 @@ impl Inner {
     }
 
     /// The answers to an `input_required` result of a 2026-07-28 server, through `ctx`.
-    async fn answer_inputs(
+    pub(super) async fn answer_inputs(
         &self,
         what: &str,
         input: InputRequiredResult,
@@ -203,13 +203,16 @@ impl Inner {
             let message = format!("`{what}`: an empty input_required result");
             return Err(self.protocol(&message).into_tool_error(Some(what)));
         }
-        let mut responses = InputResponses::new();
-        for (key, request) in requests {
-            let defaults = self.config.accept_elicitation_defaults;
+        // Asked together, answered together: the caller may itself be a gateway that
+        // collects questions asked at once into one round of its own.
+        let defaults = self.config.accept_elicitation_defaults;
+        let answers = requests.into_iter().map(|(key, request)| async move {
             let answer =
                 interaction::answer_input(&self.name, ctx, &key, request, defaults).await?;
-            responses.insert(key, answer);
-        }
+            Ok::<_, ToolError>((key, answer))
+        });
+        let responses: InputResponses =
+            futures::future::try_join_all(answers).await?.into_iter().collect();
         Ok(((!responses.is_empty()).then_some(responses), input.request_state))
     }
 
