@@ -70,8 +70,10 @@ pub struct McpServerConfig {
     /// Which revision of the protocol to speak (default `auto`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<ProtocolMode>,
-    /// Answer the server's form elicitations with the defaults its schema gives, as an
-    /// unattended client; otherwise (the default) every elicitation is declined.
+    /// When the caller of the call in flight cannot answer the server's form elicitations
+    /// (no client attached, or one without elicitation), answer them with the defaults
+    /// their schema gives, as an unattended client; otherwise (the default) decline them.
+    /// Questions the caller can answer always go to the caller.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub accept_elicitation_defaults: bool,
     /// How many times in a row the server may be restarted after failures before the

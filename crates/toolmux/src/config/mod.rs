@@ -248,8 +248,10 @@ pub struct McpServerEntry {
     /// Protocol revision: `auto` (default), `legacy` (handshake) or `modern` (2026-07-28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<toolmux_mcp::ProtocolMode>,
-    /// Answer the server's form elicitations with the defaults its schema gives, as an
-    /// unattended client; otherwise (the default) every elicitation is declined.
+    /// When the caller of the call in flight cannot answer the server's form elicitations
+    /// (no client attached, or one without elicitation), answer them with the defaults
+    /// their schema gives, as an unattended client; otherwise (the default) decline them.
+    /// Questions the caller can answer always go to the caller.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_elicitation_defaults: bool,
     /// Restarts in a row after failures before giving up (default 5).
