@@ -7,7 +7,7 @@ mod filter;
 mod handler;
 mod interaction;
 mod provider;
-mod wire;
+pub(crate) mod wire;
 
 pub use config::{DeclaredTool, McpServerConfig, ProtocolMode, TransportKind};
 pub use provider::McpProvider;

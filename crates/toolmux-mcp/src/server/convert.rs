@@ -6,6 +6,7 @@
 //! are built as their wire JSON and parsed; a value that does not parse is a bug here,
 //! reported as an internal error rather than a panic.
 
+use crate::client::wire;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -118,23 +119,6 @@ fn content_block(part: &ContentPart) -> ContentBlock {
 fn content_json(part: &ContentPart) -> Value {
     serde_json::to_value(content_block(part))
         .unwrap_or_else(|_| json!({"type": "text", "text": as_text(part)}))
-}
-
-/// A part from MCP content JSON; kinds toolmux has no part for become JSON.
-fn content_from_json(value: Value) -> ContentPart {
-    let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
-    match value.get("type").and_then(Value::as_str) {
-        Some("text") => ContentPart::Text { text: text("text").unwrap_or_default() },
-        Some("image") => ContentPart::Image {
-            data: text("data").unwrap_or_default(),
-            mime_type: text("mimeType").unwrap_or_default(),
-        },
-        Some("audio") => ContentPart::Audio {
-            data: text("data").unwrap_or_default(),
-            mime_type: text("mimeType").unwrap_or_default(),
-        },
-        _ => ContentPart::Json { value },
-    }
 }
 
 fn role_json(role: Role) -> &'static str {
@@ -297,8 +281,8 @@ pub(crate) fn sampling_response(value: Value) -> Result<SamplingResponse, String
     };
     // The content may be one block or, in newer revisions, an array of blocks.
     let content = match value.get("content").cloned() {
-        Some(Value::Array(mut blocks)) if !blocks.is_empty() => content_from_json(blocks.remove(0)),
-        Some(block @ Value::Object(_)) => content_from_json(block),
+        Some(Value::Array(blocks)) if !blocks.is_empty() => wire::content_part(&blocks[0]),
+        Some(block @ Value::Object(_)) => wire::content_part(&block),
         _ => return Err("the sampling result has no content".to_owned()),
     };
     Ok(SamplingResponse {
