@@ -9,7 +9,9 @@ use super::Orchestrator;
 use crate::catalog::PromptCatalog;
 use futures::StreamExt as _;
 use std::sync::Arc;
-use toolmux_core::{CallContext, ContentPart, JsonObject, Prompt, PromptSpec, ToolError};
+use toolmux_core::{
+    CallContext, ContentPart, JsonObject, Prompt, PromptSpec, ToolError, ToolProvider,
+};
 
 impl Orchestrator {
     /// Every provider's prompts, named `{namespace}__{prompt}` like tools (sanitized,
@@ -75,19 +77,8 @@ impl Orchestrator {
     /// the startup timeout) and swaps in the new catalog.
     pub(super) async fn refresh_prompts(&self) -> Arc<PromptCatalog> {
         let providers = self.providers();
-        let timeout = self.inner.config.startup_timeout;
-        let mut listings = Vec::with_capacity(providers.len());
-        for provider in &providers {
-            let provider = provider.clone();
-            listings.push(async move {
-                let listed = tokio::time::timeout(timeout, provider.list_prompts()).await;
-                self.listed_or_logged(provider.namespace(), "prompts", listed)
-            });
-        }
-        let fresh: Vec<Option<Vec<PromptSpec>>> = futures::stream::iter(listings)
-            .buffered(self.inner.config.init_concurrency.max(1))
-            .collect()
-            .await;
+        let fresh =
+            self.list_all(&providers, "prompts", |p| async move { p.list_prompts().await }).await;
         let previous = self.prompt_catalog();
         let catalog = Arc::new(PromptCatalog::build(
             &providers,
@@ -117,26 +108,44 @@ impl Orchestrator {
     }
 
     /// A provider's listing, or `None` after logging why there is none.
-    pub(super) fn listed_or_logged<T>(
+    /// One listing from every provider of `providers` (at most `init_concurrency` at a
+    /// time, each within the startup timeout); `None` marks a provider whose listing failed
+    /// or timed out, which is logged (redacted).
+    pub(super) async fn list_all<T, F, Fut>(
         &self,
-        namespace: &str,
+        providers: &[Arc<dyn ToolProvider>],
         what: &str,
-        listed: Result<Result<Vec<T>, ToolError>, tokio::time::error::Elapsed>,
-    ) -> Option<Vec<T>> {
-        match listed {
-            Ok(Ok(items)) => Some(items),
-            Ok(Err(e)) => {
-                tracing::warn!(
-                    provider = namespace,
-                    "listing {what} failed: {}",
-                    self.inner.redactor.redact(&e.report())
-                );
-                None
-            }
-            Err(_) => {
-                tracing::warn!(provider = namespace, "listing {what} timed out");
-                None
-            }
+        list: F,
+    ) -> Vec<Option<Vec<T>>>
+    where
+        F: Fn(Arc<dyn ToolProvider>) -> Fut,
+        Fut: Future<Output = Result<Vec<T>, ToolError>>,
+    {
+        let timeout = self.inner.config.startup_timeout;
+        let mut listings = Vec::with_capacity(providers.len());
+        for provider in providers {
+            let listed = tokio::time::timeout(timeout, list(provider.clone()));
+            listings.push(async move {
+                match listed.await {
+                    Ok(Ok(items)) => Some(items),
+                    Ok(Err(e)) => {
+                        tracing::warn!(
+                            provider = provider.namespace(),
+                            "listing {what} failed: {}",
+                            self.inner.redactor.redact(&e.report())
+                        );
+                        None
+                    }
+                    Err(_) => {
+                        tracing::warn!(provider = provider.namespace(), "listing {what} timed out");
+                        None
+                    }
+                }
+            });
         }
+        futures::stream::iter(listings)
+            .buffered(self.inner.config.init_concurrency.max(1))
+            .collect()
+            .await
     }
 }

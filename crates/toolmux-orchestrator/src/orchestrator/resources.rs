@@ -9,7 +9,6 @@
 use super::{Orchestrator, cut_middle};
 use crate::catalog::ResourceCatalog;
 use crate::config::OversizeMode;
-use futures::StreamExt as _;
 use std::sync::Arc;
 use toolmux_core::{
     CallContext, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
@@ -135,19 +134,9 @@ impl Orchestrator {
     /// Lists every provider's resources and swaps in the new catalog.
     pub(super) async fn refresh_resources(&self) -> Arc<ResourceCatalog> {
         let providers = self.providers();
-        let timeout = self.inner.config.startup_timeout;
-        let mut listings = Vec::with_capacity(providers.len());
-        for provider in &providers {
-            let provider = provider.clone();
-            listings.push(async move {
-                let listed = tokio::time::timeout(timeout, provider.list_resources()).await;
-                self.listed_or_logged(provider.namespace(), "resources", listed)
-            });
-        }
-        let fresh: Vec<Option<Vec<ResourceSpec>>> = futures::stream::iter(listings)
-            .buffered(self.inner.config.init_concurrency.max(1))
-            .collect()
-            .await;
+        let fresh =
+            self.list_all(&providers, "resources", |p| async move { p.list_resources().await });
+        let fresh = fresh.await;
         let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
         *catalog = Arc::new(catalog.with_resources(&providers, fresh));
         catalog.clone()
@@ -156,20 +145,8 @@ impl Orchestrator {
     /// Lists every provider's resource templates and swaps in the new catalog.
     pub(super) async fn refresh_resource_templates(&self) -> Arc<ResourceCatalog> {
         let providers = self.providers();
-        let timeout = self.inner.config.startup_timeout;
-        let mut listings = Vec::with_capacity(providers.len());
-        for provider in &providers {
-            let provider = provider.clone();
-            listings.push(async move {
-                let listed =
-                    tokio::time::timeout(timeout, provider.list_resource_templates()).await;
-                self.listed_or_logged(provider.namespace(), "resource templates", listed)
-            });
-        }
-        let fresh: Vec<Option<Vec<ResourceTemplate>>> = futures::stream::iter(listings)
-            .buffered(self.inner.config.init_concurrency.max(1))
-            .collect()
-            .await;
+        let list = |p: Arc<dyn ToolProvider>| async move { p.list_resource_templates().await };
+        let fresh = self.list_all(&providers, "resource templates", list).await;
         let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
         *catalog = Arc::new(catalog.with_templates(fresh));
         catalog.clone()
