@@ -110,6 +110,7 @@ fn everything() -> PathBuf {
 }
 
 /// The `toolmux` binary: `TOOLMUX_BIN`, or the release build of this workspace.
+#[expect(clippy::print_stderr, reason = "a benchmark warns about what it measures")]
 fn toolmux_binary() -> PathBuf {
     let binary = std::env::var_os("TOOLMUX_BIN")
         .map(PathBuf::from)
@@ -119,6 +120,18 @@ fn toolmux_binary() -> PathBuf {
         "missing {}: run `cargo build --release -p toolmux-cli` (or set TOOLMUX_BIN)",
         binary.display()
     );
+    // This bench is rebuilt whenever toolmux-mcp changes; a binary older than it may
+    // predate the code being measured.
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let bench = std::env::current_exe().ok();
+    if let (Some(built), Some(bench)) = (modified(&binary), bench.as_deref().and_then(modified))
+        && built < bench
+    {
+        eprintln!(
+            "warning: {} is older than this bench; rebuild it (`cargo build --release -p toolmux-cli`) to measure the current code",
+            binary.display()
+        );
+    }
     binary
 }
 
