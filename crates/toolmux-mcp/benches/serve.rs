@@ -120,19 +120,38 @@ fn toolmux_binary() -> PathBuf {
         "missing {}: run `cargo build --release -p toolmux-cli` (or set TOOLMUX_BIN)",
         binary.display()
     );
-    // This bench is rebuilt whenever toolmux-mcp changes; a binary older than it may
-    // predate the code being measured.
-    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let bench = std::env::current_exe().ok();
-    if let (Some(built), Some(bench)) = (modified(&binary), bench.as_deref().and_then(modified))
-        && built < bench
-    {
+    // A binary older than the crates' sources may not be the code being measured.
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    let crates = std::fs::read_dir(root().join("crates")).into_iter().flatten().flatten();
+    let newer = built.and_then(|built| {
+        crates.into_iter().find_map(|krate| newer_source(&krate.path().join("src"), built))
+    });
+    if let Some(newer) = newer {
         eprintln!(
-            "warning: {} is older than this bench; rebuild it (`cargo build --release -p toolmux-cli`) to measure the current code",
+            "warning: {} is newer than {}; rebuild it (`cargo build --release -p toolmux-cli`) to measure the current code",
+            newer.display(),
             binary.display()
         );
     }
     binary
+}
+
+/// A `.rs` file under `dir` modified after `than`, if any.
+fn newer_source(dir: &Path, than: std::time::SystemTime) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_dir() {
+            if let Some(newer) = newer_source(&path, than) {
+                return Some(newer);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && meta.modified().is_ok_and(|m| m > than)
+        {
+            return Some(path);
+        }
+    }
+    None
 }
 
 /// A client of a process speaking MCP on stdio.
