@@ -23,9 +23,11 @@ impl ToolFilter {
         })
     }
 
-    /// Whether `tool` (the server's own name) is offered.
+    /// Whether `tool` (the server's own name) is offered. Checked on every call, so the
+    /// usual case of no lists at all costs no glob matching (which builds a path candidate).
     pub(crate) fn allows(&self, tool: &str) -> bool {
-        !self.denied.is_match(tool) && self.allowed.as_ref().is_none_or(|a| a.is_match(tool))
+        let denied = !self.denied.is_empty() && self.denied.is_match(tool);
+        !denied && self.allowed.as_ref().is_none_or(|a| a.is_match(tool))
     }
 }
 
