@@ -12,6 +12,7 @@ pub(crate) mod stdio;
 pub(crate) mod websocket;
 
 use rmcp::RoleClient;
+use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use std::future::Future;
@@ -132,6 +133,63 @@ impl Transport<RoleClient> for ChannelTransport {
     }
 }
 
+/// Any client transport, with a call's result kept behind the notifications before it.
+///
+/// rmcp handles a notification in a task it spawns, but hands a response to the waiting
+/// call at once, so a call's result could overtake the progress reports and log lines the
+/// server sent before it (and a gateway then drops them, since nothing may follow a
+/// response). A response that follows a notification is therefore returned only after
+/// yielding once, which lets the runtime run the tasks already spawned first. A call
+/// without notifications costs nothing more.
+#[derive(Debug)]
+pub(crate) struct Ordered<T> {
+    inner: T,
+    /// The last message returned was a notification.
+    after_notification: bool,
+    /// A response held back until the runtime has run the notification tasks.
+    held: Option<RxJsonRpcMessage<RoleClient>>,
+}
+
+impl<T> Ordered<T> {
+    pub(crate) fn new(inner: T) -> Self {
+        Ordered { inner, after_notification: false, held: None }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    /// Cancel-safe, as rmcp polls it in a `select!`: a held response stays held, and is
+    /// returned only after a yield has completed.
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        if self.held.is_none() {
+            let message = self.inner.receive().await?;
+            let notification = matches!(message, JsonRpcMessage::Notification(_));
+            let follows_notification =
+                std::mem::replace(&mut self.after_notification, notification);
+            let response =
+                matches!(message, JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_));
+            if !(response && follows_notification) {
+                return Some(message);
+            }
+            self.held = Some(message);
+        }
+        tokio::task::yield_now().await;
+        self.held.take()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// Parses one received JSON-RPC message, or says briefly why it is not one.
 pub(crate) fn parse_message(bytes: &[u8]) -> Result<RxJsonRpcMessage<RoleClient>, String> {
     if let Some(message) = call_tool_response(bytes) {
@@ -239,6 +297,50 @@ mod tests {
         for line in other {
             assert!(call_tool_response(line.as_bytes()).is_none(), "{line}");
         }
+    }
+
+    /// A transport that hands out a fixed list of messages, then ends.
+    struct Script(std::collections::VecDeque<RxJsonRpcMessage<RoleClient>>);
+
+    impl Transport<RoleClient> for Script {
+        type Error = ChannelClosed;
+
+        fn send(
+            &mut self,
+            _item: TxJsonRpcMessage<RoleClient>,
+        ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+            std::future::ready(Ok(()))
+        }
+
+        async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+            self.0.pop_front()
+        }
+
+        async fn close(&mut self) -> Result<(), Self::Error> {
+            Ok(())
+        }
+    }
+
+    /// A response that follows a notification is returned only after the tasks spawned
+    /// for the notification (as rmcp spawns them) have run; other messages pass at once.
+    #[tokio::test]
+    async fn a_response_after_a_notification_waits_for_spawned_handlers() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":{"content":[]}}"#,
+        ];
+        let script = lines.iter().map(|l| parse_message(l.as_bytes()).unwrap()).collect();
+        let mut transport = Ordered::new(Script(script));
+        let handled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        assert!(matches!(transport.receive().await, Some(JsonRpcMessage::Response(_))));
+        assert!(matches!(transport.receive().await, Some(JsonRpcMessage::Notification(_))));
+        // What rmcp does with a notification: handle it in a task of its own.
+        let flag = handled.clone();
+        tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+        assert!(matches!(transport.receive().await, Some(JsonRpcMessage::Response(_))));
+        assert!(handled.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(transport.receive().await.is_none());
     }
 
     #[test]

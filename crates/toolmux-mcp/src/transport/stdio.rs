@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Fault, FaultKind, encode_message, parse_message};
 use rmcp::RoleClient;
-use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use std::future::Future;
@@ -135,8 +134,6 @@ pub(crate) fn spawn(
         spoken: false,
         noise: 0,
         ended: false,
-        after_notification: false,
-        held: None,
         stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
         fault: fault.clone(),
         exited: exited_rx.clone(),
@@ -159,10 +156,6 @@ pub(crate) struct StdioTransport {
     noise: usize,
     /// Stdout has ended or broke the protocol: the connection is over.
     ended: bool,
-    /// The last message returned was a notification (see `next_message`).
-    after_notification: bool,
-    /// A response held back until the tasks handling earlier notifications have run.
-    held: Option<RxJsonRpcMessage<RoleClient>>,
     /// `None` once closed; rmcp sends each message from its own task, hence the lock.
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     fault: Fault,
@@ -177,37 +170,9 @@ pub(crate) struct StdinClosed;
 impl StdioTransport {
     /// The next message on stdout; `None` when the connection is over.
     ///
-    /// rmcp handles a notification in a task it spawns, but hands a response to the waiting
-    /// call at once, so a call's result could overtake the progress reports and log lines
-    /// the server sent before it (and a gateway would then drop them, since nothing may
-    /// follow a response). A response that follows a notification is therefore returned
-    /// only after yielding once, which lets the runtime run the tasks already spawned.
-    /// Costs nothing on a call without notifications.
-    ///
     /// Cancel-safe, as rmcp polls it in a `select!`: a partly read line stays in
-    /// `self.line`, a held response in `self.held`, and the next call continues.
+    /// `self.line` and the next call continues it.
     async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        if self.held.is_some() {
-            tokio::task::yield_now().await;
-            return self.held.take();
-        }
-        let message = self.read_message().await?;
-        match message {
-            JsonRpcMessage::Notification(_) => self.after_notification = true,
-            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)
-                if std::mem::take(&mut self.after_notification) =>
-            {
-                self.held = Some(message);
-                tokio::task::yield_now().await;
-                return self.held.take();
-            }
-            _ => self.after_notification = false,
-        }
-        Some(message)
-    }
-
-    /// The next message read from stdout, strictly framed.
-    async fn read_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         while !self.ended {
             match self.stdout.read_until(b'\n', &mut self.line).await {
                 Ok(0) => {
