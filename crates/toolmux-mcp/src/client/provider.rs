@@ -423,14 +423,6 @@ impl Inner {
                 }
             }
         };
-        // rmcp hands each notification to its own task, so progress the server sent just
-        // before its answer may not have reached the sink yet: let those tasks run first,
-        // or the caller's last reports arrive after its result (and are lost).
-        if ctx.progress_sink().is_some() {
-            for _ in 0..4 {
-                tokio::task::yield_now().await;
-            }
-        }
         // A dropped responder means the connection ended under the call.
         match response.unwrap_or(Err(ServiceError::TransportClosed)) {
             Ok(result) => Ok(result),
