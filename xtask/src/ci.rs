@@ -115,6 +115,11 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
 /// `cargo bench [args]` in the workspace and in every benchmark workspace, for the
 /// benchmark tables kept by hand.
 pub(crate) fn bench(root: &Path, args: &[String]) -> Result<()> {
+    // The gateway bench (toolmux-mcp's `serve`) drives the real release binary.
+    let mut build = cmd::command("cargo");
+    build.current_dir(root).args(["build", "--release", "--locked", "-p", "toolmux-cli"]);
+    eprintln!("==> {}", cmd::display(&build));
+    cmd::run(&mut build)?;
     for mut command in bench_commands(root, &[])? {
         command.args(args);
         eprintln!("==> {}", cmd::display(&command));
