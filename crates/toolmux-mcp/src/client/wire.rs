@@ -51,7 +51,14 @@ pub(crate) fn prompt_spec(prompt: &impl Serialize) -> PromptSpec {
 /// A rendered prompt (`prompts/get` result).
 pub(crate) fn prompt(result: &impl Serialize) -> Prompt {
     let value = json_of(result);
-    let messages = value
+    let messages = messages(&value);
+    Prompt { description: string(&value, "description"), messages }
+}
+
+/// The `messages` of a prompt or sampling request; every content block becomes one
+/// message, so a multi-block message is kept whole, in order.
+fn messages(value: &Value) -> Vec<Message> {
+    value
         .get("messages")
         .and_then(Value::as_array)
         .into_iter()
@@ -60,8 +67,7 @@ pub(crate) fn prompt(result: &impl Serialize) -> Prompt {
             let role = role(m.get("role"));
             blocks(m.get("content")).into_iter().map(move |content| Message { role, content })
         })
-        .collect();
-    Prompt { description: string(&value, "description"), messages }
+        .collect()
 }
 
 fn role(value: Option<&Value>) -> Role {
@@ -197,16 +203,7 @@ pub(crate) fn log_message(params: &impl Serialize) -> LogMessage {
 /// multi-block message is kept whole, in order.
 pub(crate) fn sampling_request(params: &impl Serialize, key: Option<String>) -> SamplingRequest {
     let value = json_of(params);
-    let messages = value
-        .get("messages")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .flat_map(|m| {
-            let role = role(m.get("role"));
-            blocks(m.get("content")).into_iter().map(move |content| Message { role, content })
-        })
-        .collect();
+    let messages = messages(&value);
     let stop_sequences = value
         .get("stopSequences")
         .and_then(Value::as_array)
