@@ -65,6 +65,17 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         None
     }
 
+    /// A signal that fires when the prompt list changes; `None` when it never does.
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        None
+    }
+
+    /// A signal that fires when the resource list (or the templates) change; `None` when
+    /// they never do.
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        None
+    }
+
     /// The prompts offered now.
     async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
         Ok(Vec::new())
@@ -167,7 +178,7 @@ impl ResourceUpdates {
     }
 }
 
-/// The sending side of a tool-list-changed signal. Cheap to clone.
+/// The sending side of a list-changed signal (tools, prompts or resources). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ToolListNotifier(watch::Sender<u64>);
 
@@ -194,7 +205,7 @@ impl ToolListNotifier {
     }
 }
 
-/// The receiving side of a tool-list-changed signal.
+/// The receiving side of a list-changed signal (tools, prompts or resources).
 #[derive(Debug, Clone)]
 pub struct ToolListChanges(watch::Receiver<u64>);
 

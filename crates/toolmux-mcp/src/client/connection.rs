@@ -298,7 +298,11 @@ fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<E
     let events = Arc::downgrade(events);
     let server = server.to_owned();
     tokio::spawn(async move {
-        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let filter = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
+            .build();
         let mut subscription = match peer.listen(filter).await {
             Ok(subscription) => subscription,
             Err(e) => {
@@ -307,10 +311,19 @@ fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<E
             }
         };
         while let Ok(Some(notification)) = subscription.next().await {
-            if let ServerNotification::ToolListChangedNotification(_) = notification {
-                let Some(events) = events.upgrade() else { return };
-                tracing::debug!(server = %server, "tools/list_changed (subscription)");
-                events.tools_changed.notify_one();
+            let Some(events) = events.upgrade() else { return };
+            match notification {
+                ServerNotification::ToolListChangedNotification(_) => {
+                    tracing::debug!(server = %server, "tools/list_changed (subscription)");
+                    events.tools_changed.notify_one();
+                }
+                ServerNotification::PromptListChangedNotification(_) => {
+                    events.prompts_changed.notify();
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    events.resources_changed.notify();
+                }
+                _ => {}
             }
         }
     });

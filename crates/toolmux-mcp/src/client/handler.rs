@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use toolmux_core::{LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier};
+use toolmux_core::{
+    LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier, ToolListNotifier,
+};
 
 use super::interaction::{self, Flights, Question};
 use super::wire;
@@ -43,6 +45,10 @@ pub(crate) struct Events {
     progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
     /// Woken when the server says its tool list changed.
     pub(crate) tools_changed: Notify,
+    /// Told when the server says its prompt list changed.
+    pub(crate) prompts_changed: ToolListNotifier,
+    /// Told when the server says its resource list changed.
+    pub(crate) resources_changed: ToolListNotifier,
     /// The calls in flight, whose contexts answer the server's questions and take its
     /// log lines.
     pub(crate) flights: Flights,
@@ -257,6 +263,16 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.server, "tools/list_changed");
         self.events.tools_changed.notify_one();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::debug!(server = %self.server, "prompts/list_changed");
+        self.events.prompts_changed.notify();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::debug!(server = %self.server, "resources/list_changed");
+        self.events.resources_changed.notify();
     }
 }
 

@@ -584,6 +584,14 @@ impl ToolProvider for McpProvider {
         Some(self.inner.notifier.subscribe())
     }
 
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.inner.events.prompts_changed.subscribe())
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.inner.events.resources_changed.subscribe())
+    }
+
     async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
         self.inner.list_prompts().await
     }

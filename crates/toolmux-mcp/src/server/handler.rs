@@ -78,6 +78,16 @@ impl Shared {
         {
             tools.list_changed = Some(true);
         }
+        if provider.prompt_list_changes().is_some()
+            && let Some(prompts) = capabilities.prompts.as_mut()
+        {
+            prompts.list_changed = Some(true);
+        }
+        if provider.resource_list_changes().is_some()
+            && let Some(resources) = capabilities.resources.as_mut()
+        {
+            resources.list_changed = Some(true);
+        }
         let mut info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             options.server_name.clone(),
             options.server_version.clone(),
@@ -664,6 +674,34 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        for (changes, prompts) in [
+            (self.shared.provider.prompt_list_changes(), true),
+            (self.shared.provider.resource_list_changes(), false),
+        ] {
+            let Some(mut changes) = changes else { continue };
+            let peer = context.peer.clone();
+            let session = self.session.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = session.cancelled() => break,
+                        changed = changes.changed() => {
+                            if !changed {
+                                break;
+                            }
+                            let sent = if prompts {
+                                peer.notify_prompt_list_changed().await
+                            } else {
+                                peer.notify_resource_list_changed().await
+                            };
+                            if sent.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            });
+        }
         if let Some(mut updates) = self.shared.provider.resource_updates() {
             let peer = context.peer.clone();
             let session = self.session.clone();
@@ -719,7 +757,11 @@ impl ServerHandler for Gateway {
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
         // rmcp narrows this to what was requested and what the capabilities declare.
-        let mut accepted = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut accepted = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
+            .build();
         if self.shared.provider.resource_updates().is_some() {
             accepted.resource_subscriptions = requested.resource_subscriptions.clone();
         }
@@ -730,6 +772,12 @@ impl ServerHandler for Gateway {
         let accepted = context.accepted().clone();
         let wants_tools = accepted.tools_list_changed == Some(true);
         let mut changes = self.shared.provider.tool_list_changes().filter(|_| wants_tools);
+        let wants_prompts = accepted.prompts_list_changed == Some(true);
+        let mut prompt_changes =
+            self.shared.provider.prompt_list_changes().filter(|_| wants_prompts);
+        let wants_resources = accepted.resources_list_changed == Some(true);
+        let mut resource_changes =
+            self.shared.provider.resource_list_changes().filter(|_| wants_resources);
         let uris: HashSet<String> =
             accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
         let provider = &self.shared.provider;
@@ -754,6 +802,22 @@ impl ServerHandler for Gateway {
                     }
                     self.shared.forget_listing();
                     if context.sink().notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+                changed = async { prompt_changes.as_mut()?.changed().await.then_some(()) },
+                    if prompt_changes.is_some() => {
+                    if changed.is_none()
+                        || context.sink().notify_prompt_list_changed().await.is_err()
+                    {
+                        break;
+                    }
+                }
+                changed = async { resource_changes.as_mut()?.changed().await.then_some(()) },
+                    if resource_changes.is_some() => {
+                    if changed.is_none()
+                        || context.sink().notify_resource_list_changed().await.is_err()
+                    {
                         break;
                     }
                 }

@@ -112,6 +112,33 @@ async fn resources_templates_and_updates_pass_through_both_halves() {
 }
 
 #[tokio::test]
+async fn prompt_and_resource_list_changes_pass_through_both_halves() {
+    for (mode, version) in MODES {
+        let provider = gateway(mode, version).await;
+        let mut prompts = provider.prompt_list_changes().expect("prompt list changes");
+        let mut resources = provider.resource_list_changes().expect("resource list changes");
+        // On 2026-07-28 the subscription stream opens in the background; ask until a change
+        // arrives, so the test does not depend on when it is ready.
+        let changed = async {
+            loop {
+                provider
+                    .call("test_trigger_prompt_change", json!({}), &CallContext::new())
+                    .await
+                    .unwrap();
+                let both = async { prompts.changed().await && resources.changed().await };
+                if let Ok(true) = tokio::time::timeout(Duration::from_millis(200), both).await {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), changed)
+            .await
+            .unwrap_or_else(|_| panic!("{version}: no list change arrived"));
+        provider.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn sampling_elicitation_and_roots_reach_the_callers_handler() {
     for (mode, version) in MODES {
         let provider = gateway(mode, version).await;

@@ -242,6 +242,8 @@ impl OrchestratorBuilder {
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
                 learned_routes: Mutex::new(HashMap::new()),
                 updates: ResourceUpdateNotifier::new(),
+                prompts_changed: ToolListNotifier::new(),
+                resources_changed: ToolListNotifier::new(),
                 forwarders: Mutex::new(Forwarders::default()),
             }),
         })
@@ -285,6 +287,10 @@ struct Inner {
     learned_routes: Mutex<HashMap<String, usize>>,
     /// Every provider's resource updates, merged by the forwarders.
     updates: ResourceUpdateNotifier,
+    /// Every provider's prompt-list changes, merged by the forwarders.
+    prompts_changed: ToolListNotifier,
+    /// Every provider's resource-list changes, merged by the forwarders.
+    resources_changed: ToolListNotifier,
     forwarders: Mutex<Forwarders>,
 }
 
@@ -1493,6 +1499,14 @@ impl ToolProvider for Orchestrator {
 
     async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
         Orchestrator::unsubscribe_resource(self, uri).await
+    }
+
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        Orchestrator::prompt_list_changes(self)
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        Orchestrator::resource_list_changes(self)
     }
 
     fn resource_updates(&self) -> Option<ResourceUpdates> {

@@ -12,7 +12,7 @@ use crate::config::OversizeMode;
 use std::sync::Arc;
 use toolmux_core::{
     CallContext, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
-    ToolError, ToolProvider,
+    ToolError, ToolListChanges, ToolProvider,
 };
 
 /// URIs remembered from probing at most; the memory is cleared when full.
@@ -101,8 +101,23 @@ impl Orchestrator {
         offered.then(|| self.inner.updates.subscribe())
     }
 
+    /// Fires when any provider's prompt list changes; `None` when none ever does.
+    pub fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        self.start_update_forwarders();
+        let offered = self.providers().iter().any(|p| p.prompt_list_changes().is_some());
+        offered.then(|| self.inner.prompts_changed.subscribe())
+    }
+
+    /// Fires when any provider's resource list changes; `None` when none ever does.
+    pub fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        self.start_update_forwarders();
+        let offered = self.providers().iter().any(|p| p.resource_list_changes().is_some());
+        offered.then(|| self.inner.resources_changed.subscribe())
+    }
+
     /// Starts one task per provider that sends resource updates, copying them into the
-    /// merged stream; once, and never after cleanup. Needs a tokio runtime.
+    /// merged stream, and one per list-changed signal of prompts and resources; once, and
+    /// never after cleanup. Needs a tokio runtime.
     pub(super) fn start_update_forwarders(&self) {
         let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
         if forwarders.started || forwarders.closed || tokio::runtime::Handle::try_current().is_err()
@@ -111,6 +126,18 @@ impl Orchestrator {
         }
         forwarders.started = true;
         for (i, provider) in self.providers().iter().enumerate() {
+            let signals = [
+                (provider.prompt_list_changes(), &self.inner.prompts_changed),
+                (provider.resource_list_changes(), &self.inner.resources_changed),
+            ];
+            for (changes, merged) in signals {
+                let (Some(mut changes), merged) = (changes, merged.clone()) else { continue };
+                forwarders.tasks.push(tokio::spawn(async move {
+                    while changes.changed().await {
+                        merged.notify();
+                    }
+                }));
+            }
             let Some(mut updates) = provider.resource_updates() else { continue };
             forwarders.sources.push(i);
             let merged = self.inner.updates.clone();

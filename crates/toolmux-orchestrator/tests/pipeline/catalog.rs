@@ -15,7 +15,7 @@ use toolmux_core::{
     LogSink, Message, Prompt, PromptArgument, PromptSpec, ResourceBody, ResourceContents,
     ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, Role, Root,
     RootsRequest, SamplingRequest, SamplingResponse, ToolAnnotations, ToolCall, ToolError,
-    ToolKind, ToolOutput, ToolProvider, ToolSet, ToolSpec,
+    ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSet, ToolSpec,
 };
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity, ToolSettings,
@@ -34,6 +34,7 @@ struct Library {
     failing_prompts: bool,
     hanging_reads: bool,
     updates: Option<ResourceUpdateNotifier>,
+    changes: Option<ToolListNotifier>,
     subscribed: Mutex<Vec<String>>,
     reads: Mutex<Vec<String>>,
 }
@@ -65,6 +66,11 @@ impl Library {
 
     fn with_updates(mut self) -> Self {
         self.updates = Some(ResourceUpdateNotifier::new());
+        self
+    }
+
+    fn with_changes(mut self, changes: &ToolListNotifier) -> Self {
+        self.changes = Some(changes.clone());
         self
     }
 
@@ -179,6 +185,14 @@ impl ToolProvider for Library {
 
     fn resource_updates(&self) -> Option<ResourceUpdates> {
         self.updates.as_ref().map(ResourceUpdateNotifier::subscribe)
+    }
+
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        self.changes.as_ref().map(ToolListNotifier::subscribe)
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        self.changes.as_ref().map(ToolListNotifier::subscribe)
     }
 }
 
@@ -603,4 +617,22 @@ async fn secrets_are_redacted_from_prompts_and_resources() {
     let args = args(json!({"x": "s3cret-value"}));
     let p = o.get_prompt("lib__leaky", args, &CallContext::new()).await.unwrap();
     assert_eq!(message_text(&p), r#"lib/leaky {"x":"[redacted]"}"#);
+}
+
+#[tokio::test]
+async fn prompt_and_resource_list_changes_of_every_provider_are_merged() {
+    let quiet = Library::new("quiet");
+    let o = start(OrchestratorConfig::default(), vec![Arc::new(quiet)]).await;
+    assert!(o.prompt_list_changes().is_none() && o.resource_list_changes().is_none());
+
+    let changes = ToolListNotifier::new();
+    let lib = Library::new("lib").with_changes(&changes);
+    let o = start(OrchestratorConfig::default(), vec![Arc::new(Library::new("a")), Arc::new(lib)])
+        .await;
+    let mut prompts = o.prompt_list_changes().expect("a provider signals prompt changes");
+    let mut resources = o.resource_list_changes().expect("a provider signals resource changes");
+    changes.notify();
+    let both = async { prompts.changed().await && resources.changed().await };
+    assert!(tokio::time::timeout(Duration::from_secs(5), both).await.unwrap());
+    o.cleanup().await;
 }
