@@ -169,6 +169,14 @@ pub(crate) struct Gateway {
     subscriptions: Arc<Mutex<HashSet<String>>>,
 }
 
+/// The lists a provider may announce changes of.
+#[derive(Debug, Clone, Copy)]
+enum List {
+    Tools,
+    Prompts,
+    Resources,
+}
+
 /// How a call ended: with a result, or asking the stateless client for input.
 enum Ended<T> {
     Done(Result<T, ToolError>),
@@ -259,11 +267,6 @@ impl Gateway {
             .with_cancel(context.ct.clone())
             .with_run_id(self.run_id.clone())
             .with_call_id(context.id.to_string())
-    }
-
-    /// The protocol error for a failed prompt or resource request.
-    fn protocol_error(&self, exchange: &Exchange, error: &ToolError) -> ErrorData {
-        missing_capability(exchange, error).unwrap_or_else(|| resource_error(error))
     }
 
     /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
@@ -387,6 +390,27 @@ impl Sender<'_> {
     }
 }
 
+/// The response to a prompt or resource request that ended: its result, the questions
+/// a stateless client must answer first, or the protocol error for its failure.
+fn finish<T, R: From<InputRequiredResult>>(
+    exchange: &Exchange,
+    ended: Ended<T>,
+    complete: impl FnOnce(T) -> Result<R, ErrorData>,
+) -> Result<R, ErrorData> {
+    match ended {
+        Ended::Done(Ok(value)) => complete(value),
+        Ended::Done(Err(error)) => {
+            Err(missing_capability(exchange, &error).unwrap_or_else(|| resource_error(&error)))
+        }
+        Ended::InputRequired(result) => Ok(result.into()),
+    }
+}
+
+/// The protocol error for a failed listing of `what`.
+fn listing_error(what: &str, error: &ToolError) -> ErrorData {
+    ErrorData::internal_error(format!("cannot list {what}: {}", error.report()), None)
+}
+
 /// The protocol error for a failed prompt or resource request: unknown names and URIs
 /// as MCP specifies (`-32602`, `-32002` with the URI), the caller's mistakes as invalid
 /// params, the rest as internal errors.
@@ -469,9 +493,8 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let prompts = self.shared.provider.list_prompts().await.map_err(|error| {
-            ErrorData::internal_error(format!("cannot list prompts: {}", error.report()), None)
-        })?;
+        let prompts =
+            self.shared.provider.list_prompts().await.map_err(|e| listing_error("prompts", &e))?;
         let prompts: Vec<Value> = prompts.iter().map(|p| convert::prompt(p, &p.name)).collect();
         convert::result(json!({ "prompts": prompts }))
     }
@@ -496,15 +519,11 @@ impl ServerHandler for Gateway {
         let ended = self
             .drive(ctx, &exchange, async |ctx| provider.get_prompt(name, arguments, &ctx).await)
             .await;
-        match ended {
-            Ended::Done(Ok(prompt)) => {
-                Ok(GetPromptResponse::from(convert::result::<rmcp::model::GetPromptResult>(
-                    convert::prompt_result(prompt),
-                )?))
-            }
-            Ended::Done(Err(error)) => Err(self.protocol_error(&exchange, &error)),
-            Ended::InputRequired(result) => Ok(result.into()),
-        }
+        finish(&exchange, ended, |prompt| {
+            let result =
+                convert::result::<rmcp::model::GetPromptResult>(convert::prompt_result(prompt))?;
+            Ok(result.into())
+        })
     }
 
     async fn list_resources(
@@ -512,9 +531,12 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let resources = self.shared.provider.list_resources().await.map_err(|error| {
-            ErrorData::internal_error(format!("cannot list resources: {}", error.report()), None)
-        })?;
+        let resources = self
+            .shared
+            .provider
+            .list_resources()
+            .await
+            .map_err(|e| listing_error("resources", &e))?;
         let resources: Vec<Value> = resources.iter().map(convert::resource).collect();
         convert::result(json!({ "resources": resources }))
     }
@@ -524,12 +546,12 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let templates = self.shared.provider.list_resource_templates().await.map_err(|error| {
-            ErrorData::internal_error(
-                format!("cannot list resource templates: {}", error.report()),
-                None,
-            )
-        })?;
+        let templates = self
+            .shared
+            .provider
+            .list_resource_templates()
+            .await
+            .map_err(|e| listing_error("resource templates", &e))?;
         let templates: Vec<Value> = templates.iter().map(convert::resource_template).collect();
         convert::result(json!({ "resourceTemplates": templates }))
     }
@@ -551,15 +573,10 @@ impl ServerHandler for Gateway {
         let provider = &self.shared.provider;
         let ended =
             self.drive(ctx, &exchange, async |ctx| provider.read_resource(&uri, &ctx).await).await;
-        match ended {
-            Ended::Done(Ok(contents)) => {
-                Ok(ReadResourceResponse::from(convert::result::<rmcp::model::ReadResourceResult>(
-                    convert::resource_contents(contents),
-                )?))
-            }
-            Ended::Done(Err(error)) => Err(self.protocol_error(&exchange, &error)),
-            Ended::InputRequired(result) => Ok(result.into()),
-        }
+        finish(&exchange, ended, |contents| {
+            let contents = convert::resource_contents(contents);
+            Ok(convert::result::<rmcp::model::ReadResourceResult>(contents)?.into())
+        })
     }
 
     async fn subscribe(
@@ -613,9 +630,7 @@ impl ServerHandler for Gateway {
         let listing = match (&cursor, self.shared.cached_listing()) {
             // Later pages read the listing the first page made, so pages fit together.
             (Some(_), Some(listing)) => listing,
-            _ => self.shared.refresh_listing().await.map_err(|error| {
-                ErrorData::internal_error(format!("cannot list tools: {}", error.report()), None)
-            })?,
+            _ => self.shared.refresh_listing().await.map_err(|e| listing_error("tools", &e))?,
         };
         let start = match &cursor {
             None => 0,
@@ -674,13 +689,16 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        for (changes, prompts) in [
-            (self.shared.provider.prompt_list_changes(), true),
-            (self.shared.provider.resource_list_changes(), false),
+        let provider = &self.shared.provider;
+        for (changes, list) in [
+            (provider.tool_list_changes(), List::Tools),
+            (provider.prompt_list_changes(), List::Prompts),
+            (provider.resource_list_changes(), List::Resources),
         ] {
             let Some(mut changes) = changes else { continue };
             let peer = context.peer.clone();
             let session = self.session.clone();
+            let shared = Arc::downgrade(&self.shared);
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
@@ -689,10 +707,15 @@ impl ServerHandler for Gateway {
                             if !changed {
                                 break;
                             }
-                            let sent = if prompts {
-                                peer.notify_prompt_list_changed().await
-                            } else {
-                                peer.notify_resource_list_changed().await
+                            let sent = match list {
+                                List::Tools => {
+                                    if let Some(shared) = shared.upgrade() {
+                                        shared.forget_listing();
+                                    }
+                                    peer.notify_tool_list_changed().await
+                                }
+                                List::Prompts => peer.notify_prompt_list_changed().await,
+                                List::Resources => peer.notify_resource_list_changed().await,
                             };
                             if sent.is_err() {
                                 break;
@@ -703,7 +726,7 @@ impl ServerHandler for Gateway {
             });
         }
         if let Some(mut updates) = self.shared.provider.resource_updates() {
-            let peer = context.peer.clone();
+            let peer = context.peer;
             let session = self.session.clone();
             let subscriptions = Arc::downgrade(&self.subscriptions);
             tokio::spawn(async move {
@@ -726,30 +749,6 @@ impl ServerHandler for Gateway {
                 }
             });
         }
-        let Some(mut changes) = self.shared.provider.tool_list_changes() else {
-            return;
-        };
-        let peer = context.peer;
-        let session = self.session.clone();
-        let shared = Arc::downgrade(&self.shared);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = session.cancelled() => break,
-                    changed = changes.changed() => {
-                        if !changed {
-                            break;
-                        }
-                        if let Some(shared) = shared.upgrade() {
-                            shared.forget_listing();
-                        }
-                        if peer.notify_tool_list_changed().await.is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
     }
 
     fn accepted_subscription_filter(
