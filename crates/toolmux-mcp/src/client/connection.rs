@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::config::{McpServerConfig, ProtocolMode, TransportKind};
 use super::handler::{Events, Handler};
 use crate::McpError;
+use crate::transport::lane::Lane;
 use crate::transport::stdio::{ChildGroup, StdioCommand};
 use crate::transport::{Fault, FaultKind, sse, stdio, websocket};
 
@@ -29,6 +30,9 @@ pub(crate) struct Connection {
     process: Mutex<Option<ChildGroup>>,
     fault: Fault,
     pub(crate) info: Option<Arc<ServerPeerInfo>>,
+    /// The direct lane for calls, on stdio connections of the handshake revisions
+    /// (2026-07-28 requests carry per-request `_meta` that rmcp adds).
+    pub(crate) lane: Option<Arc<Lane>>,
 }
 
 impl Connection {
@@ -136,6 +140,13 @@ pub(crate) async fn connect(
         }
     };
     let info = service.peer_info();
+    let lane = process.as_ref().map(ChildGroup::lane);
+    if let Some(lane) = &lane {
+        let events = events.clone();
+        let name = server.to_owned();
+        lane.set_tap(Box::new(move |notification| events.tap(&name, notification)));
+    }
+    let modern = info.as_ref().is_some_and(|i| i.protocol_version >= ProtocolVersion::V_2026_07_28);
     let connection = Connection {
         server: server.to_owned(),
         peer: service.peer().clone(),
@@ -143,6 +154,7 @@ pub(crate) async fn connect(
         process: Mutex::new(process),
         fault,
         info,
+        lane: lane.filter(|_| !modern),
     };
     if connection.is_modern() {
         listen_for_list_changes(server, &connection, events);

@@ -11,7 +11,7 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
     FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
-    RootsCapabilities, SamplingCapability,
+    RootsCapabilities, SamplingCapability, ServerNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
@@ -75,6 +75,35 @@ impl Events {
         let progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
         for route in tokens.iter().filter_map(|t| progress.get(t)) {
             route.activity.notify_one();
+        }
+    }
+
+    /// Takes the notifications a stdio connection hands over as it reads them (progress
+    /// and log lines, so that they reach their call before its result); returns the rest.
+    pub(crate) fn tap(
+        &self,
+        server: &str,
+        notification: ServerNotification,
+    ) -> Option<ServerNotification> {
+        match notification {
+            ServerNotification::ProgressNotification(progress) => {
+                self.deliver(progress.params);
+                None
+            }
+            ServerNotification::LoggingMessageNotification(log) => {
+                self.log(server, &log.params);
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// A log line from the server: to the call in flight, else to the trace log.
+    fn log(&self, server: &str, params: &LoggingMessageNotificationParam) {
+        let message = wire::log_message(params);
+        match self.flights.log_sink() {
+            Some(sink) => sink.log(message),
+            None => trace_log(server, &message),
         }
     }
 
@@ -236,11 +265,7 @@ impl ClientHandler for Handler {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let message = wire::log_message(&params);
-        match self.events.flights.log_sink() {
-            Some(sink) => sink.log(message),
-            None => trace_log(&self.server, &message),
-        }
+        self.events.log(&self.server, &params);
     }
 
     async fn on_resource_updated(

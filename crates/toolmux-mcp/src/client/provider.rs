@@ -2,12 +2,15 @@
 //! cancellation, progress and list-change refreshes.
 
 use async_trait::async_trait;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, ProgressToken,
+    ServerResult,
+};
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
@@ -22,6 +25,7 @@ use super::content::{declared_spec, tool_output, tool_spec};
 use super::filter::ToolFilter;
 use super::handler::{Events, ProgressRoute};
 use crate::McpError;
+use crate::transport::lane::{self, Lane};
 
 mod catalog;
 
@@ -374,7 +378,8 @@ impl Inner {
         McpError::Protocol { server: self.name.clone(), message: message.to_owned() }
     }
 
-    /// One `tools/call` round trip with the call's timeout, cancellation and progress.
+    /// One `tools/call` round trip with the call's timeout, cancellation and progress:
+    /// on the connection's direct lane when it has one, else through rmcp's session.
     async fn call_once(
         &self,
         connection: &Connection,
@@ -382,6 +387,9 @@ impl Inner {
         params: CallToolRequestParams,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
+        if let Some(lane) = &connection.lane {
+            return self.call_on_lane(connection, lane, name, params, ctx).await;
+        }
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
@@ -403,30 +411,92 @@ impl Inner {
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
         );
         let _unroute = Unroute { events: &self.events, token };
+        let waited = self.wait(&mut handle.rx, &activity, ctx).await;
+        if let Some(reason) = waited.abandons() {
+            let _ = handle.cancel(Some(reason.into())).await;
+        }
+        self.reply(connection, name, waited).await
+    }
 
-        let timeout = self.config.request_timeout();
-        let mut idle = Box::pin(tokio::time::sleep(timeout));
-        let response = loop {
-            tokio::select! {
-                response = &mut handle.rx => break response,
-                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
-                () = ctx.cancel_token().cancelled() => {
-                    let _ = handle.cancel(Some("cancelled by the caller".into())).await;
-                    return Err(ToolError::Cancelled { tool: name.to_owned() });
-                }
-                () = &mut idle => {
-                    let _ = handle.cancel(Some("request timeout".into())).await;
-                    return Err(ToolError::Timeout { tool: name.to_owned(), after: timeout });
-                }
-                () = self.shutdown.cancelled() => {
-                    return Err(tool_error(McpError::ShutDown { server: self.name.clone() }));
-                }
+    /// [`Inner::call_once`] on the direct lane: the request is written to the server's
+    /// stdin here and its response comes straight from the reader of its stdout.
+    async fn call_on_lane(
+        &self,
+        connection: &Connection,
+        lane: &Lane,
+        name: &str,
+        mut params: CallToolRequestParams,
+        ctx: &CallContext,
+    ) -> Result<ServerResult, ToolError> {
+        let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        let Some(mut sent) = lane.open() else {
+            return Err(tool_error(connection.lost()));
+        };
+        let token = ProgressToken(NumberOrString::String(sent.id.clone()));
+        params.meta.get_or_insert_default().set_progress_token(token.clone());
+        let line = match lane::call_line(&sent.id, &params) {
+            Ok(line) => line,
+            Err(e) => {
+                lane.forget(sent.number);
+                return Err(ToolError::invalid_arguments(name, format!("cannot encode: {e}")));
             }
         };
-        // A dropped responder means the connection ended under the call.
-        match response.unwrap_or(Err(ServiceError::TransportClosed)) {
-            Ok(result) => Ok(result),
-            Err(e) => {
+        let flight = self.events.flights.begin(ctx);
+        flight.link(token.clone());
+        let activity = Arc::new(Notify::new());
+        self.events.route(
+            token.clone(),
+            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
+        );
+        let _unroute = Unroute { events: &self.events, token };
+        if lane.write(&line).await.is_err() {
+            lane.forget(sent.number);
+            self.connection_lost().await;
+            return Err(tool_error(connection.lost()));
+        }
+        let waited = self.wait(&mut sent.reply, &activity, ctx).await;
+        if let Some(reason) = waited.abandons() {
+            lane.forget(sent.number);
+            let _ = lane.write(&lane::cancel_line(&sent.id, reason)).await;
+        }
+        self.reply(connection, name, waited).await
+    }
+
+    /// Waits for a request's reply, its idle timeout reset by its progress and by the
+    /// server's questions waiting for the caller.
+    async fn wait(
+        &self,
+        reply: &mut oneshot::Receiver<Result<ServerResult, ServiceError>>,
+        activity: &Notify,
+        ctx: &CallContext,
+    ) -> Waited {
+        let timeout = self.config.request_timeout();
+        let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
+        loop {
+            tokio::select! {
+                // A dropped responder means the connection ended under the call.
+                reply = &mut *reply => {
+                    return Waited::Reply(reply.unwrap_or(Err(ServiceError::TransportClosed)));
+                }
+                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
+                () = ctx.cancel_token().cancelled() => return Waited::Cancelled,
+                () = &mut idle => return Waited::TimedOut(timeout),
+                () = self.shutdown.cancelled() => return Waited::ShutDown,
+            }
+        }
+    }
+
+    /// What a request that ended gave the call.
+    async fn reply(
+        &self,
+        connection: &Connection,
+        name: &str,
+        waited: Waited,
+    ) -> Result<ServerResult, ToolError> {
+        let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        match waited {
+            Waited::Reply(Ok(result)) => Ok(result),
+            Waited::Reply(Err(e)) => {
                 let lost =
                     matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
                 let error = self.service_error(connection, "tools/call", e);
@@ -437,6 +507,28 @@ impl Inner {
                 }
                 Err(tool_error(error))
             }
+            Waited::Cancelled => Err(ToolError::Cancelled { tool: name.to_owned() }),
+            Waited::TimedOut(after) => Err(ToolError::Timeout { tool: name.to_owned(), after }),
+            Waited::ShutDown => Err(tool_error(McpError::ShutDown { server: self.name.clone() })),
+        }
+    }
+}
+
+/// How waiting for a request's reply ended.
+enum Waited {
+    Reply(Result<ServerResult, ServiceError>),
+    Cancelled,
+    TimedOut(Duration),
+    ShutDown,
+}
+
+impl Waited {
+    /// The reason to tell the server when the call stops waiting for its request.
+    fn abandons(&self) -> Option<&'static str> {
+        match self {
+            Waited::Cancelled => Some("cancelled by the caller"),
+            Waited::TimedOut(_) => Some("request timeout"),
+            Waited::Reply(_) | Waited::ShutDown => None,
         }
     }
 }
@@ -458,7 +550,7 @@ fn similar(a: &str, b: &str) -> bool {
 /// Stops routing a call's progress when the call ends, however it ends.
 struct Unroute<'a> {
     events: &'a Events,
-    token: rmcp::model::ProgressToken,
+    token: ProgressToken,
 }
 
 impl Drop for Unroute<'_> {

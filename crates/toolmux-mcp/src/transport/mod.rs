@@ -7,6 +7,7 @@
 //! (Spawning is allowed only under `transport/stdio` by the workspace's tidy check, which is
 //! why these live here rather than under `client/`.)
 
+pub(crate) mod lane;
 pub(crate) mod sse;
 pub(crate) mod stdio;
 pub(crate) mod websocket;

@@ -18,6 +18,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::lane::Lane;
 use super::{Fault, FaultKind, encode_message, parse_message};
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -56,9 +57,16 @@ pub(crate) struct ChildGroup {
     pgid: Option<Pid>,
     kill: CancellationToken,
     exited: watch::Receiver<Option<ExitStatus>>,
+    /// The direct lane for calls, beside rmcp's session on the same pipes.
+    lane: Arc<Lane>,
 }
 
 impl ChildGroup {
+    /// The direct lane for calls on this server's pipes.
+    pub(crate) fn lane(&self) -> Arc<Lane> {
+        self.lane.clone()
+    }
+
     /// The child's pid, which is also its process group id.
     pub(crate) fn pid(&self) -> Option<i32> {
         self.pgid.map(Pid::as_raw_nonzero).map(i32::from)
@@ -127,6 +135,8 @@ pub(crate) fn spawn(
 
     tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
+    let stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
+    let lane = Arc::new(Lane::new(stdin.clone()));
     let transport = StdioTransport {
         server: server.clone(),
         stdout: BufReader::new(stdout),
@@ -134,11 +144,12 @@ pub(crate) fn spawn(
         spoken: false,
         noise: 0,
         ended: false,
-        stdin: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+        stdin,
         fault: fault.clone(),
         exited: exited_rx.clone(),
+        lane: lane.clone(),
     };
-    Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx }))
+    Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx, lane }))
 }
 
 /// The rmcp side of a stdio server: messages are written to its stdin and read from its
@@ -160,6 +171,14 @@ pub(crate) struct StdioTransport {
     stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     fault: Fault,
     exited: watch::Receiver<Option<ExitStatus>>,
+    /// Takes the responses to its own calls, and progress and log lines, as they are read.
+    lane: Arc<Lane>,
+}
+
+impl Drop for StdioTransport {
+    fn drop(&mut self) {
+        self.lane.close();
+    }
 }
 
 /// The server's stdin is closed.
@@ -202,13 +221,16 @@ impl StdioTransport {
                 None => {}
                 Some(Ok(message)) => {
                     self.spoken = true;
-                    return Some(message);
+                    if let Some(message) = self.lane.take(message) {
+                        return Some(message);
+                    }
                 }
                 Some(Err(why)) if self.spoken => {
                     tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
                     self.fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
                     // Ending the connection now fails the in-flight calls now.
                     self.ended = true;
+                    self.lane.close();
                     return None;
                 }
                 Some(Err(why)) => {
@@ -225,6 +247,7 @@ impl StdioTransport {
         // Stdout ended: let the exit status arrive so the error can name it.
         let _ =
             tokio::time::timeout(EXIT_STATUS_GRACE, self.exited.wait_for(Option::is_some)).await;
+        self.lane.close();
         None
     }
 }
