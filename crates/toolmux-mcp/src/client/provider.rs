@@ -515,6 +515,10 @@ impl Inner {
 }
 
 /// How waiting for a request's reply ended.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one call; boxing would allocate on every call"
+)]
 enum Waited {
     Reply(Result<ServerResult, ServiceError>),
     Cancelled,

@@ -6,12 +6,13 @@ use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
-    Implementation, InputRequiredResult, InputResponses, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
+    GetPromptResponse, Implementation, InputRequiredResult, InputResponses, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, Notification,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, RequestId, ResourceUpdatedNotificationParam, ServerCapabilities,
+    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -23,7 +24,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
-    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ToolError, ToolProvider,
+    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ToolError, ToolOutput,
+    ToolProvider,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -345,6 +347,70 @@ impl Gateway {
     }
 }
 
+/// Where the progress reports and log lines of a call on the direct path go.
+pub(crate) struct CallSinks {
+    /// The client's progress token, when it asked for progress.
+    pub(crate) progress: Option<ProgressToken>,
+    /// Sends a notification to the client, ahead of anything sent later.
+    pub(crate) notify: Arc<dyn Fn(ServerNotification) + Send + Sync>,
+}
+
+impl Gateway {
+    /// A `tools/call` of a session of a handshake revision, run outside rmcp's service
+    /// loop (see `session`): as [`ServerHandler::call_tool`] runs it, with progress and
+    /// log lines going to `sinks` as they happen, which keeps them ahead of the result.
+    pub(crate) async fn call_direct(
+        &self,
+        name: &str,
+        arguments: rmcp::model::JsonObject,
+        id: &RequestId,
+        cancel: CancellationToken,
+        peer: Peer<RoleServer>,
+        sinks: CallSinks,
+    ) -> Result<CallToolResult, ErrorData> {
+        let local = self.shared.local_name(name).await;
+        let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
+        let interaction = Arc::new(ClientInteraction::session(peer, capabilities));
+        let mut ctx = CallContext::new()
+            .with_cancel(cancel)
+            .with_run_id(self.run_id.clone())
+            .with_call_id(id.to_string())
+            .with_handler(interaction);
+        if let Some(token) = sinks.progress {
+            let notify = sinks.notify.clone();
+            let last = Mutex::new(f64::NEG_INFINITY);
+            ctx = ctx.with_progress(ProgressSink::new(move |progress: Progress| {
+                {
+                    // MCP requires progress to increase with every notification.
+                    let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+                    if progress.progress <= *last {
+                        return;
+                    }
+                    *last = progress.progress;
+                }
+                let param = progress_param(&token, progress);
+                notify(ServerNotification::ProgressNotification(Notification::new(param)));
+            }));
+        }
+        let log_level = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(min) = log_level {
+            let notify = sinks.notify;
+            ctx = ctx.with_log(LogSink::new(move |message: LogMessage| {
+                if message.level < min {
+                    return;
+                }
+                if let Some(param) = convert::log_param(message) {
+                    let notification =
+                        ServerNotification::LoggingMessageNotification(Notification::new(param));
+                    notify(notification);
+                }
+            }));
+        }
+        let result = self.shared.provider.call(&local, Value::Object(arguments), &ctx).await;
+        call_response(result)
+    }
+}
+
 /// A progress report or a log line on its way to the client.
 enum Outgoing {
     Progress(Progress),
@@ -368,14 +434,7 @@ impl Sender<'_> {
                     return;
                 }
                 self.last_progress = progress.progress;
-                let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
-                if let Some(total) = progress.total {
-                    param = param.with_total(total);
-                }
-                if let Some(message) = progress.message {
-                    param = param.with_message(message);
-                }
-                peer.notify_progress(param).await
+                peer.notify_progress(progress_param(token, progress)).await
             }
             Outgoing::Log(message) => {
                 let Some(param) = convert::log_param(message) else { return };
@@ -387,6 +446,30 @@ impl Sender<'_> {
         if let Err(error) = sent {
             tracing::debug!(%error, "notification not delivered");
         }
+    }
+}
+
+/// The `notifications/progress` params of a report.
+fn progress_param(token: &ProgressToken, progress: Progress) -> ProgressNotificationParam {
+    let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
+    if let Some(total) = progress.total {
+        param = param.with_total(total);
+    }
+    if let Some(message) = progress.message {
+        param = param.with_message(message);
+    }
+    param
+}
+
+/// The response to a call that ended: its result, a failure as a result the model reads,
+/// or, for an unknown tool, the protocol error MCP specifies (`-32602`).
+fn call_response(result: Result<ToolOutput, ToolError>) -> Result<CallToolResult, ErrorData> {
+    match result {
+        Ok(output) => Ok(convert::output(output)),
+        Err(error @ ToolError::UnknownTool { .. }) => {
+            Err(ErrorData::invalid_params(error.report(), None))
+        }
+        Err(error) => Ok(convert::error(&error)),
     }
 }
 
@@ -673,18 +756,14 @@ impl ServerHandler for Gateway {
             .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
             .await;
         match ended {
-            Ended::Done(Ok(output)) => Ok(convert::output(output).into()),
             Ended::InputRequired(result) => Ok(result.into()),
-            // An unknown tool is a protocol error in MCP (`-32602`); so is a capability the
-            // stateless client did not declare (`-32021`); every other failure is a result
-            // the model reads.
-            Ended::Done(Err(error @ ToolError::UnknownTool { .. })) => {
-                Err(ErrorData::invalid_params(error.report(), None))
-            }
+            // A capability the stateless client did not declare is a protocol error
+            // (`-32021`).
             Ended::Done(Err(error)) => match missing_capability(&exchange, &error) {
                 Some(data) => Err(data),
-                None => Ok(convert::error(&error).into()),
+                None => call_response(Err(error)).map(Into::into),
             },
+            Ended::Done(result) => call_response(result).map(Into::into),
         }
     }
 

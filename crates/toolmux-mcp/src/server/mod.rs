@@ -54,13 +54,11 @@ mod handler;
 mod http;
 mod interact;
 mod names;
+mod session;
 mod stdio;
-mod transport;
 
 use crate::McpError;
 use handler::{Gateway, Shared};
-use rmcp::ServiceExt;
-use rmcp::service::{QuitReason, ServerInitializeError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -133,23 +131,11 @@ where
 {
     let shared = Shared::new(provider, options);
     let server = shared.options().server_name.clone();
-    let failed = |source: Box<dyn std::error::Error + Send + Sync>| McpError::Serve {
-        server: server.clone(),
+    session::run(Gateway::new(shared), reader, writer).await.map_err(|source| McpError::Serve {
+        server,
         transport: "stdio",
         source,
-    };
-    let transport = transport::LineTransport::new(reader, writer);
-    let running = match Gateway::new(shared).serve(transport).await {
-        Ok(running) => running,
-        // The client left without an `initialize`: a stateless 2026-07-28 client is done,
-        // or the client gave up before starting. Either way the stream ended cleanly.
-        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-        Err(error) => return Err(failed(error.into())),
-    };
-    match running.waiting().await {
-        Ok(QuitReason::JoinError(error)) | Err(error) => Err(failed(error.into())),
-        Ok(_) => Ok(()),
-    }
+    })
 }
 
 /// Serves `provider` over streamable HTTP at `http://{addr}/mcp` until `shutdown` is

@@ -311,3 +311,117 @@ async fn the_server_ends_when_the_client_leaves() {
     within(client.cancel()).await.unwrap();
     within(server).await.unwrap().unwrap();
 }
+
+/// A raw JSON-RPC client on the server's stream: writes lines, reads lines.
+struct RawClient {
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    writer: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+}
+
+impl RawClient {
+    async fn send(&mut self, message: serde_json::Value) {
+        use tokio::io::AsyncWriteExt;
+        let line = format!("{message}\n");
+        within(self.writer.write_all(line.as_bytes())).await.unwrap();
+    }
+
+    async fn next(&mut self) -> serde_json::Value {
+        let line = within(self.lines.next_line()).await.unwrap().expect("a line");
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+/// A call of an initialized session takes the direct path (not rmcp's loop): its log
+/// lines and progress reach the client before its result, and a question it asks the
+/// client goes out as a request whose answer comes back to the call.
+#[tokio::test]
+async fn direct_calls_log_report_and_ask_before_their_result() {
+    use tokio::io::AsyncBufReadExt;
+    use toolmux_core::{ElicitationRequest, LogLevel, Progress, ToolKind, ToolOutput, ToolSet};
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Input {}
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_typed(
+        "greet",
+        "Asks for a name",
+        |_: Input, ctx: toolmux_core::CallContext| async move {
+            ctx.log_text(LogLevel::Info, "looking up");
+            ctx.report_progress(Progress::new(1.0, Some(2.0)));
+            let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+            let answer = ctx.elicit(ElicitationRequest::new("Your name?", schema)).await?;
+            ctx.report_progress(Progress::new(2.0, Some(2.0)));
+            let name = answer.content.and_then(|c| c.get("name").cloned()).unwrap_or_default();
+            Ok(ToolOutput::text(format!("hello {}", name.as_str().unwrap_or("?"))))
+        },
+    );
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (reader, writer) = tokio::io::split(server_io);
+    let server = tokio::spawn(toolmux_mcp::server::serve_io(
+        Arc::new(tools),
+        ServeOptions::default(),
+        reader,
+        writer,
+    ));
+    let (client_reader, client_writer) = tokio::io::split(client_io);
+    let mut client = RawClient {
+        lines: tokio::io::BufReader::new(client_reader).lines(),
+        writer: client_writer,
+    };
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+    assert_eq!(client.next().await["id"], 1);
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "info"}}))
+        .await;
+    assert_eq!(client.next().await["id"], 2);
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {
+            "name": "greet", "arguments": {}, "_meta": {"progressToken": "p"}
+        }}))
+        .await;
+    let mut seen = Vec::new();
+    let result = loop {
+        let message = client.next().await;
+        if message["method"] == "elicitation/create" {
+            assert_eq!(message["params"]["message"], "Your name?");
+            seen.push("elicitation".to_owned());
+            client
+                .send(json!({"jsonrpc": "2.0", "id": message["id"].clone(), "result": {
+                    "action": "accept", "content": {"name": "Ann"}
+                }}))
+                .await;
+            continue;
+        }
+        if message["id"] == "c" {
+            break message;
+        }
+        let method = message["method"].as_str().unwrap_or_default().to_owned();
+        if method == "notifications/progress" {
+            assert_eq!(message["params"]["progressToken"], "p");
+            seen.push(format!("progress {}", message["params"]["progress"]));
+        } else {
+            seen.push(method);
+        }
+    };
+    assert_eq!(result["result"]["content"][0]["text"], "hello Ann", "{result}");
+    assert_eq!(
+        seen,
+        ["notifications/message", "progress 1.0", "elicitation", "progress 2.0"],
+        "everything the call sent came before its result"
+    );
+    // An unknown tool is still the protocol error MCP specifies.
+    client
+        .send(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "nope"}}),
+        )
+        .await;
+    let error = client.next().await;
+    assert_eq!(error["error"]["code"], -32602, "{error}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
