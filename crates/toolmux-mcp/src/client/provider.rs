@@ -350,7 +350,7 @@ impl Inner {
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
         for _round in 0..MAX_INPUT_ROUNDS {
-            let result = self.call_once(&connection, name, params.clone(), ctx).await?;
+            let result = self.call_once(&connection, name, &mut params, ctx).await?;
             match result {
                 ServerResult::CallToolResult(result) => {
                     self.succeeded();
@@ -384,14 +384,14 @@ impl Inner {
         &self,
         connection: &Connection,
         name: &str,
-        params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
         if let Some(lane) = &connection.lane {
             return self.call_on_lane(connection, lane, name, params, ctx).await;
         }
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
         let mut options = PeerRequestOptions::no_options();
         options.meta = catalog::request_meta(connection, ctx);
         // In flight from before the send: the server may ask its questions at once.
@@ -425,7 +425,7 @@ impl Inner {
         connection: &Connection,
         lane: &Lane,
         name: &str,
-        mut params: CallToolRequestParams,
+        params: &mut CallToolRequestParams,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
@@ -434,7 +434,7 @@ impl Inner {
         };
         let token = ProgressToken(NumberOrString::String(sent.id.clone()));
         params.meta.get_or_insert_default().set_progress_token(token.clone());
-        let line = match lane::call_line(&sent.id, &params) {
+        let line = match lane::call_line(&sent.id, params) {
             Ok(line) => line,
             Err(e) => {
                 lane.forget(sent.number);

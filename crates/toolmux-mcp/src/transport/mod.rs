@@ -193,7 +193,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
 
 /// Parses one received JSON-RPC message, or says briefly why it is not one.
 pub(crate) fn parse_message(bytes: &[u8]) -> Result<RxJsonRpcMessage<RoleClient>, String> {
-    if let Some(message) = call_tool_response(bytes) {
+    if let Some(message) = text_call_response(bytes).or_else(|| call_tool_response(bytes)) {
         return Ok(message);
     }
     serde_json::from_slice(bytes).map_err(|e| {
@@ -255,6 +255,54 @@ fn call_tool_response(bytes: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     ))
 }
 
+/// The commonest answer to a `tools/call`, text blocks only (no annotations, no `_meta`),
+/// parsed in one pass into the `CallToolResult` rmcp's parse gives; `None` for anything
+/// else, which takes [`call_tool_response`]. rmcp's content blocks are an internally
+/// tagged enum, which serde parses by buffering each block first.
+fn text_call_response(bytes: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+    use rmcp::model::{CallToolResult, ContentBlock, JsonRpcVersion2_0, RequestId, ServerResult};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Response {
+        #[serde(rename = "jsonrpc")]
+        _jsonrpc: JsonRpcVersion2_0,
+        id: RequestId,
+        result: TextResult,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TextResult {
+        content: Vec<TextBlock>,
+        #[serde(rename = "isError", default)]
+        is_error: Option<bool>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TextBlock {
+        #[serde(rename = "type")]
+        _kind: TextKind,
+        text: String,
+    }
+    #[derive(Deserialize)]
+    enum TextKind {
+        #[serde(rename = "text")]
+        Text,
+    }
+
+    let response: Response = serde_json::from_slice(bytes).ok()?;
+    let content = response.result.content.into_iter().map(|b| ContentBlock::text(b.text));
+    let mut result = CallToolResult::success(content.collect());
+    result.is_error = response.result.is_error;
+    // As sent: no `resultType`.
+    result.result_type = None;
+    Some(RxJsonRpcMessage::<RoleClient>::response(
+        ServerResult::CallToolResult(result),
+        response.id,
+    ))
+}
+
 /// Serializes one outgoing message.
 pub(crate) fn encode_message(message: &TxJsonRpcMessage<RoleClient>) -> Result<Vec<u8>, String> {
     serde_json::to_vec(message).map_err(|e| format!("cannot encode a message: {e}"))
@@ -286,6 +334,8 @@ mod tests {
             let fast = call_tool_response(line.as_bytes()).expect("takes the fast path");
             let rmcp: RxJsonRpcMessage<RoleClient> = serde_json::from_str(line).unwrap();
             assert_eq!(format!("{fast:?}"), format!("{rmcp:?}"), "{line}");
+            let parsed = parse_message(line.as_bytes()).unwrap();
+            assert_eq!(format!("{parsed:?}"), format!("{rmcp:?}"), "{line}");
         }
         let other = [
             r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}"#,
@@ -297,6 +347,36 @@ mod tests {
         ];
         for line in other {
             assert!(call_tool_response(line.as_bytes()).is_none(), "{line}");
+            assert!(text_call_response(line.as_bytes()).is_none(), "{line}");
+        }
+    }
+
+    /// Text-only results take the one-pass parse and give what rmcp's parse gives; text
+    /// blocks with anything more do not take it.
+    #[test]
+    fn text_results_parse_as_rmcp_parses_them() {
+        let text = [
+            r#"{"result":{"content":[{"type":"text","text":"Echo: hello"}]},"jsonrpc":"2.0","id":"tm-5"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"text":"a\nb","type":"text"},{"type":"text","text":""}],"isError":true}}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"isError":false}}"#,
+        ];
+        for line in text {
+            let fast = text_call_response(line.as_bytes()).expect("takes the text path");
+            let rmcp: RxJsonRpcMessage<RoleClient> = serde_json::from_str(line).unwrap();
+            assert_eq!(format!("{fast:?}"), format!("{rmcp:?}"), "{line}");
+        }
+        let other = [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x","annotations":{"priority":1}}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x","_meta":{}}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"image","data":"AA==","mimeType":"image/png"}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"structuredContent":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"_meta":{}}}"#,
+        ];
+        for line in other {
+            assert!(text_call_response(line.as_bytes()).is_none(), "{line}");
+            let parsed = parse_message(line.as_bytes()).unwrap();
+            let rmcp: RxJsonRpcMessage<RoleClient> = serde_json::from_str(line).unwrap();
+            assert_eq!(format!("{parsed:?}"), format!("{rmcp:?}"), "{line}");
         }
     }
 
