@@ -38,7 +38,7 @@ pub(crate) struct Connection {
 impl Connection {
     /// Whether the connection still works.
     pub(crate) fn is_alive(&self) -> bool {
-        !self.peer.is_transport_closed()
+        !self.peer.is_transport_closed() && self.lane.as_ref().is_none_or(|lane| lane.is_open())
     }
 
     /// Whether the server speaks the stateless 2026-07-28 revision.

@@ -10,7 +10,7 @@ use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
@@ -35,6 +35,8 @@ const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// `input_required` rounds one call may take.
 const MAX_INPUT_ROUNDS: usize = 8;
+/// How long telling the server of a cancellation may wait for its stdin.
+const CANCEL_WRITE_GRACE: Duration = Duration::from_millis(100);
 /// Consecutive failures allowed before giving up, by default.
 const DEFAULT_MAX_RESTARTS: u32 = 5;
 
@@ -411,7 +413,9 @@ impl Inner {
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
         );
         let _unroute = Unroute { events: &self.events, token };
-        let waited = self.wait(&mut handle.rx, &activity, ctx).await;
+        let response =
+            async { (&mut handle.rx).await.unwrap_or(Err(ServiceError::TransportClosed)) };
+        let waited = self.wait(response, &activity, ctx).await;
         if let Some(reason) = waited.abandons() {
             let _ = handle.cancel(Some(reason.into())).await;
         }
@@ -449,15 +453,24 @@ impl Inner {
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
         );
         let _unroute = Unroute { events: &self.events, token };
-        if lane.write(&line).await.is_err() {
-            lane.forget(sent.number);
-            self.connection_lost().await;
-            return Err(tool_error(connection.lost()));
-        }
-        let waited = self.wait(&mut sent.reply, &activity, ctx).await;
+        // The write is waited for as the response is: a server that stops reading its
+        // stdin cannot hold a call past its timeout or its cancellation (a write stopped
+        // halfway closes the pipe, see `Lane::write`).
+        let response = async {
+            lane.write(&line).await.map_err(|_| ServiceError::TransportClosed)?;
+            (&mut sent.reply).await.unwrap_or(Err(ServiceError::TransportClosed))
+        };
+        let waited = self.wait(response, &activity, ctx).await;
         if let Some(reason) = waited.abandons() {
             lane.forget(sent.number);
-            let _ = lane.write(&lane::cancel_line(&sent.id, reason)).await;
+            // Sent before the call returns, so that the server hears of it before any
+            // later request; a pipe that cannot take this line at once belongs to a server
+            // that stopped reading, and the dropped write closes it.
+            let line = lane::cancel_line(&sent.id, reason);
+            let _ = tokio::time::timeout(CANCEL_WRITE_GRACE, lane.write(&line)).await;
+        }
+        if matches!(waited, Waited::Reply(Err(_))) {
+            lane.forget(sent.number);
         }
         self.reply(connection, name, waited).await
     }
@@ -466,18 +479,16 @@ impl Inner {
     /// server's questions waiting for the caller.
     async fn wait(
         &self,
-        reply: &mut oneshot::Receiver<Result<ServerResult, ServiceError>>,
+        response: impl Future<Output = Result<ServerResult, ServiceError>>,
         activity: &Notify,
         ctx: &CallContext,
     ) -> Waited {
         let timeout = self.config.request_timeout();
         let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
+        let mut response = std::pin::pin!(response);
         loop {
             tokio::select! {
-                // A dropped responder means the connection ended under the call.
-                reply = &mut *reply => {
-                    return Waited::Reply(reply.unwrap_or(Err(ServiceError::TransportClosed)));
-                }
+                reply = &mut response => return Waited::Reply(reply),
                 () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
                 () = ctx.cancel_token().cancelled() => return Waited::Cancelled,
                 () = &mut idle => return Waited::TimedOut(timeout),

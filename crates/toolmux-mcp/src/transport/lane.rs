@@ -22,11 +22,13 @@ use rmcp::model::{
 use rmcp::service::{RxJsonRpcMessage, ServiceError};
 use serde::Serialize;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 use tokio::sync::oneshot;
+
+use super::{Fault, FaultKind};
 
 /// What a request of the lane got: its result, the server's error, or the connection's end
 /// (as rmcp reports them, so callers handle both paths alike).
@@ -45,11 +47,15 @@ pub(crate) type Stdin = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 /// The direct lane of one stdio connection.
 pub(crate) struct Lane {
     stdin: Stdin,
+    /// Why the connection ended, for the error its calls get.
+    fault: Fault,
     next: AtomicU64,
     /// Calls waiting for their response, by the number in their id; `None` once the
     /// connection ended (every waiting call then sees it closed).
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
     tap: OnceLock<Tap>,
+    /// The pipe was closed under a write, or the connection ended.
+    broken: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -74,13 +80,21 @@ pub(crate) struct Sent {
 pub(crate) struct LaneClosed;
 
 impl Lane {
-    pub(crate) fn new(stdin: Stdin) -> Lane {
+    pub(crate) fn new(stdin: Stdin, fault: Fault) -> Lane {
         Lane {
             stdin,
+            fault,
             next: AtomicU64::new(1),
             pending: Mutex::new(Some(HashMap::new())),
             tap: OnceLock::new(),
+            broken: Arc::default(),
         }
+    }
+
+    /// Whether calls can still be sent: false once the connection ended or a write broke
+    /// the pipe, so that the next call starts the server afresh.
+    pub(crate) fn is_open(&self) -> bool {
+        !self.broken.load(Ordering::Relaxed)
     }
 
     /// Sets where progress reports and log lines go (once, when the connection is made).
@@ -108,20 +122,31 @@ impl Lane {
     }
 
     /// Writes one message (a line) to the server's stdin.
+    ///
+    /// Dropped before it finished (its call was cancelled or timed out while the pipe was
+    /// full), it closes the pipe: part of a line may have been written, and nothing sent
+    /// after it could be read as a message.
     pub(crate) async fn write(&self, line: &[u8]) -> Result<(), LaneClosed> {
-        let mut stdin = self.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else { return Err(LaneClosed) };
-        if pipe.write_all(line).await.is_err() {
-            // rmcp's next send reports the broken pipe with the exit status; here the
-            // call just sees the connection gone.
-            *stdin = None;
+        let mut unfinished = Unfinished(Some(self.stdin.lock().await), &self.broken);
+        let Some(stdin) = unfinished.0.as_mut() else { return Err(LaneClosed) };
+        let Some(pipe) = stdin.as_mut() else {
+            unfinished.0 = None;
+            return Err(LaneClosed);
+        };
+        if let Err(e) = pipe.write_all(line).await {
+            // rmcp's next send fails too; the call sees the connection gone, with this
+            // reason unless an earlier one (the exit status) explains more.
+            self.fault.set(FaultKind::Closed(format!("cannot write to the server's stdin: {e}")));
             return Err(LaneClosed);
         }
+        // Finished: release the lock with the pipe open.
+        unfinished.0 = None;
         Ok(())
     }
 
     /// Fails every waiting call: the connection ended.
     pub(crate) fn close(&self) {
+        self.broken.store(true, Ordering::Relaxed);
         // Dropping the senders wakes the receivers with an error.
         drop(self.lock().take());
     }
@@ -165,6 +190,19 @@ impl Lane {
             }
             // A call that gave up (cancelled, timed out) before its response arrived.
             None => tracing::trace!(id = number, "response to a call no longer waiting"),
+        }
+    }
+}
+
+/// The stdin lock of a write in progress; dropped while set, it closes the pipe and marks
+/// the lane broken.
+struct Unfinished<'a>(Option<tokio::sync::MutexGuard<'a, Option<ChildStdin>>>, &'a AtomicBool);
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(stdin) = self.0.as_mut() {
+            **stdin = None;
+            self.1.store(true, Ordering::Relaxed);
         }
     }
 }

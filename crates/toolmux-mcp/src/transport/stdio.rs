@@ -136,7 +136,7 @@ pub(crate) fn spawn(
     tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
     let stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
-    let lane = Arc::new(Lane::new(stdin.clone()));
+    let lane = Arc::new(Lane::new(stdin.clone(), fault.clone()));
     let transport = StdioTransport {
         server: server.clone(),
         stdout: BufReader::new(stdout),

@@ -30,8 +30,8 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .with_cancellable(SampleCall::new("slow", json!({})))
         .check(&provider)
         .await;
-    // Ten tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 10);
+    // Eleven tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 11);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -207,7 +207,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 10);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 11);
     provider.shutdown().await.unwrap();
 }
 
@@ -238,4 +238,29 @@ async fn a_disabled_server_lists_nothing_and_starts_nothing() {
     expect_test::expect!["fixture unavailable: disabled in the configuration (`enabled: false`)"]
         .assert_eq(&err.to_string());
     assert!(provider.server_pid().is_none());
+}
+
+/// A server that stops reading its stdin cannot hold a call past its timeout, even when
+/// the call's request is too large for the pipe: the half-written request closes the
+/// pipe, and the next call starts the server afresh.
+#[tokio::test]
+async fn a_server_that_stops_reading_cannot_hold_a_call_past_its_timeout() {
+    let config = support::fixture_stdio("ok").with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    let first_pid = provider.server_pid().unwrap();
+    let err = call(&provider, "deaf").await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err:?}");
+    // Far more than a pipe holds: the write blocks until the call gives up.
+    let big = json!({"message": "x".repeat(4 << 20)});
+    let started = Instant::now();
+    let err = provider.call("echo", big, &CallContext::new()).await.unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // The connection is given up; the next call runs on a new server process.
+    let started = Instant::now();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_ne!(provider.server_pid(), Some(first_pid));
+    provider.shutdown().await.unwrap();
 }
