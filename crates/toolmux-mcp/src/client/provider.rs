@@ -35,8 +35,6 @@ const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// `input_required` rounds one call may take.
 const MAX_INPUT_ROUNDS: usize = 8;
-/// How long telling the server of a cancellation may wait for its stdin.
-const CANCEL_WRITE_GRACE: Duration = Duration::from_millis(100);
 /// Consecutive failures allowed before giving up, by default.
 const DEFAULT_MAX_RESTARTS: u32 = 5;
 
@@ -427,7 +425,7 @@ impl Inner {
     async fn call_on_lane(
         &self,
         connection: &Connection,
-        lane: &Lane,
+        lane: &Arc<Lane>,
         name: &str,
         params: &mut CallToolRequestParams,
         ctx: &CallContext,
@@ -445,6 +443,7 @@ impl Inner {
                 return Err(ToolError::invalid_arguments(name, format!("cannot encode: {e}")));
             }
         };
+        let waiting = lane::Waiting::new(lane, &sent);
         let flight = self.events.flights.begin(ctx);
         flight.link(token.clone());
         let activity = Arc::new(Notify::new());
@@ -461,16 +460,9 @@ impl Inner {
             (&mut sent.reply).await.unwrap_or(Err(ServiceError::TransportClosed))
         };
         let waited = self.wait(response, &activity, ctx).await;
-        if let Some(reason) = waited.abandons() {
-            lane.forget(sent.number);
-            // Sent before the call returns, so that the server hears of it before any
-            // later request; a pipe that cannot take this line at once belongs to a server
-            // that stopped reading, and the dropped write closes it.
-            let line = lane::cancel_line(&sent.id, reason);
-            let _ = tokio::time::timeout(CANCEL_WRITE_GRACE, lane.write(&line)).await;
-        }
-        if matches!(waited, Waited::Reply(Err(_))) {
-            lane.forget(sent.number);
+        match waited.abandons() {
+            Some(reason) => waiting.abandon(reason).await,
+            None => waiting.finish(),
         }
         self.reply(connection, name, waited).await
     }

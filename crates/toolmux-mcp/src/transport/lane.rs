@@ -24,6 +24,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 use tokio::sync::oneshot;
@@ -191,6 +192,56 @@ impl Lane {
             // A call that gave up (cancelled, timed out) before its response arrived.
             None => tracing::trace!(id = number, "response to a call no longer waiting"),
         }
+    }
+}
+
+/// How long telling the server of a cancellation may wait for its stdin; a pipe that cannot
+/// take so short a line within it belongs to a server that stopped reading.
+pub(crate) const CANCEL_WRITE_GRACE: Duration = Duration::from_millis(100);
+
+/// A call waiting for its reply on the lane. Dropped before [`Waiting::finish`] (whoever
+/// awaited the call dropped it without cancelling it), it stops waiting and tells the
+/// server, from a task of its own since a drop cannot wait.
+pub(crate) struct Waiting {
+    lane: Arc<Lane>,
+    number: u64,
+    id: Arc<str>,
+    done: bool,
+}
+
+impl Waiting {
+    pub(crate) fn new(lane: &Arc<Lane>, sent: &Sent) -> Waiting {
+        Waiting { lane: lane.clone(), number: sent.number, id: sent.id.clone(), done: false }
+    }
+
+    /// The call is over and the server needs no word of it, or has had it.
+    pub(crate) fn finish(mut self) {
+        self.done = true;
+        self.lane.forget(self.number);
+    }
+
+    /// Tells the server the call is abandoned, before returning, so that it hears of it
+    /// before any later request.
+    pub(crate) async fn abandon(mut self, reason: &str) {
+        self.done = true;
+        self.lane.forget(self.number);
+        let line = cancel_line(&self.id, reason);
+        let _ = tokio::time::timeout(CANCEL_WRITE_GRACE, self.lane.write(&line)).await;
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.lane.forget(self.number);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let lane = self.lane.clone();
+        let line = cancel_line(&self.id, "the caller stopped waiting");
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(CANCEL_WRITE_GRACE, lane.write(&line)).await;
+        });
     }
 }
 

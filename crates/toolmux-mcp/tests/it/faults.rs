@@ -264,3 +264,23 @@ async fn a_server_that_stops_reading_cannot_hold_a_call_past_its_timeout() {
     assert_ne!(provider.server_pid(), Some(first_pid));
     provider.shutdown().await.unwrap();
 }
+
+/// A call whose future is dropped (not cancelled: a caller's own timeout, say) still tells
+/// the server, which may stop the work.
+#[tokio::test]
+async fn dropping_a_call_sends_cancelled_to_the_server() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let dropped = tokio::time::timeout(Duration::from_millis(150), call(&provider, "slow")).await;
+    assert!(dropped.is_err(), "the call was still running");
+    let started = Instant::now();
+    loop {
+        let ids = call(&provider, "cancelled_ids").await.unwrap();
+        if ids.starts_with("[\"tm-") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "no cancellation seen: {ids}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    provider.shutdown().await.unwrap();
+}
