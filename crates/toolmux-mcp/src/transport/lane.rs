@@ -42,12 +42,11 @@ pub(crate) type Tap =
 /// The prefix of the lane's request ids.
 const ID_PREFIX: &str = "tm-";
 
-/// The server's stdin, shared by rmcp's sends and the lane's; `None` once closed.
-pub(crate) type Stdin = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
-
 /// The direct lane of one stdio connection.
 pub(crate) struct Lane {
-    stdin: Stdin,
+    /// The server's stdin, written by rmcp's sends and the lane's calls alike (whole lines
+    /// under the lock); `None` once closed.
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
     /// Why the connection ended, for the error its calls get.
     fault: Fault,
     next: AtomicU64,
@@ -81,9 +80,9 @@ pub(crate) struct Sent {
 pub(crate) struct LaneClosed;
 
 impl Lane {
-    pub(crate) fn new(stdin: Stdin, fault: Fault) -> Lane {
+    pub(crate) fn new(stdin: ChildStdin, fault: Fault) -> Lane {
         Lane {
-            stdin,
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
             fault,
             next: AtomicU64::new(1),
             pending: Mutex::new(Some(HashMap::new())),
@@ -143,6 +142,13 @@ impl Lane {
         // Finished: release the lock with the pipe open.
         unfinished.0 = None;
         Ok(())
+    }
+
+    /// Closes the server's stdin (EOF asks it to exit).
+    pub(crate) async fn close_stdin(&self) {
+        if let Some(mut pipe) = self.stdin.lock().await.take() {
+            let _ = pipe.shutdown().await;
+        }
     }
 
     /// Fails every waiting call: the connection ended.

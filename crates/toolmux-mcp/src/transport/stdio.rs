@@ -13,8 +13,8 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process_group};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -135,8 +135,7 @@ pub(crate) fn spawn(
 
     tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
-    let stdin = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
-    let lane = Arc::new(Lane::new(stdin.clone(), fault.clone()));
+    let lane = Arc::new(Lane::new(stdin, fault.clone()));
     let transport = StdioTransport {
         server: server.clone(),
         stdout: BufReader::new(stdout),
@@ -144,7 +143,6 @@ pub(crate) fn spawn(
         spoken: false,
         noise: 0,
         ended: false,
-        stdin,
         fault: fault.clone(),
         exited: exited_rx.clone(),
         lane: lane.clone(),
@@ -167,8 +165,6 @@ pub(crate) struct StdioTransport {
     noise: usize,
     /// Stdout has ended or broke the protocol: the connection is over.
     ended: bool,
-    /// `None` once closed; rmcp sends each message from its own task, hence the lock.
-    stdin: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     fault: Fault,
     exited: watch::Receiver<Option<ExitStatus>>,
     /// Takes the responses to its own calls, and progress and log lines, as they are read.
@@ -259,10 +255,10 @@ impl Transport<RoleClient> for StdioTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let stdin = self.stdin.clone();
-        let fault = self.fault.clone();
+        let lane = self.lane.clone();
         let mut exited = self.exited.clone();
-        // Encoded now, in rmcp's loop; the write happens in the task rmcp spawns for it.
+        // Encoded now, in rmcp's loop; the write happens in the task rmcp spawns for it,
+        // through the lane's writer, which keeps whole lines from both apart.
         let bytes = encode_message(&item).map(|mut bytes| {
             bytes.push(b'\n');
             bytes
@@ -275,12 +271,7 @@ impl Transport<RoleClient> for StdioTransport {
                     return Ok(());
                 }
             };
-            let mut stdin = stdin.lock().await;
-            let Some(pipe) = stdin.as_mut() else { return Err(StdinClosed) };
-            if let Err(e) = pipe.write_all(&bytes).await {
-                fault.set(FaultKind::Closed(format!("cannot write to the server's stdin: {e}")));
-                *stdin = None;
-                drop(stdin);
+            if lane.write(&bytes).await.is_err() {
                 // A broken pipe usually means the server exited: let its exit status
                 // arrive, so the error the caller gets can name it.
                 let _ =
@@ -297,9 +288,7 @@ impl Transport<RoleClient> for StdioTransport {
 
     async fn close(&mut self) -> Result<(), Self::Error> {
         // EOF on stdin asks the server to exit.
-        if let Some(mut pipe) = self.stdin.lock().await.take() {
-            let _ = pipe.shutdown().await;
-        }
+        self.lane.close_stdin().await;
         self.ended = true;
         Ok(())
     }
