@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 use toolmux_core::ToolProvider;
-use toolmux_mcp::server::{ServeOptions, serve_io};
+use toolmux_mcp::server::{ServeOptions, serve_fds};
 use toolmux_mcp::{McpProvider, McpServerConfig};
 
 type Client = RunningService<RoleClient, ()>;
@@ -36,6 +36,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--relay") {
         relay();
+        return;
+    }
+    if let Some(at) = args.iter().position(|a| a == "--json-relay") {
+        json_relay(&args[at + 1]);
         return;
     }
     // `cargo test --benches` runs bench binaries without `--bench`; only measure when asked.
@@ -91,6 +95,92 @@ fn relay() {
     let to_child = copy(Box::new(stdin), Box::new(child.stdin.take().expect("piped stdin")));
     let _from_child = copy(Box::new(child.stdout.take().expect("piped stdout")), Box::new(stdout));
     let _ = to_child.join();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `--json-relay MODE`: like `--relay`, but parses every line as JSON and writes it again,
+/// as the least a JSON-aware gateway must do. MODE `threads`: two threads blocked in `read`;
+/// `tokio`: one current-thread tokio runtime, pipes registered with its event loop.
+fn json_relay(mode: &str) {
+    use std::io::{BufRead, Write};
+    use std::os::fd::AsFd;
+    let mut child = std::process::Command::new("node")
+        .arg(everything())
+        .arg("stdio")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("server-everything starts");
+    let stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned().expect("stdin"));
+    let stdout =
+        std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned().expect("stdout"));
+    let child_in =
+        std::fs::File::from(std::os::fd::OwnedFd::from(child.stdin.take().expect("piped stdin")));
+    let child_out =
+        std::fs::File::from(std::os::fd::OwnedFd::from(child.stdout.take().expect("piped stdout")));
+    if mode == "threads" {
+        let copy = |from: std::fs::File, mut to: std::fs::File| {
+            std::thread::spawn(move || {
+                let mut from = std::io::BufReader::new(from);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match from.read_until(b'\n', &mut line) {
+                        Ok(1..) => {}
+                        _ => break,
+                    }
+                    let value: serde_json::Value =
+                        serde_json::from_slice(&line).expect("a JSON line");
+                    let mut out = serde_json::to_vec(&value).expect("JSON again");
+                    out.push(b'\n');
+                    if to.write_all(&out).is_err() {
+                        break;
+                    }
+                }
+            })
+        };
+        let a = copy(stdin, child_in);
+        let _b = copy(child_out, stdout);
+        let _ = a.join();
+    } else {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        use tokio::net::unix::pipe;
+        let rt =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async move {
+            let copy = |from: pipe::Receiver, mut to: pipe::Sender| async move {
+                let mut from = tokio::io::BufReader::new(from);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match from.read_until(b'\n', &mut line).await {
+                        Ok(1..) => {}
+                        _ => break,
+                    }
+                    let value: serde_json::Value =
+                        serde_json::from_slice(&line).expect("a JSON line");
+                    let mut out = serde_json::to_vec(&value).expect("JSON again");
+                    out.push(b'\n');
+                    if to.write_all(&out).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let a = copy(
+                pipe::Receiver::from_file_unchecked(stdin).expect("a pipe"),
+                pipe::Sender::from_file_unchecked(child_in).expect("a pipe"),
+            );
+            let b = tokio::spawn(copy(
+                pipe::Receiver::from_file_unchecked(child_out).expect("a pipe"),
+                pipe::Sender::from_file_unchecked(stdout).expect("a pipe"),
+            ));
+            a.await;
+            b.abort();
+        });
+    }
     let _ = child.kill();
     let _ = child.wait();
 }
@@ -198,8 +288,8 @@ async fn binary_client(dir: &Path) -> (Client, Child) {
     spawn_client(command).await
 }
 
-/// Serves `provider` on a Unix socket from its own OS thread and current-thread runtime,
-/// as `toolmux serve --stdio` does, and returns the client end.
+/// Serves `provider` on a Unix socket with `serve_fds` from its own OS thread and
+/// current-thread runtime, as `toolmux serve --stdio` does, and returns the client end.
 fn serve_on_thread(
     provider: impl FnOnce() -> Arc<dyn ToolProvider> + Send + 'static,
 ) -> UnixStream {
@@ -210,10 +300,9 @@ fn serve_on_thread(
         runtime.block_on(async move {
             let provider = provider();
             let _ = provider.warmup().await;
-            server_end.set_nonblocking(true).expect("non-blocking");
-            let stream = UnixStream::from_std(server_end).expect("a tokio socket");
-            let (reader, writer) = stream.into_split();
-            let _ = serve_io(provider.clone(), ServeOptions::default(), reader, writer).await;
+            let input = std::os::fd::OwnedFd::from(server_end.try_clone().expect("a duplicate"));
+            let output = std::os::fd::OwnedFd::from(server_end);
+            let _ = serve_fds(provider.clone(), ServeOptions::default(), input, output).await;
             let _ = provider.shutdown().await;
         });
     });
@@ -319,6 +408,26 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             tool: "echo",
             runs: Vec::new(),
         });
+    }
+    for (key, mode, label) in [
+        (
+            "json-threads",
+            "threads",
+            "client → JSON relay, two blocking threads (parse + write every line) → server-everything",
+        ),
+        (
+            "json-tokio",
+            "tokio",
+            "client → JSON relay, current-thread tokio (parse + write every line) → server-everything",
+        ),
+    ] {
+        if wanted(key) {
+            let mut command = Command::new(std::env::current_exe().expect("the bench binary"));
+            command.arg("--json-relay").arg(mode).current_dir(std::env::temp_dir());
+            let (client, child) = spawn_client(command).await;
+            children.push(child);
+            paths.push(Measured { key, label, client, tool: "echo", runs: Vec::new() });
+        }
     }
     if wanted("provider") {
         paths.push(Measured {

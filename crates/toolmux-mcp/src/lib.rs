@@ -47,6 +47,7 @@
 
 mod client;
 mod error;
+mod inline;
 #[cfg(feature = "server")]
 pub mod server;
 mod transport;

@@ -60,6 +60,7 @@ mod stdio;
 use crate::McpError;
 use handler::{Gateway, Shared};
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::JoinHandle;
@@ -101,20 +102,65 @@ impl Default for ServeOptions {
 
 /// Serves `provider` on this process's stdin and stdout until the client closes stdin.
 ///
-/// When stdin and stdout are pipes or sockets, as an MCP client spawning toolmux makes
-/// them, they are read and written without blocking, on the runtime's event loop; tokio's
-/// own stdin and stdout hand every read and write to a blocking thread, which costs two
-/// thread wakeups per message. Anything else (a terminal, a file) falls back to those.
+/// Stdin is read by a thread of its own and a call is run on the thread whose read made it
+/// ready: started by the stdin reader, finished and answered by the reader of its
+/// upstream's response (see [`serve_fds`]); a pipe or socket on stdout is written without
+/// blocking, and set back to blocking when serving ends.
 pub async fn serve_stdio(
     provider: Arc<dyn ToolProvider>,
     options: ServeOptions,
 ) -> Result<(), McpError> {
-    let mut pipes = stdio::Pipes::take();
-    match pipes.as_mut().and_then(stdio::Pipes::split) {
-        // `pipes` lives until serving ends, then sets stdin and stdout back to blocking.
-        Some((reader, writer)) => serve_io(provider, options, reader, writer).await,
-        None => serve_io(provider, options, tokio::io::stdin(), tokio::io::stdout()).await,
-    }
+    let server = options.server_name.clone();
+    let (stdio, input, output) = stdio::Stdio::take().map_err(|source| McpError::Serve {
+        server,
+        transport: "stdio",
+        source: source.into(),
+    })?;
+    let served = serve_threaded(provider, options, input, output).await;
+    drop(stdio);
+    served
+}
+
+/// Serves `provider` over two file descriptors carrying newline-delimited JSON-RPC (a pair
+/// of pipes, or one socket twice), as [`serve_stdio`] does on stdin and stdout, until
+/// `input` ends.
+///
+/// `input` is read by a thread blocked in `read`, which starts each call right there; the
+/// call is finished, and its response written, by the thread whose read made it ready
+/// (the stdout reader of a stdio MCP server it called, or the runtime). `output` is made
+/// non-blocking when it is a pipe or a socket, and lines that do not fit are queued for a
+/// task. The reader thread ends when `input` does: an `input` that never ends keeps it
+/// until the process exits.
+pub async fn serve_fds(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+    input: OwnedFd,
+    output: OwnedFd,
+) -> Result<(), McpError> {
+    let output = match stdio::output(output) {
+        Ok(output) => output,
+        Err(source) => {
+            return Err(McpError::Serve {
+                server: options.server_name,
+                transport: "stdio",
+                source: source.into(),
+            });
+        }
+    };
+    serve_threaded(provider, options, input.into(), output).await
+}
+
+async fn serve_threaded(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+    input: std::fs::File,
+    output: session::FdOutput,
+) -> Result<(), McpError> {
+    let shared = Shared::new(provider, options);
+    let server = shared.options().server_name.clone();
+    session::run_threaded(Gateway::new(shared), input, output)
+        .await
+        .map_err(|source| McpError::Serve { server, transport: "stdio", source })
 }
 
 /// Serves `provider` over a pair of byte streams carrying newline-delimited JSON-RPC, as

@@ -39,13 +39,11 @@ const FAST_LINE_MAX: usize = 64 * 1024;
 /// How long the output may take to drain once the session ends.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Whole lines on their way to the client.
-type Outbox = mpsc::UnboundedSender<Vec<u8>>;
-
 /// Why the session failed.
 pub(super) type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-/// Serves `gateway` over `reader` and `writer` until `reader` ends.
+/// Serves `gateway` over `reader` and `writer` until `reader` ends; every read and write
+/// goes through the runtime.
 pub(super) async fn run<R, W>(gateway: Gateway, reader: R, writer: W) -> Result<(), Failure>
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -53,52 +51,291 @@ where
 {
     let (outbox, lines_out) = mpsc::unbounded_channel();
     let writing = tokio::spawn(write_out(writer, lines_out));
-    let (feed, lines_in) = mpsc::unbounded_channel();
-    let unread = Arc::new(AtomicUsize::new(0));
-    let fed = Feed { lines: lines_in, chunk: Vec::new(), at: 0, unread: unread.clone() };
-    let transport = AsyncRwTransport::new_server(
-        fed,
-        OutboxWriter { outbox: outbox.clone(), partial: Vec::new() },
-    );
-    let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
-    let mut rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
-
-    let mut session = Session {
-        lines: Lines {
-            reader: BufReader::new(reader),
-            line: Vec::new(),
-            streaming: false,
-            feed: Some(feed),
-            unread,
-        },
-        gateway,
-        peer,
-        outbox,
-        calls: Arc::default(),
-        ended: CancellationToken::new(),
-    };
+    let (mut router, mut rmcp) = Router::start(gateway, Output::Queue(outbox), None);
+    let mut lines = Lines { reader: BufReader::new(reader), framer: Framer::default() };
+    let ended = router.ended.clone();
     let served = loop {
         tokio::select! {
             served = &mut rmcp => break served,
-            more = session.lines.read_line(), if session.lines.feed.is_some() => {
-                if !more {
-                    // A partial last line is dropped, as rmcp does; closing the feed
-                    // lets rmcp finish what it has and then see the end.
-                    session.lines.line.clear();
-                    session.lines.feed = None;
-                    session.ended.cancel();
-                    continue;
-                }
-                session.take_line();
+            more = lines.read_line(&router), if router.feed.is_some() => match more {
+                Some(line) => router.route(line),
+                None => router.end(),
             }
         }
     };
     // The client is gone or rmcp ended the session: calls still running are cancelled.
-    session.ended.cancel();
-    drop(session);
+    ended.cancel();
+    drop(router);
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, writing).await;
     served.unwrap_or_else(|e| Err(Box::new(e)))
 }
+
+/// Serves `gateway` reading `input` on a thread of its own and writing `output` from the
+/// thread that has the line: a call is started on the thread that read its request, and
+/// finished, and answered, on the thread that read its upstream's response (see
+/// [`crate::inline`]). Serving ends when `input` ends or rmcp ends the session; a reader
+/// blocked on an `input` that never ends is left to the process's exit.
+pub(super) async fn run_threaded(
+    gateway: Gateway,
+    input: std::fs::File,
+    output: FdOutput,
+) -> Result<(), Failure> {
+    let out = Arc::new(FdOut::new(output)?);
+    let writing = out.clone().writer();
+    let runtime = tokio::runtime::Handle::current();
+    let (router, mut rmcp) = Router::start(gateway, Output::Fd(out.clone()), Some(runtime.clone()));
+    let ended = router.ended.clone();
+    let (done, read_all) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("toolmux-stdin".into())
+        .spawn(move || read_input(input, router, &runtime, done))?;
+    let served = tokio::select! {
+        served = &mut rmcp => served,
+        // The input ended and the feed is closed: rmcp finishes what it has, then ends.
+        _ = read_all => rmcp.await,
+    };
+    ended.cancel();
+    out.close();
+    if let Some(writing) = writing {
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, writing).await;
+    }
+    served.unwrap_or_else(|e| Err(Box::new(e)))
+}
+
+/// The reader thread of [`run_threaded`].
+fn read_input(
+    input: std::fs::File,
+    mut router: Router,
+    runtime: &tokio::runtime::Handle,
+    done: tokio::sync::oneshot::Sender<()>,
+) {
+    use std::io::BufRead;
+    let _context = runtime.enter();
+    crate::inline::adopt_thread();
+    let mut reader = std::io::BufReader::with_capacity(READ_BUFFER, input);
+    let mut framer = Framer::default();
+    loop {
+        let (taken, line) = {
+            let available = match reader.fill_buf() {
+                Ok(available) if !available.is_empty() => available,
+                Ok(_) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // One socket for both directions shares the output's non-blocking
+                    // mode: wait for input here instead.
+                    let mut wait = [rustix::event::PollFd::new(
+                        reader.get_ref(),
+                        rustix::event::PollFlags::IN,
+                    )];
+                    let _ = rustix::event::poll(&mut wait, None);
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the client's stream");
+                    break;
+                }
+            };
+            framer.take(available, &router)
+        };
+        reader.consume(taken);
+        if let Some(line) = line {
+            router.route(line);
+            crate::inline::run_ready();
+        }
+    }
+    router.end();
+    crate::inline::run_ready();
+    drop(router);
+    let _ = done.send(());
+}
+
+/// Where the session's whole lines go.
+#[derive(Clone)]
+enum Output {
+    /// To a writer task.
+    Queue(mpsc::UnboundedSender<Vec<u8>>),
+    /// Written by whoever has the line, queued only when the pipe is full.
+    Fd(Arc<FdOut>),
+}
+
+impl Output {
+    /// Sends one line; `false` once the client's stream is gone.
+    fn send(&self, line: Vec<u8>) -> bool {
+        match self {
+            Output::Queue(outbox) => outbox.send(line).is_ok(),
+            Output::Fd(out) => out.send(&line),
+        }
+    }
+}
+
+/// What the session writes to.
+pub(super) enum FdOutput {
+    /// A non-blocking pipe, watched by the runtime when it is full.
+    Pipe(std::os::fd::OwnedFd),
+    /// A non-blocking Unix socket, the same.
+    Socket(std::os::fd::OwnedFd),
+    /// Anything else (a terminal, a file): written with blocking writes.
+    Blocking(std::fs::File),
+}
+
+/// The client's stream, written by the thread that has a line: straight to the pipe when
+/// nothing is queued and it has room, else queued behind what is, for the writer task.
+struct FdOut {
+    io: FdIo,
+    state: Mutex<OutState>,
+    /// Wakes the writer task: something was queued, or the session is closing.
+    more: tokio::sync::Notify,
+}
+
+enum FdIo {
+    Pipe(tokio::net::unix::pipe::Sender),
+    Socket(tokio::net::UnixStream),
+    Blocking(std::fs::File),
+}
+
+impl FdIo {
+    /// One non-blocking write.
+    fn try_write(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self {
+            FdIo::Pipe(pipe) => pipe.try_write(bytes),
+            FdIo::Socket(socket) => socket.try_write(bytes),
+            FdIo::Blocking(file) => std::io::Write::write(&mut &*file, bytes),
+        }
+    }
+
+    /// Waits until a write may succeed.
+    async fn writable(&self) -> std::io::Result<()> {
+        match self {
+            FdIo::Pipe(pipe) => pipe.writable().await,
+            FdIo::Socket(socket) => socket.writable().await,
+            FdIo::Blocking(_) => Ok(()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct OutState {
+    /// Bytes waiting for the pipe to take them, in order.
+    queued: Vec<u8>,
+    /// The writer task holds bytes taken from `queued`: new lines queue behind them.
+    busy: bool,
+    /// The client's stream is gone: lines are dropped.
+    broken: bool,
+    /// The session ended: the writer task drains `queued` and stops.
+    closing: bool,
+}
+
+impl FdOut {
+    fn new(output: FdOutput) -> std::io::Result<FdOut> {
+        let io = match output {
+            FdOutput::Pipe(fd) => {
+                FdIo::Pipe(tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(fd)?)
+            }
+            FdOutput::Socket(fd) => FdIo::Socket(tokio::net::UnixStream::from_std(fd.into())?),
+            FdOutput::Blocking(file) => FdIo::Blocking(file),
+        };
+        Ok(FdOut { io, state: Mutex::default(), more: tokio::sync::Notify::new() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn send(&self, line: &[u8]) -> bool {
+        let mut state = self.lock();
+        if state.broken {
+            return false;
+        }
+        if state.busy || !state.queued.is_empty() {
+            state.queued.extend_from_slice(line);
+            drop(state);
+            self.more.notify_one();
+            return true;
+        }
+        if let FdIo::Blocking(file) = &self.io {
+            if let Err(e) = std::io::Write::write_all(&mut &*file, line) {
+                tracing::debug!(error = %e, "cannot write to the client");
+                state.broken = true;
+            }
+            return !state.broken;
+        }
+        let mut at = 0;
+        while at < line.len() {
+            match self.io.try_write(&line[at..]) {
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // The pipe is full: the writer task waits for room.
+                    state.queued.extend_from_slice(&line[at..]);
+                    drop(state);
+                    self.more.notify_one();
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot write to the client");
+                    state.broken = true;
+                }
+            }
+        }
+        !state.broken
+    }
+
+    /// Lets the writer task drain what is queued, then stop.
+    fn close(&self) {
+        self.lock().closing = true;
+        self.more.notify_one();
+    }
+
+    /// The task writing what the pipe could not take at once; `None` for blocking output.
+    fn writer(self: Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        (!matches!(self.io, FdIo::Blocking(_))).then(|| tokio::spawn(self.write_queued()))
+    }
+
+    async fn write_queued(self: Arc<Self>) {
+        loop {
+            let chunk = {
+                let mut state = self.lock();
+                state.busy = false;
+                if state.broken || (state.queued.is_empty() && state.closing) {
+                    return;
+                }
+                if state.queued.is_empty() {
+                    None
+                } else {
+                    state.busy = true;
+                    Some(std::mem::take(&mut state.queued))
+                }
+            };
+            let Some(chunk) = chunk else {
+                self.more.notified().await;
+                continue;
+            };
+            let mut at = 0;
+            while at < chunk.len() {
+                let written = match self.io.writable().await {
+                    Ok(()) => self.io.try_write(&chunk[at..]),
+                    Err(e) => Err(e),
+                };
+                match written {
+                    Ok(n) => at += n,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                        ) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot write to the client");
+                        self.lock().broken = true;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Stdin reads of the threaded session, at most.
+const READ_BUFFER: usize = 64 * 1024;
 
 /// rmcp's session: the handshake, then every message not taken by the direct path.
 async fn serve_rmcp(
@@ -125,60 +362,109 @@ async fn serve_rmcp(
     }
 }
 
-/// The reading side of a session.
-struct Session<R> {
-    lines: Lines<R>,
+/// rmcp's session, spawned.
+type Rmcp = tokio::task::JoinHandle<Result<(), Failure>>;
+
+/// Takes the client's lines, from whoever reads them: calls to the direct path, anything
+/// else to rmcp.
+struct Router {
     gateway: Gateway,
     /// Set once the handshake is done: from then on calls take the direct path.
     peer: Arc<OnceLock<Peer<RoleServer>>>,
-    outbox: Outbox,
+    out: Output,
     /// Calls running on the direct path, to cancel by the client's request id.
     calls: Arc<Mutex<HashMap<RequestId, CancellationToken>>>,
     /// Cancelled when the session ends.
     ended: CancellationToken,
+    /// Lines for rmcp's transport; `None` once the client's stream ended.
+    feed: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    /// Bytes handed to rmcp that it has not read yet.
+    unread: Arc<AtomicUsize>,
+    /// On a reader thread: calls run there (see [`crate::inline`]), with this runtime.
+    inline: Option<tokio::runtime::Handle>,
 }
 
-impl<R> Session<R> {
-    /// Routes the complete line in `self.lines.line`: a call to the direct path, anything
-    /// else to rmcp.
-    fn take_line(&mut self) {
-        let lines = &mut self.lines;
+impl Router {
+    /// A router and rmcp's session behind it.
+    fn start(
+        gateway: Gateway,
+        out: Output,
+        inline: Option<tokio::runtime::Handle>,
+    ) -> (Router, Rmcp) {
+        let (feed, lines_in) = mpsc::unbounded_channel();
+        let unread = Arc::new(AtomicUsize::new(0));
+        let fed = Feed { lines: lines_in, chunk: Vec::new(), at: 0, unread: unread.clone() };
+        let transport = AsyncRwTransport::new_server(
+            fed,
+            OutboxWriter { out: out.clone(), partial: Vec::new() },
+        );
+        let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
+        let rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
+        let router = Router {
+            gateway,
+            peer,
+            out,
+            calls: Arc::default(),
+            ended: CancellationToken::new(),
+            feed: Some(feed),
+            unread,
+            inline,
+        };
+        (router, rmcp)
+    }
+
+    /// The client's stream ended: a partial last line is dropped, as rmcp does; closing
+    /// the feed lets rmcp finish what it has and then see the end.
+    fn end(&mut self) {
+        self.feed = None;
+        self.ended.cancel();
+    }
+
+    /// Bytes for rmcp, in order.
+    fn send_to_rmcp(&self, bytes: Vec<u8>) {
+        if let Some(feed) = &self.feed {
+            self.unread.fetch_add(bytes.len(), Ordering::Relaxed);
+            // rmcp's transport outlives the session's reading: the receiver is there.
+            let _ = feed.send(bytes);
+        }
+    }
+
+    /// Routes one complete line: a call to the direct path, anything else to rmcp.
+    fn route(&mut self, line: Vec<u8>) {
         // rmcp reads what it was handed before the next line is read, so all of it has
-        // been read unless rmcp's task ran out of its budget; until then a call goes to
-        // rmcp too, behind the rest, so that messages keep their order.
-        let in_order = lines.unread.load(Ordering::Relaxed) == 0;
+        // been read unless rmcp's task is behind; until then a call goes to rmcp too,
+        // behind the rest, so that messages keep their order.
+        let in_order = self.unread.load(Ordering::Relaxed) == 0;
         if let Some(peer) = self.peer.get().filter(|_| in_order)
-            && let Some(call) = CallLine::parse(&lines.line)
+            && let Some(call) = CallLine::parse(&line)
         {
-            lines.line.clear();
-            self.start(peer.clone(), call);
+            self.start_call(peer.clone(), call);
             return;
         }
-        if let Some(id) = cancelled_request(&lines.line) {
+        if let Some(id) = cancelled_request(&line) {
             let token = self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             if let Some(token) = token {
                 token.cancel();
             }
         }
-        let line = std::mem::take(&mut lines.line);
-        lines.send_to_rmcp(line);
+        self.send_to_rmcp(line);
     }
 
     /// Runs a call on the direct path.
-    fn start(&self, peer: Peer<RoleServer>, call: CallLine) {
+    fn start_call(&self, peer: Peer<RoleServer>, call: CallLine) {
         let cancel = self.ended.child_token();
         let calls = self.calls.clone();
         calls.lock().unwrap_or_else(|e| e.into_inner()).insert(call.id.clone(), cancel.clone());
         let gateway = self.gateway.clone();
-        let outbox = self.outbox.clone();
-        tokio::spawn(async move {
+        let out = self.out.clone();
+        let job = async move {
             let CallLine { id, params, .. } = call;
             let notify = {
-                let outbox = outbox.clone();
+                let out = out.clone();
                 move |notification: ServerNotification| {
                     let message = ServerJsonRpcMessage::notification(notification);
                     if let Some(line) = encode(&message) {
-                        let _ = outbox.send(line);
+                        out.send(line);
                     }
                 }
             };
@@ -202,9 +488,13 @@ impl<R> Session<R> {
                 Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id: &id, error }),
             };
             if let Some(line) = line {
-                let _ = outbox.send(line);
+                out.send(line);
             }
-        });
+        };
+        match &self.inline {
+            Some(runtime) => crate::inline::spawn(runtime.clone(), job),
+            None => drop(tokio::spawn(job)),
+        }
     }
 }
 
@@ -323,9 +613,9 @@ async fn write_out<W: AsyncWrite + Unpin>(
     }
 }
 
-/// The writing half of rmcp's transport: whole lines into the outbox.
+/// The writing half of rmcp's transport: whole lines to the session's output.
 struct OutboxWriter {
-    outbox: Outbox,
+    out: Output,
     /// The part of a line written so far.
     partial: Vec<u8>,
 }
@@ -341,7 +631,7 @@ impl AsyncWrite for OutboxWriter {
         while let Some(at) = rest.iter().position(|&b| b == b'\n') {
             let mut line = std::mem::take(&mut this.partial);
             line.extend_from_slice(&rest[..=at]);
-            if this.outbox.send(line).is_err() {
+            if !this.out.send(line) {
                 return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
             }
             rest = &rest[at + 1..];
@@ -359,61 +649,63 @@ impl AsyncWrite for OutboxWriter {
     }
 }
 
-/// The client's stream, read a line at a time.
-struct Lines<R> {
-    reader: BufReader<R>,
+/// Splits the client's bytes into lines: short ones whole, for the router; longer ones
+/// streamed to rmcp as they arrive (rmcp caps them), so nothing here buffers an unbounded
+/// line.
+#[derive(Default)]
+struct Framer {
     /// The line being read; a read interrupted by the session's `select!` resumes into it.
     line: Vec<u8>,
     /// The rest of the current line goes to rmcp as it arrives (it was too long).
     streaming: bool,
-    /// Lines for rmcp's transport; `None` once `reader` ended.
-    feed: Option<mpsc::UnboundedSender<Vec<u8>>>,
-    /// Bytes handed to rmcp that it has not read yet.
-    unread: Arc<AtomicUsize>,
 }
 
-impl<R: AsyncRead + Unpin> Lines<R> {
-    /// Reads until a whole short line is in `self.line` (`true`) or `reader` ends
-    /// (`false`); long lines and their tails go to rmcp on the way. Cancel-safe: no await
-    /// lies between taking bytes from the reader and storing them.
-    async fn read_line(&mut self) -> bool {
-        loop {
-            let (taken, complete) = {
-                let available = match self.reader.fill_buf().await {
-                    Ok(available) if !available.is_empty() => available,
-                    Ok(_) => return false,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "cannot read the client's stream");
-                        return false;
-                    }
-                };
-                let newline = available.iter().position(|&b| b == b'\n');
-                let take = newline.map_or(available.len(), |at| at + 1);
-                if self.streaming || self.line.len() + take > FAST_LINE_MAX {
-                    let mut chunk = std::mem::take(&mut self.line);
-                    chunk.extend_from_slice(&available[..take]);
-                    self.send_to_rmcp(chunk);
-                    self.streaming = newline.is_none();
-                    (take, false)
-                } else {
-                    self.line.extend_from_slice(&available[..take]);
-                    (take, newline.is_some())
-                }
-            };
-            self.reader.consume(taken);
-            if complete {
-                return true;
-            }
+impl Framer {
+    /// Takes bytes from `available`: how many it took, and a whole short line if that
+    /// completed one.
+    fn take(&mut self, available: &[u8], router: &Router) -> (usize, Option<Vec<u8>>) {
+        let newline = available.iter().position(|&b| b == b'\n');
+        let take = newline.map_or(available.len(), |at| at + 1);
+        if self.streaming || self.line.len() + take > FAST_LINE_MAX {
+            let mut chunk = std::mem::take(&mut self.line);
+            chunk.extend_from_slice(&available[..take]);
+            router.send_to_rmcp(chunk);
+            self.streaming = newline.is_none();
+            (take, None)
+        } else {
+            self.line.extend_from_slice(&available[..take]);
+            (take, newline.map(|_| std::mem::take(&mut self.line)))
         }
     }
 }
 
-impl<R> Lines<R> {
-    fn send_to_rmcp(&self, bytes: Vec<u8>) {
-        if let Some(feed) = &self.feed {
-            self.unread.fetch_add(bytes.len(), Ordering::Relaxed);
-            // rmcp's transport outlives the session's reading: the receiver is there.
-            let _ = feed.send(bytes);
+/// The client's stream, read a line at a time on the runtime.
+struct Lines<R> {
+    reader: BufReader<R>,
+    framer: Framer,
+}
+
+impl<R: AsyncRead + Unpin> Lines<R> {
+    /// Reads until a whole short line is read (`Some`) or `reader` ends (`None`); long
+    /// lines and their tails go to rmcp on the way. Cancel-safe: no await lies between
+    /// taking bytes from the reader and storing them.
+    async fn read_line(&mut self, router: &Router) -> Option<Vec<u8>> {
+        loop {
+            let (taken, line) = {
+                let available = match self.reader.fill_buf().await {
+                    Ok(available) if !available.is_empty() => available,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot read the client's stream");
+                        return None;
+                    }
+                };
+                self.framer.take(available, router)
+            };
+            self.reader.consume(taken);
+            if line.is_some() {
+                return line;
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::lane::Lane;
@@ -34,6 +34,8 @@ const GRACEFUL_EXIT: Duration = Duration::from_millis(500);
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Non-JSON lines logged before the first message (startup banners), at most.
 const NOISE_LINES_LOGGED: usize = 8;
+/// Stdout reads, at most.
+const READ_BUFFER: usize = 64 * 1024;
 /// Capacity the stdout line buffer keeps between messages.
 const LINE_BUFFER_KEEP: usize = 1 << 20;
 /// Longest stderr line logged, in bytes; the rest is cut.
@@ -136,36 +138,133 @@ pub(crate) fn spawn(
     tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
     let lane = Arc::new(Lane::new(stdin, fault.clone()));
-    let transport = StdioTransport {
+    let (received, messages) = mpsc::unbounded_channel();
+    let reader = StdoutReader {
         server: server.clone(),
-        stdout: BufReader::new(stdout),
-        line: Vec::new(),
         spoken: false,
         noise: 0,
-        ended: false,
         fault: fault.clone(),
-        exited: exited_rx.clone(),
         lane: lane.clone(),
+        received,
     };
+    reader.start(stdout)?;
+    let transport =
+        StdioTransport { messages, ended: false, exited: exited_rx.clone(), lane: lane.clone() };
     Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx, lane }))
 }
 
-/// The rmcp side of a stdio server: messages are written to its stdin and read from its
-/// stdout right in rmcp's service loop, with no pump task or channel between (each would
-/// cost a task wakeup per message, a measurable part of a call that takes 100 µs).
+/// What the stdout reader passes on to rmcp.
 #[derive(Debug)]
-pub(crate) struct StdioTransport {
+enum Received {
+    /// Not the lane's: boxed, as these are the rare ones (the handshake, listings).
+    Message(Box<RxJsonRpcMessage<RoleClient>>),
+    /// The server broke the protocol: the connection is over now.
+    Broken,
+}
+
+/// Reads the server's stdout on a thread of its own, blocked in `read`: responses to the
+/// lane's calls, with progress and log lines, are handed to their calls right there, and
+/// the calls run on this thread if they were started on a reader thread (see
+/// [`crate::inline`]); everything else goes to rmcp's session by channel.
+///
+/// Reading is strict: once the server has spoken JSON-RPC, a line that is not a message
+/// ends the connection with a protocol error naming it.
+struct StdoutReader {
     server: String,
-    stdout: BufReader<ChildStdout>,
-    /// The line being read; a read interrupted by rmcp's `select!` resumes into it.
-    line: Vec<u8>,
     /// Whether the server has sent a message (lines before that may be banners).
     spoken: bool,
     /// Non-message lines seen before the first message.
     noise: usize,
+    fault: Fault,
+    lane: Arc<Lane>,
+    received: mpsc::UnboundedSender<Received>,
+}
+
+impl StdoutReader {
+    fn start(self, stdout: ChildStdout) -> std::io::Result<()> {
+        // Back to blocking mode, off the event loop.
+        let stdout = std::fs::File::from(stdout.into_owned_fd()?);
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new().name(format!("toolmux-mcp-{}", self.server)).spawn(
+            move || {
+                let _context = runtime.enter();
+                crate::inline::adopt_thread();
+                self.run(stdout);
+                crate::inline::run_ready();
+            },
+        )?;
+        Ok(())
+    }
+
+    fn run(mut self, stdout: std::fs::File) {
+        use std::io::BufRead;
+        let mut stdout = std::io::BufReader::with_capacity(READ_BUFFER, stdout);
+        let mut line = Vec::new();
+        loop {
+            match stdout.read_until(b'\n', &mut line) {
+                Ok(0) => {
+                    self.fault.set(FaultKind::Closed("server closed its stdout".into()));
+                    return;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let why = format!("cannot read the server's stdout: {e}");
+                    self.fault.set(FaultKind::Closed(why));
+                    return;
+                }
+            }
+            let parsed = {
+                let trimmed = line.trim_ascii();
+                (!trimmed.is_empty()).then(|| parse_message(trimmed))
+            };
+            line.clear();
+            // A huge result is held once, as the parsed message; the line buffer does not
+            // keep its capacity for the rest of the connection.
+            if line.capacity() > LINE_BUFFER_KEEP {
+                line = Vec::new();
+            }
+            match parsed {
+                None => {}
+                Some(Ok(message)) => {
+                    self.spoken = true;
+                    if let Some(message) = self.lane.take(message)
+                        && self.received.send(Received::Message(Box::new(message))).is_err()
+                    {
+                        // The connection was dropped.
+                        return;
+                    }
+                }
+                Some(Err(why)) if self.spoken => {
+                    tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
+                    self.fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
+                    // Ending the connection now fails the in-flight calls now.
+                    self.lane.close();
+                    let _ = self.received.send(Received::Broken);
+                    return;
+                }
+                Some(Err(why)) => {
+                    // Before the first message some servers print banners; they are noise
+                    // unless the handshake then fails, and the startup error mentions them.
+                    self.noise += 1;
+                    if self.noise <= NOISE_LINES_LOGGED {
+                        tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
+                    }
+                    self.fault.note_noise(why);
+                }
+            }
+            crate::inline::run_ready();
+        }
+    }
+}
+
+/// The rmcp side of a stdio server: messages are written to its stdin by the lane's writer
+/// (in the task rmcp spawns for each send), and read from the channel of its stdout reader.
+#[derive(Debug)]
+pub(crate) struct StdioTransport {
+    messages: mpsc::UnboundedReceiver<Received>,
     /// Stdout has ended or broke the protocol: the connection is over.
     ended: bool,
-    fault: Fault,
     exited: watch::Receiver<Option<ExitStatus>>,
     /// Takes the responses to its own calls, and progress and log lines, as they are read.
     lane: Arc<Lane>,
@@ -183,63 +282,21 @@ impl Drop for StdioTransport {
 pub(crate) struct StdinClosed;
 
 impl StdioTransport {
-    /// The next message on stdout; `None` when the connection is over.
-    ///
-    /// Cancel-safe, as rmcp polls it in a `select!`: a partly read line stays in
-    /// `self.line` and the next call continues it.
+    /// The next message on stdout; `None` when the connection is over. Cancel-safe, as
+    /// rmcp polls it in a `select!`.
     async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        while !self.ended {
-            match self.stdout.read_until(b'\n', &mut self.line).await {
-                Ok(0) => {
-                    self.fault.set(FaultKind::Closed("server closed its stdout".into()));
-                    self.ended = true;
-                    break;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let why = format!("cannot read the server's stdout: {e}");
-                    self.fault.set(FaultKind::Closed(why));
-                    self.ended = true;
-                    break;
-                }
-            }
-            let parsed = {
-                let trimmed = self.line.trim_ascii();
-                (!trimmed.is_empty()).then(|| parse_message(trimmed))
-            };
-            self.line.clear();
-            // A huge result is held once, as the parsed message; the line buffer does not
-            // keep its capacity for the rest of the connection.
-            if self.line.capacity() > LINE_BUFFER_KEEP {
-                self.line = Vec::new();
-            }
-            match parsed {
-                None => {}
-                Some(Ok(message)) => {
-                    self.spoken = true;
-                    if let Some(message) = self.lane.take(message) {
-                        return Some(message);
-                    }
-                }
-                Some(Err(why)) if self.spoken => {
-                    tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
-                    self.fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
-                    // Ending the connection now fails the in-flight calls now.
-                    self.ended = true;
-                    self.lane.close();
-                    return None;
-                }
-                Some(Err(why)) => {
-                    // Before the first message some servers print banners; they are noise
-                    // unless the handshake then fails, and the startup error mentions them.
-                    self.noise += 1;
-                    if self.noise <= NOISE_LINES_LOGGED {
-                        tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
-                    }
-                    self.fault.note_noise(why);
-                }
-            }
+        if self.ended {
+            return None;
         }
+        match self.messages.recv().await {
+            Some(Received::Message(message)) => return Some(*message),
+            Some(Received::Broken) => {
+                self.ended = true;
+                return None;
+            }
+            None => {}
+        }
+        self.ended = true;
         // Stdout ended: let the exit status arrive so the error can name it.
         let _ =
             tokio::time::timeout(EXIT_STATUS_GRACE, self.exited.wait_for(Option::is_some)).await;

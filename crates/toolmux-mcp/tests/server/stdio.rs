@@ -1,7 +1,9 @@
 //! Serving over an in-process stdio pair, driven by rmcp's client.
 
 use crate::provider::{Fixture, LONG_NAME};
-use crate::support::{Lifecycle, call, connect_io, eventually, first_text, within};
+use crate::support::{
+    Lifecycle, call, connect_io, connect_streams, eventually, first_text, socket_pair, within,
+};
 use expect_test::expect;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, PaginatedRequestParams,
@@ -312,13 +314,90 @@ async fn the_server_ends_when_the_client_leaves() {
     within(server).await.unwrap().unwrap();
 }
 
+/// The same server on async streams (`serve_io`) lists, calls and ends alike.
+#[tokio::test]
+async fn serving_async_streams_lists_calls_and_ends() {
+    let (client, _, server) =
+        connect_streams(fixture(0), ServeOptions::default(), Lifecycle::Initialize).await;
+    let tools = within(client.list_all_tools()).await.unwrap();
+    assert!(tools.iter().any(|t| t.name == LONG_NAME), "{tools:?}");
+    assert_eq!(first_text(&call(&client, LONG_NAME, json!({})).await), "long name reached");
+    within(client.cancel()).await.unwrap();
+    within(server).await.unwrap().unwrap();
+}
+
+/// A client that sends many calls before reading anything: responses that do not fit in
+/// the socket wait in order for the client to read, none is lost or cut, and the reader
+/// thread goes on taking requests meanwhile.
+#[tokio::test]
+async fn responses_wait_for_a_client_that_is_not_reading() {
+    use toolmux_core::{ToolKind, ToolOutput, ToolSet};
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Input {
+        n: usize,
+    }
+    const CALLS: usize = 40;
+    const SIZE: usize = 64 * 1024;
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_typed(
+        "big",
+        "A large text",
+        |input: Input, _| async move {
+            Ok(ToolOutput::text(format!("{}:{}", input.n, "x".repeat(SIZE))))
+        },
+    );
+    let (stream, server) = socket_pair(Arc::new(tools), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    for n in 0..CALLS {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                "name": "big", "arguments": {"n": n}
+            }}))
+            .await;
+    }
+    let mut seen = [false; CALLS];
+    for _ in 0..CALLS {
+        let response = client.next().await;
+        let n = response["id"].as_u64().expect("a response to a call") as usize;
+        let text = response["result"]["content"][0]["text"].as_str().expect("a text result");
+        assert_eq!(text.len(), format!("{n}:").len() + SIZE, "response {n} is whole");
+        assert!(text.starts_with(&format!("{n}:")), "response {n} answers call {n}");
+        seen[n] = true;
+    }
+    assert!(seen.iter().all(|&s| s), "every call answered once");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
+
+type BoxedRead = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+type BoxedWrite = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
+
 /// A raw JSON-RPC client on the server's stream: writes lines, reads lines.
 struct RawClient {
-    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
-    writer: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    lines: tokio::io::Lines<tokio::io::BufReader<BoxedRead>>,
+    writer: BoxedWrite,
 }
 
 impl RawClient {
+    fn new(stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let (reader, writer) = tokio::io::split(stream);
+        let reader: BoxedRead = Box::new(reader);
+        RawClient { lines: tokio::io::BufReader::new(reader).lines(), writer: Box::new(writer) }
+    }
+
+    /// The `initialize` handshake of a client that can answer elicitations.
+    async fn handshake(&mut self) {
+        self.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+        assert_eq!(self.next().await["id"], "init");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    }
+
     async fn send(&mut self, message: serde_json::Value) {
         use tokio::io::AsyncWriteExt;
         let line = format!("{message}\n");
@@ -336,7 +415,16 @@ impl RawClient {
 /// client goes out as a request whose answer comes back to the call.
 #[tokio::test]
 async fn direct_calls_log_report_and_ask_before_their_result() {
-    use tokio::io::AsyncBufReadExt;
+    direct_calls_scenario(true).await;
+}
+
+/// As [`direct_calls_log_report_and_ask_before_their_result`], served on async streams.
+#[tokio::test]
+async fn direct_calls_on_async_streams_log_report_and_ask_before_their_result() {
+    direct_calls_scenario(false).await;
+}
+
+async fn direct_calls_scenario(threaded: bool) {
     use toolmux_core::{ElicitationRequest, LogLevel, Progress, ToolKind, ToolOutput, ToolSet};
     #[derive(serde::Deserialize, schemars::JsonSchema)]
     struct Input {}
@@ -353,28 +441,21 @@ async fn direct_calls_log_report_and_ask_before_their_result() {
             Ok(ToolOutput::text(format!("hello {}", name.as_str().unwrap_or("?"))))
         },
     );
-    let (client_io, server_io) = tokio::io::duplex(1 << 16);
-    let (reader, writer) = tokio::io::split(server_io);
-    let server = tokio::spawn(toolmux_mcp::server::serve_io(
-        Arc::new(tools),
-        ServeOptions::default(),
-        reader,
-        writer,
-    ));
-    let (client_reader, client_writer) = tokio::io::split(client_io);
-    let mut client = RawClient {
-        lines: tokio::io::BufReader::new(client_reader).lines(),
-        writer: client_writer,
+    let (mut client, server) = if threaded {
+        let (stream, server) = socket_pair(Arc::new(tools), ServeOptions::default());
+        (RawClient::new(stream), server)
+    } else {
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (reader, writer) = tokio::io::split(server_io);
+        let server = tokio::spawn(toolmux_mcp::server::serve_io(
+            Arc::new(tools),
+            ServeOptions::default(),
+            reader,
+            writer,
+        ));
+        (RawClient::new(client_io), server)
     };
-    client
-        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {"form": {}}},
-            "clientInfo": {"name": "raw", "version": "1"}
-        }}))
-        .await;
-    assert_eq!(client.next().await["id"], 1);
-    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client.handshake().await;
     client
         .send(json!({"jsonrpc": "2.0", "id": 2, "method": "logging/setLevel", "params": {"level": "info"}}))
         .await;

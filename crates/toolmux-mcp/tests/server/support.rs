@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::ToolProvider;
 use toolmux_mcp::McpError;
-use toolmux_mcp::server::{ServeOptions, bind_http, serve_io};
+use toolmux_mcp::server::{ServeOptions, bind_http, serve_fds, serve_io};
 
 /// Installs ring as rustls's crypto provider, which reqwest (built without one) needs.
 pub fn install_crypto() {
@@ -70,8 +70,39 @@ fn lifecycle_mode(lifecycle: Lifecycle) -> ClientLifecycleMode {
 }
 
 /// A client connected to `provider` served over an in-process stdio pair, and the
-/// server's task, which ends when the client closes its side.
+/// server's task, which ends when the client closes its side. The server runs as
+/// `toolmux serve --stdio` does: [`serve_fds`], a reader thread on one end of a Unix
+/// socket pair.
 pub async fn connect_io(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+    lifecycle: Lifecycle,
+) -> (Client, Recorder, JoinHandle<Result<(), McpError>>) {
+    let (client_io, server) = socket_pair(provider, options);
+    let recorder = Recorder::default();
+    let client =
+        within(recorder.clone().serve_with_lifecycle(client_io, lifecycle_mode(lifecycle)))
+            .await
+            .expect("client connects");
+    (client, recorder, server)
+}
+
+/// `provider` served with [`serve_fds`] on one end of a Unix socket pair (the same socket
+/// as input and output); the other end, and the server's task.
+pub fn socket_pair(
+    provider: Arc<dyn ToolProvider>,
+    options: ServeOptions,
+) -> (tokio::net::UnixStream, JoinHandle<Result<(), McpError>>) {
+    let (client_end, server_end) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    let input = std::os::fd::OwnedFd::from(server_end.try_clone().expect("a duplicate"));
+    let server = tokio::spawn(serve_fds(provider, options, input, server_end.into()));
+    client_end.set_nonblocking(true).expect("non-blocking");
+    (tokio::net::UnixStream::from_std(client_end).expect("a tokio socket"), server)
+}
+
+/// As [`connect_io`], served with [`serve_io`] on async streams (every read and write on
+/// the runtime).
+pub async fn connect_streams(
     provider: Arc<dyn ToolProvider>,
     options: ServeOptions,
     lifecycle: Lifecycle,
