@@ -39,7 +39,8 @@ fn main() {
         return;
     }
     if let Some(at) = args.iter().position(|a| a == "--json-relay") {
-        json_relay(&args[at + 1]);
+        let number = |i: usize| args.get(at + i).and_then(|a| a.parse().ok()).unwrap_or(0);
+        json_relay(&args[at + 1], number(2), number(3));
         return;
     }
     // `cargo test --benches` runs bench binaries without `--bench`; only measure when asked.
@@ -102,7 +103,7 @@ fn relay() {
 /// `--json-relay MODE`: like `--relay`, but parses every line as JSON and writes it again,
 /// as the least a JSON-aware gateway must do. MODE `threads`: two threads blocked in `read`;
 /// `tokio`: one current-thread tokio runtime, pipes registered with its event loop.
-fn json_relay(mode: &str) {
+fn json_relay(mode: &str, pre: u64, post: u64) {
     use std::io::{BufRead, Write};
     use std::os::fd::AsFd;
     let mut child = std::process::Command::new("node")
@@ -136,9 +137,11 @@ fn json_relay(mode: &str) {
                         serde_json::from_slice(&line).expect("a JSON line");
                     let mut out = serde_json::to_vec(&value).expect("JSON again");
                     out.push(b'\n');
+                    spin(pre);
                     if to.write_all(&out).is_err() {
                         break;
                     }
+                    spin(post);
                 }
             })
         };
@@ -183,6 +186,14 @@ fn json_relay(mode: &str) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Keeps the CPU busy for `us` microseconds (a stand-in for work around a write).
+fn spin(us: u64) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_micros(us) {
+        std::hint::spin_loop();
+    }
 }
 
 fn root() -> PathBuf {
@@ -275,7 +286,7 @@ async fn relay_client() -> (Client, Child) {
 
 /// The client of `toolmux serve --stdio` with server-everything as its one MCP server;
 /// the configuration lives in `dir`, which also gets toolmux's outputs and statistics.
-async fn binary_client(dir: &Path) -> (Client, Child) {
+async fn binary_client(dir: &Path, binary: PathBuf) -> (Client, Child) {
     let config = serde_json::json!({
         "mcpServers": {
             "everything": {"command": "node", "args": [everything(), "stdio"]}
@@ -283,7 +294,7 @@ async fn binary_client(dir: &Path) -> (Client, Child) {
     });
     let file = dir.join("toolmux.json");
     std::fs::write(&file, config.to_string()).expect("the configuration is written");
-    let mut command = Command::new(toolmux_binary());
+    let mut command = Command::new(binary);
     command.arg("--config").arg(&file).arg("serve").arg("--stdio").current_dir(dir);
     spawn_client(command).await
 }
@@ -387,8 +398,20 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
         tool: "echo",
         runs: Vec::new(),
     });
+    // `TOOLMUX_BIN_B`: a second build measured in the same run, for before/after pairs.
+    if let Some(other) = std::env::var_os("TOOLMUX_BIN_B") {
+        let (binary, child) = binary_client(&dir, PathBuf::from(other)).await;
+        children.push(child);
+        paths.push(Measured {
+            key: "binary-b",
+            label: "the same through the `TOOLMUX_BIN_B` build",
+            client: binary,
+            tool: "everything__echo",
+            runs: Vec::new(),
+        });
+    }
     if wanted("binary") {
-        let (binary, child) = binary_client(&dir).await;
+        let (binary, child) = binary_client(&dir, toolmux_binary()).await;
         children.push(child);
         paths.push(Measured {
             key: "binary",
@@ -409,21 +432,20 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             runs: Vec::new(),
         });
     }
-    for (key, mode, label) in [
-        (
-            "json-threads",
-            "threads",
-            "client → JSON relay, two blocking threads (parse + write every line) → server-everything",
-        ),
-        (
-            "json-tokio",
-            "tokio",
-            "client → JSON relay, current-thread tokio (parse + write every line) → server-everything",
-        ),
+    for (key, mode, pre, post, label) in [
+        ("json-threads", "threads", 0, 0, "client → JSON relay, two blocking threads (parse + write every line) → server-everything"),
+        ("json-pre", "threads", 10, 0, "the same, 10 µs of work before each write"),
+        ("json-post", "threads", 0, 10, "the same, 10 µs of work after each write"),
+        ("json-tokio", "tokio", 0, 0, "client → JSON relay, current-thread tokio (parse + write every line) → server-everything"),
     ] {
         if wanted(key) {
             let mut command = Command::new(std::env::current_exe().expect("the bench binary"));
-            command.arg("--json-relay").arg(mode).current_dir(std::env::temp_dir());
+            command
+                .arg("--json-relay")
+                .arg(mode)
+                .arg(pre.to_string())
+                .arg(post.to_string())
+                .current_dir(std::env::temp_dir());
             let (client, child) = spawn_client(command).await;
             children.push(child);
             paths.push(Measured { key, label, client, tool: "echo", runs: Vec::new() });
