@@ -433,10 +433,22 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
         });
     }
     for (key, mode, pre, post, label) in [
-        ("json-threads", "threads", 0, 0, "client → JSON relay, two blocking threads (parse + write every line) → server-everything"),
+        (
+            "json-threads",
+            "threads",
+            0,
+            0,
+            "client → JSON relay, two blocking threads (parse + write every line) → server-everything",
+        ),
         ("json-pre", "threads", 10, 0, "the same, 10 µs of work before each write"),
         ("json-post", "threads", 0, 10, "the same, 10 µs of work after each write"),
-        ("json-tokio", "tokio", 0, 0, "client → JSON relay, current-thread tokio (parse + write every line) → server-everything"),
+        (
+            "json-tokio",
+            "tokio",
+            0,
+            0,
+            "client → JSON relay, current-thread tokio (parse + write every line) → server-everything",
+        ),
     ] {
         if wanted(key) {
             let mut command = Command::new(std::env::current_exe().expect("the bench binary"));
