@@ -37,6 +37,11 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const MAX_INPUT_ROUNDS: usize = 8;
 /// Consecutive failures allowed before giving up, by default.
 const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// Quiet time after a `tools/list_changed` before the list is fetched again: servers send
+/// them in bursts (server-everything sends four as it starts), and one fetch serves a burst.
+const REFRESH_QUIET: Duration = Duration::from_millis(40);
+/// Longest a refresh waits for a burst of `tools/list_changed` to end.
+const REFRESH_MAX_DELAY: Duration = Duration::from_millis(400);
 
 /// One MCP server as a tool provider: namespace = server name, tools under the server's own
 /// names (the orchestrator prefixes `{server}__`).
@@ -579,6 +584,20 @@ fn spawn_refresher(inner: Weak<Inner>, connection: Arc<Connection>) {
                 () = events.tools_changed.notified() => {}
                 () = shutdown.cancelled() => return,
                 () = closed(&connection) => return,
+            }
+            // Wait for the burst to end, so that one fetch answers it.
+            let latest = Instant::now() + REFRESH_MAX_DELAY;
+            loop {
+                let now = Instant::now();
+                if now >= latest {
+                    break;
+                }
+                let quiet = (now + REFRESH_QUIET).min(latest);
+                tokio::select! {
+                    () = events.tools_changed.notified() => {}
+                    () = tokio::time::sleep_until(quiet) => break,
+                    () = shutdown.cancelled() => return,
+                }
             }
             let Some(inner) = inner.upgrade() else { return };
             if let Err(e) = inner.fetch_tools(&connection).await {

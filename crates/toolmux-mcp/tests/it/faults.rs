@@ -30,8 +30,8 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .with_cancellable(SampleCall::new("slow", json!({})))
         .check(&provider)
         .await;
-    // Eleven tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 11);
+    // Thirteen tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 13);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -168,6 +168,24 @@ async fn list_changed_refreshes_the_list_and_notifies() {
 }
 
 #[tokio::test]
+async fn a_burst_of_list_changed_is_one_refresh() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let mut changes = provider.tool_list_changes().expect("list changes are signalled");
+    let before: usize = call(&provider, "list_count").await.unwrap().parse().unwrap();
+    call(&provider, "add_tool_burst").await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await);
+    // Longer than the refresher's quiet time and its longest wait: a second refresh would
+    // have started by now.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let after: usize = call(&provider, "list_count").await.unwrap().parse().unwrap();
+    assert_eq!(after - before, 1, "four list_changed in a burst, one tools/list");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
 async fn shutdown_kills_grandchildren_in_the_group() {
     let provider = provider("ok");
     let grandchild: i32 = call(&provider, "spawn_child").await.unwrap().parse().unwrap();
@@ -207,7 +225,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 11);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 13);
     provider.shutdown().await.unwrap();
 }
 
