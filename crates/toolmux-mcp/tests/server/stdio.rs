@@ -471,6 +471,18 @@ async fn direct_calls_scenario(threaded: bool) {
         if message["method"] == "elicitation/create" {
             assert_eq!(message["params"]["message"], "Your name?");
             seen.push("elicitation".to_owned());
+            // A second call under the id of the one in flight is refused, and the first
+            // goes on.
+            client
+                .send(json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {
+                    "name": "greet", "arguments": {}
+                }}))
+                .await;
+            let refused = client.next().await;
+            assert_eq!(refused["id"], "c", "{refused}");
+            assert_eq!(refused["error"]["code"], -32600, "{refused}");
+            let text = refused["error"]["message"].as_str().unwrap_or_default();
+            assert!(text.contains("already used by a call in flight"), "{refused}");
             client
                 .send(json!({"jsonrpc": "2.0", "id": message["id"].clone(), "result": {
                     "action": "accept", "content": {"name": "Ann"}
