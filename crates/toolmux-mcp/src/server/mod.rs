@@ -129,8 +129,9 @@ pub async fn serve_stdio(
 /// call is finished, and its response written, by the thread whose read made it ready
 /// (the stdout reader of a stdio MCP server it called, or the runtime). `output` is made
 /// non-blocking when it is a pipe or a socket, and lines that do not fit are queued for a
-/// task. The reader thread ends when `input` does: an `input` that never ends keeps it
-/// until the process exits.
+/// task. The reader thread ends when `input` does, or, when `input` is a socket, when
+/// serving ends first; a pipe that is never closed keeps its reader until the process
+/// exits.
 pub async fn serve_fds(
     provider: Arc<dyn ToolProvider>,
     options: ServeOptions,

@@ -86,15 +86,28 @@ pub(super) async fn run_threaded(
     let (router, mut rmcp) = Router::start(gateway, Output::Fd(out.clone()), Some(runtime.clone()));
     let ended = router.ended.clone();
     let (done, read_all) = tokio::sync::oneshot::channel::<()>();
+    // A second handle on the input, to end the reader's `read` when serving ends first.
+    let unblock = input.try_clone().ok();
     std::thread::Builder::new()
         .name("toolmux-stdin".into())
         .spawn(move || read_input(input, router, &runtime, done))?;
+    let gone = out.gone.clone();
     let served = tokio::select! {
         served = &mut rmcp => served,
         // The input ended and the feed is closed: rmcp finishes what it has, then ends.
         _ = read_all => rmcp.await,
+        // Nothing can be written to the client any more: it went away, as at end of input.
+        () = gone.cancelled() => {
+            rmcp.abort();
+            Ok(Ok(()))
+        }
     };
     ended.cancel();
+    // On a socket, the reader thread's `read` returns end of input now; a pipe or a
+    // terminal has no such call, and its reader ends when the client closes its end.
+    if let Some(input) = unblock {
+        let _ = rustix::net::shutdown(&input, rustix::net::Shutdown::Read);
+    }
     out.close();
     if let Some(writing) = writing {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, writing).await;
@@ -185,6 +198,9 @@ struct FdOut {
     state: Mutex<OutState>,
     /// Wakes the writer task: something was queued, or the session is closing.
     more: tokio::sync::Notify,
+    /// Cancelled when the client's stream breaks: nothing more can reach the client, so
+    /// the session ends.
+    gone: CancellationToken,
 }
 
 enum FdIo {
@@ -234,7 +250,12 @@ impl FdOut {
             FdOutput::Socket(fd) => FdIo::Socket(tokio::net::UnixStream::from_std(fd.into())?),
             FdOutput::Blocking(file) => FdIo::Blocking(file),
         };
-        Ok(FdOut { io, state: Mutex::default(), more: tokio::sync::Notify::new() })
+        Ok(FdOut {
+            io,
+            state: Mutex::default(),
+            more: tokio::sync::Notify::new(),
+            gone: CancellationToken::new(),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, OutState> {
@@ -256,6 +277,7 @@ impl FdOut {
             if let Err(e) = std::io::Write::write_all(&mut &*file, line) {
                 tracing::debug!(error = %e, "cannot write to the client");
                 state.broken = true;
+                self.gone.cancel();
             }
             return !state.broken;
         }
@@ -274,6 +296,8 @@ impl FdOut {
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot write to the client");
                     state.broken = true;
+                    self.gone.cancel();
+                    break;
                 }
             }
         }
@@ -326,6 +350,7 @@ impl FdOut {
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot write to the client");
                         self.lock().broken = true;
+                        self.gone.cancel();
                         return;
                     }
                 }

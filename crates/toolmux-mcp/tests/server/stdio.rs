@@ -518,3 +518,44 @@ async fn direct_calls_scenario(threaded: bool) {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// When serving ends before the client's input does (here the client stops reading, so
+/// nothing can be written to it), the thread reading a socket input lets go of it instead
+/// of keeping it until the process exits: the client then finds the socket closed.
+#[tokio::test]
+async fn serving_that_ends_first_lets_go_of_a_socket_input() {
+    use std::io::{BufRead, Write};
+    let (stream, server) = socket_pair(fixture(0), ServeOptions::default());
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    let client = tokio::task::spawn_blocking(move || {
+        let mut writer = &stream;
+        let mut lines = std::io::BufReader::new(&stream).lines();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }});
+        writeln!(writer, "{initialize}").unwrap();
+        assert!(lines.next().unwrap().unwrap().contains("\"id\":1"));
+        writeln!(writer, "{}", json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .unwrap();
+        stream.shutdown(std::net::Shutdown::Read).unwrap();
+        writeln!(writer, "{}", json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).unwrap();
+        stream
+    });
+    let stream = within(client).await.unwrap();
+    // The answer to the ping cannot be written: the session ends with the input still open.
+    let _ = within(server).await.unwrap();
+    let closed = tokio::task::spawn_blocking(move || {
+        let ping = format!("{}\n", json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+        for _ in 0..500 {
+            match (&stream).write_all(ping.as_bytes()) {
+                Ok(()) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                Err(e) => return Some(e.kind()),
+            }
+        }
+        None
+    });
+    let closed = within(closed).await.unwrap();
+    assert_eq!(closed, Some(std::io::ErrorKind::BrokenPipe), "the server's end stays open");
+}
