@@ -198,8 +198,8 @@ struct FdOut {
     state: Mutex<OutState>,
     /// Wakes the writer task: something was queued, or the session is closing.
     more: tokio::sync::Notify,
-    /// Cancelled when the client's stream breaks: nothing more can reach the client, so
-    /// the session ends.
+    /// Cancelled when the client's stream breaks: lines are dropped from then on, and the
+    /// session ends, as nothing more can reach the client.
     gone: CancellationToken,
 }
 
@@ -235,8 +235,6 @@ struct OutState {
     queued: Vec<u8>,
     /// The writer task holds bytes taken from `queued`: new lines queue behind them.
     busy: bool,
-    /// The client's stream is gone: lines are dropped.
-    broken: bool,
     /// The session ended: the writer task drains `queued` and stops.
     closing: bool,
 }
@@ -264,7 +262,7 @@ impl FdOut {
 
     fn send(&self, line: &[u8]) -> bool {
         let mut state = self.lock();
-        if state.broken {
+        if self.gone.is_cancelled() {
             return false;
         }
         if state.busy || !state.queued.is_empty() {
@@ -276,10 +274,9 @@ impl FdOut {
         if let FdIo::Blocking(file) = &self.io {
             if let Err(e) = std::io::Write::write_all(&mut &*file, line) {
                 tracing::debug!(error = %e, "cannot write to the client");
-                state.broken = true;
                 self.gone.cancel();
             }
-            return !state.broken;
+            return !self.gone.is_cancelled();
         }
         let mut at = 0;
         while at < line.len() {
@@ -295,13 +292,12 @@ impl FdOut {
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot write to the client");
-                    state.broken = true;
                     self.gone.cancel();
                     break;
                 }
             }
         }
-        !state.broken
+        !self.gone.is_cancelled()
     }
 
     /// Lets the writer task drain what is queued, then stop.
@@ -320,7 +316,7 @@ impl FdOut {
             let chunk = {
                 let mut state = self.lock();
                 state.busy = false;
-                if state.broken || (state.queued.is_empty() && state.closing) {
+                if self.gone.is_cancelled() || (state.queued.is_empty() && state.closing) {
                     return;
                 }
                 if state.queued.is_empty() {
@@ -349,7 +345,6 @@ impl FdOut {
                         ) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot write to the client");
-                        self.lock().broken = true;
                         self.gone.cancel();
                         return;
                     }
