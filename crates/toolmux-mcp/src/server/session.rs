@@ -474,25 +474,30 @@ impl Router {
     fn start_call(&self, peer: Peer<RoleServer>, call: CallLine) {
         let cancel = self.ended.child_token();
         let calls = self.calls.clone();
-        {
-            let mut in_flight = calls.lock().unwrap_or_else(|e| e.into_inner());
-            if in_flight.contains_key(&call.id) {
-                // JSON-RPC: an id names one request; a second call under it could not be
-                // told apart in the response, nor cancelled on its own.
-                let error = ErrorData::invalid_request(
-                    format!(
-                        "request id {} is already used by a call in flight; give each request an id of its own",
-                        call.id
-                    ),
-                    None,
-                );
-                let response = ErrorResponse { jsonrpc: JsonRpcVersion2_0, id: &call.id, error };
-                if let Some(line) = encode(&response) {
-                    self.out.send(line);
-                }
-                return;
+        // One lookup: the id is taken unless a call in flight already has it.
+        let taken = match calls.lock().unwrap_or_else(|e| e.into_inner()).entry(call.id.clone()) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(cancel.clone());
+                true
             }
-            in_flight.insert(call.id.clone(), cancel.clone());
+        };
+        if !taken {
+            // JSON-RPC: an id names one request; a second call under it could not be told
+            // apart in the response, nor cancelled on its own.
+            let error = ErrorData::invalid_request(
+                format!(
+                    "request id {} is already used by a call in flight; give each request an id of its own",
+                    call.id
+                ),
+                None,
+            );
+            if let Some(line) =
+                encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id: &call.id, error })
+            {
+                self.out.send(line);
+            }
+            return;
         }
         let gateway = self.gateway.clone();
         let out = self.out.clone();
