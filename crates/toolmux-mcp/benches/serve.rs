@@ -32,6 +32,9 @@ use toolmux_mcp::{McpProvider, McpServerConfig};
 
 type Client = RunningService<RoleClient, ()>;
 
+/// Calls per path in each round of the interleaved measurement.
+const ROUND: usize = 50;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--relay") {
@@ -350,15 +353,13 @@ async fn local_client() -> Client {
 }
 
 /// Median, p90 and p99 of `calls` sequential calls of `tool`, after a warm-up.
-async fn measure(client: &Client, tool: &'static str, calls: usize) -> [Duration; 3] {
+/// Calls `tool` `calls` times in a row; the latency of each call.
+async fn measure(client: &Client, tool: &'static str, calls: usize) -> Vec<Duration> {
     let params = || {
         let arguments = serde_json::json!({"message": "hello"});
         CallToolRequestParams::new(tool)
             .with_arguments(arguments.as_object().cloned().unwrap_or_default())
     };
-    for _ in 0..100 {
-        client.call_tool(params()).await.expect("echo answers");
-    }
     let mut latencies = Vec::with_capacity(calls);
     for _ in 0..calls {
         let start = Instant::now();
@@ -366,9 +367,18 @@ async fn measure(client: &Client, tool: &'static str, calls: usize) -> [Duration
         latencies.push(start.elapsed());
         assert_ne!(result.is_error, Some(true), "echo failed: {result:?}");
     }
-    latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
-    [at(0.5), at(0.9), at(0.99)]
+    latencies
+}
+
+/// The value at quantile `q` of sorted `samples`.
+fn quantile(samples: &[Duration], q: f64) -> Duration {
+    samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)]
+}
+
+/// The median of `samples`, sorting them.
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    quantile(samples, 0.5)
 }
 
 /// One measured path.
@@ -378,7 +388,10 @@ struct Measured {
     label: &'static str,
     client: Client,
     tool: &'static str,
-    runs: Vec<[Duration; 3]>,
+    /// Every measured call's latency.
+    samples: Vec<Duration>,
+    /// The median of each round.
+    rounds: Vec<Duration>,
 }
 
 #[expect(clippy::print_stdout, reason = "a benchmark prints its table")]
@@ -396,7 +409,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
         label: "client → server-everything (stdio)",
         client: direct,
         tool: "echo",
-        runs: Vec::new(),
+        samples: Vec::new(),
+        rounds: Vec::new(),
     });
     // `TOOLMUX_BIN_B`: a second build measured in the same run, for before/after pairs.
     if let Some(other) = std::env::var_os("TOOLMUX_BIN_B") {
@@ -407,7 +421,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             label: "the same through the `TOOLMUX_BIN_B` build",
             client: binary,
             tool: "everything__echo",
-            runs: Vec::new(),
+            samples: Vec::new(),
+            rounds: Vec::new(),
         });
     }
     if wanted("binary") {
@@ -418,7 +433,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             label: "client → `toolmux serve --stdio` → server-everything",
             client: binary,
             tool: "everything__echo",
-            runs: Vec::new(),
+            samples: Vec::new(),
+            rounds: Vec::new(),
         });
     }
     if wanted("relay") {
@@ -429,7 +445,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             label: "client → byte relay process (no parsing) → server-everything: the floor",
             client: relay,
             tool: "echo",
-            runs: Vec::new(),
+            samples: Vec::new(),
+            rounds: Vec::new(),
         });
     }
     for (key, mode, pre, post, label) in [
@@ -460,7 +477,14 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
                 .current_dir(std::env::temp_dir());
             let (client, child) = spawn_client(command).await;
             children.push(child);
-            paths.push(Measured { key, label, client, tool: "echo", runs: Vec::new() });
+            paths.push(Measured {
+                key,
+                label,
+                client,
+                tool: "echo",
+                samples: Vec::new(),
+                rounds: Vec::new(),
+            });
         }
     }
     if wanted("provider") {
@@ -469,7 +493,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             label: "in-process: client → toolmux server → McpProvider → server-everything",
             client: provider_client().await,
             tool: "echo",
-            runs: Vec::new(),
+            samples: Vec::new(),
+            rounds: Vec::new(),
         });
     }
     if wanted("local") {
@@ -478,43 +503,66 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             label: "in-process: client → toolmux server → local echo (the serving hop)",
             client: local_client().await,
             tool: "echo",
-            runs: Vec::new(),
+            samples: Vec::new(),
+            rounds: Vec::new(),
         });
     }
-    // Alternate the paths so that drift of the machine affects all alike.
-    for _ in 0..3 {
+    // Interleave the paths in short rounds, so that the machine's drift (on a shared VM the
+    // direct path alone moves by ±15% from one second to the next) falls on all alike, and
+    // compare each round's medians with the direct path's in the same round.
+    for path in &paths {
+        measure(&path.client, path.tool, 100).await;
+    }
+    let rounds = (calls * 3).div_ceil(ROUND);
+    for _ in 0..rounds {
         for path in &mut paths {
-            let run = measure(&path.client, path.tool, calls).await;
-            path.runs.push(run);
+            let mut round = measure(&path.client, path.tool, ROUND).await;
+            path.samples.extend_from_slice(&round);
+            path.rounds.push(median(&mut round));
         }
     }
     let us = |d: Duration| d.as_micros();
     println!("| path | calls | median µs | p90 µs | p99 µs |");
     println!("|---|---|--:|--:|--:|");
     let mut medians = Vec::new();
-    for path in &paths {
-        // The run with the best median, for each path.
-        let best = *path.runs.iter().min_by_key(|r| r[0]).expect("three runs");
-        medians.push(best[0]);
+    for path in &mut paths {
+        path.samples.sort_unstable();
+        let samples = &path.samples;
+        medians.push(quantile(samples, 0.5));
         println!(
-            "| {} | {calls} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             path.label,
-            us(best[0]),
-            us(best[1]),
-            us(best[2])
+            samples.len(),
+            us(quantile(samples, 0.5)),
+            us(quantile(samples, 0.9)),
+            us(quantile(samples, 0.99))
         );
     }
     println!();
-    for (path, median) in paths.iter().zip(&medians).skip(1) {
-        if matches!(path.key, "binary" | "relay") {
+    let direct = paths[0].rounds.clone();
+    for (path, median_all) in paths.iter().zip(&medians).skip(1) {
+        if matches!(path.key, "binary" | "binary-b" | "relay" | "json-threads") {
+            let mut ratios: Vec<f64> = path
+                .rounds
+                .iter()
+                .zip(&direct)
+                .map(|(m, d)| m.as_secs_f64() / d.as_secs_f64())
+                .collect();
+            ratios.sort_unstable_by(f64::total_cmp);
             println!(
-                "ratio of medians, {} / direct: {:.2}",
+                "ratio {} / direct: {:.2} of the medians of all calls; {:.2} the median of {} same-round ratios (quartiles {:.2}–{:.2})",
                 path.key,
-                median.as_secs_f64() / medians[0].as_secs_f64()
+                median_all.as_secs_f64() / medians[0].as_secs_f64(),
+                ratios[ratios.len() / 2],
+                ratios.len(),
+                ratios[ratios.len() / 4],
+                ratios[ratios.len() * 3 / 4],
             );
         }
     }
-    println!("(target for binary ≤ 1.3; best median of 3 runs each)");
+    println!(
+        "(target for binary ≤ 1.3; {ROUND}-call rounds of each path in turn, {rounds} rounds)"
+    );
     for path in paths {
         let _ = path.client.cancel().await;
     }

@@ -484,12 +484,15 @@ impl Inner {
         let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
         let mut response = std::pin::pin!(response);
         loop {
+            // In this order: the response's first poll writes the request, before the waits
+            // below register themselves; a response that is there wins over the rest.
             tokio::select! {
+                biased;
                 reply = &mut response => return Waited::Reply(reply),
-                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
                 () = ctx.cancel_token().cancelled() => return Waited::Cancelled,
-                () = &mut idle => return Waited::TimedOut(timeout),
                 () = self.shutdown.cancelled() => return Waited::ShutDown,
+                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
+                () = &mut idle => return Waited::TimedOut(timeout),
             }
         }
     }
