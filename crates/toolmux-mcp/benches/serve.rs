@@ -125,7 +125,43 @@ fn json_relay(mode: &str, pre: u64, post: u64) {
         std::fs::File::from(std::os::fd::OwnedFd::from(child.stdin.take().expect("piped stdin")));
     let child_out =
         std::fs::File::from(std::os::fd::OwnedFd::from(child.stdout.take().expect("piped stdout")));
-    if mode == "threads" {
+    if mode == "poll" {
+        use std::io::Read;
+        let mut sides = [(stdin, child_in, Vec::new()), (child_out, stdout, Vec::new())];
+        let mut chunk = vec![0u8; 64 * 1024];
+        'outer: loop {
+            let ready = {
+                let mut fds = [
+                    rustix::event::PollFd::new(&sides[0].0, rustix::event::PollFlags::IN),
+                    rustix::event::PollFd::new(&sides[1].0, rustix::event::PollFlags::IN),
+                ];
+                if rustix::event::poll(&mut fds, None).is_err() {
+                    continue;
+                }
+                [!fds[0].revents().is_empty(), !fds[1].revents().is_empty()]
+            };
+            for (i, side) in sides.iter_mut().enumerate() {
+                if !ready[i] {
+                    continue;
+                }
+                let n = match side.0.read(&mut chunk) {
+                    Ok(0) | Err(_) => break 'outer,
+                    Ok(n) => n,
+                };
+                side.2.extend_from_slice(&chunk[..n]);
+                while let Some(end) = side.2.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = side.2.drain(..=end).collect();
+                    let value: serde_json::Value =
+                        serde_json::from_slice(&line).expect("a JSON line");
+                    let mut out = serde_json::to_vec(&value).expect("JSON again");
+                    out.push(b'\n');
+                    if side.1.write_all(&out).is_err() {
+                        break 'outer;
+                    }
+                }
+            }
+        }
+    } else if mode == "threads" {
         let copy = |from: std::fs::File, mut to: std::fs::File| {
             std::thread::spawn(move || {
                 let mut from = std::io::BufReader::new(from);
@@ -457,6 +493,7 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
             0,
             "client → JSON relay, two blocking threads (parse + write every line) → server-everything",
         ),
+        ("json-poll", "poll", 0, 0, "the same, one thread waiting in `poll` for both pipes"),
         ("json-pre", "threads", 10, 0, "the same, 10 µs of work before each write"),
         ("json-post", "threads", 0, 10, "the same, 10 µs of work after each write"),
         (
@@ -541,7 +578,7 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
     println!();
     let direct = paths[0].rounds.clone();
     for (path, median_all) in paths.iter().zip(&medians).skip(1) {
-        if matches!(path.key, "binary" | "binary-b" | "relay" | "json-threads") {
+        if matches!(path.key, "binary" | "binary-b" | "relay" | "json-threads" | "json-poll") {
             let mut ratios: Vec<f64> = path
                 .rounds
                 .iter()
