@@ -14,8 +14,10 @@
 //! and the `toolmux` binary: `target/release/toolmux`, or the path in `TOOLMUX_BIN`).
 //! Options: `--quick` (fewer calls), `--calls N`, `--only binary,relay,provider,local` (the
 //! direct path is always measured). A byte relay process (this binary with `--relay`)
-//! shows the floor any process between client and server costs. The table it prints is what
-//! BENCHMARKS-serve.md records.
+//! shows the floor any process between client and server costs. The paths take turns in
+//! 50-call rounds, so that the machine's drift falls on all of them alike; each ratio is
+//! printed of the medians of all calls and as the median of same-round ratios. The table it
+//! prints is what BENCHMARKS-serve.md records.
 
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::RunningService;
