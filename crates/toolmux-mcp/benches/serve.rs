@@ -105,6 +105,14 @@ fn relay() {
     let _ = child.wait();
 }
 
+/// One JSON line parsed and written again, as a JSON-aware relay must at least do.
+fn rewrite(line: &[u8]) -> Vec<u8> {
+    let value: serde_json::Value = serde_json::from_slice(line).expect("a JSON line");
+    let mut out = serde_json::to_vec(&value).expect("JSON again");
+    out.push(b'\n');
+    out
+}
+
 /// `--json-relay MODE`: like `--relay`, but parses every line as JSON and writes it again,
 /// as the least a JSON-aware gateway must do. MODE `threads`: two threads blocked in `read`;
 /// `tokio`: one current-thread tokio runtime, pipes registered with its event loop.
@@ -153,10 +161,7 @@ fn json_relay(mode: &str, pre: u64, post: u64) {
                 side.2.extend_from_slice(&chunk[..n]);
                 while let Some(end) = side.2.iter().position(|&b| b == b'\n') {
                     let line: Vec<u8> = side.2.drain(..=end).collect();
-                    let value: serde_json::Value =
-                        serde_json::from_slice(&line).expect("a JSON line");
-                    let mut out = serde_json::to_vec(&value).expect("JSON again");
-                    out.push(b'\n');
+                    let out = rewrite(&line);
                     if side.1.write_all(&out).is_err() {
                         break 'outer;
                     }
@@ -174,10 +179,7 @@ fn json_relay(mode: &str, pre: u64, post: u64) {
                         Ok(1..) => {}
                         _ => break,
                     }
-                    let value: serde_json::Value =
-                        serde_json::from_slice(&line).expect("a JSON line");
-                    let mut out = serde_json::to_vec(&value).expect("JSON again");
-                    out.push(b'\n');
+                    let out = rewrite(&line);
                     spin(pre);
                     if to.write_all(&out).is_err() {
                         break;
@@ -204,10 +206,7 @@ fn json_relay(mode: &str, pre: u64, post: u64) {
                         Ok(1..) => {}
                         _ => break,
                     }
-                    let value: serde_json::Value =
-                        serde_json::from_slice(&line).expect("a JSON line");
-                    let mut out = serde_json::to_vec(&value).expect("JSON again");
-                    out.push(b'\n');
+                    let out = rewrite(&line);
                     if to.write_all(&out).await.is_err() {
                         break;
                     }
@@ -390,7 +389,6 @@ async fn local_client() -> Client {
     ().serve(stream).await.expect("handshake with toolmux")
 }
 
-/// Median, p90 and p99 of `calls` sequential calls of `tool`, after a warm-up.
 /// Calls `tool` `calls` times in a row; the latency of each call.
 async fn measure(client: &Client, tool: &'static str, calls: usize) -> Vec<Duration> {
     let params = || {
@@ -432,6 +430,12 @@ struct Measured {
     rounds: Vec<Duration>,
 }
 
+impl Measured {
+    fn new(key: &'static str, label: &'static str, client: Client, tool: &'static str) -> Self {
+        Measured { key, label, client, tool, samples: Vec::new(), rounds: Vec::new() }
+    }
+}
+
 #[expect(clippy::print_stdout, reason = "a benchmark prints its table")]
 async fn run(calls: usize, only: Option<Vec<String>>) {
     let dir = std::env::temp_dir().join(format!("toolmux-serve-bench-{}", std::process::id()));
@@ -442,50 +446,37 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
     let mut paths = Vec::new();
     let (direct, child) = direct_client().await;
     children.push(child);
-    paths.push(Measured {
-        key: "direct",
-        label: "client → server-everything (stdio)",
-        client: direct,
-        tool: "echo",
-        samples: Vec::new(),
-        rounds: Vec::new(),
-    });
+    paths.push(Measured::new("direct", "client → server-everything (stdio)", direct, "echo"));
     // `TOOLMUX_BIN_B`: a second build measured in the same run, for before/after pairs.
     if let Some(other) = std::env::var_os("TOOLMUX_BIN_B") {
         let (binary, child) = binary_client(&dir, PathBuf::from(other)).await;
         children.push(child);
-        paths.push(Measured {
-            key: "binary-b",
-            label: "the same through the `TOOLMUX_BIN_B` build",
-            client: binary,
-            tool: "everything__echo",
-            samples: Vec::new(),
-            rounds: Vec::new(),
-        });
+        paths.push(Measured::new(
+            "binary-b",
+            "the same through the `TOOLMUX_BIN_B` build",
+            binary,
+            "everything__echo",
+        ));
     }
     if wanted("binary") {
         let (binary, child) = binary_client(&dir, toolmux_binary()).await;
         children.push(child);
-        paths.push(Measured {
-            key: "binary",
-            label: "client → `toolmux serve --stdio` → server-everything",
-            client: binary,
-            tool: "everything__echo",
-            samples: Vec::new(),
-            rounds: Vec::new(),
-        });
+        paths.push(Measured::new(
+            "binary",
+            "client → `toolmux serve --stdio` → server-everything",
+            binary,
+            "everything__echo",
+        ));
     }
     if wanted("relay") {
         let (relay, child) = relay_client().await;
         children.push(child);
-        paths.push(Measured {
-            key: "relay",
-            label: "client → byte relay process (no parsing) → server-everything: the floor",
-            client: relay,
-            tool: "echo",
-            samples: Vec::new(),
-            rounds: Vec::new(),
-        });
+        paths.push(Measured::new(
+            "relay",
+            "client → byte relay process (no parsing) → server-everything: the floor",
+            relay,
+            "echo",
+        ));
     }
     for (key, mode, pre, post, label) in [
         (
@@ -516,35 +507,24 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
                 .current_dir(std::env::temp_dir());
             let (client, child) = spawn_client(command).await;
             children.push(child);
-            paths.push(Measured {
-                key,
-                label,
-                client,
-                tool: "echo",
-                samples: Vec::new(),
-                rounds: Vec::new(),
-            });
+            paths.push(Measured::new(key, label, client, "echo"));
         }
     }
     if wanted("provider") {
-        paths.push(Measured {
-            key: "provider",
-            label: "in-process: client → toolmux server → McpProvider → server-everything",
-            client: provider_client().await,
-            tool: "echo",
-            samples: Vec::new(),
-            rounds: Vec::new(),
-        });
+        paths.push(Measured::new(
+            "provider",
+            "in-process: client → toolmux server → McpProvider → server-everything",
+            provider_client().await,
+            "echo",
+        ));
     }
     if wanted("local") {
-        paths.push(Measured {
-            key: "local",
-            label: "in-process: client → toolmux server → local echo (the serving hop)",
-            client: local_client().await,
-            tool: "echo",
-            samples: Vec::new(),
-            rounds: Vec::new(),
-        });
+        paths.push(Measured::new(
+            "local",
+            "in-process: client → toolmux server → local echo (the serving hop)",
+            local_client().await,
+            "echo",
+        ));
     }
     // Interleave the paths in short rounds, so that the machine's drift (on a shared VM the
     // direct path alone moves by ±15% from one second to the next) falls on all alike, and
@@ -552,7 +532,7 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
     for path in &paths {
         measure(&path.client, path.tool, 100).await;
     }
-    let rounds = (calls * 3).div_ceil(ROUND);
+    let rounds = (calls * 3).div_ceil(ROUND).max(1);
     for _ in 0..rounds {
         for path in &mut paths {
             let mut round = measure(&path.client, path.tool, ROUND).await;
