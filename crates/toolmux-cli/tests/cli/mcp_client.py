@@ -34,6 +34,7 @@ async def main() -> None:
                 "fs__grep": {"pattern": "TODO"},
                 "everything__echo": {"message": "hi"},
                 "fs__read": {"path": "../outside.txt"},
+                "everything__get-annotated-message": {"messageType": "error", "includeImage": True},
             }
             for name, arguments in calls.items():
                 if name not in names:
@@ -41,7 +42,13 @@ async def main() -> None:
                 result = await client.call_tool(name, arguments)
                 out[name] = {
                     "is_error": bool(result.is_error),
-                    "text": result.content[0].text if result.content else "",
+                    "text": getattr(result.content[0], "text", "") if result.content else "",
+                    "annotations": [
+                        c.annotations.model_dump(mode="json", exclude_none=True)
+                        if getattr(c, "annotations", None)
+                        else None
+                        for c in result.content
+                    ],
                 }
     print(json.dumps(out, sort_keys=True))
 

@@ -47,6 +47,11 @@ fn check_summary(summary: &Value) {
     assert_eq!(summary["fs__read"]["is_error"], true, "{summary}");
     let failure = summary["fs__read"]["text"].as_str().unwrap_or_default();
     assert!(failure.contains("outside the workspace root"), "{summary}");
+    // The upstream's content annotations pass through the gateway, block by block.
+    let annotated = &summary["everything__get-annotated-message"]["annotations"];
+    assert_eq!(annotated.as_array().map(Vec::len), Some(2), "{summary}");
+    assert!(annotated[0]["priority"].is_number(), "{summary}");
+    assert!(annotated[1]["audience"].is_array(), "{summary}");
 }
 
 #[test]

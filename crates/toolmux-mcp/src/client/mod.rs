@@ -2,7 +2,7 @@
 
 mod config;
 mod connection;
-mod content;
+pub(crate) mod content;
 mod filter;
 mod handler;
 mod interaction;

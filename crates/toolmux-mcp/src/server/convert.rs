@@ -55,12 +55,32 @@ fn object_schema(schema: &Value) -> JsonObject {
     }
 }
 
-/// The `tools/call` result for a tool's output.
-pub(crate) fn output(output: ToolOutput) -> CallToolResult {
-    let mut content: Vec<ContentBlock> = output.content.iter().map(content_block).collect();
+/// The `tools/call` result for a tool's output. What an upstream MCP server attached to
+/// its result and kept in the output's extras (content annotations, the result's `_meta`)
+/// goes back on the wire; annotations only while the parts are still the server's own
+/// (not replaced by a truncated or stored copy).
+pub(crate) fn output(mut output: ToolOutput) -> CallToolResult {
+    let mut content: Vec<ContentBlock> = Vec::with_capacity(output.content.len().max(1));
+    for part in output.content {
+        content.push(match part {
+            ContentPart::Text { text } => ContentBlock::text(text),
+            other => content_block(&other),
+        });
+    }
     // Structured content is also given as text for clients that read only `content`.
     if let (true, Some(structured)) = (content.is_empty(), &output.structured) {
         content.push(ContentBlock::text(structured.to_string()));
+    }
+    let replaced = output.extras.contains_key("truncated") || output.extras.contains_key("spilled");
+    if let (false, Some(Value::Array(annotated))) = (replaced, output.extras.remove("annotations"))
+    {
+        for entry in annotated {
+            let index = entry.get("index").and_then(Value::as_u64);
+            let block = index.and_then(|i| content.get_mut(usize::try_from(i).ok()?));
+            if let (Some(block), Some(annotations)) = (block, entry.get("annotations")) {
+                annotate(block, annotations);
+            }
+        }
     }
     let mut result = if output.is_error {
         CallToolResult::error(content)
@@ -68,7 +88,20 @@ pub(crate) fn output(output: ToolOutput) -> CallToolResult {
         CallToolResult::success(content)
     };
     result.structured_content = output.structured;
+    if let Some(meta @ Value::Object(_)) = output.extras.remove("_meta") {
+        result.meta = serde_json::from_value(meta).ok();
+    }
     result
+}
+
+/// Sets a block's annotations, through its wire JSON (rmcp's blocks are non-exhaustive);
+/// annotations that do not parse are left off.
+fn annotate(block: &mut ContentBlock, annotations: &Value) {
+    let Ok(Value::Object(mut wire)) = serde_json::to_value(&*block) else { return };
+    wire.insert("annotations".into(), annotations.clone());
+    if let Ok(annotated) = serde_json::from_value(Value::Object(wire)) {
+        *block = annotated;
+    }
 }
 
 /// The `tools/call` result for a call that failed: the tool ran, or tried to, and the
@@ -430,6 +463,39 @@ mod tests {
             r#"{"content":[{"text":"boom","type":"text"}],"isError":true,"resultType":"complete"}"#
         ]]
         .assert_eq(&value.to_string());
+    }
+
+    #[test]
+    fn an_upstream_result_goes_back_with_its_annotations_and_meta() {
+        let wire = json!({
+            "content": [
+                {"type": "text", "text": "plain"},
+                {"type": "text", "text": "for you", "annotations": {"audience": ["user"], "priority": 0.5}},
+                {"type": "image", "data": "aGk=", "mimeType": "image/png", "annotations": {"priority": 1.0}}
+            ],
+            "_meta": {"example.com/trace": "abc"}
+        });
+        let upstream: CallToolResult = serde_json::from_value(wire.clone()).unwrap();
+        let served = output(crate::client::content::tool_output(upstream));
+        let mut value = serde_json::to_value(served).unwrap();
+        assert_eq!(value["isError"], false);
+        let object = value.as_object_mut().unwrap();
+        object.remove("isError");
+        object.remove("resultType");
+        assert_eq!(value, wire);
+    }
+
+    #[test]
+    fn annotations_stay_off_parts_the_gateway_replaced() {
+        let upstream: CallToolResult = serde_json::from_value(json!({
+            "content": [{"type": "text", "text": "long", "annotations": {"priority": 1.0}}]
+        }))
+        .unwrap();
+        let mut out = crate::client::content::tool_output(upstream);
+        out.content = vec![ContentPart::Text { text: "lo[...]".into() }];
+        out.extras.insert("truncated".into(), json!({"bytes": 4, "omitted": 2}));
+        let value = serde_json::to_value(output(out)).unwrap();
+        assert_eq!(value["content"], json!([{"type": "text", "text": "lo[...]"}]));
     }
 
     #[test]
