@@ -303,7 +303,7 @@ impl Gateway {
             }));
         }
         drop(tx);
-        let mut out = Sender { exchange, last_progress: f64::NEG_INFINITY };
+        let mut out = Sender { exchange, progress: Rising::default() };
         let call = work(ctx);
         tokio::pin!(call);
         let needed = async {
@@ -378,15 +378,10 @@ impl Gateway {
             .with_handler(interaction);
         if let Some(token) = sinks.progress {
             let notify = sinks.notify.clone();
-            let last = Mutex::new(f64::NEG_INFINITY);
+            let rising = Mutex::new(Rising::default());
             ctx = ctx.with_progress(ProgressSink::new(move |progress: Progress| {
-                {
-                    // MCP requires progress to increase with every notification.
-                    let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-                    if progress.progress <= *last {
-                        return;
-                    }
-                    *last = progress.progress;
+                if !rising.lock().unwrap_or_else(|e| e.into_inner()).admits(progress.progress) {
+                    return;
                 }
                 let param = progress_param(&token, progress);
                 notify(ServerNotification::ProgressNotification(Notification::new(param)));
@@ -420,7 +415,27 @@ enum Outgoing {
 /// Sends a request's progress reports and log lines.
 struct Sender<'a> {
     exchange: &'a Exchange,
-    last_progress: f64,
+    progress: Rising,
+}
+
+/// MCP requires a request's progress to increase with every notification; a report that
+/// does not is dropped.
+struct Rising(f64);
+
+impl Default for Rising {
+    fn default() -> Self {
+        Rising(f64::NEG_INFINITY)
+    }
+}
+
+impl Rising {
+    fn admits(&mut self, progress: f64) -> bool {
+        if progress <= self.0 {
+            return false;
+        }
+        self.0 = progress;
+        true
+    }
 }
 
 impl Sender<'_> {
@@ -429,11 +444,9 @@ impl Sender<'_> {
         let sent = match message {
             Outgoing::Progress(progress) => {
                 let Some(token) = &self.exchange.progress else { return };
-                // MCP requires progress to increase with every notification.
-                if progress.progress <= self.last_progress {
+                if !self.progress.admits(progress.progress) {
                     return;
                 }
-                self.last_progress = progress.progress;
                 peer.notify_progress(progress_param(token, progress)).await
             }
             Outgoing::Log(message) => {
@@ -913,5 +926,20 @@ impl ServerHandler for Gateway {
             let _ = provider.unsubscribe_resource(&uri).await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rising;
+
+    #[test]
+    fn progress_that_does_not_rise_is_dropped() {
+        let mut rising = Rising::default();
+        let admitted: Vec<f64> = [0.0, 1.0, 1.0, 0.5, 2.0, -1.0, 3.5]
+            .into_iter()
+            .filter(|p| rising.admits(*p))
+            .collect();
+        assert_eq!(admitted, [0.0, 1.0, 2.0, 3.5]);
     }
 }
