@@ -133,6 +133,11 @@ impl MockProvider {
     /// Adds a tool at run time and signals the change.
     pub fn add_tool(&self, name: &str, behavior: Behavior) {
         let spec = ToolSpec::new(name, format!("mock tool {name}"), json!({"type": "object"}));
+        self.add_spec(spec, behavior);
+    }
+
+    /// Adds a tool with a full spec at run time and signals the change.
+    pub fn add_spec(&self, spec: ToolSpec, behavior: Behavior) {
         self.lock_tools().push(Arc::new(MockTool { spec, behavior, calls: AtomicU64::new(0) }));
         self.notifier.notify();
     }

@@ -18,7 +18,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     info: ServerConfig,
     /// The last listing, refreshed on every first page and on calls of unknown names.
     listing: Mutex<Option<Arc<Listing>>>,
+    /// A task keeps `listing` current ([`Shared::keep_listing`]); sessions then leave it
+    /// alone when the tools change.
+    kept: AtomicBool,
     /// Distinguishes the run ids of this server's sessions.
     sessions: AtomicU64,
     /// Distinguishes servers in one process, so run ids stay unique across them.
@@ -103,6 +106,7 @@ impl Shared {
             options,
             info,
             listing: Mutex::new(None),
+            kept: AtomicBool::new(false),
             sessions: AtomicU64::new(0),
             server_id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
             seal: StateSeal::new(),
@@ -117,8 +121,43 @@ impl Shared {
         self.listing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The tools changed: the listing is dropped, to be read again by whoever needs it
+    /// next, unless [`Shared::keep_listing`] is reading it again already.
     fn forget_listing(&self) {
-        *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if !self.kept.load(Ordering::Relaxed) {
+            *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// Keeps the listing current from a task of its own: read once now and again after
+    /// every change of the provider's tools, until `shutdown`. For servers whose
+    /// transport asks [`ServerHandler::get_tool`] (streamable HTTP, which checks a
+    /// stateless call's `Mcp-Param-*` headers against the tool's schema): that lookup is
+    /// synchronous and cannot list, so without this a call made before any `tools/list`,
+    /// or after a change, would go unchecked.
+    pub(crate) fn keep_listing(self: &Arc<Self>, shutdown: CancellationToken) {
+        self.kept.store(true, Ordering::Relaxed);
+        let mut changes = self.provider.tool_list_changes();
+        let shared = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                {
+                    let Some(shared) = shared.upgrade() else { break };
+                    let refreshed = tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        refreshed = shared.refresh_listing() => refreshed,
+                    };
+                    if let Err(error) = refreshed {
+                        tracing::debug!(error = %error.report(), "tool listing not read");
+                    }
+                }
+                let Some(changes) = changes.as_mut() else { break };
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    changed = changes.changed() => if !changed { break },
+                }
+            }
+        });
     }
 
     async fn refresh_listing(&self) -> Result<Arc<Listing>, ToolError> {
@@ -710,8 +749,10 @@ impl ServerHandler for Gateway {
     }
 
     /// The served tool of this name, from the last listing; rmcp's HTTP transport checks
-    /// `Mcp-Param-*` headers against its `x-mcp-header` arguments. A tool not listed yet
-    /// is not checked (this is synchronous, so it cannot list).
+    /// `Mcp-Param-*` headers against its `x-mcp-header` arguments. Over HTTP the listing
+    /// is read when serving starts and after every change ([`Shared::keep_listing`]); a
+    /// tool the listing does not have yet is not checked (this is synchronous, so it
+    /// cannot list).
     fn get_tool(&self, name: &str) -> Option<Tool> {
         let listing = self.shared.cached_listing()?;
         listing.tools.iter().find(|t| t.name == name).cloned()

@@ -216,7 +216,9 @@ pub async fn bind_http(
         transport: "http",
         source: source.into(),
     })?;
-    let router = http::router(Shared::new(provider, options), bound, shutdown.child_token());
+    let shared = Shared::new(provider, options);
+    shared.keep_listing(shutdown.child_token());
+    let router = http::router(shared, bound, shutdown.child_token());
     let task = tokio::spawn(http::run(server, listener, router, shutdown));
     Ok((bound, task))
 }

@@ -6,6 +6,7 @@ use rmcp::model::{CallToolRequestParams, SubscriptionFilter};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use toolmux_core::ToolSpec;
 use toolmux_mcp::server::ServeOptions;
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -67,6 +68,77 @@ async fn an_abandoned_call_cancels_the_tool() {
         within(client.cancel()).await.unwrap();
     }
     assert_eq!(mock.calls_of("hang"), 2);
+    server.stop().await;
+}
+
+/// A tool whose `region` argument a client mirrors into the `Mcp-Param-Region` header.
+fn header_tool(name: &str) -> ToolSpec {
+    ToolSpec::new(
+        name,
+        "mirrors region into a header",
+        json!({
+            "type": "object",
+            "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+            "required": ["region"],
+        }),
+    )
+}
+
+/// A raw stateless (2026-07-28) `tools/call` POST of `tool` with `region` in the body and
+/// `header` in `Mcp-Param-Region`; returns the status and the body.
+async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u16, String) {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": {"region": region},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    });
+    crate::support::install_crypto();
+    let response = within(
+        reqwest::Client::new()
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .header("mcp-param-region", header)
+            .body(body.to_string())
+            .send(),
+    )
+    .await
+    .expect("response");
+    let status = response.status().as_u16();
+    (status, within(response.text()).await.expect("body"))
+}
+
+#[tokio::test]
+async fn param_headers_are_checked_before_any_listing_and_after_a_change() {
+    let mock = Arc::new(MockProvider::new("mock").with_spec(header_tool("first"), Behavior::Echo));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let url = server.url();
+    // No client has listed the tools: the server read them itself when it started.
+    let (status, body) = stateless_call(&url, "first", "us", "eu").await;
+    assert_eq!(status, 400, "a header that contradicts the body is refused: {body}");
+    assert!(body.contains("Region"), "the refusal names the header: {body}");
+    let (status, body) = stateless_call(&url, "first", "eu", "eu").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#"\"region\":\"eu\""#), "the mock echoes the arguments: {body}");
+    // A tool added later is checked as soon as the change is known, without a listing.
+    mock.add_spec(header_tool("second"), Behavior::Echo);
+    eventually("the new tool's header to be checked", || async {
+        stateless_call(&url, "second", "us", "eu").await.0 == 400
+    })
+    .await;
+    let (status, body) = stateless_call(&url, "second", "eu", "eu").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(mock.calls_of("first") + mock.calls_of("second"), 2);
     server.stop().await;
 }
 
