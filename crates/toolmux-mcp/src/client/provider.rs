@@ -2,11 +2,12 @@
 //! cancellation, progress and list-change refreshes.
 
 use async_trait::async_trait;
+use rmcp::RoleClient;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientRequest, NumberOrString, ProgressToken,
     ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
@@ -401,7 +402,7 @@ impl Inner {
         options.meta = catalog::request_meta(connection, ctx);
         // In flight from before the send: the server may ask its questions at once.
         let flight = self.events.flights.begin(ctx);
-        let mut handle = match connection.peer.send_cancellable_request(request, options).await {
+        let handle = match connection.peer.send_cancellable_request(request, options).await {
             Ok(handle) => handle,
             Err(e) => {
                 self.connection_lost().await;
@@ -410,17 +411,26 @@ impl Inner {
         };
         let activity = Arc::new(Notify::new());
         let token = handle.progress_token.clone();
+        let mut pending = Pending(Some(handle));
         flight.link(token.clone());
         self.events.route(
             token.clone(),
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
         );
         let _unroute = Unroute { events: &self.events, token };
-        let response =
-            async { (&mut handle.rx).await.unwrap_or(Err(ServiceError::TransportClosed)) };
+        let response = async {
+            match pending.0.as_mut() {
+                Some(handle) => {
+                    (&mut handle.rx).await.unwrap_or(Err(ServiceError::TransportClosed))
+                }
+                None => Err(ServiceError::TransportClosed),
+            }
+        };
         let waited = self.wait(response, &activity, ctx).await;
-        if let Some(reason) = waited.abandons() {
-            let _ = handle.cancel(Some(reason.into())).await;
+        let handle = pending.0.take();
+        if let (Some(reason), Some(handle)) = (waited.abandons(), handle) {
+            let _ =
+                tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(Some(reason.into()))).await;
         }
         self.reply(connection, name, waited).await
     }
@@ -522,6 +532,27 @@ impl Inner {
             Waited::TimedOut(after) => Err(ToolError::Timeout { tool: name.to_owned(), after }),
             Waited::ShutDown => Err(tool_error(McpError::ShutDown { server: self.name.clone() })),
         }
+    }
+}
+
+/// How long telling a server through rmcp's session that a call was abandoned may take
+/// (over HTTP a notification is a request of its own); the caller is not held longer.
+const CANCEL_SEND_GRACE: Duration = Duration::from_secs(1);
+
+/// A request sent through rmcp's session and not answered yet. Dropped while it still
+/// holds the request (whoever awaited the call dropped it without cancelling it), it tells
+/// the server, from a task of its own since a drop cannot wait, as the lane's `Waiting`
+/// does for direct calls.
+struct Pending(Option<RequestHandle<RoleClient>>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(handle) = self.0.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            let reason = Some("the caller stopped waiting".to_owned());
+            let _ = tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(reason)).await;
+        });
     }
 }
 

@@ -15,7 +15,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::json;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -31,11 +31,21 @@ struct FaultServer {
     slow_start: Option<Duration>,
     /// Cancelled by the `die` tool: the whole HTTP service stops mid-call.
     die: CancellationToken,
+    /// Calls of `hang` started, and those the client cancelled.
+    hangs: Arc<AtomicUsize>,
+    hangs_cancelled: Arc<AtomicUsize>,
 }
 
 impl FaultServer {
     fn new(slow_start: Option<Duration>, die: CancellationToken) -> FaultServer {
-        FaultServer { extra: Arc::default(), changes: broadcast::channel(16).0, slow_start, die }
+        FaultServer {
+            extra: Arc::default(),
+            changes: broadcast::channel(16).0,
+            slow_start,
+            die,
+            hangs: Arc::default(),
+            hangs_cancelled: Arc::default(),
+        }
     }
 }
 
@@ -105,7 +115,9 @@ impl ServerHandler for FaultServer {
                 format!("rmcp echo: {}", args.get("message").and_then(|m| m.as_str()).unwrap_or(""))
             }
             "hang" => {
+                self.hangs.fetch_add(1, Ordering::SeqCst);
                 context.ct.cancelled().await;
+                self.hangs_cancelled.fetch_add(1, Ordering::SeqCst);
                 return Err(ErrorData::internal_error("cancelled", None));
             }
             "add_tool" => {
@@ -162,6 +174,8 @@ impl ServerHandler for FaultServer {
 struct HttpPeer {
     url: String,
     stop: CancellationToken,
+    hangs: Arc<AtomicUsize>,
+    hangs_cancelled: Arc<AtomicUsize>,
 }
 
 impl Drop for HttpPeer {
@@ -173,6 +187,7 @@ impl Drop for HttpPeer {
 async fn http_peer(slow_start: Option<Duration>) -> HttpPeer {
     let stop = CancellationToken::new();
     let server = FaultServer::new(slow_start, stop.clone());
+    let (hangs, hangs_cancelled) = (server.hangs.clone(), server.hangs_cancelled.clone());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -195,7 +210,7 @@ async fn http_peer(slow_start: Option<Duration>) -> HttpPeer {
             }
         });
     });
-    HttpPeer { url, stop }
+    HttpPeer { url, stop, hangs, hangs_cancelled }
 }
 
 fn http_provider(peer: &HttpPeer, mode: ProtocolMode) -> McpProvider {
@@ -253,6 +268,38 @@ async fn http_hang_times_out() {
     let out = provider.call("echo", json!({"message": "ok"}), &CallContext::new()).await.unwrap();
     assert_eq!(out.to_text(), "rmcp echo: ok");
     provider.shutdown().await.unwrap();
+}
+
+/// Waits up to 10 s for `check`.
+async fn eventually(what: &str, check: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn http_a_dropped_call_is_cancelled_on_the_server() {
+    let peer = http_peer(None).await;
+    for (round, mode) in [ProtocolMode::Legacy, ProtocolMode::Auto].into_iter().enumerate() {
+        let provider = Arc::new(http_provider(&peer, mode));
+        provider.warmup().await.unwrap();
+        let caller = provider.clone();
+        // Whoever awaited the call drops it without cancelling its context.
+        let call = tokio::spawn(async move {
+            let _ = caller.call("hang", json!({}), &CallContext::new()).await;
+        });
+        eventually("the call to reach the server", || peer.hangs.load(Ordering::SeqCst) > round)
+            .await;
+        call.abort();
+        let _ = call.await;
+        eventually(&format!("{mode:?}: the server to hear of it"), || {
+            peer.hangs_cancelled.load(Ordering::SeqCst) > round
+        })
+        .await;
+        provider.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test]
