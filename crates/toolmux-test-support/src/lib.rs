@@ -1,5 +1,6 @@
 //! Test helpers for toolmux crates: the provider conformance suite every provider must pass,
-//! and scriptable mock providers for exercising the orchestrator.
+//! scriptable mock providers for exercising the orchestrator, and [`eventually`] for
+//! waiting on what happens in the background.
 //!
 //! This crate is a dev-dependency only; nothing in it is meant for production.
 //!
@@ -25,3 +26,23 @@
 
 pub mod conformance;
 pub mod mock;
+
+use std::future::Future;
+use std::time::Duration;
+
+/// How long [`eventually`] waits before it gives up.
+pub const EVENTUALLY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Polls `check` every 10 ms until it holds; panics naming `what` after
+/// [`EVENTUALLY_TIMEOUT`].
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + EVENTUALLY_TIMEOUT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux_core::{CallContext, ToolError, ToolProvider};
 use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
 use toolmux_test_support::conformance::{Conformance, SampleCall};
+use toolmux_test_support::eventually;
 
 /// A server whose behaviour the test scripts.
 #[derive(Clone)]
@@ -270,15 +271,6 @@ async fn http_hang_times_out() {
     provider.shutdown().await.unwrap();
 }
 
-/// Waits up to 10 s for `check`.
-async fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn http_a_dropped_call_is_cancelled_on_the_server() {
     let peer = http_peer(None).await;
@@ -290,11 +282,13 @@ async fn http_a_dropped_call_is_cancelled_on_the_server() {
         let call = tokio::spawn(async move {
             let _ = caller.call("hang", json!({}), &CallContext::new()).await;
         });
-        eventually("the call to reach the server", || peer.hangs.load(Ordering::SeqCst) > round)
-            .await;
+        eventually("the call to reach the server", || async {
+            peer.hangs.load(Ordering::SeqCst) > round
+        })
+        .await;
         call.abort();
         let _ = call.await;
-        eventually(&format!("{mode:?}: the server to hear of it"), || {
+        eventually(&format!("{mode:?}: the server to hear of it"), || async {
             peer.hangs_cancelled.load(Ordering::SeqCst) > round
         })
         .await;

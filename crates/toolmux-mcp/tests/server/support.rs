@@ -162,18 +162,7 @@ pub async fn within<F: Future>(future: F) -> F::Output {
     tokio::time::timeout(TIMEOUT, future).await.expect("timed out")
 }
 
-/// Polls `check` until it holds, failing the test after [`TIMEOUT`].
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use toolmux_test_support::eventually;
 
 /// Calls `name` with `arguments`.
 pub async fn call(client: &Client, name: &str, arguments: Value) -> CallToolResult {
