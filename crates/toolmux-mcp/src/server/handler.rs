@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
-    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ToolError, ToolOutput,
-    ToolProvider,
+    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ResourceUpdates, ToolError,
+    ToolListChanges, ToolOutput, ToolProvider,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -208,6 +208,36 @@ pub(crate) struct Gateway {
     log_level: Arc<Mutex<Option<LogLevel>>>,
     /// The resource URIs this session subscribed to.
     subscriptions: Arc<Mutex<HashSet<String>>>,
+    /// The provider's streams for `subscriptions/listen` requests rmcp is about to
+    /// acknowledge, by requested filter (see [`Streams`]).
+    prepared: Arc<Mutex<Vec<(SubscriptionFilter, Streams)>>>,
+}
+
+/// What a `subscriptions/listen` request watches: the provider's change and update
+/// streams, taken in `accepted_subscription_filter`, before rmcp sends the acknowledgment
+/// (it calls `listen` only after), so that nothing the provider announces once the client
+/// holds the acknowledgment is missed.
+#[derive(Debug, Default)]
+struct Streams {
+    tools: Option<ToolListChanges>,
+    prompts: Option<ToolListChanges>,
+    resources: Option<ToolListChanges>,
+    updates: Option<ResourceUpdates>,
+}
+
+/// Prepared streams kept at most per session: a listen request whose acknowledgment
+/// failed never takes its own.
+const PREPARED_MAX: usize = 16;
+
+impl Streams {
+    fn of(provider: &dyn ToolProvider) -> Streams {
+        Streams {
+            tools: provider.tool_list_changes(),
+            prompts: provider.prompt_list_changes(),
+            resources: provider.resource_list_changes(),
+            updates: provider.resource_updates(),
+        }
+    }
 }
 
 /// The lists a provider may announce changes of.
@@ -248,6 +278,7 @@ impl Gateway {
             _session_guard: guard,
             log_level: Arc::new(Mutex::new(None)),
             subscriptions: Arc::new(Mutex::new(HashSet::new())),
+            prepared: Arc::default(),
         }
     }
 
@@ -894,26 +925,35 @@ impl ServerHandler for Gateway {
             .prompts_list_changed()
             .resources_list_changed()
             .build();
-        if self.shared.provider.resource_updates().is_some() {
+        let streams = Streams::of(&*self.shared.provider);
+        if streams.updates.is_some() {
             accepted.resource_subscriptions = requested.resource_subscriptions.clone();
         }
+        let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        if prepared.len() >= PREPARED_MAX {
+            prepared.remove(0);
+        }
+        prepared.push((requested.clone(), streams));
         Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let accepted = context.accepted().clone();
-        let wants_tools = accepted.tools_list_changed == Some(true);
-        let mut changes = self.shared.provider.tool_list_changes().filter(|_| wants_tools);
-        let wants_prompts = accepted.prompts_list_changed == Some(true);
-        let mut prompt_changes =
-            self.shared.provider.prompt_list_changes().filter(|_| wants_prompts);
-        let wants_resources = accepted.resources_list_changed == Some(true);
+        let provider = &self.shared.provider;
+        let streams = {
+            let mut prepared = self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+            let at = prepared.iter().position(|(filter, _)| filter == context.requested());
+            at.map(|at| prepared.remove(at).1)
+        };
+        let streams = streams.unwrap_or_else(|| Streams::of(&**provider));
+        let wants = |flag: Option<bool>| flag == Some(true);
+        let mut changes = streams.tools.filter(|_| wants(accepted.tools_list_changed));
+        let mut prompt_changes = streams.prompts.filter(|_| wants(accepted.prompts_list_changed));
         let mut resource_changes =
-            self.shared.provider.resource_list_changes().filter(|_| wants_resources);
+            streams.resources.filter(|_| wants(accepted.resources_list_changed));
         let uris: HashSet<String> =
             accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
-        let provider = &self.shared.provider;
-        let mut updates = if uris.is_empty() { None } else { provider.resource_updates() };
+        let mut updates = streams.updates.filter(|_| !uris.is_empty());
         let mut subscribed = Vec::new();
         if updates.is_some() {
             for uri in &uris {
