@@ -13,7 +13,10 @@
 //! serve` after `.ci/install-peers` (it needs `node` on PATH, the server-everything peer,
 //! and the `toolmux` binary: `target/release/toolmux`, or the path in `TOOLMUX_BIN`).
 //! Options: `--quick` (fewer calls), `--calls N`, `--only binary,relay,provider,local` (the
-//! direct path is always measured). A byte relay process (this binary with `--relay`)
+//! direct path is always measured), `--in-flight C` (afterwards, 3 × N calls per path made
+//! by C tasks at once: calls per second). `SERVE_BENCH_UPSTREAM=fixture` puts this crate's
+//! hand-written Rust stdio server (a fast peer) at the end of every path instead of
+//! server-everything. A byte relay process (this binary with `--relay`)
 //! shows the floor any process between client and server costs. The paths take turns in
 //! 50-call rounds, so that the machine's drift falls on all of them alike; each ratio is
 //! printed of the medians of all calls and as the median of same-round ratios. The table it
@@ -62,12 +65,16 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .map(|at| args[at + 1].split(',').map(str::to_owned).collect());
+    let in_flight = args
+        .iter()
+        .position(|a| a == "--in-flight")
+        .map_or(0, |at| args[at + 1].parse().expect("--in-flight takes a number"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
-    runtime.block_on(run(calls, only));
+    runtime.block_on(run(calls, only, in_flight));
 }
 
 /// `--relay`: copies stdin to a server-everything child and its stdout back, byte for
@@ -76,9 +83,9 @@ fn main() {
 fn relay() {
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
-    let mut child = std::process::Command::new("node")
-        .arg(everything())
-        .arg("stdio")
+    let (program, args) = upstream();
+    let mut child = std::process::Command::new(program)
+        .args(args)
         .current_dir(std::env::temp_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -119,9 +126,9 @@ fn rewrite(line: &[u8]) -> Vec<u8> {
 fn json_relay(mode: &str, pre: u64, post: u64) {
     use std::io::{BufRead, Write};
     use std::os::fd::AsFd;
-    let mut child = std::process::Command::new("node")
-        .arg(everything())
-        .arg("stdio")
+    let (program, args) = upstream();
+    let mut child = std::process::Command::new(program)
+        .args(args)
         .current_dir(std::env::temp_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -250,6 +257,22 @@ fn everything() -> PathBuf {
     script
 }
 
+/// The server every path ends at, as a program and its arguments: server-everything, or
+/// with `SERVE_BENCH_UPSTREAM=fixture` this crate's hand-written stdio fixture server (a
+/// fast peer: a few µs per call, so the gateway's own cost is most of what is measured).
+/// An environment variable, so the relay processes this bench spawns pick the same one.
+fn upstream() -> (String, Vec<String>) {
+    match std::env::var("SERVE_BENCH_UPSTREAM").as_deref() {
+        Ok("fixture") => {
+            (env!("CARGO_BIN_EXE_toolmux-mcp-fixture").to_owned(), vec!["ok".to_owned()])
+        }
+        Ok("everything") | Err(_) => {
+            ("node".to_owned(), vec![everything().display().to_string(), "stdio".to_owned()])
+        }
+        Ok(other) => panic!("SERVE_BENCH_UPSTREAM={other}: expected `everything` or `fixture`"),
+    }
+}
+
 /// The `toolmux` binary: `TOOLMUX_BIN`, or the release build of this workspace.
 #[expect(clippy::print_stderr, reason = "a benchmark warns about what it measures")]
 fn toolmux_binary() -> PathBuf {
@@ -312,8 +335,9 @@ async fn spawn_client(mut command: Command) -> (Client, Child) {
 
 /// The client of server-everything.
 async fn direct_client() -> (Client, Child) {
-    let mut command = Command::new("node");
-    command.arg(everything()).arg("stdio").current_dir(std::env::temp_dir());
+    let (program, args) = upstream();
+    let mut command = Command::new(program);
+    command.args(args).current_dir(std::env::temp_dir());
     spawn_client(command).await
 }
 
@@ -329,7 +353,7 @@ async fn relay_client() -> (Client, Child) {
 async fn binary_client(dir: &Path, binary: PathBuf) -> (Client, Child) {
     let config = serde_json::json!({
         "mcpServers": {
-            "everything": {"command": "node", "args": [everything(), "stdio"]}
+            "everything": {"command": upstream().0, "args": upstream().1}
         }
     });
     let file = dir.join("toolmux.json");
@@ -365,9 +389,8 @@ fn serve_on_thread(
 /// server-everything: the gateway without the orchestrator and the process boundary.
 async fn provider_client() -> Client {
     let stream = serve_on_thread(|| {
-        let config =
-            McpServerConfig::stdio("node", [everything().display().to_string(), "stdio".into()])
-                .with_base_dir(std::env::temp_dir());
+        let (program, args) = upstream();
+        let config = McpServerConfig::stdio(program, args).with_base_dir(std::env::temp_dir());
         Arc::new(McpProvider::new("everything", config).expect("a valid config"))
     });
     ().serve(stream).await.expect("handshake with toolmux")
@@ -389,21 +412,57 @@ async fn local_client() -> Client {
     ().serve(stream).await.expect("handshake with toolmux")
 }
 
+/// The arguments of one echo call of `tool`.
+fn params(tool: &'static str) -> CallToolRequestParams {
+    let arguments = serde_json::json!({"message": "hello"});
+    CallToolRequestParams::new(tool)
+        .with_arguments(arguments.as_object().cloned().unwrap_or_default())
+}
+
 /// Calls `tool` `calls` times in a row; the latency of each call.
 async fn measure(client: &Client, tool: &'static str, calls: usize) -> Vec<Duration> {
-    let params = || {
-        let arguments = serde_json::json!({"message": "hello"});
-        CallToolRequestParams::new(tool)
-            .with_arguments(arguments.as_object().cloned().unwrap_or_default())
-    };
     let mut latencies = Vec::with_capacity(calls);
     for _ in 0..calls {
         let start = Instant::now();
-        let result = client.call_tool(params()).await.expect("echo answers");
+        let result = client.call_tool(params(tool)).await.expect("echo answers");
         latencies.push(start.elapsed());
         assert_ne!(result.is_error, Some(true), "echo failed: {result:?}");
     }
     latencies
+}
+
+/// `calls` calls of `tool` made by `in_flight` tasks taking turns from one counter, so that
+/// up to `in_flight` calls are under way at once: the wall time and each call's latency.
+async fn measure_concurrent(
+    client: &Client,
+    tool: &'static str,
+    calls: usize,
+    in_flight: usize,
+) -> (Duration, Vec<Duration>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let peer = client.peer().clone();
+            let next = next.clone();
+            tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while next.fetch_add(1, Ordering::Relaxed) < calls {
+                    let call = Instant::now();
+                    let result = peer.call_tool(params(tool)).await.expect("echo answers");
+                    latencies.push(call.elapsed());
+                    assert_ne!(result.is_error, Some(true), "echo failed: {result:?}");
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(calls);
+    for task in tasks {
+        latencies.extend(task.await.expect("a measuring task"));
+    }
+    (start.elapsed(), latencies)
 }
 
 /// The value at quantile `q` of sorted `samples`.
@@ -437,7 +496,7 @@ impl Measured {
 }
 
 #[expect(clippy::print_stdout, reason = "a benchmark prints its table")]
-async fn run(calls: usize, only: Option<Vec<String>>) {
+async fn run(calls: usize, only: Option<Vec<String>>, in_flight: usize) {
     let dir = std::env::temp_dir().join(format!("toolmux-serve-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     let wanted =
@@ -541,6 +600,8 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
         }
     }
     let us = |d: Duration| d.as_micros();
+    let (program, args) = upstream();
+    println!("upstream: {program} {}", args.join(" "));
     println!("| path | calls | median µs | p90 µs | p99 µs |");
     println!("|---|---|--:|--:|--:|");
     let mut medians = Vec::new();
@@ -582,6 +643,32 @@ async fn run(calls: usize, only: Option<Vec<String>>) {
     println!(
         "(target for binary ≤ 1.3; {ROUND}-call rounds of each path in turn, {rounds} rounds)"
     );
+    if in_flight > 0 {
+        // Throughput: each path in turn, three times, `calls` calls with `in_flight` under way.
+        let mut totals: Vec<(Duration, Vec<Duration>)> = vec![Default::default(); paths.len()];
+        for _ in 0..3 {
+            for (path, total) in paths.iter().zip(&mut totals) {
+                let (wall, latencies) =
+                    measure_concurrent(&path.client, path.tool, calls, in_flight).await;
+                total.0 += wall;
+                total.1.extend(latencies);
+            }
+        }
+        println!();
+        println!("| path | in flight | calls | calls/s | median µs | p99 µs |");
+        println!("|---|--:|--:|--:|--:|--:|");
+        for (path, (wall, latencies)) in paths.iter().zip(&mut totals) {
+            latencies.sort_unstable();
+            println!(
+                "| {} | {in_flight} | {} | {:.0} | {} | {} |",
+                path.label,
+                latencies.len(),
+                latencies.len() as f64 / wall.as_secs_f64(),
+                us(quantile(latencies, 0.5)),
+                us(quantile(latencies, 0.99))
+            );
+        }
+    }
     for path in paths {
         let _ = path.client.cancel().await;
     }
