@@ -18,6 +18,12 @@ use std::process::ExitCode;
 use toolmux::ToolmuxError;
 use toolmux::config::{self, Loaded};
 
+/// The allocator (feature `mimalloc`, on by default): a gateway call allocates on one
+/// thread and frees on another, which glibc's malloc serves through its arena locks.
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit codes, as `--help` documents them.
 pub(crate) mod exit {
     /// The tool call failed.

@@ -52,5 +52,9 @@ mod inline;
 pub mod server;
 mod transport;
 
+/// What a message line's buffer starts with: a call or its result is 150–400 bytes, and
+/// `serde_json::to_vec`'s 128 grew it twice or three times for each.
+const LINE_CAPACITY: usize = 512;
+
 pub use client::{DeclaredTool, McpProvider, McpServerConfig, ProtocolMode, TransportKind};
 pub use error::McpError;

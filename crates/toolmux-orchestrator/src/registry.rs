@@ -72,9 +72,10 @@ pub(crate) struct ProviderTools {
 /// An immutable snapshot of all tools.
 #[derive(Debug, Default)]
 pub struct Registry {
-    entries: HashMap<Arc<str>, Arc<ToolEntry>>,
+    // foldhash: every call looks its tool up here, and SipHash cost more than the lookup.
+    entries: foldhash::HashMap<Arc<str>, Arc<ToolEntry>>,
     order: Vec<Arc<str>>,
-    aliases: HashMap<String, Arc<str>>,
+    aliases: foldhash::HashMap<String, Arc<str>>,
     problems: Vec<RegistryProblem>,
 }
 

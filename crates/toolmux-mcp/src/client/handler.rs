@@ -15,7 +15,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -42,7 +42,7 @@ pub(crate) struct ProgressRoute {
 /// Server events shared between the handler of each connection and the provider.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
-    progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
+    progress: Mutex<foldhash::HashMap<ProgressToken, ProgressRoute>>,
     /// Woken when the server says its tool list changed.
     pub(crate) tools_changed: Notify,
     /// Told when the server says its prompt list changed.

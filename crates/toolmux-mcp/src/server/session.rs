@@ -23,7 +23,6 @@ use rmcp::service::{QuitReason, ServerInitializeError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{Peer, RoleServer, ServiceExt};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -393,7 +392,7 @@ struct Router {
     peer: Arc<OnceLock<Peer<RoleServer>>>,
     out: Output,
     /// Calls running on the direct path, to cancel by the client's request id.
-    calls: Arc<Mutex<HashMap<RequestId, CancellationToken>>>,
+    calls: Arc<Mutex<foldhash::HashMap<RequestId, CancellationToken>>>,
     /// Cancelled when the session ends.
     ended: CancellationToken,
     /// Lines for rmcp's transport; `None` once the client's stream ended.
@@ -544,8 +543,9 @@ impl Router {
 
 /// One message as a line.
 fn encode(message: &impl Serialize) -> Option<Vec<u8>> {
-    match serde_json::to_vec(message) {
-        Ok(mut line) => {
+    let mut line = Vec::with_capacity(crate::LINE_CAPACITY);
+    match serde_json::to_writer(&mut line, message) {
+        Ok(()) => {
             line.push(b'\n');
             Some(line)
         }
@@ -603,7 +603,8 @@ struct CallMeta {
 
 impl CallLine {
     fn parse(line: &[u8]) -> Option<CallLine> {
-        serde_json::from_slice(line).ok()
+        // Checked as UTF-8 once, here: `from_slice` checks every string it parses on its own.
+        serde_json::from_str(std::str::from_utf8(line).ok()?).ok()
     }
 }
 

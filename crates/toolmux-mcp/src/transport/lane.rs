@@ -21,7 +21,6 @@ use rmcp::model::{
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceError};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -52,7 +51,7 @@ pub(crate) struct Lane {
     next: AtomicU64,
     /// Calls waiting for their response, by the number in their id; `None` once the
     /// connection ended (every waiting call then sees it closed).
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>,
+    pending: Mutex<Option<foldhash::HashMap<u64, oneshot::Sender<Reply>>>>,
     tap: OnceLock<Tap>,
     /// The pipe was closed under a write, or the connection ended.
     broken: Arc<AtomicBool>,
@@ -85,7 +84,7 @@ impl Lane {
             stdin: tokio::sync::Mutex::new(Some(stdin)),
             fault,
             next: AtomicU64::new(1),
-            pending: Mutex::new(Some(HashMap::new())),
+            pending: Mutex::new(Some(foldhash::HashMap::default())),
             tap: OnceLock::new(),
             broken: Arc::default(),
         }
@@ -102,7 +101,9 @@ impl Lane {
         let _ = self.tap.set(tap);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Reply>>>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, Option<foldhash::HashMap<u64, oneshot::Sender<Reply>>>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -285,7 +286,8 @@ pub(crate) fn call_line(
         params: &'a CallToolRequestParams,
     }
     let call = Call { jsonrpc: "2.0", id, method: "tools/call", params };
-    let mut line = serde_json::to_vec(&call)?;
+    let mut line = Vec::with_capacity(crate::LINE_CAPACITY);
+    serde_json::to_writer(&mut line, &call)?;
     line.push(b'\n');
     Ok(line)
 }

@@ -291,7 +291,8 @@ fn text_call_response(bytes: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         Text,
     }
 
-    let response: Response = serde_json::from_slice(bytes).ok()?;
+    // Checked as UTF-8 once, here: `from_slice` checks every string it parses on its own.
+    let response: Response = serde_json::from_str(std::str::from_utf8(bytes).ok()?).ok()?;
     let content = response.result.content.into_iter().map(|b| ContentBlock::text(b.text));
     let mut result = CallToolResult::success(content.collect());
     result.is_error = response.result.is_error;
