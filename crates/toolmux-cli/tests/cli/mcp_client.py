@@ -49,6 +49,7 @@ async def main() -> None:
                         else None
                         for c in result.content
                     ],
+                    "extras": (result.meta or {}).get("toolmux/extras"),
                 }
     print(json.dumps(out, sort_keys=True))
 

@@ -43,6 +43,9 @@ fn check_summary(summary: &Value) {
     assert!(tools.iter().filter(|t| t.starts_with("everything__")).count() > 5, "{tools:?}");
     assert_eq!(summary["fs__grep"]["text"], "notes.md", "{summary}");
     assert_eq!(summary["fs__grep"]["is_error"], false);
+    // A tool's extras reach the client in the result's `_meta`.
+    assert_eq!(summary["fs__grep"]["extras"]["matches"], 1, "{summary}");
+    assert_eq!(summary["fs__grep"]["extras"]["truncated"], false, "{summary}");
     assert_eq!(summary["everything__echo"]["text"], "Echo: hi", "{summary}");
     assert_eq!(summary["fs__read"]["is_error"], true, "{summary}");
     let failure = summary["fs__read"]["text"].as_str().unwrap_or_default();

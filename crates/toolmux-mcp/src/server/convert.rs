@@ -55,10 +55,16 @@ fn object_schema(schema: &Value) -> JsonObject {
     }
 }
 
+/// The `_meta` key under which a result carries the output's other extras: a shell
+/// command's exit code, a REST call's status, the handle of an output the orchestrator
+/// stored or the size of one it truncated, a file tool's line counts.
+pub const EXTRAS_META_KEY: &str = "toolmux/extras";
+
 /// The `tools/call` result for a tool's output. What an upstream MCP server attached to
 /// its result and kept in the output's extras (content annotations, the result's `_meta`)
 /// goes back on the wire; annotations only while the parts are still the server's own
-/// (not replaced by a truncated or stored copy).
+/// (not replaced by a truncated or stored copy). Every other extra goes in the result's
+/// `_meta` under [`EXTRAS_META_KEY`].
 pub(crate) fn output(mut output: ToolOutput) -> CallToolResult {
     let mut content: Vec<ContentBlock> = Vec::with_capacity(output.content.len().max(1));
     for part in output.content {
@@ -88,8 +94,16 @@ pub(crate) fn output(mut output: ToolOutput) -> CallToolResult {
         CallToolResult::success(content)
     };
     result.structured_content = output.structured;
-    if let Some(meta @ Value::Object(_)) = output.extras.remove("_meta") {
-        result.meta = serde_json::from_value(meta).ok();
+    let mut meta = match output.extras.remove("_meta") {
+        Some(Value::Object(meta)) => meta,
+        _ => JsonObject::new(),
+    };
+    output.extras.remove("annotations");
+    if !output.extras.is_empty() {
+        meta.insert(EXTRAS_META_KEY.to_owned(), Value::Object(output.extras));
+    }
+    if !meta.is_empty() {
+        result.meta = serde_json::from_value(Value::Object(meta)).ok();
     }
     result
 }
@@ -496,6 +510,41 @@ mod tests {
         out.extras.insert("truncated".into(), json!({"bytes": 4, "omitted": 2}));
         let value = serde_json::to_value(output(out)).unwrap();
         assert_eq!(value["content"], json!([{"type": "text", "text": "lo[...]"}]));
+    }
+
+    #[test]
+    fn other_extras_go_in_meta_beside_the_upstream_s() {
+        let mut out = ToolOutput::text("ran").with_extra("exitCode", json!(2));
+        out.extras.insert("_meta".into(), json!({"example.com/trace": "abc"}));
+        check_output(
+            out,
+            expect![[r#"
+                {
+                  "_meta": {
+                    "example.com/trace": "abc",
+                    "toolmux/extras": {
+                      "exitCode": 2
+                    }
+                  },
+                  "content": [
+                    {
+                      "text": "ran",
+                      "type": "text"
+                    }
+                  ],
+                  "isError": false,
+                  "resultType": "complete"
+                }"#]],
+        );
+        // Annotations the gateway could not keep (their part was replaced) are not extras.
+        let mut out = ToolOutput::text("lo[...]");
+        out.extras.insert("annotations".into(), json!([{"index": 0, "annotations": {}}]));
+        out.extras.insert("truncated".into(), json!({"bytes": 4, "omitted": 2}));
+        let value = serde_json::to_value(output(out)).unwrap();
+        assert_eq!(
+            value["_meta"],
+            json!({"toolmux/extras": {"truncated": {"bytes": 4, "omitted": 2}}})
+        );
     }
 
     #[test]

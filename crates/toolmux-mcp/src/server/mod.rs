@@ -57,6 +57,8 @@ mod names;
 mod session;
 mod stdio;
 
+pub use convert::EXTRAS_META_KEY;
+
 use crate::McpError;
 use handler::{Gateway, Shared};
 use std::net::SocketAddr;
