@@ -821,7 +821,7 @@ mod tests {
             .expect("a valid configuration");
         let ctx = CallContext::new();
         let future = provider.inner.call("echo", Value::Null, &ctx);
-        let size = std::mem::size_of_val(&future);
+        let size = size_of_val(&future);
         assert!(size <= 3 * 1024, "a call's future is {size} bytes; box what a call rarely runs");
     }
 }
