@@ -108,6 +108,36 @@ impl Drop for ChildGroup {
     }
 }
 
+/// Why the server's program could not be started, in words the configuration's author can
+/// act on: the OS says only "No such file or directory", which is also what a missing
+/// working directory or a script's missing interpreter gives.
+fn spawn_error(command: &StdioCommand<'_>, error: std::io::Error) -> std::io::Error {
+    let program = command.program;
+    let message = match error.kind() {
+        std::io::ErrorKind::NotFound if !command.cwd.is_dir() => format!(
+            "cannot start `{program}`: its working directory {} does not exist (check `cwd`)",
+            command.cwd.display()
+        ),
+        std::io::ErrorKind::NotFound if program.contains('/') => {
+            // A relative program is found from the server's working directory.
+            if command.cwd.join(program).exists() {
+                format!("cannot start `{program}`: the interpreter on its `#!` line was not found")
+            } else {
+                format!("cannot start `{program}`: no such file (check `command`)")
+            }
+        }
+        std::io::ErrorKind::NotFound => format!(
+            "cannot start `{program}`: no such program in PATH (install it, or give its full \
+             path in `command`)"
+        ),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("cannot start `{program}`: permission denied (is it an executable file?)")
+        }
+        _ => format!("cannot start `{program}`: {error}"),
+    };
+    std::io::Error::new(error.kind(), message)
+}
+
 /// Spawns the server; returns its transport and its process group.
 pub(crate) fn spawn(
     command: &StdioCommand<'_>,
@@ -122,7 +152,7 @@ pub(crate) fn spawn(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
+    let mut child = cmd.spawn().map_err(|e| spawn_error(command, e))?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())

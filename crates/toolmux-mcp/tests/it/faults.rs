@@ -302,3 +302,46 @@ async fn dropping_a_call_sends_cancelled_to_the_server() {
     }
     provider.shutdown().await.unwrap();
 }
+
+/// A server that cannot be started is named with what to fix, not only the OS's "No such
+/// file or directory" (which a missing program, a missing working directory and a script's
+/// missing interpreter all give).
+#[tokio::test]
+async fn a_server_that_cannot_start_says_why() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("toolmux-spawn-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = |name: &str, text: &str, mode: u32| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    script("no-interpreter.sh", "#!/nonexistent/interpreter\n", 0o755);
+    script("not-executable.sh", "#!/bin/sh\n", 0o644);
+    let shown = dir.display().to_string();
+    let report = |config: toolmux_mcp::McpServerConfig| {
+        let shown = shown.clone();
+        async move {
+            let provider = McpProvider::new("x", config.with_max_restarts(0)).unwrap();
+            let error = provider.warmup().await.unwrap_err().report();
+            provider.shutdown().await.unwrap();
+            error.replace(&shown, "DIR")
+        }
+    };
+    let stdio = |program: &str| {
+        toolmux_mcp::McpServerConfig::stdio(program, Vec::<String>::new()).with_base_dir(&dir)
+    };
+    expect_test::expect!["x: cannot connect over stdio: cannot start `toolmux-no-such-program`: no such program in PATH (install it, or give its full path in `command`)"]
+        .assert_eq(&report(stdio("toolmux-no-such-program")).await);
+    expect_test::expect![
+        "x: cannot connect over stdio: cannot start `./missing.sh`: no such file (check `command`)"
+    ]
+    .assert_eq(&report(stdio("./missing.sh")).await);
+    expect_test::expect!["x: cannot connect over stdio: cannot start `./no-interpreter.sh`: the interpreter on its `#!` line was not found"]
+        .assert_eq(&report(stdio("./no-interpreter.sh")).await);
+    expect_test::expect!["x: cannot connect over stdio: cannot start `./not-executable.sh`: permission denied (is it an executable file?)"]
+        .assert_eq(&report(stdio("./not-executable.sh")).await);
+    expect_test::expect!["x: cannot connect over stdio: cannot start `sh`: its working directory DIR/gone does not exist (check `cwd`)"]
+        .assert_eq(&report(stdio("sh").with_cwd(dir.join("gone"))).await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
