@@ -21,7 +21,9 @@ pub(crate) fn print(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`.
+/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
+/// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
+/// every transport it gives up on, which toolmux reports once, in its own words.
 pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -33,8 +35,12 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
                 2 => "debug",
                 _ => "trace",
             };
-            let spec =
-                if trace_mcp { format!("{level},toolmux_mcp=debug") } else { level.to_owned() };
+            let rmcp = if verbose >= 2 { "" } else { ",rmcp=off" };
+            let spec = if trace_mcp {
+                format!("{level}{rmcp},toolmux_mcp=debug")
+            } else {
+                format!("{level}{rmcp}")
+            };
             EnvFilter::new(spec)
         }
     };

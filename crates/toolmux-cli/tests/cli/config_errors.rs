@@ -77,6 +77,17 @@ fn unknown_queue() {
 }
 
 #[test]
+fn bad_server_url() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  remote:\n    url: localhost:8080/mcp\n",
+        expect![
+            "error: toolmux.yaml: mcp server `remote`: invalid configuration: `url` must start with http:// or https://"
+        ],
+    );
+}
+
+#[test]
 fn missing_fs_root() {
     let project = Project::new();
     project.file("toolmux.yaml", "fs:\n  root: does-not-exist\n");

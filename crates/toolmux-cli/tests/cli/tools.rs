@@ -120,3 +120,26 @@ fn list_and_call_with_server_everything() {
     let grep = project.run(&["tools", "call", "fs__grep", "--arg", "pattern=TODO"]);
     expect!["notes.md"].assert_eq(grep.ok().trim());
 }
+
+/// A server that cannot be reached is reported once, in toolmux's words, with its cause:
+/// no log lines of the MCP SDK's own and no type names, at the default verbosity.
+#[test]
+fn an_unreachable_server_is_reported_in_words() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        listener.local_addr().expect("an address").port()
+    };
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!("mcpServers:\n  remote:\n    url: http://127.0.0.1:{port}/mcp\n"),
+    );
+    let run = project.run(&["tools", "list"]);
+    // Exit code 3: a provider failed to start (`--help`).
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    expect![[r#"
+        warning: provider `remote` failed to start: remote: cannot connect over http: cannot reach the server: client error (Connect): tcp connect error: Connection refused (os error 111)
+        0 tools from 1 provider
+    "#]]
+    .assert_eq(&run.stderr);
+}

@@ -291,8 +291,54 @@ where
     })
 }
 
+/// A failed handshake in words a person can act on. rmcp wraps a transport's failure in
+/// its transport's type name (`Transport [toolmux_mcp::transport::Ordered<rmcp::...>]`),
+/// and its HTTP client error keeps the cause (a refused connection, a certificate) out of
+/// the chain; what is said here is the transport's own error, and for HTTP the client
+/// error's causes. A server that cannot be reached at all is a connect error, which is not
+/// retried with the other handshake.
 fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
-    McpError::Handshake { server: server.to_owned(), source: Box::new(error) }
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let ClientInitializeError::TransportError { error: transport, .. } = &error else {
+        return McpError::Handshake { server: server.to_owned(), source: Box::new(error) };
+    };
+    let inner = &*transport.error;
+    if let Some(StreamableHttpError::Client(http)) =
+        inner.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        // reqwest's message names the URL, which may carry a secret (a key in the query).
+        let mut causes = Vec::new();
+        let mut source = std::error::Error::source(http);
+        while let Some(cause) = source {
+            causes.push(cause.to_string());
+            source = cause.source();
+        }
+        let what = if http.is_connect() {
+            "cannot reach the server"
+        } else if http.is_timeout() {
+            "the request timed out"
+        } else {
+            "the request failed"
+        };
+        let message = if causes.is_empty() {
+            what.to_owned()
+        } else {
+            format!("{what}: {}", causes.join(": "))
+        };
+        return if http.is_connect() {
+            McpError::Connect {
+                server: server.to_owned(),
+                transport: "http",
+                source: message.into(),
+            }
+        } else {
+            McpError::Handshake { server: server.to_owned(), source: message.into() }
+        };
+    }
+    McpError::Handshake {
+        server: server.to_owned(),
+        source: toolmux_core::error_report(inner).into(),
+    }
 }
 
 /// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream.

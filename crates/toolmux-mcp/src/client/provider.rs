@@ -87,6 +87,9 @@ impl McpProvider {
         toolmux_core::naming::validate_namespace(&name)
             .map_err(|e| McpError::Config { server: name.clone(), message: e.to_string() })?;
         let transport = config.transport_kind(&name)?;
+        if let Some(url) = config.url.as_deref().filter(|_| transport != TransportKind::Stdio) {
+            check_url(&name, transport, url)?;
+        }
         let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
         let http = match transport {
             TransportKind::Http | TransportKind::Sse => Some(http_client(&name, &config)?),
@@ -129,6 +132,34 @@ impl McpProvider {
     pub fn server_pid(&self) -> Option<i32> {
         self.inner.live().and_then(|c| c.pid())
     }
+}
+
+/// A remote server's `url` is an absolute URL of its transport's schemes. The URL is not
+/// repeated in the message: it may carry a secret from the environment.
+fn check_url(server: &str, transport: TransportKind, url: &str) -> Result<(), McpError> {
+    let invalid = |message: String| McpError::Config { server: server.to_owned(), message };
+    let schemes: &[&str] = match transport {
+        TransportKind::Websocket => &["ws", "wss"],
+        TransportKind::Http | TransportKind::Sse | TransportKind::Stdio => &["http", "https"],
+    };
+    let wanted = schemes.iter().map(|s| format!("{s}://")).collect::<Vec<_>>().join(" or ");
+    if !url.contains("://") {
+        // `localhost:8080/mcp` parses, with the scheme `localhost`.
+        return Err(invalid(format!("`url` must start with {wanted}")));
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| {
+        invalid(format!(
+            "`url` is not a valid URL ({e}); give an absolute URL such as http://127.0.0.1:8080/mcp"
+        ))
+    })?;
+    if !schemes.contains(&parsed.scheme()) {
+        return Err(invalid(format!(
+            "`url` has the scheme `{}`; the {} transport takes {wanted}",
+            parsed.scheme(),
+            transport.as_str(),
+        )));
+    }
+    Ok(())
 }
 
 fn http_client(server: &str, config: &McpServerConfig) -> Result<reqwest::Client, McpError> {
@@ -815,6 +846,31 @@ mod tests {
     /// rarely takes (connecting, rmcp's session, answering a server's questions) are boxed
     /// on their own so that it stays small: with the connect path inline it was 14 KB, and
     /// copying it was 28% of the gateway's instructions per call.
+    #[test]
+    fn a_remote_url_is_checked_when_the_provider_is_made() {
+        let error =
+            |config: McpServerConfig| McpProvider::new("r", config).unwrap_err().to_string();
+        let url_only = |url: &str| McpServerConfig { url: Some(url.into()), ..Default::default() };
+        expect_test::expect![
+            "mcp server `r`: invalid configuration: `url` must start with http:// or https://"
+        ]
+        .assert_eq(&error(url_only("localhost:8080/mcp?key=sekrit")));
+        expect_test::expect!["mcp server `r`: invalid configuration: `url` is not a valid URL (invalid IPv6 address); give an absolute URL such as http://127.0.0.1:8080/mcp"]
+            .assert_eq(&error(url_only("http://[::1/mcp?key=sekrit")));
+        expect_test::expect!["mcp server `r`: invalid configuration: `url` has the scheme `ftp`; the http transport takes http:// or https://"]
+            .assert_eq(&error(url_only("ftp://127.0.0.1/mcp")));
+        expect_test::expect!["mcp server `r`: invalid configuration: `url` has the scheme `http`; the websocket transport takes ws:// or wss://"]
+            .assert_eq(&error(McpServerConfig::remote(TransportKind::Websocket, "http://127.0.0.1/")));
+        assert!(!error(url_only("nope?key=sekrit")).contains("sekrit"), "the URL is not repeated");
+        for (kind, url) in [
+            (TransportKind::Http, "https://127.0.0.1:8080/mcp"),
+            (TransportKind::Sse, "http://[::1]:8080/sse"),
+            (TransportKind::Websocket, "wss://127.0.0.1/ws"),
+        ] {
+            McpProvider::new("r", McpServerConfig::remote(kind, url)).expect("a valid URL");
+        }
+    }
+
     #[test]
     fn a_call_future_stays_small() {
         let provider = McpProvider::new("x", McpServerConfig::stdio("true", ["a"]))

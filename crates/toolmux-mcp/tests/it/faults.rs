@@ -345,3 +345,21 @@ async fn a_server_that_cannot_start_says_why() {
         .assert_eq(&report(stdio("sh").with_cwd(dir.join("gone"))).await);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An HTTP server that cannot be reached says so, with the cause, without rmcp's transport
+/// type names and without the URL (which may carry a secret), and is not retried with the
+/// other handshake.
+#[tokio::test]
+async fn an_unreachable_http_server_says_why() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/mcp?key=sekrit");
+    let config = toolmux_mcp::McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
+    let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
+    let error = provider.warmup().await.unwrap_err().report();
+    provider.shutdown().await.unwrap();
+    expect_test::expect!["h: cannot connect over http: cannot reach the server: client error (Connect): tcp connect error: Connection refused (os error 111)"]
+        .assert_eq(&error);
+}
