@@ -335,10 +335,28 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
             McpError::Handshake { server: server.to_owned(), source: message.into() }
         };
     }
-    McpError::Handshake {
-        server: server.to_owned(),
-        source: toolmux_core::error_report(inner).into(),
+    let mut message = toolmux_core::error_report(inner);
+    // rmcp ends an unexpected response with `: {body}`, empty or not.
+    message.truncate(message.trim_end().trim_end_matches(':').len());
+    match inner.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)) => {
+            message.push_str(
+                "; give the server's credentials in `headers` (for example `Authorization: Bearer ${TOKEN}`)",
+            );
+        }
+        Some(StreamableHttpError::HttpStatus(status))
+            if matches!(status.status, 404 | 405 | 501) =>
+        {
+            message.push_str("; is `url` the server's MCP endpoint?");
+        }
+        Some(StreamableHttpError::UnexpectedServerResponse(text))
+            if ["HTTP 404", "HTTP 405", "HTTP 501"].iter().any(|s| text.starts_with(s)) =>
+        {
+            message.push_str("; is `url` the server's MCP endpoint?");
+        }
+        _ => {}
     }
+    McpError::Handshake { server: server.to_owned(), source: message.into() }
 }
 
 /// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream.

@@ -363,3 +363,38 @@ async fn an_unreachable_http_server_says_why() {
     expect_test::expect!["h: cannot connect over http: cannot reach the server: client error (Connect): tcp connect error: Connection refused (os error 111)"]
         .assert_eq(&error);
 }
+
+/// An HTTP server that refuses the handshake gets a hint at what to fix: credentials for a
+/// 401, the endpoint's path for a 404.
+#[tokio::test]
+async fn an_http_handshake_refused_with_a_status_says_what_to_check() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = axum::Router::new().route(
+        "/locked",
+        axum::routing::post(|| async {
+            (
+                axum::http::StatusCode::UNAUTHORIZED,
+                [("www-authenticate", "Bearer realm=\"mcp\"")],
+                "no",
+            )
+        }),
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let report = |path: &str| {
+        let url = format!("{base}{path}");
+        async move {
+            let config =
+                toolmux_mcp::McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
+            let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
+            let error = provider.warmup().await.unwrap_err().report();
+            provider.shutdown().await.unwrap();
+            error
+        }
+    };
+    expect_test::expect![[r#"h: handshake failed: Auth required: authorization required: Bearer realm="mcp"; give the server's credentials in `headers` (for example `Authorization: Bearer ${TOKEN}`)"#]]
+        .assert_eq(&report("/locked").await);
+    expect_test::expect!["h: handshake failed: unexpected server response: HTTP 404 Not Found; is `url` the server's MCP endpoint?"]
+        .assert_eq(&report("/elsewhere").await);
+    server.abort();
+}
