@@ -86,9 +86,26 @@ pub(crate) struct Transport {
     /// Serve on stdin/stdout (the default); logs go to stderr.
     #[arg(long)]
     pub(crate) stdio: bool,
-    /// Serve streamable HTTP at http://ADDR/mcp (port 0 picks a free port).
-    #[arg(long, value_name = "ADDR")]
+    /// Serve streamable HTTP at http://ADDR/mcp: IP:PORT, localhost:PORT, or a port alone
+    /// (on 127.0.0.1); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", value_parser = listen_addr)]
     pub(crate) http: Option<SocketAddr>,
+}
+
+/// The address `--http` listens on. A port alone and `localhost` mean the loopback
+/// address: listening on every interface is asked for by name (`0.0.0.0:PORT`).
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    let loopback =
+        |port: &str| port.parse::<u16>().ok().map(|port| SocketAddr::from(([127, 0, 0, 1], port)));
+    let port = text.strip_prefix("localhost:").or_else(|| text.strip_prefix(':')).unwrap_or(text);
+    if let Some(addr) = loopback(port) {
+        return Ok(addr);
+    }
+    text.parse().map_err(|_| {
+        "expected an IP address and port (127.0.0.1:8931, [::1]:8931, 0.0.0.0:8931 for every \
+         interface), localhost:PORT, or a port alone"
+            .to_owned()
+    })
 }
 
 #[derive(Debug, Args)]
@@ -135,4 +152,26 @@ pub(crate) struct ShowArgs {
     /// Print the page as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_addr;
+
+    #[test]
+    fn http_addresses_people_type() {
+        for (text, addr) in [
+            ("8931", "127.0.0.1:8931"),
+            (":8931", "127.0.0.1:8931"),
+            ("localhost:8931", "127.0.0.1:8931"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+            ("[::1]:8931", "[::1]:8931"),
+            ("0.0.0.0:8931", "0.0.0.0:8931"),
+        ] {
+            assert_eq!(listen_addr(text).map(|a| a.to_string()), Ok(addr.to_owned()), "{text}");
+        }
+        for text in ["localhost", "localhost:99999", "example.com:80", "8931x", ""] {
+            assert!(listen_addr(text).is_err(), "{text}");
+        }
+    }
 }
