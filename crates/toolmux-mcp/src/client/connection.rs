@@ -303,42 +303,31 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
         return McpError::Handshake { server: server.to_owned(), source: Box::new(error) };
     };
     let inner = &*transport.error;
-    if let Some(StreamableHttpError::Client(http)) =
-        inner.downcast_ref::<StreamableHttpError<reqwest::Error>>()
-    {
-        // reqwest's message names the URL, which may carry a secret (a key in the query).
-        let mut causes = Vec::new();
-        let mut source = std::error::Error::source(http);
-        while let Some(cause) = source {
-            causes.push(cause.to_string());
-            source = cause.source();
-        }
-        let what = if http.is_connect() {
-            "cannot reach the server"
-        } else if http.is_timeout() {
-            "the request timed out"
-        } else {
-            "the request failed"
-        };
-        let message = if causes.is_empty() {
-            what.to_owned()
-        } else {
-            format!("{what}: {}", causes.join(": "))
-        };
-        return if http.is_connect() {
-            McpError::Connect {
-                server: server.to_owned(),
-                transport: "http",
-                source: message.into(),
-            }
-        } else {
-            McpError::Handshake { server: server.to_owned(), source: message.into() }
-        };
-    }
     let mut message = toolmux_core::error_report(inner);
     // rmcp ends an unexpected response with `: {body}`, empty or not.
     message.truncate(message.trim_end().trim_end_matches(':').len());
+    let endpoint = "; is `url` the server's MCP endpoint?";
     match inner.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(http)) => {
+            // reqwest's own message names the URL, which may carry a secret (a key in the
+            // query); its causes do not.
+            let what = if http.is_connect() {
+                "cannot reach the server"
+            } else if http.is_timeout() {
+                "the request timed out"
+            } else {
+                "the request failed"
+            };
+            let message = match std::error::Error::source(http) {
+                Some(cause) => format!("{what}: {}", toolmux_core::error_report(cause)),
+                None => what.to_owned(),
+            };
+            if http.is_connect() {
+                let source = message.into();
+                return McpError::Connect { server: server.to_owned(), transport: "http", source };
+            }
+            return McpError::Handshake { server: server.to_owned(), source: message.into() };
+        }
         Some(StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)) => {
             message.push_str(
                 "; give the server's credentials in `headers` (for example `Authorization: Bearer ${TOKEN}`)",
@@ -347,12 +336,12 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
         Some(StreamableHttpError::HttpStatus(status))
             if matches!(status.status, 404 | 405 | 501) =>
         {
-            message.push_str("; is `url` the server's MCP endpoint?");
+            message.push_str(endpoint);
         }
         Some(StreamableHttpError::UnexpectedServerResponse(text))
             if ["HTTP 404", "HTTP 405", "HTTP 501"].iter().any(|s| text.starts_with(s)) =>
         {
-            message.push_str("; is `url` the server's MCP endpoint?");
+            message.push_str(endpoint);
         }
         _ => {}
     }

@@ -842,10 +842,8 @@ impl ToolProvider for McpProvider {
 mod tests {
     use super::*;
 
-    /// Every call builds its future on the stack and moves it into a box. The paths a call
-    /// rarely takes (connecting, rmcp's session, answering a server's questions) are boxed
-    /// on their own so that it stays small: with the connect path inline it was 14 KB, and
-    /// copying it was 28% of the gateway's instructions per call.
+    /// A bad `url` fails when the configuration loads (so `config check` reports it), and
+    /// the message does not repeat the URL, which may carry a secret.
     #[test]
     fn a_remote_url_is_checked_when_the_provider_is_made() {
         let error =
@@ -871,6 +869,10 @@ mod tests {
         }
     }
 
+    /// Every call builds its future on the stack and moves it into a box. The paths a call
+    /// rarely takes (connecting, rmcp's session, answering a server's questions) are boxed
+    /// on their own so that it stays small: with the connect path inline it was 14 KB, and
+    /// copying it was 28% of the gateway's instructions per call.
     #[test]
     fn a_call_future_stays_small() {
         let provider = McpProvider::new("x", McpServerConfig::stdio("true", ["a"]))
