@@ -225,7 +225,30 @@ pub struct Stats {
     tools: RwLock<HashMap<Arc<str>, Arc<ToolStats>>>,
 }
 
+/// How many entries beyond one per tool calls to names that are not tools may add: calls
+/// to invented names are worth seeing, but a model inventing names without end must not
+/// grow the statistics (and their file, which keeps them across runs) without end. Beyond
+/// this, such calls count under [`OTHER_UNKNOWN`].
+pub const UNKNOWN_NAMES_MAX: usize = 100;
+
+/// The entry that counts calls to unknown names once [`UNKNOWN_NAMES_MAX`] is reached.
+pub const OTHER_UNKNOWN: &str = "(other unknown tools)";
+
 impl Stats {
+    /// The statistics of `name`, which is not one of the `tools` there are: an entry of its
+    /// own while the statistics hold fewer than `tools` + [`UNKNOWN_NAMES_MAX`] entries,
+    /// else [`OTHER_UNKNOWN`].
+    pub fn of_unknown(&self, name: &str, tools: usize) -> Arc<ToolStats> {
+        let room = {
+            let entries = self.tools.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(stats) = entries.get(name) {
+                return stats.clone();
+            }
+            entries.len() < tools.saturating_add(UNKNOWN_NAMES_MAX)
+        };
+        self.of(if room { name } else { OTHER_UNKNOWN })
+    }
+
     /// The statistics of `tool`, created on first use.
     pub fn of(&self, tool: &str) -> Arc<ToolStats> {
         if let Some(stats) = self.tools.read().unwrap_or_else(|e| e.into_inner()).get(tool) {

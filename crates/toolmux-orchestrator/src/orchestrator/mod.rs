@@ -825,7 +825,7 @@ impl Orchestrator {
         let ok = matches!(result, Ok(o) if !o.is_error);
         let stats = match entry {
             Some(entry) => entry.stats.get_or_init(|| self.inner.stats.of(tool)).clone(),
-            None => self.inner.stats.of(tool),
+            None => self.inner.stats.of_unknown(tool, self.registry().len()),
         };
         stats.record(ok, elapsed.as_micros() as u64);
         let error_code = match result {

@@ -74,6 +74,23 @@ async fn statistics_count_and_time_every_call() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn invented_names_cannot_grow_the_statistics_without_end() {
+    use toolmux_orchestrator::accounting::{OTHER_UNKNOWN, UNKNOWN_NAMES_MAX};
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    for n in 0..150 {
+        call(&o, &format!("m__invented{n}"), json!({})).await;
+    }
+    call(&o, "m__ok", json!({})).await;
+    let snap = o.stats().snapshot();
+    // Three tools and a hundred more entries; the rest of the invented names count as one.
+    let own = 3 + UNKNOWN_NAMES_MAX;
+    assert_eq!(snap.tools.len(), own + 2, "{:?}", snap.tools.keys().collect::<Vec<_>>());
+    assert_eq!(snap.tools[OTHER_UNKNOWN].failed, 150 - own as u64);
+    assert_eq!(snap.tools["m__invented0"].failed, 1);
+    assert_eq!(snap.tools["m__ok"].ok, 1, "a tool still gets its entry");
+}
+
+#[tokio::test(start_paused = true)]
 async fn audit_log_has_a_line_per_call_with_hashes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
