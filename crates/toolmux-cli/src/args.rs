@@ -120,6 +120,11 @@ pub(crate) struct ServeArgs {
     /// address). Repeatable.
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub(crate) allowed_hosts: Vec<String>,
+    /// Serve only the tools whose full names match GLOB (`*` any run of characters, `?` one
+    /// character), such as `fs__*` or `github__*issue*`. Repeatable; without it every tool is
+    /// served. Prompts and resources are served as they are.
+    #[arg(long = "tools", value_name = "GLOB")]
+    pub(crate) tools: Vec<String>,
     /// Tools per tools/list page.
     #[arg(long, default_value_t = 100)]
     pub(crate) page_size: usize,

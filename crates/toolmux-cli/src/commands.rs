@@ -13,7 +13,7 @@ use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
-use toolmux::toolmux_orchestrator::{Severity, WarmupReport};
+use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print(text: &str) {
@@ -206,7 +206,13 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
-    let provider: Arc<dyn ToolProvider> = Arc::new(toolmux.orchestrator().clone());
+    let orchestrator = toolmux.orchestrator().clone();
+    let provider: Arc<dyn ToolProvider> = if args.tools.is_empty() {
+        Arc::new(orchestrator)
+    } else {
+        // Names outside the globs are neither listed nor callable (nor suggested).
+        Arc::new(FilteredView::new(orchestrator, args.tools))
+    };
     // A gateway runs for long: save statistics now and then, not only at the end.
     let saver = tokio::spawn({
         let toolmux = toolmux.clone();
@@ -226,7 +232,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             // A person who started the gateway by hand sees what it serves; an MCP client
             // (stderr not a terminal) gets a quiet stderr and pure protocol on stdout.
             if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-                let tools = toolmux.orchestrator().tools().len();
+                let tools = provider.list_tools().await.map_or(0, |tools| tools.len());
                 eprintln!(
                     "toolmux: serving {tools} tools as an MCP server on stdio (Ctrl-C stops; \
                      `toolmux serve --http 127.0.0.1:8765` serves over HTTP)"

@@ -45,7 +45,8 @@
 //!   provider's updates into one stream (forwarding tasks start at warmup, stop at
 //!   [`Orchestrator::cleanup`]).
 //!
-//! A [`FilteredView`] (a sub-agent's tools) offers tools only.
+//! A [`FilteredView`] (a sub-agent's tools, or a gateway's) offers the tools whose names
+//! match its globs, and the orchestrator's prompts and resources as they are.
 //!
 //! # Example
 //!

@@ -1,15 +1,18 @@
-//! A filtered view of an orchestrator: the tools a sub-agent may use, as a provider.
+//! A filtered view of an orchestrator: the tools a sub-agent may use, or a gateway serves,
+//! as a provider.
 
 use crate::glob::glob_match;
 use crate::orchestrator::Orchestrator;
 use async_trait::async_trait;
 use serde_json::Value;
 use toolmux_core::{
-    CallContext, ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
+    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
+    ResourceUpdates, ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The tools of an orchestrator whose full names match at least one glob, each call going
-/// through the orchestrator's whole pipeline.
+/// through the orchestrator's whole pipeline. The globs name tools: the orchestrator's
+/// prompts, resources and instructions are offered as they are.
 #[derive(Debug, Clone)]
 pub struct FilteredView {
     orchestrator: Orchestrator,
@@ -60,5 +63,58 @@ impl ToolProvider for FilteredView {
 
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         self.orchestrator.tool_list_changes()
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.orchestrator.instructions()
+    }
+
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        self.orchestrator.prompt_list_changes()
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        self.orchestrator.resource_list_changes()
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        self.orchestrator.list_prompts().await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        self.orchestrator.get_prompt(name, arguments, ctx).await
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        self.orchestrator.list_resources().await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        self.orchestrator.list_resource_templates().await
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.orchestrator.read_resource(uri, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.orchestrator.subscribe_resource(uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.orchestrator.unsubscribe_resource(uri).await
+    }
+
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        self.orchestrator.resource_updates()
     }
 }

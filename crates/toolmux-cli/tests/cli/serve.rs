@@ -189,30 +189,37 @@ fn inspector_cli_over_http() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
-/// Over stdio, stdout carries nothing but JSON-RPC messages, even with logging turned up.
-#[test]
-fn stdio_stdout_is_only_protocol() {
-    let project = Project::new();
-    project.file("a.txt", "TODO\n");
+/// Runs `toolmux ARGS` (serving on stdio), sends the handshake and then `requests` (each
+/// given its id, 2 onwards), and reads stdout until the answer to the last; then closes
+/// stdin and checks that toolmux exits cleanly with nothing on stdout but JSON-RPC.
+/// Returns every message read, by line.
+fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value]) -> Vec<Value> {
     let mut child = project
-        .command(&["-vvv", "serve", "--stdio"])
+        .command(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("toolmux serve starts");
     let mut stdin = child.stdin.take().expect("stdin");
-    let requests = [
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fs__grep","arguments":{"pattern":"TODO"}}}"#,
+    let mut lines = vec![
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     ];
-    for request in requests {
-        writeln!(stdin, "{request}").expect("write");
+    for (id, request) in (2..).zip(requests) {
+        let mut request = request.clone();
+        request["jsonrpc"] = "2.0".into();
+        request["id"] = id.into();
+        lines.push(request);
     }
-    // Read until the call's answer, then close stdin so that toolmux exits.
+    for line in &lines {
+        writeln!(stdin, "{line}").expect("write");
+    }
+    let last = requests.len() + 1;
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut lines = Vec::new();
+    let mut messages = Vec::new();
     loop {
         let mut line = String::new();
         if stdout.read_line(&mut line).unwrap_or(0) == 0 {
@@ -221,8 +228,8 @@ fn stdio_stdout_is_only_protocol() {
         let message: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
         assert_eq!(message["jsonrpc"], "2.0", "{line}");
-        let done = message["id"] == 2;
-        lines.push(message);
+        let done = message["id"] == last;
+        messages.push(message);
         if done {
             break;
         }
@@ -232,7 +239,42 @@ fn stdio_stdout_is_only_protocol() {
     let run = wait(child, Duration::from_secs(30));
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.trim().is_empty(), "{}", run.stdout);
-    let answer = lines.last().expect("an answer");
+    messages
+}
+
+/// Over stdio, stdout carries nothing but JSON-RPC messages, even with logging turned up.
+#[test]
+fn stdio_stdout_is_only_protocol() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    let call = serde_json::json!({"method": "tools/call",
+        "params": {"name": "fs__grep", "arguments": {"pattern": "TODO"}}});
+    let messages = stdio_exchange(&project, &["-vvv", "serve", "--stdio"], &[call]);
+    let answer = messages.last().expect("an answer");
     assert_eq!(answer["result"]["content"][0]["text"], "a.txt", "{answer}");
     assert_eq!(answer["result"]["isError"], false, "{answer}");
+}
+
+/// `--tools GLOB` serves a subset: the other tools are neither listed nor callable.
+#[test]
+fn serve_tools_globs_serve_a_subset() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    let requests = [
+        serde_json::json!({"method": "tools/list"}),
+        serde_json::json!({"method": "tools/call",
+            "params": {"name": "fs__read", "arguments": {"path": "a.txt"}}}),
+        serde_json::json!({"method": "tools/call",
+            "params": {"name": "fs__grep", "arguments": {"pattern": "TODO"}}}),
+    ];
+    let args = ["serve", "--stdio", "--tools", "fs__g*", "--tools", "fs__l?"];
+    let messages = stdio_exchange(&project, &args, &requests);
+    let by_id = |id: u64| messages.iter().find(|m| m["id"] == id).expect("an answer");
+    let listed = by_id(2)["result"]["tools"].as_array().expect("tools").clone();
+    let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    assert_eq!(names, ["fs__grep", "fs__glob", "fs__ls"], "{listed:?}");
+    let refused = by_id(3);
+    let text = refused.to_string();
+    assert!(text.contains("unknown tool `fs__read`"), "{refused}");
+    assert_eq!(by_id(4)["result"]["content"][0]["text"], "a.txt");
 }

@@ -636,3 +636,23 @@ async fn prompt_and_resource_list_changes_of_every_provider_are_merged() {
     assert!(tokio::time::timeout(Duration::from_secs(5), both).await.unwrap());
     o.cleanup().await;
 }
+
+/// A filtered view (what `toolmux serve --tools` serves) narrows the tools only: the
+/// prompts and resources of the orchestrator behind it are offered as they are.
+#[tokio::test(start_paused = true)]
+async fn a_filtered_view_offers_every_prompt_and_resource() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let view = toolmux_orchestrator::FilteredView::new(o.clone(), vec!["nothing__*".into()]);
+    assert!(view.list_tools().await.unwrap().is_empty());
+    let prompts = |list: Vec<PromptSpec>| list.into_iter().map(|p| p.name).collect::<Vec<_>>();
+    assert_eq!(
+        prompts(view.list_prompts().await.unwrap()),
+        prompts(o.list_prompts().await.unwrap())
+    );
+    let ctx = CallContext::new();
+    let p = view.get_prompt("git__commit_message", JsonObject::new(), &ctx).await.unwrap();
+    assert_eq!(message_text(&p), "git/commit message {}");
+    assert_eq!(view.list_resources().await.unwrap().len(), 3);
+    assert_eq!(view.list_resource_templates().await.unwrap().len(), 2);
+    assert_eq!(text(&view.read_resource("docs://index", &ctx).await.unwrap()), "docs: pages");
+}
