@@ -18,6 +18,8 @@ pub enum Behavior {
     Echo,
     /// Returns this text.
     Text(String),
+    /// Returns this output as it is (extras included).
+    Output(ToolOutput),
     /// Returns a text of this many bytes (`x` repeated, a newline every 100).
     Big(usize),
     /// Sleeps (cancellable), then returns `"slept"`.
@@ -228,6 +230,7 @@ impl ToolProvider for MockProvider {
         match &tool.behavior {
             Behavior::Echo => Ok(ToolOutput::json(arguments)),
             Behavior::Text(text) => Ok(ToolOutput::text(text.clone())),
+            Behavior::Output(output) => Ok(output.clone()),
             Behavior::Big(bytes) => {
                 let mut text = String::with_capacity(*bytes);
                 for i in 0..*bytes {

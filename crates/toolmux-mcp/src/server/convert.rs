@@ -77,7 +77,7 @@ pub(crate) fn output(mut output: ToolOutput) -> CallToolResult {
     if let (true, Some(structured)) = (content.is_empty(), &output.structured) {
         content.push(ContentBlock::text(structured.to_string()));
     }
-    let replaced = output.extras.contains_key("truncated") || output.extras.contains_key("spilled");
+    let replaced = output.extras.contains_key("capped") || output.extras.contains_key("spilled");
     if let (false, Some(Value::Array(annotated))) = (replaced, output.extras.remove("annotations"))
     {
         for entry in annotated {
@@ -507,7 +507,7 @@ mod tests {
         .unwrap();
         let mut out = crate::client::content::tool_output(upstream);
         out.content = vec![ContentPart::Text { text: "lo[...]".into() }];
-        out.extras.insert("truncated".into(), json!({"bytes": 4, "omitted": 2}));
+        out.extras.insert("capped".into(), json!({"bytes": 4, "omitted": 2}));
         let value = serde_json::to_value(output(out)).unwrap();
         assert_eq!(value["content"], json!([{"type": "text", "text": "lo[...]"}]));
     }
@@ -539,11 +539,11 @@ mod tests {
         // Annotations the gateway could not keep (their part was replaced) are not extras.
         let mut out = ToolOutput::text("lo[...]");
         out.extras.insert("annotations".into(), json!([{"index": 0, "annotations": {}}]));
-        out.extras.insert("truncated".into(), json!({"bytes": 4, "omitted": 2}));
+        out.extras.insert("capped".into(), json!({"bytes": 4, "omitted": 2}));
         let value = serde_json::to_value(output(out)).unwrap();
         assert_eq!(
             value["_meta"],
-            json!({"toolmux/extras": {"truncated": {"bytes": 4, "omitted": 2}}})
+            json!({"toolmux/extras": {"capped": {"bytes": 4, "omitted": 2}}})
         );
     }
 

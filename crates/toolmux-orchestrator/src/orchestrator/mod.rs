@@ -1371,7 +1371,9 @@ fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
     let (out, omitted) = cut_middle(&text, max, &format!("output over {max} bytes"));
     let mut capped =
         ToolOutput { is_error: output.is_error, extras: output.extras, ..ToolOutput::text(out) };
-    capped.extras.insert("truncated".into(), json!({"bytes": text.len(), "omitted": omitted}));
+    // `capped`, not `truncated`: tools use `truncated` for their own limits (a file tool's
+    // line or match limit), which a cap on top must not overwrite.
+    capped.extras.insert("capped".into(), json!({"bytes": text.len(), "omitted": omitted}));
     capped
 }
 

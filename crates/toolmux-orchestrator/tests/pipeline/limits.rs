@@ -5,7 +5,7 @@ use expect_test::expect;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmux_core::{CallContext, ToolCall};
+use toolmux_core::{CallContext, ToolCall, ToolOutput};
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig, ToolSettings,
 };
@@ -94,7 +94,24 @@ async fn truncate_mode_keeps_head_and_tail() {
     let r = call(&o, "m__big", json!({})).await;
     let text = r.result.unwrap();
     assert!(text.contains("[... 9000 bytes omitted: output over 1000 bytes ...]"), "{text}");
-    assert_eq!(r.extras["truncated"]["bytes"], 10_000);
+    assert_eq!(r.extras["capped"]["bytes"], 10_000);
+}
+
+/// A tool that cut its own output (a file tool's match limit) says so in `truncated`; the
+/// size cap on top says so in `capped` and leaves the tool's word in place.
+#[tokio::test(start_paused = true)]
+async fn the_cap_keeps_a_tool_s_own_truncated_extra() {
+    let own = ToolOutput::text("x".repeat(5000)).with_extra("truncated", json!(true));
+    let p = Arc::new(MockProvider::new("m").with_tool("grep", Behavior::Output(own)));
+    let config = OrchestratorConfig {
+        oversize: OversizeMode::Truncate,
+        ..OrchestratorConfig::default().with_response_max_bytes(1000)
+    };
+    let o = start(config, vec![p]).await;
+    let r = call(&o, "m__grep", json!({})).await;
+    assert_eq!(r.extras["truncated"], true, "{:?}", r.extras);
+    assert_eq!(r.extras["capped"]["bytes"], 5000, "{:?}", r.extras);
+    assert_eq!(r.extras["capped"]["omitted"], 4000, "{:?}", r.extras);
 }
 
 #[tokio::test(start_paused = true)]
