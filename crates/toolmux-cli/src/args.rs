@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use toolmux::toolmux_mcp::server::ClientProfile;
 
 const EXIT_CODES: &str = "\
 Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml or
@@ -92,6 +93,14 @@ pub(crate) struct Transport {
     pub(crate) http: Option<SocketAddr>,
 }
 
+/// The `--client` profile named `text`.
+fn client_profile(text: &str) -> Result<ClientProfile, String> {
+    ClientProfile::from_name(text).ok_or_else(|| {
+        let names: Vec<&str> = ClientProfile::ALL.iter().map(|(name, _)| *name).collect();
+        format!("no client profile `{text}`; the profiles are: {}", names.join(", "))
+    })
+}
+
 /// The address `--http` listens on. A port alone and `localhost` mean the loopback
 /// address: listening on every interface is asked for by name (`0.0.0.0:PORT`).
 fn listen_addr(text: &str) -> Result<SocketAddr, String> {
@@ -112,8 +121,17 @@ fn listen_addr(text: &str) -> Result<SocketAddr, String> {
 pub(crate) struct ServeArgs {
     #[command(flatten)]
     pub(crate) transport: Transport,
-    /// The prefix the client puts before every tool name (`mcp__toolmux__` for Claude
-    /// Code), so that names are fitted into the 64 characters it leaves.
+    /// The client served: `claude` (Claude Code, Claude Desktop), `codex`, `openai`,
+    /// `cursor`, `gemini` (Gemini CLI) or `generic`. Tool names are fitted to what that
+    /// client puts before them (`mcp__toolmux__`, for a server it knows as `toolmux`) and its
+    /// length limit, and input schemas rewritten to what its model accepts (no top-level
+    /// `anyOf`/`oneOf`/`allOf`; for Gemini, its OpenAPI subset). Calls are still validated
+    /// against the original schemas.
+    #[arg(long, value_name = "CLIENT", default_value = "generic", value_parser = client_profile)]
+    pub(crate) client: ClientProfile,
+    /// The prefix the client puts before every tool name (`mcp__NAME__` when Claude Code
+    /// knows this server as NAME), so that names are fitted into the characters it leaves;
+    /// overrides the `--client` profile's.
     #[arg(long, value_name = "PREFIX")]
     pub(crate) name_prefix: Option<String>,
     /// Another accepted `Host` for HTTP (besides 127.0.0.1, localhost, ::1 and the bound

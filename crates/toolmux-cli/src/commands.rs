@@ -202,6 +202,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
+        client: args.client,
         page_size: args.page_size.max(1),
         ..ServeOptions::default()
     };

@@ -48,6 +48,7 @@ pub mod naming;
 mod output;
 mod provider;
 mod result;
+pub mod schema;
 mod spec;
 mod toolset;
 

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The fixture server, built next to the binary under test by the workspace's test build.
-fn fixture_bin() -> PathBuf {
+pub(crate) fn fixture_bin() -> PathBuf {
     let bin = std::path::Path::new(toolmux_bin()).with_file_name("toolmux-mcp-serve-fixture");
     assert!(
         bin.exists(),

@@ -228,9 +228,10 @@ fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value]) -> Vec<V
         let message: Value = serde_json::from_str(&line)
             .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
         assert_eq!(message["jsonrpc"], "2.0", "{line}");
-        let done = message["id"] == last;
         messages.push(message);
-        if done {
+        // Calls run concurrently and may be answered in any order: wait for every answer.
+        let answered = (2..=last).all(|id| messages.iter().any(|m| m["id"] == id));
+        if answered {
             break;
         }
     }
@@ -277,4 +278,63 @@ fn serve_tools_globs_serve_a_subset() {
     let text = refused.to_string();
     assert!(text.contains("unknown tool `fs__read`"), "{refused}");
     assert_eq!(by_id(4)["result"]["content"][0]["text"], "a.txt");
+}
+
+/// `--client` rewrites what the client's model sees (Claude: no top-level union; Gemini:
+/// the OpenAPI subset, `$ref`s inlined) while calls are still checked against the upstream
+/// server's own schema, through the real binary and a real upstream MCP server.
+#[test]
+fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "mcpServers:\n  fixture:\n    command: {}\n    args: [stdio]\n",
+            crate::conformance::fixture_bin().display()
+        ),
+    );
+    let requests = [
+        serde_json::json!({"method": "tools/list"}),
+        serde_json::json!({"method": "tools/call", "params": {"name": "fixture__lookup",
+            "arguments": {"email": "ada@example.com"}}}),
+        // Both forms at once: valid for the merged schema, not for the server's `oneOf`.
+        serde_json::json!({"method": "tools/call", "params": {"name": "fixture__lookup",
+            "arguments": {"id": 7, "email": "ada@example.com"}}}),
+    ];
+    let lookup = |messages: &[Value]| -> Value {
+        let listed = messages.iter().find(|m| m["id"] == 2).expect("the listing");
+        let tools = listed["result"]["tools"].as_array().expect("tools");
+        tools.iter().find(|t| t["name"] == "fixture__lookup").expect("lookup").clone()
+    };
+
+    let generic = stdio_exchange(&project, &["serve", "--stdio"], &requests);
+    assert!(lookup(&generic)["inputSchema"]["oneOf"].is_array(), "served as it is");
+
+    let claude = stdio_exchange(&project, &["serve", "--stdio", "--client", "claude"], &requests);
+    let schema = &lookup(&claude)["inputSchema"];
+    assert!(schema.get("oneOf").is_none(), "{schema}");
+    assert_eq!(schema["type"], "object", "{schema}");
+    let properties: Vec<&String> =
+        schema["properties"].as_object().expect("properties").keys().collect();
+    assert_eq!(properties, ["email", "id", "note"], "{schema}");
+    let description = schema["description"].to_string();
+    assert!(description.contains("one of these forms: `id`; or `email`"), "{description}");
+    let by_id = |messages: &[Value], id: u64| {
+        messages.iter().find(|m| m["id"] == id).expect("an answer").clone()
+    };
+    assert_eq!(by_id(&claude, 3)["result"]["content"][0]["text"], "user <ada@example.com>");
+    let mixed = by_id(&claude, 4);
+    assert_eq!(mixed["result"]["isError"], true, "{mixed}");
+    assert!(mixed.to_string().contains("invalid arguments"), "{mixed}");
+
+    let gemini = stdio_exchange(&project, &["serve", "--stdio", "--client", "gemini"], &requests);
+    let schema = &lookup(&gemini)["inputSchema"];
+    let text = schema.to_string();
+    for gone in ["$defs", "$ref", "oneOf", "exclusiveMinimum", "\"null\""] {
+        assert!(!text.contains(gone), "{gone} in {schema}");
+    }
+    assert_eq!(schema["properties"]["email"]["type"], "string", "{schema}");
+    assert_eq!(schema["properties"]["note"]["nullable"], true, "{schema}");
+    assert_eq!(schema["properties"]["id"]["minimum"], 0, "{schema}");
+    assert_eq!(by_id(&gemini, 3)["result"]["content"][0]["text"], "user <ada@example.com>");
 }

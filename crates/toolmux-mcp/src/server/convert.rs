@@ -11,18 +11,24 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use toolmux_core::schema::{self, SchemaRules};
 use toolmux_core::{
     ContentPart, LogLevel, Prompt, PromptSpec, ResourceBody, ResourceContents, ResourceSpec,
     ResourceTemplate, Role, Root, SamplingRequest, SamplingResponse, ToolError, ToolOutput,
     ToolSpec,
 };
 
-/// The MCP tool for `spec`, served as `name`.
-pub(crate) fn tool(spec: &ToolSpec, name: &str) -> Tool {
+/// The MCP tool for `spec`, served as `name`, its input schema rewritten by `rules`.
+pub(crate) fn tool(spec: &ToolSpec, name: &str, rules: &SchemaRules) -> Tool {
+    let input = if rules.is_identity() {
+        object_schema(&spec.input_schema)
+    } else {
+        object_schema(&schema::adapt(&spec.input_schema, rules))
+    };
     let mut tool = Tool::new_with_raw(
         name.to_owned(),
         (!spec.description.is_empty()).then(|| spec.description.clone().into()),
-        Arc::new(object_schema(&spec.input_schema)),
+        Arc::new(input),
     );
     tool.title = spec.title.clone();
     tool.output_schema = spec.output_schema.as_deref().map(|s| Arc::new(object_schema(s)));
@@ -560,7 +566,7 @@ mod tests {
         let spec = ToolSpec::new("read", "Reads a file", json!({"properties": {}}))
             .with_title("Read")
             .with_annotations(Annotations::read_only());
-        let value = serde_json::to_value(tool(&spec, "fs__read")).unwrap();
+        let value = serde_json::to_value(tool(&spec, "fs__read", &SchemaRules::default())).unwrap();
         expect![[r#"{"annotations":{"destructiveHint":false,"idempotentHint":true,"openWorldHint":false,"readOnlyHint":true,"title":"Read"},"description":"Reads a file","inputSchema":{"properties":{},"type":"object"},"name":"fs__read","title":"Read"}"#]]
             .assert_eq(&value.to_string());
     }

@@ -63,7 +63,11 @@ struct Listing {
 static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
-    pub(crate) fn new(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> Arc<Shared> {
+    pub(crate) fn new(provider: Arc<dyn ToolProvider>, mut options: ServeOptions) -> Arc<Shared> {
+        // The client profile's prefix, unless one was given.
+        if options.name_prefix.is_none() {
+            options.name_prefix = options.client.name_prefix(&options.server_name);
+        }
         // Prompts and resources are always declared: a provider without any serves empty
         // lists, which is the answer the capabilities explain. Tools log through MCP
         // logging, and resource updates are offered when the provider has any.
@@ -165,12 +169,14 @@ impl Shared {
         let names = NameMap::new(
             specs.iter().map(|s| s.name.as_str()),
             self.options.name_prefix.as_deref(),
+            self.options.client.name_budget(),
         );
+        let rules = self.options.client.schema_rules();
         let tools = specs
             .iter()
             .zip(names.pairs())
             .filter(|(spec, _)| spec.annotations.visible)
-            .map(|(spec, (served, _))| convert::tool(spec, served))
+            .map(|(spec, (served, _))| convert::tool(spec, served, &rules))
             .collect();
         let listing = Arc::new(Listing { tools, names });
         *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());

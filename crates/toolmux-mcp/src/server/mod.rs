@@ -20,6 +20,10 @@
 //! - With [`ServeOptions::name_prefix`] set to what the client puts before each name
 //!   (`mcp__toolmux__` for Claude Code), names are fitted into what the prefix leaves of 64
 //!   characters, shortened ones ending in a hash of the full name, and calls routed back.
+//! - With [`ServeOptions::client`] naming the client ([`ClientProfile`]: Claude, Codex,
+//!   OpenAI, Cursor, Gemini), names fit that client's prefix and budget and input schemas
+//!   are rewritten to what its model's API accepts (no top-level unions, Gemini's OpenAPI
+//!   subset); arguments are still validated against the original schemas.
 //! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
 //!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding.
 //!
@@ -54,10 +58,12 @@ mod handler;
 mod http;
 mod interact;
 mod names;
+mod profile;
 mod session;
 mod stdio;
 
 pub use convert::EXTRAS_META_KEY;
+pub use profile::ClientProfile;
 
 use crate::McpError;
 use handler::{Gateway, Shared};
@@ -73,8 +79,12 @@ use toolmux_core::ToolProvider;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeOptions {
     /// What the client puts before every tool name (`mcp__toolmux__`); names are fitted
-    /// into the 64 characters it leaves. `None` serves names unchanged.
+    /// into what it leaves of the client's budget (64 characters, or the profile's).
+    /// `None`: the client profile's prefix for a server named `server_name`, and for the
+    /// generic profile names served unchanged.
     pub name_prefix: Option<String>,
+    /// The client served, for the tool names and input schemas it accepts.
+    pub client: ClientProfile,
     /// `Host` values (host or `host:port`) accepted over HTTP; `Origin`s on these hosts are
     /// accepted too. The bound address is added when serving. An empty list accepts every
     /// host and origin, which exposes a local server to DNS rebinding.
@@ -93,6 +103,7 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             name_prefix: None,
+            client: ClientProfile::Generic,
             allowed_hosts: ["127.0.0.1", "localhost", "::1"].map(String::from).into(),
             page_size: 100,
             server_name: "toolmux".to_owned(),

@@ -10,9 +10,6 @@
 use std::collections::HashMap;
 use toolmux_core::naming;
 
-/// The length budget of a full, prefixed name.
-const FULL_BUDGET: usize = naming::DEFAULT_BUDGET;
-
 /// The shortest budget left for a served name, whatever the prefix: one character, `_`
 /// and the eight hash characters, plus some room to stay readable.
 const MIN_BUDGET: usize = 16;
@@ -30,15 +27,19 @@ pub(crate) struct NameMap {
 }
 
 impl NameMap {
-    /// Serves `local` names unchanged when `prefix` is `None`, else fitted to the budget
-    /// that `prefix` leaves.
-    pub(crate) fn new<'a>(local: impl IntoIterator<Item = &'a str>, prefix: Option<&str>) -> Self {
+    /// Serves `local` names unchanged when `prefix` is `None`, else fitted to what `prefix`
+    /// leaves of `full_budget` characters.
+    pub(crate) fn new<'a>(
+        local: impl IntoIterator<Item = &'a str>,
+        prefix: Option<&str>,
+        full_budget: usize,
+    ) -> Self {
         let local: Vec<&str> = local.into_iter().collect();
         let Some(prefix) = prefix else {
             let pairs = local.iter().map(|n| ((*n).to_owned(), (*n).to_owned())).collect();
             return NameMap { pairs, routes: HashMap::new() };
         };
-        let budget = FULL_BUDGET.saturating_sub(prefix.len()).max(MIN_BUDGET);
+        let budget = full_budget.saturating_sub(prefix.len()).max(MIN_BUDGET);
         let mut served: Vec<String> = local.iter().map(|n| fit(n, budget, false)).collect();
         // Two originals that sanitize alike (`a.b`, `a_b`): the changed one gets the hash,
         // so the result depends only on the set of names, never on their order.
@@ -99,12 +100,15 @@ fn fit(name: &str, budget: usize, force_hash: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The length budget of a full, prefixed name for most clients.
+    const FULL_BUDGET: usize = naming::DEFAULT_BUDGET;
     use expect_test::expect;
 
     #[test]
     fn without_prefix_names_pass_unchanged() {
         let long = "x".repeat(100);
-        let map = NameMap::new(["a.b", long.as_str()], None);
+        let map = NameMap::new(["a.b", long.as_str()], None, FULL_BUDGET);
         assert_eq!(map.pairs()[0].0, "a.b");
         assert_eq!(map.pairs()[1].0, long);
         assert_eq!(map.local("a.b"), None);
@@ -114,7 +118,7 @@ mod tests {
     #[test]
     fn long_names_fit_the_prefix_budget_and_route_back() {
         let long = format!("github__{}", "search_code_".repeat(8));
-        let map = NameMap::new(["fs__read", long.as_str()], Some("mcp__toolmux__"));
+        let map = NameMap::new(["fs__read", long.as_str()], Some("mcp__toolmux__"), FULL_BUDGET);
         let served = &map.pairs()[1].0;
         expect!["github__search_code_search_code_search_co_91321316"].assert_eq(served);
         assert_eq!(served.len(), 64 - "mcp__toolmux__".len());
@@ -125,8 +129,8 @@ mod tests {
 
     #[test]
     fn sanitization_clashes_get_a_hash_whatever_the_order() {
-        let one = NameMap::new(["a.b", "a_b"], Some("p__"));
-        let two = NameMap::new(["a_b", "a.b"], Some("p__"));
+        let one = NameMap::new(["a.b", "a_b"], Some("p__"), FULL_BUDGET);
+        let two = NameMap::new(["a_b", "a.b"], Some("p__"), FULL_BUDGET);
         assert_eq!(one.pairs()[1].0, "a_b");
         assert_eq!(one.pairs()[0].0, two.pairs()[1].0);
         assert!(one.pairs()[0].0.starts_with("a_b_"));
@@ -135,7 +139,7 @@ mod tests {
 
     #[test]
     fn a_huge_prefix_still_leaves_room() {
-        let map = NameMap::new(["some_rather_long_tool_name"], Some(&"p".repeat(70)));
+        let map = NameMap::new(["some_rather_long_tool_name"], Some(&"p".repeat(70)), FULL_BUDGET);
         assert_eq!(map.pairs()[0].0.len(), MIN_BUDGET);
     }
 }
