@@ -347,3 +347,59 @@ mod tests {
         assert_eq!(missing, ["c"]);
     }
 }
+
+/// What a completion is asked for: an argument of a prompt, or a variable of a resource
+/// template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompletionRef {
+    /// The prompt of this name (provider-local at a provider, qualified at the orchestrator).
+    Prompt(String),
+    /// The resource template of this URI template.
+    ResourceTemplate(String),
+}
+
+/// A request for values of one argument that start like what the user typed so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionRequest {
+    /// The prompt or resource template the argument belongs to.
+    pub reference: CompletionRef,
+    /// The argument's name.
+    pub argument: String,
+    /// What was typed so far.
+    pub value: String,
+    /// The other arguments already given, for completions that depend on them.
+    pub context: std::collections::BTreeMap<String, String>,
+}
+
+impl CompletionRequest {
+    /// A request for `argument` of `reference`, `value` typed so far.
+    pub fn new(
+        reference: CompletionRef,
+        argument: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        CompletionRequest {
+            reference,
+            argument: argument.into(),
+            value: value.into(),
+            context: Default::default(),
+        }
+    }
+}
+
+/// Suggested values for an argument; empty when there are none (or completion is not
+/// offered).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Completion {
+    /// At most [`Completion::MAX_VALUES`] suggestions, best first.
+    pub values: Vec<String>,
+    /// How many values there are in all, when known.
+    pub total: Option<u32>,
+    /// Whether there are more values than those given.
+    pub has_more: bool,
+}
+
+impl Completion {
+    /// The most values one completion carries (MCP's limit).
+    pub const MAX_VALUES: usize = 100;
+}

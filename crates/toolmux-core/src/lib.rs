@@ -53,8 +53,8 @@ mod spec;
 mod toolset;
 
 pub use catalog::{
-    Message, Prompt, PromptArgument, PromptSpec, ResourceBody, ResourceContents, ResourceSpec,
-    ResourceTemplate, Role,
+    Completion, CompletionRef, CompletionRequest, Message, Prompt, PromptArgument, PromptSpec,
+    ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, Role,
 };
 pub use context::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,

@@ -1,8 +1,8 @@
 //! The one interface every source of tools implements.
 
 use crate::{
-    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
-    ToolError, ToolKind, ToolOutput, ToolSpec,
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ToolError, ToolKind, ToolOutput, ToolSpec,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -90,6 +90,17 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     ) -> Result<Prompt, ToolError> {
         let _ = (arguments, ctx);
         Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() })
+    }
+
+    /// Values for an argument of one of its prompts or resource templates that start like
+    /// what was typed. The default offers none.
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        let _ = (request, ctx);
+        Ok(Completion::default())
     }
 
     /// The resources offered now (not the ones only reachable through a template).

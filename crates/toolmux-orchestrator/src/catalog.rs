@@ -205,6 +205,11 @@ impl ResourceCatalog {
         self.templates.iter().flatten().cloned().collect()
     }
 
+    /// The provider (its index) that listed the URI template `template` first.
+    pub fn template_owner(&self, template: &str) -> Option<usize> {
+        self.templates.iter().position(|listed| listed.iter().any(|t| t.uri_template == template))
+    }
+
     /// The provider (its index) to ask for `uri`: the one that listed it, else the first
     /// whose template matches it.
     pub fn route(&self, uri: &str) -> Option<usize> {

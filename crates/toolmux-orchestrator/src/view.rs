@@ -6,8 +6,9 @@ use crate::orchestrator::Orchestrator;
 use async_trait::async_trait;
 use serde_json::Value;
 use toolmux_core::{
-    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
-    ResourceUpdates, ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
+    ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The tools of an orchestrator whose full names match at least one glob, each call going
@@ -88,6 +89,14 @@ impl ToolProvider for FilteredView {
         ctx: &CallContext,
     ) -> Result<Prompt, ToolError> {
         self.orchestrator.get_prompt(name, arguments, ctx).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        self.orchestrator.complete(request, ctx).await
     }
 
     async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {

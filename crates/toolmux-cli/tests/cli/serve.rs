@@ -338,3 +338,57 @@ fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
     assert_eq!(schema["properties"]["id"]["minimum"], 0, "{schema}");
     assert_eq!(by_id(&gemini, 3)["result"]["content"][0]["text"], "user <ada@example.com>");
 }
+
+/// `completion/complete` reaches the upstream server that offers the prompt (by its
+/// qualified name) or the resource template, with the arguments already given, through the
+/// real binary and `@modelcontextprotocol/server-everything`.
+#[test]
+fn completions_reach_the_server_of_the_prompt_or_template() {
+    let project = gateway_project();
+    let complete = |reference: Value, argument: Value, context: Option<Value>| {
+        let mut params = serde_json::json!({"ref": reference, "argument": argument});
+        if let Some(context) = context {
+            params["context"] = context;
+        }
+        serde_json::json!({"method": "completion/complete", "params": params})
+    };
+    let prompt =
+        serde_json::json!({"type": "ref/prompt", "name": "everything__completable-prompt"});
+    let requests = [
+        complete(prompt.clone(), serde_json::json!({"name": "department", "value": "S"}), None),
+        complete(
+            prompt,
+            serde_json::json!({"name": "name", "value": ""}),
+            Some(serde_json::json!({"arguments": {"department": "Engineering"}})),
+        ),
+        complete(
+            serde_json::json!({"type": "ref/resource",
+                "uri": "demo://resource/dynamic/text/{resourceId}"}),
+            serde_json::json!({"name": "resourceId", "value": "42"}),
+            None,
+        ),
+        complete(
+            serde_json::json!({"type": "ref/prompt", "name": "everything__completable-prompts"}),
+            serde_json::json!({"name": "department", "value": ""}),
+            None,
+        ),
+        // A template nobody offers: nothing to suggest.
+        complete(
+            serde_json::json!({"type": "ref/resource", "uri": "nowhere://{x}"}),
+            serde_json::json!({"name": "x", "value": ""}),
+            None,
+        ),
+    ];
+    let messages = stdio_exchange(&project, &["serve", "--stdio"], &requests);
+    let by_id = |id: u64| messages.iter().find(|m| m["id"] == id).expect("an answer").clone();
+    assert!(by_id(1)["result"]["capabilities"]["completions"].is_object(), "{}", by_id(1));
+    let values = |id: u64| by_id(id)["result"]["completion"]["values"].clone();
+    assert_eq!(values(2), serde_json::json!(["Sales", "Support"]), "{}", by_id(2));
+    assert_eq!(values(3), serde_json::json!(["Alice", "Bob", "Charlie"]), "{}", by_id(3));
+    assert_eq!(values(4), serde_json::json!(["42"]), "{}", by_id(4));
+    let unknown = by_id(5);
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    let message = unknown["error"]["message"].to_string();
+    assert!(message.contains("everything__completable-prompt"), "a suggestion: {message}");
+    assert_eq!(values(6), serde_json::json!([]), "{}", by_id(6));
+}

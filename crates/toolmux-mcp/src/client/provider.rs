@@ -15,9 +15,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
-    ResourceUpdates, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
-    ToolProvider, ToolSpec,
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
+    ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
 };
 
 use super::config::{McpServerConfig, TransportKind};
@@ -807,6 +807,14 @@ impl ToolProvider for McpProvider {
         ctx: &CallContext,
     ) -> Result<Prompt, ToolError> {
         self.inner.get_prompt(name, arguments, ctx).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        self.inner.complete(request, ctx).await
     }
 
     async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {

@@ -6,13 +6,13 @@ use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
-    GetPromptResponse, Implementation, InputRequiredResult, InputResponses, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, Notification,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
-    ReadResourceResponse, RequestId, ResourceUpdatedNotificationParam, ServerCapabilities,
-    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    CompletionInfo, GetPromptRequestParams, GetPromptResponse, Implementation, InputRequiredResult,
+    InputResponses, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, Notification, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, Reference, RequestId,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
@@ -24,8 +24,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
-    CallContext, LogLevel, LogMessage, LogSink, Progress, ProgressSink, ResourceUpdates, ToolError,
-    ToolListChanges, ToolOutput, ToolProvider,
+    CallContext, CompletionRef, CompletionRequest, LogLevel, LogMessage, LogSink, Progress,
+    ProgressSink, ResourceUpdates, ToolError, ToolListChanges, ToolOutput, ToolProvider,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -72,6 +72,7 @@ impl Shared {
         // lists, which is the answer the capabilities explain. Tools log through MCP
         // logging, and resource updates are offered when the provider has any.
         let mut capabilities = ServerCapabilities::builder()
+            .enable_completions()
             .enable_prompts()
             .enable_resources()
             .enable_tools()
@@ -696,6 +697,40 @@ impl ServerHandler for Gateway {
                 convert::result::<rmcp::model::GetPromptResult>(convert::prompt_result(prompt))?;
             Ok(result.into())
         })
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let reference = match request.r#ref {
+            Reference::Prompt(prompt) => CompletionRef::Prompt(prompt.name),
+            Reference::Resource(template) => CompletionRef::ResourceTemplate(template.uri),
+            other => {
+                let kind = other.reference_type();
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "cannot complete a `{kind}` reference (prompts and resource templates can be)"
+                    ),
+                    None,
+                ));
+            }
+        };
+        let mut asked =
+            CompletionRequest::new(reference, request.argument.name, request.argument.value);
+        if let Some(given) = request.context.and_then(|c| c.arguments) {
+            asked.context = given.into_iter().collect();
+        }
+        let ctx = self.context(&context);
+        let completion =
+            self.shared.provider.complete(asked, &ctx).await.map_err(|e| resource_error(&e))?;
+        let mut values = completion.values;
+        let has_more = completion.has_more || values.len() > CompletionInfo::MAX_VALUES;
+        values.truncate(CompletionInfo::MAX_VALUES);
+        let info = CompletionInfo::with_pagination(values, completion.total, has_more)
+            .map_err(|e| ErrorData::internal_error(e, None))?;
+        Ok(CompleteResult::new(info))
     }
 
     async fn list_resources(

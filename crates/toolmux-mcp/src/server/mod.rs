@@ -15,6 +15,8 @@
 //! - `notifications/tools/list_changed` when the provider's list changes, to every session
 //!   that initialized, and over `subscriptions/listen` for stateless 2026-07-28 clients.
 //! - The provider's instructions (or [`ServeOptions::instructions`]) as the server's.
+//! - `completion/complete` for arguments of the provider's prompts and resource templates
+//!   ([`ToolProvider::complete`]).
 //! - Both protocol generations: the `initialize` handshake (2024-11-05 to 2025-11-25) and
 //!   the stateless 2026-07-28 revision (`server/discover`, `subscriptions/listen`).
 //! - With [`ServeOptions::name_prefix`] set to what the client puts before each name

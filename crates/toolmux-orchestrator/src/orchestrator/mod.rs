@@ -1,6 +1,7 @@
 //! The orchestrator: providers in, one call pipeline out; prompts and resources of every
 //! provider routed through it too (`prompts`, `resources`).
 
+mod completion;
 mod prompts;
 mod resources;
 
@@ -27,10 +28,10 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, JsonObject, Op, ProgressSink,
-    Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier,
-    ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
-    ToolProvider, ToolResult, ToolSpec, naming,
+    ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRequest, ContentPart,
+    JsonObject, Op, ProgressSink, Prompt, PromptSpec, ResourceContents, ResourceSpec,
+    ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError, ToolKind,
+    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec, naming,
 };
 use tracing::Instrument as _;
 
@@ -1477,6 +1478,14 @@ impl ToolProvider for Orchestrator {
         ctx: &CallContext,
     ) -> Result<Prompt, ToolError> {
         Orchestrator::get_prompt(self, name, arguments, ctx).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        Orchestrator::complete(self, request, ctx).await
     }
 
     async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {

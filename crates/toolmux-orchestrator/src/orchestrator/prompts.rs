@@ -69,7 +69,7 @@ impl Orchestrator {
     }
 
     /// The last prompt listing.
-    fn prompt_catalog(&self) -> Arc<PromptCatalog> {
+    pub(super) fn prompt_catalog(&self) -> Arc<PromptCatalog> {
         self.inner.prompts.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

@@ -10,12 +10,13 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, ElicitationAction,
-    ElicitationRequest, ElicitationResponse, InteractionHandler, JsonObject, LogLevel, LogMessage,
-    LogSink, Message, Prompt, PromptArgument, PromptSpec, ResourceBody, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, Role, Root,
-    RootsRequest, SamplingRequest, SamplingResponse, ToolAnnotations, ToolCall, ToolError,
-    ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSet, ToolSpec,
+    ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRef, CompletionRequest,
+    ContentPart, ElicitationAction, ElicitationRequest, ElicitationResponse, InteractionHandler,
+    JsonObject, LogLevel, LogMessage, LogSink, Message, Prompt, PromptArgument, PromptSpec,
+    ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier,
+    ResourceUpdates, Role, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolAnnotations,
+    ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider,
+    ToolSet, ToolSpec,
 };
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity, ToolSettings,
@@ -133,6 +134,32 @@ impl ToolProvider for Library {
                 Value::Object(arguments)
             ))],
         })
+    }
+
+    /// Says who was asked what; `many` gets 150 values.
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        _: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        if request.argument == "many" {
+            let values = (0..150).map(|i| format!("v{i}")).collect();
+            return Ok(Completion { values, total: Some(150), has_more: false });
+        }
+        let reference = match &request.reference {
+            CompletionRef::Prompt(name) => format!("prompt {name}"),
+            CompletionRef::ResourceTemplate(uri) => format!("template {uri}"),
+        };
+        let context: Vec<String> =
+            request.context.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let said = format!(
+            "{}: {reference} {}={} [{}]",
+            self.namespace,
+            request.argument,
+            request.value,
+            context.join(",")
+        );
+        Ok(Completion { values: vec![said], total: None, has_more: false })
     }
 
     async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
@@ -655,4 +682,34 @@ async fn a_filtered_view_offers_every_prompt_and_resource() {
     assert_eq!(view.list_resources().await.unwrap().len(), 3);
     assert_eq!(view.list_resource_templates().await.unwrap().len(), 2);
     assert_eq!(text(&view.read_resource("docs://index", &ctx).await.unwrap()), "docs: pages");
+}
+
+#[tokio::test(start_paused = true)]
+async fn completions_go_to_the_prompt_or_template_owner() {
+    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
+    let ctx = CallContext::new();
+    let ask = |reference: CompletionRef, argument: &str| {
+        let mut request = CompletionRequest::new(reference, argument, "ma");
+        request.context.insert("tone".into(), "kind".into());
+        o.complete(request, &ctx)
+    };
+    let prompt = ask(CompletionRef::Prompt("git__commit_message".into()), "change").await.unwrap();
+    assert_eq!(prompt.values, ["git: prompt commit message change=ma [tone=kind]"]);
+    let template = CompletionRef::ResourceTemplate("repo://{branch}/{+path}".into());
+    let by_template = ask(template, "branch").await.unwrap();
+    assert_eq!(
+        by_template.values,
+        ["docs: template repo://{branch}/{+path} branch=ma [tone=kind]"]
+    );
+    let nobody = ask(CompletionRef::ResourceTemplate("x://{y}".into()), "y").await.unwrap();
+    assert_eq!(nobody, Completion::default());
+    let unknown = ask(CompletionRef::Prompt("git__reviews".into()), "change").await.unwrap_err();
+    assert!(
+        matches!(&unknown, ToolError::UnknownPrompt { suggestions, .. } if suggestions.contains(&"git__review".to_owned())),
+        "{unknown:?}"
+    );
+    let many = ask(CompletionRef::Prompt("docs__summarize".into()), "many").await.unwrap();
+    assert_eq!(many.values.len(), Completion::MAX_VALUES);
+    assert!(many.has_more);
+    assert_eq!(many.total, Some(150));
 }

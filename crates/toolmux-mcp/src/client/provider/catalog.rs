@@ -1,7 +1,7 @@
 //! The server's prompts and resources through [`McpProvider`]: listing (every page),
 //! rendering and reading with the provider's request timeout and the caller's
-//! cancellation, resource subscriptions that survive restarts, and the log level asked
-//! of the server.
+//! cancellation, completions of their arguments, resource subscriptions that survive
+//! restarts, and the log level asked of the server.
 //!
 //! Each is used only when the server's capabilities declare it; otherwise lists are
 //! empty and names and URIs are unknown, as for a provider that has none.
@@ -15,9 +15,10 @@
 #![expect(deprecated, reason = "logging and resources/subscribe of the handshake revisions")]
 
 use rmcp::model::{
-    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, InputResponses, LoggingLevel,
-    ReadResourceRequestParams, ReadResourceResponse, RequestMetaObject, SetLevelRequestParams,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    ArgumentInfo, CompleteRequestParams, CompletionContext, GetPromptRequestParams,
+    GetPromptResponse, InputRequiredResult, InputResponses, LoggingLevel,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, RequestMetaObject,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::ServiceError;
 use std::future::Future;
@@ -26,8 +27,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    CallContext, JsonObject, Prompt, PromptSpec, ResourceContents, ResourceSpec, ResourceTemplate,
-    ResourceUpdates, ToolError,
+    CallContext, Completion, CompletionRef, CompletionRequest, JsonObject, Prompt, PromptSpec,
+    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError,
 };
 
 use super::{Inner, MAX_INPUT_ROUNDS, similar};
@@ -67,6 +68,7 @@ struct Offers {
     resources: bool,
     subscribe: bool,
     logging: bool,
+    completions: bool,
 }
 
 fn offers(connection: &Connection) -> Offers {
@@ -78,6 +80,7 @@ fn offers(connection: &Connection) -> Offers {
         resources: resources.is_some(),
         subscribe: resources.and_then(|r| r.subscribe).unwrap_or(false),
         logging: capabilities.logging.is_some(),
+        completions: capabilities.completions.is_some(),
     }
 }
 
@@ -291,6 +294,46 @@ impl Inner {
             prompts.into_iter().map(|p| p.name).filter(|p| similar(p, name)).collect();
         suggestions.truncate(3);
         ToolError::UnknownPrompt { name: name.to_owned(), suggestions }
+    }
+
+    /// Values for an argument of one of the server's prompts or resource templates; none
+    /// when the server does not declare completions.
+    pub(super) async fn complete(
+        self: &Arc<Self>,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        let (reference, what) = match request.reference {
+            CompletionRef::Prompt(name) => (Reference::for_prompt(name.clone()), name),
+            CompletionRef::ResourceTemplate(uri) => (Reference::for_resource(uri.clone()), uri),
+        };
+        let connection = self.request_connection(&what, ctx).await?;
+        if !offers(&connection).completions {
+            return Ok(Completion::default());
+        }
+        let mut params = CompleteRequestParams::new(
+            reference,
+            ArgumentInfo::new(request.argument, request.value),
+        );
+        if !request.context.is_empty() {
+            params = params.with_context(CompletionContext::with_arguments(
+                request.context.into_iter().collect(),
+            ));
+        }
+        params.meta = request_meta(&connection, ctx);
+        let flight = self.events.flights.begin(ctx);
+        let activity = flight.activity();
+        let sent = connection.peer.complete(params);
+        let method = "completion/complete";
+        let caller = Some((ctx.cancel_token(), &*activity));
+        let result = self.request(&connection, method, &what, caller, sent).await;
+        drop(flight);
+        let completion = result.map_err(|f| f.into_tool_error(&what))?.completion;
+        Ok(Completion {
+            values: completion.values,
+            total: completion.total,
+            has_more: completion.has_more.unwrap_or(false),
+        })
     }
 
     pub(super) async fn list_resources(self: &Arc<Self>) -> Result<Vec<ResourceSpec>, ToolError> {

@@ -1,0 +1,67 @@
+//! Completions of prompt arguments and resource-template variables, asked of the provider
+//! that offers the prompt or the template.
+
+use super::Orchestrator;
+use toolmux_core::{CallContext, Completion, CompletionRef, CompletionRequest, ToolError};
+
+impl Orchestrator {
+    /// Values for an argument of the prompt of qualified name, or a variable of the resource
+    /// template, named in `request`, from the provider that offers it (bounded like a tool
+    /// call). An unknown prompt fails with [`ToolError::UnknownPrompt`] and the closest
+    /// names; a template no provider lists, or a provider that offers no completions, gives
+    /// no values. At most [`Completion::MAX_VALUES`] values are returned (`has_more` then
+    /// says there were more).
+    pub async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        let (provider, forwarded, what): (_, _, String) = match &request.reference {
+            CompletionRef::Prompt(name) => {
+                let mut catalog = self.prompt_catalog();
+                if catalog.get(name).is_none() {
+                    catalog = self.refresh_prompts().await;
+                }
+                let Some(entry) = catalog.get(name).cloned() else {
+                    return Err(ToolError::UnknownPrompt {
+                        name: name.clone(),
+                        suggestions: crate::suggest::suggest(catalog.names(), name),
+                    });
+                };
+                let forwarded = CompletionRequest {
+                    reference: CompletionRef::Prompt(entry.original.clone()),
+                    ..request.clone()
+                };
+                (entry.provider.clone(), forwarded, entry.name.to_string())
+            }
+            CompletionRef::ResourceTemplate(template) => {
+                let mut owner = self.template_owner(template);
+                if owner.is_none() {
+                    self.refresh_resource_templates().await;
+                    owner = self.template_owner(template);
+                }
+                let Some(provider) = owner.and_then(|i| self.providers().get(i).cloned()) else {
+                    return Ok(Completion::default());
+                };
+                (provider, request.clone(), template.clone())
+            }
+        };
+        let argument = &request.argument;
+        tracing::debug!(target: "toolmux::completion", "completion of `{argument}` → {what}");
+        let bound = self.bound(&*provider, ctx);
+        let provider_ctx = bound.context(ctx);
+        let call = provider.complete(forwarded, &provider_ctx);
+        let mut completion = self.bounded(bound, ctx, &what, call).await?;
+        if completion.values.len() > Completion::MAX_VALUES {
+            completion.values.truncate(Completion::MAX_VALUES);
+            completion.has_more = true;
+        }
+        Ok(completion)
+    }
+
+    /// The provider (its index) that lists the resource template `template`.
+    fn template_owner(&self, template: &str) -> Option<usize> {
+        let catalog = self.inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+        catalog.template_owner(template)
+    }
+}
