@@ -140,7 +140,8 @@ pub(crate) struct ServeArgs {
     pub(crate) allowed_hosts: Vec<String>,
     /// Serve only the tools whose full names match GLOB (`*` any run of characters, `?` one
     /// character), such as `fs__*` or `github__*issue*`. Repeatable; without it every tool is
-    /// served. Prompts and resources are served as they are.
+    /// served. The prompts, resources and resource templates served are those of the
+    /// providers with a tool served, and prompts whose names match GLOB.
     #[arg(long = "tools", value_name = "GLOB")]
     pub(crate) tools: Vec<String>,
     /// Tools per tools/list page.

@@ -200,6 +200,20 @@ impl ResourceCatalog {
         self.resources.iter().flatten().filter(|r| seen.insert(&r.uri)).cloned().collect()
     }
 
+    /// The resources of the providers `allowed` (one flag per provider, in order), each
+    /// URI once.
+    pub fn resources_where(&self, allowed: &[bool]) -> Vec<ResourceSpec> {
+        let mut seen = HashSet::new();
+        let listed = self.resources.iter().zip(allowed).filter(|(_, a)| **a);
+        listed.flat_map(|(r, _)| r).filter(|r| seen.insert(&r.uri)).cloned().collect()
+    }
+
+    /// The templates of the providers `allowed` (one flag per provider, in order).
+    pub fn templates_where(&self, allowed: &[bool]) -> Vec<ResourceTemplate> {
+        let listed = self.templates.iter().zip(allowed).filter(|(_, a)| **a);
+        listed.flat_map(|(t, _)| t).cloned().collect()
+    }
+
     /// Every template, in provider order.
     pub fn templates(&self) -> Vec<ResourceTemplate> {
         self.templates.iter().flatten().cloned().collect()

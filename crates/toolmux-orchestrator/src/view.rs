@@ -5,15 +5,22 @@ use crate::glob::glob_match;
 use crate::orchestrator::Orchestrator;
 use async_trait::async_trait;
 use serde_json::Value;
+use std::collections::HashSet;
 use toolmux_core::{
-    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
-    ToolOutput, ToolProvider, ToolSpec,
+    CallContext, Completion, CompletionRef, CompletionRequest, JsonObject, Prompt, PromptSpec,
+    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind,
+    ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The tools of an orchestrator whose full names match at least one glob, each call going
-/// through the orchestrator's whole pipeline. The globs name tools: the orchestrator's
-/// prompts, resources and instructions are offered as they are.
+/// through the orchestrator's whole pipeline.
+///
+/// A provider is in view when one of its tools is. Prompts are offered when their
+/// qualified name matches a glob or their provider is in view; resources and resource
+/// templates (whose URIs carry no namespace) when their provider is in view. What is out
+/// of view is neither listed nor reachable: calls, renders, reads, subscriptions and
+/// completions of it fail as unknown, without suggestions. The instructions are the
+/// orchestrator's.
 #[derive(Debug, Clone)]
 pub struct FilteredView {
     orchestrator: Orchestrator,
@@ -28,6 +35,25 @@ impl FilteredView {
 
     fn allows(&self, name: &str) -> bool {
         self.globs.iter().any(|g| glob_match(g, name))
+    }
+
+    /// Namespaces of the providers with a tool in view.
+    fn providers_in_view(&self) -> HashSet<String> {
+        let registry = self.orchestrator.registry();
+        let in_view = registry.entries().filter(|e| self.allows(&e.name));
+        in_view.map(|e| e.provider.namespace().to_owned()).collect()
+    }
+
+    fn allows_prompt(&self, name: &str, namespace: &str, in_view: &HashSet<String>) -> bool {
+        self.allows(name) || in_view.contains(namespace)
+    }
+
+    async fn check_prompt(&self, name: &str) -> Result<(), ToolError> {
+        let namespace = self.orchestrator.prompt_namespace(name).await;
+        match namespace {
+            Some(ns) if self.allows_prompt(name, &ns, &self.providers_in_view()) => Ok(()),
+            _ => Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() }),
+        }
     }
 }
 
@@ -79,7 +105,9 @@ impl ToolProvider for FilteredView {
     }
 
     async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
-        self.orchestrator.list_prompts().await
+        let in_view = self.providers_in_view();
+        let allow = |name: &str, namespace: &str| self.allows_prompt(name, namespace, &in_view);
+        Ok(self.orchestrator.list_prompts_where(&allow).await)
     }
 
     async fn get_prompt(
@@ -88,6 +116,7 @@ impl ToolProvider for FilteredView {
         arguments: JsonObject,
         ctx: &CallContext,
     ) -> Result<Prompt, ToolError> {
+        self.check_prompt(name).await?;
         self.orchestrator.get_prompt(name, arguments, ctx).await
     }
 
@@ -96,15 +125,23 @@ impl ToolProvider for FilteredView {
         request: CompletionRequest,
         ctx: &CallContext,
     ) -> Result<Completion, ToolError> {
-        self.orchestrator.complete(request, ctx).await
+        if let CompletionRef::Prompt(name) = &request.reference {
+            // A prompt matched by name is in view even when its provider is not.
+            self.check_prompt(name).await?;
+            return self.orchestrator.complete(request, ctx).await;
+        }
+        let in_view = self.providers_in_view();
+        self.orchestrator.complete_in(request, ctx, &|ns| in_view.contains(ns)).await
     }
 
     async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
-        self.orchestrator.list_resources().await
+        let in_view = self.providers_in_view();
+        Ok(self.orchestrator.list_resources_in(&|ns| in_view.contains(ns)).await)
     }
 
     async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
-        self.orchestrator.list_resource_templates().await
+        let in_view = self.providers_in_view();
+        Ok(self.orchestrator.list_resource_templates_in(&|ns| in_view.contains(ns)).await)
     }
 
     async fn read_resource(
@@ -112,15 +149,18 @@ impl ToolProvider for FilteredView {
         uri: &str,
         ctx: &CallContext,
     ) -> Result<Vec<ResourceContents>, ToolError> {
-        self.orchestrator.read_resource(uri, ctx).await
+        let in_view = self.providers_in_view();
+        self.orchestrator.read_resource_in(uri, ctx, &|ns| in_view.contains(ns)).await
     }
 
     async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
-        self.orchestrator.subscribe_resource(uri).await
+        let in_view = self.providers_in_view();
+        self.orchestrator.subscription_in(uri, true, &|ns| in_view.contains(ns)).await
     }
 
     async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
-        self.orchestrator.unsubscribe_resource(uri).await
+        let in_view = self.providers_in_view();
+        self.orchestrator.subscription_in(uri, false, &|ns| in_view.contains(ns)).await
     }
 
     fn resource_updates(&self) -> Option<ResourceUpdates> {

@@ -392,3 +392,27 @@ fn completions_reach_the_server_of_the_prompt_or_template() {
     assert!(message.contains("everything__completable-prompt"), "a suggestion: {message}");
     assert_eq!(values(6), serde_json::json!([]), "{}", by_id(6));
 }
+
+/// With `--tools`, a server's prompts and resources are served only when one of its tools
+/// is: `fs__*` hides server-everything's, `everything__echo` brings them.
+#[test]
+fn serve_tools_globs_also_choose_the_servers_prompts_and_resources() {
+    let project = gateway_project();
+    let requests = [
+        serde_json::json!({"method": "prompts/list"}),
+        serde_json::json!({"method": "resources/list"}),
+        serde_json::json!({"method": "resources/templates/list"}),
+    ];
+    let count = |args: &[&str], id: u64, key: &str| {
+        let messages = stdio_exchange(&project, args, &requests);
+        let answer = messages.iter().find(|m| m["id"] == id).expect("an answer").clone();
+        answer["result"][key].as_array().map_or(0, Vec::len)
+    };
+    let fs_only = ["serve", "--stdio", "--tools", "fs__*"];
+    assert_eq!(count(&fs_only, 2, "prompts"), 0);
+    assert_eq!(count(&fs_only, 3, "resources"), 0);
+    assert_eq!(count(&fs_only, 4, "resourceTemplates"), 0);
+    let with_everything = ["serve", "--stdio", "--tools", "everything__echo"];
+    assert!(count(&with_everything, 2, "prompts") > 0);
+    assert!(count(&with_everything, 4, "resourceTemplates") > 0);
+}

@@ -2,6 +2,7 @@
 //! that offers the prompt or the template.
 
 use super::Orchestrator;
+use super::resources::Scope;
 use toolmux_core::{CallContext, Completion, CompletionRef, CompletionRequest, ToolError};
 
 impl Orchestrator {
@@ -16,13 +17,30 @@ impl Orchestrator {
         request: CompletionRequest,
         ctx: &CallContext,
     ) -> Result<Completion, ToolError> {
+        self.complete_in(request, ctx, &|_| true).await
+    }
+
+    /// [`Orchestrator::complete`] for the prompts and templates of the providers whose
+    /// namespace `scope` allows; others are unknown (prompts, without suggestions) or have
+    /// no values (templates).
+    pub(crate) async fn complete_in(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+        scope: Scope<'_>,
+    ) -> Result<Completion, ToolError> {
         let (provider, forwarded, what): (_, _, String) = match &request.reference {
             CompletionRef::Prompt(name) => {
                 let mut catalog = self.prompt_catalog();
                 if catalog.get(name).is_none() {
                     catalog = self.refresh_prompts().await;
                 }
-                let Some(entry) = catalog.get(name).cloned() else {
+                let entry = catalog.get(name).filter(|e| scope(e.provider.namespace())).cloned();
+                if entry.is_none() && catalog.get(name).is_some() {
+                    let name = name.clone();
+                    return Err(ToolError::UnknownPrompt { name, suggestions: Vec::new() });
+                }
+                let Some(entry) = entry else {
                     return Err(ToolError::UnknownPrompt {
                         name: name.clone(),
                         suggestions: crate::suggest::suggest(catalog.names(), name),
@@ -40,7 +58,8 @@ impl Orchestrator {
                     self.refresh_resource_templates().await;
                     owner = self.template_owner(template);
                 }
-                let Some(provider) = owner.and_then(|i| self.providers().get(i).cloned()) else {
+                let provider = owner.and_then(|i| self.providers().get(i).cloned());
+                let Some(provider) = provider.filter(|p| scope(p.namespace())) else {
                     return Ok(Completion::default());
                 };
                 (provider, request.clone(), template.clone())

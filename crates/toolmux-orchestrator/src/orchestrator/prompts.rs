@@ -68,6 +68,29 @@ impl Orchestrator {
         }
     }
 
+    /// The prompts `allow` (given a prompt's qualified name and its provider's namespace)
+    /// lets through.
+    pub(crate) async fn list_prompts_where(
+        &self,
+        allow: &(dyn Fn(&str, &str) -> bool + Sync),
+    ) -> Vec<PromptSpec> {
+        let catalog = self.refresh_prompts().await;
+        let allowed = |spec: &PromptSpec| {
+            catalog.get(&spec.name).is_some_and(|e| allow(&spec.name, e.provider.namespace()))
+        };
+        catalog.specs().into_iter().filter(allowed).collect()
+    }
+
+    /// The namespace of the provider of the prompt of qualified name `name` (listing the
+    /// prompts again when the name is not known yet).
+    pub(crate) async fn prompt_namespace(&self, name: &str) -> Option<String> {
+        let mut catalog = self.prompt_catalog();
+        if catalog.get(name).is_none() {
+            catalog = self.refresh_prompts().await;
+        }
+        catalog.get(name).map(|e| e.provider.namespace().to_owned())
+    }
+
     /// The last prompt listing.
     pub(super) fn prompt_catalog(&self) -> Arc<PromptCatalog> {
         self.inner.prompts.read().unwrap_or_else(|e| e.into_inner()).clone()

@@ -15,6 +15,9 @@ use toolmux_core::{
     ToolError, ToolListChanges, ToolProvider,
 };
 
+/// Which providers, by namespace, a request may reach.
+pub(crate) type Scope<'a> = &'a (dyn Fn(&str) -> bool + Sync);
+
 /// URIs remembered from probing at most; the memory is cleared when full.
 const LEARNED_ROUTES_MAX: usize = 1024;
 
@@ -31,6 +34,26 @@ impl Orchestrator {
         Ok(self.refresh_resource_templates().await.templates())
     }
 
+    /// The resources of the providers whose namespace `scope` allows.
+    pub(crate) async fn list_resources_in(&self, scope: Scope<'_>) -> Vec<ResourceSpec> {
+        let catalog = self.refresh_resources().await;
+        catalog.resources_where(&self.in_scope(scope))
+    }
+
+    /// The resource templates of the providers whose namespace `scope` allows.
+    pub(crate) async fn list_resource_templates_in(
+        &self,
+        scope: Scope<'_>,
+    ) -> Vec<ResourceTemplate> {
+        let catalog = self.refresh_resource_templates().await;
+        catalog.templates_where(&self.in_scope(scope))
+    }
+
+    /// For each provider in order, whether `scope` allows its namespace.
+    pub(super) fn in_scope(&self, scope: Scope<'_>) -> Vec<bool> {
+        self.providers().iter().map(|p| scope(p.namespace())).collect()
+    }
+
     /// Reads the resource at `uri` from the provider that serves it (see the module
     /// documentation for the routing). Fails with [`ToolError::UnknownResource`] when no
     /// provider serves it; when some provider failed otherwise while asked in turn, with
@@ -42,9 +65,21 @@ impl Orchestrator {
         uri: &str,
         ctx: &CallContext,
     ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.read_resource_in(uri, ctx, &|_| true).await
+    }
+
+    /// [`Orchestrator::read_resource`] asking only the providers whose namespace `scope`
+    /// allows.
+    pub(crate) async fn read_resource_in(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+        scope: Scope<'_>,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
         tracing::debug!(target: "toolmux::resource", "resource read → {uri}");
         let providers = self.providers();
-        let routed = self.route(uri);
+        let routed =
+            self.route(uri).filter(|&i| providers.get(i).is_some_and(|p| scope(p.namespace())));
         if let Some(provider) = routed.and_then(|i| providers.get(i)) {
             match self.read_from(&**provider, uri, ctx).await {
                 Ok(contents) => return Ok(self.cap_contents(uri, contents, ctx).await),
@@ -54,7 +89,11 @@ impl Orchestrator {
             }
         }
         let mut failure = None;
-        for (i, provider) in providers.iter().enumerate().filter(|(i, _)| Some(*i) != routed) {
+        let others = providers
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| Some(*i) != routed && scope(p.namespace()));
+        for (i, provider) in others {
             match self.read_from(&**provider, uri, ctx).await {
                 Ok(contents) => {
                     self.learn_route(uri, i);
@@ -79,12 +118,26 @@ impl Orchestrator {
     /// at every provider that sends updates (succeeding when one accepts).
     pub async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
         self.start_update_forwarders();
-        self.route_subscription(uri, true).await
+        self.route_subscription(uri, true, &|_| true).await
     }
 
     /// Ends a subscription made with [`Orchestrator::subscribe_resource`], routed the same way.
     pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
-        self.route_subscription(uri, false).await
+        self.route_subscription(uri, false, &|_| true).await
+    }
+
+    /// [`Orchestrator::subscribe_resource`] (or unsubscribe) at the providers whose
+    /// namespace `scope` allows.
+    pub(crate) async fn subscription_in(
+        &self,
+        uri: &str,
+        subscribe: bool,
+        scope: Scope<'_>,
+    ) -> Result<(), ToolError> {
+        if subscribe {
+            self.start_update_forwarders();
+        }
+        self.route_subscription(uri, subscribe, scope).await
     }
 
     /// Updated URIs of every provider, merged; `None` when no provider sends any.
@@ -207,7 +260,12 @@ impl Orchestrator {
         self.bounded(bound, ctx, uri, read).await
     }
 
-    async fn route_subscription(&self, uri: &str, subscribe: bool) -> Result<(), ToolError> {
+    async fn route_subscription(
+        &self,
+        uri: &str,
+        subscribe: bool,
+        scope: Scope<'_>,
+    ) -> Result<(), ToolError> {
         let providers = self.providers();
         let targets: Vec<usize> = match self.route(uri) {
             Some(i) => vec![i],
@@ -215,7 +273,8 @@ impl Orchestrator {
         };
         let mut failure = None;
         let mut accepted = false;
-        for provider in targets.iter().filter_map(|&i| providers.get(i)) {
+        let targets = targets.iter().filter_map(|&i| providers.get(i));
+        for provider in targets.filter(|p| scope(p.namespace())) {
             // Only to bound the call: the trait's methods take no context.
             let ctx = CallContext::new();
             let bound = self.bound(&**provider, &ctx);

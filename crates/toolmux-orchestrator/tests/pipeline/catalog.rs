@@ -19,7 +19,8 @@ use toolmux_core::{
     ToolSet, ToolSpec,
 };
 use toolmux_orchestrator::{
-    Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity, ToolSettings,
+    FilteredView, Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity,
+    ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -34,6 +35,8 @@ struct Library {
     hidden: Vec<(String, String)>,
     failing_prompts: bool,
     hanging_reads: bool,
+    /// Offers one tool, `status`.
+    with_status_tool: bool,
     updates: Option<ResourceUpdateNotifier>,
     changes: Option<ToolListNotifier>,
     subscribed: Mutex<Vec<String>>,
@@ -99,7 +102,8 @@ impl ToolProvider for Library {
     }
 
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
-        Ok(Vec::new())
+        let status = ToolSpec::new("status", "Says how it is", json!({"type": "object"}));
+        Ok(if self.with_status_tool { vec![status] } else { Vec::new() })
     }
 
     async fn call(&self, name: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
@@ -664,24 +668,52 @@ async fn prompt_and_resource_list_changes_of_every_provider_are_merged() {
     o.cleanup().await;
 }
 
-/// A filtered view (what `toolmux serve --tools` serves) narrows the tools only: the
-/// prompts and resources of the orchestrator behind it are offered as they are.
+/// A filtered view (what `toolmux serve --tools` serves) offers the prompts, resources and
+/// templates of the providers with a tool in view, and prompts matched by name; the rest
+/// can be neither listed nor reached.
 #[tokio::test(start_paused = true)]
-async fn a_filtered_view_offers_every_prompt_and_resource() {
-    let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
-    let view = toolmux_orchestrator::FilteredView::new(o.clone(), vec!["nothing__*".into()]);
-    assert!(view.list_tools().await.unwrap().is_empty());
-    let prompts = |list: Vec<PromptSpec>| list.into_iter().map(|p| p.name).collect::<Vec<_>>();
-    assert_eq!(
-        prompts(view.list_prompts().await.unwrap()),
-        prompts(o.list_prompts().await.unwrap())
-    );
+async fn a_filtered_view_offers_what_its_providers_offer() {
+    let git = Library { with_status_tool: true, ..git() };
+    let o = library(vec![Arc::new(git), Arc::new(docs())]).await;
+    let names = |list: Vec<PromptSpec>| list.into_iter().map(|p| p.name).collect::<Vec<_>>();
+    let view = FilteredView::new(o.clone(), vec!["git__*".into()]);
+    assert_eq!(names(view.list_prompts().await.unwrap()), ["git__review", "git__commit_message"]);
+    let uris: Vec<String> =
+        view.list_resources().await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(uris, ["repo://main/README", "shared://config"]);
+    let templates = view.list_resource_templates().await.unwrap();
+    assert_eq!(templates.len(), 1, "{templates:?}");
     let ctx = CallContext::new();
+    // `shared://config` is listed by both: the view reads it from the provider in view.
+    assert_eq!(text(&view.read_resource("shared://config", &ctx).await.unwrap()), "git: from git");
     let p = view.get_prompt("git__commit_message", JsonObject::new(), &ctx).await.unwrap();
     assert_eq!(message_text(&p), "git/commit message {}");
-    assert_eq!(view.list_resources().await.unwrap().len(), 3);
-    assert_eq!(view.list_resource_templates().await.unwrap().len(), 2);
-    assert_eq!(text(&view.read_resource("docs://index", &ctx).await.unwrap()), "docs: pages");
+
+    // Out of view: unknown, without suggestions that would name what is hidden.
+    let hidden = view.get_prompt("docs__summarize", JsonObject::new(), &ctx).await.unwrap_err();
+    assert!(
+        matches!(&hidden, ToolError::UnknownPrompt { suggestions, .. } if suggestions.is_empty()),
+        "{hidden:?}"
+    );
+    for uri in ["docs://index", "other://secret-page"] {
+        let refused = view.read_resource(uri, &ctx).await.unwrap_err();
+        assert!(matches!(refused, ToolError::UnknownResource { .. }), "{uri}: {refused:?}");
+    }
+    let template = CompletionRef::ResourceTemplate("repo://{branch}/{+path}".into());
+    let asked = CompletionRequest::new(template, "branch", "m");
+    assert_eq!(view.complete(asked, &ctx).await.unwrap(), Completion::default());
+    let asked = CompletionRequest::new(CompletionRef::Prompt("docs__summarize".into()), "a", "");
+    assert!(view.complete(asked, &ctx).await.is_err());
+
+    // A prompt matched by name is offered although its provider has no tool in view.
+    let by_name = FilteredView::new(o.clone(), vec!["docs__summarize".into()]);
+    assert_eq!(names(by_name.list_prompts().await.unwrap()), ["docs__summarize"]);
+    assert!(by_name.list_resources().await.unwrap().is_empty());
+    let asked = CompletionRequest::new(CompletionRef::Prompt("docs__summarize".into()), "a", "x");
+    assert_eq!(
+        by_name.complete(asked, &ctx).await.unwrap().values,
+        ["docs: prompt summarize a=x []"]
+    );
 }
 
 #[tokio::test(start_paused = true)]
