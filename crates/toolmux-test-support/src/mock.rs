@@ -63,6 +63,7 @@ pub struct MockProvider {
     max_in_flight: AtomicUsize,
     total_calls: AtomicU64,
     warmups: AtomicU64,
+    listings: AtomicU64,
     fail_warmup: Option<String>,
     warmup_delay: Duration,
     shut_down: AtomicBool,
@@ -81,6 +82,7 @@ impl MockProvider {
             max_in_flight: AtomicUsize::new(0),
             total_calls: AtomicU64::new(0),
             warmups: AtomicU64::new(0),
+            listings: AtomicU64::new(0),
             fail_warmup: None,
             warmup_delay: Duration::ZERO,
             shut_down: AtomicBool::new(false),
@@ -172,6 +174,11 @@ impl MockProvider {
         self.warmups.load(Ordering::SeqCst)
     }
 
+    /// How many times its tools were listed.
+    pub fn listings(&self) -> u64 {
+        self.listings.load(Ordering::SeqCst)
+    }
+
     /// Whether shutdown was called.
     pub fn is_shut_down(&self) -> bool {
         self.shut_down.load(Ordering::SeqCst)
@@ -205,6 +212,7 @@ impl ToolProvider for MockProvider {
     }
 
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        self.listings.fetch_add(1, Ordering::SeqCst);
         Ok(self.lock_tools().iter().map(|t| t.spec.clone()).collect())
     }
 

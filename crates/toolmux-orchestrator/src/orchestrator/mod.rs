@@ -19,7 +19,7 @@ use crate::registry::{ProviderTools, Registry, RegistryProblem, Severity, ToolEn
 use crate::store::{DirectoryStore, OutputPage, OutputStore, StoreError};
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -472,16 +472,24 @@ impl Orchestrator {
             .into_iter()
             .map(|(i, r, ms)| (i, r.map_err(|e| self.inner.redactor.redact(&e).into_owned()), ms))
             .collect();
-        let mut list_errors = self.refresh().await;
+        // A provider whose warmup failed is not asked for its listings now: it would only
+        // fail again, after waiting out its reconnection backoff (seconds, for a one-shot
+        // `tools list`). It is asked again at the next listing.
+        let failed: HashSet<String> = results
+            .iter()
+            .filter(|(_, result, _)| result.is_err())
+            .filter_map(|(i, _, _)| providers.get(*i).map(|p| p.namespace().to_owned()))
+            .collect();
+        let mut list_errors = self.refresh_skipping(&failed).await;
         self.start_watchers();
         self.start_update_forwarders();
         // Prompts and resources are listed again whenever a client lists them; listing them
         // here lets reads and `get_prompt` route before the first listing, and reports
         // naming problems with the tools'.
         let (prompts, ..) = futures::join!(
-            self.refresh_prompts(),
-            self.refresh_resources(),
-            self.refresh_resource_templates()
+            self.refresh_prompts_skipping(&failed),
+            self.refresh_resources_skipping(&failed),
+            self.refresh_resource_templates_skipping(&failed)
         );
         let registry = self.registry();
         let mut problems = registry.problems().to_vec();
@@ -510,10 +518,15 @@ impl Orchestrator {
     /// Lists the tools of every provider again and rebuilds the registry; returns the
     /// providers whose listing failed (they keep their previous tools).
     pub async fn refresh(&self) -> HashMap<String, String> {
+        self.refresh_skipping(&HashSet::new()).await
+    }
+
+    /// [`Orchestrator::refresh`], keeping the previous tools of the providers in `skip`.
+    async fn refresh_skipping(&self, skip: &HashSet<String>) -> HashMap<String, String> {
         let providers = self.providers();
         let timeout = self.inner.config.startup_timeout;
         let mut listings = Vec::with_capacity(providers.len());
-        for provider in providers {
+        for provider in providers.into_iter().filter(|p| !skip.contains(p.namespace())) {
             listings.push(list_one(provider, timeout));
         }
         let listed: Vec<(String, Result<Vec<ToolSpec>, String>)> = futures::stream::iter(listings)

@@ -8,6 +8,7 @@
 use super::Orchestrator;
 use crate::catalog::PromptCatalog;
 use futures::StreamExt as _;
+use std::collections::HashSet;
 use std::sync::Arc;
 use toolmux_core::{
     CallContext, ContentPart, JsonObject, Prompt, PromptSpec, ToolError, ToolProvider,
@@ -99,9 +100,18 @@ impl Orchestrator {
     /// Lists every provider's prompts (at most `init_concurrency` at a time, each within
     /// the startup timeout) and swaps in the new catalog.
     pub(super) async fn refresh_prompts(&self) -> Arc<PromptCatalog> {
+        self.refresh_prompts_skipping(&HashSet::new()).await
+    }
+
+    /// [`Orchestrator::refresh_prompts`], keeping the previous listing of the providers in
+    /// `skip` (their warmup just failed: asking again would wait out their reconnection).
+    pub(super) async fn refresh_prompts_skipping(
+        &self,
+        skip: &HashSet<String>,
+    ) -> Arc<PromptCatalog> {
         let providers = self.providers();
-        let fresh =
-            self.list_all(&providers, "prompts", |p| async move { p.list_prompts().await }).await;
+        let list = |p: Arc<dyn ToolProvider>| async move { p.list_prompts().await };
+        let fresh = self.list_all(&providers, skip, "prompts", list).await;
         let previous = self.prompt_catalog();
         let catalog = Arc::new(PromptCatalog::build(
             &providers,
@@ -137,6 +147,7 @@ impl Orchestrator {
     pub(super) async fn list_all<T, F, Fut>(
         &self,
         providers: &[Arc<dyn ToolProvider>],
+        skip: &HashSet<String>,
         what: &str,
         list: F,
     ) -> Vec<Option<Vec<T>>>
@@ -147,8 +158,12 @@ impl Orchestrator {
         let timeout = self.inner.config.startup_timeout;
         let mut listings = Vec::with_capacity(providers.len());
         for provider in providers {
+            let skipped = skip.contains(provider.namespace());
             let listed = tokio::time::timeout(timeout, list(provider.clone()));
             listings.push(async move {
+                if skipped {
+                    return None;
+                }
                 match listed.await {
                     Ok(Ok(items)) => Some(items),
                     Ok(Err(e)) => {

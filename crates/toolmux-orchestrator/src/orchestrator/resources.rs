@@ -9,6 +9,7 @@
 use super::{Orchestrator, cut_middle};
 use crate::catalog::ResourceCatalog;
 use crate::config::OversizeMode;
+use std::collections::HashSet;
 use std::sync::Arc;
 use toolmux_core::{
     CallContext, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
@@ -213,9 +214,18 @@ impl Orchestrator {
 
     /// Lists every provider's resources and swaps in the new catalog.
     pub(super) async fn refresh_resources(&self) -> Arc<ResourceCatalog> {
+        self.refresh_resources_skipping(&HashSet::new()).await
+    }
+
+    /// [`Orchestrator::refresh_resources`], keeping the previous listing of the providers
+    /// in `skip`.
+    pub(super) async fn refresh_resources_skipping(
+        &self,
+        skip: &HashSet<String>,
+    ) -> Arc<ResourceCatalog> {
         let providers = self.providers();
-        let fresh =
-            self.list_all(&providers, "resources", |p| async move { p.list_resources().await });
+        let list = |p: Arc<dyn ToolProvider>| async move { p.list_resources().await };
+        let fresh = self.list_all(&providers, skip, "resources", list);
         let fresh = fresh.await;
         let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
         *catalog = Arc::new(catalog.with_resources(&providers, fresh));
@@ -224,9 +234,18 @@ impl Orchestrator {
 
     /// Lists every provider's resource templates and swaps in the new catalog.
     pub(super) async fn refresh_resource_templates(&self) -> Arc<ResourceCatalog> {
+        self.refresh_resource_templates_skipping(&HashSet::new()).await
+    }
+
+    /// [`Orchestrator::refresh_resource_templates`], keeping the previous listing of the
+    /// providers in `skip`.
+    pub(super) async fn refresh_resource_templates_skipping(
+        &self,
+        skip: &HashSet<String>,
+    ) -> Arc<ResourceCatalog> {
         let providers = self.providers();
         let list = |p: Arc<dyn ToolProvider>| async move { p.list_resource_templates().await };
-        let fresh = self.list_all(&providers, "resource templates", list).await;
+        let fresh = self.list_all(&providers, skip, "resource templates", list).await;
         let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
         *catalog = Arc::new(catalog.with_templates(fresh));
         catalog.clone()

@@ -61,13 +61,12 @@ async fn warmup_is_bounded_and_one_failure_stops_nothing() {
             max: max.clone(),
         }));
     }
-    builder = builder
-        .provider(Arc::new(
-            MockProvider::new("broken").with_failing_warmup("command not found: nosuchserver"),
-        ))
-        .provider(Arc::new(
-            MockProvider::new("stuck").with_warmup_delay(Duration::from_secs(3600)),
-        ));
+    let broken = Arc::new(
+        MockProvider::new("broken").with_failing_warmup("command not found: nosuchserver"),
+    );
+    builder = builder.provider(broken.clone()).provider(Arc::new(
+        MockProvider::new("stuck").with_warmup_delay(Duration::from_secs(3600)),
+    ));
     let o = builder.build().unwrap();
     let started = tokio::time::Instant::now();
     let report = o.warmup().await;
@@ -88,6 +87,11 @@ async fn warmup_is_bounded_and_one_failure_stops_nothing() {
     );
     assert_eq!(o.tools().len(), 9);
     assert!(call(&o, "s0__t", json!({})).await.ok);
+    // A provider that failed to start is not asked for its tools at once (an MCP server
+    // would wait out its reconnection backoff to fail again), only at the next listing.
+    assert_eq!(broken.listings(), 0);
+    o.refresh().await;
+    assert_eq!(broken.listings(), 1);
 }
 
 #[tokio::test(start_paused = true)]
