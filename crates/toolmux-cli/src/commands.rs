@@ -56,6 +56,16 @@ async fn start(
     loaded: &Loaded,
     keep: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
+    start_reporting(loaded, keep, true).await
+}
+
+/// [`start`], warning on stderr of each provider that failed to start only when
+/// `warn_failures` (`config check` reports them in its table instead).
+async fn start_reporting(
+    loaded: &Loaded,
+    keep: &dyn Fn(&str) -> bool,
+    warn_failures: bool,
+) -> anyhow::Result<(Toolmux, WarmupReport)> {
     let toolmux = Toolmux::build_only(loaded, keep).await?;
     for warning in toolmux.warnings().iter().skip(loaded.warnings.len()) {
         eprintln!("warning: {warning}");
@@ -67,7 +77,7 @@ async fn start(
     ));
     let report = toolmux.orchestrator().warmup().await;
     spinner.finish();
-    for provider in &report.providers {
+    for provider in report.providers.iter().filter(|_| warn_failures) {
         if let Some(error) = &provider.error {
             eprintln!("warning: provider `{}` failed to start: {error}", provider.namespace);
         }
@@ -287,7 +297,7 @@ async fn terminated() {
 }
 
 pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let (toolmux, report) = start(loaded, &|_| true).await?;
+    let (toolmux, report) = start_reporting(loaded, &|_| true, false).await?;
     finish(&toolmux).await;
     let failed = report.providers.iter().any(|p| p.error.is_some());
     let collided = report.problems.iter().any(|p| p.severity == Severity::Error);

@@ -138,7 +138,7 @@ fn an_unreachable_server_is_reported_in_words() {
     // Exit code 3: a provider failed to start (`--help`).
     assert_eq!(run.code, 3, "{}", run.stderr);
     expect![[r#"
-        warning: provider `remote` failed to start: remote: cannot connect over http: cannot reach the server: client error (Connect): tcp connect error: Connection refused (os error 111)
+        warning: provider `remote` failed to start: remote: cannot connect over http: cannot reach the server: Connection refused (os error 111)
         0 tools from 1 provider
     "#]]
     .assert_eq(&run.stderr);

@@ -297,6 +297,16 @@ where
 /// the chain; what is said here is the transport's own error, and for HTTP the client
 /// error's causes. A server that cannot be reached at all is a connect error, which is not
 /// retried with the other handshake.
+/// The last error of `error`'s chain of causes.
+fn innermost<'a>(
+    mut error: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    while let Some(cause) = error.source() {
+        error = cause;
+    }
+    error
+}
+
 fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
     let ClientInitializeError::TransportError { error: transport, .. } = &error else {
@@ -318,7 +328,11 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
             } else {
                 "the request failed"
             };
+            // Of a connect failure the innermost cause says it ("Connection refused", "failed
+            // to lookup address information: …"); the layers above it name the client's
+            // internals (`client error (Connect)`, `tcp connect error`).
             let message = match std::error::Error::source(http) {
+                Some(cause) if http.is_connect() => format!("{what}: {}", innermost(cause)),
                 Some(cause) => format!("{what}: {}", toolmux_core::error_report(cause)),
                 None => what.to_owned(),
             };
