@@ -21,7 +21,7 @@ use crate::metadata::{DepKind, Metadata, Package};
 use crate::walk;
 
 const CORE: &str = "toolmux-core";
-const PROVIDERS: &[&str] = &["toolmux-fs", "toolmux-mcp", "toolmux-rest"];
+const PROVIDERS: &[&str] = &["toolmux-fs", "toolmux-mcp", "toolmux-rest", "toolmux-external"];
 const ORCHESTRATOR: &str = "toolmux-orchestrator";
 const AGENT: &str = "toolmux-agent";
 const LLM: &str = "toolmux-llm";

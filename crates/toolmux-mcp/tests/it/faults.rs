@@ -360,8 +360,10 @@ async fn an_unreachable_http_server_says_why() {
     let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
     let error = provider.warmup().await.unwrap_err().report();
     provider.shutdown().await.unwrap();
-    expect_test::expect!["h: cannot connect over http: cannot reach the server: Connection refused (os error 111)"]
-        .assert_eq(&error);
+    expect_test::expect![
+        "h: cannot connect over http: cannot reach the server: Connection refused (os error 111)"
+    ]
+    .assert_eq(&error);
 }
 
 /// An HTTP server that refuses the handshake gets a hint at what to fix: credentials for a

@@ -1,0 +1,357 @@
+//! Tools whose results come from outside toolmux: a person in a user interface, a job
+//! runner, another service. toolmux records the call as pending, and another program
+//! fetches it and submits the result.
+//!
+//! Each tool of [`ExternalProvider`] (namespace `external`) is configured by name with an
+//! [`ExternalToolConfig`]:
+//!
+//! - `executionType: internal` needs no execution: the call returns
+//!   `{"success": true, "args": …}` at once (a chart the frontend draws from the arguments).
+//! - `executionType: external` (or `space`, answered in a user interface) without
+//!   `isAsync`: the call waits for the submitted result up to `timeout` milliseconds
+//!   (default 30000) and fails when none came. The agent never waits forever; a result
+//!   submitted after that goes to the run's inbox.
+//! - With `isAsync: true` the call returns `{"status": "pending", "callId": …}` at once, and
+//!   the result goes to the inbox of the run that made the call when it is submitted.
+//!
+//! Three tools of the provider serve the other side and the inbox:
+//!
+//! - `external__pending` (hidden from models): the calls waiting for a result, oldest
+//!   first, optionally waiting up to `waitMs` for one to arrive (a long poll).
+//! - `external__submit` (hidden from models): `{callId, result, isError?}` answers one call.
+//! - `external__inbox`: what arrived for this run since it last looked, taken out.
+//!
+//! A program that serves results is an MCP client of `toolmux serve`, as the agent is; the
+//! hidden tools are not listed but can be called by name. Pending calls and inboxes live
+//! in a [`PendingStore`]; [`MemoryPendingStore`] keeps them in this process, bounded.
+//!
+//! `visible` in the configuration is the seeds' user-interface visibility (whether the call
+//! and its result are shown in the active space): it travels with the pending call and the
+//! result's extras for the program that renders it. Every configured tool is shown to
+//! models.
+
+#![deny(missing_docs)]
+
+mod store;
+
+pub use store::{
+    DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExternalResult, InboxEntry,
+    MemoryPendingStore, PendingCall, PendingStore,
+};
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::{
+    CallContext, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec, naming,
+};
+
+/// The namespace of the external tools.
+pub const NAMESPACE: &str = "external";
+
+/// How long a synchronous external tool waits for its result unless configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest long poll of `external__pending`.
+pub const MAX_POLL: Duration = Duration::from_secs(60);
+
+/// How an external tool is answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionType {
+    /// By another program, through `external__submit`.
+    #[default]
+    External,
+    /// In a user interface (a person answers), through `external__submit`.
+    Space,
+    /// Not at all: the arguments are the result.
+    Internal,
+}
+
+/// One external tool, under `externalTools` by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExternalToolConfig {
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (default: any object).
+    #[serde(default, alias = "parametersSchema", skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// `external` (default), `space` or `internal`.
+    #[serde(default)]
+    pub execution_type: ExecutionType,
+    /// Return `{"status": "pending"}` at once; the result goes to the run's inbox.
+    #[serde(default)]
+    pub is_async: bool,
+    /// How long a synchronous call waits for its result, in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Whether a user interface shows the call and its result (default true, false for
+    /// `internal`); passed on with the pending call and the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible: Option<bool>,
+}
+
+impl ExternalToolConfig {
+    fn shown_in_ui(&self) -> bool {
+        self.visible.unwrap_or(self.execution_type != ExecutionType::Internal)
+    }
+}
+
+/// The external tools of a configuration, with their pending calls in a [`PendingStore`].
+#[derive(Debug, Clone)]
+pub struct ExternalProvider {
+    tools: Arc<BTreeMap<String, ExternalToolConfig>>,
+    store: Arc<dyn PendingStore>,
+}
+
+impl ExternalProvider {
+    /// The tools of `tools` (by name), pending calls in `store`. A name that is not a
+    /// valid tool name, or one of the provider's own (`pending`, `submit`, `inbox`), or an
+    /// input schema that is not an object is an error naming the tool.
+    pub fn new(
+        tools: &BTreeMap<String, ExternalToolConfig>,
+        store: Arc<dyn PendingStore>,
+    ) -> Result<ExternalProvider, String> {
+        let mut named = BTreeMap::new();
+        for (name, tool) in tools {
+            let local = naming::sanitize(name).into_owned();
+            if local.is_empty() {
+                return Err(format!("`{name}` is not a tool name"));
+            }
+            if OWN_TOOLS.contains(&local.as_str()) {
+                return Err(format!(
+                    "`{name}` is the name of a tool of the provider itself ({}); choose another",
+                    OWN_TOOLS.join(", ")
+                ));
+            }
+            if let Some(schema) = &tool.input_schema
+                && !schema.is_object()
+            {
+                return Err(format!("`{name}`: `inputSchema` must be a JSON Schema object"));
+            }
+            if tool.timeout == Some(0) {
+                return Err(format!("`{name}`: `timeout` must be at least 1 millisecond"));
+            }
+            if named.insert(local.clone(), tool.clone()).is_some() {
+                return Err(format!("two external tools are both named `{local}`"));
+            }
+        }
+        Ok(ExternalProvider { tools: Arc::new(named), store })
+    }
+
+    /// The store of pending calls.
+    pub fn store(&self) -> &Arc<dyn PendingStore> {
+        &self.store
+    }
+
+    async fn run_tool(
+        &self,
+        name: &str,
+        tool: &ExternalToolConfig,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let visible = tool.shown_in_ui();
+        if tool.execution_type == ExecutionType::Internal {
+            let output = ToolOutput::json(json!({"success": true, "args": arguments}));
+            return Ok(output.with_extra("visible", json!(visible)));
+        }
+        let call = PendingCall {
+            call_id: String::new(),
+            tool: format!("{NAMESPACE}__{name}"),
+            arguments,
+            run_id: ctx.run_id().to_owned(),
+            execution_type: tool.execution_type,
+            is_async: tool.is_async,
+            visible,
+            created_ms: 0,
+        };
+        let call_id = self.store.open(call).await?;
+        if tool.is_async {
+            let pending = json!({"status": "pending", "callId": call_id});
+            return Ok(ToolOutput::json(pending).with_extra("visible", json!(visible)));
+        }
+        let mut timeout = tool.timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        // Fail by our own timeout, with its message, before the caller's deadline cuts.
+        if let Some(deadline) = ctx.deadline() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            timeout = timeout.min(left.saturating_sub(Duration::from_millis(10)));
+        }
+        let waited = tokio::select! {
+            result = self.store.wait(&call_id, timeout) => result,
+            () = ctx.cancel_token().cancelled() => {
+                self.store.withdraw(&call_id).await;
+                return Err(ToolError::Cancelled { tool: format!("{NAMESPACE}__{name}") });
+            }
+        };
+        match waited {
+            Some(result) => Ok(result.into_output().with_extra("visible", json!(visible))),
+            None => Ok(ToolOutput::error(format!(
+                "no result for `{NAMESPACE}__{name}` (call `{call_id}`) within {} ms; a result \
+                 submitted later goes to `{NAMESPACE}__inbox`",
+                timeout.as_millis()
+            ))),
+        }
+    }
+
+    async fn pending(&self, arguments: &Value) -> Result<ToolOutput, ToolError> {
+        let wait = arguments
+            .get("waitMs")
+            .and_then(Value::as_u64)
+            .map_or(Duration::ZERO, Duration::from_millis)
+            .min(MAX_POLL);
+        let tools: Vec<String> = arguments
+            .get("tools")
+            .and_then(Value::as_array)
+            .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        let calls = self.store.pending(&tools, wait).await;
+        Ok(ToolOutput::json(json!({ "calls": calls })))
+    }
+
+    async fn submit(&self, arguments: Value, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let invalid = |message: &str| ToolError::invalid_arguments("external__submit", message);
+        let Some(call_id) = arguments.get("callId").and_then(Value::as_str) else {
+            return Err(invalid("`callId` (a string) is required"));
+        };
+        let Some(result) = arguments.get("result").cloned() else {
+            return Err(invalid("`result` is required (a string, or any JSON value)"));
+        };
+        let is_error = arguments.get("isError").and_then(Value::as_bool).unwrap_or(false);
+        let by = ctx.run_id();
+        match self.store.resolve(call_id, ExternalResult { result, is_error }).await? {
+            Delivery::Waiting => {
+                Ok(ToolOutput::text(format!("`{call_id}`: handed to the waiting call")))
+            }
+            Delivery::Inbox { run_id } => {
+                tracing::debug!(target: "toolmux::external", by, "result of {call_id} to the inbox of run {run_id}");
+                Ok(ToolOutput::text(format!("`{call_id}`: put in the inbox of its run")))
+            }
+        }
+    }
+
+    async fn inbox(&self, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let results = self.store.take_inbox(ctx.run_id()).await;
+        let waiting = self.store.count_pending(ctx.run_id()).await;
+        Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
+    }
+}
+
+/// The names of the provider's own tools.
+const OWN_TOOLS: [&str; 3] = ["pending", "submit", "inbox"];
+
+fn own_tools() -> Vec<ToolSpec> {
+    let hidden =
+        ToolAnnotations { visible: false, open_world: false, ..ToolAnnotations::default() };
+    vec![
+        ToolSpec::new(
+            "pending",
+            "The calls of external tools waiting for a result, oldest first: `callId`, `tool`, \
+             `arguments`, `runId`, `async`, `visible`. For the program that answers them.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "waitMs": {"type": "integer", "minimum": 0, "maximum": MAX_POLL.as_millis(),
+                               "description": "Wait up to this long for a call when none is pending."},
+                    "tools": {"type": "array", "items": {"type": "string"},
+                              "description": "Only calls of these tools (full names)."}
+                },
+                "additionalProperties": false
+            }),
+        )
+        .with_annotations(hidden.clone()),
+        ToolSpec::new(
+            "submit",
+            "Answers a pending external call: the waiting call returns `result`, or it goes to \
+             the inbox of the call's run.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "callId": {"type": "string"},
+                    "result": {"description": "A text, or any JSON value."},
+                    "isError": {"type": "boolean", "description": "The result is a failure."}
+                },
+                "required": ["callId", "result"],
+                "additionalProperties": false
+            }),
+        )
+        .with_annotations(hidden),
+        ToolSpec::new(
+            "inbox",
+            "Results of external calls that arrived after their call returned (asynchronous \
+             tools, or results later than their timeout), each once, and how many calls of \
+             this run are still pending.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        )
+        .with_annotations(ToolAnnotations { open_world: false, ..ToolAnnotations::default() }),
+    ]
+}
+
+#[async_trait]
+impl ToolProvider for ExternalProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::External
+    }
+
+    fn namespace(&self) -> &str {
+        NAMESPACE
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        let mut tools: Vec<ToolSpec> = self
+            .tools
+            .iter()
+            .map(|(name, tool)| {
+                let schema = tool.input_schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+                let annotations = ToolAnnotations {
+                    read_only: tool.execution_type == ExecutionType::Internal,
+                    idempotent: tool.execution_type == ExecutionType::Internal,
+                    ..ToolAnnotations::default()
+                };
+                ToolSpec::new(name, &tool.description, schema).with_annotations(annotations)
+            })
+            .collect();
+        tools.extend(own_tools());
+        Ok(tools)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        match name {
+            "pending" => self.pending(&arguments).await,
+            "submit" => self.submit(arguments, ctx).await,
+            "inbox" => self.inbox(ctx).await,
+            _ => match self.tools.get(name) {
+                Some(tool) => self.run_tool(name, tool, arguments, ctx).await,
+                None => {
+                    Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() })
+                }
+            },
+        }
+    }
+
+    fn instructions(&self) -> Option<String> {
+        let asynchronous: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.is_async && t.execution_type != ExecutionType::Internal)
+            .map(|(n, _)| format!("`{NAMESPACE}__{n}`"))
+            .collect();
+        (!asynchronous.is_empty()).then(|| {
+            format!(
+                "{} return `{{\"status\": \"pending\"}}` at once; their results arrive later: \
+                 call `{NAMESPACE}__inbox` to collect them.",
+                asynchronous.join(", ")
+            )
+        })
+    }
+}

@@ -1,0 +1,305 @@
+//! Pending external calls and the inboxes of runs: the [`PendingStore`] trait and its
+//! in-process implementation.
+
+use crate::ExecutionType;
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{Notify, oneshot};
+use toolmux_core::{ToolError, ToolOutput};
+
+/// A call of an external tool waiting for its result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingCall {
+    /// Its id, given by the store.
+    pub call_id: String,
+    /// The tool's full name (`external__confirm`).
+    pub tool: String,
+    /// The arguments it was called with.
+    pub arguments: Value,
+    /// The run that made the call; its inbox gets results that arrive too late.
+    pub run_id: String,
+    /// Who answers it.
+    pub execution_type: ExecutionType,
+    /// Whether the call returned at once (the result goes to the inbox).
+    #[serde(rename = "async")]
+    pub is_async: bool,
+    /// Whether a user interface shows it.
+    pub visible: bool,
+    /// When it was made, in milliseconds since the Unix epoch (set by the store).
+    pub created_ms: u64,
+}
+
+/// A submitted result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalResult {
+    /// A text, or any JSON value.
+    pub result: Value,
+    /// The result is a failure.
+    pub is_error: bool,
+}
+
+impl ExternalResult {
+    /// The output of the call this answers: a string as text, anything else as JSON.
+    pub fn into_output(self) -> ToolOutput {
+        let mut output = match self.result {
+            Value::String(text) => ToolOutput::text(text),
+            other => ToolOutput::json(other),
+        };
+        output.is_error = self.is_error;
+        output
+    }
+}
+
+/// Where a submitted result went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// To the call, which was still waiting.
+    Waiting,
+    /// To the inbox of the run that made the call.
+    Inbox {
+        /// That run.
+        run_id: String,
+    },
+}
+
+/// A result in a run's inbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxEntry {
+    /// The call it answers.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// The arguments it was called with.
+    pub arguments: Value,
+    /// The result.
+    #[serde(flatten)]
+    pub result: ExternalResult,
+}
+
+/// Pending external calls and the inboxes of runs. [`MemoryPendingStore`] keeps them in
+/// this process; a shared implementation lets several `toolmux serve` replicas answer
+/// each other's calls.
+#[async_trait]
+pub trait PendingStore: Send + Sync + fmt::Debug {
+    /// Records `call` (its `call_id` and `created_ms` are set here) and returns its id.
+    /// Fails with a policy error when the store is full.
+    async fn open(&self, call: PendingCall) -> Result<String, ToolError>;
+
+    /// The result of call `call_id`, when it arrives within `timeout`; `None` when it does
+    /// not, and the call stays pending with its result bound for the run's inbox.
+    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult>;
+
+    /// Forgets call `call_id` (its caller gave up); a result submitted later is refused.
+    async fn withdraw(&self, call_id: &str);
+
+    /// The calls waiting for a result, oldest first, of the `tools` named (all when empty);
+    /// when there are none, waits up to `wait` for one.
+    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall>;
+
+    /// Answers call `call_id`. Unknown (never made, answered already, withdrawn) is an
+    /// invalid-arguments error.
+    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError>;
+
+    /// The results in run `run_id`'s inbox, oldest first, taken out.
+    async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry>;
+
+    /// How many calls of run `run_id` wait for a result.
+    async fn count_pending(&self, run_id: &str) -> usize;
+}
+
+/// Calls pending at most, by default: past it, new calls are refused.
+pub const DEFAULT_MAX_PENDING: usize = 10_000;
+
+/// Results one inbox holds at most, by default: past it, the oldest are dropped.
+pub const DEFAULT_MAX_INBOX: usize = 1_000;
+
+/// A [`PendingStore`] in this process's memory, bounded.
+#[derive(Debug)]
+pub struct MemoryPendingStore {
+    state: Mutex<State>,
+    /// Woken when a call is opened, for long polls.
+    opened: Notify,
+    next: AtomicU64,
+    /// Distinguishes this store's ids from another's (a restarted process).
+    prefix: String,
+    max_pending: usize,
+    max_inbox: usize,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    calls: HashMap<String, Entry>,
+    /// The receiving ends of synchronous calls' results, until they wait.
+    receivers: HashMap<String, oneshot::Receiver<ExternalResult>>,
+    inboxes: HashMap<String, VecDeque<InboxEntry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    call: PendingCall,
+    /// Set for a synchronous call until it gives up waiting.
+    waiter: Option<oneshot::Sender<ExternalResult>>,
+}
+
+impl Default for MemoryPendingStore {
+    fn default() -> Self {
+        MemoryPendingStore::new(DEFAULT_MAX_PENDING, DEFAULT_MAX_INBOX)
+    }
+}
+
+impl MemoryPendingStore {
+    /// A store of at most `max_pending` pending calls and `max_inbox` results per inbox.
+    pub fn new(max_pending: usize, max_inbox: usize) -> Self {
+        let started = now_ms();
+        MemoryPendingStore {
+            state: Mutex::new(State::default()),
+            opened: Notify::new(),
+            next: AtomicU64::new(1),
+            prefix: format!("ext-{:x}", started % 0x10_0000),
+            max_pending: max_pending.max(1),
+            max_inbox: max_inbox.max(1),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
+        let state = self.lock();
+        let mut calls: Vec<PendingCall> = state
+            .calls
+            .values()
+            .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
+            .map(|e| e.call.clone())
+            .collect();
+        calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
+        calls
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[async_trait]
+impl PendingStore for MemoryPendingStore {
+    async fn open(&self, mut call: PendingCall) -> Result<String, ToolError> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        call.call_id = format!("{}-{n}", self.prefix);
+        call.created_ms = now_ms();
+        let id = call.call_id.clone();
+        {
+            let mut state = self.lock();
+            if state.calls.len() >= self.max_pending {
+                return Err(ToolError::QueueBusy {
+                    tool: call.tool,
+                    queue: "external results".to_owned(),
+                    waited: Duration::ZERO,
+                });
+            }
+            // A synchronous call's channel is made here, so that a result submitted before
+            // the caller starts to wait is not lost.
+            let waiter = (!call.is_async).then(|| {
+                let (tx, rx) = oneshot::channel();
+                state.receivers.insert(id.clone(), rx);
+                tx
+            });
+            state.calls.insert(id.clone(), Entry { call, waiter });
+        }
+        self.opened.notify_waiters();
+        Ok(id)
+    }
+
+    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
+        let rx = self.lock().receivers.remove(call_id)?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => Some(result),
+            // Timed out (or the store dropped the sender): the result, when it comes, goes
+            // to the inbox. A result that raced the timeout is already in the inbox.
+            _ => {
+                if let Some(entry) = self.lock().calls.get_mut(call_id) {
+                    entry.waiter = None;
+                }
+                None
+            }
+        }
+    }
+
+    async fn withdraw(&self, call_id: &str) {
+        let mut state = self.lock();
+        state.calls.remove(call_id);
+        state.receivers.remove(call_id);
+    }
+
+    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before looking, so that a call opened in between wakes us.
+            let opened = self.opened.notified();
+            let calls = self.snapshot(tools);
+            if !calls.is_empty() || tokio::time::Instant::now() >= deadline {
+                return calls;
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return self.snapshot(tools);
+            }
+        }
+    }
+
+    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
+        let mut state = self.lock();
+        let Some(mut entry) = state.calls.remove(call_id) else {
+            return Err(ToolError::invalid_arguments(
+                "external__submit",
+                format!(
+                    "no pending call `{call_id}` (never made, answered already, or its caller \
+                     gave up); `external__pending` lists the calls waiting"
+                ),
+            ));
+        };
+        let result = match entry.waiter.take() {
+            Some(waiter) => match waiter.send(result) {
+                Ok(()) => return Ok(Delivery::Waiting),
+                // The waiter timed out just now: the inbox gets it.
+                Err(result) => result,
+            },
+            None => result,
+        };
+        let run_id = entry.call.run_id.clone();
+        let inbox = state.inboxes.entry(run_id.clone()).or_default();
+        if inbox.len() >= self.max_inbox {
+            let dropped = inbox.pop_front();
+            tracing::warn!(
+                run = %run_id,
+                "inbox full ({} results): dropped the result of {}",
+                self.max_inbox,
+                dropped.map_or_else(String::new, |d| d.call_id)
+            );
+        }
+        inbox.push_back(InboxEntry {
+            call_id: call_id.to_owned(),
+            tool: entry.call.tool,
+            arguments: entry.call.arguments,
+            result,
+        });
+        Ok(Delivery::Inbox { run_id })
+    }
+
+    async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry> {
+        self.lock().inboxes.remove(run_id).map(Vec::from).unwrap_or_default()
+    }
+
+    async fn count_pending(&self, run_id: &str) -> usize {
+        self.lock().calls.values().filter(|e| e.call.run_id == run_id).count()
+    }
+}

@@ -1,0 +1,276 @@
+//! The external tools through their provider: internal tools, synchronous calls answered in
+//! time, too late and never, asynchronous calls and the inbox, withdrawal on cancel, the
+//! store's bounds and the shared provider conformance suite.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput, ToolProvider};
+use toolmux_external::{
+    ExecutionType, ExternalProvider, ExternalToolConfig, MemoryPendingStore, PendingStore,
+};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+
+fn tool(execution_type: ExecutionType, is_async: bool, timeout: Option<u64>) -> ExternalToolConfig {
+    ExternalToolConfig {
+        description: "d".into(),
+        input_schema: Some(json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+        execution_type,
+        is_async,
+        timeout,
+        visible: None,
+    }
+}
+
+fn provider() -> ExternalProvider {
+    let mut tools = BTreeMap::new();
+    tools.insert("chart".to_owned(), tool(ExecutionType::Internal, false, None));
+    tools.insert("confirm".to_owned(), tool(ExecutionType::Space, false, Some(5_000)));
+    tools.insert("quick".to_owned(), tool(ExecutionType::External, false, Some(100)));
+    tools.insert("job".to_owned(), tool(ExecutionType::External, true, None));
+    ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default())).expect("valid")
+}
+
+fn run(id: &str) -> CallContext {
+    CallContext::new().with_run_id(id)
+}
+
+fn json_of(output: &ToolOutput) -> Value {
+    match &output.content[0] {
+        ContentPart::Json { value } => value.clone(),
+        ContentPart::Text { text } => serde_json::from_str(text).unwrap_or(json!(text)),
+        other => panic!("unexpected part {other:?}"),
+    }
+}
+
+/// The next pending call, waiting for it up to 5 s.
+async fn next_pending(p: &ExternalProvider) -> Value {
+    let out = p.call("pending", json!({"waitMs": 5000}), &run("worker")).await.expect("pending");
+    json_of(&out)["calls"][0].clone()
+}
+
+async fn submit(
+    p: &ExternalProvider,
+    call_id: &str,
+    result: Value,
+) -> Result<ToolOutput, ToolError> {
+    p.call("submit", json!({"callId": call_id, "result": result}), &run("worker")).await
+}
+
+#[tokio::test]
+async fn internal_tools_return_their_arguments() {
+    let out = provider().call("chart", json!({"q": "x"}), &run("r")).await.unwrap();
+    assert_eq!(json_of(&out), json!({"success": true, "args": {"q": "x"}}));
+    assert_eq!(out.extras["visible"], false);
+}
+
+#[tokio::test]
+async fn a_synchronous_call_returns_the_submitted_result() {
+    let p = provider();
+    let worker = {
+        let p = p.clone();
+        tokio::spawn(async move {
+            let call = next_pending(&p).await;
+            assert_eq!(call["tool"], "external__confirm");
+            assert_eq!(call["arguments"], json!({"q": "ship it?"}));
+            assert_eq!(call["runId"], "agent");
+            assert_eq!(call["visible"], true);
+            assert_eq!(call["async"], false);
+            let id = call["callId"].as_str().unwrap().to_owned();
+            submit(&p, &id, json!("yes")).await.unwrap().to_text()
+        })
+    };
+    let out = p.call("confirm", json!({"q": "ship it?"}), &run("agent")).await.unwrap();
+    assert_eq!(out.to_text(), "yes");
+    assert!(!out.is_error);
+    assert!(worker.await.unwrap().contains("handed to the waiting call"));
+    // Answered: nothing pending, and the id cannot be answered twice.
+    let left = p.call("pending", json!({}), &run("w")).await.unwrap();
+    assert_eq!(json_of(&left)["calls"], json!([]));
+}
+
+#[tokio::test]
+async fn a_result_submitted_before_the_caller_waits_is_not_lost() {
+    let store = Arc::new(MemoryPendingStore::default());
+    let call = toolmux_external::PendingCall {
+        call_id: String::new(),
+        tool: "external__t".into(),
+        arguments: json!({}),
+        run_id: "r".into(),
+        execution_type: ExecutionType::External,
+        is_async: false,
+        visible: true,
+        created_ms: 0,
+    };
+    let id = store.open(call).await.unwrap();
+    let result = toolmux_external::ExternalResult { result: json!({"n": 1}), is_error: true };
+    store.resolve(&id, result.clone()).await.unwrap();
+    assert_eq!(store.wait(&id, Duration::from_millis(10)).await, Some(result));
+}
+
+#[tokio::test(start_paused = true)]
+async fn too_late_results_go_to_the_inbox_of_the_callers_run() {
+    let p = provider();
+    let out = p.call("quick", json!({"q": "a"}), &run("agent")).await.unwrap();
+    assert!(out.is_error);
+    let text = out.to_text();
+    assert!(
+        text.contains("no result for `external__quick`") && text.contains("within 100 ms"),
+        "{text}"
+    );
+    assert!(text.contains("external__inbox"), "{text}");
+    let call = next_pending(&p).await;
+    let id = call["callId"].as_str().unwrap().to_owned();
+    let said = submit(&p, &id, json!({"rows": 3})).await.unwrap().to_text();
+    assert!(said.contains("inbox"), "{said}");
+    let other = p.call("inbox", json!({}), &run("someone-else")).await.unwrap();
+    assert_eq!(json_of(&other)["results"], json!([]));
+    let inbox = json_of(&p.call("inbox", json!({}), &run("agent")).await.unwrap());
+    assert_eq!(inbox["results"][0]["callId"], id);
+    assert_eq!(inbox["results"][0]["result"], json!({"rows": 3}));
+    assert_eq!(inbox["results"][0]["isError"], false);
+    assert_eq!(inbox["stillPending"], 0);
+    // Taken out: a second look finds nothing.
+    let again = json_of(&p.call("inbox", json!({}), &run("agent")).await.unwrap());
+    assert_eq!(again["results"], json!([]));
+}
+
+#[tokio::test]
+async fn asynchronous_calls_return_pending_and_results_reach_the_inbox() {
+    let p = provider();
+    let out = json_of(&p.call("job", json!({"q": "build"}), &run("agent")).await.unwrap());
+    assert_eq!(out["status"], "pending");
+    let id = out["callId"].as_str().unwrap().to_owned();
+    let inbox = json_of(&p.call("inbox", json!({}), &run("agent")).await.unwrap());
+    assert_eq!(inbox, json!({"results": [], "stillPending": 1}));
+    let only_jobs =
+        p.call("pending", json!({"tools": ["external__job"]}), &run("w")).await.unwrap();
+    assert_eq!(json_of(&only_jobs)["calls"][0]["callId"], id);
+    let only_other = p.call("pending", json!({"tools": ["external__x"]}), &run("w")).await.unwrap();
+    assert_eq!(json_of(&only_other)["calls"], json!([]));
+    let failed = p
+        .call("submit", json!({"callId": id, "result": "disk full", "isError": true}), &run("w"))
+        .await
+        .unwrap();
+    assert!(failed.to_text().contains("inbox"));
+    let inbox = json_of(&p.call("inbox", json!({}), &run("agent")).await.unwrap());
+    assert_eq!(inbox["results"][0]["result"], "disk full");
+    assert_eq!(inbox["results"][0]["isError"], true);
+    assert_eq!(inbox["results"][0]["arguments"], json!({"q": "build"}));
+}
+
+#[tokio::test]
+async fn a_cancelled_call_is_withdrawn() {
+    let p = provider();
+    let cancel = CancellationToken::new();
+    let ctx = run("agent").with_cancel(cancel.clone());
+    let caller = {
+        let p = p.clone();
+        tokio::spawn(async move { p.call("confirm", json!({}), &ctx).await })
+    };
+    let id = next_pending(&p).await["callId"].as_str().unwrap().to_owned();
+    cancel.cancel();
+    assert!(matches!(caller.await.unwrap(), Err(ToolError::Cancelled { .. })));
+    let refused = submit(&p, &id, json!("late")).await.unwrap_err();
+    assert!(refused.report().contains(&format!("no pending call `{id}`")), "{}", refused.report());
+}
+
+#[tokio::test]
+async fn bad_submissions_say_what_is_wrong() {
+    let p = provider();
+    let missing = p.call("submit", json!({"result": 1}), &run("w")).await.unwrap_err();
+    assert!(missing.report().contains("`callId`"), "{}", missing.report());
+    let no_result = p.call("submit", json!({"callId": "x"}), &run("w")).await.unwrap_err();
+    assert!(no_result.report().contains("`result` is required"), "{}", no_result.report());
+    let unknown = submit(&p, "ext-0-0", json!(1)).await.unwrap_err();
+    assert!(unknown.report().contains("external__pending"), "{}", unknown.report());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_returns_when_a_call_arrives_or_the_wait_ends() {
+    let p = provider();
+    let empty = p.call("pending", json!({"waitMs": 200}), &run("w")).await.unwrap();
+    assert_eq!(json_of(&empty)["calls"], json!([]));
+    let poll = {
+        let p = p.clone();
+        tokio::spawn(async move { next_pending(&p).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    p.call("job", json!({}), &run("agent")).await.unwrap();
+    assert_eq!(poll.await.unwrap()["tool"], "external__job");
+}
+
+#[tokio::test]
+async fn the_store_is_bounded() {
+    let store = MemoryPendingStore::new(2, 1);
+    let call = |n: u32| toolmux_external::PendingCall {
+        call_id: String::new(),
+        tool: format!("external__t{n}"),
+        arguments: json!({}),
+        run_id: "r".into(),
+        execution_type: ExecutionType::External,
+        is_async: true,
+        visible: true,
+        created_ms: 0,
+    };
+    let a = store.open(call(1)).await.unwrap();
+    let b = store.open(call(2)).await.unwrap();
+    let full = store.open(call(3)).await.unwrap_err();
+    assert!(matches!(full, ToolError::QueueBusy { .. }), "{full:?}");
+    let result = || toolmux_external::ExternalResult { result: json!(1), is_error: false };
+    store.resolve(&a, result()).await.unwrap();
+    store.resolve(&b, result()).await.unwrap();
+    let inbox = store.take_inbox("r").await;
+    assert_eq!(inbox.len(), 1, "the oldest was dropped");
+    assert_eq!(inbox[0].call_id, b);
+}
+
+#[test]
+fn invalid_configurations_name_the_tool() {
+    let store: Arc<dyn PendingStore> = Arc::new(MemoryPendingStore::default());
+    let one = |name: &str, config: ExternalToolConfig| {
+        ExternalProvider::new(&BTreeMap::from([(name.to_owned(), config)]), store.clone())
+            .unwrap_err()
+    };
+    assert!(one("inbox", tool(ExecutionType::External, false, None)).contains("`inbox`"));
+    let bad_schema = ExternalToolConfig {
+        input_schema: Some(json!("object")),
+        ..tool(ExecutionType::External, false, None)
+    };
+    assert!(one("t", bad_schema).contains("`inputSchema` must be a JSON Schema object"));
+    assert!(one("t", tool(ExecutionType::External, false, Some(0))).contains("`timeout`"));
+}
+
+#[tokio::test]
+async fn the_provider_passes_the_conformance_suite() {
+    let p = provider();
+    // Someone answers every synchronous call.
+    let worker = {
+        let p = p.clone();
+        tokio::spawn(async move {
+            loop {
+                let call = next_pending(&p).await;
+                if let Some(id) = call["callId"].as_str()
+                    && call["async"] == false
+                {
+                    let _ = submit(&p, id, json!("done")).await;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    Conformance::new()
+        .with_sample(SampleCall::new("chart", json!({"q": "x"})).expect_text_contains("success"))
+        .with_sample(SampleCall::new("confirm", json!({"q": "x"})).expect_text_contains("done"))
+        .with_sample(SampleCall::new("job", json!({"q": "x"})).expect_text_contains("pending"))
+        .with_sample(SampleCall::new("inbox", json!({})).expect_text_contains("results"))
+        .with_sample(
+            SampleCall::new("submit", json!({"callId": "nope", "result": 1})).expect_failure(),
+        )
+        .with_cancellable(SampleCall::new("confirm", json!({"q": "never answered"})))
+        .check(&p)
+        .await;
+    worker.abort();
+}
