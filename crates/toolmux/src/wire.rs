@@ -35,7 +35,7 @@ impl Toolmux {
     /// one call need not start every server. Settings of the others are kept, unused.
     // Without some provider features, some of the lists below are never added to.
     #[cfg_attr(
-        not(all(feature = "fs", feature = "mcp", feature = "rest")),
+        not(all(feature = "fs", feature = "mcp", feature = "rest", feature = "external")),
         allow(unused_mut, unused_variables)
     )]
     pub async fn build_only(
@@ -82,6 +82,10 @@ impl Toolmux {
         }
         #[cfg(feature = "rest")]
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
+        #[cfg(feature = "external")]
+        if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
+            providers.push(external_provider(loaded, &mut config)?);
+        }
 
         let output_dir = loaded.output_dir();
         let orchestrator = Orchestrator::builder(config)
@@ -336,6 +340,36 @@ mod mcp {
             );
         }
     }
+}
+
+/// The external tools, each synchronous one given a timeout past its own wait (so that its
+/// message, which points at the inbox, is what the caller sees), and the long poll of
+/// `external__pending` one past the longest poll.
+#[cfg(feature = "external")]
+fn external_provider(
+    loaded: &Loaded,
+    config: &mut OrchestratorConfig,
+) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
+    use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
+    let tools = &loaded.config.external_tools;
+    let provider = ExternalProvider::new(tools, Arc::new(MemoryPendingStore::default()))
+        .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
+    let margin = Duration::from_secs(1);
+    for (name, tool) in tools {
+        if tool.is_async || tool.execution_type == toolmux_external::ExecutionType::Internal {
+            continue;
+        }
+        let wait = tool.timeout.map_or(toolmux_external::DEFAULT_TIMEOUT, Duration::from_millis);
+        let settings = ToolSettings { timeout: Some(wait + margin), ..ToolSettings::default() };
+        let local = toolmux_core::naming::sanitize(name);
+        config.tools.entry(format!("{NAMESPACE}__{local}")).or_insert(settings);
+    }
+    let poll = ToolSettings {
+        timeout: Some(toolmux_external::MAX_POLL + margin),
+        ..ToolSettings::default()
+    };
+    config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
+    Ok(Arc::new(provider))
 }
 
 #[cfg(feature = "rest")]

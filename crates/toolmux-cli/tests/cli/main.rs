@@ -7,6 +7,7 @@
 mod config_errors;
 mod config_files;
 mod conformance;
+mod external;
 mod output_and_stats;
 mod serve;
 mod tools;

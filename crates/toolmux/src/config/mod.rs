@@ -65,6 +65,12 @@ pub struct Config {
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub openapi: BTreeMap<String, toolmux_rest::OpenApiConfig>,
+    /// Tools answered from outside by name, offered as `external__{name}`: another program
+    /// (an MCP client of `toolmux serve`) takes the calls from `external__pending` and
+    /// answers them with `external__submit`; `internal` tools return their arguments.
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external_tools: BTreeMap<String, toolmux_external::ExternalToolConfig>,
 }
 
 /// Settings applied to every tool unless a provider or tool overrides them.

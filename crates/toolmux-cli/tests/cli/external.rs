@@ -1,0 +1,210 @@
+//! External tools through the real binary: one MCP session over stdio plays both the agent
+//! and the program that answers its calls (`external__pending`, `external__submit`), with
+//! the orchestrator's validation in front.
+
+use crate::Project;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = "\
+externalTools:
+  confirm:
+    description: Ask the user to confirm
+    executionType: space
+    timeout: 20000
+    inputSchema:
+      type: object
+      properties: {question: {type: string}}
+      required: [question]
+  build:
+    description: Start a build
+    isAsync: true
+  chart:
+    description: Draw a chart
+    executionType: internal
+";
+
+/// A `toolmux serve --stdio` session, answers read as they come.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    answers: HashMap<u64, Value>,
+    next: u64,
+}
+
+impl Session {
+    fn start(project: &Project) -> Session {
+        let mut child = project
+            .command(&["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("toolmux serve starts");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut session = Session { child, stdin, lines, answers: HashMap::new(), next: 1 };
+        let id = session.send(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18",
+            "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        session.answer(id);
+        writeln!(
+            session.stdin,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        )
+        .expect("write");
+        session
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.stdin, "{request}").expect("write");
+        id
+    }
+
+    fn call(&mut self, tool: &str, arguments: Value) -> u64 {
+        self.send("tools/call", json!({"name": tool, "arguments": arguments}))
+    }
+
+    /// The answer to request `id`, waiting up to 30 s for it.
+    fn answer(&mut self, id: u64) -> Value {
+        while !self.answers.contains_key(&id) {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|_| panic!("no answer to request {id}"));
+            let message: Value = serde_json::from_str(&line).expect("a JSON line");
+            if let Some(answered) = message["id"].as_u64() {
+                self.answers.insert(answered, message);
+            }
+        }
+        self.answers.remove(&id).expect("present")
+    }
+
+    /// The text, or the JSON, of a tool result.
+    fn result(&mut self, id: u64) -> (Value, bool) {
+        let answer = self.answer(id);
+        let result = &answer["result"];
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        let value = serde_json::from_str(text).unwrap_or_else(|_| json!(text));
+        (value, result["isError"] == true)
+    }
+
+    /// Closes stdin: the server ends, with success, within 30 s.
+    fn end(mut self) {
+        drop(self.stdin);
+        let mut stderr = self.child.stderr.take().expect("stderr");
+        let errors = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("the child's status") {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stderr = errors.join().unwrap_or_default();
+        assert!(status.is_some_and(|s| s.success()), "{status:?}: {stderr}");
+    }
+}
+
+#[test]
+fn external_calls_are_answered_by_another_caller() {
+    let project = Project::new();
+    project.file("toolmux.yaml", CONFIG);
+    let mut s = Session::start(&project);
+
+    let listed = s.send("tools/list", json!({}));
+    let tools = s.answer(listed)["result"]["tools"].clone();
+    let names: Vec<&str> =
+        tools.as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    // The answering program's tools are hidden from models.
+    assert_eq!(
+        names,
+        ["external__build", "external__chart", "external__confirm", "external__inbox"]
+    );
+
+    // An internal tool returns its arguments.
+    let chart = s.call("external__chart", json!({"points": [1, 2]}));
+    assert_eq!(s.result(chart).0, json!({"success": true, "args": {"points": [1, 2]}}));
+
+    // Arguments are checked before anything is pending.
+    let invalid = s.call("external__confirm", json!({}));
+    let (text, failed) = s.result(invalid);
+    assert!(failed && text.to_string().contains("question"), "{text}");
+
+    // A synchronous call waits for the answer another caller submits.
+    let confirm = s.call("external__confirm", json!({"question": "ship?"}));
+    let pending = s.call("external__pending", json!({"waitMs": 10000}));
+    let (calls, _) = s.result(pending);
+    let call = calls["calls"][0].clone();
+    assert_eq!(call["tool"], "external__confirm", "{calls}");
+    assert_eq!(call["arguments"], json!({"question": "ship?"}));
+    let submitted = s.call("external__submit", json!({"callId": call["callId"], "result": "yes"}));
+    assert!(!s.result(submitted).1);
+    assert_eq!(s.result(confirm), (json!("yes"), false));
+
+    // An asynchronous call returns at once; its result waits in the inbox.
+    let build = s.call("external__build", json!({"target": "release"}));
+    let (started, _) = s.result(build);
+    assert_eq!(started["status"], "pending", "{started}");
+    let submitted = s.call(
+        "external__submit",
+        json!({"callId": started["callId"], "result": {"artifact": "app.tar"}}),
+    );
+    assert!(!s.result(submitted).1);
+    let inbox = s.call("external__inbox", json!({}));
+    let (inbox, _) = s.result(inbox);
+    assert_eq!(inbox["results"][0]["callId"], started["callId"], "{inbox}");
+    assert_eq!(inbox["results"][0]["result"], json!({"artifact": "app.tar"}));
+    assert_eq!(inbox["stillPending"], 0);
+
+    // A call id answered twice is refused, saying why.
+    let again = s.call("external__submit", json!({"callId": started["callId"], "result": 1}));
+    let (text, failed) = s.result(again);
+    assert!(failed && text.to_string().contains("no pending call"), "{text}");
+    s.end();
+}
+
+#[test]
+fn a_bad_external_tool_is_a_configuration_error() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "externalTools:\n  inbox:\n    description: clash\n");
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("externalTools: `inbox` is the name of a tool of the provider itself"),
+        "{}",
+        run.stderr
+    );
+    project.file("toolmux.yaml", "externalTools:\n  t:\n    description: x\n    isAsnc: true\n");
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("isAsnc") && run.stderr.contains("isAsync"), "{}", run.stderr);
+}
