@@ -147,6 +147,13 @@ pub(crate) struct ServeArgs {
     /// Tools per tools/list page.
     #[arg(long, default_value_t = 100)]
     pub(crate) page_size: usize,
+    /// Over HTTP, accept the key in environment variable VAR (`Authorization: Bearer KEY`
+    /// or `X-API-Key: KEY`), besides `serve.apiKeys` of the configuration. Repeatable.
+    #[arg(long = "api-key-env", value_name = "VAR")]
+    pub(crate) api_key_envs: Vec<String>,
+    /// Serve HTTP on an address other machines reach without any API key.
+    #[arg(long)]
+    pub(crate) no_auth: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
+use toolmux::toolmux_mcp::server::ApiKey;
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
@@ -203,17 +204,68 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     Ok(if provider_failed { exit::PROVIDER } else { exit::TOOL_FAILED })
 }
 
+/// The API keys of `serve --http`: `serve.apiKeys` and `--api-key-env`. Without any, only a
+/// loopback address is served, unless `--no-auth`.
+fn api_keys(loaded: &Loaded, args: &ServeArgs) -> Result<Vec<ApiKey>, String> {
+    let mut keys: Vec<ApiKey> = loaded
+        .config
+        .serve
+        .api_keys
+        .iter()
+        .map(|(name, key)| ApiKey { name: name.clone(), key: key.clone() })
+        .collect();
+    for var in &args.api_key_envs {
+        match std::env::var(var) {
+            Ok(key) if !key.trim().is_empty() => {
+                keys.push(ApiKey { name: var.clone(), key: key.trim().to_owned() });
+            }
+            _ => {
+                return Err(format!(
+                    "--api-key-env {var}: the environment variable {var} is not set (or empty)"
+                ));
+            }
+        }
+    }
+    if let Some(short) = keys.iter().find(|k| k.key.trim().len() < 16) {
+        return Err(format!(
+            "API key `{}` is shorter than 16 characters; use a long random key (`openssl rand -hex 32`)",
+            short.name
+        ));
+    }
+    if let Some(addr) = args.transport.http
+        && keys.is_empty()
+        && !addr.ip().is_loopback()
+        && !args.no_auth
+    {
+        return Err(format!(
+            "serving on {addr} without an API key would let anyone who reaches it call every \
+             tool; give keys (`serve.apiKeys` in the configuration, or `--api-key-env VAR`), \
+             listen on 127.0.0.1, or pass --no-auth"
+        ));
+    }
+    Ok(keys)
+}
+
 fn spilled_handle(result: &ToolResult) -> Option<&str> {
     result.extras.get("spilled")?.get("handle")?.as_str()
 }
 
 pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, bind_http, serve_stdio};
+    // Checked before any provider starts.
+    let api_keys = match api_keys(loaded, &args) {
+        Ok(keys) => keys,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(exit::CONFIG);
+        }
+    };
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
         client: args.client,
         page_size: args.page_size.max(1),
+        api_keys,
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
@@ -257,10 +309,15 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         }
         Some(addr) => {
             let shutdown = CancellationToken::new();
+            let keys = match options.api_keys.len() {
+                0 => String::new(),
+                1 => "clients need the API key; ".to_owned(),
+                n => format!("clients need one of {n} API keys; "),
+            };
             match bind_http(provider, addr, options, shutdown.clone()).await {
                 Err(e) => Err(anyhow::Error::new(e)),
                 Ok((bound, task)) => {
-                    eprintln!("toolmux: serving MCP at http://{bound}/mcp (Ctrl-C stops)");
+                    eprintln!("toolmux: serving MCP at http://{bound}/mcp ({keys}Ctrl-C stops)");
                     tokio::select! {
                         _ = tokio::signal::ctrl_c() => {}
                         _ = terminated() => {}

@@ -421,3 +421,96 @@ fn serve_tools_globs_also_choose_the_servers_prompts_and_resources() {
     assert!(count(&with_everything, 2, "prompts") > 0);
     assert!(count(&with_everything, 4, "resourceTemplates") > 0);
 }
+
+/// A key long enough to be accepted.
+const KEY: &str = "k3y-for-tests-only-0123456789";
+
+/// A bare `POST /mcp` of an `initialize` request to `url` with an optional `Authorization`
+/// header: the status and the body.
+fn raw_post(url: &str, authorization: Option<&str>) -> (u16, String) {
+    use std::io::Read as _;
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, response)
+}
+
+/// With API keys, a client without one of them is refused with 401 saying what to send,
+/// and a real client that sends one (the MCP Inspector, `--header`) works.
+#[test]
+fn http_api_keys_keep_out_clients_without_one() {
+    let project = Project::new().env("CI_KEY", KEY);
+    project.file("toolmux.yaml", "fs: {}\nserve:\n  apiKeys:\n    ci: ${CI_KEY}\n");
+    project.file("a.txt", "TODO\n");
+    let gateway = serve_http(&project);
+    let (status, response) = raw_post(&gateway.url, None);
+    assert_eq!(status, 401, "{response}");
+    assert!(response.contains("missing or unknown API key"), "{response}");
+    assert!(response.to_ascii_lowercase().contains("www-authenticate: bearer"), "{response}");
+    let (status, _) = raw_post(&gateway.url, Some("Bearer not-the-key-not-the-key"));
+    assert_eq!(status, 401);
+    let (status, response) = raw_post(&gateway.url, Some(&format!("Bearer {KEY}")));
+    assert_eq!(status, 200, "{response}");
+
+    let header = format!("Authorization: Bearer {KEY}");
+    let url = gateway.url.clone();
+    let grep = inspector(
+        &project,
+        &[
+            &url,
+            "--transport",
+            "http",
+            "--header",
+            &header,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "fs__grep",
+            "--tool-arg",
+            "pattern=TODO",
+        ],
+    );
+    assert_eq!(grep["content"][0]["text"], "a.txt", "{grep}");
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains(KEY), "the key is never logged: {}", run.stderr);
+}
+
+/// Listening where other machines reach it without a key is refused unless asked for; bad
+/// keys are refused before anything starts.
+#[test]
+fn http_without_keys_stays_on_loopback() {
+    let project = Project::new();
+    let run = project.run(&["serve", "--http", "0.0.0.0:0"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("without an API key") && run.stderr.contains("--no-auth"),
+        "{}",
+        run.stderr
+    );
+    let run =
+        project.run(&["serve", "--http", "127.0.0.1:0", "--api-key-env", "TOOLMUX_NO_SUCH_VAR"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("TOOLMUX_NO_SUCH_VAR is not set"), "{}", run.stderr);
+    let short = Project::new().env("SHORT_KEY", "abc");
+    let run = short.run(&["serve", "--http", "127.0.0.1:0", "--api-key-env", "SHORT_KEY"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("shorter than 16 characters"), "{}", run.stderr);
+    assert!(!run.stderr.contains("abc\n"), "{}", run.stderr);
+}

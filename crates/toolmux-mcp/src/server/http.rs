@@ -1,7 +1,13 @@
 //! Streamable HTTP at `/mcp`, with DNS-rebinding protection on `Host` and `Origin`.
 
+use super::ApiKey;
 use super::handler::{Gateway, Shared};
 use crate::McpError;
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::net::SocketAddr;
@@ -28,13 +34,72 @@ pub(crate) fn router(
     if !hosts.is_empty() {
         config = config.with_allowed_origins(origins).enforce_origin_validation();
     }
+    let factory_keys = shared.options().api_keys.clone();
     let factory_shared = shared;
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_shared.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    axum::Router::new().nest_service(MCP_PATH, service)
+    let router = axum::Router::new().nest_service(MCP_PATH, service);
+    let keys: Arc<[ApiKey]> = Arc::from(factory_keys);
+    if keys.is_empty() {
+        return router;
+    }
+    router.layer(axum::middleware::from_fn_with_state(keys, check_key))
+}
+
+/// Lets through requests that present one of `keys`; refuses the others with 401.
+async fn check_key(State(keys): State<Arc<[ApiKey]>>, request: Request, next: Next) -> Response {
+    match presented_key(request.headers()).and_then(|given| matching(&keys, given)) {
+        Some(key) => {
+            tracing::debug!(target: "toolmux::serve", key = %key.name, "request with API key");
+            next.run(request).await
+        }
+        None => {
+            let body = serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {
+                    "code": -32001,
+                    "message": "missing or unknown API key: send `Authorization: Bearer KEY` \
+                                (or `X-API-Key: KEY`) with a key the server was given",
+                },
+            });
+            let mut response = (StatusCode::UNAUTHORIZED, body.to_string()).into_response();
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"toolmux\""));
+            response
+        }
+    }
+}
+
+/// The key a request presents: `Authorization: Bearer KEY`, else `X-API-Key: KEY`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+        let (scheme, token) = v.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    });
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim))
+}
+
+/// The key equal to `given`, compared in time independent of where they differ.
+fn matching<'a>(keys: &'a [ApiKey], given: &str) -> Option<&'a ApiKey> {
+    let mut found = None;
+    for key in keys {
+        if same_bytes(key.key.as_bytes(), given.as_bytes()) && found.is_none() {
+            found = Some(key);
+        }
+    }
+    found
+}
+
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 /// The configured hosts plus the bound address, which a client naming the server by
@@ -100,6 +165,25 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_are_taken_from_either_header_and_compared_whole() {
+        let keys = [
+            ApiKey { name: "ci".into(), key: "k1-secret".into() },
+            ApiKey { name: "alice".into(), key: "k2-secret".into() },
+        ];
+        let mut headers = HeaderMap::new();
+        assert_eq!(presented_key(&headers), None);
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("bearer  k2-secret "));
+        assert_eq!(matching(&keys, presented_key(&headers).unwrap()).unwrap().name, "alice");
+        headers.insert(AUTHORIZATION, HeaderValue::from_static("Basic k2-secret"));
+        assert_eq!(presented_key(&headers), None);
+        headers.insert("x-api-key", HeaderValue::from_static("k1-secret"));
+        assert_eq!(matching(&keys, presented_key(&headers).unwrap()).unwrap().name, "ci");
+        assert!(matching(&keys, "k1-secre").is_none());
+        assert!(matching(&keys, "k1-secreT").is_none());
+        assert!(format!("{:?}", keys[0]).contains("<redacted>"));
+    }
 
     #[test]
     fn hosts_and_origins() {

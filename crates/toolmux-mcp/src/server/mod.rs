@@ -27,7 +27,8 @@
 //!   are rewritten to what its model's API accepts (no top-level unions, Gemini's OpenAPI
 //!   subset); arguments are still validated against the original schemas.
 //! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
-//!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding.
+//!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding; with
+//!   [`ServeOptions::api_keys`], requests without one of the keys are refused with 401.
 //!
 //! # Example
 //!
@@ -99,6 +100,24 @@ pub struct ServeOptions {
     pub server_version: String,
     /// Instructions for the client's model; the provider's when `None`.
     pub instructions: Option<String>,
+    /// Keys a client must present over HTTP (`Authorization: Bearer KEY`, or `X-API-Key:
+    /// KEY`); empty accepts every client. Stdio needs none: its client started the server.
+    pub api_keys: Vec<ApiKey>,
+}
+
+/// A key that lets a client use the HTTP server, and a name for logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// Who holds it (`ci`, `alice`), for logs.
+    pub name: String,
+    /// The key itself.
+    pub key: String,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey").field("name", &self.name).field("key", &"<redacted>").finish()
+    }
 }
 
 impl Default for ServeOptions {
@@ -111,6 +130,7 @@ impl Default for ServeOptions {
             server_name: "toolmux".to_owned(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
             instructions: None,
+            api_keys: Vec::new(),
         }
     }
 }

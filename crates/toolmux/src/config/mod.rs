@@ -65,12 +65,35 @@ pub struct Config {
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub openapi: BTreeMap<String, toolmux_rest::OpenApiConfig>,
+    /// Settings of `toolmux serve`.
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "ServeSection::is_empty")]
+    pub serve: ServeSection,
     /// Tools answered from outside by name, offered as `external__{name}`: another program
     /// (an MCP client of `toolmux serve`) takes the calls from `external__pending` and
     /// answers them with `external__submit`; `internal` tools return their arguments.
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub external_tools: BTreeMap<String, toolmux_external::ExternalToolConfig>,
+}
+
+/// Settings of `toolmux serve`.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServeSection {
+    /// Keys that clients must present over HTTP, by who holds them (`ci: ${CI_KEY}`): as
+    /// `Authorization: Bearer KEY` or `X-API-Key: KEY`. Without keys, `serve --http` takes
+    /// every client and only listens on loopback addresses.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_keys: BTreeMap<String, String>,
+}
+
+#[cfg(feature = "mcp")]
+impl ServeSection {
+    fn is_empty(&self) -> bool {
+        self.api_keys.is_empty()
+    }
 }
 
 /// Settings applied to every tool unless a provider or tool overrides them.
