@@ -208,3 +208,33 @@ fn a_bad_external_tool_is_a_configuration_error() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("isAsnc") && run.stderr.contains("isAsync"), "{}", run.stderr);
 }
+
+/// A request may name its run in `_meta` (`toolmux/runId`): the inbox is the named run's,
+/// not the session's, so an agent finds its results across sessions.
+#[test]
+fn a_named_run_finds_its_inbox() {
+    let project = Project::new();
+    project.file("toolmux.yaml", CONFIG);
+    let mut s = Session::start(&project);
+    let named = json!({"toolmux/runId": "agent-7"});
+    let build =
+        s.send("tools/call", json!({"name": "external__build", "arguments": {}, "_meta": named}));
+    let (started, _) = s.result(build);
+    let submitted =
+        s.call("external__submit", json!({"callId": started["callId"], "result": "ok"}));
+    assert!(!s.result(submitted).1);
+    // The session's own run has nothing; the named run has the result.
+    let own = s.call("external__inbox", json!({}));
+    assert_eq!(s.result(own).0["results"], json!([]));
+    let inbox =
+        s.send("tools/call", json!({"name": "external__inbox", "arguments": {}, "_meta": named}));
+    let (inbox, _) = s.result(inbox);
+    assert_eq!(inbox["results"][0]["callId"], started["callId"], "{inbox}");
+    // The answering program sees which run asked.
+    let pending =
+        s.send("tools/call", json!({"name": "external__build", "arguments": {}, "_meta": named}));
+    let _ = s.result(pending);
+    let listed = s.call("external__pending", json!({}));
+    assert_eq!(s.result(listed).0["calls"][0]["runId"], "client:agent-7");
+    s.end();
+}

@@ -32,6 +32,17 @@ use toolmux_core::{
 /// others (questions asked together, as by `join!`, end up in one `InputRequiredResult`).
 const INPUT_GRACE: Duration = Duration::from_millis(20);
 
+/// The `_meta` key with which a request names its run: the calls of one agent (its budget,
+/// its external tools' inbox) across sessions, and across the requests of a stateless
+/// client. Runs named so are kept apart from the sessions' own (`client:` before the name).
+pub const RUN_ID_META_KEY: &str = "toolmux/runId";
+
+/// A run name a client may give: 1 to 128 of `[A-Za-z0-9._:-]`.
+fn valid_run_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 /// What every session of one server shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -340,11 +351,28 @@ impl Gateway {
         })
     }
 
-    /// The call context of a request: its cancellation, this session's run id, its id.
+    /// The call context of a request: its cancellation, its run id (the one the request
+    /// names in `_meta` under [`RUN_ID_META_KEY`], else this session's), its id.
     fn context(&self, context: &RequestContext<RoleServer>) -> CallContext {
+        self.context_of(context, None)
+    }
+
+    /// [`Gateway::context`], also reading the run id from the request's own `_meta`.
+    fn context_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+        request_meta: Option<&rmcp::model::RequestMetaObject>,
+    ) -> CallContext {
+        let named = [Some(&context.meta), request_meta]
+            .into_iter()
+            .flatten()
+            .find_map(|meta| meta.0.0.get(RUN_ID_META_KEY).and_then(Value::as_str))
+            .filter(|id| valid_run_id(id));
+        let run_id =
+            named.map_or_else(|| self.run_id.clone(), |id| Arc::from(format!("client:{id}")));
         CallContext::new()
             .with_cancel(context.ct.clone())
-            .with_run_id(self.run_id.clone())
+            .with_run_id(run_id)
             .with_call_id(context.id.to_string())
     }
 
@@ -876,7 +904,7 @@ impl ServerHandler for Gateway {
             request.request_state.as_deref(),
             request.input_responses,
         )?;
-        let ctx = self.context(&context);
+        let ctx = self.context_of(&context, request.meta.as_ref());
         let provider = &self.shared.provider;
         let ended = self
             .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)

@@ -11,7 +11,8 @@
 //!   [`CallContext`](toolmux_core::CallContext); every failure of the tool, `Err` or an output
 //!   flagged `is_error`, is a result with `isError: true` and the message as text (only an
 //!   unknown tool is a JSON-RPC error, `-32602`, as MCP specifies). Each MCP session is one
-//!   run id.
+//!   run, unless a request names its run in `_meta` under [`RUN_ID_META_KEY`] (an agent
+//!   across reconnections, or a stateless client's requests).
 //! - `notifications/tools/list_changed` when the provider's list changes, to every session
 //!   that initialized, and over `subscriptions/listen` for stateless 2026-07-28 clients.
 //! - The provider's instructions (or [`ServeOptions::instructions`]) as the server's.
@@ -66,6 +67,7 @@ mod session;
 mod stdio;
 
 pub use convert::EXTRAS_META_KEY;
+pub use handler::RUN_ID_META_KEY;
 pub use profile::ClientProfile;
 
 use crate::McpError;
