@@ -1,6 +1,6 @@
 //! toolmux-rest turns HTTP APIs into tools: inline tools described in configuration
 //! (`restTools`) and every operation of an OpenAPI document (`openapi`), Swagger 2.0,
-//! OpenAPI 3.0 or 3.1, read from a file or a URL.
+//! OpenAPI 3.0, 3.1 or 3.2, read from a file or a URL.
 //!
 //! It is for programs that give models access to REST APIs through toolmux: the facade
 //! builds one [`RestProvider`] for the inline tools (namespace `rest`) and one per imported

@@ -126,9 +126,9 @@ fn bad_documents_name_the_place() {
         ],
     );
     check_error(
-        json!({"openapi": "3.2.0", "paths": {}}),
+        json!({"openapi": "4.0.0", "paths": {}}),
         expect![
-            "api.json: at /openapi: unsupported OpenAPI version `3.2.0` (supported: 2.0, 3.0.x, 3.1.x)"
+            "api.json: at /openapi: unsupported OpenAPI version `4.0.0` (supported: 2.0, 3.0.x, 3.1.x, 3.2.x)"
         ],
     );
     check_error(

@@ -13,6 +13,9 @@ pub(crate) enum Version {
     OpenApi30,
     /// OpenAPI 3.1.x.
     OpenApi31,
+    /// OpenAPI 3.2.x: 3.1 plus the `query` method, `additionalOperations` and `querystring`
+    /// parameters.
+    OpenApi32,
 }
 
 /// A parsed document with its version and where it came from (for error messages).
@@ -58,10 +61,14 @@ impl Document {
                     Version::OpenApi30
                 } else if v.starts_with("3.1") {
                     Version::OpenApi31
+                } else if v.starts_with("3.2") {
+                    Version::OpenApi32
                 } else {
                     return Err(spec_error(
                         "/openapi",
-                        format!("unsupported OpenAPI version `{v}` (supported: 2.0, 3.0.x, 3.1.x)"),
+                        format!(
+                            "unsupported OpenAPI version `{v}` (supported: 2.0, 3.0.x, 3.1.x, 3.2.x)"
+                        ),
                     ));
                 }
             }
@@ -210,7 +217,7 @@ mod tests {
 
     #[test]
     fn versions() {
-        expect![[r#"spec.yaml: at /openapi: unsupported OpenAPI version `4.0.0` (supported: 2.0, 3.0.x, 3.1.x)"#]]
+        expect![[r#"spec.yaml: at /openapi: unsupported OpenAPI version `4.0.0` (supported: 2.0, 3.0.x, 3.1.x, 3.2.x)"#]]
             .assert_eq(&error_of("openapi: 4.0.0\npaths: {}\n"));
         expect![[r#"spec.yaml: at /swagger: unsupported Swagger version `1.2` (supported: 2.0)"#]]
             .assert_eq(&error_of("{\"swagger\": \"1.2\"}"));

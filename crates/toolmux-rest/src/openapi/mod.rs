@@ -1,5 +1,6 @@
-//! OpenAPI import: a document (Swagger 2.0, OpenAPI 3.0 or 3.1) becomes one tool per selected
-//! operation, each with one flat input schema and a map telling where every argument goes.
+//! OpenAPI import: a document (Swagger 2.0, OpenAPI 3.0, 3.1 or 3.2) becomes one tool per
+//! selected operation, each with one flat input schema and a map telling where every
+//! argument goes.
 
 mod document;
 mod operation;
@@ -12,9 +13,10 @@ pub(crate) use operation::import;
 use serde_json::Value;
 use toolmux_core::ToolAnnotations;
 
-/// The HTTP methods an OpenAPI path item may hold, in the order tools are listed.
+/// The HTTP methods an OpenAPI path item may hold as fields, in the order tools are listed
+/// (`query` since 3.2; other methods are under the item's `additionalOperations`).
 pub(crate) const METHODS: &[&str] =
-    &["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+    &["get", "put", "post", "delete", "options", "head", "patch", "trace", "query"];
 
 /// Where one argument goes in the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

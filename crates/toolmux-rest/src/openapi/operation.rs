@@ -34,9 +34,8 @@ pub(crate) fn import(
         let item_at = format!("/paths/{}", escape_token(path));
         let (item, item_at) = doc.follow(item, &item_at)?;
         let Some(item_map) = item.as_object() else { continue };
-        for &method in METHODS {
-            let Some(op) = item_map.get(method) else { continue };
-            let op_at = format!("{item_at}/{method}");
+        for (method, op, op_at) in item_operations(item_map, &item_at, &mut warnings, doc) {
+            let method = method.as_str();
             if !op.is_object() {
                 return Err(doc.error(&op_at, "operation is not an object"));
             }
@@ -71,6 +70,46 @@ pub(crate) fn import(
     }
     let schemes = security_schemes(doc, &mut warnings);
     Ok(Imported { operations, schemes, warnings })
+}
+
+/// The operations of a path item: `(lower-case method, operation, its pointer)`, the fixed
+/// methods first, then (OpenAPI 3.2) those under `additionalOperations`, whose keys are
+/// HTTP methods as sent (`LINK`, `PURGE`). One that repeats a fixed method, or is not an
+/// HTTP method, is left out with a warning.
+fn item_operations<'a>(
+    item: &'a Map<String, Value>,
+    item_at: &str,
+    warnings: &mut Vec<String>,
+    doc: &Document,
+) -> Vec<(String, &'a Value, String)> {
+    let mut operations: Vec<(String, &Value, String)> = METHODS
+        .iter()
+        .filter_map(|&m| item.get(m).map(|op| (m.to_owned(), op, format!("{item_at}/{m}"))))
+        .collect();
+    let Some(additional) = item.get("additionalOperations").and_then(Value::as_object) else {
+        return operations;
+    };
+    for (method, op) in additional {
+        let at = format!("{item_at}/additionalOperations/{}", escape_token(method));
+        let lower = method.to_ascii_lowercase();
+        let is_token = !method.is_empty()
+            && method.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if METHODS.contains(&lower.as_str()) {
+            warnings.push(format!(
+                "{}: at {at}: `{method}` is a fixed field of the path item, not an additional \
+                 operation; left out",
+                doc.source_name
+            ));
+        } else if !is_token {
+            warnings.push(format!(
+                "{}: at {at}: `{method}` is not an HTTP method; left out",
+                doc.source_name
+            ));
+        } else {
+            operations.push((lower, op, at));
+        }
+    }
+    operations
 }
 
 /// Whether an operation is selected by its extensions and the configuration. `x-mcp`
@@ -135,6 +174,9 @@ fn build_operation(
         let location = match param.get("in").and_then(Value::as_str) {
             Some("path") => Location::Path,
             Some("query") => Location::Query,
+            // OpenAPI 3.2: the whole query string, one object whose properties become its
+            // `name=value` pairs (form encoding, as `application/x-www-form-urlencoded`).
+            Some("querystring") => Location::Query,
             Some("header") => Location::Header,
             Some("cookie") => Location::Cookie,
             Some("body") => {
@@ -163,7 +205,11 @@ fn build_operation(
             continue;
         }
         let schema = parameter_schema(doc, converter, param, &param_at)?;
-        let (style, explode) = parameter_style(doc, param, location);
+        let (style, explode) = if param.get("in").and_then(Value::as_str) == Some("querystring") {
+            (Style::Form, true)
+        } else {
+            parameter_style(doc, param, location)
+        };
         candidates.push(Candidate {
             field: Field {
                 flat: String::new(),
@@ -661,7 +707,7 @@ fn description(op: &Value, method: &str, path: &str) -> String {
 }
 
 fn annotations(method: &str) -> ToolAnnotations {
-    let read_only = matches!(method, "get" | "head" | "options" | "trace");
+    let read_only = matches!(method, "get" | "head" | "options" | "trace" | "query");
     ToolAnnotations {
         read_only,
         destructive: method == "delete",
