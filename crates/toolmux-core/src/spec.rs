@@ -77,6 +77,11 @@ pub struct ToolSpec {
     /// Behaviour hints.
     #[serde(default)]
     pub annotations: ToolAnnotations,
+    /// The largest result the tool says it returns, in characters (an MCP server's
+    /// `_meta` `anthropic/maxResultSizeChars`): the orchestrator caps this tool's outputs
+    /// there instead of at `toolResponseMaxBytes`, unless the tool's own settings say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_size: Option<usize>,
 }
 
 impl ToolSpec {
@@ -93,7 +98,14 @@ impl ToolSpec {
             input_schema: Arc::new(input_schema),
             output_schema: None,
             annotations: ToolAnnotations::default(),
+            max_result_size: None,
         }
+    }
+
+    /// Sets the largest result the tool says it returns, in characters.
+    pub fn with_max_result_size(mut self, chars: usize) -> Self {
+        self.max_result_size = Some(chars);
+        self
     }
 
     /// Replaces the annotations.

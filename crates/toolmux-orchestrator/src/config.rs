@@ -179,9 +179,17 @@ pub struct ToolSettings {
     pub reset_timeout_on_progress: Option<bool>,
     /// Upper bound of a call's time, progress or not.
     pub max_total_time: Option<Duration>,
+    /// Outputs over this many bytes are stored or cut (instead of at
+    /// [`OrchestratorConfig::response_max_bytes`]).
+    pub response_max_bytes: Option<usize>,
     /// Retries on transient errors.
     pub retry: Option<RetryPolicy>,
 }
+
+/// The largest size cap a tool's own hint ([`toolmux_core::ToolSpec::max_result_size`]) may
+/// set; a larger hint is held to it, so that a server cannot flood a model's context by
+/// saying so. Configured caps are not bounded.
+pub const MAX_HINTED_RESPONSE_BYTES: usize = 500_000;
 
 impl ToolSettings {
     /// Puts calls in `queue`.
@@ -226,6 +234,7 @@ impl ToolSettings {
                 .reset_timeout_on_progress
                 .or(fallback.reset_timeout_on_progress),
             max_total_time: self.max_total_time.or(fallback.max_total_time),
+            response_max_bytes: self.response_max_bytes.or(fallback.response_max_bytes),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
         }
     }

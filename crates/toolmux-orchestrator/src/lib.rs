@@ -103,7 +103,8 @@ mod view;
 
 pub use budget::{RunFlags, estimate_tokens};
 pub use config::{
-    OrchestratorConfig, OversizeMode, QueueConfig, RetryPolicy, RunBudgetConfig, ToolSettings,
+    MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, QueueConfig, RetryPolicy,
+    RunBudgetConfig, ToolSettings,
 };
 pub use events::ToolEvent;
 pub use glob::glob_match;

@@ -4,7 +4,7 @@
 //! A registry is an immutable snapshot; a refresh builds a new one and swaps it in, so a
 //! call never sees a half-built registry and lookups take no lock beyond one `Arc` clone.
 
-use crate::config::{OrchestratorConfig, ToolSettings};
+use crate::config::{MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, ToolSettings};
 use crate::permission::Permission;
 use crate::queue::Queue;
 use crate::validate::ArgumentValidator;
@@ -41,6 +41,9 @@ pub(crate) struct ResolvedSettings {
     pub max_total_time: Option<Duration>,
     /// Set only when the tool may be retried: retries configured and the tool idempotent.
     pub retry: Option<crate::config::RetryPolicy>,
+    /// The tool's size cap, when not the configuration's default: set on the tool, hinted by
+    /// the tool itself (bounded), or set on its provider, in that order.
+    pub response_max: Option<usize>,
 }
 
 /// How bad a registry problem is.
@@ -148,8 +151,12 @@ impl Registry {
                 .or_else(|| config.tools.get(&format!("{namespace}__{}", spec.name)))
                 .cloned()
                 .unwrap_or_default();
-            let settings =
+            let explicit = tool_settings.response_max_bytes;
+            let mut settings =
                 self.resolve(&name, spec, tool_settings.or(&provider_settings), config, queues);
+            settings.response_max = explicit
+                .or(spec.max_result_size.map(|hint| hint.min(MAX_HINTED_RESPONSE_BYTES)))
+                .or(provider_settings.response_max_bytes);
             let entry = ToolEntry {
                 name: name.clone(),
                 original: spec.name.clone(),
@@ -198,6 +205,7 @@ impl Registry {
             retry: Some(settings.retry.unwrap_or_else(|| config.retry.clone())).filter(|p| {
                 p.max_retries > 0 && (spec.annotations.idempotent || spec.annotations.read_only)
             }),
+            response_max: None,
         }
     }
 

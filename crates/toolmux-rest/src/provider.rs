@@ -174,6 +174,7 @@ impl RestProvider {
                     input_schema: Arc::new(op.input_schema.clone()),
                     output_schema: None,
                     annotations: op.annotations.clone(),
+                    max_result_size: None,
                 };
                 let base_url = op.server.clone();
                 RestTool {

@@ -202,6 +202,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         timeout: tool.timeout.map(ms),
         reset_timeout_on_progress: tool.reset_timeout_on_progress,
         max_total_time: tool.max_total_time_ms.map(ms),
+        response_max_bytes: tool.response_max_bytes,
         retry: tool.retries.map(RetryPolicy::retries),
     }
 }

@@ -314,6 +314,8 @@ fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
 
     let generic = stdio_exchange(&project, &["serve", "--stdio"], &requests);
     assert!(lookup(&generic)["inputSchema"]["oneOf"].is_array(), "served as it is");
+    // The server's size hint reached the orchestrator's cap and is served on.
+    assert_eq!(lookup(&generic)["_meta"]["anthropic/maxResultSizeChars"], 200_000);
 
     let claude = stdio_exchange(&project, &["serve", "--stdio", "--client", "claude"], &requests);
     let schema = &lookup(&claude)["inputSchema"];

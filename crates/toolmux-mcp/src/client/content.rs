@@ -25,6 +25,15 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
         Arc::try_unwrap(tool.input_schema).unwrap_or_else(|shared| (*shared).clone());
     // Some servers omit `type` on argument-less tools; the vocabulary wants object schemas.
     input_schema.entry("type").or_insert_with(|| json!("object"));
+    // Claude Code's size hint (anthropics/claude-code#47631): the server says how large its
+    // results get; the orchestrator's cap follows it.
+    let max_result_size = tool
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.get(MAX_RESULT_SIZE_META_KEY))
+        .and_then(Value::as_u64)
+        .and_then(|chars| usize::try_from(chars).ok())
+        .filter(|&chars| chars > 0);
     ToolSpec {
         name: tool.name.into_owned(),
         title,
@@ -34,8 +43,12 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
             .output_schema
             .map(|s| Arc::new(Value::Object(Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone())))),
         annotations,
+        max_result_size,
     }
 }
+
+/// The tool `_meta` key with which a server says how large its results get, in characters.
+pub(crate) const MAX_RESULT_SIZE_META_KEY: &str = "anthropic/maxResultSizeChars";
 
 /// A tool declared in configuration as a [`ToolSpec`].
 pub(crate) fn declared_spec(tool: &DeclaredTool) -> ToolSpec {

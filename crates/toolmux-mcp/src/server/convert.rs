@@ -32,6 +32,12 @@ pub(crate) fn tool(spec: &ToolSpec, name: &str, rules: &SchemaRules) -> Tool {
     );
     tool.title = spec.title.clone();
     tool.output_schema = spec.output_schema.as_deref().map(|s| Arc::new(object_schema(s)));
+    // The size cap in force, for clients that size their own limits by it (Claude Code).
+    if let Some(chars) = spec.max_result_size {
+        let mut meta = JsonObject::new();
+        meta.insert(crate::client::content::MAX_RESULT_SIZE_META_KEY.to_owned(), json!(chars));
+        tool.meta = Some(rmcp::model::MetaObject(meta));
+    }
     // Every hint is given explicitly: MCP's defaults (destructive) differ from toolmux's.
     let a = &spec.annotations;
     tool.annotations = Some(ToolAnnotations::from_raw(

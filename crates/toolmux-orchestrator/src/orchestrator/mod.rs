@@ -374,7 +374,12 @@ impl Orchestrator {
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.registry()
             .entries()
-            .map(|e| ToolSpec { name: e.name.to_string(), ..e.spec.clone() })
+            .map(|e| ToolSpec {
+                name: e.name.to_string(),
+                // The cap in force, for clients that size their own limits by it.
+                max_result_size: e.settings.response_max,
+                ..e.spec.clone()
+            })
             .collect()
     }
 
@@ -947,7 +952,8 @@ impl Orchestrator {
             }
             None => self.downstream(entry, arguments, ctx, op, meta).await?,
         };
-        let output = if textual_len(&output) > self.inner.config.response_max_bytes {
+        let max = entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes);
+        let output = if textual_len(&output) > max {
             self.cap_size(entry, output, ctx, meta).await
         } else {
             output
@@ -1304,7 +1310,7 @@ impl Orchestrator {
         ctx: &CallContext,
         meta: &CallMeta,
     ) -> ToolOutput {
-        let max = self.inner.config.response_max_bytes;
+        let max = entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes);
         let size = textual_len(&output);
         if size <= max {
             return output;

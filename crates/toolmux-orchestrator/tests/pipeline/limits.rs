@@ -5,9 +5,10 @@ use expect_test::expect;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmux_core::{CallContext, ToolCall, ToolOutput};
+use toolmux_core::{CallContext, ToolCall, ToolOutput, ToolSpec};
 use toolmux_orchestrator::{
-    Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig, ToolSettings,
+    MAX_HINTED_RESPONSE_BYTES, Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy,
+    RunBudgetConfig, ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -95,6 +96,50 @@ async fn truncate_mode_keeps_head_and_tail() {
     let text = r.result.unwrap();
     assert!(text.contains("[... 9000 bytes omitted: output over 1000 bytes ...]"), "{text}");
     assert_eq!(r.extras["capped"]["bytes"], 10_000);
+}
+
+/// A tool's own size hint (MCP `_meta` `anthropic/maxResultSizeChars`) moves its cap, up to
+/// a bound; a cap set on the tool wins over the hint; the cap in force is listed.
+#[tokio::test(start_paused = true)]
+async fn a_tools_size_hint_moves_its_cap_within_bounds() {
+    let spec = |name: &str, hint: usize| {
+        ToolSpec::new(name, "big", json!({"type": "object"})).with_max_result_size(hint)
+    };
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_spec(spec("roomy", 50_000), Behavior::Big(10_000))
+            .with_spec(spec("tight", 500), Behavior::Big(1_000))
+            .with_spec(spec("greedy", 10_000_000), Behavior::Big(600_000))
+            .with_spec(spec("configured", 50_000), Behavior::Big(10_000)),
+    );
+    let mut config = OrchestratorConfig {
+        oversize: OversizeMode::Truncate,
+        ..OrchestratorConfig::default().with_response_max_bytes(1000)
+    };
+    config.tools.insert(
+        "m__configured".into(),
+        ToolSettings { response_max_bytes: Some(2000), ..ToolSettings::default() },
+    );
+    let o = start(config, vec![p]).await;
+    let roomy = call(&o, "m__roomy", json!({})).await;
+    assert!(roomy.extras.get("capped").is_none(), "{:?}", roomy.extras);
+    let tight = call(&o, "m__tight", json!({})).await;
+    assert_eq!(tight.extras["capped"]["omitted"], 500);
+    let greedy = call(&o, "m__greedy", json!({})).await;
+    assert_eq!(greedy.extras["capped"]["omitted"], 600_000 - MAX_HINTED_RESPONSE_BYTES);
+    let configured = call(&o, "m__configured", json!({})).await;
+    assert_eq!(configured.extras["capped"]["omitted"], 8000);
+    let listed: Vec<(String, Option<usize>)> =
+        o.tools().into_iter().map(|t| (t.name, t.max_result_size)).collect();
+    assert_eq!(
+        listed,
+        [
+            ("m__roomy".to_owned(), Some(50_000)),
+            ("m__tight".to_owned(), Some(500)),
+            ("m__greedy".to_owned(), Some(MAX_HINTED_RESPONSE_BYTES)),
+            ("m__configured".to_owned(), Some(2000)),
+        ]
+    );
 }
 
 /// A tool that cut its own output (a file tool's match limit) says so in `truncated`; the

@@ -381,6 +381,10 @@ pub struct ToolEntry {
     /// Upper bound of one call's time, progress or not, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_total_time_ms: Option<u64>,
+    /// Its outputs over this many bytes are stored or cut, instead of at
+    /// `defaults.toolResponseMaxBytes` or the size the tool itself announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_max_bytes: Option<usize>,
 }
 
 /// The JSON Schema of the configuration file (draft 2020-12), generated from [`Config`].
