@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
-use toolmux::toolmux_mcp::server::ApiKey;
+use toolmux::toolmux_mcp::server::{ApiKey, MetricsSource};
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
@@ -204,6 +204,16 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     Ok(if provider_failed { exit::PROVIDER } else { exit::TOOL_FAILED })
 }
 
+/// `GET /metrics` of the gateway: the orchestrator's statistics, kept across runs.
+#[derive(Debug)]
+struct StatsPage(toolmux::toolmux_orchestrator::Orchestrator);
+
+impl MetricsSource for StatsPage {
+    fn render(&self) -> String {
+        self.0.stats().snapshot().prometheus()
+    }
+}
+
 /// The API keys of `serve --http`: `serve.apiKeys` and `--api-key-env`. Without any, only a
 /// loopback address is served, unless `--no-auth`.
 fn api_keys(loaded: &Loaded, args: &ServeArgs) -> Result<Vec<ApiKey>, String> {
@@ -266,6 +276,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         client: args.client,
         page_size: args.page_size.max(1),
         api_keys,
+        metrics: Some(Arc::new(StatsPage(toolmux.orchestrator().clone()))),
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);

@@ -196,6 +196,60 @@ pub struct StatsSnapshot {
     pub tools: BTreeMap<String, ToolStatsSnapshot>,
 }
 
+impl StatsSnapshot {
+    /// The statistics in Prometheus' text format: `toolmux_tool_calls_total` by tool and
+    /// outcome, and `toolmux_tool_latency_seconds` (p50, p95, sum, count) by tool.
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::with_capacity(256 + self.tools.len() * 320);
+        out.push_str(
+            "# HELP toolmux_tool_calls_total Tool calls, by tool and outcome.\n\
+             # TYPE toolmux_tool_calls_total counter\n",
+        );
+        for (tool, stats) in &self.tools {
+            let tool = label_value(tool);
+            let _ = writeln!(
+                out,
+                "toolmux_tool_calls_total{{tool=\"{tool}\",outcome=\"ok\"}} {}",
+                stats.ok
+            );
+            let _ = writeln!(
+                out,
+                "toolmux_tool_calls_total{{tool=\"{tool}\",outcome=\"failed\"}} {}",
+                stats.failed
+            );
+        }
+        out.push_str(
+            "# HELP toolmux_tool_latency_seconds Tool call latency, by tool.\n\
+             # TYPE toolmux_tool_latency_seconds summary\n",
+        );
+        for (tool, stats) in &self.tools {
+            let tool = label_value(tool);
+            let seconds = |ms: f64| ms / 1000.0;
+            for (quantile, ms) in [("0.5", stats.p50_ms), ("0.95", stats.p95_ms)] {
+                let _ = writeln!(
+                    out,
+                    "toolmux_tool_latency_seconds{{tool=\"{tool}\",quantile=\"{quantile}\"}} {}",
+                    seconds(ms)
+                );
+            }
+            let sum = seconds(stats.total_latency_ms);
+            let _ = writeln!(out, "toolmux_tool_latency_seconds_sum{{tool=\"{tool}\"}} {sum}");
+            let _ = writeln!(
+                out,
+                "toolmux_tool_latency_seconds_count{{tool=\"{tool}\"}} {}",
+                stats.count
+            );
+        }
+        out
+    }
+}
+
+/// `text` as a Prometheus label value: backslash, double quote and newline escaped.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// Why statistics could not be saved or loaded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -405,6 +459,28 @@ mod tests {
             last = b;
             let mid = bucket_midpoint(b) as f64;
             assert!((mid - v as f64).abs() <= (v as f64) * 0.2 + 1.0, "{v} -> {mid}");
+        }
+    }
+
+    #[test]
+    fn prometheus_text_counts_each_outcome_and_escapes_labels() {
+        let stats = Stats::default();
+        stats.of("fs__read").record(true, 2_000);
+        stats.of("fs__read").record(false, 4_000);
+        stats.of("odd \"name\"\\x").record(true, 1_000);
+        let text = stats.snapshot().prometheus();
+        assert!(text.contains("# TYPE toolmux_tool_calls_total counter\n"), "{text}");
+        assert!(text.contains("toolmux_tool_calls_total{tool=\"fs__read\",outcome=\"ok\"} 1\n"));
+        assert!(
+            text.contains("toolmux_tool_calls_total{tool=\"fs__read\",outcome=\"failed\"} 1\n")
+        );
+        assert!(text.contains("toolmux_tool_latency_seconds_count{tool=\"fs__read\"} 2\n"));
+        assert!(text.contains("toolmux_tool_latency_seconds_sum{tool=\"fs__read\"} 0.006\n"));
+        assert!(text.contains(r#"tool="odd \"name\"\\x""#), "{text}");
+        // Every sample line is `name{labels} value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = line.rsplit_once(' ').expect("a value");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
         }
     }
 

@@ -453,6 +453,23 @@ fn raw_post(url: &str, authorization: Option<&str>) -> (u16, String) {
     (status, response)
 }
 
+/// A bare `GET` of `path` on the server of `url`: the status and the whole response.
+fn raw_get(url: &str, path: &str, authorization: Option<&str>) -> (u16, String) {
+    use std::io::Read as _;
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, response)
+}
+
 /// With API keys, a client without one of them is refused with 401 saying what to send,
 /// and a real client that sends one (the MCP Inspector, `--header`) works.
 #[test]
@@ -489,6 +506,19 @@ fn http_api_keys_keep_out_clients_without_one() {
         ],
     );
     assert_eq!(grep["content"][0]["text"], "a.txt", "{grep}");
+
+    // Probes need no key; statistics do.
+    let (status, health) = raw_get(&gateway.url, "/health", None);
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains(r#""status":"ok""#) && health.contains(r#""tools":4"#), "{health}");
+    assert_eq!(raw_get(&gateway.url, "/metrics", None).0, 401);
+    let (status, metrics) = raw_get(&gateway.url, "/metrics", Some(&format!("Bearer {KEY}")));
+    assert_eq!(status, 200, "{metrics}");
+    assert!(metrics.contains("# TYPE toolmux_tool_calls_total counter"), "{metrics}");
+    assert!(
+        metrics.contains(r#"toolmux_tool_calls_total{tool="fs__grep",outcome="ok"} 1"#),
+        "{metrics}"
+    );
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains(KEY), "the key is never logged: {}", run.stderr);

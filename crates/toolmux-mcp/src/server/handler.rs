@@ -133,6 +133,10 @@ impl Shared {
         &self.options
     }
 
+    pub(crate) fn provider(&self) -> &Arc<dyn ToolProvider> {
+        &self.provider
+    }
+
     fn cached_listing(&self) -> Option<Arc<Listing>> {
         self.listing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

@@ -12,6 +12,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -35,18 +36,60 @@ pub(crate) fn router(
         config = config.with_allowed_origins(origins).enforce_origin_validation();
     }
     let factory_keys = shared.options().api_keys.clone();
+    let metrics = shared.options().metrics.clone();
+    let health_shared = shared.clone();
     let factory_shared = shared;
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_shared.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let router = axum::Router::new().nest_service(MCP_PATH, service);
-    let keys: Arc<[ApiKey]> = Arc::from(factory_keys);
-    if keys.is_empty() {
-        return router;
+    let mut router = axum::Router::new().nest_service(MCP_PATH, service);
+    if let Some(metrics) = metrics {
+        router = router.route(
+            METRICS_PATH,
+            axum::routing::get(move || {
+                let text = metrics.render();
+                async move {
+                    let kind = "text/plain; version=0.0.4; charset=utf-8";
+                    ([(CONTENT_TYPE, HeaderValue::from_static(kind))], text)
+                }
+            }),
+        );
     }
-    router.layer(axum::middleware::from_fn_with_state(keys, check_key))
+    let keys: Arc<[ApiKey]> = Arc::from(factory_keys);
+    if !keys.is_empty() {
+        router = router.layer(axum::middleware::from_fn_with_state(keys, check_key));
+    }
+    // Added after the key check: probes carry no key.
+    router.route(HEALTH_PATH, axum::routing::get(move || health(health_shared.clone())))
+}
+
+/// Where liveness is told.
+pub(crate) const HEALTH_PATH: &str = "/health";
+
+/// Where statistics are served.
+pub(crate) const METRICS_PATH: &str = "/metrics";
+
+/// 200 and the number of tools while the provider lists them (within 5 s), else 503 and why.
+async fn health(shared: Arc<Shared>) -> Response {
+    let listed = tokio::time::timeout(Duration::from_secs(5), shared.provider().list_tools()).await;
+    let (status, body) = match listed {
+        Ok(Ok(tools)) => {
+            (StatusCode::OK, serde_json::json!({"status": "ok", "tools": tools.len()}))
+        }
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "unavailable", "error": e.report()}),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "unavailable", "error": "listing tools took over 5 s"}),
+        ),
+    };
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// Lets through requests that present one of `keys`; refuses the others with 401.

@@ -30,6 +30,9 @@
 //! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
 //!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding; with
 //!   [`ServeOptions::api_keys`], requests without one of the keys are refused with 401.
+//! - Over HTTP, `GET /health` (no key needed, for load balancers and probes): 200 and the
+//!   number of tools while the provider lists them, else 503; `GET /metrics` with
+//!   [`ServeOptions::metrics`].
 //!
 //! # Example
 //!
@@ -81,7 +84,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux_core::ToolProvider;
 
 /// How a provider is served.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// What the client puts before every tool name (`mcp__toolmux__`); names are fitted
     /// into what it leaves of the client's budget (64 characters, or the profile's).
@@ -105,6 +108,14 @@ pub struct ServeOptions {
     /// Keys a client must present over HTTP (`Authorization: Bearer KEY`, or `X-API-Key:
     /// KEY`); empty accepts every client. Stdio needs none: its client started the server.
     pub api_keys: Vec<ApiKey>,
+    /// What `GET /metrics` serves over HTTP (behind the API keys); no such page when `None`.
+    pub metrics: Option<Arc<dyn MetricsSource>>,
+}
+
+/// The statistics a server shows at `GET /metrics`, in Prometheus' text format.
+pub trait MetricsSource: Send + Sync + std::fmt::Debug {
+    /// The current statistics.
+    fn render(&self) -> String;
 }
 
 /// A key that lets a client use the HTTP server, and a name for logs.
@@ -133,6 +144,7 @@ impl Default for ServeOptions {
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
             instructions: None,
             api_keys: Vec::new(),
+            metrics: None,
         }
     }
 }
