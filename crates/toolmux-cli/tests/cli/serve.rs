@@ -475,7 +475,10 @@ fn raw_get(url: &str, path: &str, authorization: Option<&str>) -> (u16, String) 
 #[test]
 fn http_api_keys_keep_out_clients_without_one() {
     let project = Project::new().env("CI_KEY", KEY);
-    project.file("toolmux.yaml", "fs: {}\nserve:\n  apiKeys:\n    ci: ${CI_KEY}\n");
+    project.file(
+        "toolmux.yaml",
+        "defaults: {auditLog: audit.jsonl}\nfs: {}\nserve:\n  apiKeys:\n    ci: ${CI_KEY}\n",
+    );
     project.file("a.txt", "TODO\n");
     let gateway = serve_http(&project);
     let (status, response) = raw_post(&gateway.url, None);
@@ -522,6 +525,13 @@ fn http_api_keys_keep_out_clients_without_one() {
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains(KEY), "the key is never logged: {}", run.stderr);
+    // The audit log tells which key holder made the call, and never the key.
+    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).expect("an audit log");
+    let record: Value =
+        serde_json::from_str(audit.lines().next().expect("a record")).expect("json");
+    assert_eq!(record["tool"], "fs__grep", "{audit}");
+    assert!(record["run"].as_str().is_some_and(|r| r.starts_with("key:ci/")), "{audit}");
+    assert!(!audit.contains(KEY), "{audit}");
 }
 
 /// Listening where other machines reach it without a key is refused unless asked for; bad

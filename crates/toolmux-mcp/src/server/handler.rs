@@ -372,8 +372,16 @@ impl Gateway {
             .flatten()
             .find_map(|meta| meta.0.0.get(RUN_ID_META_KEY).and_then(Value::as_str))
             .filter(|id| valid_run_id(id));
-        let run_id =
-            named.map_or_else(|| self.run_id.clone(), |id| Arc::from(format!("client:{id}")));
+        let holder = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::http::KeyHolder>());
+        let run_id = match (holder, named) {
+            (None, None) => self.run_id.clone(),
+            (None, Some(id)) => Arc::from(format!("client:{id}")),
+            (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
+            (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
+        };
         CallContext::new()
             .with_cancel(context.ct.clone())
             .with_run_id(run_id)

@@ -93,10 +93,16 @@ async fn health(shared: Arc<Shared>) -> Response {
 }
 
 /// Lets through requests that present one of `keys`; refuses the others with 401.
-async fn check_key(State(keys): State<Arc<[ApiKey]>>, request: Request, next: Next) -> Response {
+async fn check_key(
+    State(keys): State<Arc<[ApiKey]>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     match presented_key(request.headers()).and_then(|given| matching(&keys, given)) {
         Some(key) => {
             tracing::debug!(target: "toolmux::serve", key = %key.name, "request with API key");
+            // The handler puts the holder in the request's run id (see `KeyHolder`).
+            request.extensions_mut().insert(KeyHolder(Arc::from(key.name.as_str())));
             next.run(request).await
         }
         None => {
@@ -117,6 +123,11 @@ async fn check_key(State(keys): State<Arc<[ApiKey]>>, request: Request, next: Ne
         }
     }
 }
+
+/// Who holds the API key a request presented: runs are kept per holder (`key:NAME/…`), so
+/// the audit log tells who made each call and one holder cannot name another's run.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyHolder(pub(crate) Arc<str>);
 
 /// The key a request presents: `Authorization: Bearer KEY`, else `X-API-Key: KEY`.
 fn presented_key(headers: &HeaderMap) -> Option<&str> {
