@@ -8,7 +8,7 @@ use toolmux::toolmux_mcp::server::ClientProfile;
 const EXIT_CODES: &str = "\
 Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml or
 ./toolmux.json; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
-on the current directory.
+on the current directory. Outputs over the size cap are stored; output__read reads them on.
 
 Exit codes:
   0  success

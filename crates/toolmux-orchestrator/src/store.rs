@@ -67,6 +67,124 @@ pub trait OutputStore: Send + Sync + fmt::Debug {
 
     /// Reads `limit` lines from line `offset` of a stored output.
     async fn read(&self, handle: &str, offset: u64, limit: u64) -> Result<OutputPage, StoreError>;
+
+    /// Whether the output of `handle` was stored for run `run_id`. The default cannot tell
+    /// and says yes.
+    fn is_of_run(&self, handle: &str, run_id: &str) -> bool {
+        let _ = (handle, run_id);
+        true
+    }
+}
+
+/// The tool `output__read`: pages of the outputs the size cap stored, for the run that
+/// produced them, so that a model given a `tool_output` handle can read on.
+#[derive(Debug, Clone)]
+pub struct OutputReader {
+    store: std::sync::Arc<dyn OutputStore>,
+}
+
+/// Lines one `output__read` call returns unless asked for fewer.
+pub const READ_DEFAULT_LINES: u64 = 200;
+
+/// Lines one `output__read` call returns at most.
+pub const READ_MAX_LINES: u64 = 2000;
+
+impl OutputReader {
+    /// The namespace of the tool.
+    pub const NAMESPACE: &'static str = "output";
+
+    /// A reader of `store`, the orchestrator's output store.
+    pub fn new(store: std::sync::Arc<dyn OutputStore>) -> Self {
+        OutputReader { store }
+    }
+}
+
+#[async_trait]
+impl toolmux_core::ToolProvider for OutputReader {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Internal
+    }
+
+    fn namespace(&self) -> &str {
+        Self::NAMESPACE
+    }
+
+    async fn list_tools(&self) -> Result<Vec<toolmux_core::ToolSpec>, toolmux_core::ToolError> {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "handle": {"type": "string", "description": "The `handle` of a `tool_output` message."},
+                "offset": {"type": "integer", "minimum": 0, "description": "The first line to read, from 0 (default 0)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": READ_MAX_LINES,
+                          "description": format!("Lines to read (default {READ_DEFAULT_LINES}).")}
+            },
+            "required": ["handle"],
+            "additionalProperties": false
+        });
+        let spec = toolmux_core::ToolSpec::new(
+            "read",
+            "Reads an output that was too large for a tool result, in pages of lines: give the \
+             `handle` of the `tool_output` message, and `offset`/`limit` to move through it.",
+            schema,
+        )
+        .with_annotations(toolmux_core::ToolAnnotations {
+            open_world: false,
+            ..toolmux_core::ToolAnnotations::read_only()
+        });
+        Ok(vec![spec])
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        use toolmux_core::{ToolError, ToolOutput};
+        if name != "read" {
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+        }
+        let handle = arguments.get("handle").and_then(serde_json::Value::as_str).unwrap_or("");
+        let offset = arguments.get("offset").and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let limit = arguments
+            .get("limit")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(READ_DEFAULT_LINES)
+            .clamp(1, READ_MAX_LINES);
+        let unknown = || {
+            ToolOutput::error(StoreError::UnknownHandle { handle: handle.to_owned() }.to_string())
+        };
+        // Another run's outputs are not this run's to read; say no more than for a typo.
+        if !self.store.is_of_run(handle, ctx.run_id()) {
+            return Ok(unknown());
+        }
+        let page = match self.store.read(handle, offset, limit).await {
+            Ok(page) => page,
+            Err(StoreError::UnknownHandle { .. }) => return Ok(unknown()),
+            Err(e) => {
+                return Err(ToolError::Remote {
+                    tool: "output__read".into(),
+                    message: e.to_string(),
+                });
+            }
+        };
+        let end = page.offset + page.lines;
+        let mut text = page.text;
+        if page.lines == 0 {
+            text =
+                format!("(no lines from line {offset}: the output has {} lines)", page.total_lines);
+        } else if end < page.total_lines {
+            text.push_str(&format!(
+                "\n[lines {}-{} of {}; read on with offset {end}]",
+                page.offset + 1,
+                end,
+                page.total_lines
+            ));
+        }
+        Ok(ToolOutput::text(text)
+            .with_extra("totalLines", serde_json::json!(page.total_lines))
+            .with_extra("nextOffset", serde_json::json!((end < page.total_lines).then_some(end))))
+    }
 }
 
 /// A directory per run under one root, a file per output.
@@ -153,6 +271,10 @@ impl OutputStore for DirectoryStore {
         .map_err(|e| StoreError::Io { path: file.clone(), source: std::io::Error::other(e) })?
         .map_err(|source| StoreError::Io { path: file.clone(), source })?;
         Ok(StoredOutput { handle: format!("{run}/{id}"), bytes, lines })
+    }
+
+    fn is_of_run(&self, handle: &str, run_id: &str) -> bool {
+        handle.split_once('/').is_some_and(|(run, _)| run == run_slug(run_id))
     }
 
     async fn read(&self, handle: &str, offset: u64, limit: u64) -> Result<OutputPage, StoreError> {

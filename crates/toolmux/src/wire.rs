@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::ToolProvider;
-use toolmux_orchestrator::store::DirectoryStore;
+use toolmux_orchestrator::store::{DirectoryStore, OutputReader, OutputStore};
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RetryPolicy,
     RunBudgetConfig, ToolSettings,
@@ -88,8 +88,13 @@ impl Toolmux {
         }
 
         let output_dir = loaded.output_dir();
-        let orchestrator = Orchestrator::builder(config)
-            .output_store(Arc::new(DirectoryStore::new(output_dir.clone())));
+        let store: Arc<dyn OutputStore> = Arc::new(DirectoryStore::new(output_dir.clone()));
+        // Outputs over the size cap are stored whole: the model reads them on with
+        // `output__read` (not needed when they are cut instead).
+        if config.oversize != OversizeMode::Truncate && keep(OutputReader::NAMESPACE) {
+            providers.push(Arc::new(OutputReader::new(store.clone())));
+        }
+        let orchestrator = Orchestrator::builder(config).output_store(store);
         let orchestrator = providers
             .into_iter()
             .fold(orchestrator, |builder, provider| builder.provider(provider))

@@ -144,10 +144,17 @@ fn external_calls_are_answered_by_another_caller() {
     let tools = s.answer(listed)["result"]["tools"].clone();
     let names: Vec<&str> =
         tools.as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
-    // The answering program's tools are hidden from models.
+    // The answering program's tools are hidden from models (`output__read` reads outputs
+    // the size cap stored).
     assert_eq!(
         names,
-        ["external__build", "external__chart", "external__confirm", "external__inbox"]
+        [
+            "external__build",
+            "external__chart",
+            "external__confirm",
+            "external__inbox",
+            "output__read"
+        ]
     );
 
     // An internal tool returns its arguments.

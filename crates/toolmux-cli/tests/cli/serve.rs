@@ -513,7 +513,7 @@ fn http_api_keys_keep_out_clients_without_one() {
     // Probes need no key; statistics do.
     let (status, health) = raw_get(&gateway.url, "/health", None);
     assert_eq!(status, 200, "{health}");
-    assert!(health.contains(r#""status":"ok""#) && health.contains(r#""tools":4"#), "{health}");
+    assert!(health.contains(r#""status":"ok""#) && health.contains(r#""tools":5"#), "{health}");
     assert_eq!(raw_get(&gateway.url, "/metrics", None).0, 401);
     let (status, metrics) = raw_get(&gateway.url, "/metrics", Some(&format!("Bearer {KEY}")));
     assert_eq!(status, 200, "{metrics}");
@@ -555,4 +555,66 @@ fn http_without_keys_stays_on_loopback() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("shorter than 16 characters"), "{}", run.stderr);
     assert!(!run.stderr.contains("abc\n"), "{}", run.stderr);
+}
+
+/// An output over the size cap is stored and the model reads it on with `output__read`,
+/// page by page; another run cannot read it.
+#[test]
+fn spilled_outputs_are_read_in_pages_by_their_run() {
+    let project = Project::new();
+    let lines: String = (1..=400).map(|i| format!("line {i} of the long file\n")).collect();
+    project.file("long.txt", &lines);
+    project.file("toolmux.yaml", "defaults: {toolResponseMaxBytes: 2000}\nfs: {}\n");
+    let read = serde_json::json!({"method": "tools/call",
+        "params": {"name": "fs__read", "arguments": {"path": "long.txt", "limit": 400}}});
+    let first = stdio_exchange(&project, &["serve", "--stdio"], std::slice::from_ref(&read));
+    let text = first.last().expect("an answer")["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    let spilled: Value = serde_json::from_str(&text).expect("a tool_output message");
+    let handle = spilled["tool_output"]["handle"].as_str().expect("a handle").to_owned();
+    assert_eq!(spilled["tool_output"]["reason"], "size_limit_exceeded");
+
+    // Each `toolmux serve --stdio` is a run of its own: the run is named, as an agent that
+    // reconnects names it, to read what it stored before.
+    let named = serde_json::json!({"toolmux/runId": "agent-1"});
+    let read_named = serde_json::json!({"method": "tools/call", "params": {
+        "name": "fs__read", "arguments": {"path": "long.txt", "limit": 400}, "_meta": named}});
+    let stored = stdio_exchange(&project, &["serve", "--stdio"], &[read_named]);
+    let text = stored.last().expect("an answer")["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    let handle_named = serde_json::from_str::<Value>(&text).expect("json")["tool_output"]["handle"]
+        .as_str()
+        .expect("a handle")
+        .to_owned();
+    let page = |handle: &str, meta: Value| {
+        serde_json::json!({"method": "tools/call", "params": {"name": "output__read",
+            "arguments": {"handle": handle, "offset": 2, "limit": 3}, "_meta": meta}})
+    };
+    let answers = stdio_exchange(
+        &project,
+        &["serve", "--stdio"],
+        &[
+            page(&handle_named, named.clone()),
+            page(&handle_named, serde_json::json!({})),
+            page(&handle, named),
+        ],
+    );
+    let by_id =
+        |id: u64| answers.iter().find(|m| m["id"] == id).expect("an answer")["result"].clone();
+    let own = by_id(2);
+    let text = own["content"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("     3\tline 3 of the long file\n"), "{text}");
+    assert!(text.ends_with("; read on with offset 5]"), "{text}");
+    assert!(text.contains("\n[lines 3-5 of "), "{text}");
+    assert_eq!(own["isError"], false);
+    // Another run (this session's own, and the first session's handle from a named run).
+    for id in [3, 4] {
+        let refused = by_id(id);
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert!(refused.to_string().contains("no stored output"), "{refused}");
+    }
 }

@@ -20,9 +20,10 @@ fn list_without_configuration_shows_read_only_file_tools() {
         fs__read
         fs__grep
         fs__glob
-        fs__ls"#]]
+        fs__ls
+        output__read"#]]
     .assert_eq(&first_column(run.ok()));
-    expect!["4 tools from 1 provider"].assert_eq(run.stderr.trim());
+    expect!["5 tools from 2 providers"].assert_eq(run.stderr.trim());
 }
 
 #[test]
@@ -31,7 +32,7 @@ fn list_as_json() {
     let tools: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
     let names: Vec<&str> =
         tools.as_array().expect("array").iter().filter_map(|t| t["name"].as_str()).collect();
-    assert_eq!(names, ["fs__read", "fs__grep", "fs__glob", "fs__ls"]);
+    assert_eq!(names, ["fs__read", "fs__grep", "fs__glob", "fs__ls", "output__read"]);
     assert_eq!(tools[1]["inputSchema"]["type"], "object");
 }
 
@@ -139,7 +140,7 @@ fn an_unreachable_server_is_reported_in_words() {
     assert_eq!(run.code, 3, "{}", run.stderr);
     expect![[r#"
         warning: provider `remote` failed to start: remote: cannot connect over http: cannot reach the server: Connection refused (os error 111)
-        0 tools from 1 provider
+        1 tool from 2 providers
     "#]]
     .assert_eq(&run.stderr);
 }
