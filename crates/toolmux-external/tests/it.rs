@@ -30,6 +30,7 @@ fn provider() -> ExternalProvider {
     tools.insert("confirm".to_owned(), tool(ExecutionType::Space, false, Some(5_000)));
     tools.insert("quick".to_owned(), tool(ExecutionType::External, false, Some(100)));
     tools.insert("job".to_owned(), tool(ExecutionType::External, true, None));
+    tools.insert("never".to_owned(), tool(ExecutionType::External, false, Some(60_000)));
     ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default())).expect("valid")
 }
 
@@ -246,18 +247,25 @@ fn invalid_configurations_name_the_tool() {
 #[tokio::test]
 async fn the_provider_passes_the_conformance_suite() {
     let p = provider();
-    // Someone answers every synchronous call.
+    // Someone answers every call of `confirm` (the long poll waits while there is none).
     let worker = {
         let p = p.clone();
         tokio::spawn(async move {
             loop {
-                let call = next_pending(&p).await;
-                if let Some(id) = call["callId"].as_str()
-                    && call["async"] == false
-                {
-                    let _ = submit(&p, id, json!("done")).await;
+                let polled = p
+                    .call(
+                        "pending",
+                        json!({"waitMs": 5000, "tools": ["external__confirm"]}),
+                        &run("w"),
+                    )
+                    .await
+                    .expect("pending");
+                let calls = json_of(&polled)["calls"].clone();
+                for call in calls.as_array().into_iter().flatten() {
+                    if let Some(id) = call["callId"].as_str() {
+                        let _ = submit(&p, id, json!("done")).await;
+                    }
                 }
-                tokio::task::yield_now().await;
             }
         })
     };
@@ -269,7 +277,7 @@ async fn the_provider_passes_the_conformance_suite() {
         .with_sample(
             SampleCall::new("submit", json!({"callId": "nope", "result": 1})).expect_failure(),
         )
-        .with_cancellable(SampleCall::new("confirm", json!({"q": "never answered"})))
+        .with_cancellable(SampleCall::new("never", json!({"q": "never answered"})))
         .check(&p)
         .await;
     worker.abort();

@@ -427,18 +427,21 @@ fn serve_tools_globs_also_choose_the_servers_prompts_and_resources() {
 /// A key long enough to be accepted.
 const KEY: &str = "k3y-for-tests-only-0123456789";
 
-/// A bare `POST /mcp` of an `initialize` request to `url` with an optional `Authorization`
-/// header: the status and the body.
-fn raw_post(url: &str, authorization: Option<&str>) -> (u16, String) {
+/// One bare HTTP/1.1 exchange with the server of `url` (`http://HOST:PORT/mcp`): `method`
+/// `path` with an optional `Authorization` header and body; the status and the whole
+/// response.
+fn raw_http(
+    url: &str,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     use std::io::Read as _;
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"}}})
-    .to_string();
     let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
@@ -453,21 +456,17 @@ fn raw_post(url: &str, authorization: Option<&str>) -> (u16, String) {
     (status, response)
 }
 
-/// A bare `GET` of `path` on the server of `url`: the status and the whole response.
+/// A bare `POST /mcp` of an `initialize` request.
+fn raw_post(url: &str, authorization: Option<&str>) -> (u16, String) {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    raw_http(url, "POST", "/mcp", authorization, &body.to_string())
+}
+
+/// A bare `GET` of `path`.
 fn raw_get(url: &str, path: &str, authorization: Option<&str>) -> (u16, String) {
-    use std::io::Read as _;
-    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n");
-    let mut stream = std::net::TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    (status, response)
+    raw_http(url, "GET", path, authorization, "")
 }
 
 /// With API keys, a client without one of them is refused with 401 saying what to send,
