@@ -109,6 +109,16 @@ pub enum ToolError {
         /// How long the call waited.
         waited: Duration,
     },
+    /// The tool's (or its provider's) rate limit allows no call now.
+    #[error("`{tool}` is rate limited ({limit}): call it again in {}", human_duration(*.retry_after))]
+    RateLimited {
+        /// The tool.
+        tool: String,
+        /// The limit, in words (`10 calls per 1m`).
+        limit: String,
+        /// When a call would be allowed.
+        retry_after: Duration,
+    },
     /// Waiting for the queue would deadlock: an enclosing call holds a slot of it and it is full.
     #[error(
         "queue `{queue}` is full and its slot is held by the enclosing call `{ancestor}`: \
@@ -209,6 +219,7 @@ impl ToolError {
             | ToolError::Timeout { .. }
             | ToolError::Cancelled { .. }
             | ToolError::QueueBusy { .. }
+            | ToolError::RateLimited { .. }
             | ToolError::QueueDeadlock { .. }
             | ToolError::BudgetExhausted { .. }
             | ToolError::ContextBudgetExceeded { .. } => Party::Policy,
@@ -238,6 +249,7 @@ impl ToolError {
             ToolError::Timeout { .. } => "timeout",
             ToolError::Cancelled { .. } => "cancelled",
             ToolError::QueueBusy { .. } => "queue_busy",
+            ToolError::RateLimited { .. } => "rate_limited",
             ToolError::QueueDeadlock { .. } => "queue_deadlock",
             ToolError::BudgetExhausted { .. } => "budget_exhausted",
             ToolError::ContextBudgetExceeded { .. } => "context_budget_exceeded",

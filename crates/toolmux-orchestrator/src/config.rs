@@ -182,8 +182,24 @@ pub struct ToolSettings {
     /// Outputs over this many bytes are stored or cut (instead of at
     /// [`OrchestratorConfig::response_max_bytes`]).
     pub response_max_bytes: Option<usize>,
+    /// At most so many calls per period: on a tool for that tool, on a provider for all of
+    /// its tools together.
+    pub rate_limit: Option<RateLimit>,
     /// Retries on transient errors.
     pub retry: Option<RetryPolicy>,
+}
+
+/// At most `calls` calls per `per`; a call that would have to wait longer than `wait` for
+/// its turn fails at once with [`toolmux_core::ToolError::RateLimited`], saying when to
+/// call again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Calls per period (at least 1).
+    pub calls: u32,
+    /// The period.
+    pub per: Duration,
+    /// How long a call may wait for its turn (zero: never).
+    pub wait: Duration,
 }
 
 /// The largest size cap a tool's own hint ([`toolmux_core::ToolSpec::max_result_size`]) may
@@ -235,6 +251,7 @@ impl ToolSettings {
                 .or(fallback.reset_timeout_on_progress),
             max_total_time: self.max_total_time.or(fallback.max_total_time),
             response_max_bytes: self.response_max_bytes.or(fallback.response_max_bytes),
+            rate_limit: self.rate_limit.or(fallback.rate_limit),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
         }
     }

@@ -94,6 +94,7 @@ mod hooks;
 mod orchestrator;
 mod permission;
 pub mod queue;
+mod ratelimit;
 mod redact;
 mod registry;
 pub mod store;
@@ -103,8 +104,8 @@ mod view;
 
 pub use budget::{RunFlags, estimate_tokens};
 pub use config::{
-    MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, QueueConfig, RetryPolicy,
-    RunBudgetConfig, ToolSettings,
+    MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, QueueConfig, RateLimit,
+    RetryPolicy, RunBudgetConfig, ToolSettings,
 };
 pub use events::ToolEvent;
 pub use glob::glob_match;

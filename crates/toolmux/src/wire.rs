@@ -1,15 +1,15 @@
 //! From a loaded configuration to one orchestrator with every configured provider.
 
 use crate::ToolmuxError;
-use crate::config::{Loaded, Oversize, ToolEntry};
+use crate::config::{Loaded, Oversize, RateLimitEntry, ToolEntry};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::ToolProvider;
 use toolmux_orchestrator::store::{DirectoryStore, OutputReader, OutputStore};
 use toolmux_orchestrator::{
-    Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RetryPolicy,
-    RunBudgetConfig, ToolSettings,
+    Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RateLimit,
+    RetryPolicy, RunBudgetConfig, ToolSettings,
 };
 
 /// Every configured tool behind one orchestrator, plus where its outputs and statistics
@@ -45,7 +45,7 @@ impl Toolmux {
         let file = loaded.source_name();
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
-        let mut config = orchestrator_config(loaded);
+        let mut config = orchestrator_config(loaded)?;
         let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();
 
         #[cfg(feature = "fs")]
@@ -75,6 +75,7 @@ impl Toolmux {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
                 timeout: entry.request_timeout_ms.map(Duration::from_millis),
+                rate_limit: rate_limit(loaded, &format!("mcpServers.{name}"), entry.rate_limit)?,
                 ..ToolSettings::default()
             };
             config.providers.insert(namespace, settings);
@@ -156,7 +157,7 @@ impl Toolmux {
     }
 }
 
-fn orchestrator_config(loaded: &Loaded) -> OrchestratorConfig {
+fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxError> {
     let c = &loaded.config;
     let d = &c.defaults;
     let defaults = OrchestratorConfig::default();
@@ -193,9 +194,33 @@ fn orchestrator_config(loaded: &Loaded) -> OrchestratorConfig {
         config.queues.insert(name.clone(), q);
     }
     for (name, tool) in &c.tools {
-        config.tools.insert(name.clone(), tool_settings(tool));
+        let mut settings = tool_settings(tool);
+        settings.rate_limit = rate_limit(loaded, &format!("tools.{name}"), tool.rate_limit)?;
+        config.tools.insert(name.clone(), settings);
     }
-    config
+    Ok(config)
+}
+
+/// A configured rate limit, refused when it allows nothing (`calls` or `perMs` 0).
+fn rate_limit(
+    loaded: &Loaded,
+    key: &str,
+    entry: Option<RateLimitEntry>,
+) -> Result<Option<RateLimit>, ToolmuxError> {
+    let Some(entry) = entry else { return Ok(None) };
+    if entry.calls == 0 || entry.per_ms == 0 {
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            format!(
+                "{key}.rateLimit: `calls` and `perMs` must be at least 1 (as in `{{calls: 10, perMs: 60000}}`)"
+            ),
+        ));
+    }
+    Ok(Some(RateLimit {
+        calls: entry.calls,
+        per: Duration::from_millis(entry.per_ms),
+        wait: Duration::from_millis(entry.wait_ms),
+    }))
 }
 
 fn tool_settings(tool: &ToolEntry) -> ToolSettings {
@@ -208,6 +233,8 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         reset_timeout_on_progress: tool.reset_timeout_on_progress,
         max_total_time: tool.max_total_time_ms.map(ms),
         response_max_bytes: tool.response_max_bytes,
+        // Checked and set by the caller, which can fail.
+        rate_limit: None,
         retry: tool.retries.map(RetryPolicy::retries),
     }
 }

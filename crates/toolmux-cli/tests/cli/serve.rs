@@ -617,3 +617,36 @@ fn spilled_outputs_are_read_in_pages_by_their_run() {
         assert!(refused.to_string().contains("no stored output"), "{refused}");
     }
 }
+
+/// A configured rate limit: the second call within the period is refused, saying when to
+/// call again; a limit that allows nothing is a configuration error.
+#[test]
+fn rate_limits_refuse_calls_beyond_them() {
+    let project = Project::new();
+    project.file("a.txt", "x\n");
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\ntools:\n  fs__ls:\n    rateLimit: {calls: 1, perMs: 60000}\n",
+    );
+    let ls =
+        serde_json::json!({"method": "tools/call", "params": {"name": "fs__ls", "arguments": {}}});
+    let answers = stdio_exchange(&project, &["serve", "--stdio"], &[ls.clone(), ls]);
+    let results: Vec<&Value> =
+        answers.iter().filter(|m| m["id"] != 1).map(|m| &m["result"]).collect();
+    let refused: Vec<&&Value> = results.iter().filter(|r| r["isError"] == true).collect();
+    assert_eq!(refused.len(), 1, "{results:?}");
+    let text = refused[0]["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("`fs__ls` is rate limited (1 call per 1m): call it again in"), "{text}");
+
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\ntools:\n  fs__ls:\n    rateLimit: {calls: 0, perMs: 1000}\n",
+    );
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("tools.fs__ls.rateLimit: `calls` and `perMs` must be at least 1"),
+        "{}",
+        run.stderr
+    );
+}

@@ -9,11 +9,12 @@ use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sh
 use crate::budget::{RunFlags, RunState, estimate_tokens};
 use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
 use crate::catalog::{PromptCatalog, ResourceCatalog};
-use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy};
+use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy, ToolSettings};
 use crate::events::ToolEvent;
 use crate::hooks::{AfterHook, BeforeHook, Scoped};
 use crate::permission::Permission;
 use crate::queue::{LocalQueues, Queue, QueueBackend, QueueSlot};
+use crate::ratelimit::RateLimiter;
 use crate::redact::Redactor;
 use crate::registry::{ProviderTools, Registry, RegistryProblem, Severity, ToolEntry};
 use crate::store::{DirectoryStore, OutputPage, OutputStore, StoreError};
@@ -205,6 +206,22 @@ impl OrchestratorBuilder {
                 return Err(OrchestratorError::UnknownQueue { owner, queue: q.clone(), known });
             }
         }
+        // One limiter per configured limit: a provider's is shared by all of its tools.
+        let limiter = |s: &ToolSettings| s.rate_limit.map(|l| Arc::new(RateLimiter::new(l)));
+        let rate_limits = RateLimits {
+            tools: self
+                .config
+                .tools
+                .iter()
+                .filter_map(|(n, s)| Some((n.clone(), limiter(s)?)))
+                .collect(),
+            providers: self
+                .config
+                .providers
+                .iter()
+                .filter_map(|(n, s)| Some((n.clone(), limiter(s)?)))
+                .collect(),
+        };
         let audit = match &self.config.audit_log {
             Some(path) => Some(AuditLog::open(path).map_err(OrchestratorError::Audit)?),
             None => None,
@@ -225,6 +242,7 @@ impl OrchestratorBuilder {
                 providers: RwLock::new(providers),
                 registry: RwLock::new(Arc::new(Registry::default())),
                 queues,
+                rate_limits,
                 cache: self.cache,
                 flight: SingleFlight::default(),
                 store,
@@ -259,6 +277,13 @@ pub struct Orchestrator {
     inner: Arc<Inner>,
 }
 
+/// The rate limiters, by full tool name and by provider namespace.
+#[derive(Debug, Default)]
+struct RateLimits {
+    tools: HashMap<String, Arc<RateLimiter>>,
+    providers: HashMap<String, Arc<RateLimiter>>,
+}
+
 #[derive(Debug)]
 struct Inner {
     config: OrchestratorConfig,
@@ -266,6 +291,7 @@ struct Inner {
     providers: RwLock<Vec<ProviderTools>>,
     registry: RwLock<Arc<Registry>>,
     queues: HashMap<String, Arc<dyn Queue>>,
+    rate_limits: RateLimits,
     cache: Arc<dyn ResponseCache>,
     flight: SingleFlight,
     store: Arc<dyn OutputStore>,
@@ -1063,6 +1089,10 @@ impl Orchestrator {
                 time_left = Some(max - used);
             }
         }
+        if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
+        {
+            self.take_turn(entry, ctx).await?;
+        }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let started = run.as_ref().map(|_| Instant::now());
         let result = match &entry.settings.retry {
@@ -1092,6 +1122,36 @@ impl Orchestrator {
             scoped.hook.after(&entry.name, &mut output, ctx).await?;
         }
         Ok(output)
+    }
+
+    /// Waits for the call's turn under its rate limit (the tool's, else its provider's),
+    /// or fails with [`ToolError::RateLimited`] when the turn is further off than the limit
+    /// lets a call wait.
+    async fn take_turn(&self, entry: &ToolEntry, ctx: &CallContext) -> Result<(), ToolError> {
+        let limits = &self.inner.rate_limits;
+        let namespace = entry.provider.namespace();
+        let original = || format!("{namespace}__{}", entry.original);
+        let limiter = limits
+            .tools
+            .get(&*entry.name)
+            .or_else(|| limits.tools.get(&original()))
+            .or_else(|| limits.providers.get(namespace));
+        let Some(limiter) = limiter else { return Ok(()) };
+        let wait =
+            limiter.reserve(Instant::now()).map_err(|retry_after| ToolError::RateLimited {
+                tool: entry.name.to_string(),
+                limit: limiter.describe(),
+                retry_after,
+            })?;
+        if !wait.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = ctx.cancel_token().cancelled() => {
+                    return Err(ToolError::Cancelled { tool: entry.name.to_string() });
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn take_slot(

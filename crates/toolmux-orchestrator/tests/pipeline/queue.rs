@@ -136,3 +136,49 @@ async fn a_nested_call_on_its_ancestors_full_queue_fails_fast() {
     nested.orchestrator.set(o.clone()).unwrap();
     assert_eq!(call(&o, "agent__outer", json!({})).await.result.unwrap(), "inner ran");
 }
+
+/// A tool's rate limit refuses calls beyond it, saying when to call again; a provider's is
+/// shared by its tools; a limit with a wait lets the call wait its turn.
+#[tokio::test(start_paused = true)]
+async fn rate_limits_refuse_or_delay_calls_beyond_them() {
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("a", Behavior::Echo)
+            .with_tool("b", Behavior::Echo)
+            .with_tool("own", Behavior::Echo),
+    );
+    let limit = |calls, per_ms, wait_ms| RateLimit {
+        calls,
+        per: Duration::from_millis(per_ms),
+        wait: Duration::from_millis(wait_ms),
+    };
+    let mut config = OrchestratorConfig::default();
+    config.providers.insert(
+        "m".into(),
+        ToolSettings { rate_limit: Some(limit(2, 1000, 0)), ..ToolSettings::default() },
+    );
+    config.tools.insert(
+        "m__own".into(),
+        ToolSettings { rate_limit: Some(limit(1, 60_000, 60_000)), ..ToolSettings::default() },
+    );
+    let o = start(config, vec![p]).await;
+    assert!(call(&o, "m__a", json!({})).await.ok);
+    assert!(call(&o, "m__b", json!({})).await.ok);
+    let refused = call(&o, "m__a", json!({})).await;
+    assert!(!refused.ok);
+    assert_eq!(refused.extras["code"], "rate_limited");
+    let error = refused.error.unwrap_or_default();
+    assert!(
+        error.contains("`m__a` is rate limited (2 calls per 1s): call it again in 500ms"),
+        "{error}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(call(&o, "m__b", json!({})).await.ok);
+
+    // A tool's own limit, with a wait: the second call waits a minute for its turn.
+    let started = tokio::time::Instant::now();
+    assert!(call(&o, "m__own", json!({})).await.ok);
+    assert!(call(&o, "m__own", json!({})).await.ok);
+    assert_eq!(started.elapsed(), Duration::from_secs(60));
+}

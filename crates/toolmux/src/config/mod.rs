@@ -283,6 +283,9 @@ pub struct McpServerEntry {
     /// Questions the caller can answer always go to the caller.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_elicitation_defaults: bool,
+    /// At most so many calls per period, for all of its tools together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitEntry>,
     /// Restarts in a row after failures before giving up (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
@@ -385,6 +388,23 @@ pub struct ToolEntry {
     /// `defaults.toolResponseMaxBytes` or the size the tool itself announces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_max_bytes: Option<usize>,
+    /// At most so many calls per period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitEntry>,
+}
+
+/// At most `calls` calls per `perMs` milliseconds; a call that would wait longer than
+/// `waitMs` (default 0) for its turn fails at once, saying when to call again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitEntry {
+    /// Calls per period (1 or more).
+    pub calls: u32,
+    /// The period in milliseconds (1 or more).
+    pub per_ms: u64,
+    /// How long a call may wait for its turn, in milliseconds.
+    #[serde(default)]
+    pub wait_ms: u64,
 }
 
 /// The JSON Schema of the configuration file (draft 2020-12), generated from [`Config`].
