@@ -56,5 +56,7 @@ mod transport;
 /// `serde_json::to_vec`'s 128 grew it twice or three times for each.
 const LINE_CAPACITY: usize = 512;
 
-pub use client::{DeclaredTool, McpProvider, McpServerConfig, ProtocolMode, TransportKind};
+pub use client::{
+    DeclaredTool, EnvInherit, McpProvider, McpServerConfig, ProtocolMode, TransportKind,
+};
 pub use error::McpError;

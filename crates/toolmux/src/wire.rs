@@ -310,6 +310,8 @@ mod mcp {
             command: entry.command.clone(),
             args: entry.args.clone(),
             env,
+            env_inherit: entry.env_inherit.or(loaded.config.defaults.env_inherit),
+            env_passthrough: entry.env_passthrough.clone(),
             cwd: entry.cwd.as_deref().map(|c| loaded.resolve(c)),
             base_dir: Some(loaded.base_dir.clone()),
             url: entry.url.clone(),

@@ -1,6 +1,6 @@
 //! `tools list` and `tools call` with the builtin tools.
 
-use crate::{Project, gateway_project};
+use crate::{Project, gateway_project, peer};
 use expect_test::expect;
 
 fn project() -> Project {
@@ -143,4 +143,37 @@ fn an_unreachable_server_is_reported_in_words() {
         1 tool from 2 providers
     "#]]
     .assert_eq(&run.stderr);
+}
+
+/// Stdio servers inherit toolmux's environment without the variables whose names look
+/// secret (unless passed through), only the SDKs' few with `minimal`, all with `all`; seen
+/// from inside server-everything (`get-env`).
+#[test]
+fn servers_inherit_the_environment_without_secrets() {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new()
+        .env("MY_API_TOKEN", "tok-3141592653")
+        .env("PLAIN_SETTING", "plain-2718281828");
+    let env_seen = |extra: &str| {
+        project.file(
+            "toolmux.yaml",
+            &format!(
+                "mcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n{extra}",
+                node.display(),
+                everything.display()
+            ),
+        );
+        project.run(&["tools", "call", "everything__get-env"]).ok().to_owned()
+    };
+    let safe = env_seen("");
+    assert!(safe.contains("plain-2718281828") && safe.contains("\"PATH\""), "{safe}");
+    assert!(!safe.contains("tok-3141592653"), "a secret-looking variable leaked: {safe}");
+    let passed = env_seen("    envPassthrough: [MY_API_TOKEN]\n");
+    assert!(passed.contains("tok-3141592653"), "{passed}");
+    let minimal = env_seen("    envInherit: minimal\n");
+    assert!(minimal.contains("\"PATH\"") && !minimal.contains("plain-2718281828"), "{minimal}");
+    let all = env_seen("    envInherit: all\n");
+    assert!(all.contains("tok-3141592653") && all.contains("plain-2718281828"), "{all}");
 }

@@ -10,6 +10,41 @@ use std::time::Duration;
 
 use crate::McpError;
 
+/// Which of toolmux's own environment a stdio server inherits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvInherit {
+    /// Everything but variables whose names look secret.
+    #[default]
+    Safe,
+    /// Only what the official MCP SDKs pass on.
+    Minimal,
+    /// Everything.
+    All,
+}
+
+impl EnvInherit {
+    /// Whether variable `name` is passed on.
+    pub fn passes(self, name: &str) -> bool {
+        match self {
+            EnvInherit::All => true,
+            EnvInherit::Minimal => {
+                ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR"]
+                    .contains(&name)
+            }
+            EnvInherit::Safe => !looks_secret(name),
+        }
+    }
+}
+
+/// Whether an environment variable's name suggests it holds a secret.
+fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION"]
+        .iter()
+        .any(|word| upper.contains(word))
+}
+
 /// One MCP server: how to reach it, which of its tools to offer and how long to wait.
 ///
 /// `${VAR}` references are expanded by the configuration loader before this is built;
@@ -29,6 +64,16 @@ pub struct McpServerConfig {
     /// Environment variables added to the program's environment (stdio).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Which of toolmux's own environment the program inherits (stdio): `safe` (default)
+    /// all but variables whose names look secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
+    /// `*KEY*`, `*AUTH*`, `*CREDENTIAL*`, `*COOKIE*`, `*SESSION*`), `minimal` (what the
+    /// official MCP SDKs pass: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, plus
+    /// `LANG` and `TMPDIR`) or `all`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_inherit: Option<EnvInherit>,
+    /// Variables inherited whatever `envInherit` says (`GITHUB_TOKEN`, say).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env_passthrough: Vec<String>,
     /// The program's working directory (stdio); a relative path is resolved against
     /// `baseDir`, and without either the program runs in `baseDir`.
     #[serde(skip_serializing_if = "Option::is_none")]

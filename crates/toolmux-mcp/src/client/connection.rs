@@ -202,6 +202,8 @@ async fn start(
                 program,
                 args: &config.args,
                 env: &config.env,
+                inherit: config.env_inherit.unwrap_or_default(),
+                passthrough: &config.env_passthrough,
                 cwd: working_dir(server, config)?,
             };
             let (transport, group) =

@@ -9,7 +9,7 @@ mod interaction;
 mod provider;
 pub(crate) mod wire;
 
-pub use config::{DeclaredTool, McpServerConfig, ProtocolMode, TransportKind};
+pub use config::{DeclaredTool, EnvInherit, McpServerConfig, ProtocolMode, TransportKind};
 pub use provider::McpProvider;
 
 /// Installs ring as rustls's process-wide crypto provider unless one is installed, so

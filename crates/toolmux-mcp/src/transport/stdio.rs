@@ -48,6 +48,10 @@ pub(crate) struct StdioCommand<'a> {
     pub(crate) program: &'a str,
     pub(crate) args: &'a [String],
     pub(crate) env: &'a BTreeMap<String, String>,
+    /// Which of this process's environment the server inherits.
+    pub(crate) inherit: crate::EnvInherit,
+    /// Variables inherited whatever `inherit` says.
+    pub(crate) passthrough: &'a [String],
     pub(crate) cwd: PathBuf,
 }
 
@@ -144,6 +148,23 @@ pub(crate) fn spawn(
     fault: &Fault,
 ) -> std::io::Result<(StdioTransport, ChildGroup)> {
     let mut cmd = Command::new(command.program);
+    if command.inherit != crate::EnvInherit::All {
+        cmd.env_clear();
+        let mut withheld = 0usize;
+        for (name, value) in std::env::vars_os() {
+            let Some(text) = name.to_str() else { continue };
+            if command.inherit.passes(text) || command.passthrough.iter().any(|p| p == text) {
+                cmd.env(&name, value);
+            } else {
+                withheld += 1;
+            }
+        }
+        tracing::debug!(
+            server = %command.server,
+            withheld,
+            "environment variables not passed on (`envInherit`, `envPassthrough`)"
+        );
+    }
     cmd.args(command.args)
         .envs(command.env)
         .current_dir(&command.cwd)

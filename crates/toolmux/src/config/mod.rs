@@ -143,6 +143,11 @@ pub struct Defaults {
     /// Logs the MCP traffic at debug level.
     #[serde(default, rename = "traceMCP", alias = "traceMcp")]
     pub trace_mcp: bool,
+    /// Which of toolmux's own environment stdio MCP servers inherit, unless a server says
+    /// (`safe` when unset; see `mcpServers.*.envInherit`).
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_inherit: Option<toolmux_mcp::EnvInherit>,
 }
 
 /// What happens to an output over the size cap.
@@ -231,6 +236,15 @@ pub struct McpServerEntry {
     /// configuration file's folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_file: Option<PathBuf>,
+    /// Which of toolmux's own environment the server inherits: `safe` (everything but
+    /// variables whose names look secret: `*TOKEN*`, `*SECRET*`, `*KEY*`, ...), `minimal`
+    /// (`HOME`, `PATH` and the like, as the official MCP SDKs do) or `all`; default
+    /// `defaults.envInherit`, else `safe`. `env` is always added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_inherit: Option<toolmux_mcp::EnvInherit>,
+    /// Variables it inherits whatever `envInherit` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_passthrough: Vec<String>,
     /// Its working directory, relative to the configuration file's folder (default: that
     /// folder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
