@@ -81,6 +81,9 @@ pub trait OutputStore: Send + Sync + fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct OutputReader {
     store: std::sync::Arc<dyn OutputStore>,
+    /// The most bytes of lines one page holds: under the size cap, so that a page is never
+    /// stored again in its turn.
+    page_bytes: usize,
 }
 
 /// Lines one `output__read` call returns unless asked for fewer.
@@ -93,9 +96,12 @@ impl OutputReader {
     /// The namespace of the tool.
     pub const NAMESPACE: &'static str = "output";
 
-    /// A reader of `store`, the orchestrator's output store.
-    pub fn new(store: std::sync::Arc<dyn OutputStore>) -> Self {
-        OutputReader { store }
+    /// A reader of `store`, the orchestrator's output store, whose pages stay under
+    /// `response_max_bytes` (the orchestrator's size cap).
+    pub fn new(store: std::sync::Arc<dyn OutputStore>, response_max_bytes: usize) -> Self {
+        // Room for the note that says where to read on.
+        let page_bytes = response_max_bytes.saturating_sub(120).max(64);
+        OutputReader { store, page_bytes }
     }
 }
 
@@ -168,8 +174,32 @@ impl toolmux_core::ToolProvider for OutputReader {
                 });
             }
         };
-        let end = page.offset + page.lines;
+        // Whole lines while they fit the page; a first line longer than the page is cut.
+        let mut kept = 0usize;
+        let mut lines = 0u64;
+        for line in page.text.split_inclusive('\n') {
+            if kept + line.len() > self.page_bytes {
+                break;
+            }
+            kept += line.len();
+            lines += 1;
+        }
         let mut text = page.text;
+        let end = if lines == 0 && page.lines > 0 {
+            let mut cut = self.page_bytes.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push_str(" [line cut: longer than a page]");
+            page.offset + 1
+        } else {
+            text.truncate(kept);
+            if text.ends_with('\n') {
+                text.pop();
+            }
+            page.offset + lines
+        };
         if page.lines == 0 {
             text =
                 format!("(no lines from line {offset}: the output has {} lines)", page.total_lines);

@@ -93,7 +93,7 @@ impl Toolmux {
         // Outputs over the size cap are stored whole: the model reads them on with
         // `output__read` (not needed when they are cut instead).
         if config.oversize != OversizeMode::Truncate && keep(OutputReader::NAMESPACE) {
-            providers.push(Arc::new(OutputReader::new(store.clone())));
+            providers.push(Arc::new(OutputReader::new(store.clone(), config.response_max_bytes)));
         }
         let orchestrator = Orchestrator::builder(config).output_store(store);
         let orchestrator = providers

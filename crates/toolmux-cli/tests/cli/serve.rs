@@ -599,7 +599,10 @@ fn spilled_outputs_are_read_in_pages_by_their_run() {
         &[
             page(&handle_named, named.clone()),
             page(&handle_named, serde_json::json!({})),
-            page(&handle, named),
+            page(&handle, named.clone()),
+            // More lines than fit under the size cap: the page stops short of it.
+            serde_json::json!({"method": "tools/call", "params": {"name": "output__read",
+                "arguments": {"handle": handle_named, "limit": 400}, "_meta": named}}),
         ],
     );
     let by_id =
@@ -616,6 +619,19 @@ fn spilled_outputs_are_read_in_pages_by_their_run() {
         assert_eq!(refused["isError"], true, "{refused}");
         assert!(refused.to_string().contains("no stored output"), "{refused}");
     }
+    let long = by_id(5);
+    let text = long["content"][0]["text"].as_str().expect("text");
+    assert!(!text.contains("tool_output"), "a page is never stored again: {text}");
+    assert!(text.len() <= 2000, "{}", text.len());
+    assert!(
+        text.starts_with(
+            "     1	line 1 of the long file
+"
+        ),
+        "{text}"
+    );
+    let next = long["_meta"]["toolmux/extras"]["nextOffset"].as_u64().expect("more to read");
+    assert!(text.ends_with(&format!("; read on with offset {next}]")), "{text}");
 }
 
 /// A configured rate limit: the second call within the period is refused, saying when to
