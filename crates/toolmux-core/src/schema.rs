@@ -277,7 +277,9 @@ fn merge_any_of(root: &mut Map<String, Value>, branches: &[Map<String, Value>]) 
                 match merged.get_mut(name) {
                     Some(existing) if existing != schema => {
                         let mut options = match existing.get("anyOf") {
-                            Some(Value::Array(options)) if existing.as_object()?.len() == 1 => {
+                            Some(Value::Array(options))
+                                if existing.as_object().is_some_and(|o| o.len() == 1) =>
+                            {
                                 options.clone()
                             }
                             _ => vec![existing.clone()],
