@@ -1,0 +1,241 @@
+//! The conversation, the tools offered and the answer, the same for every API.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum Message {
+    /// What the user (or the agent that delegated the task) said.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model answered: text, tool calls, or both.
+    Assistant {
+        /// The text, empty when the model only called tools.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        content: String,
+        /// The tools it called, in order.
+        #[serde(default, rename = "toolCalls", skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ModelToolCall>,
+    },
+    /// The results of the previous assistant turn's tool calls, one per call.
+    Tool {
+        /// The results, in the order of the calls.
+        results: Vec<ToolResultMessage>,
+    },
+}
+
+impl Message {
+    /// A user message of text.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::User { content: content.into() }
+    }
+
+    /// An assistant message of text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message::Assistant { content: content.into(), tool_calls: Vec::new() }
+    }
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelToolCall {
+    /// The API's id of the call, which its result must name.
+    pub id: String,
+    /// The tool's name, as offered.
+    pub name: String,
+    /// The arguments, a JSON object when the model wrote valid JSON, else `null`.
+    pub arguments: Value,
+    /// The arguments as the model wrote them, when they were not valid JSON, so that the
+    /// agent can tell the model what to mend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
+}
+
+impl ModelToolCall {
+    /// A call of `name` with `arguments`.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ModelToolCall { id: id.into(), name: name.into(), arguments, raw_arguments: None }
+    }
+}
+
+/// The result of one tool call, as the model will read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultMessage {
+    /// The id of the call this answers.
+    pub call_id: String,
+    /// The result's text (or the error's).
+    pub content: String,
+    /// Whether the call failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolDefinition {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub input_schema: Value,
+}
+
+impl ToolDefinition {
+    /// A tool named `name`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>, schema: Value) -> Self {
+        ToolDefinition { name: name.into(), description: description.into(), input_schema: schema }
+    }
+}
+
+/// Whether and which tools the model must call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+/// One request for the model's next step.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRequest {
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// The conversation so far, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolDefinition>,
+    /// Whether it must call one.
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+    /// The most tokens to generate, overriding the model's configured limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature, overriding the model's configured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+}
+
+impl ModelRequest {
+    /// A request with `messages`, no tools and no system prompt.
+    pub fn new(messages: Vec<Message>) -> Self {
+        ModelRequest { messages, ..ModelRequest::default() }
+    }
+
+    /// With the system prompt `system`.
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// With `tools` offered.
+    pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// With `choice` of tools.
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// It finished its turn.
+    EndTurn,
+    /// It called tools and waits for their results.
+    ToolUse,
+    /// It ran out of output tokens.
+    MaxTokens,
+    /// The API's content filter stopped it.
+    ContentFilter,
+    /// Another reason, as the API named it.
+    Other(String),
+}
+
+/// Tokens used by one or more requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Tokens read (the prompt, the conversation, the tools).
+    pub input_tokens: u64,
+    /// Tokens generated.
+    pub output_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// The model's answer to one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelResponse {
+    /// Its text, empty when it only called tools.
+    #[serde(default)]
+    pub content: String,
+    /// The tools it called, in order.
+    #[serde(default)]
+    pub tool_calls: Vec<ModelToolCall>,
+    /// Why it stopped.
+    pub stop: StopReason,
+    /// Tokens used by this request.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The model that answered, as the API named it.
+    #[serde(default)]
+    pub model: String,
+}
+
+impl ModelResponse {
+    /// An answer of text only that ends the turn.
+    pub fn text(content: impl Into<String>) -> Self {
+        ModelResponse {
+            content: content.into(),
+            tool_calls: Vec::new(),
+            stop: StopReason::EndTurn,
+            usage: Usage::default(),
+            model: String::new(),
+        }
+    }
+
+    /// An answer that calls `calls`.
+    pub fn tool_calls(calls: Vec<ModelToolCall>) -> Self {
+        ModelResponse {
+            content: String::new(),
+            tool_calls: calls,
+            stop: StopReason::ToolUse,
+            usage: Usage::default(),
+            model: String::new(),
+        }
+    }
+
+    /// The assistant message this answer adds to the conversation.
+    pub fn to_message(&self) -> Message {
+        Message::Assistant { content: self.content.clone(), tool_calls: self.tool_calls.clone() }
+    }
+}
