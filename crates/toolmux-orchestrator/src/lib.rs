@@ -112,6 +112,7 @@ pub use glob::glob_match;
 pub use hooks::{AfterHook, BeforeHook};
 pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,
+    WeakOrchestrator,
 };
 pub use permission::{Permission, PermissionRules};
 pub use redact::Redactor;

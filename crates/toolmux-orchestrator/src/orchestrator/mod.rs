@@ -277,6 +277,19 @@ pub struct Orchestrator {
     inner: Arc<Inner>,
 }
 
+/// A handle to an [`Orchestrator`] that does not keep it alive: what a provider registered
+/// in the orchestrator holds when it calls back into it (an agent calling tools), so that
+/// the two do not keep each other alive.
+#[derive(Debug, Clone, Default)]
+pub struct WeakOrchestrator(Weak<Inner>);
+
+impl WeakOrchestrator {
+    /// The orchestrator, while it lives.
+    pub fn upgrade(&self) -> Option<Orchestrator> {
+        self.0.upgrade().map(|inner| Orchestrator { inner })
+    }
+}
+
 /// The rate limiters, by full tool name and by provider namespace.
 #[derive(Debug, Default)]
 struct RateLimits {
@@ -384,6 +397,11 @@ impl Orchestrator {
             secrets: Vec::new(),
             namespace: "toolmux".to_owned(),
         }
+    }
+
+    /// A handle that does not keep this orchestrator alive.
+    pub fn downgrade(&self) -> WeakOrchestrator {
+        WeakOrchestrator(Arc::downgrade(&self.inner))
     }
 
     /// The configuration.

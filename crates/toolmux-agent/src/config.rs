@@ -1,0 +1,71 @@
+//! How agents are configured (`agents.<name>` and `router` in toolmux's configuration).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Turns an agent may take when its configuration names no limit.
+pub const DEFAULT_MAX_TURNS: u32 = 25;
+
+/// How deep agents may call agents when nothing else is configured: a top-level agent
+/// (depth 1) may call a sub-agent (2), which may call one more (3).
+pub const DEFAULT_MAX_DEPTH: usize = 3;
+
+/// Hand-offs one run may make before it is stopped, so that two agents cannot pass a task
+/// back and forth for ever.
+pub const MAX_HANDOFFS: usize = 8;
+
+/// One agent, under `agents` by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentConfig {
+    /// What the agent is for: the description of its tool `agent__{name}` when another agent
+    /// or an MCP client may call it.
+    #[serde(default)]
+    pub description: String,
+    /// The model it thinks with: a name under `models`.
+    pub model: String,
+    /// Its system prompt.
+    #[serde(default, alias = "systemPrompt")]
+    pub instructions: String,
+    /// The tools it may call, as glob patterns over the orchestrator's tool names
+    /// (`fs__*`, `github__search_*`). Default: every tool except other agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Other agents it may delegate to, offered to it as tools `agent__{name}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
+    /// The most model turns before it must report (default 25).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// Offer `agent__task_status`, with which the model records its progress (reported to
+    /// the caller as progress notifications).
+    #[serde(default)]
+    pub task_status: bool,
+    /// Offer `agent__batch`, which runs several tool calls at once in one turn.
+    #[serde(default)]
+    pub batch: bool,
+    /// Offer `agent__ask_user`, with which the model asks the person running it a question.
+    /// Without a person to ask (a sub-agent, a non-interactive run) the run ends with
+    /// status `needs_input` and the question as its content.
+    #[serde(default)]
+    pub ask_user: bool,
+    /// The JSON Schema its final report's `content_json` must match; a report that does
+    /// not is sent back to the model with the violations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Whether MCP clients of `toolmux serve` and other programs see it as a tool
+    /// `agent__{name}` (default true). Agents listing it under `agents` can call it either
+    /// way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expose: Option<bool>,
+}
+
+/// Hand-offs between agents (`router`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RouterConfig {
+    /// The agents a run may be handed to with `router__handoff-to`; every agent of the run
+    /// is offered the tool, naming the destinations other than itself.
+    pub destinations: Vec<String>,
+}

@@ -1,0 +1,194 @@
+//! The tools a session offers its model besides the orchestrator's: the final report,
+//! progress, batches, questions for the user and hand-offs. They act on the session (end
+//! it, record its progress, run calls of its own), so they are answered by the session and
+//! never reach the orchestrator.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolmux_llm::ToolDefinition;
+
+/// Delivers the answer and ends the run.
+pub const FINAL_REPORT: &str = "agent__final_report";
+/// Records progress.
+pub const TASK_STATUS: &str = "agent__task_status";
+/// Runs several tool calls at once.
+pub const BATCH: &str = "agent__batch";
+/// Asks the person running the agent.
+pub const ASK_USER: &str = "agent__ask_user";
+/// Hands the run to another agent.
+pub const HANDOFF: &str = "router__handoff-to";
+
+/// Agent names these tools take, which no agent may have.
+pub const RESERVED: &[&str] = &["final_report", "task_status", "batch", "ask_user", "read_output"];
+
+/// The most calls one `agent__batch` may make.
+pub const MAX_BATCH: usize = 16;
+
+pub(crate) fn final_report(output_schema: Option<&Value>) -> ToolDefinition {
+    let content_json = match output_schema {
+        Some(schema) => {
+            let mut schema = schema.clone();
+            if let Some(object) = schema.as_object_mut() {
+                object.insert(
+                    "description".into(),
+                    json!("The report's content: must match this schema."),
+                );
+            }
+            schema
+        }
+        None => json!({"type": "object", "description": "The report's content, for JSON formats."}),
+    };
+    let mut required = vec!["status"];
+    if output_schema.is_some() {
+        required.push("content_json");
+    }
+    ToolDefinition::new(
+        FINAL_REPORT,
+        "Delivers your final answer and ends your work on the task. Call it once, when the \
+         task is done or cannot be done; nothing you write after it is read.",
+        json!({
+            "type": "object",
+            "properties": {
+                "status": {
+                    "type": "string",
+                    "enum": ["success", "failure", "partial"],
+                    "description": "Whether the task is done (success), could not be done (failure), or is done in part (partial)."
+                },
+                "format": {"type": "string", "description": "The content's format: text (default), markdown or json."},
+                "content": {"type": "string", "description": "The answer."},
+                "content_json": content_json,
+                "metadata": {"type": "object", "description": "Anything to add about the answer (sources, caveats)."}
+            },
+            "required": required
+        }),
+    )
+}
+
+pub(crate) fn task_status() -> ToolDefinition {
+    ToolDefinition::new(
+        TASK_STATUS,
+        "Records where you are with the task, for the person following your work. It does \
+         not end your turn.",
+        json!({
+            "type": "object",
+            "properties": {
+                "status": {"type": "string", "enum": ["starting", "in-progress", "completed"]},
+                "done": {"type": "string", "description": "What has been completed."},
+                "pending": {"type": "string", "description": "What remains."},
+                "now": {"type": "string", "description": "The step you are taking now."},
+                "ready_for_final_report": {"type": "boolean"},
+                "need_to_run_more_tools": {"type": "boolean"}
+            },
+            "required": ["status"]
+        }),
+    )
+}
+
+pub(crate) fn batch() -> ToolDefinition {
+    ToolDefinition::new(
+        BATCH,
+        format!(
+            "Runs up to {MAX_BATCH} calls of your other tools at once and returns their results \
+             in order. Use it for independent calls."
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "calls": {
+                    "type": "array",
+                    "maxItems": MAX_BATCH,
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "tool": {"type": "string", "description": "The tool's name."},
+                            "arguments": {"type": "object", "description": "Its arguments."}
+                        },
+                        "required": ["tool"]
+                    }
+                }
+            },
+            "required": ["calls"]
+        }),
+    )
+}
+
+pub(crate) fn ask_user() -> ToolDefinition {
+    ToolDefinition::new(
+        ASK_USER,
+        "Asks the person who gave you the task a question and returns the answer. Ask only \
+         what you cannot find out with your tools.",
+        json!({
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"]
+        }),
+    )
+}
+
+pub(crate) fn handoff(destinations: &[String]) -> ToolDefinition {
+    ToolDefinition::new(
+        HANDOFF,
+        "Hands the whole task to another agent, which continues it from the start with your \
+         message; your work on it ends. Use it when the task belongs to that agent.",
+        json!({
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "enum": destinations},
+                "message": {"type": "string", "description": "What the other agent should know: what you found, why it is theirs."}
+            },
+            "required": ["agent"]
+        }),
+    )
+}
+
+/// `agent__final_report`'s arguments.
+#[derive(Debug, Deserialize)]
+pub(crate) struct FinalReport {
+    pub(crate) status: ReportedStatus,
+    #[serde(default)]
+    pub(crate) format: Option<String>,
+    #[serde(default)]
+    pub(crate) content: Option<String>,
+    #[serde(default)]
+    pub(crate) content_json: Option<Value>,
+    #[serde(default)]
+    pub(crate) metadata: Option<Value>,
+}
+
+/// The statuses a model may report.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ReportedStatus {
+    Success,
+    Failure,
+    Partial,
+}
+
+/// One call of `agent__batch`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct BatchCall {
+    pub(crate) tool: String,
+    #[serde(default)]
+    pub(crate) arguments: Option<Value>,
+}
+
+/// `agent__batch`'s arguments.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Batch {
+    pub(crate) calls: Vec<BatchCall>,
+}
+
+/// `router__handoff-to`'s arguments.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Handoff {
+    pub(crate) agent: String,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+}
+
+/// `agent__ask_user`'s arguments.
+#[derive(Debug, Deserialize)]
+pub(crate) struct AskUser {
+    pub(crate) question: String,
+}

@@ -1,0 +1,447 @@
+//! Agents on toolmux: a model that calls the orchestrator's tools until it delivers a
+//! final report.
+//!
+//! [`Agents`] holds the configured agents ([`AgentConfig`]: a model, instructions, the
+//! tools it may call as glob patterns, the agents it may delegate to, a turn limit) and
+//! the [`Model`]s they think with. Attached to an [`Orchestrator`], it runs them:
+//!
+//! - [`Agents::run`] works on a task with one agent and returns its [`AgentReport`].
+//! - [`Agents::provider`] is a [`ToolProvider`] (namespace `agent`) offering every agent as
+//!   a tool `agent__{name}` taking `{prompt}`: registered in the orchestrator, agents call
+//!   other agents through the same pipeline as any tool (queues, timeouts, accounting),
+//!   and `toolmux serve` offers them to MCP clients. The sub-agent's tokens and calls are
+//!   added to its caller's report; a chain of agents deeper than the configured depth is
+//!   refused with a message telling the model to do the work itself.
+//!
+//! Besides the orchestrator's tools, a session offers its model its own: the loop-breaking
+//! `agent__final_report` (always), `agent__task_status`, `agent__batch` and
+//! `agent__ask_user` (when configured) and `router__handoff-to` (when `router.destinations`
+//! names other agents), which hands the whole run to another agent. A plain text answer
+//! without tool calls also ends the run (a conversational turn); a tool whose spec is
+//! marked `ends_turn` ends it with its result. On the last allowed turn the model may only
+//! report.
+//!
+//! ```no_run
+//! # async fn example(orchestrator: toolmux_orchestrator::Orchestrator, models: std::collections::BTreeMap<String, std::sync::Arc<dyn toolmux_llm::Model>>) -> Result<(), toolmux_agent::AgentError> {
+//! use toolmux_agent::{AgentConfig, AgentDefinitions, Agents};
+//! use toolmux_core::CallContext;
+//!
+//! let mut definitions = AgentDefinitions::default();
+//! definitions.agents.insert(
+//!     "reader".into(),
+//!     AgentConfig { model: "fast".into(), tools: Some(vec!["fs__*".into()]), ..Default::default() },
+//! );
+//! let agents = Agents::new(definitions, models)?;
+//! agents.attach(&orchestrator);
+//! let report = agents.run("reader", "What does README.md say about tests?", &CallContext::new()).await?;
+//! println!("{}", report.content);
+//! # Ok(()) }
+//! ```
+
+#![deny(missing_docs)]
+
+mod config;
+mod error;
+pub mod internal;
+mod report;
+mod session;
+
+pub use config::{AgentConfig, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS, RouterConfig};
+pub use error::AgentError;
+pub use report::{AgentReport, AgentStatus};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use session::{Session, SessionEnd};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use toolmux_core::{
+    CallContext, Op, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
+};
+use toolmux_llm::Model;
+use toolmux_orchestrator::{Orchestrator, WeakOrchestrator};
+
+/// The namespace of the agents' tools.
+pub const NAMESPACE: &str = "agent";
+
+/// The agents of a configuration.
+#[derive(Debug, Clone, Default)]
+pub struct AgentDefinitions {
+    /// The agents, by name.
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// Hand-offs between them.
+    pub router: Option<RouterConfig>,
+    /// How deep agents may call agents (default [`DEFAULT_MAX_DEPTH`]).
+    pub max_depth: Option<usize>,
+}
+
+/// How one run is made.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Keep the last agent's conversation in the report.
+    pub transcript: bool,
+}
+
+/// Configured agents and their models; see the crate documentation.
+#[derive(Debug, Clone)]
+pub struct Agents {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    definitions: AgentDefinitions,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    orchestrator: RwLock<WeakOrchestrator>,
+}
+
+impl Agents {
+    /// The agents of `definitions` with `models` by name. Each agent's model and sub-agents
+    /// must exist, its name must be a valid tool name and not one of the session's own
+    /// tools (`final_report`, `batch`, ...), and router destinations must be agents.
+    pub fn new(
+        definitions: AgentDefinitions,
+        models: BTreeMap<String, Arc<dyn Model>>,
+    ) -> Result<Self, AgentError> {
+        validate(&definitions, &models)?;
+        Ok(Agents {
+            inner: Arc::new(Inner {
+                definitions,
+                models,
+                orchestrator: RwLock::new(WeakOrchestrator::default()),
+            }),
+        })
+    }
+
+    /// Runs the agents' tool calls through `orchestrator` (without keeping it alive).
+    pub fn attach(&self, orchestrator: &Orchestrator) {
+        *self.inner.orchestrator.write().unwrap_or_else(|e| e.into_inner()) =
+            orchestrator.downgrade();
+    }
+
+    /// The configured agents' names.
+    pub fn names(&self) -> Vec<String> {
+        self.inner.definitions.agents.keys().cloned().collect()
+    }
+
+    /// The configuration of agent `name`.
+    pub fn config(&self, name: &str) -> Option<&AgentConfig> {
+        self.inner.definitions.agents.get(name)
+    }
+
+    /// The tools `agent__{name}` of the agents that are exposed, to register in the
+    /// orchestrator.
+    pub fn provider(&self) -> Arc<dyn ToolProvider> {
+        Arc::new(AgentProvider { agents: self.clone() })
+    }
+
+    /// Works on `task` with agent `name`, following hand-offs, until a report.
+    pub async fn run(
+        &self,
+        name: &str,
+        task: &str,
+        ctx: &CallContext,
+    ) -> Result<AgentReport, AgentError> {
+        self.run_with(name, task, ctx, &RunOptions::default()).await
+    }
+
+    /// [`Agents::run`] with `options`.
+    pub async fn run_with(
+        &self,
+        name: &str,
+        task: &str,
+        ctx: &CallContext,
+        options: &RunOptions,
+    ) -> Result<AgentReport, AgentError> {
+        if !self.inner.definitions.agents.contains_key(name) {
+            return Err(self.unknown(name));
+        }
+        let op = Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned());
+        self.run_from(name, task, &ctx.clone().with_op(op), options).await
+    }
+
+    fn unknown(&self, name: &str) -> AgentError {
+        AgentError::UnknownAgent { name: name.to_owned(), known: self.names() }
+    }
+
+    /// Runs agent `name` in `ctx`, whose operation is the agent's.
+    async fn run_from(
+        &self,
+        name: &str,
+        task: &str,
+        ctx: &CallContext,
+        options: &RunOptions,
+    ) -> Result<AgentReport, AgentError> {
+        let orchestrator = self
+            .inner
+            .orchestrator
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade()
+            .ok_or(AgentError::Detached)?;
+        let max_depth = self.inner.definitions.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
+        let depth = agent_depth(ctx);
+        if depth > max_depth {
+            return Ok(AgentReport::failure(
+                name,
+                format!(
+                    "agent depth limit reached ({max_depth} agents deep): `{name}` was not started; \
+                     solve the task yourself"
+                ),
+            ));
+        }
+        let mut current = name.to_owned();
+        let mut path = Vec::new();
+        let mut totals = AgentReport::failure(name, String::new());
+        let mut task = task.to_owned();
+        loop {
+            let config = self
+                .inner
+                .definitions
+                .agents
+                .get(&current)
+                .ok_or_else(|| self.unknown(&current))?;
+            let model = self.inner.models.get(&config.model).cloned().ok_or_else(|| {
+                AgentError::Config {
+                    agent: current.clone(),
+                    message: format!("unknown model `{}`", config.model),
+                }
+            })?;
+            let destinations = self
+                .inner
+                .definitions
+                .router
+                .iter()
+                .flat_map(|r| r.destinations.iter())
+                .filter(|d| **d != current)
+                .cloned()
+                .collect();
+            let session = Session {
+                name: &current,
+                config,
+                model,
+                orchestrator: orchestrator.clone(),
+                ctx: ctx.clone(),
+                destinations,
+                keep_transcript: options.transcript,
+            };
+            tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
+            match session.run(task.clone()).await {
+                SessionEnd::Report(mut report) => {
+                    report.turns += totals.turns;
+                    report.tool_calls += totals.tool_calls;
+                    report.usage += totals.usage;
+                    if !path.is_empty() {
+                        path.push(current.clone());
+                        report.handoffs = path;
+                    }
+                    return Ok(report);
+                }
+                SessionEnd::Handoff { to, message, figures } => {
+                    totals.turns += figures.turns;
+                    totals.tool_calls += figures.tool_calls;
+                    totals.usage += figures.usage;
+                    path.push(current.clone());
+                    if path.len() > MAX_HANDOFFS {
+                        let mut report = totals;
+                        report.agent = current;
+                        report.content = format!(
+                            "the run was handed off {} times ({}): stopped",
+                            path.len(),
+                            path.join(" → ")
+                        );
+                        path.push(to);
+                        report.handoffs = path;
+                        return Ok(report);
+                    }
+                    task = match message {
+                        Some(message) if !message.trim().is_empty() => format!(
+                            "{task}\n\n(Handed over to you by agent `{current}`: {message})"
+                        ),
+                        _ => format!("{task}\n\n(Handed over to you by agent `{current}`.)"),
+                    };
+                    tracing::debug!(target: "toolmux::agent", from = %current, %to, "hand-off");
+                    current = to;
+                }
+            }
+        }
+    }
+}
+
+/// How many agents deep `ctx`'s operation is: the agent operations in its chain.
+fn agent_depth(ctx: &CallContext) -> usize {
+    let Some(op) = ctx.op() else { return 0 };
+    let is_agent = |tool: &str| {
+        tool.strip_prefix("agent__").is_some_and(|name| !internal::RESERVED.contains(&name))
+    };
+    std::iter::once(&**op).chain(op.ancestors()).filter(|o| is_agent(o.tool())).count()
+}
+
+fn validate(
+    definitions: &AgentDefinitions,
+    models: &BTreeMap<String, Arc<dyn Model>>,
+) -> Result<(), AgentError> {
+    let config =
+        |agent: &str, message: String| AgentError::Config { agent: agent.to_owned(), message };
+    let names: Vec<&str> = definitions.agents.keys().map(String::as_str).collect();
+    for (name, agent) in &definitions.agents {
+        let valid = !name.is_empty()
+            && name.len() <= 48
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(config(
+                name,
+                "an agent's name is 1 to 48 letters, digits, `_` or `-` (it becomes the tool name \
+                 `agent__{name}`)"
+                    .into(),
+            ));
+        }
+        if internal::RESERVED.contains(&name.as_str()) {
+            return Err(config(
+                name,
+                format!(
+                    "`{name}` is the name of a session tool (`agent__{name}`): rename the agent"
+                ),
+            ));
+        }
+        if !models.contains_key(&agent.model) {
+            let known: Vec<&str> = models.keys().map(String::as_str).collect();
+            let message = if known.is_empty() {
+                format!("model `{}` is not configured: add it under `models`", agent.model)
+            } else {
+                format!("model `{}` is not configured; models: {}", agent.model, known.join(", "))
+            };
+            return Err(config(name, message));
+        }
+        for sub in &agent.agents {
+            if !definitions.agents.contains_key(sub) {
+                return Err(config(
+                    name,
+                    format!(
+                        "`agents` names `{sub}`, which is not an agent; agents: {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        if let Some(schema) = &agent.output_schema {
+            toolmux_orchestrator::ArgumentValidator::check_schema(schema)
+                .map_err(|e| config(name, format!("outputSchema: {e}")))?;
+        }
+        if agent.max_turns == Some(0) {
+            return Err(config(name, "maxTurns must be at least 1".into()));
+        }
+    }
+    if let Some(router) = &definitions.router {
+        for destination in &router.destinations {
+            if !definitions.agents.contains_key(destination) {
+                return Err(config(
+                    "router",
+                    format!(
+                        "destination `{destination}` is not an agent; agents: {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The agents as tools `agent__{name}`.
+#[derive(Debug)]
+struct AgentProvider {
+    agents: Agents,
+}
+
+impl AgentProvider {
+    fn spec(name: &str, config: &AgentConfig) -> ToolSpec {
+        let description = if config.description.is_empty() {
+            format!(
+                "Delegates a task to agent `{name}`, which works on it with its own tools and returns its final report."
+            )
+        } else {
+            format!(
+                "{} (Delegates a task to agent `{name}`, which returns its final report.)",
+                config.description
+            )
+        };
+        ToolSpec::new(
+            name,
+            description,
+            json!({
+                "type": "object",
+                "properties": {
+                    "prompt": {
+                        "type": "string",
+                        "description": "The task, with everything the agent needs to know: it sees nothing else of your conversation."
+                    }
+                },
+                "required": ["prompt"]
+            }),
+        )
+        .with_annotations(ToolAnnotations { open_world: true, ..ToolAnnotations::default() })
+    }
+}
+
+#[async_trait]
+impl ToolProvider for AgentProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Agent
+    }
+
+    fn namespace(&self) -> &str {
+        NAMESPACE
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        let definitions = &self.agents.inner.definitions;
+        let called: std::collections::HashSet<&str> =
+            definitions.agents.values().flat_map(|a| a.agents.iter().map(String::as_str)).collect();
+        Ok(definitions
+            .agents
+            .iter()
+            .filter(|(name, config)| {
+                config.expose.unwrap_or(true) || called.contains(name.as_str())
+            })
+            .map(|(name, config)| {
+                let mut spec = AgentProvider::spec(name, config);
+                spec.annotations.visible = config.expose.unwrap_or(true);
+                spec
+            })
+            .collect())
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        if !self.agents.inner.definitions.agents.contains_key(name) {
+            return Err(ToolError::UnknownTool {
+                name: format!("{NAMESPACE}__{name}"),
+                suggestions: Vec::new(),
+            });
+        }
+        let prompt = arguments.get("prompt").and_then(Value::as_str).unwrap_or_default();
+        if prompt.trim().is_empty() {
+            return Ok(ToolOutput::error(format!(
+                "agent `{name}` needs a task: give it in `prompt`"
+            )));
+        }
+        // The orchestrator made this call's operation `agent__{name}`; the agent's calls
+        // are its children.
+        let ctx = match ctx.op() {
+            Some(op) if op.tool().ends_with(name) => ctx.clone(),
+            _ => ctx.clone().with_op(Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned())),
+        };
+        match self.agents.run_from(name, prompt, &ctx, &RunOptions::default()).await {
+            Ok(report) => Ok(report.to_output()),
+            Err(e) => Err(ToolError::Unavailable {
+                provider: NAMESPACE.to_owned(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}

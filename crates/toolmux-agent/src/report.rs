@@ -1,0 +1,130 @@
+//! What a run of an agent ends with.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolmux_core::ToolOutput;
+use toolmux_llm::{Message, Usage};
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// The task is done.
+    Success,
+    /// The task could not be done (the model said so, its model failed, the turn limit
+    /// passed, the run was cancelled).
+    Failure,
+    /// Part of the task is done.
+    Partial,
+    /// The agent has a question and nobody to ask: the content is the question.
+    NeedsInput,
+}
+
+impl AgentStatus {
+    /// The status as written in reports (`success`, `needs_input`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentStatus::Success => "success",
+            AgentStatus::Failure => "failure",
+            AgentStatus::Partial => "partial",
+            AgentStatus::NeedsInput => "needs_input",
+        }
+    }
+}
+
+/// The end of a run: the agent's final report and what the run cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentReport {
+    /// The agent that reported (the last one, after hand-offs).
+    pub agent: String,
+    /// How the run ended.
+    pub status: AgentStatus,
+    /// The report's format (`text`, `markdown`, `json`, or what the model named).
+    pub format: String,
+    /// The report's text.
+    pub content: String,
+    /// The report's JSON content, for JSON formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_json: Option<Value>,
+    /// What the model added about its report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    /// Model turns taken, by every agent of the run.
+    pub turns: u32,
+    /// Tool calls made, by every agent of the run (a sub-agent's own calls included).
+    pub tool_calls: u32,
+    /// Tokens used, by every agent of the run and the sub-agents they called.
+    pub usage: Usage,
+    /// The agents the run was handed through, first to last, when it was handed off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handoffs: Vec<String>,
+    /// The last progress the agent recorded with `agent__task_status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_status: Option<Value>,
+    /// The last agent's conversation, when asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transcript: Vec<Message>,
+}
+
+impl AgentReport {
+    pub(crate) fn failure(agent: &str, content: String) -> Self {
+        AgentReport {
+            agent: agent.to_owned(),
+            status: AgentStatus::Failure,
+            format: "text".to_owned(),
+            content,
+            content_json: None,
+            metadata: None,
+            turns: 0,
+            tool_calls: 0,
+            usage: Usage::default(),
+            handoffs: Vec::new(),
+            task_status: None,
+            transcript: Vec::new(),
+        }
+    }
+
+    /// The report's text, or its JSON content written out when it has no text.
+    pub fn text(&self) -> String {
+        match (&self.content_json, self.content.is_empty()) {
+            (Some(json), true) => {
+                serde_json::to_string_pretty(json).unwrap_or_else(|_| json.to_string())
+            }
+            _ => self.content.clone(),
+        }
+    }
+
+    /// The report as a tool's output: its text (a question for `needs_input`), the JSON
+    /// content as structured content, an error when the run failed, and the run's figures
+    /// in the extras (`status`, `turns`, `toolCalls`, `usage`).
+    pub fn to_output(&self) -> ToolOutput {
+        let text = match self.status {
+            AgentStatus::NeedsInput => {
+                format!("(agent `{}` needs input) {}", self.agent, self.text())
+            }
+            _ => self.text(),
+        };
+        let mut output = if self.status == AgentStatus::Failure {
+            ToolOutput::error(text)
+        } else {
+            ToolOutput::text(text)
+        };
+        if let Some(json) = &self.content_json {
+            output = output.with_structured(json.clone());
+        }
+        output
+            .with_extra("agent", json!(self.agent))
+            .with_extra("status", json!(self.status.as_str()))
+            .with_extra("turns", json!(self.turns))
+            .with_extra("toolCalls", json!(self.tool_calls))
+            .with_extra("usage", json!(self.usage))
+    }
+}
+
+/// The usage a sub-agent's output carries in its extras, if it is one.
+pub(crate) fn usage_in(extras: &serde_json::Map<String, Value>) -> Option<(Usage, u32)> {
+    let usage = serde_json::from_value(extras.get("usage")?.clone()).ok()?;
+    let calls = extras.get("toolCalls").and_then(Value::as_u64).unwrap_or(0);
+    Some((usage, u32::try_from(calls).unwrap_or(u32::MAX)))
+}

@@ -1,0 +1,543 @@
+//! One agent working on one task: the loop of model turns and tool calls, until the model
+//! reports, hands the task off, asks a question nobody can answer, or runs out of turns.
+
+use crate::config::{AgentConfig, DEFAULT_MAX_TURNS};
+use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
+use crate::report::{AgentReport, AgentStatus, usage_in};
+use futures::future::join_all;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use toolmux_core::{CallContext, Progress, ToolCall};
+use toolmux_llm::{
+    Message, Model, ModelRequest, ModelToolCall, ToolChoice, ToolDefinition, ToolResultMessage,
+    Usage,
+};
+use toolmux_orchestrator::{ArgumentValidator, Orchestrator};
+
+/// How a session ended.
+#[derive(Debug)]
+pub(crate) enum SessionEnd {
+    /// With a report.
+    Report(AgentReport),
+    /// With the task handed to another agent; the report carries the session's figures.
+    Handoff { to: String, message: Option<String>, figures: AgentReport },
+}
+
+/// What one tool call did besides answering.
+#[derive(Debug)]
+enum Effect {
+    None,
+    Report(AgentReport),
+    Handoff {
+        to: String,
+        message: Option<String>,
+    },
+    Question(String),
+    /// A tool marked as ending the turn ran: its result is the answer.
+    EndsTurn(String),
+}
+
+/// One call's answer, what it did, and what it cost below (a sub-agent's tokens and calls).
+#[derive(Debug)]
+struct Outcome {
+    result: ToolResultMessage,
+    effect: Effect,
+    usage: Usage,
+    calls: u32,
+}
+
+impl Outcome {
+    fn answer(call: &ModelToolCall, content: String, is_error: bool) -> Self {
+        Outcome {
+            result: ToolResultMessage { call_id: call.id.clone(), content, is_error },
+            effect: Effect::None,
+            usage: Usage::default(),
+            calls: 0,
+        }
+    }
+
+    fn error(call: &ModelToolCall, content: String) -> Self {
+        Outcome::answer(call, content, true)
+    }
+}
+
+/// An agent's session: its model, its tools, and the context its calls run in.
+pub(crate) struct Session<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) config: &'a AgentConfig,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) orchestrator: Orchestrator,
+    /// The session's context: the agent's operation, its cancellation.
+    pub(crate) ctx: CallContext,
+    /// Agents it may hand the task to (`router.destinations` without itself).
+    pub(crate) destinations: Vec<String>,
+    /// Keep the conversation in the report.
+    pub(crate) keep_transcript: bool,
+}
+
+impl Session<'_> {
+    /// The tools offered: the orchestrator's tools the configuration allows (visible ones,
+    /// other agents only as listed under `agents`), then the session's own.
+    fn tools(&self) -> (Vec<ToolDefinition>, HashSet<String>, HashSet<String>) {
+        let patterns = self.config.tools.as_deref();
+        let sub_agents: HashSet<String> =
+            self.config.agents.iter().map(|a| format!("agent__{a}")).collect();
+        let mut offered = Vec::new();
+        let mut names = HashSet::new();
+        let mut ends_turn = HashSet::new();
+        for spec in self.orchestrator.tools() {
+            let allowed = if spec.name.starts_with("agent__") {
+                sub_agents.contains(&spec.name)
+            } else {
+                spec.annotations.visible
+                    && (spec.name == "output__read"
+                        || patterns.is_none_or(|p| {
+                            p.iter().any(|g| toolmux_orchestrator::glob_match(g, &spec.name))
+                        }))
+            };
+            if !allowed {
+                continue;
+            }
+            if spec.annotations.ends_turn {
+                ends_turn.insert(spec.name.clone());
+            }
+            names.insert(spec.name.clone());
+            offered.push(ToolDefinition::new(
+                spec.name,
+                spec.description,
+                Value::clone(&spec.input_schema),
+            ));
+        }
+        offered.push(internal::final_report(self.config.output_schema.as_ref()));
+        if self.config.task_status {
+            offered.push(internal::task_status());
+        }
+        if self.config.batch {
+            offered.push(internal::batch());
+        }
+        if self.config.ask_user {
+            offered.push(internal::ask_user());
+        }
+        if !self.destinations.is_empty() {
+            offered.push(internal::handoff(&self.destinations));
+        }
+        (offered, names, ends_turn)
+    }
+
+    /// Works on `task` until the session ends.
+    pub(crate) async fn run(&self, task: String) -> SessionEnd {
+        let (tools, names, ends_turn) = self.tools();
+        let mut state = State {
+            names,
+            ends_turn,
+            output_check: self
+                .config
+                .output_schema
+                .as_ref()
+                .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
+            task_status: None,
+        };
+        let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
+        let mut request = ModelRequest::new(vec![Message::user(task)]).with_tools(tools);
+        if !self.config.instructions.is_empty() {
+            request = request.with_system(self.config.instructions.clone());
+        }
+        let mut figures = AgentReport::failure(self.name, String::new());
+        let end = loop {
+            if self.ctx.is_cancelled() {
+                break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
+            }
+            figures.turns += 1;
+            let last = figures.turns >= max_turns;
+            let answer = if last {
+                // The last turn: only the report may be called, and the model is told so.
+                let mut last_request = request.clone();
+                last_request.messages.push(Message::user(format!(
+                    "(This is your last turn: the limit of {max_turns} turns is reached. Call \
+                     {FINAL_REPORT} now with what you have; use status partial or failure if the \
+                     task is not done.)"
+                )));
+                last_request.tools =
+                    vec![internal::final_report(self.config.output_schema.as_ref())];
+                last_request.tool_choice = ToolChoice::Tool(FINAL_REPORT.to_owned());
+                self.model.complete(&last_request, self.ctx.cancel_token()).await
+            } else {
+                self.model.complete(&request, self.ctx.cancel_token()).await
+            };
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(e) => {
+                    let message = format!("the model failed: {e}");
+                    break SessionEnd::Report(self.failed(&figures, message));
+                }
+            };
+            figures.usage += answer.usage;
+            request.messages.push(answer.to_message());
+            if answer.tool_calls.is_empty() {
+                if !answer.content.trim().is_empty() {
+                    // A plain answer ends the turn, as a conversational reply does.
+                    let mut report = figures.clone();
+                    report.status = AgentStatus::Success;
+                    report.content = answer.content;
+                    break SessionEnd::Report(report);
+                }
+                if last {
+                    let message =
+                        format!("the turn limit of {max_turns} was reached without a final report");
+                    break SessionEnd::Report(self.failed(&figures, message));
+                }
+                request.messages.push(Message::user(format!(
+                    "(Your answer was empty. Continue with the task, or call {FINAL_REPORT}.)"
+                )));
+                continue;
+            }
+            self.progress(&figures, max_turns, &answer.tool_calls);
+            let outcomes = join_all(answer.tool_calls.iter().map(|c| self.call(c, &state))).await;
+            let mut results = Vec::with_capacity(outcomes.len());
+            let mut effects = Vec::new();
+            for (call, outcome) in answer.tool_calls.iter().zip(outcomes) {
+                // The session's own tools are not tool calls of the run; a batch counts as
+                // the calls it made.
+                let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
+                figures.tool_calls += u32::from(!own.contains(&call.name.as_str())) + outcome.calls;
+                figures.usage += outcome.usage;
+                results.push(outcome.result);
+                effects.push(outcome.effect);
+            }
+            request.messages.push(Message::Tool { results });
+            if let Some(status) = self.take_task_status(&answer.tool_calls) {
+                state.task_status = Some(status);
+            }
+            figures.task_status.clone_from(&state.task_status);
+            if let Some(end) = self.decide(effects, &figures) {
+                break end;
+            }
+            if last {
+                let message =
+                    format!("the turn limit of {max_turns} was reached without a final report");
+                break SessionEnd::Report(self.failed(&figures, message));
+            }
+        };
+        self.finish(end, request.messages)
+    }
+
+    fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {
+        if !self.keep_transcript {
+            return end;
+        }
+        match end {
+            SessionEnd::Report(mut report) => {
+                report.transcript = transcript;
+                SessionEnd::Report(report)
+            }
+            handoff => handoff,
+        }
+    }
+
+    /// What the effects of one turn's calls decide: a valid report first, then a hand-off,
+    /// a question, a tool that ends the turn; otherwise the session goes on.
+    fn decide(&self, effects: Vec<Effect>, figures: &AgentReport) -> Option<SessionEnd> {
+        let mut handoff = None;
+        let mut question = None;
+        let mut ended = None;
+        for effect in effects {
+            match effect {
+                Effect::Report(mut report) => {
+                    report.turns = figures.turns;
+                    report.tool_calls = figures.tool_calls;
+                    report.usage = figures.usage;
+                    report.task_status.clone_from(&figures.task_status);
+                    return Some(SessionEnd::Report(report));
+                }
+                Effect::Handoff { to, message } => {
+                    handoff.get_or_insert((to, message));
+                }
+                Effect::Question(q) => {
+                    question.get_or_insert(q);
+                }
+                Effect::EndsTurn(text) => {
+                    ended.get_or_insert(text);
+                }
+                Effect::None => {}
+            }
+        }
+        if let Some((to, message)) = handoff {
+            return Some(SessionEnd::Handoff { to, message, figures: figures.clone() });
+        }
+        if let Some(question) = question {
+            let mut report = figures.clone();
+            report.status = AgentStatus::NeedsInput;
+            report.content = question;
+            return Some(SessionEnd::Report(report));
+        }
+        ended.map(|text| {
+            let mut report = figures.clone();
+            report.status = AgentStatus::Success;
+            report.content = text;
+            SessionEnd::Report(report)
+        })
+    }
+
+    fn failed(&self, figures: &AgentReport, message: String) -> AgentReport {
+        tracing::debug!(target: "toolmux::agent", agent = self.name, "{message}");
+        let mut report = figures.clone();
+        report.status = AgentStatus::Failure;
+        report.content = message;
+        report
+    }
+
+    fn progress(&self, figures: &AgentReport, max_turns: u32, calls: &[ModelToolCall]) {
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        tracing::debug!(target: "toolmux::agent", agent = self.name, turn = figures.turns, "calls {}", names.join(", "));
+        self.ctx.report_progress(
+            Progress::new(f64::from(figures.turns), Some(f64::from(max_turns))).with_message(
+                format!("{}: turn {}: {}", self.name, figures.turns, names.join(", ")),
+            ),
+        );
+    }
+
+    /// The arguments of the last `agent__task_status` call of a turn, as recorded.
+    fn take_task_status(&self, calls: &[ModelToolCall]) -> Option<Value> {
+        calls.iter().rev().find(|c| c.name == TASK_STATUS && c.arguments.is_object()).map(|c| {
+            let status = c.arguments.clone();
+            if let Some(now) = status.get("now").and_then(Value::as_str) {
+                self.ctx.report_progress(
+                    Progress::new(0.0, None).with_message(format!("{}: {now}", self.name)),
+                );
+            }
+            status
+        })
+    }
+
+    /// Answers one call of the model.
+    async fn call(&self, call: &ModelToolCall, state: &State) -> Outcome {
+        if let Some(raw) = &call.raw_arguments {
+            let excerpt: String = raw.chars().take(200).collect();
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: the arguments are not valid JSON: `{excerpt}`; call `{}` again \
+                     with a JSON object)",
+                    call.name
+                ),
+            );
+        }
+        let arguments = match &call.arguments {
+            Value::Null => json!({}),
+            other => other.clone(),
+        };
+        match call.name.as_str() {
+            FINAL_REPORT => self.final_report(call, arguments, state),
+            TASK_STATUS => Outcome::answer(call, "recorded".into(), false),
+            BATCH if self.config.batch => self.batch(call, arguments, state).await,
+            ASK_USER if self.config.ask_user => self.ask_user(call, arguments).await,
+            HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),
+            _ => self.tool(call, &call.name, arguments, state).await,
+        }
+    }
+
+    /// A call of one of the orchestrator's tools offered to this session.
+    async fn tool(
+        &self,
+        call: &ModelToolCall,
+        name: &str,
+        arguments: Value,
+        state: &State,
+    ) -> Outcome {
+        if !state.names.contains(name) {
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: unknown tool `{name}`: call one of the tools you were given)"
+                ),
+            );
+        }
+        let ctx = self.ctx.child();
+        let result = self
+            .orchestrator
+            .execute(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
+            .await;
+        let (usage, calls) = if name.starts_with("agent__") {
+            usage_in(&result.extras).unwrap_or_default()
+        } else {
+            (Usage::default(), 0)
+        };
+        let text = result.conversation_text();
+        let effect = if result.ok && state.ends_turn.contains(name) {
+            Effect::EndsTurn(text.clone())
+        } else {
+            Effect::None
+        };
+        Outcome {
+            result: ToolResultMessage {
+                call_id: call.id.clone(),
+                content: text,
+                is_error: !result.ok,
+            },
+            effect,
+            usage,
+            calls,
+        }
+    }
+
+    fn final_report(&self, call: &ModelToolCall, arguments: Value, state: &State) -> Outcome {
+        let report: internal::FinalReport = match serde_json::from_value(arguments) {
+            Ok(report) => report,
+            Err(e) => {
+                return Outcome::error(
+                    call,
+                    format!("(tool failed: invalid report: {e}; call {FINAL_REPORT} again)"),
+                );
+            }
+        };
+        if report.content.as_deref().is_none_or(str::is_empty) && report.content_json.is_none() {
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: the report has no content: give `content` (text) or \
+                     `content_json`; call {FINAL_REPORT} again)"
+                ),
+            );
+        }
+        if let Some(check) = &state.output_check {
+            let content = report.content_json.clone().unwrap_or(Value::Null);
+            if let Err(e) = check.validate("content_json", &content) {
+                return Outcome::error(
+                    call,
+                    format!(
+                        "(tool failed: {e}; call {FINAL_REPORT} again with `content_json` matching the schema)"
+                    ),
+                );
+            }
+        }
+        let status = match report.status {
+            internal::ReportedStatus::Success => AgentStatus::Success,
+            internal::ReportedStatus::Failure => AgentStatus::Failure,
+            internal::ReportedStatus::Partial => AgentStatus::Partial,
+        };
+        let format = report.format.unwrap_or_else(|| {
+            if report.content_json.is_some() && report.content.is_none() { "json" } else { "text" }
+                .to_owned()
+        });
+        let mut out = AgentReport::failure(self.name, report.content.unwrap_or_default());
+        out.status = status;
+        out.format = format;
+        out.content_json = report.content_json;
+        out.metadata = report.metadata;
+        let mut outcome = Outcome::answer(call, "reported".into(), false);
+        outcome.effect = Effect::Report(out);
+        outcome
+    }
+
+    async fn batch(&self, call: &ModelToolCall, arguments: Value, state: &State) -> Outcome {
+        let batch: internal::Batch = match serde_json::from_value(arguments) {
+            Ok(batch) => batch,
+            Err(e) => return Outcome::error(call, format!("(tool failed: invalid batch: {e})")),
+        };
+        if batch.calls.is_empty() || batch.calls.len() > internal::MAX_BATCH {
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: a batch takes 1 to {} calls, not {})",
+                    internal::MAX_BATCH,
+                    batch.calls.len()
+                ),
+            );
+        }
+        let inner = batch.calls.iter().enumerate().map(|(i, c)| {
+            let id = format!("{}#{i}", call.id);
+            let inner_call = ModelToolCall::new(id, c.tool.clone(), Value::Null);
+            let arguments = c.arguments.clone().unwrap_or_else(|| json!({}));
+            async move {
+                let internal_tool = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
+                if internal_tool.contains(&c.tool.as_str()) {
+                    return Outcome::error(
+                        &inner_call,
+                        format!(
+                            "(tool failed: `{}` cannot be called in a batch: call it on its own)",
+                            c.tool
+                        ),
+                    );
+                }
+                self.tool(&inner_call, &c.tool, arguments, state).await
+            }
+        });
+        let outcomes = join_all(inner).await;
+        let mut usage = Usage::default();
+        let mut calls = 0;
+        let mut results = Vec::with_capacity(outcomes.len());
+        let mut effect = Effect::None;
+        for (c, outcome) in batch.calls.iter().zip(outcomes) {
+            usage += outcome.usage;
+            calls += 1 + outcome.calls;
+            if let Effect::EndsTurn(text) = outcome.effect {
+                effect = Effect::EndsTurn(text);
+            }
+            let key = if outcome.result.is_error { "error" } else { "result" };
+            results.push(json!({"tool": c.tool, "ok": !outcome.result.is_error, key: outcome.result.content}));
+        }
+        let text = serde_json::to_string_pretty(&results).unwrap_or_default();
+        Outcome {
+            result: ToolResultMessage { call_id: call.id.clone(), content: text, is_error: false },
+            effect,
+            usage,
+            calls,
+        }
+    }
+
+    async fn ask_user(&self, call: &ModelToolCall, arguments: Value) -> Outcome {
+        let ask: internal::AskUser = match serde_json::from_value(arguments) {
+            Ok(ask) => ask,
+            Err(e) => return Outcome::error(call, format!("(tool failed: invalid question: {e})")),
+        };
+        let answer = match self.ctx.handler() {
+            Some(handler) => handler.clarify(&ask.question).await,
+            None => None,
+        };
+        match answer {
+            Some(answer) => Outcome::answer(call, answer, false),
+            None => {
+                let mut outcome = Outcome::answer(
+                    call,
+                    "(nobody can answer now: the run ends with your question)".into(),
+                    false,
+                );
+                outcome.effect = Effect::Question(ask.question);
+                outcome
+            }
+        }
+    }
+
+    fn handoff(&self, call: &ModelToolCall, arguments: Value) -> Outcome {
+        let handoff: internal::Handoff = match serde_json::from_value(arguments) {
+            Ok(handoff) => handoff,
+            Err(e) => return Outcome::error(call, format!("(tool failed: invalid hand-off: {e})")),
+        };
+        if !self.destinations.contains(&handoff.agent) {
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: `{}` is not a destination; hand off to one of: {})",
+                    handoff.agent,
+                    self.destinations.join(", ")
+                ),
+            );
+        }
+        let mut outcome = Outcome::answer(call, format!("handed to `{}`", handoff.agent), false);
+        outcome.effect = Effect::Handoff { to: handoff.agent, message: handoff.message };
+        outcome
+    }
+}
+
+/// What a session knows while it runs.
+struct State {
+    /// The orchestrator's tools offered.
+    names: HashSet<String>,
+    /// Those of them that end the turn.
+    ends_turn: HashSet<String>,
+    /// The report's schema, compiled.
+    output_check: Option<ArgumentValidator>,
+    /// The last `agent__task_status`.
+    task_status: Option<Value>,
+}

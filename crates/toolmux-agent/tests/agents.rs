@@ -1,0 +1,605 @@
+//! Agents against a scripted model and a real orchestrator of mock providers: the loop,
+//! the session's own tools, sub-agents through the pipeline, hand-offs and limits.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use toolmux_agent::{AgentConfig, AgentDefinitions, AgentError, AgentStatus, Agents, RouterConfig};
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ToolAnnotations, ToolSpec,
+};
+use toolmux_llm::{
+    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice, Usage,
+};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+type Step = Box<dyn Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync>;
+
+/// A model answering from a script, one step per request, recording every request.
+#[derive(Default)]
+struct ScriptedModel {
+    name: String,
+    steps: Mutex<VecDeque<Step>>,
+    requests: Mutex<Vec<ModelRequest>>,
+    /// Wait for cancellation instead of answering once the script is done.
+    hang_when_done: bool,
+}
+
+impl std::fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedModel").field("name", &self.name).finish()
+    }
+}
+
+impl ScriptedModel {
+    fn new(name: &str) -> Self {
+        ScriptedModel { name: name.into(), ..ScriptedModel::default() }
+    }
+
+    fn then(
+        self,
+        step: impl Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync + 'static,
+    ) -> Self {
+        self.steps.lock().unwrap().push_back(Box::new(step));
+        self
+    }
+
+    fn calls(self, calls: Vec<(&str, Value)>) -> Self {
+        let calls: Vec<(String, Value)> =
+            calls.into_iter().map(|(n, a)| (n.to_owned(), a)).collect();
+        self.then(move |request| {
+            let turn = request.messages.len();
+            Ok(used(ModelResponse::tool_calls(
+                calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, a))| {
+                        ModelToolCall::new(format!("c{turn}_{i}"), n.clone(), a.clone())
+                    })
+                    .collect(),
+            )))
+        })
+    }
+
+    fn report(self, status: &str, content: &str) -> Self {
+        self.calls(vec![("agent__final_report", json!({"status": status, "content": content}))])
+    }
+
+    fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn used(mut response: ModelResponse) -> ModelResponse {
+    response.usage = Usage { input_tokens: 100, output_tokens: 10 };
+    response
+}
+
+#[async_trait]
+impl Model for ScriptedModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ModelError> {
+        self.requests.lock().unwrap().push(request.clone());
+        let step = self.steps.lock().unwrap().pop_front();
+        match step {
+            Some(step) => step(request),
+            None if self.hang_when_done => {
+                cancel.cancelled().await;
+                Err(ModelError::Cancelled { model: self.name.clone() })
+            }
+            None => Err(ModelError::Api {
+                model: self.name.clone(),
+                status: 500,
+                message: "script exhausted".into(),
+            }),
+        }
+    }
+}
+
+fn agent(model: &str) -> AgentConfig {
+    AgentConfig { model: model.into(), ..AgentConfig::default() }
+}
+
+struct Setup {
+    agents: Agents,
+    orchestrator: Orchestrator,
+    mock: Arc<MockProvider>,
+}
+
+async fn setup(definitions: AgentDefinitions, models: Vec<Arc<ScriptedModel>>) -> Setup {
+    let models: BTreeMap<String, Arc<dyn Model>> =
+        models.into_iter().map(|m| (m.name.clone(), m as Arc<dyn Model>)).collect();
+    let agents = Agents::new(definitions, models).expect("valid agents");
+    let mock = Arc::new(
+        MockProvider::new("mock")
+            .with_tool("echo", Behavior::Echo)
+            .with_tool("other", Behavior::Text("other".into()))
+            .with_tool("broken", Behavior::Fail("the disk is on fire".into()))
+            .with_spec(
+                ToolSpec::new("done", "Ends the turn", ToolSpec::any_object_schema())
+                    .with_annotations(ToolAnnotations {
+                        ends_turn: true,
+                        ..ToolAnnotations::default()
+                    }),
+                Behavior::Text("all done".into()),
+            ),
+    );
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(mock.clone())
+        .provider(agents.provider())
+        .build()
+        .expect("an orchestrator");
+    agents.attach(&orchestrator);
+    let report = orchestrator.warmup().await;
+    assert!(report.is_ok(), "{report:?}");
+    Setup { agents, orchestrator, mock }
+}
+
+fn one(name: &str, config: AgentConfig) -> AgentDefinitions {
+    let mut definitions = AgentDefinitions::default();
+    definitions.agents.insert(name.into(), config);
+    definitions
+}
+
+fn tool_names(request: &ModelRequest) -> Vec<String> {
+    request.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+fn tool_results(request: &ModelRequest) -> Vec<(String, bool)> {
+    match request.messages.last() {
+        Some(Message::Tool { results }) => {
+            results.iter().map(|r| (r.content.clone(), r.is_error)).collect()
+        }
+        other => panic!("expected tool results last, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn calls_tools_then_reports() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({"say": "hi"}))])
+            .report("success", "echoed hi"),
+    );
+    let s = setup(
+        one("a", AgentConfig { instructions: "Be brief.".into(), ..agent("m") }),
+        vec![model.clone()],
+    )
+    .await;
+    let report = s.agents.run("a", "say hi", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(report.content, "echoed hi");
+    assert_eq!((report.turns, report.tool_calls), (2, 1));
+    assert_eq!(report.usage, Usage { input_tokens: 200, output_tokens: 20 });
+    assert_eq!(s.mock.calls_of("echo"), 1);
+    let requests = model.requests();
+    assert_eq!(requests[0].system.as_deref(), Some("Be brief."));
+    assert_eq!(requests[0].messages, vec![Message::user("say hi")]);
+    let names = tool_names(&requests[0]);
+    assert!(
+        names.contains(&"mock__echo".to_owned())
+            && names.contains(&"agent__final_report".to_owned()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n == "agent__a"), "an agent is not offered itself: {names:?}");
+    let results = tool_results(&requests[1]);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].0.contains("\"say\"") && !results[0].1, "{results:?}");
+}
+
+#[tokio::test]
+async fn a_plain_answer_ends_the_run() {
+    let model = Arc::new(ScriptedModel::new("m").then(|_| Ok(ModelResponse::text("It is 4."))));
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let report = s.agents.run("a", "2+2?", &CallContext::new()).await.unwrap();
+    assert_eq!(
+        (report.status, report.content.as_str(), report.turns),
+        (AgentStatus::Success, "It is 4.", 1)
+    );
+}
+
+#[tokio::test]
+async fn only_the_configured_tools_are_offered_and_callable() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__other", json!({})), ("mock__echo", json!({"x": 1}))])
+            .report("success", "ok"),
+    );
+    let config = AgentConfig { tools: Some(vec!["mock__ec*".into()]), ..agent("m") };
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    let requests = model.requests();
+    assert_eq!(tool_names(&requests[0]), vec!["mock__echo", "agent__final_report"]);
+    let results = tool_results(&requests[1]);
+    assert!(results[0].1 && results[0].0.contains("unknown tool `mock__other`"), "{results:?}");
+    assert!(!results[1].1);
+    assert_eq!(s.mock.calls_of("other"), 0, "a tool not offered is never called");
+}
+
+#[tokio::test]
+async fn tool_failures_and_bad_arguments_go_back_to_the_model() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .then(|_| {
+                let mut bad = ModelToolCall::new("c1", "mock__echo", Value::Null);
+                bad.raw_arguments = Some("{\"say\": ".into());
+                Ok(ModelResponse::tool_calls(vec![
+                    bad,
+                    ModelToolCall::new("c2", "mock__broken", json!({})),
+                ]))
+            })
+            .report("failure", "could not"),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    let results = tool_results(&model.requests()[1]);
+    assert!(results[0].1 && results[0].0.contains("not valid JSON"), "{results:?}");
+    assert!(results[1].1 && results[1].0.contains("the disk is on fire"), "{results:?}");
+    assert_eq!(s.mock.calls_of("echo"), 0);
+}
+
+#[tokio::test]
+async fn the_last_turn_may_only_report() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({}))])
+            .calls(vec![("mock__echo", json!({}))])
+            .report("partial", "half of it"),
+    );
+    let s = setup(one("a", AgentConfig { max_turns: Some(3), ..agent("m") }), vec![model.clone()])
+        .await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.turns), (AgentStatus::Partial, 3));
+    let last = model.requests().pop().unwrap();
+    assert_eq!(tool_names(&last), vec!["agent__final_report"]);
+    assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
+    match last.messages.last() {
+        Some(Message::User { content }) => assert!(content.contains("last turn"), "{content}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn no_report_within_the_turn_limit_is_a_failure() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({}))])
+            .calls(vec![("mock__echo", json!({}))]),
+    );
+    let s = setup(one("a", AgentConfig { max_turns: Some(2), ..agent("m") }), vec![model]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("turn limit of 2"), "{}", report.content);
+}
+
+#[tokio::test]
+async fn a_model_error_fails_the_run_with_its_message() {
+    let model = Arc::new(ScriptedModel::new("m"));
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("script exhausted"), "{}", report.content);
+}
+
+#[tokio::test]
+async fn cancelling_the_run_stops_the_model() {
+    let model = Arc::new(ScriptedModel { hang_when_done: true, ..ScriptedModel::new("m") });
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let cancel = CancellationToken::new();
+    let ctx = CallContext::new().with_cancel(cancel.clone());
+    let run = tokio::spawn({
+        let agents = s.agents.clone();
+        async move { agents.run("a", "t", &ctx).await }
+    });
+    tokio::task::yield_now().await;
+    cancel.cancel();
+    let report = tokio::time::timeout(std::time::Duration::from_secs(5), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("cancelled"), "{}", report.content);
+}
+
+#[tokio::test]
+async fn sub_agents_run_through_the_pipeline_and_add_up() {
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("agent__child", json!({"prompt": "find x"}))])
+            .then(|request| {
+                let results = tool_results(request);
+                Ok(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                    "r",
+                    "agent__final_report",
+                    json!({"status": "success", "content": format!("child said: {}", results[0].0)}),
+                )]))
+            }),
+    );
+    let child = Arc::new(
+        ScriptedModel::new("small")
+            .calls(vec![("mock__echo", json!({"q": "x"}))])
+            .report("success", "x is 42"),
+    );
+    let mut definitions =
+        one("parent", AgentConfig { agents: vec!["child".into()], ..agent("big") });
+    definitions.agents.insert(
+        "child".into(),
+        AgentConfig { description: "Finds things".into(), ..agent("small") },
+    );
+    let s = setup(definitions, vec![parent.clone(), child.clone()]).await;
+    let report = s.agents.run("parent", "what is x?", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    assert_eq!(report.content, "child said: x is 42");
+    // The parent's first turn (its second step reports no usage) and the child's two turns;
+    // the child's echo and the delegation.
+    assert_eq!(report.usage, Usage { input_tokens: 300, output_tokens: 30 });
+    assert_eq!(report.tool_calls, 2);
+    assert_eq!(child.requests()[0].messages, vec![Message::user("find x")]);
+    assert!(tool_names(&parent.requests()[0]).contains(&"agent__child".to_owned()));
+    // The agents are tools of the orchestrator too (for MCP clients).
+    let listed: Vec<String> = s.orchestrator.tools().into_iter().map(|t| t.name).collect();
+    assert!(
+        listed.contains(&"agent__child".to_owned()) && listed.contains(&"agent__parent".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn agents_calling_agents_stop_at_the_depth_limit() {
+    // `deep` delegates to itself until the limit refuses, then reports what it got.
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__deep", json!({"prompt": "go deeper"}))])
+            .calls(vec![("agent__deep", json!({"prompt": "go deeper"}))])
+            .then(|request| {
+                let results = tool_results(request);
+                Ok(ModelResponse::text(format!("level 2 got: {}", results[0].0)))
+            })
+            .then(|request| {
+                let results = tool_results(request);
+                Ok(ModelResponse::text(format!("level 1 got: {}", results[0].0)))
+            }),
+    );
+    let mut definitions = one("deep", AgentConfig { agents: vec!["deep".into()], ..agent("m") });
+    definitions.max_depth = Some(2);
+    let s = setup(definitions, vec![model]).await;
+    let report = s.agents.run("deep", "t", &CallContext::new()).await.unwrap();
+    assert!(
+        report.content.starts_with("level 1 got: level 2 got: (tool failed:"),
+        "{}",
+        report.content
+    );
+    assert!(
+        report.content.contains("agent depth limit reached (2 agents deep)"),
+        "{}",
+        report.content
+    );
+}
+
+#[tokio::test]
+async fn a_hand_off_passes_the_task_on() {
+    let front = Arc::new(ScriptedModel::new("front").calls(vec![(
+        "router__handoff-to",
+        json!({"agent": "billing", "message": "they were charged twice"}),
+    )]));
+    let billing = Arc::new(ScriptedModel::new("billing").report("success", "refunded"));
+    let mut definitions = one("front", agent("front"));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let s = setup(definitions, vec![front.clone(), billing.clone()]).await;
+    let report = s.agents.run("front", "I was charged twice", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "refunded"));
+    assert_eq!(report.agent, "billing");
+    assert_eq!(report.handoffs, vec!["front", "billing"]);
+    assert_eq!(report.turns, 2);
+    let handoff_tool =
+        front.requests()[0].tools.iter().find(|t| t.name == "router__handoff-to").cloned().unwrap();
+    assert_eq!(handoff_tool.input_schema["properties"]["agent"]["enum"], json!(["billing"]));
+    match &billing.requests()[0].messages[0] {
+        Message::User { content } => {
+            assert!(content.starts_with("I was charged twice"), "{content}");
+            assert!(content.contains("agent `front`: they were charged twice"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn hand_offs_back_and_forth_are_stopped() {
+    let mut ping = ScriptedModel::new("ping");
+    let mut pong = ScriptedModel::new("pong");
+    for _ in 0..10 {
+        ping = ping.calls(vec![("router__handoff-to", json!({"agent": "b"}))]);
+        pong = pong.calls(vec![("router__handoff-to", json!({"agent": "a"}))]);
+    }
+    let mut definitions = one("a", agent("ping"));
+    definitions.agents.insert("b".into(), agent("pong"));
+    definitions.router = Some(RouterConfig { destinations: vec!["a".into(), "b".into()] });
+    let s = setup(definitions, vec![Arc::new(ping), Arc::new(pong)]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("handed off 9 times"), "{}", report.content);
+}
+
+#[tokio::test]
+async fn a_report_must_match_the_output_schema() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![(
+                "agent__final_report",
+                json!({"status": "success", "content_json": {"count": "many"}}),
+            )])
+            .calls(vec![(
+                "agent__final_report",
+                json!({"status": "success", "content_json": {"count": 3}}),
+            )]),
+    );
+    let schema = json!({"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]});
+    let s = setup(
+        one("a", AgentConfig { output_schema: Some(schema), ..agent("m") }),
+        vec![model.clone()],
+    )
+    .await;
+    let report = s.agents.run("a", "count", &CallContext::new()).await.unwrap();
+    assert_eq!(report.content_json, Some(json!({"count": 3})));
+    assert_eq!(report.format, "json");
+    assert_eq!(report.text(), "{\n  \"count\": 3\n}");
+    let results = tool_results(&model.requests()[1]);
+    assert!(results[0].1 && results[0].0.contains("/count"), "{results:?}");
+}
+
+#[tokio::test]
+async fn a_question_without_anyone_to_ask_ends_the_run() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__ask_user", json!({"question": "Which branch?"}))]),
+    );
+    let s = setup(one("a", AgentConfig { ask_user: true, ..agent("m") }), vec![model]).await;
+    let report = s.agents.run("a", "merge it", &CallContext::new()).await.unwrap();
+    assert_eq!(
+        (report.status, report.content.as_str()),
+        (AgentStatus::NeedsInput, "Which branch?")
+    );
+    assert_eq!(report.to_output().to_text(), "(agent `a` needs input) Which branch?");
+}
+
+#[derive(Debug)]
+struct Answers;
+
+#[async_trait]
+impl InteractionHandler for Answers {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Deny { reason: "no".into() }
+    }
+
+    async fn clarify(&self, question: &str) -> Option<String> {
+        Some(format!("main, to answer `{question}`"))
+    }
+}
+
+#[tokio::test]
+async fn a_question_is_answered_by_the_handler() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__ask_user", json!({"question": "Which branch?"}))])
+            .report("success", "merged"),
+    );
+    let s =
+        setup(one("a", AgentConfig { ask_user: true, ..agent("m") }), vec![model.clone()]).await;
+    let ctx = CallContext::new().with_handler(Arc::new(Answers));
+    let report = s.agents.run("a", "merge it", &ctx).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(
+        tool_results(&model.requests()[1]),
+        vec![("main, to answer `Which branch?`".to_owned(), false)]
+    );
+}
+
+#[tokio::test]
+async fn a_batch_runs_calls_together() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![(
+                "agent__batch",
+                json!({"calls": [
+                    {"tool": "mock__echo", "arguments": {"n": 1}},
+                    {"tool": "mock__broken"},
+                    {"tool": "agent__final_report", "arguments": {}}
+                ]}),
+            )])
+            .report("success", "ok"),
+    );
+    let s = setup(one("a", AgentConfig { batch: true, ..agent("m") }), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.tool_calls), (AgentStatus::Success, 3));
+    let results = tool_results(&model.requests()[1]);
+    let batch: Value = serde_json::from_str(&results[0].0).unwrap();
+    assert_eq!(batch[0]["ok"], json!(true));
+    assert!(batch[0]["result"].as_str().unwrap().contains("\"n\""));
+    assert_eq!(batch[1]["ok"], json!(false));
+    assert!(batch[2]["error"].as_str().unwrap().contains("cannot be called in a batch"));
+}
+
+#[tokio::test]
+async fn a_tool_that_ends_the_turn_ends_the_run_with_its_result() {
+    let model = Arc::new(ScriptedModel::new("m").calls(vec![("mock__done", json!({}))]));
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "all done"));
+}
+
+#[tokio::test]
+async fn an_agent_called_as_a_tool_reports_its_figures() {
+    let model = Arc::new(ScriptedModel::new("m").report("success", "done it"));
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let result = s
+        .orchestrator
+        .execute(
+            toolmux_core::ToolCall::new("agent__a", json!({"prompt": "do it"})),
+            &CallContext::new(),
+        )
+        .await;
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.result.as_deref(), Some("done it"));
+    assert_eq!(result.extras["status"], json!("success"));
+    assert_eq!(result.extras["usage"], json!({"inputTokens": 100, "outputTokens": 10}));
+    let missing = s
+        .orchestrator
+        .execute(toolmux_core::ToolCall::new("agent__a", json!({})), &CallContext::new())
+        .await;
+    assert!(!missing.ok);
+    assert!(missing.error.unwrap().contains("prompt"));
+}
+
+#[tokio::test]
+async fn the_transcript_is_kept_when_asked() {
+    let model = Arc::new(
+        ScriptedModel::new("m").calls(vec![("mock__echo", json!({}))]).report("success", "ok"),
+    );
+    let s = setup(one("a", agent("m")), vec![model]).await;
+    let options = toolmux_agent::RunOptions { transcript: true };
+    let report = s.agents.run_with("a", "t", &CallContext::new(), &options).await.unwrap();
+    assert_eq!(report.transcript.len(), 5, "{:?}", report.transcript);
+    assert!(matches!(report.transcript[2], Message::Tool { .. }));
+}
+
+#[tokio::test]
+async fn inconsistent_definitions_are_refused_with_what_to_fix() {
+    let model: Arc<dyn Model> = Arc::new(ScriptedModel::new("m"));
+    let models = || BTreeMap::from([("m".to_owned(), model.clone())]);
+    let err =
+        |definitions: AgentDefinitions| Agents::new(definitions, models()).unwrap_err().to_string();
+    assert_eq!(err(one("a", agent("gpt"))), "agents.a: model `gpt` is not configured; models: m");
+    assert_eq!(
+        err(one("a", AgentConfig { agents: vec!["b".into()], ..agent("m") })),
+        "agents.a: `agents` names `b`, which is not an agent; agents: a"
+    );
+    assert!(err(one("final_report", agent("m"))).contains("rename the agent"));
+    assert!(err(one("a b", agent("m"))).contains("1 to 48 letters"));
+    let mut routed = one("a", agent("m"));
+    routed.router = Some(RouterConfig { destinations: vec!["z".into()] });
+    assert_eq!(err(routed), "agents.router: destination `z` is not an agent; agents: a");
+    assert!(
+        err(one("a", AgentConfig { output_schema: Some(json!({"type": 5})), ..agent("m") }))
+            .contains("outputSchema")
+    );
+    let agents = Agents::new(one("a", agent("m")), models()).unwrap();
+    let unknown = agents.run("b", "t", &CallContext::new()).await.unwrap_err();
+    assert!(matches!(unknown, AgentError::UnknownAgent { .. }));
+    assert_eq!(unknown.to_string(), "unknown agent `b`; configured: a");
+    let detached = agents.run("a", "t", &CallContext::new()).await.unwrap_err();
+    assert!(matches!(detached, AgentError::Detached));
+}
