@@ -12,14 +12,16 @@ on the current directory. Outputs over the size cap are stored; output__read rea
 
 Exit codes:
   0  success
-  1  the tool call failed (or the output handle is unknown)
+  1  the tool call failed, the output handle is unknown, or the agent did not report
+     success (failure, partial, needs_input)
   2  usage or configuration error
   3  a provider failed to start
   4  serving or another operation failed (address in use, I/O error)
   130 interrupted";
 
 /// One tool plane for LLM agents: list and call every tool of every configured provider
-/// (builtin file tools, MCP servers, REST APIs), or serve them all as one MCP server.
+/// (builtin file tools, MCP servers, REST APIs, agents), serve them all as one MCP server,
+/// or run an agent on a task.
 #[derive(Debug, Parser)]
 #[command(name = "toolmux", version, after_help = EXIT_CODES, max_term_width = 100)]
 pub(crate) struct Cli {
@@ -48,6 +50,31 @@ pub(crate) enum Command {
     Output(OutputCommand),
     /// Per-tool call statistics, kept across runs.
     Stats(JsonFlag),
+    /// Run an agent on a task, or list the agents.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AgentCommand {
+    /// List the configured agents.
+    List(JsonFlag),
+    /// Run an agent on a task and print its final report.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The agent's name (a key under `agents`).
+    pub(crate) name: String,
+    /// The task. Without it, or with `-`, the task is read from stdin.
+    pub(crate) task: Option<String>,
+    /// Print the whole report (status, content, turns, tool calls, tokens) as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// With --json, include the agent's conversation in the report.
+    #[arg(long, requires = "json")]
+    pub(crate) transcript: bool,
 }
 
 #[derive(Debug, Subcommand)]

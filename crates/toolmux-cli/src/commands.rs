@@ -53,7 +53,7 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
 }
 
 /// Builds everything and starts every provider, with a spinner on a terminal.
-async fn start(
+pub(crate) async fn start(
     loaded: &Loaded,
     keep: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
@@ -91,7 +91,7 @@ async fn start_reporting(
 }
 
 /// Stops everything, saving statistics; a failure to save is only a warning.
-async fn finish(toolmux: &Toolmux) {
+pub(crate) async fn finish(toolmux: &Toolmux) {
     if let Err(e) = toolmux.shutdown().await {
         eprintln!("warning: {:#}", anyhow::Error::new(e));
     }

@@ -6,12 +6,13 @@
 // A command-line tool: what it prints is its interface.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod agent;
 mod args;
 mod commands;
 mod progress;
 
 use anyhow::Context as _;
-use args::{Cli, Command, ConfigCommand, OutputCommand, ToolsCommand};
+use args::{AgentCommand, Cli, Command, ConfigCommand, OutputCommand, ToolsCommand};
 use clap::Parser as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -104,6 +105,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Config(ConfigCommand::Schema) => Ok(0),
         Command::Output(OutputCommand::Show(show)) => commands::output_show(&loaded, show).await,
         Command::Stats(flag) => commands::stats(&loaded, flag.json),
+        Command::Agent(AgentCommand::List(flag)) => agent::list(&loaded, flag.json),
+        Command::Agent(AgentCommand::Run(args)) => agent::run(&loaded, args).await,
     }
 }
 

@@ -7,7 +7,8 @@
 //! binary, agents, gateways. Programs that assemble providers by hand use the provider
 //! crates and `toolmux-orchestrator` directly.
 //!
-//! Features pick the providers: `fs` (default), `mcp`, `rest`, and `full` for all.
+//! Features pick the providers: `fs` (default), `mcp`, `rest`, `external`, `agent` (agents
+//! and their model clients), and `full` for all.
 //!
 //! # Example
 //!
@@ -47,9 +48,13 @@ mod wire;
 pub use error::ToolmuxError;
 pub use wire::Toolmux;
 
+#[cfg(feature = "agent")]
+pub use toolmux_agent;
 pub use toolmux_core;
 #[cfg(feature = "fs")]
 pub use toolmux_fs;
+#[cfg(feature = "agent")]
+pub use toolmux_llm;
 #[cfg(feature = "mcp")]
 pub use toolmux_mcp;
 pub use toolmux_orchestrator;

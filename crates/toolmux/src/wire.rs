@@ -17,6 +17,8 @@ use toolmux_orchestrator::{
 #[derive(Debug, Clone)]
 pub struct Toolmux {
     orchestrator: Orchestrator,
+    #[cfg(feature = "agent")]
+    agents: Option<toolmux_agent::Agents>,
     output_dir: PathBuf,
     stats_file: PathBuf,
     warnings: Vec<String>,
@@ -35,7 +37,13 @@ impl Toolmux {
     /// one call need not start every server. Settings of the others are kept, unused.
     // Without some provider features, some of the lists below are never added to.
     #[cfg_attr(
-        not(all(feature = "fs", feature = "mcp", feature = "rest", feature = "external")),
+        not(all(
+            feature = "fs",
+            feature = "mcp",
+            feature = "rest",
+            feature = "external",
+            feature = "agent"
+        )),
         allow(unused_mut, unused_variables)
     )]
     pub async fn build_only(
@@ -88,6 +96,15 @@ impl Toolmux {
             providers.push(external_provider(loaded, &mut config)?);
         }
 
+        #[cfg(feature = "agent")]
+        let agents = match agents(loaded, &mut config)? {
+            Some(agents) if keep(toolmux_agent::NAMESPACE) => {
+                providers.push(agents.provider());
+                Some(agents)
+            }
+            other => other,
+        };
+
         let output_dir = loaded.output_dir();
         let store: Arc<dyn OutputStore> = Arc::new(DirectoryStore::new(output_dir.clone()));
         // Outputs over the size cap are stored whole: the model reads them on with
@@ -107,7 +124,24 @@ impl Toolmux {
             .stats()
             .load(&stats_file)
             .map_err(|source| ToolmuxError::Stats { path: stats_file.clone(), source })?;
-        Ok(Toolmux { orchestrator, output_dir, stats_file, warnings })
+        #[cfg(feature = "agent")]
+        if let Some(agents) = &agents {
+            agents.attach(&orchestrator);
+        }
+        Ok(Toolmux {
+            orchestrator,
+            #[cfg(feature = "agent")]
+            agents,
+            output_dir,
+            stats_file,
+            warnings,
+        })
+    }
+
+    /// The configured agents, attached to the orchestrator; `None` without `agents`.
+    #[cfg(feature = "agent")]
+    pub fn agents(&self) -> Option<&toolmux_agent::Agents> {
+        self.agents.as_ref()
     }
 
     /// The orchestrator: every tool, one pipeline. It is a [`ToolProvider`] too.
@@ -406,6 +440,51 @@ fn external_provider(
     config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
     Ok(Arc::new(provider))
 }
+
+/// The agents and their models, each model's client built (nothing is sent yet), and
+/// agents called as tools given `agentTimeout`. `None` without agents.
+#[cfg(feature = "agent")]
+fn agents(
+    loaded: &Loaded,
+    config: &mut OrchestratorConfig,
+) -> Result<Option<toolmux_agent::Agents>, ToolmuxError> {
+    use toolmux_agent::{AgentDefinitions, Agents, NAMESPACE};
+    let file = loaded.source_name();
+    let section = &loaded.config;
+    if section.agents.is_empty() {
+        if let Some(router) = &section.router {
+            if !router.destinations.is_empty() {
+                return Err(ToolmuxError::config(
+                    file,
+                    "router: destinations name agents, but no `agents` are configured",
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let mut models = std::collections::BTreeMap::new();
+    for (name, model) in &section.models {
+        let client = toolmux_llm::connect(name, model)
+            .map_err(|e| ToolmuxError::config(file, format!("models.{name}: {e}")))?;
+        models.insert(name.clone(), client);
+    }
+    let definitions = AgentDefinitions {
+        agents: section.agents.clone(),
+        router: section.router.clone(),
+        max_depth: section.defaults.agent_max_depth,
+    };
+    let agents =
+        Agents::new(definitions, models).map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+    let timeout =
+        section.defaults.agent_timeout.map_or(DEFAULT_AGENT_TIMEOUT, Duration::from_millis);
+    let settings = ToolSettings { timeout: Some(timeout), ..ToolSettings::default() };
+    config.providers.entry(NAMESPACE.to_owned()).or_insert(settings);
+    Ok(Some(agents))
+}
+
+/// How long a call of an agent as a tool may take when `defaults.agentTimeout` is unset.
+#[cfg(feature = "agent")]
+const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(600);
 
 #[cfg(feature = "rest")]
 mod rest {

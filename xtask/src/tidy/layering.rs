@@ -34,9 +34,17 @@ const TRANSPORT_CRATES: &[&str] =
     &["reqwest", "hyper", "rmcp", "axum", "ureq", "isahc", "surf", "tokio-tungstenite"];
 
 /// Crates the layering rules name and which must therefore exist (DESIGN.md crate map).
-/// `toolmux-agent` and `toolmux-llm` are checked when present.
-const REQUIRED: &[&str] =
-    &[CORE, "toolmux-fs", "toolmux-mcp", "toolmux-rest", ORCHESTRATOR, TEST_SUPPORT, CLI];
+const REQUIRED: &[&str] = &[
+    CORE,
+    "toolmux-fs",
+    "toolmux-mcp",
+    "toolmux-rest",
+    ORCHESTRATOR,
+    AGENT,
+    LLM,
+    TEST_SUPPORT,
+    CLI,
+];
 
 /// The `src/` directories of library crates, relative to `root`: every package under
 /// `crates/` but the binary. Their tests, benches and examples are not library code.

@@ -75,6 +75,22 @@ pub struct Config {
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub external_tools: BTreeMap<String, toolmux_external::ExternalToolConfig>,
+    /// Models agents think with, by name: an OpenAI-compatible or Anthropic API, the
+    /// model's name there, its key (`${OPENAI_API_KEY}`).
+    #[cfg(feature = "agent")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, toolmux_llm::ModelConfig>,
+    /// Agents by name: a model, instructions, the tools it may call, the agents it may
+    /// delegate to. `toolmux agent run NAME TASK` runs one; each is also a tool
+    /// `agent__{name}` for other agents and for MCP clients of `toolmux serve`.
+    #[cfg(feature = "agent")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, toolmux_agent::AgentConfig>,
+    /// Hand-offs between agents: `destinations` are offered to every agent as
+    /// `router__handoff-to`.
+    #[cfg(feature = "agent")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<toolmux_agent::RouterConfig>,
 }
 
 /// Settings of `toolmux serve`.
@@ -120,6 +136,13 @@ pub struct Defaults {
     /// `(tool failed: context window budget exceeded)`. Unlimited when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_token_budget: Option<u64>,
+    /// How deep agents may call agents (default 3: an agent, its sub-agent, and one more).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_max_depth: Option<usize>,
+    /// How long one call of an agent as a tool (`agent__{name}`) may take, in milliseconds
+    /// (default 600000); its own tool calls keep `toolTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_timeout: Option<u64>,
     /// Tool calls one run may make. Unlimited when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_calls_per_run: Option<u64>,

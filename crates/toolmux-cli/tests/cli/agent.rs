@@ -1,0 +1,199 @@
+//! Agents through the real binary: `toolmux agent run` against a scripted model server on
+//! loopback (OpenAI and Anthropic dialects), the builtin file tools as the agent's tools,
+//! agents as tools of `tools call`, and what goes wrong told plainly.
+
+use crate::Project;
+use serde_json::{Value, json};
+use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+
+const KEY: &str = "sk-test-4f9d2c7e1b";
+
+fn project(server: &ScriptedLlmServer, api: &str, extra: &str) -> Project {
+    let project = Project::new().env("LLM_KEY", KEY);
+    project.file("notes.md", "TODO: write the agent docs\n").file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\n\
+             models:\n  fast:\n    type: {api}\n    model: test-model\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  reader:\n    model: fast\n    description: Reads the project\n    instructions: You read files to answer.\n    tools: ['fs__*']\n{extra}",
+            server.base_url()
+        ),
+    );
+    project
+}
+
+/// The text of the last tool result in an OpenAI request.
+fn last_tool_result(request: &Value) -> String {
+    let messages = request["messages"].as_array().expect("messages");
+    let last = messages.last().expect("a message");
+    assert_eq!(last["role"], "tool", "{request}");
+    last["content"].as_str().expect("text").to_owned()
+}
+
+#[test]
+fn an_agent_greps_the_project_and_reports() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__grep", json!({"pattern": "TODO", "output_mode": "content"})),
+            ScriptStep::callback(|request| {
+                let found = last_tool_result(request);
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": format!("found: {}", found.trim())}),
+                )
+            }),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let run = project.run(&["agent", "run", "reader", "Where are the TODOs?", "--json"]);
+    let out = run.ok();
+    let report: Value = serde_json::from_str(out).expect("a JSON report");
+    assert_eq!(report["status"], "success", "{report}");
+    assert_eq!(report["agent"], "reader");
+    let content = report["content"].as_str().unwrap();
+    assert!(content.contains("notes.md") && content.contains("write the agent docs"), "{content}");
+    assert_eq!((report["turns"].as_u64(), report["toolCalls"].as_u64()), (Some(2), Some(1)));
+    assert!(report["usage"]["inputTokens"].as_u64().unwrap() > 0);
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let first = &requests[0];
+    assert_eq!(first["model"], "test-model");
+    assert_eq!(
+        first["messages"][0],
+        json!({"role": "system", "content": "You read files to answer."})
+    );
+    assert_eq!(first["messages"][1], json!({"role": "user", "content": "Where are the TODOs?"}));
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"fs__grep") && tools.contains(&"fs__read"), "{tools:?}");
+    assert!(tools.contains(&"agent__final_report"), "{tools:?}");
+    assert!(!tools.iter().any(|t| t.starts_with("agent__reader")), "{tools:?}");
+    let headers = server.request_headers();
+    assert_eq!(
+        headers[0].get("authorization").map(String::as_str),
+        Some(&*format!("Bearer {KEY}"))
+    );
+    for text in [&run.stdout, &run.stderr] {
+        assert!(!text.contains(KEY), "the key leaked: {text}");
+    }
+}
+
+#[test]
+fn the_report_is_printed_for_people_with_a_summary() {
+    let server =
+        ScriptedLlmServer::start(Dialect::Anthropic, vec![ScriptStep::text("Nothing to do.")]);
+    let project = project(&server, "anthropic", "");
+    let run = project.run(&["agent", "run", "reader", "Anything?"]);
+    assert_eq!(run.ok().trim(), "Nothing to do.");
+    assert!(
+        run.stderr.contains("agent `reader`: success in 1 turn, 0 tool calls"),
+        "{}",
+        run.stderr
+    );
+    let request = &server.requests()[0];
+    assert_eq!(request["system"], "You read files to answer.");
+    assert_eq!(server.request_headers()[0].get("x-api-key").map(String::as_str), Some(KEY));
+}
+
+#[test]
+fn the_task_can_come_from_stdin() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    let project = project(&server, "openai", "");
+    let mut child = project
+        .command(&["agent", "run", "reader"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux starts");
+    child.stdin.take().unwrap().write_all(b"a task from a pipe\n").unwrap();
+    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    assert_eq!(run.ok().trim(), "ok");
+    assert_eq!(server.requests()[0]["messages"][1]["content"], "a task from a pipe\n");
+}
+
+#[test]
+fn agents_are_tools_too() {
+    let server = ScriptedLlmServer::start(
+        Dialect::Anthropic,
+        vec![ScriptStep::tool_call(
+            "agent__final_report",
+            json!({"status": "success", "content": "the notes have one TODO"}),
+        )],
+    );
+    let project = project(&server, "anthropic", "");
+    let listed = project.run(&["tools", "list", "--json"]);
+    let tools: Value = serde_json::from_str(listed.ok()).unwrap();
+    let agent = tools.as_array().unwrap().iter().find(|t| t["name"] == "agent__reader");
+    let agent = agent.unwrap_or_else(|| panic!("agent__reader is listed: {tools}"));
+    assert!(agent["description"].as_str().unwrap().starts_with("Reads the project"), "{agent}");
+
+    let run = project.run(&["tools", "call", "agent__reader", r#"{"prompt": "count the TODOs"}"#]);
+    assert_eq!(run.ok().trim(), "the notes have one TODO");
+    let request = &server.requests()[0];
+    assert_eq!(request["messages"][0], json!({"role": "user", "content": "count the TODOs"}));
+}
+
+#[test]
+fn a_model_that_refuses_the_key_fails_the_run_without_showing_it() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![ScriptStep::status(401, r#"{"error": {"message": "Incorrect API key provided"}}"#)],
+    );
+    let project = project(&server, "openai", "");
+    let run = project.run(&["agent", "run", "reader", "hello"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("the API refused the credentials (HTTP 401)"), "{run:?}");
+    assert!(run.stdout.contains("Incorrect API key provided"), "{run:?}");
+    assert!(run.stderr.contains("agent `reader`: failure in 1 turn"), "{run:?}");
+    for text in [&run.stdout, &run.stderr] {
+        assert!(!text.contains(KEY), "the key leaked: {text}");
+    }
+}
+
+#[test]
+fn mistakes_are_named() {
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![]);
+    let project = project(&server, "openai", "");
+    let run = project.run(&["agent", "run", "writer", "hello"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("unknown agent `writer`; configured: reader"), "{run:?}");
+
+    let project = project_with_agent(&server, "  other:\n    model: slow\n");
+    let run = project.run(&["agent", "run", "reader", "hello"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("agents.other: model `slow` is not configured; models: fast"),
+        "{run:?}"
+    );
+
+    let project = project_with_agent(&server, "router:\n  destinations: [nobody]\n");
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("destination `nobody` is not an agent"), "{run:?}");
+    assert!(server.requests().is_empty(), "nothing was asked of the model");
+}
+
+fn project_with_agent(server: &ScriptedLlmServer, extra: &str) -> Project {
+    project(server, "openai", extra)
+}
+
+#[test]
+fn agents_are_listed() {
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![]);
+    let project = project(&server, "openai", "  helper:\n    model: fast\n    agents: [reader]\n");
+    let run = project.run(&["agent", "list"]);
+    let out = run.ok();
+    assert!(out.contains("reader  fast  tools fs__*  Reads the project"), "{out}");
+    assert!(out.contains("helper  fast  tools *  agents reader"), "{out}");
+    let json: Value = serde_json::from_str(project.run(&["agent", "list", "--json"]).ok()).unwrap();
+    assert_eq!(json[1]["name"], "reader");
+}
