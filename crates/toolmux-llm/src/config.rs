@@ -17,7 +17,9 @@ pub enum ApiKind {
 }
 
 /// One model, under `models` by name.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+///
+/// Its `Debug` shows neither the API key nor the headers' values.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelConfig {
     /// `openai` (default: any OpenAI-compatible chat completions API) or `anthropic`.
@@ -53,4 +55,32 @@ pub struct ModelConfig {
     /// none, no budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+}
+
+// By hand, so that a configuration logged with `{:?}` does not log its credentials.
+impl std::fmt::Debug for ModelConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<&str> = self.headers.keys().map(String::as_str).collect();
+        f.debug_struct("ModelConfig")
+            .field("api", &self.api)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url.as_deref().map(shown_url))
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("headers", &headers)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_retries", &self.max_retries)
+            .field("context_window", &self.context_window)
+            .finish()
+    }
+}
+
+/// `url` without a password or query, which may carry credentials; as written when it is
+/// no URL at all.
+fn shown_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => crate::http::url_for_messages(&parsed),
+        Err(_) => url.to_owned(),
+    }
 }

@@ -25,9 +25,12 @@
 
 #![deny(missing_docs)]
 
+mod anthropic;
 mod config;
 mod error;
+mod http;
 mod message;
+mod openai;
 
 pub use config::{ApiKind, ModelConfig};
 pub use error::ModelError;
@@ -37,8 +40,22 @@ pub use message::{
 };
 
 use async_trait::async_trait;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// OpenAI's API, the default `baseUrl` of `"type": "openai"`.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// Anthropic's API, the default `baseUrl` of `"type": "anthropic"`.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The most tokens generated per request when the configuration does not say.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// How long one request may take when the configuration does not say, in milliseconds.
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// How many times a request is tried again when the configuration does not say.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
 
 /// A model an agent can ask for its next step.
 ///
@@ -56,4 +73,124 @@ pub trait Model: Send + Sync + fmt::Debug {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError>;
+}
+
+/// The client of the model configured as `name` (`models.<name>`), speaking the API that
+/// `config.api` names.
+///
+/// Nothing is sent yet; a configuration that cannot work (no `model`, a `baseUrl` that is
+/// not an http(s) URL, a header that cannot be sent) is a [`ModelError::Config`].
+///
+/// ```
+/// use toolmux_llm::{ApiKind, ModelConfig};
+///
+/// let config = ModelConfig {
+///     api: ApiKind::Anthropic,
+///     model: "claude-sonnet-4-5".into(),
+///     api_key: Some("sk-ant-example".into()),
+///     ..ModelConfig::default()
+/// };
+/// let model = toolmux_llm::connect("claude", &config).unwrap();
+/// assert_eq!(model.name(), "claude");
+/// assert!(!format!("{model:?}").contains("sk-ant-example"));
+/// ```
+pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, ModelError> {
+    let error = |message: String| ModelError::Config { model: name.to_owned(), message };
+    if config.model.trim().is_empty() {
+        return Err(error(
+            "`model` is empty: give the model's name at the API (`gpt-4.1-mini`, `claude-sonnet-4-5`)"
+                .into(),
+        ));
+    }
+    // An empty key is what `${OPENAI_API_KEY}` gives when the variable is unset; a local
+    // server needs none, and a remote one answers 401 with its own explanation.
+    let api_key = config.api_key.as_deref().filter(|k| !k.is_empty());
+    let (base, suffix) = match config.api {
+        ApiKind::Openai => (OPENAI_BASE_URL, "/chat/completions"),
+        ApiKind::Anthropic => (ANTHROPIC_BASE_URL, "/v1/messages"),
+    };
+    let base = config.base_url.as_deref().unwrap_or(base);
+    let mut url = reqwest::Url::parse(base).map_err(|e| {
+        let shown = match api_key {
+            Some(key) => base.replace(key, "[redacted]"),
+            None => base.to_owned(),
+        };
+        error(format!("`baseUrl` `{shown}` is not a URL ({e})"))
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(error(format!(
+            "`baseUrl` `{}` is not an http or https URL",
+            http::url_for_messages(&url)
+        )));
+    }
+    // The base may end with `/` or not; a query (`?api-version=…`) stays after the path.
+    let path = format!("{}{suffix}", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let key_value = |prefix: &str, key: &str| {
+        let mut value = HeaderValue::from_str(&format!("{prefix}{key}")).map_err(|_| {
+            error("the API key is not a valid header value (a line break or a control character in it?)".into())
+        })?;
+        value.set_sensitive(true);
+        Ok::<_, ModelError>(value)
+    };
+    match config.api {
+        ApiKind::Openai => {
+            if let Some(key) = api_key {
+                headers.insert(AUTHORIZATION, key_value("Bearer ", key)?);
+            }
+        }
+        ApiKind::Anthropic => {
+            if let Some(key) = api_key {
+                headers.insert("x-api-key", key_value("", key)?);
+            }
+            headers.insert("anthropic-version", HeaderValue::from_static(anthropic::API_VERSION));
+        }
+    }
+    // Extra headers come last, so that they may replace the defaults (a newer
+    // `anthropic-version`, say). Their values may be credentials too.
+    for (header, value) in &config.headers {
+        let header_name = HeaderName::from_bytes(header.as_bytes())
+            .map_err(|_| error(format!("`headers`: `{header}` is not a valid header name")))?;
+        let mut value = HeaderValue::from_str(value).map_err(|_| {
+            error(format!("`headers`: the value of `{header}` is not a valid header value"))
+        })?;
+        value.set_sensitive(true);
+        headers.insert(header_name, value);
+    }
+
+    let timeout_ms = config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout_ms == 0 {
+        return Err(error("`timeoutMs` is 0: every request would time out".into()));
+    }
+    // reqwest is built without a default crypto provider; install ring's once per process.
+    // Another crate may have installed one first, which is just as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        // A redirected POST becomes a GET (301, 302) and may carry the key elsewhere: an
+        // API is called at its own address, and a redirect is reported.
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("toolmux/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| error(format!("cannot build the HTTP client: {e}")))?;
+    let endpoint = http::Endpoint {
+        name: name.to_owned(),
+        model: config.model.clone(),
+        client,
+        url,
+        headers,
+        api_key: api_key.map(str::to_owned),
+        timeout: Duration::from_millis(timeout_ms),
+        max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+    };
+    let max_tokens = config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let temperature = config.temperature;
+    Ok(match config.api {
+        ApiKind::Openai => Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature }),
+        ApiKind::Anthropic => {
+            Arc::new(anthropic::AnthropicModel { endpoint, max_tokens, temperature })
+        }
+    })
 }

@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod conformance;
+pub mod llm;
 pub mod mock;
 
 use std::future::Future;

@@ -1,0 +1,210 @@
+//! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
+
+use crate::http::Endpoint;
+use crate::{
+    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice,
+    Usage,
+};
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::schema::{SchemaRules, adapt};
+
+/// The API version every request names.
+pub(crate) const API_VERSION: &str = "2023-06-01";
+
+/// A client of Anthropic's messages API.
+#[derive(Debug)]
+pub(crate) struct AnthropicModel {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) max_tokens: u32,
+    pub(crate) temperature: Option<f64>,
+}
+
+#[async_trait]
+impl Model for AnthropicModel {
+    fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request);
+        let answer = self.endpoint.post(&body, cancel).await?;
+        parse(&answer, &self.endpoint)
+    }
+}
+
+impl AnthropicModel {
+    /// The request's body in the messages format.
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.endpoint.model));
+        // Required by the API, unlike OpenAI's.
+        body.insert("max_tokens".into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
+        if let Some(system) = &request.system {
+            body.insert("system".into(), json!(system));
+        }
+        if let Some(temperature) = request.temperature.or(self.temperature) {
+            body.insert("temperature".into(), json!(temperature));
+        }
+        body.insert("messages".into(), messages(&request.messages));
+        if !request.tools.is_empty() {
+            let rules = SchemaRules { plain_top_level: true, ..SchemaRules::default() };
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "input_schema": adapt(&tool.input_schema, &rules),
+                    })
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+            body.insert("tool_choice".into(), tool_choice(&request.tool_choice));
+        }
+        Value::Object(body)
+    }
+}
+
+/// The conversation as the API's alternating user and assistant messages: consecutive
+/// turns of one role (tool results and the user's next words, both `user` to the API)
+/// become one message of their blocks in order.
+fn messages(conversation: &[Message]) -> Value {
+    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
+    for message in conversation {
+        let (role, blocks) = match message {
+            Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
+            Message::Assistant { content, tool_calls } => {
+                let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                for call in tool_calls {
+                    // The API takes only an object; arguments that were not one were
+                    // refused already, and the model reads why in the result.
+                    let input =
+                        if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": input,
+                    }));
+                }
+                ("assistant", blocks)
+            }
+            Message::Tool { results } => {
+                let blocks = results
+                    .iter()
+                    .map(|result| {
+                        let mut block = json!({
+                            "type": "tool_result",
+                            "tool_use_id": result.call_id,
+                            "content": result.content,
+                        });
+                        if result.is_error {
+                            block["is_error"] = json!(true);
+                        }
+                        block
+                    })
+                    .collect();
+                ("user", blocks)
+            }
+        };
+        // The API refuses an empty message; an assistant turn with nothing in it says
+        // nothing, and leaving it out merges its neighbours.
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last, merged)) if *last == role => merged.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let messages = turns
+        .into_iter()
+        .map(|(role, mut blocks)| {
+            // A lone text block goes as plain text, the API's simplest form.
+            let content = match blocks.as_mut_slice() {
+                [only] if only["type"] == "text" => only["text"].take(),
+                _ => Value::Array(blocks),
+            };
+            json!({"role": role, "content": content})
+        })
+        .collect();
+    Value::Array(messages)
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+    }
+}
+
+/// A message as a [`ModelResponse`].
+fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelError> {
+    let blocks = answer.get("content").and_then(Value::as_array).ok_or_else(|| {
+        match answer.pointer("/error/message").and_then(Value::as_str) {
+            // Some proxies answer an error with status 200.
+            Some(message) => ModelError::Malformed {
+                model: endpoint.name.clone(),
+                message: endpoint.redact(&format!("no `content`, but an error: {message}")),
+            },
+            None => endpoint.missing("content"),
+        }
+    })?;
+    let mut texts = Vec::new();
+    let mut tool_calls = Vec::new();
+    for (index, block) in blocks.iter().enumerate() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let text = block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| endpoint.missing(&format!("content[{index}].text")))?;
+                texts.push(text);
+            }
+            Some("tool_use") => {
+                let field = |name: &str| {
+                    block
+                        .get(name)
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| endpoint.missing(&format!("content[{index}].{name}")))
+                };
+                let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+                tool_calls.push(ModelToolCall::new(field("id")?, field("name")?, input));
+            }
+            Some(_) => {} // thinking and other blocks the agent does not read
+            None => return Err(endpoint.missing(&format!("content[{index}].type"))),
+        }
+    }
+    let stop = match answer.get("stop_reason").and_then(Value::as_str) {
+        Some("end_turn" | "stop_sequence") => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some("refusal") => StopReason::ContentFilter,
+        Some(other) => StopReason::Other(other.to_owned()),
+        None if !tool_calls.is_empty() => StopReason::ToolUse,
+        None => StopReason::EndTurn,
+    };
+    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    Ok(ModelResponse {
+        content: texts.join("\n"),
+        tool_calls,
+        stop,
+        usage: Usage {
+            input_tokens: tokens("/usage/input_tokens"),
+            output_tokens: tokens("/usage/output_tokens"),
+        },
+        model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+    })
+}

@@ -1,0 +1,452 @@
+//! The HTTP exchange both clients share: one JSON POST with a timeout, cancellation,
+//! retries of what is worth retrying, bounded bodies and errors that never show the key.
+
+use crate::ModelError;
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use serde_json::Value;
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+/// The largest answer read, in bytes: far beyond any completion, small enough that a
+/// misbehaving server cannot exhaust memory.
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// How much of an error body is shown, in bytes.
+const ERROR_EXCERPT_BYTES: usize = 2000;
+
+/// The longest single wait an API's `Retry-After` may impose.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The first backoff, doubled on each further attempt.
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+
+/// The longest backoff without a `Retry-After`.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What replaces the API key wherever an API echoed it into a message.
+const REDACTED: &str = "[redacted]";
+
+/// An endpoint of one model's API, with everything each request carries.
+pub(crate) struct Endpoint {
+    /// The configured model name, for errors and logs.
+    pub(crate) name: String,
+    /// The model's name at the API, for logs.
+    pub(crate) model: String,
+    pub(crate) client: reqwest::Client,
+    /// The full URL requests are posted to.
+    pub(crate) url: reqwest::Url,
+    /// Every header sent, credentials among them (marked sensitive).
+    pub(crate) headers: HeaderMap,
+    /// The API key, kept only to scrub it from anything the API echoes back.
+    pub(crate) api_key: Option<String>,
+    pub(crate) timeout: Duration,
+    pub(crate) max_retries: u32,
+}
+
+// By hand, so that neither the key nor any header value (an `Authorization` given in
+// `headers`, say) can reach a log through `{:?}`.
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<&str> = self.headers.keys().map(HeaderName::as_str).collect();
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("url", &url_for_messages(&self.url))
+            .field("headers", &headers)
+            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .finish()
+    }
+}
+
+/// `url` without a password or query, which may carry credentials.
+pub(crate) fn url_for_messages(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    // Both fail only for URLs that cannot have them, which then have none to hide.
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.to_string()
+}
+
+/// How one attempt ended, when it did not end in an answer.
+enum Failure {
+    /// Worth trying again: the status (none for a transport failure), the error to report
+    /// if no attempt is left, and how long the API asked to wait.
+    Retry { status: Option<u16>, error: ModelError, retry_after: Option<Duration> },
+    /// Final: the status (none for a transport failure) and the error.
+    Fatal { status: Option<u16>, error: ModelError },
+}
+
+impl Endpoint {
+    /// Posts `body` and returns the JSON answer, retrying rate limits, overloaded servers
+    /// and dropped connections up to `max_retries` times.
+    pub(crate) async fn post(
+        &self,
+        body: &Value,
+        cancel: &CancellationToken,
+    ) -> Result<Value, ModelError> {
+        // Writing a `Value` cannot fail: its keys are strings.
+        let bytes = body.to_string().into_bytes();
+        tracing::trace!(model = %self.name, body = %String::from_utf8_lossy(&bytes), "model request");
+        let mut attempt: u32 = 0;
+        loop {
+            let started = Instant::now();
+            let attempted = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(self.cancelled()),
+                attempted = tokio::time::timeout(self.timeout, self.attempt(bytes.clone())) => attempted,
+            };
+            let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            // A request that took the whole timeout is not tried again: the next would
+            // likely take as long, and the caller would wait a multiple of what the
+            // configuration allows.
+            let Ok(outcome) = attempted else {
+                tracing::debug!(model = %self.name, attempt, elapsed_ms, "model request timed out");
+                return Err(ModelError::Timeout {
+                    model: self.name.clone(),
+                    timeout: self.timeout,
+                });
+            };
+            let (status, error, retry_after) = match outcome {
+                Ok((status, answer)) => {
+                    tracing::debug!(model = %self.name, api_model = %self.model, attempt, status, elapsed_ms, "model request");
+                    return Ok(answer);
+                }
+                Err(Failure::Fatal { status, error }) => {
+                    tracing::debug!(model = %self.name, api_model = %self.model, attempt, status, elapsed_ms, %error, "model request failed");
+                    return Err(error);
+                }
+                Err(Failure::Retry { status, error, retry_after }) => {
+                    tracing::debug!(model = %self.name, api_model = %self.model, attempt, status, elapsed_ms, %error, "model request failed");
+                    (status, error, retry_after)
+                }
+            };
+            if attempt >= self.max_retries {
+                return Err(match status {
+                    Some(429) => ModelError::RateLimited {
+                        model: self.name.clone(),
+                        attempts: attempt + 1,
+                        retry_after,
+                    },
+                    _ => error,
+                });
+            }
+            let wait = match retry_after {
+                Some(after) => after.min(MAX_RETRY_AFTER),
+                None => backoff(attempt),
+            };
+            tracing::debug!(model = %self.name, attempt, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "retrying the model request");
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(self.cancelled()),
+                () = tokio::time::sleep(wait) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// One request and its answer.
+    async fn attempt(&self, body: Vec<u8>) -> Result<(u16, Value), Failure> {
+        let response = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| self.transport_failure("cannot reach the API", e))?;
+        let status = response.status();
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = self.read_body(response).await?;
+        tracing::trace!(model = %self.name, status = status.as_u16(), body = %String::from_utf8_lossy(&body), "model answer");
+        if status.is_success() {
+            return match serde_json::from_slice(&body) {
+                Ok(answer) => Ok((status.as_u16(), answer)),
+                Err(e) => Err(Failure::Fatal {
+                    status: Some(status.as_u16()),
+                    error: self.malformed(format!("the body is not JSON ({e})")),
+                }),
+            };
+        }
+        let code = status.as_u16();
+        let mut message = self.redact(&error_message(&body, status));
+        if status.is_redirection() {
+            // Redirects are not followed: a 301 or 302 would turn the POST into a GET.
+            if let Some(location) = location {
+                let location = reqwest::Url::parse(&location)
+                    .map(|url| url_for_messages(&url))
+                    .unwrap_or(location);
+                message = format!("redirected to {location}; set `baseUrl` to the API's address");
+            }
+        }
+        let error = match code {
+            401 | 403 => {
+                let error = ModelError::Auth { model: self.name.clone(), status: code, message };
+                return Err(Failure::Fatal { status: Some(code), error });
+            }
+            _ => ModelError::Api { model: self.name.clone(), status: code, message },
+        };
+        if matches!(code, 429 | 500 | 502 | 503 | 504 | 529) {
+            Err(Failure::Retry { status: Some(code), error, retry_after })
+        } else {
+            Err(Failure::Fatal { status: Some(code), error })
+        }
+    }
+
+    /// The body of `response`, refused beyond [`MAX_BODY_BYTES`].
+    async fn read_body(&self, mut response: reqwest::Response) -> Result<Vec<u8>, Failure> {
+        let status = Some(response.status().as_u16());
+        let too_large = || Failure::Fatal {
+            status,
+            error: self.malformed(format!(
+                "the answer is larger than {} MiB",
+                MAX_BODY_BYTES / (1024 * 1024)
+            )),
+        };
+        if response.content_length().is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+            return Err(too_large());
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| self.transport_failure("reading the answer failed", e))?
+        {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// A transport error in words: `what` failed, and its innermost cause, which says it
+    /// ("Connection refused", "failed to lookup address information: …") where the layers
+    /// above name the HTTP client's internals.
+    fn transport_failure(&self, what: &str, error: reqwest::Error) -> Failure {
+        // reqwest's own message names the URL, which may carry a secret in its query.
+        let error = error.without_url();
+        let what = if error.is_connect() { "cannot reach the API" } else { what };
+        let mut cause: &(dyn std::error::Error + 'static) = &error;
+        while let Some(next) = cause.source() {
+            cause = next;
+        }
+        let message = if std::ptr::addr_eq(cause, &error) {
+            what.to_owned()
+        } else {
+            format!("{what}: {cause}")
+        };
+        // A request reqwest could not even build fails the same way every time; every
+        // other failure (connect, send, read) may pass on another try.
+        let permanent = error.is_builder();
+        let error =
+            ModelError::Transport { model: self.name.clone(), message: self.redact(&message) };
+        if permanent {
+            Failure::Fatal { status: None, error }
+        } else {
+            Failure::Retry { status: None, error, retry_after: None }
+        }
+    }
+
+    fn malformed(&self, message: String) -> ModelError {
+        ModelError::Malformed { model: self.name.clone(), message: self.redact(&message) }
+    }
+
+    fn cancelled(&self) -> ModelError {
+        ModelError::Cancelled { model: self.name.clone() }
+    }
+
+    /// `text` without the API key, should the API have echoed it.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) if !key.is_empty() && text.contains(key.as_str()) => {
+                text.replace(key.as_str(), REDACTED)
+            }
+            _ => text.to_owned(),
+        }
+    }
+
+    /// An answer that lacks what the API documents.
+    pub(crate) fn missing(&self, what: &str) -> ModelError {
+        self.malformed(format!("missing `{what}`"))
+    }
+}
+
+/// The API's message from an error body (`{"error": {"message": …}}` for both OpenAI and
+/// Anthropic, `{"error": "…"}` or `{"message": …}` for some compatible servers), else an
+/// excerpt of the body, else the status's reason.
+fn error_message(body: &[u8], status: StatusCode) -> String {
+    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+        let message = value
+            .pointer("/error/message")
+            .or_else(|| value.get("error").filter(|e| e.is_string()))
+            .or_else(|| value.get("message"))
+            .and_then(Value::as_str);
+        if let Some(message) = message {
+            return excerpt(message.trim(), ERROR_EXCERPT_BYTES);
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    if text.is_empty() {
+        status.canonical_reason().unwrap_or("no reason given").to_lowercase()
+    } else {
+        excerpt(text, ERROR_EXCERPT_BYTES)
+    }
+}
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &text[..cut])
+}
+
+/// How long the answer asks to wait: `retry-after-ms` (OpenAI's, more precise) or
+/// `Retry-After` in seconds or as an HTTP date.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    if let Some(ms) = headers.get("retry-after-ms").and_then(header_text)
+        && let Ok(ms) = ms.parse::<f64>()
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0).min(MAX_RETRY_AFTER));
+    }
+    let value = headers.get(RETRY_AFTER).and_then(header_text)?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())));
+    }
+    let at = http_date(value)?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(MAX_RETRY_AFTER))
+}
+
+fn header_text(value: &HeaderValue) -> Option<&str> {
+    value.to_str().ok().map(str::trim)
+}
+
+/// An HTTP date in the IMF-fixdate form every sender must use (`Sun, 06 Nov 1994 08:49:37
+/// GMT`); the obsolete forms are not worth a parser.
+fn http_date(text: &str) -> Option<SystemTime> {
+    let (_weekday, rest) = text.split_once(", ")?;
+    let parts: Vec<&str> = rest.split(' ').collect();
+    let [day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let day: u64 = day.parse().ok()?;
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        .iter()
+        .position(|m| m == month)? as u64
+        + 1;
+    let year: u64 = year.parse().ok()?;
+    let mut clock = time.split(':').map(|n| n.parse::<u64>().ok());
+    let (Some(Some(h)), Some(Some(m)), Some(Some(s)), None) =
+        (clock.next(), clock.next(), clock.next(), clock.next())
+    else {
+        return None;
+    };
+    if !(1..=31).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    // Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
+    let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
+    let era = y / 400;
+    let year_of_era = y - era * 400;
+    let day_of_year = (153 * mo + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = (era * 146_097 + day_of_era).checked_sub(719_468)?;
+    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
+}
+
+/// The wait before retry `attempt + 1`: 500 ms · 2^attempt, between half and all of it
+/// at random so that clients rate limited together do not come back together, at most
+/// [`MAX_BACKOFF`].
+fn backoff(attempt: u32) -> Duration {
+    let full = BACKOFF_BASE.saturating_mul(2u32.saturating_pow(attempt)).min(MAX_BACKOFF);
+    // The clock's nanoseconds are random enough to spread retries; no generator needed.
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let fraction = 0.5 + f64::from(nanos % 1000) / 2000.0;
+    full.mul_f64(fraction)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_dates_and_milliseconds() {
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_767); // Sun, 06 Nov 1994 08:49:27 GMT
+        let headers = |name: &'static str, value: &'static str| {
+            let mut map = HeaderMap::new();
+            map.insert(name, HeaderValue::from_static(value));
+            map
+        };
+        assert_eq!(retry_after(&headers("retry-after", "3"), now), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(&headers("retry-after", "0"), now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after(&headers("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"), now),
+            Some(Duration::from_secs(10))
+        );
+        // A date already past means now; one far off is held to the cap.
+        assert_eq!(
+            retry_after(&headers("retry-after", "Sat, 05 Nov 1994 08:49:37 GMT"), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&headers("retry-after", "86400"), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            retry_after(&headers("retry-after-ms", "1500"), now),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(retry_after(&headers("retry-after", "soon"), now), None);
+        assert_eq!(retry_after(&headers("retry-after", "-1"), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn http_dates_are_read_exactly() {
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(UNIX_EPOCH),);
+        assert_eq!(
+            http_date("Tue, 29 Feb 2028 12:00:01 GMT"),
+            Some(UNIX_EPOCH + Duration::from_secs(1_835_438_401))
+        );
+        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 UTC"), None);
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_up_to_the_cap() {
+        for attempt in 0..4 {
+            let full = BACKOFF_BASE * 2u32.pow(attempt);
+            let wait = backoff(attempt);
+            assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
+        }
+        assert!(backoff(20) <= MAX_BACKOFF);
+        assert!(backoff(u32::MAX) <= MAX_BACKOFF);
+    }
+
+    #[test]
+    fn error_messages_come_from_the_api_or_an_excerpt() {
+        let status = StatusCode::BAD_REQUEST;
+        assert_eq!(
+            error_message(br#"{"error":{"message":"bad tool schema","type":"x"}}"#, status),
+            "bad tool schema"
+        );
+        assert_eq!(error_message(br#"{"error":"no such model"}"#, status), "no such model");
+        assert_eq!(error_message(b"", status), "bad request");
+        let long = "é".repeat(1500);
+        let cut = error_message(long.as_bytes(), status);
+        assert!(cut.len() <= ERROR_EXCERPT_BYTES + '…'.len_utf8(), "{}", cut.len());
+        assert!(cut.ends_with('…'));
+    }
+}

@@ -1,0 +1,235 @@
+//! OpenAI-compatible chat completions (`POST {baseUrl}/chat/completions`), which OpenAI
+//! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
+
+use crate::http::Endpoint;
+use crate::{
+    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice,
+    Usage,
+};
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+use toolmux_core::schema::{SchemaRules, adapt};
+
+/// What OpenAI accepts of a tool's input schema: no union at the top level, and an object
+/// with `properties`.
+fn schema_rules() -> SchemaRules {
+    SchemaRules { plain_top_level: true, top_level_properties: true, ..SchemaRules::default() }
+}
+
+/// A client of an OpenAI-compatible chat completions API.
+#[derive(Debug)]
+pub(crate) struct OpenAiModel {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) max_tokens: u32,
+    pub(crate) temperature: Option<f64>,
+}
+
+#[async_trait]
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.endpoint.name
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+    ) -> Result<ModelResponse, ModelError> {
+        let body = self.body(request);
+        let answer = self.endpoint.post(&body, cancel).await?;
+        parse(&answer, &self.endpoint)
+    }
+}
+
+impl OpenAiModel {
+    /// The request's body in the chat completions format.
+    fn body(&self, request: &ModelRequest) -> Value {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if let Some(system) = &request.system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        for message in &request.messages {
+            push_message(&mut messages, message);
+        }
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.endpoint.model));
+        body.insert("messages".into(), Value::Array(messages));
+        body.insert("max_tokens".into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
+        if let Some(temperature) = request.temperature.or(self.temperature) {
+            body.insert("temperature".into(), json!(temperature));
+        }
+        if !request.tools.is_empty() {
+            let rules = schema_rules();
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": adapt(&tool.input_schema, &rules),
+                    }})
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+            body.insert("tool_choice".into(), tool_choice(&request.tool_choice));
+        }
+        Value::Object(body)
+    }
+}
+
+/// `message` as chat completion messages: one, or one per tool result.
+fn push_message(messages: &mut Vec<Value>, message: &Message) {
+    match message {
+        Message::User { content } => messages.push(json!({"role": "user", "content": content})),
+        Message::Assistant { content, tool_calls } => {
+            let mut out = Map::new();
+            out.insert("role".into(), json!("assistant"));
+            // The API wants `null`, not an empty string, beside tool calls.
+            let text = if content.is_empty() && !tool_calls.is_empty() {
+                Value::Null
+            } else {
+                json!(content)
+            };
+            out.insert("content".into(), text);
+            if !tool_calls.is_empty() {
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .map(|call| {
+                        json!({"id": call.id, "type": "function", "function": {
+                            "name": call.name,
+                            "arguments": arguments_text(call),
+                        }})
+                    })
+                    .collect();
+                out.insert("tool_calls".into(), Value::Array(calls));
+            }
+            messages.push(Value::Object(out));
+        }
+        Message::Tool { results } => {
+            for result in results {
+                messages.push(json!({
+                    "role": "tool",
+                    "tool_call_id": result.call_id,
+                    "content": result.content,
+                }));
+            }
+        }
+    }
+}
+
+/// A call's arguments as the JSON string the API carries: what the model wrote when it
+/// was not JSON (so that it reads its own mistake beside the error), else the arguments.
+fn arguments_text(call: &ModelToolCall) -> String {
+    if let Some(raw) = &call.raw_arguments {
+        return raw.clone();
+    }
+    match &call.arguments {
+        Value::Null => "{}".to_owned(),
+        arguments => arguments.to_string(),
+    }
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+/// A chat completion as a [`ModelResponse`].
+fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelError> {
+    let Some(choice) = answer.get("choices").and_then(Value::as_array).and_then(|c| c.first())
+    else {
+        // Some proxies answer an error with status 200.
+        if let Some(message) = answer.pointer("/error/message").and_then(Value::as_str) {
+            return Err(ModelError::Malformed {
+                model: endpoint.name.clone(),
+                message: endpoint.redact(&format!("no `choices`, but an error: {message}")),
+            });
+        }
+        return Err(endpoint.missing("choices[0]"));
+    };
+    let message = choice.get("message").ok_or_else(|| endpoint.missing("choices[0].message"))?;
+    let mut content = match message.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        // Some servers answer content parts, as requests may send them.
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(_) => return Err(endpoint.missing("choices[0].message.content as a string")),
+    };
+    let refusal = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty());
+    if let Some(refusal) = refusal
+        && content.is_empty()
+    {
+        content = refusal.to_owned();
+    }
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").filter(|c| !c.is_null()) {
+        let calls =
+            calls.as_array().ok_or_else(|| endpoint.missing("choices[0].message.tool_calls"))?;
+        for (index, call) in calls.iter().enumerate() {
+            tool_calls.push(parse_call(call, index, endpoint)?);
+        }
+    }
+    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
+        Some("stop") => StopReason::EndTurn,
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        Some("length") => StopReason::MaxTokens,
+        Some("content_filter") => StopReason::ContentFilter,
+        Some(other) => StopReason::Other(other.to_owned()),
+        // Some servers leave it out; what the answer holds says it.
+        None if !tool_calls.is_empty() => StopReason::ToolUse,
+        None if refusal.is_some() => StopReason::ContentFilter,
+        None => StopReason::EndTurn,
+    };
+    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    Ok(ModelResponse {
+        content,
+        tool_calls,
+        stop,
+        // Some compatible servers report no usage; it is accounting, not the answer.
+        usage: Usage {
+            input_tokens: tokens("/usage/prompt_tokens"),
+            output_tokens: tokens("/usage/completion_tokens"),
+        },
+        model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+    })
+}
+
+fn parse_call(
+    call: &Value,
+    index: usize,
+    endpoint: &Endpoint,
+) -> Result<ModelToolCall, ModelError> {
+    let field = |name: &str| format!("choices[0].message.tool_calls[{index}].{name}");
+    let function = call.get("function").ok_or_else(|| endpoint.missing(&field("function")))?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| endpoint.missing(&field("function.name")))?;
+    // Some servers leave out the id; the result still needs one to name the call.
+    let id = match call.get("id").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => id.to_owned(),
+        _ => format!("call_{index}"),
+    };
+    let mut out = ModelToolCall::new(id, name, Value::Null);
+    match function.get("arguments") {
+        Some(Value::String(text)) if text.trim().is_empty() => out.arguments = json!({}),
+        Some(Value::String(text)) => match serde_json::from_str(text) {
+            Ok(arguments) => out.arguments = arguments,
+            Err(_) => out.raw_arguments = Some(text.clone()),
+        },
+        None | Some(Value::Null) => out.arguments = json!({}),
+        // Some servers send the arguments as an object rather than its text.
+        Some(arguments) => out.arguments = arguments.clone(),
+    }
+    Ok(out)
+}

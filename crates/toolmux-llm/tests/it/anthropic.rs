@@ -1,0 +1,218 @@
+//! Anthropic's messages on the wire: the request's JSON, alternation included, and the
+//! answer's reading.
+
+use super::*;
+use toolmux_llm::{StopReason, ToolChoice, Usage};
+
+#[tokio::test]
+async fn a_text_answer() {
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("Hi there")]);
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.content, "Hi there");
+    assert!(answer.tool_calls.is_empty());
+    assert_eq!(answer.stop, StopReason::EndTurn);
+    assert_eq!(answer.model, "test-model");
+    assert_eq!(answer.usage.output_tokens, 10);
+    assert!(answer.usage.input_tokens > 0);
+    assert_eq!(
+        only_request(&server),
+        json!({
+            "model": "test-model",
+            "max_tokens": 4096,
+            "messages": [{"role": "user", "content": "Hello"}],
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_with_their_arguments_read() {
+    let (_server, model) = serve(
+        Dialect::Anthropic,
+        vec![ScriptStep::TextAndToolCalls(
+            "Let me look.".into(),
+            vec![
+                ("fs__read".into(), json!({"path": "README.md"})),
+                ("fs__list".into(), json!({"dir": ".", "depth": 2})),
+            ],
+        )],
+    );
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.content, "Let me look.");
+    assert_eq!(answer.stop, StopReason::ToolUse);
+    assert_eq!(
+        answer.tool_calls,
+        vec![
+            ModelToolCall::new("call_1", "fs__read", json!({"path": "README.md"})),
+            ModelToolCall::new("call_2", "fs__list", json!({"dir": ".", "depth": 2})),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_conversation_alternates_with_tool_results_merged_into_user_turns() {
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("A tool plane.")]);
+    complete(&model, &conversation()).await;
+    let request = only_request(&server);
+    assert_eq!(request["system"], "Be brief.");
+    assert_eq!(request["max_tokens"], 4096);
+    assert_eq!(
+        request["messages"],
+        json!([
+            {"role": "user", "content": "Read the README"},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Reading it."},
+                {"type": "tool_use", "id": "call_a", "name": "fs__read", "input": {"path": "README.md"}},
+                {"type": "tool_use", "id": "call_b", "name": "fs__stat", "input": {"path": "x"}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_a", "content": "# toolmux"},
+                {"type": "tool_result", "tool_use_id": "call_b", "content": "no such file: x",
+                 "is_error": true},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "call_c", "name": "fs__list", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_c", "content": "README.md"},
+                {"type": "text", "text": "Now summarize it"},
+            ]},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
+    let request = ModelRequest::new(vec![
+        Message::user("One"),
+        Message::user("Two"),
+        Message::Assistant { content: String::new(), tool_calls: Vec::new() },
+        Message::user("Three"),
+        Message::assistant("Four"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ModelToolCall {
+                raw_arguments: Some("[1,".into()),
+                ..ModelToolCall::new("call_x", "t", Value::Null)
+            }],
+        },
+    ]);
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    assert_eq!(
+        only_request(&server)["messages"],
+        json!([
+            {"role": "user", "content": [
+                {"type": "text", "text": "One"},
+                {"type": "text", "text": "Two"},
+                {"type": "text", "text": "Three"},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Four"},
+                // Arguments that were not an object go as an empty one.
+                {"type": "tool_use", "id": "call_x", "name": "t", "input": {}},
+            ]},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn tools_and_tool_choice() {
+    let tools = vec![
+        union_tool(),
+        ToolDefinition::new("clock__now", "The time", json!({"type": "object"})),
+    ];
+    let choices = [
+        (ToolChoice::Auto, json!({"type": "auto"})),
+        (ToolChoice::Required, json!({"type": "any"})),
+        (ToolChoice::None, json!({"type": "none"})),
+        (ToolChoice::Tool("clock__now".into()), json!({"type": "tool", "name": "clock__now"})),
+    ];
+    let (server, model) =
+        serve(Dialect::Anthropic, choices.iter().map(|_| ScriptStep::text("ok")).collect());
+    for (choice, _) in &choices {
+        let request = hello().with_tools(tools.clone()).with_tool_choice(choice.clone());
+        complete(&model, &request).await;
+    }
+    let requests = server.requests();
+    for ((_, expected), request) in choices.iter().zip(&requests) {
+        assert_eq!(&request["tool_choice"], expected);
+    }
+    let sent = &requests[0]["tools"];
+    assert_eq!(sent[0]["name"], "users__find");
+    assert_eq!(sent[0]["description"], "Finds a user");
+    let find = &sent[0]["input_schema"];
+    assert_eq!(find["type"], "object");
+    assert!(find.get("anyOf").is_none(), "{find}");
+    assert_eq!(find["properties"]["id"], json!({"type": "integer"}));
+    assert_eq!(find["properties"]["email"], json!({"type": "string"}));
+    assert!(find["description"].as_str().unwrap().contains("`id`; or `email`"), "{find}");
+    // Claude takes an object without `properties` as it is.
+    assert_eq!(sent[1]["input_schema"], json!({"type": "object"}));
+}
+
+#[tokio::test]
+async fn no_tools_no_tool_choice_and_the_limits_as_configured_or_asked() {
+    let (server, model) =
+        serve_with(Dialect::Anthropic, vec![ScriptStep::text("a"), ScriptStep::text("b")], |c| {
+            c.max_tokens = Some(100);
+            c.temperature = Some(0.5);
+        });
+    complete(&model, &hello().with_tool_choice(ToolChoice::Required)).await;
+    let mut request = hello();
+    request.max_tokens = Some(7);
+    request.temperature = Some(1.0);
+    complete(&model, &request).await;
+    let requests = server.requests();
+    assert_eq!(
+        requests[0],
+        json!({
+            "model": "test-model",
+            "max_tokens": 100,
+            "temperature": 0.5,
+            "messages": [{"role": "user", "content": "Hello"}],
+        })
+    );
+    assert_eq!(requests[1]["max_tokens"], 7);
+    assert_eq!(requests[1]["temperature"], 1.0);
+}
+
+#[tokio::test]
+async fn the_key_goes_in_x_api_key_with_the_version() {
+    let server = ScriptedLlmServer::start(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    let mut config = config(Dialect::Anthropic, format!("{}/", server.base_url()));
+    config.headers.insert("anthropic-beta".into(), "tools-2024".into());
+    let model = toolmux_llm::connect("scripted", &config).unwrap();
+    complete(&model, &hello()).await;
+    let headers = &server.request_headers()[0];
+    assert_eq!(headers["x-api-key"], KEY);
+    assert_eq!(headers["anthropic-version"], "2023-06-01");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers["anthropic-beta"], "tools-2024");
+    assert!(!headers.contains_key("authorization"));
+}
+
+#[tokio::test]
+async fn stop_reasons_and_blocks() {
+    let answer = |stop: &str| {
+        json!({"model": "claude-x", "content": [
+            {"type": "thinking", "thinking": "hmm"},
+            {"type": "text", "text": "one"},
+            {"type": "text", "text": "two"},
+        ], "stop_reason": stop, "usage": {"input_tokens": 3, "output_tokens": 4}})
+        .to_string()
+    };
+    let (_server, model) = serve(
+        Dialect::Anthropic,
+        ["max_tokens", "refusal", "stop_sequence", "pause_turn"]
+            .map(|stop| ScriptStep::Raw(answer(stop)))
+            .into(),
+    );
+    let first = complete(&model, &hello()).await;
+    assert_eq!(first.content, "one\ntwo");
+    assert_eq!(first.stop, StopReason::MaxTokens);
+    assert_eq!(first.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    assert_eq!(first.model, "claude-x");
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter);
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::EndTurn);
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("pause_turn".into()));
+}

@@ -1,0 +1,329 @@
+//! What goes wrong, for both APIs: retries, refusals, timeouts, cancellation, transport
+//! failures, malformed answers, configurations that cannot work, and the key kept out of
+//! every message.
+
+use super::*;
+use std::time::{Duration, Instant};
+
+fn api_error(message: &str) -> String {
+    json!({"type": "error", "error": {"type": "some_error", "message": message}}).to_string()
+}
+
+#[tokio::test]
+async fn a_rate_limit_is_waited_out() {
+    for dialect in DIALECTS {
+        let (server, model) =
+            serve(dialect, vec![ScriptStep::rate_limited("0"), ScriptStep::text("ok")]);
+        assert_eq!(complete(&model, &hello()).await.content, "ok");
+        assert_eq!(server.requests().len(), 2, "{dialect:?}");
+        // The retry is the same request.
+        assert_eq!(server.requests()[0], server.requests()[1]);
+    }
+}
+
+#[tokio::test]
+async fn a_lasting_rate_limit_is_reported_after_the_retries() {
+    for dialect in DIALECTS {
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::rate_limited("0"), ScriptStep::rate_limited("0")],
+            |c| c.max_retries = Some(1),
+        );
+        let error = fail(&model, &hello()).await;
+        assert!(
+            matches!(
+                error,
+                ModelError::RateLimited { attempts: 2, retry_after: Some(d), .. } if d.is_zero()
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_transient());
+        assert_eq!(server.requests().len(), 2, "{dialect:?}");
+        assert_eq!(server.remaining_steps(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_after_a_backoff() {
+    for dialect in DIALECTS {
+        let (server, model) = serve(
+            dialect,
+            vec![ScriptStep::status(500, api_error("internal")), ScriptStep::text("ok")],
+        );
+        assert_eq!(complete(&model, &hello()).await.content, "ok");
+        assert_eq!(server.requests().len(), 2, "{dialect:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_overloaded_server_is_reported_after_the_retries() {
+    for dialect in DIALECTS {
+        let overloaded = ScriptStep::Status {
+            status: 529,
+            body: api_error("Overloaded"),
+            retry_after: Some("0".into()),
+        };
+        let (server, model) =
+            serve_with(dialect, vec![overloaded.clone(), overloaded], |c| c.max_retries = Some(1));
+        let error = fail(&model, &hello()).await;
+        assert!(
+            matches!(&error, ModelError::Api { status: 529, message, .. } if message == "Overloaded"),
+            "{error:?}"
+        );
+        assert_eq!(server.requests().len(), 2);
+    }
+}
+
+#[tokio::test]
+async fn refused_credentials_are_not_retried() {
+    for dialect in DIALECTS {
+        let (server, model) = serve(
+            dialect,
+            vec![
+                // An API that echoes the key it refused, as some do.
+                ScriptStep::status(401, api_error(&format!("invalid x-api-key: {KEY}"))),
+                ScriptStep::status(403, "forbidden for this project"),
+            ],
+        );
+        let error = fail(&model, &hello()).await;
+        let ModelError::Auth { status: 401, message, .. } = &error else { panic!("{error:?}") };
+        assert_eq!(message, "invalid x-api-key: [redacted]");
+        assert_eq!(server.requests().len(), 1, "{dialect:?}");
+        let error = fail(&model, &hello()).await;
+        assert!(
+            matches!(&error, ModelError::Auth { status: 403, message, .. } if message == "forbidden for this project"),
+            "{error:?}"
+        );
+        assert!(!error.is_transient());
+        assert_eq!(server.requests().len(), 2, "{dialect:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_request_says_the_api_s_message() {
+    for dialect in DIALECTS {
+        let (server, model) = serve(
+            dialect,
+            vec![ScriptStep::status(400, r#"{"error":{"message":"bad tool schema"}}"#)],
+        );
+        let error = fail(&model, &hello()).await;
+        assert!(matches!(error, ModelError::Api { status: 400, .. }), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            "model `scripted`: the API answered HTTP 400: bad tool schema"
+        );
+        assert_eq!(server.requests().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn an_error_body_that_is_not_json_is_shown_in_part() {
+    let body = format!("<html>{}</html>", "é".repeat(3000));
+    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::status(404, body)]);
+    let error = fail(&model, &hello()).await;
+    let ModelError::Api { status: 404, message, .. } = &error else { panic!("{error:?}") };
+    assert!(message.starts_with("<html>éé"));
+    assert!(message.len() <= 2000 + '…'.len_utf8(), "{}", message.len());
+}
+
+#[tokio::test]
+async fn a_malformed_answer_says_what_is_missing() {
+    for (dialect, missing) in [(Dialect::OpenAi, "`choices[0]`"), (Dialect::Anthropic, "`content`")]
+    {
+        let (_server, model) = serve(
+            dialect,
+            vec![
+                ScriptStep::Raw(r#"{"id": "x", "usage": {}}"#.into()),
+                ScriptStep::Raw("<html>not json</html>".into()),
+            ],
+        );
+        let error = fail(&model, &hello()).await;
+        let ModelError::Malformed { message, .. } = &error else { panic!("{error:?}") };
+        assert!(message.contains(missing), "{message}");
+        let error = fail(&model, &hello()).await;
+        let ModelError::Malformed { message, .. } = &error else { panic!("{error:?}") };
+        assert!(message.starts_with("the body is not JSON"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_without_a_name_is_malformed() {
+    let answer = json!({"choices": [{"message": {"tool_calls": [
+        {"id": "c", "type": "function", "function": {"arguments": "{}"}}
+    ]}, "finish_reason": "tool_calls"}]});
+    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::Raw(answer.to_string())]);
+    let error = fail(&model, &hello()).await;
+    assert_eq!(
+        error.to_string(),
+        "model `scripted`: unexpected answer: missing `choices[0].message.tool_calls[0].function.name`"
+    );
+    let answer = json!({"content": [{"type": "tool_use", "name": "t", "input": {}}]});
+    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(answer.to_string())]);
+    let error = fail(&model, &hello()).await;
+    assert!(error.to_string().ends_with("missing `content[0].id`"), "{error}");
+}
+
+#[tokio::test]
+async fn an_answer_too_large_is_refused() {
+    let huge = format!("{{\"content\": \"{}\"}}", "x".repeat(33 * 1024 * 1024));
+    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(huge)]);
+    let error = fail(&model, &hello()).await;
+    let ModelError::Malformed { message, .. } = &error else { panic!("{error:?}") };
+    assert_eq!(message, "the answer is larger than 32 MiB");
+}
+
+#[tokio::test]
+async fn a_slow_answer_times_out() {
+    for dialect in DIALECTS {
+        let slow = ScriptStep::delay(Duration::from_secs(30), ScriptStep::text("late"));
+        let (server, model) = serve_with(dialect, vec![slow], |c| c.timeout_ms = Some(200));
+        let error = fail(&model, &hello()).await;
+        assert!(
+            matches!(error, ModelError::Timeout { timeout, .. } if timeout == Duration::from_millis(200)),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("timeoutMs"));
+        // Not tried again: the next try would wait as long.
+        assert_eq!(server.requests().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn cancelling_ends_a_request_waiting_for_its_answer() {
+    for dialect in DIALECTS {
+        let cancel = CancellationToken::new();
+        let trigger = cancel.clone();
+        // The server cancels once the request has arrived, then takes its time.
+        let step = ScriptStep::callback(move |_| {
+            trigger.cancel();
+            ScriptStep::delay(Duration::from_secs(60), ScriptStep::text("late"))
+        });
+        let (server, model) = serve(dialect, vec![step]);
+        let started = Instant::now();
+        let error = model.complete(&hello(), &cancel).await.unwrap_err();
+        assert!(matches!(error, ModelError::Cancelled { .. }), "{error:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "cancelled only after the answer");
+        assert_eq!(server.requests().len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn cancelling_ends_the_wait_before_a_retry() {
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let step = ScriptStep::callback(move |_| {
+        trigger.cancel();
+        ScriptStep::rate_limited("60")
+    });
+    let (server, model) = serve(Dialect::OpenAi, vec![step, ScriptStep::text("ok")]);
+    let error = model.complete(&hello(), &cancel).await.unwrap_err();
+    assert!(matches!(error, ModelError::Cancelled { .. }), "{error:?}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_cancelled_token_sends_nothing() {
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    let error = model.complete(&hello(), &cancel).await.unwrap_err();
+    assert!(matches!(error, ModelError::Cancelled { .. }), "{error:?}");
+    assert!(server.requests().is_empty());
+}
+
+#[tokio::test]
+async fn an_unreachable_api_is_a_transport_error_with_its_cause() {
+    // A port that was just free: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    for dialect in DIALECTS {
+        let mut config = config(dialect, format!("http://127.0.0.1:{port}/v1?key={KEY}"));
+        config.max_retries = Some(0);
+        let model = toolmux_llm::connect("scripted", &config).unwrap();
+        let error = fail(&model, &hello()).await;
+        let ModelError::Transport { message, .. } = &error else { panic!("{error:?}") };
+        assert!(message.starts_with("cannot reach the API: "), "{message}");
+        assert!(message.to_lowercase().contains("refused"), "{message}");
+        assert!(!message.contains("127.0.0.1"), "the URL stays out: {message}");
+        assert!(error.is_transient());
+    }
+}
+
+#[tokio::test]
+async fn an_exhausted_script_answers_500() {
+    let (server, model) = serve_with(Dialect::OpenAi, vec![], |c| c.max_retries = Some(0));
+    let error = fail(&model, &hello()).await;
+    assert_eq!(
+        error.to_string(),
+        "model `scripted`: the API answered HTTP 500: script exhausted after 0 requests"
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn configurations_that_cannot_work() {
+    let check = |adjust: &dyn Fn(&mut ModelConfig), expected: &str| {
+        for dialect in DIALECTS {
+            let mut config = config(dialect, "https://api.example.com".into());
+            adjust(&mut config);
+            let error = toolmux_llm::connect("m", &config).unwrap_err();
+            assert!(matches!(error, ModelError::Config { .. }), "{error:?}");
+            assert_key_absent(&error);
+            assert_eq!(error.to_string(), expected);
+        }
+    };
+    check(
+        &|c| c.model = " ".into(),
+        "model `m`: `model` is empty: give the model's name at the API (`gpt-4.1-mini`, `claude-sonnet-4-5`)",
+    );
+    check(
+        &|c| c.base_url = Some(format!("not a url {KEY}")),
+        "model `m`: `baseUrl` `not a url [redacted]` is not a URL (relative URL without a base)",
+    );
+    check(
+        &|c| c.base_url = Some("ftp://example.com/v1".into()),
+        "model `m`: `baseUrl` `ftp://example.com/v1` is not an http or https URL",
+    );
+    check(
+        &|c| {
+            c.headers.insert("bad header".into(), "x".into());
+        },
+        "model `m`: `headers`: `bad header` is not a valid header name",
+    );
+    check(
+        &|c| {
+            c.headers.insert("X-Token".into(), format!("{KEY}\n"));
+        },
+        "model `m`: `headers`: the value of `X-Token` is not a valid header value",
+    );
+    check(
+        &|c| c.api_key = Some(format!("{KEY}\r\n")),
+        "model `m`: the API key is not a valid header value (a line break or a control character in it?)",
+    );
+    check(&|c| c.timeout_ms = Some(0), "model `m`: `timeoutMs` is 0: every request would time out");
+}
+
+#[test]
+fn debug_output_shows_no_credentials() {
+    for dialect in DIALECTS {
+        let mut config = config(dialect, "https://user:SECRET-pass@api.example.com/v1".into());
+        config.headers.insert("Authorization".into(), format!("Bearer {KEY}"));
+        assert_no_key(&format!("{config:?}"));
+        let model = toolmux_llm::connect("m", &config).unwrap();
+        let debug = format!("{model:?}");
+        assert_no_key(&debug);
+        assert!(debug.contains("api.example.com"), "{debug}");
+        assert!(debug.contains("authorization"), "the header's name is shown: {debug}");
+    }
+}
+
+#[test]
+fn default_base_urls() {
+    for (api, url) in [
+        (ApiKind::Openai, "https://api.openai.com/v1/chat/completions"),
+        (ApiKind::Anthropic, "https://api.anthropic.com/v1/messages"),
+    ] {
+        let config = ModelConfig { api, model: "m".into(), ..ModelConfig::default() };
+        let debug = format!("{:?}", toolmux_llm::connect("m", &config).unwrap());
+        assert!(debug.contains(url), "{debug}");
+    }
+}

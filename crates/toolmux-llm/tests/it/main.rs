@@ -1,0 +1,131 @@
+//! The model clients against the scripted model server of `toolmux-test-support`, for both
+//! APIs: what goes on the wire, what comes back, and every way a request can fail.
+
+// Tests may unwrap: a failure is a test failure with the value shown.
+#![allow(clippy::unwrap_used)]
+
+mod anthropic;
+mod failures;
+mod openai;
+
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use toolmux_llm::{
+    ApiKind, Message, Model, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelToolCall,
+    ToolDefinition, ToolResultMessage,
+};
+use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+
+/// The API key every test configures; no error or `Debug` output may show it.
+const KEY: &str = "sk-test-9f3c-SECRET-key-71ab";
+
+const DIALECTS: [Dialect; 2] = [Dialect::OpenAi, Dialect::Anthropic];
+
+/// The configuration of a model served by `server`.
+fn config(dialect: Dialect, base_url: String) -> ModelConfig {
+    ModelConfig {
+        api: match dialect {
+            Dialect::OpenAi => ApiKind::Openai,
+            Dialect::Anthropic => ApiKind::Anthropic,
+        },
+        model: "test-model".into(),
+        base_url: Some(base_url),
+        api_key: Some(KEY.into()),
+        ..ModelConfig::default()
+    }
+}
+
+/// A scripted server and a client of it.
+fn serve(dialect: Dialect, script: Vec<ScriptStep>) -> (ScriptedLlmServer, Arc<dyn Model>) {
+    serve_with(dialect, script, |_| {})
+}
+
+/// A scripted server and a client of it, configured further by `adjust`.
+fn serve_with(
+    dialect: Dialect,
+    script: Vec<ScriptStep>,
+    adjust: impl FnOnce(&mut ModelConfig),
+) -> (ScriptedLlmServer, Arc<dyn Model>) {
+    let server = ScriptedLlmServer::start(dialect, script);
+    let mut config = config(dialect, server.base_url());
+    adjust(&mut config);
+    let model = toolmux_llm::connect("scripted", &config).unwrap();
+    assert_no_key(&format!("{model:?}"));
+    (server, model)
+}
+
+async fn complete(model: &Arc<dyn Model>, request: &ModelRequest) -> ModelResponse {
+    model.complete(request, &CancellationToken::new()).await.unwrap()
+}
+
+/// The error of a request that must fail, checked to keep the key to itself.
+async fn fail(model: &Arc<dyn Model>, request: &ModelRequest) -> ModelError {
+    let error = model.complete(request, &CancellationToken::new()).await.unwrap_err();
+    assert_key_absent(&error);
+    error
+}
+
+fn assert_key_absent(error: &ModelError) {
+    assert_no_key(&error.to_string());
+    assert_no_key(&format!("{error:?}"));
+}
+
+fn assert_no_key(text: &str) {
+    assert!(!text.contains(KEY), "the API key shows in: {text}");
+    assert!(!text.contains("SECRET"), "part of the API key shows in: {text}");
+}
+
+fn hello() -> ModelRequest {
+    ModelRequest::new(vec![Message::user("Hello")])
+}
+
+/// A conversation of two rounds of tool calls, one failed, and the user's next words.
+fn conversation() -> ModelRequest {
+    ModelRequest::new(vec![
+        Message::user("Read the README"),
+        Message::Assistant {
+            content: "Reading it.".into(),
+            tool_calls: vec![
+                ModelToolCall::new("call_a", "fs__read", json!({"path": "README.md"})),
+                ModelToolCall::new("call_b", "fs__stat", json!({"path": "x"})),
+            ],
+        },
+        Message::Tool {
+            results: vec![
+                result("call_a", "# toolmux", false),
+                result("call_b", "no such file: x", true),
+            ],
+        },
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ModelToolCall::new("call_c", "fs__list", json!({}))],
+        },
+        Message::Tool { results: vec![result("call_c", "README.md", false)] },
+        Message::user("Now summarize it"),
+    ])
+    .with_system("Be brief.")
+}
+
+fn result(call_id: &str, content: &str, is_error: bool) -> ToolResultMessage {
+    ToolResultMessage { call_id: call_id.into(), content: content.into(), is_error }
+}
+
+/// A tool whose input schema is a top-level union, which neither API takes as is.
+fn union_tool() -> ToolDefinition {
+    ToolDefinition::new(
+        "users__find",
+        "Finds a user",
+        json!({"anyOf": [
+            {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+            {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]}
+        ]}),
+    )
+}
+
+/// The one request `server` received.
+fn only_request(server: &ScriptedLlmServer) -> Value {
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    requests.into_iter().next().unwrap()
+}

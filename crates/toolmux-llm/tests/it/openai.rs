@@ -1,0 +1,239 @@
+//! Chat completions on the wire: the request's JSON and the answer's reading.
+
+use super::*;
+use toolmux_llm::{StopReason, ToolChoice, Usage};
+
+#[tokio::test]
+async fn a_text_answer() {
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("Hi there")]);
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.content, "Hi there");
+    assert!(answer.tool_calls.is_empty());
+    assert_eq!(answer.stop, StopReason::EndTurn);
+    assert_eq!(answer.model, "test-model");
+    assert_eq!(answer.usage.output_tokens, 10);
+    assert!(answer.usage.input_tokens > 0);
+    assert_eq!(model.name(), "scripted");
+    assert_eq!(
+        only_request(&server),
+        json!({
+            "model": "test-model",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 4096,
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_with_their_arguments_read() {
+    let (_server, model) = serve(
+        Dialect::OpenAi,
+        vec![ScriptStep::TextAndToolCalls(
+            "Let me look.".into(),
+            vec![
+                ("fs__read".into(), json!({"path": "README.md"})),
+                ("fs__list".into(), json!({"dir": ".", "depth": 2})),
+            ],
+        )],
+    );
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.content, "Let me look.");
+    assert_eq!(answer.stop, StopReason::ToolUse);
+    assert_eq!(
+        answer.tool_calls,
+        vec![
+            ModelToolCall::new("call_1", "fs__read", json!({"path": "README.md"})),
+            ModelToolCall::new("call_2", "fs__list", json!({"dir": ".", "depth": 2})),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_conversation_with_tool_results_on_the_wire() {
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("It is a tool plane.")]);
+    complete(&model, &conversation()).await;
+    let request = only_request(&server);
+    assert_eq!(
+        request["messages"],
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Read the README"},
+            {"role": "assistant", "content": "Reading it.", "tool_calls": [
+                {"id": "call_a", "type": "function",
+                 "function": {"name": "fs__read", "arguments": "{\"path\":\"README.md\"}"}},
+                {"id": "call_b", "type": "function",
+                 "function": {"name": "fs__stat", "arguments": "{\"path\":\"x\"}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "# toolmux"},
+            {"role": "tool", "tool_call_id": "call_b", "content": "no such file: x"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_c", "type": "function",
+                 "function": {"name": "fs__list", "arguments": "{}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_c", "content": "README.md"},
+            {"role": "user", "content": "Now summarize it"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn arguments_that_were_not_json_go_back_as_written() {
+    let mut request = hello();
+    request.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![ModelToolCall {
+            raw_arguments: Some("{\"path\": ".into()),
+            ..ModelToolCall::new("call_x", "fs__read", Value::Null)
+        }],
+    });
+    request.messages.push(Message::Tool {
+        results: vec![result("call_x", "the arguments are not JSON", true)],
+    });
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    let sent = only_request(&server);
+    assert_eq!(sent["messages"][1]["tool_calls"][0]["function"]["arguments"], "{\"path\": ");
+}
+
+#[tokio::test]
+async fn tools_and_tool_choice() {
+    let tools = vec![
+        union_tool(),
+        ToolDefinition::new("clock__now", "The time", json!({"type": "object"})),
+    ];
+    let choices = [
+        (ToolChoice::Auto, json!("auto")),
+        (ToolChoice::Required, json!("required")),
+        (ToolChoice::None, json!("none")),
+        (
+            ToolChoice::Tool("clock__now".into()),
+            json!({"type": "function", "function": {"name": "clock__now"}}),
+        ),
+    ];
+    let (server, model) =
+        serve(Dialect::OpenAi, choices.iter().map(|_| ScriptStep::text("ok")).collect());
+    for (choice, _) in &choices {
+        let request = hello().with_tools(tools.clone()).with_tool_choice(choice.clone());
+        complete(&model, &request).await;
+    }
+    let requests = server.requests();
+    for ((_, expected), request) in choices.iter().zip(&requests) {
+        assert_eq!(&request["tool_choice"], expected);
+    }
+    let sent = &requests[0]["tools"];
+    assert_eq!(sent[0]["type"], "function");
+    assert_eq!(sent[0]["function"]["name"], "users__find");
+    assert_eq!(sent[0]["function"]["description"], "Finds a user");
+    let find = &sent[0]["function"]["parameters"];
+    assert_eq!(find["type"], "object");
+    assert!(find.get("anyOf").is_none(), "{find}");
+    assert_eq!(find["properties"]["id"], json!({"type": "integer"}));
+    assert_eq!(find["properties"]["email"], json!({"type": "string"}));
+    assert!(find["description"].as_str().unwrap().contains("`id`; or `email`"), "{find}");
+    // OpenAI wants `properties` on every object.
+    assert_eq!(sent[1]["function"]["parameters"], json!({"type": "object", "properties": {}}));
+}
+
+#[tokio::test]
+async fn no_tools_no_tool_choice_and_the_limits_as_configured_or_asked() {
+    let (server, model) =
+        serve_with(Dialect::OpenAi, vec![ScriptStep::text("a"), ScriptStep::text("b")], |c| {
+            c.max_tokens = Some(100);
+            c.temperature = Some(0.5);
+        });
+    complete(&model, &hello().with_tool_choice(ToolChoice::Required)).await;
+    let mut request = hello();
+    request.max_tokens = Some(7);
+    request.temperature = Some(0.0);
+    complete(&model, &request).await;
+    let requests = server.requests();
+    assert_eq!(
+        requests[0],
+        json!({
+            "model": "test-model",
+            "messages": [{"role": "user", "content": "Hello"}],
+            "max_tokens": 100,
+            "temperature": 0.5,
+        })
+    );
+    assert_eq!(requests[1]["max_tokens"], 7);
+    assert_eq!(requests[1]["temperature"], 0.0);
+}
+
+#[tokio::test]
+async fn the_key_goes_as_a_bearer_token_with_the_extra_headers() {
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    let mut config = config(Dialect::OpenAi, format!("{}/", server.base_url()));
+    config.headers.insert("X-Team".into(), "tools".into());
+    let model = toolmux_llm::connect("scripted", &config).unwrap();
+    complete(&model, &hello()).await;
+    let headers = &server.request_headers()[0];
+    assert_eq!(headers["authorization"], format!("Bearer {KEY}"));
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(headers["x-team"], "tools");
+    assert!(headers["user-agent"].starts_with("toolmux/"));
+}
+
+#[tokio::test]
+async fn no_key_no_authorization() {
+    let (server, model) = serve_with(Dialect::OpenAi, vec![ScriptStep::text("ok")], |c| {
+        c.api_key = None;
+    });
+    complete(&model, &hello()).await;
+    assert!(!server.request_headers()[0].contains_key("authorization"));
+}
+
+#[tokio::test]
+async fn arguments_that_are_not_json_are_kept_raw() {
+    let (_server, model) = serve(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::RawToolCall {
+                name: "fs__read".into(),
+                raw_arguments: "{\"path\": ".into(),
+            },
+            ScriptStep::RawToolCall { name: "clock__now".into(), raw_arguments: String::new() },
+        ],
+    );
+    let answer = complete(&model, &hello()).await;
+    let call = &answer.tool_calls[0];
+    assert_eq!((call.id.as_str(), call.name.as_str()), ("call_1", "fs__read"));
+    assert_eq!(call.arguments, Value::Null);
+    assert_eq!(call.raw_arguments.as_deref(), Some("{\"path\": "));
+    // Empty arguments are no arguments.
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.tool_calls[0].arguments, json!({}));
+    assert_eq!(answer.tool_calls[0].raw_arguments, None);
+}
+
+#[tokio::test]
+async fn finish_reasons_and_content_forms() {
+    let answer = |finish: &str| {
+        json!({"model": "m", "choices": [{"message": {"role": "assistant", "content": "x"},
+               "finish_reason": finish}], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+        .to_string()
+    };
+    let (_server, model) = serve(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::Raw(answer("length")),
+            ScriptStep::Raw(answer("content_filter")),
+            ScriptStep::Raw(answer("function_call")),
+            ScriptStep::Raw(answer("weird")),
+            // No usage and a null content: still an answer.
+            ScriptStep::Raw(
+                json!({"choices": [{"message": {"content": null}, "finish_reason": "stop"}]})
+                    .to_string(),
+            ),
+        ],
+    );
+    let first = complete(&model, &hello()).await;
+    assert_eq!(first.stop, StopReason::MaxTokens);
+    assert_eq!(first.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    assert_eq!(first.model, "m");
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter);
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::ToolUse);
+    assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("weird".into()));
+    let last = complete(&model, &hello()).await;
+    assert_eq!((last.content.as_str(), last.usage), ("", Usage::default()));
+}

@@ -1,0 +1,405 @@
+//! A scripted model server: a real HTTP server on a loopback port that answers chat
+//! completions (OpenAI's format) or messages (Anthropic's) from a script, and records what
+//! it was sent, for testing model clients and agents without a model.
+//!
+//! ```
+//! use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+//!
+//! let server = ScriptedLlmServer::start(
+//!     Dialect::OpenAi,
+//!     vec![ScriptStep::tool_call("fs__read", serde_json::json!({"path": "README.md"})), ScriptStep::text("done")],
+//! );
+//! assert!(server.base_url().ends_with("/v1"));
+//! assert!(server.requests().is_empty());
+//! ```
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Which API the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI's chat completions at `POST /v1/chat/completions`.
+    OpenAi,
+    /// Anthropic's messages at `POST /v1/messages`.
+    Anthropic,
+}
+
+/// A tool call in a script: the tool's name and its arguments.
+pub type ScriptedCall = (String, Value);
+
+/// How the server answers one request.
+#[derive(Clone)]
+pub enum ScriptStep {
+    /// A text answer that ends the turn.
+    Text(String),
+    /// Tool calls, with ids `call_1`, `call_2`… unique across the script.
+    ToolCalls(Vec<ScriptedCall>),
+    /// Text and tool calls.
+    TextAndToolCalls(String, Vec<ScriptedCall>),
+    /// One tool call whose arguments are this text as written, valid JSON or not (for
+    /// Anthropic, whose `input` is JSON, the text's value, or the text as a JSON string).
+    RawToolCall {
+        /// The tool's name.
+        name: String,
+        /// The arguments' text.
+        raw_arguments: String,
+    },
+    /// An error response.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// The body, sent as JSON when it is JSON.
+        body: String,
+        /// A `Retry-After` header.
+        retry_after: Option<String>,
+    },
+    /// The step, answered after this long (the request stays open meanwhile).
+    Delay(Duration, Box<ScriptStep>),
+    /// A 200 with this body, whatever it is.
+    Raw(String),
+    /// The step this function returns for the request's body.
+    Callback(Arc<dyn Fn(&Value) -> ScriptStep + Send + Sync>),
+}
+
+impl ScriptStep {
+    /// [`ScriptStep::Text`].
+    pub fn text(text: impl Into<String>) -> Self {
+        ScriptStep::Text(text.into())
+    }
+
+    /// [`ScriptStep::ToolCalls`] of one call.
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Self {
+        ScriptStep::ToolCalls(vec![(name.into(), arguments)])
+    }
+
+    /// [`ScriptStep::Status`] without `Retry-After`.
+    pub fn status(status: u16, body: impl Into<String>) -> Self {
+        ScriptStep::Status { status, body: body.into(), retry_after: None }
+    }
+
+    /// A 429 asking to wait `retry_after` (seconds or an HTTP date).
+    pub fn rate_limited(retry_after: impl Into<String>) -> Self {
+        ScriptStep::Status {
+            status: 429,
+            body: json!({"error": {"message": "rate limited", "type": "rate_limit_error"}})
+                .to_string(),
+            retry_after: Some(retry_after.into()),
+        }
+    }
+
+    /// `step`, answered after `delay`.
+    pub fn delay(delay: Duration, step: ScriptStep) -> Self {
+        ScriptStep::Delay(delay, Box::new(step))
+    }
+
+    /// [`ScriptStep::Callback`].
+    pub fn callback(answer: impl Fn(&Value) -> ScriptStep + Send + Sync + 'static) -> Self {
+        ScriptStep::Callback(Arc::new(answer))
+    }
+}
+
+impl fmt::Debug for ScriptStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScriptStep::Text(text) => f.debug_tuple("Text").field(text).finish(),
+            ScriptStep::ToolCalls(calls) => f.debug_tuple("ToolCalls").field(calls).finish(),
+            ScriptStep::TextAndToolCalls(text, calls) => {
+                f.debug_tuple("TextAndToolCalls").field(text).field(calls).finish()
+            }
+            ScriptStep::RawToolCall { name, raw_arguments } => f
+                .debug_struct("RawToolCall")
+                .field("name", name)
+                .field("raw_arguments", raw_arguments)
+                .finish(),
+            ScriptStep::Status { status, body, retry_after } => f
+                .debug_struct("Status")
+                .field("status", status)
+                .field("body", body)
+                .field("retry_after", retry_after)
+                .finish(),
+            ScriptStep::Delay(delay, step) => {
+                f.debug_tuple("Delay").field(delay).field(step).finish()
+            }
+            ScriptStep::Raw(body) => f.debug_tuple("Raw").field(body).finish(),
+            ScriptStep::Callback(_) => f.write_str("Callback(..)"),
+        }
+    }
+}
+
+/// The server; it stops when dropped.
+///
+/// It runs on a thread and runtime of its own, so it serves whatever the test does:
+/// a current-thread or multi-thread runtime, tokio's paused clock, or a plain `#[test]`
+/// that waits on a child process.
+#[derive(Debug)]
+pub struct ScriptedLlmServer {
+    dialect: Dialect,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Shared {
+    dialect: Dialect,
+    state: Mutex<Recorded>,
+}
+
+#[derive(Debug, Default)]
+struct Recorded {
+    script: VecDeque<ScriptStep>,
+    /// Every request body, in order (a body that is not JSON as a JSON string).
+    requests: Vec<Value>,
+    headers: Vec<BTreeMap<String, String>>,
+    /// How many steps were taken from the script.
+    answered: usize,
+    /// The number of the last tool call id given.
+    last_call: u32,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, Recorded> {
+        // A panicking callback poisons nothing worth refusing: the records stay whole.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl ScriptedLlmServer {
+    /// A server on `127.0.0.1` at a free port, answering `script` in order.
+    pub fn start(dialect: Dialect, script: Vec<ScriptStep>) -> ScriptedLlmServer {
+        let shared = Arc::new(Shared {
+            dialect,
+            state: Mutex::new(Recorded { script: script.into(), ..Recorded::default() }),
+        });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("a test machine can bind a loopback port");
+        listener.set_nonblocking(true).expect("a bound socket can be made non-blocking");
+        let addr = listener.local_addr().expect("a bound socket has an address");
+        let path = match dialect {
+            Dialect::OpenAi => "/v1/chat/completions",
+            Dialect::Anthropic => "/v1/messages",
+        };
+        let app = Router::new()
+            .route(path, post(answer))
+            .fallback(|| async {
+                error_response(StatusCode::NOT_FOUND, "no such endpoint on the scripted server")
+            })
+            .with_state(Arc::clone(&shared));
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        std::thread::Builder::new()
+            .name(format!("scripted-llm-{}", addr.port()))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a test machine can start a tokio runtime");
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)
+                        .expect("a non-blocking listener registers with tokio");
+                    // Requests still open (a delayed answer) end with the runtime.
+                    tokio::select! {
+                        _ = axum::serve(listener, app).into_future() => {}
+                        () = stopped.cancelled() => {}
+                    }
+                });
+            })
+            .expect("a test machine can start a thread");
+        ScriptedLlmServer { dialect, addr, shared, stop }
+    }
+
+    /// The `baseUrl` to configure: `http://127.0.0.1:PORT/v1` for OpenAI,
+    /// `http://127.0.0.1:PORT` for Anthropic.
+    pub fn base_url(&self) -> String {
+        match self.dialect {
+            Dialect::OpenAi => format!("http://{}/v1", self.addr),
+            Dialect::Anthropic => format!("http://{}", self.addr),
+        }
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request body received, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.shared.state().requests.clone()
+    }
+
+    /// The headers of every request received, in order, by lowercase name.
+    pub fn request_headers(&self) -> Vec<BTreeMap<String, String>> {
+        self.shared.state().headers.clone()
+    }
+
+    /// Appends `steps` to what is left of the script.
+    pub fn push_steps(&self, steps: impl IntoIterator<Item = ScriptStep>) {
+        self.shared.state().script.extend(steps);
+    }
+
+    /// How many steps of the script are left.
+    pub fn remaining_steps(&self) -> usize {
+        self.shared.state().script.len()
+    }
+}
+
+impl Drop for ScriptedLlmServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Records the request and answers it with the next step.
+async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let request = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let step = {
+        let mut state = shared.state();
+        state.requests.push(request.clone());
+        let headers = headers
+            .iter()
+            .map(|(name, value)| {
+                (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
+            })
+            .collect();
+        state.headers.push(headers);
+        match state.script.pop_front() {
+            Some(step) => {
+                state.answered += 1;
+                step
+            }
+            None => {
+                let message = format!("script exhausted after {} requests", state.answered);
+                return error_response(StatusCode::INTERNAL_SERVER_ERROR, &message);
+            }
+        }
+    };
+    let mut step = step;
+    loop {
+        step = match step {
+            ScriptStep::Delay(delay, next) => {
+                tokio::time::sleep(delay).await;
+                *next
+            }
+            // Called without the lock held: the callback is the test's code.
+            ScriptStep::Callback(callback) => callback(&request),
+            step => return render(&shared, step, &request, body.len()),
+        };
+    }
+}
+
+/// `step` in the dialect's wire format.
+fn render(shared: &Shared, step: ScriptStep, request: &Value, request_len: usize) -> Response {
+    let (text, calls) = match step {
+        ScriptStep::Text(text) => (Some(text), Vec::new()),
+        ScriptStep::ToolCalls(calls) => (None, raw_calls(calls)),
+        ScriptStep::TextAndToolCalls(text, calls) => (Some(text), raw_calls(calls)),
+        ScriptStep::RawToolCall { name, raw_arguments } => (None, vec![(name, raw_arguments)]),
+        ScriptStep::Status { status, body, retry_after } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut headers = HeaderMap::new();
+            let kind = if serde_json::from_str::<Value>(&body).is_ok() {
+                "application/json"
+            } else {
+                "text/plain; charset=utf-8"
+            };
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+            if let Some(value) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+                headers.insert(header::RETRY_AFTER, value);
+            }
+            return (status, headers, body).into_response();
+        }
+        ScriptStep::Raw(body) => return json_response(StatusCode::OK, body),
+        ScriptStep::Delay(..) | ScriptStep::Callback(_) => {
+            unreachable!("delays and callbacks are resolved before rendering")
+        }
+    };
+    let ids: Vec<String> = {
+        let mut state = shared.state();
+        calls
+            .iter()
+            .map(|_| {
+                state.last_call += 1;
+                format!("call_{}", state.last_call)
+            })
+            .collect()
+    };
+    let model = request.get("model").and_then(Value::as_str).unwrap_or("scripted");
+    let input_tokens = request_len / 4;
+    let body = match shared.dialect {
+        Dialect::OpenAi => {
+            let tool_calls: Vec<Value> = calls
+                .iter()
+                .zip(&ids)
+                .map(|((name, arguments), id)| {
+                    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+                })
+                .collect();
+            let mut message = json!({"role": "assistant", "content": text});
+            if !tool_calls.is_empty() {
+                message["tool_calls"] = Value::Array(tool_calls);
+            }
+            let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+            json!({
+                "id": format!("chatcmpl-{}", ids.first().map_or("text", String::as_str)),
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": null}],
+                "usage": {"prompt_tokens": input_tokens, "completion_tokens": 10, "total_tokens": input_tokens + 10},
+            })
+        }
+        Dialect::Anthropic => {
+            let mut content = Vec::new();
+            if let Some(text) = text {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for ((name, arguments), id) in calls.iter().zip(&ids) {
+                let input = serde_json::from_str::<Value>(arguments)
+                    .unwrap_or_else(|_| Value::String(arguments.clone()));
+                content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            }
+            let stop = if calls.is_empty() { "end_turn" } else { "tool_use" };
+            json!({
+                "id": "msg_scripted",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": null,
+                "usage": {"input_tokens": input_tokens, "output_tokens": 10},
+            })
+        }
+    };
+    json_response(StatusCode::OK, body.to_string())
+}
+
+/// Calls with their arguments as JSON text.
+fn raw_calls(calls: Vec<ScriptedCall>) -> Vec<(String, String)> {
+    calls.into_iter().map(|(name, arguments)| (name, arguments.to_string())).collect()
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
+        .into_response()
+}
+
+/// An error in the shape both APIs use.
+fn error_response(status: StatusCode, message: &str) -> Response {
+    let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
+    json_response(status, body.to_string())
+}
