@@ -288,6 +288,7 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         }
     };
     let mut step = step;
+    let answer = |text, calls| render(&shared, text, calls, &request, body.len());
     loop {
         step = match step {
             ScriptStep::Delay(delay, next) => {
@@ -296,37 +297,46 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             }
             // Called without the lock held: the callback is the test's code.
             ScriptStep::Callback(callback) => callback(&request),
-            step => return render(&shared, step, &request, body.len()),
+            ScriptStep::Text(text) => return answer(Some(text), Vec::new()),
+            ScriptStep::ToolCalls(calls) => return answer(None, raw_calls(calls)),
+            ScriptStep::TextAndToolCalls(text, calls) => {
+                return answer(Some(text), raw_calls(calls));
+            }
+            ScriptStep::RawToolCall { name, raw_arguments } => {
+                return answer(None, vec![(name, raw_arguments)]);
+            }
+            ScriptStep::Status { status, body, retry_after } => {
+                return status_response(status, body, retry_after);
+            }
+            ScriptStep::Raw(body) => return json_response(StatusCode::OK, body),
         };
     }
 }
 
-/// `step` in the dialect's wire format.
-fn render(shared: &Shared, step: ScriptStep, request: &Value, request_len: usize) -> Response {
-    let (text, calls) = match step {
-        ScriptStep::Text(text) => (Some(text), Vec::new()),
-        ScriptStep::ToolCalls(calls) => (None, raw_calls(calls)),
-        ScriptStep::TextAndToolCalls(text, calls) => (Some(text), raw_calls(calls)),
-        ScriptStep::RawToolCall { name, raw_arguments } => (None, vec![(name, raw_arguments)]),
-        ScriptStep::Status { status, body, retry_after } => {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut headers = HeaderMap::new();
-            let kind = if serde_json::from_str::<Value>(&body).is_ok() {
-                "application/json"
-            } else {
-                "text/plain; charset=utf-8"
-            };
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-            if let Some(value) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                headers.insert(header::RETRY_AFTER, value);
-            }
-            return (status, headers, body).into_response();
-        }
-        ScriptStep::Raw(body) => return json_response(StatusCode::OK, body),
-        ScriptStep::Delay(..) | ScriptStep::Callback(_) => {
-            unreachable!("delays and callbacks are resolved before rendering")
-        }
+/// An error response as scripted.
+fn status_response(status: u16, body: String, retry_after: Option<String>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut headers = HeaderMap::new();
+    let kind = if serde_json::from_str::<Value>(&body).is_ok() {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
     };
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    if let Some(value) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(header::RETRY_AFTER, value);
+    }
+    (status, headers, body).into_response()
+}
+
+/// An answer of `text` and `calls` (name, arguments as text) in the dialect's format.
+fn render(
+    shared: &Shared,
+    text: Option<String>,
+    calls: Vec<(String, String)>,
+    request: &Value,
+    request_len: usize,
+) -> Response {
     let ids: Vec<String> = {
         let mut state = shared.state();
         calls
