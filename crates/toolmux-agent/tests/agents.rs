@@ -1,6 +1,8 @@
 //! Agents against a scripted model and a real orchestrator of mock providers: the loop,
 //! the session's own tools, sub-agents through the pipeline, hand-offs and limits.
 
+#![allow(clippy::unwrap_used, reason = "tests: a panic is the failure report")]
+
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};

@@ -51,10 +51,6 @@ pub struct ModelConfig {
     /// (default 3), waiting as the API asks (`Retry-After`) or backing off exponentially.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
-    /// The model's context window in tokens, for the agent's context budget (default:
-    /// none, no budget).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context_window: Option<u64>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -71,7 +67,6 @@ impl std::fmt::Debug for ModelConfig {
             .field("temperature", &self.temperature)
             .field("timeout_ms", &self.timeout_ms)
             .field("max_retries", &self.max_retries)
-            .field("context_window", &self.context_window)
             .finish()
     }
 }

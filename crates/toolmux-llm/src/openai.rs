@@ -42,6 +42,13 @@ impl Model for OpenAiModel {
     }
 }
 
+/// The name of the output limit at `url`: OpenAI's own API has deprecated `max_tokens` and
+/// its reasoning models refuse it, while the servers that copy the API (vLLM, llama.cpp,
+/// Ollama, LiteLLM) know only `max_tokens`.
+fn limit_field(url: &reqwest::Url) -> &'static str {
+    if url.host_str() == Some("api.openai.com") { "max_completion_tokens" } else { "max_tokens" }
+}
+
 impl OpenAiModel {
     /// The request's body in the chat completions format.
     fn body(&self, request: &ModelRequest) -> Value {
@@ -55,7 +62,8 @@ impl OpenAiModel {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.endpoint.model));
         body.insert("messages".into(), Value::Array(messages));
-        body.insert("max_tokens".into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
+        let limit = limit_field(&self.endpoint.url);
+        body.insert(limit.into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body.insert("temperature".into(), json!(temperature));
         }
@@ -232,4 +240,17 @@ fn parse_call(
         Some(arguments) => out.arguments = arguments.clone(),
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::limit_field;
+
+    #[test]
+    fn openai_itself_gets_max_completion_tokens() {
+        let field = |url: &str| limit_field(&url.parse().expect("a URL"));
+        assert_eq!(field("https://api.openai.com/v1/chat/completions"), "max_completion_tokens");
+        assert_eq!(field("http://127.0.0.1:11434/v1/chat/completions"), "max_tokens");
+        assert_eq!(field("https://openrouter.example/api/v1/chat/completions"), "max_tokens");
+    }
 }

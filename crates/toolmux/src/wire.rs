@@ -452,20 +452,18 @@ fn agents(
     let file = loaded.source_name();
     let section = &loaded.config;
     if section.agents.is_empty() {
-        if let Some(router) = &section.router {
-            if !router.destinations.is_empty() {
-                return Err(ToolmuxError::config(
-                    file,
-                    "router: destinations name agents, but no `agents` are configured",
-                ));
-            }
+        if section.router.as_ref().is_some_and(|r| !r.destinations.is_empty()) {
+            return Err(ToolmuxError::config(
+                file,
+                "router: destinations name agents, but no `agents` are configured",
+            ));
         }
         return Ok(None);
     }
     let mut models = std::collections::BTreeMap::new();
     for (name, model) in &section.models {
         let client = toolmux_llm::connect(name, model)
-            .map_err(|e| ToolmuxError::config(file, format!("models.{name}: {e}")))?;
+            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
         models.insert(name.clone(), client);
     }
     let definitions = AgentDefinitions {

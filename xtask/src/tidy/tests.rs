@@ -189,6 +189,8 @@ fn every_rule_is_checked_on_a_broken_workspace() {
             ("crates/toolmux-orchestrator/src/lib.rs", lib),
             ("crates/toolmux-agent/Cargo.toml", &agent),
             ("crates/toolmux-agent/src/lib.rs", lib),
+            ("crates/toolmux-llm/Cargo.toml", &manifest("toolmux-llm", "")),
+            ("crates/toolmux-llm/src/lib.rs", lib),
             ("crates/toolmux-test-support/Cargo.toml", &test_support),
             ("crates/toolmux-test-support/src/lib.rs", lib),
             ("crates/toolmux-cli/Cargo.toml", &manifest("toolmux-cli", "")),
