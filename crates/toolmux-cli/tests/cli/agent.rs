@@ -197,3 +197,68 @@ fn agents_are_listed() {
     let json: Value = serde_json::from_str(project.run(&["agent", "list", "--json"]).ok()).unwrap();
     assert_eq!(json[1]["name"], "reader");
 }
+
+#[test]
+fn mcp_clients_call_agents_through_the_gateway_with_progress() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::process::Stdio;
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__ls", json!({})),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "one file: notes.md"}),
+            ),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap();
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "agent__reader", "arguments": {"prompt": "list the files"},
+        "_meta": {"progressToken": "p1"}}}));
+    let mut progress = Vec::new();
+    let answer = loop {
+        let line = lines.recv_timeout(std::time::Duration::from_secs(60)).expect("an answer");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["method"] == "notifications/progress" {
+            progress.push(message["params"]["message"].as_str().unwrap_or_default().to_owned());
+        } else if message["id"] == 2 {
+            break message;
+        }
+    };
+    drop(send);
+    drop(stdin);
+    // End of input ends the server.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "one file: notes.md", "{answer}");
+    assert!(progress.iter().any(|m| m == "reader: turn 1: fs__ls"), "{progress:?}");
+    let listing = last_tool_result(&server.requests()[1]);
+    assert!(listing.contains("notes.md"), "{listing}");
+}
