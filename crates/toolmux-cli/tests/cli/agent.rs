@@ -230,14 +230,22 @@ fn mcp_clients_call_agents_through_the_gateway_with_progress() {
             }
         }
     });
-    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap();
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    let send = |stdin: &mut std::process::ChildStdin, message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+    };
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}));
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "agent__reader", "arguments": {"prompt": "list the files"},
-        "_meta": {"progressToken": "p1"}}}));
+        "_meta": {"progressToken": "p1"}}}),
+    );
     let mut progress = Vec::new();
     let answer = loop {
         let line = lines.recv_timeout(std::time::Duration::from_secs(60)).expect("an answer");
@@ -248,7 +256,6 @@ fn mcp_clients_call_agents_through_the_gateway_with_progress() {
             break message;
         }
     };
-    drop(send);
     drop(stdin);
     // End of input ends the server.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
