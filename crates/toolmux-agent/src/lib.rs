@@ -432,9 +432,10 @@ impl ToolProvider for AgentProvider {
         }
         // The orchestrator made this call's operation `agent__{name}`; the agent's calls
         // are its children.
+        let tool = format!("{NAMESPACE}__{name}");
         let ctx = match ctx.op() {
-            Some(op) if op.tool().ends_with(name) => ctx.clone(),
-            _ => ctx.clone().with_op(Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned())),
+            Some(op) if op.tool() == tool => ctx.clone(),
+            _ => ctx.clone().with_op(Op::new(tool, ctx.op().cloned())),
         };
         match self.agents.run_from(name, prompt, &ctx, &RunOptions::default()).await {
             Ok(report) => Ok(report.to_output()),
