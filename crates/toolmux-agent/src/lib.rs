@@ -42,6 +42,7 @@
 
 mod config;
 mod error;
+mod handler;
 pub mod internal;
 mod report;
 mod session;
@@ -51,10 +52,11 @@ pub use error::AgentError;
 pub use report::{AgentReport, AgentStatus};
 
 use async_trait::async_trait;
+use handler::AgentHandler;
 use serde_json::{Value, json};
 use session::{Session, SessionEnd};
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use toolmux_core::{
     CallContext, Op, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
 };
@@ -216,17 +218,26 @@ impl Agents {
                 .filter(|d| **d != current)
                 .cloned()
                 .collect();
+            // The agent is its tools' MCP client: their sampling requests go to its model.
+            let handler = Arc::new(AgentHandler {
+                caller: ctx.handler().cloned(),
+                model: model.clone(),
+                cancel: ctx.cancel_token().clone(),
+                used: Mutex::default(),
+            });
             let session = Session {
                 name: &current,
                 config,
                 model,
                 orchestrator: orchestrator.clone(),
-                ctx: ctx.clone(),
+                ctx: ctx.clone().with_handler(handler.clone()),
                 destinations,
                 keep_transcript: options.transcript,
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
-            match session.run(task.clone()).await {
+            let end = session.run(task.clone()).await;
+            totals.usage += handler.used();
+            match end {
                 SessionEnd::Report(mut report) => {
                     report.turns += totals.turns;
                     report.tool_calls += totals.tool_calls;

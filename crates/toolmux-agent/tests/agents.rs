@@ -605,3 +605,67 @@ async fn inconsistent_definitions_are_refused_with_what_to_fix() {
     let detached = agents.run("a", "t", &CallContext::new()).await.unwrap_err();
     assert!(matches!(detached, AgentError::Detached));
 }
+
+/// A provider whose one tool asks its caller's model (MCP sampling) and returns the answer.
+#[derive(Debug)]
+struct Sampler;
+
+#[async_trait]
+impl toolmux_core::ToolProvider for Sampler {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Mcp
+    }
+
+    fn namespace(&self) -> &str {
+        "sampler"
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        Ok(vec![ToolSpec::new("ask", "Asks the caller's model", ToolSpec::any_object_schema())])
+    }
+
+    async fn call(
+        &self,
+        _name: &str,
+        _arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        let mut request = toolmux_core::SamplingRequest::text("Name a colour", 20);
+        request.system_prompt = Some("One word.".into());
+        let answer = ctx.sample(request).await?;
+        Ok(toolmux_core::ToolOutput::text(format!("the model said {:?}", answer.content)))
+    }
+}
+
+#[tokio::test]
+async fn the_agent_answers_its_tools_sampling_with_its_model() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("sampler__ask", json!({}))])
+            .then(|request| {
+                // The tool's sampling request: its system prompt, no tools.
+                assert_eq!(request.system.as_deref(), Some("One word."));
+                assert!(request.tools.is_empty());
+                assert_eq!(request.messages, vec![Message::user("Name a colour")]);
+                Ok(used(ModelResponse::text("teal")))
+            })
+            .then(|request| {
+                let results = tool_results(request);
+                Ok(ModelResponse::text(format!("tool: {}", results[0].0)))
+            }),
+    );
+    let models: BTreeMap<String, Arc<dyn Model>> =
+        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]);
+    let agents = Agents::new(one("a", agent("m")), models).unwrap();
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(Sampler))
+        .build()
+        .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    assert!(report.content.contains("teal"), "{}", report.content);
+    // The first turn and the sampling answer carry usage; the last step none.
+    assert_eq!(report.usage, Usage { input_tokens: 200, output_tokens: 20 });
+}

@@ -31,6 +31,7 @@ mod error;
 mod http;
 mod message;
 mod openai;
+mod sampling;
 
 pub use config::{ApiKind, ModelConfig};
 pub use error::ModelError;
@@ -38,6 +39,7 @@ pub use message::{
     Message, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice, ToolDefinition,
     ToolResultMessage, Usage,
 };
+pub use sampling::{sampling_request, sampling_response};
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};

@@ -269,3 +269,42 @@ fn mcp_clients_call_agents_through_the_gateway_with_progress() {
     let listing = last_tool_result(&server.requests()[1]);
     assert!(listing.contains("notes.md"), "{listing}");
 }
+
+#[test]
+fn an_agent_answers_server_everythings_sampling_request_with_its_model() {
+    let node = crate::peer("node/node_modules/.bin/node");
+    let everything =
+        crate::peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call(
+                "everything__trigger-sampling-request",
+                json!({"prompt": "name a colour", "maxTokens": 20}),
+            ),
+            // server-everything's sampling request, answered by the agent's model.
+            ScriptStep::text("teal"),
+            ScriptStep::callback(|request| {
+                ScriptStep::text(format!("the server got: {}", last_tool_result(request)))
+            }),
+        ],
+    );
+    let extra = format!(
+        "  sampler:\n    model: fast\n    tools: ['everything__*']\n\
+         mcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n",
+        node.display(),
+        everything.display()
+    );
+    let project = project(&server, "openai", &extra);
+    let run = project.run(&["agent", "run", "sampler", "make the server sample", "--json"]);
+    let report: Value = serde_json::from_str(run.ok()).expect("a JSON report");
+    assert_eq!(report["status"], "success", "{report}");
+    let content = report["content"].as_str().unwrap();
+    assert!(content.contains("teal") && content.contains("LLM sampling result"), "{content}");
+    let sampling = &server.requests()[1];
+    assert_eq!(sampling["messages"][0]["content"], "You are a helpful test server.");
+    let asked = sampling["messages"][1]["content"].as_str().unwrap();
+    assert!(asked.ends_with("name a colour"), "{asked}");
+    assert_eq!(sampling["max_tokens"], 20);
+    assert!(sampling.get("tools").is_none(), "{sampling}");
+}
