@@ -308,3 +308,77 @@ fn an_agent_answers_server_everythings_sampling_request_with_its_model() {
     assert_eq!(sampling["max_tokens"], 20);
     assert!(sampling.get("tools").is_none(), "{sampling}");
 }
+
+#[test]
+fn an_agents_question_reaches_the_mcp_client_as_an_elicitation() {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::process::Stdio;
+    let server = ScriptedLlmServer::start(
+        Dialect::Anthropic,
+        vec![
+            ScriptStep::tool_call("agent__ask_user", json!({"question": "Which file?"})),
+            ScriptStep::callback(|request| {
+                let messages = request["messages"].as_array().unwrap();
+                let blocks = messages.last().unwrap()["content"].as_array().unwrap();
+                let answer = blocks[0]["content"].as_str().unwrap_or_default().to_owned();
+                ScriptStep::text(format!("you chose {answer}"))
+            }),
+        ],
+    );
+    let project = project(&server, "anthropic", "    askUser: true\n");
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let send = |stdin: &mut std::process::ChildStdin, message: Value| {
+        writeln!(stdin, "{message}").unwrap();
+    };
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "t", "version": "1"}}}),
+    );
+    send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(
+        &mut stdin,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "agent__reader", "arguments": {"prompt": "open a file"}}}),
+    );
+    let mut asked = None;
+    let answer = loop {
+        let line = lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["method"] == "elicitation/create" {
+            asked = Some(message["params"]["message"].clone());
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "action": "accept", "content": {"answer": "notes.md"}}}),
+            );
+        } else if message["id"] == 2 {
+            break message;
+        }
+    };
+    drop(stdin);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(asked, Some(json!("Which file?")));
+    assert_eq!(answer["result"]["content"][0]["text"], "you chose notes.md", "{answer}");
+}

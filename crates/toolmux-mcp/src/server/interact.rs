@@ -191,6 +191,26 @@ impl InteractionHandler for ClientInteraction {
         }
     }
 
+    /// A tool's (or an agent's) question becomes an elicitation of one text answer when the
+    /// client offers it; a declined or cancelled elicitation, or a client without it, is no
+    /// answer.
+    async fn clarify(&self, question: &str) -> Option<String> {
+        let request = ElicitationRequest::new(
+            question,
+            json!({
+                "type": "object",
+                "properties": {"answer": {"type": "string", "title": "Your answer"}},
+                "required": ["answer"],
+            }),
+        );
+        let answer = self.elicit(request).await.ok()?;
+        if answer.action != toolmux_core::ElicitationAction::Accept {
+            return None;
+        }
+        let text = answer.content.as_ref()?.get("answer")?.as_str()?;
+        Some(text.to_owned()).filter(|t| !t.trim().is_empty())
+    }
+
     async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
         let params = convert::sampling_params(&request);
         let answer = self.ask(Need::Sampling, request.key.as_deref(), params).await?;
