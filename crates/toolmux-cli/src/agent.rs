@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolmux::config::Loaded;
 use toolmux::toolmux_agent::{AgentStatus, RunOptions};
-use toolmux::toolmux_core::{ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler};
+use toolmux::toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ProgressSink,
+};
 
 pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     let agents = &loaded.config.agents;
@@ -95,9 +97,17 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         args.name,
         std::process::id()
     ));
-    // A person at a terminal answers the agent's questions and approves calls that ask.
-    if !from_stdin && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
-        ctx = ctx.with_handler(Arc::new(Terminal));
+    // A person at a terminal answers the agent's questions and approves calls that ask,
+    // and sees each turn's calls as they start.
+    if std::io::stderr().is_terminal() {
+        ctx = ctx.with_progress(ProgressSink::new(|progress| {
+            if let Some(message) = progress.message {
+                eprintln!("· {message}");
+            }
+        }));
+        if !from_stdin && std::io::stdin().is_terminal() {
+            ctx = ctx.with_handler(Arc::new(Terminal));
+        }
     }
     let options = RunOptions { transcript: args.transcript };
     let run = agents.run_with(&args.name, &task, &ctx, &options);

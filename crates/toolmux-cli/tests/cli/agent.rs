@@ -382,3 +382,31 @@ fn an_agents_question_reaches_the_mcp_client_as_an_elicitation() {
     assert_eq!(asked, Some(json!("Which file?")));
     assert_eq!(answer["result"]["content"][0]["text"], "you chose notes.md", "{answer}");
 }
+
+#[test]
+fn at_a_terminal_each_turn_is_shown_as_it_starts() {
+    use std::process::{Command, Stdio};
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![ScriptStep::tool_call("fs__ls", json!({})), ScriptStep::text("done")],
+    );
+    let project = project(&server, "openai", "");
+    // `script` gives the binary a terminal for stdin, stdout and stderr.
+    let line = format!("{} agent run reader 'list the files'", crate::toolmux_bin());
+    let child = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(project.path())
+        .env_remove("TOOLMUX_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("TMPDIR", project.path().join("tmp"))
+        .env("LLM_KEY", KEY)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) runs");
+    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    let out = run.ok();
+    assert!(out.contains("· reader: turn 1: fs__ls"), "{out}");
+    assert!(out.contains("done"), "{out}");
+}
