@@ -13,7 +13,7 @@ use toolmux_llm::{
     Message, Model, ModelRequest, ModelToolCall, ToolChoice, ToolDefinition, ToolResultMessage,
     Usage,
 };
-use toolmux_orchestrator::{ArgumentValidator, Orchestrator};
+use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
 
 /// How a session ended.
 #[derive(Debug)]
@@ -150,6 +150,9 @@ impl Session<'_> {
             }
             figures.turns += 1;
             let last = figures.turns >= max_turns;
+            if let Some(window) = self.model.context_window() {
+                fit_context(&mut request, window);
+            }
             let answer = if last {
                 // The last turn: only the report may be called, and the model is told so.
                 let mut last_request = request.clone();
@@ -540,4 +543,75 @@ struct State {
     output_check: Option<ArgumentValidator>,
     /// The last `agent__task_status`.
     task_status: Option<Value>,
+}
+
+/// The share of the context window a request may fill: the rest is for the answer and for
+/// the estimate's error (four bytes a token).
+const CONTEXT_SHARE: f64 = 0.8;
+
+/// Tool results shorter than this are never elided: the note would save nothing.
+const ELIDE_MIN: usize = 400;
+
+/// Keeps `request` within [`CONTEXT_SHARE`] of a `window` of tokens by replacing the oldest
+/// tool results (never the latest turn's) with a note saying what was there. The
+/// conversation is changed for good, so later turns send the same prefix. A request still
+/// too large after that (one huge message) is sent as it is, and the API says so.
+pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
+    let budget = (window as f64 * CONTEXT_SHARE) as u64;
+    let mut size = request_tokens(request);
+    let mut elided = 0;
+    let last_results = request.messages.iter().rposition(|m| matches!(m, Message::Tool { .. }));
+    for (at, message) in request.messages.iter_mut().enumerate() {
+        if size <= budget {
+            break;
+        }
+        let Message::Tool { results } = message else { continue };
+        if Some(at) == last_results {
+            break;
+        }
+        for result in results.iter_mut().filter(|r| r.content.len() >= ELIDE_MIN) {
+            if size <= budget {
+                break;
+            }
+            let note = format!(
+                "(this result, {} characters, was elided to keep the conversation within the \
+                 model's context window; call the tool again if you need it)",
+                result.content.len()
+            );
+            size -=
+                estimate_tokens(result.content.len()).saturating_sub(estimate_tokens(note.len()));
+            result.content = note;
+            elided += 1;
+        }
+    }
+    if elided > 0 {
+        tracing::debug!(target: "toolmux::agent", elided, tokens = size, window, "tool results elided");
+    }
+    elided
+}
+
+/// The request's size in tokens, estimated as the orchestrator's budget does.
+fn request_tokens(request: &ModelRequest) -> u64 {
+    let text: usize = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::User { content } => content.len(),
+            Message::Assistant { content, tool_calls } => {
+                content.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.to_string().len())
+                        .sum::<usize>()
+            }
+            Message::Tool { results } => results.iter().map(|r| r.content.len()).sum(),
+        })
+        .sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+        .sum();
+    let system = request.system.as_ref().map_or(0, String::len);
+    estimate_tokens(text + tools + system)
 }

@@ -28,6 +28,8 @@ struct ScriptedModel {
     requests: Mutex<Vec<ModelRequest>>,
     /// Wait for cancellation instead of answering once the script is done.
     hang_when_done: bool,
+    /// The context window it claims.
+    window: Option<u64>,
 }
 
 impl std::fmt::Debug for ScriptedModel {
@@ -86,6 +88,10 @@ impl Model for ScriptedModel {
         &self.name
     }
 
+    fn context_window(&self) -> Option<u64> {
+        self.window
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,
@@ -127,6 +133,7 @@ async fn setup(definitions: AgentDefinitions, models: Vec<Arc<ScriptedModel>>) -
             .with_tool("echo", Behavior::Echo)
             .with_tool("other", Behavior::Text("other".into()))
             .with_tool("broken", Behavior::Fail("the disk is on fire".into()))
+            .with_tool("big", Behavior::Big(8000))
             .with_spec(
                 ToolSpec::new("done", "Ends the turn", ToolSpec::any_object_schema())
                     .with_annotations(ToolAnnotations {
@@ -668,4 +675,47 @@ async fn the_agent_answers_its_tools_sampling_with_its_model() {
     assert!(report.content.contains("teal"), "{}", report.content);
     // The first turn and the sampling answer carry usage; the last step none.
     assert_eq!(report.usage, Usage { input_tokens: 200, output_tokens: 20 });
+}
+
+#[tokio::test]
+async fn old_tool_results_give_way_to_the_context_window() {
+    let mut model = ScriptedModel::new("m");
+    model.window = Some(6000);
+    let model = Arc::new(
+        model
+            .calls(vec![("mock__big", json!({}))])
+            .calls(vec![("mock__big", json!({}))])
+            .calls(vec![("mock__big", json!({}))])
+            .report("success", "read it all"),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    let requests = model.requests();
+    let results = |request: &ModelRequest| -> Vec<usize> {
+        request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { results } => Some(results[0].content.len()),
+                _ => None,
+            })
+            .collect()
+    };
+    // Two results of about 2,000 tokens each fit in 80% of 6,000; the third does not, and
+    // the oldest gives way, for good; the latest is never cut.
+    let third = results(&requests[2]);
+    assert!(third.iter().all(|&n| n > 7000), "{third:?}");
+    let fourth = results(&requests[3]);
+    assert!(fourth[0] < 300 && fourth[1] > 7000 && fourth[2] > 7000, "{fourth:?}");
+    match &requests[3].messages[2] {
+        Message::Tool { results } => {
+            assert!(
+                results[0].content.contains("elided to keep the conversation"),
+                "{}",
+                results[0].content
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 }

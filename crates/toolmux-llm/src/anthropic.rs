@@ -27,6 +27,10 @@ impl Model for AnthropicModel {
         &self.endpoint.name
     }
 
+    fn context_window(&self) -> Option<u64> {
+        self.endpoint.context_window
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

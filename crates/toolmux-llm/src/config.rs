@@ -51,6 +51,11 @@ pub struct ModelConfig {
     /// (default 3), waiting as the API asks (`Retry-After`) or backing off exponentially.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
+    /// The model's context window in tokens. An agent on this model keeps its conversation
+    /// within about 80% of it by replacing its oldest tool results with a note (default:
+    /// no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -67,6 +72,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("temperature", &self.temperature)
             .field("timeout_ms", &self.timeout_ms)
             .field("max_retries", &self.max_retries)
+            .field("context_window", &self.context_window)
             .finish()
     }
 }

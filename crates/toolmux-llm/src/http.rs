@@ -43,6 +43,8 @@ pub(crate) struct Endpoint {
     pub(crate) api_key: Option<String>,
     pub(crate) timeout: Duration,
     pub(crate) max_retries: u32,
+    /// The model's context window in tokens, as configured.
+    pub(crate) context_window: Option<u64>,
 }
 
 // By hand, so that neither the key nor any header value (an `Authorization` given in

@@ -69,6 +69,12 @@ pub trait Model: Send + Sync + fmt::Debug {
     /// The configured name of this model (`fast`, `claude`), for messages and accounting.
     fn name(&self) -> &str;
 
+    /// The model's context window in tokens, when known: agents keep their conversation
+    /// within it.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+
     /// One completion of `request`.
     async fn complete(
         &self,
@@ -186,6 +192,7 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
         api_key: api_key.map(str::to_owned),
         timeout: Duration::from_millis(timeout_ms),
         max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+        context_window: config.context_window,
     };
     let max_tokens = config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let temperature = config.temperature;
