@@ -38,6 +38,11 @@ pub struct AgentConfig {
     /// The most model turns before it must report (default 25).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
+    /// Tokens (read and written, its sub-agents' and its tools' sampling included) the
+    /// agent may use on a task; once they are spent, its next turn is its last and it may
+    /// only report. Default: no budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
     /// Offer `agent__task_status`, with which the model records its progress (reported to
     /// the caller as progress notifications).
     #[serde(default)]

@@ -233,6 +233,7 @@ impl Agents {
                 ctx: ctx.clone().with_handler(handler.clone()),
                 destinations,
                 keep_transcript: options.transcript,
+                handler: handler.clone(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
             let end = session.run(task.clone()).await;

@@ -2,6 +2,7 @@
 //! reports, hands the task off, asks a question nobody can answer, or runs out of turns.
 
 use crate::config::{AgentConfig, DEFAULT_MAX_TURNS};
+use crate::handler::AgentHandler;
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use futures::future::join_all;
@@ -74,6 +75,9 @@ pub(crate) struct Session<'a> {
     pub(crate) destinations: Vec<String>,
     /// Keep the conversation in the report.
     pub(crate) keep_transcript: bool,
+    /// What the session answers for its tools (sampling with its model, whose tokens count
+    /// toward the budget).
+    pub(crate) handler: Arc<AgentHandler>,
 }
 
 impl Session<'_> {
@@ -149,7 +153,22 @@ impl Session<'_> {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
             }
             figures.turns += 1;
-            let last = figures.turns >= max_turns;
+            let sampled = self.handler.used();
+            let spent = figures.usage.input_tokens
+                + figures.usage.output_tokens
+                + sampled.input_tokens
+                + sampled.output_tokens;
+            // Why this turn must be the last, if it must.
+            let limit = match self.config.token_budget {
+                Some(budget) if spent >= budget => {
+                    Some(format!("the token budget of {budget} is spent ({spent} used)"))
+                }
+                _ if figures.turns >= max_turns => {
+                    Some(format!("the limit of {max_turns} turns is reached"))
+                }
+                _ => None,
+            };
+            let last = limit.is_some();
             if let Some(window) = self.model.context_window() {
                 fit_context(&mut request, window);
             }
@@ -157,9 +176,9 @@ impl Session<'_> {
                 // The last turn: only the report may be called, and the model is told so.
                 let mut last_request = request.clone();
                 last_request.messages.push(Message::user(format!(
-                    "(This is your last turn: the limit of {max_turns} turns is reached. Call \
-                     {FINAL_REPORT} now with what you have; use status partial or failure if the \
-                     task is not done.)"
+                    "(This is your last turn: {}. Call {FINAL_REPORT} now with what you have; use \
+                     status partial or failure if the task is not done.)",
+                    limit.as_deref().unwrap_or_default()
                 )));
                 last_request.tools =
                     vec![internal::final_report(self.config.output_schema.as_ref())];
@@ -185,9 +204,8 @@ impl Session<'_> {
                     report.content = answer.content;
                     break SessionEnd::Report(report);
                 }
-                if last {
-                    let message =
-                        format!("the turn limit of {max_turns} was reached without a final report");
+                if let Some(limit) = &limit {
+                    let message = format!("{limit}, and the model gave no final report");
                     break SessionEnd::Report(self.failed(&figures, message));
                 }
                 request.messages.push(Message::user(format!(
@@ -216,9 +234,8 @@ impl Session<'_> {
             if let Some(end) = self.decide(effects, &figures) {
                 break end;
             }
-            if last {
-                let message =
-                    format!("the turn limit of {max_turns} was reached without a final report");
+            if let Some(limit) = &limit {
+                let message = format!("{limit}, and the model gave no final report");
                 break SessionEnd::Report(self.failed(&figures, message));
             }
         };

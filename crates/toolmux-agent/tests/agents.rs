@@ -290,7 +290,10 @@ async fn no_report_within_the_turn_limit_is_a_failure() {
     let s = setup(one("a", AgentConfig { max_turns: Some(2), ..agent("m") }), vec![model]).await;
     let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
     assert_eq!(report.status, AgentStatus::Failure);
-    assert!(report.content.contains("turn limit of 2"), "{}", report.content);
+    assert_eq!(
+        report.content,
+        "the limit of 2 turns is reached, and the model gave no final report"
+    );
 }
 
 #[tokio::test]
@@ -715,6 +718,29 @@ async fn old_tool_results_give_way_to_the_context_window() {
                 "{}",
                 results[0].content
             );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_spent_token_budget_makes_the_next_turn_the_last() {
+    // Every scripted turn uses 110 tokens: after two, 220 of a budget of 200 are spent.
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({}))])
+            .calls(vec![("mock__echo", json!({}))])
+            .report("partial", "out of tokens"),
+    );
+    let config = AgentConfig { token_budget: Some(200), ..agent("m") };
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.turns), (AgentStatus::Partial, 3));
+    let last = model.requests().pop().unwrap();
+    assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
+    match last.messages.last() {
+        Some(Message::User { content }) => {
+            assert!(content.contains("the token budget of 200 is spent (220 used)"), "{content}");
         }
         other => panic!("{other:?}"),
     }
