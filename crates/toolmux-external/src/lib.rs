@@ -199,7 +199,9 @@ impl ExternalProvider {
         }
     }
 
-    async fn pending(&self, arguments: &Value) -> Result<ToolOutput, ToolError> {
+    /// The calls waiting for a result that the caller may see: with an API key, only its
+    /// own holder's (see [`holder`]).
+    async fn pending(&self, arguments: &Value, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
         let wait = arguments
             .get("waitMs")
             .and_then(Value::as_u64)
@@ -210,8 +212,27 @@ impl ExternalProvider {
             .and_then(Value::as_array)
             .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
             .unwrap_or_default();
-        let calls = self.store.pending(&tools, wait).await;
-        Ok(ToolOutput::json(json!({ "calls": calls })))
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let calls = self.store.pending(&tools, remaining).await;
+            let others = calls.len();
+            let calls: Vec<PendingCall> =
+                calls.into_iter().filter(|c| may_see(ctx.run_id(), &c.run_id)).collect();
+            if !calls.is_empty() || remaining.is_zero() {
+                return Ok(ToolOutput::json(json!({ "calls": calls })));
+            }
+            if others > 0 {
+                // Only other holders' calls wait, and the store answers at once while they
+                // do: ask again a little later, until the caller's wait is over.
+                tokio::select! {
+                    () = tokio::time::sleep(OTHERS_POLL.min(remaining)) => {}
+                    () = ctx.cancel_token().cancelled() => {
+                        return Ok(ToolOutput::json(json!({ "calls": [] })));
+                    }
+                }
+            }
+        }
     }
 
     async fn submit(&self, arguments: Value, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
@@ -224,6 +245,17 @@ impl ExternalProvider {
         };
         let is_error = arguments.get("isError").and_then(Value::as_bool).unwrap_or(false);
         let by = ctx.run_id();
+        if holder(by).is_some() {
+            // A key holder answers only its own runs' calls; another's call is unknown to it.
+            let calls = self.store.pending(&[], Duration::ZERO).await;
+            let call = calls.iter().find(|c| c.call_id == call_id);
+            if call.is_none_or(|c| !may_see(by, &c.run_id)) {
+                return Err(invalid(&format!(
+                    "no pending call `{call_id}` (never made, answered already, or its caller \
+                     gave up); `external__pending` lists the calls waiting"
+                )));
+            }
+        }
         match self.store.resolve(call_id, ExternalResult { result, is_error }).await? {
             Delivery::Waiting => {
                 Ok(ToolOutput::text(format!("`{call_id}`: handed to the waiting call")))
@@ -239,6 +271,25 @@ impl ExternalProvider {
         let results = self.store.take_inbox(ctx.run_id()).await;
         let waiting = self.store.count_pending(ctx.run_id()).await;
         Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
+    }
+}
+
+/// How often `external__pending` looks again while only other holders' calls wait.
+const OTHERS_POLL: Duration = Duration::from_millis(100);
+
+/// The API key holder a run belongs to: `toolmux serve --http` names the runs of a key's
+/// holder `key:NAME/…`. `None` for runs without a key (stdio, no keys configured).
+fn holder(run_id: &str) -> Option<&str> {
+    run_id.strip_prefix("key:").and_then(|rest| rest.split_once('/')).map(|(name, _)| name)
+}
+
+/// Whether a caller in run `caller` may see and answer a call made in run `call`: a key
+/// holder only its own holder's calls, so that two tenants of one gateway never see each
+/// other's pending calls; a caller without a key (one tenant) every call.
+fn may_see(caller: &str, call: &str) -> bool {
+    match holder(caller) {
+        Some(name) => holder(call) == Some(name),
+        None => true,
     }
 }
 
@@ -327,7 +378,7 @@ impl ToolProvider for ExternalProvider {
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         match name {
-            "pending" => self.pending(&arguments).await,
+            "pending" => self.pending(&arguments, ctx).await,
             "submit" => self.submit(arguments, ctx).await,
             "inbox" => self.inbox(ctx).await,
             _ => match self.tools.get(name) {

@@ -282,3 +282,36 @@ async fn the_provider_passes_the_conformance_suite() {
         .await;
     worker.abort();
 }
+
+#[tokio::test]
+async fn key_holders_see_and_answer_only_their_own_calls() {
+    let p = provider();
+    let made = p.call("job", json!({"q": "build"}), &run("key:alice/s1")).await.unwrap();
+    let call_id = json_of(&made)["callId"].as_str().unwrap().to_owned();
+    let pending_for = |who: &'static str, wait: u64| {
+        let p = p.clone();
+        async move {
+            let out = p.call("pending", json!({"waitMs": wait}), &run(who)).await.unwrap();
+            json_of(&out)["calls"].as_array().unwrap().clone()
+        }
+    };
+    // Another holder waits its whole poll and sees nothing, nor may it answer.
+    let started = tokio::time::Instant::now();
+    assert!(pending_for("key:bob/s2", 300).await.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let refused = p
+        .call("submit", json!({"callId": call_id, "result": "hijacked"}), &run("key:bob/s2"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("no pending call"), "{refused}");
+    // The same holder's worker (another session) sees it and answers it; a caller without
+    // a key (one tenant) sees every call.
+    assert_eq!(pending_for("worker", 0).await.len(), 1);
+    let mine = pending_for("key:alice/worker", 0).await;
+    assert_eq!(mine[0]["callId"], json!(call_id));
+    p.call("submit", json!({"callId": call_id, "result": "built"}), &run("key:alice/worker"))
+        .await
+        .unwrap();
+    let inbox = p.call("inbox", json!({}), &run("key:alice/s1")).await.unwrap();
+    assert_eq!(json_of(&inbox)["results"][0]["result"], json!("built"));
+}
