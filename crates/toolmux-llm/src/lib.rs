@@ -39,7 +39,7 @@ pub use message::{
     Message, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice, ToolDefinition,
     ToolResultMessage, Usage,
 };
-pub use sampling::{sampling_request, sampling_response};
+pub use sampling::{ModelSampler, sampling_request, sampling_response};
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};

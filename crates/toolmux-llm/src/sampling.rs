@@ -1,8 +1,14 @@
 //! MCP sampling answered by a model: a tool's `sampling/createMessage` request turned into
 //! a [`ModelRequest`], and the model's answer into the tool's [`SamplingResponse`].
 
-use crate::{Message, ModelRequest, ModelResponse, StopReason};
-use toolmux_core::{ContentPart, Role, SamplingRequest, SamplingResponse};
+use crate::{Message, Model, ModelRequest, ModelResponse, StopReason};
+use async_trait::async_trait;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, ContentPart, InteractionHandler, Role, SamplingRequest,
+    SamplingResponse, ToolError,
+};
 
 /// The model request that answers `request`: its messages as text (an image, audio or a
 /// binary resource is named, not sent: the clients here speak text), its system prompt,
@@ -44,6 +50,37 @@ pub fn sampling_response(response: ModelResponse) -> SamplingResponse {
         content: ContentPart::Text { text: response.content },
         model: response.model,
         stop_reason: Some(stop),
+    }
+}
+
+/// A model answering sampling requests: what toolmux's orchestrator is given to answer
+/// the tools whose caller cannot sample (`defaults.samplingModel`). It answers nothing else.
+#[derive(Debug)]
+pub struct ModelSampler {
+    model: Arc<dyn Model>,
+}
+
+impl ModelSampler {
+    /// Sampling with `model`.
+    pub fn new(model: Arc<dyn Model>) -> Self {
+        ModelSampler { model }
+    }
+}
+
+#[async_trait]
+impl InteractionHandler for ModelSampler {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Deny {
+            reason: format!("{} requires approval, and a model does not give it", request.reason),
+        }
+    }
+
+    async fn sample(&self, request: SamplingRequest) -> Result<SamplingResponse, ToolError> {
+        // Dropping the call drops this future and with it the request, so a token of its
+        // own is enough.
+        let cancel = CancellationToken::new();
+        let answer = self.model.complete(&sampling_request(&request), &cancel).await;
+        answer.map(sampling_response).map_err(|e| ToolError::other("sampling", e))
     }
 }
 

@@ -97,6 +97,7 @@ pub mod queue;
 mod ratelimit;
 mod redact;
 mod registry;
+mod sampling;
 pub mod store;
 mod suggest;
 mod validate;

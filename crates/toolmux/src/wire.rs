@@ -97,7 +97,9 @@ impl Toolmux {
         }
 
         #[cfg(feature = "agent")]
-        let agents = match agents(loaded, &mut config)? {
+        let models = models(loaded)?;
+        #[cfg(feature = "agent")]
+        let agents = match agents(loaded, &models, &mut config)? {
             Some(agents) if keep(toolmux_agent::NAMESPACE) => {
                 providers.push(agents.provider());
                 Some(agents)
@@ -113,6 +115,11 @@ impl Toolmux {
             providers.push(Arc::new(OutputReader::new(store.clone(), config.response_max_bytes)));
         }
         let orchestrator = Orchestrator::builder(config).output_store(store);
+        #[cfg(feature = "agent")]
+        let orchestrator = match sampler(loaded, &models)? {
+            Some(sampler) => orchestrator.sampler(sampler),
+            None => orchestrator,
+        };
         let orchestrator = providers
             .into_iter()
             .fold(orchestrator, |builder, provider| builder.provider(provider))
@@ -446,6 +453,7 @@ fn external_provider(
 #[cfg(feature = "agent")]
 fn agents(
     loaded: &Loaded,
+    models: &Models,
     config: &mut OrchestratorConfig,
 ) -> Result<Option<toolmux_agent::Agents>, ToolmuxError> {
     use toolmux_agent::{AgentDefinitions, Agents, NAMESPACE};
@@ -460,24 +468,54 @@ fn agents(
         }
         return Ok(None);
     }
-    let mut models = std::collections::BTreeMap::new();
-    for (name, model) in &section.models {
-        let client = toolmux_llm::connect(name, model)
-            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
-        models.insert(name.clone(), client);
-    }
     let definitions = AgentDefinitions {
         agents: section.agents.clone(),
         router: section.router.clone(),
         max_depth: section.defaults.agent_max_depth,
     };
-    let agents =
-        Agents::new(definitions, models).map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+    let agents = Agents::new(definitions, models.clone())
+        .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
     let timeout =
         section.defaults.agent_timeout.map_or(DEFAULT_AGENT_TIMEOUT, Duration::from_millis);
     let settings = ToolSettings { timeout: Some(timeout), ..ToolSettings::default() };
     config.providers.entry(NAMESPACE.to_owned()).or_insert(settings);
     Ok(Some(agents))
+}
+
+/// The configured models by name.
+#[cfg(feature = "agent")]
+type Models = std::collections::BTreeMap<String, Arc<dyn toolmux_llm::Model>>;
+
+/// Every configured model's client (nothing is sent yet).
+#[cfg(feature = "agent")]
+fn models(loaded: &Loaded) -> Result<Models, ToolmuxError> {
+    let mut models = Models::new();
+    for (name, model) in &loaded.config.models {
+        let client = toolmux_llm::connect(name, model)
+            .map_err(|e| ToolmuxError::config(loaded.source_name(), e.to_string()))?;
+        models.insert(name.clone(), client);
+    }
+    Ok(models)
+}
+
+/// `defaults.samplingModel` as the orchestrator's sampler.
+#[cfg(feature = "agent")]
+fn sampler(
+    loaded: &Loaded,
+    models: &Models,
+) -> Result<Option<Arc<dyn toolmux_core::InteractionHandler>>, ToolmuxError> {
+    let Some(name) = &loaded.config.defaults.sampling_model else { return Ok(None) };
+    let Some(model) = models.get(name) else {
+        let known: Vec<&str> = models.keys().map(String::as_str).collect();
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            format!(
+                "defaults.samplingModel: model `{name}` is not configured under `models`{}",
+                if known.is_empty() { String::new() } else { format!(" ({})", known.join(", ")) }
+            ),
+        ));
+    };
+    Ok(Some(Arc::new(toolmux_llm::ModelSampler::new(model.clone()))))
 }
 
 /// How long a call of an agent as a tool may take when `defaults.agentTimeout` is unset.

@@ -410,3 +410,54 @@ fn at_a_terminal_each_turn_is_shown_as_it_starts() {
     assert!(out.contains("· reader: turn 1: fs__ls"), "{out}");
     assert!(out.contains("done"), "{out}");
 }
+
+#[test]
+fn a_sampling_model_answers_tools_when_the_caller_cannot() {
+    let node = crate::peer("node/node_modules/.bin/node");
+    let everything =
+        crate::peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let server = ScriptedLlmServer::start(Dialect::Anthropic, vec![ScriptStep::text("teal")]);
+    let extra = format!(
+        "defaults:\n  samplingModel: fast\n\
+         mcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n",
+        node.display(),
+        everything.display()
+    );
+    let project = project(&server, "anthropic", &extra);
+    let run = project.run(&[
+        "tools",
+        "call",
+        "everything__trigger-sampling-request",
+        r#"{"prompt": "name a colour", "maxTokens": 20}"#,
+    ]);
+    let out = run.ok();
+    assert!(out.contains("LLM sampling result") && out.contains("teal"), "{out}");
+    let request = &server.requests()[0];
+    assert_eq!(request["system"], "You are a helpful test server.");
+    assert_eq!(request["max_tokens"], 20);
+
+    // Without a sampling model nobody answers, and the tool says so.
+    let plain = project_with_agent(
+        &server,
+        &extra.replace("  samplingModel: fast\n", "  toolTimeout: 20000\n"),
+    );
+    let run = plain.run(&[
+        "tools",
+        "call",
+        "everything__trigger-sampling-request",
+        r#"{"prompt": "name a colour"}"#,
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_eq!(server.requests().len(), 1);
+
+    let wrong =
+        project_with_agent(&server, &extra.replace("samplingModel: fast", "samplingModel: slow"));
+    let run = wrong.run(&["tools", "list"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains(
+            "defaults.samplingModel: model `slow` is not configured under `models` (fast)"
+        ),
+        "{run:?}"
+    );
+}

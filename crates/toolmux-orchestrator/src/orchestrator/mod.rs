@@ -17,6 +17,7 @@ use crate::queue::{LocalQueues, Queue, QueueBackend, QueueSlot};
 use crate::ratelimit::RateLimiter;
 use crate::redact::Redactor;
 use crate::registry::{ProviderTools, Registry, RegistryProblem, Severity, ToolEntry};
+use crate::sampling::SamplingFallback;
 use crate::store::{DirectoryStore, OutputPage, OutputStore, StoreError};
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::{Value, json};
@@ -30,9 +31,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRequest, ContentPart,
-    JsonObject, Op, ProgressSink, Prompt, PromptSpec, ResourceContents, ResourceSpec,
-    ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError, ToolKind,
-    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec, naming,
+    InteractionHandler, JsonObject, Op, ProgressSink, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError,
+    ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec,
+    naming,
 };
 use tracing::Instrument as _;
 
@@ -125,6 +127,7 @@ pub struct OrchestratorBuilder {
     after: Vec<Scoped<dyn AfterHook>>,
     secrets: Vec<String>,
     namespace: String,
+    sampler: Option<Arc<dyn InteractionHandler>>,
 }
 
 impl OrchestratorBuilder {
@@ -168,6 +171,13 @@ impl OrchestratorBuilder {
     /// replaced by `[redacted]` in outputs, errors, logs and stored outputs.
     pub fn secrets(mut self, secrets: impl IntoIterator<Item = String>) -> Self {
         self.secrets.extend(secrets);
+        self
+    }
+
+    /// Answers the sampling requests of tools whose caller cannot sample (no handler, or
+    /// one without a model to offer): a configured model, typically.
+    pub fn sampler(mut self, sampler: Arc<dyn InteractionHandler>) -> Self {
+        self.sampler = Some(sampler);
         self
     }
 
@@ -239,6 +249,7 @@ impl OrchestratorBuilder {
             inner: Arc::new(Inner {
                 config: self.config,
                 namespace: self.namespace,
+                sampler: self.sampler,
                 providers: RwLock::new(providers),
                 registry: RwLock::new(Arc::new(Registry::default())),
                 queues,
@@ -301,6 +312,8 @@ struct RateLimits {
 struct Inner {
     config: OrchestratorConfig,
     namespace: String,
+    /// Answers tools' sampling requests that their caller cannot.
+    sampler: Option<Arc<dyn InteractionHandler>>,
     providers: RwLock<Vec<ProviderTools>>,
     registry: RwLock<Arc<Registry>>,
     queues: HashMap<String, Arc<dyn Queue>>,
@@ -396,6 +409,7 @@ impl Orchestrator {
             after: Vec::new(),
             secrets: Vec::new(),
             namespace: "toolmux".to_owned(),
+            sampler: None,
         }
     }
 
@@ -1288,6 +1302,12 @@ impl Orchestrator {
             .with_cancel(call_token.clone())
             .with_op(op.clone())
             .with_deadline(hard_deadline);
+        if let Some(sampler) = &self.inner.sampler {
+            provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
+                caller: ctx.handler().cloned(),
+                sampler: sampler.clone(),
+            }));
+        }
         let listens = self.inner.events.receiver_count() > 0;
         if settings.reset_on_progress || listens || ctx.progress_sink().is_some() {
             provider_ctx = provider_ctx.with_progress(self.progress_sink(

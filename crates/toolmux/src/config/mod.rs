@@ -136,6 +136,12 @@ pub struct Defaults {
     /// `(tool failed: context window budget exceeded)`. Unlimited when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_token_budget: Option<u64>,
+    /// A model (a key of `models`) that answers the sampling requests of MCP servers' tools
+    /// when their caller cannot sample (`toolmux tools call`, an MCP client without
+    /// sampling). Agents answer their own tools' requests with their own model.
+    #[cfg(feature = "agent")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling_model: Option<String>,
     /// How deep agents may call agents (default 3: an agent, its sub-agent, and one more).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_max_depth: Option<usize>,
