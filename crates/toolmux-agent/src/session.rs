@@ -319,6 +319,9 @@ impl Session<'_> {
 
     /// The arguments of the last `agent__task_status` call of a turn, as recorded.
     fn take_task_status(&self, calls: &[ModelToolCall]) -> Option<Value> {
+        if !self.config.task_status {
+            return None;
+        }
         calls.iter().rev().find(|c| c.name == TASK_STATUS && c.arguments.is_object()).map(|c| {
             let status = c.arguments.clone();
             if let Some(now) = status.get("now").and_then(Value::as_str) {
@@ -349,7 +352,9 @@ impl Session<'_> {
         };
         match call.name.as_str() {
             FINAL_REPORT => self.final_report(call, arguments, state),
-            TASK_STATUS => Outcome::answer(call, "recorded".into(), false),
+            TASK_STATUS if self.config.task_status => {
+                Outcome::answer(call, "recorded".into(), false)
+            }
             BATCH if self.config.batch => self.batch(call, arguments, state).await,
             ASK_USER if self.config.ask_user => self.ask_user(call, arguments).await,
             HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),

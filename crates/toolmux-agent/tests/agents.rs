@@ -745,3 +745,49 @@ async fn a_spent_token_budget_makes_the_next_turn_the_last() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn task_status_is_recorded_and_reported_as_progress() {
+    let status = json!({"status": "in-progress", "done": "listed", "now": "reading the notes"});
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__task_status", status.clone()), ("mock__echo", json!({}))])
+            .report("success", "ok"),
+    );
+    let s =
+        setup(one("a", AgentConfig { task_status: true, ..agent("m") }), vec![model.clone()]).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        toolmux_core::ProgressSink::new(move |p| {
+            seen.lock().unwrap().push(p.message.unwrap_or_default());
+        })
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    let report = s.agents.run("a", "t", &ctx).await.unwrap();
+    assert_eq!(report.task_status, Some(status));
+    assert_eq!(report.tool_calls, 1, "the session's own tools are not counted");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            "a: turn 1: agent__task_status, mock__echo",
+            "a: reading the notes",
+            "a: turn 2: agent__final_report"
+        ]
+    );
+    assert!(tool_names(&model.requests()[0]).contains(&"agent__task_status".to_owned()));
+
+    // Not offered, it is not answered either.
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__task_status", json!({"status": "starting"}))])
+            .report("success", "ok"),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.task_status, None);
+    assert!(!tool_names(&model.requests()[0]).contains(&"agent__task_status".to_owned()));
+    let results = tool_results(&model.requests()[1]);
+    assert!(results[0].1 && results[0].0.contains("unknown tool"), "{results:?}");
+}
