@@ -1,0 +1,87 @@
+//! [`RedisBackend`]: one Redis server's connections, shared by the queues, the cache and
+//! the pending store made from it.
+
+use crate::client::{Health, RedisClient};
+use crate::config::Settings;
+use crate::pubsub::PubSub;
+use crate::{RedisCache, RedisConfig, RedisError, RedisPendingStore, RedisQueues};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+/// A connection to one Redis server (a pool for commands, one connection for pub/sub),
+/// from which the shared queues, cache and pending store are made. Cheap to clone;
+/// connections are made when first needed and remade after failures.
+#[derive(Debug, Clone)]
+pub struct RedisBackend {
+    shared: Arc<BackendShared>,
+}
+
+/// What the queues, cache and store of one backend share.
+#[derive(Debug)]
+pub(crate) struct BackendShared {
+    pub(crate) settings: Settings,
+    pub(crate) client: RedisClient,
+    pub(crate) pubsub: PubSub,
+    /// Names this process among the replicas (in slot and call ids): random, so that a
+    /// restarted process never takes over the ids of the one before.
+    pub(crate) replica: String,
+}
+
+impl RedisBackend {
+    /// A backend for `config` without connecting: fails only on a bad URL or setting.
+    /// Until Redis answers, slots are not given, the cache misses and external calls fail.
+    pub fn new(config: &RedisConfig) -> Result<RedisBackend, RedisError> {
+        let settings = Settings::new(config)?;
+        let health = Arc::new(Health::new(&settings.endpoint));
+        let client = RedisClient::from_settings(&settings, health.clone());
+        let pubsub = PubSub::new(settings.endpoint.clone(), settings.timeout, health);
+        Ok(RedisBackend {
+            shared: Arc::new(BackendShared { settings, client, pubsub, replica: replica_id() }),
+        })
+    }
+
+    /// A backend for `config` whose server answered a `PING` within the command timeout
+    /// (logging in and selecting the database on the way).
+    pub async fn connect(config: &RedisConfig) -> Result<RedisBackend, RedisError> {
+        let backend = RedisBackend::new(config)?;
+        backend.ping().await?;
+        Ok(backend)
+    }
+
+    /// Checks that the server answers.
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        self.shared.client.ping().await
+    }
+
+    /// The client the backend's parts use, for commands of one's own.
+    pub fn client(&self) -> &RedisClient {
+        &self.shared.client
+    }
+
+    /// Queues whose slots all replicas share.
+    pub fn queues(&self) -> RedisQueues {
+        RedisQueues::new(self.shared.clone())
+    }
+
+    /// The response cache, shared by all replicas.
+    pub fn cache(&self) -> RedisCache {
+        RedisCache::new(self.shared.clone())
+    }
+
+    /// Pending external calls and inboxes, shared by all replicas.
+    pub fn pending_store(&self) -> RedisPendingStore {
+        RedisPendingStore::new(self.shared.clone())
+    }
+}
+
+/// 48 random bits in hex, from the standard library's per-process random hash keys mixed
+/// with the process id and the time (no random-number crate for one id).
+fn replica_id() -> String {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
+}

@@ -1,0 +1,127 @@
+//! [`RedisCache`]: the response cache in Redis, one string key per cached output with the
+//! TTL as its expiry.
+//!
+//! Keys are `{prefix}:c:{tool}:{hash}`: the tool keeps them readable (and deletable per
+//! tool), the 128-bit hash of the whole cache key keeps them short. The value carries the
+//! whole cache key too and a hit is served only when it matches, so a hash collision costs
+//! a miss, never another call's output.
+
+use crate::backend::BackendShared;
+use crate::resp::Reply;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::ToolOutput;
+use toolmux_orchestrator::cache::ResponseCache;
+
+/// Values larger than this (serialized) are not cached: one huge output would otherwise
+/// cost every replica that reads it the same megabytes again.
+pub const MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The response cache in Redis, for [`toolmux_orchestrator::Orchestrator`]'s builder
+/// (`.cache(Arc::new(backend.cache()))`). A Redis that does not answer is a miss, and a
+/// put that fails is dropped: the cache never fails a call.
+#[derive(Debug, Clone)]
+pub struct RedisCache {
+    backend: Arc<BackendShared>,
+    max_value_bytes: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry<'a> {
+    /// The whole cache key, checked on a hit.
+    key: Cow<'a, str>,
+    output: Cow<'a, ToolOutput>,
+}
+
+impl RedisCache {
+    pub(crate) fn new(backend: Arc<BackendShared>) -> RedisCache {
+        RedisCache { backend, max_value_bytes: MAX_VALUE_BYTES }
+    }
+
+    /// Caches values of at most `bytes` (serialized) instead of [`MAX_VALUE_BYTES`].
+    pub fn with_max_value_bytes(mut self, bytes: usize) -> Self {
+        self.max_value_bytes = bytes;
+        self
+    }
+
+    /// The Redis key of cache key `key`.
+    fn redis_key(&self, key: &str) -> String {
+        // The orchestrator's keys are `{tool}\0{arguments}`; anything else is hashed whole.
+        let tool = key.split_once('\u{0}').map_or("", |(tool, _)| tool);
+        let tool: String = tool
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+            .collect();
+        format!(
+            "{}:c:{tool}:{:016x}{:016x}",
+            self.backend.settings.prefix,
+            hash(key, 1),
+            hash(key, 2)
+        )
+    }
+}
+
+/// A hash of `key` that is the same in every process and every build of toolmux: FNV-1a,
+/// seeded. (std's `DefaultHasher` may change between Rust releases, and replicas built
+/// apart must find each other's entries.)
+fn hash(key: &str, seed: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for b in key.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[async_trait]
+impl ResponseCache for RedisCache {
+    async fn get(&self, key: &str) -> Option<ToolOutput> {
+        let redis_key = self.redis_key(key);
+        let reply = self.backend.client.command(&["GET", &redis_key]).await.ok()?;
+        let Reply::Bulk(bytes) = reply else { return None };
+        match serde_json::from_slice::<Entry<'_>>(&bytes) {
+            Ok(entry) if entry.key == key => Some(entry.output.into_owned()),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(target: "toolmux::redis", "cached value under {redis_key} unreadable: {e}");
+                None
+            }
+        }
+    }
+
+    async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration) {
+        let ttl_ms = ttl.as_millis();
+        if ttl_ms == 0 {
+            return;
+        }
+        let entry = Entry { key: Cow::Borrowed(key), output: Cow::Borrowed(output) };
+        let Ok(value) = serde_json::to_vec(&entry) else { return };
+        if value.len() > self.max_value_bytes {
+            tracing::debug!(target: "toolmux::redis", "output of {} bytes not cached (cap {})", value.len(), self.max_value_bytes);
+            return;
+        }
+        let redis_key = self.redis_key(key);
+        let ttl = ttl_ms.to_string();
+        let args: [&[u8]; 5] = [b"SET", redis_key.as_bytes(), &value, b"PX", ttl.as_bytes()];
+        // A failed put only means a later miss; the client logs an outage once.
+        let _ = self.backend.client.command(&args).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_stable_and_seeded() {
+        // Pinned: replicas of different builds must agree on them.
+        assert_eq!(
+            format!("{:016x}{:016x}", hash("t\u{0}{}", 1), hash("t\u{0}{}", 2)),
+            "37345a989c60e6f0358136c88d73f05f"
+        );
+        assert_ne!(hash("a", 1), hash("b", 1));
+    }
+}

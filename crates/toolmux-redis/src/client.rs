@@ -1,0 +1,363 @@
+//! A small Redis client: one RESP2 connection ([`Connection`]), a pool of a few of them
+//! with a timeout on every command ([`RedisClient`]), Lua scripts run by their SHA, and
+//! the health flag that logs an outage once instead of once per call.
+//!
+//! Why not the `redis` crate: toolmux needs a dozen commands, scripts and one pub/sub
+//! connection; the crate brings its own runtime glue, TLS and cluster layers, and a
+//! hundred-line client with a timeout on every command is easier to reason about under
+//! the "never hang a call" rule.
+
+use crate::config::{Endpoint, Settings};
+use crate::resp::{self, ProtocolError, Reply};
+use crate::{RedisConfig, RedisError};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Connections in a client's pool: a few suffice, as every command is short and scripts
+/// do the multi-step work on the server.
+const POOL_SIZE: usize = 4;
+
+/// A pool of connections to one Redis server. Connections are made when first needed and
+/// remade after any failure; every command has a timeout. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    endpoint: Endpoint,
+    timeout: Duration,
+    // Invariant: a connection is taken out of its slot while a command uses it and put
+    // back only after a whole reply was read, so a command cut by its timeout (its future
+    // dropped mid-reply) never leaves a connection with a stray reply in it.
+    slots: Vec<tokio::sync::Mutex<Option<Connection>>>,
+    next: AtomicUsize,
+    /// Script SHA1s as the server reported them at `SCRIPT LOAD`, by script name.
+    scripts: Mutex<HashMap<&'static str, String>>,
+    health: Arc<Health>,
+}
+
+impl fmt::Debug for RedisClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisClient")
+            .field("endpoint", &self.inner.endpoint)
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A Lua script run with `EVALSHA`, loaded on first use and again after the server forgot
+/// it (a restart, `SCRIPT FLUSH`).
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub(crate) name: &'static str,
+    pub(crate) source: &'static str,
+}
+
+impl RedisClient {
+    /// A client of the server `config.url` names; nothing is connected yet. Fails only on
+    /// a bad URL or setting.
+    pub fn new(config: &RedisConfig) -> Result<RedisClient, RedisError> {
+        let settings = Settings::new(config)?;
+        Ok(RedisClient::from_settings(&settings, Arc::new(Health::new(&settings.endpoint))))
+    }
+
+    pub(crate) fn from_settings(settings: &Settings, health: Arc<Health>) -> RedisClient {
+        RedisClient {
+            inner: Arc::new(ClientInner {
+                endpoint: settings.endpoint.clone(),
+                timeout: settings.timeout,
+                slots: (0..POOL_SIZE).map(|_| tokio::sync::Mutex::new(None)).collect(),
+                next: AtomicUsize::new(0),
+                scripts: Mutex::new(HashMap::new()),
+                health,
+            }),
+        }
+    }
+
+    /// The timeout of one command.
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Runs one command (`["SET", "k", "v"]`) within the client's timeout. An error reply
+    /// is [`RedisError::Server`].
+    pub async fn command<A: AsRef<[u8]> + Sync>(&self, args: &[A]) -> Result<Reply, RedisError> {
+        self.command_within(args, self.inner.timeout).await
+    }
+
+    /// Runs one command within `timeout` (connecting first, if needed, counts against it).
+    pub async fn command_within<A: AsRef<[u8]> + Sync>(
+        &self,
+        args: &[A],
+        timeout: Duration,
+    ) -> Result<Reply, RedisError> {
+        let result = self.run(args, timeout).await;
+        self.inner.health.observe(&result);
+        result
+    }
+
+    /// Checks that the server answers (`PING`).
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        match self.command(&["PING"]).await? {
+            Reply::Simple(s) if s == "PONG" => Ok(()),
+            _ => Err(RedisError::Protocol {
+                addr: self.inner.endpoint.addr(),
+                command: "PING".into(),
+                source: ProtocolError("expected PONG".into()),
+            }),
+        }
+    }
+
+    async fn run<A: AsRef<[u8]> + Sync>(
+        &self,
+        args: &[A],
+        timeout: Duration,
+    ) -> Result<Reply, RedisError> {
+        let inner = &self.inner;
+        let name = command_name(args);
+        let work = async {
+            let mut slot = self.slot().await;
+            let mut conn = match slot.take() {
+                Some(conn) => conn,
+                None => Connection::open(&inner.endpoint).await?,
+            };
+            let reply =
+                conn.request(args).await.map_err(|e| e.into_error(&inner.endpoint, &name))?;
+            *slot = Some(conn);
+            Ok(reply)
+        };
+        let reply = match tokio::time::timeout(timeout, work).await {
+            Ok(reply) => reply?,
+            Err(_) => {
+                return Err(RedisError::Timeout {
+                    addr: inner.endpoint.addr(),
+                    command: name,
+                    timeout_ms: timeout.as_millis() as u64,
+                });
+            }
+        };
+        match reply {
+            Reply::Error(message) => Err(server_error(&inner.endpoint, name, message)),
+            reply => Ok(reply),
+        }
+    }
+
+    /// A free connection slot if there is one, else the next one in turn.
+    async fn slot(&self) -> tokio::sync::MutexGuard<'_, Option<Connection>> {
+        let slots = &self.inner.slots;
+        let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..slots.len() {
+            if let Ok(guard) = slots[(start + i) % slots.len()].try_lock() {
+                return guard;
+            }
+        }
+        slots[start % slots.len()].lock().await
+    }
+
+    /// Runs `script` with `keys` and `args` within `timeout` in all.
+    pub(crate) async fn eval(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Reply, RedisError> {
+        let deadline = Instant::now() + timeout;
+        let known = self.lock_scripts().get(script.name).cloned();
+        if let Some(sha) = known {
+            match self.evalsha(&sha, keys, args, deadline).await {
+                Err(RedisError::Server { message, .. }) if message.starts_with("NOSCRIPT") => {}
+                other => return other,
+            }
+        }
+        let loaded =
+            self.command_within(&["SCRIPT", "LOAD", script.source], left(deadline)).await?;
+        let Some(sha) = loaded.as_str().map(str::to_owned) else {
+            return Err(RedisError::Protocol {
+                addr: self.inner.endpoint.addr(),
+                command: "SCRIPT".into(),
+                source: ProtocolError("SCRIPT LOAD did not answer with a SHA".into()),
+            });
+        };
+        self.lock_scripts().insert(script.name, sha.clone());
+        self.evalsha(&sha, keys, args, deadline).await
+    }
+
+    async fn evalsha(
+        &self,
+        sha: &str,
+        keys: &[&str],
+        args: &[&[u8]],
+        deadline: Instant,
+    ) -> Result<Reply, RedisError> {
+        let count = keys.len().to_string();
+        let mut command: Vec<&[u8]> = Vec::with_capacity(3 + keys.len() + args.len());
+        command.extend([b"EVALSHA".as_slice(), sha.as_bytes(), count.as_bytes()]);
+        command.extend(keys.iter().map(|k| k.as_bytes()));
+        command.extend_from_slice(args);
+        self.command_within(&command, left(deadline)).await
+    }
+
+    fn lock_scripts(&self) -> std::sync::MutexGuard<'_, HashMap<&'static str, String>> {
+        self.inner.scripts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Time left until `deadline`, at least a millisecond (a zero timeout would fail a command
+/// that the server would answer at once).
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+}
+
+fn command_name<A: AsRef<[u8]>>(args: &[A]) -> String {
+    args.first().map_or_else(String::new, |a| String::from_utf8_lossy(a.as_ref()).to_uppercase())
+}
+
+fn server_error(endpoint: &Endpoint, command: String, message: String) -> RedisError {
+    if message.starts_with("NOAUTH") || message.starts_with("WRONGPASS") {
+        RedisError::Auth { addr: endpoint.addr(), message }
+    } else {
+        RedisError::Server { command, message }
+    }
+}
+
+/// Whether the server was reachable at the last command, so that an outage is logged when
+/// it starts and when it ends, not at every call in between.
+#[derive(Debug)]
+pub(crate) struct Health {
+    addr: String,
+    down: AtomicBool,
+}
+
+impl Health {
+    pub(crate) fn new(endpoint: &Endpoint) -> Health {
+        Health { addr: endpoint.addr(), down: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn observe<T>(&self, result: &Result<T, RedisError>) {
+        match result {
+            Err(e) if e.is_unreachable() => {
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        target: "toolmux::redis",
+                        "{}; queue slots, cached outputs and external results that live in redis \
+                         are unavailable until it answers again",
+                        toolmux_core::error_report(e)
+                    );
+                }
+            }
+            _ => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!(target: "toolmux::redis", "redis at {} answers again", self.addr);
+                }
+            }
+        }
+    }
+}
+
+/// One connection speaking RESP2, logged in and on the configured database.
+pub(crate) struct Connection {
+    stream: TcpStream,
+    /// Bytes read and not yet parsed.
+    buf: Vec<u8>,
+    out: Vec<u8>,
+}
+
+/// What can break on a connection once it is open.
+#[derive(Debug)]
+pub(crate) enum ConnectionError {
+    Io(io::Error),
+    Protocol(ProtocolError),
+}
+
+impl ConnectionError {
+    pub(crate) fn into_error(self, endpoint: &Endpoint, command: &str) -> RedisError {
+        match self {
+            ConnectionError::Io(source) => RedisError::Io { addr: endpoint.addr(), source },
+            ConnectionError::Protocol(source) => {
+                RedisError::Protocol { addr: endpoint.addr(), command: command.to_owned(), source }
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// Connects, then `AUTH` and `SELECT` as the endpoint says.
+    pub(crate) async fn open(endpoint: &Endpoint) -> Result<Connection, RedisError> {
+        let stream = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
+            .await
+            .map_err(|source| RedisError::Connect { addr: endpoint.addr(), source })?;
+        // Commands are small request/reply pairs: waiting to fill a segment only adds delay.
+        stream
+            .set_nodelay(true)
+            .map_err(|source| RedisError::Connect { addr: endpoint.addr(), source })?;
+        let mut conn = Connection { stream, buf: Vec::new(), out: Vec::new() };
+        if let Some(password) = &endpoint.password {
+            let mut auth: Vec<&str> = vec!["AUTH"];
+            auth.extend(endpoint.username.as_deref());
+            auth.push(password);
+            let reply = conn.request(&auth).await.map_err(|e| e.into_error(endpoint, "AUTH"))?;
+            if let Reply::Error(message) = reply {
+                return Err(RedisError::Auth { addr: endpoint.addr(), message });
+            }
+        }
+        if endpoint.db != 0 {
+            let db = endpoint.db.to_string();
+            let reply = conn
+                .request(&["SELECT", &db])
+                .await
+                .map_err(|e| e.into_error(endpoint, "SELECT"))?;
+            if let Reply::Error(message) = reply {
+                return Err(server_error(endpoint, "SELECT".into(), message));
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Sends one command and reads its reply.
+    pub(crate) async fn request<A: AsRef<[u8]>>(
+        &mut self,
+        args: &[A],
+    ) -> Result<Reply, ConnectionError> {
+        self.send(args).await?;
+        self.read_reply().await
+    }
+
+    /// Sends one command without waiting for a reply (pub/sub).
+    pub(crate) async fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<(), ConnectionError> {
+        self.out.clear();
+        resp::encode(args, &mut self.out);
+        self.stream.write_all(&self.out).await.map_err(ConnectionError::Io)
+    }
+
+    /// Reads the next reply. Cancel-safe: bytes read before a cancellation stay in the
+    /// buffer for the next call.
+    pub(crate) async fn read_reply(&mut self) -> Result<Reply, ConnectionError> {
+        loop {
+            if !self.buf.is_empty()
+                && let Some((reply, used)) =
+                    resp::parse(&self.buf).map_err(ConnectionError::Protocol)?
+            {
+                self.buf.drain(..used);
+                return Ok(reply);
+            }
+            // Room for a large read: `read_buf` on a full Vec would grow it 64 bytes at a time.
+            self.buf.reserve(64 * 1024);
+            let n = self.stream.read_buf(&mut self.buf).await.map_err(ConnectionError::Io)?;
+            if n == 0 {
+                return Err(ConnectionError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                )));
+            }
+        }
+    }
+}

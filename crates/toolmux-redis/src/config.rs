@@ -1,0 +1,332 @@
+//! [`RedisConfig`], the `backend.redis` section of a configuration file, and the parsed
+//! URL it points at.
+
+use crate::RedisError;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// Key prefix when none is configured.
+pub const DEFAULT_PREFIX: &str = "toolmux";
+
+/// How long a queue slot's lease lasts when not renewed, by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long one command may take, by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a Redis server is and how toolmux uses it; `backend: {redis: {...}}` in the
+/// configuration file.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://[:password@|user:password@]host[:port][/db]` (port 6379 and database 0 by
+    /// default). Write the password as `${REDIS_PASSWORD}`-style variable in the file.
+    pub url: String,
+    /// Prefix of every key and channel (default `toolmux`); replicas that share state use
+    /// the same one, unrelated deployments on one server different ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// How long a queue slot stays taken after its replica stops renewing it (crashed,
+    /// cut off), in milliseconds (default 30000, at least 100). Held slots are renewed every
+    /// third of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// How long one Redis command may take, in milliseconds (default 2000, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RedisConfig {
+    /// A configuration for `url` with every other setting at its default.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig { url: url.into(), prefix: None, lease_ms: None, timeout_ms: None }
+    }
+
+    /// Sets the key prefix.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Sets the lease of queue slots.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease_ms = Some(lease.as_millis() as u64);
+        self
+    }
+
+    /// Sets the timeout of one command.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout_ms = Some(timeout.as_millis() as u64);
+        self
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("prefix", &self.prefix)
+            .field("lease_ms", &self.lease_ms)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+/// The settings of a [`RedisConfig`], checked and with defaults filled in.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) timeout: Duration,
+}
+
+impl Settings {
+    pub(crate) fn new(config: &RedisConfig) -> Result<Settings, RedisError> {
+        let endpoint = Endpoint::parse(&config.url)?;
+        let prefix = config.prefix.clone().unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        if prefix.is_empty() || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(RedisError::Setting {
+                key: "prefix",
+                reason: "must be non-empty, without spaces or control characters".into(),
+            });
+        }
+        let lease = config.lease_ms.map_or(DEFAULT_LEASE, Duration::from_millis);
+        if lease < Duration::from_millis(100) {
+            return Err(RedisError::Setting {
+                key: "leaseMs",
+                reason: "must be at least 100 (slots are renewed every third of it)".into(),
+            });
+        }
+        let timeout = config.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+        if timeout.is_zero() {
+            return Err(RedisError::Setting {
+                key: "timeoutMs",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(Settings { endpoint, prefix, lease, timeout })
+    }
+}
+
+/// Where to connect and how to log in; parsed from a URL.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) username: Option<String>,
+    // Invariant: never formatted; Debug shows `***` in its place.
+    pub(crate) password: Option<String>,
+    pub(crate) db: u32,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("db", &self.db)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// `host:port`, for messages.
+    pub(crate) fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    pub(crate) fn parse(url: &str) -> Result<Endpoint, RedisError> {
+        let invalid =
+            |reason: &str| RedisError::Url { url: redact_url(url), reason: reason.into() };
+        let rest = match url.split_once("://") {
+            Some(("redis", rest)) => rest,
+            Some(("rediss", _)) => return Err(invalid("TLS (`rediss://`) is not supported")),
+            _ => return Err(invalid("must start with `redis://`")),
+        };
+        let (authority, path) = match rest.find(['/', '?', '#']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let (userinfo, hostport) = match authority.rfind('@') {
+            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(info) => {
+                let (user, password) = match info.split_once(':') {
+                    Some((user, password)) => (user, Some(password)),
+                    // `redis://secret@host` is how some clients spell a password alone.
+                    None => ("", Some(info)),
+                };
+                let user = decode(user).ok_or_else(|| invalid("bad %-escape in the user name"))?;
+                let password = password
+                    .map(|p| decode(p).ok_or_else(|| invalid("bad %-escape in the password")))
+                    .transpose()?;
+                ((!user.is_empty()).then_some(user), password.filter(|p| !p.is_empty()))
+            }
+        };
+        let (host, port) = if let Some(bracketed) = hostport.strip_prefix('[') {
+            let Some((host, after)) = bracketed.split_once(']') else {
+                return Err(invalid("unclosed `[` in the host"));
+            };
+            match after {
+                "" => (host, None),
+                _ => match after.strip_prefix(':') {
+                    Some(port) => (host, Some(port)),
+                    None => return Err(invalid("expected `:port` after `]`")),
+                },
+            }
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(invalid("no host"));
+        }
+        let port = match port {
+            None => 6379,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| invalid("the port must be a number from 1 to 65535"))?,
+        };
+        let db = match path.split(['?', '#']).next().unwrap_or("").trim_start_matches('/') {
+            "" => 0,
+            db => db.parse::<u32>().map_err(|_| invalid("the database must be a number"))?,
+        };
+        if path.contains('?') {
+            return Err(invalid("query parameters are not supported"));
+        }
+        Ok(Endpoint { host: host.to_owned(), port, username, password, db })
+    }
+}
+
+/// `url` with the password (everything between `:` and `@` of the user part) replaced by
+/// `***`; for messages and Debug.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        // Not a URL: it might still be a secret someone pasted, so show nothing of it.
+        return "***".to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else { return url.to_owned() };
+    let user = match authority[..at].split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_owned(),
+    };
+    format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
+}
+
+/// Percent-decodes `s`; `None` on a bad escape or bytes that are not UTF-8.
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> String {
+        match Endpoint::parse(url) {
+            Ok(e) => format!("{e:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn urls() {
+        let cases = [
+            (
+                "redis://localhost",
+                "Endpoint { host: \"localhost\", port: 6379, username: None, password: None, db: 0 }",
+            ),
+            (
+                "redis://127.0.0.1:7000/3",
+                "Endpoint { host: \"127.0.0.1\", port: 7000, username: None, password: None, db: 3 }",
+            ),
+            (
+                "redis://:s3cret@h:1",
+                "Endpoint { host: \"h\", port: 1, username: None, password: Some(\"***\"), db: 0 }",
+            ),
+            (
+                "redis://u:p%40ss@h/2",
+                "Endpoint { host: \"h\", port: 6379, username: Some(\"u\"), password: Some(\"***\"), db: 2 }",
+            ),
+            (
+                "redis://[::1]:6380",
+                "Endpoint { host: \"::1\", port: 6380, username: None, password: None, db: 0 }",
+            ),
+            ("http://h", "invalid redis url `http://h`: must start with `redis://`"),
+            (
+                "rediss://:pw@h",
+                "invalid redis url `rediss://:***@h`: TLS (`rediss://`) is not supported",
+            ),
+            (
+                "redis://:pw@h:x",
+                "invalid redis url `redis://:***@h:x`: the port must be a number from 1 to 65535",
+            ),
+            (
+                "redis://u:pw@h/db",
+                "invalid redis url `redis://u:***@h/db`: the database must be a number",
+            ),
+            ("redis://:pw@", "invalid redis url `redis://:***@`: no host"),
+            ("redis:pw@h", "invalid redis url `***`: must start with `redis://`"),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(parse(url), expected, "{url}");
+        }
+        let e = Endpoint::parse("redis://u:p%40ss@h").unwrap();
+        assert_eq!(e.password.as_deref(), Some("p@ss"));
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let config = RedisConfig::new("redis://admin:hunter2@h:1/0");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("redis://admin:***@h:1/0"), "{shown}");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let bad = RedisConfig::new("redis://h").with_lease(Duration::from_millis(10));
+        assert_eq!(
+            Settings::new(&bad).unwrap_err().to_string(),
+            "invalid redis setting `leaseMs`: must be at least 100 (slots are renewed every third of it)"
+        );
+        let s = Settings::new(&RedisConfig::new("redis://h")).unwrap();
+        assert_eq!(
+            (s.prefix.as_str(), s.lease, s.timeout),
+            ("toolmux", DEFAULT_LEASE, DEFAULT_TIMEOUT)
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! Redis backends for toolmux, for running many `toolmux serve` replicas behind one load
+//! balancer as if they were one: their queues share slots, their response cache is one,
+//! and an external tool's call opened through one replica can be answered through any
+//! other.
+//!
+//! For operators, this is the `backend: {redis: {url: ...}}` section of the configuration
+//! file (feature `redis` of the `toolmux` facade). For embedders, [`RedisBackend`] makes
+//! the three parts, each behind the trait its in-process default implements:
+//!
+//! - [`RedisQueues`], a [`toolmux_orchestrator::queue::QueueBackend`]: slots are leases
+//!   in a sorted set, renewed while held, so a crashed replica's slots come back when
+//!   their lease ends (`leaseMs`, 30 s by default);
+//! - [`RedisCache`], a [`toolmux_orchestrator::cache::ResponseCache`];
+//! - [`RedisPendingStore`], a [`toolmux_external::PendingStore`].
+//!
+//! Rate limiters, statistics and the output store stay in each process.
+//!
+//! The client is this crate's own (RESP2 over TCP, [`resp`] and [`RedisClient`]): a small
+//! pool with a timeout on every command, one subscriber connection whose messages wake
+//! waiters at once (with polling as a fallback), and Lua scripts for every step that must
+//! be atomic. A Redis that does not answer never hangs a call: a queue slot is not given
+//! by the end of the wait, the cache misses, an external call fails; the outage is logged
+//! once when it starts and once when it ends. One Redis server is expected (scripts touch
+//! keys they compute), not a Redis Cluster; TLS is not supported.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, QueueConfig};
+//! use toolmux_redis::{RedisBackend, RedisConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let backend = RedisBackend::connect(&RedisConfig::new("redis://127.0.0.1:6379/0")).await?;
+//! let config = OrchestratorConfig::default().with_queue("github", QueueConfig::new(4));
+//! let orchestrator = Orchestrator::builder(config)
+//!     .queue_backend(Arc::new(backend.queues()))
+//!     .cache(Arc::new(backend.cache()))
+//!     .build()?;
+//! let store = Arc::new(backend.pending_store()); // for toolmux_external::ExternalProvider
+//! # let _ = (orchestrator, store);
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+
+mod backend;
+mod cache;
+mod client;
+mod config;
+mod error;
+mod pending;
+mod pubsub;
+mod queue;
+pub mod resp;
+
+pub use backend::RedisBackend;
+pub use cache::{MAX_VALUE_BYTES, RedisCache};
+pub use client::RedisClient;
+pub use config::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConfig};
+pub use error::RedisError;
+pub use pending::{OPEN_WAITER_TTL, RETENTION, RedisPendingStore};
+pub use queue::RedisQueues;

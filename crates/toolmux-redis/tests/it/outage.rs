@@ -1,0 +1,105 @@
+//! A Redis that stops or hangs mid-way: every call ends by its deadline, none hangs, and
+//! the backends work again once the server answers.
+
+use crate::within;
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_core::{ToolError, ToolOutput};
+use toolmux_external::{ExecutionType, ExternalResult, PendingCall, PendingStore};
+use toolmux_orchestrator::QueueConfig;
+use toolmux_orchestrator::cache::ResponseCache;
+use toolmux_orchestrator::queue::QueueBackend;
+use toolmux_redis::{RedisBackend, RedisConfig};
+use toolmux_test_support::redis::RedisServer;
+
+fn call(is_async: bool) -> PendingCall {
+    PendingCall {
+        call_id: String::new(),
+        tool: "external__confirm".into(),
+        arguments: serde_json::json!({}),
+        run_id: "run".into(),
+        execution_type: ExecutionType::External,
+        is_async,
+        visible: true,
+        created_ms: 0,
+    }
+}
+
+/// Asserts that `took` is at least `wait` and not much more.
+fn ended_by(took: Duration, wait: Duration, what: &str) {
+    assert!(
+        took < wait + Duration::from_millis(400),
+        "{what} took {took:?}, its wait was {wait:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_fails_calls_by_their_deadlines() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(500));
+    let backend = RedisBackend::connect(&config).await.unwrap();
+    let queue = backend.queues().queue("q", &QueueConfig::new(1));
+    let (cache, store) = (backend.cache(), backend.pending_store());
+    let held = queue.acquire(Duration::from_secs(1)).await.expect("a slot while redis runs");
+    let id = store.open(call(false)).await.unwrap();
+
+    server.stop();
+    let limit = Duration::from_secs(5);
+    drop(held);
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    assert!(within(limit, "acquire", queue.acquire(wait)).await.is_none());
+    ended_by(started.elapsed(), wait, "acquire");
+    assert!(within(limit, "cache get", cache.get("k")).await.is_none());
+    within(limit, "cache put", cache.put("k", &ToolOutput::text("v"), Duration::from_secs(9)))
+        .await;
+    let opened = within(limit, "open", store.open(call(false))).await.unwrap_err();
+    assert!(matches!(opened, ToolError::Transport { .. }), "{opened:?}");
+    assert!(opened.is_transient());
+    let started = Instant::now();
+    assert_eq!(within(limit, "wait", store.wait(&id, wait)).await, None);
+    ended_by(started.elapsed(), wait, "wait");
+    let started = Instant::now();
+    assert!(within(limit, "long poll", store.pending(&[], wait)).await.is_empty());
+    ended_by(started.elapsed(), wait, "long poll");
+    let answer = ExternalResult { result: serde_json::json!("x"), is_error: false };
+    assert!(within(limit, "resolve", store.resolve(&id, answer)).await.is_err());
+    within(limit, "withdraw", store.withdraw(&id)).await;
+    assert!(within(limit, "inbox", store.take_inbox("run")).await.is_empty());
+    assert_eq!(within(limit, "count", store.count_pending("run")).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redis_fails_calls_by_their_deadlines_and_recovers() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(300));
+    let backend = RedisBackend::connect(&config).await.unwrap();
+    let queue = backend.queues().queue("q", &QueueConfig::new(1));
+    let cache = backend.cache();
+    let store = backend.pending_store();
+    cache.put("k", &ToolOutput::text("v"), Duration::from_secs(60)).await;
+    // Another client makes the server hold every command for 2 s: connections stay open
+    // and nothing answers, the worst case for a client without timeouts.
+    let admin = RedisBackend::new(&RedisConfig::new(server.url())).unwrap();
+    admin.client().command(&["CLIENT", "PAUSE", "2000", "ALL"]).await.unwrap();
+    let paused = Instant::now();
+    let limit = Duration::from_secs(5);
+    let wait = Duration::from_millis(400);
+    let started = Instant::now();
+    assert!(within(limit, "acquire", queue.acquire(wait)).await.is_none());
+    ended_by(started.elapsed(), wait, "acquire");
+    let started = Instant::now();
+    assert!(within(limit, "cache get", cache.get("k")).await.is_none());
+    ended_by(started.elapsed(), Duration::from_millis(300), "cache get");
+    let started = Instant::now();
+    assert!(within(limit, "open", store.open(call(true))).await.is_err());
+    ended_by(started.elapsed(), Duration::from_millis(300), "open");
+    assert!(paused.elapsed() < Duration::from_secs(2), "the checks ran while paused");
+
+    // The pause ends by itself: the same backend serves again.
+    let slot =
+        within(limit, "acquire after the pause", queue.acquire(Duration::from_secs(4))).await;
+    assert!(slot.is_some());
+    assert_eq!(cache.get("k").await, Some(ToolOutput::text("v")));
+    assert!(store.open(call(true)).await.is_ok());
+}

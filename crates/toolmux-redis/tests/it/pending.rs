@@ -1,0 +1,192 @@
+//! Pending external calls shared by two replicas: answered through the other one, early
+//! and late results, withdrawal, long polls woken from the other replica, inbox cap.
+
+use crate::{listeners, replica, within};
+use serde_json::json;
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_core::ToolError;
+use toolmux_external::{Delivery, ExecutionType, ExternalResult, PendingCall, PendingStore};
+use toolmux_test_support::eventually;
+use toolmux_test_support::redis::RedisServer;
+
+fn call(tool: &str, run: &str, is_async: bool) -> PendingCall {
+    PendingCall {
+        call_id: String::new(),
+        tool: tool.to_owned(),
+        arguments: json!({"question": "ok?"}),
+        run_id: run.to_owned(),
+        execution_type: ExecutionType::Space,
+        is_async,
+        visible: true,
+        created_ms: 0,
+    }
+}
+
+fn answer(text: &str) -> ExternalResult {
+    ExternalResult { result: json!(text), is_error: false }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_answered_through_another_replica_reaches_its_waiting_caller() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let id = a.open(call("external__confirm", "run-1", false)).await.unwrap();
+    assert_eq!(a.count_pending("run-1").await, 1);
+    let waiter = {
+        let a = a.clone();
+        let id = id.clone();
+        tokio::spawn(async move { a.wait(&id, Duration::from_secs(10)).await })
+    };
+    let listed = b.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].call_id.as_str(), listed[0].tool.as_str()),
+        (id.as_str(), "external__confirm")
+    );
+    assert_eq!(
+        (listed[0].run_id.as_str(), listed[0].execution_type),
+        ("run-1", ExecutionType::Space)
+    );
+    assert!(listed[0].created_ms > 0);
+    let look = replica(&server);
+    let channel = format!("toolmux:x:{id}");
+    eventually("the waiter subscribed", || async { listeners(&look, &channel).await >= 1 }).await;
+    let answered = Instant::now();
+    let delivery =
+        b.resolve(&id, ExternalResult { result: json!({"yes": true}), is_error: true }).await;
+    assert_eq!(delivery.unwrap(), Delivery::Waiting);
+    let result = within(Duration::from_secs(5), "the waiting call", waiter).await.unwrap();
+    assert!(
+        answered.elapsed() < Duration::from_millis(200),
+        "woken late: {:?}",
+        answered.elapsed()
+    );
+    assert_eq!(result, Some(ExternalResult { result: json!({"yes": true}), is_error: true }));
+    assert_eq!(a.count_pending("run-1").await, 0);
+    assert!(b.pending(&[], Duration::ZERO).await.is_empty());
+    let again = b.resolve(&id, answer("twice")).await.unwrap_err();
+    assert!(matches!(again, ToolError::InvalidArguments { .. }), "{again:?}");
+}
+
+#[tokio::test]
+async fn a_result_submitted_before_the_wait_is_kept_for_it() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let id = a.open(call("external__confirm", "run-1", false)).await.unwrap();
+    assert_eq!(b.resolve(&id, answer("early")).await.unwrap(), Delivery::Waiting);
+    let started = Instant::now();
+    assert_eq!(a.wait(&id, Duration::from_secs(5)).await, Some(answer("early")));
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(a.wait(&id, Duration::from_millis(100)).await, None, "a result is taken once");
+}
+
+#[tokio::test]
+async fn a_late_result_goes_to_the_inbox_of_the_run() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let id = a.open(call("external__confirm", "run-7", false)).await.unwrap();
+    assert_eq!(a.wait(&id, Duration::from_millis(100)).await, None);
+    assert_eq!(a.count_pending("run-7").await, 1, "still pending after the wait");
+    let delivery = b.resolve(&id, answer("late")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
+    let inbox = a.take_inbox("run-7").await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(
+        (inbox[0].call_id.as_str(), inbox[0].tool.as_str()),
+        (id.as_str(), "external__confirm")
+    );
+    assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
+    assert_eq!(inbox[0].result, answer("late"));
+    assert!(b.take_inbox("run-7").await.is_empty(), "taken out");
+    assert_eq!(a.count_pending("run-7").await, 0);
+}
+
+#[tokio::test]
+async fn asynchronous_calls_are_answered_into_the_inbox_oldest_first() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let first = a.open(call("external__job", "run-2", true)).await.unwrap();
+    let second = b.open(call("external__job", "run-2", true)).await.unwrap();
+    assert_eq!(a.wait(&first, Duration::from_secs(5)).await, None, "nothing to wait for");
+    assert_eq!(a.count_pending("run-2").await, 2);
+    b.resolve(&first, answer("1")).await.unwrap();
+    a.resolve(&second, answer("2")).await.unwrap();
+    let ids: Vec<_> = b.take_inbox("run-2").await.into_iter().map(|e| e.call_id).collect();
+    assert_eq!(ids, [first, second]);
+}
+
+#[tokio::test]
+async fn a_withdrawn_call_takes_no_result() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let id = a.open(call("external__confirm", "run-3", false)).await.unwrap();
+    a.withdraw(&id).await;
+    assert!(b.pending(&[], Duration::ZERO).await.is_empty());
+    assert_eq!(b.count_pending("run-3").await, 0);
+    let refused = b.resolve(&id, answer("too late")).await.unwrap_err();
+    assert!(refused.to_string().contains("no pending call"), "{refused}");
+    assert!(a.take_inbox("run-3").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_is_woken_by_a_call_opened_in_the_other_replica() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let look = replica(&server);
+    let poll = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let calls = a.pending(&["external__wanted".to_owned()], Duration::from_secs(10)).await;
+            (calls, Instant::now())
+        })
+    };
+    eventually("the long poll subscribed", || async {
+        listeners(&look, "toolmux:x:new").await >= 1
+    })
+    .await;
+    // A call of another tool does not end the poll.
+    b.open(call("external__other", "run-4", true)).await.unwrap();
+    let opened = Instant::now();
+    let id = b.open(call("external__wanted", "run-4", true)).await.unwrap();
+    let (calls, returned) = within(Duration::from_secs(5), "the long poll", poll).await.unwrap();
+    let ids: Vec<_> = calls.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, [id.as_str()]);
+    assert!(returned - opened < Duration::from_millis(200), "woken late: {:?}", returned - opened);
+    let all = a.pending(&[], Duration::ZERO).await;
+    assert_eq!(all.len(), 2);
+    assert!(all[0].created_ms <= all[1].created_ms, "oldest first");
+    let both =
+        a.pending(&["external__wanted".into(), "external__other".into()], Duration::ZERO).await;
+    assert_eq!(both, all);
+}
+
+#[tokio::test]
+async fn a_long_poll_with_nothing_pending_ends_at_its_wait() {
+    let server = RedisServer::start();
+    let store = replica(&server).pending_store();
+    let started = Instant::now();
+    assert!(store.pending(&[], Duration::from_millis(300)).await.is_empty());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(1), "{waited:?}");
+}
+
+#[tokio::test]
+async fn an_inbox_keeps_the_newest_results_and_the_store_is_bounded() {
+    let server = RedisServer::start();
+    let store = replica(&server).pending_store().with_limits(6, 3);
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(store.open(call("external__job", "run-5", true)).await.unwrap());
+    }
+    let other = replica(&server).pending_store().with_limits(6, 3);
+    other.open(call("external__job", "run-6", true)).await.unwrap();
+    let full = other.open(call("external__job", "run-6", true)).await.unwrap_err();
+    assert!(matches!(full, ToolError::QueueBusy { .. }), "{full:?}");
+    for (i, id) in ids.iter().enumerate() {
+        store.resolve(id, answer(&i.to_string())).await.unwrap();
+    }
+    let kept: Vec<_> =
+        store.take_inbox("run-5").await.into_iter().map(|e| e.result.result).collect();
+    assert_eq!(kept, [json!("2"), json!("3"), json!("4")]);
+}

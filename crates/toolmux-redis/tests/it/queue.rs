@@ -1,0 +1,156 @@
+//! Queues shared by two replicas: capacity across both, a release in one waking a waiter in
+//! the other, timeouts, renewed leases and the leases of a replica that vanished.
+
+use crate::{listeners, replica, within};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_orchestrator::QueueConfig;
+use toolmux_orchestrator::queue::QueueBackend;
+use toolmux_redis::{RedisBackend, RedisConfig};
+use toolmux_test_support::eventually;
+use toolmux_test_support::redis::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_holds_across_two_replicas() {
+    let server = RedisServer::start();
+    let queues = [replica(&server).queues(), replica(&server).queues()];
+    let queues: Vec<_> = queues.iter().map(|b| b.queue("shared", &QueueConfig::new(3))).collect();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let queue = queues[i % 2].clone();
+        let (holding, most) = (holding.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let slot = queue.acquire(Duration::from_secs(20)).await.expect("a slot in time");
+            let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            holding.fetch_sub(1, Ordering::SeqCst);
+            drop(slot);
+        }));
+    }
+    for task in tasks {
+        within(Duration::from_secs(30), "16 calls through 3 slots", task).await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} slots held at once, capacity 3");
+    assert!(most >= 2, "the replicas never ran calls side by side ({most})");
+    eventually("every slot released", || async {
+        queues[0].in_use() == 0 && queues[1].in_use() == 0
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_one_replica_wakes_a_waiter_in_the_other() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server), replica(&server));
+    let qa = a.queues().queue("one", &QueueConfig::new(1));
+    let qb = b.queues().queue("one", &QueueConfig::new(1));
+    // The waiter asks at once, then every 250 ms unless woken. Released 300 ms after it
+    // started, a waiter that only polled would get the slot about 200 ms later; one woken
+    // by the release gets it within milliseconds.
+    let mut slowest = Duration::ZERO;
+    for round in 0..3 {
+        let held = qa.acquire(Duration::from_secs(5)).await.expect("free slot");
+        let started = Instant::now();
+        let waiter = {
+            let qb = qb.clone();
+            tokio::spawn(async move {
+                let slot = qb.acquire(Duration::from_secs(10)).await;
+                (slot, Instant::now())
+            })
+        };
+        if round == 0 {
+            eventually("the waiter of replica b subscribed", || async {
+                listeners(&a, "toolmux:q:one:free").await >= 1
+            })
+            .await;
+        }
+        tokio::time::sleep_until(started + Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished(), "the waiter got a slot that was held");
+        let released = Instant::now();
+        drop(held);
+        let (slot, got) =
+            within(Duration::from_secs(5), "the waiter's slot", waiter).await.unwrap();
+        let slot = slot.expect("the released slot");
+        slowest = slowest.max(got - released);
+        drop(slot);
+        eventually("the slot back", || async {
+            let leases = a.client().command(&["ZCARD", "toolmux:q:one"]).await;
+            leases.ok().and_then(|n| n.as_i64()) == Some(0)
+        })
+        .await;
+    }
+    assert!(
+        slowest < Duration::from_millis(100),
+        "slowest wake-up {slowest:?}: woken by the poll, not the release"
+    );
+}
+
+#[tokio::test]
+async fn acquire_times_out_when_full() {
+    let server = RedisServer::start();
+    let qa = replica(&server).queues().queue("full", &QueueConfig::new(2));
+    let qb = replica(&server).queues().queue("full", &QueueConfig::new(2));
+    let _one = qa.acquire(Duration::from_secs(5)).await.expect("first slot");
+    let _two = qb.acquire(Duration::from_secs(5)).await.expect("second slot");
+    let started = Instant::now();
+    assert!(qa.acquire(Duration::from_millis(400)).await.is_none());
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(400), "gave up early: {waited:?}");
+    assert!(waited < Duration::from_millis(1000), "gave up late: {waited:?}");
+    assert!(qa.acquire(Duration::ZERO).await.is_none(), "a zero wait asks once");
+    eventually("both replicas see the queue full", || async { qa.is_full() && qb.is_full() }).await;
+    assert_eq!((qa.in_use(), qa.capacity()), (2, 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_slot_outlives_its_lease_by_renewal() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_lease(Duration::from_millis(300));
+    let a = RedisBackend::new(&config).unwrap();
+    let b = RedisBackend::new(&config).unwrap();
+    let qa = a.queues().queue("renewed", &QueueConfig::new(1));
+    let qb = b.queues().queue("renewed", &QueueConfig::new(1));
+    let held = qa.acquire(Duration::from_secs(5)).await.expect("free slot");
+    // Four leases long: the slot stays taken only because it is renewed.
+    assert!(qb.acquire(Duration::from_millis(1200)).await.is_none(), "the renewed slot was taken");
+    drop(held);
+    assert!(qb.acquire(Duration::from_secs(5)).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_of_a_vanished_replica_frees_itself_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_lease(Duration::from_millis(300));
+    // Replica a lives on a runtime of its own: it takes the slot, never releases it, and
+    // then its runtime ends with every task on it (the renewal too), as a crash would.
+    let crashed = {
+        let config = config.clone();
+        std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let a = RedisBackend::new(&config).unwrap();
+                let queue = a.queues().queue("orphan", &QueueConfig::new(1));
+                let slot = queue.acquire(Duration::from_secs(5)).await.expect("free slot");
+                std::mem::forget(slot);
+                std::mem::forget(a);
+            });
+            drop(runtime);
+        })
+    };
+    crashed.join().unwrap();
+    let b = RedisBackend::new(&config).unwrap();
+    let leases = b.client().command(&["ZCARD", "toolmux:q:orphan"]).await.unwrap();
+    assert_eq!(leases.as_i64(), Some(1), "the vanished replica's lease is there");
+    let qb = b.queues().queue("orphan", &QueueConfig::new(1));
+    let started = Instant::now();
+    let slot = qb.acquire(Duration::from_secs(5)).await;
+    assert!(slot.is_some(), "the lease never ended");
+    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+}
