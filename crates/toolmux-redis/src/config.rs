@@ -22,7 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://[:password@|user:password@]host[:port][/db]` (port 6379 and database 0 by
-    /// default). Write the password as `${REDIS_PASSWORD}`-style variable in the file.
+    /// default). Keep the password out of the file with a variable,
+    /// `redis://:${REDIS_PASSWORD}@host`; `@`, `:` and `/` in it must be %-encoded.
     pub url: String,
     /// Prefix of every key and channel (default `toolmux`); replicas that share state use
     /// the same one, unrelated deployments on one server different ones.

@@ -55,6 +55,8 @@ impl Toolmux {
         let mut secrets = loaded.secrets.clone();
         let mut config = orchestrator_config(loaded)?;
         let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();
+        #[cfg(feature = "redis")]
+        let backend = redis_backend(loaded, &mut warnings).await?;
 
         #[cfg(feature = "fs")]
         if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled && keep("fs")) {
@@ -93,7 +95,13 @@ impl Toolmux {
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
         #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
-            providers.push(external_provider(loaded, &mut config)?);
+            #[cfg(feature = "redis")]
+            let store = backend
+                .as_ref()
+                .map(|b| Arc::new(b.pending_store()) as Arc<dyn toolmux_external::PendingStore>);
+            #[cfg(not(feature = "redis"))]
+            let store = None;
+            providers.push(external_provider(loaded, &mut config, store)?);
         }
 
         #[cfg(feature = "agent")]
@@ -115,6 +123,13 @@ impl Toolmux {
             providers.push(Arc::new(OutputReader::new(store.clone(), config.response_max_bytes)));
         }
         let orchestrator = Orchestrator::builder(config).output_store(store);
+        #[cfg(feature = "redis")]
+        let orchestrator = match &backend {
+            Some(backend) => orchestrator
+                .queue_backend(Arc::new(backend.queues()))
+                .cache(Arc::new(backend.cache())),
+            None => orchestrator,
+        };
         #[cfg(feature = "agent")]
         let orchestrator = match sampler(loaded, &models)? {
             Some(sampler) => orchestrator.sampler(sampler),
@@ -425,10 +440,13 @@ mod mcp {
 fn external_provider(
     loaded: &Loaded,
     config: &mut OrchestratorConfig,
+    store: Option<Arc<dyn toolmux_external::PendingStore>>,
 ) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
     use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
     let tools = &loaded.config.external_tools;
-    let provider = ExternalProvider::new(tools, Arc::new(MemoryPendingStore::default()))
+    // Pending calls live in the shared backend when there is one, else in this process.
+    let store = store.unwrap_or_else(|| Arc::new(MemoryPendingStore::default()));
+    let provider = ExternalProvider::new(tools, store)
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
     let margin = Duration::from_secs(1);
     for (name, tool) in tools {
@@ -446,6 +464,41 @@ fn external_provider(
     };
     config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
     Ok(Arc::new(provider))
+}
+
+/// The Redis backend of `backend.redis`, when configured. Startup waits for the server at
+/// most one command timeout: a bad URL or refused credentials are configuration errors, a
+/// server that does not answer is a warning (the backend connects when it answers).
+#[cfg(feature = "redis")]
+async fn redis_backend(
+    loaded: &Loaded,
+    warnings: &mut Vec<String>,
+) -> Result<Option<toolmux_redis::RedisBackend>, ToolmuxError> {
+    use toolmux_redis::{RedisBackend, RedisError};
+    let Some(config) = loaded.config.backend.as_ref().and_then(|b| b.redis.as_ref()) else {
+        return Ok(None);
+    };
+    let file = loaded.source_name();
+    // Errors of the redis crate never carry the URL's password.
+    let invalid = |key: &str, e: &RedisError| {
+        ToolmuxError::config(
+            file,
+            format!("backend.redis.{key}: {}", toolmux_core::error_report(e)),
+        )
+    };
+    let backend = RedisBackend::new(config).map_err(|e| match &e {
+        RedisError::Setting { key, .. } => invalid(key, &e),
+        _ => invalid("url", &e),
+    })?;
+    match backend.ping().await {
+        Ok(()) => {}
+        Err(e @ RedisError::Auth { .. }) => return Err(invalid("url", &e)),
+        Err(e) => warnings.push(format!(
+            "{file}: backend.redis: {}; until it answers, queued calls wait, the cache misses and external calls fail",
+            toolmux_core::error_report(&e)
+        )),
+    }
+    Ok(Some(backend))
 }
 
 /// The agents and their models, each model's client built (nothing is sent yet), and
@@ -573,5 +626,66 @@ mod rest {
             providers.push(Arc::new(provider));
         }
         Ok(())
+    }
+}
+
+/// The `backend.redis` section, without a server: a bad setting fails the build, a
+/// server that does not answer is a warning, and the queues then really are Redis's (a
+/// queued call finds no slot).
+#[cfg(all(test, feature = "redis", feature = "fs"))]
+mod redis_tests {
+    use super::*;
+    use crate::config::{FileFormat, load_str};
+    use toolmux_core::{CallContext, ToolCall};
+
+    fn load(yaml: &str, dir: &Path) -> Loaded {
+        load_str(yaml, FileFormat::Yaml, "toolmux.yaml", dir, &|_| None).expect("loads")
+    }
+
+    #[tokio::test]
+    async fn bad_redis_settings_are_configuration_errors_without_the_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "{url: 'http://:hunter2@localhost'}",
+                "toolmux.yaml: backend.redis.url: invalid redis url `http://:***@localhost`: must start with `redis://`",
+            ),
+            (
+                "{url: 'redis://:hunter2@localhost', leaseMs: 5}",
+                "toolmux.yaml: backend.redis.leaseMs: invalid redis setting `leaseMs`: must be at least 100 (slots are renewed every third of it)",
+            ),
+        ];
+        for (section, expected) in cases {
+            let loaded = load(&format!("backend:\n  redis: {section}\n"), dir.path());
+            let error = Toolmux::build(&loaded).await.unwrap_err().to_string();
+            assert_eq!(error, expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_redis_is_a_warning_and_its_queues_are_used() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        let yaml = "
+fs: {}
+queues: {q: {concurrent: 1, waitTimeoutMs: 300}}
+tools: {fs__read: {queue: q}}
+defaults: {outputDir: out}
+backend: {redis: {url: 'redis://:hunter2@127.0.0.1:1', timeoutMs: 200}}
+";
+        let loaded = load(yaml, dir.path());
+        let toolmux = Toolmux::build(&loaded).await.unwrap();
+        let warning = toolmux.warnings().join("\n");
+        assert!(
+            warning.contains("backend.redis: cannot connect to redis at 127.0.0.1:1"),
+            "{warning}"
+        );
+        assert!(!warning.contains("hunter2"), "{warning}");
+        let orchestrator = toolmux.orchestrator();
+        assert!(orchestrator.warmup().await.is_ok());
+        let call = ToolCall::new("fs__read", serde_json::json!({"path": "a.txt"}));
+        let result = orchestrator.execute(call, &CallContext::new()).await;
+        assert!(!result.ok);
+        assert_eq!(result.extras.get("code"), Some(&serde_json::json!("queue_busy")), "{result:?}");
     }
 }

@@ -91,6 +91,26 @@ pub struct Config {
     #[cfg(feature = "agent")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<toolmux_agent::RouterConfig>,
+    /// Where state shared by several `toolmux serve` replicas lives (feature `redis`):
+    /// queue slots, the response cache and pending external calls. Without it, each
+    /// process keeps its own.
+    #[cfg(feature = "redis")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendSection>,
+}
+
+/// Shared state for many replicas, under `backend`.
+#[cfg(feature = "redis")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendSection {
+    /// A Redis server every replica uses: `url`
+    /// (`redis://[:password@|user:password@]host[:port][/db]`, password %-encoded),
+    /// `prefix` of keys and channels (default `toolmux`), `leaseMs` after which a crashed
+    /// replica's queue slots come back (default 30000), `timeoutMs` of one command
+    /// (default 2000). Rate limits, statistics and stored outputs stay per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<toolmux_redis::RedisConfig>,
 }
 
 /// Settings of `toolmux serve`.
