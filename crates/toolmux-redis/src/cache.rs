@@ -22,7 +22,9 @@ pub const MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The response cache in Redis, for [`toolmux_orchestrator::Orchestrator`]'s builder
 /// (`.cache(Arc::new(backend.cache()))`). A Redis that does not answer is a miss, and a
-/// put that fails is dropped: the cache never fails a call.
+/// put that fails is dropped: the cache never fails a call. While Redis is down, the cache
+/// asks it once a second and misses at once otherwise, so that a hung server does not add
+/// its timeout to every cacheable call.
 #[derive(Debug, Clone)]
 pub struct RedisCache {
     backend: Arc<BackendShared>,
@@ -79,6 +81,9 @@ fn hash(key: &str, seed: u64) -> u64 {
 #[async_trait]
 impl ResponseCache for RedisCache {
     async fn get(&self, key: &str) -> Option<ToolOutput> {
+        if self.backend.client.skip_optional() {
+            return None;
+        }
         let redis_key = self.redis_key(key);
         let reply = self.backend.client.command(&["GET", &redis_key]).await.ok()?;
         let Reply::Bulk(bytes) = reply else { return None };
@@ -94,7 +99,7 @@ impl ResponseCache for RedisCache {
 
     async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration) {
         let ttl_ms = ttl.as_millis();
-        if ttl_ms == 0 {
+        if ttl_ms == 0 || self.backend.client.skip_optional() {
             return;
         }
         let entry = Entry { key: Cow::Borrowed(key), output: Cow::Borrowed(output) };

@@ -13,7 +13,7 @@ use crate::{RedisConfig, RedisError};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -85,6 +85,11 @@ impl RedisClient {
     /// The timeout of one command.
     pub fn timeout(&self) -> Duration {
         self.inner.timeout
+    }
+
+    /// Whether a command the caller can do without should be skipped (the server is down).
+    pub(crate) fn skip_optional(&self) -> bool {
+        self.inner.health.skip_optional()
     }
 
     /// Runs one command (`["SET", "k", "v"]`) within the client's timeout. An error reply
@@ -235,11 +240,39 @@ fn server_error(endpoint: &Endpoint, command: String, message: String) -> RedisE
 pub(crate) struct Health {
     addr: String,
     down: AtomicBool,
+    born: std::time::Instant,
+    /// When an optional command last went out while the server was down, in milliseconds
+    /// since `born`.
+    probed_ms: AtomicU64,
 }
+
+/// While the server is down, optional commands go out at most this often.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 impl Health {
     pub(crate) fn new(endpoint: &Endpoint) -> Health {
-        Health { addr: endpoint.addr(), down: AtomicBool::new(false) }
+        Health {
+            addr: endpoint.addr(),
+            down: AtomicBool::new(false),
+            born: std::time::Instant::now(),
+            probed_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether to skip a command the caller can do without (a cache read or write): while
+    /// the server is down, one such command a second finds out whether it is back, and
+    /// the others do not each wait for their timeout.
+    pub(crate) fn skip_optional(&self) -> bool {
+        if !self.down.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = self.born.elapsed().as_millis() as u64;
+        let last = self.probed_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < PROBE_EVERY.as_millis() as u64 {
+            return true;
+        }
+        // One caller wins the probe; the others skip.
+        self.probed_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
     }
 
     pub(crate) fn observe<T>(&self, result: &Result<T, RedisError>) {

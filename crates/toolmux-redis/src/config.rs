@@ -153,13 +153,15 @@ impl Endpoint {
             Some(("rediss", _)) => return Err(invalid("TLS (`rediss://`) is not supported")),
             _ => return Err(invalid("must start with `redis://`")),
         };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
+        // The last `@` ends the user part, so that a password with `@` or `/` that was not
+        // %-encoded still parses (and, above all, is still hidden in messages).
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (hostport, path) = match rest.find(['/', '?', '#']) {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
-        };
-        let (userinfo, hostport) = match authority.rfind('@') {
-            Some(i) => (Some(&authority[..i]), &authority[i + 1..]),
-            None => (None, authority),
         };
         let (username, password) = match userinfo {
             None => (None, None),
@@ -215,20 +217,18 @@ impl Endpoint {
     }
 }
 
-/// `url` with the password (everything between `:` and `@` of the user part) replaced by
-/// `***`; for messages and Debug.
+/// `url` with the password (everything between the first `:` and the last `@` after the
+/// scheme) replaced by `***`; for messages and Debug.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
         // Not a URL: it might still be a secret someone pasted, so show nothing of it.
         return "***".to_owned();
     };
     let rest = &url[scheme_end..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else { return url.to_owned() };
-    let user = match authority[..at].split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_owned(),
+    let Some(at) = rest.rfind('@') else { return url.to_owned() };
+    let user = match rest[..at].split_once(':') {
+        Some((user, _)) if !user.contains(['/', '?', '#']) => format!("{user}:***"),
+        _ => "***".to_owned(),
     };
     format!("{}{user}@{}", &url[..scheme_end], &rest[at + 1..])
 }
@@ -301,12 +301,22 @@ mod tests {
             ),
             ("redis://:pw@", "invalid redis url `redis://:***@`: no host"),
             ("redis:pw@h", "invalid redis url `***`: must start with `redis://`"),
+            (
+                "redis://:p/w@ss@h:x",
+                "invalid redis url `redis://:***@h:x`: the port must be a number from 1 to 65535",
+            ),
+            (
+                "redis://:p/w@ss@h/1",
+                "Endpoint { host: \"h\", port: 6379, username: None, password: Some(\"***\"), db: 1 }",
+            ),
         ];
         for (url, expected) in cases {
             assert_eq!(parse(url), expected, "{url}");
         }
         let e = Endpoint::parse("redis://u:p%40ss@h").unwrap();
         assert_eq!(e.password.as_deref(), Some("p@ss"));
+        let e = Endpoint::parse("redis://:p/w@ss@h/1").unwrap();
+        assert_eq!(e.password.as_deref(), Some("p/w@ss"));
     }
 
     #[test]

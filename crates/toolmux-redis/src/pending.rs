@@ -37,6 +37,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
@@ -212,6 +213,27 @@ impl StoreInner {
     }
 }
 
+/// A wait under way; dropped before it ended, it ends the wait in Redis (in a task of
+/// its own), so that a result submitted later goes to the inbox.
+struct Waiting {
+    inner: Arc<StoreInner>,
+    /// `None` once the wait ended in Redis.
+    call_id: Option<String>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let (Some(call_id), Ok(runtime)) = (self.call_id.take(), Handle::try_current()) else {
+            return;
+        };
+        let inner = self.inner.clone();
+        runtime.spawn(async move {
+            // A result that came just before is lost with its caller, as in memory.
+            let _ = inner.take_result(&GIVE_UP, &call_id, inner.timeout()).await;
+        });
+    }
+}
+
 fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCall {
     PendingCall {
         call_id,
@@ -297,16 +319,24 @@ impl PendingStore for RedisPendingStore {
         // an asynchronous or unknown call) gets nothing, as in memory.
         let (waiter, result) = (inner.key("waiter", call_id), inner.key("result", call_id));
         let ttl = (timeout + inner.timeout() * 2 + Duration::from_secs(1)).as_millis().to_string();
+        // If this future is dropped (its caller was cancelled or cut by a deadline) before
+        // the wait ends, the call stops being waited for, so that a result submitted later
+        // goes to the inbox, as in memory.
+        let mut waiting = Waiting { inner: inner.clone(), call_id: Some(call_id.to_owned()) };
         let reply = inner
             .eval(&CLAIM, &[&waiter, &result], &[ttl.as_bytes()], inner.within(deadline))
             .await
             .ok()?;
         match reply.as_array() {
             Some([flag, value]) if flag.as_i64() == Some(1) => {
+                waiting.call_id = None;
                 return parse_result(value.as_bytes()?);
             }
             Some([flag]) if flag.as_i64() == Some(0) => {}
-            _ => return None,
+            _ => {
+                waiting.call_id = None;
+                return None;
+            }
         }
         let channel = format!("{}:{call_id}", inner.base);
         let confirm_within =
@@ -324,6 +354,7 @@ impl PendingStore for RedisPendingStore {
             if let Ok(Some(result)) =
                 inner.take_result(&TAKE, call_id, inner.within(deadline)).await
             {
+                waiting.call_id = None;
                 return Some(result);
             }
             let poll = (Instant::now() + POLL_EVERY).min(deadline);
@@ -338,7 +369,11 @@ impl PendingStore for RedisPendingStore {
         }
         // Give up, unless a result came at the last moment: the submitter was told it
         // reached the waiting call, so it must.
-        inner.take_result(&GIVE_UP, call_id, inner.timeout()).await.ok().flatten()
+        let result = inner.take_result(&GIVE_UP, call_id, inner.timeout()).await;
+        if result.is_ok() {
+            waiting.call_id = None;
+        }
+        result.ok().flatten()
     }
 
     async fn withdraw(&self, call_id: &str) {

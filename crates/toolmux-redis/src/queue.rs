@@ -111,13 +111,6 @@ impl fmt::Debug for RedisQueue {
     }
 }
 
-/// What a take answered.
-enum Take {
-    Slot(QueueSlot),
-    Full,
-    Failed,
-}
-
 #[async_trait]
 impl Queue for RedisQueue {
     fn name(&self) -> &Arc<str> {
@@ -129,13 +122,14 @@ impl Queue for RedisQueue {
         let deadline = Instant::now() + wait;
         let _turn = tokio::time::timeout_at(deadline, inner.turn.lock()).await.ok()?;
         // The common case, a free slot, costs one round trip and no subscription.
-        if let Take::Slot(slot) = inner.take(deadline).await {
+        if let Some(slot) = inner.take(deadline).await {
             return Some(slot);
         }
         if Instant::now() >= deadline {
             return None;
         }
-        let confirm_within = inner.backend.client.timeout().min(deadline - Instant::now());
+        let left = deadline.saturating_duration_since(Instant::now());
+        let confirm_within = inner.backend.client.timeout().min(left);
         let free = inner
             .free
             .get_or_init(|| inner.backend.pubsub.subscribe(&inner.channel, confirm_within))
@@ -144,7 +138,7 @@ impl Queue for RedisQueue {
         loop {
             // Marked before asking: a release announced after the question wakes us.
             wake.borrow_and_update();
-            if let Take::Slot(slot) = inner.take(deadline).await {
+            if let Some(slot) = inner.take(deadline).await {
                 return Some(slot);
             }
             let now = Instant::now();
@@ -184,8 +178,9 @@ impl QueueInner {
         self.refreshed_ms.store(self.born.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// Asks Redis for a slot once, within the time left (at least [`MIN_ATTEMPT`]).
-    async fn take(self: &Arc<Self>, deadline: Instant) -> Take {
+    /// Asks Redis for a slot once, within the time left (at least [`MIN_ATTEMPT`]); `None`
+    /// when the queue is full or Redis did not answer.
+    async fn take(self: &Arc<Self>, deadline: Instant) -> Option<QueueSlot> {
         let backend = &self.backend;
         let member =
             format!("{}:{}", backend.replica, self.next_slot.fetch_add(1, Ordering::Relaxed));
@@ -196,32 +191,37 @@ impl QueueInner {
         let capacity = self.capacity.to_string();
         let lease = backend.settings.lease.as_millis().to_string();
         let args = [member.as_bytes(), capacity.as_bytes(), lease.as_bytes()];
+        // Until the answer is read, the lease may exist without anyone knowing: if this
+        // future is dropped (its caller gave up) or the answer is lost, it is removed.
+        let unanswered = Unanswered { queue: self.clone(), member: Some(member.clone()) };
         let reply = backend.client.eval(&ACQUIRE, &[&self.key], &args, timeout).await;
         match reply.as_ref().map(pair) {
             Ok(Some((1, count))) => {
+                unanswered.answered();
                 self.note_count(count);
                 let renewal = tokio::spawn(renew(self.clone(), member.clone()));
                 let lease = Lease { queue: self.clone(), member, renewal };
-                Take::Slot(QueueSlot::from_guard(Box::new(lease)))
+                Some(QueueSlot::from_guard(Box::new(lease)))
             }
             Ok(Some((_, count))) => {
+                unanswered.answered();
                 self.note_count(count);
-                Take::Full
+                None
             }
             Ok(None) => {
                 tracing::warn!(target: "toolmux::redis", queue = %self.name, "unexpected reply to the take script: {reply:?}");
-                Take::Failed
+                None
             }
             Err(e) => {
-                if matches!(e, crate::RedisError::Timeout { .. }) {
-                    // The script may have run with its answer lost: give the lease back
-                    // rather than hold a slot nobody uses until it ends.
-                    let queue = self.clone();
-                    tokio::spawn(async move { queue.release(&member).await });
-                } else if !e.is_unreachable() {
+                // A timeout may have cut the answer of a script that ran: `unanswered`
+                // removes the lease. Other failures mean the script did not run.
+                if !matches!(e, crate::RedisError::Timeout { .. }) {
+                    unanswered.answered();
+                }
+                if !e.is_unreachable() {
                     tracing::warn!(target: "toolmux::redis", queue = %self.name, "cannot take a slot: {}", toolmux_core::error_report(e));
                 }
-                Take::Failed
+                None
             }
         }
     }
@@ -293,6 +293,29 @@ impl Drop for Lease {
         };
         let queue = self.queue.clone();
         let member = std::mem::take(&mut self.member);
+        runtime.spawn(async move { queue.release(&member).await });
+    }
+}
+
+/// A take sent and not yet answered; dropped unanswered, it removes the lease it may have
+/// made.
+struct Unanswered {
+    queue: Arc<QueueInner>,
+    member: Option<String>,
+}
+
+impl Unanswered {
+    fn answered(mut self) {
+        self.member = None;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        let (Some(member), Ok(runtime)) = (self.member.take(), Handle::try_current()) else {
+            return;
+        };
+        let queue = self.queue.clone();
         runtime.spawn(async move { queue.release(&member).await });
     }
 }

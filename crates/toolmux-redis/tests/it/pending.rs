@@ -190,3 +190,28 @@ async fn an_inbox_keeps_the_newest_results_and_the_store_is_bounded() {
         store.take_inbox("run-5").await.into_iter().map(|e| e.result.result).collect();
     assert_eq!(kept, [json!("2"), json!("3"), json!("4")]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_dropped_by_its_caller_leaves_later_results_to_the_inbox() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let look = replica(&server);
+    let id = a.open(call("external__confirm", "run-8", false)).await.unwrap();
+    let waiter = {
+        let a = a.clone();
+        let id = id.clone();
+        tokio::spawn(async move { a.wait(&id, Duration::from_secs(30)).await })
+    };
+    let channel = format!("toolmux:x:{id}");
+    eventually("the waiter subscribed", || async { listeners(&look, &channel).await >= 1 }).await;
+    waiter.abort();
+    let waiter_key = format!("toolmux:x:waiter:{id}");
+    eventually("the wait ended in redis", || async {
+        let exists = look.client().command(&["EXISTS", &waiter_key]).await.unwrap();
+        exists.as_i64() == Some(0)
+    })
+    .await;
+    let delivery = b.resolve(&id, answer("after")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "run-8".into() });
+    assert_eq!(a.take_inbox("run-8").await.len(), 1);
+}
