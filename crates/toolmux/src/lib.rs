@@ -8,7 +8,8 @@
 //! crates and `toolmux-orchestrator` directly.
 //!
 //! Features pick the providers: `fs` (default), `mcp`, `rest`, `external`, `agent` (agents
-//! and their model clients), and `full` for all.
+//! and their model clients), `redis` (queues, cache and pending results shared by replicas),
+//! and `full` for all.
 //!
 //! # Example
 //!
@@ -58,5 +59,7 @@ pub use toolmux_llm;
 #[cfg(feature = "mcp")]
 pub use toolmux_mcp;
 pub use toolmux_orchestrator;
+#[cfg(feature = "redis")]
+pub use toolmux_redis;
 #[cfg(feature = "rest")]
 pub use toolmux_rest;
