@@ -198,10 +198,66 @@ fn agents_are_listed() {
     assert_eq!(json[1]["name"], "reader");
 }
 
+/// A `toolmux serve --stdio` session of a raw MCP client, initialized with `capabilities`.
+struct Served {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(project: &Project, capabilities: Value) -> Served {
+        use std::io::{BufRead as _, BufReader};
+        use std::process::Stdio;
+        let mut child = project
+            .command(&["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("toolmux serve starts");
+        let stdin = child.stdin.take();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut served = Served { child, stdin, lines };
+        served.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": capabilities,
+            "clientInfo": {"name": "t", "version": "1"}}}));
+        served.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        served
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write as _;
+        writeln!(self.stdin.as_mut().unwrap(), "{message}").unwrap();
+    }
+
+    /// The next message from the server, within 60 s.
+    fn next(&self) -> Value {
+        let line = self.lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Closes stdin: end of input ends the server, within 30 s.
+    fn end(mut self) {
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
 #[test]
 fn mcp_clients_call_agents_through_the_gateway_with_progress() {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    use std::process::Stdio;
     let server = ScriptedLlmServer::start(
         Dialect::OpenAi,
         vec![
@@ -213,56 +269,20 @@ fn mcp_clients_call_agents_through_the_gateway_with_progress() {
         ],
     );
     let project = project(&server, "openai", "");
-    let mut child = project
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let send = |stdin: &mut std::process::ChildStdin, message: Value| {
-        writeln!(stdin, "{message}").unwrap();
-    };
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"}}}),
-    );
-    send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    let mut served = Served::start(&project, json!({}));
+    served.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "agent__reader", "arguments": {"prompt": "list the files"},
-        "_meta": {"progressToken": "p1"}}}),
-    );
+        "_meta": {"progressToken": "p1"}}}));
     let mut progress = Vec::new();
     let answer = loop {
-        let line = lines.recv_timeout(std::time::Duration::from_secs(60)).expect("an answer");
-        let message: Value = serde_json::from_str(&line).unwrap();
+        let message = served.next();
         if message["method"] == "notifications/progress" {
             progress.push(message["params"]["message"].as_str().unwrap_or_default().to_owned());
         } else if message["id"] == 2 {
             break message;
         }
     };
-    drop(stdin);
-    // End of input ends the server.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    served.end();
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     assert_eq!(answer["result"]["content"][0]["text"], "one file: notes.md", "{answer}");
     assert!(progress.iter().any(|m| m == "reader: turn 1: fs__ls"), "{progress:?}");
@@ -311,8 +331,6 @@ fn an_agent_answers_server_everythings_sampling_request_with_its_model() {
 
 #[test]
 fn an_agents_question_reaches_the_mcp_client_as_an_elicitation() {
-    use std::io::{BufRead as _, BufReader, Write as _};
-    use std::process::Stdio;
     let server = ScriptedLlmServer::start(
         Dialect::Anthropic,
         vec![
@@ -326,59 +344,21 @@ fn an_agents_question_reaches_the_mcp_client_as_an_elicitation() {
         ],
     );
     let project = project(&server, "anthropic", "    askUser: true\n");
-    let mut child = project
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stdout = BufReader::new(child.stdout.take().unwrap());
-    std::thread::spawn(move || {
-        for line in stdout.lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let send = |stdin: &mut std::process::ChildStdin, message: Value| {
-        writeln!(stdin, "{message}").unwrap();
-    };
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
-        "clientInfo": {"name": "t", "version": "1"}}}),
-    );
-    send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(
-        &mut stdin,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-        "name": "agent__reader", "arguments": {"prompt": "open a file"}}}),
-    );
+    let mut served = Served::start(&project, json!({"elicitation": {}}));
+    served.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "agent__reader", "arguments": {"prompt": "open a file"}}}));
     let mut asked = None;
     let answer = loop {
-        let line = lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
-        let message: Value = serde_json::from_str(&line).unwrap();
+        let message = served.next();
         if message["method"] == "elicitation/create" {
             asked = Some(message["params"]["message"].clone());
-            send(
-                &mut stdin,
-                json!({"jsonrpc": "2.0", "id": message["id"], "result": {
-                "action": "accept", "content": {"answer": "notes.md"}}}),
-            );
+            served.send(json!({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "action": "accept", "content": {"answer": "notes.md"}}}));
         } else if message["id"] == 2 {
             break message;
         }
     };
-    drop(stdin);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    served.end();
     assert_eq!(asked, Some(json!("Which file?")));
     assert_eq!(answer["result"]["content"][0]["text"], "you chose notes.md", "{answer}");
 }
