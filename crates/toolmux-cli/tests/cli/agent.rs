@@ -218,7 +218,7 @@ impl Served {
             .expect("toolmux serve starts");
         let stdin = child.stdin.take();
         let (tx, lines) = std::sync::mpsc::channel();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         std::thread::spawn(move || {
             for line in stdout.lines().map_while(Result::ok) {
                 if tx.send(line).is_err() {
@@ -236,20 +236,21 @@ impl Served {
 
     fn send(&mut self, message: Value) {
         use std::io::Write as _;
-        writeln!(self.stdin.as_mut().unwrap(), "{message}").unwrap();
+        let stdin = self.stdin.as_mut().expect("open until the session ends");
+        writeln!(stdin, "{message}").expect("the server reads its input");
     }
 
     /// The next message from the server, within 60 s.
     fn next(&self) -> Value {
         let line = self.lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
-        serde_json::from_str(&line).unwrap()
+        serde_json::from_str(&line).expect("a JSON line")
     }
 
     /// Closes stdin: end of input ends the server, within 30 s.
     fn end(mut self) {
         drop(self.stdin.take());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while self.child.try_wait().unwrap().is_none() {
+        while self.child.try_wait().expect("the server's status").is_none() {
             assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
