@@ -146,6 +146,17 @@ impl StoreInner {
         format!("{}:{kind}:{id}", self.base)
     }
 
+    /// The keys the scripts that end a call touch: the call, the set of calls, its waiter
+    /// mark and its result.
+    fn call_keys(&self, call_id: &str) -> [String; 4] {
+        [
+            self.key("call", call_id),
+            format!("{}:calls", self.base),
+            self.key("waiter", call_id),
+            self.key("result", call_id),
+        ]
+    }
+
     fn timeout(&self) -> Duration {
         self.backend.client.timeout()
     }
@@ -357,15 +368,7 @@ impl PendingStore for RedisPendingStore {
                 waiting.call_id = None;
                 return Some(result);
             }
-            let poll = (Instant::now() + POLL_EVERY).min(deadline);
-            tokio::select! {
-                changed = wake.changed() => {
-                    if changed.is_err() {
-                        tokio::time::sleep_until(poll).await;
-                    }
-                }
-                () = tokio::time::sleep_until(poll) => {}
-            }
+            crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
         // Give up, unless a result came at the last moment: the submitter was told it
         // reached the waiting call, so it must.
@@ -378,12 +381,7 @@ impl PendingStore for RedisPendingStore {
 
     async fn withdraw(&self, call_id: &str) {
         let inner = &self.inner;
-        let keys = [
-            inner.key("call", call_id),
-            format!("{}:calls", inner.base),
-            inner.key("waiter", call_id),
-            inner.key("result", call_id),
-        ];
+        let keys = inner.call_keys(call_id);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = [call_id.as_bytes(), inner.base.as_bytes()];
         if let Err(e) = inner.eval(&WITHDRAW, &keys, &args, inner.timeout()).await {
@@ -412,15 +410,7 @@ impl PendingStore for RedisPendingStore {
             if !calls.is_empty() || now >= deadline {
                 return calls;
             }
-            let poll = (now + POLL_EVERY).min(deadline);
-            tokio::select! {
-                changed = wake.changed() => {
-                    if changed.is_err() {
-                        tokio::time::sleep_until(poll).await;
-                    }
-                }
-                () = tokio::time::sleep_until(poll) => {}
-            }
+            crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
     }
 
@@ -429,12 +419,7 @@ impl PendingStore for RedisPendingStore {
         let stored = StoredResult { result: result.result, is_error: result.is_error };
         let json = serde_json::to_vec(&stored).map_err(|e| ToolError::other(PROVIDER, e))?;
         let id_json = serde_json::to_string(call_id).map_err(|e| ToolError::other(PROVIDER, e))?;
-        let keys = [
-            inner.key("call", call_id),
-            format!("{}:calls", inner.base),
-            inner.key("waiter", call_id),
-            inner.key("result", call_id),
-        ];
+        let keys = inner.call_keys(call_id);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let max_inbox = inner.max_inbox.to_string();
         let retention = RETENTION.as_millis().to_string();

@@ -116,6 +116,25 @@ impl Subscription {
     }
 }
 
+/// Waits until `wake` is woken by a message, `poll_every` has passed (a message may be lost
+/// while the subscriber reconnects), or `deadline`, whichever comes first.
+pub(crate) async fn wake_or_poll(
+    wake: &mut watch::Receiver<u64>,
+    poll_every: Duration,
+    deadline: Instant,
+) {
+    let poll = (Instant::now() + poll_every).min(deadline);
+    tokio::select! {
+        changed = wake.changed() => {
+            if changed.is_err() {
+                // The channel went away (cannot happen while the subscription lives); poll.
+                tokio::time::sleep_until(poll).await;
+            }
+        }
+        () = tokio::time::sleep_until(poll) => {}
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut state = self.shared.lock();

@@ -145,16 +145,7 @@ impl Queue for RedisQueue {
             if now >= deadline {
                 return None;
             }
-            let poll = (now + POLL_EVERY).min(deadline);
-            tokio::select! {
-                changed = wake.changed() => {
-                    if changed.is_err() {
-                        // The channel went away (cannot happen while `free` lives); poll.
-                        tokio::time::sleep_until(poll).await;
-                    }
-                }
-                () = tokio::time::sleep_until(poll) => {}
-            }
+            crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
     }
 
