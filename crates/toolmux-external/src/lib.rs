@@ -17,8 +17,10 @@
 //! Three tools of the provider serve the other side and the inbox:
 //!
 //! - `external__pending` (hidden from models): the calls waiting for a result, oldest
-//!   first, optionally waiting up to `waitMs` for one to arrive (a long poll).
-//! - `external__submit` (hidden from models): `{callId, result, isError?}` answers one call.
+//!   first, optionally waiting up to `waitMs` for one to arrive (a long poll); `exclude`
+//!   leaves out calls seen already, so that a poll waits for a new one.
+//! - `external__submit` (hidden from models): `{callId, result, isError?, runId?}` answers
+//!   one call (of run `runId`, when given).
 //! - `external__inbox`: what arrived for this run since it last looked, taken out.
 //!
 //! A program that serves results is an MCP client of `toolmux serve`, as the agent is; the
@@ -207,15 +209,19 @@ impl ExternalProvider {
             .and_then(Value::as_u64)
             .map_or(Duration::ZERO, Duration::from_millis)
             .min(MAX_POLL);
-        let tools: Vec<String> = arguments
-            .get("tools")
-            .and_then(Value::as_array)
-            .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-            .unwrap_or_default();
+        let strings = |key: &str| -> Vec<String> {
+            arguments
+                .get(key)
+                .and_then(Value::as_array)
+                .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        let tools = strings("tools");
+        let exclude = strings("exclude");
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let calls = self.store.pending(&tools, remaining).await;
+            let calls = self.store.pending_except(&tools, &exclude, remaining).await;
             let others = calls.len();
             let calls: Vec<PendingCall> =
                 calls.into_iter().filter(|c| may_see(ctx.run_id(), &c.run_id)).collect();
@@ -244,15 +250,25 @@ impl ExternalProvider {
             return Err(invalid("`result` is required (a string, or any JSON value)"));
         };
         let is_error = arguments.get("isError").and_then(Value::as_bool).unwrap_or(false);
+        let of_run = arguments.get("runId").and_then(Value::as_str);
         let by = ctx.run_id();
-        if holder(by).is_some() {
-            // A key holder answers only its own runs' calls; another's call is unknown to it.
+        if holder(by).is_some() || of_run.is_some() {
+            // A key holder answers only its own runs' calls; another's call is unknown to it,
+            // as is a call of another run than the one named.
             let calls = self.store.pending(&[], Duration::ZERO).await;
             let call = calls.iter().find(|c| c.call_id == call_id);
             if call.is_none_or(|c| !may_see(by, &c.run_id)) {
                 return Err(invalid(&format!(
                     "no pending call `{call_id}` (never made, answered already, or its caller \
                      gave up); `external__pending` lists the calls waiting"
+                )));
+            }
+            if let (Some(call), Some(run)) = (call, of_run)
+                && call.run_id != run
+            {
+                return Err(invalid(&format!(
+                    "no pending call `{call_id}` in run `{run}`: it was made in another run \
+                     (`external__pending` gives each call's `runId`)"
                 )));
             }
         }
@@ -310,7 +326,9 @@ fn own_tools() -> Vec<ToolSpec> {
                     "waitMs": {"type": "integer", "minimum": 0, "maximum": MAX_POLL.as_millis(),
                                "description": "Wait up to this long for a call when none is pending."},
                     "tools": {"type": "array", "items": {"type": "string"},
-                              "description": "Only calls of these tools (full names)."}
+                              "description": "Only calls of these tools (full names)."},
+                    "exclude": {"type": "array", "items": {"type": "string"}, "maxItems": 10000,
+                                "description": "Leave out these calls (by `callId`: those seen already); with `waitMs`, wait for another."}
                 },
                 "additionalProperties": false
             }),
@@ -325,7 +343,8 @@ fn own_tools() -> Vec<ToolSpec> {
                 "properties": {
                     "callId": {"type": "string"},
                     "result": {"description": "A text, or any JSON value."},
-                    "isError": {"type": "boolean", "description": "The result is a failure."}
+                    "isError": {"type": "boolean", "description": "The result is a failure."},
+                    "runId": {"type": "string", "description": "The run the call must belong to (refused otherwise)."}
                 },
                 "required": ["callId", "result"],
                 "additionalProperties": false

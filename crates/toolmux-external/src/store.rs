@@ -105,6 +105,26 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// when there are none, waits up to `wait` for one.
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall>;
 
+    /// Like [`PendingStore::pending`], leaving out the calls in `exclude` (those the caller
+    /// has seen): when none is left, waits up to `wait` for another. The default asks
+    /// [`PendingStore::pending`] again every 100 ms; stores that can be woken override it.
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let calls = except(self.pending(tools, left).await, exclude);
+            if !calls.is_empty() || left.is_zero() {
+                return calls;
+            }
+            tokio::time::sleep(EXCEPT_POLL.min(left)).await;
+        }
+    }
+
     /// Answers call `call_id`. Unknown (never made, answered already, withdrawn) is an
     /// invalid-arguments error.
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError>;
@@ -114,6 +134,17 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
 
     /// How many calls of run `run_id` wait for a result.
     async fn count_pending(&self, run_id: &str) -> usize;
+}
+
+/// How often the default [`PendingStore::pending_except`] looks again.
+const EXCEPT_POLL: Duration = Duration::from_millis(100);
+
+/// `calls` without those in `exclude`.
+pub(crate) fn except(mut calls: Vec<PendingCall>, exclude: &[String]) -> Vec<PendingCall> {
+    if !exclude.is_empty() {
+        calls.retain(|c| !exclude.contains(&c.call_id));
+    }
+    calls
 }
 
 /// Calls pending at most, by default: past it, new calls are refused.
@@ -242,16 +273,25 @@ impl PendingStore for MemoryPendingStore {
     }
 
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.pending_except(tools, &[], wait).await
+    }
+
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             // Registered before looking, so that a call opened in between wakes us.
             let opened = self.opened.notified();
-            let calls = self.snapshot(tools);
+            let calls = except(self.snapshot(tools), exclude);
             if !calls.is_empty() || tokio::time::Instant::now() >= deadline {
                 return calls;
             }
             if tokio::time::timeout_at(deadline, opened).await.is_err() {
-                return self.snapshot(tools);
+                return except(self.snapshot(tools), exclude);
             }
         }
     }

@@ -315,3 +315,44 @@ async fn key_holders_see_and_answer_only_their_own_calls() {
     let inbox = p.call("inbox", json!({}), &run("key:alice/s1")).await.unwrap();
     assert_eq!(json_of(&inbox)["results"][0]["result"], json!("built"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_long_poll_leaving_out_seen_calls_waits_for_a_new_one() {
+    let p = provider();
+    p.call("job", json!({"q": "first"}), &run("agent")).await.unwrap();
+    let first = next_pending(&p).await;
+    let seen = json!([first["callId"].clone()]);
+    // The seen call is still pending, yet the poll waits for another.
+    let empty = p.call("pending", json!({"waitMs": 300, "exclude": seen}), &run("w")).await;
+    assert_eq!(json_of(&empty.expect("pending"))["calls"], json!([]));
+    let poll = {
+        let p = p.clone();
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            let ctx = run("w");
+            let out = p.call("pending", json!({"waitMs": 5000, "exclude": seen}), &ctx).await;
+            json_of(&out.expect("pending"))["calls"].clone()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    p.call("job", json!({"q": "second"}), &run("agent")).await.unwrap();
+    let calls = poll.await.unwrap();
+    assert_eq!(calls.as_array().map(Vec::len), Some(1), "{calls}");
+    assert_eq!(calls[0]["arguments"]["q"], "second");
+}
+
+#[tokio::test]
+async fn a_submission_naming_another_run_is_refused_and_the_call_stays_pending() {
+    let p = provider();
+    p.call("job", json!({}), &run("agent-1")).await.unwrap();
+    let call = next_pending(&p).await;
+    let id = call["callId"].as_str().unwrap().to_owned();
+    let wrong = json!({"callId": id, "result": "done", "runId": "agent-2"});
+    let refused = p.call("submit", wrong, &run("w")).await.unwrap_err();
+    assert!(refused.report().contains("in run `agent-2`"), "{}", refused.report());
+    assert_eq!(next_pending(&p).await["callId"], id.as_str());
+    let right = json!({"callId": id, "result": "done", "runId": "agent-1"});
+    p.call("submit", right, &run("w")).await.unwrap();
+    let inbox = p.call("inbox", json!({}), &run("agent-1")).await.unwrap();
+    assert_eq!(json_of(&inbox)["results"][0]["result"], "done");
+}

@@ -390,9 +390,22 @@ impl PendingStore for RedisPendingStore {
     }
 
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.pending_except(tools, &[], wait).await
+    }
+
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
         let inner = &self.inner;
+        let except = |mut calls: Vec<PendingCall>| {
+            calls.retain(|c| !exclude.contains(&c.call_id));
+            calls
+        };
         if wait.is_zero() {
-            return inner.snapshot(tools, inner.timeout()).await;
+            return except(inner.snapshot(tools, inner.timeout()).await);
         }
         let deadline = Instant::now() + wait;
         let channel = format!("{}:new", inner.base);
@@ -405,7 +418,7 @@ impl PendingStore for RedisPendingStore {
         loop {
             // Marked before looking: a call opened in between wakes us.
             wake.borrow_and_update();
-            let calls = inner.snapshot(tools, inner.within(deadline)).await;
+            let calls = except(inner.snapshot(tools, inner.within(deadline)).await);
             let now = Instant::now();
             if !calls.is_empty() || now >= deadline {
                 return calls;
