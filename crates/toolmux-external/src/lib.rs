@@ -274,11 +274,13 @@ impl ExternalProvider {
         }
         match self.store.resolve(call_id, ExternalResult { result, is_error }).await? {
             Delivery::Waiting => {
-                Ok(ToolOutput::text(format!("`{call_id}`: handed to the waiting call")))
+                let told = ToolOutput::text(format!("`{call_id}`: handed to the waiting call"));
+                Ok(told.with_extra("delivered", json!("call")))
             }
             Delivery::Inbox { run_id } => {
                 tracing::debug!(target: "toolmux::external", by, "result of {call_id} to the inbox of run {run_id}");
-                Ok(ToolOutput::text(format!("`{call_id}`: put in the inbox of its run")))
+                let told = ToolOutput::text(format!("`{call_id}`: put in the inbox of its run"));
+                Ok(told.with_extra("delivered", json!("inbox")))
             }
         }
     }

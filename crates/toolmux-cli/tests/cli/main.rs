@@ -9,6 +9,7 @@ mod config_errors;
 mod config_files;
 mod conformance;
 mod external;
+mod external_api;
 mod output_and_stats;
 mod serve;
 mod tools;

@@ -27,6 +27,8 @@ pub(crate) fn router(
 ) -> axum::Router {
     let hosts = allowed_hosts(&shared.options().allowed_hosts, bound);
     let origins = allowed_origins(&hosts);
+    // rmcp's checks guard `/mcp`; the API beside it checks the same hosts itself.
+    let api = super::api::routes(shared.clone(), hosts.clone(), shutdown.clone());
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_allowed_hosts(hosts.clone());
@@ -44,7 +46,7 @@ pub(crate) fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let mut router = axum::Router::new().nest_service(MCP_PATH, service);
+    let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
     if let Some(metrics) = metrics {
         router = router.route(
             METRICS_PATH,

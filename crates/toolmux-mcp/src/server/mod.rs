@@ -33,6 +33,10 @@
 //! - Over HTTP, `GET /health` (no key needed, for load balancers and probes): 200 and the
 //!   number of tools while the provider lists them, else 503; `GET /metrics` with
 //!   [`ServeOptions::metrics`].
+//! - Over HTTP, the external tools' API for programs that answer their calls without MCP
+//!   (`GET /api/tool-calls`, the event stream `GET /api/tool-calls/events`, `POST
+//!   /api/runs/{runId}/tool-results`), through the provider's `external__pending` and
+//!   `external__submit`; see the `api` module's source for the details.
 //!
 //! # Example
 //!
@@ -60,6 +64,7 @@
 //! # }
 //! ```
 
+mod api;
 mod convert;
 mod handler;
 mod http;

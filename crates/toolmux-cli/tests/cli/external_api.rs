@@ -1,0 +1,369 @@
+//! The external tools' HTTP API of `toolmux serve --http` (`/api/tool-calls`, its event
+//! stream, `/api/runs/{runId}/tool-results`), driven over raw HTTP/1.1 against the real
+//! binary, with agents calling the tools over MCP's streamable HTTP under two API keys.
+
+use crate::Project;
+use crate::serve::{serve_http, stop};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write as _};
+use std::net::TcpStream;
+use std::sync::mpsc::{Receiver, channel};
+use std::time::Duration;
+
+const ALICE: &str = "alice-key-0123456789abcdef";
+const BOB: &str = "bob-key-0123456789abcdef00";
+
+const CONFIG: &str = "\
+serve:
+  apiKeys:
+    alice: ${ALICE_KEY}
+    bob: ${BOB_KEY}
+externalTools:
+  confirm:
+    description: Ask the user to confirm
+    executionType: space
+    timeout: 30000
+    inputSchema:
+      type: object
+      properties: {question: {type: string}}
+      required: [question]
+  build:
+    description: Start a build
+    isAsync: true
+";
+
+/// A response: status, headers (names lower-cased) and the body, de-chunked.
+struct Response<B> {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: B,
+}
+
+impl<B> Response<B> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one request on a new connection and reads the status line and headers; the body
+/// is left to read (de-chunked when chunked).
+fn send(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response<Box<dyn BufRead + Send>> {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        request.push_str(&format!("Host: {address}\r\n"));
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(40))).expect("a timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).expect("a status line");
+    let status = status_line.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("a header line");
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+        }
+    }
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body: Box<dyn BufRead + Send> = if chunked {
+        Box::new(BufReader::new(Chunked { inner: reader, left: 0, done: false }))
+    } else {
+        Box::new(reader)
+    };
+    Response { status, headers, body }
+}
+
+/// [`send`], the whole body read.
+fn request(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response<String> {
+    let mut response = send(address, method, path, headers, body);
+    let mut text = String::new();
+    response.body.read_to_string(&mut text).expect("the body");
+    Response { status: response.status, headers: response.headers, body: text }
+}
+
+/// The decoded body of a chunked response.
+struct Chunked<R> {
+    inner: R,
+    left: usize,
+    done: bool,
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.left == 0 {
+            if self.done {
+                return Ok(0);
+            }
+            let mut line = String::new();
+            if self.inner.read_line(&mut line)? == 0 {
+                return Ok(0);
+            }
+            let size = line.trim();
+            if size.is_empty() {
+                continue; // the CRLF after a chunk
+            }
+            let size = size.split(';').next().unwrap_or_default();
+            self.left = usize::from_str_radix(size, 16)
+                .map_err(|_| std::io::Error::other(format!("bad chunk size `{size}`")))?;
+            if self.left == 0 {
+                self.done = true;
+            }
+        }
+        let most = buf.len().min(self.left);
+        let n = self.inner.read(&mut buf[..most])?;
+        self.left -= n;
+        Ok(n)
+    }
+}
+
+fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+/// An MCP session over streamable HTTP, as an agent holding `key`.
+struct Agent {
+    address: String,
+    key: &'static str,
+    session: String,
+    next: u64,
+}
+
+impl Agent {
+    fn start(address: &str, key: &'static str) -> Agent {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "agent", "version": "1"}}});
+        let auth = bearer(key);
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        let response = request(address, "POST", "/mcp", &headers, &init.to_string());
+        assert_eq!(response.status, 200, "{}", response.body);
+        let session = response.header("mcp-session-id").expect("a session id").to_owned();
+        let agent = Agent { address: address.to_owned(), key, session, next: 1 };
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = agent.post(&initialized.to_string());
+        assert_eq!(response.status, 202, "{}", response.body);
+        agent
+    }
+
+    fn post(&self, body: &str) -> Response<String> {
+        let auth = bearer(self.key);
+        let headers = [
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", self.session.as_str()),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ];
+        request(&self.address, "POST", "/mcp", &headers, body)
+    }
+
+    /// Calls `tool` on a thread of its own; the receiver gets the result's text (or
+    /// JSON) and whether it failed.
+    fn call(&mut self, tool: &str, arguments: Value) -> Receiver<(Value, bool)> {
+        let id = self.next;
+        self.next += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": tool, "arguments": arguments}})
+        .to_string();
+        let (tx, rx) = channel();
+        let agent = Agent { address: self.address.clone(), session: self.session.clone(), ..*self };
+        std::thread::spawn(move || {
+            let response = agent.post(&body);
+            let answer = response
+                .body
+                .lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+                .chain(serde_json::from_str::<Value>(&response.body).ok())
+                .find(|message| message["id"] == id)
+                .unwrap_or_else(|| panic!("no answer in {}", response.body));
+            let result = &answer["result"];
+            let text = result["content"][0]["text"].as_str().unwrap_or_default();
+            let value = serde_json::from_str(text).unwrap_or_else(|_| json!(text));
+            let _ = tx.send((value, result["isError"] == true));
+        });
+        rx
+    }
+}
+
+/// The next `event:`/`data:` pair of an event stream, skipping comments.
+fn next_event(stream: &mut dyn BufRead) -> (String, Value) {
+    let (mut event, mut data) = (String::new(), String::new());
+    loop {
+        let mut line = String::new();
+        let n = stream.read_line(&mut line).expect("the event stream goes on");
+        assert!(n > 0, "the event stream ended");
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            if !data.is_empty() {
+                return (event, serde_json::from_str(&data).expect("JSON data"));
+            }
+            continue;
+        }
+        if let Some(name) = line.strip_prefix("event:") {
+            event = name.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push_str(value.trim());
+        }
+    }
+}
+
+/// Percent-encodes a path segment.
+fn segment(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+fn address_of(url: &str) -> String {
+    let rest = url.strip_prefix("http://").expect("an http url");
+    rest.split('/').next().unwrap_or_default().to_owned()
+}
+
+fn json_body(response: &Response<String>) -> Value {
+    serde_json::from_str(&response.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", response.status, response.body))
+}
+
+#[test]
+fn programs_answer_external_calls_over_http_and_see_only_their_own_holders_calls() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file("toolmux.yaml", CONFIG);
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let bob_auth = bearer(BOB);
+    let as_alice = [("Authorization", alice_auth.as_str())];
+    let as_bob = [("Authorization", bob_auth.as_str())];
+
+    // Alice's worker listens for her calls before any is made.
+    let mut events = send(&address, "GET", "/api/tool-calls/events", &as_alice, "");
+    assert_eq!(events.status, 200);
+    assert_eq!(events.header("content-type"), Some("text/event-stream"));
+
+    let mut alice = Agent::start(&address, ALICE);
+    let mut bob = Agent::start(&address, BOB);
+    // Bob's asynchronous call is pending first, and never shown to Alice's worker.
+    let (started, failed) = bob.call("external__build", json!({"target": "app"})).recv().unwrap();
+    assert!(!failed && started["status"] == "pending", "{started}");
+    let first = alice.call("external__confirm", json!({"question": "ship?"}));
+    let (kind, call) = next_event(&mut *events.body);
+    assert_eq!(kind, "tool_call");
+    assert_eq!(call["tool"], "external__confirm", "{call}");
+    assert_eq!(call["arguments"], json!({"question": "ship?"}));
+    let run = call["runId"].as_str().expect("a run id").to_owned();
+    assert!(run.starts_with("key:alice/"), "{run}");
+    // While the first waits, a second call is announced alone: the first is not repeated.
+    let second = alice.call("external__confirm", json!({"question": "tag?"}));
+    let (_, next) = next_event(&mut *events.body);
+    assert_eq!(next["arguments"], json!({"question": "tag?"}), "{next}");
+
+    // The listing: each holder sees its own calls only.
+    let listed = request(&address, "GET", "/api/tool-calls", &as_alice, "");
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let calls = json_body(&listed)["calls"].clone();
+    assert_eq!(calls.as_array().map(Vec::len), Some(2), "{calls}");
+    let listed = request(&address, "GET", "/api/tool-calls?tool=external__build", &as_bob, "");
+    let bobs = json_body(&listed)["calls"].clone();
+    assert_eq!(bobs.as_array().map(Vec::len), Some(1), "{bobs}");
+    assert_eq!(bobs[0]["callId"], started["callId"]);
+
+    // Submissions that cannot be taken say why, and lose nothing.
+    let path = format!("/api/runs/{}/tool-results", segment(&run));
+    let answer = json!({"callId": call["callId"], "result": {"confirmed": true}}).to_string();
+    let json_type = ("Content-Type", "application/json");
+    let refused = request(&address, "POST", &path, &[json_type], &answer);
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    let wrong_run = format!("/api/runs/{}/tool-results", segment("key:alice/other"));
+    let refused = request(&address, "POST", &wrong_run, &[as_alice[0], json_type], &answer);
+    assert_eq!(refused.status, 404, "{}", refused.body);
+    assert!(json_body(&refused)["error"].as_str().unwrap_or_default().contains("another run"));
+    let refused = request(&address, "POST", &path, &[as_bob[0], json_type], &answer);
+    assert_eq!(refused.status, 404, "Bob cannot answer Alice's call: {}", refused.body);
+    let malformed = request(&address, "POST", &path, &[as_alice[0]], r#"{"callId": 1}"#);
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    assert!(json_body(&malformed)["error"].as_str().unwrap_or_default().contains("`callId`"));
+    let rebinding = [as_alice[0], ("Host", "evil.example")];
+    let refused = request(&address, "GET", "/api/tool-calls", &rebinding, "");
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let bad_query = request(&address, "GET", "/api/tool-calls?wait=1", &as_alice, "");
+    assert_eq!(bad_query.status, 400, "{}", bad_query.body);
+
+    // The right holder, the right run: the waiting call returns the result.
+    let taken = request(&address, "POST", &path, &[as_alice[0], json_type], &answer);
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    assert_eq!(json_body(&taken), json!({"callId": call["callId"], "delivered": "call"}));
+    let answered = first.recv_timeout(Duration::from_secs(20)).expect("the call returns");
+    assert_eq!(answered, (json!({"confirmed": true}), false));
+    let again = request(&address, "POST", &path, &[as_alice[0], json_type], &answer);
+    assert_eq!(again.status, 404, "answered twice: {}", again.body);
+    let failure = json!({"callId": next["callId"], "result": "no", "isError": true}).to_string();
+    let taken = request(&address, "POST", &path, &[as_alice[0], json_type], &failure);
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    let answered = second.recv_timeout(Duration::from_secs(20)).expect("the call returns");
+    assert_eq!(answered, (json!("no"), true));
+
+    // An asynchronous call's result goes to its run's inbox.
+    let bobs_run = bobs[0]["runId"].as_str().expect("a run id");
+    let path = format!("/api/runs/{}/tool-results", segment(bobs_run));
+    let built = json!({"callId": started["callId"], "result": {"artifact": "app.tar"}});
+    let taken = request(&address, "POST", &path, &[as_bob[0], json_type], &built.to_string());
+    assert_eq!(json_body(&taken)["delivered"], "inbox", "{}", taken.body);
+    let (inbox, _) = bob.call("external__inbox", json!({})).recv().unwrap();
+    assert_eq!(inbox["results"][0]["result"], json!({"artifact": "app.tar"}), "{inbox}");
+
+    // Shutting down ends the open event stream rather than waiting for it.
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains(ALICE) && !run.stderr.contains(BOB), "{}", run.stderr);
+    let mut rest = String::new();
+    let _ = events.body.read_to_string(&mut rest);
+}
+
+#[test]
+fn without_external_tools_the_api_says_how_to_get_them() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\n");
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    for path in ["/api/tool-calls", "/api/tool-calls/events"] {
+        let response = request(&address, "GET", path, &[], "");
+        assert_eq!(response.status, 404, "{path}: {}", response.body);
+        let error = json_body(&response)["error"].as_str().unwrap_or_default().to_owned();
+        assert!(error.contains("externalTools"), "{error}");
+    }
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

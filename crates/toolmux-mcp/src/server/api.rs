@@ -1,0 +1,527 @@
+//! The external tools' HTTP API beside `/mcp`, for programs that answer external tools'
+//! calls without speaking MCP (a job runner, the backend of a user interface):
+//!
+//! - `GET /api/tool-calls[?waitMs=N][&tool=NAME]…`: `{"calls": [...]}`, the calls waiting
+//!   for a result, oldest first; with `waitMs`, waits up to that long (at most 60 s) for one
+//!   when none is waiting.
+//! - `GET /api/tool-calls/events[?tool=NAME]…`: server-sent events, one `tool_call` event
+//!   (`id:` the call id, `data:` the call as JSON) for every call waiting when the stream
+//!   opens and then for each new one as it is made; a comment every 15 s keeps proxies
+//!   from closing the stream. Calls are announced at least once: a client that reconnects
+//!   is told again of the calls still waiting.
+//! - `POST /api/runs/{runId}/tool-results` with `{"callId", "result", "isError"?}`: answers
+//!   call `callId` of run `runId` (the `runId` its listing gives, percent-encoded). 200 and
+//!   `{"callId", "delivered": "call" | "inbox"}`: the waiting call returned the result, or
+//!   the call had returned already and the result went to its run's inbox. 400 for a
+//!   malformed body, 404 for a call that is not pending in that run (never made, answered
+//!   already, withdrawn, or another key holder's).
+//!
+//! Each request is a call of the served provider's `external__pending` or
+//! `external__submit`, so it passes through the same pipeline as over MCP (permissions,
+//! limits, accounting) and is scoped to the API key's holder the same way: a holder sees
+//! and answers only calls made with its own key. Requests are refused like `/mcp`'s: 401
+//! without a key when keys are configured, 403 for a `Host` or `Origin` not allowed.
+
+use super::handler::Shared;
+use super::http::KeyHolder;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput};
+
+/// The tool that lists pending calls.
+const PENDING: &str = "external__pending";
+/// The tool that answers one.
+const SUBMIT: &str = "external__submit";
+/// The longest wait of one listing (the tool's own limit).
+const MAX_WAIT: Duration = Duration::from_secs(60);
+/// How long one poll of the event stream waits before looking again (and pruning).
+const STREAM_POLL: Duration = Duration::from_secs(25);
+/// How often the event stream sends a comment while nothing happens.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The largest request body accepted.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+#[derive(Clone)]
+struct Api {
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+}
+
+/// The API's routes, refusing hosts and origins outside `hosts` (none: any).
+pub(crate) fn routes(
+    shared: Arc<Shared>,
+    hosts: Vec<String>,
+    shutdown: CancellationToken,
+) -> axum::Router {
+    let api = Api { shared, shutdown };
+    axum::Router::new()
+        .route("/api/tool-calls", axum::routing::get(list))
+        .route("/api/tool-calls/events", axum::routing::get(events))
+        .route("/api/runs/{run_id}/tool-results", axum::routing::post(submit))
+        .with_state(api)
+        .layer(axum::middleware::from_fn_with_state(Arc::<[String]>::from(hosts), check_host))
+}
+
+/// The run a request's calls belong to: the key holder's (`key:NAME/api`), else `api`.
+fn context(request: &axum::http::request::Parts, cancel: CancellationToken) -> CallContext {
+    let run = match request.extensions.get::<KeyHolder>() {
+        Some(holder) => format!("key:{}/api", holder.0),
+        None => "api".to_owned(),
+    };
+    CallContext::new().with_run_id(run).with_cancel(cancel)
+}
+
+async fn list(State(api): State<Api>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let query = match Query::parse(parts.uri.query()) {
+        Ok(query) => query,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let cancel = CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let ctx = context(&parts, cancel);
+    let args = json!({"waitMs": query.wait.as_millis() as u64, "tools": query.tools});
+    let called = tokio::select! {
+        called = api.shared.provider().call(PENDING, args, &ctx) => called,
+        () = api.shutdown.cancelled() => {
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down");
+        }
+    };
+    match called.and_then(|output| calls_of(&output)) {
+        Ok(calls) => json_response(StatusCode::OK, &json!({ "calls": calls })),
+        Err(e) => failure(&e),
+    }
+}
+
+async fn submit(State(api): State<Api>, Path(run_id): Path<String>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
+        let message = format!("the body is over {} MiB, or was cut off", MAX_BODY >> 20);
+        return problem(StatusCode::PAYLOAD_TOO_LARGE, &message);
+    };
+    let submission = match Submission::parse(&body) {
+        Ok(submission) => submission,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let cancel = CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let ctx = context(&parts, cancel);
+    let args = json!({
+        "callId": submission.call_id,
+        "result": submission.result,
+        "isError": submission.is_error,
+        "runId": run_id,
+    });
+    match api.shared.provider().call(SUBMIT, args, &ctx).await {
+        Ok(output) if output.is_error => failure(&ToolError::remote(SUBMIT, text_of(&output))),
+        Ok(output) => {
+            let delivered = output.extras.get("delivered").cloned().unwrap_or(json!("call"));
+            json_response(
+                StatusCode::OK,
+                &json!({"callId": submission.call_id, "delivered": delivered}),
+            )
+        }
+        // The body was checked: what the tool still finds wrong is the call itself.
+        Err(e @ ToolError::InvalidArguments { .. }) => problem(StatusCode::NOT_FOUND, &e.report()),
+        Err(e) => failure(&e),
+    }
+}
+
+async fn events(State(api): State<Api>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let query = match Query::parse(parts.uri.query()) {
+        Ok(query) => query,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone().drop_guard();
+    let ctx = context(&parts, cancel);
+    // The first listing answers the request, so that a server without external tools, or
+    // a refused caller, gets a status rather than a stream that ends at once.
+    let args = json!({"tools": query.tools});
+    let first = match api.shared.provider().call(PENDING, args, &ctx).await {
+        Ok(output) => match calls_of(&output) {
+            Ok(calls) => calls,
+            Err(e) => return failure(&e),
+        },
+        Err(e) => return failure(&e),
+    };
+    let mut stream = EventStream {
+        api,
+        ctx,
+        _guard: guard,
+        tools: query.tools,
+        seen: Vec::new(),
+        ready: VecDeque::new(),
+        poll: None,
+        ended: false,
+    };
+    stream.take(first);
+    let body = futures::stream::unfold(stream, |mut stream| async move {
+        let chunk = stream.next().await?;
+        Some((Ok::<Bytes, std::convert::Infallible>(chunk), stream))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies that buffer (nginx) would hold events back.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The state of one event stream.
+struct EventStream {
+    api: Api,
+    ctx: CallContext,
+    /// Cancels a poll in flight when the client goes away.
+    _guard: DropGuard,
+    tools: Vec<String>,
+    /// Ids of the calls announced that may still be pending.
+    seen: Vec<String>,
+    /// Events to send.
+    ready: VecDeque<Bytes>,
+    /// The listing under way, kept across keep-alive comments.
+    poll: Option<Poll>,
+    ended: bool,
+}
+
+/// A listing under way.
+type Poll = std::pin::Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
+
+impl EventStream {
+    /// Queues an event for each call not announced yet.
+    fn take(&mut self, calls: Vec<Value>) {
+        for call in calls {
+            let Some(id) = call.get("callId").and_then(Value::as_str) else { continue };
+            if self.seen.iter().any(|seen| seen == id) {
+                continue;
+            }
+            self.seen.push(id.to_owned());
+            let id = id.replace(['\r', '\n'], "");
+            self.ready
+                .push_back(Bytes::from(format!("event: tool_call\nid: {id}\ndata: {call}\n\n")));
+        }
+    }
+
+    /// The next chunk of the stream; `None` at its end (the server shutting down, or a
+    /// failure told in an `error` event).
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            if self.ended {
+                return None;
+            }
+            let poll = self.poll.get_or_insert_with(|| {
+                let args = json!({
+                    "waitMs": STREAM_POLL.as_millis() as u64,
+                    "tools": self.tools,
+                    "exclude": self.seen,
+                });
+                let provider = self.api.shared.provider().clone();
+                let ctx = self.ctx.clone();
+                Box::pin(async move { provider.call(PENDING, args, &ctx).await })
+            });
+            let polled = tokio::select! {
+                polled = poll => polled,
+                () = self.api.shutdown.cancelled() => return None,
+                // A comment, and the poll goes on where it was at the next chunk.
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    return Some(Bytes::from_static(b": keep-alive\n\n"));
+                }
+            };
+            self.poll = None;
+            match polled.and_then(|output| calls_of(&output)) {
+                Ok(calls) if calls.is_empty() => self.prune().await,
+                Ok(calls) => self.take(calls),
+                Err(e) => {
+                    let data = json!({"error": e.report().to_string()});
+                    self.ready.push_back(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                    self.ended = true;
+                }
+            }
+        }
+    }
+
+    /// Forgets the announced calls that are no longer pending, so that `seen` stays as
+    /// small as the calls waiting.
+    async fn prune(&mut self) {
+        if self.seen.is_empty() {
+            return;
+        }
+        let args = json!({"tools": self.tools});
+        let provider = self.api.shared.provider();
+        if let Ok(calls) = provider.call(PENDING, args, &self.ctx).await.and_then(|o| calls_of(&o))
+        {
+            let pending: Vec<&str> =
+                calls.iter().filter_map(|c| c.get("callId").and_then(Value::as_str)).collect();
+            self.seen.retain(|id| pending.contains(&id.as_str()));
+        }
+    }
+}
+
+/// What a listing request asks for.
+#[derive(Debug, Default, PartialEq)]
+struct Query {
+    wait: Duration,
+    tools: Vec<String>,
+}
+
+impl Query {
+    fn parse(query: Option<&str>) -> Result<Query, String> {
+        let mut parsed = Query::default();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = decode(value)?;
+            match key {
+                "waitMs" => {
+                    let ms: u64 = value.parse().map_err(|_| {
+                        format!("`waitMs` must be a number of milliseconds, not `{value}`")
+                    })?;
+                    parsed.wait = Duration::from_millis(ms).min(MAX_WAIT);
+                }
+                "tool" => parsed.tools.extend(
+                    value.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from),
+                ),
+                other => {
+                    return Err(format!(
+                        "unknown query parameter `{}`: expected `waitMs` or `tool`",
+                        decode(other)?
+                    ));
+                }
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// A query value, `+` and percent escapes decoded.
+fn decode(value: &str) -> Result<String, String> {
+    let spaced = value.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| format!("`{value}` does not decode to UTF-8"))
+}
+
+/// A submitted result.
+#[derive(Debug, PartialEq)]
+struct Submission {
+    call_id: String,
+    result: Value,
+    is_error: bool,
+}
+
+impl Submission {
+    fn parse(body: &[u8]) -> Result<Submission, String> {
+        const SHAPE: &str =
+            "send {\"callId\": \"…\", \"result\": <text or any JSON>, \"isError\": false}";
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| format!("the body is not JSON ({e}): {SHAPE}"))?;
+        let Value::Object(mut fields) = value else {
+            return Err(format!("the body must be a JSON object: {SHAPE}"));
+        };
+        if let Some(unknown) =
+            fields.keys().find(|k| !["callId", "result", "isError"].contains(&k.as_str()))
+        {
+            return Err(format!("unknown field `{unknown}`: {SHAPE}"));
+        }
+        let call_id = match fields.remove("callId") {
+            Some(Value::String(id)) if !id.is_empty() => id,
+            _ => return Err(format!("`callId` (a non-empty string) is required: {SHAPE}")),
+        };
+        let Some(result) = fields.remove("result") else {
+            return Err(format!("`result` is required: {SHAPE}"));
+        };
+        let is_error = match fields.remove("isError") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(other) => return Err(format!("`isError` must be true or false, not {other}")),
+        };
+        Ok(Submission { call_id, result, is_error })
+    }
+}
+
+/// The `calls` of an `external__pending` output.
+fn calls_of(output: &ToolOutput) -> Result<Vec<Value>, ToolError> {
+    if output.is_error {
+        return Err(ToolError::remote(PENDING, text_of(output)));
+    }
+    let listing = output.content.iter().find_map(|part| match part {
+        ContentPart::Json { value } => Some(value.clone()),
+        ContentPart::Text { text } => serde_json::from_str(text).ok(),
+        _ => None,
+    });
+    match listing.as_ref().and_then(|l| l.get("calls")).and_then(Value::as_array) {
+        Some(calls) => Ok(calls.clone()),
+        None => Err(ToolError::remote(PENDING, "the listing has no `calls`")),
+    }
+}
+
+fn text_of(output: &ToolOutput) -> String {
+    output
+        .content
+        .iter()
+        .filter_map(|part| match part {
+            ContentPart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The status a failed call is told with.
+fn failure(error: &ToolError) -> Response {
+    let status = match error {
+        ToolError::UnknownTool { .. } => {
+            return problem(
+                StatusCode::NOT_FOUND,
+                "this server has no external tools: configure `externalTools` to use this API",
+            );
+        }
+        ToolError::InvalidArguments { .. } => StatusCode::BAD_REQUEST,
+        ToolError::Denied { .. } => StatusCode::FORBIDDEN,
+        ToolError::RateLimited { .. }
+        | ToolError::QueueBusy { .. }
+        | ToolError::BudgetExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
+        ToolError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        ToolError::Cancelled { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    problem(status, &error.report())
+}
+
+fn problem(status: StatusCode, message: &str) -> Response {
+    json_response(status, &json!({ "error": message }))
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Refuses requests whose `Host`, or `Origin` when sent, is not on an allowed host (as
+/// rmcp does for `/mcp`), against DNS rebinding.
+async fn check_host(State(hosts): State<Arc<[String]>>, request: Request, next: Next) -> Response {
+    if hosts.is_empty() {
+        return next.run(request).await;
+    }
+    let headers = request.headers();
+    let host = headers.get(HOST).and_then(|h| h.to_str().ok());
+    if !host.is_some_and(|h| allowed(&hosts, h)) {
+        return problem(StatusCode::FORBIDDEN, "forbidden: the Host header is not allowed");
+    }
+    if let Some(origin) = headers.get(ORIGIN) {
+        let authority = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.strip_prefix("http://").or_else(|| o.strip_prefix("https://")));
+        if !authority.is_some_and(|a| allowed_host_only(&hosts, a)) {
+            return problem(StatusCode::FORBIDDEN, "forbidden: the Origin is not allowed");
+        }
+    }
+    next.run(request).await
+}
+
+/// Whether `authority` (`host` or `host:port`) is allowed: an entry with a port must match
+/// whole, one without matches any port.
+fn allowed(hosts: &[String], authority: &str) -> bool {
+    let authority = authority.to_ascii_lowercase();
+    let bare = host_part(&authority);
+    hosts.iter().any(|allowed| {
+        let allowed = allowed.to_ascii_lowercase();
+        let allowed = allowed.trim_start_matches('[').trim_end_matches(']');
+        allowed == authority || allowed == bare
+    })
+}
+
+/// Whether the host of `authority` is allowed, whatever its port (an origin's port is its
+/// page's).
+fn allowed_host_only(hosts: &[String], authority: &str) -> bool {
+    let authority = authority.to_ascii_lowercase();
+    let bare = host_part(&authority);
+    hosts.iter().any(|allowed| {
+        let allowed = allowed.to_ascii_lowercase();
+        host_part(&allowed) == bare
+    })
+}
+
+/// The host of `host`, `host:port`, `[v6]` or `[v6]:port`, without brackets.
+fn host_part(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(host, _)| host);
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.parse::<u16>().is_ok() => host,
+        _ => authority,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_parse_or_say_what_is_wrong() {
+        assert_eq!(Query::parse(None), Ok(Query::default()));
+        let q = Query::parse(Some("waitMs=1500&tool=external__a,external__b&tool=x%5Fy")).unwrap();
+        assert_eq!(q.wait, Duration::from_millis(1500));
+        assert_eq!(q.tools, ["external__a", "external__b", "x_y"]);
+        assert_eq!(Query::parse(Some("waitMs=999999")).unwrap().wait, MAX_WAIT);
+        assert!(Query::parse(Some("waitMs=soon")).unwrap_err().contains("`waitMs`"));
+        assert!(
+            Query::parse(Some("wait=1")).unwrap_err().contains("unknown query parameter `wait`")
+        );
+    }
+
+    #[test]
+    fn submissions_parse_or_say_what_is_wrong() {
+        let ok = Submission::parse(br#"{"callId": "c1", "result": {"a": 1}, "isError": true}"#);
+        assert_eq!(
+            ok,
+            Ok(Submission { call_id: "c1".into(), result: json!({"a": 1}), is_error: true })
+        );
+        let text = Submission::parse(br#"{"callId": "c1", "result": "done"}"#).unwrap();
+        assert!(!text.is_error);
+        for (body, expected) in [
+            (&b"not json"[..], "not JSON"),
+            (b"[1]", "JSON object"),
+            (br#"{"result": 1}"#, "`callId`"),
+            (br#"{"callId": "", "result": 1}"#, "`callId`"),
+            (br#"{"callId": "c"}"#, "`result` is required"),
+            (br#"{"callId": "c", "result": 1, "isError": "yes"}"#, "`isError`"),
+            (br#"{"callId": "c", "result": 1, "status": "ok"}"#, "unknown field `status`"),
+        ] {
+            let error = Submission::parse(body).unwrap_err();
+            assert!(error.contains(expected), "{error}");
+        }
+    }
+
+    #[test]
+    fn hosts_match_with_or_without_ports() {
+        let hosts: Vec<String> =
+            ["127.0.0.1", "localhost", "::1", "example.com:8080"].map(String::from).into();
+        assert!(allowed(&hosts, "127.0.0.1:4000"));
+        assert!(allowed(&hosts, "LOCALHOST"));
+        assert!(allowed(&hosts, "[::1]:4000"));
+        assert!(allowed(&hosts, "example.com:8080"));
+        assert!(!allowed(&hosts, "example.com:9090"));
+        assert!(!allowed(&hosts, "evil.example:80"));
+        assert!(allowed_host_only(&hosts, "example.com:3000"));
+        assert!(allowed_host_only(&hosts, "[::1]:3000"));
+        assert!(!allowed_host_only(&hosts, "evil.example"));
+    }
+}
