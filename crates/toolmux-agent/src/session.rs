@@ -29,7 +29,7 @@ pub(crate) enum SessionEnd {
 #[derive(Debug)]
 enum Effect {
     None,
-    Report(AgentReport),
+    Report(Box<AgentReport>),
     Handoff {
         to: String,
         message: Option<String>,
@@ -143,7 +143,8 @@ impl Session<'_> {
             task_status: None,
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
-        let mut request = ModelRequest::new(vec![Message::user(task)]).with_tools(tools);
+        let mut request =
+            ModelRequest::new(vec![Message::user(task)]).with_tools(tools).continuing();
         if !self.config.instructions.is_empty() {
             request = request.with_system(self.config.instructions.clone());
         }
@@ -263,7 +264,8 @@ impl Session<'_> {
         let mut ended = None;
         for effect in effects {
             match effect {
-                Effect::Report(mut report) => {
+                Effect::Report(report) => {
+                    let mut report = *report;
                     report.turns = figures.turns;
                     report.tool_calls = figures.tool_calls;
                     report.usage = figures.usage;
@@ -451,7 +453,7 @@ impl Session<'_> {
         out.content_json = report.content_json;
         out.metadata = report.metadata;
         let mut outcome = Outcome::answer(call, "reported".into(), false);
-        outcome.effect = Effect::Report(out);
+        outcome.effect = Effect::Report(Box::new(out));
         outcome
     }
 

@@ -78,7 +78,7 @@ impl ScriptedModel {
 }
 
 fn used(mut response: ModelResponse) -> ModelResponse {
-    response.usage = Usage { input_tokens: 100, output_tokens: 10 };
+    response.usage = Usage::new(100, 10);
     response
 }
 
@@ -189,7 +189,7 @@ async fn calls_tools_then_reports() {
     assert_eq!(report.status, AgentStatus::Success);
     assert_eq!(report.content, "echoed hi");
     assert_eq!((report.turns, report.tool_calls), (2, 1));
-    assert_eq!(report.usage, Usage { input_tokens: 200, output_tokens: 20 });
+    assert_eq!(report.usage, Usage::new(200, 20));
     assert_eq!(s.mock.calls_of("echo"), 1);
     let requests = model.requests();
     assert_eq!(requests[0].system.as_deref(), Some("Be brief."));
@@ -357,7 +357,7 @@ async fn sub_agents_run_through_the_pipeline_and_add_up() {
     assert_eq!(report.content, "child said: x is 42");
     // The parent's first turn (its second step reports no usage) and the child's two turns;
     // the child's echo and the delegation.
-    assert_eq!(report.usage, Usage { input_tokens: 300, output_tokens: 30 });
+    assert_eq!(report.usage, Usage::new(300, 30));
     assert_eq!(report.tool_calls, 2);
     assert_eq!(child.requests()[0].messages, vec![Message::user("find x")]);
     assert!(tool_names(&parent.requests()[0]).contains(&"agent__child".to_owned()));
@@ -677,7 +677,7 @@ async fn the_agent_answers_its_tools_sampling_with_its_model() {
     assert_eq!(report.status, AgentStatus::Success, "{report:?}");
     assert!(report.content.contains("teal"), "{}", report.content);
     // The first turn and the sampling answer carry usage; the last step none.
-    assert_eq!(report.usage, Usage { input_tokens: 200, output_tokens: 20 });
+    assert_eq!(report.usage, Usage::new(200, 20));
 }
 
 #[tokio::test]

@@ -137,8 +137,12 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         } else {
             format!(" (handed through {})", report.handoffs.join(" → "))
         };
+        let cached = match report.usage.cache_read_tokens {
+            0 => String::new(),
+            read => format!(" ({read} from the cache)"),
+        };
         eprintln!(
-            "agent `{}`: {} in {} turn{}, {} tool call{}, {} tokens in, {} out{handed}",
+            "agent `{}`: {} in {} turn{}, {} tool call{}, {} tokens in{cached}, {} out{handed}",
             report.agent,
             report.status.as_str(),
             report.turns,

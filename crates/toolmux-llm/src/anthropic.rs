@@ -19,6 +19,13 @@ pub(crate) struct AnthropicModel {
     pub(crate) endpoint: Endpoint,
     pub(crate) max_tokens: u32,
     pub(crate) temperature: Option<f64>,
+    /// Marks the tools, the system prompt and the latest turn for the prompt cache.
+    pub(crate) prompt_cache: bool,
+}
+
+/// A prompt cache breakpoint: the API caches the request up to the block that carries it.
+fn cache_mark() -> Value {
+    json!({"type": "ephemeral"})
 }
 
 #[async_trait]
@@ -45,20 +52,26 @@ impl Model for AnthropicModel {
 impl AnthropicModel {
     /// The request's body in the messages format.
     fn body(&self, request: &ModelRequest) -> Value {
+        let cache = self.prompt_cache && request.continues;
         let mut body = Map::new();
         body.insert("model".into(), json!(self.endpoint.model));
         // Required by the API, unlike OpenAI's.
         body.insert("max_tokens".into(), json!(request.max_tokens.unwrap_or(self.max_tokens)));
         if let Some(system) = &request.system {
-            body.insert("system".into(), json!(system));
+            let system = if cache {
+                json!([{"type": "text", "text": system, "cache_control": cache_mark()}])
+            } else {
+                json!(system)
+            };
+            body.insert("system".into(), system);
         }
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body.insert("temperature".into(), json!(temperature));
         }
-        body.insert("messages".into(), messages(&request.messages));
+        body.insert("messages".into(), messages(&request.messages, cache));
         if !request.tools.is_empty() {
             let rules = SchemaRules { plain_top_level: true, ..SchemaRules::default() };
-            let tools: Vec<Value> = request
+            let mut tools: Vec<Value> = request
                 .tools
                 .iter()
                 .map(|tool| {
@@ -69,6 +82,12 @@ impl AnthropicModel {
                     })
                 })
                 .collect();
+            // The tools come first in the cached prefix and change least: their own
+            // breakpoint keeps them cached when the conversation changes in the middle
+            // (old tool results elided to fit the context window).
+            if cache && let Some(last) = tools.last_mut() {
+                last["cache_control"] = cache_mark();
+            }
             body.insert("tools".into(), Value::Array(tools));
             body.insert("tool_choice".into(), tool_choice(&request.tool_choice));
         }
@@ -78,8 +97,10 @@ impl AnthropicModel {
 
 /// The conversation as the API's alternating user and assistant messages: consecutive
 /// turns of one role (tool results and the user's next words, both `user` to the API)
-/// become one message of their blocks in order.
-fn messages(conversation: &[Message]) -> Value {
+/// become one message of their blocks in order. With `cache`, the last block carries a
+/// cache breakpoint, so that the next turn (this conversation and more) reads it all from
+/// the cache.
+fn messages(conversation: &[Message], cache: bool) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for message in conversation {
         let (role, blocks) = match message {
@@ -131,12 +152,18 @@ fn messages(conversation: &[Message]) -> Value {
             _ => turns.push((role, blocks)),
         }
     }
+    if cache && let Some(last) = turns.last_mut().and_then(|(_, blocks)| blocks.last_mut()) {
+        last["cache_control"] = cache_mark();
+    }
     let messages = turns
         .into_iter()
         .map(|(role, mut blocks)| {
-            // A lone text block goes as plain text, the API's simplest form.
+            // A lone text block goes as plain text, the API's simplest form (unless it
+            // carries the cache breakpoint, which only a block can).
             let content = match blocks.as_mut_slice() {
-                [only] if only["type"] == "text" => only["text"].take(),
+                [only] if only["type"] == "text" && only.get("cache_control").is_none() => {
+                    only["text"].take()
+                }
                 _ => Value::Array(blocks),
             };
             json!({"role": role, "content": content})
@@ -201,13 +228,19 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         None => StopReason::EndTurn,
     };
     let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    // Anthropic's `input_tokens` leaves out what was read from or written to the cache;
+    // toolmux's counts every token read, as OpenAI's does.
+    let cache_read = tokens("/usage/cache_read_input_tokens");
+    let cache_write = tokens("/usage/cache_creation_input_tokens");
     Ok(ModelResponse {
         content: texts.join("\n"),
         tool_calls,
         stop,
         usage: Usage {
-            input_tokens: tokens("/usage/input_tokens"),
+            input_tokens: tokens("/usage/input_tokens") + cache_read + cache_write,
             output_tokens: tokens("/usage/output_tokens"),
+            cache_read_tokens: cache_read,
+            cache_write_tokens: cache_write,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
     })

@@ -56,6 +56,13 @@ pub struct ModelConfig {
     /// no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Whether an agent's requests mark their stable prefix for the API's prompt cache
+    /// (default true): Anthropic is sent cache breakpoints on the tools, the system prompt
+    /// and the latest turn, so the agent's next turn reads its conversation from the cache.
+    /// One-off requests (sampling) are not marked. OpenAI and most compatible servers cache
+    /// long prompts by themselves; nothing is sent to them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<bool>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -73,6 +80,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("timeout_ms", &self.timeout_ms)
             .field("max_retries", &self.max_retries)
             .field("context_window", &self.context_window)
+            .field("prompt_cache", &self.prompt_cache)
             .finish()
     }
 }

@@ -199,7 +199,8 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
     Ok(match config.api {
         ApiKind::Openai => Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature }),
         ApiKind::Anthropic => {
-            Arc::new(anthropic::AnthropicModel { endpoint, max_tokens, temperature })
+            let prompt_cache = config.prompt_cache.unwrap_or(true);
+            Arc::new(anthropic::AnthropicModel { endpoint, max_tokens, temperature, prompt_cache })
         }
     })
 }

@@ -131,6 +131,12 @@ pub struct ModelRequest {
     /// Sampling temperature, overriding the model's configured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// The conversation goes on after this request (an agent's turns): worth marking for
+    /// the API's prompt cache, where the model's `promptCache` allows. A one-off request
+    /// is not marked: a cache write costs more than a plain read (Anthropic: 1.25×) and
+    /// nothing would read it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continues: bool,
 }
 
 impl ModelRequest {
@@ -148,6 +154,12 @@ impl ModelRequest {
     /// With `tools` offered.
     pub fn with_tools(mut self, tools: Vec<ToolDefinition>) -> Self {
         self.tools = tools;
+        self
+    }
+
+    /// Marked as a conversation that goes on (see [`ModelRequest::continues`]).
+    pub fn continuing(mut self) -> Self {
+        self.continues = true;
         self
     }
 
@@ -178,16 +190,37 @@ pub enum StopReason {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
-    /// Tokens read (the prompt, the conversation, the tools).
+    /// Tokens read (the prompt, the conversation, the tools), those read from or written
+    /// to the API's prompt cache included.
     pub input_tokens: u64,
     /// Tokens generated.
     pub output_tokens: u64,
+    /// Of `input_tokens`, those read from the API's prompt cache (billed at a fraction).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Of `input_tokens`, those written to the API's prompt cache (Anthropic bills them at
+    /// a premium; OpenAI does not report them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Usage {
+    /// `input` tokens read and `output` generated, no cache reported.
+    pub fn new(input: u64, output: u64) -> Usage {
+        Usage { input_tokens: input, output_tokens: output, ..Usage::default() }
+    }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
     }
 }
 

@@ -208,9 +208,13 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         tool_calls,
         stop,
         // Some compatible servers report no usage; it is accounting, not the answer.
+        // The prompt's tokens include those read from the cache, which OpenAI applies by
+        // itself to long prompts.
         usage: Usage {
             input_tokens: tokens("/usage/prompt_tokens"),
             output_tokens: tokens("/usage/completion_tokens"),
+            cache_read_tokens: tokens("/usage/prompt_tokens_details/cached_tokens"),
+            cache_write_tokens: 0,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
     })

@@ -97,7 +97,8 @@ fn the_report_is_printed_for_people_with_a_summary() {
         run.stderr
     );
     let request = &server.requests()[0];
-    assert_eq!(request["system"], "You read files to answer.");
+    assert_eq!(request["system"][0]["text"], "You read files to answer.");
+    assert_eq!(request["system"][0]["cache_control"]["type"], "ephemeral");
     assert_eq!(server.request_headers()[0].get("x-api-key").map(String::as_str), Some(KEY));
 }
 
@@ -138,8 +139,11 @@ fn agents_are_tools_too() {
 
     let run = project.run(&["tools", "call", "agent__reader", r#"{"prompt": "count the TODOs"}"#]);
     assert_eq!(run.ok().trim(), "the notes have one TODO");
+    // An agent's turns go on, so its requests carry prompt cache breakpoints.
     let request = &server.requests()[0];
-    assert_eq!(request["messages"][0], json!({"role": "user", "content": "count the TODOs"}));
+    let task = json!({"type": "text", "text": "count the TODOs",
+                      "cache_control": {"type": "ephemeral"}});
+    assert_eq!(request["messages"][0], json!({"role": "user", "content": [task]}));
 }
 
 #[test]

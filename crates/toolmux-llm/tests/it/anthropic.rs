@@ -7,7 +7,7 @@ use toolmux_llm::{StopReason, ToolChoice, Usage};
 #[tokio::test]
 async fn a_text_answer() {
     let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("Hi there")]);
-    let answer = complete(&model, &hello()).await;
+    let answer = complete(&model, &hello().continuing()).await;
     assert_eq!(answer.content, "Hi there");
     assert!(answer.tool_calls.is_empty());
     assert_eq!(answer.stop, StopReason::EndTurn);
@@ -19,8 +19,72 @@ async fn a_text_answer() {
         json!({
             "model": "test-model",
             "max_tokens": 4096,
-            "messages": [{"role": "user", "content": "Hello"}],
+            // The latest turn carries a prompt cache breakpoint (`promptCache`, default on),
+            // so it goes as a block.
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "Hello", "cache_control": {"type": "ephemeral"}},
+            ]}],
         })
+    );
+}
+
+/// Serves `script` to an Anthropic client without prompt cache breakpoints, to read the
+/// conversation's shape alone.
+fn serve_uncached(script: Vec<ScriptStep>) -> (ScriptedLlmServer, Arc<dyn Model>) {
+    serve_with(Dialect::Anthropic, script, |c| c.prompt_cache = Some(false))
+}
+
+#[tokio::test]
+async fn cache_breakpoints_mark_the_tools_the_system_prompt_and_the_latest_turn() {
+    let mut request = conversation().continuing();
+    request.tools = vec![
+        ToolDefinition::new("fs__read", "Reads a file", json!({"type": "object"})),
+        ToolDefinition::new("fs__grep", "Searches", json!({"type": "object"})),
+    ];
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    let sent = only_request(&server);
+    let mark = json!({"type": "ephemeral"});
+    assert_eq!(
+        sent["system"],
+        json!([{"type": "text", "text": "Be brief.", "cache_control": mark}])
+    );
+    assert_eq!(sent["tools"][1]["cache_control"], mark);
+    assert!(sent["tools"][0].get("cache_control").is_none());
+    let messages = sent["messages"].as_array().expect("messages");
+    let last = messages.last().expect("a turn")["content"].as_array().expect("blocks").clone();
+    assert_eq!(last.last().expect("a block")["cache_control"], mark);
+    // The API takes at most four breakpoints: toolmux sends three.
+    assert_eq!(sent.to_string().matches("\"cache_control\"").count(), 3, "{sent}");
+
+    let (server, model) = serve_uncached(vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    let sent = only_request(&server);
+    assert!(!sent.to_string().contains("cache_control"), "{sent}");
+    assert_eq!(sent["system"], "Be brief.");
+
+    // A one-off request (sampling) is not marked: nothing would read the cache it writes.
+    request.continues = false;
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    assert!(!only_request(&server).to_string().contains("cache_control"));
+}
+
+#[tokio::test]
+async fn cached_tokens_count_as_read_and_are_told_apart() {
+    let answer = json!({"model": "claude-x", "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 12, "output_tokens": 5,
+        "cache_read_input_tokens": 3000, "cache_creation_input_tokens": 400}});
+    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(answer.to_string())]);
+    let usage = complete(&model, &hello()).await.usage;
+    assert_eq!(
+        usage,
+        Usage {
+            input_tokens: 3412,
+            output_tokens: 5,
+            cache_read_tokens: 3000,
+            cache_write_tokens: 400
+        }
     );
 }
 
@@ -50,7 +114,7 @@ async fn tool_calls_with_their_arguments_read() {
 
 #[tokio::test]
 async fn a_conversation_alternates_with_tool_results_merged_into_user_turns() {
-    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("A tool plane.")]);
+    let (server, model) = serve_uncached(vec![ScriptStep::text("A tool plane.")]);
     complete(&model, &conversation()).await;
     let request = only_request(&server);
     assert_eq!(request["system"], "Be brief.");
@@ -96,7 +160,7 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
             }],
         },
     ]);
-    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    let (server, model) = serve_uncached(vec![ScriptStep::text("ok")]);
     complete(&model, &request).await;
     assert_eq!(
         only_request(&server)["messages"],
@@ -156,6 +220,7 @@ async fn no_tools_no_tool_choice_and_the_limits_as_configured_or_asked() {
         serve_with(Dialect::Anthropic, vec![ScriptStep::text("a"), ScriptStep::text("b")], |c| {
             c.max_tokens = Some(100);
             c.temperature = Some(0.5);
+            c.prompt_cache = Some(false);
         });
     complete(&model, &hello().with_tool_choice(ToolChoice::Required)).await;
     let mut request = hello();
@@ -210,7 +275,7 @@ async fn stop_reasons_and_blocks() {
     let first = complete(&model, &hello()).await;
     assert_eq!(first.content, "one\ntwo");
     assert_eq!(first.stop, StopReason::MaxTokens);
-    assert_eq!(first.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    assert_eq!(first.usage, Usage::new(3, 4));
     assert_eq!(first.model, "claude-x");
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::EndTurn);

@@ -229,11 +229,23 @@ async fn finish_reasons_and_content_forms() {
     );
     let first = complete(&model, &hello()).await;
     assert_eq!(first.stop, StopReason::MaxTokens);
-    assert_eq!(first.usage, Usage { input_tokens: 3, output_tokens: 4 });
+    assert_eq!(first.usage, Usage::new(3, 4));
     assert_eq!(first.model, "m");
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::ToolUse);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("weird".into()));
     let last = complete(&model, &hello()).await;
     assert_eq!((last.content.as_str(), last.usage), ("", Usage::default()));
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_are_read_from_the_details_and_nothing_is_marked() {
+    let answer = json!({"model": "m", "choices": [{"message": {"content": "ok"},
+        "finish_reason": "stop"}], "usage": {"prompt_tokens": 2100, "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2048}}});
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::Raw(answer.to_string())]);
+    let usage = complete(&model, &hello()).await.usage;
+    assert_eq!(usage, Usage { cache_read_tokens: 2048, ..Usage::new(2100, 7) });
+    // OpenAI caches by itself: no breakpoints are sent.
+    assert!(!only_request(&server).to_string().contains("cache_control"));
 }
