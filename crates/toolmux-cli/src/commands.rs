@@ -277,6 +277,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         page_size: args.page_size.max(1),
         api_keys,
         metrics: Some(Arc::new(StatsPage(toolmux.orchestrator().clone()))),
+        events: Some(Arc::new(crate::events::CallEvents(toolmux.orchestrator().clone()))),
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);

@@ -9,6 +9,7 @@
 mod agent;
 mod args;
 mod commands;
+mod events;
 mod progress;
 
 use anyhow::Context as _;

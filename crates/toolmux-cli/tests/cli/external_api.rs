@@ -367,3 +367,56 @@ fn without_external_tools_the_api_says_how_to_get_them() {
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
+
+/// `GET /api/events`: each key holder sees the events of its own calls, as they happen.
+#[test]
+fn the_event_stream_shows_each_holder_its_own_calls() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file(
+        "toolmux.yaml",
+        "serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\n    bob: ${BOB_KEY}\nfs: {}\n",
+    );
+    project.file("notes.md", "TODO: one\n");
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let as_alice = [("Authorization", alice_auth.as_str())];
+    let refused = request(&address, "GET", "/api/events", &[], "");
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    let bad = request(&address, "GET", "/api/events?runs=x", &as_alice, "");
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let mut events = send(&address, "GET", "/api/events", &as_alice, "");
+    assert_eq!(events.status, 200);
+    assert_eq!(events.header("content-type"), Some("text/event-stream"));
+
+    let mut bob = Agent::start(&address, BOB);
+    let (found, _) = bob.call("fs__grep", json!({"pattern": "TODO"})).recv().unwrap();
+    assert_eq!(found, json!("notes.md"));
+    let mut alice = Agent::start(&address, ALICE);
+    let (found, _) = alice.call("fs__grep", json!({"pattern": "TODO"})).recv().unwrap();
+    assert_eq!(found, json!("notes.md"));
+    let (_, failed) = alice.call("fs__grep", json!({})).recv().unwrap();
+    assert!(failed);
+
+    // Bob's call came first, but Alice's stream starts with hers.
+    let (kind, started) = next_event(&mut *events.body);
+    assert_eq!(kind, "tool.started", "{started}");
+    assert_eq!(started["tool"], "fs__grep");
+    let run = started["runId"].as_str().unwrap_or_default().to_owned();
+    assert!(run.starts_with("key:alice/"), "{started}");
+    let (kind, done) = next_event(&mut *events.body);
+    assert_eq!(kind, "tool.done", "{done}");
+    assert_eq!((done["opId"].clone(), done["ok"].clone()), (started["opId"].clone(), json!(true)));
+    assert!(done["latencyMs"].is_u64() && done["charsOut"].as_u64() > Some(0), "{done}");
+    // Arguments refused: the call ends as an error saying why.
+    let (kind, started) = next_event(&mut *events.body);
+    assert_eq!(kind, "tool.started", "{started}");
+    let (kind, refused) = next_event(&mut *events.body);
+    assert_eq!(kind, "tool.error", "{refused}");
+    assert_eq!(refused["opId"], started["opId"]);
+    assert_eq!(refused["errorCode"], "invalid_arguments", "{refused}");
+    assert_eq!(refused["runId"], run.as_str());
+
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

@@ -16,12 +16,19 @@
 //!   malformed body, 404 for a call that is not pending in that run (never made, answered
 //!   already, withdrawn, or another key holder's).
 //!
-//! Each request is a call of the served provider's `external__pending` or
+//! - `GET /api/events[?run=RUN][&tool=NAME]…` (when the server has an
+//!   [`EventSource`](super::EventSource)): every call's events as server-sent events,
+//!   `tool.started`, `tool.progress`, `tool.done` and `tool.error`, with the call's
+//!   operation, run, tool and (at its end) latency and status; `lagged` when the stream
+//!   fell behind and missed some. A key holder sees its own runs' calls only.
+//!
+//! Each request to the first three is a call of the served provider's `external__pending` or
 //! `external__submit`, so it passes through the same pipeline as over MCP (permissions,
 //! limits, accounting) and is scoped to the API key's holder the same way: a holder sees
 //! and answers only calls made with its own key. Requests are refused like `/mcp`'s: 401
 //! without a key when keys are configured, 403 for a `Host` or `Origin` not allowed.
 
+use super::ServedEvent;
 use super::handler::Shared;
 use super::http::KeyHolder;
 use axum::body::Body;
@@ -68,6 +75,7 @@ pub(crate) fn routes(
         .route("/api/tool-calls", axum::routing::get(list))
         .route("/api/tool-calls/events", axum::routing::get(events))
         .route("/api/runs/{run_id}/tool-results", axum::routing::post(submit))
+        .route("/api/events", axum::routing::get(tool_events))
         .with_state(api)
         .layer(axum::middleware::from_fn_with_state(Arc::<[String]>::from(hosts), check_host))
 }
@@ -83,7 +91,7 @@ fn context(request: &axum::http::request::Parts, cancel: CancellationToken) -> C
 
 async fn list(State(api): State<Api>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    let query = match Query::parse(parts.uri.query()) {
+    let query = match Query::parse(parts.uri.query(), &["waitMs", "tool"]) {
         Ok(query) => query,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
@@ -139,7 +147,7 @@ async fn submit(State(api): State<Api>, Path(run_id): Path<String>, request: Req
 
 async fn events(State(api): State<Api>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    let query = match Query::parse(parts.uri.query()) {
+    let query = match Query::parse(parts.uri.query(), &["tool"]) {
         Ok(query) => query,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
@@ -171,13 +179,7 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
         let chunk = stream.next().await?;
         Some((Ok::<Bytes, std::convert::Infallible>(chunk), stream))
     });
-    let mut response = Response::new(Body::from_stream(body));
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    // Proxies that buffer (nginx) would hold events back.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response
+    sse(Body::from_stream(body))
 }
 
 /// The state of one event stream.
@@ -272,35 +274,127 @@ impl EventStream {
     }
 }
 
-/// What a listing request asks for.
+async fn tool_events(State(api): State<Api>, request: Request) -> Response {
+    let Some(source) = api.shared.options().events.clone() else {
+        return problem(StatusCode::NOT_FOUND, "this server streams no events");
+    };
+    let (parts, _) = request.into_parts();
+    let query = match Query::parse(parts.uri.query(), &["run", "tool"]) {
+        Ok(query) => query,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let holder = parts.extensions.get::<KeyHolder>().map(|h| h.0.clone());
+    let state = (source.subscribe(), EventScope::new(holder, query), api.shutdown.clone());
+    let body = futures::stream::unfold(state, |(mut events, mut scope, shutdown)| async move {
+        loop {
+            let next = tokio::select! {
+                next = futures::StreamExt::next(&mut events) => next,
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    let comment = Bytes::from_static(b": keep-alive\n\n");
+                    return Some((Ok::<Bytes, std::convert::Infallible>(comment), (events, scope, shutdown)));
+                }
+            };
+            let event = next?;
+            if scope.admits(&event) {
+                let chunk = Bytes::from(format!("event: {}\ndata: {}\n\n", event.name, event.data));
+                return Some((Ok(chunk), (events, scope, shutdown)));
+            }
+        }
+    });
+    sse(Body::from_stream(body))
+}
+
+/// Which events one stream passes: a key holder's runs only (all without keys), narrowed
+/// to the query's runs and tools; a progress event when its call's start was passed.
+struct EventScope {
+    /// `key:NAME/`, the prefix of the holder's runs.
+    holder: Option<String>,
+    query: Query,
+    /// The calls passed and not ended, whose progress passes.
+    open: std::collections::HashSet<u64>,
+}
+
+/// The most calls a stream keeps open; past it (their ends missed when lagging), it
+/// forgets them.
+const MAX_OPEN: usize = 10_000;
+
+impl EventScope {
+    fn new(holder: Option<Arc<str>>, query: Query) -> EventScope {
+        let holder = holder.map(|name| format!("key:{name}/"));
+        EventScope { holder, query, open: std::collections::HashSet::new() }
+    }
+
+    fn admits(&mut self, event: &ServedEvent) -> bool {
+        let Some(tool) = &event.tool else {
+            return true; // `lagged`: no run, no tool, only a count
+        };
+        let Some(run) = &event.run_id else {
+            return self.open.contains(&event.op_id);
+        };
+        let passes = self.holder.as_ref().is_none_or(|prefix| run.starts_with(prefix.as_str()))
+            && (self.query.runs.is_empty() || self.query.runs.contains(run))
+            && (self.query.tools.is_empty() || self.query.tools.contains(tool));
+        if event.name == "tool.started" {
+            if passes {
+                if self.open.len() >= MAX_OPEN {
+                    self.open.clear();
+                }
+                self.open.insert(event.op_id);
+            }
+        } else {
+            self.open.remove(&event.op_id);
+        }
+        passes
+    }
+}
+
+/// A response streaming `body` as server-sent events.
+fn sse(body: Body) -> Response {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies that buffer (nginx) would hold events back.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// What a request's query asks for.
 #[derive(Debug, Default, PartialEq)]
 struct Query {
     wait: Duration,
     tools: Vec<String>,
+    runs: Vec<String>,
 }
 
 impl Query {
-    fn parse(query: Option<&str>) -> Result<Query, String> {
+    /// The query, whose parameters must be among `known` (`waitMs`, `tool`, `run`).
+    fn parse(query: Option<&str>, known: &[&str]) -> Result<Query, String> {
         let mut parsed = Query::default();
+        let list = |value: &str| -> Vec<String> {
+            value.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from).collect()
+        };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = decode(key)?;
             let value = decode(value)?;
-            match key {
+            if !known.contains(&key.as_str()) {
+                let known: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+                return Err(format!(
+                    "unknown query parameter `{key}`: expected {}",
+                    known.join(" or ")
+                ));
+            }
+            match key.as_str() {
                 "waitMs" => {
                     let ms: u64 = value.parse().map_err(|_| {
                         format!("`waitMs` must be a number of milliseconds, not `{value}`")
                     })?;
                     parsed.wait = Duration::from_millis(ms).min(MAX_WAIT);
                 }
-                "tool" => parsed.tools.extend(
-                    value.split(',').map(str::trim).filter(|t| !t.is_empty()).map(String::from),
-                ),
-                other => {
-                    return Err(format!(
-                        "unknown query parameter `{}`: expected `waitMs` or `tool`",
-                        decode(other)?
-                    ));
-                }
+                "tool" => parsed.tools.extend(list(&value)),
+                _ => parsed.runs.extend(list(&value)),
             }
         }
         Ok(parsed)
@@ -476,15 +570,59 @@ mod tests {
 
     #[test]
     fn queries_parse_or_say_what_is_wrong() {
-        assert_eq!(Query::parse(None), Ok(Query::default()));
-        let q = Query::parse(Some("waitMs=1500&tool=external__a,external__b&tool=x%5Fy")).unwrap();
+        let listing = |q| Query::parse(Some(q), &["waitMs", "tool"]);
+        assert_eq!(Query::parse(None, &[]), Ok(Query::default()));
+        let q = listing("waitMs=1500&tool=external__a,external__b&tool=x%5Fy").unwrap();
         assert_eq!(q.wait, Duration::from_millis(1500));
         assert_eq!(q.tools, ["external__a", "external__b", "x_y"]);
-        assert_eq!(Query::parse(Some("waitMs=999999")).unwrap().wait, MAX_WAIT);
-        assert!(Query::parse(Some("waitMs=soon")).unwrap_err().contains("`waitMs`"));
-        assert!(
-            Query::parse(Some("wait=1")).unwrap_err().contains("unknown query parameter `wait`")
-        );
+        assert_eq!(listing("waitMs=999999").unwrap().wait, MAX_WAIT);
+        assert!(listing("waitMs=soon").unwrap_err().contains("`waitMs`"));
+        let wrong = listing("wait=1").unwrap_err();
+        assert!(wrong.contains("unknown query parameter `wait`: expected `waitMs` or `tool`"));
+        let q = Query::parse(Some("run=key%3Aci%2Fr1&run=api"), &["run"]).unwrap();
+        assert_eq!(q.runs, ["key:ci/r1", "api"]);
+    }
+
+    fn event(name: &'static str, op_id: u64, run: Option<&str>, tool: &str) -> ServedEvent {
+        ServedEvent {
+            name,
+            op_id,
+            run_id: run.map(String::from),
+            tool: Some(tool.to_owned()),
+            data: json!({"opId": op_id}),
+        }
+    }
+
+    #[test]
+    fn a_key_holder_sees_its_own_runs_events_and_their_progress_only() {
+        let mut scope = EventScope::new(Some("alice".into()), Query::default());
+        assert!(scope.admits(&event("tool.started", 1, Some("key:alice/r1"), "fs__grep")));
+        assert!(!scope.admits(&event("tool.started", 2, Some("key:bob/r1"), "fs__grep")));
+        assert!(!scope.admits(&event("tool.started", 3, Some("key:alicex/r1"), "fs__grep")));
+        assert!(scope.admits(&event("tool.progress", 1, None, "fs__grep")));
+        assert!(!scope.admits(&event("tool.progress", 2, None, "fs__grep")));
+        assert!(scope.admits(&event("tool.done", 1, Some("key:alice/r1"), "fs__grep")));
+        // The call ended: no progress of it is expected, and its op is forgotten.
+        assert!(!scope.admits(&event("tool.progress", 1, None, "fs__grep")));
+        let lagged = ServedEvent {
+            name: "lagged",
+            op_id: 0,
+            run_id: None,
+            tool: None,
+            data: json!({"missed": 3}),
+        };
+        assert!(scope.admits(&lagged));
+    }
+
+    #[test]
+    fn runs_and_tools_narrow_the_stream() {
+        let query =
+            Query { runs: vec!["r1".into()], tools: vec!["fs__grep".into()], ..Query::default() };
+        let mut scope = EventScope::new(None, query);
+        assert!(scope.admits(&event("tool.started", 1, Some("r1"), "fs__grep")));
+        assert!(!scope.admits(&event("tool.started", 2, Some("r2"), "fs__grep")));
+        assert!(!scope.admits(&event("tool.started", 3, Some("r1"), "fs__read")));
+        assert!(scope.admits(&event("tool.error", 1, Some("r1"), "fs__grep")));
     }
 
     #[test]

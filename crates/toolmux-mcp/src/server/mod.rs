@@ -36,7 +36,10 @@
 //! - Over HTTP, the external tools' API for programs that answer their calls without MCP
 //!   (`GET /api/tool-calls`, the event stream `GET /api/tool-calls/events`, `POST
 //!   /api/runs/{runId}/tool-results`), through the provider's `external__pending` and
-//!   `external__submit`; see the `api` module's source for the details.
+//!   `external__submit`; see the `api` module's source for the details. With
+//!   [`ServeOptions::events`], `GET /api/events`: the calls' events as server-sent events
+//!   (`tool.started`, `tool.progress`, `tool.done`, `tool.error`), a key holder's own runs
+//!   only.
 //!
 //! # Example
 //!
@@ -115,6 +118,33 @@ pub struct ServeOptions {
     pub api_keys: Vec<ApiKey>,
     /// What `GET /metrics` serves over HTTP (behind the API keys); no such page when `None`.
     pub metrics: Option<Arc<dyn MetricsSource>>,
+    /// The calls' events that `GET /api/events` streams over HTTP (behind the API keys,
+    /// each key holder its own runs'); no such stream when `None`.
+    pub events: Option<Arc<dyn EventSource>>,
+}
+
+/// Events of the served provider's calls, streamed at `GET /api/events`.
+pub trait EventSource: Send + Sync + std::fmt::Debug {
+    /// The events from now on, until the source ends.
+    fn subscribe(&self) -> futures::stream::BoxStream<'static, ServedEvent>;
+}
+
+/// One event of a call, as `GET /api/events` sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedEvent {
+    /// The event's name: `tool.started`, `tool.progress`, `tool.done` (the call
+    /// succeeded), `tool.error` (it failed), or `lagged` (events were missed; `data` says
+    /// how many).
+    pub name: &'static str,
+    /// The call's operation, which links a progress event to its call.
+    pub op_id: u64,
+    /// The run that made the call; `None` for progress events (known by `op_id`) and
+    /// `lagged`.
+    pub run_id: Option<String>,
+    /// The full tool name; `None` for `lagged`.
+    pub tool: Option<String>,
+    /// What is sent as the event's data: a JSON object.
+    pub data: serde_json::Value,
 }
 
 /// The statistics a server shows at `GET /metrics`, in Prometheus' text format.
@@ -150,6 +180,7 @@ impl Default for ServeOptions {
             instructions: None,
             api_keys: Vec::new(),
             metrics: None,
+            events: None,
         }
     }
 }

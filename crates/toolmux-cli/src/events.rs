@@ -1,0 +1,94 @@
+//! The gateway's event stream (`GET /api/events` of `toolmux serve --http`): the
+//! orchestrator's events, as the server sends them.
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+use toolmux::toolmux_mcp::server::{EventSource, ServedEvent};
+use toolmux::toolmux_orchestrator::accounting::CallStatus;
+use toolmux::toolmux_orchestrator::{Orchestrator, ToolEvent};
+
+/// Every call's events of one orchestrator.
+#[derive(Debug)]
+pub(crate) struct CallEvents(pub(crate) Orchestrator);
+
+impl EventSource for CallEvents {
+    fn subscribe(&self) -> BoxStream<'static, ServedEvent> {
+        futures::stream::unfold(self.0.subscribe(), |mut events| async move {
+            let served = match events.recv().await {
+                Ok(event) => served(event),
+                Err(RecvError::Lagged(missed)) => ServedEvent {
+                    name: "lagged",
+                    op_id: 0,
+                    run_id: None,
+                    tool: None,
+                    data: json!({"missed": missed}),
+                },
+                Err(RecvError::Closed) => return None,
+            };
+            Some((served, events))
+        })
+        .boxed()
+    }
+}
+
+/// `event` in the stream's words: camelCase, and a call's end named by how it went.
+fn served(event: ToolEvent) -> ServedEvent {
+    match event {
+        ToolEvent::ToolStarted { op_id, parent_op_id, run_id, call_id, tool, kind } => {
+            let data = json!({
+                "opId": op_id,
+                "parentOpId": parent_op_id,
+                "runId": run_id,
+                "callId": call_id,
+                "tool": tool,
+                "kind": kind,
+            });
+            ServedEvent {
+                name: "tool.started",
+                op_id,
+                run_id: Some(run_id),
+                tool: Some(tool),
+                data,
+            }
+        }
+        ToolEvent::ToolProgress { op_id, tool, progress } => {
+            let data = json!({
+                "opId": op_id,
+                "tool": tool,
+                "progress": progress.progress,
+                "total": progress.total,
+                "message": progress.message,
+            });
+            ServedEvent { name: "tool.progress", op_id, run_id: None, tool: Some(tool), data }
+        }
+        ToolEvent::ToolFinished { record } => {
+            let failed = record.status == CallStatus::Failed;
+            let data = json!({
+                "opId": record.op_id,
+                "parentOpId": record.parent_op_id,
+                "runId": record.run_id,
+                "callId": record.call_id,
+                "tool": record.tool,
+                "kind": record.kind,
+                "ok": !failed,
+                "errorCode": record.error_code,
+                "latencyMs": record.latency_ms,
+                "queuedMs": record.queued_ms,
+                "charsIn": record.chars_in,
+                "charsOut": record.chars_out,
+                "cached": record.cached,
+                "spilled": record.spilled,
+                "attempts": record.attempts,
+            });
+            ServedEvent {
+                name: if failed { "tool.error" } else { "tool.done" },
+                op_id: record.op_id,
+                run_id: Some(record.run_id),
+                tool: Some(record.tool),
+                data,
+            }
+        }
+    }
+}
