@@ -121,6 +121,13 @@ pub struct BashConfig {
     pub spill_max_bytes: u64,
     /// The shell `bash` runs commands with (`<shell> -c <command>`).
     pub shell: String,
+    /// Background tasks (`run_in_background`) running at once, at most; past it a new
+    /// one is refused until one ends or is stopped.
+    pub max_background: usize,
+    /// A background task's lifetime when the call gives no `timeout`, in milliseconds.
+    pub background_timeout_ms: u64,
+    /// The longest lifetime a background call may ask for, in milliseconds.
+    pub max_background_timeout_ms: u64,
 }
 
 impl Default for BashConfig {
@@ -134,6 +141,9 @@ impl Default for BashConfig {
             spill_dir: None,
             spill_max_bytes: 64 * 1024 * 1024,
             shell: "bash".into(),
+            max_background: 8,
+            background_timeout_ms: 30 * 60 * 1000,
+            max_background_timeout_ms: 2 * 60 * 60 * 1000,
         }
     }
 }

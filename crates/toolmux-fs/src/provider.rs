@@ -2,7 +2,7 @@
 
 use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
-use crate::tools::{edit, glob, grep, ls, read, shell, write};
+use crate::tools::{edit, glob, grep, ls, read, shell, tasks, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -25,6 +25,8 @@ pub struct FsProvider {
     config: Arc<FsConfig>,
     workspace: Arc<Workspace>,
     specs: Vec<(Tool, ToolSpec)>,
+    /// Background tasks of `bash` and `exec`.
+    tasks: Arc<tasks::Tasks>,
 }
 
 /// Every tool, in listing order.
@@ -39,9 +41,12 @@ enum Tool {
     Ls,
     Bash,
     Exec,
+    TaskOutput,
+    TaskKill,
+    TaskList,
 }
 
-const ALL: [Tool; 9] = [
+const ALL: [Tool; 12] = [
     Tool::Read,
     Tool::Write,
     Tool::Edit,
@@ -51,6 +56,9 @@ const ALL: [Tool; 9] = [
     Tool::Ls,
     Tool::Bash,
     Tool::Exec,
+    Tool::TaskOutput,
+    Tool::TaskKill,
+    Tool::TaskList,
 ];
 
 impl Tool {
@@ -65,6 +73,9 @@ impl Tool {
             Tool::Ls => "ls",
             Tool::Bash => "bash",
             Tool::Exec => "exec",
+            Tool::TaskOutput => "task_output",
+            Tool::TaskKill => "task_kill",
+            Tool::TaskList => "task_list",
         }
     }
 
@@ -76,7 +87,9 @@ impl Tool {
         match self {
             Tool::Read | Tool::Grep | Tool::Glob | Tool::Ls => Permission::Read,
             Tool::Write | Tool::Edit | Tool::MultiEdit => Permission::Write,
-            Tool::Bash | Tool::Exec => Permission::Execute,
+            Tool::Bash | Tool::Exec | Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => {
+                Permission::Execute
+            }
         }
     }
 
@@ -91,6 +104,9 @@ impl Tool {
             Tool::Ls => (ls::DESCRIPTION, schema_for::<ls::LsArgs>()),
             Tool::Bash => (shell::BASH_DESCRIPTION, schema_for::<shell::BashArgs>()),
             Tool::Exec => (shell::EXEC_DESCRIPTION, schema_for::<shell::ExecArgs>()),
+            Tool::TaskOutput => (tasks::OUTPUT_DESCRIPTION, schema_for::<tasks::TaskOutputArgs>()),
+            Tool::TaskKill => (tasks::KILL_DESCRIPTION, schema_for::<tasks::TaskKillArgs>()),
+            Tool::TaskList => (tasks::LIST_DESCRIPTION, schema_for::<tasks::TaskListArgs>()),
         };
         let class = self.permission().as_class();
         let annotations = match self.permission() {
@@ -103,11 +119,24 @@ impl Tool {
                 permission: Some(class),
                 ..ToolAnnotations::default()
             },
+            // Reading a task's output takes it (a second read shows what came after), so
+            // it is neither read-only (never cached) nor idempotent; it changes nothing
+            // else.
+            Permission::Execute if matches!(self, Tool::TaskOutput | Tool::TaskList) => {
+                ToolAnnotations {
+                    read_only: false,
+                    destructive: false,
+                    idempotent: false,
+                    open_world: false,
+                    permission: Some(class),
+                    ..ToolAnnotations::default()
+                }
+            }
             Permission::Execute => ToolAnnotations {
                 read_only: false,
                 destructive: true,
                 idempotent: false,
-                open_world: true,
+                open_world: self != Tool::TaskKill,
                 permission: Some(class),
                 ..ToolAnnotations::default()
             },
@@ -127,6 +156,7 @@ impl FsProvider {
             config: Arc::new(config),
             workspace: Arc::new(workspace),
             specs,
+            tasks: Arc::new(tasks::Tasks::default()),
         })
     }
 
@@ -221,6 +251,9 @@ impl FsProvider {
             Tool::Bash => {
                 let args: shell::BashArgs = parse(tool, arguments)?;
                 let program = shell::Program::Shell(args.command);
+                if args.run_in_background {
+                    return self.background(tool, program, args.timeout, ctx);
+                }
                 self.shell(tool, program, args.timeout, ctx).await
             }
             Tool::Exec => {
@@ -232,9 +265,57 @@ impl FsProvider {
                     });
                 }
                 let program = shell::Program::Argv(args.argv);
+                if args.run_in_background {
+                    return self.background(tool, program, args.timeout, ctx);
+                }
                 self.shell(tool, program, args.timeout, ctx).await
             }
+            Tool::TaskOutput => {
+                let args: tasks::TaskOutputArgs = parse(tool, arguments)?;
+                self.tasks.output(&self.config.bash, args, &run, ctx.cancel_token()).await
+            }
+            Tool::TaskKill => {
+                let args: tasks::TaskKillArgs = parse(tool, arguments)?;
+                self.tasks.kill(&self.config.bash, args, &run).await
+            }
+            Tool::TaskList => {
+                let _: tasks::TaskListArgs = parse(tool, arguments)?;
+                Ok(self.tasks.list(&run))
+            }
         }
+    }
+
+    /// Starts `program` as a background task of the call's run.
+    fn background(
+        &self,
+        tool: Tool,
+        program: shell::Program,
+        timeout: Option<u64>,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, FsError> {
+        let name = tool.name();
+        let config = &self.config.bash;
+        shell::check_allowed(config, &program)?;
+        let ms = timeout.unwrap_or(config.background_timeout_ms);
+        if ms == 0 || ms > config.max_background_timeout_ms {
+            return Err(FsError::InvalidArguments {
+                tool: name,
+                message: format!(
+                    "timeout {ms} ms is out of range for a background task: give 1 to {} ms \
+                     (`bash.maxBackgroundTimeoutMs`)",
+                    config.max_background_timeout_ms
+                ),
+            });
+        }
+        let start = tasks::Start {
+            config,
+            root: self.workspace.root(),
+            tool: name,
+            namespace: &self.namespace,
+            lifetime: std::time::Duration::from_millis(ms),
+            run: ctx.run_id(),
+        };
+        self.tasks.start(start, program)
     }
 
     async fn shell(
@@ -345,6 +426,11 @@ impl ToolProvider for FsProvider {
             return Err(ToolError::UnknownTool { name: full, suggestions });
         };
         self.dispatch(tool, arguments, ctx).await.map_err(|e| e.into_tool_error(&full))
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        self.tasks.shutdown().await;
+        Ok(())
     }
 
     fn instructions(&self) -> Option<String> {

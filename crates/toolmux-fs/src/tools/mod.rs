@@ -7,4 +7,5 @@ pub(crate) mod grep;
 pub(crate) mod ls;
 pub(crate) mod read;
 pub(crate) mod shell;
+pub(crate) mod tasks;
 pub(crate) mod write;

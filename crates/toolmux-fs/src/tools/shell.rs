@@ -20,7 +20,7 @@ use toolmux_core::ToolOutput;
 
 /// How long the pipes may stay open once the process group is dead (a process that left
 /// the group may still hold them).
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Characters a `bash` command may contain when an allow-list is set: shell operators that
 /// chain, substitute or redirect are refused, since a prefix check could not see past them.
@@ -39,6 +39,10 @@ pub struct BashArgs {
     /// What the command does, in 5 to 10 words, for people watching.
     #[serde(default)]
     pub description: Option<String>,
+    /// Start it and return at once with a task id; read its output with `task_output`,
+    /// stop it with `task_kill`. `timeout` is then its lifetime (default 30 minutes).
+    #[serde(default)]
+    pub run_in_background: bool,
 }
 
 /// Arguments of `exec`.
@@ -55,6 +59,9 @@ pub struct ExecArgs {
     /// What the command does, in 5 to 10 words, for people watching.
     #[serde(default)]
     pub description: Option<String>,
+    /// Start it and return at once with a task id, as for `bash`.
+    #[serde(default)]
+    pub run_in_background: bool,
 }
 
 pub(crate) const BASH_DESCRIPTION: &str = "Run a shell command with `bash -c` in the workspace \
@@ -65,12 +72,14 @@ exports). `timeout` in ms (default 120000, max 600000): on timeout or cancellati
 process group is killed; background processes left when the command exits are killed too. \
 Output: `exit code N` (or the signal / timeout), then `--- stdout ---` and `--- stderr ---` \
 sections, terminal escape sequences removed. Output over 30000 characters keeps its head and tail with a marker, and the full \
-output is saved to a file whose path is given.";
+output is saved to a file whose path is given. With `run_in_background: true` (a server, a \
+watcher, a long build) the call returns at once with a `task_id`: read what it printed with \
+`task_output`, stop it with `task_kill`; `timeout` is then its lifetime (default 30 minutes).";
 
 pub(crate) const EXEC_DESCRIPTION: &str = "Run a program with an argument list (`argv`), without a \
 shell (no parsing, globbing or substitution), in the workspace root, in its own process group, \
 stdin closed. NOT confined to the workspace: the program can touch anything the server's user \
-can. Environment, `timeout`, killing and output are as for `bash`.";
+can. Environment, `timeout`, killing, output and `run_in_background` are as for `bash`.";
 
 /// What to run.
 #[derive(Debug)]
@@ -82,7 +91,7 @@ pub(crate) enum Program {
 }
 
 impl Program {
-    fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             Program::Shell(command) => command.clone(),
             Program::Argv(argv) => argv.join(" "),
@@ -184,17 +193,15 @@ enum End {
     Cancelled,
 }
 
-/// Runs `program` in `root`.
-pub(crate) async fn run(
+/// The command that runs `program` in `root`: its own process group, stdin closed,
+/// stdout and stderr piped, only the passed-through environment, killed when dropped.
+pub(crate) fn command(
     config: &BashConfig,
     root: &Path,
     tool: &'static str,
-    program: Program,
-    limit: Duration,
-    cancel: &CancellationToken,
-) -> Result<ToolOutput, FsError> {
-    let label = program.label();
-    let mut command = match &program {
+    program: &Program,
+) -> Result<tokio::process::Command, FsError> {
+    let mut command = match program {
         Program::Shell(line) => {
             let mut c = tokio::process::Command::new(&config.shell);
             c.arg("-c").arg(line);
@@ -225,6 +232,20 @@ pub(crate) async fn run(
             command.env(name, value);
         }
     }
+    Ok(command)
+}
+
+/// Runs `program` in `root`.
+pub(crate) async fn run(
+    config: &BashConfig,
+    root: &Path,
+    tool: &'static str,
+    program: Program,
+    limit: Duration,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, FsError> {
+    let label = program.label();
+    let mut command = command(config, root, tool, &program)?;
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
@@ -500,7 +521,7 @@ impl Captured {
 
 /// Removes terminal escape sequences (colours, cursor moves, titles) from the text the
 /// model sees; the spill file keeps the raw bytes.
-fn strip_ansi(text: &str) -> Cow<'_, str> {
+pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
     if !text.contains('\x1b') {
         return Cow::Borrowed(text);
     }

@@ -10,6 +10,7 @@ mod grep;
 mod listing;
 mod read;
 mod shell;
+mod tasks;
 mod write;
 
 use serde_json::Value;

@@ -1,0 +1,570 @@
+//! Background tasks: `bash` and `exec` with `run_in_background`, read with `task_output`,
+//! stopped with `task_kill`, listed with `task_list`.
+//!
+//! A task runs in its own process group, like a foreground command, with a lifetime
+//! (`timeout`, default 30 minutes) after which the group is killed. What it prints
+//! (stdout and stderr interleaved as they arrive) is kept until read, at most
+//! [`KEEP_UNREAD`] bytes (older unread bytes are dropped and counted), and all of it is
+//! saved to a file (removed when the task is forgotten: the oldest finished tasks past
+//! 32, or all when the provider goes). A task belongs to the run that started it: other runs neither see nor
+//! stop it. At most `bash.maxBackground` run at once; the provider's shutdown (and its
+//! drop) kills every group still alive.
+
+use super::shell::{self, DRAIN_TIMEOUT, Program};
+use crate::config::BashConfig;
+use crate::error::FsError;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::ToolOutput;
+
+/// Unread output a task keeps, in bytes; older unread output is dropped (and counted).
+pub(crate) const KEEP_UNREAD: usize = 1024 * 1024;
+
+/// Finished tasks kept for reading, per provider; the oldest finished go first.
+const KEEP_FINISHED: usize = 32;
+
+/// The longest `block_ms` of `task_output`.
+const MAX_BLOCK: Duration = Duration::from_secs(30);
+
+/// Arguments of `task_output`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskOutputArgs {
+    /// The task, as `bash` or `exec` named it.
+    pub task_id: String,
+    /// Wait up to this many milliseconds (at most 30000) for new output or the task's end
+    /// when there is none yet (default 0: answer at once).
+    #[serde(default)]
+    pub block_ms: Option<u64>,
+    /// Show only the new lines matching this regular expression (the others are read
+    /// and skipped).
+    #[serde(default)]
+    pub filter: Option<String>,
+}
+
+/// Arguments of `task_kill`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskKillArgs {
+    /// The task to stop.
+    pub task_id: String,
+}
+
+/// Arguments of `task_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskListArgs {}
+
+pub(crate) const OUTPUT_DESCRIPTION: &str = "What a background task (`bash` or `exec` with \
+`run_in_background`) printed since the last look, stdout and stderr interleaved, terminal \
+escapes removed, and whether it is still running or how it ended. `block_ms` waits (up to 30000) \
+for new output or the end; `filter` keeps only matching lines.";
+
+pub(crate) const KILL_DESCRIPTION: &str = "Stops a background task: its whole process group is \
+killed. Returns how it ended and what it printed that was not read yet.";
+
+pub(crate) const LIST_DESCRIPTION: &str = "The background tasks of this run: id, command, process \
+id, running or how it ended, and for how long.";
+
+/// How a task ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum End {
+    Exited(i32),
+    Signal(i32),
+    TimedOut(Duration),
+    Killed,
+    /// The process could not be waited for.
+    Lost(String),
+}
+
+/// One background task.
+#[derive(Debug)]
+struct Task {
+    id: String,
+    run: String,
+    label: String,
+    pid: Option<u32>,
+    started: Instant,
+    state: Mutex<TaskState>,
+    /// Woken on new output and at the end.
+    changed: Notify,
+    /// Asks the watcher to kill the group.
+    stop: CancellationToken,
+    /// Cancelled by the watcher once the task has ended and its pipes are drained.
+    done: CancellationToken,
+}
+
+#[derive(Debug, Default)]
+struct TaskState {
+    /// Output not read yet.
+    unread: VecDeque<u8>,
+    /// Unread bytes dropped to keep within [`KEEP_UNREAD`], since the last read.
+    dropped: u64,
+    /// Everything printed, in bytes.
+    total: u64,
+    end: Option<(End, Duration)>,
+    /// Where all output goes, with its path.
+    file: Option<(PathBuf, std::fs::File)>,
+    /// Bytes written to `file`.
+    saved: u64,
+    /// Whether saving stopped (the cap, or a write failed).
+    save_stopped: bool,
+}
+
+impl Task {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TaskState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn is_running(&self) -> bool {
+        self.lock().end.is_none()
+    }
+
+    /// Kills the group now, from any thread (the watcher reaps it).
+    fn kill_group(&self) {
+        if let Some(pid) = self.pid.and_then(|id| rustix::process::Pid::from_raw(id as i32)) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+
+    /// Its state in words: `running for 3.2 s`, `exited with code 0 after 3.2 s`, ...
+    fn status(&self) -> String {
+        let state = self.lock();
+        match &state.end {
+            None => format!("running for {}", seconds(self.started.elapsed())),
+            Some((end, after)) => {
+                let after = seconds(*after);
+                match end {
+                    End::Exited(code) => format!("exited with code {code} after {after}"),
+                    End::Signal(signal) => format!("killed by signal {signal} after {after}"),
+                    End::TimedOut(limit) => format!(
+                        "timed out after {} ms: the process group was killed",
+                        limit.as_millis()
+                    ),
+                    End::Killed => format!("stopped by task_kill after {after}"),
+                    End::Lost(why) => format!("lost after {after}: {why}"),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        // The output file lives as long as the task is kept.
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some((path, _)) = state.file.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// Where and for whom a background task starts.
+pub(crate) struct Start<'a> {
+    pub(crate) config: &'a BashConfig,
+    /// The workspace root, its working directory.
+    pub(crate) root: &'a Path,
+    /// `bash` or `exec`.
+    pub(crate) tool: &'static str,
+    /// The provider's namespace, to name its tools in messages.
+    pub(crate) namespace: &'a str,
+    /// When it is killed unless it ended.
+    pub(crate) lifetime: Duration,
+    /// The run it belongs to.
+    pub(crate) run: &'a str,
+}
+
+/// The background tasks of one provider.
+#[derive(Debug)]
+pub(crate) struct Tasks {
+    tasks: Mutex<BTreeMap<u64, Arc<Task>>>,
+    next: AtomicU64,
+}
+
+impl Default for Tasks {
+    fn default() -> Self {
+        Tasks { tasks: Mutex::new(BTreeMap::new()), next: AtomicU64::new(1) }
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        // Nothing outlives the provider: the watchers may never run again (a runtime
+        // shutting down), so the groups are killed here.
+        for task in self.lock().values() {
+            if task.is_running() {
+                task.kill_group();
+            }
+        }
+    }
+}
+
+impl Tasks {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Task>>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The task `id` of run `run`; another run's task is unknown to it.
+    fn get(&self, tool: &'static str, run: &str, id: &str) -> Result<Arc<Task>, FsError> {
+        let found = self.lock().values().find(|t| t.id == id && t.run == run).cloned();
+        found.ok_or_else(|| {
+            let known: Vec<String> =
+                self.lock().values().filter(|t| t.run == run).map(|t| t.id.clone()).collect();
+            let known = if known.is_empty() {
+                "this run has no background tasks".to_owned()
+            } else {
+                format!("this run's tasks: {}", known.join(", "))
+            };
+            FsError::InvalidArguments {
+                tool,
+                message: format!("no background task `{id}` ({known})"),
+            }
+        })
+    }
+
+    /// Starts `program` in the background for the call `start` describes.
+    pub(crate) fn start(&self, start: Start<'_>, program: Program) -> Result<ToolOutput, FsError> {
+        let Start { config, root, tool, namespace, lifetime, run } = start;
+        let label = program.label();
+        let running = self.lock().values().filter(|t| t.is_running()).count();
+        if running >= config.max_background {
+            return Err(FsError::CommandDenied {
+                command: label,
+                reason: format!(
+                    "{running} background tasks are running, the most `bash.maxBackground` \
+                     allows; stop one with `{namespace}__task_kill` or wait for one to end"
+                ),
+            });
+        }
+        let mut command = shell::command(config, root, tool, &program)?;
+        let mut child =
+            command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let task = Arc::new(Task {
+            id: format!("task-{n}"),
+            run: run.to_owned(),
+            label,
+            pid: child.id(),
+            started: Instant::now(),
+            state: Mutex::new(TaskState { file: spill_file(config, n), ..TaskState::default() }),
+            changed: Notify::new(),
+            stop: CancellationToken::new(),
+            done: CancellationToken::new(),
+        });
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|s| tokio::spawn(pump(s, task.clone(), config.spill_max_bytes))),
+            child
+                .stderr
+                .take()
+                .map(|s| tokio::spawn(pump(s, task.clone(), config.spill_max_bytes))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        tokio::spawn(watch(child, task.clone(), readers, lifetime));
+        self.insert(n, task.clone());
+        let text = format!(
+            "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
+             first: `{}`. Read its output with `{namespace}__task_output` \
+             ({{\"task_id\": \"{}\", \"block_ms\": 5000}}); stop it with `{namespace}__task_kill`.",
+            task.id,
+            task.pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
+            seconds(lifetime),
+            task.label,
+            task.id,
+        );
+        let mut output = ToolOutput::text(text)
+            .with_extra("taskId", json!(task.id))
+            .with_extra("pid", json!(task.pid));
+        if let Some((path, _)) = &task.lock().file {
+            output = output.with_extra("outputFile", json!(path.to_string_lossy()));
+        }
+        Ok(output)
+    }
+
+    /// Keeps `task`, forgetting the oldest finished tasks past [`KEEP_FINISHED`].
+    fn insert(&self, n: u64, task: Arc<Task>) {
+        let mut tasks = self.lock();
+        tasks.insert(n, task);
+        let finished: Vec<u64> =
+            tasks.iter().filter(|(_, t)| !t.is_running()).map(|(n, _)| *n).collect();
+        for n in finished.iter().take(finished.len().saturating_sub(KEEP_FINISHED)) {
+            tasks.remove(n);
+        }
+    }
+
+    /// `task_output`.
+    pub(crate) async fn output(
+        &self,
+        config: &BashConfig,
+        args: TaskOutputArgs,
+        run: &str,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, FsError> {
+        const TOOL: &str = "task_output";
+        let filter = match &args.filter {
+            Some(pattern) => Some(regex::Regex::new(pattern).map_err(|e| {
+                FsError::InvalidArguments { tool: TOOL, message: format!("`filter`: {e}") }
+            })?),
+            None => None,
+        };
+        let task = self.get(TOOL, run, &args.task_id)?;
+        let block = Duration::from_millis(args.block_ms.unwrap_or(0)).min(MAX_BLOCK);
+        let deadline = tokio::time::Instant::now() + block;
+        loop {
+            // Registered before looking, so that output arriving in between wakes us.
+            let changed = task.changed.notified();
+            {
+                let state = task.lock();
+                if !state.unread.is_empty() || state.dropped > 0 || state.end.is_some() {
+                    break;
+                }
+            }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(deadline) => break,
+                () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
+            }
+        }
+        Ok(render(&task, config.output_cap_chars, filter.as_ref()))
+    }
+
+    /// `task_kill`.
+    pub(crate) async fn kill(
+        &self,
+        config: &BashConfig,
+        args: TaskKillArgs,
+        run: &str,
+    ) -> Result<ToolOutput, FsError> {
+        let task = self.get("task_kill", run, &args.task_id)?;
+        task.stop.cancel();
+        // The watcher kills the group, reaps it and drains its pipes.
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, task.done.cancelled()).await;
+        Ok(render(&task, config.output_cap_chars, None))
+    }
+
+    /// `task_list`.
+    pub(crate) fn list(&self, run: &str) -> ToolOutput {
+        let tasks: Vec<Arc<Task>> =
+            self.lock().values().filter(|t| t.run == run).cloned().collect();
+        if tasks.is_empty() {
+            return ToolOutput::text("no background tasks in this run");
+        }
+        let mut text = String::new();
+        let mut listed = Vec::new();
+        for task in &tasks {
+            let status = task.status();
+            let pid = task.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+            let _ = writeln!(text, "{} (pid {pid}) {status}: {}", task.id, task.label);
+            listed.push(json!({
+                "taskId": task.id, "pid": task.pid, "command": task.label,
+                "running": task.is_running(), "status": status,
+            }));
+        }
+        ToolOutput::text(text.trim_end().to_owned()).with_extra("tasks", json!(listed))
+    }
+
+    /// Stops every task and waits (boundedly) until each has ended.
+    pub(crate) async fn shutdown(&self) {
+        let tasks: Vec<Arc<Task>> = self.lock().values().cloned().collect();
+        for task in &tasks {
+            task.stop.cancel();
+        }
+        for task in tasks {
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, task.done.cancelled()).await;
+        }
+    }
+}
+
+/// A file for everything task `n` prints, in the spill directory; `None` when it cannot
+/// be made (the output is still kept in memory).
+fn spill_file(config: &BashConfig, n: u64) -> Option<(PathBuf, std::fs::File)> {
+    let dir = config.spill_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("toolmux-fs"));
+    std::fs::create_dir_all(&dir).ok()?;
+    let path = dir.join(format!("task-{}-{n}.log", std::process::id()));
+    let file = std::fs::File::create(&path).ok()?;
+    Some((path, file))
+}
+
+/// Copies one pipe of `task` into its state until the pipe closes.
+async fn pump(mut pipe: impl AsyncRead + Unpin, task: Arc<Task>, save_max: u64) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let bytes = &buf[..n];
+        {
+            let mut state = task.lock();
+            state.total += n as u64;
+            state.unread.extend(bytes);
+            let excess = state.unread.len().saturating_sub(KEEP_UNREAD);
+            if excess > 0 {
+                state.unread.drain(..excess);
+                state.dropped += excess as u64;
+            }
+            let room = save_max.saturating_sub(state.saved) as usize;
+            if !state.save_stopped {
+                let part = &bytes[..n.min(room)];
+                let written = state.file.as_mut().is_some_and(|(_, f)| f.write_all(part).is_ok());
+                state.saved += part.len() as u64;
+                if !written || part.len() < n {
+                    state.save_stopped = true;
+                }
+            }
+        }
+        task.changed.notify_waiters();
+    }
+}
+
+/// Waits for the task's end (its exit, its lifetime, `task_kill`), kills its group in
+/// every case (processes it left behind too), drains its pipes and records the end.
+async fn watch(
+    mut child: tokio::process::Child,
+    task: Arc<Task>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+    lifetime: Duration,
+) {
+    let end = tokio::select! {
+        status = child.wait() => match status {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt as _;
+                match (status.code(), status.signal()) {
+                    (Some(code), _) => End::Exited(code),
+                    (None, signal) => End::Signal(signal.unwrap_or(0)),
+                }
+            }
+            Err(e) => End::Lost(e.to_string()),
+        },
+        () = tokio::time::sleep(lifetime) => End::TimedOut(lifetime),
+        () = task.stop.cancelled() => End::Killed,
+    };
+    task.kill_group();
+    if !matches!(end, End::Exited(_) | End::Signal(_)) {
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
+    }
+    for mut reader in readers {
+        if tokio::time::timeout(DRAIN_TIMEOUT, &mut reader).await.is_err() {
+            reader.abort();
+        }
+    }
+    task.lock().end = Some((end, task.started.elapsed()));
+    task.changed.notify_waiters();
+    task.done.cancel();
+}
+
+/// The task's status and the output not read yet (taken out), within `cap` characters.
+fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput {
+    let status = task.status();
+    let (bytes, dropped, total, end, file) = {
+        let mut state = task.lock();
+        // A character cut in two by the read waits for its other half, unless the task
+        // has ended.
+        let mut taken: Vec<u8> = state.unread.drain(..).collect();
+        if state.end.is_none() {
+            let keep_back = incomplete_tail(&taken);
+            let tail = taken.split_off(taken.len() - keep_back);
+            state.unread.extend(tail);
+        }
+        let dropped = std::mem::take(&mut state.dropped);
+        let file = state.file.as_ref().map(|(p, _)| p.clone());
+        (taken, dropped, state.total, state.end.clone(), file)
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let text = shell::strip_ansi(&text);
+    let shown: String = match filter {
+        Some(filter) => text
+            .split_inclusive('\n')
+            .filter(|line| filter.is_match(line.trim_end_matches(['\n', '\r'])))
+            .collect(),
+        None => text.into_owned(),
+    };
+    let chars = shown.chars().count();
+    let mut out = format!("task `{}` {status}", task.id);
+    if dropped > 0 {
+        let saved = file.as_ref().map_or_else(
+            || "it could not be saved".to_owned(),
+            |p| format!("all output is saved in {}", p.display()),
+        );
+        let _ = write!(out, "\n[{dropped} bytes of output were dropped unread; {saved}]");
+    }
+    if shown.is_empty() {
+        out.push_str(if filter.is_some() {
+            "\n[no new matching output]"
+        } else {
+            "\n[no new output]"
+        });
+    } else if chars > cap {
+        let half = cap / 2;
+        let first: String = shown.chars().take(half).collect();
+        let last: String = shown.chars().skip(chars - (cap - half)).collect();
+        let saved = file
+            .as_ref()
+            .map_or_else(String::new, |p| format!("; all of it is in {}", p.display()));
+        let _ = write!(
+            out,
+            "\n--- output ---\n{first}\n[... {} characters omitted{saved} ...]\n{}",
+            chars - cap,
+            last.trim_end_matches('\n')
+        );
+    } else {
+        let _ = write!(out, "\n--- output ---\n{}", shown.trim_end_matches('\n'));
+    }
+    let mut output = ToolOutput::text(out)
+        .with_extra("taskId", json!(task.id))
+        .with_extra("running", json!(end.is_none()))
+        .with_extra("outputBytes", json!(total));
+    if let Some((end, _)) = &end {
+        output = match end {
+            End::Exited(code) => output.with_extra("exitCode", json!(code)),
+            End::Signal(signal) => output.with_extra("signal", json!(signal)),
+            End::TimedOut(_) => output.with_extra("timedOut", json!(true)),
+            End::Killed => output.with_extra("killed", json!(true)),
+            End::Lost(_) => output,
+        };
+        output.is_error = !matches!(end, End::Exited(0) | End::Killed);
+    }
+    output
+}
+
+/// How many bytes at the end of `bytes` are the start of a UTF-8 character cut short.
+fn incomplete_tail(bytes: &[u8]) -> usize {
+    match std::str::from_utf8(bytes) {
+        Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_cut_short_waits_for_its_end() {
+        let euro = "€".as_bytes();
+        assert_eq!(incomplete_tail(b"abc"), 0);
+        assert_eq!(incomplete_tail(&[b'a', euro[0], euro[1]]), 2);
+        assert_eq!(incomplete_tail(euro), 0);
+        // Invalid bytes are not waited for: they are shown as they are.
+        assert_eq!(incomplete_tail(&[b'a', 0xff]), 0);
+    }
+}

@@ -1,0 +1,192 @@
+//! Background tasks: `bash`/`exec` with `run_in_background`, `task_output`, `task_kill`,
+//! `task_list`; lifetimes, limits, runs and the provider's shutdown.
+
+use crate::Fixture;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+use toolmux_core::ToolProvider as _;
+use toolmux_fs::BashConfig;
+
+/// A fixture whose task output files go beneath its own directory.
+fn fixture(adjust: impl FnOnce(BashConfig) -> BashConfig) -> Fixture {
+    let spill = tempfile::tempdir().expect("a temporary directory").keep();
+    Fixture::with(|c| {
+        let bash = adjust(BashConfig { spill_dir: Some(spill), ..BashConfig::default() });
+        c.with_bash(bash)
+    })
+}
+
+async fn start(fx: &Fixture, command: &str) -> (String, u32, String) {
+    let out = fx
+        .call("bash", json!({"command": command, "run_in_background": true}))
+        .await
+        .expect("started");
+    assert!(!out.is_error, "{}", out.to_text());
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let pid = out.extras["pid"].as_u64().expect("a pid") as u32;
+    let file = out.extras["outputFile"].as_str().expect("an output file").to_owned();
+    (id, pid, file)
+}
+
+async fn output(fx: &Fixture, args: Value) -> toolmux_core::ToolOutput {
+    fx.call("task_output", args).await.expect("task_output")
+}
+
+/// Whether any process of group `pid` is alive.
+fn group_alive(pid: u32) -> bool {
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("a pid");
+    rustix::process::test_kill_process_group(pid).is_ok()
+}
+
+async fn wait_group_gone(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while group_alive(pid) {
+        assert!(Instant::now() < deadline, "process group {pid} still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_background_command_returns_at_once_and_its_output_is_read_as_it_comes() {
+    let fx = fixture(|b| b);
+    let began = Instant::now();
+    let (id, _, file) = start(&fx, "echo first; sleep 1.5; echo second >&2; exit 4").await;
+    assert!(began.elapsed() < Duration::from_millis(1200), "{:?}", began.elapsed());
+    let first = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+    let text = first.to_text();
+    assert!(text.contains("running for") && text.ends_with("--- output ---\nfirst"), "{text}");
+    assert_eq!(first.extras["running"], true);
+    assert!(!first.is_error);
+    // What was read is not shown again; reading on reaches what followed, then the end.
+    let mut later = String::new();
+    let last = loop {
+        let next = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+        later.push_str(&next.to_text());
+        if next.extras["running"] == false {
+            break next;
+        }
+    };
+    let text = last.to_text();
+    assert!(text.contains("exited with code 4"), "{text}");
+    assert!(later.contains("second") && !later.contains("first"), "{later}");
+    assert_eq!(last.extras["exitCode"], 4);
+    assert!(last.is_error);
+    let again = output(&fx, json!({"task_id": id})).await.to_text();
+    assert!(again.ends_with("[no new output]"), "{again}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "first\nsecond\n");
+}
+
+#[tokio::test]
+async fn task_kill_stops_the_whole_group_and_says_what_was_left_unread() {
+    let fx = fixture(|b| b);
+    let (id, pid, _) =
+        start(&fx, "(sleep 60 & wait) & for i in 1 2 3; do echo tick $i; done; sleep 60").await;
+    let seen = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    assert!(seen.contains("tick 1"), "{seen}");
+    assert!(group_alive(pid));
+    let killed = fx.call("task_kill", json!({"task_id": id})).await.expect("task_kill");
+    let text = killed.to_text();
+    assert!(text.contains("stopped by task_kill"), "{text}");
+    assert_eq!(killed.extras["killed"], true);
+    assert!(!killed.is_error);
+    wait_group_gone(pid).await;
+    let listed = fx.ok("task_list", json!({})).await;
+    assert!(listed.contains(&format!("{id} (pid {pid}) stopped by task_kill")), "{listed}");
+}
+
+#[tokio::test]
+async fn filters_keep_matching_lines_and_waiting_ends_at_block_ms() {
+    let fx = fixture(|b| b);
+    let (id, _, _) = start(&fx, "printf 'ok 1\\nERROR two\\nok 3\\nERROR four\\n'; sleep 30").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = output(&fx, json!({"task_id": id, "filter": "^ERROR"})).await.to_text();
+    assert!(out.ends_with("--- output ---\nERROR two\nERROR four"), "{out}");
+    // Nothing new: `block_ms` is waited out, not more.
+    let began = Instant::now();
+    let out = output(&fx, json!({"task_id": id, "block_ms": 300})).await.to_text();
+    assert!(out.ends_with("[no new output]"), "{out}");
+    let waited = began.elapsed();
+    assert!(waited >= Duration::from_millis(290) && waited < Duration::from_secs(3), "{waited:?}");
+    let bad = fx.err("task_output", json!({"task_id": id, "filter": "("})).await;
+    assert!(bad.contains("`filter`"), "{bad}");
+    fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
+}
+
+#[tokio::test]
+async fn a_task_outliving_its_timeout_is_killed() {
+    let fx = fixture(|b| b);
+    let out = fx
+        .call("exec", json!({"argv": ["sleep", "30"], "run_in_background": true, "timeout": 200}))
+        .await
+        .expect("started");
+    let id = out.extras["taskId"].as_str().expect("an id").to_owned();
+    let pid = out.extras["pid"].as_u64().expect("a pid") as u32;
+    let mut ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+    while ended.extras["running"] == true {
+        ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+    }
+    assert!(ended.to_text().contains("timed out after 200 ms"), "{}", ended.to_text());
+    assert_eq!(ended.extras["timedOut"], true);
+    assert!(ended.is_error);
+    wait_group_gone(pid).await;
+    let long = fx
+        .err("bash", json!({"command": "true", "run_in_background": true, "timeout": 99_999_999}))
+        .await;
+    assert!(long.contains("`bash.maxBackgroundTimeoutMs`"), "{long}");
+}
+
+#[tokio::test]
+async fn the_number_of_live_tasks_is_capped() {
+    let fx = fixture(|b| BashConfig { max_background: 2, ..b });
+    let (a, _, _) = start(&fx, "sleep 30").await;
+    let (_b, _, _) = start(&fx, "sleep 30").await;
+    let refused = fx.err("bash", json!({"command": "sleep 30", "run_in_background": true})).await;
+    assert!(refused.contains("`bash.maxBackground`") && refused.contains("task_kill"), "{refused}");
+    fx.call("task_kill", json!({"task_id": a})).await.expect("killed");
+    let (_c, _, _) = start(&fx, "sleep 30").await;
+    fx.fs.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn a_run_sees_and_stops_only_its_own_tasks() {
+    let fx = fixture(|b| b);
+    let started = fx
+        .call_in("run-a", "bash", json!({"command": "sleep 30", "run_in_background": true}))
+        .await
+        .expect("started");
+    let id = started.extras["taskId"].as_str().expect("an id").to_owned();
+    let other = fx.call_in("run-b", "task_kill", json!({"task_id": id})).await.unwrap_err();
+    assert!(other.report().contains(&format!("no background task `{id}`")), "{}", other.report());
+    let listed = fx.call_in("run-b", "task_list", json!({})).await.expect("list");
+    assert_eq!(listed.to_text(), "no background tasks in this run");
+    let listed = fx.call_in("run-a", "task_list", json!({})).await.expect("list");
+    assert!(listed.to_text().contains(&id), "{}", listed.to_text());
+    fx.call_in("run-a", "task_kill", json!({"task_id": id})).await.expect("killed");
+}
+
+#[tokio::test]
+async fn shutting_the_provider_down_kills_every_task_and_removes_the_output_files() {
+    let fx = fixture(|b| b);
+    let (_, pid_a, file_a) = start(&fx, "sleep 30").await;
+    let (_, pid_b, _) = start(&fx, "trap '' TERM; sleep 30").await;
+    fx.fs.shutdown().await.expect("shutdown");
+    wait_group_gone(pid_a).await;
+    wait_group_gone(pid_b).await;
+    let Fixture { fs, temp: _temp } = fx;
+    drop(fs);
+    // The file goes with the task's last holder, its watcher, which has just ended.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&file_a).exists() {
+        assert!(Instant::now() < deadline, "{file_a} left behind");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_provider_kills_live_groups_too() {
+    let fx = fixture(|b| b);
+    let (_, pid, _) = start(&fx, "sleep 30").await;
+    let Fixture { fs, temp: _temp } = fx;
+    drop(fs);
+    wait_group_gone(pid).await;
+}
