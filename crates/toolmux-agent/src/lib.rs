@@ -392,7 +392,12 @@ impl AgentProvider {
                 "required": ["prompt"]
             }),
         )
-        .with_annotations(ToolAnnotations { open_world: true, ..ToolAnnotations::default() })
+        // A run takes many model turns: clients that take MCP tasks poll it as one.
+        .with_annotations(ToolAnnotations {
+            open_world: true,
+            task_support: toolmux_core::TaskSupport::Optional,
+            ..ToolAnnotations::default()
+        })
     }
 }
 

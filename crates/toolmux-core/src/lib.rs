@@ -70,7 +70,7 @@ pub use provider::{
     ResourceUpdateNotifier, ResourceUpdates, ToolListChanges, ToolListNotifier, ToolProvider,
 };
 pub use result::ToolResult;
-pub use spec::{ToolAnnotations, ToolCall, ToolSpec, schema_for};
+pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};
 pub use toolset::ToolSet;
 
 /// A JSON object: the shape of tool arguments and of `extras`.

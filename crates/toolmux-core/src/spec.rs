@@ -27,6 +27,30 @@ pub struct ToolAnnotations {
     /// The permission class the tool needs, when the provider knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permission: Option<PermissionClass>,
+    /// Whether a call may run as an MCP task (SEP-2663) for clients that take tasks: long
+    /// calls (an agent, a build) then return a task the client polls.
+    #[serde(skip_serializing_if = "TaskSupport::is_forbidden")]
+    pub task_support: TaskSupport,
+}
+
+/// Whether a tool's calls may run as MCP tasks (SEP-2663).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TaskSupport {
+    /// Calls are answered in their request (the default).
+    #[default]
+    Forbidden,
+    /// Calls from clients that take tasks run as tasks; others are answered in their
+    /// request.
+    Optional,
+    /// Calls run only as tasks: a client that does not take tasks is refused.
+    Required,
+}
+
+impl TaskSupport {
+    fn is_forbidden(&self) -> bool {
+        *self == TaskSupport::Forbidden
+    }
 }
 
 impl Default for ToolAnnotations {
@@ -39,6 +63,7 @@ impl Default for ToolAnnotations {
             ends_turn: false,
             visible: true,
             permission: None,
+            task_support: TaskSupport::Forbidden,
         }
     }
 }

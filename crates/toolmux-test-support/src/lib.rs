@@ -48,3 +48,29 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Checks the summary of an official MCP conformance suite run against its baseline file
+/// of expected failures both ways: the suite itself fails a run only for scored scenarios
+/// that fail unexpectedly, so an extension scenario that starts passing (or failing) would
+/// go unnoticed without this. `Err` says which scenarios differ.
+pub fn check_conformance_summary(summary: &str, baseline: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(baseline)
+        .map_err(|e| format!("cannot read {}: {e}", baseline.display()))?;
+    let expected: std::collections::BTreeSet<&str> =
+        text.lines().filter_map(|line| line.trim().strip_prefix("- ")).map(str::trim).collect();
+    let failed: std::collections::BTreeSet<&str> = summary
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("✗ "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|name| name.trim_end_matches(':'))
+        .collect();
+    if expected == failed {
+        return Ok(());
+    }
+    let passing: Vec<&&str> = expected.difference(&failed).collect();
+    let failing: Vec<&&str> = failed.difference(&expected).collect();
+    Err(format!(
+        "{} is stale: listed but passing {passing:?}; failing but not listed {failing:?}",
+        baseline.display()
+    ))
+}

@@ -61,6 +61,11 @@ fn run_suite(suite: &str, extra: &[&str], baseline: &str) {
         "conformance run differs from {baseline}:\n{summary}\n{}\ntoolmux:\n{}",
         run.stderr, served.stderr
     );
+    if let Err(stale) =
+        toolmux_test_support::check_conformance_summary(summary, &baselines().join(baseline))
+    {
+        panic!("{stale}\n{summary}");
+    }
 }
 
 #[test]

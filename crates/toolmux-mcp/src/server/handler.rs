@@ -5,19 +5,22 @@ use super::ServeOptions;
 use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
+use super::tasks::TaskStore;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    CompletionInfo, GetPromptRequestParams, GetPromptResponse, Implementation, InputRequiredResult,
-    InputResponses, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, Notification, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, Reference, RequestId,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, ServerNotification,
-    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, CompletionInfo, CreateTaskResult,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+    InputRequiredResult, InputResponses, JsonObject, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, Notification,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, RequestId, ResourceUpdatedNotificationParam,
+    ServerCapabilities, ServerConfig, ServerNotification, SubscribeRequestParams,
+    SubscriptionFilter, TASKS_EXTENSION_ID, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +28,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
     CallContext, CompletionRef, CompletionRequest, LogLevel, LogMessage, LogSink, Progress,
-    ProgressSink, ResourceUpdates, ToolError, ToolListChanges, ToolOutput, ToolProvider,
+    ProgressSink, ResourceUpdates, TaskSupport, ToolError, ToolListChanges, ToolOutput,
+    ToolProvider,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -60,6 +64,8 @@ pub(crate) struct Shared {
     server_id: u64,
     /// Seals the answers of multi-round-trip requests into `requestState`.
     seal: Result<StateSeal, String>,
+    /// Calls running (or run) as MCP tasks.
+    tasks: TaskStore,
 }
 
 /// One listing of the provider's tools, as served.
@@ -69,6 +75,8 @@ struct Listing {
     tools: Vec<Tool>,
     /// Served names (hidden tools included) and where they route.
     names: NameMap,
+    /// The tools (by local name) whose calls may run as tasks.
+    tasks: HashMap<String, TaskSupport>,
 }
 
 static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
@@ -109,6 +117,11 @@ impl Shared {
         {
             resources.list_changed = Some(true);
         }
+        // Tools that support tasks may appear at any time: the extension is always offered.
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
         let mut info = ServerConfig::new(capabilities).with_server_info(Implementation::new(
             options.server_name.clone(),
             options.server_version.clone(),
@@ -126,6 +139,7 @@ impl Shared {
             sessions: AtomicU64::new(0),
             server_id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
             seal: StateSeal::new(),
+            tasks: TaskStore::default(),
         })
     }
 
@@ -194,9 +208,26 @@ impl Shared {
             .filter(|(spec, _)| spec.annotations.visible)
             .map(|(spec, (served, _))| convert::tool(spec, served, &rules))
             .collect();
-        let listing = Arc::new(Listing { tools, names });
+        let tasks = specs
+            .iter()
+            .filter(|spec| spec.annotations.task_support != TaskSupport::Forbidden)
+            .map(|spec| (spec.name.clone(), spec.annotations.task_support))
+            .collect();
+        let listing = Arc::new(Listing { tools, names, tasks });
         *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());
         Ok(listing)
+    }
+
+    /// Whether calls of the tool with local name `local` may run as tasks.
+    async fn task_support(&self, local: &str) -> TaskSupport {
+        let listing = match self.cached_listing() {
+            Some(listing) => listing,
+            None => match self.refresh_listing().await {
+                Ok(listing) => listing,
+                Err(_) => return TaskSupport::Forbidden,
+            },
+        };
+        listing.tasks.get(local).copied().unwrap_or_default()
     }
 
     /// The local name a served name routes to. Names are passed on unchanged unless a
@@ -464,6 +495,59 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// The API key holder a request came with, over HTTP with keys.
+    fn holder(&self, context: &RequestContext<RoleServer>) -> Option<Arc<str>> {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<super::http::KeyHolder>())
+            .map(|holder| holder.0.clone())
+    }
+
+    /// Starts the call as a task, running apart from its request: its questions wait in
+    /// the task, `tasks/cancel` stops it, a panic fails it. `None` when no task can be
+    /// made (the store is full of unfinished tasks).
+    fn start_task(
+        &self,
+        context: &RequestContext<RoleServer>,
+        name: String,
+        arguments: Value,
+        ctx: CallContext,
+    ) -> Option<CreateTaskResult> {
+        let task = self.shared.tasks.create(self.holder(context))?;
+        let interaction = ClientInteraction::task(
+            context.peer.clone(),
+            context.client_capabilities(),
+            task.clone(),
+        );
+        // The request ends now; the task's own token stops the call.
+        let ctx = ctx.with_cancel(task.cancel.clone()).with_handler(Arc::new(interaction));
+        let provider = self.shared.provider.clone();
+        let running = tokio::spawn(async move { provider.call(&name, arguments, &ctx).await });
+        let finishing = task.clone();
+        tokio::spawn(async move {
+            let result = match running.await {
+                Ok(Ok(output)) => Ok(convert::output(output)),
+                Ok(Err(ToolError::Cancelled { .. })) if finishing.cancel.is_cancelled() => return,
+                Ok(Err(
+                    error @ (ToolError::UnknownTool { .. } | ToolError::InvalidArguments { .. }),
+                )) => Err(ErrorData::invalid_params(error.report(), None)),
+                Ok(Err(error @ (ToolError::Panicked { .. } | ToolError::Protocol { .. }))) => {
+                    Err(ErrorData::internal_error(error.report(), None))
+                }
+                Ok(Err(error)) => Ok(convert::error(&error)),
+                Err(joined) => Err(ErrorData::internal_error(
+                    format!("the tool's task ended abnormally: {joined}"),
+                    None,
+                )),
+            };
+            finishing.finish(result);
+        });
+        Some(task.created())
+    }
+}
+
 /// Where the progress reports and log lines of a call on the direct path go.
 pub(crate) struct CallSinks {
     /// The client's progress token, when it asked for progress.
@@ -479,7 +563,7 @@ impl Gateway {
     pub(crate) async fn call_direct(
         &self,
         name: &str,
-        arguments: rmcp::model::JsonObject,
+        arguments: JsonObject,
         id: &RequestId,
         cancel: CancellationToken,
         peer: Peer<RoleServer>,
@@ -917,6 +1001,32 @@ impl ServerHandler for Gateway {
             request.input_responses,
         )?;
         let ctx = self.context_of(&context, request.meta.as_ref());
+        let support = self.shared.task_support(&name).await;
+        if support != TaskSupport::Forbidden {
+            let declared = context.client_capabilities().is_some_and(|c| c.supports_tasks())
+                || request
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.client_capabilities())
+                    .is_some_and(|c| c.supports_tasks());
+            if declared {
+                if let Some(created) =
+                    self.start_task(&context, name.clone(), arguments.clone(), ctx.clone())
+                {
+                    return Ok(CallToolResponse::Task(created));
+                }
+            } else if support == TaskSupport::Required {
+                let mut error = ErrorData::missing_required_client_capability(
+                    rmcp::model::ClientCapabilities::builder().enable_tasks().build(),
+                );
+                error.message = format!(
+                    "`{}` runs only as a task: declare the `{TASKS_EXTENSION_ID}` extension",
+                    request.name
+                )
+                .into();
+                return Err(error);
+            }
+        }
         let provider = &self.shared.provider;
         let ended = self
             .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
@@ -931,6 +1041,38 @@ impl ServerHandler for Gateway {
             },
             Ended::Done(result) => call_response(result).map(Into::into),
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let task = self.shared.tasks.get(&request.task_id, self.holder(&context).as_ref())?;
+        Ok(task.detailed())
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let task = self.shared.tasks.get(&request.task_id, self.holder(&context).as_ref())?;
+        // Keys of no waiting question are ignored, as the extension asks.
+        if task.inputs.answer(request.input_responses) {
+            task.touch();
+        }
+        Ok(())
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let task = self.shared.tasks.get(&request.task_id, self.holder(&context).as_ref())?;
+        task.cancel();
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

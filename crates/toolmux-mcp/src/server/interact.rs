@@ -9,6 +9,7 @@
 //! order; a request's `key` names it across runs.
 
 use super::convert;
+use super::tasks::TaskEntry;
 use async_trait::async_trait;
 use rmcp::model::{ClientCapabilities, InputRequest, InputRequests, RequestStateCodec};
 use rmcp::{Peer, RoleServer};
@@ -31,7 +32,7 @@ pub(crate) enum Need {
 }
 
 impl Need {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Need::Sampling => "sampling",
             Need::Elicitation => "elicitation",
@@ -39,7 +40,7 @@ impl Need {
         }
     }
 
-    fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             Need::Sampling => "sampling/createMessage",
             Need::Elicitation => "elicitation/create",
@@ -56,7 +57,7 @@ impl Need {
     }
 
     /// Whether `answer` has the shape of this need's result.
-    fn answers_with(self, answer: &Value) -> bool {
+    pub(crate) fn answers_with(self, answer: &Value) -> bool {
         match self {
             Need::Sampling => answer.get("content").is_some(),
             Need::Elicitation => answer.get("action").is_some_and(Value::is_string),
@@ -76,6 +77,8 @@ pub(crate) struct ClientInteraction {
     peer: Peer<RoleServer>,
     capabilities: Option<ClientCapabilities>,
     round: Option<Arc<Round>>,
+    /// For a call run as a task: questions wait in the task for `tasks/update`.
+    task: Option<Arc<TaskEntry>>,
     /// The first need the client did not declare, when a request failed for it.
     missing: Mutex<Option<Need>>,
 }
@@ -86,7 +89,23 @@ impl ClientInteraction {
         peer: Peer<RoleServer>,
         capabilities: Option<ClientCapabilities>,
     ) -> Self {
-        ClientInteraction { peer, capabilities, round: None, missing: Mutex::new(None) }
+        ClientInteraction { peer, capabilities, round: None, task: None, missing: Mutex::new(None) }
+    }
+
+    /// For a call run as task `task`: requests wait in the task until `tasks/update`
+    /// answers them.
+    pub(crate) fn task(
+        peer: Peer<RoleServer>,
+        capabilities: Option<ClientCapabilities>,
+        task: Arc<TaskEntry>,
+    ) -> Self {
+        ClientInteraction {
+            peer,
+            capabilities,
+            round: None,
+            task: Some(task),
+            missing: Mutex::new(None),
+        }
     }
 
     /// For a stateless request: requests are answered from `round` or end the call.
@@ -95,7 +114,13 @@ impl ClientInteraction {
         capabilities: Option<ClientCapabilities>,
         round: Arc<Round>,
     ) -> Self {
-        ClientInteraction { peer, capabilities, round: Some(round), missing: Mutex::new(None) }
+        ClientInteraction {
+            peer,
+            capabilities,
+            round: Some(round),
+            task: None,
+            missing: Mutex::new(None),
+        }
     }
 
     /// The first need the client did not declare, if a request failed for that reason.
@@ -119,6 +144,9 @@ impl ClientInteraction {
         self.check(need)?;
         if let Some(round) = &self.round {
             return round.answer(need, key, params).await;
+        }
+        if let Some(task) = &self.task {
+            return task.inputs.ask(need, key, params, task).await;
         }
         let failed = |e: rmcp::ServiceError| ToolError::Remote {
             tool: need.method().to_owned(),

@@ -76,6 +76,7 @@ mod names;
 mod profile;
 mod session;
 mod stdio;
+mod tasks;
 
 pub use convert::EXTRAS_META_KEY;
 pub use handler::RUN_ID_META_KEY;

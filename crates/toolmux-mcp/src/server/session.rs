@@ -370,8 +370,9 @@ async fn serve_rmcp(
         Err(error) => return Err(error.into()),
     };
     // Only sessions of the handshake revisions take the direct path: a stateless request
-    // carries its revision, capabilities and log level in its own `_meta`.
-    if running.peer().peer_info().is_some() {
+    // carries its revision, capabilities and log level in its own `_meta`. A client that
+    // takes MCP tasks does not either: its calls may become tasks, which the handler makes.
+    if running.peer().peer_info().is_some_and(|info| !info.capabilities.supports_tasks()) {
         let _ = peer.set(running.peer().clone());
     }
     match running.waiting().await {

@@ -46,6 +46,11 @@ async fn run_suite(suite: &Path, extra: &[&str], baseline: &str) {
         "conformance run differs from {baseline}:\n{summary}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    if let Err(stale) =
+        toolmux_test_support::check_conformance_summary(summary, &fixtures().join(baseline))
+    {
+        panic!("{stale}\n{summary}");
+    }
 }
 
 #[tokio::test]
