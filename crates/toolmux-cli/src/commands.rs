@@ -270,6 +270,11 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             return Ok(exit::CONFIG);
         }
     };
+    if let Err(e) = toolmux::toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
+    {
+        eprintln!("error: {}: serve.taskTools: {e}", loaded.source_name());
+        return Ok(exit::CONFIG);
+    }
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
@@ -278,6 +283,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         api_keys,
         metrics: Some(Arc::new(StatsPage(toolmux.orchestrator().clone()))),
         events: Some(Arc::new(crate::events::CallEvents(toolmux.orchestrator().clone()))),
+        task_tools: loaded.config.serve.task_tools.clone(),
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
@@ -302,6 +308,9 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             }
         }
     });
+    // Installed before the first line that says the gateway serves: a signal that comes
+    // right after it stops the gateway cleanly instead of killing it.
+    let mut stop = Stop::install();
     let served = match args.transport.http {
         None => {
             // A person who started the gateway by hand sees what it serves; an MCP client
@@ -315,8 +324,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             }
             tokio::select! {
                 served = serve_stdio(provider, options) => served.context("serving on stdio"),
-                _ = tokio::signal::ctrl_c() => Ok(()),
-                _ = terminated() => Ok(()),
+                () = stop.requested() => Ok(()),
             }
         }
         Some(addr) => {
@@ -330,10 +338,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
                 Err(e) => Err(anyhow::Error::new(e)),
                 Ok((bound, task)) => {
                     eprintln!("toolmux: serving MCP at http://{bound}/mcp ({keys}Ctrl-C stops)");
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = terminated() => {}
-                    }
+                    stop.requested().await;
                     shutdown.cancel();
                     match task.await {
                         Ok(served) => served.context("serving over HTTP"),
@@ -354,14 +359,35 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     }
 }
 
-/// Resolves when the process receives SIGTERM.
-async fn terminated() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            term.recv().await;
+/// SIGTERM and SIGINT (Ctrl-C), caught from when it is installed.
+struct Stop {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stop {
+    fn install() -> Stop {
+        use tokio::signal::unix::{SignalKind, signal};
+        Stop {
+            term: signal(SignalKind::terminate()).ok(),
+            int: signal(SignalKind::interrupt()).ok(),
         }
-        Err(_) => std::future::pending().await,
+    }
+
+    /// Resolves at the first of the two signals.
+    async fn requested(&mut self) {
+        async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(self.term.as_mut()) => {}
+            () = next(self.int.as_mut()) => {}
+        }
     }
 }
 

@@ -153,8 +153,13 @@ struct Agent {
 
 impl Agent {
     fn start(address: &str, key: &'static str) -> Agent {
+        Agent::start_with(address, key, json!({}))
+    }
+
+    /// A session whose client declares `capabilities`.
+    fn start_with(address: &str, key: &'static str, capabilities: Value) -> Agent {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
+            "protocolVersion": "2025-06-18", "capabilities": capabilities,
             "clientInfo": {"name": "agent", "version": "1"}}});
         let auth = bearer(key);
         let headers = [
@@ -182,6 +187,22 @@ impl Agent {
             ("Mcp-Protocol-Version", "2025-06-18"),
         ];
         request(&self.address, "POST", "/mcp", &headers, body)
+    }
+
+    /// Sends request `method` and returns its answer (the JSON-RPC message).
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let response = self.post(&body.to_string());
+        response
+            .body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+            .chain(serde_json::from_str::<Value>(&response.body).ok())
+            .find(|message| message["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to {method} in {}", response.body))
     }
 
     /// Calls `tool` on a thread of its own; the receiver gets the result's text (or
@@ -419,4 +440,83 @@ fn the_event_stream_shows_each_holder_its_own_calls() {
 
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// `serve.taskTools`: for a client that takes MCP tasks, a listed tool's call becomes a task
+/// polled with `tasks/get` and stopped with `tasks/cancel`; other tools, and clients that
+/// do not take tasks, are answered in their request.
+#[test]
+fn listed_tools_run_as_tasks_for_clients_that_take_them() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file(
+        "toolmux.yaml",
+        "serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\n    bob: ${BOB_KEY}\n  \
+         taskTools: [fs__bash]\nfs: {permissions: [read, execute]}\n",
+    );
+    project.file("notes.md", "TODO: one\n");
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut alice = Agent::start_with(&address, ALICE, tasks.clone());
+
+    let created = alice.request(
+        "tools/call",
+        json!({"name": "fs__bash", "arguments": {"command": "sleep 0.3; echo built"}}),
+    );
+    let created = &created["result"];
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().expect("a task id").to_owned();
+    assert_eq!(created["status"], "working");
+    let done = loop {
+        let got = alice.request("tasks/get", json!({"taskId": id}))["result"].clone();
+        if got["status"] != "working" {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("built"), "{done}");
+
+    // A tool not listed is answered in its request.
+    let grep =
+        alice.request("tools/call", json!({"name": "fs__grep", "arguments": {"pattern": "TODO"}}));
+    assert!(grep["result"].get("taskId").is_none(), "{grep}");
+    assert_eq!(grep["result"]["content"][0]["text"], "notes.md");
+
+    // Cancelling stops the command; the task says so.
+    let long = alice
+        .request("tools/call", json!({"name": "fs__bash", "arguments": {"command": "sleep 30"}}));
+    let long = long["result"]["taskId"].as_str().expect("a task id").to_owned();
+    let ack = alice.request("tasks/cancel", json!({"taskId": long}));
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    let got = alice.request("tasks/get", json!({"taskId": long}));
+    assert_eq!(got["result"]["status"], "cancelled", "{got}");
+
+    // Another key holder cannot see Alice's task; a client without tasks gets answers.
+    let mut bob = Agent::start_with(&address, BOB, tasks);
+    let hidden = bob.request("tasks/get", json!({"taskId": id}));
+    assert_eq!(hidden["error"]["code"], -32602, "{hidden}");
+    let mut plain = Agent::start(&address, BOB);
+    let answered = plain
+        .request("tools/call", json!({"name": "fs__bash", "arguments": {"command": "echo now"}}));
+    assert!(answered["result"].get("taskId").is_none(), "{answered}");
+    let text = answered["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("now"), "{answered}");
+
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn a_bad_task_tool_pattern_is_a_configuration_error() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "serve:\n  taskTools: [\"fs__[\"]\nfs: {}\n");
+    let run = project.run(&["serve", "--http", "127.0.0.1:0"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("serve.taskTools: `fs__[` is not a glob pattern"),
+        "{}",
+        run.stderr
+    );
 }

@@ -66,6 +66,8 @@ pub(crate) struct Shared {
     seal: Result<StateSeal, String>,
     /// Calls running (or run) as MCP tasks.
     tasks: TaskStore,
+    /// [`ServeOptions::task_tools`], compiled.
+    task_tools: globset::GlobSet,
 }
 
 /// One listing of the provider's tools, as served.
@@ -83,6 +85,15 @@ static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
     pub(crate) fn new(provider: Arc<dyn ToolProvider>, mut options: ServeOptions) -> Arc<Shared> {
+        // Patterns were checked where they were configured; one that does not compile
+        // here matches nothing.
+        let mut globs = globset::GlobSetBuilder::new();
+        for pattern in &options.task_tools {
+            if let Ok(glob) = globset::Glob::new(pattern) {
+                globs.add(glob);
+            }
+        }
+        let task_tools = globs.build().unwrap_or_else(|_| globset::GlobSet::empty());
         // The client profile's prefix, unless one was given.
         if options.name_prefix.is_none() {
             options.name_prefix = options.client.name_prefix(&options.server_name);
@@ -140,6 +151,7 @@ impl Shared {
             server_id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
             seal: StateSeal::new(),
             tasks: TaskStore::default(),
+            task_tools,
         })
     }
 
@@ -210,8 +222,15 @@ impl Shared {
             .collect();
         let tasks = specs
             .iter()
-            .filter(|spec| spec.annotations.task_support != TaskSupport::Forbidden)
-            .map(|spec| (spec.name.clone(), spec.annotations.task_support))
+            .filter_map(|spec| {
+                let support = match spec.annotations.task_support {
+                    TaskSupport::Forbidden if self.task_tools.is_match(&spec.name) => {
+                        TaskSupport::Optional
+                    }
+                    support => support,
+                };
+                (support != TaskSupport::Forbidden).then(|| (spec.name.clone(), support))
+            })
             .collect();
         let listing = Arc::new(Listing { tools, names, tasks });
         *self.listing.lock().unwrap_or_else(|e| e.into_inner()) = Some(listing.clone());

@@ -122,6 +122,18 @@ pub struct ServeOptions {
     /// The calls' events that `GET /api/events` streams over HTTP (behind the API keys,
     /// each key holder its own runs'); no such stream when `None`.
     pub events: Option<Arc<dyn EventSource>>,
+    /// Glob patterns of tool names (as the provider names them) whose calls may run as MCP
+    /// tasks, besides those whose provider says so (`ToolAnnotations::task_support`).
+    pub task_tools: Vec<String>,
+}
+
+/// Checks [`ServeOptions::task_tools`]: `Err` names the first pattern that is not a glob.
+pub fn check_task_tools(patterns: &[String]) -> Result<(), String> {
+    for pattern in patterns {
+        globset::Glob::new(pattern)
+            .map_err(|e| format!("`{pattern}` is not a glob pattern: {}", e.kind()))?;
+    }
+    Ok(())
 }
 
 /// Events of the served provider's calls, streamed at `GET /api/events`.
@@ -182,6 +194,7 @@ impl Default for ServeOptions {
             api_keys: Vec::new(),
             metrics: None,
             events: None,
+            task_tools: Vec::new(),
         }
     }
 }

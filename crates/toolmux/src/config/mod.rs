@@ -123,12 +123,18 @@ pub struct ServeSection {
     /// every client and only listens on loopback addresses.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub api_keys: BTreeMap<String, String>,
+    /// Tools (glob patterns of full names, `fs__bash`, `everything__*`) whose calls run as
+    /// MCP tasks for clients that take them (the `io.modelcontextprotocol/tasks`
+    /// extension): the client polls the task instead of holding its request open. Agents
+    /// always may; other tools only when listed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_tools: Vec<String>,
 }
 
 #[cfg(feature = "mcp")]
 impl ServeSection {
     fn is_empty(&self) -> bool {
-        self.api_keys.is_empty()
+        self.api_keys.is_empty() && self.task_tools.is_empty()
     }
 }
 
