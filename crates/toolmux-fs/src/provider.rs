@@ -296,23 +296,13 @@ impl FsProvider {
         let name = tool.name();
         let config = &self.config.bash;
         shell::check_allowed(config, &program)?;
-        let ms = timeout.unwrap_or(config.background_timeout_ms);
-        if ms == 0 || ms > config.max_background_timeout_ms {
-            return Err(FsError::InvalidArguments {
-                tool: name,
-                message: format!(
-                    "timeout {ms} ms is out of range for a background task: give 1 to {} ms \
-                     (`bash.maxBackgroundTimeoutMs`)",
-                    config.max_background_timeout_ms
-                ),
-            });
-        }
+        let lifetime = shell::background_timeout(config, name, timeout)?;
         let start = tasks::Start {
             config,
             root: self.workspace.root(),
             tool: name,
             namespace: &self.namespace,
-            lifetime: std::time::Duration::from_millis(ms),
+            lifetime,
             run: ctx.run_id(),
         };
         self.tasks.start(start, program)

@@ -150,14 +150,33 @@ pub(crate) fn timeout(
     tool: &'static str,
     asked: Option<u64>,
 ) -> Result<Duration, FsError> {
-    let ms = asked.unwrap_or(config.default_timeout_ms);
-    if ms == 0 || ms > config.max_timeout_ms {
+    bounded(tool, asked, config.default_timeout_ms, config.max_timeout_ms, "")
+}
+
+/// The lifetime a background call asked for, checked against the configuration.
+pub(crate) fn background_timeout(
+    config: &BashConfig,
+    tool: &'static str,
+    asked: Option<u64>,
+) -> Result<Duration, FsError> {
+    let (default, max) = (config.background_timeout_ms, config.max_background_timeout_ms);
+    bounded(tool, asked, default, max, " for a background task (`bash.maxBackgroundTimeoutMs`)")
+}
+
+/// `asked` (else `default`) milliseconds, refused when 0 or over `max`; `which` says which
+/// limit in the message.
+fn bounded(
+    tool: &'static str,
+    asked: Option<u64>,
+    default: u64,
+    max: u64,
+    which: &str,
+) -> Result<Duration, FsError> {
+    let ms = asked.unwrap_or(default);
+    if ms == 0 || ms > max {
         return Err(FsError::InvalidArguments {
             tool,
-            message: format!(
-                "timeout {ms} ms is out of range: give 1 to {} ms",
-                config.max_timeout_ms
-            ),
+            message: format!("timeout {ms} ms is out of range{which}: give 1 to {max} ms"),
         });
     }
     Ok(Duration::from_millis(ms))
