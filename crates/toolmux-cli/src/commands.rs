@@ -270,11 +270,6 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             return Ok(exit::CONFIG);
         }
     };
-    if let Err(e) = toolmux::toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
-    {
-        eprintln!("error: {}: serve.taskTools: {e}", loaded.source_name());
-        return Ok(exit::CONFIG);
-    }
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,

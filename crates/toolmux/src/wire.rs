@@ -51,6 +51,9 @@ impl Toolmux {
         keep: &dyn Fn(&str) -> bool,
     ) -> Result<Toolmux, ToolmuxError> {
         let file = loaded.source_name();
+        #[cfg(feature = "mcp")]
+        toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
+            .map_err(|e| ToolmuxError::config(file, format!("serve.taskTools: {e}")))?;
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
         let mut config = orchestrator_config(loaded)?;

@@ -512,11 +512,10 @@ fn listed_tools_run_as_tasks_for_clients_that_take_them() {
 fn a_bad_task_tool_pattern_is_a_configuration_error() {
     let project = Project::new();
     project.file("toolmux.yaml", "serve:\n  taskTools: [\"fs__[\"]\nfs: {}\n");
-    let run = project.run(&["serve", "--http", "127.0.0.1:0"]);
-    assert_eq!(run.code, 2, "{run:?}");
-    assert!(
-        run.stderr.contains("serve.taskTools: `fs__[` is not a glob pattern"),
-        "{}",
-        run.stderr
-    );
+    for args in [&["serve", "--http", "127.0.0.1:0"][..], &["config", "check"]] {
+        let run = project.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        let said = "toolmux.yaml: serve.taskTools: `fs__[` is not a glob pattern";
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
 }
