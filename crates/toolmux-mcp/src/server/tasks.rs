@@ -83,7 +83,15 @@ impl TaskStore {
     pub(crate) fn create(&self, owner: Option<Arc<str>>) -> Option<Arc<TaskEntry>> {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
         let now_instant = Instant::now();
-        tasks.retain(|_, t| now_instant.duration_since(t.made) < TTL);
+        // A task past its TTL goes; a call still running in it is stopped, since nobody
+        // could read its result or cancel it any more.
+        tasks.retain(|_, t| {
+            let keep = now_instant.duration_since(t.made) < TTL;
+            if !keep {
+                t.cancel.cancel();
+            }
+            keep
+        });
         if tasks.len() >= MAX_TASKS {
             let oldest = tasks
                 .values()
