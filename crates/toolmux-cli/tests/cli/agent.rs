@@ -295,6 +295,58 @@ fn mcp_clients_call_agents_through_the_gateway_with_progress() {
     assert!(listing.contains("notes.md"), "{listing}");
 }
 
+/// A client that takes MCP tasks gets an agent's run as a task: it polls `tasks/get`, sees
+/// the run's turns as the status message, and reads the report inlined at the end.
+#[test]
+fn an_mcp_client_that_takes_tasks_polls_an_agent_run() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__ls", json!({})),
+            ScriptStep::delay(
+                std::time::Duration::from_millis(600),
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": "one file: notes.md"}),
+                ),
+            ),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let tasks = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut served = Served::start(&project, tasks);
+    let answer = |served: &mut Served, id: u64| loop {
+        let message = served.next();
+        if message["id"] == id {
+            break message;
+        }
+    };
+    served.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "agent__reader", "arguments": {"prompt": "list the files"}}}));
+    let created = answer(&mut served, 2)["result"].clone();
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task = created["taskId"].clone();
+    let mut statuses = Vec::new();
+    let mut id = 10;
+    let done = loop {
+        served.send(json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get",
+                           "params": {"taskId": task}}));
+        let got = answer(&mut served, id)["result"].clone();
+        id += 1;
+        if let Some(status) = got["statusMessage"].as_str() {
+            statuses.push(status.to_owned());
+        }
+        if got["status"] != "working" {
+            break got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    served.end();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "one file: notes.md", "{done}");
+    assert!(statuses.iter().any(|s| s.contains("reader: turn")), "{statuses:?}");
+}
+
 #[test]
 fn an_agent_answers_server_everythings_sampling_request_with_its_model() {
     let node = crate::peer("node/node_modules/.bin/node");

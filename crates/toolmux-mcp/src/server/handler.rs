@@ -540,8 +540,13 @@ impl Gateway {
             context.client_capabilities(),
             task.clone(),
         );
-        // The request ends now; the task's own token stops the call.
-        let ctx = ctx.with_cancel(task.cancel.clone()).with_handler(Arc::new(interaction));
+        // The request ends now; the task's own token stops the call, and its progress
+        // becomes the task's status message.
+        let reporting = task.clone();
+        let ctx = ctx
+            .with_cancel(task.cancel.clone())
+            .with_handler(Arc::new(interaction))
+            .with_progress(ProgressSink::new(move |p| reporting.progress(&p)));
         let provider = self.shared.provider.clone();
         let running = tokio::spawn(async move { provider.call(&name, arguments, &ctx).await });
         let finishing = task.clone();

@@ -63,6 +63,8 @@ pub(crate) struct TaskEntry {
 struct State {
     outcome: Outcome,
     updated_at: String,
+    /// The call's latest progress, in words, while it works.
+    message: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,7 +110,11 @@ impl TaskStore {
             owner,
             created_at: stamp.clone(),
             made: now_instant,
-            state: Mutex::new(State { outcome: Outcome::Working, updated_at: stamp }),
+            state: Mutex::new(State {
+                outcome: Outcome::Working,
+                updated_at: stamp,
+                message: None,
+            }),
             inputs: Arc::new(TaskInputs::default()),
             cancel: CancellationToken::new(),
         });
@@ -159,10 +165,33 @@ impl TaskEntry {
     }
 
     fn base(&self, status: TaskStatus) -> Task {
-        let updated_at = self.lock().updated_at.clone();
-        Task::new(&self.id, status, &self.created_at, updated_at)
+        let (updated_at, message) = {
+            let state = self.lock();
+            (state.updated_at.clone(), state.message.clone())
+        };
+        let task = Task::new(&self.id, status, &self.created_at, updated_at)
             .with_ttl_ms(TTL.as_millis() as u64)
-            .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64)
+            .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64);
+        match message {
+            Some(message) if status == TaskStatus::Working => task.with_status_message(message),
+            _ => task,
+        }
+    }
+
+    /// Notes the call's progress: `tasks/get` shows it as the status message while the
+    /// task works (`3/10: reading files`).
+    pub(crate) fn progress(&self, progress: &toolmux_core::Progress) {
+        let count = match progress.total {
+            Some(total) => format!("{}/{}", progress.progress, total),
+            None => progress.progress.to_string(),
+        };
+        let message = match &progress.message {
+            Some(text) => format!("{count}: {text}"),
+            None => count,
+        };
+        let mut state = self.lock();
+        state.message = Some(message);
+        state.updated_at = now();
     }
 
     /// The task as `tasks/get` gives it.
@@ -348,6 +377,20 @@ mod tests {
         assert_eq!(got["status"], "completed");
         assert_eq!(got["result"]["isError"], true);
         assert!(got["result"].get("resultType").is_none(), "{got}");
+    }
+
+    #[test]
+    fn progress_is_the_status_message_while_the_task_works() {
+        let store = TaskStore::default();
+        let task = store.create(None).expect("room");
+        let got = serde_json::to_value(task.detailed()).expect("json");
+        assert!(got.get("statusMessage").is_none(), "{got}");
+        task.progress(&toolmux_core::Progress::new(2.0, Some(5.0)).with_message("turn 2"));
+        let got = serde_json::to_value(task.detailed()).expect("json");
+        assert_eq!(got["statusMessage"], "2/5: turn 2");
+        task.finish(Ok(CallToolResult::success(vec![])));
+        let got = serde_json::to_value(task.detailed()).expect("json");
+        assert!(got.get("statusMessage").is_none(), "{got}");
     }
 
     #[tokio::test]
