@@ -74,6 +74,15 @@ pub enum McpError {
         /// The error message.
         message: String,
     },
+    /// The server refused toolmux and OAuth could not authorize it (no one to approve, a
+    /// refused grant, scope that is never enough).
+    #[error("mcp server `{server}`: not authorized: {message}")]
+    Auth {
+        /// The server.
+        server: String,
+        /// Why, and what to do.
+        message: String,
+    },
     /// The server was restarted too often in a row and is given up on.
     #[error("mcp server `{server}`: given up after {restarts} failed restarts")]
     GaveUp {
@@ -117,6 +126,7 @@ impl McpError {
             | McpError::Closed { server, .. }
             | McpError::Protocol { server, .. }
             | McpError::Rpc { server, .. }
+            | McpError::Auth { server, .. }
             | McpError::GaveUp { server, .. }
             | McpError::ShutDown { server }
             | McpError::Serve { server, .. } => server,
@@ -131,9 +141,10 @@ impl McpError {
         let prefix = format!("mcp server `{provider}`: ");
         let bare = message.strip_prefix(&prefix).unwrap_or(&message).to_owned();
         match self {
-            McpError::Config { .. } | McpError::GaveUp { .. } | McpError::ShutDown { .. } => {
-                ToolError::Unavailable { provider, message: bare }
-            }
+            McpError::Config { .. }
+            | McpError::GaveUp { .. }
+            | McpError::ShutDown { .. }
+            | McpError::Auth { .. } => ToolError::Unavailable { provider, message: bare },
             McpError::Connect { .. }
             | McpError::StartupTimeout { .. }
             | McpError::Handshake { .. }

@@ -57,6 +57,7 @@ mod transport;
 const LINE_CAPACITY: usize = 512;
 
 pub use client::{
-    DeclaredTool, EnvInherit, McpProvider, McpServerConfig, ProtocolMode, TransportKind,
+    DeclaredTool, EnvInherit, McpProvider, McpServerConfig, OAuthConfig, OAuthGrant, Opener,
+    ProtocolMode, TransportKind,
 };
 pub use error::McpError;

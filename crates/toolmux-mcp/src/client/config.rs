@@ -88,6 +88,10 @@ pub struct McpServerConfig {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// OAuth 2.1 to the server (streamable HTTP): on by default when the server asks for
+    /// it and `headers` carries no `Authorization`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<super::OAuthConfig>,
     /// Globs over the server's own tool names; when set, only matching tools are offered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tools_allowed: Option<Vec<String>>,

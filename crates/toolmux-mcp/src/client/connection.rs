@@ -13,10 +13,18 @@ use std::time::Duration;
 
 use super::config::{McpServerConfig, ProtocolMode, TransportKind};
 use super::handler::{Events, Handler};
+use super::oauth::{OAuth, OAuthHttp};
 use crate::McpError;
 use crate::transport::lane::Lane;
 use crate::transport::stdio::{ChildGroup, StdioCommand};
 use crate::transport::{Fault, FaultKind, sse, stdio, websocket};
+
+/// The HTTP client of a remote server, and its OAuth state when it may ask for OAuth.
+#[derive(Debug, Clone)]
+pub(crate) struct Http {
+    pub(crate) client: reqwest::Client,
+    pub(crate) oauth: Option<Arc<OAuth>>,
+}
 
 /// How long a graceful close may take before the connection is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -60,6 +68,9 @@ impl Connection {
             Some(FaultKind::Closed(detail)) => {
                 McpError::Closed { server: self.server.clone(), detail: Some(detail) }
             }
+            Some(FaultKind::Auth(message)) => {
+                McpError::Auth { server: self.server.clone(), message }
+            }
             None => McpError::Closed { server: self.server.clone(), detail: None },
         }
     }
@@ -82,12 +93,14 @@ pub(crate) async fn connect(
     server: &str,
     config: &McpServerConfig,
     kind: TransportKind,
-    http: Option<&reqwest::Client>,
+    http: Option<&Http>,
     events: &Arc<Events>,
 ) -> Result<Connection, McpError> {
     let fault = Fault::default();
     let mut process = None;
-    let startup = config.startup_timeout();
+    // A person approving in a browser has the authorization timeout on top.
+    let startup = config.startup_timeout()
+        + http.and_then(|h| h.oauth.as_ref()).map_or(Duration::ZERO, |o| o.approval_time());
     let mode = config.protocol.unwrap_or_default();
     let attempt = async {
         let first = start(server, config, kind, http, events, &fault, &mut process, mode).await;
@@ -167,7 +180,7 @@ async fn start(
     server: &str,
     config: &McpServerConfig,
     kind: TransportKind,
-    http: Option<&reqwest::Client>,
+    http: Option<&Http>,
     events: &Arc<Events>,
     fault: &Fault,
     process: &mut Option<ChildGroup>,
@@ -186,7 +199,7 @@ async fn start(
         })
     };
     let client = || {
-        http.cloned().ok_or_else(|| McpError::Config {
+        http.map(|h| h.client.clone()).ok_or_else(|| McpError::Config {
             server: server.to_owned(),
             message: "no HTTP client".into(),
         })
@@ -214,8 +227,18 @@ async fn start(
         TransportKind::Http => {
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
             http_config.retry_config = Arc::new(BoundedRetry);
-            let transport = StreamableHttpClientTransport::with_client(client()?, http_config);
-            handshake(server, handler, transport, mode, fault).await
+            match http.and_then(|h| h.oauth.clone()) {
+                Some(oauth) => {
+                    let client = OAuthHttp::new(client()?, oauth, fault.clone());
+                    let transport = StreamableHttpClientTransport::with_client(client, http_config);
+                    handshake(server, handler, transport, mode, fault).await
+                }
+                None => {
+                    let transport =
+                        StreamableHttpClientTransport::with_client(client()?, http_config);
+                    handshake(server, handler, transport, mode, fault).await
+                }
+            }
         }
         TransportKind::Sse => {
             let transport =
@@ -288,6 +311,7 @@ where
             Some(FaultKind::Closed(detail)) => {
                 McpError::Closed { server: server.to_owned(), detail: Some(detail) }
             }
+            Some(FaultKind::Auth(message)) => McpError::Auth { server: server.to_owned(), message },
             None => handshake_error(server, e),
         }
     })

