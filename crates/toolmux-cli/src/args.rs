@@ -53,6 +53,37 @@ pub(crate) enum Command {
     /// Run an agent on a task, or list the agents.
     #[command(subcommand)]
     Agent(AgentCommand),
+    /// Authorize toolmux at an MCP server that asks for OAuth, or forget its tokens.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum McpCommand {
+    /// Authorize toolmux at a remote MCP server once (OAuth in a browser); the tokens are
+    /// kept and refreshed for every later command.
+    Login(LoginArgs),
+    /// Forget the OAuth tokens kept for an MCP server.
+    Logout(ServerName),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LoginArgs {
+    /// The server's name under `mcpServers`.
+    pub(crate) name: String,
+    /// Only print the authorization URL; do not start a browser (`$BROWSER`, else
+    /// `xdg-open` or `open`).
+    #[arg(long)]
+    pub(crate) no_browser: bool,
+    /// Authorize again even when the kept tokens still work.
+    #[arg(long)]
+    pub(crate) force: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ServerName {
+    /// The server's name under `mcpServers`.
+    pub(crate) name: String,
 }
 
 #[derive(Debug, Subcommand)]

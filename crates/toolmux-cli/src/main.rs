@@ -10,10 +10,11 @@ mod agent;
 mod args;
 mod commands;
 mod events;
+mod mcp;
 mod progress;
 
 use anyhow::Context as _;
-use args::{AgentCommand, Cli, Command, ConfigCommand, OutputCommand, ToolsCommand};
+use args::{AgentCommand, Cli, Command, ConfigCommand, McpCommand, OutputCommand, ToolsCommand};
 use clap::Parser as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -108,6 +109,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stats(flag) => commands::stats(&loaded, flag.json),
         Command::Agent(AgentCommand::List(flag)) => agent::list(&loaded, flag.json),
         Command::Agent(AgentCommand::Run(args)) => agent::run(&loaded, args).await,
+        Command::Mcp(McpCommand::Login(args)) => mcp::login(&loaded, args).await,
+        Command::Mcp(McpCommand::Logout(server)) => mcp::logout(&loaded, &server.name).await,
     }
 }
 

@@ -55,7 +55,8 @@ impl ToolmuxError {
         matches!(self, ToolmuxError::Read { .. } | ToolmuxError::Config { .. })
     }
 
-    pub(crate) fn config(file: &str, message: impl Into<String>) -> ToolmuxError {
+    /// A configuration error about `file` with no line to point at.
+    pub fn config(file: &str, message: impl Into<String>) -> ToolmuxError {
         ToolmuxError::Config {
             file: file.to_owned(),
             line: None,

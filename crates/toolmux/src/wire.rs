@@ -33,6 +33,30 @@ impl Toolmux {
         Toolmux::build_only(loaded, &|_| true).await
     }
 
+    /// The MCP server `name` of `mcpServers` alone, not started: for commands about one
+    /// server (`toolmux mcp login`). An unknown name is a configuration error that lists
+    /// the configured ones.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_server(
+        loaded: &Loaded,
+        name: &str,
+    ) -> Result<toolmux_mcp::McpProvider, ToolmuxError> {
+        let file = loaded.source_name();
+        let Some(entry) = loaded.config.mcp_servers.get(name) else {
+            let known: Vec<&str> = loaded.config.mcp_servers.keys().map(String::as_str).collect();
+            let known = if known.is_empty() {
+                "none is configured".to_owned()
+            } else {
+                format!("configured: {}", known.join(", "))
+            };
+            return Err(ToolmuxError::config(file, format!("no mcp server `{name}` ({known})")));
+        };
+        let mut secrets = loaded.secrets.clone();
+        let server = mcp::server_config(loaded, name, entry, &mut secrets)?;
+        toolmux_mcp::McpProvider::new(namespace_for(name), server)
+            .map_err(|e| ToolmuxError::config(file, e.to_string()))
+    }
+
     /// Like [`Toolmux::build`], with only the providers whose namespace `keep` accepts:
     /// one call need not start every server. Settings of the others are kept, unused.
     // Without some provider features, some of the lists below are never added to.
@@ -321,7 +345,7 @@ pub(crate) use mcp::namespace_for;
 #[cfg(feature = "mcp")]
 mod mcp {
     use super::*;
-    use crate::config::McpServerEntry;
+    use crate::config::{CursorAuth, McpServerEntry};
     use std::collections::BTreeMap;
 
     /// A valid namespace for a server name from a Claude Desktop or VS Code file, where
@@ -375,6 +399,7 @@ mod mcp {
             base_dir: Some(loaded.base_dir.clone()),
             url: entry.url.clone(),
             headers: entry.headers.clone(),
+            oauth: entry.oauth.clone().or_else(|| entry.auth.as_ref().map(CursorAuth::oauth)),
             tools_allowed: entry.tools_allowed.clone(),
             tools_denied: entry.tools_denied.clone(),
             request_timeout_ms: entry.request_timeout_ms,

@@ -310,6 +310,15 @@ pub struct McpServerEntry {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// OAuth 2.1 to the server (streamable HTTP). Without it toolmux still authorizes a
+    /// server that asks, by dynamic registration and `toolmux mcp login NAME`; with it a
+    /// client is pre-registered, a grant or scopes chosen, or OAuth turned off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<toolmux_mcp::OAuthConfig>,
+    /// Cursor's pre-registered OAuth client (`CLIENT_ID`, `CLIENT_SECRET`, `scopes`); read
+    /// as `oauth` when that is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<CursorAuth>,
     /// Globs over the server's own tool names; when set, only matching tools are offered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_allowed: Option<Vec<String>>,
@@ -361,6 +370,35 @@ pub struct McpServerEntry {
     /// A description of the server, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+}
+
+/// Cursor's `auth` object of a remote server: a pre-registered OAuth client.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CursorAuth {
+    /// The client ID.
+    #[serde(rename = "CLIENT_ID")]
+    pub client_id: String,
+    /// The client secret, if the client has one.
+    #[serde(rename = "CLIENT_SECRET", default, skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// The scopes to ask for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+}
+
+#[cfg(feature = "mcp")]
+impl CursorAuth {
+    /// As toolmux's `oauth` settings.
+    pub fn oauth(&self) -> toolmux_mcp::OAuthConfig {
+        toolmux_mcp::OAuthConfig {
+            client_id: Some(self.client_id.clone()),
+            client_secret: self.client_secret.clone(),
+            scopes: self.scopes.clone(),
+            ..toolmux_mcp::OAuthConfig::default()
+        }
+    }
 }
 
 /// Strings that YAML writers often leave unquoted (`PORT: 8080`, `args: [--port, 8080]`):

@@ -21,6 +21,8 @@ pub(crate) struct Callback {
 #[derive(Debug)]
 pub(crate) struct Redirect {
     pub(crate) code: String,
+    /// The authorization server's `iss` (RFC 9207), when it sent one.
+    pub(crate) iss: Option<String>,
 }
 
 impl Callback {
@@ -78,7 +80,7 @@ impl Callback {
                 return Err(OAuthError::failed("the authorization response has no `code`"));
             };
             respond(&mut stream, "200 OK", "toolmux is authorized. You can close this tab.").await;
-            return Ok(Redirect { code: code.to_owned() });
+            return Ok(Redirect { code: code.to_owned(), iss: get("iss").map(str::to_owned) });
         }
     }
 }

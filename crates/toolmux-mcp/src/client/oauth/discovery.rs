@@ -119,6 +119,8 @@ pub(crate) struct ServerMetadata {
     pub(crate) code_challenge_methods_supported: Option<Vec<String>>,
     #[serde(default)]
     pub(crate) client_id_metadata_document_supported: Option<bool>,
+    #[serde(default)]
+    pub(crate) authorization_response_iss_parameter_supported: Option<bool>,
 }
 
 /// Where to authorize, as discovered.
@@ -165,6 +167,20 @@ pub(crate) async fn discover(
     };
     check_secure(&authorization_server, "the authorization server")?;
     let metadata = server_metadata(http, &authorization_server).await?;
+    // Metadata must be about the issuer it was looked up for (RFC 8414 §3.3), or another
+    // server's endpoints could be slipped in. A server without protected resource metadata
+    // (2025-03-26) names no issuer to compare with.
+    if let (Some(metadata), Some(named)) =
+        (&metadata, resource_metadata.as_ref().and_then(|prm| prm.authorization_servers.first()))
+    {
+        let issuer = metadata.issuer.as_deref().unwrap_or_default();
+        if issuer.trim_end_matches('/') != named.trim_end_matches('/') {
+            return Err(OAuthError::failed(format!(
+                "the authorization server metadata found for `{named}` names the issuer `{issuer}`; \
+                 refusing to use it (RFC 8414 requires them to be the same)"
+            )));
+        }
+    }
     let base = origin(&authorization_server);
     let at_base = |path: &str| base.join(path).map(String::from).unwrap_or_default();
     let discovered = match metadata {

@@ -56,6 +56,9 @@ pub enum OAuthGrant {
     /// identity provider exchanges the person's ID token (`idpIdToken`) for an identity
     /// assertion grant, which the authorization server takes as a JWT bearer grant.
     EnterpriseManaged,
+    /// Workload identity federation (SEP-1933): a JWT the platform issued to this workload
+    /// (`assertion` or `assertionFile`) is the grant (RFC 7523).
+    JwtBearer,
 }
 
 /// OAuth 2.1 authorization to a remote (streamable HTTP) MCP server. Without this section
@@ -63,7 +66,7 @@ pub enum OAuthGrant {
 /// and the tokens `toolmux mcp login` kept; the keys here pre-register a client, pick the
 /// grant or the scopes, or turn OAuth off.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct OAuthConfig {
     /// Whether toolmux authorizes at all when the server asks (default true; false also
     /// when `headers` carries an `Authorization` header).
@@ -109,6 +112,14 @@ pub struct OAuthConfig {
     /// How long to wait for the person to approve, in ms (default 300000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization_timeout_ms: Option<u64>,
+    /// Workload identity federation: the workload's JWT (a secret: use `${VAR}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion: Option<String>,
+    /// Workload identity federation: a file holding the workload's JWT, read again for
+    /// each token (platforms rotate it: a Kubernetes projected service account token, say);
+    /// relative to `baseDir`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assertion_file: Option<PathBuf>,
     /// Enterprise-managed authorization: the identity provider's token endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idp_token_endpoint: Option<String>,
@@ -163,6 +174,7 @@ pub(crate) struct OAuth {
     server: String,
     url: Url,
     config: OAuthConfig,
+    base_dir: Option<PathBuf>,
     store: Option<Store>,
     http: reqwest::Client,
     opener: Mutex<Option<Arc<dyn Opener>>>,
@@ -236,6 +248,7 @@ impl OAuth {
             server: server.to_owned(),
             url,
             config,
+            base_dir: base_dir.map(Path::to_path_buf),
             store,
             http,
             opener: Mutex::new(None),
@@ -351,10 +364,7 @@ impl OAuth {
         let outcome = if scope_needed {
             self.step_up(&mut flow, &challenge).await
         } else {
-            match self.refresh(&mut flow).await {
-                Ok(()) => Ok(()),
-                Err(_) => self.authorize(&mut flow, &challenge, None).await,
-            }
+            self.reauthorize(&mut flow, &challenge).await
         };
         match outcome {
             Ok(()) => {
@@ -367,6 +377,26 @@ impl OAuth {
                 Challenged::GiveUp
             }
         }
+    }
+
+    /// A `401`. With a token already held, the server may have moved to another
+    /// authorization server: credentials are bound to the one that issued them (SEP-2352),
+    /// so they are dropped and toolmux registers anew; else a refresh, else authorization.
+    async fn reauthorize(&self, flow: &mut Flow, challenge: &Challenge) -> Result<(), OAuthError> {
+        let Some(held_issuer) = flow.saved.as_ref().map(|s| s.issuer.clone()) else {
+            return self.authorize(flow, challenge, None).await;
+        };
+        let found = discovery::discover(&self.http, &self.url, challenge).await?;
+        if found.issuer != held_issuer {
+            tracing::info!(
+                server = %self.server, from = %held_issuer, to = %found.issuer,
+                "the server moved to another authorization server; registering anew"
+            );
+            flow.saved = None;
+        } else if self.refresh(flow).await.is_ok() {
+            return Ok(());
+        }
+        self.authorize_at(flow, challenge, None, found).await
     }
 
     /// A `403` asking for scope the token lacks: authorize again for the scopes held plus
@@ -443,6 +473,17 @@ impl OAuth {
         scopes: Option<Vec<String>>,
     ) -> Result<(), OAuthError> {
         let found = discovery::discover(&self.http, &self.url, challenge).await?;
+        self.authorize_at(flow, challenge, scopes, found).await
+    }
+
+    /// Registration and a grant at the authorization server `found`.
+    async fn authorize_at(
+        &self,
+        flow: &mut Flow,
+        challenge: &Challenge,
+        scopes: Option<Vec<String>>,
+        found: Discovered,
+    ) -> Result<(), OAuthError> {
         let scopes = scopes
             .or_else(|| self.config.scopes.clone())
             .or_else(|| challenge.scopes())
@@ -451,6 +492,9 @@ impl OAuth {
         let grant = self.config.grant.unwrap_or_else(|| {
             if self.config.idp_id_token.is_some() {
                 return OAuthGrant::EnterpriseManaged;
+            }
+            if self.config.assertion.is_some() || self.config.assertion_file.is_some() {
+                return OAuthGrant::JwtBearer;
             }
             let grants = found.metadata.as_ref().and_then(|m| m.grant_types_supported.as_ref());
             match grants {
@@ -466,6 +510,7 @@ impl OAuth {
         let saved = match grant {
             OAuthGrant::ClientCredentials => self.client_credentials(&found, scopes).await?,
             OAuthGrant::EnterpriseManaged => self.enterprise_managed(&found, scopes).await?,
+            OAuthGrant::JwtBearer => self.jwt_bearer(&found, scopes).await?,
             OAuthGrant::AuthorizationCode => self.authorization_code(flow, &found, scopes).await?,
         };
         self.install(flow, saved, grant == OAuthGrant::AuthorizationCode);
@@ -500,6 +545,56 @@ impl OAuth {
         })?;
         let mut form = vec![
             ("grant_type", "client_credentials".to_owned()),
+            ("resource", found.resource.clone()),
+        ];
+        if !scopes.is_empty() {
+            form.push(("scope", scopes.join(" ")));
+        }
+        let tokens =
+            self.token_request(&found.token_endpoint, &found.issuer, &client, &mut form).await?;
+        Ok(self.saved(found, client, tokens, scopes))
+    }
+
+    /// SEP-1933: the workload's JWT is the grant. A refusal is final: the same assertion
+    /// would be refused again.
+    async fn jwt_bearer(
+        &self,
+        found: &Discovered,
+        scopes: Vec<String>,
+    ) -> Result<Saved, OAuthError> {
+        let assertion = match (&self.config.assertion, &self.config.assertion_file) {
+            (Some(assertion), _) => assertion.trim().to_owned(),
+            (None, Some(path)) => {
+                let path = match &self.base_dir {
+                    Some(base) if path.is_relative() => base.join(path),
+                    _ => path.clone(),
+                };
+                std::fs::read_to_string(&path)
+                    .map_err(|e| {
+                        OAuthError::failed(format!(
+                            "cannot read `oauth.assertionFile` {}: {e}",
+                            path.display()
+                        ))
+                    })?
+                    .trim()
+                    .to_owned()
+            }
+            (None, None) => {
+                return Err(OAuthError::failed(
+                    "the JWT bearer grant needs `oauth.assertion` or `oauth.assertionFile`",
+                ));
+            }
+        };
+        let client = self.configured_client(found)?.unwrap_or(Client {
+            client_id: String::new(),
+            client_secret: None,
+            auth_method: "none".into(),
+            redirect_uri: None,
+            registration_endpoint: None,
+        });
+        let mut form = vec![
+            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer".to_owned()),
+            ("assertion", assertion),
             ("resource", found.resource.clone()),
         ];
         if !scopes.is_empty() {
@@ -687,6 +782,29 @@ impl OAuth {
                 timeout.as_secs()
             ))
         })??;
+        // RFC 9207: a response carrying another issuer's `iss` is a mix-up attack; one
+        // without it, from a server that promised it, is refused too. Compared exactly.
+        let promised = found
+            .metadata
+            .as_ref()
+            .and_then(|m| m.authorization_response_iss_parameter_supported)
+            .unwrap_or(false);
+        match &redirect.iss {
+            Some(iss) if iss != &found.issuer => {
+                return Err(OAuthError::failed(format!(
+                    "the authorization response comes from the issuer `{iss}`, not `{}`; refusing it \
+                     (a mix-up attack, or a misconfigured server)",
+                    found.issuer
+                )));
+            }
+            None if promised => {
+                return Err(OAuthError::failed(
+                    "the authorization response has no `iss` although the server promised one \
+                     (`authorization_response_iss_parameter_supported`); refusing it",
+                ));
+            }
+            _ => {}
+        }
         let mut form = vec![
             ("grant_type", "authorization_code".to_owned()),
             ("code", redirect.code),
@@ -787,6 +905,8 @@ impl OAuth {
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": wanted,
+            // A loopback redirect is a native application's (SEP-837).
+            "application_type": "native",
         });
         let response = self
             .http
@@ -873,6 +993,7 @@ impl OAuth {
                 ));
                 form.push(("client_assertion", key.assertion(&client.client_id, issuer)?));
             }
+            _ if client.client_id.is_empty() => {}
             _ => form.push(("client_id", client.client_id.clone())),
         }
         let response = request

@@ -1,0 +1,121 @@
+//! `toolmux mcp login` and `logout`: OAuth at one remote MCP server.
+
+use crate::args::LoginArgs;
+use crate::exit;
+use futures::future::BoxFuture;
+use std::path::Path;
+use std::sync::Arc;
+use toolmux::Toolmux;
+use toolmux::config::Loaded;
+use toolmux::toolmux_core::ToolProvider as _;
+use toolmux::toolmux_mcp::{McpProvider, Opener};
+
+/// Shows the authorization URL on stderr and, unless told not to, in a browser.
+#[derive(Debug)]
+struct Browser {
+    start: bool,
+}
+
+impl Opener for Browser {
+    fn open<'a>(&'a self, server: &'a str, url: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            eprintln!(
+                "To authorize toolmux at `{server}`, open this address in a browser:\n\n  {url}\n"
+            );
+            if self.start
+                && let Err(why) = start_browser(url).await
+            {
+                eprintln!("(no browser started: {why}; open the address by hand)");
+            }
+            eprintln!("Waiting for the approval...");
+            // The person may still open the address by hand: the wait goes on either way.
+            Ok(())
+        })
+    }
+}
+
+/// `$BROWSER` (`%s` replaced by the URL, else the URL appended), else the desktop's
+/// opener; waited for, so the process is reaped.
+async fn start_browser(url: &str) -> Result<(), String> {
+    let (program, args): (String, Vec<String>) = match std::env::var("BROWSER") {
+        Ok(browser) if !browser.trim().is_empty() => {
+            let mut words = browser.split_whitespace().map(str::to_owned);
+            let program = words.next().unwrap_or_default();
+            let mut args: Vec<String> = words.collect();
+            if args.iter().any(|a| a.contains("%s")) {
+                args = args.into_iter().map(|a| a.replace("%s", url)).collect();
+            } else {
+                args.push(url.to_owned());
+            }
+            (program, args)
+        }
+        _ if cfg!(target_os = "macos") => ("open".into(), vec![url.to_owned()]),
+        _ => ("xdg-open".into(), vec![url.to_owned()]),
+    };
+    let status = tokio::process::Command::new(&program)
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .map_err(|e| format!("cannot run `{program}`: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("`{program}` failed ({status})")) }
+}
+
+fn provider(loaded: &Loaded, name: &str) -> anyhow::Result<McpProvider> {
+    let provider = Toolmux::mcp_server(loaded, name)?;
+    if !provider.uses_oauth() {
+        anyhow::bail!(toolmux::ToolmuxError::config(
+            loaded.source_name(),
+            format!(
+                "mcp server `{name}` is not authorized with OAuth: only streamable HTTP servers \
+                 are, and not with an `Authorization` header or `oauth.enabled: false`"
+            ),
+        ));
+    }
+    Ok(provider)
+}
+
+fn kept(path: Option<&Path>) -> Option<Vec<u8>> {
+    path.and_then(|p| std::fs::read(p).ok())
+}
+
+pub(crate) async fn login(loaded: &Loaded, args: LoginArgs) -> anyhow::Result<u8> {
+    let provider = provider(loaded, &args.name)?;
+    let path = provider.oauth_token_path();
+    if args.force {
+        provider.oauth_logout().await?;
+    }
+    let before = kept(path.as_deref());
+    provider.set_oauth_opener(Some(Arc::new(Browser { start: !args.no_browser })));
+    let started = provider.warmup().await;
+    let _ = provider.shutdown().await;
+    if let Err(error) = started {
+        eprintln!("error: {}", error.report());
+        return Ok(exit::PROVIDER);
+    }
+    let after = kept(path.as_deref());
+    let shown =
+        path.as_deref().map_or_else(|| "memory only".to_owned(), |p| p.display().to_string());
+    match (before, after) {
+        (_, None) => eprintln!("`{}` did not ask for authorization; nothing is kept", args.name),
+        (before, after) if before == after => eprintln!(
+            "`{}` is already authorized (tokens in {shown}); `--force` authorizes again",
+            args.name
+        ),
+        _ => eprintln!("`{}` is authorized; the tokens are kept in {shown}", args.name),
+    }
+    Ok(0)
+}
+
+pub(crate) async fn logout(loaded: &Loaded, name: &str) -> anyhow::Result<u8> {
+    let provider = provider(loaded, name)?;
+    if provider.oauth_logout().await? {
+        eprintln!("forgot the tokens kept for `{name}`");
+    } else {
+        eprintln!("no tokens were kept for `{name}`");
+    }
+    Ok(0)
+}
