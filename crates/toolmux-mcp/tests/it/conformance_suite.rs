@@ -159,3 +159,35 @@ auth_scenarios! {
     auth_client_credentials_basic => "auth/client-credentials-basic",
     auth_cross_app_access => "auth/cross-app-access-complete-flow",
 }
+
+/// The 2026-07-28 pre-release's OAuth scenarios beyond the stable ones, one test each.
+macro_rules! alpha_auth_scenarios {
+    ($($test:ident => $name:literal,)*) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                run(ALPHA, $name).await;
+            }
+        )*
+    };
+}
+
+alpha_auth_scenarios! {
+    // Same scenarios as the stable ones, plus SEP-837's `application_type` check.
+    alpha_auth_metadata_default => "auth/metadata-default",
+    alpha_auth_offline_access_scope => "auth/offline-access-scope",
+    alpha_auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    // SEP-2352: a server that moves to another authorization server.
+    alpha_auth_authorization_server_migration => "auth/authorization-server-migration",
+    // SEP-2468 / RFC 9207: the authorization response's issuer, and the metadata's.
+    alpha_auth_iss_supported => "auth/iss-supported",
+    alpha_auth_iss_not_advertised => "auth/iss-not-advertised",
+    alpha_auth_iss_supported_missing => "auth/iss-supported-missing",
+    alpha_auth_iss_wrong_issuer => "auth/iss-wrong-issuer",
+    alpha_auth_iss_unexpected => "auth/iss-unexpected",
+    alpha_auth_iss_normalized => "auth/iss-normalized",
+    alpha_auth_metadata_issuer_mismatch => "auth/metadata-issuer-mismatch",
+    // Extensions: enterprise-managed authorization and workload identity federation.
+    alpha_auth_enterprise_managed => "auth/enterprise-managed-authorization",
+    alpha_auth_wif_jwt_bearer => "auth/wif-jwt-bearer",
+}
