@@ -190,4 +190,8 @@ alpha_auth_scenarios! {
     // Extensions: enterprise-managed authorization and workload identity federation.
     alpha_auth_enterprise_managed => "auth/enterprise-managed-authorization",
     alpha_auth_wif_jwt_bearer => "auth/wif-jwt-bearer",
+    // SEP-1932: DPoP-bound tokens, with the authorization server's and the MCP server's
+    // nonces.
+    alpha_auth_dpop => "auth/dpop",
+    alpha_auth_dpop_nonce => "auth/dpop-nonce",
 }

@@ -394,7 +394,7 @@ async fn an_http_handshake_refused_with_a_status_says_what_to_check() {
             error
         }
     };
-    expect_test::expect![[r#"h: handshake failed: Auth required: authorization required: Bearer realm="mcp"; give the server's credentials in `headers` (for example `Authorization: Bearer ${TOKEN}`)"#]]
+    expect_test::expect![[r#"h unavailable: not authorized: the server asks for authorization and publishes no OAuth metadata: give its token in `headers` (for example `Authorization: Bearer ${TOKEN}`), or, if it follows the 2025-03-26 OAuth defaults, run `toolmux mcp login h`"#]]
         .assert_eq(&report("/locked").await);
     expect_test::expect!["h: handshake failed: unexpected server response: HTTP 404 Not Found; is `url` the server's MCP endpoint?"]
         .assert_eq(&report("/elsewhere").await);

@@ -45,8 +45,9 @@ impl Challenge {
                 // A stray character: skip it.
                 rest = &rest[rest.chars().next().map_or(0, char::len_utf8)..];
             } else {
-                // A scheme name starts a new challenge.
-                in_bearer = token.eq_ignore_ascii_case("bearer");
+                // A scheme name starts a new challenge; DPoP's carries the same parameters.
+                in_bearer =
+                    token.eq_ignore_ascii_case("bearer") || token.eq_ignore_ascii_case("dpop");
                 rest = after;
             }
         }
@@ -121,6 +122,8 @@ pub(crate) struct ServerMetadata {
     pub(crate) client_id_metadata_document_supported: Option<bool>,
     #[serde(default)]
     pub(crate) authorization_response_iss_parameter_supported: Option<bool>,
+    #[serde(default)]
+    pub(crate) dpop_signing_alg_values_supported: Option<Vec<String>>,
 }
 
 /// Where to authorize, as discovered.

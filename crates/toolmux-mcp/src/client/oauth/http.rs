@@ -31,20 +31,42 @@ impl OAuthHttp {
         OAuthHttp { inner, oauth, fault }
     }
 
-    /// Sends with the current token, answering the server's challenges.
-    async fn with_token<T, F, Fut>(&self, mut send: F) -> Result<T, HttpError>
+    /// Sends `method` to `uri` with the current token (and for a DPoP-bound token a fresh
+    /// proof), answering the server's challenges.
+    async fn with_token<T, F, Fut>(
+        &self,
+        method: &str,
+        uri: &str,
+        auth_header: Option<String>,
+        custom_headers: &HashMap<HeaderName, HeaderValue>,
+        mut send: F,
+    ) -> Result<T, HttpError>
     where
-        F: FnMut(Option<String>) -> Fut,
+        F: FnMut(Option<String>, HashMap<HeaderName, HeaderValue>) -> Fut,
         Fut: Future<Output = Result<T, HttpError>>,
     {
         let mut reauthorized = false;
         let mut step_ups = 0;
+        let mut nonces = 0;
         loop {
-            let (token, generation) = self.oauth.bearer().await;
-            let error = match send(token).await {
+            let (credential, generation) = self.oauth.bearer().await;
+            let (auth, headers) =
+                self.present(credential.as_ref(), method, uri, &auth_header, custom_headers);
+            let error = match send(auth, headers).await {
                 Ok(value) => return Ok(value),
                 Err(error) => error,
             };
+            // A DPoP server asking for a nonce: learn it and send again (RFC 9449 §9).
+            if let (HttpError::AuthRequired(e), Some(credential)) = (&error, &credential)
+                && credential.dpop.is_some()
+                && nonces < 2
+                && e.www_authenticate_header.contains("use_dpop_nonce")
+            {
+                nonces += 1;
+                if self.oauth.learn_rs_nonce(credential, uri).await {
+                    continue;
+                }
+            }
             let (header, scope_needed) = match &error {
                 HttpError::AuthRequired(e) if !reauthorized => {
                     (e.www_authenticate_header.clone(), false)
@@ -81,6 +103,37 @@ impl OAuthHttp {
         }
     }
 
+    /// The bearer token for rmcp to send, or for a DPoP-bound token the `Authorization`
+    /// and `DPoP` headers, added to `custom_headers`.
+    fn present(
+        &self,
+        credential: Option<&super::Credential>,
+        method: &str,
+        uri: &str,
+        auth_header: &Option<String>,
+        custom_headers: &HashMap<HeaderName, HeaderValue>,
+    ) -> (Option<String>, HashMap<HeaderName, HeaderValue>) {
+        let mut headers = custom_headers.clone();
+        let auth = match credential {
+            Some(credential) if credential.dpop.is_some() => {
+                let nonce = self.oauth.rs_nonce();
+                match credential.headers(method, uri, nonce.as_deref()) {
+                    Ok((authorization, proof)) => {
+                        insert(&mut headers, reqwest::header::AUTHORIZATION, &authorization);
+                        if let Some(proof) = proof {
+                            insert(&mut headers, HeaderName::from_static("dpop"), &proof);
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot make a DPoP proof"),
+                }
+                None
+            }
+            Some(credential) => Some(credential.token.clone()),
+            None => auth_header.clone(),
+        };
+        (auth, headers)
+    }
+
     /// Records why a refused request failed, so the caller's error says it.
     fn note_failure(&self, error: &HttpError) {
         let refused = matches!(error, HttpError::AuthRequired(_) | HttpError::InsufficientScope(_));
@@ -95,6 +148,14 @@ impl OAuthHttp {
     }
 }
 
+/// Adds a sensitive header.
+fn insert(headers: &mut HashMap<HeaderName, HeaderValue>, name: HeaderName, value: &str) {
+    if let Ok(mut value) = HeaderValue::from_str(value) {
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+}
+
 impl StreamableHttpClient for OAuthHttp {
     type Error = reqwest::Error;
 
@@ -106,14 +167,8 @@ impl StreamableHttpClient for OAuthHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.with_token(|token| {
-            self.inner.post_message(
-                uri.clone(),
-                message.clone(),
-                session_id.clone(),
-                token.or_else(|| auth_header.clone()),
-                custom_headers.clone(),
-            )
+        self.with_token("POST", &uri, auth_header, &custom_headers, |auth, headers| {
+            self.inner.post_message(uri.clone(), message.clone(), session_id.clone(), auth, headers)
         })
         .await
     }
@@ -127,13 +182,13 @@ impl StreamableHttpClient for OAuthHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.with_token(|token| {
+        self.with_token("POST", &uri, auth_header, &custom_headers, |auth, headers| {
             self.inner.post_message_with_max_sse_event_size(
                 uri.clone(),
                 message.clone(),
                 session_id.clone(),
-                token.or_else(|| auth_header.clone()),
-                custom_headers.clone(),
+                auth,
+                headers,
                 max_sse_event_size,
             )
         })
@@ -147,9 +202,11 @@ impl StreamableHttpClient for OAuthHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError> {
-        // Closing a session is not worth an authorization.
-        let (token, _) = self.oauth.bearer().await;
-        self.inner.delete_session(uri, session_id, token.or(auth_header), custom_headers).await
+        // Closing a session is not worth an authorization: one attempt.
+        let (credential, _) = self.oauth.bearer().await;
+        let (auth, headers) =
+            self.present(credential.as_ref(), "DELETE", &uri, &auth_header, &custom_headers);
+        self.inner.delete_session(uri, session_id, auth, headers).await
     }
 
     async fn get_stream(
@@ -160,13 +217,13 @@ impl StreamableHttpClient for OAuthHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.with_token(|token| {
+        self.with_token("GET", &uri, auth_header, &custom_headers, |auth, headers| {
             self.inner.get_stream(
                 uri.clone(),
                 session_id.clone(),
                 last_event_id.clone(),
-                token.or_else(|| auth_header.clone()),
-                custom_headers.clone(),
+                auth,
+                headers,
             )
         })
         .await
@@ -181,13 +238,13 @@ impl StreamableHttpClient for OAuthHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.with_token(|token| {
+        self.with_token("GET", &uri, auth_header, &custom_headers, |auth, headers| {
             self.inner.get_stream_with_max_sse_event_size(
                 uri.clone(),
                 session_id.clone(),
                 last_event_id.clone(),
-                token.or_else(|| auth_header.clone()),
-                custom_headers.clone(),
+                auth,
+                headers,
                 max_sse_event_size,
             )
         })

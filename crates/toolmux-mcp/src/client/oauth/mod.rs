@@ -109,6 +109,10 @@ pub struct OAuthConfig {
     /// `~/.local/state/toolmux/oauth`); relative to `baseDir`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_store: Option<PathBuf>,
+    /// Whether tokens are bound to a key toolmux holds (DPoP, RFC 9449), so that a stolen
+    /// token is useless (default: when the authorization server supports it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dpop: Option<bool>,
     /// How long to wait for the person to approve, in ms (default 300000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization_timeout_ms: Option<u64>,
@@ -147,6 +151,12 @@ pub(crate) enum OAuthError {
          `toolmux mcp login {server}` once (the tokens are kept in {store})"
     )]
     LoginRequired { server: String, store: String },
+    #[error(
+        "the server asks for authorization and publishes no OAuth metadata: give its token in \
+         `headers` (for example `Authorization: Bearer ${{TOKEN}}`), or, if it follows the \
+         2025-03-26 OAuth defaults, run `toolmux mcp login {server}`"
+    )]
+    TokenOrLogin { server: String },
     #[error("{0}")]
     Failed(String),
 }
@@ -185,12 +195,42 @@ pub(crate) struct OAuth {
     flow: tokio::sync::Mutex<Flow>,
     /// Why the last authorization failed, for the error the caller sees.
     failure: Mutex<Option<OAuthError>>,
+    /// The DPoP key of the current token, and the nonces the servers gave.
+    dpop: Mutex<Option<Arc<jwt::DpopKey>>>,
+    as_nonce: Mutex<Option<String>>,
+    rs_nonce: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Clone)]
 struct Token {
     access: String,
     expires_at: Option<u64>,
+    dpop: Option<Arc<jwt::DpopKey>>,
+}
+
+/// What a request presents: the token, and the key it is bound to when it is DPoP-bound.
+#[derive(Debug, Clone)]
+pub(crate) struct Credential {
+    pub(crate) token: String,
+    pub(crate) dpop: Option<Arc<jwt::DpopKey>>,
+}
+
+impl Credential {
+    /// The `Authorization` value and, for DPoP, the proof for `method` on `url`.
+    pub(crate) fn headers(
+        &self,
+        method: &str,
+        url: &str,
+        nonce: Option<&str>,
+    ) -> Result<(String, Option<String>), OAuthError> {
+        match &self.dpop {
+            Some(key) => Ok((
+                format!("DPoP {}", self.token),
+                Some(key.proof(method, url, Some(&self.token), nonce)?),
+            )),
+            None => Ok((format!("Bearer {}", self.token), None)),
+        }
+    }
 }
 
 impl Token {
@@ -256,6 +296,9 @@ impl OAuth {
             generation: AtomicU64::new(0),
             flow: tokio::sync::Mutex::new(Flow::default()),
             failure: Mutex::new(None),
+            dpop: Mutex::new(None),
+            as_nonce: Mutex::new(None),
+            rs_nonce: Mutex::new(None),
         })
     }
 
@@ -291,6 +334,40 @@ impl OAuth {
         }
     }
 
+    /// The nonce the MCP server last asked DPoP proofs to carry.
+    pub(crate) fn rs_nonce(&self) -> Option<String> {
+        lock(&self.rs_nonce).clone()
+    }
+
+    /// Finds out the nonce the MCP server wants in DPoP proofs, which rmcp's client does
+    /// not pass on from its `DPoP-Nonce` header: a `ping` with a proof without a nonce,
+    /// refused by such a server before it is read, gets the header.
+    pub(crate) async fn learn_rs_nonce(&self, credential: &Credential, url: &str) -> bool {
+        let Ok((authorization, proof)) = credential.headers("POST", url, None) else {
+            return false;
+        };
+        let mut request = self
+            .http
+            .post(url)
+            .header(reqwest::header::AUTHORIZATION, authorization)
+            .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(r#"{"jsonrpc":"2.0","id":"toolmux-dpop-nonce","method":"ping"}"#);
+        if let Some(proof) = proof {
+            request = request.header("DPoP", proof);
+        }
+        let Ok(response) = request.send().await else { return false };
+        let nonce =
+            response.headers().get("DPoP-Nonce").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        match nonce {
+            Some(nonce) => {
+                *lock(&self.rs_nonce) = Some(nonce);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Why the last authorization failed.
     pub(crate) fn failure(&self) -> Option<OAuthError> {
         lock(&self.failure).clone()
@@ -302,12 +379,13 @@ impl OAuth {
 
     /// The token to send and its generation: the current one while fresh, else a
     /// refreshed or kept one; `None` before any authorization.
-    pub(crate) async fn bearer(&self) -> (Option<String>, u64) {
+    pub(crate) async fn bearer(&self) -> (Option<Credential>, u64) {
         let now = now();
+        let credential = |t: &Token| Credential { token: t.access.clone(), dpop: t.dpop.clone() };
         {
             let token = lock(&self.token);
             if let Some(token) = token.as_ref().filter(|t| t.fresh(now)) {
-                return (Some(token.access.clone()), self.generation());
+                return (Some(credential(token)), self.generation());
             }
         }
         let mut flow = self.flow.lock().await;
@@ -316,14 +394,14 @@ impl OAuth {
             let token = lock(&self.token);
             match token.as_ref() {
                 Some(token) if token.fresh(now) => {
-                    return (Some(token.access.clone()), self.generation());
+                    return (Some(credential(token)), self.generation());
                 }
-                Some(token) => Some(token.access.clone()),
+                Some(token) => Some(credential(token)),
                 None => None,
             }
         };
         if stale.is_some() && self.refresh(&mut flow).await.is_ok() {
-            let token = lock(&self.token).as_ref().map(|t| t.access.clone());
+            let token = lock(&self.token).as_ref().map(credential);
             return (token, self.generation());
         }
         // An expired token without a refresh: the server's 401 starts authorization.
@@ -340,8 +418,17 @@ impl OAuth {
         if saved.resource.is_empty() {
             return;
         }
+        let dpop = match saved.dpop_key.as_deref().map(jwt::DpopKey::from_kept) {
+            Some(Ok(key)) => Some(Arc::new(key)),
+            Some(Err(e)) => {
+                tracing::warn!(server = %self.server, error = %e, "ignoring kept tokens");
+                return;
+            }
+            None => None,
+        };
+        *lock(&self.dpop) = dpop.clone();
         *lock(&self.token) =
-            Some(Token { access: saved.access_token.clone(), expires_at: saved.expires_at });
+            Some(Token { access: saved.access_token.clone(), expires_at: saved.expires_at, dpop });
         self.generation.fetch_add(1, Ordering::AcqRel);
         flow.saved = Some(saved);
     }
@@ -441,6 +528,9 @@ impl OAuth {
             Ok(tokens) => {
                 let mut saved = saved;
                 saved.access_token = tokens.access_token;
+                if !tokens.dpop {
+                    saved.dpop_key = None;
+                }
                 // A server may rotate the refresh token; else the old one stays good.
                 if tokens.refresh_token.is_some() {
                     saved.refresh_token = tokens.refresh_token;
@@ -489,6 +579,29 @@ impl OAuth {
             .or_else(|| challenge.scopes())
             .or_else(|| found.resource_metadata.as_ref().and_then(|m| m.scopes_supported.clone()))
             .unwrap_or_default();
+        // DPoP where the authorization server takes ES256 proofs, unless turned off.
+        let dpop_supported = found
+            .metadata
+            .as_ref()
+            .and_then(|m| m.dpop_signing_alg_values_supported.as_ref())
+            .is_some_and(|algs| algs.iter().any(|a| a == "ES256"));
+        let key = match (self.config.dpop, dpop_supported) {
+            (Some(false), _) | (None, false) => None,
+            (Some(true), false) => {
+                return Err(OAuthError::failed(
+                    "`oauth.dpop` is on but the authorization server takes no ES256 DPoP proofs \
+                     (`dpop_signing_alg_values_supported`)",
+                ));
+            }
+            (_, true) => {
+                let held = lock(&self.dpop).clone();
+                Some(match held {
+                    Some(key) => key,
+                    None => Arc::new(jwt::DpopKey::generate()?),
+                })
+            }
+        };
+        *lock(&self.dpop) = key;
         let grant = self.config.grant.unwrap_or_else(|| {
             if self.config.idp_id_token.is_some() {
                 return OAuthGrant::EnterpriseManaged;
@@ -519,8 +632,9 @@ impl OAuth {
 
     /// Puts a new token in place, and keeps it when `keep`.
     fn install(&self, flow: &mut Flow, saved: Saved, keep: bool) {
+        let dpop = if saved.dpop_key.is_some() { lock(&self.dpop).clone() } else { None };
         *lock(&self.token) =
-            Some(Token { access: saved.access_token.clone(), expires_at: saved.expires_at });
+            Some(Token { access: saved.access_token.clone(), expires_at: saved.expires_at, dpop });
         self.generation.fetch_add(1, Ordering::AcqRel);
         if let Some(store) = self.store.as_ref().filter(|_| keep)
             && let Err(e) = store.save(&saved)
@@ -688,12 +802,18 @@ impl OAuth {
         found: &Discovered,
         mut scopes: Vec<String>,
     ) -> Result<Saved, OAuthError> {
-        let opener = lock(&self.opener).clone().ok_or_else(|| OAuthError::LoginRequired {
-            server: self.server.clone(),
-            store: self
-                .store_path()
-                .and_then(Path::parent)
-                .map_or_else(|| "memory only".to_owned(), |p| p.display().to_string()),
+        let opener = lock(&self.opener).clone().ok_or_else(|| {
+            if found.metadata.is_none() && found.resource_metadata.is_none() {
+                // Likely a server that wants a static token, not OAuth.
+                return OAuthError::TokenOrLogin { server: self.server.clone() };
+            }
+            OAuthError::LoginRequired {
+                server: self.server.clone(),
+                store: self
+                    .store_path()
+                    .and_then(Path::parent)
+                    .map_or_else(|| "memory only".to_owned(), |p| p.display().to_string()),
+            }
         })?;
         if let Some(metadata) = &found.metadata {
             let pkce = metadata
@@ -834,6 +954,7 @@ impl OAuth {
             refresh_token: tokens.refresh_token,
             expires_at: tokens.expires_in.map(|s| now() + s),
             scopes: tokens.scope.map_or(asked, |s| discovery::split_scopes(&s)),
+            dpop_key: tokens.dpop.then(|| lock(&self.dpop).as_ref().map(|k| k.kept())).flatten(),
         }
     }
 
@@ -996,26 +1117,57 @@ impl OAuth {
             _ if client.client_id.is_empty() => {}
             _ => form.push(("client_id", client.client_id.clone())),
         }
-        let response = request
+        let request = request
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(form_body(form))
-            .send()
-            .await
-            .map_err(|e| OAuthError::http("the token request failed", &e))?;
-        let status = response.status();
-        let bytes = read_limited(response).await?;
+            .body(form_body(form));
+        let key = lock(&self.dpop).clone();
+        // With DPoP, a server that wants a nonce says so once (RFC 9449 §8).
+        let mut nonce_retried = false;
+        let (status, bytes) = loop {
+            let mut attempt = request
+                .try_clone()
+                .ok_or_else(|| OAuthError::failed("the token request cannot be sent again"))?;
+            if let Some(key) = &key {
+                let nonce = lock(&self.as_nonce).clone();
+                attempt =
+                    attempt.header("DPoP", key.proof("POST", endpoint, None, nonce.as_deref())?);
+            }
+            let response = attempt
+                .send()
+                .await
+                .map_err(|e| OAuthError::http("the token request failed", &e))?;
+            let status = response.status();
+            let nonce = response
+                .headers()
+                .get("DPoP-Nonce")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if let Some(nonce) = &nonce {
+                *lock(&self.as_nonce) = Some(nonce.clone());
+            }
+            let bytes = read_limited(response).await?;
+            let wants_nonce = status == reqwest::StatusCode::BAD_REQUEST
+                && oauth_error_text(&bytes).starts_with(": use_dpop_nonce");
+            if wants_nonce && key.is_some() && nonce.is_some() && !nonce_retried {
+                nonce_retried = true;
+                continue;
+            }
+            break (status, bytes);
+        };
         if !status.is_success() {
             return Err(OAuthError::failed(format!(
                 "the token endpoint refused ({status}){}",
                 oauth_error_text(&bytes)
             )));
         }
-        let tokens: TokenResponse = serde_json::from_slice(&bytes).map_err(|e| {
+        let mut tokens: TokenResponse = serde_json::from_slice(&bytes).map_err(|e| {
             OAuthError::failed(format!("the token response is not an OAuth token response ({e})"))
         })?;
-        if !tokens.token_type.eq_ignore_ascii_case("bearer") {
+        if tokens.token_type.eq_ignore_ascii_case("dpop") && key.is_some() {
+            tokens.dpop = true;
+        } else if !tokens.token_type.eq_ignore_ascii_case("bearer") {
             return Err(OAuthError::failed(format!(
-                "the token endpoint issued a `{}` token; MCP uses bearer tokens",
+                "the token endpoint issued a `{}` token; MCP uses bearer (or DPoP) tokens",
                 tokens.token_type
             )));
         }
@@ -1033,6 +1185,9 @@ fn listener_error(e: std::io::Error) -> OAuthError {
 struct TokenResponse {
     access_token: String,
     token_type: String,
+    /// Whether the token is DPoP-bound (set from `token_type`).
+    #[serde(skip)]
+    dpop: bool,
     #[serde(default)]
     expires_in: Option<u64>,
     #[serde(default)]

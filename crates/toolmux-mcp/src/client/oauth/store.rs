@@ -44,6 +44,9 @@ pub(crate) struct Saved {
     /// The scopes granted (or requested, when the server did not say).
     #[serde(default)]
     pub(crate) scopes: Vec<String>,
+    /// Whether the token is DPoP-bound (RFC 9449), and to which key (base64 PKCS#8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) dpop_key: Option<String>,
 }
 
 /// The token file of one server.
@@ -166,6 +169,7 @@ mod tests {
             refresh_token: Some("rt".into()),
             expires_at: Some(1),
             scopes: vec!["a".into()],
+            dpop_key: None,
         };
         store.save(&saved).expect("save");
         let loaded = store.load().expect("load");
