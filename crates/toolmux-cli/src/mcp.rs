@@ -70,8 +70,8 @@ fn provider(loaded: &Loaded, name: &str) -> anyhow::Result<McpProvider> {
         anyhow::bail!(toolmux::ToolmuxError::config(
             loaded.source_name(),
             format!(
-                "mcp server `{name}` is not authorized with OAuth: only streamable HTTP servers \
-                 are, and not with an `Authorization` header or `oauth.enabled: false`"
+                "mcp server `{name}` is not authorized with OAuth: only remote servers \
+                 (streamable HTTP or SSE) are, and not with an `Authorization` header or `oauth.enabled: false`"
             ),
         ));
     }

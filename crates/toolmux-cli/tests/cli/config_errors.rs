@@ -124,3 +124,34 @@ fn toolmux_config_variable_names_the_file() {
     ]
     .assert_eq(run.stderr.trim_end());
 }
+
+#[test]
+fn oauth_keys_are_checked_too() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  linear:\n    url: https://mcp.linear.app/mcp\n    oauth:\n      clientSecrt: x\n",
+        expect![
+            "error: toolmux.yaml:5:7: unknown key `clientSecrt` in mcpServers.linear.oauth; did you mean `clientSecret`?"
+        ],
+    );
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  linear:\n    url: https://mcp.linear.app/mcp\n    oauth:\n      grant: password\n",
+        expect![
+            "error: toolmux.yaml:5:14: unknown value `password` for mcpServers.linear.oauth.grant; expected one of: authorizationCode, clientCredentials, enterpriseManaged, jwtBearer"
+        ],
+    );
+}
+
+#[test]
+fn login_names_an_unknown_server_and_refuses_a_stdio_one() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "mcpServers:\n  local:\n    command: npx\n");
+    let run = project.run(&["mcp", "login", "linear"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    expect!["error: toolmux.yaml: no mcp server `linear` (configured: local)"]
+        .assert_eq(run.stderr.trim_end());
+    let run = project.run(&["mcp", "logout", "local"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    expect!["error: toolmux.yaml: mcp server `local` is not authorized with OAuth: only remote servers (streamable HTTP or SSE) are, and not with an `Authorization` header or `oauth.enabled: false`"].assert_eq(run.stderr.trim_end());
+}

@@ -88,7 +88,7 @@ pub struct McpServerConfig {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    /// OAuth 2.1 to the server (streamable HTTP): on by default when the server asks for
+    /// OAuth 2.1 to the server (streamable HTTP or SSE): on by default when the server asks for
     /// it and `headers` carries no `Authorization`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oauth: Option<super::OAuthConfig>,

@@ -241,8 +241,15 @@ async fn start(
             }
         }
         TransportKind::Sse => {
-            let transport =
-                sse::connect(server, client()?, url()?, fault).await.map_err(connect_error)?;
+            let oauth = http.and_then(|h| h.oauth.clone());
+            let transport = sse::connect(server, client()?, url()?, oauth, fault).await.map_err(
+                |e| match fault.get() {
+                    Some(FaultKind::Auth(message)) => {
+                        McpError::Auth { server: server.to_owned(), message }
+                    }
+                    _ => connect_error(e),
+                },
+            )?;
             handshake(server, handler, transport, mode, fault).await
         }
         TransportKind::Websocket => {

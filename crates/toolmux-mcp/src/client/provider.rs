@@ -93,7 +93,7 @@ impl McpProvider {
         }
         let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
         let http = match transport {
-            TransportKind::Http => {
+            TransportKind::Http | TransportKind::Sse => {
                 let oauth = config.url.as_deref().and_then(|url| {
                     OAuth::new(
                         &name,
@@ -107,9 +107,6 @@ impl McpProvider {
                     client: http_client(&name, &config)?,
                     oauth: oauth.map(Arc::new),
                 })
-            }
-            TransportKind::Sse => {
-                Some(connection::Http { client: http_client(&name, &config)?, oauth: None })
             }
             TransportKind::Stdio | TransportKind::Websocket => None,
         };
@@ -149,7 +146,7 @@ impl McpProvider {
     /// Lets this server's OAuth authorization code grant run when the server asks for
     /// authorization: `opener` shows the person the authorization URL. Without an opener
     /// (the default) a server without a valid kept token fails with the advice to run
-    /// `toolmux mcp login`. No effect on servers toolmux does not authorize (stdio, SSE,
+    /// `toolmux mcp login`. No effect on servers toolmux does not authorize (stdio,
     /// WebSocket, `oauth.enabled: false`, an `Authorization` header).
     pub fn set_oauth_opener(&self, opener: Option<Arc<dyn Opener>>) {
         if let Some(oauth) = self.oauth() {

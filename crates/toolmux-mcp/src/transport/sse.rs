@@ -5,6 +5,9 @@
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use std::error::Error as StdError;
+use std::sync::Arc;
+
+use crate::client::oauth::OAuth;
 use tokio_util::sync::CancellationToken;
 
 use super::{
@@ -79,15 +82,19 @@ pub(crate) async fn connect(
     server: &str,
     client: reqwest::Client,
     url: &str,
+    oauth: Option<Arc<OAuth>>,
     fault: &Fault,
 ) -> Result<ChannelTransport, BoxError> {
     let base = reqwest::Url::parse(url)?;
-    let response = client
-        .get(base.clone())
-        .header(ACCEPT, "text/event-stream")
-        .send()
-        .await?
-        .error_for_status()?;
+    let get = || client.get(base.clone()).header(ACCEPT, "text/event-stream");
+    let response = match &oauth {
+        Some(oauth) => crate::client::oauth::send(oauth, fault, "GET", base.as_str(), get).await?,
+        None => get().send().await?,
+    };
+    if let Some(FaultKind::Auth(message)) = fault.get() {
+        return Err(message.into());
+    }
+    let response = response.error_for_status()?;
     let mut stream = response.bytes_stream();
     let mut parser = EventParser::default();
     let mut pending = std::collections::VecDeque::new();
@@ -183,13 +190,26 @@ pub(crate) async fn connect(
                     continue;
                 }
             };
-            let sent = client
-                .post(endpoint.clone())
-                .header(CONTENT_TYPE, "application/json")
-                .body(body)
-                .send()
-                .await
-                .and_then(reqwest::Response::error_for_status);
+            let post = || {
+                client
+                    .post(endpoint.clone())
+                    .header(CONTENT_TYPE, "application/json")
+                    .body(body.clone())
+            };
+            let sent = match &oauth {
+                Some(oauth) => {
+                    crate::client::oauth::send(
+                        oauth,
+                        &writer_fault,
+                        "POST",
+                        endpoint.as_str(),
+                        post,
+                    )
+                    .await
+                }
+                None => post().send().await,
+            }
+            .and_then(reqwest::Response::error_for_status);
             if let Err(e) = sent {
                 writer_fault.set(FaultKind::Closed(format!(
                     "posting a message failed: {}",

@@ -310,7 +310,7 @@ pub struct McpServerEntry {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    /// OAuth 2.1 to the server (streamable HTTP). Without it toolmux still authorizes a
+    /// OAuth 2.1 to the server (streamable HTTP or SSE). Without it toolmux still authorizes a
     /// server that asks, by dynamic registration and `toolmux mcp login NAME`; with it a
     /// client is pre-registered, a grant or scopes chosen, or OAuth turned off.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -148,6 +148,84 @@ impl OAuthHttp {
     }
 }
 
+/// Sends the request `build` makes (`method` to `url`) with the current token, answering
+/// the server's challenges as [`OAuthHttp`] does: for transports written here (legacy
+/// SSE), which see the response headers themselves. A refusal that authorization cannot
+/// answer is returned as the response, its reason recorded in `fault`.
+pub(crate) async fn send(
+    oauth: &OAuth,
+    fault: &Fault,
+    method: &str,
+    url: &str,
+    build: impl Fn() -> reqwest::RequestBuilder,
+) -> reqwest::Result<reqwest::Response> {
+    let mut reauthorized = false;
+    let mut step_ups = 0;
+    let mut nonces = 0;
+    loop {
+        let (credential, generation) = oauth.bearer().await;
+        let mut request = build();
+        if let Some(credential) = &credential {
+            let nonce = oauth.rs_nonce();
+            match credential.headers(method, url, nonce.as_deref()) {
+                Ok((authorization, proof)) => {
+                    let mut value = HeaderValue::from_str(&authorization)
+                        .unwrap_or_else(|_| HeaderValue::from_static(""));
+                    value.set_sensitive(true);
+                    request = request.header(reqwest::header::AUTHORIZATION, value);
+                    if let Some(proof) = proof {
+                        request = request.header("DPoP", proof);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot make a DPoP proof"),
+            }
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        if status != reqwest::StatusCode::UNAUTHORIZED && status != reqwest::StatusCode::FORBIDDEN {
+            return Ok(response);
+        }
+        let header = response
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if let Some(nonce) = response.headers().get("DPoP-Nonce").and_then(|v| v.to_str().ok())
+            && credential.as_ref().is_some_and(|c| c.dpop.is_some())
+            && header.contains("use_dpop_nonce")
+            && nonces < 2
+        {
+            nonces += 1;
+            oauth.set_rs_nonce(nonce.to_owned());
+            continue;
+        }
+        let scope_needed = status == reqwest::StatusCode::FORBIDDEN;
+        let allowed = if scope_needed {
+            header.contains("insufficient_scope") && step_ups < MAX_STEP_UPS
+        } else {
+            !reauthorized
+        };
+        if !allowed {
+            if let Some(failure) = oauth.failure() {
+                fault.set(FaultKind::Auth(failure.to_string()));
+            }
+            return Ok(response);
+        }
+        if scope_needed {
+            step_ups += 1;
+        } else {
+            reauthorized = true;
+        }
+        if let Challenged::GiveUp = oauth.challenged(&header, generation, scope_needed).await {
+            if let Some(failure) = oauth.failure() {
+                fault.set(FaultKind::Auth(failure.to_string()));
+            }
+            return Ok(response);
+        }
+    }
+}
+
 /// Adds a sensitive header.
 fn insert(headers: &mut HashMap<HeaderName, HeaderValue>, name: HeaderName, value: &str) {
     if let Ok(mut value) = HeaderValue::from_str(value) {

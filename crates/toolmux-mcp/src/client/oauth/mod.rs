@@ -16,7 +16,7 @@ mod http;
 mod jwt;
 mod store;
 
-pub(crate) use http::OAuthHttp;
+pub(crate) use http::{OAuthHttp, send};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -61,10 +61,10 @@ pub enum OAuthGrant {
     JwtBearer,
 }
 
-/// OAuth 2.1 authorization to a remote (streamable HTTP) MCP server. Without this section
-/// toolmux still authorizes a server that asks for it, with dynamic client registration
-/// and the tokens `toolmux mcp login` kept; the keys here pre-register a client, pick the
-/// grant or the scopes, or turn OAuth off.
+/// OAuth 2.1 authorization to a remote (streamable HTTP or legacy SSE) MCP server.
+/// Without this section toolmux still authorizes a server that asks for it, with dynamic
+/// client registration and the tokens `toolmux mcp login` kept; the keys here pre-register
+/// a client, pick the grant or the scopes, or turn OAuth off.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct OAuthConfig {
@@ -337,6 +337,11 @@ impl OAuth {
     /// The nonce the MCP server last asked DPoP proofs to carry.
     pub(crate) fn rs_nonce(&self) -> Option<String> {
         lock(&self.rs_nonce).clone()
+    }
+
+    /// Remembers the nonce the MCP server wants in DPoP proofs.
+    pub(crate) fn set_rs_nonce(&self, nonce: String) {
+        *lock(&self.rs_nonce) = Some(nonce);
     }
 
     /// Finds out the nonce the MCP server wants in DPoP proofs, which rmcp's client does
