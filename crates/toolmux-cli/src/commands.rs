@@ -13,7 +13,7 @@ use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
 use toolmux::toolmux_mcp::server::{ApiKey, MetricsSource};
 use toolmux::toolmux_orchestrator::accounting::Stats;
-use toolmux::toolmux_orchestrator::store::{DirectoryStore, OutputStore as _, StoreError};
+use toolmux::toolmux_orchestrator::store::StoreError;
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
@@ -427,8 +427,10 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
 }
 
 pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Result<u8> {
-    let store = DirectoryStore::new(loaded.output_dir());
-    match store.read(&show.handle, show.offset, show.limit).await {
+    // No provider is built or started: only the store (a directory, or Redis).
+    let toolmux = Toolmux::build_only(loaded, &|_| false).await?;
+    let read = toolmux.output_store().read(&show.handle, show.offset, show.limit).await;
+    match read {
         Ok(page) => {
             if show.json {
                 print(&serde_json::to_string_pretty(&page)?);

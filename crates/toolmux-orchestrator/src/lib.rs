@@ -94,7 +94,7 @@ mod hooks;
 mod orchestrator;
 mod permission;
 pub mod queue;
-mod ratelimit;
+pub mod ratelimit;
 mod redact;
 mod registry;
 mod sampling;

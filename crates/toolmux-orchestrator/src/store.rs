@@ -43,6 +43,15 @@ pub enum StoreError {
         /// The handle.
         handle: String,
     },
+    /// A store that is not a directory failed (a server that does not answer, an output
+    /// too large for it).
+    #[error("output store ({store}): {message}")]
+    Unavailable {
+        /// Which store.
+        store: String,
+        /// What went wrong.
+        message: String,
+    },
     /// Reading or writing failed.
     #[error("output store at {path}")]
     Io {
@@ -244,16 +253,41 @@ impl DirectoryStore {
     }
 
     fn path_of(&self, handle: &str) -> Option<PathBuf> {
-        let (run, id) = handle.split_once('/')?;
-        let safe = |s: &str| {
-            !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        (safe(run) && safe(id)).then(|| self.root.join(run).join(id))
+        valid_handle(handle).then(|| {
+            let (run, id) = handle.split_once('/').unwrap_or((handle, ""));
+            self.root.join(run).join(id)
+        })
     }
 }
 
-/// A run id as a directory name: kept when already safe, else sanitized with a hash suffix.
-fn run_slug(run_id: &str) -> String {
+/// Whether `handle` has the shape every store gives: `{run}/{id}`, both of letters,
+/// digits, `-` and `_`.
+pub fn valid_handle(handle: &str) -> bool {
+    let Some((run, id)) = handle.split_once('/') else { return false };
+    let safe = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    safe(run) && safe(id)
+}
+
+/// A page of `content`: `limit` lines from line `offset` (lines as [`str::lines`] splits
+/// them), for stores that hold an output in memory.
+pub fn page_of(content: &str, offset: u64, limit: u64) -> OutputPage {
+    let mut page = Vec::new();
+    let mut total = 0u64;
+    for line in content.lines() {
+        if total >= offset && (page.len() as u64) < limit {
+            page.push(line);
+        }
+        total += 1;
+    }
+    OutputPage { lines: page.len() as u64, text: page.join("\n"), offset, total_lines: total }
+}
+
+/// A run id as the first part of a handle (a directory name in [`DirectoryStore`]): kept
+/// when already safe, else sanitized with a hash suffix. Stores elsewhere use it too, so
+/// that handles look the same whatever keeps them.
+pub fn run_slug(run_id: &str) -> String {
     let clean: String = run_id
         .chars()
         .take(40)
@@ -353,6 +387,16 @@ mod tests {
         assert_eq!(page, OutputPage { text: "b\nc".into(), offset: 1, lines: 2, total_lines: 4 });
         let past = store.read(&stored.handle, 10, 2).await.unwrap();
         assert_eq!(past.lines, 0);
+    }
+
+    #[test]
+    fn pages_of_content_in_memory() {
+        assert_eq!(
+            page_of("a\nb\nc\nd", 1, 2),
+            OutputPage { text: "b\nc".into(), offset: 1, lines: 2, total_lines: 4 }
+        );
+        assert_eq!(page_of("a\n", 5, 2).lines, 0);
+        assert!(valid_handle("run-x/out-1") && !valid_handle("run-x") && !valid_handle("a/../b"));
     }
 
     #[tokio::test]

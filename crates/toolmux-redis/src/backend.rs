@@ -4,7 +4,10 @@
 use crate::client::{Health, RedisClient};
 use crate::config::Settings;
 use crate::pubsub::PubSub;
-use crate::{RedisCache, RedisConfig, RedisError, RedisPendingStore, RedisQueues};
+use crate::{
+    RedisCache, RedisConfig, RedisError, RedisOutputStore, RedisPendingStore, RedisQueues,
+    RedisRateLimits,
+};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
@@ -66,6 +69,16 @@ impl RedisBackend {
     /// The response cache, shared by all replicas.
     pub fn cache(&self) -> RedisCache {
         RedisCache::new(self.shared.clone())
+    }
+
+    /// The output store, readable through every replica.
+    pub fn output_store(&self) -> RedisOutputStore {
+        RedisOutputStore::new(self.shared.clone())
+    }
+
+    /// Rate limits shared by all replicas.
+    pub fn rate_limits(&self) -> RedisRateLimits {
+        RedisRateLimits::new(self.shared.clone())
     }
 
     /// Pending external calls and inboxes, shared by all replicas.

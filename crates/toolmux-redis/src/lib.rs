@@ -11,9 +11,13 @@
 //!   in a sorted set, renewed while held, so a crashed replica's slots come back when
 //!   their lease ends (`leaseMs`, 30 s by default);
 //! - [`RedisCache`], a [`toolmux_orchestrator::cache::ResponseCache`];
-//! - [`RedisPendingStore`], a [`toolmux_external::PendingStore`].
+//! - [`RedisPendingStore`], a [`toolmux_external::PendingStore`];
+//! - [`RedisRateLimits`], a [`toolmux_orchestrator::ratelimit::RateLimitBackend`]: one
+//!   GCRA state per limit, on the Redis server's clock;
+//! - [`RedisOutputStore`], a [`toolmux_orchestrator::store::OutputStore`]: outputs over the
+//!   size cap, readable by handle through any replica.
 //!
-//! Rate limiters, statistics and the output store stay in each process.
+//! Statistics stay in each process.
 //!
 //! The client is this crate's own (RESP2 over TCP, [`resp`] and [`RedisClient`]): a small
 //! pool with a timeout on every command, one subscriber connection whose messages wake
@@ -50,9 +54,11 @@ mod cache;
 mod client;
 mod config;
 mod error;
+mod outputs;
 mod pending;
 mod pubsub;
 mod queue;
+mod ratelimit;
 pub mod resp;
 
 pub use backend::RedisBackend;
@@ -60,5 +66,7 @@ pub use cache::{MAX_VALUE_BYTES, RedisCache};
 pub use client::RedisClient;
 pub use config::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConfig};
 pub use error::RedisError;
+pub use outputs::{MAX_OUTPUT_BYTES, OUTPUT_RETENTION, RedisOutputStore};
 pub use pending::{OPEN_WAITER_TTL, RETENTION, RedisPendingStore};
 pub use queue::RedisQueues;
+pub use ratelimit::RedisRateLimits;

@@ -19,6 +19,7 @@ pub struct Toolmux {
     orchestrator: Orchestrator,
     #[cfg(feature = "agent")]
     agents: Option<toolmux_agent::Agents>,
+    output_store: Arc<dyn OutputStore>,
     output_dir: PathBuf,
     stats_file: PathBuf,
     warnings: Vec<String>,
@@ -144,16 +145,23 @@ impl Toolmux {
 
         let output_dir = loaded.output_dir();
         let store: Arc<dyn OutputStore> = Arc::new(DirectoryStore::new(output_dir.clone()));
+        // With Redis, outputs are read back through any replica.
+        #[cfg(feature = "redis")]
+        let store: Arc<dyn OutputStore> = match &backend {
+            Some(backend) => Arc::new(backend.output_store()),
+            None => store,
+        };
         // Outputs over the size cap are stored whole: the model reads them on with
         // `output__read` (not needed when they are cut instead).
         if config.oversize != OversizeMode::Truncate && keep(OutputReader::NAMESPACE) {
             providers.push(Arc::new(OutputReader::new(store.clone(), config.response_max_bytes)));
         }
-        let orchestrator = Orchestrator::builder(config).output_store(store);
+        let orchestrator = Orchestrator::builder(config).output_store(store.clone());
         #[cfg(feature = "redis")]
         let orchestrator = match &backend {
             Some(backend) => orchestrator
                 .queue_backend(Arc::new(backend.queues()))
+                .rate_limit_backend(Arc::new(backend.rate_limits()))
                 .cache(Arc::new(backend.cache())),
             None => orchestrator,
         };
@@ -181,6 +189,7 @@ impl Toolmux {
             orchestrator,
             #[cfg(feature = "agent")]
             agents,
+            output_store: store,
             output_dir,
             stats_file,
             warnings,
@@ -191,6 +200,12 @@ impl Toolmux {
     #[cfg(feature = "agent")]
     pub fn agents(&self) -> Option<&toolmux_agent::Agents> {
         self.agents.as_ref()
+    }
+
+    /// Where outputs over the size cap are kept: the output directory, or Redis with
+    /// `backend.redis`.
+    pub fn output_store(&self) -> &Arc<dyn OutputStore> {
+        &self.output_store
     }
 
     /// The orchestrator: every tool, one pipeline. It is a [`ToolProvider`] too.
@@ -522,7 +537,7 @@ async fn redis_backend(
         Ok(()) => {}
         Err(e @ RedisError::Auth { .. }) => return Err(invalid("url", &e)),
         Err(e) => warnings.push(format!(
-            "{file}: backend.redis: {}; until it answers, queued calls wait, the cache misses and external calls fail",
+            "{file}: backend.redis: {}; until it answers, queued calls wait, the cache misses, external calls fail, outputs over the size cap cannot be kept and rate limits hold per replica",
             toolmux_core::error_report(&e)
         )),
     }

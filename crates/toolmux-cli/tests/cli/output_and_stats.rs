@@ -58,3 +58,36 @@ fn statistics_persist_across_runs() {
     let header = table.ok().lines().next().unwrap_or_default().to_owned();
     expect!["tool        calls       ok   failed     p50 ms     p95 ms"].assert_eq(&header);
 }
+
+/// Two toolmux processes with their own output directories but one Redis (`backend.redis`)
+/// stand for two replicas: an output one of them stored reads back through the other, and
+/// a rate limit holds for both together.
+#[test]
+fn with_redis_outputs_and_rate_limits_are_shared_by_replicas() {
+    let server = toolmux_test_support::redis::RedisServer::start();
+    let lines: String = (1..=300).map(|i| format!("line {i}\n")).collect();
+    let config = |out: &str| {
+        format!(
+            "defaults:\n  toolResponseMaxBytes: 500\n  outputDir: {out}\nfs: {{}}\n\
+             tools:\n  fs__glob: {{rateLimit: {{calls: 1, perMs: 60000}}}}\n\
+             backend:\n  redis: {{url: '{}'}}\n",
+            server.url()
+        )
+    };
+    let one = Project::new();
+    one.file("big.txt", &lines).file("toolmux.yaml", &config("out-one"));
+    let two = Project::new();
+    two.file("big.txt", &lines).file("toolmux.yaml", &config("out-two"));
+
+    let run = one.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    let page = two.run(&["output", "show", &handle, "--offset", "9", "--limit", "2"]);
+    assert_eq!(page.ok().trim_end(), "    10\tline 10\n    11\tline 11");
+    assert!(!two.path().join("out-two").join(handle.split('/').next().unwrap_or("")).exists());
+
+    one.run(&["tools", "call", "fs__glob", r#"{"pattern":"*.txt"}"#]).ok();
+    let refused = two.run(&["tools", "call", "fs__glob", r#"{"pattern":"*.txt"}"#, "--json"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stdout.contains("rate_limited"), "{}", refused.stdout);
+}

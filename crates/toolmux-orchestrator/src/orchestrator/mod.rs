@@ -14,7 +14,7 @@ use crate::events::ToolEvent;
 use crate::hooks::{AfterHook, BeforeHook, Scoped};
 use crate::permission::Permission;
 use crate::queue::{LocalQueues, Queue, QueueBackend, QueueSlot};
-use crate::ratelimit::RateLimiter;
+use crate::ratelimit::{LocalRateLimits, RateLimitBackend, describe};
 use crate::redact::Redactor;
 use crate::registry::{ProviderTools, Registry, RegistryProblem, Severity, ToolEntry};
 use crate::sampling::SamplingFallback;
@@ -121,6 +121,7 @@ pub struct OrchestratorBuilder {
     config: OrchestratorConfig,
     providers: Vec<Arc<dyn ToolProvider>>,
     queue_backend: Arc<dyn QueueBackend>,
+    rate_limit_backend: Arc<dyn RateLimitBackend>,
     cache: Arc<dyn ResponseCache>,
     store: Option<Arc<dyn OutputStore>>,
     before: Vec<Scoped<dyn BeforeHook>>,
@@ -140,6 +141,13 @@ impl OrchestratorBuilder {
     /// Replaces the in-process queues.
     pub fn queue_backend(mut self, backend: Arc<dyn QueueBackend>) -> Self {
         self.queue_backend = backend;
+        self
+    }
+
+    /// Replaces the in-process rate limits (a shared store keeps one limit for all
+    /// replicas).
+    pub fn rate_limit_backend(mut self, backend: Arc<dyn RateLimitBackend>) -> Self {
+        self.rate_limit_backend = backend;
         self
     }
 
@@ -217,19 +225,22 @@ impl OrchestratorBuilder {
             }
         }
         // One limiter per configured limit: a provider's is shared by all of its tools.
-        let limiter = |s: &ToolSettings| s.rate_limit.map(|l| Arc::new(RateLimiter::new(l)));
+        let backend = &self.rate_limit_backend;
+        let limiter = |key: String, s: &ToolSettings| {
+            s.rate_limit.map(|limit| RateLimit { limiter: backend.limiter(&key, limit), limit })
+        };
         let rate_limits = RateLimits {
             tools: self
                 .config
                 .tools
                 .iter()
-                .filter_map(|(n, s)| Some((n.clone(), limiter(s)?)))
+                .filter_map(|(n, s)| Some((n.clone(), limiter(format!("tool:{n}"), s)?)))
                 .collect(),
             providers: self
                 .config
                 .providers
                 .iter()
-                .filter_map(|(n, s)| Some((n.clone(), limiter(s)?)))
+                .filter_map(|(n, s)| Some((n.clone(), limiter(format!("provider:{n}"), s)?)))
                 .collect(),
         };
         let audit = match &self.config.audit_log {
@@ -304,8 +315,15 @@ impl WeakOrchestrator {
 /// The rate limiters, by full tool name and by provider namespace.
 #[derive(Debug, Default)]
 struct RateLimits {
-    tools: HashMap<String, Arc<RateLimiter>>,
-    providers: HashMap<String, Arc<RateLimiter>>,
+    tools: HashMap<String, RateLimit>,
+    providers: HashMap<String, RateLimit>,
+}
+
+/// One configured limit and where its state lives.
+#[derive(Debug)]
+struct RateLimit {
+    limiter: Arc<dyn crate::ratelimit::Limiter>,
+    limit: crate::config::RateLimit,
 }
 
 #[derive(Debug)]
@@ -403,6 +421,7 @@ impl Orchestrator {
             config,
             providers: Vec::new(),
             queue_backend: Arc::new(LocalQueues),
+            rate_limit_backend: Arc::new(LocalRateLimits),
             cache: Arc::new(MemoryCache::default()),
             store: None,
             before: Vec::new(),
@@ -1170,9 +1189,9 @@ impl Orchestrator {
             .or_else(|| limits.providers.get(namespace));
         let Some(limiter) = limiter else { return Ok(()) };
         let wait =
-            limiter.reserve(Instant::now()).map_err(|retry_after| ToolError::RateLimited {
+            limiter.limiter.reserve().await.map_err(|retry_after| ToolError::RateLimited {
                 tool: entry.name.to_string(),
-                limit: limiter.describe(),
+                limit: describe(&limiter.limit),
                 retry_after,
             })?;
         if !wait.is_zero() {

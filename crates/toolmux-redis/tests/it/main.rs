@@ -8,6 +8,7 @@ mod orchestrator;
 mod outage;
 mod pending;
 mod queue;
+mod shared;
 
 use std::future::Future;
 use std::time::Duration;

@@ -108,7 +108,8 @@ pub struct BackendSection {
     /// (`redis://[:password@|user:password@]host[:port][/db]`, password %-encoded),
     /// `prefix` of keys and channels (default `toolmux`), `leaseMs` after which a crashed
     /// replica's queue slots come back (default 30000), `timeoutMs` of one command
-    /// (default 2000). Rate limits, statistics and stored outputs stay per process.
+    /// (default 2000). Queues, the cache, external calls, rate limits and stored outputs
+    /// are then shared; statistics stay per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis: Option<toolmux_redis::RedisConfig>,
 }

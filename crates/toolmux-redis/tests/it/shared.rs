@@ -1,0 +1,133 @@
+//! What else the replicas share: a rate limit holds for all of them together (and per
+//! replica while Redis is down), and an output stored by one reads back through another.
+
+use crate::{replica, within};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolCall, ToolProvider};
+use toolmux_orchestrator::ratelimit::RateLimitBackend;
+use toolmux_orchestrator::store::{OutputStore, StoreError};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, RateLimit, ToolSettings};
+use toolmux_test_support::eventually;
+use toolmux_test_support::mock::{Behavior, MockProvider};
+use toolmux_test_support::redis::RedisServer;
+
+fn limit(calls: u32, per: Duration, wait: Duration) -> RateLimit {
+    RateLimit { calls, per, wait }
+}
+
+#[tokio::test]
+async fn a_rate_limit_holds_for_all_replicas_together() {
+    let server = RedisServer::start();
+    let per = Duration::from_secs(10);
+    let a = replica(&server).rate_limits().limiter("tool:t", limit(3, per, Duration::ZERO));
+    let b = replica(&server).rate_limits().limiter("tool:t", limit(3, per, Duration::ZERO));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    assert_eq!(b.reserve().await, Ok(Duration::ZERO));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    // The burst of 3 is spent, whichever replica asks; the next turn is a third of the
+    // period away.
+    let refused = b.reserve().await.expect_err("over the shared limit");
+    assert!(
+        refused > Duration::from_secs(3) && refused <= Duration::from_millis(3334),
+        "{refused:?}"
+    );
+    assert!(a.reserve().await.is_err());
+    // Another limit is another key.
+    let other = replica(&server).rate_limits().limiter("tool:u", limit(3, per, Duration::ZERO));
+    assert_eq!(other.reserve().await, Ok(Duration::ZERO));
+}
+
+#[tokio::test]
+async fn calls_may_wait_their_shared_turn() {
+    let server = RedisServer::start();
+    let per = Duration::from_secs(1);
+    let wait = Duration::from_secs(1);
+    let a = replica(&server).rate_limits().limiter("provider:p", limit(2, per, wait));
+    let b = replica(&server).rate_limits().limiter("provider:p", limit(2, per, wait));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    assert_eq!(b.reserve().await, Ok(Duration::ZERO));
+    let third = a.reserve().await.expect("may wait");
+    assert!(third > Duration::from_millis(400) && third <= Duration::from_millis(500), "{third:?}");
+    let fourth = b.reserve().await.expect("may wait");
+    assert!(fourth > Duration::from_millis(900) && fourth <= wait, "{fourth:?}");
+    assert!(a.reserve().await.is_err(), "a wait longer than allowed is refused");
+}
+
+#[tokio::test]
+async fn while_redis_is_down_each_replica_keeps_the_limit_alone() {
+    let mut server = RedisServer::start();
+    let a = replica(&server)
+        .rate_limits()
+        .limiter("tool:t", limit(2, Duration::from_secs(60), Duration::ZERO));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    server.stop();
+    // No hang and no refusal for Redis's sake: this replica's own burst of 2.
+    let first = within(Duration::from_secs(10), "a reservation without Redis", a.reserve()).await;
+    assert_eq!(first, Ok(Duration::ZERO));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    assert!(a.reserve().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_orchestrators_share_a_tools_rate_limit() {
+    let server = RedisServer::start();
+    let provider = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Echo));
+    let mut orchestrators = Vec::new();
+    for _ in 0..2 {
+        let settings = ToolSettings {
+            rate_limit: Some(limit(1, Duration::from_secs(60), Duration::ZERO)),
+            ..ToolSettings::default()
+        };
+        let config = OrchestratorConfig::default().with_provider_settings("m", settings);
+        let orchestrator = Orchestrator::builder(config)
+            .rate_limit_backend(Arc::new(replica(&server).rate_limits()))
+            .provider(provider.clone() as Arc<dyn ToolProvider>)
+            .build()
+            .unwrap();
+        assert!(orchestrator.warmup().await.is_ok());
+        orchestrators.push(orchestrator);
+    }
+    let call = || ToolCall::new("m__t", json!({"x": 1}));
+    let first = orchestrators[0].execute(call(), &CallContext::new()).await;
+    assert!(first.ok, "{first:?}");
+    let second = orchestrators[1].execute(call(), &CallContext::new()).await;
+    assert!(!second.ok);
+    let error = second.error.unwrap_or_default();
+    assert!(error.contains("1 call per 1m"), "{error}");
+    assert_eq!(provider.total_calls(), 1);
+}
+
+#[tokio::test]
+async fn an_output_stored_by_one_replica_reads_back_through_another() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).output_store(), replica(&server).output_store());
+    let stored = a.store("run 1", "t", "l1\nl2\nl3").await.unwrap();
+    assert_eq!((stored.bytes, stored.lines), (8, 3));
+    assert!(stored.handle.starts_with("run-run_1-"), "{}", stored.handle);
+    let page = b.read(&stored.handle, 1, 1).await.unwrap();
+    assert_eq!((page.text.as_str(), page.total_lines), ("l2", 3));
+    assert!(b.is_of_run(&stored.handle, "run 1") && !b.is_of_run(&stored.handle, "run 2"));
+    let again = a.store("run 1", "t", "other").await.unwrap();
+    assert_ne!(again.handle, stored.handle);
+    for bad in ["run-x/out-nothing", "../x", "a/../../b", "nohandle"] {
+        let error = b.read(bad, 0, 1).await.unwrap_err();
+        assert!(matches!(error, StoreError::UnknownHandle { .. }), "{bad}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn stored_outputs_expire_and_huge_ones_are_refused() {
+    let server = RedisServer::start();
+    let store = replica(&server).output_store().with_retention(Duration::from_secs(1));
+    let stored = store.store("r", "t", "soon gone").await.unwrap();
+    assert!(store.read(&stored.handle, 0, 10).await.is_ok());
+    eventually("the output expired", || async {
+        matches!(store.read(&stored.handle, 0, 10).await, Err(StoreError::UnknownHandle { .. }))
+    })
+    .await;
+    let huge = "x".repeat(toolmux_redis::MAX_OUTPUT_BYTES + 1);
+    let error = store.store("r", "t", &huge).await.unwrap_err();
+    assert!(error.to_string().contains("over the"), "{error}");
+}
