@@ -57,7 +57,8 @@ mod transport;
 const LINE_CAPACITY: usize = 512;
 
 pub use client::{
-    DeclaredTool, EnvInherit, McpProvider, McpServerConfig, OAuthConfig, OAuthGrant, Opener,
-    ProtocolMode, TransportKind,
+    DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DeclaredTool, EnvInherit, McpProvider,
+    McpServerConfig, OAuthConfig, OAuthGrant, Opener, PerSessionProvider, ProtocolMode,
+    TransportKind,
 };
 pub use error::McpError;

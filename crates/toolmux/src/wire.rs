@@ -107,8 +107,28 @@ impl Toolmux {
                 ));
             }
             let server = mcp::server_config(loaded, name, entry, &mut secrets)?;
-            let provider = toolmux_mcp::McpProvider::new(namespace.clone(), server)
-                .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+            let provider: Arc<dyn ToolProvider> = if entry.per_session {
+                let max =
+                    entry.max_sessions.map_or(toolmux_mcp::DEFAULT_MAX_SESSIONS, |n| n as usize);
+                let idle = entry
+                    .session_idle_ms
+                    .map_or(toolmux_mcp::DEFAULT_SESSION_IDLE, Duration::from_millis);
+                if max == 0 {
+                    return Err(ToolmuxError::config(
+                        file,
+                        format!("mcpServers.{name}.maxSessions: must be at least 1"),
+                    ));
+                }
+                Arc::new(
+                    toolmux_mcp::PerSessionProvider::new(namespace.clone(), server, max, idle)
+                        .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
+                )
+            } else {
+                Arc::new(
+                    toolmux_mcp::McpProvider::new(namespace.clone(), server)
+                        .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
+                )
+            };
             let settings = ToolSettings {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
@@ -117,7 +137,7 @@ impl Toolmux {
                 ..ToolSettings::default()
             };
             config.providers.insert(namespace, settings);
-            providers.push(Arc::new(provider));
+            providers.push(provider);
         }
         #[cfg(feature = "rest")]
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;

@@ -519,3 +519,43 @@ fn a_bad_task_tool_pattern_is_a_configuration_error() {
         assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
     }
 }
+
+/// `perSession`: each MCP session of the gateway gets its own server process, kept across
+/// its calls, and all are reaped when the gateway stops.
+#[test]
+fn per_session_servers_give_each_client_session_its_own_process() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "serve:\n  apiKeys:\n    alice: ${{ALICE_KEY}}\n    bob: ${{BOB_KEY}}\n\
+             mcpServers:\n  fx:\n    command: {}\n    args: [ok]\n    perSession: true\n",
+            fixture.display()
+        ),
+    );
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let pid = |agent: &mut Agent| {
+        let (value, failed) = agent.call("fx__pid", json!({})).recv().unwrap();
+        assert!(!failed, "{value}");
+        value.as_i64().expect("a pid")
+    };
+    let mut first = Agent::start(&address, ALICE);
+    let mut second = Agent::start(&address, ALICE);
+    let mut third = Agent::start(&address, BOB);
+    let a = pid(&mut first);
+    let b = pid(&mut second);
+    let c = pid(&mut third);
+    assert!(a != b && b != c && a != c, "sessions share a server: {a} {b} {c}");
+    assert_eq!(pid(&mut first), a, "a session keeps its server");
+    let alive = |pid: i64| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    assert!(alive(a) && alive(b) && alive(c));
+    let stopped = stop(gateway);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    for pid in [a, b, c] {
+        assert!(!alive(pid), "server {pid} outlived the gateway");
+    }
+}

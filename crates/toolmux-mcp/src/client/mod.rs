@@ -8,11 +8,13 @@ mod handler;
 mod interaction;
 pub(crate) mod oauth;
 mod provider;
+mod sessions;
 pub(crate) mod wire;
 
 pub use config::{DeclaredTool, EnvInherit, McpServerConfig, ProtocolMode, TransportKind};
 pub use oauth::{OAuthConfig, OAuthGrant, Opener};
 pub use provider::McpProvider;
+pub use sessions::{DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, PerSessionProvider};
 
 /// Installs ring as rustls's process-wide crypto provider unless one is installed, so
 /// `https://` and `wss://` work without pulling in a second provider.

@@ -12,4 +12,5 @@ mod passthrough;
 mod python;
 mod rmcp_peer;
 mod roundtrip;
+mod sessions;
 mod support;

@@ -350,6 +350,21 @@ pub struct McpServerEntry {
     /// Start the server on first use rather than at startup; needs `tools`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lazy: bool,
+    /// One connection (for stdio, one process) per run: each MCP client session of
+    /// `toolmux serve`, each named run, each agent run gets its own, for servers that keep
+    /// state per client (a browser, a shell). Listing, prompts and resources use one
+    /// shared connection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub per_session: bool,
+    /// With `perSession`, runs with a connection open at once (default 16); the least
+    /// recently used idle one is closed to make room, and when all are busy a new run's
+    /// call fails at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<u32>,
+    /// With `perSession`, how long a run's connection stays open without calls, in ms
+    /// (default 300000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_idle_ms: Option<u64>,
     /// Tools declared here, listed before the server starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<toolmux_mcp::DeclaredTool>,

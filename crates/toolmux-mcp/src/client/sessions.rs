@@ -1,0 +1,318 @@
+//! [`PerSessionProvider`]: one upstream connection (for stdio, one process) per run, for
+//! servers that keep state per client (a browser, a shell, a REPL, a login): two clients
+//! of the gateway, or two agents' runs, must not share it.
+//!
+//! A run is what the caller's [`CallContext::run_id`] names: an MCP client's session of
+//! `toolmux serve`, a run named with `toolmux/runId`, an agent's run. The tool list,
+//! prompts and resources come from one shared connection (the template); only calls go to
+//! the run's own. A run's connection is started at its first call, closed after
+//! `sessionIdleMs` without calls, and the least recently used idle one is closed when
+//! `maxSessions` are open; when all are busy the call fails at once, saying so.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolmux_core::{
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
+    ToolOutput, ToolProvider, ToolSpec,
+};
+
+use super::{McpProvider, McpServerConfig};
+use crate::McpError;
+
+/// Runs with a connection of their own at once, by default.
+pub const DEFAULT_MAX_SESSIONS: usize = 16;
+/// How long a run's connection stays open without calls, by default.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// An MCP server with one connection per run. See the module documentation.
+#[derive(Debug)]
+pub struct PerSessionProvider {
+    inner: Arc<Sessions>,
+}
+
+#[derive(Debug)]
+struct Sessions {
+    name: String,
+    config: McpServerConfig,
+    template: McpProvider,
+    max: usize,
+    idle: Duration,
+    open: Mutex<HashMap<Arc<str>, Session>>,
+    shutdown: CancellationToken,
+}
+
+#[derive(Debug)]
+struct Session {
+    provider: Arc<McpProvider>,
+    last_used: Instant,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl PerSessionProvider {
+    /// A provider for the server `name` (its namespace) with a connection per run, at most
+    /// `max_sessions` at once, each closed after `idle` without calls.
+    pub fn new(
+        name: impl Into<String>,
+        config: McpServerConfig,
+        max_sessions: usize,
+        idle: Duration,
+    ) -> Result<PerSessionProvider, McpError> {
+        let name = name.into();
+        let template = McpProvider::new(name.clone(), config.clone())?;
+        Ok(PerSessionProvider {
+            inner: Arc::new(Sessions {
+                name,
+                config,
+                template,
+                max: max_sessions.max(1),
+                idle: idle.max(Duration::from_millis(10)),
+                open: Mutex::new(HashMap::new()),
+                shutdown: CancellationToken::new(),
+            }),
+        })
+    }
+
+    /// The runs with a connection open now.
+    pub fn open_sessions(&self) -> Vec<String> {
+        let mut runs: Vec<String> = self.inner.lock().keys().map(|k| k.to_string()).collect();
+        runs.sort();
+        runs
+    }
+
+    /// The process id of run `run`'s server (stdio), while its connection is open.
+    pub fn session_pid(&self, run: &str) -> Option<i32> {
+        self.inner.lock().get(run).and_then(|s| s.provider.server_pid())
+    }
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Session>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The run's provider, opened if need be, and its in-flight count (already counting
+    /// this call).
+    fn session(&self, run: &str) -> Result<(Arc<McpProvider>, InFlight), ToolError> {
+        let mut open = self.lock();
+        if let Some(session) = open.get_mut(run) {
+            session.last_used = Instant::now();
+            return Ok((session.provider.clone(), InFlight::new(&session.in_flight)));
+        }
+        if open.len() >= self.max {
+            let idlest = open
+                .iter()
+                .filter(|(_, s)| s.in_flight.load(Ordering::Acquire) == 0)
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(run, _)| run.clone());
+            let Some(idlest) = idlest else {
+                return Err(ToolError::Unavailable {
+                    provider: self.name.clone(),
+                    message: format!(
+                        "all {} per-session connections are busy with calls of other runs; \
+                         try again when one ends, or raise `maxSessions`",
+                        self.max
+                    ),
+                });
+            };
+            if let Some(evicted) = open.remove(&idlest) {
+                tracing::debug!(server = %self.name, run = %idlest, "closing the least recently used session");
+                close(evicted.provider);
+            }
+        }
+        let provider = McpProvider::new(self.name.clone(), self.config.clone())
+            .map_err(|e| e.into_tool_error(None))?;
+        let session = Session {
+            provider: Arc::new(provider),
+            last_used: Instant::now(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        };
+        let handed = (session.provider.clone(), InFlight::new(&session.in_flight));
+        tracing::debug!(server = %self.name, run, "opening a session");
+        open.insert(Arc::from(run), session);
+        Ok(handed)
+    }
+
+    /// Closes the sessions idle for longer than `idle`.
+    fn reap(&self) {
+        let now = Instant::now();
+        let mut open = self.lock();
+        let stale: Vec<Arc<str>> = open
+            .iter()
+            .filter(|(_, s)| {
+                s.in_flight.load(Ordering::Acquire) == 0
+                    && now.duration_since(s.last_used) >= self.idle
+            })
+            .map(|(run, _)| run.clone())
+            .collect();
+        for run in stale {
+            if let Some(session) = open.remove(&run) {
+                tracing::debug!(server = %self.name, run = %run, "closing an idle session");
+                close(session.provider);
+            }
+        }
+    }
+}
+
+/// Shuts a session's provider down in the background: its process group is reaped there.
+fn close(provider: Arc<McpProvider>) {
+    tokio::spawn(async move {
+        let _ = provider.shutdown().await;
+    });
+}
+
+/// Counts a call in flight until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(count: &Arc<AtomicUsize>) -> InFlight {
+        count.fetch_add(1, Ordering::AcqRel);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Closes idle sessions until the provider is shut down or dropped.
+fn spawn_reaper(sessions: &Arc<Sessions>) {
+    let weak: Weak<Sessions> = Arc::downgrade(sessions);
+    let stop = sessions.shutdown.clone();
+    let every = (sessions.idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(30));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let Some(sessions) = weak.upgrade() else { return };
+            sessions.reap();
+        }
+    });
+}
+
+#[async_trait]
+impl ToolProvider for PerSessionProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Mcp
+    }
+
+    fn namespace(&self) -> &str {
+        self.inner.template.namespace()
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        self.inner.template.list_tools().await
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.inner.template.has_tool(name).await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(
+                McpError::ShutDown { server: self.inner.name.clone() }.into_tool_error(Some(name))
+            );
+        }
+        let (provider, _in_flight) = self.inner.session(ctx.run_id())?;
+        let result = provider.call(name, arguments, ctx).await;
+        if let Some(session) = self.inner.lock().get_mut(ctx.run_id()) {
+            session.last_used = Instant::now();
+        }
+        result
+    }
+
+    async fn warmup(&self) -> Result<(), ToolError> {
+        spawn_reaper(&self.inner);
+        self.inner.template.warmup().await
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.inner.template.instructions()
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        self.inner.shutdown.cancel();
+        let sessions: Vec<Session> = self.inner.lock().drain().map(|(_, s)| s).collect();
+        let closing = sessions.into_iter().map(|s| async move { s.provider.shutdown().await });
+        let results = futures::future::join_all(closing).await;
+        let template = self.inner.template.shutdown().await;
+        results.into_iter().find(Result::is_err).unwrap_or(template)
+    }
+
+    fn tool_list_changes(&self) -> Option<ToolListChanges> {
+        self.inner.template.tool_list_changes()
+    }
+
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        self.inner.template.prompt_list_changes()
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        self.inner.template.resource_list_changes()
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        self.inner.template.list_prompts().await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        self.inner.template.get_prompt(name, arguments, ctx).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        self.inner.template.complete(request, ctx).await
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        self.inner.template.list_resources().await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        self.inner.template.list_resource_templates().await
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.inner.template.read_resource(uri, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.inner.template.subscribe_resource(uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.inner.template.unsubscribe_resource(uri).await
+    }
+
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        self.inner.template.resource_updates()
+    }
+}

@@ -1,0 +1,91 @@
+//! One upstream connection per run (`perSession`): two runs of a stateful stdio server
+//! get two processes, the same run keeps its own, idle ones and the least recently used
+//! are closed (their processes reaped), and shutdown closes them all.
+
+use crate::support::{fixture_stdio, wait_for};
+use serde_json::json;
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolProvider};
+use toolmux_mcp::PerSessionProvider;
+
+async fn pid(provider: &PerSessionProvider, run: &str) -> i32 {
+    let ctx = CallContext::new().with_run_id(run);
+    let out = provider.call("pid", json!({}), &ctx).await.unwrap();
+    out.to_text().parse().unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test]
+async fn each_run_gets_its_own_server_process() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 4, Duration::from_secs(60)).unwrap();
+    provider.warmup().await.unwrap();
+    assert!(provider.list_tools().await.unwrap().iter().any(|t| t.name == "pid"));
+    let a = pid(&provider, "run-a").await;
+    let b = pid(&provider, "run-b").await;
+    assert_ne!(a, b, "two runs share one server");
+    assert_eq!(pid(&provider, "run-a").await, a, "a run keeps its server");
+    assert_eq!(provider.open_sessions(), ["run-a", "run-b"]);
+    assert_eq!(provider.session_pid("run-a"), Some(a));
+    provider.shutdown().await.unwrap();
+    wait_for("both processes reaped", Duration::from_secs(10), || !alive(a) && !alive(b)).await;
+    let error = provider.call("pid", json!({}), &CallContext::new()).await.unwrap_err();
+    assert!(error.report().contains("shut down"), "{}", error.report());
+}
+
+#[tokio::test]
+async fn idle_sessions_close_and_the_least_recently_used_makes_room() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 2, Duration::from_millis(400)).unwrap();
+    provider.warmup().await.unwrap();
+    let a = pid(&provider, "a").await;
+    let b = pid(&provider, "b").await;
+    let _ = pid(&provider, "a").await;
+    // A third run closes b, the least recently used.
+    let c = pid(&provider, "c").await;
+    assert_eq!(provider.open_sessions(), ["a", "c"]);
+    wait_for("b's process reaped", Duration::from_secs(10), || !alive(b)).await;
+    // Without calls, a and c close too.
+    wait_for("idle sessions closed", Duration::from_secs(10), || {
+        provider.open_sessions().is_empty()
+    })
+    .await;
+    wait_for("their processes reaped", Duration::from_secs(10), || !alive(a) && !alive(c)).await;
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn when_every_session_is_busy_a_new_run_is_told_so() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 1, Duration::from_secs(60)).unwrap();
+    provider.warmup().await.unwrap();
+    let busy = CallContext::new().with_run_id("busy");
+    let cancel = busy.cancel_token().clone();
+    let slow = {
+        let provider = &provider;
+        async move { provider.call("slow", json!({}), &busy).await }
+    };
+    let other = async {
+        wait_for("the slow call's session", Duration::from_secs(10), || {
+            provider.open_sessions() == ["busy"]
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let error = provider
+            .call("pid", json!({}), &CallContext::new().with_run_id("other"))
+            .await
+            .unwrap_err();
+        cancel.cancel();
+        error
+    };
+    let (_, error) = tokio::join!(slow, other);
+    expect_test::expect!["fx unavailable: all 1 per-session connections are busy with calls of other runs; try again when one ends, or raise `maxSessions`"]
+        .assert_eq(&error.report());
+    provider.shutdown().await.unwrap();
+}
