@@ -12,9 +12,13 @@ use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_mcp::{McpProvider, McpServerConfig, OAuthConfig, OAuthGrant, TransportKind};
 
+type Hook = Box<dyn FnOnce() + Send>;
+
 #[derive(Clone, Default)]
 struct Server {
     base: Arc<Mutex<String>>,
+    /// Runs at the first refusal: another process renewing the kept tokens meanwhile.
+    on_refuse: Arc<Mutex<Option<Hook>>>,
     stream: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>>,
     token_requests: Arc<AtomicUsize>,
     unauthorized: Arc<AtomicUsize>,
@@ -33,6 +37,9 @@ impl Server {
             return None;
         }
         self.unauthorized.fetch_add(1, Ordering::SeqCst);
+        if let Some(hook) = self.on_refuse.lock().unwrap().take() {
+            hook();
+        }
         let challenge = format!(
             "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/sse\"",
             self.base()
@@ -198,6 +205,46 @@ async fn a_refused_grant_says_why_and_never_shows_the_secret() {
         .assert_eq(&error);
     assert!(!error.contains("wr0ng-secret"));
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 1, "no retry loop");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
+#[tokio::test]
+async fn tokens_another_process_renewed_are_taken_from_the_store() {
+    let (server, base, task) = start().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut config = McpServerConfig::remote(TransportKind::Sse, format!("{base}/sse"))
+        .with_protocol(toolmux_mcp::ProtocolMode::Legacy)
+        .with_max_restarts(0);
+    config.oauth = Some(OAuthConfig {
+        token_store: Some(store.path().to_path_buf()),
+        ..OAuthConfig::default()
+    });
+    let provider = McpProvider::new("legacy", config).unwrap();
+    let path = provider.oauth_token_path().expect("a token file");
+    let kept = |token: &str| {
+        json!({
+            "serverUrl": format!("{base}/sse"),
+            "resource": format!("{base}/sse"),
+            "issuer": base,
+            "tokenEndpoint": format!("{base}/token"),
+            "client": {"clientId": "c", "authMethod": "none"},
+            "accessToken": token,
+            "scopes": [],
+        })
+        .to_string()
+    };
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, kept("stale")).unwrap();
+    // While this process holds the stale token, another one authorizes anew.
+    let renewed = kept("cc-1");
+    let target = path.clone();
+    *server.on_refuse.lock().unwrap() =
+        Some(Box::new(move || std::fs::write(&target, renewed).unwrap()));
+    provider.warmup().await.unwrap();
+    let out = provider.call("whoami", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "token ok");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 0, "no grant was needed");
     provider.shutdown().await.unwrap();
     task.abort();
 }

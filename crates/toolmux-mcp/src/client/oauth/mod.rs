@@ -413,6 +413,18 @@ impl OAuth {
         (stale, self.generation())
     }
 
+    /// Takes the kept tokens when they are newer than the ones in use: whether they were.
+    fn reload(&self, flow: &mut Flow) -> bool {
+        let Some(kept) = self.store.as_ref().and_then(Store::load) else { return false };
+        let current = flow.saved.as_ref().map(|s| s.access_token.as_str());
+        if current == Some(kept.access_token.as_str()) || kept.resource.is_empty() {
+            return false;
+        }
+        flow.loaded = false;
+        self.load(flow);
+        true
+    }
+
     /// The kept tokens, once.
     fn load(&self, flow: &mut Flow) {
         if flow.loaded {
@@ -450,6 +462,12 @@ impl OAuth {
         self.load(&mut flow);
         if self.generation() != sent {
             // Another request already brought a new token.
+            return Challenged::Retry;
+        }
+        // Another process (or another session's provider) may have refreshed or
+        // re-authorized since this one read the store; a rotated refresh token would make
+        // this one's refresh fail.
+        if !scope_needed && self.reload(&mut flow) {
             return Challenged::Retry;
         }
         let challenge = Challenge::parse(header);
