@@ -195,6 +195,8 @@ pub(crate) struct OAuth {
     flow: tokio::sync::Mutex<Flow>,
     /// Why the last authorization failed, for the error the caller sees.
     failure: Mutex<Option<OAuthError>>,
+    /// Whether the store has been read (and had nothing, or its token is in `token`).
+    settled: std::sync::atomic::AtomicBool,
     /// The DPoP key of the current token, and the nonces the servers gave.
     dpop: Mutex<Option<Arc<jwt::DpopKey>>>,
     as_nonce: Mutex<Option<String>>,
@@ -296,6 +298,7 @@ impl OAuth {
             generation: AtomicU64::new(0),
             flow: tokio::sync::Mutex::new(Flow::default()),
             failure: Mutex::new(None),
+            settled: std::sync::atomic::AtomicBool::new(false),
             dpop: Mutex::new(None),
             as_nonce: Mutex::new(None),
             rs_nonce: Mutex::new(None),
@@ -392,6 +395,10 @@ impl OAuth {
             if let Some(token) = token.as_ref().filter(|t| t.fresh(now)) {
                 return (Some(credential(token)), self.generation());
             }
+            // A server that never asked for a token: nothing to wait for.
+            if token.is_none() && self.settled.load(Ordering::Acquire) {
+                return (None, self.generation());
+            }
         }
         let mut flow = self.flow.lock().await;
         self.load(&mut flow);
@@ -431,6 +438,11 @@ impl OAuth {
             return;
         }
         flow.loaded = true;
+        self.install_kept(flow);
+        self.settled.store(true, Ordering::Release);
+    }
+
+    fn install_kept(&self, flow: &mut Flow) {
         let Some(saved) = self.store.as_ref().and_then(Store::load) else { return };
         if saved.resource.is_empty() {
             return;
