@@ -65,6 +65,9 @@ pub(crate) enum McpCommand {
     Login(LoginArgs),
     /// Forget the OAuth tokens kept for an MCP server.
     Logout(ServerName),
+    /// Which remote MCP servers toolmux authorizes with OAuth, and what is kept for each
+    /// (never the tokens; no request is made).
+    Status(JsonFlag),
 }
 
 #[derive(Debug, Args)]

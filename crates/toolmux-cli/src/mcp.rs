@@ -119,3 +119,58 @@ pub(crate) async fn logout(loaded: &Loaded, name: &str) -> anyhow::Result<u8> {
     }
     Ok(0)
 }
+
+pub(crate) fn status(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut rows = Vec::new();
+    for name in loaded.config.mcp_servers.keys() {
+        let provider = Toolmux::mcp_server(loaded, name)?;
+        rows.push((name.clone(), provider.oauth_status()));
+    }
+    if json {
+        let value: serde_json::Map<String, serde_json::Value> = rows
+            .into_iter()
+            .map(|(name, status)| (name, serde_json::to_value(status).unwrap_or_default()))
+            .collect();
+        crate::commands::print(&serde_json::to_string_pretty(&value)?);
+        return Ok(0);
+    }
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    for (name, status) in &rows {
+        let what = match status {
+            None => "no OAuth (stdio, websocket, an Authorization header or oauth.enabled: false)"
+                .to_owned(),
+            Some(s) if !s.authorized => {
+                "not authorized: `toolmux mcp login` when it asks".to_owned()
+            }
+            Some(s) => {
+                let expiry = match s.expires_at {
+                    Some(at) if at <= now => "token expired".to_owned(),
+                    Some(at) => format!("token valid for {} min", (at - now) / 60),
+                    None => "token without expiry".to_owned(),
+                };
+                let refresh = if s.refreshable { ", refreshable" } else { "" };
+                let dpop = if s.dpop { ", DPoP-bound" } else { "" };
+                let scopes = if s.scopes.is_empty() {
+                    String::new()
+                } else {
+                    format!(", scopes {}", s.scopes.join(" "))
+                };
+                format!(
+                    "authorized by {} ({expiry}{refresh}{dpop}{scopes})",
+                    s.issuer.as_deref().unwrap_or("?")
+                )
+            }
+        };
+        text.push_str(&format!("{name:width$}  {what}\n"));
+    }
+    if text.is_empty() {
+        eprintln!("no mcpServers are configured");
+    } else {
+        crate::commands::print(text.trim_end());
+    }
+    Ok(0)
+}

@@ -58,7 +58,7 @@ const LINE_CAPACITY: usize = 512;
 
 pub use client::{
     DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DeclaredTool, EnvInherit, McpProvider,
-    McpServerConfig, OAuthConfig, OAuthGrant, Opener, PerSessionProvider, ProtocolMode,
-    TransportKind,
+    McpServerConfig, OAuthConfig, OAuthGrant, OAuthStatus, Opener, PerSessionProvider,
+    ProtocolMode, TransportKind,
 };
 pub use error::McpError;

@@ -25,7 +25,9 @@ BROWSER="$dir/browser" run mcp login remote 2> "$dir/login.err" || exit 12
 run mcp login remote 2> "$dir/again.err" || exit 13
 run tools call remote__test-tool '{}' > "$dir/call.out" 2> "$dir/call.err" || exit 14
 ls "$dir/tokens" > "$dir/tokens.list"
+run mcp status --json > "$dir/status.json" 2>&1 || exit 16
 run mcp logout remote 2> "$dir/logout.err" || exit 15
+run mcp status > "$dir/status-after.txt" 2>&1 || exit 17
 exit 0
 "#;
 
@@ -90,8 +92,29 @@ fn login_then_calls_with_the_kept_token_then_logout() {
     assert!(read("logout.err").contains("forgot the tokens"), "{}", read("logout.err"));
     let left: Vec<_> = std::fs::read_dir(dir.join("tokens")).expect("tokens dir").collect();
     assert!(left.is_empty(), "{left:?}");
+    // The status says what is kept, never the token; after the logout, nothing is.
+    let status: serde_json::Value =
+        serde_json::from_str(&read("status.json")).expect("status json");
+    assert_eq!(status["remote"]["authorized"], true, "{status}");
+    assert!(
+        status["remote"]["issuer"].as_str().is_some_and(|i| i.starts_with("http://localhost:"))
+    );
+    assert!(status["remote"]["expiresAt"].as_u64().is_some(), "{status}");
+    assert!(
+        read("status-after.txt").contains("remote  not authorized"),
+        "{}",
+        read("status-after.txt")
+    );
     // No token in anything toolmux printed.
-    for name in ["before.err", "login.err", "again.err", "call.err", "call.out", "logout.err"] {
+    for name in [
+        "before.err",
+        "login.err",
+        "again.err",
+        "call.err",
+        "call.out",
+        "logout.err",
+        "status.json",
+    ] {
         assert!(!read(name).contains("test-token"), "{name} shows a token: {}", read(name));
     }
 }

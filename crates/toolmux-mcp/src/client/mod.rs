@@ -12,7 +12,7 @@ mod sessions;
 pub(crate) mod wire;
 
 pub use config::{DeclaredTool, EnvInherit, McpServerConfig, ProtocolMode, TransportKind};
-pub use oauth::{OAuthConfig, OAuthGrant, Opener};
+pub use oauth::{OAuthConfig, OAuthGrant, OAuthStatus, Opener};
 pub use provider::McpProvider;
 pub use sessions::{DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, PerSessionProvider};
 

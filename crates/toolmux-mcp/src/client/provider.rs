@@ -159,6 +159,12 @@ impl McpProvider {
         self.oauth().and_then(|o| o.store_path().map(std::path::Path::to_path_buf))
     }
 
+    /// What is kept for this server's OAuth, when toolmux authorizes it (read from the
+    /// token store; no request is made).
+    pub fn oauth_status(&self) -> Option<super::oauth::OAuthStatus> {
+        self.oauth().map(|o| o.status())
+    }
+
     /// Whether toolmux authorizes this server with OAuth when it asks.
     pub fn uses_oauth(&self) -> bool {
         self.oauth().is_some()

@@ -136,6 +136,28 @@ pub struct OAuthConfig {
     pub idp_id_token: Option<String>,
 }
 
+/// What toolmux keeps for a server it authorizes with OAuth (never the tokens).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OAuthStatus {
+    /// The file the tokens are kept in.
+    pub token_file: Option<PathBuf>,
+    /// Whether tokens are kept (`toolmux mcp login` was run, and no logout since).
+    pub authorized: bool,
+    /// The authorization server that issued them.
+    pub issuer: Option<String>,
+    /// The client they were issued to.
+    pub client_id: Option<String>,
+    /// When the access token expires, in seconds since the Unix epoch.
+    pub expires_at: Option<u64>,
+    /// Whether a refresh token is kept.
+    pub refreshable: bool,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// Whether the tokens are DPoP-bound.
+    pub dpop: bool,
+}
+
 /// Shows a person the authorization URL (a browser, a printed line, a test's HTTP GET).
 /// The redirect comes back to toolmux's loopback listener, not through this.
 pub trait Opener: Send + Sync + std::fmt::Debug {
@@ -316,6 +338,21 @@ impl OAuth {
             Duration::from_millis(self.config.authorization_timeout_ms.unwrap_or(300_000))
         } else {
             Duration::ZERO
+        }
+    }
+
+    /// What is kept for this server, read from the store (no request is made).
+    pub(crate) fn status(&self) -> OAuthStatus {
+        let kept = self.store.as_ref().and_then(Store::load);
+        OAuthStatus {
+            token_file: self.store_path().map(Path::to_path_buf),
+            authorized: kept.is_some(),
+            issuer: kept.as_ref().map(|k| k.issuer.clone()),
+            client_id: kept.as_ref().map(|k| k.client.client_id.clone()),
+            expires_at: kept.as_ref().and_then(|k| k.expires_at),
+            refreshable: kept.as_ref().is_some_and(|k| k.refresh_token.is_some()),
+            scopes: kept.as_ref().map(|k| k.scopes.clone()).unwrap_or_default(),
+            dpop: kept.as_ref().is_some_and(|k| k.dpop_key.is_some()),
         }
     }
 
