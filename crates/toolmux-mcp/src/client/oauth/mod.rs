@@ -33,6 +33,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use discovery::{Challenge, Discovered};
 use store::{Client, Saved, Store};
 
+/// RFC 7523's grant type.
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
 /// The largest response read from an authorization server.
 const MAX_RESPONSE: usize = 1 << 20;
 /// Requests to authorization servers give up after this long.
@@ -729,10 +732,21 @@ impl OAuth {
                 "the client credentials grant needs `oauth.clientId` with `oauth.clientSecret` or `oauth.privateKey`",
             )
         })?;
-        let mut form = vec![
-            ("grant_type", "client_credentials".to_owned()),
-            ("resource", found.resource.clone()),
-        ];
+        self.grant(found, client, "client_credentials", Vec::new(), scopes).await
+    }
+
+    /// A token request for `grant` with `params`, the resource and the scopes, as `client`.
+    async fn grant(
+        &self,
+        found: &Discovered,
+        client: Client,
+        grant: &str,
+        params: Vec<(&'static str, String)>,
+        scopes: Vec<String>,
+    ) -> Result<Saved, OAuthError> {
+        let mut form = vec![("grant_type", grant.to_owned())];
+        form.extend(params);
+        form.push(("resource", found.resource.clone()));
         if !scopes.is_empty() {
             form.push(("scope", scopes.join(" ")));
         }
@@ -778,17 +792,7 @@ impl OAuth {
             redirect_uri: None,
             registration_endpoint: None,
         });
-        let mut form = vec![
-            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer".to_owned()),
-            ("assertion", assertion),
-            ("resource", found.resource.clone()),
-        ];
-        if !scopes.is_empty() {
-            form.push(("scope", scopes.join(" ")));
-        }
-        let tokens =
-            self.token_request(&found.token_endpoint, &found.issuer, &client, &mut form).await?;
-        Ok(self.saved(found, client, tokens, scopes))
+        self.grant(found, client, JWT_BEARER, vec![("assertion", assertion)], scopes).await
     }
 
     /// SEP-990: the ID token becomes an identity assertion at the identity provider
@@ -855,17 +859,7 @@ impl OAuth {
                 OAuthError::failed(format!("the token exchange response has no assertion ({e})"))
             })?
             .access_token;
-        let mut form = vec![
-            ("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer".to_owned()),
-            ("assertion", assertion),
-            ("resource", found.resource.clone()),
-        ];
-        if !scopes.is_empty() {
-            form.push(("scope", scopes.join(" ")));
-        }
-        let tokens =
-            self.token_request(&found.token_endpoint, &found.issuer, &client, &mut form).await?;
-        Ok(self.saved(found, client, tokens, scopes))
+        self.grant(found, client, JWT_BEARER, vec![("assertion", assertion)], scopes).await
     }
 
     async fn authorization_code(
