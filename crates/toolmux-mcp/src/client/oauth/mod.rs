@@ -833,23 +833,18 @@ impl OAuth {
         if !scopes.is_empty() {
             exchange.push(("scope", scopes.join(" ")));
         }
-        let response = self
+        let request = self
             .http
             .post(endpoint)
             .header(reqwest::header::ACCEPT, "application/json")
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(form_body(&exchange))
-            .send()
-            .await
-            .map_err(|e| OAuthError::http("the identity provider's token exchange failed", &e))?;
-        let status = response.status();
-        let bytes = read_limited(response).await?;
-        if !status.is_success() {
-            return Err(OAuthError::failed(format!(
-                "the identity provider refused the token exchange ({status}){}",
-                oauth_error_text(&bytes)
-            )));
-        }
+            .body(form_body(&exchange));
+        let bytes = accepted(
+            request,
+            "the identity provider's token exchange failed",
+            "the identity provider refused the token exchange",
+        )
+        .await?;
         #[derive(Deserialize)]
         struct Exchanged {
             access_token: String,
@@ -1095,21 +1090,12 @@ impl OAuth {
             // A loopback redirect is a native application's (SEP-837).
             "application_type": "native",
         });
-        let response = self
-            .http
-            .post(endpoint)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| OAuthError::http("dynamic client registration failed", &e))?;
-        let status = response.status();
-        let bytes = read_limited(response).await?;
-        if !status.is_success() {
-            return Err(OAuthError::failed(format!(
-                "dynamic client registration was refused ({status}){}",
-                oauth_error_text(&bytes)
-            )));
-        }
+        let bytes = accepted(
+            self.http.post(endpoint).json(&body),
+            "dynamic client registration failed",
+            "dynamic client registration was refused",
+        )
+        .await?;
         #[derive(Deserialize)]
         struct Registered {
             client_id: String,
@@ -1277,6 +1263,25 @@ fn oauth_error_text(body: &[u8]) -> String {
         },
         Err(_) => String::new(),
     }
+}
+
+/// Sends `request` and reads its body; a failure to send says `failed`, a refusal (not 2xx)
+/// `refused` with the status and the OAuth error the server gave.
+async fn accepted(
+    request: reqwest::RequestBuilder,
+    failed: &str,
+    refused: &str,
+) -> Result<Vec<u8>, OAuthError> {
+    let response = request.send().await.map_err(|e| OAuthError::http(failed, &e))?;
+    let status = response.status();
+    let bytes = read_limited(response).await?;
+    if !status.is_success() {
+        return Err(OAuthError::failed(format!(
+            "{refused} ({status}){}",
+            oauth_error_text(&bytes)
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Reads a response body up to [`MAX_RESPONSE`].
