@@ -248,3 +248,19 @@ async fn tokens_another_process_renewed_are_taken_from_the_store() {
     provider.shutdown().await.unwrap();
     task.abort();
 }
+
+#[tokio::test]
+async fn a_pinned_issuer_keeps_the_secret_from_other_authorization_servers() {
+    let (server, base, task) = start().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut config = config(&base, "s3cret", store.path());
+    if let Some(oauth) = config.oauth.as_mut() {
+        oauth.issuer = Some("https://login.example.com".into());
+    }
+    let provider = McpProvider::new("legacy", config).unwrap();
+    let error = provider.warmup().await.unwrap_err().report();
+    assert!(error.contains("not to `https://login.example.com` (`oauth.issuer`)"), "{error}");
+    assert_eq!(server.token_requests.load(Ordering::SeqCst), 0, "the secret was sent");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}

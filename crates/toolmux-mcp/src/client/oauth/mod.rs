@@ -86,6 +86,11 @@ pub struct OAuthConfig {
     /// The pre-registered client's secret (a secret: use `${VAR}`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_secret: Option<String>,
+    /// The authorization server (its issuer) toolmux may authorize at; any other the
+    /// server names is refused. Set it with a pre-registered client, whose secret is for
+    /// that server only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
     /// A PKCS#8 PEM private key for `private_key_jwt` client authentication (a secret: use
     /// `${VAR}`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -548,7 +553,7 @@ impl OAuth {
         let Some(held_issuer) = flow.saved.as_ref().map(|s| s.issuer.clone()) else {
             return self.authorize(flow, challenge, None).await;
         };
-        let found = discovery::discover(&self.http, &self.url, challenge).await?;
+        let found = self.discover(challenge).await?;
         if found.issuer != held_issuer {
             tracing::info!(
                 server = %self.server, from = %held_issuer, to = %found.issuer,
@@ -637,8 +642,24 @@ impl OAuth {
         challenge: &Challenge,
         scopes: Option<Vec<String>>,
     ) -> Result<(), OAuthError> {
-        let found = discovery::discover(&self.http, &self.url, challenge).await?;
+        let found = self.discover(challenge).await?;
         self.authorize_at(flow, challenge, scopes, found).await
+    }
+
+    /// Discovery, held to `oauth.issuer` when it is set: a server cannot then send toolmux,
+    /// and the pre-registered client's secret, to an authorization server of its choosing.
+    async fn discover(&self, challenge: &Challenge) -> Result<Discovered, OAuthError> {
+        let found = discovery::discover(&self.http, &self.url, challenge).await?;
+        if let Some(pinned) = &self.config.issuer
+            && pinned.trim_end_matches('/') != found.issuer.trim_end_matches('/')
+        {
+            return Err(OAuthError::failed(format!(
+                "the server sends toolmux to the authorization server `{}`, not to `{pinned}` \
+                 (`oauth.issuer`); refusing to authorize there",
+                found.issuer
+            )));
+        }
+        Ok(found)
     }
 
     /// Registration and a grant at the authorization server `found`.
