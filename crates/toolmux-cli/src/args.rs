@@ -215,6 +215,12 @@ pub(crate) struct ServeArgs {
     /// Serve HTTP on an address other machines reach without any API key.
     #[arg(long)]
     pub(crate) no_auth: bool,
+    /// Read the configuration file again when it changes and go on serving with it:
+    /// servers added, removed or changed, clients told the lists changed, calls in flight
+    /// finished on the old configuration. A file that does not load is reported and the
+    /// previous configuration goes on serving.
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 #[derive(Debug, Subcommand)]

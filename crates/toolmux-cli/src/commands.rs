@@ -55,7 +55,7 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
 /// Builds everything and starts every provider, with a spinner on a terminal.
 pub(crate) async fn start(
     loaded: &Loaded,
-    keep: &dyn Fn(&str) -> bool,
+    keep: &(dyn Fn(&str) -> bool + Sync),
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
     start_reporting(loaded, keep, true).await
 }
@@ -64,7 +64,7 @@ pub(crate) async fn start(
 /// `warn_failures` (`config check` reports them in its table instead).
 async fn start_reporting(
     loaded: &Loaded,
-    keep: &dyn Fn(&str) -> bool,
+    keep: &(dyn Fn(&str) -> bool + Sync),
     warn_failures: bool,
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
     let toolmux = Toolmux::build_only(loaded, keep).await?;
@@ -206,11 +206,11 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
 
 /// `GET /metrics` of the gateway: the orchestrator's statistics, kept across runs.
 #[derive(Debug)]
-struct StatsPage(toolmux::toolmux_orchestrator::Orchestrator);
+struct StatsPage(crate::reload::Current);
 
 impl MetricsSource for StatsPage {
     fn render(&self) -> String {
-        self.0.stats().snapshot().prometheus()
+        self.0.get().orchestrator().stats().snapshot().prometheus()
     }
 }
 
@@ -260,7 +260,11 @@ fn spilled_handle(result: &ToolResult) -> Option<&str> {
     result.extras.get("spilled")?.get("handle")?.as_str()
 }
 
-pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
+pub(crate) async fn serve(
+    loaded: &Loaded,
+    path: Option<std::path::PathBuf>,
+    args: ServeArgs,
+) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, bind_http, serve_stdio};
     // Checked before any provider starts.
     let api_keys = match api_keys(loaded, &args) {
@@ -271,33 +275,57 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         }
     };
     let (toolmux, _report) = start(loaded, &|_| true).await?;
+    let current = crate::reload::Current::new(toolmux.clone());
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
         client: args.client,
         page_size: args.page_size.max(1),
         api_keys,
-        metrics: Some(Arc::new(StatsPage(toolmux.orchestrator().clone()))),
-        events: Some(Arc::new(crate::events::CallEvents(toolmux.orchestrator().clone()))),
+        metrics: Some(Arc::new(StatsPage(current.clone()))),
+        events: Some(Arc::new(crate::events::CallEvents(current.clone()))),
         task_tools: loaded.config.serve.task_tools.clone(),
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
-    let orchestrator = toolmux.orchestrator().clone();
-    let provider: Arc<dyn ToolProvider> = if args.tools.is_empty() {
-        Arc::new(orchestrator)
-    } else {
-        // Names outside the globs are neither listed nor callable (nor suggested).
-        Arc::new(FilteredView::new(orchestrator, args.tools))
+    let globs = args.tools.clone();
+    let serve_provider = move |toolmux: &Toolmux| -> Arc<dyn ToolProvider> {
+        let orchestrator = toolmux.orchestrator().clone();
+        if globs.is_empty() {
+            Arc::new(orchestrator)
+        } else {
+            // Names outside the globs are neither listed nor callable (nor suggested).
+            Arc::new(FilteredView::new(orchestrator, globs.clone()))
+        }
+    };
+    let watching = CancellationToken::new();
+    let provider: Arc<dyn ToolProvider> = match path.filter(|_| args.watch) {
+        Some(path) => {
+            let live = crate::reload::Live::new(serve_provider(&toolmux));
+            tokio::spawn(crate::reload::watch(
+                path,
+                current.clone(),
+                live.clone(),
+                serve_provider,
+                watching.clone(),
+            ));
+            live
+        }
+        None => {
+            if args.watch {
+                eprintln!("warning: --watch: there is no configuration file to watch");
+            }
+            serve_provider(&toolmux)
+        }
     };
     // A gateway runs for long: save statistics now and then, not only at the end.
     let saver = tokio::spawn({
-        let toolmux = toolmux.clone();
+        let current = current.clone();
         async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(60));
             every.tick().await;
             loop {
                 every.tick().await;
-                if let Err(e) = toolmux.save_stats() {
+                if let Err(e) = current.get().save_stats() {
                     tracing::warn!("cannot save statistics: {e}");
                 }
             }
@@ -344,7 +372,8 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         }
     };
     saver.abort();
-    finish(&toolmux).await;
+    watching.cancel();
+    finish(&current.get()).await;
     match served {
         Ok(()) => Ok(0),
         Err(e) => {

@@ -9,13 +9,15 @@ use toolmux::toolmux_mcp::server::{EventSource, ServedEvent};
 use toolmux::toolmux_orchestrator::accounting::CallStatus;
 use toolmux::toolmux_orchestrator::{Orchestrator, ToolEvent};
 
-/// Every call's events of one orchestrator.
+/// Every call's events of the orchestrator serving (a stream opened before a reload ends
+/// with the orchestrator it followed).
 #[derive(Debug)]
-pub(crate) struct CallEvents(pub(crate) Orchestrator);
+pub(crate) struct CallEvents(pub(crate) crate::reload::Current);
 
 impl EventSource for CallEvents {
     fn subscribe(&self) -> BoxStream<'static, ServedEvent> {
-        futures::stream::unfold(self.0.subscribe(), |mut events| async move {
+        let orchestrator: Orchestrator = self.0.get().orchestrator().clone();
+        futures::stream::unfold(orchestrator.subscribe(), |mut events| async move {
             let served = match events.recv().await {
                 Ok(event) => served(event),
                 Err(RecvError::Lagged(missed)) => ServedEvent {

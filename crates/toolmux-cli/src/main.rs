@@ -12,6 +12,7 @@ mod commands;
 mod events;
 mod mcp;
 mod progress;
+mod reload;
 
 use anyhow::Context as _;
 use args::{AgentCommand, Cli, Command, ConfigCommand, McpCommand, OutputCommand, ToolsCommand};
@@ -92,7 +93,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let cwd = std::env::current_dir().context("cannot tell the current directory")?;
-    let loaded = load(cli.config.as_deref(), &cwd)?;
+    let (loaded, path) = load(cli.config.as_deref(), &cwd)?;
     commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");
@@ -100,7 +101,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Tools(ToolsCommand::List(flag)) => commands::tools_list(&loaded, flag.json).await,
         Command::Tools(ToolsCommand::Call(call)) => commands::tools_call(&loaded, call).await,
-        Command::Serve(serve) => commands::serve(&loaded, serve).await,
+        Command::Serve(serve) => commands::serve(&loaded, path, serve).await,
         Command::Config(ConfigCommand::Check(flag)) => {
             commands::config_check(&loaded, flag.json).await
         }
@@ -115,13 +116,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none.
-fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<Loaded> {
+/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none;
+/// and the file it came from.
+fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<(Loaded, Option<PathBuf>)> {
     let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
     let Some(path) = config::discover(explicit, from_env.as_deref(), cwd) else {
-        return Ok(Loaded::without_file(cwd));
+        return Ok((Loaded::without_file(cwd), None));
     };
     let shown = path.strip_prefix(cwd).unwrap_or(&path).display().to_string();
     let env = |name: &str| std::env::var(name).ok();
-    Ok(config::load(&path, &shown, &env)?)
+    let loaded = config::load(&path, &shown, &env)?;
+    Ok((loaded, Some(cwd.join(path))))
 }

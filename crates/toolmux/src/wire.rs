@@ -73,7 +73,7 @@ impl Toolmux {
     )]
     pub async fn build_only(
         loaded: &Loaded,
-        keep: &dyn Fn(&str) -> bool,
+        keep: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Toolmux, ToolmuxError> {
         let file = loaded.source_name();
         #[cfg(feature = "mcp")]
@@ -645,7 +645,7 @@ mod rest {
 
     pub(super) async fn providers(
         loaded: &Loaded,
-        keep: &dyn Fn(&str) -> bool,
+        keep: &(dyn Fn(&str) -> bool + Sync),
         config: &mut OrchestratorConfig,
         providers: &mut Vec<Arc<dyn ToolProvider>>,
         warnings: &mut Vec<String>,

@@ -559,3 +559,79 @@ fn per_session_servers_give_each_client_session_its_own_process() {
         assert!(!alive(pid), "server {pid} outlived the gateway");
     }
 }
+
+/// `serve --watch`: a server added to the file is served without a restart, a file that no
+/// longer loads is reported while the previous configuration goes on serving, and a server
+/// removed from the file is stopped (its process reaped); the clients' sessions live on.
+#[test]
+fn watch_reloads_the_configuration_without_dropping_clients() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let keys = "serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\n";
+    let with_server = format!(
+        "{keys}fs: {{}}\nmcpServers:\n  fx:\n    command: {}\n    args: [ok]\n",
+        fixture.display()
+    );
+    let project = Project::new().env("ALICE_KEY", ALICE);
+    project.file("toolmux.yaml", &format!("{keys}fs: {{}}\n"));
+    let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
+    let address = address_of(&gateway.url);
+    let mut agent = Agent::start(&address, ALICE);
+    let names = |agent: &mut Agent| -> Vec<String> {
+        let listed = agent.request("tools/list", json!({}));
+        listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let wait_for = |agent: &mut Agent, what: &str, check: &dyn Fn(&[String]) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let names = names(agent);
+            if check(&names) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: still {names:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(!names(&mut agent).iter().any(|n| n.starts_with("fx__")));
+
+    project.file("toolmux.yaml", &with_server);
+    wait_for(&mut agent, "the added server's tools", &|names| names.iter().any(|n| n == "fx__pid"));
+    let (pid, failed) = agent.call("fx__pid", json!({})).recv().unwrap();
+    assert!(!failed, "{pid}");
+    let pid = pid.as_i64().expect("a pid");
+
+    // A broken file changes nothing.
+    project.file("toolmux.yaml", "serve: [broken\n");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(names(&mut agent).iter().any(|n| n == "fx__pid"));
+    let (again, _) = agent.call("fx__pid", json!({})).recv().unwrap();
+    assert_eq!(again.as_i64(), Some(pid), "the server was restarted by a broken file");
+
+    project.file("toolmux.yaml", &format!("{keys}fs: {{}}\n"));
+    wait_for(&mut agent, "the removed server gone", &|names| {
+        !names.iter().any(|n| n.starts_with("fx__"))
+    });
+    let alive = |pid: i64| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while alive(pid) {
+        assert!(std::time::Instant::now() < deadline, "the removed server {pid} still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (found, failed) = agent.call("fs__grep", json!({"pattern": "apiKeys"})).recv().unwrap();
+    assert!(!failed, "{found}");
+    let stopped = stop(gateway);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    assert!(stopped.stderr.contains("toolmux: reloaded"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains("changed but cannot be used"), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("still serving the previous configuration"),
+        "{}",
+        stopped.stderr
+    );
+}

@@ -72,8 +72,15 @@ pub(crate) struct HttpGateway {
 }
 
 pub(crate) fn serve_http(project: &Project) -> HttpGateway {
+    serve_http_with(project, &[])
+}
+
+/// `toolmux serve --http 127.0.0.1:0` with `extra` arguments.
+pub(crate) fn serve_http_with(project: &Project, extra: &[&str]) -> HttpGateway {
+    let mut args = vec!["serve", "--http", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
     let mut child = project
-        .command(&["serve", "--http", "127.0.0.1:0"])
+        .command(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -260,6 +260,7 @@ impl OrchestratorBuilder {
             inner: Arc::new(Inner {
                 config: self.config,
                 namespace: self.namespace,
+                in_flight: std::sync::atomic::AtomicUsize::new(0),
                 sampler: self.sampler,
                 providers: RwLock::new(providers),
                 registry: RwLock::new(Arc::new(Registry::default())),
@@ -312,6 +313,22 @@ impl WeakOrchestrator {
     }
 }
 
+/// Counts a call in the pipeline until dropped (a call future dropped halfway included).
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> InFlight<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
+        InFlight(count)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The rate limiters, by full tool name and by provider namespace.
 #[derive(Debug, Default)]
 struct RateLimits {
@@ -330,6 +347,8 @@ struct RateLimit {
 struct Inner {
     config: OrchestratorConfig,
     namespace: String,
+    /// Calls in the pipeline now.
+    in_flight: std::sync::atomic::AtomicUsize,
     /// Answers tools' sampling requests that their caller cannot.
     sampler: Option<Arc<dyn InteractionHandler>>,
     providers: RwLock<Vec<ProviderTools>>,
@@ -688,6 +707,12 @@ impl Orchestrator {
         }
     }
 
+    /// How many calls are in the pipeline now (a replaced orchestrator is shut down once
+    /// it has none).
+    pub fn calls_in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::Acquire)
+    }
+
     /// Aborts every call in flight (their queue slots are released) and lets new calls run.
     pub fn cancel(&self) {
         let old = std::mem::replace(
@@ -766,6 +791,7 @@ impl Orchestrator {
         ctx: &CallContext,
         started: Instant,
     ) -> (Result<ToolOutput, ToolError>, Option<Arc<ToolEntry>>, Duration) {
+        let _in_flight = InFlight::enter(&self.inner.in_flight);
         let registry = self.registry();
         let entry = registry.get(name).cloned();
         let tool: Arc<str> = entry.as_ref().map_or_else(|| Arc::from(name), |e| e.name.clone());

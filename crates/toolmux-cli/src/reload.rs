@@ -1,0 +1,297 @@
+//! `toolmux serve --watch`: the configuration file is read again when it changes, and the
+//! gateway goes on serving with the new one without dropping its clients.
+//!
+//! A change is taken once the file has stayed the same for a moment (editors write in
+//! steps). A file that no longer loads, or whose providers cannot be built, is reported and
+//! the previous configuration goes on serving. Otherwise the new orchestrator is built and
+//! started beside the old, clients are switched to it at once (and told the lists changed),
+//! and the old one is shut down once its calls in flight have ended (at most after
+//! [`DRAIN`]). Statistics carry over; the listening address, API keys and the serve
+//! options of the command line stay as they were started.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use toolmux::Toolmux;
+use toolmux::toolmux_core::{
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
+    ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolError, ToolKind,
+    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
+};
+
+/// How often the file is looked at.
+const POLL: Duration = Duration::from_millis(500);
+/// How long the old orchestrator's calls may go on after a reload.
+const DRAIN: Duration = Duration::from_secs(60);
+
+/// The Toolmux serving now; replaced by a reload.
+#[derive(Debug, Clone)]
+pub(crate) struct Current(Arc<RwLock<Toolmux>>);
+
+impl Current {
+    pub(crate) fn new(toolmux: Toolmux) -> Current {
+        Current(Arc::new(RwLock::new(toolmux)))
+    }
+
+    pub(crate) fn get(&self) -> Toolmux {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn replace(&self, toolmux: Toolmux) -> Toolmux {
+        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), toolmux)
+    }
+}
+
+/// The provider served: whichever the last reload put in place. Its list changes, and a
+/// reload, reach the server as list changes of its own.
+#[derive(Debug)]
+pub(crate) struct Live {
+    current: RwLock<Arc<dyn ToolProvider>>,
+    namespace: String,
+    tools: ToolListNotifier,
+    prompts: ToolListNotifier,
+    resources: ToolListNotifier,
+    updates: ResourceUpdateNotifier,
+    /// Stops forwarding the previous provider's changes.
+    forwarding: Mutex<CancellationToken>,
+}
+
+impl Live {
+    pub(crate) fn new(provider: Arc<dyn ToolProvider>) -> Arc<Live> {
+        let live = Arc::new(Live {
+            namespace: provider.namespace().to_owned(),
+            current: RwLock::new(provider.clone()),
+            tools: ToolListNotifier::new(),
+            prompts: ToolListNotifier::new(),
+            resources: ToolListNotifier::new(),
+            updates: ResourceUpdateNotifier::new(),
+            forwarding: Mutex::new(CancellationToken::new()),
+        });
+        live.forward(&provider);
+        live
+    }
+
+    fn get(&self) -> Arc<dyn ToolProvider> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Serves `provider` from now on; every list has changed.
+    fn swap(&self, provider: Arc<dyn ToolProvider>) {
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = provider.clone();
+        self.forward(&provider);
+        self.tools.notify();
+        self.prompts.notify();
+        self.resources.notify();
+    }
+
+    /// Passes `provider`'s changes on until the next swap.
+    fn forward(&self, provider: &Arc<dyn ToolProvider>) {
+        let stop = CancellationToken::new();
+        let previous = std::mem::replace(
+            &mut *self.forwarding.lock().unwrap_or_else(|e| e.into_inner()),
+            stop.clone(),
+        );
+        previous.cancel();
+        let lists = [
+            (provider.tool_list_changes(), self.tools.clone()),
+            (provider.prompt_list_changes(), self.prompts.clone()),
+            (provider.resource_list_changes(), self.resources.clone()),
+        ];
+        for (changes, notifier) in lists {
+            let Some(mut changes) = changes else { continue };
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        changed = changes.changed() => {
+                            if !changed { return }
+                            notifier.notify();
+                        }
+                    }
+                }
+            });
+        }
+        if let Some(mut updates) = provider.resource_updates() {
+            let notifier = self.updates.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        uri = updates.next() => match uri {
+                            Some(uri) => notifier.notify(&uri),
+                            None => return,
+                        },
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for Live {
+    fn kind(&self) -> ToolKind {
+        self.get().kind()
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        self.get().list_tools().await
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.get().has_tool(name).await
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.get().call(name, arguments, ctx).await
+    }
+
+    fn instructions(&self) -> Option<String> {
+        self.get().instructions()
+    }
+
+    fn tool_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.tools.subscribe())
+    }
+
+    fn prompt_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.prompts.subscribe())
+    }
+
+    fn resource_list_changes(&self) -> Option<ToolListChanges> {
+        Some(self.resources.subscribe())
+    }
+
+    async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
+        self.get().list_prompts().await
+    }
+
+    async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        ctx: &CallContext,
+    ) -> Result<Prompt, ToolError> {
+        self.get().get_prompt(name, arguments, ctx).await
+    }
+
+    async fn complete(
+        &self,
+        request: CompletionRequest,
+        ctx: &CallContext,
+    ) -> Result<Completion, ToolError> {
+        self.get().complete(request, ctx).await
+    }
+
+    async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
+        self.get().list_resources().await
+    }
+
+    async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
+        self.get().list_resource_templates().await
+    }
+
+    async fn read_resource(
+        &self,
+        uri: &str,
+        ctx: &CallContext,
+    ) -> Result<Vec<ResourceContents>, ToolError> {
+        self.get().read_resource(uri, ctx).await
+    }
+
+    async fn subscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.get().subscribe_resource(uri).await
+    }
+
+    async fn unsubscribe_resource(&self, uri: &str) -> Result<(), ToolError> {
+        self.get().unsubscribe_resource(uri).await
+    }
+
+    fn resource_updates(&self) -> Option<ResourceUpdates> {
+        Some(self.updates.subscribe())
+    }
+}
+
+/// Watches `path` and reloads on change until `stop`; `serve_provider` makes the provider
+/// served from a Toolmux (the orchestrator, or its `--tools` view).
+pub(crate) async fn watch(
+    path: PathBuf,
+    current: Current,
+    live: Arc<Live>,
+    serve_provider: impl Fn(&Toolmux) -> Arc<dyn ToolProvider> + Send + 'static,
+    stop: CancellationToken,
+) {
+    let mut seen = std::fs::read(&path).ok();
+    let shown = path.display().to_string();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(POLL) => {}
+        }
+        let now = std::fs::read(&path).ok();
+        if now == seen || now.is_none() {
+            // Unchanged, or gone for a moment (an editor replacing it).
+            continue;
+        }
+        // Settled: the same bytes twice in a row.
+        tokio::time::sleep(POLL).await;
+        let settled = std::fs::read(&path).ok();
+        if settled != now {
+            continue;
+        }
+        seen = settled;
+        let env = |name: &str| std::env::var(name).ok();
+        let loaded = match toolmux::config::load(&path, &shown, &env) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                eprintln!(
+                    "error: {shown} changed but cannot be used: {e}; still serving the previous configuration"
+                );
+                continue;
+            }
+        };
+        // Counts so far go to the file, so the new orchestrator starts from them.
+        let old = current.get();
+        if let Err(e) = old.save_stats() {
+            tracing::warn!("cannot save statistics before a reload: {e}");
+        }
+        let toolmux = match crate::commands::start(&loaded, &|_| true).await {
+            Ok((toolmux, _report)) => toolmux,
+            Err(e) => {
+                eprintln!(
+                    "error: {shown} changed but cannot be used: {e:#}; still serving the previous configuration"
+                );
+                continue;
+            }
+        };
+        live.swap(serve_provider(&toolmux));
+        let tools = toolmux.orchestrator().tools().len();
+        let old = current.replace(toolmux);
+        eprintln!("toolmux: reloaded {shown}: serving {tools} tools");
+        tokio::spawn(drain(old));
+    }
+}
+
+/// Shuts the replaced orchestrator down once its calls have ended (its statistics were
+/// saved before the new one started, so they are not saved again).
+async fn drain(old: Toolmux) {
+    let orchestrator = old.orchestrator().clone();
+    let quiet = async {
+        while orchestrator.calls_in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN, quiet).await;
+    orchestrator.cleanup().await;
+}
