@@ -244,13 +244,14 @@ fn api_keys(loaded: &Loaded, args: &ServeArgs) -> Result<Vec<ApiKey>, String> {
     }
     if let Some(addr) = args.transport.http
         && keys.is_empty()
+        && loaded.config.serve.oauth.is_none()
         && !addr.ip().is_loopback()
         && !args.no_auth
     {
         return Err(format!(
             "serving on {addr} without an API key would let anyone who reaches it call every \
-             tool; give keys (`serve.apiKeys` in the configuration, or `--api-key-env VAR`), \
-             listen on 127.0.0.1, or pass --no-auth"
+             tool; give keys (`serve.apiKeys` in the configuration, or `--api-key-env VAR`) or \
+             an authorization server (`serve.oauth`), listen on 127.0.0.1, or pass --no-auth"
         ));
     }
     Ok(keys)
@@ -265,7 +266,7 @@ pub(crate) async fn serve(
     path: Option<std::path::PathBuf>,
     args: ServeArgs,
 ) -> anyhow::Result<u8> {
-    use toolmux::toolmux_mcp::server::{ServeOptions, bind_http, serve_stdio};
+    use toolmux::toolmux_mcp::server::{ServeOptions, TokenVerifier, bind_http, serve_stdio};
     // Checked before any provider starts.
     let api_keys = match api_keys(loaded, &args) {
         Ok(keys) => keys,
@@ -273,6 +274,18 @@ pub(crate) async fn serve(
             eprintln!("error: {e}");
             return Ok(exit::CONFIG);
         }
+    };
+    // The authorization server's keys are fetched before anything starts: a wrong issuer
+    // is a configuration error, not a gateway that refuses everyone.
+    let token_verifier = match (&loaded.config.serve.oauth, args.transport.http) {
+        (Some(oauth), Some(_)) => match TokenVerifier::new(oauth.clone()).await {
+            Ok(verifier) => Some(Arc::new(verifier)),
+            Err(e) => {
+                eprintln!("error: {}: serve.oauth: {e}", loaded.source_name());
+                return Ok(exit::CONFIG);
+            }
+        },
+        _ => None,
     };
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let current = crate::reload::Current::new(toolmux.clone());
@@ -284,6 +297,7 @@ pub(crate) async fn serve(
         metrics: Some(Arc::new(StatsPage(current.clone()))),
         events: Some(Arc::new(crate::events::CallEvents(current.clone()))),
         task_tools: loaded.config.serve.task_tools.clone(),
+        token_verifier,
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);

@@ -155,3 +155,19 @@ fn login_names_an_unknown_server_and_refuses_a_stdio_one() {
     assert_eq!(run.code, 2, "{run:?}");
     expect!["error: toolmux.yaml: mcp server `local` is not authorized with OAuth: only remote servers (streamable HTTP or SSE) are, and not with an `Authorization` header or `oauth.enabled: false`"].assert_eq(run.stderr.trim_end());
 }
+
+#[test]
+fn an_authorization_server_that_cannot_be_reached_stops_serve_at_once() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "serve:\n  oauth:\n    issuer: http://127.0.0.1:1\n    resource: http://127.0.0.1:8931/mcp\n",
+    );
+    let run = project.run(&["serve", "--http", "127.0.0.1:0"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let stderr = run.stderr.trim_end();
+    assert!(
+        stderr.starts_with("error: toolmux.yaml: serve.oauth: cannot reach the authorization server: cannot fetch http://127.0.0.1:1/.well-known/"),
+        "{stderr}"
+    );
+}

@@ -38,6 +38,7 @@ pub(crate) fn router(
         config = config.with_allowed_origins(origins).enforce_origin_validation();
     }
     let factory_keys = shared.options().api_keys.clone();
+    let verifier = shared.options().token_verifier.clone();
     let metrics = shared.options().metrics.clone();
     let health_shared = shared.clone();
     let factory_shared = shared;
@@ -59,12 +60,38 @@ pub(crate) fn router(
             }),
         );
     }
-    let keys: Arc<[ApiKey]> = Arc::from(factory_keys);
-    if !keys.is_empty() {
-        router = router.layer(axum::middleware::from_fn_with_state(keys, check_key));
+    let access = Arc::new(Access { keys: Arc::from(factory_keys), verifier: verifier.clone() });
+    if !access.keys.is_empty() || access.verifier.is_some() {
+        router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
     }
     // Added after the key check: probes carry no key.
-    router.route(HEALTH_PATH, axum::routing::get(move || health(health_shared.clone())))
+    let mut router =
+        router.route(HEALTH_PATH, axum::routing::get(move || health(health_shared.clone())));
+    // Where clients learn which authorization server issues tokens (RFC 9728): at the
+    // root and at the resource's path.
+    if let Some(verifier) = verifier {
+        let metadata = verifier.metadata();
+        for path in [RESOURCE_METADATA.to_owned(), format!("{RESOURCE_METADATA}{MCP_PATH}")] {
+            let metadata = metadata.to_string();
+            router = router.route(
+                &path,
+                axum::routing::get(move || async move {
+                    ([(CONTENT_TYPE, HeaderValue::from_static("application/json"))], metadata)
+                }),
+            );
+        }
+    }
+    router
+}
+
+/// Where the protected resource metadata is served.
+const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
+
+/// Who may use the server: API keys, and tokens of an authorization server.
+#[derive(Debug)]
+struct Access {
+    keys: Arc<[ApiKey]>,
+    verifier: Option<Arc<super::TokenVerifier>>,
 }
 
 /// Where liveness is told.
@@ -95,18 +122,68 @@ async fn health(shared: Arc<Shared>) -> Response {
     response
 }
 
-/// Lets through requests that present one of `keys`; refuses the others with 401.
+/// Lets through requests that present one of the keys or a valid access token; refuses
+/// the others with 401 (403 for a token short of scope).
 async fn check_key(
-    State(keys): State<Arc<[ApiKey]>>,
+    State(access): State<Arc<Access>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    match presented_key(request.headers()).and_then(|given| matching(&keys, given)) {
+    let presented = presented_key(request.headers());
+    match presented.and_then(|given| matching(&access.keys, given)) {
         Some(key) => {
             tracing::debug!(target: "toolmux::serve", key = %key.name, "request with API key");
             // The handler puts the holder in the request's run id (see `KeyHolder`).
             request.extensions_mut().insert(KeyHolder(Arc::from(key.name.as_str())));
             next.run(request).await
+        }
+        None if access.verifier.is_some() => {
+            let Some(verifier) = access.verifier.as_ref() else { return next.run(request).await };
+            let metadata = resource_metadata_url(verifier);
+            let scope = verifier.required_scopes().join(" ");
+            let scope =
+                if scope.is_empty() { String::new() } else { format!(", scope=\"{scope}\"") };
+            let token = request
+                .headers()
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().split_once(' '))
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim().to_owned());
+            let Some(token) = token else {
+                let challenge = format!("Bearer resource_metadata=\"{metadata}\"{scope}");
+                return refuse(StatusCode::UNAUTHORIZED, &challenge, "an access token is required");
+            };
+            match verifier.verify(&token).await {
+                Ok(subject) => {
+                    tracing::debug!(target: "toolmux::serve", subject = %subject, "request with an access token");
+                    request
+                        .extensions_mut()
+                        .insert(KeyHolder(Arc::from(format!("oauth:{subject}"))));
+                    next.run(request).await
+                }
+                Err(super::Refusal::Invalid(why)) => {
+                    let challenge = format!(
+                        "Bearer error=\"invalid_token\", error_description=\"{why}\", resource_metadata=\"{metadata}\"{scope}"
+                    );
+                    refuse(
+                        StatusCode::UNAUTHORIZED,
+                        &challenge,
+                        &format!("the access token is refused: {why}"),
+                    )
+                }
+                Err(super::Refusal::InsufficientScope(missing)) => {
+                    let challenge = format!(
+                        "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{metadata}\"",
+                        verifier.required_scopes().join(" ")
+                    );
+                    refuse(
+                        StatusCode::FORBIDDEN,
+                        &challenge,
+                        &format!("the access token lacks the scope {}", missing.join(" ")),
+                    )
+                }
+            }
         }
         None => {
             let body = serde_json::json!({
@@ -125,6 +202,31 @@ async fn check_key(
             response
         }
     }
+}
+
+/// `{origin}/.well-known/oauth-protected-resource{path}` of the configured resource.
+fn resource_metadata_url(verifier: &super::TokenVerifier) -> String {
+    let resource = verifier.metadata()["resource"].as_str().unwrap_or_default().to_owned();
+    match reqwest::Url::parse(&resource) {
+        Ok(url) => format!(
+            "{}{RESOURCE_METADATA}{}",
+            url.origin().ascii_serialization(),
+            url.path().trim_end_matches('/')
+        ),
+        Err(_) => RESOURCE_METADATA.to_owned(),
+    }
+}
+
+/// A refusal with its challenge and a JSON-RPC error saying why.
+fn refuse(status: StatusCode, challenge: &str, why: &str) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": why}});
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(value) = HeaderValue::from_str(challenge) {
+        headers.insert(WWW_AUTHENTICATE, value);
+    }
+    response
 }
 
 /// Who holds the API key a request presented: runs are kept per holder (`key:NAME/…`), so

@@ -73,6 +73,7 @@ mod handler;
 mod http;
 mod interact;
 mod names;
+mod oauth;
 mod profile;
 mod session;
 mod stdio;
@@ -80,6 +81,7 @@ mod tasks;
 
 pub use convert::EXTRAS_META_KEY;
 pub use handler::RUN_ID_META_KEY;
+pub use oauth::{Refusal, ResourceServerConfig, TokenVerifier};
 pub use profile::ClientProfile;
 
 use crate::McpError;
@@ -125,6 +127,10 @@ pub struct ServeOptions {
     /// Glob patterns of tool names (as the provider names them) whose calls may run as MCP
     /// tasks, besides those whose provider says so (`ToolAnnotations::task_support`).
     pub task_tools: Vec<String>,
+    /// Over HTTP, access tokens of an OAuth authorization server are accepted too (the
+    /// MCP authorization specification's protected resource): each valid token's subject
+    /// is a holder, as an API key's name is.
+    pub token_verifier: Option<Arc<TokenVerifier>>,
 }
 
 /// Checks [`ServeOptions::task_tools`]: `Err` names the first pattern that is not a glob.
@@ -195,6 +201,7 @@ impl Default for ServeOptions {
             metrics: None,
             events: None,
             task_tools: Vec::new(),
+            token_verifier: None,
         }
     }
 }

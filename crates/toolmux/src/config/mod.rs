@@ -130,12 +130,20 @@ pub struct ServeSection {
     /// always may; other tools only when listed here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub task_tools: Vec<String>,
+    /// Over HTTP, take access tokens (JWTs) an OAuth authorization server issued, as the
+    /// MCP authorization specification's protected resource: `issuer` (its tokens' `iss`),
+    /// `resource` (this server's URL: the tokens' `aud`, such as
+    /// `https://tools.example.com/mcp`), `jwksUri` (default: from the issuer's metadata),
+    /// `scopes` every token must carry. Besides `apiKeys`; each token's subject is a
+    /// holder (`oauth:SUB`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<toolmux_mcp::server::ResourceServerConfig>,
 }
 
 #[cfg(feature = "mcp")]
 impl ServeSection {
     fn is_empty(&self) -> bool {
-        self.api_keys.is_empty() && self.task_tools.is_empty()
+        self.api_keys.is_empty() && self.task_tools.is_empty() && self.oauth.is_none()
     }
 }
 
