@@ -46,6 +46,8 @@ struct Sessions {
     idle: Duration,
     open: Mutex<HashMap<Arc<str>, Session>>,
     shutdown: CancellationToken,
+    /// Whether the reaper runs (warmup may come again after a restart).
+    reaping: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug)]
@@ -75,6 +77,7 @@ impl PerSessionProvider {
                 idle: idle.max(Duration::from_millis(10)),
                 open: Mutex::new(HashMap::new()),
                 shutdown: CancellationToken::new(),
+                reaping: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -238,7 +241,9 @@ impl ToolProvider for PerSessionProvider {
     }
 
     async fn warmup(&self) -> Result<(), ToolError> {
-        spawn_reaper(&self.inner);
+        if !self.inner.reaping.swap(true, Ordering::AcqRel) {
+            spawn_reaper(&self.inner);
+        }
         self.inner.template.warmup().await
     }
 
