@@ -82,6 +82,13 @@ impl PerSessionProvider {
         })
     }
 
+    /// Starts closing idle sessions, once (at warmup, or the first call without one).
+    fn ensure_reaper(&self) {
+        if !self.inner.reaping.swap(true, Ordering::AcqRel) {
+            spawn_reaper(&self.inner);
+        }
+    }
+
     /// The runs with a connection open now.
     pub fn open_sessions(&self) -> Vec<String> {
         let mut runs: Vec<String> = self.inner.lock().keys().map(|k| k.to_string()).collect();
@@ -232,6 +239,7 @@ impl ToolProvider for PerSessionProvider {
                 McpError::ShutDown { server: self.inner.name.clone() }.into_tool_error(Some(name))
             );
         }
+        self.ensure_reaper();
         let (provider, _in_flight) = self.inner.session(ctx.run_id())?;
         let result = provider.call(name, arguments, ctx).await;
         if let Some(session) = self.inner.lock().get_mut(ctx.run_id()) {
@@ -241,9 +249,7 @@ impl ToolProvider for PerSessionProvider {
     }
 
     async fn warmup(&self) -> Result<(), ToolError> {
-        if !self.inner.reaping.swap(true, Ordering::AcqRel) {
-            spawn_reaper(&self.inner);
-        }
+        self.ensure_reaper();
         self.inner.template.warmup().await
     }
 
