@@ -10,10 +10,51 @@ use toolmux::config::Loaded;
 use toolmux::toolmux_core::ToolProvider as _;
 use toolmux::toolmux_mcp::{McpProvider, Opener};
 
-/// Shows the authorization URL on stderr and, unless told not to, in a browser.
+/// Shows the authorization URL on stderr and, unless told not to, in a browser. Without a
+/// browser here (`--no-browser`, on a machine reached over SSH) the address the browser was
+/// sent to after the approval may be pasted on stdin: it is passed on to the loopback
+/// listener, which the browser elsewhere could not reach.
 #[derive(Debug)]
 struct Browser {
     start: bool,
+}
+
+/// Passes pasted redirect addresses (`http://127.0.0.1:PORT/callback?...`) on to the
+/// listener, from a thread of its own blocked on stdin (it ends with the process).
+fn relay_pasted_redirects() {
+    std::thread::spawn(|| {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { return };
+            // Only ever to this machine's listener.
+            let pasted = line.trim().strip_prefix("http://127.0.0.1:").and_then(|rest| {
+                let (port, target) = rest.split_at(rest.find('/')?);
+                let port: u16 = port.parse().ok()?;
+                let clean = target.starts_with("/callback")
+                    && !target.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control());
+                clean.then(|| (port, target.to_owned()))
+            });
+            let Some((port, target)) = pasted else {
+                if !line.trim().is_empty() {
+                    eprintln!(
+                        "(that is not the http://127.0.0.1:…/callback address the browser was sent to)"
+                    );
+                }
+                continue;
+            };
+            let sent = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut stream| {
+                use std::io::{Read as _, Write as _};
+                write!(
+                    stream,
+                    "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+                )?;
+                let mut answer = String::new();
+                stream.read_to_string(&mut answer).map(|_| answer)
+            });
+            if let Err(e) = sent {
+                eprintln!("(cannot pass the address on: {e})");
+            }
+        }
+    });
 }
 
 impl Opener for Browser {
@@ -26,6 +67,13 @@ impl Opener for Browser {
                 && let Err(why) = start_browser(url).await
             {
                 eprintln!("(no browser started: {why}; open the address by hand)");
+            }
+            if !self.start {
+                eprintln!(
+                    "If the browser is on another machine, paste here the address it is sent to \
+                     after the approval (http://127.0.0.1:…/callback?…)."
+                );
+                relay_pasted_redirects();
             }
             eprintln!("Waiting for the approval...");
             // The person may still open the address by hand: the wait goes on either way.

