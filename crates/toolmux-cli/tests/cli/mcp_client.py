@@ -35,6 +35,8 @@ async def main() -> None:
                 "everything__echo": {"message": "hi"},
                 "fs__read": {"path": "../outside.txt"},
                 "everything__get-annotated-message": {"messageType": "error", "includeImage": True},
+                # server-everything runs this one only as a task; toolmux calls it as one.
+                "everything__simulate-research-query": {"topic": "gateway"},
             }
             for name, arguments in calls.items():
                 if name not in names:

@@ -55,6 +55,11 @@ fn check_summary(summary: &Value) {
     assert_eq!(annotated.as_array().map(Vec::len), Some(2), "{summary}");
     assert!(annotated[0]["priority"].is_number(), "{summary}");
     assert!(annotated[1]["audience"].is_array(), "{summary}");
+    // A tool the upstream runs only as a task answers a plain call.
+    let research = &summary["everything__simulate-research-query"];
+    assert_eq!(research["is_error"], false, "{summary}");
+    let report = research["text"].as_str().unwrap_or_default();
+    assert!(report.starts_with("# Research Report: gateway"), "{summary}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents, Tool};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use toolmux_core::{ContentPart, ToolAnnotations, ToolOutput, ToolSpec};
+use toolmux_core::{ContentPart, TaskSupport, ToolAnnotations, ToolOutput, ToolSpec};
 
 use super::config::DeclaredTool;
 
@@ -34,6 +34,16 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
         .and_then(Value::as_u64)
         .and_then(|chars| usize::try_from(chars).ok())
         .filter(|&chars| chars > 0);
+    annotations.task_support = match tool
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.0.get(crate::transport::TASK_SUPPORT_META_KEY))
+        .and_then(Value::as_str)
+    {
+        Some("required") => TaskSupport::Required,
+        Some("optional") => TaskSupport::Optional,
+        _ => TaskSupport::Forbidden,
+    };
     ToolSpec {
         name: tool.name.into_owned(),
         title,

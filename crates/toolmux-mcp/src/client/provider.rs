@@ -9,6 +9,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use serde_json::Value;
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -16,8 +17,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
-    ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
+    ResourceSpec, ResourceTemplate, ResourceUpdates, TaskSupport, ToolError, ToolKind,
+    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
 };
 
 use super::config::{McpServerConfig, TransportKind};
@@ -30,6 +31,7 @@ use crate::McpError;
 use crate::transport::lane::{self, Lane};
 
 mod catalog;
+mod tasks;
 
 /// First delay before reconnecting after a failure; doubled per further failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
@@ -68,6 +70,8 @@ struct Inner {
     current: Mutex<Option<Arc<Connection>>>,
     /// The server's tools after filtering; `None` until first listed (or after a change).
     tools: RwLock<Option<Arc<Vec<ToolSpec>>>>,
+    /// Tools the server runs only as tasks (see `tasks`).
+    task_required: RwLock<HashSet<String>>,
     instructions: RwLock<Option<String>>,
     shutdown: CancellationToken,
 }
@@ -122,6 +126,7 @@ impl McpProvider {
                 restarts: tokio::sync::Mutex::default(),
                 current: Mutex::new(None),
                 tools: RwLock::new(None),
+                task_required: RwLock::default(),
                 instructions: RwLock::new(None),
                 shutdown: CancellationToken::new(),
             }),
@@ -367,8 +372,17 @@ impl Inner {
                 });
             }
         };
-        let tools: Vec<ToolSpec> =
+        let mut tools: Vec<ToolSpec> =
             listed.into_iter().filter(|t| self.filter.allows(&t.name)).map(tool_spec).collect();
+        // A tool the server runs only as a task is called as one here, so to the caller it
+        // takes tasks or plain calls alike.
+        let mut required = self.task_required.write().unwrap_or_else(|e| e.into_inner());
+        for tool in tools.iter_mut().filter(|t| t.annotations.task_support == TaskSupport::Required)
+        {
+            required.insert(tool.name.clone());
+            tool.annotations.task_support = TaskSupport::Optional;
+        }
+        drop(required);
         let tools = Arc::new(tools);
         *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Some(tools.clone());
         Ok(tools)
@@ -446,12 +460,25 @@ impl Inner {
             suggestions.truncate(3);
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         }
+        if !connection.is_modern() && self.requires_task(name) {
+            let result = self.call_as_task(&connection, name, arguments.as_ref(), ctx).await?;
+            self.succeeded();
+            return Ok(tool_output(result));
+        }
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
         for _round in 0..MAX_INPUT_ROUNDS {
-            let result = self.call_once(&connection, name, &mut params, ctx).await?;
+            let result = self.call_once(&connection, name, &mut params, ctx).await;
+            if !connection.is_modern() && self.requires_task(name) {
+                // Refused for want of a task (and so not run): sent again as one.
+                let arguments = params.arguments.as_ref();
+                let result = self.call_as_task(&connection, name, arguments, ctx).await?;
+                self.succeeded();
+                return Ok(tool_output(result));
+            }
+            let result = result?;
             match result {
                 ServerResult::CallToolResult(result) => {
                     self.succeeded();
@@ -539,6 +566,9 @@ impl Inner {
             let _ =
                 tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(Some(reason.into()))).await;
         }
+        if !connection.is_modern() && tasks::refused_for_task(&waited) {
+            self.learn_requires_task(name);
+        }
         self.reply(connection, name, waited).await
     }
 
@@ -585,6 +615,9 @@ impl Inner {
         match waited.abandons() {
             Some(reason) => waiting.abandon(reason).await,
             None => waiting.finish(),
+        }
+        if !connection.is_modern() && tasks::refused_for_task(&waited) {
+            self.learn_requires_task(name);
         }
         self.reply(connection, name, waited).await
     }

@@ -198,11 +198,45 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<RxJsonRpcMessage<RoleClient>
     if let Some(message) = text_call_response(bytes).or_else(|| call_tool_response(bytes)) {
         return Ok(message);
     }
-    serde_json::from_slice(bytes).map_err(|e| {
+    let mut message = serde_json::from_slice(bytes).map_err(|e| {
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
         let kind = if e.is_syntax() || e.is_eof() { "not JSON" } else { "not a JSON-RPC message" };
         format!("{kind}: `{}`", text.trim_end())
-    })
+    })?;
+    keep_task_support(bytes, &mut message);
+    Ok(message)
+}
+
+/// The tool `_meta` key under which a listed tool's `execution.taskSupport` (2025-11-25) is
+/// kept: rmcp's model has no `execution`, and a tool that requires tasks must be called as
+/// one (`McpProvider` does, see `client/provider/tasks.rs`).
+pub(crate) const TASK_SUPPORT_META_KEY: &str = "io.toolmux/taskSupport";
+
+/// Copies each listed tool's `execution.taskSupport` (`optional` or `required`) from a
+/// `tools/list` answer into the tool's `_meta` under [`TASK_SUPPORT_META_KEY`].
+fn keep_task_support(bytes: &[u8], message: &mut RxJsonRpcMessage<RoleClient>) {
+    use rmcp::model::ServerResult;
+
+    let JsonRpcMessage::Response(response) = message else { return };
+    let ServerResult::ListToolsResult(list) = &mut response.result else { return };
+    if !bytes.windows(11).any(|w| w == b"\"execution\"") {
+        return;
+    }
+    let Ok(raw) = serde_json::from_slice::<serde_json::Value>(bytes) else { return };
+    let Some(raw_tools) = raw.pointer("/result/tools").and_then(serde_json::Value::as_array) else {
+        return;
+    };
+    for raw_tool in raw_tools {
+        let support =
+            raw_tool.pointer("/execution/taskSupport").and_then(serde_json::Value::as_str);
+        let Some(support @ ("optional" | "required")) = support else { continue };
+        let name = raw_tool.get("name").and_then(serde_json::Value::as_str);
+        let Some(tool) = list.tools.iter_mut().find(|t| Some(t.name.as_ref()) == name) else {
+            continue;
+        };
+        let meta = tool.meta.get_or_insert_with(Default::default);
+        meta.0.insert(TASK_SUPPORT_META_KEY.to_owned(), serde_json::Value::from(support));
+    }
 }
 
 /// The answer to a `tools/call`, the message of every call, parsed straight into a

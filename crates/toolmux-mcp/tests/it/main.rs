@@ -15,3 +15,4 @@ mod rmcp_peer;
 mod roundtrip;
 mod sessions;
 mod support;
+mod upstream_tasks;

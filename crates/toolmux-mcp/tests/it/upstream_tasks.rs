@@ -1,0 +1,134 @@
+//! Tools server-everything runs only as tasks (2025-11-25 tasks, `taskSupport:
+//! "required"`): called through `McpProvider` as plain calls, over stdio (where the listing
+//! says so) and streamable HTTP (where the server's refusal says so).
+
+use async_trait::async_trait;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use toolmux_core::{
+    ApprovalDecision, ApprovalRequest, CallContext, ElicitationAction, ElicitationRequest,
+    ElicitationResponse, InteractionHandler, Progress, ProgressSink, TaskSupport, ToolError,
+    ToolProvider,
+};
+use toolmux_mcp::{McpProvider, McpServerConfig, TransportKind};
+
+use crate::support;
+
+const RESEARCH: &str = "simulate-research-query";
+
+/// Answers the research tool's clarifying question with one interpretation.
+#[derive(Debug, Default)]
+struct Clarifies {
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl InteractionHandler for Clarifies {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Allow
+    }
+
+    async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
+        self.asked.lock().unwrap().push(request.message);
+        let mut content = toolmux_core::JsonObject::new();
+        content.insert("interpretation".into(), json!("snake"));
+        Ok(ElicitationResponse { action: ElicitationAction::Accept, content: Some(content) })
+    }
+}
+
+fn progress_messages() -> (ProgressSink, Arc<Mutex<Vec<Progress>>>) {
+    let reports: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = {
+        let reports = reports.clone();
+        ProgressSink::new(move |p| reports.lock().unwrap().push(p))
+    };
+    (sink, reports)
+}
+
+#[tokio::test]
+async fn a_task_only_tool_is_listed_as_taking_tasks_and_called_as_a_plain_call() {
+    let provider = McpProvider::new("everything", support::everything_stdio()).unwrap();
+    let tools = provider.list_tools().await.unwrap();
+    let support_of = |name: &str| {
+        tools.iter().find(|t| t.name == name).map(|t| t.annotations.task_support).unwrap()
+    };
+    // toolmux runs it as a task upstream either way, so its own callers may choose.
+    assert_eq!(support_of(RESEARCH), TaskSupport::Optional);
+    assert_eq!(support_of("echo"), TaskSupport::Forbidden);
+
+    let handler = Arc::new(Clarifies::default());
+    let (sink, reports) = progress_messages();
+    let ctx = CallContext::new().with_handler(handler.clone()).with_progress(sink);
+    let out =
+        provider.call(RESEARCH, json!({"topic": "python", "ambiguous": true}), &ctx).await.unwrap();
+    let text = out.to_text();
+    assert!(!out.is_error, "{text}");
+    // The question asked while the task was `input_required` reached the caller, and its
+    // answer reached the task.
+    assert!(text.contains("# Research Report: python (snake)"), "{text}");
+    let asked = handler.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("multiple interpretations"), "{asked:?}");
+    // The task's status messages became the call's progress, in order, without repeats.
+    let reports = reports.lock().unwrap().clone();
+    let messages: Vec<String> = reports.iter().filter_map(|p| p.message.clone()).collect();
+    assert_eq!(messages.first().map(String::as_str), Some("Gathering sources..."), "{messages:?}");
+    assert!(messages.len() >= 3, "{messages:?}");
+    assert!(messages.windows(2).all(|w| w[0] != w[1]), "{messages:?}");
+    let steps: Vec<f64> = reports.iter().map(|p| p.progress).collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+
+    // Other tools are still plain calls on the same connection.
+    let echo = provider.call("echo", json!({"message": "after"}), &CallContext::new()).await;
+    assert_eq!(echo.unwrap().to_text(), "Echo: after");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_task_longer_than_the_request_timeout_is_held_open_by_polling() {
+    // The task takes 4 s; the request timeout is 1 s, so the call lives on `tasks/get`
+    // answers (polled at most every half timeout) resetting it.
+    let config = support::everything_stdio().with_request_timeout(Duration::from_secs(1));
+    let provider = McpProvider::new("everything", config).unwrap();
+    provider.list_tools().await.unwrap();
+    let out = provider.call(RESEARCH, json!({"topic": "rust"}), &CallContext::new()).await.unwrap();
+    assert!(out.to_text().contains("# Research Report: rust"), "{}", out.to_text());
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_task_call_returns_at_once() {
+    let provider = McpProvider::new("everything", support::everything_stdio()).unwrap();
+    provider.list_tools().await.unwrap();
+    let ctx = CallContext::new();
+    let cancel = ctx.cancel_token().clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let err = provider.call(RESEARCH, json!({"topic": "go"}), &ctx).await.unwrap_err();
+    assert!(matches!(err, ToolError::Cancelled { .. }), "{err:?}");
+    // Cancelled at 0.6 s, `tasks/cancel` sent within its 1 s grace: well before the 4 s the
+    // task would take.
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let echo = provider.call("echo", json!({"message": "still"}), &CallContext::new()).await;
+    assert_eq!(echo.unwrap().to_text(), "Echo: still");
+    provider.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn over_streamable_http_the_refusal_says_a_task_is_needed() {
+    let port = support::free_port();
+    let args = [support::everything_js().display().to_string(), "streamableHttp".into()];
+    let server = support::ServerProcess::start("node", &args, port);
+    let config = McpServerConfig::remote(TransportKind::Http, format!("{}/mcp", server.base));
+    let provider = McpProvider::new("everything", config).unwrap();
+    for topic in ["first", "second"] {
+        let out = provider.call(RESEARCH, json!({"topic": topic}), &CallContext::new()).await;
+        let text = out.unwrap().to_text();
+        assert!(text.contains(&format!("# Research Report: {topic}")), "{text}");
+    }
+    provider.shutdown().await.unwrap();
+}
