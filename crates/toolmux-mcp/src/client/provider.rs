@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -70,8 +70,8 @@ struct Inner {
     current: Mutex<Option<Arc<Connection>>>,
     /// The server's tools after filtering; `None` until first listed (or after a change).
     tools: RwLock<Option<Arc<Vec<ToolSpec>>>>,
-    /// Tools the server runs only as tasks (see `tasks`).
-    task_required: RwLock<HashSet<String>>,
+    /// Tools the server runs only as tasks, and how it takes them (see `tasks`).
+    task_required: RwLock<HashMap<String, tasks::Flavor>>,
     instructions: RwLock<Option<String>>,
     shutdown: CancellationToken,
 }
@@ -376,10 +376,11 @@ impl Inner {
             listed.into_iter().filter(|t| self.filter.allows(&t.name)).map(tool_spec).collect();
         // A tool the server runs only as a task is called as one here, so to the caller it
         // takes tasks or plain calls alike.
+        let flavor = tasks::Flavor::listed(connection);
         let mut required = self.task_required.write().unwrap_or_else(|e| e.into_inner());
         for tool in tools.iter_mut().filter(|t| t.annotations.task_support == TaskSupport::Required)
         {
-            required.insert(tool.name.clone());
+            required.insert(tool.name.clone(), flavor);
             tool.annotations.task_support = TaskSupport::Optional;
         }
         drop(required);
@@ -460,7 +461,7 @@ impl Inner {
             suggestions.truncate(3);
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         }
-        if !connection.is_modern() && self.requires_task(name) {
+        if self.requires_task(name) == Some(tasks::Flavor::Augmented) {
             let result = self.call_as_task(&connection, name, arguments.as_ref(), ctx).await?;
             self.succeeded();
             return Ok(tool_output(result));
@@ -470,17 +471,27 @@ impl Inner {
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
         for _round in 0..MAX_INPUT_ROUNDS {
-            let result = self.call_once(&connection, name, &mut params, ctx).await;
-            if !connection.is_modern() && self.requires_task(name) {
+            // A tool that runs only as a task of the tasks extension (SEP-2663) is called
+            // declaring the extension, and the task it creates is followed to its end.
+            let as_task = self.requires_task(name) == Some(tasks::Flavor::Extension);
+            let result = self.call_once(&connection, name, &mut params, as_task, ctx).await;
+            if let Some(flavor) = self.requires_task(name).filter(|_| !as_task) {
                 // Refused for want of a task (and so not run): sent again as one.
+                if flavor == tasks::Flavor::Extension {
+                    continue;
+                }
                 let arguments = params.arguments.as_ref();
                 let result = self.call_as_task(&connection, name, arguments, ctx).await?;
                 self.succeeded();
                 return Ok(tool_output(result));
             }
-            let result = result?;
-            match result {
+            match result? {
                 ServerResult::CallToolResult(result) => {
+                    self.succeeded();
+                    return Ok(tool_output(result));
+                }
+                ServerResult::CreateTaskResult(created) => {
+                    let result = self.follow_task(&connection, name, created, ctx).await?;
                     self.succeeded();
                     return Ok(tool_output(result));
                 }
@@ -513,12 +524,14 @@ impl Inner {
         connection: &Connection,
         name: &str,
         params: &mut CallToolRequestParams,
+        as_task: bool,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
         match &connection.lane {
-            Some(lane) => self.call_on_lane(connection, lane, name, params, ctx).await,
+            // Only connections of the handshake revisions have a lane.
+            Some(lane) => self.call_on_lane(connection, lane, name, params, as_task, ctx).await,
             // Boxed: rmcp's request futures are large, and a call's future holds this one.
-            None => Box::pin(self.call_on_session(connection, name, params, ctx)).await,
+            None => Box::pin(self.call_on_session(connection, name, params, as_task, ctx)).await,
         }
     }
 
@@ -528,12 +541,16 @@ impl Inner {
         connection: &Connection,
         name: &str,
         params: &CallToolRequestParams,
+        as_task: bool,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
         let mut options = PeerRequestOptions::no_options();
         options.meta = catalog::request_meta(connection, ctx);
+        if as_task {
+            options.meta.get_or_insert_default().extend(tasks::tasks_meta());
+        }
         // In flight from before the send: the server may ask its questions at once.
         let flight = self.events.flights.begin(ctx);
         let handle = match connection.peer.send_cancellable_request(request, options).await {
@@ -566,8 +583,8 @@ impl Inner {
             let _ =
                 tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(Some(reason.into()))).await;
         }
-        if !connection.is_modern() && tasks::refused_for_task(&waited) {
-            self.learn_requires_task(name);
+        if let Some(flavor) = tasks::refused_for_task(&waited) {
+            self.learn_requires_task(name, flavor);
         }
         self.reply(connection, name, waited).await
     }
@@ -580,9 +597,13 @@ impl Inner {
         lane: &Arc<Lane>,
         name: &str,
         params: &mut CallToolRequestParams,
+        as_task: bool,
         ctx: &CallContext,
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        if as_task {
+            params.meta.get_or_insert_default().extend(tasks::tasks_meta());
+        }
         let Some(mut sent) = lane.open() else {
             return Err(tool_error(connection.lost()));
         };
@@ -616,8 +637,8 @@ impl Inner {
             Some(reason) => waiting.abandon(reason).await,
             None => waiting.finish(),
         }
-        if !connection.is_modern() && tasks::refused_for_task(&waited) {
-            self.learn_requires_task(name);
+        if let Some(flavor) = tasks::refused_for_task(&waited) {
+            self.learn_requires_task(name, flavor);
         }
         self.reply(connection, name, waited).await
     }

@@ -11,7 +11,7 @@ use toolmux_core::{
     ElicitationResponse, InteractionHandler, Progress, ProgressSink, TaskSupport, ToolError,
     ToolProvider,
 };
-use toolmux_mcp::{McpProvider, McpServerConfig, TransportKind};
+use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
 
 use crate::support;
 
@@ -131,4 +131,49 @@ async fn over_streamable_http_the_refusal_says_a_task_is_needed() {
         assert!(text.contains(&format!("# Research Report: {topic}")), "{text}");
     }
     provider.shutdown().await.unwrap();
+}
+
+/// This crate's own server (`toolmux-mcp-serve-fixture`), whose task tools follow the
+/// tasks extension (SEP-2663): a tool that runs only as a task refuses a call that does not
+/// declare the extension (`-32021`), on either revision.
+fn fixture(mode: ProtocolMode) -> McpProvider {
+    let config = McpServerConfig::stdio(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"), ["stdio"])
+        .with_base_dir(support::run_dir())
+        .with_protocol(mode);
+    McpProvider::new("fixture", config).unwrap()
+}
+
+#[tokio::test]
+async fn a_tool_of_the_tasks_extension_that_runs_only_as_a_task_answers_a_plain_call() {
+    for mode in [ProtocolMode::Legacy, ProtocolMode::Auto] {
+        let provider = fixture(mode);
+        let handler = Arc::new(crate::passthrough::Answers::default());
+        let ctx = CallContext::new().with_handler(handler.clone());
+        // Twice: refused once and learnt, then declared from the start.
+        for round in 0..2 {
+            let out = provider.call("test_tool_with_task", json!({}), &ctx).await;
+            let out = out.unwrap_or_else(|e| panic!("{mode:?} round {round}: {e}"));
+            assert_eq!(out.to_text(), "Hello, Ada Lovelace!", "{mode:?} round {round}");
+        }
+        assert_eq!(handler.asked.lock().unwrap().len(), 2, "{mode:?}");
+        // A tool error inside the task is the call's tool error, not a failure.
+        let failed = provider.call("failing_job", json!({}), &CallContext::new()).await.unwrap();
+        assert!(failed.is_error, "{mode:?}: {failed:?}");
+        assert!(failed.to_text().contains("the job failed"), "{mode:?}: {failed:?}");
+        // Cancelled while the task runs: back at once.
+        let ctx = CallContext::new();
+        let cancel = ctx.cancel_token().clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let err = provider.call("failing_job", json!({}), &ctx).await.unwrap_err();
+        assert!(matches!(err, ToolError::Cancelled { .. }), "{mode:?}: {err:?}");
+        assert!(started.elapsed() < Duration::from_millis(900), "{:?}", started.elapsed());
+        // Tools that may run as tasks are still plain calls.
+        let greet = provider.call("greet", json!({"name": "x"}), &CallContext::new()).await;
+        assert_eq!(greet.unwrap().to_text(), "Hello, x!", "{mode:?}");
+        provider.shutdown().await.unwrap();
+    }
 }

@@ -19,17 +19,23 @@
 //! revision prescribes, or the TypeScript SDK's tool error carrying it); the call is then
 //! sent again as a task, since a refused call did not run.
 
-use rmcp::model::{CallToolResult, ClientRequest, CustomRequest, ServerResult};
-use rmcp::service::ServiceError;
+use rmcp::model::{
+    CallToolResult, CancelTaskParams, CancelTaskRequest, ClientCapabilities, ClientRequest,
+    CreateTaskResult, CustomRequest, GetTaskParams, GetTaskRequest, InputResponses,
+    RequestMetaObject, ServerResult, TASKS_EXTENSION_ID, TaskPayload, UpdateTaskParams,
+    UpdateTaskRequest,
+};
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use toolmux_core::{CallContext, JsonObject, Progress, ToolError};
+use toolmux_core::{CallContext, JsonObject, Progress, ProgressSink, ToolError};
 
 use super::{Inner, Waited};
 use crate::McpError;
 use crate::client::connection::Connection;
+use crate::client::{handler, interaction};
 
 /// How long the server keeps a finished task's result for us: we fetch it at once.
 const TASK_TTL_MS: u64 = 5 * 60 * 1000;
@@ -41,16 +47,34 @@ const POLL_DEFAULT: Duration = Duration::from_secs(1);
 /// How long `tasks/cancel` may take before the caller is let go.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
+/// How a server takes the calls of a tool that runs only as a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flavor {
+    /// 2025-11-25: the call carries a `task` field; `tasks/result` gives the result.
+    Augmented,
+    /// The tasks extension (SEP-2663): the call declares the extension in its `_meta`;
+    /// `tasks/get` gives the result.
+    Extension,
+}
+
+impl Flavor {
+    /// What a tool listed as requiring tasks expects on `connection`.
+    pub(super) fn listed(connection: &Connection) -> Flavor {
+        if connection.is_modern() { Flavor::Extension } else { Flavor::Augmented }
+    }
+}
+
 impl Inner {
-    /// Whether the server said `name` must be called as a task.
-    pub(super) fn requires_task(&self, name: &str) -> bool {
-        self.task_required.read().unwrap_or_else(|e| e.into_inner()).contains(name)
+    /// Whether (and how) the server said `name` must be called as a task.
+    pub(super) fn requires_task(&self, name: &str) -> Option<Flavor> {
+        self.task_required.read().unwrap_or_else(|e| e.into_inner()).get(name).copied()
     }
 
     /// Remembers that the server refused a plain call of `name` for want of a task.
-    pub(super) fn learn_requires_task(&self, name: &str) {
-        tracing::debug!(server = %self.name, tool = name, "the server runs this tool only as a task");
-        self.task_required.write().unwrap_or_else(|e| e.into_inner()).insert(name.to_owned());
+    pub(super) fn learn_requires_task(&self, name: &str, flavor: Flavor) {
+        tracing::debug!(server = %self.name, tool = name, ?flavor, "the server runs this tool only as a task");
+        let mut required = self.task_required.write().unwrap_or_else(|e| e.into_inner());
+        required.insert(name.to_owned(), flavor);
     }
 
     /// Calls `name` as a task and waits for its result.
@@ -149,17 +173,8 @@ impl Inner {
         activity: &Notify,
         ctx: &CallContext,
     ) -> std::convert::Infallible {
-        let mut last = status_message(created);
-        let mut reports = 0u32;
-        let report = |message: Option<String>, reports: &mut u32| {
-            if let (Some(sink), Some(message)) = (ctx.progress_sink(), message) {
-                *reports += 1;
-                let mut progress = Progress::new(f64::from(*reports), None);
-                progress.message = Some(message);
-                sink.report(progress);
-            }
-        };
-        report(last.clone(), &mut reports);
+        let mut progress = Reporter::new(ctx.progress_sink());
+        progress.report(status_message(created));
         loop {
             tokio::time::sleep(poll).await;
             let request = ClientRequest::CustomRequest(CustomRequest::new(
@@ -180,35 +195,42 @@ impl Inner {
             {
                 poll = self.poll_interval(&answer);
             }
-            let message = status_message(&answer);
-            if message.is_some() && message != last {
-                report(message.clone(), &mut reports);
-                last = message;
-            }
+            progress.report(status_message(&answer));
         }
     }
 }
 
 /// Whether a plain call's outcome is the server refusing it because `name` must be called
 /// as a task.
-pub(super) fn refused_for_task(waited: &Waited) -> bool {
+pub(super) fn refused_for_task(waited: &Waited) -> Option<Flavor> {
     let mentions_task = |text: &str| {
         let text = text.to_ascii_lowercase();
         text.contains("task augmentation") || text.contains("tasksupport")
     };
     match waited {
         Waited::Reply(Err(ServiceError::McpError(error))) => {
-            error.code.0 == -32601 && mentions_task(&error.message)
+            // 2025-11-25: method not found; the tasks extension: a missing client
+            // capability, the extension.
+            let data = error.data.as_ref().map(Value::to_string).unwrap_or_default();
+            if error.code.0 == MISSING_CLIENT_CAPABILITY
+                && (error.message.contains(TASKS_EXTENSION_ID) || data.contains(TASKS_EXTENSION_ID))
+            {
+                Some(Flavor::Extension)
+            } else {
+                (error.code.0 == -32601 && mentions_task(&error.message))
+                    .then_some(Flavor::Augmented)
+            }
         }
         // The TypeScript SDK answers with a tool error carrying that JSON-RPC error.
         Waited::Reply(Ok(ServerResult::CallToolResult(result))) => {
-            result.is_error == Some(true)
+            let refused = result.is_error == Some(true)
                 && result.content.len() == 1
                 && result.content[0]
                     .as_text()
-                    .is_some_and(|t| t.text.contains("-32601") && mentions_task(&t.text))
+                    .is_some_and(|t| t.text.contains("-32601") && mentions_task(&t.text));
+            refused.then_some(Flavor::Augmented)
         }
-        _ => false,
+        _ => None,
     }
 }
 
@@ -228,4 +250,166 @@ fn poll_interval(task: &Value) -> Duration {
         .and_then(Value::as_u64)
         .map_or(POLL_DEFAULT, Duration::from_millis)
         .clamp(POLL_MIN, POLL_MAX)
+}
+
+/// JSON-RPC code of a request that needs a client capability it did not declare
+/// (2026-07-28).
+const MISSING_CLIENT_CAPABILITY: i32 = -32021;
+
+/// `_meta` declaring toolmux's client capabilities and the tasks extension, for one
+/// request to a 2026-07-28 server: a tool that runs only as a task, and the task's own
+/// requests (`tasks/get`, `tasks/update`, `tasks/cancel` are refused without it).
+pub(super) fn tasks_meta() -> RequestMetaObject {
+    let mut capabilities: ClientCapabilities = handler::client_info().capabilities;
+    capabilities
+        .extensions
+        .get_or_insert_default()
+        .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+    let mut meta = RequestMetaObject::default();
+    meta.set_client_capabilities(capabilities);
+    meta
+}
+
+impl Inner {
+    /// Follows a task a 2026-07-28 server created for a call (SEP-2663) to its end:
+    /// `tasks/get` at the server's interval, its questions (`input_required`) asked of
+    /// the call's caller and answered with `tasks/update`, its status messages reported as
+    /// progress, and `tasks/cancel` when the call is cancelled or times out.
+    pub(super) async fn follow_task(
+        &self,
+        connection: &Connection,
+        name: &str,
+        created: CreateTaskResult,
+        ctx: &CallContext,
+    ) -> Result<CallToolResult, ToolError> {
+        let id = created.task.task_id.clone();
+        let mut poll = self.modern_poll(created.task.poll_interval_ms);
+        let _flight = self.events.flights.begin(ctx);
+        let mut progress = Reporter::new(ctx.progress_sink());
+        progress.report(created.task.status_message);
+        let ended = loop {
+            tokio::select! {
+                () = tokio::time::sleep(poll) => {}
+                () = ctx.cancel_token().cancelled() => break Err(ToolError::Cancelled { tool: name.to_owned() }),
+                () = self.shutdown.cancelled() => {
+                    break Err(McpError::ShutDown { server: self.name.clone() }.into_tool_error(Some(name)));
+                }
+            }
+            let request =
+                ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(&id)));
+            let task = match self.modern_task_request(connection, name, request, ctx).await? {
+                ServerResult::GetTaskResult(got) => got.task,
+                other => {
+                    let message =
+                        format!("tasks/get of task {id} answered {}", super::variant_name(&other));
+                    return Err(self.protocol(&message).into_tool_error(Some(name)));
+                }
+            };
+            if let Some(interval) = task.task.poll_interval_ms {
+                poll = self.modern_poll(Some(interval));
+            }
+            progress.report(task.task.status_message.clone());
+            match task.payload {
+                TaskPayload::Working => {}
+                TaskPayload::InputRequired { input_requests } => {
+                    let defaults = self.config.accept_elicitation_defaults;
+                    let answers = input_requests.into_iter().map(|(key, request)| async move {
+                        let answer =
+                            interaction::answer_input(&self.name, ctx, &key, request, defaults)
+                                .await?;
+                        Ok::<_, ToolError>((key, answer))
+                    });
+                    let responses: InputResponses =
+                        futures::future::try_join_all(answers).await?.into_iter().collect();
+                    let params = UpdateTaskParams::new(&id, responses);
+                    let request = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(params));
+                    self.modern_task_request(connection, name, request, ctx).await?;
+                    // The answers may already let it run on: look again at once.
+                    poll = POLL_MIN;
+                }
+                TaskPayload::Completed { result } => {
+                    break serde_json::from_value(Value::Object(result)).map_err(|e| {
+                        let message = format!(
+                            "the result of task {id} of `{name}` is not a tool result: {e}"
+                        );
+                        self.protocol(&message).into_tool_error(Some(name))
+                    });
+                }
+                TaskPayload::Failed { error } => {
+                    let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
+                    let message = error.get("message").and_then(Value::as_str).unwrap_or("failed");
+                    let error = McpError::Rpc {
+                        server: self.name.clone(),
+                        method: "tools/call",
+                        code: i32::try_from(code).unwrap_or(-32603),
+                        message: format!("task {id}: {message}"),
+                    };
+                    break Err(error.into_tool_error(Some(name)));
+                }
+                TaskPayload::Cancelled => {
+                    let message = format!("the server cancelled task {id} of `{name}`");
+                    break Err(self.protocol(&message).into_tool_error(Some(name)));
+                }
+                _ => {}
+            }
+        };
+        if matches!(ended, Err(ToolError::Cancelled { .. } | ToolError::Timeout { .. })) {
+            let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                CancelTaskParams::new(&id),
+            ));
+            let mut options = PeerRequestOptions::no_options();
+            options.meta = Some(tasks_meta());
+            if let Ok(handle) = connection.peer.send_cancellable_request(request, options).await {
+                let _ = tokio::time::timeout(CANCEL_GRACE, handle.await_response()).await;
+            }
+        }
+        ended
+    }
+
+    /// One SEP-2663 request declaring the tasks extension, with the request timeout and
+    /// the call's cancellation.
+    async fn modern_task_request(
+        &self,
+        connection: &Connection,
+        name: &str,
+        request: ClientRequest,
+        ctx: &CallContext,
+    ) -> Result<ServerResult, ToolError> {
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = Some(tasks_meta());
+        let response = async {
+            connection.peer.send_cancellable_request(request, options).await?.await_response().await
+        };
+        let waited = self.wait(response, &Notify::new(), ctx).await;
+        self.reply(connection, name, waited).await
+    }
+
+    fn modern_poll(&self, suggested: Option<u64>) -> Duration {
+        let task = json!({ "pollIntervalMs": suggested });
+        self.poll_interval(&task)
+    }
+}
+
+/// Reports each new status message of a task as the call's progress.
+struct Reporter<'a> {
+    sink: Option<&'a ProgressSink>,
+    last: Option<String>,
+    reports: u32,
+}
+
+impl<'a> Reporter<'a> {
+    fn new(sink: Option<&'a ProgressSink>) -> Self {
+        Reporter { sink, last: None, reports: 0 }
+    }
+
+    fn report(&mut self, message: Option<String>) {
+        let Some(message) = message.filter(|m| self.last.as_ref() != Some(m)) else { return };
+        self.last = Some(message.clone());
+        if let Some(sink) = self.sink {
+            self.reports += 1;
+            let mut progress = Progress::new(f64::from(self.reports), None);
+            progress.message = Some(message);
+            sink.report(progress);
+        }
+    }
 }
