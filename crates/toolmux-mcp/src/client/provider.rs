@@ -461,8 +461,10 @@ impl Inner {
             suggestions.truncate(3);
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         }
+        // Boxed, as are the task calls below: rarely run, and a call's future holds them.
         if self.requires_task(name) == Some(tasks::Flavor::Augmented) {
-            let result = self.call_as_task(&connection, name, arguments.as_ref(), ctx).await?;
+            let result =
+                Box::pin(self.call_as_task(&connection, name, arguments.as_ref(), ctx)).await?;
             self.succeeded();
             return Ok(tool_output(result));
         }
@@ -481,7 +483,7 @@ impl Inner {
                     continue;
                 }
                 let arguments = params.arguments.as_ref();
-                let result = self.call_as_task(&connection, name, arguments, ctx).await?;
+                let result = Box::pin(self.call_as_task(&connection, name, arguments, ctx)).await?;
                 self.succeeded();
                 return Ok(tool_output(result));
             }
@@ -491,7 +493,8 @@ impl Inner {
                     return Ok(tool_output(result));
                 }
                 ServerResult::CreateTaskResult(created) => {
-                    let result = self.follow_task(&connection, name, created, ctx).await?;
+                    let result =
+                        Box::pin(self.follow_task(&connection, name, created, ctx)).await?;
                     self.succeeded();
                     return Ok(tool_output(result));
                 }
