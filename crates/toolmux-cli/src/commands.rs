@@ -57,7 +57,16 @@ pub(crate) async fn start(
     loaded: &Loaded,
     keep: &(dyn Fn(&str) -> bool + Sync),
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
-    start_reporting(loaded, keep, true).await
+    start_reporting(loaded, keep, true, None).await
+}
+
+/// [`start`] for a reload: MCP servers whose configuration did not change are taken over
+/// from `previous`, running (see [`Toolmux::rebuild`]).
+pub(crate) async fn restart(
+    loaded: &Loaded,
+    previous: &Toolmux,
+) -> anyhow::Result<(Toolmux, WarmupReport)> {
+    start_reporting(loaded, &|_| true, true, Some(previous)).await
 }
 
 /// [`start`], warning on stderr of each provider that failed to start only when
@@ -66,8 +75,12 @@ async fn start_reporting(
     loaded: &Loaded,
     keep: &(dyn Fn(&str) -> bool + Sync),
     warn_failures: bool,
+    previous: Option<&Toolmux>,
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
-    let toolmux = Toolmux::build_only(loaded, keep).await?;
+    let toolmux = match previous {
+        Some(previous) => Toolmux::rebuild(loaded, previous).await?,
+        None => Toolmux::build_only(loaded, keep).await?,
+    };
     for warning in toolmux.warnings().iter().skip(loaded.warnings.len()) {
         eprintln!("warning: {warning}");
     }
@@ -430,7 +443,7 @@ impl Stop {
 }
 
 pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let (toolmux, report) = start_reporting(loaded, &|_| true, false).await?;
+    let (toolmux, report) = start_reporting(loaded, &|_| true, false, None).await?;
     finish(&toolmux).await;
     let failed = report.providers.iter().any(|p| p.error.is_some());
     let collided = report.problems.iter().any(|p| p.severity == Severity::Error);

@@ -6,7 +6,8 @@
 //! the previous configuration goes on serving. Otherwise the new orchestrator is built and
 //! started beside the old, clients are switched to it at once (and told the lists changed),
 //! and the old one is shut down once its calls in flight have ended (at most after
-//! [`DRAIN`]). Statistics carry over; the listening address, API keys and the serve
+//! [`DRAIN`]). MCP servers whose configuration did not change are taken over running, not
+//! restarted. Statistics carry over; the listening address, API keys and the serve
 //! options of the command line stay as they were started.
 
 use std::path::PathBuf;
@@ -266,7 +267,7 @@ pub(crate) async fn watch(
         if let Err(e) = old.save_stats() {
             tracing::warn!("cannot save statistics before a reload: {e}");
         }
-        let toolmux = match crate::commands::start(&loaded, &|_| true).await {
+        let toolmux = match crate::commands::restart(&loaded, &old).await {
             Ok((toolmux, _report)) => toolmux,
             Err(e) => {
                 eprintln!(
@@ -277,15 +278,20 @@ pub(crate) async fn watch(
         };
         live.swap(serve_provider(&toolmux));
         let tools = toolmux.orchestrator().tools().len();
-        let old = current.replace(toolmux);
-        eprintln!("toolmux: reloaded {shown}: serving {tools} tools");
-        tokio::spawn(drain(old));
+        let kept = match toolmux.reused_servers() {
+            [] => String::new(),
+            names => format!(" (unchanged, still running: {})", names.join(", ")),
+        };
+        let old = current.replace(toolmux.clone());
+        eprintln!("toolmux: reloaded {shown}: serving {tools} tools{kept}");
+        tokio::spawn(drain(old, toolmux));
     }
 }
 
 /// Shuts the replaced orchestrator down once its calls have ended (its statistics were
-/// saved before the new one started, so they are not saved again).
-async fn drain(old: Toolmux) {
+/// saved before the new one started, so they are not saved again), leaving running the
+/// servers its successor took over.
+async fn drain(old: Toolmux, successor: Toolmux) {
     let orchestrator = old.orchestrator().clone();
     let quiet = async {
         while orchestrator.calls_in_flight() > 0 {
@@ -293,5 +299,5 @@ async fn drain(old: Toolmux) {
         }
     };
     let _ = tokio::time::timeout(DRAIN, quiet).await;
-    orchestrator.cleanup().await;
+    old.cleanup_replaced(&successor).await;
 }

@@ -23,6 +23,22 @@ pub struct Toolmux {
     output_dir: PathBuf,
     stats_file: PathBuf,
     warnings: Vec<String>,
+    /// The MCP servers built, kept so that a rebuild can take over those left unchanged.
+    #[cfg(feature = "mcp")]
+    mcp_servers: Vec<BuiltServer>,
+    /// The names of the MCP servers taken over from the previous build.
+    reused: Vec<String>,
+}
+
+/// An MCP server's provider and everything it was built from.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Clone)]
+struct BuiltServer {
+    name: String,
+    config: toolmux_mcp::McpServerConfig,
+    /// `perSession`: at most this many sessions, each closed after this idle time.
+    per_session: Option<(usize, Duration)>,
+    provider: Arc<dyn ToolProvider>,
 }
 
 impl Toolmux {
@@ -60,6 +76,42 @@ impl Toolmux {
 
     /// Like [`Toolmux::build`], with only the providers whose namespace `keep` accepts:
     /// one call need not start every server. Settings of the others are kept, unused.
+    pub async fn build_only(
+        loaded: &Loaded,
+        keep: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Toolmux, ToolmuxError> {
+        Toolmux::build_reusing(loaded, keep, None).await
+    }
+
+    /// Builds from `loaded` as [`Toolmux::build`] does, but takes over from `previous`
+    /// every MCP server whose configuration (after `${VAR}` expansion) did not change,
+    /// running as it is: a reload restarts only what changed. Shut `previous` down with
+    /// [`Toolmux::cleanup_replaced`], which leaves those servers running.
+    pub async fn rebuild(loaded: &Loaded, previous: &Toolmux) -> Result<Toolmux, ToolmuxError> {
+        Toolmux::build_reusing(loaded, &|_| true, Some(previous)).await
+    }
+
+    /// The MCP servers [`Toolmux::rebuild`] took over from the previous build.
+    pub fn reused_servers(&self) -> &[String] {
+        &self.reused
+    }
+
+    /// Shuts down this (replaced) build, as [`Orchestrator::cleanup`] does, except the
+    /// providers `successor` took over.
+    pub async fn cleanup_replaced(&self, successor: &Toolmux) {
+        #[cfg(feature = "mcp")]
+        let taken = |provider: &Arc<dyn ToolProvider>| {
+            let ptr = Arc::as_ptr(provider).cast::<()>();
+            successor.mcp_servers.iter().any(|s| Arc::as_ptr(&s.provider).cast::<()>() == ptr)
+        };
+        #[cfg(not(feature = "mcp"))]
+        let taken = |_: &Arc<dyn ToolProvider>| {
+            let _ = successor;
+            false
+        };
+        self.orchestrator.cleanup_except(&taken).await;
+    }
+
     // Without some provider features, some of the lists below are never added to.
     #[cfg_attr(
         not(all(
@@ -71,11 +123,15 @@ impl Toolmux {
         )),
         allow(unused_mut, unused_variables)
     )]
-    pub async fn build_only(
+    async fn build_reusing(
         loaded: &Loaded,
         keep: &(dyn Fn(&str) -> bool + Sync),
+        previous: Option<&Toolmux>,
     ) -> Result<Toolmux, ToolmuxError> {
         let file = loaded.source_name();
+        #[cfg(feature = "mcp")]
+        let mut mcp_servers: Vec<BuiltServer> = Vec::new();
+        let mut reused: Vec<String> = Vec::new();
         #[cfg(feature = "mcp")]
         toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
             .map_err(|e| ToolmuxError::config(file, format!("serve.taskTools: {e}")))?;
@@ -107,7 +163,7 @@ impl Toolmux {
                 ));
             }
             let server = mcp::server_config(loaded, name, entry, &mut secrets)?;
-            let provider: Arc<dyn ToolProvider> = if entry.per_session {
+            let per_session = if entry.per_session {
                 let max =
                     entry.max_sessions.map_or(toolmux_mcp::DEFAULT_MAX_SESSIONS, |n| n as usize);
                 let idle = entry
@@ -119,16 +175,42 @@ impl Toolmux {
                         format!("mcpServers.{name}.maxSessions: must be at least 1"),
                     ));
                 }
-                Arc::new(
-                    toolmux_mcp::PerSessionProvider::new(namespace.clone(), server, max, idle)
-                        .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
-                )
+                Some((max, idle))
             } else {
-                Arc::new(
-                    toolmux_mcp::McpProvider::new(namespace.clone(), server)
-                        .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
-                )
+                None
             };
+            let unchanged = previous.and_then(|previous| {
+                previous.mcp_servers.iter().find(|built| {
+                    built.name == *name
+                        && built.config == server
+                        && built.per_session == per_session
+                })
+            });
+            let provider: Arc<dyn ToolProvider> = match (unchanged, per_session) {
+                (Some(built), _) => {
+                    reused.push(name.clone());
+                    built.provider.clone()
+                }
+                (None, Some((max, idle))) => Arc::new(
+                    toolmux_mcp::PerSessionProvider::new(
+                        namespace.clone(),
+                        server.clone(),
+                        max,
+                        idle,
+                    )
+                    .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
+                ),
+                (None, None) => Arc::new(
+                    toolmux_mcp::McpProvider::new(namespace.clone(), server.clone())
+                        .map_err(|e| ToolmuxError::config(file, e.to_string()))?,
+                ),
+            };
+            mcp_servers.push(BuiltServer {
+                name: name.clone(),
+                config: server,
+                per_session,
+                provider: provider.clone(),
+            });
             let settings = ToolSettings {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
@@ -213,6 +295,9 @@ impl Toolmux {
             output_dir,
             stats_file,
             warnings,
+            #[cfg(feature = "mcp")]
+            mcp_servers,
+            reused,
         })
     }
 

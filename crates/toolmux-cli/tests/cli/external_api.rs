@@ -561,8 +561,10 @@ fn per_session_servers_give_each_client_session_its_own_process() {
 }
 
 /// `serve --watch`: a server added to the file is served without a restart, a file that no
-/// longer loads is reported while the previous configuration goes on serving, and a server
-/// removed from the file is stopped (its process reaped); the clients' sessions live on.
+/// longer loads is reported while the previous configuration goes on serving, a server whose
+/// entry did not change keeps running through a reload while a changed one is restarted, and
+/// a server removed from the file is stopped (its process reaped); the clients' sessions
+/// live on.
 #[test]
 fn watch_reloads_the_configuration_without_dropping_clients() {
     let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
@@ -610,24 +612,59 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
     assert!(names(&mut agent).iter().any(|n| n == "fx__pid"));
     let (again, _) = agent.call("fx__pid", json!({})).recv().unwrap();
     assert_eq!(again.as_i64(), Some(pid), "the server was restarted by a broken file");
-
-    project.file("toolmux.yaml", &format!("{keys}fs: {{}}\n"));
-    wait_for(&mut agent, "the removed server gone", &|names| {
-        !names.iter().any(|n| n.starts_with("fx__"))
-    });
+    let pid_of = |agent: &mut Agent, tool: &str| -> i64 {
+        let (pid, failed) = agent.call(tool, json!({})).recv().unwrap();
+        assert!(!failed, "{pid}");
+        pid.as_i64().expect("a pid")
+    };
     let alive = |pid: i64| {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while alive(pid) {
-        assert!(std::time::Instant::now() < deadline, "the removed server {pid} still runs");
+    let wait_gone = |pid: i64, what: &str| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while alive(pid) {
+            assert!(std::time::Instant::now() < deadline, "{what} {pid} still runs");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    // Another server added: `fx`, unchanged, keeps running through the reload.
+    let second = format!("  fy:\n    command: {}\n    args: [ok]\n", fixture.display());
+    project.file("toolmux.yaml", &format!("{with_server}{second}"));
+    wait_for(&mut agent, "the second server's tools", &|names| {
+        names.iter().any(|n| n == "fy__pid")
+    });
+    assert_eq!(pid_of(&mut agent, "fx__pid"), pid, "an unchanged server was restarted");
+    let second_pid = pid_of(&mut agent, "fy__pid");
+    assert_ne!(second_pid, pid);
+
+    // `fx` changed (an environment variable): restarted, its old process reaped; `fy` not.
+    let changed = with_server.replace("args: [ok]\n", "args: [ok]\n    env: {MARK: '1'}\n");
+    project.file("toolmux.yaml", &format!("{changed}{second}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let restarted = loop {
+        let now = pid_of(&mut agent, "fx__pid");
+        if now != pid {
+            break now;
+        }
+        assert!(std::time::Instant::now() < deadline, "the changed server was not restarted");
         std::thread::sleep(Duration::from_millis(100));
-    }
+    };
+    wait_gone(pid, "the changed server's old process");
+    assert_eq!(pid_of(&mut agent, "fy__pid"), second_pid, "an unchanged server was restarted");
+
+    project.file("toolmux.yaml", &format!("{keys}fs: {{}}\n"));
+    wait_for(&mut agent, "the removed servers gone", &|names| {
+        !names.iter().any(|n| n.starts_with("fx__") || n.starts_with("fy__"))
+    });
+    wait_gone(restarted, "the removed server");
+    wait_gone(second_pid, "the removed server");
     let (found, failed) = agent.call("fs__grep", json!({"pattern": "apiKeys"})).recv().unwrap();
     assert!(!failed, "{found}");
     let stopped = stop(gateway);
     assert_eq!(stopped.code, 0, "{stopped:?}");
     assert!(stopped.stderr.contains("toolmux: reloaded"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains("unchanged, still running: fx"), "{}", stopped.stderr);
     assert!(stopped.stderr.contains("changed but cannot be used"), "{}", stopped.stderr);
     assert!(
         stopped.stderr.contains("still serving the previous configuration"),

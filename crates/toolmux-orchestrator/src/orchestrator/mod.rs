@@ -725,13 +725,20 @@ impl Orchestrator {
     /// Cancels everything, shuts every provider down (closing connections, reaping child
     /// processes) and flushes the audit log.
     pub async fn cleanup(&self) {
+        self.cleanup_except(&|_| false).await;
+    }
+
+    /// [`Orchestrator::cleanup`], leaving running the providers `keep` accepts: those a
+    /// new orchestrator took over (a reload keeps unchanged servers).
+    pub async fn cleanup_except(&self, keep: &(dyn Fn(&Arc<dyn ToolProvider>) -> bool + Sync)) {
         self.cancel();
         for watcher in self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             watcher.abort();
         }
         self.stop_update_forwarders();
         let timeout = self.inner.config.startup_timeout;
-        let shutdowns = self.providers().into_iter().map(|p| async move {
+        let ended = self.providers().into_iter().filter(|p| !keep(p));
+        let shutdowns = ended.map(|p| async move {
             match tokio::time::timeout(timeout, p.shutdown()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
