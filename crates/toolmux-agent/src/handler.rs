@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, ElicitationRequest, ElicitationResponse, InteractionHandler,
-    Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    ApprovalDecision, ApprovalRequest, ElicitationAction, ElicitationRequest, ElicitationResponse,
+    InteractionHandler, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    UrlElicitationRequest,
 };
 use toolmux_llm::{Model, Usage, sampling_request, sampling_response};
 
@@ -65,6 +66,19 @@ impl InteractionHandler for AgentHandler {
             Some(caller) => caller.elicit(request).await,
             None => Err(ToolError::unsupported(
                 "elicitation",
+                "nobody is attached to answer the agent's tools",
+            )),
+        }
+    }
+
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        match &self.caller {
+            Some(caller) => caller.elicit_url(request).await,
+            None => Err(ToolError::unsupported(
+                "url elicitation",
                 "nobody is attached to answer the agent's tools",
             )),
         }

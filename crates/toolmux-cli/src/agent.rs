@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use toolmux::config::Loaded;
 use toolmux::toolmux_agent::{AgentStatus, RunOptions};
 use toolmux::toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ProgressSink,
+    ApprovalDecision, ApprovalRequest, CallContext, ElicitationAction, InteractionHandler,
+    ProgressSink, ToolError, UrlElicitationRequest,
 };
 
 pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
@@ -194,5 +195,26 @@ impl InteractionHandler for Terminal {
         Terminal::ask(format!("\nthe agent asks: {question}\n> "))
             .await
             .filter(|a| !a.trim().is_empty())
+    }
+
+    /// A server's request to open a URL (to sign in, say): shown, and accepted once the
+    /// user says they went there.
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        let why = match request.message.trim() {
+            "" => String::new(),
+            message => format!("{message}\n"),
+        };
+        let prompt = format!(
+            "\na tool's server asks you to open this URL:\n{why}  {}\nopen it, finish there, then answer: done? [y/N] ",
+            request.url
+        );
+        Ok(match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+            Some("y" | "Y" | "yes") => ElicitationAction::Accept,
+            Some(_) => ElicitationAction::Decline,
+            None => ElicitationAction::Cancel,
+        })
     }
 }

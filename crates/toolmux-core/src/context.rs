@@ -2,8 +2,8 @@
 //! its place in the operation tree, where progress goes and who answers questions.
 
 use crate::{
-    ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink, Root, RootsRequest,
-    SamplingRequest, SamplingResponse, ToolError,
+    ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
+    Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError, UrlElicitationRequest,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -114,6 +114,15 @@ pub trait InteractionHandler: Send + Sync + fmt::Debug {
     async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
         let _ = request;
         Err(ToolError::unsupported("elicitation", "the caller does not offer elicitation"))
+    }
+
+    /// Whether the caller's user agreed to open a URL (MCP's URL-mode elicitation).
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        let _ = request;
+        Err(ToolError::unsupported("url elicitation", "the caller cannot show its user a URL"))
     }
 
     /// The caller's workspace roots.
@@ -398,6 +407,19 @@ impl CallContext {
         match &self.handler {
             Some(handler) => handler.elicit(request).await,
             None => Err(no_handler("elicitation")),
+        }
+    }
+
+    /// Asks the caller's user to open a URL; fails with [`ToolError::Unsupported`] when
+    /// no handler is attached or the caller cannot show its user a URL.
+    pub async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        self.mark_asked();
+        match &self.handler {
+            Some(handler) => handler.elicit_url(request).await,
+            None => Err(no_handler("url elicitation")),
         }
     }
 

@@ -96,6 +96,49 @@ impl ElicitationRequest {
     }
 }
 
+/// A request that the caller's user open a URL and complete something there (sign in,
+/// pay, consent) that the tool must not see: MCP's URL-mode elicitation. The answer is only
+/// whether the user agreed to go ([`ElicitationAction`]); whatever happens at the URL
+/// reaches the tool's server directly, never through the call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlElicitationRequest {
+    /// A name for this request (see [`SamplingRequest::key`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Why the user should go there.
+    pub message: String,
+    /// Where to go.
+    pub url: String,
+    /// The server's id for it (MCP's `elicitationId`; empty when the server gave none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub elicitation_id: String,
+}
+
+impl UrlElicitationRequest {
+    /// Asks the user to open `url`, for the reason `message`.
+    pub fn new(message: impl Into<String>, url: impl Into<String>) -> Self {
+        UrlElicitationRequest {
+            key: None,
+            message: message.into(),
+            url: url.into(),
+            elicitation_id: String::new(),
+        }
+    }
+
+    /// Sets the server's id for the request.
+    pub fn with_elicitation_id(mut self, id: impl Into<String>) -> Self {
+        self.elicitation_id = id.into();
+        self
+    }
+
+    /// Names the request (see [`SamplingRequest::key`]).
+    pub fn with_key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
 /// A request for the caller's roots.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootsRequest {

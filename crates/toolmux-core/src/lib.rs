@@ -62,7 +62,7 @@ pub use context::{
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
-    Root, RootsRequest, SamplingRequest, SamplingResponse,
+    Root, RootsRequest, SamplingRequest, SamplingResponse, UrlElicitationRequest,
 };
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput};

@@ -5,8 +5,9 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, ElicitationRequest, ElicitationResponse, InteractionHandler,
-    Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    ApprovalDecision, ApprovalRequest, ElicitationAction, ElicitationRequest, ElicitationResponse,
+    InteractionHandler, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    UrlElicitationRequest,
 };
 
 /// The caller's handler, with `sampler` answering the sampling requests it cannot.
@@ -57,6 +58,16 @@ impl InteractionHandler for SamplingFallback {
         match &self.caller {
             Some(caller) => caller.elicit(request).await,
             None => Err(nobody("elicitation")),
+        }
+    }
+
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        match &self.caller {
+            Some(caller) => caller.elicit_url(request).await,
+            None => Err(nobody("url elicitation")),
         }
     }
 

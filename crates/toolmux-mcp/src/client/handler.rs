@@ -11,7 +11,7 @@ use rmcp::model::{
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
     FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
     ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
-    RootsCapabilities, SamplingCapability, ServerNotification,
+    RootsCapabilities, SamplingCapability, ServerNotification, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
@@ -169,12 +169,16 @@ pub(crate) fn answer_with_defaults(schema: &serde_json::Value) -> ElicitResult {
 ///
 /// Sampling, form elicitation and roots are always declared: each question goes to the
 /// caller of the call it belongs to, and a caller that cannot answer gets the unattended
-/// answer (see [`interaction::answer`]). URL elicitation is not declared.
+/// answer (see [`interaction::answer`]); URL elicitation too, declined for a caller that
+/// cannot show its user a URL.
 pub(crate) fn client_info() -> ClientConfig {
     let mut capabilities = ClientCapabilities::default();
     capabilities.sampling = Some(SamplingCapability::default());
-    capabilities.elicitation =
-        Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+    capabilities.elicitation = Some(
+        ElicitationCapability::new()
+            .with_form(FormElicitationCapability::new())
+            .with_url(UrlElicitationCapability::new()),
+    );
     capabilities.roots = Some(RootsCapabilities::default());
     let mut info =
         ClientConfig::new(capabilities, Implementation::new("toolmux", env!("CARGO_PKG_VERSION")));

@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, ElicitationRequest, LogSink, RootsRequest, SamplingRequest, ToolError,
+    UrlElicitationRequest,
 };
 
 use super::handler::answer_with_defaults;
@@ -161,8 +162,10 @@ impl Drop for InFlight<'_> {
 pub(crate) enum Question {
     Sampling(SamplingRequest),
     Elicitation(ElicitationRequest),
-    /// A URL elicitation, which toolmux does not declare and always declines.
-    UrlElicitation,
+    /// A URL elicitation: the user is asked to open a URL.
+    UrlElicitation(UrlElicitationRequest),
+    /// An elicitation of a mode toolmux does not know (declined).
+    OtherElicitation,
     Roots(RootsRequest),
 }
 
@@ -171,7 +174,9 @@ impl Question {
     pub(crate) fn method(&self) -> &'static str {
         match self {
             Question::Sampling(_) => "sampling/createMessage",
-            Question::Elicitation(_) | Question::UrlElicitation => "elicitation/create",
+            Question::Elicitation(_) | Question::UrlElicitation(_) | Question::OtherElicitation => {
+                "elicitation/create"
+            }
             Question::Roots(_) => "roots/list",
         }
     }
@@ -182,7 +187,13 @@ impl Question {
             ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => {
                 Question::Elicitation(wire::elicitation_request(message, &requested_schema, key))
             }
-            _ => Question::UrlElicitation,
+            ElicitRequestParams::UrlElicitationParams { message, url, elicitation_id, .. } => {
+                let mut request =
+                    UrlElicitationRequest::new(message, url).with_elicitation_id(elicitation_id);
+                request.key = key;
+                Question::UrlElicitation(request)
+            }
+            _ => Question::OtherElicitation,
         }
     }
 }
@@ -233,7 +244,13 @@ pub(crate) async fn answer(
                     Err(error) => Err(error),
                 }
             }
-            Question::UrlElicitation => Ok(json!({"action": "decline"})),
+            // A caller that cannot show a URL declines it, as an unattended client does.
+            Question::OtherElicitation => Ok(json!({"action": "decline"})),
+            Question::UrlElicitation(request) => match ctx.elicit_url(request).await {
+                Ok(action) => Ok(json!({ "action": action })),
+                Err(ToolError::Unsupported { .. }) => Ok(json!({"action": "decline"})),
+                Err(error) => Err(error),
+            },
             Question::Roots(request) => match ctx.roots(request).await {
                 Ok(roots) => Ok(wire::roots_result(&roots)),
                 Err(ToolError::Unsupported { .. }) => Ok(json!({"roots": []})),

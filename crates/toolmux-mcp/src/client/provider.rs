@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
     ResourceSpec, ResourceTemplate, ResourceUpdates, TaskSupport, ToolError, ToolKind,
-    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
+    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec, UrlElicitationRequest,
 };
 
 use super::config::{McpServerConfig, TransportKind};
@@ -32,6 +32,7 @@ use crate::transport::lane::{self, Lane};
 
 mod catalog;
 mod tasks;
+mod urls;
 
 /// First delay before reconnecting after a failure; doubled per further failure.
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
@@ -472,6 +473,7 @@ impl Inner {
         params.arguments = arguments;
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
+        let mut opened_urls = false;
         for _round in 0..MAX_INPUT_ROUNDS {
             // A tool that runs only as a task of the tasks extension (SEP-2663) is called
             // declaring the extension, and the task it creates is followed to its end.
@@ -487,7 +489,18 @@ impl Inner {
                 self.succeeded();
                 return Ok(tool_output(result));
             }
-            match result? {
+            let result = match result? {
+                Reply::Answer(result) => result,
+                // The server needs the user to open URLs first (`-32042`): once they did,
+                // the call is sent again, once.
+                Reply::OpenUrls(urls) if !opened_urls => {
+                    Box::pin(self.open_urls(name, urls, ctx)).await?;
+                    opened_urls = true;
+                    continue;
+                }
+                Reply::OpenUrls(urls) => return Err(urls::still_required(name, &urls)),
+            };
+            match result {
                 ServerResult::CallToolResult(result) => {
                     self.succeeded();
                     return Ok(tool_output(result));
@@ -529,7 +542,7 @@ impl Inner {
         params: &mut CallToolRequestParams,
         as_task: bool,
         ctx: &CallContext,
-    ) -> Result<ServerResult, ToolError> {
+    ) -> Result<Reply, ToolError> {
         match &connection.lane {
             // Only connections of the handshake revisions have a lane.
             Some(lane) => self.call_on_lane(connection, lane, name, params, as_task, ctx).await,
@@ -546,7 +559,7 @@ impl Inner {
         params: &CallToolRequestParams,
         as_task: bool,
         ctx: &CallContext,
-    ) -> Result<ServerResult, ToolError> {
+    ) -> Result<Reply, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
         let mut options = PeerRequestOptions::no_options();
@@ -589,7 +602,10 @@ impl Inner {
         if let Some(flavor) = tasks::refused_for_task(&waited) {
             self.learn_requires_task(name, flavor);
         }
-        self.reply(connection, name, waited).await
+        if let Some(urls) = urls::required(&waited) {
+            return Ok(Reply::OpenUrls(urls));
+        }
+        self.reply(connection, name, waited).await.map(Reply::Answer)
     }
 
     /// [`Inner::call_once`] on the direct lane: the request is written to the server's
@@ -602,7 +618,7 @@ impl Inner {
         params: &mut CallToolRequestParams,
         as_task: bool,
         ctx: &CallContext,
-    ) -> Result<ServerResult, ToolError> {
+    ) -> Result<Reply, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         if as_task {
             params.meta.get_or_insert_default().extend(tasks::tasks_meta());
@@ -643,7 +659,10 @@ impl Inner {
         if let Some(flavor) = tasks::refused_for_task(&waited) {
             self.learn_requires_task(name, flavor);
         }
-        self.reply(connection, name, waited).await
+        if let Some(urls) = urls::required(&waited) {
+            return Ok(Reply::OpenUrls(urls));
+        }
+        self.reply(connection, name, waited).await.map(Reply::Answer)
     }
 
     /// Waits for a request's reply, its idle timeout reset by its progress and by the
@@ -718,6 +737,14 @@ impl Drop for Pending {
             let _ = tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(reason)).await;
         });
     }
+}
+
+/// What a `tools/call` round trip gave the call.
+enum Reply {
+    /// The server's answer.
+    Answer(ServerResult),
+    /// The server's `-32042`: the user must open these URLs before the call can run.
+    OpenUrls(Vec<UrlElicitationRequest>),
 }
 
 /// How waiting for a request's reply ended.

@@ -19,15 +19,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, ElicitationRequest, ElicitationResponse, InteractionHandler,
-    Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    ApprovalDecision, ApprovalRequest, ElicitationAction, ElicitationRequest, ElicitationResponse,
+    InteractionHandler, Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError,
+    UrlElicitationRequest,
 };
 
-/// The three kinds of input a call can need.
+/// The kinds of input a call can need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Need {
     Sampling,
     Elicitation,
+    /// A URL-mode elicitation: the user opens a URL.
+    UrlElicitation,
     Roots,
 }
 
@@ -36,6 +39,7 @@ impl Need {
         match self {
             Need::Sampling => "sampling",
             Need::Elicitation => "elicitation",
+            Need::UrlElicitation => "url elicitation",
             Need::Roots => "roots",
         }
     }
@@ -43,7 +47,7 @@ impl Need {
     pub(crate) fn method(self) -> &'static str {
         match self {
             Need::Sampling => "sampling/createMessage",
-            Need::Elicitation => "elicitation/create",
+            Need::Elicitation | Need::UrlElicitation => "elicitation/create",
             Need::Roots => "roots/list",
         }
     }
@@ -52,6 +56,7 @@ impl Need {
         capabilities.is_some_and(|c| match self {
             Need::Sampling => c.sampling.is_some(),
             Need::Elicitation => c.elicitation.is_some(),
+            Need::UrlElicitation => c.elicitation.as_ref().is_some_and(|e| e.url.is_some()),
             Need::Roots => c.roots.is_some(),
         })
     }
@@ -60,14 +65,20 @@ impl Need {
     pub(crate) fn answers_with(self, answer: &Value) -> bool {
         match self {
             Need::Sampling => answer.get("content").is_some(),
-            Need::Elicitation => answer.get("action").is_some_and(Value::is_string),
+            Need::Elicitation | Need::UrlElicitation => {
+                answer.get("action").is_some_and(Value::is_string)
+            }
             Need::Roots => answer.get("roots").is_some_and(Value::is_array),
         }
     }
 
     /// The capabilities object that declares this need, for `-32021` errors.
     pub(crate) fn capabilities(self) -> ClientCapabilities {
-        serde_json::from_value(json!({ self.name(): {} })).unwrap_or_default()
+        let declared = match self {
+            Need::UrlElicitation => json!({"elicitation": {"url": {}}}),
+            need => json!({ need.name(): {} }),
+        };
+        serde_json::from_value(declared).unwrap_or_default()
     }
 }
 
@@ -159,7 +170,7 @@ impl ClientInteraction {
                 let result = self.peer.create_message(params).await.map_err(failed)?;
                 serde_json::to_value(result)
             }
-            Need::Elicitation => {
+            Need::Elicitation | Need::UrlElicitation => {
                 let params = serde_json::from_value(params).map_err(|e| invalid(need, e))?;
                 let result = self.peer.create_elicitation(params).await.map_err(failed)?;
                 serde_json::to_value(result)
@@ -205,7 +216,7 @@ impl InteractionHandler for ClientInteraction {
                     .and_then(|c| c.get("allow"))
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
-                if allowed && answer.action == toolmux_core::ElicitationAction::Accept {
+                if allowed && answer.action == ElicitationAction::Accept {
                     ApprovalDecision::Allow
                 } else {
                     ApprovalDecision::Deny {
@@ -232,7 +243,7 @@ impl InteractionHandler for ClientInteraction {
             }),
         );
         let answer = self.elicit(request).await.ok()?;
-        if answer.action != toolmux_core::ElicitationAction::Accept {
+        if answer.action != ElicitationAction::Accept {
             return None;
         }
         let text = answer.content.as_ref()?.get("answer")?.as_str()?;
@@ -250,6 +261,20 @@ impl InteractionHandler for ClientInteraction {
             json!({"message": request.message, "requestedSchema": request.requested_schema});
         let answer = self.ask(Need::Elicitation, request.key.as_deref(), params).await?;
         serde_json::from_value(answer).map_err(|e| invalid(Need::Elicitation, e))
+    }
+
+    /// A URL to open becomes a URL-mode elicitation when the client offers it.
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        let mut params = json!({"mode": "url", "message": request.message, "url": request.url});
+        if !request.elicitation_id.is_empty() {
+            params["elicitationId"] = json!(request.elicitation_id);
+        }
+        let answer = self.ask(Need::UrlElicitation, request.key.as_deref(), params).await?;
+        let action = answer.get("action").cloned().unwrap_or(Value::Null);
+        serde_json::from_value(action).map_err(|e| invalid(Need::UrlElicitation, e))
     }
 
     async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {

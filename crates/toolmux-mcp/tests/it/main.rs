@@ -16,3 +16,4 @@ mod roundtrip;
 mod sessions;
 mod support;
 mod upstream_tasks;
+mod url_elicitation;
