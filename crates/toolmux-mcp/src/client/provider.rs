@@ -740,6 +740,10 @@ impl Drop for Pending {
 }
 
 /// What a `tools/call` round trip gave the call.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "lives on the stack for one call, as `Waited` does; boxing would allocate on every call"
+)]
 enum Reply {
     /// The server's answer.
     Answer(ServerResult),
