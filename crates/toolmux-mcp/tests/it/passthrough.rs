@@ -85,10 +85,16 @@ async fn declaring_sampling_elicitation_and_roots_brings_their_tools() {
         provider.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
     names.sort();
     // 12 unconditional tools, the task-based research tool, and one tool each for roots,
-    // form elicitation and sampling. URL elicitation and the task-augmented sampling and
-    // elicitation tools need capabilities toolmux does not declare.
-    assert_eq!(names.len(), 16, "{names:?}");
-    for name in ["get-roots-list", "trigger-elicitation-request", "trigger-sampling-request"] {
+    // form elicitation, URL elicitation and sampling. The task-augmented sampling and
+    // elicitation tools need capabilities toolmux does not declare (tasks of its own).
+    assert_eq!(names.len(), 17, "{names:?}");
+    let declared = [
+        "get-roots-list",
+        "trigger-elicitation-request",
+        "trigger-url-elicitation",
+        "trigger-sampling-request",
+    ];
+    for name in declared {
         assert!(names.iter().any(|n| n == name), "{name} missing from {names:?}");
     }
     provider.shutdown().await.unwrap();

@@ -153,6 +153,18 @@ async fn sampling_elicitation_and_roots_reach_the_callers_handler() {
         let rooted =
             provider.call("test_input_required_result_list_roots", json!({}), &ctx).await.unwrap();
         assert!(rooted.to_text().contains("file:///work/project"), "{version}: {rooted:?}");
+        // A URL to open: a server-to-client request, or an `input_required` round.
+        let opens = crate::url_elicitation::Opens::new(toolmux_core::ElicitationAction::Accept);
+        let ctx_url = CallContext::new().with_handler(opens.clone());
+        let opened = provider.call("open_url", json!({}), &ctx_url).await.unwrap();
+        assert_eq!(opened.to_text(), "url: accept", "{version}");
+        let shown = opens.shown.lock().unwrap().clone();
+        assert_eq!(shown.len(), 1, "{version}: {shown:?}");
+        assert_eq!(shown[0].url, "https://example.com/sign-in", "{version}");
+        assert_eq!(shown[0].message, "Sign in to continue", "{version}");
+        // Nobody to show it to: declined, as an unattended client does.
+        let unattended = provider.call("open_url", json!({}), &CallContext::new()).await.unwrap();
+        assert_eq!(unattended.to_text(), "url: decline", "{version}");
         // Without a handler nobody can sample: on the handshake revision the server's
         // request fails and the tool reports it; on 2026-07-28 the call itself fails,
         // since the provider must answer the `input_required` round and cannot.
