@@ -9,7 +9,6 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RequestHandle, ServiceError};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -72,7 +71,7 @@ struct Inner {
     /// The server's tools after filtering; `None` until first listed (or after a change).
     tools: RwLock<Option<Arc<Vec<ToolSpec>>>>,
     /// Tools the server runs only as tasks, and how it takes them (see `tasks`).
-    task_required: RwLock<HashMap<String, tasks::Flavor>>,
+    task_required: RwLock<foldhash::HashMap<String, tasks::Flavor>>,
     instructions: RwLock<Option<String>>,
     shutdown: CancellationToken,
 }

@@ -67,7 +67,12 @@ impl Flavor {
 impl Inner {
     /// Whether (and how) the server said `name` must be called as a task.
     pub(super) fn requires_task(&self, name: &str) -> Option<Flavor> {
-        self.task_required.read().unwrap_or_else(|e| e.into_inner()).get(name).copied()
+        let required = self.task_required.read().unwrap_or_else(|e| e.into_inner());
+        // Most servers have no such tool: no hashing on every call.
+        if required.is_empty() {
+            return None;
+        }
+        required.get(name).copied()
     }
 
     /// Remembers that the server refused a plain call of `name` for want of a task.
