@@ -177,3 +177,44 @@ async fn a_tool_of_the_tasks_extension_that_runs_only_as_a_task_answers_a_plain_
         provider.shutdown().await.unwrap();
     }
 }
+
+/// A task whose call stops following it is cancelled upstream, whether the call was
+/// cancelled or its future dropped (a caller's own timeout).
+#[tokio::test]
+async fn a_task_no_longer_followed_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("tasks.log");
+    let script = support::fixture("task_server.py").display().to_string();
+    let config = McpServerConfig::stdio(
+        support::python().display().to_string(),
+        [script, log.display().to_string()],
+    )
+    .with_base_dir(support::run_dir());
+    let provider = McpProvider::new("tasks", config).unwrap();
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    // Cancelled by its caller.
+    let ctx = CallContext::new();
+    let cancel = ctx.cancel_token().clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        cancel.cancel();
+    });
+    let err = provider.call("slow", json!({}), &ctx).await.unwrap_err();
+    assert!(matches!(err, ToolError::Cancelled { .. }), "{err:?}");
+    support::wait_for("tasks/cancel", Duration::from_secs(5), || read().contains("cancel t1"))
+        .await;
+    assert!(read().starts_with("create\nresult\n"), "{}", read());
+
+    // Dropped by whoever awaited it.
+    std::fs::write(&log, "").unwrap();
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(400),
+        provider.call("slow", json!({}), &CallContext::new()),
+    )
+    .await;
+    assert!(dropped.is_err(), "the task never ends");
+    support::wait_for("tasks/cancel", Duration::from_secs(5), || read().contains("cancel t1"))
+        .await;
+    provider.shutdown().await.unwrap();
+}

@@ -1,13 +1,15 @@
-//! Tools a server runs only as tasks (2025-11-25, `execution.taskSupport: "required"`),
-//! called through [`McpProvider`](super::McpProvider) as plain calls.
+//! Tools a server runs only as tasks, called through [`McpProvider`](super::McpProvider) as
+//! plain calls. Two kinds ([`Flavor`]): the 2025-11-25 revision's (described first) and the
+//! tasks extension's (SEP-2663, [`Inner::follow_task`]).
 //!
-//! The call is sent with a `task` field and answered with a task handle; `tasks/result`
+//! 2025-11-25: the tool is listed with `execution.taskSupport: "required"`. The call is
+//! sent with a `task` field and answered with a task handle; `tasks/result`
 //! then waits for the task's end and gives the call's result, while the server's questions
 //! (an elicitation asked while the task is `input_required`) reach the call's caller as any
 //! other call's do. Beside it `tasks/get` is polled at the server's `pollInterval`: each
 //! new status message is reported as the call's progress, and each answer holds off the
-//! idle timeout, so a long task is not cut by `requestTimeoutMs`. A call cancelled or timed
-//! out sends `tasks/cancel`.
+//! idle timeout, so a long task is not cut by `requestTimeoutMs`. A call that stops following
+//! its task before the task ended (cancelled, timed out, failed, dropped) sends `tasks/cancel`.
 //!
 //! The caller sees a plain call, so the gateway lists such a tool as taking tasks
 //! optionally: its own clients may call it either way.
@@ -26,6 +28,7 @@ use rmcp::model::{
     UpdateTaskRequest,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::{Peer, RoleClient};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +111,7 @@ impl Inner {
             let message = format!("`{name}` was called as a task but the answer has no task id");
             return Err(tool_error(self.protocol(&message)));
         };
+        let abandon = Abandon::new(connection, &id, Flavor::Augmented);
         let poll = self.poll_interval(task);
         let activity = Arc::new(Notify::new());
         let result = {
@@ -125,13 +129,11 @@ impl Inner {
             };
             self.wait(both, &activity, ctx).await
         };
-        if let Some(reason) = result.abandons() {
-            tracing::debug!(server = %self.name, task = %id, reason, "cancelling the task");
-            let request = ClientRequest::CustomRequest(CustomRequest::new(
-                "tasks/cancel",
-                Some(json!({ "taskId": id })),
-            ));
-            let _ = tokio::time::timeout(CANCEL_GRACE, connection.peer.send_request(request)).await;
+        if let Waited::Reply(Ok(_)) = result {
+            abandon.finished();
+        } else {
+            tracing::debug!(server = %self.name, task = %id, "cancelling the task");
+            drop(abandon);
         }
         match self.reply(connection, name, result).await? {
             ServerResult::CallToolResult(result) => Ok(result),
@@ -290,6 +292,8 @@ impl Inner {
         let id = created.task.task_id.clone();
         let mut poll = self.modern_poll(created.task.poll_interval_ms);
         let _flight = self.events.flights.begin(ctx);
+        // However following it ends before the task does: `tasks/cancel`.
+        let abandon = Abandon::new(connection, &id, Flavor::Extension);
         let mut progress = Reporter::new(ctx.progress_sink());
         progress.report(created.task.status_message);
         let ended = loop {
@@ -358,15 +362,9 @@ impl Inner {
                 _ => {}
             }
         };
-        if matches!(ended, Err(ToolError::Cancelled { .. } | ToolError::Timeout { .. })) {
-            let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
-                CancelTaskParams::new(&id),
-            ));
-            let mut options = PeerRequestOptions::no_options();
-            options.meta = Some(tasks_meta());
-            if let Ok(handle) = connection.peer.send_cancellable_request(request, options).await {
-                let _ = tokio::time::timeout(CANCEL_GRACE, handle.await_response()).await;
-            }
+        if !matches!(ended, Err(ToolError::Cancelled { .. } | ToolError::Timeout { .. })) {
+            // Completed, failed or cancelled by the server: nothing to cancel.
+            abandon.finished();
         }
         ended
     }
@@ -416,5 +414,56 @@ impl<'a> Reporter<'a> {
             progress.message = Some(message);
             sink.report(progress);
         }
+    }
+}
+
+/// Sends `tasks/cancel` for a task whose call stops following it before its end, however
+/// the call stops (cancelled, timed out, failed, or its future dropped by whoever awaited
+/// it), from a task of its own since a drop cannot wait.
+struct Abandon {
+    peer: Peer<RoleClient>,
+    id: String,
+    flavor: Flavor,
+    armed: bool,
+}
+
+impl Abandon {
+    fn new(connection: &Connection, id: &str, flavor: Flavor) -> Abandon {
+        Abandon { peer: connection.peer.clone(), id: id.to_owned(), flavor, armed: true }
+    }
+
+    /// The task ended: nothing to cancel.
+    fn finished(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let peer = self.peer.clone();
+        let id = std::mem::take(&mut self.id);
+        let flavor = self.flavor;
+        runtime.spawn(async move {
+            let mut options = PeerRequestOptions::no_options();
+            let request = match flavor {
+                Flavor::Augmented => ClientRequest::CustomRequest(CustomRequest::new(
+                    "tasks/cancel",
+                    Some(json!({ "taskId": id })),
+                )),
+                Flavor::Extension => {
+                    options.meta = Some(tasks_meta());
+                    ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(
+                        &id,
+                    )))
+                }
+            };
+            if let Ok(handle) = peer.send_cancellable_request(request, options).await {
+                let _ = tokio::time::timeout(CANCEL_GRACE, handle.await_response()).await;
+            }
+        });
     }
 }
