@@ -38,8 +38,8 @@ impl EventSource for CallEvents {
 /// `event` in the stream's words: camelCase, and a call's end named by how it went.
 fn served(event: ToolEvent) -> ServedEvent {
     match event {
-        ToolEvent::ToolStarted { op_id, parent_op_id, run_id, call_id, tool, kind } => {
-            let data = json!({
+        ToolEvent::ToolStarted { op_id, parent_op_id, run_id, call_id, tool, kind, arguments } => {
+            let mut data = json!({
                 "opId": op_id,
                 "parentOpId": parent_op_id,
                 "runId": run_id,
@@ -47,6 +47,10 @@ fn served(event: ToolEvent) -> ServedEvent {
                 "tool": tool,
                 "kind": kind,
             });
+            // Only for tools shown to people (`visible`), which a user interface renders.
+            if let Some(arguments) = arguments {
+                data["arguments"] = arguments;
+            }
             ServedEvent {
                 name: "tool.started",
                 op_id,
@@ -65,9 +69,9 @@ fn served(event: ToolEvent) -> ServedEvent {
             });
             ServedEvent { name: "tool.progress", op_id, run_id: None, tool: Some(tool), data }
         }
-        ToolEvent::ToolFinished { record } => {
+        ToolEvent::ToolFinished { record, result } => {
             let failed = record.status == CallStatus::Failed;
-            let data = json!({
+            let mut data = json!({
                 "opId": record.op_id,
                 "parentOpId": record.parent_op_id,
                 "runId": record.run_id,
@@ -84,6 +88,9 @@ fn served(event: ToolEvent) -> ServedEvent {
                 "spilled": record.spilled,
                 "attempts": record.attempts,
             });
+            if let Some(result) = result {
+                data["result"] = json!(result);
+            }
             ServedEvent {
                 name: if failed { "tool.error" } else { "tool.done" },
                 op_id: record.op_id,

@@ -3,6 +3,7 @@
 
 use crate::accounting::CallRecord;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use toolmux_core::{Progress, ToolKind};
 
 /// Something that happened to a call.
@@ -26,6 +27,11 @@ pub enum ToolEvent {
         /// The provider kind, when the tool is known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         kind: Option<ToolKind>,
+        /// The arguments, for a tool shown to people (`ToolAnnotations::visible`): a user
+        /// interface renders the call from them. Secrets of the configuration are
+        /// redacted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
     },
     /// A running call reported progress.
     ToolProgress {
@@ -40,5 +46,9 @@ pub enum ToolEvent {
     ToolFinished {
         /// What it did.
         record: CallRecord,
+        /// The result's text (or the error's), for a tool shown to people, as the caller
+        /// got it (size-capped, secrets redacted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<String>,
     },
 }

@@ -429,6 +429,9 @@ fn the_event_stream_shows_each_holder_its_own_calls() {
     assert_eq!(kind, "tool.done", "{done}");
     assert_eq!((done["opId"].clone(), done["ok"].clone()), (started["opId"].clone(), json!(true)));
     assert!(done["latencyMs"].is_u64() && done["charsOut"].as_u64() > Some(0), "{done}");
+    // A tool shown to people: its arguments and result, for a user interface to render.
+    assert_eq!(started["arguments"], json!({"pattern": "TODO"}), "{started}");
+    assert_eq!(done["result"], "notes.md", "{done}");
     // Arguments refused: the call ends as an error saying why.
     let (kind, started) = next_event(&mut *events.body);
     assert_eq!(kind, "tool.started", "{started}");

@@ -19,8 +19,10 @@
 //! - `GET /api/events[?run=RUN][&tool=NAME]…` (when the server has an
 //!   [`EventSource`](super::EventSource)): every call's events as server-sent events,
 //!   `tool.started`, `tool.progress`, `tool.done` and `tool.error`, with the call's
-//!   operation, run, tool and (at its end) latency and status; `lagged` when the stream
-//!   fell behind and missed some. A key holder sees its own runs' calls only.
+//!   operation, run, tool and (at its end) latency and status, and for a tool shown to
+//!   people (`visible`) its arguments and result text, secrets redacted, for a user
+//!   interface to render the call; `lagged` when the stream fell behind and missed some. A
+//!   key holder sees its own runs' calls only.
 //!
 //! Each request to the first three is a call of the served provider's `external__pending` or
 //! `external__submit`, so it passes through the same pipeline as over MCP (permissions,

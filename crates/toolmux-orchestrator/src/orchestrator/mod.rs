@@ -809,6 +809,7 @@ impl Orchestrator {
             0
         };
         if self.inner.events.receiver_count() > 0 {
+            let visible = entry.as_ref().is_some_and(|e| e.spec.annotations.visible);
             let _ = self.inner.events.send(ToolEvent::ToolStarted {
                 op_id: op.id(),
                 parent_op_id: op.parent().map(|p| p.id()),
@@ -816,6 +817,7 @@ impl Orchestrator {
                 call_id: ctx.call_id().map(str::to_owned),
                 tool: tool.to_string(),
                 kind: entry.as_ref().map(|e| e.provider.kind()),
+                arguments: visible.then(|| self.redacted_value(&arguments)),
             });
         }
         tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
@@ -845,6 +847,22 @@ impl Orchestrator {
             audit_args,
         );
         (result, entry, elapsed)
+    }
+
+    /// `value` with the configuration's secrets redacted (as JSON text when a secret
+    /// spanned its structure).
+    fn redacted_value(&self, value: &Value) -> Value {
+        let redactor = &self.inner.redactor;
+        if redactor.is_empty() {
+            return value.clone();
+        }
+        let text = value.to_string();
+        match redactor.redact(&text) {
+            std::borrow::Cow::Borrowed(_) => value.clone(),
+            std::borrow::Cow::Owned(clean) => {
+                serde_json::from_str(&clean).unwrap_or(Value::String(clean))
+            }
+        }
     }
 
     fn redact_result(
@@ -1015,7 +1033,9 @@ impl Orchestrator {
                 spilled: meta.spilled.load(Ordering::Relaxed),
                 attempts: meta.attempts.load(Ordering::Relaxed),
             };
-            let _ = self.inner.events.send(ToolEvent::ToolFinished { record });
+            let visible = entry.is_some_and(|e| e.spec.annotations.visible);
+            let result = visible.then(|| self.inner.redactor.redact(&text).into_owned());
+            let _ = self.inner.events.send(ToolEvent::ToolFinished { record, result });
         }
         elapsed
     }

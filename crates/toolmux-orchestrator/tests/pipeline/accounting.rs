@@ -37,7 +37,7 @@ async fn events_come_in_order_with_records() {
         ("m__steps", Some("call-7"), "run-1")
     );
     assert!(seen[1..4].iter().all(|e| matches!(e, ToolEvent::ToolProgress { .. })));
-    let ToolEvent::ToolFinished { record } = &seen[4] else { panic!("{seen:?}") };
+    let ToolEvent::ToolFinished { record, .. } = &seen[4] else { panic!("{seen:?}") };
     assert_eq!(record.status, CallStatus::Ok);
     assert_eq!((record.chars_in, record.chars_out, record.latency_ms), (10, 4, 30));
     assert_eq!(record.attempts, 1);
@@ -112,4 +112,45 @@ async fn audit_log_has_a_line_per_call_with_hashes() {
     // SHA-256 of the canonical arguments `\0{"a":2,"b":1}` and of the output `slept`.
     assert_eq!(lines[0]["arguments_sha256"].as_str().unwrap().len(), 64);
     assert_eq!(lines[0]["result_sha256"], toolmux_orchestrator::accounting::sha256_hex(b"slept"));
+}
+
+/// A tool shown to people (`visible`, the default) has its arguments and result in its
+/// events, for a user interface to render, with the configuration's secrets redacted; a
+/// hidden tool's events carry neither.
+#[tokio::test(start_paused = true)]
+async fn visible_tools_events_carry_arguments_and_results_redacted() {
+    let hidden = toolmux_core::ToolSpec::new("hidden", "not shown", json!({"type": "object"}))
+        .with_annotations(toolmux_core::ToolAnnotations {
+            visible: false,
+            ..toolmux_core::ToolAnnotations::default()
+        });
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("echo", Behavior::Echo)
+            .with_spec(hidden, Behavior::Echo),
+    );
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(p)
+        .secrets(["s3cr3t-value".to_owned()])
+        .build()
+        .unwrap();
+    o.warmup().await;
+    let mut events = o.subscribe();
+    let args = json!({"question": "ok?", "token": "s3cr3t-value"});
+    assert!(call(&o, "m__echo", args.clone()).await.ok);
+    assert!(call(&o, "m__hidden", args).await.ok);
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    assert_eq!(seen.len(), 4, "{seen:#?}");
+    let ToolEvent::ToolStarted { arguments, .. } = &seen[0] else { panic!("{seen:?}") };
+    assert_eq!(arguments.as_ref(), Some(&json!({"question": "ok?", "token": "[redacted]"})));
+    let ToolEvent::ToolFinished { result, .. } = &seen[1] else { panic!("{seen:?}") };
+    let result = result.as_deref().expect("a visible tool's result");
+    assert!(result.contains("[redacted]") && !result.contains("s3cr3t"), "{result}");
+    let ToolEvent::ToolStarted { arguments, .. } = &seen[2] else { panic!("{seen:?}") };
+    assert_eq!(arguments, &None);
+    let ToolEvent::ToolFinished { result, .. } = &seen[3] else { panic!("{seen:?}") };
+    assert_eq!(result, &None);
 }
