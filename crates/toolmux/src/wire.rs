@@ -28,6 +28,9 @@ pub struct Toolmux {
     mcp_servers: Vec<BuiltServer>,
     /// The names of the MCP servers taken over from the previous build.
     reused: Vec<String>,
+    /// Where the external tools' calls wait, kept by a rebuild.
+    #[cfg(feature = "external")]
+    pending: Option<Arc<dyn toolmux_external::PendingStore>>,
 }
 
 /// An MCP server's provider and everything it was built from.
@@ -224,6 +227,8 @@ impl Toolmux {
         #[cfg(feature = "rest")]
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
         #[cfg(feature = "external")]
+        let mut pending = None;
+        #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
             #[cfg(feature = "redis")]
             let store = backend
@@ -231,7 +236,12 @@ impl Toolmux {
                 .map(|b| Arc::new(b.pending_store()) as Arc<dyn toolmux_external::PendingStore>);
             #[cfg(not(feature = "redis"))]
             let store = None;
-            providers.push(external_provider(loaded, &mut config, store)?);
+            // A reload keeps the calls waiting in this process: results submitted through
+            // the new provider reach the calls still running in the old one.
+            let store = store.or_else(|| previous.and_then(|p| p.pending.clone()));
+            let (provider, store) = external_provider(loaded, &mut config, store)?;
+            providers.push(provider);
+            pending = Some(store);
         }
 
         #[cfg(feature = "agent")]
@@ -298,6 +308,8 @@ impl Toolmux {
             #[cfg(feature = "mcp")]
             mcp_servers,
             reused,
+            #[cfg(feature = "external")]
+            pending,
         })
     }
 
@@ -589,12 +601,12 @@ fn external_provider(
     loaded: &Loaded,
     config: &mut OrchestratorConfig,
     store: Option<Arc<dyn toolmux_external::PendingStore>>,
-) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
+) -> Result<(Arc<dyn ToolProvider>, Arc<dyn toolmux_external::PendingStore>), ToolmuxError> {
     use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
     let tools = &loaded.config.external_tools;
     // Pending calls live in the shared backend when there is one, else in this process.
     let store = store.unwrap_or_else(|| Arc::new(MemoryPendingStore::default()));
-    let provider = ExternalProvider::new(tools, store)
+    let provider = ExternalProvider::new(tools, store.clone())
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
     let margin = Duration::from_secs(1);
     for (name, tool) in tools {
@@ -611,7 +623,7 @@ fn external_provider(
         ..ToolSettings::default()
     };
     config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
-    Ok(Arc::new(provider))
+    Ok((Arc::new(provider), store))
 }
 
 /// The Redis backend of `backend.redis`, when configured. Startup waits for the server at

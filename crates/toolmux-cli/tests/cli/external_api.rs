@@ -675,3 +675,56 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
         stopped.stderr
     );
 }
+
+/// `serve --watch`: an external call waiting when the file changes is still listed after
+/// the reload, and a result submitted then reaches it.
+#[test]
+fn watch_keeps_external_calls_waiting_through_a_reload() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file("toolmux.yaml", CONFIG);
+    let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let as_alice = [("Authorization", alice_auth.as_str())];
+    let mut alice = Agent::start(&address, ALICE);
+    let waiting = alice.call("external__confirm", json!({"question": "ship?"}));
+    let listed = || {
+        let listed = request(&address, "GET", "/api/tool-calls", &as_alice, "");
+        json_body(&listed)["calls"].as_array().cloned().unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let call = loop {
+        if let Some(call) = listed().first().cloned() {
+            break call;
+        }
+        assert!(std::time::Instant::now() < deadline, "the call was never listed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    // A reload: the builtin tools added.
+    project.file("toolmux.yaml", &format!("{CONFIG}fs: {{}}\n"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tools = alice.request("tools/list", json!({}));
+        let names = tools["result"]["tools"].as_array().cloned().unwrap_or_default();
+        if names.iter().any(|t| t["name"] == "fs__grep") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload: {tools}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let still = listed();
+    assert_eq!(still.len(), 1, "{still:?}");
+    assert_eq!(still[0]["callId"], call["callId"]);
+
+    let run = call["runId"].as_str().expect("a run id");
+    let path = format!("/api/runs/{}/tool-results", segment(run));
+    let answer = json!({"callId": call["callId"], "result": {"confirmed": true}}).to_string();
+    let json_type = ("Content-Type", "application/json");
+    let taken = request(&address, "POST", &path, &[as_alice[0], json_type], &answer);
+    assert_eq!(taken.status, 200, "{}", taken.body);
+    let answered = waiting.recv_timeout(Duration::from_secs(20)).expect("the call returns");
+    assert_eq!(answered, (json!({"confirmed": true}), false));
+    let stopped = stop(gateway);
+    assert_eq!(stopped.code, 0, "{}", stopped.stderr);
+}

@@ -125,9 +125,7 @@ async fn visible_tools_events_carry_arguments_and_results_redacted() {
             ..toolmux_core::ToolAnnotations::default()
         });
     let p = Arc::new(
-        MockProvider::new("m")
-            .with_tool("echo", Behavior::Echo)
-            .with_spec(hidden, Behavior::Echo),
+        MockProvider::new("m").with_tool("echo", Behavior::Echo).with_spec(hidden, Behavior::Echo),
     );
     let o = Orchestrator::builder(OrchestratorConfig::default())
         .provider(p)
