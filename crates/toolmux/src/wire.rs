@@ -593,6 +593,10 @@ mod mcp {
     }
 }
 
+/// Where external calls wait.
+#[cfg(feature = "external")]
+type PendingStoreRef = Arc<dyn toolmux_external::PendingStore>;
+
 /// The external tools, each synchronous one given a timeout past its own wait (so that its
 /// message, which points at the inbox, is what the caller sees), and the long poll of
 /// `external__pending` one past the longest poll.
@@ -601,7 +605,7 @@ fn external_provider(
     loaded: &Loaded,
     config: &mut OrchestratorConfig,
     store: Option<Arc<dyn toolmux_external::PendingStore>>,
-) -> Result<(Arc<dyn ToolProvider>, Arc<dyn toolmux_external::PendingStore>), ToolmuxError> {
+) -> Result<(Arc<dyn ToolProvider>, PendingStoreRef), ToolmuxError> {
     use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
     let tools = &loaded.config.external_tools;
     // Pending calls live in the shared backend when there is one, else in this process.
