@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
-use toolmux::toolmux_mcp::server::{ApiKey, MetricsSource};
+use toolmux::toolmux_mcp::server::{ApiKey, ApiKeys, MetricsSource};
 use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::StoreError;
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
@@ -227,9 +227,32 @@ impl MetricsSource for StatsPage {
     }
 }
 
-/// The API keys of `serve --http`: `serve.apiKeys` and `--api-key-env`. Without any, only a
-/// loopback address is served, unless `--no-auth`.
-fn api_keys(loaded: &Loaded, args: &ServeArgs) -> Result<Vec<ApiKey>, String> {
+/// What decides the API keys of `serve --http` besides the configuration: the command
+/// line's `--api-key-env`, address and `--no-auth`.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRule {
+    api_key_envs: Vec<String>,
+    http: Option<std::net::SocketAddr>,
+    no_auth: bool,
+}
+
+impl KeyRule {
+    fn of(args: &ServeArgs) -> KeyRule {
+        KeyRule {
+            api_key_envs: args.api_key_envs.clone(),
+            http: args.transport.http,
+            no_auth: args.no_auth,
+        }
+    }
+
+    /// The API keys of `serve --http`: `serve.apiKeys` and `--api-key-env`. Without any,
+    /// only a loopback address is served, unless `--no-auth`.
+    pub(crate) fn keys(&self, loaded: &Loaded) -> Result<Vec<ApiKey>, String> {
+        api_keys(loaded, self)
+    }
+}
+
+fn api_keys(loaded: &Loaded, args: &KeyRule) -> Result<Vec<ApiKey>, String> {
     let mut keys: Vec<ApiKey> = loaded
         .config
         .serve
@@ -255,7 +278,7 @@ fn api_keys(loaded: &Loaded, args: &ServeArgs) -> Result<Vec<ApiKey>, String> {
             short.name
         ));
     }
-    if let Some(addr) = args.transport.http
+    if let Some(addr) = args.http
         && keys.is_empty()
         && loaded.config.serve.oauth.is_none()
         && !addr.ip().is_loopback()
@@ -281,8 +304,9 @@ pub(crate) async fn serve(
 ) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, TokenVerifier, bind_http, serve_stdio};
     // Checked before any provider starts.
-    let api_keys = match api_keys(loaded, &args) {
-        Ok(keys) => keys,
+    let key_rule = KeyRule::of(&args);
+    let api_keys = match key_rule.keys(loaded) {
+        Ok(keys) => ApiKeys::new(keys),
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(exit::CONFIG);
@@ -306,7 +330,7 @@ pub(crate) async fn serve(
         name_prefix: args.name_prefix,
         client: args.client,
         page_size: args.page_size.max(1),
-        api_keys,
+        api_keys: api_keys.clone(),
         metrics: Some(Arc::new(StatsPage(current.clone()))),
         events: Some(Arc::new(crate::events::CallEvents(current.clone()))),
         task_tools: loaded.config.serve.task_tools.clone(),
@@ -328,11 +352,13 @@ pub(crate) async fn serve(
     let provider: Arc<dyn ToolProvider> = match path.filter(|_| args.watch) {
         Some(path) => {
             let live = crate::reload::Live::new(serve_provider(&toolmux));
+            let keys = crate::reload::Keys { accepted: api_keys, rule: key_rule };
             tokio::spawn(crate::reload::watch(
                 path,
                 current.clone(),
                 live.clone(),
                 serve_provider,
+                keys,
                 watching.clone(),
             ));
             live

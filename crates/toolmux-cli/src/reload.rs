@@ -7,8 +7,10 @@
 //! started beside the old, clients are switched to it at once (and told the lists changed),
 //! and the old one is shut down once its calls in flight have ended (at most after
 //! [`DRAIN`]). MCP servers whose configuration did not change are taken over running, not
-//! restarted. Statistics carry over; the listening address, API keys and the serve
-//! options of the command line stay as they were started.
+//! restarted, and external calls waiting for results stay answerable. The API keys of
+//! `serve.apiKeys` are replaced with the new ones from the next request on. Statistics
+//! carry over; the listening address and the serve options of the command line stay as
+//! they were started.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -20,6 +22,7 @@ use toolmux::toolmux_core::{
     ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolError, ToolKind,
     ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
 };
+use toolmux::toolmux_mcp::server::ApiKeys;
 
 /// How often the file is looked at.
 const POLL: Duration = Duration::from_millis(500);
@@ -224,6 +227,13 @@ impl ToolProvider for Live {
     }
 }
 
+/// The API keys the server accepts, and how a configuration decides them.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    pub(crate) accepted: ApiKeys,
+    pub(crate) rule: crate::commands::KeyRule,
+}
+
 /// Watches `path` and reloads on change until `stop`; `serve_provider` makes the provider
 /// served from a Toolmux (the orchestrator, or its `--tools` view).
 pub(crate) async fn watch(
@@ -231,6 +241,7 @@ pub(crate) async fn watch(
     current: Current,
     live: Arc<Live>,
     serve_provider: impl Fn(&Toolmux) -> Arc<dyn ToolProvider> + Send + 'static,
+    keys: Keys,
     stop: CancellationToken,
 ) {
     let mut seen = std::fs::read(&path).ok();
@@ -262,6 +273,17 @@ pub(crate) async fn watch(
                 continue;
             }
         };
+        // Checked before anything starts: a file whose keys cannot be used (a key too short,
+        // none left on an address others reach) changes nothing.
+        let api_keys = match keys.rule.keys(&loaded) {
+            Ok(api_keys) => api_keys,
+            Err(e) => {
+                eprintln!(
+                    "error: {shown} changed but cannot be used: {e}; still serving the previous configuration"
+                );
+                continue;
+            }
+        };
         // Counts so far go to the file, so the new orchestrator starts from them.
         let old = current.get();
         if let Err(e) = old.save_stats() {
@@ -277,6 +299,7 @@ pub(crate) async fn watch(
             }
         };
         live.swap(serve_provider(&toolmux));
+        keys.accepted.replace(api_keys);
         let tools = toolmux.orchestrator().tools().len();
         let kept = match toolmux.reused_servers() {
             [] => String::new(),

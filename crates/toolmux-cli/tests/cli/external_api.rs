@@ -566,8 +566,8 @@ fn per_session_servers_give_each_client_session_its_own_process() {
 /// `serve --watch`: a server added to the file is served without a restart, a file that no
 /// longer loads is reported while the previous configuration goes on serving, a server whose
 /// entry did not change keeps running through a reload while a changed one is restarted, and
-/// a server removed from the file is stopped (its process reaped); the clients' sessions
-/// live on.
+/// a server removed from the file is stopped (its process reaped), and new API keys are
+/// taken from the next request on; the clients' sessions live on.
 #[test]
 fn watch_reloads_the_configuration_without_dropping_clients() {
     let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
@@ -576,7 +576,7 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
         "{keys}fs: {{}}\nmcpServers:\n  fx:\n    command: {}\n    args: [ok]\n",
         fixture.display()
     );
-    let project = Project::new().env("ALICE_KEY", ALICE);
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
     project.file("toolmux.yaml", &format!("{keys}fs: {{}}\n"));
     let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
     let address = address_of(&gateway.url);
@@ -662,12 +662,29 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
     });
     wait_gone(restarted, "the removed server");
     wait_gone(second_pid, "the removed server");
-    let (found, failed) = agent.call("fs__grep", json!({"pattern": "apiKeys"})).recv().unwrap();
-    assert!(!failed, "{found}");
+
+    // The keys change: Bob's is taken from the next request on, Alice's no longer.
+    let metrics = |key: &str| {
+        let auth = bearer(key);
+        request(&address, "GET", "/metrics", &[("Authorization", auth.as_str())], "").status
+    };
+    assert_eq!((metrics(ALICE), metrics(BOB)), (200, 401));
+    project.file("toolmux.yaml", "serve:\n  apiKeys:\n    bob: ${BOB_KEY}\nfs: {}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while metrics(BOB) != 200 {
+        assert!(std::time::Instant::now() < deadline, "Bob's key was never taken");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metrics(ALICE), 401);
+    // A file whose keys cannot be used (too short) changes nothing.
+    project.file("toolmux.yaml", "serve:\n  apiKeys:\n    eve: short\nfs: {}\n");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!((metrics(BOB), metrics("short")), (200, 401));
     let stopped = stop(gateway);
     assert_eq!(stopped.code, 0, "{stopped:?}");
     assert!(stopped.stderr.contains("toolmux: reloaded"), "{}", stopped.stderr);
     assert!(stopped.stderr.contains("unchanged, still running: fx"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains("shorter than 16 characters"), "{}", stopped.stderr);
     assert!(stopped.stderr.contains("changed but cannot be used"), "{}", stopped.stderr);
     assert!(
         stopped.stderr.contains("still serving the previous configuration"),

@@ -60,10 +60,9 @@ pub(crate) fn router(
             }),
         );
     }
-    let access = Arc::new(Access { keys: Arc::from(factory_keys), verifier: verifier.clone() });
-    if !access.keys.is_empty() || access.verifier.is_some() {
-        router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
-    }
+    // Always in place: keys may be given by a reload after the server started without.
+    let access = Arc::new(Access { keys: factory_keys, verifier: verifier.clone() });
+    router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
     // Added after the key check: probes carry no key.
     let mut router =
         router.route(HEALTH_PATH, axum::routing::get(move || health(health_shared.clone())));
@@ -90,7 +89,7 @@ const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
 /// Who may use the server: API keys, and tokens of an authorization server.
 #[derive(Debug)]
 struct Access {
-    keys: Arc<[ApiKey]>,
+    keys: super::ApiKeys,
     verifier: Option<Arc<super::TokenVerifier>>,
 }
 
@@ -129,8 +128,12 @@ async fn check_key(
     mut request: Request,
     next: Next,
 ) -> Response {
+    let keys = access.keys.current();
+    if keys.is_empty() && access.verifier.is_none() {
+        return next.run(request).await;
+    }
     let presented = presented_key(request.headers());
-    match presented.and_then(|given| matching(&access.keys, given)) {
+    match presented.and_then(|given| matching(&keys, given)) {
         Some(key) => {
             tracing::debug!(target: "toolmux::serve", key = %key.name, "request with API key");
             // The handler puts the holder in the request's run id (see `KeyHolder`).

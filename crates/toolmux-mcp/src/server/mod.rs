@@ -117,8 +117,10 @@ pub struct ServeOptions {
     /// Instructions for the client's model; the provider's when `None`.
     pub instructions: Option<String>,
     /// Keys a client must present over HTTP (`Authorization: Bearer KEY`, or `X-API-Key:
-    /// KEY`); empty accepts every client. Stdio needs none: its client started the server.
-    pub api_keys: Vec<ApiKey>,
+    /// KEY`); none accepts every client. Stdio needs none: its client started the server.
+    /// Replacing them through a clone ([`ApiKeys::replace`]) takes effect on the next
+    /// request.
+    pub api_keys: ApiKeys,
     /// What `GET /metrics` serves over HTTP (behind the API keys); no such page when `None`.
     pub metrics: Option<Arc<dyn MetricsSource>>,
     /// The calls' events that `GET /api/events` streams over HTTP (behind the API keys,
@@ -181,6 +183,38 @@ pub struct ApiKey {
     pub key: String,
 }
 
+/// The API keys a server accepts, shared: a clone sees and makes the same replacements
+/// (a configuration reload), which take effect on the next request.
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys(Arc<std::sync::RwLock<Arc<[ApiKey]>>>);
+
+impl ApiKeys {
+    /// Accepts `keys`.
+    pub fn new(keys: Vec<ApiKey>) -> ApiKeys {
+        ApiKeys(Arc::new(std::sync::RwLock::new(Arc::from(keys))))
+    }
+
+    /// Accepts `keys` from the next request on, instead of the keys so far.
+    pub fn replace(&self, keys: Vec<ApiKey>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Arc::from(keys);
+    }
+
+    /// The keys accepted now.
+    pub fn current(&self) -> Arc<[ApiKey]> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// How many keys are accepted now.
+    pub fn len(&self) -> usize {
+        self.current().len()
+    }
+
+    /// Whether no key is required now.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl std::fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ApiKey").field("name", &self.name).field("key", &"<redacted>").finish()
@@ -197,7 +231,7 @@ impl Default for ServeOptions {
             server_name: "toolmux".to_owned(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
             instructions: None,
-            api_keys: Vec::new(),
+            api_keys: ApiKeys::default(),
             metrics: None,
             events: None,
             task_tools: Vec::new(),
