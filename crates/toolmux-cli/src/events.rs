@@ -5,31 +5,95 @@ use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 use toolmux::toolmux_mcp::server::{EventSource, ServedEvent};
 use toolmux::toolmux_orchestrator::accounting::CallStatus;
 use toolmux::toolmux_orchestrator::{Orchestrator, ToolEvent};
 
-/// Every call's events of the orchestrator serving (a stream opened before a reload ends
-/// with the orchestrator it followed).
+/// Every call's events of the orchestrator serving, across reloads: a stream follows the
+/// new orchestrator from a reload on, and the old one's until its last calls have ended.
 #[derive(Debug)]
 pub(crate) struct CallEvents(pub(crate) crate::reload::Current);
+
+/// What one stream listens to.
+struct Following {
+    current: crate::reload::Current,
+    reloads: watch::Receiver<u64>,
+    /// The orchestrators followed: the one serving, and replaced ones still draining.
+    orchestrators: Vec<broadcast::Receiver<ToolEvent>>,
+}
+
+/// What happened next to a stream.
+enum Next {
+    Event(Result<ToolEvent, RecvError>, usize),
+    Reloaded,
+    /// The server stopped reloading (shutting down).
+    NoMoreReloads,
+}
 
 impl EventSource for CallEvents {
     fn subscribe(&self) -> BoxStream<'static, ServedEvent> {
         let orchestrator: Orchestrator = self.0.get().orchestrator().clone();
-        futures::stream::unfold(orchestrator.subscribe(), |mut events| async move {
-            let served = match events.recv().await {
-                Ok(event) => served(event),
-                Err(RecvError::Lagged(missed)) => ServedEvent {
-                    name: "lagged",
-                    op_id: 0,
-                    run_id: None,
-                    tool: None,
-                    data: json!({"missed": missed}),
-                },
-                Err(RecvError::Closed) => return None,
-            };
-            Some((served, events))
+        let following = Following {
+            current: self.0.clone(),
+            reloads: self.0.reloads(),
+            orchestrators: vec![orchestrator.subscribe()],
+        };
+        futures::stream::unfold((following, true), |(mut state, mut reloading)| async move {
+            loop {
+                if state.orchestrators.is_empty() && !reloading {
+                    return None;
+                }
+                let next = {
+                    let events = state
+                        .orchestrators
+                        .iter_mut()
+                        .map(|events| Box::pin(events.recv()))
+                        .collect::<Vec<_>>();
+                    let any_event = async {
+                        if events.is_empty() {
+                            std::future::pending().await
+                        } else {
+                            let (event, index, _) = futures::future::select_all(events).await;
+                            Next::Event(event, index)
+                        }
+                    };
+                    let reloaded = async {
+                        if !reloading {
+                            std::future::pending::<()>().await;
+                        }
+                        match state.reloads.changed().await {
+                            Ok(()) => Next::Reloaded,
+                            Err(_) => Next::NoMoreReloads,
+                        }
+                    };
+                    tokio::select! {
+                        next = any_event => next,
+                        next = reloaded => next,
+                    }
+                };
+                match next {
+                    Next::Reloaded => {
+                        let orchestrator = state.current.get().orchestrator().clone();
+                        state.orchestrators.push(orchestrator.subscribe());
+                    }
+                    Next::NoMoreReloads => reloading = false,
+                    Next::Event(Err(RecvError::Closed), index) => {
+                        state.orchestrators.remove(index);
+                    }
+                    Next::Event(Err(RecvError::Lagged(missed)), _) => {
+                        let lagged = ServedEvent {
+                            name: "lagged",
+                            op_id: 0,
+                            run_id: None,
+                            tool: None,
+                            data: json!({"missed": missed}),
+                        };
+                        return Some((lagged, (state, reloading)));
+                    }
+                    Next::Event(Ok(event), _) => return Some((served(event), (state, reloading))),
+                }
+            }
         })
         .boxed()
     }

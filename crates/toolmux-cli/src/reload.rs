@@ -31,19 +31,36 @@ const DRAIN: Duration = Duration::from_secs(60);
 
 /// The Toolmux serving now; replaced by a reload.
 #[derive(Debug, Clone)]
-pub(crate) struct Current(Arc<RwLock<Toolmux>>);
+pub(crate) struct Current {
+    toolmux: Arc<RwLock<Toolmux>>,
+    /// Counts the reloads, for whoever follows the orchestrator serving (event streams).
+    reloads: Arc<tokio::sync::watch::Sender<u64>>,
+}
 
 impl Current {
     pub(crate) fn new(toolmux: Toolmux) -> Current {
-        Current(Arc::new(RwLock::new(toolmux)))
+        Current {
+            toolmux: Arc::new(RwLock::new(toolmux)),
+            reloads: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
     }
 
     pub(crate) fn get(&self) -> Toolmux {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.toolmux.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes at every reload.
+    pub(crate) fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
     }
 
     fn replace(&self, toolmux: Toolmux) -> Toolmux {
-        std::mem::replace(&mut *self.0.write().unwrap_or_else(|e| e.into_inner()), toolmux)
+        let old = std::mem::replace(
+            &mut *self.toolmux.write().unwrap_or_else(|e| e.into_inner()),
+            toolmux,
+        );
+        self.reloads.send_modify(|n| *n += 1);
+        old
     }
 }
 

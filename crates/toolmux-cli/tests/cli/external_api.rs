@@ -694,7 +694,8 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
 }
 
 /// `serve --watch`: an external call waiting when the file changes is still listed after
-/// the reload, and a result submitted then reaches it.
+/// the reload, and a result submitted then reaches it; an event stream goes on with the new
+/// configuration's calls.
 #[test]
 fn watch_keeps_external_calls_waiting_through_a_reload() {
     let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
@@ -718,6 +719,9 @@ fn watch_keeps_external_calls_waiting_through_a_reload() {
         std::thread::sleep(Duration::from_millis(50));
     };
 
+    // An event stream opened before the reload follows the new orchestrator after it.
+    let mut events = send(&address, "GET", "/api/events?tool=fs__grep", &as_alice, "");
+    assert_eq!(events.status, 200);
     // A reload: the builtin tools added.
     project.file("toolmux.yaml", &format!("{CONFIG}fs: {{}}\n"));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -730,6 +734,10 @@ fn watch_keeps_external_calls_waiting_through_a_reload() {
         assert!(std::time::Instant::now() < deadline, "no reload: {tools}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let (found, failed) = alice.call("fs__grep", json!({"pattern": "ship"})).recv().unwrap();
+    assert!(!failed, "{found}");
+    let (kind, started) = next_event(&mut *events.body);
+    assert_eq!((kind.as_str(), &started["tool"]), ("tool.started", &json!("fs__grep")));
     let still = listed();
     assert_eq!(still.len(), 1, "{still:?}");
     assert_eq!(still[0]["callId"], call["callId"]);
