@@ -25,7 +25,7 @@ struct Following {
 
 /// What happened next to a stream.
 enum Next {
-    Event(Result<ToolEvent, RecvError>, usize),
+    Event(Box<Result<ToolEvent, RecvError>>, usize),
     Reloaded,
     /// The server stopped reloading (shutting down).
     NoMoreReloads,
@@ -55,7 +55,7 @@ impl EventSource for CallEvents {
                             std::future::pending().await
                         } else {
                             let (event, index, _) = futures::future::select_all(events).await;
-                            Next::Event(event, index)
+                            Next::Event(Box::new(event), index)
                         }
                     };
                     let reloaded = async {
@@ -78,20 +78,22 @@ impl EventSource for CallEvents {
                         state.orchestrators.push(orchestrator.subscribe());
                     }
                     Next::NoMoreReloads => reloading = false,
-                    Next::Event(Err(RecvError::Closed), index) => {
-                        state.orchestrators.remove(index);
-                    }
-                    Next::Event(Err(RecvError::Lagged(missed)), _) => {
-                        let lagged = ServedEvent {
-                            name: "lagged",
-                            op_id: 0,
-                            run_id: None,
-                            tool: None,
-                            data: json!({"missed": missed}),
-                        };
-                        return Some((lagged, (state, reloading)));
-                    }
-                    Next::Event(Ok(event), _) => return Some((served(event), (state, reloading))),
+                    Next::Event(event, index) => match *event {
+                        Err(RecvError::Closed) => {
+                            state.orchestrators.remove(index);
+                        }
+                        Err(RecvError::Lagged(missed)) => {
+                            let lagged = ServedEvent {
+                                name: "lagged",
+                                op_id: 0,
+                                run_id: None,
+                                tool: None,
+                                data: json!({"missed": missed}),
+                            };
+                            return Some((lagged, (state, reloading)));
+                        }
+                        Ok(event) => return Some((served(event), (state, reloading))),
+                    },
                 }
             }
         })
