@@ -3,16 +3,12 @@
 use crate::args::RunArgs;
 use crate::commands::{finish, print, start};
 use crate::exit;
-use async_trait::async_trait;
-use std::io::{BufRead as _, IsTerminal as _, Read as _, Write as _};
+use std::io::{IsTerminal as _, Read as _};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolmux::config::Loaded;
 use toolmux::toolmux_agent::{AgentStatus, RunOptions};
-use toolmux::toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, ElicitationAction, InteractionHandler,
-    ProgressSink, ToolError, UrlElicitationRequest,
-};
+use toolmux::toolmux_core::{CallContext, ProgressSink};
 
 pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     let agents = &loaded.config.agents;
@@ -107,7 +103,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
             }
         }));
         if !from_stdin && std::io::stdin().is_terminal() {
-            ctx = ctx.with_handler(Arc::new(Terminal));
+            ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
         }
     }
     let options = RunOptions { transcript: args.transcript };
@@ -156,65 +152,4 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     }
     finish(&toolmux).await;
     Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
-}
-
-/// Questions and approvals asked of the person at the terminal (stderr, stdin).
-#[derive(Debug)]
-struct Terminal;
-
-impl Terminal {
-    async fn ask(prompt: String) -> Option<String> {
-        tokio::task::spawn_blocking(move || {
-            let mut stderr = std::io::stderr().lock();
-            let _ = write!(stderr, "{prompt}");
-            let _ = stderr.flush();
-            let mut line = String::new();
-            match std::io::stdin().lock().read_line(&mut line) {
-                Ok(0) | Err(_) => None,
-                Ok(_) => Some(line.trim_end_matches(['\r', '\n']).to_owned()),
-            }
-        })
-        .await
-        .ok()
-        .flatten()
-    }
-}
-
-#[async_trait]
-impl InteractionHandler for Terminal {
-    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
-        let prompt =
-            format!("\nallow {} {}? ({}) [y/N] ", request.tool, request.arguments, request.reason);
-        match Terminal::ask(prompt).await.as_deref().map(str::trim) {
-            Some("y" | "Y" | "yes") => ApprovalDecision::Allow,
-            _ => ApprovalDecision::Deny { reason: "the user declined".to_owned() },
-        }
-    }
-
-    async fn clarify(&self, question: &str) -> Option<String> {
-        Terminal::ask(format!("\nthe agent asks: {question}\n> "))
-            .await
-            .filter(|a| !a.trim().is_empty())
-    }
-
-    /// A server's request to open a URL (to sign in, say): shown, and accepted once the
-    /// user says they went there.
-    async fn elicit_url(
-        &self,
-        request: UrlElicitationRequest,
-    ) -> Result<ElicitationAction, ToolError> {
-        let why = match request.message.trim() {
-            "" => String::new(),
-            message => format!("{message}\n"),
-        };
-        let prompt = format!(
-            "\na tool's server asks you to open this URL:\n{why}  {}\nopen it, finish there, then answer: done? [y/N] ",
-            request.url
-        );
-        Ok(match Terminal::ask(prompt).await.as_deref().map(str::trim) {
-            Some("y" | "Y" | "yes") => ElicitationAction::Accept,
-            Some(_) => ElicitationAction::Decline,
-            None => ElicitationAction::Cancel,
-        })
-    }
 }

@@ -180,7 +180,14 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     let keep = |ns: &str| namespace.as_deref().is_none_or(|wanted| wanted == ns);
     let (toolmux, report) = start(loaded, &keep).await?;
     let cancel = CancellationToken::new();
-    let ctx = CallContext::new().with_cancel(cancel.clone());
+    let mut ctx = CallContext::new().with_cancel(cancel.clone());
+    // A person at a terminal approves calls that ask, and answers the tool's forms and
+    // URLs to open; a program (a pipe) gets the unattended answers.
+    if std::io::IsTerminal::is_terminal(&std::io::stdin())
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    {
+        ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
+    }
     let orchestrator = toolmux.orchestrator();
     let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);
     let result = tokio::select! {

@@ -13,6 +13,7 @@ mod events;
 mod mcp;
 mod progress;
 mod reload;
+mod terminal;
 
 use anyhow::Context as _;
 use args::{AgentCommand, Cli, Command, ConfigCommand, McpCommand, OutputCommand, ToolsCommand};

@@ -177,3 +177,79 @@ fn servers_inherit_the_environment_without_secrets() {
     let all = env_seen("    envInherit: all\n");
     assert!(all.contains("tok-3141592653") && all.contains("plain-2718281828"), "{all}");
 }
+
+/// `tools call` at a terminal: the person answers the tool's form (every field type, a
+/// choice by number, defaults by an empty line) and says whether they opened a URL; the
+/// same calls from a program (no terminal) get the unattended answers.
+#[test]
+fn at_a_terminal_the_person_answers_forms_and_urls() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "mcpServers:\n  fx:\n    command: {}\n    args: [stdio]\n",
+            crate::conformance::fixture_bin().display()
+        ),
+    );
+    let at_terminal = |rules: serde_json::Value, args: &[&str]| -> crate::Run {
+        let mut command = std::process::Command::new(peer("python/venv/bin/python"));
+        command
+            .arg(
+                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/cli/pty_driver.py"),
+            )
+            .arg(rules.to_string())
+            .arg(crate::toolmux_bin())
+            .args(args)
+            .current_dir(project.path())
+            .env_remove("TOOLMUX_CONFIG")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90))
+    };
+
+    let rules = serde_json::json!([["answer? [Y/n]", "y"], ["ok [y/n]", "yes"]]);
+    let run = at_terminal(rules, &["tools", "call", "fx__confirm_delete", r#"{"path":"a.txt"}"#]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("Please confirm") && run.stdout.contains("deleted a.txt"),
+        "{}",
+        run.stdout
+    );
+
+    let rules = serde_json::json!([
+        ["answer? [Y/n]", ""],
+        ["name [string, default \"John Doe\", optional]: ", ""],
+        ["age [integer, default 30, optional]: ", "x"],
+        ["age [integer, default 30, optional]: ", "41"],
+        ["score [number, default 95.5, optional]: ", ""],
+        ["status [1 active, 2 inactive, 3 pending, default \"active\", optional]: ", "3"],
+        ["verified [y/n, default true, optional]: ", "n"],
+    ]);
+    let run = at_terminal(rules, &["tools", "call", "fx__test_elicitation_sep1034_defaults"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    for part in [
+        "action=accept",
+        r#""name":"John Doe""#,
+        r#""age":41"#,
+        r#""score":95.5"#,
+        r#""status":"pending""#,
+        r#""verified":false"#,
+    ] {
+        assert!(run.stdout.contains(part), "{part} missing:\n{}", run.stdout);
+    }
+
+    let rules = serde_json::json!([["done? [y/N]", "y"]]);
+    let run = at_terminal(rules, &["tools", "call", "fx__open_url"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("https://example.com/sign-in"), "{}", run.stdout);
+    assert!(run.stdout.contains("url: accept"), "{}", run.stdout);
+
+    // From a program: declined, as an unattended client does.
+    let run = project.run(&["tools", "call", "fx__confirm_delete", r#"{"path":"a.txt"}"#]);
+    assert!(run.ok().contains("kept a.txt"), "{}", run.stdout);
+    let run = project.run(&["tools", "call", "fx__open_url"]);
+    assert_eq!(run.ok().trim(), "url: decline");
+}

@@ -1,0 +1,236 @@
+//! Questions of a call asked of the person at the terminal (stderr, stdin): approvals of
+//! calls that ask, an agent's questions, a server's forms (elicitation) and URLs to open.
+//! Used by `agent run` and `tools call` when both stdin and stderr are terminals.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use std::io::{BufRead as _, Write as _};
+use toolmux::toolmux_core::{
+    ApprovalDecision, ApprovalRequest, ElicitationAction, ElicitationRequest, ElicitationResponse,
+    InteractionHandler, ToolError, UrlElicitationRequest,
+};
+
+/// Tries per field before a form is given up (cancelled).
+const TRIES: usize = 3;
+
+/// The person at the terminal.
+#[derive(Debug)]
+pub(crate) struct Terminal;
+
+impl Terminal {
+    /// Shows `prompt` on stderr and reads one line; `None` at the end of input.
+    async fn ask(prompt: String) -> Option<String> {
+        tokio::task::spawn_blocking(move || {
+            let mut stderr = std::io::stderr().lock();
+            let _ = write!(stderr, "{prompt}");
+            let _ = stderr.flush();
+            let mut line = String::new();
+            match std::io::stdin().lock().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line.trim_end_matches(['\r', '\n']).to_owned()),
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// One field of a form, asked until it parses (at most [`TRIES`] times); `Ok(None)`
+    /// when left empty and optional, `Err(())` when the person gave up.
+    async fn field(name: &str, schema: &Value, required: bool) -> Result<Option<Value>, ()> {
+        let title = schema.get("title").and_then(Value::as_str).unwrap_or(name);
+        let choices = choices(schema);
+        let kind = schema.get("type").and_then(Value::as_str).unwrap_or("string");
+        let mut hint = match (&choices[..], kind) {
+            ([], "boolean") => "y/n".to_owned(),
+            ([], kind) => kind.to_owned(),
+            (choices, _) => {
+                let each = choices.iter().enumerate();
+                each.map(|(i, (_, label))| format!("{} {label}", i + 1))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let default = schema.get("default");
+        if let Some(default) = default {
+            hint.push_str(&format!(", default {default}"));
+        }
+        if !required {
+            hint.push_str(", optional");
+        }
+        let about = match schema.get("description").and_then(Value::as_str) {
+            Some(description) => format!(" ({description})"),
+            None => String::new(),
+        };
+        for _ in 0..TRIES {
+            let Some(answer) = Terminal::ask(format!("  {title}{about} [{hint}]: ")).await else {
+                return Err(());
+            };
+            let answer = answer.trim();
+            if answer.is_empty() {
+                match (default, required) {
+                    (Some(default), _) => return Ok(Some(default.clone())),
+                    (None, false) => return Ok(None),
+                    (None, true) => continue,
+                }
+            }
+            if let Some(value) = parse(answer, kind, &choices) {
+                return Ok(Some(value));
+            }
+        }
+        Err(())
+    }
+}
+
+/// The choices of an enumerated field: each value and its label.
+fn choices(schema: &Value) -> Vec<(Value, String)> {
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let names = schema.get("enumNames").and_then(Value::as_array);
+        return values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let label = names.and_then(|n| n.get(i)).and_then(Value::as_str);
+                (v.clone(), label.map_or_else(|| plain(v), str::to_owned))
+            })
+            .collect();
+    }
+    let options = schema.get("oneOf").or_else(|| schema.get("anyOf")).and_then(Value::as_array);
+    options
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            let value = o.get("const")?.clone();
+            let label =
+                o.get("title").and_then(Value::as_str).map_or_else(|| plain(&value), str::to_owned);
+            Some((value, label))
+        })
+        .collect()
+}
+
+fn plain(value: &Value) -> String {
+    value.as_str().map_or_else(|| value.to_string(), str::to_owned)
+}
+
+/// An answer as a value of the field: a choice by number or by name, else by type.
+fn parse(answer: &str, kind: &str, choices: &[(Value, String)]) -> Option<Value> {
+    if !choices.is_empty() {
+        if let Ok(n) = answer.parse::<usize>()
+            && let Some((value, _)) = n.checked_sub(1).and_then(|i| choices.get(i))
+        {
+            return Some(value.clone());
+        }
+        return choices
+            .iter()
+            .find(|(value, label)| plain(value) == answer || label.eq_ignore_ascii_case(answer))
+            .map(|(value, _)| value.clone());
+    }
+    match kind {
+        "boolean" => match answer.to_ascii_lowercase().as_str() {
+            "y" | "yes" | "true" | "1" => Some(Value::Bool(true)),
+            "n" | "no" | "false" | "0" => Some(Value::Bool(false)),
+            _ => None,
+        },
+        "integer" => answer.parse::<i64>().ok().map(Value::from),
+        "number" => answer
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        _ => Some(Value::String(answer.to_owned())),
+    }
+}
+
+#[async_trait]
+impl InteractionHandler for Terminal {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        let prompt =
+            format!("\nallow {} {}? ({}) [y/N] ", request.tool, request.arguments, request.reason);
+        match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+            Some("y" | "Y" | "yes") => ApprovalDecision::Allow,
+            _ => ApprovalDecision::Deny { reason: "the user declined".to_owned() },
+        }
+    }
+
+    async fn clarify(&self, question: &str) -> Option<String> {
+        Terminal::ask(format!("\nthe agent asks: {question}\n> "))
+            .await
+            .filter(|a| !a.trim().is_empty())
+    }
+
+    /// A server's form: asked field by field, after the person agreed to answer.
+    async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
+        let answer = |action| Ok(ElicitationResponse { action, content: None });
+        let prompt = format!("\na tool asks: {}\nanswer? [Y/n] ", request.message.trim());
+        match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+            None => return answer(ElicitationAction::Cancel),
+            Some("n" | "N" | "no") => return answer(ElicitationAction::Decline),
+            Some(_) => {}
+        }
+        let schema = &request.requested_schema;
+        let required: Vec<&str> = schema
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let mut content = Map::new();
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for (name, field) in properties.into_iter().flatten() {
+            match Terminal::field(name, field, required.contains(&name.as_str())).await {
+                Ok(Some(value)) => {
+                    content.insert(name.clone(), value);
+                }
+                Ok(None) => {}
+                Err(()) => return answer(ElicitationAction::Cancel),
+            }
+        }
+        Ok(ElicitationResponse { action: ElicitationAction::Accept, content: Some(content) })
+    }
+
+    /// A server's request to open a URL (to sign in, say): shown, and accepted once the
+    /// user says they went there.
+    async fn elicit_url(
+        &self,
+        request: UrlElicitationRequest,
+    ) -> Result<ElicitationAction, ToolError> {
+        let why = match request.message.trim() {
+            "" => String::new(),
+            message => format!("{message}\n"),
+        };
+        let prompt = format!(
+            "\na tool's server asks you to open this URL:\n{why}  {}\nopen it, finish there, then answer: done? [y/N] ",
+            request.url
+        );
+        Ok(match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+            Some("y" | "Y" | "yes") => ElicitationAction::Accept,
+            Some(_) => ElicitationAction::Decline,
+            None => ElicitationAction::Cancel,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_parse_by_type_and_choice() {
+        assert_eq!(parse("y", "boolean", &[]), Some(json!(true)));
+        assert_eq!(parse("No", "boolean", &[]), Some(json!(false)));
+        assert_eq!(parse("maybe", "boolean", &[]), None);
+        assert_eq!(parse("42", "integer", &[]), Some(json!(42)));
+        assert_eq!(parse("4.5", "integer", &[]), None);
+        assert_eq!(parse("4.5", "number", &[]), Some(json!(4.5)));
+        assert_eq!(parse("hi there", "string", &[]), Some(json!("hi there")));
+        let schema = json!({"type": "string", "oneOf": [
+            {"const": "py", "title": "Python"}, {"const": "rs", "title": "Rust"}]});
+        let options = choices(&schema);
+        assert_eq!(parse("2", "string", &options), Some(json!("rs")));
+        assert_eq!(parse("python", "string", &options), Some(json!("py")));
+        assert_eq!(parse("rs", "string", &options), Some(json!("rs")));
+        assert_eq!(parse("3", "string", &options), None);
+        let listed = choices(&json!({"enum": ["a", "b"], "enumNames": ["Alpha", "Beta"]}));
+        assert_eq!(listed, vec![(json!("a"), "Alpha".to_owned()), (json!("b"), "Beta".to_owned())]);
+    }
+}
