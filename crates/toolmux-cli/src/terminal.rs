@@ -132,11 +132,9 @@ fn parse(answer: &str, kind: &str, choices: &[(Value, String)]) -> Option<Value>
             _ => None,
         },
         "integer" => answer.parse::<i64>().ok().map(Value::from),
-        "number" => answer
-            .parse::<f64>()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map(Value::Number),
+        "number" => {
+            answer.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number)
+        }
         _ => Some(Value::String(answer.to_owned())),
     }
 }

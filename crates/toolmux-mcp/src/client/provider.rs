@@ -378,6 +378,9 @@ impl Inner {
         // takes tasks or plain calls alike.
         let flavor = tasks::Flavor::listed(connection);
         let mut required = self.task_required.write().unwrap_or_else(|e| e.into_inner());
+        // What the list says from now on: a tool that no longer requires tasks is called
+        // plainly again (one learnt from a refusal is learnt again by the next refusal).
+        required.clear();
         for tool in tools.iter_mut().filter(|t| t.annotations.task_support == TaskSupport::Required)
         {
             required.insert(tool.name.clone(), flavor);
@@ -473,23 +476,32 @@ impl Inner {
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
         let mut opened_urls = false;
+        let mut declare_tasks = false;
         for _round in 0..MAX_INPUT_ROUNDS {
             // A tool that runs only as a task of the tasks extension (SEP-2663) is called
             // declaring the extension, and the task it creates is followed to its end.
-            let as_task = self.requires_task(name) == Some(tasks::Flavor::Extension);
-            let result = self.call_once(&connection, name, &mut params, as_task, ctx).await;
-            if let Some(flavor) = self.requires_task(name).filter(|_| !as_task) {
+            let as_task =
+                declare_tasks || self.requires_task(name) == Some(tasks::Flavor::Extension);
+            let result = match self.call_once(&connection, name, &mut params, as_task, ctx).await? {
+                Reply::Answer(result) => result,
                 // Refused for want of a task (and so not run): sent again as one.
-                if flavor == tasks::Flavor::Extension {
+                Reply::NeedsTask(tasks::Flavor::Extension) if !as_task => {
+                    declare_tasks = true;
                     continue;
                 }
-                let arguments = params.arguments.as_ref();
-                let result = Box::pin(self.call_as_task(&connection, name, arguments, ctx)).await?;
-                self.succeeded();
-                return Ok(tool_output(result));
-            }
-            let result = match result? {
-                Reply::Answer(result) => result,
+                Reply::NeedsTask(tasks::Flavor::Augmented) => {
+                    let arguments = params.arguments.as_ref();
+                    let result =
+                        Box::pin(self.call_as_task(&connection, name, arguments, ctx)).await?;
+                    self.succeeded();
+                    return Ok(tool_output(result));
+                }
+                Reply::NeedsTask(tasks::Flavor::Extension) => {
+                    let what = format!(
+                        "`{name}` was refused for want of the tasks extension, which the call declared"
+                    );
+                    return Err(tool_error(self.protocol(&what)));
+                }
                 // The server needs the user to open URLs first (`-32042`): once they did,
                 // the call is sent again, once.
                 Reply::OpenUrls(urls) if !opened_urls => {
@@ -600,6 +612,7 @@ impl Inner {
         }
         if let Some(flavor) = tasks::refused_for_task(&waited) {
             self.learn_requires_task(name, flavor);
+            return Ok(Reply::NeedsTask(flavor));
         }
         if let Some(urls) = urls::required(&waited) {
             return Ok(Reply::OpenUrls(urls));
@@ -657,6 +670,7 @@ impl Inner {
         }
         if let Some(flavor) = tasks::refused_for_task(&waited) {
             self.learn_requires_task(name, flavor);
+            return Ok(Reply::NeedsTask(flavor));
         }
         if let Some(urls) = urls::required(&waited) {
             return Ok(Reply::OpenUrls(urls));
@@ -748,6 +762,8 @@ enum Reply {
     Answer(ServerResult),
     /// The server's `-32042`: the user must open these URLs before the call can run.
     OpenUrls(Vec<UrlElicitationRequest>),
+    /// The server refused the call (so it did not run): the tool runs only as a task.
+    NeedsTask(tasks::Flavor),
 }
 
 /// How waiting for a request's reply ended.
