@@ -610,12 +610,8 @@ impl Inner {
             let _ =
                 tokio::time::timeout(CANCEL_SEND_GRACE, handle.cancel(Some(reason.into()))).await;
         }
-        if let Some(flavor) = tasks::refused_for_task(&waited) {
-            self.learn_requires_task(name, flavor);
-            return Ok(Reply::NeedsTask(flavor));
-        }
-        if let Some(urls) = urls::required(&waited) {
-            return Ok(Reply::OpenUrls(urls));
+        if let Some(refused) = self.refusal(name, &waited) {
+            return Ok(refused);
         }
         self.reply(connection, name, waited).await.map(Reply::Answer)
     }
@@ -668,14 +664,20 @@ impl Inner {
             Some(reason) => waiting.abandon(reason).await,
             None => waiting.finish(),
         }
-        if let Some(flavor) = tasks::refused_for_task(&waited) {
-            self.learn_requires_task(name, flavor);
-            return Ok(Reply::NeedsTask(flavor));
-        }
-        if let Some(urls) = urls::required(&waited) {
-            return Ok(Reply::OpenUrls(urls));
+        if let Some(refused) = self.refusal(name, &waited) {
+            return Ok(refused);
         }
         self.reply(connection, name, waited).await.map(Reply::Answer)
+    }
+
+    /// A `tools/call` refused in a way the call may get past: for want of a task, or
+    /// until the user opened URLs. (Not async: a call's future holds the caller's.)
+    fn refusal(&self, name: &str, waited: &Waited) -> Option<Reply> {
+        if let Some(flavor) = tasks::refused_for_task(waited) {
+            self.learn_requires_task(name, flavor);
+            return Some(Reply::NeedsTask(flavor));
+        }
+        urls::required(waited).map(Reply::OpenUrls)
     }
 
     /// Waits for a request's reply, its idle timeout reset by its progress and by the
