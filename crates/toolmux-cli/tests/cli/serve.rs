@@ -678,3 +678,51 @@ fn rate_limits_refuse_calls_beyond_them() {
         run.stderr
     );
 }
+
+/// An output over the size cap of a tool with an output schema (server-everything's
+/// `get-structured-content`) still reaches the official Python SDK client, which refuses a
+/// result without the structured content the schema promises: the text is spilled, the
+/// structured content passes on.
+#[test]
+fn a_capped_output_keeps_its_structured_content_for_the_python_client() {
+    let project = gateway_project();
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &format!("defaults:\n  toolResponseMaxBytes: 40\n{config}"));
+    let script = r#"
+import json, sys
+import anyio
+from mcp import Client, StdioServerParameters
+
+async def main():
+    server = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
+    with anyio.fail_after(60):
+        async with Client(server, mode="legacy") as client:
+            await client.list_tools()
+            result = await client.call_tool("everything__get-structured-content", {"location": "Chicago"})
+            text = result.content[0].text if result.content else ""
+            print(json.dumps({"is_error": bool(result.is_error), "text": text, "structured": result.structured_content}))
+
+anyio.run(main)
+"#;
+    let mut command = Command::new(python());
+    command
+        .arg("-c")
+        .arg(script)
+        .args([toolmux_bin(), "serve", "--stdio"])
+        .current_dir(project.path())
+        .env("TMPDIR", project.path().join("tmp"))
+        .env_remove("TOOLMUX_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = wait(command.spawn().expect("python starts"), Duration::from_secs(120));
+    assert_eq!(run.code, 0, "python client failed:\n{}\n{}", run.stderr, run.stdout);
+    let summary: Value = serde_json::from_str(run.stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary ({e}): {}\n{}", run.stdout, run.stderr));
+    assert_eq!(summary["is_error"], false, "{summary}");
+    assert!(
+        summary["text"].as_str().unwrap_or_default().contains("size_limit_exceeded"),
+        "{summary}"
+    );
+    assert!(summary["structured"]["temperature"].is_number(), "{summary}");
+}

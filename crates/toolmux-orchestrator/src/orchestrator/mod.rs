@@ -1485,8 +1485,18 @@ impl Orchestrator {
         if size <= max {
             return output;
         }
+        // A tool that declares an output schema promises structured content conforming to
+        // it, and clients check (the official SDKs refuse a result without it): the text a
+        // model reads is capped, the structured content passes on unchanged.
+        let structured = entry.spec.output_schema.as_ref().and(output.structured.clone());
+        let keep = |mut capped: ToolOutput| {
+            if structured.is_some() {
+                capped.structured = structured.clone();
+            }
+            capped
+        };
         if output.is_error || self.inner.config.oversize == OversizeMode::Truncate {
-            return truncate_output(output, max);
+            return keep(truncate_output(output, max));
         }
         let text = output.to_text();
         let text = self.inner.redactor.redact(&text);
@@ -1505,11 +1515,11 @@ impl Orchestrator {
                 let mut capped = ToolOutput::text(message.to_string());
                 capped.extras = output.extras;
                 capped.extras.insert("spilled".into(), message["tool_output"].clone());
-                capped
+                keep(capped)
             }
             Err(e) => {
                 tracing::warn!(tool = %entry.name, "output store failed, truncating instead: {e}");
-                truncate_output(output, max)
+                keep(truncate_output(output, max))
             }
         }
     }

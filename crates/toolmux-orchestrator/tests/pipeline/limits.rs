@@ -5,7 +5,7 @@ use expect_test::expect;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmux_core::{CallContext, ToolCall, ToolOutput, ToolSpec};
+use toolmux_core::{CallContext, ToolCall, ToolOutput, ToolProvider, ToolSpec};
 use toolmux_orchestrator::{
     MAX_HINTED_RESPONSE_BYTES, Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy,
     RunBudgetConfig, ToolSettings,
@@ -209,4 +209,36 @@ async fn secrets_never_leave_the_pipeline() {
     o.warmup().await;
     assert_eq!(call(&o, "m__leak", json!({})).await.result.unwrap(), "token=[redacted] here");
     assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
+}
+
+/// An output over the cap of a tool that declares an output schema keeps its structured
+/// content (clients such as the official SDKs refuse a result without it), spilled or cut;
+/// a tool without one loses it with the rest.
+#[tokio::test(start_paused = true)]
+async fn capped_outputs_keep_the_structured_content_their_schema_promises() {
+    let big = ToolOutput {
+        structured: Some(json!({"rows": 500})),
+        ..ToolOutput::text("x".repeat(5_000))
+    };
+    let schema = json!({"type": "object", "properties": {"rows": {"type": "integer"}}});
+    let typed =
+        ToolSpec::new("typed", "rows", json!({"type": "object"})).with_output_schema(schema);
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_spec(typed, Behavior::Output(big.clone()))
+            .with_tool("untyped", Behavior::Output(big)),
+    );
+    for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
+        let config = OrchestratorConfig {
+            oversize,
+            ..OrchestratorConfig::default().with_response_max_bytes(1000)
+        };
+        let o = start(config, vec![p.clone()]).await;
+        let ctx = CallContext::new();
+        let typed = ToolProvider::call(&o, "m__typed", json!({}), &ctx).await.unwrap();
+        assert!(typed.to_text().len() < 1_100, "{oversize:?}: {}", typed.to_text());
+        assert_eq!(typed.structured, Some(json!({"rows": 500})), "{oversize:?}");
+        let untyped = ToolProvider::call(&o, "m__untyped", json!({}), &ctx).await.unwrap();
+        assert_eq!(untyped.structured, None, "{oversize:?}");
+    }
 }
