@@ -18,9 +18,16 @@ fn client_script() -> PathBuf {
 }
 
 fn run_client(project: &Project, args: &[&str]) -> Value {
+    let script = client_script();
+    let script = script.to_str().expect("a UTF-8 path");
+    run_python(project, &[&[script], args].concat())
+}
+
+/// Runs the virtualenv's Python with `args` in `project` and reads the JSON summary it
+/// prints last.
+fn run_python(project: &Project, args: &[&str]) -> Value {
     let mut command = Command::new(python());
     command
-        .arg(client_script())
         .args(args)
         .current_dir(project.path())
         .env("TMPDIR", project.path().join("tmp"))
@@ -704,21 +711,7 @@ async def main():
 
 anyio.run(main)
 "#;
-    let mut command = Command::new(python());
-    command
-        .arg("-c")
-        .arg(script)
-        .args([toolmux_bin(), "serve", "--stdio"])
-        .current_dir(project.path())
-        .env("TMPDIR", project.path().join("tmp"))
-        .env_remove("TOOLMUX_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let run = wait(command.spawn().expect("python starts"), Duration::from_secs(120));
-    assert_eq!(run.code, 0, "python client failed:\n{}\n{}", run.stderr, run.stdout);
-    let summary: Value = serde_json::from_str(run.stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no summary ({e}): {}\n{}", run.stdout, run.stderr));
+    let summary = run_python(&project, &["-c", script, toolmux_bin(), "serve", "--stdio"]);
     assert_eq!(summary["is_error"], false, "{summary}");
     assert!(
         summary["text"].as_str().unwrap_or_default().contains("size_limit_exceeded"),
