@@ -127,12 +127,7 @@ async fn visible_tools_events_carry_arguments_and_results_redacted() {
     let p = Arc::new(
         MockProvider::new("m").with_tool("echo", Behavior::Echo).with_spec(hidden, Behavior::Echo),
     );
-    let o = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(p)
-        .secrets(["s3cr3t-value".to_owned()])
-        .build()
-        .unwrap();
-    o.warmup().await;
+    let o = crate::start_with_secret(p).await;
     let mut events = o.subscribe();
     let args = json!({"question": "ok?", "token": "s3cr3t-value"});
     assert!(call(&o, "m__echo", args.clone()).await.ok);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::{CallContext, ToolCall, ToolOutput, ToolProvider, ToolSpec};
 use toolmux_orchestrator::{
-    MAX_HINTED_RESPONSE_BYTES, Orchestrator, OrchestratorConfig, OversizeMode, RetryPolicy,
-    RunBudgetConfig, ToolSettings,
+    MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig,
+    ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -201,12 +201,7 @@ async fn secrets_never_leave_the_pipeline() {
             .with_tool("leak", Behavior::Text("token=s3cr3t-value here".into()))
             .with_tool("fail", Behavior::Fail("auth s3cr3t-value rejected".into())),
     );
-    let o = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(p)
-        .secrets(["s3cr3t-value".to_owned()])
-        .build()
-        .unwrap();
-    o.warmup().await;
+    let o = crate::start_with_secret(p).await;
     assert_eq!(call(&o, "m__leak", json!({})).await.result.unwrap(), "token=[redacted] here");
     assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
 }

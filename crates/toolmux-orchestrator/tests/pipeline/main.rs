@@ -32,6 +32,18 @@ pub async fn start(
     orchestrator
 }
 
+/// Builds and warms up an orchestrator over `provider` whose configuration holds the
+/// secret `s3cr3t-value` (as `${ENV}` expansion would hand it over) to redact.
+pub async fn start_with_secret(provider: Arc<dyn ToolProvider>) -> Orchestrator {
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(provider)
+        .secrets(["s3cr3t-value".to_owned()])
+        .build()
+        .expect("valid configuration");
+    orchestrator.warmup().await;
+    orchestrator
+}
+
 /// One call with a fresh context.
 pub async fn call(o: &Orchestrator, name: &str, args: serde_json::Value) -> ToolResult {
     o.execute(ToolCall::new(name, args), &CallContext::new()).await
