@@ -50,6 +50,7 @@ mod provider;
 mod result;
 pub mod schema;
 mod spec;
+pub mod sse;
 mod toolset;
 
 pub use catalog::{

@@ -1,13 +1,15 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
-use crate::http::Endpoint;
+use crate::http::{Assembler, Endpoint, StreamError, Streaming};
 use crate::{
-    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice,
-    Usage,
+    DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
+    StopReason, ToolChoice, Usage,
 };
+use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use toolmux_core::sse::Event;
 use toolmux_core::schema::{SchemaRules, adapt};
 
 /// The API version every request names.
@@ -46,6 +48,204 @@ impl Model for AnthropicModel {
         let body = self.body(request);
         let answer = self.endpoint.post(&body, cancel).await?;
         parse(&answer, &self.endpoint)
+    }
+
+    async fn complete_streaming(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let mut body = self.body(request);
+        if !self.endpoint.stream {
+            let answer = parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint)?;
+            crate::replay(&answer, on_delta);
+            return Ok(answer);
+        }
+        body["stream"] = json!(true);
+        let mut events = Events::default();
+        let streaming = Streaming::new(&mut events, on_delta);
+        let (answer, streamed) = self.endpoint.post_streaming(&body, cancel, streaming).await?;
+        let answer = parse(&answer, &self.endpoint)?;
+        if !streamed {
+            crate::replay(&answer, on_delta);
+        }
+        Ok(answer)
+    }
+}
+
+/// A streamed message's events, folded into the message they make.
+#[derive(Debug, Default)]
+struct Events {
+    model: Option<Value>,
+    /// The content blocks by the API's index.
+    blocks: BTreeMap<u64, Block>,
+    /// How many tool calls have begun.
+    calls: usize,
+    stop_reason: Option<Value>,
+    /// `message_start`'s usage, updated by each `message_delta`'s.
+    usage: Map<String, Value>,
+    /// `message_stop` was read.
+    stopped: bool,
+}
+
+#[derive(Debug)]
+enum Block {
+    Text(String),
+    ToolUse { id: String, name: String, input: String, call: usize },
+    /// A block the agent does not read (thinking, …), as it started.
+    Other(Value),
+}
+
+impl Assembler for Events {
+    fn reset(&mut self) {
+        *self = Events::default();
+    }
+
+    fn event(&mut self, event: &Event, on_delta: DeltaSink<'_>) -> Result<bool, StreamError> {
+        let data: Value = serde_json::from_str(&event.data).map_err(|e| {
+            StreamError::Malformed(format!("the stream's `{}` event is not JSON ({e})", event.name))
+        })?;
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or(&event.name);
+        let index = || {
+            data.get("index").and_then(Value::as_u64).ok_or_else(|| {
+                StreamError::Malformed(format!("the stream's `{kind}` event has no `index`"))
+            })
+        };
+        match kind {
+            "message_start" => {
+                let message = data.get("message");
+                self.model = message.and_then(|m| m.get("model")).cloned();
+                self.merge_usage(message.and_then(|m| m.get("usage")));
+            }
+            "content_block_start" => {
+                let index = index()?;
+                let block = data.get("content_block").cloned().unwrap_or(Value::Null);
+                let text = |field: &str| {
+                    block.get(field).and_then(Value::as_str).unwrap_or_default().to_owned()
+                };
+                let block = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        let text = text("text");
+                        if !text.is_empty() {
+                            on_delta(ModelDelta::Text(&text));
+                        }
+                        Block::Text(text)
+                    }
+                    Some("tool_use") => {
+                        let (id, name) = (text("id"), text("name"));
+                        let call = self.calls;
+                        self.calls += 1;
+                        on_delta(ModelDelta::ToolCall { index: call, id: &id, name: &name });
+                        Block::ToolUse { id, name, input: String::new(), call }
+                    }
+                    _ => Block::Other(block),
+                };
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let index = index()?;
+                let delta = data.get("delta");
+                let fragment = |field: &str| {
+                    delta.and_then(|d| d.get(field)).and_then(Value::as_str).unwrap_or_default()
+                };
+                match self.blocks.get_mut(&index) {
+                    Some(Block::Text(text)) => {
+                        let more = fragment("text");
+                        text.push_str(more);
+                        if !more.is_empty() {
+                            on_delta(ModelDelta::Text(more));
+                        }
+                    }
+                    Some(Block::ToolUse { input, call, .. }) => {
+                        let more = fragment("partial_json");
+                        input.push_str(more);
+                        if !more.is_empty() {
+                            on_delta(ModelDelta::ToolArguments { index: *call, fragment: more });
+                        }
+                    }
+                    Some(Block::Other(_)) => {}
+                    None => {
+                        return Err(StreamError::Malformed(format!(
+                            "the stream's `content_block_delta` names block {index}, which did not start"
+                        )));
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason").filter(|r| !r.is_null()) {
+                    self.stop_reason = Some(reason.clone());
+                }
+                self.merge_usage(data.get("usage"));
+            }
+            "message_stop" => {
+                self.stopped = true;
+                return Ok(true);
+            }
+            "error" => {
+                let error = data.get("error").unwrap_or(&data);
+                let message = match error.get("message").and_then(Value::as_str) {
+                    Some(message) => message.to_owned(),
+                    None => error.to_string(),
+                };
+                let status = match error.get("type").and_then(Value::as_str) {
+                    Some("invalid_request_error") => 400,
+                    Some("authentication_error") => 401,
+                    Some("permission_error") => 403,
+                    Some("not_found_error") => 404,
+                    Some("request_too_large") => 413,
+                    Some("rate_limit_error") => 429,
+                    Some("overloaded_error") => 529,
+                    _ => 500,
+                };
+                return Err(StreamError::Api { status, message });
+            }
+            // `ping`, `content_block_stop`, and what later versions of the API add.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self) -> Option<Value> {
+        if !self.stopped {
+            return None;
+        }
+        let content: Vec<Value> = self
+            .blocks
+            .values()
+            .map(|block| match block {
+                Block::Text(text) => json!({"type": "text", "text": text}),
+                Block::ToolUse { id, name, input, .. } => {
+                    let input = if input.trim().is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(input).unwrap_or_else(|_| json!(input))
+                    };
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input})
+                }
+                Block::Other(block) => block.clone(),
+            })
+            .collect();
+        Some(json!({
+            "type": "message",
+            "role": "assistant",
+            "model": self.model.clone().unwrap_or(Value::Null),
+            "content": content,
+            "stop_reason": self.stop_reason.clone().unwrap_or(Value::Null),
+            "usage": self.usage,
+        }))
+    }
+}
+
+impl Events {
+    fn merge_usage(&mut self, usage: Option<&Value>) {
+        if let Some(usage) = usage.and_then(Value::as_object) {
+            for (key, value) in usage {
+                if !value.is_null() {
+                    self.usage.insert(key.clone(), value.clone());
+                }
+            }
+        }
     }
 }
 

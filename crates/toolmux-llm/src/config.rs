@@ -63,6 +63,13 @@ pub struct ModelConfig {
     /// long prompts by themselves; nothing is sent to them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache: Option<bool>,
+    /// Whether answers are asked for as a stream (default true) when somebody follows the
+    /// agent's output: a person at a terminal (`toolmux agent run`), an `/api/events`
+    /// client, a program subscribed to the orchestrator's events. Text and tool call
+    /// arguments then arrive as the model writes them. `false` for a server that cannot
+    /// stream; one that answers in one piece all the same is read as such.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -81,6 +88,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("max_retries", &self.max_retries)
             .field("context_window", &self.context_window)
             .field("prompt_cache", &self.prompt_cache)
+            .field("stream", &self.stream)
             .finish()
     }
 }

@@ -1,13 +1,14 @@
 //! The HTTP exchange both clients share: one JSON POST with a timeout, cancellation,
 //! retries of what is worth retrying, bounded bodies and errors that never show the key.
 
-use crate::ModelError;
+use crate::{DeltaSink, ModelDelta, ModelError};
 use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
+use toolmux_core::sse::{Event, EventParser};
 
 /// The largest answer read, in bytes: far beyond any completion, small enough that a
 /// misbehaving server cannot exhaust memory.
@@ -45,6 +46,47 @@ pub(crate) struct Endpoint {
     pub(crate) max_retries: u32,
     /// The model's context window in tokens, as configured.
     pub(crate) context_window: Option<u64>,
+    /// Whether answers may be asked for as a stream (`stream`, default true).
+    pub(crate) stream: bool,
+}
+
+/// What a streamed answer's events are folded into, one API's format each: the answer as
+/// the API would have sent it in one piece, so that one parser reads both.
+pub(crate) trait Assembler: Send {
+    /// Forgets what an earlier attempt received.
+    fn reset(&mut self);
+    /// Takes one event, handing what it adds to `on_delta`; `Ok(true)` once the answer is
+    /// complete.
+    fn event(&mut self, event: &Event, on_delta: DeltaSink<'_>) -> Result<bool, StreamError>;
+    /// The answer in the API's non-streamed form; `None` if the stream has not completed
+    /// it.
+    fn finish(&mut self) -> Option<Value>;
+}
+
+/// An error inside a stream.
+#[derive(Debug)]
+pub(crate) enum StreamError {
+    /// The API reported an error in the stream, with the HTTP status its kind stands for
+    /// (`overloaded_error` 529, `rate_limit_error` 429, …).
+    Api { status: u16, message: String },
+    /// An event the API's documentation does not allow.
+    Malformed(String),
+}
+
+/// A streamed request's state across attempts.
+pub(crate) struct Streaming<'a> {
+    pub(crate) assembler: &'a mut dyn Assembler,
+    pub(crate) on_delta: DeltaSink<'a>,
+    /// Whether an attempt has handed out deltas, which a retry must void.
+    started: bool,
+    /// Whether the answer came as a stream (a server may answer in one piece all the same).
+    streamed: bool,
+}
+
+impl<'a> Streaming<'a> {
+    pub(crate) fn new(assembler: &'a mut dyn Assembler, on_delta: DeltaSink<'a>) -> Self {
+        Streaming { assembler, on_delta, started: false, streamed: false }
+    }
 }
 
 // By hand, so that neither the key nor any header value (an `Authorization` given in
@@ -90,16 +132,49 @@ impl Endpoint {
         body: &Value,
         cancel: &CancellationToken,
     ) -> Result<Value, ModelError> {
+        self.exchange(body, cancel, None).await
+    }
+
+    /// [`Endpoint::post`] of a request that asks for a stream: its events go through
+    /// `streaming`'s assembler, which hands their text and calls out as they arrive, and
+    /// the answer is returned in the non-streamed form, with whether it came as a stream
+    /// (a server may ignore the request's `stream`). A stream that breaks off is tried
+    /// again as a failed request would be, after a [`ModelDelta::Restart`].
+    pub(crate) async fn post_streaming(
+        &self,
+        body: &Value,
+        cancel: &CancellationToken,
+        mut streaming: Streaming<'_>,
+    ) -> Result<(Value, bool), ModelError> {
+        let answer = self.exchange(body, cancel, Some(&mut streaming)).await?;
+        Ok((answer, streaming.streamed))
+    }
+
+    async fn exchange(
+        &self,
+        body: &Value,
+        cancel: &CancellationToken,
+        mut streaming: Option<&mut Streaming<'_>>,
+    ) -> Result<Value, ModelError> {
         // Writing a `Value` cannot fail: its keys are strings.
         let bytes = body.to_string().into_bytes();
         tracing::trace!(model = %self.name, body = %String::from_utf8_lossy(&bytes), "model request");
         let mut attempt: u32 = 0;
         loop {
+            if let Some(streaming) = streaming.as_deref_mut() {
+                if streaming.started {
+                    (streaming.on_delta)(ModelDelta::Restart);
+                    streaming.started = false;
+                }
+                streaming.assembler.reset();
+                streaming.streamed = false;
+            }
             let started = Instant::now();
+            let request = self.attempt(bytes.clone(), streaming.as_deref_mut());
             let attempted = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(self.cancelled()),
-                attempted = tokio::time::timeout(self.timeout, self.attempt(bytes.clone())) => attempted,
+                attempted = tokio::time::timeout(self.timeout, request) => attempted,
             };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             // A request that took the whole timeout is not tried again: the next would
@@ -151,7 +226,11 @@ impl Endpoint {
     }
 
     /// One request and its answer.
-    async fn attempt(&self, body: Vec<u8>) -> Result<(u16, Value), Failure> {
+    async fn attempt(
+        &self,
+        body: Vec<u8>,
+        streaming: Option<&mut Streaming<'_>>,
+    ) -> Result<(u16, Value), Failure> {
         let response = self
             .client
             .post(self.url.clone())
@@ -167,6 +246,18 @@ impl Endpoint {
             .get(reqwest::header::LOCATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        let is_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if status.is_success()
+            && is_stream
+            && let Some(streaming) = streaming
+        {
+            streaming.streamed = true;
+            return self.read_events(response, streaming).await.map(|a| (status.as_u16(), a));
+        }
         let body = self.read_body(response).await?;
         tracing::trace!(model = %self.name, status = status.as_u16(), body = %String::from_utf8_lossy(&body), "model answer");
         if status.is_success() {
@@ -189,17 +280,80 @@ impl Endpoint {
                 message = format!("redirected to {location}; set `baseUrl` to the API's address");
             }
         }
+        Err(self.status_failure(code, message, retry_after))
+    }
+
+    /// The events of a streamed answer, through `streaming`'s assembler, to the answer in
+    /// the non-streamed form.
+    async fn read_events(
+        &self,
+        mut response: reqwest::Response,
+        streaming: &mut Streaming<'_>,
+    ) -> Result<Value, Failure> {
+        let mut parser = EventParser::default();
+        let mut read = 0usize;
+        loop {
+            let chunk = response
+                .chunk()
+                .await
+                .map_err(|e| self.transport_failure("the answer's stream broke off", e))?;
+            let Some(chunk) = chunk else { break };
+            read += chunk.len();
+            if read > MAX_BODY_BYTES {
+                return Err(Failure::Fatal {
+                    status: Some(response.status().as_u16()),
+                    error: self.malformed(format!(
+                        "the answer is larger than {} MiB",
+                        MAX_BODY_BYTES / (1024 * 1024)
+                    )),
+                });
+            }
+            for event in parser.push(&chunk) {
+                tracing::trace!(model = %self.name, event = %event.name, data = %event.data, "model answer event");
+                streaming.started = true;
+                match streaming.assembler.event(&event, streaming.on_delta) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        if let Some(answer) = streaming.assembler.finish() {
+                            return Ok(answer);
+                        }
+                    }
+                    Err(StreamError::Api { status, message }) => {
+                        let message = self.redact(&excerpt(&message, ERROR_EXCERPT_BYTES));
+                        return Err(self.status_failure(status, message, None));
+                    }
+                    Err(StreamError::Malformed(message)) => {
+                        return Err(Failure::Fatal { status: None, error: self.malformed(message) });
+                    }
+                }
+            }
+        }
+        // Some servers end the stream without the closing event their API documents, but
+        // with the answer whole; one that broke off mid-answer is tried again.
+        streaming.assembler.finish().ok_or_else(|| Failure::Retry {
+            status: None,
+            error: ModelError::Transport {
+                model: self.name.clone(),
+                message: "the answer's stream ended before the answer did".into(),
+            },
+            retry_after: None,
+        })
+    }
+
+    /// An error status as a failure: credentials refused are final, rate limits and
+    /// overloaded or failing servers are worth another try, the rest is final.
+    fn status_failure(&self, code: u16, message: String, retry_after: Option<Duration>) -> Failure {
         let error = match code {
             401 | 403 => {
                 let error = ModelError::Auth { model: self.name.clone(), status: code, message };
-                return Err(Failure::Fatal { status: Some(code), error });
+                return Failure::Fatal { status: Some(code), error };
             }
             _ => ModelError::Api { model: self.name.clone(), status: code, message },
         };
         if matches!(code, 429 | 500 | 502 | 503 | 504 | 529) {
-            Err(Failure::Retry { status: Some(code), error, retry_after })
+            Failure::Retry { status: Some(code), error, retry_after }
         } else {
-            Err(Failure::Fatal { status: Some(code), error })
+            Failure::Fatal { status: Some(code), error }
         }
     }
 

@@ -36,8 +36,8 @@ mod sampling;
 pub use config::{ApiKind, ModelConfig};
 pub use error::ModelError;
 pub use message::{
-    Message, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice, ToolDefinition,
-    ToolResultMessage, Usage,
+    DeltaSink, Message, ModelDelta, ModelRequest, ModelResponse, ModelToolCall, StopReason,
+    ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 pub use sampling::{ModelSampler, sampling_request, sampling_response};
 
@@ -81,6 +81,39 @@ pub trait Model: Send + Sync + fmt::Debug {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError>;
+
+    /// One completion of `request`, its text and tool calls handed to `on_delta` as the
+    /// model writes them; the answer is the same as [`Model::complete`]'s.
+    ///
+    /// The HTTP clients ask the API for a streamed answer (unless the model is configured
+    /// with `stream: false`); a server that answers in one piece all the same is read as
+    /// such. This default completes the request and hands over the whole answer as deltas
+    /// (its text, then each call), so that a caller may rely on deltas from any model.
+    async fn complete_streaming(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let answer = self.complete(request, cancel).await?;
+        replay(&answer, on_delta);
+        Ok(answer)
+    }
+}
+
+/// `answer` handed to `on_delta` in one piece: its text, then each call and its arguments.
+pub(crate) fn replay(answer: &ModelResponse, on_delta: DeltaSink<'_>) {
+    if !answer.content.is_empty() {
+        on_delta(ModelDelta::Text(&answer.content));
+    }
+    for (index, call) in answer.tool_calls.iter().enumerate() {
+        on_delta(ModelDelta::ToolCall { index, id: &call.id, name: &call.name });
+        let arguments = match &call.raw_arguments {
+            Some(raw) => raw.clone(),
+            None => call.arguments.to_string(),
+        };
+        on_delta(ModelDelta::ToolArguments { index, fragment: &arguments });
+    }
 }
 
 /// The client of the model configured as `name` (`models.<name>`), speaking the API that
@@ -193,6 +226,7 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
         timeout: Duration::from_millis(timeout_ms),
         max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
         context_window: config.context_window,
+        stream: config.stream.unwrap_or(true),
     };
     let max_tokens = config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let temperature = config.temperature;

@@ -272,3 +272,36 @@ impl ModelResponse {
         Message::Assistant { content: self.content.clone(), tool_calls: self.tool_calls.clone() }
     }
 }
+
+/// A piece of an answer as the model writes it, for
+/// [`Model::complete_streaming`](crate::Model::complete_streaming). Text and each call's arguments arrive as fragments
+/// in order; their concatenation is the answer's text and the call's arguments as the
+/// model wrote them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModelDelta<'a> {
+    /// More of the answer's text.
+    Text(&'a str),
+    /// The model began tool call `index` (0, 1, … in the answer's order).
+    ToolCall {
+        /// The call's place in the answer.
+        index: usize,
+        /// The API's id of the call.
+        id: &'a str,
+        /// The tool's name.
+        name: &'a str,
+    },
+    /// More of tool call `index`'s arguments, as JSON text.
+    ToolArguments {
+        /// The call's place in the answer.
+        index: usize,
+        /// The next fragment of the arguments' text.
+        fragment: &'a str,
+    },
+    /// The request is being tried again (the stream broke off): what was received so far
+    /// is void, and the answer starts over.
+    Restart,
+}
+
+/// What receives an answer's [`ModelDelta`]s, on the task that awaits the completion.
+pub type DeltaSink<'a> = &'a (dyn Fn(ModelDelta<'_>) + Send + Sync);

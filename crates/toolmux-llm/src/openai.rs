@@ -1,14 +1,15 @@
 //! OpenAI-compatible chat completions (`POST {baseUrl}/chat/completions`), which OpenAI
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
-use crate::http::Endpoint;
+use crate::http::{Assembler, Endpoint, StreamError, Streaming};
 use crate::{
-    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, StopReason, ToolChoice,
-    Usage,
+    DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
+    StopReason, ToolChoice, Usage,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
+use toolmux_core::sse::Event;
 use toolmux_core::schema::{SchemaRules, adapt};
 
 /// What OpenAI accepts of a tool's input schema: no union at the top level, and an object
@@ -44,6 +45,228 @@ impl Model for OpenAiModel {
         let answer = self.endpoint.post(&body, cancel).await?;
         parse(&answer, &self.endpoint)
     }
+
+    async fn complete_streaming(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        let mut body = self.body(request);
+        if !self.endpoint.stream {
+            let answer = parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint)?;
+            crate::replay(&answer, on_delta);
+            return Ok(answer);
+        }
+        body["stream"] = json!(true);
+        // The usage comes in a last chunk of its own only when asked for.
+        body["stream_options"] = json!({"include_usage": true});
+        let mut chunks = Chunks::default();
+        let streaming = Streaming::new(&mut chunks, on_delta);
+        let (answer, streamed) = self.endpoint.post_streaming(&body, cancel, streaming).await?;
+        let answer = parse(&answer, &self.endpoint)?;
+        if !streamed {
+            crate::replay(&answer, on_delta);
+        }
+        Ok(answer)
+    }
+}
+
+/// A streamed chat completion's chunks, folded into the completion they make.
+#[derive(Debug, Default)]
+struct Chunks {
+    model: Option<Value>,
+    text: String,
+    refusal: String,
+    /// The tool calls in the order they began.
+    calls: Vec<CallParts>,
+    finish_reason: Option<Value>,
+    usage: Option<Value>,
+    /// `[DONE]` was read.
+    done: bool,
+}
+
+/// One tool call as its chunks have given it so far.
+#[derive(Debug, Default)]
+struct CallParts {
+    /// The API's `index` of the call, when it gives one.
+    key: Option<u64>,
+    id: String,
+    name: String,
+    arguments: String,
+    /// Whether its [`ModelDelta::ToolCall`] was handed out (once its name is known).
+    announced: bool,
+}
+
+impl Assembler for Chunks {
+    fn reset(&mut self) {
+        *self = Chunks::default();
+    }
+
+    fn event(&mut self, event: &Event, on_delta: DeltaSink<'_>) -> Result<bool, StreamError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            StreamError::Malformed(format!("a chunk of the stream is not JSON ({e})"))
+        })?;
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            return Err(stream_error(error));
+        }
+        if self.model.is_none() {
+            self.model = chunk.get("model").cloned();
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage.clone());
+        }
+        let Some(choice) = chunk.get("choices").and_then(Value::as_array).and_then(|c| c.first())
+        else {
+            return Ok(false);
+        };
+        if let Some(delta) = choice.get("delta") {
+            if let Some(text) = delta.get("content").and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                self.text.push_str(text);
+                on_delta(ModelDelta::Text(text));
+            }
+            if let Some(refusal) = delta.get("refusal").and_then(Value::as_str)
+                && !refusal.is_empty()
+            {
+                self.refusal.push_str(refusal);
+                on_delta(ModelDelta::Text(refusal));
+            }
+            if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                for call in calls {
+                    self.call_part(call, on_delta);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+            self.finish_reason = Some(reason.clone());
+        }
+        Ok(false)
+    }
+
+    fn finish(&mut self) -> Option<Value> {
+        if !self.done && self.finish_reason.is_none() {
+            return None;
+        }
+        let mut message = Map::new();
+        message.insert("role".into(), json!("assistant"));
+        let content = if self.text.is_empty() { Value::Null } else { json!(self.text) };
+        message.insert("content".into(), content);
+        if !self.refusal.is_empty() {
+            message.insert("refusal".into(), json!(self.refusal));
+        }
+        if !self.calls.is_empty() {
+            let calls = self
+                .calls
+                .iter()
+                .map(|call| {
+                    json!({"id": call.id, "type": "function", "function": {
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    }})
+                })
+                .collect();
+            message.insert("tool_calls".into(), Value::Array(calls));
+        }
+        let mut answer = json!({
+            "model": self.model.clone().unwrap_or(Value::Null),
+            "choices": [{
+                "index": 0,
+                "message": message,
+                "finish_reason": self.finish_reason.clone().unwrap_or(Value::Null),
+            }],
+        });
+        if let Some(usage) = &self.usage {
+            answer["usage"] = usage.clone();
+        }
+        Some(answer)
+    }
+}
+
+impl Chunks {
+    /// One call's part of a chunk: a new call (its id and name) or more of its arguments.
+    fn call_part(&mut self, part: &Value, on_delta: DeltaSink<'_>) {
+        let key = part.get("index").and_then(Value::as_u64);
+        let id = part.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+        // By the API's index; servers that send none start a call with a new id.
+        let position = match key {
+            Some(key) => self.calls.iter().position(|c| c.key == Some(key)),
+            None => match (id, self.calls.last()) {
+                (Some(id), Some(last)) if last.id != id => None,
+                (_, Some(_)) => Some(self.calls.len() - 1),
+                (_, None) => None,
+            },
+        };
+        let position = position.unwrap_or_else(|| {
+            self.calls.push(CallParts { key, ..CallParts::default() });
+            self.calls.len() - 1
+        });
+        let call = &mut self.calls[position];
+        if let Some(id) = id
+            && call.id.is_empty()
+        {
+            call.id = id.to_owned();
+        }
+        let function = part.get("function");
+        if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
+            && call.name.is_empty()
+        {
+            call.name = name.to_owned();
+        }
+        let fragment = match function.and_then(|f| f.get("arguments")) {
+            Some(Value::String(text)) => text.clone(),
+            // Some servers send the arguments whole, as an object.
+            Some(arguments) if !arguments.is_null() => arguments.to_string(),
+            _ => String::new(),
+        };
+        call.arguments.push_str(&fragment);
+        if !call.announced && !call.name.is_empty() {
+            call.announced = true;
+            // The id the answer's parser gives a call without one.
+            if call.id.is_empty() {
+                call.id = format!("call_{position}");
+            }
+            on_delta(ModelDelta::ToolCall { index: position, id: &call.id, name: &call.name });
+            // What came before the name, with this chunk's fragment.
+            if !call.arguments.is_empty() {
+                on_delta(ModelDelta::ToolArguments { index: position, fragment: &call.arguments });
+            }
+        } else if call.announced && !fragment.is_empty() {
+            on_delta(ModelDelta::ToolArguments { index: position, fragment: &fragment });
+        }
+    }
+}
+
+/// An error object sent inside the stream, as the status its kind stands for: a server
+/// error unless it says otherwise (a request the API refused would not have started
+/// streaming).
+fn stream_error(error: &Value) -> StreamError {
+    let message = match error.get("message").and_then(Value::as_str) {
+        Some(message) => message.to_owned(),
+        None => error.to_string(),
+    };
+    let kind = error.get("type").and_then(Value::as_str).unwrap_or_default();
+    let code = error.get("code");
+    let status = match code.and_then(Value::as_u64) {
+        Some(status @ 400..=599) => u16::try_from(status).unwrap_or(500),
+        _ if kind.contains("rate_limit")
+            || code.and_then(Value::as_str).is_some_and(|c| c.contains("rate_limit")) =>
+        {
+            429
+        }
+        _ if kind == "invalid_request_error" => 400,
+        _ => 500,
+    };
+    StreamError::Api { status, message }
 }
 
 /// The name of the output limit at `url`: OpenAI's own API has deprecated `max_tokens` and

@@ -72,6 +72,24 @@ pub enum ScriptStep {
     Raw(String),
     /// The step this function returns for the request's body.
     Callback(Arc<dyn Fn(&Value) -> ScriptStep + Send + Sync>),
+    /// The step answered in one piece even when the request asks for a stream (a server
+    /// that cannot stream).
+    Whole(Box<ScriptStep>),
+    /// The step, streamed: after the first event that carries text or arguments the
+    /// stream waits until the `Notify` is notified (so that a test sees the first delta
+    /// arrive while the answer is still being written).
+    Held(Arc<tokio::sync::Notify>, Box<ScriptStep>),
+    /// The step, streamed, but the connection drops after the first event that carries
+    /// text or arguments.
+    BrokenOff(Box<ScriptStep>),
+    /// A streamed answer that starts, then reports an error of this kind (Anthropic's
+    /// `overloaded_error`, say) with this message inside the stream.
+    StreamError {
+        /// The error's `type`.
+        kind: String,
+        /// Its `message`.
+        message: String,
+    },
 }
 
 impl ScriptStep {
@@ -135,6 +153,14 @@ impl fmt::Debug for ScriptStep {
             }
             ScriptStep::Raw(body) => f.debug_tuple("Raw").field(body).finish(),
             ScriptStep::Callback(_) => f.write_str("Callback(..)"),
+            ScriptStep::Whole(step) => f.debug_tuple("Whole").field(step).finish(),
+            ScriptStep::Held(_, step) => f.debug_tuple("Held").field(step).finish(),
+            ScriptStep::BrokenOff(step) => f.debug_tuple("BrokenOff").field(step).finish(),
+            ScriptStep::StreamError { kind, message } => f
+                .debug_struct("StreamError")
+                .field("kind", kind)
+                .field("message", message)
+                .finish(),
         }
     }
 }
@@ -288,7 +314,20 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         }
     };
     let mut step = step;
-    let answer = |text, calls| render(&shared, text, calls, &request, body.len());
+    // A request for a stream gets one, as the real APIs answer it.
+    let mut stream = Streamed {
+        asked: request.get("stream") == Some(&Value::Bool(true)),
+        held: None,
+        broken: false,
+    };
+    let answer = |text, calls, stream: &Streamed| {
+        let answer = render(&shared, text, calls, &request, body.len());
+        if stream.asked {
+            stream.respond(shared.dialect, &answer)
+        } else {
+            json_response(StatusCode::OK, answer.to_string())
+        }
+    };
     loop {
         step = match step {
             ScriptStep::Delay(delay, next) => {
@@ -297,13 +336,28 @@ async fn answer(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
             }
             // Called without the lock held: the callback is the test's code.
             ScriptStep::Callback(callback) => callback(&request),
-            ScriptStep::Text(text) => return answer(Some(text), Vec::new()),
-            ScriptStep::ToolCalls(calls) => return answer(None, raw_calls(calls)),
+            ScriptStep::Whole(next) => {
+                stream.asked = false;
+                *next
+            }
+            ScriptStep::Held(notify, next) => {
+                stream.held = Some(notify);
+                *next
+            }
+            ScriptStep::BrokenOff(next) => {
+                stream.broken = true;
+                *next
+            }
+            ScriptStep::StreamError { kind, message } => {
+                return stream_error(shared.dialect, &kind, &message);
+            }
+            ScriptStep::Text(text) => return answer(Some(text), Vec::new(), &stream),
+            ScriptStep::ToolCalls(calls) => return answer(None, raw_calls(calls), &stream),
             ScriptStep::TextAndToolCalls(text, calls) => {
-                return answer(Some(text), raw_calls(calls));
+                return answer(Some(text), raw_calls(calls), &stream);
             }
             ScriptStep::RawToolCall { name, raw_arguments } => {
-                return answer(None, vec![(name, raw_arguments)]);
+                return answer(None, vec![(name, raw_arguments)], &stream);
             }
             ScriptStep::Status { status, body, retry_after } => {
                 return status_response(status, body, retry_after);
@@ -336,7 +390,7 @@ fn render(
     calls: Vec<(String, String)>,
     request: &Value,
     request_len: usize,
-) -> Response {
+) -> Value {
     let ids: Vec<String> = {
         let mut state = shared.state();
         calls
@@ -349,7 +403,7 @@ fn render(
     };
     let model = request.get("model").and_then(Value::as_str).unwrap_or("scripted");
     let input_tokens = request_len / 4;
-    let body = match shared.dialect {
+    match shared.dialect {
         Dialect::OpenAi => {
             let tool_calls: Vec<Value> = calls
                 .iter()
@@ -394,8 +448,171 @@ fn render(
                 "usage": {"input_tokens": input_tokens, "output_tokens": 10},
             })
         }
+    }
+}
+
+/// How a streamed answer is sent.
+struct Streamed {
+    /// The request asked for a stream, and the script did not refuse it.
+    asked: bool,
+    /// Wait for this after the first event with content.
+    held: Option<Arc<tokio::sync::Notify>>,
+    /// Drop the connection after the first event with content.
+    broken: bool,
+}
+
+impl Streamed {
+    /// `answer` (the API's non-streamed form) as the events the API streams it in: text
+    /// a word at a time, arguments a few characters at a time.
+    fn respond(&self, dialect: Dialect, answer: &Value) -> Response {
+        let events = match dialect {
+            Dialect::OpenAi => openai_events(answer),
+            Dialect::Anthropic => anthropic_events(answer),
+        };
+        let first_content = events.iter().position(|(_, content)| *content);
+        let held = self.held.clone();
+        let broken = self.broken;
+        let events: Vec<String> = events.into_iter().map(|(event, _)| event).collect();
+        let stream = futures::stream::unfold(0usize, move |at| {
+            let held = held.clone();
+            let event = events.get(at).cloned();
+            async move {
+                let event = event?;
+                if at > 0 && Some(at - 1) == first_content {
+                    if broken {
+                        // After the first event has left: the connection drops mid-answer.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        let error = std::io::Error::other("the scripted stream broke off");
+                        return Some((Err(error), usize::MAX - 1));
+                    }
+                    if let Some(held) = held {
+                        held.notified().await;
+                    }
+                }
+                Some((Ok::<_, std::io::Error>(event), at + 1))
+            }
+        });
+        let headers = [(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))];
+        (StatusCode::OK, headers, axum::body::Body::from_stream(stream)).into_response()
+    }
+}
+
+/// Pieces of `text` of about `size` characters.
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size.max(1)).map(|c| c.iter().collect()).collect()
+}
+
+/// A chat completion as its stream of chunks, each with whether it carries content.
+fn openai_events(answer: &Value) -> Vec<(String, bool)> {
+    let base = json!({"id": answer["id"], "object": "chat.completion.chunk", "created": 0, "model": answer["model"]});
+    let chunk = |choices: Value| {
+        let mut chunk = base.clone();
+        chunk["choices"] = choices;
+        format!("data: {chunk}\n\n")
     };
-    json_response(StatusCode::OK, body.to_string())
+    let message = &answer["choices"][0]["message"];
+    let mut events = vec![(
+        chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+        false,
+    )];
+    if let Some(text) = message["content"].as_str() {
+        for word in text.split_inclusive(' ') {
+            events.push((
+                chunk(json!([{"index": 0, "delta": {"content": word}, "finish_reason": null}])),
+                true,
+            ));
+        }
+    }
+    for (index, call) in message["tool_calls"].as_array().into_iter().flatten().enumerate() {
+        let start = json!([{"index": 0, "delta": {"tool_calls": [{
+            "index": index, "id": call["id"], "type": "function",
+            "function": {"name": call["function"]["name"], "arguments": ""},
+        }]}, "finish_reason": null}]);
+        events.push((chunk(start), false));
+        for piece in pieces(call["function"]["arguments"].as_str().unwrap_or_default(), 5) {
+            let more = json!([{"index": 0, "delta": {"tool_calls": [{
+                "index": index, "function": {"arguments": piece},
+            }]}, "finish_reason": null}]);
+            events.push((chunk(more), true));
+        }
+    }
+    let finish = &answer["choices"][0]["finish_reason"];
+    events.push((chunk(json!([{"index": 0, "delta": {}, "finish_reason": finish}])), false));
+    let mut usage = base.clone();
+    usage["choices"] = json!([]);
+    usage["usage"] = answer["usage"].clone();
+    events.push((format!("data: {usage}\n\n"), false));
+    events.push(("data: [DONE]\n\n".to_owned(), false));
+    events
+}
+
+/// A message as its stream of events, each with whether it carries content.
+fn anthropic_events(answer: &Value) -> Vec<(String, bool)> {
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut start = answer.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![
+        (event("message_start", json!({"type": "message_start", "message": start})), false),
+        ("event: ping\ndata: {\"type\": \"ping\"}\n\n".to_owned(), false),
+    ];
+    for (index, block) in answer["content"].as_array().into_iter().flatten().enumerate() {
+        let (opening, deltas) = if block["type"] == "tool_use" {
+            let input = match &block["input"] {
+                Value::String(raw) => raw.clone(),
+                input => input.to_string(),
+            };
+            let deltas: Vec<Value> = pieces(&input, 5)
+                .into_iter()
+                .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
+                .collect();
+            (json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}), deltas)
+        } else {
+            let text = block["text"].as_str().unwrap_or_default();
+            let deltas: Vec<Value> = text
+                .split_inclusive(' ')
+                .map(|word| json!({"type": "text_delta", "text": word}))
+                .collect();
+            (json!({"type": "text", "text": ""}), deltas)
+        };
+        let opening =
+            json!({"type": "content_block_start", "index": index, "content_block": opening});
+        events.push((event("content_block_start", opening), false));
+        for delta in deltas {
+            let delta = json!({"type": "content_block_delta", "index": index, "delta": delta});
+            events.push((event("content_block_delta", delta), true));
+        }
+        let stop = json!({"type": "content_block_stop", "index": index});
+        events.push((event("content_block_stop", stop), false));
+    }
+    let delta = json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": answer["stop_reason"], "stop_sequence": null},
+        "usage": {"output_tokens": answer["usage"]["output_tokens"]},
+    });
+    events.push((event("message_delta", delta), false));
+    events.push((event("message_stop", json!({"type": "message_stop"})), false));
+    events
+}
+
+/// A stream that starts and then reports an error of `kind` in the dialect's form.
+fn stream_error(dialect: Dialect, kind: &str, message: &str) -> Response {
+    let body = match dialect {
+        Dialect::OpenAi => {
+            let start = json!({"id": "chatcmpl-error", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Par"}, "finish_reason": null}]});
+            let error = json!({"error": {"message": message, "type": kind}});
+            format!("data: {start}\n\ndata: {error}\n\n")
+        }
+        Dialect::Anthropic => {
+            let start = json!({"type": "message_start", "message": {"id": "msg_error", "type": "message", "role": "assistant", "model": "scripted", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}}});
+            let error = json!({"type": "error", "error": {"type": kind, "message": message}});
+            format!("event: message_start\ndata: {start}\n\nevent: error\ndata: {error}\n\n")
+        }
+    };
+    let headers = [(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))];
+    (StatusCode::OK, headers, body).into_response()
 }
 
 /// Calls with their arguments as JSON text.

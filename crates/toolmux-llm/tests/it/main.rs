@@ -7,6 +7,7 @@
 mod anthropic;
 mod failures;
 mod openai;
+mod streaming;
 
 use serde_json::{Value, json};
 use std::sync::Arc;

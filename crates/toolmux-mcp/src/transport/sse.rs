@@ -9,72 +9,13 @@ use std::sync::Arc;
 
 use crate::client::oauth::OAuth;
 use tokio_util::sync::CancellationToken;
+use toolmux_core::sse::{Event, EventParser};
 
 use super::{
     ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
-
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Event {
-    /// The `event:` field, `message` when absent.
-    pub(crate) name: String,
-    /// The `data:` lines joined by newlines.
-    pub(crate) data: String,
-}
-
-/// An incremental parser of the `text/event-stream` format.
-#[derive(Debug, Default)]
-pub(crate) struct EventParser {
-    buffer: Vec<u8>,
-    name: Option<String>,
-    data: Option<String>,
-}
-
-impl EventParser {
-    /// Feeds bytes; returns the events they complete.
-    pub(crate) fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
-        self.buffer.extend_from_slice(bytes);
-        let mut events = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
-            let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line).into_owned();
-            if line.is_empty() {
-                if let Some(data) = self.data.take() {
-                    let name = self.name.take().unwrap_or_else(|| "message".into());
-                    events.push(Event { name, data });
-                }
-                self.name = None;
-                continue;
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = match line.split_once(':') {
-                Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-                None => (line.as_str(), ""),
-            };
-            match field {
-                "event" => self.name = Some(value.to_owned()),
-                "data" => match &mut self.data {
-                    Some(data) => {
-                        data.push('\n');
-                        data.push_str(value);
-                    }
-                    None => self.data = Some(value.to_owned()),
-                },
-                _ => {}
-            }
-        }
-        events
-    }
-}
 
 /// Connects: opens the event stream and waits for the `endpoint` event. The caller bounds
 /// the wait with its startup timeout.
@@ -229,23 +170,4 @@ pub(crate) fn without_url(error: &reqwest::Error) -> String {
         error_text = error_text.replace(&format!(" for url ({url})"), "");
     }
     error_text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_events_across_chunks() {
-        let mut parser = EventParser::default();
-        assert!(parser.push(b"event: endpoint\r\ndata: /message?sess").is_empty());
-        let events = parser.push(b"ionId=1\r\n\r\n: keepalive\n\ndata: {\"a\":\ndata: 1}\n\n");
-        assert_eq!(
-            events,
-            vec![
-                Event { name: "endpoint".into(), data: "/message?sessionId=1".into() },
-                Event { name: "message".into(), data: "{\"a\":\n1}".into() },
-            ]
-        );
-    }
 }

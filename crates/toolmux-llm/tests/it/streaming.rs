@@ -1,0 +1,274 @@
+//! Streamed answers, for both APIs: the deltas as they arrive, the answer they add up to
+//! (the same as the answer in one piece), and a stream that breaks off, reports an error,
+//! is cancelled, or is not a stream at all.
+
+use super::*;
+use std::sync::Mutex;
+use std::time::Duration;
+use toolmux_llm::{ModelDelta, StopReason};
+
+/// A delta as received, owned.
+#[derive(Debug, Clone, PartialEq)]
+enum Seen {
+    Text(String),
+    Call(usize, String, String),
+    Arguments(usize, String),
+    Restart,
+}
+
+/// Records every delta of a completion.
+#[derive(Default)]
+struct Recorder {
+    seen: Mutex<Vec<Seen>>,
+}
+
+impl Recorder {
+    fn take(&self, delta: ModelDelta<'_>) {
+        let seen = match delta {
+            ModelDelta::Text(text) => Seen::Text(text.to_owned()),
+            ModelDelta::ToolCall { index, id, name } => {
+                Seen::Call(index, id.to_owned(), name.to_owned())
+            }
+            ModelDelta::ToolArguments { index, fragment } => {
+                Seen::Arguments(index, fragment.to_owned())
+            }
+            ModelDelta::Restart => Seen::Restart,
+            other => panic!("a delta this test does not know: {other:?}"),
+        };
+        self.seen.lock().unwrap().push(seen);
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The text the deltas add up to, after the last restart.
+    fn text(&self) -> String {
+        let seen = self.seen();
+        let start = seen.iter().rposition(|s| *s == Seen::Restart).map_or(0, |i| i + 1);
+        seen[start..]
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Call `index`'s arguments as the deltas add them up.
+    fn arguments(&self, index: usize) -> String {
+        self.seen()
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Arguments(i, fragment) if *i == index => Some(fragment.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+async fn stream(
+    model: &Arc<dyn Model>,
+    request: &ModelRequest,
+    recorder: &Recorder,
+) -> Result<ModelResponse, ModelError> {
+    model.complete_streaming(request, &CancellationToken::new(), &|d| recorder.take(d)).await
+}
+
+fn two_calls() -> ScriptStep {
+    ScriptStep::TextAndToolCalls(
+        "Let me look at the files first".into(),
+        vec![
+            ("fs__read".into(), json!({"path": "README.md", "limit": 40})),
+            ("fs__grep".into(), json!({"pattern": "TODO|FIXME", "glob": "*.rs"})),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_streamed_answer_arrives_in_pieces_and_adds_up_to_the_whole_answer() {
+    for dialect in DIALECTS {
+        let (server, model) = serve(dialect, vec![two_calls()]);
+        let recorder = Recorder::default();
+        let streamed = stream(&model, &hello(), &recorder).await.unwrap();
+        let (_whole_server, whole_model) = serve(dialect, vec![two_calls()]);
+        let mut whole = complete(&whole_model, &hello()).await;
+        // The scripted server counts a quarter of the request's bytes as its input tokens,
+        // and the streamed request says `stream` besides.
+        assert!(streamed.usage.input_tokens > whole.usage.input_tokens);
+        whole.usage.input_tokens = streamed.usage.input_tokens;
+        assert_eq!(streamed, whole, "{dialect:?}");
+        assert_eq!(streamed.content, "Let me look at the files first");
+        assert_eq!(streamed.stop, StopReason::ToolUse);
+        assert_eq!(streamed.usage.output_tokens, 10, "{dialect:?}");
+        assert!(streamed.usage.input_tokens > 0, "{dialect:?}");
+        assert_eq!(streamed.model, "test-model");
+
+        let sent = only_request(&server);
+        assert_eq!(sent["stream"], json!(true), "{dialect:?}");
+        if dialect == Dialect::OpenAi {
+            assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+        }
+        let seen = recorder.seen();
+        let texts = seen.iter().filter(|s| matches!(s, Seen::Text(_))).count();
+        assert!(texts > 3, "the text came in one piece: {seen:?}");
+        assert_eq!(recorder.text(), streamed.content);
+        let calls: Vec<&Seen> = seen.iter().filter(|s| matches!(s, Seen::Call(..))).collect();
+        assert_eq!(
+            calls,
+            [
+                &Seen::Call(0, streamed.tool_calls[0].id.clone(), "fs__read".into()),
+                &Seen::Call(1, streamed.tool_calls[1].id.clone(), "fs__grep".into()),
+            ],
+            "{dialect:?}"
+        );
+        for (index, call) in streamed.tool_calls.iter().enumerate() {
+            let fragments =
+                seen.iter().filter(|s| matches!(s, Seen::Arguments(i, _) if *i == index)).count();
+            assert!(fragments > 2, "the arguments came in one piece: {seen:?}");
+            let arguments: Value = serde_json::from_str(&recorder.arguments(index)).unwrap();
+            assert_eq!(arguments, call.arguments, "{dialect:?}");
+        }
+        // Each call is announced before its arguments.
+        let first_call = seen.iter().position(|s| matches!(s, Seen::Call(0, ..))).unwrap();
+        let first_arguments =
+            seen.iter().position(|s| matches!(s, Seen::Arguments(0, _))).unwrap();
+        assert!(first_call < first_arguments, "{seen:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_first_delta_arrives_while_the_answer_is_still_being_written() {
+    for dialect in DIALECTS {
+        // The server sends the first words, then waits until the client has them: a client
+        // that handed out nothing before the end would wait forever.
+        let held = Arc::new(tokio::sync::Notify::new());
+        let script = ScriptStep::Held(
+            held.clone(),
+            Box::new(ScriptStep::text("one two three four five")),
+        );
+        let (_server, model) = serve(dialect, vec![script]);
+        let request = hello();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            model.complete_streaming(&request, &CancellationToken::new(), &|delta| {
+                if matches!(delta, ModelDelta::Text(_)) {
+                    held.notify_one();
+                }
+            }),
+        )
+        .await
+        .expect("the first words were handed out before the answer ended")
+        .unwrap();
+        assert_eq!(answer.content, "one two three four five", "{dialect:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_off_is_tried_again_from_the_start() {
+    for dialect in DIALECTS {
+        let script = vec![
+            ScriptStep::BrokenOff(Box::new(ScriptStep::text("the first try breaks"))),
+            ScriptStep::text("the second try is whole"),
+        ];
+        let (server, model) = serve(dialect, script);
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await.unwrap();
+        assert_eq!(answer.content, "the second try is whole", "{dialect:?}");
+        assert_eq!(server.requests().len(), 2);
+        let seen = recorder.seen();
+        let restart = seen.iter().position(|s| *s == Seen::Restart).expect("a restart");
+        assert!(
+            seen[..restart].iter().any(|s| matches!(s, Seen::Text(_))),
+            "nothing before the restart: {seen:?}"
+        );
+        assert_eq!(seen.iter().filter(|s| **s == Seen::Restart).count(), 1);
+        assert_eq!(recorder.text(), "the second try is whole");
+    }
+}
+
+#[tokio::test]
+async fn an_error_inside_the_stream_is_retried_or_reported_as_the_api_s() {
+    let retried = [(Dialect::OpenAi, "server_error"), (Dialect::Anthropic, "overloaded_error")];
+    for (dialect, kind) in retried {
+        let script = vec![
+            ScriptStep::StreamError { kind: kind.into(), message: "Overloaded".into() },
+            ScriptStep::text("ok"),
+        ];
+        let (server, model) = serve(dialect, script);
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await.unwrap();
+        assert_eq!(answer.content, "ok", "{dialect:?}");
+        assert_eq!(server.requests().len(), 2);
+        assert!(recorder.seen().contains(&Seen::Restart), "{:?}", recorder.seen());
+        assert_eq!(recorder.text(), "ok");
+    }
+    for dialect in DIALECTS {
+        let message = format!("prompt is too long (key {KEY})");
+        let script = vec![ScriptStep::StreamError {
+            kind: "invalid_request_error".into(),
+            message: message.clone(),
+        }];
+        let (server, model) = serve(dialect, script);
+        let error = stream(&model, &hello(), &Recorder::default()).await.unwrap_err();
+        assert_key_absent(&error);
+        match &error {
+            ModelError::Api { status: 400, message, .. } => {
+                assert!(message.contains("prompt is too long"), "{message}");
+            }
+            other => panic!("{dialect:?}: {other:?}"),
+        }
+        assert_eq!(server.requests().len(), 1, "a refused request is not tried again");
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_answers_in_one_piece_is_read_as_such() {
+    for dialect in DIALECTS {
+        let (server, model) = serve(dialect, vec![ScriptStep::Whole(Box::new(two_calls()))]);
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await.unwrap();
+        assert_eq!(only_request(&server)["stream"], json!(true));
+        assert_eq!(answer.tool_calls.len(), 2, "{dialect:?}");
+        // The whole answer, handed out as deltas all the same.
+        let seen = recorder.seen();
+        assert_eq!(seen[0], Seen::Text("Let me look at the files first".into()));
+        assert_eq!(seen[1], Seen::Call(0, answer.tool_calls[0].id.clone(), "fs__read".into()));
+        let arguments: Value = serde_json::from_str(&recorder.arguments(1)).unwrap();
+        assert_eq!(arguments, answer.tool_calls[1].arguments);
+    }
+}
+
+#[tokio::test]
+async fn a_model_configured_not_to_stream_is_asked_for_the_whole_answer() {
+    for dialect in DIALECTS {
+        let (server, model) = serve_with(dialect, vec![two_calls()], |c| c.stream = Some(false));
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await.unwrap();
+        let sent = only_request(&server);
+        assert!(sent.get("stream").is_none(), "{sent}");
+        assert!(sent.get("stream_options").is_none(), "{sent}");
+        assert_eq!(recorder.text(), answer.content);
+        assert_eq!(recorder.seen().len(), 1 + 2 * 2, "{:?}", recorder.seen());
+    }
+}
+
+#[tokio::test]
+async fn cancelling_ends_a_stream_midway() {
+    for dialect in DIALECTS {
+        // Held forever after the first words: only the cancellation ends the wait.
+        let held = Arc::new(tokio::sync::Notify::new());
+        let script = ScriptStep::Held(held, Box::new(ScriptStep::text("never finished words")));
+        let (_server, model) = serve(dialect, vec![script]);
+        let cancel = CancellationToken::new();
+        let request = hello();
+        let error = tokio::time::timeout(
+            Duration::from_secs(20),
+            model.complete_streaming(&request, &cancel, &|_| cancel.cancel()),
+        )
+        .await
+        .expect("cancelling ends the stream")
+        .unwrap_err();
+        assert!(matches!(error, ModelError::Cancelled { .. }), "{dialect:?}: {error:?}");
+    }
+}
