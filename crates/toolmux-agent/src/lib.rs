@@ -82,6 +82,54 @@ pub struct AgentDefinitions {
 pub struct RunOptions {
     /// Keep the last agent's conversation in the report.
     pub transcript: bool,
+    /// Receives the text the run's agents (the one started and those it hands off to,
+    /// not sub-agents) write, as their models write it. With it, answers are streamed.
+    pub on_text: Option<TextSink>,
+}
+
+/// More of what an agent's model writes, for a [`TextSink`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TextDelta<'a> {
+    /// The next fragment of the answer's text.
+    Text(&'a str),
+    /// The model's answer starts over (its request was tried again): the text of this
+    /// turn so far is void.
+    Restart,
+}
+
+/// What receives an agent's text as it is written: the agent's name and the delta, on the
+/// task that runs the agent (keep it quick).
+///
+/// ```
+/// use toolmux_agent::{TextDelta, TextSink};
+///
+/// let sink = TextSink::new(|agent, delta| {
+///     if let TextDelta::Text(text) = delta {
+///         eprint!("{agent}: {text}");
+///     }
+/// });
+/// sink.send("writer", TextDelta::Text("Hello"));
+/// ```
+#[derive(Clone)]
+pub struct TextSink(Arc<dyn Fn(&str, TextDelta<'_>) + Send + Sync>);
+
+impl TextSink {
+    /// A sink calling `receive` with each agent's name and delta.
+    pub fn new(receive: impl Fn(&str, TextDelta<'_>) + Send + Sync + 'static) -> Self {
+        TextSink(Arc::new(receive))
+    }
+
+    /// Hands `delta` of agent `agent` to the sink.
+    pub fn send(&self, agent: &str, delta: TextDelta<'_>) {
+        (self.0)(agent, delta);
+    }
+}
+
+impl std::fmt::Debug for TextSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TextSink(..)")
+    }
 }
 
 /// Configured agents and their models; see the crate documentation.
@@ -233,6 +281,7 @@ impl Agents {
                 ctx: ctx.clone().with_handler(handler.clone()),
                 destinations,
                 keep_transcript: options.transcript,
+                on_text: options.on_text.as_ref(),
                 handler: handler.clone(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");

@@ -5,14 +5,15 @@ use crate::config::{AgentConfig, DEFAULT_MAX_TURNS};
 use crate::handler::AgentHandler;
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
 use crate::report::{AgentReport, AgentStatus, usage_in};
+use crate::{TextDelta, TextSink};
 use futures::future::join_all;
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, Progress, ToolCall};
 use toolmux_llm::{
-    Message, Model, ModelRequest, ModelToolCall, ToolChoice, ToolDefinition, ToolResultMessage,
-    Usage,
+    Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice,
+    ToolDefinition, ToolResultMessage, Usage,
 };
 use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
 
@@ -75,6 +76,8 @@ pub(crate) struct Session<'a> {
     pub(crate) destinations: Vec<String>,
     /// Keep the conversation in the report.
     pub(crate) keep_transcript: bool,
+    /// Who follows the text as it is written, besides the orchestrator's observers.
+    pub(crate) on_text: Option<&'a TextSink>,
     /// What the session answers for its tools (sampling with its model, whose tokens count
     /// toward the budget).
     pub(crate) handler: Arc<AgentHandler>,
@@ -184,9 +187,9 @@ impl Session<'_> {
                 last_request.tools =
                     vec![internal::final_report(self.config.output_schema.as_ref())];
                 last_request.tool_choice = ToolChoice::Tool(FINAL_REPORT.to_owned());
-                self.model.complete(&last_request, self.ctx.cancel_token()).await
+                self.ask(&last_request).await
             } else {
-                self.model.complete(&request, self.ctx.cancel_token()).await
+                self.ask(&request).await
             };
             let answer = match answer {
                 Ok(answer) => answer,
@@ -241,6 +244,52 @@ impl Session<'_> {
             }
         };
         self.finish(end, request.messages)
+    }
+
+    /// The model's answer to `request`. When somebody follows the run's text
+    /// (`RunOptions::on_text`) or the orchestrator's events, the answer is streamed: its
+    /// text to the run's sink and as [`ToolEvent::AgentText`], the arguments of calls of
+    /// visible tools as [`ToolEvent::ToolStreaming`], as the model writes them.
+    ///
+    /// [`ToolEvent::AgentText`]: toolmux_orchestrator::ToolEvent::AgentText
+    /// [`ToolEvent::ToolStreaming`]: toolmux_orchestrator::ToolEvent::ToolStreaming
+    async fn ask(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let cancel = self.ctx.cancel_token();
+        if self.on_text.is_none() && !self.orchestrator.is_observed() {
+            return self.model.complete(request, cancel).await;
+        }
+        // The answer's calls so far, by their place in it: id and tool name.
+        let calls: Mutex<Vec<(String, String)>> = Mutex::default();
+        let on_delta = |delta: ModelDelta<'_>| match delta {
+            ModelDelta::Text(text) => {
+                if let Some(sink) = self.on_text {
+                    sink.send(self.name, TextDelta::Text(text));
+                }
+                self.orchestrator.agent_text(&self.ctx, self.name, text, false);
+            }
+            ModelDelta::Restart => {
+                calls.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                if let Some(sink) = self.on_text {
+                    sink.send(self.name, TextDelta::Restart);
+                }
+                self.orchestrator.agent_text(&self.ctx, self.name, "", true);
+            }
+            ModelDelta::ToolCall { index, id, name } => {
+                let mut calls = calls.lock().unwrap_or_else(|e| e.into_inner());
+                if calls.len() <= index {
+                    calls.resize(index + 1, (String::new(), String::new()));
+                }
+                calls[index] = (id.to_owned(), name.to_owned());
+            }
+            ModelDelta::ToolArguments { index, fragment } => {
+                let calls = calls.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((id, tool)) = calls.get(index) {
+                    self.orchestrator.stream_arguments(&self.ctx, id, tool, fragment);
+                }
+            }
+            _ => {}
+        };
+        self.model.complete_streaming(request, cancel, &on_delta).await
     }
 
     fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {

@@ -6,16 +6,21 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
-use toolmux_agent::{AgentConfig, AgentDefinitions, AgentError, AgentStatus, Agents, RouterConfig};
+use toolmux_agent::{
+    AgentConfig, AgentDefinitions, AgentError, AgentStatus, Agents, RouterConfig, RunOptions,
+    TextDelta, TextSink,
+};
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ToolAnnotations, ToolSpec,
 };
 use toolmux_llm::{
-    Message, Model, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice, Usage,
+    DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
+    ToolChoice, Usage,
 };
-use toolmux_orchestrator::{Orchestrator, OrchestratorConfig};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, ToolEvent};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 type Step = Box<dyn Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync>;
@@ -30,6 +35,8 @@ struct ScriptedModel {
     hang_when_done: bool,
     /// The context window it claims.
     window: Option<u64>,
+    /// How many requests were made streaming.
+    streamed: AtomicUsize,
 }
 
 impl std::fmt::Debug for ScriptedModel {
@@ -90,6 +97,28 @@ impl Model for ScriptedModel {
 
     fn context_window(&self) -> Option<u64> {
         self.window
+    }
+
+    async fn complete_streaming(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+        on_delta: DeltaSink<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        self.streamed.fetch_add(1, Ordering::Relaxed);
+        let answer = self.complete(request, cancel).await?;
+        // As a streaming API would: the text in words, each call's arguments in pieces.
+        for word in answer.content.split_inclusive(' ') {
+            on_delta(ModelDelta::Text(word));
+        }
+        for (index, call) in answer.tool_calls.iter().enumerate() {
+            on_delta(ModelDelta::ToolCall { index, id: &call.id, name: &call.name });
+            let arguments = call.arguments.to_string();
+            let (head, tail) = arguments.split_at(arguments.len() / 2);
+            on_delta(ModelDelta::ToolArguments { index, fragment: head });
+            on_delta(ModelDelta::ToolArguments { index, fragment: tail });
+        }
+        Ok(answer)
     }
 
     async fn complete(
@@ -582,7 +611,7 @@ async fn the_transcript_is_kept_when_asked() {
         ScriptedModel::new("m").calls(vec![("mock__echo", json!({}))]).report("success", "ok"),
     );
     let s = setup(one("a", agent("m")), vec![model]).await;
-    let options = toolmux_agent::RunOptions { transcript: true };
+    let options = RunOptions { transcript: true, ..RunOptions::default() };
     let report = s.agents.run_with("a", "t", &CallContext::new(), &options).await.unwrap();
     assert_eq!(report.transcript.len(), 5, "{:?}", report.transcript);
     assert!(matches!(report.transcript[2], Message::Tool { .. }));
@@ -790,4 +819,104 @@ async fn task_status_is_recorded_and_reported_as_progress() {
     assert!(!tool_names(&model.requests()[0]).contains(&"agent__task_status".to_owned()));
     let results = tool_results(&model.requests()[1]);
     assert!(results[0].1 && results[0].0.contains("unknown tool"), "{results:?}");
+}
+
+/// An answer of `text` and one call of `tool` with `arguments`.
+fn text_and_call(text: &str, tool: &str, arguments: Value) -> ModelResponse {
+    let mut answer = ModelResponse::tool_calls(vec![ModelToolCall::new("call_7", tool, arguments)]);
+    answer.content = text.into();
+    used(answer)
+}
+
+#[tokio::test]
+async fn the_text_and_the_calls_stream_to_whoever_follows_them() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .then(|_| Ok(text_and_call("Let me echo it.", "mock__echo", json!({"say": "hi"}))))
+            .then(|_| Ok(used(ModelResponse::text("It said hi."))))
+            .calls(vec![("mock__echo", json!({}))])
+            .then(|_| Ok(used(ModelResponse::text("Quiet now."))))
+            .then(|_| Ok(used(ModelResponse::text("Alone.")))),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+
+    // The run's sink gets the text as it is written, and the orchestrator's observers get
+    // the text and the calls' arguments as events.
+    let texts = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let texts = texts.clone();
+        TextSink::new(move |agent, delta| {
+            if let TextDelta::Text(text) = delta {
+                texts.lock().unwrap().push(format!("{agent}: {text}"));
+            }
+        })
+    };
+    let mut events = s.orchestrator.subscribe();
+    let options = RunOptions { on_text: Some(sink), ..RunOptions::default() };
+    let ctx = CallContext::new().with_run_id("run-7");
+    let report = s.agents.run_with("a", "echo hi", &ctx, &options).await.unwrap();
+    assert_eq!(report.content, "It said hi.");
+    assert_eq!(
+        *texts.lock().unwrap(),
+        ["a: Let ", "a: me ", "a: echo ", "a: it.", "a: It ", "a: said ", "a: hi."]
+    );
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    let text: String = seen
+        .iter()
+        .filter_map(|e| match e {
+            ToolEvent::AgentText {
+                agent,
+                run_id,
+                text,
+                restart: false,
+                parent_op_id: None,
+                ..
+            } => {
+                assert_eq!((agent.as_str(), run_id.as_str()), ("a", "run-7"));
+                Some(text.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Let me echo it.It said hi.");
+    let fragments: Vec<(usize, &str)> = seen
+        .iter()
+        .enumerate()
+        .filter_map(|(at, e)| match e {
+            ToolEvent::ToolStreaming { call_id, tool, arguments_delta, run_id, .. } => {
+                assert_eq!((call_id.as_str(), tool.as_str()), ("call_7", "mock__echo"));
+                assert_eq!(run_id, "run-7");
+                Some((at, arguments_delta.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fragments.len(), 2, "{seen:#?}");
+    let arguments: String = fragments.iter().map(|(_, f)| *f).collect();
+    assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"say": "hi"}));
+    // The call starts after its arguments were written, under the same id.
+    let started = seen
+        .iter()
+        .position(
+            |e| matches!(e, ToolEvent::ToolStarted { call_id: Some(id), .. } if id == "call_7"),
+        )
+        .expect("the call started");
+    assert!(fragments.iter().all(|(at, _)| *at < started), "{seen:#?}");
+    assert_eq!(model.streamed.load(Ordering::Relaxed), 2);
+
+    // Followed by an observer alone, answers still stream.
+    let report = s.agents.run("a", "echo again", &ctx).await.unwrap();
+    assert_eq!(report.content, "Quiet now.");
+    assert_eq!(model.streamed.load(Ordering::Relaxed), 4);
+    assert!(events.try_recv().is_ok());
+
+    // Followed by nobody, nothing streams.
+    drop(events);
+    let report = s.agents.run("a", "alone", &CallContext::new()).await.unwrap();
+    assert_eq!(report.content, "Alone.");
+    assert_eq!(model.streamed.load(Ordering::Relaxed), 4);
+    assert_eq!(model.requests().len(), 5);
 }

@@ -3,11 +3,11 @@
 use crate::args::RunArgs;
 use crate::commands::{finish, print, start};
 use crate::exit;
-use std::io::{IsTerminal as _, Read as _};
-use std::sync::Arc;
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use toolmux::config::Loaded;
-use toolmux::toolmux_agent::{AgentStatus, RunOptions};
+use toolmux::toolmux_agent::{AgentStatus, RunOptions, TextDelta, TextSink};
 use toolmux::toolmux_core::{CallContext, ProgressSink};
 
 pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
@@ -50,6 +50,71 @@ pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     }
     print(out.trim_end());
     Ok(0)
+}
+
+/// The terminal's stderr as `agent run` writes to it: the agents' text as it streams in,
+/// and whole lines (each turn's calls) that begin on a line of their own.
+#[derive(Debug, Default)]
+struct Screen {
+    state: Mutex<ScreenState>,
+}
+
+#[derive(Debug, Default)]
+struct ScreenState {
+    /// The cursor is not at the start of a line.
+    mid_line: bool,
+    /// The text written since the last turn that called tools: the answer, if the run ends
+    /// with it.
+    turn_text: String,
+}
+
+impl Screen {
+    fn state(&self) -> std::sync::MutexGuard<'_, ScreenState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A line of its own; the turn's text so far was not the answer.
+    fn line(&self, line: &str) {
+        let mut state = self.state();
+        let mut stderr = std::io::stderr().lock();
+        let start = if state.mid_line { "\n" } else { "" };
+        let _ = writeln!(stderr, "{start}{line}");
+        state.mid_line = false;
+        state.turn_text.clear();
+    }
+
+    fn text(&self, delta: TextDelta<'_>) {
+        let mut state = self.state();
+        let mut stderr = std::io::stderr().lock();
+        match delta {
+            TextDelta::Text(text) => {
+                let _ = write!(stderr, "{text}");
+                let _ = stderr.flush();
+                state.mid_line = !text.ends_with('\n');
+                state.turn_text.push_str(text);
+            }
+            TextDelta::Restart => {
+                let start = if state.mid_line { "\n" } else { "" };
+                let _ = writeln!(
+                    stderr,
+                    "{start}(the model's answer starts over: its request is tried again)"
+                );
+                state.mid_line = false;
+                state.turn_text.clear();
+            }
+            _ => {}
+        }
+    }
+
+    /// Ends the line written last; the text of the last turn.
+    fn end(&self) -> String {
+        let mut state = self.state();
+        if state.mid_line {
+            eprintln!();
+            state.mid_line = false;
+        }
+        std::mem::take(&mut state.turn_text)
+    }
 }
 
 pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
@@ -95,18 +160,23 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         std::process::id()
     ));
     // A person at a terminal answers the agent's questions and approves calls that ask,
-    // and sees each turn's calls as they start.
+    // reads the agent's text as its model writes it, and sees each turn's calls as they
+    // start.
+    let mut options = RunOptions { transcript: args.transcript, on_text: None };
+    let screen = Arc::new(Screen::default());
     if std::io::stderr().is_terminal() {
-        ctx = ctx.with_progress(ProgressSink::new(|progress| {
+        let lines = screen.clone();
+        ctx = ctx.with_progress(ProgressSink::new(move |progress| {
             if let Some(message) = progress.message {
-                eprintln!("· {message}");
+                lines.line(&format!("· {message}"));
             }
         }));
+        let text = screen.clone();
+        options.on_text = Some(TextSink::new(move |_agent, delta| text.text(delta)));
         if !from_stdin && std::io::stdin().is_terminal() {
             ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
         }
     }
-    let options = RunOptions { transcript: args.transcript };
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
         report = run => Some(report),
@@ -125,10 +195,18 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
             return Err(e.into());
         }
     };
+    let shown = screen.end();
     if args.json {
         print(&serde_json::to_string_pretty(&report)?);
     } else {
-        print(&report.text());
+        // An answer the person has just read as it was written is not printed twice on the
+        // same terminal; a pipe or a file gets it whole.
+        let read_already = std::io::stdout().is_terminal()
+            && !shown.trim().is_empty()
+            && shown.trim() == report.text().trim();
+        if !read_already {
+            print(&report.text());
+        }
         let handed = if report.handoffs.is_empty() {
             String::new()
         } else {

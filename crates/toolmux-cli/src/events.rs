@@ -135,6 +135,35 @@ fn served(event: ToolEvent) -> ServedEvent {
             });
             ServedEvent { name: "tool.progress", op_id, run_id: None, tool: Some(tool), data }
         }
+        ToolEvent::ToolStreaming { parent_op_id, run_id, call_id, tool, arguments_delta } => {
+            let data = json!({
+                "parentOpId": parent_op_id,
+                "runId": run_id,
+                "callId": call_id,
+                "tool": tool,
+                "argumentsDelta": arguments_delta,
+            });
+            ServedEvent {
+                name: "tool.streaming",
+                op_id: parent_op_id.unwrap_or(0),
+                run_id: Some(run_id),
+                tool: Some(tool),
+                data,
+            }
+        }
+        ToolEvent::AgentText { op_id, parent_op_id, run_id, agent, text, restart } => {
+            let mut data = json!({
+                "opId": op_id,
+                "parentOpId": parent_op_id,
+                "runId": run_id,
+                "agent": agent,
+                "text": text,
+            });
+            if restart {
+                data["restart"] = json!(true);
+            }
+            ServedEvent { name: "agent.text", op_id, run_id: Some(run_id), tool: None, data }
+        }
         ToolEvent::ToolFinished { record, result } => {
             let failed = record.status == CallStatus::Failed;
             let mut data = json!({

@@ -5,12 +5,12 @@ use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, Usage,
 };
-use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
-use toolmux_core::sse::Event;
 use toolmux_core::schema::{SchemaRules, adapt};
+use toolmux_core::sse::Event;
 
 /// The API version every request names.
 pub(crate) const API_VERSION: &str = "2023-06-01";
@@ -92,7 +92,12 @@ struct Events {
 #[derive(Debug)]
 enum Block {
     Text(String),
-    ToolUse { id: String, name: String, input: String, call: usize },
+    ToolUse {
+        id: String,
+        name: String,
+        input: String,
+        call: usize,
+    },
     /// A block the agent does not read (thinking, …), as it started.
     Other(Value),
 }

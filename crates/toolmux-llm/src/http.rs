@@ -323,7 +323,10 @@ impl Endpoint {
                         return Err(self.status_failure(status, message, None));
                     }
                     Err(StreamError::Malformed(message)) => {
-                        return Err(Failure::Fatal { status: None, error: self.malformed(message) });
+                        return Err(Failure::Fatal {
+                            status: None,
+                            error: self.malformed(message),
+                        });
                     }
                 }
             }

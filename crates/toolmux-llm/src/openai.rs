@@ -9,8 +9,8 @@ use crate::{
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
-use toolmux_core::sse::Event;
 use toolmux_core::schema::{SchemaRules, adapt};
+use toolmux_core::sse::Event;
 
 /// What OpenAI accepts of a tool's input schema: no union at the top level, and an object
 /// with `properties`.

@@ -1,5 +1,5 @@
-//! Events for observers: `tool_started`, `tool_progress`, `tool_finished`, on a broadcast
-//! channel. Sending costs nothing when nobody subscribes.
+//! Events for observers: `tool_started`, `tool_progress`, `tool_finished`, and what agents'
+//! models write as they write it (`tool_streaming`, `agent_text`), on a broadcast channel. Sending costs nothing when nobody subscribes.
 
 use crate::accounting::CallRecord;
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,41 @@ pub enum ToolEvent {
         tool: String,
         /// The report.
         progress: Progress,
+    },
+    /// An agent's model is writing a call of a tool shown to people
+    /// (`ToolAnnotations::visible`): the next fragment of its arguments, before the call
+    /// starts. The call's `ToolStarted` then carries the same `call_id`.
+    ToolStreaming {
+        /// The agent's operation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_op_id: Option<u64>,
+        /// The run.
+        run_id: String,
+        /// The model's id of the call.
+        call_id: String,
+        /// The full tool name.
+        tool: String,
+        /// The next fragment of the arguments' JSON text (secrets of the configuration
+        /// redacted where a fragment holds one whole).
+        arguments_delta: String,
+    },
+    /// An agent's model wrote more of its answer's text.
+    AgentText {
+        /// The agent's operation.
+        op_id: u64,
+        /// The operation that started the agent (none for a run's first agent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_op_id: Option<u64>,
+        /// The run.
+        run_id: String,
+        /// The agent's name.
+        agent: String,
+        /// The next fragment of the text.
+        text: String,
+        /// The model's answer is starting over (its request was tried again): the text of
+        /// this turn so far is void.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        restart: bool,
     },
     /// A call ended.
     ToolFinished {

@@ -156,11 +156,9 @@ impl fmt::Debug for ScriptStep {
             ScriptStep::Whole(step) => f.debug_tuple("Whole").field(step).finish(),
             ScriptStep::Held(_, step) => f.debug_tuple("Held").field(step).finish(),
             ScriptStep::BrokenOff(step) => f.debug_tuple("BrokenOff").field(step).finish(),
-            ScriptStep::StreamError { kind, message } => f
-                .debug_struct("StreamError")
-                .field("kind", kind)
-                .field("message", message)
-                .finish(),
+            ScriptStep::StreamError { kind, message } => {
+                f.debug_struct("StreamError").field("kind", kind).field("message", message).finish()
+            }
         }
     }
 }
@@ -481,7 +479,7 @@ impl Streamed {
                 if at > 0 && Some(at - 1) == first_content {
                     if broken {
                         // After the first event has left: the connection drops mid-answer.
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         let error = std::io::Error::other("the scripted stream broke off");
                         return Some((Err(error), usize::MAX - 1));
                     }
@@ -513,7 +511,9 @@ fn openai_events(answer: &Value) -> Vec<(String, bool)> {
     };
     let message = &answer["choices"][0]["message"];
     let mut events = vec![(
-        chunk(json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}])),
+        chunk(
+            json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+        ),
         false,
     )];
     if let Some(text) = message["content"].as_str() {
@@ -568,7 +568,10 @@ fn anthropic_events(answer: &Value) -> Vec<(String, bool)> {
                 .into_iter()
                 .map(|piece| json!({"type": "input_json_delta", "partial_json": piece}))
                 .collect();
-            (json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}), deltas)
+            (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                deltas,
+            )
         } else {
             let text = block["text"].as_str().unwrap_or_default();
             let deltas: Vec<Value> = text

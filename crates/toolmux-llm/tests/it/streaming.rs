@@ -131,8 +131,7 @@ async fn a_streamed_answer_arrives_in_pieces_and_adds_up_to_the_whole_answer() {
         }
         // Each call is announced before its arguments.
         let first_call = seen.iter().position(|s| matches!(s, Seen::Call(0, ..))).unwrap();
-        let first_arguments =
-            seen.iter().position(|s| matches!(s, Seen::Arguments(0, _))).unwrap();
+        let first_arguments = seen.iter().position(|s| matches!(s, Seen::Arguments(0, _))).unwrap();
         assert!(first_call < first_arguments, "{seen:?}");
     }
 }
@@ -143,10 +142,8 @@ async fn the_first_delta_arrives_while_the_answer_is_still_being_written() {
         // The server sends the first words, then waits until the client has them: a client
         // that handed out nothing before the end would wait forever.
         let held = Arc::new(tokio::sync::Notify::new());
-        let script = ScriptStep::Held(
-            held.clone(),
-            Box::new(ScriptStep::text("one two three four five")),
-        );
+        let script =
+            ScriptStep::Held(held.clone(), Box::new(ScriptStep::text("one two three four five")));
         let (_server, model) = serve(dialect, vec![script]);
         let request = hello();
         let answer = tokio::time::timeout(

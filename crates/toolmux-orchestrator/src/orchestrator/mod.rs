@@ -505,6 +505,49 @@ impl Orchestrator {
         self.inner.events.subscribe()
     }
 
+    /// Whether anybody follows the events now: what is sent only for them (an agent's
+    /// streamed text) need not be made otherwise.
+    pub fn is_observed(&self) -> bool {
+        self.inner.events.receiver_count() > 0
+    }
+
+    /// Sends [`ToolEvent::ToolStreaming`]: `fragment` of the arguments of the call
+    /// `call_id` of `tool` that an agent's model (the operation of `ctx`) is writing. Only
+    /// for tools shown to people (`visible`), and only when somebody follows the events.
+    pub fn stream_arguments(&self, ctx: &CallContext, call_id: &str, tool: &str, fragment: &str) {
+        if !self.is_observed() {
+            return;
+        }
+        let visible = self.registry().get(tool).is_some_and(|e| e.spec.annotations.visible);
+        if !visible {
+            return;
+        }
+        let _ = self.inner.events.send(ToolEvent::ToolStreaming {
+            parent_op_id: ctx.op().map(|op| op.id()),
+            run_id: ctx.run_id().to_owned(),
+            call_id: call_id.to_owned(),
+            tool: tool.to_owned(),
+            arguments_delta: self.inner.redactor.redact(fragment).into_owned(),
+        });
+    }
+
+    /// Sends [`ToolEvent::AgentText`]: `text` that agent `agent` (the operation of `ctx`)
+    /// wrote, or, with `restart`, that its answer starts over. Only when somebody follows
+    /// the events.
+    pub fn agent_text(&self, ctx: &CallContext, agent: &str, text: &str, restart: bool) {
+        if !self.is_observed() {
+            return;
+        }
+        let _ = self.inner.events.send(ToolEvent::AgentText {
+            op_id: ctx.op().map_or(0, |op| op.id()),
+            parent_op_id: ctx.op().and_then(|op| op.parent()).map(|p| p.id()),
+            run_id: ctx.run_id().to_owned(),
+            agent: agent.to_owned(),
+            text: self.inner.redactor.redact(text).into_owned(),
+            restart,
+        });
+    }
+
     /// Per-tool statistics.
     pub fn stats(&self) -> &Stats {
         &self.inner.stats
