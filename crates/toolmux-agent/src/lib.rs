@@ -112,7 +112,10 @@ pub enum TextDelta<'a> {
 /// sink.send("writer", TextDelta::Text("Hello"));
 /// ```
 #[derive(Clone)]
-pub struct TextSink(Arc<dyn Fn(&str, TextDelta<'_>) + Send + Sync>);
+pub struct TextSink(Arc<ReceiveText>);
+
+/// The function behind a [`TextSink`].
+type ReceiveText = dyn Fn(&str, TextDelta<'_>) + Send + Sync;
 
 impl TextSink {
     /// A sink calling `receive` with each agent's name and delta.

@@ -421,11 +421,17 @@ fn an_agents_question_reaches_the_mcp_client_as_an_elicitation() {
 }
 
 #[test]
-fn at_a_terminal_each_turn_is_shown_as_it_starts() {
+fn at_a_terminal_the_text_streams_and_each_turn_is_shown_as_it_starts() {
     use std::process::{Command, Stdio};
     let server = ScriptedLlmServer::start(
         Dialect::OpenAi,
-        vec![ScriptStep::tool_call("fs__ls", json!({})), ScriptStep::text("done")],
+        vec![
+            ScriptStep::TextAndToolCalls(
+                "Let me list them.".into(),
+                vec![("fs__ls".into(), json!({}))],
+            ),
+            ScriptStep::text("There is one file, notes.md, with a TODO."),
+        ],
     );
     let project = project(&server, "openai", "");
     // `script` gives the binary a terminal for stdin, stdout and stderr.
@@ -443,9 +449,26 @@ fn at_a_terminal_each_turn_is_shown_as_it_starts() {
         .spawn()
         .expect("script (util-linux) runs");
     let run = crate::wait(child, std::time::Duration::from_secs(60));
-    let out = run.ok();
-    assert!(out.contains("· reader: turn 1: fs__ls"), "{out}");
-    assert!(out.contains("done"), "{out}");
+    let out = run.ok().replace('\r', "");
+    // The text as the model wrote it, each turn's calls on a line of their own after it.
+    assert!(out.contains("Let me list them.\n· reader: turn 1: fs__ls\n"), "{out}");
+    // The answer, read as it streamed, is not printed a second time.
+    assert_eq!(out.matches("There is one file, notes.md, with a TODO.").count(), 1, "{out}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r["stream"] == json!(true)), "{requests:#?}");
+
+    // From a pipe nothing streams, and the answer is printed whole.
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![ScriptStep::text("done")]);
+    let piped = self::project(&server, "openai", "");
+    let run = piped.run(&["agent", "run", "reader", "list the files"]);
+    assert_eq!(run.ok().trim(), "done");
+    assert!(only(&server.requests()).get("stream").is_none());
+}
+
+fn only(requests: &[Value]) -> &Value {
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    &requests[0]
 }
 
 #[test]

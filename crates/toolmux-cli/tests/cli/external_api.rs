@@ -445,6 +445,94 @@ fn the_event_stream_shows_each_holder_its_own_calls() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
+/// `GET /api/events` of an agent run: its text and its calls' arguments as the model
+/// writes them, before each call starts (a user interface renders them as they come).
+#[test]
+fn the_event_stream_shows_an_agent_s_text_and_calls_as_its_model_writes_them() {
+    use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+    let model = ScriptedLlmServer::start(
+        Dialect::Anthropic,
+        vec![
+            ScriptStep::TextAndToolCalls(
+                "Searching the notes.".into(),
+                vec![("fs__grep".into(), json!({"pattern": "TODO", "path": "."}))],
+            ),
+            ScriptStep::text("One TODO, in notes.md."),
+        ],
+    );
+    let project = Project::new().env("ALICE_KEY", ALICE);
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "serve:\n  apiKeys:\n    alice: ${{ALICE_KEY}}\nfs: {{}}\n\
+             models:\n  fast: {{type: anthropic, model: test-model, baseUrl: '{}', maxRetries: 0}}\n\
+             agents:\n  reader: {{model: fast, tools: ['fs__*']}}\n",
+            model.base_url()
+        ),
+    );
+    project.file("notes.md", "TODO: one\n");
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let as_alice = [("Authorization", alice_auth.as_str())];
+    let mut events = send(&address, "GET", "/api/events", &as_alice, "");
+    assert_eq!(events.status, 200);
+
+    let mut alice = Agent::start(&address, ALICE);
+    let (answer, failed) =
+        alice.call("agent__reader", json!({"prompt": "find the TODOs"})).recv().unwrap();
+    assert!(!failed, "{answer}");
+    assert_eq!(answer, json!("One TODO, in notes.md."));
+
+    let mut seen = Vec::new();
+    loop {
+        let (kind, data) = next_event(&mut *events.body);
+        let end = kind == "tool.done" && data["tool"] == "agent__reader";
+        seen.push((kind, data));
+        if end {
+            break;
+        }
+    }
+    let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    let text: String = seen
+        .iter()
+        .filter(|(k, _)| k == "agent.text")
+        .map(|(_, d)| {
+            assert_eq!(d["agent"], "reader", "{d}");
+            d["text"].as_str().unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(text, "Searching the notes.One TODO, in notes.md.", "{kinds:?}");
+    let streamed: Vec<&Value> =
+        seen.iter().filter(|(k, _)| k == "tool.streaming").map(|(_, d)| d).collect();
+    assert!(streamed.len() > 2, "the arguments came in one piece: {kinds:?}");
+    let arguments: String =
+        streamed.iter().map(|d| d["argumentsDelta"].as_str().unwrap_or_default()).collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap(),
+        json!({"pattern": "TODO", "path": "."})
+    );
+    let grep = seen
+        .iter()
+        .position(|(k, d)| k == "tool.started" && d["tool"] == "fs__grep")
+        .unwrap_or_else(|| panic!("fs__grep started: {kinds:?}"));
+    let last_fragment = seen.iter().rposition(|(k, _)| k == "tool.streaming").unwrap();
+    assert!(last_fragment < grep, "{kinds:?}");
+    for data in &streamed {
+        assert_eq!(data["tool"], "fs__grep");
+        assert_eq!(data["callId"], seen[grep].1["callId"], "{data}");
+    }
+    // All of it is Alice's run.
+    for (kind, data) in &seen {
+        let run = data["runId"].as_str().unwrap_or_default();
+        assert!(kind == "tool.progress" || run.starts_with("key:alice/"), "{kind}: {data}");
+    }
+    assert!(model.requests().iter().all(|r| r["stream"] == json!(true)));
+
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
 /// `serve.taskTools`: for a client that takes MCP tasks, a listed tool's call becomes a task
 /// polled with `tasks/get` and stopped with `tasks/cancel`; other tools, and clients that
 /// do not take tasks, are answered in their request.
