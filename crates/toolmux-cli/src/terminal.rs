@@ -17,27 +17,90 @@ const TRIES: usize = 3;
 #[derive(Debug)]
 pub(crate) struct Terminal;
 
-impl Terminal {
+/// The terminal's input, read by one thread for the whole process: a question whose call
+/// is cancelled or times out stops waiting at once and leaves no reader behind to swallow
+/// the answer to the next question.
+struct Input {
+    /// Lines as typed; `None` once the input has ended. Held by the question being asked,
+    /// so that questions of calls running at once take turns.
+    lines: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Option<String>>>,
+}
+
+/// One question at a time at the terminal (a form's fields are asked in one turn).
+struct Turn {
+    lines: tokio::sync::MutexGuard<'static, tokio::sync::mpsc::UnboundedReceiver<Option<String>>>,
+    /// The input has ended.
+    ended: bool,
+}
+
+impl Turn {
+    /// Waits until no other question is being asked.
+    async fn take() -> Turn {
+        Turn { lines: input().lines.lock().await, ended: false }
+    }
+
     /// Shows `prompt` on stderr and reads one line; `None` at the end of input.
-    async fn ask(prompt: String) -> Option<String> {
-        tokio::task::spawn_blocking(move || {
+    async fn ask(&mut self, prompt: &str) -> Option<String> {
+        // Lines typed before the question was shown (an answer to a question whose call
+        // was cancelled meanwhile) answer nothing.
+        while let Ok(line) = self.lines.try_recv() {
+            self.ended |= line.is_none();
+        }
+        if self.ended {
+            return None;
+        }
+        {
             let mut stderr = std::io::stderr().lock();
             let _ = write!(stderr, "{prompt}");
             let _ = stderr.flush();
-            let mut line = String::new();
-            match std::io::stdin().lock().read_line(&mut line) {
-                Ok(0) | Err(_) => None,
-                Ok(_) => Some(line.trim_end_matches(['\r', '\n']).to_owned()),
+        }
+        let line = self.lines.recv().await.flatten();
+        self.ended = line.is_none();
+        line
+    }
+}
+
+fn input() -> &'static Input {
+    static INPUT: std::sync::OnceLock<Input> = std::sync::OnceLock::new();
+    INPUT.get_or_init(|| {
+        let (sender, lines) = tokio::sync::mpsc::unbounded_channel();
+        let reader = move || {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let mut line = String::new();
+                let line = match stdin.read_line(&mut line) {
+                    Ok(0) | Err(_) => None,
+                    Ok(_) => Some(line.trim_end_matches(['\r', '\n']).to_owned()),
+                };
+                let ended = line.is_none();
+                // Every later question sees the end too.
+                if sender.send(line).is_err() || ended {
+                    let _ = sender.send(None);
+                    return;
+                }
             }
-        })
-        .await
-        .ok()
-        .flatten()
+        };
+        // A process whose thread cannot start has no terminal questions answered: the
+        // channel's sender is gone, and every question reads the end of input.
+        let _ = std::thread::Builder::new().name("terminal-input".into()).spawn(reader);
+        Input { lines: tokio::sync::Mutex::new(lines) }
+    })
+}
+
+impl Terminal {
+    /// Asks `prompt` in a turn of its own; `None` at the end of input.
+    async fn ask(prompt: String) -> Option<String> {
+        Turn::take().await.ask(&prompt).await
     }
 
     /// One field of a form, asked until it parses (at most [`TRIES`] times); `Ok(None)`
     /// when left empty and optional, `Err(())` when the person gave up.
-    async fn field(name: &str, schema: &Value, required: bool) -> Result<Option<Value>, ()> {
+    async fn field(
+        turn: &mut Turn,
+        name: &str,
+        schema: &Value,
+        required: bool,
+    ) -> Result<Option<Value>, ()> {
         let title = schema.get("title").and_then(Value::as_str).unwrap_or(name);
         let choices = choices(schema);
         let kind = schema.get("type").and_then(Value::as_str).unwrap_or("string");
@@ -63,7 +126,7 @@ impl Terminal {
             None => String::new(),
         };
         for _ in 0..TRIES {
-            let Some(answer) = Terminal::ask(format!("  {title}{about} [{hint}]: ")).await else {
+            let Some(answer) = turn.ask(&format!("  {title}{about} [{hint}]: ")).await else {
                 return Err(());
             };
             let answer = answer.trim();
@@ -160,7 +223,9 @@ impl InteractionHandler for Terminal {
     async fn elicit(&self, request: ElicitationRequest) -> Result<ElicitationResponse, ToolError> {
         let answer = |action| Ok(ElicitationResponse { action, content: None });
         let prompt = format!("\na tool asks: {}\nanswer? [Y/n] ", request.message.trim());
-        match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+        // The whole form in one turn: no other call's question comes between its fields.
+        let mut turn = Turn::take().await;
+        match turn.ask(&prompt).await.as_deref().map(str::trim) {
             None => return answer(ElicitationAction::Cancel),
             Some("n" | "N" | "no") => return answer(ElicitationAction::Decline),
             Some(_) => {}
@@ -174,7 +239,7 @@ impl InteractionHandler for Terminal {
         let mut content = Map::new();
         let properties = schema.get("properties").and_then(Value::as_object);
         for (name, field) in properties.into_iter().flatten() {
-            match Terminal::field(name, field, required.contains(&name.as_str())).await {
+            match Terminal::field(&mut turn, name, field, required.contains(&name.as_str())).await {
                 Ok(Some(value)) => {
                     content.insert(name.clone(), value);
                 }

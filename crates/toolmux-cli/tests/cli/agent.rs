@@ -521,3 +521,56 @@ fn a_sampling_model_answers_tools_when_the_caller_cannot() {
         "{run:?}"
     );
 }
+
+/// At a terminal, a question whose call timed out stops waiting, and the next question
+/// gets the next answer (a reader left behind by the first would swallow it).
+#[test]
+fn at_a_terminal_a_timed_out_question_does_not_swallow_the_next_answer() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fx__confirm_delete", json!({"path": "a.txt"})),
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo approved-run"})),
+            ScriptStep::text("done"),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", KEY);
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "defaults: {{toolTimeout: 1500}}\n\
+             fs: {{permissions: [read, execute]}}\n\
+             permissions: {{ask: [fs__bash]}}\n\
+             mcpServers:\n  fx: {{command: '{}', args: [stdio]}}\n\
+             models:\n  fast: {{type: openai, model: test-model, baseUrl: '{}', apiKey: '${{LLM_KEY}}', maxRetries: 0}}\n\
+             agents:\n  reader: {{model: fast, tools: ['fs__*', 'fx__*']}}\n",
+            crate::conformance::fixture_bin().display(),
+            server.base_url()
+        ),
+    );
+    // The form's question is left unanswered until its call times out; the approval that
+    // follows is answered.
+    let rules = json!([["allow fs__bash", "y"]]);
+    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
+    command
+        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
+        .arg(rules.to_string())
+        .arg(crate::toolmux_bin())
+        .args(["agent", "run", "reader", "delete a.txt, then run the check"])
+        .current_dir(project.path())
+        .env_remove("TOOLMUX_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("LLM_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let run =
+        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("a tool asks:"), "{}", run.stdout);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{}", run.stdout);
+    let timed_out = last_tool_result(&requests[1]);
+    assert!(timed_out.contains("timed out") || timed_out.contains("timeout"), "{timed_out}");
+    assert!(last_tool_result(&requests[2]).contains("approved-run"), "{}", run.stdout);
+}
