@@ -10,11 +10,12 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use toolmux_core::{CallContext, Progress, ToolCall};
+use toolmux_core::{CallContext, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
     Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice,
     ToolDefinition, ToolResultMessage, Usage,
 };
+use toolmux_orchestrator::search;
 use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
 
 /// How a session ended.
@@ -38,6 +39,8 @@ enum Effect {
     Question(String),
     /// A tool marked as ending the turn ran: its result is the answer.
     EndsTurn(String),
+    /// A search found these deferred tools, to offer from the next turn on.
+    Found(Vec<ToolSpec>),
 }
 
 /// One call's answer, what it did, and what it cost below (a sub-agent's tokens and calls).
@@ -87,21 +90,22 @@ impl Session<'_> {
     /// The tools offered: the orchestrator's tools the configuration allows (visible ones,
     /// other agents only as listed under `agents`), then the session's own.
     fn tools(&self) -> (Vec<ToolDefinition>, HashSet<String>, HashSet<String>) {
-        let patterns = self.config.tools.as_deref();
+        // With deferred tools the `tools` namespace is the search's: the session searches
+        // itself and offers what it finds.
+        let searching = self.orchestrator.has_deferred(&|_| true);
         let sub_agents: HashSet<String> =
             self.config.agents.iter().map(|a| format!("agent__{a}")).collect();
         let mut offered = Vec::new();
         let mut names = HashSet::new();
         let mut ends_turn = HashSet::new();
         for spec in self.orchestrator.tools() {
+            if searching && (spec.name == search::SEARCH || spec.name == search::CALL) {
+                continue;
+            }
             let allowed = if spec.name.starts_with("agent__") {
                 sub_agents.contains(&spec.name)
             } else {
-                spec.annotations.visible
-                    && (spec.name == "output__read"
-                        || patterns.is_none_or(|p| {
-                            p.iter().any(|g| toolmux_orchestrator::glob_match(g, &spec.name))
-                        }))
+                spec.annotations.visible && (spec.name == "output__read" || self.allows(&spec.name))
             };
             if !allowed {
                 continue;
@@ -110,11 +114,10 @@ impl Session<'_> {
                 ends_turn.insert(spec.name.clone());
             }
             names.insert(spec.name.clone());
-            offered.push(ToolDefinition::new(
-                spec.name,
-                spec.description,
-                Value::clone(&spec.input_schema),
-            ));
+            offered.push(tool_definition(spec));
+        }
+        if searching && self.orchestrator.has_deferred(&|name| self.allows(name)) {
+            offered.push(tool_definition(search::search_spec_for_sessions()));
         }
         offered.push(internal::final_report(self.config.output_schema.as_ref()));
         if self.config.task_status {
@@ -130,6 +133,40 @@ impl Session<'_> {
             offered.push(internal::handoff(&self.destinations));
         }
         (offered, names, ends_turn)
+    }
+
+    /// Whether the configuration lets this agent call `name`, one of the orchestrator's
+    /// tools that is not an agent (`tools`, default all).
+    fn allows(&self, name: &str) -> bool {
+        !name.starts_with("agent__")
+            && self.config.tools.as_deref().is_none_or(|patterns| {
+                patterns.iter().any(|g| toolmux_orchestrator::glob_match(g, name))
+            })
+    }
+
+    /// `tools__search`: the deferred tools this agent may call that match the query; each
+    /// is offered from the next turn on.
+    fn search(&self, call: &ModelToolCall, arguments: &Value) -> Outcome {
+        let Some(query) = arguments.get("query").and_then(Value::as_str) else {
+            return Outcome::error(
+                call,
+                format!(
+                    "(tool failed: give `query`, what the tool should do; call `{}` again)",
+                    search::SEARCH
+                ),
+            );
+        };
+        let limit = arguments
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map_or(search::DEFAULT_RESULTS, |l| usize::try_from(l).unwrap_or(search::MAX_RESULTS));
+        let found = self.orchestrator.search_tools(query, limit, &|name| self.allows(name));
+        let text = search::found_text(query, &found, "call them directly from your next step on.");
+        let mut outcome = Outcome::answer(call, text, false);
+        if !found.is_empty() {
+            outcome.effect = Effect::Found(found);
+        }
+        outcome
     }
 
     /// Works on `task` until the session ends.
@@ -221,7 +258,19 @@ impl Session<'_> {
             let outcomes = join_all(answer.tool_calls.iter().map(|c| self.call(c, &state))).await;
             let mut results = Vec::with_capacity(outcomes.len());
             let mut effects = Vec::new();
-            for (call, outcome) in answer.tool_calls.iter().zip(outcomes) {
+            for (call, mut outcome) in answer.tool_calls.iter().zip(outcomes) {
+                // Tools a search found are offered from the next turn on.
+                if let Effect::Found(found) = &mut outcome.effect {
+                    for spec in std::mem::take(found) {
+                        if state.names.insert(spec.name.clone()) {
+                            if spec.annotations.ends_turn {
+                                state.ends_turn.insert(spec.name.clone());
+                            }
+                            request.tools.push(tool_definition(spec));
+                        }
+                    }
+                    outcome.effect = Effect::None;
+                }
                 // The session's own tools are not tool calls of the run; a batch counts as
                 // the calls it made.
                 let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
@@ -330,7 +379,7 @@ impl Session<'_> {
                 Effect::EndsTurn(text) => {
                     ended.get_or_insert(text);
                 }
-                Effect::None => {}
+                Effect::None | Effect::Found(_) => {}
             }
         }
         if let Some((to, message)) = handoff {
@@ -409,6 +458,7 @@ impl Session<'_> {
             BATCH if self.config.batch => self.batch(call, arguments, state).await,
             ASK_USER if self.config.ask_user => self.ask_user(call, arguments).await,
             HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),
+            search::SEARCH => self.search(call, &arguments),
             _ => self.tool(call, &call.name, arguments, state).await,
         }
     }
@@ -687,4 +737,9 @@ fn request_tokens(request: &ModelRequest) -> u64 {
         .sum();
     let system = request.system.as_ref().map_or(0, String::len);
     estimate_tokens(text + tools + system)
+}
+
+/// `spec` as the model is offered it.
+fn tool_definition(spec: ToolSpec) -> ToolDefinition {
+    ToolDefinition::new(spec.name, spec.description, Value::clone(&spec.input_schema))
 }

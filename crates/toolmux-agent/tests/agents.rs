@@ -920,3 +920,58 @@ async fn the_text_and_the_calls_stream_to_whoever_follows_them() {
     assert_eq!(model.streamed.load(Ordering::Relaxed), 4);
     assert_eq!(model.requests().len(), 5);
 }
+
+#[tokio::test]
+async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("tools__search", json!({"query": "refund a payment"}))])
+            .calls(vec![("billing__refund_charge", json!({"charge": "ch_1"}))])
+            .calls(vec![("tools__search", json!({"query": "delete customer"}))])
+            .report("success", "refunded ch_1"),
+    );
+    let models: BTreeMap<String, Arc<dyn Model>> =
+        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]);
+    // The agent may refund, not delete customers.
+    let config = AgentConfig { tools: Some(vec!["billing__refund_*".into()]), ..agent("m") };
+    let agents = Agents::new(one("a", config), models).unwrap();
+    let schema = |p: &str| json!({"type": "object", "properties": {p: {"type": "string"}}});
+    let billing = Arc::new(
+        MockProvider::new("billing")
+            .with_spec(
+                ToolSpec::new("refund_charge", "Refunds a payment", schema("charge")),
+                Behavior::Text("refunded".into()),
+            )
+            .with_spec(
+                ToolSpec::new("delete_customer", "Deletes a customer", schema("id")),
+                Behavior::Text("deleted".into()),
+            ),
+    );
+    let orchestrator = Orchestrator::builder(OrchestratorConfig {
+        deferred: vec!["billing__*".into()],
+        ..OrchestratorConfig::default()
+    })
+    .provider(billing.clone())
+    .provider(agents.provider())
+    .build()
+    .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+
+    let report = agents.run("a", "refund ch_1", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    assert_eq!(billing.calls_of("refund_charge"), 1);
+    let requests = model.requests();
+    // Deferred tools are not offered until found; the search is.
+    let first = tool_names(&requests[0]);
+    assert!(first.contains(&"tools__search".to_owned()), "{first:?}");
+    assert!(!first.iter().any(|n| n.starts_with("billing__")), "{first:?}");
+    let found = tool_results(&requests[1]);
+    assert!(found[0].0.contains("billing__refund_charge") && !found[0].1, "{found:?}");
+    assert!(tool_names(&requests[1]).contains(&"billing__refund_charge".to_owned()));
+    assert_eq!(tool_results(&requests[2]), vec![("refunded".to_owned(), false)]);
+    // A tool the agent may not call is not found for it.
+    let none = tool_results(&requests[3]);
+    assert!(none[0].0.contains("No tool matches"), "{none:?}");
+    assert!(!tool_names(&requests[3]).contains(&"billing__delete_customer".to_owned()));
+}

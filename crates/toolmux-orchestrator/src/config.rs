@@ -45,6 +45,10 @@ pub struct OrchestratorConfig {
     pub retry: RetryPolicy,
     /// JSON-lines audit log, one line per call.
     pub audit_log: Option<PathBuf>,
+    /// Glob patterns of tools that are not listed, to models or to MCP clients, but found
+    /// by searching ([`crate::search`]): for providers of so many tools that their schemas
+    /// would fill every request's context. They are called as any tool is.
+    pub deferred: Vec<String>,
 }
 
 impl Default for OrchestratorConfig {
@@ -66,6 +70,7 @@ impl Default for OrchestratorConfig {
             context_token_budget: None,
             retry: RetryPolicy::default(),
             audit_log: None,
+            deferred: Vec::new(),
         }
     }
 }

@@ -98,6 +98,7 @@ pub mod ratelimit;
 mod redact;
 mod registry;
 mod sampling;
+pub mod search;
 pub mod store;
 mod suggest;
 mod validate;

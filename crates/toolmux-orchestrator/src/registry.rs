@@ -28,6 +28,8 @@ pub struct ToolEntry {
     pub(crate) permission: Permission,
     pub(crate) settings: ResolvedSettings,
     pub(crate) stats: OnceLock<Arc<crate::accounting::ToolStats>>,
+    /// Not listed, found by searching ([`crate::OrchestratorConfig::deferred`]).
+    pub deferred: bool,
 }
 
 /// Settings of one tool after merging tool, provider and defaults.
@@ -166,6 +168,7 @@ impl Registry {
                 permission: config.permissions.decide(&name),
                 settings,
                 stats: OnceLock::new(),
+                deferred: config.deferred.iter().any(|g| crate::glob_match(g, &name)),
             };
             self.order.push(name.clone());
             self.entries.insert(name, Arc::new(entry));

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::ToolProvider;
+use toolmux_orchestrator::search;
 use toolmux_orchestrator::store::{DirectoryStore, OutputReader, OutputStore};
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RateLimit,
@@ -268,6 +269,20 @@ impl Toolmux {
         if config.oversize != OversizeMode::Truncate && keep(OutputReader::NAMESPACE) {
             providers.push(Arc::new(OutputReader::new(store.clone(), config.response_max_bytes)));
         }
+        // Deferred tools are found with `tools__search` and called with `tools__call`.
+        let search = (!config.deferred.is_empty() && keep(search::NAMESPACE)).then(|| {
+            // `tools__call` only passes the call on: the tool called keeps its own timeout
+            // and size cap, so this one sets neither.
+            let passing_on = ToolSettings {
+                timeout: Some(Duration::from_secs(7 * 24 * 3600)),
+                response_max_bytes: Some(usize::MAX),
+                ..ToolSettings::default()
+            };
+            config.tools.entry(search::CALL.to_owned()).or_insert(passing_on);
+            let search = Arc::new(search::ToolSearch::new());
+            providers.push(search.clone());
+            search
+        });
         let orchestrator = Orchestrator::builder(config).output_store(store.clone());
         #[cfg(feature = "redis")]
         let orchestrator = match &backend {
@@ -296,6 +311,9 @@ impl Toolmux {
         #[cfg(feature = "agent")]
         if let Some(agents) = &agents {
             agents.attach(&orchestrator);
+        }
+        if let Some(search) = search {
+            search.attach(&orchestrator);
         }
         Ok(Toolmux {
             orchestrator,
@@ -399,6 +417,7 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
             ask: c.permissions.ask.clone(),
         },
         aliases: c.aliases.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        deferred: c.tool_search.defer.clone(),
         ..defaults
     };
     for (name, queue) in &c.queues {

@@ -719,3 +719,55 @@ anyio.run(main)
     );
     assert!(summary["structured"]["temperature"].is_number(), "{summary}");
 }
+
+/// `toolSearch.defer`: an MCP client (the official Python SDK's) is not listed the deferred
+/// tools, finds one with `tools__search` and calls it with `tools__call`; `tools call`
+/// does the same from the command line.
+#[test]
+fn deferred_tools_are_found_and_called_by_mcp_clients_and_the_command_line() {
+    let project = Project::new();
+    project.file("notes.md", "TODO: one\n");
+    project.file("toolmux.yaml", "fs: {}\ntoolSearch:\n  defer: ['fs__grep', 'fs__glob']\n");
+    let script = r#"
+import json, sys
+import anyio
+from mcp import Client, StdioServerParameters
+
+async def main():
+    server = StdioServerParameters(command=sys.argv[1], args=sys.argv[2:])
+    with anyio.fail_after(60):
+        async with Client(server, mode="legacy") as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            found = await client.call_tool("tools__search", {"query": "search the contents of files"})
+            called = await client.call_tool("tools__call", {"name": "fs__grep", "arguments": {"pattern": "TODO"}})
+            print(json.dumps({"tools": tools, "found": found.content[0].text,
+                              "called": called.content[0].text, "is_error": bool(called.is_error)}))
+
+anyio.run(main)
+"#;
+    let summary = run_python(&project, &["-c", script, toolmux_bin(), "serve", "--stdio"]);
+    let tools: Vec<&str> =
+        summary["tools"].as_array().expect("tools").iter().filter_map(Value::as_str).collect();
+    assert!(tools.contains(&"tools__search") && tools.contains(&"tools__call"), "{tools:?}");
+    assert!(tools.contains(&"fs__read"), "{tools:?}");
+    assert!(!tools.contains(&"fs__grep") && !tools.contains(&"fs__glob"), "{tools:?}");
+    let found = summary["found"].as_str().unwrap_or_default();
+    assert!(found.contains("\"name\": \"fs__grep\""), "{found}");
+    assert_eq!(summary["called"], "notes.md", "{summary}");
+    assert_eq!(summary["is_error"], false);
+
+    let found = project.run(&[
+        "tools",
+        "call",
+        "tools__search",
+        r#"{"query": "find files by glob pattern"}"#,
+    ]);
+    assert!(found.ok().contains("fs__glob"), "{}", found.stdout);
+    let called = project.run(&[
+        "tools",
+        "call",
+        "tools__call",
+        r#"{"name": "fs__grep", "arguments": {"pattern": "TODO"}}"#,
+    ]);
+    assert_eq!(called.ok().trim(), "notes.md");
+}

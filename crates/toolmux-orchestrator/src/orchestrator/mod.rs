@@ -466,15 +466,22 @@ impl Orchestrator {
         self.inner.registry.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Every registered tool, with its model-facing name in `name`.
+    /// Every registered tool, with its model-facing name in `name`. Deferred tools (found
+    /// by searching, [`OrchestratorConfig::deferred`]) are not shown (`visible` false).
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.registry()
             .entries()
-            .map(|e| ToolSpec {
-                name: e.name.to_string(),
-                // The cap in force, for clients that size their own limits by it.
-                max_result_size: e.settings.response_max,
-                ..e.spec.clone()
+            .map(|e| {
+                let mut spec = ToolSpec {
+                    name: e.name.to_string(),
+                    // The cap in force, for clients that size their own limits by it.
+                    max_result_size: e.settings.response_max,
+                    ..e.spec.clone()
+                };
+                if e.deferred {
+                    spec.annotations.visible = false;
+                }
+                spec
             })
             .collect()
     }

@@ -8,6 +8,7 @@ mod lifecycle;
 mod limits;
 mod lookup;
 mod queue;
+mod search;
 mod timeout;
 
 use std::sync::Arc;

@@ -54,6 +54,10 @@ pub struct Config {
     /// Extra names for tools: alias to full tool name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub aliases: BTreeMap<String, String>,
+    /// Tools that are not listed but found by searching (`tools__search`), for providers of
+    /// so many tools that their schemas would fill every request's context.
+    #[serde(default, skip_serializing_if = "ToolSearchEntry::is_empty")]
+    pub tool_search: ToolSearchEntry,
     /// Settings of single tools, by full name (`github__search_code`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, ToolEntry>,
@@ -473,6 +477,25 @@ pub struct QueueEntry {
     /// (default 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_timeout_ms: Option<u64>,
+}
+
+/// `toolSearch`: tools found by searching instead of listed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolSearchEntry {
+    /// Glob patterns of full tool names (`stripe__*`) that are not listed, to agents or to
+    /// MCP clients: `tools__search` finds them by words (with their input schemas),
+    /// `tools__call` calls them for MCP clients, and an agent calls a found tool directly
+    /// from its next turn on. They run through the same pipeline as every tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defer: Vec<String>,
+}
+
+impl ToolSearchEntry {
+    /// Whether nothing is deferred.
+    pub fn is_empty(&self) -> bool {
+        self.defer.is_empty()
+    }
 }
 
 /// Permission rules: globs on full tool names (`fs__*`, `github__create_*`). Deny wins

@@ -1,0 +1,138 @@
+//! Tool search: deferred tools are not listed, are found by words, and are called through
+//! `tools__call` with the whole pipeline applied to the tool called.
+
+use crate::call;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolmux_core::{ToolProvider, ToolSpec};
+use toolmux_orchestrator::search::ToolSearch;
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, PermissionRules};
+use toolmux_test_support::mock::{Behavior, MockProvider};
+
+fn tool(name: &str, description: &str, properties: Value) -> ToolSpec {
+    ToolSpec::new(name, description, json!({"type": "object", "properties": properties}))
+}
+
+/// A billing API of several tools, deferred, beside a listed file tool.
+async fn start(permissions: PermissionRules) -> Orchestrator {
+    let billing = MockProvider::new("billing")
+        .with_spec(
+            tool(
+                "create_invoice",
+                "Creates an invoice for a customer",
+                json!({"customer": {"type": "string"}, "amount": {"type": "integer"}}),
+            ),
+            Behavior::Echo,
+        )
+        .with_spec(
+            tool("list_invoices", "Lists the invoices of a customer", json!({"customer": {}})),
+            Behavior::Text("inv_1, inv_2".into()),
+        )
+        .with_spec(
+            tool("refund_charge", "Refunds a payment", json!({"charge": {"type": "string"}})),
+            Behavior::Text("refunded".into()),
+        )
+        .with_spec(
+            tool("delete_customer", "Deletes a customer and their data", json!({"id": {}})),
+            Behavior::Text("deleted".into()),
+        );
+    let files = MockProvider::new("files").with_tool("read", Behavior::Echo);
+    let search = Arc::new(ToolSearch::new());
+    let config = OrchestratorConfig {
+        deferred: vec!["billing__*".into()],
+        permissions,
+        ..OrchestratorConfig::default()
+    };
+    let orchestrator = crate::start(
+        config,
+        vec![Arc::new(billing), Arc::new(files), search.clone() as Arc<dyn ToolProvider>],
+    )
+    .await;
+    search.attach(&orchestrator);
+    orchestrator
+}
+
+#[tokio::test(start_paused = true)]
+async fn deferred_tools_are_not_shown_but_found_by_words() {
+    let o = start(PermissionRules::default()).await;
+    let shown: Vec<String> =
+        o.tools().into_iter().filter(|t| t.annotations.visible).map(|t| t.name).collect();
+    assert_eq!(shown, ["files__read", "tools__search", "tools__call"]);
+    assert_eq!(o.tools().len(), 7, "deferred tools are still registered");
+
+    let names = |query: &str, limit: usize| -> Vec<String> {
+        o.search_tools(query, limit, &|_| true).into_iter().map(|t| t.name).collect()
+    };
+    // Name words count most, then parameters, then the description; prefixes match.
+    assert_eq!(
+        names("invoices of a customer", 5)[..2],
+        ["billing__list_invoices", "billing__create_invoice"]
+    );
+    assert_eq!(names("refund", 5), ["billing__refund_charge"]);
+    assert_eq!(names("payment", 5), ["billing__refund_charge"]);
+    assert_eq!(names("billing__delete_customer", 1), ["billing__delete_customer"]);
+    assert_eq!(names("customer", 2).len(), 2);
+    // Listed tools are not searched; nothing matching is nothing found.
+    assert!(names("read", 5).is_empty());
+    assert!(names("weather forecast", 5).is_empty());
+    // What a caller may not call is not found for it.
+    let only_lists = o.search_tools("invoice", 5, &|name| name.starts_with("billing__list"));
+    assert_eq!(only_lists.len(), 1);
+    assert!(only_lists[0].annotations.visible, "a found tool is shown");
+    assert_eq!(only_lists[0].input_schema["properties"]["customer"], json!({}));
+
+    let found = call(&o, "tools__search", json!({"query": "create an invoice", "limit": 1})).await;
+    assert!(found.ok, "{}", found.conversation_text());
+    let text = found.conversation_text();
+    assert!(text.contains("\"name\": \"billing__create_invoice\""), "{text}");
+    assert!(text.contains("\"amount\""), "the input schema is given: {text}");
+    assert!(text.contains("tools__call"), "{text}");
+    assert_eq!(found.extras["found"], json!(["billing__create_invoice"]));
+    let none = call(&o, "tools__search", json!({"query": "weather"})).await;
+    assert!(none.ok && none.conversation_text().contains("No tool matches `weather`"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_found_tool_is_called_through_the_whole_pipeline() {
+    let o = start(PermissionRules { deny: vec!["billing__delete_*".into()], ..Default::default() })
+        .await;
+    let arguments = json!({"customer": "acme", "amount": 120});
+    let created = call(
+        &o,
+        "tools__call",
+        json!({"name": "billing__create_invoice", "arguments": arguments.clone()}),
+    )
+    .await;
+    assert!(created.ok, "{}", created.conversation_text());
+    assert_eq!(serde_json::from_str::<Value>(&created.conversation_text()).unwrap(), arguments);
+    // The tool called keeps its own statistics.
+    let stats = o.stats().snapshot();
+    assert_eq!(stats.tools["billing__create_invoice"].count, 1);
+
+    // Its permissions hold.
+    let denied = call(
+        &o,
+        "tools__call",
+        json!({"name": "billing__delete_customer", "arguments": {"id": 7}}),
+    )
+    .await;
+    assert!(!denied.ok);
+    assert!(denied.conversation_text().contains("denied"), "{}", denied.conversation_text());
+    // A mistyped name gets the closest names.
+    let unknown =
+        call(&o, "tools__call", json!({"name": "billing__refund_charges", "arguments": {}})).await;
+    assert!(!unknown.ok);
+    assert!(
+        unknown.conversation_text().contains("billing__refund_charge"),
+        "{}",
+        unknown.conversation_text()
+    );
+    // The search tools are not called through themselves, and a name is required.
+    let nested = call(&o, "tools__call", json!({"name": "tools__call", "arguments": {}})).await;
+    assert!(!nested.ok && nested.conversation_text().contains("directly"));
+    let nameless = call(&o, "tools__call", json!({"arguments": {}})).await;
+    assert!(!nameless.ok);
+    // A deferred tool may still be called by its name.
+    let direct = call(&o, "billing__refund_charge", json!({"charge": "ch_1"})).await;
+    assert_eq!(direct.conversation_text(), "refunded");
+}
