@@ -117,11 +117,18 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
         print(&serde_json::to_string_pretty(&tools)?);
     } else {
         let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let registry = toolmux.orchestrator().registry();
         let mut text = String::new();
         for tool in &tools {
+            // Tools models are not listed: found by searching, or called by name only.
+            let mark = match registry.get(&tool.name) {
+                Some(entry) if entry.deferred => "[deferred: tools__search] ",
+                _ if !tool.annotations.visible => "[hidden] ",
+                _ => "",
+            };
             let summary = tool.description.lines().next().unwrap_or("").trim();
             let summary = shorten(summary, 100usize.saturating_sub(width + 2).max(40));
-            text.push_str(&format!("{:width$}  {summary}\n", tool.name));
+            text.push_str(&format!("{:width$}  {mark}{summary}\n", tool.name));
         }
         print(text.trim_end());
         eprintln!(

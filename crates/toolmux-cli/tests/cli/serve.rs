@@ -756,6 +756,10 @@ anyio.run(main)
     assert_eq!(summary["called"], "notes.md", "{summary}");
     assert_eq!(summary["is_error"], false);
 
+    let listed = project.run(&["tools", "list"]);
+    let deferred =
+        |line: &str| line.starts_with("fs__grep") && line.contains("[deferred: tools__search]");
+    assert!(listed.ok().lines().any(deferred), "{}", listed.stdout);
     let found = project.run(&[
         "tools",
         "call",
