@@ -30,6 +30,9 @@ pub struct ToolEntry {
     pub(crate) stats: OnceLock<Arc<crate::accounting::ToolStats>>,
     /// Not listed, found by searching ([`crate::OrchestratorConfig::deferred`]).
     pub deferred: bool,
+    /// Only passes a call on to another tool (`tools__call`), which is counted against the
+    /// run's budget itself.
+    pub(crate) passes_on: bool,
 }
 
 /// Settings of one tool after merging tool, provider and defaults.
@@ -169,6 +172,9 @@ impl Registry {
                 settings,
                 stats: OnceLock::new(),
                 deferred: config.deferred.iter().any(|g| crate::glob_match(g, &name)),
+                passes_on: namespace == crate::search::NAMESPACE
+                    && spec.name == "call"
+                    && listed.provider.kind() == toolmux_core::ToolKind::Internal,
             };
             self.order.push(name.clone());
             self.entries.insert(name, Arc::new(entry));

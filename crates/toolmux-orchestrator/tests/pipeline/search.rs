@@ -4,9 +4,9 @@
 use crate::call;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use toolmux_core::{ToolProvider, ToolSpec};
+use toolmux_core::{CallContext, ToolCall, ToolProvider, ToolSpec};
 use toolmux_orchestrator::search::ToolSearch;
-use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, PermissionRules};
+use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, PermissionRules, RunBudgetConfig};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 fn tool(name: &str, description: &str, properties: Value) -> ToolSpec {
@@ -15,6 +15,10 @@ fn tool(name: &str, description: &str, properties: Value) -> ToolSpec {
 
 /// A billing API of several tools, deferred, beside a listed file tool.
 async fn start(permissions: PermissionRules) -> Orchestrator {
+    start_with(OrchestratorConfig { permissions, ..OrchestratorConfig::default() }).await
+}
+
+async fn start_with(config: OrchestratorConfig) -> Orchestrator {
     let billing = MockProvider::new("billing")
         .with_spec(
             tool(
@@ -38,11 +42,7 @@ async fn start(permissions: PermissionRules) -> Orchestrator {
         );
     let files = MockProvider::new("files").with_tool("read", Behavior::Echo);
     let search = Arc::new(ToolSearch::new());
-    let config = OrchestratorConfig {
-        deferred: vec!["billing__*".into()],
-        permissions,
-        ..OrchestratorConfig::default()
-    };
+    let config = OrchestratorConfig { deferred: vec!["billing__*".into()], ..config };
     let orchestrator = crate::start(
         config,
         vec![Arc::new(billing), Arc::new(files), search.clone() as Arc<dyn ToolProvider>],
@@ -135,4 +135,29 @@ async fn a_found_tool_is_called_through_the_whole_pipeline() {
     // A deferred tool may still be called by its name.
     let direct = call(&o, "billing__refund_charge", json!({"charge": "ch_1"})).await;
     assert_eq!(direct.conversation_text(), "refunded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_passed_on_counts_once_against_the_run_s_budget() {
+    let budget = RunBudgetConfig { max_calls: Some(2), ..RunBudgetConfig::default() };
+    let o = start_with(OrchestratorConfig { run_budget: budget, ..OrchestratorConfig::default() })
+        .await;
+    let ctx = CallContext::new().with_run_id("billing-run");
+    let refund = || {
+        ToolCall::new(
+            "tools__call",
+            json!({"name": "billing__refund_charge", "arguments": {"charge": "ch_1"}}),
+        )
+    };
+    for _ in 0..2 {
+        let done = o.execute(refund(), &ctx).await;
+        assert!(done.ok, "{}", done.conversation_text());
+    }
+    let third = o.execute(refund(), &ctx).await;
+    assert!(!third.ok);
+    assert!(
+        third.conversation_text().contains("at most 2 tool calls"),
+        "{}",
+        third.conversation_text()
+    );
 }
