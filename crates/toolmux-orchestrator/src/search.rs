@@ -115,7 +115,8 @@ pub(crate) fn score(terms: &[String], entry: &ToolEntry) -> u32 {
 
 impl Orchestrator {
     /// The deferred tools that best match `query`, at most `limit`, of those `allowed`
-    /// lets through, best first (ties by name), each with its model-facing name and shown.
+    /// lets through and no rule denies, best first (ties by name), each with its
+    /// model-facing name and shown.
     /// A query that is a tool's exact name finds that tool first.
     pub fn search_tools(
         &self,
@@ -128,7 +129,12 @@ impl Orchestrator {
         let registry = self.registry();
         let mut found: Vec<(u32, &ToolEntry)> = registry
             .entries()
-            .filter(|e| e.deferred && allowed(&e.name))
+            // A tool that may never run is not worth finding.
+            .filter(|e| {
+                e.deferred
+                    && !matches!(e.permission, crate::Permission::Deny(_))
+                    && allowed(&e.name)
+            })
             .filter_map(|e| {
                 let score = if &*e.name == exact { u32::MAX } else { score(&terms, e) };
                 (score > 0).then_some((score, &**e))

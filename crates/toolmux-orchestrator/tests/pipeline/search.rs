@@ -109,7 +109,9 @@ async fn a_found_tool_is_called_through_the_whole_pipeline() {
     let stats = o.stats().snapshot();
     assert_eq!(stats.tools["billing__create_invoice"].count, 1);
 
-    // Its permissions hold.
+    // Its permissions hold: a denied tool is not found, nor called by its name.
+    let found = o.search_tools("delete customer", 5, &|_| true);
+    assert!(!found.is_empty() && found.iter().all(|t| t.name != "billing__delete_customer"));
     let denied = call(
         &o,
         "tools__call",
