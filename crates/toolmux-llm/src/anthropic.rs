@@ -1,6 +1,6 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
-use crate::http::{Assembler, Endpoint, StreamError, Streaming};
+use crate::http::{Assembler, Endpoint, StreamError};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, Usage,
@@ -56,21 +56,9 @@ impl Model for AnthropicModel {
         cancel: &CancellationToken,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        let mut body = self.body(request);
-        if !self.endpoint.stream {
-            let answer = parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint)?;
-            crate::replay(&answer, on_delta);
-            return Ok(answer);
-        }
-        body["stream"] = json!(true);
+        let body = self.body(request);
         let mut events = Events::default();
-        let streaming = Streaming::new(&mut events, on_delta);
-        let (answer, streamed) = self.endpoint.post_streaming(&body, cancel, streaming).await?;
-        let answer = parse(&answer, &self.endpoint)?;
-        if !streamed {
-            crate::replay(&answer, on_delta);
-        }
-        Ok(answer)
+        self.endpoint.complete_streaming(body, &[], cancel, on_delta, &mut events, parse).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! The HTTP exchange both clients share: one JSON POST with a timeout, cancellation,
 //! retries of what is worth retrying, bounded bodies and errors that never show the key.
 
-use crate::{DeltaSink, ModelDelta, ModelError};
+use crate::{DeltaSink, ModelDelta, ModelError, ModelResponse};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
@@ -148,6 +148,36 @@ impl Endpoint {
     ) -> Result<(Value, bool), ModelError> {
         let answer = self.exchange(body, cancel, Some(&mut streaming)).await?;
         Ok((answer, streaming.streamed))
+    }
+
+    /// A completion of `body` asked for as a stream (`stream: true`, and `fields` besides)
+    /// whose events `assembler` folds, read by `parse`; asked for whole when the model is
+    /// configured not to stream. An answer that did not come as a stream is handed to
+    /// `on_delta` whole.
+    pub(crate) async fn complete_streaming(
+        &self,
+        mut body: Value,
+        fields: &[(&str, Value)],
+        cancel: &CancellationToken,
+        on_delta: DeltaSink<'_>,
+        assembler: &mut dyn Assembler,
+        parse: fn(&Value, &Endpoint) -> Result<ModelResponse, ModelError>,
+    ) -> Result<ModelResponse, ModelError> {
+        let (answer, streamed) = if self.stream {
+            body["stream"] = Value::Bool(true);
+            for (field, value) in fields {
+                body[*field] = value.clone();
+            }
+            let streaming = Streaming::new(assembler, on_delta);
+            self.post_streaming(&body, cancel, streaming).await?
+        } else {
+            (self.post(&body, cancel).await?, false)
+        };
+        let answer = parse(&answer, self)?;
+        if !streamed {
+            crate::replay(&answer, on_delta);
+        }
+        Ok(answer)
     }
 
     async fn exchange(

@@ -1,7 +1,7 @@
 //! OpenAI-compatible chat completions (`POST {baseUrl}/chat/completions`), which OpenAI
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
-use crate::http::{Assembler, Endpoint, StreamError, Streaming};
+use crate::http::{Assembler, Endpoint, StreamError};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, Usage,
@@ -52,23 +52,11 @@ impl Model for OpenAiModel {
         cancel: &CancellationToken,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        let mut body = self.body(request);
-        if !self.endpoint.stream {
-            let answer = parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint)?;
-            crate::replay(&answer, on_delta);
-            return Ok(answer);
-        }
-        body["stream"] = json!(true);
         // The usage comes in a last chunk of its own only when asked for.
-        body["stream_options"] = json!({"include_usage": true});
+        let usage = ("stream_options", json!({"include_usage": true}));
+        let body = self.body(request);
         let mut chunks = Chunks::default();
-        let streaming = Streaming::new(&mut chunks, on_delta);
-        let (answer, streamed) = self.endpoint.post_streaming(&body, cancel, streaming).await?;
-        let answer = parse(&answer, &self.endpoint)?;
-        if !streamed {
-            crate::replay(&answer, on_delta);
-        }
-        Ok(answer)
+        self.endpoint.complete_streaming(body, &[usage], cancel, on_delta, &mut chunks, parse).await
     }
 }
 
