@@ -36,16 +36,18 @@ struct Turn {
 impl Turn {
     /// Waits until no other question is being asked.
     async fn take() -> Turn {
-        Turn { lines: input().lines.lock().await, ended: false }
+        let mut turn = Turn { lines: input().lines.lock().await, ended: false };
+        // Lines typed before the turn began (an answer to a question whose call was
+        // cancelled meanwhile) answer nothing; within the turn, lines typed ahead answer
+        // the next questions.
+        while let Ok(line) = turn.lines.try_recv() {
+            turn.ended |= line.is_none();
+        }
+        turn
     }
 
     /// Shows `prompt` on stderr and reads one line; `None` at the end of input.
     async fn ask(&mut self, prompt: &str) -> Option<String> {
-        // Lines typed before the question was shown (an answer to a question whose call
-        // was cancelled meanwhile) answer nothing.
-        while let Ok(line) = self.lines.try_recv() {
-            self.ended |= line.is_none();
-        }
         if self.ended {
             return None;
         }
