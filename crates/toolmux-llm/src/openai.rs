@@ -463,7 +463,70 @@ fn parse_call(
 
 #[cfg(test)]
 mod tests {
-    use super::limit_field;
+    use super::{Assembler, Chunks, limit_field};
+    use crate::ModelDelta;
+    use serde_json::{Value, json};
+    use std::sync::Mutex;
+    use toolmux_core::sse::Event;
+
+    /// Folds `chunks` (each a `data:` payload) and returns the answer and the deltas seen.
+    fn fold(chunks: &[Value]) -> (Option<Value>, Vec<String>) {
+        let seen = Mutex::new(Vec::new());
+        let on_delta = |delta: ModelDelta<'_>| seen.lock().unwrap().push(format!("{delta:?}"));
+        let mut assembler = Chunks::default();
+        for chunk in chunks {
+            let event = Event { name: "message".into(), data: chunk.to_string() };
+            assert!(!assembler.event(&event, &on_delta).unwrap());
+        }
+        (assembler.finish(), seen.into_inner().unwrap())
+    }
+
+    #[test]
+    fn calls_without_an_index_or_with_late_names_or_whole_arguments_are_read() {
+        // Some servers send a call whole in one chunk, without `index`, its arguments an
+        // object; others name the call after its first arguments.
+        let (answer, seen) = fold(&[
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"id": "a", "function": {"name": "fs__ls", "arguments": {"path": "."}}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"id": "b", "function": {"arguments": "{\"pat"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"function": {"name": "fs__grep", "arguments": "tern\": \"x\"}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        let answer = answer.expect("a finish reason completes the answer");
+        let calls = &answer["choices"][0]["message"]["tool_calls"];
+        assert_eq!(calls[0]["id"], "a");
+        assert_eq!(calls[0]["function"]["arguments"], r#"{"path":"."}"#);
+        assert_eq!(calls[1]["id"], "b");
+        assert_eq!(calls[1]["function"]["name"], "fs__grep");
+        assert_eq!(calls[1]["function"]["arguments"], r#"{"pattern": "x"}"#);
+        assert_eq!(answer["choices"][0]["message"]["content"], Value::Null);
+        assert_eq!(
+            seen,
+            [
+                r#"ToolCall { index: 0, id: "a", name: "fs__ls" }"#,
+                r#"ToolArguments { index: 0, fragment: "{\"path\":\".\"}" }"#,
+                r#"ToolCall { index: 1, id: "b", name: "fs__grep" }"#,
+                r#"ToolArguments { index: 1, fragment: "{\"pattern\": \"x\"}" }"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stream_without_a_finish_reason_or_done_is_incomplete() {
+        let (answer, seen) = fold(&[json!({"choices": [{"delta": {"content": "Hel"}}]})]);
+        assert_eq!(answer, None);
+        assert_eq!(seen, [r#"Text("Hel")"#]);
+        // A refusal is text too, and the answer's content when there is no other.
+        let (answer, _) = fold(&[
+            json!({"choices": [{"delta": {"refusal": "I can't"}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+        ]);
+        let answer = answer.unwrap();
+        assert_eq!(answer["choices"][0]["message"]["refusal"], "I can't");
+        assert_eq!(answer["usage"]["completion_tokens"], 2);
+    }
 
     #[test]
     fn openai_itself_gets_max_completion_tokens() {
