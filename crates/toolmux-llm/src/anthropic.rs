@@ -438,3 +438,62 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Assembler, Events};
+    use crate::ModelDelta;
+    use crate::http::StreamError;
+    use serde_json::{Value, json};
+    use toolmux_core::sse::Event;
+
+    fn event(data: &Value) -> Event {
+        let name = data["type"].as_str().unwrap_or("message").to_owned();
+        Event { name, data: data.to_string() }
+    }
+
+    #[test]
+    fn thinking_blocks_and_unknown_events_are_kept_out_of_the_text() {
+        let mut events = Events::default();
+        let texts = std::sync::Mutex::new(String::new());
+        let on_delta = |delta: ModelDelta<'_>| {
+            if let ModelDelta::Text(text) = delta {
+                texts.lock().unwrap().push_str(text);
+            }
+        };
+        let stream = [
+            json!({"type": "message_start", "message": {"model": "m", "usage": {"input_tokens": 9, "cache_read_input_tokens": 4}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "hmm"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "x"}}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "some_future_event", "index": 1}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        ];
+        for data in &stream {
+            assert!(!events.event(&event(data), &on_delta).unwrap(), "{data}");
+        }
+        assert_eq!(events.finish(), None, "no message_stop yet");
+        assert!(events.event(&event(&json!({"type": "message_stop"})), &on_delta).unwrap());
+        let answer = events.finish().unwrap();
+        assert_eq!(*texts.lock().unwrap(), "Hi");
+        assert_eq!(answer["content"][0]["type"], "thinking");
+        assert_eq!(answer["content"][1], json!({"type": "text", "text": "Hi"}));
+        assert_eq!(answer["stop_reason"], "end_turn");
+        assert_eq!(
+            answer["usage"],
+            json!({"input_tokens": 9, "cache_read_input_tokens": 4, "output_tokens": 2})
+        );
+    }
+
+    #[test]
+    fn a_delta_of_a_block_that_never_started_is_malformed() {
+        let mut events = Events::default();
+        let delta = json!({"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "x"}});
+        let error = events.event(&event(&delta), &|_| {}).unwrap_err();
+        assert!(matches!(&error, StreamError::Malformed(m) if m.contains("block 3")), "{error:?}");
+        let not_json = Event { name: "ping".into(), data: "{".into() };
+        assert!(matches!(events.event(&not_json, &|_| {}), Err(StreamError::Malformed(_))));
+    }
+}
