@@ -85,6 +85,10 @@ pub struct RunOptions {
     /// Receives the text the run's agents (the one started and those it hands off to,
     /// not sub-agents) write, as their models write it. With it, answers are streamed.
     pub on_text: Option<TextSink>,
+    /// The conversation so far, before the task: a chat's earlier turns (the `transcript`
+    /// of the last run's report). Calls it ends with that have no results (the report a
+    /// run ended with) are answered as done.
+    pub history: Vec<toolmux_llm::Message>,
 }
 
 /// More of what an agent's model writes, for a [`TextSink`].
@@ -285,6 +289,7 @@ impl Agents {
                 destinations,
                 keep_transcript: options.transcript,
                 on_text: options.on_text.as_ref(),
+                history: &options.history,
                 handler: handler.clone(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");

@@ -81,6 +81,8 @@ pub(crate) struct Session<'a> {
     pub(crate) keep_transcript: bool,
     /// Who follows the text as it is written, besides the orchestrator's observers.
     pub(crate) on_text: Option<&'a TextSink>,
+    /// The conversation before the task.
+    pub(crate) history: &'a [Message],
     /// What the session answers for its tools (sampling with its model, whose tokens count
     /// toward the budget).
     pub(crate) handler: Arc<AgentHandler>,
@@ -183,8 +185,9 @@ impl Session<'_> {
             task_status: None,
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
-        let mut request =
-            ModelRequest::new(vec![Message::user(task)]).with_tools(tools).continuing();
+        let mut messages = continued(self.history);
+        messages.push(Message::user(task));
+        let mut request = ModelRequest::new(messages).with_tools(tools).continuing();
         if !self.config.instructions.is_empty() {
             request = request.with_system(self.config.instructions.clone());
         }
@@ -742,4 +745,24 @@ fn request_tokens(request: &ModelRequest) -> u64 {
 /// `spec` as the model is offered it.
 fn tool_definition(spec: ToolSpec) -> ToolDefinition {
     ToolDefinition::new(spec.name, spec.description, Value::clone(&spec.input_schema))
+}
+
+/// `history` ready to go on from: tool calls of its last turn that got no result (the
+/// report that ended the run) are answered, since the APIs refuse a call without one.
+fn continued(history: &[Message]) -> Vec<Message> {
+    let mut messages = history.to_vec();
+    if let Some(Message::Assistant { tool_calls, .. }) = messages.last()
+        && !tool_calls.is_empty()
+    {
+        let results = tool_calls
+            .iter()
+            .map(|call| ToolResultMessage {
+                call_id: call.id.clone(),
+                content: "done".into(),
+                is_error: false,
+            })
+            .collect();
+        messages.push(Message::Tool { results });
+    }
+    messages
 }

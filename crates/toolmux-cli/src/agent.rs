@@ -1,6 +1,6 @@
 //! `toolmux agent`: run an agent on a task, list the agents.
 
-use crate::args::RunArgs;
+use crate::args::{ChatArgs, RunArgs};
 use crate::commands::{finish, print, start};
 use crate::exit;
 use std::io::{IsTerminal as _, Read as _, Write as _};
@@ -117,17 +117,61 @@ impl Screen {
     }
 }
 
-pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
-    if !loaded.config.agents.contains_key(&args.name) {
-        let known: Vec<&str> = loaded.config.agents.keys().map(String::as_str).collect();
-        if known.is_empty() {
-            eprintln!(
-                "error: no agents are configured: add `{}` under `agents` (and its model under `models`)",
-                args.name
-            );
-        } else {
-            eprintln!("error: unknown agent `{}`; configured: {}", args.name, known.join(", "));
+/// Whether agent `name` is configured; if not, says so and which are.
+fn configured(loaded: &Loaded, name: &str) -> bool {
+    if loaded.config.agents.contains_key(name) {
+        return true;
+    }
+    let known: Vec<&str> = loaded.config.agents.keys().map(String::as_str).collect();
+    if known.is_empty() {
+        eprintln!(
+            "error: no agents are configured: add `{name}` under `agents` (and its model under `models`)"
+        );
+    } else {
+        eprintln!("error: unknown agent `{name}`; configured: {}", known.join(", "));
+    }
+    false
+}
+
+/// A run's context and options for a person at the terminal: the agents' text as it
+/// streams in and each turn's calls (when stderr is a terminal), and, with `questions`,
+/// the person answering approvals and questions.
+fn at_terminal(
+    mut ctx: CallContext,
+    transcript: bool,
+    questions: bool,
+    screen: &Arc<Screen>,
+) -> (CallContext, RunOptions) {
+    let mut options = RunOptions { transcript, ..RunOptions::default() };
+    if std::io::stderr().is_terminal() {
+        let lines = screen.clone();
+        ctx = ctx.with_progress(ProgressSink::new(move |progress| {
+            if let Some(message) = progress.message {
+                lines.line(&format!("· {message}"));
+            }
+        }));
+        let text = screen.clone();
+        options.on_text = Some(TextSink::new(move |_agent, delta| text.text(delta)));
+        if questions {
+            ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
         }
+    }
+    (ctx, options)
+}
+
+/// Prints `report`'s answer on stdout, unless the person has just read it on the same
+/// terminal as it streamed (`shown`); a pipe or a file gets it whole.
+fn print_answer(report: &toolmux::toolmux_agent::AgentReport, shown: &str) {
+    let read_already = std::io::stdout().is_terminal()
+        && !shown.trim().is_empty()
+        && shown.trim() == report.text().trim();
+    if !read_already {
+        print(&report.text());
+    }
+}
+
+pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
+    if !configured(loaded, &args.name) {
         return Ok(exit::CONFIG);
     }
     let from_stdin = matches!(args.task.as_deref(), None | Some("-"));
@@ -154,7 +198,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         anyhow::bail!("the agents were not built");
     };
     let cancel = CancellationToken::new();
-    let mut ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
+    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
         "agent-{}-{}",
         args.name,
         std::process::id()
@@ -162,21 +206,9 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     // A person at a terminal answers the agent's questions and approves calls that ask,
     // reads the agent's text as its model writes it, and sees each turn's calls as they
     // start.
-    let mut options = RunOptions { transcript: args.transcript, on_text: None };
     let screen = Arc::new(Screen::default());
-    if std::io::stderr().is_terminal() {
-        let lines = screen.clone();
-        ctx = ctx.with_progress(ProgressSink::new(move |progress| {
-            if let Some(message) = progress.message {
-                lines.line(&format!("· {message}"));
-            }
-        }));
-        let text = screen.clone();
-        options.on_text = Some(TextSink::new(move |_agent, delta| text.text(delta)));
-        if !from_stdin && std::io::stdin().is_terminal() {
-            ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
-        }
-    }
+    let questions = !from_stdin && std::io::stdin().is_terminal();
+    let (ctx, options) = at_terminal(ctx, args.transcript, questions, &screen);
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
         report = run => Some(report),
@@ -199,14 +231,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     if args.json {
         print(&serde_json::to_string_pretty(&report)?);
     } else {
-        // An answer the person has just read as it was written is not printed twice on the
-        // same terminal; a pipe or a file gets it whole.
-        let read_already = std::io::stdout().is_terminal()
-            && !shown.trim().is_empty()
-            && shown.trim() == report.text().trim();
-        if !read_already {
-            print(&report.text());
-        }
+        print_answer(&report, &shown);
         let handed = if report.handoffs.is_empty() {
             String::new()
         } else {
@@ -230,4 +255,85 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     }
     finish(&toolmux).await;
     Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
+}
+
+/// `toolmux agent chat`: one conversation, a run per message, each run going on from the
+/// last one's transcript.
+pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> {
+    if !configured(loaded, &args.name) {
+        return Ok(exit::CONFIG);
+    }
+    let (toolmux, _report) = start(loaded, &|_| true).await?;
+    let Some(agents) = toolmux.agents() else {
+        finish(&toolmux).await;
+        anyhow::bail!("the agents were not built");
+    };
+    let person = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let run_id = format!("chat-{}-{}", args.name, std::process::id());
+    let screen = Arc::new(Screen::default());
+    let mut history = Vec::new();
+    let mut first = args.message;
+    let (mut turns, mut tool_calls) = (0u32, 0u32);
+    let mut usage = toolmux::toolmux_llm::Usage::default();
+    let mut messages = 0u32;
+    loop {
+        let message = match first.take() {
+            Some(message) => message,
+            None => match crate::terminal::next_line(if person { "\n> " } else { "" }).await {
+                Some(line) => line,
+                None => break,
+            },
+        };
+        if message.trim().is_empty() {
+            // At a terminal an empty line ends the chat; in a pipe it is skipped.
+            if person {
+                break;
+            }
+            continue;
+        }
+        messages += 1;
+        let cancel = CancellationToken::new();
+        let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(run_id.clone());
+        let (ctx, mut options) = at_terminal(ctx, true, person, &screen);
+        options.history = std::mem::take(&mut history);
+        let run = agents.run_with(&args.name, &message, &ctx, &options);
+        let report = tokio::select! {
+            report = run => report,
+            _ = tokio::signal::ctrl_c() => {
+                cancel.cancel();
+                screen.end();
+                eprintln!("interrupted");
+                finish(&toolmux).await;
+                return Ok(exit::INTERRUPTED);
+            }
+        };
+        let mut report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                finish(&toolmux).await;
+                return Err(e.into());
+            }
+        };
+        let shown = screen.end();
+        print_answer(&report, &shown);
+        turns += report.turns;
+        tool_calls += report.tool_calls;
+        usage += report.usage;
+        history = std::mem::take(&mut report.transcript);
+    }
+    if std::io::stderr().is_terminal() || messages > 0 {
+        eprintln!(
+            "chat with `{}`: {messages} message{}, {} turn{}, {} tool call{}, {} tokens in, {} out",
+            args.name,
+            if messages == 1 { "" } else { "s" },
+            turns,
+            if turns == 1 { "" } else { "s" },
+            tool_calls,
+            if tool_calls == 1 { "" } else { "s" },
+            usage.input_tokens,
+            usage.output_tokens,
+        );
+    }
+    finish(&toolmux).await;
+    Ok(0)
 }

@@ -95,6 +95,17 @@ pub(crate) enum AgentCommand {
     List(JsonFlag),
     /// Run an agent on a task and print its final report.
     Run(RunArgs),
+    /// Talk with an agent: each line is the next message of one conversation, each answer
+    /// printed as it comes; an empty line at a terminal, or the end of input, ends it.
+    Chat(ChatArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ChatArgs {
+    /// The agent's name (a key under `agents`).
+    pub(crate) name: String,
+    /// The first message; the next ones are read from stdin, a line each.
+    pub(crate) message: Option<String>,
 }
 
 #[derive(Debug, Args)]

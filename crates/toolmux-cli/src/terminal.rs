@@ -24,6 +24,9 @@ struct Input {
     /// Lines as typed; `None` once the input has ended. Held by the question being asked,
     /// so that questions of calls running at once take turns.
     lines: tokio::sync::Mutex<tokio::sync::mpsc::UnboundedReceiver<Option<String>>>,
+    /// Stdin is a terminal: what is typed before a question is shown is no answer to it.
+    /// (From a pipe every line is an answer, in order.)
+    terminal: bool,
 }
 
 /// One question at a time at the terminal (a form's fields are asked in one turn).
@@ -36,11 +39,14 @@ struct Turn {
 impl Turn {
     /// Waits until no other question is being asked.
     async fn take() -> Turn {
-        let mut turn = Turn { lines: input().lines.lock().await, ended: false };
+        let input = input();
+        let mut turn = Turn { lines: input.lines.lock().await, ended: false };
         // Lines typed before the turn began (an answer to a question whose call was
         // cancelled meanwhile) answer nothing; within the turn, lines typed ahead answer
         // the next questions.
-        while let Ok(line) = turn.lines.try_recv() {
+        while input.terminal
+            && let Ok(line) = turn.lines.try_recv()
+        {
             turn.ended |= line.is_none();
         }
         turn
@@ -51,7 +57,7 @@ impl Turn {
         if self.ended {
             return None;
         }
-        {
+        if !prompt.is_empty() {
             let mut stderr = std::io::stderr().lock();
             let _ = write!(stderr, "{prompt}");
             let _ = stderr.flush();
@@ -85,8 +91,16 @@ fn input() -> &'static Input {
         // A process whose thread cannot start has no terminal questions answered: the
         // channel's sender is gone, and every question reads the end of input.
         let _ = std::thread::Builder::new().name("terminal-input".into()).spawn(reader);
-        Input { lines: tokio::sync::Mutex::new(lines) }
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
+        Input { lines: tokio::sync::Mutex::new(lines), terminal }
     })
+}
+
+/// The next line of stdin, after showing `prompt` on stderr (none when empty); `None` at
+/// the end of input. Shares the one reader of stdin with the questions of calls, taking
+/// turns with them.
+pub(crate) async fn next_line(prompt: &str) -> Option<String> {
+    Turn::take().await.ask(prompt).await
 }
 
 impl Terminal {

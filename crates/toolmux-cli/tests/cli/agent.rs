@@ -574,3 +574,89 @@ fn at_a_terminal_a_timed_out_question_does_not_swallow_the_next_answer() {
     assert!(timed_out.contains("timed out") || timed_out.contains("timeout"), "{timed_out}");
     assert!(last_tool_result(&requests[2]).contains("approved-run"), "{}", run.stdout);
 }
+
+/// `agent chat`: one conversation over several messages (from a pipe, a line each): each
+/// run goes on from the last one's transcript, tool calls and the report that ended it
+/// included.
+#[test]
+fn a_chat_goes_on_from_the_last_answer() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let server = ScriptedLlmServer::start(
+        Dialect::Anthropic,
+        vec![
+            ScriptStep::tool_call("fs__ls", json!({})),
+            ScriptStep::text("There is notes.md."),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "It holds one TODO."}),
+            ),
+            ScriptStep::text("You are welcome."),
+        ],
+    );
+    let project = project(&server, "anthropic", "");
+    let mut child = project
+        .command(&["agent", "chat", "reader", "Which files are there?"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux starts");
+    child.stdin.take().unwrap().write_all(b"What is in it?\n\nThanks!\n").unwrap();
+    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    assert_eq!(
+        run.ok().lines().collect::<Vec<_>>(),
+        ["There is notes.md.", "It holds one TODO.", "You are welcome."]
+    );
+    assert!(
+        run.stderr.contains("chat with `reader`: 3 messages, 4 turns, 1 tool call"),
+        "{}",
+        run.stderr
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4);
+    // The second message's request holds the first exchange, the listing's call included.
+    let second = requests[2]["messages"].as_array().unwrap();
+    let text = |m: &Value| m.to_string();
+    assert!(text(&second[0]).contains("Which files are there?"), "{second:#?}");
+    assert!(second.iter().any(|m| text(m).contains("\"tool_use\"") && text(m).contains("fs__ls")));
+    assert!(text(&second[second.len() - 2]).contains("There is notes.md."), "{second:#?}");
+    assert!(text(second.last().unwrap()).contains("What is in it?"), "{second:#?}");
+    // The report that ended the second run is answered before the third message.
+    let third = requests[3]["messages"].as_array().unwrap();
+    let last = text(third.last().unwrap());
+    assert!(last.contains("\"tool_result\"") && last.contains("Thanks!"), "{third:#?}");
+}
+
+/// `agent chat` at a terminal: a prompt for each message, the answer streamed once, an
+/// empty line to end.
+#[test]
+fn a_chat_at_a_terminal_ends_with_an_empty_line() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![ScriptStep::text("Hello there, I read files."), ScriptStep::text("Bye now.")],
+    );
+    let project = project(&server, "openai", "");
+    let rules = json!([["> ", "Who are you?"], ["> ", "Thanks"], ["> ", ""]]);
+    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
+    command
+        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
+        .arg(rules.to_string())
+        .arg(crate::toolmux_bin())
+        .args(["agent", "chat", "reader"])
+        .current_dir(project.path())
+        .env_remove("TOOLMUX_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("LLM_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let run =
+        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout.matches("Hello there, I read files.").count(), 1, "{}", run.stdout);
+    assert_eq!(run.stdout.matches("Bye now.").count(), 1, "{}", run.stdout);
+    assert!(run.stdout.contains("chat with `reader`: 2 messages"), "{}", run.stdout);
+    assert_eq!(server.requests().len(), 2);
+    assert!(server.requests()[1]["messages"].to_string().contains("Who are you?"));
+}
