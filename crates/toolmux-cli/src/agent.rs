@@ -139,7 +139,7 @@ fn configured(loaded: &Loaded, name: &str) -> bool {
 fn at_terminal(
     mut ctx: CallContext,
     transcript: bool,
-    questions: bool,
+    questions: Option<&Arc<crate::terminal::Terminal>>,
     screen: &Arc<Screen>,
 ) -> (CallContext, RunOptions) {
     let mut options = RunOptions { transcript, ..RunOptions::default() };
@@ -152,8 +152,8 @@ fn at_terminal(
         }));
         let text = screen.clone();
         options.on_text = Some(TextSink::new(move |_agent, delta| text.text(delta)));
-        if questions {
-            ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal));
+        if let Some(person) = questions {
+            ctx = ctx.with_handler(person.clone());
         }
     }
     (ctx, options)
@@ -207,8 +207,9 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     // reads the agent's text as its model writes it, and sees each turn's calls as they
     // start.
     let screen = Arc::new(Screen::default());
-    let questions = !from_stdin && std::io::stdin().is_terminal();
-    let (ctx, options) = at_terminal(ctx, args.transcript, questions, &screen);
+    let person = (!from_stdin && std::io::stdin().is_terminal())
+        .then(|| Arc::new(crate::terminal::Terminal::default()));
+    let (ctx, options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
         report = run => Some(report),
@@ -269,6 +270,8 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         anyhow::bail!("the agents were not built");
     };
     let person = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    // One person for the whole chat: a tool allowed for good stays allowed.
+    let terminal = person.then(|| Arc::new(crate::terminal::Terminal::default()));
     let run_id = format!("chat-{}-{}", args.name, std::process::id());
     let screen = Arc::new(Screen::default());
     let mut history = Vec::new();
@@ -294,7 +297,7 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         messages += 1;
         let cancel = CancellationToken::new();
         let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(run_id.clone());
-        let (ctx, mut options) = at_terminal(ctx, true, person, &screen);
+        let (ctx, mut options) = at_terminal(ctx, true, terminal.as_ref(), &screen);
         options.history = std::mem::take(&mut history);
         let run = agents.run_with(&args.name, &message, &ctx, &options);
         let report = tokio::select! {

@@ -14,8 +14,11 @@ use toolmux::toolmux_core::{
 const TRIES: usize = 3;
 
 /// The person at the terminal.
-#[derive(Debug)]
-pub(crate) struct Terminal;
+#[derive(Debug, Default)]
+pub(crate) struct Terminal {
+    /// Tools the person allowed for the rest of the session (`a` to an approval).
+    allowed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
 
 /// The terminal's input, read by one thread for the whole process: a question whose call
 /// is cancelled or times out stops waiting at once and leaves no reader behind to swallow
@@ -220,11 +223,30 @@ fn parse(answer: &str, kind: &str, choices: &[(Value, String)]) -> Option<Value>
 
 #[async_trait]
 impl InteractionHandler for Terminal {
+    /// Asks; `a` allows the tool for the rest of the session (the process: every run of an
+    /// `agent chat`), without asking again.
     async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
-        let prompt =
-            format!("\nallow {} {}? ({}) [y/N] ", request.tool, request.arguments, request.reason);
-        match Terminal::ask(prompt).await.as_deref().map(str::trim) {
+        let allowed = |this: &Terminal| {
+            this.allowed.lock().unwrap_or_else(|e| e.into_inner()).contains(&request.tool)
+        };
+        if allowed(self) {
+            return ApprovalDecision::Allow;
+        }
+        let prompt = format!(
+            "\nallow {} {}? ({}) [y/N, a: always this tool] ",
+            request.tool, request.arguments, request.reason
+        );
+        let answer = Terminal::ask(prompt).await;
+        // Allowed for good while this question waited its turn.
+        if allowed(self) {
+            return ApprovalDecision::Allow;
+        }
+        match answer.as_deref().map(str::trim) {
             Some("y" | "Y" | "yes") => ApprovalDecision::Allow,
+            Some("a" | "A" | "always") => {
+                self.allowed.lock().unwrap_or_else(|e| e.into_inner()).insert(request.tool.clone());
+                ApprovalDecision::Allow
+            }
             _ => ApprovalDecision::Deny { reason: "the user declined".to_owned() },
         }
     }

@@ -660,3 +660,52 @@ fn a_chat_at_a_terminal_ends_with_an_empty_line() {
     assert_eq!(server.requests().len(), 2);
     assert!(server.requests()[1]["messages"].to_string().contains("Who are you?"));
 }
+
+/// At a terminal, `a` to an approval allows the tool for the rest of the session: a chat's
+/// later messages call it without asking.
+#[test]
+fn a_tool_allowed_for_good_is_not_asked_for_again() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo first-run"})),
+            ScriptStep::text("Ran it."),
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo second-run"})),
+            ScriptStep::text("Ran it again."),
+        ],
+    );
+    let project = project(
+        &server,
+        "openai",
+        "permissions: {ask: [fs__bash]}\nfs: {permissions: [read, execute]}\n",
+    );
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+    let rules = json!([
+        ["> ", "run the first"],
+        ["always this tool] ", "a"],
+        ["> ", "and again"],
+        ["> ", ""]
+    ]);
+    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
+    command
+        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
+        .arg(rules.to_string())
+        .arg(crate::toolmux_bin())
+        .args(["agent", "chat", "reader"])
+        .current_dir(project.path())
+        .env_remove("TOOLMUX_CONFIG")
+        .env_remove("RUST_LOG")
+        .env("LLM_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let run =
+        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout.matches("always this tool]").count(), 1, "{}", run.stdout);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{}", run.stdout);
+    assert!(last_tool_result(&requests[1]).contains("first-run"));
+    assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
+}
