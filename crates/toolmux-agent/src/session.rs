@@ -173,7 +173,26 @@ impl Session<'_> {
 
     /// Works on `task` until the session ends.
     pub(crate) async fn run(&self, task: String) -> SessionEnd {
-        let (tools, names, ends_turn) = self.tools();
+        let (mut tools, mut names, mut ends_turn) = self.tools();
+        // Deferred tools an earlier part of the conversation found and called stay offered.
+        for message in self.history {
+            let Message::Assistant { tool_calls, .. } = message else { continue };
+            for call in tool_calls {
+                if names.contains(&call.name) {
+                    continue;
+                }
+                let found = self
+                    .orchestrator
+                    .search_tools(&call.name, 1, &|n| n == call.name && self.allows(n));
+                for spec in found {
+                    names.insert(spec.name.clone());
+                    if spec.annotations.ends_turn {
+                        ends_turn.insert(spec.name.clone());
+                    }
+                    tools.push(tool_definition(spec));
+                }
+            }
+        }
         let mut state = State {
             names,
             ends_turn,

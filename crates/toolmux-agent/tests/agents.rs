@@ -928,7 +928,9 @@ async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
             .calls(vec![("tools__search", json!({"query": "refund a payment"}))])
             .calls(vec![("billing__refund_charge", json!({"charge": "ch_1"}))])
             .calls(vec![("tools__search", json!({"query": "delete customer"}))])
-            .report("success", "refunded ch_1"),
+            .report("success", "refunded ch_1")
+            .calls(vec![("billing__refund_charge", json!({"charge": "ch_2"}))])
+            .report("success", "refunded ch_2"),
     );
     let models: BTreeMap<String, Arc<dyn Model>> =
         BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]);
@@ -958,7 +960,8 @@ async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
     agents.attach(&orchestrator);
     assert!(orchestrator.warmup().await.is_ok());
 
-    let report = agents.run("a", "refund ch_1", &CallContext::new()).await.unwrap();
+    let options = RunOptions { transcript: true, ..RunOptions::default() };
+    let report = agents.run_with("a", "refund ch_1", &CallContext::new(), &options).await.unwrap();
     assert_eq!(report.status, AgentStatus::Success, "{report:?}");
     assert_eq!(billing.calls_of("refund_charge"), 1);
     let requests = model.requests();
@@ -974,4 +977,11 @@ async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
     let none = tool_results(&requests[3]);
     assert!(none[0].0.contains("No tool matches"), "{none:?}");
     assert!(!tool_names(&requests[3]).contains(&"billing__delete_customer".to_owned()));
+
+    // The conversation goes on: a tool found and called before is offered from the start.
+    let options = RunOptions { history: report.transcript, ..RunOptions::default() };
+    let report = agents.run_with("a", "and ch_2", &CallContext::new(), &options).await.unwrap();
+    assert_eq!(report.content, "refunded ch_2");
+    assert!(tool_names(&model.requests()[4]).contains(&"billing__refund_charge".to_owned()));
+    assert_eq!(billing.calls_of("refund_charge"), 2);
 }
