@@ -551,21 +551,8 @@ fn at_a_terminal_a_timed_out_question_does_not_swallow_the_next_answer() {
     // The form's question is left unanswered until its call times out; the approval that
     // follows is answered.
     let rules = json!([["allow fs__bash", "y"]]);
-    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
-    command
-        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
-        .arg(rules.to_string())
-        .arg(crate::toolmux_bin())
-        .args(["agent", "run", "reader", "delete a.txt, then run the check"])
-        .current_dir(project.path())
-        .env_remove("TOOLMUX_CONFIG")
-        .env_remove("RUST_LOG")
-        .env("LLM_KEY", KEY)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let run =
-        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    let run = project
+        .run_at_terminal(&rules, &["agent", "run", "reader", "delete a.txt, then run the check"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stdout.contains("a tool asks:"), "{}", run.stdout);
     let requests = server.requests();
@@ -638,21 +625,7 @@ fn a_chat_at_a_terminal_ends_with_an_empty_line() {
     );
     let project = project(&server, "openai", "");
     let rules = json!([["> ", "Who are you?"], ["> ", "Thanks"], ["> ", ""]]);
-    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
-    command
-        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
-        .arg(rules.to_string())
-        .arg(crate::toolmux_bin())
-        .args(["agent", "chat", "reader"])
-        .current_dir(project.path())
-        .env_remove("TOOLMUX_CONFIG")
-        .env_remove("RUST_LOG")
-        .env("LLM_KEY", KEY)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let run =
-        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.stdout.matches("Hello there, I read files.").count(), 1, "{}", run.stdout);
     assert_eq!(run.stdout.matches("Bye now.").count(), 1, "{}", run.stdout);
@@ -687,21 +660,7 @@ fn a_tool_allowed_for_good_is_not_asked_for_again() {
         ["> ", "and again"],
         ["> ", ""]
     ]);
-    let mut command = std::process::Command::new(crate::peer("python/venv/bin/python"));
-    command
-        .arg(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
-        .arg(rules.to_string())
-        .arg(crate::toolmux_bin())
-        .args(["agent", "chat", "reader"])
-        .current_dir(project.path())
-        .env_remove("TOOLMUX_CONFIG")
-        .env_remove("RUST_LOG")
-        .env("LLM_KEY", KEY)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let run =
-        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90));
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert_eq!(run.stdout.matches("always this tool]").count(), 1, "{}", run.stdout);
     let requests = server.requests();

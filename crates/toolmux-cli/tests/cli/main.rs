@@ -109,6 +109,28 @@ impl Project {
         command
     }
 
+    /// Runs the binary on a pseudo-terminal (stdin, stdout and stderr all the terminal, as
+    /// for a person at a shell) through `tests/cli/pty_driver.py`, which answers each prompt
+    /// of `rules` (`[["prompt text", "answer"], ...]`) once and fails (99) if one was never
+    /// shown; the transcript is the run's stdout.
+    pub(crate) fn run_at_terminal(&self, rules: &serde_json::Value, args: &[&str]) -> Run {
+        let mut command = Command::new(peer("python/venv/bin/python"));
+        command
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cli/pty_driver.py"))
+            .arg(rules.to_string())
+            .arg(toolmux_bin())
+            .args(args)
+            .current_dir(self.path())
+            .env_remove("TOOLMUX_CONFIG")
+            .env_remove("RUST_LOG")
+            .env("TMPDIR", self.path().join("tmp"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        wait(command.spawn().expect("python starts"), Duration::from_secs(90))
+    }
+
     /// Runs the binary to completion (at most 120 seconds).
     pub(crate) fn run(&self, args: &[&str]) -> Run {
         let mut command = self.command(args);

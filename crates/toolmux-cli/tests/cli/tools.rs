@@ -191,24 +191,8 @@ fn at_a_terminal_the_person_answers_forms_and_urls() {
             crate::conformance::fixture_bin().display()
         ),
     );
-    let at_terminal = |rules: serde_json::Value, args: &[&str]| -> crate::Run {
-        let mut command = std::process::Command::new(peer("python/venv/bin/python"));
-        command
-            .arg(
-                std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/cli/pty_driver.py"),
-            )
-            .arg(rules.to_string())
-            .arg(crate::toolmux_bin())
-            .args(args)
-            .current_dir(project.path())
-            .env_remove("TOOLMUX_CONFIG")
-            .env_remove("RUST_LOG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        crate::wait(command.spawn().expect("python starts"), std::time::Duration::from_secs(90))
-    };
+    let at_terminal =
+        |rules: serde_json::Value, args: &[&str]| project.run_at_terminal(&rules, args);
 
     let rules = serde_json::json!([["answer? [Y/n]", "y"], ["ok [y/n]", "yes"]]);
     let run = at_terminal(rules, &["tools", "call", "fx__confirm_delete", r#"{"path":"a.txt"}"#]);
