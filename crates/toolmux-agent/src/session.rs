@@ -480,7 +480,10 @@ impl Session<'_> {
             BATCH if self.config.batch => self.batch(call, arguments, state).await,
             ASK_USER if self.config.ask_user => self.ask_user(call, arguments).await,
             HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),
-            search::SEARCH => self.search(call, &arguments),
+            // The session's own search, unless a provider's tool has that name.
+            search::SEARCH if !state.names.contains(search::SEARCH) => {
+                self.search(call, &arguments)
+            }
             _ => self.tool(call, &call.name, arguments, state).await,
         }
     }
