@@ -129,9 +129,9 @@ impl Orchestrator {
         let registry = self.registry();
         let mut found: Vec<(u32, &ToolEntry)> = registry
             .entries()
-            // A tool that may never run is not worth finding.
+            // A tool that may never run is not worth finding, nor is one its provider hides.
             .filter(|e| {
-                e.deferred
+                is_deferred(e)
                     && !matches!(e.permission, crate::Permission::Deny(_))
                     && allowed(&e.name)
             })
@@ -154,8 +154,13 @@ impl Orchestrator {
 
     /// Whether any tool `allowed` lets through is deferred (found only by searching).
     pub fn has_deferred(&self, allowed: &dyn Fn(&str) -> bool) -> bool {
-        self.registry().entries().any(|e| e.deferred && allowed(&e.name))
+        self.registry().entries().any(|e| is_deferred(e) && allowed(&e.name))
     }
+}
+
+/// Whether `entry` is found by searching: deferred, and shown to models by its provider.
+fn is_deferred(entry: &ToolEntry) -> bool {
+    entry.deferred && entry.spec.annotations.visible
 }
 
 /// What a search found, for the model: each tool's name, description and input schema.

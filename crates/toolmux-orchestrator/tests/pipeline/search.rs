@@ -39,6 +39,12 @@ async fn start_with(config: OrchestratorConfig) -> Orchestrator {
         .with_spec(
             tool("delete_customer", "Deletes a customer and their data", json!({"id": {}})),
             Behavior::Text("deleted".into()),
+        )
+        .with_spec(
+            tool("audit_ledger", "Audits the ledger", json!({})).with_annotations(
+                toolmux_core::ToolAnnotations { visible: false, ..Default::default() },
+            ),
+            Behavior::Text("audited".into()),
         );
     let files = MockProvider::new("files").with_tool("read", Behavior::Echo);
     let search = Arc::new(ToolSearch::new());
@@ -58,7 +64,7 @@ async fn deferred_tools_are_not_shown_but_found_by_words() {
     let shown: Vec<String> =
         o.tools().into_iter().filter(|t| t.annotations.visible).map(|t| t.name).collect();
     assert_eq!(shown, ["files__read", "tools__search", "tools__call"]);
-    assert_eq!(o.tools().len(), 7, "deferred tools are still registered");
+    assert_eq!(o.tools().len(), 8, "deferred tools are still registered");
 
     let names = |query: &str, limit: usize| -> Vec<String> {
         o.search_tools(query, limit, &|_| true).into_iter().map(|t| t.name).collect()
@@ -75,6 +81,8 @@ async fn deferred_tools_are_not_shown_but_found_by_words() {
     // Listed tools are not searched; nothing matching is nothing found.
     assert!(names("read", 5).is_empty());
     assert!(names("weather forecast", 5).is_empty());
+    // Nor is a tool its provider hides from models.
+    assert!(names("audit ledger", 5).is_empty());
     // What a caller may not call is not found for it.
     let only_lists = o.search_tools("invoice", 5, &|name| name.starts_with("billing__list"));
     assert_eq!(only_lists.len(), 1);
