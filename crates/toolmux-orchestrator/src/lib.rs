@@ -118,6 +118,6 @@ pub use orchestrator::{
 };
 pub use permission::{Permission, PermissionRules};
 pub use redact::Redactor;
-pub use registry::{Registry, RegistryProblem, Severity, ToolEntry};
+pub use registry::{MANY_TOOLS, Registry, RegistryProblem, Severity, ToolEntry};
 pub use validate::ArgumentValidator;
 pub use view::FilteredView;

@@ -13,6 +13,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use toolmux_core::{ToolProvider, ToolSpec, naming};
 
+/// Tools a provider may show to models before the registry warns that it shows too many
+/// (OpenAI's API takes at most 128 tools a request, some clients fewer; models choose
+/// worse well before).
+pub const MANY_TOOLS: usize = 100;
+
 /// One registered tool.
 #[derive(Debug)]
 pub struct ToolEntry {
@@ -141,6 +146,7 @@ impl Registry {
             }
         };
         let provider_settings = config.providers.get(namespace).cloned().unwrap_or_default();
+        let mut shown = 0usize;
         for ((name, _), spec) in names.into_iter().zip(specs) {
             if let Some(owner) = self.entries.get(name.as_str()) {
                 self.error(format!(
@@ -176,8 +182,18 @@ impl Registry {
                     && spec.name == "call"
                     && listed.provider.kind() == toolmux_core::ToolKind::Internal,
             };
+            if !entry.deferred && entry.spec.annotations.visible {
+                shown += 1;
+            }
             self.order.push(name.clone());
             self.entries.insert(name, Arc::new(entry));
+        }
+        if shown > MANY_TOOLS {
+            self.warn(format!(
+                "provider `{namespace}` shows {shown} tools to models, whose choices get worse and \
+                 whose context fills with that many schemas: defer them to be found by searching \
+                 (`toolSearch: {{defer: ['{namespace}__*']}}`), or list fewer"
+            ));
         }
     }
 

@@ -171,3 +171,24 @@ async fn a_call_passed_on_counts_once_against_the_run_s_budget() {
         third.conversation_text()
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_provider_of_very_many_shown_tools_is_warned_about_until_they_are_deferred() {
+    let many = || {
+        let mut provider = MockProvider::new("huge");
+        for i in 0..=toolmux_orchestrator::MANY_TOOLS {
+            provider = provider.with_tool(&format!("op_{i}"), Behavior::Echo);
+        }
+        Arc::new(provider) as Arc<dyn ToolProvider>
+    };
+    let o = crate::start(OrchestratorConfig::default(), vec![many()]).await;
+    let problems = o.warmup().await.problems;
+    let warned = problems.iter().find(|p| p.message.contains("provider `huge` shows 101 tools"));
+    let warned = warned.unwrap_or_else(|| panic!("{problems:?}"));
+    assert_eq!(warned.severity, toolmux_orchestrator::Severity::Warning);
+    assert!(warned.message.contains("toolSearch: {defer: ['huge__*']}"), "{}", warned.message);
+
+    let deferred = OrchestratorConfig { deferred: vec!["huge__*".into()], ..Default::default() };
+    let o = crate::start(deferred, vec![many()]).await;
+    assert!(o.warmup().await.problems.is_empty());
+}
