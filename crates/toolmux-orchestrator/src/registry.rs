@@ -168,19 +168,25 @@ impl Registry {
             settings.response_max = explicit
                 .or(spec.max_result_size.map(|hint| hint.min(MAX_HINTED_RESPONSE_BYTES)))
                 .or(provider_settings.response_max_bytes);
+            let passes_on = namespace == crate::search::NAMESPACE
+                && spec.name == "call"
+                && listed.provider.kind() == toolmux_core::ToolKind::Internal;
+            let permission = match config.permissions.decide(&name) {
+                // The tool it passes the call on to is asked for itself.
+                Permission::Ask(_) if passes_on => Permission::Allow,
+                permission => permission,
+            };
             let entry = ToolEntry {
                 name: name.clone(),
                 original: spec.name.clone(),
                 provider: listed.provider.clone(),
                 spec: spec.clone(),
                 validator: ArgumentValidator::new(spec.input_schema.clone()),
-                permission: config.permissions.decide(&name),
+                permission,
                 settings,
                 stats: OnceLock::new(),
                 deferred: config.deferred.iter().any(|g| crate::glob_match(g, &name)),
-                passes_on: namespace == crate::search::NAMESPACE
-                    && spec.name == "call"
-                    && listed.provider.kind() == toolmux_core::ToolKind::Internal,
+                passes_on,
             };
             if !entry.deferred && entry.spec.annotations.visible {
                 shown += 1;

@@ -192,3 +192,36 @@ async fn a_provider_of_very_many_shown_tools_is_warned_about_until_they_are_defe
     let o = crate::start(deferred, vec![many()]).await;
     assert!(o.warmup().await.problems.is_empty());
 }
+
+/// Records the tools it was asked to approve, and approves them.
+#[derive(Debug, Default)]
+struct Approvals(std::sync::Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl toolmux_core::InteractionHandler for Approvals {
+    async fn approve(
+        &self,
+        request: toolmux_core::ApprovalRequest,
+    ) -> toolmux_core::ApprovalDecision {
+        self.0.lock().unwrap().push(request.tool);
+        toolmux_core::ApprovalDecision::Allow
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_passed_on_is_approved_once_as_the_tool_it_calls() {
+    let o = start(PermissionRules { ask: vec!["*".into()], ..Default::default() }).await;
+    let approvals = Arc::new(Approvals::default());
+    let ctx = CallContext::new().with_handler(approvals.clone());
+    let call = ToolCall::new(
+        "tools__call",
+        json!({"name": "billing__refund_charge", "arguments": {"charge": "ch_1"}}),
+    );
+    let done = o.execute(call, &ctx).await;
+    assert!(done.ok, "{}", done.conversation_text());
+    assert_eq!(*approvals.0.lock().unwrap(), ["billing__refund_charge"]);
+    // A rule that denies `tools__call` itself still holds.
+    let o = start(PermissionRules { deny: vec!["tools__call".into()], ..Default::default() }).await;
+    let call = ToolCall::new("tools__call", json!({"name": "billing__refund_charge"}));
+    assert!(!o.execute(call, &ctx).await.ok);
+}
