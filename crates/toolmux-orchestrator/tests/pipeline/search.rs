@@ -203,7 +203,7 @@ impl toolmux_core::InteractionHandler for Approvals {
         &self,
         request: toolmux_core::ApprovalRequest,
     ) -> toolmux_core::ApprovalDecision {
-        self.0.lock().unwrap().push(request.tool);
+        self.0.lock().expect("not poisoned").push(request.tool);
         toolmux_core::ApprovalDecision::Allow
     }
 }
@@ -219,7 +219,7 @@ async fn a_call_passed_on_is_approved_once_as_the_tool_it_calls() {
     );
     let done = o.execute(call, &ctx).await;
     assert!(done.ok, "{}", done.conversation_text());
-    assert_eq!(*approvals.0.lock().unwrap(), ["billing__refund_charge"]);
+    assert_eq!(*approvals.0.lock().expect("not poisoned"), ["billing__refund_charge"]);
     // A rule that denies `tools__call` itself still holds.
     let o = start(PermissionRules { deny: vec!["tools__call".into()], ..Default::default() }).await;
     let call = ToolCall::new("tools__call", json!({"name": "billing__refund_charge"}));
