@@ -194,7 +194,8 @@ impl Registry {
             self.order.push(name.clone());
             self.entries.insert(name, Arc::new(entry));
         }
-        if shown > MANY_TOOLS {
+        // An OpenAPI import warns by itself, at its own `maxTools`.
+        if shown > MANY_TOOLS && listed.provider.kind() != toolmux_core::ToolKind::Rest {
             self.warn(format!(
                 "provider `{namespace}` shows {shown} tools to models, whose choices get worse and \
                  whose context fills with that many schemas: defer them to be found by searching \

@@ -63,7 +63,8 @@ pub(crate) fn import(
     if operations.len() > max_tools {
         warnings.push(format!(
             "{}: {} operations imported as tools, more than the {max_tools} set by `maxTools`; \
-             models choose worse among many tools: narrow the import with `include`/`exclude`",
+             models choose worse among many tools: narrow the import with `include`/`exclude`, \
+             or defer its tools to be found by searching (`toolSearch: {{defer: ['{namespace}__*']}}`)",
             doc.source_name,
             operations.len()
         ));
