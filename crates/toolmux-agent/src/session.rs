@@ -329,38 +329,56 @@ impl Session<'_> {
         if self.on_text.is_none() && !self.orchestrator.is_observed() {
             return self.model.complete(request, cancel).await;
         }
-        // The answer's calls so far, by their place in it: id and tool name.
-        let calls: Mutex<Vec<(String, String)>> = Mutex::default();
+        // The answer's calls so far, by their place in it: id, tool name, and what of
+        // their arguments waits to be passed on (redaction holds back what may begin a
+        // secret); the same for the text.
+        let calls: Mutex<Vec<(String, String, String)>> = Mutex::default();
+        let text = Mutex::new(String::new());
         let on_delta = |delta: ModelDelta<'_>| match delta {
-            ModelDelta::Text(text) => {
+            ModelDelta::Text(more) => {
                 if let Some(sink) = self.on_text {
-                    sink.send(self.name, TextDelta::Text(text));
+                    sink.send(self.name, TextDelta::Text(more));
                 }
-                self.orchestrator.agent_text(&self.ctx, self.name, text, false);
+                let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
+                self.orchestrator.agent_text(&self.ctx, self.name, &mut pending, Some(more));
             }
             ModelDelta::Restart => {
                 calls.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 if let Some(sink) = self.on_text {
                     sink.send(self.name, TextDelta::Restart);
                 }
-                self.orchestrator.agent_text(&self.ctx, self.name, "", true);
+                let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
+                self.orchestrator.agent_restart(&self.ctx, self.name, &mut pending);
             }
             ModelDelta::ToolCall { index, id, name } => {
                 let mut calls = calls.lock().unwrap_or_else(|e| e.into_inner());
                 if calls.len() <= index {
-                    calls.resize(index + 1, (String::new(), String::new()));
+                    calls.resize(index + 1, Default::default());
                 }
-                calls[index] = (id.to_owned(), name.to_owned());
+                calls[index] = (id.to_owned(), name.to_owned(), String::new());
             }
             ModelDelta::ToolArguments { index, fragment } => {
-                let calls = calls.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some((id, tool)) = calls.get(index) {
-                    self.orchestrator.stream_arguments(&self.ctx, id, tool, fragment);
+                let mut calls = calls.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some((id, tool, pending)) = calls.get_mut(index) {
+                    self.orchestrator.stream_arguments(
+                        &self.ctx,
+                        id,
+                        tool,
+                        pending,
+                        Some(fragment),
+                    );
                 }
             }
             _ => {}
         };
-        self.model.complete_streaming(request, cancel, &on_delta).await
+        let answer = self.model.complete_streaming(request, cancel, &on_delta).await;
+        // What was held back is passed on now that nothing more comes.
+        for (id, tool, pending) in calls.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
+            self.orchestrator.stream_arguments(&self.ctx, id, tool, pending, None);
+        }
+        let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
+        self.orchestrator.agent_text(&self.ctx, self.name, &mut pending, None);
+        answer
     }
 
     fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {

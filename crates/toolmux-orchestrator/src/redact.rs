@@ -37,9 +37,90 @@ impl Redactor {
     }
 }
 
+impl Redactor {
+    /// Text that arrives in pieces, redacted before it is passed on: `more` is added to
+    /// `pending` (what came before and was held back), and what can be passed on is
+    /// returned redacted. What could still turn out to be part of a secret (the end of
+    /// `pending` that begins one, or a whole secret across that point) is held back in
+    /// `pending` until more comes; with `end`, everything is passed on.
+    pub fn pass_on(&self, pending: &mut String, more: &str, end: bool) -> String {
+        pending.push_str(more);
+        if self.secrets.is_empty() || end {
+            let text = std::mem::take(pending);
+            return self.redact(&text).into_owned();
+        }
+        let mut cut = pending.len();
+        loop {
+            // The longest end of what would be passed on that begins a secret.
+            let head = &pending[..cut];
+            let held = self
+                .secrets
+                .iter()
+                .flat_map(|secret| {
+                    (1..secret.len())
+                        .rev()
+                        .filter(|&k| secret.is_char_boundary(k) && head.ends_with(&secret[..k]))
+                        .take(1)
+                })
+                .max()
+                .unwrap_or(0);
+            let mut next = cut - held;
+            // A whole secret across the cut is held back whole.
+            for secret in &self.secrets {
+                for (start, _) in pending.match_indices(secret.as_str()) {
+                    if start < next && start + secret.len() > next {
+                        next = start;
+                    }
+                }
+            }
+            if next == cut {
+                break;
+            }
+            cut = next;
+        }
+        let rest = pending.split_off(cut);
+        let passed = std::mem::replace(pending, rest);
+        self.redact(&passed).into_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `pieces` passed on one by one, then the end.
+    fn streamed(r: &Redactor, pieces: &[&str]) -> (Vec<String>, String) {
+        let mut pending = String::new();
+        let mut out: Vec<String> =
+            pieces.iter().map(|p| r.pass_on(&mut pending, p, false)).collect();
+        out.push(r.pass_on(&mut pending, "", true));
+        let whole = out.concat();
+        (out, whole)
+    }
+
+    #[test]
+    fn a_secret_split_across_pieces_is_redacted_whole() {
+        let r = Redactor::new(["s3cr3t-value".to_owned(), "cdxy".to_owned(), "abcd".to_owned()]);
+        let (out, whole) = streamed(&r, &[r#"{"token": "s3c"#, "r3t-", r#"value", "n": 1}"#]);
+        assert_eq!(whole, r#"{"token": "[redacted]", "n": 1}"#);
+        assert!(out.iter().all(|piece| !piece.contains("s3c")), "{out:?}");
+        assert_eq!(out[0], r#"{"token": ""#, "held back from where the secret may begin");
+        // A secret whose end begins another is held back whole.
+        let (out, whole) = streamed(&r, &["zzab", "cdx", "q"]);
+        assert_eq!(whole, "zz[redacted]xq");
+        assert!(out.iter().all(|piece| !piece.contains("ab") || piece.contains("[redacted]")));
+        // Every split of a text reads the same as the whole text redacted.
+        let text = "key=s3cr3t-value; abcdxy and abc s3cr3t-valu";
+        for cut in 1..text.len() {
+            let (_, whole) = streamed(&r, &[&text[..cut], &text[cut..]]);
+            assert_eq!(whole, r.redact(text), "cut at {cut}");
+        }
+        // Without secrets, everything passes at once.
+        let none = Redactor::default();
+        let mut pending = String::new();
+        assert_eq!(none.pass_on(&mut pending, "abc", false), "abc");
+        assert!(pending.is_empty());
+    }
 
     #[test]
     fn redacts_longest_first() {

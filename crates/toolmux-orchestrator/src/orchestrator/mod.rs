@@ -518,15 +518,27 @@ impl Orchestrator {
         self.inner.events.receiver_count() > 0
     }
 
-    /// Sends [`ToolEvent::ToolStreaming`]: `fragment` of the arguments of the call
-    /// `call_id` of `tool` that an agent's model (the operation of `ctx`) is writing. Only
-    /// for tools shown to people (`visible`), and only when somebody follows the events.
-    pub fn stream_arguments(&self, ctx: &CallContext, call_id: &str, tool: &str, fragment: &str) {
-        if !self.is_observed() {
+    /// Sends [`ToolEvent::ToolStreaming`]: the next `fragment` of the arguments of the call
+    /// `call_id` of `tool` that an agent's model (the operation of `ctx`) is writing, or
+    /// with `None` the end of them. Secrets are redacted across fragments: what could begin
+    /// one waits in `pending` (one per call, kept by the caller) for the next fragment.
+    /// Only for tools shown to people (`visible`), and only when somebody follows events.
+    pub fn stream_arguments(
+        &self,
+        ctx: &CallContext,
+        call_id: &str,
+        tool: &str,
+        pending: &mut String,
+        fragment: Option<&str>,
+    ) {
+        let visible = || self.registry().get(tool).is_some_and(|e| e.spec.annotations.visible);
+        if !self.is_observed() || !visible() {
+            pending.clear();
             return;
         }
-        let visible = self.registry().get(tool).is_some_and(|e| e.spec.annotations.visible);
-        if !visible {
+        let delta =
+            self.inner.redactor.pass_on(pending, fragment.unwrap_or(""), fragment.is_none());
+        if delta.is_empty() {
             return;
         }
         let _ = self.inner.events.send(ToolEvent::ToolStreaming {
@@ -534,23 +546,46 @@ impl Orchestrator {
             run_id: ctx.run_id().to_owned(),
             call_id: call_id.to_owned(),
             tool: tool.to_owned(),
-            arguments_delta: self.inner.redactor.redact(fragment).into_owned(),
+            arguments_delta: delta,
         });
     }
 
-    /// Sends [`ToolEvent::AgentText`]: `text` that agent `agent` (the operation of `ctx`)
-    /// wrote, or, with `restart`, that its answer starts over. Only when somebody follows
-    /// the events.
-    pub fn agent_text(&self, ctx: &CallContext, agent: &str, text: &str, restart: bool) {
+    /// Sends [`ToolEvent::AgentText`]: the next `text` that agent `agent` (the operation
+    /// of `ctx`) wrote, or with `None` the end of its turn; secrets are redacted across
+    /// pieces as in [`Orchestrator::stream_arguments`]. Only when somebody follows events.
+    pub fn agent_text(
+        &self,
+        ctx: &CallContext,
+        agent: &str,
+        pending: &mut String,
+        text: Option<&str>,
+    ) {
         if !self.is_observed() {
+            pending.clear();
             return;
         }
+        let text = self.inner.redactor.pass_on(pending, text.unwrap_or(""), text.is_none());
+        if !text.is_empty() {
+            self.send_agent_text(ctx, agent, text, false);
+        }
+    }
+
+    /// Sends [`ToolEvent::AgentText`] saying that agent `agent`'s answer starts over; what
+    /// was held back of it is dropped.
+    pub fn agent_restart(&self, ctx: &CallContext, agent: &str, pending: &mut String) {
+        pending.clear();
+        if self.is_observed() {
+            self.send_agent_text(ctx, agent, String::new(), true);
+        }
+    }
+
+    fn send_agent_text(&self, ctx: &CallContext, agent: &str, text: String, restart: bool) {
         let _ = self.inner.events.send(ToolEvent::AgentText {
             op_id: ctx.op().map_or(0, |op| op.id()),
             parent_op_id: ctx.op().and_then(|op| op.parent()).map(|p| p.id()),
             run_id: ctx.run_id().to_owned(),
             agent: agent.to_owned(),
-            text: self.inner.redactor.redact(text).into_owned(),
+            text,
             restart,
         });
     }

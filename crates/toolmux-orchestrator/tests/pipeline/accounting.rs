@@ -147,3 +147,45 @@ async fn visible_tools_events_carry_arguments_and_results_redacted() {
     let ToolEvent::ToolFinished { result, .. } = &seen[3] else { panic!("{seen:?}") };
     assert_eq!(result, &None);
 }
+
+/// An agent's streamed arguments and text reach observers with a secret redacted even when
+/// the model wrote it across pieces; nothing is sent with nobody following.
+#[tokio::test(start_paused = true)]
+async fn streamed_pieces_are_redacted_across_their_boundaries() {
+    let o = crate::start_with_secret(Arc::new(
+        MockProvider::new("m").with_tool("echo", Behavior::Echo),
+    ))
+    .await;
+    let ctx = CallContext::new().with_run_id("streamed");
+    let mut pending = String::new();
+    // Nobody follows: nothing is held or sent.
+    o.stream_arguments(&ctx, "c1", "m__echo", &mut pending, Some(r#"{"token": "s3cr"#));
+    assert!(pending.is_empty());
+
+    let mut events = o.subscribe();
+    for piece in [Some(r#"{"token": "s3cr"#), Some("3t-val"), Some(r#"ue"}"#), None] {
+        o.stream_arguments(&ctx, "c1", "m__echo", &mut pending, piece);
+    }
+    let mut text = String::new();
+    for piece in [Some("the key is s3"), Some("cr3t-value, see"), None] {
+        o.agent_text(&ctx, "writer", &mut text, piece);
+    }
+    let mut arguments = String::new();
+    let mut written = String::new();
+    while let Ok(event) = events.try_recv() {
+        match event {
+            ToolEvent::ToolStreaming { arguments_delta, call_id, .. } => {
+                assert_eq!(call_id, "c1");
+                assert!(!arguments_delta.contains("s3"), "{arguments_delta}");
+                arguments.push_str(&arguments_delta);
+            }
+            ToolEvent::AgentText { text, .. } => {
+                assert!(!text.contains("s3"), "{text}");
+                written.push_str(&text);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(arguments, r#"{"token": "[redacted]"}"#);
+    assert_eq!(written, "the key is [redacted], see");
+}
