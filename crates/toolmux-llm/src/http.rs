@@ -74,19 +74,13 @@ pub(crate) enum StreamError {
 }
 
 /// A streamed request's state across attempts.
-pub(crate) struct Streaming<'a> {
-    pub(crate) assembler: &'a mut dyn Assembler,
-    pub(crate) on_delta: DeltaSink<'a>,
+struct Streaming<'a> {
+    assembler: &'a mut dyn Assembler,
+    on_delta: DeltaSink<'a>,
     /// Whether an attempt has handed out deltas, which a retry must void.
     started: bool,
     /// Whether the answer came as a stream (a server may answer in one piece all the same).
     streamed: bool,
-}
-
-impl<'a> Streaming<'a> {
-    pub(crate) fn new(assembler: &'a mut dyn Assembler, on_delta: DeltaSink<'a>) -> Self {
-        Streaming { assembler, on_delta, started: false, streamed: false }
-    }
 }
 
 // By hand, so that neither the key nor any header value (an `Authorization` given in
@@ -135,25 +129,12 @@ impl Endpoint {
         self.exchange(body, cancel, None).await
     }
 
-    /// [`Endpoint::post`] of a request that asks for a stream: its events go through
-    /// `streaming`'s assembler, which hands their text and calls out as they arrive, and
-    /// the answer is returned in the non-streamed form, with whether it came as a stream
-    /// (a server may ignore the request's `stream`). A stream that breaks off is tried
-    /// again as a failed request would be, after a [`ModelDelta::Restart`].
-    pub(crate) async fn post_streaming(
-        &self,
-        body: &Value,
-        cancel: &CancellationToken,
-        mut streaming: Streaming<'_>,
-    ) -> Result<(Value, bool), ModelError> {
-        let answer = self.exchange(body, cancel, Some(&mut streaming)).await?;
-        Ok((answer, streaming.streamed))
-    }
-
     /// A completion of `body` asked for as a stream (`stream: true`, and `fields` besides)
-    /// whose events `assembler` folds, read by `parse`; asked for whole when the model is
-    /// configured not to stream. An answer that did not come as a stream is handed to
-    /// `on_delta` whole.
+    /// whose events `assembler` folds into the non-streamed form as they hand their text
+    /// and calls to `on_delta`, read by `parse`; asked for whole when the model is
+    /// configured not to stream. A stream that breaks off is tried again as a failed
+    /// request would be, after a [`ModelDelta::Restart`]; an answer that did not come as a
+    /// stream (a server may ignore `stream`) is handed to `on_delta` whole.
     pub(crate) async fn complete_streaming(
         &self,
         mut body: Value,
@@ -168,8 +149,9 @@ impl Endpoint {
             for (field, value) in fields {
                 body[*field] = value.clone();
             }
-            let streaming = Streaming::new(assembler, on_delta);
-            self.post_streaming(&body, cancel, streaming).await?
+            let mut streaming = Streaming { assembler, on_delta, started: false, streamed: false };
+            let answer = self.exchange(&body, cancel, Some(&mut streaming)).await?;
+            (answer, streaming.streamed)
         } else {
             (self.post(&body, cancel).await?, false)
         };
