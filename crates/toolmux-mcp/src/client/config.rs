@@ -184,15 +184,23 @@ pub enum ProtocolMode {
 
 /// A tool declared in configuration, offered before its server starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeclaredTool {
     /// The server's own name for it.
     pub name: String,
+    /// A short title for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// What it does.
     #[serde(default)]
     pub description: String,
     /// The JSON Schema of its arguments (default: any object).
-    #[serde(default, alias = "parametersSchema", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "parametersSchema",
+        alias = "parameters_schema",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input_schema: Option<Value>,
 }
 

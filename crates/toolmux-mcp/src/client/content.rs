@@ -63,7 +63,9 @@ pub(crate) const MAX_RESULT_SIZE_META_KEY: &str = "anthropic/maxResultSizeChars"
 /// A tool declared in configuration as a [`ToolSpec`].
 pub(crate) fn declared_spec(tool: &DeclaredTool) -> ToolSpec {
     let schema = tool.input_schema.clone().unwrap_or_else(ToolSpec::any_object_schema);
-    ToolSpec::new(tool.name.clone(), tool.description.clone(), schema)
+    let mut spec = ToolSpec::new(tool.name.clone(), tool.description.clone(), schema);
+    spec.title = tool.title.clone();
+    spec
 }
 
 /// A call result as a [`ToolOutput`]: every content block, structured content, the error

@@ -213,6 +213,7 @@ async fn dropping_the_provider_kills_the_group() {
 async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     let config = support::fixture_stdio("ok").with_lazy(true).with_declared_tool(DeclaredTool {
         name: "echo".into(),
+        title: Some("Echo".into()),
         description: "Echo, as declared".into(),
         input_schema: None,
     });
@@ -222,6 +223,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     let tools = provider.list_tools().await.unwrap();
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].description, "Echo, as declared");
+    assert_eq!(tools[0].title.as_deref(), Some("Echo"));
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");

@@ -102,6 +102,16 @@ fn unknown_key_in_embedded_provider_config() {
 }
 
 #[test]
+fn unknown_key_in_a_declared_tool() {
+    yaml_error(
+        "mcpServers:\n  a:\n    command: a\n    tools:\n      - name: t\n        inputSchmea: {}\n",
+        expect![
+            "toolmux.yaml:6:9: unknown key `inputSchmea` in mcpServers.a.tools[0]; did you mean `inputSchema`?"
+        ],
+    );
+}
+
+#[test]
 fn bad_type() {
     yaml_error(
         "defaults:\n  toolTimeout: 30s\n",
