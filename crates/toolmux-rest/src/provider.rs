@@ -410,7 +410,10 @@ fn inline_request(
         tool: tool.to_owned(),
         message: format!("missing argument `{name}` for the {what}"),
     };
-    let mut url = plan.url.render(args).map_err(|n| missing("URL", n))?;
+    let mut url = plan
+        .url
+        .render(args)
+        .map_err(|e| RestError::Request { tool: tool.to_owned(), message: e.message() })?;
     let mut headers = Vec::new();
     for (name, template) in &plan.headers {
         if template.sole_parameter().is_some_and(|p| lookup(args, p).is_none()) {

@@ -2,7 +2,7 @@
 //! JSON, form and multipart bodies.
 
 use crate::openapi::{BodyEncoding, Field, Location, Operation, Style};
-use crate::template::{encode, value_text};
+use crate::template::{dot_segment, dot_segment_message, encode, value_text};
 use serde_json::{Map, Value};
 
 /// A request ready to send, independent of the HTTP client.
@@ -58,7 +58,7 @@ pub(crate) fn build(
     base_url: &str,
     args: &Map<String, Value>,
 ) -> Result<PreparedRequest, String> {
-    let mut path = op.path.clone();
+    let mut path_values: Vec<(&Field, String)> = Vec::new();
     let mut query: Vec<String> = Vec::new();
     let mut headers = Vec::new();
     let mut cookies = Vec::new();
@@ -71,8 +71,7 @@ pub(crate) fn build(
                 let Some(value) = value else {
                     return Err(format!("missing required path argument `{}`", field.flat));
                 };
-                let text = path_value(field, value);
-                path = path.replace(&format!("{{{}}}", field.name), &text);
+                path_values.push((field, path_value(field, value)));
             }
             Location::Query => {
                 if let Some(value) = value {
@@ -102,6 +101,7 @@ pub(crate) fn build(
             }
         }
     }
+    let path = fill_path(&op.path, &path_values)?;
     let mut url = format!("{}{}", base_url.trim_end_matches('/'), path);
     if !query.is_empty() {
         url.push(if url.contains('?') { '&' } else { '?' });
@@ -182,6 +182,30 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
             Body::Multipart(parts)
         }
     }
+}
+
+/// The path template filled segment by segment; a segment that arguments turn into `.` or
+/// `..` is refused, since URL parsers would resolve it away and leave the operation's path.
+fn fill_path(template: &str, values: &[(&Field, String)]) -> Result<String, String> {
+    let mut segments = Vec::new();
+    for segment in template.split('/') {
+        let mut filled = segment.to_owned();
+        let mut used = None;
+        for (field, text) in values {
+            let placeholder = format!("{{{}}}", field.name);
+            if filled.contains(&placeholder) {
+                filled = filled.replace(&placeholder, text);
+                used = used.or(Some(field.flat.as_str()));
+            }
+        }
+        if let Some(flat) = used
+            && dot_segment(&filled)
+        {
+            return Err(dot_segment_message(flat, &filled));
+        }
+        segments.push(filled);
+    }
+    Ok(segments.join("/"))
 }
 
 /// A path parameter, encoded, in its style.
@@ -348,6 +372,30 @@ mod tests {
         assert_eq!(req.body, Body::Json(json!({"name": "Rex"})));
         let missing = build(&op, "http://h", json!({"tags": 1}).as_object().unwrap()).unwrap_err();
         assert_eq!(missing, "missing required path argument `id`");
+    }
+
+    #[test]
+    fn path_arguments_cannot_make_dot_segments() {
+        let op = op(
+            vec![
+                field("id", Location::Path, "id", Style::Simple, false),
+                field("tags", Location::Path, "tags", Style::Label, false),
+            ],
+            None,
+        );
+        let build = |v: Value| build(&op, "http://h/api", v.as_object().unwrap());
+        assert_eq!(
+            build(json!({"id": "..", "tags": "t"})).unwrap_err(),
+            "path argument `id` would make the URL path segment `..`, which steps out of the \
+             tool's path; `.` and `..` are refused in path arguments"
+        );
+        assert!(build(json!({"id": ".", "tags": "t"})).unwrap_err().contains("`id`"));
+        // Label style puts a dot before the value: `.` + `.` is `..`.
+        assert!(build(json!({"id": "a", "tags": "."})).unwrap_err().contains("`tags`"));
+        assert_eq!(
+            build(json!({"id": "../admin", "tags": "t"})).unwrap().url,
+            "http://h/api/items/..%2Fadmin/.t"
+        );
     }
 
     #[test]

@@ -11,7 +11,9 @@ use std::collections::BTreeSet;
 const PREFIX: &str = "${parameters.";
 
 /// Everything but RFC 3986 unreserved characters is escaped, in path segments and in query
-/// components alike.
+/// components alike: `/`, `?`, `#` and `\` in a value never end its segment. `.` stays as
+/// it is, so a value that would make a whole `.` or `..` segment is refused instead (see
+/// [`dot_segment`]).
 pub(crate) const COMPONENT: &AsciiSet =
     &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
@@ -131,6 +133,46 @@ pub(crate) fn value_text(value: &Value) -> String {
     }
 }
 
+/// Why a URL template could not be filled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum UrlError {
+    /// The argument is absent.
+    Missing(String),
+    /// The argument would make a `.` or `..` path segment.
+    DotSegment {
+        /// The argument.
+        parameter: String,
+        /// The segment it would make.
+        segment: String,
+    },
+}
+
+impl UrlError {
+    /// The message for the caller, naming the argument.
+    pub(crate) fn message(&self) -> String {
+        match self {
+            UrlError::Missing(name) => format!("missing argument `{name}` for the URL"),
+            UrlError::DotSegment { parameter, segment } => dot_segment_message(parameter, segment),
+        }
+    }
+}
+
+/// Why a path argument is refused: URL parsers resolve `.` and `..` segments (and their
+/// `%2e` spellings), so the request would leave the path the tool was made for.
+pub(crate) fn dot_segment_message(parameter: &str, segment: &str) -> String {
+    format!(
+        "path argument `{parameter}` would make the URL path segment `{segment}`, which steps \
+         out of the tool's path; `.` and `..` are refused in path arguments"
+    )
+}
+
+/// Whether a path segment is one URL parsers resolve away: `.` or `..`, also spelled with
+/// `%2e` (the WHATWG URL standard treats `%2e` as a dot there).
+pub(crate) fn dot_segment(segment: &str) -> bool {
+    let plain = segment.to_ascii_lowercase().replace("%2e", ".");
+    plain == "." || plain == ".."
+}
+
 /// A URL template: its path part (before `?`) and its query pairs.
 #[derive(Debug, Clone)]
 pub(crate) struct UrlTemplate {
@@ -163,9 +205,10 @@ impl UrlTemplate {
     }
 
     /// The URL with every placeholder filled and encoded for its position; a query pair
-    /// whose value is one placeholder of an absent argument is left out.
-    pub(crate) fn render(&self, args: &Map<String, Value>) -> Result<String, String> {
-        let mut url = self.path.render(args, Escape::Component)?;
+    /// whose value is one placeholder of an absent argument is left out. A path argument
+    /// that would make a `.` or `..` segment is refused.
+    pub(crate) fn render(&self, args: &Map<String, Value>) -> Result<String, UrlError> {
+        let mut url = self.render_path(args)?;
         let mut first = true;
         for (key, value) in &self.query {
             if value.sole_parameter().is_some_and(|name| lookup(args, name).is_none()) {
@@ -173,14 +216,54 @@ impl UrlTemplate {
             }
             url.push(if first { '?' } else { '&' });
             first = false;
-            url.push_str(&key.render(args, Escape::Component)?);
-            let value = value.render(args, Escape::Component)?;
+            url.push_str(&key.render(args, Escape::Component).map_err(UrlError::Missing)?);
+            let value = value.render(args, Escape::Component).map_err(UrlError::Missing)?;
             if !value.is_empty() {
                 url.push('=');
                 url.push_str(&value);
             }
         }
         Ok(url)
+    }
+
+    /// The path part, filled, with no argument making a `.` or `..` segment.
+    fn render_path(&self, args: &Map<String, Value>) -> Result<String, UrlError> {
+        let mut out = String::new();
+        // Where each argument's text lies in `out`.
+        let mut spans: Vec<(usize, usize, &str)> = Vec::new();
+        for piece in &self.path.pieces {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Parameter(name) => {
+                    let value =
+                        lookup(args, name).ok_or_else(|| UrlError::Missing(name.clone()))?;
+                    let start = out.len();
+                    out.push_str(&encode(&value_text(value)));
+                    spans.push((start, out.len(), name));
+                }
+            }
+        }
+        let mut start = 0;
+        for segment in out.split('/') {
+            let end = start + segment.len();
+            if dot_segment(segment) {
+                // A value within the segment counts, an empty one too (`.${parameters.x}.`
+                // with `x` empty); one with text is named first.
+                let within = |&&(s, e, _): &&(usize, usize, &str)| s < end && e > start;
+                let culprit = spans
+                    .iter()
+                    .find(|span| span.0 < span.1 && within(span))
+                    .or_else(|| spans.iter().find(within));
+                if let Some(&(_, _, name)) = culprit {
+                    return Err(UrlError::DotSegment {
+                        parameter: name.to_owned(),
+                        segment: segment.to_owned(),
+                    });
+                }
+            }
+            start = end + 1;
+        }
+        Ok(out)
     }
 }
 
@@ -246,7 +329,41 @@ mod tests {
             .render(&args(json!({"city": "São Paulo/../x", "q": "a&b=c d", "unit": null})))
             .unwrap();
         assert_eq!(got, "http://h/v1/S%C3%A3o%20Paulo%2F..%2Fx/x?q=a%26b%3Dc%20d&fixed=1");
-        assert_eq!(url.render(&args(json!({}))).unwrap_err(), "city");
+        assert_eq!(url.render(&args(json!({}))).unwrap_err(), UrlError::Missing("city".into()));
+    }
+
+    #[test]
+    fn path_arguments_cannot_make_dot_segments() {
+        let url = UrlTemplate::parse("http://h/v1/users/${parameters.id}/x.${parameters.ext}");
+        let refused = |v: Value| url.render(&args(v)).unwrap_err();
+        for id in ["..", "."] {
+            assert_eq!(
+                refused(json!({"id": id, "ext": "json"})),
+                UrlError::DotSegment { parameter: "id".into(), segment: id.into() }
+            );
+        }
+        // A value spelling dots as `%2e` is encoded to `%252e`, which no parser reads as one.
+        assert_eq!(
+            url.render(&args(json!({"id": "%2e%2E", "ext": "j"}))).unwrap(),
+            "http://h/v1/users/%252e%252E/x.j"
+        );
+        assert!(dot_segment("%2e%2E") && dot_segment(".%2E") && !dot_segment("..."));
+        // `x.` + `.` is `x..`, an ordinary segment; `..` after a text is one too.
+        assert_eq!(
+            url.render(&args(json!({"id": "a..b", "ext": "."}))).unwrap(),
+            "http://h/v1/users/a..b/x.."
+        );
+        let dots = UrlTemplate::parse("http://h/v1/.${parameters.a}${parameters.b}/z");
+        assert_eq!(
+            dots.render(&args(json!({"a": "", "b": "."}))).unwrap_err().message(),
+            "path argument `b` would make the URL path segment `..`, which steps out of the \
+             tool's path; `.` and `..` are refused in path arguments"
+        );
+        // Separators in a value are encoded, so a value stays within its segment.
+        assert_eq!(
+            url.render(&args(json!({"id": "../a?b#c\\d", "ext": "j"}))).unwrap(),
+            "http://h/v1/users/..%2Fa%3Fb%23c%5Cd/x.j"
+        );
     }
 
     #[test]
