@@ -137,6 +137,20 @@ impl Session<'_> {
         (offered, names, ends_turn)
     }
 
+    /// The agent's `instructions`, followed by what the providers of the tools it may call
+    /// say about them (an MCP server's `instructions`, the external tools' inbox), as an MCP
+    /// client would show its model.
+    fn system_prompt(&self) -> Option<String> {
+        let about = self.orchestrator.instructions_where(&|name| self.allows(name));
+        let own = self.config.instructions.trim_end();
+        match about {
+            Some(about) if own.is_empty() => Some(format!("{PROVIDERS_HEADING}\n\n{about}")),
+            Some(about) => Some(format!("{own}\n\n{PROVIDERS_HEADING}\n\n{about}")),
+            None if own.is_empty() => None,
+            None => Some(self.config.instructions.clone()),
+        }
+    }
+
     /// Whether the configuration lets this agent call `name`, one of the orchestrator's
     /// tools that is not an agent (`tools`, default all).
     fn allows(&self, name: &str) -> bool {
@@ -207,8 +221,8 @@ impl Session<'_> {
         let mut messages = continued(self.history);
         messages.push(Message::user(task));
         let mut request = ModelRequest::new(messages).with_tools(tools).continuing();
-        if !self.config.instructions.is_empty() {
-            request = request.with_system(self.config.instructions.clone());
+        if let Some(system) = self.system_prompt() {
+            request = request.with_system(system);
         }
         let mut figures = AgentReport::failure(self.name, String::new());
         let end = loop {
@@ -714,6 +728,9 @@ struct State {
 /// The share of the context window a request may fill: the rest is for the answer and for
 /// the estimate's error (four bytes a token).
 const CONTEXT_SHARE: f64 = 0.8;
+
+/// Heads what the tools' providers say, after the agent's own instructions.
+const PROVIDERS_HEADING: &str = "# What the providers of your tools say about them";
 
 /// Tool results shorter than this are never elided: the note would save nothing.
 const ELIDE_MIN: usize = 400;

@@ -202,6 +202,49 @@ fn tool_results(request: &ModelRequest) -> Vec<(String, bool)> {
     }
 }
 
+/// The model is told what the providers of the agent's tools say about them (an MCP
+/// server's `instructions`), after the agent's own instructions, and nothing of providers
+/// whose tools it may not call.
+#[tokio::test]
+async fn the_system_prompt_carries_the_instructions_of_the_agents_providers() {
+    let model = Arc::new(ScriptedModel::new("m").report("success", "ok"));
+    let agents = Agents::new(
+        one(
+            "a",
+            AgentConfig {
+                instructions: "Be brief.\n".into(),
+                tools: Some(vec!["docs__*".into()]),
+                ..agent("m")
+            },
+        ),
+        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
+    )
+    .unwrap();
+    let docs = MockProvider::new("docs")
+        .with_tool("find", Behavior::Echo)
+        .with_instructions("Search before you read.");
+    let vault =
+        MockProvider::new("vault").with_tool("open", Behavior::Echo).with_instructions("Secret.");
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(docs))
+        .provider(Arc::new(vault))
+        .provider(agents.provider())
+        .build()
+        .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    let report = agents.run("a", "look", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(
+        model.requests()[0].system.as_deref(),
+        Some(
+            "Be brief.\n\n# What the providers of your tools say about them\n\n\
+             ## docs\nSearch before you read."
+        )
+    );
+    orchestrator.cleanup().await;
+}
+
 #[tokio::test]
 async fn calls_tools_then_reports() {
     let model = Arc::new(

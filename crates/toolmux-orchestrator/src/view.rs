@@ -19,8 +19,8 @@ use toolmux_core::{
 /// qualified name matches a glob or their provider is in view; resources and resource
 /// templates (whose URIs carry no namespace) when their provider is in view. What is out
 /// of view is neither listed nor reachable: calls, renders, reads, subscriptions and
-/// completions of it fail as unknown, without suggestions. The instructions are the
-/// orchestrator's.
+/// completions of it fail as unknown, without suggestions. The instructions are those of
+/// the providers in view.
 #[derive(Debug, Clone)]
 pub struct FilteredView {
     orchestrator: Orchestrator,
@@ -93,7 +93,7 @@ impl ToolProvider for FilteredView {
     }
 
     fn instructions(&self) -> Option<String> {
-        self.orchestrator.instructions()
+        self.orchestrator.instructions_where(&|name| self.allows(name))
     }
 
     fn prompt_list_changes(&self) -> Option<ToolListChanges> {

@@ -499,9 +499,24 @@ impl Orchestrator {
 
     /// Instructions of every provider that has some, headed by its namespace.
     pub fn instructions(&self) -> Option<String> {
+        self.instructions_of(&|_| true)
+    }
+
+    /// Instructions of the providers with a tool whose full name passes `allow` (a
+    /// gateway's view, an agent's `tools`), headed by their namespaces: what is said about
+    /// tools out of reach is not passed on.
+    pub fn instructions_where(&self, allow: &dyn Fn(&str) -> bool) -> Option<String> {
+        let registry = self.registry();
+        let reachable: HashSet<&str> =
+            registry.entries().filter(|e| allow(&e.name)).map(|e| e.provider.namespace()).collect();
+        self.instructions_of(&|namespace| reachable.contains(namespace))
+    }
+
+    fn instructions_of(&self, provider: &dyn Fn(&str) -> bool) -> Option<String> {
         let parts: Vec<String> = self
             .providers()
             .iter()
+            .filter(|p| provider(p.namespace()))
             .filter_map(|p| p.instructions().map(|i| format!("## {}\n{}", p.namespace(), i.trim())))
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n\n"))

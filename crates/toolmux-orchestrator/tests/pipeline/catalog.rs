@@ -716,6 +716,33 @@ async fn a_filtered_view_offers_what_its_providers_offer() {
     );
 }
 
+/// A view passes on what the providers in view say about their tools, and nothing of the
+/// others.
+#[tokio::test]
+async fn a_filtered_view_gives_the_instructions_of_its_providers() {
+    let docs = MockProvider::new("docs")
+        .with_tool("find", Behavior::Echo)
+        .with_instructions("Search before you read.\n");
+    let vault = MockProvider::new("vault")
+        .with_tool("open", Behavior::Echo)
+        .with_instructions("The vault's layout is secret.");
+    let silent = MockProvider::new("plain").with_tool("x", Behavior::Echo);
+    let o = start(
+        OrchestratorConfig::default(),
+        vec![Arc::new(docs), Arc::new(vault), Arc::new(silent)],
+    )
+    .await;
+    assert_eq!(
+        o.instructions().as_deref(),
+        Some("## docs\nSearch before you read.\n\n## vault\nThe vault's layout is secret.")
+    );
+    let view = FilteredView::new(o.clone(), vec!["docs__*".into(), "plain__x".into()]);
+    assert_eq!(view.instructions().as_deref(), Some("## docs\nSearch before you read."));
+    let none = FilteredView::new(o.clone(), vec!["plain__*".into()]);
+    assert_eq!(none.instructions(), None);
+    o.cleanup().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn completions_go_to_the_prompt_or_template_owner() {
     let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
