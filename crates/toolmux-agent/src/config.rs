@@ -55,6 +55,11 @@ pub struct AgentConfig {
     /// status `needs_input` and the question as its content.
     #[serde(default)]
     pub ask_user: bool,
+    /// How long `agent__ask_user` waits for an answer, in seconds, before the model goes
+    /// on without one (with the `default_answer` it gave, if any). The model may ask for a
+    /// shorter wait with `timeout_seconds`. Default: as long as the run lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask_user_timeout: Option<u64>,
     /// The JSON Schema its final report's `content_json` must match; a report that does
     /// not is sent back to the model with the violations.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -117,10 +117,23 @@ pub(crate) fn ask_user() -> ToolDefinition {
     ToolDefinition::new(
         ASK_USER,
         "Asks the person who gave you the task a question and returns the answer. Ask only \
-         what you cannot find out with your tools.",
+         what you cannot find out with your tools. Give `default_answer` when there is a \
+         sensible choice to go on with if nobody answers (within `timeout_seconds`).",
         json!({
             "type": "object",
-            "properties": {"question": {"type": "string"}},
+            "properties": {
+                "question": {"type": "string"},
+                "default_answer": {
+                    "type": "string",
+                    "description": "What to go on with when nobody answers in time or nobody can answer."
+                },
+                "timeout_seconds": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": ASK_USER_MAX_WAIT_SECS,
+                    "description": "How long to wait for an answer."
+                }
+            },
             "required": ["question"]
         }),
     )
@@ -187,8 +200,15 @@ pub(crate) struct Handoff {
     pub(crate) message: Option<String>,
 }
 
+/// The longest wait for an answer a model may ask `agent__ask_user` for, in seconds.
+pub(crate) const ASK_USER_MAX_WAIT_SECS: u64 = 3600;
+
 /// `agent__ask_user`'s arguments.
 #[derive(Debug, Deserialize)]
 pub(crate) struct AskUser {
     pub(crate) question: String,
+    #[serde(default)]
+    pub(crate) default_answer: Option<String>,
+    #[serde(default)]
+    pub(crate) timeout_seconds: Option<u64>,
 }

@@ -10,6 +10,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use toolmux_core::{CallContext, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
     Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice,
@@ -674,13 +675,47 @@ impl Session<'_> {
             Ok(ask) => ask,
             Err(e) => return Outcome::error(call, format!("(tool failed: invalid question: {e})")),
         };
+        // The shorter of the model's wait and the configured one; neither: the run's.
+        let wait = match (ask.timeout_seconds, self.config.ask_user_timeout) {
+            (Some(asked), Some(limit)) => {
+                Some(asked.clamp(1, internal::ASK_USER_MAX_WAIT_SECS).min(limit))
+            }
+            (Some(asked), None) => Some(asked.clamp(1, internal::ASK_USER_MAX_WAIT_SECS)),
+            (None, limit) => limit,
+        };
         let answer = match self.ctx.handler() {
-            Some(handler) => handler.clarify(&ask.question).await,
+            Some(handler) => match wait {
+                Some(secs) => {
+                    let asking = handler.clarify(&ask.question);
+                    match tokio::time::timeout(Duration::from_secs(secs), asking).await {
+                        Ok(answer) => answer,
+                        Err(_) => {
+                            let text = match &ask.default_answer {
+                                Some(default) => format!(
+                                    "(no answer within {secs} s; go on with your default answer: \
+                                     {default})"
+                                ),
+                                None => format!(
+                                    "(no answer within {secs} s: decide for yourself, and say in \
+                                     your report what you assumed)"
+                                ),
+                            };
+                            return Outcome::answer(call, text, false);
+                        }
+                    }
+                }
+                None => handler.clarify(&ask.question).await,
+            },
             None => None,
         };
-        match answer {
-            Some(answer) => Outcome::answer(call, answer, false),
-            None => {
+        match (answer, ask.default_answer) {
+            (Some(answer), _) => Outcome::answer(call, answer, false),
+            (None, Some(default)) => Outcome::answer(
+                call,
+                format!("(nobody can answer now; go on with your default answer: {default})"),
+                false,
+            ),
+            (None, None) => {
                 let mut outcome = Outcome::answer(
                     call,
                     "(nobody can answer now: the run ends with your question)".into(),

@@ -592,6 +592,66 @@ async fn a_question_is_answered_by_the_handler() {
     );
 }
 
+/// Somebody who is asked but never answers.
+#[derive(Debug)]
+struct Silent;
+
+#[async_trait]
+impl InteractionHandler for Silent {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Deny { reason: "no".into() }
+    }
+
+    async fn clarify(&self, _question: &str) -> Option<String> {
+        std::future::pending().await
+    }
+}
+
+/// A question nobody answers in time: the model goes on with its default answer, or on
+/// its own judgement without one; the shorter of its wait and the configured one counts.
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_question_times_out_to_its_default() {
+    let asked = |arguments: Value| {
+        Arc::new(
+            ScriptedModel::new("m")
+                .calls(vec![("agent__ask_user", arguments)])
+                .report("success", "merged"),
+        )
+    };
+    let config = AgentConfig { ask_user: true, ask_user_timeout: Some(60), ..agent("m") };
+    let cases = [
+        (
+            json!({"question": "Which branch?", "default_answer": "main", "timeout_seconds": 5}),
+            "(no answer within 5 s; go on with your default answer: main)",
+        ),
+        (
+            json!({"question": "Which branch?", "timeout_seconds": 600}),
+            "(no answer within 60 s: decide for yourself, and say in your report what you \
+             assumed)",
+        ),
+    ];
+    for (arguments, expected) in cases {
+        let model = asked(arguments);
+        let s = setup(one("a", config.clone()), vec![model.clone()]).await;
+        let ctx = CallContext::new().with_handler(Arc::new(Silent));
+        let started = tokio::time::Instant::now();
+        let report = s.agents.run("a", "merge it", &ctx).await.unwrap();
+        assert_eq!(report.status, AgentStatus::Success);
+        assert_eq!(tool_results(&model.requests()[1]), vec![(expected.to_owned(), false)]);
+        assert!(started.elapsed() <= std::time::Duration::from_secs(61));
+    }
+
+    // Nobody to ask at all: the default answer, instead of ending the run.
+    let model = asked(json!({"question": "Which branch?", "default_answer": "main"}));
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "merge it", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(
+        tool_results(&model.requests()[1]),
+        vec![("(nobody can answer now; go on with your default answer: main)".to_owned(), false)]
+    );
+}
+
 #[tokio::test]
 async fn a_batch_runs_calls_together() {
     let model = Arc::new(
