@@ -68,7 +68,9 @@ pub struct RestToolConfig {
     /// Largest response body read, in bytes (default 10 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<usize>,
-    /// Redirects followed (default 5; 0 follows none).
+    /// Redirects followed within the URL's origin (default 5; 0 follows none). A redirect to
+    /// another scheme, host or port is never followed, so that credentials stay with the
+    /// API: its 3xx response is the result, with the target in the `location` extra.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_redirects: Option<usize>,
 }
@@ -124,7 +126,9 @@ pub struct OpenApiConfig {
     /// Largest response body read, in bytes (default 10 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<usize>,
-    /// Redirects followed (default 5).
+    /// Redirects followed within the server's origin (default 5; 0 follows none). A redirect
+    /// to another scheme, host or port is never followed, so that credentials stay with the
+    /// API: its 3xx response is the result, with the target in the `location` extra.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_redirects: Option<usize>,
     /// The named queue every tool of the import waits in (applied by the orchestrator).

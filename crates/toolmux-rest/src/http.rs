@@ -4,7 +4,7 @@
 use crate::RestError;
 use crate::request::{Body, PreparedRequest};
 use futures::StreamExt;
-use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderName, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, COOKIE, HeaderName, HeaderValue, LOCATION};
 use serde_json::Value;
 use std::time::Duration;
 use toolmux_core::{CallContext, ContentPart, Progress, ToolOutput};
@@ -21,24 +21,73 @@ pub(crate) struct HttpSettings {
     pub(crate) stream: bool,
 }
 
-/// A client with bounded redirects, using rustls with the `ring` provider.
+/// A client with bounded same-origin redirects, using rustls with the `ring` provider.
 pub(crate) fn client(max_redirects: usize) -> Result<reqwest::Client, RestError> {
     // reqwest is built without a default crypto provider; install ring's once per process.
     // Another crate may have installed one first, which is just as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let redirect = if max_redirects == 0 {
-        reqwest::redirect::Policy::none()
-    } else {
-        reqwest::redirect::Policy::limited(max_redirects)
-    };
     reqwest::Client::builder()
-        .redirect(redirect)
+        .redirect(redirect_policy(max_redirects))
         .user_agent(concat!("toolmux/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| RestError::Config {
             name: "http client".into(),
             message: format!("cannot build the HTTP client: {e}"),
         })
+}
+
+/// Follows redirects within the request's origin (scheme, host and port), at most
+/// `max_redirects` of them, and none to another origin: the 3xx response is the result.
+///
+/// reqwest's own policy strips only `Authorization` and `Cookie` on a cross-host redirect;
+/// API keys in other headers (and configured `headers`) would follow to the new host, even
+/// from https to http. Not following at all is the one choice that leaks nothing.
+fn redirect_policy(max_redirects: usize) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
+        let leaves_origin =
+            attempt.previous().first().is_some_and(|first| !same_origin(first, attempt.url()));
+        // `previous` starts with the first request's URL, which is no redirect.
+        if leaves_origin || max_redirects == 0 {
+            attempt.stop()
+        } else if attempt.previous().len() > max_redirects {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// Whether two URLs share scheme, host and port (a default port counts as given).
+pub(crate) fn same_origin(a: &reqwest::Url, b: &reqwest::Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+}
+
+/// A redirect that was not followed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unfollowed {
+    /// Where it pointed, resolved against the request's URL.
+    pub(crate) location: reqwest::Url,
+    /// It leads to another origin (otherwise `maxRedirects` is 0).
+    pub(crate) cross_origin: bool,
+}
+
+impl Unfollowed {
+    /// Why the redirect was not followed, naming the target's origin (not its path and
+    /// query, which may carry a signature meant for that host alone).
+    pub(crate) fn note(&self) -> String {
+        if self.cross_origin {
+            format!(
+                "redirect to another origin ({}) not followed: toolmux follows redirects only \
+                 within the same scheme, host and port, so that this API's credentials never \
+                 reach another host",
+                self.location.origin().ascii_serialization()
+            )
+        } else {
+            "redirect not followed (`maxRedirects` is 0)".to_owned()
+        }
+    }
 }
 
 /// A response as read: status, content type and body.
@@ -50,6 +99,8 @@ pub(crate) struct Response {
     pub(crate) body: Vec<u8>,
     /// Items read from an NDJSON body.
     pub(crate) items: Option<Vec<Value>>,
+    /// The redirect this 3xx response asked for, which was not followed.
+    pub(crate) unfollowed: Option<Unfollowed>,
 }
 
 /// Sends `request` and reads the response within the settings' limits.
@@ -128,6 +179,15 @@ pub(crate) async fn send(
         http_error(message, Some(e))
     })?;
     let status = response.status();
+    let unfollowed = status
+        .is_redirection()
+        .then(|| response.headers().get(LOCATION)?.to_str().ok())
+        .flatten()
+        .and_then(|location| response.url().join(location).ok())
+        .map(|location| Unfollowed {
+            cross_origin: !same_origin(response.url(), &location),
+            location,
+        });
     let content_type = response
         .headers()
         .get(CONTENT_TYPE)
@@ -169,6 +229,7 @@ pub(crate) async fn send(
         content_type,
         body,
         items,
+        unfollowed,
     })
 }
 
@@ -211,7 +272,11 @@ impl Response {
             let text = String::from_utf8_lossy(&self.body);
             let text = text.trim();
             let mut message = format!("HTTP {status} {}", self.reason);
-            if !text.is_empty() {
+            if let Some(unfollowed) = &self.unfollowed {
+                message.push_str(": ");
+                message.push_str(&unfollowed.note());
+                message.push_str("; the full target is in the `location` extra");
+            } else if !text.is_empty() {
                 message.push_str(": ");
                 message.push_str(&excerpt(text, ERROR_EXCERPT));
             }
@@ -245,7 +310,10 @@ impl Response {
                 )),
             }
         };
-        let output = output.with_extra("status", Value::from(status));
+        let mut output = output.with_extra("status", Value::from(status));
+        if let Some(unfollowed) = self.unfollowed {
+            output = output.with_extra("location", Value::String(unfollowed.location.into()));
+        }
         if self.content_type.is_empty() {
             output
         } else {

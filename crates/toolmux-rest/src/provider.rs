@@ -314,7 +314,12 @@ async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, Res
         .await
         .map_err(|e| fetch_error(e.to_string()))?;
     if !(200..300).contains(&response.status) {
-        return Err(fetch_error(format!("HTTP {} {}", response.status, response.reason)));
+        let mut message = format!("HTTP {} {}", response.status, response.reason);
+        if let Some(unfollowed) = &response.unfollowed {
+            message.push_str(": ");
+            message.push_str(&unfollowed.note());
+        }
+        return Err(fetch_error(message));
     }
     String::from_utf8(response.body).map_err(|_| fetch_error("the document is not UTF-8".into()))
 }

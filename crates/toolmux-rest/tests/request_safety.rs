@@ -71,3 +71,116 @@ async fn path_arguments_never_leave_the_tools_path() {
         ]
     );
 }
+
+/// Headers a server saw, by request line.
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
+
+/// A server recording each request's line, `X-Api-Key` and `X-Team-Token` headers, and
+/// answering with `reply` (given the request line).
+async fn header_recorder(reply: impl Fn(&str) -> Reply + Send + Sync + 'static) -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let base = serve(move |request| {
+        let line = request.request_line().to_owned();
+        record.lock().unwrap().push((
+            line.clone(),
+            request.header("x-api-key"),
+            request.header("x-team-token"),
+        ));
+        reply(&line)
+    })
+    .await;
+    (base, seen)
+}
+
+fn redirect(location: &str) -> Reply {
+    Reply {
+        status: 302,
+        headers: vec![
+            ("Location".into(), location.to_owned()),
+            ("Content-Length".into(), "0".into()),
+        ],
+        chunks: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn credentials_never_follow_a_redirect_to_another_origin() {
+    let (elsewhere, elsewhere_seen) = header_recorder(|_| Reply::json(200, json!({}))).await;
+    let target = format!("{elsewhere}/landing?sig=abc");
+    let (base, seen) = header_recorder(move |line| {
+        if line.starts_with("GET /away") {
+            redirect(&target)
+        } else if line.starts_with("GET /near") {
+            redirect("/final")
+        } else {
+            Reply::json(200, json!({"at": line}))
+        }
+    })
+    .await;
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "r", "version": "1"},
+        "servers": [{"url": base}],
+        "security": [{"key": []}],
+        "components": {"securitySchemes": {"key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"}}},
+        "paths": {"/away": {"get": {"operationId": "away"}}, "/near": {"get": {"operationId": "near"}}}});
+    let config = OpenApiConfig {
+        auth: BTreeMap::from([(
+            "key".to_owned(),
+            toolmux_rest::Credentials { api_key: Some("k-secret".into()), ..Default::default() },
+        )]),
+        headers: BTreeMap::from([("X-Team-Token".to_owned(), "t-secret".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    let imported = RestProvider::openapi_from_value("r", doc, "r.json", &config).unwrap();
+    let inline = inline(json!({"away": {"description": "redirected elsewhere",
+        "url": format!("{base}/away"), "headers": {"X-Api-Key": "k-inline"}}}));
+    let ctx = CallContext::new();
+    for (provider, key) in [(&imported, "k-secret"), (&inline, "k-inline")] {
+        let out = provider.call("away", json!({}), &ctx).await.unwrap();
+        assert!(out.is_error);
+        let origin = elsewhere.clone();
+        assert_eq!(
+            out.to_text(),
+            format!(
+                "HTTP 302 Found: redirect to another origin ({origin}) not followed: toolmux \
+                 follows redirects only within the same scheme, host and port, so that this \
+                 API's credentials never reach another host; the full target is in the \
+                 `location` extra"
+            )
+        );
+        assert_eq!(out.extras["status"], 302);
+        assert_eq!(out.extras["location"], format!("{elsewhere}/landing?sig=abc"));
+        assert_eq!(seen.lock().unwrap().last().unwrap().1.as_deref(), Some(key));
+    }
+    assert!(elsewhere_seen.lock().unwrap().is_empty(), "{:?}", elsewhere_seen.lock().unwrap());
+    // Within the origin, redirects are followed and the credentials go along.
+    let out = imported.call("near", json!({}), &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap().clone(),
+        (
+            "GET /final HTTP/1.1".to_owned(),
+            Some("k-secret".to_owned()),
+            Some("t-secret".to_owned())
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_document_url_redirecting_to_another_origin_is_not_followed() {
+    let (elsewhere, elsewhere_seen) = header_recorder(|_| Reply::json(200, json!({}))).await;
+    let target = format!("{elsewhere}/openapi.json");
+    let (base, _) = header_recorder(move |_| redirect(&target)).await;
+    let config = OpenApiConfig {
+        headers: BTreeMap::from([("X-Team-Token".to_owned(), "t-secret".to_owned())]),
+        ..OpenApiConfig::from_url(format!("{base}/openapi.json"))
+    };
+    let err = RestProvider::openapi("r", &config).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!(
+            "HTTP 302 Found: redirect to another origin ({elsewhere}) not followed"
+        )),
+        "{err}"
+    );
+    assert!(elsewhere_seen.lock().unwrap().is_empty());
+}

@@ -240,12 +240,36 @@ fn http_client(server: &str, config: &McpServerConfig) -> Result<reqwest::Client
     }
     reqwest::Client::builder()
         .default_headers(headers)
+        .redirect(same_origin_redirects())
         .connect_timeout(config.startup_timeout())
         .build()
         .map_err(|e| McpError::Config {
             server: server.to_owned(),
             message: format!("cannot build an HTTP client: {e}"),
         })
+}
+
+/// Redirects followed: at most 10, all within the server URL's origin (scheme, host and
+/// port). A redirect to another origin is not followed and its 3xx answer ends the request:
+/// reqwest's own policy strips only `Authorization` and `Cookie` across hosts, while the
+/// configured `headers` (tokens, API keys) would go along, even from https to http.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    const MAX_REDIRECTS: usize = 10;
+    reqwest::redirect::Policy::custom(|attempt| {
+        let leaves_origin = attempt.previous().first().is_some_and(|first| {
+            first.scheme() != attempt.url().scheme()
+                || first.host_str() != attempt.url().host_str()
+                || first.port_or_known_default() != attempt.url().port_or_known_default()
+        });
+        // `previous` starts with the first request's URL, which is no redirect.
+        if leaves_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 impl Drop for Inner {

@@ -516,3 +516,64 @@ async fn http_headers_carry_a_bearer_token_which_no_error_repeats() {
     assert!(!err.report().contains("wrong-s3cret"), "{}", err.report());
     task.abort();
 }
+
+#[tokio::test]
+async fn http_redirects_stay_within_the_origin_and_headers_never_leave_it() {
+    // The other origin records the API key of every request it gets.
+    let seen_elsewhere: Arc<std::sync::Mutex<Vec<Option<String>>>> = Arc::default();
+    let record = seen_elsewhere.clone();
+    let elsewhere = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let record = record.clone();
+        async move {
+            let key = request
+                .headers()
+                .get("x-api-key")
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+            record.lock().unwrap().push(key);
+            axum::http::StatusCode::NOT_FOUND
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let elsewhere_url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let elsewhere_task = tokio::spawn(async move { axum::serve(listener, elsewhere).await });
+
+    // This origin serves MCP at /mcp, redirects /old there and /away to the other origin.
+    let server = FaultServer::new(None, CancellationToken::new());
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let to_elsewhere = elsewhere_url.clone();
+    let redirect = |to: String| {
+        move || {
+            let to = to.clone();
+            async move { (axum::http::StatusCode::TEMPORARY_REDIRECT, [("location", to)]) }
+        }
+    };
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .route("/old", axum::routing::any(redirect("/mcp".to_owned())))
+        .route("/away", axum::routing::any(redirect(to_elsewhere)));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, router).await });
+
+    let config = |path: &str| {
+        McpServerConfig::remote(TransportKind::Http, format!("{base}{path}"))
+            .with_header("X-Api-Key", "k-s3cret")
+            .with_startup_timeout(Duration::from_secs(10))
+    };
+    let near = McpProvider::new("near", config("/old")).unwrap();
+    let out = near.call("echo", json!({"message": "in"}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "rmcp echo: in");
+    near.shutdown().await.unwrap();
+
+    let away = McpProvider::new("away", config("/away")).unwrap();
+    let err = away.warmup().await.unwrap_err();
+    assert!(err.report().starts_with("away: "), "{}", err.report());
+    assert!(!err.report().contains("k-s3cret"), "{}", err.report());
+    assert!(seen_elsewhere.lock().unwrap().is_empty(), "{:?}", seen_elsewhere.lock().unwrap());
+    task.abort();
+    elsewhere_task.abort();
+}
