@@ -1,11 +1,13 @@
 //! `edit` and `multi_edit`: exact string replacements, all or nothing, written atomically.
 
+use super::text::{Encoding, LineEnding};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::{self, Resolved, Workspace};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use toolmux_core::ToolOutput;
@@ -62,6 +64,8 @@ the file exactly (whitespace and indentation included, without the line-number p
 shows) and occur exactly once, unless `replace_all` is true. When it is not found, the error \
 names the closest line; when it occurs several times, the error gives the count and line \
 numbers: add surrounding context to make it unique. `old_string` and `new_string` must differ. \
+The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
+may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
 With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
 and has changed since, the edit is refused until you read it again.";
@@ -112,12 +116,14 @@ fn apply(
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(given)?;
     let multi = edits.len() > 1;
-    let original = match load(ws, limits, run, &path) {
-        Ok(text) => Some(text),
-        Err(FsError::NotFound { .. }) if edits[0].old_string.is_empty() => None,
+    let (original, encoding) = match load(ws, limits, run, &path) {
+        Ok((text, encoding)) => (Some(text), encoding),
+        Err(FsError::NotFound { .. }) if edits[0].old_string.is_empty() => (None, Encoding::Utf8),
         Err(e) => return Err(e),
     };
     let created = original.is_none();
+    // The style of the file as it was: replacements follow it, whatever the edit used.
+    let ending = original.as_deref().and_then(LineEnding::dominant);
     let mut text = original.unwrap_or_default();
     let mut replacements = 0;
     let mut hunks = Vec::new();
@@ -144,7 +150,7 @@ fn apply(
                 path.given
             )));
         }
-        let (old, new, note) = match_form(&text, op);
+        let (old, new, note) = match_form(&text, op, ending);
         let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
         if starts.is_empty() {
             return Err(fail(not_found(&text, &op.old_string, &path.given)));
@@ -171,8 +177,9 @@ fn apply(
         replacements += starts.len();
         text = text.replace(old.as_str(), &new);
     }
-    let written = ws.write_atomic(&path, text.as_bytes())?;
-    ws.record_read(run, written.canonical, workspace::hash(text.as_bytes()));
+    let bytes = encoding.encode(&text);
+    let written = ws.write_atomic(&path, &bytes)?;
+    ws.record_read(run, written.canonical, workspace::hash(&bytes));
     let mut out = if created {
         format!("created `{}` ({} lines)", path.given, text.lines().count())
     } else {
@@ -190,38 +197,72 @@ fn apply(
         .with_extra("created", json!(created)))
 }
 
-/// Loads the file as UTF-8 text, refusing it when it changed since it was read in `run`.
-fn load(ws: &Workspace, limits: &FsLimits, run: &str, path: &Resolved) -> Result<String, FsError> {
+/// Loads the file as text (without its byte order mark) and its encoding, refusing it when
+/// it changed since it was read in `run`.
+fn load(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    path: &Resolved,
+) -> Result<(String, Encoding), FsError> {
     let bytes = ws.read_small("edit", path, limits.edit_max_bytes)?;
-    if bytes[..bytes.len().min(8192)].contains(&0) {
+    let encoding = Encoding::sniff(&bytes);
+    // NUL bytes are ordinary in UTF-16 text.
+    if !encoding.is_utf16() && bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(FsError::Binary { path: path.given.clone() });
     }
     let canonical = ws.canonical(path)?;
     ws.check_fresh(run, path, &canonical, &workspace::hash(&bytes), false)?;
-    String::from_utf8(bytes).map_err(|_| FsError::Edit {
+    let text = encoding.decode(&bytes).map_err(|why| FsError::Edit {
         path: path.given.clone(),
         message: format!(
-            "`{}` is not valid UTF-8: editing it as text would corrupt it; nothing was written",
+            "`{}` {why}: editing it as text would corrupt it; nothing was written",
             path.given
         ),
-    })
+    })?;
+    Ok((text, encoding))
 }
 
-/// The strings to search and insert: as given, or with line endings turned into CRLF when
-/// the file uses CRLF and the edit was written with LF.
-fn match_form(text: &str, op: &EditOperation) -> (String, String, Option<&'static str>) {
-    if !text.contains(op.old_string.as_str())
-        && text.contains("\r\n")
-        && op.old_string.contains('\n')
-        && !op.old_string.contains("\r\n")
-    {
-        let old = op.old_string.replace('\n', "\r\n");
-        if text.contains(old.as_str()) {
-            let new = op.new_string.replace("\r\n", "\n").replace('\n', "\r\n");
-            return (old, new, Some("matched with CRLF line endings"));
+/// The strings to search and insert. `old_string` is looked for as given, then with its
+/// line breaks as LF, then as CRLF (an edit written with `\n` matches a CRLF file).
+/// `new_string` always gets the file's line ending (`ending`, the one most of its lines
+/// use), so a replacement never mixes endings into a file; a file without any line break
+/// gives no style and `new_string` is inserted as given.
+fn match_form(
+    text: &str,
+    op: &EditOperation,
+    ending: Option<LineEnding>,
+) -> (String, String, Option<&'static str>) {
+    let given = op.old_string.as_str();
+    let mut old = Cow::Borrowed(given);
+    let mut note = None;
+    if !text.contains(given) && given.contains('\n') {
+        for (form, why) in [
+            (LineEnding::Lf, "matched with LF line endings"),
+            (LineEnding::CrLf, "matched with CRLF line endings"),
+        ] {
+            let candidate = form.apply(given);
+            if candidate != given && text.contains(candidate.as_ref()) {
+                old = candidate;
+                note = Some(why);
+                break;
+            }
         }
     }
-    (op.old_string.clone(), op.new_string.clone(), None)
+    let new = match ending {
+        Some(ending) => {
+            let new = ending.apply(&op.new_string);
+            if note.is_none() && new != op.new_string {
+                note = Some(match ending {
+                    LineEnding::CrLf => "written with the file's CRLF line endings",
+                    LineEnding::Lf => "written with the file's LF line endings",
+                });
+            }
+            new.into_owned()
+        }
+        None => op.new_string.clone(),
+    };
+    (old.into_owned(), new, note)
 }
 
 /// The 1-based line of byte offset `at`.

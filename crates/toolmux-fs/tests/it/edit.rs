@@ -91,6 +91,106 @@ async fn crlf_files_match_lf_edits() {
 }
 
 #[tokio::test]
+async fn a_single_line_replaced_by_several_in_a_crlf_file_gets_crlf() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\r\ntwo\r\nthree\r\n");
+    let out = fx
+        .ok("edit", json!({"path": "a.txt", "old_string": "two", "new_string": "2a\n2b\n2c"}))
+        .await;
+    expect![[r#"
+        made 1 replacement in `a.txt`
+        @@ line 2 (written with the file's CRLF line endings) @@
+        -two
+        +2a
+        +2b
+        +2c"#]]
+    .assert_eq(&out);
+    assert_eq!(fx.get("a.txt"), "one\r\n2a\r\n2b\r\n2c\r\nthree\r\n");
+    // replace_all and multi_edit follow the file too.
+    fx.ok(
+        "multi_edit",
+        json!({"path": "a.txt", "edits": [
+            {"old_string": "2", "new_string": "x\ny", "replace_all": true},
+            {"old_string": "one\n", "new_string": "1\r\n"},
+        ]}),
+    )
+    .await;
+    assert_eq!(fx.get("a.txt"), "1\r\nx\r\nya\r\nx\r\nyb\r\nx\r\nyc\r\nthree\r\n");
+}
+
+#[tokio::test]
+async fn crlf_in_an_edit_of_an_lf_file_becomes_lf() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "one\r\ntwo", "new_string": "1\r\n2"}))
+        .await;
+    assert_eq!(fx.get("a.txt"), "1\n2\n");
+}
+
+#[tokio::test]
+async fn mixed_line_endings_follow_the_dominant_one() {
+    let fx = Fixture::new();
+    // Three CRLF lines, one LF line: CRLF dominates, even where the edit lands on LF.
+    fx.put("a.txt", "a\r\nb\r\nc\nd\r\n");
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "c", "new_string": "c1\nc2"})).await;
+    assert_eq!(fx.get("a.txt"), "a\r\nb\r\nc1\r\nc2\nd\r\n");
+    fx.put("b.txt", "a\nb\nc\r\n");
+    fx.ok("edit", json!({"path": "b.txt", "old_string": "a", "new_string": "a1\r\na2"})).await;
+    assert_eq!(fx.get("b.txt"), "a1\na2\nb\nc\r\n");
+    // A file of one line has no style: the new text goes in as given.
+    fx.put("c.txt", "only");
+    fx.ok("edit", json!({"path": "c.txt", "old_string": "only", "new_string": "x\r\ny"})).await;
+    assert_eq!(fx.get("c.txt"), "x\r\ny");
+}
+
+#[tokio::test]
+async fn a_byte_order_mark_is_kept_and_not_matched() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("bom.txt"), b"\xEF\xBB\xBFfirst\r\nsecond\r\n").unwrap();
+    // The mark is not part of the text: the first line matches from its first character.
+    let out = fx
+        .ok(
+            "edit",
+            json!({"path": "bom.txt", "old_string": "first\nsecond", "new_string": "1\n2\n3"}),
+        )
+        .await;
+    assert!(out.starts_with("made 1 replacement in `bom.txt`\n@@ line 1 "), "{out}");
+    assert_eq!(std::fs::read(fx.root().join("bom.txt")).unwrap(), b"\xEF\xBB\xBF1\r\n2\r\n3\r\n");
+    // The hash recorded is that of the bytes written: the next edit in the run is not
+    // taken for a change by someone else.
+    fx.ok("read", json!({"path": "bom.txt"})).await;
+    fx.ok("edit", json!({"path": "bom.txt", "old_string": "3", "new_string": "three"})).await;
+    fx.ok("edit", json!({"path": "bom.txt", "old_string": "three", "new_string": "3"})).await;
+    assert_eq!(std::fs::read(fx.root().join("bom.txt")).unwrap(), b"\xEF\xBB\xBF1\r\n2\r\n3\r\n");
+}
+
+#[tokio::test]
+async fn utf16_files_are_edited_in_their_encoding() {
+    let fx = Fixture::new();
+    let utf16le = |text: &str| -> Vec<u8> {
+        let mut bytes = vec![0xFF, 0xFE];
+        text.encode_utf16().for_each(|u| bytes.extend(u.to_le_bytes()));
+        bytes
+    };
+    std::fs::write(fx.root().join("w.txt"), utf16le("caf\u{e9}\r\nzwei\r\n")).unwrap();
+    fx.ok(
+        "edit",
+        json!({"path": "w.txt", "old_string": "zwei", "new_string": "drei\nvier \u{1F600}"}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(fx.root().join("w.txt")).unwrap(),
+        utf16le("caf\u{e9}\r\ndrei\r\nvier \u{1F600}\r\n")
+    );
+    // An unpaired surrogate: refused, nothing written.
+    let broken = [0xFF, 0xFE, b'a', 0, 0x00, 0xDC];
+    std::fs::write(fx.root().join("bad.txt"), broken).unwrap();
+    expect!["`bad.txt` is not valid UTF-16: an unpaired surrogate at byte 4: editing it as text would corrupt it; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "bad.txt", "old_string": "a", "new_string": "b"})).await);
+    assert_eq!(std::fs::read(fx.root().join("bad.txt")).unwrap(), broken);
+}
+
+#[tokio::test]
 async fn stale_files_are_refused() {
     let fx = Fixture::new();
     fx.put("a.txt", "abc");

@@ -1,0 +1,306 @@
+//! How a text file is encoded and how its lines end, detected from its bytes, so that
+//! `read` can show UTF-16 files and `edit` and `write` keep a file's byte order mark,
+//! encoding and line endings instead of silently converting them.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// The UTF-8 byte order mark.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// A text file's encoding, as its first bytes tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Encoding {
+    /// UTF-8 without a byte order mark (and anything else without one).
+    Utf8,
+    /// UTF-8 starting with the byte order mark `EF BB BF`.
+    Utf8Bom,
+    /// UTF-16 little-endian, starting with `FF FE`.
+    Utf16Le,
+    /// UTF-16 big-endian, starting with `FE FF`.
+    Utf16Be,
+}
+
+/// Why bytes could not be decoded; the message completes "`path` ...".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DecodeError(String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Encoding {
+    /// The encoding the byte order mark at the start of `bytes` names; `Utf8` without one.
+    /// `FF FE 00 00` is UTF-32 LE, not UTF-16: it is left to the binary check.
+    pub(crate) fn sniff(bytes: &[u8]) -> Encoding {
+        if bytes.starts_with(UTF8_BOM) {
+            Encoding::Utf8Bom
+        } else if bytes.starts_with(b"\xFF\xFE") && !bytes.starts_with(b"\xFF\xFE\x00\x00") {
+            Encoding::Utf16Le
+        } else if bytes.starts_with(b"\xFE\xFF") {
+            Encoding::Utf16Be
+        } else {
+            Encoding::Utf8
+        }
+    }
+
+    /// The byte order mark's bytes (empty for plain UTF-8).
+    pub(crate) fn bom(self) -> &'static [u8] {
+        match self {
+            Encoding::Utf8 => b"",
+            Encoding::Utf8Bom => UTF8_BOM,
+            Encoding::Utf16Le => b"\xFF\xFE",
+            Encoding::Utf16Be => b"\xFE\xFF",
+        }
+    }
+
+    /// Whether the encoding is UTF-16, where NUL bytes are ordinary text.
+    pub(crate) fn is_utf16(self) -> bool {
+        matches!(self, Encoding::Utf16Le | Encoding::Utf16Be)
+    }
+
+    /// A name for messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Encoding::Utf8 => "UTF-8",
+            Encoding::Utf8Bom => "UTF-8 with a byte order mark",
+            Encoding::Utf16Le => "UTF-16 LE",
+            Encoding::Utf16Be => "UTF-16 BE",
+        }
+    }
+
+    /// The text of a whole file (`bytes` with its byte order mark), without the mark.
+    /// Lossless: invalid bytes are an error, never replaced.
+    pub(crate) fn decode(self, bytes: &[u8]) -> Result<String, DecodeError> {
+        let body = &bytes[self.bom().len().min(bytes.len())..];
+        if self.is_utf16() {
+            let mut decoder = Utf16Decoder::new(self == Encoding::Utf16Be);
+            let mut text = String::with_capacity(body.len() / 2);
+            decoder.feed(body, &mut text)?;
+            decoder.finish()?;
+            return Ok(text);
+        }
+        String::from_utf8(body.to_vec()).map_err(|_| DecodeError("is not valid UTF-8".into()))
+    }
+
+    /// `text` as this encoding's bytes, byte order mark first. A byte order mark the text
+    /// starts with itself is not doubled (and is kept as given in plain UTF-8).
+    pub(crate) fn encode(self, text: &str) -> Vec<u8> {
+        let text = match self {
+            Encoding::Utf8 => text,
+            _ => text.strip_prefix('\u{FEFF}').unwrap_or(text),
+        };
+        let mut bytes = Vec::with_capacity(text.len() + 4);
+        bytes.extend_from_slice(self.bom());
+        match self {
+            Encoding::Utf8 | Encoding::Utf8Bom => bytes.extend_from_slice(text.as_bytes()),
+            Encoding::Utf16Le => text.encode_utf16().for_each(|u| bytes.extend(u.to_le_bytes())),
+            Encoding::Utf16Be => text.encode_utf16().for_each(|u| bytes.extend(u.to_be_bytes())),
+        }
+        bytes
+    }
+}
+
+/// Decodes UTF-16 fed in pieces of any size (a code unit or a surrogate pair may be cut
+/// between two pieces), refusing unpaired surrogates and a dangling byte.
+#[derive(Debug)]
+pub(crate) struct Utf16Decoder {
+    big_endian: bool,
+    /// The first byte of a code unit cut by the end of the last piece.
+    odd: Option<u8>,
+    /// A high surrogate waiting for its low half.
+    high: Option<u16>,
+    /// Bytes consumed so far (after the byte order mark), for messages.
+    at: u64,
+}
+
+impl Utf16Decoder {
+    pub(crate) fn new(big_endian: bool) -> Self {
+        Utf16Decoder { big_endian, odd: None, high: None, at: 0 }
+    }
+
+    /// Appends the characters of `bytes` to `out`.
+    pub(crate) fn feed(&mut self, mut bytes: &[u8], out: &mut String) -> Result<(), DecodeError> {
+        if let Some(first) = self.odd.take() {
+            let Some((&second, rest)) = bytes.split_first() else {
+                self.odd = Some(first);
+                return Ok(());
+            };
+            self.unit([first, second], out)?;
+            bytes = rest;
+        }
+        let mut pairs = bytes.chunks_exact(2);
+        for pair in &mut pairs {
+            self.unit([pair[0], pair[1]], out)?;
+        }
+        if let [last] = pairs.remainder() {
+            self.odd = Some(*last);
+        }
+        Ok(())
+    }
+
+    fn unit(&mut self, pair: [u8; 2], out: &mut String) -> Result<(), DecodeError> {
+        let unit =
+            if self.big_endian { u16::from_be_bytes(pair) } else { u16::from_le_bytes(pair) };
+        let at = self.at;
+        self.at += 2;
+        let unpaired = || {
+            DecodeError(format!("is not valid UTF-16: an unpaired surrogate at byte {}", at + 2))
+        };
+        match (self.high.take(), unit) {
+            (Some(high), 0xDC00..=0xDFFF) => {
+                let code =
+                    0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(unit) - 0xDC00);
+                out.push(char::from_u32(code).ok_or_else(unpaired)?);
+            }
+            (Some(_), _) | (None, 0xDC00..=0xDFFF) => return Err(unpaired()),
+            (None, 0xD800..=0xDBFF) => self.high = Some(unit),
+            (None, _) => out.push(char::from_u32(u32::from(unit)).ok_or_else(unpaired)?),
+        }
+        Ok(())
+    }
+
+    /// Checks that nothing was left cut short at the end.
+    pub(crate) fn finish(self) -> Result<(), DecodeError> {
+        if self.odd.is_some() {
+            return Err(DecodeError(
+                "is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes)"
+                    .into(),
+            ));
+        }
+        if self.high.is_some() {
+            return Err(DecodeError(
+                "is not valid UTF-16: it ends with an unpaired surrogate".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How lines end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LineEnding {
+    /// `\n`.
+    Lf,
+    /// `\r\n`.
+    CrLf,
+}
+
+impl LineEnding {
+    /// The line ending `text` mostly uses: `None` when it has no line break. A file with
+    /// mixed endings gets the one most of its lines use, as editors that normalise on save
+    /// do; on a tie, the one its first line break uses.
+    pub(crate) fn dominant(text: &str) -> Option<LineEnding> {
+        Self::dominant_in(text.bytes().map(u16::from))
+    }
+
+    /// [`LineEnding::dominant`] over code units (bytes of UTF-8, or UTF-16 units).
+    pub(crate) fn dominant_in(units: impl IntoIterator<Item = u16>) -> Option<LineEnding> {
+        let (mut crlf, mut lf, mut first) = (0u64, 0u64, None);
+        let mut previous = 0u16;
+        for unit in units {
+            if unit == u16::from(b'\n') {
+                let ending =
+                    if previous == u16::from(b'\r') { LineEnding::CrLf } else { LineEnding::Lf };
+                match ending {
+                    LineEnding::CrLf => crlf += 1,
+                    LineEnding::Lf => lf += 1,
+                }
+                first.get_or_insert(ending);
+            }
+            previous = unit;
+        }
+        match crlf.cmp(&lf) {
+            std::cmp::Ordering::Greater => Some(LineEnding::CrLf),
+            std::cmp::Ordering::Less => Some(LineEnding::Lf),
+            std::cmp::Ordering::Equal => first,
+        }
+    }
+
+    /// `text` with every line break (`\n` or `\r\n`) made this one; a lone `\r` is kept.
+    pub(crate) fn apply(self, text: &str) -> Cow<'_, str> {
+        let has_crlf = text.contains("\r\n");
+        match self {
+            LineEnding::Lf if has_crlf => Cow::Owned(text.replace("\r\n", "\n")),
+            LineEnding::Lf => Cow::Borrowed(text),
+            LineEnding::CrLf => {
+                let bare = text.matches('\n').count() - text.matches("\r\n").count();
+                if bare == 0 {
+                    return Cow::Borrowed(text);
+                }
+                let lf = if has_crlf {
+                    Cow::Owned(text.replace("\r\n", "\n"))
+                } else {
+                    Cow::Borrowed(text)
+                };
+                Cow::Owned(lf.replace('\n', "\r\n"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_order_marks_are_sniffed() {
+        assert_eq!(Encoding::sniff(b"\xEF\xBB\xBFa"), Encoding::Utf8Bom);
+        assert_eq!(Encoding::sniff(b"\xFF\xFEa\0"), Encoding::Utf16Le);
+        assert_eq!(Encoding::sniff(b"\xFE\xFF\0a"), Encoding::Utf16Be);
+        assert_eq!(Encoding::sniff(b"\xFF\xFE\0\0"), Encoding::Utf8);
+        assert_eq!(Encoding::sniff(b"plain"), Encoding::Utf8);
+    }
+
+    #[test]
+    fn utf16_round_trips_and_refuses_what_is_invalid() {
+        let text = "h\u{e9}llo \u{1F600}\r\nz";
+        for encoding in [Encoding::Utf16Le, Encoding::Utf16Be, Encoding::Utf8Bom, Encoding::Utf8] {
+            let bytes = encoding.encode(text);
+            assert!(bytes.starts_with(encoding.bom()));
+            assert_eq!(Encoding::sniff(&bytes), encoding);
+            assert_eq!(encoding.decode(&bytes).unwrap(), text);
+        }
+        // A lone low surrogate, then an odd length.
+        assert_eq!(
+            Encoding::Utf16Le.decode(b"\xFF\xFEa\0\x00\xDC").unwrap_err().to_string(),
+            "is not valid UTF-16: an unpaired surrogate at byte 4"
+        );
+        assert!(Encoding::Utf16Le.decode(b"\xFF\xFEa\0b").is_err());
+        assert!(Encoding::Utf16Be.decode(b"\xFE\xFF\xD8\x3D").is_err());
+    }
+
+    #[test]
+    fn utf16_decodes_across_any_cut() {
+        let text = "a\u{1F600}b\u{e9}";
+        let bytes = Encoding::Utf16Le.encode(text);
+        for size in 1..=bytes.len() {
+            let mut decoder = Utf16Decoder::new(false);
+            let mut out = String::new();
+            for piece in bytes[2..].chunks(size) {
+                decoder.feed(piece, &mut out).unwrap();
+            }
+            decoder.finish().unwrap();
+            assert_eq!(out, text, "pieces of {size}");
+        }
+    }
+
+    #[test]
+    fn the_dominant_line_ending_wins() {
+        assert_eq!(LineEnding::dominant("a\r\nb\r\nc\n"), Some(LineEnding::CrLf));
+        assert_eq!(LineEnding::dominant("a\nb\nc\r\n"), Some(LineEnding::Lf));
+        assert_eq!(LineEnding::dominant("a\r\nb\n"), Some(LineEnding::CrLf));
+        assert_eq!(LineEnding::dominant("a\nb\r\n"), Some(LineEnding::Lf));
+        assert_eq!(LineEnding::dominant("one line"), None);
+    }
+
+    #[test]
+    fn line_endings_are_applied() {
+        assert_eq!(LineEnding::CrLf.apply("a\nb\r\nc"), "a\r\nb\r\nc");
+        assert_eq!(LineEnding::Lf.apply("a\r\nb\nc"), "a\nb\nc");
+        assert_eq!(LineEnding::CrLf.apply("a\rb"), "a\rb");
+        assert!(matches!(LineEnding::CrLf.apply("a\r\nb"), Cow::Borrowed(_)));
+    }
+}
