@@ -109,7 +109,36 @@ fn swagger_two_form_data_and_body() {
 }
 
 #[test]
+fn broken_operations_are_left_out_with_warnings_naming_the_place() {
+    let mut doc = v3(json!({
+        "/a": {"get": {"parameters": [{"$ref": "#/components/parameters/nope"}]}},
+        "/b": {"post": {"operationId": "postB", "requestBody": {"content": {"application/json": {
+            "schema": {"properties": {"x": {"$ref": "#/components/schemas/Gone"}}}}}}}},
+        "/c": {"get": {"parameters": [{"$ref": "other.yaml#/components/parameters/q"}]}},
+        "/d": {"$ref": "#/paths/~1missing"},
+        "/e": {"get": "not an operation"},
+        "/f": {"put": {"operationId": "putF", "requestBody": {"content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Broken"}}}}}},
+        "/pets": {"post": {"operationId": "addPet", "requestBody": {"content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Pet"}}}}}}}));
+    doc["components"]["schemas"]["Broken"] =
+        json!({"type": "object", "properties": {"y": {"$ref": "#/components/schemas/Nope"}}});
+    let provider = import(doc, &OpenApiConfig::default());
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["add_pet"]);
+    expect![[r#"
+        api.json: at /paths/~1a/get/parameters/0/$ref: dangling reference `#/components/parameters/nope`; operation `GET /a` is left out
+        api.json: at /paths/~1b/post/requestBody/content/application~1json/schema/properties/x/$ref: dangling reference `#/components/schemas/Gone`; operation `POST /b` (`postB`) is left out
+        api.json: at /paths/~1c/get/parameters/0/$ref: external reference `other.yaml#/components/parameters/q` is not followed; operation `GET /c` is left out
+        api.json: at /paths/~1d/$ref: dangling reference `#/paths/~1missing`; the operations of path `/d` are left out
+        api.json: at /paths/~1e/get: operation is not an object; operation `GET /e` is left out
+        api.json: at /components/schemas/Broken/properties/y/$ref: dangling reference `#/components/schemas/Nope`; operation `PUT /f` (`putF`) is left out"#]]
+    .assert_eq(&provider.warnings().join("\n"));
+}
+
+#[test]
 fn bad_documents_name_the_place() {
+    // Only a document with no usable operation is an error: the first broken place.
     check_error(
         v3(json!({"/a": {"get": {"parameters": [{"$ref": "#/components/parameters/nope"}]}}})),
         expect![

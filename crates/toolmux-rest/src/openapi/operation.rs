@@ -28,29 +28,57 @@ pub(crate) fn import(
     let mut warnings = Vec::new();
     let mut operations = Vec::new();
     let mut keys = Vec::new();
+    // Operations left out because their part of the document is broken, with the first
+    // reason: the import fails only when nothing else was usable.
+    let mut left_out: Vec<RestError> = Vec::new();
     let empty = Map::new();
     let paths = doc.root.get("paths").and_then(Value::as_object).unwrap_or(&empty);
     for (path, item) in paths {
         let item_at = format!("/paths/{}", escape_token(path));
-        let (item, item_at) = doc.follow(item, &item_at)?;
+        let (item, item_at) = match doc.follow(item, &item_at) {
+            Ok(found) => found,
+            Err(e) => {
+                warnings.push(format!("{e}; the operations of path `{path}` are left out"));
+                left_out.push(e);
+                continue;
+            }
+        };
         let Some(item_map) = item.as_object() else { continue };
         for (method, op, op_at) in item_operations(item_map, &item_at, &mut warnings, doc) {
             let method = method.as_str();
-            if !op.is_object() {
-                return Err(doc.error(&op_at, "operation is not an object"));
+            let route = format!("{} {path}", method.to_ascii_uppercase());
+            let built = if op.is_object() {
+                if !selected(doc, item, op, method, path, config) {
+                    continue;
+                }
+                build_operation(
+                    doc,
+                    &mut converter,
+                    config,
+                    OperationSite { item, op, method, path, at: &op_at },
+                )
+            } else {
+                Err(doc.error(&op_at, "operation is not an object"))
+            };
+            match built {
+                Ok(built) => {
+                    keys.push((built.name.clone(), route));
+                    operations.push(built);
+                }
+                Err(e) => {
+                    let id = op.get("operationId").and_then(Value::as_str);
+                    let which = id.map_or_else(String::new, |id| format!(" (`{id}`)"));
+                    warnings.push(format!("{e}; operation `{route}`{which} is left out"));
+                    left_out.push(e);
+                }
             }
-            if !selected(doc, item, op, method, path, config) {
-                continue;
-            }
-            let built = build_operation(
-                doc,
-                &mut converter,
-                config,
-                OperationSite { item, op, method, path, at: &op_at },
-            )?;
-            keys.push((built.name.clone(), format!("{} {path}", method.to_ascii_uppercase())));
-            operations.push(built);
         }
+    }
+    if operations.is_empty()
+        && let Some(first) = left_out.into_iter().next()
+    {
+        // Nothing usable: the first broken place is the error.
+        return Err(first);
     }
     for (name, _) in &mut keys {
         *name = names::fit(namespace, name, naming::DEFAULT_BUDGET);

@@ -32,6 +32,9 @@ pub(crate) struct SchemaConverter<'d> {
     defs: HashMap<String, Definition>,
     /// Whether each `pattern` seen compiles with the validator's regex engine.
     patterns: HashMap<String, bool>,
+    /// Definitions that could not be converted (a dangling or external reference inside),
+    /// with the place and the reason; only operations reaching one of them fail.
+    broken: HashMap<String, (String, String)>,
 }
 
 /// Keywords whose value is one schema.
@@ -76,6 +79,7 @@ impl<'d> SchemaConverter<'d> {
             taken: HashMap::new(),
             defs: HashMap::new(),
             patterns: HashMap::new(),
+            broken: HashMap::new(),
         }
     }
 
@@ -274,7 +278,9 @@ impl<'d> SchemaConverter<'d> {
             let pending: Vec<(String, String)> = self
                 .taken
                 .iter()
-                .filter(|(name, _)| !self.defs.contains_key(*name))
+                .filter(|(name, _)| {
+                    !self.defs.contains_key(*name) && !self.broken.contains_key(*name)
+                })
                 .map(|(n, p)| (n.clone(), p.clone()))
                 .collect();
             if pending.is_empty() {
@@ -283,21 +289,39 @@ impl<'d> SchemaConverter<'d> {
             for (name, pointer) in pending {
                 let doc = self.doc;
                 let target = doc.root.pointer(&pointer).unwrap_or(&Value::Null);
-                let schema = self.convert(target, &pointer)?;
-                let mut refs = BTreeSet::new();
-                collect_refs(&schema, &mut refs);
-                self.defs.insert(name, Definition { schema, refs });
+                match self.convert(target, &pointer) {
+                    Ok(schema) => {
+                        let mut refs = BTreeSet::new();
+                        collect_refs(&schema, &mut refs);
+                        self.defs.insert(name, Definition { schema, refs });
+                    }
+                    Err(RestError::Spec { pointer, message, .. }) => {
+                        self.broken.insert(name, (pointer, message));
+                    }
+                    Err(other) => return Err(other),
+                }
             }
         }
     }
 
-    /// The converted definition `name` (after [`Self::settle`] ran).
+    /// The error of a definition that could not be converted.
+    fn broken_error(&self, name: &str) -> Option<RestError> {
+        let (pointer, message) = self.broken.get(name)?;
+        Some(self.doc.error(pointer, message.clone()))
+    }
+
+    /// The converted definition `name` (after [`Self::settle`] ran); an error when it could
+    /// not be converted.
     pub(crate) fn definition(&mut self, name: &str) -> Result<Option<&Value>, RestError> {
         self.settle()?;
+        if let Some(error) = self.broken_error(name) {
+            return Err(error);
+        }
         Ok(self.defs.get(name).map(|d| &d.schema))
     }
 
-    /// Adds `$defs` with every definition `schema` reaches.
+    /// Adds `$defs` with every definition `schema` reaches; an error when one of them could
+    /// not be converted.
     pub(crate) fn attach_defs(&mut self, schema: &mut Value) -> Result<(), RestError> {
         self.settle()?;
         let mut wanted = BTreeSet::new();
@@ -307,6 +331,9 @@ impl<'d> SchemaConverter<'d> {
         while let Some(name) = stack.pop() {
             if !reachable.insert(name.clone()) {
                 continue;
+            }
+            if let Some(error) = self.broken_error(&name) {
+                return Err(error);
             }
             if let Some(def) = self.defs.get(&name) {
                 stack.extend(def.refs.iter().filter(|r| !reachable.contains(*r)).cloned());
