@@ -69,6 +69,34 @@ fn non_object_bodies_become_one_body_argument() {
 }
 
 #[test]
+fn read_only_body_properties_are_not_arguments() {
+    let mut doc = v3(json!({
+        "/users": {"post": {"operationId": "createUser", "requestBody": {"required": true,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/User"}}}}}},
+        "/users/{uid}": {"put": {"operationId": "replaceUser",
+            "parameters": [{"name": "uid", "in": "path", "required": true, "schema": {"type": "string"}}],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["id", "email"], "properties": {
+                    "id": {"$ref": "#/components/schemas/Id"},
+                    "email": {"type": "string"},
+                    "owner": {"$ref": "#/components/schemas/User"}}}}}}}}}));
+    doc["components"]["schemas"]["Id"] = json!({"type": "string", "readOnly": true});
+    doc["components"]["schemas"]["User"] = json!({"type": "object",
+        "required": ["id", "name", "password"], "properties": {
+            "id": {"type": "integer", "readOnly": true},
+            "name": {"type": "string"},
+            "password": {"type": "string", "writeOnly": true},
+            "createdAt": {"type": "string", "format": "date-time", "readOnly": true}}});
+    check(
+        doc,
+        &OpenApiConfig::default(),
+        expect![[r##"
+            create_user: {"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}
+            replace_user: {"$defs":{"User":{"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}},"properties":{"email":{"type":"string"},"owner":{"$ref":"#/$defs/User"},"uid":{"type":"string"}},"required":["uid","email"],"type":"object"}"##]],
+    );
+}
+
+#[test]
 fn names_rename_and_extensions() {
     let doc = v3(json!({
         "/a": {"get": {"operationId": "listThings", "x-mcp-name": "things"},

@@ -5,7 +5,9 @@
 //! OpenAPI 3.0 and Swagger keywords are normalized: `nullable` (and `x-nullable`) adds
 //! `null` to the type, boolean `exclusiveMinimum`/`exclusiveMaximum` become numbers,
 //! `example` becomes `examples`, Swagger's `type: file` becomes a binary string, an array of
-//! `items` becomes `prefixItems`; `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
+//! `items` becomes `prefixItems`; `readOnly` properties are left out (with their `required`
+//! entries: only the server sets them, and every schema here describes a request);
+//! `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
 //! and `x-` extensions are dropped.
 
 use super::document::{Document, escape_token, percent_decode};
@@ -99,6 +101,7 @@ impl<'d> SchemaConverter<'d> {
         pointer: &str,
     ) -> Result<Value, RestError> {
         let mut out = Map::new();
+        let read_only = self.read_only_properties(map);
         for (key, value) in map {
             if DROPPED.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
@@ -125,7 +128,11 @@ impl<'d> SchemaConverter<'d> {
                         let mut seen = BTreeSet::new();
                         let unique: Vec<Value> = names
                             .iter()
-                            .filter(|n| n.as_str().is_some_and(|n| seen.insert(n.to_owned())))
+                            .filter(|n| {
+                                n.as_str().is_some_and(|n| {
+                                    !read_only.contains(n) && seen.insert(n.to_owned())
+                                })
+                            })
                             .cloned()
                             .collect();
                         Value::Array(unique)
@@ -202,6 +209,9 @@ impl<'d> SchemaConverter<'d> {
                         let base = at();
                         let mut converted = Map::new();
                         for (name, sub) in entries {
+                            if k == "properties" && read_only.contains(name.as_str()) {
+                                continue;
+                            }
                             let sub_at = format!("{base}/{}", escape_token(name));
                             converted.insert(name.clone(), self.convert(sub, &sub_at)?);
                         }
@@ -223,6 +233,24 @@ impl<'d> SchemaConverter<'d> {
             return Ok(make_nullable(out));
         }
         Ok(Value::Object(out))
+    }
+
+    /// The `readOnly` properties of an object schema, directly or through a `$ref`: the
+    /// server sets them, so a request never sends them (`writeOnly` ones stay).
+    fn read_only_properties<'m>(&self, map: &'m Map<String, Value>) -> BTreeSet<&'m str> {
+        let Some(Value::Object(properties)) = map.get("properties") else {
+            return BTreeSet::new();
+        };
+        let read_only = |schema: &Value| schema.get("readOnly") == Some(&Value::Bool(true));
+        properties
+            .iter()
+            .filter(|(_, sub)| {
+                read_only(sub)
+                    || (sub.get("$ref").is_some()
+                        && self.doc.follow(sub, "").is_ok_and(|(target, _)| read_only(target)))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect()
     }
 
     fn pattern_compiles(&mut self, pattern: &str) -> bool {
@@ -573,6 +601,22 @@ mod tests {
         let err = conv.convert(&json!({"$ref": "other.yaml#/A"}), "/paths/~1a/get").unwrap_err();
         expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed (external references are off)"#]]
             .assert_eq(&err.to_string());
+    }
+
+    #[test]
+    fn read_only_properties_are_not_sent() {
+        check(
+            json!({"Id": {"type": "integer", "readOnly": true},
+                   "User": {"type": "object", "required": ["id", "name", "password", "ref"],
+                            "properties": {"id": {"type": "integer", "readOnly": true},
+                                           "ref": {"$ref": "#/components/schemas/Id"},
+                                           "name": {"type": "string"},
+                                           "password": {"type": "string", "writeOnly": true}}}}),
+            json!({"$ref": "#/components/schemas/User"}),
+            expect![[
+                r##"{"$defs":{"User":{"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}},"$ref":"#/$defs/User"}"##
+            ]],
+        );
     }
 
     #[test]
