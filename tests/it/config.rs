@@ -29,7 +29,7 @@ fn documented_example_loads() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(loaded.config.mcp_servers.len(), 3);
     assert_eq!(loaded.secrets, ["ghp_example"]);
-    assert_eq!(loaded.stats_file(), Path::new("/proj/.toolmux/stats.json"));
+    assert_eq!(loaded.stats_file().as_deref(), Some(Path::new("/proj/.toolmux/stats.json")));
 }
 
 #[test]

@@ -553,9 +553,14 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
 }
 
 pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let path = loaded.stats_file();
+    let Some(path) = loaded.stats_file() else {
+        eprintln!("no statistics are kept (`defaults.statsFile: false`)");
+        return Ok(0);
+    };
     let stats = Stats::default();
-    stats.load(&path).with_context(|| format!("reading {}", path.display()))?;
+    if let Err(e) = stats.load(&path) {
+        eprintln!("warning: {:#}", anyhow::Error::new(e));
+    }
     let snapshot = stats.snapshot();
     if json {
         print(&serde_json::to_string_pretty(&snapshot)?);
@@ -567,13 +572,13 @@ pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     }
     let width = snapshot.tools.keys().map(String::len).max().unwrap_or(4).max(4);
     let mut text = format!(
-        "{:width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>9}\n",
-        "tool", "calls", "ok", "failed", "p50 ms", "p95 ms"
+        "{:width$}  {:>7}  {:>7}  {:>7}  {:>9}  {:>9}  {:>9}\n",
+        "tool", "calls", "ok", "failed", "avg ok ms", "p50 ms", "p95 ms"
     );
     for (name, s) in &snapshot.tools {
         text.push_str(&format!(
-            "{name:width$}  {:>7}  {:>7}  {:>7}  {:>9.1}  {:>9.1}\n",
-            s.count, s.ok, s.failed, s.p50_ms, s.p95_ms
+            "{name:width$}  {:>7}  {:>7}  {:>7}  {:>9.1}  {:>9.1}  {:>9.1}\n",
+            s.count, s.ok, s.failed, s.avg_ok_ms, s.p50_ms, s.p95_ms
         ));
     }
     print(text.trim_end());

@@ -74,6 +74,17 @@ pub enum FsError {
         /// The path as the caller gave it.
         path: String,
     },
+    /// The file's byte order mark names an encoding its content is not valid in.
+    #[error(
+        "`{path}` {problem}: it cannot be shown as text; inspect it with `bash` tools such as \
+         `file` or `xxd` if allowed"
+    )]
+    InvalidText {
+        /// The path as the caller gave it.
+        path: String,
+        /// What is wrong, as "is not valid UTF-16: ...".
+        problem: String,
+    },
     /// Overwriting a file that was not read in this run.
     #[error(
         "`{path}` exists and has not been read in this run: read it first before writing to it"

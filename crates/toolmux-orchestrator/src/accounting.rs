@@ -1,5 +1,14 @@
 //! The accounting stage: a record per call, per-tool statistics (counts and latency
 //! percentiles) that can be saved and loaded, and the JSON-lines audit log.
+//!
+//! Several processes may share one statistics file (parallel `toolmux tools call`, a
+//! `toolmux serve` beside them): [`Stats::save`] merges. Under an exclusive lock on a
+//! sibling file (`stats.json.lock`) it reads the file, adds what this process counted since
+//! its last save (never its totals, which would count twice), and replaces the file through
+//! a temporary file of its own. Every stored aggregate is a sum, so merging is adding:
+//! counts, the sums of latencies (all calls and successful calls), and the latency
+//! histogram bucket by bucket; the percentiles and the average are computed again from the
+//! merged sums and histogram.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -8,6 +17,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, mpsc};
+use std::time::{Duration, Instant};
 use toolmux_core::ToolKind;
 
 /// What one call did, as recorded when it ended.
@@ -93,6 +103,8 @@ pub struct ToolStats {
     ok: AtomicU64,
     failed: AtomicU64,
     total_micros: AtomicU64,
+    /// Latency of successful calls only, for their average.
+    ok_micros: AtomicU64,
     histogram: Box<[AtomicU64]>,
 }
 
@@ -103,6 +115,7 @@ impl Default for ToolStats {
             ok: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             total_micros: AtomicU64::new(0),
+            ok_micros: AtomicU64::new(0),
             histogram: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -112,39 +125,109 @@ impl ToolStats {
     /// Records one call.
     pub fn record(&self, ok: bool, micros: u64) {
         self.count.fetch_add(1, Ordering::Relaxed);
-        if ok { &self.ok } else { &self.failed }.fetch_add(1, Ordering::Relaxed);
+        if ok {
+            self.ok.fetch_add(1, Ordering::Relaxed);
+            self.ok_micros.fetch_add(micros, Ordering::Relaxed);
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
         self.total_micros.fetch_add(micros, Ordering::Relaxed);
         self.histogram[bucket_of(micros)].fetch_add(1, Ordering::Relaxed);
     }
 
-    fn percentile_micros(&self, counts: &[u64], p: f64) -> u64 {
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return 0;
-        }
-        let rank = ((total as f64) * p).ceil().max(1.0) as u64;
-        let mut seen = 0;
-        for (i, c) in counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return bucket_midpoint(i);
-            }
-        }
-        0
-    }
-
     /// A serializable copy.
     pub fn snapshot(&self) -> ToolStatsSnapshot {
-        let counts: Vec<u64> = self.histogram.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        let micros_to_ms = |m: u64| m as f64 / 1000.0;
-        ToolStatsSnapshot {
+        self.counters().to_snapshot()
+    }
+
+    fn counters(&self) -> Counters {
+        Counters {
             count: self.count.load(Ordering::Relaxed),
             ok: self.ok.load(Ordering::Relaxed),
             failed: self.failed.load(Ordering::Relaxed),
-            total_latency_ms: micros_to_ms(self.total_micros.load(Ordering::Relaxed)),
-            p50_ms: micros_to_ms(self.percentile_micros(&counts, 0.50)),
-            p95_ms: micros_to_ms(self.percentile_micros(&counts, 0.95)),
-            histogram: counts
+            total_micros: self.total_micros.load(Ordering::Relaxed),
+            ok_micros: self.ok_micros.load(Ordering::Relaxed),
+            histogram: self.histogram.iter().map(|c| c.load(Ordering::Relaxed)).collect(),
+        }
+    }
+
+    fn add(&self, counters: &Counters) {
+        self.count.fetch_add(counters.count, Ordering::Relaxed);
+        self.ok.fetch_add(counters.ok, Ordering::Relaxed);
+        self.failed.fetch_add(counters.failed, Ordering::Relaxed);
+        self.total_micros.fetch_add(counters.total_micros, Ordering::Relaxed);
+        self.ok_micros.fetch_add(counters.ok_micros, Ordering::Relaxed);
+        for (bucket, count) in self.histogram.iter().zip(&counters.histogram) {
+            bucket.fetch_add(*count, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The sums one tool's statistics consist of, as integers: what saving adds and subtracts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Counters {
+    count: u64,
+    ok: u64,
+    failed: u64,
+    total_micros: u64,
+    ok_micros: u64,
+    // Invariant: `BUCKETS` long.
+    histogram: Vec<u64>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            count: 0,
+            ok: 0,
+            failed: 0,
+            total_micros: 0,
+            ok_micros: 0,
+            histogram: vec![0; BUCKETS],
+        }
+    }
+}
+
+impl Counters {
+    fn from_snapshot(saved: &ToolStatsSnapshot) -> Counters {
+        let micros = |ms: f64| (ms * 1000.0).round().max(0.0) as u64;
+        let mut histogram = vec![0; BUCKETS];
+        for (index, count) in &saved.histogram {
+            if let Some(bucket) = index.parse::<usize>().ok().and_then(|i| histogram.get_mut(i)) {
+                *bucket += *count;
+            }
+        }
+        let total_micros = micros(saved.total_latency_ms);
+        // Files from before successful calls' time was kept separately: when none failed,
+        // all the time was theirs.
+        let ok_micros = match saved.ok_latency_ms {
+            Some(ms) => micros(ms),
+            None if saved.failed == 0 => total_micros,
+            None => 0,
+        };
+        Counters {
+            count: saved.count,
+            ok: saved.ok,
+            failed: saved.failed,
+            total_micros,
+            ok_micros,
+            histogram,
+        }
+    }
+
+    fn to_snapshot(&self) -> ToolStatsSnapshot {
+        let micros_to_ms = |m: u64| m as f64 / 1000.0;
+        ToolStatsSnapshot {
+            count: self.count,
+            ok: self.ok,
+            failed: self.failed,
+            total_latency_ms: micros_to_ms(self.total_micros),
+            ok_latency_ms: Some(micros_to_ms(self.ok_micros)),
+            avg_ok_ms: micros_to_ms(self.ok_micros.checked_div(self.ok).unwrap_or(0)),
+            p50_ms: micros_to_ms(self.percentile_micros(0.50)),
+            p95_ms: micros_to_ms(self.percentile_micros(0.95)),
+            histogram: self
+                .histogram
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| **c > 0)
@@ -153,16 +236,52 @@ impl ToolStats {
         }
     }
 
-    fn merge(&self, snapshot: &ToolStatsSnapshot) {
-        self.count.fetch_add(snapshot.count, Ordering::Relaxed);
-        self.ok.fetch_add(snapshot.ok, Ordering::Relaxed);
-        self.failed.fetch_add(snapshot.failed, Ordering::Relaxed);
-        self.total_micros.fetch_add((snapshot.total_latency_ms * 1000.0) as u64, Ordering::Relaxed);
-        for (index, count) in &snapshot.histogram {
-            if let Some(bucket) = index.parse::<usize>().ok().and_then(|i| self.histogram.get(i)) {
-                bucket.fetch_add(*count, Ordering::Relaxed);
+    fn percentile_micros(&self, p: f64) -> u64 {
+        let total: u64 = self.histogram.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((total as f64) * p).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, c) in self.histogram.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return bucket_midpoint(i);
             }
         }
+        0
+    }
+
+    fn add(&mut self, other: &Counters) {
+        self.count += other.count;
+        self.ok += other.ok;
+        self.failed += other.failed;
+        self.total_micros += other.total_micros;
+        self.ok_micros += other.ok_micros;
+        for (mine, theirs) in self.histogram.iter_mut().zip(&other.histogram) {
+            *mine += theirs;
+        }
+    }
+
+    /// What `self` has beyond `earlier`, each sum at least 0 (a file someone emptied).
+    fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            count: self.count.saturating_sub(earlier.count),
+            ok: self.ok.saturating_sub(earlier.ok),
+            failed: self.failed.saturating_sub(earlier.failed),
+            total_micros: self.total_micros.saturating_sub(earlier.total_micros),
+            ok_micros: self.ok_micros.saturating_sub(earlier.ok_micros),
+            histogram: self
+                .histogram
+                .iter()
+                .zip(&earlier.histogram)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect(),
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.count == 0 && self.total_micros == 0 && self.histogram.iter().all(|c| *c == 0)
     }
 }
 
@@ -178,6 +297,13 @@ pub struct ToolStatsSnapshot {
     pub failed: u64,
     /// Sum of latencies.
     pub total_latency_ms: f64,
+    /// Sum of the latencies of successful calls (absent in files from before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok_latency_ms: Option<f64>,
+    /// Average latency of successful calls: failures and timeouts are left out, so that a
+    /// tool that times out now and then does not look slow when it answers.
+    #[serde(default)]
+    pub avg_ok_ms: f64,
     /// Median latency.
     pub p50_ms: f64,
     /// 95th percentile latency.
@@ -271,12 +397,32 @@ pub enum StatsError {
         /// What is wrong.
         message: String,
     },
+    /// Another process held the file's lock for too long.
+    #[error(
+        "statistics file {path}: another toolmux process held its lock {lock} for {waited:?}; \
+         if none is running, remove the lock file"
+    )]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// How long this process waited.
+        waited: Duration,
+    },
 }
+
+/// How long [`Stats::save`] waits for another process to finish saving.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Statistics of all tools.
 #[derive(Debug, Default)]
 pub struct Stats {
     tools: RwLock<HashMap<Arc<str>, Arc<ToolStats>>>,
+    /// Per tool, the part of the counts that the statistics file already holds (loaded from
+    /// it, or saved to it): a save adds only what is beyond. Locked for the whole of a save,
+    /// so that two saves of one process do not add the same counts twice.
+    saved: Mutex<HashMap<String, Counters>>,
 }
 
 /// How many entries beyond one per tool calls to names that are not tools may add: calls
@@ -321,34 +467,167 @@ impl Stats {
         }
     }
 
-    /// Adds saved statistics to the current ones.
+    /// Adds saved statistics to the current ones (as if this process had made those calls:
+    /// [`Stats::save`] adds them to the file).
     pub fn merge(&self, snapshot: &StatsSnapshot) {
         for (tool, saved) in &snapshot.tools {
-            self.of(tool).merge(saved);
+            self.of(tool).add(&Counters::from_snapshot(saved));
         }
     }
 
-    /// Writes a snapshot to `path` atomically (temporary file, then rename).
-    pub fn save(&self, path: &Path) -> Result<(), StatsError> {
-        let io = |source| StatsError::Io { path: path.to_owned(), source };
-        let json = serde_json::to_vec_pretty(&self.snapshot())
-            .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })?;
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, json).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+    fn counters(&self) -> HashMap<String, Counters> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools.iter().map(|(name, s)| (name.to_string(), s.counters())).collect()
     }
 
-    /// Reads a snapshot from `path` and merges it in. A missing file is not an error.
-    pub fn load(&self, path: &Path) -> Result<(), StatsError> {
-        let bytes = match std::fs::read(path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => return Err(StatsError::Io { path: path.to_owned(), source }),
+    /// Adds what this process counted since its last save (or load) to the statistics in
+    /// `path`, which other processes may write too: under an exclusive lock on
+    /// `path` + `.lock`, waiting at most 10 seconds for it, the file is read, the counts
+    /// added, and the result written to a temporary file of this process and renamed over
+    /// it. The counts other processes added meanwhile join this process's own. A file that
+    /// is not a statistics file is moved aside to `path` + `.bad`, not overwritten.
+    pub fn save(&self, path: &Path) -> Result<(), StatsError> {
+        let io = |source| StatsError::Io { path: path.to_owned(), source };
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let _lock = FileLock::acquire(path)?;
+        let (on_disk, moved_aside) = match read_snapshot(path) {
+            Ok(snapshot) => (snapshot.unwrap_or_default(), false),
+            Err(StatsError::Format { message, .. }) => {
+                let bad = sibling(path, ".bad");
+                std::fs::rename(path, &bad).map_err(io)?;
+                tracing::warn!(
+                    "statistics file {} is not valid ({message}): moved to {}, starting anew",
+                    path.display(),
+                    bad.display()
+                );
+                (StatsSnapshot::default(), true)
+            }
+            Err(e) => return Err(e),
         };
-        let snapshot: StatsSnapshot = serde_json::from_slice(&bytes)
-            .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })?;
-        self.merge(&snapshot);
+        let on_disk: HashMap<String, Counters> = on_disk
+            .tools
+            .iter()
+            .map(|(name, s)| (name.clone(), Counters::from_snapshot(s)))
+            .collect();
+        let none = Counters::default();
+        let now = self.counters();
+        let mut merged = on_disk.clone();
+        let mut changed = moved_aside;
+        for (tool, current) in &now {
+            let delta = current.since(saved.get(tool).unwrap_or(&none));
+            if !delta.is_zero() {
+                merged.entry(tool.clone()).or_default().add(&delta);
+                changed = true;
+            }
+        }
+        if changed {
+            let snapshot = StatsSnapshot {
+                version: 1,
+                tools: merged.iter().map(|(name, c)| (name.clone(), c.to_snapshot())).collect(),
+            };
+            let json = serde_json::to_vec_pretty(&snapshot).map_err(|e| StatsError::Format {
+                path: path.to_owned(),
+                message: e.to_string(),
+            })?;
+            static TEMPORARY: AtomicU64 = AtomicU64::new(0);
+            let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
+            let tmp = sibling(path, &format!(".{}.{n}.tmp", std::process::id()));
+            std::fs::write(&tmp, json).map_err(io)?;
+            if let Err(source) = std::fs::rename(&tmp, path) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(io(source));
+            }
+        }
+        // What other processes saved since this one last looked joins its counts; the file
+        // now holds all of them.
+        let mut now = now;
+        for (tool, disk) in &on_disk {
+            let others = disk.since(saved.get(tool).unwrap_or(&none));
+            if !others.is_zero() {
+                self.of(tool).add(&others);
+                now.entry(tool.clone()).or_default().add(&others);
+            }
+        }
+        *saved = now;
         Ok(())
+    }
+
+    /// Reads the statistics in `path` and merges them in; they count as saved already. A
+    /// missing file is not an error.
+    pub fn load(&self, path: &Path) -> Result<(), StatsError> {
+        let Some(snapshot) = read_snapshot(path)? else {
+            return Ok(());
+        };
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        for (tool, stats) in &snapshot.tools {
+            let counters = Counters::from_snapshot(stats);
+            self.of(tool).add(&counters);
+            saved.entry(tool.clone()).or_default().add(&counters);
+        }
+        Ok(())
+    }
+}
+
+/// The statistics in `path`; `None` when there is no such file.
+fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(StatsError::Io { path: path.to_owned(), source }),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })
+}
+
+/// `path` with `suffix` added to its file name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// An exclusive advisory lock on the file beside a statistics file, released when dropped.
+/// The lock file stays: removing it would let a process lock a file another has just
+/// unlinked.
+#[derive(Debug)]
+struct FileLock {
+    file: std::fs::File,
+}
+
+impl FileLock {
+    fn acquire(path: &Path) -> Result<FileLock, StatsError> {
+        let lock = sibling(path, ".lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock)
+            .map_err(|source| StatsError::Io { path: lock.clone(), source })?;
+        let started = Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(FileLock { file }),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(StatsError::Io { path: lock, source });
+                }
+            }
+            let waited = started.elapsed();
+            if waited >= LOCK_TIMEOUT {
+                return Err(StatsError::Locked { path: path.to_owned(), lock, waited });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
     }
 }
 
@@ -505,6 +784,138 @@ mod tests {
         loaded.load(&dir.path().join("missing.json")).unwrap();
         std::fs::write(&path, "{").unwrap();
         assert!(matches!(loaded.load(&path), Err(StatsError::Format { .. })));
+    }
+
+    fn saved(path: &Path) -> StatsSnapshot {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn saves_of_two_processes_add_up_and_count_each_call_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let (one, two) = (Stats::default(), Stats::default());
+        for _ in 0..3 {
+            one.of("a__b").record(true, 1_000);
+        }
+        two.of("a__b").record(false, 3_000);
+        two.of("c__d").record(true, 5_000);
+        one.save(&path).unwrap();
+        two.save(&path).unwrap();
+        let file = saved(&path);
+        assert_eq!(file.tools["a__b"].count, 4);
+        assert_eq!((file.tools["a__b"].ok, file.tools["a__b"].failed), (3, 1));
+        assert_eq!(file.tools["a__b"].total_latency_ms, 6.0);
+        assert_eq!(file.tools["c__d"].count, 1);
+        // Saving again adds only what is new, and brings in what the other one saved.
+        one.of("a__b").record(true, 1_000);
+        one.save(&path).unwrap();
+        one.save(&path).unwrap();
+        assert_eq!(saved(&path).tools["a__b"].count, 5);
+        assert_eq!(one.snapshot().tools["c__d"].count, 1);
+        assert_eq!(one.snapshot(), saved(&path));
+        two.save(&path).unwrap();
+        assert_eq!(saved(&path).tools["a__b"].count, 5);
+        assert_eq!(two.snapshot(), saved(&path));
+    }
+
+    #[test]
+    fn loaded_counts_are_not_saved_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/stats.json");
+        let first = Stats::default();
+        first.of("a__b").record(true, 1_000);
+        first.of("a__b").record(true, 1_000);
+        first.save(&path).unwrap();
+        let second = Stats::default();
+        second.load(&path).unwrap();
+        second.of("a__b").record(true, 1_000);
+        second.save(&path).unwrap();
+        assert_eq!(saved(&path).tools["a__b"].count, 3);
+        assert_eq!(second.snapshot().tools["a__b"].count, 3);
+    }
+
+    #[test]
+    fn merged_histograms_give_the_percentiles_of_all_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let (fast, slow, all) = (Stats::default(), Stats::default(), Stats::default());
+        for ms in 1..=100u64 {
+            let stats = if ms <= 50 { &fast } else { &slow };
+            stats.of("a__b").record(true, ms * 1000);
+            all.of("a__b").record(true, ms * 1000);
+        }
+        fast.save(&path).unwrap();
+        slow.save(&path).unwrap();
+        let merged = &saved(&path).tools["a__b"];
+        let expected = &all.snapshot().tools["a__b"];
+        assert_eq!(merged, expected);
+        assert!((merged.p95_ms - 95.0).abs() < 15.0, "{}", merged.p95_ms);
+    }
+
+    #[test]
+    fn the_average_of_successful_calls_leaves_failures_out() {
+        let stats = Stats::default();
+        stats.of("a__b").record(true, 10_000);
+        stats.of("a__b").record(true, 20_000);
+        stats.of("a__b").record(false, 60_000_000);
+        let s = &stats.snapshot().tools["a__b"];
+        assert_eq!(s.avg_ok_ms, 15.0);
+        assert_eq!(s.ok_latency_ms, Some(30.0));
+        assert_eq!(s.total_latency_ms, 60_030.0);
+    }
+
+    #[test]
+    fn a_file_from_before_success_times_were_kept_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        let old = r#"{"version":1,"tools":{"a__b":{"count":2,"ok":2,"failed":0,
+            "totalLatencyMs":30.0,"p50Ms":10.0,"p95Ms":20.0,"histogram":{"53":1,"57":1}}}}"#;
+        std::fs::write(&path, old).unwrap();
+        let stats = Stats::default();
+        stats.load(&path).unwrap();
+        assert_eq!(stats.snapshot().tools["a__b"].avg_ok_ms, 15.0);
+    }
+
+    #[test]
+    fn an_invalid_file_is_moved_aside_when_saving() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        std::fs::write(&path, "{\"version\": 1, \"tools\": {").unwrap();
+        let stats = Stats::default();
+        let Err(StatsError::Format { message, .. }) = stats.load(&path) else {
+            panic!("an invalid file is a format error")
+        };
+        assert!(message.contains("EOF"), "{message}");
+        stats.of("a__b").record(true, 1_000);
+        stats.save(&path).unwrap();
+        assert_eq!(saved(&path).tools["a__b"].count, 1);
+        let bad = std::fs::read_to_string(dir.path().join("stats.json.bad")).unwrap();
+        assert_eq!(bad, "{\"version\": 1, \"tools\": {");
+    }
+
+    #[test]
+    fn concurrent_saves_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    let stats = Stats::default();
+                    for _ in 0..5 {
+                        stats.of("a__b").record(true, 1_000);
+                        stats.save(&path).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(saved(&path).tools["a__b"].count, 40);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[test]

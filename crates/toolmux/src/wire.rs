@@ -22,7 +22,7 @@ pub struct Toolmux {
     agents: Option<toolmux_agent::Agents>,
     output_store: Arc<dyn OutputStore>,
     output_dir: PathBuf,
-    stats_file: PathBuf,
+    stats_file: Option<PathBuf>,
     warnings: Vec<String>,
     /// The MCP servers built, kept so that a rebuild can take over those left unchanged.
     #[cfg(feature = "mcp")]
@@ -304,10 +304,17 @@ impl Toolmux {
             .build()
             .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
         let stats_file = loaded.stats_file();
-        orchestrator
-            .stats()
-            .load(&stats_file)
-            .map_err(|source| ToolmuxError::Stats { path: stats_file.clone(), source })?;
+        // Statistics are worth keeping, not worth refusing to work over: a file that cannot
+        // be read is warned of, and the counts start from nothing.
+        if let Some(path) = &stats_file
+            && let Err(e) = orchestrator.stats().load(path)
+        {
+            warnings.push(format!(
+                "{e}; statistics start from nothing (an invalid file is moved to {}.bad when \
+                 they are saved)",
+                path.display()
+            ));
+        }
         #[cfg(feature = "agent")]
         if let Some(agents) = &agents {
             agents.attach(&orchestrator);
@@ -353,9 +360,9 @@ impl Toolmux {
         &self.output_dir
     }
 
-    /// Where statistics persist.
-    pub fn stats_file(&self) -> &Path {
-        &self.stats_file
+    /// Where statistics persist; `None` when they are not kept (`statsFile: false`).
+    pub fn stats_file(&self) -> Option<&Path> {
+        self.stats_file.as_deref()
     }
 
     /// Warnings from loading and wiring.
@@ -363,18 +370,12 @@ impl Toolmux {
         &self.warnings
     }
 
-    /// Saves the statistics (earlier runs' included) to the statistics file.
+    /// Adds the counts of this process since its last save to the statistics file, which
+    /// other processes may share (see [`toolmux_orchestrator::accounting::Stats::save`]).
     pub fn save_stats(&self) -> Result<(), ToolmuxError> {
-        let path = &self.stats_file;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ToolmuxError::Stats {
-                path: path.clone(),
-                source: toolmux_orchestrator::accounting::StatsError::Io {
-                    path: dir.to_path_buf(),
-                    source,
-                },
-            })?;
-        }
+        let Some(path) = &self.stats_file else {
+            return Ok(());
+        };
         self.orchestrator
             .stats()
             .save(path)

@@ -2,6 +2,8 @@
 
 use crate::Project;
 use expect_test::expect;
+use std::process::Stdio;
+use std::time::Duration;
 
 fn spilled_project() -> Project {
     let project = Project::new();
@@ -56,7 +58,94 @@ fn statistics_persist_across_runs() {
 
     let table = project.run(&["stats"]);
     let header = table.ok().lines().next().unwrap_or_default().to_owned();
-    expect!["tool        calls       ok   failed     p50 ms     p95 ms"].assert_eq(&header);
+    expect!["tool        calls       ok   failed  avg ok ms     p50 ms     p95 ms"]
+        .assert_eq(&header);
+}
+
+/// Processes that end at the same time add their counts to the statistics file instead of
+/// overwriting each other's.
+#[test]
+fn parallel_calls_are_all_counted() {
+    let project = Project::new();
+    project
+        .file("a.txt", "TODO\n")
+        .file("toolmux.yaml", "defaults:\n  statsFile: .toolmux/stats.json\nfs: {}\n");
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            let mut command =
+                project.command(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+            command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            command.spawn().expect("spawn toolmux")
+        })
+        .collect();
+    for child in children {
+        let run = crate::wait(child, Duration::from_secs(120));
+        run.ok();
+        assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    }
+    let run = project.run(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    assert_eq!(stats["tools"]["fs__grep"]["count"], 10, "{stats}");
+    assert_eq!(stats["tools"]["fs__grep"]["ok"], 10);
+    let dir = project.path().join(".toolmux");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("statistics folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+}
+
+/// A damaged statistics file costs a warning, not the call; it is kept aside as `.bad`.
+#[test]
+fn a_damaged_statistics_file_only_warns() {
+    let project = Project::new();
+    project
+        .file("a.txt", "TODO\n")
+        .file("toolmux.yaml", "defaults:\n  statsFile: .toolmux/stats.json\nfs: {}\n")
+        .file(".toolmux/stats.json", "{\"version\": 1, \"too");
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]);
+    run.ok();
+    let stats_file = project.path().join(".toolmux/stats.json");
+    assert!(
+        run.stderr
+            .contains(&format!("warning: statistics file {} is not valid", stats_file.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("EOF while parsing"), "{}", run.stderr);
+    let bad = std::fs::read_to_string(project.path().join(".toolmux/stats.json.bad"));
+    assert_eq!(bad.expect("moved aside"), "{\"version\": 1, \"too");
+    let run = project.run(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    assert_eq!(stats["tools"]["fs__grep"]["count"], 1, "{stats}");
+}
+
+/// `statsFile: false` keeps no statistics.
+#[test]
+fn statistics_can_be_turned_off() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n").file("toolmux.yaml", "defaults:\n  statsFile: false\nfs: {}\n");
+    project.run(&["tools", "call", "fs__grep", r#"{"pattern":"TODO"}"#]).ok();
+    assert!(!project.path().join(".toolmux/stats.json").exists());
+    let tmp = project.path().join("tmp");
+    let kept: Vec<_> = walk(&tmp).into_iter().filter(|p| p.ends_with("stats.json")).collect();
+    assert!(kept.is_empty(), "{kept:?}");
+    let run = project.run(&["stats"]);
+    run.ok();
+    expect!["no statistics are kept (`defaults.statsFile: false`)"].assert_eq(run.stderr.trim());
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }
 
 /// Two toolmux processes with their own output directories but one Redis (`backend.redis`)

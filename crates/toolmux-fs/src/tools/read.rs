@@ -1,6 +1,7 @@
 //! `read`: one page of a text file with numbered lines, streamed so that the last page of
 //! a huge file costs a scan, not its size in memory.
 
+use super::text::{Encoding, Utf16Decoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
@@ -37,7 +38,8 @@ lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line.
 longer than 2000 characters are cut with a `[... N more characters]` marker. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
 reported. Directories are refused (use `ls`), binary files (NUL bytes in the first 8 KiB) are \
-refused, invalid UTF-8 is replaced with U+FFFD and flagged. Paths are relative to the workspace \
+refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
+are decoded (and refused if they are not valid UTF-16). Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read.";
 
 /// Reads one page of `args.path`, recording the file's hash for `run`.
@@ -66,6 +68,14 @@ pub(crate) fn read(
     let mut reader = file;
     let mut buf = vec![0u8; 256 * 1024];
     let mut at_start = true;
+    // Set when the file starts with a UTF-16 byte order mark: its text is decoded to UTF-8
+    // before it is paged.
+    let mut utf16: Option<(Encoding, Utf16Decoder)> = None;
+    let mut decoded = String::new();
+    let invalid = |e: super::text::DecodeError| FsError::InvalidText {
+        path: path.given.clone(),
+        problem: e.to_string(),
+    };
     loop {
         if cancelled.load(Ordering::Relaxed) {
             return Err(FsError::Cancelled { tool: "read" });
@@ -80,14 +90,26 @@ pub(crate) fn read(
         hasher.update(chunk);
         if at_start {
             at_start = false;
-            if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
+            let encoding = Encoding::sniff(chunk);
+            if encoding.is_utf16() {
+                utf16 = Some((encoding, Utf16Decoder::new(encoding == Encoding::Utf16Be)));
+            } else if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
                 return Err(FsError::Binary { path: path.given.clone() });
             }
-            if let Some(rest) = chunk.strip_prefix(b"\xEF\xBB\xBF") {
-                chunk = rest;
-            }
+            chunk = &chunk[encoding.bom().len()..];
         }
-        page.feed(chunk);
+        match &mut utf16 {
+            Some((_, decoder)) => {
+                decoded.clear();
+                decoder.feed(chunk, &mut decoded).map_err(invalid)?;
+                page.feed(decoded.as_bytes());
+            }
+            None => page.feed(chunk),
+        }
+    }
+    if let Some((encoding, decoder)) = utf16 {
+        decoder.finish().map_err(invalid)?;
+        page.decoded_from = Some(encoding);
     }
     ws.record_read(run, canonical, hasher.finalize().into());
     page.finish(&path.given)
@@ -112,6 +134,8 @@ struct Page<'a> {
     capped: bool,
     cut_lines: u64,
     invalid_utf8: bool,
+    /// The encoding the text was decoded from, when not UTF-8.
+    decoded_from: Option<Encoding>,
 }
 
 impl<'a> Page<'a> {
@@ -129,6 +153,7 @@ impl<'a> Page<'a> {
             capped: false,
             cut_lines: 0,
             invalid_utf8: false,
+            decoded_from: None,
         }
     }
 
@@ -253,7 +278,13 @@ impl<'a> Page<'a> {
         if self.invalid_utf8 {
             text.push_str("\n[the file is not valid UTF-8: invalid bytes are shown as U+FFFD]");
         }
+        if let Some(encoding) = self.decoded_from {
+            let _ =
+                write!(text, "\n[the file is {}; `edit` and `write` keep it so]", encoding.name());
+        }
+        let encoding = self.decoded_from.unwrap_or(Encoding::Utf8);
         Ok(ToolOutput::text(text)
+            .with_extra("encoding", json!(encoding.name()))
             .with_extra("totalLines", json!(total))
             .with_extra("startLine", json!(self.first))
             .with_extra("endLine", json!(last))

@@ -1,12 +1,18 @@
 //! `write`: whole-file writes, atomic, refusing to clobber what was not read or has changed.
 
+use super::text::{Encoding, LineEnding};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::{self, Workspace};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
+use std::borrow::Cow;
+use std::io::Read as _;
 use toolmux_core::ToolOutput;
+
+/// Bytes of an existing file looked at to tell its line ending.
+const STYLE_SAMPLE: u64 = 1024 * 1024;
 
 /// Arguments of `write`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -22,7 +28,9 @@ pub(crate) const DESCRIPTION: &str = "Write a file in the workspace, replacing i
 Parent directories are created. The write is atomic (a temporary file renamed over the target) \
 and an existing file keeps its permissions. An existing file must have been read with `read` in \
 this run, and must not have changed since (checked by content hash): otherwise the write is \
-refused and you must read the file (again) first. Prefer `edit` for changes to existing files. \
+refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
+and UTF-16 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
+of its lines end so. Prefer `edit` for changes to existing files. \
 Paths are relative to the workspace root or absolute inside it; nothing outside the root can be \
 written.";
 
@@ -43,17 +51,27 @@ pub(crate) fn write(
         });
     }
     check_existing(ws, run, &path)?;
-    let written = ws.write_atomic(&path, args.content.as_bytes())?;
-    ws.record_read(run, written.canonical, workspace::hash(args.content.as_bytes()));
+    let (bytes, kept) = match existing_style(ws, &path)? {
+        Some(style) => style.render(&args.content),
+        // A new file is written as given.
+        None => (args.content.as_bytes().to_vec(), Vec::new()),
+    };
+    let written = ws.write_atomic(&path, &bytes)?;
+    ws.record_read(run, written.canonical, workspace::hash(&bytes));
     let lines = args.content.lines().count();
     let verb = if written.created { "created" } else { "overwrote" };
+    let kept_note = if kept.is_empty() {
+        String::new()
+    } else {
+        format!("; kept the file's {}", kept.join(" and "))
+    };
     Ok(ToolOutput::text(format!(
-        "{verb} `{}` ({} bytes, {lines} lines)",
+        "{verb} `{}` ({} bytes, {lines} lines{kept_note})",
         path.given,
-        args.content.len()
+        bytes.len()
     ))
     .with_extra("created", json!(written.created))
-    .with_extra("bytes", json!(args.content.len()))
+    .with_extra("bytes", json!(bytes.len()))
     .with_extra("lines", json!(lines)))
 }
 
@@ -74,4 +92,60 @@ fn check_existing(ws: &Workspace, run: &str, path: &workspace::Resolved) -> Resu
     }
     let current = ws.hash_file(path)?;
     ws.check_fresh(run, path, &canonical, &current, true)
+}
+
+/// How an existing file is written: its encoding and the line ending most of its lines use.
+#[derive(Debug, Clone, Copy)]
+struct Style {
+    encoding: Encoding,
+    ending: Option<LineEnding>,
+}
+
+impl Style {
+    /// The bytes to write for `content`, and what of the old file's style they kept.
+    /// Content with bare `\n` only gets CRLF when the file mostly used CRLF (content that
+    /// has CRLF of its own is taken as meant); a byte order mark and UTF-16 are kept.
+    fn render(self, content: &str) -> (Vec<u8>, Vec<&'static str>) {
+        let mut kept = Vec::new();
+        let mut text = Cow::Borrowed(content);
+        if self.ending == Some(LineEnding::CrLf)
+            && content.contains('\n')
+            && !content.contains("\r\n")
+        {
+            text = LineEnding::CrLf.apply(content);
+            kept.push("CRLF line endings");
+        }
+        match self.encoding {
+            Encoding::Utf8 => {}
+            Encoding::Utf8Bom if content.starts_with('\u{FEFF}') => {}
+            Encoding::Utf8Bom => kept.push("UTF-8 byte order mark"),
+            Encoding::Utf16Le => kept.push("UTF-16 LE encoding"),
+            Encoding::Utf16Be => kept.push("UTF-16 BE encoding"),
+        }
+        (self.encoding.encode(&text), kept)
+    }
+}
+
+/// The style of the file at `path`, from its first [`STYLE_SAMPLE`] bytes; `None` when
+/// there is no file yet.
+fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<Style>, FsError> {
+    let err = |e| FsError::from_io(&path.given, e);
+    let file = match ws.dir().open(&path.relative) {
+        Ok(file) => file.into_std(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(e)),
+    };
+    let mut sample = Vec::new();
+    file.take(STYLE_SAMPLE).read_to_end(&mut sample).map_err(err)?;
+    let encoding = Encoding::sniff(&sample);
+    let body = &sample[encoding.bom().len()..];
+    let units = body.chunks_exact(2).map(|p| [p[0], p[1]]);
+    let ending = match encoding {
+        Encoding::Utf16Le => LineEnding::dominant_in(units.map(u16::from_le_bytes)),
+        Encoding::Utf16Be => LineEnding::dominant_in(units.map(u16::from_be_bytes)),
+        Encoding::Utf8 | Encoding::Utf8Bom => {
+            LineEnding::dominant_in(body.iter().map(|&b| u16::from(b)))
+        }
+    };
+    Ok(Some(Style { encoding, ending }))
 }

@@ -153,3 +153,69 @@ async fn unknown_arguments_are_refused() {
         "{err}"
     );
 }
+
+fn utf16(text: &str, big_endian: bool) -> Vec<u8> {
+    let mut bytes = if big_endian { vec![0xFE, 0xFF] } else { vec![0xFF, 0xFE] };
+    for unit in text.encode_utf16() {
+        bytes.extend(if big_endian { unit.to_be_bytes() } else { unit.to_le_bytes() });
+    }
+    bytes
+}
+
+#[tokio::test]
+async fn utf16_files_are_decoded() {
+    let fx = Fixture::new();
+    for (name, big_endian) in [("le.txt", false), ("be.txt", true)] {
+        std::fs::write(
+            fx.root().join(name),
+            utf16("caf\u{e9}\r\nsmile \u{1F600}\nend", big_endian),
+        )
+        .unwrap();
+        let out = fx.call("read", json!({"path": name})).await.unwrap();
+        let which = if big_endian { "BE" } else { "LE" };
+        assert_eq!(
+            out.to_text(),
+            format!(
+                "     1\tcaf\u{e9}\n     2\tsmile \u{1F600}\n     3\tend\n\n[the file is UTF-16 \
+                 {which}; `edit` and `write` keep it so]"
+            )
+        );
+        assert_eq!(out.extras["totalLines"], 3);
+        assert_eq!(out.extras["encoding"], format!("UTF-16 {which}"));
+    }
+    // Paging works on the decoded lines.
+    let out = fx.call("read", json!({"path": "le.txt", "offset": 2, "limit": 1})).await.unwrap();
+    assert!(
+        out.to_text().starts_with("     2\tsmile \u{1F600}\n\n[showing lines 2-2 of 3"),
+        "{}",
+        out.to_text()
+    );
+}
+
+#[tokio::test]
+async fn a_large_utf16_file_is_decoded_across_reads() {
+    let fx = Fixture::new();
+    // Over the 256 KiB read buffer, with a surrogate pair on every line, so that some pair
+    // and some code unit are cut between two reads.
+    let text: String = (1..=40_000).map(|i| format!("{i} \u{1F600}\n")).collect();
+    std::fs::write(fx.root().join("big.txt"), utf16(&text, false)).unwrap();
+    let out = fx.call("read", json!({"path": "big.txt", "offset": 39_999})).await.unwrap();
+    assert_eq!(out.extras["totalLines"], 40_000);
+    assert!(
+        out.to_text().starts_with(" 39999\t39999 \u{1F600}\n 40000\t40000 \u{1F600}\n"),
+        "{}",
+        out.to_text()
+    );
+}
+
+#[tokio::test]
+async fn invalid_utf16_is_refused() {
+    let fx = Fixture::new();
+    // An unpaired high surrogate followed by `a`.
+    std::fs::write(fx.root().join("bad.txt"), [0xFF, 0xFE, b'x', 0, 0x3D, 0xD8, b'a', 0]).unwrap();
+    expect!["`bad.txt` is not valid UTF-16: an unpaired surrogate at byte 6: it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+        .assert_eq(&fx.err("read", json!({"path": "bad.txt"})).await);
+    std::fs::write(fx.root().join("odd.txt"), [0xFE, 0xFF, 0, b'x', 0]).unwrap();
+    expect!["`odd.txt` is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes): it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
+        .assert_eq(&fx.err("read", json!({"path": "odd.txt"})).await);
+}

@@ -94,3 +94,69 @@ async fn write_is_disabled_by_default() {
         .assert_eq(&fx.err("write", json!({"path": "a", "content": "x"})).await);
     assert!(!fx.root().join("a").exists());
 }
+
+#[tokio::test]
+async fn overwriting_a_crlf_file_with_lf_content_keeps_crlf() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old\r\nlines\r\n");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    let out = fx.ok("write", json!({"path": "a.txt", "content": "new\nlines\nhere\n"})).await;
+    expect!["overwrote `a.txt` (18 bytes, 3 lines; kept the file's CRLF line endings)"]
+        .assert_eq(&out);
+    assert_eq!(fx.get("a.txt"), "new\r\nlines\r\nhere\r\n");
+    // Content with CRLF of its own is written as given, and so is an LF file.
+    fx.ok("write", json!({"path": "a.txt", "content": "x\r\ny\nz"})).await;
+    assert_eq!(fx.get("a.txt"), "x\r\ny\nz");
+    fx.put("lf.txt", "a\nb\n");
+    fx.ok("read", json!({"path": "lf.txt"})).await;
+    assert_eq!(
+        fx.ok("write", json!({"path": "lf.txt", "content": "c\nd\n"})).await,
+        "overwrote `lf.txt` (4 bytes, 2 lines)"
+    );
+    assert_eq!(fx.get("lf.txt"), "c\nd\n");
+}
+
+#[tokio::test]
+async fn overwriting_a_bom_file_keeps_the_bom() {
+    let fx = Fixture::new();
+    let path = fx.root().join("bom.txt");
+    std::fs::write(&path, b"\xEF\xBB\xBFold\n").unwrap();
+    fx.ok("read", json!({"path": "bom.txt"})).await;
+    let out = fx.ok("write", json!({"path": "bom.txt", "content": "new\n"})).await;
+    assert_eq!(
+        out,
+        "overwrote `bom.txt` (7 bytes, 1 lines; kept the file's UTF-8 byte order mark)"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"\xEF\xBB\xBFnew\n");
+    // A mark in the content is not doubled.
+    fx.ok("write", json!({"path": "bom.txt", "content": "\u{FEFF}again"})).await;
+    assert_eq!(std::fs::read(&path).unwrap(), b"\xEF\xBB\xBFagain");
+}
+
+#[tokio::test]
+async fn overwriting_a_utf16_crlf_file_keeps_both() {
+    let fx = Fixture::new();
+    let utf16be = |text: &str| -> Vec<u8> {
+        let mut bytes = vec![0xFE, 0xFF];
+        text.encode_utf16().for_each(|u| bytes.extend(u.to_be_bytes()));
+        bytes
+    };
+    let path = fx.root().join("w.txt");
+    std::fs::write(&path, utf16be("eins\r\nzwei\r\n")).unwrap();
+    fx.ok("read", json!({"path": "w.txt"})).await;
+    let out = fx.ok("write", json!({"path": "w.txt", "content": "drei\n\u{e9}\n"})).await;
+    assert_eq!(
+        out,
+        "overwrote `w.txt` (20 bytes, 2 lines; kept the file's CRLF line endings and UTF-16 BE encoding)"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), utf16be("drei\r\n\u{e9}\r\n"));
+}
+
+#[tokio::test]
+async fn new_files_are_written_as_given() {
+    let fx = Fixture::new();
+    fx.ok("write", json!({"path": "crlf.txt", "content": "a\r\nb\n"})).await;
+    assert_eq!(fx.get("crlf.txt"), "a\r\nb\n");
+    fx.ok("write", json!({"path": "bom.txt", "content": "\u{FEFF}x"})).await;
+    assert_eq!(std::fs::read(fx.root().join("bom.txt")).unwrap(), b"\xEF\xBB\xBFx");
+}

@@ -4,7 +4,7 @@
 //! straight from the text so that unknown keys and bad types carry their line → `${VAR}`
 //! expansion on the parsed values → the typed model again from the expanded values.
 
-use super::{Config, env, jsonc};
+use super::{Config, StatsFile, env, jsonc};
 use crate::ToolmuxError;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
@@ -121,11 +121,12 @@ impl Loaded {
     }
 
     /// Where statistics persist: `defaults.statsFile`, or `stats.json` in the output
-    /// directory.
-    pub fn stats_file(&self) -> PathBuf {
+    /// directory; `None` with `statsFile: false`.
+    pub fn stats_file(&self) -> Option<PathBuf> {
         match &self.config.defaults.stats_file {
-            Some(file) => self.resolve(file),
-            None => self.output_dir().join("stats.json"),
+            Some(StatsFile::Path(file)) => Some(self.resolve(file)),
+            Some(StatsFile::Enabled(false)) => None,
+            Some(StatsFile::Enabled(true)) | None => Some(self.output_dir().join("stats.json")),
         }
     }
 }

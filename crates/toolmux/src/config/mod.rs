@@ -205,9 +205,9 @@ pub struct Defaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_log: Option<PathBuf>,
     /// Where per-tool statistics persist across runs (default `stats.json` in the output
-    /// directory).
+    /// directory); `false` keeps none. Processes sharing the file add their counts to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats_file: Option<PathBuf>,
+    pub stats_file: Option<StatsFile>,
     /// Logs the MCP traffic at debug level.
     #[serde(default, rename = "traceMCP", alias = "traceMcp")]
     pub trace_mcp: bool,
@@ -216,6 +216,17 @@ pub struct Defaults {
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
+}
+
+/// `defaults.statsFile`: a path, or `false` (no statistics kept) or `true` (the default
+/// place).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged, expecting = "expected a file path, or false to keep no statistics")]
+pub enum StatsFile {
+    /// `true`: the default place; `false`: none.
+    Enabled(bool),
+    /// This file, relative to the configuration file's folder.
+    Path(PathBuf),
 }
 
 /// What happens to an output over the size cap.

@@ -274,7 +274,7 @@ openapi:
 "#,
     );
     assert_eq!(loaded.output_dir(), Path::new("/proj/.toolmux/outputs"));
-    assert_eq!(loaded.stats_file(), Path::new("/proj/.toolmux/stats.json"));
+    assert_eq!(loaded.stats_file().as_deref(), Some(Path::new("/proj/.toolmux/stats.json")));
     assert_eq!(loaded.config.defaults.tool_timeout, Some(30000));
 }
 
@@ -282,7 +282,15 @@ openapi:
 fn empty_file_is_an_empty_configuration() {
     let loaded = loads(FileFormat::Yaml, "# nothing yet\n");
     assert_eq!(loaded.config, Config::default());
-    assert_eq!(loaded.stats_file(), loaded.output_dir().join("stats.json"));
+    assert_eq!(loaded.stats_file(), Some(loaded.output_dir().join("stats.json")));
+}
+
+#[test]
+fn stats_file_false_keeps_no_statistics() {
+    let off = loads(FileFormat::Yaml, "defaults:\n  statsFile: false\n");
+    assert_eq!(off.stats_file(), None);
+    let on = loads(FileFormat::Yaml, "defaults:\n  statsFile: true\n");
+    assert_eq!(on.stats_file(), Some(on.output_dir().join("stats.json")));
 }
 
 #[test]
