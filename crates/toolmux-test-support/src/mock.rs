@@ -44,6 +44,8 @@ pub enum Behavior {
     },
     /// Fails with a remote error.
     Fail(String),
+    /// Returns the call's run id as text.
+    RunId,
 }
 
 #[derive(Debug)]
@@ -273,6 +275,7 @@ impl ToolProvider for MockProvider {
             }),
             Behavior::FailTransient { .. } => Ok(ToolOutput::json(arguments)),
             Behavior::Fail(message) => Err(ToolError::remote(name, message.clone())),
+            Behavior::RunId => Ok(ToolOutput::text(ctx.run_id())),
         }
     }
 

@@ -62,6 +62,9 @@ pub(crate) struct Shared {
     sessions: AtomicU64,
     /// Distinguishes servers in one process, so run ids stay unique across them.
     server_id: u64,
+    /// The run of the stateless (2026-07-28) requests that neither name a run nor carry a
+    /// key or token.
+    stateless_run: Arc<str>,
     /// Seals the answers of multi-round-trip requests into `requestState`.
     seal: Result<StateSeal, String>,
     /// Calls running (or run) as MCP tasks.
@@ -141,6 +144,7 @@ impl Shared {
         {
             info = info.with_instructions(instructions);
         }
+        let server_id = NEXT_SERVER.fetch_add(1, Ordering::Relaxed);
         Arc::new(Shared {
             provider,
             options,
@@ -148,7 +152,8 @@ impl Shared {
             listing: Mutex::new(None),
             kept: AtomicBool::new(false),
             sessions: AtomicU64::new(0),
-            server_id: NEXT_SERVER.fetch_add(1, Ordering::Relaxed),
+            server_id,
+            stateless_run: Arc::from(format!("mcp-{server_id}-stateless")),
             seal: StateSeal::new(),
             tasks: TaskStore::default(),
             task_tools,
@@ -426,9 +431,16 @@ impl Gateway {
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<super::http::KeyHolder>());
+        // A stateless client's requests have no session to share a run: they share the
+        // run of whoever holds their key or token, or with neither, of the server's
+        // stateless clients, so that what a run keeps (files read before being written,
+        // spilled outputs, per-session servers, budgets) outlives one request.
+        let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
         let run_id = match (holder, named) {
+            (None, None) if stateless => self.shared.stateless_run.clone(),
             (None, None) => self.run_id.clone(),
             (None, Some(id)) => Arc::from(format!("client:{id}")),
+            (Some(holder), None) if stateless => Arc::from(format!("key:{}", holder.0)),
             (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
             (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
         };

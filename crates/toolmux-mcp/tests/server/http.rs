@@ -118,6 +118,61 @@ async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u
     (status, within(response.text()).await.expect("body"))
 }
 
+/// The text a raw stateless (2026-07-28) `tools/call` of `tool` (no arguments) returns.
+async fn stateless_text(url: &str, tool: &str) -> String {
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": tool,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }
+        }
+    });
+    crate::support::install_crypto();
+    let response = within(
+        reqwest::Client::new()
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .body(body.to_string())
+            .send(),
+    )
+    .await
+    .expect("response");
+    let text = within(response.text()).await.expect("body");
+    // A JSON body, or the last `data:` line of an event stream.
+    let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
+    let answer: serde_json::Value = serde_json::from_str(json.trim()).expect("a JSON-RPC answer");
+    answer["result"]["content"][0]["text"].as_str().expect("a text result").to_owned()
+}
+
+/// The requests of stateless clients share one run (files read before being written,
+/// spilled outputs, per-session servers and budgets outlive a request); every session of
+/// the handshake revisions is a run of its own.
+#[tokio::test]
+async fn stateless_requests_share_a_run_and_sessions_have_their_own() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("run", Behavior::RunId));
+    let server = HttpServer::start(mock, ServeOptions::default()).await;
+    let url = server.url();
+    let first = stateless_text(&url, "run").await;
+    assert_eq!(stateless_text(&url, "run").await, first);
+    assert!(first.ends_with("-stateless"), "{first}");
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (client, _) = server.connect(Lifecycle::Initialize).await;
+        sessions.push(first_text(&call(&client, "run", json!({})).await));
+        within(client.cancel()).await.unwrap();
+    }
+    assert!(sessions[0] != sessions[1] && !sessions.contains(&first), "{sessions:?} {first}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn param_headers_are_checked_before_any_listing_and_after_a_change() {
     let mock = Arc::new(MockProvider::new("mock").with_spec(header_tool("first"), Behavior::Echo));

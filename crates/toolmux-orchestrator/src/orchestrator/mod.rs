@@ -6,7 +6,7 @@ mod prompts;
 mod resources;
 
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
-use crate::budget::{RunFlags, RunState, estimate_tokens};
+use crate::budget::{RunFlags, RunState, Runs, estimate_tokens, now_secs};
 use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
 use crate::catalog::{PromptCatalog, ResourceCatalog};
 use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy, ToolSettings};
@@ -275,7 +275,7 @@ impl OrchestratorBuilder {
                 before: self.before,
                 after: self.after,
                 redactor: Redactor::new(self.secrets),
-                runs: Mutex::new(HashMap::new()),
+                runs: Mutex::new(Runs::default()),
                 generation: Mutex::new(Arc::new(CancellationToken::new())),
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
@@ -364,7 +364,7 @@ struct Inner {
     before: Vec<Scoped<dyn BeforeHook>>,
     after: Vec<Scoped<dyn AfterHook>>,
     redactor: Redactor,
-    runs: Mutex<HashMap<Arc<str>, Arc<RunState>>>,
+    runs: Mutex<Runs>,
     // Invariant: replaced (after being cancelled) by `cancel()`; each call watches the token
     // current when it started.
     generation: Mutex<Arc<CancellationToken>>,
@@ -638,12 +638,7 @@ impl Orchestrator {
 
     fn run_state(&self, run_id: &str) -> Arc<RunState> {
         let mut runs = self.inner.runs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(state) = runs.get(run_id) {
-            return state.clone();
-        }
-        let state = Arc::new(RunState::new());
-        runs.insert(Arc::from(run_id), state.clone());
-        state
+        runs.state(run_id, now_secs())
     }
 
     fn tracks_runs(&self) -> bool {
