@@ -1,6 +1,7 @@
 //! Configuration of the builtin tools: the workspace root, the permission classes switched
 //! on, the shell's allow-list and environment, and output limits.
 
+use crate::protect::ProtectedPath;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -60,6 +61,17 @@ pub struct FsConfig {
     /// Output limits.
     #[serde(default)]
     pub limits: FsLimits,
+    /// Paths beneath the root that `write`, `edit` and `multi_edit` refuse to change:
+    /// `.gitignore`-style lines relative to the root, such as `**/.env` or `secrets/`.
+    /// Every `.git` directory is protected whatever this says; `bash` and `exec` are not
+    /// confined, so protection does not reach them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
+    /// Paths of the embedding program the file tools leave alone (its configuration file,
+    /// audit log, statistics, output directory); set by the program, not by a
+    /// configuration file.
+    #[serde(skip)]
+    pub protected: Vec<ProtectedPath>,
 }
 
 fn default_permissions() -> BTreeSet<Permission> {
@@ -74,6 +86,8 @@ impl FsConfig {
             permissions: default_permissions(),
             bash: BashConfig::default(),
             limits: FsLimits::default(),
+            protect: Vec::new(),
+            protected: Vec::new(),
         }
     }
 
@@ -92,6 +106,18 @@ impl FsConfig {
     /// Replaces the limits.
     pub fn with_limits(mut self, limits: FsLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Replaces the `.gitignore`-style patterns of paths the file tools may not change.
+    pub fn with_protect(mut self, patterns: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.protect = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Adds a path of the embedding program the file tools leave alone.
+    pub fn with_protected(mut self, path: ProtectedPath) -> Self {
+        self.protected.push(path);
         self
     }
 }

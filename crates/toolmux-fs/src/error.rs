@@ -41,6 +41,19 @@ pub enum FsError {
         /// The path as the caller gave it.
         path: String,
     },
+    /// The path is protected: the file tools may not change it (or read it).
+    #[error(
+        "`{path}`{} is protected: {reason}",
+        .resolved.as_ref().map(|r| format!(" (resolved to `{r}`)")).unwrap_or_default()
+    )]
+    Protected {
+        /// The path as the caller gave it.
+        path: String,
+        /// Where it leads, relative to the root, when that is not what it says.
+        resolved: Option<String>,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// Nothing exists at the path.
     #[error("no file or directory at `{path}`")]
     NotFound {
@@ -193,6 +206,7 @@ impl FsError {
             }
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
+            | FsError::Protected { .. }
             | FsError::CommandDenied { .. } => {
                 ToolError::Denied { tool: tool.to_owned(), reason: self.to_string() }
             }

@@ -13,6 +13,10 @@
 //! - `grep` and `glob` run ripgrep's crates in process, off the async threads, and stop
 //!   when the call is cancelled. `bash` and `exec` run in their own process group, which is
 //!   killed and reaped on timeout or cancellation; they are not confined by nature.
+//! - Some paths beneath the root are protected: the file tools never change a `.git`
+//!   directory, the embedding program's files ([`ProtectedPath`]: configuration,
+//!   statistics, and the audit log and spilled outputs, which are not even read) or what
+//!   [`FsConfig::protect`] names, whatever symlink or `..` leads there.
 //!
 //! # Example
 //!
@@ -41,12 +45,14 @@
 
 mod config;
 mod error;
+mod protect;
 mod provider;
 mod tools;
 mod workspace;
 
 pub use config::{BashConfig, FsConfig, FsLimits, Permission};
 pub use error::FsError;
+pub use protect::{ProtectedKind, ProtectedPath};
 pub use provider::FsProvider;
 pub use tools::edit::{EditArgs, EditOperation, MultiEditArgs};
 pub use tools::glob::GlobArgs;

@@ -2,6 +2,7 @@
 
 use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
+use crate::protect::Protection;
 use crate::tools::{edit, glob, grep, ls, read, shell, tasks, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -150,6 +151,8 @@ impl FsProvider {
     /// absolute path to a directory.
     pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
         let workspace = Workspace::open(&config.root)?;
+        let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?;
+        let workspace = workspace.with_protection(protection);
         let specs = ALL.into_iter().map(|t| (t, t.spec())).collect();
         Ok(FsProvider {
             namespace: "fs".into(),

@@ -1,5 +1,5 @@
-//! The one path resolver every file tool uses, the per-run record of what was read, and
-//! the atomic writer.
+//! The one path resolver every file tool uses, the protected paths, the per-run record of
+//! what was read, and the atomic writer.
 //!
 //! Every file operation goes through a [`cap_std::fs::Dir`] opened on the root: cap-std
 //! resolves each path component by component (with `openat2(RESOLVE_BENEATH)` where the
@@ -8,13 +8,14 @@
 //! and `glob` start from a directory resolved the same way and never follow symlinks.
 
 use crate::error::FsError;
+use crate::protect::{Access, Protection, append_lexically};
 use cap_std::fs::Dir;
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// How many runs keep their read records; the oldest is forgotten first.
 const RUNS_KEPT: usize = 256;
@@ -31,6 +32,7 @@ pub(crate) struct Workspace {
     configured_root: PathBuf,
     dir: Dir,
     reads: Mutex<ReadRecords>,
+    protection: Protection,
 }
 
 /// Content hashes of the files read, per run id, keyed by the path relative to the root
@@ -71,7 +73,14 @@ impl Workspace {
             configured_root: root.to_path_buf(),
             dir,
             reads: Mutex::new(ReadRecords::default()),
+            protection: Protection::default(),
         })
+    }
+
+    /// Replaces the protected set (built against [`Workspace::root`]).
+    pub fn with_protection(mut self, protection: Protection) -> Workspace {
+        self.protection = protection;
+        self
     }
 
     /// The canonical absolute root.
@@ -117,6 +126,56 @@ impl Workspace {
     /// The path relative to the root with every symlink resolved, beneath the root.
     pub fn canonical(&self, path: &Resolved) -> Result<PathBuf, FsError> {
         self.dir.canonicalize(&path.relative).map_err(|e| FsError::from_io(&path.given, e))
+    }
+
+    /// Where `path` leads, relative to the root: symlinks and `..` resolved as far as the
+    /// path exists, and the rest (which a write would create, so free of symlinks) resolved
+    /// by hand. Where it would escape the root the result is meaningless, and using the
+    /// path fails anyway.
+    pub fn resolve_target(&self, path: &Resolved) -> PathBuf {
+        let parts: Vec<Component<'_>> = path.relative.components().collect();
+        for keep in (0..=parts.len()).rev() {
+            let prefix: PathBuf = parts[..keep].iter().collect();
+            let prefix = if keep == 0 { PathBuf::from(".") } else { prefix };
+            if let Ok(base) = self.dir.canonicalize(&prefix) {
+                return append_lexically(without_dots(&base), &parts[keep..]);
+            }
+        }
+        append_lexically(PathBuf::new(), &parts)
+    }
+
+    /// Refuses writing `path` when where it leads is protected; returns where it leads.
+    pub fn check_write(&self, path: &Resolved) -> Result<PathBuf, FsError> {
+        let target = self.resolve_target(path);
+        self.check_access(path, &target, Access::Write)?;
+        Ok(target)
+    }
+
+    /// Refuses reading `path`, which leads to `canonical`, when that is protected.
+    pub fn check_read(&self, path: &Resolved, canonical: &Path) -> Result<(), FsError> {
+        self.check_access(path, canonical, Access::Read)
+    }
+
+    /// Whether no tool may read `relative` (resolved, relative to the root): walkers skip
+    /// such files.
+    pub fn unreadable(&self, relative: &Path) -> bool {
+        self.protection.unreadable(relative)
+    }
+
+    fn check_access(
+        &self,
+        path: &Resolved,
+        resolved: &Path,
+        access: Access,
+    ) -> Result<(), FsError> {
+        let resolved = without_dots(resolved);
+        let Some(reason) = self.protection.check(&resolved, access) else { return Ok(()) };
+        let differs = without_dots(&path.relative) != resolved;
+        Err(FsError::Protected {
+            path: path.given.clone(),
+            resolved: differs.then(|| resolved.to_string_lossy().into_owned()),
+            reason: reason.explain(access),
+        })
     }
 
     /// The absolute path of a directory beneath the root, symlinks resolved, for walkers.
@@ -251,6 +310,7 @@ impl Workspace {
     /// whether the file was created.
     pub fn write_atomic(&self, path: &Resolved, content: &[u8]) -> Result<Written, FsError> {
         let err = |e: io::Error| FsError::from_io(&path.given, e);
+        self.check_write(path)?;
         let target = self.write_target(path)?;
         let (parent, name) = split_parent(&target).ok_or_else(|| FsError::InvalidArguments {
             tool: "write",
@@ -265,6 +325,11 @@ impl Workspace {
             self.dir.open_dir(&parent)
         }
         .map_err(err)?;
+        // The parent exists now, so where the file lands is known exactly: checked again
+        // in case the path changed since the tool checked it.
+        let parent = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent };
+        let landing = self.dir.canonicalize(&parent).map_err(err)?.join(&name);
+        self.check_access(path, &landing, Access::Write)?;
         let existing = match parent_dir.symlink_metadata(&name) {
             Ok(meta) if meta.is_dir() => {
                 return Err(FsError::IsDirectory { path: path.given.clone() });
@@ -324,6 +389,11 @@ pub(crate) struct Written {
     pub canonical: PathBuf,
     /// Whether the file did not exist before.
     pub created: bool,
+}
+
+/// `path` without its `.` components (cap-std canonicalizes the root to `.`).
+fn without_dots(path: &Path) -> PathBuf {
+    path.components().filter(|c| !matches!(c, Component::CurDir)).collect()
 }
 
 fn split_parent(path: &Path) -> Option<(PathBuf, PathBuf)> {

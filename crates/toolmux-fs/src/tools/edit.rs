@@ -115,6 +115,7 @@ fn apply(
     edits: &[EditOperation],
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(given)?;
+    ws.check_write(&path)?;
     let multi = edits.len() > 1;
     let (original, encoding) = match load(ws, limits, run, &path) {
         Ok((text, encoding)) => (Some(text), encoding),

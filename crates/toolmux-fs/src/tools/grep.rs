@@ -107,6 +107,7 @@ pub(crate) fn grep(
     let given = args.path.clone().unwrap_or_else(|| ".".into());
     let path = ws.resolve(&given)?;
     let start = ws.walk_start(&path)?;
+    ws.check_read(&path, start.strip_prefix(ws.root()).unwrap_or(&start))?;
     let mode = args.output_mode.unwrap_or_default();
     let multiline = args.multiline.unwrap_or(false);
     let matcher = build_matcher(&args, multiline).map_err(invalid)?;
@@ -168,6 +169,10 @@ pub(crate) fn grep(
             let Ok(relative) = entry.path().strip_prefix(ws.root()) else {
                 return WalkState::Continue;
             };
+            // The audit log and spilled outputs are not searched, as they are not read.
+            if ws.unreadable(relative) {
+                return WalkState::Continue;
+            }
             let Ok(file) = ws.dir().open(relative) else { return WalkState::Continue };
             let file = file.into_std();
             let display = display(&root, entry.path());

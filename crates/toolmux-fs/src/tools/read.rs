@@ -60,6 +60,7 @@ pub(crate) fn read(
         return Err(FsError::NotRegularFile { path: path.given.clone() });
     }
     let canonical = ws.canonical(&path)?;
+    ws.check_read(&path, &canonical)?;
     let file = ws.dir().open(&path.relative).map_err(err)?.into_std();
     let first = args.offset.unwrap_or(1).max(1);
     let limit = args.limit.unwrap_or(limits.read_lines as u64).max(1);

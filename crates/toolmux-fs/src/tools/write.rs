@@ -50,6 +50,7 @@ pub(crate) fn write(
             limit: limits.edit_max_bytes,
         });
     }
+    ws.check_write(&path)?;
     check_existing(ws, run, &path)?;
     let (bytes, kept) = match existing_style(ws, &path)? {
         Some(style) => style.render(&args.content),

@@ -8,6 +8,7 @@ mod conformance;
 mod edit;
 mod grep;
 mod listing;
+mod protect;
 mod read;
 mod shell;
 mod tasks;
