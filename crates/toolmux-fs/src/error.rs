@@ -54,6 +54,17 @@ pub enum FsError {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// Another call has been changing the same file for too long.
+    #[error(
+        "`{path}` is being changed by another call that has not finished after {seconds} \
+         seconds; try again when it has"
+    )]
+    Busy {
+        /// The path as the caller gave it.
+        path: String,
+        /// How long the call waited.
+        seconds: u64,
+    },
     /// Nothing exists at the path.
     #[error("no file or directory at `{path}`")]
     NotFound {

@@ -1,5 +1,5 @@
 //! The one path resolver every file tool uses, the protected paths, the per-run record of
-//! what was read, and the atomic writer.
+//! what was read, the per-file lock of read-modify-write tools, and the atomic writer.
 //!
 //! Every file operation goes through a [`cap_std::fs::Dir`] opened on the root: cap-std
 //! resolves each path component by component (with `openat2(RESOLVE_BENEATH)` where the
@@ -11,14 +11,19 @@ use crate::error::FsError;
 use crate::protect::{Access, Protection, append_lexically};
 use cap_std::fs::Dir;
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// How many runs keep their read records; the oldest is forgotten first.
 const RUNS_KEPT: usize = 256;
+
+/// How long a read-modify-write waits for another call changing the same file. Such calls
+/// hold a file for one load and one atomic write, so only a stuck disk comes near it.
+const FILE_LOCK_WAIT: Duration = Duration::from_secs(60);
 
 /// A content hash.
 pub(crate) type Hash = [u8; 32];
@@ -33,6 +38,28 @@ pub(crate) struct Workspace {
     dir: Dir,
     reads: Mutex<ReadRecords>,
     protection: Protection,
+    /// The files a read-modify-write tool is changing right now, by the path relative to
+    /// the root with symlinks resolved. Invariant: a path is in the set exactly while a
+    /// [`FileLock`] for it lives, so the set holds no more than the calls under way.
+    changing: Mutex<HashSet<PathBuf>>,
+    /// Signalled whenever a path leaves `changing`.
+    released: Condvar,
+}
+
+/// The right to change one file, from [`Workspace::lock_file`] until dropped.
+#[derive(Debug)]
+pub(crate) struct FileLock<'a> {
+    ws: &'a Workspace,
+    path: PathBuf,
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        let mut changing = self.ws.changing.lock().unwrap_or_else(|e| e.into_inner());
+        changing.remove(&self.path);
+        drop(changing);
+        self.ws.released.notify_all();
+    }
 }
 
 /// Content hashes of the files read, per run id, keyed by the path relative to the root
@@ -74,6 +101,8 @@ impl Workspace {
             dir,
             reads: Mutex::new(ReadRecords::default()),
             protection: Protection::default(),
+            changing: Mutex::new(HashSet::new()),
+            released: Condvar::new(),
         })
     }
 
@@ -176,6 +205,30 @@ impl Workspace {
             resolved: differs.then(|| resolved.to_string_lossy().into_owned()),
             reason: reason.explain(access),
         })
+    }
+
+    /// Waits until no other call is changing `target` (a result of
+    /// [`Workspace::check_write`]), then holds it until the lock is dropped: a tool that
+    /// loads, checks and writes a file holds it throughout, so parallel calls on one file
+    /// take turns and none loses another's change.
+    pub fn lock_file(&self, path: &Resolved, target: &Path) -> Result<FileLock<'_>, FsError> {
+        let deadline = Instant::now() + FILE_LOCK_WAIT;
+        let mut changing = self.changing.lock().unwrap_or_else(|e| e.into_inner());
+        while changing.contains(target) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(FsError::Busy {
+                    path: path.given.clone(),
+                    seconds: FILE_LOCK_WAIT.as_secs(),
+                });
+            }
+            changing = match self.released.wait_timeout(changing, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        changing.insert(target.to_path_buf());
+        Ok(FileLock { ws: self, path: target.to_path_buf() })
     }
 
     /// The absolute path of a directory beneath the root, symlinks resolved, for walkers.

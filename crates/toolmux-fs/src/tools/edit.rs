@@ -115,7 +115,10 @@ fn apply(
     edits: &[EditOperation],
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(given)?;
-    ws.check_write(&path)?;
+    let target = ws.check_write(&path)?;
+    // Held from loading the file to recording what was written, so that parallel edits of
+    // one file apply one after the other, each to the result of the last.
+    let _lock = ws.lock_file(&path, &target)?;
     let multi = edits.len() > 1;
     let (original, encoding) = match load(ws, limits, run, &path) {
         Ok((text, encoding)) => (Some(text), encoding),

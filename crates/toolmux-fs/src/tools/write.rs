@@ -50,7 +50,10 @@ pub(crate) fn write(
             limit: limits.edit_max_bytes,
         });
     }
-    ws.check_write(&path)?;
+    let target = ws.check_write(&path)?;
+    // Held from the freshness check to the record of the new content, so that a parallel
+    // `edit` or `write` of the same file checks against this one's result.
+    let _lock = ws.lock_file(&path, &target)?;
     check_existing(ws, run, &path)?;
     let (bytes, kept) = match existing_style(ws, &path)? {
         Some(style) => style.render(&args.content),

@@ -8,6 +8,7 @@ mod conformance;
 mod edit;
 mod grep;
 mod listing;
+mod parallel;
 mod protect;
 mod read;
 mod shell;
