@@ -64,6 +64,17 @@ pub(crate) fn build(
     let mut cookies = Vec::new();
     let mut body_map = Map::new();
     let mut whole_body = None;
+    let open_body = op.body.as_ref().is_some_and(|b| b.open && b.whole.is_none());
+    for (name, value) in args {
+        if value.is_null() || op.fields.iter().any(|f| &f.flat == name) {
+            continue;
+        }
+        if !open_body {
+            return Err(unknown_argument(name, op.fields.iter().map(|f| f.flat.as_str())));
+        }
+        // The body's schema takes properties it does not name.
+        body_map.insert(name.clone(), value.clone());
+    }
     for field in &op.fields {
         let value = args.get(&field.flat).filter(|v| !v.is_null());
         match field.location {
@@ -182,6 +193,59 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
             Body::Multipart(parts)
         }
     }
+}
+
+/// The message for an argument no parameter or body property takes: a misspelled name
+/// would otherwise vanish from the request without a word.
+fn unknown_argument<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> String {
+    let known: Vec<&str> = known.collect();
+    let hint = match closest(name, &known) {
+        Some(best) => format!("; did you mean `{best}`?"),
+        None if known.is_empty() => "; this tool takes no arguments".to_owned(),
+        None => {
+            let list: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+            format!("; the arguments are {}", list.join(", "))
+        }
+    };
+    format!("unknown argument `{name}`{hint}")
+}
+
+/// The candidate closest to `word`, when close enough to be a typo: a third of the longer
+/// name's characters at most (at least one) by edit distance, case ignored. The same rule
+/// as the configuration loader's hints, which lives in a crate providers do not depend on.
+fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let lower = word.to_lowercase();
+    candidates
+        .iter()
+        .map(|c| (distance(&lower, &c.to_lowercase()), *c))
+        .filter(|(d, c)| *d <= (c.chars().count().max(word.chars().count()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Edit distance counting insertions, deletions, substitutions and swaps of neighbours
+/// (optimal string alignment).
+fn distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// The path template filled segment by segment; a segment that arguments turn into `.` or
@@ -351,6 +415,7 @@ mod tests {
                 content_type: "application/json".into(),
                 encoding: BodyEncoding::Json,
                 whole: None,
+                open: false,
             }),
         );
         let args = json!({"id": "a/b", "tags": ["x", "y z"], "id__query": 7, "multi": [1, 2],
@@ -396,6 +461,44 @@ mod tests {
             build(json!({"id": "../admin", "tags": "t"})).unwrap().url,
             "http://h/api/items/..%2Fadmin/.t"
         );
+    }
+
+    #[test]
+    fn unknown_arguments_are_refused_with_the_closest_name() {
+        let mut op = op(
+            vec![
+                field("id", Location::Path, "id", Style::Simple, false),
+                field("tags", Location::Path, "tags", Style::Simple, false),
+                field("name", Location::Body, "name", Style::Form, true),
+            ],
+            Some(BodySpec {
+                content_type: "application/json".into(),
+                encoding: BodyEncoding::Json,
+                whole: None,
+                open: false,
+            }),
+        );
+        let args = |v: Value| v.as_object().cloned().unwrap();
+        let err = |op: &Operation, v: Value| build(op, "http://h", &args(v)).unwrap_err();
+        assert_eq!(
+            err(&op, json!({"id": 1, "tags": 2, "nmae": "Rex"})),
+            "unknown argument `nmae`; did you mean `name`?"
+        );
+        assert_eq!(
+            err(&op, json!({"id": 1, "tags": 2, "colour": "red"})),
+            "unknown argument `colour`; the arguments are `id`, `tags`, `name`"
+        );
+        // Null is absent, whatever the name.
+        assert!(build(&op, "http://h", &args(json!({"id": 1, "tags": 2, "x": null}))).is_ok());
+        // A body open to unnamed properties takes them.
+        if let Some(body) = op.body.as_mut() {
+            body.open = true;
+        }
+        let req = build(&op, "http://h", &args(json!({"id": 1, "tags": 2, "colour": "red"})));
+        assert_eq!(req.unwrap().body, Body::Json(json!({"colour": "red"})));
+        op.fields.clear();
+        op.body = None;
+        assert_eq!(err(&op, json!({"q": 1})), "unknown argument `q`; this tool takes no arguments");
     }
 
     #[test]

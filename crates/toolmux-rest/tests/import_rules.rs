@@ -49,7 +49,7 @@ fn clashes_between_locations_get_suffixes() {
                 "schema": {"$ref": "#/components/schemas/Pet"}}}}}}})),
         &OpenApiConfig::default(),
         expect![[
-            r##"update_pet: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"id":{"type":"integer"},"id__path":{"type":"integer"},"id__query":{"type":"string"},"name":{"type":"string"},"name__header":{"type":"string"},"page_size_":{"type":"integer"},"parent":{"$ref":"#/$defs/Pet"}},"required":["id__path","name"],"type":"object"}"##
+            r##"update_pet: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"additionalProperties":false,"properties":{"id":{"type":"integer"},"id__path":{"type":"integer"},"id__query":{"type":"string"},"name":{"type":"string"},"name__header":{"type":"string"},"page_size_":{"type":"integer"},"parent":{"$ref":"#/$defs/Pet"}},"required":["id__path","name"],"type":"object"}"##
         ]],
     );
 }
@@ -63,8 +63,8 @@ fn non_object_bodies_become_one_body_argument() {
             "put": {"requestBody": {"required": true, "content": {"text/plain": {}}}}}})),
         &OpenApiConfig::default(),
         expect![[r##"
-            put_pets: {"properties":{"body":{"description":"The request body.","type":"string"}},"required":["body"],"type":"object"}
-            post_pets: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"body":{"description":"The request body.","items":{"$ref":"#/$defs/Pet"},"type":"array"}},"type":"object"}"##]],
+            put_pets: {"additionalProperties":false,"properties":{"body":{"description":"The request body.","type":"string"}},"required":["body"],"type":"object"}
+            post_pets: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"additionalProperties":false,"properties":{"body":{"description":"The request body.","items":{"$ref":"#/$defs/Pet"},"type":"array"}},"type":"object"}"##]],
     );
 }
 
@@ -91,8 +91,8 @@ fn read_only_body_properties_are_not_arguments() {
         doc,
         &OpenApiConfig::default(),
         expect![[r##"
-            create_user: {"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}
-            replace_user: {"$defs":{"User":{"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}},"properties":{"email":{"type":"string"},"owner":{"$ref":"#/$defs/User"},"uid":{"type":"string"}},"required":["uid","email"],"type":"object"}"##]],
+            create_user: {"additionalProperties":false,"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}
+            replace_user: {"$defs":{"User":{"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}},"additionalProperties":false,"properties":{"email":{"type":"string"},"owner":{"$ref":"#/$defs/User"},"uid":{"type":"string"}},"required":["uid","email"],"type":"object"}"##]],
     );
 }
 
@@ -131,8 +131,8 @@ fn swagger_two_form_data_and_body() {
                 "age": {"type": "integer", "minimum": 0, "exclusiveMinimum": true}}}}}),
         &OpenApiConfig::default(),
         expect![[r#"
-            add_pet: {"properties":{"age":{"exclusiveMinimum":0,"type":"integer"},"name":{"examples":["Rex"],"type":["string","null"]}},"type":"object"}
-            upload_file: {"properties":{"file":{"format":"binary","type":"string"},"petId":{"format":"int64","type":"integer"},"tags":{"items":{"type":"string"},"type":"array"}},"required":["petId"],"type":"object"}"#]],
+            add_pet: {"additionalProperties":false,"properties":{"age":{"exclusiveMinimum":0,"type":"integer"},"name":{"examples":["Rex"],"type":["string","null"]}},"type":"object"}
+            upload_file: {"additionalProperties":false,"properties":{"file":{"format":"binary","type":"string"},"petId":{"format":"int64","type":"integer"},"tags":{"items":{"type":"string"},"type":"array"}},"required":["petId"],"type":"object"}"#]],
     );
 }
 
@@ -243,8 +243,8 @@ fn all_of_bodies_are_merged_and_flattened() {
         .map(|t| format!("{}: {}", t.name, serde_json::to_string(&t.input_schema).unwrap()))
         .collect();
     expect![[r##"
-        add_cat: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"body":{"description":"The request body.","oneOf":[{"$ref":"#/$defs/Pet"},{"type":"string"}]}},"type":"object"}
-        add_dog: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"properties":{"bark":{"type":"boolean"},"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["bark","name"],"type":"object"}"##]].assert_eq(&text.join("\n"));
+        add_cat: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"additionalProperties":false,"properties":{"body":{"description":"The request body.","oneOf":[{"$ref":"#/$defs/Pet"},{"type":"string"}]}},"type":"object"}
+        add_dog: {"$defs":{"Pet":{"properties":{"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["name"],"type":"object"}},"additionalProperties":false,"properties":{"bark":{"type":"boolean"},"id":{"type":"integer"},"name":{"type":"string"},"parent":{"$ref":"#/$defs/Pet"}},"required":["bark","name"],"type":"object"}"##]].assert_eq(&text.join("\n"));
 }
 
 #[test]

@@ -184,3 +184,66 @@ async fn a_document_url_redirecting_to_another_origin_is_not_followed() {
     );
     assert!(elsewhere_seen.lock().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn arguments_nothing_takes_are_refused_unless_the_body_is_open() {
+    let requests: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let record = requests.clone();
+    let base = serve(move |seen| {
+        let body = String::from_utf8_lossy(&seen.body).into_owned();
+        record.lock().unwrap().push((seen.request_line().to_owned(), body));
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {
+            "/search": {"get": {"operationId": "search", "parameters": [
+                {"name": "q", "in": "query", "schema": {"type": "string"}}]}},
+            "/users": {"post": {"operationId": "createUser", "requestBody": {"required": true,
+                "content": {"application/json": {"schema": {"type": "object",
+                    "required": ["id", "name"], "properties": {
+                        "id": {"type": "integer", "readOnly": true},
+                        "name": {"type": "string"},
+                        "password": {"type": "string", "writeOnly": true}}}}}}}},
+            "/notes": {"post": {"operationId": "addNote", "requestBody": {"content": {
+                "application/json": {"schema": {"type": "object", "additionalProperties": true,
+                    "properties": {"text": {"type": "string"}}}}}}}}}});
+    let provider =
+        RestProvider::openapi_from_value("u", doc, "u.json", &OpenApiConfig::default()).unwrap();
+    let specs = provider.specs();
+    let schema = |name: &str| specs.iter().find(|t| t.name == name).unwrap().input_schema.clone();
+    assert_eq!(schema("create_user")["additionalProperties"], false);
+    assert_eq!(schema("create_user")["required"], json!(["name"]));
+    assert!(schema("create_user")["properties"].get("id").is_none());
+    assert!(schema("add_note").get("additionalProperties").is_none());
+
+    let err = call_error(&provider, "search", json!({"qq": "cats"})).await;
+    assert!(err.contains("unknown argument `qq`; did you mean `q`?"), "{err}");
+    // `id` is readOnly: the server sets it, no caller sends it.
+    let err = call_error(&provider, "create_user", json!({"id": 7, "name": "ann"})).await;
+    assert!(err.contains("unknown argument `id`; the arguments are `name`, `password`"), "{err}");
+    assert!(requests.lock().unwrap().is_empty(), "{:?}", requests.lock().unwrap());
+
+    let ctx = CallContext::new();
+    for (tool, args) in [
+        ("create_user", json!({"name": "ann", "password": "pw"})),
+        ("add_note", json!({"text": "hi", "tag": "todo"})),
+    ] {
+        let out = provider.call(tool, args, &ctx).await.unwrap();
+        assert!(!out.is_error, "{}", out.to_text());
+    }
+    let seen: Vec<(String, Value)> = requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(line, body)| (line.clone(), serde_json::from_str(body).unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("POST /users HTTP/1.1".to_owned(), json!({"name": "ann", "password": "pw"})),
+            ("POST /notes HTTP/1.1".to_owned(), json!({"text": "hi", "tag": "todo"})),
+        ]
+    );
+}

@@ -85,6 +85,10 @@ pub(crate) struct BodySpec {
     pub(crate) encoding: BodyEncoding,
     /// The argument holding the whole body, when the body is not flattened.
     pub(crate) whole: Option<String>,
+    /// The flattened body's schema allows properties it does not name (`additionalProperties`
+    /// set to `true` or a schema, or `patternProperties`): arguments no parameter or
+    /// property takes go into the body instead of being refused.
+    pub(crate) open: bool,
 }
 
 /// One imported operation, ready to be listed and called.

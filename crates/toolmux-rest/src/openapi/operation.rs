@@ -268,6 +268,10 @@ fn build_operation(
         body
     });
     let mut input_schema = json!({"type": "object", "properties": properties});
+    if !body.as_ref().is_some_and(|b| b.open) {
+        // Arguments nothing takes are refused (see `request::build`): say so up front.
+        input_schema["additionalProperties"] = Value::Bool(false);
+    }
     if !required.is_empty() {
         input_schema["required"] = Value::Array(required.into_iter().map(Value::String).collect());
     }
@@ -462,8 +466,8 @@ fn request_body(
         None if encoding == BodyEncoding::Raw => json!({"type": "string"}),
         None => json!({}),
     };
-    body_candidates(converter, schema, required, description, encoding, candidates)?;
-    Ok(Some(BodySpec { content_type, encoding, whole: None }))
+    let open = body_candidates(converter, schema, required, description, encoding, candidates)?;
+    Ok(Some(BodySpec { content_type, encoding, whole: None, open }))
 }
 
 /// Swagger 2 `in: body` and `in: formData` parameters.
@@ -498,8 +502,8 @@ fn swagger_request_body(
             .cloned()
             .unwrap_or_else(|| "application/json".into());
         let encoding = encoding_of(&content_type);
-        body_candidates(converter, schema, required, description, encoding, candidates)?;
-        return Ok(Some(BodySpec { content_type, encoding, whole: None }));
+        let open = body_candidates(converter, schema, required, description, encoding, candidates)?;
+        return Ok(Some(BodySpec { content_type, encoding, whole: None, open }));
     }
     if form_params.is_empty() {
         return Ok(None);
@@ -530,11 +534,12 @@ fn swagger_request_body(
             required: param.get("required") == Some(&Value::Bool(true)),
         });
     }
-    Ok(Some(BodySpec { content_type, encoding, whole: None }))
+    Ok(Some(BodySpec { content_type, encoding, whole: None, open: false }))
 }
 
 /// Adds the body's properties as candidates, or one `body` candidate when the body is not
-/// a plain object (an array, a scalar, a composition).
+/// a plain object (an array, a scalar, a composition). Returns whether the flattened body
+/// takes properties it does not name.
 fn body_candidates(
     converter: &mut SchemaConverter<'_>,
     schema: Value,
@@ -542,10 +547,10 @@ fn body_candidates(
     description: Option<&str>,
     encoding: BodyEncoding,
     candidates: &mut Vec<Candidate>,
-) -> Result<(), RestError> {
+) -> Result<bool, RestError> {
     let shape =
         if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
-    if let Some((props, required_props)) = shape {
+    if let Some(ObjectShape { properties: props, required: required_props, open }) = shape {
         for (name, prop) in props {
             let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
             let is_required = required && required_props.contains(&name);
@@ -562,7 +567,7 @@ fn body_candidates(
                 required: is_required,
             });
         }
-        return Ok(());
+        return Ok(open);
     }
     let mut schema = schema;
     with_description(&mut schema, description.or(Some("The request body.")));
@@ -579,11 +584,18 @@ fn body_candidates(
         schema,
         required,
     });
-    Ok(())
+    Ok(false)
 }
 
-/// Properties and required property names of a flattenable body.
-type ObjectShape = (Map<String, Value>, Vec<String>);
+/// What a flattenable body names.
+struct ObjectShape {
+    properties: Map<String, Value>,
+    required: Vec<String>,
+    /// It allows properties it does not name, explicitly (JSON Schema allows them when
+    /// `additionalProperties` is absent, but OpenAPI documents rarely mean that, and a
+    /// misspelled argument is far more likely than an unnamed property).
+    open: bool,
+}
 
 /// The properties and required names of a plain object schema: `properties` with no
 /// `oneOf`/`anyOf`/`not`/`if`, following references, and merging the members of an `allOf`
@@ -611,12 +623,15 @@ fn object_shape(
     }
     let mut props = Map::new();
     let mut required = Vec::new();
+    let mut open = map.contains_key("patternProperties")
+        || map.get("additionalProperties").is_some_and(|a| a != &Value::Bool(false));
     if let Some(members) = map.get("allOf") {
         let Some(members) = members.as_array() else { return Ok(None) };
         for member in members {
-            let Some((p, r)) = object_shape(converter, member, depth + 1)? else { return Ok(None) };
-            props.extend(p);
-            required.extend(r);
+            let Some(shape) = object_shape(converter, member, depth + 1)? else { return Ok(None) };
+            props.extend(shape.properties);
+            required.extend(shape.required);
+            open |= shape.open;
         }
     } else if !map.get("properties").is_some_and(Value::is_object) {
         return Ok(None);
@@ -627,7 +642,7 @@ fn object_shape(
     if let Some(Value::Array(names)) = map.get("required") {
         required.extend(names.iter().filter_map(Value::as_str).map(str::to_owned));
     }
-    Ok(Some((props, required)))
+    Ok(Some(ObjectShape { properties: props, required, open }))
 }
 
 /// An argument name models accept: `[A-Za-z0-9_.-]`, at most 64 characters.
