@@ -1,5 +1,6 @@
 //! The tools, one module each; each exposes its argument type, its description and a
-//! function doing the work. `text` (encodings and line endings) is shared by several.
+//! function doing the work. `text` (encodings and line endings) and `spill` (private files
+//! for full command output) are shared by several.
 
 pub(crate) mod edit;
 pub(crate) mod glob;
@@ -7,6 +8,7 @@ pub(crate) mod grep;
 pub(crate) mod ls;
 pub(crate) mod read;
 pub(crate) mod shell;
+pub(crate) mod spill;
 pub(crate) mod tasks;
 pub(crate) mod text;
 pub(crate) mod write;

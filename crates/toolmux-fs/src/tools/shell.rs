@@ -1,6 +1,7 @@
 //! `bash` and `exec`: commands in their own process group, killed as a group on timeout,
 //! cancellation or exit, with capped output and the full output spilled to a file.
 
+use super::spill;
 use crate::config::BashConfig;
 use crate::error::FsError;
 use schemars::JsonSchema;
@@ -12,7 +13,6 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
@@ -382,32 +382,22 @@ fn allocate(a: usize, b: usize, cap: usize) -> (usize, usize) {
     }
 }
 
-/// Where full outputs go.
+/// Where full outputs go: the configured directory, else this user's private one (see
+/// [`spill`]).
 #[derive(Debug, Clone)]
 struct SpillTarget {
-    dir: PathBuf,
+    dir: Option<PathBuf>,
     max_bytes: u64,
-    id: u64,
 }
 
 impl SpillTarget {
     fn new(config: &BashConfig) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        SpillTarget {
-            dir: config
-                .spill_dir
-                .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("toolmux-fs")),
-            max_bytes: config.spill_max_bytes,
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-        }
+        SpillTarget { dir: config.spill_dir.clone(), max_bytes: config.spill_max_bytes }
     }
 
-    fn create(&self, stream: &str) -> Option<(PathBuf, std::fs::File)> {
-        std::fs::create_dir_all(&self.dir).ok()?;
-        let path = self.dir.join(format!("out-{}-{}.{stream}", std::process::id(), self.id));
-        let file = std::fs::File::create(&path).ok()?;
-        Some((path, file))
+    fn create(&self, stream: &str) -> Result<(PathBuf, std::fs::File), String> {
+        let kind = if stream == "stderr" { spill::Kind::Stderr } else { spill::Kind::Stdout };
+        spill::create(self.dir.as_deref(), kind)
     }
 }
 
@@ -421,6 +411,8 @@ struct Captured {
     overflowed: bool,
     total: u64,
     spill: Option<PathBuf>,
+    /// Why the spill file could not be made, once that failed (it is not tried again).
+    spill_error: Option<String>,
     spill_file: Option<std::fs::File>,
     spill_written: u64,
     spill_target: Option<SpillTarget>,
@@ -471,11 +463,16 @@ impl Captured {
     fn spill_write(&mut self, bytes: &[u8]) {
         if self.spill_file.is_none()
             && self.spill.is_none()
-            && let Some((path, file)) =
-                self.spill_target.as_ref().and_then(|t| t.create(self.stream))
+            && self.spill_error.is_none()
+            && let Some(target) = &self.spill_target
         {
-            self.spill = Some(path);
-            self.spill_file = Some(file);
+            match target.create(self.stream) {
+                Ok((path, file)) => {
+                    self.spill = Some(path);
+                    self.spill_file = Some(file);
+                }
+                Err(why) => self.spill_error = Some(why),
+            }
         }
         let max = self.spill_target.as_ref().map_or(0, |t| t.max_bytes);
         if let Some(file) = &mut self.spill_file {
@@ -530,9 +527,10 @@ impl Captured {
     }
 
     fn marked(&self, first: String, last: String, omitted: &str) -> String {
-        let saved = match &self.spill {
-            Some(path) => format!("full output saved to {}", path.display()),
-            None => "the full output could not be saved".into(),
+        let saved = match (&self.spill, &self.spill_error) {
+            (Some(path), _) => format!("full output saved to {}", path.display()),
+            (None, Some(why)) => format!("the full output could not be saved: {why}"),
+            (None, None) => "the full output could not be saved".into(),
         };
         format!("{first}\n[... {omitted} omitted; {saved} ...]\n{last}")
     }

@@ -11,6 +11,7 @@
 //! drop) kills every group still alive.
 
 use super::shell::{self, DRAIN_TIMEOUT, Program};
+use super::spill;
 use crate::config::BashConfig;
 use crate::error::FsError;
 use schemars::JsonSchema;
@@ -255,13 +256,18 @@ impl Tasks {
         let mut child =
             command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let (file, file_error) = match spill::create(config.spill_dir.as_deref(), spill::Kind::Task)
+        {
+            Ok(file) => (Some(file), None),
+            Err(why) => (None, Some(why)),
+        };
         let task = Arc::new(Task {
             id: format!("task-{n}"),
             run: run.to_owned(),
             label,
             pid: child.id(),
             started: Instant::now(),
-            state: Mutex::new(TaskState { file: spill_file(config, n), ..TaskState::default() }),
+            state: Mutex::new(TaskState { file, ..TaskState::default() }),
             changed: Notify::new(),
             stop: CancellationToken::new(),
             done: CancellationToken::new(),
@@ -296,6 +302,15 @@ impl Tasks {
             .with_extra("pid", json!(task.pid));
         if let Some((path, _)) = &task.lock().file {
             output = output.with_extra("outputFile", json!(path.to_string_lossy()));
+        }
+        if let Some(why) = file_error {
+            // The task runs all the same: its output is kept in memory until read.
+            output.content = ToolOutput::text(format!(
+                "{}\n[its output is not saved to a file: {why}]",
+                output.to_text()
+            ))
+            .content;
+            output = output.with_extra("outputFileError", json!(why));
         }
         Ok(output)
     }
@@ -392,16 +407,6 @@ impl Tasks {
             let _ = tokio::time::timeout(DRAIN_TIMEOUT * 2, task.done.cancelled()).await;
         }
     }
-}
-
-/// A file for everything task `n` prints, in the spill directory; `None` when it cannot
-/// be made (the output is still kept in memory).
-fn spill_file(config: &BashConfig, n: u64) -> Option<(PathBuf, std::fs::File)> {
-    let dir = config.spill_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("toolmux-fs"));
-    std::fs::create_dir_all(&dir).ok()?;
-    let path = dir.join(format!("task-{}-{n}.log", std::process::id()));
-    let file = std::fs::File::create(&path).ok()?;
-    Some((path, file))
 }
 
 /// Copies one pipe of `task` into its state until the pipe closes.

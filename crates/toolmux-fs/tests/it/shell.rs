@@ -267,3 +267,62 @@ async fn exec_timeout_kills_the_program() {
     assert!(out.is_error);
     assert_eq!(out.to_text(), "timed out after 200 ms: the process group was killed\n[no output]");
 }
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[tokio::test]
+async fn spill_files_are_private_in_a_private_directory_of_this_user() {
+    let fx = Fixture::new();
+    let out = fx.call("bash", json!({"command": "seq 1 100000; seq 1 100000 >&2"})).await.unwrap();
+    let uid = rustix::process::getuid().as_raw();
+    let dir = std::env::temp_dir().join(format!("toolmux-fs-{uid}"));
+    for stream in ["stdoutFile", "stderrFile"] {
+        let file = std::path::PathBuf::from(out.extras[stream].as_str().unwrap());
+        assert_eq!(file.parent(), Some(dir.as_path()));
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+        assert_eq!(std::fs::read_to_string(&file).unwrap().lines().count(), 100_000);
+        std::fs::remove_file(file).unwrap();
+    }
+    assert!(std::fs::symlink_metadata(&dir).unwrap().is_dir());
+    assert_eq!(mode(&dir), 0o700);
+}
+
+#[tokio::test]
+async fn a_configured_spill_directory_is_created_private() {
+    let spill = tempfile::tempdir().unwrap();
+    let spill_dir = spill.path().join("a/b");
+    let dir = spill_dir.clone();
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig { spill_dir: Some(spill_dir), ..BashConfig::default() })
+    });
+    let out = fx.call("bash", json!({"command": "seq 1 100000"})).await.unwrap();
+    let file = std::path::PathBuf::from(out.extras["stdoutFile"].as_str().unwrap());
+    assert_eq!(file.parent(), Some(dir.as_path()));
+    assert_eq!(mode(&file), 0o600);
+    assert_eq!(mode(&dir), 0o700);
+}
+
+#[tokio::test]
+async fn a_spill_file_that_cannot_be_made_says_why() {
+    let spill = tempfile::tempdir().unwrap();
+    let not_a_dir = spill.path().join("file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let spill_dir = not_a_dir.clone();
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig { spill_dir: Some(spill_dir), ..BashConfig::default() })
+    });
+    let out = fx.call("bash", json!({"command": "seq 1 100000"})).await.unwrap();
+    let text = crate::scrub(&out.to_text(), spill.path());
+    assert!(
+        text.contains(
+            "omitted; the full output could not be saved: the spill directory `<tmp>/file` cannot \
+             be created: File exists (os error 17) ...]"
+        ),
+        "{text}"
+    );
+    assert!(out.extras.get("stdoutFile").is_none());
+    assert!(text.ends_with("99999\n100000"));
+}

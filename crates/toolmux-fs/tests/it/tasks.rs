@@ -190,3 +190,21 @@ async fn dropping_the_provider_kills_live_groups_too() {
     drop(fs);
     wait_group_gone(pid).await;
 }
+
+#[tokio::test]
+async fn a_task_output_file_is_private_and_freshly_named() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = fixture(|b| b);
+    let (first, _, first_file) = start(&fx, "echo one").await;
+    let (second, _, second_file) = start(&fx, "echo two").await;
+    assert_ne!(first_file, second_file);
+    for (id, file) in [(&first, &first_file), (&second, &second_file)] {
+        let mode = std::fs::metadata(file).expect("the output file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+        fx.call("task_kill", json!({"task_id": id})).await.expect("task_kill");
+    }
+    let name = std::path::Path::new(&first_file).file_name().expect("a name");
+    let name = name.to_str().expect("UTF-8");
+    assert!(name.starts_with(&format!("task-{}-", std::process::id())), "{name}");
+    assert!(name.ends_with(".log"), "{name}");
+}
