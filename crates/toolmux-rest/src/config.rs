@@ -96,7 +96,8 @@ pub struct OpenApiConfig {
     /// Overrides the document's `servers` (or Swagger `host`/`basePath`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-    /// Values of server variables, overriding their defaults.
+    /// Values of server variables, overriding their defaults. A value must be one of the
+    /// variable's `enum` values, and a variable without a `default` needs one here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub server_variables: BTreeMap<String, String>,
     /// Operations to keep (all when absent).

@@ -4,7 +4,10 @@
 use expect_test::{Expect, expect};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use toolmux_core::{CallContext, ToolProvider};
 use toolmux_rest::{OpenApiConfig, RestProvider};
+
+mod common;
 
 fn import(doc: Value, config: &OpenApiConfig) -> RestProvider {
     RestProvider::openapi_from_value("api", doc, "api.json", config).unwrap()
@@ -224,6 +227,71 @@ fn server_variables_and_relative_servers() {
     // The base URL is not public; the request error shows it.
     let provider = import(doc, &config);
     assert_eq!(provider.specs().len(), 1);
+}
+
+#[test]
+fn server_variables_outside_their_enum_or_without_a_value_are_errors() {
+    let doc = |variables: Value| {
+        json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+            "servers": [{"url": "https://{region}.api.example/v1", "variables": variables}],
+            "paths": {"/a": {"get": {}}}})
+    };
+    let error = |doc: Value, region: Option<&str>| {
+        let config = OpenApiConfig {
+            server_variables: region
+                .map(|r| BTreeMap::from([("region".to_owned(), r.to_owned())]))
+                .unwrap_or_default(),
+            ..OpenApiConfig::default()
+        };
+        RestProvider::openapi_from_value("api", doc, "api.json", &config).unwrap_err().to_string()
+    };
+    let listed = json!({"region": {"default": "eu", "enum": ["eu", "us"]}});
+    expect![[r#"api.json: at /servers/0/variables/region/enum: server variable `region` cannot be `mars` (from `serverVariables.region`): its `enum` allows `eu`, `us`; set it to one of them"#]]
+        .assert_eq(&error(doc(listed.clone()), Some("mars")));
+    expect![[r#"api.json: at /servers/0/variables/region/enum: server variable `region` cannot be `ap` (from its `default`): its `enum` allows `eu`, `us`; set `serverVariables.region` to one of them"#]]
+        .assert_eq(&error(doc(json!({"region": {"default": "ap", "enum": ["eu", "us"]}})), None));
+    expect![[r#"api.json: at /servers/0/variables/region: server variable `region` has no `default`: set `serverVariables.region` in the import's configuration"#]]
+        .assert_eq(&error(doc(json!({"region": {"enum": ["eu", "us"]}})), None));
+    // A value in the enum, or a `baseUrl`, imports.
+    let config = |region: &str| OpenApiConfig {
+        server_variables: BTreeMap::from([("region".to_owned(), region.to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    assert_eq!(import(doc(listed.clone()), &config("us")).specs().len(), 1);
+    let no_default = doc(json!({"region": {"enum": ["eu"]}}));
+    let with_base = OpenApiConfig::default().with_base_url("http://127.0.0.1:1");
+    assert_eq!(import(no_default, &with_base).specs().len(), 1);
+    // An operation's own server that is broken leaves that operation out.
+    let mut mixed = doc(listed);
+    mixed["paths"]["/b"] = json!({"get": {"servers": [{"url": "https://{zone}.example",
+        "variables": {"zone": {"enum": ["z1"]}}}]}});
+    let provider = import(mixed, &OpenApiConfig::default());
+    assert_eq!(provider.specs().len(), 1);
+    expect![[r#"["api.json: at /paths/~1b/get/servers/0/variables/zone: server variable `zone` has no `default`: set `serverVariables.zone` in the import's configuration; operation `GET /b` is left out"]"#]]
+        .assert_eq(&format!("{:?}", provider.warnings()));
+}
+
+#[tokio::test]
+async fn server_variables_reach_the_request() {
+    let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let seen = lines.clone();
+    let base = common::serve(move |request| {
+        seen.lock().unwrap().push(request.request_line().to_owned());
+        common::Reply::json(200, json!({}))
+    })
+    .await;
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": format!("{base}/{{version}}/{{tier}}"), "variables": {
+            "version": {"default": "v1", "enum": ["v1", "v2"]}, "tier": {"default": "free"}}}],
+        "paths": {"/a": {"get": {"operationId": "getA"}}}});
+    let config = OpenApiConfig {
+        server_variables: BTreeMap::from([("version".to_owned(), "v2".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    let provider = import(doc, &config);
+    let out = provider.call("get_a", json!({}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(*lines.lock().unwrap(), ["GET /v2/free/a HTTP/1.1"]);
 }
 
 #[test]

@@ -55,7 +55,7 @@ pub(crate) fn import(
                     doc,
                     &mut converter,
                     config,
-                    OperationSite { item, op, method, path, at: &op_at },
+                    OperationSite { item, item_at: &item_at, op, method, path, at: &op_at },
                 )
             } else {
                 Err(doc.error(&op_at, "operation is not an object"))
@@ -175,6 +175,7 @@ fn selected(
 /// Where an operation sits in the document.
 struct OperationSite<'a> {
     item: &'a Value,
+    item_at: &'a str,
     op: &'a Value,
     method: &'a str,
     path: &'a str,
@@ -194,11 +195,11 @@ fn build_operation(
     config: &OpenApiConfig,
     site: OperationSite<'_>,
 ) -> Result<Operation, RestError> {
-    let OperationSite { item, op, method, path, at } = site;
+    let OperationSite { item, item_at, op, method, path, at } = site;
     let mut candidates = Vec::new();
     let mut swagger_body = None;
     let mut form_params = Vec::new();
-    for (param, param_at) in merged_parameters(doc, item, op, at)? {
+    for (param, param_at) in merged_parameters(doc, item, item_at, op, at)? {
         let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
         let location = match param.get("in").and_then(Value::as_str) {
             Some("path") => Location::Path,
@@ -288,7 +289,7 @@ fn build_operation(
         description: description(op, method, path),
         method: method.to_ascii_uppercase(),
         path: path.to_owned(),
-        server: server_url(doc, item, op, config),
+        server: server_url(doc, [(op, at), (item, item_at), (&doc.root, "")], config)?,
         input_schema,
         fields,
         body,
@@ -301,10 +302,10 @@ fn build_operation(
 fn merged_parameters<'a>(
     doc: &'a Document,
     item: &'a Value,
+    item_at: &str,
     op: &'a Value,
     op_at: &str,
 ) -> Result<Vec<(&'a Value, String)>, RestError> {
-    let item_at = op_at.rsplit_once('/').map_or("", |(head, _)| head);
     let mut merged: Vec<(&Value, String)> = Vec::new();
     let mut index: HashMap<(String, String), usize> = HashMap::new();
     for (list, at) in [(item.get("parameters"), item_at), (op.get("parameters"), op_at)] {
@@ -762,10 +763,15 @@ fn annotations(method: &str) -> ToolAnnotations {
     }
 }
 
-/// The base URL of an operation, from the configuration, its servers or the document's.
-fn server_url(doc: &Document, item: &Value, op: &Value, config: &OpenApiConfig) -> Option<String> {
+/// The base URL of an operation, from the configuration, its servers or the document's:
+/// `places` are the operation, its path item and the document root with their pointers.
+fn server_url(
+    doc: &Document,
+    places: [(&Value, &str); 3],
+    config: &OpenApiConfig,
+) -> Result<Option<String>, RestError> {
     if let Some(base) = &config.base_url {
-        return Some(base.trim_end_matches('/').to_owned());
+        return Ok(Some(base.trim_end_matches('/').to_owned()));
     }
     let url = if doc.version == Version::Swagger2 {
         let host = doc.root.get("host").and_then(Value::as_str);
@@ -787,27 +793,68 @@ fn server_url(doc: &Document, item: &Value, op: &Value, config: &OpenApiConfig) 
         }
     } else {
         // Without `servers`, OpenAPI's default server is `/`.
-        [op, item, &doc.root]
-            .iter()
-            .find_map(|v| v.get("servers").and_then(Value::as_array).and_then(|s| s.first()))
-            .map_or_else(String::new, |server| expand_server(server, &config.server_variables))
+        let first = places.iter().find_map(|(v, at)| {
+            let server = v.get("servers").and_then(Value::as_array)?.first()?;
+            Some((server, format!("{at}/servers/0")))
+        });
+        match first {
+            Some((server, at)) => expand_server(doc, server, &at, &config.server_variables)?,
+            None => String::new(),
+        }
     };
-    Some(absolute(doc, url.trim_end_matches('/')))
+    Ok(Some(absolute(doc, url.trim_end_matches('/'))))
 }
 
-fn expand_server(server: &Value, overrides: &BTreeMap<String, String>) -> String {
+/// A server URL with its variables filled from `overrides` (`serverVariables`) or their
+/// defaults; a value outside the variable's `enum`, or a variable with neither, is an error.
+fn expand_server(
+    doc: &Document,
+    server: &Value,
+    at: &str,
+    overrides: &BTreeMap<String, String>,
+) -> Result<String, RestError> {
     let mut url = server.get("url").and_then(Value::as_str).unwrap_or_default().to_owned();
-    if let Some(variables) = server.get("variables").and_then(Value::as_object) {
-        for (name, variable) in variables {
-            let value = overrides
-                .get(name)
-                .map(String::as_str)
-                .or_else(|| variable.get("default").and_then(Value::as_str))
-                .unwrap_or_default();
-            url = url.replace(&format!("{{{name}}}"), value);
+    let Some(variables) = server.get("variables").and_then(Value::as_object) else {
+        return Ok(url);
+    };
+    for (name, variable) in variables {
+        let var_at = format!("{at}/variables/{}", escape_token(name));
+        let overridden = overrides.get(name).map(String::as_str);
+        let value = match overridden.or_else(|| variable.get("default").and_then(Value::as_str)) {
+            Some(value) => value,
+            None => {
+                return Err(doc.error(
+                    &var_at,
+                    format!(
+                        "server variable `{name}` has no `default`: set \
+                         `serverVariables.{name}` in the import's configuration"
+                    ),
+                ));
+            }
+        };
+        let allowed: Vec<&str> = variable
+            .get("enum")
+            .and_then(Value::as_array)
+            .map(|values| values.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if !allowed.is_empty() && !allowed.contains(&value) {
+            let list: Vec<String> = allowed.iter().map(|v| format!("`{v}`")).collect();
+            let (source, fix) = match overridden {
+                Some(_) => (format!("`serverVariables.{name}`"), "set it".to_owned()),
+                None => ("its `default`".to_owned(), format!("set `serverVariables.{name}`")),
+            };
+            return Err(doc.error(
+                &format!("{var_at}/enum"),
+                format!(
+                    "server variable `{name}` cannot be `{value}` (from {source}): its `enum` \
+                     allows {}; {fix} to one of them",
+                    list.join(", ")
+                ),
+            ));
         }
+        url = url.replace(&format!("{{{name}}}"), value);
     }
-    url
+    Ok(url)
 }
 
 /// Resolves a relative server URL against the URL the document came from.
