@@ -139,15 +139,21 @@ pub(crate) fn grep(
     }
     let head_limit = args.head_limit.unwrap_or(limits.grep_head_limit);
     let offset = args.offset.unwrap_or(0);
-    let wanted = if head_limit == 0 { usize::MAX } else { offset.saturating_add(head_limit) };
-    let collector = Arc::new(Mutex::new(Collector::new(wanted)));
-    let matches = Arc::new(AtomicU64::new(0));
     let show = Show {
         numbers: args.line_numbers.unwrap_or(true),
         line_chars: limits.line_chars,
         context: mode == OutputMode::Content
             && args.before.or(args.after).or(args.context).unwrap_or(0) > 0,
     };
+    // The output lines a page can show: `offset + head_limit`, and the context separator
+    // dropped before the first file. No file keeps more (later ones are only counted), and
+    // the collector keeps no more in all.
+    let wanted = match head_limit {
+        0 => usize::MAX,
+        _ => offset.saturating_add(head_limit).saturating_add(usize::from(show.context)),
+    };
+    let collector = Arc::new(Mutex::new(Collector::new(wanted)));
+    let matches = Arc::new(AtomicU64::new(0));
 
     walk.build_parallel().run(|| {
         let mut searcher = searcher.clone();
@@ -181,6 +187,8 @@ pub(crate) fn grep(
                 show,
                 display: &display,
                 lines: Vec::new(),
+                keep: wanted,
+                produced: 0,
                 count: 0,
                 cancelled: &cancelled,
             };
@@ -197,12 +205,14 @@ pub(crate) fn grep(
                 _ => SystemTime::UNIX_EPOCH,
             };
             let mut lines = sink.lines;
+            let mut produced = sink.produced;
             if show.context {
                 // Context groups of different files are separated as ripgrep does; the
                 // separator before the first file is dropped when rendering.
                 lines.insert(0, "--".to_owned());
+                produced += 1;
             }
-            let result = FileResult { modified, count: sink.count, lines };
+            let result = FileResult { modified, count: sink.count, lines, produced };
             collector.lock().unwrap_or_else(|e| e.into_inner()).add(display, result);
             WalkState::Continue
         })
@@ -247,13 +257,24 @@ struct FileSink<'a> {
     mode: OutputMode,
     show: Show,
     display: &'a str,
+    /// The first `keep` output lines (content mode).
     lines: Vec<String>,
+    /// Output lines kept at most: later ones are counted in `produced` and dropped, so that
+    /// `grep .` over a huge file holds a page, not the file.
+    keep: usize,
+    /// Output lines produced, kept or not (matches, context lines and separators).
+    produced: usize,
+    /// Matching lines.
     count: u64,
     cancelled: &'a AtomicBool,
 }
 
 impl FileSink<'_> {
     fn push(&mut self, separator: char, number: Option<u64>, bytes: &[u8]) {
+        self.produced += 1;
+        if self.lines.len() >= self.keep {
+            return;
+        }
         let text = String::from_utf8_lossy(bytes);
         let text = text.trim_end_matches(['\n', '\r']);
         let mut line = String::with_capacity(self.display.len() + text.len().min(4096) + 12);
@@ -310,8 +331,11 @@ impl Sink for FileSink<'_> {
     }
 
     fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
-        if self.show.context && !self.lines.is_empty() {
-            self.lines.push("--".into());
+        if self.show.context && self.produced > 0 {
+            self.produced += 1;
+            if self.lines.len() < self.keep {
+                self.lines.push("--".into());
+            }
         }
         Ok(true)
     }
@@ -320,7 +344,10 @@ impl Sink for FileSink<'_> {
 struct FileResult {
     modified: SystemTime,
     count: u64,
+    /// The first output lines, at most what a page can show.
     lines: Vec<String>,
+    /// Output lines in all, `lines` and those dropped.
+    produced: usize,
 }
 
 /// The results of every file, in path order, trimmed to what a page can show.
@@ -333,7 +360,7 @@ struct Collector {
     total_lines: usize,
     /// Files seen.
     total_files: usize,
-    /// Lines (content) a page may need: `offset + head_limit`.
+    /// Lines (content) a page may need: `offset + head_limit`, and the separator dropped.
     wanted: usize,
 }
 
@@ -344,7 +371,7 @@ impl Collector {
 
     fn add(&mut self, path: String, result: FileResult) {
         self.total_files += 1;
-        self.total_lines += result.lines.len();
+        self.total_lines += result.produced;
         self.kept_lines += result.lines.len();
         self.files.insert(path, result);
         // Content mode: drop the files sorting last while the rest still fill the page, so
@@ -430,5 +457,33 @@ mod tests {
         let cancelled = Arc::new(AtomicBool::new(true));
         let err = grep(&ws, &FsLimits::default(), args, &cancelled).unwrap_err();
         assert!(matches!(err, FsError::Cancelled { tool: "grep" }), "{err}");
+    }
+
+    #[test]
+    fn a_file_sink_keeps_a_page_and_counts_the_rest() {
+        let text: String = (1..=1000).map(|i| format!("hit {i}\n")).collect();
+        let matcher = RegexMatcherBuilder::new().line_terminator(Some(b'\n')).build("hit").unwrap();
+        let cancelled = AtomicBool::new(false);
+        let show = Show { numbers: true, line_chars: 100, context: false };
+        let mut sink = FileSink {
+            mode: OutputMode::Content,
+            show,
+            display: "a.txt",
+            lines: Vec::new(),
+            keep: 5,
+            produced: 0,
+            count: 0,
+            cancelled: &cancelled,
+        };
+        SearcherBuilder::new()
+            .line_number(true)
+            .build()
+            .search_slice(&matcher, text.as_bytes(), &mut sink)
+            .unwrap();
+        assert_eq!(
+            sink.lines,
+            ["a.txt:1:hit 1", "a.txt:2:hit 2", "a.txt:3:hit 3", "a.txt:4:hit 4", "a.txt:5:hit 5"]
+        );
+        assert_eq!((sink.produced, sink.count), (1000, 1000));
     }
 }

@@ -257,3 +257,113 @@ async fn context_groups_of_different_files_are_separated() {
         b.txt-2-y"#]]
     .assert_eq(&fx.ok("grep", json!({"pattern": "hit", "output_mode": "content", "-C": 1})).await);
 }
+
+/// `n` numbered lines.
+fn numbered(n: usize) -> String {
+    (1..=n).map(|i| format!("line {i}\n")).collect()
+}
+
+#[tokio::test]
+async fn content_mode_on_a_huge_file_keeps_a_page_and_counts_everything() {
+    let fx = Fixture::new();
+    fx.put("big.txt", &numbered(200_000));
+    let out = fx.call("grep", json!({"pattern": ".", "output_mode": "content"})).await.unwrap();
+    let text = out.to_text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 251, "{}", &text[..200]);
+    assert_eq!(lines[0], "big.txt:1:line 1");
+    assert_eq!(lines[249], "big.txt:250:line 250");
+    assert_eq!(lines[250], "[showing lines 1-250 of 200000; use offset=250 for more]");
+    assert_eq!(out.extras["matches"], 200_000);
+    assert_eq!(out.extras["total"], 200_000);
+    assert_eq!(out.extras["truncated"], true);
+    // The last page is still reachable.
+    let out = fx
+        .call(
+            "grep",
+            json!({"pattern": ".", "output_mode": "content", "offset": 199_998, "head_limit": 5}),
+        )
+        .await
+        .unwrap();
+    expect![[r#"
+        big.txt:199999:line 199999
+        big.txt:200000:line 200000
+        [showing lines 199999-200000 of 200000]"#]]
+    .assert_eq(&out.to_text());
+}
+
+#[tokio::test]
+async fn totals_count_the_lines_of_files_past_the_page() {
+    let fx = Fixture::new();
+    fx.put("a.txt", &numbered(200_000));
+    fx.put("b.txt", &numbered(3));
+    let out = fx
+        .call("grep", json!({"pattern": "line", "output_mode": "content", "head_limit": 2}))
+        .await
+        .unwrap();
+    expect![[r#"
+        a.txt:1:line 1
+        a.txt:2:line 2
+        [showing lines 1-2 of 200003; use offset=2 for more]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["matches"], 200_003);
+    assert_eq!(out.extras["files"], 2);
+    let out = fx
+        .call(
+            "grep",
+            json!({"pattern": "line", "output_mode": "content", "head_limit": 2, "offset": 200_001}),
+        )
+        .await
+        .unwrap();
+    expect![[r#"
+        b.txt:2:line 2
+        b.txt:3:line 3
+        [showing lines 200002-200003 of 200003]"#]]
+    .assert_eq(&out.to_text());
+}
+
+#[tokio::test]
+async fn context_totals_match_the_full_listing() {
+    let fx = Fixture::new();
+    // A match every 10th line: each gives a group of three lines and a separator.
+    let text: String = (1..=20_000)
+        .map(|i| if i % 10 == 0 { format!("hit {i}\n") } else { format!("{i}\n") })
+        .collect();
+    fx.put("a.txt", &text);
+    fx.put("b.txt", "x\nhit\ny\n");
+    let all = fx
+        .call("grep", json!({"pattern": "hit", "output_mode": "content", "-C": 1, "head_limit": 0}))
+        .await
+        .unwrap();
+    let listed = all.to_text().lines().count();
+    assert_eq!(all.extras["total"], listed);
+    let page = fx
+        .call("grep", json!({"pattern": "hit", "output_mode": "content", "-C": 1, "head_limit": 4}))
+        .await
+        .unwrap();
+    expect![[r#"
+        a.txt-9-9
+        a.txt:10:hit 10
+        a.txt-11-11
+        --
+        [showing lines 1-4 of 8002; use offset=4 for more]"#]]
+    .assert_eq(&page.to_text());
+    assert_eq!(page.extras["total"], listed);
+    assert_eq!(page.extras["matches"], 2001);
+    // The page that crosses into the second file, its separator included.
+    let last = fx
+        .call(
+            "grep",
+            json!({"pattern": "hit", "output_mode": "content", "-C": 1, "head_limit": 5, "offset": listed - 5}),
+        )
+        .await
+        .unwrap();
+    expect![[r#"
+        a.txt:20000:hit 20000
+        --
+        b.txt-1-x
+        b.txt:2:hit
+        b.txt-3-y
+        [showing lines 7998-8002 of 8002]"#]]
+    .assert_eq(&last.to_text());
+}
