@@ -40,6 +40,53 @@ const READ_BUFFER: usize = 64 * 1024;
 const LINE_BUFFER_KEEP: usize = 1 << 20;
 /// Longest stderr line logged, in bytes; the rest is cut.
 const STDERR_LINE_MAX: usize = 4096;
+/// Longest message a server may write: a line without its end past this is a protocol
+/// fault (a server printing without end must not take the gateway's memory with it).
+const MESSAGE_MAX: usize = 128 << 20;
+
+/// How a capped line read ended.
+#[derive(Debug, PartialEq, Eq)]
+enum LineRead {
+    /// The stream ended with nothing read.
+    End,
+    /// A line (its newline included, or the stream's last bytes) is in the buffer.
+    Line,
+    /// The line passed the cap before its end; what was read of it is dropped, and the
+    /// rest is left unread.
+    TooLong,
+}
+
+/// Reads one line into `line` (appended), as `BufRead::read_until` does, but never more
+/// than `max` bytes of it: past them reading stops.
+fn read_line_capped(
+    reader: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<LineRead> {
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            return Ok(if line.is_empty() { LineRead::End } else { LineRead::Line });
+        }
+        let (used, ended) = match buffer.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buffer.len(), false),
+        };
+        if used > max.saturating_sub(line.len()) {
+            line.clear();
+            return Ok(LineRead::TooLong);
+        }
+        line.extend_from_slice(&buffer[..used]);
+        reader.consume(used);
+        if ended {
+            return Ok(LineRead::Line);
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug)]
@@ -248,17 +295,26 @@ impl StdoutReader {
     }
 
     fn run(mut self, stdout: std::fs::File) {
-        use std::io::BufRead;
         let mut stdout = std::io::BufReader::with_capacity(READ_BUFFER, stdout);
         let mut line = Vec::new();
         loop {
-            match stdout.read_until(b'\n', &mut line) {
-                Ok(0) => {
+            match read_line_capped(&mut stdout, &mut line, MESSAGE_MAX) {
+                Ok(LineRead::End) => {
                     self.fault.set(FaultKind::Closed("server closed its stdout".into()));
                     return;
                 }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(LineRead::Line) => {}
+                Ok(LineRead::TooLong) => {
+                    let why = format!(
+                        "a line of over {} MiB without its end, more than any message may be",
+                        MESSAGE_MAX >> 20
+                    );
+                    tracing::warn!(server = %self.server, "mcp server wrote {why}");
+                    self.fault.set(FaultKind::Protocol(format!("stdout carried {why}")));
+                    self.lane.close();
+                    let _ = self.received.send(Received::Broken);
+                    return;
+                }
                 Err(e) => {
                     let why = format!("cannot read the server's stdout: {e}");
                     self.fault.set(FaultKind::Closed(why));
@@ -437,16 +493,73 @@ async fn reap(
     }
 }
 
+/// Logs the server's stderr line by line, each cut at [`STDERR_LINE_MAX`] bytes: a line
+/// without end is read through, never held.
 async fn log_stderr(server: String, stderr: ChildStderr) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
-    while let Ok(n) = reader.read_until(b'\n', &mut line).await {
-        if n == 0 {
+    while let Ok(buffer) = reader.fill_buf().await {
+        if buffer.is_empty() {
+            if !line.is_empty() {
+                log_stderr_line(&server, &line);
+            }
             break;
         }
-        let end = line.len().min(STDERR_LINE_MAX);
-        let text = String::from_utf8_lossy(&line[..end]);
-        tracing::debug!(server = %server, "stderr: {}", text.trim_end());
-        line.clear();
+        let (used, ended) = match buffer.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buffer.len(), false),
+        };
+        let room = STDERR_LINE_MAX.saturating_sub(line.len());
+        line.extend_from_slice(&buffer[..used.min(room)]);
+        reader.consume(used);
+        if ended {
+            log_stderr_line(&server, &line);
+            line.clear();
+        }
+    }
+}
+
+fn log_stderr_line(server: &str, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    tracing::debug!(server = %server, "stderr: {}", text.trim_end());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LineRead, read_line_capped};
+    use std::io::BufReader;
+
+    /// Lines are read whole up to the cap and not past it, whatever the read buffer's
+    /// size; the stream's last bytes without a newline are a line.
+    #[test]
+    fn lines_are_capped() {
+        for capacity in [1, 3, 64] {
+            let read_all = |input: &[u8]| {
+                let mut reader = BufReader::with_capacity(capacity, input);
+                let mut lines = Vec::new();
+                loop {
+                    let mut line = Vec::new();
+                    let read = read_line_capped(&mut reader, &mut line, 10).unwrap();
+                    let done = read != LineRead::Line;
+                    lines.push((read, String::from_utf8(line).unwrap()));
+                    if done {
+                        return lines;
+                    }
+                }
+            };
+            assert_eq!(
+                read_all(b"short\nexactly10\nlast"),
+                [
+                    (LineRead::Line, "short\n".into()),
+                    (LineRead::Line, "exactly10\n".into()),
+                    (LineRead::Line, "last".into()),
+                    (LineRead::End, String::new()),
+                ]
+            );
+            assert_eq!(
+                read_all(b"ok\nthis line is too long\n"),
+                [(LineRead::Line, "ok\n".into()), (LineRead::TooLong, String::new())]
+            );
+        }
     }
 }
