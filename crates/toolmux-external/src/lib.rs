@@ -37,8 +37,8 @@
 mod store;
 
 pub use store::{
-    DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExternalResult, InboxEntry,
-    MemoryPendingStore, PendingCall, PendingStore,
+    DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL, Delivery,
+    ExternalResult, InboxEntry, MemoryPendingStore, PendingCall, PendingStore,
 };
 
 use async_trait::async_trait;

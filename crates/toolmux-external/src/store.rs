@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 use toolmux_core::{ToolError, ToolOutput};
 
 /// A call of an external tool waiting for its result.
@@ -114,9 +115,9 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
         exclude: &[String],
         wait: Duration,
     ) -> Vec<PendingCall> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = Instant::now() + wait;
         loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let left = deadline.saturating_duration_since(Instant::now());
             let calls = except(self.pending(tools, left).await, exclude);
             if !calls.is_empty() || left.is_zero() {
                 return calls;
@@ -153,7 +154,21 @@ pub const DEFAULT_MAX_PENDING: usize = 10_000;
 /// Results one inbox holds at most, by default: past it, the oldest are dropped.
 pub const DEFAULT_MAX_INBOX: usize = 1_000;
 
-/// A [`PendingStore`] in this process's memory, bounded.
+/// How long a call waits for its result, by default: past it, it expires (its caller has
+/// long given up, or never waited: an asynchronous call).
+pub const DEFAULT_PENDING_TTL: Duration = Duration::from_secs(60 * 60);
+
+/// How long a result waits in an inbox to be read, by default.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often, at most, opening a call looks through every call and inbox for expired ones
+/// (unless the store is full); reading skips expired ones whenever it looks.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// A [`PendingStore`] in this process's memory, bounded in size and in time: a call not
+/// answered within its time to live ([`DEFAULT_PENDING_TTL`]) expires, and so does a result
+/// nobody took from its inbox ([`DEFAULT_RESULT_TTL`]), so that a gateway that runs for
+/// months does not fill up with calls nobody will answer.
 #[derive(Debug)]
 pub struct MemoryPendingStore {
     state: Mutex<State>,
@@ -164,14 +179,22 @@ pub struct MemoryPendingStore {
     prefix: String,
     max_pending: usize,
     max_inbox: usize,
+    pending_ttl: Duration,
+    result_ttl: Duration,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     calls: HashMap<String, Entry>,
     /// The receiving ends of synchronous calls' results, until they wait.
     receivers: HashMap<String, oneshot::Receiver<ExternalResult>>,
-    inboxes: HashMap<String, VecDeque<InboxEntry>>,
+    inboxes: HashMap<String, VecDeque<Inboxed>>,
+    /// Calls that expired, until their results would have expired too: a result submitted
+    /// for one is refused with a message that says so.
+    // Invariant: at most `max_pending` entries.
+    expired: HashMap<String, Instant>,
+    /// When the last sweep was.
+    swept: Instant,
 }
 
 #[derive(Debug)]
@@ -179,6 +202,45 @@ struct Entry {
     call: PendingCall,
     /// Set for a synchronous call until it gives up waiting.
     waiter: Option<oneshot::Sender<ExternalResult>>,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct Inboxed {
+    entry: InboxEntry,
+    expires: Instant,
+}
+
+impl State {
+    fn new() -> State {
+        State {
+            calls: HashMap::new(),
+            receivers: HashMap::new(),
+            inboxes: HashMap::new(),
+            expired: HashMap::new(),
+            swept: Instant::now(),
+        }
+    }
+
+    /// Forgets every call and result past its time, remembering the calls' ids (to say why a
+    /// late result is refused) for as long as their results would have been kept.
+    fn sweep(&mut self, now: Instant, remember_for: Duration, max_remembered: usize) {
+        self.swept = now;
+        let gone: Vec<String> =
+            self.calls.iter().filter(|(_, e)| e.expires <= now).map(|(id, _)| id.clone()).collect();
+        self.expired.retain(|_, forget| *forget > now);
+        for id in gone {
+            self.calls.remove(&id);
+            self.receivers.remove(&id);
+            if self.expired.len() < max_remembered {
+                self.expired.insert(id, now + remember_for);
+            }
+        }
+        self.inboxes.retain(|_, inbox| {
+            inbox.retain(|r| r.expires > now);
+            !inbox.is_empty()
+        });
+    }
 }
 
 impl Default for MemoryPendingStore {
@@ -188,17 +250,29 @@ impl Default for MemoryPendingStore {
 }
 
 impl MemoryPendingStore {
-    /// A store of at most `max_pending` pending calls and `max_inbox` results per inbox.
+    /// A store of at most `max_pending` pending calls and `max_inbox` results per inbox,
+    /// kept for [`DEFAULT_PENDING_TTL`] and [`DEFAULT_RESULT_TTL`].
     pub fn new(max_pending: usize, max_inbox: usize) -> Self {
         let started = now_ms();
         MemoryPendingStore {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State::new()),
             opened: Notify::new(),
             next: AtomicU64::new(1),
             prefix: format!("ext-{:x}", started % 0x10_0000),
             max_pending: max_pending.max(1),
             max_inbox: max_inbox.max(1),
+            pending_ttl: DEFAULT_PENDING_TTL,
+            result_ttl: DEFAULT_RESULT_TTL,
         }
+    }
+
+    /// Calls expire `pending` after they were made, results `result` after they reached
+    /// their inbox (each at least a millisecond).
+    pub fn with_ttl(mut self, pending: Duration, result: Duration) -> Self {
+        let least = Duration::from_millis(1);
+        self.pending_ttl = pending.max(least);
+        self.result_ttl = result.max(least);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -207,9 +281,11 @@ impl MemoryPendingStore {
 
     fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
         let state = self.lock();
+        let now = Instant::now();
         let mut calls: Vec<PendingCall> = state
             .calls
             .values()
+            .filter(|e| e.expires > now)
             .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
             .map(|e| e.call.clone())
             .collect();
@@ -231,6 +307,10 @@ impl PendingStore for MemoryPendingStore {
         let id = call.call_id.clone();
         {
             let mut state = self.lock();
+            let now = Instant::now();
+            if state.calls.len() >= self.max_pending || now >= state.swept + SWEEP_EVERY {
+                state.sweep(now, self.result_ttl, self.max_pending);
+            }
             if state.calls.len() >= self.max_pending {
                 return Err(ToolError::QueueBusy {
                     tool: call.tool,
@@ -245,7 +325,8 @@ impl PendingStore for MemoryPendingStore {
                 state.receivers.insert(id.clone(), rx);
                 tx
             });
-            state.calls.insert(id.clone(), Entry { call, waiter });
+            let expires = now + self.pending_ttl;
+            state.calls.insert(id.clone(), Entry { call, waiter, expires });
         }
         self.opened.notify_waiters();
         Ok(id)
@@ -282,12 +363,12 @@ impl PendingStore for MemoryPendingStore {
         exclude: &[String],
         wait: Duration,
     ) -> Vec<PendingCall> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = Instant::now() + wait;
         loop {
             // Registered before looking, so that a call opened in between wakes us.
             let opened = self.opened.notified();
             let calls = except(self.snapshot(tools), exclude);
-            if !calls.is_empty() || tokio::time::Instant::now() >= deadline {
+            if !calls.is_empty() || Instant::now() >= deadline {
                 return calls;
             }
             if tokio::time::timeout_at(deadline, opened).await.is_err() {
@@ -298,6 +379,20 @@ impl PendingStore for MemoryPendingStore {
 
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
         let mut state = self.lock();
+        let now = Instant::now();
+        if state.calls.get(call_id).is_some_and(|e| e.expires <= now) {
+            state.sweep(now, self.result_ttl, self.max_pending);
+        }
+        if state.expired.contains_key(call_id) {
+            return Err(ToolError::invalid_arguments(
+                "external__submit",
+                format!(
+                    "call `{call_id}` expired after {} s without a result, so its caller no \
+                     longer takes one; `external__pending` lists the calls waiting",
+                    self.pending_ttl.as_secs_f64()
+                ),
+            ));
+        }
         let Some(mut entry) = state.calls.remove(call_id) else {
             return Err(ToolError::invalid_arguments(
                 "external__submit",
@@ -323,23 +418,29 @@ impl PendingStore for MemoryPendingStore {
                 run = %run_id,
                 "inbox full ({} results): dropped the result of {}",
                 self.max_inbox,
-                dropped.map_or_else(String::new, |d| d.call_id)
+                dropped.map_or_else(String::new, |d| d.entry.call_id)
             );
         }
-        inbox.push_back(InboxEntry {
-            call_id: call_id.to_owned(),
-            tool: entry.call.tool,
-            arguments: entry.call.arguments,
-            result,
+        inbox.push_back(Inboxed {
+            entry: InboxEntry {
+                call_id: call_id.to_owned(),
+                tool: entry.call.tool,
+                arguments: entry.call.arguments,
+                result,
+            },
+            expires: now + self.result_ttl,
         });
         Ok(Delivery::Inbox { run_id })
     }
 
     async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry> {
-        self.lock().inboxes.remove(run_id).map(Vec::from).unwrap_or_default()
+        let now = Instant::now();
+        let inbox = self.lock().inboxes.remove(run_id).unwrap_or_default();
+        inbox.into_iter().filter(|r| r.expires > now).map(|r| r.entry).collect()
     }
 
     async fn count_pending(&self, run_id: &str) -> usize {
-        self.lock().calls.values().filter(|e| e.call.run_id == run_id).count()
+        let now = Instant::now();
+        self.lock().calls.values().filter(|e| e.call.run_id == run_id && e.expires > now).count()
     }
 }

@@ -356,3 +356,66 @@ async fn a_submission_naming_another_run_is_refused_and_the_call_stays_pending()
     let inbox = p.call("inbox", json!({}), &run("agent-1")).await.unwrap();
     assert_eq!(json_of(&inbox)["results"][0]["result"], "done");
 }
+
+fn async_call(tool: &str) -> toolmux_external::PendingCall {
+    toolmux_external::PendingCall {
+        call_id: String::new(),
+        tool: tool.to_owned(),
+        arguments: json!({}),
+        run_id: "r".into(),
+        execution_type: ExecutionType::External,
+        is_async: true,
+        visible: true,
+        created_ms: 0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn unanswered_calls_expire_and_a_late_result_says_so() {
+    let store = MemoryPendingStore::default();
+    let old = store.open(async_call("external__job")).await.unwrap();
+    tokio::time::advance(toolmux_external::DEFAULT_PENDING_TTL - Duration::from_secs(1)).await;
+    let young = store.open(async_call("external__job")).await.unwrap();
+    assert_eq!(store.count_pending("r").await, 2);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let listed = store.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), [young.as_str()]);
+    assert_eq!(store.count_pending("r").await, 1);
+    let result = toolmux_external::ExternalResult { result: json!("late"), is_error: false };
+    let refused = store.resolve(&old, result.clone()).await.unwrap_err();
+    assert!(matches!(refused, ToolError::InvalidArguments { .. }), "{refused:?}");
+    let message = refused.to_string();
+    assert!(message.contains(&format!("call `{old}` expired after 3600 s")), "{message}");
+    store.resolve(&young, result).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn unread_results_expire() {
+    let store =
+        MemoryPendingStore::default().with_ttl(Duration::from_secs(60), Duration::from_secs(120));
+    let result = || toolmux_external::ExternalResult { result: json!(1), is_error: false };
+    let first = store.open(async_call("external__job")).await.unwrap();
+    store.resolve(&first, result()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(100)).await;
+    let second = store.open(async_call("external__job")).await.unwrap();
+    store.resolve(&second, result()).await.unwrap();
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let inbox = store.take_inbox("r").await;
+    assert_eq!(inbox.iter().map(|e| e.call_id.as_str()).collect::<Vec<_>>(), [second.as_str()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn expired_calls_make_room_in_a_full_store() {
+    let store =
+        MemoryPendingStore::new(2, 10).with_ttl(Duration::from_secs(60), Duration::from_secs(60));
+    store.open(async_call("external__a")).await.unwrap();
+    store.open(async_call("external__b")).await.unwrap();
+    let full = store.open(async_call("external__c")).await.unwrap_err();
+    assert!(matches!(full, ToolError::QueueBusy { .. }), "{full:?}");
+    tokio::time::advance(Duration::from_secs(61)).await;
+    store.open(async_call("external__c")).await.unwrap();
+    store.open(async_call("external__d")).await.unwrap();
+    let tools: Vec<String> =
+        store.pending(&[], Duration::ZERO).await.into_iter().map(|c| c.tool).collect();
+    assert_eq!(tools, ["external__c", "external__d"]);
+}

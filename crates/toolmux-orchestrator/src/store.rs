@@ -5,7 +5,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// What was stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -226,17 +228,52 @@ impl toolmux_core::ToolProvider for OutputReader {
     }
 }
 
-/// A directory per run under one root, a file per output.
+/// A directory per run under one root, a file per output. Outputs older than the
+/// retention ([`DEFAULT_RETENTION`] unless set) are removed by [`DirectoryStore::sweep`],
+/// which [`OutputStore::store`] runs at most once an hour.
 #[derive(Debug)]
 pub struct DirectoryStore {
     root: PathBuf,
     counter: AtomicU64,
+    /// `None`: outputs are kept forever.
+    retention: Option<Duration>,
+    /// When `store` last swept; `None` before it first did.
+    swept: Mutex<Option<Instant>>,
 }
 
+/// How long [`DirectoryStore`] keeps outputs by default.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often, at most, storing an output sweeps out old ones.
+const SWEEP_EVERY: Duration = Duration::from_secs(60 * 60);
+
 impl DirectoryStore {
-    /// A store under `root` (created on first write, mode 0700).
+    /// A store under `root` (created on first write, mode 0700), keeping outputs for
+    /// [`DEFAULT_RETENTION`].
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DirectoryStore { root: root.into(), counter: AtomicU64::new(0) }
+        DirectoryStore {
+            root: root.into(),
+            counter: AtomicU64::new(0),
+            retention: Some(DEFAULT_RETENTION),
+            swept: Mutex::new(None),
+        }
+    }
+
+    /// Outputs are kept for `retention` after they were written; `None` keeps them forever.
+    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Removes the outputs (and their runs' directories, once empty) last written longer
+    /// than the retention ago, and returns how many. Only run directories (`run-*`) are
+    /// looked into: other files under the root (the statistics file) are left alone.
+    pub fn sweep(&self) -> Result<usize, StoreError> {
+        *self.swept.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        match self.retention {
+            Some(retention) => sweep_older(&self.root, retention),
+            None => Ok(0),
+        }
     }
 
     /// The root directory.
@@ -258,6 +295,52 @@ impl DirectoryStore {
             self.root.join(run).join(id)
         })
     }
+}
+
+/// Removes what [`DirectoryStore::sweep`] removes, for outputs older than `retention`.
+fn sweep_older(root: &Path, retention: Duration) -> Result<usize, StoreError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| StoreError::Io { path, source }
+    };
+    let Some(cutoff) = std::time::SystemTime::now().checked_sub(retention) else {
+        return Ok(0);
+    };
+    let runs = match std::fs::read_dir(root) {
+        Ok(runs) => runs,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(root)(e)),
+    };
+    let mut removed = 0;
+    for run in runs {
+        let run = run.map_err(io(root))?;
+        let is_run = run.file_name().to_str().is_some_and(|n| n.starts_with("run-"));
+        if !is_run || !run.file_type().map_err(io(&run.path()))?.is_dir() {
+            continue;
+        }
+        let dir = run.path();
+        for output in std::fs::read_dir(&dir).map_err(io(&dir))? {
+            let output = output.map_err(io(&dir))?;
+            let name = output.file_name();
+            let name = name.to_string_lossy();
+            if !(name.starts_with("out-") || name.starts_with(".out-")) {
+                continue;
+            }
+            let modified =
+                output.metadata().and_then(|m| m.modified()).map_err(io(&output.path()))?;
+            if modified < cutoff {
+                match std::fs::remove_file(output.path()) {
+                    Ok(()) => removed += 1,
+                    // Removed meanwhile by another process sweeping the same directory.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io(&output.path())(e)),
+                }
+            }
+        }
+        // Fails while the directory holds anything, as it should.
+        let _ = std::fs::remove_dir(&dir);
+    }
+    Ok(removed)
 }
 
 /// Whether `handle` has the shape every store gives: `{run}/{id}`, both of letters,
@@ -317,7 +400,21 @@ impl OutputStore for DirectoryStore {
         let content = content.to_owned();
         let io_path = file.clone();
         let dir_for_io = dir.clone();
+        let sweep = self.retention.filter(|_| {
+            let mut swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+            let due = swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY);
+            if due {
+                *swept = Some(Instant::now());
+            }
+            due
+        });
+        let root = self.root.clone();
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            if let Some(retention) = sweep
+                && let Err(e) = sweep_older(&root, retention)
+            {
+                tracing::warn!("removing old outputs: {e}");
+            }
             use std::io::Write as _;
             use std::os::unix::fs::DirBuilderExt as _;
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir_for_io)?;
@@ -387,6 +484,49 @@ mod tests {
         assert_eq!(page, OutputPage { text: "b\nc".into(), offset: 1, lines: 2, total_lines: 4 });
         let past = store.read(&stored.handle, 10, 2).await.unwrap();
         assert_eq!(past.lines, 0);
+    }
+
+    /// A file under `dir` written `age` ago.
+    fn aged(path: &Path, age: Duration) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        file.set_modified(std::time::SystemTime::now() - age).unwrap();
+    }
+
+    #[test]
+    fn sweeping_removes_old_outputs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = Duration::from_secs(24 * 60 * 60);
+        aged(&dir.path().join("run-a/out-old"), 2 * day);
+        aged(&dir.path().join("run-a/.out-old.tmp"), 2 * day);
+        aged(&dir.path().join("run-a/out-new"), Duration::from_secs(60));
+        aged(&dir.path().join("run-b/out-old"), 2 * day);
+        aged(&dir.path().join("stats.json"), 2 * day);
+        aged(&dir.path().join("other/out-old"), 2 * day);
+        let store = DirectoryStore::new(dir.path());
+        assert_eq!(store.sweep().unwrap(), 3);
+        assert!(dir.path().join("run-a/out-new").exists());
+        assert!(!dir.path().join("run-a/out-old").exists());
+        assert!(!dir.path().join("run-b").exists(), "an emptied run directory goes too");
+        assert!(dir.path().join("stats.json").exists());
+        assert!(dir.path().join("other/out-old").exists());
+        let forever = DirectoryStore::new(dir.path()).with_retention(None);
+        aged(&dir.path().join("run-a/out-old"), 100 * day);
+        assert_eq!(forever.sweep().unwrap(), 0);
+        assert_eq!(DirectoryStore::new(dir.path().join("missing")).sweep().unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn storing_sweeps_at_most_once_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::new(dir.path()).with_retention(Some(Duration::from_secs(60)));
+        aged(&dir.path().join("run-a/out-1"), Duration::from_secs(120));
+        let first = store.store("r", "t", "x").await.unwrap();
+        assert!(!dir.path().join("run-a/out-1").exists());
+        aged(&dir.path().join("run-a/out-2"), Duration::from_secs(120));
+        store.store("r", "t", "y").await.unwrap();
+        assert!(dir.path().join("run-a/out-2").exists(), "the next sweep is an hour away");
+        assert_eq!(store.read(&first.handle, 0, 1).await.unwrap().text, "x");
     }
 
     #[test]

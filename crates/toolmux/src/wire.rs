@@ -257,7 +257,18 @@ impl Toolmux {
         };
 
         let output_dir = loaded.output_dir();
-        let store: Arc<dyn OutputStore> = Arc::new(DirectoryStore::new(output_dir.clone()));
+        let retention = match loaded.config.defaults.output_retention {
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+            None => Some(toolmux_orchestrator::store::DEFAULT_RETENTION),
+        };
+        let directory = DirectoryStore::new(output_dir.clone()).with_retention(retention);
+        // Outputs of earlier runs past `outputRetention` go now; storing sweeps hourly.
+        if let Err(e) = directory.sweep() {
+            let cause = std::error::Error::source(&e).map(ToString::to_string);
+            tracing::warn!("removing old outputs: {e}: {}", cause.unwrap_or_default());
+        }
+        let store: Arc<dyn OutputStore> = Arc::new(directory);
         // With Redis, outputs are read back through any replica.
         #[cfg(feature = "redis")]
         let store: Arc<dyn OutputStore> = match &backend {
@@ -629,7 +640,14 @@ fn external_provider(
     use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
     let tools = &loaded.config.external_tools;
     // Pending calls live in the shared backend when there is one, else in this process.
-    let store = store.unwrap_or_else(|| Arc::new(MemoryPendingStore::default()));
+    let store = store.unwrap_or_else(|| {
+        let d = &loaded.config.defaults;
+        let ttl = |ms: Option<u64>, default| ms.map_or(default, Duration::from_millis);
+        Arc::new(MemoryPendingStore::default().with_ttl(
+            ttl(d.external_call_ttl, toolmux_external::DEFAULT_PENDING_TTL),
+            ttl(d.external_result_ttl, toolmux_external::DEFAULT_RESULT_TTL),
+        ))
+    });
     let provider = ExternalProvider::new(tools, store.clone())
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
     let margin = Duration::from_secs(1);

@@ -208,6 +208,22 @@ pub struct Defaults {
     /// directory); `false` keeps none. Processes sharing the file add their counts to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats_file: Option<StatsFile>,
+    /// How long spilled outputs are kept, in milliseconds (default 86400000, a day); older
+    /// ones are removed when toolmux starts and, at most once an hour, when it stores
+    /// another. `0` keeps them forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_retention: Option<u64>,
+    /// How long a call of an external tool (`externalTools`) waits for its result before
+    /// it expires, in milliseconds (default 3600000, an hour); a result submitted later is
+    /// refused. Calls kept in Redis (`backend.redis`) are kept a day.
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_call_ttl: Option<u64>,
+    /// How long a result waits in its run's inbox (`external__inbox`) to be read, in
+    /// milliseconds (default 86400000, a day).
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_result_ttl: Option<u64>,
     /// Logs the MCP traffic at debug level.
     #[serde(default, rename = "traceMCP", alias = "traceMcp")]
     pub trace_mcp: bool,
