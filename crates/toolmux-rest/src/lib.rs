@@ -22,6 +22,14 @@
 //! are never logged or put into error messages. Relative `spec` paths are resolved against
 //! [`OpenApiConfig::base_dir`], which the loader sets to the configuration file's folder.
 //!
+//! # What a call cannot do
+//!
+//! A path argument never leaves its segment (`/`, `?`, `#` are encoded) and one that would
+//! make a `.` or `..` segment is refused. Redirects are followed only within the request's
+//! origin (scheme, host and port): the 3xx of a redirect to another origin is the result,
+//! so credentials in headers never reach another host. An imported operation refuses
+//! arguments that no parameter or body property takes, naming the closest valid one.
+//!
 //! # Example
 //!
 //! ```

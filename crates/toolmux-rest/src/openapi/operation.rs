@@ -820,17 +820,15 @@ fn expand_server(
     for (name, variable) in variables {
         let var_at = format!("{at}/variables/{}", escape_token(name));
         let overridden = overrides.get(name).map(String::as_str);
-        let value = match overridden.or_else(|| variable.get("default").and_then(Value::as_str)) {
-            Some(value) => value,
-            None => {
-                return Err(doc.error(
-                    &var_at,
-                    format!(
-                        "server variable `{name}` has no `default`: set \
-                         `serverVariables.{name}` in the import's configuration"
-                    ),
-                ));
-            }
+        let Some(value) = overridden.or_else(|| variable.get("default").and_then(Value::as_str))
+        else {
+            return Err(doc.error(
+                &var_at,
+                format!(
+                    "server variable `{name}` has no `default`: set `serverVariables.{name}` in \
+                     the import's configuration"
+                ),
+            ));
         };
         let allowed: Vec<&str> = variable
             .get("enum")
