@@ -29,6 +29,9 @@ pub struct OrchestratorConfig {
     pub providers: HashMap<String, ToolSettings>,
     /// Settings per full tool name (win over the provider's).
     pub tools: HashMap<String, ToolSettings>,
+    /// What configuration says of tools instead of their providers, by full tool name (or
+    /// `{namespace}__{original name}`).
+    pub overrides: HashMap<String, ToolOverride>,
     /// Allow / deny / ask rules.
     pub permissions: PermissionRules,
     /// Extra names mapped to canonical full names.
@@ -63,6 +66,7 @@ impl Default for OrchestratorConfig {
             queues: HashMap::new(),
             providers: HashMap::new(),
             tools: HashMap::new(),
+            overrides: HashMap::new(),
             permissions: PermissionRules::default(),
             aliases: HashMap::new(),
             unprefixed: Default::default(),
@@ -166,6 +170,56 @@ impl QueueConfig {
     pub fn with_wait_timeout(mut self, wait: Duration) -> Self {
         self.wait_timeout = wait;
         self
+    }
+}
+
+/// What configuration says of a tool instead of its provider: its title, description and
+/// annotations, field by field (what is `None` stays as the provider says). A server's
+/// vague description made precise, a tool marked read-only so that its results are cached,
+/// or marked to end an agent's turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOverride {
+    /// The title shown to people.
+    pub title: Option<String>,
+    /// The description models read.
+    pub description: Option<String>,
+    /// It changes nothing (its results may be cached).
+    pub read_only: Option<bool>,
+    /// It may destroy data.
+    pub destructive: Option<bool>,
+    /// Calling it twice is calling it once.
+    pub idempotent: Option<bool>,
+    /// It reaches beyond the machine.
+    pub open_world: Option<bool>,
+    /// Calling it ends an agent's turn.
+    pub ends_turn: Option<bool>,
+    /// Shown to models (hidden tools can still be called by name).
+    pub visible: Option<bool>,
+}
+
+impl ToolOverride {
+    /// `spec` as configuration has it.
+    pub fn apply(&self, spec: &mut toolmux_core::ToolSpec) {
+        if let Some(title) = &self.title {
+            spec.title = Some(title.clone());
+        }
+        if let Some(description) = &self.description {
+            spec.description = description.clone();
+        }
+        let a = &mut spec.annotations;
+        let fields = [
+            (self.read_only, &mut a.read_only),
+            (self.destructive, &mut a.destructive),
+            (self.idempotent, &mut a.idempotent),
+            (self.open_world, &mut a.open_world),
+            (self.ends_turn, &mut a.ends_turn),
+            (self.visible, &mut a.visible),
+        ];
+        for (set, field) in fields {
+            if let Some(value) = set {
+                *field = value;
+            }
+        }
     }
 }
 

@@ -107,7 +107,7 @@ mod view;
 pub use budget::{RunFlags, estimate_tokens};
 pub use config::{
     MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, QueueConfig, RateLimit,
-    RetryPolicy, RunBudgetConfig, ToolSettings,
+    RetryPolicy, RunBudgetConfig, ToolOverride, ToolSettings,
 };
 pub use events::ToolEvent;
 pub use glob::glob_match;

@@ -104,7 +104,39 @@ impl Registry {
             registry.add_provider(listed, config, queues);
         }
         registry.add_aliases(config);
+        registry.check_tool_keys(providers, config);
         registry
+    }
+
+    /// Warns of `tools` settings that name no tool of a provider that listed its tools: a
+    /// misspelled name would otherwise leave a timeout or an override unapplied, silently.
+    fn check_tool_keys(&mut self, providers: &[ProviderTools], config: &OrchestratorConfig) {
+        let listed: HashMap<&str, &ProviderTools> = providers
+            .iter()
+            .filter(|p| !p.tools.is_empty())
+            .map(|p| (p.provider.namespace(), p))
+            .collect();
+        let mut keys: Vec<&String> = config.tools.keys().chain(config.overrides.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            if self.entries.contains_key(key.as_str()) {
+                continue;
+            }
+            let Some((namespace, tool)) = toolmux_core::naming::split(key) else { continue };
+            let Some(provider) = listed.get(namespace) else { continue };
+            if provider.tools.iter().any(|t| t.name == tool) {
+                continue;
+            }
+            let names = self.entries.keys().map(|n| &**n);
+            let hint = match crate::suggest::suggest(names, key).first() {
+                Some(near) => format!("; did you mean `{near}`?"),
+                None => String::new(),
+            };
+            self.warn(format!(
+                "`tools.{key}` names no tool of provider `{namespace}`, so its settings apply to nothing{hint}"
+            ));
+        }
     }
 
     fn add_provider(
@@ -162,6 +194,16 @@ impl Registry {
                 .or_else(|| config.tools.get(&format!("{namespace}__{}", spec.name)))
                 .cloned()
                 .unwrap_or_default();
+            let overridden = config
+                .overrides
+                .get(&*name)
+                .or_else(|| config.overrides.get(&format!("{namespace}__{}", spec.name)))
+                .map(|o| {
+                    let mut spec = spec.clone();
+                    o.apply(&mut spec);
+                    spec
+                });
+            let spec = overridden.as_ref().unwrap_or(spec);
             let explicit = tool_settings.response_max_bytes;
             let mut settings =
                 self.resolve(&name, spec, tool_settings.or(&provider_settings), config, queues);

@@ -276,3 +276,57 @@ async fn unprefixed_providers_keep_their_names_and_collisions_are_left_out() {
     expect!["tool `read` of provider `other` has the name of a tool of provider `files` and is left out; list one of them with its namespace"]
         .assert_eq(&collision.expect("the collision is reported").message);
 }
+
+/// Configuration says what a tool is instead of its provider: title, description and
+/// annotations as listed, a tool marked read-only is cached, a hidden one is not listed
+/// but called; a setting naming no tool of a provider that listed its tools is a warning
+/// with the closest name.
+#[tokio::test(start_paused = true)]
+async fn configuration_overrides_what_a_provider_says_of_its_tools() {
+    use toolmux_orchestrator::{ToolOverride, ToolSettings};
+    let p = Arc::new(
+        MockProvider::new("api")
+            .with_tool("get", Behavior::Echo)
+            .with_tool("admin", Behavior::Echo),
+    );
+    let mut config = OrchestratorConfig::default().with_provider_settings(
+        "api",
+        ToolSettings::default().with_cache(std::time::Duration::from_secs(60)),
+    );
+    config.overrides.insert(
+        "api__get".into(),
+        ToolOverride {
+            title: Some("Get a record".into()),
+            description: Some("Reads one record by id.".into()),
+            read_only: Some(true),
+            ends_turn: Some(true),
+            ..ToolOverride::default()
+        },
+    );
+    config
+        .overrides
+        .insert("api__admin".into(), ToolOverride { visible: Some(false), ..Default::default() });
+    config.overrides.insert("api__gett".into(), ToolOverride::default());
+    config.tools.insert("elsewhere__x".into(), ToolSettings::default());
+    let o = Orchestrator::builder(config).provider(p.clone()).build().unwrap();
+    let report = o.warmup().await;
+    let tools = o.tools();
+    let get = tools.iter().find(|t| t.name == "api__get").expect("listed");
+    assert_eq!(get.title.as_deref(), Some("Get a record"));
+    assert_eq!(get.description, "Reads one record by id.");
+    assert!(get.annotations.read_only && get.annotations.ends_turn);
+    assert!(tools.iter().find(|t| t.name == "api__admin").is_none_or(|t| !t.annotations.visible));
+    for _ in 0..2 {
+        assert!(call(&o, "api__get", json!({"id": 1})).await.ok);
+    }
+    assert_eq!(p.calls_of("get"), 1, "read-only by configuration: cached");
+    assert!(call(&o, "api__admin", json!({})).await.ok, "hidden tools are still called");
+    let messages: Vec<&str> = report.problems.iter().map(|p| p.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "`tools.api__gett` names no tool of provider `api`, so its settings apply to nothing; did you mean `api__get`?"
+        ]
+    );
+    o.cleanup().await;
+}
