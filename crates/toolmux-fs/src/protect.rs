@@ -16,7 +16,9 @@ use std::path::{Component, Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ProtectedKind {
-    /// The configuration file the program loaded (or would load): not to be changed.
+    /// A configuration file the program loads (or would load), or a file it names whose
+    /// content ends up in what the program runs (an MCP server's `envFile`): not to be
+    /// changed.
     Configuration,
     /// The audit log: neither read nor changed.
     AuditLog,
@@ -162,8 +164,8 @@ impl Reason {
                             work, or ask the user to make this change"
                 .to_owned(),
             Reason::Program(ProtectedKind::Configuration) => {
-                "it is toolmux's configuration file: agents may not change it; ask the user to \
-                 edit it"
+                "it is a configuration file toolmux loads: agents may not change it; ask the \
+                 user to edit it"
                     .to_owned()
             }
             Reason::Program(ProtectedKind::AuditLog) => {

@@ -496,10 +496,34 @@ fn fs_provider(
     let config = toolmux_fs::FsConfig::new(root)
         .with_permissions(fs.permissions.iter().copied())
         .with_bash(bash)
-        .with_limits(fs.limits.clone());
+        .with_limits(fs.limits.clone())
+        .with_protect(fs.protect.iter().cloned());
+    let config = own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p));
     let provider = toolmux_fs::FsProvider::new(config)
         .map_err(|e| ToolmuxError::config(loaded.source_name(), e.to_string()))?;
     Ok(Arc::new(provider))
+}
+
+/// toolmux's own files, which the file tools leave alone even beneath their root: an
+/// agent that could write them could give itself permissions or servers (`serve --watch`
+/// loads the configuration live), put variables such as `LD_PRELOAD` in a server's
+/// environment, rewrite the record of what it did, or read other runs' outputs.
+#[cfg(feature = "fs")]
+fn own_files(loaded: &Loaded) -> Vec<toolmux_fs::ProtectedPath> {
+    use toolmux_fs::{ProtectedKind, ProtectedPath};
+    let config = |path| ProtectedPath::new(path, ProtectedKind::Configuration);
+    let mut own: Vec<ProtectedPath> = loaded.path.iter().cloned().map(config).collect();
+    // Those `toolmux` would load from this folder next time, were one created.
+    own.extend(crate::config::FILE_NAMES.iter().map(|name| config(loaded.base_dir.join(name))));
+    #[cfg(feature = "mcp")]
+    own.extend(
+        loaded.config.mcp_servers.values().filter_map(|e| e.env_file.as_deref()).map(|f| config(loaded.resolve(f))),
+    );
+    let d = &loaded.config.defaults;
+    own.extend(d.audit_log.as_deref().map(|log| ProtectedPath::new(loaded.resolve(log), ProtectedKind::AuditLog)));
+    own.extend(loaded.stats_file().map(|file| ProtectedPath::new(file, ProtectedKind::Statistics)));
+    own.push(ProtectedPath::new(loaded.output_dir(), ProtectedKind::OutputDir));
+    own
 }
 
 #[cfg(feature = "mcp")]

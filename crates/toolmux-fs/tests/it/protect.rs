@@ -109,7 +109,7 @@ async fn symlinks_leading_into_git_are_refused() {
     assert!(err.contains("`gitconfig` (resolved to `.git/config`) is protected"), "{err}");
     fx.ok("read", json!({"path": "settings.yaml"})).await;
     let err = fx.err("write", json!({"path": "settings.yaml", "content": "x"})).await;
-    assert!(err.contains("is toolmux's configuration file"), "{err}");
+    assert!(err.contains("is a configuration file toolmux loads"), "{err}");
     assert_eq!(fx.get(".git/config"), "[core]\n\tbare = false\n");
     assert_eq!(fx.get("toolmux.yaml"), "fs: {permissions: [read, write]}\n");
 }
@@ -120,12 +120,12 @@ async fn the_configuration_file_can_be_read_not_written() {
     let page = fx.ok("read", json!({"path": "toolmux.yaml"})).await;
     assert!(page.contains("permissions"), "{page}");
     // Read first, so that only protection stands in the way.
-    expect!["call to `fs__write` denied: `toolmux.yaml` is protected: it is toolmux's configuration file: agents may not change it; ask the user to edit it"]
+    expect!["call to `fs__write` denied: `toolmux.yaml` is protected: it is a configuration file toolmux loads: agents may not change it; ask the user to edit it"]
         .assert_eq(&fx.err("write", json!({"path": "toolmux.yaml", "content": "fs: {permissions: [read, write, execute]}\n"})).await);
     let err = fx
         .err("edit", json!({"path": "toolmux.yaml", "old_string": "write]", "new_string": "write, execute]"}))
         .await;
-    assert!(err.contains("is toolmux's configuration file"), "{err}");
+    assert!(err.contains("is a configuration file toolmux loads"), "{err}");
     assert_eq!(fx.get("toolmux.yaml"), "fs: {permissions: [read, write]}\n");
 }
 

@@ -43,6 +43,8 @@ pub struct Loaded {
     pub config: Config,
     /// The file it came from, as shown in messages; `None` when there was no file.
     pub file: Option<String>,
+    /// The file's absolute path, when it was read from disk by [`load`].
+    pub path: Option<PathBuf>,
     /// The folder relative paths are resolved against: the file's folder, or the folder
     /// the program started in when there is no file. Absolute.
     pub base_dir: PathBuf,
@@ -62,6 +64,7 @@ impl Loaded {
             #[cfg(not(feature = "fs"))]
             config: Config::default(),
             file: None,
+            path: None,
             base_dir: base_dir.into(),
             secrets: Vec::new(),
             warnings: Vec::new(),
@@ -131,6 +134,9 @@ impl Loaded {
     }
 }
 
+/// The names of the configuration files [`discover`] looks for in a folder, in order.
+pub const FILE_NAMES: [&str; 3] = ["toolmux.yaml", "toolmux.yml", "toolmux.json"];
+
 /// The configuration file to use: `explicit` (from `--config`), else `from_env` (the
 /// value of `TOOLMUX_CONFIG`), else `toolmux.yaml`, `toolmux.yml` or `toolmux.json` in
 /// `dir`; relative paths are resolved against `dir`. `None` when there is none.
@@ -138,10 +144,7 @@ pub fn discover(explicit: Option<&Path>, from_env: Option<&Path>, dir: &Path) ->
     if let Some(path) = explicit.or(from_env.filter(|p| !p.as_os_str().is_empty())) {
         return Some(dir.join(path));
     }
-    ["toolmux.yaml", "toolmux.yml", "toolmux.json"]
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|path| path.is_file())
+    FILE_NAMES.iter().map(|name| dir.join(name)).find(|path| path.is_file())
 }
 
 /// Reads and checks the configuration file at `path` (absolute), shown as `shown` in
@@ -154,7 +157,8 @@ pub fn load(
     let text = std::fs::read_to_string(path)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    load_str(&text, FileFormat::of(path), shown, &base_dir, env)
+    let loaded = load_str(&text, FileFormat::of(path), shown, &base_dir, env)?;
+    Ok(Loaded { path: Some(path.to_path_buf()), ..loaded })
 }
 
 /// Checks configuration `text` in `format`, shown as `shown` in messages, with relative
@@ -188,6 +192,7 @@ pub fn load_str(
         return Ok(Loaded {
             config: Config::default(),
             file: Some(shown.to_owned()),
+            path: None,
             base_dir: base_dir.to_path_buf(),
             secrets: Vec::new(),
             warnings: Vec::new(),
@@ -227,6 +232,7 @@ pub fn load_str(
     Ok(Loaded {
         config,
         file: Some(shown.to_owned()),
+        path: None,
         base_dir: base_dir.to_path_buf(),
         secrets: found.secrets,
         warnings,

@@ -8,7 +8,7 @@ mod env;
 mod jsonc;
 mod load;
 
-pub use load::{FileFormat, Loaded, discover, load, load_str};
+pub use load::{FILE_NAMES, FileFormat, Loaded, discover, load, load_str};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -277,6 +277,14 @@ pub struct FsSection {
     /// Output limits.
     #[serde(default)]
     pub limits: toolmux_fs::FsLimits,
+    /// Paths beneath the root that `fs__write`, `fs__edit` and `fs__multi_edit` refuse to
+    /// change: `.gitignore`-style lines relative to the root, such as `**/.env` or
+    /// `secrets/`. Every `.git`, the configuration file, an MCP server's `envFile`, the
+    /// audit log, the statistics file and the output directory are protected whatever this
+    /// says (the last two and the audit log are not read either). `bash` and `exec` are not
+    /// confined, so protection does not reach them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
 }
 
 #[cfg(feature = "fs")]
@@ -288,6 +296,7 @@ impl Default for FsSection {
             permissions: read_only(),
             bash: toolmux_fs::BashConfig::default(),
             limits: toolmux_fs::FsLimits::default(),
+            protect: Vec::new(),
         }
     }
 }
