@@ -517,10 +517,19 @@ fn own_files(loaded: &Loaded) -> Vec<toolmux_fs::ProtectedPath> {
     own.extend(crate::config::FILE_NAMES.iter().map(|name| config(loaded.base_dir.join(name))));
     #[cfg(feature = "mcp")]
     own.extend(
-        loaded.config.mcp_servers.values().filter_map(|e| e.env_file.as_deref()).map(|f| config(loaded.resolve(f))),
+        loaded
+            .config
+            .mcp_servers
+            .values()
+            .filter_map(|e| e.env_file.as_deref())
+            .map(|f| config(loaded.resolve(f))),
     );
     let d = &loaded.config.defaults;
-    own.extend(d.audit_log.as_deref().map(|log| ProtectedPath::new(loaded.resolve(log), ProtectedKind::AuditLog)));
+    own.extend(
+        d.audit_log
+            .as_deref()
+            .map(|log| ProtectedPath::new(loaded.resolve(log), ProtectedKind::AuditLog)),
+    );
     own.extend(loaded.stats_file().map(|file| ProtectedPath::new(file, ProtectedKind::Statistics)));
     own.push(ProtectedPath::new(loaded.output_dir(), ProtectedKind::OutputDir));
     own
