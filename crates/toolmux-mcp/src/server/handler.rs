@@ -440,7 +440,9 @@ impl Gateway {
             (None, None) if stateless => self.shared.stateless_run.clone(),
             (None, None) => self.run_id.clone(),
             (None, Some(id)) => Arc::from(format!("client:{id}")),
-            (Some(holder), None) if stateless => Arc::from(format!("key:{}", holder.0)),
+            // `key:HOLDER/…` as every run of a key holder: what keeps tenants apart (the
+            // external tools' pending calls) reads the holder from it.
+            (Some(holder), None) if stateless => Arc::from(format!("key:{}/stateless", holder.0)),
             (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
             (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
         };

@@ -7,7 +7,7 @@ use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolmux_core::ToolSpec;
-use toolmux_mcp::server::ServeOptions;
+use toolmux_mcp::server::{ApiKey, ApiKeys, ServeOptions};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 #[tokio::test]
@@ -118,8 +118,9 @@ async fn stateless_call(url: &str, tool: &str, region: &str, header: &str) -> (u
     (status, within(response.text()).await.expect("body"))
 }
 
-/// The text a raw stateless (2026-07-28) `tools/call` of `tool` (no arguments) returns.
-async fn stateless_text(url: &str, tool: &str) -> String {
+/// The text a raw stateless (2026-07-28) `tools/call` of `tool` (no arguments) returns,
+/// with `key` as the bearer token when given.
+async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {
@@ -132,19 +133,17 @@ async fn stateless_text(url: &str, tool: &str) -> String {
         }
     });
     crate::support::install_crypto();
-    let response = within(
-        reqwest::Client::new()
-            .post(url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", tool)
-            .body(body.to_string())
-            .send(),
-    )
-    .await
-    .expect("response");
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = within(request.body(body.to_string()).send()).await.expect("response");
     let text = within(response.text()).await.expect("body");
     // A JSON body, or the last `data:` line of an event stream.
     let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
@@ -160,8 +159,8 @@ async fn stateless_requests_share_a_run_and_sessions_have_their_own() {
     let mock = Arc::new(MockProvider::new("mock").with_tool("run", Behavior::RunId));
     let server = HttpServer::start(mock, ServeOptions::default()).await;
     let url = server.url();
-    let first = stateless_text(&url, "run").await;
-    assert_eq!(stateless_text(&url, "run").await, first);
+    let first = stateless_text(&url, "run", None).await;
+    assert_eq!(stateless_text(&url, "run", None).await, first);
     assert!(first.ends_with("-stateless"), "{first}");
     let mut sessions = Vec::new();
     for _ in 0..2 {
@@ -170,6 +169,25 @@ async fn stateless_requests_share_a_run_and_sessions_have_their_own() {
         within(client.cancel()).await.unwrap();
     }
     assert!(sessions[0] != sessions[1] && !sessions.contains(&first), "{sessions:?} {first}");
+    server.stop().await;
+
+    // With keys: each holder's stateless requests share the holder's run, kept apart from
+    // other holders' as every run of a holder is (`key:HOLDER/…`).
+    let keys = ApiKeys::new(vec![
+        ApiKey { name: "alice".into(), key: "alice-key-0123456789".into() },
+        ApiKey { name: "bob".into(), key: "bob-key-0123456789ab".into() },
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("run", Behavior::RunId));
+    let server =
+        HttpServer::start(mock, ServeOptions { api_keys: keys, ..Default::default() }).await;
+    let url = server.url();
+    let alice = stateless_text(&url, "run", Some("alice-key-0123456789")).await;
+    assert_eq!(alice, "key:alice/stateless");
+    assert_eq!(stateless_text(&url, "run", Some("alice-key-0123456789")).await, alice);
+    assert_eq!(
+        stateless_text(&url, "run", Some("bob-key-0123456789ab")).await,
+        "key:bob/stateless"
+    );
     server.stop().await;
 }
 
