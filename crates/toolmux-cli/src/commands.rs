@@ -392,7 +392,7 @@ pub(crate) async fn serve(
             every.tick().await;
             loop {
                 every.tick().await;
-                if let Err(e) = current.get().save_stats() {
+                if let Err(e) = current.get().save_stats().await {
                     tracing::warn!("cannot save statistics: {e}");
                 }
             }

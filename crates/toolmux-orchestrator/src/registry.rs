@@ -123,7 +123,7 @@ impl Registry {
             if self.entries.contains_key(key.as_str()) {
                 continue;
             }
-            let Some((namespace, tool)) = toolmux_core::naming::split(key) else { continue };
+            let Some((namespace, tool)) = naming::split(key) else { continue };
             let Some(provider) = listed.get(namespace) else { continue };
             if provider.tools.iter().any(|t| t.name == tool) {
                 continue;

@@ -10,7 +10,7 @@ use toolmux_orchestrator::search;
 use toolmux_orchestrator::store::{DirectoryStore, OutputReader, OutputStore};
 use toolmux_orchestrator::{
     Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RateLimit,
-    RetryPolicy, RunBudgetConfig, ToolSettings,
+    RetryPolicy, RunBudgetConfig, ToolOverride, ToolSettings,
 };
 
 /// Every configured tool behind one orchestrator, plus where its outputs and statistics
@@ -383,20 +383,31 @@ impl Toolmux {
 
     /// Adds the counts of this process since its last save to the statistics file, which
     /// other processes may share (see [`toolmux_orchestrator::accounting::Stats::save`]).
-    pub fn save_stats(&self) -> Result<(), ToolmuxError> {
-        let Some(path) = &self.stats_file else {
+    ///
+    /// The file is read, locked (waiting for other processes) and written on a blocking
+    /// thread, never on the event loop that serves calls.
+    pub async fn save_stats(&self) -> Result<(), ToolmuxError> {
+        let Some(path) = self.stats_file.clone() else {
             return Ok(());
         };
-        self.orchestrator
-            .stats()
-            .save(path)
-            .map_err(|source| ToolmuxError::Stats { path: path.clone(), source })
+        let orchestrator = self.orchestrator.clone();
+        let file = path.clone();
+        let saved = tokio::task::spawn_blocking(move || orchestrator.stats().save(&file)).await;
+        let source = match saved {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(source)) => source,
+            Err(failed) => toolmux_orchestrator::accounting::StatsError::Io {
+                path: path.clone(),
+                source: std::io::Error::other(format!("the saving thread failed: {failed}")),
+            },
+        };
+        Err(ToolmuxError::Stats { path, source })
     }
 
     /// Saves the statistics and stops every provider (closing connections, reaping child
     /// processes).
     pub async fn shutdown(&self) -> Result<(), ToolmuxError> {
-        let saved = self.save_stats();
+        let saved = self.save_stats().await;
         self.orchestrator.cleanup().await;
         saved
     }
@@ -443,6 +454,20 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
         let mut settings = tool_settings(tool);
         settings.rate_limit = rate_limit(loaded, &format!("tools.{name}"), tool.rate_limit)?;
         config.tools.insert(name.clone(), settings);
+        let a = tool.annotations.unwrap_or_default();
+        let said = ToolOverride {
+            title: tool.title.clone(),
+            description: tool.description.clone(),
+            read_only: a.read_only,
+            destructive: a.destructive,
+            idempotent: a.idempotent,
+            open_world: a.open_world,
+            ends_turn: a.ends_turn,
+            visible: a.visible,
+        };
+        if said != ToolOverride::default() {
+            config.overrides.insert(name.clone(), said);
+        }
     }
     Ok(config)
 }

@@ -115,6 +115,29 @@ fn file_is_found_in_the_current_folder() {
     assert!(run.ok().contains("fs__write"), "{}", run.stdout);
 }
 
+/// `tools.NAME` says what a tool is instead of its provider: the listing shows it, and a
+/// setting that names no tool is a warning with the closest name.
+#[test]
+fn tools_settings_override_what_providers_say() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\ntools:\n  fs__grep:\n    title: Search\n    description: Search this repository.\n    annotations: {endsTurn: true}\n  fs__gerp: {timeout: 5000}\n",
+    );
+    let run = project.run(&["tools", "list", "--json"]);
+    let tools: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let grep = tools.as_array().unwrap().iter().find(|t| t["name"] == "fs__grep").unwrap();
+    assert_eq!(grep["description"], "Search this repository.");
+    assert_eq!(grep["title"], "Search");
+    assert!(
+        run.stderr.contains(
+            "`tools.fs__gerp` names no tool of provider `fs`, so its settings apply to nothing; did you mean `fs__grep`?"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn config_check_reports_providers() {
     let project = Project::new();

@@ -244,7 +244,8 @@ fn file_tools_leave_toolmux_s_own_files_alone() {
     let config = "fs: {permissions: [read, write]}\n\
                   defaults: {auditLog: .toolmux/audit.jsonl, outputDir: .toolmux/outputs}\n";
     project.file("toolmux.yaml", config).file(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
-    let escalate = r#"{"path":"toolmux.yaml","content":"fs: {permissions: [read, write, execute]}\n"}"#;
+    let escalate =
+        r#"{"path":"toolmux.yaml","content":"fs: {permissions: [read, write, execute]}\n"}"#;
     let run = project.run(&["tools", "call", "fs__write", escalate]);
     assert_eq!(run.code, 1, "{run:?}");
     expect!["error: call to `fs__write` denied: `toolmux.yaml` is protected: it is a configuration file toolmux loads: agents may not change it; ask the user to edit it"].assert_eq(run.stderr.trim());
@@ -262,7 +263,8 @@ fn file_tools_leave_toolmux_s_own_files_alone() {
     // Reading the configuration and writing other files is fine.
     let run = project.run(&["tools", "call", "fs__read", r#"{"path":"toolmux.yaml"}"#]);
     assert!(run.ok().contains("permissions: [read, write]"), "{}", run.stdout);
-    let run = project.run(&["tools", "call", "fs__write", r#"{"path":"notes.md","content":"ok\n"}"#]);
+    let run =
+        project.run(&["tools", "call", "fs__write", r#"{"path":"notes.md","content":"ok\n"}"#]);
     run.ok();
     assert_eq!(std::fs::read_to_string(project.path().join("notes.md")).expect("read"), "ok\n");
 }

@@ -581,6 +581,39 @@ pub struct ToolEntry {
     /// At most so many calls per period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimitEntry>,
+    /// Its title for people, instead of its provider's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Its description for models, instead of its provider's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Its annotations, instead of its provider's (each one given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<AnnotationsEntry>,
+}
+
+/// What a tool is, as configuration says instead of its provider (`tools.NAME.annotations`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AnnotationsEntry {
+    /// It changes nothing: its results may be cached and it counts as reading.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "readOnlyHint")]
+    pub read_only: Option<bool>,
+    /// It may destroy data.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "destructiveHint")]
+    pub destructive: Option<bool>,
+    /// Calling it twice with the same arguments is calling it once (may be retried).
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "idempotentHint")]
+    pub idempotent: Option<bool>,
+    /// It reaches beyond the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "openWorldHint")]
+    pub open_world: Option<bool>,
+    /// Calling it ends an agent's turn: the agent stops and reports after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ends_turn: Option<bool>,
+    /// Shown to models (`false`: hidden from listings, still called by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visible: Option<bool>,
 }
 
 /// At most `calls` calls per `perMs` milliseconds; a call that would wait longer than
