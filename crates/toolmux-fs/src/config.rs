@@ -141,7 +141,9 @@ pub struct BashConfig {
     pub max_timeout_ms: u64,
     /// Characters of stdout and stderr kept for the model together (head and tail).
     pub output_cap_chars: usize,
-    /// Where full outputs over the cap are saved; the system temporary directory when unset.
+    /// Where full outputs over the cap are saved (created 0700 if missing); when unset, a
+    /// private directory of this user's in the system temporary directory
+    /// (`toolmux-fs-UID`, refused if another user owns it or it is a symlink).
     pub spill_dir: Option<PathBuf>,
     /// Bytes of one stream saved to the spill file at most.
     pub spill_max_bytes: u64,
