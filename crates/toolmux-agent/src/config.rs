@@ -11,6 +11,10 @@ pub const DEFAULT_MAX_TURNS: u32 = 25;
 /// (depth 1) may call a sub-agent (2), which may call one more (3).
 pub const DEFAULT_MAX_DEPTH: usize = 3;
 
+/// Turns in a row an agent may call one tool with the same arguments when its
+/// configuration names no limit (`maxRepeats`).
+pub const DEFAULT_MAX_REPEATS: u32 = 5;
+
 /// Hand-offs one run may make before it is stopped, so that two agents cannot pass a task
 /// back and forth for ever.
 pub const MAX_HANDOFFS: usize = 8;
@@ -60,6 +64,11 @@ pub struct AgentConfig {
     /// shorter wait with `timeout_seconds`. Default: as long as the run lasts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ask_user_timeout: Option<u64>,
+    /// How many turns in a row the model may call one tool with the same arguments; the
+    /// next such call is not made and the model is told why (a model stuck in a loop
+    /// otherwise spends its turns and tokens on it). Default 5; 0: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<u32>,
     /// The JSON Schema its final report's `content_json` must match; a report that does
     /// not is sent back to the model with the violations.
     #[serde(default, skip_serializing_if = "Option::is_none")]

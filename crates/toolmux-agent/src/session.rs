@@ -1,14 +1,14 @@
 //! One agent working on one task: the loop of model turns and tool calls, until the model
 //! reports, hands the task off, asks a question nobody can answer, or runs out of turns.
 
-use crate::config::{AgentConfig, DEFAULT_MAX_TURNS};
+use crate::config::{AgentConfig, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS};
 use crate::handler::AgentHandler;
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use crate::{TextDelta, TextSink};
 use futures::future::join_all;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolmux_core::{CallContext, Progress, ToolCall, ToolSpec};
@@ -217,8 +217,10 @@ impl Session<'_> {
                 .as_ref()
                 .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
             task_status: None,
+            repeats: Repeats::default(),
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
+        let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
         let mut messages = continued(self.history);
         messages.push(Message::user(task));
         let mut request = ModelRequest::new(messages).with_tools(tools).continuing();
@@ -292,7 +294,26 @@ impl Session<'_> {
                 continue;
             }
             self.progress(&figures, max_turns, &answer.tool_calls);
-            let outcomes = join_all(answer.tool_calls.iter().map(|c| self.call(c, &state))).await;
+            let repeated = state.repeats.turn(&answer.tool_calls, max_repeats);
+            let state_now = &state;
+            let outcomes = join_all(answer.tool_calls.iter().zip(repeated).map(
+                |(call, repeated)| async move {
+                    match repeated {
+                        Some(turns) => Outcome::error(
+                            call,
+                            format!(
+                                "(not called: you called `{}` with these same arguments in each \
+                                 of your last {turns} turns, and calling it again will not \
+                                 change what it returns. Use what it returned, change the \
+                                 arguments or the approach, or call {FINAL_REPORT})",
+                                call.name
+                            ),
+                        ),
+                        None => self.call(call, state_now).await,
+                    }
+                },
+            ))
+            .await;
             let mut results = Vec::with_capacity(outcomes.len());
             let mut effects = Vec::new();
             for (call, mut outcome) in answer.tool_calls.iter().zip(outcomes) {
@@ -530,10 +551,16 @@ impl Session<'_> {
         state: &State,
     ) -> Outcome {
         if !state.names.contains(name) {
+            let near = toolmux_orchestrator::suggest(state.names.iter().map(String::as_str), name);
+            let hint = match near.as_slice() {
+                [] => ": call".to_owned(),
+                [one] => format!("; did you mean `{one}`? Call"),
+                many => format!("; did you mean one of `{}`? Call", many.join("`, `")),
+            };
             return Outcome::error(
                 call,
                 format!(
-                    "(tool failed: unknown tool `{name}`: call one of the tools you were given)"
+                    "(tool failed: unknown tool `{name}`{hint} one of the tools you were given)"
                 ),
             );
         }
@@ -758,6 +785,38 @@ struct State {
     output_check: Option<ArgumentValidator>,
     /// The last `agent__task_status`.
     task_status: Option<Value>,
+    /// The calls of the last turns, for the loop guard.
+    repeats: Repeats,
+}
+
+/// The calls the model made in each of the last turns, by tool and arguments (canonical
+/// JSON), with how many turns in a row it made each.
+#[derive(Debug, Default)]
+struct Repeats(HashMap<String, u32>);
+
+impl Repeats {
+    /// Records a turn's `calls`; for each, the turns in a row it was made before when that
+    /// passes `max` (0: no limit), so that it is not made again. The session's own tools are
+    /// left out (a status report or a search may well repeat).
+    fn turn(&mut self, calls: &[ModelToolCall], max: u32) -> Vec<Option<u32>> {
+        let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF, search::SEARCH];
+        let mut now = HashMap::new();
+        let verdicts = calls
+            .iter()
+            .map(|call| {
+                if own.contains(&call.name.as_str()) {
+                    return None;
+                }
+                let key = toolmux_orchestrator::cache::cache_key(&call.name, &call.arguments);
+                let before = self.0.get(&key).copied().unwrap_or(0);
+                // The same call twice in one turn counts once.
+                let count = *now.entry(key).or_insert(before + 1);
+                (max > 0 && count > max).then_some(count - 1)
+            })
+            .collect();
+        self.0 = now;
+        verdicts
+    }
 }
 
 /// The share of the context window a request may fill: the rest is for the answer and for

@@ -308,6 +308,55 @@ async fn only_the_configured_tools_are_offered_and_callable() {
     assert_eq!(s.mock.calls_of("other"), 0, "a tool not offered is never called");
 }
 
+/// A misspelled tool is answered with the closest offered name.
+#[tokio::test]
+async fn a_misspelled_tool_is_answered_with_the_closest_name() {
+    let model = Arc::new(
+        ScriptedModel::new("m").calls(vec![("mock__ehco", json!({}))]).report("success", "ok"),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+    s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(
+        tool_results(&model.requests()[1]),
+        vec![(
+            "(tool failed: unknown tool `mock__ehco`; did you mean `mock__echo`? Call one of the \
+             tools you were given)"
+                .to_owned(),
+            true
+        )]
+    );
+}
+
+/// The same call in too many turns in a row is not made again: the model is told why and
+/// goes on; other calls, and the same tool with other arguments, are made.
+#[tokio::test]
+async fn a_call_repeated_turn_after_turn_is_refused() {
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..3 {
+        model = model.calls(vec![("mock__echo", json!({"a": 1, "b": 2}))]);
+    }
+    // Key order does not make it another call; the same call twice in one turn is one.
+    model = model.calls(vec![
+        ("mock__echo", json!({"b": 2, "a": 1})),
+        ("mock__echo", json!({"a": 1, "b": 2})),
+        ("mock__echo", json!({"a": 2})),
+    ]);
+    let model = Arc::new(model.report("success", "gave up"));
+    let config = AgentConfig { max_repeats: Some(3), ..agent("m") };
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(s.mock.calls_of("echo"), 4, "three turns of the same call and one other");
+    let results = tool_results(&model.requests()[4]);
+    let refused = "(not called: you called `mock__echo` with these same arguments in each of \
+                   your last 3 turns, and calling it again will not change what it returns. Use \
+                   what it returned, change the arguments or the approach, or call \
+                   agent__final_report)";
+    assert_eq!(results[0], (refused.to_owned(), true));
+    assert_eq!(results[1], (refused.to_owned(), true));
+    assert!(!results[2].1, "{results:?}");
+}
+
 #[tokio::test]
 async fn tool_failures_and_bad_arguments_go_back_to_the_model() {
     let model = Arc::new(

@@ -119,5 +119,6 @@ pub use orchestrator::{
 pub use permission::{Permission, PermissionRules};
 pub use redact::Redactor;
 pub use registry::{MANY_TOOLS, Registry, RegistryProblem, Severity, ToolEntry};
+pub use suggest::suggest;
 pub use validate::ArgumentValidator;
 pub use view::FilteredView;
