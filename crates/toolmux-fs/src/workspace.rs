@@ -154,7 +154,34 @@ impl Workspace {
 
     /// The path relative to the root with every symlink resolved, beneath the root.
     pub fn canonical(&self, path: &Resolved) -> Result<PathBuf, FsError> {
-        self.dir.canonicalize(&path.relative).map_err(|e| FsError::from_io(&path.given, e))
+        self.canonicalize(&path.relative).map_err(|e| FsError::from_io(&path.given, e))
+    }
+
+    /// `relative` with symlinks and `..` resolved, relative to the root.
+    ///
+    /// Only directories are canonicalized by the system; the last component is followed
+    /// by hand, link by link. The system's way reads the name back from an open handle,
+    /// and a file that another call replaces (every write here renames over its file)
+    /// reads back as `NAME (deleted)`: a parallel edit then took another file's lock and
+    /// lost an update, and a freshness check missed its record.
+    fn canonicalize(&self, relative: &Path) -> io::Result<PathBuf> {
+        let mut current = relative.to_path_buf();
+        for _ in 0..MAX_LINKS {
+            let Some((parent, name)) = split_parent(&current) else {
+                // The root, or a path ending in `.` or `..`: a directory.
+                return self.dir.canonicalize(&current).map(|p| without_dots(&p));
+            };
+            let parent = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent };
+            let base = without_dots(&self.dir.canonicalize(&parent)?);
+            let candidate = base.join(&name);
+            if !self.dir.symlink_metadata(&candidate)?.file_type().is_symlink() {
+                return Ok(candidate);
+            }
+            current = base.join(self.dir.read_link(&candidate)?);
+        }
+        Err(io::Error::other(format!(
+            "more than {MAX_LINKS} symbolic links in a row (a loop of links?)"
+        )))
     }
 
     /// Where `path` leads, relative to the root: symlinks and `..` resolved as far as the
@@ -166,7 +193,7 @@ impl Workspace {
         for keep in (0..=parts.len()).rev() {
             let prefix: PathBuf = parts[..keep].iter().collect();
             let prefix = if keep == 0 { PathBuf::from(".") } else { prefix };
-            if let Ok(base) = self.dir.canonicalize(&prefix) {
+            if let Ok(base) = self.canonicalize(&prefix) {
                 return append_lexically(without_dots(&base), &parts[keep..]);
             }
         }
@@ -445,6 +472,9 @@ pub(crate) struct Written {
 }
 
 /// `path` without its `.` components (cap-std canonicalizes the root to `.`).
+/// Symbolic links followed in a row before a path is given up as a loop (Linux's limit).
+const MAX_LINKS: usize = 40;
+
 fn without_dots(path: &Path) -> PathBuf {
     path.components().filter(|c| !matches!(c, Component::CurDir)).collect()
 }
