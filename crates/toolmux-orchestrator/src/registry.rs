@@ -213,7 +213,7 @@ impl Registry {
             let passes_on = namespace == crate::search::NAMESPACE
                 && spec.name == "call"
                 && listed.provider.kind() == toolmux_core::ToolKind::Internal;
-            let permission = match config.permissions.decide(&name) {
+            let permission = match config.permissions.decide(&name, &spec.annotations) {
                 // The tool it passes the call on to is asked for itself.
                 Permission::Ask(_) if passes_on => Permission::Allow,
                 permission => permission,

@@ -60,9 +60,15 @@ fn an_agent_greps_the_project_and_reports() {
     assert_eq!(requests.len(), 2);
     let first = &requests[0];
     assert_eq!(first["model"], "test-model");
-    assert_eq!(
-        first["messages"][0],
-        json!({"role": "system", "content": "You read files to answer."})
+    // The agent's instructions, then what the providers of its tools say about them.
+    assert_eq!(first["messages"][0]["role"], "system");
+    let system = first["messages"][0]["content"].as_str().expect("a system prompt");
+    assert!(
+        system.starts_with(
+            "You read files to answer.\n\n# What the providers of your tools say about them\n\n\
+             ## fs\nFile tools work beneath the workspace root"
+        ),
+        "{system}"
     );
     assert_eq!(first["messages"][1], json!({"role": "user", "content": "Where are the TODOs?"}));
     let tools: Vec<&str> = first["tools"]
@@ -97,7 +103,8 @@ fn the_report_is_printed_for_people_with_a_summary() {
         run.stderr
     );
     let request = &server.requests()[0];
-    assert_eq!(request["system"][0]["text"], "You read files to answer.");
+    let system = request["system"][0]["text"].as_str().expect("a system prompt");
+    assert!(system.starts_with("You read files to answer.\n\n# What the providers"), "{system}");
     assert_eq!(request["system"][0]["cache_control"]["type"], "ephemeral");
     assert_eq!(server.request_headers()[0].get("x-api-key").map(String::as_str), Some(KEY));
 }

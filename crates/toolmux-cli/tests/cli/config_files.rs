@@ -138,6 +138,28 @@ fn tools_settings_override_what_providers_say() {
     );
 }
 
+/// Permission rules may name what tools are: `@write` denies every tool that changes
+/// state; an unknown selector is a configuration error listing the known ones.
+#[test]
+fn permission_selectors_match_what_tools_are() {
+    let project = Project::new();
+    project.file("notes.md", "old\n");
+    project.file(
+        "toolmux.yaml",
+        "fs: {permissions: [read, write]}\npermissions: {deny: ['@write']}\n",
+    );
+    let run = project.run(&["tools", "call", "fs__write", r#"{"path":"new.md","content":"x"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("denied by rule `permissions.deny: @write`"), "{}", run.stderr);
+    assert!(!project.path().join("new.md").exists());
+    project.run(&["tools", "call", "fs__read", r#"{"path":"notes.md"}"#]).ok();
+
+    project.file("toolmux.yaml", "fs: {}\npermissions: {ask: ['@writes']}\n");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("permissions.ask: unknown selector `@writes`"), "{}", run.stderr);
+}
+
 #[test]
 fn config_check_reports_providers() {
     let project = Project::new();

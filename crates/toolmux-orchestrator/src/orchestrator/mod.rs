@@ -57,6 +57,9 @@ pub enum OrchestratorError {
         /// The second provider's kind.
         second: ToolKind,
     },
+    /// A permission rule is neither a glob nor a known selector.
+    #[error("{0}")]
+    Permission(String),
     /// A queue has no slots.
     #[error("queue `{queue}` has `concurrent: 0`; it needs at least 1 slot")]
     EmptyQueue {
@@ -208,6 +211,7 @@ impl OrchestratorBuilder {
                 });
             }
         }
+        self.config.permissions.check().map_err(OrchestratorError::Permission)?;
         let mut queues = HashMap::new();
         for (name, queue) in &self.config.queues {
             if queue.concurrent == 0 {
