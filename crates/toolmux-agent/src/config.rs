@@ -33,7 +33,8 @@ pub struct AgentConfig {
     #[serde(default, alias = "systemPrompt")]
     pub instructions: String,
     /// The tools it may call, as glob patterns over the orchestrator's tool names
-    /// (`fs__*`, `github__search_*`). Default: every tool except other agents.
+    /// (`fs__*`, `github__search_*`) or selectors of what tools are, as in `permissions`
+    /// (`@read`: a reviewer that changes nothing). Default: every tool except other agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<String>>,
     /// Other agents it may delegate to, offered to it as tools `agent__{name}`.

@@ -373,6 +373,10 @@ fn validate(
                 ),
             ));
         }
+        if let Some(patterns) = &agent.tools {
+            toolmux_orchestrator::check_selectors(patterns)
+                .map_err(|e| config(name, format!("tools: {e}")))?;
+        }
         if !models.contains_key(&agent.model) {
             let known: Vec<&str> = models.keys().map(String::as_str).collect();
             let message = if known.is_empty() {

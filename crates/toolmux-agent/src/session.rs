@@ -155,10 +155,18 @@ impl Session<'_> {
     /// Whether the configuration lets this agent call `name`, one of the orchestrator's
     /// tools that is not an agent (`tools`, default all).
     fn allows(&self, name: &str) -> bool {
-        !name.starts_with("agent__")
-            && self.config.tools.as_deref().is_none_or(|patterns| {
-                patterns.iter().any(|g| toolmux_orchestrator::glob_match(g, name))
-            })
+        if name.starts_with("agent__") {
+            return false;
+        }
+        let Some(patterns) = self.config.tools.as_deref() else { return true };
+        if !patterns.iter().any(|p| p.starts_with('@')) {
+            return patterns.iter().any(|g| toolmux_orchestrator::glob_match(g, name));
+        }
+        // Selectors (`@read`) match what the tool is, as the registry has it.
+        let registry = self.orchestrator.registry();
+        let Some(entry) = registry.get(name) else { return false };
+        let annotations = &entry.spec.annotations;
+        patterns.iter().any(|p| toolmux_orchestrator::rule_matches(p, name, annotations))
     }
 
     /// `tools__search`: the deferred tools this agent may call that match the query; each

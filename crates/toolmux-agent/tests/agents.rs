@@ -308,6 +308,43 @@ async fn only_the_configured_tools_are_offered_and_callable() {
     assert_eq!(s.mock.calls_of("other"), 0, "a tool not offered is never called");
 }
 
+/// `tools` may select what tools are: a reviewer given `@read` is offered only the tools
+/// that change nothing, and an unknown selector is a configuration error.
+#[tokio::test]
+async fn an_agent_may_be_given_tools_by_what_they_are() {
+    let model = Arc::new(ScriptedModel::new("m").report("success", "ok"));
+    let config = AgentConfig { tools: Some(vec!["@read".into()]), ..agent("m") };
+    let agents = Agents::new(
+        one("a", config),
+        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
+    )
+    .unwrap();
+    let mock = MockProvider::new("repo")
+        .with_read_only_tool("show", Behavior::Echo)
+        .with_tool("push", Behavior::Echo);
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(mock))
+        .provider(agents.provider())
+        .build()
+        .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    agents.run("a", "review", &CallContext::new()).await.unwrap();
+    assert_eq!(tool_names(&model.requests()[0]), ["repo__show", "agent__final_report"]);
+    orchestrator.cleanup().await;
+
+    let wrong = AgentConfig { tools: Some(vec!["@reads".into()]), ..agent("m") };
+    let refused =
+        Agents::new(one("a", wrong), BTreeMap::from([("m".to_owned(), model as Arc<dyn Model>)]))
+            .err()
+            .expect("an unknown selector is refused");
+    assert_eq!(
+        refused.to_string(),
+        "agents.a: tools: unknown selector `@reads`; the selectors are @readOnly, @destructive, \
+         @openWorld, @read, @write, @execute, @network"
+    );
+}
+
 /// A misspelled tool is answered with the closest offered name.
 #[tokio::test]
 async fn a_misspelled_tool_is_answered_with_the_closest_name() {

@@ -116,7 +116,7 @@ pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,
     WeakOrchestrator,
 };
-pub use permission::{Permission, PermissionRules};
+pub use permission::{Permission, PermissionRules, SELECTORS, check_selectors, rule_matches};
 pub use redact::Redactor;
 pub use registry::{MANY_TOOLS, Registry, RegistryProblem, Severity, ToolEntry};
 pub use suggest::suggest;

@@ -18,8 +18,9 @@ pub const SELECTORS: &[(&str, &str)] = &[
     ("@network", "tools of permission class network, or open-world tools of no class"),
 ];
 
-/// Whether `rule` (a glob over full names, or a selector) matches the tool.
-fn matches(rule: &str, tool: &str, a: &ToolAnnotations) -> bool {
+/// Whether `rule` (a glob over full names, or a selector of [`SELECTORS`]) matches the
+/// tool `tool` with annotations `a`.
+pub fn rule_matches(rule: &str, tool: &str, a: &ToolAnnotations) -> bool {
     let Some(selector) = rule.strip_prefix('@') else { return glob_match(rule, tool) };
     let class = a.permission;
     match selector {
@@ -32,6 +33,21 @@ fn matches(rule: &str, tool: &str, a: &ToolAnnotations) -> bool {
         "network" => class == Some(PermissionClass::Network) || (class.is_none() && a.open_world),
         _ => false,
     }
+}
+
+/// Refuses a rule of `rules` that looks like a selector (`@…`) but is none of
+/// [`SELECTORS`], naming it and the selectors.
+pub fn check_selectors(rules: &[String]) -> Result<(), String> {
+    for rule in rules.iter().filter(|r| r.starts_with('@')) {
+        if !SELECTORS.iter().any(|(s, _)| s == rule) {
+            let known: Vec<&str> = SELECTORS.iter().map(|(s, _)| *s).collect();
+            return Err(format!(
+                "unknown selector `{rule}`; the selectors are {}",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The rules.
@@ -79,15 +95,7 @@ impl PermissionRules {
     pub fn check(&self) -> Result<(), String> {
         let lists = [("allow", &self.allow), ("deny", &self.deny), ("ask", &self.ask)];
         for (list, rules) in lists {
-            for rule in rules.iter().filter(|r| r.starts_with('@')) {
-                if !SELECTORS.iter().any(|(s, _)| s == rule) {
-                    let known: Vec<&str> = SELECTORS.iter().map(|(s, _)| *s).collect();
-                    return Err(format!(
-                        "permissions.{list}: unknown selector `{rule}`; the selectors are {}",
-                        known.join(", ")
-                    ));
-                }
-            }
+            check_selectors(rules).map_err(|e| format!("permissions.{list}: {e}"))?;
         }
         Ok(())
     }
@@ -97,7 +105,7 @@ impl PermissionRules {
     /// once per tool.
     pub fn decide(&self, tool: &str, annotations: &ToolAnnotations) -> Permission {
         let matching = |rules: &[String]| -> Option<String> {
-            rules.iter().find(|r| matches(r, tool, annotations)).cloned()
+            rules.iter().find(|r| rule_matches(r, tool, annotations)).cloned()
         };
         if let Some(rule) = matching(&self.deny) {
             return Permission::Deny(format!(
