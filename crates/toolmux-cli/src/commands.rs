@@ -187,7 +187,8 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     let keep = |ns: &str| namespace.as_deref().is_none_or(|wanted| wanted == ns);
     let (toolmux, report) = start(loaded, &keep).await?;
     let cancel = CancellationToken::new();
-    let mut ctx = CallContext::new().with_cancel(cancel.clone());
+    // Made by whoever runs `toolmux`, not by a model (an agent's calls are its own).
+    let mut ctx = CallContext::new().with_cancel(cancel.clone()).from_person();
     // A person at a terminal approves calls that ask, and answers the tool's forms and
     // URLs to open; a program (a pipe) gets the unattended answers.
     if std::io::IsTerminal::is_terminal(&std::io::stdin())

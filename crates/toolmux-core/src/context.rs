@@ -223,6 +223,8 @@ pub struct CallContext {
     handler: Option<Arc<dyn InteractionHandler>>,
     /// Set when the call asked its caller something (see [`CallContext::track_asking`]).
     asked: Option<Arc<AtomicBool>>,
+    /// A person made the call directly, not a model ([`CallContext::from_person`]).
+    from_person: bool,
 }
 
 impl Default for CallContext {
@@ -237,6 +239,7 @@ impl Default for CallContext {
             log: None,
             handler: None,
             asked: None,
+            from_person: false,
         }
     }
 }
@@ -269,6 +272,19 @@ impl CallContext {
     pub fn with_run_id(mut self, id: impl Into<Arc<str>>) -> Self {
         self.run_id = id.into();
         self
+    }
+
+    /// Marks the call as made by a person directly (`toolmux tools call`), not by a model:
+    /// guards against a model's blind changes (overwriting a file it has not read) need
+    /// not hold. Calls made on its behalf ([`CallContext::child`], an agent's) are not.
+    pub fn from_person(mut self) -> Self {
+        self.from_person = true;
+        self
+    }
+
+    /// Whether a person made the call directly ([`CallContext::from_person`]).
+    pub fn is_from_person(&self) -> bool {
+        self.from_person
     }
 
     /// Sets the operation this call runs as.
@@ -447,6 +463,7 @@ impl CallContext {
             log: self.log.clone(),
             handler: self.handler.clone(),
             asked: self.asked.clone(),
+            from_person: false,
         }
     }
 }

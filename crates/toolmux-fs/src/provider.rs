@@ -232,8 +232,10 @@ impl FsProvider {
             // (it is atomic and quick), so its outcome is never in doubt.
             Tool::Write => {
                 let args: write::WriteArgs = parse(tool, arguments)?;
+                // A person writing with `toolmux tools call` has no read to show for it.
+                let require_read = !ctx.is_from_person();
                 self.blocking_to_end(tool, move |ws, config| {
-                    write::write(ws, &config.limits, &run, args)
+                    write::write(ws, &config.limits, &run, args, require_read)
                 })
                 .await
             }

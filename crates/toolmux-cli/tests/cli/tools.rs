@@ -268,3 +268,15 @@ fn file_tools_leave_toolmux_s_own_files_alone() {
     run.ok();
     assert_eq!(std::fs::read_to_string(project.path().join("notes.md")).expect("read"), "ok\n");
 }
+
+/// A person overwrites a file with `tools call` without reading it first: the read
+/// before a write guards against a model's blind changes, and each `tools call` is a run
+/// of its own, so no read could ever count.
+#[test]
+fn a_person_overwrites_a_file_with_tools_call() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {permissions: [read, write]}\n").file("notes.md", "old\n");
+    let args = r#"{"path":"notes.md","content":"new\n"}"#;
+    project.run(&["tools", "call", "fs__write", args]).ok();
+    assert_eq!(std::fs::read_to_string(project.path().join("notes.md")).expect("read"), "new\n");
+}

@@ -40,6 +40,7 @@ pub(crate) fn write(
     limits: &FsLimits,
     run: &str,
     args: WriteArgs,
+    require_read: bool,
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(&args.path)?;
     if args.content.len() as u64 > limits.edit_max_bytes {
@@ -54,7 +55,7 @@ pub(crate) fn write(
     // Held from the freshness check to the record of the new content, so that a parallel
     // `edit` or `write` of the same file checks against this one's result.
     let _lock = ws.lock_file(&path, &target)?;
-    check_existing(ws, run, &path)?;
+    check_existing(ws, run, &path, require_read)?;
     let (bytes, kept) = match existing_style(ws, &path)? {
         Some(style) => style.render(&args.content),
         // A new file is written as given.
@@ -79,8 +80,14 @@ pub(crate) fn write(
     .with_extra("lines", json!(lines)))
 }
 
-/// Refuses to overwrite an existing file that was not read in `run` or changed since.
-fn check_existing(ws: &Workspace, run: &str, path: &workspace::Resolved) -> Result<(), FsError> {
+/// Refuses to overwrite an existing file that changed since it was read in `run`, or (with
+/// `require_read`) that was not read in it.
+fn check_existing(
+    ws: &Workspace,
+    run: &str,
+    path: &workspace::Resolved,
+    require_read: bool,
+) -> Result<(), FsError> {
     let canonical = match ws.canonical(path) {
         Ok(canonical) => canonical,
         // Nothing there yet: a new file (escapes are refused when it is created).
@@ -91,11 +98,14 @@ fn check_existing(ws: &Workspace, run: &str, path: &workspace::Resolved) -> Resu
     if meta.is_dir() {
         return Err(FsError::IsDirectory { path: path.given.clone() });
     }
-    if ws.last_read(run, &canonical).is_none() {
-        return Err(FsError::NotRead { path: path.given.clone() });
+    match ws.last_read(run, &canonical) {
+        None if require_read => Err(FsError::NotRead { path: path.given.clone() }),
+        None => Ok(()),
+        Some(_) => {
+            let current = ws.hash_file(path)?;
+            ws.check_fresh(run, path, &canonical, &current, true)
+        }
     }
-    let current = ws.hash_file(path)?;
-    ws.check_fresh(run, path, &canonical, &current, true)
 }
 
 /// How an existing file is written: its encoding and the line ending most of its lines use.

@@ -4,6 +4,7 @@ use crate::Fixture;
 use expect_test::expect;
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
+use toolmux_core::{CallContext, ToolProvider};
 
 #[tokio::test]
 async fn creates_parent_directories() {
@@ -21,6 +22,31 @@ async fn overwriting_an_unread_file_is_refused() {
     expect!["`a.txt` exists and has not been read in this run: read it first before writing to it"]
         .assert_eq(&fx.err("write", json!({"path": "a.txt", "content": "new"})).await);
     assert_eq!(fx.get("a.txt"), "old");
+}
+
+/// A person calling `write` directly (`toolmux tools call`) need not have read the file;
+/// a call made on their behalf (an agent's, a child context) must, and a file read and
+/// then changed by someone else is refused to both.
+#[tokio::test]
+async fn a_person_overwrites_without_reading_but_not_what_changed_since_a_read() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old");
+    let person = CallContext::new().from_person();
+    let args = json!({"path": "a.txt", "content": "new"});
+    let refused = fx.fs.call("write", args.clone(), &person.child()).await.unwrap_err();
+    assert!(refused.report().contains("has not been read in this run"), "{}", refused.report());
+    fx.fs.call("write", args, &person).await.unwrap();
+    assert_eq!(fx.get("a.txt"), "new");
+    fx.fs.call("read", json!({"path": "a.txt"}), &person).await.unwrap();
+    fx.put("a.txt", "changed by the user");
+    let args = json!({"path": "a.txt", "content": "newer"});
+    let stale = fx.fs.call("write", args, &person).await.unwrap_err();
+    assert!(
+        stale.report().contains("has been modified since it was last read"),
+        "{}",
+        stale.report()
+    );
+    assert_eq!(fx.get("a.txt"), "changed by the user");
 }
 
 #[tokio::test]
