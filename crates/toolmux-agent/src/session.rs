@@ -56,7 +56,7 @@ struct Outcome {
 impl Outcome {
     fn answer(call: &ModelToolCall, content: String, is_error: bool) -> Self {
         Outcome {
-            result: ToolResultMessage { call_id: call.id.clone(), content, is_error },
+            result: ToolResultMessage::new(call.id.clone(), content, is_error),
             effect: Effect::None,
             usage: Usage::default(),
             calls: 0,
@@ -589,11 +589,7 @@ impl Session<'_> {
             Effect::None
         };
         Outcome {
-            result: ToolResultMessage {
-                call_id: call.id.clone(),
-                content: text,
-                is_error: !result.ok,
-            },
+            result: ToolResultMessage::new(call.id.clone(), text, !result.ok),
             effect,
             usage,
             calls,
@@ -698,7 +694,7 @@ impl Session<'_> {
         }
         let text = serde_json::to_string_pretty(&results).unwrap_or_default();
         Outcome {
-            result: ToolResultMessage { call_id: call.id.clone(), content: text, is_error: false },
+            result: ToolResultMessage::new(call.id.clone(), text, false),
             effect,
             usage,
             calls,
@@ -915,11 +911,7 @@ fn continued(history: &[Message]) -> Vec<Message> {
     {
         let results = tool_calls
             .iter()
-            .map(|call| ToolResultMessage {
-                call_id: call.id.clone(),
-                content: "done".into(),
-                is_error: false,
-            })
+            .map(|call| ToolResultMessage::new(call.id.clone(), "done", false))
             .collect();
         messages.push(Message::Tool { results });
     }

@@ -3,7 +3,7 @@
 use crate::http::{Assembler, Endpoint, StreamError};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    StopReason, ToolChoice, Usage,
+    StopReason, ToolChoice, ToolResultMessage, Usage,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
@@ -23,6 +23,8 @@ pub(crate) struct AnthropicModel {
     pub(crate) temperature: Option<f64>,
     /// Marks the tools, the system prompt and the latest turn for the prompt cache.
     pub(crate) prompt_cache: bool,
+    /// Sends the images of tool results (`images`, default true).
+    pub(crate) images: bool,
 }
 
 /// A prompt cache breakpoint: the API caches the request up to the block that carries it.
@@ -261,7 +263,7 @@ impl AnthropicModel {
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body.insert("temperature".into(), json!(temperature));
         }
-        body.insert("messages".into(), messages(&request.messages, cache));
+        body.insert("messages".into(), messages(&request.messages, cache, self.images));
         if !request.tools.is_empty() {
             let rules = SchemaRules { plain_top_level: true, ..SchemaRules::default() };
             let mut tools: Vec<Value> = request
@@ -292,8 +294,8 @@ impl AnthropicModel {
 /// turns of one role (tool results and the user's next words, both `user` to the API)
 /// become one message of their blocks in order. With `cache`, the last block carries a
 /// cache breakpoint, so that the next turn (this conversation and more) reads it all from
-/// the cache.
-fn messages(conversation: &[Message], cache: bool) -> Value {
+/// the cache. With `images`, tool results carry their images.
+fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for message in conversation {
         let (role, blocks) = match message {
@@ -324,7 +326,7 @@ fn messages(conversation: &[Message], cache: bool) -> Value {
                         let mut block = json!({
                             "type": "tool_result",
                             "tool_use_id": result.call_id,
-                            "content": result.content,
+                            "content": tool_result_content(result, images),
                         });
                         if result.is_error {
                             block["is_error"] = json!(true);
@@ -363,6 +365,26 @@ fn messages(conversation: &[Message], cache: bool) -> Value {
         })
         .collect();
     Value::Array(messages)
+}
+
+/// A tool result's `content`: its text, or with images, a text block (unless the text is
+/// empty) and an image block each.
+fn tool_result_content(result: &ToolResultMessage, images: bool) -> Value {
+    let (text, shown) = result.wire_parts(images);
+    if shown.is_empty() {
+        return json!(text);
+    }
+    let mut blocks = Vec::with_capacity(shown.len() + 1);
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for (media_type, data) in shown {
+        blocks.push(json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }));
+    }
+    Value::Array(blocks)
 }
 
 fn tool_choice(choice: &ToolChoice) -> Value {

@@ -70,6 +70,11 @@ pub struct ModelConfig {
     /// stream; one that answers in one piece all the same is read as such.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// Whether the model reads images (default true): images that tools return (a
+    /// browser's screenshot) are sent to it with their results. `false` for a text-only
+    /// model, which reads a placeholder naming each image instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -89,6 +94,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("context_window", &self.context_window)
             .field("prompt_cache", &self.prompt_cache)
             .field("stream", &self.stream)
+            .field("images", &self.images)
             .finish()
     }
 }

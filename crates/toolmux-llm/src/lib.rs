@@ -36,8 +36,8 @@ mod sampling;
 pub use config::{ApiKind, ModelConfig};
 pub use error::ModelError;
 pub use message::{
-    DeltaSink, Message, ModelDelta, ModelRequest, ModelResponse, ModelToolCall, StopReason,
-    ToolChoice, ToolDefinition, ToolResultMessage, Usage,
+    DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
+    ModelToolCall, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 pub use sampling::{ModelSampler, sampling_request, sampling_response};
 
@@ -230,11 +230,20 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
     };
     let max_tokens = config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let temperature = config.temperature;
+    let images = config.images.unwrap_or(true);
     Ok(match config.api {
-        ApiKind::Openai => Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature }),
+        ApiKind::Openai => {
+            Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature, images })
+        }
         ApiKind::Anthropic => {
             let prompt_cache = config.prompt_cache.unwrap_or(true);
-            Arc::new(anthropic::AnthropicModel { endpoint, max_tokens, temperature, prompt_cache })
+            Arc::new(anthropic::AnthropicModel {
+                endpoint,
+                max_tokens,
+                temperature,
+                prompt_cache,
+                images,
+            })
         }
     })
 }

@@ -71,9 +71,107 @@ pub struct ToolResultMessage {
     pub call_id: String,
     /// The result's text (or the error's).
     pub content: String,
+    /// The images the result carries, after its text. Anthropic reads them in the tool
+    /// result itself; chat completions, whose tool messages are text only, in a user
+    /// message after the turn's results. A model configured with `images: false` reads a
+    /// placeholder instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
     /// Whether the call failed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_error: bool,
+}
+
+impl ToolResultMessage {
+    /// The result `content` of call `call_id`, without images.
+    pub fn new(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        ToolResultMessage {
+            call_id: call_id.into(),
+            content: content.into(),
+            images: Vec::new(),
+            is_error,
+        }
+    }
+
+    /// With `images` after the text.
+    pub fn with_images(mut self, images: Vec<ImagePart>) -> Self {
+        self.images = images;
+        self
+    }
+}
+
+/// An image of a tool result as it goes on the wire: its media type (one the APIs read)
+/// and its base64 data.
+pub(crate) type ShownImage<'a> = (&'static str, &'a str);
+
+impl ToolResultMessage {
+    /// The text to send and the images to send with it: with `images` false (a model
+    /// configured not to read them), or for an image of a type the APIs do not read, a
+    /// placeholder saying why is added to the text instead.
+    pub(crate) fn wire_parts(&self, images: bool) -> (String, Vec<ShownImage<'_>>) {
+        let mut text = self.content.clone();
+        let mut shown = Vec::new();
+        for image in &self.images {
+            let note = match image.media_type() {
+                Some(media_type) if images => {
+                    shown.push((media_type, image.data.as_str()));
+                    continue;
+                }
+                Some(_) => {
+                    image.placeholder("not shown: the model is configured with `images: false`")
+                }
+                None => {
+                    image.placeholder("not shown: models read only jpeg, png, gif and webp images")
+                }
+            };
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&note);
+        }
+        (text, shown)
+    }
+}
+
+/// The image types both APIs read.
+pub const IMAGE_MEDIA_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// An image a tool returned, base64-encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePart {
+    /// Its MIME type, such as `image/png`.
+    pub mime_type: String,
+    /// Its bytes in standard base64.
+    pub data: String,
+}
+
+impl ImagePart {
+    /// An image of `mime_type` whose bytes are `data` in base64.
+    pub fn new(mime_type: impl Into<String>, data: impl Into<String>) -> Self {
+        ImagePart { mime_type: mime_type.into(), data: data.into() }
+    }
+
+    /// Its type as the APIs name it (one of [`IMAGE_MEDIA_TYPES`], `image/jpg` read as
+    /// `image/jpeg`), or `None` when the APIs do not read images of its type.
+    pub fn media_type(&self) -> Option<&'static str> {
+        let mime = self.mime_type.split(';').next().unwrap_or_default().trim();
+        if mime.eq_ignore_ascii_case("image/jpg") {
+            return Some("image/jpeg");
+        }
+        IMAGE_MEDIA_TYPES.into_iter().find(|known| mime.eq_ignore_ascii_case(known))
+    }
+
+    /// Its size in bytes, decoded.
+    pub fn decoded_len(&self) -> usize {
+        let padding = self.data.bytes().rev().take_while(|&b| b == b'=').count();
+        (self.data.len() / 4 * 3).saturating_sub(padding)
+    }
+
+    /// What a model that cannot see it reads instead, saying `why`.
+    pub fn placeholder(&self, why: &str) -> String {
+        format!("[image {}, {} bytes: {why}]", self.mime_type, self.decoded_len())
+    }
 }
 
 /// A tool offered to the model.
@@ -305,3 +403,32 @@ pub enum ModelDelta<'a> {
 
 /// What receives an answer's [`ModelDelta`]s, on the task that awaits the completion.
 pub type DeltaSink<'a> = &'a (dyn Fn(ModelDelta<'_>) + Send + Sync);
+
+#[cfg(test)]
+mod tests {
+    use super::{ImagePart, ToolResultMessage};
+    use serde_json::json;
+
+    #[test]
+    fn results_saved_before_images_load_and_results_without_images_save_as_before() {
+        let saved = json!({"callId": "a", "content": "x", "isError": true});
+        let result: ToolResultMessage = serde_json::from_value(saved.clone()).unwrap();
+        assert_eq!(result, ToolResultMessage::new("a", "x", true));
+        assert_eq!(serde_json::to_value(&result).unwrap(), saved);
+        let with = result.with_images(vec![ImagePart::new("image/png", "iVBORw0KGgo=")]);
+        let value = serde_json::to_value(&with).unwrap();
+        assert_eq!(value["images"], json!([{"mimeType": "image/png", "data": "iVBORw0KGgo="}]));
+        assert_eq!(serde_json::from_value::<ToolResultMessage>(value).unwrap(), with);
+    }
+
+    #[test]
+    fn media_types_the_apis_read() {
+        let media = |mime: &str| ImagePart::new(mime, "").media_type();
+        assert_eq!(media("image/PNG"), Some("image/png"));
+        assert_eq!(media("image/jpg"), Some("image/jpeg"));
+        assert_eq!(media("image/webp; q=1"), Some("image/webp"));
+        assert_eq!(media("image/svg+xml"), None);
+        assert_eq!(media("image/gif2"), None);
+        assert_eq!(ImagePart::new("image/png", "iVBORw0KGgo=").decoded_len(), 8);
+    }
+}

@@ -24,6 +24,8 @@ pub(crate) struct OpenAiModel {
     pub(crate) endpoint: Endpoint,
     pub(crate) max_tokens: u32,
     pub(crate) temperature: Option<f64>,
+    /// Sends the images of tool results (`images`, default true).
+    pub(crate) images: bool,
 }
 
 #[async_trait]
@@ -272,7 +274,7 @@ impl OpenAiModel {
             messages.push(json!({"role": "system", "content": system}));
         }
         for message in &request.messages {
-            push_message(&mut messages, message);
+            push_message(&mut messages, message, self.images);
         }
         let mut body = Map::new();
         body.insert("model".into(), json!(self.endpoint.model));
@@ -302,8 +304,11 @@ impl OpenAiModel {
     }
 }
 
-/// `message` as chat completion messages: one, or one per tool result.
-fn push_message(messages: &mut Vec<Value>, message: &Message) {
+/// `message` as chat completion messages: one, or one per tool result. A tool message is
+/// text only: with `images`, the results' images follow in one user message after the
+/// turn's last tool message (the API wants every tool message of a turn right after it),
+/// each result's images introduced by the call they belong to.
+fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool) {
     match message {
         Message::User { content } => messages.push(json!({"role": "user", "content": content})),
         Message::Assistant { content, tool_calls } => {
@@ -331,12 +336,29 @@ fn push_message(messages: &mut Vec<Value>, message: &Message) {
             messages.push(Value::Object(out));
         }
         Message::Tool { results } => {
+            let mut parts = Vec::new();
             for result in results {
+                let (text, shown) = result.wire_parts(images);
                 messages.push(json!({
                     "role": "tool",
                     "tool_call_id": result.call_id,
-                    "content": result.content,
+                    "content": text,
                 }));
+                if shown.is_empty() {
+                    continue;
+                }
+                let which = if shown.len() == 1 { "The image" } else { "The images" };
+                let intro = format!("{which} returned by tool call `{}`:", result.call_id);
+                parts.push(json!({"type": "text", "text": intro}));
+                for (media_type, data) in shown {
+                    parts.push(json!({
+                        "type": "image_url",
+                        "image_url": {"url": format!("data:{media_type};base64,{data}")},
+                    }));
+                }
+            }
+            if !parts.is_empty() {
+                messages.push(json!({"role": "user", "content": parts}));
             }
         }
     }

@@ -180,6 +180,53 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
 }
 
 #[tokio::test]
+async fn images_of_tool_results_go_as_image_blocks_in_the_tool_result() {
+    let (server, model) = serve_uncached(vec![ScriptStep::text("A page.")]);
+    complete(&model, &screenshots()).await;
+    let png = json!({"type": "image", "source":
+        {"type": "base64", "media_type": "image/png", "data": PNG}});
+    let jpeg = json!({"type": "image", "source":
+        {"type": "base64", "media_type": "image/jpeg", "data": PNG}});
+    assert_eq!(
+        only_request(&server)["messages"],
+        json!([
+            {"role": "user", "content": "Open the page"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "call_a", "name": "browser__screenshot", "input": {}},
+                {"type": "tool_use", "id": "call_b", "name": "fs__read", "input": {"path": "notes"}},
+                {"type": "tool_use", "id": "call_c", "name": "camera__snap", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_a", "content": [
+                    {"type": "text", "text": "Screenshot of the page\n\
+                        [image image/svg+xml, 6 bytes: not shown: models read only jpeg, png, gif and webp images]"},
+                    png,
+                ]},
+                {"type": "tool_result", "tool_use_id": "call_b", "content": "no notes"},
+                // No text, no text block: the API refuses an empty one.
+                {"type": "tool_result", "tool_use_id": "call_c", "content": [jpeg, jpeg]},
+                {"type": "text", "text": "What do you see?"},
+            ]},
+        ])
+    );
+
+    // A text-only model reads placeholders, and the result stays text.
+    let (server, model) = serve_with(Dialect::Anthropic, vec![ScriptStep::text("ok")], |c| {
+        c.prompt_cache = Some(false);
+        c.images = Some(false);
+    });
+    complete(&model, &screenshots()).await;
+    let sent = only_request(&server);
+    let off = "not shown: the model is configured with `images: false`";
+    assert_eq!(
+        sent["messages"][2]["content"][2],
+        json!({"type": "tool_result", "tool_use_id": "call_c", "content":
+            format!("[image image/jpg, 8 bytes: {off}]\n[image image/jpeg, 8 bytes: {off}]")})
+    );
+    assert!(!sent.to_string().contains("\"base64\""), "{sent}");
+}
+
+#[tokio::test]
 async fn tools_and_tool_choice() {
     let tools = vec![
         union_tool(),

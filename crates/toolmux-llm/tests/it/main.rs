@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use toolmux_llm::{
-    ApiKind, Message, Model, ModelConfig, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    ToolDefinition, ToolResultMessage,
+    ApiKind, ImagePart, Message, Model, ModelConfig, ModelError, ModelRequest, ModelResponse,
+    ModelToolCall, ToolDefinition, ToolResultMessage,
 };
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
@@ -109,7 +109,42 @@ fn conversation() -> ModelRequest {
 }
 
 fn result(call_id: &str, content: &str, is_error: bool) -> ToolResultMessage {
-    ToolResultMessage { call_id: call_id.into(), content: content.into(), is_error }
+    ToolResultMessage::new(call_id, content, is_error)
+}
+
+/// A PNG's 8-byte signature in base64.
+const PNG: &str = "iVBORw0KGgo=";
+/// `<svg/>` in base64: an image type neither API reads.
+const SVG: &str = "PHN2Zy8+";
+
+/// A round of two calls, the first returning a screenshot (a PNG and an SVG), the second
+/// text, two JPEGs and nothing else; then the user's next words.
+fn screenshots() -> ModelRequest {
+    ModelRequest::new(vec![
+        Message::user("Open the page"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![
+                ModelToolCall::new("call_a", "browser__screenshot", json!({})),
+                ModelToolCall::new("call_b", "fs__read", json!({"path": "notes"})),
+                ModelToolCall::new("call_c", "camera__snap", json!({})),
+            ],
+        },
+        Message::Tool {
+            results: vec![
+                result("call_a", "Screenshot of the page", false).with_images(vec![
+                    ImagePart::new("image/png", PNG),
+                    ImagePart::new("image/svg+xml", SVG),
+                ]),
+                result("call_b", "no notes", false),
+                result("call_c", "", false).with_images(vec![
+                    ImagePart::new("image/jpg", PNG),
+                    ImagePart::new("image/jpeg", PNG),
+                ]),
+            ],
+        },
+        Message::user("What do you see?"),
+    ])
 }
 
 /// A tool whose input schema is a top-level union, which neither API takes as is.

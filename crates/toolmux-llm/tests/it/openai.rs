@@ -77,6 +77,63 @@ async fn a_conversation_with_tool_results_on_the_wire() {
 }
 
 #[tokio::test]
+async fn images_of_tool_results_follow_the_turns_tool_messages_in_a_user_message() {
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("A page.")]);
+    complete(&model, &screenshots()).await;
+    let png = format!("data:image/png;base64,{PNG}");
+    let jpeg = format!("data:image/jpeg;base64,{PNG}");
+    assert_eq!(
+        only_request(&server)["messages"],
+        json!([
+            {"role": "user", "content": "Open the page"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_a", "type": "function",
+                 "function": {"name": "browser__screenshot", "arguments": "{}"}},
+                {"id": "call_b", "type": "function",
+                 "function": {"name": "fs__read", "arguments": "{\"path\":\"notes\"}"}},
+                {"id": "call_c", "type": "function",
+                 "function": {"name": "camera__snap", "arguments": "{}"}},
+            ]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "Screenshot of the page\n\
+                [image image/svg+xml, 6 bytes: not shown: models read only jpeg, png, gif and webp images]"},
+            {"role": "tool", "tool_call_id": "call_b", "content": "no notes"},
+            {"role": "tool", "tool_call_id": "call_c", "content": ""},
+            {"role": "user", "content": [
+                {"type": "text", "text": "The image returned by tool call `call_a`:"},
+                {"type": "image_url", "image_url": {"url": png}},
+                {"type": "text", "text": "The images returned by tool call `call_c`:"},
+                {"type": "image_url", "image_url": {"url": jpeg}},
+                {"type": "image_url", "image_url": {"url": jpeg}},
+            ]},
+            {"role": "user", "content": "What do you see?"},
+        ])
+    );
+}
+
+#[tokio::test]
+async fn a_model_configured_without_images_reads_placeholders() {
+    let (server, model) =
+        serve_with(Dialect::OpenAi, vec![ScriptStep::text("ok")], |c| c.images = Some(false));
+    complete(&model, &screenshots()).await;
+    let sent = only_request(&server);
+    let messages = sent["messages"].as_array().unwrap();
+    let off = "not shown: the model is configured with `images: false`";
+    assert_eq!(
+        messages[2]["content"],
+        format!(
+            "Screenshot of the page\n[image image/png, 8 bytes: {off}]\n\
+             [image image/svg+xml, 6 bytes: not shown: models read only jpeg, png, gif and webp images]"
+        )
+    );
+    assert_eq!(
+        messages[4]["content"],
+        format!("[image image/jpg, 8 bytes: {off}]\n[image image/jpeg, 8 bytes: {off}]")
+    );
+    assert_eq!(messages.len(), 6, "no user message of images: {sent}");
+    assert!(!sent.to_string().contains("image_url"), "{sent}");
+}
+
+#[tokio::test]
 async fn arguments_that_were_not_json_go_back_as_written() {
     let mut request = hello();
     request.messages.push(Message::Assistant {
