@@ -24,6 +24,10 @@ pub struct ToolAnnotations {
     pub ends_turn: bool,
     /// Shown to models; hidden tools can still be called by name.
     pub visible: bool,
+    /// Shown to people: the events a user interface follows carry its calls' arguments and
+    /// results (they always say that it ran). `false` for a tool that works silently,
+    /// its result for the agent alone (the seeds' external `visible: false`).
+    pub shown: bool,
     /// The permission class the tool needs, when the provider knows it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permission: Option<PermissionClass>,
@@ -62,6 +66,7 @@ impl Default for ToolAnnotations {
             open_world: true,
             ends_turn: false,
             visible: true,
+            shown: true,
             permission: None,
             task_support: TaskSupport::Forbidden,
         }

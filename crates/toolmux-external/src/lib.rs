@@ -29,8 +29,9 @@
 //!
 //! `visible` in the configuration is the seeds' user-interface visibility (whether the call
 //! and its result are shown in the active space): it travels with the pending call and the
-//! result's extras for the program that renders it. Every configured tool is shown to
-//! models.
+//! result's extras for the program that renders it, and a tool with `visible: false` is
+//! not `shown` (its calls' events carry neither arguments nor result). Every configured
+//! tool is shown to models.
 
 #![deny(missing_docs)]
 
@@ -383,6 +384,9 @@ impl ToolProvider for ExternalProvider {
                 let annotations = ToolAnnotations {
                     read_only: tool.execution_type == ExecutionType::Internal,
                     idempotent: tool.execution_type == ExecutionType::Internal,
+                    // `visible: false` here: the call runs silently, its result for the
+                    // agent alone, so events do not carry them.
+                    shown: tool.shown_in_ui(),
                     ..ToolAnnotations::default()
                 };
                 ToolSpec::new(name, &tool.description, schema).with_annotations(annotations)

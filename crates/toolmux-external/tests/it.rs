@@ -60,6 +60,27 @@ async fn submit(
     p.call("submit", json!({"callId": call_id, "result": result}), &run("worker")).await
 }
 
+/// `visible` says whether people see a tool's calls: internal tools and `visible: false`
+/// are not `shown` (their events carry no arguments or result), the others are; every
+/// configured tool is offered to models.
+#[tokio::test]
+async fn visible_says_whether_people_see_the_calls() {
+    let mut tools = BTreeMap::new();
+    tools.insert("chart".to_owned(), tool(ExecutionType::Internal, false, None));
+    tools.insert("ask".to_owned(), tool(ExecutionType::Space, false, None));
+    let quiet =
+        ExternalToolConfig { visible: Some(false), ..tool(ExecutionType::External, true, None) };
+    tools.insert("sync".to_owned(), quiet);
+    let p = ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default())).unwrap();
+    let listed = p.list_tools().await.unwrap();
+    let shown: Vec<(&str, bool, bool)> = listed
+        .iter()
+        .filter(|t| tools.contains_key(&t.name))
+        .map(|t| (t.name.as_str(), t.annotations.visible, t.annotations.shown))
+        .collect();
+    assert_eq!(shown, [("ask", true, true), ("chart", true, false), ("sync", true, false)]);
+}
+
 #[tokio::test]
 async fn internal_tools_return_their_arguments() {
     let out = provider().call("chart", json!({"q": "x"}), &run("r")).await.unwrap();

@@ -195,6 +195,8 @@ pub struct ToolOverride {
     pub ends_turn: Option<bool>,
     /// Shown to models (hidden tools can still be called by name).
     pub visible: Option<bool>,
+    /// Shown to people: events carry its arguments and results.
+    pub shown: Option<bool>,
 }
 
 impl ToolOverride {
@@ -214,6 +216,7 @@ impl ToolOverride {
             (self.open_world, &mut a.open_world),
             (self.ends_turn, &mut a.ends_turn),
             (self.visible, &mut a.visible),
+            (self.shown, &mut a.shown),
         ];
         for (set, field) in fields {
             if let Some(value) = set {

@@ -464,6 +464,7 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
             open_world: a.open_world,
             ends_turn: a.ends_turn,
             visible: a.visible,
+            shown: a.shown,
         };
         if said != ToolOverride::default() {
             config.overrides.insert(name.clone(), said);

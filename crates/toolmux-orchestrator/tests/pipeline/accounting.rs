@@ -44,6 +44,42 @@ async fn events_come_in_order_with_records() {
     assert_eq!(record.namespace, "m");
 }
 
+/// A tool that works silently (`shown: false`, the seeds' external `visible: false`) is
+/// seen to run, but its events carry neither its arguments nor its result; a tool shown
+/// to people has both in its events.
+#[tokio::test(start_paused = true)]
+async fn events_of_a_silent_tool_carry_no_arguments_or_result() {
+    use toolmux_core::{ToolAnnotations, ToolSpec};
+    let silent = ToolAnnotations { shown: false, ..ToolAnnotations::default() };
+    let p = MockProvider::new("m")
+        .with_spec(
+            ToolSpec::new("quiet", "q", ToolSpec::any_object_schema()).with_annotations(silent),
+            Behavior::Echo,
+        )
+        .with_tool("loud", Behavior::Echo);
+    let o = start(OrchestratorConfig::default(), vec![Arc::new(p)]).await;
+    let mut events = o.subscribe();
+    for tool in ["m__quiet", "m__loud"] {
+        assert!(
+            o.execute(ToolCall::new(tool, json!({"secret": "plan"})), &CallContext::new()).await.ok
+        );
+    }
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        match event {
+            ToolEvent::ToolStarted { tool, arguments, .. } => {
+                seen.push((tool, arguments.is_some()))
+            }
+            ToolEvent::ToolFinished { record, result } => {
+                seen.push((record.tool, result.is_some()));
+            }
+            _ => {}
+        }
+    }
+    let expected = [("m__quiet", false), ("m__quiet", false), ("m__loud", true), ("m__loud", true)];
+    assert_eq!(seen, expected.map(|(t, shown)| (t.to_owned(), shown)));
+}
+
 #[tokio::test(start_paused = true)]
 async fn progress_reaches_the_callers_sink() {
     let o = start(OrchestratorConfig::default(), vec![provider()]).await;

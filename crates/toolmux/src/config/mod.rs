@@ -614,6 +614,10 @@ pub struct AnnotationsEntry {
     /// Shown to models (`false`: hidden from listings, still called by name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visible: Option<bool>,
+    /// Shown to people (`false`: events say it ran but carry neither its arguments nor its
+    /// result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<bool>,
 }
 
 /// At most `calls` calls per `perMs` milliseconds; a call that would wait longer than
