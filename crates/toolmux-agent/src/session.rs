@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toolmux_core::{CallContext, Progress, ToolCall, ToolSpec};
+use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
-    Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall, ToolChoice,
-    ToolDefinition, ToolResultMessage, Usage,
+    ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
+    ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 use toolmux_orchestrator::search;
 use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
@@ -257,6 +257,7 @@ impl Session<'_> {
                 _ => None,
             };
             let last = limit.is_some();
+            drop_old_images(&mut request.messages);
             if let Some(window) = self.model.context_window() {
                 fit_context(&mut request, window);
             }
@@ -573,9 +574,9 @@ impl Session<'_> {
             );
         }
         let ctx = self.ctx.child();
-        let result = self
+        let (result, images) = self
             .orchestrator
-            .execute(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
+            .execute_with_images(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
             .await;
         let (usage, calls) = if name.starts_with("agent__") {
             usage_in(&result.extras).unwrap_or_default()
@@ -588,8 +589,9 @@ impl Session<'_> {
         } else {
             Effect::None
         };
+        let (text, images) = attach_images(text, images);
         Outcome {
-            result: ToolResultMessage::new(call.id.clone(), text, !result.ok),
+            result: ToolResultMessage::new(call.id.clone(), text, !result.ok).with_images(images),
             effect,
             usage,
             calls,
@@ -850,18 +852,26 @@ pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
         if Some(at) == last_results {
             break;
         }
-        for result in results.iter_mut().filter(|r| r.content.len() >= ELIDE_MIN) {
+        let elidable =
+            |r: &&mut ToolResultMessage| r.content.len() >= ELIDE_MIN || !r.images.is_empty();
+        for result in results.iter_mut().filter(elidable) {
             if size <= budget {
                 break;
             }
+            let images = match result.images.len() {
+                0 => String::new(),
+                1 => " and an image".to_owned(),
+                n => format!(" and {n} images"),
+            };
             let note = format!(
-                "(this result, {} characters, was elided to keep the conversation within the \
-                 model's context window; call the tool again if you need it)",
+                "(this result, {} characters{images}, was elided to keep the conversation \
+                 within the model's context window; call the tool again if you need it)",
                 result.content.len()
             );
-            size -=
-                estimate_tokens(result.content.len()).saturating_sub(estimate_tokens(note.len()));
+            let before = estimate_tokens(result.content.len()) + image_tokens(&result.images);
+            size -= before.saturating_sub(estimate_tokens(note.len()));
             result.content = note;
+            result.images.clear();
             elided += 1;
         }
     }
@@ -888,13 +898,119 @@ fn request_tokens(request: &ModelRequest) -> u64 {
             Message::Tool { results } => results.iter().map(|r| r.content.len()).sum(),
         })
         .sum();
+    let images: u64 = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::Tool { results } => results.iter().map(|r| image_tokens(&r.images)).sum(),
+            _ => 0,
+        })
+        .sum();
     let tools: usize = request
         .tools
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
         .sum();
     let system = request.system.as_ref().map_or(0, String::len);
-    estimate_tokens(text + tools + system)
+    estimate_tokens(text + tools + system) + images
+}
+
+/// What an image costs in tokens, about: Anthropic counts width × height / 750, at most
+/// about 1,600 for the largest it takes unscaled; OpenAI 765 for a 1024×1024 image in
+/// detail. Its base64 length says nothing of it.
+const IMAGE_TOKENS: u64 = 1600;
+
+fn image_tokens(images: &[ImagePart]) -> u64 {
+    images.len() as u64 * IMAGE_TOKENS
+}
+
+/// The most images one tool result shows the model; more are named in its text.
+const MAX_IMAGES_PER_RESULT: usize = 4;
+
+/// The largest image shown, decoded: Anthropic's limit (OpenAI takes larger ones).
+const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
+/// The most images a request carries: Anthropic takes at most 100, and scales down each
+/// image of a request of more than 20.
+const MAX_IMAGES_SENT: usize = 20;
+
+/// The most image bytes (decoded) a request carries: Anthropic takes requests of at most
+/// 32 MB, base64 making 4 bytes of 3.
+const MAX_IMAGE_BYTES_SENT: usize = 20 * 1024 * 1024;
+
+/// The text of a tool result and the images to show with it, from `parts`, the output's
+/// images ([`Orchestrator::execute_with_images`]). The text already names every image;
+/// one not shown (a type models do not read, too large, not base64, one too many) is
+/// named again in a note saying why.
+fn attach_images(mut text: String, parts: Vec<ContentPart>) -> (String, Vec<ImagePart>) {
+    let mut images = Vec::new();
+    for part in parts {
+        let image = match part {
+            ContentPart::Image { data, mime_type } => ImagePart::new(mime_type, data),
+            ContentPart::Resource { mime_type: Some(mime_type), blob: Some(data), .. } => {
+                ImagePart::new(mime_type, data)
+            }
+            _ => continue,
+        };
+        let why = if image.media_type().is_none() {
+            "not shown: models read only jpeg, png, gif and webp images".to_owned()
+        } else if image.decoded_len() > MAX_IMAGE_BYTES {
+            format!("not shown: larger than the {} MiB an image may have", MAX_IMAGE_BYTES >> 20)
+        } else if !is_base64(&image.data) {
+            "not shown: its data is not base64".to_owned()
+        } else if images.len() == MAX_IMAGES_PER_RESULT {
+            format!("not shown: a tool result shows at most {MAX_IMAGES_PER_RESULT} images")
+        } else {
+            images.push(image);
+            continue;
+        };
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&image.placeholder(&why));
+    }
+    (text, images)
+}
+
+/// Whether `data` is standard base64 with its padding, as both APIs want it.
+fn is_base64(data: &str) -> bool {
+    data.len().is_multiple_of(4)
+        && data.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
+}
+
+/// Keeps the images of the conversation's tool results within what one request may carry
+/// ([`MAX_IMAGES_SENT`], [`MAX_IMAGE_BYTES_SENT`]): the newest stay, older ones become a
+/// note in their result's text. The conversation is changed for good, so later turns send
+/// the same prefix.
+fn drop_old_images(messages: &mut [Message]) {
+    let (mut count, mut bytes, mut full) = (0, 0, false);
+    for message in messages.iter_mut().rev() {
+        let Message::Tool { results } = message else { continue };
+        for result in results.iter_mut().rev() {
+            let mut kept = Vec::with_capacity(result.images.len());
+            let mut notes = Vec::new();
+            for image in std::mem::take(&mut result.images) {
+                let size = image.decoded_len();
+                full = full || count == MAX_IMAGES_SENT || bytes + size > MAX_IMAGE_BYTES_SENT;
+                if !full {
+                    count += 1;
+                    bytes += size;
+                    kept.push(image);
+                } else {
+                    notes.push(image.placeholder(
+                        "dropped from this older result: a request carries only the newest images",
+                    ));
+                }
+            }
+            result.images = kept;
+            for note in notes {
+                if !result.content.is_empty() {
+                    result.content.push('\n');
+                }
+                result.content.push_str(&note);
+            }
+        }
+    }
 }
 
 /// `spec` as the model is offered it.

@@ -14,13 +14,15 @@ use toolmux_agent::{
     TextDelta, TextSink,
 };
 use toolmux_core::{
-    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, ToolAnnotations, ToolSpec,
+    ApprovalDecision, ApprovalRequest, CallContext, ContentPart, InteractionHandler,
+    ToolAnnotations, ToolSpec,
 };
 use toolmux_llm::{
-    DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    ToolChoice, Usage,
+    ApiKind, DeltaSink, Message, Model, ModelConfig, ModelDelta, ModelError, ModelRequest,
+    ModelResponse, ModelToolCall, ToolChoice, Usage,
 };
 use toolmux_orchestrator::{Orchestrator, OrchestratorConfig, ToolEvent};
+use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
 type Step = Box<dyn Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync>;
@@ -1173,4 +1175,191 @@ async fn an_agent_searches_deferred_tools_and_calls_what_it_found() {
     assert_eq!(report.content, "refunded ch_2");
     assert!(tool_names(&model.requests()[4]).contains(&"billing__refund_charge".to_owned()));
     assert_eq!(billing.calls_of("refund_charge"), 2);
+}
+
+/// A PNG's 8-byte signature in base64.
+const PNG: &str = "iVBORw0KGgo=";
+
+fn png() -> ContentPart {
+    ContentPart::Image { data: PNG.into(), mime_type: "image/png".into() }
+}
+
+/// Agents `a` on `model` and an orchestrator whose tool `shots__take` returns `output`.
+async fn with_image_tool(
+    model: Arc<dyn Model>,
+    output: toolmux_core::ToolOutput,
+) -> (Agents, Orchestrator) {
+    let name = model.name().to_owned();
+    let agents = Agents::new(one("a", agent(&name)), BTreeMap::from([(name, model)])).unwrap();
+    let shots = MockProvider::new("shots").with_tool("take", Behavior::Output(output));
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(shots))
+        .provider(agents.provider())
+        .build()
+        .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    (agents, orchestrator)
+}
+
+/// A tool's images reach the model over each API, with the tool's text: Anthropic's in the
+/// tool result, chat completions' in a user message after the turn's tool messages. At
+/// most four images of a result are shown, of the types the APIs read; the text says why
+/// the others are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_tools_return_reach_the_model_over_both_apis() {
+    let webp = ContentPart::Resource {
+        uri: "file:///shot.webp".into(),
+        mime_type: Some("image/webp".into()),
+        text: None,
+        blob: Some(PNG.into()),
+    };
+    let svg = ContentPart::Image { data: "PHN2Zy8+".into(), mime_type: "image/svg+xml".into() };
+    let output = toolmux_core::ToolOutput {
+        content: vec![
+            ContentPart::Text { text: "Screenshot of the page".into() },
+            png(),
+            svg,
+            webp,
+            png(),
+            png(),
+            png(),
+        ],
+        ..toolmux_core::ToolOutput::default()
+    };
+    let text = "Screenshot of the page\n[image image/png, 8 bytes]\n[image image/svg+xml, 6 bytes]\n\
+        [resource file:///shot.webp: image/webp, 8 bytes]\n[image image/png, 8 bytes]\n\
+        [image image/png, 8 bytes]\n[image image/png, 8 bytes]\n\
+        [image image/svg+xml, 6 bytes: not shown: models read only jpeg, png, gif and webp images]\n\
+        [image image/png, 8 bytes: not shown: a tool result shows at most 4 images]";
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![ScriptStep::tool_call("shots__take", json!({})), ScriptStep::text("A page.")],
+        );
+        let config = ModelConfig {
+            api: match dialect {
+                Dialect::OpenAi => ApiKind::Openai,
+                Dialect::Anthropic => ApiKind::Anthropic,
+            },
+            model: "test-model".into(),
+            base_url: Some(server.base_url()),
+            prompt_cache: Some(false),
+            ..ModelConfig::default()
+        };
+        let model = toolmux_llm::connect("m", &config).unwrap();
+        let (agents, orchestrator) = with_image_tool(model, output.clone()).await;
+        let report = agents.run("a", "look at the page", &CallContext::new()).await.unwrap();
+        assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "A page."));
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "{requests:#?}");
+        let messages = requests[1]["messages"].as_array().unwrap();
+        let png = |media: &str| match dialect {
+            Dialect::OpenAi => json!({"type": "image_url",
+                "image_url": {"url": format!("data:{media};base64,{PNG}")}}),
+            Dialect::Anthropic => json!({"type": "image",
+                "source": {"type": "base64", "media_type": media, "data": PNG}}),
+        };
+        let images = [png("image/png"), png("image/webp"), png("image/png"), png("image/png")];
+        match dialect {
+            Dialect::OpenAi => {
+                let [.., tool, user] = messages.as_slice() else { panic!("{messages:#?}") };
+                assert_eq!(
+                    *tool,
+                    json!({"role": "tool", "tool_call_id": "call_1", "content": text})
+                );
+                let mut parts = vec![
+                    json!({"type": "text", "text": "The images returned by tool call `call_1`:"}),
+                ];
+                parts.extend(images);
+                assert_eq!(*user, json!({"role": "user", "content": parts}));
+            }
+            Dialect::Anthropic => {
+                let mut content = vec![json!({"type": "text", "text": text})];
+                content.extend(images);
+                assert_eq!(
+                    messages.last().unwrap(),
+                    &json!({"role": "user", "content": [{"type": "tool_result",
+                        "tool_use_id": "call_1", "content": content}]})
+                );
+            }
+        }
+        orchestrator.cleanup().await;
+    }
+}
+
+/// An image counts about 1,600 tokens toward the context window, not its base64 length,
+/// and an old result elided to fit the window loses its image too.
+#[tokio::test]
+async fn old_images_give_way_to_the_context_window() {
+    let mut model = ScriptedModel::new("m");
+    // 80% is 4,000 tokens: two images fit, three do not.
+    model.window = Some(5000);
+    let model = Arc::new(
+        model
+            .calls(vec![("shots__take", json!({}))])
+            .calls(vec![("shots__take", json!({}))])
+            .calls(vec![("shots__take", json!({}))])
+            .report("success", "seen"),
+    );
+    let output = toolmux_core::ToolOutput { content: vec![png()], ..Default::default() };
+    let (agents, orchestrator) = with_image_tool(model.clone(), output).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    let images = |request: &ModelRequest| -> Vec<(usize, String)> {
+        request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { results } => {
+                    Some((results[0].images.len(), results[0].content.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let requests = model.requests();
+    let shown = "[image image/png, 8 bytes]".to_owned();
+    assert_eq!(images(&requests[2]), vec![(1, shown.clone()), (1, shown.clone())]);
+    let fourth = images(&requests[3]);
+    assert_eq!(fourth[1..], [(1, shown.clone()), (1, shown)]);
+    assert_eq!(fourth[0].0, 0);
+    assert!(fourth[0].1.starts_with("(this result, 26 characters and an image, was elided"));
+    orchestrator.cleanup().await;
+}
+
+/// A request carries at most 20 images: the newest; older ones are named in their result.
+#[tokio::test]
+async fn a_request_carries_only_the_newest_twenty_images() {
+    let mut model = ScriptedModel::new("m");
+    // Other arguments each time: the same call six turns in a row would not be made.
+    for page in 0..6 {
+        model = model.calls(vec![("shots__take", json!({"page": page}))]);
+    }
+    let model = Arc::new(model.report("success", "seen"));
+    let output = toolmux_core::ToolOutput {
+        content: vec![png(), png(), png(), png()],
+        ..Default::default()
+    };
+    let (agents, orchestrator) = with_image_tool(model.clone(), output).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    let counts = |request: &ModelRequest| -> Vec<usize> {
+        request
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { results } => Some(results[0].images.len()),
+                _ => None,
+            })
+            .collect()
+    };
+    let requests = model.requests();
+    assert_eq!(counts(&requests[5]), [4, 4, 4, 4, 4]);
+    assert_eq!(counts(&requests[6]), [0, 4, 4, 4, 4, 4]);
+    let Message::Tool { results } = &requests[6].messages[2] else { panic!("{requests:#?}") };
+    let dropped = "[image image/png, 8 bytes: dropped from this older result: a request carries \
+        only the newest images]";
+    assert_eq!(results[0].content.matches(dropped).count(), 4, "{}", results[0].content);
+    orchestrator.cleanup().await;
 }

@@ -854,6 +854,27 @@ impl Orchestrator {
 
     /// Runs one call through the whole pipeline and returns the envelope.
     pub async fn execute(&self, call: ToolCall, ctx: &CallContext) -> ToolResult {
+        self.execute_keeping(call, ctx, false).await.0
+    }
+
+    /// [`Orchestrator::execute`], with the output's images beside the envelope, whose text
+    /// only names them: its image parts and the embedded resources whose blob is an image,
+    /// in order. For a caller that shows them to a model (an agent).
+    pub async fn execute_with_images(
+        &self,
+        call: ToolCall,
+        ctx: &CallContext,
+    ) -> (ToolResult, Vec<ContentPart>) {
+        self.execute_keeping(call, ctx, true).await
+    }
+
+    /// [`Orchestrator::execute`], keeping the output's images when `images`.
+    async fn execute_keeping(
+        &self,
+        call: ToolCall,
+        ctx: &CallContext,
+        images: bool,
+    ) -> (ToolResult, Vec<ContentPart>) {
         let ctx = match (&call.id, ctx.call_id()) {
             (Some(id), None) => std::borrow::Cow::Owned(ctx.clone().with_call_id(id.as_str())),
             _ => std::borrow::Cow::Borrowed(ctx),
@@ -864,8 +885,14 @@ impl Orchestrator {
         let (kind, namespace) = entry
             .as_ref()
             .map_or((ToolKind::Composite, ""), |e| (e.provider.kind(), e.provider.namespace()));
+        let mut kept = Vec::new();
         let mut result = match result {
-            Ok(output) => ToolResult::from_owned_output(output, kind, namespace, latency_ms),
+            Ok(output) => {
+                if images {
+                    kept = output.content.iter().filter(|p| is_image(p)).cloned().collect();
+                }
+                ToolResult::from_owned_output(output, kind, namespace, latency_ms)
+            }
             Err(error) => ToolResult::from_error(&error, kind, namespace, latency_ms),
         };
         let redactor = &self.inner.redactor;
@@ -876,7 +903,7 @@ impl Orchestrator {
                 }
             }
         }
-        result
+        (result, kept)
     }
 
     /// Runs one call through the whole pipeline and returns the output or the error.
@@ -1651,6 +1678,17 @@ async fn list_one(
         Err(_) => Err("listing tools timed out".to_owned()),
     };
     (provider.namespace().to_owned(), result)
+}
+
+/// Whether `part` is an image: an image part, or an embedded resource whose blob is one.
+fn is_image(part: &ContentPart) -> bool {
+    match part {
+        ContentPart::Image { .. } => true,
+        ContentPart::Resource { mime_type: Some(mime), blob: Some(_), .. } => {
+            mime.starts_with("image/")
+        }
+        _ => false,
+    }
 }
 
 /// Bytes of the parts a model reads as text (binary parts go to the model as they are).
