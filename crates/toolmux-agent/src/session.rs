@@ -685,7 +685,9 @@ impl Session<'_> {
         let mut calls = 0;
         let mut results = Vec::with_capacity(outcomes.len());
         let mut effect = Effect::None;
+        let mut images = Vec::new();
         for (c, outcome) in batch.calls.iter().zip(outcomes) {
+            images.extend(outcome.result.images);
             usage += outcome.usage;
             calls += 1 + outcome.calls;
             if let Effect::EndsTurn(text) = outcome.effect {
@@ -694,9 +696,18 @@ impl Session<'_> {
             let key = if outcome.result.is_error { "error" } else { "result" };
             results.push(json!({"tool": c.tool, "ok": !outcome.result.is_error, key: outcome.result.content}));
         }
-        let text = serde_json::to_string_pretty(&results).unwrap_or_default();
+        let mut text = serde_json::to_string_pretty(&results).unwrap_or_default();
+        // The calls' images, in order, as many as one result shows; their results name them.
+        if images.len() > MAX_IMAGES_PER_RESULT {
+            let more = images.len() - MAX_IMAGES_PER_RESULT;
+            images.truncate(MAX_IMAGES_PER_RESULT);
+            text.push_str(&format!(
+                "\n(the images of the first calls are shown, {more} more are not: a tool result \
+                 shows at most {MAX_IMAGES_PER_RESULT} images)"
+            ));
+        }
         Outcome {
-            result: ToolResultMessage::new(call.id.clone(), text, false),
+            result: ToolResultMessage::new(call.id.clone(), text, false).with_images(images),
             effect,
             usage,
             calls,

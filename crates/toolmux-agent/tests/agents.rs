@@ -1184,13 +1184,15 @@ fn png() -> ContentPart {
     ContentPart::Image { data: PNG.into(), mime_type: "image/png".into() }
 }
 
-/// Agents `a` on `model` and an orchestrator whose tool `shots__take` returns `output`.
+/// Agents `a` on `model` (with `agent__batch`) and an orchestrator whose tool `shots__take`
+/// returns `output`.
 async fn with_image_tool(
     model: Arc<dyn Model>,
     output: toolmux_core::ToolOutput,
 ) -> (Agents, Orchestrator) {
     let name = model.name().to_owned();
-    let agents = Agents::new(one("a", agent(&name)), BTreeMap::from([(name, model)])).unwrap();
+    let config = AgentConfig { batch: true, ..agent(&name) };
+    let agents = Agents::new(one("a", config), BTreeMap::from([(name, model)])).unwrap();
     let shots = MockProvider::new("shots").with_tool("take", Behavior::Output(output));
     let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
         .provider(Arc::new(shots))
@@ -1361,5 +1363,35 @@ async fn a_request_carries_only_the_newest_twenty_images() {
     let dropped = "[image image/png, 8 bytes: dropped from this older result: a request carries \
         only the newest images]";
     assert_eq!(results[0].content.matches(dropped).count(), 4, "{}", results[0].content);
+    orchestrator.cleanup().await;
+}
+
+/// A batch shows its calls' images, four at most, and says how many more there were.
+#[tokio::test]
+async fn a_batch_shows_its_calls_images() {
+    let calls: Vec<Value> =
+        (0..3).map(|page| json!({"tool": "shots__take", "arguments": {"page": page}})).collect();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__batch", json!({"calls": calls}))])
+            .report("success", "seen"),
+    );
+    let output = toolmux_core::ToolOutput { content: vec![png(), png()], ..Default::default() };
+    let (agents, orchestrator) = with_image_tool(model.clone(), output).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    let requests = model.requests();
+    let Some(Message::Tool { results }) = requests[1].messages.last() else {
+        panic!("{requests:#?}")
+    };
+    assert_eq!(results[0].images.len(), 4);
+    assert!(
+        results[0].content.ends_with(
+            "\n(the images of the first calls are shown, 2 more are not: a tool result shows \
+             at most 4 images)"
+        ),
+        "{}",
+        results[0].content
+    );
     orchestrator.cleanup().await;
 }
