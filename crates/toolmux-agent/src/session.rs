@@ -9,6 +9,7 @@ use crate::{TextDelta, TextSink};
 use futures::future::join_all;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
@@ -138,6 +139,37 @@ impl Session<'_> {
         (offered, names, ends_turn)
     }
 
+    /// Before a turn, while calls of asynchronous external tools wait for their results:
+    /// the results that arrived in the run's inbox are given to the model, as a message
+    /// after the last, so that it need not poll the inbox itself.
+    async fn collect_inbox(&self, state: &State, request: &mut ModelRequest) {
+        if state.pending_external.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let ctx = self.ctx.child();
+        let inbox = self.orchestrator.execute(ToolCall::new(EXTERNAL_INBOX, json!({})), &ctx).await;
+        if !inbox.ok {
+            tracing::debug!(agent = %self.name, "the inbox could not be read: {}", inbox.conversation_text());
+            return;
+        }
+        let Ok(answer) = serde_json::from_str::<Value>(&inbox.conversation_text()) else { return };
+        let still = answer.get("stillPending").and_then(Value::as_u64).unwrap_or(0);
+        state
+            .pending_external
+            .store(usize::try_from(still).unwrap_or(usize::MAX), Ordering::Relaxed);
+        let results = answer.get("results").and_then(Value::as_array).filter(|r| !r.is_empty());
+        if let Some(results) = results {
+            let waiting = match still {
+                0 => String::new(),
+                n => format!(" ({n} still pending)"),
+            };
+            request.messages.push(Message::user(format!(
+                "(Results of your earlier asynchronous tool calls arrived{waiting}:\n{})",
+                Value::Array(results.clone())
+            )));
+        }
+    }
+
     /// The agent's `instructions`, followed by what the providers of the tools it may call
     /// say about them (an MCP server's `instructions`, the external tools' inbox), as an MCP
     /// client would show its model.
@@ -226,6 +258,7 @@ impl Session<'_> {
                 .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
             task_status: None,
             repeats: Repeats::default(),
+            pending_external: AtomicUsize::new(0),
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
@@ -257,6 +290,7 @@ impl Session<'_> {
                 _ => None,
             };
             let last = limit.is_some();
+            self.collect_inbox(&state, &mut request).await;
             drop_old_images(&mut request.messages);
             if let Some(window) = self.model.context_window() {
                 fit_context(&mut request, window);
@@ -584,6 +618,9 @@ impl Session<'_> {
             (Usage::default(), 0)
         };
         let text = result.conversation_text();
+        if result.ok && is_pending_external(name, &text) {
+            state.pending_external.fetch_add(1, Ordering::Relaxed);
+        }
         let effect = if result.ok && state.ends_turn.contains(name) {
             Effect::EndsTurn(text.clone())
         } else {
@@ -804,6 +841,25 @@ struct State {
     task_status: Option<Value>,
     /// The calls of the last turns, for the loop guard.
     repeats: Repeats,
+    /// Calls of asynchronous external tools whose results have not reached the model yet.
+    pending_external: AtomicUsize,
+}
+
+/// The external tools' inbox (`toolmux-external`), where the results of asynchronous calls
+/// arrive.
+const EXTERNAL_INBOX: &str = "external__inbox";
+
+/// Whether `text`, the result of a call of `tool`, says the call is pending: an
+/// asynchronous external tool answers `{"status": "pending", "callId": …}` at once, and
+/// its result comes to the run's inbox later.
+fn is_pending_external(tool: &str, text: &str) -> bool {
+    if !tool.starts_with("external__") || !text.starts_with('{') {
+        return false;
+    }
+    serde_json::from_str::<Value>(text).is_ok_and(|v| {
+        v.get("status").and_then(Value::as_str) == Some("pending")
+            && v.get("callId").is_some_and(Value::is_string)
+    })
 }
 
 /// The calls the model made in each of the last turns, by tool and arguments (canonical

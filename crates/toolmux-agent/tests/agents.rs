@@ -338,13 +338,83 @@ async fn an_agent_may_be_given_tools_by_what_they_are() {
     let wrong = AgentConfig { tools: Some(vec!["@reads".into()]), ..agent("m") };
     let refused =
         Agents::new(one("a", wrong), BTreeMap::from([("m".to_owned(), model as Arc<dyn Model>)]))
-            .err()
-            .expect("an unknown selector is refused");
+            .expect_err("an unknown selector is refused");
     assert_eq!(
         refused.to_string(),
         "agents.a: tools: unknown selector `@reads`; the selectors are @readOnly, @destructive, \
          @openWorld, @read, @write, @execute, @network"
     );
+}
+
+/// The results of asynchronous external calls reach the model on their own: before each
+/// turn, while its calls are pending, the session reads the run's inbox and gives the
+/// model what arrived.
+#[tokio::test]
+async fn results_of_asynchronous_calls_reach_the_model() {
+    use toolmux_external::{
+        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
+    };
+    let store = Arc::new(MemoryPendingStore::default());
+    let job = ExternalToolConfig {
+        description: "Starts a build".into(),
+        is_async: true,
+        ..ExternalToolConfig::default()
+    };
+    let external =
+        ExternalProvider::new(&BTreeMap::from([("build".to_owned(), job)]), store.clone()).unwrap();
+    // The build finishes while the model does other work in its second turn.
+    let finisher = store.clone();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("external__build", json!({"target": "docs"}))])
+            .then(move |_| {
+                // The step is not async: the other side answers from a thread of its own.
+                let finisher = finisher.clone();
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                    runtime.block_on(async {
+                        let calls = finisher.pending(&[], std::time::Duration::ZERO).await;
+                        let result =
+                            ExternalResult { result: json!("built in 3 s"), is_error: false };
+                        finisher.resolve(&calls[0].call_id, result).await.unwrap();
+                    });
+                })
+                .join()
+                .unwrap();
+                let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
+                Ok(used(ModelResponse::tool_calls(vec![echo])))
+            })
+            .report("success", "built"),
+    );
+    let agents = Agents::new(
+        one("a", agent("m")),
+        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
+    )
+    .unwrap();
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(external))
+        .provider(Arc::new(mock))
+        .provider(agents.provider())
+        .build()
+        .unwrap();
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    let report = agents.run("a", "build the docs", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    // Nothing had arrived before the second turn; before the third the result had.
+    assert!(matches!(requests[1].messages.last(), Some(Message::Tool { .. })));
+    let Some(Message::User { content }) = requests[2].messages.last() else {
+        panic!("expected the inbox's results last: {:?}", requests[2].messages.last())
+    };
+    assert!(
+        content.starts_with("(Results of your earlier asynchronous tool calls arrived:\n")
+            && content.contains("built in 3 s"),
+        "{content}"
+    );
+    orchestrator.cleanup().await;
 }
 
 /// A misspelled tool is answered with the closest offered name.

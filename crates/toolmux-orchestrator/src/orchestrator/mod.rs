@@ -550,7 +550,8 @@ impl Orchestrator {
         pending: &mut String,
         fragment: Option<&str>,
     ) {
-        let visible = || self.registry().get(tool).is_some_and(|e| e.spec.annotations.visible);
+        let visible =
+            || self.registry().get(tool).is_some_and(|e| shown_to_people(&e.spec.annotations));
         if !self.is_observed() || !visible() {
             pending.clear();
             return;
@@ -935,7 +936,7 @@ impl Orchestrator {
             0
         };
         if self.inner.events.receiver_count() > 0 {
-            let visible = entry.as_ref().is_some_and(|e| e.spec.annotations.visible);
+            let visible = entry.as_ref().is_some_and(|e| shown_to_people(&e.spec.annotations));
             let _ = self.inner.events.send(ToolEvent::ToolStarted {
                 op_id: op.id(),
                 parent_op_id: op.parent().map(|p| p.id()),
@@ -1159,7 +1160,7 @@ impl Orchestrator {
                 spilled: meta.spilled.load(Ordering::Relaxed),
                 attempts: meta.attempts.load(Ordering::Relaxed),
             };
-            let visible = entry.is_some_and(|e| e.spec.annotations.visible);
+            let visible = entry.is_some_and(|e| shown_to_people(&e.spec.annotations));
             let result = visible.then(|| self.inner.redactor.redact(&text).into_owned());
             let _ = self.inner.events.send(ToolEvent::ToolFinished { record, result });
         }
@@ -1650,6 +1651,13 @@ impl Orchestrator {
             }
         }
     }
+}
+
+/// Whether events carry a tool's arguments and results: not for tools hidden from models
+/// (the other side's own tools, such as `external__submit`) nor for tools that work
+/// silently (`shown: false`).
+fn shown_to_people(annotations: &toolmux_core::ToolAnnotations) -> bool {
+    annotations.visible && annotations.shown
 }
 
 async fn warm_one(

@@ -68,7 +68,7 @@ async fn events_of_a_silent_tool_carry_no_arguments_or_result() {
     while let Ok(event) = events.try_recv() {
         match event {
             ToolEvent::ToolStarted { tool, arguments, .. } => {
-                seen.push((tool, arguments.is_some()))
+                seen.push((tool, arguments.is_some()));
             }
             ToolEvent::ToolFinished { record, result } => {
                 seen.push((record.tool, result.is_some()));
