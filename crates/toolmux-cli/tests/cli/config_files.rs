@@ -1,5 +1,5 @@
-//! Configuration files of other tools load as they are; variables expand; secrets stay
-//! secret; relative paths follow the file.
+//! Configuration files of other tools load as they are (Gemini CLI's and Zed's settings for
+//! their MCP servers); variables expand; secrets stay secret; relative paths follow the file.
 
 use crate::{Project, toolmux_bin};
 use expect_test::expect;
@@ -69,6 +69,95 @@ fn vscode_mcp_json_loads() {
     expect!["notes.txt"].assert_eq(run.ok().trim());
     assert!(
         run.stderr.contains("warning: .vscode/mcp.json: `inputs` is ignored"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// Gemini CLI's project settings: its own keys ignored, `cwd` relative to the project,
+/// `excludeTools` and `mcp.excluded` applied, `trust` not (a warning says so).
+#[test]
+fn gemini_settings_load() {
+    let project = Project::new();
+    project.file("inner/notes.txt", "TODO: inner\n").file(
+        ".gemini/settings.json",
+        &format!(
+            r#"{{
+  "theme": "GitHub",
+  "selectedAuthType": "gemini-api-key",
+  "contextFileName": "GEMINI.md",
+  "mcp": {{"excluded": ["old"]}},
+  "mcpServers": {{
+    "inner": {{
+      "command": "{}",
+      "args": ["serve", "--stdio"],
+      "cwd": "inner",
+      "env": {{"RUST_LOG": "off", "HOME_COPY": "$HOME"}},
+      "timeout": 20000,
+      "trust": true,
+      "excludeTools": ["fs__ls"]
+    }},
+    "old": {{"command": "/nonexistent/server"}}
+  }}
+}}"#,
+            toolmux_bin()
+        ),
+    );
+    let run = project.run(&["--config", ".gemini/settings.json", "config", "check"]);
+    let out = run.ok();
+    assert!(out.starts_with(".gemini/settings.json: configuration is valid\n  inner "), "{out}");
+    // The inner toolmux offers fs__read, fs__grep, fs__glob, fs__ls and output__read.
+    assert!(out.contains("4 tools"), "{out}");
+    assert!(!out.contains("old"), "{out}");
+    assert!(
+        run.stderr.contains("mcpServers.inner.trust is ignored: toolmux's `permissions` decide"),
+        "{}",
+        run.stderr
+    );
+    let run = project.run(&[
+        "--config",
+        ".gemini/settings.json",
+        "tools",
+        "call",
+        "inner__fs__grep",
+        r#"{"pattern":"TODO"}"#,
+    ]);
+    expect!["notes.txt"].assert_eq(run.ok().trim());
+    let run = project.run(&["--config", ".gemini/settings.json", "tools", "list"]);
+    assert!(run.ok().contains("inner__fs__glob"), "{}", run.stdout);
+    assert!(!run.stdout.contains("inner__fs__ls"), "{}", run.stdout);
+}
+
+/// Zed's settings: `context_servers` in both command forms, a disabled one, and an
+/// extension's (left out with a warning); its other settings ignored.
+#[test]
+fn zed_settings_load() {
+    let project = Project::new();
+    project.file(
+        "zed-settings.json",
+        &format!(
+            r#"// Zed's settings.json
+{{
+  "theme": {{"mode": "system", "light": "One Light", "dark": "One Dark"}},
+  "ui_font_size": 16,
+  "context_servers": {{
+    "current": {{"source": "custom", "command": "{bin}", "args": ["serve", "--stdio"], "env": {{"RUST_LOG": "off"}}, "timeout": 30}},
+    "older": {{"command": {{"path": "{bin}", "args": ["serve", "--stdio"], "env": null}}, "settings": {{}}}},
+    "off": {{"command": "/nonexistent/server", "enabled": false}},
+    "postgres-context-server": {{"source": "extension", "settings": {{"database_url": "postgresql://localhost/db"}}}},
+  }},
+}}"#,
+            bin = toolmux_bin()
+        ),
+    );
+    let run = project.run(&["--config", "zed-settings.json", "config", "check"]);
+    let out = run.ok();
+    let listed: Vec<&str> =
+        out.lines().skip(1).filter_map(|line| line.split_whitespace().next()).collect();
+    assert_eq!(listed, ["current", "older", "output"], "{out}");
+    assert_eq!(out.matches("mcp      5 tools").count(), 2, "{out}");
+    assert!(
+        run.stderr.contains("context_servers.postgres-context-server is left out"),
         "{}",
         run.stderr
     );

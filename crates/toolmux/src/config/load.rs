@@ -3,6 +3,8 @@
 //! Loading goes: text → syntax (JSON with comments, or YAML) → the typed model, read
 //! straight from the text so that unknown keys and bad types carry their line → `${VAR}`
 //! expansion on the parsed values → the typed model again from the expanded values.
+//! Gemini CLI's and Zed's settings files go the same way with their own model of their
+//! servers, which [`foreign`] then converts to `mcpServers` entries.
 
 use super::{Config, StatsFile, env, jsonc};
 use crate::ToolmuxError;
@@ -157,7 +159,7 @@ pub fn load(
     let text = std::fs::read_to_string(path)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    let loaded = load_str(&text, FileFormat::of(path), shown, &base_dir, env)?;
+    let loaded = load_text(&text, FileFormat::of(path), Some(path), shown, &base_dir, env)?;
     Ok(Loaded { path: Some(path.to_path_buf()), ..loaded })
 }
 
@@ -166,6 +168,19 @@ pub fn load(
 pub fn load_str(
     text: &str,
     format: FileFormat,
+    shown: &str,
+    base_dir: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Loaded, ToolmuxError> {
+    load_text(text, format, None, shown, base_dir, env)
+}
+
+/// [`load_str`], knowing the file's `path` when it was read from disk: its name tells
+/// whose settings file it is.
+fn load_text(
+    text: &str,
+    format: FileFormat,
+    path: Option<&Path>,
     shown: &str,
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
@@ -185,7 +200,7 @@ pub fn load_str(
         FileFormat::Yaml => text,
     };
     // Syntax first, so that a syntax error is reported as one.
-    let mut value: serde_json::Value = parse(text, format)
+    let value: serde_json::Value = parse(text, format)
         .map_err(|e| error(e.position, format!("invalid {}: {}", format.name(), e.message)))?;
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
@@ -199,24 +214,32 @@ pub fn load_str(
         });
     }
 
+    #[cfg(feature = "mcp")]
+    if let Some(dialect) = foreign::Dialect::of(path, &value) {
+        let source = Source { text, format, shown, base_dir, env };
+        let read = foreign::read(dialect, value, &source)?;
+        let mut warnings = read.warnings;
+        warnings.extend(read.inputs.iter().map(|input| {
+            format!(
+                "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
+            )
+        }));
+        return Ok(Loaded {
+            config: read.config,
+            file: Some(shown.to_owned()),
+            path: None,
+            base_dir: base_dir.to_path_buf(),
+            secrets: read.secrets,
+            warnings,
+        });
+    }
+    #[cfg(not(feature = "mcp"))]
+    let _ = path;
+
     // The typed model straight from the text: unknown keys and wrong types with a line.
     typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
-
-    let workspace = workspace_folder(base_dir);
-    let found = env::expand(&mut value, env, &workspace).map_err(|unset| {
-        let position = reference_position(text, &unset.variable);
-        error(
-            position,
-            format!(
-                "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
-                unset.variable, unset.path, unset.variable
-            ),
-        )
-    })?;
-    let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        error(None, describe(&path, &e.into_inner().to_string()))
-    })?;
+    let source = Source { text, format, shown, base_dir, env };
+    let (config, found) = expand_into::<Config>(value, &source)?;
 
     let mut warnings = Vec::new();
     if config.inputs.is_some() {
@@ -237,6 +260,54 @@ pub fn load_str(
         secrets: found.secrets,
         warnings,
     })
+}
+
+/// A configuration file's text, parsed, and what the steps after parsing need.
+struct Source<'a> {
+    /// The text as parsed (JSON comments blanked out), to point into.
+    text: &'a str,
+    // Only the foreign files read the text again, with their own model.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    format: FileFormat,
+    /// The file's name in messages.
+    shown: &'a str,
+    base_dir: &'a Path,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Source<'_> {
+    /// A configuration error in this file, at a 1-based line and column when known.
+    fn error(&self, position: Option<(usize, usize)>, message: String) -> ToolmuxError {
+        ToolmuxError::Config {
+            file: self.shown.to_owned(),
+            line: position.map(|p| p.0),
+            column: position.map(|p| p.1),
+            message,
+        }
+    }
+}
+
+/// `value` with its `${VAR}` references expanded, read as `T`, and what expansion found.
+fn expand_into<T: DeserializeOwned>(
+    mut value: serde_json::Value,
+    source: &Source<'_>,
+) -> Result<(T, env::Expansion), ToolmuxError> {
+    let workspace = workspace_folder(source.base_dir);
+    let found = env::expand(&mut value, source.env, &workspace).map_err(|unset| {
+        let position = reference_position(source.text, &unset.variable);
+        source.error(
+            position,
+            format!(
+                "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
+                unset.variable, unset.path, unset.variable
+            ),
+        )
+    })?;
+    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        source.error(None, describe(&path, &e.into_inner().to_string()))
+    })?;
+    Ok((typed, found))
 }
 
 /// The folder VS Code calls `${workspaceFolder}`: the parent of a `.vscode` folder, else
@@ -421,6 +492,9 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
     let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
     Some((line, column))
 }
+
+#[cfg(feature = "mcp")]
+mod foreign;
 
 // The tests load files with every section, so they need every provider's feature.
 #[cfg(all(test, feature = "fs", feature = "mcp", feature = "rest"))]

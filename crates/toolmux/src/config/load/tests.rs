@@ -335,3 +335,185 @@ fn unquoted_yaml_scalars_in_args_and_env() {
         expect!["toolmux.yaml:4:10: mcpServers.s.env.A: expected a string, number or boolean"],
     );
 }
+
+/// Loads `text` as the file `name` (relative to a project folder) from disk, as the binary
+/// does: the name can tell whose file it is.
+fn load_file(name: &str, text: &str) -> (tempfile::TempDir, Result<Loaded, ToolmuxError>) {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let path = dir.path().join(name);
+    std::fs::create_dir_all(path.parent().expect("a folder")).expect("folders");
+    std::fs::write(&path, text).expect("write");
+    let loaded = load(&path, name, &env);
+    (dir, loaded)
+}
+
+/// The servers as toolmux's own file would say them, one JSON line each.
+fn servers(loaded: &Loaded) -> String {
+    loaded
+        .config
+        .mcp_servers
+        .iter()
+        .map(|(name, entry)| {
+            format!("{name}: {}", serde_json::to_string(entry).expect("an entry is JSON"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const GEMINI_SETTINGS: &str = r#"{
+  "theme": "GitHub",
+  "selectedAuthType": "oauth-personal",
+  "contextFileName": ["GEMINI.md", "AGENTS.md"],
+  "coreTools": ["ReadFileTool", "ShellTool(git status)"],
+  "mcp": {"excluded": ["experimental"]},
+  "mcpServers": {
+    "github": {
+      "command": "npx",
+      "args": ["-y", "@modelcontextprotocol/server-github"],
+      "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "$GITHUB_TOKEN", "PORT": "${PORT}"},
+      "cwd": "./servers",
+      "timeout": 30000,
+      "trust": true,
+      "includeTools": ["search_code", "get_file_contents"],
+      "excludeTools": ["delete_repository"],
+      "description": "GitHub"
+    },
+    "events": {"url": "http://127.0.0.1:9000/sse", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
+    "api": {"httpUrl": "http://127.0.0.1:9001/mcp", "oauth": {"enabled": true, "clientId": "cli", "scopes": ["read"]}},
+    "experimental": {"command": "exp-server"}
+  }
+}"#;
+
+#[test]
+fn gemini_settings_by_name() {
+    let (dir, loaded) = load_file(".gemini/settings.json", GEMINI_SETTINGS);
+    let loaded = loaded.unwrap();
+    let servers = servers(&loaded).replace(dir.path().to_str().unwrap(), "/proj");
+    expect![[r#"
+        api: {"type":"http","url":"http://127.0.0.1:9001/mcp","oauth":{"enabled":true,"clientId":"cli","scopes":["read"]}}
+        events: {"type":"sse","url":"http://127.0.0.1:9000/sse","headers":{"Authorization":"Bearer ghp_secret_value"}}
+        experimental: {"command":"exp-server","enabled":false}
+        github: {"command":"npx","args":["-y","@modelcontextprotocol/server-github"],"env":{"GITHUB_PERSONAL_ACCESS_TOKEN":"ghp_secret_value","PORT":"8080"},"cwd":"/proj/./servers","toolsAllowed":["search_code","get_file_contents"],"toolsDenied":["delete_repository"],"requestTimeoutMs":30000,"description":"GitHub"}"#]]
+    .assert_eq(&servers);
+    expect![
+        ".gemini/settings.json: mcpServers.github.trust is ignored: toolmux's `permissions` decide which calls run without approval"
+    ]
+    .assert_eq(&loaded.warnings.join("\n"));
+    let mut secrets = loaded.secrets;
+    secrets.sort();
+    assert_eq!(secrets, ["8080", "ghp_secret_value", "ghp_secret_value"]);
+}
+
+#[test]
+fn gemini_settings_by_content() {
+    // Not in a `.gemini` folder: Gemini's own top-level keys say whose file it is.
+    let loaded = loads(FileFormat::Json, GEMINI_SETTINGS);
+    assert_eq!(loaded.config.mcp_servers.len(), 4);
+    // Relative to the file's folder, as in every file that is not in a `.gemini` folder.
+    assert_eq!(loaded.config.mcp_servers["github"].cwd.as_deref(), Some(Path::new("./servers")));
+}
+
+#[test]
+fn gemini_unknown_server_key_is_an_error() {
+    json_error(
+        r#"{"theme": "x", "mcpServers": {"a": {"command": "a", "includeTool": ["t"]}}}"#,
+        expect![
+            "toolmux.json:1:65: unknown key `includeTool` in mcpServers.a; did you mean `includeTools`?"
+        ],
+    );
+}
+
+#[test]
+fn gemini_unset_variable_is_an_error_without_the_values() {
+    json_error(
+        r#"{"theme": "x", "mcpServers": {"a": {"command": "a", "env": {"K": "$NO_SUCH_TOKEN", "T": "${GITHUB_TOKEN}"}}}}"#,
+        expect![
+            "toolmux.json: unset environment variable NO_SUCH_TOKEN in mcpServers.a.env.K (set it, or give a default: ${NO_SUCH_TOKEN:-value})"
+        ],
+    );
+}
+
+#[test]
+fn gemini_keys_beside_toolmux_keys_are_toolmux_errors() {
+    // A toolmux file with a stray key stays a toolmux file.
+    let text = "theme: dark\nqueues: {q: {concurrent: 1}}\nmcpServers: {a: {command: a}}\n";
+    let message = load_as(FileFormat::Yaml, text).unwrap_err().to_string();
+    assert!(
+        message.starts_with(
+            "toolmux.yaml:1:1: unknown key `theme` at the top level; valid keys: $schema, defaults,"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn bare_references_are_braced() {
+    assert_eq!(
+        foreign::braced("$A and ${B} $_c9-x $ 5$ $1").as_deref(),
+        Some("${A} and ${B} ${_c9}-x $ 5$ $1")
+    );
+    assert_eq!(foreign::braced("no references, ${B}, $"), None);
+    assert_eq!(foreign::braced("é$Aé").as_deref(), Some("é${A}é"));
+}
+
+const ZED_SETTINGS: &str = r#"// Zed settings
+{
+  "theme": {"mode": "system", "light": "One Light", "dark": "One Dark"},
+  "ui_font_size": 16,
+  "buffer_font_family": "Zed Plex Mono",
+  "agent": {"default_model": {"provider": "zed.dev", "model": "claude-sonnet-4"}},
+  "context_servers": {
+    "filesystem": {
+      "source": "custom",
+      "command": "npx",
+      "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/src"],
+      "env": {"TOKEN": "${GITHUB_TOKEN}"},
+      "timeout": 90,
+    },
+    "older": {
+      "command": {"path": "/usr/local/bin/older-server", "args": ["run"], "env": null},
+      "settings": {}
+    },
+    "remote": {"url": "http://127.0.0.1:9002/mcp", "headers": {"X-Port": "${PORT}"}, "oauth": {"client_id": "zed-client"}},
+    "off": {"command": "off-server", "enabled": false},
+    "postgres-context-server": {"source": "extension", "settings": {"database_url": "postgresql://localhost/db"}}
+  },
+  "languages": {"Rust": {"tab_size": 4}},
+}"#;
+
+#[test]
+fn zed_settings_by_content() {
+    let loaded = loads(FileFormat::Json, ZED_SETTINGS);
+    expect![[r#"
+        filesystem: {"command":"npx","args":["-y","@modelcontextprotocol/server-filesystem","/home/me/src"],"env":{"TOKEN":"ghp_secret_value"},"requestTimeoutMs":90000}
+        off: {"command":"off-server","enabled":false}
+        older: {"command":"/usr/local/bin/older-server","args":["run"]}
+        remote: {"url":"http://127.0.0.1:9002/mcp","headers":{"X-Port":"8080"},"oauth":{"clientId":"zed-client"}}"#]]
+    .assert_eq(&servers(&loaded));
+    expect![
+        "toolmux.json: context_servers.postgres-context-server is left out: it is run by a Zed extension, which toolmux cannot do; give it a `command` or a `url`"
+    ]
+    .assert_eq(&loaded.warnings.join("\n"));
+}
+
+#[test]
+fn zed_settings_by_name() {
+    // No servers yet: still Zed's file, its settings ignored.
+    let (_dir, loaded) =
+        load_file(".zed/settings.json", r#"{"tab_size": 2, "format_on_save": "on"}"#);
+    assert_eq!(loaded.unwrap().config, Config::default());
+}
+
+#[test]
+fn zed_unknown_server_key_is_an_error() {
+    json_error(
+        r#"{"context_servers": {"a": {"command": "a", "arg": ["x"]}}}"#,
+        expect!["toolmux.json:1:48: unknown key `arg` in context_servers.a; did you mean `args`?"],
+    );
+    json_error(
+        r#"{"context_servers": {"a": {"command": {"path": "a", "argz": []}}}}"#,
+        expect![
+            "toolmux.json:1:58: unknown key `argz` in context_servers.a.command; did you mean `args`?"
+        ],
+    );
+}
