@@ -18,7 +18,8 @@ use std::path::PathBuf;
 /// The whole configuration file.
 ///
 /// A Claude Desktop or Cursor file (`mcpServers` only) and a VS Code `mcp.json` (`servers`,
-/// `inputs`) are configuration files too.
+/// `inputs`) are configuration files too, and so are Gemini CLI's and Zed's `settings.json`
+/// (read for their MCP servers, then converted to `mcpServers`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schemars(title = "toolmux configuration")]
