@@ -51,6 +51,7 @@ mod result;
 pub mod schema;
 mod spec;
 pub mod sse;
+pub mod suggest;
 mod toolset;
 
 pub use catalog::{

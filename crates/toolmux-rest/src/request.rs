@@ -4,6 +4,7 @@
 use crate::openapi::{BodyEncoding, Field, Location, Operation, Style};
 use crate::template::{dot_segment, dot_segment_message, encode, value_text};
 use serde_json::{Map, Value};
+use toolmux_core::suggest::closest;
 
 /// A request ready to send, independent of the HTTP client.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,44 +209,6 @@ fn unknown_argument<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Str
         }
     };
     format!("unknown argument `{name}`{hint}")
-}
-
-/// The candidate closest to `word`, when close enough to be a typo: a third of the longer
-/// name's characters at most (at least one) by edit distance, case ignored. The same rule
-/// as the configuration loader's hints, which lives in a crate providers do not depend on.
-fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let lower = word.to_lowercase();
-    candidates
-        .iter()
-        .map(|c| (distance(&lower, &c.to_lowercase()), *c))
-        .filter(|(d, c)| *d <= (c.chars().count().max(word.chars().count()) / 3).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Edit distance counting insertions, deletions, substitutions and swaps of neighbours
-/// (optimal string alignment).
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// The path template filled segment by segment; a segment that arguments turn into `.` or

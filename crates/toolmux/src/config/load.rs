@@ -10,6 +10,7 @@ use super::{Config, StatsFile, env, jsonc};
 use crate::ToolmuxError;
 use serde::de::DeserializeOwned;
 use std::path::{Path, PathBuf};
+use toolmux_core::suggest::closest;
 
 /// The syntax of a configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,42 +445,6 @@ fn unknown_variant(message: &str) -> Option<(&str, Vec<&str>)> {
 
 fn backticked(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
-}
-
-/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
-fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    let lower = word.to_lowercase();
-    candidates
-        .iter()
-        .map(|c| (distance(&lower, &c.to_lowercase()), *c))
-        .filter(|(d, c)| *d <= (c.chars().count().max(word.chars().count()) / 3).max(1))
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-/// Edit distance counting insertions, deletions, substitutions and swaps of neighbours
-/// (optimal string alignment).
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// Line and column of the first `${variable…}` or `${env:variable}` in `text`.
