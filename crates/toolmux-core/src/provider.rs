@@ -141,6 +141,72 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     fn resource_updates(&self) -> Option<ResourceUpdates> {
         None
     }
+
+    /// How it is doing now, from what it already knows: cheap, it sends no request and
+    /// starts nothing (a gateway's `/health` asks it of every provider). The default is
+    /// healthy.
+    fn health(&self) -> Health {
+        Health::ok()
+    }
+
+    /// The health of each provider it is made of, by namespace. A provider made of no
+    /// others (the default) tells its own, under its namespace; a composite tells its
+    /// parts'.
+    fn health_by_provider(&self) -> Vec<ProviderHealth> {
+        vec![ProviderHealth { namespace: self.namespace().to_owned(), health: self.health() }]
+    }
+}
+
+/// How a provider is doing: whether its calls can be expected to work, and a few words
+/// more. Unauthenticated health probes show it, so the words name states, never URLs,
+/// paths, error texts or anything else that may carry a secret.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    /// Whether calls can be expected to work. A provider not started yet is healthy: it
+    /// starts on its first call.
+    pub ok: bool,
+    /// Why it is not healthy, or what else is worth knowing (`not started`, `disabled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Health {
+    /// Healthy, nothing more to say.
+    pub fn ok() -> Health {
+        Health { ok: true, detail: None }
+    }
+
+    /// Not healthy, for the reason `detail` gives.
+    pub fn unhealthy(detail: impl Into<String>) -> Health {
+        Health { ok: false, detail: Some(detail.into()) }
+    }
+
+    /// The same, with `detail` said of it.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Health {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// The health of a composite of `parts`: healthy when every part is, else naming
+    /// the parts that are not.
+    pub fn of_parts(parts: &[ProviderHealth]) -> Health {
+        let unhealthy: Vec<&str> =
+            parts.iter().filter(|p| !p.health.ok).map(|p| p.namespace.as_str()).collect();
+        if unhealthy.is_empty() {
+            return Health::ok();
+        }
+        Health::unhealthy(format!("unhealthy: {}", unhealthy.join(", ")))
+    }
+}
+
+/// One provider's [`Health`] under its namespace: what a composite tells of its parts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ProviderHealth {
+    /// The provider's namespace.
+    pub namespace: String,
+    /// How it is doing.
+    #[serde(flatten)]
+    pub health: Health,
 }
 
 /// The sending side of a resource-updated signal. Cheap to clone.
@@ -241,6 +307,25 @@ mod tests {
         assert_eq!(updates.next().await.as_deref(), Some("test://a"));
         drop(notifier);
         assert_eq!(updates.next().await, None);
+    }
+
+    #[test]
+    fn a_composite_is_healthy_when_every_part_is() {
+        let part = |namespace: &str, health: Health| ProviderHealth {
+            namespace: namespace.to_owned(),
+            health,
+        };
+        assert_eq!(Health::of_parts(&[]), Health::ok());
+        let parts = [
+            part("fs", Health::ok()),
+            part("github", Health::unhealthy("connection closed")),
+            part("lazy", Health::ok().with_detail("not started")),
+            part("web", Health::unhealthy("failed to start")),
+        ];
+        assert_eq!(Health::of_parts(&parts[..1]), Health::ok());
+        assert_eq!(Health::of_parts(&parts), Health::unhealthy("unhealthy: github, web"));
+        expect_test::expect![[r#"{"namespace":"github","ok":false,"detail":"connection closed"}"#]]
+            .assert_eq(&serde_json::to_string(&parts[1]).unwrap_or_default());
     }
 
     #[tokio::test]
