@@ -15,7 +15,7 @@ use toolmux_agent::{
 };
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, ContentPart, InteractionHandler,
-    ToolAnnotations, ToolSpec,
+    ToolAnnotations, ToolProvider, ToolSpec,
 };
 use toolmux_llm::{
     ApiKind, DeltaSink, Message, Model, ModelConfig, ModelDelta, ModelError, ModelRequest,
@@ -158,7 +158,6 @@ struct Setup {
 async fn setup(definitions: AgentDefinitions, models: Vec<Arc<ScriptedModel>>) -> Setup {
     let models: BTreeMap<String, Arc<dyn Model>> =
         models.into_iter().map(|m| (m.name.clone(), m as Arc<dyn Model>)).collect();
-    let agents = Agents::new(definitions, models).expect("valid agents");
     let mock = Arc::new(
         MockProvider::new("mock")
             .with_tool("echo", Behavior::Echo)
@@ -174,15 +173,33 @@ async fn setup(definitions: AgentDefinitions, models: Vec<Arc<ScriptedModel>>) -
                 Behavior::Text("all done".into()),
             ),
     );
-    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(mock.clone())
+    let (agents, orchestrator) = start_agents(definitions, models, vec![mock.clone()]).await;
+    Setup { agents, orchestrator, mock }
+}
+
+/// `definitions` with `models`, attached to an orchestrator of `providers` and the agents'
+/// own, warmed up.
+async fn start_agents(
+    definitions: AgentDefinitions,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    providers: Vec<Arc<dyn ToolProvider>>,
+) -> (Agents, Orchestrator) {
+    let agents = Agents::new(definitions, models).expect("valid agents");
+    let orchestrator = providers
+        .into_iter()
+        .fold(Orchestrator::builder(OrchestratorConfig::default()), |b, p| b.provider(p))
         .provider(agents.provider())
         .build()
         .expect("an orchestrator");
     agents.attach(&orchestrator);
     let report = orchestrator.warmup().await;
     assert!(report.is_ok(), "{report:?}");
-    Setup { agents, orchestrator, mock }
+    (agents, orchestrator)
+}
+
+/// The one model `model`, by its name.
+fn only(model: &Arc<ScriptedModel>) -> BTreeMap<String, Arc<dyn Model>> {
+    BTreeMap::from([(model.name.clone(), model.clone() as Arc<dyn Model>)])
 }
 
 fn one(name: &str, config: AgentConfig) -> AgentDefinitions {
@@ -210,31 +227,18 @@ fn tool_results(request: &ModelRequest) -> Vec<(String, bool)> {
 #[tokio::test]
 async fn the_system_prompt_carries_the_instructions_of_the_agents_providers() {
     let model = Arc::new(ScriptedModel::new("m").report("success", "ok"));
-    let agents = Agents::new(
-        one(
-            "a",
-            AgentConfig {
-                instructions: "Be brief.\n".into(),
-                tools: Some(vec!["docs__*".into()]),
-                ..agent("m")
-            },
-        ),
-        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
-    )
-    .unwrap();
+    let config = AgentConfig {
+        instructions: "Be brief.\n".into(),
+        tools: Some(vec!["docs__*".into()]),
+        ..agent("m")
+    };
     let docs = MockProvider::new("docs")
         .with_tool("find", Behavior::Echo)
         .with_instructions("Search before you read.");
     let vault =
         MockProvider::new("vault").with_tool("open", Behavior::Echo).with_instructions("Secret.");
-    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(Arc::new(docs))
-        .provider(Arc::new(vault))
-        .provider(agents.provider())
-        .build()
-        .unwrap();
-    agents.attach(&orchestrator);
-    assert!(orchestrator.warmup().await.is_ok());
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(docs), Arc::new(vault)];
+    let (agents, orchestrator) = start_agents(one("a", config), only(&model), providers).await;
     let report = agents.run("a", "look", &CallContext::new()).await.unwrap();
     assert_eq!(report.status, AgentStatus::Success);
     assert_eq!(
@@ -316,21 +320,11 @@ async fn only_the_configured_tools_are_offered_and_callable() {
 async fn an_agent_may_be_given_tools_by_what_they_are() {
     let model = Arc::new(ScriptedModel::new("m").report("success", "ok"));
     let config = AgentConfig { tools: Some(vec!["@read".into()]), ..agent("m") };
-    let agents = Agents::new(
-        one("a", config),
-        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
-    )
-    .unwrap();
     let mock = MockProvider::new("repo")
         .with_read_only_tool("show", Behavior::Echo)
         .with_tool("push", Behavior::Echo);
-    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(Arc::new(mock))
-        .provider(agents.provider())
-        .build()
-        .unwrap();
-    agents.attach(&orchestrator);
-    assert!(orchestrator.warmup().await.is_ok());
+    let (agents, orchestrator) =
+        start_agents(one("a", config), only(&model), vec![Arc::new(mock)]).await;
     agents.run("a", "review", &CallContext::new()).await.unwrap();
     assert_eq!(tool_names(&model.requests()[0]), ["repo__show", "agent__final_report"]);
     orchestrator.cleanup().await;
@@ -386,20 +380,9 @@ async fn results_of_asynchronous_calls_reach_the_model() {
             })
             .report("success", "built"),
     );
-    let agents = Agents::new(
-        one("a", agent("m")),
-        BTreeMap::from([("m".to_owned(), model.clone() as Arc<dyn Model>)]),
-    )
-    .unwrap();
     let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(Arc::new(external))
-        .provider(Arc::new(mock))
-        .provider(agents.provider())
-        .build()
-        .unwrap();
-    agents.attach(&orchestrator);
-    assert!(orchestrator.warmup().await.is_ok());
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
     let report = agents.run("a", "build the docs", &CallContext::new()).await.unwrap();
     assert_eq!(report.status, AgentStatus::Success);
     let requests = model.requests();
@@ -911,7 +894,7 @@ async fn inconsistent_definitions_are_refused_with_what_to_fix() {
 struct Sampler;
 
 #[async_trait]
-impl toolmux_core::ToolProvider for Sampler {
+impl ToolProvider for Sampler {
     fn kind(&self) -> toolmux_core::ToolKind {
         toolmux_core::ToolKind::Mcp
     }
@@ -1262,16 +1245,8 @@ async fn with_image_tool(
 ) -> (Agents, Orchestrator) {
     let name = model.name().to_owned();
     let config = AgentConfig { batch: true, ..agent(&name) };
-    let agents = Agents::new(one("a", config), BTreeMap::from([(name, model)])).unwrap();
     let shots = MockProvider::new("shots").with_tool("take", Behavior::Output(output));
-    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
-        .provider(Arc::new(shots))
-        .provider(agents.provider())
-        .build()
-        .unwrap();
-    agents.attach(&orchestrator);
-    assert!(orchestrator.warmup().await.is_ok());
-    (agents, orchestrator)
+    start_agents(one("a", config), BTreeMap::from([(name, model)]), vec![Arc::new(shots)]).await
 }
 
 /// A tool's images reach the model over each API, with the tool's text: Anthropic's in the
