@@ -264,14 +264,18 @@ impl Workspace {
         Ok(self.root.join(canonical))
     }
 
-    /// A gitignore-aware walker from `start` (a result of [`Workspace::walk_start`]) that
-    /// reads nothing outside the root: it follows no symlinks, reads no global git
-    /// excludes and no ignore files of the root's parents; the `.gitignore` files between
-    /// the root and `start` are added by hand, so a search in a subdirectory still honours
-    /// them.
-    pub fn walker(&self, start: &Path) -> ignore::WalkBuilder {
+    /// A walker from `start` (a result of [`Workspace::walk_start`]) that reads nothing
+    /// outside the root: it follows no symlinks, reads no global git excludes and no
+    /// ignore files of the root's parents. With `respect_ignore` it is gitignore-aware:
+    /// the `.gitignore` files between the root and `start` are added by hand, so a search
+    /// in a subdirectory still honours them; without, it reads no ignore file at all.
+    pub fn walker(&self, start: &Path, respect_ignore: bool) -> ignore::WalkBuilder {
         let mut walk = ignore::WalkBuilder::new(start);
         walk.follow_links(false).require_git(false).parents(false).git_global(false);
+        if !respect_ignore {
+            walk.git_ignore(false).git_exclude(false).ignore(false);
+            return walk;
+        }
         let dir = if start.is_dir() { Some(start) } else { start.parent() };
         if let Some(dir) = dir.and_then(|d| d.strip_prefix(&self.root).ok()) {
             let mut at = PathBuf::new();

@@ -62,7 +62,7 @@ pub(crate) fn glob(
         return Err(FsError::NotDirectory { path: given });
     }
     let found = Mutex::new(Vec::new());
-    let mut walk = ws.walker(&start);
+    let mut walk = ws.walker(&start, true);
     // Hidden files are skipped, unless the pattern names them (`.github/**/*.yml`).
     if pattern.split('/').any(|part| part.starts_with('.') && part != "." && part != "..") {
         walk.hidden(false);

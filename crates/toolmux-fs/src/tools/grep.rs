@@ -11,6 +11,7 @@ use grep_searcher::{
 use ignore::WalkState;
 use ignore::overrides::OverrideBuilder;
 use ignore::types::TypesBuilder;
+use regex::bytes::{Regex, RegexBuilder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -81,17 +82,40 @@ pub struct GrepArgs {
     /// Skip this many lines or files first, to page through results.
     #[serde(default)]
     pub offset: Option<usize>,
+    /// Show only the matching parts of lines, one `path:line:match` line each (content
+    /// mode only; not with `-A`, `-B`, `-C`).
+    #[serde(default, rename = "-o")]
+    pub only_matching: Option<bool>,
+    /// Take `pattern` as literal text, not a regular expression (default false).
+    #[serde(default)]
+    pub fixed_strings: Option<bool>,
+    /// Stop each file after this many matching lines (content and count modes; at least
+    /// 1; default no limit). A footer says how many files had more.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_matches_per_file: Option<u64>,
+    /// Search hidden files and directories too, those whose names start with `.`
+    /// (default false); `.git` directories are still skipped.
+    #[serde(default)]
+    pub hidden: Option<bool>,
+    /// Search files that `.gitignore` and `.ignore` files exclude too (default false).
+    #[serde(default)]
+    pub no_ignore: Option<bool>,
 }
 
 pub(crate) const DESCRIPTION: &str = "Search file contents with a regular expression (ripgrep \
-syntax and engine, in process). Respects .gitignore and skips hidden and binary files; symlinks \
-are not followed. `output_mode`: `files_with_matches` (default) lists matching files newest \
-first; `content` shows `path:line:text` lines (context lines as `path-line-text`, `--` between \
-context groups) and honours `-A`, `-B`, `-C`, `-n`; `count` shows `path:count`. Filter files with \
-`glob` (e.g. `*.rs`) or `type` (e.g. `rust`). `-i` ignores case; `multiline` lets a match span \
-lines. Results are cut at `head_limit` (default 250, 0 = no limit) lines or files; a footer says \
-how many there were and which `offset` continues. Paths are relative to the workspace root. No \
-match is an empty result, not an error.";
+syntax and engine, in process). Respects .gitignore and .ignore files and skips hidden and binary \
+files (`no_ignore: true` and `hidden: true` search those too; `.git` directories and toolmux's \
+own protected files never are); symlinks are not followed. `output_mode`: `files_with_matches` \
+(default) lists matching files newest first; `content` shows `path:line:text` lines (context \
+lines as `path-line-text`, `--` between context groups) and honours `-A`, `-B`, `-C`, `-n`, \
+`-o` (only the matching parts, one per line); `count` shows `path:count`. Filter files with \
+`glob` (e.g. `*.rs`) or `type` (e.g. `rust`). `-i` ignores case; `fixed_strings: true` searches \
+for the pattern as literal text; `multiline` lets a match span lines. `max_matches_per_file` \
+stops each file after that many matching lines (content and count modes). Results are cut at \
+`head_limit` (default 250, 0 = no limit) lines or files; a footer says how many there were and \
+which `offset` continues. Paths are relative to the workspace root. No match is an empty \
+result, not an error.";
 
 /// Runs a search; blocking, meant for `spawn_blocking`.
 pub(crate) fn grep(
@@ -110,7 +134,12 @@ pub(crate) fn grep(
     ws.check_read(&path, start.strip_prefix(ws.root()).unwrap_or(&start))?;
     let mode = args.output_mode.unwrap_or_default();
     let multiline = args.multiline.unwrap_or(false);
+    check_combinations(&args, mode).map_err(invalid)?;
     let matcher = build_matcher(&args, multiline).map_err(invalid)?;
+    let only = match args.only_matching.unwrap_or(false) {
+        true => Some(build_only_matching(&args, multiline).map_err(invalid)?),
+        false => None,
+    };
     let mut searcher = SearcherBuilder::new();
     searcher
         .binary_detection(BinaryDetection::quit(0))
@@ -123,8 +152,13 @@ pub(crate) fn grep(
     }
     let searcher = searcher.build();
 
-    let mut walk = ws.walker(&start);
+    let mut walk = ws.walker(&start, !args.no_ignore.unwrap_or(false));
     walk.threads(worker_threads());
+    if args.hidden.unwrap_or(false) {
+        // Hidden files, but not git's database: its objects are compressed (so skipped as
+        // binary or matched by chance) and its refs and logs only repeat what git says.
+        walk.hidden(false).filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");
+    }
     if let Some(glob) = &args.glob {
         let mut overrides = OverrideBuilder::new(&start);
         overrides.add(glob).map_err(|e| invalid(format!("invalid `glob` `{glob}`: {e}")))?;
@@ -144,6 +178,7 @@ pub(crate) fn grep(
         line_chars: limits.line_chars,
         context: mode == OutputMode::Content
             && args.before.or(args.after).or(args.context).unwrap_or(0) > 0,
+        multiline,
     };
     // The output lines a page can show: `offset + head_limit`, and the context separator
     // dropped before the first file. No file keeps more (later ones are only counted), and
@@ -161,6 +196,7 @@ pub(crate) fn grep(
         let collector = collector.clone();
         let cancelled = cancelled.clone();
         let matches = matches.clone();
+        let only = only.clone();
         let root = ws.root().to_path_buf();
         Box::new(move |entry| {
             if cancelled.load(Ordering::Relaxed) {
@@ -191,6 +227,10 @@ pub(crate) fn grep(
                 produced: 0,
                 count: 0,
                 cancelled: &cancelled,
+                only: only.as_ref(),
+                cap: args.max_matches_per_file,
+                hits: 0,
+                more: false,
             };
             if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.count == 0 {
                 return WalkState::Continue;
@@ -212,7 +252,8 @@ pub(crate) fn grep(
                 lines.insert(0, "--".to_owned());
                 produced += 1;
             }
-            let result = FileResult { modified, count: sink.count, lines, produced };
+            let capped = sink.more;
+            let result = FileResult { modified, count: sink.count, lines, produced, capped };
             collector.lock().unwrap_or_else(|e| e.into_inner()).add(display, result);
             WalkState::Continue
         })
@@ -222,18 +263,83 @@ pub(crate) fn grep(
     }
     let collector = std::mem::take(&mut *collector.lock().unwrap_or_else(|e| e.into_inner()));
     let total_matches = matches.load(Ordering::Relaxed);
-    Ok(render(mode, collector, offset, head_limit, total_matches, show.context))
+    let page = Page { offset, head_limit, cap: args.max_matches_per_file, separated: show.context };
+    Ok(render(mode, collector, page, total_matches))
+}
+
+/// Refuses arguments that would be ignored or contradict each other, saying what to do.
+fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
+    let mode_name = match mode {
+        OutputMode::Content => "content",
+        OutputMode::FilesWithMatches => "files_with_matches",
+        OutputMode::Count => "count",
+    };
+    if args.only_matching == Some(true) {
+        if mode != OutputMode::Content {
+            return Err(format!(
+                "`-o` shows the matching parts of lines, which only `output_mode: \"content\"` \
+                 shows (this call's mode is `{mode_name}`): set `output_mode` to `content` or \
+                 drop `-o`"
+            ));
+        }
+        if args.before.or(args.after).or(args.context).is_some_and(|n| n > 0) {
+            return Err("`-o` shows only the matching parts of lines, so it takes no context \
+                        lines: drop `-A`, `-B` and `-C`, or drop `-o` to see whole lines"
+                .into());
+        }
+    }
+    match args.max_matches_per_file {
+        Some(0) => Err("`max_matches_per_file` must be at least 1 (leave it out for no \
+                        limit)"
+            .into()),
+        Some(_) if mode == OutputMode::FilesWithMatches => Err(format!(
+            "`max_matches_per_file` limits the lines shown or counted per file, which \
+             `output_mode: \"{mode_name}\"` does not show: set `output_mode` to `content` or \
+             `count`, or drop `max_matches_per_file`"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, String> {
+    let fixed = args.fixed_strings.unwrap_or(false);
+    if !multiline && args.pattern.contains('\n') {
+        return Err("`pattern` contains a line break, which a line-by-line search never \
+                    matches: set `multiline: true` to match across lines"
+            .into());
+    }
     let mut builder = RegexMatcherBuilder::new();
-    builder.case_insensitive(args.case_insensitive.unwrap_or(false)).multi_line(true);
+    builder
+        .case_insensitive(args.case_insensitive.unwrap_or(false))
+        .multi_line(true)
+        .fixed_strings(fixed);
     if multiline {
         builder.dot_matches_new_line(true);
     } else {
         builder.line_terminator(Some(b'\n'));
     }
-    builder.build(&args.pattern).map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
+    builder.build(&args.pattern).map_err(|e| {
+        format!(
+            "invalid regex `{}`: {e}; to search for the text as it is, set \
+             `fixed_strings: true`",
+            args.pattern
+        )
+    })
+}
+
+/// The regex that picks the matching parts out of a matching line for `-o`: the pattern
+/// as the matcher takes it, run over lines the searcher already found.
+fn build_only_matching(args: &GrepArgs, multiline: bool) -> Result<Regex, String> {
+    let pattern = match args.fixed_strings.unwrap_or(false) {
+        true => regex::escape(&args.pattern),
+        false => args.pattern.clone(),
+    };
+    RegexBuilder::new(&pattern)
+        .case_insensitive(args.case_insensitive.unwrap_or(false))
+        .multi_line(true)
+        .dot_matches_new_line(multiline)
+        .build()
+        .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
 }
 
 /// Threads of the parallel walk: every core, as ripgrep uses.
@@ -250,6 +356,7 @@ struct Show {
     numbers: bool,
     line_chars: usize,
     context: bool,
+    multiline: bool,
 }
 
 /// Collects one file's results.
@@ -267,9 +374,46 @@ struct FileSink<'a> {
     /// Matching lines.
     count: u64,
     cancelled: &'a AtomicBool,
+    /// With `-o`: what to show of each matching line.
+    only: Option<&'a Regex>,
+    /// `max_matches_per_file`.
+    cap: Option<u64>,
+    /// Matches seen (a multiline match counts once, as in ripgrep's `--max-count`).
+    hits: u64,
+    /// A match past `cap` was found: the file has more than is shown.
+    more: bool,
 }
 
 impl FileSink<'_> {
+    /// Whether the cap is reached: from then on only the last match's after-context is
+    /// kept, and the next match ends the file.
+    fn at_cap(&self) -> bool {
+        self.cap.is_some_and(|cap| self.hits >= cap)
+    }
+
+    /// The matching parts of a matching line (or of a multiline match, one output line
+    /// per line of each part).
+    fn push_matching_parts(&mut self, regex: &Regex, first: Option<u64>, bytes: &[u8]) {
+        let mut any = false;
+        for found in regex.find_iter(bytes) {
+            if found.is_empty() {
+                continue;
+            }
+            any = true;
+            let above = memchr::memchr_iter(b'\n', &bytes[..found.start()]).count() as u64;
+            let part = found.as_bytes();
+            let part = part.strip_suffix(b"\n").unwrap_or(part);
+            for (i, piece) in part.split(|&b| b == b'\n').enumerate() {
+                self.push(':', first.map(|n| n + above + i as u64), piece);
+            }
+        }
+        // The searcher's matcher and this regex agree on what matches; should they ever
+        // differ, the whole line is shown rather than a match lost.
+        if !any {
+            self.push(':', first, bytes);
+        }
+    }
+
     fn push(&mut self, separator: char, number: Option<u64>, bytes: &[u8]) {
         self.produced += 1;
         if self.lines.len() >= self.keep {
@@ -303,16 +447,35 @@ impl Sink for FileSink<'_> {
         if self.cancelled.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        match self.mode {
-            OutputMode::FilesWithMatches => {
+        if self.at_cap() {
+            self.more = true;
+            return Ok(false);
+        }
+        self.hits += 1;
+        match (self.mode, self.only) {
+            (OutputMode::FilesWithMatches, _) => {
                 self.count += 1;
                 Ok(false)
             }
-            OutputMode::Count => {
+            (OutputMode::Count, _) => {
                 self.count += mat.lines().count() as u64;
                 Ok(true)
             }
-            OutputMode::Content => {
+            (OutputMode::Content, Some(regex)) => {
+                self.count += mat.lines().count() as u64;
+                let first = mat.line_number();
+                if self.show.multiline {
+                    self.push_matching_parts(regex, first, mat.bytes());
+                } else {
+                    for (i, line) in mat.lines().enumerate() {
+                        let line = line.strip_suffix(b"\n").unwrap_or(line);
+                        let line = line.strip_suffix(b"\r").unwrap_or(line);
+                        self.push_matching_parts(regex, first.map(|n| n + i as u64), line);
+                    }
+                }
+                Ok(true)
+            }
+            (OutputMode::Content, None) => {
                 let first = mat.line_number();
                 for (i, line) in mat.lines().enumerate() {
                     self.count += 1;
@@ -324,6 +487,10 @@ impl Sink for FileSink<'_> {
     }
 
     fn context(&mut self, _: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, io::Error> {
+        // Past the cap, lines before a match belong to a match that is not shown.
+        if self.at_cap() && matches!(ctx.kind(), SinkContextKind::Before) {
+            return Ok(true);
+        }
         if matches!(ctx.kind(), SinkContextKind::Before | SinkContextKind::After) {
             self.push('-', ctx.line_number(), ctx.bytes());
         }
@@ -331,7 +498,7 @@ impl Sink for FileSink<'_> {
     }
 
     fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
-        if self.show.context && self.produced > 0 {
+        if self.show.context && self.produced > 0 && !self.at_cap() {
             self.produced += 1;
             if self.lines.len() < self.keep {
                 self.lines.push("--".into());
@@ -348,6 +515,8 @@ struct FileResult {
     lines: Vec<String>,
     /// Output lines in all, `lines` and those dropped.
     produced: usize,
+    /// The file has more matches than `max_matches_per_file` let through.
+    capped: bool,
 }
 
 /// The results of every file, in path order, trimmed to what a page can show.
@@ -360,6 +529,8 @@ struct Collector {
     total_lines: usize,
     /// Files seen.
     total_files: usize,
+    /// Files with more matches than `max_matches_per_file` let through.
+    capped_files: usize,
     /// Lines (content) a page may need: `offset + head_limit`, and the separator dropped.
     wanted: usize,
 }
@@ -371,6 +542,7 @@ impl Collector {
 
     fn add(&mut self, path: String, result: FileResult) {
         self.total_files += 1;
+        self.capped_files += usize::from(result.capped);
         self.total_lines += result.produced;
         self.kept_lines += result.lines.len();
         self.files.insert(path, result);
@@ -388,14 +560,19 @@ impl Collector {
     }
 }
 
-fn render(
-    mode: OutputMode,
-    collector: Collector,
+/// Which part of the results a call shows.
+#[derive(Debug, Clone, Copy)]
+struct Page {
     offset: usize,
     head_limit: usize,
-    total_matches: u64,
+    /// `max_matches_per_file`.
+    cap: Option<u64>,
+    /// Context groups are separated by `--` lines.
     separated: bool,
-) -> ToolOutput {
+}
+
+fn render(mode: OutputMode, collector: Collector, page: Page, total_matches: u64) -> ToolOutput {
+    let Page { offset, head_limit, separated, .. } = page;
     let limit = if head_limit == 0 { usize::MAX } else { head_limit };
     let (items, total, unit): (Vec<String>, usize, &str) = match mode {
         OutputMode::Content => {
@@ -437,11 +614,21 @@ fn render(
         }
         text.push(']');
     }
+    let capped = collector.capped_files;
+    if let (Some(cap), 1..) = (page.cap, capped) {
+        let (files, have) = if capped == 1 { ("file", "has") } else { ("files", "have") };
+        let _ = write!(
+            text,
+            "\n[{capped} {files} {have} more than max_matches_per_file={cap} matching lines; \
+             the rest are not shown or counted: raise `max_matches_per_file` to see them]"
+        );
+    }
     ToolOutput::text(text)
         .with_extra("matches", json!(total_matches))
         .with_extra("files", json!(files))
         .with_extra("total", json!(total))
         .with_extra("truncated", json!(truncated))
+        .with_extra("cappedFiles", json!(capped))
 }
 
 #[cfg(test)]
@@ -464,7 +651,7 @@ mod tests {
         let text: String = (1..=1000).map(|i| format!("hit {i}\n")).collect();
         let matcher = RegexMatcherBuilder::new().line_terminator(Some(b'\n')).build("hit").unwrap();
         let cancelled = AtomicBool::new(false);
-        let show = Show { numbers: true, line_chars: 100, context: false };
+        let show = Show { numbers: true, line_chars: 100, context: false, multiline: false };
         let mut sink = FileSink {
             mode: OutputMode::Content,
             show,
@@ -474,6 +661,10 @@ mod tests {
             produced: 0,
             count: 0,
             cancelled: &cancelled,
+            only: None,
+            cap: None,
+            hits: 0,
+            more: false,
         };
         SearcherBuilder::new()
             .line_number(true)

@@ -367,3 +367,197 @@ async fn context_totals_match_the_full_listing() {
         [showing lines 7998-8002 of 8002]"#]]
     .assert_eq(&last.to_text());
 }
+
+#[tokio::test]
+async fn only_matching_shows_each_match_on_its_own_line() {
+    let fx = Fixture::new();
+    fx.put("a.rs", "let x = foo(1) + foo(22);\nnone here\nfoo(3)\n");
+    let out = fx
+        .call("grep", json!({"pattern": r"foo\(\d+\)", "output_mode": "content", "-o": true}))
+        .await
+        .unwrap();
+    expect![[r#"
+        a.rs:1:foo(1)
+        a.rs:1:foo(22)
+        a.rs:3:foo(3)"#]]
+    .assert_eq(&out.to_text());
+    // `matches` still counts matching lines; `total` counts what is listed.
+    assert_eq!((out.extras["matches"].clone(), out.extras["total"].clone()), (json!(2), json!(3)));
+    expect![[r#"
+        a.rs:foo(1)
+        a.rs:foo(22)
+        [showing lines 1-2 of 3; use offset=2 for more]"#]]
+    .assert_eq(
+        &fx.ok(
+            "grep",
+            json!({"pattern": r"FOO\(\d\)|foo\(22\)", "output_mode": "content", "-o": true, "-n": false, "-i": true, "head_limit": 2}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn only_matching_splits_multiline_matches_by_line() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "zero\nstart\nmiddle and more\nend\n");
+    expect![[r#"
+        a.txt:2:start
+        a.txt:3:middle"#]]
+    .assert_eq(
+        &fx.ok(
+            "grep",
+            json!({"pattern": r"start\nmiddle", "multiline": true, "output_mode": "content", "-o": true}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn only_matching_outside_content_mode_or_with_context_is_refused() {
+    let fx = tree();
+    expect![[r#"invalid arguments for `fs__grep`: at /: `-o` shows the matching parts of lines, which only `output_mode: "content"` shows (this call's mode is `files_with_matches`): set `output_mode` to `content` or drop `-o`"#]]
+    .assert_eq(&fx.err("grep", json!({"pattern": "needle", "-o": true})).await);
+    expect!["invalid arguments for `fs__grep`: at /: `-o` shows only the matching parts of lines, so it takes no context lines: drop `-A`, `-B` and `-C`, or drop `-o` to see whole lines"]
+    .assert_eq(
+        &fx.err("grep", json!({"pattern": "needle", "-o": true, "output_mode": "content", "-C": 2}))
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn fixed_strings_search_for_the_text_as_it_is() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "call(a.b)\ncall(axb)\n");
+    let regex = fx.ok("grep", json!({"pattern": "a.b", "output_mode": "content"})).await;
+    assert_eq!(regex, "a.txt:1:call(a.b)\na.txt:2:call(axb)");
+    let literal = json!({"pattern": "(a.b", "fixed_strings": true, "output_mode": "content"});
+    assert_eq!(fx.ok("grep", literal).await, "a.txt:1:call(a.b)");
+    let only = json!({"pattern": "A.B", "fixed_strings": true, "-i": true, "-o": true, "output_mode": "content"});
+    assert_eq!(fx.ok("grep", only).await, "a.txt:1:a.b");
+    // An invalid regex says how to search for the text itself.
+    expect!["invalid arguments for `fs__grep`: at /: invalid regex `(a.b`: regex parse error:\n    (?:(a.b)\n    ^\nerror: unclosed group; to search for the text as it is, set `fixed_strings: true`"]
+    .assert_eq(&fx.err("grep", json!({"pattern": "(a.b"})).await);
+}
+
+#[tokio::test]
+async fn a_line_break_in_the_pattern_needs_multiline() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    let args = json!({"pattern": "one\ntwo", "fixed_strings": true});
+    expect!["invalid arguments for `fs__grep`: at /: `pattern` contains a line break, which a line-by-line search never matches: set `multiline: true` to match across lines"]
+    .assert_eq(&fx.err("grep", args).await);
+    let args = json!({"pattern": "one\ntwo", "fixed_strings": true, "multiline": true, "output_mode": "content"});
+    assert_eq!(fx.ok("grep", args).await, "a.txt:1:one\na.txt:2:two");
+}
+
+#[tokio::test]
+async fn max_matches_per_file_cuts_each_file_and_says_so() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "hit 1\nhit 2\nhit 3\nhit 4\n");
+    fx.put("b.txt", "hit 1\n");
+    let out = fx
+        .call(
+            "grep",
+            json!({"pattern": "hit", "output_mode": "content", "max_matches_per_file": 2}),
+        )
+        .await
+        .unwrap();
+    expect![[r#"
+        a.txt:1:hit 1
+        a.txt:2:hit 2
+        b.txt:1:hit 1
+        [1 file has more than max_matches_per_file=2 matching lines; the rest are not shown or counted: raise `max_matches_per_file` to see them]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["cappedFiles"], 1);
+    assert_eq!(out.extras["matches"], 3);
+    expect![[r#"
+        a.txt:2
+        b.txt:1
+        [3 matching lines in 2 files]
+        [1 file has more than max_matches_per_file=2 matching lines; the rest are not shown or counted: raise `max_matches_per_file` to see them]"#]]
+    .assert_eq(
+        &fx.ok("grep", json!({"pattern": "hit", "output_mode": "count", "max_matches_per_file": 2}))
+            .await,
+    );
+    // A cap no file reaches says nothing.
+    let out = json!({"pattern": "hit", "output_mode": "count", "max_matches_per_file": 4});
+    assert_eq!(fx.ok("grep", out).await, "a.txt:4\nb.txt:1\n[5 matching lines in 2 files]");
+}
+
+#[tokio::test]
+async fn max_matches_per_file_keeps_the_last_matchs_after_context_only() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "hit\nx\nhit\ny\nz\nw\nhit\n");
+    expect![[r#"
+        a.txt:1:hit
+        a.txt-2-x
+        a.txt:3:hit
+        a.txt-4-y
+        [1 file has more than max_matches_per_file=2 matching lines; the rest are not shown or counted: raise `max_matches_per_file` to see them]"#]]
+    .assert_eq(
+        &fx.ok(
+            "grep",
+            json!({"pattern": "hit", "output_mode": "content", "-C": 1, "max_matches_per_file": 2}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn max_matches_per_file_needs_a_mode_that_shows_lines() {
+    let fx = tree();
+    expect![[r#"invalid arguments for `fs__grep`: at /: `max_matches_per_file` limits the lines shown or counted per file, which `output_mode: "files_with_matches"` does not show: set `output_mode` to `content` or `count`, or drop `max_matches_per_file`"#]]
+    .assert_eq(&fx.err("grep", json!({"pattern": "needle", "max_matches_per_file": 1})).await);
+    expect!["invalid arguments for `fs__grep`: at /: `max_matches_per_file` must be at least 1 (leave it out for no limit)"]
+    .assert_eq(
+        &fx.err(
+            "grep",
+            json!({"pattern": "needle", "output_mode": "count", "max_matches_per_file": 0}),
+        )
+        .await,
+    );
+}
+
+#[tokio::test]
+async fn hidden_and_no_ignore_search_those_files_too_but_never_git() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "ignored/\n*.log\n");
+    fx.put("ignored/a.txt", "needle\n");
+    fx.put(".hidden/a.txt", "needle\n");
+    fx.put(".env", "needle\n");
+    fx.put(".git/config", "needle\n");
+    fx.put("sub/x.log", "needle\n");
+    fx.put("seen.txt", "needle\n");
+    let grep = |extra: serde_json::Value| {
+        let mut args = json!({"pattern": "needle", "output_mode": "count"});
+        args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let files = |text: String| {
+        text.lines().filter(|l| !l.starts_with('[')).map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(files(fx.ok("grep", grep(json!({}))).await), ["seen.txt:1"]);
+    assert_eq!(
+        files(fx.ok("grep", grep(json!({"hidden": true}))).await),
+        [".env:1", ".hidden/a.txt:1", "seen.txt:1"]
+    );
+    assert_eq!(
+        files(fx.ok("grep", grep(json!({"no_ignore": true}))).await),
+        ["ignored/a.txt:1", "seen.txt:1", "sub/x.log:1"]
+    );
+    assert_eq!(
+        files(fx.ok("grep", grep(json!({"hidden": true, "no_ignore": true}))).await),
+        [".env:1", ".hidden/a.txt:1", "ignored/a.txt:1", "seen.txt:1", "sub/x.log:1"]
+    );
+    // The root's ignore files are not applied to a subdirectory's search either.
+    assert_eq!(
+        fx.ok("grep", json!({"pattern": "needle", "path": "sub"})).await,
+        "No matches found"
+    );
+    assert_eq!(
+        fx.ok("grep", json!({"pattern": "needle", "path": "sub", "no_ignore": true})).await,
+        "sub/x.log"
+    );
+    // Asked for by path, a `.git` directory is searched.
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "path": ".git"})).await, ".git/config");
+}

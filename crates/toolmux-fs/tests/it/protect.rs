@@ -154,6 +154,11 @@ async fn the_output_dir_and_audit_log_are_not_read() {
     assert_eq!(found, "No matches found");
     let err = fx.err("grep", json!({"pattern": "x", "path": ".toolmux/outputs"})).await;
     assert!(err.contains("is in toolmux's output directory"), "{err}");
+    // Not when asked for hidden and ignored files either.
+    fx.put(".gitignore", ".toolmux/\n");
+    let everything =
+        json!({"pattern": "OTHER-RUN-OUTPUT|AUDIT-LINE", "hidden": true, "no_ignore": true});
+    assert_eq!(fx.ok("grep", everything).await, "notes.txt");
     // Listing them is fine.
     let listing = fx.ok("ls", json!({"path": ".toolmux"})).await;
     assert!(listing.contains("audit.jsonl"), "{listing}");
