@@ -18,9 +18,11 @@
 //! Every step that reads and writes is one Lua script, so two replicas answering the same
 //! call, or an answer racing the end of a wait, have exactly one outcome. The semantics
 //! are [`toolmux_external::MemoryPendingStore`]'s, with three differences a shared store
-//! needs: the bound on pending calls is for all replicas together; a call still pending a
-//! day ([`RETENTION`]) after it was opened is forgotten (its opener is long gone), as is an
-//! inbox nobody read for a day; and a synchronous call must start waiting within
+//! needs: the bound on pending calls is for all replicas together; a call still pending
+//! its time to live (a day, [`RETENTION`], unless [`RedisPendingStore::with_ttl`] says
+//! otherwise) after it was opened is forgotten (its opener is long gone), as is an inbox
+//! nobody added to or read for the results' time to live (the whole inbox, not each
+//! result); and a synchronous call must start waiting within
 //! [`OPEN_WAITER_TTL`] of its opening, after which its result goes to the inbox (so that a
 //! replica that crashed between the two does not swallow it).
 //!
@@ -75,6 +77,10 @@ struct StoreInner {
     next: AtomicU64,
     max_pending: usize,
     max_inbox: usize,
+    /// How long a call stays pending, and a result unread (in an inbox, or for a waiter
+    /// that went away).
+    pending_ttl: Duration,
+    result_ttl: Duration,
     /// The subscription to `{prefix}:x:new`, made at the first long poll and kept.
     opened: tokio::sync::OnceCell<Subscription>,
 }
@@ -119,6 +125,8 @@ impl RedisPendingStore {
                 next: AtomicU64::new(1),
                 max_pending: DEFAULT_MAX_PENDING,
                 max_inbox: DEFAULT_MAX_INBOX,
+                pending_ttl: RETENTION,
+                result_ttl: RETENTION,
                 opened: tokio::sync::OnceCell::new(),
             }),
         }
@@ -135,6 +143,28 @@ impl RedisPendingStore {
                 next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
                 max_pending: max_pending.max(1),
                 max_inbox: max_inbox.max(1),
+                pending_ttl: inner.pending_ttl,
+                result_ttl: inner.result_ttl,
+                opened: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
+
+    /// Calls pending longer than `pending` are forgotten, and results unread for `result`
+    /// (an inbox is kept `result` after its last result came), instead of [`RETENTION`]
+    /// for both: the settings of [`toolmux_external::MemoryPendingStore::with_ttl`].
+    pub fn with_ttl(self, pending: Duration, result: Duration) -> Self {
+        let inner = &self.inner;
+        let at_least = Duration::from_millis(1);
+        RedisPendingStore {
+            inner: Arc::new(StoreInner {
+                backend: inner.backend.clone(),
+                base: inner.base.clone(),
+                next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
+                max_pending: inner.max_pending,
+                max_inbox: inner.max_inbox,
+                pending_ttl: pending.max(at_least),
+                result_ttl: result.max(at_least),
                 opened: tokio::sync::OnceCell::new(),
             }),
         }
@@ -187,7 +217,9 @@ impl StoreInner {
             tools.into_iter().map(|t| self.key("tool", t)).collect()
         };
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let reply = match self.eval(&SNAPSHOT, &keys, &[self.base.as_bytes()], timeout).await {
+        let ttl = self.pending_ttl.as_millis().to_string();
+        let args: [&[u8]; 2] = [self.base.as_bytes(), ttl.as_bytes()];
+        let reply = match self.eval(&SNAPSHOT, &keys, &args, timeout).await {
             Ok(reply) => reply,
             Err(e) => {
                 if !e.is_unreachable() {
@@ -297,7 +329,7 @@ impl PendingStore for RedisPendingStore {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let max = inner.max_pending.to_string();
         let open_ttl = OPEN_WAITER_TTL.as_millis().to_string();
-        let retention = RETENTION.as_millis().to_string();
+        let retention = inner.pending_ttl.as_millis().to_string();
         let channel = format!("{}:new", inner.base);
         let sync = if stored.is_async { "0" } else { "1" };
         let args: [&[u8]; 10] = [
@@ -435,16 +467,16 @@ impl PendingStore for RedisPendingStore {
         let keys = inner.call_keys(call_id);
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let max_inbox = inner.max_inbox.to_string();
-        let retention = RETENTION.as_millis().to_string();
+        let kept = inner.result_ttl.as_millis().to_string();
         let channel = format!("{}:{call_id}", inner.base);
         let args: [&[u8]; 8] = [
             call_id.as_bytes(),
             &json,
-            retention.as_bytes(),
+            kept.as_bytes(),
             max_inbox.as_bytes(),
             channel.as_bytes(),
             inner.base.as_bytes(),
-            retention.as_bytes(),
+            kept.as_bytes(),
             id_json.as_bytes(),
         ];
         let reply =
@@ -613,12 +645,15 @@ redis.call('PEXPIRE', inbox, ARGV[7])
 return {2, f[3], dropped}",
 };
 
-/// KEYS: sorted sets of calls. ARGV: base. Answers `[id, created, call JSON, ...]`.
+/// KEYS: sorted sets of calls. ARGV: base, pending TTL. Answers `[id, created, call JSON,
+/// ...]` of the calls opened within the TTL.
 static SNAPSHOT: Script = Script {
     name: "pending_snapshot",
-    source: "local out = {}
+    source: "local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
 for _, key in ipairs(KEYS) do
-  local ids = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local ids = redis.call('ZRANGEBYSCORE', key, now - tonumber(ARGV[2]), '+inf', 'WITHSCORES')
   for i = 1, #ids, 2 do
     local call = redis.call('HGET', ARGV[1] .. ':call:' .. ids[i], 'call')
     if call then

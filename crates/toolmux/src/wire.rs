@@ -232,9 +232,11 @@ impl Toolmux {
         #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
             #[cfg(feature = "redis")]
-            let store = backend
-                .as_ref()
-                .map(|b| Arc::new(b.pending_store()) as Arc<dyn toolmux_external::PendingStore>);
+            let store = backend.as_ref().map(|b| {
+                let (calls, results) = external_ttls(loaded);
+                Arc::new(b.pending_store().with_ttl(calls, results))
+                    as Arc<dyn toolmux_external::PendingStore>
+            });
             #[cfg(not(feature = "redis"))]
             let store = None;
             // A reload keeps the calls waiting in this process: results submitted through
@@ -687,6 +689,18 @@ mod mcp {
 #[cfg(feature = "external")]
 type PendingStoreRef = Arc<dyn toolmux_external::PendingStore>;
 
+/// How long external calls stay pending and their results unread
+/// (`defaults.externalCallTtl`, `externalResultTtl`), in whichever store keeps them.
+#[cfg(feature = "external")]
+fn external_ttls(loaded: &Loaded) -> (Duration, Duration) {
+    let d = &loaded.config.defaults;
+    let ttl = |ms: Option<u64>, default| ms.map_or(default, Duration::from_millis);
+    (
+        ttl(d.external_call_ttl, toolmux_external::DEFAULT_PENDING_TTL),
+        ttl(d.external_result_ttl, toolmux_external::DEFAULT_RESULT_TTL),
+    )
+}
+
 /// The external tools, each synchronous one given a timeout past its own wait (so that its
 /// message, which points at the inbox, is what the caller sees), and the long poll of
 /// `external__pending` one past the longest poll.
@@ -700,12 +714,8 @@ fn external_provider(
     let tools = &loaded.config.external_tools;
     // Pending calls live in the shared backend when there is one, else in this process.
     let store = store.unwrap_or_else(|| {
-        let d = &loaded.config.defaults;
-        let ttl = |ms: Option<u64>, default| ms.map_or(default, Duration::from_millis);
-        Arc::new(MemoryPendingStore::default().with_ttl(
-            ttl(d.external_call_ttl, toolmux_external::DEFAULT_PENDING_TTL),
-            ttl(d.external_result_ttl, toolmux_external::DEFAULT_RESULT_TTL),
-        ))
+        let (calls, results) = external_ttls(loaded);
+        Arc::new(MemoryPendingStore::default().with_ttl(calls, results))
     });
     let provider = ExternalProvider::new(tools, store.clone())
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;

@@ -215,3 +215,24 @@ async fn a_wait_dropped_by_its_caller_leaves_later_results_to_the_inbox() {
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-8".into() });
     assert_eq!(a.take_inbox("run-8").await.len(), 1);
 }
+
+/// The configured times to live hold in Redis as in memory: a call pending longer is no
+/// longer listed and is forgotten when the next call opens, and an inbox nobody added to
+/// or read for the results' time expires.
+#[tokio::test]
+async fn calls_and_results_expire_after_their_times_to_live() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let store = replica(&server).pending_store().with_ttl(ttl, ttl);
+    let old = store.open(call("external__job", "run-8", true)).await.unwrap();
+    let answered = store.open(call("external__job", "run-9", true)).await.unwrap();
+    store.resolve(&answered, answer("done")).await.unwrap();
+    assert_eq!(store.pending(&[], Duration::ZERO).await.len(), 1);
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    assert!(store.pending(&[], Duration::ZERO).await.is_empty(), "no longer listed");
+    assert!(store.take_inbox("run-9").await.is_empty(), "the unread inbox expired");
+    // The next call opened sweeps the old one away: its result has nowhere to go.
+    store.open(call("external__job", "run-8", true)).await.unwrap();
+    let refused = store.resolve(&old, answer("late")).await.unwrap_err();
+    assert!(refused.to_string().contains("no pending call"), "{refused}");
+}
