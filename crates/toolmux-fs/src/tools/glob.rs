@@ -31,15 +31,21 @@ pub struct GlobArgs {
     /// Files to skip first, to page through results.
     #[serde(default)]
     pub offset: Option<usize>,
+    /// Whether letter case must match (default true: `*.md` does not match `README.MD`).
+    #[serde(default)]
+    pub case_sensitive: Option<bool>,
+    /// Leave out files that `.gitignore` and `.ignore` files exclude (default true).
+    #[serde(default)]
+    pub respect_gitignore: Option<bool>,
 }
 
 pub(crate) const DESCRIPTION: &str = "Find files by glob pattern, such as `**/*.rs` or \
 `src/**/*.{ts,tsx}`, matched against paths relative to `path` (default: the workspace root); `*` \
 does not cross `/`, `**` does. Returns paths relative to the workspace root, newest first \
-(modification time). Respects .gitignore and skips hidden files unless the pattern names them \
-(`.github/**`); symlinks are not followed. At \
-most `limit` (default 100) files; a footer says how many were left out and which `offset` \
-continues.";
+(modification time). Case-sensitive unless `case_sensitive: false`. Respects .gitignore and \
+.ignore files unless `respect_gitignore: false`, and skips hidden files unless the pattern names \
+them (`.github/**`); symlinks are not followed. At most `limit` (default 100) files; a footer \
+says how many were left out and which `offset` continues.";
 
 /// Runs `glob`; blocking.
 pub(crate) fn glob(
@@ -52,6 +58,7 @@ pub(crate) fn glob(
     let pattern = args.pattern.strip_prefix("./").unwrap_or(&args.pattern);
     let matcher = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
+        .case_insensitive(!args.case_sensitive.unwrap_or(true))
         .build()
         .map_err(|e| invalid(format!("invalid glob `{}`: {e}", args.pattern)))?
         .compile_matcher();
@@ -62,7 +69,7 @@ pub(crate) fn glob(
         return Err(FsError::NotDirectory { path: given });
     }
     let found = Mutex::new(Vec::new());
-    let mut walk = ws.walker(&start, true);
+    let mut walk = ws.walker(&start, args.respect_gitignore.unwrap_or(true));
     // Hidden files are skipped, unless the pattern names them (`.github/**/*.yml`).
     if pattern.split('/').any(|part| part.starts_with('.') && part != "." && part != "..") {
         walk.hidden(false);

@@ -122,3 +122,50 @@ async fn glob_finds_hidden_files_only_when_the_pattern_names_them() {
         ".github/workflows/ci.yml"
     );
 }
+
+#[tokio::test]
+async fn glob_is_case_sensitive_unless_told_otherwise() {
+    let fx = Fixture::new();
+    touch(&fx.put("README.md", ""), 100);
+    touch(&fx.put("docs/GUIDE.MD", ""), 50);
+    assert_eq!(fx.ok("glob", json!({"pattern": "**/*.md"})).await, "README.md");
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "**/*.md", "case_sensitive": true})).await,
+        "README.md"
+    );
+    expect![[r#"
+        docs/GUIDE.MD
+        README.md"#]]
+    .assert_eq(&fx.ok("glob", json!({"pattern": "**/*.md", "case_sensitive": false})).await);
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "Docs/guide.md", "case_sensitive": false})).await,
+        "docs/GUIDE.MD"
+    );
+}
+
+#[tokio::test]
+async fn glob_finds_ignored_files_when_gitignore_is_not_respected() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "target/\n");
+    fx.put("sub/.ignore", "*.gen.rs\n");
+    touch(&fx.put("target/debug/build.rs", ""), 100);
+    touch(&fx.put("sub/a.gen.rs", ""), 50);
+    touch(&fx.put("src/main.rs", ""), 10);
+    assert_eq!(fx.ok("glob", json!({"pattern": "**/*.rs"})).await, "src/main.rs");
+    expect![[r#"
+        src/main.rs
+        sub/a.gen.rs
+        target/debug/build.rs"#]]
+    .assert_eq(&fx.ok("glob", json!({"pattern": "**/*.rs", "respect_gitignore": false})).await);
+    // Beneath a directory too: the root's .gitignore is not applied there either.
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "**/*.rs", "path": "target", "respect_gitignore": false}))
+            .await,
+        "target/debug/build.rs"
+    );
+    // Hidden files still need a pattern that names them.
+    assert_eq!(
+        fx.ok("glob", json!({"pattern": "**/.ignore", "respect_gitignore": false})).await,
+        "sub/.ignore"
+    );
+}
