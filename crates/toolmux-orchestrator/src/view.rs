@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashSet;
 use toolmux_core::{
-    CallContext, Completion, CompletionRef, CompletionRequest, JsonObject, Prompt, PromptSpec,
-    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind,
-    ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
+    CallContext, Completion, CompletionRef, CompletionRequest, Health, JsonObject, Prompt,
+    PromptSpec, ProviderHealth, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
+    ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The tools of an orchestrator whose full names match at least one glob, each call going
@@ -94,6 +94,18 @@ impl ToolProvider for FilteredView {
 
     fn instructions(&self) -> Option<String> {
         self.orchestrator.instructions_where(&|name| self.allows(name))
+    }
+
+    fn health(&self) -> Health {
+        Health::of_parts(&self.health_by_provider())
+    }
+
+    /// Of the providers in view: a gateway's `/health` tells of what it serves.
+    fn health_by_provider(&self) -> Vec<ProviderHealth> {
+        let in_view = self.providers_in_view();
+        let mut parts = self.orchestrator.health_by_provider();
+        parts.retain(|p| in_view.contains(&p.namespace));
+        parts
     }
 
     fn prompt_list_changes(&self) -> Option<ToolListChanges> {

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolmux_core::{
-    CallContext, Progress, ToolAnnotations, ToolError, ToolKind, ToolListChanges, ToolListNotifier,
-    ToolOutput, ToolProvider, ToolSpec,
+    CallContext, Health, Progress, ToolAnnotations, ToolError, ToolKind, ToolListChanges,
+    ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// What a mock tool does when called.
@@ -71,6 +71,7 @@ pub struct MockProvider {
     shut_down: AtomicBool,
     notifier: ToolListNotifier,
     instructions: Option<String>,
+    health: Mutex<Health>,
 }
 
 impl MockProvider {
@@ -90,6 +91,7 @@ impl MockProvider {
             shut_down: AtomicBool::new(false),
             notifier: ToolListNotifier::new(),
             instructions: None,
+            health: Mutex::new(Health::ok()),
         }
     }
 
@@ -134,6 +136,11 @@ impl MockProvider {
     pub fn with_instructions(mut self, text: &str) -> Self {
         self.instructions = Some(text.into());
         self
+    }
+
+    /// Sets what [`ToolProvider::health`] says from now on.
+    pub fn set_health(&self, health: Health) {
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = health;
     }
 
     /// Adds a tool at run time and signals the change.
@@ -295,6 +302,10 @@ impl ToolProvider for MockProvider {
 
     fn instructions(&self) -> Option<String> {
         self.instructions.clone()
+    }
+
+    fn health(&self) -> Health {
+        self.health.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     async fn shutdown(&self) -> Result<(), ToolError> {

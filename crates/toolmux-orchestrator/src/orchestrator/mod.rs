@@ -31,10 +31,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRequest, ContentPart,
-    InteractionHandler, JsonObject, Op, ProgressSink, Prompt, PromptSpec, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates, ToolCall, ToolError,
-    ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolResult, ToolSpec,
-    naming,
+    Health, InteractionHandler, JsonObject, Op, ProgressSink, Prompt, PromptSpec, ProviderHealth,
+    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates,
+    ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider,
+    ToolResult, ToolSpec, naming,
 };
 use tracing::Instrument as _;
 
@@ -1801,6 +1801,16 @@ impl ToolProvider for Orchestrator {
 
     fn instructions(&self) -> Option<String> {
         Orchestrator::instructions(self)
+    }
+
+    /// Healthy when every provider is, else naming those that are not.
+    fn health(&self) -> Health {
+        Health::of_parts(&self.health_by_provider())
+    }
+
+    /// Each provider's, in registration order (a composite's parts in its place).
+    fn health_by_provider(&self) -> Vec<ProviderHealth> {
+        self.providers().iter().flat_map(|p| p.health_by_provider()).collect()
     }
 
     async fn shutdown(&self) -> Result<(), ToolError> {

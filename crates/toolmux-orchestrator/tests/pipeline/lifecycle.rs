@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
+use toolmux_core::{CallContext, Health, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
 use toolmux_orchestrator::{
     FilteredView, Orchestrator, OrchestratorConfig, QueueConfig, ToolSettings,
 };
@@ -151,4 +151,32 @@ async fn the_orchestrator_is_a_conforming_provider() {
     assert_eq!(names, ["m__echo"]);
     let err = view.call("m__hang", json!({}), &CallContext::new()).await.unwrap_err();
     assert_eq!(err.code(), "unknown_tool");
+}
+
+/// The orchestrator tells each provider's health by namespace, and is healthy only when
+/// every one is; a view tells only of the providers in view.
+#[tokio::test]
+async fn health_is_told_per_provider() {
+    let up = Arc::new(MockProvider::new("up").with_tool("echo", Behavior::Echo));
+    let down = Arc::new(MockProvider::new("down").with_tool("echo", Behavior::Echo));
+    let o = start(OrchestratorConfig::default(), vec![up.clone(), down.clone()]).await;
+    let namespaces = |o: &dyn ToolProvider| -> Vec<String> {
+        o.health_by_provider().into_iter().map(|p| p.namespace).collect()
+    };
+    assert!(namespaces(&o).starts_with(&["up".to_owned(), "down".to_owned()]));
+    assert_eq!(ToolProvider::health(&o), Health::ok());
+    down.set_health(Health::unhealthy("connection closed; restarts on the next call"));
+    up.set_health(Health::ok().with_detail("not started"));
+    let parts = o.health_by_provider();
+    let down_health = parts.iter().find(|p| p.namespace == "down").map(|p| p.health.clone());
+    assert_eq!(
+        down_health,
+        Some(Health::unhealthy("connection closed; restarts on the next call"))
+    );
+    assert_eq!(ToolProvider::health(&o), Health::unhealthy("unhealthy: down"));
+    let view = FilteredView::new(o.clone(), vec!["up__*".into()]);
+    assert_eq!(namespaces(&view), ["up"]);
+    assert_eq!(view.health(), Health::ok());
+    let view = FilteredView::new(o.clone(), vec!["down__*".into()]);
+    assert_eq!(view.health(), Health::unhealthy("unhealthy: down"));
 }
