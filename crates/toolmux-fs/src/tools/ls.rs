@@ -16,6 +16,10 @@ use toolmux_core::ToolOutput;
 /// The deepest `ls` goes.
 const MAX_DEPTH: usize = 10;
 
+/// Entries counted past the page at most: enough for an exact total in all but huge
+/// trees, which are then said to have "more than" so many.
+const COUNT_PAST_PAGE: usize = 10_000;
+
 /// Arguments of `ls`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -35,6 +39,14 @@ pub struct LsArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub limit: Option<usize>,
+    /// Entries to skip first, in the order they are listed, to page through a long
+    /// listing (default 0).
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// List entries whose names start with `.` (default true); false leaves them out and
+    /// does not descend into such directories.
+    #[serde(default)]
+    pub include_hidden: Option<bool>,
 }
 
 pub(crate) const DESCRIPTION: &str = "List a directory of the workspace (default: the root) as an \
@@ -42,7 +54,10 @@ indented tree, entries sorted by name: directories end with `/`, symlinks with `
 target (`-> (outside the workspace)` when it leaves the root; symlinks are never descended), \
 other special files with `?`, files show their size in bytes. `depth` (default 1) descends into \
 subdirectories; `.git` is listed but not descended. `ignore` takes globs of names or relative \
-paths to leave out. At most `limit` (default 200) entries; a footer says how many were left out.";
+paths to leave out; `include_hidden: false` leaves out names starting with `.` (listed by \
+default). At most `limit` (default 200) entries, counted in listing order (a directory's entries \
+right after it); a footer says how many there are and which `offset` continues. A page that \
+starts inside a directory repeats the lines of the directories above it.";
 
 /// Runs `ls`; blocking.
 pub(crate) fn ls(
@@ -71,14 +86,21 @@ pub(crate) fn ls(
         tool: "ls",
         message: format!("invalid `ignore` globs: {e}"),
     })?;
+    let offset = args.offset.unwrap_or(0);
+    let limit = args.limit.unwrap_or(limits.ls_limit).max(1);
     let mut listing = Listing {
         ws,
         ignore,
         depth: args.depth.unwrap_or(1).clamp(1, MAX_DEPTH),
-        limit: args.limit.unwrap_or(limits.ls_limit).max(1),
+        include_hidden: args.include_hidden.unwrap_or(true),
+        offset,
+        limit,
+        count_until: offset.saturating_add(limit).saturating_add(COUNT_PAST_PAGE),
         text: String::new(),
         shown: 0,
-        left_out: 0,
+        seen: 0,
+        uncounted: false,
+        above: Vec::new(),
         cancelled,
     };
     let shown_root = ws.display(&ws.root().join(&base));
@@ -87,31 +109,53 @@ pub(crate) fn ls(
     if cancelled.load(Ordering::Relaxed) {
         return Err(FsError::Cancelled { tool: "ls" });
     }
-    let mut text = listing.text;
-    if listing.shown == 0 {
+    let Listing { mut text, shown, seen: total, uncounted, .. } = listing;
+    let end = offset.saturating_add(shown);
+    let left_out = total.saturating_sub(end);
+    let of = if uncounted { format!("more than {total}") } else { total.to_string() };
+    if total == 0 {
         text.push_str("[empty directory]\n");
-    }
-    if listing.left_out > 0 {
+    } else if shown == 0 {
+        let _ = writeln!(text, "[offset {offset} is past the end: there are {of} entries]");
+    } else if left_out > 0 || uncounted {
         let _ = writeln!(
             text,
-            "[{} more entries left out: raise `limit`, lower `depth` or list a subdirectory]",
-            listing.left_out
+            "[showing entries {}-{end} of {of}; use offset={end} for more, or lower `depth` or \
+             list a subdirectory]",
+            offset + 1
         );
+    } else if offset > 0 {
+        let _ = writeln!(text, "[showing entries {}-{end} of {total}]", offset + 1);
     }
     Ok(ToolOutput::text(text.trim_end().to_owned())
-        .with_extra("entries", json!(listing.shown))
-        .with_extra("leftOut", json!(listing.left_out))
-        .with_extra("truncated", json!(listing.left_out > 0)))
+        .with_extra("entries", json!(shown))
+        .with_extra("total", json!(total))
+        .with_extra("totalExact", json!(!uncounted))
+        .with_extra("leftOut", json!(left_out))
+        .with_extra("truncated", json!(left_out > 0 || uncounted)))
 }
 
 struct Listing<'a> {
     ws: &'a Workspace,
     ignore: GlobSet,
     depth: usize,
+    include_hidden: bool,
+    /// The page: entries `offset..offset + limit` in listing order.
+    offset: usize,
     limit: usize,
+    /// Entries are counted up to here, then the walk stops.
+    count_until: usize,
     text: String,
+    /// Entries on the page.
     shown: usize,
-    left_out: usize,
+    /// Entries walked so far, on the page or not: the next entry's index.
+    seen: usize,
+    /// The walk stopped at `count_until` before the end.
+    uncounted: bool,
+    /// The lines of the directories above the one being walked that are not on the page
+    /// and not yet printed; the first entry shown beneath them prints them, so that a page
+    /// starting deep in the tree still says where it is.
+    above: Vec<Option<String>>,
     cancelled: &'a AtomicBool,
 }
 
@@ -142,32 +186,69 @@ impl Listing<'_> {
             if self.ignore.is_match(&name) || self.ignore.is_match(&child) {
                 continue;
             }
-            if self.shown >= self.limit {
-                self.left_out += 1;
+            if !self.include_hidden && name.starts_with('.') {
                 continue;
             }
-            self.shown += 1;
-            if kind.is_dir() {
-                let _ = writeln!(self.text, "{indent}{name}/");
-                if level < self.depth && name != ".git" {
-                    match dir.open_dir(&name) {
-                        Ok(sub) => self.walk(&sub, base, &child, level + 1)?,
-                        Err(e) => {
-                            let _ = writeln!(self.text, "{indent}  [cannot list: {e}]");
-                        }
-                    }
+            if self.uncounted || self.seen >= self.count_until {
+                self.uncounted = true;
+                return Ok(());
+            }
+            let index = self.seen;
+            self.seen += 1;
+            let on_page = index >= self.offset && index - self.offset < self.limit;
+            if on_page {
+                let line = self.line(dir, base, &child, &indent, &name, kind);
+                self.print(&line);
+                self.shown += 1;
+            }
+            if !kind.is_dir() || level >= self.depth || name == ".git" {
+                continue;
+            }
+            match dir.open_dir(&name) {
+                Ok(sub) => {
+                    self.above.push((!on_page).then(|| format!("{indent}{name}/")));
+                    let walked = self.walk(&sub, base, &child, level + 1);
+                    self.above.pop();
+                    walked?;
                 }
-            } else if kind.is_symlink() {
-                let target = self.symlink_target(&base.join(&child));
-                let _ = writeln!(self.text, "{indent}{name}@ -> {target}");
-            } else if kind.is_file() {
-                let size = dir.symlink_metadata(&name).map(|m| m.len()).unwrap_or(0);
-                let _ = writeln!(self.text, "{indent}{name} ({size} bytes)");
-            } else {
-                let _ = writeln!(self.text, "{indent}{name}?");
+                Err(e) if on_page => self.print(&format!("{indent}  [cannot list: {e}]")),
+                Err(_) => {}
             }
         }
         Ok(())
+    }
+
+    /// Prints `line`, after the lines of the directories above it not printed yet.
+    fn print(&mut self, line: &str) {
+        for above in &mut self.above {
+            if let Some(above) = above.take() {
+                let _ = writeln!(self.text, "{above}");
+            }
+        }
+        let _ = writeln!(self.text, "{line}");
+    }
+
+    /// How an entry is shown.
+    fn line(
+        &self,
+        dir: &Dir,
+        base: &Path,
+        child: &Path,
+        indent: &str,
+        name: &str,
+        kind: cap_std::fs::FileType,
+    ) -> String {
+        if kind.is_dir() {
+            format!("{indent}{name}/")
+        } else if kind.is_symlink() {
+            let target = self.symlink_target(&base.join(child));
+            format!("{indent}{name}@ -> {target}")
+        } else if kind.is_file() {
+            let size = dir.symlink_metadata(name).map(|m| m.len()).unwrap_or(0);
+            format!("{indent}{name} ({size} bytes)")
+        } else {
+            format!("{indent}{name}?")
+        }
     }
 
     /// Where a symlink leads, shown only when it stays beneath the root.

@@ -92,7 +92,7 @@ async fn ls_depth_ignore_and_limit() {
           .git/
           a/
             b/
-        [1 more entries left out: raise `limit`, lower `depth` or list a subdirectory]"#]]
+        [showing entries 1-3 of 4; use offset=3 for more, or lower `depth` or list a subdirectory]"#]]
     .assert_eq(&fx.ok("ls", json!({"depth": 3, "ignore": ["*.log"], "limit": 3})).await);
     expect![[r#"
         a/b/
@@ -168,4 +168,102 @@ async fn glob_finds_ignored_files_when_gitignore_is_not_respected() {
         fx.ok("glob", json!({"pattern": "**/.ignore", "respect_gitignore": false})).await,
         "sub/.ignore"
     );
+}
+
+#[tokio::test]
+async fn ls_offset_pages_through_the_listing_in_order() {
+    let fx = Fixture::new();
+    fx.put("a/x.txt", "1");
+    fx.put("a/y.txt", "22");
+    fx.put("b.txt", "333");
+    fx.put("c/z.txt", "");
+    let page = |offset: usize| json!({"depth": 2, "limit": 2, "offset": offset});
+    let first = fx.call("ls", page(0)).await.unwrap();
+    expect![[r#"
+        ./
+          a/
+            x.txt (1 bytes)
+        [showing entries 1-2 of 6; use offset=2 for more, or lower `depth` or list a subdirectory]"#]]
+    .assert_eq(&first.to_text());
+    assert_eq!(
+        (first.extras["total"].clone(), first.extras["leftOut"].clone()),
+        (json!(6), json!(4))
+    );
+    // A page starting inside `a/` repeats its line, so the tree still reads right.
+    expect![[r#"
+        ./
+          a/
+            y.txt (2 bytes)
+          b.txt (3 bytes)
+        [showing entries 3-4 of 6; use offset=4 for more, or lower `depth` or list a subdirectory]"#]]
+    .assert_eq(&fx.ok("ls", page(2)).await);
+    let last = fx.call("ls", page(4)).await.unwrap();
+    expect![[r#"
+        ./
+          c/
+            z.txt (0 bytes)
+        [showing entries 5-6 of 6]"#]]
+    .assert_eq(&last.to_text());
+    assert_eq!(last.extras["truncated"], false);
+    expect![[r#"
+        ./
+        [offset 6 is past the end: there are 6 entries]"#]]
+    .assert_eq(&fx.ok("ls", page(6)).await);
+}
+
+#[tokio::test]
+async fn ls_counts_entries_inside_directories_past_the_page() {
+    let fx = Fixture::new();
+    for i in 0..5 {
+        fx.put(&format!("d/f{i}"), "");
+    }
+    fx.put("e", "");
+    let out = fx.call("ls", json!({"depth": 2, "limit": 1})).await.unwrap();
+    expect![[r#"
+        ./
+          d/
+        [showing entries 1-1 of 7; use offset=1 for more, or lower `depth` or list a subdirectory]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["totalExact"], true);
+}
+
+#[tokio::test]
+async fn ls_can_leave_hidden_entries_out() {
+    let fx = Fixture::new();
+    fx.put(".env", "X=1\n");
+    fx.put(".github/ci.yml", "");
+    fx.put("src/.keep", "");
+    fx.put("a.txt", "");
+    expect![[r#"
+        ./
+          .env (4 bytes)
+          .github/
+            ci.yml (0 bytes)
+          a.txt (0 bytes)
+          src/
+            .keep (0 bytes)"#]]
+    .assert_eq(&fx.ok("ls", json!({"depth": 2})).await);
+    expect![[r#"
+        ./
+          a.txt (0 bytes)
+          src/"#]]
+    .assert_eq(&fx.ok("ls", json!({"depth": 2, "include_hidden": false})).await);
+}
+
+#[tokio::test]
+async fn ls_of_a_huge_directory_stops_counting_and_says_so() {
+    let fx = Fixture::new();
+    let dir = fx.root().join("many");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..10_005 {
+        std::fs::File::create(dir.join(format!("f{i:05}"))).unwrap();
+    }
+    let out = fx.call("ls", json!({"path": "many", "limit": 1, "offset": 3})).await.unwrap();
+    expect![[r#"
+        many/
+          f00003 (0 bytes)
+        [showing entries 4-4 of more than 10004; use offset=4 for more, or lower `depth` or list a subdirectory]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["totalExact"], false);
+    assert_eq!(out.extras["truncated"], true);
 }
