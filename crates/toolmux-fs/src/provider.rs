@@ -202,8 +202,9 @@ impl FsProvider {
         match tool {
             Tool::Read => {
                 let args: read::ReadArgs = parse(tool, arguments)?;
+                let may_repeat = !ctx.is_from_person();
                 self.blocking(tool, ctx, move |ws, config, cancelled| {
-                    read::read(ws, &config.limits, &run, args, cancelled)
+                    read::read(ws, &config.limits, &run, args, may_repeat, cancelled)
                 })
                 .await
             }

@@ -66,8 +66,52 @@ impl Drop for FileLock<'_> {
 /// with symlinks resolved.
 #[derive(Debug, Default)]
 struct ReadRecords {
-    runs: HashMap<String, HashMap<PathBuf, Hash>>,
+    runs: HashMap<String, RunReads>,
     order: VecDeque<String>,
+}
+
+/// What one run read.
+#[derive(Debug, Default)]
+struct RunReads {
+    /// The hash each file had when last read or written, for the freshness checks.
+    hashes: HashMap<PathBuf, Hash>,
+    /// The page `read` last showed of each file in full.
+    pages: HashMap<PathBuf, ShownPage>,
+}
+
+/// A page `read` showed in full: the range asked for and the file's hash then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShownPage {
+    /// The first line asked for.
+    pub first: u64,
+    /// The lines asked for.
+    pub limit: u64,
+    /// The whole file's content hash.
+    pub hash: Hash,
+}
+
+/// What [`Workspace::show_page`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PageRepeat {
+    /// Show the page.
+    Show,
+    /// The run was shown this very page of this very content last time: say so instead.
+    Unchanged,
+}
+
+impl ReadRecords {
+    /// The records of `run`, made (forgetting the oldest run past [`RUNS_KEPT`]) if new.
+    fn run(&mut self, run: &str) -> &mut RunReads {
+        if !self.runs.contains_key(run) {
+            if self.order.len() >= RUNS_KEPT
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.runs.remove(&oldest);
+            }
+            self.order.push_back(run.to_owned());
+        }
+        self.runs.entry(run.to_owned()).or_default()
+    }
 }
 
 /// A path resolved beneath the root.
@@ -312,21 +356,39 @@ impl Workspace {
     /// Records that `canonical` had content `hash` when read (or written) in `run`.
     pub fn record_read(&self, run: &str, canonical: PathBuf, hash: Hash) {
         let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        if !reads.runs.contains_key(run) {
-            if reads.order.len() >= RUNS_KEPT
-                && let Some(oldest) = reads.order.pop_front()
-            {
-                reads.runs.remove(&oldest);
-            }
-            reads.order.push_back(run.to_owned());
-        }
-        reads.runs.entry(run.to_owned()).or_default().insert(canonical, hash);
+        reads.run(run).hashes.insert(canonical, hash);
     }
 
     /// The hash `canonical` had when last read in `run`.
     pub fn last_read(&self, run: &str, canonical: &Path) -> Option<Hash> {
         let reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
-        reads.runs.get(run)?.get(canonical).copied()
+        reads.runs.get(run)?.hashes.get(canonical).copied()
+    }
+
+    /// Decides whether `read` shows `page` of `canonical` in `run`, or says it is unchanged:
+    /// only when the run's last full page of the file was this range of this content, and
+    /// that was shown, not itself answered "unchanged" (so asking twice always gets the
+    /// lines). `complete` says the page will show its whole range; only such a page is
+    /// remembered.
+    pub fn show_page(
+        &self,
+        run: &str,
+        canonical: PathBuf,
+        page: ShownPage,
+        complete: bool,
+    ) -> PageRepeat {
+        let mut reads = self.reads.lock().unwrap_or_else(|e| e.into_inner());
+        let pages = &mut reads.run(run).pages;
+        if pages.get(&canonical) == Some(&page) {
+            pages.remove(&canonical);
+            return PageRepeat::Unchanged;
+        }
+        if complete {
+            pages.insert(canonical, page);
+        } else {
+            pages.remove(&canonical);
+        }
+        PageRepeat::Show
     }
 
     /// Checks that an existing file may be overwritten in `run`: it was read, and its

@@ -4,7 +4,7 @@
 use super::text::{Encoding, Utf16Decoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
-use crate::workspace::Workspace;
+use crate::workspace::{Hash, PageRepeat, ShownPage, Workspace};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -40,14 +40,21 @@ brackets says when more lines remain and which `offset` continues. The total lin
 reported. Directories are refused (use `ls`), binary files (NUL bytes in the first 8 KiB) are \
 refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
 are decoded (and refused if they are not valid UTF-16). Paths are relative to the workspace \
-root or absolute inside it; nothing outside the root can be read.";
+root or absolute inside it; nothing outside the root can be read. Asking again for the same \
+range (`offset` and `limit`) of a file whose content has not changed since this run's last \
+`read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
+the lines, which are still those of that earlier result; if you no longer have them, make the \
+same call once more and the lines are returned.";
 
-/// Reads one page of `args.path`, recording the file's hash for `run`.
+/// Reads one page of `args.path`, recording the file's hash for `run`. With `may_repeat`
+/// false (a person's call, who keeps no transcript of earlier results) the page is always
+/// shown, never answered "unchanged".
 pub(crate) fn read(
     ws: &Workspace,
     limits: &FsLimits,
     run: &str,
     args: ReadArgs,
+    may_repeat: bool,
     cancelled: &AtomicBool,
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(&args.path)?;
@@ -112,8 +119,41 @@ pub(crate) fn read(
         decoder.finish().map_err(invalid)?;
         page.decoded_from = Some(encoding);
     }
-    ws.record_read(run, canonical, hasher.finalize().into());
-    page.finish(&path.given)
+    let hash: Hash = hasher.finalize().into();
+    ws.record_read(run, canonical.clone(), hash);
+    let complete = !page.capped;
+    let output = page.finish(&path.given)?;
+    if !may_repeat || output.extras.get("totalLines") == Some(&json!(0)) {
+        return Ok(output);
+    }
+    let shown = ShownPage { first, limit, hash };
+    match ws.show_page(run, canonical, shown, complete) {
+        PageRepeat::Show => Ok(output),
+        PageRepeat::Unchanged => Ok(unchanged(&path.given, output)),
+    }
+}
+
+/// The short answer to a repeated `read` of an unchanged page, keeping the page's counts.
+fn unchanged(given: &str, page: ToolOutput) -> ToolOutput {
+    let number = |key: &str| page.extras.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let (start, end, total) = (number("startLine"), number("endLine"), number("totalLines"));
+    let text = format!(
+        "[File unchanged since last read: lines {start}-{end} of `{given}` ({total} lines in all) \
+         are exactly as the earlier `read` of this range in this run showed them, so they are \
+         not repeated. If that result is no longer available to you, make this same call again \
+         to get the lines.]"
+    );
+    let text = match page.extras.get("truncated") == Some(&json!(true)) {
+        true => format!("{text}\n[more lines follow: use offset={} to read them]", end + 1),
+        false => text,
+    };
+    let mut output = ToolOutput::text(text).with_extra("unchanged", json!(true));
+    for key in ["encoding", "totalLines", "startLine", "endLine", "truncated"] {
+        if let Some(value) = page.extras.get(key) {
+            output = output.with_extra(key, value.clone());
+        }
+    }
+    output
 }
 
 /// The lines of one page, and the count of all lines.

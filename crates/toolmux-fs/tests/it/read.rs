@@ -219,3 +219,90 @@ async fn invalid_utf16_is_refused() {
     expect!["`odd.txt` is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes): it cannot be shown as text; inspect it with `bash` tools such as `file` or `xxd` if allowed"]
         .assert_eq(&fx.err("read", json!({"path": "odd.txt"})).await);
 }
+
+const UNCHANGED: &str = "[File unchanged since last read";
+
+#[tokio::test]
+async fn an_unchanged_page_read_again_is_answered_with_a_short_note_once() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\nthree\n");
+    let args = json!({"path": "a.txt"});
+    let first = fx.call_in("r1", "read", args.clone()).await.unwrap();
+    assert_eq!(first.to_text(), "     1\tone\n     2\ttwo\n     3\tthree\n");
+    let again = fx.call_in("r1", "read", args.clone()).await.unwrap();
+    expect!["[File unchanged since last read: lines 1-3 of `a.txt` (3 lines in all) are exactly as the earlier `read` of this range in this run showed them, so they are not repeated. If that result is no longer available to you, make this same call again to get the lines.]"]
+        .assert_eq(&again.to_text());
+    assert_eq!(again.extras["unchanged"], true);
+    assert_eq!(again.extras["totalLines"], 3);
+    // Asked once more, the lines come back; then the note again.
+    assert_eq!(fx.call_in("r1", "read", args.clone()).await.unwrap().to_text(), first.to_text());
+    assert!(fx.call_in("r1", "read", args.clone()).await.unwrap().to_text().starts_with(UNCHANGED));
+    // The same range spelled out counts as the same range; another run has its own record.
+    let explicit = json!({"path": "a.txt", "offset": 1, "limit": 2000});
+    assert_eq!(fx.call_in("r1", "read", explicit).await.unwrap().to_text(), first.to_text());
+    assert_eq!(fx.call_in("r2", "read", args).await.unwrap().to_text(), first.to_text());
+}
+
+#[tokio::test]
+async fn a_changed_file_or_another_range_is_shown_again() {
+    let fx = Fixture::new();
+    let text: String = (1..=10).map(|i| format!("line {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let page = json!({"path": "a.txt", "offset": 3, "limit": 2});
+    let lines =
+        "     3\tline 3\n     4\tline 4\n\n[showing lines 3-4 of 10; use offset=5 to read more]";
+    assert_eq!(fx.call_in("r", "read", page.clone()).await.unwrap().to_text(), lines);
+    expect![[r#"
+        [File unchanged since last read: lines 3-4 of `a.txt` (10 lines in all) are exactly as the earlier `read` of this range in this run showed them, so they are not repeated. If that result is no longer available to you, make this same call again to get the lines.]
+        [more lines follow: use offset=5 to read them]"#]]
+    .assert_eq(&fx.call_in("r", "read", page.clone()).await.unwrap().to_text());
+    // Another range in between: the last read is no longer this range.
+    fx.call_in("r", "read", json!({"path": "a.txt", "offset": 5, "limit": 2})).await.unwrap();
+    assert_eq!(fx.call_in("r", "read", page.clone()).await.unwrap().to_text(), lines);
+    // Changed by an edit of this run, or behind its back: shown in full.
+    let edit = json!({"path": "a.txt", "old_string": "line 4\n", "new_string": "line four\n"});
+    fx.call_in("r", "edit", edit).await.unwrap();
+    let edited = fx.call_in("r", "read", page.clone()).await.unwrap().to_text();
+    assert!(edited.starts_with("     3\tline 3\n     4\tline four\n"), "{edited}");
+    fx.put("a.txt", &text.replace("line 3", "line three"));
+    let changed = fx.call_in("r", "read", page).await.unwrap().to_text();
+    assert!(changed.starts_with("     3\tline three\n"), "{changed}");
+}
+
+#[tokio::test]
+async fn a_page_cut_short_by_the_byte_cap_is_never_answered_unchanged() {
+    let fx =
+        Fixture::with(|c| c.with_limits(FsLimits { read_page_bytes: 100, ..FsLimits::default() }));
+    let text: String = (1..=50).map(|i| format!("line number {i}\n")).collect();
+    fx.put("a.txt", &text);
+    let first = fx.call_in("r", "read", json!({"path": "a.txt"})).await.unwrap().to_text();
+    let second = fx.call_in("r", "read", json!({"path": "a.txt"})).await.unwrap().to_text();
+    assert!(first.contains("[page capped at 100 bytes"), "{first}");
+    assert_eq!(first, second);
+}
+
+#[tokio::test]
+async fn a_person_always_gets_the_lines() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "x\n");
+    let ctx = toolmux_core::CallContext::new().with_run_id("r").from_person();
+    for _ in 0..2 {
+        let out = toolmux_core::ToolProvider::call(&fx.fs, "read", json!({"path": "a.txt"}), &ctx)
+            .await
+            .unwrap();
+        assert_eq!(out.to_text(), "     1\tx\n");
+    }
+}
+
+#[tokio::test]
+async fn the_description_tells_the_model_about_unchanged_answers() {
+    let fx = Fixture::new();
+    let tools = toolmux_core::ToolProvider::list_tools(&fx.fs).await.unwrap();
+    let read = tools.iter().find(|t| t.name == "read").unwrap();
+    assert!(
+        read.description.contains("`[File unchanged since last read ...]`"),
+        "{}",
+        read.description
+    );
+    assert!(read.description.contains("make the same call once more"), "{}", read.description);
+}
