@@ -132,6 +132,15 @@ pub struct OpenApiConfig {
     /// API: its 3xx response is the result, with the target in the `location` extra.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_redirects: Option<usize>,
+    /// Gives operations output schemas derived from their success responses (default
+    /// true): when every `2xx` response documents a JSON body, the tool declares its schema
+    /// (an object schema; any other body is wrapped as `{"result": …}`) and a successful
+    /// call returns the parsed body as structured content. A success whose body is not JSON
+    /// or does not match the schema is then an error result saying so (the request itself
+    /// succeeded), since MCP clients refuse results without conforming structured content;
+    /// `false` takes responses as they come, for APIs whose documents are loose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schemas: Option<bool>,
     /// The named queue every tool of the import waits in (applied by the orchestrator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -265,13 +274,15 @@ mod tests {
             "include": {"tags": ["repos"], "methods": ["GET"], "paths": ["/repos/**"]},
             "exclude": {"operationIds": ["repos/delete"]}, "includeDeprecated": true,
             "rename": {"repos/get": "get_repo"}, "maxTools": 50, "timeoutMs": 1000,
-            "auth": {"bearer": {"token": "t"}}, "headers": {"X-GitHub-Api-Version": "2022-11-28"}
+            "auth": {"bearer": {"token": "t"}}, "headers": {"X-GitHub-Api-Version": "2022-11-28"},
+            "outputSchemas": false
         }))
         .unwrap();
+        assert_eq!(import.output_schemas, Some(false));
         assert_eq!(import.include.unwrap().paths, ["/repos/**"]);
         let err = serde_json::from_value::<OpenApiConfig>(json!({"spec": "a", "specs": "b"}))
             .unwrap_err();
-        expect![[r#"unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `maxRedirects`, `queue`, `cache`"#]]
+        expect![[r#"unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `maxRedirects`, `outputSchemas`, `queue`, `cache`"#]]
             .assert_eq(&err.to_string());
     }
 

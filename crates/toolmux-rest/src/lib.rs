@@ -67,6 +67,7 @@ mod error;
 mod http;
 mod names;
 mod openapi;
+mod output;
 mod provider;
 mod request;
 mod template;

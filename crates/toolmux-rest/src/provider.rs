@@ -4,6 +4,7 @@ use crate::auth::Auth;
 use crate::config::{DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_TIMEOUT_MS};
 use crate::http::{self, HttpSettings};
 use crate::openapi::{self, Document, Operation};
+use crate::output::OutputCheck;
 use crate::request::{self, Body, PreparedRequest};
 use crate::template::{Escape, Template, UrlTemplate, body_parameters, lookup, render_body};
 use crate::{OpenApiConfig, RestError, RestToolConfig, names};
@@ -43,7 +44,14 @@ struct RestTool {
 #[derive(Debug)]
 enum Plan {
     Inline(InlinePlan),
-    OpenApi { op: Operation, base_url: Option<String>, headers: Vec<(String, String)> },
+    OpenApi {
+        op: Box<Operation>,
+        base_url: Option<String>,
+        headers: Vec<(String, String)>,
+        /// Present when the operation has an output schema (boxed: a compiled validator
+        /// is large, and most tools of an import are never called).
+        output: Option<Box<OutputCheck>>,
+    },
 }
 
 #[derive(Debug)]
@@ -167,19 +175,29 @@ impl RestProvider {
             .operations
             .into_iter()
             .map(|op| {
+                let output_schema = op.output.as_ref().map(|o| Arc::new(o.schema.clone()));
+                let output =
+                    op.output.as_ref().zip(output_schema.as_ref()).map(|(o, schema)| {
+                        Box::new(OutputCheck::new(Arc::clone(schema), o.wrapped))
+                    });
                 let spec = ToolSpec {
                     name: op.name.clone(),
                     title: op.title.clone(),
                     description: op.description.clone(),
                     input_schema: Arc::new(op.input_schema.clone()),
-                    output_schema: None,
+                    output_schema,
                     annotations: op.annotations.clone(),
                     max_result_size: None,
                 };
                 let base_url = op.server.clone();
                 RestTool {
                     spec,
-                    plan: Plan::OpenApi { op, base_url, headers: headers.clone() },
+                    plan: Plan::OpenApi {
+                        op: Box::new(op),
+                        base_url,
+                        headers: headers.clone(),
+                        output,
+                    },
                     settings,
                     client: client.clone(),
                 }
@@ -231,7 +249,7 @@ impl RestProvider {
         loop {
             let (mut request, schemes) = match &tool.plan {
                 Plan::Inline(plan) => (inline_request(plan, &args, name)?, Vec::new()),
-                Plan::OpenApi { op, base_url, headers } => {
+                Plan::OpenApi { op, base_url, headers, .. } => {
                     let base =
                         base_url.as_deref().filter(|b| b.contains("://")).ok_or_else(|| {
                             RestError::Config {
@@ -243,6 +261,13 @@ impl RestProvider {
                     let mut request = request::build(op, base, &args)
                         .map_err(|message| RestError::Request { tool: name.to_owned(), message })?;
                     request.headers.extend(headers.iter().cloned());
+                    // Ask for the JSON the output schema describes, unless the import's
+                    // `headers` say what to accept.
+                    if let Some(output) = &op.output
+                        && !request.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("accept"))
+                    {
+                        request.headers.push(("Accept".into(), output.accept.clone()));
+                    }
                     let schemes = self
                         .auth
                         .as_ref()
@@ -265,7 +290,10 @@ impl RestProvider {
                 retried = true;
                 continue;
             }
-            return Ok(response.into_output());
+            return Ok(match &tool.plan {
+                Plan::OpenApi { output: Some(check), .. } => check.apply(response),
+                _ => response.into_output(),
+            });
         }
     }
 }

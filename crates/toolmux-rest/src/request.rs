@@ -83,7 +83,16 @@ pub(crate) fn build(
                 let Some(value) = value else {
                     return Err(format!("missing required path argument `{}`", field.flat));
                 };
-                path_values.push((field, path_value(field, value)));
+                let text = path_value(field, value);
+                if text.is_empty() {
+                    return Err(format!(
+                        "path argument `{}` is empty; give it a value: an empty one would leave \
+                         an empty segment in the path (`{}`), which names another resource",
+                        field.flat,
+                        op.path.replace(&format!("{{{}}}", field.name), "")
+                    ));
+                }
+                path_values.push((field, text));
             }
             Location::Query => {
                 if let Some(value) = value {
@@ -356,6 +365,7 @@ mod tests {
             body,
             security: Vec::new(),
             annotations: Default::default(),
+            output: None,
         }
     }
 
@@ -424,6 +434,23 @@ mod tests {
             build(json!({"id": "../admin", "tags": "t"})).unwrap().url,
             "http://h/api/items/..%2Fadmin/.t"
         );
+    }
+
+    #[test]
+    fn empty_path_arguments_are_refused() {
+        let op = op(
+            vec![
+                field("id", Location::Path, "id", Style::Simple, false),
+                field("tags", Location::Path, "tags", Style::Simple, false),
+            ],
+            None,
+        );
+        let build = |v: Value| build(&op, "http://h/api", v.as_object().unwrap());
+        expect_test::expect!["path argument `id` is empty; give it a value: an empty one would leave an empty segment in the path (`/items//{tags}`), which names another resource"]
+            .assert_eq(&build(json!({"id": "", "tags": "t"})).unwrap_err());
+        // An empty list is as empty; `0` is a value.
+        assert!(build(json!({"id": 1, "tags": []})).unwrap_err().contains("`tags` is empty"));
+        assert_eq!(build(json!({"id": 0, "tags": "t"})).unwrap().url, "http://h/api/items/0/t");
     }
 
     #[test]

@@ -91,6 +91,19 @@ pub(crate) struct BodySpec {
     pub(crate) open: bool,
 }
 
+/// The output schema of an operation, derived from its success responses (see
+/// `operation::output_schema` for the rule).
+#[derive(Debug, Clone)]
+pub(crate) struct OutputSchema {
+    /// An object schema (`type: object` at the top, as MCP requires), with its `$defs`.
+    pub(crate) schema: Value,
+    /// The response body is the `result` property of `schema`, not the whole of it: the
+    /// documented body is not always an object (an array, a scalar, a nullable object).
+    pub(crate) wrapped: bool,
+    /// The `Accept` header asking for the media types the schema describes.
+    pub(crate) accept: String,
+}
+
 /// One imported operation, ready to be listed and called.
 #[derive(Debug, Clone)]
 pub(crate) struct Operation {
@@ -111,6 +124,9 @@ pub(crate) struct Operation {
     /// configured is used. Empty: no security.
     pub(crate) security: Vec<Vec<String>>,
     pub(crate) annotations: ToolAnnotations,
+    /// The output schema; `None` when the success responses do not say what JSON they
+    /// hold, or the import's `outputSchemas` is `false`.
+    pub(crate) output: Option<OutputSchema>,
 }
 
 /// A security scheme of the document.

@@ -2,10 +2,11 @@
 //! parameter maps, servers and security.
 
 use super::document::{Document, Version, escape_token};
-use super::schema::{SchemaConverter, ref_name};
+use super::schema::{Direction, SchemaConverter, ref_name};
 use super::select::{OperationFacts, matches};
 use super::{
-    BodyEncoding, BodySpec, Field, Imported, Location, METHODS, Operation, SecurityScheme, Style,
+    BodyEncoding, BodySpec, Field, Imported, Location, METHODS, Operation, OutputSchema,
+    SecurityScheme, Style,
 };
 use crate::config::DEFAULT_MAX_TOOLS;
 use crate::{OpenApiConfig, RestError, names};
@@ -24,7 +25,9 @@ pub(crate) fn import(
     namespace: &str,
     config: &OpenApiConfig,
 ) -> Result<Imported, RestError> {
-    let mut converter = SchemaConverter::new(doc);
+    let mut converter = SchemaConverter::new(doc, Direction::Request);
+    let mut responses = (config.output_schemas != Some(false))
+        .then(|| SchemaConverter::new(doc, Direction::Response));
     let mut warnings = Vec::new();
     let mut operations = Vec::new();
     let mut keys = Vec::new();
@@ -61,7 +64,14 @@ pub(crate) fn import(
                 Err(doc.error(&op_at, "operation is not an object"))
             };
             match built {
-                Ok(built) => {
+                Ok(mut built) => {
+                    if let Some(responses) = responses.as_mut() {
+                        match output_schema(doc, responses, op, &op_at) {
+                            Ok(output) => built.output = output,
+                            Err(e) => warnings
+                                .push(format!("{e}; operation `{route}` gets no output schema")),
+                        }
+                    }
                     keys.push((built.name.clone(), route));
                     operations.push(built);
                 }
@@ -295,7 +305,189 @@ fn build_operation(
         body,
         security: security_requirements(doc, op),
         annotations: annotations(method),
+        output: None,
     })
+}
+
+/// The output schema of an operation, from its success responses, converted like input
+/// schemas (`$ref`s to `$defs`, recursion kept as references) but for a response
+/// (`writeOnly` properties left out, `readOnly` ones kept).
+///
+/// The success responses are the `2xx` codes and the `2XX` range (`default` may be an
+/// error). Every one of them must hold JSON (OpenAPI 3: an `application/json` or `+json`
+/// media type with a `schema`; Swagger 2: a `schema`, with JSON among `produces` when it
+/// is given) whose schema constrains something: a success that could be empty (`204`),
+/// something else, or any JSON at all gives no output schema, since MCP asks every result
+/// of a tool with one for structured content conforming to it. Several different schemas
+/// are alternatives (`anyOf`). A schema that is an object (`type: object`, directly,
+/// through a `$ref` or in an `allOf`) is the output schema as it is; any other (an array,
+/// a scalar, a nullable object) is wrapped as the property `result` of an object, as
+/// FastMCP does (`x-toolmux-wrap-result` marks it).
+fn output_schema(
+    doc: &Document,
+    converter: &mut SchemaConverter<'_>,
+    op: &Value,
+    at: &str,
+) -> Result<Option<OutputSchema>, RestError> {
+    let Some(responses) = op.get("responses").and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    // Explicit codes in order, the `2XX` range after them (digits sort before `X`).
+    let mut success: Vec<(&String, &Value)> =
+        responses.iter().filter(|(code, _)| is_success(code)).collect();
+    success.sort_by_key(|(code, _)| code.to_ascii_uppercase());
+    if success.is_empty() {
+        return Ok(None);
+    }
+    let mut schemas: Vec<Value> = Vec::new();
+    let mut media_types: Vec<String> = Vec::new();
+    for (code, response) in success {
+        let (response, response_at) =
+            doc.follow(response, &format!("{at}/responses/{}", escape_token(code)))?;
+        let found = if doc.version == Version::Swagger2 {
+            swagger_response_schema(doc, op, response, &response_at)
+        } else {
+            response
+                .get("content")
+                .and_then(Value::as_object)
+                .and_then(|content| content.iter().find(|(m, _)| is_json_media(m)))
+                .and_then(|(media, content)| {
+                    let schema_at = format!("{response_at}/content/{}/schema", escape_token(media));
+                    Some((content.get("schema")?, schema_at, media.clone()))
+                })
+        };
+        let Some((schema, schema_at, media)) = found else { return Ok(None) };
+        let converted = converter.convert(schema, &schema_at)?;
+        if !constrains(&converted) {
+            return Ok(None);
+        }
+        if !schemas.contains(&converted) {
+            schemas.push(converted);
+        }
+        if !media_types.contains(&media) {
+            media_types.push(media);
+        }
+    }
+    let body = if schemas.len() == 1 { schemas.remove(0) } else { json!({"anyOf": schemas}) };
+    let wrapped = !is_object(converter, &body, 0)?;
+    let mut schema = if wrapped {
+        json!({
+            "type": "object",
+            "properties": {"result": body},
+            "required": ["result"],
+            "x-toolmux-wrap-result": true,
+        })
+    } else {
+        let mut body = body;
+        if let Value::Object(map) = &mut body {
+            // Said outright, as MCP requires; it holds already.
+            map.entry("type").or_insert_with(|| json!("object"));
+        }
+        body
+    };
+    converter.attach_defs(&mut schema)?;
+    Ok(Some(OutputSchema { schema, wrapped, accept: media_types.join(", ") }))
+}
+
+/// Whether a response code is a success: `200`…`299` or the range `2XX`.
+fn is_success(code: &str) -> bool {
+    code.eq_ignore_ascii_case("2XX")
+        || (code.len() == 3 && code.starts_with('2') && code.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether a media type is JSON: `application/json` or a `+json` type, parameters aside
+/// (`application/x-ndjson` and `application/json-seq` are streams, not one value).
+fn is_json_media(media: &str) -> bool {
+    let essence = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+/// The schema of a Swagger 2 response, when the operation produces JSON (`produces` of the
+/// operation, else of the document; JSON when neither says).
+fn swagger_response_schema<'a>(
+    doc: &Document,
+    op: &Value,
+    response: &'a Value,
+    response_at: &str,
+) -> Option<(&'a Value, String, String)> {
+    let schema = response.get("schema")?;
+    let produces = op
+        .get("produces")
+        .or_else(|| doc.root.get("produces"))
+        .and_then(Value::as_array)
+        .filter(|list| !list.is_empty());
+    let media = match produces {
+        None => "application/json".to_owned(),
+        Some(list) => list.iter().filter_map(Value::as_str).find(|m| is_json_media(m))?.to_owned(),
+    };
+    Some((schema, format!("{response_at}/schema"), media))
+}
+
+/// Whether a converted schema rules anything out: `{}`, `true` and schemas of annotations
+/// only accept any JSON, which says nothing a client could use.
+fn constrains(schema: &Value) -> bool {
+    const ANNOTATIONS: &[&str] = &[
+        "title",
+        "description",
+        "examples",
+        "default",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "$comment",
+        "format",
+    ];
+    match schema {
+        Value::Object(map) => map.keys().any(|k| !ANNOTATIONS.contains(&k.as_str())),
+        Value::Bool(accepts) => !accepts,
+        _ => false,
+    }
+}
+
+/// Whether every value a converted schema accepts is an object: `type: object`, directly or
+/// through a `$ref`; an `allOf` with such a member; an `anyOf`/`oneOf` of such members.
+/// Recursion is cut after 16 steps, as for request bodies (then it is not known to be one).
+fn is_object(
+    converter: &mut SchemaConverter<'_>,
+    schema: &Value,
+    depth: usize,
+) -> Result<bool, RestError> {
+    if depth > 16 {
+        return Ok(false);
+    }
+    let Some(map) = schema.as_object() else { return Ok(false) };
+    if map.get("type").and_then(Value::as_str) == Some("object") {
+        return Ok(true);
+    }
+    if let Some(name) = ref_name(schema) {
+        let target = converter.definition(name)?.cloned();
+        if let Some(target) = target
+            && is_object(converter, &target, depth + 1)?
+        {
+            return Ok(true);
+        }
+    }
+    if let Some(Value::Array(members)) = map.get("allOf") {
+        for member in members {
+            if is_object(converter, member, depth + 1)? {
+                return Ok(true);
+            }
+        }
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(members)) = map.get(keyword)
+            && !members.is_empty()
+        {
+            let mut all = true;
+            for member in members {
+                all &= is_object(converter, member, depth + 1)?;
+            }
+            if all {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Path-level and operation-level parameters, the operation's winning on `(name, in)`.

@@ -5,10 +5,10 @@
 //! OpenAPI 3.0 and Swagger keywords are normalized: `nullable` (and `x-nullable`) adds
 //! `null` to the type, boolean `exclusiveMinimum`/`exclusiveMaximum` become numbers,
 //! `example` becomes `examples`, Swagger's `type: file` becomes a binary string, an array of
-//! `items` becomes `prefixItems`; `readOnly` properties are left out (with their `required`
-//! entries: only the server sets them, and every schema here describes a request);
-//! `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
-//! and `x-` extensions are dropped.
+//! `items` becomes `prefixItems`; `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
+//! and `x-` extensions are dropped. A converter works in one [`Direction`]: in requests
+//! `readOnly` properties are left out (with their `required` entries: only the server sets
+//! them), in responses `writeOnly` ones (a server never returns them).
 
 use super::document::{Document, escape_token, percent_decode};
 use crate::RestError;
@@ -23,10 +23,21 @@ struct Definition {
     refs: BTreeSet<String>,
 }
 
-/// Converts schemas of one document, caching every definition.
+/// What the schemas of a converter describe, which decides the properties left out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// Arguments of a request: `readOnly` properties are left out.
+    Request,
+    /// A response body: `writeOnly` properties are left out.
+    Response,
+}
+
+/// Converts schemas of one document, caching every definition. The cache holds one
+/// direction's conversions, so requests and responses each need their own converter.
 #[derive(Debug)]
 pub(crate) struct SchemaConverter<'d> {
     doc: &'d Document,
+    direction: Direction,
     /// Definition name by document pointer.
     names: HashMap<String, String>,
     /// Pointer by definition name (to keep names unique).
@@ -74,9 +85,10 @@ const DROPPED: &[&str] = &[
 ];
 
 impl<'d> SchemaConverter<'d> {
-    pub(crate) fn new(doc: &'d Document) -> Self {
+    pub(crate) fn new(doc: &'d Document, direction: Direction) -> Self {
         SchemaConverter {
             doc,
+            direction,
             names: HashMap::new(),
             taken: HashMap::new(),
             defs: HashMap::new(),
@@ -101,7 +113,7 @@ impl<'d> SchemaConverter<'d> {
         pointer: &str,
     ) -> Result<Value, RestError> {
         let mut out = Map::new();
-        let read_only = self.read_only_properties(map);
+        let omitted = self.omitted_properties(map);
         for (key, value) in map {
             if DROPPED.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
@@ -130,7 +142,7 @@ impl<'d> SchemaConverter<'d> {
                             .iter()
                             .filter(|n| {
                                 n.as_str().is_some_and(|n| {
-                                    !read_only.contains(n) && seen.insert(n.to_owned())
+                                    !omitted.contains(n) && seen.insert(n.to_owned())
                                 })
                             })
                             .cloned()
@@ -209,7 +221,7 @@ impl<'d> SchemaConverter<'d> {
                         let base = at();
                         let mut converted = Map::new();
                         for (name, sub) in entries {
-                            if k == "properties" && read_only.contains(name.as_str()) {
+                            if k == "properties" && omitted.contains(name.as_str()) {
                                 continue;
                             }
                             let sub_at = format!("{base}/{}", escape_token(name));
@@ -235,19 +247,24 @@ impl<'d> SchemaConverter<'d> {
         Ok(Value::Object(out))
     }
 
-    /// The `readOnly` properties of an object schema, directly or through a `$ref`: the
-    /// server sets them, so a request never sends them (`writeOnly` ones stay).
-    fn read_only_properties<'m>(&self, map: &'m Map<String, Value>) -> BTreeSet<&'m str> {
+    /// The properties of an object schema left out in this direction, marked directly or
+    /// through a `$ref`: `readOnly` ones in requests (the server sets them, so a request
+    /// never sends them), `writeOnly` ones in responses (a server never returns them).
+    fn omitted_properties<'m>(&self, map: &'m Map<String, Value>) -> BTreeSet<&'m str> {
         let Some(Value::Object(properties)) = map.get("properties") else {
             return BTreeSet::new();
         };
-        let read_only = |schema: &Value| schema.get("readOnly") == Some(&Value::Bool(true));
+        let keyword = match self.direction {
+            Direction::Request => "readOnly",
+            Direction::Response => "writeOnly",
+        };
+        let marked = |schema: &Value| schema.get(keyword) == Some(&Value::Bool(true));
         properties
             .iter()
             .filter(|(_, sub)| {
-                read_only(sub)
+                marked(sub)
                     || (sub.get("$ref").is_some()
-                        && self.doc.follow(sub, "").is_ok_and(|(target, _)| read_only(target)))
+                        && self.doc.follow(sub, "").is_ok_and(|(target, _)| marked(target)))
             })
             .map(|(name, _)| name.as_str())
             .collect()
@@ -517,7 +534,7 @@ mod tests {
 
     fn check(components: Value, schema: Value, expected: Expect) {
         let doc = doc(components);
-        let mut conv = SchemaConverter::new(&doc);
+        let mut conv = SchemaConverter::new(&doc, Direction::Request);
         let mut out = conv.convert(&schema, "/x").unwrap();
         conv.attach_defs(&mut out).unwrap();
         expected.assert_eq(&serde_json::to_string(&out).unwrap());
@@ -594,7 +611,7 @@ mod tests {
     #[test]
     fn dangling_and_external_references_name_the_place() {
         let doc = doc(json!({"A": {"properties": {"b": {"$ref": "#/components/schemas/Nope"}}}}));
-        let mut conv = SchemaConverter::new(&doc);
+        let mut conv = SchemaConverter::new(&doc, Direction::Request);
         let mut out = conv.convert(&json!({"$ref": "#/components/schemas/A"}), "/x").unwrap();
         expect![[r#"t.json: at /components/schemas/A/properties/b/$ref: dangling reference `#/components/schemas/Nope`"#]]
             .assert_eq(&conv.attach_defs(&mut out).unwrap_err().to_string());
@@ -617,6 +634,23 @@ mod tests {
                 r##"{"$defs":{"User":{"properties":{"name":{"type":"string"},"password":{"type":"string","writeOnly":true}},"required":["name","password"],"type":"object"}},"$ref":"#/$defs/User"}"##
             ]],
         );
+    }
+
+    #[test]
+    fn write_only_properties_are_not_returned() {
+        let doc = doc(json!({"Secret": {"type": "string", "writeOnly": true},
+               "User": {"type": "object", "required": ["id", "name", "password", "pin"],
+                        "properties": {"id": {"type": "integer", "readOnly": true},
+                                       "pin": {"$ref": "#/components/schemas/Secret"},
+                                       "name": {"type": "string"},
+                                       "password": {"type": "string", "writeOnly": true}}}}));
+        let mut conv = SchemaConverter::new(&doc, Direction::Response);
+        let mut out = conv.convert(&json!({"$ref": "#/components/schemas/User"}), "/x").unwrap();
+        conv.attach_defs(&mut out).unwrap();
+        expect![[
+            r##"{"$defs":{"User":{"properties":{"id":{"readOnly":true,"type":"integer"},"name":{"type":"string"}},"required":["id","name"],"type":"object"}},"$ref":"#/$defs/User"}"##
+        ]]
+        .assert_eq(&out.to_string());
     }
 
     #[test]

@@ -69,6 +69,17 @@ pub fn check_tools(namespace: &str, tools: &[ToolSpec]) -> Vec<String> {
         if let Err(e) = jsonschema::draft202012::options().build(&tool.input_schema) {
             failures.push(format!("{name}: schema does not compile: {e}"));
         }
+        if let Some(output) = &tool.output_schema {
+            if output.get("type").and_then(Value::as_str) != Some("object") {
+                failures.push(format!("{name}: output schema is not an object schema"));
+            }
+            if let Err(e) = jsonschema::meta::validate(output) {
+                failures.push(format!("{name}: output schema is not valid JSON Schema: {e}"));
+            }
+            if let Err(e) = jsonschema::draft202012::options().build(output) {
+                failures.push(format!("{name}: output schema does not compile: {e}"));
+            }
+        }
         for key in tool.input_schema["properties"].as_object().into_iter().flat_map(|p| p.keys()) {
             let ok = !key.is_empty()
                 && key.len() <= 64
