@@ -129,6 +129,12 @@ pub struct McpServerConfig {
     /// provider gives up until its next successful start (default 5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
+    /// How often a running server is sent an MCP `ping`, in ms; off when unset or 0.
+    /// A ping fails when unanswered within the interval (at least 1 s, at most 10 s);
+    /// after 3 failures in a row the connection is closed and the next call restarts
+    /// the server. A server not started (lazy, or not yet called) is not pinged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check_ms: Option<u64>,
     /// The queue the orchestrator runs this server's calls in (read by the facade).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -304,6 +310,12 @@ impl McpServerConfig {
         self
     }
 
+    /// Pings the running server every `interval` (see `healthCheckMs`).
+    pub fn with_health_check(mut self, interval: Duration) -> Self {
+        self.health_check_ms = Some(duration_ms(interval));
+        self
+    }
+
     /// The transport, explicit or inferred.
     pub fn transport_kind(&self, server: &str) -> Result<TransportKind, McpError> {
         match (self.transport, &self.command, &self.url) {
@@ -333,6 +345,11 @@ impl McpServerConfig {
     /// The startup timeout.
     pub fn startup_timeout(&self) -> Duration {
         Duration::from_millis(self.startup_timeout_ms.unwrap_or(30_000))
+    }
+
+    /// How often the running server is pinged; `None` when it is not.
+    pub fn health_check_interval(&self) -> Option<Duration> {
+        self.health_check_ms.filter(|ms| *ms > 0).map(Duration::from_millis)
     }
 }
 

@@ -30,6 +30,7 @@ use crate::McpError;
 use crate::transport::lane::{self, Lane};
 
 mod catalog;
+mod health;
 mod tasks;
 mod urls;
 
@@ -73,6 +74,8 @@ struct Inner {
     /// Tools the server runs only as tasks, and how it takes them (see `tasks`).
     task_required: RwLock<foldhash::HashMap<String, tasks::Flavor>>,
     instructions: RwLock<Option<String>>,
+    /// What [`ToolProvider::health`] tells beyond the connection's own state.
+    status: Mutex<health::Status>,
     shutdown: CancellationToken,
 }
 
@@ -128,6 +131,7 @@ impl McpProvider {
                 tools: RwLock::new(None),
                 task_required: RwLock::default(),
                 instructions: RwLock::new(None),
+                status: Mutex::default(),
                 shutdown: CancellationToken::new(),
             }),
         })
@@ -308,10 +312,9 @@ impl Inner {
         }
         let max = self.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
         if restarts.failures > max {
-            return Err(McpError::GaveUp {
-                server: self.name.clone(),
-                restarts: restarts.failures - 1,
-            });
+            let restarts = restarts.failures - 1;
+            self.set_problem(format!("gave up after {restarts} failed restarts"));
+            return Err(McpError::GaveUp { server: self.name.clone(), restarts });
         }
         let dead = self.current.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(dead) = dead {
@@ -345,13 +348,18 @@ impl Inner {
                     "mcp server connected"
                 );
                 *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
+                *self.status.lock().unwrap_or_else(|e| e.into_inner()) = health::Status::default();
                 spawn_refresher(Arc::downgrade(self), connection.clone());
+                if let Some(every) = self.config.health_check_interval() {
+                    health::spawn_check(Arc::downgrade(self), connection.clone(), every);
+                }
                 self.after_connect(&connection).await;
                 restarts.not_before = None;
                 Ok(connection)
             }
             Err(e) => {
                 Self::count_failure(&mut restarts);
+                self.set_problem("failed to start".to_owned());
                 tracing::warn!(server = %self.name, error = %e, "mcp server failed to start");
                 Err(e)
             }
@@ -1027,6 +1035,10 @@ impl ToolProvider for McpProvider {
 
     fn resource_updates(&self) -> Option<ResourceUpdates> {
         self.inner.resource_updates()
+    }
+
+    fn health(&self) -> toolmux_core::Health {
+        self.inner.health()
     }
 }
 

@@ -326,4 +326,9 @@ impl ToolProvider for PerSessionProvider {
     fn resource_updates(&self) -> Option<ResourceUpdates> {
         self.inner.template.resource_updates()
     }
+
+    /// The shared connection's: the one listing, prompts and resources use.
+    fn health(&self) -> toolmux_core::Health {
+        self.inner.template.health()
+    }
 }

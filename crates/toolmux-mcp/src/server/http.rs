@@ -99,12 +99,31 @@ pub(crate) const HEALTH_PATH: &str = "/health";
 /// Where statistics are served.
 pub(crate) const METRICS_PATH: &str = "/metrics";
 
-/// 200 and the number of tools while the provider lists them (within 5 s), else 503.
+/// 200 while the provider lists its tools (within 5 s), else 503. The body gives the
+/// number of tools and each provider's state by namespace (names and states only: probes
+/// carry no key). A provider that is not healthy makes the answer `"degraded": true`, still
+/// 200: the gateway serves the other providers' tools, and a load balancer taking it out
+/// for one dead upstream would take all of them away.
 async fn health(shared: Arc<Shared>) -> Response {
     let listed = tokio::time::timeout(Duration::from_secs(5), shared.provider().list_tools()).await;
     let (status, body) = match listed {
         Ok(Ok(tools)) => {
-            (StatusCode::OK, serde_json::json!({"status": "ok", "tools": tools.len()}))
+            let parts = shared.provider().health_by_provider();
+            let degraded = parts.iter().any(|p| !p.health.ok);
+            let providers: serde_json::Map<String, serde_json::Value> = parts
+                .into_iter()
+                .map(|p| {
+                    let health = serde_json::to_value(&p.health).unwrap_or_default();
+                    (p.namespace, health)
+                })
+                .collect();
+            let body = serde_json::json!({
+                "status": if degraded { "degraded" } else { "ok" },
+                "degraded": degraded,
+                "tools": tools.len(),
+                "providers": providers,
+            });
+            (StatusCode::OK, body)
         }
         // Probes carry no key: the reason goes to the log, not to whoever asks.
         Ok(Err(e)) => {

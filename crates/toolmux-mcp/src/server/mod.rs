@@ -30,9 +30,10 @@
 //! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
 //!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding; with
 //!   [`ServeOptions::api_keys`], requests without one of the keys are refused with 401.
-//! - Over HTTP, `GET /health` (no key needed, for load balancers and probes): 200 and the
-//!   number of tools while the provider lists them, else 503; `GET /metrics` with
-//!   [`ServeOptions::metrics`].
+//! - Over HTTP, `GET /health` (no key needed, for load balancers and probes): 200, the
+//!   number of tools and each provider's [`Health`](toolmux_core::Health) by namespace
+//!   while the provider lists its tools (`"degraded": true` when one is not healthy), else
+//!   503; `GET /metrics` with [`ServeOptions::metrics`].
 //! - Over HTTP, the external tools' API for programs that answer their calls without MCP
 //!   (`GET /api/tool-calls`, the event stream `GET /api/tool-calls/events`, `POST
 //!   /api/runs/{runId}/tool-results`), through the provider's `external__pending` and

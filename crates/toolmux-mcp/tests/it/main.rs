@@ -7,6 +7,7 @@
 mod conformance_suite;
 mod everything;
 mod faults;
+mod health;
 mod oauth_server;
 mod oauth_sse;
 mod passthrough;

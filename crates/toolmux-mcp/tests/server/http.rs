@@ -6,7 +6,7 @@ use rmcp::model::{CallToolRequestParams, SubscriptionFilter};
 use serde_json::json;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use toolmux_core::ToolSpec;
+use toolmux_core::{ToolProvider, ToolSpec};
 use toolmux_mcp::server::{ApiKey, ApiKeys, ServeOptions};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -303,4 +303,106 @@ async fn shutdown_ends_open_sessions_and_running_calls() {
     // Returns although a session, a subscription and a call are open.
     server.stop().await;
     eventually("the call to be cancelled", || async { mock.in_flight() == 0 }).await;
+}
+
+/// Two real stdio MCP servers behind one gateway, as the orchestrator composes providers
+/// (which this crate's tests may not link): tools named `{server}__{tool}`, health told
+/// per server.
+#[derive(Debug)]
+struct Upstreams(Vec<toolmux_mcp::McpProvider>);
+
+#[async_trait::async_trait]
+impl ToolProvider for Upstreams {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Composite
+    }
+
+    fn namespace(&self) -> &str {
+        "upstreams"
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        let mut tools = Vec::new();
+        for upstream in &self.0 {
+            for mut tool in upstream.list_tools().await? {
+                tool.name = format!("{}__{}", upstream.name(), tool.name);
+                tools.push(tool);
+            }
+        }
+        Ok(tools)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Value,
+        ctx: &toolmux_core::CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        let unknown =
+            || toolmux_core::ToolError::UnknownTool { name: name.into(), suggestions: vec![] };
+        let (server, tool) = name.split_once("__").ok_or_else(unknown)?;
+        let upstream = self.0.iter().find(|u| u.name() == server).ok_or_else(unknown)?;
+        upstream.call(tool, arguments, ctx).await
+    }
+
+    fn health_by_provider(&self) -> Vec<toolmux_core::ProviderHealth> {
+        self.0.iter().flat_map(ToolProvider::health_by_provider).collect()
+    }
+}
+
+/// `GET /health`'s status and JSON body.
+async fn get_health(server: &HttpServer) -> (u16, serde_json::Value) {
+    crate::support::install_crypto();
+    let url = format!("http://{}/health", server.addr);
+    let response = within(reqwest::Client::new().get(url).send()).await.expect("response");
+    let status = response.status().as_u16();
+    (status, within(response.json()).await.expect("a JSON body"))
+}
+
+/// An upstream that stops answering is found out by its health check and shown by
+/// `/health` as degraded, by name, with no command line or URL; the gateway still answers
+/// 200 and still serves the other upstream.
+#[tokio::test]
+async fn health_shows_a_degraded_upstream_by_name() {
+    let fixture = env!("CARGO_BIN_EXE_toolmux-mcp-fixture");
+    let upstream = |name: &str| {
+        let config = toolmux_mcp::McpServerConfig::stdio(fixture, ["ok"])
+            .with_base_dir(std::env::temp_dir())
+            .with_health_check(std::time::Duration::from_millis(100));
+        toolmux_mcp::McpProvider::new(name, config).unwrap()
+    };
+    let (up, down) = (upstream("up"), upstream("down"));
+    within(up.warmup()).await.unwrap();
+    within(down.warmup()).await.unwrap();
+    let gateway = Arc::new(Upstreams(vec![up.clone(), down.clone()]));
+    let server = HttpServer::start(gateway, ServeOptions::default()).await;
+    let (status, body) = get_health(&server).await;
+    assert_eq!(status, 200);
+    let providers = json!({"up": {"ok": true}, "down": {"ok": true}});
+    assert_eq!(
+        body,
+        json!({"status": "ok", "degraded": false, "tools": 32, "providers": providers})
+    );
+
+    let ctx = toolmux_core::CallContext::new();
+    within(down.call("freeze", json!({}), &ctx)).await.unwrap();
+    eventually("the frozen upstream to be found out", || async { !down.health().ok }).await;
+    let (status, body) = get_health(&server).await;
+    assert_eq!(status, 200, "one dead upstream does not take the gateway out");
+    let frozen =
+        json!({"ok": false, "detail": "no answer to 3 pings in a row; restarts on the next call"});
+    let providers = json!({"up": {"ok": true}, "down": frozen});
+    assert_eq!(
+        body,
+        json!({"status": "degraded", "degraded": true, "tools": 32, "providers": providers})
+    );
+    assert!(!body.to_string().contains("fixture"), "no command line: {body}");
+
+    let (client, _) = server.connect(Lifecycle::Initialize).await;
+    let echoed = call(&client, "up__echo", json!({"message": "still here"})).await;
+    assert_eq!(first_text(&echoed), "echo: still here");
+    within(client.cancel()).await.unwrap();
+    server.stop().await;
+    within(up.shutdown()).await.unwrap();
+    within(down.shutdown()).await.unwrap();
 }
