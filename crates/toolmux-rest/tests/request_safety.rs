@@ -247,3 +247,27 @@ async fn arguments_nothing_takes_are_refused_unless_the_body_is_open() {
         ]
     );
 }
+
+#[tokio::test]
+async fn empty_path_arguments_are_refused_by_name() {
+    let (base, lines) = recording_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
+        "servers": [{"url": format!("{base}/v1")}],
+        "paths": {"/users/{id}/profile": {"get": {"operationId": "getProfile", "parameters": [
+            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}}}});
+    let imported =
+        RestProvider::openapi_from_value("users", doc, "users.json", &OpenApiConfig::default())
+            .unwrap();
+    let err = call_error(&imported, "get_profile", json!({"id": ""})).await;
+    assert!(
+        err.contains(
+            "path argument `id` is empty; give it a value: an empty one would leave an empty \
+             segment in the path (`/users//profile`)"
+        ),
+        "{err}"
+    );
+    assert_eq!(lines.lock().unwrap().len(), 0, "{:?}", lines.lock().unwrap());
+    let out = imported.call("get_profile", json!({"id": "0"}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(*lines.lock().unwrap(), ["GET /v1/users/0/profile HTTP/1.1"]);
+}
