@@ -9,7 +9,10 @@
 //! Imported operations get one flat input schema each (path, query, header and cookie
 //! parameters and the body's properties side by side; clashes renamed `{name}__{location}`),
 //! JSON Schema 2020-12 with `$defs` pruned to what the operation reaches, and names that fit
-//! the 64-character budget after the namespace.
+//! the 64-character budget after the namespace. An operation whose success responses all
+//! document JSON gets an output schema from them (an object schema, other bodies wrapped as
+//! `{"result": …}`), and its successful calls return the body as structured content,
+//! checked against it ([`OpenApiConfig::output_schemas`]).
 //!
 //! # Configuration
 //!
