@@ -38,6 +38,13 @@ fn github_imports_every_operation_with_valid_schemas() {
             failures[..failures.len().min(30)].join("\n")
         );
         assert!(github.warnings().is_empty(), "{:?}", github.warnings());
+        // Output schemas for most operations, none of them huge (a listing carries them).
+        let typed: Vec<usize> = tools
+            .iter()
+            .filter_map(|t| t.output_schema.as_ref().map(|s| s.to_string().len()))
+            .collect();
+        assert!(typed.len() > 600, "{} tools with an output schema", typed.len());
+        assert!(typed.iter().all(|&bytes| bytes <= 32 * 1024), "{:?}", typed.iter().max());
         let get_content = tools.iter().find(|t| t.name == "repos_get_content").unwrap();
         let props = &get_content.input_schema["properties"];
         for arg in ["owner", "repo", "path", "ref"] {

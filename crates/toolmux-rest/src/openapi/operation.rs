@@ -386,8 +386,16 @@ fn output_schema(
         body
     };
     converter.attach_defs(&mut schema)?;
+    // A listing carries every output schema to the client; a huge one (a whole API's
+    // object graph) is left out, and the tool answers in text alone.
+    if serde_json::to_vec(&schema).map_or(true, |bytes| bytes.len() > OUTPUT_SCHEMA_MAX_BYTES) {
+        return Ok(None);
+    }
     Ok(Some(OutputSchema { schema, wrapped, accept: media_types.join(", ") }))
 }
+
+/// The largest output schema an imported tool gets, in bytes of compact JSON.
+pub(crate) const OUTPUT_SCHEMA_MAX_BYTES: usize = 32 * 1024;
 
 /// Whether a response code is a success: `200`…`299` or the range `2XX`.
 fn is_success(code: &str) -> bool {
