@@ -182,6 +182,14 @@ impl ToolProvider for Live {
         self.get().instructions()
     }
 
+    fn health(&self) -> toolmux::toolmux_core::Health {
+        self.get().health()
+    }
+
+    fn health_by_provider(&self) -> Vec<toolmux::toolmux_core::ProviderHealth> {
+        self.get().health_by_provider()
+    }
+
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         Some(self.tools.subscribe())
     }

@@ -634,6 +634,7 @@ mod mcp {
             protocol: entry.protocol,
             accept_elicitation_defaults: entry.accept_elicitation_defaults,
             max_restarts: entry.max_restarts,
+            health_check_ms: entry.health_check_ms.or(loaded.config.defaults.health_check_ms),
             queue: entry.queue.clone(),
             cache: entry.cache,
             description: entry.description.clone(),
@@ -664,6 +665,31 @@ mod mcp {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        /// `healthCheckMs` of a server, else `defaults.healthCheckMs`; `0` turns it off.
+        #[test]
+        fn health_checks_default_and_per_server() {
+            let text = "defaults:\n  healthCheckMs: 60000\nmcpServers:\n  a: {command: x}\n  \
+                        b: {command: x, healthCheckMs: 0}\n  c: {command: x, healthCheckMs: 5000}\n";
+            let loaded = crate::config::load_str(
+                text,
+                crate::config::FileFormat::Yaml,
+                "toolmux.yaml",
+                Path::new("/proj"),
+                &|_| None,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let interval = |name: &str| {
+                let mut secrets = Vec::new();
+                let entry = &loaded.config.mcp_servers[name];
+                let config = server_config(&loaded, name, entry, &mut secrets)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                config.health_check_interval()
+            };
+            assert_eq!(interval("a"), Some(Duration::from_secs(60)));
+            assert_eq!(interval("b"), None);
+            assert_eq!(interval("c"), Some(Duration::from_secs(5)));
+        }
 
         #[test]
         fn namespaces_from_desktop_names() {

@@ -177,6 +177,6 @@ async fn health_is_told_per_provider() {
     let view = FilteredView::new(o.clone(), vec!["up__*".into()]);
     assert_eq!(namespaces(&view), ["up"]);
     assert_eq!(view.health(), Health::ok());
-    let view = FilteredView::new(o.clone(), vec!["down__*".into()]);
+    let view = FilteredView::new(o, vec!["down__*".into()]);
     assert_eq!(view.health(), Health::unhealthy("unhealthy: down"));
 }

@@ -233,6 +233,11 @@ pub struct Defaults {
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
+    /// How often running MCP servers are pinged, in milliseconds, unless a server says
+    /// (off when unset; see `mcpServers.*.healthCheckMs`).
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_ms: Option<u64>,
 }
 
 /// `defaults.statsFile`: a path, or `false` (no statistics kept) or `true` (the default
@@ -432,6 +437,13 @@ pub struct McpServerEntry {
     /// Restarts in a row after failures before giving up (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
+    /// How often the running server is sent an MCP `ping`, in milliseconds (default
+    /// `defaults.healthCheckMs`, else off; `0` turns it off). A ping unanswered within the
+    /// interval (at least 1 s, at most 10 s) fails; after 3 failures in a row the server
+    /// is closed, a warning names it, and the next call restarts it. A server not started
+    /// (lazy, or not yet called) is never pinged. 60000 is a good value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_ms: Option<u64>,
     /// A description of the server, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
