@@ -241,7 +241,8 @@ mod tests {
                 "idempotent": false,
                 "openWorld": false,
                 "endsTurn": false,
-                "visible": true
+                "visible": true,
+                "shown": true
               }
             }"#]]
         .assert_eq(&serde_json::to_string_pretty(&spec).expect("serializes"));
