@@ -145,6 +145,8 @@ pub(crate) enum UrlError {
         /// The segment it would make.
         segment: String,
     },
+    /// The argument is empty and would leave an empty path segment.
+    EmptySegment(String),
 }
 
 impl UrlError {
@@ -153,6 +155,10 @@ impl UrlError {
         match self {
             UrlError::Missing(name) => format!("missing argument `{name}` for the URL"),
             UrlError::DotSegment { parameter, segment } => dot_segment_message(parameter, segment),
+            UrlError::EmptySegment(parameter) => format!(
+                "path argument `{parameter}` is empty; give it a value: an empty one would \
+                 leave an empty segment in the path, which names another resource"
+            ),
         }
     }
 }
@@ -246,6 +252,13 @@ impl UrlTemplate {
         let mut start = 0;
         for segment in out.split('/') {
             let end = start + segment.len();
+            // An empty argument that is all of its segment (`/users//x`); the empty segment
+            // of `https://` holds no argument.
+            if segment.is_empty()
+                && let Some(&(_, _, name)) = spans.iter().find(|&&(s, e, _)| s == start && e == end)
+            {
+                return Err(UrlError::EmptySegment(name.to_owned()));
+            }
             if dot_segment(segment) {
                 // A value within the segment counts, an empty one too (`.${parameters.x}.`
                 // with `x` empty); one with text is named first.
@@ -330,6 +343,21 @@ mod tests {
             .unwrap();
         assert_eq!(got, "http://h/v1/S%C3%A3o%20Paulo%2F..%2Fx/x?q=a%26b%3Dc%20d&fixed=1");
         assert_eq!(url.render(&args(json!({}))).unwrap_err(), UrlError::Missing("city".into()));
+    }
+
+    #[test]
+    fn an_empty_path_argument_is_refused() {
+        let url = UrlTemplate::parse("https://h/users/${parameters.id}/posts?q=${parameters.q}");
+        let empty = url.render(&args(json!({"id": "", "q": ""}))).unwrap_err();
+        assert_eq!(
+            empty.message(),
+            "path argument `id` is empty; give it a value: an empty one would leave an empty \
+             segment in the path, which names another resource"
+        );
+        // An empty query value and a value sharing its segment with text are fine.
+        assert!(url.render(&args(json!({"id": "7", "q": ""}))).is_ok());
+        let joined = UrlTemplate::parse("https://h/users/u${parameters.id}");
+        assert!(joined.render(&args(json!({"id": ""}))).is_ok());
     }
 
     #[test]
