@@ -29,6 +29,15 @@ fn inline(tools: Value) -> RestProvider {
     RestProvider::inline(&tools).unwrap()
 }
 
+/// An import of one operation, `GET /users/{id}/profile` (`get_profile`), served at `base`.
+fn profile_import(base: &str) -> RestProvider {
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
+        "servers": [{"url": format!("{base}/v1")}],
+        "paths": {"/users/{id}/profile": {"get": {"operationId": "getProfile", "parameters": [
+            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}}}});
+    RestProvider::openapi_from_value("users", doc, "users.json", &OpenApiConfig::default()).unwrap()
+}
+
 async fn call_error(provider: &RestProvider, tool: &str, args: Value) -> String {
     provider.call(tool, args, &CallContext::new()).await.unwrap_err().to_string()
 }
@@ -38,13 +47,7 @@ async fn path_arguments_never_leave_the_tools_path() {
     let (base, lines) = recording_server().await;
     let profile = inline(json!({"profile": {"description": "a user's profile",
         "url": format!("{base}/users/${{parameters.id}}/profile")}}));
-    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
-        "servers": [{"url": format!("{base}/v1")}],
-        "paths": {"/users/{id}/profile": {"get": {"operationId": "getProfile", "parameters": [
-            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}}}});
-    let imported =
-        RestProvider::openapi_from_value("users", doc, "users.json", &OpenApiConfig::default())
-            .unwrap();
+    let imported = profile_import(&base);
     for id in ["..", "."] {
         let err = call_error(&profile, "profile", json!({"id": id})).await;
         assert!(
@@ -251,13 +254,7 @@ async fn arguments_nothing_takes_are_refused_unless_the_body_is_open() {
 #[tokio::test]
 async fn empty_path_arguments_are_refused_by_name() {
     let (base, lines) = recording_server().await;
-    let doc = json!({"openapi": "3.0.3", "info": {"title": "u", "version": "1"},
-        "servers": [{"url": format!("{base}/v1")}],
-        "paths": {"/users/{id}/profile": {"get": {"operationId": "getProfile", "parameters": [
-            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}}}});
-    let imported =
-        RestProvider::openapi_from_value("users", doc, "users.json", &OpenApiConfig::default())
-            .unwrap();
+    let imported = profile_import(&base);
     let err = call_error(&imported, "get_profile", json!({"id": ""})).await;
     assert!(
         err.contains(
