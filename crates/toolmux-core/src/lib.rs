@@ -69,8 +69,8 @@ pub use interaction::{
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput};
 pub use provider::{
-    Health, ProviderHealth, ResourceUpdateNotifier, ResourceUpdates, ToolListChanges,
-    ToolListNotifier, ToolProvider,
+    Health, ProviderHealth, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
+    ToolListChanges, ToolListNotifier, ToolProvider,
 };
 pub use result::ToolResult;
 pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};

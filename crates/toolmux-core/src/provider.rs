@@ -10,6 +10,27 @@ use std::fmt;
 use std::sync::Arc;
 use tokio::sync::{broadcast, watch};
 
+/// What kind of thing a tool's calls act on, for permission rules with a specifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectKind {
+    /// Commands it runs: `fs__bash(git *)` matches the command's words.
+    Command,
+    /// Files and directories it reads or changes: `fs__write(src/**)` matches their paths.
+    Path,
+}
+
+/// One thing a call acts on (see [`ToolProvider::subjects`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// A command line for a shell (`bash -c`), as the model wrote it.
+    Command(String),
+    /// A program and its arguments, run without a shell.
+    Argv(Vec<String>),
+    /// A path relative to the provider's root, symlinks and `..` resolved, `/`-separated;
+    /// `.` for the root itself.
+    Path(String),
+}
+
 /// A source of tools: an MCP server, an HTTP API, the builtin file tools, another agent,
 /// or an orchestrator composing several of them.
 ///
@@ -58,6 +79,24 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     /// Closes connections and reaps child processes. Calls after shutdown fail.
     async fn shutdown(&self) -> Result<(), ToolError> {
         Ok(())
+    }
+
+    /// What calls of the tool `tool` act on, when permission rules may judge them by more
+    /// than the tool's name (`fs__bash(git *)`, `fs__write(src/**)`); `None` (the default)
+    /// when they may not. Cheap: the orchestrator asks once per tool when it builds its
+    /// registry.
+    fn subject_kind(&self, tool: &str) -> Option<SubjectKind> {
+        let _ = tool;
+        None
+    }
+
+    /// What one call of `tool` with `arguments` (validated) acts on, for a tool with a
+    /// [`ToolProvider::subject_kind`]: the command it runs, the paths it touches, resolved as
+    /// the call would resolve them. Asked only when a rule with a specifier applies to the
+    /// tool. An `Err` says why they cannot be told; the call is then refused.
+    fn subjects(&self, tool: &str, arguments: &Value) -> Result<Vec<Subject>, String> {
+        let _ = (tool, arguments);
+        Ok(Vec::new())
     }
 
     /// A signal that fires when the tool list changes; `None` when it never does.

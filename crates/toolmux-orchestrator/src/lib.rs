@@ -99,6 +99,7 @@ mod redact;
 mod registry;
 mod sampling;
 pub mod search;
+mod shellwords;
 pub mod store;
 mod suggest;
 mod validate;
@@ -116,7 +117,9 @@ pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,
     WeakOrchestrator,
 };
-pub use permission::{Permission, PermissionRules, SELECTORS, check_selectors, rule_matches};
+pub use permission::{
+    CallRules, Permission, PermissionRules, SELECTORS, check_selectors, rule_matches, split_rule,
+};
 pub use redact::Redactor;
 pub use registry::{MANY_TOOLS, Registry, RegistryProblem, Severity, ToolEntry};
 pub use suggest::suggest;

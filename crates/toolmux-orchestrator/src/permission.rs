@@ -1,11 +1,22 @@
 //! The permission stage: allow / deny / ask rules on full tool names, with globs, or on
-//! what tools are, with selectors (`@write`, `@destructive`).
+//! what tools are, with selectors (`@write`, `@destructive`); and rules on calls, which
+//! name what a call acts on in parentheses after the tools: `fs__bash(git *)` (the
+//! commands a shell tool runs), `fs__write(src/**)` (the paths a file tool touches),
+//! `github__*(owner=acme)` (an argument, for tools with neither).
 //!
 //! Deny wins over ask, ask over allow. With no allow rule every tool not denied is allowed;
-//! with allow rules, a tool matching none of them is denied.
+//! with allow rules, a tool matching none of them is denied, and a call of a tool allowed
+//! only by rules on calls must have every command it runs (each of `a && b | c`) and every
+//! path it touches allowed by one of them. A command line that cannot be judged command by
+//! command (`$(…)`, backquotes) is never allowed by a rule on calls: it needs approval.
+//! Deny and ask rules also see the commands under wrappers (`sudo rm`, `bash -c 'rm …'`,
+//! `xargs rm`), so wrapping a denied command does not run it.
 
-use crate::glob::glob_match;
-use toolmux_core::{PermissionClass, ToolAnnotations};
+use crate::glob::{glob_match, path_match};
+use crate::shellwords;
+use serde_json::Value;
+use std::sync::Arc;
+use toolmux_core::{PermissionClass, Subject, SubjectKind, ToolAnnotations};
 
 /// The selectors a rule may give instead of a glob, each with what it matches.
 pub const SELECTORS: &[(&str, &str)] = &[
@@ -33,6 +44,35 @@ pub fn rule_matches(rule: &str, tool: &str, a: &ToolAnnotations) -> bool {
         "network" => class == Some(PermissionClass::Network) || (class.is_none() && a.open_world),
         _ => false,
     }
+}
+
+/// A rule split into the tools it names and, for a rule on calls, what of a call it
+/// names: `fs__bash(git *)` is `fs__bash` and `git *`.
+pub fn split_rule(rule: &str) -> Result<(&str, Option<&str>), String> {
+    let Some(open) = rule.find('(') else {
+        if rule.contains(')') {
+            return Err(format!("rule `{rule}` has a `)` without a `(`"));
+        }
+        return Ok((rule, None));
+    };
+    let Some(spec) = rule[open + 1..].strip_suffix(')') else {
+        return Err(format!(
+            "rule `{rule}` does not end with `)`; a rule on calls is written `TOOL(WHAT)`, \
+             as in `fs__bash(git *)`"
+        ));
+    };
+    let tools = rule[..open].trim_end();
+    if tools.is_empty() {
+        return Err(format!("rule `{rule}` names no tool before `(`; write `*({spec})` for all"));
+    }
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Err(format!(
+            "rule `{rule}` has nothing between its parentheses; name a command, a path or \
+             `argument=glob`, or leave the parentheses off to match every call"
+        ));
+    }
+    Ok((tools, Some(spec)))
 }
 
 /// Refuses a rule of `rules` that looks like a selector (`@…`) but is none of
@@ -70,6 +110,241 @@ pub enum Permission {
     Deny(String),
     /// Ask the context's approval handler; the text names the rule.
     Ask(String),
+    /// It depends on the call: rules on calls apply ([`CallRules::judge`]).
+    Check(Arc<CallRules>),
+}
+
+/// The rules on calls that apply to one tool, with what its plain rules say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallRules {
+    kind: Option<SubjectKind>,
+    deny: Vec<CallRule>,
+    ask: Vec<CallRule>,
+    allow: Vec<CallRule>,
+    /// A plain ask rule naming the tool, as the approval request gives it.
+    asked: Option<String>,
+    /// Whether a plain allow rule names the tool, or there are no allow rules.
+    allowed: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CallRule {
+    rule: String,
+    matcher: Matcher,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Matcher {
+    /// A command's words; `rest` lets more words follow (`git *`, `npm test:*`).
+    Command { words: Vec<String>, rest: bool },
+    /// A `.gitignore`-style path line.
+    Path(String),
+    /// One argument's value, as text, against a glob.
+    Argument { key: String, glob: String },
+}
+
+impl Matcher {
+    /// How `spec` reads for a tool whose calls act on `kind`; `None` when it cannot apply.
+    fn new(spec: &str, kind: Option<SubjectKind>) -> Option<Matcher> {
+        match kind {
+            Some(SubjectKind::Path) => Some(Matcher::Path(spec.to_owned())),
+            Some(SubjectKind::Command) => {
+                let mut words = shellwords::split(spec).commands.into_iter().next()?;
+                let mut rest = false;
+                if let Some(last) = words.last_mut() {
+                    if last == "*" {
+                        words.pop();
+                        rest = true;
+                    } else if let Some(stem) = last.strip_suffix(":*") {
+                        *last = stem.to_owned();
+                        rest = true;
+                        if last.is_empty() {
+                            words.pop();
+                        }
+                    }
+                }
+                Some(Matcher::Command { words, rest })
+            }
+            None => {
+                let (key, glob) = spec.split_once('=')?;
+                let key = key.trim();
+                let valid = key.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                    && key.chars().all(|c| c.is_alphanumeric() || "_-.".contains(c));
+                valid.then(|| Matcher::Argument {
+                    key: key.to_owned(),
+                    glob: glob.trim().to_owned(),
+                })
+            }
+        }
+    }
+
+    /// Whether this matches every call whatever it does (`fs__bash(*)`).
+    fn everything(&self) -> bool {
+        match self {
+            Matcher::Command { words, rest } => words.is_empty() && *rest,
+            Matcher::Path(p) => p == "*" || p == "**",
+            Matcher::Argument { .. } => false,
+        }
+    }
+
+    fn command(&self, command: &[String]) -> bool {
+        let Matcher::Command { words, rest } = self else { return false };
+        let fits = if *rest { command.len() >= words.len() } else { command.len() == words.len() };
+        fits && words.iter().zip(command).all(|(p, w)| glob_match(p, w))
+    }
+
+    fn path(&self, path: &str) -> bool {
+        matches!(self, Matcher::Path(p) if path_match(p, path))
+    }
+
+    /// The argument it matched, described, or `None`.
+    fn argument(&self, arguments: &Value) -> Option<String> {
+        let Matcher::Argument { key, glob } = self else { return None };
+        let value = match arguments.get(key)? {
+            Value::String(s) => s.clone(),
+            Value::Null | Value::Array(_) | Value::Object(_) => return None,
+            other => other.to_string(),
+        };
+        glob_match(glob, &value).then(|| format!("argument `{key}` is `{}`", shorten(&value)))
+    }
+}
+
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A call's subjects, with command lines split once.
+struct CallView {
+    /// Each simple command, as written.
+    commands: Vec<Vec<String>>,
+    /// Why a command line could not be judged command by command.
+    opaque: Option<&'static str>,
+    paths: Vec<String>,
+}
+
+impl CallView {
+    fn new(subjects: &[Subject]) -> CallView {
+        let mut view = CallView { commands: Vec::new(), opaque: None, paths: Vec::new() };
+        for subject in subjects {
+            match subject {
+                Subject::Command(line) => {
+                    let line = shellwords::split(line);
+                    view.opaque = view.opaque.or(line.opaque);
+                    view.commands.extend(line.commands);
+                }
+                Subject::Argv(argv) => view.commands.push(argv.clone()),
+                Subject::Path(path) => view.paths.push(path.clone()),
+            }
+        }
+        view
+    }
+
+    /// What of the call `matcher` finds, looking under wrappers too (for deny and ask).
+    fn found_by(&self, matcher: &Matcher, arguments: &Value) -> Option<String> {
+        if let Some(found) = matcher.argument(arguments) {
+            return Some(found);
+        }
+        for command in &self.commands {
+            if matcher.command(command) {
+                return Some(format!("command `{}`", shorten(&command.join(" "))));
+            }
+            if let Some(inner) =
+                shellwords::inner_commands(command).into_iter().find(|c| matcher.command(c))
+            {
+                return Some(format!(
+                    "command `{}`, which runs `{}`",
+                    shorten(&command.join(" ")),
+                    shorten(&inner.join(" "))
+                ));
+            }
+        }
+        self.paths.iter().find(|p| matcher.path(p)).map(|p| format!("path `{p}`"))
+    }
+}
+
+impl CallRules {
+    /// Whether the provider's subjects of the call are needed to judge it.
+    pub(crate) fn needs_subjects(&self) -> bool {
+        self.kind.is_some()
+    }
+
+    /// Judges one call of `tool` with `arguments`, acting on `subjects` (as its provider
+    /// tells them; an `Err` when it could not): [`Permission::Allow`], `Deny` or `Ask`.
+    pub fn judge(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        subjects: Result<Vec<Subject>, String>,
+    ) -> Permission {
+        let subjects = match subjects {
+            Ok(subjects) => subjects,
+            Err(e) => {
+                return Permission::Deny(format!(
+                    "the permission rules on its calls could not be checked: {e}"
+                ));
+            }
+        };
+        let view = CallView::new(&subjects);
+        for rule in &self.deny {
+            if let Some(found) = view.found_by(&rule.matcher, arguments) {
+                return Permission::Deny(format!(
+                    "denied by rule `permissions.deny: {}` ({found}); remove the rule to allow it",
+                    rule.rule
+                ));
+            }
+        }
+        if let Some(asked) = &self.asked {
+            return Permission::Ask(asked.clone());
+        }
+        for rule in &self.ask {
+            if let Some(found) = view.found_by(&rule.matcher, arguments) {
+                return Permission::Ask(format!("rule `permissions.ask: {}` ({found})", rule.rule));
+            }
+        }
+        if self.allowed
+            || self
+                .allow
+                .iter()
+                .any(|r| r.matcher.everything() || r.matcher.argument(arguments).is_some())
+        {
+            return Permission::Allow;
+        }
+        if let Some(why) = view.opaque {
+            return Permission::Ask(format!(
+                "a command line with {why} (which `permissions.allow` rules cannot judge)"
+            ));
+        }
+        let mut covered_any = false;
+        for command in &view.commands {
+            if !self.allow.iter().any(|r| r.matcher.command(command)) {
+                let program = command.first().map_or("", String::as_str);
+                return Permission::Deny(format!(
+                    "command `{}` is not matched by any `permissions.allow` rule; add one such \
+                     as `{tool}({program} *)` to allow it",
+                    shorten(&command.join(" "))
+                ));
+            }
+            covered_any = true;
+        }
+        for path in &view.paths {
+            if !self.allow.iter().any(|r| r.matcher.path(path)) {
+                return Permission::Deny(format!(
+                    "path `{path}` is not matched by any `permissions.allow` rule; add one such \
+                     as `{tool}({path})` to allow it"
+                ));
+            }
+            covered_any = true;
+        }
+        if covered_any || (self.kind == Some(SubjectKind::Command) && subjects.is_empty()) {
+            return Permission::Allow;
+        }
+        Permission::Deny(
+            "not matched by any `permissions.allow` rule; add one to allow it".to_owned(),
+        )
+    }
 }
 
 impl PermissionRules {
@@ -91,36 +366,120 @@ impl PermissionRules {
         self
     }
 
-    /// The first rule that is neither a glob nor a known selector, with what is wrong.
+    /// The first rule that is neither a glob nor a known selector, or a rule on calls that
+    /// is not well formed, with what is wrong.
     pub fn check(&self) -> Result<(), String> {
         let lists = [("allow", &self.allow), ("deny", &self.deny), ("ask", &self.ask)];
         for (list, rules) in lists {
-            check_selectors(rules).map_err(|e| format!("permissions.{list}: {e}"))?;
+            let mut tools = Vec::with_capacity(rules.len());
+            for rule in rules {
+                let (names, spec) =
+                    split_rule(rule).map_err(|e| format!("permissions.{list}: {e}"))?;
+                if let Some(spec) = spec
+                    && shellwords::split(spec).commands.len() > 1
+                {
+                    return Err(format!(
+                        "permissions.{list}: rule `{rule}` names more than one command; write \
+                         one rule per command (a line of several commands is allowed when each \
+                         of its commands is)"
+                    ));
+                }
+                tools.push(names.to_owned());
+            }
+            check_selectors(&tools).map_err(|e| format!("permissions.{list}: {e}"))?;
         }
         Ok(())
     }
 
+    /// The rules on calls (`TOOL(WHAT)`) of every list.
+    pub fn call_rules(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let lists = [("allow", &self.allow), ("deny", &self.deny), ("ask", &self.ask)];
+        lists.into_iter().flat_map(|(list, rules)| {
+            rules.iter().filter(|r| r.contains('(')).map(move |r| (list, r.as_str()))
+        })
+    }
+
+    /// Whether the rule on calls `rule` (see [`PermissionRules::call_rules`]) can match a
+    /// call of `tool`, whose calls act on `kind`: `Some(false)` when it names the tool but
+    /// cannot read the tool's calls (a command pattern for a tool that runs none).
+    pub fn reads_calls_of(
+        rule: &str,
+        tool: &str,
+        annotations: &ToolAnnotations,
+        kind: Option<SubjectKind>,
+    ) -> Option<bool> {
+        let (names, Some(spec)) = split_rule(rule).ok()? else { return None };
+        rule_matches(names, tool, annotations).then(|| Matcher::new(spec, kind).is_some())
+    }
+
     /// Decides for one tool, by its full name and what its annotations (as configuration
-    /// has them) say it is. The result depends only on those, so the registry computes it
-    /// once per tool.
+    /// has them) say it is, for a tool whose calls act on nothing rules can name.
     pub fn decide(&self, tool: &str, annotations: &ToolAnnotations) -> Permission {
-        let matching = |rules: &[String]| -> Option<String> {
-            rules.iter().find(|r| rule_matches(r, tool, annotations)).cloned()
+        self.decide_for(tool, annotations, None)
+    }
+
+    /// Decides for one tool, by its full name, what its annotations (as configuration has
+    /// them) say it is and what its calls act on. The result depends only on those, so the
+    /// registry computes it once per tool; when rules on calls apply it is
+    /// [`Permission::Check`], judged per call.
+    pub fn decide_for(
+        &self,
+        tool: &str,
+        annotations: &ToolAnnotations,
+        kind: Option<SubjectKind>,
+    ) -> Permission {
+        let mut call = CallRules { kind, ..CallRules::default() };
+        // Sorts each rule naming the tool: a plain rule decides, a rule on calls is kept.
+        let sort = |rules: &[String], kept: &mut Vec<CallRule>| -> Option<String> {
+            let mut plain = None;
+            for rule in rules {
+                let Ok((names, spec)) = split_rule(rule) else { continue };
+                if !rule_matches(names, tool, annotations) {
+                    continue;
+                }
+                match spec {
+                    None => {
+                        plain.get_or_insert_with(|| rule.clone());
+                    }
+                    Some(spec) => {
+                        if let Some(matcher) = Matcher::new(spec, kind) {
+                            kept.push(CallRule { rule: rule.clone(), matcher });
+                        }
+                    }
+                }
+            }
+            plain
         };
-        if let Some(rule) = matching(&self.deny) {
+        let mut deny = Vec::new();
+        if let Some(rule) = sort(&self.deny, &mut deny) {
             return Permission::Deny(format!(
                 "denied by rule `permissions.deny: {rule}`; remove the rule to allow it"
             ));
         }
-        if let Some(rule) = matching(&self.ask) {
-            return Permission::Ask(format!("rule `permissions.ask: {rule}`"));
+        call.deny = deny;
+        let mut ask = Vec::new();
+        call.asked =
+            sort(&self.ask, &mut ask).map(|rule| format!("rule `permissions.ask: {rule}`"));
+        call.ask = ask;
+        let mut allow = Vec::new();
+        call.allowed = sort(&self.allow, &mut allow).is_some() || self.allow.is_empty();
+        call.allow = allow;
+        if call.deny.is_empty() {
+            if let Some(asked) = call.asked {
+                return Permission::Ask(asked);
+            }
+            if call.ask.is_empty() && (call.allowed || call.allow.is_empty()) {
+                return if call.allowed {
+                    Permission::Allow
+                } else {
+                    Permission::Deny(
+                        "not matched by any `permissions.allow` rule; add one to allow it"
+                            .to_owned(),
+                    )
+                };
+            }
         }
-        if !self.allow.is_empty() && matching(&self.allow).is_none() {
-            return Permission::Deny(
-                "not matched by any `permissions.allow` rule; add one to allow it".to_owned(),
-            );
-        }
-        Permission::Allow
+        Permission::Check(Arc::new(call))
     }
 }
 
@@ -145,6 +504,158 @@ mod tests {
             .assert_eq(&format!("{:?}", rules.decide("fs__write", &any())));
         expect![[r#"Deny("not matched by any `permissions.allow` rule; add one to allow it")"#]]
             .assert_eq(&format!("{:?}", rules.decide("github__x", &any())));
+    }
+
+    fn judge_command(rules: &PermissionRules, tool: &str, line: &str) -> Permission {
+        match rules.decide_for(tool, &any(), Some(SubjectKind::Command)) {
+            Permission::Check(call) => {
+                call.judge(tool, &Value::Null, Ok(vec![Subject::Command(line.to_owned())]))
+            }
+            decided => decided,
+        }
+    }
+
+    fn verdict(p: &Permission) -> &'static str {
+        match p {
+            Permission::Allow => "allow",
+            Permission::Deny(_) => "deny",
+            Permission::Ask(_) => "ask",
+            Permission::Check(_) => "check",
+        }
+    }
+
+    /// Rules on commands: every command of a line must be allowed, any denied one (also
+    /// under a wrapper) denies the line, and a line that cannot be split needs approval.
+    #[test]
+    fn rules_on_commands() {
+        let rules = PermissionRules::default()
+            .allow("fs__read")
+            .allow("fs__bash(git status)")
+            .allow("fs__bash(git diff *)")
+            .allow("fs__bash(npm run test:*)")
+            .allow("fs__bash(ls)")
+            .deny("fs__bash(rm *)")
+            .ask("fs__bash(git push *)");
+        assert!(rules.check().is_ok());
+        for (line, want) in [
+            ("git status", "allow"),
+            ("git  status", "allow"),
+            ("git status --short", "deny"),
+            ("git diff", "allow"),
+            ("git diff HEAD~1 -- src", "allow"),
+            ("git status && git diff --stat | ls", "allow"),
+            ("git status; curl x", "deny"),
+            ("npm run test", "allow"),
+            ("npm run test --watch", "allow"),
+            ("npm run testing", "deny"),
+            ("rm -rf target", "deny"),
+            ("git status && rm -rf /", "deny"),
+            ("sudo rm -rf /", "deny"),
+            ("bash -c 'git status; rm x'", "deny"),
+            ("/bin/rm x", "deny"),
+            ("FOO=1 git status", "deny"),
+            ("git push origin main", "ask"),
+            ("git status $(rm x)", "deny"),
+            ("git diff $(cat list)", "ask"),
+            ("echo `date`", "ask"),
+            ("ls 'a b'", "deny"),
+            ("ls", "allow"),
+        ] {
+            let p = judge_command(&rules, "fs__bash", line);
+            assert_eq!(verdict(&p), want, "{line}: {p:?}");
+        }
+        expect![[r#"Deny("denied by rule `permissions.deny: fs__bash(rm *)` (command `sudo rm -rf /`, which runs `rm -rf /`); remove the rule to allow it")"#]]
+            .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "sudo rm -rf /")));
+        expect![[r#"Deny("command `curl x` is not matched by any `permissions.allow` rule; add one such as `fs__bash(curl *)` to allow it")"#]]
+            .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "git status; curl x")));
+        expect![[r#"Ask("a command line with a command substitution (which `permissions.allow` rules cannot judge)")"#]]
+            .assert_eq(&format!("{:?}", judge_command(&rules, "fs__bash", "echo `date`")));
+        // The plain rules of other tools are untouched, and a plain allow covers every call.
+        assert_eq!(rules.decide("fs__read", &any()), Permission::Allow);
+        let open = PermissionRules::default().deny("fs__bash(rm *)");
+        assert_eq!(verdict(&judge_command(&open, "fs__bash", "echo $(date)")), "allow");
+        assert_eq!(verdict(&judge_command(&open, "fs__bash", "echo $(rm x)")), "deny");
+        let everything = PermissionRules::default().allow("fs__bash(*)");
+        assert_eq!(verdict(&judge_command(&everything, "fs__bash", "a $(b) | c")), "allow");
+        // A plain deny decides without looking at calls.
+        let denied = PermissionRules::default().deny("fs__bash").allow("fs__bash(ls)");
+        assert_eq!(
+            verdict(&denied.decide_for("fs__bash", &any(), Some(SubjectKind::Command))),
+            "deny"
+        );
+    }
+
+    #[test]
+    fn rules_on_paths_and_arguments() {
+        let rules = PermissionRules::default()
+            .allow("fs__write(src/**)")
+            .allow("fs__write(docs/*.md)")
+            .deny("fs__write(**/.env)")
+            .allow("api__*(owner=acme)");
+        let judge = |tool: &str, subjects: Vec<Subject>, args: Value, kind| match rules.decide_for(
+            tool,
+            &any(),
+            kind,
+        ) {
+            Permission::Check(call) => call.judge(tool, &args, Ok(subjects)),
+            decided => decided,
+        };
+        let path = |p: &str| vec![Subject::Path(p.to_owned())];
+        let kind = Some(SubjectKind::Path);
+        assert_eq!(verdict(&judge("fs__write", path("src/a/b.rs"), Value::Null, kind)), "allow");
+        assert_eq!(verdict(&judge("fs__write", path("docs/x.md"), Value::Null, kind)), "allow");
+        assert_eq!(verdict(&judge("fs__write", path("docs/sub/x.md"), Value::Null, kind)), "deny");
+        assert_eq!(verdict(&judge("fs__write", path("src/.env"), Value::Null, kind)), "deny");
+        assert_eq!(verdict(&judge("fs__write", path("README.md"), Value::Null, kind)), "deny");
+        let acme = serde_json::json!({"owner": "acme", "repo": "x"});
+        let other = serde_json::json!({"owner": "evil"});
+        assert_eq!(verdict(&judge("api__get_repo", vec![], acme, None)), "allow");
+        assert_eq!(verdict(&judge("api__get_repo", vec![], other, None)), "deny");
+        // Subjects the provider could not tell refuse the call, saying why.
+        let Permission::Check(call) = rules.decide_for("fs__write", &any(), kind) else {
+            panic!("rules on calls apply")
+        };
+        expect![[r#"Deny("the permission rules on its calls could not be checked: path `../x` is outside the workspace")"#]]
+            .assert_eq(&format!("{:?}", call.judge("fs__write", &Value::Null, Err("path `../x` is outside the workspace".into()))));
+        // A command pattern cannot read the calls of a tool that runs none.
+        assert_eq!(
+            PermissionRules::reads_calls_of("api__*(git *)", "api__x", &any(), None),
+            Some(false)
+        );
+        assert_eq!(
+            PermissionRules::reads_calls_of("api__*(a=b)", "api__x", &any(), None),
+            Some(true)
+        );
+        assert_eq!(PermissionRules::reads_calls_of("fs__*(git *)", "api__x", &any(), None), None);
+    }
+
+    #[test]
+    fn malformed_rules_on_calls_are_refused() {
+        for (rule, want) in [
+            (
+                "fs__bash(git *",
+                "permissions.deny: rule `fs__bash(git *` does not end with `)`; a rule on calls is written `TOOL(WHAT)`, as in `fs__bash(git *)`",
+            ),
+            (
+                "(git *)",
+                "permissions.deny: rule `(git *)` names no tool before `(`; write `*(git *)` for all",
+            ),
+            (
+                "fs__bash()",
+                "permissions.deny: rule `fs__bash()` has nothing between its parentheses; name a command, a path or `argument=glob`, or leave the parentheses off to match every call",
+            ),
+            (
+                "fs__bash(git a && rm b)",
+                "permissions.deny: rule `fs__bash(git a && rm b)` names more than one command; write one rule per command (a line of several commands is allowed when each of its commands is)",
+            ),
+            (
+                "@writ(src/**)",
+                "permissions.deny: unknown selector `@writ`; the selectors are @readOnly, @destructive, @openWorld, @read, @write, @execute, @network",
+            ),
+        ] {
+            assert_eq!(PermissionRules::default().deny(rule).check().unwrap_err(), want);
+        }
+        assert!(PermissionRules::default().deny("@write(src/**)").check().is_ok());
     }
 
     #[test]

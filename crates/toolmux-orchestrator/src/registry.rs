@@ -5,7 +5,7 @@
 //! call never sees a half-built registry and lookups take no lock beyond one `Arc` clone.
 
 use crate::config::{MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, ToolSettings};
-use crate::permission::Permission;
+use crate::permission::{Permission, PermissionRules};
 use crate::queue::Queue;
 use crate::validate::ArgumentValidator;
 use std::collections::HashMap;
@@ -105,7 +105,37 @@ impl Registry {
         }
         registry.add_aliases(config);
         registry.check_tool_keys(providers, config);
+        registry.check_call_rules(config);
         registry
+    }
+
+    /// Warns of rules on calls that name tools but can read the calls of none of them (a
+    /// command pattern for tools that run no commands): they would silently match nothing.
+    fn check_call_rules(&mut self, config: &OrchestratorConfig) {
+        let rules: Vec<(&str, String)> =
+            config.permissions.call_rules().map(|(list, rule)| (list, rule.to_owned())).collect();
+        for (list, rule) in rules {
+            let mut named = Vec::new();
+            let mut read = false;
+            for name in &self.order {
+                let Some(entry) = self.entries.get(name) else { continue };
+                let kind = entry.provider.subject_kind(&entry.original);
+                match PermissionRules::reads_calls_of(&rule, name, &entry.spec.annotations, kind) {
+                    Some(true) => read = true,
+                    Some(false) => named.push(name.to_string()),
+                    None => {}
+                }
+            }
+            if !read && !named.is_empty() {
+                named.truncate(3);
+                self.warn(format!(
+                    "`permissions.{list}: {rule}` matches no call: the tools it names ({}) run no \
+                     commands and touch no paths toolmux can check; to match one argument write \
+                     `TOOL(argument=glob)`",
+                    named.join(", ")
+                ));
+            }
+        }
     }
 
     /// Warns of `tools` settings that name no tool of a provider that listed its tools: a
@@ -213,7 +243,8 @@ impl Registry {
             let passes_on = namespace == crate::search::NAMESPACE
                 && spec.name == "call"
                 && listed.provider.kind() == toolmux_core::ToolKind::Internal;
-            let permission = match config.permissions.decide(&name, &spec.annotations) {
+            let kind = listed.provider.subject_kind(&spec.name);
+            let permission = match config.permissions.decide_for(&name, &spec.annotations, kind) {
                 // The tool it passes the call on to is asked for itself.
                 Permission::Ask(_) if passes_on => Permission::Allow,
                 permission => permission,

@@ -1179,10 +1179,18 @@ impl Orchestrator {
     ) -> Result<ToolOutput, ToolError> {
         // Stages with nothing to do are skipped without building their futures: every future
         // built is moved (copied whole) into this one's state at least once.
-        if !matches!(entry.permission, Permission::Allow) {
-            self.permit(entry, &arguments, ctx).await?;
+        match &entry.permission {
+            Permission::Allow => entry.validator.validate(&entry.name, &arguments)?,
+            // Rules on calls read the call's arguments, so they must be valid first.
+            Permission::Check(rules) => {
+                entry.validator.validate(&entry.name, &arguments)?;
+                self.permit_call(entry, rules, &arguments, ctx).await?;
+            }
+            _ => {
+                self.permit(entry, &entry.permission, &arguments, ctx).await?;
+                entry.validator.validate(&entry.name, &arguments)?;
+            }
         }
-        entry.validator.validate(&entry.name, &arguments)?;
         let arguments = if self.inner.before.is_empty() {
             arguments
         } else {
@@ -1230,24 +1238,50 @@ impl Orchestrator {
         Ok(output)
     }
 
-    async fn permit(
+    /// Judges one call of a tool with rules on calls (`fs__bash(git *)`), asking its
+    /// provider what the call acts on.
+    async fn permit_call(
         &self,
         entry: &ToolEntry,
+        rules: &crate::permission::CallRules,
         arguments: &Value,
         ctx: &CallContext,
     ) -> Result<(), ToolError> {
-        match &entry.permission {
+        let subjects = if rules.needs_subjects() {
+            entry.provider.subjects(&entry.original, arguments)
+        } else {
+            Ok(Vec::new())
+        };
+        match rules.judge(&entry.name, arguments, subjects) {
             Permission::Allow => Ok(()),
+            permission => Box::pin(self.permit(entry, &permission, arguments, ctx)).await,
+        }
+    }
+
+    async fn permit(
+        &self,
+        entry: &ToolEntry,
+        permission: &Permission,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        match permission {
+            Permission::Allow | Permission::Check(_) => Ok(()),
             Permission::Deny(reason) => {
                 Err(ToolError::Denied { tool: entry.name.to_string(), reason: reason.clone() })
             }
             Permission::Ask(rule) => {
                 let Some(handler) = ctx.handler() else {
+                    let fix = if rule.starts_with("rule ") {
+                        "remove the rule or move it to `permissions.allow` to run without approval"
+                            .to_owned()
+                    } else {
+                        format!("write the command line without it, or allow `{}(*)`", entry.name)
+                    };
                     return Err(ToolError::Denied {
                         tool: entry.name.to_string(),
                         reason: format!(
-                            "{rule} requires approval and no approval handler is attached; \
-                             remove the rule or move it to `permissions.allow` to run without approval"
+                            "{rule} requires approval and no approval handler is attached; {fix}"
                         ),
                     });
                 };
@@ -1281,6 +1315,10 @@ impl Orchestrator {
         }
         if changed {
             entry.validator.validate(&entry.name, &arguments)?;
+            // The rules on calls judge what will run, not what the model asked for.
+            if let Permission::Check(rules) = &entry.permission {
+                self.permit_call(entry, rules, &arguments, ctx).await?;
+            }
         }
         Ok(arguments)
     }

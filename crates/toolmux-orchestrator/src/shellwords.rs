@@ -1,0 +1,381 @@
+//! Command lines as permission rules see them: split into simple commands at `&&`, `||`,
+//! `;`, `|`, `&`, parentheses and line breaks, and each command into words with the
+//! shell's quoting removed.
+//!
+//! This is not a shell. It finds what a line runs well enough to judge it against rules,
+//! and says when it cannot: a command substitution (`$(…)`, backquotes), a process
+//! substitution, a here-document or an unclosed quote makes the line *opaque*: its
+//! commands are then a best effort (split at the substitutions too), good for finding a
+//! denied command, never enough to allow one.
+
+/// One line, split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Line {
+    /// The simple commands, each its words, in order.
+    pub commands: Vec<Vec<String>>,
+    /// Why the line cannot be judged command by command, when it cannot.
+    pub opaque: Option<&'static str>,
+}
+
+/// Splits `line` into simple commands.
+pub(crate) fn split(line: &str) -> Line {
+    let mut s = Splitter::default();
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        match c {
+            '\\' => {
+                match next {
+                    Some('\n') => {}
+                    Some(n) => s.push(n),
+                    None => s.push('\\'),
+                }
+                i += 2;
+                continue;
+            }
+            '\'' => match chars[i + 1..].iter().position(|&q| q == '\'') {
+                Some(end) => {
+                    s.started = true;
+                    s.word.extend(&chars[i + 1..i + 1 + end]);
+                    i += end + 2;
+                    continue;
+                }
+                None => {
+                    s.opaque("an unclosed quote");
+                    s.word.extend(&chars[i + 1..]);
+                    s.started = true;
+                    break;
+                }
+            },
+            '"' => {
+                s.started = true;
+                let mut j = i + 1;
+                let mut closed = false;
+                while j < chars.len() {
+                    match chars[j] {
+                        '"' => {
+                            closed = true;
+                            break;
+                        }
+                        '\\' if matches!(chars.get(j + 1), Some('"' | '\\' | '$' | '`')) => {
+                            s.word.push(chars[j + 1]);
+                            j += 2;
+                            continue;
+                        }
+                        '$' if chars.get(j + 1) == Some(&'(') => s.opaque("a command substitution"),
+                        '`' => s.opaque("a command substitution"),
+                        _ => {}
+                    }
+                    s.word.push(chars[j]);
+                    j += 1;
+                }
+                if !closed {
+                    s.opaque("an unclosed quote");
+                }
+                i = j + 1;
+                continue;
+            }
+            '#' if !s.started => {
+                // A comment, to the end of the line.
+                match chars[i..].iter().position(|&n| n == '\n') {
+                    Some(end) => i += end,
+                    None => break,
+                }
+                continue;
+            }
+            ' ' | '\t' => s.end_word(),
+            '\n' | ';' => s.end_command(),
+            '&' if next == Some('>') => {
+                // `&>file`: both streams to a file.
+                s.end_word();
+                i = s.redirection(&chars, i);
+                continue;
+            }
+            '&' | '|' => {
+                s.end_command();
+                if next == Some(c) || (c == '|' && next == Some('&')) {
+                    i += 1;
+                }
+            }
+            '(' | ')' => s.end_command(),
+            '$' if next == Some('(') => {
+                s.opaque("a command substitution");
+                s.end_command();
+                i += 2;
+                continue;
+            }
+            '`' => {
+                s.opaque("a command substitution");
+                s.end_command();
+            }
+            '<' | '>' if next == Some('(') => {
+                s.opaque("a process substitution");
+                s.end_command();
+                i += 2;
+                continue;
+            }
+            '<' if next == Some('<') && chars.get(i + 2) != Some(&'<') => {
+                s.opaque("a here-document");
+                s.end_word();
+                i = s.redirection(&chars, i);
+                continue;
+            }
+            '<' | '>' => {
+                // A file descriptor number right before belongs to the operator (`2>&1`).
+                let fd = s.started && s.word.chars().all(|d| d.is_ascii_digit());
+                let prefix = if fd { std::mem::take(&mut s.word) } else { String::new() };
+                if !fd {
+                    s.end_word();
+                }
+                s.started = false;
+                s.word = prefix;
+                i = s.redirection(&chars, i);
+                continue;
+            }
+            _ => s.push(c),
+        }
+        i += 1;
+    }
+    s.end_command();
+    Line { commands: s.commands, opaque: s.opaque }
+}
+
+#[derive(Default)]
+struct Splitter {
+    commands: Vec<Vec<String>>,
+    current: Vec<String>,
+    word: String,
+    /// Whether a word has begun (an empty quoted word is a word).
+    started: bool,
+    opaque: Option<&'static str>,
+}
+
+impl Splitter {
+    fn push(&mut self, c: char) {
+        self.word.push(c);
+        self.started = true;
+    }
+
+    fn opaque(&mut self, why: &'static str) {
+        self.opaque.get_or_insert(why);
+    }
+
+    fn end_word(&mut self) {
+        if self.started || !self.word.is_empty() {
+            self.current.push(std::mem::take(&mut self.word));
+        }
+        self.started = false;
+    }
+
+    fn end_command(&mut self) {
+        self.end_word();
+        // Keywords that only start a compound command: `then rm x` runs `rm x`.
+        let keywords = ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
+        let skip = self.current.iter().take_while(|w| keywords.contains(&w.as_str())).count();
+        let words: Vec<String> = self.current.drain(..).skip(skip).collect();
+        if !words.is_empty() && !matches!(words[0].as_str(), "fi" | "done" | "esac" | "}") {
+            self.commands.push(words);
+        }
+    }
+
+    /// Reads a redirection operator starting at `i` (`>`, `>>`, `2>&1`, `&>`, `<<`, `<&-`)
+    /// into one word of its own, with any file descriptor prefix already in `word`; returns
+    /// where the line goes on.
+    fn redirection(&mut self, chars: &[char], mut i: usize) -> usize {
+        while i < chars.len() && matches!(chars[i], '<' | '>' | '&' | '|') {
+            self.word.push(chars[i]);
+            i += 1;
+        }
+        while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '-') {
+            self.word.push(chars[i]);
+            i += 1;
+        }
+        self.started = true;
+        self.end_word();
+        i
+    }
+}
+
+/// Programs that run another command given in their arguments, with the options of each
+/// that take a value of their own and how many plain arguments come before the command.
+const WRAPPERS: &[(&str, &[&str], usize)] = &[
+    ("sudo", &["-u", "-g", "-U", "-C", "-D", "-h", "-p", "-r", "-t", "-T"], 0),
+    ("doas", &["-u", "-C"], 0),
+    ("env", &["-u", "-C", "-S", "--unset", "--chdir"], 0),
+    ("nice", &["-n", "--adjustment"], 0),
+    ("ionice", &["-c", "-n", "-p", "-P", "-u"], 0),
+    ("timeout", &["-s", "-k", "--signal", "--kill-after"], 1),
+    ("stdbuf", &["-i", "-o", "-e"], 0),
+    ("xargs", &["-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter"], 0),
+    ("nohup", &[], 0),
+    ("setsid", &[], 0),
+    ("command", &[], 0),
+    ("builtin", &[], 0),
+    ("exec", &["-a"], 0),
+    ("time", &["-f", "-o"], 0),
+    ("watch", &["-n", "-d"], 0),
+    ("chroot", &[], 1),
+    ("unbuffer", &[], 0),
+];
+
+/// Shells whose `-c` argument is a command line of its own.
+const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "fish"];
+
+/// The commands `words` runs besides itself, as far as can be told: the command under a
+/// wrapper (`sudo rm x` runs `rm x`), a shell's `-c` line, `eval`'s words, `find -exec`'s
+/// command; the same under a path (`/bin/rm` is `rm`); and with leading variable
+/// assignments left off. For deny rules, which must not be dodged by wrapping.
+pub(crate) fn inner_commands(words: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    inner(words, 0, &mut found);
+    found
+}
+
+fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
+    if depth > 4 || words.is_empty() {
+        return;
+    }
+    let add = |found: &mut Vec<Vec<String>>, command: Vec<String>| {
+        if !command.is_empty() && !found.contains(&command) {
+            found.push(command.clone());
+            inner(&command, depth + 1, found);
+        }
+    };
+    let assignments = words.iter().take_while(|w| is_assignment(w)).count();
+    if assignments > 0 {
+        add(found, words[assignments..].to_vec());
+        return;
+    }
+    let program = words[0].rsplit('/').next().unwrap_or(&words[0]);
+    if program != words[0] {
+        let mut unpathed = words.to_vec();
+        unpathed[0] = program.to_owned();
+        add(found, unpathed);
+    }
+    if SHELLS.contains(&program) {
+        let mut rest = words[1..].iter();
+        while let Some(w) = rest.next() {
+            if w.starts_with('-') && !w.starts_with("--") && w.contains('c') {
+                if let Some(script) = rest.next() {
+                    for command in split(script).commands {
+                        add(found, command);
+                    }
+                }
+                break;
+            }
+        }
+    } else if program == "eval" {
+        for command in split(&words[1..].join(" ")).commands {
+            add(found, command);
+        }
+    } else if program == "find" {
+        let mut i = 1;
+        while i < words.len() {
+            if matches!(words[i].as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") {
+                let end = words[i + 1..]
+                    .iter()
+                    .position(|w| w == ";" || w == "+")
+                    .map_or(words.len(), |p| i + 1 + p);
+                add(found, words[i + 1..end].to_vec());
+                i = end;
+            }
+            i += 1;
+        }
+    } else if let Some((_, with_value, positional)) = WRAPPERS.iter().find(|w| w.0 == program) {
+        let mut i = 1;
+        let mut plain = 0;
+        while i < words.len() {
+            let w = words[i].as_str();
+            if w == "--" {
+                i += 1;
+                break;
+            }
+            if w.starts_with('-') && w.len() > 1 {
+                i += if with_value.contains(&w) { 2 } else { 1 };
+            } else if program == "env" && is_assignment(w) {
+                i += 1;
+            } else if plain < *positional {
+                plain += 1;
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        if i < words.len() {
+            add(found, words[i..].to_vec());
+        }
+    }
+}
+
+fn is_assignment(word: &str) -> bool {
+    let Some((name, _)) = word.split_once('=') else { return false };
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commands(line: &str) -> Vec<String> {
+        split(line).commands.iter().map(|c| c.join(" ")).collect()
+    }
+
+    #[test]
+    fn splits_at_operators_and_removes_quotes() {
+        assert_eq!(commands("git status && git diff"), ["git status", "git diff"]);
+        assert_eq!(commands("a; b || c | d & e\nf"), ["a", "b", "c", "d", "e", "f"]);
+        assert_eq!(commands(r#"git commit -m "a b; c" -q"#), ["git commit -m a b; c -q"]);
+        assert_eq!(split(r#"git commit -m "a b; c""#).commands[0].len(), 4);
+        assert_eq!(commands("echo 'x && y'"), ["echo x && y"]);
+        assert_eq!(commands(r"echo a\ b"), ["echo a b"]);
+        assert_eq!(commands("(cd x && rm y)"), ["cd x", "rm y"]);
+        assert_eq!(commands("if true; then rm -rf x; fi"), ["true", "rm -rf x"]);
+        assert_eq!(commands("for f in *; do rm $f; done"), ["for f in *", "rm $f"]);
+        assert_eq!(commands("ls # && rm x"), ["ls"]);
+        assert_eq!(commands("cargo test 2>&1 | tail -5"), ["cargo test 2>&1", "tail -5"]);
+        assert_eq!(commands("echo hi>out.txt"), ["echo hi > out.txt"]);
+        assert_eq!(commands("make &> log"), ["make &> log"]);
+        assert_eq!(split("").commands, Vec::<Vec<String>>::new());
+        assert_eq!(split("echo ''").commands, [vec!["echo".to_owned(), String::new()]]);
+        assert_eq!(split("git status && git diff").opaque, None);
+    }
+
+    #[test]
+    fn substitutions_make_a_line_opaque_but_still_split() {
+        let line = split("echo $(rm -rf x)");
+        assert_eq!(line.opaque, Some("a command substitution"));
+        assert_eq!(commands("echo $(rm -rf x)"), ["echo", "rm -rf x"]);
+        assert_eq!(commands("echo `rm x`"), ["echo", "rm x"]);
+        assert_eq!(split(r#"echo "$(whoami)""#).opaque, Some("a command substitution"));
+        assert_eq!(split("echo '$(whoami)'").opaque, None);
+        assert_eq!(split("diff <(ls a) <(ls b)").opaque, Some("a process substitution"));
+        assert_eq!(split("cat <<EOF\nx\nEOF").opaque, Some("a here-document"));
+        assert_eq!(split("echo 'unclosed").opaque, Some("an unclosed quote"));
+        assert_eq!(split("cat <<< word").opaque, None);
+    }
+
+    #[test]
+    fn finds_commands_under_wrappers() {
+        let inner = |line: &str| -> Vec<String> {
+            let words = &split(line).commands[0];
+            inner_commands(words).iter().map(|c| c.join(" ")).collect()
+        };
+        assert_eq!(inner("sudo -u root rm -rf /"), ["rm -rf /"]);
+        assert_eq!(inner("/bin/rm -rf x"), ["rm -rf x"]);
+        assert_eq!(inner("FOO=1 BAR=2 rm x"), ["rm x"]);
+        assert_eq!(inner("env -i FOO=1 rm x"), ["rm x"]);
+        assert_eq!(inner("timeout -s KILL 10 rm x"), ["rm x"]);
+        assert_eq!(inner("nice -n 5 nohup rm x"), ["nohup rm x", "rm x"]);
+        assert_eq!(inner("bash -c 'ls && rm x'"), ["ls", "rm x"]);
+        assert_eq!(inner("sh -ec \"sudo rm x\""), ["sudo rm x", "rm x"]);
+        assert_eq!(inner("eval rm x"), ["rm x"]);
+        assert_eq!(inner(r"find . -name '*.o' -exec rm {} \; -print"), ["rm {}"]);
+        assert_eq!(commands("{ rm x; }"), ["rm x"]);
+        assert_eq!(inner("xargs -n 1 rm"), ["rm"]);
+        assert_eq!(inner("git status"), Vec::<String>::new());
+    }
+}
