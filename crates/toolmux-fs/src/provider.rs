@@ -8,12 +8,12 @@ use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Component, Path};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use toolmux_core::{
-    CallContext, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
-    schema_for,
+    CallContext, Subject, SubjectKind, ToolAnnotations, ToolError, ToolKind, ToolOutput,
+    ToolProvider, ToolSpec, schema_for,
 };
 
 /// The builtin file and shell tools, confined beneath a workspace root.
@@ -427,6 +427,57 @@ impl ToolProvider for FsProvider {
     async fn shutdown(&self) -> Result<(), ToolError> {
         self.tasks.shutdown().await;
         Ok(())
+    }
+
+    fn subject_kind(&self, tool: &str) -> Option<SubjectKind> {
+        match Tool::from_name(tool)? {
+            Tool::Bash | Tool::Exec => Some(SubjectKind::Command),
+            Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => None,
+            _ => Some(SubjectKind::Path),
+        }
+    }
+
+    /// The command of `bash` and `exec`; the path of every file tool, where it leads
+    /// (symlinks and `..` resolved as the call will resolve them), so that a rule on
+    /// `secrets/**` is not dodged through a link to it. `grep`, `glob` and `ls` act on the
+    /// directory they search (the root when none is given), not on each file found.
+    fn subjects(&self, tool: &str, arguments: &Value) -> Result<Vec<Subject>, String> {
+        let Some(tool) = Tool::from_name(tool) else { return Ok(Vec::new()) };
+        let text = |key: &str| arguments.get(key).and_then(Value::as_str);
+        match tool {
+            Tool::Bash => {
+                Ok(text("command").map(|c| Subject::Command(c.to_owned())).into_iter().collect())
+            }
+            Tool::Exec => {
+                let argv =
+                    arguments.get("argv").and_then(Value::as_array).ok_or("`argv` is missing")?;
+                let argv = argv
+                    .iter()
+                    .map(|a| {
+                        a.as_str()
+                            .map(str::to_owned)
+                            .ok_or("`argv` holds a value that is not a string")
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(vec![Subject::Argv(argv)])
+            }
+            Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => Ok(Vec::new()),
+            _ => {
+                let given = text("path").unwrap_or(".");
+                let resolved = self.workspace.resolve(given).map_err(|e| e.to_string())?;
+                let target = self.workspace.resolve_target(&resolved);
+                let mut parts = Vec::new();
+                for part in target.components() {
+                    match part {
+                        Component::Normal(name) => parts.push(name.to_string_lossy().into_owned()),
+                        Component::CurDir => {}
+                        _ => return Err(format!("path `{given}` leads outside the workspace")),
+                    }
+                }
+                let path = if parts.is_empty() { ".".to_owned() } else { parts.join("/") };
+                Ok(vec![Subject::Path(path)])
+            }
+        }
     }
 
     fn instructions(&self) -> Option<String> {

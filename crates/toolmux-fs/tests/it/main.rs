@@ -12,6 +12,7 @@ mod parallel;
 mod protect;
 mod read;
 mod shell;
+mod subjects;
 mod tasks;
 mod write;
 
