@@ -376,6 +376,16 @@ fn validate(
         if let Some(patterns) = &agent.tools {
             toolmux_orchestrator::check_selectors(patterns)
                 .map_err(|e| config(name, format!("tools: {e}")))?;
+            if let Some(call) = patterns.iter().find(|p| p.contains('(')) {
+                return Err(config(
+                    name,
+                    format!(
+                        "tools: `{call}` names calls, not tools; give the agent the tool \
+                         (`{}`) and put the rule on its calls in `permissions`",
+                        call.split('(').next().unwrap_or(call).trim()
+                    ),
+                ));
+            }
         }
         if !models.contains_key(&agent.model) {
             let known: Vec<&str> = models.keys().map(String::as_str).collect();

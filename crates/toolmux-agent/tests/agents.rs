@@ -338,6 +338,15 @@ async fn an_agent_may_be_given_tools_by_what_they_are() {
         "agents.a: tools: unknown selector `@reads`; the selectors are @readOnly, @destructive, \
          @openWorld, @read, @write, @execute, @network"
     );
+    let calls = AgentConfig { tools: Some(vec!["fs__bash(git *)".into()]), ..agent("m") };
+    let model: Arc<dyn Model> = Arc::new(ScriptedModel::new("m"));
+    let refused = Agents::new(one("a", calls), BTreeMap::from([("m".to_owned(), model)]))
+        .expect_err("a rule on calls is no tool");
+    assert_eq!(
+        refused.to_string(),
+        "agents.a: tools: `fs__bash(git *)` names calls, not tools; give the agent the tool \
+         (`fs__bash`) and put the rule on its calls in `permissions`"
+    );
 }
 
 /// The results of asynchronous external calls reach the model on their own: before each

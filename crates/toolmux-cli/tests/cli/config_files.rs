@@ -249,6 +249,69 @@ fn permission_selectors_match_what_tools_are() {
     assert!(run.stderr.contains("permissions.ask: unknown selector `@writes`"), "{}", run.stderr);
 }
 
+/// Rules on calls judge what a call does: each command of a shell line (a denied one
+/// also under a wrapper), the path a file tool leads to through a link; a line that
+/// cannot be split needs an approver, which `tools call` has not; a rule that cannot read
+/// the calls of the tools it names is a warning.
+#[test]
+fn permission_rules_on_calls_judge_commands_and_paths() {
+    let project = Project::new();
+    project.file("keep.txt", "kept\n");
+    project.file("secrets/key", "s3cret\n");
+    project.file("notes/.keep", "");
+    std::os::unix::fs::symlink("secrets", project.path().join("link")).unwrap();
+    project.file(
+        "toolmux.yaml",
+        "fs: {permissions: [read, write, execute]}\npermissions:\n  allow: [fs__read, 'fs__bash(echo *)', 'fs__bash(ls)', 'fs__write(notes/**)']\n  deny: ['fs__bash(rm *)', 'fs__read(secrets/**)', 'fs__task_list(x)']\n",
+    );
+    let call = |tool: &str, args: &str| project.run(&["tools", "call", tool, args]);
+    let run = call("fs__bash", r#"{"command":"echo hi && ls"}"#);
+    assert!(run.ok().contains("hi"), "{}", run.stdout);
+    assert!(
+        run.stderr.contains("`permissions.deny: fs__task_list(x)` matches no call"),
+        "{}",
+        run.stderr
+    );
+    let denied = |run: crate::Run, says: &str| {
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stderr.contains(says), "{}", run.stderr);
+    };
+    denied(
+        call("fs__bash", r#"{"command":"echo a; bash -c 'rm keep.txt'"}"#),
+        "denied by rule `permissions.deny: fs__bash(rm *)` (command `bash -c rm keep.txt`, which runs `rm keep.txt`)",
+    );
+    assert!(project.path().join("keep.txt").exists());
+    denied(
+        call("fs__bash", r#"{"command":"echo a | touch made.txt"}"#),
+        "command `touch made.txt` is not matched by any `permissions.allow` rule; add one such as `fs__bash(touch *)` to allow it",
+    );
+    assert!(!project.path().join("made.txt").exists());
+    denied(
+        call("fs__bash", r#"{"command":"echo $(touch sub.txt)"}"#),
+        "a command line with a command substitution (which `permissions.allow` rules cannot judge) requires approval and no approval handler is attached",
+    );
+    assert!(!project.path().join("sub.txt").exists());
+    denied(
+        call("fs__read", r#"{"path":"link/key"}"#),
+        "denied by rule `permissions.deny: fs__read(secrets/**)` (path `secrets/key`)",
+    );
+    call("fs__write", r#"{"path":"notes/a.md","content":"x"}"#).ok();
+    denied(
+        call("fs__write", r#"{"path":"a.md","content":"x"}"#),
+        "path `a.md` is not matched by any `permissions.allow` rule; add one such as `fs__write(a.md)` to allow it",
+    );
+    assert!(!project.path().join("a.md").exists());
+
+    project.file("toolmux.yaml", "fs: {}\npermissions: {deny: ['fs__bash(git status']}\n");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("rule `fs__bash(git status` does not end with `)`"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn config_check_reports_providers() {
     let project = Project::new();

@@ -547,8 +547,11 @@ impl ToolSearchEntry {
     }
 }
 
-/// Permission rules: globs on full tool names (`fs__*`, `github__create_*`). Deny wins
-/// over ask, ask over allow; with allow rules, a tool matching none is denied.
+/// Permission rules: globs on full tool names (`fs__*`, `github__create_*`), selectors of
+/// what tools are (`@write`), or rules on calls naming what a call runs or touches in
+/// parentheses (`fs__bash(git *)`, `fs__write(src/**)`, `api__*(owner=acme)`). Deny wins
+/// over ask, ask over allow; with allow rules, a tool matching none is denied, and a shell
+/// line runs only when every command in it is allowed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionsEntry {
