@@ -67,7 +67,7 @@ pub use interaction::{
     Root, RootsRequest, SamplingRequest, SamplingResponse, UrlElicitationRequest,
 };
 pub use kind::{PermissionClass, ToolKind};
-pub use output::{ContentPart, ToolOutput};
+pub use output::{ContentPart, ToolOutput, json_len};
 pub use provider::{
     Health, ProviderHealth, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
     ToolListChanges, ToolListNotifier, ToolProvider,

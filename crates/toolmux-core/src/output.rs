@@ -80,7 +80,8 @@ impl ContentPart {
     }
 }
 
-fn json_len(value: &Value) -> usize {
+/// The bytes `value` takes as compact JSON text, counted without building the text.
+pub fn json_len(value: &Value) -> usize {
     struct Counter(usize);
     impl std::io::Write for Counter {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

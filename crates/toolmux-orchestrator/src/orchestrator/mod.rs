@@ -1223,6 +1223,12 @@ impl Orchestrator {
         } else {
             output
         };
+        let output = match &output.structured {
+            Some(structured) if toolmux_core::json_len(structured) > max => {
+                Box::pin(self.cap_structured(entry, output, max, ctx, meta)).await
+            }
+            _ => output,
+        };
         if let Some(run) = self.tracks_runs().then(|| self.run_state(ctx.run_id())) {
             let tokens = estimate_tokens(textual_len(&output));
             if let Err(remaining) =
@@ -1639,6 +1645,56 @@ impl Orchestrator {
 
     /// Spills or truncates an output over `toolResponseMaxBytes`. Error outputs are never
     /// spilled (the model must see why a call failed) but are truncated when huge.
+    /// Structured content over the size cap. A tool that declares no output schema loses
+    /// it (its text, capped already, stays). One that does promised content conforming to
+    /// its schema, which cannot be cut and keep the promise, and clients refuse a success
+    /// without it: the result says the call succeeded and is an error result (which needs
+    /// no structured content), the content stored whole for reading by pages (spill mode)
+    /// or named by size (truncate mode, or the store failed).
+    async fn cap_structured(
+        &self,
+        entry: &ToolEntry,
+        mut output: ToolOutput,
+        max: usize,
+        ctx: &CallContext,
+        meta: &CallMeta,
+    ) -> ToolOutput {
+        let Some(structured) = output.structured.take() else { return output };
+        let bytes = toolmux_core::json_len(&structured);
+        output.extras.insert("capped_structured".into(), json!({"bytes": bytes}));
+        if entry.spec.output_schema.is_none() {
+            return output;
+        }
+        let mut note = format!(
+            "`{}` succeeded, but its structured content is {bytes} bytes, over the \
+             {max}-byte cap, and content promised by an output schema cannot be cut",
+            entry.name
+        );
+        let stored = match self.inner.config.oversize {
+            OversizeMode::Spill => {
+                let text = self.inner.redactor.redact(&structured.to_string()).into_owned();
+                self.inner.store.store(ctx.run_id(), &entry.name, &text).await.ok()
+            }
+            OversizeMode::Truncate => None,
+        };
+        match stored {
+            Some(stored) => {
+                meta.spilled.store(true, Ordering::Relaxed);
+                note.push_str(&format!(
+                    "; it is stored whole: read it by pages with `output__read` and handle `{}`",
+                    stored.handle
+                ));
+            }
+            None => note.push_str(&format!(
+                "; raise `tools.{}.responseMaxBytes` above {bytes} to receive it",
+                entry.name
+            )),
+        }
+        output.content.push(ContentPart::Text { text: note });
+        output.is_error = true;
+        output
+    }
+
     async fn cap_size(
         &self,
         entry: &ToolEntry,

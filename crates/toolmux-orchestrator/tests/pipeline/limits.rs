@@ -237,3 +237,52 @@ async fn capped_outputs_keep_the_structured_content_their_schema_promises() {
         assert_eq!(untyped.structured, None, "{oversize:?}");
     }
 }
+
+/// Structured content over the cap, beside a short text: a tool without an output schema
+/// loses it; one with a schema cannot be cut, so the result says the call succeeded, is an
+/// error result (no content to conform), and stores the content whole for reading by pages.
+#[tokio::test(start_paused = true)]
+async fn structured_content_over_the_cap_is_stored_not_passed_on() {
+    let rows: Vec<String> = (0..400).map(|i| format!("row {i}")).collect();
+    let big =
+        ToolOutput { structured: Some(json!({"rows": rows})), ..ToolOutput::text("400 rows") };
+    let schema = json!({"type": "object", "properties": {"rows": {"type": "array"}}});
+    let typed =
+        ToolSpec::new("typed", "rows", json!({"type": "object"})).with_output_schema(schema);
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_spec(typed, Behavior::Output(big.clone()))
+            .with_tool("untyped", Behavior::Output(big)),
+    );
+    for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
+        let config = OrchestratorConfig {
+            oversize,
+            ..OrchestratorConfig::default().with_response_max_bytes(1000)
+        };
+        let o = start(config, vec![p.clone()]).await;
+        let ctx = CallContext::new();
+        let untyped = ToolProvider::call(&o, "m__untyped", json!({}), &ctx).await.unwrap();
+        assert_eq!((untyped.to_text().as_str(), &untyped.structured), ("400 rows", &None));
+        assert!(!untyped.is_error);
+        assert_eq!(untyped.extras["capped_structured"]["bytes"], 3_900, "{oversize:?}");
+
+        let typed = ToolProvider::call(&o, "m__typed", json!({}), &ctx).await.unwrap();
+        assert!(typed.is_error && typed.structured.is_none(), "{oversize:?}: {typed:?}");
+        let text = typed.to_text();
+        assert!(
+            text.starts_with("400 rows\n`m__typed` succeeded, but its structured content is 3900 bytes, over the 1000-byte cap, and content promised by an output schema cannot be cut; "),
+            "{text}"
+        );
+        if oversize == OversizeMode::Spill {
+            let handle = text.rsplit('`').nth(1).unwrap();
+            let page = o.read_output(handle, 0, 10).await.unwrap();
+            let stored: serde_json::Value = serde_json::from_str(&page.text).unwrap();
+            assert_eq!(stored["rows"][399], "row 399");
+        } else {
+            assert!(
+                text.ends_with("raise `tools.m__typed.responseMaxBytes` above 3900 to receive it"),
+                "{text}"
+            );
+        }
+    }
+}
