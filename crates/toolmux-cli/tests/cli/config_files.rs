@@ -74,6 +74,49 @@ fn vscode_mcp_json_loads() {
     );
 }
 
+/// Codex's `config.toml` as it is: its own settings ignored, `cwd` relative to the file's
+/// folder, `disabled_tools` applied, its servers' tools callable.
+#[test]
+fn codex_config_loads() {
+    let project = Project::new();
+    project.file("inner/notes.txt", "TODO: inner\n").file(
+        ".codex/config.toml",
+        &format!(
+            r#"model = "gpt-5"
+sandbox_mode = "workspace-write"
+
+[mcp_servers.inner]
+command = "{}"
+args = ["serve", "--stdio"]
+cwd = "../inner"
+startup_timeout_sec = 20
+disabled_tools = ["fs__ls"]
+
+[mcp_servers.inner.env]
+RUST_LOG = "off"
+
+[mcp_servers.old]
+command = "/nonexistent/server"
+enabled = false
+"#,
+            toolmux_bin()
+        ),
+    );
+    let run = project.run(&["--config", ".codex/config.toml", "config", "check"]);
+    let out = run.ok();
+    assert!(out.starts_with(".codex/config.toml: configuration is valid\n  inner "), "{out}");
+    assert!(out.contains("4 tools"), "{out}");
+    let run = project.run(&[
+        "--config",
+        ".codex/config.toml",
+        "tools",
+        "call",
+        "inner__fs__grep",
+        r#"{"pattern":"TODO"}"#,
+    ]);
+    expect!["notes.txt"].assert_eq(run.ok().trim());
+}
+
 /// Gemini CLI's project settings: its own keys ignored, `cwd` relative to the project,
 /// `excludeTools` and `mcp.excluded` applied, `trust` not (a warning says so).
 #[test]

@@ -19,14 +19,17 @@ pub enum FileFormat {
     Json,
     /// YAML 1.2.
     Yaml,
+    /// TOML 1.0 (Codex's `config.toml`, or toolmux's own keys).
+    Toml,
 }
 
 impl FileFormat {
-    /// The format of `path` by its extension: `.json` and `.jsonc` are JSON, anything
-    /// else YAML (a superset of JSON's syntax).
+    /// The format of `path` by its extension: `.json` and `.jsonc` are JSON, `.toml` TOML,
+    /// anything else YAML (a superset of JSON's syntax).
     pub fn of(path: &Path) -> FileFormat {
         match path.extension().and_then(|e| e.to_str()) {
             Some("json" | "jsonc") => FileFormat::Json,
+            Some("toml") => FileFormat::Toml,
             _ => FileFormat::Yaml,
         }
     }
@@ -35,6 +38,7 @@ impl FileFormat {
         match self {
             FileFormat::Json => "JSON",
             FileFormat::Yaml => "YAML",
+            FileFormat::Toml => "TOML",
         }
     }
 }
@@ -198,7 +202,7 @@ fn load_text(
             json_text = jsonc::to_json(text);
             json_text.as_str()
         }
-        FileFormat::Yaml => text,
+        FileFormat::Yaml | FileFormat::Toml => text,
     };
     // Syntax first, so that a syntax error is reported as one.
     let value: serde_json::Value = parse(text, format)
@@ -331,6 +335,8 @@ fn parse(text: &str, format: FileFormat) -> Result<serde_json::Value, Located> {
     match format {
         FileFormat::Json => serde_json::from_str(text).map_err(|e| json_error(&e)),
         FileFormat::Yaml => serde_yaml_ng::from_str(text).map_err(|e| yaml_error(&e)),
+        FileFormat::Toml => super::toml::to_json(text)
+            .map_err(|e| Located { position: Some(e.position), message: e.message }),
     }
 }
 
@@ -360,6 +366,17 @@ fn typed<T: DeserializeOwned>(text: &str, format: FileFormat) -> Result<T, Locat
                         }
                     }
                     (path, located)
+                }
+            }
+        }
+        FileFormat::Toml => {
+            let value = parse(text, format)?;
+            match serde_path_to_error::deserialize(value) {
+                Ok(value) => return Ok(value),
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let position = super::toml::position(text, &path);
+                    (path, Located { position, message: strip_position(&e.inner().to_string()) })
                 }
             }
         }
@@ -458,6 +475,8 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
     Some((line, column))
 }
 
+#[cfg(feature = "mcp")]
+mod codex;
 #[cfg(feature = "mcp")]
 mod foreign;
 

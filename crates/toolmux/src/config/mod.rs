@@ -7,6 +7,7 @@
 mod env;
 mod jsonc;
 mod load;
+mod toml;
 
 pub use load::{FILE_NAMES, FileFormat, Loaded, discover, load, load_str};
 

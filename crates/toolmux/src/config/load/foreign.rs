@@ -21,6 +21,8 @@ pub(super) enum Dialect {
     Gemini,
     /// Zed's `settings.json`.
     Zed,
+    /// Codex's `config.toml`.
+    Codex,
 }
 
 /// Top-level keys of Gemini CLI's settings (flat ones of its first versions, groups of
@@ -89,7 +91,9 @@ impl Dialect {
             return Some(dialect);
         }
         let top = value.as_object()?;
-        let dialect = if top.contains_key("context_servers")
+        let dialect = if top.contains_key("mcp_servers") && !top.contains_key("mcpServers") {
+            Dialect::Codex
+        } else if top.contains_key("context_servers")
             && !top.contains_key("mcpServers")
             && !top.contains_key("servers")
         {
@@ -102,16 +106,21 @@ impl Dialect {
             return None;
         };
         let own = toolmux_keys();
-        let mixed =
-            top.keys().any(|k| k != "mcpServers" && k != "$schema" && own.iter().any(|o| o == k));
+        let mixed = top.keys().any(|k| {
+            !matches!(k.as_str(), "mcpServers" | "$schema" | "model") && own.iter().any(|o| o == k)
+        });
         (!mixed).then_some(dialect)
     }
 
     fn by_name(path: &Path) -> Option<Dialect> {
+        let folder = path.parent()?.file_name()?.to_str()?;
+        if path.file_name()? == "config.toml" && folder == ".codex" {
+            return Some(Dialect::Codex);
+        }
         if path.file_name()? != "settings.json" {
             return None;
         }
-        match path.parent()?.file_name()?.to_str()? {
+        match folder {
             ".gemini" => Some(Dialect::Gemini),
             "zed" | ".zed" => Some(Dialect::Zed),
             _ => None,
@@ -148,6 +157,7 @@ pub(super) fn read(
         let keep: &[&str] = match dialect {
             Dialect::Gemini => &["mcpServers", "mcp", "allowMCPServers", "excludeMCPServers"],
             Dialect::Zed => &["context_servers"],
+            Dialect::Codex => &["mcp_servers"],
         };
         top.retain(|k, _| keep.contains(&k.as_str()));
     }
@@ -162,6 +172,7 @@ pub(super) fn read(
             let (servers, warnings) = file.convert(source.shown, source.base_dir);
             Ok(converted(servers, warnings, found))
         }
+        Dialect::Codex => super::codex::read(value, source),
         Dialect::Zed => {
             typed::<ZedFile>(source.text, source.format).map_err(located)?;
             let (file, found) = expand_into::<ZedFile>(value, source)?;
@@ -171,7 +182,7 @@ pub(super) fn read(
     }
 }
 
-fn converted(
+pub(super) fn converted(
     servers: BTreeMap<String, McpServerEntry>,
     warnings: Vec<String>,
     found: crate::config::env::Expansion,

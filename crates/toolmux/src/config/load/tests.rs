@@ -15,6 +15,7 @@ fn load_as(format: FileFormat, text: &str) -> Result<Loaded, ToolmuxError> {
     let name = match format {
         FileFormat::Json => "toolmux.json",
         FileFormat::Yaml => "toolmux.yaml",
+        FileFormat::Toml => "toolmux.toml",
     };
     load_str(text, format, name, Path::new("/proj"), &env)
 }
@@ -509,6 +510,95 @@ fn zed_unknown_server_key_is_an_error() {
         r#"{"context_servers": {"a": {"command": {"path": "a", "argz": []}}}}"#,
         expect![
             "toolmux.json:1:58: unknown key `argz` in context_servers.a.command; did you mean `args`?"
+        ],
+    );
+}
+
+const CODEX_CONFIG: &str = r#"model = "gpt-5"
+approval_policy = "on-request"
+
+[mcp_servers.docs]
+command = "docs-server"
+args = ["--port", 4000]
+env_vars = ["HTTP_PROXY"]
+startup_timeout_sec = 20
+tool_timeout_sec = 12.5
+enabled_tools = ["search"]
+
+[mcp_servers.docs.env]
+DOCS_TOKEN = "${GITHUB_TOKEN}"
+
+[mcp_servers.figma]
+url = "https://127.0.0.1:9443/mcp"
+bearer_token_env_var = "GITHUB_TOKEN"
+http_headers = { "X-Region" = "us" }
+env_http_headers = { "X-Port" = "PORT" }
+disabled_tools = ["delete"]
+enabled = false
+experimental_thing = true
+"#;
+
+/// Codex's `config.toml`: its servers become toolmux's, headers from the environment
+/// are secrets like every expanded value, Codex's other settings are ignored, and a
+/// server key toolmux does not read is a warning with the closest one.
+#[test]
+fn codex_config_by_name_and_by_content() {
+    let (_dir, loaded) = load_file(".codex/config.toml", CODEX_CONFIG);
+    let loaded = loaded.unwrap();
+    expect![[r#"
+        docs: {"type":"stdio","command":"docs-server","args":["--port","4000"],"env":{"DOCS_TOKEN":"ghp_secret_value"},"envInherit":"minimal","envPassthrough":["HTTP_PROXY"],"toolsAllowed":["search"],"requestTimeoutMs":12500,"startupTimeoutMs":20000}
+        figma: {"type":"http","url":"https://127.0.0.1:9443/mcp","headers":{"Authorization":"Bearer ghp_secret_value","X-Port":"8080","X-Region":"us"},"toolsDenied":["delete"],"enabled":false}"#]]
+    .assert_eq(&servers(&loaded));
+    assert!(loaded.secrets.contains(&"ghp_secret_value".to_owned()), "{:?}", loaded.secrets);
+    expect![".codex/config.toml: mcp_servers.figma.experimental_thing is not read by toolmux and is ignored"]
+        .assert_eq(&loaded.warnings.join("\n"));
+    // Anywhere else, `mcp_servers` says whose file it is.
+    assert_eq!(loads(FileFormat::Toml, CODEX_CONFIG).config.mcp_servers.len(), 2);
+}
+
+#[test]
+fn codex_config_errors_have_lines() {
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\ncommand = \"a\"\nargs = \"--x\"\n",
+        expect![
+            "toolmux.toml:3:1: mcp_servers.a.args: invalid type: string \"--x\", expected a sequence"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nbearer_token = \"abc\"\n",
+        expect![
+            "toolmux.toml:3:1: mcp_servers.a.bearer_token: a token is not written in the file (Codex refuses it too); put it in an environment variable and name that in `bearer_token_env_var`"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\nbearer_token_env_var = \"NO_SUCH_TOKEN\"\n",
+        expect![
+            "toolmux.toml: unset environment variable NO_SUCH_TOKEN in mcp_servers.a.http_headers.Authorization (set it, or give a default: ${NO_SUCH_TOKEN:-value})"
+        ],
+    );
+    check_error(
+        FileFormat::Toml,
+        "[mcp_servers.a]\ncommand = \"a\n",
+        expect!["toolmux.toml:2:13: invalid TOML: invalid character in string: `\\n`"],
+    );
+}
+
+/// toolmux's own keys in TOML, with the same checks as in YAML and JSON.
+#[test]
+fn toolmux_configuration_in_toml() {
+    let loaded = loads(
+        FileFormat::Toml,
+        "[defaults]\ntoolTimeout = 5000\n\n[mcpServers.everything]\ncommand = \"npx\"\nargs = [\"-y\", \"x\"]\n",
+    );
+    assert_eq!(loaded.config.mcp_servers["everything"].args, ["-y", "x"]);
+    check_error(
+        FileFormat::Toml,
+        "[defaults]\ntoolTimeot = 5000\n",
+        expect![
+            "toolmux.toml:2:1: unknown key `toolTimeot` in defaults; did you mean `toolTimeout`?"
         ],
     );
 }

@@ -1,0 +1,176 @@
+//! Codex's `config.toml`, read for its `[mcp_servers.NAME]` tables. Its other settings
+//! (model, approvals, sandbox, profiles) are Codex's own and ignored. A key in a server
+//! table that toolmux does not know is a warning naming it, not an error: Codex adds keys
+//! from release to release, and a server toolmux can start should not be refused for one.
+
+use super::foreign::{Converted, converted};
+use super::{Located, Source, expand_into, typed};
+use crate::ToolmuxError;
+use crate::config::{McpServerEntry, scalar};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use toolmux_core::suggest::closest;
+use toolmux_mcp::{EnvInherit, TransportKind};
+
+/// The keys of a Codex server table toolmux reads.
+const KNOWN: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "env_vars",
+    "cwd",
+    "url",
+    "bearer_token_env_var",
+    "bearer_token",
+    "http_headers",
+    "env_http_headers",
+    "enabled",
+    "required",
+    "startup_timeout_sec",
+    "startup_timeout_ms",
+    "tool_timeout_sec",
+    "enabled_tools",
+    "disabled_tools",
+    "scopes",
+];
+
+/// The parts of Codex's `config.toml` about MCP servers.
+#[derive(Debug, Deserialize)]
+struct CodexFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, CodexServer>,
+}
+
+/// One `[mcp_servers.NAME]` table.
+#[derive(Debug, Deserialize)]
+struct CodexServer {
+    command: Option<String>,
+    #[serde(default, deserialize_with = "scalar::list")]
+    args: Vec<String>,
+    #[serde(default, deserialize_with = "scalar::map")]
+    env: BTreeMap<String, String>,
+    /// Variables of Codex's own environment passed on.
+    #[serde(default)]
+    env_vars: Vec<String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    /// Rewritten into `http_headers` before `${VAR}` expansion.
+    #[serde(default, deserialize_with = "scalar::map")]
+    http_headers: BTreeMap<String, String>,
+    enabled: Option<bool>,
+    /// Codex stops when such a server fails to start; toolmux reports every failed
+    /// server and goes on with the others.
+    #[allow(dead_code)]
+    required: Option<bool>,
+    startup_timeout_sec: Option<f64>,
+    startup_timeout_ms: Option<u64>,
+    tool_timeout_sec: Option<f64>,
+    enabled_tools: Option<Vec<String>>,
+    #[serde(default)]
+    disabled_tools: Vec<String>,
+    scopes: Option<Vec<String>>,
+    #[serde(flatten)]
+    other: BTreeMap<String, Value>,
+}
+
+/// The servers of a Codex file parsed as `value`, as toolmux's entries, and warnings.
+pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, ToolmuxError> {
+    let located = |e: Located| source.error(e.position, e.message);
+    // Only the servers are toolmux's to expand and check.
+    if let Some(top) = value.as_object_mut() {
+        top.retain(|k, _| k == "mcp_servers");
+    }
+    typed::<CodexFile>(source.text, source.format).map_err(located)?;
+    let mut warnings = Vec::new();
+    if let Some(Value::Object(servers)) = value.get_mut("mcp_servers") {
+        for (name, server) in servers.iter_mut() {
+            let at = format!("mcp_servers.{name}");
+            let Value::Object(server) = server else { continue };
+            if server.contains_key("bearer_token") {
+                return Err(source.error(
+                    super::super::toml::position(source.text, &format!("{at}.bearer_token")),
+                    format!(
+                        "{at}.bearer_token: a token is not written in the file (Codex refuses \
+                         it too); put it in an environment variable and name that in \
+                         `bearer_token_env_var`"
+                    ),
+                ));
+            }
+            // Headers from the environment become `${VAR}` references, expanded (and kept
+            // secret) with the rest; an unset variable is an error naming it.
+            let mut headers = match server.remove("http_headers") {
+                Some(Value::Object(h)) => h,
+                _ => serde_json::Map::new(),
+            };
+            if let Some(Value::String(var)) = server.remove("bearer_token_env_var") {
+                headers.insert("Authorization".into(), Value::String(format!("Bearer ${{{var}}}")));
+            }
+            if let Some(Value::Object(from_env)) = server.remove("env_http_headers") {
+                for (header, var) in from_env {
+                    if let Value::String(var) = var {
+                        headers.insert(header, Value::String(format!("${{{var}}}")));
+                    }
+                }
+            }
+            if !headers.is_empty() {
+                server.insert("http_headers".into(), Value::Object(headers));
+            }
+        }
+    }
+    let (file, found) = expand_into::<CodexFile>(value, source)?;
+    let servers = file
+        .mcp_servers
+        .into_iter()
+        .map(|(name, server)| {
+            let entry = server.convert(&name, source.shown, &mut warnings);
+            (name, entry)
+        })
+        .collect();
+    Ok(converted(servers, warnings, found))
+}
+
+impl CodexServer {
+    fn convert(self, name: &str, shown: &str, warnings: &mut Vec<String>) -> McpServerEntry {
+        for key in self.other.keys() {
+            let hint = match closest(key, KNOWN) {
+                Some(near) => format!("; did you mean `{near}`?"),
+                None => String::new(),
+            };
+            warnings.push(format!(
+                "{shown}: mcp_servers.{name}.{key} is not read by toolmux and is ignored{hint}"
+            ));
+        }
+        let ms = |sec: f64| (sec.is_finite() && sec > 0.0).then(|| (sec * 1000.0).round() as u64);
+        let transport = match (&self.url, &self.command) {
+            (Some(_), _) => Some(TransportKind::Http),
+            (None, Some(_)) => Some(TransportKind::Stdio),
+            (None, None) => None,
+        };
+        McpServerEntry {
+            transport,
+            command: self.command,
+            args: self.args,
+            env: self.env,
+            // Codex starts servers with a small default environment plus `env_vars`.
+            env_inherit: transport
+                .filter(|t| *t == TransportKind::Stdio)
+                .map(|_| EnvInherit::Minimal),
+            env_passthrough: self.env_vars,
+            cwd: self.cwd,
+            url: self.url,
+            headers: self.http_headers,
+            oauth: self.scopes.map(|scopes| toolmux_mcp::OAuthConfig {
+                scopes: Some(scopes),
+                ..toolmux_mcp::OAuthConfig::default()
+            }),
+            tools_allowed: self.enabled_tools,
+            tools_denied: self.disabled_tools,
+            request_timeout_ms: self.tool_timeout_sec.and_then(ms),
+            startup_timeout_ms: self.startup_timeout_sec.and_then(ms).or(self.startup_timeout_ms),
+            enabled: self.enabled,
+            ..McpServerEntry::default()
+        }
+    }
+}
