@@ -112,7 +112,7 @@ pub use config::{
 };
 pub use events::ToolEvent;
 pub use glob::glob_match;
-pub use hooks::{AfterHook, BeforeHook};
+pub use hooks::{AfterHook, BeforeHook, CommandHook, HookEvent, InvalidMatcher, ToolMatcher};
 pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,
     WeakOrchestrator,

@@ -9,8 +9,8 @@ use toolmux_core::ToolProvider;
 use toolmux_orchestrator::search;
 use toolmux_orchestrator::store::{DirectoryStore, OutputReader, OutputStore};
 use toolmux_orchestrator::{
-    Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules, QueueConfig, RateLimit,
-    RetryPolicy, RunBudgetConfig, ToolOverride, ToolSettings,
+    CommandHook, HookEvent, Orchestrator, OrchestratorConfig, OversizeMode, PermissionRules,
+    QueueConfig, RateLimit, RetryPolicy, RunBudgetConfig, ToolMatcher, ToolOverride, ToolSettings,
 };
 
 /// Every configured tool behind one orchestrator, plus where its outputs and statistics
@@ -312,7 +312,10 @@ impl Toolmux {
         };
         let orchestrator = providers
             .into_iter()
-            .fold(orchestrator, |builder, provider| builder.provider(provider))
+            .fold(orchestrator, |builder, provider| builder.provider(provider));
+        // Attached on the orchestrator, hooks see every call: `tools call`, agents' calls and
+        // the calls of MCP clients of `toolmux serve` alike.
+        let orchestrator = CommandHook::attach(orchestrator, command_hooks(loaded, &secrets)?)
             .secrets(secrets)
             .build()
             .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
@@ -473,6 +476,54 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
         }
     }
     Ok(config)
+}
+
+/// The configured command hooks, in configuration order, `PreToolUse` first; matchers and
+/// timeouts checked.
+fn command_hooks(
+    loaded: &Loaded,
+    secrets: &[String],
+) -> Result<Vec<Arc<CommandHook>>, ToolmuxError> {
+    let file = loaded.source_name();
+    let section = &loaded.config.hooks;
+    let events = [
+        (HookEvent::PreToolUse, &section.pre_tool_use),
+        (HookEvent::PostToolUse, &section.post_tool_use),
+    ];
+    let mut hooks = Vec::new();
+    for (event, entries) in events {
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("hooks.{event}[{i}]");
+            let matcher = ToolMatcher::new(entry.matcher.as_deref().unwrap_or(""))
+                .map_err(|e| ToolmuxError::config(file, format!("{at}.matcher: {e}")))?;
+            for (j, hook) in entry.hooks.iter().enumerate() {
+                let at = format!("{at}.hooks[{j}]");
+                if hook.command.trim().is_empty() {
+                    return Err(ToolmuxError::config(
+                        file,
+                        format!("{at}.command: is empty; give the shell command to run"),
+                    ));
+                }
+                let timeout = match hook.timeout {
+                    Some(0) => {
+                        return Err(ToolmuxError::config(
+                            file,
+                            format!("{at}.timeout: must be at least 1 (seconds)"),
+                        ));
+                    }
+                    Some(seconds) => Duration::from_secs(seconds),
+                    None => CommandHook::DEFAULT_TIMEOUT,
+                };
+                let command =
+                    CommandHook::new(event, hook.command.clone(), loaded.base_dir.clone())
+                        .with_matcher(matcher.clone())
+                        .with_timeout(timeout)
+                        .with_secrets(secrets.iter().cloned());
+                hooks.push(Arc::new(command));
+            }
+        }
+    }
+    Ok(hooks)
 }
 
 /// A configured rate limit, refused when it allows nothing (`calls` or `perMs` 0).

@@ -22,6 +22,8 @@ pub(super) const SPAWN_ALLOWED: &[&str] = &[
     "crates/toolmux-fs/src/tools/shell",
     // toolmux-mcp: the stdio transport launches MCP servers as child processes.
     "crates/toolmux-mcp/src/transport/stdio",
+    // toolmux-orchestrator: command hooks run the configured program for each call.
+    "crates/toolmux-orchestrator/src/hooks/command",
     // toolmux-test-support (dev-dependency only): the fixture runs a real redis-server.
     "crates/toolmux-test-support/src/redis",
 ];

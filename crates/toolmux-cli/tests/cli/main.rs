@@ -10,6 +10,7 @@ mod config_files;
 mod conformance;
 mod external;
 mod external_api;
+mod hooks;
 mod oauth;
 mod output_and_stats;
 mod serve;

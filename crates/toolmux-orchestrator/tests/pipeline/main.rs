@@ -4,6 +4,7 @@
 mod accounting;
 mod cache;
 mod catalog;
+mod command_hooks;
 mod lifecycle;
 mod limits;
 mod lookup;

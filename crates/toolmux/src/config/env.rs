@@ -3,7 +3,9 @@
 //! secret.
 //!
 //! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
-//! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in.
+//! `${input:x}` to VS Code, `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` to the shell
+//! of a command hook (which has them set). `${workspaceFolder}` and `${userHome}` (VS Code)
+//! are filled in.
 
 use serde_json::Value;
 
@@ -143,6 +145,9 @@ fn reference(inner: &str) -> Reference<'_> {
     match inner {
         "workspaceFolder" => return Reference::Workspace,
         "userHome" => return Reference::Home,
+        // Set for command hooks, and read by the hook's shell (Claude Code's hook commands
+        // write `${CLAUDE_PROJECT_DIR}/.claude/hooks/x.sh`).
+        "CLAUDE_PROJECT_DIR" | "TOOLMUX_PROJECT_DIR" => return Reference::Other,
         _ => {}
     }
     if inner.starts_with("input:") {
@@ -221,9 +226,9 @@ mod tests {
     #[test]
     fn templates_survive() {
         check(
-            json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "odd": "${", "unclosed": "a ${TOKEN"}),
+            json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "odd": "${", "unclosed": "a ${TOKEN", "hook": "${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}"}),
             expect![[r#"
-                {"odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
+                {"hook":"${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}","odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
                 secrets: []
                 inputs: []"#]],
         );

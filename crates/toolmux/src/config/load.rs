@@ -424,6 +424,13 @@ fn describe(path: &str, message: &str) -> String {
     if let Some((unknown, expected)) = unknown_field(message) {
         // serde_path_to_error's path ends with the unknown key itself.
         let parent = path.strip_suffix(unknown).map(|p| p.trim_end_matches('.')).unwrap_or(path);
+        if parent == "hooks" {
+            return format!(
+                "unknown hook event `{unknown}` in hooks; toolmux runs {} hooks (Claude Code's \
+                 other events are not tool calls)",
+                expected.join(" and ")
+            );
+        }
         let place = if parent.is_empty() || parent == "." {
             "at the top level".to_owned()
         } else {

@@ -63,6 +63,12 @@ pub struct Config {
     /// Settings of single tools, by full name (`github__search_code`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tools: BTreeMap<String, ToolEntry>,
+    /// Command hooks in Claude Code's shape (`PreToolUse`, `PostToolUse`): programs run
+    /// before or after each call of the tools their `matcher` names, which may refuse the
+    /// call (exit code 2, or a JSON answer), rewrite its arguments or its output, or add
+    /// context; Claude Code's hook scripts work unchanged.
+    #[serde(default, skip_serializing_if = "HooksSection::is_empty")]
+    pub hooks: HooksSection,
     /// Inline REST tools by name, offered as `rest__{name}`.
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -566,6 +572,69 @@ pub struct PermissionsEntry {
     /// gateway) they are refused.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ask: Vec<String>,
+}
+
+/// `hooks`: command hooks by event, as in Claude Code's settings, so that a `hooks` block
+/// can be pasted from one to the other. Claude Code's other events (`Stop`,
+/// `UserPromptSubmit`, ...) belong to its conversation, not to tool calls, and are refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HooksSection {
+    /// Run before a call, after permission rules and argument validation: exit code 2
+    /// refuses the call (stderr is the reason); a JSON answer may refuse it
+    /// (`hookSpecificOutput.permissionDecision: deny`), ask for approval (`ask`), rewrite
+    /// its arguments (`updatedInput`, validated again) or add context (`additionalContext`,
+    /// appended to the output).
+    #[serde(rename = "PreToolUse", default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_tool_use: Vec<HookMatcherEntry>,
+    /// Run after a successful call, before the size cap: exit code 2 (or `decision:
+    /// block`) turns the result into an error result; a JSON answer may replace the output
+    /// (`updatedMCPToolOutput`) or add context (`additionalContext`).
+    #[serde(rename = "PostToolUse", default, skip_serializing_if = "Vec::is_empty")]
+    pub post_tool_use: Vec<HookMatcherEntry>,
+}
+
+impl HooksSection {
+    /// Whether no hook is configured.
+    pub fn is_empty(&self) -> bool {
+        self.pre_tool_use.is_empty() && self.post_tool_use.is_empty()
+    }
+}
+
+/// Hooks for the tools one `matcher` names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HookMatcherEntry {
+    /// Which tools (full names): empty, absent or `*` for all; only letters, digits, `_`
+    /// and `|` for exact names (`fs__write|fs__edit`); otherwise a regular expression
+    /// found anywhere in the name (`^github__`, `__delete_.*`), as Claude Code reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matcher: Option<String>,
+    /// The hooks, run in order; the first that blocks stops the others.
+    pub hooks: Vec<HookCommandEntry>,
+}
+
+/// One command hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HookCommandEntry {
+    /// The kind of hook: `command` (the only one toolmux runs).
+    #[serde(rename = "type")]
+    pub kind: HookKind,
+    /// A shell command line (`sh -c`), run in the configuration file's folder with
+    /// `TOOLMUX_PROJECT_DIR` and `CLAUDE_PROJECT_DIR` set to it; the call's JSON on stdin.
+    pub command: String,
+    /// Seconds it may run (default 60); then it is killed and the call goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+}
+
+/// The kind of a hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HookKind {
+    /// A shell command.
+    Command,
 }
 
 /// Settings of one tool; they win over its provider's.

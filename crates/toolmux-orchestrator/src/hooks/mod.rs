@@ -1,5 +1,10 @@
 //! Before- and after-hooks: code that sees every matching call, may rewrite its arguments
-//! or refuse it (before), and may rewrite its output (after).
+//! or refuse it (before), and may rewrite its output (after); [`CommandHook`] runs a
+//! configured program as both, following Claude Code's hook contract.
+
+mod command;
+
+pub use command::{CommandHook, HookEvent, InvalidMatcher, ToolMatcher};
 
 use async_trait::async_trait;
 use serde_json::Value;

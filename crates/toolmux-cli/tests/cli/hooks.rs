@@ -1,0 +1,168 @@
+//! Command hooks from the configuration file (`hooks`, Claude Code's shape) through the real
+//! binary: on `tools call` and on the calls of an MCP client of `toolmux serve`, and the
+//! configuration mistakes they can hold.
+
+use crate::{Project, wait};
+use expect_test::{Expect, expect};
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// A project with the file tools, `secret.txt` and `notes.md`, a `PreToolUse` hook (a
+/// Claude Code style script) refusing reads of `secret.txt`, and a `PostToolUse` hook
+/// adding context to every read and saving its input.
+fn project() -> Project {
+    let project = Project::new();
+    project
+        .file("secret.txt", "the password\n")
+        .file("notes.md", "TODO: hooks\n")
+        .file(
+            ".claude/hooks/guard.sh",
+            "input=$(cat)\n\
+             case \"$input\" in\n\
+             *secret.txt*) echo \"secret.txt is off limits (asked from $(basename \"$CLAUDE_PROJECT_DIR\"))\" >&2; exit 2 ;;\n\
+             esac\n\
+             exit 0\n",
+        )
+        .file(
+            "toolmux.yaml",
+            "fs: {}\n\
+             hooks:\n  \
+               PreToolUse:\n    \
+                 - matcher: fs__read|fs__grep\n      \
+                   hooks:\n        \
+                     - type: command\n          \
+                       command: sh \"${CLAUDE_PROJECT_DIR}/.claude/hooks/guard.sh\"\n          \
+                       timeout: 30\n  \
+               PostToolUse:\n    \
+                 - matcher: ^fs__read$\n      \
+                   hooks:\n        \
+                     - type: command\n          \
+                       command: >-\n            \
+                         cat > post-input.json;\n            \
+                         echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PostToolUse\", \"additionalContext\": \"checked by the hook\"}}'\n",
+        );
+    project
+}
+
+#[test]
+fn a_pre_tool_use_hook_refuses_a_call_of_tools_call() {
+    let project = project();
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"secret.txt"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let folder = project.path().file_name().and_then(|n| n.to_str()).expect("folder name");
+    assert!(
+        run.stderr.contains(&format!(
+            "call to `fs__read` denied: secret.txt is off limits (asked from {folder})"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!project.path().join("post-input.json").exists(), "the tool never ran");
+
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"notes.md"}"#]);
+    let text = run.ok();
+    assert!(text.contains("TODO: hooks"), "{text}");
+    assert!(text.trim_end().ends_with("checked by the hook"), "{text}");
+    let input: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.path().join("post-input.json")).expect("input saved"),
+    )
+    .expect("the hook got JSON");
+    assert_eq!(input["hook_event_name"], "PostToolUse");
+    assert_eq!(input["tool_name"], "fs__read");
+    assert_eq!(input["tool_input"], json!({"path": "notes.md"}));
+    assert!(
+        input["tool_response"]["content"][0]["text"].as_str().is_some_and(|t| t.contains("TODO"))
+    );
+}
+
+/// The gateway's calls go through the same hooks: an MCP client over stdio is refused.
+#[test]
+fn a_pre_tool_use_hook_refuses_a_call_of_an_mcp_client() {
+    let project = project();
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "fs__grep", "arguments": {"pattern": "password", "path": "secret.txt"}}}),
+    ] {
+        writeln!(stdin, "{message}").expect("write");
+    }
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let answer = loop {
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).expect("read") > 0, "toolmux closed stdout");
+        let message: Value = serde_json::from_str(&line).expect("JSON-RPC");
+        if message["id"] == 2 {
+            break message;
+        }
+    };
+    drop(stdin);
+    child.stdout = Some(stdout.into_inner());
+    assert_eq!(wait(child, Duration::from_secs(30)).code, 0);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("call to `fs__grep` denied: secret.txt is off limits"), "{answer}");
+}
+
+fn check(content: &str, expected: Expect) {
+    let project = Project::new();
+    project.file("toolmux.yaml", content);
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    expected.assert_eq(run.stderr.trim_end());
+}
+
+#[test]
+fn a_bad_matcher_is_a_configuration_error() {
+    check(
+        "hooks:\n  PreToolUse:\n    - matcher: fs__(read\n      hooks: [{type: command, command: 'true'}]\n",
+        expect![
+            "error: toolmux.yaml: hooks.PreToolUse[0].matcher: invalid regular expression `fs__(read`: unclosed group"
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_event_is_a_configuration_error() {
+    check(
+        "hooks:\n  Stop:\n    - hooks: [{type: command, command: 'true'}]\n",
+        expect![
+            "error: toolmux.yaml:2:3: unknown hook event `Stop` in hooks; toolmux runs PreToolUse and PostToolUse hooks (Claude Code's other events are not tool calls)"
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_key_or_kind_of_hook_is_a_configuration_error() {
+    check(
+        "hooks:\n  PostToolUse:\n    - hooks: [{type: command, command: 'true', timout: 5}]\n",
+        expect![
+            "error: toolmux.yaml:3:48: unknown key `timout` in hooks.PostToolUse[0].hooks[0]; did you mean `timeout`?"
+        ],
+    );
+    check(
+        "hooks:\n  PostToolUse:\n    - hooks: [{type: prompt, command: 'true'}]\n",
+        expect![
+            "error: toolmux.yaml:3:22: unknown value `prompt` for hooks.PostToolUse[0].hooks[0].type; expected one of: command"
+        ],
+    );
+    check(
+        "hooks:\n  PreToolUse:\n    - hooks: [{type: command, command: 'true', timeout: 0}]\n",
+        expect![
+            "error: toolmux.yaml: hooks.PreToolUse[0].hooks[0].timeout: must be at least 1 (seconds)"
+        ],
+    );
+}
