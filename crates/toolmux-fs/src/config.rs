@@ -382,6 +382,36 @@ mod tests {
     }
 
     #[test]
+    fn the_sandbox_is_an_object_or_only_its_mode() {
+        let bash = |sandbox: serde_json::Value| {
+            serde_json::from_value::<BashConfig>(serde_json::json!({"sandbox": sandbox}))
+                .map(|b| b.sandbox)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(bash(serde_json::json!("off")), Ok(SandboxConfig::new(SandboxMode::Off)));
+        assert_eq!(
+            bash(
+                serde_json::json!({"mode": "readOnly", "network": false, "writableRoots": ["/c"]})
+            ),
+            Ok(SandboxConfig::new(SandboxMode::ReadOnly)
+                .with_network(false)
+                .with_writable_roots(["/c"]))
+        );
+        assert_eq!(bash(serde_json::json!({})), Ok(SandboxConfig::default()));
+        assert_eq!(BashConfig::default().sandbox, SandboxConfig::default());
+        assert!(SandboxConfig::default().network);
+        assert_eq!(
+            bash(serde_json::json!("none")),
+            Err("unknown variant `none`, expected one of `workspaceWrite`, `readOnly`, `off`"
+                .to_owned())
+        );
+        let err = bash(serde_json::json!({"mode": "off", "net": false})).unwrap_err();
+        assert!(err.starts_with("unknown field `net`, expected one of"), "{err}");
+        let err = bash(serde_json::json!(true)).unwrap_err();
+        assert!(err.contains("expected a sandbox mode"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let err =
             serde_json::from_value::<FsConfig>(serde_json::json!({"root": "/x", "perms": []}))

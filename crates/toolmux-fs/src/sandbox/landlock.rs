@@ -135,17 +135,13 @@ impl Ruleset {
         // SAFETY: `attr` is a valid `landlock_ruleset_attr` of at least `size` bytes that
         // lives across the call; the kernel only reads it.
         let fd = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                &raw const attr,
-                size,
-                0 as c_uint,
-            )
+            libc::syscall(libc::SYS_landlock_create_ruleset, &raw const attr, size, 0 as c_uint)
         };
         if fd < 0 {
             return Err(format!("landlock_create_ruleset: {}", io::Error::last_os_error()));
         }
-        let fd = RawFd::try_from(fd).map_err(|_| format!("landlock_create_ruleset returned {fd}"))?;
+        let fd =
+            RawFd::try_from(fd).map_err(|_| format!("landlock_create_ruleset returned {fd}"))?;
         // SAFETY: the kernel just returned this new descriptor; nothing else owns it.
         let ruleset = Ruleset { fd: unsafe { OwnedFd::from_raw_fd(fd) } };
         let Some(writable) = &policy.writable else { return Ok(ruleset) };
@@ -212,7 +208,13 @@ impl Ruleset {
         let restrict = move || {
             // SAFETY: `prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)` takes no pointers.
             let done = unsafe {
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as c_ulong, 0 as c_ulong, 0 as c_ulong, 0 as c_ulong)
+                libc::prctl(
+                    libc::PR_SET_NO_NEW_PRIVS,
+                    1 as c_ulong,
+                    0 as c_ulong,
+                    0 as c_ulong,
+                    0 as c_ulong,
+                )
             };
             if done != 0 {
                 return Err(io::Error::last_os_error());

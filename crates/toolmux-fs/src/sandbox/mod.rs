@@ -76,6 +76,16 @@ impl Sandbox {
     /// against this kernel. Logs a warning when the default sandbox cannot be had; fails
     /// only on a bad configuration (a relative writable root).
     pub(crate) fn new(config: &SandboxConfig, root: &Path) -> Result<Sandbox, FsError> {
+        Sandbox::for_abi(config, root, landlock::abi)
+    }
+
+    /// [`Sandbox::new`] on a kernel whose Landlock ABI `abi` tells (asked only when a
+    /// sandbox is wanted).
+    fn for_abi(
+        config: &SandboxConfig,
+        root: &Path,
+        abi: impl FnOnce() -> Result<u32, String>,
+    ) -> Result<Sandbox, FsError> {
         if let Some(relative) = config.writable_roots.iter().find(|p| !p.is_absolute()) {
             return Err(FsError::Config {
                 message: format!(
@@ -106,7 +116,7 @@ impl Sandbox {
         }
         let off = "set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to \
                    run commands unconfined";
-        let abi = match landlock::abi() {
+        let abi = match abi() {
             Ok(abi) => abi,
             Err(why) if !explicit && config.network => {
                 tracing::warn!(
@@ -166,14 +176,12 @@ impl Sandbox {
                 Err(FsError::Sandbox { command: label.to_owned(), reason: reason.clone() })
             }
             Plan::Enforce(policy) => {
-                let ruleset = landlock::Ruleset::build(policy).map_err(|why| {
-                    FsError::Sandbox {
-                        command: label.to_owned(),
-                        reason: format!(
-                            "its sandbox could not be built: {why}; set `fs.bash.sandbox: off` \
+                let ruleset = landlock::Ruleset::build(policy).map_err(|why| FsError::Sandbox {
+                    command: label.to_owned(),
+                    reason: format!(
+                        "its sandbox could not be built: {why}; set `fs.bash.sandbox: off` \
                              to run commands unconfined"
-                        ),
-                    }
+                    ),
                 })?;
                 ruleset.restrict_on_exec(command);
                 Ok(())
@@ -204,11 +212,8 @@ fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
                 .to_owned();
         }
         SandboxMode::WorkspaceWrite => {
-            let extra = if extra.is_empty() {
-                String::new()
-            } else {
-                format!(", {}", extra.join(", "))
-            };
+            let extra =
+                if extra.is_empty() { String::new() } else { format!(", {}", extra.join(", ")) };
             format!(
                 "Sandboxed (Linux Landlock): it may read anything but write only beneath the \
                  workspace root, /tmp{extra} and /dev/null; a write elsewhere fails with \
@@ -237,6 +242,57 @@ fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `config` comes to on a kernel of Landlock ABI `abi` (0: none).
+    fn plan(config: SandboxConfig, abi: u32) -> String {
+        let probe = || if abi == 0 { Err("no Landlock here".to_owned()) } else { Ok(abi) };
+        let sandbox = Sandbox::for_abi(&config, Path::new("/srv"), probe).unwrap();
+        match sandbox.plan {
+            Plan::Off => "off".to_owned(),
+            Plan::Refused(reason) => format!("refused: {reason}"),
+            Plan::Enforce(policy) => format!(
+                "enforce ABI {}, writable {:?}, deny TCP {}",
+                policy.abi,
+                policy.writable.map(|w| w.len()),
+                policy.deny_tcp
+            ),
+        }
+    }
+
+    #[test]
+    fn the_default_sandbox_is_on_where_the_kernel_can_and_off_where_it_cannot() {
+        let default = SandboxConfig::default;
+        let writable = 3 + usize::from(std::env::temp_dir() != Path::new("/tmp"));
+        assert_eq!(
+            plan(default(), 7),
+            format!("enforce ABI 7, writable Some({writable}), deny TCP false")
+        );
+        // Partial (no truncation rule) yet better than nothing, with a warning.
+        assert_eq!(
+            plan(default(), 1),
+            format!("enforce ABI 1, writable Some({writable}), deny TCP false")
+        );
+        assert_eq!(plan(default(), 0), "off");
+    }
+
+    #[test]
+    fn what_was_asked_explicitly_is_enforced_fully_or_refused() {
+        let read_only = || SandboxConfig::new(SandboxMode::ReadOnly);
+        assert_eq!(plan(read_only(), 3), "enforce ABI 3, writable Some(0), deny TCP false");
+        expect_test::expect![[r#"refused: the sandbox mode `readOnly` cannot be enforced: no Landlock here; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(read_only(), 0));
+        expect_test::expect![[r#"refused: sandbox mode `readOnly` needs Landlock ABI 3 (Linux 6.2) to confine truncation as well as writes, and this kernel has ABI 2; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(read_only(), 2));
+        let no_network = || SandboxConfig::default().with_network(false);
+        assert_eq!(plan(no_network(), 4).split(',').next(), Some("enforce ABI 4"));
+        expect_test::expect![[r#"refused: `network: false` needs Landlock ABI 4 (Linux 6.7) to deny TCP, and this kernel has ABI 3; allow the network (`fs.bash.sandbox.network: true`) or set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(no_network(), 3));
+        expect_test::expect![[r#"refused: the sandbox's `network: false` cannot be enforced: no Landlock here; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(no_network(), 0));
+        // Only the network, the filesystem unconfined.
+        let network_only = SandboxConfig::new(SandboxMode::Off).with_network(false);
+        assert_eq!(plan(network_only, 4), "enforce ABI 4, writable None, deny TCP true");
+    }
 
     #[test]
     fn relative_writable_roots_are_refused() {
