@@ -228,7 +228,7 @@ pub struct SandboxConfig {
     #[serde(default = "allowed")]
     pub network: bool,
     /// Absolute paths of more directories (or files) commands may write beneath, in
-    /// either mode, such as `~/.cargo/registry` for `cargo fetch`; missing ones are
+    /// either mode, such as `/home/me/.cargo/registry` for `cargo fetch`; missing ones are
     /// skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable_roots: Vec<PathBuf>,
@@ -266,9 +266,10 @@ impl SandboxConfig {
     }
 }
 
-/// The schema of `bash.sandbox`: the settings, or only the mode. Never built; the value
-/// is read by [`sandbox_setting`], which keeps serde's precise messages (an untagged
-/// enum would only say that nothing matched).
+/// The sandbox's settings, or only its mode as a string (`"off"`).
+// The schema of `bash.sandbox` only, never built: the value is read by `sandbox_setting`,
+// which keeps serde's precise messages (an untagged enum would only say that nothing
+// matched).
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
