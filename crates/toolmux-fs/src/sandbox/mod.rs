@@ -34,6 +34,10 @@ const ABI_NETWORK: u32 = 4;
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 
 /// The temporary directories `workspaceWrite` lets commands write, besides `$TMPDIR`.
+/// The spill directory (`bash.spillDir`) is not made writable: toolmux writes the spill
+/// files from the pipes, the command never does, and a command able to rewrite them could
+/// forge the "full output" the model is pointed to (the default one lies in `/tmp`
+/// anyway).
 const TEMPORARY: &[&str] = &["/tmp", "/dev/shm"];
 
 /// The sandbox of one provider's commands.
