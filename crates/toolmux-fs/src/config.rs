@@ -63,8 +63,9 @@ pub struct FsConfig {
     pub limits: FsLimits,
     /// Paths beneath the root that `write`, `edit` and `multi_edit` refuse to change:
     /// `.gitignore`-style lines relative to the root, such as `**/.env` or `secrets/`.
-    /// Every `.git` directory is protected whatever this says; `bash` and `exec` are not
-    /// confined, so protection does not reach them.
+    /// Every `.git` directory is protected whatever this says. Protection does not reach
+    /// `bash` and `exec`: their sandbox ([`BashConfig::sandbox`]) confines writes to whole
+    /// directories, so in `workspaceWrite` a command can still change `.git` and these paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
     /// Paths of the embedding program the file tools leave alone (its configuration file,
@@ -156,6 +157,12 @@ pub struct BashConfig {
     pub background_timeout_ms: u64,
     /// The longest lifetime a background call may ask for, in milliseconds.
     pub max_background_timeout_ms: u64,
+    /// The OS sandbox (Linux Landlock) every command, background tasks included, runs in:
+    /// `{"mode": "workspaceWrite", "network": true, "writableRoots": []}`, or only the
+    /// mode as a string (`"off"`).
+    #[serde(deserialize_with = "sandbox_setting")]
+    #[schemars(with = "SandboxSetting")]
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for BashConfig {
@@ -172,8 +179,137 @@ impl Default for BashConfig {
             max_background: 8,
             background_timeout_ms: 30 * 60 * 1000,
             max_background_timeout_ms: 2 * 60 * 60 * 1000,
+            sandbox: SandboxConfig::default(),
         }
     }
+}
+
+/// What a sandboxed command may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SandboxMode {
+    /// Read everything; write only beneath the workspace root, the temporary directories
+    /// (`/tmp`, `$TMPDIR`, `/dev/shm`), `writableRoots` and a few devices (`/dev/null`,
+    /// `/dev/zero`, `/dev/full`, `/dev/random`, `/dev/urandom`).
+    WorkspaceWrite,
+    /// Read everything; write only `writableRoots` (none by default) and those devices:
+    /// not the root, not the temporary directories.
+    ReadOnly,
+    /// No sandbox: commands can change anything the server's user can.
+    Off,
+}
+
+impl SandboxMode {
+    /// The name used in configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::WorkspaceWrite => "workspaceWrite",
+            SandboxMode::ReadOnly => "readOnly",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+/// The OS sandbox of `bash` and `exec` (Linux Landlock).
+///
+/// Unset `mode` means `workspaceWrite` where the kernel supports Landlock and no sandbox
+/// (with one warning) where it does not. A mode or `network: false` given explicitly is
+/// enforced fully or not at all: when the kernel cannot, every command is refused with an
+/// error saying why and how to switch the sandbox off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// `workspaceWrite`, `readOnly` or `off`; unset: `workspaceWrite` when the kernel
+    /// supports Landlock, else off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SandboxMode>,
+    /// Whether commands may open TCP connections and listen on TCP ports (default true).
+    /// `false` needs Landlock ABI 4 (Linux 6.7); UDP and Unix sockets are not covered.
+    #[serde(default = "allowed")]
+    pub network: bool,
+    /// Absolute paths of more directories (or files) commands may write beneath, in
+    /// either mode, such as `/home/me/.cargo/registry` for `cargo fetch`; missing ones are
+    /// skipped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_roots: Vec<PathBuf>,
+}
+
+fn allowed() -> bool {
+    true
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig { mode: None, network: true, writable_roots: Vec::new() }
+    }
+}
+
+impl SandboxConfig {
+    /// A sandbox of mode `mode`, network allowed, no more writable roots.
+    pub fn new(mode: SandboxMode) -> Self {
+        SandboxConfig { mode: Some(mode), ..SandboxConfig::default() }
+    }
+
+    /// Allows or denies TCP.
+    pub fn with_network(mut self, network: bool) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Adds directories (or files) commands may write beneath.
+    pub fn with_writable_roots(
+        mut self,
+        roots: impl IntoIterator<Item = impl Into<PathBuf>>,
+    ) -> Self {
+        self.writable_roots.extend(roots.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// The sandbox's settings, or only its mode as a string (`"off"`).
+// The schema of `bash.sandbox` only, never built: the value is read by `sandbox_setting`,
+// which keeps serde's precise messages (an untagged enum would only say that nothing
+// matched).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum SandboxSetting {
+    Mode(SandboxMode),
+    Settings(SandboxConfig),
+}
+
+/// Reads `bash.sandbox`: a mode string or the settings' object.
+fn sandbox_setting<'de, D>(deserializer: D) -> Result<SandboxConfig, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Setting;
+
+    impl<'de> serde::de::Visitor<'de> for Setting {
+        type Value = SandboxConfig;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(
+                "a sandbox mode (\"workspaceWrite\", \"readOnly\" or \"off\") or an object \
+                 {mode, network, writableRoots}",
+            )
+        }
+
+        fn visit_str<E: serde::de::Error>(self, mode: &str) -> Result<SandboxConfig, E> {
+            use serde::de::IntoDeserializer as _;
+            let mode = SandboxMode::deserialize(mode.into_deserializer())?;
+            Ok(SandboxConfig::new(mode))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            map: A,
+        ) -> Result<SandboxConfig, A::Error> {
+            SandboxConfig::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+
+    deserializer.deserialize_any(Setting)
 }
 
 /// Output limits of the file tools.
@@ -244,6 +380,36 @@ mod tests {
         for key in ["\"root\"", "\"permissions\"", "\"allowPrefixes\"", "\"env\"", "\"execute\""] {
             assert!(text.contains(key), "schema lacks {key}: {text}");
         }
+    }
+
+    #[test]
+    fn the_sandbox_is_an_object_or_only_its_mode() {
+        let bash = |sandbox: serde_json::Value| {
+            serde_json::from_value::<BashConfig>(serde_json::json!({"sandbox": sandbox}))
+                .map(|b| b.sandbox)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(bash(serde_json::json!("off")), Ok(SandboxConfig::new(SandboxMode::Off)));
+        assert_eq!(
+            bash(
+                serde_json::json!({"mode": "readOnly", "network": false, "writableRoots": ["/c"]})
+            ),
+            Ok(SandboxConfig::new(SandboxMode::ReadOnly)
+                .with_network(false)
+                .with_writable_roots(["/c"]))
+        );
+        assert_eq!(bash(serde_json::json!({})), Ok(SandboxConfig::default()));
+        assert_eq!(BashConfig::default().sandbox, SandboxConfig::default());
+        assert!(SandboxConfig::default().network);
+        assert_eq!(
+            bash(serde_json::json!("none")),
+            Err("unknown variant `none`, expected one of `workspaceWrite`, `readOnly`, `off`"
+                .to_owned())
+        );
+        let err = bash(serde_json::json!({"mode": "off", "net": false})).unwrap_err();
+        assert!(err.starts_with("unknown field `net`, expected one of"), "{err}");
+        let err = bash(serde_json::json!(true)).unwrap_err();
+        assert!(err.contains("expected a sandbox mode"), "{err}");
     }
 
     #[test]

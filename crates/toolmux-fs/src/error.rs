@@ -154,6 +154,14 @@ pub enum FsError {
         /// Why, and what is allowed.
         reason: String,
     },
+    /// A command cannot run in the sandbox configured for it.
+    #[error("command `{command}` cannot run sandboxed: {reason}")]
+    Sandbox {
+        /// The command.
+        command: String,
+        /// Why, and how to switch the sandbox off.
+        reason: String,
+    },
     /// A command could not be started.
     #[error("failed to start `{command}`")]
     Spawn {
@@ -218,7 +226,8 @@ impl FsError {
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
             | FsError::Protected { .. }
-            | FsError::CommandDenied { .. } => {
+            | FsError::CommandDenied { .. }
+            | FsError::Sandbox { .. } => {
                 ToolError::Denied { tool: tool.to_owned(), reason: self.to_string() }
             }
             FsError::Cancelled { .. } => ToolError::Cancelled { tool: tool.to_owned() },

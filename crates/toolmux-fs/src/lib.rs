@@ -12,7 +12,10 @@
 //!   `edit`, `multi_edit`) and execute (`bash`, `exec`). Only read is on by default.
 //! - `grep` and `glob` run ripgrep's crates in process, off the async threads, and stop
 //!   when the call is cancelled. `bash` and `exec` run in their own process group, which is
-//!   killed and reaped on timeout or cancellation; they are not confined by nature.
+//!   killed and reaped on timeout or cancellation. The file tools' confinement cannot reach
+//!   a command, so the kernel's does: on Linux each command restricts itself with Landlock
+//!   before it executes ([`SandboxConfig`]; by default it reads anything and writes only
+//!   beneath the root and the temporary directories).
 //! - Some paths beneath the root are protected: the file tools never change a `.git`
 //!   directory, the embedding program's files ([`ProtectedPath`]: configuration,
 //!   statistics, and the audit log and spilled outputs, which are not even read) or what
@@ -47,10 +50,11 @@ mod config;
 mod error;
 mod protect;
 mod provider;
+mod sandbox;
 mod tools;
 mod workspace;
 
-pub use config::{BashConfig, FsConfig, FsLimits, Permission};
+pub use config::{BashConfig, FsConfig, FsLimits, Permission, SandboxConfig, SandboxMode};
 pub use error::FsError;
 pub use protect::{ProtectedKind, ProtectedPath};
 pub use provider::FsProvider;

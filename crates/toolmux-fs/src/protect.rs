@@ -5,7 +5,9 @@
 //! config, which run commands), the record of what it did (the audit log, the statistics),
 //! or read other runs' spilled outputs around the output store's per-run check. Every
 //! check is made on the path with symlinks and `..` resolved, so no spelling of a path
-//! reaches around it. The shell tools are not confined and so not protected either.
+//! reaches around it. Protection does not reach the shell tools: their sandbox (Landlock,
+//! `crate::sandbox`) grants writes to whole directories, so a command allowed to write the
+//! root can still write `.git` and every other protected path beneath it.
 
 use crate::error::FsError;
 use ignore::Match;

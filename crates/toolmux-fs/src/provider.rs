@@ -3,6 +3,7 @@
 use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
 use crate::protect::Protection;
+use crate::sandbox::Sandbox;
 use crate::tools::{edit, glob, grep, ls, read, shell, tasks, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
@@ -28,6 +29,8 @@ pub struct FsProvider {
     specs: Vec<(Tool, ToolSpec)>,
     /// Background tasks of `bash` and `exec`.
     tasks: Arc<tasks::Tasks>,
+    /// The OS sandbox of `bash` and `exec`.
+    sandbox: Sandbox,
 }
 
 /// Every tool, in listing order.
@@ -94,20 +97,25 @@ impl Tool {
         }
     }
 
-    fn spec(self) -> ToolSpec {
-        let (description, schema) = match self {
-            Tool::Read => (read::DESCRIPTION, schema_for::<read::ReadArgs>()),
-            Tool::Write => (write::DESCRIPTION, schema_for::<write::WriteArgs>()),
-            Tool::Edit => (edit::EDIT_DESCRIPTION, schema_for::<edit::EditArgs>()),
-            Tool::MultiEdit => (edit::MULTI_EDIT_DESCRIPTION, schema_for::<edit::MultiEditArgs>()),
-            Tool::Grep => (grep::DESCRIPTION, schema_for::<grep::GrepArgs>()),
-            Tool::Glob => (glob::DESCRIPTION, schema_for::<glob::GlobArgs>()),
-            Tool::Ls => (ls::DESCRIPTION, schema_for::<ls::LsArgs>()),
-            Tool::Bash => (shell::BASH_DESCRIPTION, schema_for::<shell::BashArgs>()),
-            Tool::Exec => (shell::EXEC_DESCRIPTION, schema_for::<shell::ExecArgs>()),
-            Tool::TaskOutput => (tasks::OUTPUT_DESCRIPTION, schema_for::<tasks::TaskOutputArgs>()),
-            Tool::TaskKill => (tasks::KILL_DESCRIPTION, schema_for::<tasks::TaskKillArgs>()),
-            Tool::TaskList => (tasks::LIST_DESCRIPTION, schema_for::<tasks::TaskListArgs>()),
+    /// Its specification; `sandbox` is the sentence about the shell tools' sandbox.
+    fn spec(self, sandbox: &str) -> ToolSpec {
+        let (description, schema): (String, _) = match self {
+            Tool::Read => (read::DESCRIPTION.into(), schema_for::<read::ReadArgs>()),
+            Tool::Write => (write::DESCRIPTION.into(), schema_for::<write::WriteArgs>()),
+            Tool::Edit => (edit::EDIT_DESCRIPTION.into(), schema_for::<edit::EditArgs>()),
+            Tool::MultiEdit => {
+                (edit::MULTI_EDIT_DESCRIPTION.into(), schema_for::<edit::MultiEditArgs>())
+            }
+            Tool::Grep => (grep::DESCRIPTION.into(), schema_for::<grep::GrepArgs>()),
+            Tool::Glob => (glob::DESCRIPTION.into(), schema_for::<glob::GlobArgs>()),
+            Tool::Ls => (ls::DESCRIPTION.into(), schema_for::<ls::LsArgs>()),
+            Tool::Bash => (shell::bash_description(sandbox), schema_for::<shell::BashArgs>()),
+            Tool::Exec => (shell::exec_description(sandbox), schema_for::<shell::ExecArgs>()),
+            Tool::TaskOutput => {
+                (tasks::OUTPUT_DESCRIPTION.into(), schema_for::<tasks::TaskOutputArgs>())
+            }
+            Tool::TaskKill => (tasks::KILL_DESCRIPTION.into(), schema_for::<tasks::TaskKillArgs>()),
+            Tool::TaskList => (tasks::LIST_DESCRIPTION.into(), schema_for::<tasks::TaskListArgs>()),
         };
         let class = self.permission().as_class();
         let annotations = match self.permission() {
@@ -153,13 +161,15 @@ impl FsProvider {
         let workspace = Workspace::open(&config.root)?;
         let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?;
         let workspace = workspace.with_protection(protection);
-        let specs = ALL.into_iter().map(|t| (t, t.spec())).collect();
+        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root())?;
+        let specs = ALL.into_iter().map(|t| (t, t.spec(sandbox.description()))).collect();
         Ok(FsProvider {
             namespace: "fs".into(),
             config: Arc::new(config),
             workspace: Arc::new(workspace),
             specs,
             tasks: Arc::new(tasks::Tasks::default()),
+            sandbox,
         })
     }
 
@@ -305,6 +315,7 @@ impl FsProvider {
         let lifetime = shell::background_timeout(config, name, timeout)?;
         let start = tasks::Start {
             config,
+            sandbox: &self.sandbox,
             root: self.workspace.root(),
             tool: name,
             namespace: &self.namespace,
@@ -326,6 +337,7 @@ impl FsProvider {
         let limit = shell::timeout(&self.config.bash, name, timeout)?;
         shell::run(
             &self.config.bash,
+            &self.sandbox,
             self.workspace.root(),
             name,
             program,

@@ -4,6 +4,7 @@
 use super::spill;
 use crate::config::BashConfig;
 use crate::error::FsError;
+use crate::sandbox::Sandbox;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -64,22 +65,30 @@ pub struct ExecArgs {
     pub run_in_background: bool,
 }
 
-pub(crate) const BASH_DESCRIPTION: &str = "Run a shell command with `bash -c` in the workspace \
-root, in its own process group, stdin closed. NOT confined to the workspace: the command can \
-touch anything the server's user can, so prefer the file tools for files. The environment holds \
-only PATH, HOME, LANG and configured variables; nothing persists between calls (no cd, no \
-exports). `timeout` in ms (default 120000, max 600000): on timeout or cancellation the whole \
-process group is killed; background processes left when the command exits are killed too. \
-Output: `exit code N` (or the signal / timeout), then `--- stdout ---` and `--- stderr ---` \
-sections, terminal escape sequences removed. Output over 30000 characters keeps its head and tail with a marker, and the full \
-output is saved to a file whose path is given. With `run_in_background: true` (a server, a \
-watcher, a long build) the call returns at once with a `task_id`: read what it printed with \
-`task_output`, stop it with `task_kill`; `timeout` is then its lifetime (default 30 minutes).";
+/// The description of `bash`; `sandbox` is the sentence about the sandbox.
+pub(crate) fn bash_description(sandbox: &str) -> String {
+    format!(
+        "Run a shell command with `bash -c` in the workspace root, in its own process group, \
+stdin closed. {sandbox} The environment holds only PATH, HOME, LANG and configured variables; \
+nothing persists between calls (no cd, no exports). `timeout` in ms (default 120000, max 600000): \
+on timeout or cancellation the whole process group is killed; background processes left when the \
+command exits are killed too. Output: `exit code N` (or the signal / timeout), then `--- stdout \
+---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
+characters keeps its head and tail with a marker, and the full output is saved to a file whose \
+path is given. With `run_in_background: true` (a server, a watcher, a long build) the call \
+returns at once with a `task_id`: read what it printed with `task_output`, stop it with \
+`task_kill`; `timeout` is then its lifetime (default 30 minutes)."
+    )
+}
 
-pub(crate) const EXEC_DESCRIPTION: &str = "Run a program with an argument list (`argv`), without a \
-shell (no parsing, globbing or substitution), in the workspace root, in its own process group, \
-stdin closed. NOT confined to the workspace: the program can touch anything the server's user \
-can. Environment, `timeout`, killing, output and `run_in_background` are as for `bash`.";
+/// The description of `exec`; `sandbox` is the sentence about the sandbox.
+pub(crate) fn exec_description(sandbox: &str) -> String {
+    format!(
+        "Run a program with an argument list (`argv`), without a shell (no parsing, globbing or \
+substitution), in the workspace root, in its own process group, stdin closed. {sandbox} \
+Environment, `timeout`, killing, output and `run_in_background` are as for `bash`."
+    )
+}
 
 /// What to run.
 #[derive(Debug)]
@@ -213,9 +222,11 @@ enum End {
 }
 
 /// The command that runs `program` in `root`: its own process group, stdin closed,
-/// stdout and stderr piped, only the passed-through environment, killed when dropped.
+/// stdout and stderr piped, only the passed-through environment, confined by `sandbox`,
+/// killed when dropped.
 pub(crate) fn command(
     config: &BashConfig,
+    sandbox: &Sandbox,
     root: &Path,
     tool: &'static str,
     program: &Program,
@@ -251,12 +262,14 @@ pub(crate) fn command(
             command.env(name, value);
         }
     }
+    sandbox.confine(&mut command, &program.label())?;
     Ok(command)
 }
 
 /// Runs `program` in `root`.
 pub(crate) async fn run(
     config: &BashConfig,
+    sandbox: &Sandbox,
     root: &Path,
     tool: &'static str,
     program: Program,
@@ -264,7 +277,7 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> Result<ToolOutput, FsError> {
     let label = program.label();
-    let mut command = command(config, root, tool, &program)?;
+    let mut command = command(config, sandbox, root, tool, &program)?;
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;

@@ -14,6 +14,7 @@ use super::shell::{self, DRAIN_TIMEOUT, Program};
 use super::spill;
 use crate::config::BashConfig;
 use crate::error::FsError;
+use crate::sandbox::Sandbox;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -178,6 +179,8 @@ fn seconds(d: Duration) -> String {
 /// Where and for whom a background task starts.
 pub(crate) struct Start<'a> {
     pub(crate) config: &'a BashConfig,
+    /// The sandbox it runs in, as foreground commands do.
+    pub(crate) sandbox: &'a Sandbox,
     /// The workspace root, its working directory.
     pub(crate) root: &'a Path,
     /// `bash` or `exec`.
@@ -240,7 +243,7 @@ impl Tasks {
 
     /// Starts `program` in the background for the call `start` describes.
     pub(crate) fn start(&self, start: Start<'_>, program: Program) -> Result<ToolOutput, FsError> {
-        let Start { config, root, tool, namespace, lifetime, run } = start;
+        let Start { config, sandbox, root, tool, namespace, lifetime, run } = start;
         let label = program.label();
         let running = self.lock().values().filter(|t| t.is_running()).count();
         if running >= config.max_background {
@@ -252,7 +255,7 @@ impl Tasks {
                 ),
             });
         }
-        let mut command = shell::command(config, root, tool, &program)?;
+        let mut command = shell::command(config, sandbox, root, tool, &program)?;
         let mut child =
             command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);

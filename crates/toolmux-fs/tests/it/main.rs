@@ -11,6 +11,7 @@ mod listing;
 mod parallel;
 mod protect;
 mod read;
+mod sandbox;
 mod shell;
 mod subjects;
 mod tasks;

@@ -284,7 +284,7 @@ pub struct FsSection {
     #[serde(default = "read_only")]
     pub permissions: std::collections::BTreeSet<toolmux_fs::Permission>,
     /// Settings of `bash` and `exec`: the allow-list of command prefixes, environment
-    /// variables passed through, timeouts.
+    /// variables passed through, timeouts, the OS sandbox (`sandbox`).
     #[serde(default)]
     pub bash: toolmux_fs::BashConfig,
     /// Output limits.
@@ -294,8 +294,9 @@ pub struct FsSection {
     /// change: `.gitignore`-style lines relative to the root, such as `**/.env` or
     /// `secrets/`. Every `.git`, the configuration file, an MCP server's `envFile`, the
     /// audit log, the statistics file and the output directory are protected whatever this
-    /// says (the last two and the audit log are not read either). `bash` and `exec` are not
-    /// confined, so protection does not reach them.
+    /// says (the last two and the audit log are not read either). Protection does not reach
+    /// `bash` and `exec`: their sandbox (`bash.sandbox`, Linux Landlock) confines writes to
+    /// whole directories, so in `workspaceWrite` a command can still change these paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
 }

@@ -1,0 +1,338 @@
+//! The OS sandbox of `bash` and `exec` (background tasks included): which policy the
+//! configuration asks for, whether this kernel can enforce it, and the Landlock ruleset
+//! each spawned command is restricted by before it executes.
+//!
+//! The file tools are confined in process; a command is not, since it can reach any path
+//! in ways no parser sees. So the kernel confines it: the parent builds a Landlock ruleset
+//! (read everything, write only the allowed roots, optionally no TCP) and the child,
+//! between fork and exec, sets `no_new_privs` and restricts itself with it.
+//!
+//! Landlock is an allow-list over whole hierarchies: a writable root is writable all the
+//! way down, `.git` and the other protected paths beneath it included.
+
+#[cfg(target_os = "linux")]
+mod landlock;
+#[cfg(not(target_os = "linux"))]
+#[path = "unsupported.rs"]
+mod landlock;
+
+use crate::config::{SandboxConfig, SandboxMode};
+use crate::error::FsError;
+use std::path::{Path, PathBuf};
+
+/// The Landlock ABI (Linux 6.2) from which truncation is confined; an explicit mode needs
+/// it, since below it `truncate(2)` could empty any file the user can write.
+const ABI_TRUNCATE: u32 = 3;
+
+/// The Landlock ABI (Linux 6.7) from which TCP bind and connect can be denied.
+const ABI_NETWORK: u32 = 4;
+
+/// Devices every sandboxed command may write (and truncate, `> /dev/null` opens with
+/// `O_TRUNC`): the sinks and sources scripts redirect to. `/dev/tty` is left out on
+/// purpose: stdin is closed so no prompt could be answered, and a writable terminal of
+/// the server's would let a command inject input into it.
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+/// The temporary directories `workspaceWrite` lets commands write, besides `$TMPDIR`.
+/// The spill directory (`bash.spillDir`) is not made writable: toolmux writes the spill
+/// files from the pipes, the command never does, and a command able to rewrite them could
+/// forge the "full output" the model is pointed to (the default one lies in `/tmp`
+/// anyway).
+const TEMPORARY: &[&str] = &["/tmp", "/dev/shm"];
+
+/// The sandbox of one provider's commands.
+#[derive(Debug)]
+pub(crate) struct Sandbox {
+    plan: Plan,
+    /// The sentence the tool descriptions carry, so that a model knows why a write
+    /// outside fails with "Permission denied".
+    description: String,
+}
+
+/// What happens to each command.
+#[derive(Debug)]
+enum Plan {
+    /// Unconfined.
+    Off,
+    /// The configuration asks for more than this kernel can enforce: every command is
+    /// refused with this reason.
+    Refused(String),
+    /// Restricted by a Landlock ruleset built for each command.
+    Enforce(Policy),
+}
+
+/// What a confined command may do.
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    /// The running kernel's Landlock ABI: only rights it knows are asked for.
+    pub(crate) abi: u32,
+    /// The roots writable beneath (devices aside); `None` when the filesystem is not
+    /// confined at all (mode `off` with `network: false`).
+    pub(crate) writable: Option<Vec<PathBuf>>,
+    /// The devices writable as files.
+    pub(crate) devices: &'static [&'static str],
+    /// Whether TCP bind and connect are denied.
+    pub(crate) deny_tcp: bool,
+}
+
+impl Sandbox {
+    /// The sandbox `config` asks for around commands run in `root` (canonical), checked
+    /// against this kernel. Logs a warning when the default sandbox cannot be had; fails
+    /// only on a bad configuration (a relative writable root).
+    pub(crate) fn new(config: &SandboxConfig, root: &Path) -> Result<Sandbox, FsError> {
+        Sandbox::for_abi(config, root, landlock::abi)
+    }
+
+    /// [`Sandbox::new`] on a kernel whose Landlock ABI `abi` tells (asked only when a
+    /// sandbox is wanted).
+    fn for_abi(
+        config: &SandboxConfig,
+        root: &Path,
+        abi: impl FnOnce() -> Result<u32, String>,
+    ) -> Result<Sandbox, FsError> {
+        if let Some(relative) = config.writable_roots.iter().find(|p| !p.is_absolute()) {
+            return Err(FsError::Config {
+                message: format!(
+                    "`bash.sandbox.writableRoots` entry `{}` is not an absolute path; give it \
+                     absolute",
+                    relative.display()
+                ),
+            });
+        }
+        let explicit = config.mode.is_some();
+        let mode = config.mode.unwrap_or(SandboxMode::WorkspaceWrite);
+        let writable = match mode {
+            SandboxMode::Off => None,
+            SandboxMode::ReadOnly => Some(config.writable_roots.clone()),
+            SandboxMode::WorkspaceWrite => {
+                let mut roots = vec![root.to_path_buf()];
+                roots.extend(TEMPORARY.iter().map(PathBuf::from));
+                roots.push(std::env::temp_dir());
+                roots.extend(config.writable_roots.iter().cloned());
+                let mut seen = std::collections::HashSet::new();
+                roots.retain(|r| seen.insert(r.clone()));
+                Some(roots)
+            }
+        };
+        let description = describe(mode, config);
+        if writable.is_none() && config.network {
+            return Ok(Sandbox { plan: Plan::Off, description });
+        }
+        let off = "set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to \
+                   run commands unconfined";
+        let abi = match abi() {
+            Ok(abi) => abi,
+            Err(why) if !explicit && config.network => {
+                tracing::warn!(
+                    "commands of `bash` and `exec` run without a sandbox: {why}; set \
+                     `fs.bash.sandbox: off` to say that is intended"
+                );
+                let description = describe(SandboxMode::Off, config);
+                return Ok(Sandbox { plan: Plan::Off, description });
+            }
+            Err(why) => {
+                let reason = format!("{} cannot be enforced: {why}; {off}", asked(config));
+                return Ok(Sandbox { plan: Plan::Refused(reason), description });
+            }
+        };
+        if !config.network && abi < ABI_NETWORK {
+            let reason = format!(
+                "`network: false` needs Landlock ABI {ABI_NETWORK} (Linux 6.7) to deny TCP, and \
+                 this kernel has ABI {abi}; allow the network (`fs.bash.sandbox.network: true`) \
+                 or {off}"
+            );
+            return Ok(Sandbox { plan: Plan::Refused(reason), description });
+        }
+        if writable.is_some() && abi < ABI_TRUNCATE {
+            if explicit {
+                let reason = format!(
+                    "sandbox mode `{}` needs Landlock ABI {ABI_TRUNCATE} (Linux 6.2) to confine \
+                     truncation as well as writes, and this kernel has ABI {abi}; {off}",
+                    mode.as_str()
+                );
+                return Ok(Sandbox { plan: Plan::Refused(reason), description });
+            }
+            tracing::warn!(
+                "the default sandbox of `bash` and `exec` is partial on this kernel (Landlock \
+                 ABI {abi}): writes are confined but truncating a file by path is not; set \
+                 `fs.bash.sandbox: off` to drop it, or upgrade to Linux 6.2 or later"
+            );
+        }
+        let policy = Policy { abi, writable, devices: DEVICES, deny_tcp: !config.network };
+        Ok(Sandbox { plan: Plan::Enforce(policy), description })
+    }
+
+    /// The sentence about the sandbox for the tool descriptions.
+    pub(crate) fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Makes `command` (which runs `label`) restrict itself before it executes; refused
+    /// when the configured sandbox cannot be enforced here.
+    pub(crate) fn confine(
+        &self,
+        command: &mut tokio::process::Command,
+        label: &str,
+    ) -> Result<(), FsError> {
+        match &self.plan {
+            Plan::Off => Ok(()),
+            Plan::Refused(reason) => {
+                Err(FsError::Sandbox { command: label.to_owned(), reason: reason.clone() })
+            }
+            Plan::Enforce(policy) => {
+                let ruleset = landlock::Ruleset::build(policy).map_err(|why| FsError::Sandbox {
+                    command: label.to_owned(),
+                    reason: format!(
+                        "its sandbox could not be built: {why}; set `fs.bash.sandbox: off` \
+                             to run commands unconfined"
+                    ),
+                })?;
+                ruleset.restrict_on_exec(command);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What the configuration asks for, in words, for error messages.
+fn asked(config: &SandboxConfig) -> String {
+    match (config.mode, config.network) {
+        (Some(mode), true) => format!("the sandbox mode `{}`", mode.as_str()),
+        (Some(mode), false) => {
+            format!("the sandbox mode `{}` with `network: false`", mode.as_str())
+        }
+        (None, _) => "the sandbox's `network: false`".to_owned(),
+    }
+}
+
+/// The sentence of the tool descriptions about the sandbox of `mode`.
+fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
+    let extra: Vec<String> =
+        config.writable_roots.iter().map(|p| format!("`{}`", p.display())).collect();
+    let mut text = match mode {
+        SandboxMode::Off => {
+            return "NOT confined to the workspace: it can change anything the server's user \
+                    can, so prefer the file tools for files."
+                .to_owned();
+        }
+        SandboxMode::WorkspaceWrite => {
+            let extra =
+                if extra.is_empty() { String::new() } else { format!(", {}", extra.join(", ")) };
+            format!(
+                "Sandboxed (Linux Landlock): it may read anything but write only beneath the \
+                 workspace root, /tmp{extra} and /dev/null; a write elsewhere fails with \
+                 \"Permission denied\"."
+            )
+        }
+        SandboxMode::ReadOnly => {
+            let extra = if extra.is_empty() {
+                String::new()
+            } else {
+                format!(" except beneath {}", extra.join(", "))
+            };
+            format!(
+                "Sandboxed read-only (Linux Landlock): it may read anything but write no file \
+                 (/dev/null aside){extra}, not even in the workspace root: writes fail with \
+                 \"Permission denied\"; change files with the file tools."
+            )
+        }
+    };
+    if !config.network {
+        text.push_str(" It may not open TCP connections or listen on TCP ports.");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `config` comes to on a kernel of Landlock ABI `abi` (0: none).
+    fn plan(config: SandboxConfig, abi: u32) -> String {
+        let probe = || if abi == 0 { Err("no Landlock here".to_owned()) } else { Ok(abi) };
+        let sandbox = Sandbox::for_abi(&config, Path::new("/srv"), probe).unwrap();
+        match sandbox.plan {
+            Plan::Off => "off".to_owned(),
+            Plan::Refused(reason) => format!("refused: {reason}"),
+            Plan::Enforce(policy) => format!(
+                "enforce ABI {}, writable {:?}, deny TCP {}",
+                policy.abi,
+                policy.writable.map(|w| w.len()),
+                policy.deny_tcp
+            ),
+        }
+    }
+
+    #[test]
+    fn the_default_sandbox_is_on_where_the_kernel_can_and_off_where_it_cannot() {
+        let default = SandboxConfig::default;
+        let writable = 3 + usize::from(std::env::temp_dir() != Path::new("/tmp"));
+        assert_eq!(
+            plan(default(), 7),
+            format!("enforce ABI 7, writable Some({writable}), deny TCP false")
+        );
+        // Partial (no truncation rule) yet better than nothing, with a warning.
+        assert_eq!(
+            plan(default(), 1),
+            format!("enforce ABI 1, writable Some({writable}), deny TCP false")
+        );
+        assert_eq!(plan(default(), 0), "off");
+    }
+
+    #[test]
+    fn what_was_asked_explicitly_is_enforced_fully_or_refused() {
+        let read_only = || SandboxConfig::new(SandboxMode::ReadOnly);
+        assert_eq!(plan(read_only(), 3), "enforce ABI 3, writable Some(0), deny TCP false");
+        expect_test::expect![[r#"refused: the sandbox mode `readOnly` cannot be enforced: no Landlock here; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(read_only(), 0));
+        expect_test::expect![[r#"refused: sandbox mode `readOnly` needs Landlock ABI 3 (Linux 6.2) to confine truncation as well as writes, and this kernel has ABI 2; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(read_only(), 2));
+        let no_network = || SandboxConfig::default().with_network(false);
+        assert_eq!(plan(no_network(), 4).split(',').next(), Some("enforce ABI 4"));
+        expect_test::expect![[r#"refused: `network: false` needs Landlock ABI 4 (Linux 6.7) to deny TCP, and this kernel has ABI 3; allow the network (`fs.bash.sandbox.network: true`) or set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(no_network(), 3));
+        expect_test::expect![[r#"refused: the sandbox's `network: false` cannot be enforced: no Landlock here; set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to run commands unconfined"#]]
+            .assert_eq(&plan(no_network(), 0));
+        // Only the network, the filesystem unconfined.
+        let network_only = SandboxConfig::new(SandboxMode::Off).with_network(false);
+        assert_eq!(plan(network_only, 4), "enforce ABI 4, writable None, deny TCP true");
+    }
+
+    #[test]
+    fn relative_writable_roots_are_refused() {
+        let config = SandboxConfig::default().with_writable_roots(["cache"]);
+        let err = Sandbox::new(&config, Path::new("/srv")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid fs configuration: `bash.sandbox.writableRoots` entry `cache` is not an \
+             absolute path; give it absolute"
+        );
+    }
+
+    #[test]
+    fn off_with_the_network_allowed_is_no_sandbox() {
+        let sandbox = Sandbox::new(&SandboxConfig::new(SandboxMode::Off), Path::new("/srv"));
+        let sandbox = sandbox.unwrap();
+        assert!(matches!(sandbox.plan, Plan::Off));
+        assert!(sandbox.description().starts_with("NOT confined"));
+    }
+
+    #[test]
+    fn descriptions_name_the_writable_places() {
+        let config = SandboxConfig::new(SandboxMode::WorkspaceWrite)
+            .with_network(false)
+            .with_writable_roots(["/opt/cache"]);
+        assert_eq!(
+            describe(SandboxMode::WorkspaceWrite, &config),
+            "Sandboxed (Linux Landlock): it may read anything but write only beneath the \
+             workspace root, /tmp, `/opt/cache` and /dev/null; a write elsewhere fails with \
+             \"Permission denied\". It may not open TCP connections or listen on TCP ports."
+        );
+        assert_eq!(
+            describe(SandboxMode::ReadOnly, &SandboxConfig::new(SandboxMode::ReadOnly)),
+            "Sandboxed read-only (Linux Landlock): it may read anything but write no file \
+             (/dev/null aside), not even in the workspace root: writes fail with \"Permission \
+             denied\"; change files with the file tools."
+        );
+    }
+}

@@ -1,0 +1,309 @@
+//! The OS sandbox of `bash` and `exec` (Linux Landlock), with real processes: writes
+//! inside the allowed roots land, writes outside fail with "Permission denied" and leave
+//! nothing, TCP is refused when the network is off, background tasks are confined alike.
+//!
+//! These tests need a kernel with Landlock (ABI 4 for the network). Where it is missing
+//! they check what the provider does instead (an explicit mode is refused with an error
+//! saying so), except when `CI` is set: CI runs on machines with Landlock, so there a
+//! kernel without it is a broken runner and the tests fail loudly instead of checking
+//! nothing about the sandbox.
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use toolmux_core::{CallContext, ToolOutput, ToolProvider as _};
+use toolmux_fs::{BashConfig, FsConfig, FsProvider, Permission, SandboxConfig, SandboxMode};
+
+/// A workspace root and a directory outside every root the sandbox allows by default
+/// (so not beneath `/tmp` either, where test directories usually go).
+struct Sandboxed {
+    _root: tempfile::TempDir,
+    _outside: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    fs: FsProvider,
+}
+
+/// A directory for test files that no default sandbox root contains: beneath the
+/// target directory (`CARGO_TARGET_TMPDIR`), else `/var/tmp`, else `$HOME`.
+fn unsandboxed_dir() -> tempfile::TempDir {
+    let allowed = [PathBuf::from("/tmp"), PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    let candidates = [
+        Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        Some(PathBuf::from("/var/tmp")),
+        std::env::var_os("HOME").map(PathBuf::from),
+    ];
+    for base in candidates.into_iter().flatten() {
+        let Ok(base) = std::fs::canonicalize(&base) else { continue };
+        let allowed_already = allowed
+            .iter()
+            .filter_map(|a| std::fs::canonicalize(a).ok())
+            .any(|a| base.starts_with(a));
+        if allowed_already {
+            continue;
+        }
+        if let Ok(dir) = tempfile::tempdir_in(&base) {
+            return dir;
+        }
+    }
+    panic!("no writable directory outside /tmp, $TMPDIR and /dev/shm to test the sandbox with")
+}
+
+impl Sandboxed {
+    fn new(sandbox: SandboxConfig) -> Sandboxed {
+        Sandboxed::with(|_| sandbox)
+    }
+
+    /// The sandbox made by `f` from the outside directory.
+    fn with(f: impl FnOnce(&Path) -> SandboxConfig) -> Sandboxed {
+        let root_dir = unsandboxed_dir();
+        let outside_dir = unsandboxed_dir();
+        let root = std::fs::canonicalize(root_dir.path()).unwrap();
+        let outside = std::fs::canonicalize(outside_dir.path()).unwrap();
+        let bash = BashConfig { sandbox: f(&outside), ..BashConfig::default() };
+        let config = FsConfig::new(&root)
+            .with_permissions([Permission::Read, Permission::Execute])
+            .with_bash(bash);
+        let fs = FsProvider::new(config).unwrap();
+        Sandboxed { _root: root_dir, _outside: outside_dir, root, outside, fs }
+    }
+
+    async fn call(&self, tool: &str, args: Value) -> ToolOutput {
+        match self.fs.call(tool, args, &CallContext::new()).await {
+            Ok(out) => out,
+            Err(e) => panic!("{tool} failed: {}", e.report()),
+        }
+    }
+
+    async fn bash(&self, command: &str) -> ToolOutput {
+        self.call("bash", json!({"command": command})).await
+    }
+}
+
+/// What this kernel offers, judged through the provider itself.
+#[derive(Debug, PartialEq, Eq)]
+enum Kernel {
+    /// Landlock with the network rights (ABI 4 or later).
+    Full,
+    /// Landlock without the network rights.
+    NoNetwork,
+    /// No Landlock.
+    None,
+}
+
+/// The kernel's Landlock support; under `CI` anything less than `needed` fails the test,
+/// since CI machines have it and a test checking nothing must not pass there.
+async fn kernel(needed: Kernel) -> Kernel {
+    let probe = Sandboxed::new(SandboxConfig::default().with_network(false));
+    let described = probe.fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    let kernel = if !bash.description.contains("Sandboxed") {
+        // The default sandbox switched itself off: no Landlock at all.
+        Kernel::None
+    } else {
+        match probe.fs.call("bash", json!({"command": "true"}), &CallContext::new()).await {
+            Ok(_) => Kernel::Full,
+            Err(e) => {
+                let report = e.report();
+                assert!(report.contains("needs Landlock ABI 4"), "{report}");
+                Kernel::NoNetwork
+            }
+        }
+    };
+    let enough = match needed {
+        Kernel::Full => kernel == Kernel::Full,
+        Kernel::NoNetwork => kernel != Kernel::None,
+        Kernel::None => true,
+    };
+    if !enough && std::env::var_os("CI").is_some() {
+        panic!(
+            "this kernel's Landlock support is {kernel:?}, the test needs {needed:?}: CI \
+             machines have Landlock ABI 4 or later, so the sandbox would go untested"
+        );
+    }
+    kernel
+}
+
+/// The error every command gets when an explicit sandbox cannot be enforced.
+async fn assert_refused(sandboxed: &Sandboxed, tool: &str, args: Value) {
+    let err = sandboxed.fs.call(tool, args, &CallContext::new()).await.unwrap_err().report();
+    assert!(err.contains("cannot run sandboxed"), "{err}");
+    assert!(err.contains("fs.bash.sandbox: off"), "{err}");
+}
+
+fn assert_denied(out: &ToolOutput) {
+    let text = out.to_text();
+    assert!(out.is_error, "{text}");
+    assert!(text.contains("Permission denied"), "{text}");
+}
+
+#[tokio::test]
+async fn workspace_write_lets_bash_write_the_root_and_tmp_but_not_outside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let sb = Sandboxed::new(SandboxConfig::new(SandboxMode::WorkspaceWrite));
+    let target = sb.outside.join("escaped.txt");
+    let command = format!("echo no > '{}'", target.display());
+    if kernel == Kernel::None {
+        return assert_refused(&sb, "bash", json!({"command": command})).await;
+    }
+    let inside = sb.bash("mkdir -p sub && echo yes > sub/in.txt && mv sub/in.txt moved.txt").await;
+    assert!(!inside.is_error, "{}", inside.to_text());
+    assert_eq!(std::fs::read_to_string(sb.root.join("moved.txt")).unwrap(), "yes\n");
+    let temp = sb.bash("f=$(mktemp) && echo t > \"$f\" && cat \"$f\" && rm \"$f\"").await;
+    assert_eq!(temp.to_text(), "exit code 0\n--- stdout ---\nt");
+    assert_denied(&sb.bash(&command).await);
+    assert!(!target.exists());
+    // Reading outside is allowed.
+    std::fs::write(sb.outside.join("readable.txt"), "seen").unwrap();
+    let read = sb.bash(&format!("cat '{}'", sb.outside.join("readable.txt").display())).await;
+    assert_eq!(read.to_text(), "exit code 0\n--- stdout ---\nseen");
+}
+
+#[tokio::test]
+async fn exec_is_confined_like_bash() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let sb = Sandboxed::new(SandboxConfig::default());
+    let target = sb.outside.join("touched");
+    if kernel == Kernel::None {
+        // The default sandbox is off where the kernel has no Landlock.
+        let out = sb.call("exec", json!({"argv": ["true"]})).await;
+        return assert!(!out.is_error, "{}", out.to_text());
+    }
+    let out = sb.call("exec", json!({"argv": ["touch", "inside"]})).await;
+    assert!(!out.is_error, "{}", out.to_text());
+    assert!(sb.root.join("inside").exists());
+    let out = sb.call("exec", json!({"argv": ["touch", target.to_str().unwrap()]})).await;
+    assert_denied(&out);
+    assert!(!target.exists());
+}
+
+#[tokio::test]
+async fn read_only_refuses_writes_in_the_root_and_in_tmp() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let sb = Sandboxed::new(SandboxConfig::new(SandboxMode::ReadOnly));
+    if kernel == Kernel::None {
+        return assert_refused(&sb, "bash", json!({"command": "true"})).await;
+    }
+    std::fs::write(sb.root.join("a.txt"), "content").unwrap();
+    let read = sb.bash("cat a.txt").await;
+    assert_eq!(read.to_text(), "exit code 0\n--- stdout ---\ncontent");
+    assert_denied(&sb.bash("echo changed > a.txt").await);
+    assert_eq!(std::fs::read_to_string(sb.root.join("a.txt")).unwrap(), "content");
+    assert_denied(&sb.bash("echo new > b.txt").await);
+    assert!(!sb.root.join("b.txt").exists());
+    assert_denied(&sb.call("exec", json!({"argv": ["mkdir", "/tmp/toolmux-read-only"]})).await);
+    assert!(!Path::new("/tmp/toolmux-read-only").exists());
+}
+
+#[tokio::test]
+async fn dev_null_and_the_standard_streams_work_in_both_modes() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    for mode in [SandboxMode::WorkspaceWrite, SandboxMode::ReadOnly] {
+        let sb = Sandboxed::new(SandboxConfig::new(mode));
+        let command = "echo gone > /dev/null && echo kept > /dev/stdout && echo err > /dev/stderr \
+                       && head -c 4 /dev/zero | wc -c && head -c 4 /dev/urandom >/dev/null";
+        if kernel == Kernel::None {
+            assert_refused(&sb, "bash", json!({"command": command})).await;
+            continue;
+        }
+        let out = sb.bash(command).await;
+        assert_eq!(
+            out.to_text(),
+            "exit code 0\n--- stdout ---\nkept\n4\n--- stderr ---\nerr",
+            "{mode:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn writable_roots_are_writable_in_either_mode() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    for mode in [SandboxMode::WorkspaceWrite, SandboxMode::ReadOnly] {
+        let sb = Sandboxed::with(|outside| {
+            SandboxConfig::new(mode)
+                .with_writable_roots([outside.join("cache"), PathBuf::from("/no/such/dir")])
+        });
+        std::fs::create_dir(sb.outside.join("cache")).unwrap();
+        let allowed = sb.outside.join("cache/entry");
+        let command = format!("echo ok > '{}'", allowed.display());
+        if kernel == Kernel::None {
+            assert_refused(&sb, "bash", json!({"command": command})).await;
+            continue;
+        }
+        let out = sb.bash(&command).await;
+        assert!(!out.is_error, "{mode:?}: {}", out.to_text());
+        assert_eq!(std::fs::read_to_string(&allowed).unwrap(), "ok\n");
+        // Beside the writable root is still outside.
+        assert_denied(&sb.bash(&format!("echo no > '{}'", sb.outside.join("x").display())).await);
+        assert!(!sb.outside.join("x").exists());
+    }
+}
+
+#[tokio::test]
+async fn off_lets_a_command_write_anywhere_the_user_can() {
+    let sb = Sandboxed::new(SandboxConfig::new(SandboxMode::Off));
+    let target = sb.outside.join("free.txt");
+    let out = sb.bash(&format!("echo free > '{}'", target.display())).await;
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "free\n");
+    let described = sb.fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    assert!(bash.description.contains("NOT confined"), "{}", bash.description);
+}
+
+#[tokio::test]
+async fn a_background_task_is_confined_too() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let sb = Sandboxed::new(SandboxConfig::new(SandboxMode::WorkspaceWrite));
+    let target = sb.outside.join("late.txt");
+    let command = format!("echo in > task.txt; echo out > '{}'", target.display());
+    let args = json!({"command": command, "run_in_background": true});
+    if kernel == Kernel::None {
+        return assert_refused(&sb, "bash", args).await;
+    }
+    let started = sb.call("bash", args).await;
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let out = sb.call("task_output", json!({"task_id": id, "block_ms": 10_000})).await;
+    let mut text = out.to_text();
+    if out.extras["running"] == true {
+        // The output came before the end: wait for the end too.
+        let more = sb.call("task_output", json!({"task_id": id, "block_ms": 10_000})).await;
+        text.push_str(&more.to_text());
+    }
+    assert!(text.contains("Permission denied"), "{text}");
+    assert!(text.contains("exited with code 1"), "{text}");
+    assert_eq!(std::fs::read_to_string(sb.root.join("task.txt")).unwrap(), "in\n");
+    assert!(!target.exists());
+}
+
+/// Tries a TCP connection to `port` with bash's `/dev/tcp`.
+fn connect(port: u16) -> String {
+    format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")
+}
+
+#[tokio::test]
+async fn network_false_refuses_tcp_and_network_true_allows_it() {
+    let kernel = kernel(Kernel::Full).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let closed = Sandboxed::new(SandboxConfig::default().with_network(false));
+    if kernel != Kernel::Full {
+        return assert_refused(&closed, "bash", json!({"command": connect(port)})).await;
+    }
+    let out = closed.bash(&connect(port)).await;
+    assert_denied(&out);
+    assert!(!out.to_text().contains("connected"), "{}", out.to_text());
+    let described = closed.fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    assert!(bash.description.contains("may not open TCP connections"), "{}", bash.description);
+
+    let open = Sandboxed::new(SandboxConfig::new(SandboxMode::WorkspaceWrite).with_network(true));
+    let out = open.bash(&connect(port)).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nconnected");
+    // The network setting alone, with the filesystem unconfined.
+    let only = Sandboxed::new(SandboxConfig::new(SandboxMode::Off).with_network(false));
+    assert_denied(&only.bash(&connect(port)).await);
+    let target = only.outside.join("free.txt");
+    let out = only.bash(&format!("echo free > '{}'", target.display())).await;
+    assert!(!out.is_error, "{}", out.to_text());
+    drop(listener);
+}
