@@ -17,6 +17,13 @@ pub struct OrchestratorConfig {
     pub response_max_bytes: usize,
     /// What happens to an output over `response_max_bytes`.
     pub oversize: OversizeMode,
+    /// Structured content larger than this many bytes (or than the tool's cap, when that
+    /// is larger) is not passed on: dropped when the tool declares no output schema, else
+    /// stored whole behind an error result. Separate from the text's cap because MCP
+    /// clients need the structured content an output schema promises whole, and it is
+    /// mostly read by programs, not models; this bound keeps a flood out of their context
+    /// all the same.
+    pub structured_max_bytes: usize,
     /// Providers warmed up at once.
     pub init_concurrency: usize,
     /// Time a provider's warmup may take.
@@ -59,6 +66,7 @@ impl Default for OrchestratorConfig {
         OrchestratorConfig {
             tool_timeout: Duration::from_secs(60),
             response_max_bytes: 100_000,
+            structured_max_bytes: 1 << 20,
             oversize: OversizeMode::Spill,
             init_concurrency: 4,
             startup_timeout: Duration::from_secs(30),

@@ -426,6 +426,9 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
     let mut config = OrchestratorConfig {
         tool_timeout: d.tool_timeout.map_or(defaults.tool_timeout, ms),
         response_max_bytes: d.tool_response_max_bytes.unwrap_or(defaults.response_max_bytes),
+        structured_max_bytes: d
+            .structured_response_max_bytes
+            .unwrap_or(defaults.structured_max_bytes),
         oversize: match d.oversize {
             Some(Oversize::Truncate) => OversizeMode::Truncate,
             Some(Oversize::Spill) | None => OversizeMode::Spill,

@@ -1223,9 +1223,10 @@ impl Orchestrator {
         } else {
             output
         };
+        let structured_max = max.max(self.inner.config.structured_max_bytes);
         let output = match &output.structured {
-            Some(structured) if toolmux_core::json_len(structured) > max => {
-                Box::pin(self.cap_structured(entry, output, max, ctx, meta)).await
+            Some(structured) if toolmux_core::json_len(structured) > structured_max => {
+                Box::pin(self.cap_structured(entry, output, structured_max, ctx, meta)).await
             }
             _ => output,
         };
@@ -1667,7 +1668,8 @@ impl Orchestrator {
         }
         let mut note = format!(
             "`{}` succeeded, but its structured content is {bytes} bytes, over the \
-             {max}-byte cap, and content promised by an output schema cannot be cut",
+             {max}-byte cap for structured content, and content promised by an output \
+             schema cannot be cut",
             entry.name
         );
         let stored = match self.inner.config.oversize {
@@ -1686,7 +1688,8 @@ impl Orchestrator {
                 ));
             }
             None => note.push_str(&format!(
-                "; raise `tools.{}.responseMaxBytes` above {bytes} to receive it",
+                "; raise `defaults.structuredResponseMaxBytes` (or `tools.{}.responseMaxBytes`) \
+                 above {bytes} to receive it",
                 entry.name
             )),
         }

@@ -257,7 +257,8 @@ async fn structured_content_over_the_cap_is_stored_not_passed_on() {
     for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
         let config = OrchestratorConfig {
             oversize,
-            ..OrchestratorConfig::default().with_response_max_bytes(1000)
+            structured_max_bytes: 1000,
+            ..OrchestratorConfig::default().with_response_max_bytes(500)
         };
         let o = start(config, vec![p.clone()]).await;
         let ctx = CallContext::new();
@@ -270,7 +271,7 @@ async fn structured_content_over_the_cap_is_stored_not_passed_on() {
         assert!(typed.is_error && typed.structured.is_none(), "{oversize:?}: {typed:?}");
         let text = typed.to_text();
         assert!(
-            text.starts_with("400 rows\n`m__typed` succeeded, but its structured content is 3900 bytes, over the 1000-byte cap, and content promised by an output schema cannot be cut; "),
+            text.starts_with("400 rows\n`m__typed` succeeded, but its structured content is 3900 bytes, over the 1000-byte cap for structured content, and content promised by an output schema cannot be cut; "),
             "{text}"
         );
         if oversize == OversizeMode::Spill {
@@ -280,7 +281,7 @@ async fn structured_content_over_the_cap_is_stored_not_passed_on() {
             assert_eq!(stored["rows"][399], "row 399");
         } else {
             assert!(
-                text.ends_with("raise `tools.m__typed.responseMaxBytes` above 3900 to receive it"),
+                text.ends_with("raise `defaults.structuredResponseMaxBytes` (or `tools.m__typed.responseMaxBytes`) above 3900 to receive it"),
                 "{text}"
             );
         }

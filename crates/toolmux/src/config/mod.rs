@@ -173,6 +173,13 @@ pub struct Defaults {
     /// What happens to an output over `toolResponseMaxBytes` (default `spill`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oversize: Option<Oversize>,
+    /// Structured content (MCP `structuredContent`) larger than this many bytes, or than
+    /// the tool's own cap when that is larger, is not passed on (default 1048576): dropped
+    /// when the tool declares no output schema, else stored whole behind an error result
+    /// saying the call succeeded. Apart from `toolResponseMaxBytes` because an output
+    /// schema's content must arrive whole or not at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_response_max_bytes: Option<usize>,
     /// Providers (MCP servers) started at once (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_init_concurrency: Option<usize>,
