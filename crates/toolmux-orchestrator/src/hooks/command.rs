@@ -200,10 +200,12 @@ struct Pending {
     value: Value,
 }
 
-/// One call, as far as both halves of a hook can tell: its run, its call id (unique within
-/// the run for MCP clients and agents) and its tool.
+/// One call, as both halves of a hook see it: the orchestrator hands hooks the call's own
+/// operation, whose id is unique in the process; run, call id and tool besides, for hooks
+/// called without one.
 #[derive(Debug, PartialEq, Eq)]
 struct CallKey {
+    op: Option<u64>,
     run: String,
     call: Option<String>,
     tool: String,
@@ -212,6 +214,7 @@ struct CallKey {
 impl CallKey {
     fn of(tool: &str, ctx: &CallContext) -> CallKey {
         CallKey {
+            op: ctx.op().map(|op| op.id()),
             run: ctx.run_id().to_owned(),
             call: ctx.call_id().map(str::to_owned),
             tool: tool.to_owned(),

@@ -1194,7 +1194,7 @@ impl Orchestrator {
         let arguments = if self.inner.before.is_empty() {
             arguments
         } else {
-            self.before_hooks(entry, arguments, ctx).await?
+            self.before_hooks(entry, arguments, ctx, op).await?
         };
         let output = match entry.settings.cache_ttl {
             // Boxed: the single-flight future is the largest state and rarely used.
@@ -1313,11 +1313,15 @@ impl Orchestrator {
         entry: &ToolEntry,
         mut arguments: Value,
         ctx: &CallContext,
+        op: &Arc<Op>,
     ) -> Result<Value, ToolError> {
         let mut changed = false;
+        // Hooks see the call's own operation, so that the two halves of a hook can tell
+        // concurrent calls of one tool apart (its id is unique in the process).
+        let hook_ctx = ctx.clone().with_op(op.clone());
         for scoped in self.inner.before.iter().filter(|h| h.applies_to(&entry.name)) {
             let before = arguments.clone();
-            scoped.hook.before(&entry.name, &mut arguments, ctx).await?;
+            scoped.hook.before(&entry.name, &mut arguments, &hook_ctx).await?;
             changed |= before != arguments;
         }
         if changed {
@@ -1395,8 +1399,11 @@ impl Orchestrator {
             run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
         let mut output = result?;
-        for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
-            scoped.hook.after(&entry.name, &mut output, ctx).await?;
+        if !self.inner.after.is_empty() {
+            let hook_ctx = ctx.clone().with_op(op.clone());
+            for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
+                scoped.hook.after(&entry.name, &mut output, &hook_ctx).await?;
+            }
         }
         Ok(output)
     }

@@ -332,6 +332,41 @@ async fn pre_tool_use_context_is_appended_to_the_output() {
     assert_eq!(second.conversation_text(), "{\"path\":\"b\"}\nthe file is generated");
 }
 
+/// Two calls of one tool at once, with no call ids (a Rust program's `execute`): each gets
+/// the context its own hook run gave, even when the first call is still running when the
+/// second one's hook answers.
+#[tokio::test]
+async fn concurrent_calls_without_ids_keep_their_own_context() {
+    let b = Bench::new();
+    let context = b.hook(
+        HookEvent::PreToolUse,
+        "t__slow",
+        "input=$(cat)\ncase \"$input\" in *'\"path\":\"a\"'*) p=a;; *) p=b;; esac\nprintf '{\"hookSpecificOutput\":{\"additionalContext\":\"about %s\"}}' \"$p\"\n",
+    );
+    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_tool(
+        ToolSpec::new("slow", "Echo, slowly for `a`", schema),
+        |args: Value, _ctx| async move {
+            if args["path"] == "a" {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Ok(ToolOutput::text(args["path"].as_str().unwrap_or_default()))
+        },
+    );
+    let builder = Orchestrator::builder(OrchestratorConfig::default()).provider(Arc::new(tools));
+    let o = CommandHook::attach(builder, vec![context]).build().unwrap();
+    assert!(o.warmup().await.is_ok());
+    let ctx = CallContext::new().with_run_id("run-1");
+    let call = |path: &str| o.execute(ToolCall::new("t__slow", json!({"path": path})), &ctx);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        call("b").await
+    };
+    let (first, second) = tokio::join!(call("a"), second);
+    assert_eq!(first.conversation_text(), "a\nabout a");
+    assert_eq!(second.conversation_text(), "b\nabout b");
+}
+
 #[tokio::test]
 async fn a_hook_past_its_timeout_is_killed_and_the_call_goes_on() {
     let b = Bench::new();
