@@ -68,6 +68,12 @@ pub struct FsConfig {
     /// directories, so in `workspaceWrite` a command can still change `.git` and these paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
+    /// Paths beneath the root no file tool reads, lists or changes: `read` refuses them,
+    /// `grep`, `glob` and `ls` pass over them as if they were not there, `write` and the
+    /// edits refuse them. `.gitignore`-style lines relative to the root, such as
+    /// `**/.env` or `secrets/`. Like `protect`, it does not reach `bash` and `exec`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
     /// Paths of the embedding program the file tools leave alone (its configuration file,
     /// audit log, statistics, output directory); set by the program, not by a
     /// configuration file.
@@ -88,6 +94,7 @@ impl FsConfig {
             bash: BashConfig::default(),
             limits: FsLimits::default(),
             protect: Vec::new(),
+            hide: Vec::new(),
             protected: Vec::new(),
         }
     }
@@ -113,6 +120,13 @@ impl FsConfig {
     /// Replaces the `.gitignore`-style patterns of paths the file tools may not change.
     pub fn with_protect(mut self, patterns: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.protect = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Replaces the `.gitignore`-style patterns of paths the file tools neither read, list
+    /// nor change.
+    pub fn with_hide(mut self, patterns: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.hide = patterns.into_iter().map(Into::into).collect();
         self
     }
 

@@ -69,6 +69,8 @@ pub(crate) struct Protection {
     paths: Vec<(PathBuf, ProtectedKind)>,
     /// The user's `protect` globs, matched as `.gitignore` lines relative to the root.
     globs: Gitignore,
+    /// The user's `hide` globs: neither read, listed nor changed.
+    hidden: Gitignore,
 }
 
 /// Why a path is protected.
@@ -77,12 +79,13 @@ pub(crate) enum Reason {
     Git,
     Program(ProtectedKind),
     Glob(String),
+    Hidden(String),
 }
 
 impl Default for Protection {
     /// Nothing but `.git` directories.
     fn default() -> Self {
-        Protection { paths: Vec::new(), globs: Gitignore::empty() }
+        Protection { paths: Vec::new(), globs: Gitignore::empty(), hidden: Gitignore::empty() }
     }
 }
 
@@ -103,19 +106,14 @@ impl Protection {
                 (!relative.as_os_str().is_empty()).then_some((relative, p.kind))
             })
             .collect();
-        let mut builder = GitignoreBuilder::new(root);
-        for glob in globs {
-            builder.add_line(None, glob).map_err(|e| FsError::Config {
-                message: format!(
-                    "`protect` pattern `{glob}` is not a valid glob: {e}; write it as a \
-                     .gitignore line relative to the root, such as `**/.env` or `secrets/`"
-                ),
-            })?;
-        }
-        let globs = builder.build().map_err(|e| FsError::Config {
-            message: format!("`protect` patterns are not valid globs: {e}"),
-        })?;
-        Ok(Protection { paths, globs })
+        let globs = gitignore(root, globs, "protect")?;
+        Ok(Protection { paths, globs, hidden: Gitignore::empty() })
+    }
+
+    /// The same, with the `hide` globs: paths neither read, listed nor changed.
+    pub fn with_hidden(mut self, root: &Path, globs: &[String]) -> Result<Protection, FsError> {
+        self.hidden = gitignore(root, globs, "hide")?;
+        Ok(self)
     }
 
     /// Why `relative` (relative to the root, symlinks resolved) may not be accessed so,
@@ -129,6 +127,9 @@ impl Protection {
             if hit && (access == Access::Write || !kind.readable()) {
                 return Some(Reason::Program(*kind));
             }
+        }
+        if let Some(glob) = self.hidden_by(relative) {
+            return Some(Reason::Hidden(glob));
         }
         if access == Access::Read {
             return None;
@@ -154,6 +155,31 @@ impl Protection {
     /// Whether `relative` lies in a path no tool may read (for walkers to skip).
     pub fn unreadable(&self, relative: &Path) -> bool {
         self.check(relative, Access::Read).is_some()
+    }
+
+    /// Whether `relative` lies in a path kept from agents (`hide`): not even listed.
+    pub fn hidden(&self, relative: &Path) -> bool {
+        self.hidden_by(relative).is_some()
+    }
+
+    /// The `hide` glob `relative` matches, itself or by a directory above it. Whether it
+    /// is a directory is not asked: a `secrets/` line hides a file named so too.
+    fn hidden_by(&self, relative: &Path) -> Option<String> {
+        let relative = relative.strip_prefix(".").unwrap_or(relative);
+        if relative.as_os_str().is_empty() || relative.has_root() {
+            return None;
+        }
+        [false, true].into_iter().find_map(|dir| {
+            match self.hidden.matched_path_or_any_parents(relative, dir) {
+                Match::Ignore(glob) => Some(glob.original().to_owned()),
+                Match::None | Match::Whitelist(_) => None,
+            }
+        })
+    }
+
+    /// The `hide` globs, for walkers that filter entries on other threads.
+    pub fn hidden_globs(&self) -> &Gitignore {
+        &self.hidden
     }
 }
 
@@ -183,12 +209,32 @@ impl Reason {
                      read a spilled output with `output__read` and the handle it came with"
                 )
             }
+            Reason::Hidden(glob) => format!(
+                "it matches `{glob}`, a path kept from agents (`fs.hide`, or a \
+                 `permissions.deny` rule on reading it): agents may not read or change it"
+            ),
             Reason::Glob(glob) => format!(
                 "it matches the fs `protect` pattern `{glob}`: agents may not change it; ask \
                  the user to make this change (or to take the pattern out of `fs.protect`)"
             ),
         }
     }
+}
+
+/// `globs` as `.gitignore` lines relative to `root`; `key` names the setting in errors.
+fn gitignore(root: &Path, globs: &[String], key: &str) -> Result<Gitignore, FsError> {
+    let mut builder = GitignoreBuilder::new(root);
+    for glob in globs {
+        builder.add_line(None, glob).map_err(|e| FsError::Config {
+            message: format!(
+                "`{key}` pattern `{glob}` is not a valid glob: {e}; write it as a \
+                 .gitignore line relative to the root, such as `**/.env` or `secrets/`"
+            ),
+        })?;
+    }
+    builder.build().map_err(|e| FsError::Config {
+        message: format!("`{key}` patterns are not valid globs: {e}"),
+    })
 }
 
 /// `absolute` with symlinks resolved as far as it exists, and the rest (not yet created,

@@ -159,7 +159,8 @@ impl FsProvider {
     /// absolute path to a directory.
     pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
         let workspace = Workspace::open(&config.root)?;
-        let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?;
+        let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?
+            .with_hidden(workspace.root(), &config.hide)?;
         let workspace = workspace.with_protection(protection);
         let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root())?;
         let specs = ALL.into_iter().map(|t| (t, t.spec(sandbox.description()))).collect();

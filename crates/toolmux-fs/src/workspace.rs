@@ -302,10 +302,26 @@ impl Workspace {
         Ok(FileLock { ws: self, path: target.to_path_buf() })
     }
 
-    /// The absolute path of a directory beneath the root, symlinks resolved, for walkers.
+    /// The absolute path of a directory beneath the root, symlinks resolved, for walkers;
+    /// refused when it is kept from agents (`hide`).
     pub fn walk_start(&self, path: &Resolved) -> Result<PathBuf, FsError> {
         let canonical = self.canonical(path)?;
+        self.refuse_hidden(path, &canonical)?;
         Ok(self.root.join(canonical))
+    }
+
+    /// Whether `relative` (resolved, relative to the root) is kept from agents (`hide`):
+    /// walkers and listings pass over it as if it were not there.
+    pub fn hidden(&self, relative: &Path) -> bool {
+        self.protection.hidden(relative)
+    }
+
+    /// Refuses `path`, which leads to `canonical`, when it is kept from agents.
+    pub fn refuse_hidden(&self, path: &Resolved, canonical: &Path) -> Result<(), FsError> {
+        if self.hidden(canonical) {
+            return self.check_access(path, canonical, Access::Read);
+        }
+        Ok(())
     }
 
     /// A walker from `start` (a result of [`Workspace::walk_start`]) that reads nothing
@@ -316,6 +332,19 @@ impl Workspace {
     pub fn walker(&self, start: &Path, respect_ignore: bool) -> ignore::WalkBuilder {
         let mut walk = ignore::WalkBuilder::new(start);
         walk.follow_links(false).require_git(false).parents(false).git_global(false);
+        let hidden = self.protection.hidden_globs().clone();
+        if !hidden.is_empty() {
+            let root = self.root.clone();
+            walk.filter_entry(move |entry| {
+                let Ok(relative) = entry.path().strip_prefix(&root) else { return true };
+                let dir = entry.file_type().is_some_and(|t| t.is_dir());
+                relative.as_os_str().is_empty()
+                    || !matches!(
+                        hidden.matched_path_or_any_parents(relative, dir),
+                        ignore::Match::Ignore(_)
+                    )
+            });
+        }
         if !respect_ignore {
             walk.git_ignore(false).git_exclude(false).ignore(false);
             return walk;

@@ -579,11 +579,29 @@ fn fs_provider(
         .with_permissions(fs.permissions.iter().copied())
         .with_bash(bash)
         .with_limits(fs.limits.clone())
-        .with_protect(fs.protect.iter().cloned());
+        .with_protect(fs.protect.iter().cloned())
+        .with_hide(fs.hide.iter().cloned().chain(denied_reads(&loaded.config.permissions.deny)));
     let config = own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p));
     let provider = toolmux_fs::FsProvider::new(config)
         .map_err(|e| ToolmuxError::config(loaded.source_name(), e.to_string()))?;
     Ok(Arc::new(provider))
+}
+
+/// The paths of `permissions.deny` rules on reading files (`fs__read(secrets/**)`,
+/// `fs__*(**/*.pem)`, `@read(.env)`): hidden from every file tool, so that `grep`, `glob`
+/// and `ls`, which a rule on `fs__read` does not name, show nothing reading is denied.
+#[cfg(feature = "fs")]
+fn denied_reads(deny: &[String]) -> impl Iterator<Item = String> + '_ {
+    let read = toolmux_core::ToolAnnotations {
+        permission: Some(toolmux_core::PermissionClass::Read),
+        ..toolmux_core::ToolAnnotations::read_only()
+    };
+    deny.iter().filter_map(move |rule| match toolmux_orchestrator::split_rule(rule) {
+        Ok((tools, Some(path))) if toolmux_orchestrator::rule_matches(tools, "fs__read", &read) => {
+            Some(path.to_owned())
+        }
+        _ => None,
+    })
 }
 
 /// toolmux's own files, which the file tools leave alone even beneath their root: an

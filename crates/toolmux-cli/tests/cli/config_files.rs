@@ -305,7 +305,7 @@ fn permission_rules_on_calls_judge_commands_and_paths() {
     std::os::unix::fs::symlink("secrets", project.path().join("link")).unwrap();
     project.file(
         "toolmux.yaml",
-        "fs: {permissions: [read, write, execute]}\npermissions:\n  allow: [fs__read, 'fs__bash(echo *)', 'fs__bash(ls)', 'fs__write(notes/**)']\n  deny: ['fs__bash(rm *)', 'fs__read(secrets/**)', 'fs__task_list(x)']\n",
+        "fs: {permissions: [read, write, execute]}\npermissions:\n  allow: [fs__read, fs__grep, fs__ls, 'fs__bash(echo *)', 'fs__bash(ls)', 'fs__write(notes/**)']\n  deny: ['fs__bash(rm *)', 'fs__read(secrets/**)', 'fs__task_list(x)']\n",
     );
     let call = |tool: &str, args: &str| project.run(&["tools", "call", tool, args]);
     let run = call("fs__bash", r#"{"command":"echo hi && ls"}"#);
@@ -338,6 +338,11 @@ fn permission_rules_on_calls_judge_commands_and_paths() {
         call("fs__read", r#"{"path":"link/key"}"#),
         "denied by rule `permissions.deny: fs__read(secrets/**)` (path `secrets/key`)",
     );
+    // What reading is denied, no search or listing shows either.
+    let found = call("fs__grep", r#"{"pattern":"s3cret|kept","output_mode":"content"}"#);
+    assert!(found.ok().contains("kept") && !found.stdout.contains("s3cret"), "{}", found.stdout);
+    let listing = call("fs__ls", r#"{"depth":3}"#);
+    assert!(!listing.ok().contains("key"), "{}", listing.stdout);
     call("fs__write", r#"{"path":"notes/a.md","content":"x"}"#).ok();
     denied(
         call("fs__write", r#"{"path":"a.md","content":"x"}"#),

@@ -74,6 +74,7 @@ pub(crate) fn ls(
     }
     let dir = ws.dir().open_dir(&path.relative).map_err(|e| FsError::from_io(&given, e))?;
     let base = ws.canonical(&path)?;
+    ws.refuse_hidden(&path, &base)?;
     let mut ignore = GlobSetBuilder::new();
     for pattern in args.ignore.iter().flatten() {
         let glob = Glob::new(pattern).map_err(|e| FsError::InvalidArguments {
@@ -187,6 +188,10 @@ impl Listing<'_> {
                 continue;
             }
             if !self.include_hidden && name.starts_with('.') {
+                continue;
+            }
+            // Kept from agents (`hide`): as if it were not there.
+            if self.ws.hidden(&base.join(&child)) {
                 continue;
             }
             if self.uncounted || self.seen >= self.count_until {

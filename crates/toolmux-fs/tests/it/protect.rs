@@ -218,3 +218,42 @@ async fn invalid_protect_globs_fail_the_configuration() {
         "{err}"
     );
 }
+
+/// `hide`: paths no file tool reads, lists or changes, whatever spelling or link leads
+/// there; searches and listings pass over them as if they were not there.
+#[tokio::test]
+async fn hidden_paths_are_neither_read_listed_nor_changed() {
+    let fx = Fixture::with(|c| c.with_hide(["secrets/", "**/*.pem"]));
+    fx.put("secrets/key.txt", "HIDDEN-VALUE\n");
+    fx.put("certs/server.pem", "HIDDEN-VALUE\n");
+    fx.put("notes.txt", "visible\n");
+    symlink("secrets", fx.root().join("innocent")).unwrap();
+    for path in
+        ["secrets/key.txt", "innocent/key.txt", "certs/../secrets/key.txt", "certs/server.pem"]
+    {
+        let err = fx.err("read", json!({"path": path})).await;
+        assert!(err.contains("a path kept from agents"), "{path}: {err}");
+    }
+    let found =
+        fx.ok("grep", json!({"pattern": "HIDDEN-VALUE|visible", "output_mode": "content"})).await;
+    assert!(found.contains("visible") && !found.contains("HIDDEN"), "{found}");
+    let err = fx.err("grep", json!({"pattern": "x", "path": "innocent"})).await;
+    assert!(err.contains("a path kept from agents"), "{err}");
+    let files = fx.ok("glob", json!({"pattern": "**/*"})).await;
+    assert!(
+        files.contains("notes.txt") && !files.contains("secrets/") && !files.contains(".pem"),
+        "{files}"
+    );
+    let listing = fx.ok("ls", json!({"depth": 3})).await;
+    assert!(
+        listing.contains("notes.txt") && !listing.contains("key.txt") && !listing.contains(".pem"),
+        "{listing}"
+    );
+    // The directory is not listed; a link to it is, as a link (its target's name shows).
+    assert!(!listing.lines().any(|l| l.trim() == "secrets/"), "{listing}");
+    let err = fx.err("ls", json!({"path": "secrets"})).await;
+    assert!(err.contains("a path kept from agents"), "{err}");
+    let err = fx.err("write", json!({"path": "secrets/new.txt", "content": "x"})).await;
+    assert!(err.contains("a path kept from agents"), "{err}");
+    assert!(!fx.root().join("secrets/new.txt").exists());
+}

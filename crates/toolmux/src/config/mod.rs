@@ -306,6 +306,13 @@ pub struct FsSection {
     /// whole directories, so in `workspaceWrite` a command can still change these paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
+    /// Paths beneath the root no file tool reads, lists or changes (`read` refuses them,
+    /// `grep`, `glob` and `ls` pass over them as if they were not there): `.gitignore`-style
+    /// lines such as `**/.env` or `secrets/`. A `permissions.deny` rule on reading a path
+    /// (`fs__read(secrets/**)`, `fs__*(**/*.pem)`) adds its path here, so that no search or
+    /// listing shows what reading is denied. Like `protect`, it does not reach `bash`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hide: Vec<String>,
 }
 
 #[cfg(feature = "fs")]
@@ -318,6 +325,7 @@ impl Default for FsSection {
             bash: toolmux_fs::BashConfig::default(),
             limits: toolmux_fs::FsLimits::default(),
             protect: Vec::new(),
+            hide: Vec::new(),
         }
     }
 }
