@@ -5,7 +5,7 @@ use crate::config::{DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_T
 use crate::http::{self, HttpSettings};
 use crate::openapi::{self, Document, Operation};
 use crate::output::OutputCheck;
-use crate::request::{self, Body, PreparedRequest};
+use crate::request::{self, Body, PreparedRequest, unknown_argument};
 use crate::template::{Escape, Template, UrlTemplate, body_parameters, lookup, render_body};
 use crate::{OpenApiConfig, RestError, RestToolConfig, names};
 use async_trait::async_trait;
@@ -474,7 +474,17 @@ fn inline_request(
         .collect();
     let sends_body = matches!(plan.method.as_str(), "POST" | "PUT" | "PATCH");
     let body = match &plan.body {
-        Some(template) => Body::Json(render_body(template, args).map_err(|n| missing("body", n))?),
+        Some(template) => {
+            // With a body template nothing carries the arguments no template names: a
+            // misspelled one would vanish from the request without a word.
+            if let Some(name) = unused.keys().next() {
+                return Err(RestError::Request {
+                    tool: tool.to_owned(),
+                    message: unknown_argument(name, plan.used.iter().map(String::as_str)),
+                });
+            }
+            Body::Json(render_body(template, args).map_err(|n| missing("body", n))?)
+        }
         None if sends_body => Body::Json(Value::Object(unused)),
         None => {
             for (k, v) in &unused {

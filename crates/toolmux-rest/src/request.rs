@@ -207,7 +207,7 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
 
 /// The message for an argument no parameter or body property takes: a misspelled name
 /// would otherwise vanish from the request without a word.
-fn unknown_argument<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn unknown_argument<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> String {
     let known: Vec<&str> = known.collect();
     let hint = match closest(name, &known) {
         Some(best) => format!("; did you mean `{best}`?"),

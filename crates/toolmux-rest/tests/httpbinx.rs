@@ -201,6 +201,13 @@ async fn inline_tools_template_url_query_headers_and_body() {
     let body: Value = serde_json::from_str(echo["data"].as_str().unwrap()).unwrap();
     assert_eq!(body, json!({"who": "ann", "n": 7, "text": "n=7"}));
 
+    // With a body template, an argument no template names is refused, not dropped.
+    let err = provider.call("echo", json!({"city": "x", "usr": "ann"}), &ctx).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid arguments for `echo`: at /: unknown argument `usr`; did you mean `user`?"
+    );
+
     let out = provider.call("b64", json!({"value": "aGk+Pj4+"}), &ctx).await.unwrap();
     assert_eq!(out.to_text(), "hi>>>>");
     // Arguments no template uses go to the query of a GET.
