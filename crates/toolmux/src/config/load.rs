@@ -246,7 +246,8 @@ fn load_text(
     let source = Source { text, format, shown, base_dir, env };
     let (config, found) = expand_into::<Config>(value, &source)?;
 
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> =
+        config.hooks.warnings().into_iter().map(|w| format!("{shown}: {w}")).collect();
     if config.inputs.is_some() {
         warnings.push(format!(
             "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"

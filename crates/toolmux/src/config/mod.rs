@@ -615,6 +615,51 @@ impl HooksSection {
     pub fn is_empty(&self) -> bool {
         self.pre_tool_use.is_empty() && self.post_tool_use.is_empty()
     }
+
+    /// Warnings for matchers that name Claude Code's tools (`Bash`, `Write|Edit`): pasted
+    /// from its settings they would silently match nothing here, where tools have full
+    /// toolmux names.
+    pub fn warnings(&self) -> Vec<String> {
+        const CLAUDE: &[(&str, Option<&str>)] = &[
+            ("Bash", Some("fs__bash")),
+            ("Read", Some("fs__read")),
+            ("Write", Some("fs__write")),
+            ("Edit", Some("fs__edit")),
+            ("MultiEdit", Some("fs__multi_edit")),
+            ("Grep", Some("fs__grep")),
+            ("Glob", Some("fs__glob")),
+            ("LS", Some("fs__ls")),
+            ("WebFetch", None),
+            ("WebSearch", None),
+            ("Task", None),
+            ("NotebookEdit", None),
+            ("TodoWrite", None),
+        ];
+        let events = [("PreToolUse", &self.pre_tool_use), ("PostToolUse", &self.post_tool_use)];
+        let mut warnings = Vec::new();
+        for (event, entries) in events {
+            for (i, entry) in entries.iter().enumerate() {
+                let Some(matcher) = entry.matcher.as_deref() else { continue };
+                for name in matcher.split('|').map(str::trim) {
+                    let Some((_, ours)) = CLAUDE.iter().find(|(claude, _)| *claude == name) else {
+                        continue;
+                    };
+                    let instead = match ours {
+                        Some(ours) => format!(
+                            "toolmux's is `{ours}` (its arguments may be named differently: \
+                             `fs__write` takes `path` where Claude's `Write` takes `file_path`)"
+                        ),
+                        None => "toolmux has no such tool".to_owned(),
+                    };
+                    warnings.push(format!(
+                        "hooks.{event}[{i}].matcher: `{name}` is Claude Code's name for one of \
+                         its own tools and matches no toolmux tool; {instead}"
+                    ));
+                }
+            }
+        }
+        warnings
+    }
 }
 
 /// Hooks for the tools one `matcher` names.

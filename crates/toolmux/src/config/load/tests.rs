@@ -602,3 +602,18 @@ fn toolmux_configuration_in_toml() {
         ],
     );
 }
+
+/// A hooks block pasted from Claude Code's settings loads, and a matcher naming Claude's
+/// own tools, which would match nothing here, is a warning saying what toolmux calls them.
+#[test]
+fn hook_matchers_naming_claude_codes_tools_warn() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "hooks:\n  PreToolUse:\n    - matcher: Write|Edit\n      hooks: [{type: command, command: ./guard.sh}]\n  PostToolUse:\n    - matcher: fs__bash|WebFetch\n      hooks: [{type: command, command: ./log.sh}]\n",
+    );
+    expect![[r#"
+        toolmux.yaml: hooks.PreToolUse[0].matcher: `Write` is Claude Code's name for one of its own tools and matches no toolmux tool; toolmux's is `fs__write` (its arguments may be named differently: `fs__write` takes `path` where Claude's `Write` takes `file_path`)
+        toolmux.yaml: hooks.PreToolUse[0].matcher: `Edit` is Claude Code's name for one of its own tools and matches no toolmux tool; toolmux's is `fs__edit` (its arguments may be named differently: `fs__write` takes `path` where Claude's `Write` takes `file_path`)
+        toolmux.yaml: hooks.PostToolUse[0].matcher: `WebFetch` is Claude Code's name for one of its own tools and matches no toolmux tool; toolmux has no such tool"#]]
+    .assert_eq(&loaded.warnings.join("\n"));
+}
