@@ -206,6 +206,19 @@ async fn secrets_never_leave_the_pipeline() {
     assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
 }
 
+/// Tools `m__typed` (with an output schema: `rows` of JSON type `rows`) and `m__untyped`
+/// (without), both answering `output`.
+fn typed_and_untyped(output: ToolOutput, rows: &str) -> Arc<MockProvider> {
+    let schema = json!({"type": "object", "properties": {"rows": {"type": rows}}});
+    let typed =
+        ToolSpec::new("typed", "rows", json!({"type": "object"})).with_output_schema(schema);
+    Arc::new(
+        MockProvider::new("m")
+            .with_spec(typed, Behavior::Output(output.clone()))
+            .with_tool("untyped", Behavior::Output(output)),
+    )
+}
+
 /// An output over the cap of a tool that declares an output schema keeps its structured
 /// content (clients such as the official SDKs refuse a result without it), spilled or cut;
 /// a tool without one loses it with the rest.
@@ -215,14 +228,7 @@ async fn capped_outputs_keep_the_structured_content_their_schema_promises() {
         structured: Some(json!({"rows": 500})),
         ..ToolOutput::text("x".repeat(5_000))
     };
-    let schema = json!({"type": "object", "properties": {"rows": {"type": "integer"}}});
-    let typed =
-        ToolSpec::new("typed", "rows", json!({"type": "object"})).with_output_schema(schema);
-    let p = Arc::new(
-        MockProvider::new("m")
-            .with_spec(typed, Behavior::Output(big.clone()))
-            .with_tool("untyped", Behavior::Output(big)),
-    );
+    let p = typed_and_untyped(big, "integer");
     for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
         let config = OrchestratorConfig {
             oversize,
@@ -246,14 +252,7 @@ async fn structured_content_over_the_cap_is_stored_not_passed_on() {
     let rows: Vec<String> = (0..400).map(|i| format!("row {i}")).collect();
     let big =
         ToolOutput { structured: Some(json!({"rows": rows})), ..ToolOutput::text("400 rows") };
-    let schema = json!({"type": "object", "properties": {"rows": {"type": "array"}}});
-    let typed =
-        ToolSpec::new("typed", "rows", json!({"type": "object"})).with_output_schema(schema);
-    let p = Arc::new(
-        MockProvider::new("m")
-            .with_spec(typed, Behavior::Output(big.clone()))
-            .with_tool("untyped", Behavior::Output(big)),
-    );
+    let p = typed_and_untyped(big, "array");
     for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
         let config = OrchestratorConfig {
             oversize,
