@@ -1,7 +1,11 @@
-//! Codex's `config.toml`, read for its `[mcp_servers.NAME]` tables. Its other settings
-//! (model, approvals, sandbox, profiles) are Codex's own and ignored. A key in a server
-//! table that toolmux does not know is a warning naming it, not an error: Codex adds keys
-//! from release to release, and a server toolmux can start should not be refused for one.
+//! Files whose MCP servers sit under `mcp_servers` (snake_case keys): Codex's
+//! `config.toml` (`[mcp_servers.NAME]` tables), and the shapes of toolmux's specification
+//! seeds: `mcp.yml` (`mcp_servers.NAME` with `url`, `description`, `auth: {type: bearer,
+//! token_env_var}` and the declared tools `provides_tools`) and the list
+//! `mcp: {servers: [{name, url, transport, allowedTools}]}`. Their other settings (model,
+//! approvals, sandbox, profiles) are not toolmux's and are ignored. A key in a server table
+//! that toolmux does not know is a warning naming it, not an error: Codex adds keys from
+//! release to release, and a server toolmux can start should not be refused for one.
 
 use super::foreign::{Converted, converted};
 use super::{Located, Source, expand_into, typed};
@@ -34,6 +38,10 @@ const KNOWN: &[&str] = &[
     "enabled_tools",
     "disabled_tools",
     "scopes",
+    "description",
+    "auth",
+    "provides_tools",
+    "transport",
 ];
 
 /// The parts of Codex's `config.toml` about MCP servers.
@@ -71,16 +79,50 @@ struct CodexServer {
     #[serde(default)]
     disabled_tools: Vec<String>,
     scopes: Option<Vec<String>>,
+    /// The seeds' `mcp.yml`.
+    description: Option<String>,
+    /// The seeds' list shape: `http`, `sse`, `stdio`, `websocket`.
+    transport: Option<TransportKind>,
+    /// The seeds' declared tools: listed before the server is reached.
+    #[serde(default)]
+    provides_tools: Vec<SeedTool>,
     #[serde(flatten)]
     other: BTreeMap<String, Value>,
+}
+
+/// A tool the seeds' `mcp.yml` declares for a server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedTool {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default, rename = "inputSchema", alias = "parameters_schema")]
+    input_schema: Option<Value>,
+    // What the seeds' registry keeps for its own bookkeeping; nothing here uses them.
+    #[allow(dead_code)]
+    speed: Option<String>,
+    #[allow(dead_code)]
+    safety: Option<String>,
+    #[allow(dead_code)]
+    category: Option<String>,
+    #[allow(dead_code)]
+    source: Option<String>,
+    #[allow(dead_code)]
+    mcp_server_name: Option<String>,
 }
 
 /// The servers of a Codex file parsed as `value`, as toolmux's entries, and warnings.
 pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, ToolmuxError> {
     let located = |e: Located| source.error(e.position, e.message);
-    // Only the servers are toolmux's to expand and check.
+    // Only the servers are toolmux's to expand and check; the seeds' list becomes the map.
     if let Some(top) = value.as_object_mut() {
+        let listed = top.get_mut("mcp").and_then(|m| m.get_mut("servers")).map(Value::take);
         top.retain(|k, _| k == "mcp_servers");
+        if let Some(listed) = listed {
+            let servers = from_list(listed).map_err(|message| source.error(None, message))?;
+            top.insert("mcp_servers".into(), Value::Object(servers));
+        }
     }
     typed::<CodexFile>(source.text, source.format).map_err(located)?;
     let mut warnings = Vec::new();
@@ -104,6 +146,30 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
                 Some(Value::Object(h)) => h,
                 _ => serde_json::Map::new(),
             };
+            if let Some(auth) = server.remove("auth") {
+                let var =
+                    match (auth.get("type").and_then(Value::as_str), auth.get("token_env_var")) {
+                        (Some("bearer") | None, Some(Value::String(var))) => var.clone(),
+                        (Some(other), _) if other != "bearer" => {
+                            return Err(source.error(
+                                super::super::toml::position(source.text, &format!("{at}.auth")),
+                                format!(
+                                    "{at}.auth: type `{other}` is not supported; `bearer` with \
+                                 `token_env_var` is, or give `http_headers`"
+                                ),
+                            ));
+                        }
+                        _ => {
+                            return Err(source.error(
+                                None,
+                                format!(
+                                    "{at}.auth: `token_env_var` (a variable's name) is missing"
+                                ),
+                            ));
+                        }
+                    };
+                headers.insert("Authorization".into(), Value::String(format!("Bearer ${{{var}}}")));
+            }
             if let Some(Value::String(var)) = server.remove("bearer_token_env_var") {
                 headers.insert("Authorization".into(), Value::String(format!("Bearer ${{{var}}}")));
             }
@@ -143,11 +209,22 @@ impl CodexServer {
             ));
         }
         let ms = |sec: f64| (sec.is_finite() && sec > 0.0).then(|| (sec * 1000.0).round() as u64);
-        let transport = match (&self.url, &self.command) {
-            (Some(_), _) => Some(TransportKind::Http),
-            (None, Some(_)) => Some(TransportKind::Stdio),
-            (None, None) => None,
+        let transport = match (self.transport, &self.url, &self.command) {
+            (Some(transport), _, _) => Some(transport),
+            (None, Some(_), _) => Some(TransportKind::Http),
+            (None, None, Some(_)) => Some(TransportKind::Stdio),
+            (None, None, None) => None,
         };
+        let tools = self
+            .provides_tools
+            .into_iter()
+            .map(|t| toolmux_mcp::DeclaredTool {
+                name: t.name,
+                title: None,
+                description: t.description,
+                input_schema: t.input_schema,
+            })
+            .collect();
         McpServerEntry {
             transport,
             command: self.command,
@@ -170,7 +247,33 @@ impl CodexServer {
             request_timeout_ms: self.tool_timeout_sec.and_then(ms),
             startup_timeout_ms: self.startup_timeout_sec.and_then(ms).or(self.startup_timeout_ms),
             enabled: self.enabled,
+            description: self.description,
+            tools,
             ..McpServerEntry::default()
         }
     }
+}
+
+/// The seeds' `mcp.servers` list as the `mcp_servers` map: `name` becomes the key,
+/// `allowedTools` `enabled_tools`.
+fn from_list(listed: Value) -> Result<serde_json::Map<String, Value>, String> {
+    let Value::Array(items) = listed else {
+        return Err("mcp.servers: a list of servers was expected".to_owned());
+    };
+    let mut servers = serde_json::Map::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::Object(mut server) = item else {
+            return Err(format!("mcp.servers[{i}]: a server (an object) was expected"));
+        };
+        let Some(Value::String(name)) = server.remove("name") else {
+            return Err(format!("mcp.servers[{i}]: `name` is missing"));
+        };
+        if let Some(allowed) = server.remove("allowedTools") {
+            server.insert("enabled_tools".into(), allowed);
+        }
+        if servers.insert(name.clone(), Value::Object(server)).is_some() {
+            return Err(format!("mcp.servers[{i}]: a second server named `{name}`"));
+        }
+    }
+    Ok(servers)
 }

@@ -91,20 +91,22 @@ impl Dialect {
             return Some(dialect);
         }
         let top = value.as_object()?;
-        let dialect = if top.contains_key("mcp_servers") && !top.contains_key("mcpServers") {
-            Dialect::Codex
-        } else if top.contains_key("context_servers")
-            && !top.contains_key("mcpServers")
-            && !top.contains_key("servers")
-        {
-            Dialect::Zed
-        } else if top.contains_key("mcpServers")
-            && top.keys().any(|k| GEMINI_KEYS.contains(&k.as_str()))
-        {
-            Dialect::Gemini
-        } else {
-            return None;
-        };
+        let listed = top.get("mcp").and_then(|m| m.get("servers")).is_some_and(Value::is_array);
+        let dialect =
+            if (top.contains_key("mcp_servers") || listed) && !top.contains_key("mcpServers") {
+                Dialect::Codex
+            } else if top.contains_key("context_servers")
+                && !top.contains_key("mcpServers")
+                && !top.contains_key("servers")
+            {
+                Dialect::Zed
+            } else if top.contains_key("mcpServers")
+                && top.keys().any(|k| GEMINI_KEYS.contains(&k.as_str()))
+            {
+                Dialect::Gemini
+            } else {
+                return None;
+            };
         let own = toolmux_keys();
         let mixed = top.keys().any(|k| {
             !matches!(k.as_str(), "mcpServers" | "$schema" | "model") && own.iter().any(|o| o == k)
@@ -157,7 +159,7 @@ pub(super) fn read(
         let keep: &[&str] = match dialect {
             Dialect::Gemini => &["mcpServers", "mcp", "allowMCPServers", "excludeMCPServers"],
             Dialect::Zed => &["context_servers"],
-            Dialect::Codex => &["mcp_servers"],
+            Dialect::Codex => &["mcp_servers", "mcp"],
         };
         top.retain(|k, _| keep.contains(&k.as_str()));
     }

@@ -617,3 +617,47 @@ fn hook_matchers_naming_claude_codes_tools_warn() {
         toolmux.yaml: hooks.PostToolUse[0].matcher: `WebFetch` is Claude Code's name for one of its own tools and matches no toolmux tool; toolmux has no such tool"#]]
     .assert_eq(&loaded.warnings.join("\n"));
 }
+
+/// The specification seeds' `mcp.yml`: servers by URL with a bearer token from a named
+/// variable and declared tools; and their list shape `mcp.servers`.
+#[test]
+fn the_seeds_server_shapes_load() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        r#"mcp_servers:
+  code_execution_server:
+    description: "Server for executing Python code snippets securely."
+    url: "http://127.0.0.1:8001"
+    auth:
+      type: "bearer"
+      token_env_var: "GITHUB_TOKEN"
+    provides_tools:
+      - name: "execute_python_code"
+        description: "Executes a given Python code snippet."
+        inputSchema:
+          type: "object"
+          properties:
+            code: {type: "string"}
+          required: ["code"]
+        speed: "medium"
+        safety: "sandboxed"
+"#,
+    );
+    expect![[r#"code_execution_server: {"type":"http","url":"http://127.0.0.1:8001","headers":{"Authorization":"Bearer ghp_secret_value"},"tools":[{"name":"execute_python_code","description":"Executes a given Python code snippet.","inputSchema":{"properties":{"code":{"type":"string"}},"required":["code"],"type":"object"}}],"description":"Server for executing Python code snippets securely."}"#]]
+        .assert_eq(&servers(&loaded));
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+    let listed = loads(
+        FileFormat::Json,
+        r#"{"mcp": {"servers": [{"name": "github-tools", "url": "http://127.0.0.1:9/mcp", "transport": "sse", "allowedTools": ["list_prs", "create_issue"]}]}}"#,
+    );
+    expect![[r#"github-tools: {"type":"sse","url":"http://127.0.0.1:9/mcp","toolsAllowed":["list_prs","create_issue"]}"#]]
+        .assert_eq(&servers(&listed));
+    check_error(
+        FileFormat::Yaml,
+        "mcp_servers:\n  a:\n    url: http://127.0.0.1:1\n    auth: {type: basic, token_env_var: X}\n",
+        expect![
+            "toolmux.yaml: mcp_servers.a.auth: type `basic` is not supported; `bearer` with `token_env_var` is, or give `http_headers`"
+        ],
+    );
+}
