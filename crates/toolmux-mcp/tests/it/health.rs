@@ -137,3 +137,33 @@ fn no_check_unless_asked() {
         serde_json::from_value(json!({"command": "x", "healthCheckMs": 60000})).unwrap();
     assert_eq!(parsed.health_check_interval(), Some(Duration::from_secs(60)));
 }
+
+/// A server that does not announce tool list changes has its list re-read on each
+/// answered ping, and listeners hear of a change; one that announces them is not asked.
+#[tokio::test]
+async fn tools_of_a_server_that_does_not_announce_changes_are_re_read() {
+    let provider = checked("silent-lists");
+    provider.warmup().await.unwrap();
+    let before = provider.list_tools().await.unwrap().len();
+    let mut changes = provider.tool_list_changes().unwrap();
+    let out = provider.call("add_tool", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "added");
+    let heard = tokio::time::timeout(Duration::from_secs(10), changes.changed()).await;
+    assert_eq!(heard, Ok(true), "listeners hear of the new tool");
+    assert_eq!(provider.list_tools().await.unwrap().len(), before + 1);
+    provider.shutdown().await.unwrap();
+
+    let announcing = checked("ok");
+    announcing.warmup().await.unwrap();
+    let lists = |p: &McpProvider| {
+        let p = p.clone();
+        async move {
+            let out = p.call("list_count", json!({}), &CallContext::new()).await.unwrap();
+            out.to_text().parse::<usize>().unwrap()
+        }
+    };
+    let first = lists(&announcing).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(lists(&announcing).await, first, "no re-reading when changes are announced");
+    announcing.shutdown().await.unwrap();
+}

@@ -464,7 +464,9 @@ pub struct McpServerEntry {
     /// `defaults.healthCheckMs`, else off; `0` turns it off). A ping unanswered within the
     /// interval (at least 1 s, at most 10 s) fails; after 3 failures in a row the server
     /// is closed, a warning names it, and the next call restarts it. A server not started
-    /// (lazy, or not yet called) is never pinged. 60000 is a good value.
+    /// (lazy, or not yet called) is never pinged. A server that does not announce changes
+    /// to its tools (no `listChanged`) has its tool list read again after each answered
+    /// ping, and clients are told when it changed. 60000 is a good value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check_ms: Option<u64>,
     /// A description of the server, for people.
