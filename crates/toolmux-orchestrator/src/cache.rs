@@ -149,6 +149,11 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
+/// The key of [`ToolOutput::extras`] by which an output says it answers its run alone
+/// (`true`): it depends on what the run did before (a file tool's "unchanged since your
+/// last read"), so it is neither cached nor handed to a call of another run in flight.
+pub const PER_RUN: &str = "per_run";
+
 impl SingleFlight {
     /// Serves `key` from `cache`, from an identical call in flight, or by running `run`;
     /// a successful, non-error output of `run` is stored for `ttl`.
@@ -167,7 +172,8 @@ impl SingleFlight {
     }
 
     /// As [`SingleFlight::run`], but an output is stored and shared only if `cacheable`
-    /// says so once `run` has finished (not when the call asked its caller something).
+    /// says so once `run` has finished (not when the call asked its caller something), and
+    /// only if the output does not say it is for its run alone ([`PER_RUN`]).
     pub async fn run_if<F, Fut>(
         &self,
         cache: &dyn ResponseCache,
@@ -200,6 +206,7 @@ impl SingleFlight {
                     let result = run().await;
                     if let Ok(output) = &result
                         && !output.is_error
+                        && output.extras.get(PER_RUN) != Some(&Value::Bool(true))
                         && cacheable()
                     {
                         cache.put(key, output, ttl).await;

@@ -147,7 +147,10 @@ fn unchanged(given: &str, page: ToolOutput) -> ToolOutput {
         true => format!("{text}\n[more lines follow: use offset={} to read them]", end + 1),
         false => text,
     };
-    let mut output = ToolOutput::text(text).with_extra("unchanged", json!(true));
+    // For this run alone (the orchestrator's `cache::PER_RUN`): another run never read it.
+    let mut output = ToolOutput::text(text)
+        .with_extra("unchanged", json!(true))
+        .with_extra("per_run", json!(true));
     for key in ["encoding", "totalLines", "startLine", "endLine", "truncated"] {
         if let Some(value) = page.extras.get(key) {
             output = output.with_extra(key, value.clone());

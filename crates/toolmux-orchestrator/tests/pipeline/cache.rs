@@ -13,6 +13,13 @@ fn provider() -> Arc<MockProvider> {
             .with_read_only_tool("get", Behavior::Echo)
             .with_read_only_tool("slow", Behavior::Sleep(Duration::from_secs(1)))
             .with_read_only_tool("broken", Behavior::ErrorOutput("nope".into()))
+            .with_read_only_tool(
+                "noted",
+                Behavior::Output(
+                    toolmux_core::ToolOutput::text("unchanged since your last read")
+                        .with_extra(toolmux_orchestrator::cache::PER_RUN, json!(true)),
+                ),
+            )
             .with_tool("post", Behavior::Echo),
     )
 }
@@ -66,6 +73,17 @@ async fn identical_concurrent_calls_run_once() {
     let results = futures::future::join_all(calls).await;
     assert!(results.iter().all(|r| r.ok));
     assert_eq!(p.calls_of("slow"), 1);
+}
+
+/// An output that answers its run alone ("unchanged since your last read") is never
+/// served to another call from the cache.
+#[tokio::test(start_paused = true)]
+async fn outputs_for_one_run_are_never_cached() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    assert!(call(&o, "api__noted", json!({})).await.ok);
+    assert!(call(&o, "api__noted", json!({})).await.ok);
+    assert_eq!(p.calls_of("noted"), 2);
 }
 
 #[tokio::test(start_paused = true)]
