@@ -2,12 +2,9 @@
 //! binary: on `tools call` and on the calls of an MCP client of `toolmux serve`, and the
 //! configuration mistakes they can hold.
 
-use crate::{Project, wait};
+use crate::Project;
 use expect_test::{Expect, expect};
 use serde_json::{Value, json};
-use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::Stdio;
-use std::time::Duration;
 
 /// A project with the file tools, `secret.txt` and `notes.md`, a `PreToolUse` hook (a
 /// Claude Code style script) refusing reads of `secret.txt`, and a `PostToolUse` hook
@@ -82,36 +79,10 @@ fn a_pre_tool_use_hook_refuses_a_call_of_tools_call() {
 #[test]
 fn a_pre_tool_use_hook_refuses_a_call_of_an_mcp_client() {
     let project = project();
-    let mut child = project
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    for message in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-            "params": {"name": "fs__grep", "arguments": {"pattern": "password", "path": "secret.txt"}}}),
-    ] {
-        writeln!(stdin, "{message}").expect("write");
-    }
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let answer = loop {
-        let mut line = String::new();
-        assert!(stdout.read_line(&mut line).expect("read") > 0, "toolmux closed stdout");
-        let message: Value = serde_json::from_str(&line).expect("JSON-RPC");
-        if message["id"] == 2 {
-            break message;
-        }
-    };
-    drop(stdin);
-    child.stdout = Some(stdout.into_inner());
-    assert_eq!(wait(child, Duration::from_secs(30)).code, 0);
+    let call = json!({"method": "tools/call",
+        "params": {"name": "fs__grep", "arguments": {"pattern": "password", "path": "secret.txt"}}});
+    let messages = crate::serve::stdio_exchange(&project, &["serve", "--stdio"], &[call]);
+    let answer = messages.iter().find(|m| m["id"] == 2).expect("the call is answered");
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     let text = answer["result"]["content"][0]["text"].as_str().expect("text");
     assert!(text.contains("call to `fs__grep` denied: secret.txt is off limits"), "{answer}");

@@ -212,7 +212,7 @@ fn inspector_cli_over_http() {
 /// given its id, 2 onwards), and reads stdout until the answer to the last; then closes
 /// stdin and checks that toolmux exits cleanly with nothing on stdout but JSON-RPC.
 /// Returns every message read, by line.
-fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value]) -> Vec<Value> {
+pub(crate) fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value]) -> Vec<Value> {
     let mut child = project
         .command(args)
         .stdin(Stdio::piped())
