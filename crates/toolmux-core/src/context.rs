@@ -125,6 +125,14 @@ pub trait InteractionHandler: Send + Sync + fmt::Debug {
         Err(ToolError::unsupported("url elicitation", "the caller cannot show its user a URL"))
     }
 
+    /// The server that asked the user to open a URL (an [`UrlElicitationRequest`] with
+    /// `elicitation_id`) says the interaction there is complete (MCP's
+    /// `notifications/elicitation/complete`), so a client may close its prompt or retry.
+    /// Nothing is owed back; the default ignores it.
+    async fn url_elicitation_complete(&self, elicitation_id: &str) {
+        let _ = elicitation_id;
+    }
+
     /// The caller's workspace roots.
     async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
         let _ = request;

@@ -71,6 +71,12 @@ impl InteractionHandler for SamplingFallback {
         }
     }
 
+    async fn url_elicitation_complete(&self, elicitation_id: &str) {
+        if let Some(caller) = &self.caller {
+            caller.url_elicitation_complete(elicitation_id).await;
+        }
+    }
+
     async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
         match &self.caller {
             Some(caller) => caller.roots(request).await,

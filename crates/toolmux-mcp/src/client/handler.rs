@@ -8,20 +8,22 @@
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResourceUpdatedNotificationParam,
-    RootsCapabilities, SamplingCapability, ServerNotification, UrlElicitationCapability,
+    CustomNotification, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability, ServerNotification,
+    UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier, ToolListNotifier,
+    InteractionHandler, LogLevel, LogMessage, Progress, ProgressSink, ResourceUpdateNotifier,
+    ToolListNotifier,
 };
 
 use super::interaction::{self, Flights, Question};
@@ -57,9 +59,36 @@ pub(crate) struct Events {
     /// The resources subscribed to, renewed on every new connection; on a 2026-07-28
     /// connection each has the token that ends its `subscriptions/listen` stream.
     pub(crate) subscriptions: Mutex<BTreeMap<String, Option<CancellationToken>>>,
+    /// The URL elicitations a caller accepted, by the server's `elicitationId`, with the
+    /// caller to tell when the server says it is complete; the oldest are forgotten past
+    /// [`URL_ELICITATIONS_KEPT`].
+    url_elicitations: Mutex<VecDeque<(String, Weak<dyn InteractionHandler>)>>,
 }
 
+/// URL elicitations remembered for their completion notice.
+const URL_ELICITATIONS_KEPT: usize = 64;
+
 impl Events {
+    /// Remembers that `caller` accepted the URL elicitation `id`, to tell it when the
+    /// server says it is complete.
+    pub(crate) fn url_accepted(&self, id: &str, caller: &Arc<dyn InteractionHandler>) {
+        if id.is_empty() {
+            return;
+        }
+        let mut kept = self.url_elicitations.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= URL_ELICITATIONS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((id.to_owned(), Arc::downgrade(caller)));
+    }
+
+    /// The caller that accepted the URL elicitation `id`, forgotten from now on.
+    fn url_completed(&self, id: &str) -> Option<Arc<dyn InteractionHandler>> {
+        let mut kept = self.url_elicitations.lock().unwrap_or_else(|e| e.into_inner());
+        let at = kept.iter().position(|(kept, _)| kept == id)?;
+        kept.remove(at).and_then(|(_, caller)| caller.upgrade())
+    }
+
     /// Routes progress for `token` until [`Events::unroute`].
     pub(crate) fn route(&self, token: ProgressToken, route: ProgressRoute) {
         self.progress.lock().unwrap_or_else(|e| e.into_inner()).insert(token, route);
@@ -203,6 +232,10 @@ impl Handler {
             ));
         };
         let defaults = self.elicitation_defaults;
+        let url = match &question {
+            Question::UrlElicitation(request) => Some(request.elicitation_id.clone()),
+            _ => None,
+        };
         let answering = interaction::answer(&asked.ctx, question, defaults, &context.ct);
         tokio::pin!(answering);
         let answered = loop {
@@ -218,6 +251,11 @@ impl Handler {
                 () = tokio::time::sleep(KEEP_ALIVE) => {}
             }
         };
+        if let (Some(id), Ok(answer), Some(caller)) = (&url, &answered, asked.ctx.handler())
+            && answer["action"] == "accept"
+        {
+            self.events.url_accepted(id, caller);
+        }
         answered.map_err(|unanswered| {
             let message = unanswered.message(method);
             tracing::debug!(server = %self.server, %message, "server question unanswered");
@@ -302,6 +340,27 @@ impl ClientHandler for Handler {
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(server = %self.server, "resources/list_changed");
         self.events.resources_changed.notify();
+    }
+
+    /// `notifications/elicitation/complete` (2025-11-25): the user finished at a URL the
+    /// server asked them to open; the caller who was shown it is told.
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method != "notifications/elicitation/complete" {
+            tracing::trace!(server = %self.server, method = %notification.method, "notification ignored");
+            return;
+        }
+        let id = notification.params.as_ref().and_then(|p| p.get("elicitationId"));
+        let Some(id) = id.and_then(serde_json::Value::as_str) else { return };
+        match self.events.url_completed(id) {
+            Some(caller) => caller.url_elicitation_complete(id).await,
+            None => {
+                tracing::debug!(server = %self.server, id, "completion of an unknown URL elicitation");
+            }
+        }
     }
 }
 

@@ -277,6 +277,25 @@ impl InteractionHandler for ClientInteraction {
         serde_json::from_value(action).map_err(|e| invalid(Need::UrlElicitation, e))
     }
 
+    /// Passed on to the client as `notifications/elicitation/complete`, in a session (a
+    /// stateless request or a task has no stream to carry it after the fact).
+    async fn url_elicitation_complete(&self, elicitation_id: &str) {
+        if self.round.is_some() || self.task.is_some() {
+            return;
+        }
+        let notification = rmcp::model::CustomNotification::new(
+            "notifications/elicitation/complete",
+            Some(json!({"elicitationId": elicitation_id})),
+        );
+        let sent = self
+            .peer
+            .send_notification(rmcp::model::ServerNotification::CustomNotification(notification))
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "cannot pass on an elicitation's completion");
+        }
+    }
+
     async fn roots(&self, request: RootsRequest) -> Result<Vec<Root>, ToolError> {
         let answer = self.ask(Need::Roots, request.key.as_deref(), json!({})).await?;
         convert::roots(answer).map_err(|e| invalid(Need::Roots, e))

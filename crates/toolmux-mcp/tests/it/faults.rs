@@ -31,7 +31,7 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .check(&provider)
         .await;
     // Sixteen tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 16);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 17);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -227,7 +227,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 16);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 17);
     provider.shutdown().await.unwrap();
 }
 

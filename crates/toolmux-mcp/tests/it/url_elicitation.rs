@@ -15,16 +15,17 @@ use crate::support;
 
 const TOOL: &str = "trigger-url-elicitation";
 
-/// Says `action` to every URL, recording what it was shown.
+/// Says `action` to every URL, recording what it was shown and which were completed.
 #[derive(Debug)]
 pub struct Opens {
     pub action: ElicitationAction,
     pub shown: Mutex<Vec<UrlElicitationRequest>>,
+    pub completed: Mutex<Vec<String>>,
 }
 
 impl Opens {
     pub fn new(action: ElicitationAction) -> Arc<Opens> {
-        Arc::new(Opens { action, shown: Mutex::default() })
+        Arc::new(Opens { action, shown: Mutex::default(), completed: Mutex::default() })
     }
 }
 
@@ -40,6 +41,10 @@ impl InteractionHandler for Opens {
     ) -> Result<ElicitationAction, ToolError> {
         self.shown.lock().unwrap().push(request);
         Ok(self.action)
+    }
+
+    async fn url_elicitation_complete(&self, elicitation_id: &str) {
+        self.completed.lock().unwrap().push(elicitation_id.to_owned());
     }
 }
 
@@ -99,5 +104,97 @@ async fn a_call_refused_until_a_url_is_opened_is_sent_again_once_it_was() {
     let text = err.to_string();
     assert!(text.contains("https://modelcontextprotocol.io"), "{text}");
     assert!(text.contains("nobody here can show a URL"), "{text}");
+    provider.shutdown().await.unwrap();
+}
+
+/// The server's `notifications/elicitation/complete` reaches the caller who accepted that
+/// URL, and nobody else: not a caller who declined it.
+#[tokio::test]
+async fn the_servers_completion_notice_reaches_the_caller_who_accepted() {
+    let provider = McpProvider::new("fixture", support::fixture_stdio("ok")).unwrap();
+    for (action, told) in [(ElicitationAction::Accept, true), (ElicitationAction::Decline, false)] {
+        let opens = Opens::new(action);
+        let ctx = CallContext::new().with_handler(opens.clone());
+        let out = provider.call("url_elicit", json!({}), &ctx).await.unwrap();
+        assert_eq!(out.to_text(), format!("url: {action}"));
+        assert_eq!(opens.shown.lock().unwrap()[0].elicitation_id, "el-7");
+        if told {
+            support::wait_for("the completion notice", std::time::Duration::from_secs(5), || {
+                opens.completed.lock().unwrap().len() == 1
+            })
+            .await;
+            assert_eq!(*opens.completed.lock().unwrap(), ["el-7"]);
+        } else {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            assert!(opens.completed.lock().unwrap().is_empty());
+        }
+    }
+    provider.shutdown().await.unwrap();
+}
+
+/// Through the gateway: a client that accepted the URL gets the upstream server's
+/// `notifications/elicitation/complete` with its `elicitationId`.
+#[tokio::test]
+async fn the_gateway_passes_the_completion_notice_on_to_its_client() {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+    let provider = Arc::new(McpProvider::new("fixture", support::fixture_stdio("ok")).unwrap());
+    let (client_io, server_io) = tokio::io::duplex(1 << 16);
+    let (reader, writer) = tokio::io::split(server_io);
+    let server = tokio::spawn(toolmux_mcp::server::serve_io(
+        provider.clone(),
+        toolmux_mcp::server::ServeOptions::default(),
+        reader,
+        writer,
+    ));
+    let (client_read, mut client_write) = tokio::io::split(client_io);
+    let mut lines = tokio::io::BufReader::new(client_read).lines();
+    let within = std::time::Duration::from_secs(10);
+    let mut send = async |message: serde_json::Value| {
+        client_write.write_all(format!("{message}\n").as_bytes()).await.unwrap();
+    };
+    send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"elicitation": {"form": {}, "url": {}}},
+        "clientInfo": {"name": "raw", "version": "1"}}}))
+    .await;
+    let mut next = async || -> serde_json::Value {
+        let line = tokio::time::timeout(within, lines.next_line()).await.unwrap().unwrap();
+        serde_json::from_str(&line.expect("a line")).unwrap()
+    };
+    assert_eq!(next().await["id"], "init");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "url_elicit", "arguments": {}}}))
+    .await;
+    let mut seen = Vec::new();
+    let result = loop {
+        let message = next().await;
+        if message["method"] == "elicitation/create" {
+            assert_eq!(message["params"]["elicitationId"], "el-7", "{message}");
+            send(json!({"jsonrpc": "2.0", "id": message["id"].clone(),
+                "result": {"action": "accept"}}))
+            .await;
+            continue;
+        }
+        if message["id"] == 2 {
+            break message;
+        }
+        seen.push(message);
+    };
+    assert_eq!(result["result"]["content"][0]["text"], "url: accept", "{result}");
+    // The notice may follow the result: wait for it a moment.
+    if !seen.iter().any(|m| m["method"] == "notifications/elicitation/complete") {
+        seen.push(next().await);
+    }
+    let notice = seen.iter().find(|m| m["method"] == "notifications/elicitation/complete");
+    assert_eq!(
+        notice.map(|m| m["params"]["elicitationId"].clone()),
+        Some(json!("el-7")),
+        "{seen:?}"
+    );
+    // The closures' borrows end here: the client closes its side.
+    client_write.shutdown().await.unwrap();
+    let served = tokio::time::timeout(within, server).await;
+    assert!(matches!(served, Ok(Ok(Ok(())))), "the gateway ends with its client: {served:?}");
     provider.shutdown().await.unwrap();
 }

@@ -70,8 +70,13 @@ impl Inner {
         for request in urls {
             let url = shown(std::iter::once(&request));
             tracing::debug!(server = %self.name, tool = name, url = %request.url, "the server needs a URL opened");
+            let id = request.elicitation_id.clone();
             match ctx.elicit_url(request).await {
-                Ok(ElicitationAction::Accept) => {}
+                Ok(ElicitationAction::Accept) => {
+                    if let Some(caller) = ctx.handler() {
+                        self.events.url_accepted(&id, caller);
+                    }
+                }
                 Ok(action) => {
                     let message = format!(
                         "the server needs the user to open {url} before `{name}` can run; the user did not ({action})"
