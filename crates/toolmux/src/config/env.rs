@@ -3,9 +3,11 @@
 //! secret.
 //!
 //! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
-//! `${input:x}` to VS Code, `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` to the shell
-//! of a command hook (which has them set). `${workspaceFolder}` and `${userHome}` (VS Code)
-//! are filled in.
+//! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in,
+//! and so are `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` (the project's folder,
+//! as a command hook's environment has them), wherever they stand: a hook command pasted
+//! from Claude Code (`${CLAUDE_PROJECT_DIR}/.claude/hooks/x.sh`) and a server's `args`
+//! alike.
 
 use serde_json::Value;
 
@@ -145,9 +147,8 @@ fn reference(inner: &str) -> Reference<'_> {
     match inner {
         "workspaceFolder" => return Reference::Workspace,
         "userHome" => return Reference::Home,
-        // Set for command hooks, and read by the hook's shell (Claude Code's hook commands
-        // write `${CLAUDE_PROJECT_DIR}/.claude/hooks/x.sh`).
-        "CLAUDE_PROJECT_DIR" | "TOOLMUX_PROJECT_DIR" => return Reference::Other,
+        // The folder command hooks run in, which their environment names so too.
+        "CLAUDE_PROJECT_DIR" | "TOOLMUX_PROJECT_DIR" => return Reference::Workspace,
         _ => {}
     }
     if inner.starts_with("input:") {
@@ -228,7 +229,7 @@ mod tests {
         check(
             json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "odd": "${", "unclosed": "a ${TOKEN", "hook": "${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}"}),
             expect![[r#"
-                {"hook":"${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}","odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
+                {"hook":"/ws/h.sh /ws","odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
                 secrets: []
                 inputs: []"#]],
         );
