@@ -226,14 +226,25 @@ impl InteractionHandler for Terminal {
     /// Asks; `a` allows the tool for the rest of the session (the process: every run of an
     /// `agent chat`), without asking again.
     async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
-        let allowed = |this: &Terminal| {
-            this.allowed.lock().unwrap_or_else(|e| e.into_inner()).contains(&request.tool)
-        };
+        // "Always" covers what asked: a rule on calls (`fs__bash(git push *)`) for the calls
+        // it asks about, not every command of the tool; else the tool.
+        let on_calls = request
+            .reason
+            .strip_prefix("rule `permissions.ask: ")
+            .and_then(|rest| rest.split('`').next())
+            .filter(|rule| rule.contains('('));
+        let key = on_calls.unwrap_or(&request.tool).to_owned();
+        let allowed =
+            |this: &Terminal| this.allowed.lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
         if allowed(self) {
             return ApprovalDecision::Allow;
         }
+        let always = match on_calls {
+            Some(rule) => format!("always for `{rule}`"),
+            None => "always this tool".to_owned(),
+        };
         let prompt = format!(
-            "\nallow {} {}? ({}) [y/N, a: always this tool] ",
+            "\nallow {} {}? ({}) [y/N, a: {always}] ",
             request.tool, request.arguments, request.reason
         );
         let answer = Terminal::ask(prompt).await;
@@ -244,7 +255,7 @@ impl InteractionHandler for Terminal {
         match answer.as_deref().map(str::trim) {
             Some("y" | "Y" | "yes") => ApprovalDecision::Allow,
             Some("a" | "A" | "always") => {
-                self.allowed.lock().unwrap_or_else(|e| e.into_inner()).insert(request.tool.clone());
+                self.allowed.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
                 ApprovalDecision::Allow
             }
             _ => ApprovalDecision::Deny { reason: "the user declined".to_owned() },

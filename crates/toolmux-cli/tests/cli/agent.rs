@@ -641,6 +641,45 @@ fn a_chat_at_a_terminal_ends_with_an_empty_line() {
     assert!(server.requests()[1]["messages"].to_string().contains("Who are you?"));
 }
 
+/// Asked by a rule on calls, `a` allows what that rule asks about, not the whole tool: a
+/// later `echo` runs without asking, an `ls` another rule asks about is asked.
+#[test]
+fn always_to_a_rule_on_calls_covers_that_rule_only() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo first-run"})),
+            ScriptStep::text("Ran it."),
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo second-run"})),
+            ScriptStep::text("Ran it again."),
+            ScriptStep::tool_call("fs__bash", json!({"command": "ls"})),
+            ScriptStep::text("Listed."),
+        ],
+    );
+    let project = project(
+        &server,
+        "openai",
+        "permissions: {ask: ['fs__bash(echo *)', 'fs__bash(ls *)']}\nfs: {permissions: [read, execute]}\n",
+    );
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+    let rules = json!([
+        ["> ", "run the first"],
+        ["always for `fs__bash(echo *)`] ", "a"],
+        ["> ", "and again"],
+        ["> ", "now list"],
+        ["always for `fs__bash(ls *)`] ", "y"],
+        ["> ", ""]
+    ]);
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stdout.matches("always for `fs__bash(echo *)`]").count(), 1, "{}", run.stdout);
+    assert_eq!(run.stdout.matches("always for `fs__bash(ls *)`]").count(), 1, "{}", run.stdout);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 6, "{}", run.stdout);
+    assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
+}
+
 /// At a terminal, `a` to an approval allows the tool for the rest of the session: a chat's
 /// later messages call it without asking.
 #[test]
