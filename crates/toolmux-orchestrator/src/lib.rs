@@ -11,7 +11,8 @@
 //! existing ones) → permission rules (allow / deny / ask) → argument validation against the
 //! compiled schema → before-hooks → response cache with single-flight → run budget → queue
 //! slot → timeout (optionally reset by progress, never past a hard cap) with retries for
-//! idempotent tools → the provider call (a panic becomes an error) → after-hooks → size cap
+//! idempotent tools → the provider call (a panic becomes an error) → after-hooks (a cached
+//! answer's too) → size cap
 //! (spill to the output store, or truncate) → context-token budget → accounting (statistics,
 //! audit log, events, tracing).
 //!

@@ -24,7 +24,9 @@ pub trait BeforeHook: Send + Sync + fmt::Debug {
     ) -> Result<(), ToolError>;
 }
 
-/// Runs after a successful provider call, before the size cap.
+/// Runs after every successful call, before the size cap: one answered from the response
+/// cache (or by an identical call in flight) too, so the cache holds outputs as the
+/// provider gave them.
 #[async_trait]
 pub trait AfterHook: Send + Sync + fmt::Debug {
     /// Inspects or rewrites `output`.

@@ -1217,6 +1217,13 @@ impl Orchestrator {
             }
             None => self.downstream(entry, arguments, ctx, op, meta).await?,
         };
+        // After the cache: every call's result passes its after-hooks, a cached one too
+        // (a PostToolUse hook logging calls would miss the cached ones otherwise).
+        let output = if self.inner.after.is_empty() {
+            output
+        } else {
+            Box::pin(self.after_hooks(entry, output, ctx, op)).await?
+        };
         let max = entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes);
         let output = if textual_len(&output) > max {
             self.cap_size(entry, output, ctx, meta).await
@@ -1334,7 +1341,21 @@ impl Orchestrator {
         Ok(arguments)
     }
 
-    /// Run budget, queue slot, timeout and retries around the provider call, then after-hooks.
+    async fn after_hooks(
+        &self,
+        entry: &ToolEntry,
+        mut output: ToolOutput,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+    ) -> Result<ToolOutput, ToolError> {
+        let hook_ctx = ctx.clone().with_op(op.clone());
+        for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
+            scoped.hook.after(&entry.name, &mut output, &hook_ctx).await?;
+        }
+        Ok(output)
+    }
+
+    /// Run budget, queue slot, timeout and retries around the provider call.
     async fn downstream(
         &self,
         entry: &ToolEntry,
@@ -1398,14 +1419,7 @@ impl Orchestrator {
         if let (Some(run), Some(started)) = (&run, started) {
             run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
-        let mut output = result?;
-        if !self.inner.after.is_empty() {
-            let hook_ctx = ctx.clone().with_op(op.clone());
-            for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
-                scoped.hook.after(&entry.name, &mut output, &hook_ctx).await?;
-            }
-        }
-        Ok(output)
+        result
     }
 
     /// Waits for the call's turn under its rate limit (the tool's, else its provider's),

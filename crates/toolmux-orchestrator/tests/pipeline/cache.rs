@@ -75,6 +75,44 @@ async fn identical_concurrent_calls_run_once() {
     assert_eq!(p.calls_of("slow"), 1);
 }
 
+/// Counts the results it sees and marks them.
+#[derive(Debug, Default)]
+struct Seen(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl toolmux_orchestrator::AfterHook for Seen {
+    async fn after(
+        &self,
+        _tool: &str,
+        output: &mut toolmux_core::ToolOutput,
+        _ctx: &toolmux_core::CallContext,
+    ) -> Result<(), toolmux_core::ToolError> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        output.content.push(toolmux_core::ContentPart::Text { text: format!("seen {n}") });
+        Ok(())
+    }
+}
+
+/// Every call's result passes the after-hooks, one answered from the cache too; the
+/// cache holds the provider's output, not a hook's rewrite of it.
+#[tokio::test(start_paused = true)]
+async fn after_hooks_see_cached_results_too() {
+    let p = provider();
+    let seen = Arc::new(Seen::default());
+    let o = toolmux_orchestrator::Orchestrator::builder(config())
+        .provider(p.clone())
+        .after_hook("api__*", seen.clone())
+        .build()
+        .unwrap();
+    o.warmup().await;
+    let first = call(&o, "api__get", json!({"a": 1})).await;
+    let second = call(&o, "api__get", json!({"a": 1})).await;
+    assert_eq!(p.calls_of("get"), 1);
+    assert!(first.conversation_text().ends_with("seen 1"), "{}", first.conversation_text());
+    assert!(second.conversation_text().ends_with("seen 2"), "{}", second.conversation_text());
+    assert!(!second.conversation_text().contains("seen 1"), "{}", second.conversation_text());
+}
+
 /// An output that answers its run alone ("unchanged since your last read") is never
 /// served to another call from the cache.
 #[tokio::test(start_paused = true)]
