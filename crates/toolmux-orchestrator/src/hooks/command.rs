@@ -166,7 +166,7 @@ impl Default for ToolMatcher {
 /// `additionalContext` its program gave to the call's output (Claude Code adds it to the
 /// model's context; here the output is what reaches the model). A `PostToolUse` hook
 /// remembers the call's final arguments as a before-hook (for `tool_input`) and runs its
-/// program as an after-hook. A call served from the response cache runs no after-hooks.
+/// program as an after-hook. A call served from the response cache runs both halves too.
 pub struct CommandHook {
     event: HookEvent,
     command: String,
