@@ -259,6 +259,8 @@ impl Listing<'_> {
     /// Where a symlink leads, shown only when it stays beneath the root.
     fn symlink_target(&self, link: &Path) -> String {
         match self.ws.dir().canonicalize(link) {
+            // Not even its name is shown of a path kept from agents (`hide`).
+            Ok(target) if self.ws.hidden(&target) => "(a path kept from agents)".into(),
             Ok(target) => {
                 let shown = self.ws.display(&self.ws.root().join(&target));
                 if self.ws.dir().is_dir(&target) { format!("{shown}/") } else { shown }
