@@ -641,28 +641,31 @@ fn a_chat_at_a_terminal_ends_with_an_empty_line() {
     assert!(server.requests()[1]["messages"].to_string().contains("Who are you?"));
 }
 
+/// A model that runs each of `commands` with `fs__bash`, one per message, and a project
+/// whose `ask` rules are `asks`, with the shell tools on; the server to read requests from.
+fn chatting_with_bash(commands: &[&str], asks: &str) -> (ScriptedLlmServer, Project) {
+    let steps = commands
+        .iter()
+        .flat_map(|c| {
+            [ScriptStep::tool_call("fs__bash", json!({"command": c})), ScriptStep::text("Ran it.")]
+        })
+        .collect();
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, steps);
+    let extra = format!("permissions: {{ask: {asks}}}\nfs: {{permissions: [read, execute]}}\n");
+    let project = project(&server, "openai", &extra);
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+    (server, project)
+}
+
 /// Asked by a rule on calls, `a` allows what that rule asks about, not the whole tool: a
 /// later `echo` runs without asking, an `ls` another rule asks about is asked.
 #[test]
 fn always_to_a_rule_on_calls_covers_that_rule_only() {
-    let server = ScriptedLlmServer::start(
-        Dialect::OpenAi,
-        vec![
-            ScriptStep::tool_call("fs__bash", json!({"command": "echo first-run"})),
-            ScriptStep::text("Ran it."),
-            ScriptStep::tool_call("fs__bash", json!({"command": "echo second-run"})),
-            ScriptStep::text("Ran it again."),
-            ScriptStep::tool_call("fs__bash", json!({"command": "ls"})),
-            ScriptStep::text("Listed."),
-        ],
+    let (server, project) = chatting_with_bash(
+        &["echo first-run", "echo second-run", "ls"],
+        "['fs__bash(echo *)', 'fs__bash(ls *)']",
     );
-    let project = project(
-        &server,
-        "openai",
-        "permissions: {ask: ['fs__bash(echo *)', 'fs__bash(ls *)']}\nfs: {permissions: [read, execute]}\n",
-    );
-    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
-    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
     let rules = json!([
         ["> ", "run the first"],
         ["always for `fs__bash(echo *)`] ", "a"],
@@ -684,22 +687,8 @@ fn always_to_a_rule_on_calls_covers_that_rule_only() {
 /// later messages call it without asking.
 #[test]
 fn a_tool_allowed_for_good_is_not_asked_for_again() {
-    let server = ScriptedLlmServer::start(
-        Dialect::OpenAi,
-        vec![
-            ScriptStep::tool_call("fs__bash", json!({"command": "echo first-run"})),
-            ScriptStep::text("Ran it."),
-            ScriptStep::tool_call("fs__bash", json!({"command": "echo second-run"})),
-            ScriptStep::text("Ran it again."),
-        ],
-    );
-    let project = project(
-        &server,
-        "openai",
-        "permissions: {ask: [fs__bash]}\nfs: {permissions: [read, execute]}\n",
-    );
-    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
-    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+    let (server, project) =
+        chatting_with_bash(&["echo first-run", "echo second-run"], "[fs__bash]");
     let rules = json!([
         ["> ", "run the first"],
         ["always this tool] ", "a"],
