@@ -653,7 +653,8 @@ fn chatting_with_bash(commands: &[&str], asks: &str) -> (ScriptedLlmServer, Proj
     let server = ScriptedLlmServer::start(Dialect::OpenAi, steps);
     let extra = format!("permissions: {{ask: {asks}}}\nfs: {{permissions: [read, execute]}}\n");
     let project = project(&server, "openai", &extra);
-    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml"))
+        .expect("the project's configuration");
     project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
     (server, project)
 }
