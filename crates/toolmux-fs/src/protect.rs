@@ -13,6 +13,7 @@ use crate::error::FsError;
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 /// What a path of the embedding program is, which says why the file tools leave it alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,8 +70,9 @@ pub(crate) struct Protection {
     paths: Vec<(PathBuf, ProtectedKind)>,
     /// The user's `protect` globs, matched as `.gitignore` lines relative to the root.
     globs: Gitignore,
-    /// The user's `hide` globs: neither read, listed nor changed.
-    hidden: Gitignore,
+    /// The user's `hide` globs: neither read, listed nor changed. Shared with the walkers'
+    /// filters, which run on other threads.
+    hidden: Arc<Gitignore>,
 }
 
 /// Why a path is protected.
@@ -85,7 +87,11 @@ pub(crate) enum Reason {
 impl Default for Protection {
     /// Nothing but `.git` directories.
     fn default() -> Self {
-        Protection { paths: Vec::new(), globs: Gitignore::empty(), hidden: Gitignore::empty() }
+        Protection {
+            paths: Vec::new(),
+            globs: Gitignore::empty(),
+            hidden: Arc::new(Gitignore::empty()),
+        }
     }
 }
 
@@ -107,12 +113,12 @@ impl Protection {
             })
             .collect();
         let globs = gitignore(root, globs, "protect")?;
-        Ok(Protection { paths, globs, hidden: Gitignore::empty() })
+        Ok(Protection { paths, globs, hidden: Arc::new(Gitignore::empty()) })
     }
 
     /// The same, with the `hide` globs: paths neither read, listed nor changed.
     pub fn with_hidden(mut self, root: &Path, globs: &[String]) -> Result<Protection, FsError> {
-        self.hidden = gitignore(root, globs, "hide")?;
+        self.hidden = Arc::new(gitignore(root, globs, "hide")?);
         Ok(self)
     }
 
@@ -178,7 +184,7 @@ impl Protection {
     }
 
     /// The `hide` globs, for walkers that filter entries on other threads.
-    pub fn hidden_globs(&self) -> &Gitignore {
+    pub fn hidden_globs(&self) -> &Arc<Gitignore> {
         &self.hidden
     }
 }

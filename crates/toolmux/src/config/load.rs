@@ -477,10 +477,7 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
     let forms =
         [format!("${{{variable}}}"), format!("${{{variable}:-"), format!("${{env:{variable}}}")];
     let offset = forms.iter().filter_map(|f| text.find(f.as_str())).min()?;
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    Some((line, column))
+    Some(super::toml::line_column(text, offset))
 }
 
 #[cfg(feature = "mcp")]

@@ -72,7 +72,9 @@ pub(crate) fn position(text: &str, path: &str) -> Option<(usize, usize)> {
     found.map(|offset| line_column(text, offset))
 }
 
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
+/// The 1-based line and column (in characters) of byte `offset` in `text`, for messages
+/// about any configuration format.
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
