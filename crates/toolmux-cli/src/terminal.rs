@@ -228,11 +228,7 @@ impl InteractionHandler for Terminal {
     async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
         // "Always" covers what asked: a rule on calls (`fs__bash(git push *)`) for the calls
         // it asks about, not every command of the tool; else the tool.
-        let on_calls = request
-            .reason
-            .strip_prefix("rule `permissions.ask: ")
-            .and_then(|rest| rest.split('`').next())
-            .filter(|rule| rule.contains('('));
+        let on_calls = request.scope.as_deref();
         let key = on_calls.unwrap_or(&request.tool).to_owned();
         let allowed =
             |this: &Terminal| this.allowed.lock().unwrap_or_else(|e| e.into_inner()).contains(&key);

@@ -71,6 +71,10 @@ pub struct ApprovalRequest {
     pub arguments: Value,
     /// Why approval is needed (the matching rule).
     pub reason: String,
+    /// What a standing answer ("always") may cover, when narrower than the tool: the rule
+    /// on calls that asked (`fs__bash(git push *)`), whose other calls it then allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 /// The answer to an [`ApprovalRequest`].

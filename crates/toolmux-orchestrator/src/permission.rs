@@ -46,6 +46,13 @@ pub fn rule_matches(rule: &str, tool: &str, a: &ToolAnnotations) -> bool {
     }
 }
 
+/// The rule on calls an [`Permission::Ask`] text names (`rule \`permissions.ask:
+/// fs__bash(git push *)\` (…)`), for an approval that may stand for that rule's calls.
+pub(crate) fn asking_rule_on_calls(ask: &str) -> Option<&str> {
+    let rule = ask.strip_prefix("rule `permissions.ask: ")?.split('`').next()?;
+    rule.contains('(').then_some(rule)
+}
+
 /// A rule split into the tools it names and, for a rule on calls, what of a call it
 /// names: `fs__bash(git *)` is `fs__bash` and `git *`.
 pub fn split_rule(rule: &str) -> Result<(&str, Option<&str>), String> {

@@ -583,8 +583,12 @@ impl CommandHook {
                 ),
             });
         };
-        let request =
-            ApprovalRequest { tool: tool.to_owned(), arguments: arguments.clone(), reason: why };
+        let request = ApprovalRequest {
+            tool: tool.to_owned(),
+            arguments: arguments.clone(),
+            reason: why,
+            scope: None,
+        };
         match handler.approve(request).await {
             ApprovalDecision::Allow => Ok(()),
             ApprovalDecision::Deny { reason } => Err(ToolError::Denied {

@@ -1303,6 +1303,7 @@ impl Orchestrator {
                     tool: entry.name.to_string(),
                     arguments: arguments.clone(),
                     reason: rule.clone(),
+                    scope: crate::permission::asking_rule_on_calls(rule).map(str::to_owned),
                 };
                 match handler.approve(request).await {
                     ApprovalDecision::Allow => Ok(()),
