@@ -35,8 +35,12 @@
 
 #![deny(missing_docs)]
 
+mod gateway;
+pub mod spaces;
 mod store;
 
+pub use gateway::{DEFAULT_HISTORY, GATEWAY_NAMESPACE, GatewayProvider, MAX_PAGE};
+pub use spaces::Spaces;
 pub use store::{
     DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL, Delivery,
     ExternalResult, InboxEntry, MemoryPendingStore, PendingCall, PendingStore,
@@ -110,6 +114,7 @@ impl ExternalToolConfig {
 pub struct ExternalProvider {
     tools: Arc<BTreeMap<String, ExternalToolConfig>>,
     store: Arc<dyn PendingStore>,
+    spaces: Option<Spaces>,
 }
 
 impl ExternalProvider {
@@ -144,7 +149,15 @@ impl ExternalProvider {
                 return Err(format!("two external tools are both named `{local}`"));
             }
         }
-        Ok(ExternalProvider { tools: Arc::new(named), store })
+        Ok(ExternalProvider { tools: Arc::new(named), store, spaces: None })
+    }
+
+    /// Shows the calls of visible tools in the caller's active space, and refuses them to a
+    /// caller in no space (the seeds' "visible tools require a space").
+    #[must_use]
+    pub fn with_spaces(mut self, spaces: Spaces) -> ExternalProvider {
+        self.spaces = Some(spaces);
+        self
     }
 
     /// The store of pending calls.
@@ -160,10 +173,34 @@ impl ExternalProvider {
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         let visible = tool.shown_in_ui();
+        let full = format!("{NAMESPACE}__{name}");
+        let space = match &self.spaces {
+            Some(spaces) if visible => {
+                let who = spaces::Who::of(ctx);
+                if spaces.active(&who).await?.is_none() {
+                    return Ok(not_in_space(&full));
+                }
+                Some((spaces, who))
+            }
+            _ => None,
+        };
         if tool.execution_type == ExecutionType::Internal {
-            let output = ToolOutput::json(json!({"success": true, "args": arguments}));
-            return Ok(output.with_extra("visible", json!(visible)));
+            let result = json!({"success": true, "args": arguments});
+            if let Some((spaces, who)) = &space {
+                let message = spaces::ToolMessage {
+                    name: full.clone(),
+                    arguments,
+                    status: spaces::ToolStatus::Complete,
+                    result: Some(result.clone()),
+                    call_id: None,
+                };
+                if spaces.post_tool(who, message).await?.is_err() {
+                    return Ok(not_in_space(&full));
+                }
+            }
+            return Ok(ToolOutput::json(result).with_extra("visible", json!(visible)));
         }
+        let shown_arguments = space.as_ref().map(|_| arguments.clone());
         let call = PendingCall {
             call_id: String::new(),
             tool: format!("{NAMESPACE}__{name}"),
@@ -175,6 +212,20 @@ impl ExternalProvider {
             created_ms: 0,
         };
         let call_id = self.store.open(call).await?;
+        if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
+            let message = spaces::ToolMessage {
+                name: full.clone(),
+                arguments,
+                status: spaces::ToolStatus::RequiresAction,
+                result: None,
+                call_id: Some(call_id.clone()),
+            };
+            if spaces.post_tool(who, message).await?.is_err() {
+                // Left the space in between: the call is not shown, so it is not made.
+                self.store.withdraw(&call_id).await;
+                return Ok(not_in_space(&full));
+            }
+        }
         if tool.is_async {
             let pending = json!({"status": "pending", "callId": call_id});
             return Ok(ToolOutput::json(pending).with_extra("visible", json!(visible)));
@@ -189,7 +240,10 @@ impl ExternalProvider {
             result = self.store.wait(&call_id, timeout) => result,
             () = ctx.cancel_token().cancelled() => {
                 self.store.withdraw(&call_id).await;
-                return Err(ToolError::Cancelled { tool: format!("{NAMESPACE}__{name}") });
+                if let Some((spaces, _)) = &space {
+                    spaces.finish_tool(&call_id, spaces::ToolStatus::Cancelled, None).await?;
+                }
+                return Err(ToolError::Cancelled { tool: full });
             }
         };
         match waited {
@@ -273,7 +327,14 @@ impl ExternalProvider {
                 )));
             }
         }
-        match self.store.resolve(call_id, ExternalResult { result, is_error }).await? {
+        let shown = self.spaces.as_ref().map(|_| (result.clone(), is_error));
+        let delivery = self.store.resolve(call_id, ExternalResult { result, is_error }).await?;
+        if let (Some(spaces), Some((result, is_error))) = (&self.spaces, shown) {
+            let status =
+                if is_error { spaces::ToolStatus::Error } else { spaces::ToolStatus::Complete };
+            spaces.finish_tool(call_id, status, Some(result)).await?;
+        }
+        match delivery {
             Delivery::Waiting => {
                 let told = ToolOutput::text(format!("`{call_id}`: handed to the waiting call"));
                 Ok(told.with_extra("delivered", json!("call")))
@@ -291,6 +352,14 @@ impl ExternalProvider {
         let waiting = self.store.count_pending(ctx.run_id()).await;
         Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
     }
+}
+
+/// The seeds' answer to a visible tool called outside a space.
+fn not_in_space(tool: &str) -> ToolOutput {
+    ToolOutput::error(format!(
+        "Tool \"{tool}\" is visible but you are not in a space. Call {GATEWAY_NAMESPACE}__enter_space \
+         first."
+    ))
 }
 
 /// How often `external__pending` looks again while only other holders' calls wait.

@@ -1,0 +1,1005 @@
+//! Spaces: where agents and people meet. A space is a named, ordered list of messages
+//! (what people and agents said, and the calls of visible tools with their results); each
+//! agent has an active space, and its own goals, memories and plans.
+//!
+//! [`Spaces`] keeps them, in this process or in a folder shared by processes
+//! ([`Spaces::in_dir`]: every change is written before it returns, under a lock file, so
+//! `toolmux tools call` in one process sees what an agent in another did).
+//! [`GatewayProvider`](crate::GatewayProvider) offers them to agents as tools.
+//!
+//! Who is who: a call made by an agent (its operation descends from `agent__NAME`) acts as
+//! that agent, whatever run it is in, so its goals and active space outlive a run; any
+//! other caller is its run (an MCP session, or the run a request names). With API keys,
+//! each key holder has spaces and agents of its own: two tenants of one gateway never see
+//! each other's spaces.
+
+mod dir;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use toolmux_core::{CallContext, ToolError};
+
+/// How many messages a space keeps unless configured; older ones are dropped (their
+/// indexes are not reused).
+pub const DEFAULT_MAX_MESSAGES: usize = 10_000;
+
+/// The longest message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 32 * 1024;
+
+/// The longest goal, memory or plan, in bytes.
+pub const MAX_ITEM_BYTES: usize = 8 * 1024;
+
+/// How many goals (memories, plans) an agent may hold.
+pub const MAX_ITEMS: usize = 200;
+
+/// The longest space name.
+pub const MAX_SPACE_NAME: usize = 64;
+
+/// One message of a space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    /// Its position in the space, from 0; never reused.
+    pub index: u64,
+    /// Who wrote it: an agent (`agent:NAME`), a run (`run:ID`) or a person (`person:NAME`).
+    pub author: String,
+    /// What was said (absent for a tool call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The call of a visible tool, with its result once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolMessage>,
+    /// When it was written, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// A visible tool's call in a space: a user interface renders it by the tool's name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolMessage {
+    /// The tool's full name (`external__confirmAction`).
+    pub name: String,
+    /// The arguments it was called with.
+    pub arguments: Value,
+    /// Whether it waits for someone, or how it ended.
+    pub status: ToolStatus,
+    /// The result, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The pending call that a submitted result answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+}
+
+/// Where a visible tool's call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// Waiting for a person or a program to answer it.
+    RequiresAction,
+    /// Answered.
+    Complete,
+    /// Answered with a failure.
+    Error,
+    /// Its caller gave up before an answer.
+    Cancelled,
+}
+
+/// Which of an agent's lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// What the agent works towards.
+    Goal,
+    /// What it remembers.
+    Memory,
+    /// How it means to get there.
+    Plan,
+}
+
+impl ItemKind {
+    /// The plural, as the tools and the stored state name it.
+    pub fn plural(self) -> &'static str {
+        match self {
+            ItemKind::Goal => "goals",
+            ItemKind::Memory => "memories",
+            ItemKind::Plan => "plans",
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            ItemKind::Goal => "g",
+            ItemKind::Memory => "m",
+            ItemKind::Plan => "p",
+        }
+    }
+}
+
+/// A goal, memory or plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Item {
+    /// Its id: given by the agent, or `g1`, `m2`, `p3` when it gave none.
+    pub id: String,
+    /// What it says.
+    pub text: String,
+    /// Where it stands (`active`, `done`, …), as the agent puts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// When it was last set, in milliseconds since the Unix epoch.
+    pub updated_ms: u64,
+}
+
+/// A goal, memory or plan to set: with the id of one held, it replaces it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItemInput {
+    /// The id of the item to replace, or the id a new one gets.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// What it says.
+    pub text: String,
+    /// Where it stands.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// One agent's (or run's) state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Entity {
+    /// The space it is in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_space: Option<String>,
+    /// Its goals.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<Item>,
+    /// Its memories.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memories: Vec<Item>,
+    /// Its plans.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plans: Vec<Item>,
+    /// The next unread message of each space it has read (by stored space name).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    read: BTreeMap<String, u64>,
+    /// The number the next item without an id gets.
+    next_id: u64,
+}
+
+impl Entity {
+    fn items(&self, kind: ItemKind) -> &Vec<Item> {
+        match kind {
+            ItemKind::Goal => &self.goals,
+            ItemKind::Memory => &self.memories,
+            ItemKind::Plan => &self.plans,
+        }
+    }
+
+    fn items_mut(&mut self, kind: ItemKind) -> &mut Vec<Item> {
+        match kind {
+            ItemKind::Goal => &mut self.goals,
+            ItemKind::Memory => &mut self.memories,
+            ItemKind::Plan => &mut self.plans,
+        }
+    }
+}
+
+/// One space as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Space {
+    /// The index of the first message kept.
+    first: u64,
+    messages: VecDeque<Message>,
+    /// Who entered it, ever (stored entity keys).
+    members: BTreeSet<String>,
+    created_ms: u64,
+}
+
+impl Space {
+    fn total(&self) -> u64 {
+        self.first + self.messages.len() as u64
+    }
+
+    fn push(&mut self, mut message: Message, max: usize) -> u64 {
+        message.index = self.total();
+        let index = message.index;
+        self.messages.push_back(message);
+        while self.messages.len() > max.max(1) {
+            self.messages.pop_front();
+            self.first += 1;
+        }
+        index
+    }
+
+    fn page(&self, from: u64, limit: usize) -> Vec<Message> {
+        let skip = from.saturating_sub(self.first);
+        let skip = usize::try_from(skip).unwrap_or(usize::MAX);
+        self.messages.iter().skip(skip).take(limit).cloned().collect()
+    }
+}
+
+/// Everything, or (in a folder) what one change needs of it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct State {
+    entities: BTreeMap<String, Entity>,
+    /// The space of each visible tool call still waiting, by pending call id.
+    tool_calls: BTreeMap<String, String>,
+    #[serde(skip)]
+    spaces: BTreeMap<String, Space>,
+}
+
+/// The most tool calls remembered as waiting; the oldest are forgotten past it (their
+/// message then keeps its `requires_action`).
+const MAX_TOOL_CALLS: usize = 10_000;
+
+/// Who makes a call, as the spaces see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Who {
+    /// The API key holder, when the run is one's (`key:NAME/…`).
+    pub holder: Option<String>,
+    /// `agent:NAME` for an agent, `run:ID` for any other caller.
+    pub entity: String,
+}
+
+impl Who {
+    /// The caller of `ctx`: the agent whose operation the call descends from, or the run.
+    pub fn of(ctx: &CallContext) -> Who {
+        let holder = crate::holder(ctx.run_id()).map(str::to_owned);
+        let agent = ctx.op().and_then(|op| {
+            std::iter::once(op.as_ref())
+                .chain(op.ancestors())
+                .find_map(|op| op.tool().strip_prefix("agent__"))
+                .map(str::to_owned)
+        });
+        let entity = match agent {
+            Some(name) => format!("agent:{name}"),
+            None => format!("run:{}", ctx.run_id()),
+        };
+        Who { holder, entity }
+    }
+
+    /// A person posting through the HTTP API (`person:NAME`), in `holder`'s spaces.
+    pub fn person(holder: Option<&str>, name: &str) -> Who {
+        Who { holder: holder.map(str::to_owned), entity: format!("person:{name}") }
+    }
+
+    /// The entity's key in the store.
+    fn key(&self) -> String {
+        scoped(self.holder.as_deref(), &self.entity)
+    }
+
+    /// The stored name of the caller's space `name`.
+    fn space(&self, name: &str) -> String {
+        scoped(self.holder.as_deref(), name)
+    }
+
+    /// The name a caller knows a stored space by.
+    fn shown<'a>(&self, stored: &'a str) -> &'a str {
+        match &self.holder {
+            Some(holder) => stored
+                .strip_prefix(holder.as_str())
+                .and_then(|rest| rest.strip_prefix('/'))
+                .unwrap_or(stored),
+            None => stored,
+        }
+    }
+}
+
+fn scoped(holder: Option<&str>, name: &str) -> String {
+    match holder {
+        Some(holder) => format!("{holder}/{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// A space name is 1–64 letters, digits, `.`, `_` or `-`, starting with a letter or digit.
+pub fn check_space_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_SPACE_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a space name: use 1 to {MAX_SPACE_NAME} letters, digits, `.`, `_` \
+             or `-`, starting with a letter or digit"
+        ))
+    }
+}
+
+/// What entering a space gives.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entered {
+    /// The space.
+    pub space: String,
+    /// Its latest messages, oldest first.
+    pub messages: Vec<Message>,
+    /// How many messages it has had.
+    pub total: u64,
+    /// Whether it was made by entering it.
+    pub created: bool,
+}
+
+/// A page of a space's messages.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Page {
+    /// The space.
+    pub space: String,
+    /// The messages, oldest first.
+    pub messages: Vec<Message>,
+    /// The offset of the message after the last one given (to read on from).
+    pub next: u64,
+    /// How many messages the space has had.
+    pub total: u64,
+    /// The index of the oldest message still kept.
+    pub first: u64,
+}
+
+/// A space in a listing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceSummary {
+    /// Its name.
+    pub space: String,
+    /// How many messages it has had.
+    pub total: u64,
+    /// Who entered it.
+    pub members: Vec<String>,
+}
+
+/// What an agent carries from run to run, and where it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Context {
+    /// The space it is in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub active_space: Option<String>,
+    /// Messages of that space it has not read, oldest first (at most the history limit).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<Message>,
+    /// How many unread messages there are in all.
+    pub unread_count: u64,
+    /// Its goals.
+    pub goals: Vec<Item>,
+    /// Its memories.
+    pub memories: Vec<Item>,
+    /// Its plans.
+    pub plans: Vec<Item>,
+}
+
+/// The spaces and the agents' state, in this process or in a folder.
+#[derive(Debug, Clone)]
+pub struct Spaces {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    backend: Backend,
+    max_messages: usize,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Memory(Mutex<State>),
+    Dir(dir::DirStore),
+}
+
+/// A change being made: the state it needs, loaded as it asks.
+struct Txn<'a> {
+    state: &'a mut State,
+    dir: Option<&'a dir::DirStore>,
+    dirty_state: bool,
+    dirty_spaces: BTreeSet<String>,
+}
+
+impl Txn<'_> {
+    fn entity(&mut self, key: &str) -> &mut Entity {
+        self.state.entities.entry(key.to_owned()).or_default()
+    }
+
+    fn changed(&mut self) {
+        self.dirty_state = true;
+    }
+
+    /// The space stored as `name`, when it exists.
+    fn space(&mut self, name: &str) -> Result<Option<&mut Space>, ToolError> {
+        if !self.state.spaces.contains_key(name)
+            && let Some(dir) = self.dir
+            && let Some(space) = dir.load_space(name)?
+        {
+            self.state.spaces.insert(name.to_owned(), space);
+        }
+        Ok(self.state.spaces.get_mut(name))
+    }
+
+    fn touch(&mut self, name: &str) {
+        self.dirty_spaces.insert(name.to_owned());
+    }
+}
+
+impl Spaces {
+    /// Spaces kept in this process.
+    pub fn in_memory() -> Spaces {
+        Spaces::with(Backend::Memory(Mutex::default()))
+    }
+
+    /// Spaces kept in folder `path` (made if missing), shared with every process using it.
+    pub fn in_dir(path: impl Into<PathBuf>) -> Result<Spaces, String> {
+        Ok(Spaces::with(Backend::Dir(dir::DirStore::open(path.into())?)))
+    }
+
+    fn with(backend: Backend) -> Spaces {
+        Spaces { inner: Arc::new(Inner { backend, max_messages: DEFAULT_MAX_MESSAGES }) }
+    }
+
+    /// Keeps at most `max` messages per space (the oldest are dropped).
+    #[must_use]
+    pub fn with_max_messages(self, max: usize) -> Spaces {
+        let inner = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => Inner { max_messages: max.max(1), ..inner },
+            Err(shared) => return Spaces { inner: shared },
+        };
+        Spaces { inner: Arc::new(inner) }
+    }
+
+    async fn transact<R>(
+        &self,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
+    ) -> Result<R, ToolError> {
+        match &self.inner.backend {
+            Backend::Memory(state) => {
+                let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut txn = Txn {
+                    state: &mut state,
+                    dir: None,
+                    dirty_state: false,
+                    dirty_spaces: BTreeSet::new(),
+                };
+                change(&mut txn)
+            }
+            Backend::Dir(dir) => {
+                let _lock = dir.lock().await?;
+                let mut state = dir.load_state()?;
+                let mut txn = Txn {
+                    state: &mut state,
+                    dir: Some(dir),
+                    dirty_state: false,
+                    dirty_spaces: BTreeSet::new(),
+                };
+                let result = change(&mut txn)?;
+                let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
+                for name in &dirty_spaces {
+                    if let Some(space) = state.spaces.get(name) {
+                        dir.save_space(name, space)?;
+                    }
+                }
+                if dirty_state {
+                    dir.save_state(&state)?;
+                }
+                Ok(result)
+            }
+        }
+    }
+
+    /// Makes `space` the caller's active space (creating it when new) and gives its latest
+    /// `history` messages.
+    pub async fn enter(
+        &self,
+        who: &Who,
+        space: &str,
+        history: usize,
+    ) -> Result<Entered, ToolError> {
+        check_space_name(space).map_err(|e| invalid("gateway__enter_space", &e))?;
+        let stored = who.space(space);
+        let key = who.key();
+        self.transact(|txn| {
+            let created = txn.space(&stored)?.is_none();
+            if created {
+                txn.state
+                    .spaces
+                    .insert(stored.clone(), Space { created_ms: now_ms(), ..Space::default() });
+            }
+            let (messages, total) = match txn.state.spaces.get_mut(&stored) {
+                Some(s) => {
+                    if s.members.insert(key.clone()) || created {
+                        txn.dirty_spaces.insert(stored.clone());
+                    }
+                    let total = s.total();
+                    (s.page(total.saturating_sub(history as u64), history), total)
+                }
+                None => (Vec::new(), 0),
+            };
+            let entity = txn.entity(&key);
+            entity.active_space = Some(stored.clone());
+            entity.read.insert(stored.clone(), total);
+            txn.changed();
+            Ok(Entered { space: space.to_owned(), messages, total, created })
+        })
+        .await
+    }
+
+    /// Leaves the caller's active space; gives the one it was in.
+    pub async fn leave(&self, who: &Who) -> Result<Option<String>, ToolError> {
+        let key = who.key();
+        let left = self
+            .transact(|txn| {
+                let left = txn.entity(&key).active_space.take();
+                if left.is_some() {
+                    txn.changed();
+                }
+                Ok(left)
+            })
+            .await?;
+        Ok(left.map(|stored| who.shown(&stored).to_owned()))
+    }
+
+    /// The caller's active space.
+    pub async fn active(&self, who: &Who) -> Result<Option<String>, ToolError> {
+        let key = who.key();
+        let active = self
+            .transact(|txn| Ok(txn.state.entities.get(&key).and_then(|e| e.active_space.clone())))
+            .await?;
+        Ok(active.map(|stored| who.shown(&stored).to_owned()))
+    }
+
+    /// Posts `text` as the caller to its active space (`space` given: to that space, which
+    /// must exist). Gives the message.
+    pub async fn say(
+        &self,
+        who: &Who,
+        space: Option<&str>,
+        text: &str,
+        tool: &str,
+    ) -> Result<Message, ToolError> {
+        if text.trim().is_empty() {
+            return Err(invalid(tool, "`text` is empty: say something"));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(invalid(
+                tool,
+                &format!(
+                    "the message is {} bytes, over the {MAX_MESSAGE_BYTES}-byte limit: split it",
+                    text.len()
+                ),
+            ));
+        }
+        if let Some(space) = space {
+            check_space_name(space).map_err(|e| invalid(tool, &e))?;
+        }
+        let key = who.key();
+        let named = space.map(|s| who.space(s));
+        let max = self.inner.max_messages;
+        let author = who.entity.clone();
+        let tool = tool.to_owned();
+        let space_name = space;
+        self.transact(move |txn| {
+            let stored = match named {
+                Some(stored) => stored,
+                None => txn.entity(&key).active_space.clone().ok_or_else(|| {
+                    invalid(&tool, "you are not in a space: call `gateway__enter_space` first")
+                })?,
+            };
+            let Some(space) = txn.space(&stored)? else {
+                return Err(invalid(&tool, &no_space(space_name)));
+            };
+            let message = Message {
+                index: 0,
+                author,
+                text: Some(text.to_owned()),
+                tool: None,
+                at_ms: now_ms(),
+            };
+            let index = space.push(message, max);
+            let message = space.messages.back().cloned();
+            txn.touch(&stored);
+            // What one writes, one has read.
+            let entity = txn.entity(&key);
+            if entity.read.get(&stored).is_some_and(|r| *r == index) {
+                entity.read.insert(stored.clone(), index + 1);
+                txn.changed();
+            }
+            message.ok_or_else(|| invalid(&tool, "the message was not kept"))
+        })
+        .await
+    }
+
+    /// Messages of `space` (the caller's active one when `None`): from `offset`, or the
+    /// caller's unread ones when `None`; at most `limit`. The caller has then read them.
+    pub async fn read(
+        &self,
+        who: &Who,
+        space: Option<&str>,
+        offset: Option<u64>,
+        limit: usize,
+    ) -> Result<Page, ToolError> {
+        const TOOL: &str = "gateway__read_messages";
+        if let Some(space) = space {
+            check_space_name(space).map_err(|e| invalid(TOOL, &e))?;
+        }
+        let key = who.key();
+        let named = space.map(|s| who.space(s));
+        let space_name = space;
+        let page = self
+            .transact(|txn| {
+                let stored = match named {
+                    Some(stored) => stored,
+                    None => txn.entity(&key).active_space.clone().ok_or_else(|| {
+                        invalid(
+                            TOOL,
+                            "you are not in a space: name one (`space`) or call \
+                             `gateway__enter_space` first",
+                        )
+                    })?,
+                };
+                let unread_from = txn.state.entities.get(&key).and_then(|e| e.read.get(&stored));
+                let unread_from = unread_from.copied().unwrap_or(0);
+                let Some(space) = txn.space(&stored)? else {
+                    return Err(invalid(TOOL, &no_space(space_name)));
+                };
+                let from = offset.unwrap_or(unread_from).max(space.first);
+                let messages = space.page(from, limit);
+                let next = from + messages.len() as u64;
+                let (total, first) = (space.total(), space.first);
+                if next > unread_from {
+                    txn.entity(&key).read.insert(stored.clone(), next);
+                    txn.changed();
+                }
+                Ok(Page { space: stored, messages, next, total, first })
+            })
+            .await?;
+        Ok(Page { space: who.shown(&page.space).to_owned(), ..page })
+    }
+
+    /// The caller's spaces (its key holder's), with their sizes and members.
+    pub async fn list(&self, who: &Who) -> Result<Vec<SpaceSummary>, ToolError> {
+        let names = match &self.inner.backend {
+            Backend::Memory(state) => {
+                state.lock().unwrap_or_else(|e| e.into_inner()).spaces.keys().cloned().collect()
+            }
+            Backend::Dir(dir) => dir.space_names()?,
+        };
+        let mine: Vec<String> = names
+            .into_iter()
+            .filter(|stored| match &who.holder {
+                Some(holder) => {
+                    stored.strip_prefix(holder.as_str()).is_some_and(|r| r.starts_with('/'))
+                }
+                None => !stored.contains('/'),
+            })
+            .collect();
+        let summaries = self
+            .transact(|txn| {
+                let mut out = Vec::new();
+                for stored in &mine {
+                    if let Some(space) = txn.space(stored)? {
+                        let members = space.members.iter().map(|m| who.shown(m).to_owned());
+                        out.push(SpaceSummary {
+                            space: who.shown(stored).to_owned(),
+                            total: space.total(),
+                            members: members.collect(),
+                        });
+                    }
+                }
+                Ok(out)
+            })
+            .await?;
+        Ok(summaries)
+    }
+
+    /// Posts a visible tool's call to the caller's active space, or says that it has none.
+    /// `call_id` names the pending call whose submitted result completes it.
+    pub async fn post_tool(
+        &self,
+        who: &Who,
+        message: ToolMessage,
+    ) -> Result<Result<u64, NotInSpace>, ToolError> {
+        let key = who.key();
+        let max = self.inner.max_messages;
+        let author = who.entity.clone();
+        self.transact(move |txn| {
+            let Some(stored) = txn.entity(&key).active_space.clone() else {
+                return Ok(Err(NotInSpace));
+            };
+            let call_id = message.call_id.clone();
+            let Some(space) = txn.space(&stored)? else {
+                return Ok(Err(NotInSpace));
+            };
+            let index = space.push(
+                Message { index: 0, author, text: None, tool: Some(message), at_ms: now_ms() },
+                max,
+            );
+            txn.touch(&stored);
+            if let Some(call_id) = call_id {
+                txn.state.tool_calls.insert(call_id, stored);
+                while txn.state.tool_calls.len() > MAX_TOOL_CALLS {
+                    txn.state.tool_calls.pop_first();
+                }
+                txn.changed();
+            }
+            Ok(Ok(index))
+        })
+        .await
+    }
+
+    /// Sets the status and result of the visible tool call `call_id`, when one is waiting.
+    pub async fn finish_tool(
+        &self,
+        call_id: &str,
+        status: ToolStatus,
+        result: Option<Value>,
+    ) -> Result<bool, ToolError> {
+        self.transact(|txn| {
+            let Some(stored) = txn.state.tool_calls.remove(call_id) else {
+                return Ok(false);
+            };
+            txn.changed();
+            let Some(space) = txn.space(&stored)? else {
+                return Ok(false);
+            };
+            let found =
+                space.messages.iter_mut().rev().find_map(|m| {
+                    m.tool.as_mut().filter(|t| t.call_id.as_deref() == Some(call_id))
+                });
+            let Some(tool) = found else {
+                return Ok(false);
+            };
+            tool.status = status;
+            tool.result = result;
+            txn.touch(&stored);
+            Ok(true)
+        })
+        .await
+    }
+
+    /// The caller's goals, memories or plans.
+    pub async fn items(&self, who: &Who, kind: ItemKind) -> Result<Vec<Item>, ToolError> {
+        let key = who.key();
+        self.transact(|txn| {
+            Ok(txn.state.entities.get(&key).map(|e| e.items(kind).clone()).unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Adds or replaces the caller's `items` (by id); gives all of that kind.
+    pub async fn set_items(
+        &self,
+        who: &Who,
+        kind: ItemKind,
+        items: Vec<ItemInput>,
+        tool: &str,
+    ) -> Result<Vec<Item>, ToolError> {
+        if items.is_empty() {
+            return Err(invalid(tool, &format!("`{}` is empty: give at least one", kind.plural())));
+        }
+        for item in &items {
+            if item.text.trim().is_empty() {
+                return Err(invalid(tool, "an item's `text` is empty"));
+            }
+            if item.text.len() > MAX_ITEM_BYTES {
+                return Err(invalid(
+                    tool,
+                    &format!("an item is {} bytes, over {MAX_ITEM_BYTES}", item.text.len()),
+                ));
+            }
+            if let Some(id) = &item.id
+                && (id.is_empty() || id.len() > 64 || id.chars().any(char::is_control))
+            {
+                return Err(invalid(tool, &format!("`{id}` is not an id (1 to 64 characters)")));
+            }
+        }
+        let key = who.key();
+        self.transact(|txn| {
+            let entity = txn.entity(&key);
+            let mut next_id = entity.next_id;
+            let list = entity.items_mut(kind);
+            let now = now_ms();
+            for input in items {
+                let id = input.id.unwrap_or_else(|| {
+                    loop {
+                        next_id += 1;
+                        let id = format!("{}{next_id}", kind.prefix());
+                        if !list.iter().any(|i| i.id == id) {
+                            break id;
+                        }
+                    }
+                });
+                let item = Item { id, text: input.text, status: input.status, updated_ms: now };
+                match list.iter_mut().find(|i| i.id == item.id) {
+                    Some(held) => *held = item,
+                    None => list.push(item),
+                }
+            }
+            if list.len() > MAX_ITEMS {
+                return Err(invalid(
+                    tool,
+                    &format!(
+                        "that makes {} {}, over the {MAX_ITEMS} an agent may hold: delete some \
+                         first",
+                        list.len(),
+                        kind.plural()
+                    ),
+                ));
+            }
+            let all = list.clone();
+            entity.next_id = next_id;
+            txn.changed();
+            Ok(all)
+        })
+        .await
+    }
+
+    /// Deletes the caller's items `ids`; gives those deleted and those it did not hold.
+    pub async fn delete_items(
+        &self,
+        who: &Who,
+        kind: ItemKind,
+        ids: &[String],
+    ) -> Result<(Vec<String>, Vec<String>), ToolError> {
+        let key = who.key();
+        self.transact(|txn| {
+            let list = txn.entity(&key).items_mut(kind);
+            let (mut deleted, mut unknown) = (Vec::new(), Vec::new());
+            for id in ids {
+                match list.iter().position(|i| &i.id == id) {
+                    Some(at) => {
+                        list.remove(at);
+                        deleted.push(id.clone());
+                    }
+                    None => unknown.push(id.clone()),
+                }
+            }
+            if !deleted.is_empty() {
+                txn.changed();
+            }
+            Ok((deleted, unknown))
+        })
+        .await
+    }
+
+    /// What the caller carries and where it is: for the start of an agent's run.
+    pub async fn context(&self, who: &Who, history: usize) -> Result<Context, ToolError> {
+        let key = who.key();
+        let context = self
+            .transact(|txn| {
+                let Some(entity) = txn.state.entities.get(&key).cloned() else {
+                    return Ok(Context {
+                        active_space: None,
+                        unread: Vec::new(),
+                        unread_count: 0,
+                        goals: Vec::new(),
+                        memories: Vec::new(),
+                        plans: Vec::new(),
+                    });
+                };
+                let (mut unread, mut unread_count) = (Vec::new(), 0);
+                if let Some(stored) = &entity.active_space {
+                    let from = entity.read.get(stored).copied().unwrap_or(0);
+                    if let Some(space) = txn.space(stored)? {
+                        let from = from.max(space.first);
+                        unread_count = space.total().saturating_sub(from);
+                        // The latest `history` of them; the agent reads on with read_messages.
+                        let start = space.total().saturating_sub(history as u64).max(from);
+                        unread = space.page(start, history);
+                    }
+                }
+                Ok(Context {
+                    active_space: entity.active_space.clone(),
+                    unread,
+                    unread_count,
+                    goals: entity.goals,
+                    memories: entity.memories,
+                    plans: entity.plans,
+                })
+            })
+            .await?;
+        Ok(Context {
+            active_space: context.active_space.map(|s| who.shown(&s).to_owned()),
+            ..context
+        })
+    }
+}
+
+/// The caller has no active space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotInSpace;
+
+/// What a missing space is told as: a named one, or the caller's active one (gone since).
+fn no_space(named: Option<&str>) -> String {
+    match named {
+        Some(name) => format!("there is no space `{name}`: `gateway__enter_space` makes one"),
+        None => "your active space no longer exists: enter another".to_owned(),
+    }
+}
+
+fn invalid(tool: &str, message: &str) -> ToolError {
+    ToolError::invalid_arguments(tool, message)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(entity: &str) -> Who {
+        Who { holder: None, entity: entity.to_owned() }
+    }
+
+    #[tokio::test]
+    async fn messages_are_read_once_and_pages_go_on() {
+        let spaces = Spaces::in_memory().with_max_messages(3);
+        let (a, b) = (who("agent:a"), who("agent:b"));
+        let entered = spaces.enter(&a, "lobby", 10).await.expect("enter");
+        assert!(entered.created);
+        spaces.enter(&b, "lobby", 10).await.expect("enter");
+        for text in ["one", "two", "three", "four"] {
+            spaces.say(&a, None, text, "t").await.expect("say");
+        }
+        // b has not read any; the oldest was dropped (3 kept).
+        let page = spaces.read(&b, None, None, 10).await.expect("read");
+        let texts: Vec<_> = page.messages.iter().filter_map(|m| m.text.as_deref()).collect();
+        assert_eq!(texts, ["two", "three", "four"]);
+        assert_eq!((page.first, page.next, page.total), (1, 4, 4));
+        assert!(spaces.read(&b, None, None, 10).await.expect("read").messages.is_empty());
+        // a wrote them, so it has nothing unread either.
+        assert_eq!(spaces.context(&a, 5).await.expect("context").unread_count, 0);
+        let again = spaces.read(&b, Some("lobby"), Some(2), 1).await.expect("read");
+        assert_eq!(again.messages[0].text.as_deref(), Some("three"));
+    }
+
+    #[tokio::test]
+    async fn holders_do_not_see_each_others_spaces() {
+        let spaces = Spaces::in_memory();
+        let acme = Who { holder: Some("acme".into()), entity: "agent:a".into() };
+        let other = Who { holder: Some("other".into()), entity: "agent:a".into() };
+        spaces.enter(&acme, "lobby", 5).await.expect("enter");
+        spaces.say(&acme, None, "secret plan", "t").await.expect("say");
+        let listed = spaces.list(&other).await.expect("list");
+        assert!(listed.is_empty(), "{listed:?}");
+        let err = spaces.read(&other, Some("lobby"), None, 5).await.expect_err("no such space");
+        assert!(err.to_string().contains("there is no space `lobby`"), "{err}");
+        assert_eq!(spaces.list(&acme).await.expect("list")[0].space, "lobby");
+        assert_eq!(spaces.active(&acme).await.expect("active").as_deref(), Some("lobby"));
+    }
+
+    #[tokio::test]
+    async fn items_get_ids_are_replaced_by_id_and_deleted() {
+        let spaces = Spaces::in_memory();
+        let a = who("agent:a");
+        let input = |id: Option<&str>, text: &str| ItemInput {
+            id: id.map(str::to_owned),
+            text: text.to_owned(),
+            status: None,
+        };
+        let all = spaces
+            .set_items(&a, ItemKind::Goal, vec![input(None, "ship"), input(None, "test")], "t")
+            .await
+            .expect("set");
+        assert_eq!(all.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(), ["g1", "g2"]);
+        let all = spaces
+            .set_items(&a, ItemKind::Goal, vec![input(Some("g1"), "ship it")], "t")
+            .await
+            .expect("set");
+        assert_eq!(all[0].text, "ship it");
+        assert_eq!(all.len(), 2);
+        let (deleted, unknown) = spaces
+            .delete_items(&a, ItemKind::Goal, &["g2".into(), "g9".into()])
+            .await
+            .expect("delete");
+        assert_eq!((deleted, unknown), (vec!["g2".to_owned()], vec!["g9".to_owned()]));
+        assert!(spaces.items(&a, ItemKind::Plan).await.expect("plans").is_empty());
+    }
+}

@@ -1,0 +1,255 @@
+//! Spaces and the gateway's built-in tools: visible tools require a space and show their
+//! calls there, agents keep their goals and active space from run to run, a folder is
+//! shared by processes, and the gateway provider passes the conformance suite.
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use toolmux_core::{CallContext, ContentPart, Op, ToolOutput, ToolProvider};
+use toolmux_external::{
+    ExecutionType, ExternalProvider, ExternalToolConfig, GatewayProvider, MemoryPendingStore,
+    Spaces,
+};
+use toolmux_test_support::conformance::{Conformance, SampleCall};
+
+fn json_of(output: &ToolOutput) -> Value {
+    match &output.content[0] {
+        ContentPart::Json { value } => value.clone(),
+        ContentPart::Text { text } => serde_json::from_str(text).unwrap_or(json!(text)),
+        other => panic!("unexpected part {other:?}"),
+    }
+}
+
+/// A call made by agent `name` in run `run`.
+fn agent(name: &str, run: &str) -> CallContext {
+    let ctx = CallContext::new().with_run_id(run);
+    let op = Op::new(format!("agent__{name}"), None);
+    ctx.with_op(Op::new("gateway__x", Some(op)))
+}
+
+fn external(spaces: &Spaces) -> ExternalProvider {
+    let mut tools = BTreeMap::new();
+    let config = |execution_type, is_async, visible| ExternalToolConfig {
+        description: "d".into(),
+        execution_type,
+        is_async,
+        visible,
+        ..ExternalToolConfig::default()
+    };
+    tools.insert("confirmAction".to_owned(), config(ExecutionType::Space, true, None));
+    tools.insert("ask".to_owned(), config(ExecutionType::Space, false, None));
+    tools.insert("displayChart".to_owned(), config(ExecutionType::Internal, false, Some(true)));
+    tools.insert("lookup".to_owned(), config(ExecutionType::External, true, Some(false)));
+    ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default()))
+        .expect("valid")
+        .with_spaces(spaces.clone())
+}
+
+#[tokio::test]
+async fn visible_tools_require_a_space_and_show_their_calls_there() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+
+    // Outside a space: the seeds' error, and no call is made.
+    let refused = ext.call("confirmAction", json!({"q": "book?"}), &me).await.expect("output");
+    assert!(refused.is_error);
+    assert_eq!(
+        refused.to_text(),
+        "Tool \"external__confirmAction\" is visible but you are not in a space. Call \
+         gateway__enter_space first."
+    );
+    let pending = ext.call("pending", json!({}), &me).await.expect("pending");
+    assert_eq!(json_of(&pending)["calls"], json!([]));
+    // A tool that is not visible needs no space.
+    let quiet = ext.call("lookup", json!({}), &me).await.expect("lookup");
+    assert!(!quiet.is_error, "{}", quiet.to_text());
+
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let chart = ext.call("displayChart", json!({"points": [1, 2]}), &me).await.expect("chart");
+    assert_eq!(json_of(&chart)["success"], json!(true));
+    let asked = ext.call("confirmAction", json!({"q": "book?"}), &me).await.expect("confirm");
+    let call_id = json_of(&asked)["callId"].as_str().expect("call id").to_owned();
+
+    // A person reads the space: the chart complete, the confirmation waiting.
+    let person = CallContext::new().with_run_id("ui");
+    let page =
+        gateway.call("read_messages", json!({"space": "trip"}), &person).await.expect("read");
+    let messages = json_of(&page)["messages"].clone();
+    assert_eq!(messages[0]["tool"]["name"], "external__displayChart");
+    assert_eq!(messages[0]["tool"]["status"], "complete");
+    assert_eq!(messages[0]["tool"]["result"]["args"]["points"], json!([1, 2]));
+    assert_eq!(messages[0]["author"], "agent:booker");
+    assert_eq!(messages[1]["tool"]["status"], "requires_action");
+    assert_eq!(messages[1]["tool"]["callId"], call_id.as_str());
+
+    // The answer completes the message.
+    ext.call("submit", json!({"callId": call_id, "result": {"confirmed": true}}), &person)
+        .await
+        .expect("submit");
+    let page = gateway
+        .call("read_messages", json!({"space": "trip", "offset": 1}), &person)
+        .await
+        .expect("read");
+    let message = &json_of(&page)["messages"][0]["tool"];
+    assert_eq!(message["status"], "complete");
+    assert_eq!(message["result"], json!({"confirmed": true}));
+
+    // Leaving the space makes visible tools refuse again.
+    gateway.call("leave_space", json!({}), &me).await.expect("leave");
+    let refused = ext.call("displayChart", json!({}), &me).await.expect("output");
+    assert!(refused.is_error);
+}
+
+#[tokio::test]
+async fn an_agent_keeps_its_space_goals_and_plans_from_run_to_run() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let first = agent("planner", "run-1");
+    gateway.call("enter_space", json!({"space": "ops"}), &first).await.expect("enter");
+    let set = gateway
+        .call(
+            "set_goals",
+            json!({"goals": [{"text": "ship 1.0"}, {"text": "no regressions"}]}),
+            &first,
+        )
+        .await
+        .expect("goals");
+    assert_eq!(json_of(&set)["goals"][1]["id"], "g2");
+    gateway
+        .call("set_plans", json!({"plans": [{"id": "release", "text": "tag, build, publish", "status": "active"}]}), &first)
+        .await
+        .expect("plans");
+
+    // Someone speaks while the agent is away.
+    let person = CallContext::new().with_run_id("ui");
+    gateway
+        .call("post", json!({"space": "ops", "author": "husam", "text": "go ahead"}), &person)
+        .await
+        .expect("post");
+
+    // The next run of the same agent finds all of it.
+    let second = agent("planner", "run-2");
+    let context = json_of(&gateway.call("context", json!({}), &second).await.expect("context"));
+    assert_eq!(context["activeSpace"], "ops");
+    assert_eq!(context["unreadCount"], 1);
+    assert_eq!(context["unread"][0]["text"], "go ahead");
+    assert_eq!(context["unread"][0]["author"], "person:husam");
+    assert_eq!(context["goals"][0]["text"], "ship 1.0");
+    assert_eq!(context["plans"][0]["status"], "active");
+    let plans = json_of(&gateway.call("get_plans", json!({}), &second).await.expect("plans"));
+    assert_eq!(plans["plans"][0]["id"], "release");
+    let deleted =
+        gateway.call("delete_goals", json!({"ids": ["g1", "g7"]}), &second).await.expect("delete");
+    let deleted = json_of(&deleted);
+    assert_eq!(
+        (deleted["deleted"].clone(), deleted["unknown"].clone()),
+        (json!(["g1"]), json!(["g7"]))
+    );
+
+    // Another agent has none of it.
+    let other = agent("reviewer", "run-2");
+    let context = json_of(&gateway.call("context", json!({}), &other).await.expect("context"));
+    assert_eq!(
+        (context["activeSpace"].clone(), context["goals"].clone()),
+        (Value::Null, json!([]))
+    );
+    let err =
+        gateway.call("send_message", json!({"text": "hi"}), &other).await.expect_err("no space");
+    assert!(err.to_string().contains("call `gateway__enter_space` first"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_is_shared_by_processes_and_loses_no_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Two stores on one folder stand for two processes.
+    let one = Spaces::in_dir(dir.path()).expect("open");
+    let two = Spaces::in_dir(dir.path()).expect("open");
+    let (g1, g2) = (GatewayProvider::new(one.clone()), GatewayProvider::new(two.clone()));
+    let a = agent("a", "r");
+    let b = agent("b", "r");
+    g1.call("enter_space", json!({"space": "shared"}), &a).await.expect("enter");
+    g2.call("enter_space", json!({"space": "shared"}), &b).await.expect("enter");
+    let say = |g: GatewayProvider, ctx: CallContext, who: &'static str| async move {
+        for i in 0..25 {
+            g.call("send_message", json!({"text": format!("{who} {i}")}), &ctx)
+                .await
+                .expect("send");
+        }
+    };
+    // On two threads at once: only the lock file keeps the two stores from losing writes.
+    let first = tokio::spawn(say(g1.clone(), a.clone(), "a"));
+    let second = tokio::spawn(say(g2.clone(), b.clone(), "b"));
+    first.await.expect("first");
+    second.await.expect("second");
+    let reader = CallContext::new().with_run_id("reader");
+    let page = g1
+        .call("read_messages", json!({"space": "shared", "limit": 200}), &reader)
+        .await
+        .expect("read");
+    let page = json_of(&page);
+    let messages = page["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 50);
+    let indexes: Vec<u64> = messages.iter().filter_map(|m| m["index"].as_u64()).collect();
+    assert_eq!(indexes, (0..50).collect::<Vec<_>>());
+    // The second process sees the first one's agent state.
+    let listed = json_of(&g2.call("spaces", json!({}), &reader).await.expect("spaces"));
+    assert_eq!(listed["spaces"][0]["members"], json!(["agent:a", "agent:b"]));
+    assert!(!dir.path().join("spaces").read_dir().expect("dir").any(|e| {
+        e.map(|e| e.file_name().to_string_lossy().ends_with(".tmp")).unwrap_or(false)
+    }));
+
+    // A damaged file is named, with what to do.
+    std::fs::write(dir.path().join("state.json"), b"{not json").expect("write");
+    let err = g1.call("context", json!({}), &a).await.expect_err("damaged");
+    assert!(
+        err.to_string().contains("state.json") && err.to_string().contains("move it away"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_say_what_is_wrong() {
+    let gateway = GatewayProvider::new(Spaces::in_memory());
+    let me = agent("a", "r");
+    let cases = [
+        ("enter_space", json!({"space": "../etc"}), "is not a space name"),
+        ("enter_space", json!({}), "`space` (a string) is required"),
+        ("set_goals", json!({"goals": "ship"}), "must be a list"),
+        ("set_goals", json!({"goals": []}), "is empty"),
+        ("delete_plans", json!({}), "`ids`"),
+        ("read_messages", json!({}), "you are not in a space"),
+        (
+            "post",
+            json!({"space": "nowhere", "author": "x", "text": "hi"}),
+            "there is no space `nowhere`",
+        ),
+    ];
+    for (tool, arguments, expected) in cases {
+        let err = gateway.call(tool, arguments, &me).await.expect_err(tool);
+        assert!(err.to_string().contains(expected), "{tool}: {err}");
+    }
+    gateway.call("enter_space", json!({"space": "s"}), &me).await.expect("enter");
+    let long = "x".repeat(toolmux_external::spaces::MAX_MESSAGE_BYTES + 1);
+    let err = gateway.call("send_message", json!({"text": long}), &me).await.expect_err("long");
+    assert!(err.to_string().contains("split it"), "{err}");
+}
+
+#[tokio::test]
+async fn the_gateway_passes_the_conformance_suite() {
+    let gateway = GatewayProvider::new(Spaces::in_memory());
+    Conformance::new()
+        .with_sample(
+            SampleCall::new("enter_space", json!({"space": "c"}))
+                .expect_text_contains("\"created\""),
+        )
+        .with_sample(
+            SampleCall::new("skip", json!({"reason": "idle"}))
+                .expect_text_contains("skipped: idle"),
+        )
+        .with_sample(SampleCall::new("get_plans", json!({})).expect_text_contains("plans"))
+        .with_sample(SampleCall::new("enter_space", json!({"space": "!"})).expect_failure())
+        .check(&gateway)
+        .await;
+}
