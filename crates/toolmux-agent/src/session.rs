@@ -170,6 +170,40 @@ impl Session<'_> {
         }
     }
 
+    /// What the agent carries into a run when the gateway keeps it (`spaces`
+    /// configured): its goals, memories and plans, its active space and what was said
+    /// there since it last read; `None` when there is nothing or no gateway.
+    async fn carried(&self) -> Option<String> {
+        self.orchestrator.registry().get(GATEWAY_CONTEXT)?;
+        let ctx = self.ctx.child();
+        let got = self.orchestrator.execute(ToolCall::new(GATEWAY_CONTEXT, json!({})), &ctx).await;
+        if !got.ok {
+            tracing::debug!(agent = %self.name, "the gateway's context could not be read: {}", got.conversation_text());
+            return None;
+        }
+        let context: Value = serde_json::from_str(&got.conversation_text()).ok()?;
+        let mut parts = Vec::new();
+        if let Some(space) = context.get("activeSpace").and_then(Value::as_str) {
+            let unread = context.get("unreadCount").and_then(Value::as_u64).unwrap_or(0);
+            let mut part = format!("You are in space `{space}` ({unread} unread messages).");
+            if let Some(messages) =
+                context.get("unread").filter(|m| m.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                part.push_str(&format!(" The latest:\n{messages}"));
+            }
+            parts.push(part);
+        }
+        for key in ["goals", "memories", "plans"] {
+            if let Some(items) =
+                context.get(key).filter(|i| i.as_array().is_some_and(|a| !a.is_empty()))
+            {
+                parts.push(format!("Your {key}: {items}"));
+            }
+        }
+        (!parts.is_empty())
+            .then(|| format!("(What you carry from earlier runs.)\n{}", parts.join("\n")))
+    }
+
     /// The agent's `instructions`, followed by what the providers of the tools it may call
     /// say about them (an MCP server's `instructions`, the external tools' inbox), as an MCP
     /// client would show its model.
@@ -189,6 +223,11 @@ impl Session<'_> {
     fn allows(&self, name: &str) -> bool {
         if name.starts_with("agent__") {
             return false;
+        }
+        // The gateway's built-ins (spaces, goals, memories, plans) are every agent's, as the
+        // seeds have them; permissions still apply to their calls.
+        if name.starts_with(GATEWAY_PREFIX) {
+            return true;
         }
         let Some(patterns) = self.config.tools.as_deref() else { return true };
         if !patterns.iter().any(|p| p.starts_with('@')) {
@@ -263,6 +302,11 @@ impl Session<'_> {
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
         let mut messages = continued(self.history);
+        if self.history.is_empty()
+            && let Some(carried) = self.carried().await
+        {
+            messages.push(Message::user(carried));
+        }
         messages.push(Message::user(task));
         let mut request = ModelRequest::new(messages).with_tools(tools).continuing();
         if let Some(system) = self.system_prompt() {
@@ -848,6 +892,12 @@ struct State {
 /// The external tools' inbox (`toolmux-external`), where the results of asynchronous calls
 /// arrive.
 const EXTERNAL_INBOX: &str = "external__inbox";
+
+/// The gateway's built-in tools, every agent's.
+const GATEWAY_PREFIX: &str = "gateway__";
+
+/// What an agent carries into a run, from the gateway.
+const GATEWAY_CONTEXT: &str = "gateway__context";
 
 /// Whether `text`, the result of a call of `tool`, says the call is pending: an
 /// asynchronous external tool answers `{"status": "pending", "callId": …}` at once, and

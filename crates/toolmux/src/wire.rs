@@ -32,6 +32,9 @@ pub struct Toolmux {
     /// Where the external tools' calls wait, kept by a rebuild.
     #[cfg(feature = "external")]
     pending: Option<Arc<dyn toolmux_external::PendingStore>>,
+    /// The spaces, kept by a rebuild (those in memory would be lost otherwise).
+    #[cfg(feature = "external")]
+    spaces: Option<toolmux_external::Spaces>,
 }
 
 /// An MCP server's provider and everything it was built from.
@@ -230,6 +233,15 @@ impl Toolmux {
         #[cfg(feature = "external")]
         let mut pending = None;
         #[cfg(feature = "external")]
+        let spaces = spaces(loaded, previous.and_then(|p| p.spaces.clone()))?;
+        #[cfg(feature = "external")]
+        if let Some((spaces, history)) = &spaces
+            && keep(toolmux_external::GATEWAY_NAMESPACE)
+        {
+            let gateway = toolmux_external::GatewayProvider::new(spaces.clone());
+            providers.push(Arc::new(gateway.with_history(*history)));
+        }
+        #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
             #[cfg(feature = "redis")]
             let store = backend.as_ref().map(|b| {
@@ -242,7 +254,8 @@ impl Toolmux {
             // A reload keeps the calls waiting in this process: results submitted through
             // the new provider reach the calls still running in the old one.
             let store = store.or_else(|| previous.and_then(|p| p.pending.clone()));
-            let (provider, store) = external_provider(loaded, &mut config, store)?;
+            let shared = spaces.as_ref().map(|(spaces, _)| spaces.clone());
+            let (provider, store) = external_provider(loaded, &mut config, store, shared)?;
             providers.push(provider);
             pending = Some(store);
         }
@@ -351,6 +364,8 @@ impl Toolmux {
             reused,
             #[cfg(feature = "external")]
             pending,
+            #[cfg(feature = "external")]
+            spaces: spaces.map(|(spaces, _)| spaces),
         })
     }
 
@@ -807,6 +822,7 @@ fn external_provider(
     loaded: &Loaded,
     config: &mut OrchestratorConfig,
     store: Option<Arc<dyn toolmux_external::PendingStore>>,
+    spaces: Option<toolmux_external::Spaces>,
 ) -> Result<(Arc<dyn ToolProvider>, PendingStoreRef), ToolmuxError> {
     use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
     let tools = &loaded.config.external_tools;
@@ -817,6 +833,10 @@ fn external_provider(
     });
     let provider = ExternalProvider::new(tools, store.clone())
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
+    let provider = match spaces {
+        Some(spaces) => provider.with_spaces(spaces),
+        None => provider,
+    };
     let margin = Duration::from_secs(1);
     for (name, tool) in tools {
         if tool.is_async || tool.execution_type == toolmux_external::ExecutionType::Internal {
@@ -833,6 +853,50 @@ fn external_provider(
     };
     config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
     Ok((Arc::new(provider), store))
+}
+
+/// The spaces of `spaces`, when configured, and how many messages entering one gives: in
+/// memory (the previous build's, on a reload), or in their folder.
+#[cfg(feature = "external")]
+fn spaces(
+    loaded: &Loaded,
+    previous: Option<toolmux_external::Spaces>,
+) -> Result<Option<(toolmux_external::Spaces, usize)>, ToolmuxError> {
+    use toolmux_external::Spaces;
+    let Some(section) = &loaded.config.spaces else {
+        return Ok(None);
+    };
+    let max = section.max_messages.unwrap_or(toolmux_external::spaces::DEFAULT_MAX_MESSAGES);
+    if max == 0 {
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            "spaces.maxMessages must be at least 1",
+        ));
+    }
+    let history = section.history.unwrap_or(toolmux_external::DEFAULT_HISTORY);
+    if history > toolmux_external::MAX_PAGE {
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            format!("spaces.history is {history}; at most {}", toolmux_external::MAX_PAGE),
+        ));
+    }
+    let spaces = if section.in_memory {
+        if section.dir.is_some() {
+            return Err(ToolmuxError::config(
+                loaded.source_name(),
+                "spaces: `dir` and `inMemory: true` exclude each other; keep one",
+            ));
+        }
+        previous.unwrap_or_else(Spaces::in_memory)
+    } else {
+        let dir = match &section.dir {
+            Some(dir) => loaded.resolve(dir),
+            None => loaded.output_dir().join("spaces"),
+        };
+        Spaces::in_dir(&dir)
+            .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("spaces.dir: {e}")))?
+    };
+    Ok(Some((spaces.with_max_messages(max), history)))
 }
 
 /// The Redis backend of `backend.redis`, when configured. Startup waits for the server at

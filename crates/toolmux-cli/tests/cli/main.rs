@@ -14,6 +14,7 @@ mod hooks;
 mod oauth;
 mod output_and_stats;
 mod serve;
+mod spaces;
 mod tools;
 
 use std::io::Read as _;

@@ -87,6 +87,13 @@ pub struct Config {
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub external_tools: BTreeMap<String, toolmux_external::ExternalToolConfig>,
+    /// Spaces where agents and people meet (the seeds' gateway built-ins): with this
+    /// section, `gateway__enter_space`, `send_message`, `read_messages`, `skip` and each
+    /// agent's goals, memories and plans are offered to every agent and MCP client, and a
+    /// visible external tool may only be called in a space, where its call is shown.
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spaces: Option<SpacesSection>,
     /// Models agents think with, by name: an OpenAI-compatible or Anthropic API, the
     /// model's name there, its key (`${OPENAI_API_KEY}`).
     #[cfg(feature = "agent")]
@@ -551,6 +558,27 @@ pub struct QueueEntry {
     /// (default 300000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_timeout_ms: Option<u64>,
+}
+
+/// `spaces`: where agents and people meet, and what agents carry from run to run.
+#[cfg(feature = "external")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpacesSection {
+    /// The folder spaces and agents' state are kept in, shared by every process using it
+    /// (default: `spaces` in the output folder). Relative to the configuration's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Keeps them in this process only, lost when it ends.
+    #[serde(default)]
+    pub in_memory: bool,
+    /// How many messages entering a space (and an agent's start) gives (default 20, at
+    /// most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<usize>,
+    /// How many messages a space keeps; older ones are dropped (default 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<usize>,
 }
 
 /// `toolSearch`: tools found by searching instead of listed.

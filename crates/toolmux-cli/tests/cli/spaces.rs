@@ -1,0 +1,129 @@
+//! Spaces and the gateway's built-ins through the real binary: each `tools call` and each
+//! `agent run` is a process of its own, so what a space holds and what an agent carries
+//! from run to run live in the spaces folder.
+
+use crate::Project;
+use serde_json::{Value, json};
+use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+
+const EXTERNAL: &str = "\
+spaces: {}
+externalTools:
+  displayChart:
+    description: Draw a chart in the space
+    executionType: internal
+    visible: true
+";
+
+#[test]
+fn visible_tools_need_a_space_and_show_their_calls_there() {
+    let project = Project::new();
+    project.file("toolmux.yaml", EXTERNAL);
+
+    let refused = project.run(&["tools", "call", "external__displayChart", r#"{"points":[1]}"#]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    let told = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        told.contains(
+            "Tool \"external__displayChart\" is visible but you are not in a space. Call \
+             gateway__enter_space first."
+        ),
+        "{told}"
+    );
+
+    let entered = project.run(&["tools", "call", "gateway__enter_space", r#"{"space":"demo"}"#]);
+    assert!(entered.ok().contains("\"created\":true"), "{entered:?}");
+    project.run(&["tools", "call", "external__displayChart", r#"{"points":[1,2]}"#]).ok();
+    project.run(&["tools", "call", "gateway__send_message", r#"{"text":"drawn"}"#]).ok();
+
+    let read = project.run(&[
+        "tools",
+        "call",
+        "gateway__read_messages",
+        r#"{"space":"demo","offset":0}"#,
+        "--json",
+    ]);
+    let envelope: Value = serde_json::from_str(read.ok()).expect("JSON");
+    let page: Value = match &envelope["result"] {
+        Value::String(text) => serde_json::from_str(text).expect("a page"),
+        other => other.clone(),
+    };
+    let messages = page["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 2, "{page}");
+    assert_eq!(messages[0]["tool"]["name"], "external__displayChart");
+    assert_eq!(messages[0]["tool"]["status"], "complete");
+    assert_eq!(messages[0]["tool"]["arguments"], json!({"points": [1, 2]}));
+    assert_eq!(messages[1]["text"], "drawn");
+
+    // The built-ins are listed; those for runtimes and user interfaces as hidden.
+    let listed = project.run(&["tools", "list"]);
+    let listed = listed.ok();
+    for name in ["gateway__enter_space", "gateway__set_goals", "gateway__skip"] {
+        assert!(listed.contains(name), "{name} missing:\n{listed}");
+    }
+    let context = listed.lines().find(|l| l.contains("gateway__context")).expect("listed");
+    assert!(context.contains("[hidden]"), "{context}");
+}
+
+#[test]
+fn an_agent_carries_its_goals_and_space_into_its_next_run() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            // First run: the gateway's tools are offered though `tools` names only fs.
+            ScriptStep::callback(|request| {
+                let offered: Vec<&str> = request["tools"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t["function"]["name"].as_str())
+                    .collect();
+                if offered.contains(&"gateway__set_goals") && !offered.contains(&"gateway__context")
+                {
+                    ScriptStep::tool_call("gateway__enter_space", json!({"space": "release"}))
+                } else {
+                    let content = format!("offered: {offered:?}");
+                    ScriptStep::tool_call(
+                        "agent__final_report",
+                        json!({"status": "success", "content": content}),
+                    )
+                }
+            }),
+            ScriptStep::tool_call(
+                "gateway__set_goals",
+                json!({"goals": [{"text": "publish 1.0 by Friday", "status": "active"}]}),
+            ),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "goal set"}),
+            ),
+            // Second run: what it carries is in its first request.
+            ScriptStep::callback(|request| {
+                let text = request["messages"].to_string();
+                let carried = text.contains("What you carry from earlier runs")
+                    && text.contains("publish 1.0 by Friday")
+                    && text.contains("You are in space `release`");
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": format!("carried: {carried}")}),
+                )
+            }),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-1");
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\nspaces: {{}}\n\
+             models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  planner:\n    model: fast\n    description: Plans\n    tools: ['fs__*']\n",
+            server.base_url()
+        ),
+    );
+    let first = project.run(&["agent", "run", "planner", "Set the release goal", "--json"]);
+    let report: Value = serde_json::from_str(first.ok()).expect("report");
+    assert_eq!(report["content"], "goal set", "{report}");
+    let second = project.run(&["agent", "run", "planner", "What are you working on?", "--json"]);
+    let report: Value = serde_json::from_str(second.ok()).expect("report");
+    assert_eq!(report["content"], "carried: true", "{report}");
+}
