@@ -157,7 +157,7 @@ impl ToolProvider for GatewayProvider {
             }),
             "send_message" => {
                 let text = string_arg(&arguments, "text", name)?;
-                let message = self.spaces.say(&who, None, text, &tool(name)).await?;
+                let message = self.spaces.say(&who, None, text, &tool(name), false).await?;
                 Ok(ToolOutput::json(json!({"sent": message.index})))
             }
             "read_messages" => {
@@ -189,7 +189,8 @@ impl ToolProvider for GatewayProvider {
                     ));
                 }
                 let person = Who::person(who.holder.as_deref(), author);
-                let message = self.spaces.say(&person, Some(space), text, &tool(name)).await?;
+                let message =
+                    self.spaces.say(&person, Some(space), text, &tool(name), true).await?;
                 Ok(json_output(&message))
             }
             "spaces" => Ok(ToolOutput::json(json!({"spaces": self.spaces.list(&who).await?}))),
@@ -340,7 +341,7 @@ fn specs(history: usize) -> Vec<ToolSpec> {
     specs.push(
         ToolSpec::new(
             "post",
-            "Posts a person's message to a space (for user interfaces).",
+            "Posts a person's message to a space, made when new (for user interfaces).",
             json!({
                 "type": "object",
                 "properties": {

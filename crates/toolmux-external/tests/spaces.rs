@@ -220,11 +220,9 @@ async fn bad_arguments_say_what_is_wrong() {
         ("set_goals", json!({"goals": []}), "is empty"),
         ("delete_plans", json!({}), "`ids`"),
         ("read_messages", json!({}), "you are not in a space"),
-        (
-            "post",
-            json!({"space": "nowhere", "author": "x", "text": "hi"}),
-            "there is no space `nowhere`",
-        ),
+        ("read_messages", json!({"space": "nowhere"}), "there is no space `nowhere`"),
+        ("post", json!({"space": "a b", "author": "x", "text": "hi"}), "is not a space name"),
+        ("post", json!({"space": "a", "author": "", "text": "hi"}), "`author` must be"),
     ];
     for (tool, arguments, expected) in cases {
         let err = gateway.call(tool, arguments, &me).await.expect_err(tool);

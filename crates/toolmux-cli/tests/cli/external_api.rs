@@ -841,3 +841,65 @@ fn watch_keeps_external_calls_waiting_through_a_reload() {
     let stopped = stop(gateway);
     assert_eq!(stopped.code, 0, "{}", stopped.stderr);
 }
+
+/// People post to spaces and read them over HTTP; agents (MCP clients) meet them there,
+/// see the calls of visible tools shown, and each key holder has spaces of its own.
+#[test]
+fn people_and_agents_meet_in_spaces_over_http_and_holders_keep_theirs_apart() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file("toolmux.yaml", &format!("{CONFIG}spaces:\n  inMemory: true\n"));
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let bob_auth = bearer(BOB);
+    let as_alice = [("Authorization", alice_auth.as_str())];
+    let as_bob = [("Authorization", bob_auth.as_str())];
+
+    // A person starts a space by posting to it.
+    let body = json!({"author": "husam", "text": "book a hotel in Tokyo"}).to_string();
+    let posted = request(&address, "POST", "/api/spaces/trip/messages", &as_alice, &body);
+    assert_eq!(posted.status, 201, "{}", posted.body);
+    assert_eq!(json_body(&posted)["author"], "person:husam");
+
+    // Alice's agent enters it, sees the message, and asks for a confirmation there.
+    let mut agent = Agent::start(&address, ALICE);
+    let (entered, failed) =
+        agent.call("gateway__enter_space", json!({"space": "trip"})).recv().unwrap();
+    assert!(!failed, "{entered}");
+    assert_eq!(entered["messages"][0]["text"], "book a hotel in Tokyo", "{entered}");
+    let (asked, failed) =
+        agent.call("external__build", json!({"target": "booking"})).recv().unwrap();
+    assert!(!failed, "{asked}");
+
+    let page = request(&address, "GET", "/api/spaces/trip/messages?offset=1", &as_alice, "");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = json_body(&page);
+    assert_eq!(page["total"], 2, "{page}");
+    let shown = &page["messages"][0]["tool"];
+    assert_eq!(shown["name"], "external__build");
+    assert_eq!(shown["status"], "requires_action");
+    assert_eq!(shown["callId"], asked["callId"]);
+
+    // Bob's key sees none of it.
+    let listed = json_body(&request(&address, "GET", "/api/spaces", &as_bob, ""));
+    assert_eq!(listed, json!({"spaces": []}));
+    let hidden = request(&address, "GET", "/api/spaces/trip/messages", &as_bob, "");
+    assert_eq!(hidden.status, 404, "{}", hidden.body);
+    assert!(hidden.body.contains("there is no space `trip`"), "{}", hidden.body);
+    let listed = json_body(&request(&address, "GET", "/api/spaces", &as_alice, ""));
+    assert_eq!(listed["spaces"][0]["space"], "trip", "{listed}");
+
+    // Mistakes are told.
+    let bad = request(&address, "POST", "/api/spaces/trip/messages", &as_alice, "{\"text\": 1}");
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("`author` and `text` (strings) are required"), "{}", bad.body);
+    let bad = request(&address, "GET", "/api/spaces/trip/messages?page=2", &as_alice, "");
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("unknown query parameter `page`"), "{}", bad.body);
+    let bad = request(&address, "POST", "/api/spaces/no%20pe/messages", &as_alice, &body);
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("is not a space name"), "{}", bad.body);
+    let anonymous = request(&address, "GET", "/api/spaces", &[], "");
+    assert_eq!(anonymous.status, 401);
+    stop(gateway);
+}

@@ -554,13 +554,14 @@ impl Spaces {
     }
 
     /// Posts `text` as the caller to its active space (`space` given: to that space, which
-    /// must exist). Gives the message.
+    /// must exist unless `create`). Gives the message.
     pub async fn say(
         &self,
         who: &Who,
         space: Option<&str>,
         text: &str,
         tool: &str,
+        create: bool,
     ) -> Result<Message, ToolError> {
         if text.trim().is_empty() {
             return Err(invalid(tool, "`text` is empty: say something"));
@@ -590,9 +591,14 @@ impl Spaces {
                     invalid(&tool, "you are not in a space: call `gateway__enter_space` first")
                 })?,
             };
-            let Some(space) = txn.space(&stored)? else {
+            if txn.space(&stored)?.is_none() && create && space_name.is_some() {
+                let new = Space { created_ms: now_ms(), ..Space::default() };
+                txn.state.spaces.insert(stored.clone(), new);
+            }
+            let Some(space) = txn.state.spaces.get_mut(&stored) else {
                 return Err(invalid(&tool, &no_space(space_name)));
             };
+            space.members.insert(key.clone());
             let message = Message {
                 index: 0,
                 author,
@@ -946,7 +952,7 @@ mod tests {
         assert!(entered.created);
         spaces.enter(&b, "lobby", 10).await.expect("enter");
         for text in ["one", "two", "three", "four"] {
-            spaces.say(&a, None, text, "t").await.expect("say");
+            spaces.say(&a, None, text, "t", false).await.expect("say");
         }
         // b has not read any; the oldest was dropped (3 kept).
         let page = spaces.read(&b, None, None, 10).await.expect("read");
@@ -966,7 +972,7 @@ mod tests {
         let acme = Who { holder: Some("acme".into()), entity: "agent:a".into() };
         let other = Who { holder: Some("other".into()), entity: "agent:a".into() };
         spaces.enter(&acme, "lobby", 5).await.expect("enter");
-        spaces.say(&acme, None, "secret plan", "t").await.expect("say");
+        spaces.say(&acme, None, "secret plan", "t", false).await.expect("say");
         let listed = spaces.list(&other).await.expect("list");
         assert!(listed.is_empty(), "{listed:?}");
         let err = spaces.read(&other, Some("lobby"), None, 5).await.expect_err("no such space");

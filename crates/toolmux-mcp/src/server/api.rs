@@ -24,10 +24,22 @@
 //!   interface to render the call; `lagged` when the stream fell behind and missed some. A
 //!   key holder sees its own runs' calls only.
 //!
+//! - `GET /api/spaces` (with `spaces` configured): `{"spaces": [{space, total, members}]}`.
+//! - `GET /api/spaces/{space}/messages[?offset=N][&limit=N]`: a page of the space's
+//!   messages from `offset` (default 0; at most 200): `{space, messages, next, total,
+//!   first}`; each message has its `index`, `author`, `atMs` and `text`, or the `tool`
+//!   call of a visible tool with its `status` (`requires_action`, `complete`, `error`,
+//!   `cancelled`) and `result`. 404 for a space that does not exist.
+//! - `POST /api/spaces/{space}/messages` with `{"author", "text"}`: a person's message
+//!   (`person:AUTHOR`), 201 and the message; the space is made when new. Agents read it
+//!   with `gateway__read_messages`, and find it unread when their next run starts.
+//!
 //! Each request to the first three is a call of the served provider's `external__pending` or
 //! `external__submit`, so it passes through the same pipeline as over MCP (permissions,
 //! limits, accounting) and is scoped to the API key's holder the same way: a holder sees
-//! and answers only calls made with its own key. Requests are refused like `/mcp`'s: 401
+//! and answers only calls made with its own key. The spaces routes are calls of the
+//! gateway's `gateway__spaces`, `gateway__read_messages` and `gateway__post` the same
+//! way, and a key holder has spaces of its own. Requests are refused like `/mcp`'s: 401
 //! without a key when keys are configured, 403 for a `Host` or `Origin` not allowed.
 
 use super::ServedEvent;
@@ -78,6 +90,8 @@ pub(crate) fn routes(
         .route("/api/tool-calls/events", axum::routing::get(events))
         .route("/api/runs/{run_id}/tool-results", axum::routing::post(submit))
         .route("/api/events", axum::routing::get(tool_events))
+        .route("/api/spaces", axum::routing::get(spaces))
+        .route("/api/spaces/{space}/messages", axum::routing::get(messages).post(post_message))
         .with_state(api)
         .layer(axum::middleware::from_fn_with_state(Arc::<[String]>::from(hosts), check_host))
 }
@@ -368,6 +382,8 @@ struct Query {
     wait: Duration,
     tools: Vec<String>,
     runs: Vec<String>,
+    offset: Option<u64>,
+    limit: Option<u64>,
 }
 
 impl Query {
@@ -395,11 +411,139 @@ impl Query {
                     })?;
                     parsed.wait = Duration::from_millis(ms).min(MAX_WAIT);
                 }
+                "offset" | "limit" => {
+                    let n: u64 = value
+                        .parse()
+                        .map_err(|_| format!("`{key}` must be a whole number, not `{value}`"))?;
+                    if key == "offset" {
+                        parsed.offset = Some(n);
+                    } else {
+                        parsed.limit = Some(n);
+                    }
+                }
                 "tool" => parsed.tools.extend(list(&value)),
                 _ => parsed.runs.extend(list(&value)),
             }
         }
         Ok(parsed)
+    }
+}
+
+/// The gateway's tools behind the spaces routes.
+const SPACES: &str = "gateway__spaces";
+const READ_MESSAGES: &str = "gateway__read_messages";
+const POST: &str = "gateway__post";
+
+/// Runs gateway tool `tool` for a spaces route; its JSON answer, or the response telling
+/// what went wrong (404 when the server has no spaces, or for a space it does not have).
+async fn gateway(
+    api: &Api,
+    parts: &axum::http::request::Parts,
+    tool: &str,
+    args: Value,
+) -> Result<Value, Response> {
+    let cancel = CancellationToken::new();
+    let _cancel_on_drop = cancel.clone().drop_guard();
+    let ctx = context(parts, cancel);
+    let called = tokio::select! {
+        called = api.shared.provider().call(tool, args, &ctx) => called,
+        () = api.shutdown.cancelled() => {
+            return Err(problem(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down"));
+        }
+    };
+    match called {
+        Ok(output) if output.is_error => Err(failure(&ToolError::remote(tool, text_of(&output)))),
+        Ok(output) => json_of(&output)
+            .ok_or_else(|| failure(&ToolError::remote(tool, "the answer is not JSON"))),
+        Err(ToolError::UnknownTool { .. }) => Err(problem(
+            StatusCode::NOT_FOUND,
+            "this server has no spaces: add a `spaces` section to its configuration to use this API",
+        )),
+        Err(e @ ToolError::InvalidArguments { .. })
+            if e.to_string().contains("there is no space") =>
+        {
+            Err(problem(StatusCode::NOT_FOUND, &e.report()))
+        }
+        Err(e) => Err(failure(&e)),
+    }
+}
+
+fn json_of(output: &ToolOutput) -> Option<Value> {
+    output.content.iter().find_map(|part| match part {
+        ContentPart::Json { value } => Some(value.clone()),
+        ContentPart::Text { text } => serde_json::from_str(text).ok(),
+        _ => None,
+    })
+}
+
+async fn spaces(State(api): State<Api>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err(message) = Query::parse(parts.uri.query(), &[]) {
+        return problem(StatusCode::BAD_REQUEST, &message);
+    }
+    match gateway(&api, &parts, SPACES, json!({})).await {
+        Ok(listing) => json_response(StatusCode::OK, &listing),
+        Err(response) => response,
+    }
+}
+
+async fn messages(State(api): State<Api>, Path(space): Path<String>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    let query = match Query::parse(parts.uri.query(), &["offset", "limit"]) {
+        Ok(query) => query,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let mut args = json!({"space": space, "offset": query.offset.unwrap_or(0)});
+    if let Some(limit) = query.limit {
+        args["limit"] = json!(limit.clamp(1, 200));
+    }
+    match gateway(&api, &parts, READ_MESSAGES, args).await {
+        Ok(page) => json_response(StatusCode::OK, &page),
+        Err(response) => response,
+    }
+}
+
+async fn post_message(
+    State(api): State<Api>,
+    Path(space): Path<String>,
+    request: Request,
+) -> Response {
+    const SHAPE: &str = "send {\"author\": \"…\", \"text\": \"…\"}";
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {
+        let message = format!("the body is over {} MiB, or was cut off", MAX_BODY >> 20);
+        return problem(StatusCode::PAYLOAD_TOO_LARGE, &message);
+    };
+    let fields = match serde_json::from_slice::<Value>(&body) {
+        Ok(Value::Object(fields)) => fields,
+        Ok(_) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!("the body must be a JSON object: {SHAPE}"),
+            );
+        }
+        Err(e) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!("the body is not JSON ({e}): {SHAPE}"),
+            );
+        }
+    };
+    if let Some(unknown) = fields.keys().find(|k| !["author", "text"].contains(&k.as_str())) {
+        return problem(StatusCode::BAD_REQUEST, &format!("unknown field `{unknown}`: {SHAPE}"));
+    }
+    let (Some(Value::String(author)), Some(Value::String(text))) =
+        (fields.get("author"), fields.get("text"))
+    else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            &format!("`author` and `text` (strings) are required: {SHAPE}"),
+        );
+    };
+    let args = json!({"space": space, "author": author, "text": text});
+    match gateway(&api, &parts, POST, args).await {
+        Ok(message) => json_response(StatusCode::CREATED, &message),
+        Err(response) => response,
     }
 }
 
