@@ -475,7 +475,7 @@ impl ToolProvider for HttpDouble {
         arguments: Value,
         _ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        self.calls.lock().unwrap().push((name.to_owned(), arguments.clone()));
+        self.calls.lock().expect("not poisoned").push((name.to_owned(), arguments.clone()));
         Ok(ToolOutput::json(json!({"answered": name, "args": arguments}))
             .with_extra("status", json!(200)))
     }

@@ -43,9 +43,9 @@ impl Seen {
 /// with a JSON object telling what it got (the `x-api-key` header included); every request
 /// goes to the returned channel. It stops waiting after [`WAIT`].
 fn serve(count: usize) -> (String, mpsc::Receiver<Seen>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    listener.set_nonblocking(true).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let base = format!("http://{}", listener.local_addr().expect("bound"));
+    listener.set_nonblocking(true).expect("a non-blocking listener");
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
         let deadline = Instant::now() + WAIT;
@@ -70,34 +70,36 @@ fn serve(count: usize) -> (String, mpsc::Receiver<Seen>) {
 }
 
 fn answer(mut stream: TcpStream) -> Seen {
-    stream.set_nonblocking(false).unwrap();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.set_nonblocking(false).expect("a blocking stream");
+    stream.set_read_timeout(Some(WAIT)).expect("a read timeout");
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
             break end;
         }
-        let n = stream.read(&mut chunk).unwrap();
+        let n = stream.read(&mut chunk).expect("the request headers");
         assert!(n > 0, "connection closed before the headers ended");
         bytes.extend_from_slice(&chunk[..n]);
     };
-    let head = String::from_utf8(bytes[..head_end].to_vec()).unwrap();
+    let head = String::from_utf8(bytes[..head_end].to_vec()).expect("UTF-8 headers");
     let mut lines = head.split("\r\n");
-    let line = lines.next().unwrap().to_owned();
+    let line = lines.next().unwrap_or_default().to_owned();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    let length: usize =
-        headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().expect("a numeric content-length"));
     let mut body = bytes[head_end + 4..].to_vec();
     while body.len() < length {
-        let n = stream.read(&mut chunk).unwrap();
+        let n = stream.read(&mut chunk).expect("the request body");
         assert!(n > 0, "connection closed before the body ended");
         body.extend_from_slice(&chunk[..n]);
     }
-    let seen = Seen { line, headers, body: String::from_utf8(body).unwrap() };
+    let seen = Seen { line, headers, body: String::from_utf8(body).expect("a UTF-8 body") };
     let reply = json!({"got": seen.line, "key": seen.header("x-api-key"), "temperature": 21});
     let reply = reply.to_string();
     let response = format!(
@@ -105,7 +107,7 @@ fn answer(mut stream: TcpStream) -> Seen {
          Connection: close\r\n\r\n{reply}",
         reply.len()
     );
-    stream.write_all(response.as_bytes()).unwrap();
+    stream.write_all(response.as_bytes()).expect("the response sent");
     seen
 }
 
