@@ -13,6 +13,11 @@
 //!   submitted after that goes to the run's inbox.
 //! - With `isAsync: true` the call returns `{"status": "pending", "callId": …}` at once, and
 //!   the result goes to the inbox of the run that made the call when it is submitted.
+//! - `executionType: gateway` (and any tool but an internal one with `execution.url`) is an
+//!   HTTP request made inline, its response the result: this crate makes no request
+//!   itself but hands such calls, by the same name, to the provider given with
+//!   [`ExternalProvider::with_http`] (the facade's inline REST tools, built from
+//!   [`Execution`]). `isAsync` does not apply to them.
 //!
 //! Three tools of the provider serve the other side and the inbox:
 //!
@@ -77,6 +82,25 @@ pub enum ExecutionType {
     Space,
     /// Not at all: the arguments are the result.
     Internal,
+    /// By an HTTP request to `execution.url`, inline.
+    Gateway,
+}
+
+/// The HTTP request of a tool made inline (`execution`): `url`, `method` and `headers` may
+/// hold `${parameters.x}` placeholders, filled from the call's arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Execution {
+    /// The URL (`http://` or `https://`); required for `executionType: gateway`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP method (default `GET`, which sends the arguments as query parameters; `POST`,
+    /// `PUT` and `PATCH` send them as a JSON body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Request headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
 }
 
 /// One external tool, under `externalTools` by name.
@@ -88,9 +112,13 @@ pub struct ExternalToolConfig {
     /// The JSON Schema of its arguments (default: any object).
     #[serde(default, alias = "parametersSchema", skip_serializing_if = "Option::is_none")]
     pub input_schema: Option<Value>,
-    /// `external` (default), `space` or `internal`.
+    /// `external` (default), `space`, `internal` or `gateway`.
     #[serde(default)]
     pub execution_type: ExecutionType,
+    /// The HTTP request that answers the call inline (required for `gateway`; any tool but
+    /// an internal one with a `url` is made so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Execution>,
     /// Return `{"status": "pending"}` at once; the result goes to the run's inbox.
     #[serde(default)]
     pub is_async: bool,
@@ -107,6 +135,37 @@ impl ExternalToolConfig {
     fn shown_in_ui(&self) -> bool {
         self.visible.unwrap_or(self.execution_type != ExecutionType::Internal)
     }
+
+    /// `execution.url` of a tool made as an HTTP request (any tool but an internal one).
+    pub fn url(&self) -> Option<&str> {
+        let url = self.execution.as_ref().and_then(|e| e.url.as_deref());
+        url.filter(|_| self.execution_type != ExecutionType::Internal)
+    }
+
+    /// What is wrong with the `execution` of tool `name`, if anything.
+    fn check_execution(&self, name: &str) -> Result<(), String> {
+        if self.execution_type == ExecutionType::Internal && self.execution.is_some() {
+            return Err(format!(
+                "`{name}`: an `internal` tool executes nothing; remove `execution` or choose \
+                 `executionType: gateway`"
+            ));
+        }
+        if self.execution_type == ExecutionType::Gateway && self.url().is_none() {
+            return Err(format!(
+                "`{name}`: `executionType: gateway` makes an HTTP request; add `execution.url`"
+            ));
+        }
+        if self.url().is_some() && self.is_async {
+            return Err(format!(
+                "`{name}`: a tool with `execution.url` is answered inline by its HTTP request; \
+                 remove `isAsync: true`"
+            ));
+        }
+        if self.execution.is_some() && self.url().is_none() {
+            return Err(format!("`{name}`: `execution` needs a `url`"));
+        }
+        Ok(())
+    }
 }
 
 /// The external tools of a configuration, with their pending calls in a [`PendingStore`].
@@ -115,12 +174,15 @@ pub struct ExternalProvider {
     tools: Arc<BTreeMap<String, ExternalToolConfig>>,
     store: Arc<dyn PendingStore>,
     spaces: Option<Spaces>,
+    /// Makes the calls of the tools with `execution.url`, by the same local name.
+    http: Option<Arc<dyn ToolProvider>>,
 }
 
 impl ExternalProvider {
     /// The tools of `tools` (by name), pending calls in `store`. A name that is not a
     /// valid tool name, or one of the provider's own (`pending`, `submit`, `inbox`), or an
-    /// input schema that is not an object is an error naming the tool.
+    /// input schema that is not an object, or an `execution` that does not fit the
+    /// `executionType` (see [`ExternalProvider::with_http`]) is an error naming the tool.
     pub fn new(
         tools: &BTreeMap<String, ExternalToolConfig>,
         store: Arc<dyn PendingStore>,
@@ -145,11 +207,12 @@ impl ExternalProvider {
             if tool.timeout == Some(0) {
                 return Err(format!("`{name}`: `timeout` must be at least 1 millisecond"));
             }
+            tool.check_execution(name)?;
             if named.insert(local.clone(), tool.clone()).is_some() {
                 return Err(format!("two external tools are both named `{local}`"));
             }
         }
-        Ok(ExternalProvider { tools: Arc::new(named), store, spaces: None })
+        Ok(ExternalProvider { tools: Arc::new(named), store, spaces: None, http: None })
     }
 
     /// Shows the calls of visible tools in the caller's active space, and refuses them to a
@@ -157,6 +220,15 @@ impl ExternalProvider {
     #[must_use]
     pub fn with_spaces(mut self, spaces: Spaces) -> ExternalProvider {
         self.spaces = Some(spaces);
+        self
+    }
+
+    /// Hands the calls of the tools with `execution.url` to `http`, which offers each of
+    /// them under the same local name (the sanitized configured name) and makes the
+    /// request: the facade's inline REST tools. Without it, such calls fail.
+    #[must_use]
+    pub fn with_http(mut self, http: Arc<dyn ToolProvider>) -> ExternalProvider {
+        self.http = Some(http);
         self
     }
 
@@ -201,6 +273,46 @@ impl ExternalProvider {
             return Ok(ToolOutput::json(result).with_extra("visible", json!(visible)));
         }
         let shown_arguments = space.as_ref().map(|_| arguments.clone());
+        if tool.url().is_some() {
+            let Some(http) = &self.http else {
+                return Err(ToolError::Unavailable {
+                    provider: NAMESPACE.to_owned(),
+                    message: format!(
+                        "`{NAMESPACE}__{name}` makes an HTTP request, and no HTTP provider was \
+                         given (`ExternalProvider::with_http`)"
+                    ),
+                });
+            };
+            let called = http.call(name, arguments, ctx).await;
+            if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
+                let (status, result) = match &called {
+                    Ok(output) => {
+                        let text = output.to_text();
+                        let result = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                        let failed = output.is_error;
+                        (
+                            if failed {
+                                spaces::ToolStatus::Error
+                            } else {
+                                spaces::ToolStatus::Complete
+                            },
+                            result,
+                        )
+                    }
+                    Err(e) => (spaces::ToolStatus::Error, Value::String(e.to_string())),
+                };
+                let message = spaces::ToolMessage {
+                    name: full.clone(),
+                    arguments,
+                    status,
+                    result: Some(result),
+                    call_id: None,
+                };
+                // The request is made: a caller that left the space in between is not told.
+                let _ = spaces.post_tool(who, message).await?;
+            }
+            return Ok(called?.with_extra("visible", json!(visible)));
+        }
         let call = PendingCall {
             call_id: String::new(),
             tool: format!("{NAMESPACE}__{name}"),

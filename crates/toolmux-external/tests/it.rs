@@ -1,6 +1,7 @@
 //! The external tools through their provider: internal tools, synchronous calls answered in
 //! time, too late and never, asynchronous calls and the inbox, withdrawal on cancel, the
-//! store's bounds and the shared provider conformance suite.
+//! store's bounds, tools made as HTTP requests (handed to a delegate) and the shared
+//! provider conformance suite.
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -9,7 +10,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput, ToolProvider};
 use toolmux_external::{
-    ExecutionType, ExternalProvider, ExternalToolConfig, MemoryPendingStore, PendingStore,
+    Execution, ExecutionType, ExternalProvider, ExternalToolConfig, MemoryPendingStore,
+    PendingStore,
 };
 use toolmux_test_support::conformance::{Conformance, SampleCall};
 
@@ -21,6 +23,7 @@ fn tool(execution_type: ExecutionType, is_async: bool, timeout: Option<u64>) -> 
         is_async,
         timeout,
         visible: None,
+        execution: None,
     }
 }
 
@@ -439,4 +442,153 @@ async fn expired_calls_make_room_in_a_full_store() {
     let tools: Vec<String> =
         store.pending(&[], Duration::ZERO).await.into_iter().map(|c| c.tool).collect();
     assert_eq!(tools, ["external__c", "external__d"]);
+}
+
+/// The delegate of the tools with `execution.url`: records each call it gets and answers
+/// with its name and arguments, under a schema of its own that must not be listed.
+#[derive(Debug, Default)]
+struct HttpDouble {
+    calls: std::sync::Mutex<Vec<(String, Value)>>,
+}
+
+#[async_trait::async_trait]
+impl ToolProvider for HttpDouble {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Rest
+    }
+
+    fn namespace(&self) -> &str {
+        "external"
+    }
+
+    async fn list_tools(&self) -> Result<Vec<toolmux_core::ToolSpec>, ToolError> {
+        Ok(vec![toolmux_core::ToolSpec::new(
+            "fetchWeather",
+            "delegate's",
+            json!({"type": "object"}),
+        )])
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        _ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.calls.lock().expect("not poisoned").push((name.to_owned(), arguments.clone()));
+        Ok(ToolOutput::json(json!({"answered": name, "args": arguments}))
+            .with_extra("status", json!(200)))
+    }
+}
+
+fn with_url(execution_type: ExecutionType, url: Option<&str>) -> ExternalToolConfig {
+    let execution = Execution { url: url.map(str::to_owned), ..Execution::default() };
+    ExternalToolConfig { execution: Some(execution), ..tool(execution_type, false, None) }
+}
+
+/// The seeds' `fetchWeather` example, as JSON: `executionType: gateway` with `execution`.
+#[test]
+fn the_seeds_gateway_tool_parses() {
+    let config: ExternalToolConfig = serde_json::from_value(json!({
+        "description": "The weather now",
+        "executionType": "gateway",
+        "visible": true,
+        "execution": {"url": "https://api.weather.com/current", "method": "GET",
+                      "headers": {"X-Key": "k"}}
+    }))
+    .unwrap();
+    assert_eq!(config.execution_type, ExecutionType::Gateway);
+    assert_eq!(config.url(), Some("https://api.weather.com/current"));
+    let execution = config.execution.unwrap();
+    assert_eq!(execution.method.as_deref(), Some("GET"));
+    assert_eq!(execution.headers["X-Key"], "k");
+}
+
+/// A tool with `execution.url` (`gateway`, or another type but `internal`) is listed as
+/// configured and its calls go to the delegate by the same name, with the `visible` extra
+/// added; nothing waits in the store.
+#[tokio::test]
+async fn url_tools_are_handed_to_the_http_delegate() {
+    let http = Arc::new(HttpDouble::default());
+    let store = Arc::new(MemoryPendingStore::default());
+    let quiet = ExternalToolConfig {
+        visible: Some(false),
+        ..with_url(ExecutionType::Space, Some("http://127.0.0.1:9/x"))
+    };
+    let tools = BTreeMap::from([
+        ("fetchWeather".to_owned(), with_url(ExecutionType::Gateway, Some("http://127.0.0.1:9/w"))),
+        ("quiet".to_owned(), quiet),
+        ("chart".to_owned(), tool(ExecutionType::Internal, false, None)),
+    ]);
+    let p = ExternalProvider::new(&tools, store.clone()).unwrap().with_http(http.clone());
+    let listed = p.list_tools().await.unwrap();
+    let weather = listed.iter().find(|t| t.name == "fetchWeather").unwrap();
+    assert_eq!(weather.description, "d");
+    assert_eq!(weather.input_schema["properties"]["q"]["type"], "string");
+    assert!(weather.annotations.shown);
+
+    let out = p.call("fetchWeather", json!({"q": "Paris"}), &run("r")).await.unwrap();
+    assert_eq!(json_of(&out), json!({"answered": "fetchWeather", "args": {"q": "Paris"}}));
+    assert_eq!(out.extras["visible"], json!(true));
+    assert_eq!(out.extras["status"], json!(200));
+    let out = p.call("quiet", json!({}), &run("r")).await.unwrap();
+    assert_eq!(out.extras["visible"], json!(false));
+    // Internal tools still answer themselves.
+    let out = p.call("chart", json!({"q": "x"}), &run("r")).await.unwrap();
+    assert_eq!(json_of(&out), json!({"success": true, "args": {"q": "x"}}));
+
+    let calls = http.calls.lock().unwrap().clone();
+    assert_eq!(
+        calls,
+        vec![("fetchWeather".to_owned(), json!({"q": "Paris"})), ("quiet".to_owned(), json!({}))]
+    );
+    assert_eq!(store.count_pending("r").await, 0);
+}
+
+/// Without a delegate a URL tool fails, saying so, rather than waiting for a submission.
+#[tokio::test]
+async fn a_url_tool_without_a_delegate_fails() {
+    let tools = BTreeMap::from([(
+        "fetchWeather".to_owned(),
+        with_url(ExecutionType::Gateway, Some("http://127.0.0.1:9/w")),
+    )]);
+    let p = ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default())).unwrap();
+    let error = p.call("fetchWeather", json!({}), &run("r")).await.unwrap_err();
+    assert!(matches!(error, ToolError::Unavailable { .. }), "{error:?}");
+    assert!(error.to_string().contains("`external__fetchWeather` makes an HTTP request"));
+}
+
+/// An `execution` that does not fit the tool is refused, naming the tool and the fix.
+#[test]
+fn execution_mistakes_name_the_tool() {
+    let store: Arc<dyn PendingStore> = Arc::new(MemoryPendingStore::default());
+    let one = |name: &str, config: ExternalToolConfig| {
+        ExternalProvider::new(&BTreeMap::from([(name.to_owned(), config)]), store.clone())
+            .unwrap_err()
+    };
+    let no_execution = tool(ExecutionType::Gateway, false, None);
+    assert_eq!(
+        one("weather", no_execution),
+        "`weather`: `executionType: gateway` makes an HTTP request; add `execution.url`"
+    );
+    assert_eq!(
+        one("weather", with_url(ExecutionType::Gateway, None)),
+        "`weather`: `executionType: gateway` makes an HTTP request; add `execution.url`"
+    );
+    let internal = with_url(ExecutionType::Internal, Some("http://127.0.0.1:9/c"));
+    assert_eq!(
+        one("chart", internal),
+        "`chart`: an `internal` tool executes nothing; remove `execution` or choose \
+         `executionType: gateway`"
+    );
+    let asynchronous =
+        ExternalToolConfig { is_async: true, ..with_url(ExecutionType::Space, Some("http://h/")) };
+    assert_eq!(
+        one("confirm", asynchronous),
+        "`confirm`: a tool with `execution.url` is answered inline by its HTTP request; remove `isAsync: true`"
+    );
+    assert_eq!(
+        one("job", with_url(ExecutionType::External, None)),
+        "`job`: `execution` needs a `url`"
+    );
 }

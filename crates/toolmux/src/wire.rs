@@ -233,7 +233,7 @@ impl Toolmux {
         #[cfg(feature = "external")]
         let mut pending = None;
         #[cfg(feature = "external")]
-        let spaces = spaces(loaded, previous.and_then(|p| p.spaces.clone()))?;
+        let spaces = spaces(loaded, previous.and_then(|p| p.spaces.clone()), &secrets)?;
         #[cfg(feature = "external")]
         if let Some((spaces, history)) = &spaces
             && keep(toolmux_external::GATEWAY_NAMESPACE)
@@ -837,6 +837,10 @@ fn external_provider(
         Some(spaces) => provider.with_spaces(spaces),
         None => provider,
     };
+    let provider = match external_http(loaded)? {
+        Some(http) => provider.with_http(http),
+        None => provider,
+    };
     let margin = Duration::from_secs(1);
     for (name, tool) in tools {
         if tool.is_async || tool.execution_type == toolmux_external::ExecutionType::Internal {
@@ -861,6 +865,7 @@ fn external_provider(
 fn spaces(
     loaded: &Loaded,
     previous: Option<toolmux_external::Spaces>,
+    secrets: &[String],
 ) -> Result<Option<(toolmux_external::Spaces, usize)>, ToolmuxError> {
     use toolmux_external::Spaces;
     let Some(section) = &loaded.config.spaces else {
@@ -896,7 +901,85 @@ fn spaces(
         Spaces::in_dir(&dir)
             .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("spaces.dir: {e}")))?
     };
-    Ok(Some((spaces.with_max_messages(max), history)))
+    let redactor = toolmux_orchestrator::Redactor::new(secrets.iter().cloned());
+    let spaces = spaces.with_max_messages(max);
+    let spaces = if redactor.is_empty() {
+        spaces
+    } else {
+        spaces.with_redaction(move |text| redactor.redact(text).into_owned())
+    };
+    Ok(Some((spaces, history)))
+}
+
+/// The HTTP requests of the external tools with `execution.url` (`executionType: gateway`),
+/// made by inline REST tools under the external tools' local names, so that they template,
+/// time out, cap responses and follow redirects as `restTools` do; `None` without any.
+#[cfg(all(feature = "external", feature = "rest"))]
+fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, ToolmuxError> {
+    use toolmux_core::naming;
+    use toolmux_external::NAMESPACE;
+    let error = |message: String| {
+        ToolmuxError::config(loaded.source_name(), format!("externalTools: {message}"))
+    };
+    // A longer local name would be shortened by the REST provider, and the call, handed over
+    // by name, would not find its tool.
+    let room = naming::DEFAULT_BUDGET - NAMESPACE.len() - naming::SEPARATOR.len();
+    let mut requests = std::collections::BTreeMap::new();
+    for (name, tool) in &loaded.config.external_tools {
+        let Some(url) = tool.url() else { continue };
+        let local = naming::sanitize(name).into_owned();
+        if local.len() > room {
+            return Err(error(format!(
+                "`{name}`: the name of a tool making an HTTP request may have at most {room} \
+                 characters; choose a shorter one"
+            )));
+        }
+        let execution = tool.execution.clone().unwrap_or_default();
+        // Models see the external tool's schema; the REST tool's only has to be an object
+        // schema, which the external one need not declare.
+        let declares_object = |s: &serde_json::Value| s.get("type").is_some_and(|t| t == "object");
+        let schema = tool.input_schema.clone().filter(declares_object);
+        let request = toolmux_rest::RestToolConfig {
+            description: tool.description.clone(),
+            method: execution.method.unwrap_or_else(|| "GET".to_owned()),
+            url: url.to_owned(),
+            headers: execution.headers,
+            query: std::collections::BTreeMap::new(),
+            body: None,
+            parameters_schema: Some(
+                schema.unwrap_or_else(|| serde_json::json!({"type": "object"})),
+            ),
+            queue: None,
+            cache: None,
+            // Both default to 30 s (the seeds' default timeout).
+            timeout_ms: tool.timeout,
+            stream: false,
+            max_response_bytes: None,
+            max_redirects: None,
+        };
+        requests.insert(local, request);
+    }
+    if requests.is_empty() {
+        return Ok(None);
+    }
+    let provider = toolmux_rest::RestProvider::inline_in(NAMESPACE, &requests)
+        .map_err(|e| error(e.to_string()))?;
+    Ok(Some(Arc::new(provider)))
+}
+
+/// Without the `rest` feature, a tool with `execution.url` cannot be made.
+#[cfg(all(feature = "external", not(feature = "rest")))]
+fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, ToolmuxError> {
+    match loaded.config.external_tools.iter().find(|(_, tool)| tool.url().is_some()) {
+        Some((name, _)) => Err(ToolmuxError::config(
+            loaded.source_name(),
+            format!(
+                "externalTools: `{name}` makes an HTTP request (`execution.url`), which needs \
+                 toolmux built with the `rest` feature"
+            ),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// The Redis backend of `backend.redis`, when configured. Startup waits for the server at

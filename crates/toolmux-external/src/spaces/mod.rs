@@ -378,15 +378,24 @@ pub struct Context {
 }
 
 /// The spaces and the agents' state, in this process or in a folder.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Spaces {
-    inner: Arc<Inner>,
+    backend: Arc<Backend>,
+    max_messages: usize,
+    redact: Option<Redact>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    backend: Backend,
-    max_messages: usize,
+/// Replaces secrets in text before it is kept.
+type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+impl std::fmt::Debug for Spaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spaces")
+            .field("backend", &self.backend)
+            .field("max_messages", &self.max_messages)
+            .field("redacts", &self.redact.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug)]
@@ -440,24 +449,51 @@ impl Spaces {
     }
 
     fn with(backend: Backend) -> Spaces {
-        Spaces { inner: Arc::new(Inner { backend, max_messages: DEFAULT_MAX_MESSAGES }) }
+        Spaces { backend: Arc::new(backend), max_messages: DEFAULT_MAX_MESSAGES, redact: None }
     }
 
     /// Keeps at most `max` messages per space (the oldest are dropped).
     #[must_use]
-    pub fn with_max_messages(self, max: usize) -> Spaces {
-        let inner = match Arc::try_unwrap(self.inner) {
-            Ok(inner) => Inner { max_messages: max.max(1), ..inner },
-            Err(shared) => return Spaces { inner: shared },
-        };
-        Spaces { inner: Arc::new(inner) }
+    pub fn with_max_messages(mut self, max: usize) -> Spaces {
+        self.max_messages = max.max(1);
+        self
+    }
+
+    /// Passes every text kept (messages, tool calls' arguments and results) through
+    /// `redact` first: secrets from the configuration's environment never reach a space.
+    #[must_use]
+    pub fn with_redaction(
+        mut self,
+        redact: impl Fn(&str) -> String + Send + Sync + 'static,
+    ) -> Spaces {
+        self.redact = Some(Arc::new(redact));
+        self
+    }
+
+    fn clean_text(&self, text: &str) -> String {
+        match &self.redact {
+            Some(redact) => redact(text),
+            None => text.to_owned(),
+        }
+    }
+
+    fn clean(&self, value: Value) -> Value {
+        let Some(redact) = &self.redact else { return value };
+        match value {
+            Value::String(text) => Value::String(redact(&text)),
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.clean(v)).collect()),
+            Value::Object(fields) => Value::Object(
+                fields.into_iter().map(|(k, v)| (redact(&k), self.clean(v))).collect(),
+            ),
+            other => other,
+        }
     }
 
     async fn transact<R>(
         &self,
         change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
     ) -> Result<R, ToolError> {
-        match &self.inner.backend {
+        match self.backend.as_ref() {
             Backend::Memory(state) => {
                 let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
                 let mut txn = Txn {
@@ -580,9 +616,10 @@ impl Spaces {
         }
         let key = who.key();
         let named = space.map(|s| who.space(s));
-        let max = self.inner.max_messages;
+        let max = self.max_messages;
         let author = who.entity.clone();
         let tool = tool.to_owned();
+        let text = self.clean_text(text);
         let space_name = space;
         self.transact(move |txn| {
             let stored = match named {
@@ -599,13 +636,8 @@ impl Spaces {
                 return Err(invalid(&tool, &no_space(space_name)));
             };
             space.members.insert(key.clone());
-            let message = Message {
-                index: 0,
-                author,
-                text: Some(text.to_owned()),
-                tool: None,
-                at_ms: now_ms(),
-            };
+            let message =
+                Message { index: 0, author, text: Some(text), tool: None, at_ms: now_ms() };
             let index = space.push(message, max);
             let message = space.messages.back().cloned();
             txn.touch(&stored);
@@ -669,7 +701,7 @@ impl Spaces {
 
     /// The caller's spaces (its key holder's), with their sizes and members.
     pub async fn list(&self, who: &Who) -> Result<Vec<SpaceSummary>, ToolError> {
-        let names = match &self.inner.backend {
+        let names = match self.backend.as_ref() {
             Backend::Memory(state) => {
                 state.lock().unwrap_or_else(|e| e.into_inner()).spaces.keys().cloned().collect()
             }
@@ -710,8 +742,13 @@ impl Spaces {
         who: &Who,
         message: ToolMessage,
     ) -> Result<Result<u64, NotInSpace>, ToolError> {
+        let message = ToolMessage {
+            arguments: self.clean(message.arguments),
+            result: message.result.map(|r| self.clean(r)),
+            ..message
+        };
         let key = who.key();
-        let max = self.inner.max_messages;
+        let max = self.max_messages;
         let author = who.entity.clone();
         self.transact(move |txn| {
             let Some(stored) = txn.entity(&key).active_space.clone() else {
@@ -745,6 +782,7 @@ impl Spaces {
         status: ToolStatus,
         result: Option<Value>,
     ) -> Result<bool, ToolError> {
+        let result = result.map(|r| self.clean(r));
         self.transact(|txn| {
             let Some(stored) = txn.state.tool_calls.remove(call_id) else {
                 return Ok(false);
@@ -804,6 +842,10 @@ impl Spaces {
                 return Err(invalid(tool, &format!("`{id}` is not an id (1 to 64 characters)")));
             }
         }
+        let items: Vec<ItemInput> = items
+            .into_iter()
+            .map(|item| ItemInput { text: self.clean_text(&item.text), ..item })
+            .collect();
         let key = who.key();
         self.transact(|txn| {
             let entity = txn.entity(&key);

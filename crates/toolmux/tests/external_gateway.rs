@@ -1,0 +1,289 @@
+//! The seeds' `executionType: gateway` external tools through the facade: a configuration
+//! loaded from YAML, its tools making real HTTP requests to a server on 127.0.0.1 through
+//! the orchestrator, and the configuration mistakes, each naming the tool.
+#![cfg(all(feature = "external", feature = "rest"))]
+
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use toolmux::Toolmux;
+use toolmux::config::{FileFormat, Loaded, load_str};
+use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider};
+
+/// How long the server and the test wait for anything.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The secret the configuration takes from the environment.
+const KEY: &str = "s3cret-weather-key";
+
+fn load(yaml: &str, dir: &Path) -> Result<Loaded, toolmux::ToolmuxError> {
+    let env = |name: &str| (name == "WEATHER_KEY").then(|| KEY.to_owned());
+    load_str(yaml, FileFormat::Yaml, "toolmux.yaml", dir, &env)
+}
+
+/// A request as the server read it: the request line, the headers (names lowercase) and
+/// the body.
+#[derive(Debug)]
+struct Seen {
+    line: String,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 answering `count` requests, one per connection, each
+/// with a JSON object telling what it got (the `x-api-key` header included); every request
+/// goes to the returned channel. It stops waiting after [`WAIT`].
+fn serve(count: usize) -> (String, mpsc::Receiver<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let base = format!("http://{}", listener.local_addr().expect("bound"));
+    listener.set_nonblocking(true).expect("a non-blocking listener");
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        let mut answered = 0;
+        while answered < count && Instant::now() < deadline {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let seen = answer(stream);
+                    answered += 1;
+                    if sender.send(seen).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    });
+    (base, receiver)
+}
+
+fn answer(mut stream: TcpStream) -> Seen {
+    stream.set_nonblocking(false).expect("a blocking stream");
+    stream.set_read_timeout(Some(WAIT)).expect("a read timeout");
+    let mut bytes = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end;
+        }
+        let n = stream.read(&mut chunk).expect("the request headers");
+        assert!(n > 0, "connection closed before the headers ended");
+        bytes.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(bytes[..head_end].to_vec()).expect("UTF-8 headers");
+    let mut lines = head.split("\r\n");
+    let line = lines.next().unwrap_or_default().to_owned();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let length: usize = headers
+        .iter()
+        .find(|(n, _)| n == "content-length")
+        .map_or(0, |(_, v)| v.parse().expect("a numeric content-length"));
+    let mut body = bytes[head_end + 4..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk).expect("the request body");
+        assert!(n > 0, "connection closed before the body ended");
+        body.extend_from_slice(&chunk[..n]);
+    }
+    let seen = Seen { line, headers, body: String::from_utf8(body).expect("a UTF-8 body") };
+    let reply = json!({"got": seen.line, "key": seen.header("x-api-key"), "temperature": 21});
+    let reply = reply.to_string();
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{reply}",
+        reply.len()
+    );
+    stream.write_all(response.as_bytes()).expect("the response sent");
+    seen
+}
+
+/// The seeds' `fetchWeather` (a GET with a header from `${WEATHER_KEY}`) and a POST whose
+/// URL takes an argument: each call reaches the server as configured, and the response is
+/// the result, the secret redacted, with the `visible` extra of the external tools.
+#[tokio::test]
+async fn gateway_tools_make_their_http_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, requests) = serve(2);
+    let yaml = format!(
+        "
+defaults: {{outputDir: out}}
+externalTools:
+  fetchWeather:
+    description: The weather now in a city
+    executionType: gateway
+    visible: true
+    inputSchema: {{type: object, properties: {{city: {{type: string}}}}, required: [city]}}
+    execution:
+      url: {base}/current
+      method: GET
+      headers: {{X-Api-Key: '${{WEATHER_KEY}}'}}
+  postReading:
+    description: Records a reading of a station
+    executionType: gateway
+    visible: false
+    timeout: 5000
+    inputSchema:
+      type: object
+      properties: {{station: {{type: string}}, celsius: {{type: number}}}}
+    execution: {{url: '{base}/readings/${{parameters.station}}', method: POST}}
+"
+    );
+    let loaded = load(&yaml, dir.path()).unwrap();
+    let toolmux = Toolmux::build(&loaded).await.unwrap();
+    let orchestrator = toolmux.orchestrator();
+    assert!(orchestrator.warmup().await.is_ok());
+
+    let listed = orchestrator.list_tools().await.unwrap();
+    let weather = listed.iter().find(|t| t.name == "external__fetchWeather").unwrap();
+    assert_eq!(weather.description, "The weather now in a city");
+    assert_eq!(weather.input_schema["required"], json!(["city"]));
+
+    let call = ToolCall::new("external__fetchWeather", json!({"city": "Paris"}));
+    let result = orchestrator.execute(call, &CallContext::new()).await;
+    assert!(result.ok, "{result:?}");
+    let seen = requests.recv_timeout(WAIT).unwrap();
+    assert_eq!(seen.line, "GET /current?city=Paris HTTP/1.1");
+    assert_eq!(seen.header("x-api-key"), Some(KEY));
+    let text = result.result.clone().unwrap();
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["got"], "GET /current?city=Paris HTTP/1.1");
+    assert_eq!(body["temperature"], 21);
+    // The key the server echoed is a secret from the environment: redacted.
+    assert_eq!(body["key"], "[redacted]", "{text}");
+    assert_eq!(result.extras.get("visible"), Some(&json!(true)), "{result:?}");
+    assert_eq!(result.namespace, "external");
+
+    let call = ToolCall::new("external__postReading", json!({"station": "orly", "celsius": 20.5}));
+    let result = orchestrator.execute(call, &CallContext::new()).await;
+    assert!(result.ok, "{result:?}");
+    let seen = requests.recv_timeout(WAIT).unwrap();
+    assert_eq!(seen.line, "POST /readings/orly HTTP/1.1");
+    assert_eq!(serde_json::from_str::<Value>(&seen.body).unwrap(), json!({"celsius": 20.5}));
+    assert_eq!(seen.header("x-api-key"), None);
+    assert_eq!(result.extras.get("visible"), Some(&json!(false)), "{result:?}");
+}
+
+/// A server that does not answer within the tool's `timeout` fails the call with the HTTP
+/// request's own timeout, not the orchestrator's.
+#[tokio::test]
+async fn a_gateway_tool_times_out_after_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Accepts the connection and never answers (kept open until the test ends).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let yaml = format!(
+        "
+defaults: {{outputDir: out}}
+externalTools:
+  slow: {{description: Never answers, executionType: gateway, timeout: 300, execution: {{url: '{base}/'}}}}
+"
+    );
+    let loaded = load(&yaml, dir.path()).unwrap();
+    let toolmux = Toolmux::build(&loaded).await.unwrap();
+    assert!(toolmux.orchestrator().warmup().await.is_ok());
+    let call = ToolCall::new("external__slow", json!({}));
+    let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
+    assert!(!result.ok, "{result:?}");
+    // The orchestrator's own limit is a second longer, and would name `external__slow`.
+    assert_eq!(result.error.as_deref(), Some("timeout: `slow` did not finish within 300ms"));
+    assert_eq!(result.extras.get("code"), Some(&json!("timeout")));
+    drop(listener);
+}
+
+/// Each mistake in `execution` is a configuration error naming the tool and the fix.
+#[tokio::test]
+async fn execution_mistakes_are_configuration_errors_naming_the_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "weather: {description: d, executionType: gateway}",
+            "toolmux.yaml: externalTools: `weather`: `executionType: gateway` makes an HTTP request; add `execution.url`",
+        ),
+        (
+            "weather: {description: d, executionType: gateway, execution: {method: POST}}",
+            "toolmux.yaml: externalTools: `weather`: `executionType: gateway` makes an HTTP request; add `execution.url`",
+        ),
+        (
+            "chart: {description: d, executionType: internal, execution: {url: 'http://127.0.0.1:9/'}}",
+            "toolmux.yaml: externalTools: `chart`: an `internal` tool executes nothing; remove `execution` or choose `executionType: gateway`",
+        ),
+        (
+            "confirm: {description: d, executionType: space, isAsync: true, execution: {url: 'http://127.0.0.1:9/'}}",
+            "toolmux.yaml: externalTools: `confirm`: a tool with `execution.url` is answered inline by its HTTP request; remove `isAsync: true`",
+        ),
+        (
+            "weather: {description: d, executionType: gateway, execution: {url: 'http://127.0.0.1:9/', method: 'NOT A METHOD'}}",
+            "toolmux.yaml: externalTools: invalid configuration of `weather`: invalid method `NOT A METHOD`",
+        ),
+    ];
+    for (tool, expected) in cases {
+        let yaml = format!("defaults: {{outputDir: out}}\nexternalTools:\n  {tool}\n");
+        let loaded = load(&yaml, dir.path()).unwrap();
+        let error = Toolmux::build(&loaded).await.unwrap_err().to_string();
+        assert_eq!(error, expected);
+    }
+}
+
+/// With `spaces`, a visible gateway tool needs a space and shows its call and result
+/// there, secrets redacted as everywhere else.
+#[tokio::test]
+async fn a_visible_gateway_tool_shows_its_call_in_the_space_without_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (base, requests) = serve(1);
+    let yaml = format!(
+        "
+spaces: {{dir: rooms}}
+externalTools:
+  fetchWeather:
+    description: The weather now in a city
+    executionType: gateway
+    execution: {{url: {base}/current, headers: {{X-Api-Key: '${{WEATHER_KEY}}'}}}}
+"
+    );
+    let loaded = load(&yaml, dir.path()).unwrap();
+    let toolmux = Toolmux::build(&loaded).await.unwrap();
+    let orchestrator = toolmux.orchestrator();
+    assert!(orchestrator.warmup().await.is_ok());
+    let ctx = CallContext::new().with_run_id("r1");
+    let weather = || ToolCall::new("external__fetchWeather", json!({"city": "Paris"}));
+
+    let refused = orchestrator.execute(weather(), &ctx).await;
+    assert!(!refused.ok);
+    assert!(refused.error.as_deref().unwrap_or_default().contains("not in a space"), "{refused:?}");
+    assert!(requests.try_recv().is_err(), "no request is made outside a space");
+
+    let enter = ToolCall::new("gateway__enter_space", json!({"space": "weather"}));
+    assert!(orchestrator.execute(enter, &ctx).await.ok);
+    let result = orchestrator.execute(weather(), &ctx).await;
+    assert!(result.ok, "{result:?}");
+    requests.recv_timeout(WAIT).unwrap();
+
+    let read = ToolCall::new("gateway__read_messages", json!({"space": "weather", "offset": 0}));
+    let page = orchestrator.execute(read, &ctx).await;
+    let text = page.result.unwrap();
+    let page: Value = serde_json::from_str(&text).unwrap();
+    let shown = &page["messages"][0]["tool"];
+    assert_eq!(shown["name"], "external__fetchWeather");
+    assert_eq!(shown["status"], "complete");
+    assert_eq!(shown["result"]["temperature"], 21);
+    assert_eq!(shown["result"]["key"], "[redacted]");
+    // Nor is it in the spaces folder.
+    for entry in std::fs::read_dir(dir.path().join("rooms/spaces")).unwrap() {
+        let stored = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!stored.contains(KEY), "{stored}");
+    }
+}
