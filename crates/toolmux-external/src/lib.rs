@@ -107,6 +107,10 @@ pub struct Execution {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExternalToolConfig {
+    /// The tool's name, as the seeds' tool objects repeat it; when given it must be the
+    /// key the tool is configured under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// What the tool does, for the model.
     pub description: String,
     /// The JSON Schema of its arguments (default: any object).
@@ -206,6 +210,13 @@ impl ExternalProvider {
             }
             if tool.timeout == Some(0) {
                 return Err(format!("`{name}`: `timeout` must be at least 1 millisecond"));
+            }
+            if let Some(named) = tool.name.as_deref()
+                && named != name
+            {
+                return Err(format!(
+                    "`{name}`: `name` says `{named}`; a tool is named by its key under                      `externalTools`, so remove `name` or make it `{name}`"
+                ));
             }
             tool.check_execution(name)?;
             if named.insert(local.clone(), tool.clone()).is_some() {

@@ -24,6 +24,7 @@ fn tool(execution_type: ExecutionType, is_async: bool, timeout: Option<u64>) -> 
         timeout,
         visible: None,
         execution: None,
+        name: None,
     }
 }
 

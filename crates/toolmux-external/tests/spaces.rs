@@ -209,6 +209,22 @@ async fn a_folder_is_shared_by_processes_and_loses_no_message() {
     );
 }
 
+/// The seeds' tool objects repeat their name: accepted when it is the key.
+#[test]
+fn a_name_beside_the_key_must_be_the_key() {
+    let tool: ExternalToolConfig = serde_json::from_value(json!({
+        "name": "confirmAction", "description": "d", "executionType": "space", "visible": true,
+        "isAsync": true
+    }))
+    .expect("the seeds' shape parses");
+    let store = || Arc::new(MemoryPendingStore::default());
+    let tools = BTreeMap::from([("confirmAction".to_owned(), tool.clone())]);
+    assert!(ExternalProvider::new(&tools, store()).is_ok());
+    let tools = BTreeMap::from([("confirm".to_owned(), tool)]);
+    let err = ExternalProvider::new(&tools, store()).expect_err("names differ");
+    assert!(err.contains("`name` says `confirmAction`"), "{err}");
+}
+
 #[tokio::test]
 async fn bad_arguments_say_what_is_wrong() {
     let gateway = GatewayProvider::new(Spaces::in_memory());
