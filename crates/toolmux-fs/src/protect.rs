@@ -29,6 +29,10 @@ pub enum ProtectedKind {
     Statistics,
     /// The directory of spilled outputs, with everything in it: neither read nor changed.
     OutputDir,
+    /// The folder of spaces and agents' goals, memories and plans, with everything in it:
+    /// neither read nor changed (through the gateway's tools only, which keep key holders
+    /// apart and every agent to its own state).
+    Spaces,
 }
 
 impl ProtectedKind {
@@ -127,7 +131,7 @@ impl Protection {
     pub fn check(&self, relative: &Path, access: Access) -> Option<Reason> {
         for (path, kind) in &self.paths {
             let hit = match kind {
-                ProtectedKind::OutputDir => relative.starts_with(path),
+                ProtectedKind::OutputDir | ProtectedKind::Spaces => relative.starts_with(path),
                 _ => relative == path,
             };
             if hit && (access == Access::Write || !kind.readable()) {
@@ -213,6 +217,13 @@ impl Reason {
                 format!(
                     "it is in toolmux's output directory: agents may not {verb} it directly; \
                      read a spilled output with `output__read` and the handle it came with"
+                )
+            }
+            Reason::Program(ProtectedKind::Spaces) => {
+                let verb = if access == Access::Read { "read" } else { "change" };
+                format!(
+                    "it is in toolmux's spaces folder: agents may not {verb} it directly; use \
+                     the `gateway__*` tools (`gateway__read_messages`, `gateway__set_goals`, ...)"
                 )
             }
             Reason::Hidden(glob) => format!(

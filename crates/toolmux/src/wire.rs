@@ -647,6 +647,15 @@ fn own_files(loaded: &Loaded) -> Vec<toolmux_fs::ProtectedPath> {
     );
     own.extend(loaded.stats_file().map(|file| ProtectedPath::new(file, ProtectedKind::Statistics)));
     own.push(ProtectedPath::new(loaded.output_dir(), ProtectedKind::OutputDir));
+    #[cfg(feature = "external")]
+    own.extend(
+        loaded
+            .config
+            .spaces
+            .as_ref()
+            .and_then(|s| s.dir.as_deref())
+            .map(|dir| ProtectedPath::new(loaded.resolve(dir), ProtectedKind::Spaces)),
+    );
     own
 }
 

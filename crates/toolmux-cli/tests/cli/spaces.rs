@@ -127,3 +127,27 @@ fn an_agent_carries_its_goals_and_space_into_its_next_run() {
     let report: Value = serde_json::from_str(second.ok()).expect("report");
     assert_eq!(report["content"], "carried: true", "{report}");
 }
+
+/// The file tools leave the spaces folder alone: reading it would pass by the holders'
+/// separation, writing it would forge another agent's goals.
+#[test]
+fn the_file_tools_neither_read_nor_change_the_spaces_folder() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs:\n  permissions: [read, write]\nspaces:\n  dir: rooms\n");
+    project.run(&["tools", "call", "gateway__enter_space", r#"{"space":"s"}"#]).ok();
+    assert!(project.path().join("rooms/state.json").is_file());
+
+    let read = project.run(&["tools", "call", "fs__read", r#"{"path":"rooms/state.json"}"#]);
+    assert_ne!(read.code, 0, "{read:?}");
+    let told = format!("{}{}", read.stdout, read.stderr);
+    assert!(told.contains("it is in toolmux's spaces folder: agents may not read it"), "{told}");
+    let write = project.run(&[
+        "tools",
+        "call",
+        "fs__write",
+        r#"{"path":"rooms/state.json","content":"{}"}"#,
+    ]);
+    assert_ne!(write.code, 0, "{write:?}");
+    let told = format!("{}{}", write.stdout, write.stderr);
+    assert!(told.contains("agents may not change it"), "{told}");
+}
