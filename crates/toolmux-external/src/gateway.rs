@@ -4,6 +4,7 @@
 use crate::spaces::{ItemInput, ItemKind, Spaces, Who};
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use std::time::Duration;
 use toolmux_core::{
     CallContext, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
 };
@@ -21,8 +22,8 @@ pub const MAX_PAGE: usize = 200;
 /// `send_message`, `read_messages`, `skip`, `set_goals`, `delete_goals`, `set_memories`,
 /// `delete_memories`, `set_plans`, `delete_plans`, `get_plans`; and, hidden from models,
 /// `context` (what an agent carries into a run: its goals, memories, plans, active space
-/// and unread messages), `post` (a person's message, for user interfaces) and `spaces`
-/// (the caller's spaces).
+/// and unread messages), `post` (a person's message, for user interfaces), `spaces` (the
+/// caller's spaces) and `changes` (a long poll for what changed in a space).
 #[derive(Debug, Clone)]
 pub struct GatewayProvider {
     spaces: Spaces,
@@ -194,6 +195,29 @@ impl ToolProvider for GatewayProvider {
                 Ok(json_output(&message))
             }
             "spaces" => Ok(ToolOutput::json(json!({"spaces": self.spaces.list(&who).await?}))),
+            "changes" => {
+                let space = string_arg(&arguments, "space", name)?;
+                let limit = usize_arg(&arguments, "limit").unwrap_or(MAX_PAGE).min(MAX_PAGE);
+                let since = arguments.get("since").and_then(Value::as_u64);
+                let wait = arguments
+                    .get("waitMs")
+                    .and_then(Value::as_u64)
+                    .map_or(Duration::ZERO, Duration::from_millis)
+                    .min(crate::MAX_POLL);
+                let changes = match since {
+                    Some(since) => {
+                        let waited = self.spaces.wait_changes(&who, space, since, limit, wait);
+                        tokio::select! {
+                            changes = waited => changes?,
+                            () = ctx.cancel_token().cancelled() => {
+                                return Err(ToolError::Cancelled { tool: tool(name) });
+                            }
+                        }
+                    }
+                    None => self.spaces.changes(&who, space, None, limit).await?,
+                };
+                Ok(json_output(&changes))
+            }
             _ => Err(ToolError::UnknownTool { name: tool(name), suggestions: Vec::new() }),
         }
     }
@@ -350,6 +374,26 @@ fn specs(history: usize) -> Vec<ToolSpec> {
                     "text": {"type": "string", "minLength": 1}
                 },
                 "required": ["space", "author", "text"],
+                "additionalProperties": false
+            }),
+        )
+        .with_annotations(hidden.clone()),
+    );
+    specs.push(
+        ToolSpec::new(
+            "changes",
+            "The messages of a space written or changed (a visible tool's call answered) after \
+             revision `since`, oldest first, waiting up to `waitMs` for one; without `since`, \
+             only the revision to go on from (`version`). For user interfaces.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "space": {"type": "string"},
+                    "since": {"type": "integer", "minimum": 0},
+                    "waitMs": {"type": "integer", "minimum": 0, "maximum": crate::MAX_POLL.as_millis()},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
+                },
+                "required": ["space"],
                 "additionalProperties": false
             }),
         )

@@ -267,3 +267,87 @@ async fn the_gateway_passes_the_conformance_suite() {
         .check(&gateway)
         .await;
 }
+
+/// A user interface follows a space: each message as it is written, and a visible tool's
+/// call again when it is answered; a wait ends as soon as something changes.
+#[tokio::test]
+async fn changes_come_in_revision_order_and_wake_a_waiting_poll() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+    let ui = CallContext::new().with_run_id("ui");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let start = json_of(&gateway.call("changes", json!({"space": "trip"}), &ui).await.expect("v"));
+    assert_eq!(start["messages"], json!([]));
+    let since = start["version"].as_u64().expect("version");
+
+    // A poll waiting for the next change is woken by it.
+    let waiting = {
+        let gateway = gateway.clone();
+        let ui = ui.clone();
+        tokio::spawn(async move {
+            let args = json!({"space": "trip", "since": since, "waitMs": 10_000});
+            json_of(&gateway.call("changes", args, &ui).await.expect("changes"))
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let asked = ext.call("ask", json!({"q": "ok?"}), &me);
+    let answer = async {
+        // Answer the call once it is pending.
+        let call = loop {
+            let out = ext.call("pending", json!({"waitMs": 5000}), &ui).await.expect("pending");
+            if let Some(id) = json_of(&out)["calls"][0]["callId"].as_str() {
+                break id.to_owned();
+            }
+        };
+        ext.call("submit", json!({"callId": call, "result": "yes"}), &ui).await.expect("submit");
+    };
+    let (asked, ()) = tokio::join!(asked, answer);
+    assert_eq!(asked.expect("asked").to_text(), "yes");
+    let first = waiting.await.expect("the poll");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "woken, not timed out");
+    assert_eq!(first["messages"][0]["tool"]["name"], "external__ask");
+
+    // From the start: the call once as written and once as answered, in revision order.
+    let all = gateway.call("changes", json!({"space": "trip", "since": since}), &ui).await;
+    let all = json_of(&all.expect("changes"));
+    let statuses: Vec<&str> = all["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["tool"]["status"].as_str())
+        .collect();
+    // The message changed after it was written: it comes once, as it is now.
+    assert_eq!(statuses, ["complete"], "{all}");
+    let rev = all["version"].as_u64().expect("version");
+    assert!(rev > since + 1, "written and changed: two revisions ({since} → {rev})");
+    let none = gateway.call("changes", json!({"space": "trip", "since": rev}), &ui).await;
+    assert_eq!(json_of(&none.expect("changes"))["messages"], json!([]));
+}
+
+/// In a folder, a change made by another process (another store on the same folder)
+/// reaches a waiting poll too.
+#[tokio::test]
+async fn a_waiting_poll_sees_another_processs_change_in_a_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let reader = GatewayProvider::new(Spaces::in_dir(dir.path()).expect("open"));
+    let writer = GatewayProvider::new(Spaces::in_dir(dir.path()).expect("open"));
+    let me = agent("a", "r");
+    writer.call("enter_space", json!({"space": "s"}), &me).await.expect("enter");
+    let ui = CallContext::new().with_run_id("ui");
+    let start = json_of(&reader.call("changes", json!({"space": "s"}), &ui).await.expect("v"));
+    let since = start["version"].as_u64().expect("version");
+    let waiting = tokio::spawn(async move {
+        let args = json!({"space": "s", "since": since, "waitMs": 10_000});
+        json_of(&reader.call("changes", args, &ui).await.expect("changes"))
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    writer.call("send_message", json!({"text": "from elsewhere"}), &me).await.expect("send");
+    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("within the folder's poll")
+        .expect("the poll");
+    assert_eq!(got["messages"][0]["text"], "from elsewhere");
+}

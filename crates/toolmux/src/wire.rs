@@ -240,6 +240,12 @@ impl Toolmux {
         {
             let gateway = toolmux_external::GatewayProvider::new(spaces.clone());
             providers.push(Arc::new(gateway.with_history(*history)));
+            // Its long poll may wait the longest poll, past the default timeout.
+            let poll = ToolSettings {
+                timeout: Some(toolmux_external::MAX_POLL + Duration::from_secs(1)),
+                ..ToolSettings::default()
+            };
+            config.tools.entry("gateway__changes".to_owned()).or_insert(poll);
         }
         #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {

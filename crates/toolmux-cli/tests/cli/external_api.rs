@@ -861,6 +861,13 @@ fn people_and_agents_meet_in_spaces_over_http_and_holders_keep_theirs_apart() {
     assert_eq!(posted.status, 201, "{}", posted.body);
     assert_eq!(json_body(&posted)["author"], "person:husam");
 
+    // A user interface follows the space from now on; Bob's key cannot.
+    let mut follow = send(&address, "GET", "/api/spaces/trip/events", &as_alice, "");
+    assert_eq!(follow.status, 200);
+    assert_eq!(follow.header("content-type"), Some("text/event-stream"));
+    let refused = request(&address, "GET", "/api/spaces/trip/events", &as_bob, "");
+    assert_eq!(refused.status, 404, "{}", refused.body);
+
     // Alice's agent enters it, sees the message, and asks for a confirmation there.
     let mut agent = Agent::start(&address, ALICE);
     let (entered, failed) =
@@ -879,6 +886,26 @@ fn people_and_agents_meet_in_spaces_over_http_and_holders_keep_theirs_apart() {
     assert_eq!(shown["name"], "external__build");
     assert_eq!(shown["status"], "requires_action");
     assert_eq!(shown["callId"], asked["callId"]);
+
+    // The interface saw the call as it was made, and sees it again once answered.
+    let (event, message) = next_event(&mut follow.body);
+    assert_eq!(event, "message");
+    assert_eq!(message["tool"]["status"], "requires_action", "{message}");
+    let calls = json_body(&request(&address, "GET", "/api/tool-calls", &as_alice, ""));
+    let run = calls["calls"][0]["runId"].as_str().expect("a run").to_owned();
+    let answer = json!({"callId": asked["callId"], "result": {"booked": true}}).to_string();
+    let path = format!("/api/runs/{}/tool-results", segment(&run));
+    assert_eq!(request(&address, "POST", &path, &as_alice, &answer).status, 200);
+    let (_, answered) = next_event(&mut follow.body);
+    assert_eq!(answered["index"], message["index"]);
+    assert_eq!(answered["tool"]["status"], "complete", "{answered}");
+    assert_eq!(answered["tool"]["result"], json!({"booked": true}));
+    assert!(answered["rev"].as_u64() > message["rev"].as_u64());
+    // A client that reconnects from a revision gets what came after it.
+    let from = format!("/api/spaces/trip/events?since={}", message["rev"]);
+    let mut again = send(&address, "GET", &from, &as_alice, "");
+    let (_, replayed) = next_event(&mut again.body);
+    assert_eq!(replayed, answered);
 
     // Bob's key sees none of it.
     let listed = json_body(&request(&address, "GET", "/api/spaces", &as_bob, ""));

@@ -55,6 +55,10 @@ pub struct Message {
     pub tool: Option<ToolMessage>,
     /// When it was written, in milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// The space's revision when the message was written or last changed (a tool call's
+    /// status): a stream of changes goes on from the last revision it gave.
+    #[serde(default)]
+    pub rev: u64,
 }
 
 /// A visible tool's call in a space: a user interface renders it by the tool's name.
@@ -199,6 +203,8 @@ struct Space {
     /// Who entered it, ever (stored entity keys).
     members: BTreeSet<String>,
     created_ms: u64,
+    /// Counts the changes to its messages: the revision of the latest.
+    version: u64,
 }
 
 impl Space {
@@ -208,6 +214,8 @@ impl Space {
 
     fn push(&mut self, mut message: Message, max: usize) -> u64 {
         message.index = self.total();
+        self.version += 1;
+        message.rev = self.version;
         let index = message.index;
         self.messages.push_back(message);
         while self.messages.len() > max.max(1) {
@@ -381,6 +389,8 @@ pub struct Context {
 #[derive(Clone)]
 pub struct Spaces {
     backend: Arc<Backend>,
+    /// Bumped after every change to a space made through this store (any clone).
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
     max_messages: usize,
     redact: Option<Redact>,
 }
@@ -449,7 +459,12 @@ impl Spaces {
     }
 
     fn with(backend: Backend) -> Spaces {
-        Spaces { backend: Arc::new(backend), max_messages: DEFAULT_MAX_MESSAGES, redact: None }
+        Spaces {
+            backend: Arc::new(backend),
+            changed: Arc::new(tokio::sync::watch::Sender::new(0)),
+            max_messages: DEFAULT_MAX_MESSAGES,
+            redact: None,
+        }
     }
 
     /// Keeps at most `max` messages per space (the oldest are dropped).
@@ -502,7 +517,11 @@ impl Spaces {
                     dirty_state: false,
                     dirty_spaces: BTreeSet::new(),
                 };
-                change(&mut txn)
+                let result = change(&mut txn)?;
+                if !txn.dirty_spaces.is_empty() {
+                    self.changed.send_modify(|v| *v = v.wrapping_add(1));
+                }
+                Ok(result)
             }
             Backend::Dir(dir) => {
                 let _lock = dir.lock().await?;
@@ -522,6 +541,9 @@ impl Spaces {
                 }
                 if dirty_state {
                     dir.save_state(&state)?;
+                }
+                if !dirty_spaces.is_empty() {
+                    self.changed.send_modify(|v| *v = v.wrapping_add(1));
                 }
                 Ok(result)
             }
@@ -637,7 +659,7 @@ impl Spaces {
             };
             space.members.insert(key.clone());
             let message =
-                Message { index: 0, author, text: Some(text), tool: None, at_ms: now_ms() };
+                Message { index: 0, author, text: Some(text), tool: None, at_ms: now_ms(), rev: 0 };
             let index = space.push(message, max);
             let message = space.messages.back().cloned();
             txn.touch(&stored);
@@ -759,7 +781,14 @@ impl Spaces {
                 return Ok(Err(NotInSpace));
             };
             let index = space.push(
-                Message { index: 0, author, text: None, tool: Some(message), at_ms: now_ms() },
+                Message {
+                    index: 0,
+                    author,
+                    text: None,
+                    tool: Some(message),
+                    at_ms: now_ms(),
+                    rev: 0,
+                },
                 max,
             );
             txn.touch(&stored);
@@ -792,14 +821,18 @@ impl Spaces {
                 return Ok(false);
             };
             let found =
-                space.messages.iter_mut().rev().find_map(|m| {
-                    m.tool.as_mut().filter(|t| t.call_id.as_deref() == Some(call_id))
+                space.messages.iter_mut().rev().find(|m| {
+                    m.tool.as_ref().is_some_and(|t| t.call_id.as_deref() == Some(call_id))
                 });
-            let Some(tool) = found else {
+            let Some(message) = found else {
                 return Ok(false);
             };
-            tool.status = status;
-            tool.result = result;
+            if let Some(tool) = message.tool.as_mut() {
+                tool.status = status;
+                tool.result = result;
+            }
+            space.version += 1;
+            message.rev = space.version;
             txn.touch(&stored);
             Ok(true)
         })
@@ -961,6 +994,87 @@ impl Spaces {
 /// The caller has no active space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotInSpace;
+
+/// What changed in a space after a revision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changes {
+    /// The space.
+    pub space: String,
+    /// The messages written or changed since, in the order of their revisions.
+    pub messages: Vec<Message>,
+    /// The revision to go on from: the last of `messages`, or the space's latest.
+    pub version: u64,
+}
+
+/// How often a wait for changes looks at a folder again (other processes write it too).
+const DIR_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Spaces {
+    /// The messages of the caller's `space` written or changed after revision `since`
+    /// (at most `limit`, oldest revision first); `since: None` gives none, only the
+    /// revision to go on from.
+    pub async fn changes(
+        &self,
+        who: &Who,
+        space: &str,
+        since: Option<u64>,
+        limit: usize,
+    ) -> Result<Changes, ToolError> {
+        const TOOL: &str = "gateway__changes";
+        check_space_name(space).map_err(|e| invalid(TOOL, &e))?;
+        let stored = who.space(space);
+        self.transact(|txn| {
+            let Some(found) = txn.space(&stored)? else {
+                return Err(invalid(TOOL, &no_space(Some(space))));
+            };
+            let Some(since) = since else {
+                return Ok(Changes {
+                    space: space.to_owned(),
+                    messages: Vec::new(),
+                    version: found.version,
+                });
+            };
+            let mut messages: Vec<Message> =
+                found.messages.iter().filter(|m| m.rev > since).cloned().collect();
+            messages.sort_by_key(|m| m.rev);
+            messages.truncate(limit.max(1));
+            let version = messages.last().map_or(found.version.max(since), |m| m.rev);
+            Ok(Changes { space: space.to_owned(), messages, version })
+        })
+        .await
+    }
+
+    /// [`Spaces::changes`], waiting up to `wait` for one when there is none yet.
+    pub async fn wait_changes(
+        &self,
+        who: &Who,
+        space: &str,
+        since: u64,
+        limit: usize,
+        wait: std::time::Duration,
+    ) -> Result<Changes, ToolError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut changed = self.changed.subscribe();
+            let changes = self.changes(who, space, Some(since), limit).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !changes.messages.is_empty() || left.is_zero() {
+                return Ok(changes);
+            }
+            // Changes made here wake the wait at once; a folder is also looked at again now
+            // and then for those of other processes.
+            let poll = match self.backend.as_ref() {
+                Backend::Dir(_) => left.min(DIR_POLL),
+                Backend::Memory(_) => left,
+            };
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = tokio::time::sleep(poll) => {}
+            }
+        }
+    }
+}
 
 /// What a missing space is told as: a named one, or the caller's active one (gone since).
 fn no_space(named: Option<&str>) -> String {

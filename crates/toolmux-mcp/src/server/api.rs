@@ -33,6 +33,11 @@
 //! - `POST /api/spaces/{space}/messages` with `{"author", "text"}`: a person's message
 //!   (`person:AUTHOR`), 201 and the message; the space is made when new. Agents read it
 //!   with `gateway__read_messages`, and find it unread when their next run starts.
+//! - `GET /api/spaces/{space}/events[?since=REV]`: server-sent events, a `message` event
+//!   (`id:` its revision, `data:` the message) for each message written to the space and
+//!   again when one changes (a visible tool's call answered: same `index`, new `status`);
+//!   from now on, or after revision `since` (or `Last-Event-ID`, so that a client that
+//!   reconnects misses nothing kept). A comment every 15 s.
 //!
 //! Each request to the first three is a call of the served provider's `external__pending` or
 //! `external__submit`, so it passes through the same pipeline as over MCP (permissions,
@@ -92,6 +97,7 @@ pub(crate) fn routes(
         .route("/api/events", axum::routing::get(tool_events))
         .route("/api/spaces", axum::routing::get(spaces))
         .route("/api/spaces/{space}/messages", axum::routing::get(messages).post(post_message))
+        .route("/api/spaces/{space}/events", axum::routing::get(space_events))
         .with_state(api)
         .layer(axum::middleware::from_fn_with_state(Arc::<[String]>::from(hosts), check_host))
 }
@@ -384,6 +390,7 @@ struct Query {
     runs: Vec<String>,
     offset: Option<u64>,
     limit: Option<u64>,
+    since: Option<u64>,
 }
 
 impl Query {
@@ -411,14 +418,14 @@ impl Query {
                     })?;
                     parsed.wait = Duration::from_millis(ms).min(MAX_WAIT);
                 }
-                "offset" | "limit" => {
+                "offset" | "limit" | "since" => {
                     let n: u64 = value
                         .parse()
                         .map_err(|_| format!("`{key}` must be a whole number, not `{value}`"))?;
-                    if key == "offset" {
-                        parsed.offset = Some(n);
-                    } else {
-                        parsed.limit = Some(n);
+                    match key.as_str() {
+                        "offset" => parsed.offset = Some(n),
+                        "limit" => parsed.limit = Some(n),
+                        _ => parsed.since = Some(n),
                     }
                 }
                 "tool" => parsed.tools.extend(list(&value)),
@@ -433,6 +440,7 @@ impl Query {
 const SPACES: &str = "gateway__spaces";
 const READ_MESSAGES: &str = "gateway__read_messages";
 const POST: &str = "gateway__post";
+const CHANGES: &str = "gateway__changes";
 
 /// Runs gateway tool `tool` for a spaces route; its JSON answer, or the response telling
 /// what went wrong (404 when the server has no spaces, or for a space it does not have).
@@ -544,6 +552,122 @@ async fn post_message(
     match gateway(&api, &parts, POST, args).await {
         Ok(message) => json_response(StatusCode::CREATED, &message),
         Err(response) => response,
+    }
+}
+
+async fn space_events(
+    State(api): State<Api>,
+    Path(space): Path<String>,
+    request: Request,
+) -> Response {
+    let (parts, _) = request.into_parts();
+    let query = match Query::parse(parts.uri.query(), &["since"]) {
+        Ok(query) => query,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    // A reconnecting client goes on from the last event it got.
+    let last = parts.headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let since = query.since.or_else(|| last.and_then(|id| id.trim().parse().ok()));
+    // The first answer answers the request: 404 for a space that does not exist, and where
+    // the stream starts (from now on, unless told).
+    let mut args = json!({"space": space});
+    if let Some(since) = since {
+        args["since"] = json!(since);
+    }
+    let first = match gateway(&api, &parts, CHANGES, args).await {
+        Ok(first) => first,
+        Err(response) => return response,
+    };
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone().drop_guard();
+    let mut stream = SpaceStream {
+        ctx: context(&parts, cancel),
+        api,
+        _guard: guard,
+        space,
+        since: 0,
+        ready: VecDeque::new(),
+        poll: None,
+        ended: false,
+    };
+    stream.take(&first);
+    let body = futures::stream::unfold(stream, |mut stream| async move {
+        let chunk = stream.next().await?;
+        Some((Ok::<Bytes, std::convert::Infallible>(chunk), stream))
+    });
+    sse(Body::from_stream(body))
+}
+
+/// One stream of a space's changes: `message` events, each a message written or changed,
+/// its revision as the event's id.
+struct SpaceStream {
+    api: Api,
+    ctx: CallContext,
+    /// Cancels a poll in flight when the client goes away.
+    _guard: DropGuard,
+    space: String,
+    /// The revision the next poll goes on from.
+    since: u64,
+    ready: VecDeque<Bytes>,
+    /// The poll under way, kept across keep-alive comments.
+    poll: Option<Poll>,
+    ended: bool,
+}
+
+impl SpaceStream {
+    /// Queues the messages of a `gateway__changes` answer and goes on from its version.
+    fn take(&mut self, changes: &Value) {
+        for message in changes.get("messages").and_then(Value::as_array).into_iter().flatten() {
+            let rev = message.get("rev").and_then(Value::as_u64).unwrap_or(0);
+            self.ready
+                .push_back(Bytes::from(format!("event: message\nid: {rev}\ndata: {message}\n\n")));
+        }
+        if let Some(version) = changes.get("version").and_then(Value::as_u64) {
+            self.since = version;
+        }
+    }
+
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            if self.ended {
+                return None;
+            }
+            let poll = self.poll.get_or_insert_with(|| {
+                let args = json!({
+                    "space": self.space,
+                    "since": self.since,
+                    "waitMs": STREAM_POLL.as_millis() as u64,
+                });
+                let provider = self.api.shared.provider().clone();
+                let ctx = self.ctx.clone();
+                Box::pin(async move { provider.call(CHANGES, args, &ctx).await })
+            });
+            let polled = tokio::select! {
+                polled = poll => polled,
+                () = self.api.shutdown.cancelled() => return None,
+                () = tokio::time::sleep(KEEP_ALIVE) => {
+                    return Some(Bytes::from_static(b": keep-alive\n\n"));
+                }
+            };
+            self.poll = None;
+            let answer = polled.and_then(|output| {
+                if output.is_error {
+                    return Err(ToolError::remote(CHANGES, text_of(&output)));
+                }
+                json_of(&output).ok_or_else(|| ToolError::remote(CHANGES, "the answer is not JSON"))
+            });
+            match answer {
+                Ok(changes) => self.take(&changes),
+                Err(e) => {
+                    let data = json!({"error": e.report().to_string()});
+                    self.ready.push_back(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                    self.ended = true;
+                }
+            }
+        }
     }
 }
 
