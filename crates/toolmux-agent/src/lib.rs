@@ -44,11 +44,13 @@ mod config;
 mod error;
 mod handler;
 pub mod internal;
+mod listen;
 mod report;
 mod session;
 
 pub use config::{AgentConfig, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS, RouterConfig};
 pub use error::AgentError;
+pub use listen::{ListenEnd, ListenOptions};
 pub use report::{AgentReport, AgentStatus};
 
 use async_trait::async_trait;
@@ -215,6 +217,11 @@ impl Agents {
         }
         let op = Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned());
         self.run_from(name, task, &ctx.clone().with_op(op), options).await
+    }
+
+    /// The orchestrator the agents are attached to, while it runs.
+    fn orchestrator(&self) -> Option<Orchestrator> {
+        self.inner.orchestrator.read().unwrap_or_else(|e| e.into_inner()).upgrade()
     }
 
     fn unknown(&self, name: &str) -> AgentError {

@@ -1449,3 +1449,76 @@ async fn a_batch_shows_its_calls_images() {
     );
     orchestrator.cleanup().await;
 }
+
+/// A listening agent sleeps until the result of an asynchronous call it made in an earlier
+/// cycle arrives, then works on it in a cycle of its own; without anything that could
+/// wake it, listening is refused.
+#[tokio::test]
+async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
+    use toolmux_agent::{ListenEnd, ListenOptions};
+    use toolmux_external::{
+        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingCall,
+        PendingStore,
+    };
+    let store = Arc::new(MemoryPendingStore::default());
+    let job = ExternalToolConfig {
+        description: "Starts a build".into(),
+        is_async: true,
+        ..ExternalToolConfig::default()
+    };
+    let external =
+        ExternalProvider::new(&BTreeMap::from([("build".to_owned(), job)]), store.clone()).unwrap();
+    let model = Arc::new(ScriptedModel::new("m").report("success", "deployed the build"));
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+
+    // A call made by an earlier cycle of the same run is answered later.
+    let call = PendingCall {
+        call_id: String::new(),
+        tool: "external__build".into(),
+        arguments: json!({}),
+        run_id: "listening".into(),
+        execution_type: toolmux_external::ExecutionType::External,
+        is_async: true,
+        visible: false,
+        created_ms: 0,
+    };
+    let id = store.open(call).await.unwrap();
+    let answer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let result = ExternalResult { result: json!("build 42 is green"), is_error: false };
+            store.resolve(&id, result).await.unwrap();
+        })
+    };
+    let ctx = CallContext::new().with_run_id("listening");
+    let options = ListenOptions { max_cycles: Some(1), ..ListenOptions::default() };
+    let mut reports = Vec::new();
+    let ended = agents.listen("a", &ctx, &options, |r| reports.push(r.content.clone())).await;
+    answer.await.unwrap();
+    assert_eq!(ended.unwrap(), ListenEnd::Cycles);
+    assert_eq!(reports, ["deployed the build"]);
+    let task = format!("{:?}", model.requests()[0].messages);
+    assert!(
+        task.contains("Results of your earlier asynchronous tool calls arrived")
+            && task.contains("build 42 is green"),
+        "{task}"
+    );
+
+    // Idle: nothing arrives, listening ends.
+    let options = ListenOptions {
+        idle: Some(std::time::Duration::from_millis(200)),
+        ..ListenOptions::default()
+    };
+    let ended = agents.listen("a", &ctx, &options, |_| panic!("no cycle")).await.unwrap();
+    assert_eq!(ended, ListenEnd::Idle);
+    orchestrator.cleanup().await;
+
+    // Nothing could wake an agent without spaces or external tools.
+    let model = Arc::new(ScriptedModel::new("m").report("success", "x"));
+    let s = setup(one("b", agent("m")), vec![model]).await;
+    let refused =
+        s.agents.listen("b", &CallContext::new(), &ListenOptions::default(), |_| {}).await;
+    assert!(refused.unwrap_err().to_string().contains("nothing can wake a listening agent"));
+}

@@ -1,6 +1,6 @@
 //! `toolmux agent`: run an agent on a task, list the agents.
 
-use crate::args::{ChatArgs, RunArgs};
+use crate::args::{ChatArgs, ListenArgs, RunArgs};
 use crate::commands::{finish, print, start};
 use crate::exit;
 use std::io::{IsTerminal as _, Read as _, Write as _};
@@ -256,6 +256,72 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     }
     finish(&toolmux).await;
     Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
+}
+
+/// `toolmux agent listen`: the agent in cycles, each run's report printed as it ends.
+pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<u8> {
+    use toolmux::toolmux_agent::{ListenEnd, ListenOptions};
+    if !configured(loaded, &args.name) {
+        return Ok(exit::CONFIG);
+    }
+    let (toolmux, _report) = start(loaded, &|_| true).await?;
+    let Some(agents) = toolmux.agents() else {
+        finish(&toolmux).await;
+        anyhow::bail!("the agents were not built");
+    };
+    let cancel = CancellationToken::new();
+    // One run for every cycle: results of a cycle's asynchronous calls reach a later one.
+    let run_id = format!("agent-{}-listen-{}", args.name, std::process::id());
+    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(run_id);
+    let options = ListenOptions {
+        space: args.space.clone(),
+        max_cycles: args.cycles,
+        idle: args.idle.map(std::time::Duration::from_secs),
+    };
+    let mut cycle = 0;
+    let on_cycle = |report: &toolmux::toolmux_agent::AgentReport| {
+        cycle += 1;
+        if args.json {
+            match serde_json::to_string(report) {
+                Ok(line) => print(&line),
+                Err(e) => eprintln!("error: the report of cycle {cycle} cannot be shown: {e}"),
+            }
+        } else {
+            print(report.content.trim_end());
+            eprintln!(
+                "agent `{}`, cycle {cycle}: {} in {} turn{}, {} tool call{}",
+                report.agent,
+                report.status.as_str(),
+                report.turns,
+                if report.turns == 1 { "" } else { "s" },
+                report.tool_calls,
+                if report.tool_calls == 1 { "" } else { "s" },
+            );
+        }
+    };
+    let listening = agents.listen(&args.name, &ctx, &options, on_cycle);
+    tokio::pin!(listening);
+    let ended = tokio::select! {
+        ended = &mut listening => ended,
+        _ = tokio::signal::ctrl_c() => {
+            // The cycle under way stops at once, and listening with it.
+            cancel.cancel();
+            let _ = listening.await;
+            eprintln!("interrupted");
+            finish(&toolmux).await;
+            return Ok(exit::INTERRUPTED);
+        }
+    };
+    finish(&toolmux).await;
+    match ended {
+        Ok(ListenEnd::Idle) => eprintln!("nothing arrived for {} s: done", args.idle.unwrap_or(0)),
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(exit::CONFIG);
+        }
+    }
+    Ok(0)
 }
 
 /// `toolmux agent chat`: one conversation, a run per message, each run going on from the

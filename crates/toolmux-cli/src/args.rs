@@ -98,6 +98,28 @@ pub(crate) enum AgentCommand {
     /// Talk with an agent: each line is the next message of one conversation, each answer
     /// printed as it comes; an empty line at a terminal, or the end of input, ends it.
     Chat(ChatArgs),
+    /// Run an agent in cycles: it sleeps until messages of others arrive in its space (with
+    /// `spaces`) or results of its asynchronous external calls arrive, then works on them
+    /// in one run, and sleeps again; each run's report is printed as it ends.
+    Listen(ListenArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListenArgs {
+    /// The agent's name (a key under `agents`).
+    pub(crate) name: String,
+    /// Enter this space first (else the agent's active space, if it has one).
+    #[arg(long)]
+    pub(crate) space: Option<String>,
+    /// Stop after this many cycles.
+    #[arg(long, value_name = "N")]
+    pub(crate) cycles: Option<usize>,
+    /// Stop after this many seconds with nothing arriving.
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) idle: Option<u64>,
+    /// Print each report as one line of JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -112,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Agent(AgentCommand::List(flag)) => agent::list(&loaded, flag.json),
         Command::Agent(AgentCommand::Run(args)) => agent::run(&loaded, args).await,
         Command::Agent(AgentCommand::Chat(args)) => agent::chat(&loaded, args).await,
+        Command::Agent(AgentCommand::Listen(args)) => agent::listen(&loaded, args).await,
         Command::Mcp(McpCommand::Login(args)) => mcp::login(&loaded, args).await,
         Command::Mcp(McpCommand::Logout(server)) => mcp::logout(&loaded, &server.name).await,
         Command::Mcp(McpCommand::Status(flag)) => mcp::status(&loaded, flag.json),

@@ -23,7 +23,8 @@ pub const MAX_PAGE: usize = 200;
 /// `delete_memories`, `set_plans`, `delete_plans`, `get_plans`; and, hidden from models,
 /// `context` (what an agent carries into a run: its goals, memories, plans, active space
 /// and unread messages), `post` (a person's message, for user interfaces), `spaces` (the
-/// caller's spaces) and `changes` (a long poll for what changed in a space).
+/// caller's spaces), `changes` (a long poll for what changed in a space) and `wait` (a long
+/// poll for unread messages of others in the caller's active space).
 #[derive(Debug, Clone)]
 pub struct GatewayProvider {
     spaces: Spaces,
@@ -195,6 +196,20 @@ impl ToolProvider for GatewayProvider {
                 Ok(json_output(&message))
             }
             "spaces" => Ok(ToolOutput::json(json!({"spaces": self.spaces.list(&who).await?}))),
+            "wait" => {
+                let wait = arguments
+                    .get("waitMs")
+                    .and_then(Value::as_u64)
+                    .map_or(Duration::ZERO, Duration::from_millis)
+                    .min(crate::MAX_POLL);
+                let (space, unread) = tokio::select! {
+                    waited = self.spaces.wait_unread(&who, wait) => waited?,
+                    () = ctx.cancel_token().cancelled() => {
+                        return Err(ToolError::Cancelled { tool: tool(name) });
+                    }
+                };
+                Ok(ToolOutput::json(json!({"space": space, "unread": unread})))
+            }
             "changes" => {
                 let space = string_arg(&arguments, "space", name)?;
                 let limit = usize_arg(&arguments, "limit").unwrap_or(MAX_PAGE).min(MAX_PAGE);
@@ -394,6 +409,21 @@ fn specs(history: usize) -> Vec<ToolSpec> {
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
                 },
                 "required": ["space"],
+                "additionalProperties": false
+            }),
+        )
+        .with_annotations(hidden.clone()),
+    );
+    specs.push(
+        ToolSpec::new(
+            "wait",
+            "How many messages of others the caller has not read in its active space, waiting \
+             up to `waitMs` for one: what wakes a listening agent.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "waitMs": {"type": "integer", "minimum": 0, "maximum": crate::MAX_POLL.as_millis()}
+                },
                 "additionalProperties": false
             }),
         )

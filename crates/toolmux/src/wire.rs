@@ -245,7 +245,8 @@ impl Toolmux {
                 timeout: Some(toolmux_external::MAX_POLL + Duration::from_secs(1)),
                 ..ToolSettings::default()
             };
-            config.tools.entry("gateway__changes".to_owned()).or_insert(poll);
+            config.tools.entry("gateway__changes".to_owned()).or_insert(poll.clone());
+            config.tools.entry("gateway__wait".to_owned()).or_insert(poll);
         }
         #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {

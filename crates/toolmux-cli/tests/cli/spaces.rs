@@ -151,3 +151,78 @@ fn the_file_tools_neither_read_nor_change_the_spaces_folder() {
     let told = format!("{}{}", write.stdout, write.stderr);
     assert!(told.contains("agents may not change it"), "{told}");
 }
+
+/// `toolmux agent listen`: the agent sleeps until someone speaks in its space (here from
+/// another process), answers there in one cycle, and stops after the cycles asked for.
+#[test]
+fn a_listening_agent_wakes_when_someone_speaks_in_its_space() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::callback(|request| {
+                let text = request["messages"].to_string();
+                if text.contains("status?") && text.contains("1 new message arrived in space `ops`")
+                {
+                    ScriptStep::tool_call("gateway__send_message", json!({"text": "all green"}))
+                } else {
+                    let content = format!("not told: {text}");
+                    ScriptStep::tool_call(
+                        "agent__final_report",
+                        json!({"status": "failure", "content": content}),
+                    )
+                }
+            }),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "answered"}),
+            ),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-1");
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "spaces:\n  dir: rooms\n\
+             models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  planner:\n    model: fast\n    description: Plans\n",
+            server.base_url()
+        ),
+    );
+    let listener = project
+        .command(&["agent", "listen", "planner", "--space", "ops", "--cycles", "1", "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolmux agent listen starts");
+    // Once the agent is in the space, a person speaks there from another process.
+    let entered = std::time::Instant::now();
+    while !project.path().join("rooms/spaces/ops.json").is_file() {
+        assert!(entered.elapsed() < std::time::Duration::from_secs(60), "the agent never entered");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    project
+        .run(&[
+            "tools",
+            "call",
+            "gateway__post",
+            r#"{"space":"ops","author":"husam","text":"status?"}"#,
+        ])
+        .ok();
+    let run = crate::wait(listener, std::time::Duration::from_secs(60));
+    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    assert_eq!(report["content"], "answered", "{report}");
+
+    let read = project.run(&[
+        "tools",
+        "call",
+        "gateway__read_messages",
+        r#"{"space":"ops","offset":0}"#,
+        "--json",
+    ]);
+    let envelope: Value = serde_json::from_str(read.ok()).expect("JSON");
+    let page: Value =
+        serde_json::from_str(envelope["result"].as_str().expect("text")).expect("page");
+    assert_eq!(page["messages"][1]["text"], "all green", "{page}");
+    assert_eq!(page["messages"][1]["author"], "agent:planner");
+}

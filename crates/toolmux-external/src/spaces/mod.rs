@@ -377,6 +377,9 @@ pub struct Context {
     pub unread: Vec<Message>,
     /// How many unread messages there are in all.
     pub unread_count: u64,
+    /// The index of the first of them (older than those in `unread` when there are more
+    /// than the history gives): `read_messages` with this `offset` reads them.
+    pub unread_from: u64,
     /// Its goals.
     pub goals: Vec<Item>,
     /// Its memories.
@@ -958,26 +961,37 @@ impl Spaces {
                         active_space: None,
                         unread: Vec::new(),
                         unread_count: 0,
+                        unread_from: 0,
                         goals: Vec::new(),
                         memories: Vec::new(),
                         plans: Vec::new(),
                     });
                 };
-                let (mut unread, mut unread_count) = (Vec::new(), 0);
+                let (mut unread, mut unread_count, mut unread_from) = (Vec::new(), 0, 0);
                 if let Some(stored) = &entity.active_space {
                     let from = entity.read.get(stored).copied().unwrap_or(0);
+                    let mut read_to = None;
                     if let Some(space) = txn.space(stored)? {
                         let from = from.max(space.first);
                         unread_count = space.total().saturating_sub(from);
-                        // The latest `history` of them; the agent reads on with read_messages.
+                        unread_from = from;
+                        // The latest `history` of them; older ones are read from
+                        // `unreadFrom` with read_messages.
                         let start = space.total().saturating_sub(history as u64).max(from);
                         unread = space.page(start, history);
+                        read_to = (unread_count > 0).then(|| space.total());
+                    }
+                    // Given to the agent: read (a listening agent is not woken by them again).
+                    if let Some(total) = read_to {
+                        txn.entity(&key).read.insert(stored.clone(), total);
+                        txn.changed();
                     }
                 }
                 Ok(Context {
                     active_space: entity.active_space.clone(),
                     unread,
                     unread_count,
+                    unread_from,
                     goals: entity.goals,
                     memories: entity.memories,
                     plans: entity.plans,
@@ -1043,6 +1057,49 @@ impl Spaces {
             Ok(Changes { space: space.to_owned(), messages, version })
         })
         .await
+    }
+
+    /// How many messages of others the caller has not read in its active space (and which
+    /// space that is), waiting up to `wait` for one when there is none: what wakes a
+    /// listening agent.
+    pub async fn wait_unread(
+        &self,
+        who: &Who,
+        wait: std::time::Duration,
+    ) -> Result<(Option<String>, u64), ToolError> {
+        let key = who.key();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut changed = self.changed.subscribe();
+            let (space, unread) = self
+                .transact(|txn| {
+                    let Some(entity) = txn.state.entities.get(&key) else { return Ok((None, 0)) };
+                    let Some(stored) = entity.active_space.clone() else { return Ok((None, 0)) };
+                    let from = entity.read.get(&stored).copied().unwrap_or(0);
+                    let unread = match txn.space(&stored)? {
+                        Some(space) => space
+                            .page(from, usize::MAX)
+                            .iter()
+                            .filter(|m| m.author != who.entity)
+                            .count() as u64,
+                        None => 0,
+                    };
+                    Ok((Some(stored), unread))
+                })
+                .await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if unread > 0 || left.is_zero() {
+                return Ok((space.map(|s| who.shown(&s).to_owned()), unread));
+            }
+            let poll = match self.backend.as_ref() {
+                Backend::Dir(_) => left.min(DIR_POLL),
+                Backend::Memory(_) => left,
+            };
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = tokio::time::sleep(poll) => {}
+            }
+        }
     }
 
     /// [`Spaces::changes`], waiting up to `wait` for one when there is none yet.

@@ -1,0 +1,196 @@
+//! Agents that live in cycles, as the seeds' gateway runs them: the agent sleeps until its
+//! inbox has something (messages of others in its active space, results of its
+//! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
+
+use crate::{AgentError, AgentReport, Agents, NAMESPACE, RunOptions};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_core::{CallContext, Op, ToolCall};
+use toolmux_orchestrator::Orchestrator;
+
+/// The gateway's tool that makes a space the active one.
+const ENTER_SPACE: &str = "gateway__enter_space";
+/// The gateway's long poll for unread messages of others.
+const WAIT: &str = "gateway__wait";
+/// The inbox of asynchronous external calls' results.
+const EXTERNAL_INBOX: &str = "external__inbox";
+
+/// How long one look at the inbox waits before the loop looks at the rest (the external
+/// inbox, the idle limit, cancellation) again.
+const LOOK: Duration = Duration::from_secs(1);
+
+/// How an agent listens ([`Agents::listen`]).
+#[derive(Debug, Clone, Default)]
+pub struct ListenOptions {
+    /// The space to enter first (the agent's active space otherwise, if it has one).
+    pub space: Option<String>,
+    /// Stop after this many cycles.
+    pub max_cycles: Option<usize>,
+    /// Stop after this long with nothing in the inbox.
+    pub idle: Option<Duration>,
+}
+
+/// Why listening ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ListenEnd {
+    /// `max_cycles` were run.
+    Cycles,
+    /// Nothing came for `idle`.
+    Idle,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+/// What woke the agent.
+#[derive(Debug, Default)]
+struct Wake {
+    /// The active space and how many messages of others it has unread.
+    space: Option<(String, u64)>,
+    /// Results of asynchronous external calls.
+    results: Vec<Value>,
+}
+
+impl Wake {
+    fn is_empty(&self) -> bool {
+        self.space.as_ref().is_none_or(|(_, unread)| *unread == 0) && self.results.is_empty()
+    }
+
+    /// The task of the cycle: what arrived. The unread messages themselves come with what
+    /// the agent carries into the run.
+    fn task(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some((space, unread)) = &self.space
+            && *unread > 0
+        {
+            parts.push(format!(
+                "{unread} new message{} arrived in space `{space}` (shown above). Answer \
+                 them in the space with `gateway__send_message` if they need an answer, or \
+                 call `gateway__skip` when there is nothing to do.",
+                if *unread == 1 { "" } else { "s" }
+            ));
+        }
+        if !self.results.is_empty() {
+            parts.push(format!(
+                "Results of your earlier asynchronous tool calls arrived:\n{}",
+                Value::Array(self.results.clone())
+            ));
+        }
+        parts.join("\n\n")
+    }
+}
+
+impl Agents {
+    /// Runs agent `name` in cycles: whenever messages of others arrive in its active space
+    /// (`space` is entered first) or results of its asynchronous external calls arrive, one
+    /// run works on them; `on_cycle` gets each run's report. All cycles share `ctx`'s run,
+    /// so that results of calls a cycle made reach a later one. Ends after `max_cycles`,
+    /// after `idle` with nothing arriving, or when `ctx` is cancelled. Needs `spaces` (the
+    /// gateway's tools) or external tools: without either nothing could wake the agent.
+    pub async fn listen(
+        &self,
+        name: &str,
+        ctx: &CallContext,
+        options: &ListenOptions,
+        mut on_cycle: impl FnMut(&AgentReport),
+    ) -> Result<ListenEnd, AgentError> {
+        if !self.names().iter().any(|n| n == name) {
+            return Err(AgentError::UnknownAgent { name: name.to_owned(), known: self.names() });
+        }
+        let orchestrator = self.orchestrator().ok_or(AgentError::Detached)?;
+        let registry = orchestrator.registry();
+        let (spaces, inbox) =
+            (registry.get(WAIT).is_some(), registry.get(EXTERNAL_INBOX).is_some());
+        if !spaces && !inbox {
+            return Err(AgentError::Config {
+                agent: name.to_owned(),
+                message: "nothing can wake a listening agent: configure `spaces` (messages in \
+                          its space wake it) or `externalTools` (their asynchronous results do)"
+                    .to_owned(),
+            });
+        }
+        // The loop's own calls act as the agent, as its runs' calls do.
+        let own = ctx.clone().with_op(Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned()));
+        if let Some(space) = &options.space {
+            if !spaces {
+                return Err(AgentError::Config {
+                    agent: name.to_owned(),
+                    message: "`--space` needs `spaces` in the configuration".to_owned(),
+                });
+            }
+            let args = json!({"space": space, "history": 0});
+            call(&orchestrator, ENTER_SPACE, args, &own)
+                .await
+                .map_err(|message| AgentError::Config { agent: name.to_owned(), message })?;
+        }
+        let mut cycles = 0;
+        let mut quiet_since = Instant::now();
+        loop {
+            if ctx.is_cancelled() {
+                return Ok(ListenEnd::Cancelled);
+            }
+            if options.idle.is_some_and(|idle| quiet_since.elapsed() >= idle) {
+                return Ok(ListenEnd::Idle);
+            }
+            let wake = look(&orchestrator, &own, spaces, inbox).await;
+            if wake.is_empty() {
+                if !spaces {
+                    // Nothing to wait on but the external inbox: look again a little later.
+                    tokio::select! {
+                        () = tokio::time::sleep(LOOK) => {}
+                        () = ctx.cancel_token().cancelled() => {}
+                    }
+                }
+                continue;
+            }
+            let report = self.run_with(name, &wake.task(), ctx, &RunOptions::default()).await?;
+            on_cycle(&report);
+            cycles += 1;
+            quiet_since = Instant::now();
+            if options.max_cycles.is_some_and(|max| cycles >= max) {
+                return Ok(ListenEnd::Cycles);
+            }
+        }
+    }
+}
+
+/// Looks at the inbox: the external results (taken), and the space (waiting up to [`LOOK`]
+/// for a message when no result came).
+async fn look(orchestrator: &Orchestrator, ctx: &CallContext, spaces: bool, inbox: bool) -> Wake {
+    let mut wake = Wake::default();
+    if inbox && let Ok(answer) = call(orchestrator, EXTERNAL_INBOX, json!({}), ctx).await {
+        wake.results = answer.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+    }
+    if spaces {
+        let wait = if wake.results.is_empty() { LOOK } else { Duration::ZERO };
+        let args = json!({"waitMs": wait.as_millis() as u64});
+        match call(orchestrator, WAIT, args, ctx).await {
+            Ok(answer) => {
+                let space = answer.get("space").and_then(Value::as_str);
+                let unread = answer.get("unread").and_then(Value::as_u64).unwrap_or(0);
+                wake.space = space.map(|s| (s.to_owned(), unread));
+            }
+            Err(message) => {
+                tracing::warn!(target: "toolmux::agent", "the space could not be read: {message}");
+                // Do not spin on a failing store.
+                tokio::time::sleep(LOOK).await;
+            }
+        }
+    }
+    wake
+}
+
+/// Calls `tool` through the pipeline; its JSON answer, or what went wrong.
+async fn call(
+    orchestrator: &Orchestrator,
+    tool: &str,
+    arguments: Value,
+    ctx: &CallContext,
+) -> Result<Value, String> {
+    let result = orchestrator.execute(ToolCall::new(tool, arguments), &ctx.child()).await;
+    if !result.ok {
+        return Err(result.conversation_text());
+    }
+    serde_json::from_str(&result.conversation_text()).map_err(|e| format!("`{tool}`: {e}"))
+}
