@@ -43,6 +43,7 @@
 mod config;
 mod error;
 mod handler;
+mod hooks;
 pub mod internal;
 mod listen;
 mod report;
@@ -50,6 +51,7 @@ mod session;
 
 pub use config::{AgentConfig, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS, RouterConfig};
 pub use error::AgentError;
+pub use hooks::{AgentHooks, HookCommand};
 pub use listen::{ListenEnd, ListenOptions};
 pub use report::{AgentReport, AgentStatus};
 
@@ -77,6 +79,9 @@ pub struct AgentDefinitions {
     pub router: Option<RouterConfig>,
     /// How deep agents may call agents (default [`DEFAULT_MAX_DEPTH`]).
     pub max_depth: Option<usize>,
+    /// Command hooks of the agents' loop (`SessionStart`, `UserPromptSubmit`, `Stop`,
+    /// `SubagentStop`), with Claude Code's contract.
+    pub hooks: Arc<AgentHooks>,
 }
 
 /// How one run is made.
@@ -298,6 +303,8 @@ impl Agents {
                 on_text: options.on_text.as_ref(),
                 history: &options.history,
                 handler: handler.clone(),
+                hooks: &self.inner.definitions.hooks,
+                sub: depth > 1,
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
             let end = session.run(task.clone()).await;

@@ -3,6 +3,7 @@
 
 use crate::config::{AgentConfig, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS};
 use crate::handler::AgentHandler;
+use crate::hooks::{AgentHooks, Prompt};
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use crate::{TextDelta, TextSink};
@@ -88,6 +89,10 @@ pub(crate) struct Session<'a> {
     /// What the session answers for its tools (sampling with its model, whose tokens count
     /// toward the budget).
     pub(crate) handler: Arc<AgentHandler>,
+    /// The hooks of the agents' loop (`SessionStart`, `UserPromptSubmit`, `Stop`).
+    pub(crate) hooks: &'a AgentHooks,
+    /// Whether the agent was called by another agent (its stop hooks are `SubagentStop`).
+    pub(crate) sub: bool,
 }
 
 impl Session<'_> {
@@ -301,7 +306,30 @@ impl Session<'_> {
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
+        let mut hook_context = Vec::new();
+        if !self.hooks.is_empty() {
+            let source = if self.history.is_empty() { "startup" } else { "resume" };
+            hook_context = self.hooks.session_start(source, self.name, &self.ctx).await;
+            match self.hooks.prompt_submit(&task, self.name, &self.ctx).await {
+                Prompt::Go(more) => hook_context.extend(more),
+                Prompt::Blocked(reason) => {
+                    let figures = AgentReport::failure(self.name, String::new());
+                    let message = if reason.is_empty() {
+                        "a UserPromptSubmit hook refused the task".to_owned()
+                    } else {
+                        format!("a UserPromptSubmit hook refused the task: {reason}")
+                    };
+                    return SessionEnd::Report(self.failed(&figures, message));
+                }
+            }
+        }
         let mut messages = continued(self.history);
+        if !hook_context.is_empty() {
+            messages.push(Message::user(format!(
+                "(Context from the configuration's hooks:)\n{}",
+                hook_context.join("\n\n")
+            )));
+        }
         if self.history.is_empty()
             && let Some(carried) = self.carried().await
         {
@@ -313,6 +341,7 @@ impl Session<'_> {
             request = request.with_system(system);
         }
         let mut figures = AgentReport::failure(self.name, String::new());
+        let mut stop_active = false;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -365,6 +394,10 @@ impl Session<'_> {
             request.messages.push(answer.to_message());
             if answer.tool_calls.is_empty() {
                 if !answer.content.trim().is_empty() {
+                    if !last && let Some(reason) = self.go_on(&mut stop_active).await {
+                        request.messages.push(go_on_message(&reason));
+                        continue;
+                    }
                     // A plain answer ends the turn, as a conversational reply does.
                     let mut report = figures.clone();
                     report.status = AgentStatus::Success;
@@ -430,6 +463,15 @@ impl Session<'_> {
             }
             figures.task_status.clone_from(&state.task_status);
             if let Some(end) = self.decide(effects, &figures) {
+                let stopping =
+                    matches!(&end, SessionEnd::Report(r) if r.status != AgentStatus::NeedsInput);
+                if stopping
+                    && !last
+                    && let Some(reason) = self.go_on(&mut stop_active).await
+                {
+                    request.messages.push(go_on_message(&reason));
+                    continue;
+                }
                 break end;
             }
             if let Some(limit) = &limit {
@@ -560,6 +602,18 @@ impl Session<'_> {
             report.content = text;
             SessionEnd::Report(report)
         })
+    }
+
+    /// Why the run must go on instead of ending, when a `Stop` (or `SubagentStop`) hook
+    /// says so; `active` is then set for the next time.
+    async fn go_on(&self, active: &mut bool) -> Option<String> {
+        let hooks = if self.sub { &self.hooks.subagent_stop } else { &self.hooks.stop };
+        if hooks.is_empty() {
+            return None;
+        }
+        let reason = self.hooks.stop(self.sub, *active, self.name, &self.ctx).await?;
+        *active = true;
+        Some(reason)
     }
 
     fn failed(&self, figures: &AgentReport, message: String) -> AgentReport {
@@ -892,6 +946,14 @@ struct State {
 /// The external tools' inbox (`toolmux-external`), where the results of asynchronous calls
 /// arrive.
 const EXTERNAL_INBOX: &str = "external__inbox";
+
+/// What a model is told when a stop hook does not let it end.
+fn go_on_message(reason: &str) -> Message {
+    Message::user(format!(
+        "(A Stop hook of the configuration does not let you end yet: {reason}. Continue, then \
+         end again.)"
+    ))
+}
 
 /// The gateway's built-in tools, every agent's.
 const GATEWAY_PREFIX: &str = "gateway__";

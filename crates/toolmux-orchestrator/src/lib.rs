@@ -113,7 +113,10 @@ pub use config::{
 };
 pub use events::ToolEvent;
 pub use glob::glob_match;
-pub use hooks::{AfterHook, BeforeHook, CommandHook, HookEvent, InvalidMatcher, ToolMatcher};
+pub use hooks::{
+    AfterHook, BeforeHook, CommandHook, HookEvent, HookExit, HookFailure, InvalidMatcher,
+    ToolMatcher, run_program,
+};
 pub use orchestrator::{
     Orchestrator, OrchestratorBuilder, OrchestratorError, ProviderReport, WarmupReport,
     WeakOrchestrator,

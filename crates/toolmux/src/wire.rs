@@ -270,7 +270,7 @@ impl Toolmux {
         #[cfg(feature = "agent")]
         let models = models(loaded)?;
         #[cfg(feature = "agent")]
-        let agents = match agents(loaded, &models, &mut config)? {
+        let agents = match agents(loaded, &models, &mut config, &secrets)? {
             Some(agents) if keep(toolmux_agent::NAMESPACE) => {
                 providers.push(agents.provider());
                 Some(agents)
@@ -522,23 +522,7 @@ fn command_hooks(
             let matcher = ToolMatcher::new(entry.matcher.as_deref().unwrap_or(""))
                 .map_err(|e| ToolmuxError::config(file, format!("{at}.matcher: {e}")))?;
             for (j, hook) in entry.hooks.iter().enumerate() {
-                let at = format!("{at}.hooks[{j}]");
-                if hook.command.trim().is_empty() {
-                    return Err(ToolmuxError::config(
-                        file,
-                        format!("{at}.command: is empty; give the shell command to run"),
-                    ));
-                }
-                let timeout = match hook.timeout {
-                    Some(0) => {
-                        return Err(ToolmuxError::config(
-                            file,
-                            format!("{at}.timeout: must be at least 1 (seconds)"),
-                        ));
-                    }
-                    Some(seconds) => Duration::from_secs(seconds),
-                    None => CommandHook::DEFAULT_TIMEOUT,
-                };
+                let timeout = hook_timeout(file, &format!("{at}.hooks[{j}]"), hook)?;
                 let command =
                     CommandHook::new(event, hook.command.clone(), loaded.base_dir.clone())
                         .with_matcher(matcher.clone())
@@ -623,6 +607,68 @@ fn denied_reads(deny: &[String]) -> impl Iterator<Item = String> + '_ {
             Some(path.to_owned())
         }
         _ => None,
+    })
+}
+
+/// The timeout of hook `hook` (at `at` in the file), once its command is known not empty.
+fn hook_timeout(
+    file: &str,
+    at: &str,
+    hook: &crate::config::HookCommandEntry,
+) -> Result<Duration, ToolmuxError> {
+    if hook.command.trim().is_empty() {
+        return Err(ToolmuxError::config(
+            file,
+            format!("{at}.command: is empty; give the shell command to run"),
+        ));
+    }
+    match hook.timeout {
+        Some(0) => {
+            Err(ToolmuxError::config(file, format!("{at}.timeout: must be at least 1 (seconds)")))
+        }
+        Some(seconds) => Ok(Duration::from_secs(seconds)),
+        None => Ok(CommandHook::DEFAULT_TIMEOUT),
+    }
+}
+
+/// The hooks of the agents' loop (`SessionStart`, `UserPromptSubmit`, `Stop`,
+/// `SubagentStop`).
+#[cfg(feature = "agent")]
+fn agent_hooks(
+    loaded: &Loaded,
+    secrets: &[String],
+) -> Result<toolmux_agent::AgentHooks, ToolmuxError> {
+    use toolmux_agent::HookCommand;
+    let file = loaded.source_name();
+    let section = &loaded.config.hooks;
+    let commands = |event: &str, entries: &[crate::config::HookMatcherEntry]| {
+        let mut commands = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let at = format!("hooks.{event}[{i}]");
+            let matcher = entry.matcher.clone().unwrap_or_default();
+            if event != "SessionStart" && !matches!(matcher.trim(), "" | "*") {
+                return Err(ToolmuxError::config(
+                    file,
+                    format!(
+                        "{at}.matcher: {event} hooks take no matcher (they run for every run); remove it"
+                    ),
+                ));
+            }
+            for (j, hook) in entry.hooks.iter().enumerate() {
+                let timeout = hook_timeout(file, &format!("{at}.hooks[{j}]"), hook)?;
+                let command = hook.command.clone();
+                commands.push(HookCommand { command, timeout, matcher: matcher.clone() });
+            }
+        }
+        Ok(commands)
+    };
+    Ok(toolmux_agent::AgentHooks {
+        session_start: commands("SessionStart", &section.session_start)?,
+        user_prompt_submit: commands("UserPromptSubmit", &section.user_prompt_submit)?,
+        stop: commands("Stop", &section.stop)?,
+        subagent_stop: commands("SubagentStop", &section.subagent_stop)?,
+        dir: loaded.base_dir.clone(),
+        redactor: toolmux_orchestrator::Redactor::new(secrets.iter().cloned()),
     })
 }
 
@@ -1040,6 +1086,7 @@ fn agents(
     loaded: &Loaded,
     models: &Models,
     config: &mut OrchestratorConfig,
+    secrets: &[String],
 ) -> Result<Option<toolmux_agent::Agents>, ToolmuxError> {
     use toolmux_agent::{AgentDefinitions, Agents, NAMESPACE};
     let file = loaded.source_name();
@@ -1057,6 +1104,7 @@ fn agents(
         agents: section.agents.clone(),
         router: section.router.clone(),
         max_depth: section.defaults.agent_max_depth,
+        hooks: Arc::new(agent_hooks(loaded, secrets)?),
     };
     let agents = Agents::new(definitions, models.clone())
         .map_err(|e| ToolmuxError::config(file, e.to_string()))?;

@@ -109,9 +109,9 @@ fn a_bad_matcher_is_a_configuration_error() {
 #[test]
 fn an_unknown_event_is_a_configuration_error() {
     check(
-        "hooks:\n  Stop:\n    - hooks: [{type: command, command: 'true'}]\n",
+        "hooks:\n  Notification:\n    - hooks: [{type: command, command: 'true'}]\n",
         expect![
-            "error: toolmux.yaml:2:3: unknown hook event `Stop` in hooks; toolmux runs PreToolUse and PostToolUse hooks (Claude Code's other events are not tool calls)"
+            "error: toolmux.yaml:2:3: unknown hook event `Notification` in hooks; toolmux runs PreToolUse, PostToolUse, SessionStart, UserPromptSubmit, Stop, SubagentStop hooks (Claude Code's other events have no counterpart here)"
         ],
     );
 }
@@ -136,4 +136,85 @@ fn an_unknown_key_or_kind_of_hook_is_a_configuration_error() {
             "error: toolmux.yaml: hooks.PreToolUse[0].hooks[0].timeout: must be at least 1 (seconds)"
         ],
     );
+}
+
+/// The hooks of an agent's loop, as Claude Code runs them: `SessionStart` context reaches
+/// the model, a `Stop` hook makes the agent go on once (then `stop_hook_active` lets it
+/// end), and a `UserPromptSubmit` hook refuses a task before the model sees it.
+#[test]
+fn an_agents_loop_runs_session_prompt_and_stop_hooks() {
+    use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::callback(|request| {
+                let text = request["messages"].to_string();
+                if text.contains("Project rule: answer briefly") {
+                    ScriptStep::text("done")
+                } else {
+                    ScriptStep::text(format!("no context in {text}"))
+                }
+            }),
+            ScriptStep::callback(|request| {
+                let text = request["messages"].to_string();
+                if text.contains("run the tests first") {
+                    ScriptStep::text("tests pass, done")
+                } else {
+                    ScriptStep::text(format!("not told to go on: {text}"))
+                }
+            }),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-1");
+    project
+        .file(
+            "hooks/stop.sh",
+            "input=$(cat)\n\
+             echo \"$input\" >> stop-inputs.jsonl\n\
+             case \"$input\" in\n\
+             *'\"stop_hook_active\":false'*) echo '{\"decision\": \"block\", \"reason\": \"run the tests first\"}' ;;\n\
+             esac\n\
+             exit 0\n",
+        )
+        .file(
+            "hooks/prompt.sh",
+            "if grep -q 'rm -rf'; then echo 'dangerous task' >&2; exit 2; fi\nexit 0\n",
+        )
+        .file(
+            "toolmux.yaml",
+            &format!(
+                "models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+                 agents:\n  reader:\n    model: fast\n    description: Reads\n\
+                 hooks:\n  \
+                   SessionStart:\n    \
+                     - matcher: startup\n      \
+                       hooks: [{{type: command, command: 'echo \"Project rule: answer briefly\"'}}]\n  \
+                   UserPromptSubmit:\n    \
+                     - hooks: [{{type: command, command: 'sh hooks/prompt.sh'}}]\n  \
+                   Stop:\n    \
+                     - hooks: [{{type: command, command: 'sh hooks/stop.sh', timeout: 10}}]\n",
+                server.base_url()
+            ),
+        );
+    let run = project.run(&["agent", "run", "reader", "Do the task", "--json"]);
+    let report: Value = serde_json::from_str(run.ok()).expect("a report");
+    assert_eq!(report["content"], "tests pass, done", "{report}");
+    assert_eq!(report["turns"], 2);
+    let inputs = std::fs::read_to_string(project.path().join("stop-inputs.jsonl")).expect("inputs");
+    let inputs: Vec<Value> =
+        inputs.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(inputs.len(), 2);
+    assert_eq!(inputs[0]["hook_event_name"], "Stop");
+    assert_eq!(inputs[0]["agent_name"], "reader");
+    assert_eq!(
+        (inputs[0]["stop_hook_active"].clone(), inputs[1]["stop_hook_active"].clone()),
+        (json!(false), json!(true))
+    );
+
+    let refused = project.run(&["agent", "run", "reader", "please rm -rf the build", "--json"]);
+    assert_eq!(refused.code, 1, "{refused:?}");
+    let report: Value = serde_json::from_str(&refused.stdout).expect("a report");
+    assert_eq!(report["status"], "failure");
+    assert_eq!(report["content"], "a UserPromptSubmit hook refused the task: dangerous task");
+    assert_eq!(server.requests().len(), 2, "the model never saw the refused task");
 }

@@ -224,30 +224,38 @@ impl CallKey {
 
 /// How a hook's program ended.
 #[derive(Debug)]
-struct Exit {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub struct HookExit {
+    /// Its exit code (`None`: ended by a signal).
+    pub code: Option<i32>,
+    /// Its stdout, the first MiB.
+    pub stdout: String,
+    /// Its stderr, the first 64 KiB.
+    pub stderr: String,
 }
 
 /// Why a hook's program gave no answer.
 #[derive(Debug)]
-enum Failure {
+#[non_exhaustive]
+pub enum HookFailure {
+    /// `sh` could not start.
     Spawn(std::io::Error),
+    /// Waiting for it failed.
     Wait(std::io::Error),
+    /// It ran past its timeout and was killed.
     Timeout(Duration),
+    /// The caller gave up.
     Cancelled,
 }
 
-impl fmt::Display for Failure {
+impl fmt::Display for HookFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Spawn(e) => write!(f, "cannot start `sh`: {e}"),
-            Failure::Wait(e) => write!(f, "waiting for it failed: {e}"),
-            Failure::Timeout(after) => {
+            HookFailure::Spawn(e) => write!(f, "cannot start `sh`: {e}"),
+            HookFailure::Wait(e) => write!(f, "waiting for it failed: {e}"),
+            HookFailure::Timeout(after) => {
                 write!(f, "it ran past its timeout of {} s and was killed", after.as_secs_f64())
             }
-            Failure::Cancelled => f.write_str("the call was cancelled"),
+            HookFailure::Cancelled => f.write_str("the call was cancelled"),
         }
     }
 }
@@ -388,10 +396,10 @@ impl CommandHook {
         input: &Value,
         tool: &str,
         ctx: &CallContext,
-    ) -> Result<Option<Exit>, ToolError> {
+    ) -> Result<Option<HookExit>, ToolError> {
         match self.spawn(input, ctx).await {
             Ok(exit) => Ok(Some(exit)),
-            Err(Failure::Cancelled) => Err(ToolError::Cancelled { tool: tool.to_owned() }),
+            Err(HookFailure::Cancelled) => Err(ToolError::Cancelled { tool: tool.to_owned() }),
             Err(failure) => {
                 tracing::warn!(
                     target: "toolmux::hooks",
@@ -404,71 +412,12 @@ impl CommandHook {
         }
     }
 
-    async fn spawn(&self, input: &Value, ctx: &CallContext) -> Result<Exit, Failure> {
-        let mut command = tokio::process::Command::new("sh");
-        command
-            .arg("-c")
-            .arg(&self.command)
-            .current_dir(&self.dir)
-            .env("TOOLMUX_PROJECT_DIR", &self.dir)
-            .env("CLAUDE_PROJECT_DIR", &self.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        let mut child = command.spawn().map_err(Failure::Spawn)?;
-        let group = GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let payload = input.to_string();
-        let work = async {
-            let write = async {
-                if let Some(mut stdin) = stdin {
-                    // A hook that does not read its input closes the pipe: not an error.
-                    let _ = stdin.write_all(payload.as_bytes()).await;
-                    let _ = stdin.shutdown().await;
-                }
-            };
-            let wait = async {
-                let status = child.wait().await;
-                // What the hook left running would hold its pipes open: it ends with it.
-                group.kill();
-                status
-            };
-            let ((), out, err, status) = tokio::join!(
-                write,
-                read_capped(stdout, STDOUT_MAX),
-                read_capped(stderr, STDERR_MAX),
-                wait
-            );
-            (out, err, status)
-        };
-        let ended = tokio::select! {
-            ended = tokio::time::timeout(self.timeout, work) => ended.map_err(|_| Failure::Timeout(self.timeout)),
-            () = ctx.cancel_token().cancelled() => Err(Failure::Cancelled),
-        };
-        match ended {
-            Ok((stdout, stderr, status)) => {
-                let status = status.map_err(Failure::Wait)?;
-                Ok(Exit {
-                    code: status.code(),
-                    stdout: String::from_utf8_lossy(&stdout).into_owned(),
-                    stderr: String::from_utf8_lossy(&stderr).into_owned(),
-                })
-            }
-            Err(failure) => {
-                group.kill();
-                // SIGKILL makes this quick; `kill_on_drop` covers a hook that will not die.
-                let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
-                Err(failure)
-            }
-        }
+    async fn spawn(&self, input: &Value, ctx: &CallContext) -> Result<HookExit, HookFailure> {
+        run_program(&self.command, &self.dir, self.timeout, input, ctx.cancel_token()).await
     }
 
     /// The JSON answer in a successful hook's stdout, if it gave one.
-    fn answer(&self, exit: &Exit, tool: &str) -> Answer {
+    fn answer(&self, exit: &HookExit, tool: &str) -> Answer {
         let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(exit.stdout.trim()) else {
             return Answer::default();
         };
@@ -492,7 +441,7 @@ impl CommandHook {
     }
 
     /// Warns of a hook that exited with neither 0 nor 2.
-    fn warn_exit(&self, exit: &Exit, tool: &str) {
+    fn warn_exit(&self, exit: &HookExit, tool: &str) {
         let code = exit.code.map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
         tracing::warn!(
             target: "toolmux::hooks",
@@ -725,6 +674,81 @@ impl GroupKill {
 impl Drop for GroupKill {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Runs hook program `command` (`sh -c`) in `dir`, in a process group of its own, with
+/// `input` on its stdin, for at most `timeout`: how it ended, or why it gave no answer (then
+/// its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
+/// `CLAUDE_PROJECT_DIR` are `dir`; what it leaves running is ended when it exits. For hooks
+/// of other loops than the tool pipeline (an agent's `Stop`, `SessionStart`), with the
+/// contract of [`CommandHook`].
+pub async fn run_program(
+    command: &str,
+    dir: &std::path::Path,
+    timeout: Duration,
+    input: &Value,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<HookExit, HookFailure> {
+    let mut program = tokio::process::Command::new("sh");
+    program
+        .arg("-c")
+        .arg(command)
+        .current_dir(dir)
+        .env("TOOLMUX_PROJECT_DIR", dir)
+        .env("CLAUDE_PROJECT_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = program.spawn().map_err(HookFailure::Spawn)?;
+    let group = GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let payload = input.to_string();
+    let work = async {
+        let write = async {
+            if let Some(mut stdin) = stdin {
+                // A hook that does not read its input closes the pipe: not an error.
+                let _ = stdin.write_all(payload.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            }
+        };
+        let wait = async {
+            let status = child.wait().await;
+            // What the hook left running would hold its pipes open: it ends with it.
+            group.kill();
+            status
+        };
+        let ((), out, err, status) = tokio::join!(
+            write,
+            read_capped(stdout, STDOUT_MAX),
+            read_capped(stderr, STDERR_MAX),
+            wait
+        );
+        (out, err, status)
+    };
+    let ended = tokio::select! {
+        ended = tokio::time::timeout(timeout, work) => ended.map_err(|_| HookFailure::Timeout(timeout)),
+        () = cancel.cancelled() => Err(HookFailure::Cancelled),
+    };
+    match ended {
+        Ok((stdout, stderr, status)) => {
+            let status = status.map_err(HookFailure::Wait)?;
+            Ok(HookExit {
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            })
+        }
+        Err(failure) => {
+            group.kill();
+            // SIGKILL makes this quick; `kill_on_drop` covers a hook that will not die.
+            let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
+            Err(failure)
+        }
     }
 }
 

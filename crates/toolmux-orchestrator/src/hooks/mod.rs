@@ -4,7 +4,9 @@
 
 mod command;
 
-pub use command::{CommandHook, HookEvent, InvalidMatcher, ToolMatcher};
+pub use command::{
+    CommandHook, HookEvent, HookExit, HookFailure, InvalidMatcher, ToolMatcher, run_program,
+};
 
 use async_trait::async_trait;
 use serde_json::Value;

@@ -253,6 +253,15 @@ fn load_text(
             "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"
         ));
     }
+    #[cfg(feature = "agent")]
+    let agents = !config.agents.is_empty();
+    #[cfg(not(feature = "agent"))]
+    let agents = false;
+    if config.hooks.has_agent_hooks() && !agents {
+        warnings.push(format!(
+            "{shown}: hooks: `SessionStart`, `UserPromptSubmit`, `Stop` and `SubagentStop` run              for toolmux's agents only, and no `agents` are configured here"
+        ));
+    }
     for input in &found.inputs {
         warnings.push(format!(
             "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
@@ -428,8 +437,8 @@ fn describe(path: &str, message: &str) -> String {
         if parent == "hooks" {
             return format!(
                 "unknown hook event `{unknown}` in hooks; toolmux runs {} hooks (Claude Code's \
-                 other events are not tool calls)",
-                expected.join(" and ")
+                 other events have no counterpart here)",
+                expected.join(", ")
             );
         }
         let place = if parent.is_empty() || parent == "." {

@@ -621,8 +621,10 @@ pub struct PermissionsEntry {
 }
 
 /// `hooks`: command hooks by event, as in Claude Code's settings, so that a `hooks` block
-/// can be pasted from one to the other. Claude Code's other events (`Stop`,
-/// `UserPromptSubmit`, ...) belong to its conversation, not to tool calls, and are refused.
+/// can be pasted from one to the other: `PreToolUse` and `PostToolUse` for every tool call,
+/// `SessionStart`, `UserPromptSubmit`, `Stop` and `SubagentStop` for toolmux's agents.
+/// Claude Code's other events (`Notification`, `PreCompact`, `SessionEnd`) have no
+/// counterpart and are refused.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HooksSection {
@@ -638,12 +640,38 @@ pub struct HooksSection {
     /// (`updatedMCPToolOutput`) or add context (`additionalContext`).
     #[serde(rename = "PostToolUse", default, skip_serializing_if = "Vec::is_empty")]
     pub post_tool_use: Vec<HookMatcherEntry>,
+    /// Run when one of toolmux's agents starts a run (`matcher`: the source, `startup` or
+    /// `resume` for a chat that goes on): stdout of exit 0 (or `additionalContext`) is given
+    /// to the model before the task.
+    #[serde(rename = "SessionStart", default, skip_serializing_if = "Vec::is_empty")]
+    pub session_start: Vec<HookMatcherEntry>,
+    /// Run before an agent's task reaches its model (`prompt` in the input): exit code 2,
+    /// `decision: block` or `continue: false` refuses the task; stdout of exit 0 (or
+    /// `additionalContext`) is context.
+    #[serde(rename = "UserPromptSubmit", default, skip_serializing_if = "Vec::is_empty")]
+    pub user_prompt_submit: Vec<HookMatcherEntry>,
+    /// Run when an agent's run is about to end with its answer or report: exit code 2
+    /// (stderr the reason) or `decision: block` with a `reason` makes it go on, told why
+    /// (`stop_hook_active` is then true); its turn limit still holds.
+    #[serde(rename = "Stop", default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<HookMatcherEntry>,
+    /// `Stop` for agents called by another agent.
+    #[serde(rename = "SubagentStop", default, skip_serializing_if = "Vec::is_empty")]
+    pub subagent_stop: Vec<HookMatcherEntry>,
 }
 
 impl HooksSection {
     /// Whether no hook is configured.
     pub fn is_empty(&self) -> bool {
-        self.pre_tool_use.is_empty() && self.post_tool_use.is_empty()
+        self.pre_tool_use.is_empty() && self.post_tool_use.is_empty() && !self.has_agent_hooks()
+    }
+
+    /// Whether hooks of the agents' loop are configured.
+    pub fn has_agent_hooks(&self) -> bool {
+        !(self.session_start.is_empty()
+            && self.user_prompt_submit.is_empty()
+            && self.stop.is_empty()
+            && self.subagent_stop.is_empty())
     }
 
     /// Warnings for matchers that name Claude Code's tools (`Bash`, `Write|Edit`): pasted

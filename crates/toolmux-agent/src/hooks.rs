@@ -1,0 +1,259 @@
+//! Command hooks of an agent's loop, with Claude Code's contract, so that its `SessionStart`,
+//! `UserPromptSubmit`, `Stop` and `SubagentStop` hook scripts work for toolmux's agents:
+//! the program gets one JSON object on stdin (`session_id`, `cwd`, `hook_event_name`,
+//! `permission_mode`, and per event `source`, `prompt` or `stop_hook_active`; toolmux adds
+//! `agent_name`) and answers by exit code and stdout:
+//!
+//! - `SessionStart`: stdout of exit 0 (plain text, or `hookSpecificOutput.additionalContext`)
+//!   is given to the model before the task.
+//! - `UserPromptSubmit`: exit 2, or `decision: "block"`, or `continue: false`, refuses the
+//!   task (the run fails with the reason, which the model never sees); stdout of exit 0 is
+//!   context, as for `SessionStart`.
+//! - `Stop` (a run about to end with its answer or report) and `SubagentStop` (the same for an
+//!   agent called by another): exit 2 (stderr the reason) or `decision: "block"` with a
+//!   `reason` makes the agent go on, told the reason; `stop_hook_active` is true once a stop
+//!   hook has done so in this run. The run's turn limit still holds.
+//!
+//! Other exit codes, a program that cannot start or one past its timeout are warnings, and
+//! the run goes on, as in Claude Code.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::Duration;
+use toolmux_core::CallContext;
+use toolmux_orchestrator::{HookExit, Redactor, run_program};
+
+/// Bytes of a reason or context passed on.
+const TEXT_MAX: usize = 16 * 1024;
+
+/// One hook program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookCommand {
+    /// The shell command line (`sh -c`).
+    pub command: String,
+    /// How long it may run.
+    pub timeout: Duration,
+    /// For `SessionStart`: the sources it runs for (`startup`, `resume`; `|`-separated,
+    /// empty or `*` for all).
+    pub matcher: String,
+}
+
+/// The hooks of the agents' loop (see the module documentation).
+#[derive(Debug, Default)]
+pub struct AgentHooks {
+    /// Before a run's first turn.
+    pub session_start: Vec<HookCommand>,
+    /// Before the task reaches the model.
+    pub user_prompt_submit: Vec<HookCommand>,
+    /// When a run is about to end.
+    pub stop: Vec<HookCommand>,
+    /// When a run of an agent called by another agent is about to end.
+    pub subagent_stop: Vec<HookCommand>,
+    /// Where the programs run (the configuration file's folder).
+    pub dir: PathBuf,
+    /// Removed from reasons and context before the model or a person sees them.
+    pub redactor: Redactor,
+}
+
+/// What a prompt hook decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Prompt {
+    /// The task goes on, with this context (maybe none).
+    Go(Vec<String>),
+    /// The task is refused, for this reason.
+    Blocked(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    #[serde(rename = "continue")]
+    go_on: Option<bool>,
+    stop_reason: Option<String>,
+    decision: Option<String>,
+    reason: Option<String>,
+    hook_specific_output: Option<Specific>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Specific {
+    additional_context: Option<String>,
+}
+
+impl AgentHooks {
+    /// Whether no hook is configured.
+    pub fn is_empty(&self) -> bool {
+        self.session_start.is_empty()
+            && self.user_prompt_submit.is_empty()
+            && self.stop.is_empty()
+            && self.subagent_stop.is_empty()
+    }
+
+    fn input(&self, event: &str, agent: &str, ctx: &CallContext) -> Value {
+        json!({
+            "session_id": ctx.run_id(),
+            "cwd": self.dir.to_string_lossy(),
+            "hook_event_name": event,
+            "permission_mode": "default",
+            "agent_name": agent,
+        })
+    }
+
+    fn clean(&self, text: &str) -> String {
+        let text = self.redactor.redact(text.trim());
+        let mut end = text.len().min(TEXT_MAX);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_owned()
+    }
+
+    /// Runs `hook` on `input`; `None` (warned of) when it gave no answer to act on.
+    async fn run(
+        &self,
+        event: &str,
+        hook: &HookCommand,
+        input: &Value,
+        ctx: &CallContext,
+    ) -> Option<HookExit> {
+        match run_program(&hook.command, &self.dir, hook.timeout, input, ctx.cancel_token()).await {
+            Ok(exit) => Some(exit),
+            Err(failure) => {
+                tracing::warn!(target: "toolmux::hooks", "{event} hook `{}` failed, the run goes on: {failure}", label(&hook.command));
+                None
+            }
+        }
+    }
+
+    /// Context for the start of a run (`source`: `startup`, or `resume` for a conversation
+    /// that goes on).
+    pub(crate) async fn session_start(
+        &self,
+        source: &str,
+        agent: &str,
+        ctx: &CallContext,
+    ) -> Vec<String> {
+        let mut input = self.input("SessionStart", agent, ctx);
+        input["source"] = json!(source);
+        let mut context = Vec::new();
+        for hook in self.session_start.iter().filter(|h| matches_source(&h.matcher, source)) {
+            let Some(exit) = self.run("SessionStart", hook, &input, ctx).await else { continue };
+            match exit.code {
+                Some(0) => context.extend(self.context_of(&exit)),
+                Some(2) => {
+                    let said = self.clean(&exit.stderr);
+                    tracing::warn!(target: "toolmux::hooks", "SessionStart hook `{}`: {said}", label(&hook.command));
+                }
+                _ => warn_exit("SessionStart", hook, &exit),
+            }
+        }
+        context
+    }
+
+    /// Whether `prompt` (the task) may go to the model, with what context.
+    pub(crate) async fn prompt_submit(
+        &self,
+        prompt: &str,
+        agent: &str,
+        ctx: &CallContext,
+    ) -> Prompt {
+        let mut input = self.input("UserPromptSubmit", agent, ctx);
+        input["prompt"] = json!(prompt);
+        let mut context = Vec::new();
+        for hook in &self.user_prompt_submit {
+            let Some(exit) = self.run("UserPromptSubmit", hook, &input, ctx).await else {
+                continue;
+            };
+            match exit.code {
+                Some(0) => {
+                    let answer = parse(&exit.stdout);
+                    if answer.go_on == Some(false) {
+                        let reason = answer.stop_reason.or(answer.reason).unwrap_or_default();
+                        return Prompt::Blocked(self.clean(&reason));
+                    }
+                    if answer.decision.as_deref() == Some("block") {
+                        return Prompt::Blocked(self.clean(answer.reason.as_deref().unwrap_or("")));
+                    }
+                    context.extend(self.context_of(&exit));
+                }
+                Some(2) => return Prompt::Blocked(self.clean(&exit.stderr)),
+                _ => warn_exit("UserPromptSubmit", hook, &exit),
+            }
+        }
+        Prompt::Go(context)
+    }
+
+    /// Why the run must go on instead of ending, if a stop hook says so; `sub` for an
+    /// agent called by another agent (`SubagentStop`), `active` once a stop hook has made
+    /// this run go on.
+    pub(crate) async fn stop(
+        &self,
+        sub: bool,
+        active: bool,
+        agent: &str,
+        ctx: &CallContext,
+    ) -> Option<String> {
+        let (event, hooks) =
+            if sub { ("SubagentStop", &self.subagent_stop) } else { ("Stop", &self.stop) };
+        let mut input = self.input(event, agent, ctx);
+        input["stop_hook_active"] = json!(active);
+        for hook in hooks {
+            let Some(exit) = self.run(event, hook, &input, ctx).await else { continue };
+            match exit.code {
+                Some(0) => {
+                    let answer = parse(&exit.stdout);
+                    if answer.go_on == Some(false) {
+                        // Claude Code's `continue: false` stops outright.
+                        return None;
+                    }
+                    if answer.decision.as_deref() == Some("block") {
+                        let reason = answer
+                            .reason
+                            .unwrap_or_else(|| format!("a {event} hook asks you to go on"));
+                        return Some(self.clean(&reason));
+                    }
+                }
+                Some(2) => return Some(self.clean(&exit.stderr)),
+                _ => warn_exit(event, hook, &exit),
+            }
+        }
+        None
+    }
+
+    /// The context a successful hook gave: `additionalContext` of its JSON answer, or its
+    /// plain stdout.
+    fn context_of(&self, exit: &HookExit) -> Option<String> {
+        let out = exit.stdout.trim();
+        let text = if out.starts_with('{') {
+            parse(out).hook_specific_output.and_then(|s| s.additional_context)?
+        } else {
+            out.to_owned()
+        };
+        (!text.trim().is_empty()).then(|| self.clean(&text))
+    }
+}
+
+fn parse(stdout: &str) -> Answer {
+    serde_json::from_str(stdout.trim()).unwrap_or_default()
+}
+
+fn matches_source(matcher: &str, source: &str) -> bool {
+    let matcher = matcher.trim();
+    matcher.is_empty() || matcher == "*" || matcher.split('|').any(|m| m.trim() == source)
+}
+
+fn warn_exit(event: &str, hook: &HookCommand, exit: &HookExit) {
+    let code = exit.code.map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
+    tracing::warn!(target: "toolmux::hooks", "{event} hook `{}` failed ({code}), the run goes on", label(&hook.command));
+}
+
+/// The command line as logs name it: its first 80 characters.
+fn label(command: &str) -> String {
+    let mut label: String = command.chars().take(80).collect();
+    if label.len() < command.len() {
+        label.push('…');
+    }
+    label
+}
