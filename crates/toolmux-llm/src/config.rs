@@ -16,6 +16,18 @@ pub enum ApiKind {
     Anthropic,
 }
 
+/// How the model calls tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolCallFormat {
+    /// The API's own tool calling (`tools` in the request, calls in the answer).
+    #[default]
+    Native,
+    /// Written in the answer's text as `<tool>{"server_name", "tool_name", "arguments"}</tool>`
+    /// blocks, the tools described in the system prompt: for APIs that take no tools.
+    Xml,
+}
+
 /// One model, under `models` by name.
 ///
 /// Its `Debug` shows neither the API key nor the headers' values.
@@ -75,6 +87,12 @@ pub struct ModelConfig {
     /// model, which reads a placeholder naming each image instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<bool>,
+    /// `native` (default): the API's tool calling; `xml`: the model writes its calls in its
+    /// text as `<tool>` blocks and reads results in `<tool_result>` blocks, the tools being
+    /// described in the system prompt, for a server whose API takes no tools (a local
+    /// model without a tool parser). Answers are then not streamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCallFormat>,
 }
 
 // By hand, so that a configuration logged with `{:?}` does not log its credentials.
@@ -95,6 +113,7 @@ impl std::fmt::Debug for ModelConfig {
             .field("prompt_cache", &self.prompt_cache)
             .field("stream", &self.stream)
             .field("images", &self.images)
+            .field("tool_calls", &self.tool_calls)
             .finish()
     }
 }

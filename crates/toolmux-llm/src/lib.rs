@@ -32,14 +32,16 @@ mod http;
 mod message;
 mod openai;
 mod sampling;
+mod text_tools;
 
-pub use config::{ApiKind, ModelConfig};
+pub use config::{ApiKind, ModelConfig, ToolCallFormat};
 pub use error::ModelError;
 pub use message::{
     DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
     ModelToolCall, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 pub use sampling::{ModelSampler, sampling_request, sampling_response};
+pub use text_tools::TextToolCalls;
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -231,7 +233,7 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
     let max_tokens = config.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     let temperature = config.temperature;
     let images = config.images.unwrap_or(true);
-    Ok(match config.api {
+    let model: Arc<dyn Model> = match config.api {
         ApiKind::Openai => {
             Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature, images })
         }
@@ -245,5 +247,9 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
                 images,
             })
         }
+    };
+    Ok(match config.tool_calls.unwrap_or_default() {
+        ToolCallFormat::Native => model,
+        ToolCallFormat::Xml => Arc::new(TextToolCalls::new(model)),
     })
 }

@@ -704,3 +704,52 @@ fn a_tool_allowed_for_good_is_not_asked_for_again() {
     assert!(last_tool_result(&requests[1]).contains("first-run"));
     assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
 }
+
+/// A model whose API takes no tools (`toolCalls: xml`): the tools are described in its
+/// system prompt, it writes its calls as `<tool>` blocks in its text, and reads their
+/// results in `<tool_result>` blocks, through the same pipeline as any agent's calls.
+#[test]
+fn a_model_without_tool_calling_calls_tools_in_its_text() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::callback(|request| {
+                let system = request["messages"][0]["content"].as_str().unwrap_or_default();
+                if request.get("tools").is_none() && system.contains("### fs__grep") {
+                    ScriptStep::text(
+                        "I will search.\n<tool>\n{\"server_name\": \"fs\", \"tool_name\": \
+                         \"grep\", \"arguments\": {\"pattern\": \"TODO\", \"output_mode\": \
+                         \"content\"}}\n</tool>",
+                    )
+                } else {
+                    ScriptStep::text(format!("tools were not described: {request}"))
+                }
+            }),
+            ScriptStep::callback(|request| {
+                let messages = request["messages"].as_array().expect("messages");
+                let last = messages.last().expect("a message");
+                let told = last["content"].as_str().unwrap_or_default();
+                let content = if last["role"] == "user"
+                    && told.starts_with("<tool_result tool_name=\"fs__grep\" error=\"false\">")
+                    && told.contains("write the agent docs")
+                {
+                    "found the TODO"
+                } else {
+                    "no result came back"
+                };
+                ScriptStep::text(format!(
+                    "<tool>{{\"tool_name\": \"agent__final_report\", \"arguments\": \
+                     {{\"status\": \"success\", \"content\": \"{content}\"}}}}</tool>"
+                ))
+            }),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).expect("config");
+    let config = config.replace("    maxRetries: 0\n", "    maxRetries: 0\n    toolCalls: xml\n");
+    project.file("toolmux.yaml", &config);
+    let run = project.run(&["agent", "run", "reader", "Where are the TODOs?", "--json"]);
+    let report: Value = serde_json::from_str(run.ok()).expect("a report");
+    assert_eq!(report["content"], "found the TODO", "{report}");
+    assert_eq!(report["toolCalls"], 1);
+}
