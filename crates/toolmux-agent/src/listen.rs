@@ -124,6 +124,13 @@ impl Agents {
                 .await
                 .map_err(|message| AgentError::Config { agent: name.to_owned(), message })?;
         }
+        if spaces {
+            // A store that fails, or permissions that refuse the agent its space, are told
+            // now rather than warned of every second.
+            call(&orchestrator, WAIT, json!({"waitMs": 0}), &own)
+                .await
+                .map_err(|message| AgentError::Config { agent: name.to_owned(), message })?;
+        }
         let mut cycles = 0;
         let mut quiet_since = Instant::now();
         loop {

@@ -1049,6 +1049,8 @@ impl Spaces {
                     version: found.version,
                 });
             };
+            // A revision past the space's (a client of a space made anew) goes on from now.
+            let since = since.min(found.version);
             let mut messages: Vec<Message> =
                 found.messages.iter().filter(|m| m.rev > since).cloned().collect();
             messages.sort_by_key(|m| m.rev);
@@ -1078,8 +1080,12 @@ impl Spaces {
                     let from = entity.read.get(&stored).copied().unwrap_or(0);
                     let unread = match txn.space(&stored)? {
                         Some(space) => space
-                            .page(from, usize::MAX)
+                            .messages
                             .iter()
+                            .skip(
+                                usize::try_from(from.saturating_sub(space.first))
+                                    .unwrap_or(usize::MAX),
+                            )
                             .filter(|m| m.author != who.entity)
                             .count() as u64,
                         None => 0,
