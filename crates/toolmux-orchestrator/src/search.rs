@@ -255,17 +255,7 @@ impl ToolProvider for ToolSearch {
     ) -> Result<ToolOutput, ToolError> {
         let orchestrator = self.orchestrator()?;
         match name {
-            "search" => {
-                let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default();
-                let limit = arguments
-                    .get("limit")
-                    .and_then(Value::as_u64)
-                    .map_or(DEFAULT_RESULTS, |l| usize::try_from(l).unwrap_or(MAX_RESULTS));
-                let found = orchestrator.search_tools(query, limit, &|_| true);
-                let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
-                Ok(ToolOutput::text(found_text(query, &found, HOW_TO_CALL))
-                    .with_extra("found", json!(names)))
-            }
+            "search" => Ok(search_output(&orchestrator, &arguments, &|_| true)),
             "call" => {
                 let Some(tool) = arguments.get("name").and_then(Value::as_str) else {
                     return Ok(ToolOutput::error(
@@ -287,4 +277,21 @@ impl ToolProvider for ToolSearch {
             }
         }
     }
+}
+
+/// What `tools__search` answers to `arguments`: the deferred tools `allow` lets the caller
+/// see that match, best first (a view's search finds only what is in view).
+pub(crate) fn search_output(
+    orchestrator: &Orchestrator,
+    arguments: &Value,
+    allow: &dyn Fn(&str) -> bool,
+) -> ToolOutput {
+    let query = arguments.get("query").and_then(Value::as_str).unwrap_or_default();
+    let limit = arguments
+        .get("limit")
+        .and_then(Value::as_u64)
+        .map_or(DEFAULT_RESULTS, |l| usize::try_from(l).unwrap_or(MAX_RESULTS));
+    let found = orchestrator.search_tools(query, limit, allow);
+    let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
+    ToolOutput::text(found_text(query, &found, HOW_TO_CALL)).with_extra("found", json!(names))
 }

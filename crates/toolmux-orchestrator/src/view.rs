@@ -3,6 +3,7 @@
 
 use crate::glob::glob_match;
 use crate::orchestrator::Orchestrator;
+use crate::search;
 use async_trait::async_trait;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -84,6 +85,23 @@ impl ToolProvider for FilteredView {
         if !self.allows(name) {
             // Suggesting names from outside the view would leak them; say nothing more.
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+        }
+        // The deferred tools' search and call stay in view too: `tools__call` would
+        // otherwise reach any tool, and `tools__search` name tools outside.
+        if name == search::CALL
+            && let Some(inner) = arguments.get("name").and_then(Value::as_str)
+            && !self.allows(inner)
+        {
+            return Err(ToolError::UnknownTool { name: inner.to_owned(), suggestions: Vec::new() });
+        }
+        if name == search::SEARCH {
+            let asked = arguments.clone();
+            let output = self.orchestrator.call_tool(name, arguments, ctx).await?;
+            if output.is_error {
+                return Ok(output);
+            }
+            let allow = |tool: &str| self.allows(tool);
+            return Ok(search::search_output(&self.orchestrator, &asked, &allow));
         }
         self.orchestrator.call_tool(name, arguments, ctx).await
     }

@@ -225,3 +225,43 @@ async fn a_call_passed_on_is_approved_once_as_the_tool_it_calls() {
     let call = ToolCall::new("tools__call", json!({"name": "billing__refund_charge"}));
     assert!(!o.execute(call, &ctx).await.ok);
 }
+
+/// Through a view (a gateway's `--tools`, a key holder's tools), the search finds only
+/// what is in view and `tools__call` reaches nothing outside it.
+#[tokio::test(start_paused = true)]
+async fn a_view_keeps_the_search_and_its_calls_in_view() {
+    use toolmux_orchestrator::FilteredView;
+    let o = start(PermissionRules::default()).await;
+    let view = FilteredView::new(o.clone(), vec!["billing__*invoice*".into(), "tools__*".into()]);
+    let ctx = CallContext::new();
+    let found = view.call("tools__search", json!({"query": "customer", "limit": 10}), &ctx).await;
+    let found = found.expect("a search");
+    let names = found.extras["found"].as_array().expect("names").clone();
+    assert!(!names.is_empty(), "{found:?}");
+    assert!(names.iter().all(|n| n.as_str().is_some_and(|n| n.contains("invoice"))), "{names:?}");
+    assert!(!found.to_text().contains("delete_customer"), "{}", found.to_text());
+
+    let outside = view
+        .call(
+            "tools__call",
+            json!({"name": "billing__delete_customer", "arguments": {"id": 7}}),
+            &ctx,
+        )
+        .await;
+    let err = outside.expect_err("outside the view");
+    assert_eq!(err.to_string(), "unknown tool `billing__delete_customer`");
+    let listed = json!({"name": "files__read", "arguments": {}});
+    assert!(
+        view.call("tools__call", listed, &ctx).await.is_err(),
+        "a listed tool outside the view"
+    );
+    let inside = view
+        .call(
+            "tools__call",
+            json!({"name": "billing__list_invoices", "arguments": {"customer": "acme"}}),
+            &ctx,
+        )
+        .await
+        .expect("in view");
+    assert_eq!(inside.to_text(), "inv_1, inv_2");
+}
