@@ -308,6 +308,23 @@ fn api_keys(loaded: &Loaded, args: &KeyRule) -> Result<Vec<ApiKey>, String> {
     Ok(keys)
 }
 
+/// `serve.holderTools`: the tools of key holders that are not served every tool, each a
+/// view of the orchestrator serving now (within `--tools`).
+#[derive(Debug)]
+struct HolderTools {
+    current: crate::reload::Current,
+    holders: std::collections::BTreeMap<String, Vec<String>>,
+    within: Vec<String>,
+}
+
+impl toolmux::toolmux_mcp::server::HolderViews for HolderTools {
+    fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>> {
+        let globs = self.holders.get(holder)?;
+        let view = FilteredView::new(self.current.orchestrator(), globs.clone());
+        Some(Arc::new(view.within(self.within.clone())))
+    }
+}
+
 fn spilled_handle(result: &ToolResult) -> Option<&str> {
     result.extras.get("spilled")?.get("handle")?.as_str()
 }
@@ -353,6 +370,14 @@ pub(crate) async fn serve(
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
+    if !loaded.config.serve.holder_tools.is_empty() {
+        // Checked when the configuration was built (`Toolmux::build`).
+        options.views = Some(Arc::new(HolderTools {
+            current: current.clone(),
+            holders: loaded.config.serve.holder_tools.clone(),
+            within: args.tools.clone(),
+        }));
+    }
     let globs = args.tools.clone();
     let serve_provider = move |toolmux: &Toolmux| -> Arc<dyn ToolProvider> {
         let orchestrator = toolmux.orchestrator().clone();

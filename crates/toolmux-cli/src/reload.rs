@@ -49,6 +49,11 @@ impl Current {
         self.toolmux.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The orchestrator serving now.
+    pub(crate) fn orchestrator(&self) -> toolmux::toolmux_orchestrator::Orchestrator {
+        self.toolmux.read().unwrap_or_else(|e| e.into_inner()).orchestrator().clone()
+    }
+
     /// Changes at every reload.
     pub(crate) fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloads.subscribe()

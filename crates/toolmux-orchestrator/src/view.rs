@@ -26,16 +26,27 @@ use toolmux_core::{
 pub struct FilteredView {
     orchestrator: Orchestrator,
     globs: Vec<String>,
+    /// When not empty, a tool must match one of these too.
+    within: Vec<String>,
 }
 
 impl FilteredView {
     /// A view of `orchestrator` showing tools that match any of `globs`.
     pub fn new(orchestrator: Orchestrator, globs: Vec<String>) -> Self {
-        FilteredView { orchestrator, globs }
+        FilteredView { orchestrator, globs, within: Vec::new() }
+    }
+
+    /// The view narrowed to tools that also match one of `globs` (a key holder's tools
+    /// within what a gateway serves); none narrows nothing.
+    #[must_use]
+    pub fn within(mut self, globs: Vec<String>) -> Self {
+        self.within = globs;
+        self
     }
 
     fn allows(&self, name: &str) -> bool {
         self.globs.iter().any(|g| glob_match(g, name))
+            && (self.within.is_empty() || self.within.iter().any(|g| glob_match(g, name)))
     }
 
     /// Namespaces of the providers with a tool in view.

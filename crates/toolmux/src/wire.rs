@@ -142,6 +142,9 @@ impl Toolmux {
         #[cfg(feature = "mcp")]
         toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
             .map_err(|e| ToolmuxError::config(file, format!("serve.taskTools: {e}")))?;
+        #[cfg(feature = "mcp")]
+        check_holder_tools(loaded)
+            .map_err(|e| ToolmuxError::config(file, format!("serve.holderTools: {e}")))?;
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
         let mut config = orchestrator_config(loaded)?;
@@ -608,6 +611,30 @@ fn denied_reads(deny: &[String]) -> impl Iterator<Item = String> + '_ {
         }
         _ => None,
     })
+}
+
+/// Each holder of `serve.holderTools` holds a key (or is an OAuth subject) and is given
+/// at least one glob.
+#[cfg(feature = "mcp")]
+fn check_holder_tools(loaded: &Loaded) -> Result<(), String> {
+    let serve = &loaded.config.serve;
+    for (holder, globs) in &serve.holder_tools {
+        if !holder.starts_with("oauth:") && !serve.api_keys.contains_key(holder) {
+            let known: Vec<&str> = serve.api_keys.keys().map(String::as_str).collect();
+            return Err(format!(
+                "`{holder}` holds no key under `serve.apiKeys` ({}); name a key's holder, or \
+                 `oauth:SUBJECT` for a token's subject",
+                if known.is_empty() { "none are configured".to_owned() } else { known.join(", ") }
+            ));
+        }
+        if globs.is_empty() {
+            return Err(format!(
+                "`{holder}` is given no tool; give glob patterns of tool names (`docs__*`), or \
+                 remove its key"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The timeout of hook `hook` (at `at` in the file), once its command is known not empty.

@@ -930,3 +930,60 @@ fn people_and_agents_meet_in_spaces_over_http_and_holders_keep_theirs_apart() {
     assert_eq!(anonymous.status, 401);
     stop(gateway);
 }
+
+/// `serve.holderTools`: a key holder is listed and may call only its tools (the deferred
+/// tools' `tools__call` and the HTTP API keep to them too); other holders see every tool;
+/// a holder that holds no key is a configuration error.
+#[test]
+fn a_key_holder_limited_to_some_tools_sees_and_calls_only_those() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file("notes.md", "TODO: views\n").file(
+        "toolmux.yaml",
+        &format!("{CONFIG}fs: {{}}\nserve:\n  apiKeys:\n    alice: ${{ALICE_KEY}}\n    bob: ${{BOB_KEY}}\n  holderTools:\n    bob: ['fs__read', 'fs__grep']\n")
+            .replacen("serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\n    bob: ${BOB_KEY}\n", "", 1),
+    );
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let names = |agent: &mut Agent| -> Vec<String> {
+        let listed = agent.request("tools/list", json!({}));
+        listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut bob = Agent::start(&address, BOB);
+    assert_eq!(names(&mut bob), ["fs__read", "fs__grep"]);
+    let mut alice = Agent::start(&address, ALICE);
+    let everything = names(&mut alice);
+    assert!(everything.contains(&"external__build".to_owned()), "{everything:?}");
+    assert!(everything.contains(&"fs__ls".to_owned()), "{everything:?}");
+
+    // Bob's calls outside his tools are unknown to him; inside, they run.
+    let refused = bob.request("tools/call", json!({"name": "fs__ls", "arguments": {}}));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let (found, failed) =
+        bob.call("fs__grep", json!({"pattern": "TODO", "output_mode": "content"})).recv().unwrap();
+    assert!(!failed, "{found}");
+    assert!(found.to_string().contains("views"), "{found}");
+    // The external tools' HTTP API is not his either.
+    let bob_auth = bearer(BOB);
+    let listing =
+        request(&address, "GET", "/api/tool-calls", &[("Authorization", bob_auth.as_str())], "");
+    assert_eq!(listing.status, 404, "{}", listing.body);
+    assert!(listing.body.contains("serve.holderTools"), "{}", listing.body);
+    stop(gateway);
+
+    // A holder that holds no key is a mistake in the file.
+    project.file("toolmux.yaml", "fs: {}\nserve:\n  apiKeys:\n    alice: ${ALICE_KEY}\n  holderTools:\n    bobb: ['fs__read']\n");
+    let checked = project.run(&["config", "check"]);
+    assert_eq!(checked.code, 2, "{checked:?}");
+    assert!(
+        checked
+            .stderr
+            .contains("serve.holderTools: `bobb` holds no key under `serve.apiKeys` (alice)"),
+        "{}",
+        checked.stderr
+    );
+}

@@ -62,7 +62,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput};
+use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput, ToolProvider};
 
 /// The tool that lists pending calls.
 const PENDING: &str = "external__pending";
@@ -111,6 +111,12 @@ fn context(request: &axum::http::request::Parts, cancel: CancellationToken) -> C
     CallContext::new().with_run_id(run).with_cancel(cancel)
 }
 
+/// The provider a request's key holder is served: its view, or the whole provider.
+fn provider(api: &Api, request: &axum::http::request::Parts) -> Arc<dyn ToolProvider> {
+    let holder = request.extensions.get::<KeyHolder>().map(|h| h.0.clone());
+    api.shared.provider_of(holder.as_deref())
+}
+
 async fn list(State(api): State<Api>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
     let query = match Query::parse(parts.uri.query(), &["waitMs", "tool"]) {
@@ -121,8 +127,9 @@ async fn list(State(api): State<Api>, request: Request) -> Response {
     let _cancel_on_drop = cancel.clone().drop_guard();
     let ctx = context(&parts, cancel);
     let args = json!({"waitMs": query.wait.as_millis() as u64, "tools": query.tools});
+    let served = provider(&api, &parts);
     let called = tokio::select! {
-        called = api.shared.provider().call(PENDING, args, &ctx) => called,
+        called = served.call(PENDING, args, &ctx) => called,
         () = api.shutdown.cancelled() => {
             return problem(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down");
         }
@@ -152,7 +159,7 @@ async fn submit(State(api): State<Api>, Path(run_id): Path<String>, request: Req
         "isError": submission.is_error,
         "runId": run_id,
     });
-    match api.shared.provider().call(SUBMIT, args, &ctx).await {
+    match provider(&api, &parts).call(SUBMIT, args, &ctx).await {
         Ok(output) if output.is_error => failure(&ToolError::remote(SUBMIT, text_of(&output))),
         Ok(output) => {
             let delivered = output.extras.get("delivered").cloned().unwrap_or(json!("call"));
@@ -179,7 +186,8 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
     // The first listing answers the request, so that a server without external tools, or
     // a refused caller, gets a status rather than a stream that ends at once.
     let args = json!({"tools": query.tools});
-    let first = match api.shared.provider().call(PENDING, args, &ctx).await {
+    let served = provider(&api, &parts);
+    let first = match served.call(PENDING, args, &ctx).await {
         Ok(output) => match calls_of(&output) {
             Ok(calls) => calls,
             Err(e) => return failure(&e),
@@ -188,6 +196,7 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
     };
     let mut stream = EventStream {
         api,
+        provider: served,
         ctx,
         _guard: guard,
         tools: query.tools,
@@ -207,6 +216,8 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
 /// The state of one event stream.
 struct EventStream {
     api: Api,
+    /// What the stream's key holder is served.
+    provider: Arc<dyn ToolProvider>,
     ctx: CallContext,
     /// Cancels a poll in flight when the client goes away.
     _guard: DropGuard,
@@ -254,7 +265,7 @@ impl EventStream {
                     "tools": self.tools,
                     "exclude": self.seen,
                 });
-                let provider = self.api.shared.provider().clone();
+                let provider = self.provider.clone();
                 let ctx = self.ctx.clone();
                 Box::pin(async move { provider.call(PENDING, args, &ctx).await })
             });
@@ -286,7 +297,7 @@ impl EventStream {
             return;
         }
         let args = json!({"tools": self.tools});
-        let provider = self.api.shared.provider();
+        let provider = &self.provider;
         if let Ok(calls) = provider.call(PENDING, args, &self.ctx).await.and_then(|o| calls_of(&o))
         {
             let pending: Vec<&str> =
@@ -453,8 +464,9 @@ async fn gateway(
     let cancel = CancellationToken::new();
     let _cancel_on_drop = cancel.clone().drop_guard();
     let ctx = context(parts, cancel);
+    let served = provider(api, parts);
     let called = tokio::select! {
-        called = api.shared.provider().call(tool, args, &ctx) => called,
+        called = served.call(tool, args, &ctx) => called,
         () = api.shutdown.cancelled() => {
             return Err(problem(StatusCode::SERVICE_UNAVAILABLE, "the server is shutting down"));
         }
@@ -465,7 +477,8 @@ async fn gateway(
             .ok_or_else(|| failure(&ToolError::remote(tool, "the answer is not JSON"))),
         Err(ToolError::UnknownTool { .. }) => Err(problem(
             StatusCode::NOT_FOUND,
-            "this server has no spaces: add a `spaces` section to its configuration to use this API",
+            "no spaces are served to this caller: add a `spaces` section to the configuration to \
+             use this API (a key holder limited by `serve.holderTools` needs `gateway__*` there)",
         )),
         Err(e @ ToolError::InvalidArguments { .. })
             if e.to_string().contains("there is no space") =>
@@ -581,6 +594,7 @@ async fn space_events(
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
     let mut stream = SpaceStream {
+        provider: provider(&api, &parts),
         ctx: context(&parts, cancel),
         api,
         _guard: guard,
@@ -602,6 +616,8 @@ async fn space_events(
 /// its revision as the event's id.
 struct SpaceStream {
     api: Api,
+    /// What the stream's key holder is served.
+    provider: Arc<dyn ToolProvider>,
     ctx: CallContext,
     /// Cancels a poll in flight when the client goes away.
     _guard: DropGuard,
@@ -641,7 +657,7 @@ impl SpaceStream {
                     "since": self.since,
                     "waitMs": STREAM_POLL.as_millis() as u64,
                 });
-                let provider = self.api.shared.provider().clone();
+                let provider = self.provider.clone();
                 let ctx = self.ctx.clone();
                 Box::pin(async move { provider.call(CHANGES, args, &ctx).await })
             });
@@ -752,7 +768,8 @@ fn failure(error: &ToolError) -> Response {
         ToolError::UnknownTool { .. } => {
             return problem(
                 StatusCode::NOT_FOUND,
-                "this server has no external tools: configure `externalTools` to use this API",
+                "no external tools are served to this caller: configure `externalTools` to use this \
+                 API (a key holder limited by `serve.holderTools` needs `external__*` there)",
             );
         }
         ToolError::InvalidArguments { .. } => StatusCode::BAD_REQUEST,

@@ -168,6 +168,17 @@ impl Shared {
         &self.provider
     }
 
+    /// The provider key holder `holder` is served: its view ([`ServeOptions::views`]), or
+    /// the whole served provider.
+    pub(crate) fn provider_of(&self, holder: Option<&str>) -> Arc<dyn ToolProvider> {
+        self.view_of(holder).unwrap_or_else(|| self.provider.clone())
+    }
+
+    /// The view of key holder `holder`, when it has one.
+    fn view_of(&self, holder: Option<&str>) -> Option<Arc<dyn ToolProvider>> {
+        self.options.views.as_ref()?.view(holder?)
+    }
+
     fn cached_listing(&self) -> Option<Arc<Listing>> {
         self.listing.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -538,6 +549,11 @@ impl Gateway {
             .map(|holder| holder.0.clone())
     }
 
+    /// The provider this request's key holder is served (see [`Shared::provider_of`]).
+    fn provider_for(&self, context: &RequestContext<RoleServer>) -> Arc<dyn ToolProvider> {
+        self.shared.provider_of(self.holder(context).as_deref())
+    }
+
     /// Starts the call as a task, running apart from its request: its questions wait in
     /// the task, `tasks/cancel` stops it, a panic fails it. `None` when no task can be
     /// made (the store is full of unfinished tasks).
@@ -561,7 +577,7 @@ impl Gateway {
             .with_cancel(task.cancel.clone())
             .with_handler(Arc::new(interaction))
             .with_progress(ProgressSink::new(move |p| reporting.progress(&p)));
-        let provider = self.shared.provider.clone();
+        let provider = self.provider_for(context);
         let running = tokio::spawn(async move { provider.call(&name, arguments, &ctx).await });
         let finishing = task.clone();
         tokio::spawn(async move {
@@ -826,10 +842,10 @@ impl ServerHandler for Gateway {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let prompts =
-            self.shared.provider.list_prompts().await.map_err(|e| listing_error("prompts", &e))?;
+        let provider = self.provider_for(&context);
+        let prompts = provider.list_prompts().await.map_err(|e| listing_error("prompts", &e))?;
         let prompts: Vec<Value> = prompts.iter().map(|p| convert::prompt(p, &p.name)).collect();
         convert::result(json!({ "prompts": prompts }))
     }
@@ -849,7 +865,7 @@ impl ServerHandler for Gateway {
             request.input_responses,
         )?;
         let ctx = self.context(&context);
-        let provider = &self.shared.provider;
+        let provider = &self.provider_for(&context);
         let name = request.name.as_str();
         let ended = self
             .drive(ctx, &exchange, async |ctx| provider.get_prompt(name, arguments, &ctx).await)
@@ -886,7 +902,7 @@ impl ServerHandler for Gateway {
         }
         let ctx = self.context(&context);
         let completion =
-            self.shared.provider.complete(asked, &ctx).await.map_err(|e| resource_error(&e))?;
+            self.provider_for(&context).complete(asked, &ctx).await.map_err(|e| resource_error(&e))?;
         let mut values = completion.values;
         let has_more = completion.has_more || values.len() > CompletionInfo::MAX_VALUES;
         values.truncate(CompletionInfo::MAX_VALUES);
@@ -898,11 +914,10 @@ impl ServerHandler for Gateway {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let resources = self
-            .shared
-            .provider
+            .provider_for(&context)
             .list_resources()
             .await
             .map_err(|e| listing_error("resources", &e))?;
@@ -913,11 +928,10 @@ impl ServerHandler for Gateway {
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let templates = self
-            .shared
-            .provider
+            .provider_for(&context)
             .list_resource_templates()
             .await
             .map_err(|e| listing_error("resource templates", &e))?;
@@ -939,7 +953,7 @@ impl ServerHandler for Gateway {
             request.input_responses,
         )?;
         let ctx = self.context(&context);
-        let provider = &self.shared.provider;
+        let provider = &self.provider_for(&context);
         let ended =
             self.drive(ctx, &exchange, async |ctx| provider.read_resource(&uri, &ctx).await).await;
         finish(&exchange, ended, |contents| {
@@ -951,14 +965,15 @@ impl ServerHandler for Gateway {
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let fresh = self
             .subscriptions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(request.uri.clone());
-        if fresh && let Err(error) = self.shared.provider.subscribe_resource(&request.uri).await {
+        let provider = self.provider_for(&context);
+        if fresh && let Err(error) = provider.subscribe_resource(&request.uri).await {
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
             return Err(resource_error(&error));
         }
@@ -968,13 +983,12 @@ impl ServerHandler for Gateway {
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let removed =
             self.subscriptions.lock().unwrap_or_else(|e| e.into_inner()).remove(&request.uri);
         if removed {
-            self.shared
-                .provider
+            self.provider_for(&context)
                 .unsubscribe_resource(&request.uri)
                 .await
                 .map_err(|e| resource_error(&e))?;
@@ -995,7 +1009,7 @@ impl ServerHandler for Gateway {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let cursor = request.and_then(|r| r.cursor);
         let listing = match (&cursor, self.shared.cached_listing()) {
@@ -1003,18 +1017,30 @@ impl ServerHandler for Gateway {
             (Some(_), Some(listing)) => listing,
             _ => self.shared.refresh_listing().await.map_err(|e| listing_error("tools", &e))?,
         };
+        // A key holder with a view is listed the tools in it, named as for everyone.
+        let tools: std::borrow::Cow<'_, [Tool]> =
+            match self.shared.view_of(self.holder(&context).as_deref()) {
+                None => std::borrow::Cow::Borrowed(&listing.tools),
+                Some(view) => {
+                    let shown = view.list_tools().await.map_err(|e| listing_error("tools", &e))?;
+                    let shown: HashSet<String> = shown.into_iter().map(|t| t.name).collect();
+                    let local = |t: &&Tool| {
+                        let name: &str = &t.name;
+                        shown.contains(listing.names.local(name).unwrap_or(name))
+                    };
+                    std::borrow::Cow::Owned(listing.tools.iter().filter(local).cloned().collect())
+                }
+            };
         let start = match &cursor {
             None => 0,
-            Some(cursor) => {
-                cursor.parse::<usize>().ok().filter(|&at| at <= listing.tools.len()).ok_or_else(
-                    || ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None),
-                )?
-            }
+            Some(cursor) => cursor.parse::<usize>().ok().filter(|&at| at <= tools.len()).ok_or_else(
+                || ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None),
+            )?,
         };
         let page_size = self.shared.options.page_size.max(1);
-        let end = listing.tools.len().min(start.saturating_add(page_size));
-        let mut result = ListToolsResult::with_all_items(listing.tools[start..end].to_vec());
-        if end < listing.tools.len() {
+        let end = tools.len().min(start.saturating_add(page_size));
+        let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec());
+        if end < tools.len() {
             result.next_cursor = Some(end.to_string());
         }
         Ok(result)
@@ -1065,7 +1091,7 @@ impl ServerHandler for Gateway {
                 return Err(error);
             }
         }
-        let provider = &self.shared.provider;
+        let provider = &self.provider_for(&context);
         let ended = self
             .drive(ctx, &exchange, async |ctx| provider.call(&name, arguments, &ctx).await)
             .await;

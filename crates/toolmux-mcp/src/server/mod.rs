@@ -134,6 +134,17 @@ pub struct ServeOptions {
     /// MCP authorization specification's protected resource): each valid token's subject
     /// is a holder, as an API key's name is.
     pub token_verifier: Option<Arc<TokenVerifier>>,
+    /// Over HTTP, what each key holder is served when not the whole provider: its tools
+    /// listed and callable, its prompts and resources (the external tools' and spaces'
+    /// HTTP API too). Holders it gives no view see everything.
+    pub views: Option<Arc<dyn HolderViews>>,
+}
+
+/// The tools of key holders that are not served everything ([`ServeOptions::views`]).
+pub trait HolderViews: Send + Sync + std::fmt::Debug {
+    /// The provider key holder `holder` is served (an API key's name, `oauth:SUBJECT`), or
+    /// `None` for the whole served provider.
+    fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>>;
 }
 
 /// Checks [`ServeOptions::task_tools`]: `Err` names the first pattern that is not a glob.
@@ -237,6 +248,7 @@ impl Default for ServeOptions {
             events: None,
             task_tools: Vec::new(),
             token_verifier: None,
+            views: None,
         }
     }
 }

@@ -157,12 +157,22 @@ pub struct ServeSection {
     /// holder (`oauth:SUB`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oauth: Option<toolmux_mcp::server::ResourceServerConfig>,
+    /// What a key holder may see and call over HTTP, when not every tool: glob patterns of
+    /// full tool names (`docs__*`, `fs__read`) by holder (a name under `apiKeys`, or
+    /// `oauth:SUBJECT`). Its listing, calls (`tools__call` and `tools__search` too),
+    /// prompts, resources and the HTTP APIs keep to them; holders not named see every
+    /// tool.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holder_tools: BTreeMap<String, Vec<String>>,
 }
 
 #[cfg(feature = "mcp")]
 impl ServeSection {
     fn is_empty(&self) -> bool {
-        self.api_keys.is_empty() && self.task_tools.is_empty() && self.oauth.is_none()
+        self.api_keys.is_empty()
+            && self.task_tools.is_empty()
+            && self.oauth.is_none()
+            && self.holder_tools.is_empty()
     }
 }
 
