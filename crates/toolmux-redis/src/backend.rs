@@ -85,6 +85,11 @@ impl RedisBackend {
     pub fn pending_store(&self) -> RedisPendingStore {
         RedisPendingStore::new(self.shared.clone())
     }
+
+    /// The spaces and agents' state (`toolmux_external::Spaces`), shared by all replicas.
+    pub fn space_storage(&self) -> crate::RedisSpaceStorage {
+        crate::RedisSpaceStorage::new(self.shared.clone())
+    }
 }
 
 /// 48 random bits in hex, from the standard library's per-process random hash keys mixed

@@ -60,6 +60,7 @@ mod pubsub;
 mod queue;
 mod ratelimit;
 pub mod resp;
+mod spaces;
 
 pub use backend::RedisBackend;
 pub use cache::{MAX_VALUE_BYTES, RedisCache};
@@ -70,3 +71,4 @@ pub use outputs::{MAX_OUTPUT_BYTES, OUTPUT_RETENTION, RedisOutputStore};
 pub use pending::{OPEN_WAITER_TTL, RETENTION, RedisPendingStore};
 pub use queue::RedisQueues;
 pub use ratelimit::RedisRateLimits;
+pub use spaces::RedisSpaceStorage;

@@ -235,8 +235,15 @@ impl Toolmux {
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
         #[cfg(feature = "external")]
         let mut pending = None;
+        #[cfg(all(feature = "external", feature = "redis"))]
+        let shared_spaces = backend.as_ref().map(|b| {
+            Arc::new(b.space_storage()) as Arc<dyn toolmux_external::spaces::SpaceStorage>
+        });
+        #[cfg(all(feature = "external", not(feature = "redis")))]
+        let shared_spaces: Option<Arc<dyn toolmux_external::spaces::SpaceStorage>> = None;
         #[cfg(feature = "external")]
-        let spaces = spaces(loaded, previous.and_then(|p| p.spaces.clone()), &secrets)?;
+        let spaces =
+            spaces(loaded, previous.and_then(|p| p.spaces.clone()), shared_spaces, &secrets)?;
         #[cfg(feature = "external")]
         if let Some((spaces, history)) = &spaces
             && keep(toolmux_external::GATEWAY_NAMESPACE)
@@ -954,6 +961,7 @@ fn external_provider(
 fn spaces(
     loaded: &Loaded,
     previous: Option<toolmux_external::Spaces>,
+    shared: Option<Arc<dyn toolmux_external::spaces::SpaceStorage>>,
     secrets: &[String],
 ) -> Result<Option<(toolmux_external::Spaces, usize)>, ToolmuxError> {
     use toolmux_external::Spaces;
@@ -982,6 +990,9 @@ fn spaces(
             ));
         }
         previous.unwrap_or_else(Spaces::in_memory)
+    } else if let (Some(shared), None) = (shared, &section.dir) {
+        // With `backend.redis`, replicas share the spaces, as they share pending calls.
+        Spaces::in_storage(shared)
     } else {
         let dir = match &section.dir {
             Some(dir) => loaded.resolve(dir),

@@ -415,6 +415,51 @@ impl std::fmt::Debug for Spaces {
 enum Backend {
     Memory(Mutex<State>),
     Dir(dir::DirStore),
+    Storage(Arc<dyn SpaceStorage>),
+}
+
+/// Where spaces live outside this process (a Redis server shared by replicas): named
+/// blobs, replaced whole, under one lock. `state` holds the agents' state, `space:NAME`
+/// each space.
+#[async_trait::async_trait]
+pub trait SpaceStorage: Send + Sync + std::fmt::Debug {
+    /// Takes the lock of every change, waiting a bounded time for another holder; the
+    /// token given back releases it.
+    async fn lock(&self) -> Result<String, ToolError>;
+    /// Releases the lock taken with `token` (if it is still this holder's).
+    async fn unlock(&self, token: &str);
+    /// The blob `key`, if there is one.
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError>;
+    /// Replaces the blob `key`.
+    async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError>;
+    /// The stored names of the spaces.
+    async fn space_names(&self) -> Result<Vec<String>, ToolError>;
+}
+
+/// The blob of the agents' state in a [`SpaceStorage`].
+const STATE_KEY: &str = "state";
+
+fn space_key(name: &str) -> String {
+    format!("space:{name}")
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, ToolError> {
+    serde_json::from_slice(bytes).map_err(|e| ToolError::Other {
+        provider: "gateway".into(),
+        message: format!(
+            "the stored spaces' `{key}` is not something toolmux can read ({e}); delete it to \
+             start it anew"
+        ),
+        source: None,
+    })
+}
+
+fn encode(value: &impl Serialize) -> Result<Vec<u8>, ToolError> {
+    serde_json::to_vec(value).map_err(|e| ToolError::Other {
+        provider: "gateway".into(),
+        message: format!("cannot encode the spaces: {e}"),
+        source: None,
+    })
 }
 
 /// A change being made: the state it needs, loaded as it asks.
@@ -459,6 +504,11 @@ impl Spaces {
     /// Spaces kept in folder `path` (made if missing), shared with every process using it.
     pub fn in_dir(path: impl Into<PathBuf>) -> Result<Spaces, String> {
         Ok(Spaces::with(Backend::Dir(dir::DirStore::open(path.into())?)))
+    }
+
+    /// Spaces kept in `storage`, shared with every process using it.
+    pub fn in_storage(storage: Arc<dyn SpaceStorage>) -> Spaces {
+        Spaces::with(Backend::Storage(storage))
     }
 
     fn with(backend: Backend) -> Spaces {
@@ -507,11 +557,28 @@ impl Spaces {
         }
     }
 
+    /// A change that reads no space.
     async fn transact<R>(
         &self,
         change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
     ) -> Result<R, ToolError> {
+        self.transact_for(|_| Vec::new(), change).await
+    }
+
+    /// A change that reads the spaces `needs` names given the agents' state (loaded up
+    /// front from a [`SpaceStorage`]; a folder loads them as the change asks).
+    async fn transact_for<R>(
+        &self,
+        needs: impl FnOnce(&State) -> Vec<String>,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
+    ) -> Result<R, ToolError> {
         match self.backend.as_ref() {
+            Backend::Storage(storage) => {
+                let token = storage.lock().await?;
+                let result = self.transact_stored(storage.as_ref(), needs, change).await;
+                storage.unlock(&token).await;
+                result
+            }
             Backend::Memory(state) => {
                 let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
                 let mut txn = Txn {
@@ -553,6 +620,40 @@ impl Spaces {
         }
     }
 
+    async fn transact_stored<R>(
+        &self,
+        storage: &dyn SpaceStorage,
+        needs: impl FnOnce(&State) -> Vec<String>,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
+    ) -> Result<R, ToolError> {
+        let mut state: State = match storage.read(STATE_KEY).await? {
+            Some(bytes) => decode(STATE_KEY, &bytes)?,
+            None => State::default(),
+        };
+        for name in needs(&state) {
+            let key = space_key(&name);
+            if let Some(bytes) = storage.read(&key).await? {
+                state.spaces.insert(name, decode(&key, &bytes)?);
+            }
+        }
+        let mut txn =
+            Txn { state: &mut state, dir: None, dirty_state: false, dirty_spaces: BTreeSet::new() };
+        let result = change(&mut txn)?;
+        let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
+        for name in &dirty_spaces {
+            if let Some(space) = state.spaces.get(name) {
+                storage.write(&space_key(name), &encode(space)?).await?;
+            }
+        }
+        if dirty_state {
+            storage.write(STATE_KEY, &encode(&state)?).await?;
+        }
+        if !dirty_spaces.is_empty() {
+            self.changed.send_modify(|v| *v = v.wrapping_add(1));
+        }
+        Ok(result)
+    }
+
     /// Makes `space` the caller's active space (creating it when new) and gives its latest
     /// `history` messages.
     pub async fn enter(
@@ -564,29 +665,33 @@ impl Spaces {
         check_space_name(space).map_err(|e| invalid("gateway__enter_space", &e))?;
         let stored = who.space(space);
         let key = who.key();
-        self.transact(|txn| {
-            let created = txn.space(&stored)?.is_none();
-            if created {
-                txn.state
-                    .spaces
-                    .insert(stored.clone(), Space { created_ms: now_ms(), ..Space::default() });
-            }
-            let (messages, total) = match txn.state.spaces.get_mut(&stored) {
-                Some(s) => {
-                    if s.members.insert(key.clone()) || created {
-                        txn.dirty_spaces.insert(stored.clone());
-                    }
-                    let total = s.total();
-                    (s.page(total.saturating_sub(history as u64), history), total)
+        let needed = stored.clone();
+        self.transact_for(
+            |_| vec![needed],
+            |txn| {
+                let created = txn.space(&stored)?.is_none();
+                if created {
+                    txn.state
+                        .spaces
+                        .insert(stored.clone(), Space { created_ms: now_ms(), ..Space::default() });
                 }
-                None => (Vec::new(), 0),
-            };
-            let entity = txn.entity(&key);
-            entity.active_space = Some(stored.clone());
-            entity.read.insert(stored.clone(), total);
-            txn.changed();
-            Ok(Entered { space: space.to_owned(), messages, total, created })
-        })
+                let (messages, total) = match txn.state.spaces.get_mut(&stored) {
+                    Some(s) => {
+                        if s.members.insert(key.clone()) || created {
+                            txn.dirty_spaces.insert(stored.clone());
+                        }
+                        let total = s.total();
+                        (s.page(total.saturating_sub(history as u64), history), total)
+                    }
+                    None => (Vec::new(), 0),
+                };
+                let entity = txn.entity(&key);
+                entity.active_space = Some(stored.clone());
+                entity.read.insert(stored.clone(), total);
+                txn.changed();
+                Ok(Entered { space: space.to_owned(), messages, total, created })
+            },
+        )
         .await
     }
 
@@ -646,7 +751,9 @@ impl Spaces {
         let tool = tool.to_owned();
         let text = self.clean_text(text);
         let space_name = space;
-        self.transact(move |txn| {
+        let (needed, of) = (named.clone(), key.clone());
+        let needs = move |state: &State| needed.map_or_else(|| active_of(state, &of), |n| vec![n]);
+        self.transact_for(needs, move |txn| {
             let stored = match named {
                 Some(stored) => stored,
                 None => txn.entity(&key).active_space.clone().ok_or_else(|| {
@@ -693,8 +800,10 @@ impl Spaces {
         let key = who.key();
         let named = space.map(|s| who.space(s));
         let space_name = space;
+        let (needed, of) = (named.clone(), key.clone());
+        let needs = move |state: &State| needed.map_or_else(|| active_of(state, &of), |n| vec![n]);
         let page = self
-            .transact(|txn| {
+            .transact_for(needs, |txn| {
                 let stored = match named {
                     Some(stored) => stored,
                     None => txn.entity(&key).active_space.clone().ok_or_else(|| {
@@ -731,6 +840,7 @@ impl Spaces {
                 state.lock().unwrap_or_else(|e| e.into_inner()).spaces.keys().cloned().collect()
             }
             Backend::Dir(dir) => dir.space_names()?,
+            Backend::Storage(storage) => storage.space_names().await?,
         };
         let mine: Vec<String> = names
             .into_iter()
@@ -742,20 +852,23 @@ impl Spaces {
             })
             .collect();
         let summaries = self
-            .transact(|txn| {
-                let mut out = Vec::new();
-                for stored in &mine {
-                    if let Some(space) = txn.space(stored)? {
-                        let members = space.members.iter().map(|m| who.shown(m).to_owned());
-                        out.push(SpaceSummary {
-                            space: who.shown(stored).to_owned(),
-                            total: space.total(),
-                            members: members.collect(),
-                        });
+            .transact_for(
+                |_| mine.clone(),
+                |txn| {
+                    let mut out = Vec::new();
+                    for stored in &mine {
+                        if let Some(space) = txn.space(stored)? {
+                            let members = space.members.iter().map(|m| who.shown(m).to_owned());
+                            out.push(SpaceSummary {
+                                space: who.shown(stored).to_owned(),
+                                total: space.total(),
+                                members: members.collect(),
+                            });
+                        }
                     }
-                }
-                Ok(out)
-            })
+                    Ok(out)
+                },
+            )
             .await?;
         Ok(summaries)
     }
@@ -775,35 +888,39 @@ impl Spaces {
         let key = who.key();
         let max = self.max_messages;
         let author = who.entity.clone();
-        self.transact(move |txn| {
-            let Some(stored) = txn.entity(&key).active_space.clone() else {
-                return Ok(Err(NotInSpace));
-            };
-            let call_id = message.call_id.clone();
-            let Some(space) = txn.space(&stored)? else {
-                return Ok(Err(NotInSpace));
-            };
-            let index = space.push(
-                Message {
-                    index: 0,
-                    author,
-                    text: None,
-                    tool: Some(message),
-                    at_ms: now_ms(),
-                    rev: 0,
-                },
-                max,
-            );
-            txn.touch(&stored);
-            if let Some(call_id) = call_id {
-                txn.state.tool_calls.insert(call_id, stored);
-                while txn.state.tool_calls.len() > MAX_TOOL_CALLS {
-                    txn.state.tool_calls.pop_first();
+        let of = key.clone();
+        self.transact_for(
+            move |state| active_of(state, &of),
+            move |txn| {
+                let Some(stored) = txn.entity(&key).active_space.clone() else {
+                    return Ok(Err(NotInSpace));
+                };
+                let call_id = message.call_id.clone();
+                let Some(space) = txn.space(&stored)? else {
+                    return Ok(Err(NotInSpace));
+                };
+                let index = space.push(
+                    Message {
+                        index: 0,
+                        author,
+                        text: None,
+                        tool: Some(message),
+                        at_ms: now_ms(),
+                        rev: 0,
+                    },
+                    max,
+                );
+                txn.touch(&stored);
+                if let Some(call_id) = call_id {
+                    txn.state.tool_calls.insert(call_id, stored);
+                    while txn.state.tool_calls.len() > MAX_TOOL_CALLS {
+                        txn.state.tool_calls.pop_first();
+                    }
+                    txn.changed();
                 }
-                txn.changed();
-            }
-            Ok(Ok(index))
-        })
+                Ok(Ok(index))
+            },
+        )
         .await
     }
 
@@ -815,7 +932,8 @@ impl Spaces {
         result: Option<Value>,
     ) -> Result<bool, ToolError> {
         let result = result.map(|r| self.clean(r));
-        self.transact(|txn| {
+        let needs = |state: &State| state.tool_calls.get(call_id).cloned().into_iter().collect();
+        self.transact_for(needs, |txn| {
             let Some(stored) = txn.state.tool_calls.remove(call_id) else {
                 return Ok(false);
             };
@@ -955,48 +1073,51 @@ impl Spaces {
     pub async fn context(&self, who: &Who, history: usize) -> Result<Context, ToolError> {
         let key = who.key();
         let context = self
-            .transact(|txn| {
-                let Some(entity) = txn.state.entities.get(&key).cloned() else {
-                    return Ok(Context {
-                        active_space: None,
-                        unread: Vec::new(),
-                        unread_count: 0,
-                        unread_from: 0,
-                        goals: Vec::new(),
-                        memories: Vec::new(),
-                        plans: Vec::new(),
-                    });
-                };
-                let (mut unread, mut unread_count, mut unread_from) = (Vec::new(), 0, 0);
-                if let Some(stored) = &entity.active_space {
-                    let from = entity.read.get(stored).copied().unwrap_or(0);
-                    let mut read_to = None;
-                    if let Some(space) = txn.space(stored)? {
-                        let from = from.max(space.first);
-                        unread_count = space.total().saturating_sub(from);
-                        unread_from = from;
-                        // The latest `history` of them; older ones are read from
-                        // `unreadFrom` with read_messages.
-                        let start = space.total().saturating_sub(history as u64).max(from);
-                        unread = space.page(start, history);
-                        read_to = (unread_count > 0).then(|| space.total());
+            .transact_for(
+                |state| active_of(state, &key),
+                |txn| {
+                    let Some(entity) = txn.state.entities.get(&key).cloned() else {
+                        return Ok(Context {
+                            active_space: None,
+                            unread: Vec::new(),
+                            unread_count: 0,
+                            unread_from: 0,
+                            goals: Vec::new(),
+                            memories: Vec::new(),
+                            plans: Vec::new(),
+                        });
+                    };
+                    let (mut unread, mut unread_count, mut unread_from) = (Vec::new(), 0, 0);
+                    if let Some(stored) = &entity.active_space {
+                        let from = entity.read.get(stored).copied().unwrap_or(0);
+                        let mut read_to = None;
+                        if let Some(space) = txn.space(stored)? {
+                            let from = from.max(space.first);
+                            unread_count = space.total().saturating_sub(from);
+                            unread_from = from;
+                            // The latest `history` of them; older ones are read from
+                            // `unreadFrom` with read_messages.
+                            let start = space.total().saturating_sub(history as u64).max(from);
+                            unread = space.page(start, history);
+                            read_to = (unread_count > 0).then(|| space.total());
+                        }
+                        // Given to the agent: read (a listening agent is not woken by them again).
+                        if let Some(total) = read_to {
+                            txn.entity(&key).read.insert(stored.clone(), total);
+                            txn.changed();
+                        }
                     }
-                    // Given to the agent: read (a listening agent is not woken by them again).
-                    if let Some(total) = read_to {
-                        txn.entity(&key).read.insert(stored.clone(), total);
-                        txn.changed();
-                    }
-                }
-                Ok(Context {
-                    active_space: entity.active_space.clone(),
-                    unread,
-                    unread_count,
-                    unread_from,
-                    goals: entity.goals,
-                    memories: entity.memories,
-                    plans: entity.plans,
-                })
-            })
+                    Ok(Context {
+                        active_space: entity.active_space.clone(),
+                        unread,
+                        unread_count,
+                        unread_from,
+                        goals: entity.goals,
+                        memories: entity.memories,
+                        plans: entity.plans,
+                    })
+                },
+            )
             .await?;
         Ok(Context {
             active_space: context.active_space.map(|s| who.shown(&s).to_owned()),
@@ -1008,6 +1129,11 @@ impl Spaces {
 /// The caller has no active space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotInSpace;
+
+/// The stored name of entity `key`'s active space, as a list of the spaces a change needs.
+fn active_of(state: &State, key: &str) -> Vec<String> {
+    state.entities.get(key).and_then(|e| e.active_space.clone()).into_iter().collect()
+}
 
 /// What changed in a space after a revision.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1038,26 +1164,30 @@ impl Spaces {
         const TOOL: &str = "gateway__changes";
         check_space_name(space).map_err(|e| invalid(TOOL, &e))?;
         let stored = who.space(space);
-        self.transact(|txn| {
-            let Some(found) = txn.space(&stored)? else {
-                return Err(invalid(TOOL, &no_space(Some(space))));
-            };
-            let Some(since) = since else {
-                return Ok(Changes {
-                    space: space.to_owned(),
-                    messages: Vec::new(),
-                    version: found.version,
-                });
-            };
-            // A revision past the space's (a client of a space made anew) goes on from now.
-            let since = since.min(found.version);
-            let mut messages: Vec<Message> =
-                found.messages.iter().filter(|m| m.rev > since).cloned().collect();
-            messages.sort_by_key(|m| m.rev);
-            messages.truncate(limit.max(1));
-            let version = messages.last().map_or(found.version.max(since), |m| m.rev);
-            Ok(Changes { space: space.to_owned(), messages, version })
-        })
+        let needed = stored.clone();
+        self.transact_for(
+            |_| vec![needed],
+            |txn| {
+                let Some(found) = txn.space(&stored)? else {
+                    return Err(invalid(TOOL, &no_space(Some(space))));
+                };
+                let Some(since) = since else {
+                    return Ok(Changes {
+                        space: space.to_owned(),
+                        messages: Vec::new(),
+                        version: found.version,
+                    });
+                };
+                // A revision past the space's (a client of a space made anew) goes on from now.
+                let since = since.min(found.version);
+                let mut messages: Vec<Message> =
+                    found.messages.iter().filter(|m| m.rev > since).cloned().collect();
+                messages.sort_by_key(|m| m.rev);
+                messages.truncate(limit.max(1));
+                let version = messages.last().map_or(found.version.max(since), |m| m.rev);
+                Ok(Changes { space: space.to_owned(), messages, version })
+            },
+        )
         .await
     }
 
@@ -1074,31 +1204,38 @@ impl Spaces {
         loop {
             let mut changed = self.changed.subscribe();
             let (space, unread) = self
-                .transact(|txn| {
-                    let Some(entity) = txn.state.entities.get(&key) else { return Ok((None, 0)) };
-                    let Some(stored) = entity.active_space.clone() else { return Ok((None, 0)) };
-                    let from = entity.read.get(&stored).copied().unwrap_or(0);
-                    let unread = match txn.space(&stored)? {
-                        Some(space) => space
-                            .messages
-                            .iter()
-                            .skip(
-                                usize::try_from(from.saturating_sub(space.first))
-                                    .unwrap_or(usize::MAX),
-                            )
-                            .filter(|m| m.author != who.entity)
-                            .count() as u64,
-                        None => 0,
-                    };
-                    Ok((Some(stored), unread))
-                })
+                .transact_for(
+                    |state| active_of(state, &key),
+                    |txn| {
+                        let Some(entity) = txn.state.entities.get(&key) else {
+                            return Ok((None, 0));
+                        };
+                        let Some(stored) = entity.active_space.clone() else {
+                            return Ok((None, 0));
+                        };
+                        let from = entity.read.get(&stored).copied().unwrap_or(0);
+                        let unread = match txn.space(&stored)? {
+                            Some(space) => space
+                                .messages
+                                .iter()
+                                .skip(
+                                    usize::try_from(from.saturating_sub(space.first))
+                                        .unwrap_or(usize::MAX),
+                                )
+                                .filter(|m| m.author != who.entity)
+                                .count() as u64,
+                            None => 0,
+                        };
+                        Ok((Some(stored), unread))
+                    },
+                )
                 .await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if unread > 0 || left.is_zero() {
                 return Ok((space.map(|s| who.shown(&s).to_owned()), unread));
             }
             let poll = match self.backend.as_ref() {
-                Backend::Dir(_) => left.min(DIR_POLL),
+                Backend::Dir(_) | Backend::Storage(_) => left.min(DIR_POLL),
                 Backend::Memory(_) => left,
             };
             tokio::select! {
@@ -1128,7 +1265,7 @@ impl Spaces {
             // Changes made here wake the wait at once; a folder is also looked at again now
             // and then for those of other processes.
             let poll = match self.backend.as_ref() {
-                Backend::Dir(_) => left.min(DIR_POLL),
+                Backend::Dir(_) | Backend::Storage(_) => left.min(DIR_POLL),
                 Backend::Memory(_) => left,
             };
             tokio::select! {

@@ -9,6 +9,7 @@ mod outage;
 mod pending;
 mod queue;
 mod shared;
+mod spaces;
 
 use std::future::Future;
 use std::time::Duration;
