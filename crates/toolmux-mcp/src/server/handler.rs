@@ -901,8 +901,11 @@ impl ServerHandler for Gateway {
             asked.context = given.into_iter().collect();
         }
         let ctx = self.context(&context);
-        let completion =
-            self.provider_for(&context).complete(asked, &ctx).await.map_err(|e| resource_error(&e))?;
+        let completion = self
+            .provider_for(&context)
+            .complete(asked, &ctx)
+            .await
+            .map_err(|e| resource_error(&e))?;
         let mut values = completion.values;
         let has_more = completion.has_more || values.len() > CompletionInfo::MAX_VALUES;
         values.truncate(CompletionInfo::MAX_VALUES);
@@ -1033,9 +1036,11 @@ impl ServerHandler for Gateway {
             };
         let start = match &cursor {
             None => 0,
-            Some(cursor) => cursor.parse::<usize>().ok().filter(|&at| at <= tools.len()).ok_or_else(
-                || ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None),
-            )?,
+            Some(cursor) => {
+                cursor.parse::<usize>().ok().filter(|&at| at <= tools.len()).ok_or_else(|| {
+                    ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None)
+                })?
+            }
         };
         let page_size = self.shared.options.page_size.max(1);
         let end = tools.len().min(start.saturating_add(page_size));
