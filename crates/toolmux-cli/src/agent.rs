@@ -233,29 +233,33 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         print(&serde_json::to_string_pretty(&report)?);
     } else {
         print_answer(&report, &shown);
-        let handed = if report.handoffs.is_empty() {
-            String::new()
-        } else {
-            format!(" (handed through {})", report.handoffs.join(" → "))
-        };
-        let cached = match report.usage.cache_read_tokens {
-            0 => String::new(),
-            read => format!(" ({read} from the cache)"),
-        };
-        eprintln!(
-            "agent `{}`: {} in {} turn{}, {} tool call{}, {} tokens in{cached}, {} out{handed}",
-            report.agent,
-            report.status.as_str(),
-            report.turns,
-            if report.turns == 1 { "" } else { "s" },
-            report.tool_calls,
-            if report.tool_calls == 1 { "" } else { "s" },
-            report.usage.input_tokens,
-            report.usage.output_tokens,
-        );
+        eprintln!("agent `{}`: {}", report.agent, summary(&report));
     }
     finish(&toolmux).await;
     Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
+}
+
+/// How a run went, for people: status, turns, calls, tokens, hand-offs.
+fn summary(report: &toolmux::toolmux_agent::AgentReport) -> String {
+    let handed = if report.handoffs.is_empty() {
+        String::new()
+    } else {
+        format!(" (handed through {})", report.handoffs.join(" → "))
+    };
+    let cached = match report.usage.cache_read_tokens {
+        0 => String::new(),
+        read => format!(" ({read} from the cache)"),
+    };
+    format!(
+        "{} in {} turn{}, {} tool call{}, {} tokens in{cached}, {} out{handed}",
+        report.status.as_str(),
+        report.turns,
+        if report.turns == 1 { "" } else { "s" },
+        report.tool_calls,
+        if report.tool_calls == 1 { "" } else { "s" },
+        report.usage.input_tokens,
+        report.usage.output_tokens,
+    )
 }
 
 /// `toolmux agent listen`: the agent in cycles, each run's report printed as it ends.
@@ -288,15 +292,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
             }
         } else {
             print(report.content.trim_end());
-            eprintln!(
-                "agent `{}`, cycle {cycle}: {} in {} turn{}, {} tool call{}",
-                report.agent,
-                report.status.as_str(),
-                report.turns,
-                if report.turns == 1 { "" } else { "s" },
-                report.tool_calls,
-                if report.tool_calls == 1 { "" } else { "s" },
-            );
+            eprintln!("agent `{}`, cycle {cycle}: {}", report.agent, summary(report));
         }
     };
     let listening = agents.listen(&args.name, &ctx, &options, on_cycle);

@@ -234,6 +234,42 @@ struct EventStream {
 /// A listing under way.
 type Poll = std::pin::Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
 
+/// What waiting on an event stream's poll came to.
+enum Waited {
+    /// The poll answered.
+    Answer(Result<ToolOutput, ToolError>),
+    /// A keep-alive comment is due; the poll goes on where it was at the next chunk.
+    KeepAlive,
+    /// The server is shutting down.
+    Shutdown,
+}
+
+/// The comment that keeps proxies from closing a quiet stream.
+const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
+
+/// Waits for the poll under way in `slot` (started by `make` when none is) until it
+/// answers, a keep-alive is due or the server shuts down; an answered poll leaves the slot.
+async fn wait_poll(
+    slot: &mut Option<Poll>,
+    make: impl FnOnce() -> Poll,
+    shutdown: &CancellationToken,
+) -> Waited {
+    let poll = slot.get_or_insert_with(make);
+    let polled = tokio::select! {
+        polled = poll => polled,
+        () = shutdown.cancelled() => return Waited::Shutdown,
+        () = tokio::time::sleep(KEEP_ALIVE) => return Waited::KeepAlive,
+    };
+    *slot = None;
+    Waited::Answer(polled)
+}
+
+/// The `error` event that ends a stream.
+fn error_event(error: &ToolError) -> Bytes {
+    let data = json!({"error": error.report()});
+    Bytes::from(format!("event: error\ndata: {data}\n\n"))
+}
+
 impl EventStream {
     /// Queues an event for each call not announced yet.
     fn take(&mut self, calls: Vec<Value>) {
@@ -259,7 +295,7 @@ impl EventStream {
             if self.ended {
                 return None;
             }
-            let poll = self.poll.get_or_insert_with(|| {
+            let make = || -> Poll {
                 let args = json!({
                     "waitMs": STREAM_POLL.as_millis() as u64,
                     "tools": self.tools,
@@ -268,22 +304,17 @@ impl EventStream {
                 let provider = self.provider.clone();
                 let ctx = self.ctx.clone();
                 Box::pin(async move { provider.call(PENDING, args, &ctx).await })
-            });
-            let polled = tokio::select! {
-                polled = poll => polled,
-                () = self.api.shutdown.cancelled() => return None,
-                // A comment, and the poll goes on where it was at the next chunk.
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    return Some(Bytes::from_static(b": keep-alive\n\n"));
-                }
             };
-            self.poll = None;
+            let polled = match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
+                Waited::Answer(polled) => polled,
+                Waited::KeepAlive => return Some(Bytes::from_static(KEEP_ALIVE_COMMENT)),
+                Waited::Shutdown => return None,
+            };
             match polled.and_then(|output| calls_of(&output)) {
                 Ok(calls) if calls.is_empty() => self.prune().await,
                 Ok(calls) => self.take(calls),
                 Err(e) => {
-                    let data = json!({"error": e.report().to_string()});
-                    self.ready.push_back(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                    self.ready.push_back(error_event(&e));
                     self.ended = true;
                 }
             }
@@ -651,7 +682,7 @@ impl SpaceStream {
             if self.ended {
                 return None;
             }
-            let poll = self.poll.get_or_insert_with(|| {
+            let make = || -> Poll {
                 let args = json!({
                     "space": self.space,
                     "since": self.since,
@@ -660,15 +691,12 @@ impl SpaceStream {
                 let provider = self.provider.clone();
                 let ctx = self.ctx.clone();
                 Box::pin(async move { provider.call(CHANGES, args, &ctx).await })
-            });
-            let polled = tokio::select! {
-                polled = poll => polled,
-                () = self.api.shutdown.cancelled() => return None,
-                () = tokio::time::sleep(KEEP_ALIVE) => {
-                    return Some(Bytes::from_static(b": keep-alive\n\n"));
-                }
             };
-            self.poll = None;
+            let polled = match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
+                Waited::Answer(polled) => polled,
+                Waited::KeepAlive => return Some(Bytes::from_static(KEEP_ALIVE_COMMENT)),
+                Waited::Shutdown => return None,
+            };
             let answer = polled.and_then(|output| {
                 if output.is_error {
                     return Err(ToolError::remote(CHANGES, text_of(&output)));
@@ -678,8 +706,7 @@ impl SpaceStream {
             match answer {
                 Ok(changes) => self.take(&changes),
                 Err(e) => {
-                    let data = json!({"error": e.report().to_string()});
-                    self.ready.push_back(Bytes::from(format!("event: error\ndata: {data}\n\n")));
+                    self.ready.push_back(error_event(&e));
                     self.ended = true;
                 }
             }
