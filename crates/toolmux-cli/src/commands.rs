@@ -313,14 +313,18 @@ fn api_keys(loaded: &Loaded, args: &KeyRule) -> Result<Vec<ApiKey>, String> {
 #[derive(Debug)]
 struct HolderTools {
     current: crate::reload::Current,
-    holders: std::collections::BTreeMap<String, Vec<String>>,
+    holders: HolderToolsMap,
     within: Vec<String>,
 }
 
+/// `serve.holderTools` as served now.
+pub(crate) type HolderToolsMap =
+    Arc<std::sync::RwLock<std::collections::BTreeMap<String, Vec<String>>>>;
+
 impl toolmux::toolmux_mcp::server::HolderViews for HolderTools {
     fn view(&self, holder: &str) -> Option<Arc<dyn ToolProvider>> {
-        let globs = self.holders.get(holder)?;
-        let view = FilteredView::new(self.current.orchestrator(), globs.clone());
+        let globs = self.holders.read().unwrap_or_else(|e| e.into_inner()).get(holder)?.clone();
+        let view = FilteredView::new(self.current.orchestrator(), globs);
         Some(Arc::new(view.within(self.within.clone())))
     }
 }
@@ -370,14 +374,14 @@ pub(crate) async fn serve(
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
-    if !loaded.config.serve.holder_tools.is_empty() {
-        // Checked when the configuration was built (`Toolmux::build`).
-        options.views = Some(Arc::new(HolderTools {
-            current: current.clone(),
-            holders: loaded.config.serve.holder_tools.clone(),
-            within: args.tools.clone(),
-        }));
-    }
+    // Checked when the configuration was built (`Toolmux::build`); replaced on reloads.
+    let holder_tools: HolderToolsMap =
+        Arc::new(std::sync::RwLock::new(loaded.config.serve.holder_tools.clone()));
+    options.views = Some(Arc::new(HolderTools {
+        current: current.clone(),
+        holders: holder_tools.clone(),
+        within: args.tools.clone(),
+    }));
     let globs = args.tools.clone();
     let serve_provider = move |toolmux: &Toolmux| -> Arc<dyn ToolProvider> {
         let orchestrator = toolmux.orchestrator().clone();
@@ -392,7 +396,11 @@ pub(crate) async fn serve(
     let provider: Arc<dyn ToolProvider> = match path.filter(|_| args.watch) {
         Some(path) => {
             let live = crate::reload::Live::new(serve_provider(&toolmux));
-            let keys = crate::reload::Keys { accepted: api_keys, rule: key_rule };
+            let keys = crate::reload::Keys {
+                accepted: api_keys,
+                rule: key_rule,
+                holder_tools: holder_tools.clone(),
+            };
             tokio::spawn(crate::reload::watch(
                 path,
                 current.clone(),

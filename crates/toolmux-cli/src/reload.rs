@@ -262,6 +262,8 @@ impl ToolProvider for Live {
 pub(crate) struct Keys {
     pub(crate) accepted: ApiKeys,
     pub(crate) rule: crate::commands::KeyRule,
+    /// `serve.holderTools`, replaced with the keys.
+    pub(crate) holder_tools: crate::commands::HolderToolsMap,
 }
 
 /// Watches `path` and reloads on change until `stop`; `serve_provider` makes the provider
@@ -330,6 +332,8 @@ pub(crate) async fn watch(
         };
         live.swap(serve_provider(&toolmux));
         keys.accepted.replace(api_keys);
+        *keys.holder_tools.write().unwrap_or_else(|e| e.into_inner()) =
+            loaded.config.serve.holder_tools.clone();
         let tools = toolmux.orchestrator().tools().len();
         let kept = match toolmux.reused_servers() {
             [] => String::new(),

@@ -987,3 +987,40 @@ fn a_key_holder_limited_to_some_tools_sees_and_calls_only_those() {
         checked.stderr
     );
 }
+
+/// `serve --watch`: a change of `serve.holderTools` reaches the holder's next request, in
+/// the session it already has.
+#[test]
+fn a_reload_changes_what_a_limited_holder_is_served() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    let config = |tools: &str| {
+        format!(
+            "fs: {{}}\nserve:\n  apiKeys:\n    alice: ${{ALICE_KEY}}\n    bob: ${{BOB_KEY}}\n  holderTools:\n    bob: [{tools}]\n"
+        )
+    };
+    project.file("toolmux.yaml", &config("fs__read"));
+    let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
+    let address = address_of(&gateway.url);
+    let mut bob = Agent::start(&address, BOB);
+    let mut names = || -> Vec<String> {
+        let listed = bob.request("tools/list", json!({}));
+        listed["result"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(names(), ["fs__read"]);
+    project.file("toolmux.yaml", &config("fs__read, fs__ls"));
+    let started = std::time::Instant::now();
+    loop {
+        let now = names();
+        if now == ["fs__read", "fs__ls"] {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "not reloaded: {now:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop(gateway);
+}

@@ -49,8 +49,9 @@ const BLOCKED: &str = "blockedByHook";
 
 /// The tool events a command hook runs on, named as in Claude Code's settings.
 ///
-/// Claude Code's other events (`UserPromptSubmit`, `Stop`, `SessionStart`, ...) belong to
-/// its conversation loop, not to a tool plane, and have no equivalent here.
+/// Claude Code's events of the conversation loop (`SessionStart`, `UserPromptSubmit`,
+/// `Stop`, `SubagentStop`) are not the pipeline's: toolmux's agents run them
+/// (`toolmux_agent::AgentHooks`), with [`run_program`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HookEvent {
     /// Before the call, after permission rules and argument validation: may refuse the
