@@ -208,7 +208,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     // start.
     let screen = Arc::new(Screen::default());
     let person = (!from_stdin && std::io::stdin().is_terminal())
-        .then(|| Arc::new(crate::terminal::Terminal::default()));
+        .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
     let (ctx, options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
@@ -333,7 +333,8 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
     };
     let person = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     // One person for the whole chat: a tool allowed for good stays allowed.
-    let terminal = person.then(|| Arc::new(crate::terminal::Terminal::default()));
+    let terminal =
+        person.then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
     let run_id = format!("chat-{}-{}", args.name, std::process::id());
     let screen = Arc::new(Screen::default());
     let mut history = Vec::new();

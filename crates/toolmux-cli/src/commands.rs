@@ -194,7 +194,7 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     if std::io::IsTerminal::is_terminal(&std::io::stdin())
         && std::io::IsTerminal::is_terminal(&std::io::stderr())
     {
-        ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal::default()));
+        ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
     }
     let orchestrator = toolmux.orchestrator();
     let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);

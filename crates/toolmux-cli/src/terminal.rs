@@ -16,8 +16,78 @@ const TRIES: usize = 3;
 /// The person at the terminal.
 #[derive(Debug, Default)]
 pub(crate) struct Terminal {
-    /// Tools the person allowed for the rest of the session (`a` to an approval).
+    /// Tools the person allowed for the rest of the session (`a` to an approval), and
+    /// those allowed in the project.
     allowed: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Where the project's approvals are kept (`p` to an approval), when there is a project.
+    approvals: Option<std::path::PathBuf>,
+}
+
+/// The project's approvals file, beside the configuration (`.toolmux/approvals.json`): what
+/// a person allowed "in this project", which `toolmux` loads at every start. The file tools
+/// never change it.
+pub(crate) const APPROVALS_FILE: &str = ".toolmux/approvals.json";
+
+impl Terminal {
+    /// The person at the terminal of the project in `project_dir`: what they allowed in
+    /// the project before is allowed without asking.
+    pub(crate) fn for_project(project_dir: &std::path::Path) -> Terminal {
+        let path = project_dir.join(APPROVALS_FILE);
+        let allowed = match std::fs::read(&path) {
+            Ok(bytes) => match approved_in(&bytes) {
+                Ok(approved) => approved.into_iter().collect(),
+                Err(e) => {
+                    eprintln!(
+                        "warning: {} is not a file of approvals toolmux can read ({e}); calls \
+                         that ask are asked (delete it to start anew)",
+                        path.display()
+                    );
+                    Default::default()
+                }
+            },
+            Err(_) => Default::default(),
+        };
+        Terminal { allowed: std::sync::Mutex::new(allowed), approvals: Some(path) }
+    }
+
+    /// Adds `key` to the project's approvals file (replaced whole through a temporary
+    /// file); a failure is told, the call allowed all the same.
+    fn save_approval(&self, key: &str) {
+        let Some(path) = &self.approvals else { return };
+        let mut approved =
+            std::fs::read(path).ok().and_then(|bytes| approved_in(&bytes).ok()).unwrap_or_default();
+        if approved.iter().any(|a| a == key) {
+            return;
+        }
+        approved.push(key.to_owned());
+        let approvals = serde_json::json!({ "approved": approved });
+        let written = (|| -> std::io::Result<()> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+            let mut text =
+                serde_json::to_string_pretty(&approvals).map_err(std::io::Error::other)?;
+            text.push('\n');
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, path).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
+        })();
+        if let Err(e) = written {
+            eprintln!("warning: the approval was not saved in {}: {e}", path.display());
+        }
+    }
+}
+
+/// The `approved` list of an [`APPROVALS_FILE`]: tool names, or rules on calls
+/// (`fs__bash(git push *)`), allowed without asking.
+fn approved_in(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let list = value.get("approved").and_then(Value::as_array).ok_or("no `approved` list")?;
+    list.iter()
+        .map(|a| a.as_str().map(str::to_owned).ok_or_else(|| format!("`{a}` is not a string")))
+        .collect()
 }
 
 /// The terminal's input, read by one thread for the whole process: a question whose call
@@ -239,8 +309,9 @@ impl InteractionHandler for Terminal {
             Some(rule) => format!("always for `{rule}`"),
             None => "always this tool".to_owned(),
         };
+        let project = if self.approvals.is_some() { "p: in this project too, " } else { "" };
         let prompt = format!(
-            "\nallow {} {}? ({}) [y/N, a: {always}] ",
+            "\nallow {} {}? ({}) [y/N, {project}a: {always}] ",
             request.tool, request.arguments, request.reason
         );
         let answer = Terminal::ask(prompt).await;
@@ -251,6 +322,11 @@ impl InteractionHandler for Terminal {
         match answer.as_deref().map(str::trim) {
             Some("y" | "Y" | "yes") => ApprovalDecision::Allow,
             Some("a" | "A" | "always") => {
+                self.allowed.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+                ApprovalDecision::Allow
+            }
+            Some("p" | "P" | "project") if self.approvals.is_some() => {
+                self.save_approval(&key);
                 self.allowed.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
                 ApprovalDecision::Allow
             }

@@ -734,6 +734,9 @@ fn own_files(loaded: &Loaded) -> Vec<toolmux_fs::ProtectedPath> {
     );
     own.extend(loaded.stats_file().map(|file| ProtectedPath::new(file, ProtectedKind::Statistics)));
     own.push(ProtectedPath::new(loaded.output_dir(), ProtectedKind::OutputDir));
+    // What a person allowed in the project: an agent that could write it would approve
+    // itself.
+    own.push(config(loaded.base_dir.join(".toolmux/approvals.json")));
     #[cfg(feature = "external")]
     own.extend(
         loaded

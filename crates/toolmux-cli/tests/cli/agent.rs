@@ -705,6 +705,34 @@ fn a_tool_allowed_for_good_is_not_asked_for_again() {
     assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
 }
 
+/// `p` to an approval allows the tool in the project: saved beside the configuration
+/// (`.toolmux/approvals.json`), the next `toolmux` started there does not ask for it.
+#[test]
+fn a_tool_allowed_in_the_project_is_not_asked_for_in_the_next_process() {
+    let (server, project) =
+        chatting_with_bash(&["echo first-run", "echo second-run"], "[fs__bash]");
+    let rules = json!([
+        ["> ", "run the first"],
+        ["p: in this project too, a: always this tool] ", "p"],
+        ["> ", ""]
+    ]);
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let saved = std::fs::read_to_string(project.path().join(".toolmux/approvals.json"))
+        .expect("the approvals file");
+    let saved: Value = serde_json::from_str(&saved).expect("JSON");
+    assert_eq!(saved, json!({"approved": ["fs__bash"]}));
+
+    // Another process: asked nothing.
+    let rules = json!([["> ", "and again"], ["> ", ""]]);
+    let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(!run.stdout.contains("allow fs__bash"), "{}", run.stdout);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "{}", run.stdout);
+    assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
+}
+
 /// A model whose API takes no tools (`toolCalls: xml`): the tools are described in its
 /// system prompt, it writes its calls as `<tool>` blocks in its text, and reads their
 /// results in `<tool_result>` blocks, through the same pipeline as any agent's calls.
