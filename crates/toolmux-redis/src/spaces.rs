@@ -9,6 +9,7 @@
 
 use crate::backend::BackendShared;
 use crate::client::Script;
+use crate::pubsub::Subscription;
 use crate::resp::Reply;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -40,12 +41,14 @@ pub struct RedisSpaceStorage {
     shared: Arc<BackendShared>,
     base: String,
     tokens: Arc<AtomicU64>,
+    /// The subscription to `{prefix}:s:changed`, made at the first wait and kept.
+    notices: Arc<tokio::sync::OnceCell<Subscription>>,
 }
 
 impl RedisSpaceStorage {
     pub(crate) fn new(shared: Arc<BackendShared>) -> RedisSpaceStorage {
         let base = format!("{}:s", shared.settings.prefix);
-        RedisSpaceStorage { shared, base, tokens: Arc::default() }
+        RedisSpaceStorage { shared, base, tokens: Arc::default(), notices: Arc::default() }
     }
 
     fn key(&self, key: &str) -> String {
@@ -111,8 +114,22 @@ impl SpaceStorage for RedisSpaceStorage {
             let names = self.key("names");
             let args = ["SADD", names.as_str(), name];
             self.shared.client.command(&args).await.map_err(unreachable)?;
+            // Waits of every replica look again now (a lost notice: at their next poll).
+            let channel = self.key("changed");
+            let args = ["PUBLISH", channel.as_str(), name];
+            self.shared.client.command(&args).await.map_err(unreachable)?;
         }
         Ok(())
+    }
+
+    async fn change_notices(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let channel = self.key("changed");
+        let confirm_within = self.shared.settings.timeout;
+        let subscription = self
+            .notices
+            .get_or_init(|| self.shared.pubsub.subscribe(&channel, confirm_within))
+            .await;
+        Some(subscription.waker())
     }
 
     async fn space_names(&self) -> Result<Vec<String>, ToolError> {

@@ -434,6 +434,12 @@ pub trait SpaceStorage: Send + Sync + std::fmt::Debug {
     async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError>;
     /// The stored names of the spaces.
     async fn space_names(&self) -> Result<Vec<String>, ToolError>;
+
+    /// A receiver that changes when another process changed a space, if the storage tells
+    /// (waits then need not look again every half second to notice).
+    async fn change_notices(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// The blob of the agents' state in a [`SpaceStorage`].
@@ -1150,6 +1156,50 @@ pub struct Changes {
 /// How often a wait for changes looks at a folder again (other processes write it too).
 const DIR_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How often a wait looks again at a storage that tells of changes (in case a notice was
+/// lost while it reconnected).
+const NOTICED_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Spaces {
+    /// What wakes a wait besides this process's changes: another process's notices, and
+    /// how often to look again anyway.
+    async fn remote_changes(
+        &self,
+    ) -> (Option<tokio::sync::watch::Receiver<u64>>, Option<std::time::Duration>) {
+        match self.backend.as_ref() {
+            Backend::Memory(_) => (None, None),
+            Backend::Dir(_) => (None, Some(DIR_POLL)),
+            Backend::Storage(storage) => match storage.change_notices().await {
+                Some(notices) => (Some(notices), Some(NOTICED_POLL)),
+                None => (None, Some(DIR_POLL)),
+            },
+        }
+    }
+}
+
+/// Waits for this process's next change, another process's notice, or `poll`.
+async fn next_change(
+    local: &mut tokio::sync::watch::Receiver<u64>,
+    remote: &mut Option<tokio::sync::watch::Receiver<u64>>,
+    poll: std::time::Duration,
+) {
+    let notice = async {
+        match remote.as_mut() {
+            Some(remote) => {
+                if remote.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = local.changed() => {}
+        () = notice => {}
+        () = tokio::time::sleep(poll) => {}
+    }
+}
+
 impl Spaces {
     /// The messages of the caller's `space` written or changed after revision `since`
     /// (at most `limit`, oldest revision first); `since: None` gives none, only the
@@ -1201,8 +1251,12 @@ impl Spaces {
     ) -> Result<(Option<String>, u64), ToolError> {
         let key = who.key();
         let deadline = tokio::time::Instant::now() + wait;
+        let (mut remote, every) = self.remote_changes().await;
         loop {
             let mut changed = self.changed.subscribe();
+            if let Some(remote) = remote.as_mut() {
+                remote.borrow_and_update();
+            }
             let (space, unread) = self
                 .transact_for(
                     |state| active_of(state, &key),
@@ -1234,14 +1288,7 @@ impl Spaces {
             if unread > 0 || left.is_zero() {
                 return Ok((space.map(|s| who.shown(&s).to_owned()), unread));
             }
-            let poll = match self.backend.as_ref() {
-                Backend::Dir(_) | Backend::Storage(_) => left.min(DIR_POLL),
-                Backend::Memory(_) => left,
-            };
-            tokio::select! {
-                _ = changed.changed() => {}
-                () = tokio::time::sleep(poll) => {}
-            }
+            next_change(&mut changed, &mut remote, every.map_or(left, |e| left.min(e))).await;
         }
     }
 
@@ -1255,23 +1302,20 @@ impl Spaces {
         wait: std::time::Duration,
     ) -> Result<Changes, ToolError> {
         let deadline = tokio::time::Instant::now() + wait;
+        let (mut remote, every) = self.remote_changes().await;
         loop {
             let mut changed = self.changed.subscribe();
+            if let Some(remote) = remote.as_mut() {
+                remote.borrow_and_update();
+            }
             let changes = self.changes(who, space, Some(since), limit).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if !changes.messages.is_empty() || left.is_zero() {
                 return Ok(changes);
             }
-            // Changes made here wake the wait at once; a folder is also looked at again now
-            // and then for those of other processes.
-            let poll = match self.backend.as_ref() {
-                Backend::Dir(_) | Backend::Storage(_) => left.min(DIR_POLL),
-                Backend::Memory(_) => left,
-            };
-            tokio::select! {
-                _ = changed.changed() => {}
-                () = tokio::time::sleep(poll) => {}
-            }
+            // Changes made here wake the wait at once, as do another process's notices; a
+            // folder is also looked at again now and then for other processes' changes.
+            next_change(&mut changed, &mut remote, every.map_or(left, |e| left.min(e))).await;
         }
     }
 }

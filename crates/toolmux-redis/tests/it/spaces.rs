@@ -93,3 +93,21 @@ async fn a_waiting_poll_is_woken_by_the_other_replicas_message() {
     let got = within(Duration::from_secs(5), "the poll", waiting).await.expect("the poll");
     assert_eq!(got["messages"][0]["text"], "from the other replica");
 }
+
+/// A replica's write of a space is announced to the others, whose waits look again at
+/// once instead of at their next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_is_announced_to_the_other_replicas() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let (one, two) = (replica(&server).space_storage(), replica(&server).space_storage());
+    let mut notices = one.change_notices().await.expect("Redis tells of changes");
+    notices.borrow_and_update();
+    two.write("space:s", b"{}").await.expect("write");
+    within(Duration::from_secs(5), "the notice", notices.changed()).await.expect("a notice");
+    // The state is no space: it is not announced.
+    notices.borrow_and_update();
+    two.write("state", b"{}").await.expect("write");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), notices.changed()).await;
+    assert!(quiet.is_err(), "the state's write was announced");
+}
