@@ -191,12 +191,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("error: the task is empty");
         return Ok(exit::CONFIG);
     }
-    let (toolmux, _report) = start(loaded, &|_| true).await?;
-    let Some(agents) = toolmux.agents() else {
-        // The configuration has agents, so the facade built them.
-        finish(&toolmux).await;
-        anyhow::bail!("the agents were not built");
-    };
+    let (toolmux, agents) = start_agents(loaded).await?;
     let cancel = CancellationToken::new();
     let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
         "agent-{}-{}",
@@ -239,6 +234,19 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
 }
 
+/// Every configured provider started, and the agents attached to them.
+async fn start_agents(
+    loaded: &Loaded,
+) -> anyhow::Result<(toolmux::Toolmux, toolmux::toolmux_agent::Agents)> {
+    let (toolmux, _report) = start(loaded, &|_| true).await?;
+    let Some(agents) = toolmux.agents().cloned() else {
+        // The configuration has agents (`configured`), so the facade built them.
+        finish(&toolmux).await;
+        anyhow::bail!("the agents were not built");
+    };
+    Ok((toolmux, agents))
+}
+
 /// How a run went, for people: status, turns, calls, tokens, hand-offs.
 fn summary(report: &toolmux::toolmux_agent::AgentReport) -> String {
     let handed = if report.handoffs.is_empty() {
@@ -268,11 +276,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
     if !configured(loaded, &args.name) {
         return Ok(exit::CONFIG);
     }
-    let (toolmux, _report) = start(loaded, &|_| true).await?;
-    let Some(agents) = toolmux.agents() else {
-        finish(&toolmux).await;
-        anyhow::bail!("the agents were not built");
-    };
+    let (toolmux, agents) = start_agents(loaded).await?;
     let cancel = CancellationToken::new();
     // One run for every cycle: results of a cycle's asynchronous calls reach a later one.
     let run_id = format!("agent-{}-listen-{}", args.name, std::process::id());
@@ -326,11 +330,7 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
     if !configured(loaded, &args.name) {
         return Ok(exit::CONFIG);
     }
-    let (toolmux, _report) = start(loaded, &|_| true).await?;
-    let Some(agents) = toolmux.agents() else {
-        finish(&toolmux).await;
-        anyhow::bail!("the agents were not built");
-    };
+    let (toolmux, agents) = start_agents(loaded).await?;
     let person = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     // One person for the whole chat: a tool allowed for good stays allowed.
     let terminal =

@@ -139,6 +139,17 @@ impl<R: BufRead> Read for Chunked<R> {
     }
 }
 
+/// The names of the tools `agent` is listed.
+fn tool_names(agent: &mut Agent) -> Vec<String> {
+    let listed = agent.request("tools/list", json!({}));
+    listed["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
 fn bearer(key: &str) -> String {
     format!("Bearer {key}")
 }
@@ -669,15 +680,7 @@ fn watch_reloads_the_configuration_without_dropping_clients() {
     let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
     let address = address_of(&gateway.url);
     let mut agent = Agent::start(&address, ALICE);
-    let names = |agent: &mut Agent| -> Vec<String> {
-        let listed = agent.request("tools/list", json!({}));
-        listed["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
-    };
+    let names = tool_names;
     let wait_for = |agent: &mut Agent, what: &str, check: &dyn Fn(&[String]) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
@@ -944,15 +947,7 @@ fn a_key_holder_limited_to_some_tools_sees_and_calls_only_those() {
     );
     let gateway = serve_http(&project);
     let address = address_of(&gateway.url);
-    let names = |agent: &mut Agent| -> Vec<String> {
-        let listed = agent.request("tools/list", json!({}));
-        listed["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
-    };
+    let names = tool_names;
     let mut bob = Agent::start(&address, BOB);
     assert_eq!(names(&mut bob), ["fs__read", "fs__grep"]);
     let mut alice = Agent::start(&address, ALICE);
@@ -1002,15 +997,7 @@ fn a_reload_changes_what_a_limited_holder_is_served() {
     let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
     let address = address_of(&gateway.url);
     let mut bob = Agent::start(&address, BOB);
-    let mut names = || -> Vec<String> {
-        let listed = bob.request("tools/list", json!({}));
-        listed["result"]["tools"]
-            .as_array()
-            .expect("tools")
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
-    };
+    let mut names = || tool_names(&mut bob);
     assert_eq!(names(), ["fs__read"]);
     project.file("toolmux.yaml", &config("fs__read, fs__ls"));
     let started = std::time::Instant::now();

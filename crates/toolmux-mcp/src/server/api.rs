@@ -195,15 +195,9 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
         Err(e) => return failure(&e),
     };
     let mut stream = EventStream {
-        api,
-        provider: served,
-        ctx,
-        _guard: guard,
+        core: StreamCore::new(api, served, ctx, guard),
         tools: query.tools,
         seen: Vec::new(),
-        ready: VecDeque::new(),
-        poll: None,
-        ended: false,
     };
     stream.take(first);
     let body = futures::stream::unfold(stream, |mut stream| async move {
@@ -213,22 +207,79 @@ async fn events(State(api): State<Api>, request: Request) -> Response {
     sse(Body::from_stream(body))
 }
 
-/// The state of one event stream.
+/// The state of one stream of pending calls.
 struct EventStream {
+    core: StreamCore,
+    tools: Vec<String>,
+    /// Ids of the calls announced that may still be pending.
+    seen: Vec<String>,
+}
+
+/// What every event stream of the API holds: who it serves, in what context, the events
+/// to send and the poll under way.
+struct StreamCore {
     api: Api,
     /// What the stream's key holder is served.
     provider: Arc<dyn ToolProvider>,
     ctx: CallContext,
     /// Cancels a poll in flight when the client goes away.
     _guard: DropGuard,
-    tools: Vec<String>,
-    /// Ids of the calls announced that may still be pending.
-    seen: Vec<String>,
     /// Events to send.
     ready: VecDeque<Bytes>,
-    /// The listing under way, kept across keep-alive comments.
+    /// The poll under way, kept across keep-alive comments.
     poll: Option<Poll>,
     ended: bool,
+}
+
+/// What a stream does next.
+enum Step {
+    /// Sends this chunk.
+    Send(Bytes),
+    /// Ends.
+    End,
+    /// Takes this answer of its poll.
+    Answer(Result<ToolOutput, ToolError>),
+}
+
+impl StreamCore {
+    fn new(api: Api, provider: Arc<dyn ToolProvider>, ctx: CallContext, guard: DropGuard) -> Self {
+        StreamCore {
+            api,
+            provider,
+            ctx,
+            _guard: guard,
+            ready: VecDeque::new(),
+            poll: None,
+            ended: false,
+        }
+    }
+
+    /// A queued event, the end, or the answer of the poll under way (a call of `tool` with
+    /// `args`, started when none is), with keep-alive comments while it waits.
+    async fn step(&mut self, tool: &'static str, args: impl FnOnce() -> Value) -> Step {
+        if let Some(event) = self.ready.pop_front() {
+            return Step::Send(event);
+        }
+        if self.ended {
+            return Step::End;
+        }
+        let (provider, ctx) = (&self.provider, &self.ctx);
+        let make = || -> Poll {
+            let (provider, ctx, args) = (provider.clone(), ctx.clone(), args());
+            Box::pin(async move { provider.call(tool, args, &ctx).await })
+        };
+        match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
+            Waited::Answer(polled) => Step::Answer(polled),
+            Waited::KeepAlive => Step::Send(Bytes::from_static(KEEP_ALIVE_COMMENT)),
+            Waited::Shutdown => Step::End,
+        }
+    }
+
+    /// Ends the stream with an `error` event telling `error`.
+    fn fail(&mut self, error: &ToolError) {
+        self.ready.push_back(error_event(error));
+        self.ended = true;
+    }
 }
 
 /// A listing under way.
@@ -280,7 +331,8 @@ impl EventStream {
             }
             self.seen.push(id.to_owned());
             let id = id.replace(['\r', '\n'], "");
-            self.ready
+            self.core
+                .ready
                 .push_back(Bytes::from(format!("event: tool_call\nid: {id}\ndata: {call}\n\n")));
         }
     }
@@ -289,34 +341,22 @@ impl EventStream {
     /// failure told in an `error` event).
     async fn next(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(event);
-            }
-            if self.ended {
-                return None;
-            }
-            let make = || -> Poll {
-                let args = json!({
+            let args = || {
+                json!({
                     "waitMs": STREAM_POLL.as_millis() as u64,
                     "tools": self.tools,
                     "exclude": self.seen,
-                });
-                let provider = self.provider.clone();
-                let ctx = self.ctx.clone();
-                Box::pin(async move { provider.call(PENDING, args, &ctx).await })
+                })
             };
-            let polled = match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
-                Waited::Answer(polled) => polled,
-                Waited::KeepAlive => return Some(Bytes::from_static(KEEP_ALIVE_COMMENT)),
-                Waited::Shutdown => return None,
+            let polled = match self.core.step(PENDING, args).await {
+                Step::Send(chunk) => return Some(chunk),
+                Step::End => return None,
+                Step::Answer(polled) => polled,
             };
             match polled.and_then(|output| calls_of(&output)) {
                 Ok(calls) if calls.is_empty() => self.prune().await,
                 Ok(calls) => self.take(calls),
-                Err(e) => {
-                    self.ready.push_back(error_event(&e));
-                    self.ended = true;
-                }
+                Err(e) => self.core.fail(&e),
             }
         }
     }
@@ -328,9 +368,9 @@ impl EventStream {
             return;
         }
         let args = json!({"tools": self.tools});
-        let provider = &self.provider;
-        if let Ok(calls) = provider.call(PENDING, args, &self.ctx).await.and_then(|o| calls_of(&o))
-        {
+        let provider = &self.core.provider;
+        let listed = provider.call(PENDING, args, &self.core.ctx).await;
+        if let Ok(calls) = listed.and_then(|o| calls_of(&o)) {
             let pending: Vec<&str> =
                 calls.iter().filter_map(|c| c.get("callId").and_then(Value::as_str)).collect();
             self.seen.retain(|id| pending.contains(&id.as_str()));
@@ -624,17 +664,10 @@ async fn space_events(
     };
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    let mut stream = SpaceStream {
-        provider: provider(&api, &parts),
-        ctx: context(&parts, cancel),
-        api,
-        _guard: guard,
-        space,
-        since: 0,
-        ready: VecDeque::new(),
-        poll: None,
-        ended: false,
-    };
+    let served = provider(&api, &parts);
+    let ctx = context(&parts, cancel);
+    let mut stream =
+        SpaceStream { core: StreamCore::new(api, served, ctx, guard), space, since: 0 };
     stream.take(&first);
     let body = futures::stream::unfold(stream, |mut stream| async move {
         let chunk = stream.next().await?;
@@ -646,19 +679,10 @@ async fn space_events(
 /// One stream of a space's changes: `message` events, each a message written or changed,
 /// its revision as the event's id.
 struct SpaceStream {
-    api: Api,
-    /// What the stream's key holder is served.
-    provider: Arc<dyn ToolProvider>,
-    ctx: CallContext,
-    /// Cancels a poll in flight when the client goes away.
-    _guard: DropGuard,
+    core: StreamCore,
     space: String,
     /// The revision the next poll goes on from.
     since: u64,
-    ready: VecDeque<Bytes>,
-    /// The poll under way, kept across keep-alive comments.
-    poll: Option<Poll>,
-    ended: bool,
 }
 
 impl SpaceStream {
@@ -666,7 +690,8 @@ impl SpaceStream {
     fn take(&mut self, changes: &Value) {
         for message in changes.get("messages").and_then(Value::as_array).into_iter().flatten() {
             let rev = message.get("rev").and_then(Value::as_u64).unwrap_or(0);
-            self.ready
+            self.core
+                .ready
                 .push_back(Bytes::from(format!("event: message\nid: {rev}\ndata: {message}\n\n")));
         }
         if let Some(version) = changes.get("version").and_then(Value::as_u64) {
@@ -676,26 +701,17 @@ impl SpaceStream {
 
     async fn next(&mut self) -> Option<Bytes> {
         loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(event);
-            }
-            if self.ended {
-                return None;
-            }
-            let make = || -> Poll {
-                let args = json!({
+            let args = || {
+                json!({
                     "space": self.space,
                     "since": self.since,
                     "waitMs": STREAM_POLL.as_millis() as u64,
-                });
-                let provider = self.provider.clone();
-                let ctx = self.ctx.clone();
-                Box::pin(async move { provider.call(CHANGES, args, &ctx).await })
+                })
             };
-            let polled = match wait_poll(&mut self.poll, make, &self.api.shutdown).await {
-                Waited::Answer(polled) => polled,
-                Waited::KeepAlive => return Some(Bytes::from_static(KEEP_ALIVE_COMMENT)),
-                Waited::Shutdown => return None,
+            let polled = match self.core.step(CHANGES, args).await {
+                Step::Send(chunk) => return Some(chunk),
+                Step::End => return None,
+                Step::Answer(polled) => polled,
             };
             let answer = polled.and_then(|output| {
                 if output.is_error {
@@ -705,10 +721,7 @@ impl SpaceStream {
             });
             match answer {
                 Ok(changes) => self.take(&changes),
-                Err(e) => {
-                    self.ready.push_back(error_event(&e));
-                    self.ended = true;
-                }
+                Err(e) => self.core.fail(&e),
             }
         }
     }
