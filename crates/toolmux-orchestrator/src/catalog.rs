@@ -194,29 +194,23 @@ impl ResourceCatalog {
         }
     }
 
-    /// Every resource, each URI once as first listed, in provider order.
-    pub fn resources(&self) -> Vec<ResourceSpec> {
+    /// The resources `allowed` lets through (given the index of the provider that listed
+    /// one and its URI), each URI once, as the first let through listed it.
+    pub fn resources_where(&self, allowed: &dyn Fn(usize, &str) -> bool) -> Vec<ResourceSpec> {
         let mut seen = HashSet::new();
-        self.resources.iter().flatten().filter(|r| seen.insert(&r.uri)).cloned().collect()
+        let listed = self.resources.iter().enumerate();
+        let each = listed.flat_map(|(i, r)| r.iter().filter(move |r| allowed(i, &r.uri)));
+        each.filter(|r| seen.insert(&r.uri)).cloned().collect()
     }
 
-    /// The resources of the providers `allowed` (one flag per provider, in order), each
-    /// URI once.
-    pub fn resources_where(&self, allowed: &[bool]) -> Vec<ResourceSpec> {
-        let mut seen = HashSet::new();
-        let listed = self.resources.iter().zip(allowed).filter(|(_, a)| **a);
-        listed.flat_map(|(r, _)| r).filter(|r| seen.insert(&r.uri)).cloned().collect()
-    }
-
-    /// The templates of the providers `allowed` (one flag per provider, in order).
-    pub fn templates_where(&self, allowed: &[bool]) -> Vec<ResourceTemplate> {
-        let listed = self.templates.iter().zip(allowed).filter(|(_, a)| **a);
-        listed.flat_map(|(t, _)| t).cloned().collect()
-    }
-
-    /// Every template, in provider order.
-    pub fn templates(&self) -> Vec<ResourceTemplate> {
-        self.templates.iter().flatten().cloned().collect()
+    /// The templates `allowed` lets through (given the index of the provider that listed
+    /// one and its URI template), in provider order.
+    pub fn templates_where(&self, allowed: &dyn Fn(usize, &str) -> bool) -> Vec<ResourceTemplate> {
+        let listed = self.templates.iter().enumerate();
+        listed
+            .flat_map(|(i, t)| t.iter().filter(move |t| allowed(i, &t.uri_template)))
+            .cloned()
+            .collect()
     }
 
     /// The provider (its index) that listed the URI template `template` first.
@@ -260,7 +254,8 @@ mod tests {
                 Some(vec![resource("a://1", "other"), resource("b://2", "two")]),
             ],
         );
-        let names: Vec<String> = catalog.resources().into_iter().map(|r| r.name).collect();
+        let names: Vec<String> =
+            catalog.resources_where(&|_, _| true).into_iter().map(|r| r.name).collect();
         assert_eq!(names, ["one", "two"]);
         assert_eq!(catalog.route("a://1"), Some(0));
         assert_eq!(catalog.route("b://2"), Some(1));
@@ -268,11 +263,28 @@ mod tests {
     }
 
     #[test]
+    fn a_uri_let_through_only_from_a_later_provider_is_listed_as_that_one_lists_it() {
+        let catalog = ResourceCatalog::default().with_resources(
+            &[],
+            vec![Some(vec![resource("a://1", "first")]), Some(vec![resource("a://1", "second")])],
+        );
+        let listed = catalog.resources_where(&|i, uri| i == 1 && uri == "a://1");
+        let names: Vec<String> = listed.into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["second"]);
+        let templates = catalog.with_templates(vec![
+            Some(vec![ResourceTemplate::new("x://{id}", "x", "d")]),
+            Some(vec![ResourceTemplate::new("y://{id}", "y", "d")]),
+        ]);
+        let listed = templates.templates_where(&|_, t| t.starts_with('y'));
+        assert_eq!(listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["y"]);
+    }
+
+    #[test]
     fn failed_listings_keep_the_previous_one() {
         let first = ResourceCatalog::default()
             .with_resources(&[], vec![Some(vec![resource("a://1", "one")]), Some(vec![])]);
         let second = first.with_resources(&[], vec![None, Some(vec![resource("b://2", "two")])]);
-        assert_eq!(second.resources().len(), 2);
+        assert_eq!(second.resources_where(&|_, _| true).len(), 2);
     }
 
     #[test]

@@ -355,6 +355,11 @@ impl CallRules {
 }
 
 impl PermissionRules {
+    /// Whether there are no rules at all (everything is allowed).
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty() && self.ask.is_empty()
+    }
+
     /// Adds a deny glob.
     pub fn deny(mut self, glob: &str) -> Self {
         self.deny.push(glob.to_owned());

@@ -443,6 +443,55 @@ fn serve_tools_globs_also_choose_the_servers_prompts_and_resources() {
     assert!(count(&with_everything, 4, "resourceTemplates") > 0);
 }
 
+/// Permission rules close prompts and resources as they close tools: by the prompt's name,
+/// and by `{namespace}__{uri}` for a resource or a template.
+#[test]
+fn permission_rules_keep_prompts_and_resources_from_clients() {
+    let project = gateway_project();
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).expect("config");
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "{config}permissions:\n  deny: [everything__args-prompt, \
+             'everything__demo://resource/dynamic/*']\n"
+        ),
+    );
+    let requests = [
+        serde_json::json!({"method": "prompts/list"}),
+        serde_json::json!({"method": "prompts/get", "params": {"name": "everything__args-prompt",
+            "arguments": {"city": "Paris"}}}),
+        serde_json::json!({"method": "resources/templates/list"}),
+        serde_json::json!({"method": "resources/read",
+            "params": {"uri": "demo://resource/dynamic/text/1"}}),
+        serde_json::json!({"method": "completion/complete", "params": {
+            "ref": {"type": "ref/resource", "uri": "demo://resource/dynamic/text/{resourceId}"},
+            "argument": {"name": "resourceId", "value": "4"}}}),
+        serde_json::json!({"method": "tools/call", "params": {"name": "everything__echo",
+            "arguments": {"message": "still here"}}}),
+        serde_json::json!({"method": "prompts/get", "params": {"name": "everything__simple-prompt"}}),
+    ];
+    let messages = stdio_exchange(&project, &["serve", "--stdio"], &requests);
+    let by_id = |id: u64| messages.iter().find(|m| m["id"] == id).expect("an answer").clone();
+    let prompts: Vec<String> = by_id(2)["result"]["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(prompts.contains(&"everything__simple-prompt".to_owned()), "{prompts:?}");
+    assert!(!prompts.contains(&"everything__args-prompt".to_owned()), "{prompts:?}");
+    let refused = by_id(3)["error"]["message"].to_string();
+    assert!(refused.contains("permissions.deny: everything__args-prompt"), "{}", by_id(3));
+    let templates = by_id(4)["result"]["resourceTemplates"].to_string();
+    assert!(!templates.contains("demo://resource/dynamic/"), "{templates}");
+    let refused = by_id(5)["error"]["message"].to_string();
+    assert!(refused.contains("everything__demo://resource/dynamic/text/1"), "{}", by_id(5));
+    assert!(refused.contains("denied by rule"), "{}", by_id(5));
+    assert_eq!(by_id(6)["result"]["completion"]["values"], serde_json::json!([]), "{}", by_id(6));
+    assert_eq!(by_id(7)["result"]["content"][0]["text"], "Echo: still here", "{}", by_id(7));
+    assert!(by_id(8)["result"]["messages"].is_array(), "{}", by_id(8));
+}
+
 /// A key long enough to be accepted.
 const KEY: &str = "k3y-for-tests-only-0123456789";
 

@@ -3,14 +3,19 @@
 
 use super::Orchestrator;
 use super::resources::Scope;
-use toolmux_core::{CallContext, Completion, CompletionRef, CompletionRequest, ToolError};
+use crate::permission::Permission;
+use std::sync::Arc;
+use toolmux_core::{
+    CallContext, Completion, CompletionRef, CompletionRequest, ToolError, ToolProvider,
+};
 
 impl Orchestrator {
     /// Values for an argument of the prompt of qualified name, or a variable of the resource
     /// template, named in `request`, from the provider that offers it (bounded like a tool
     /// call). An unknown prompt fails with [`ToolError::UnknownPrompt`] and the closest
     /// names; a template no provider lists, or a provider that offers no completions, gives
-    /// no values. At most [`Completion::MAX_VALUES`] values are returned (`has_more` then
+    /// no values. A prompt the permission rules deny fails with [`ToolError::Denied`]; a
+    /// template they deny has no values. At most [`Completion::MAX_VALUES`] values are returned (`has_more` then
     /// says there were more).
     pub async fn complete(
         &self,
@@ -46,6 +51,9 @@ impl Orchestrator {
                         suggestions: crate::suggest::suggest(catalog.names(), name),
                     });
                 };
+                if let Permission::Deny(reason) = self.prompt_permission(&entry.name, None) {
+                    return Err(ToolError::Denied { tool: entry.name.to_string(), reason });
+                }
                 let forwarded = CompletionRequest {
                     reference: CompletionRef::Prompt(entry.original.clone()),
                     ..request.clone()
@@ -59,7 +67,10 @@ impl Orchestrator {
                     owner = self.template_owner(template);
                 }
                 let provider = owner.and_then(|i| self.providers().get(i).cloned());
-                let Some(provider) = provider.filter(|p| scope(p.namespace())) else {
+                let listed = |p: &Arc<dyn ToolProvider>| {
+                    scope(p.namespace()) && self.resource_listed(p.namespace(), template)
+                };
+                let Some(provider) = provider.filter(listed) else {
                     return Ok(Completion::default());
                 };
                 (provider, request.clone(), template.clone())

@@ -3,6 +3,7 @@
 
 mod completion;
 mod prompts;
+mod reach;
 mod resources;
 
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
@@ -1187,7 +1188,7 @@ impl Orchestrator {
                 self.permit_call(entry, rules, &arguments, ctx).await?;
             }
             _ => {
-                self.permit(entry, &entry.permission, &arguments, ctx).await?;
+                self.permit(&entry.name, &entry.permission, &arguments, ctx).await?;
                 entry.validator.validate(&entry.name, &arguments)?;
             }
         }
@@ -1268,13 +1269,16 @@ impl Orchestrator {
         };
         match rules.judge(&entry.name, arguments, subjects) {
             Permission::Allow => Ok(()),
-            permission => Box::pin(self.permit(entry, &permission, arguments, ctx)).await,
+            permission => Box::pin(self.permit(&entry.name, &permission, arguments, ctx)).await,
         }
     }
 
-    async fn permit(
+    /// Carries out `permission` for a call of `tool` (a tool's, a prompt's or a
+    /// resource's name as the rules see it): denies it, asks the context's approval
+    /// handler, or lets it through.
+    pub(super) async fn permit(
         &self,
-        entry: &ToolEntry,
+        tool: &str,
         permission: &Permission,
         arguments: &Value,
         ctx: &CallContext,
@@ -1282,7 +1286,7 @@ impl Orchestrator {
         match permission {
             Permission::Allow | Permission::Check(_) => Ok(()),
             Permission::Deny(reason) => {
-                Err(ToolError::Denied { tool: entry.name.to_string(), reason: reason.clone() })
+                Err(ToolError::Denied { tool: tool.to_owned(), reason: reason.clone() })
             }
             Permission::Ask(rule) => {
                 let Some(handler) = ctx.handler() else {
@@ -1290,17 +1294,17 @@ impl Orchestrator {
                         "remove the rule or move it to `permissions.allow` to run without approval"
                             .to_owned()
                     } else {
-                        format!("write the command line without it, or allow `{}(*)`", entry.name)
+                        format!("write the command line without it, or allow `{tool}(*)`")
                     };
                     return Err(ToolError::Denied {
-                        tool: entry.name.to_string(),
+                        tool: tool.to_owned(),
                         reason: format!(
                             "{rule} requires approval and no approval handler is attached; {fix}"
                         ),
                     });
                 };
                 let request = ApprovalRequest {
-                    tool: entry.name.to_string(),
+                    tool: tool.to_owned(),
                     arguments: arguments.clone(),
                     reason: rule.clone(),
                     scope: crate::permission::asking_rule_on_calls(rule).map(str::to_owned),
@@ -1308,7 +1312,7 @@ impl Orchestrator {
                 match handler.approve(request).await {
                     ApprovalDecision::Allow => Ok(()),
                     ApprovalDecision::Deny { reason } => Err(ToolError::Denied {
-                        tool: entry.name.to_string(),
+                        tool: tool.to_owned(),
                         reason: format!("not approved: {reason}"),
                     }),
                 }

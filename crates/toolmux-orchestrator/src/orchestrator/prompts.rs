@@ -19,13 +19,16 @@ impl Orchestrator {
     /// within the name budget). A provider whose listing fails is logged and keeps the
     /// prompts it listed last; the others' are listed all the same.
     ///
-    /// Permission rules do not apply to prompts: rendering one runs no tool.
+    /// A prompt the permission rules deny is not listed (see the `reach` module for how
+    /// the rules read prompts).
     pub async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
-        Ok(self.refresh_prompts().await.specs())
+        Ok(self.list_prompts_where(&|_, _| true).await)
     }
 
     /// Renders the prompt of qualified name `name` with `arguments` at its provider.
     ///
+    /// The permission rules judge it first: a denied prompt fails with
+    /// [`ToolError::Denied`], one they ask about goes to the context's approval handler.
     /// An unknown name fails with [`ToolError::UnknownPrompt`] and the closest names; a
     /// missing required argument with [`ToolError::InvalidArguments`] naming every one
     /// missing, before the provider is asked. The call is bounded like a tool call: the
@@ -46,6 +49,7 @@ impl Orchestrator {
                 suggestions: crate::suggest::suggest(catalog.names(), name),
             });
         };
+        self.permit_prompt(&entry.name, &arguments, ctx).await?;
         let missing: Vec<String> =
             entry.spec.missing_arguments(&arguments).map(|a| format!("`{a}`")).collect();
         if !missing.is_empty() {
@@ -70,7 +74,7 @@ impl Orchestrator {
     }
 
     /// The prompts `allow` (given a prompt's qualified name and its provider's namespace)
-    /// lets through.
+    /// and the permission rules let through.
     pub(crate) async fn list_prompts_where(
         &self,
         allow: &(dyn Fn(&str, &str) -> bool + Sync),
@@ -78,6 +82,7 @@ impl Orchestrator {
         let catalog = self.refresh_prompts().await;
         let allowed = |spec: &PromptSpec| {
             catalog.get(&spec.name).is_some_and(|e| allow(&spec.name, e.provider.namespace()))
+                && self.prompt_listed(&spec.name)
         };
         catalog.specs().into_iter().filter(allowed).collect()
     }

@@ -9,6 +9,7 @@
 use super::{Orchestrator, cut_middle};
 use crate::catalog::ResourceCatalog;
 use crate::config::OversizeMode;
+use crate::permission::Permission;
 use std::collections::HashSet;
 use std::sync::Arc;
 use toolmux_core::{
@@ -25,20 +26,22 @@ const LEARNED_ROUTES_MAX: usize = 1024;
 impl Orchestrator {
     /// Every provider's resources, URIs unchanged. A URI listed by two providers is listed
     /// once, as the first listed it (a warning names both). A provider whose listing fails
-    /// is logged and keeps what it listed last.
+    /// is logged and keeps what it listed last. A resource the permission rules deny is
+    /// not listed (see the `reach` module for how the rules read resources).
     pub async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
-        Ok(self.refresh_resources().await.resources())
+        Ok(self.list_resources_in(&|_| true).await)
     }
 
-    /// Every provider's resource templates, in provider order.
+    /// Every provider's resource templates, in provider order, but those the permission
+    /// rules deny.
     pub async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, ToolError> {
-        Ok(self.refresh_resource_templates().await.templates())
+        Ok(self.list_resource_templates_in(&|_| true).await)
     }
 
     /// The resources of the providers whose namespace `scope` allows.
     pub(crate) async fn list_resources_in(&self, scope: Scope<'_>) -> Vec<ResourceSpec> {
         let catalog = self.refresh_resources().await;
-        catalog.resources_where(&self.in_scope(scope))
+        catalog.resources_where(&self.listed_in(scope))
     }
 
     /// The resource templates of the providers whose namespace `scope` allows.
@@ -47,12 +50,22 @@ impl Orchestrator {
         scope: Scope<'_>,
     ) -> Vec<ResourceTemplate> {
         let catalog = self.refresh_resource_templates().await;
-        catalog.templates_where(&self.in_scope(scope))
+        catalog.templates_where(&self.listed_in(scope))
     }
 
-    /// For each provider in order, whether `scope` allows its namespace.
-    pub(super) fn in_scope(&self, scope: Scope<'_>) -> Vec<bool> {
-        self.providers().iter().map(|p| scope(p.namespace())).collect()
+    /// Whether a URI (or URI template) listed by the provider of an index is listed to a
+    /// caller whose scope is `scope`: the scope allows the provider's namespace and the
+    /// permission rules do not deny it.
+    fn listed_in(&self, scope: Scope<'_>) -> impl Fn(usize, &str) -> bool + use<'_> {
+        let namespaces: Vec<Option<String>> = self
+            .providers()
+            .iter()
+            .map(|p| scope(p.namespace()).then(|| p.namespace().to_owned()))
+            .collect();
+        move |i, uri| {
+            let namespace = namespaces.get(i).and_then(Option::as_deref);
+            namespace.is_some_and(|ns| self.resource_listed(ns, uri))
+        }
     }
 
     /// Reads the resource at `uri` from the provider that serves it (see the module
@@ -79,22 +92,40 @@ impl Orchestrator {
     ) -> Result<Vec<ResourceContents>, ToolError> {
         tracing::debug!(target: "toolmux::resource", "resource read → {uri}");
         let providers = self.providers();
-        let routed =
-            self.route(uri).filter(|&i| providers.get(i).is_some_and(|p| scope(p.namespace())));
-        if let Some(provider) = routed.and_then(|i| providers.get(i)) {
-            match self.read_from(&**provider, uri, ctx).await {
+        // A provider the rules deny this URI is out of scope; the denial is the answer
+        // when no provider in scope serves it.
+        let mut denied = None;
+        let mut in_scope = |provider: &Arc<dyn ToolProvider>| {
+            if !scope(provider.namespace()) {
+                return None;
+            }
+            match self.resource_permission(provider.namespace(), uri, false) {
+                Permission::Deny(reason) => {
+                    let tool = super::reach::resource_name(provider.namespace(), uri);
+                    denied.get_or_insert(ToolError::Denied { tool, reason });
+                    None
+                }
+                permission => Some(permission),
+            }
+        };
+        let routed = self.route(uri);
+        let routed = routed
+            .and_then(|i| Some((i, providers.get(i)?)))
+            .and_then(|(i, p)| Some((i, p, in_scope(p)?)));
+        if let Some((_, provider, permission)) = &routed {
+            self.permit_resource(provider.namespace(), uri, permission, ctx).await?;
+            match self.read_from(&***provider, uri, ctx).await {
                 Ok(contents) => return Ok(self.cap_contents(uri, contents, ctx).await),
                 // A stale listing or a template too wide: someone else may serve it.
                 Err(ToolError::UnknownResource { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
+        let routed = routed.map(|(i, ..)| i);
         let mut failure = None;
-        let others = providers
-            .iter()
-            .enumerate()
-            .filter(|(i, p)| Some(*i) != routed && scope(p.namespace()));
-        for (i, provider) in others {
+        for (i, provider) in providers.iter().enumerate().filter(|(i, _)| Some(*i) != routed) {
+            let Some(permission) = in_scope(provider) else { continue };
+            self.permit_resource(provider.namespace(), uri, &permission, ctx).await?;
             match self.read_from(&**provider, uri, ctx).await {
                 Ok(contents) => {
                     self.learn_route(uri, i);
@@ -112,7 +143,9 @@ impl Orchestrator {
                 }
             }
         }
-        Err(failure.unwrap_or_else(|| ToolError::UnknownResource { uri: uri.to_owned() }))
+        Err(failure
+            .or(denied)
+            .unwrap_or_else(|| ToolError::UnknownResource { uri: uri.to_owned() }))
     }
 
     /// Subscribes to updates of `uri` at the provider that serves it; when none is known,
@@ -294,6 +327,15 @@ impl Orchestrator {
         let mut accepted = false;
         let targets = targets.iter().filter_map(|&i| providers.get(i));
         for provider in targets.filter(|p| scope(p.namespace())) {
+            // Updates of a resource the rules deny would tell of it; asking is for reading.
+            if subscribe
+                && let Permission::Deny(reason) =
+                    self.resource_permission(provider.namespace(), uri, false)
+            {
+                let tool = super::reach::resource_name(provider.namespace(), uri);
+                failure.get_or_insert(ToolError::Denied { tool, reason });
+                continue;
+            }
             // Only to bound the call: the trait's methods take no context.
             let ctx = CallContext::new();
             let bound = self.bound(&**provider, &ctx);

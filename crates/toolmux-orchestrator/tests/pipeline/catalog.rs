@@ -19,8 +19,8 @@ use toolmux_core::{
     ToolSet, ToolSpec,
 };
 use toolmux_orchestrator::{
-    FilteredView, Orchestrator, OrchestratorConfig, QueueConfig, RetryPolicy, Severity,
-    ToolSettings,
+    FilteredView, Orchestrator, OrchestratorConfig, PermissionRules, QueueConfig, RetryPolicy,
+    Severity, ToolSettings,
 };
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -567,7 +567,7 @@ async fn log_lines_and_caller_questions_cross_every_pipeline_stage() {
     let config = OrchestratorConfig::default()
         .with_queue("q", QueueConfig::new(1))
         .with_provider_settings("asker", settings)
-        .with_permissions(toolmux_orchestrator::PermissionRules::default().ask("asker__*"));
+        .with_permissions(PermissionRules::default().ask("asker__*"));
     let o = start(config, vec![Arc::new(asking_tool())]).await;
     let lines = Arc::new(Mutex::new(Vec::new()));
     let sink = {
@@ -771,4 +771,168 @@ async fn completions_go_to_the_prompt_or_template_owner() {
     assert_eq!(many.values.len(), Completion::MAX_VALUES);
     assert!(many.has_more);
     assert_eq!(many.total, Some(150));
+}
+
+fn vault() -> Library {
+    Library::new("vault")
+        .prompt(PromptSpec::new("unseal", "Unseal the vault"))
+        .resource("vault://keys", "keys", "k-123")
+        .template("vault://{name}")
+        .with_updates()
+}
+
+async fn with_rules(rules: PermissionRules, providers: Vec<Arc<dyn ToolProvider>>) -> Orchestrator {
+    start(OrchestratorConfig::default().with_permissions(rules), providers).await
+}
+
+fn prompt_names(prompts: Vec<PromptSpec>) -> Vec<String> {
+    prompts.into_iter().map(|p| p.name).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_denied_namespace_closes_its_prompts_and_resources_with_its_tools() {
+    let vault = Arc::new(vault());
+    let rules = PermissionRules::default().deny("vault__*");
+    let o = with_rules(rules, vec![vault.clone(), Arc::new(docs())]).await;
+    let ctx = CallContext::new();
+    assert_eq!(prompt_names(o.list_prompts().await.unwrap()), ["docs__summarize"]);
+    let uris: Vec<String> = o.list_resources().await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(uris, ["shared://config", "docs://index"]);
+    let templates: Vec<String> =
+        o.list_resource_templates().await.unwrap().into_iter().map(|t| t.uri_template).collect();
+    assert_eq!(templates, ["repo://{branch}/{+path}"]);
+
+    let e = o.get_prompt("vault__unseal", JsonObject::new(), &ctx).await.unwrap_err();
+    expect![[
+        "call to `vault__unseal` denied: denied by rule `permissions.deny: vault__*`; remove the rule to allow it"
+    ]]
+    .assert_eq(&e.report());
+    // Listed, templated or never heard of: a denied provider is not asked.
+    for uri in ["vault://keys", "vault://root-token"] {
+        let e = o.read_resource(uri, &ctx).await.unwrap_err();
+        assert_eq!(e.code(), "denied", "{uri}: {}", e.report());
+    }
+    expect![[
+        "call to `vault__vault://keys` denied: denied by rule `permissions.deny: vault__*`; remove the rule to allow it (a resource is judged as `{namespace}__{uri}`, here `vault__vault://keys`)"
+    ]]
+    .assert_eq(&o.read_resource("vault://keys", &ctx).await.unwrap_err().report());
+    assert_eq!(
+        o.read_resource("docs://index", &ctx).await.map(|c| text(&c)).unwrap(),
+        "docs: pages"
+    );
+    assert!(vault.reads().is_empty(), "asked: {:?}", vault.reads());
+    let e = o.subscribe_resource("vault://keys").await.unwrap_err();
+    assert_eq!(e.code(), "denied");
+    assert!(vault.subscribed().is_empty());
+    let completion = |reference: CompletionRef| CompletionRequest {
+        reference,
+        argument: "name".into(),
+        value: "r".into(),
+        context: Default::default(),
+    };
+    let e = o.complete(completion(CompletionRef::Prompt("vault__unseal".into())), &ctx).await;
+    assert_eq!(e.unwrap_err().code(), "denied");
+    let done =
+        o.complete(completion(CompletionRef::ResourceTemplate("vault://{name}".into())), &ctx);
+    assert!(done.await.unwrap().values.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn allow_lists_and_rules_on_calls_reach_prompts_and_resources() {
+    // Only what the allow list names: docs' prompt and one of its resources.
+    let rules = PermissionRules::default().allow("docs__summarize").allow("docs__docs://*");
+    let o = with_rules(rules, vec![Arc::new(git()), Arc::new(docs())]).await;
+    let ctx = CallContext::new();
+    assert_eq!(prompt_names(o.list_prompts().await.unwrap()), ["docs__summarize"]);
+    let uris: Vec<String> = o.list_resources().await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(uris, ["docs://index"]);
+    let e = o.read_resource("shared://config", &ctx).await.unwrap_err();
+    expect![[
+        "call to `git__shared://config` denied: not matched by any `permissions.allow` rule; add one to allow it (a resource is judged as `{namespace}__{uri}`, here `git__shared://config`)"
+    ]]
+    .assert_eq(&e.report());
+
+    // A rule on calls reads a prompt's arguments and a resource's `uri`.
+    let rules =
+        PermissionRules::default().deny("git__review(tone=harsh*)").deny("docs__*(uri=other://*)");
+    let o = with_rules(rules, vec![Arc::new(git()), Arc::new(docs())]).await;
+    let harsh = args(json!({"change": "abc", "tone": "harsh!"}));
+    let e = o.get_prompt("git__review", harsh, &ctx).await.unwrap_err();
+    expect![[
+        "call to `git__review` denied: denied by rule `permissions.deny: git__review(tone=harsh*)` (argument `tone` is `harsh!`); remove the rule to allow it"
+    ]]
+    .assert_eq(&e.report());
+    let kind = args(json!({"change": "abc", "tone": "kind"}));
+    assert!(o.get_prompt("git__review", kind, &ctx).await.is_ok());
+    assert_eq!(
+        prompt_names(o.list_prompts().await.unwrap()),
+        ["git__review", "git__commit_message", "docs__summarize"],
+        "a prompt some calls may render stays listed"
+    );
+    let e = o.read_resource("other://secret-page", &ctx).await.unwrap_err();
+    assert_eq!(e.code(), "denied", "{}", e.report());
+    assert!(o.read_resource("docs://index", &ctx).await.is_ok());
+}
+
+/// Approves or refuses, and keeps what it was asked.
+#[derive(Debug, Default)]
+struct Approver {
+    allow: bool,
+    asked: Mutex<Vec<(String, Value, String)>>,
+}
+
+#[async_trait]
+impl InteractionHandler for Approver {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        let asked = (request.tool, request.arguments, request.reason);
+        self.asked.lock().expect("not poisoned").push(asked);
+        if self.allow {
+            ApprovalDecision::Allow
+        } else {
+            ApprovalDecision::Deny { reason: "not now".into() }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn asked_prompts_and_resources_wait_for_approval() {
+    let rules = PermissionRules::default().ask("docs__*");
+    let docs = Arc::new(docs());
+    let o = with_rules(rules, vec![docs.clone()]).await;
+    assert_eq!(prompt_names(o.list_prompts().await.unwrap()), ["docs__summarize"]);
+    let e = o.read_resource("docs://index", &CallContext::new()).await.unwrap_err();
+    expect![[
+        "call to `docs__docs://index` denied: rule `permissions.ask: docs__*` (reading `docs://index`) requires approval and no approval handler is attached; remove the rule or move it to `permissions.allow` to run without approval"
+    ]]
+    .assert_eq(&e.report());
+    let yes = Arc::new(Approver { allow: true, ..Approver::default() });
+    let ctx = CallContext::new().with_handler(yes.clone());
+    assert_eq!(
+        o.read_resource("docs://index", &ctx).await.map(|c| text(&c)).unwrap(),
+        "docs: pages"
+    );
+    assert!(o.get_prompt("docs__summarize", JsonObject::new(), &ctx).await.is_ok());
+    let asked = yes.asked.lock().expect("not poisoned").clone();
+    expect![[r#"
+        [
+            (
+                "docs__docs://index",
+                Object {
+                    "uri": String("docs://index"),
+                },
+                "rule `permissions.ask: docs__*` (reading `docs://index`)",
+            ),
+            (
+                "docs__summarize",
+                Object {},
+                "rule `permissions.ask: docs__*`",
+            ),
+        ]
+    "#]]
+    .assert_debug_eq(&asked);
+    let no = Arc::new(Approver::default());
+    let ctx = CallContext::new().with_handler(no);
+    let e = o.get_prompt("docs__summarize", JsonObject::new(), &ctx).await.unwrap_err();
+    assert_eq!(e.report(), "call to `docs__summarize` denied: not approved: not now");
+    assert_eq!(docs.reads(), ["docs://index"], "a refused read never reaches the provider");
 }

@@ -614,7 +614,11 @@ impl ToolSearchEntry {
 /// what tools are (`@write`), or rules on calls naming what a call runs or touches in
 /// parentheses (`fs__bash(git *)`, `fs__write(src/**)`, `api__*(owner=acme)`). Deny wins
 /// over ask, ask over allow; with allow rules, a tool matching none is denied, and a shell
-/// line runs only when every command in it is allowed.
+/// line runs only when every command in it is allowed. The same rules judge prompts, by
+/// their qualified names (`everything__simple-prompt`), and resources and resource
+/// templates, as `{server}__{uri}` (`everything__demo://resource/*`), all three as read-only
+/// things of no permission class: a server denied (`github__*`) has no prompts or
+/// resources either, and what is denied is not listed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionsEntry {
