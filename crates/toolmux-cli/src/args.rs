@@ -8,7 +8,9 @@ use toolmux::toolmux_mcp::server::ClientProfile;
 const EXIT_CODES: &str = "\
 Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml or
 ./toolmux.json; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
-on the current directory. Outputs over the size cap are stored; output__read reads them on.
+on the current directory. It is merged over the user's ~/.config/toolmux/config.yaml
+($TOOLMUX_USER_CONFIG; empty for none) and under /etc/toolmux/managed.yaml when they
+exist. Outputs over the size cap are stored; output__read reads them on.
 
 Exit codes:
   0  success

@@ -333,11 +333,7 @@ fn spilled_handle(result: &ToolResult) -> Option<&str> {
     result.extras.get("spilled")?.get("handle")?.as_str()
 }
 
-pub(crate) async fn serve(
-    loaded: &Loaded,
-    path: Option<std::path::PathBuf>,
-    args: ServeArgs,
-) -> anyhow::Result<u8> {
+pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8> {
     use toolmux::toolmux_mcp::server::{ServeOptions, TokenVerifier, bind_http, serve_stdio};
     // Checked before any provider starts.
     let key_rule = KeyRule::of(&args);
@@ -393,8 +389,11 @@ pub(crate) async fn serve(
         }
     };
     let watching = CancellationToken::new();
-    let provider: Arc<dyn ToolProvider> = match path.filter(|_| args.watch) {
-        Some(path) => {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| loaded.base_dir.clone());
+    let source = crate::reload::Source::of(loaded, cwd);
+    let watched = (args.watch && !source.files().is_empty()).then_some(source);
+    let provider: Arc<dyn ToolProvider> = match watched {
+        Some(source) => {
             let live = crate::reload::Live::new(serve_provider(&toolmux));
             let keys = crate::reload::Keys {
                 accepted: api_keys,
@@ -402,7 +401,7 @@ pub(crate) async fn serve(
                 holder_tools: holder_tools.clone(),
             };
             tokio::spawn(crate::reload::watch(
-                path,
+                source,
                 current.clone(),
                 live.clone(),
                 serve_provider,
@@ -524,6 +523,10 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
     if json {
         let value = serde_json::json!({
             "file": loaded.file,
+            "layers": loaded.layers.iter().map(|l| serde_json::json!({
+                "layer": l.kind.name(),
+                "file": l.path,
+            })).collect::<Vec<_>>(),
             "ok": report.is_ok(),
             "providers": report.providers,
             "outputDir": toolmux.output_dir(),
@@ -533,6 +536,14 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         print(&serde_json::to_string_pretty(&value)?);
     } else {
         let mut text = format!("{}: configuration is valid\n", loaded.source_name());
+        if loaded.layers.iter().any(|l| l.kind != toolmux::config::LayerKind::Project) {
+            let files: Vec<String> = loaded
+                .layers
+                .iter()
+                .map(|l| format!("{} ({})", l.path.display(), l.kind.name()))
+                .collect();
+            text.push_str(&format!("  merged from {}\n", files.join(", ")));
+        }
         for p in &report.providers {
             let status = match &p.error {
                 None => format!("{} tools", p.tools),

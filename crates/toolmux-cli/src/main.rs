@@ -94,7 +94,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let cwd = std::env::current_dir().context("cannot tell the current directory")?;
-    let (loaded, path) = load(cli.config.as_deref(), &cwd)?;
+    let loaded = load(cli.config.as_deref(), &cwd)?;
     commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");
@@ -102,7 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Tools(ToolsCommand::List(flag)) => commands::tools_list(&loaded, flag.json).await,
         Command::Tools(ToolsCommand::Call(call)) => commands::tools_call(&loaded, call).await,
-        Command::Serve(serve) => commands::serve(&loaded, path, serve).await,
+        Command::Serve(serve) => commands::serve(&loaded, serve).await,
         Command::Config(ConfigCommand::Check(flag)) => {
             commands::config_check(&loaded, flag.json).await
         }
@@ -119,15 +119,12 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none;
-/// and the file it came from.
-fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<(Loaded, Option<PathBuf>)> {
-    let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
-    let Some(path) = config::discover(explicit, from_env.as_deref(), cwd) else {
-        return Ok((Loaded::without_file(cwd), None));
-    };
-    let shown = path.strip_prefix(cwd).unwrap_or(&path).display().to_string();
+/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none,
+/// over the user's file and under the managed one.
+fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<Loaded> {
     let env = |name: &str| std::env::var(name).ok();
-    let loaded = config::load(&path, &shown, &env)?;
-    Ok((loaded, Some(cwd.join(path))))
+    let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
+    let path = config::discover(explicit, from_env.as_deref(), cwd).map(|p| cwd.join(p));
+    let layers = config::Layers::discover(&env);
+    Ok(config::load_layered(path.as_deref(), cwd, &layers, &env)?)
 }

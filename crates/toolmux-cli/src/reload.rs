@@ -266,37 +266,72 @@ pub(crate) struct Keys {
     pub(crate) holder_tools: crate::commands::HolderToolsMap,
 }
 
-/// Watches `path` and reloads on change until `stop`; `serve_provider` makes the provider
-/// served from a Toolmux (the orchestrator, or its `--tools` view).
+/// The files a configuration was read from, and how to read them again.
+#[derive(Debug, Clone)]
+pub(crate) struct Source {
+    /// The project's file, if any.
+    pub(crate) project: Option<PathBuf>,
+    /// The user's and the managed file, if any.
+    pub(crate) layers: toolmux::config::Layers,
+    /// The folder the program started in.
+    pub(crate) cwd: PathBuf,
+}
+
+impl Source {
+    /// The configuration `loaded` came from: its project file and its layers' files.
+    pub(crate) fn of(loaded: &toolmux::config::Loaded, cwd: PathBuf) -> Source {
+        let file = |kind| loaded.layers.iter().find(|l| l.kind == kind).map(|l| l.path.clone());
+        let layers = toolmux::config::Layers {
+            user: file(toolmux::config::LayerKind::User),
+            managed: file(toolmux::config::LayerKind::Managed),
+        };
+        Source { project: loaded.path.clone(), layers, cwd }
+    }
+
+    /// Every file read, in layer order.
+    pub(crate) fn files(&self) -> Vec<PathBuf> {
+        let user = self.layers.user.iter();
+        user.chain(&self.project).chain(&self.layers.managed).cloned().collect()
+    }
+
+    fn load(&self) -> Result<toolmux::config::Loaded, toolmux::ToolmuxError> {
+        let env = |name: &str| std::env::var(name).ok();
+        toolmux::config::load_layered(self.project.as_deref(), &self.cwd, &self.layers, &env)
+    }
+}
+
+/// Watches the files of `source` and reloads on change until `stop`; `serve_provider` makes
+/// the provider served from a Toolmux (the orchestrator, or its `--tools` view).
 pub(crate) async fn watch(
-    path: PathBuf,
+    source: Source,
     current: Current,
     live: Arc<Live>,
     serve_provider: impl Fn(&Toolmux) -> Arc<dyn ToolProvider> + Send + 'static,
     keys: Keys,
     stop: CancellationToken,
 ) {
-    let mut seen = std::fs::read(&path).ok();
-    let shown = path.display().to_string();
+    let files = source.files();
+    let read_all = || files.iter().map(|f| std::fs::read(f).ok()).collect::<Vec<_>>();
+    let mut seen = read_all();
+    let shown = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" + ");
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(POLL) => {}
         }
-        let now = std::fs::read(&path).ok();
-        if now == seen || now.is_none() {
-            // Unchanged, or gone for a moment (an editor replacing it).
+        let now = read_all();
+        if now == seen || now.iter().any(Option::is_none) {
+            // Unchanged, or one gone for a moment (an editor replacing it).
             continue;
         }
         // Settled: the same bytes twice in a row.
         tokio::time::sleep(POLL).await;
-        let settled = std::fs::read(&path).ok();
+        let settled = read_all();
         if settled != now {
             continue;
         }
         seen = settled;
-        let env = |name: &str| std::env::var(name).ok();
-        let loaded = match toolmux::config::load(&path, &shown, &env) {
+        let loaded = match source.load() {
             Ok(loaded) => loaded,
             Err(e) => {
                 eprintln!(

@@ -715,6 +715,8 @@ fn own_files(loaded: &Loaded) -> Vec<toolmux_fs::ProtectedPath> {
     use toolmux_fs::{ProtectedKind, ProtectedPath};
     let config = |path| ProtectedPath::new(path, ProtectedKind::Configuration);
     let mut own: Vec<ProtectedPath> = loaded.path.iter().cloned().map(config).collect();
+    // The user's and the managed file, read under and over the project's.
+    own.extend(loaded.layers.iter().map(|layer| config(layer.path.clone())));
     // Those `toolmux` would load from this folder next time, were one created.
     own.extend(crate::config::FILE_NAMES.iter().map(|name| config(loaded.base_dir.join(name))));
     #[cfg(feature = "mcp")]

@@ -410,3 +410,87 @@ fn a_call_starts_only_its_provider() {
     let run = project.run(&["tools", "call", "broken__anything", "{}"]);
     assert_eq!(run.code, 3, "{run:?}");
 }
+
+/// A user's file lies under every project's and a managed file over it: the user's server
+/// is served in the project, the managed deny rule holds against the project's allow, and
+/// `config check` names the three files; with no project file the user's server comes
+/// with the default read-only file tools.
+#[test]
+fn user_and_managed_files_layer_under_and_over_the_project() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let project = Project::new();
+    let home = project.path().join("home");
+    let user = home.join("config.yaml");
+    let managed = project.path().join("etc/managed.yaml");
+    project
+        .file(
+            "home/config.yaml",
+            &format!(
+                "mcpServers:\n  fx:\n    command: {}\n    args: [ok]\ndefaults: {{toolTimeout: 5000}}\n",
+                fixture.display()
+            ),
+        )
+        .file("etc/managed.yaml", "permissions:\n  deny: [fx__pid]\n")
+        .file("toolmux.yaml", "fs: {}\npermissions:\n  allow: ['fx__*', 'fs__*']\n")
+        .file("notes.md", "TODO: layers\n");
+    let project = project
+        .env("TOOLMUX_USER_CONFIG", user.to_str().expect("a UTF-8 path"))
+        .env("TOOLMUX_MANAGED_CONFIG", managed.to_str().expect("a UTF-8 path"));
+
+    let listed = project.run(&["tools", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stdout.contains("\"fx__pid\""), "{}", listed.stdout);
+    assert!(listed.stdout.contains("\"fs__grep\""), "{}", listed.stdout);
+    let denied = project.run(&["tools", "call", "fx__pid"]);
+    assert_ne!(denied.code, 0, "{denied:?}");
+    assert!(
+        denied.stderr.contains("denied by rule `permissions.deny: fx__pid`")
+            || denied.stdout.contains("denied by rule `permissions.deny: fx__pid`"),
+        "{denied:?}"
+    );
+    let grep = project.run(&["tools", "call", "fs__grep", r#"{"pattern": "TODO"}"#]);
+    assert_eq!(grep.code, 0, "{grep:?}");
+    assert!(grep.stdout.contains("notes.md"), "{}", grep.stdout);
+
+    let check = project.run(&["config", "check", "--json"]);
+    assert_eq!(check.code, 0, "{check:?}");
+    let report: serde_json::Value = serde_json::from_str(&check.stdout).expect("JSON");
+    let layers: Vec<String> = report["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| {
+            format!("{} {}", l["layer"].as_str().unwrap_or("?"), l["file"].as_str().unwrap_or("?"))
+        })
+        .collect();
+    let in_project = |name: &str| project.path().join(name).display().to_string();
+    assert_eq!(
+        layers,
+        [
+            format!("user {}", user.display()),
+            format!("project {}", in_project("toolmux.yaml")),
+            format!("managed {}", managed.display()),
+        ]
+    );
+    let check = project.run(&["config", "check"]);
+    assert!(check.stdout.contains("merged from"), "{}", check.stdout);
+
+    // A mistake in the user's file is named as the user's.
+    project.file("home/config.yaml", "defaults: {toolTimeout: soon}\n");
+    let broken = project.run(&["tools", "list"]);
+    assert_ne!(broken.code, 0);
+    assert!(broken.stderr.contains("(user configuration)"), "{}", broken.stderr);
+    assert!(broken.stderr.contains("toolTimeout"), "{}", broken.stderr);
+
+    // No project file: the user's server and the default read-only file tools.
+    std::fs::remove_file(project.path().join("toolmux.yaml")).expect("removed");
+    project.file(
+        "home/config.yaml",
+        &format!("mcpServers:\n  fx:\n    command: {}\n    args: [ok]\n", fixture.display()),
+    );
+    let listed = project.run(&["tools", "list", "--json"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stdout.contains("\"fx__pid\""), "{}", listed.stdout);
+    assert!(listed.stdout.contains("\"fs__read\""), "{}", listed.stdout);
+    assert!(!listed.stdout.contains("\"fs__write\""), "{}", listed.stdout);
+}

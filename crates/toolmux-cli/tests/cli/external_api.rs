@@ -1011,3 +1011,33 @@ fn a_reload_changes_what_a_limited_holder_is_served() {
     }
     stop(gateway);
 }
+
+/// `serve --watch` watches the user's file too: a server added there is served without a
+/// restart, as one added to the project's file is.
+#[test]
+fn watch_reloads_when_the_users_file_changes() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let project = Project::new().env("ALICE_KEY", ALICE);
+    let user = project.path().join("home/config.yaml");
+    let project = project.env("TOOLMUX_USER_CONFIG", user.to_str().expect("a UTF-8 path"));
+    project
+        .file("toolmux.yaml", "serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\nfs: {}\n")
+        .file("home/config.yaml", "defaults: {toolTimeout: 5000}\n");
+    let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
+    let mut agent = Agent::start(&address_of(&gateway.url), ALICE);
+    assert!(!tool_names(&mut agent).iter().any(|n| n.starts_with("fx__")));
+    project.file(
+        "home/config.yaml",
+        &format!("mcpServers:\n  fx:\n    command: {}\n    args: [ok]\n", fixture.display()),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !tool_names(&mut agent).iter().any(|n| n == "fx__pid") {
+        assert!(std::time::Instant::now() < deadline, "the user's server was never served");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (pid, failed) = agent.call("fx__pid", json!({})).recv().expect("an answer");
+    assert!(!failed, "{pid}");
+    let stopped = stop(gateway);
+    assert!(stopped.stderr.contains("toolmux: reloaded"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains("home/config.yaml"), "{}", stopped.stderr);
+}

@@ -106,6 +106,9 @@ impl Project {
             .current_dir(self.path())
             .env_remove("TOOLMUX_CONFIG")
             .env_remove("RUST_LOG")
+            // No user's or managed file but a test's own (`Project::env`).
+            .env("TOOLMUX_USER_CONFIG", "")
+            .env("TOOLMUX_MANAGED_CONFIG", "")
             .env("TMPDIR", self.path().join("tmp"))
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         command
@@ -125,6 +128,9 @@ impl Project {
             .current_dir(self.path())
             .env_remove("TOOLMUX_CONFIG")
             .env_remove("RUST_LOG")
+            // No user's or managed file but a test's own (`Project::env`).
+            .env("TOOLMUX_USER_CONFIG", "")
+            .env("TOOLMUX_MANAGED_CONFIG", "")
             .env("TMPDIR", self.path().join("tmp"))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())

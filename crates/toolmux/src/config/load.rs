@@ -59,6 +59,9 @@ pub struct Loaded {
     pub secrets: Vec<String>,
     /// Things worth telling the user that do not stop loading.
     pub warnings: Vec<String>,
+    /// Every file merged into the configuration, lowest layer first (see
+    /// [`load_layered`](super::load_layered)); just the file, or nothing, when loaded alone.
+    pub layers: Vec<super::Layer>,
 }
 
 impl Loaded {
@@ -75,6 +78,7 @@ impl Loaded {
             base_dir: base_dir.into(),
             secrets: Vec::new(),
             warnings: Vec::new(),
+            layers: Vec::new(),
         }
     }
 
@@ -161,11 +165,23 @@ pub fn load(
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ToolmuxError> {
+    Ok(read(path, shown, env)?.0)
+}
+
+/// [`load`], with the file's settings as written (`${VAR}` expanded) for merging with
+/// other layers: a foreign file's as toolmux's `mcpServers`.
+pub(super) fn read(
+    path: &Path,
+    shown: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Loaded, serde_json::Value), ToolmuxError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
-    let loaded = load_text(&text, FileFormat::of(path), Some(path), shown, &base_dir, env)?;
-    Ok(Loaded { path: Some(path.to_path_buf()), ..loaded })
+    let (loaded, value) =
+        load_text(&text, FileFormat::of(path), Some(path), shown, &base_dir, env)?;
+    let layer = super::Layer { kind: super::LayerKind::Project, path: path.to_path_buf() };
+    Ok((Loaded { path: Some(path.to_path_buf()), layers: vec![layer], ..loaded }, value))
 }
 
 /// Checks configuration `text` in `format`, shown as `shown` in messages, with relative
@@ -177,11 +193,11 @@ pub fn load_str(
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Loaded, ToolmuxError> {
-    load_text(text, format, None, shown, base_dir, env)
+    load_text(text, format, None, shown, base_dir, env).map(|(loaded, _)| loaded)
 }
 
 /// [`load_str`], knowing the file's `path` when it was read from disk: its name tells
-/// whose settings file it is.
+/// whose settings file it is; with the settings as written, `${VAR}` expanded.
 fn load_text(
     text: &str,
     format: FileFormat,
@@ -189,7 +205,7 @@ fn load_text(
     shown: &str,
     base_dir: &Path,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Loaded, ToolmuxError> {
+) -> Result<(Loaded, serde_json::Value), ToolmuxError> {
     let error = |position: Option<(usize, usize)>, message: String| ToolmuxError::Config {
         file: shown.to_owned(),
         line: position.map(|p| p.0),
@@ -209,14 +225,16 @@ fn load_text(
         .map_err(|e| error(e.position, format!("invalid {}: {}", format.name(), e.message)))?;
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
-        return Ok(Loaded {
+        let loaded = Loaded {
             config: Config::default(),
             file: Some(shown.to_owned()),
             path: None,
             base_dir: base_dir.to_path_buf(),
             secrets: Vec::new(),
             warnings: Vec::new(),
-        });
+            layers: Vec::new(),
+        };
+        return Ok((loaded, serde_json::Value::Object(serde_json::Map::new())));
     }
 
     #[cfg(feature = "mcp")]
@@ -229,14 +247,20 @@ fn load_text(
                 "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
             )
         }));
-        return Ok(Loaded {
+        // Only servers come from another program's file.
+        let servers = serde_json::to_value(&read.config.mcp_servers)
+            .map_err(|e| error(None, format!("cannot merge its servers: {e}")))?;
+        let value = serde_json::json!({ "mcpServers": servers });
+        let loaded = Loaded {
             config: read.config,
             file: Some(shown.to_owned()),
             path: None,
             base_dir: base_dir.to_path_buf(),
             secrets: read.secrets,
             warnings,
-        });
+            layers: Vec::new(),
+        };
+        return Ok((loaded, value));
     }
     #[cfg(not(feature = "mcp"))]
     let _ = path;
@@ -244,7 +268,7 @@ fn load_text(
     // The typed model straight from the text: unknown keys and wrong types with a line.
     typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
     let source = Source { text, format, shown, base_dir, env };
-    let (config, found) = expand_into::<Config>(value, &source)?;
+    let (config, found, value) = expand_into::<Config>(value, &source)?;
 
     let mut warnings: Vec<String> =
         config.hooks.warnings().into_iter().map(|w| format!("{shown}: {w}")).collect();
@@ -267,14 +291,16 @@ fn load_text(
             "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
         ));
     }
-    Ok(Loaded {
+    let loaded = Loaded {
         config,
         file: Some(shown.to_owned()),
         path: None,
         base_dir: base_dir.to_path_buf(),
         secrets: found.secrets,
         warnings,
-    })
+        layers: Vec::new(),
+    };
+    Ok((loaded, value))
 }
 
 /// A configuration file's text, parsed, and what the steps after parsing need.
@@ -302,11 +328,12 @@ impl Source<'_> {
     }
 }
 
-/// `value` with its `${VAR}` references expanded, read as `T`, and what expansion found.
+/// `value` with its `${VAR}` references expanded, read as `T`, what expansion found, and
+/// the expanded value.
 fn expand_into<T: DeserializeOwned>(
     mut value: serde_json::Value,
     source: &Source<'_>,
-) -> Result<(T, env::Expansion), ToolmuxError> {
+) -> Result<(T, env::Expansion, serde_json::Value), ToolmuxError> {
     let workspace = workspace_folder(source.base_dir);
     let found = env::expand(&mut value, source.env, &workspace).map_err(|unset| {
         let position = reference_position(source.text, &unset.variable);
@@ -318,11 +345,11 @@ fn expand_into<T: DeserializeOwned>(
             ),
         )
     })?;
-    let typed: T = serde_path_to_error::deserialize(value).map_err(|e| {
+    let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
         source.error(None, describe(&path, &e.into_inner().to_string()))
     })?;
-    Ok((typed, found))
+    Ok((typed, found, value))
 }
 
 /// The folder VS Code calls `${workspaceFolder}`: the parent of a `.vscode` folder, else

@@ -6,9 +6,13 @@
 
 mod env;
 mod jsonc;
+mod layers;
 mod load;
 mod toml;
 
+pub use layers::{
+    Layer, LayerKind, Layers, MANAGED_DIR, MANAGED_FILE_NAMES, USER_FILE_NAMES, load_layered,
+};
 pub use load::{FILE_NAMES, FileFormat, Loaded, discover, load, load_str};
 
 use schemars::JsonSchema;

@@ -185,7 +185,7 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
             }
         }
     }
-    let (file, found) = expand_into::<CodexFile>(value, source)?;
+    let (file, found, _) = expand_into::<CodexFile>(value, source)?;
     let servers = file
         .mcp_servers
         .into_iter()

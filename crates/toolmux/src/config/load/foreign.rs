@@ -170,14 +170,14 @@ pub(super) fn read(
             if let Some(servers) = value.get_mut("mcpServers") {
                 brace_bare_references(servers);
             }
-            let (file, found) = expand_into::<GeminiFile>(value, source)?;
+            let (file, found, _) = expand_into::<GeminiFile>(value, source)?;
             let (servers, warnings) = file.convert(source.shown, source.base_dir);
             Ok(converted(servers, warnings, found))
         }
         Dialect::Codex => super::codex::read(value, source),
         Dialect::Zed => {
             typed::<ZedFile>(source.text, source.format).map_err(located)?;
-            let (file, found) = expand_into::<ZedFile>(value, source)?;
+            let (file, found, _) = expand_into::<ZedFile>(value, source)?;
             let (servers, warnings) = file.convert(source.shown);
             Ok(converted(servers, warnings, found))
         }
