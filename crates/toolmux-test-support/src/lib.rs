@@ -27,6 +27,7 @@
 pub mod conformance;
 pub mod llm;
 pub mod mock;
+pub mod otlp;
 pub mod redis;
 
 use std::future::Future;
