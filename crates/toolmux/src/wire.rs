@@ -35,6 +35,9 @@ pub struct Toolmux {
     /// The spaces, kept by a rebuild (those in memory would be lost otherwise).
     #[cfg(feature = "external")]
     spaces: Option<toolmux_external::Spaces>,
+    /// The OpenTelemetry export of this build's calls (`telemetry.otlp`).
+    #[cfg(feature = "otel")]
+    otel: Option<Arc<toolmux_otel::Exporter>>,
 }
 
 /// An MCP server's provider and everything it was built from.
@@ -117,6 +120,15 @@ impl Toolmux {
             false
         };
         self.orchestrator.cleanup_except(&taken).await;
+        self.stop_export().await;
+    }
+
+    /// Sends what the OpenTelemetry export still holds and stops it.
+    async fn stop_export(&self) {
+        #[cfg(feature = "otel")]
+        if let Some(otel) = &self.otel {
+            otel.shutdown().await;
+        }
     }
 
     // Without some provider features, some of the lists below are never added to.
@@ -148,6 +160,8 @@ impl Toolmux {
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
         let mut config = orchestrator_config(loaded)?;
+        #[cfg(feature = "otel")]
+        let otel = telemetry(loaded, &mut secrets)?;
         let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();
         #[cfg(feature = "redis")]
         let backend = redis_backend(loaded, &mut warnings).await?;
@@ -368,6 +382,10 @@ impl Toolmux {
         if let Some(search) = search {
             search.attach(&orchestrator);
         }
+        // Subscribed before any call is made.
+        #[cfg(feature = "otel")]
+        let otel =
+            otel.map(|s| Arc::new(toolmux_otel::Exporter::start(s, orchestrator.subscribe())));
         Ok(Toolmux {
             orchestrator,
             #[cfg(feature = "agent")]
@@ -383,6 +401,8 @@ impl Toolmux {
             pending,
             #[cfg(feature = "external")]
             spaces: spaces.map(|(spaces, _)| spaces),
+            #[cfg(feature = "otel")]
+            otel,
         })
     }
 
@@ -446,8 +466,26 @@ impl Toolmux {
     pub async fn shutdown(&self) -> Result<(), ToolmuxError> {
         let saved = self.save_stats().await;
         self.orchestrator.cleanup().await;
+        self.stop_export().await;
         saved
     }
+}
+
+/// The OpenTelemetry export `telemetry.otlp` asks for, checked; its headers' values are
+/// added to `secrets`.
+#[cfg(feature = "otel")]
+fn telemetry(
+    loaded: &Loaded,
+    secrets: &mut Vec<String>,
+) -> Result<Option<toolmux_otel::Settings>, ToolmuxError> {
+    let Some(otlp) = loaded.config.telemetry.as_ref().and_then(|t| t.otlp.as_ref()) else {
+        return Ok(None);
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let settings = toolmux_otel::Settings::new(otlp, &env)
+        .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("telemetry.otlp: {e}")))?;
+    secrets.extend(settings.secrets());
+    Ok(Some(settings))
 }
 
 fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxError> {

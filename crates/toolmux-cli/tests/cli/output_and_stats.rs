@@ -180,3 +180,51 @@ fn with_redis_outputs_and_rate_limits_are_shared_by_replicas() {
     assert_eq!(refused.code, 1, "{refused:?}");
     assert!(refused.stdout.contains("rate_limited"), "{}", refused.stdout);
 }
+
+/// `telemetry.otlp`: the binary's calls reach an OpenTelemetry collector as spans and
+/// metrics, sent before the process exits; the header's secret stays out of the output.
+#[test]
+fn calls_are_exported_to_an_opentelemetry_collector() {
+    let collector = toolmux_test_support::otlp::OtlpCollector::start();
+    let project = Project::new().env("OTEL_TOKEN", "otel-secret-0123456789");
+    project.file("notes.md", "TODO: export\n").file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\ntelemetry:\n  otlp:\n    endpoint: {}\n    headers: {{Authorization: 'Bearer ${{OTEL_TOKEN}}'}}\n    serviceName: toolmux-test\n",
+            collector.endpoint()
+        ),
+    );
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern": "TODO"}"#]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let failed = project.run(&["tools", "call", "fs__read", r#"{"path": "missing.md"}"#]);
+    assert_ne!(failed.code, 0, "{failed:?}");
+    let spans = collector.spans();
+    let names: Vec<&str> = spans.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, ["execute_tool fs__grep", "execute_tool fs__read"], "{spans:#?}");
+    assert_eq!(spans[1]["status"]["code"], 2, "{}", spans[1]);
+    let metrics = collector.last_metrics();
+    assert!(metrics.contains_key("mcp.tool.calls"), "{metrics:?}");
+    assert!(metrics.contains_key("mcp.tool.duration"), "{metrics:?}");
+    for request in collector.requests() {
+        assert_eq!(request.headers["authorization"], "Bearer otel-secret-0123456789");
+    }
+    for output in [&run.stdout, &run.stderr, &failed.stdout, &failed.stderr] {
+        assert!(!output.contains("otel-secret"), "{output}");
+    }
+
+    // A collector that cannot be reached: the call is not slowed and says nothing of it
+    // but a warning.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", closed.local_addr().expect("address"));
+    drop(closed);
+    project.file(
+        "toolmux.yaml",
+        &format!("fs: {{}}\ntelemetry:\n  otlp: {{endpoint: '{endpoint}', timeoutMs: 1000}}\n"),
+    );
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern": "TODO"}"#]);
+    assert_eq!(run.code, 0, "{run:?}");
+    project.file("toolmux.yaml", "fs: {}\ntelemetry:\n  otlp: {endpoint: 'localhost:4318'}\n");
+    let bad = project.run(&["config", "check"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("telemetry.otlp: endpoint `localhost:4318`"), "{}", bad.stderr);
+}

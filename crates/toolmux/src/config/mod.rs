@@ -120,6 +120,24 @@ pub struct Config {
     #[cfg(feature = "redis")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendSection>,
+    /// Where to send what the calls did (feature `otel`): `otlp` exports a span per call
+    /// and the `mcp.tool.calls`, `mcp.tool.errors` and `mcp.tool.duration` metrics to an
+    /// OpenTelemetry collector over OTLP/HTTP.
+    #[cfg(feature = "otel")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySection>,
+}
+
+/// Telemetry, under `telemetry`.
+#[cfg(feature = "otel")]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// An OpenTelemetry collector's OTLP/HTTP endpoint and how to reach it (`{}`: the
+    /// standard `OTEL_EXPORTER_OTLP_*` variables, else `http://localhost:4318`). Arguments
+    /// and results are never sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<toolmux_otel::OtlpConfig>,
 }
 
 /// Shared state for many replicas, under `backend`.
