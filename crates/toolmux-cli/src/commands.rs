@@ -131,8 +131,13 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
             text.push_str(&format!("{:width$}  {mark}{summary}\n", tool.name));
         }
         print(text.trim_end());
+        let denied = registry.entries().filter(|e| e.denied()).count();
+        let denied = match denied {
+            0 => String::new(),
+            n => format!(" ({n} more denied by `permissions`, not listed)"),
+        };
         eprintln!(
-            "{} tool{} from {} provider{}",
+            "{} tool{} from {} provider{}{denied}",
             tools.len(),
             if tools.len() == 1 { "" } else { "s" },
             report.providers.len(),

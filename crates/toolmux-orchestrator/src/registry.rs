@@ -40,6 +40,13 @@ pub struct ToolEntry {
     pub(crate) passes_on: bool,
 }
 
+impl ToolEntry {
+    /// Whether a permission rule denies every call of it (it is then not listed).
+    pub fn denied(&self) -> bool {
+        matches!(self.permission, Permission::Deny(_))
+    }
+}
+
 /// Settings of one tool after merging tool, provider and defaults.
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedSettings {

@@ -439,8 +439,9 @@ fn user_and_managed_files_layer_under_and_over_the_project() {
 
     let listed = project.run(&["tools", "list", "--json"]);
     assert_eq!(listed.code, 0, "{listed:?}");
-    assert!(listed.stdout.contains("\"fx__pid\""), "{}", listed.stdout);
+    assert!(listed.stdout.contains("\"fx__echo\""), "{}", listed.stdout);
     assert!(listed.stdout.contains("\"fs__grep\""), "{}", listed.stdout);
+    assert!(!listed.stdout.contains("\"fx__pid\""), "denied, so not listed: {}", listed.stdout);
     let denied = project.run(&["tools", "call", "fx__pid"]);
     assert_ne!(denied.code, 0, "{denied:?}");
     assert!(
@@ -490,7 +491,7 @@ fn user_and_managed_files_layer_under_and_over_the_project() {
     );
     let listed = project.run(&["tools", "list", "--json"]);
     assert_eq!(listed.code, 0, "{listed:?}");
-    assert!(listed.stdout.contains("\"fx__pid\""), "{}", listed.stdout);
+    assert!(listed.stdout.contains("\"fx__echo\""), "{}", listed.stdout);
     assert!(listed.stdout.contains("\"fs__read\""), "{}", listed.stdout);
     assert!(!listed.stdout.contains("\"fs__write\""), "{}", listed.stdout);
 }

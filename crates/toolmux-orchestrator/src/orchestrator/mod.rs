@@ -473,9 +473,13 @@ impl Orchestrator {
 
     /// Every registered tool, with its model-facing name in `name`. Deferred tools (found
     /// by searching, [`OrchestratorConfig::deferred`]) are not shown (`visible` false).
+    /// Tools a permission rule denies outright are left out, as Claude Code leaves them out
+    /// of the model's context: a model offered one could only fail calling it, and its
+    /// schema costs context. Calling one still says which rule denies it.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.registry()
             .entries()
+            .filter(|e| !e.denied())
             .map(|e| {
                 let mut spec = ToolSpec {
                     name: e.name.to_string(),

@@ -165,6 +165,11 @@ async fn permissions_deny_ask_allow() {
         .assert_eq(&r.conversation_text());
     assert_eq!(p.calls_of("delete"), 0);
     assert_eq!(p.calls_of("write"), 1);
+    // A tool denied outright is not listed; one that is asked about is.
+    let listed: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
+    assert!(!listed.iter().any(|n| n == "files__delete"), "{listed:?}");
+    assert!(listed.iter().any(|n| n == "files__write"), "{listed:?}");
+    assert!(o.registry().get("files__delete").is_some_and(|e| e.denied()));
 }
 
 /// A shell-like provider: one tool, `sh__run`, whose calls run `command`.
