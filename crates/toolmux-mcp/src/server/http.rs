@@ -4,7 +4,7 @@ use super::ApiKey;
 use super::handler::{Gateway, Shared};
 use crate::McpError;
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
@@ -193,6 +193,20 @@ async fn check_key(
                         &challenge,
                         &format!("the access token is refused: {why}"),
                     )
+                }
+                Err(super::Refusal::Unavailable(why)) => {
+                    // Not the token's fault: no challenge, so clients keep their token.
+                    let body = serde_json::json!({
+                        "jsonrpc": "2.0",
+                        "id": null,
+                        "error": {"code": -32603, "message": format!("{why}; try again later")},
+                    });
+                    let mut response =
+                        (StatusCode::SERVICE_UNAVAILABLE, body.to_string()).into_response();
+                    let headers = response.headers_mut();
+                    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                    headers.insert(RETRY_AFTER, HeaderValue::from_static("5"));
+                    response
                 }
                 Err(super::Refusal::InsufficientScope(missing)) => {
                     let challenge = format!(

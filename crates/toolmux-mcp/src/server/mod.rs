@@ -82,7 +82,7 @@ mod tasks;
 
 pub use convert::EXTRAS_META_KEY;
 pub use handler::RUN_ID_META_KEY;
-pub use oauth::{Refusal, ResourceServerConfig, TokenVerifier};
+pub use oauth::{IntrospectionConfig, Refusal, ResourceServerConfig, TokenVerifier};
 pub use profile::ClientProfile;
 
 use crate::McpError;

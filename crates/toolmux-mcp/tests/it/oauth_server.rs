@@ -143,6 +143,7 @@ async fn toolmux_clients_reach_a_gateway_with_tokens_of_its_authorization_server
         resource: resource.clone(),
         jwks_uri: None,
         scopes: vec!["tools".into()],
+        introspection: None,
     })
     .await
     .unwrap();
@@ -227,6 +228,157 @@ async fn toolmux_clients_reach_a_gateway_with_tokens_of_its_authorization_server
     assert!(![401, 403].contains(&accepted.status().as_u16()), "{}", accepted.status());
     assert!(accepted.headers().get("www-authenticate").is_none());
 
+    shutdown.cancel();
+    served.await.unwrap().unwrap();
+}
+
+/// An authorization server of opaque tokens: its metadata names its introspection
+/// endpoint, which answers for `gateway:gw-s3cret` only and counts the questions.
+async fn introspecting_server(
+    resource: String,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
+) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let metadata = json!({
+        "issuer": base,
+        "token_endpoint": format!("{base}/token"),
+        "introspection_endpoint": format!("{base}/introspect"),
+        "response_types_supported": ["code"],
+    })
+    .to_string();
+    let issuer = base.clone();
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/oauth-authorization-server",
+            axum::routing::get(move || async move {
+                ([("content-type", "application/json")], metadata)
+            }),
+        )
+        .route(
+            "/introspect",
+            axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
+                let (issuer, resource, asked) = (issuer.clone(), resource.clone(), asked.clone());
+                async move {
+                    asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // `gateway:gw-s3cret`
+                    let basic = headers
+                        .get("authorization")
+                        .is_some_and(|v| v.as_bytes() == b"Basic Z2F0ZXdheTpndy1zM2NyZXQ=");
+                    if !basic {
+                        return (
+                            axum::http::StatusCode::UNAUTHORIZED,
+                            r#"{"error":"invalid_client"}"#.to_owned(),
+                        );
+                    }
+                    let token = body
+                        .split('&')
+                        .filter_map(|p| p.split_once('='))
+                        .find(|(k, _)| *k == "token")
+                        .map(|(_, v)| percent_decode(v))
+                        .unwrap_or_default();
+                    let active = |sub: &str, aud: &str, scope: &str| {
+                        json!({"active": true, "iss": issuer, "aud": aud, "sub": sub,
+                            "exp": now() + 300, "scope": scope, "token_type": "Bearer"})
+                    };
+                    let answer = match token.as_str() {
+                        "opaque good/token+1" => active("alice", &resource, "tools read"),
+                        "narrow" => active("bob", &resource, "read"),
+                        "elsewhere" => active("carol", "http://elsewhere/mcp", "tools"),
+                        "boom" => {
+                            return (
+                                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                                "{}".to_owned(),
+                            );
+                        }
+                        _ => json!({"active": false}),
+                    };
+                    (axum::http::StatusCode::OK, answer.to_string())
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    base
+}
+
+/// `serve.oauth.introspection`: opaque tokens are asked about at the authorization
+/// server's introspection endpoint (found in its metadata), with this server's client
+/// credentials; inactive, foreign and narrow tokens are refused as JWTs are, answers are
+/// kept (a token asked about once), and an endpoint that fails is a 503 without a
+/// challenge, not a refusal of the token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opaque_tokens_are_introspected_at_the_authorization_server() {
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let issuer = introspecting_server(resource.clone(), asked.clone()).await;
+    let config = |secret: &str| ResourceServerConfig {
+        issuer: issuer.clone(),
+        resource: resource.clone(),
+        jwks_uri: None,
+        scopes: vec!["tools".into()],
+        introspection: Some(toolmux_mcp::server::IntrospectionConfig {
+            url: None,
+            client_id: "gateway".into(),
+            client_secret: secret.into(),
+            cache_ms: None,
+        }),
+    };
+    let verifier = TokenVerifier::new(config("gw-s3cret")).await.unwrap();
+    let options =
+        ServeOptions { token_verifier: Some(Arc::new(verifier)), ..ServeOptions::default() };
+    let provider: Arc<dyn ToolProvider> =
+        Arc::new(MockProvider::new("demo").with_tool("echo", Behavior::Echo));
+    let shutdown = CancellationToken::new();
+    let (_, served) = bind_http(
+        provider,
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        options,
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    let http = reqwest::Client::new();
+    let post = |token: &str| {
+        http.post(&resource)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .bearer_auth(token)
+            .body(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#)
+            .send()
+    };
+    let accepted = post("opaque good/token+1").await.unwrap();
+    assert_eq!(accepted.status(), 200, "{:?}", accepted.text().await);
+    let again = post("opaque good/token+1").await.unwrap();
+    assert_eq!(again.status(), 200);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1, "the answer is kept");
+
+    let cases = [
+        ("revoked", 401, "not active"),
+        ("elsewhere", 401, "another resource"),
+        ("narrow", 403, "insufficient_scope"),
+    ];
+    for (token, status, why) in cases {
+        let response = post(token).await.unwrap();
+        assert_eq!(response.status(), status, "{token}");
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+        assert!(challenge.contains(why), "{token}: {challenge}");
+    }
+    let failing = post("boom").await.unwrap();
+    assert_eq!(failing.status(), 503);
+    assert!(failing.headers().get("www-authenticate").is_none());
+    assert!(failing.text().await.unwrap().contains("answered 500"));
+    // Not kept: asked again.
+    let before = asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(post("boom").await.unwrap().status(), 503);
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), before + 1);
+
+    // Wrong client credentials: every token is unanswerable, not refused.
+    let wrong = TokenVerifier::new(config("wrong")).await.unwrap();
+    assert!(matches!(
+        wrong.verify("opaque good/token+1").await,
+        Err(toolmux_mcp::server::Refusal::Unavailable(why)) if why.contains("401")
+    ));
     shutdown.cancel();
     served.await.unwrap().unwrap();
 }
