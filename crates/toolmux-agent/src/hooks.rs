@@ -1,8 +1,13 @@
 //! Command hooks of an agent's loop, with Claude Code's contract, so that its `SessionStart`,
 //! `UserPromptSubmit`, `Stop` and `SubagentStop` hook scripts work for toolmux's agents:
-//! the program gets one JSON object on stdin (`session_id`, `cwd`, `hook_event_name`,
-//! `permission_mode`, and per event `source`, `prompt` or `stop_hook_active`; toolmux adds
-//! `agent_name`) and answers by exit code and stdout:
+//! the program gets one JSON object on stdin (`session_id`, `transcript_path`, `cwd`,
+//! `hook_event_name`, `permission_mode`, and per event `source`, `prompt` or
+//! `stop_hook_active`; toolmux adds `agent_name`) and answers by exit code and stdout.
+//! `transcript_path` is a JSON-lines file of the conversation so far, in Claude Code's
+//! transcript shape (`{"type": "user" | "assistant", "message": {"role", "content"}}`, tool
+//! calls as `tool_use` blocks and results as `tool_result` blocks), written just before the
+//! hook runs, secrets redacted, in the run's folder of the output directory (swept with
+//! the run's outputs):
 //!
 //! - `SessionStart`: stdout of exit 0 (plain text, or `hookSpecificOutput.additionalContext`)
 //!   is given to the model before the task.
@@ -19,9 +24,10 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toolmux_core::CallContext;
+use toolmux_llm::Message;
 use toolmux_orchestrator::{HookExit, Redactor, run_program};
 
 /// Bytes of a reason or context passed on.
@@ -54,6 +60,9 @@ pub struct AgentHooks {
     pub dir: PathBuf,
     /// Removed from reasons and context before the model or a person sees them.
     pub redactor: Redactor,
+    /// The output directory, where each run's folder gets its agents' transcripts
+    /// (`transcript_path`); none without it.
+    pub transcripts: Option<PathBuf>,
 }
 
 /// What a prompt hook decided.
@@ -91,14 +100,56 @@ impl AgentHooks {
             && self.subagent_stop.is_empty()
     }
 
-    fn input(&self, event: &str, agent: &str, ctx: &CallContext) -> Value {
-        json!({
+    /// The input every hook gets, the conversation `messages` written to the transcript.
+    async fn input(
+        &self,
+        event: &str,
+        agent: &str,
+        ctx: &CallContext,
+        messages: &[Message],
+    ) -> Value {
+        let mut input = json!({
             "session_id": ctx.run_id(),
             "cwd": self.dir.to_string_lossy(),
             "hook_event_name": event,
             "permission_mode": "default",
             "agent_name": agent,
-        })
+        });
+        if let Some(path) = self.transcript(agent, ctx, messages).await {
+            input["transcript_path"] = json!(path.to_string_lossy());
+        }
+        input
+    }
+
+    /// Writes `messages` as the transcript of this agent's session, whole, through a
+    /// temporary file; its path, or `None` (warned of) when it cannot be written.
+    async fn transcript(
+        &self,
+        agent: &str,
+        ctx: &CallContext,
+        messages: &[Message],
+    ) -> Option<PathBuf> {
+        let root = self.transcripts.as_ref()?;
+        let dir = root.join(toolmux_orchestrator::store::run_slug(ctx.run_id()));
+        let agent: String = agent
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        let op = ctx.op().map_or(0, |op| op.id());
+        let path = dir.join(format!("out-transcript-{agent}-{op}.jsonl"));
+        let mut text = String::new();
+        for line in transcript_lines(ctx.run_id(), messages) {
+            text.push_str(&self.redactor.redact(&line.to_string()));
+            text.push('\n');
+        }
+        let written = write_whole(&dir, &path, text).await;
+        match written {
+            Ok(()) => Some(path),
+            Err(e) => {
+                tracing::warn!(target: "toolmux::hooks", "cannot write the transcript {}: {e}", path.display());
+                None
+            }
+        }
     }
 
     fn clean(&self, text: &str) -> String {
@@ -134,8 +185,9 @@ impl AgentHooks {
         source: &str,
         agent: &str,
         ctx: &CallContext,
+        messages: &[Message],
     ) -> Vec<String> {
-        let mut input = self.input("SessionStart", agent, ctx);
+        let mut input = self.input("SessionStart", agent, ctx, messages).await;
         input["source"] = json!(source);
         let mut context = Vec::new();
         for hook in self.session_start.iter().filter(|h| matches_source(&h.matcher, source)) {
@@ -158,8 +210,9 @@ impl AgentHooks {
         prompt: &str,
         agent: &str,
         ctx: &CallContext,
+        messages: &[Message],
     ) -> Prompt {
-        let mut input = self.input("UserPromptSubmit", agent, ctx);
+        let mut input = self.input("UserPromptSubmit", agent, ctx, messages).await;
         input["prompt"] = json!(prompt);
         let mut context = Vec::new();
         for hook in &self.user_prompt_submit {
@@ -194,10 +247,11 @@ impl AgentHooks {
         active: bool,
         agent: &str,
         ctx: &CallContext,
+        messages: &[Message],
     ) -> Option<String> {
         let (event, hooks) =
             if sub { ("SubagentStop", &self.subagent_stop) } else { ("Stop", &self.stop) };
-        let mut input = self.input(event, agent, ctx);
+        let mut input = self.input(event, agent, ctx, messages).await;
         input["stop_hook_active"] = json!(active);
         for hook in hooks {
             let Some(exit) = self.run(event, hook, &input, ctx).await else { continue };
@@ -233,6 +287,53 @@ impl AgentHooks {
         };
         (!text.trim().is_empty()).then(|| self.clean(&text))
     }
+}
+
+/// The conversation as Claude Code's transcript lines.
+fn transcript_lines(session: &str, messages: &[Message]) -> Vec<Value> {
+    let line = |kind: &str, message: Value| json!({"type": kind, "sessionId": session, "message": message});
+    messages
+        .iter()
+        .map(|message| match message {
+            Message::User { content } => line("user", json!({"role": "user", "content": content})),
+            Message::Assistant { content, tool_calls } => {
+                let mut blocks = Vec::new();
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                for call in tool_calls {
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
+                        "input": call.arguments}));
+                }
+                line("assistant", json!({"role": "assistant", "content": blocks}))
+            }
+            Message::Tool { results } => {
+                let blocks: Vec<Value> = results
+                    .iter()
+                    .map(|r| {
+                        json!({"type": "tool_result", "tool_use_id": r.call_id,
+                            "content": r.content, "is_error": r.is_error})
+                    })
+                    .collect();
+                line("user", json!({"role": "user", "content": blocks}))
+            }
+        })
+        .collect()
+}
+
+/// Writes `text` to `path` (in `dir`, made if missing) through a temporary file, so that a
+/// hook never reads half of it.
+async fn write_whole(dir: &Path, path: &Path, text: String) -> std::io::Result<()> {
+    let (dir, path) = (dir.to_path_buf(), path.to_path_buf());
+    let written = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir)?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temporary = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&temporary, text)?;
+        std::fs::rename(&temporary, &path)
+    })
+    .await;
+    written.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
 }
 
 fn parse(stdout: &str) -> Answer {

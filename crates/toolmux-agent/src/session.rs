@@ -309,8 +309,9 @@ impl Session<'_> {
         let mut hook_context = Vec::new();
         if !self.hooks.is_empty() {
             let source = if self.history.is_empty() { "startup" } else { "resume" };
-            hook_context = self.hooks.session_start(source, self.name, &self.ctx).await;
-            match self.hooks.prompt_submit(&task, self.name, &self.ctx).await {
+            hook_context =
+                self.hooks.session_start(source, self.name, &self.ctx, self.history).await;
+            match self.hooks.prompt_submit(&task, self.name, &self.ctx, self.history).await {
                 Prompt::Go(more) => hook_context.extend(more),
                 Prompt::Blocked(reason) => {
                     let figures = AgentReport::failure(self.name, String::new());
@@ -394,7 +395,9 @@ impl Session<'_> {
             request.messages.push(answer.to_message());
             if answer.tool_calls.is_empty() {
                 if !answer.content.trim().is_empty() {
-                    if !last && let Some(reason) = self.go_on(&mut stop_active).await {
+                    if !last
+                        && let Some(reason) = self.go_on(&mut stop_active, &request.messages).await
+                    {
                         request.messages.push(go_on_message(&reason));
                         continue;
                     }
@@ -467,7 +470,7 @@ impl Session<'_> {
                     matches!(&end, SessionEnd::Report(r) if r.status != AgentStatus::NeedsInput);
                 if stopping
                     && !last
-                    && let Some(reason) = self.go_on(&mut stop_active).await
+                    && let Some(reason) = self.go_on(&mut stop_active, &request.messages).await
                 {
                     request.messages.push(go_on_message(&reason));
                     continue;
@@ -606,12 +609,12 @@ impl Session<'_> {
 
     /// Why the run must go on instead of ending, when a `Stop` (or `SubagentStop`) hook
     /// says so; `active` is then set for the next time.
-    async fn go_on(&self, active: &mut bool) -> Option<String> {
+    async fn go_on(&self, active: &mut bool, messages: &[Message]) -> Option<String> {
         let hooks = if self.sub { &self.hooks.subagent_stop } else { &self.hooks.stop };
         if hooks.is_empty() {
             return None;
         }
-        let reason = self.hooks.stop(self.sub, *active, self.name, &self.ctx).await?;
+        let reason = self.hooks.stop(self.sub, *active, self.name, &self.ctx, messages).await?;
         *active = true;
         Some(reason)
     }

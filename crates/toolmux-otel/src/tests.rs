@@ -1,3 +1,6 @@
+//! The exporter against a loopback collector: what reaches it, what a failing one costs,
+//! how ids nest, and where the settings come from.
+
 use super::*;
 use expect_test::expect;
 use serde_json::{Value, json};

@@ -741,6 +741,7 @@ fn agent_hooks(
         subagent_stop: commands("SubagentStop", &section.subagent_stop)?,
         dir: loaded.base_dir.clone(),
         redactor: toolmux_orchestrator::Redactor::new(secrets.iter().cloned()),
+        transcripts: Some(loaded.output_dir()),
     })
 }
 

@@ -210,6 +210,23 @@ fn an_agents_loop_runs_session_prompt_and_stop_hooks() {
         (inputs[0]["stop_hook_active"].clone(), inputs[1]["stop_hook_active"].clone()),
         (json!(false), json!(true))
     );
+    // The transcript as the second stop hook saw it: Claude Code's lines, the whole
+    // conversation so far.
+    let path = inputs[1]["transcript_path"].as_str().expect("a transcript path");
+    assert_eq!(inputs[0]["transcript_path"], path, "one file per session, rewritten");
+    let transcript = std::fs::read_to_string(path).expect("the transcript");
+    let lines: Vec<Value> =
+        transcript.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let said: Vec<String> = lines
+        .iter()
+        .map(|l| format!("{} {}", l["type"].as_str().unwrap_or("?"), l["message"]["content"]))
+        .collect();
+    assert_eq!(said.len(), 5, "{said:#?}");
+    assert!(said[1].starts_with("user \"Do the task"), "{said:#?}");
+    assert_eq!(said[2], r#"assistant [{"text":"done","type":"text"}]"#);
+    assert!(said[3].contains("run the tests first"), "{said:#?}");
+    assert_eq!(said[4], r#"assistant [{"text":"tests pass, done","type":"text"}]"#);
+    assert!(lines.iter().all(|l| l["sessionId"] == inputs[1]["session_id"]));
 
     let refused = project.run(&["agent", "run", "reader", "please rm -rf the build", "--json"]);
     assert_eq!(refused.code, 1, "{refused:?}");
