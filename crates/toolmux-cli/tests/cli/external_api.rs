@@ -968,6 +968,12 @@ fn a_key_holder_limited_to_some_tools_sees_and_calls_only_those() {
         request(&address, "GET", "/api/tool-calls", &[("Authorization", bob_auth.as_str())], "");
     assert_eq!(listing.status, 404, "{}", listing.body);
     assert!(listing.body.contains("serve.holderTools"), "{}", listing.body);
+    // `/health` names him only the providers of his tools.
+    let health = |auth: &str| request(&address, "GET", "/health", &[("Authorization", auth)], "");
+    let his: Value = serde_json::from_str(&health(&bob_auth).body).expect("JSON");
+    assert_eq!(his["providers"], json!({"fs": {"ok": true}}), "{his}");
+    let hers: Value = serde_json::from_str(&health(&bearer(ALICE)).body).expect("JSON");
+    assert!(hers["providers"]["external"].is_object(), "{hers}");
     stop(gateway);
 
     // A holder that holds no key is a mistake in the file.

@@ -577,10 +577,16 @@ fn http_api_keys_keep_out_clients_without_one() {
     );
     assert_eq!(grep["content"][0]["text"], "a.txt", "{grep}");
 
-    // Probes need no key; statistics do.
+    // Probes need no key; statistics do, and so do the providers' names.
     let (status, health) = raw_get(&gateway.url, "/health", None);
     assert_eq!(status, 200, "{health}");
     assert!(health.contains(r#""status":"ok""#) && health.contains(r#""tools":5"#), "{health}");
+    assert!(!health.contains("providers"), "named without a key: {health}");
+    let (status, health) = raw_get(&gateway.url, "/health", Some(&format!("Bearer {KEY}")));
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains(r#""providers":{"fs":{"ok":true}"#), "{health}");
+    let (_, health) = raw_get(&gateway.url, "/health", Some("Bearer not-the-key-at-all"));
+    assert!(!health.contains("providers"), "named with a wrong key: {health}");
     assert_eq!(raw_get(&gateway.url, "/metrics", None).0, 401);
     let (status, metrics) = raw_get(&gateway.url, "/metrics", Some(&format!("Bearer {KEY}")));
     assert_eq!(status, 200, "{metrics}");

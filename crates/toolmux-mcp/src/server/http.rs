@@ -62,10 +62,15 @@ pub(crate) fn router(
     }
     // Always in place: keys may be given by a reload after the server started without.
     let access = Arc::new(Access { keys: factory_keys, verifier: verifier.clone() });
+    let health_access = access.clone();
     router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
     // Added after the key check: probes carry no key.
-    let mut router =
-        router.route(HEALTH_PATH, axum::routing::get(move || health(health_shared.clone())));
+    let mut router = router.route(
+        HEALTH_PATH,
+        axum::routing::get(move |headers: HeaderMap| {
+            health(health_shared.clone(), health_access.clone(), headers)
+        }),
+    );
     // Where clients learn which authorization server issues tokens (RFC 9728): at the
     // root and at the resource's path.
     if let Some(verifier) = verifier {
@@ -100,29 +105,37 @@ pub(crate) const HEALTH_PATH: &str = "/health";
 pub(crate) const METRICS_PATH: &str = "/metrics";
 
 /// 200 while the provider lists its tools (within 5 s), else 503. The body gives the
-/// number of tools and each provider's state by namespace (names and states only: probes
-/// carry no key). A provider that is not healthy makes the answer `"degraded": true`, still
-/// 200: the gateway serves the other providers' tools, and a load balancer taking it out
-/// for one dead upstream would take all of them away.
-async fn health(shared: Arc<Shared>) -> Response {
+/// number of tools, whether a provider is not healthy (`"degraded": true`, still 200: the
+/// gateway serves the other providers' tools, and a load balancer taking it out for one
+/// dead upstream would take all of them away) and, to whoever may see them, each
+/// provider's state by namespace (names and states only). Probes carry no key, so when the
+/// server wants keys or tokens, the providers are named only to a request with one, and
+/// only those in its holder's view: their names tell what the gateway reaches.
+async fn health(shared: Arc<Shared>, access: Arc<Access>, headers: HeaderMap) -> Response {
     let listed = tokio::time::timeout(Duration::from_secs(5), shared.provider().list_tools()).await;
     let (status, body) = match listed {
         Ok(Ok(tools)) => {
             let parts = shared.provider().health_by_provider();
             let degraded = parts.iter().any(|p| !p.health.ok);
-            let providers: serde_json::Map<String, serde_json::Value> = parts
-                .into_iter()
-                .map(|p| {
-                    let health = serde_json::to_value(&p.health).unwrap_or_default();
-                    (p.namespace, health)
-                })
-                .collect();
-            let body = serde_json::json!({
+            let mut body = serde_json::json!({
                 "status": if degraded { "degraded" } else { "ok" },
                 "degraded": degraded,
                 "tools": tools.len(),
-                "providers": providers,
             });
+            if let Some(shown) = access.shown_to(&headers).await {
+                let parts = match shown {
+                    None => parts,
+                    Some(holder) => shared.provider_of(Some(&holder)).health_by_provider(),
+                };
+                let providers: serde_json::Map<String, serde_json::Value> = parts
+                    .into_iter()
+                    .map(|p| {
+                        let health = serde_json::to_value(&p.health).unwrap_or_default();
+                        (p.namespace, health)
+                    })
+                    .collect();
+                body["providers"] = providers.into();
+            }
             (StatusCode::OK, body)
         }
         // Probes carry no key: the reason goes to the log, not to whoever asks.
@@ -138,6 +151,24 @@ async fn health(shared: Arc<Shared>) -> Response {
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
+}
+
+impl Access {
+    /// Whom the providers may be named to, for a request with `headers`: `Some(None)`
+    /// to anyone (no keys, no tokens wanted), `Some(Some(holder))` to a request with a
+    /// key or a valid token, `None` to the others.
+    async fn shown_to(&self, headers: &HeaderMap) -> Option<Option<String>> {
+        let keys = self.keys.current();
+        if keys.is_empty() && self.verifier.is_none() {
+            return Some(None);
+        }
+        let presented = presented_key(headers)?;
+        if let Some(key) = matching(&keys, presented) {
+            return Some(Some(key.name.clone()));
+        }
+        let subject = self.verifier.as_ref()?.verify(presented).await.ok()?;
+        Some(Some(format!("oauth:{subject}")))
+    }
 }
 
 /// Lets through requests that present one of the keys or a valid access token; refuses
