@@ -48,12 +48,21 @@ const FS_DEVICE: u64 = FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 const NET_BIND_TCP: u64 = 1 << 0;
 const NET_CONNECT_TCP: u64 = 1 << 1;
 
-/// `struct landlock_ruleset_attr` up to `handled_access_net` (ABI 4); ABI 6's `scoped`
-/// is not used, and a shorter size is what older kernels expect.
+// Scopes (`LANDLOCK_SCOPE_*`), ABI 6.
+/// Connecting to an abstract Unix socket created outside the sandbox.
+const SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1 << 0;
+/// Sending a signal to a process outside the sandbox.
+const SCOPE_SIGNAL: u64 = 1 << 1;
+/// What a confined command is kept to where the kernel can (ABI 6).
+pub(super) const SCOPES: u64 = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
+
+/// `struct landlock_ruleset_attr` up to `scoped` (ABI 6); older kernels are given the
+/// shorter prefix they know.
 #[repr(C)]
 struct RulesetAttr {
     handled_access_fs: u64,
     handled_access_net: u64,
+    scoped: u64,
 }
 
 /// `struct landlock_path_beneath_attr`, packed as in the kernel's header.
@@ -125,12 +134,16 @@ impl Ruleset {
     pub(super) fn build(policy: &Policy) -> Result<Ruleset, String> {
         let handled_fs = if policy.writable.is_some() { fs_rights(policy.abi) } else { 0 };
         let handled_net = if policy.deny_tcp { NET_BIND_TCP | NET_CONNECT_TCP } else { 0 };
-        let attr = RulesetAttr { handled_access_fs: handled_fs, handled_access_net: handled_net };
-        let size = if policy.abi >= 4 {
-            size_of::<RulesetAttr>()
-        } else {
-            // Kernels before ABI 4 know only `handled_access_fs`.
-            size_of::<u64>()
+        let attr = RulesetAttr {
+            handled_access_fs: handled_fs,
+            handled_access_net: handled_net,
+            scoped: policy.scoped,
+        };
+        let size = match policy.abi {
+            6.. => size_of::<RulesetAttr>(),
+            // Kernels before ABI 6 know no `scoped`, before ABI 4 only `handled_access_fs`.
+            4 | 5 => 2 * size_of::<u64>(),
+            _ => size_of::<u64>(),
         };
         // SAFETY: `attr` is a valid `landlock_ruleset_attr` of at least `size` bytes that
         // lives across the call; the kernel only reads it.
@@ -249,6 +262,7 @@ mod tests {
         assert_eq!(fs_rights(5), 0xffff);
         assert_eq!(fs_rights(7), 0xffff);
         assert_eq!(size_of::<PathBeneathAttr>(), 12);
+        assert_eq!(size_of::<RulesetAttr>(), 24);
         assert_eq!(FS_READ & !FS_FILE_RIGHTS, FS_READ_DIR);
     }
 }

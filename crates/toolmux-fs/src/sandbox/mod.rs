@@ -4,7 +4,8 @@
 //!
 //! The file tools are confined in process; a command is not, since it can reach any path
 //! in ways no parser sees. So the kernel confines it: the parent builds a Landlock ruleset
-//! (read everything, write only the allowed roots, optionally no TCP) and the child,
+//! (read everything, write only the allowed roots, optionally no TCP, and from ABI 6 no
+//! signal to, nor abstract Unix socket of, a process outside the sandbox) and the child,
 //! between fork and exec, sets `no_new_privs` and restricts itself with it.
 //!
 //! Landlock is an allow-list over whole hierarchies: a writable root is writable all the
@@ -26,6 +27,10 @@ const ABI_TRUNCATE: u32 = 3;
 
 /// The Landlock ABI (Linux 6.7) from which TCP bind and connect can be denied.
 const ABI_NETWORK: u32 = 4;
+
+/// The Landlock ABI (Linux 6.12) from which signals and abstract Unix sockets can be kept
+/// to the sandbox's own processes.
+const ABI_SCOPES: u32 = 6;
 
 /// Devices every sandboxed command may write (and truncate, `> /dev/null` opens with
 /// `O_TRUNC`): the sinks and sources scripts redirect to. `/dev/tty` is left out on
@@ -73,6 +78,9 @@ pub(crate) struct Policy {
     pub(crate) devices: &'static [&'static str],
     /// Whether TCP bind and connect are denied.
     pub(crate) deny_tcp: bool,
+    /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
+    /// command's own processes; none when the filesystem is not confined (mode `off`).
+    pub(crate) scoped: u64,
 }
 
 impl Sandbox {
@@ -158,7 +166,18 @@ impl Sandbox {
                  `fs.bash.sandbox: off` to drop it, or upgrade to Linux 6.2 or later"
             );
         }
-        let policy = Policy { abi, writable, devices: DEVICES, deny_tcp: !config.network };
+        // A command may neither signal nor reach through abstract sockets the processes
+        // it did not start (the server itself, the user's session bus), where the kernel
+        // can keep it to its own.
+        let scoped = if writable.is_some() && abi >= ABI_SCOPES { landlock::SCOPES } else { 0 };
+        let mut description = description;
+        if scoped != 0 {
+            description.push_str(
+                " It may not signal processes it did not start (\"Operation not permitted\") nor \
+                 connect to their abstract Unix sockets.",
+            );
+        }
+        let policy = Policy { abi, writable, devices: DEVICES, deny_tcp: !config.network, scoped };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
 

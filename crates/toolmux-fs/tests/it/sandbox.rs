@@ -307,3 +307,31 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
     assert!(!out.is_error, "{}", out.to_text());
     drop(listener);
 }
+
+/// From Landlock ABI 6 (Linux 6.12) a command may not signal a process it did not start,
+/// the server above all, while its own children it may.
+#[tokio::test]
+async fn commands_may_signal_only_processes_they_started() {
+    if kernel(Kernel::Full).await != Kernel::Full {
+        return;
+    }
+    let sb = Sandboxed::new(SandboxConfig::default());
+    let described = sb.fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    if !bash.description.contains("may not signal processes it did not start") {
+        // A kernel before ABI 6: signals are not scoped there.
+        let out = sb.bash(&format!("kill -0 {} && echo reached", std::process::id())).await;
+        assert!(out.to_text().contains("reached"), "{}", out.to_text());
+        return;
+    }
+    let out = sb.bash(&format!("kill -0 {} && echo reached", std::process::id())).await;
+    let text = out.to_text();
+    assert!(!text.contains("reached"), "the server was reachable: {text}");
+    assert!(text.contains("Operation not permitted"), "{text}");
+    let out = sb.bash("sleep 30 & kill $! && wait $!; echo own:$?").await;
+    assert!(out.to_text().contains("own:143"), "{}", out.to_text());
+    // Unconfined, the same reaches the server.
+    let off = Sandboxed::new(SandboxConfig::new(SandboxMode::Off));
+    let out = off.bash(&format!("kill -0 {} && echo reached", std::process::id())).await;
+    assert!(out.to_text().contains("reached"), "{}", out.to_text());
+}
