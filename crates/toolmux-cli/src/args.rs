@@ -262,6 +262,9 @@ pub(crate) struct ServeArgs {
 pub(crate) enum ConfigCommand {
     /// Load the configuration, start every provider and report.
     Check(JsonFlag),
+    /// Print the configuration in force: every layer merged, variables expanded, secrets
+    /// redacted (YAML; `--json` for JSON).
+    Show(JsonFlag),
     /// Print the configuration's JSON Schema.
     Schema,
 }

@@ -572,6 +572,24 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
     })
 }
 
+/// `config show`: the configuration in force, with the files it came from.
+pub(crate) fn config_show(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
+    if json {
+        print(&serde_json::to_string_pretty(&loaded.effective())?);
+        return Ok(0);
+    }
+    let mut text = String::new();
+    if loaded.layers.is_empty() {
+        text.push_str(&format!("# {}\n", loaded.source_name()));
+    }
+    for layer in &loaded.layers {
+        text.push_str(&format!("# {} ({})\n", layer.path.display(), layer.kind.name()));
+    }
+    text.push_str(&loaded.effective_yaml());
+    print(text.trim_end());
+    Ok(0)
+}
+
 pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Result<u8> {
     // No provider is built or started: only the store (a directory, or Redis).
     let toolmux = Toolmux::build_only(loaded, &|_| false).await?;

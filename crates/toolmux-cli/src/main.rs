@@ -106,6 +106,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Config(ConfigCommand::Check(flag)) => {
             commands::config_check(&loaded, flag.json).await
         }
+        Command::Config(ConfigCommand::Show(flag)) => commands::config_show(&loaded, flag.json),
         Command::Config(ConfigCommand::Schema) => Ok(0),
         Command::Output(OutputCommand::Show(show)) => commands::output_show(&loaded, show).await,
         Command::Stats(flag) => commands::stats(&loaded, flag.json),

@@ -495,3 +495,32 @@ fn user_and_managed_files_layer_under_and_over_the_project() {
     assert!(listed.stdout.contains("\"fs__read\""), "{}", listed.stdout);
     assert!(!listed.stdout.contains("\"fs__write\""), "{}", listed.stdout);
 }
+
+/// `config show` prints the configuration in force, every layer merged, with what came from
+/// the environment redacted, and names the files.
+#[test]
+fn config_show_prints_the_merged_settings_with_secrets_redacted() {
+    let project = Project::new().env("GH_TOKEN", "ghp-secret-0123456789");
+    let user = project.path().join("home/config.yaml");
+    project
+        .file("home/config.yaml", "defaults: {toolTimeout: 5000}\npermissions: {deny: [x__y]}\n")
+        .file(
+            "toolmux.yaml",
+            "fs: {}\nmcpServers:\n  gh:\n    command: gh-server\n    env: {GITHUB_TOKEN: '${GH_TOKEN}'}\npermissions: {deny: [fs__bash]}\n",
+        );
+    let project = project.env("TOOLMUX_USER_CONFIG", user.to_str().expect("a UTF-8 path"));
+    let shown = project.run(&["config", "show", "--json"]);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    let config: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
+    assert_eq!(config["defaults"]["toolTimeout"], 5000);
+    assert_eq!(config["permissions"]["deny"], serde_json::json!(["x__y", "fs__bash"]));
+    assert_eq!(config["mcpServers"]["gh"]["env"]["GITHUB_TOKEN"], "[redacted]");
+    let yaml = project.run(&["config", "show"]);
+    assert_eq!(yaml.code, 0, "{yaml:?}");
+    assert!(yaml.stdout.starts_with(&format!("# {} (user)\n", user.display())), "{}", yaml.stdout);
+    assert!(yaml.stdout.contains("toolmux.yaml (project)"), "{}", yaml.stdout);
+    assert!(yaml.stdout.contains("GITHUB_TOKEN: '[redacted]'"), "{}", yaml.stdout);
+    for output in [&shown.stdout, &yaml.stdout, &shown.stderr, &yaml.stderr] {
+        assert!(!output.contains("ghp-secret"), "{output}");
+    }
+}

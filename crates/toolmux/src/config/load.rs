@@ -110,6 +110,21 @@ impl Loaded {
         namespaces
     }
 
+    /// The configuration in force, as a document in the file's own keys: every layer
+    /// merged, `${VAR}` expanded, and every value taken from the environment replaced by
+    /// `[redacted]` (so that it can be shown).
+    pub fn effective(&self) -> serde_json::Value {
+        let redactor = toolmux_orchestrator::Redactor::new(self.secrets.iter().cloned());
+        let mut value = serde_json::to_value(&self.config).unwrap_or_default();
+        redact_strings(&mut value, &redactor);
+        value
+    }
+
+    /// [`Loaded::effective`] as YAML.
+    pub fn effective_yaml(&self) -> String {
+        serde_yaml_ng::to_string(&self.effective()).unwrap_or_default()
+    }
+
     /// The name used for the configuration in messages.
     pub fn source_name(&self) -> &str {
         self.file.as_deref().unwrap_or("(no configuration file)")
@@ -142,6 +157,27 @@ impl Loaded {
             Some(StatsFile::Enabled(false)) => None,
             Some(StatsFile::Enabled(true)) | None => Some(self.output_dir().join("stats.json")),
         }
+    }
+}
+
+/// Every string of `value` (keys too) with the secrets `redactor` knows replaced.
+fn redact_strings(value: &mut serde_json::Value, redactor: &toolmux_orchestrator::Redactor) {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => {
+            if let std::borrow::Cow::Owned(clean) = redactor.redact(text) {
+                *text = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(v, redactor)),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (key, mut item) in entries {
+                redact_strings(&mut item, redactor);
+                map.insert(redactor.redact(&key).into_owned(), item);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
 }
 
