@@ -488,6 +488,12 @@ impl AgentProvider {
 
 #[async_trait]
 impl ToolProvider for AgentProvider {
+    /// An agent's run carries what the calling run and agent left (goals, memories, the
+    /// conversation of a chat).
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::Agent
     }

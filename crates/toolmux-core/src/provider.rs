@@ -99,6 +99,14 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// Whether what its tools return may depend on the run that calls them, besides the
+    /// arguments (state kept per run: a connection or process per run, the files read in
+    /// this run), so that a cached output is shared only within one run. `false` (the
+    /// default): the same arguments give the same output to every caller.
+    fn state_per_run(&self) -> bool {
+        false
+    }
+
     /// A signal that fires when the tool list changes; `None` when it never does.
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         None

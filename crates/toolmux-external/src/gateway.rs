@@ -124,6 +124,12 @@ impl GatewayProvider {
 
 #[async_trait]
 impl ToolProvider for GatewayProvider {
+    /// Who calls (an agent, a run, a key holder) decides which spaces, goals and messages
+    /// answer.
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::Internal
     }

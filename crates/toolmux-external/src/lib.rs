@@ -559,6 +559,11 @@ fn own_tools() -> Vec<ToolSpec> {
 
 #[async_trait]
 impl ToolProvider for ExternalProvider {
+    /// Calls waiting, results and spaces are the calling run's (or key holder's).
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> ToolKind {
         ToolKind::External
     }

@@ -400,6 +400,12 @@ impl ToolProvider for FsProvider {
         ToolKind::Builtin
     }
 
+    /// A read is recorded for its run (writing a file needs it read in the run first): a
+    /// read served from another run's cached output would leave this run without it.
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn namespace(&self) -> &str {
         &self.namespace
     }

@@ -118,6 +118,11 @@ impl OutputReader {
 
 #[async_trait]
 impl toolmux_core::ToolProvider for OutputReader {
+    /// Which outputs may be read depends on the run asking.
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> toolmux_core::ToolKind {
         toolmux_core::ToolKind::Internal
     }

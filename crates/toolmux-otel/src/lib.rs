@@ -19,6 +19,8 @@
 //! [`MAX_IN_FLIGHT`] requests at a time, each within its timeout, and what cannot be sent
 //! is dropped and counted (a warning says so once, and again when sending works again).
 
+#![deny(missing_docs)]
+
 mod encode;
 
 use schemars::JsonSchema;

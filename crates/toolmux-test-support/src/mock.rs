@@ -72,6 +72,7 @@ pub struct MockProvider {
     notifier: ToolListNotifier,
     instructions: Option<String>,
     health: Mutex<Health>,
+    state_per_run: bool,
 }
 
 impl MockProvider {
@@ -92,7 +93,14 @@ impl MockProvider {
             notifier: ToolListNotifier::new(),
             instructions: None,
             health: Mutex::new(Health::ok()),
+            state_per_run: false,
         }
+    }
+
+    /// Says its outputs depend on the calling run ([`ToolProvider::state_per_run`]).
+    pub fn with_state_per_run(mut self) -> Self {
+        self.state_per_run = true;
+        self
     }
 
     /// Sets the kind reported.
@@ -214,6 +222,10 @@ impl Drop for InFlight<'_> {
 impl ToolProvider for MockProvider {
     fn kind(&self) -> ToolKind {
         self.kind
+    }
+
+    fn state_per_run(&self) -> bool {
+        self.state_per_run
     }
 
     fn namespace(&self) -> &str {

@@ -216,6 +216,11 @@ impl ToolProvider for PerSessionProvider {
         ToolKind::Mcp
     }
 
+    /// Each run talks to a server of its own, whose state (a browser, a shell) answers.
+    fn state_per_run(&self) -> bool {
+        true
+    }
+
     fn namespace(&self) -> &str {
         self.inner.template.namespace()
     }

@@ -1205,7 +1205,13 @@ impl Orchestrator {
             // Boxed: the single-flight future is the largest state and rarely used.
             Some(ttl) => {
                 Box::pin(async {
-                    let key = cache_key(&entry.name, &arguments);
+                    // Shared across runs only when the output is the arguments' alone.
+                    let key = if entry.provider.state_per_run() {
+                        let scope = format!("{}\u{0}run:{}", entry.name, ctx.run_id());
+                        cache_key(&scope, &arguments)
+                    } else {
+                        cache_key(&entry.name, &arguments)
+                    };
                     // An output that depended on the caller's answers is not shared.
                     let tracked = ctx.clone().track_asking();
                     let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);

@@ -132,3 +132,20 @@ async fn error_results_are_never_cached() {
     assert!(!call(&o, "api__broken", json!({})).await.ok);
     assert_eq!(p.calls_of("broken"), 2);
 }
+
+/// A provider whose outputs depend on the calling run (a connection per run, files read in
+/// the run) has its outputs cached for that run only: another run calls it again.
+#[tokio::test(start_paused = true)]
+async fn outputs_of_providers_with_state_per_run_are_cached_per_run() {
+    let p = Arc::new(
+        MockProvider::new("api").with_state_per_run().with_read_only_tool("get", Behavior::Echo),
+    );
+    let o = start(config(), vec![p.clone()]).await;
+    let in_run = |run: &str| toolmux_core::CallContext::new().with_run_id(run);
+    let get = || toolmux_core::ToolCall::new("api__get", json!({"a": 1}));
+    assert!(o.execute(get(), &in_run("one")).await.ok);
+    assert!(o.execute(get(), &in_run("one")).await.ok);
+    assert_eq!(p.calls_of("get"), 1, "shared within its run");
+    assert!(o.execute(get(), &in_run("two")).await.ok);
+    assert_eq!(p.calls_of("get"), 2, "not across runs");
+}
