@@ -303,6 +303,7 @@ impl Session<'_> {
             task_status: None,
             repeats: Repeats::default(),
             pending_external: AtomicUsize::new(0),
+            gate: tokio::sync::RwLock::new(()),
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
@@ -708,6 +709,13 @@ impl Session<'_> {
                 ),
             );
         }
+        let alone =
+            self.orchestrator.registry().get(name).is_some_and(|e| runs_alone(&e.spec.annotations));
+        let (_shared, _alone) = if alone {
+            (None, Some(state.gate.write().await))
+        } else {
+            (Some(state.gate.read().await), None)
+        };
         let ctx = self.ctx.child();
         let (result, images) = self
             .orchestrator
@@ -944,6 +952,25 @@ struct State {
     repeats: Repeats,
     /// Calls of asynchronous external tools whose results have not reached the model yet.
     pending_external: AtomicUsize,
+    /// The calls of one turn (or batch) run at once, but one that changes files or runs
+    /// programs runs alone, in the order the model wrote them: shared for those, exclusive
+    /// for these (tokio's lock is fair, so a write waits for the reads before it and the
+    /// reads after it wait for the write).
+    gate: tokio::sync::RwLock<()>,
+}
+
+/// Whether a call of a tool with `annotations` must run alone among a turn's calls: it
+/// writes files or runs programs (permission class `write` or `execute`), or says it may
+/// destroy data. Two edits of one file at once would lose one; a build and a test run at
+/// once would race. Tools that only read, and tools of no such class (most MCP tools, and
+/// sub-agents, which a model fans out to on purpose), run side by side.
+fn runs_alone(annotations: &toolmux_core::ToolAnnotations) -> bool {
+    use toolmux_core::PermissionClass;
+    match annotations.permission {
+        Some(PermissionClass::Write | PermissionClass::Execute) => true,
+        Some(_) => false,
+        None => annotations.destructive && !annotations.read_only,
+    }
 }
 
 /// The external tools' inbox (`toolmux-external`), where the results of asynchronous calls

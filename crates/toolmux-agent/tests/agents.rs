@@ -1522,3 +1522,57 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
         s.agents.listen("b", &CallContext::new(), &ListenOptions::default(), |_| {}).await;
     assert!(refused.unwrap_err().to_string().contains("nothing can wake a listening agent"));
 }
+
+/// A turn's calls run at once, but one that writes files or runs programs runs alone, in
+/// the order the model wrote them: the reads before it finish first, the reads after it
+/// wait for it.
+#[tokio::test]
+async fn calls_that_write_run_alone_in_the_order_written() {
+    use toolmux_core::{PermissionClass, ToolKind, ToolOutput, ToolSet};
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let tool = |name: &str, permission: PermissionClass| {
+        let spec = ToolSpec::new(name, "logs its start and end", ToolSpec::any_object_schema())
+            .with_annotations(ToolAnnotations {
+                read_only: permission == PermissionClass::Read,
+                permission: Some(permission),
+                ..ToolAnnotations::default()
+            });
+        let log = log.clone();
+        (spec, move |arguments: Value, _: CallContext| {
+            let log = log.clone();
+            async move {
+                let n = arguments["n"].as_u64().unwrap_or(0);
+                log.lock().expect("not poisoned").push(format!("start {n}"));
+                tokio::time::sleep(std::time::Duration::from_millis(40)).await;
+                log.lock().expect("not poisoned").push(format!("end {n}"));
+                Ok(ToolOutput::text("ok"))
+            }
+        })
+    };
+    let (look, look_run) = tool("look", PermissionClass::Read);
+    let (change, change_run) = tool("change", PermissionClass::Write);
+    let tools = ToolSet::new("t", ToolKind::Builtin)
+        .with_tool(look, look_run)
+        .with_tool(change, change_run);
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![
+                ("t__look", json!({"n": 1})),
+                ("t__look", json!({"n": 2})),
+                ("t__change", json!({"n": 3})),
+                ("t__change", json!({"n": 4})),
+                ("t__look", json!({"n": 5})),
+            ])
+            .report("success", "done"),
+    );
+    let (agents, _orchestrator) =
+        start_agents(one("a", agent("m")), only(&model), vec![Arc::new(tools)]).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.tool_calls), (AgentStatus::Success, 5));
+    let log = log.lock().expect("not poisoned").clone();
+    let at = |event: &str| log.iter().position(|e| e == event).expect(event);
+    assert!(at("start 2") < at("end 1"), "the first reads run side by side: {log:?}");
+    assert!(at("end 1") < at("start 3") && at("end 2") < at("start 3"), "{log:?}");
+    assert!(at("end 3") < at("start 4"), "writes one at a time, in order: {log:?}");
+    assert!(at("end 4") < at("start 5"), "a read after a write waits for it: {log:?}");
+}
