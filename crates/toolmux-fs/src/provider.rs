@@ -9,7 +9,7 @@ use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use toolmux_core::{
@@ -267,11 +267,12 @@ impl FsProvider {
             }
             Tool::Bash => {
                 let args: shell::BashArgs = parse(tool, arguments)?;
+                let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Shell(args.command);
                 if args.run_in_background {
-                    return self.background(tool, program, args.timeout, ctx);
+                    return self.background(tool, program, &dir, args.timeout, ctx);
                 }
-                self.shell(tool, program, args.timeout, ctx).await
+                self.shell(tool, program, &dir, args.timeout, ctx).await
             }
             Tool::Exec => {
                 let args: shell::ExecArgs = parse(tool, arguments)?;
@@ -281,11 +282,12 @@ impl FsProvider {
                         message: "`argv` is empty: give the program and its arguments".into(),
                     });
                 }
+                let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Argv(args.argv);
                 if args.run_in_background {
-                    return self.background(tool, program, args.timeout, ctx);
+                    return self.background(tool, program, &dir, args.timeout, ctx);
                 }
-                self.shell(tool, program, args.timeout, ctx).await
+                self.shell(tool, program, &dir, args.timeout, ctx).await
             }
             Tool::TaskOutput => {
                 let args: tasks::TaskOutputArgs = parse(tool, arguments)?;
@@ -302,11 +304,32 @@ impl FsProvider {
         }
     }
 
-    /// Starts `program` as a background task of the call's run.
+    /// The folder a command runs in: `workdir` (relative to the root, or absolute inside
+    /// it) where it leads after links and `..`, which must be a folder beneath the root and
+    /// not one kept from agents (`hide`); the root without it.
+    fn workdir(&self, tool: Tool, given: Option<&str>) -> Result<PathBuf, FsError> {
+        let Some(given) = given.filter(|g| !g.trim().is_empty()) else {
+            return Ok(self.workspace.root().to_path_buf());
+        };
+        let resolved = self.workspace.resolve(given)?;
+        let dir = self.workspace.walk_start(&resolved)?;
+        if !dir.is_dir() {
+            return Err(FsError::InvalidArguments {
+                tool: tool.name(),
+                message: format!(
+                    "`workdir` `{given}` is not a folder; give a folder beneath the root"
+                ),
+            });
+        }
+        Ok(dir)
+    }
+
+    /// Starts `program` in `dir` as a background task of the call's run.
     fn background(
         &self,
         tool: Tool,
         program: shell::Program,
+        dir: &Path,
         timeout: Option<u64>,
         ctx: &CallContext,
     ) -> Result<ToolOutput, FsError> {
@@ -317,7 +340,7 @@ impl FsProvider {
         let start = tasks::Start {
             config,
             sandbox: &self.sandbox,
-            root: self.workspace.root(),
+            root: dir,
             tool: name,
             namespace: &self.namespace,
             lifetime,
@@ -330,22 +353,15 @@ impl FsProvider {
         &self,
         tool: Tool,
         program: shell::Program,
+        dir: &Path,
         timeout: Option<u64>,
         ctx: &CallContext,
     ) -> Result<ToolOutput, FsError> {
         let name = tool.name();
         shell::check_allowed(&self.config.bash, &program)?;
         let limit = shell::timeout(&self.config.bash, name, timeout)?;
-        shell::run(
-            &self.config.bash,
-            &self.sandbox,
-            self.workspace.root(),
-            name,
-            program,
-            limit,
-            ctx.cancel_token(),
-        )
-        .await
+        shell::run(&self.config.bash, &self.sandbox, dir, name, program, limit, ctx.cancel_token())
+            .await
     }
 
     /// Runs `work` on the blocking pool; cancellation sets the flag `work` polls and returns

@@ -31,8 +31,12 @@ const SHELL_OPERATORS: &[char] = &[';', '&', '|', '$', '`', '<', '>', '(', ')', 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BashArgs {
-    /// The command line, run with `bash -c` in the workspace root.
+    /// The command line, run with `bash -c` in the workspace root (or `workdir`).
     pub command: String,
+    /// The folder to run it in, relative to the workspace root (default: the root); it
+    /// must be a folder beneath the root. Use it instead of `cd DIR &&`.
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// Timeout in milliseconds (default 120000, at most 600000).
     #[serde(default)]
     #[schemars(range(min = 1))]
@@ -53,6 +57,10 @@ pub struct ExecArgs {
     /// The program and its arguments, run without a shell: `["cargo", "test", "-p", "x"]`.
     #[schemars(length(min = 1))]
     pub argv: Vec<String>,
+    /// The folder to run it in, relative to the workspace root (default: the root); it
+    /// must be a folder beneath the root.
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// Timeout in milliseconds (default 120000, at most 600000).
     #[serde(default)]
     #[schemars(range(min = 1))]
@@ -68,7 +76,8 @@ pub struct ExecArgs {
 /// The description of `bash`; `sandbox` is the sentence about the sandbox.
 pub(crate) fn bash_description(sandbox: &str) -> String {
     format!(
-        "Run a shell command with `bash -c` in the workspace root, in its own process group, \
+        "Run a shell command with `bash -c` in the workspace root (or `workdir`, a folder \
+beneath it), in its own process group, \
 stdin closed. {sandbox} The environment holds only PATH, HOME, LANG and configured variables; \
 nothing persists between calls (no cd, no exports). `timeout` in ms (default 120000, max 600000): \
 on timeout or cancellation the whole process group is killed; background processes left when the \
@@ -85,7 +94,8 @@ returns at once with a `task_id`: read what it printed with `task_output`, stop 
 pub(crate) fn exec_description(sandbox: &str) -> String {
     format!(
         "Run a program with an argument list (`argv`), without a shell (no parsing, globbing or \
-substitution), in the workspace root, in its own process group, stdin closed. {sandbox} \
+substitution), in the workspace root (or `workdir` beneath it), in its own process group, stdin \
+closed. {sandbox} \
 Environment, `timeout`, killing, output and `run_in_background` are as for `bash`."
     )
 }

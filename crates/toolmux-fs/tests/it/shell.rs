@@ -326,3 +326,36 @@ async fn a_spill_file_that_cannot_be_made_says_why() {
     assert!(out.extras.get("stdoutFile").is_none());
     assert!(text.ends_with("99999\n100000"));
 }
+
+/// `workdir` runs a command in a folder beneath the root, found as the file tools find
+/// paths (links and `..` resolved): never outside the root, never in a hidden folder, never
+/// in a file; a background task too.
+#[tokio::test]
+async fn workdir_runs_a_command_in_a_folder_beneath_the_root() {
+    let fx = Fixture::with(|c| c.with_hide(["secret/"]));
+    fx.put("app/src/main.rs", "fn main() {}\n");
+    fx.put("secret/key", "k\n");
+    let root = std::fs::canonicalize(fx.root()).unwrap();
+    let out = fx.ok("bash", json!({"command": "pwd; ls", "workdir": "app"})).await;
+    assert_eq!(out, format!("exit code 0\n--- stdout ---\n{}\nsrc", root.join("app").display()));
+    let out = fx.ok("exec", json!({"argv": ["pwd"], "workdir": "app/src/../src"})).await;
+    assert!(out.ends_with(&root.join("app/src").display().to_string()), "{out}");
+    let absolute = root.join("app").display().to_string();
+    let out = fx.ok("bash", json!({"command": "pwd", "workdir": absolute})).await;
+    assert!(out.ends_with("/app"), "{out}");
+    let err = fx.err("bash", json!({"command": "pwd", "workdir": "../"})).await;
+    assert!(err.contains("outside"), "{err}");
+    let err = fx.err("bash", json!({"command": "pwd", "workdir": "app/src/main.rs"})).await;
+    assert!(err.contains("is not a folder"), "{err}");
+    let err = fx.err("bash", json!({"command": "pwd", "workdir": "nowhere"})).await;
+    assert!(err.contains("nowhere"), "{err}");
+    let err = fx.err("bash", json!({"command": "pwd", "workdir": "secret"})).await;
+    assert!(!err.contains("exit code"), "a hidden folder is not run in: {err}");
+    // A link that leads out of the root is refused too.
+    std::os::unix::fs::symlink(fx.outside(), fx.root().join("out")).unwrap();
+    let err = fx.err("bash", json!({"command": "pwd", "workdir": "out"})).await;
+    assert!(err.contains("outside"), "{err}");
+    let started =
+        fx.ok("bash", json!({"command": "pwd", "workdir": "app", "run_in_background": true})).await;
+    assert!(started.contains("task"), "{started}");
+}
