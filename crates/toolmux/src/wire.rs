@@ -862,6 +862,7 @@ mod mcp {
             accept_elicitation_defaults: entry.accept_elicitation_defaults,
             max_restarts: entry.max_restarts,
             health_check_ms: entry.health_check_ms.or(loaded.config.defaults.health_check_ms),
+            idle_shutdown_ms: entry.idle_shutdown_ms.or(loaded.config.defaults.idle_shutdown_ms),
             queue: entry.queue.clone(),
             cache: entry.cache,
             description: entry.description.clone(),

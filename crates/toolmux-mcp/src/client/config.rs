@@ -135,6 +135,11 @@ pub struct McpServerConfig {
     /// the server. A server not started (lazy, or not yet called) is not pinged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_check_ms: Option<u64>,
+    /// Stop the server after this many ms without calls (no call under way, no resource
+    /// subscribed); the next call starts it again. Unset or `0`: it runs until toolmux
+    /// stops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_shutdown_ms: Option<u64>,
     /// The queue the orchestrator runs this server's calls in (read by the facade).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
@@ -350,6 +355,17 @@ impl McpServerConfig {
     /// How often the running server is pinged; `None` when it is not.
     pub fn health_check_interval(&self) -> Option<Duration> {
         self.health_check_ms.filter(|ms| *ms > 0).map(Duration::from_millis)
+    }
+
+    /// How long unused before the server is stopped; `None` when it never is.
+    pub fn idle_shutdown(&self) -> Option<Duration> {
+        self.idle_shutdown_ms.filter(|ms| *ms > 0).map(Duration::from_millis)
+    }
+
+    /// Stops the server after `after` without calls (see `idleShutdownMs`).
+    pub fn with_idle_shutdown(mut self, after: Duration) -> Self {
+        self.idle_shutdown_ms = Some(duration_ms(after));
+        self
     }
 }
 

@@ -31,6 +31,7 @@ use crate::transport::lane::{self, Lane};
 
 mod catalog;
 mod health;
+mod idle;
 mod tasks;
 mod urls;
 
@@ -77,6 +78,8 @@ struct Inner {
     /// What [`ToolProvider::health`] tells beyond the connection's own state.
     status: Mutex<health::Status>,
     shutdown: CancellationToken,
+    /// With `idleShutdownMs`: when the server was last used, to stop it once unused.
+    idle: Option<idle::Idle>,
 }
 
 #[derive(Debug, Default)]
@@ -117,6 +120,7 @@ impl McpProvider {
             }
             TransportKind::Stdio | TransportKind::Websocket => None,
         };
+        let idle = config.idle_shutdown().map(idle::Idle::new);
         Ok(McpProvider {
             inner: Arc::new(Inner {
                 name,
@@ -133,6 +137,7 @@ impl McpProvider {
                 instructions: RwLock::new(None),
                 status: Mutex::default(),
                 shutdown: CancellationToken::new(),
+                idle,
             }),
         })
     }
@@ -294,6 +299,9 @@ impl Inner {
         if self.shutdown.is_cancelled() {
             return Err(McpError::ShutDown { server: self.name.clone() });
         }
+        if let Some(idle) = &self.idle {
+            idle.touch();
+        }
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
@@ -352,6 +360,9 @@ impl Inner {
                 spawn_refresher(Arc::downgrade(self), connection.clone());
                 if let Some(every) = self.config.health_check_interval() {
                     health::spawn_check(Arc::downgrade(self), connection.clone(), every);
+                }
+                if self.idle.is_some() {
+                    idle::spawn_watch(Arc::downgrade(self), connection.clone());
                 }
                 self.after_connect(&connection).await;
                 restarts.not_before = None;
@@ -939,6 +950,7 @@ impl ToolProvider for McpProvider {
         arguments: Value,
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
+        let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
         self.inner.call(name, arguments, ctx).await
     }
 

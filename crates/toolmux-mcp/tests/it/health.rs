@@ -167,3 +167,51 @@ async fn tools_of_a_server_that_does_not_announce_changes_are_re_read() {
     assert_eq!(lists(&announcing).await, first, "no re-reading when changes are announced");
     announcing.shutdown().await.unwrap();
 }
+
+/// `idleShutdownMs`: a server unused for its interval is stopped (its process group gone)
+/// and started again by the next call; one in use, or with a call under way however long,
+/// keeps running.
+#[tokio::test]
+async fn an_unused_server_is_stopped_and_the_next_call_starts_it_again() {
+    let config = support::fixture_stdio("ok").with_idle_shutdown(Duration::from_millis(300));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    let first = provider.server_pid().unwrap();
+    for _ in 0..6 {
+        assert_eq!(echo(&provider).await, "echo: hi");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(provider.server_pid(), Some(first), "used every 100 ms, it runs on");
+    support::wait_for("the unused server to stop", Duration::from_secs(10), || {
+        provider.server_pid().is_none()
+    })
+    .await;
+    support::assert_group_gone(first).await;
+    assert_eq!(
+        provider.health(),
+        Health::ok().with_detail("stopped after 300 ms without calls; starts on the next call")
+    );
+    assert_eq!(echo(&provider).await, "echo: hi");
+    let second = provider.server_pid().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(provider.health(), Health::ok());
+
+    // A call under way keeps it running past the interval.
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let ctx = CallContext::new().with_cancel(cancel.clone());
+    let slow = {
+        let (provider, ctx) = (provider.clone(), ctx.clone());
+        tokio::spawn(async move { provider.call("slow", json!({}), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(provider.server_pid(), Some(second), "stopped under a call");
+    cancel.cancel();
+    let cancelled = slow.await.unwrap();
+    assert!(cancelled.is_err());
+    support::wait_for("the server to stop once the call ended", Duration::from_secs(10), || {
+        provider.server_pid().is_none()
+    })
+    .await;
+    support::assert_group_gone(second).await;
+    provider.shutdown().await.unwrap();
+}

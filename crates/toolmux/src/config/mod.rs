@@ -291,6 +291,11 @@ pub struct Defaults {
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check_ms: Option<u64>,
+    /// Stop MCP servers after this many milliseconds without calls, unless a server says
+    /// (never when unset; see `mcpServers.*.idleShutdownMs`).
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_shutdown_ms: Option<u64>,
 }
 
 /// `defaults.statsFile`: a path, or `false` (no statistics kept) or `true` (the default
@@ -508,6 +513,12 @@ pub struct McpServerEntry {
     /// ping, and clients are told when it changed. 60000 is a good value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check_ms: Option<u64>,
+    /// Stop the server after this many milliseconds without calls (none under way, no
+    /// resource subscribed), to free what it holds; the next call starts it again, as a
+    /// lazy server's first call does. Default `defaults.idleShutdownMs`, else never; `0`:
+    /// never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_shutdown_ms: Option<u64>,
     /// A description of the server, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

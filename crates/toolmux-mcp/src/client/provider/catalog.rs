@@ -470,7 +470,7 @@ impl Inner {
             .map_err(|f| f.into_tool_error(uri))
     }
 
-    fn subscriptions(
+    pub(super) fn subscriptions(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, Option<CancellationToken>>>
     {

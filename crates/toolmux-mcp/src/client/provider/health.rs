@@ -34,12 +34,19 @@ pub(super) struct Status {
     /// may carry a URL or a server's output): `/health` shows it to whoever asks. Cleared
     /// when the server starts again.
     problem: Option<String>,
+    /// The server was stopped after being unused this long (`idleShutdownMs`).
+    stopped_idle: Option<Duration>,
 }
 
 impl Inner {
     /// Records why the server cannot be used now.
     pub(super) fn set_problem(&self, problem: String) {
         self.status.lock().unwrap_or_else(|e| e.into_inner()).problem = Some(problem);
+    }
+
+    /// Records that the server was stopped after being unused for `after`.
+    pub(super) fn set_stopped_idle(&self, after: Duration) {
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).stopped_idle = Some(after);
     }
 
     /// See [`toolmux_core::ToolProvider::health`].
@@ -50,16 +57,22 @@ impl Inner {
         if self.shutdown.is_cancelled() {
             return Health::unhealthy("shut down");
         }
-        let (missed, problem) = {
+        let (missed, problem, stopped_idle) = {
             let status = self.status.lock().unwrap_or_else(|e| e.into_inner());
-            (status.missed_pings, status.problem.clone())
+            (status.missed_pings, status.problem.clone(), status.stopped_idle)
         };
         if let Some(problem) = problem {
             return Health::unhealthy(problem);
         }
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
         match current {
-            None => Health::ok().with_detail("not started"),
+            None => match stopped_idle {
+                Some(after) => Health::ok().with_detail(format!(
+                    "stopped after {} without calls; starts on the next call",
+                    super::idle::spoken(after)
+                )),
+                None => Health::ok().with_detail("not started"),
+            },
             Some(connection) if !connection.is_alive() => {
                 Health::unhealthy("connection closed; restarts on the next call")
             }
@@ -71,7 +84,7 @@ impl Inner {
     }
 
     /// Whether `connection` is the one calls use now.
-    fn is_current(&self, connection: &Arc<Connection>) -> bool {
+    pub(super) fn is_current(&self, connection: &Arc<Connection>) -> bool {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         current.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection))
     }
