@@ -66,7 +66,8 @@ names the closest line; when it occurs several times, the error gives the count 
 numbers: add surrounding context to make it unique. `old_string` and `new_string` must differ. \
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
-With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
+Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
+`old_string`. With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
 and has changed since, the edit is refused until you read it again.";
 
@@ -253,6 +254,12 @@ fn match_form(
             }
         }
     }
+    if !text.contains(old.as_ref())
+        && let Some(found) = typographic_match(text, &old)
+    {
+        old = Cow::Owned(found);
+        note = Some("matched the file's typographic quotes, dashes or spaces with plain ones");
+    }
     let new = match ending {
         Some(ending) => {
             let new = ending.apply(&op.new_string);
@@ -267,6 +274,50 @@ fn match_form(
         None => op.new_string.clone(),
     };
     (old.into_owned(), new, note)
+}
+
+/// The plain character a typographic one stands for (curly quotes, primes, dashes, the
+/// minus sign, non-breaking and thin spaces), which models often write plain.
+fn plain(c: char) -> char {
+    match c {
+        '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
+        '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
+        '\u{2012}' | '\u{2013}' | '\u{2014}' | '\u{2015}' | '\u{2212}' => '-',
+        '\u{00A0}' | '\u{2009}' | '\u{202F}' => ' ',
+        other => other,
+    }
+}
+
+/// The text of `text` that equals `old` once typographic characters on either side are
+/// read as plain ones ([`plain`]), when every such place holds the same text; `None` when
+/// there is none, or when they differ (which to change would be a guess).
+fn typographic_match(text: &str, old: &str) -> Option<String> {
+    let wanted: String = old.chars().map(plain).collect();
+    if wanted.is_empty() || !text.chars().any(|c| plain(c) != c) && wanted == old {
+        return None;
+    }
+    // The plain text, and for each of its bytes where the character began in `text`.
+    let mut plain_text = String::with_capacity(text.len());
+    let mut origin = Vec::with_capacity(text.len() + 1);
+    for (at, c) in text.char_indices() {
+        let p = plain(c);
+        for _ in 0..p.len_utf8() {
+            origin.push(at);
+        }
+        plain_text.push(p);
+    }
+    origin.push(text.len());
+    let mut found: Option<&str> = None;
+    for (at, _) in plain_text.match_indices(wanted.as_str()) {
+        let (start, end) = (origin[at], origin[at + wanted.len()]);
+        let slice = &text[start..end];
+        match found {
+            None => found = Some(slice),
+            Some(first) if first == slice => {}
+            Some(_) => return None,
+        }
+    }
+    found.map(str::to_owned)
 }
 
 /// The 1-based line of byte offset `at`.

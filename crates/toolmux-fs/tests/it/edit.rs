@@ -272,3 +272,39 @@ async fn edits_through_an_escaping_path_are_refused() {
     assert!(err.contains("path `../out.txt` is outside the workspace root"), "{err}");
     assert_eq!(std::fs::read_to_string(fx.outside().join("out.txt")).unwrap(), "x");
 }
+
+/// Typographic quotes, dashes and spaces in the file match the plain ones a model writes;
+/// when the places that match hold different text, nothing is guessed.
+#[tokio::test]
+async fn typographic_characters_match_plain_ones() {
+    let fx = Fixture::new();
+    fx.put("notes.md", "# Notes\nIt\u{2019}s \u{201C}done\u{201D} \u{2014} ship it\u{00A0}now.\n");
+    let out = fx
+        .call(
+            "edit",
+            json!({"path": "notes.md", "old_string": "It's \"done\" - ship it now.",
+                "new_string": "It's not done yet."}),
+        )
+        .await
+        .unwrap();
+    let text = out.to_text();
+    assert!(text.contains("matched the file's typographic quotes"), "{text}");
+    assert_eq!(fx.get("notes.md"), "# Notes\nIt's not done yet.\n");
+
+    // Two places that match, written differently: which one was meant is not guessed.
+    fx.put("two.md", "a \u{2018}x\u{2019}\nb\na \u{2019}x\u{2019}\n");
+    let err =
+        fx.err("edit", json!({"path": "two.md", "old_string": "a 'x'", "new_string": "y"})).await;
+    assert!(err.contains("was not found"), "{err}");
+    fx.put("three.md", "say \u{201C}hi\u{201D} and \u{201C}hi\u{201D}\n");
+    let out = fx
+        .call(
+            "edit",
+            json!({"path": "three.md", "old_string": "\"hi\"", "new_string": "\"bye\"",
+                "replace_all": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.extras["replacements"], 2);
+    assert_eq!(fx.get("three.md"), "say \"bye\" and \"bye\"\n");
+}
