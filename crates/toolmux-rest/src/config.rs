@@ -73,6 +73,51 @@ pub struct RestToolConfig {
     /// API: its 3xx response is the result, with the target in the `location` extra.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_redirects: Option<usize>,
+    /// What of a JSON response the tool returns, so that a large answer does not fill the
+    /// model's context: a JSON Pointer (`/data/items`), or an object of them
+    /// (`{name: /full_name, stars: /stargazers_count}`) for the parts it names. A part the
+    /// response lacks is `null`; a response that is not JSON is returned whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<Select>,
+}
+
+/// `restTools.*.select`: one JSON Pointer, or named pointers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Select {
+    /// The part at this pointer.
+    Pointer(String),
+    /// An object of the parts at these pointers, by name.
+    Fields(BTreeMap<String, String>),
+}
+
+impl Select {
+    /// The first pointer that is not one (not empty and not starting with `/`).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let pointers: Vec<&String> = match self {
+            Select::Pointer(p) => vec![p],
+            Select::Fields(fields) => fields.values().collect(),
+        };
+        match pointers.into_iter().find(|p| !p.is_empty() && !p.starts_with('/')) {
+            Some(bad) => Err(format!(
+                "`select` has `{bad}`, which is not a JSON Pointer: write `/{}` (a pointer \
+                 starts with `/`, and `~1` stands for a `/` inside a key)",
+                bad.trim_start_matches('.').replace('.', "/")
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The selected part of `value`.
+    pub(crate) fn apply(&self, value: &Value) -> Value {
+        let at = |pointer: &str| value.pointer(pointer).cloned().unwrap_or(Value::Null);
+        match self {
+            Select::Pointer(pointer) => at(pointer),
+            Select::Fields(fields) => Value::Object(
+                fields.iter().map(|(name, pointer)| (name.clone(), at(pointer))).collect(),
+            ),
+        }
+    }
 }
 
 fn default_method() -> String {

@@ -264,6 +264,23 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
 }
 
 impl Response {
+    /// [`Response::into_output`] of the part of a successful JSON response `select` names
+    /// (each item's part, for a stream of items).
+    pub(crate) fn into_output_selecting(mut self, select: &crate::config::Select) -> ToolOutput {
+        let ok = (200..300).contains(&self.status);
+        if ok && let Some(items) = &mut self.items {
+            for item in items.iter_mut() {
+                *item = select.apply(item);
+            }
+        } else if ok
+            && self.content_type.contains("json")
+            && let Ok(value) = serde_json::from_slice::<Value>(&self.body)
+        {
+            self.body = serde_json::to_vec(&select.apply(&value)).unwrap_or_default();
+        }
+        self.into_output()
+    }
+
     /// The tool output: JSON compact, text as text, failures with status and excerpt.
     pub(crate) fn into_output(self) -> ToolOutput {
         let status = self.status;

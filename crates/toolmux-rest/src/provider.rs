@@ -63,6 +63,8 @@ struct InlinePlan {
     body: Option<Value>,
     /// Arguments some template uses; the others go to the query or the body.
     used: BTreeSet<String>,
+    /// What of a JSON response is returned (`select`).
+    select: Option<crate::config::Select>,
 }
 
 impl RestProvider {
@@ -292,6 +294,9 @@ impl RestProvider {
             }
             return Ok(match &tool.plan {
                 Plan::OpenApi { output: Some(check), .. } => check.apply(response),
+                Plan::Inline(InlinePlan { select: Some(select), .. }) => {
+                    response.into_output_selecting(select)
+                }
                 _ => response.into_output(),
             });
         }
@@ -369,6 +374,9 @@ fn inline_tool(
             config.url
         )));
     }
+    if let Some(select) = &config.select {
+        select.check().map_err(config_error)?;
+    }
     let url = UrlTemplate::parse(&config.url);
     let headers: Vec<(String, Template)> =
         config.headers.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
@@ -420,6 +428,7 @@ fn inline_tool(
             query,
             body: config.body.clone(),
             used,
+            select: config.select.clone(),
         }),
         settings: HttpSettings {
             timeout: Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),

@@ -252,3 +252,41 @@ async fn imported_spec_passes_conformance() {
         .check(&provider)
         .await;
 }
+
+/// `select` returns only the parts of a JSON response it names: one pointer, or an object
+/// of named pointers (a part the response lacks is `null`); a pointer written as a path of
+/// dots is refused at load, with the pointer to write instead.
+#[tokio::test]
+async fn select_returns_the_parts_of_a_json_response_it_names() {
+    let server = Httpbinx::start().await;
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({
+        "args": {
+            "description": "Only the query arguments",
+            "url": format!("{}/get", server.base),
+            "select": "/args"
+        },
+        "picked": {
+            "description": "Some parts",
+            "url": format!("{}/get", server.base),
+            "select": {"city": "/args/city", "agent": "/headers/user-agent", "none": "/nothing/here"}
+        }
+    }))
+    .unwrap();
+    let provider = RestProvider::inline(&tools).unwrap();
+    let ctx = CallContext::new();
+    let out = provider.call("args", json!({"city": "Oslo"}), &ctx).await.unwrap();
+    assert_eq!(json_of(&out), json!({"city": "Oslo"}));
+    let out = provider.call("picked", json!({"city": "Lima"}), &ctx).await.unwrap();
+    let picked = json_of(&out);
+    assert_eq!(picked["city"], "Lima");
+    assert!(picked["agent"].as_str().is_some_and(|a| a.starts_with("toolmux/")), "{picked}");
+    assert_eq!(picked["none"], Value::Null);
+    assert_eq!(picked.as_object().map(serde_json::Map::len), Some(3));
+
+    let bad: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({
+        "bad": {"description": "x", "url": format!("{}/get", server.base), "select": "data.items"}
+    }))
+    .unwrap();
+    let err = RestProvider::inline(&bad).unwrap_err().to_string();
+    assert!(err.contains("not a JSON Pointer: write `/data/items`"), "{err}");
+}
