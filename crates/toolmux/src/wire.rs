@@ -1101,6 +1101,7 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
             stream: false,
             max_response_bytes: None,
             max_redirects: None,
+            select: None,
         };
         requests.insert(local, request);
     }
