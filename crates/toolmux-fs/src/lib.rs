@@ -46,6 +46,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod commands;
 mod config;
 mod error;
 mod protect;
@@ -54,6 +55,9 @@ mod sandbox;
 mod tools;
 mod workspace;
 
+pub use commands::{
+    COMMANDS_NAMESPACE, CommandLine, CommandOutput, CommandToolConfig, CommandTools,
+};
 pub use config::{BashConfig, FsConfig, FsLimits, Permission, SandboxConfig, SandboxMode};
 pub use error::FsError;
 pub use protect::{ProtectedKind, ProtectedPath};

@@ -170,6 +170,18 @@ impl Toolmux {
         if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled && keep("fs")) {
             providers.push(fs_provider(loaded, fs)?);
         }
+        #[cfg(feature = "fs")]
+        if !loaded.config.command_tools.is_empty() && keep(toolmux_fs::COMMANDS_NAMESPACE) {
+            let sandbox =
+                loaded.config.fs.as_ref().map(|fs| fs.bash.sandbox.clone()).unwrap_or_default();
+            let tools = toolmux_fs::CommandTools::new(
+                &loaded.config.command_tools,
+                &loaded.base_dir,
+                &sandbox,
+            )
+            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+            providers.push(Arc::new(tools));
+        }
         #[cfg(feature = "mcp")]
         for (name, entry) in &loaded.config.mcp_servers {
             if entry.enabled == Some(false) {

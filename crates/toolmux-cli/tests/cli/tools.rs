@@ -280,3 +280,44 @@ fn a_person_overwrites_a_file_with_tools_call() {
     project.run(&["tools", "call", "fs__write", args]).ok();
     assert_eq!(std::fs::read_to_string(project.path().join("notes.md")).expect("read"), "new\n");
 }
+
+/// `commandTools`: a program of the user's is a tool: the arguments reach its stdin as
+/// JSON, what it prints is the result (parsed with `output: json`), a failure carries the
+/// end of its stderr, and a call past its time limit is ended with its whole group.
+#[test]
+fn command_tools_run_a_program_with_the_arguments_on_stdin() {
+    let project = Project::new();
+    project.file("scripts/shout.sh", "tr a-z A-Z\n").file(
+        "toolmux.yaml",
+        "commandTools:\n  \
+           echo_args: {description: Echo the arguments, command: [cat], output: json}\n  \
+           shout: {description: Shout, command: 'sh scripts/shout.sh'}\n  \
+           fails: {description: Fails, command: 'echo broken >&2; exit 3'}\n  \
+           slow: {description: Sleeps, command: 'sleep 30 & sleep 30', timeoutMs: 300}\n",
+    );
+    let listed = project.run(&["tools", "list"]);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stdout.contains("cmd__echo_args"), "{}", listed.stdout);
+    let echoed = project.run(&["tools", "call", "cmd__echo_args", r#"{"a": 1, "b": "two"}"#]);
+    assert_eq!(echoed.code, 0, "{echoed:?}");
+    let value: serde_json::Value = serde_json::from_str(echoed.stdout.trim()).expect("JSON");
+    assert_eq!(value, serde_json::json!({"a": 1, "b": "two"}));
+    let shouted = project.run(&["tools", "call", "cmd__shout", r#"{"text": "hi"}"#]);
+    assert_eq!(shouted.code, 0, "{shouted:?}");
+    assert!(shouted.stdout.contains(r#"{"TEXT":"HI"}"#), "{}", shouted.stdout);
+    let failed = project.run(&["tools", "call", "cmd__fails"]);
+    assert_eq!(failed.code, 1, "{failed:?}");
+    let said = format!("{}{}", failed.stdout, failed.stderr);
+    assert!(said.contains("`fails` failed (exit code 3): broken"), "{said}");
+    let started = std::time::Instant::now();
+    let slow = project.run(&["tools", "call", "cmd__slow"]);
+    assert_eq!(slow.code, 1, "{slow:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "waited for the sleeps");
+    let said = format!("{}{}", slow.stdout, slow.stderr);
+    assert!(said.contains("timeout"), "{said}");
+
+    project.file("toolmux.yaml", "commandTools:\n  bad: {description: x, command: []}\n");
+    let bad = project.run(&["config", "check"]);
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert!(bad.stderr.contains("commandTools.bad: `command` is empty"), "{}", bad.stderr);
+}

@@ -203,10 +203,15 @@ fn bounded(
 
 /// Kills a process group when dropped, unless disarmed: a call dropped mid-way (an
 /// orchestrator timeout) still leaves nothing behind.
-struct GroupKill(Option<rustix::process::Pid>);
+pub(crate) struct GroupKill(Option<rustix::process::Pid>);
 
 impl GroupKill {
-    fn kill(&self) {
+    /// The group `child` leads (it was spawned with `process_group(0)`).
+    pub(crate) fn of(child: &tokio::process::Child) -> GroupKill {
+        GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)))
+    }
+
+    pub(crate) fn kill(&self) {
         if let Some(pid) = self.0 {
             // ESRCH (the group is already gone) is the expected outcome often enough.
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);

@@ -332,6 +332,23 @@ fn anchor_paths(value: &mut Value, dir: &Path) {
             }
         }
     }
+    if let Some(Value::Object(tools)) = settings.get_mut("commandTools") {
+        for tool in tools.values_mut() {
+            let Some(command) = tool.get_mut("command") else { continue };
+            match command {
+                Value::Array(argv) => {
+                    let programs = argv.iter_mut().take(2);
+                    for word in programs.filter(|w| w.as_str().is_some_and(starts_relative)) {
+                        anchor(word);
+                    }
+                }
+                Value::String(line) if starts_relative(line) => {
+                    *line = format!("{}/{line}", quoted(dir));
+                }
+                _ => {}
+            }
+        }
+    }
     if let Some(Value::Object(events)) = settings.get_mut("hooks") {
         let groups = events.values_mut().filter_map(Value::as_array_mut).flatten();
         let hooks = groups.filter_map(|g| g.get_mut("hooks")?.as_array_mut()).flatten();
@@ -458,6 +475,9 @@ mcpServers:
 openapi:
   pets: {spec: pets.yaml}
 spaces: {dir: spaces}
+commandTools:
+  t: {description: x, command: [./bin/tool, ./not-a-program-arg]}
+  u: {description: y, command: ./run.sh --fast}
 ",
         );
         let layers = Layers { user: Some(user), managed: None };
@@ -483,6 +503,14 @@ spaces: {dir: spaces}
             c.spaces.as_ref().and_then(|s| s.dir.as_deref()),
             Some(dir.join("spaces").as_path())
         );
+        let argv = |name: &str| match &c.command_tools[name].command {
+            toolmux_fs::CommandLine::Argv(argv) => argv.join(" "),
+            toolmux_fs::CommandLine::Shell(line) => line.clone(),
+        };
+        let program = dir.join("./bin/tool").display().to_string();
+        let arg = dir.join("./not-a-program-arg").display().to_string();
+        assert_eq!(argv("t"), format!("{program} {arg}"), "the program and its first argument");
+        assert_eq!(argv("u"), format!("'{}'/./run.sh --fast", dir.display()));
         assert_eq!(loaded.base_dir, Path::new("/somewhere"), "no project file: the folder run in");
         assert_eq!(loaded.file, None);
     }

@@ -92,6 +92,10 @@ impl Loaded {
         if self.config.fs.as_ref().is_some_and(|fs| fs.enabled) {
             namespaces.push("fs".to_owned());
         }
+        #[cfg(feature = "fs")]
+        if !self.config.command_tools.is_empty() {
+            namespaces.push(toolmux_fs::COMMANDS_NAMESPACE.to_owned());
+        }
         #[cfg(feature = "mcp")]
         for (name, entry) in &self.config.mcp_servers {
             if entry.enabled != Some(false) {

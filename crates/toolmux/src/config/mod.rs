@@ -73,6 +73,12 @@ pub struct Config {
     /// context; Claude Code's hook scripts work unchanged.
     #[serde(default, skip_serializing_if = "HooksSection::is_empty")]
     pub hooks: HooksSection,
+    /// Tools that run a program of yours, by name, offered as `cmd__{name}`: the call's
+    /// arguments go to its stdin as JSON, what it prints is the result. They run in the
+    /// project's folder, in the sandbox of `fs.bash.sandbox`.
+    #[cfg(feature = "fs")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub command_tools: BTreeMap<String, toolmux_fs::CommandToolConfig>,
     /// Inline REST tools by name, offered as `rest__{name}`.
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

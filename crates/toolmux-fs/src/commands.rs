@@ -1,0 +1,312 @@
+//! Tools that run a program of the user's (`commandTools`): a script becomes a tool
+//! without an MCP server around it.
+//!
+//! A call runs the program in the project's folder, in its own process group, in the same
+//! OS sandbox as `bash` (`fs.bash.sandbox`), with only `PATH`, `HOME`, `LANG` and the
+//! tool's `env`. The call's arguments are written to its stdin as one JSON object; what it
+//! prints on stdout is the result (parsed when `output: json`), and a non-zero exit is an
+//! error result carrying the end of its stderr. Timeouts and cancellation kill the whole
+//! group, and the process is always reaped.
+
+use crate::config::{BashConfig, SandboxConfig};
+use crate::error::FsError;
+use crate::sandbox::Sandbox;
+use crate::tools::shell::{self, Program};
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use toolmux_core::{
+    CallContext, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider,
+    ToolSpec,
+};
+
+/// The namespace of command tools.
+pub const COMMANDS_NAMESPACE: &str = "cmd";
+
+/// Bytes of stdout read at most; past them the call fails (the orchestrator's size cap
+/// handles outputs below it).
+const STDOUT_MAX: usize = 16 * 1024 * 1024;
+/// Bytes of stderr kept (its end) for an error result.
+const STDERR_KEPT: usize = 4000;
+/// The default time limit of one call.
+const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+
+/// One tool that runs a program (`commandTools.NAME`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandToolConfig {
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The program: a list (`["python3", "scripts/price.py"]`, run without a shell) or a
+    /// string (a `sh -c` command line). Relative paths are the project folder's.
+    pub command: CommandLine,
+    /// The JSON Schema of the arguments (default: any object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_schema: Option<Value>,
+    /// `text` (default): stdout is the result as it is; `json`: stdout is parsed, and an
+    /// answer that is not JSON is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<CommandOutput>,
+    /// Time limit of one call in milliseconds (default 60000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Environment variables of the program, besides `PATH`, `HOME` and `LANG`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Whether it only reads (its results may then be cached, and agents run it beside
+    /// other calls); default false: it runs programs, permission class `execute`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}
+
+/// How a command tool's program is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CommandLine {
+    /// Run without a shell.
+    Argv(Vec<String>),
+    /// Run with `sh -c`.
+    Shell(String),
+}
+
+impl Default for CommandLine {
+    fn default() -> Self {
+        CommandLine::Argv(Vec::new())
+    }
+}
+
+/// What a command tool's stdout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandOutput {
+    /// Text, as printed.
+    Text,
+    /// One JSON value.
+    Json,
+}
+
+/// The command tools, under [`COMMANDS_NAMESPACE`].
+#[derive(Debug)]
+pub struct CommandTools {
+    tools: BTreeMap<String, (ToolSpec, CommandToolConfig)>,
+    dir: PathBuf,
+    shell: BashConfig,
+    sandbox: Sandbox,
+}
+
+impl CommandTools {
+    /// The tools of `tools`, run in `dir` (absolute: the project's folder) in the sandbox
+    /// `sandbox` asks for. A tool without a program, a schema that is not an object schema
+    /// or a timeout of 0 is a configuration error naming the tool.
+    pub fn new(
+        tools: &BTreeMap<String, CommandToolConfig>,
+        dir: &Path,
+        sandbox: &SandboxConfig,
+    ) -> Result<CommandTools, FsError> {
+        let mut built = BTreeMap::new();
+        for (name, config) in tools {
+            let error = |message: String| FsError::Config {
+                message: format!("commandTools.{name}: {message}"),
+            };
+            let plain = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+            if name.is_empty() || !name.chars().all(plain) {
+                return Err(error(
+                    "a command tool's name takes letters, digits, `_` and `-` only".into(),
+                ));
+            }
+            let empty = match &config.command {
+                CommandLine::Argv(argv) => argv.first().is_none_or(|p| p.trim().is_empty()),
+                CommandLine::Shell(line) => line.trim().is_empty(),
+            };
+            if empty {
+                return Err(error("`command` is empty: give the program to run".into()));
+            }
+            if config.timeout_ms == Some(0) {
+                return Err(error("`timeoutMs` is 0: every call would time out".into()));
+            }
+            let schema =
+                config.parameters_schema.clone().unwrap_or_else(|| json!({"type": "object"}));
+            if schema.get("type").and_then(Value::as_str) != Some("object") {
+                return Err(error(
+                    "`parametersSchema` must be an object schema (`type: object`)".into(),
+                ));
+            }
+            let annotations = ToolAnnotations {
+                read_only: config.read_only,
+                permission: Some(if config.read_only {
+                    PermissionClass::Read
+                } else {
+                    PermissionClass::Execute
+                }),
+                ..ToolAnnotations::default()
+            };
+            let spec = ToolSpec::new(name.clone(), config.description.clone(), schema)
+                .with_annotations(annotations);
+            built.insert(name.clone(), (spec, config.clone()));
+        }
+        let sandbox = Sandbox::new(sandbox, dir)?;
+        let shell = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+        Ok(CommandTools { tools: built, dir: dir.to_path_buf(), shell, sandbox })
+    }
+
+    async fn run(
+        &self,
+        name: &str,
+        config: &CommandToolConfig,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool = "command tool";
+        let program = match &config.command {
+            CommandLine::Argv(argv) => Program::Argv(argv.clone()),
+            CommandLine::Shell(line) => Program::Shell(line.clone()),
+        };
+        let label = program.label();
+        let failed = |e: FsError| e.into_tool_error(name);
+        let mut command = shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program)
+            .map_err(failed)?;
+        command.stdin(Stdio::piped());
+        for (key, value) in &config.env {
+            command.env(key, value);
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|source| failed(FsError::Spawn { command: label.clone(), source }))?;
+        let group = shell::GroupKill::of(&child);
+        let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
+        input.push(b'\n');
+        let stdin = child.stdin.take();
+        let feed = async move {
+            // A program that does not read its stdin closes it: that is not a failure.
+            if let Some(mut stdin) = stdin {
+                let _ = stdin.write_all(&input).await;
+                let _ = stdin.shutdown().await;
+            }
+        };
+        let stdout = child.stdout.take();
+        let read_out = async move {
+            let mut bytes = Vec::new();
+            if let Some(stdout) = stdout {
+                let mut limited = stdout.take(STDOUT_MAX as u64 + 1);
+                let _ = limited.read_to_end(&mut bytes).await;
+            }
+            bytes
+        };
+        let stderr = child.stderr.take();
+        let read_err = async move {
+            let mut bytes = Vec::new();
+            if let Some(stderr) = stderr {
+                let mut limited = stderr.take(STDOUT_MAX as u64);
+                let _ = limited.read_to_end(&mut bytes).await;
+            }
+            bytes
+        };
+        let limit = Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS));
+        let work = async {
+            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
+            (out, err, status)
+        };
+        let ended = tokio::select! {
+            ended = work => Some(ended),
+            () = tokio::time::sleep(limit) => None,
+            () = ctx.cancel_token().cancelled() => {
+                group.kill();
+                let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
+                return Err(ToolError::Cancelled { tool: name.to_owned() });
+            }
+        };
+        // Whatever the program left running in its group goes with it.
+        group.kill();
+        let Some((out, err, status)) = ended else {
+            let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
+            return Err(ToolError::Timeout { tool: name.to_owned(), after: limit });
+        };
+        let status = status.map_err(|source| failed(FsError::Spawn { command: label, source }))?;
+        if out.len() > STDOUT_MAX {
+            return Ok(ToolOutput::error(format!(
+                "`{name}` printed more than {STDOUT_MAX} bytes; its output was not kept"
+            )));
+        }
+        let stdout = String::from_utf8_lossy(&out).into_owned();
+        if !status.success() {
+            let code =
+                status.code().map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
+            let err = String::from_utf8_lossy(&err);
+            let tail = tail(err.trim(), STDERR_KEPT);
+            let mut message = format!("`{name}` failed ({code})");
+            if !tail.is_empty() {
+                message.push_str(": ");
+                message.push_str(tail);
+            } else if !stdout.trim().is_empty() {
+                message.push_str(": ");
+                message.push_str(tail_of(&stdout));
+            }
+            return Ok(ToolOutput::error(message).with_extra("exitCode", json!(status.code())));
+        }
+        match config.output.unwrap_or(CommandOutput::Text) {
+            CommandOutput::Text => Ok(ToolOutput::text(stdout)),
+            CommandOutput::Json => match serde_json::from_str::<Value>(stdout.trim()) {
+                Ok(value) => Ok(ToolOutput::json(value)),
+                Err(e) => Ok(ToolOutput::error(format!(
+                    "`{name}` is to print JSON (`output: json`) but printed what is not: {e}: `{}`",
+                    tail_of(&stdout)
+                ))),
+            },
+        }
+    }
+}
+
+fn tail_of(text: &str) -> &str {
+    tail(text.trim(), STDERR_KEPT)
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+#[async_trait]
+impl ToolProvider for CommandTools {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        COMMANDS_NAMESPACE
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self.tools.values().map(|(spec, _)| spec.clone()).collect())
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some((_, config)) = self.tools.get(name) else {
+            let suggestions = toolmux_core::suggest::closest(
+                name,
+                &self.tools.keys().map(String::as_str).collect::<Vec<_>>(),
+            )
+            .map(|s| vec![s.to_owned()])
+            .unwrap_or_default();
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
+        };
+        self.run(name, config, arguments, ctx).await
+    }
+}
