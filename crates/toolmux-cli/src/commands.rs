@@ -243,7 +243,7 @@ struct StatsPage(crate::reload::Current);
 
 impl MetricsSource for StatsPage {
     fn render(&self) -> String {
-        self.0.get().orchestrator().stats().snapshot().prometheus()
+        self.0.get().orchestrator().stats().prometheus()
     }
 }
 

@@ -419,10 +419,25 @@ const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Default)]
 pub struct Stats {
     tools: RwLock<HashMap<Arc<str>, Arc<ToolStats>>>,
+    /// Calls (ok, failed) by key holder (`key:HOLDER/…` runs), for `/metrics`; in this
+    /// process only, not in the statistics file.
+    holders: Mutex<HashMap<String, [u64; 2]>>,
     /// Per tool, the part of the counts that the statistics file already holds (loaded from
     /// it, or saved to it): a save adds only what is beyond. Locked for the whole of a save,
     /// so that two saves of one process do not add the same counts twice.
     saved: Mutex<HashMap<String, Counters>>,
+}
+
+/// Key holders counted at most; calls of others count under [`OTHER_HOLDERS`].
+pub const HOLDERS_MAX: usize = 1000;
+
+/// Where calls of holders past [`HOLDERS_MAX`] are counted.
+pub const OTHER_HOLDERS: &str = "(other holders)";
+
+/// The key holder a run belongs to: `alice` of `key:alice/…`, none for other runs.
+pub fn holder_of(run: &str) -> Option<&str> {
+    let rest = run.strip_prefix("key:")?;
+    Some(rest.split_once('/').map_or(rest, |(holder, _)| holder))
 }
 
 /// How many entries beyond one per tool calls to names that are not tools may add: calls
@@ -465,6 +480,57 @@ impl Stats {
             version: 1,
             tools: tools.iter().map(|(name, s)| (name.to_string(), s.snapshot())).collect(),
         }
+    }
+
+    /// Counts a call of key holder `holder`.
+    pub fn record_holder(&self, holder: &str, ok: bool) {
+        let mut holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        let key = if holders.len() >= HOLDERS_MAX && !holders.contains_key(holder) {
+            OTHER_HOLDERS
+        } else {
+            holder
+        };
+        let counts = match holders.get_mut(key) {
+            Some(counts) => counts,
+            None => holders.entry(key.to_owned()).or_default(),
+        };
+        counts[usize::from(!ok)] += 1;
+    }
+
+    /// Calls (ok, failed) by key holder, sorted by holder.
+    pub fn holders(&self) -> Vec<(String, u64, u64)> {
+        let holders = self.holders.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<(String, u64, u64)> =
+            holders.iter().map(|(h, [ok, failed])| (h.clone(), *ok, *failed)).collect();
+        list.sort();
+        list
+    }
+
+    /// [`StatsSnapshot::prometheus`] of this process's statistics, with the calls by key
+    /// holder (`toolmux_holder_calls_total`) after them.
+    pub fn prometheus(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = self.snapshot().prometheus();
+        let holders = self.holders();
+        if holders.is_empty() {
+            return out;
+        }
+        out.push_str(
+            "# HELP toolmux_holder_calls_total Tool calls, by key holder and outcome.\n\
+             # TYPE toolmux_holder_calls_total counter\n",
+        );
+        for (holder, ok, failed) in holders {
+            let holder = label_value(&holder);
+            let _ = writeln!(
+                out,
+                "toolmux_holder_calls_total{{holder=\"{holder}\",outcome=\"ok\"}} {ok}"
+            );
+            let _ = writeln!(
+                out,
+                "toolmux_holder_calls_total{{holder=\"{holder}\",outcome=\"failed\"}} {failed}"
+            );
+        }
+        out
     }
 
     /// Adds saved statistics to the current ones (as if this process had made those calls:
@@ -739,6 +805,29 @@ mod tests {
             let mid = bucket_midpoint(b) as f64;
             assert!((mid - v as f64).abs() <= (v as f64) * 0.2 + 1.0, "{v} -> {mid}");
         }
+    }
+
+    #[test]
+    fn calls_are_counted_by_key_holder_within_a_bound() {
+        assert_eq!(holder_of("key:alice/run-1"), Some("alice"));
+        assert_eq!(holder_of("key:oauth:sub-9/client:x"), Some("oauth:sub-9"));
+        assert_eq!(holder_of("key:bob"), Some("bob"));
+        assert_eq!(holder_of("run-1"), None);
+        let stats = Stats::default();
+        stats.record_holder("alice", true);
+        stats.record_holder("alice", false);
+        stats.record_holder("bob", true);
+        assert_eq!(stats.holders(), [("alice".to_owned(), 1, 1), ("bob".to_owned(), 1, 0)]);
+        for i in 0..HOLDERS_MAX {
+            stats.record_holder(&format!("h{i}"), true);
+        }
+        assert_eq!(stats.holders().len(), HOLDERS_MAX + 1, "the rest under one entry");
+        assert!(stats.holders().iter().any(|(h, ok, _)| h == OTHER_HOLDERS && *ok == 2));
+        let text = stats.prometheus();
+        assert!(
+            text.contains("toolmux_holder_calls_total{holder=\"alice\",outcome=\"failed\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -595,6 +595,10 @@ fn http_api_keys_keep_out_clients_without_one() {
         metrics.contains(r#"toolmux_tool_calls_total{tool="fs__grep",outcome="ok"} 1"#),
         "{metrics}"
     );
+    assert!(
+        metrics.contains(r#"toolmux_holder_calls_total{holder="ci",outcome="ok"} 1"#),
+        "calls by key holder: {metrics}"
+    );
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains(KEY), "the key is never logged: {}", run.stderr);
