@@ -1,5 +1,6 @@
 //! `read`: one page of a text file with numbered lines, streamed so that the last page of
-//! a huge file costs a scan, not its size in memory.
+//! a huge file costs a scan, not its size in memory; an image (PNG, JPEG, GIF, WebP) as an
+//! image, for models that see.
 
 use super::text::{Encoding, Utf16Decoder};
 use crate::config::FsLimits;
@@ -37,8 +38,8 @@ lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line.
 2000 lines from the start; pass `offset` (1-based line) and `limit` to read other parts. Lines \
 longer than 2000 characters are cut with a `[... N more characters]` marker. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
-reported. Directories are refused (use `ls`), binary files (NUL bytes in the first 8 KiB) are \
-refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
+reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
+returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
 are decoded (and refused if they are not valid UTF-16). Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read. Asking again for the same \
 range (`offset` and `limit`) of a file whose content has not changed since this run's last \
@@ -49,6 +50,55 @@ same call once more and the lines are returned.";
 /// Reads one page of `args.path`, recording the file's hash for `run`. With `may_repeat`
 /// false (a person's call, who keeps no transcript of earlier results) the page is always
 /// shown, never answered "unchanged".
+/// Images larger than this are refused (the largest a model's API takes).
+const IMAGE_MAX: u64 = 5 * 1024 * 1024;
+
+/// The MIME type of an image whose file starts with `head`, by its signature.
+fn image_type(head: &[u8]) -> Option<&'static str> {
+    match head {
+        [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, ..] => Some("image/png"),
+        [0xff, 0xd8, 0xff, ..] => Some("image/jpeg"),
+        [b'G', b'I', b'F', b'8', b'7' | b'9', b'a', ..] => Some("image/gif"),
+        [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => Some("image/webp"),
+        _ => None,
+    }
+}
+
+/// The image at `path` (`size` bytes, its first bytes in `bytes`, the rest in `reader`) as
+/// an image for the model, and recorded as read.
+#[allow(clippy::too_many_arguments)]
+fn image(
+    ws: &Workspace,
+    run: &str,
+    path: &crate::workspace::Resolved,
+    canonical: std::path::PathBuf,
+    size: u64,
+    bytes: &mut Vec<u8>,
+    reader: &mut impl Read,
+    mime_type: &'static str,
+) -> Result<ToolOutput, FsError> {
+    use base64::Engine as _;
+    if size > IMAGE_MAX {
+        return Err(FsError::TooLarge {
+            tool: "read",
+            path: path.given.clone(),
+            size,
+            limit: IMAGE_MAX,
+        });
+    }
+    reader
+        .take(IMAGE_MAX + 1 - bytes.len() as u64)
+        .read_to_end(bytes)
+        .map_err(|e| FsError::from_io(&path.given, e))?;
+    let hash: Hash = Sha256::digest(bytes.as_slice()).into();
+    ws.record_read(run, canonical, hash);
+    let data = base64::engine::general_purpose::STANDARD.encode(bytes.as_slice());
+    let text = format!("`{}`: {mime_type}, {} bytes", path.given, bytes.len());
+    let mut output = ToolOutput::text(text);
+    output.content.push(toolmux_core::ContentPart::Image { data, mime_type: mime_type.to_owned() });
+    Ok(output.with_extra("image", json!(mime_type)).with_extra("bytes", json!(bytes.len())))
+}
+
 pub(crate) fn read(
     ws: &Workspace,
     limits: &FsLimits,
@@ -95,6 +145,19 @@ pub(crate) fn read(
             Err(e) => return Err(err(e)),
         };
         let mut chunk = &buf[..n];
+        if at_start && let Some(mime_type) = image_type(chunk) {
+            let mut bytes = chunk.to_vec();
+            return image(
+                ws,
+                run,
+                &path,
+                canonical,
+                meta.len(),
+                &mut bytes,
+                &mut reader,
+                mime_type,
+            );
+        }
         hasher.update(chunk);
         if at_start {
             at_start = false;

@@ -3,6 +3,7 @@
 use crate::Fixture;
 use expect_test::expect;
 use serde_json::json;
+use toolmux_core::ContentPart;
 use toolmux_fs::FsLimits;
 
 #[tokio::test]
@@ -305,4 +306,35 @@ async fn the_description_tells_the_model_about_unchanged_answers() {
         read.description
     );
     assert!(read.description.contains("make the same call once more"), "{}", read.description);
+}
+
+/// An image (by its signature, whatever its name) is returned as an image with a line
+/// saying what it is, and counts as read; one over 5 MiB is refused; other binary files
+/// still are.
+#[tokio::test]
+async fn images_are_returned_as_images() {
+    use base64::Engine as _;
+    let fx = Fixture::new();
+    let png: Vec<u8> =
+        [&[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a][..], &[0, 1, 2, 3, 0, 255]].concat();
+    std::fs::write(fx.root().join("shot.png"), &png).unwrap();
+    let out = fx.call("read", json!({"path": "shot.png"})).await.unwrap();
+    assert_eq!(out.content.len(), 2, "{:?}", out.content);
+    assert_eq!(
+        out.content[0],
+        ContentPart::Text { text: "`shot.png`: image/png, 14 bytes".into() }
+    );
+    let data = base64::engine::general_purpose::STANDARD.encode(&png);
+    assert_eq!(out.content[1], ContentPart::Image { data, mime_type: "image/png".into() });
+    // Read in this run: writing it needs no other read.
+    let written = fx.call("write", json!({"path": "shot.png", "content": "now text"})).await;
+    assert!(written.is_ok(), "{written:?}");
+
+    let jpeg = [&[0xff, 0xd8, 0xff, 0xe0][..], &vec![0u8; 5 * 1024 * 1024 + 1]].concat();
+    std::fs::write(fx.root().join("huge.jpg"), &jpeg).unwrap();
+    let err = fx.err("read", json!({"path": "huge.jpg"})).await;
+    assert!(err.contains("over the 5242880-byte limit"), "{err}");
+    std::fs::write(fx.root().join("blob.bin"), [1u8, 0, 2, 0]).unwrap();
+    let err = fx.err("read", json!({"path": "blob.bin"})).await;
+    assert!(err.contains("binary"), "{err}");
 }
