@@ -26,6 +26,7 @@
 
 pub mod conformance;
 pub mod llm;
+pub mod loopback;
 pub mod mock;
 pub mod otlp;
 pub mod redis;

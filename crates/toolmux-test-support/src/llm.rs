@@ -22,11 +22,9 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Which API the server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,7 +171,8 @@ pub struct ScriptedLlmServer {
     dialect: Dialect,
     addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: CancellationToken,
+    /// Stops serving when dropped.
+    _server: crate::loopback::Loopback,
 }
 
 #[derive(Debug)]
@@ -208,10 +207,6 @@ impl ScriptedLlmServer {
             dialect,
             state: Mutex::new(Recorded { script: script.into(), ..Recorded::default() }),
         });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a test machine can bind a loopback port");
-        listener.set_nonblocking(true).expect("a bound socket can be made non-blocking");
-        let addr = listener.local_addr().expect("a bound socket has an address");
         let path = match dialect {
             Dialect::OpenAi => "/v1/chat/completions",
             Dialect::Anthropic => "/v1/messages",
@@ -222,27 +217,8 @@ impl ScriptedLlmServer {
                 error_response(StatusCode::NOT_FOUND, "no such endpoint on the scripted server")
             })
             .with_state(Arc::clone(&shared));
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        std::thread::Builder::new()
-            .name(format!("scripted-llm-{}", addr.port()))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a test machine can start a tokio runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener)
-                        .expect("a non-blocking listener registers with tokio");
-                    // Requests still open (a delayed answer) end with the runtime.
-                    tokio::select! {
-                        _ = axum::serve(listener, app).into_future() => {}
-                        () = stopped.cancelled() => {}
-                    }
-                });
-            })
-            .expect("a test machine can start a thread");
-        ScriptedLlmServer { dialect, addr, shared, stop }
+        let server = crate::loopback::Loopback::serve("scripted-llm", app);
+        ScriptedLlmServer { dialect, addr: server.addr, shared, _server: server }
     }
 
     /// The `baseUrl` to configure: `http://127.0.0.1:PORT/v1` for OpenAI,
@@ -277,12 +253,6 @@ impl ScriptedLlmServer {
     /// How many steps of the script are left.
     pub fn remaining_steps(&self) -> usize {
         self.shared.state().script.len()
-    }
-}
-
-impl Drop for ScriptedLlmServer {
-    fn drop(&mut self) {
-        self.stop.cancel();
     }
 }
 

@@ -8,11 +8,9 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::routing::post;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// One request the collector received.
 #[derive(Debug, Clone)]
@@ -37,41 +35,20 @@ struct Recorded {
 pub struct OtlpCollector {
     addr: SocketAddr,
     recorded: Arc<Mutex<Recorded>>,
-    stop: CancellationToken,
+    /// Stops serving when dropped.
+    _server: crate::loopback::Loopback,
 }
 
 impl OtlpCollector {
     /// A collector on `127.0.0.1` at a free port, answering every request 200.
     pub fn start() -> OtlpCollector {
         let recorded = Arc::new(Mutex::new(Recorded::default()));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("a test machine can bind a loopback port");
-        listener.set_nonblocking(true).expect("a bound socket can be made non-blocking");
-        let addr = listener.local_addr().expect("a bound socket has an address");
         let app = Router::new()
             .route("/v1/traces", post(receive))
             .route("/v1/metrics", post(receive))
             .with_state(recorded.clone());
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        std::thread::Builder::new()
-            .name(format!("otlp-collector-{}", addr.port()))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("a test machine can start a tokio runtime");
-                runtime.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener)
-                        .expect("a non-blocking listener registers with tokio");
-                    tokio::select! {
-                        _ = axum::serve(listener, app).into_future() => {}
-                        () = stopped.cancelled() => {}
-                    }
-                });
-            })
-            .expect("a test machine can start a thread");
-        OtlpCollector { addr, recorded, stop }
+        let server = crate::loopback::Loopback::serve("otlp-collector", app);
+        OtlpCollector { addr: server.addr, recorded, _server: server }
     }
 
     /// The endpoint to configure: `http://127.0.0.1:PORT`.
@@ -126,12 +103,6 @@ impl OtlpCollector {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
         self.recorded.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl Drop for OtlpCollector {
-    fn drop(&mut self) {
-        self.stop.cancel();
     }
 }
 

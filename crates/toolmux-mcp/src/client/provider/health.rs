@@ -83,6 +83,17 @@ impl Inner {
         }
     }
 
+    /// `connection`, taken from calls, when it is the one they use now: the next call
+    /// starts the server again.
+    pub(super) fn take_if_current(&self, connection: &Arc<Connection>) -> Option<Arc<Connection>> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
+            current.take()
+        } else {
+            None
+        }
+    }
+
     /// Whether `connection` is the one calls use now.
     pub(super) fn is_current(&self, connection: &Arc<Connection>) -> bool {
         let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
@@ -97,15 +108,7 @@ impl Inner {
     /// call restarts the server, as after a crash (the failure counts toward
     /// `maxRestarts` until a request succeeds).
     async fn close_unanswering(&self, connection: &Arc<Connection>, missed: u32) {
-        let taken = {
-            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
-                current.take()
-            } else {
-                None
-            }
-        };
-        let Some(taken) = taken else { return };
+        let Some(taken) = self.take_if_current(connection) else { return };
         {
             let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
             status.missed_pings = 0;

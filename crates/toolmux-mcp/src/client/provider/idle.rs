@@ -96,15 +96,7 @@ pub(super) fn spawn_watch(inner: Weak<Inner>, connection: Arc<Connection>) {
 impl Inner {
     /// Stops the server of `connection`, unused for `after`, when calls still use it.
     async fn close_idle(&self, connection: &Arc<Connection>, after: Duration) {
-        let taken = {
-            let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-            if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, connection)) {
-                current.take()
-            } else {
-                None
-            }
-        };
-        let Some(taken) = taken else { return };
+        let Some(taken) = self.take_if_current(connection) else { return };
         tracing::info!(
             server = %self.name,
             "mcp server unused for {}: stopping it; the next call starts it again",
