@@ -116,6 +116,27 @@ async fn authorization_server(signer: Arc<Signer>) -> String {
     base
 }
 
+/// A gateway serving one echo tool on `port`, taking the tokens `verifier` accepts: its
+/// address, what stops it, and its task.
+async fn gateway(
+    port: u16,
+    verifier: TokenVerifier,
+) -> (
+    std::net::SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), toolmux_mcp::McpError>>,
+) {
+    let options =
+        ServeOptions { token_verifier: Some(Arc::new(verifier)), ..ServeOptions::default() };
+    let provider: Arc<dyn ToolProvider> =
+        Arc::new(MockProvider::new("demo").with_tool("echo", Behavior::Echo));
+    let shutdown = CancellationToken::new();
+    let address = format!("127.0.0.1:{port}").parse().expect("an address");
+    let (bound, served) =
+        bind_http(provider, address, options, shutdown.clone()).await.expect("it listens");
+    (bound, shutdown, served)
+}
+
 fn percent_decode(v: &str) -> String {
     let bytes = v.as_bytes();
     let mut out = Vec::new();
@@ -147,19 +168,7 @@ async fn toolmux_clients_reach_a_gateway_with_tokens_of_its_authorization_server
     })
     .await
     .unwrap();
-    let options =
-        ServeOptions { token_verifier: Some(Arc::new(verifier)), ..ServeOptions::default() };
-    let provider: Arc<dyn ToolProvider> =
-        Arc::new(MockProvider::new("demo").with_tool("echo", Behavior::Echo));
-    let shutdown = CancellationToken::new();
-    let (bound, served) = bind_http(
-        provider,
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        options,
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let (bound, shutdown, served) = gateway(port, verifier).await;
 
     // toolmux's own client: discovery from the challenge, client credentials, the token.
     let store = tempfile::tempdir().unwrap();
@@ -325,19 +334,7 @@ async fn opaque_tokens_are_introspected_at_the_authorization_server() {
         }),
     };
     let verifier = TokenVerifier::new(config("gw-s3cret")).await.unwrap();
-    let options =
-        ServeOptions { token_verifier: Some(Arc::new(verifier)), ..ServeOptions::default() };
-    let provider: Arc<dyn ToolProvider> =
-        Arc::new(MockProvider::new("demo").with_tool("echo", Behavior::Echo));
-    let shutdown = CancellationToken::new();
-    let (_, served) = bind_http(
-        provider,
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        options,
-        shutdown.clone(),
-    )
-    .await
-    .unwrap();
+    let (_, shutdown, served) = gateway(port, verifier).await;
     let http = reqwest::Client::new();
     let post = |token: &str| {
         http.post(&resource)
