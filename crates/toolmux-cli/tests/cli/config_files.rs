@@ -524,3 +524,66 @@ fn config_show_prints_the_merged_settings_with_secrets_redacted() {
         assert!(!output.contains("ghp-secret"), "{output}");
     }
 }
+
+/// The seeds' `tools.yml` loads as it is: each internal tool (a Python function, sync or
+/// async) is a `cmd__` tool run by `python3` from the project's root, its arguments the
+/// function's keyword arguments; a tool of another source is refused with where it goes.
+#[test]
+fn the_seeds_tools_yml_runs_its_python_functions() {
+    let project = Project::new();
+    project
+        .file("pyproject.toml", "[project]\nname = \"demo\"\n")
+        .file(
+            "src/tools/core/calculator_tool.py",
+            "import asyncio\n\
+             def calculate(expression):\n    return {\"result\": eval(expression, {}, {})}\n\
+             async def shout(text):\n    await asyncio.sleep(0)\n    return text.upper()\n",
+        )
+        .file(
+            "src/config/tools.yml",
+            r#"tools:
+  - name: "calculator"
+    description: "Perform mathematical calculations"
+    module: "src.tools.core.calculator_tool"
+    function: "calculate"
+    parameters_schema:
+      type: "object"
+      properties:
+        expression: {type: "string", description: "The expression"}
+      required: ["expression"]
+    category: "core_utils"
+    source: "internal"
+    speed: "fast"
+    safety: "sandboxed"
+  - name: "shout"
+    description: "Upper-case a text"
+    module: "src.tools.core.calculator_tool"
+    function: "shout"
+    parameters_schema: {type: object, properties: {text: {type: string}}}
+"#,
+        );
+    let config = ["--config", "src/config/tools.yml"];
+    let listed = project.run(&[&config[..], &["tools", "list"]].concat());
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert!(listed.stdout.contains("cmd__calculator"), "{}", listed.stdout);
+    let sum = project.run(
+        &[&config[..], &["tools", "call", "cmd__calculator", r#"{"expression": "2 + 3 * 4"}"#]]
+            .concat(),
+    );
+    assert_eq!(sum.code, 0, "{sum:?}");
+    assert_eq!(sum.stdout.trim(), r#"{"result": 14}"#);
+    let shouted =
+        project.run(&[&config[..], &["tools", "call", "cmd__shout", r#"{"text": "hi"}"#]].concat());
+    assert_eq!(shouted.code, 0, "{shouted:?}");
+    assert_eq!(shouted.stdout.trim(), "HI");
+    let missing = project.run(&[&config[..], &["tools", "call", "cmd__calculator"]].concat());
+    assert_ne!(missing.code, 0, "the schema's required argument: {missing:?}");
+
+    project.file(
+        "src/config/tools.yml",
+        "tools:\n  - {name: x, description: y, module: m, function: f, source: mcp}\n",
+    );
+    let refused = project.run(&[&config[..], &["config", "check"]].concat());
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("provides_tools"), "{}", refused.stderr);
+}

@@ -287,10 +287,16 @@ fn load_text(
                 "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
             )
         }));
-        // Only servers come from another program's file.
+        // Only servers (and the seeds' tools) come from another program's file.
         let servers = serde_json::to_value(&read.config.mcp_servers)
             .map_err(|e| error(None, format!("cannot merge its servers: {e}")))?;
-        let value = serde_json::json!({ "mcpServers": servers });
+        #[allow(unused_mut)]
+        let mut value = serde_json::json!({ "mcpServers": servers });
+        #[cfg(feature = "fs")]
+        if !read.config.command_tools.is_empty() {
+            value["commandTools"] = serde_json::to_value(&read.config.command_tools)
+                .map_err(|e| error(None, format!("cannot merge its tools: {e}")))?;
+        }
         let loaded = Loaded {
             config: read.config,
             file: Some(shown.to_owned()),
@@ -560,6 +566,8 @@ fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
 mod codex;
 #[cfg(feature = "mcp")]
 mod foreign;
+#[cfg(all(feature = "mcp", feature = "fs"))]
+mod seed_tools;
 
 // The tests load files with every section, so they need every provider's feature.
 #[cfg(all(test, feature = "fs", feature = "mcp", feature = "rest"))]

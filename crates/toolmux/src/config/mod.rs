@@ -14,6 +14,8 @@ pub use layers::{
     Layer, LayerKind, Layers, MANAGED_DIR, MANAGED_FILE_NAMES, USER_FILE_NAMES, load_layered,
 };
 pub use load::{FILE_NAMES, FileFormat, Loaded, discover, load, load_str};
+#[cfg(feature = "fs")]
+pub use toolmux_fs::{CommandLine, CommandToolConfig};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -78,7 +80,7 @@ pub struct Config {
     /// project's folder, in the sandbox of `fs.bash.sandbox`.
     #[cfg(feature = "fs")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub command_tools: BTreeMap<String, toolmux_fs::CommandToolConfig>,
+    pub command_tools: BTreeMap<String, CommandToolConfig>,
     /// Inline REST tools by name, offered as `rest__{name}`.
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

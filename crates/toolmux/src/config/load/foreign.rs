@@ -23,6 +23,9 @@ pub(super) enum Dialect {
     Zed,
     /// Codex's `config.toml`.
     Codex,
+    /// The specification seeds' `tools.yml` (Python internal tools).
+    #[cfg(feature = "fs")]
+    SeedTools,
 }
 
 /// Top-level keys of Gemini CLI's settings (flat ones of its first versions, groups of
@@ -89,6 +92,10 @@ impl Dialect {
     pub(super) fn of(path: Option<&Path>, value: &Value) -> Option<Dialect> {
         if let Some(dialect) = path.and_then(Dialect::by_name) {
             return Some(dialect);
+        }
+        #[cfg(feature = "fs")]
+        if super::seed_tools::is_seed_tools(value) {
+            return Some(Dialect::SeedTools);
         }
         let top = value.as_object()?;
         let listed = top.get("mcp").and_then(|m| m.get("servers")).is_some_and(Value::is_array);
@@ -160,6 +167,8 @@ pub(super) fn read(
             Dialect::Gemini => &["mcpServers", "mcp", "allowMCPServers", "excludeMCPServers"],
             Dialect::Zed => &["context_servers"],
             Dialect::Codex => &["mcp_servers", "mcp"],
+            #[cfg(feature = "fs")]
+            Dialect::SeedTools => &["tools"],
         };
         top.retain(|k, _| keep.contains(&k.as_str()));
     }
@@ -175,6 +184,8 @@ pub(super) fn read(
             Ok(converted(servers, warnings, found))
         }
         Dialect::Codex => super::codex::read(value, source),
+        #[cfg(feature = "fs")]
+        Dialect::SeedTools => super::seed_tools::read(value, source),
         Dialect::Zed => {
             typed::<ZedFile>(source.text, source.format).map_err(located)?;
             let (file, found, _) = expand_into::<ZedFile>(value, source)?;
