@@ -151,7 +151,8 @@ impl CommandTools {
             built.insert(name.clone(), (spec, config.clone()));
         }
         let sandbox = Sandbox::new(sandbox, dir)?;
-        let shell = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+        // The shell and the environment passed through; the sandbox is `sandbox`'s.
+        let shell = BashConfig::default();
         Ok(CommandTools { tools: built, dir: dir.to_path_buf(), shell, sandbox })
     }
 

@@ -66,18 +66,8 @@ async fn authorization_server(signer: Arc<Signer>) -> String {
     let jwks = signer.jwks().to_string();
     let issuer = base.clone();
     let router = axum::Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            axum::routing::get(move || async move {
-                ([("content-type", "application/json")], metadata)
-            }),
-        )
-        .route(
-            "/jwks",
-            axum::routing::get(
-                move || async move { ([("content-type", "application/json")], jwks) },
-            ),
-        )
+        .route("/.well-known/oauth-authorization-server", json_get(metadata))
+        .route("/jwks", json_get(jwks))
         .route(
             "/token",
             axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {
@@ -135,6 +125,11 @@ async fn gateway(
     let (bound, served) =
         bind_http(provider, address, options, shutdown.clone()).await.expect("it listens");
     (bound, shutdown, served)
+}
+
+/// A `GET` route answering the JSON document `body`.
+fn json_get(body: String) -> axum::routing::MethodRouter {
+    axum::routing::get(move || async move { ([("content-type", "application/json")], body) })
 }
 
 fn percent_decode(v: &str) -> String {
@@ -258,12 +253,7 @@ async fn introspecting_server(
     .to_string();
     let issuer = base.clone();
     let router = axum::Router::new()
-        .route(
-            "/.well-known/oauth-authorization-server",
-            axum::routing::get(move || async move {
-                ([("content-type", "application/json")], metadata)
-            }),
-        )
+        .route("/.well-known/oauth-authorization-server", json_get(metadata))
         .route(
             "/introspect",
             axum::routing::post(move |headers: axum::http::HeaderMap, body: String| {

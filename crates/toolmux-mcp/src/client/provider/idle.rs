@@ -37,10 +37,9 @@ impl Idle {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    /// A call starts.
+    /// A call starts (its connection, asked for next, marks the server used).
     pub(super) fn enter(&self) -> Busy<'_> {
         self.busy.fetch_add(1, Ordering::AcqRel);
-        self.touch();
         Busy(self)
     }
 
