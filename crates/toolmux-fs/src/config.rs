@@ -16,7 +16,7 @@ use toolmux_core::PermissionClass;
 pub enum Permission {
     /// `read`, `grep`, `glob`, `ls`.
     Read,
-    /// `write`, `edit`, `multi_edit`.
+    /// `write`, `edit`, `multi_edit`, `apply_patch`.
     Write,
     /// `bash`, `exec`.
     Execute,
@@ -61,7 +61,8 @@ pub struct FsConfig {
     /// Output limits.
     #[serde(default)]
     pub limits: FsLimits,
-    /// Paths beneath the root that `write`, `edit` and `multi_edit` refuse to change:
+    /// Paths beneath the root that `write`, `edit`, `multi_edit` and `apply_patch` refuse to
+    /// change:
     /// `.gitignore`-style lines relative to the root, such as `**/.env` or `secrets/`.
     /// Every `.git` directory is protected whatever this says. Protection does not reach
     /// `bash` and `exec`: their sandbox ([`BashConfig::sandbox`]) confines writes to whole
@@ -337,7 +338,7 @@ pub struct FsLimits {
     /// Bytes of text one `read` page may hold; past it the page ends early and says how
     /// to continue.
     pub read_page_bytes: usize,
-    /// Largest file `edit`, `multi_edit` and `write` load or write, in bytes.
+    /// Largest file `edit`, `multi_edit`, `apply_patch` and `write` load or write, in bytes.
     pub edit_max_bytes: u64,
     /// `head_limit` of `grep` when the call gives none.
     pub grep_head_limit: usize,

@@ -4,7 +4,7 @@ use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
 use crate::protect::Protection;
 use crate::sandbox::Sandbox;
-use crate::tools::{edit, glob, grep, ls, read, shell, tasks, write};
+use crate::tools::{edit, glob, grep, ls, patch, read, shell, tasks, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -40,6 +40,7 @@ enum Tool {
     Write,
     Edit,
     MultiEdit,
+    ApplyPatch,
     Grep,
     Glob,
     Ls,
@@ -50,11 +51,12 @@ enum Tool {
     TaskList,
 }
 
-const ALL: [Tool; 12] = [
+const ALL: [Tool; 13] = [
     Tool::Read,
     Tool::Write,
     Tool::Edit,
     Tool::MultiEdit,
+    Tool::ApplyPatch,
     Tool::Grep,
     Tool::Glob,
     Tool::Ls,
@@ -72,6 +74,7 @@ impl Tool {
             Tool::Write => "write",
             Tool::Edit => "edit",
             Tool::MultiEdit => "multi_edit",
+            Tool::ApplyPatch => "apply_patch",
             Tool::Grep => "grep",
             Tool::Glob => "glob",
             Tool::Ls => "ls",
@@ -90,7 +93,7 @@ impl Tool {
     fn permission(self) -> Permission {
         match self {
             Tool::Read | Tool::Grep | Tool::Glob | Tool::Ls => Permission::Read,
-            Tool::Write | Tool::Edit | Tool::MultiEdit => Permission::Write,
+            Tool::Write | Tool::Edit | Tool::MultiEdit | Tool::ApplyPatch => Permission::Write,
             Tool::Bash | Tool::Exec | Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => {
                 Permission::Execute
             }
@@ -106,6 +109,7 @@ impl Tool {
             Tool::MultiEdit => {
                 (edit::MULTI_EDIT_DESCRIPTION.into(), schema_for::<edit::MultiEditArgs>())
             }
+            Tool::ApplyPatch => (patch::DESCRIPTION.into(), schema_for::<patch::ApplyPatchArgs>()),
             Tool::Grep => (grep::DESCRIPTION.into(), schema_for::<grep::GrepArgs>()),
             Tool::Glob => (glob::DESCRIPTION.into(), schema_for::<glob::GlobArgs>()),
             Tool::Ls => (ls::DESCRIPTION.into(), schema_for::<ls::LsArgs>()),
@@ -190,6 +194,21 @@ impl FsProvider {
         self.workspace.root()
     }
 
+    /// Where the path `given` leads, for permission rules.
+    fn path_subject(&self, given: &str) -> Result<Subject, String> {
+        let resolved = self.workspace.resolve(given).map_err(|e| e.to_string())?;
+        let target = self.workspace.resolve_target(&resolved);
+        let mut parts = Vec::new();
+        for part in target.components() {
+            match part {
+                Component::Normal(name) => parts.push(name.to_string_lossy().into_owned()),
+                Component::CurDir => {}
+                _ => return Err(format!("path `{given}` leads outside the workspace")),
+            }
+        }
+        Ok(Subject::Path(if parts.is_empty() { ".".to_owned() } else { parts.join("/") }))
+    }
+
     fn enabled(&self, tool: Tool) -> bool {
         self.config.permissions.contains(&tool.permission())
     }
@@ -262,6 +281,13 @@ impl FsProvider {
                 let args: edit::MultiEditArgs = parse(tool, arguments)?;
                 self.blocking_to_end(tool, move |ws, config| {
                     edit::multi_edit(ws, &config.limits, &run, args)
+                })
+                .await
+            }
+            Tool::ApplyPatch => {
+                let args: patch::ApplyPatchArgs = parse(tool, arguments)?;
+                self.blocking_to_end(tool, move |ws, config| {
+                    patch::apply_patch(ws, &config.limits, &run, args)
                 })
                 .await
             }
@@ -497,21 +523,12 @@ impl ToolProvider for FsProvider {
                 Ok(vec![Subject::Argv(argv)])
             }
             Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => Ok(Vec::new()),
-            _ => {
-                let given = text("path").unwrap_or(".");
-                let resolved = self.workspace.resolve(given).map_err(|e| e.to_string())?;
-                let target = self.workspace.resolve_target(&resolved);
-                let mut parts = Vec::new();
-                for part in target.components() {
-                    match part {
-                        Component::Normal(name) => parts.push(name.to_string_lossy().into_owned()),
-                        Component::CurDir => {}
-                        _ => return Err(format!("path `{given}` leads outside the workspace")),
-                    }
-                }
-                let path = if parts.is_empty() { ".".to_owned() } else { parts.join("/") };
-                Ok(vec![Subject::Path(path)])
+            // Every file the patch adds, deletes, changes or moves to.
+            Tool::ApplyPatch => {
+                let input = text("input").or_else(|| text("patch")).ok_or("`input` is missing")?;
+                patch::paths(input)?.iter().map(|given| self.path_subject(given)).collect()
             }
+            _ => Ok(vec![self.path_subject(text("path").unwrap_or("."))?]),
         }
     }
 

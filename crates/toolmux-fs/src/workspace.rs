@@ -546,6 +546,21 @@ impl Workspace {
         })
     }
 
+    /// Removes the regular file at `path` (a symlink there is refused, not followed),
+    /// checked as a write.
+    pub fn remove_file(&self, path: &Resolved) -> Result<(), FsError> {
+        let err = |e: io::Error| FsError::from_io(&path.given, e);
+        self.check_write(path)?;
+        let meta = self.dir.symlink_metadata(&path.relative).map_err(err)?;
+        if meta.is_dir() {
+            return Err(FsError::IsDirectory { path: path.given.clone() });
+        }
+        if !meta.is_file() {
+            return Err(FsError::NotRegularFile { path: path.given.clone() });
+        }
+        self.dir.remove_file(&path.relative).map_err(err)
+    }
+
     /// Where a write to `path` lands: the path itself, or the target of a symlink at it.
     fn write_target(&self, path: &Resolved) -> Result<PathBuf, FsError> {
         match self.dir.symlink_metadata(&path.relative) {

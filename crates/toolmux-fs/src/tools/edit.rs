@@ -33,6 +33,14 @@ pub struct EditArgs {
     /// Replace every occurrence; otherwise `old_string` must occur exactly once.
     #[serde(default)]
     pub replace_all: bool,
+    /// How many times `old_string` must occur: the edit is refused unless it occurs exactly
+    /// this often, and then every occurrence is replaced (safer than `replace_all`).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub expected_count: Option<usize>,
+    /// Check the edit and show its diff without writing anything.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// One replacement of `multi_edit`.
@@ -46,6 +54,10 @@ pub struct EditOperation {
     /// Replace every occurrence; otherwise `old_string` must occur exactly once.
     #[serde(default)]
     pub replace_all: bool,
+    /// How many times `old_string` must occur (then every occurrence is replaced).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub expected_count: Option<usize>,
 }
 
 /// Arguments of `multi_edit`.
@@ -57,13 +69,17 @@ pub struct MultiEditArgs {
     /// The replacements, applied in order, each to the result of the previous one.
     #[schemars(length(min = 1))]
     pub edits: Vec<EditOperation>,
+    /// Check the edits and show their diff without writing anything.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 pub(crate) const EDIT_DESCRIPTION: &str = "Replace exact text in a file. `old_string` must match \
 the file exactly (whitespace and indentation included, without the line-number prefix `read` \
 shows) and occur exactly once, unless `replace_all` is true. When it is not found, the error \
 names the closest line; when it occurs several times, the error gives the count and line \
-numbers: add surrounding context to make it unique. `old_string` and `new_string` must differ. \
+numbers: add surrounding context to make it unique. `expected_count` N replaces every \
+occurrence but only if there are exactly N. `dry_run` shows the diff and writes nothing. `old_string` and `new_string` must differ. \
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
@@ -73,8 +89,9 @@ and has changed since, the edit is refused until you read it again.";
 
 pub(crate) const MULTI_EDIT_DESCRIPTION: &str = "Apply several exact replacements to one file, \
 all or nothing: each edit (`old_string`, `new_string`, `replace_all`) is applied in order to the \
-result of the previous one, with the same rules as `edit`; if any edit fails, nothing is written \
-and the error names the failing edit. The write is atomic. Returns the number of replacements \
+result of the previous one, with the same rules as `edit` (`expected_count` included); if any \
+edit fails, nothing is written and the error names the failing edit. `dry_run` shows the diff \
+and writes nothing. The write is atomic. Returns the number of replacements \
 and a short diff.";
 
 /// Runs `edit`.
@@ -88,8 +105,9 @@ pub(crate) fn edit(
         old_string: args.old_string,
         new_string: args.new_string,
         replace_all: args.replace_all,
+        expected_count: args.expected_count,
     };
-    apply(ws, limits, run, &args.path, std::slice::from_ref(&op))
+    apply(ws, limits, run, &args.path, std::slice::from_ref(&op), args.dry_run)
 }
 
 /// Runs `multi_edit`.
@@ -105,7 +123,7 @@ pub(crate) fn multi_edit(
             message: "`edits` is empty: give at least one edit".into(),
         });
     }
-    apply(ws, limits, run, &args.path, &args.edits)
+    apply(ws, limits, run, &args.path, &args.edits, args.dry_run)
 }
 
 fn apply(
@@ -114,6 +132,7 @@ fn apply(
     run: &str,
     given: &str,
     edits: &[EditOperation],
+    dry_run: bool,
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve(given)?;
     let target = ws.check_write(&path)?;
@@ -121,7 +140,7 @@ fn apply(
     // one file apply one after the other, each to the result of the last.
     let _lock = ws.lock_file(&path, &target)?;
     let multi = edits.len() > 1;
-    let (original, encoding) = match load(ws, limits, run, &path) {
+    let (original, encoding) = match load(ws, limits, run, &path, "edit") {
         Ok((text, encoding)) => (Some(text), encoding),
         Err(FsError::NotFound { .. }) if edits[0].old_string.is_empty() => (None, Encoding::Utf8),
         Err(e) => return Err(e),
@@ -138,6 +157,12 @@ fn apply(
             path: path.given.clone(),
             message: format!("{label}{message}; nothing was written"),
         };
+        if op.expected_count == Some(0) {
+            return Err(fail(
+                "expected_count is 0: give the number of occurrences to replace (at least 1)"
+                    .into(),
+            ));
+        }
         if op.old_string == op.new_string {
             return Err(fail(
                 "no changes to make: old_string and new_string are exactly the same".into(),
@@ -160,20 +185,35 @@ fn apply(
         if starts.is_empty() {
             return Err(fail(not_found(&text, &op.old_string, &path.given)));
         }
-        if starts.len() > 1 && !op.replace_all {
+        let listed = || {
             let lines: Vec<String> = starts
                 .iter()
                 .take(LISTED_MATCHES)
                 .map(|&at| line_of(&text, at).to_string())
                 .collect();
             let more = if starts.len() > LISTED_MATCHES { ", ..." } else { "" };
+            format!("{}{more}", lines.join(", "))
+        };
+        if let Some(expected) = op.expected_count
+            && expected != starts.len()
+        {
             return Err(fail(format!(
-                "found {} matches of old_string in `{}` (at lines {}{more}) but replace_all is \
+                "expected {expected} occurrence{} of old_string in `{}` but found {} (at lines \
+                 {}): check old_string, or give the count found",
+                if expected == 1 { "" } else { "s" },
+                path.given,
+                starts.len(),
+                listed()
+            )));
+        }
+        if starts.len() > 1 && !op.replace_all && op.expected_count.is_none() {
+            return Err(fail(format!(
+                "found {} matches of old_string in `{}` (at lines {}) but replace_all is \
                  false: set replace_all to true to replace every occurrence, or add surrounding \
                  context to old_string to pick one",
                 starts.len(),
                 path.given,
-                lines.join(", ")
+                listed()
             )));
         }
         for &at in starts.iter().take(DIFF_HUNKS.saturating_sub(hunks.len())) {
@@ -183,9 +223,22 @@ fn apply(
         text = text.replace(old.as_str(), &new);
     }
     let bytes = encoding.encode(&text);
-    let written = ws.write_atomic(&path, &bytes)?;
-    ws.record_read(run, written.canonical, workspace::hash(&bytes));
-    let mut out = if created {
+    if !dry_run {
+        let written = ws.write_atomic(&path, &bytes)?;
+        ws.record_read(run, written.canonical, workspace::hash(&bytes));
+    }
+    let mut out = if dry_run {
+        let s = if replacements == 1 { "" } else { "s" };
+        let what = if created {
+            "create the file".to_owned()
+        } else {
+            format!("make {replacements} replacement{s}")
+        };
+        format!(
+            "dry run: the edit applies; it would {what} in `{}` (nothing was written)",
+            path.given
+        )
+    } else if created {
         format!("created `{}` ({} lines)", path.given, text.lines().count())
     } else {
         let s = if replacements == 1 { "" } else { "s" };
@@ -199,18 +252,20 @@ fn apply(
     }
     Ok(ToolOutput::text(out)
         .with_extra("replacements", json!(replacements))
-        .with_extra("created", json!(created)))
+        .with_extra("created", json!(created))
+        .with_extra("dry_run", json!(dry_run)))
 }
 
 /// Loads the file as text (without its byte order mark) and its encoding, refusing it when
 /// it changed since it was read in `run`.
-fn load(
+pub(super) fn load(
     ws: &Workspace,
     limits: &FsLimits,
     run: &str,
     path: &Resolved,
+    tool: &'static str,
 ) -> Result<(String, Encoding), FsError> {
-    let bytes = ws.read_small("edit", path, limits.edit_max_bytes)?;
+    let bytes = ws.read_small(tool, path, limits.edit_max_bytes)?;
     let encoding = Encoding::sniff(&bytes);
     // NUL bytes are ordinary in UTF-16 text.
     if !encoding.is_utf16() && bytes[..bytes.len().min(8192)].contains(&0) {
@@ -278,7 +333,7 @@ fn match_form(
 
 /// The plain character a typographic one stands for (curly quotes, primes, dashes, the
 /// minus sign, non-breaking and thin spaces), which models often write plain.
-fn plain(c: char) -> char {
+pub(super) fn plain(c: char) -> char {
     match c {
         '\u{2018}' | '\u{2019}' | '\u{201A}' | '\u{201B}' | '\u{2032}' => '\'',
         '\u{201C}' | '\u{201D}' | '\u{201E}' | '\u{201F}' | '\u{2033}' => '"',
@@ -370,7 +425,7 @@ fn not_found(text: &str, old: &str, given: &str) -> String {
 }
 
 /// Dice similarity of the character bigrams of two strings, in 0..=1.
-fn similarity(a: &str, b: &str) -> f64 {
+pub(super) fn similarity(a: &str, b: &str) -> f64 {
     if a == b {
         return 1.0;
     }

@@ -6,6 +6,7 @@ pub(crate) mod edit;
 pub(crate) mod glob;
 pub(crate) mod grep;
 pub(crate) mod ls;
+pub(crate) mod patch;
 pub(crate) mod read;
 pub(crate) mod shell;
 pub(crate) mod spill;

@@ -153,6 +153,21 @@ fn calls(path: &str, i: usize) -> Vec<(&'static str, Value)> {
             json!({"path": path, "edits": [{"old_string": "x", "new_string": "PWNED"}]}),
         ),
         (
+            "apply_patch",
+            json!({"input": format!("*** Begin Patch\n*** Update File: {path}\n@@\n-x\n+PWNED\n*** End Patch")}),
+        ),
+        (
+            "apply_patch",
+            json!({"input": format!("*** Begin Patch\n*** Add File: {path}\n+PWNED {i}\n*** End Patch")}),
+        ),
+        (
+            "apply_patch",
+            json!({"input": format!(
+                "*** Begin Patch\n*** Add File: moving-{i}.txt\n+x\n*** Update File: moving-{i}.txt\n\
+                 *** Move to: {path}\n@@\n-x\n+PWNED {i}\n*** End Patch"
+            )}),
+        ),
+        (
             "grep",
             json!({"pattern": "SENTINEL|secret|PWNED|root:", "path": path, "output_mode": "content", "-i": true}),
         ),

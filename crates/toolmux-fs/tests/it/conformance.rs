@@ -17,6 +17,7 @@ async fn every_tool_passes_the_conformance_suite() {
         .with_sample(SampleCall::new("write", json!({"path": "src/lib.rs", "content": "x"})).expect_failure().expect_text_contains("has not been read"))
         .with_sample(SampleCall::new("edit", json!({"path": "a.txt", "old_string": "world", "new_string": "there"})).expect_text_contains("made 1 replacement"))
         .with_sample(SampleCall::new("multi_edit", json!({"path": "a.txt", "edits": [{"old_string": "hello", "new_string": "hi"}, {"old_string": "hi", "new_string": "hey"}]})).expect_text_contains("made 2 replacements"))
+        .with_sample(SampleCall::new("apply_patch", json!({"input": "*** Begin Patch\n*** Add File: a2.txt\n+one\n*** Update File: a2.txt\n one\n+two\n*** End Patch"})).expect_text_contains("M a2.txt (+1 -0)"))
         .with_sample(SampleCall::new("grep", json!({"pattern": "pub fn", "output_mode": "content"})).expect_text_contains("src/lib.rs:1:pub fn f() {}"))
         .with_sample(SampleCall::new("glob", json!({"pattern": "**/*.rs"})).expect_text_contains("src/lib.rs"))
         .with_sample(SampleCall::new("ls", json!({"depth": 2})).expect_text_contains("lib.rs (14 bytes)"))

@@ -308,3 +308,77 @@ async fn typographic_characters_match_plain_ones() {
     assert_eq!(out.extras["replacements"], 2);
     assert_eq!(fx.get("three.md"), "say \"bye\" and \"bye\"\n");
 }
+
+#[tokio::test]
+async fn expected_count_replaces_exactly_that_many() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\nb\na\nc\na\n");
+    expect!["expected 2 occurrences of old_string in `a.txt` but found 3 (at lines 1, 3, 5): check old_string, or give the count found; nothing was written"]
+        .assert_eq(&fx.err("edit", json!({"path": "a.txt", "old_string": "a", "new_string": "z", "expected_count": 2})).await);
+    let zero = fx
+        .err(
+            "edit",
+            json!({"path": "a.txt", "old_string": "a", "new_string": "z", "expected_count": 0}),
+        )
+        .await;
+    assert!(zero.contains("expected_count"), "{zero}");
+    assert_eq!(fx.get("a.txt"), "a\nb\na\nc\na\n");
+    let out = fx
+        .ok(
+            "edit",
+            json!({"path": "a.txt", "old_string": "a", "new_string": "z", "expected_count": 3}),
+        )
+        .await;
+    assert!(out.starts_with("made 3 replacements"), "{out}");
+    assert_eq!(fx.get("a.txt"), "z\nb\nz\nc\nz\n");
+    // In multi_edit, per edit.
+    let error = fx
+        .err(
+            "multi_edit",
+            json!({"path": "a.txt", "edits": [
+                {"old_string": "b", "new_string": "B"},
+                {"old_string": "z", "new_string": "y", "expected_count": 1}
+            ]}),
+        )
+        .await;
+    assert!(error.starts_with("edit 2: expected 1 occurrence of old_string"), "{error}");
+}
+
+#[tokio::test]
+async fn a_dry_run_shows_the_diff_and_writes_nothing() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    let out = fx
+        .call(
+            "edit",
+            json!({"path": "a.txt", "old_string": "two", "new_string": "2", "dry_run": true}),
+        )
+        .await
+        .unwrap();
+    expect![[r#"
+        dry run: the edit applies; it would make 1 replacement in `a.txt` (nothing was written)
+        @@ line 2 @@
+        -two
+        +2"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["dry_run"], true);
+    let out = fx
+        .ok(
+            "multi_edit",
+            json!({"path": "a.txt", "dry_run": true, "edits": [
+                {"old_string": "one", "new_string": "1"},
+                {"old_string": "two", "new_string": "2"}
+            ]}),
+        )
+        .await;
+    assert!(out.starts_with("dry run: the edit applies; it would make 2 replacements"), "{out}");
+    let created = fx
+        .ok(
+            "edit",
+            json!({"path": "new.txt", "old_string": "", "new_string": "x", "dry_run": true}),
+        )
+        .await;
+    assert!(created.contains("it would create the file in `new.txt`"), "{created}");
+    assert_eq!(fx.get("a.txt"), "one\ntwo\n");
+    assert!(!fx.root().join("new.txt").exists());
+}

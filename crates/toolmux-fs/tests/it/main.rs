@@ -9,6 +9,7 @@ mod edit;
 mod grep;
 mod listing;
 mod parallel;
+mod patch;
 mod protect;
 mod read;
 mod sandbox;

@@ -15,6 +15,7 @@ fn each_tool_says_what_its_calls_act_on() {
         ("read", Some(SubjectKind::Path)),
         ("write", Some(SubjectKind::Path)),
         ("multi_edit", Some(SubjectKind::Path)),
+        ("apply_patch", Some(SubjectKind::Path)),
         ("grep", Some(SubjectKind::Path)),
         ("ls", Some(SubjectKind::Path)),
         ("bash", Some(SubjectKind::Command)),

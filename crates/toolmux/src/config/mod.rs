@@ -349,8 +349,8 @@ pub struct FsSection {
     /// Output limits.
     #[serde(default)]
     pub limits: toolmux_fs::FsLimits,
-    /// Paths beneath the root that `fs__write`, `fs__edit` and `fs__multi_edit` refuse to
-    /// change: `.gitignore`-style lines relative to the root, such as `**/.env` or
+    /// Paths beneath the root that `fs__write`, `fs__edit`, `fs__multi_edit` and
+    /// `fs__apply_patch` refuse to change: `.gitignore`-style lines relative to the root, such as `**/.env` or
     /// `secrets/`. Every `.git`, the configuration file, an MCP server's `envFile`, the
     /// audit log, the statistics file and the output directory are protected whatever this
     /// says (the last two and the audit log are not read either). Protection does not reach

@@ -1,0 +1,976 @@
+//! `apply_patch`: Codex's patch format (`*** Begin Patch` … `*** End Patch`), several
+//! files added, deleted, changed and moved in one call, all or nothing.
+//!
+//! The patch is parsed whole, every file it names is locked (in one order, so two patches
+//! never wait on each other), loaded and changed in memory, and only then written. A write
+//! that fails part way is undone file by file, so the workspace is left as it was.
+
+use super::edit::{load, plain, similarity};
+use super::text::{Encoding, LineEnding};
+use crate::config::FsLimits;
+use crate::error::FsError;
+use crate::workspace::{self, FileLock, Resolved, Workspace};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use toolmux_core::ToolOutput;
+
+/// Arguments of `apply_patch`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyPatchArgs {
+    /// The whole patch, from `*** Begin Patch` to `*** End Patch`.
+    #[serde(alias = "patch")]
+    pub input: String,
+    /// Check the patch and say what it would change, without writing anything.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+pub(crate) const DESCRIPTION: &str = "Add, delete, change and move files with one patch, all \
+or nothing. The patch is text in this format:\n\
+*** Begin Patch\n\
+*** Add File: path/new.txt\n\
++every line of the new file, each starting with +\n\
+*** Delete File: path/old.txt\n\
+*** Update File: path/file.py\n\
+*** Move to: path/renamed.py   (optional)\n\
+@@ def handler():   (optional: a line above the change, to find the right place)\n\
+ a context line, starting with a space\n\
+-a line to remove\n\
++a line to add\n\
+*** End of File   (optional: the hunk ends at the end of the file)\n\
+*** End Patch\n\
+Paths are relative to the workspace root. Give about 3 lines of context above and below each \
+change; when that is not unique, add `@@` lines naming the enclosing class or function (several \
+`@@` lines narrow in turn). Hunks of one file are found in order, each after the last. Context is \
+matched exactly, then ignoring trailing whitespace, then surrounding whitespace, then typographic \
+quotes and dashes; the result says when a looser match was used. A file keeps its encoding and \
+line endings. If any hunk does not apply, nothing is written and the error says which. A file \
+read in this run that has changed since is refused until it is read again. With `dry_run`, \
+nothing is written.";
+
+/// A patch line, 1-based, for messages.
+type LineNo = usize;
+
+/// One file operation of a patch.
+#[derive(Debug, PartialEq, Eq)]
+enum Op {
+    Add { path: String, lines: Vec<String> },
+    Delete { path: String },
+    Update { path: String, move_to: Option<String>, hunks: Vec<Hunk> },
+}
+
+/// One `@@` hunk of an update.
+#[derive(Debug, PartialEq, Eq)]
+struct Hunk {
+    /// Where it starts in the patch.
+    line: LineNo,
+    /// The `@@` lines before it: each is found in turn, and the hunk after the last.
+    anchors: Vec<String>,
+    /// Its lines, in order.
+    parts: Vec<Part>,
+    /// `*** End of File`: the hunk ends at the end of the file.
+    end_of_file: bool,
+}
+
+/// One line of a hunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    /// ` text`: in the file before and after.
+    Context(String),
+    /// `-text`: taken out.
+    Removed(String),
+    /// `+text`: put in.
+    Added(String),
+}
+
+impl Part {
+    /// The line as the file has it before the hunk, if it has it.
+    fn old(&self) -> Option<&String> {
+        match self {
+            Part::Context(text) | Part::Removed(text) => Some(text),
+            Part::Added(_) => None,
+        }
+    }
+}
+
+const BEGIN: &str = "*** Begin Patch";
+const END: &str = "*** End Patch";
+const ADD: &str = "*** Add File: ";
+const DELETE: &str = "*** Delete File: ";
+const UPDATE: &str = "*** Update File: ";
+const MOVE: &str = "*** Move to: ";
+const EOF_MARK: &str = "*** End of File";
+
+/// A parse error: the patch line and what is wrong there.
+#[derive(Debug, PartialEq, Eq)]
+struct ParseError {
+    line: LineNo,
+    message: String,
+}
+
+fn parse(input: &str) -> Result<Vec<Op>, ParseError> {
+    let lines = unwrap_heredoc(input);
+    let first = lines.first().map(|l| l.trim());
+    if first != Some(BEGIN) {
+        return Err(ParseError {
+            line: 1,
+            message: format!(
+                "the patch must start with `{BEGIN}`, found `{}`",
+                first.unwrap_or_default()
+            ),
+        });
+    }
+    let Some(last) = lines.iter().rposition(|l| l.trim() == END) else {
+        return Err(ParseError {
+            line: lines.len(),
+            message: format!("the patch must end with `{END}`"),
+        });
+    };
+    let body = &lines[1..last];
+    let mut ops = Vec::new();
+    let mut at = 0;
+    while at < body.len() {
+        let line_no = at + 2;
+        let line = body[at].trim_end();
+        if line.trim().is_empty() {
+            at += 1;
+            continue;
+        }
+        if let Some(path) = line.strip_prefix(ADD) {
+            let path = file_path(path, line_no)?;
+            at += 1;
+            let mut content = Vec::new();
+            while at < body.len() && !is_header(body[at]) {
+                match body[at].strip_prefix('+') {
+                    Some(text) => content.push(text.to_owned()),
+                    // A blank line between file sections.
+                    None if body[at].trim().is_empty() && next_is_header(body, at) => {}
+                    None => {
+                        return Err(ParseError {
+                            line: at + 2,
+                            message: format!(
+                                "every line of an added file starts with `+`, found `{}`",
+                                body[at]
+                            ),
+                        });
+                    }
+                }
+                at += 1;
+            }
+            ops.push(Op::Add { path, lines: content });
+        } else if let Some(path) = line.strip_prefix(DELETE) {
+            ops.push(Op::Delete { path: file_path(path, line_no)? });
+            at += 1;
+        } else if let Some(path) = line.strip_prefix(UPDATE) {
+            let path = file_path(path, line_no)?;
+            at += 1;
+            let mut move_to = None;
+            if let Some(dest) = body.get(at).and_then(|l| l.trim_end().strip_prefix(MOVE)) {
+                move_to = Some(file_path(dest, at + 2)?);
+                at += 1;
+            }
+            let hunks = parse_hunks(body, &mut at)?;
+            if hunks.is_empty() && move_to.is_none() {
+                return Err(ParseError {
+                    line: line_no,
+                    message: format!("`{UPDATE}{path}` has no hunk: give the lines to change"),
+                });
+            }
+            ops.push(Op::Update { path, move_to, hunks });
+        } else {
+            return Err(ParseError {
+                line: line_no,
+                message: format!(
+                    "expected `{ADD}PATH`, `{DELETE}PATH` or `{UPDATE}PATH`, found `{line}`"
+                ),
+            });
+        }
+    }
+    if ops.is_empty() {
+        return Err(ParseError { line: 1, message: "the patch changes no file".into() });
+    }
+    Ok(ops)
+}
+
+/// Every path a patch names (moves' destinations included), for permission rules; why
+/// not when it does not parse.
+pub(crate) fn paths(input: &str) -> Result<Vec<String>, String> {
+    let ops = parse(input)
+        .map_err(|error| format!("line {} of the patch: {}", error.line, error.message))?;
+    let mut paths = Vec::new();
+    for op in ops {
+        match op {
+            Op::Add { path, .. } | Op::Delete { path } => paths.push(path),
+            Op::Update { path, move_to, .. } => paths.extend(std::iter::once(path).chain(move_to)),
+        }
+    }
+    Ok(paths)
+}
+
+/// The hunks of an update, from `body[*at]` to the next file header.
+fn parse_hunks(body: &[&str], at: &mut usize) -> Result<Vec<Hunk>, ParseError> {
+    let mut hunks: Vec<Hunk> = Vec::new();
+    let mut current: Option<Hunk> = None;
+    while *at < body.len() && !is_file_header(body[*at]) {
+        let raw = body[*at];
+        let line_no = *at + 2;
+        *at += 1;
+        if let Some(anchor) = raw.strip_prefix("@@") {
+            // An anchor after lines starts a new hunk; anchors in a row narrow one.
+            if current.as_ref().is_some_and(|h| !h.parts.is_empty()) {
+                hunks.extend(current.take());
+            }
+            let hunk = current.get_or_insert_with(|| Hunk::starting(line_no));
+            let anchor = anchor.trim();
+            if !anchor.is_empty() {
+                hunk.anchors.push(anchor.to_owned());
+            }
+            continue;
+        }
+        if raw.trim_end() == EOF_MARK {
+            let Some(mut hunk) = current.take() else {
+                return Err(ParseError {
+                    line: line_no,
+                    message: format!("`{EOF_MARK}` ends a hunk, but no hunk came before it"),
+                });
+            };
+            hunk.end_of_file = true;
+            hunks.push(hunk);
+            continue;
+        }
+        let hunk = current.get_or_insert_with(|| Hunk::starting(line_no));
+        match raw.chars().next() {
+            Some(' ') => hunk.parts.push(Part::Context(raw[1..].to_owned())),
+            Some('-') => hunk.parts.push(Part::Removed(raw[1..].to_owned())),
+            Some('+') => hunk.parts.push(Part::Added(raw[1..].to_owned())),
+            // Blank lines before the next header separate sections; inside a hunk, a
+            // blank line is an empty context line whose space was lost.
+            None | Some('\r') if next_is_header(body, *at - 1) => {}
+            None | Some('\r') => hunk.parts.push(Part::Context(String::new())),
+            Some(_) => {
+                return Err(ParseError {
+                    line: line_no,
+                    message: format!(
+                        "a hunk line starts with ` ` (context), `-` (removed) or `+` (added), \
+                         found `{raw}`"
+                    ),
+                });
+            }
+        }
+    }
+    hunks.extend(current);
+    for hunk in &hunks {
+        if hunk.parts.is_empty() {
+            return Err(ParseError {
+                line: hunk.line,
+                message: "this hunk has no lines: give context, `-` and `+` lines after `@@`"
+                    .into(),
+            });
+        }
+    }
+    Ok(hunks)
+}
+
+impl Hunk {
+    fn starting(line: LineNo) -> Hunk {
+        Hunk { line, anchors: Vec::new(), parts: Vec::new(), end_of_file: false }
+    }
+}
+
+fn is_file_header(line: &str) -> bool {
+    let line = line.trim_end();
+    line.starts_with(ADD) || line.starts_with(DELETE) || line.starts_with(UPDATE)
+}
+
+fn is_header(line: &str) -> bool {
+    is_file_header(line) || line.trim_end() == EOF_MARK
+}
+
+/// Whether only blank lines lie between `body[at]` and the next header (or the end).
+fn next_is_header(body: &[&str], at: usize) -> bool {
+    body[at..]
+        .iter()
+        .find(|l| !l.trim().is_empty())
+        .is_none_or(|l| is_file_header(l) || l.starts_with("@@") || l.trim_end() == EOF_MARK)
+}
+
+fn file_path(given: &str, line: LineNo) -> Result<String, ParseError> {
+    let path = given.trim();
+    if path.is_empty() {
+        return Err(ParseError { line, message: "the file path is missing".into() });
+    }
+    Ok(path.to_owned())
+}
+
+/// The patch's lines, without a shell here-document around them (`<<'EOF'` … `EOF`, as
+/// models trained on `apply_patch <<'EOF'` sometimes send) and without blank lines around.
+fn unwrap_heredoc(input: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = input.trim().lines().collect();
+    if lines.len() >= 2 {
+        let first = lines[0].trim();
+        let first = first.strip_prefix("apply_patch").map_or(first, str::trim_start);
+        if let Some(marker) = first.strip_prefix("<<") {
+            let marker = marker.trim().trim_matches(['\'', '"']);
+            if !marker.is_empty() && lines[lines.len() - 1].trim() == marker {
+                lines = lines[1..lines.len() - 1].to_vec();
+            }
+        }
+    }
+    lines
+}
+
+/// How loosely a hunk's lines had to be compared to be found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Fuzz {
+    Exact,
+    TrailingSpace,
+    Whitespace,
+    Typographic,
+}
+
+impl Fuzz {
+    const ALL: [Fuzz; 4] = [Fuzz::Exact, Fuzz::TrailingSpace, Fuzz::Whitespace, Fuzz::Typographic];
+
+    fn same(self, file: &str, patch: &str) -> bool {
+        match self {
+            Fuzz::Exact => file == patch,
+            Fuzz::TrailingSpace => file.trim_end() == patch.trim_end(),
+            Fuzz::Whitespace => file.trim() == patch.trim(),
+            Fuzz::Typographic => file.trim().chars().map(plain).eq(patch.trim().chars().map(plain)),
+        }
+    }
+
+    fn note(self) -> Option<&'static str> {
+        match self {
+            Fuzz::Exact => None,
+            Fuzz::TrailingSpace => Some("ignoring trailing whitespace"),
+            Fuzz::Whitespace => Some("ignoring leading and trailing whitespace"),
+            Fuzz::Typographic => {
+                Some("reading the file's typographic quotes, dashes and spaces as plain ones")
+            }
+        }
+    }
+}
+
+/// The first index at or after `from` where `pattern` occurs in `lines`, at the least
+/// fuzz that finds it. `at_end` looks at the end of the file first.
+fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option<(usize, Fuzz)> {
+    if pattern.len() > lines.len() {
+        return None;
+    }
+    let last_start = lines.len() - pattern.len();
+    let fits = |start: usize, fuzz: Fuzz| {
+        lines[start..start + pattern.len()]
+            .iter()
+            .zip(pattern)
+            .all(|(line, wanted)| fuzz.same(&line.text, wanted))
+    };
+    if at_end && last_start >= from {
+        for fuzz in Fuzz::ALL {
+            if fits(last_start, fuzz) {
+                return Some((last_start, fuzz));
+            }
+        }
+    }
+    for fuzz in Fuzz::ALL {
+        if let Some(start) = (from..=last_start).find(|&start| fits(start, fuzz)) {
+            return Some((start, fuzz));
+        }
+    }
+    None
+}
+
+/// One line of a file: its text and the line break after it.
+#[derive(Debug, Clone)]
+struct Line {
+    text: String,
+    crlf: bool,
+}
+
+/// A text file as lines, and how to write it back.
+#[derive(Debug, Clone)]
+struct TextFile {
+    lines: Vec<Line>,
+    /// Whether the last line ends with a line break.
+    trailing_break: bool,
+    /// What new lines end with: the break most lines use.
+    crlf: bool,
+    encoding: Encoding,
+}
+
+impl TextFile {
+    fn parse(text: &str, encoding: Encoding) -> TextFile {
+        let crlf = LineEnding::dominant(text) == Some(LineEnding::CrLf);
+        let trailing_break = text.is_empty() || text.ends_with('\n');
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        let mut lines: Vec<Line> = if text.is_empty() {
+            Vec::new()
+        } else {
+            body.split('\n')
+                .map(|line| match line.strip_suffix('\r') {
+                    Some(line) => Line { text: line.to_owned(), crlf: true },
+                    None => Line { text: line.to_owned(), crlf: false },
+                })
+                .collect()
+        };
+        // A last line without a break gets the file's, should lines come after it.
+        if !trailing_break && let Some(last) = lines.last_mut() {
+            last.crlf = crlf;
+        }
+        TextFile { lines, trailing_break, crlf, encoding }
+    }
+
+    fn new_file(lines: &[String]) -> TextFile {
+        let lines = lines.iter().map(|text| Line { text: text.clone(), crlf: false }).collect();
+        TextFile { lines, trailing_break: true, crlf: false, encoding: Encoding::Utf8 }
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for (index, line) in self.lines.iter().enumerate() {
+            out.push_str(&line.text);
+            if index + 1 < self.lines.len() || self.trailing_break {
+                out.push_str(if line.crlf { "\r\n" } else { "\n" });
+            }
+        }
+        out
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        self.encoding.encode(&self.render())
+    }
+
+    /// Applies `hunks` in order; returns the changes made (for the summary).
+    fn apply(&mut self, hunks: &[Hunk]) -> Result<Vec<Applied>, String> {
+        let mut cursor = 0;
+        let mut edits: Vec<(usize, &[Part])> = Vec::new();
+        let mut applied = Vec::new();
+        for (number, hunk) in hunks.iter().enumerate() {
+            let label = format!("hunk {} (patch line {})", number + 1, hunk.line);
+            let mut fuzz = Fuzz::Exact;
+            for anchor in &hunk.anchors {
+                let found = seek(&self.lines, std::slice::from_ref(anchor), cursor, false);
+                let Some((index, how)) = found else {
+                    return Err(format!(
+                        "{label}: the `@@ {anchor}` line was not found{}{}",
+                        after(cursor),
+                        self.closest(std::slice::from_ref(anchor), cursor)
+                    ));
+                };
+                fuzz = fuzz.max(how);
+                cursor = index + 1;
+            }
+            let mut parts: &[Part] = &hunk.parts;
+            let old: Vec<String> = parts.iter().filter_map(Part::old).cloned().collect();
+            let start = if old.is_empty() {
+                // Only added lines: after the last anchor, or at the end of the file.
+                if hunk.anchors.is_empty() { self.lines.len() } else { cursor }
+            } else {
+                let mut found = seek(&self.lines, &old, cursor, hunk.end_of_file);
+                // A last blank context line stands for the file's final line break.
+                if found.is_none() && parts.last() == Some(&Part::Context(String::new())) {
+                    parts = &parts[..parts.len() - 1];
+                    found = seek(&self.lines, &old[..old.len() - 1], cursor, hunk.end_of_file);
+                }
+                let Some((index, how)) = found else {
+                    let shown: Vec<&str> = old.iter().take(6).map(String::as_str).collect();
+                    let more = if old.len() > 6 { "\n..." } else { "" };
+                    return Err(format!(
+                        "{label}: these lines were not found{}:\n{}{more}{}",
+                        after(cursor),
+                        shown.join("\n"),
+                        self.closest(&old, cursor)
+                    ));
+                };
+                fuzz = fuzz.max(how);
+                index
+            };
+            let count = |f: fn(&Part) -> bool| parts.iter().filter(|p| f(p)).count();
+            applied.push(Applied {
+                line: start + 1,
+                added: count(|p| matches!(p, Part::Added(_))),
+                removed: count(|p| matches!(p, Part::Removed(_))),
+                note: fuzz.note(),
+            });
+            cursor = start + parts.iter().filter(|p| p.old().is_some()).count();
+            edits.push((start, parts));
+        }
+        for (start, parts) in edits.into_iter().rev() {
+            let old_len = parts.iter().filter(|p| p.old().is_some()).count();
+            let mut replaced =
+                self.lines.drain(start..start + old_len).collect::<Vec<_>>().into_iter();
+            let mut lines = Vec::with_capacity(parts.len());
+            for part in parts {
+                match part {
+                    // A context line keeps the file's text and line break (a looser match
+                    // may have found it spelled otherwise).
+                    Part::Context(_) => lines.extend(replaced.next()),
+                    Part::Removed(_) => {
+                        replaced.next();
+                    }
+                    Part::Added(text) => lines.push(Line { text: text.clone(), crlf: self.crlf }),
+                }
+            }
+            self.lines.splice(start..start, lines);
+        }
+        Ok(applied)
+    }
+
+    /// ", the closest is line N: `...`" for the first line of `pattern`, or nothing.
+    fn closest(&self, pattern: &[String], from: usize) -> String {
+        let Some(first) = pattern.iter().map(|l| l.trim()).find(|l| !l.is_empty()) else {
+            return String::new();
+        };
+        let best = self
+            .lines
+            .iter()
+            .enumerate()
+            .skip(from)
+            .take(50_000)
+            .map(|(index, line)| (similarity(first, line.text.trim()), index))
+            .filter(|(score, _)| *score >= 0.5)
+            .max_by(|a, b| a.0.total_cmp(&b.0).then(b.1.cmp(&a.1)));
+        match best {
+            Some((_, index)) => {
+                let shown: String = self.lines[index].text.trim().chars().take(200).collect();
+                format!(
+                    "\n(the closest line is {}: `{shown}`; read the file again and copy its \
+                     lines exactly)",
+                    index + 1
+                )
+            }
+            None => String::new(),
+        }
+    }
+}
+
+/// " after line N" when the search started past the top of the file.
+fn after(cursor: usize) -> String {
+    if cursor > 0 { format!(" after line {cursor}") } else { String::new() }
+}
+
+/// What one hunk did, for the summary.
+#[derive(Debug)]
+struct Applied {
+    line: usize,
+    added: usize,
+    removed: usize,
+    note: Option<&'static str>,
+}
+
+/// A file the patch touches: what it was, and what it is to become.
+struct Entry {
+    resolved: Resolved,
+    /// Its bytes on disk before the patch; `None` when it did not exist.
+    original: Option<Vec<u8>>,
+    /// Its content after the operations so far; `None` when it is (to be) gone.
+    current: Option<TextFile>,
+}
+
+/// One line of the summary.
+struct Change {
+    mark: char,
+    what: String,
+    hunks: Vec<Applied>,
+}
+
+/// Runs `apply_patch`.
+pub(crate) fn apply_patch(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    args: ApplyPatchArgs,
+) -> Result<ToolOutput, FsError> {
+    let invalid = |message: String| FsError::InvalidArguments { tool: "apply_patch", message };
+    let ops = parse(&args.input).map_err(|error| {
+        invalid(format!("line {} of the patch: {}; nothing was changed", error.line, error.message))
+    })?;
+
+    // Every path the patch names, resolved and checked, then locked in one order.
+    let mut targets: BTreeMap<PathBuf, Resolved> = BTreeMap::new();
+    let mut target_of = |given: &str| -> Result<PathBuf, FsError> {
+        let resolved = ws.resolve(given)?;
+        let target = ws.check_write(&resolved)?;
+        targets.entry(target.clone()).or_insert(resolved);
+        Ok(target)
+    };
+    let mut keyed = Vec::with_capacity(ops.len());
+    for op in &ops {
+        let (path, dest) = match op {
+            Op::Add { path, .. } | Op::Delete { path } => (target_of(path)?, None),
+            Op::Update { path, move_to, .. } => {
+                let dest = move_to.as_deref().map(&mut target_of).transpose()?;
+                (target_of(path)?, dest)
+            }
+        };
+        keyed.push((path, dest));
+    }
+    let mut locks: Vec<FileLock<'_>> = Vec::with_capacity(targets.len());
+    for (target, resolved) in &targets {
+        locks.push(ws.lock_file(resolved, target)?);
+    }
+
+    let mut files: BTreeMap<PathBuf, Entry> = BTreeMap::new();
+    let mut changes = Vec::new();
+    for (op, (target, dest)) in ops.iter().zip(keyed) {
+        match op {
+            Op::Add { path, lines } => {
+                if present(ws, &files, &targets, &target)? {
+                    return Err(FsError::Edit {
+                        path: path.clone(),
+                        message: format!(
+                            "`{ADD}{path}`: the file already exists: change it with \
+                             `{UPDATE}{path}`, or delete it first; nothing was changed"
+                        ),
+                    });
+                }
+                let file = TextFile::new_file(lines);
+                too_large(limits, path, &file)?;
+                entry(ws, limits, run, &mut files, &targets, &target)?.current = Some(file);
+                changes.push(Change {
+                    mark: 'A',
+                    what: format!("{path} (+{})", lines.len()),
+                    hunks: Vec::new(),
+                });
+            }
+            Op::Delete { path } => {
+                let resolved = &targets[&target];
+                if !files.contains_key(&target)
+                    && ws
+                        .dir()
+                        .symlink_metadata(&resolved.relative)
+                        .is_ok_and(|meta| meta.is_symlink())
+                {
+                    return Err(FsError::Edit {
+                        path: path.clone(),
+                        message: format!(
+                            "`{DELETE}{path}`: it is a symbolic link; the patch deletes only \
+                             regular files; nothing was changed"
+                        ),
+                    });
+                }
+                let gone = entry(ws, limits, run, &mut files, &targets, &target)?;
+                if gone.current.take().is_none() {
+                    return Err(missing(path, DELETE));
+                }
+                changes.push(Change { mark: 'D', what: path.clone(), hunks: Vec::new() });
+            }
+            Op::Update { path, move_to, hunks } => {
+                let source = entry(ws, limits, run, &mut files, &targets, &target)?;
+                let Some(mut file) = source.current.take() else {
+                    return Err(missing(path, UPDATE));
+                };
+                let applied = file.apply(hunks).map_err(|message| FsError::Edit {
+                    path: path.clone(),
+                    message: format!("`{path}`, {message}\nnothing was changed"),
+                })?;
+                too_large(limits, path, &file)?;
+                let (added, removed) =
+                    applied.iter().fold((0, 0), |(a, r), hunk| (a + hunk.added, r + hunk.removed));
+                let (landing, mark, what) = match (move_to, dest) {
+                    (Some(move_to), Some(dest)) if dest != target => {
+                        if present(ws, &files, &targets, &dest)? {
+                            return Err(FsError::Edit {
+                                path: move_to.clone(),
+                                message: format!(
+                                    "`{MOVE}{move_to}`: something is already there; delete it \
+                                     first; nothing was changed"
+                                ),
+                            });
+                        }
+                        (dest, 'R', format!("{path} -> {move_to} (+{added} -{removed})"))
+                    }
+                    _ => (target, 'M', format!("{path} (+{added} -{removed})")),
+                };
+                entry(ws, limits, run, &mut files, &targets, &landing)?.current = Some(file);
+                changes.push(Change { mark, what, hunks: applied });
+            }
+        }
+    }
+
+    if !args.dry_run {
+        commit(ws, run, &files)?;
+    }
+    drop(locks);
+
+    let count = changes.len();
+    let s = if count == 1 { "" } else { "s" };
+    let mut out = if args.dry_run {
+        format!(
+            "dry run: the patch applies; it would change {count} file{s} (nothing was written):"
+        )
+    } else {
+        format!("applied the patch to {count} file{s}:")
+    };
+    let mut listed = Vec::with_capacity(changes.len());
+    for change in &changes {
+        let _ = write!(out, "\n{} {}", change.mark, change.what);
+        for hunk in &change.hunks {
+            let note = hunk.note.map(|n| format!(", matched {n}")).unwrap_or_default();
+            let _ =
+                write!(out, "\n    @@ line {}: +{} -{}{note}", hunk.line, hunk.added, hunk.removed);
+        }
+        listed.push(json!({"change": change.mark.to_string(), "file": change.what}));
+    }
+    Ok(ToolOutput::text(out)
+        .with_extra("files", json!(listed))
+        .with_extra("dry_run", json!(args.dry_run)))
+}
+
+fn missing(path: &str, header: &str) -> FsError {
+    FsError::Edit {
+        path: path.to_owned(),
+        message: format!(
+            "`{header}{path}`: there is no such file (or the patch removed it earlier); nothing \
+             was changed"
+        ),
+    }
+}
+
+fn too_large(limits: &FsLimits, path: &str, file: &TextFile) -> Result<(), FsError> {
+    let size = file.render().len() as u64;
+    if size > limits.edit_max_bytes {
+        return Err(FsError::TooLarge {
+            tool: "apply_patch",
+            path: path.to_owned(),
+            size,
+            limit: limits.edit_max_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The entry of `target`, loaded from disk on first use.
+fn entry<'f>(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    files: &'f mut BTreeMap<PathBuf, Entry>,
+    targets: &BTreeMap<PathBuf, Resolved>,
+    target: &PathBuf,
+) -> Result<&'f mut Entry, FsError> {
+    if !files.contains_key(target) {
+        let resolved = targets[target].clone();
+        let (original, current) = if exists(ws, &resolved)? {
+            let (decoded, encoding) = load(ws, limits, run, &resolved, "apply_patch")?;
+            (Some(encoding.encode(&decoded)), Some(TextFile::parse(&decoded, encoding)))
+        } else {
+            (None, None)
+        };
+        files.insert(target.clone(), Entry { resolved, original, current });
+    }
+    Ok(files.get_mut(target).expect("inserted above"))
+}
+
+/// Whether something (a file, a directory, a link) is at `path` now, or (when the patch
+/// already touched it) will be.
+fn present(
+    ws: &Workspace,
+    files: &BTreeMap<PathBuf, Entry>,
+    targets: &BTreeMap<PathBuf, Resolved>,
+    target: &PathBuf,
+) -> Result<bool, FsError> {
+    match files.get(target) {
+        Some(entry) => Ok(entry.current.is_some()),
+        None => exists(ws, &targets[target]),
+    }
+}
+
+fn exists(ws: &Workspace, path: &Resolved) -> Result<bool, FsError> {
+    match ws.dir().symlink_metadata(&path.relative) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(FsError::from_io(&path.given, e)),
+    }
+}
+
+/// Writes every changed file, then removes the deleted ones; on a failure, puts back what
+/// was already done and reports the failure.
+fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result<(), FsError> {
+    let mut done: Vec<&Entry> = Vec::new();
+    let writes = files.values().filter(|e| e.current.is_some());
+    let removals = files.values().filter(|e| e.current.is_none() && e.original.is_some());
+    let mut failure = None;
+    for entry in writes.chain(removals) {
+        let result = match &entry.current {
+            Some(file) => {
+                let bytes = file.bytes();
+                if entry.original.as_deref() == Some(bytes.as_slice()) {
+                    continue;
+                }
+                ws.write_atomic(&entry.resolved, &bytes).map(|written| {
+                    ws.record_read(run, written.canonical, workspace::hash(&bytes));
+                })
+            }
+            None => ws.remove_file(&entry.resolved),
+        };
+        match result {
+            Ok(()) => done.push(entry),
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+    }
+    let Some(error) = failure else { return Ok(()) };
+    let mut not_undone = Vec::new();
+    for entry in done.into_iter().rev() {
+        let undone = match &entry.original {
+            Some(bytes) => ws.write_atomic(&entry.resolved, bytes).map(|written| {
+                ws.record_read(run, written.canonical, workspace::hash(bytes));
+            }),
+            None => ws.remove_file(&entry.resolved),
+        };
+        if undone.is_err() {
+            not_undone.push(entry.resolved.given.clone());
+        }
+    }
+    if not_undone.is_empty() {
+        return Err(FsError::Edit {
+            path: String::new(),
+            message: format!(
+                "the patch could not be written ({}); the files already written were put back, \
+                 so nothing was changed",
+                error_chain(&error)
+            ),
+        });
+    }
+    Err(FsError::Edit {
+        path: String::new(),
+        message: format!(
+            "the patch could not be written ({}), and putting back what was already written \
+             failed for {}: check those files",
+            error_chain(&error),
+            not_undone.join(", ")
+        ),
+    })
+}
+
+fn error_chain(error: &FsError) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    /// The hunks of a one-file update whose body is `body`.
+    fn hunks(body: &str) -> Vec<Hunk> {
+        let patch = format!("*** Begin Patch\n*** Update File: f\n{body}\n*** End Patch");
+        match parse(&patch).expect("parses").pop() {
+            Some(Op::Update { hunks, .. }) => hunks,
+            other => panic!("not an update: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_every_operation() {
+        let patch = "*** Begin Patch\n*** Add File: a.txt\n+one\n+two\n*** Delete File: b.txt\n\
+                     *** Update File: c.py\n*** Move to: d.py\n@@ class C\n@@ def f():\n     x = 1\n\
+                     -    y = 2\n+    y = 3\n*** End of File\n*** End Patch";
+        let ops = parse(patch).expect("parses");
+        assert_eq!(
+            ops,
+            vec![
+                Op::Add { path: "a.txt".into(), lines: lines("one\ntwo") },
+                Op::Delete { path: "b.txt".into() },
+                Op::Update {
+                    path: "c.py".into(),
+                    move_to: Some("d.py".into()),
+                    hunks: vec![Hunk {
+                        line: 8,
+                        anchors: vec!["class C".into(), "def f():".into()],
+                        parts: vec![
+                            Part::Context("    x = 1".into()),
+                            Part::Removed("    y = 2".into()),
+                            Part::Added("    y = 3".into()),
+                        ],
+                        end_of_file: true,
+                    }],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn heredocs_and_blank_separators_are_tolerated() {
+        let patch = "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n\n\
+                     *** Delete File: b\n*** End Patch\nEOF\n";
+        let ops = parse(patch).expect("parses");
+        assert_eq!(ops.len(), 2);
+        let Op::Update { hunks, .. } = &ops[0] else { panic!("an update first") };
+        assert_eq!(hunks[0].parts, vec![Part::Removed("x".into()), Part::Added("y".into())]);
+    }
+
+    #[test]
+    fn errors_name_the_patch_line() {
+        let error = parse("*** Begin Patch\n*** Update File: a\n@@\n x\n?y\n*** End Patch")
+            .expect_err("bad line");
+        assert_eq!(error.line, 5);
+        let error = parse("*** Begin Patch\n*** Frobnicate: a\n*** End Patch").expect_err("bad");
+        assert_eq!(error.line, 2);
+        assert!(parse("*** Begin Patch\n*** Delete File: a\n").is_err());
+        assert!(parse("diff --git a b").is_err());
+        assert!(parse("*** Begin Patch\n*** End Patch").is_err());
+    }
+
+    #[test]
+    fn hunks_apply_in_order_after_their_anchors() {
+        let mut file =
+            TextFile::parse("def f():\n    return 1\n\ndef g():\n    return 1\n", Encoding::Utf8);
+        let applied =
+            file.apply(&hunks("@@ def g():\n-    return 1\n+    return 2")).expect("applies");
+        assert_eq!(applied[0].line, 5);
+        assert_eq!(file.render(), "def f():\n    return 1\n\ndef g():\n    return 2\n");
+    }
+
+    #[test]
+    fn crlf_and_missing_final_breaks_are_kept() {
+        let mut file = TextFile::parse("a\r\nb\r\nc", Encoding::Utf8);
+        file.apply(&hunks(" b\n+B\n c\n*** End of File")).expect("applies");
+        assert_eq!(file.render(), "a\r\nb\r\nB\r\nc");
+        // Lines added after a last line without a break: the file still ends without one.
+        file.apply(&hunks("+d")).expect("applies");
+        assert_eq!(file.render(), "a\r\nb\r\nB\r\nc\r\nd");
+    }
+
+    #[test]
+    fn context_found_loosely_keeps_the_file_s_text() {
+        let mut file = TextFile::parse("say(“hi”)  \nx = 1\n", Encoding::Utf8);
+        let applied = file.apply(&hunks(" say(\"hi\")\n-x = 1\n+x = 2")).expect("applies");
+        assert_eq!(applied[0].note, Fuzz::Typographic.note());
+        assert_eq!(file.render(), "say(“hi”)  \nx = 2\n");
+    }
+
+    #[test]
+    fn a_whitespace_change_is_made() {
+        let mut file = TextFile::parse("a\n  b\n", Encoding::Utf8);
+        file.apply(&hunks(" a\n-  b\n+b")).expect("applies");
+        assert_eq!(file.render(), "a\nb\n");
+    }
+
+    #[test]
+    fn looser_matches_are_reported() {
+        let lines_of = |text: &str| TextFile::parse(text, Encoding::Utf8).lines;
+        let file = lines_of("x = “quoted”   \n");
+        let fuzz = |pattern: &str| seek(&file, &lines(pattern), 0, false).map(|found| found.1);
+        assert_eq!(fuzz("x = \"quoted\""), Some(Fuzz::Typographic));
+        assert_eq!(fuzz("x = “quoted”"), Some(Fuzz::TrailingSpace));
+        assert_eq!(fuzz("y"), None);
+    }
+}

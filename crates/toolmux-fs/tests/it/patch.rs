@@ -1,0 +1,213 @@
+//! `apply_patch`: Codex's patch format on real files, all or nothing.
+
+use crate::Fixture;
+use serde_json::json;
+use toolmux_core::{Subject, ToolProvider};
+
+fn patch(body: &str) -> serde_json::Value {
+    json!({"input": format!("*** Begin Patch\n{body}\n*** End Patch")})
+}
+
+#[tokio::test]
+async fn adds_deletes_changes_and_moves_files_in_one_call() {
+    let fx = Fixture::new();
+    fx.put(
+        "src/app.py",
+        "class App:\n    def start(self):\n        return 1\n\n    def stop(self):\n        return 1\n",
+    );
+    fx.put("old.txt", "bye\n");
+    fx.put("lib/util.py", "def helper():\n    pass\n");
+    let out = fx
+        .ok(
+            "apply_patch",
+            patch(
+                "*** Add File: docs/new.md\n+# New\n+\n+text\n\
+                 *** Delete File: old.txt\n\
+                 *** Update File: src/app.py\n\
+                 @@ class App:\n@@     def stop(self):\n-        return 1\n+        return 2\n\
+                 *** Update File: lib/util.py\n*** Move to: lib/helpers.py\n def helper():\n-    pass\n+    return 42",
+            ),
+        )
+        .await;
+    assert!(out.starts_with("applied the patch to 4 files:"), "{out}");
+    assert!(out.contains("A docs/new.md (+3)"), "{out}");
+    assert!(out.contains("D old.txt"), "{out}");
+    assert!(out.contains("M src/app.py (+1 -1)\n    @@ line 6: +1 -1"), "{out}");
+    assert!(out.contains("R lib/util.py -> lib/helpers.py (+1 -1)"), "{out}");
+    assert_eq!(fx.get("docs/new.md"), "# New\n\ntext\n");
+    assert!(!fx.root().join("old.txt").exists());
+    // The anchors picked the second `return 1`, not the first.
+    assert_eq!(
+        fx.get("src/app.py"),
+        "class App:\n    def start(self):\n        return 1\n\n    def stop(self):\n        return 2\n"
+    );
+    assert!(!fx.root().join("lib/util.py").exists());
+    assert_eq!(fx.get("lib/helpers.py"), "def helper():\n    return 42\n");
+}
+
+#[tokio::test]
+async fn a_hunk_that_does_not_apply_changes_nothing() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    fx.put("b.rs", "fn main() {\n    let total = compute(1, 2);\n}\n");
+    let error = fx
+        .err(
+            "apply_patch",
+            patch(
+                "*** Add File: c.txt\n+new\n*** Update File: a.txt\n-one\n+ONE\n\
+                 *** Delete File: a.txt\n*** Update File: b.rs\n@@\n-    let total = compute(1, 3);\n+    let total = 0;",
+            ),
+        )
+        .await;
+    assert!(error.contains("`b.rs`, hunk 1 (patch line 9): these lines were not found"), "{error}");
+    assert!(error.contains("the closest line is 2: `let total = compute(1, 2);`"), "{error}");
+    assert!(error.contains("nothing was changed"), "{error}");
+    assert_eq!(fx.get("a.txt"), "one\ntwo\n");
+    assert!(!fx.root().join("c.txt").exists());
+}
+
+#[tokio::test]
+async fn bad_patches_and_bad_operations_say_what_is_wrong() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\n");
+    let cases = [
+        (
+            json!({"input": "--- a/a.txt\n+++ b/a.txt\n"}),
+            "line 1 of the patch: the patch must start with `*** Begin Patch`",
+        ),
+        (
+            json!({"input": "*** Begin Patch\n*** Update File: a.txt\n-a\n+b\n"}),
+            "must end with `*** End Patch`",
+        ),
+        (
+            patch("*** Update File: a.txt\n@@\n a\n!b"),
+            "line 5 of the patch: a hunk line starts with",
+        ),
+        (patch("*** Add File: a.txt\n+x"), "the file already exists"),
+        (patch("*** Update File: missing.txt\n-a\n+b"), "there is no such file"),
+        (
+            patch("*** Delete File: a.txt\n*** Update File: a.txt\n-a\n+b"),
+            "the patch removed it earlier",
+        ),
+        (
+            patch("*** Add File: b.txt\n+b\n*** Update File: a.txt\n*** Move to: b.txt\n-a\n+c"),
+            "something is already there",
+        ),
+        (
+            patch("*** Update File: a.txt\n@@ fn nowhere()\n-a\n+b"),
+            "the `@@ fn nowhere()` line was not found",
+        ),
+        (patch("*** Update File: ../outside.txt\n-a\n+b"), "outside"),
+    ];
+    for (args, wanted) in cases {
+        let error = fx.err("apply_patch", args.clone()).await;
+        assert!(error.contains(wanted), "{args}: wanted `{wanted}` in: {error}");
+    }
+    assert_eq!(fx.get("a.txt"), "a\n");
+    assert!(!fx.root().join("b.txt").exists());
+}
+
+#[tokio::test]
+async fn a_dry_run_writes_nothing() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\n");
+    let mut args = patch("*** Update File: a.txt\n-a\n+b\n*** Add File: n.txt\n+n");
+    args["dry_run"] = json!(true);
+    let out = fx.ok("apply_patch", args).await;
+    assert!(out.starts_with("dry run: the patch applies; it would change 2 files"), "{out}");
+    assert_eq!(fx.get("a.txt"), "a\n");
+    assert!(!fx.root().join("n.txt").exists());
+}
+
+#[tokio::test]
+async fn files_keep_their_encoding_and_line_endings() {
+    let fx = Fixture::new();
+    std::fs::write(fx.root().join("win.txt"), "\u{FEFF}one\r\ntwo\r\nthree").unwrap();
+    let out = fx.ok("apply_patch", patch("*** Update File: win.txt\n one\n-two\n+2\n+2b")).await;
+    assert!(out.contains("M win.txt (+2 -1)"), "{out}");
+    let bytes = std::fs::read(fx.root().join("win.txt")).unwrap();
+    assert_eq!(bytes, "\u{FEFF}one\r\n2\r\n2b\r\nthree".as_bytes());
+}
+
+#[tokio::test]
+async fn context_found_loosely_is_reported_and_kept() {
+    let fx = Fixture::new();
+    fx.put("q.py", "print(“hello”)   \nx = 1\n");
+    let out = fx
+        .ok("apply_patch", patch("*** Update File: q.py\n print(\"hello\")\n-x = 1\n+x = 2"))
+        .await;
+    assert!(out.contains("matched reading the file's typographic quotes"), "{out}");
+    assert_eq!(fx.get("q.py"), "print(“hello”)   \nx = 2\n");
+}
+
+#[tokio::test]
+async fn a_file_changed_since_it_was_read_is_refused() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "a\n");
+    fx.call_in("run-1", "read", json!({"path": "a.txt"})).await.unwrap();
+    fx.put("a.txt", "a\nchanged by someone else\n");
+    let error = fx
+        .call_in("run-1", "apply_patch", patch("*** Update File: a.txt\n-a\n+b"))
+        .await
+        .unwrap_err()
+        .report();
+    assert!(error.contains("has been modified since it was last read"), "{error}");
+    assert_eq!(fx.get("a.txt"), "a\nchanged by someone else\n");
+    // After the patch, the run's record is the new content: an edit right after passes.
+    fx.call_in("run-1", "read", json!({"path": "a.txt"})).await.unwrap();
+    fx.call_in("run-1", "apply_patch", patch("*** Update File: a.txt\n-a\n+b")).await.unwrap();
+    fx.call_in(
+        "run-1",
+        "edit",
+        json!({"path": "a.txt", "old_string": "b\nchanged", "new_string": "c\nchanged"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fx.get("a.txt"), "c\nchanged by someone else\n");
+}
+
+#[tokio::test]
+async fn protected_files_and_links_out_are_refused() {
+    let fx = Fixture::new();
+    fx.put(".git/config", "[core]\n");
+    std::fs::write(fx.outside().join("secret.txt"), "x\n").unwrap();
+    std::os::unix::fs::symlink("../secret.txt", fx.root().join("link.txt")).unwrap();
+    let error = fx.err("apply_patch", patch("*** Update File: .git/config\n-[core]\n+[x]")).await;
+    assert!(error.contains(".git"), "{error}");
+    let error = fx.err("apply_patch", patch("*** Update File: link.txt\n-x\n+y")).await;
+    assert!(error.contains("outside"), "{error}");
+    assert_eq!(std::fs::read_to_string(fx.outside().join("secret.txt")).unwrap(), "x\n");
+    assert_eq!(fx.get(".git/config"), "[core]\n");
+}
+
+/// A write that fails part way (a file added where the patch made a file of its parent)
+/// is undone: the file already written is removed again.
+#[tokio::test]
+async fn a_write_failing_part_way_is_undone() {
+    let fx = Fixture::new();
+    fx.put("keep.txt", "keep\n");
+    let error = fx
+        .err(
+            "apply_patch",
+            patch("*** Add File: d\n+a file\n*** Add File: d/x.txt\n+under it\n*** Update File: keep.txt\n-keep\n+kept"),
+        )
+        .await;
+    assert!(error.contains("were put back, so nothing was changed"), "{error}");
+    assert!(!fx.root().join("d").exists(), "the first file written was not removed");
+    assert_eq!(fx.get("keep.txt"), "keep\n");
+}
+
+#[test]
+fn permission_rules_see_every_file_of_a_patch() {
+    let fx = Fixture::new();
+    std::fs::create_dir(fx.root().join("secrets")).unwrap();
+    std::os::unix::fs::symlink("secrets", fx.root().join("innocent")).unwrap();
+    let args = patch(
+        "*** Add File: a.txt\n+a\n*** Update File: b.txt\n*** Move to: innocent/c.txt\n-b\n+c\n*** Delete File: d.txt",
+    );
+    let subjects = fx.fs.subjects("apply_patch", &args).unwrap();
+    let paths = ["a.txt", "b.txt", "secrets/c.txt", "d.txt"].map(|p| Subject::Path(p.into()));
+    assert_eq!(subjects, paths);
+    let error = fx.fs.subjects("apply_patch", &json!({"input": "nonsense"})).unwrap_err();
+    assert!(error.contains("`*** Begin Patch`"), "{error}");
+}
