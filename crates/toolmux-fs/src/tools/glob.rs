@@ -37,12 +37,26 @@ pub struct GlobArgs {
     /// Leave out files that `.gitignore` and `.ignore` files exclude (default true).
     #[serde(default)]
     pub respect_gitignore: Option<bool>,
+    /// The order of the results: `modified` (newest first, the default) or `path`.
+    #[serde(default)]
+    pub sort: Option<GlobSort>,
+}
+
+/// How `glob` orders what it finds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum GlobSort {
+    /// Newest first (modification time), then by path.
+    #[default]
+    Modified,
+    /// By path, as bytes compare.
+    Path,
 }
 
 pub(crate) const DESCRIPTION: &str = "Find files by glob pattern, such as `**/*.rs` or \
 `src/**/*.{ts,tsx}`, matched against paths relative to `path` (default: the workspace root); `*` \
 does not cross `/`, `**` does. Returns paths relative to the workspace root, newest first \
-(modification time). Case-sensitive unless `case_sensitive: false`. Respects .gitignore and \
+(modification time), or by path with `sort: path`. Case-sensitive unless `case_sensitive: false`. Respects .gitignore and \
 .ignore files unless `respect_gitignore: false`, and skips hidden files unless the pattern names \
 them (`.github/**`); symlinks are not followed. At most `limit` (default 100) files; a footer \
 says how many were left out and which `offset` continues.";
@@ -103,7 +117,11 @@ pub(crate) fn glob(
         return Err(FsError::Cancelled { tool: "glob" });
     }
     let mut found = found.into_inner().unwrap_or_else(|e| e.into_inner());
-    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let sort = args.sort.unwrap_or_default();
+    match sort {
+        GlobSort::Modified => found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1))),
+        GlobSort::Path => found.sort_by(|a, b| a.1.cmp(&b.1)),
+    }
     let total = found.len();
     if total == 0 {
         return Ok(ToolOutput::text(format!("No files match `{}` in `{given}`", args.pattern))
@@ -119,7 +137,11 @@ pub(crate) fn glob(
     if shown.is_empty() {
         let _ = write!(text, "[offset {offset} is past the end: {total} files match]");
     } else if left_out > 0 || offset > 0 {
-        let _ = write!(text, "\n[showing files {}-{end} of {total}, newest first", offset + 1);
+        let order = match sort {
+            GlobSort::Modified => "newest first",
+            GlobSort::Path => "by path",
+        };
+        let _ = write!(text, "\n[showing files {}-{end} of {total}, {order}", offset + 1);
         if left_out > 0 {
             let _ =
                 write!(text, "; {left_out} more left out: use offset={end} or narrow the pattern");

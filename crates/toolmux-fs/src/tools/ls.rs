@@ -5,6 +5,7 @@ use crate::error::FsError;
 use crate::workspace::Workspace;
 use cap_std::fs::Dir;
 use globset::{Glob, GlobSet, GlobSetBuilder};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -47,6 +48,10 @@ pub struct LsArgs {
     /// does not descend into such directories.
     #[serde(default)]
     pub include_hidden: Option<bool>,
+    /// Leave out what `.gitignore` and `.ignore` files (and `.git/info/exclude`) exclude,
+    /// such as `target/` or `node_modules/` (default true); the footer says how many.
+    #[serde(default)]
+    pub respect_gitignore: Option<bool>,
 }
 
 pub(crate) const DESCRIPTION: &str = "List a directory of the workspace (default: the root) as an \
@@ -55,7 +60,8 @@ target (`-> (outside the workspace)` when it leaves the root; symlinks are never
 other special files with `?`, files show their size in bytes. `depth` (default 1) descends into \
 subdirectories; `.git` is listed but not descended. `ignore` takes globs of names or relative \
 paths to leave out; `include_hidden: false` leaves out names starting with `.` (listed by \
-default). At most `limit` (default 200) entries, counted in listing order (a directory's entries \
+default). What .gitignore and .ignore files exclude is left out and counted in the footer, \
+unless `respect_gitignore: false`. At most `limit` (default 200) entries, counted in listing order (a directory's entries \
 right after it); a footer says how many there are and which `offset` continues. A page that \
 starts inside a directory repeats the lines of the directories above it.";
 
@@ -103,14 +109,31 @@ pub(crate) fn ls(
         uncounted: false,
         above: Vec::new(),
         cancelled,
+        rules: None,
+        ignored: 0,
     };
+    if args.respect_gitignore.unwrap_or(true) {
+        // The rules of the directories above the listed one apply to it too.
+        let mut rules = Vec::new();
+        let mut at = PathBuf::new();
+        rules.push(ignore_rules(ws, &at));
+        let parts: Vec<_> = base.components().collect();
+        for part in parts.iter().take(parts.len().saturating_sub(1)) {
+            at.push(part);
+            rules.push(ignore_rules(ws, &at));
+        }
+        if parts.is_empty() {
+            rules.clear();
+        }
+        listing.rules = Some(rules);
+    }
     let shown_root = ws.display(&ws.root().join(&base));
     let _ = writeln!(listing.text, "{}/", shown_root.trim_end_matches('/'));
     listing.walk(&dir, &base, Path::new(""), 1)?;
     if cancelled.load(Ordering::Relaxed) {
         return Err(FsError::Cancelled { tool: "ls" });
     }
-    let Listing { mut text, shown, seen: total, uncounted, .. } = listing;
+    let Listing { mut text, shown, seen: total, uncounted, ignored, .. } = listing;
     let end = offset.saturating_add(shown);
     let left_out = total.saturating_sub(end);
     let of = if uncounted { format!("more than {total}") } else { total.to_string() };
@@ -128,7 +151,16 @@ pub(crate) fn ls(
     } else if offset > 0 {
         let _ = writeln!(text, "[showing entries {}-{end} of {total}]", offset + 1);
     }
+    if ignored > 0 {
+        let s = if ignored == 1 { "y" } else { "ies" };
+        let _ = writeln!(
+            text,
+            "[{ignored} entr{s} left out by .gitignore or .ignore; respect_gitignore: false lists \
+             them]"
+        );
+    }
     Ok(ToolOutput::text(text.trim_end().to_owned())
+        .with_extra("ignored", json!(ignored))
         .with_extra("entries", json!(shown))
         .with_extra("total", json!(total))
         .with_extra("totalExact", json!(!uncounted))
@@ -158,11 +190,50 @@ struct Listing<'a> {
     /// starting deep in the tree still says where it is.
     above: Vec<Option<String>>,
     cancelled: &'a AtomicBool,
+    /// With `respect_gitignore`: the ignore rules of each directory from the root down to
+    /// the one being walked (`None` where a directory has none).
+    rules: Option<Vec<Option<Gitignore>>>,
+    /// Entries left out by those rules.
+    ignored: usize,
 }
 
 impl Listing<'_> {
-    /// Lists `dir` (at `base/relative` beneath the root) at `level`.
+    /// Lists `dir` (at `base/relative` beneath the root) at `level`, under its own ignore
+    /// rules and those above it.
     fn walk(
+        &mut self,
+        dir: &Dir,
+        base: &Path,
+        relative: &Path,
+        level: usize,
+    ) -> Result<(), FsError> {
+        let here = base.join(relative);
+        if let Some(rules) = &mut self.rules {
+            rules.push(ignore_rules(self.ws, &here));
+        }
+        let walked = self.walk_entries(dir, base, relative, level);
+        if let Some(rules) = &mut self.rules {
+            rules.pop();
+        }
+        walked
+    }
+
+    /// Whether the ignore rules leave out the entry at `path` (relative to the root): the
+    /// deepest directory's rule that matches decides.
+    fn ignored(&self, path: &Path, is_dir: bool) -> bool {
+        let Some(rules) = &self.rules else { return false };
+        let absolute = self.ws.root().join(path);
+        for rule in rules.iter().rev().flatten() {
+            match rule.matched(&absolute, is_dir) {
+                ignore::Match::Ignore(_) => return true,
+                ignore::Match::Whitelist(_) => return false,
+                ignore::Match::None => {}
+            }
+        }
+        false
+    }
+
+    fn walk_entries(
         &mut self,
         dir: &Dir,
         base: &Path,
@@ -192,6 +263,10 @@ impl Listing<'_> {
             }
             // Kept from agents (`hide`): as if it were not there.
             if self.ws.hidden(&base.join(&child)) {
+                continue;
+            }
+            if self.ignored(&base.join(&child), kind.is_dir()) {
+                self.ignored += 1;
                 continue;
             }
             if self.uncounted || self.seen >= self.count_until {
@@ -272,4 +347,30 @@ impl Listing<'_> {
             Err(_) => "(outside the workspace)".into(),
         }
     }
+}
+
+/// The `.gitignore` and `.ignore` rules of the directory `dir` (relative to the root), and
+/// `.git/info/exclude` for the root; `None` when it has none. The files are read through
+/// the workspace, so a link among them leading out of the root is not followed.
+fn ignore_rules(ws: &Workspace, dir: &Path) -> Option<Gitignore> {
+    let mut builder = GitignoreBuilder::new(ws.root().join(dir));
+    let mut files: Vec<PathBuf> = Vec::new();
+    if dir.as_os_str().is_empty() {
+        files.push(PathBuf::from(".git/info/exclude"));
+    }
+    // `.ignore` last: its rules win over `.gitignore`'s, as in ripgrep.
+    files.extend([dir.join(".gitignore"), dir.join(".ignore")]);
+    let mut any = false;
+    for file in files {
+        let Ok(text) = ws.dir().read_to_string(&file) else { continue };
+        for line in text.lines() {
+            if builder.add_line(Some(ws.root().join(&file)), line).is_ok() {
+                any = true;
+            }
+        }
+    }
+    if !any {
+        return None;
+    }
+    builder.build().ok()
 }

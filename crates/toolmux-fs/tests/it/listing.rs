@@ -11,7 +11,7 @@ fn touch(path: &std::path::Path, secs_ago: u64) {
 }
 
 #[tokio::test]
-async fn glob_newest_first() {
+async fn glob_newest_first_or_by_path() {
     let fx = Fixture::new();
     touch(&fx.put("src/old.rs", ""), 500);
     touch(&fx.put("src/new.rs", ""), 5);
@@ -22,6 +22,13 @@ async fn glob_newest_first() {
         src/deep/mid.rs
         src/old.rs"#]]
     .assert_eq(&fx.ok("glob", json!({"pattern": "**/*.rs"})).await);
+    expect![[r#"
+        src/deep/mid.rs
+        src/new.rs
+        src/old.rs"#]]
+    .assert_eq(&fx.ok("glob", json!({"pattern": "**/*.rs", "sort": "path"})).await);
+    let error = fx.err("glob", json!({"pattern": "*", "sort": "size"})).await;
+    assert!(error.contains("unknown variant `size`, expected `modified` or `path`"), "{error}");
     assert_eq!(fx.ok("glob", json!({"pattern": "*.md"})).await, "README.md");
     assert_eq!(
         fx.ok("glob", json!({"pattern": "*.rs", "path": "src/deep"})).await,
@@ -266,4 +273,40 @@ async fn ls_of_a_huge_directory_stops_counting_and_says_so() {
     .assert_eq(&out.to_text());
     assert_eq!(out.extras["totalExact"], false);
     assert_eq!(out.extras["truncated"], true);
+}
+
+#[tokio::test]
+async fn ls_leaves_out_what_gitignore_excludes_unless_told_otherwise() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "target/\n*.log\n!keep.log\n");
+    fx.put("target/debug/app", "binary");
+    fx.put("build.log", "log");
+    fx.put("keep.log", "kept");
+    fx.put("src/main.rs", "fn main() {}\n");
+    fx.put("src/.ignore", "generated.rs\n");
+    fx.put("src/generated.rs", "// generated\n");
+    fx.put("src/trace.log", "log");
+    fx.put(".git/info/exclude", "local-notes.md\n");
+    fx.put("local-notes.md", "mine");
+    let out = fx.call("ls", json!({"depth": 2, "include_hidden": false})).await.unwrap();
+    expect![[r#"
+        ./
+          keep.log (4 bytes)
+          src/
+            main.rs (13 bytes)
+        [5 entries left out by .gitignore or .ignore; respect_gitignore: false lists them]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["ignored"], 5);
+    // Listing a subdirectory, the root's rules still apply.
+    expect![[r#"
+        src/
+          .ignore (13 bytes)
+          main.rs (13 bytes)
+        [2 entries left out by .gitignore or .ignore; respect_gitignore: false lists them]"#]]
+    .assert_eq(&fx.ok("ls", json!({"path": "src"})).await);
+    let all = fx.ok("ls", json!({"depth": 2, "respect_gitignore": false})).await;
+    for name in ["target/", "build.log", "generated.rs", "trace.log", "local-notes.md"] {
+        assert!(all.contains(name), "{name} missing from {all}");
+    }
+    assert!(!all.contains("left out by"), "{all}");
 }
