@@ -60,6 +60,7 @@ pub use catalog::{
 };
 pub use context::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
+    TraceParent,
 };
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{

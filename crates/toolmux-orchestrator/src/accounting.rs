@@ -60,6 +60,9 @@ pub struct CallRecord {
     pub spilled: bool,
     /// Attempts made (more than 1 when retried).
     pub attempts: u32,
+    /// The caller's distributed trace (`traceparent`), when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 /// Outcome of a call.

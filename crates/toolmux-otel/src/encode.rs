@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::SystemTime;
+use toolmux_core::TraceParent;
 use toolmux_orchestrator::accounting::{CallRecord, CallStatus};
 
 /// The bucket bounds of `mcp.tool.duration`, in milliseconds: OpenTelemetry's default
@@ -68,12 +69,19 @@ impl Span {
         if let Some(code) = &error {
             attributes.push(("error.type", json!(code)));
         }
+        // A caller's trace: its trace id for every span of the call, its span as the parent
+        // of the outermost.
+        let remote = record.trace_parent.as_deref().and_then(TraceParent::parse);
         Span {
-            trace_id: hex_id::<16>(salt, &record.run_id, None),
+            trace_id: match remote {
+                Some(remote) => super::hex(&remote.trace_id),
+                None => hex_id::<16>(salt, &record.run_id, None),
+            },
             span_id: hex_id::<8>(salt, &record.run_id, Some(record.op_id)),
             parent_span_id: record
                 .parent_op_id
-                .map(|op| hex_id::<8>(salt, &record.run_id, Some(op))),
+                .map(|op| hex_id::<8>(salt, &record.run_id, Some(op)))
+                .or_else(|| remote.map(|remote| super::hex(&remote.span_id))),
             name: format!("execute_tool {}", record.tool),
             start_ns,
             end_ns,

@@ -184,6 +184,52 @@ async fn a_collector_down_or_refusing_costs_the_calls_nothing() {
     assert!(collector.requests().iter().all(|r| r.path == "/v1/traces"), "metrics were off");
 }
 
+/// A caller's `traceparent`: every span of the call takes its trace id, the outermost takes
+/// its span as parent, the ones inside stay children of theirs.
+#[test]
+fn a_callers_trace_is_joined() {
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let record = |op_id: u64, parent_op_id: Option<u64>| CallRecord {
+        tool: "agents__helper".into(),
+        namespace: "agents".into(),
+        kind: ToolKind::Builtin,
+        run_id: "run-a".into(),
+        call_id: None,
+        op_id,
+        parent_op_id,
+        latency_ms: 1,
+        queued_ms: 0,
+        chars_in: 1,
+        chars_out: 1,
+        status: CallStatus::Ok,
+        error_code: None,
+        cached: false,
+        spilled: false,
+        attempts: 1,
+        trace_parent: Some(caller.into()),
+    };
+    let salt = [7u8; 16];
+    let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let outer = encode::Span::of(&record(1, None), end, &salt);
+    let inner = encode::Span::of(&record(2, Some(1)), end, &salt);
+    let body: Value = serde_json::from_slice(&encode::traces(&[], &[outer, inner])).unwrap();
+    let spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().cloned().unwrap();
+    for span in &spans {
+        assert_eq!(span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+    assert_eq!(spans[0]["parentSpanId"], "00f067aa0ba902b7");
+    assert_eq!(spans[1]["parentSpanId"], spans[0]["spanId"]);
+    // A malformed one is ignored: the run's own trace.
+    let mut bad = record(1, None);
+    bad.trace_parent = Some("00-zz".into());
+    let body: Value =
+        serde_json::from_slice(&encode::traces(&[], &[encode::Span::of(&bad, end, &salt)]))
+            .unwrap();
+    let span = &body["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+    assert_ne!(span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(span.get("parentSpanId").is_none());
+}
+
 #[test]
 fn a_calls_span_is_the_child_of_the_call_it_was_made_in() {
     let record = |op_id: u64, parent_op_id: Option<u64>, run: &str| CallRecord {
@@ -203,6 +249,7 @@ fn a_calls_span_is_the_child_of_the_call_it_was_made_in() {
         cached: false,
         spilled: false,
         attempts: 1,
+        trace_parent: None,
     };
     let salt = [7u8; 16];
     let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);

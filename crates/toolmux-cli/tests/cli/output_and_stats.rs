@@ -228,3 +228,54 @@ fn calls_are_exported_to_an_opentelemetry_collector() {
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("telemetry.otlp: endpoint `localhost:4318`"), "{}", bad.stderr);
 }
+
+/// An MCP client's `_meta.traceparent`: the spans of its calls join its trace, on the
+/// gateway's direct path for plain calls and on rmcp's for the rest; a malformed one is
+/// ignored.
+#[test]
+fn served_calls_join_the_clients_trace() {
+    let collector = toolmux_test_support::otlp::OtlpCollector::start();
+    let project = Project::new();
+    project.file("notes.md", "TODO: trace\n").file(
+        "toolmux.yaml",
+        &format!("fs: {{}}\ntelemetry:\n  otlp:\n    endpoint: {}\n", collector.endpoint()),
+    );
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let call = |meta: serde_json::Value| {
+        serde_json::json!({"method": "tools/call", "params": {
+            "name": "fs__grep", "arguments": {"pattern": "TODO"}, "_meta": meta}})
+    };
+    let answers = crate::serve::stdio_exchange(
+        &project,
+        &["serve", "--stdio"],
+        &[
+            call(serde_json::json!({"traceparent": caller, "tracestate": "vendor=1"})),
+            call(serde_json::json!({"traceparent": caller, "example.com/other": 1})),
+            call(serde_json::json!({"traceparent": "00-nonsense"})),
+        ],
+    );
+    let errors: Vec<_> = answers.iter().filter(|a| a["result"]["isError"] == true).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    // Calls run at once: each span is told by its call id, the request's id.
+    let span_of =
+        |id: &str| {
+            spans
+                .iter()
+                .find(|span| {
+                    span["attributes"].as_array().into_iter().flatten().any(|a| {
+                        a["key"] == "gen_ai.tool.call.id" && a["value"]["stringValue"] == id
+                    })
+                })
+                .unwrap_or_else(|| panic!("no span of call {id}: {spans:#?}"))
+        };
+    for id in ["2", "3"] {
+        let span = span_of(id);
+        assert_eq!(span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736", "{span}");
+        assert_eq!(span["parentSpanId"], "00f067aa0ba902b7", "{span}");
+    }
+    let own = span_of("4");
+    assert_ne!(own["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert!(own.get("parentSpanId").is_none(), "{own}");
+}

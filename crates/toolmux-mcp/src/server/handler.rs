@@ -29,12 +29,16 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
     CallContext, CompletionRef, CompletionRequest, LogLevel, LogMessage, LogSink, Progress,
     ProgressSink, ResourceUpdates, TaskSupport, ToolError, ToolListChanges, ToolOutput,
-    ToolProvider,
+    ToolProvider, TraceParent,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
 /// others (questions asked together, as by `join!`, end up in one `InputRequiredResult`).
 const INPUT_GRACE: Duration = Duration::from_millis(20);
+
+/// The `_meta` key (and HTTP header) of a caller's W3C trace context, which the spans of
+/// its calls join (OpenTelemetry's MCP conventions carry it in `params._meta`).
+pub(crate) const TRACEPARENT_META_KEY: &str = "traceparent";
 
 /// The `_meta` key with which a request names its run: the calls of one agent (its budget,
 /// its external tools' inbox) across sessions, and across the requests of a stateless
@@ -457,10 +461,22 @@ impl Gateway {
             (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
             (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
         };
+        // The caller's trace: `_meta.traceparent` (MCP's way), else an HTTP client's
+        // `traceparent` header.
+        let trace = [Some(&context.meta), request_meta]
+            .into_iter()
+            .flatten()
+            .find_map(|meta| meta.0.0.get(TRACEPARENT_META_KEY).and_then(Value::as_str))
+            .or_else(|| {
+                let parts = context.extensions.get::<axum::http::request::Parts>()?;
+                parts.headers.get(TRACEPARENT_META_KEY)?.to_str().ok()
+            })
+            .and_then(TraceParent::parse);
         CallContext::new()
             .with_cancel(context.ct.clone())
             .with_run_id(run_id)
             .with_call_id(context.id.to_string())
+            .with_trace_parent(trace)
     }
 
     /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
@@ -608,6 +624,8 @@ pub(crate) struct CallSinks {
     pub(crate) progress: Option<ProgressToken>,
     /// Sends a notification to the client, ahead of anything sent later.
     pub(crate) notify: Arc<dyn Fn(ServerNotification) + Send + Sync>,
+    /// The client's distributed trace (`_meta.traceparent`), when it gave one.
+    pub(crate) trace: Option<TraceParent>,
 }
 
 impl Gateway {
@@ -630,7 +648,8 @@ impl Gateway {
             .with_cancel(cancel)
             .with_run_id(self.run_id.clone())
             .with_call_id(id.to_string())
-            .with_handler(interaction);
+            .with_handler(interaction)
+            .with_trace_parent(sinks.trace);
         if let Some(token) = sinks.progress {
             let notify = sinks.notify.clone();
             let rising = Mutex::new(Rising::default());

@@ -31,6 +31,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use toolmux_core::TraceParent;
 
 /// Lines up to this long are looked at for the direct path; longer ones stream to rmcp as
 /// they arrive (rmcp caps them), so nothing here buffers an unbounded line.
@@ -512,10 +513,13 @@ impl Router {
                     }
                 }
             };
-            let sinks = CallSinks {
-                progress: params.meta.and_then(|m| m.progress_token),
-                notify: Arc::new(notify),
+            let (progress, trace) = match params.meta {
+                Some(meta) => {
+                    (meta.progress_token, meta.traceparent.as_deref().and_then(TraceParent::parse))
+                }
+                None => (None, None),
             };
+            let sinks = CallSinks { progress, notify: Arc::new(notify), trace };
             let arguments = params.arguments.unwrap_or_default();
             let call =
                 gateway.call_direct(&params.name, arguments, &id, cancel.clone(), peer, sinks);
@@ -600,6 +604,12 @@ struct CallParams {
 struct CallMeta {
     #[serde(rename = "progressToken", default)]
     progress_token: Option<ProgressToken>,
+    /// W3C trace context, joined by the call's spans.
+    #[serde(default)]
+    traceparent: Option<String>,
+    /// Its vendor part, which nothing here reads.
+    #[serde(default, rename = "tracestate")]
+    _tracestate: Option<serde::de::IgnoredAny>,
 }
 
 impl CallLine {
@@ -802,6 +812,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"message":"hello"}}}"#,
             r#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"e","arguments":{},"_meta":{"progressToken":5}}}"#,
             r#"{"method":"tools/call","params":{"name":"e"},"id":4,"jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"e","_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"v=1"}}}"#,
         ];
         for line in direct {
             let call = CallLine::parse(line.as_bytes()).expect("takes the direct path");
@@ -813,6 +824,9 @@ mod tests {
         assert_eq!(call.id, RequestId::String("x".into()));
         let token = call.params.meta.and_then(|m| m.progress_token).unwrap();
         assert_eq!(token, ProgressToken(rmcp::model::NumberOrString::Number(5)));
+        let traced = CallLine::parse(direct[3].as_bytes()).unwrap();
+        let trace = traced.params.meta.and_then(|m| m.traceparent).unwrap();
+        assert!(TraceParent::parse(&trace).is_some(), "{trace}");
         let other = [
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
             r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"e"}}"#,

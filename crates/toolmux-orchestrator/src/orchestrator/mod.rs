@@ -1167,6 +1167,7 @@ impl Orchestrator {
                 cached: matches!(served, Some(Served::Cache | Served::Coalesced)),
                 spilled: meta.spilled.load(Ordering::Relaxed),
                 attempts: meta.attempts.load(Ordering::Relaxed),
+                trace_parent: ctx.trace_parent().map(ToString::to_string),
             };
             let visible = entry.is_some_and(|e| shown_to_people(&e.spec.annotations));
             let result = visible.then(|| self.inner.redactor.redact(&text).into_owned());
