@@ -288,6 +288,18 @@ impl Source {
         Source { project: loaded.path.clone(), layers, cwd }
     }
 
+    /// The same project file with the user's and managed files looked for again: one
+    /// created since is added, one removed is dropped.
+    fn rediscovered(&self) -> Source {
+        let env = |name: &str| std::env::var(name).ok();
+        let found = toolmux::config::Layers::discover(&env);
+        let layers = toolmux::config::Layers {
+            user: found.user.filter(|path| self.cwd.join(path).is_file()),
+            managed: found.managed.filter(|path| self.cwd.join(path).is_file()),
+        };
+        Source { project: self.project.clone(), layers, cwd: self.cwd.clone() }
+    }
+
     /// Every file read, in layer order.
     pub(crate) fn files(&self) -> Vec<PathBuf> {
         let user = self.layers.user.iter();
@@ -310,27 +322,35 @@ pub(crate) async fn watch(
     keys: Keys,
     stop: CancellationToken,
 ) {
-    let files = source.files();
-    let read_all = || files.iter().map(|f| std::fs::read(f).ok()).collect::<Vec<_>>();
-    let mut seen = read_all();
-    let shown = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" + ");
+    let read_all =
+        |files: &[PathBuf]| files.iter().map(|f| std::fs::read(f).ok()).collect::<Vec<_>>();
+    let mut source = source;
+    let mut files = source.files();
+    let mut seen = read_all(&files);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(POLL) => {}
         }
-        let now = read_all();
-        if now == seen || now.iter().any(Option::is_none) {
+        // The user's and managed files are looked for each time: one created after the
+        // start is read from then on, one removed is dropped.
+        let candidate = source.rediscovered();
+        let candidate_files = candidate.files();
+        let now = read_all(&candidate_files);
+        if now.iter().any(Option::is_none) || (candidate_files == files && now == seen) {
             // Unchanged, or one gone for a moment (an editor replacing it).
             continue;
         }
-        // Settled: the same bytes twice in a row.
+        // Settled: the same files with the same bytes twice in a row.
         tokio::time::sleep(POLL).await;
-        let settled = read_all();
-        if settled != now {
+        let again = source.rediscovered();
+        if again.files() != candidate_files || read_all(&candidate_files) != now {
             continue;
         }
-        seen = settled;
+        source = candidate;
+        files = candidate_files;
+        seen = now;
+        let shown = files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" + ");
         let loaded = match source.load() {
             Ok(loaded) => loaded,
             Err(e) => {

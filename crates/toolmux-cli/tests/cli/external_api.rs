@@ -1047,3 +1047,34 @@ fn watch_reloads_when_the_users_file_changes() {
     assert!(stopped.stderr.contains("toolmux: reloaded"), "{}", stopped.stderr);
     assert!(stopped.stderr.contains("home/config.yaml"), "{}", stopped.stderr);
 }
+
+/// `serve --watch` looks for the user's file again and again: one created after the start
+/// is read (its server served), and once it is removed its server goes.
+#[test]
+fn watch_reads_a_users_file_created_after_the_start() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let project = Project::new().env("ALICE_KEY", ALICE).unset("TOOLMUX_USER_CONFIG");
+    let xdg = project.path().join("xdg");
+    let project = project.env("XDG_CONFIG_HOME", xdg.to_str().expect("a UTF-8 path"));
+    project.file("toolmux.yaml", "serve:\n  apiKeys:\n    alice: ${ALICE_KEY}\nfs: {}\n");
+    let gateway = crate::serve::serve_http_with(&project, &["--watch"]);
+    let mut agent = Agent::start(&address_of(&gateway.url), ALICE);
+    assert!(!tool_names(&mut agent).iter().any(|n| n.starts_with("fx__")));
+    project.file(
+        "xdg/toolmux/config.yaml",
+        &format!("mcpServers:\n  fx:\n    command: {}\n    args: [ok]\n", fixture.display()),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !tool_names(&mut agent).iter().any(|n| n == "fx__pid") {
+        assert!(std::time::Instant::now() < deadline, "the new user's file was never read");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::remove_file(xdg.join("toolmux/config.yaml")).expect("remove the user's file");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tool_names(&mut agent).iter().any(|n| n.starts_with("fx__")) {
+        assert!(std::time::Instant::now() < deadline, "the removed user's file still counts");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stopped = stop(gateway);
+    assert!(stopped.stderr.contains("xdg/toolmux/config.yaml"), "{}", stopped.stderr);
+}

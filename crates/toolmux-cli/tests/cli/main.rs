@@ -60,6 +60,8 @@ pub(crate) fn gateway_project() -> Project {
 pub(crate) struct Project {
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
+    /// Variables left unset, over the defaults `command` gives.
+    unset: Vec<String>,
 }
 
 /// What one run printed and how it ended.
@@ -74,7 +76,7 @@ impl Project {
     pub(crate) fn new() -> Project {
         let dir = tempfile::tempdir().expect("temporary folder");
         std::fs::create_dir(dir.path().join("tmp")).expect("tmp folder");
-        Project { dir, env: Vec::new() }
+        Project { dir, env: Vec::new(), unset: Vec::new() }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -97,6 +99,13 @@ impl Project {
         self
     }
 
+    /// Leaves the variable `key` unset in the binary's environment (such as
+    /// `TOOLMUX_USER_CONFIG`, so that the user's file is looked for where people keep it).
+    pub(crate) fn unset(mut self, key: &str) -> Project {
+        self.unset.push(key.to_owned());
+        self
+    }
+
     /// A command for the binary in the project folder, with a private temporary folder
     /// (so the default output folder and statistics are the project's own).
     pub(crate) fn command(&self, args: &[&str]) -> Command {
@@ -111,6 +120,9 @@ impl Project {
             .env("TOOLMUX_MANAGED_CONFIG", "")
             .env("TMPDIR", self.path().join("tmp"))
             .envs(self.env.iter().map(|(k, v)| (k, v)));
+        for key in &self.unset {
+            command.env_remove(key);
+        }
         command
     }
 
