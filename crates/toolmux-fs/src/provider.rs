@@ -47,11 +47,12 @@ enum Tool {
     Bash,
     Exec,
     TaskOutput,
+    TaskWriteStdin,
     TaskKill,
     TaskList,
 }
 
-const ALL: [Tool; 13] = [
+const ALL: [Tool; 14] = [
     Tool::Read,
     Tool::Write,
     Tool::Edit,
@@ -63,6 +64,7 @@ const ALL: [Tool; 13] = [
     Tool::Bash,
     Tool::Exec,
     Tool::TaskOutput,
+    Tool::TaskWriteStdin,
     Tool::TaskKill,
     Tool::TaskList,
 ];
@@ -81,6 +83,7 @@ impl Tool {
             Tool::Bash => "bash",
             Tool::Exec => "exec",
             Tool::TaskOutput => "task_output",
+            Tool::TaskWriteStdin => "task_write_stdin",
             Tool::TaskKill => "task_kill",
             Tool::TaskList => "task_list",
         }
@@ -94,9 +97,12 @@ impl Tool {
         match self {
             Tool::Read | Tool::Grep | Tool::Glob | Tool::Ls => Permission::Read,
             Tool::Write | Tool::Edit | Tool::MultiEdit | Tool::ApplyPatch => Permission::Write,
-            Tool::Bash | Tool::Exec | Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => {
-                Permission::Execute
-            }
+            Tool::Bash
+            | Tool::Exec
+            | Tool::TaskOutput
+            | Tool::TaskWriteStdin
+            | Tool::TaskKill
+            | Tool::TaskList => Permission::Execute,
         }
     }
 
@@ -117,6 +123,9 @@ impl Tool {
             Tool::Exec => (shell::exec_description(sandbox), schema_for::<shell::ExecArgs>()),
             Tool::TaskOutput => {
                 (tasks::OUTPUT_DESCRIPTION.into(), schema_for::<tasks::TaskOutputArgs>())
+            }
+            Tool::TaskWriteStdin => {
+                (tasks::WRITE_STDIN_DESCRIPTION.into(), schema_for::<tasks::TaskWriteStdinArgs>())
             }
             Tool::TaskKill => (tasks::KILL_DESCRIPTION.into(), schema_for::<tasks::TaskKillArgs>()),
             Tool::TaskList => (tasks::LIST_DESCRIPTION.into(), schema_for::<tasks::TaskListArgs>()),
@@ -296,8 +305,16 @@ impl FsProvider {
                 let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Shell(args.command);
                 if args.run_in_background {
-                    return self.background(tool, program, &dir, args.timeout, ctx);
+                    return self.background(
+                        tool,
+                        program,
+                        &dir,
+                        args.timeout,
+                        args.keep_stdin,
+                        ctx,
+                    );
                 }
+                refuse_keep_stdin(tool, args.keep_stdin)?;
                 self.shell(tool, program, &dir, args.timeout, ctx).await
             }
             Tool::Exec => {
@@ -311,13 +328,25 @@ impl FsProvider {
                 let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Argv(args.argv);
                 if args.run_in_background {
-                    return self.background(tool, program, &dir, args.timeout, ctx);
+                    return self.background(
+                        tool,
+                        program,
+                        &dir,
+                        args.timeout,
+                        args.keep_stdin,
+                        ctx,
+                    );
                 }
+                refuse_keep_stdin(tool, args.keep_stdin)?;
                 self.shell(tool, program, &dir, args.timeout, ctx).await
             }
             Tool::TaskOutput => {
                 let args: tasks::TaskOutputArgs = parse(tool, arguments)?;
                 self.tasks.output(&self.config.bash, args, &run, ctx.cancel_token()).await
+            }
+            Tool::TaskWriteStdin => {
+                let args: tasks::TaskWriteStdinArgs = parse(tool, arguments)?;
+                self.tasks.write_stdin(&self.config.bash, args, &run, ctx.cancel_token()).await
             }
             Tool::TaskKill => {
                 let args: tasks::TaskKillArgs = parse(tool, arguments)?;
@@ -357,6 +386,7 @@ impl FsProvider {
         program: shell::Program,
         dir: &Path,
         timeout: Option<u64>,
+        keep_stdin: bool,
         ctx: &CallContext,
     ) -> Result<ToolOutput, FsError> {
         let name = tool.name();
@@ -371,6 +401,7 @@ impl FsProvider {
             namespace: &self.namespace,
             lifetime,
             run: ctx.run_id(),
+            keep_stdin,
         };
         self.tasks.start(start, program)
     }
@@ -493,7 +524,7 @@ impl ToolProvider for FsProvider {
     fn subject_kind(&self, tool: &str) -> Option<SubjectKind> {
         match Tool::from_name(tool)? {
             Tool::Bash | Tool::Exec => Some(SubjectKind::Command),
-            Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => None,
+            Tool::TaskOutput | Tool::TaskWriteStdin | Tool::TaskKill | Tool::TaskList => None,
             _ => Some(SubjectKind::Path),
         }
     }
@@ -522,7 +553,9 @@ impl ToolProvider for FsProvider {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(vec![Subject::Argv(argv)])
             }
-            Tool::TaskOutput | Tool::TaskKill | Tool::TaskList => Ok(Vec::new()),
+            Tool::TaskOutput | Tool::TaskWriteStdin | Tool::TaskKill | Tool::TaskList => {
+                Ok(Vec::new())
+            }
             // Every file the patch adds, deletes, changes or moves to.
             Tool::ApplyPatch => {
                 let input = text("input").or_else(|| text("patch")).ok_or("`input` is missing")?;
@@ -539,4 +572,17 @@ impl ToolProvider for FsProvider {
             self.workspace.root().display()
         ))
     }
+}
+
+/// `keep_stdin` only means something for a background task.
+fn refuse_keep_stdin(tool: Tool, keep_stdin: bool) -> Result<(), FsError> {
+    if keep_stdin {
+        return Err(FsError::InvalidArguments {
+            tool: tool.name(),
+            message: "`keep_stdin` needs `run_in_background: true`: a command in the \
+                      foreground gets no input"
+                .into(),
+        });
+    }
+    Ok(())
 }

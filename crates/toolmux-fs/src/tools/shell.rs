@@ -48,6 +48,11 @@ pub struct BashArgs {
     /// stop it with `task_kill`. `timeout` is then its lifetime (default 30 minutes).
     #[serde(default)]
     pub run_in_background: bool,
+    /// With `run_in_background`: keep its standard input open, to send it input with
+    /// `task_write_stdin` (a REPL, a program that asks questions). Otherwise it reads end
+    /// of file at once.
+    #[serde(default)]
+    pub keep_stdin: bool,
 }
 
 /// Arguments of `exec`.
@@ -71,6 +76,9 @@ pub struct ExecArgs {
     /// Start it and return at once with a task id, as for `bash`.
     #[serde(default)]
     pub run_in_background: bool,
+    /// With `run_in_background`: keep its standard input open, as for `bash`.
+    #[serde(default)]
+    pub keep_stdin: bool,
 }
 
 /// The description of `bash`; `sandbox` is the sentence about the sandbox.
@@ -86,7 +94,9 @@ command exits are killed too. Output: `exit code N` (or the signal / timeout), t
 characters keeps its head and tail with a marker, and the full output is saved to a file whose \
 path is given. With `run_in_background: true` (a server, a watcher, a long build) the call \
 returns at once with a `task_id`: read what it printed with `task_output`, stop it with \
-`task_kill`; `timeout` is then its lifetime (default 30 minutes)."
+`task_kill`; `timeout` is then its lifetime (default 30 minutes). Add `keep_stdin: true` to a \
+background task that reads input (a REPL, a program asking questions) and send it text with \
+`task_write_stdin`."
     )
 }
 

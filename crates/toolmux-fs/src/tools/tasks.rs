@@ -1,5 +1,6 @@
 //! Background tasks: `bash` and `exec` with `run_in_background`, read with `task_output`,
-//! stopped with `task_kill`, listed with `task_list`.
+//! fed with `task_write_stdin` (when started with `keep_stdin`), stopped with `task_kill`,
+//! listed with `task_list`.
 //!
 //! A task runs in its own process group, like a foreground command, with a lifetime
 //! (`timeout`, default 30 minutes) after which the group is killed. What it prints
@@ -39,6 +40,12 @@ const KEEP_FINISHED: usize = 32;
 /// The longest `block_ms` of `task_output`.
 const MAX_BLOCK: Duration = Duration::from_secs(30);
 
+/// How long a task's answer must have been quiet for `task_write_stdin` to return it.
+const ANSWER_QUIET: Duration = Duration::from_millis(150);
+
+/// How long `task_write_stdin` waits for a task to take its input.
+const STDIN_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Arguments of `task_output`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +60,25 @@ pub struct TaskOutputArgs {
     /// and skipped).
     #[serde(default)]
     pub filter: Option<String>,
+}
+
+/// Arguments of `task_write_stdin`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskWriteStdinArgs {
+    /// The task, started with `keep_stdin`.
+    pub task_id: String,
+    /// The text to send, exactly: end a line with `\n` (a REPL or a prompt waits for it).
+    /// May be empty, to only close or only wait.
+    #[serde(default)]
+    pub input: String,
+    /// Close the task's input after sending (end of file: `Ctrl-D`).
+    #[serde(default)]
+    pub close: bool,
+    /// Then wait up to this many milliseconds (at most 30000) for output or the task's end
+    /// (default 1000).
+    #[serde(default)]
+    pub block_ms: Option<u64>,
 }
 
 /// Arguments of `task_kill`.
@@ -72,6 +98,13 @@ pub(crate) const OUTPUT_DESCRIPTION: &str = "What a background task (`bash` or `
 `run_in_background`) printed since the last look, stdout and stderr interleaved, terminal \
 escapes removed, and whether it is still running or how it ended. `block_ms` waits (up to 30000) \
 for new output or the end; `filter` keeps only matching lines.";
+
+pub(crate) const WRITE_STDIN_DESCRIPTION: &str = "Send text to the standard input of a \
+background task started with `keep_stdin: true` (a REPL, a program asking questions, a server \
+reading commands), then wait up to `block_ms` (default 1000) for what it prints, returned as \
+`task_output` returns it. `input` is sent exactly: end lines with `\\n`. `close: true` closes \
+its input afterwards (end of file). A task that stops reading its input is reported after 5 \
+seconds instead of waiting.";
 
 pub(crate) const KILL_DESCRIPTION: &str = "Stops a background task: its whole process group is \
 killed. Returns how it ended and what it printed that was not read yet.";
@@ -105,6 +138,10 @@ struct Task {
     stop: CancellationToken,
     /// Cancelled by the watcher once the task has ended and its pipes are drained.
     done: CancellationToken,
+    /// Its standard input, when started with `keep_stdin` and not closed yet.
+    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// Whether it was started with `keep_stdin`.
+    keeps_stdin: bool,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +228,8 @@ pub(crate) struct Start<'a> {
     pub(crate) lifetime: Duration,
     /// The run it belongs to.
     pub(crate) run: &'a str,
+    /// Keep its standard input open for `task_write_stdin`.
+    pub(crate) keep_stdin: bool,
 }
 
 /// The background tasks of one provider.
@@ -243,7 +282,7 @@ impl Tasks {
 
     /// Starts `program` in the background for the call `start` describes.
     pub(crate) fn start(&self, start: Start<'_>, program: Program) -> Result<ToolOutput, FsError> {
-        let Start { config, sandbox, root, tool, namespace, lifetime, run } = start;
+        let Start { config, sandbox, root, tool, namespace, lifetime, run, keep_stdin } = start;
         let label = program.label();
         let running = self.lock().values().filter(|t| t.is_running()).count();
         if running >= config.max_background {
@@ -256,6 +295,9 @@ impl Tasks {
             });
         }
         let mut command = shell::command(config, sandbox, root, tool, &program)?;
+        if keep_stdin {
+            command.stdin(std::process::Stdio::piped());
+        }
         let mut child =
             command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
         let n = self.next.fetch_add(1, Ordering::Relaxed);
@@ -274,6 +316,8 @@ impl Tasks {
             changed: Notify::new(),
             stop: CancellationToken::new(),
             done: CancellationToken::new(),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            keeps_stdin: keep_stdin,
         });
         let readers: Vec<_> = [
             child
@@ -293,12 +337,17 @@ impl Tasks {
         let text = format!(
             "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
              first: `{}`. Read its output with `{namespace}__task_output` \
-             ({{\"task_id\": \"{}\", \"block_ms\": 5000}}); stop it with `{namespace}__task_kill`.",
+             ({{\"task_id\": \"{}\", \"block_ms\": 5000}}){}; stop it with `{namespace}__task_kill`.",
             task.id,
             task.pid.map_or_else(|| "unknown".to_owned(), |p| p.to_string()),
             seconds(lifetime),
             task.label,
             task.id,
+            if keep_stdin {
+                format!("; send it input with `{namespace}__task_write_stdin`")
+            } else {
+                String::new()
+            },
         );
         let mut output = ToolOutput::text(text)
             .with_extra("taskId", json!(task.id))
@@ -363,6 +412,97 @@ impl Tasks {
             }
         }
         Ok(render(&task, config.output_cap_chars, filter.as_ref()))
+    }
+
+    /// `task_write_stdin`.
+    pub(crate) async fn write_stdin(
+        &self,
+        config: &BashConfig,
+        args: TaskWriteStdinArgs,
+        run: &str,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, FsError> {
+        const TOOL: &str = "task_write_stdin";
+        let task = self.get(TOOL, run, &args.task_id)?;
+        let refuse = |message: String| FsError::InvalidArguments { tool: TOOL, message };
+        if !task.keeps_stdin {
+            return Err(refuse(format!(
+                "task `{}` was not started with `keep_stdin: true`: its input is closed; start \
+                 it again with `keep_stdin` to send it input",
+                task.id
+            )));
+        }
+        let printed_before = task.lock().total;
+        {
+            let mut stdin = task.stdin.lock().await;
+            if !task.is_running() {
+                *stdin = None;
+                return Err(refuse(format!("task `{}` has ended: {}", task.id, task.status())));
+            }
+            let Some(pipe) = stdin.as_mut() else {
+                return Err(refuse(format!(
+                    "task `{}`'s input was closed (`close: true` earlier)",
+                    task.id
+                )));
+            };
+            if !args.input.is_empty() {
+                use tokio::io::AsyncWriteExt as _;
+                let write = async {
+                    pipe.write_all(args.input.as_bytes()).await?;
+                    pipe.flush().await
+                };
+                tokio::select! {
+                    written = tokio::time::timeout(STDIN_WRITE_TIMEOUT, write) => match written {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            *stdin = None;
+                            return Err(refuse(format!(
+                                "task `{}` does not take input any more ({e}): {}",
+                                task.id,
+                                task.status()
+                            )));
+                        }
+                        Err(_) => {
+                            return Err(refuse(format!(
+                                "task `{}` has not read its input for {} s (what fitted in the \
+                                 pipe was sent); read its output with `task_output` to see what \
+                                 it waits for",
+                                task.id,
+                                STDIN_WRITE_TIMEOUT.as_secs()
+                            )));
+                        }
+                    },
+                    () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
+                }
+            }
+            if args.close {
+                // Dropping the pipe closes it: the task reads end of file.
+                *stdin = None;
+            }
+        }
+        // What it prints in answer: the first output after the input, and what follows it
+        // until it has been quiet for a moment, the task ends or `block_ms` passes.
+        let block = Duration::from_millis(args.block_ms.unwrap_or(1000)).min(MAX_BLOCK);
+        let deadline = tokio::time::Instant::now() + block;
+        let mut answered = false;
+        loop {
+            let changed = task.changed.notified();
+            {
+                let state = task.lock();
+                if state.end.is_some() {
+                    break;
+                }
+                answered |= state.total > printed_before;
+            }
+            let quiet = if answered { ANSWER_QUIET } else { MAX_BLOCK };
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep(quiet) => break,
+                () = tokio::time::sleep_until(deadline) => break,
+                () = cancel.cancelled() => return Err(FsError::Cancelled { tool: TOOL }),
+            }
+        }
+        Ok(render(&task, config.output_cap_chars, None))
     }
 
     /// `task_kill`.
@@ -475,6 +615,8 @@ async fn watch(
             reader.abort();
         }
     }
+    // Its input closes with it (a write now fails at once, not after a timeout).
+    *task.stdin.lock().await = None;
     task.lock().end = Some((end, task.started.elapsed()));
     task.changed.notify_waiters();
     task.done.cancel();

@@ -208,3 +208,100 @@ async fn a_task_output_file_is_private_and_freshly_named() {
     assert!(name.starts_with(&format!("task-{}-", std::process::id())), "{name}");
     assert!(name.ends_with(".log"), "{name}");
 }
+
+/// `keep_stdin`: a background task reading its input answers each line sent with
+/// `task_write_stdin`, and `close` ends its input (end of file).
+#[tokio::test]
+async fn a_task_started_with_keep_stdin_takes_input_until_it_is_closed() {
+    let fx = fixture(|b| b);
+    let script = "echo ready; while read -r line; do echo \"got $line\"; done; echo 'input ended'";
+    let out = fx
+        .call("bash", json!({"command": script, "run_in_background": true, "keep_stdin": true}))
+        .await
+        .expect("started");
+    assert!(out.to_text().contains("fs__task_write_stdin"), "{}", out.to_text());
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let pid = out.extras["pid"].as_u64().expect("a pid") as u32;
+    let first = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    assert!(first.contains("ready"), "{first}");
+
+    let answer = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": "hello\n", "block_ms": 5000}))
+        .await
+        .expect("written")
+        .to_text();
+    assert!(answer.contains("got hello"), "{answer}");
+    assert!(answer.contains("running"), "{answer}");
+    let answer = fx
+        .call(
+            "task_write_stdin",
+            json!({"task_id": id, "input": "two\nthree\n", "close": true, "block_ms": 5000}),
+        )
+        .await
+        .expect("written")
+        .to_text();
+    // Closing the input ends the loop: everything up to the end comes back.
+    let all = if answer.contains("input ended") {
+        answer
+    } else {
+        let rest = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+        format!("{answer}{rest}")
+    };
+    assert!(all.contains("got two") && all.contains("got three"), "{all}");
+    assert!(all.contains("input ended"), "{all}");
+    wait_group_gone(pid).await;
+
+    let closed = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": "more\n"}))
+        .await
+        .expect_err("no more input")
+        .report();
+    assert!(closed.contains("has ended") || closed.contains("was closed"), "{closed}");
+}
+
+#[tokio::test]
+async fn input_goes_only_to_tasks_that_keep_it_open() {
+    let fx = fixture(|b| b);
+    let (id, _, _) = start(&fx, "sleep 30").await;
+    let error = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": "x\n"}))
+        .await
+        .expect_err("refused")
+        .report();
+    assert!(error.contains("was not started with `keep_stdin: true`"), "{error}");
+    fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
+    let error = fx
+        .call("bash", json!({"command": "cat", "keep_stdin": true}))
+        .await
+        .expect_err("refused")
+        .report();
+    assert!(error.contains("`keep_stdin` needs `run_in_background: true`"), "{error}");
+    let error = fx
+        .call("task_write_stdin", json!({"task_id": "task-999", "input": "x"}))
+        .await
+        .expect_err("unknown")
+        .report();
+    assert!(error.contains("no background task `task-999`"), "{error}");
+}
+
+/// A task that never reads its input: once the pipe is full, the write gives up after a
+/// few seconds instead of hanging the call.
+#[tokio::test]
+async fn a_task_not_reading_its_input_is_reported_not_waited_for() {
+    let fx = fixture(|b| b);
+    let out = fx
+        .call("bash", json!({"command": "sleep 60", "run_in_background": true, "keep_stdin": true}))
+        .await
+        .expect("started");
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let big = "x".repeat(1024 * 1024);
+    let started = Instant::now();
+    let error = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": big}))
+        .await
+        .expect_err("not read")
+        .report();
+    assert!(error.contains("has not read its input for 5 s"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
+}
