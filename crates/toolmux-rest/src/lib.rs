@@ -74,6 +74,7 @@ mod output;
 mod provider;
 mod request;
 mod template;
+mod web;
 
 pub use config::{
     Credentials, DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOLS,
@@ -81,3 +82,4 @@ pub use config::{
 };
 pub use error::RestError;
 pub use provider::{INLINE_NAMESPACE, RestProvider};
+pub use web::{FetchConfig, SearchConfig, SearchProvider, WEB_NAMESPACE, WebConfig, WebProvider};

@@ -1301,6 +1301,13 @@ mod rest {
             config.providers.insert(provider.namespace().to_owned(), settings);
             providers.push(Arc::new(provider));
         }
+        if let Some(web) = &c.web
+            && keep(toolmux_rest::WEB_NAMESPACE)
+        {
+            let provider = toolmux_rest::WebProvider::new(web)
+                .map_err(|e| ToolmuxError::config(file, format!("web: {e}")))?;
+            providers.push(Arc::new(provider));
+        }
         Ok(())
     }
 }

@@ -321,3 +321,55 @@ fn command_tools_run_a_program_with_the_arguments_on_stdin() {
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("commandTools.bad: `command` is empty"), "{}", bad.stderr);
 }
+
+/// A one-page HTTP server on loopback, answering every request with `page` as HTML from a
+/// thread of its own; returns its base URL.
+fn serve_page(page: &'static str) -> String {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let base = format!("http://{}", listener.local_addr().expect("an address"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                page.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(page.as_bytes());
+        }
+    });
+    base
+}
+
+/// `web: {}` offers `web__fetch`: a page comes back as Markdown through the binary, and a
+/// loopback address is refused unless `allowPrivate` says otherwise.
+#[test]
+fn web_fetch_reads_pages_and_refuses_local_addresses_by_default() {
+    let base = serve_page(
+        "<html><head><title>Notes</title></head><body><main><h1>Hello</h1><p>A <a href=\"/x\">link</a>.</p></main></body></html>",
+    );
+    let project = Project::new();
+    project.file("toolmux.yaml", "web:\n  fetch: {allowPrivate: true}\n");
+    let listed = project.run(&["tools", "list"]);
+    assert!(listed.stdout.contains("web__fetch"), "{listed:?}");
+    assert!(!listed.stdout.contains("web__search"), "{listed:?}");
+    let url = format!("{base}/notes");
+    let args = serde_json::json!({ "url": url }).to_string();
+    let run = project.run(&["tools", "call", "web__fetch", &args]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("# Notes"), "{}", run.stdout);
+    assert!(run.stdout.contains(&format!("[link]({base}/x)")), "{}", run.stdout);
+
+    project.file("toolmux.yaml", "web: {}\n");
+    let refused = project.run(&["tools", "call", "web__fetch", &args]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(refused.stderr.contains("web.fetch.allowPrivate"), "{}", refused.stderr);
+
+    project.file("toolmux.yaml", "web:\n  search: {apiKey: '${NO_SUCH_TAVILY_KEY}'}\n");
+    let unset = project.run(&["config", "check"]);
+    assert_eq!(unset.code, 2, "{unset:?}");
+    assert!(unset.stderr.contains("NO_SUCH_TAVILY_KEY"), "{}", unset.stderr);
+}

@@ -110,6 +110,9 @@ impl Loaded {
             for (name, import) in &self.config.openapi {
                 namespaces.push(import.namespace.clone().unwrap_or_else(|| name.clone()));
             }
+            if self.config.web.is_some() {
+                namespaces.push(toolmux_rest::WEB_NAMESPACE.to_owned());
+            }
         }
         namespaces
     }

@@ -89,6 +89,12 @@ pub struct Config {
     #[cfg(feature = "rest")]
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub openapi: BTreeMap<String, toolmux_rest::OpenApiConfig>,
+    /// Tools that read the web: `web__fetch` (a URL as Markdown or text, public addresses
+    /// only unless `fetch.allowPrivate`) and, with `search`, `web__search` (Tavily's API).
+    /// `web: {}` turns on the fetch.
+    #[cfg(feature = "rest")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web: Option<toolmux_rest::WebConfig>,
     /// Settings of `toolmux serve`.
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "ServeSection::is_empty")]

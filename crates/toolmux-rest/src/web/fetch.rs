@@ -1,0 +1,536 @@
+//! `web__fetch`: one URL read as Markdown or text, reaching only the addresses the
+//! configuration allows, in pages of characters.
+
+use super::html;
+use super::{FetchConfig, host_matches, text_argument};
+use futures::StreamExt as _;
+use reqwest::Url;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use serde_json::{Value, json};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use toolmux_core::{CallContext, ToolError, ToolOutput};
+
+const DEFAULT_MAX_BYTES: u64 = 5_000_000;
+const DEFAULT_MAX_LENGTH: usize = 20_000;
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_MAX_REDIRECTS: usize = 5;
+/// Characters of an error page shown in the error.
+const ERROR_EXCERPT: usize = 600;
+
+/// What `web__fetch` may reach.
+#[derive(Debug, Clone)]
+struct Policy {
+    allow_private: bool,
+    allowed_hosts: Vec<String>,
+    denied_hosts: Vec<String>,
+}
+
+impl Policy {
+    /// Why `url` may not be fetched (its scheme, its host, an IP literal's address).
+    fn refuses(&self, url: &Url) -> Option<String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Some(format!("`{}` URLs are not fetched: only http and https", url.scheme()));
+        }
+        let Some(host) = url.host_str() else {
+            return Some("the URL has no host".into());
+        };
+        // The URL parser writes IPv4 literals in dotted form (`0x7f000001` becomes
+        // `127.0.0.1`) and IPv6 ones in brackets.
+        let literal: Option<IpAddr> = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']'))
+        {
+            Some(v6) => v6.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
+            None => host.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
+        };
+        let name = literal.map_or_else(|| host.to_owned(), |ip| ip.to_string());
+        if self.denied_hosts.iter().any(|p| host_matches(&name, p)) {
+            return Some(format!("host `{name}` is in `web.fetch.deniedHosts`"));
+        }
+        if !self.allowed_hosts.is_empty()
+            && !self.allowed_hosts.iter().any(|p| host_matches(&name, p))
+        {
+            return Some(format!(
+                "host `{name}` is not in `web.fetch.allowedHosts` ({})",
+                self.allowed_hosts.join(", ")
+            ));
+        }
+        match literal {
+            Some(ip) if !self.allow_private && !is_public(ip) => {
+                Some(private_refusal(&name, &[ip]))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn private_refusal(host: &str, addresses: &[IpAddr]) -> String {
+    let shown: Vec<String> = addresses.iter().take(4).map(IpAddr::to_string).collect();
+    format!(
+        "`{host}` leads only to local or private network addresses ({}); web__fetch reaches \
+         public addresses only, unless `web.fetch.allowPrivate` is true",
+        shown.join(", ")
+    )
+}
+
+/// Whether `ip` is an address on the public internet: not loopback, private, link-local,
+/// shared (carrier-grade NAT), multicast, reserved, documentation or unspecified; IPv6
+/// addresses carrying an IPv4 one are judged by it.
+pub(crate) fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(ip) => is_public_v4(ip),
+        IpAddr::V6(ip) => {
+            if let Some(v4) = ip.to_ipv4_mapped() {
+                return is_public_v4(v4);
+            }
+            let s = ip.segments();
+            // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
+            if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                let v4 =
+                    Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+                return is_public_v4(v4);
+            }
+            !(ip.is_unspecified()
+                || ip.is_loopback()
+                || ip.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || s[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible (deprecated)
+        }
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_unspecified()
+        || ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)) // shared address space (RFC 6598)
+        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || a >= 240) // reserved
+}
+
+/// A host name resolved to addresses of which none may be reached.
+#[derive(Debug)]
+struct Refused(String);
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// Resolves host names with the system's resolver and keeps the addresses the policy
+/// allows, so that the connection goes to a checked address.
+#[derive(Debug)]
+struct CheckedResolver {
+    allow_private: bool,
+}
+
+impl Resolve for CheckedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?
+                .collect();
+            let allowed: Vec<SocketAddr> =
+                found.iter().copied().filter(|a| allow_private || is_public(a.ip())).collect();
+            if allowed.is_empty() {
+                let ips: Vec<IpAddr> = found.iter().map(SocketAddr::ip).collect();
+                let refused = if ips.is_empty() {
+                    Refused(format!("`{host}` resolves to no address"))
+                } else {
+                    Refused(private_refusal(&host, &ips))
+                };
+                return Err(Box::new(refused) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
+}
+
+/// `web__fetch`'s client and limits.
+#[derive(Debug)]
+pub(crate) struct Fetcher {
+    client: reqwest::Client,
+    policy: Arc<Policy>,
+    max_bytes: u64,
+    max_length: usize,
+    timeout: Duration,
+}
+
+impl Fetcher {
+    pub(crate) fn new(config: &FetchConfig) -> Result<Fetcher, String> {
+        for pattern in config.allowed_hosts.iter().chain(&config.denied_hosts) {
+            let bare = pattern.strip_prefix("*.").unwrap_or(pattern);
+            if bare.is_empty() || bare.contains(['*', '/', ':', ' ']) {
+                return Err(format!(
+                    "web.fetch: host pattern `{pattern}` is not a host name or `*.domain`"
+                ));
+            }
+        }
+        let policy = Arc::new(Policy {
+            allow_private: config.allow_private,
+            allowed_hosts: config.allowed_hosts.clone(),
+            denied_hosts: config.denied_hosts.clone(),
+        });
+        let max_redirects = config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS);
+        let redirects = Arc::clone(&policy);
+        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() > max_redirects {
+                return attempt.error(format!("more than {max_redirects} redirects"));
+            }
+            match redirects.refuses(attempt.url()) {
+                Some(why) => {
+                    let why = format!("a redirect to {} was refused: {why}", origin(attempt.url()));
+                    attempt.error(Refused(why))
+                }
+                None => attempt.follow(),
+            }
+        });
+        // reqwest is built without a default crypto provider; install ring's once.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let user_agent = config.user_agent.clone().unwrap_or_else(|| {
+            concat!("toolmux/", env!("CARGO_PKG_VERSION"), " (+web fetch for an AI agent)").into()
+        });
+        let client = reqwest::Client::builder()
+            .redirect(redirect)
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver { allow_private: config.allow_private }))
+            .user_agent(user_agent)
+            .build()
+            .map_err(|e| format!("web.fetch: cannot build the HTTP client: {e}"))?;
+        Ok(Fetcher {
+            client,
+            policy,
+            max_bytes: config.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+            max_length: config.max_length.unwrap_or(DEFAULT_MAX_LENGTH),
+            timeout: config.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+        })
+    }
+
+    pub(crate) fn default_length(&self) -> usize {
+        self.max_length
+    }
+
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let invalid = |message: String| ToolError::invalid_arguments(tool, message);
+        let given = text_argument(tool, arguments, "url")?;
+        let url = Url::parse(given.trim())
+            .map_err(|e| invalid(format!("`url` `{given}` is not a URL: {e}")))?;
+        let number = |key: &str| arguments.get(key).and_then(Value::as_u64);
+        let max_length = number("max_length").map_or(self.max_length, |n| n as usize).max(1);
+        let start = number("start_index").unwrap_or(0) as usize;
+        let raw = arguments.get("raw").and_then(Value::as_bool).unwrap_or(false);
+        if let Some(why) = self.policy.refuses(&url) {
+            return Err(ToolError::Denied { tool: tool.to_owned(), reason: why });
+        }
+        let mut limit = self.timeout;
+        if let Some(deadline) = ctx.deadline() {
+            limit = limit.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        }
+        let page = tokio::time::timeout(limit, self.get(tool, &url))
+            .await
+            .map_err(|_| ToolError::Timeout { tool: tool.to_owned(), after: limit })??;
+        let text = page.render(raw).map_err(|why| ToolError::remote(tool, why))?;
+        slice(&page, &text, start, max_length).map_err(invalid)
+    }
+
+    /// The response to `GET url`, its body cut at `max_bytes`.
+    async fn get(&self, tool: &str, url: &Url) -> Result<Fetched, ToolError> {
+        let response = self
+            .client
+            .get(url.clone())
+            .header(
+                reqwest::header::ACCEPT,
+                "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.5",
+            )
+            .send()
+            .await
+            .map_err(|e| request_error(tool, url, &e))?;
+        let status = response.status();
+        let final_url = response.url().clone();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let mut body = Vec::new();
+        let mut cut = false;
+        let mut stream = response.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| request_error(tool, url, &e))?;
+            let room = (self.max_bytes as usize).saturating_sub(body.len());
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                cut = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        let fetched = Fetched { url: url.clone(), final_url, content_type, body, cut };
+        if status.is_client_error() || status.is_server_error() {
+            let excerpt = fetched.render(false).unwrap_or_default();
+            let excerpt: String = excerpt.chars().take(ERROR_EXCERPT).collect();
+            return Err(ToolError::remote(
+                tool,
+                format!(
+                    "GET {} answered {status}{}",
+                    fetched.final_url,
+                    if excerpt.trim().is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {}", excerpt.trim())
+                    }
+                ),
+            ));
+        }
+        Ok(fetched)
+    }
+}
+
+/// The error of a request that got no (complete) response: a refused address or redirect
+/// is said as such, anything else with reqwest's chain (which holds no credentials: the
+/// fetch sends none).
+fn request_error(tool: &str, url: &Url, error: &reqwest::Error) -> ToolError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if let Some(refused) = cause.downcast_ref::<Refused>() {
+            return ToolError::Denied { tool: tool.to_owned(), reason: refused.0.clone() };
+        }
+        source = cause.source();
+    }
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    ToolError::remote(tool, format!("GET {url} failed: {message}"))
+}
+
+fn origin(url: &Url) -> String {
+    url.origin().ascii_serialization()
+}
+
+/// A response as read.
+#[derive(Debug)]
+struct Fetched {
+    url: Url,
+    final_url: Url,
+    content_type: String,
+    body: Vec<u8>,
+    /// The body was longer than `maxBytes`.
+    cut: bool,
+}
+
+impl Fetched {
+    fn mime(&self) -> String {
+        self.content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+    }
+
+    fn is_html(&self) -> bool {
+        let mime = self.mime();
+        if mime == "text/html" || mime == "application/xhtml+xml" {
+            return true;
+        }
+        if !mime.is_empty() {
+            return false;
+        }
+        let start: String =
+            String::from_utf8_lossy(&self.body[..self.body.len().min(512)]).to_ascii_lowercase();
+        let start = start.trim_start();
+        start.starts_with("<!doctype html") || start.starts_with("<html")
+    }
+
+    fn is_text(&self) -> bool {
+        let mime = self.mime();
+        mime.is_empty() && !self.body[..self.body.len().min(8192)].contains(&0)
+            || mime.starts_with("text/")
+            || mime.ends_with("+json")
+            || mime.ends_with("+xml")
+            || matches!(
+                mime.as_str(),
+                "application/json"
+                    | "application/xml"
+                    | "application/javascript"
+                    | "application/x-javascript"
+                    | "application/ecmascript"
+                    | "application/x-yaml"
+                    | "application/yaml"
+                    | "application/toml"
+                    | "application/x-sh"
+                    | "application/sql"
+                    | "application/graphql"
+                    | "application/ld+json"
+                    | "application/x-ndjson"
+            )
+    }
+
+    /// The body as text: UTF-8 (invalid bytes replaced), or Latin-1 when the response says
+    /// so (windows-1252 read as Latin-1).
+    fn decoded(&self) -> String {
+        let charset = self
+            .content_type
+            .split(';')
+            .skip(1)
+            .filter_map(|part| part.trim().strip_prefix("charset="))
+            .next()
+            .map(|c| c.trim_matches('"').to_ascii_lowercase());
+        match charset.as_deref() {
+            Some("iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "us-ascii") => {
+                self.body.iter().map(|&b| char::from(b)).collect()
+            }
+            _ => String::from_utf8_lossy(&self.body).into_owned(),
+        }
+    }
+
+    /// The content as the model reads it: a page as Markdown (or its HTML with `raw`),
+    /// other text as it is; why not, for content that is not text.
+    fn render(&self, raw: bool) -> Result<String, String> {
+        if self.is_html() {
+            let html = self.decoded();
+            if raw {
+                return Ok(html);
+            }
+            let page = html::to_markdown(&html, Some(&self.final_url));
+            return Ok(match page.title {
+                Some(title) => format!("# {title}\n\n{}", page.text),
+                None => page.text,
+            });
+        }
+        if self.is_text() {
+            return Ok(self.decoded());
+        }
+        Err(format!(
+            "{} is {} ({} bytes), not a web page or text: web__fetch reads pages and text only",
+            self.final_url,
+            if self.content_type.is_empty() { "binary content" } else { &self.content_type },
+            self.body.len()
+        ))
+    }
+}
+
+/// The page of `text` from character `start`, at most `max_length` characters, with a
+/// header naming the URL and a footer saying where to read on.
+fn slice(
+    fetched: &Fetched,
+    text: &str,
+    start: usize,
+    max_length: usize,
+) -> Result<ToolOutput, String> {
+    let total = text.chars().count();
+    if start > 0 && start >= total {
+        return Err(format!(
+            "`start_index` {start} is past the end: the content has {total} characters"
+        ));
+    }
+    let shown: String = text.chars().skip(start).take(max_length).collect();
+    let end = start + shown.chars().count();
+    let mut out = format!("Contents of {}", fetched.final_url);
+    if fetched.final_url != fetched.url {
+        out.push_str(&format!(" (redirected from {})", fetched.url));
+    }
+    out.push_str(":\n\n");
+    out.push_str(&shown);
+    if end < total {
+        out.push_str(&format!(
+            "\n\n[characters {}-{end} of {total}; call again with start_index={end} to read on]",
+            start + 1
+        ));
+    } else if start > 0 {
+        out.push_str(&format!("\n\n[characters {}-{end} of {total}: the end]", start + 1));
+    }
+    if fetched.cut {
+        out.push_str(&format!(
+            "\n[the response was longer than `web.fetch.maxBytes` ({} bytes) and was cut there]",
+            fetched.body.len()
+        ));
+    }
+    Ok(ToolOutput::text(out)
+        .with_extra("url", json!(fetched.final_url.as_str()))
+        .with_extra("contentType", json!(fetched.content_type))
+        .with_extra("totalChars", json!(total))
+        .with_extra("truncated", json!(end < total))
+        .with_extra("nextStartIndex", if end < total { json!(end) } else { Value::Null }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_public_addresses_are_public() {
+        for public in ["93.184.215.14", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+        for local in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "224.0.0.1",
+            "240.0.0.1",
+            "198.18.0.1",
+            "192.0.0.8",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "2001:db8::1",
+            "::127.0.0.1",
+        ] {
+            assert!(!is_public(local.parse().unwrap()), "{local}");
+        }
+    }
+
+    #[test]
+    fn literal_addresses_and_schemes_are_checked() {
+        let policy =
+            Policy { allow_private: false, allowed_hosts: Vec::new(), denied_hosts: Vec::new() };
+        let refused = |url: &str| policy.refuses(&Url::parse(url).unwrap());
+        assert!(refused("http://127.0.0.1:8080/").unwrap().contains("allowPrivate"));
+        assert!(refused("http://[::1]/").is_some());
+        assert!(refused("http://0x7f000001/").is_some(), "hex IPv4 is parsed as 127.0.0.1");
+        assert!(refused("file:///etc/passwd").unwrap().contains("only http and https"));
+        assert!(refused("https://example.com/").is_none());
+        let listed = Policy {
+            allow_private: true,
+            allowed_hosts: vec!["*.example.com".into()],
+            denied_hosts: vec!["bad.example.com".into()],
+        };
+        let refused = |url: &str| listed.refuses(&Url::parse(url).unwrap());
+        assert!(refused("https://docs.example.com/").is_none());
+        assert!(refused("https://bad.example.com/").unwrap().contains("deniedHosts"));
+        assert!(refused("https://example.org/").unwrap().contains("allowedHosts"));
+    }
+}

@@ -1,0 +1,270 @@
+//! Tools that read the web (`web` in the configuration): `web__fetch` (a page as Markdown
+//! or text) and, with `web.search`, `web__search` (Tavily's search API).
+//!
+//! A fetch reaches only public addresses unless told otherwise: every address a host name
+//! resolves to is checked before connecting (and the connection goes to a checked address,
+//! so a name cannot resolve one way for the check and another for the request), IP literals
+//! are checked as given, and every redirect is checked again. No proxy is used, since a
+//! proxy would resolve names where the check cannot see.
+
+mod fetch;
+mod html;
+mod search;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use toolmux_core::{
+    CallContext, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec,
+};
+
+/// The namespace of the web tools.
+pub const WEB_NAMESPACE: &str = "web";
+
+/// The `web` section: tools that read the web.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebConfig {
+    /// `web__fetch`: reads a URL as Markdown (web pages) or text. On with the section.
+    #[serde(default)]
+    pub fetch: FetchConfig,
+    /// `web__search`: searches the web through a search API (Tavily). Off without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchConfig>,
+}
+
+/// Settings of `web__fetch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FetchConfig {
+    /// Offer `web__fetch` (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Reach loopback, private, link-local and other non-public addresses (default false:
+    /// a model cannot make toolmux read the local network, cloud metadata or its own
+    /// machine's services).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_private: bool,
+    /// Only these hosts, when given: `example.com`, or `*.example.com` for its subdomains.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
+    /// Never these hosts (same patterns), redirects included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_hosts: Vec<String>,
+    /// The most bytes read of one response (default 5 MB); the rest is cut and said so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// Characters returned per call when the call gives no `max_length` (default 20000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
+    /// Time for one fetch, redirects included, in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Redirects followed (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_redirects: Option<usize>,
+    /// The `User-Agent` sent (default `toolmux/VERSION (+web fetch for an AI agent)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+}
+
+/// Settings of `web__search`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SearchConfig {
+    /// The search API (only `tavily` for now).
+    #[serde(default)]
+    pub provider: SearchProvider,
+    /// Its API key, from the environment: `${TAVILY_API_KEY}`.
+    pub api_key: String,
+    /// Its base URL (default `https://api.tavily.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Results per search when the call gives no `max_results` (default 5, at most 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_results: Option<u32>,
+    /// Time for one search, in milliseconds (default 30000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// A search API.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchProvider {
+    /// Tavily's `POST /search`.
+    #[default]
+    Tavily,
+}
+
+/// The web tools as a [`ToolProvider`] (namespace `web`).
+#[derive(Debug)]
+pub struct WebProvider {
+    fetcher: Option<Arc<fetch::Fetcher>>,
+    searcher: Option<Arc<search::Searcher>>,
+    specs: Vec<ToolSpec>,
+}
+
+impl WebProvider {
+    /// The tools `config` turns on; fails on a setting that cannot work (a bad host
+    /// pattern, a search URL that is not one).
+    pub fn new(config: &WebConfig) -> Result<WebProvider, String> {
+        let fetcher = match config.fetch.enabled {
+            Some(false) => None,
+            _ => Some(Arc::new(fetch::Fetcher::new(&config.fetch)?)),
+        };
+        let searcher = match &config.search {
+            Some(search) => Some(Arc::new(search::Searcher::new(search)?)),
+            None => None,
+        };
+        let mut specs = Vec::new();
+        if let Some(fetcher) = &fetcher {
+            specs.push(fetch_spec(fetcher.default_length()));
+        }
+        if searcher.is_some() {
+            specs.push(search_spec());
+        }
+        Ok(WebProvider { fetcher, searcher, specs })
+    }
+}
+
+fn read_only_open_world() -> ToolAnnotations {
+    ToolAnnotations {
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        open_world: true,
+        ..ToolAnnotations::default()
+    }
+}
+
+fn fetch_spec(default_length: usize) -> ToolSpec {
+    let description = format!(
+        "Fetch a URL from the internet and read it: a web page comes back as Markdown (its \
+         main content, links kept), other text as it is. Long content comes in pages of \
+         `max_length` characters (default {default_length}); call again with the \
+         `start_index` the footer gives to read on. `raw: true` returns a page's HTML as it \
+         is. Only http and https; local and private network addresses are refused."
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "format": "uri", "description": "The URL to fetch (http or https)."},
+            "max_length": {"type": "integer", "minimum": 1, "maximum": 1_000_000,
+                "description": format!("Characters to return at most (default {default_length}).")},
+            "start_index": {"type": "integer", "minimum": 0,
+                "description": "Start at this character, to read on after a cut (default 0)."},
+            "raw": {"type": "boolean",
+                "description": "Return a web page's HTML instead of Markdown (default false)."}
+        },
+        "required": ["url"],
+        "additionalProperties": false
+    });
+    ToolSpec::new("fetch", description, schema).with_annotations(read_only_open_world())
+}
+
+fn search_spec() -> ToolSpec {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "What to search for."},
+            "max_results": {"type": "integer", "minimum": 1, "maximum": 20,
+                "description": "Results to return (default 5)."},
+            "topic": {"type": "string", "enum": ["general", "news", "finance"],
+                "description": "The kind of search (default general)."},
+            "time_range": {"type": "string", "enum": ["day", "week", "month", "year"],
+                "description": "Only results from this recent period."},
+            "include_domains": {"type": "array", "items": {"type": "string"},
+                "description": "Only results from these domains."},
+            "exclude_domains": {"type": "array", "items": {"type": "string"},
+                "description": "No results from these domains."}
+        },
+        "required": ["query"],
+        "additionalProperties": false
+    });
+    ToolSpec::new(
+        "search",
+        "Search the web. Returns the most relevant results, each with its title, URL and an \
+         excerpt, and a short answer when the search service gives one. Read a result in full \
+         with `web__fetch`.",
+        schema,
+    )
+    .with_annotations(read_only_open_world())
+}
+
+#[async_trait]
+impl ToolProvider for WebProvider {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        WEB_NAMESPACE
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(self.specs.clone())
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        self.specs.iter().any(|spec| spec.name == name)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let full = format!("{WEB_NAMESPACE}__{name}");
+        let work = async {
+            match (name, &self.fetcher, &self.searcher) {
+                ("fetch", Some(fetcher), _) => fetcher.call(&full, &arguments, ctx).await,
+                ("search", _, Some(searcher)) => searcher.call(&full, &arguments).await,
+                _ => Err(ToolError::UnknownTool {
+                    name: name.to_owned(),
+                    suggestions: self.specs.iter().map(|s| s.name.clone()).collect(),
+                }),
+            }
+        };
+        tokio::select! {
+            () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: full }),
+            result = work => result,
+        }
+    }
+}
+
+/// A string argument, or why not.
+fn text_argument<'a>(tool: &str, arguments: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    arguments.get(key).and_then(Value::as_str).ok_or_else(|| {
+        ToolError::invalid_arguments(tool, format!("`{key}` is missing or not a string"))
+    })
+}
+
+/// Whether `host` matches a pattern: `example.com` exactly, `*.example.com` its
+/// subdomains; letter case ignored.
+fn host_matches(host: &str, pattern: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let pattern = pattern.trim_end_matches('.').to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(domain) => host.len() > domain.len() + 1 && host.ends_with(&format!(".{domain}")),
+        None => host == pattern,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_patterns() {
+        assert!(host_matches("Example.COM", "example.com"));
+        assert!(!host_matches("www.example.com", "example.com"));
+        assert!(host_matches("www.example.com", "*.example.com"));
+        assert!(host_matches("a.b.example.com.", "*.example.com"));
+        assert!(!host_matches("example.com", "*.example.com"));
+        assert!(!host_matches("badexample.com", "*.example.com"));
+    }
+}

@@ -1,0 +1,272 @@
+//! The web tools against real HTTP servers on loopback: pages as Markdown, paging, the
+//! address policy (loopback refused unless allowed, redirects checked), and Tavily's
+//! search API as a fake speaking its protocol.
+
+mod common;
+
+use common::{Reply, SeenRequest, serve};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use toolmux_core::{CallContext, ToolError, ToolOutput, ToolProvider};
+use toolmux_rest::{WebConfig, WebProvider};
+
+fn provider(config: Value) -> WebProvider {
+    let config: WebConfig = serde_json::from_value(config).expect("a web section");
+    WebProvider::new(&config).expect("a provider")
+}
+
+async fn call(web: &WebProvider, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+    web.call(tool, args, &CallContext::new()).await
+}
+
+fn html(body: &str) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![("Content-Type".into(), "text/html; charset=utf-8".into())],
+        chunks: vec![(0, body.as_bytes().to_vec())],
+    }
+}
+
+fn text(status: u16, content_type: &str, body: &[u8]) -> Reply {
+    Reply {
+        status,
+        headers: vec![("Content-Type".into(), content_type.into())],
+        chunks: vec![(0, body.to_vec())],
+    }
+}
+
+const PAGE: &str = "<!doctype html><html><head><title>Release notes</title>\
+<script>track()</script></head><body><nav><a href=\"/\">Home</a></nav><main>\
+<h1>Version 2</h1><p>Adds <a href=\"/docs/patch\">patches</a> and <b>traces</b>.</p>\
+</main><footer>© us</footer></body></html>";
+
+#[tokio::test]
+async fn a_page_comes_back_as_markdown_with_links_resolved() {
+    let base = serve(|_| html(PAGE)).await;
+    let web = provider(json!({"fetch": {"allowPrivate": true}}));
+    let out = call(&web, "fetch", json!({"url": format!("{base}/notes")})).await.expect("fetched");
+    let text = out.to_text();
+    assert!(text.starts_with(&format!("Contents of {base}/notes:\n\n# Release notes")), "{text}");
+    assert!(text.contains("Version 2"), "{text}");
+    assert!(text.contains(&format!("[patches]({base}/docs/patch)")), "{text}");
+    assert!(!text.contains("track()") && !text.contains("Home"), "{text}");
+    assert_eq!(out.extras["truncated"], false);
+    let raw = call(&web, "fetch", json!({"url": format!("{base}/notes"), "raw": true}))
+        .await
+        .expect("fetched")
+        .to_text();
+    assert!(raw.contains("<script>track()</script>"), "{raw}");
+}
+
+#[tokio::test]
+async fn long_content_comes_in_pages() {
+    let body: String = (0..100).map(|i| format!("line {i:03}\n")).collect();
+    let base = serve(move |_| text(200, "text/plain", body.as_bytes())).await;
+    let web = provider(json!({"fetch": {"allowPrivate": true, "maxLength": 100}}));
+    let url = format!("{base}/log.txt");
+    let first = call(&web, "fetch", json!({"url": url})).await.expect("fetched");
+    let shown = first.to_text();
+    assert!(shown.contains("line 000") && !shown.contains("line 011"), "{shown}");
+    assert!(
+        shown.ends_with("[characters 1-100 of 900; call again with start_index=100 to read on]"),
+        "{shown}"
+    );
+    assert_eq!(first.extras["nextStartIndex"], 100);
+    let last = call(&web, "fetch", json!({"url": url, "start_index": 850, "max_length": 500}))
+        .await
+        .expect("fetched")
+        .to_text();
+    assert!(
+        last.contains("line 099") && last.ends_with("[characters 851-900 of 900: the end]"),
+        "{last}"
+    );
+    let past = call(&web, "fetch", json!({"url": url, "start_index": 900})).await.unwrap_err();
+    assert!(
+        past.report().contains("`start_index` 900 is past the end: the content has 900 characters"),
+        "{}",
+        past.report()
+    );
+}
+
+#[tokio::test]
+async fn loopback_and_private_addresses_are_refused_unless_allowed() {
+    let seen = Arc::new(Mutex::new(0));
+    let counter = seen.clone();
+    let base = serve(move |_| {
+        *counter.lock().unwrap() += 1;
+        html(PAGE)
+    })
+    .await;
+    let port = base.rsplit(':').next().unwrap().to_owned();
+    let web = provider(json!({}));
+    for url in [
+        format!("{base}/"),
+        format!("http://localhost:{port}/"),
+        format!("http://[::ffff:127.0.0.1]:{port}/"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://10.0.0.1/".to_owned(),
+    ] {
+        let error = call(&web, "fetch", json!({"url": url})).await.unwrap_err();
+        assert!(matches!(error, ToolError::Denied { .. }), "{url}: {error:?}");
+        assert!(error.report().contains("`web.fetch.allowPrivate`"), "{url}: {}", error.report());
+    }
+    for url in ["file:///etc/passwd", "ftp://example.com/x", "not a url"] {
+        let error = call(&web, "fetch", json!({"url": url})).await.unwrap_err();
+        assert!(!error.report().is_empty(), "{url}");
+    }
+    assert_eq!(*seen.lock().unwrap(), 0, "a refused fetch reached the server");
+}
+
+#[tokio::test]
+async fn every_redirect_is_checked_again() {
+    let base_cell: Arc<Mutex<String>> = Arc::default();
+    let cell = base_cell.clone();
+    let base = serve(move |request: SeenRequest| {
+        let base = cell.lock().unwrap().clone();
+        let port = base.rsplit(':').next().unwrap_or_default().to_owned();
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/moved" => Reply {
+                status: 301,
+                headers: vec![("Location".into(), "/notes".into())],
+                chunks: Vec::new(),
+            },
+            "/away" => Reply {
+                status: 302,
+                headers: vec![("Location".into(), format!("http://localhost:{port}/notes"))],
+                chunks: Vec::new(),
+            },
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    *base_cell.lock().unwrap() = base.clone();
+    let web = provider(json!({"fetch": {"allowPrivate": true, "allowedHosts": ["127.0.0.1"]}}));
+    let moved =
+        call(&web, "fetch", json!({"url": format!("{base}/moved")})).await.expect("followed");
+    assert!(
+        moved
+            .to_text()
+            .starts_with(&format!("Contents of {base}/notes (redirected from {base}/moved):")),
+        "{}",
+        moved.to_text()
+    );
+    let away = call(&web, "fetch", json!({"url": format!("{base}/away")})).await.unwrap_err();
+    let report = away.report();
+    assert!(matches!(away, ToolError::Denied { .. }), "{report}");
+    assert!(report.contains("a redirect to http://localhost:"), "{report}");
+    assert!(
+        report.contains("host `localhost` is not in `web.fetch.allowedHosts` (127.0.0.1)"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn errors_binary_content_and_oversized_bodies_are_said_plainly() {
+    let base = serve(|request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/missing" => html("<html><body><h1>Not here</h1></body></html>").with_status(404),
+            "/logo.png" => text(200, "image/png", b"\x89PNG\r\n\x1a\n\0\0\0"),
+            _ => text(200, "text/plain", &[b'x'; 1000]),
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true, "maxBytes": 100}}));
+    let missing = call(&web, "fetch", json!({"url": format!("{base}/missing")})).await.unwrap_err();
+    assert!(missing.report().contains("answered 404"), "{}", missing.report());
+    assert!(missing.report().contains("Not here"), "{}", missing.report());
+    let png = call(&web, "fetch", json!({"url": format!("{base}/logo.png")})).await.unwrap_err();
+    assert!(png.report().contains("is image/png"), "{}", png.report());
+    assert!(png.report().contains("not a web page or text"), "{}", png.report());
+    let big = call(&web, "fetch", json!({"url": format!("{base}/big")})).await.expect("cut");
+    let shown = big.to_text();
+    assert!(shown.contains(&"x".repeat(100)) && !shown.contains(&"x".repeat(101)), "{shown}");
+    assert!(
+        shown.contains("longer than `web.fetch.maxBytes` (100 bytes) and was cut there"),
+        "{shown}"
+    );
+}
+
+trait WithStatus {
+    fn with_status(self, status: u16) -> Reply;
+}
+
+impl WithStatus for Reply {
+    fn with_status(mut self, status: u16) -> Reply {
+        self.status = status;
+        self
+    }
+}
+
+#[tokio::test]
+async fn search_speaks_tavilys_api_and_keeps_the_key_out_of_errors() {
+    let seen: Arc<Mutex<Vec<SeenRequest>>> = Arc::default();
+    let log = seen.clone();
+    let base = serve(move |request: SeenRequest| {
+        log.lock().unwrap().push(request.clone());
+        if request.header("authorization").as_deref() != Some("Bearer tvly-test-key-123") {
+            return Reply::json(401, json!({"detail": {"error": "Unauthorized: missing or invalid API key."}}));
+        }
+        Reply::json(
+            200,
+            json!({
+                "query": "rust mcp gateway",
+                "answer": "Several exist.",
+                "results": [
+                    {"title": "toolmux", "url": "https://example.com/toolmux", "content": "One tool plane\nfor agents.", "score": 0.9},
+                    {"title": "Other", "url": "https://example.org/other", "content": "Another one.", "score": 0.5, "published_date": "2026-11-01"}
+                ],
+                "response_time": 0.4
+            }),
+        )
+    })
+    .await;
+    let web = provider(
+        json!({"fetch": {"enabled": false}, "search": {"apiKey": "tvly-test-key-123", "url": base}}),
+    );
+    let names: Vec<String> = web.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["search"]);
+    let out = call(
+        &web,
+        "search",
+        json!({"query": "rust mcp gateway", "max_results": 2, "topic": "news", "include_domains": ["example.com"]}),
+    )
+    .await
+    .expect("searched");
+    let text = out.to_text();
+    assert_eq!(
+        text,
+        "Answer: Several exist.\n\n1. toolmux\n   https://example.com/toolmux\n   One tool plane for agents.\n\n\
+         2. Other (2026-11-01)\n   https://example.org/other\n   Another one."
+    );
+    let request = seen.lock().unwrap()[0].clone();
+    assert!(request.request_line().starts_with("POST /search "), "{}", request.head);
+    let body: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(body["query"], "rust mcp gateway");
+    assert_eq!(body["max_results"], 2);
+    assert_eq!(body["topic"], "news");
+    assert_eq!(body["include_domains"], json!(["example.com"]));
+
+    let wrong = provider(json!({"search": {"apiKey": "tvly-wrong-key-456", "url": base}}));
+    let error = call(&wrong, "search", json!({"query": "x"})).await.unwrap_err().report();
+    assert!(error.contains("401") && error.contains("check `web.search.apiKey`"), "{error}");
+    assert!(!error.contains("tvly-wrong-key-456"), "{error}");
+    assert!(!format!("{wrong:?}").contains("tvly-wrong-key-456"));
+}
+
+#[test]
+fn settings_that_cannot_work_are_refused() {
+    let bad = |config: Value| {
+        let config: WebConfig = serde_json::from_value(config).expect("parses");
+        WebProvider::new(&config).expect_err("refused")
+    };
+    assert!(
+        bad(json!({"fetch": {"allowedHosts": ["http://example.com"]}})).contains("not a host name")
+    );
+    assert!(bad(json!({"search": {"apiKey": ""}})).contains("apiKey is empty"));
+    assert!(
+        bad(json!({"search": {"apiKey": "k", "url": "ftp://x"}}))
+            .contains("not an http or https URL")
+    );
+    let unknown = serde_json::from_value::<WebConfig>(json!({"fetch": {"allowPrivat": true}}));
+    assert!(unknown.unwrap_err().to_string().contains("allowPrivat"));
+}
