@@ -302,20 +302,14 @@ impl FsProvider {
             }
             Tool::Bash => {
                 let args: shell::BashArgs = parse(tool, arguments)?;
-                let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Shell(args.command);
-                if args.run_in_background {
-                    return self.background(
-                        tool,
-                        program,
-                        &dir,
-                        args.timeout,
-                        args.keep_stdin,
-                        ctx,
-                    );
-                }
-                refuse_keep_stdin(tool, args.keep_stdin)?;
-                self.shell(tool, program, &dir, args.timeout, ctx).await
+                let how = Launch {
+                    workdir: args.workdir,
+                    timeout: args.timeout,
+                    background: args.run_in_background,
+                    keep_stdin: args.keep_stdin,
+                };
+                self.launch(tool, program, how, ctx).await
             }
             Tool::Exec => {
                 let args: shell::ExecArgs = parse(tool, arguments)?;
@@ -325,20 +319,14 @@ impl FsProvider {
                         message: "`argv` is empty: give the program and its arguments".into(),
                     });
                 }
-                let dir = self.workdir(tool, args.workdir.as_deref())?;
                 let program = shell::Program::Argv(args.argv);
-                if args.run_in_background {
-                    return self.background(
-                        tool,
-                        program,
-                        &dir,
-                        args.timeout,
-                        args.keep_stdin,
-                        ctx,
-                    );
-                }
-                refuse_keep_stdin(tool, args.keep_stdin)?;
-                self.shell(tool, program, &dir, args.timeout, ctx).await
+                let how = Launch {
+                    workdir: args.workdir,
+                    timeout: args.timeout,
+                    background: args.run_in_background,
+                    keep_stdin: args.keep_stdin,
+                };
+                self.launch(tool, program, how, ctx).await
             }
             Tool::TaskOutput => {
                 let args: tasks::TaskOutputArgs = parse(tool, arguments)?;
@@ -380,6 +368,30 @@ impl FsProvider {
     }
 
     /// Starts `program` in `dir` as a background task of the call's run.
+    /// Runs `program` of `bash` or `exec` as `how` says: in the foreground, or as a
+    /// background task.
+    async fn launch(
+        &self,
+        tool: Tool,
+        program: shell::Program,
+        how: Launch,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, FsError> {
+        let dir = self.workdir(tool, how.workdir.as_deref())?;
+        if how.background {
+            return self.background(tool, program, &dir, how.timeout, how.keep_stdin, ctx);
+        }
+        if how.keep_stdin {
+            return Err(FsError::InvalidArguments {
+                tool: tool.name(),
+                message: "`keep_stdin` needs `run_in_background: true`: a command in the \
+                          foreground gets no input"
+                    .into(),
+            });
+        }
+        self.shell(tool, program, &dir, how.timeout, ctx).await
+    }
+
     fn background(
         &self,
         tool: Tool,
@@ -574,15 +586,10 @@ impl ToolProvider for FsProvider {
     }
 }
 
-/// `keep_stdin` only means something for a background task.
-fn refuse_keep_stdin(tool: Tool, keep_stdin: bool) -> Result<(), FsError> {
-    if keep_stdin {
-        return Err(FsError::InvalidArguments {
-            tool: tool.name(),
-            message: "`keep_stdin` needs `run_in_background: true`: a command in the \
-                      foreground gets no input"
-                .into(),
-        });
-    }
-    Ok(())
+/// How `bash` or `exec` runs its program.
+struct Launch {
+    workdir: Option<String>,
+    timeout: Option<u64>,
+    background: bool,
+    keep_stdin: bool,
 }
