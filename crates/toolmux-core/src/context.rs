@@ -1,6 +1,7 @@
 //! Everything a call carries besides its arguments: cancellation, deadline, identity,
 //! its place in the operation tree, where progress goes and who answers questions.
 
+use crate::trace::TraceParent;
 use crate::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
     Root, RootsRequest, SamplingRequest, SamplingResponse, ToolError, UrlElicitationRequest,
@@ -219,81 +220,6 @@ impl Op {
     }
 }
 
-/// A caller's place in a distributed trace: a W3C Trace Context `traceparent`
-/// (`00-{trace id}-{parent span id}-{flags}`), as an MCP client sends it in a request's
-/// `_meta` or an HTTP client in the `traceparent` header, so that the spans of the calls it
-/// causes join its trace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TraceParent {
-    /// The trace's id; never all zeros.
-    pub trace_id: [u8; 16],
-    /// The caller's span, the parent of ours; never all zeros.
-    pub span_id: [u8; 8],
-    /// The trace flags (bit 0: sampled).
-    pub flags: u8,
-}
-
-impl TraceParent {
-    /// Parses a `traceparent` value; `None` when it is not a valid one (which the W3C
-    /// specification says to ignore, starting a trace of one's own). A version other than
-    /// `00` (but not the invalid `ff`) is read by the `00` layout, as the specification
-    /// asks, when what follows is `-` or nothing.
-    pub fn parse(value: &str) -> Option<TraceParent> {
-        let value = value.trim();
-        let bytes = value.as_bytes();
-        if bytes.len() < 55 {
-            return None;
-        }
-        let version = hex_bytes::<1>(&value[0..2])?[0];
-        let exact = bytes.len() == 55;
-        if version == 0xff || (version == 0 && !exact) || (!exact && bytes[55] != b'-') {
-            return None;
-        }
-        if bytes[2] != b'-' || bytes[35] != b'-' || bytes[52] != b'-' {
-            return None;
-        }
-        let trace_id = hex_bytes::<16>(&value[3..35])?;
-        let span_id = hex_bytes::<8>(&value[36..52])?;
-        let flags = hex_bytes::<1>(&value[53..55])?[0];
-        if trace_id.iter().all(|b| *b == 0) || span_id.iter().all(|b| *b == 0) {
-            return None;
-        }
-        Some(TraceParent { trace_id, span_id, flags })
-    }
-}
-
-impl fmt::Display for TraceParent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("00-")?;
-        for byte in self.trace_id {
-            write!(f, "{byte:02x}")?;
-        }
-        f.write_str("-")?;
-        for byte in self.span_id {
-            write!(f, "{byte:02x}")?;
-        }
-        write!(f, "-{:02x}", self.flags)
-    }
-}
-
-/// `N` bytes from `2N` lowercase hex digits (W3C Trace Context allows no capitals).
-fn hex_bytes<const N: usize>(text: &str) -> Option<[u8; N]> {
-    let digits = text.as_bytes();
-    if digits.len() != 2 * N {
-        return None;
-    }
-    let value = |d: u8| match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'a'..=b'f' => Some(d - b'a' + 10),
-        _ => None,
-    };
-    let mut out = [0u8; N];
-    for (i, pair) in digits.chunks_exact(2).enumerate() {
-        out[i] = value(pair[0])? << 4 | value(pair[1])?;
-    }
-    Some(out)
-}
-
 /// The context of one call. Cloning is cheap (a few reference counts).
 ///
 /// A context made with [`CallContext::new`] has no deadline, no parent, no progress sink
@@ -314,6 +240,8 @@ pub struct CallContext {
     from_person: bool,
     /// The caller's trace ([`CallContext::with_trace_parent`]).
     trace: Option<TraceParent>,
+    /// The caller's `tracestate`, passed on as it came.
+    trace_state: Option<Arc<str>>,
 }
 
 impl Default for CallContext {
@@ -330,6 +258,7 @@ impl Default for CallContext {
             asked: None,
             from_person: false,
             trace: None,
+            trace_state: None,
         }
     }
 }
@@ -350,6 +279,39 @@ impl CallContext {
     /// The caller's place in a distributed trace, if it gave one.
     pub fn trace_parent(&self) -> Option<&TraceParent> {
         self.trace.as_ref()
+    }
+
+    /// Sets the caller's `tracestate` (vendors' trace data), passed on with the trace.
+    pub fn with_trace_state(mut self, state: Option<String>) -> Self {
+        self.trace_state = state.filter(|s| !s.is_empty()).map(Arc::from);
+        self
+    }
+
+    /// The caller's `tracestate`, if it gave one.
+    pub fn trace_state(&self) -> Option<&str> {
+        self.trace_state.as_deref()
+    }
+
+    /// The `traceparent` to send with a request this call makes to another service, so
+    /// that its work joins the trace: when spans are exported
+    /// ([`crate::trace::spans_exported`]), this call's span (in the caller's trace, or
+    /// else the run's) is the parent; when not, the caller's own `traceparent` goes on as
+    /// it came. `None` when there is no trace to join.
+    pub fn outgoing_trace(&self) -> Option<TraceParent> {
+        let op = self.op.as_ref().filter(|_| crate::trace::spans_exported());
+        match (self.trace, op) {
+            (Some(caller), Some(op)) => Some(TraceParent {
+                span_id: crate::trace::span_id(&self.run_id, op.id()),
+                ..caller
+            }),
+            (Some(caller), None) => Some(caller),
+            (None, Some(op)) => Some(TraceParent {
+                trace_id: crate::trace::run_trace_id(&self.run_id),
+                span_id: crate::trace::span_id(&self.run_id, op.id()),
+                flags: 1,
+            }),
+            (None, None) => None,
+        }
     }
 
     /// Sets the cancellation token.
@@ -567,6 +529,7 @@ impl CallContext {
             asked: self.asked.clone(),
             from_person: false,
             trace: self.trace,
+            trace_state: self.trace_state.clone(),
         }
     }
 }
@@ -604,30 +567,6 @@ mod tests {
         let answer = clone.elicit(ElicitationRequest::new("?", Value::Null)).await;
         assert!(matches!(answer, Err(ToolError::Unsupported { .. })));
         assert!(tracked.asked_caller());
-    }
-
-    #[test]
-    fn trace_parents_parse_as_w3c_trace_context_says() {
-        let valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let parsed = TraceParent::parse(valid).expect("valid");
-        assert_eq!(parsed.span_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
-        assert_eq!(parsed.flags, 1);
-        assert_eq!(parsed.to_string(), valid);
-        // A later version with more after the fields is read by version 00's layout.
-        let later = "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes";
-        assert_eq!(TraceParent::parse(later).map(|t| t.trace_id), Some(parsed.trace_id));
-        for invalid in [
-            "",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
-            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
-            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
-            "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-            "00-4bf92f3577b34da6a3ce929d0e0e47-3600f067aa0ba902b7-01",
-        ] {
-            assert_eq!(TraceParent::parse(invalid), None, "{invalid}");
-        }
     }
 
     #[test]

@@ -53,6 +53,7 @@ mod spec;
 pub mod sse;
 pub mod suggest;
 mod toolset;
+pub mod trace;
 
 pub use catalog::{
     Completion, CompletionRef, CompletionRequest, Message, Prompt, PromptArgument, PromptSpec,
@@ -60,7 +61,6 @@ pub use catalog::{
 };
 pub use context::{
     ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
-    TraceParent,
 };
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{
@@ -76,6 +76,7 @@ pub use provider::{
 pub use result::ToolResult;
 pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};
 pub use toolset::ToolSet;
+pub use trace::TraceParent;
 
 /// A JSON object: the shape of tool arguments and of `extras`.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

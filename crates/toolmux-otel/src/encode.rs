@@ -5,9 +5,9 @@
 use super::Series;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::time::SystemTime;
 use toolmux_core::TraceParent;
+use toolmux_core::trace;
 use toolmux_orchestrator::accounting::{CallRecord, CallStatus};
 
 /// The bucket bounds of `mcp.tool.duration`, in milliseconds: OpenTelemetry's default
@@ -38,9 +38,10 @@ pub(crate) struct Span {
 }
 
 impl Span {
-    /// The span of the call `record` that ended at `end`; `salt` keeps this process's ids
+    /// The span of the call `record` that ended at `end`; its ids are the ones
+    /// [`toolmux_core::trace`] derives, which providers name as parent upstream.
     /// its own.
-    pub(crate) fn of(record: &CallRecord, end: SystemTime, salt: &[u8; 16]) -> Span {
+    pub(crate) fn of(record: &CallRecord, end: SystemTime) -> Span {
         let end_ns = unix_nanos(end);
         let start_ns = end_ns.saturating_sub(u128::from(record.latency_ms) * 1_000_000);
         let mut attributes: Vec<(&'static str, Value)> = vec![
@@ -75,12 +76,12 @@ impl Span {
         Span {
             trace_id: match remote {
                 Some(remote) => super::hex(&remote.trace_id),
-                None => hex_id::<16>(salt, &record.run_id, None),
+                None => super::hex(&trace::run_trace_id(&record.run_id)),
             },
-            span_id: hex_id::<8>(salt, &record.run_id, Some(record.op_id)),
+            span_id: super::hex(&trace::span_id(&record.run_id, record.op_id)),
             parent_span_id: record
                 .parent_op_id
-                .map(|op| hex_id::<8>(salt, &record.run_id, Some(op)))
+                .map(|op| super::hex(&trace::span_id(&record.run_id, op)))
                 .or_else(|| remote.map(|remote| super::hex(&remote.span_id))),
             name: format!("execute_tool {}", record.tool),
             start_ns,
@@ -215,21 +216,4 @@ fn attribute(key: &str, value: &Value) -> Value {
 
 fn unix_nanos(time: SystemTime) -> u128 {
     time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-}
-
-/// `N` bytes in hex from the salt, the run and the operation: the same inputs always give
-/// the same id, so a call's parent is found by the parent's operation alone. Never all
-/// zeros (an invalid id).
-fn hex_id<const N: usize>(salt: &[u8; 16], run: &str, op: Option<u64>) -> String {
-    let mut bytes = [0u8; N];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        let mut hasher = std::hash::DefaultHasher::new();
-        (salt, run, op, i).hash(&mut hasher);
-        let word = hasher.finish().to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
-    if bytes.iter().all(|b| *b == 0) {
-        bytes[0] = 1;
-    }
-    super::hex(&bytes)
 }

@@ -212,6 +212,8 @@ pub struct Exporter {
     stop: CancellationToken,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     counts: Arc<Counts>,
+    /// While spans are sent: requests to upstream servers name their call's span.
+    _spans: Option<toolmux_core::trace::ExportingSpans>,
 }
 
 impl Exporter {
@@ -229,15 +231,15 @@ impl Exporter {
             .unwrap_or_default();
         let counts = Arc::new(Counts::default());
         let stop = CancellationToken::new();
+        let spans = settings.traces_url.is_some().then(toolmux_core::trace::ExportingSpans::start);
         let state = State {
             sender: Sender { client, settings: Arc::new(settings), counts: counts.clone() },
-            salt: random_bytes::<16>(),
             spans: Vec::new(),
             metrics: Metrics::new(SystemTime::now()),
             sending: JoinSet::new(),
         };
         let task = tokio::spawn(state.run(events, stop.clone()));
-        Exporter { stop, task: Mutex::new(Some(task)), counts }
+        Exporter { stop, task: Mutex::new(Some(task)), counts, _spans: spans }
     }
 
     /// Sends what is left (the events already received, the spans waiting, the metrics'
@@ -272,8 +274,6 @@ impl Drop for Exporter {
 /// The exporter's task.
 struct State {
     sender: Sender,
-    /// Mixed into the ids, so that two processes' runs never share a trace.
-    salt: [u8; 16],
     spans: Vec<encode::Span>,
     metrics: Metrics,
     sending: JoinSet<()>,
@@ -323,7 +323,7 @@ impl State {
                 self.spans.remove(0);
                 self.sender.counts.spans_dropped.fetch_add(1, Ordering::Relaxed);
             }
-            self.spans.push(encode::Span::of(record, end, &self.salt));
+            self.spans.push(encode::Span::of(record, end));
             if self.spans.len() >= BATCH {
                 self.flush(false);
             }

@@ -208,10 +208,9 @@ fn a_callers_trace_is_joined() {
         attempts: 1,
         trace_parent: Some(caller.into()),
     };
-    let salt = [7u8; 16];
     let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let outer = encode::Span::of(&record(1, None), end, &salt);
-    let inner = encode::Span::of(&record(2, Some(1)), end, &salt);
+    let outer = encode::Span::of(&record(1, None), end);
+    let inner = encode::Span::of(&record(2, Some(1)), end);
     let body: Value = serde_json::from_slice(&encode::traces(&[], &[outer, inner])).unwrap();
     let spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().cloned().unwrap();
     for span in &spans {
@@ -223,8 +222,7 @@ fn a_callers_trace_is_joined() {
     let mut bad = record(1, None);
     bad.trace_parent = Some("00-zz".into());
     let body: Value =
-        serde_json::from_slice(&encode::traces(&[], &[encode::Span::of(&bad, end, &salt)]))
-            .unwrap();
+        serde_json::from_slice(&encode::traces(&[], &[encode::Span::of(&bad, end)])).unwrap();
     let span = &body["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
     assert_ne!(span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
     assert!(span.get("parentSpanId").is_none());
@@ -251,11 +249,10 @@ fn a_calls_span_is_the_child_of_the_call_it_was_made_in() {
         attempts: 1,
         trace_parent: None,
     };
-    let salt = [7u8; 16];
     let end = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-    let agent = encode::Span::of(&record(1, None, "run-a"), end, &salt);
-    let tool = encode::Span::of(&record(2, Some(1), "run-a"), end, &salt);
-    let other = encode::Span::of(&record(1, None, "run-b"), end, &salt);
+    let agent = encode::Span::of(&record(1, None, "run-a"), end);
+    let tool = encode::Span::of(&record(2, Some(1), "run-a"), end);
+    let other = encode::Span::of(&record(1, None, "run-b"), end);
     let body: Value = serde_json::from_slice(&encode::traces(&[], &[agent, tool, other])).unwrap();
     let spans = body["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array().cloned().unwrap();
     assert_eq!(spans[1]["parentSpanId"], spans[0]["spanId"]);

@@ -279,3 +279,52 @@ fn served_calls_join_the_clients_trace() {
     assert_ne!(own["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736");
     assert!(own.get("parentSpanId").is_none(), "{own}");
 }
+
+/// The trace goes on upstream (SEP-414): a client → toolmux → toolmux chain, both
+/// exporting to one collector, gives one trace: the outer gateway's span is the child of
+/// the client's span, the inner one's the child of the outer's, and `tracestate` is
+/// passed on as it came.
+#[test]
+fn the_trace_goes_on_to_upstream_servers() {
+    let collector = toolmux_test_support::otlp::OtlpCollector::start();
+    let project = Project::new();
+    project
+        .file("notes.md", "TODO: chain\n")
+        .file(
+            "inner.yaml",
+            &format!(
+                "fs: {{}}\ntelemetry:\n  otlp: {{endpoint: '{}', serviceName: inner, intervalMs: 200}}\n",
+                collector.endpoint()
+            ),
+        )
+        .file(
+            "toolmux.yaml",
+            &format!(
+                "mcpServers:\n  inner:\n    command: {}\n    args: [--config, inner.yaml, serve, --stdio]\ntelemetry:\n  otlp: {{endpoint: '{}', serviceName: outer}}\n",
+                crate::toolmux_bin(),
+                collector.endpoint()
+            ),
+        );
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let call = serde_json::json!({"method": "tools/call", "params": {
+        "name": "inner__fs__grep", "arguments": {"pattern": "TODO"},
+        "_meta": {"traceparent": caller, "tracestate": "vendor=abc"}}});
+    let answers = crate::serve::stdio_exchange(&project, &["serve", "--stdio"], &[call]);
+    let result = answers.iter().find(|a| a["id"] == 2).expect("an answer");
+    assert_ne!(result["result"]["isError"], true, "{result}");
+    let spans = collector.spans();
+    let named = |tool: &str| {
+        spans
+            .iter()
+            .find(|s| s["name"] == format!("execute_tool {tool}"))
+            .unwrap_or_else(|| panic!("no span of {tool}: {spans:#?}"))
+            .clone()
+    };
+    let outer = named("inner__fs__grep");
+    let inner = named("fs__grep");
+    for span in [&outer, &inner] {
+        assert_eq!(span["traceId"], "4bf92f3577b34da6a3ce929d0e0e4736", "{span}");
+    }
+    assert_eq!(outer["parentSpanId"], "00f067aa0ba902b7", "{outer}");
+    assert_eq!(inner["parentSpanId"], outer["spanId"], "{inner}");
+}

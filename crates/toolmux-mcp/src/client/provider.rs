@@ -516,6 +516,14 @@ impl Inner {
         }
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
+        // The trace this call belongs to goes on to the server (SEP-414).
+        if let Some(trace) = ctx.outgoing_trace() {
+            let meta = &mut params.meta.get_or_insert_default().0;
+            meta.set_traceparent(trace.to_string());
+            if let Some(state) = ctx.trace_state() {
+                meta.set_tracestate(state);
+            }
+        }
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again
         // with the answers, a bounded number of times.
         let mut opened_urls = false;

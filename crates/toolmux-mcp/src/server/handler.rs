@@ -40,6 +40,9 @@ const INPUT_GRACE: Duration = Duration::from_millis(20);
 /// its calls join (OpenTelemetry's MCP conventions carry it in `params._meta`).
 pub(crate) const TRACEPARENT_META_KEY: &str = "traceparent";
 
+/// The `_meta` key (and HTTP header) of the vendors' part of a caller's trace context.
+pub(crate) const TRACESTATE_META_KEY: &str = "tracestate";
+
 /// The `_meta` key with which a request names its run: the calls of one agent (its budget,
 /// its external tools' inbox) across sessions, and across the requests of a stateless
 /// client. Runs named so are kept apart from the sessions' own (`client:` before the name).
@@ -461,22 +464,30 @@ impl Gateway {
             (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
             (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
         };
-        // The caller's trace: `_meta.traceparent` (MCP's way), else an HTTP client's
-        // `traceparent` header.
-        let trace = [Some(&context.meta), request_meta]
-            .into_iter()
-            .flatten()
-            .find_map(|meta| meta.0.0.get(TRACEPARENT_META_KEY).and_then(Value::as_str))
-            .or_else(|| {
-                let parts = context.extensions.get::<axum::http::request::Parts>()?;
-                parts.headers.get(TRACEPARENT_META_KEY)?.to_str().ok()
-            })
-            .and_then(TraceParent::parse);
+        // The caller's trace: `_meta.traceparent` (MCP's way, SEP-414), else an HTTP
+        // client's `traceparent` header; `tracestate` from the same place.
+        let metas = [Some(&context.meta), request_meta];
+        let from_meta = |key: &str| {
+            metas.into_iter().flatten().find_map(|meta| meta.0.0.get(key).and_then(Value::as_str))
+        };
+        let from_header = |key: &str| {
+            let parts = context.extensions.get::<axum::http::request::Parts>()?;
+            parts.headers.get(key)?.to_str().ok()
+        };
+        let (trace, trace_state) = match from_meta(TRACEPARENT_META_KEY) {
+            Some(parent) => (TraceParent::parse(parent), from_meta(TRACESTATE_META_KEY)),
+            None => (
+                from_header(TRACEPARENT_META_KEY).and_then(TraceParent::parse),
+                from_header(TRACESTATE_META_KEY),
+            ),
+        };
+        let trace_state = trace.and(trace_state).map(str::to_owned);
         CallContext::new()
             .with_cancel(context.ct.clone())
             .with_run_id(run_id)
             .with_call_id(context.id.to_string())
             .with_trace_parent(trace)
+            .with_trace_state(trace_state)
     }
 
     /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
@@ -626,6 +637,8 @@ pub(crate) struct CallSinks {
     pub(crate) notify: Arc<dyn Fn(ServerNotification) + Send + Sync>,
     /// The client's distributed trace (`_meta.traceparent`), when it gave one.
     pub(crate) trace: Option<TraceParent>,
+    /// Its `_meta.tracestate`.
+    pub(crate) trace_state: Option<String>,
 }
 
 impl Gateway {
@@ -649,7 +662,8 @@ impl Gateway {
             .with_run_id(self.run_id.clone())
             .with_call_id(id.to_string())
             .with_handler(interaction)
-            .with_trace_parent(sinks.trace);
+            .with_trace_parent(sinks.trace)
+            .with_trace_state(sinks.trace.and(sinks.trace_state));
         if let Some(token) = sinks.progress {
             let notify = sinks.notify.clone();
             let rising = Mutex::new(Rising::default());

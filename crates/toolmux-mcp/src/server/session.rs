@@ -513,13 +513,14 @@ impl Router {
                     }
                 }
             };
-            let (progress, trace) = match params.meta {
+            let (progress, trace, trace_state) = match params.meta {
                 Some(meta) => {
-                    (meta.progress_token, meta.traceparent.as_deref().and_then(TraceParent::parse))
+                    let trace = meta.traceparent.as_deref().and_then(TraceParent::parse);
+                    (meta.progress_token, trace, meta.tracestate)
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
-            let sinks = CallSinks { progress, notify: Arc::new(notify), trace };
+            let sinks = CallSinks { progress, notify: Arc::new(notify), trace, trace_state };
             let arguments = params.arguments.unwrap_or_default();
             let call =
                 gateway.call_direct(&params.name, arguments, &id, cancel.clone(), peer, sinks);
@@ -607,9 +608,9 @@ struct CallMeta {
     /// W3C trace context, joined by the call's spans.
     #[serde(default)]
     traceparent: Option<String>,
-    /// Its vendor part, which nothing here reads.
-    #[serde(default, rename = "tracestate")]
-    _tracestate: Option<serde::de::IgnoredAny>,
+    /// Its vendors' part, passed on with it.
+    #[serde(default)]
+    tracestate: Option<String>,
 }
 
 impl CallLine {

@@ -28,8 +28,10 @@ use std::sync::Arc;
 
 /// How long a closed stdout waits for the exit status, so the error can carry it.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(200);
-/// How long a graceful shutdown waits after closing stdin before killing the group.
+/// How long a graceful shutdown waits after closing stdin before asking the group to stop.
 const GRACEFUL_EXIT: Duration = Duration::from_millis(500);
+/// How long it then waits after SIGTERM before killing the group.
+const TERM_GRACE: Duration = Duration::from_secs(1);
 /// How long reaping may take after SIGKILL before it is left to the background task.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Non-JSON lines logged before the first message (startup banners), at most.
@@ -126,10 +128,19 @@ impl ChildGroup {
     }
 
     /// Closes nothing itself: the caller drops the transport (closing stdin) first, then
-    /// this waits briefly for a voluntary exit, kills the whole group and reaps the child.
+    /// this waits briefly for a voluntary exit, sends the group SIGTERM and waits a moment
+    /// more (MCP's stdio shutdown: a server may still be saving or flushing), then kills
+    /// the whole group and reaps the child.
     pub(crate) async fn shutdown(&mut self) {
         let mut exited = self.exited.clone();
-        let _ = tokio::time::timeout(GRACEFUL_EXIT, exited.wait_for(Option::is_some)).await;
+        let gone =
+            tokio::time::timeout(GRACEFUL_EXIT, exited.wait_for(Option::is_some)).await.is_ok();
+        if !gone
+            && let Some(pgid) = self.pgid
+            && kill_process_group(pgid, Signal::TERM).is_ok()
+        {
+            let _ = tokio::time::timeout(TERM_GRACE, exited.wait_for(Option::is_some)).await;
+        }
         self.kill_now().await;
     }
 

@@ -402,3 +402,27 @@ async fn an_http_handshake_refused_with_a_status_says_what_to_check() {
         .assert_eq(&report("/elsewhere").await);
     server.abort();
 }
+
+/// MCP's stdio shutdown: stdin closed, then SIGTERM for a server that does not exit, and
+/// only then SIGKILL. This server keeps running after its input ends and saves something
+/// when asked to stop, as a server flushing its state would.
+#[tokio::test]
+async fn a_server_that_outlives_its_input_is_asked_to_stop_before_it_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mark = dir.path().join("terminated");
+    let script = format!(
+        "trap 'echo saved > {mark}; exit 0' TERM; {fixture} ok; sleep 30 & wait",
+        mark = mark.display(),
+        fixture = env!("CARGO_BIN_EXE_toolmux-mcp-fixture"),
+    );
+    let config = toolmux_mcp::McpServerConfig::stdio("sh", ["-c".to_owned(), script])
+        .with_base_dir(dir.path().to_path_buf());
+    let provider = McpProvider::new("stubborn", config).unwrap();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    let pgid = provider.server_pid().unwrap();
+    let started = Instant::now();
+    provider.shutdown().await.unwrap();
+    support::assert_group_gone(pgid).await;
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "saved\n");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+}
