@@ -2,6 +2,7 @@
 //! function doing the work. `text` (encodings and line endings) and `spill` (private files
 //! for full command output) are shared by several.
 
+pub(crate) mod block;
 pub(crate) mod edit;
 pub(crate) mod glob;
 pub(crate) mod grep;

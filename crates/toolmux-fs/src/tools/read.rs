@@ -31,12 +31,27 @@ pub struct ReadArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
+    /// Instead of `offset`: read the block of code around this 1-based line, found by
+    /// indentation (the function, class or other block it is in, with the comments and
+    /// attributes above it and its closing line).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub anchor_line: Option<u64>,
+    /// With `anchor_line`: how many blocks outward to go (default 1, the innermost block
+    /// the line is in; 2 its enclosing block, such as the class around a method; 0 the
+    /// block the line itself opens).
+    #[serde(default)]
+    #[schemars(range(max = 20))]
+    pub levels: Option<u64>,
 }
 
 pub(crate) const DESCRIPTION: &str = "Read a text file from the workspace. Returns `cat -n` style \
 lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line. By default up to \
 2000 lines from the start; pass `offset` (1-based line) and `limit` to read other parts. Lines \
-longer than 2000 characters are cut with a `[... N more characters]` marker. A footer in square \
+longer than 2000 characters are cut with a `[... N more characters]` marker. Instead of \
+`offset`, `anchor_line` returns the block of code around that line, found by indentation: the \
+function or other block it is in (`levels: 2` for the one around that, such as its class), \
+with the comments and attributes above it and its closing line. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
 reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
 returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
@@ -100,6 +115,67 @@ fn image(
 }
 
 pub(crate) fn read(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    mut args: ReadArgs,
+    may_repeat: bool,
+    cancelled: &AtomicBool,
+) -> Result<ToolOutput, FsError> {
+    let Some(anchor) = args.anchor_line else {
+        return read_page(ws, limits, run, args, may_repeat, cancelled);
+    };
+    let invalid = |message: String| FsError::InvalidArguments { tool: "read", message };
+    if args.offset.is_some() {
+        return Err(invalid(
+            "give `offset` or `anchor_line`, not both: `anchor_line` finds where the block \
+             starts"
+                .into(),
+        ));
+    }
+    let levels = args.levels.unwrap_or(1).min(20) as usize;
+    let path = ws.resolve(&args.path)?;
+    let canonical = ws.canonical(&path)?;
+    ws.check_read(&path, &canonical)?;
+    let bytes = ws.read_small("read", &path, limits.edit_max_bytes)?;
+    let encoding = Encoding::sniff(&bytes);
+    if image_type(&bytes).is_some()
+        || (!encoding.is_utf16() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
+    {
+        return Err(invalid(format!(
+            "`{}` is not a text file: `anchor_line` finds blocks of code in text",
+            path.given
+        )));
+    }
+    let text = encoding.decode(&bytes).map_err(|why| FsError::InvalidText {
+        path: path.given.clone(),
+        problem: why.to_string(),
+    })?;
+    let lines: Vec<&str> = text.lines().collect();
+    if anchor == 0 || anchor > lines.len() as u64 {
+        return Err(invalid(format!(
+            "anchor_line {anchor} is past the end of `{}`, which has {} lines",
+            path.given,
+            lines.len()
+        )));
+    }
+    let Some((start, end)) = super::block::around(&lines, anchor as usize - 1, levels) else {
+        return Err(invalid(format!("`{}` has only blank lines", path.given)));
+    };
+    let (first, last) = (start as u64 + 1, end as u64 + 1);
+    let wanted = last - first + 1;
+    args.offset = Some(first);
+    args.limit = Some(args.limit.map_or(wanted, |limit| limit.min(wanted)));
+    let mut output = read_page(ws, limits, run, args, may_repeat, cancelled)?;
+    let note = format!("[lines {first}-{last}: the block around line {anchor}]\n");
+    if let Some(toolmux_core::ContentPart::Text { text }) = output.content.first_mut() {
+        text.insert_str(0, &note);
+    }
+    Ok(output.with_extra("blockStart", json!(first)).with_extra("blockEnd", json!(last)))
+}
+
+/// Reads one page of `args.path` from `args.offset` (see [`read`]).
+fn read_page(
     ws: &Workspace,
     limits: &FsLimits,
     run: &str,

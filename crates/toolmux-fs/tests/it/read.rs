@@ -338,3 +338,33 @@ async fn images_are_returned_as_images() {
     let err = fx.err("read", json!({"path": "blob.bin"})).await;
     assert!(err.contains("binary"), "{err}");
 }
+
+/// `anchor_line`: the block of code around a line, by indentation, numbered as `read`
+/// numbers lines; `levels` goes outward.
+#[tokio::test]
+async fn anchor_line_reads_the_block_around_a_line() {
+    let fx = Fixture::new();
+    fx.put(
+        "app.py",
+        "import os\n\n# A greeter.\nclass Greeter:\n    def greet(self):\n        return 'hi'\n\n    def bye(self):\n        return 'bye'\n\nprint(1)\n",
+    );
+    let out = fx.call("read", json!({"path": "app.py", "anchor_line": 9})).await.unwrap();
+    assert_eq!(
+        out.to_text(),
+        "[lines 8-9: the block around line 9]\n     8\t    def bye(self):\n     9\t        return 'bye'\n\n\
+         [showing lines 8-9 of 11; use offset=10 to read more]"
+    );
+    assert_eq!(out.extras["blockStart"], 8);
+    let class = fx.ok("read", json!({"path": "app.py", "anchor_line": 9, "levels": 2})).await;
+    assert!(
+        class.starts_with("[lines 3-9: the block around line 9]\n     3\t# A greeter."),
+        "{class}"
+    );
+    let past = fx.err("read", json!({"path": "app.py", "anchor_line": 40})).await;
+    assert!(
+        past.contains("anchor_line 40 is past the end of `app.py`, which has 11 lines"),
+        "{past}"
+    );
+    let both = fx.err("read", json!({"path": "app.py", "anchor_line": 2, "offset": 1})).await;
+    assert!(both.contains("give `offset` or `anchor_line`, not both"), "{both}");
+}
