@@ -242,6 +242,8 @@ pub struct CallContext {
     trace: Option<TraceParent>,
     /// The caller's `tracestate`, passed on as it came.
     trace_state: Option<Arc<str>>,
+    /// Headers of the caller's HTTP request ([`CallContext::with_caller_headers`]).
+    caller_headers: Option<Arc<[(String, String)]>>,
 }
 
 impl Default for CallContext {
@@ -259,6 +261,7 @@ impl Default for CallContext {
             from_person: false,
             trace: None,
             trace_state: None,
+            caller_headers: None,
         }
     }
 }
@@ -279,6 +282,24 @@ impl CallContext {
     /// The caller's place in a distributed trace, if it gave one.
     pub fn trace_parent(&self) -> Option<&TraceParent> {
         self.trace.as_ref()
+    }
+
+    /// Sets the headers of the caller's HTTP request (names in lowercase), which providers
+    /// configured to pass some on to their servers read ([`CallContext::caller_header`]).
+    /// Whoever sets them leaves out the ones that authenticated the caller.
+    pub fn with_caller_headers(mut self, headers: Vec<(String, String)>) -> Self {
+        self.caller_headers = (!headers.is_empty()).then(|| Arc::from(headers));
+        self
+    }
+
+    /// The value of the caller's HTTP request header `name` (any letter case), if it
+    /// sent one.
+    pub fn caller_header(&self, name: &str) -> Option<&str> {
+        self.caller_headers
+            .as_deref()?
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// Sets the caller's `tracestate` (vendors' trace data), passed on with the trace.
@@ -530,6 +551,7 @@ impl CallContext {
             from_person: false,
             trace: self.trace,
             trace_state: self.trace_state.clone(),
+            caller_headers: self.caller_headers.clone(),
         }
     }
 }

@@ -862,6 +862,7 @@ mod mcp {
             base_dir: Some(loaded.base_dir.clone()),
             url: entry.url.clone(),
             headers: entry.headers.clone(),
+            passthrough_headers: entry.passthrough_headers.clone(),
             oauth: entry.oauth.clone().or_else(|| entry.auth.as_ref().map(CursorAuth::oauth)),
             tools_allowed: entry.tools_allowed.clone(),
             tools_denied: entry.tools_denied.clone(),

@@ -88,6 +88,12 @@ pub struct McpServerConfig {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Headers of the client's own HTTP request to `toolmux serve --http` passed on with
+    /// each tool call to this server (streamable HTTP only), such as `X-Tenant-Id`; names,
+    /// any letter case. The header that authenticated the client to toolmux is never
+    /// passed on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub passthrough_headers: Vec<String>,
     /// OAuth 2.1 to the server (streamable HTTP or SSE): on by default when the server asks for
     /// it and `headers` carries no `Authorization`.
     #[serde(skip_serializing_if = "Option::is_none")]

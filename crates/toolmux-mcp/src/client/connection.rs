@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::config::{McpServerConfig, ProtocolMode, TransportKind};
 use super::handler::{Events, Handler};
 use super::oauth::{OAuth, OAuthHttp};
+use super::passthrough::Passthrough;
 use crate::McpError;
 use crate::transport::lane::Lane;
 use crate::transport::stdio::{ChildGroup, StdioCommand};
@@ -227,15 +228,17 @@ async fn start(
         TransportKind::Http => {
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
             http_config.retry_config = Arc::new(BoundedRetry);
+            // Every request goes through `Passthrough`, which sends the headers a call
+            // carries to pass on (and nothing else changes for calls without).
             match http.and_then(|h| h.oauth.clone()) {
                 Some(oauth) => {
-                    let client = OAuthHttp::new(client()?, oauth, fault.clone());
+                    let client = Passthrough(OAuthHttp::new(client()?, oauth, fault.clone()));
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }
                 None => {
-                    let transport =
-                        StreamableHttpClientTransport::with_client(client()?, http_config);
+                    let client = Passthrough(client()?);
+                    let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }
             }

@@ -7,6 +7,7 @@ mod filter;
 mod handler;
 mod interaction;
 pub(crate) mod oauth;
+mod passthrough;
 mod provider;
 mod sessions;
 pub(crate) mod wire;

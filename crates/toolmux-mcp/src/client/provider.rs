@@ -26,6 +26,7 @@ use super::content::{declared_spec, tool_output, tool_spec};
 use super::filter::ToolFilter;
 use super::handler::{Events, ProgressRoute};
 use super::oauth::{OAuth, Opener};
+use super::passthrough;
 use crate::McpError;
 use crate::transport::lane::{self, Lane};
 
@@ -102,6 +103,24 @@ impl McpProvider {
             check_url(&name, transport, url)?;
         }
         let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
+        if !config.passthrough_headers.is_empty() && transport != TransportKind::Http {
+            return Err(McpError::Config {
+                server: name,
+                message: format!(
+                    "`passthroughHeaders` needs a streamable HTTP server; this one is {}",
+                    transport.as_str()
+                ),
+            });
+        }
+        if let Some(never) = config.passthrough_headers.iter().find(|n| !passthrough::passable(n)) {
+            return Err(McpError::Config {
+                server: name,
+                message: format!(
+                    "`passthroughHeaders` names `{never}`, which belongs to the connection \
+                     itself and is never passed on"
+                ),
+            });
+        }
         let http = match transport {
             TransportKind::Http | TransportKind::Sse => {
                 let oauth = config.url.as_deref().and_then(|url| {
@@ -522,6 +541,24 @@ impl Inner {
             meta.set_traceparent(trace.to_string());
             if let Some(state) = ctx.trace_state() {
                 meta.set_tracestate(state);
+            }
+        }
+        // The client's headers this server is to get (`passthroughHeaders`), for the
+        // connection's HTTP client to send as headers (see `passthrough`).
+        if !self.config.passthrough_headers.is_empty() {
+            let passed: serde_json::Map<String, Value> = self
+                .config
+                .passthrough_headers
+                .iter()
+                .filter(|name| passthrough::passable(name))
+                .filter_map(|name| {
+                    let value = ctx.caller_header(name)?;
+                    Some((name.to_ascii_lowercase(), Value::String(value.to_owned())))
+                })
+                .collect();
+            if !passed.is_empty() {
+                let meta = &mut params.meta.get_or_insert_default().0.0;
+                meta.insert(passthrough::PASSTHROUGH_META_KEY.into(), Value::Object(passed));
             }
         }
         // 2026-07-28 servers may answer `input_required` (MRTR): the call is sent again

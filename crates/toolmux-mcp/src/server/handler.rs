@@ -482,12 +482,20 @@ impl Gateway {
             ),
         };
         let trace_state = trace.and(trace_state).map(str::to_owned);
+        // The request's headers, for servers configured to get some (`passthroughHeaders`),
+        // without the one that authenticated the client to this server.
+        let caller_headers = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .map(|parts| caller_headers(&parts.headers, holder.is_some()))
+            .unwrap_or_default();
         CallContext::new()
             .with_cancel(context.ct.clone())
             .with_run_id(run_id)
             .with_call_id(context.id.to_string())
             .with_trace_parent(trace)
             .with_trace_state(trace_state)
+            .with_caller_headers(caller_headers)
     }
 
     /// Runs `work` (a tool call, a prompt, a resource read) with the exchange's progress,
@@ -1333,6 +1341,31 @@ impl ServerHandler for Gateway {
         }
         Ok(())
     }
+}
+
+/// The headers of a client's HTTP request that may be passed on to servers, names in
+/// lowercase: not the credential it authenticated with (with `authenticated`: a bearer
+/// `Authorization`, which is what a key or token is read from first, and `X-API-Key`),
+/// nor the trace headers, which go on their own way.
+fn caller_headers(headers: &axum::http::HeaderMap, authenticated: bool) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, value)| {
+            let name = name.as_str();
+            let credential = authenticated
+                && (name == "x-api-key"
+                    || (name == "authorization"
+                        && value.to_str().is_ok_and(|v| {
+                            v.trim_start()
+                                .get(..7)
+                                .is_some_and(|s| s.eq_ignore_ascii_case("bearer "))
+                        })));
+            !credential && name != TRACEPARENT_META_KEY && name != TRACESTATE_META_KEY
+        })
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

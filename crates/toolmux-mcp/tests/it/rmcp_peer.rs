@@ -94,7 +94,7 @@ impl ServerHandler for FaultServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut names = vec!["echo", "hang", "add_tool", "die"];
+        let mut names = vec!["echo", "hang", "add_tool", "die", "headers"];
         if self.extra.load(Ordering::SeqCst) {
             names.push("extra");
         }
@@ -138,6 +138,20 @@ impl ServerHandler for FaultServer {
                 unreachable!("pending never resolves")
             }
             "extra" => "extra".into(),
+            // What arrived with the call: some of its HTTP headers, and its `_meta`.
+            "headers" => {
+                let parts = context.extensions.get::<axum::http::request::Parts>();
+                let header = |name: &str| {
+                    parts.and_then(|p| p.headers.get(name)).and_then(|v| v.to_str().ok())
+                };
+                json!({
+                    "x-tenant-id": header("x-tenant-id"),
+                    "authorization": header("authorization"),
+                    "x-api-key": header("x-api-key"),
+                    "meta": request.meta.as_ref().map(|m| serde_json::to_value(m).unwrap()),
+                })
+                .to_string()
+            }
             other => {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                     "unknown tool {other}"
@@ -576,4 +590,68 @@ async fn http_redirects_stay_within_the_origin_and_headers_never_leave_it() {
     assert!(seen_elsewhere.lock().unwrap().is_empty(), "{:?}", seen_elsewhere.lock().unwrap());
     task.abort();
     elsewhere_task.abort();
+}
+
+/// `passthroughHeaders`: a gateway passes the headers it is told to from its client's
+/// request on to the server with each call, never the key or token the client
+/// authenticated with, and never inside the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_passes_on_the_headers_it_is_told_to_and_never_its_own_credential() {
+    use toolmux_mcp::server::{ApiKey, ApiKeys, ServeOptions, bind_http};
+    let peer = http_peer(None).await;
+    let mut config = McpServerConfig::remote(TransportKind::Http, peer.url.clone())
+        .with_protocol(ProtocolMode::Legacy);
+    config.passthrough_headers =
+        vec!["X-Tenant-Id".into(), "Authorization".into(), "X-API-Key".into()];
+    let upstream: Arc<dyn ToolProvider> = Arc::new(McpProvider::new("up", config).unwrap());
+    let key = "alice-key-0123456789";
+    let options = ServeOptions {
+        api_keys: ApiKeys::new(vec![ApiKey { name: "alice".into(), key: key.into() }]),
+        ..ServeOptions::default()
+    };
+    let shutdown = CancellationToken::new();
+    let (bound, _served) =
+        bind_http(upstream, "127.0.0.1:0".parse().unwrap(), options, shutdown.clone())
+            .await
+            .unwrap();
+    let seen = |headers: &[(&str, &str)]| {
+        let mut config =
+            McpServerConfig::remote(TransportKind::Http, format!("http://{bound}/mcp"))
+                .with_protocol(ProtocolMode::Legacy);
+        config.headers = headers.iter().map(|(n, v)| ((*n).to_owned(), (*v).to_owned())).collect();
+        async move {
+            let client = McpProvider::new("gateway", config).unwrap();
+            let out = client.call("headers", json!({}), &CallContext::new()).await.unwrap();
+            client.shutdown().await.unwrap();
+            serde_json::from_str::<serde_json::Value>(&out.to_text()).unwrap()
+        }
+    };
+    let bearer = format!("Bearer {key}");
+    let by_bearer = seen(&[("Authorization", &bearer), ("X-Tenant-Id", "acme")]).await;
+    assert_eq!(by_bearer["x-tenant-id"], "acme", "{by_bearer}");
+    assert_eq!(by_bearer["authorization"], serde_json::Value::Null, "{by_bearer}");
+    let meta = by_bearer["meta"].to_string();
+    assert!(!meta.contains("passthrough") && !meta.contains("acme"), "{meta}");
+    // Authenticated by `X-API-Key`: that one stays, an `Authorization` meant for the server
+    // goes on.
+    let by_key = seen(&[
+        ("X-API-Key", key),
+        ("Authorization", "Basic dXA6c2VjcmV0"),
+        ("X-Tenant-Id", "beta"),
+    ])
+    .await;
+    assert_eq!(by_key["x-tenant-id"], "beta", "{by_key}");
+    assert_eq!(by_key["authorization"], "Basic dXA6c2VjcmV0", "{by_key}");
+    assert_eq!(by_key["x-api-key"], serde_json::Value::Null, "{by_key}");
+    shutdown.cancel();
+    peer.stop.cancel();
+
+    let mut stdio = McpServerConfig::stdio("node", ["x"]);
+    stdio.passthrough_headers = vec!["X-Tenant-Id".into()];
+    let error = McpProvider::new("s", stdio).unwrap_err().to_string();
+    assert!(error.contains("`passthroughHeaders` needs a streamable HTTP server"), "{error}");
+    let mut own = McpServerConfig::remote(TransportKind::Http, peer.url.clone());
+    own.passthrough_headers = vec!["Mcp-Session-Id".into()];
+    let error = McpProvider::new("s", own).unwrap_err().to_string();
+    assert!(error.contains("never passed on"), "{error}");
 }

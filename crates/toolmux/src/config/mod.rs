@@ -446,6 +446,12 @@ pub struct McpServerEntry {
     /// HTTP headers sent with every request, such as `Authorization: Bearer ${TOKEN}`.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Headers of an MCP client's request to `toolmux serve --http` passed on with each of
+    /// its tool calls to this server (streamable HTTP only): `[X-Tenant-Id, X-User]`. The
+    /// header that authenticated the client to toolmux (a bearer key or token,
+    /// `X-API-Key`) is never passed on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough_headers: Vec<String>,
     /// OAuth 2.1 to the server (streamable HTTP or SSE). Without it toolmux still authorizes a
     /// server that asks, by dynamic registration and `toolmux mcp login NAME`; with it a
     /// client is pre-registered, a grant or scopes chosen, or OAuth turned off.

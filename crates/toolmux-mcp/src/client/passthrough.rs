@@ -1,0 +1,182 @@
+//! `passthroughHeaders`: headers of the gateway's client, passed on with each tool call to
+//! a streamable HTTP server.
+//!
+//! rmcp sends a connection's requests from its own tasks, where nothing of the calling
+//! context is reachable, so the call carries the headers in its request's `_meta` under a
+//! private key ([`PASSTHROUGH_META_KEY`]), and [`Passthrough`], the connection's HTTP
+//! client, takes them out of the message and sends them as headers: they never reach the
+//! server inside the message.
+
+use futures::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+};
+use serde_json::Value;
+use sse_stream::Sse;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The private `_meta` key of the headers to pass on.
+pub(crate) const PASSTHROUGH_META_KEY: &str = "io.toolmux/passthrough-headers";
+
+/// Headers that are never passed on, whatever the configuration names: the transport's
+/// own and MCP's.
+const NEVER: [&str; 14] = [
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "proxy-authorization",
+];
+
+/// Whether a header named so may be passed on at all.
+pub(crate) fn passable(name: &str) -> bool {
+    !NEVER.iter().any(|never| never.eq_ignore_ascii_case(name))
+}
+
+/// An HTTP client that sends the headers a `tools/call` carries under
+/// [`PASSTHROUGH_META_KEY`] as headers, and takes them out of the message.
+#[derive(Debug, Clone)]
+pub(crate) struct Passthrough<C>(pub(crate) C);
+
+/// The headers `message` carries to pass on, taken out of it.
+fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, HeaderValue> {
+    let mut headers = HashMap::new();
+    let JsonRpcMessage::Request(request) = message else { return headers };
+    let ClientRequest::CallToolRequest(call) = &mut request.request else { return headers };
+    let Some(meta) = call.params.meta.as_mut() else { return headers };
+    let Some(Value::Object(passed)) = meta.0.0.remove(PASSTHROUGH_META_KEY) else {
+        return headers;
+    };
+    if meta.0.0.is_empty() {
+        call.params.meta = None;
+    }
+    for (name, value) in passed {
+        let (Ok(name), Some(value)) = (HeaderName::from_bytes(name.as_bytes()), value.as_str())
+        else {
+            continue;
+        };
+        if let Ok(mut value) = HeaderValue::from_str(value) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
+type HttpError<E> = StreamableHttpError<E>;
+
+impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough<C> {
+    type Error = C::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        mut message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, HttpError<C::Error>> {
+        custom_headers.extend(take(&mut message));
+        self.0.post_message(uri, message, session_id, auth_header, custom_headers).await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        mut message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, HttpError<C::Error>> {
+        custom_headers.extend(take(&mut message));
+        self.0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), HttpError<C::Error>> {
+        self.0.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError<C::Error>> {
+        self.0.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError<C::Error>> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, RequestId};
+
+    #[test]
+    fn the_headers_leave_the_message() {
+        let mut params = CallToolRequestParams::new("echo");
+        let meta = &mut params.meta.get_or_insert_default().0;
+        meta.0.insert(
+            PASSTHROUGH_META_KEY.into(),
+            serde_json::json!({"x-tenant-id": "acme", "bad name": "x"}),
+        );
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut message = ClientJsonRpcMessage::request(request, RequestId::Number(1));
+        let headers = take(&mut message);
+        assert_eq!(headers.len(), 1);
+        assert_eq!(headers[&HeaderName::from_static("x-tenant-id")], "acme");
+        let sent = serde_json::to_string(&message).unwrap();
+        assert!(!sent.contains("passthrough") && !sent.contains("acme"), "{sent}");
+        assert!(!passable("Mcp-Session-Id") && passable("X-Tenant-Id"));
+    }
+}
