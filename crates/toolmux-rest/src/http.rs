@@ -133,6 +133,19 @@ pub(crate) async fn send(
             .map_err(|_| http_error("invalid cookie value".into(), None))?;
         builder = builder.header(COOKIE, value);
     }
+    // The trace this call belongs to goes on to the API (W3C Trace Context), unless the
+    // tool sets those headers itself.
+    let sets = |name: &str| request.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    if let Some(trace) = ctx.outgoing_trace()
+        && !sets("traceparent")
+    {
+        builder = builder.header("traceparent", trace.to_string());
+        if let Some(state) = ctx.trace_state().and_then(|s| HeaderValue::from_str(s).ok())
+            && !sets("tracestate")
+        {
+            builder = builder.header("tracestate", state);
+        }
+    }
     builder = match &request.body {
         Body::None => builder,
         Body::Json(value) => {

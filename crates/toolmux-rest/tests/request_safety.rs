@@ -268,3 +268,26 @@ async fn empty_path_arguments_are_refused_by_name() {
     assert!(!out.is_error, "{}", out.to_text());
     assert_eq!(*lines.lock().unwrap(), ["GET /v1/users/0/profile HTTP/1.1"]);
 }
+
+/// A call's trace goes on to the API as W3C `traceparent` and `tracestate` headers.
+#[tokio::test]
+async fn the_calls_trace_goes_on_as_headers() {
+    let seen: Arc<Mutex<Vec<common::SeenRequest>>> = Arc::default();
+    let log = seen.clone();
+    let base = serve(move |request| {
+        log.lock().unwrap().push(request);
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let provider = inline(json!({"ping": {"description": "Ping.", "url": format!("{base}/ping")}}));
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ctx = CallContext::new()
+        .with_trace_parent(toolmux_core::TraceParent::parse(caller))
+        .with_trace_state(Some("vendor=1".into()));
+    provider.call("ping", json!({}), &ctx).await.unwrap();
+    provider.call("ping", json!({}), &CallContext::new()).await.unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].header("traceparent").as_deref(), Some(caller));
+    assert_eq!(seen[0].header("tracestate").as_deref(), Some("vendor=1"));
+    assert_eq!(seen[1].header("traceparent"), None, "no trace, no header");
+}
