@@ -68,6 +68,12 @@ pub struct RestToolConfig {
     /// Largest response body read, in bytes (default 10 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<usize>,
+    /// Headers of an MCP client's own request to `toolmux serve --http` sent on with this
+    /// tool's requests, such as `X-Tenant-Id` (names, any letter case). The header the
+    /// client authenticated to toolmux with is never among them, and a header the tool
+    /// sets itself wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough_headers: Vec<String>,
     /// Redirects followed within the URL's origin (default 5; 0 follows none). A redirect to
     /// another scheme, host or port is never followed, so that credentials stay with the
     /// API: its 3xx response is the result, with the target in the `location` extra.
@@ -172,6 +178,12 @@ pub struct OpenApiConfig {
     /// Largest response body read, in bytes (default 10 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_bytes: Option<usize>,
+    /// Headers of an MCP client's own request to `toolmux serve --http` sent on with the
+    /// requests of this document's tools, such as `X-Tenant-Id` (names, any letter case).
+    /// The header the client authenticated to toolmux with is never among them, and a
+    /// header the document's `headers` or its auth set wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough_headers: Vec<String>,
     /// Redirects followed within the server's origin (default 5; 0 follows none). A redirect
     /// to another scheme, host or port is never followed, so that credentials stay with the
     /// API: its 3xx response is the result, with the target in the `location` extra.

@@ -39,6 +39,8 @@ struct RestTool {
     plan: Plan,
     settings: HttpSettings,
     client: reqwest::Client,
+    /// `passthroughHeaders`: the caller's request headers sent on.
+    passthrough: Arc<[String]>,
 }
 
 #[derive(Debug)]
@@ -173,6 +175,7 @@ impl RestProvider {
         };
         let headers: Vec<(String, String)> =
             config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let passthrough = passthrough_names(namespace, &config.passthrough_headers)?;
         let tools = imported
             .operations
             .into_iter()
@@ -202,6 +205,7 @@ impl RestProvider {
                     },
                     settings,
                     client: client.clone(),
+                    passthrough: passthrough.clone(),
                 }
             })
             .collect();
@@ -281,6 +285,13 @@ impl RestProvider {
             };
             if let Some(auth) = &self.auth {
                 auth.apply(&schemes, &mut request, &tool.client, name).await?;
+            }
+            // The caller's headers this tool passes on, unless the request sets them.
+            for header in tool.passthrough.iter() {
+                let set = request.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(header));
+                if !set && let Some(value) = ctx.caller_header(header) {
+                    request.headers.push((header.clone(), value.to_owned()));
+                }
             }
             let response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
             if response.status == 401
@@ -436,7 +447,33 @@ fn inline_tool(
             stream: config.stream,
         },
         client,
+        passthrough: passthrough_names(name, &config.passthrough_headers)?,
     })
+}
+
+/// `passthroughHeaders`, checked: never a header of the connection itself.
+fn passthrough_names(owner: &str, names: &[String]) -> Result<Arc<[String]>, RestError> {
+    const NEVER: [&str; 9] = [
+        "host",
+        "content-length",
+        "content-type",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    if let Some(never) = names.iter().find(|n| NEVER.iter().any(|x| x.eq_ignore_ascii_case(n))) {
+        return Err(RestError::Config {
+            name: owner.to_owned(),
+            message: format!(
+                "`passthroughHeaders` names `{never}`, which belongs to the request itself and \
+                 is never passed on"
+            ),
+        });
+    }
+    Ok(names.iter().cloned().collect())
 }
 
 fn top_level(name: &str) -> String {

@@ -291,3 +291,39 @@ async fn the_calls_trace_goes_on_as_headers() {
     assert_eq!(seen[0].header("tracestate").as_deref(), Some("vendor=1"));
     assert_eq!(seen[1].header("traceparent"), None, "no trace, no header");
 }
+
+/// `passthroughHeaders`: the caller's request headers named go on with the tool's
+/// requests; one the tool sets itself wins, and connection headers are refused at load.
+#[tokio::test]
+async fn named_caller_headers_go_on_with_the_request() {
+    let seen: Arc<Mutex<Vec<common::SeenRequest>>> = Arc::default();
+    let log = seen.clone();
+    let base = serve(move |request| {
+        log.lock().unwrap().push(request);
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let provider = inline(json!({"ping": {
+        "description": "Ping.",
+        "url": format!("{base}/ping"),
+        "headers": {"X-Fixed": "tool"},
+        "passthroughHeaders": ["X-Tenant-Id", "x-fixed", "X-Absent"]
+    }}));
+    let ctx = CallContext::new().with_caller_headers(vec![
+        ("x-tenant-id".into(), "acme".into()),
+        ("x-fixed".into(), "caller".into()),
+        ("x-other".into(), "not named".into()),
+    ]);
+    provider.call("ping", json!({}), &ctx).await.unwrap();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].header("x-tenant-id").as_deref(), Some("acme"));
+    assert_eq!(seen[0].header("x-fixed").as_deref(), Some("tool"));
+    assert_eq!(seen[0].header("x-other"), None);
+    assert_eq!(seen[0].header("x-absent"), None);
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({"bad": {
+        "description": "Bad.", "url": "http://127.0.0.1:9/", "passthroughHeaders": ["Host"]
+    }}))
+    .unwrap();
+    let error = RestProvider::inline(&tools).unwrap_err().to_string();
+    assert!(error.contains("`passthroughHeaders` names `Host`"), "{error}");
+}

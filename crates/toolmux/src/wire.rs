@@ -1114,6 +1114,7 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
             stream: false,
             max_response_bytes: None,
             max_redirects: None,
+            passthrough_headers: Vec::new(),
             select: None,
         };
         requests.insert(local, request);
