@@ -220,6 +220,32 @@ impl Op {
     }
 }
 
+/// Headers that belong to one HTTP connection or exchange (the transport's own and MCP's),
+/// never passed on from a caller's request to another service, whatever a configuration's
+/// `passthroughHeaders` names.
+pub const CONNECTION_HEADERS: [&str; 14] = [
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "proxy-authorization",
+];
+
+/// Whether a header named so (any letter case) may be passed on at all: not one of the
+/// [`CONNECTION_HEADERS`].
+pub fn passable_header(name: &str) -> bool {
+    !CONNECTION_HEADERS.iter().any(|own| own.eq_ignore_ascii_case(name))
+}
+
 /// The context of one call. Cloning is cheap (a few reference counts).
 ///
 /// A context made with [`CallContext::new`] has no deadline, no parent, no progress sink

@@ -60,7 +60,8 @@ pub use catalog::{
     ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, Role,
 };
 pub use context::{
-    ApprovalDecision, ApprovalRequest, CallContext, InteractionHandler, Op, Progress, ProgressSink,
+    ApprovalDecision, ApprovalRequest, CONNECTION_HEADERS, CallContext, InteractionHandler, Op,
+    Progress, ProgressSink, passable_header,
 };
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{

@@ -453,18 +453,7 @@ fn inline_tool(
 
 /// `passthroughHeaders`, checked: never a header of the connection itself.
 fn passthrough_names(owner: &str, names: &[String]) -> Result<Arc<[String]>, RestError> {
-    const NEVER: [&str; 9] = [
-        "host",
-        "content-length",
-        "content-type",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-    ];
-    if let Some(never) = names.iter().find(|n| NEVER.iter().any(|x| x.eq_ignore_ascii_case(n))) {
+    if let Some(never) = names.iter().find(|n| !toolmux_core::passable_header(n)) {
         return Err(RestError::Config {
             name: owner.to_owned(),
             message: format!(

@@ -269,9 +269,8 @@ async fn empty_path_arguments_are_refused_by_name() {
     assert_eq!(*lines.lock().unwrap(), ["GET /v1/users/0/profile HTTP/1.1"]);
 }
 
-/// A call's trace goes on to the API as W3C `traceparent` and `tracestate` headers.
-#[tokio::test]
-async fn the_calls_trace_goes_on_as_headers() {
+/// A server answering `{}` that keeps every request it sees, headers and all.
+async fn keeping_server() -> (String, Arc<Mutex<Vec<common::SeenRequest>>>) {
     let seen: Arc<Mutex<Vec<common::SeenRequest>>> = Arc::default();
     let log = seen.clone();
     let base = serve(move |request| {
@@ -279,6 +278,13 @@ async fn the_calls_trace_goes_on_as_headers() {
         Reply::json(200, json!({}))
     })
     .await;
+    (base, seen)
+}
+
+/// A call's trace goes on to the API as W3C `traceparent` and `tracestate` headers.
+#[tokio::test]
+async fn the_calls_trace_goes_on_as_headers() {
+    let (base, seen) = keeping_server().await;
     let provider = inline(json!({"ping": {"description": "Ping.", "url": format!("{base}/ping")}}));
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let ctx = CallContext::new()
@@ -296,13 +302,7 @@ async fn the_calls_trace_goes_on_as_headers() {
 /// requests; one the tool sets itself wins, and connection headers are refused at load.
 #[tokio::test]
 async fn named_caller_headers_go_on_with_the_request() {
-    let seen: Arc<Mutex<Vec<common::SeenRequest>>> = Arc::default();
-    let log = seen.clone();
-    let base = serve(move |request| {
-        log.lock().unwrap().push(request);
-        Reply::json(200, json!({}))
-    })
-    .await;
+    let (base, seen) = keeping_server().await;
     let provider = inline(json!({"ping": {
         "description": "Ping.",
         "url": format!("{base}/ping"),

@@ -21,28 +21,9 @@ use std::sync::Arc;
 /// The private `_meta` key of the headers to pass on.
 pub(crate) const PASSTHROUGH_META_KEY: &str = "io.toolmux/passthrough-headers";
 
-/// Headers that are never passed on, whatever the configuration names: the transport's
-/// own and MCP's.
-const NEVER: [&str; 14] = [
-    "host",
-    "content-length",
-    "content-type",
-    "accept",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-    "proxy-authorization",
-];
-
 /// Whether a header named so may be passed on at all.
 pub(crate) fn passable(name: &str) -> bool {
-    !NEVER.iter().any(|never| never.eq_ignore_ascii_case(name))
+    toolmux_core::passable_header(name)
 }
 
 /// An HTTP client that sends the headers a `tools/call` carries under

@@ -1360,7 +1360,10 @@ fn caller_headers(headers: &axum::http::HeaderMap, authenticated: bool) -> Vec<(
                                 .get(..7)
                                 .is_some_and(|s| s.eq_ignore_ascii_case("bearer "))
                         })));
-            !credential && name != TRACEPARENT_META_KEY && name != TRACESTATE_META_KEY
+            !credential
+                && name != TRACEPARENT_META_KEY
+                && name != TRACESTATE_META_KEY
+                && toolmux_core::passable_header(name)
         })
         .filter_map(|(name, value)| {
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
