@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(import.include.unwrap().paths, ["/repos/**"]);
         let err = serde_json::from_value::<OpenApiConfig>(json!({"spec": "a", "specs": "b"}))
             .unwrap_err();
-        expect![[r#"unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `maxRedirects`, `outputSchemas`, `queue`, `cache`"#]]
+        expect!["unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `passthroughHeaders`, `maxRedirects`, `outputSchemas`, `queue`, `cache`"]
             .assert_eq(&err.to_string());
     }
 
