@@ -23,6 +23,9 @@ pub enum AgentError {
     /// The agents' orchestrator is gone or was never attached.
     #[error("agents are not attached to a running orchestrator")]
     Detached,
+    /// A run cannot resume as asked.
+    #[error("cannot resume: {0}")]
+    Resume(String),
 }
 
 fn known_agents(names: &[String]) -> String {

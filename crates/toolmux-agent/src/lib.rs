@@ -46,6 +46,7 @@ mod handler;
 mod hooks;
 pub mod internal;
 mod listen;
+mod pause;
 mod report;
 mod session;
 
@@ -53,10 +54,12 @@ pub use config::{AgentConfig, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS
 pub use error::AgentError;
 pub use hooks::{AgentHooks, HookCommand};
 pub use listen::{ListenEnd, ListenOptions};
+pub use pause::{Decision, PendingCall};
 pub use report::{AgentReport, AgentStatus};
 
 use async_trait::async_trait;
-use handler::AgentHandler;
+use handler::{AgentHandler, Approvals};
+use pause::Resume;
 use serde_json::{Value, json};
 use session::{Session, SessionEnd};
 use std::collections::BTreeMap;
@@ -96,6 +99,11 @@ pub struct RunOptions {
     /// of the last run's report). Calls it ends with that have no results (the report a
     /// run ended with) are answered as done.
     pub history: Vec<toolmux_llm::Message>,
+    /// Calls of the agent that need approval pause the run instead of asking anybody: it
+    /// ends with status [`AgentStatus::Paused`] and the waiting calls, for
+    /// [`Agents::resume`]. Calls inside `agent__batch` or a sub-agent cannot wait, and are
+    /// refused with a message telling the model to make the call on its own.
+    pub pause: bool,
 }
 
 /// More of what an agent's model writes, for a [`TextSink`].
@@ -221,7 +229,70 @@ impl Agents {
             return Err(self.unknown(name));
         }
         let op = Op::new(format!("{NAMESPACE}__{name}"), ctx.op().cloned());
-        self.run_from(name, task, &ctx.clone().with_op(op), options).await
+        self.run_from(name, task, &ctx.clone().with_op(op), options, None).await
+    }
+
+    /// Goes on with the run `paused` (a report of status [`AgentStatus::Paused`]) with a
+    /// [`Decision`] for each call that waits, by its call id. Calls left without a decision
+    /// keep the run paused (the report then lists them); an approved call is checked by the
+    /// orchestrator's rules as any call is when it runs. `options.history` is ignored (the
+    /// paused report's conversation is the history); with `options.pause`, calls that ask
+    /// later pause the run again.
+    ///
+    /// ```no_run
+    /// # async fn example(agents: toolmux_agent::Agents, report: toolmux_agent::AgentReport) -> Result<(), toolmux_agent::AgentError> {
+    /// use toolmux_agent::{AgentStatus, Decision, RunOptions};
+    /// use toolmux_core::CallContext;
+    ///
+    /// let options = RunOptions { pause: true, ..RunOptions::default() };
+    /// if report.status == AgentStatus::Paused {
+    ///     let decisions = report.pending.iter().map(|p| (p.call_id.clone(), Decision::approve())).collect();
+    ///     let report = agents.resume(&report, decisions, &CallContext::new(), &options).await?;
+    ///     println!("{}", report.content);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn resume(
+        &self,
+        paused: &AgentReport,
+        decisions: BTreeMap<String, Decision>,
+        ctx: &CallContext,
+        options: &RunOptions,
+    ) -> Result<AgentReport, AgentError> {
+        if paused.status != AgentStatus::Paused {
+            return Err(AgentError::Resume(format!(
+                "the run is not paused (its status is `{}`); only a paused run's report resumes",
+                paused.status.as_str()
+            )));
+        }
+        if paused.transcript.is_empty() {
+            return Err(AgentError::Resume(
+                "the paused report has no conversation (`transcript`) to go on from".into(),
+            ));
+        }
+        let waiting: Vec<&str> = paused.pending.iter().map(|p| p.call_id.as_str()).collect();
+        if let Some(id) = decisions.keys().find(|id| !waiting.contains(&id.as_str())) {
+            return Err(AgentError::Resume(format!(
+                "no call `{id}` waits for a decision; the calls that wait: {}",
+                if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") }
+            )));
+        }
+        if !self.inner.definitions.agents.contains_key(&paused.agent) {
+            return Err(self.unknown(&paused.agent));
+        }
+        let resume = Resume {
+            pending: paused.pending.clone(),
+            decisions,
+            turns: paused.turns,
+            tool_calls: paused.tool_calls,
+            usage: paused.usage,
+        };
+        let options = RunOptions { history: paused.transcript.clone(), ..options.clone() };
+        let op = Op::new(format!("{NAMESPACE}__{}", paused.agent), ctx.op().cloned());
+        let ctx = ctx.clone().with_op(op);
+        let approvals = (paused.approved.clone(), &resume);
+        let task = paused.task.clone().unwrap_or_default();
+        self.run_from(&paused.agent, &task, &ctx, &options, Some(approvals)).await
     }
 
     /// The orchestrator the agents are attached to, while it runs.
@@ -233,13 +304,15 @@ impl Agents {
         AgentError::UnknownAgent { name: name.to_owned(), known: self.names() }
     }
 
-    /// Runs agent `name` in `ctx`, whose operation is the agent's.
+    /// Runs agent `name` in `ctx`, whose operation is the agent's; with `resumed` (the
+    /// standing approvals and the decisions), its first session goes on with a paused run.
     async fn run_from(
         &self,
         name: &str,
         task: &str,
         ctx: &CallContext,
         options: &RunOptions,
+        resumed: Option<(Vec<String>, &Resume)>,
     ) -> Result<AgentReport, AgentError> {
         let orchestrator = self
             .inner
@@ -263,6 +336,11 @@ impl Agents {
         let mut path = Vec::new();
         let mut totals = AgentReport::failure(name, String::new());
         let mut task = task.to_owned();
+        let (mut standing, mut resume) = match resumed {
+            Some((standing, resume)) => (standing, Some(resume)),
+            None => (Vec::new(), None),
+        };
+        let resumed_run = resume.is_some();
         loop {
             let config = self
                 .inner
@@ -291,7 +369,12 @@ impl Agents {
                 model: model.clone(),
                 cancel: ctx.cancel_token().clone(),
                 used: Mutex::default(),
+                approvals: Approvals::new(options.pause, std::mem::take(&mut standing)),
             });
+            // After a hand-off, the next agent starts afresh (a resumed run's conversation
+            // is the agent's that paused).
+            let history: &[toolmux_llm::Message] =
+                if resumed_run && !path.is_empty() { &[] } else { &options.history };
             let session = Session {
                 name: &current,
                 config,
@@ -301,16 +384,22 @@ impl Agents {
                 destinations,
                 keep_transcript: options.transcript,
                 on_text: options.on_text.as_ref(),
-                history: &options.history,
+                history,
                 handler: handler.clone(),
                 hooks: &self.inner.definitions.hooks,
                 sub: depth > 1,
+                resume: resume.take(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");
-            let end = session.run(task.clone()).await;
+            let resuming = session.resume.is_some();
+            let end = session.run((!resuming).then(|| task.clone())).await;
+            standing = handler.approvals.standing();
             totals.usage += handler.used();
             match end {
                 SessionEnd::Report(mut report) => {
+                    if report.status == AgentStatus::Paused {
+                        report.task = Some(task);
+                    }
                     report.turns += totals.turns;
                     report.tool_calls += totals.tool_calls;
                     report.usage += totals.usage;
@@ -545,7 +634,7 @@ impl ToolProvider for AgentProvider {
             Some(op) if op.tool() == tool => ctx.clone(),
             _ => ctx.clone().with_op(Op::new(tool, ctx.op().cloned())),
         };
-        match self.agents.run_from(name, prompt, &ctx, &RunOptions::default()).await {
+        match self.agents.run_from(name, prompt, &ctx, &RunOptions::default(), None).await {
             Ok(report) => Ok(report.to_output()),
             Err(e) => Err(ToolError::Unavailable {
                 provider: NAMESPACE.to_owned(),

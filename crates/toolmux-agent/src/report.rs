@@ -5,6 +5,8 @@ use serde_json::{Value, json};
 use toolmux_core::ToolOutput;
 use toolmux_llm::{Message, Usage};
 
+use crate::pause::PendingCall;
+
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -18,6 +20,11 @@ pub enum AgentStatus {
     Partial,
     /// The agent has a question and nobody to ask: the content is the question.
     NeedsInput,
+    /// Calls wait for approval ([`AgentReport::pending`]); [`Agents::resume`] goes on with
+    /// the decisions.
+    ///
+    /// [`Agents::resume`]: crate::Agents::resume
+    Paused,
 }
 
 impl AgentStatus {
@@ -28,6 +35,7 @@ impl AgentStatus {
             AgentStatus::Failure => "failure",
             AgentStatus::Partial => "partial",
             AgentStatus::NeedsInput => "needs_input",
+            AgentStatus::Paused => "paused",
         }
     }
 }
@@ -62,9 +70,20 @@ pub struct AgentReport {
     /// The last progress the agent recorded with `agent__task_status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_status: Option<Value>,
-    /// The last agent's conversation, when asked for.
+    /// The last agent's conversation, when asked for, and always in a paused run's report
+    /// (it is where the run resumes from).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transcript: Vec<Message>,
+    /// The calls a paused run waits on, in the order they asked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingCall>,
+    /// What a paused run's decisions approved for the rest of the run (rules on calls and
+    /// tools), carried into its resumption.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved: Vec<String>,
+    /// A paused run's task, for the agents it may hand off to after resuming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 impl AgentReport {
@@ -82,6 +101,9 @@ impl AgentReport {
             handoffs: Vec::new(),
             task_status: None,
             transcript: Vec::new(),
+            pending: Vec::new(),
+            approved: Vec::new(),
+            task: None,
         }
     }
 
@@ -103,6 +125,7 @@ impl AgentReport {
             AgentStatus::NeedsInput => {
                 format!("(agent `{}` needs input) {}", self.agent, self.text())
             }
+            AgentStatus::Paused => format!("(agent `{}` is paused) {}", self.agent, self.text()),
             _ => self.text(),
         };
         let mut output = if self.status == AgentStatus::Failure {

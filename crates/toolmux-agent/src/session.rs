@@ -5,6 +5,7 @@ use crate::config::{AgentConfig, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS};
 use crate::handler::AgentHandler;
 use crate::hooks::{AgentHooks, Prompt};
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
+use crate::pause::{self, Decision, PendingCall, Resume};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use crate::{TextDelta, TextSink};
 use futures::future::join_all;
@@ -93,6 +94,8 @@ pub(crate) struct Session<'a> {
     pub(crate) hooks: &'a AgentHooks,
     /// Whether the agent was called by another agent (its stop hooks are `SubagentStop`).
     pub(crate) sub: bool,
+    /// The decisions a paused run resumes with; `history` is then its conversation.
+    pub(crate) resume: Option<&'a Resume>,
 }
 
 impl Session<'_> {
@@ -270,8 +273,9 @@ impl Session<'_> {
         outcome
     }
 
-    /// Works on `task` until the session ends.
-    pub(crate) async fn run(&self, task: String) -> SessionEnd {
+    /// Works on `task` until the session ends; a resumed session (no task) goes on with the
+    /// calls its conversation ends with.
+    pub(crate) async fn run(&self, task: Option<String>) -> SessionEnd {
         let (mut tools, mut names, mut ends_turn) = self.tools();
         // Deferred tools an earlier part of the conversation found and called stay offered.
         for message in self.history {
@@ -312,7 +316,13 @@ impl Session<'_> {
             let source = if self.history.is_empty() { "startup" } else { "resume" };
             hook_context =
                 self.hooks.session_start(source, self.name, &self.ctx, self.history).await;
-            match self.hooks.prompt_submit(&task, self.name, &self.ctx, self.history).await {
+            let prompt = match &task {
+                Some(task) => {
+                    self.hooks.prompt_submit(task, self.name, &self.ctx, self.history).await
+                }
+                None => Prompt::Go(Vec::new()),
+            };
+            match prompt {
                 Prompt::Go(more) => hook_context.extend(more),
                 Prompt::Blocked(reason) => {
                     let figures = AgentReport::failure(self.name, String::new());
@@ -325,8 +335,9 @@ impl Session<'_> {
                 }
             }
         }
-        let mut messages = continued(self.history);
-        if !hook_context.is_empty() {
+        let mut messages =
+            if self.resume.is_some() { self.history.to_vec() } else { continued(self.history) };
+        if !hook_context.is_empty() && self.resume.is_none() {
             messages.push(Message::user(format!(
                 "(Context from the configuration's hooks:)\n{}",
                 hook_context.join("\n\n")
@@ -337,13 +348,31 @@ impl Session<'_> {
         {
             messages.push(Message::user(carried));
         }
-        messages.push(Message::user(task));
+        if let Some(task) = &task {
+            messages.push(Message::user(task.clone()));
+        }
         let mut request = ModelRequest::new(messages).with_tools(tools).continuing();
         if let Some(system) = self.system_prompt() {
             request = request.with_system(system);
         }
         let mut figures = AgentReport::failure(self.name, String::new());
         let mut stop_active = false;
+        if let Some(resume) = self.resume {
+            figures.turns = resume.turns;
+            figures.tool_calls = resume.tool_calls;
+            figures.usage = resume.usage;
+            if let Some(end) = self.resumed(resume, &mut state, &mut request, &mut figures).await {
+                // Hooks' context is given with the model's next turn, which a run that
+                // ends (or pauses again) here does not take.
+                return self.finish(end, request.messages);
+            }
+            if !hook_context.is_empty() {
+                request.messages.push(Message::user(format!(
+                    "(Context from the configuration's hooks:)\n{}",
+                    hook_context.join("\n\n")
+                )));
+            }
+        }
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -420,6 +449,7 @@ impl Session<'_> {
             self.progress(&figures, max_turns, &answer.tool_calls);
             let repeated = state.repeats.turn(&answer.tool_calls, max_repeats);
             let state_now = &state;
+            self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
             let outcomes = join_all(answer.tool_calls.iter().zip(repeated).map(
                 |(call, repeated)| async move {
                     match repeated {
@@ -438,34 +468,18 @@ impl Session<'_> {
                 },
             ))
             .await;
-            let mut results = Vec::with_capacity(outcomes.len());
-            let mut effects = Vec::new();
-            for (call, mut outcome) in answer.tool_calls.iter().zip(outcomes) {
-                // Tools a search found are offered from the next turn on.
-                if let Effect::Found(found) = &mut outcome.effect {
-                    for spec in std::mem::take(found) {
-                        if state.names.insert(spec.name.clone()) {
-                            if spec.annotations.ends_turn {
-                                state.ends_turn.insert(spec.name.clone());
-                            }
-                            request.tools.push(tool_definition(spec));
-                        }
-                    }
-                    outcome.effect = Effect::None;
-                }
-                // The session's own tools are not tool calls of the run; a batch counts as
-                // the calls it made.
-                let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
-                figures.tool_calls += u32::from(!own.contains(&call.name.as_str())) + outcome.calls;
-                figures.usage += outcome.usage;
-                results.push(outcome.result);
-                effects.push(outcome.effect);
-            }
-            request.messages.push(Message::Tool { results });
-            if let Some(status) = self.take_task_status(&answer.tool_calls) {
-                state.task_status = Some(status);
+            let pending = self.handler.approvals.take_pending();
+            let calls: Vec<(&ModelToolCall, Outcome)> =
+                answer.tool_calls.iter().zip(outcomes).collect();
+            let (calls, pending) = held(calls, pending);
+            let effects = self.fold(calls, &mut state, &mut request, &mut figures);
+            if let Some(state_now) = self.take_task_status(&answer.tool_calls) {
+                state.task_status = Some(state_now);
             }
             figures.task_status.clone_from(&state.task_status);
+            if !pending.is_empty() {
+                break SessionEnd::Report(self.paused(&figures, pending));
+            }
             if let Some(end) = self.decide(effects, &figures) {
                 let stopping =
                     matches!(&end, SessionEnd::Report(r) if r.status != AgentStatus::NeedsInput);
@@ -551,16 +565,174 @@ impl Session<'_> {
     }
 
     fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {
-        if !self.keep_transcript {
-            return end;
-        }
         match end {
-            SessionEnd::Report(mut report) => {
+            SessionEnd::Report(mut report)
+                if self.keep_transcript || report.status == AgentStatus::Paused =>
+            {
                 report.transcript = transcript;
                 SessionEnd::Report(report)
             }
             handoff => handoff,
         }
+    }
+
+    /// Folds a turn's answered calls into the conversation (one tool message, or the one
+    /// it ends with when a resumed turn completes it) and into the figures; returns what
+    /// the calls did besides answering.
+    fn fold(
+        &self,
+        calls: Vec<(&ModelToolCall, Outcome)>,
+        state: &mut State,
+        request: &mut ModelRequest,
+        figures: &mut AgentReport,
+    ) -> Vec<Effect> {
+        let mut results = Vec::with_capacity(calls.len());
+        let mut effects = Vec::new();
+        for (call, mut outcome) in calls {
+            // Tools a search found are offered from the next turn on.
+            if let Effect::Found(found) = &mut outcome.effect {
+                for spec in std::mem::take(found) {
+                    if state.names.insert(spec.name.clone()) {
+                        if spec.annotations.ends_turn {
+                            state.ends_turn.insert(spec.name.clone());
+                        }
+                        request.tools.push(tool_definition(spec));
+                    }
+                }
+                outcome.effect = Effect::None;
+            }
+            // The session's own tools are not tool calls of the run; a batch counts as
+            // the calls it made.
+            let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
+            figures.tool_calls += u32::from(!own.contains(&call.name.as_str())) + outcome.calls;
+            figures.usage += outcome.usage;
+            results.push(outcome.result);
+            effects.push(outcome.effect);
+        }
+        match request.messages.last_mut() {
+            Some(Message::Tool { results: earlier }) => earlier.extend(results),
+            // Every call of the turn waits: its results come when they are decided.
+            _ if results.is_empty() => {}
+            _ => request.messages.push(Message::Tool { results }),
+        }
+        effects
+    }
+
+    /// Goes on with a paused run: of the calls its last turn left waiting, those decided
+    /// are run (approved) or answered (denied, or answered by the caller), side by side as
+    /// a turn's calls are, their results in the order the model made the calls; those not
+    /// decided wait on. How the session ends, when it ends (or pauses again) before the
+    /// model's next turn.
+    async fn resumed(
+        &self,
+        resume: &Resume,
+        state: &mut State,
+        request: &mut ModelRequest,
+        figures: &mut AgentReport,
+    ) -> Option<SessionEnd> {
+        let turn = request.messages.iter().rposition(
+            |m| matches!(m, Message::Assistant { tool_calls, .. } if !tool_calls.is_empty()),
+        )?;
+        let answered: HashSet<String> = match request.messages.get(turn + 1) {
+            Some(Message::Tool { results }) => results.iter().map(|r| r.call_id.clone()).collect(),
+            _ => HashSet::new(),
+        };
+        let Some(Message::Assistant { tool_calls, .. }) = request.messages.get_mut(turn) else {
+            return None;
+        };
+        // The conversation shows an approved call as it runs.
+        for call in tool_calls.iter_mut().filter(|c| !answered.contains(&c.id)) {
+            if let Some(Decision::Approve { arguments: Some(arguments), .. }) =
+                resume.decisions.get(&call.id)
+            {
+                call.arguments = arguments.clone();
+                call.raw_arguments = None;
+            }
+        }
+        let order: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
+        let calls: Vec<ModelToolCall> =
+            tool_calls.iter().filter(|c| !answered.contains(&c.id)).cloned().collect();
+        let mut waiting = Vec::new();
+        let mut decided = Vec::new();
+        for call in &calls {
+            let pending = resume.pending.iter().find(|p| p.call_id == call.id);
+            match resume.decisions.get(&call.id) {
+                None => waiting.push(pending.cloned().unwrap_or_else(|| PendingCall {
+                    call_id: call.id.clone(),
+                    tool: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                    reason: "it waits for a decision".to_owned(),
+                    scope: None,
+                })),
+                Some(decision) => {
+                    if let Decision::Approve { always, .. } = decision {
+                        let key = pending.map_or(call.name.as_str(), PendingCall::standing_key);
+                        self.handler.approvals.grant(&call.id, always.then_some(key));
+                    }
+                    decided.push((call, decision));
+                }
+            }
+        }
+        tracing::debug!(
+            target: "toolmux::agent",
+            agent = self.name,
+            decided = decided.len(),
+            waiting = waiting.len(),
+            "the run resumes"
+        );
+        self.handler.approvals.start_turn(decided.iter().map(|(c, _)| c.id.clone()));
+        let state_now = &*state;
+        let outcomes = join_all(decided.iter().map(|(call, decision)| async move {
+            match decision {
+                Decision::Approve { .. } => self.call(call, state_now).await,
+                Decision::Deny { message } => {
+                    Outcome::error(call, pause::denied_text(&call.name, message.as_deref()))
+                }
+                Decision::Respond { content, is_error } => {
+                    Outcome::answer(call, content.clone(), *is_error)
+                }
+            }
+        }))
+        .await;
+        let again = self.handler.approvals.take_pending();
+        self.handler.approvals.clear_granted();
+        let ran: Vec<(&ModelToolCall, Outcome)> =
+            decided.iter().map(|(c, _)| *c).zip(outcomes).collect();
+        let (ran, again) = held(ran, again);
+        waiting.extend(again);
+        let effects = self.fold(ran, state, request, figures);
+        let position = |id: &str| order.iter().position(|o| o == id).unwrap_or(usize::MAX);
+        if let Some(Message::Tool { results }) = request.messages.get_mut(turn + 1) {
+            results.sort_by_key(|r| position(&r.call_id));
+        }
+        if !waiting.is_empty() {
+            waiting.sort_by_key(|p| position(&p.call_id));
+            return Some(SessionEnd::Report(self.paused(figures, waiting)));
+        }
+        self.decide(effects, figures)
+    }
+
+    /// The report of a run that pauses for `pending`.
+    fn paused(&self, figures: &AgentReport, pending: Vec<PendingCall>) -> AgentReport {
+        let mut report = figures.clone();
+        report.status = AgentStatus::Paused;
+        let calls: Vec<String> = pending
+            .iter()
+            .map(|p| format!("`{}` ({}, id {})", p.tool, p.reason, p.call_id))
+            .collect();
+        report.content = format!(
+            "{} waiting for approval: {}",
+            if pending.len() == 1 {
+                "1 call is".to_owned()
+            } else {
+                format!("{} calls are", pending.len())
+            },
+            calls.join("; ")
+        );
+        tracing::debug!(target: "toolmux::agent", agent = self.name, "{}", report.content);
+        report.pending = pending;
+        report.approved = self.handler.approvals.standing();
+        report
     }
 
     /// What the effects of one turn's calls decide: a valid report first, then a hand-off,
@@ -1225,6 +1397,36 @@ fn drop_old_images(messages: &mut [Message]) {
 /// `spec` as the model is offered it.
 fn tool_definition(spec: ToolSpec) -> ToolDefinition {
     ToolDefinition::new(spec.name, spec.description, Value::clone(&spec.input_schema))
+}
+
+/// A turn's `calls` and their outcomes without those `pending` (their results wait with
+/// them), and the calls that wait. When another call of the turn ends the run (a report, a
+/// hand-off), nothing waits: the waiting calls are answered as not run.
+fn held(
+    calls: Vec<(&ModelToolCall, Outcome)>,
+    pending: Vec<PendingCall>,
+) -> (Vec<(&ModelToolCall, Outcome)>, Vec<PendingCall>) {
+    if pending.is_empty() {
+        return (calls, pending);
+    }
+    let waiting: HashSet<String> = pending.iter().map(|p| p.call_id.clone()).collect();
+    let ends =
+        calls.iter().any(|(_, o)| matches!(o.effect, Effect::Report(_) | Effect::Handoff { .. }));
+    if ends {
+        let calls = calls
+            .into_iter()
+            .map(|(call, outcome)| {
+                if waiting.contains(&call.id) {
+                    (call, Outcome::error(call, pause::NOT_DECIDED.to_owned()))
+                } else {
+                    (call, outcome)
+                }
+            })
+            .collect();
+        return (calls, Vec::new());
+    }
+    let kept = calls.into_iter().filter(|(call, _)| !waiting.contains(&call.id)).collect();
+    (kept, pending)
 }
 
 /// `history` ready to go on from: tool calls of its last turn that got no result (the

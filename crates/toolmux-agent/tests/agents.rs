@@ -1576,3 +1576,331 @@ async fn calls_that_write_run_alone_in_the_order_written() {
     assert!(at("end 3") < at("start 4"), "writes one at a time, in order: {log:?}");
     assert!(at("end 4") < at("start 5"), "a read after a write waits for it: {log:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Pausing for approvals, and resuming
+
+/// An orchestrator of `mock` with `permissions`, and the agents of `definitions` on it.
+async fn with_rules(
+    definitions: AgentDefinitions,
+    model: &Arc<ScriptedModel>,
+    permissions: toolmux_orchestrator::PermissionRules,
+) -> (Agents, Orchestrator, Arc<MockProvider>) {
+    with_models(definitions, only(model), permissions).await
+}
+
+async fn with_models(
+    definitions: AgentDefinitions,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    permissions: toolmux_orchestrator::PermissionRules,
+) -> (Agents, Orchestrator, Arc<MockProvider>) {
+    let mock = Arc::new(
+        MockProvider::new("mock")
+            .with_tool("echo", Behavior::Echo)
+            .with_tool("push", Behavior::Echo)
+            .with_tool("other", Behavior::Text("other".into())),
+    );
+    let agents = Agents::new(definitions, models).expect("valid agents");
+    let orchestrator =
+        Orchestrator::builder(OrchestratorConfig::default().with_permissions(permissions))
+            .provider(mock.clone())
+            .provider(agents.provider())
+            .build()
+            .expect("an orchestrator");
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    (agents, orchestrator, mock)
+}
+
+fn asking(tools: &[&str]) -> toolmux_orchestrator::PermissionRules {
+    toolmux_orchestrator::PermissionRules {
+        ask: tools.iter().map(|t| (*t).to_owned()).collect(),
+        ..Default::default()
+    }
+}
+
+fn pausing() -> RunOptions {
+    RunOptions { pause: true, ..RunOptions::default() }
+}
+
+/// A report that crossed a process boundary: written as JSON and read back.
+fn stored(report: &toolmux_agent::AgentReport) -> toolmux_agent::AgentReport {
+    serde_json::from_str(&serde_json::to_string(report).unwrap()).unwrap()
+}
+
+/// A call that needs approval pauses the run: the turn's other calls run, the report lists
+/// the call that waits and carries the conversation; resumed with an approval (in another
+/// "process": the report read back from JSON), the call runs and the model reads every
+/// result of that turn, in the order it made the calls.
+#[tokio::test]
+async fn a_call_that_asks_pauses_the_run_until_it_is_decided() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__push", json!({"branch": "main"})), ("mock__other", json!({}))])
+            .report("success", "pushed"),
+    );
+    let (agents, orchestrator, mock) =
+        with_rules(one("a", agent("m")), &model, asking(&["mock__push"])).await;
+    let report = agents.run_with("a", "push it", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Paused, "{report:?}");
+    assert_eq!(report.pending.len(), 1);
+    let pending = &report.pending[0];
+    assert_eq!(
+        (pending.call_id.as_str(), pending.tool.as_str(), &pending.arguments),
+        ("c1_0", "mock__push", &json!({"branch": "main"}))
+    );
+    assert!(pending.reason.contains("mock__push"), "{}", pending.reason);
+    assert!(
+        report.content.contains("1 call is waiting for approval: `mock__push`"),
+        "{}",
+        report.content
+    );
+    assert_eq!(report.task.as_deref(), Some("push it"));
+    assert_eq!((mock.calls_of("push"), mock.calls_of("other")), (0, 1));
+    assert_eq!((report.turns, report.tool_calls), (1, 1));
+    // The conversation ends with the turn's answered calls; the waiting one has no result.
+    match report.transcript.last() {
+        Some(Message::Tool { results }) => {
+            let ids: Vec<&str> = results.iter().map(|r| r.call_id.as_str()).collect();
+            assert_eq!(ids, ["c1_1"]);
+        }
+        other => panic!("expected the turn's results last, got {other:?}"),
+    }
+    assert_eq!(report.to_output().to_text().split(')').next(), Some("(agent `a` is paused"));
+
+    let paused = stored(&report);
+    let decisions = BTreeMap::from([("c1_0".to_owned(), toolmux_agent::Decision::approve())]);
+    let done = agents.resume(&paused, decisions, &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!((done.status, done.content.as_str()), (AgentStatus::Success, "pushed"));
+    assert_eq!(mock.calls_of("push"), 1);
+    // The figures go on from the pause: two turns, two calls in all.
+    assert_eq!((done.turns, done.tool_calls), (2, 2));
+    assert_eq!(done.usage, Usage::new(200, 20));
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "the resumed run asks the model once, for its report");
+    let last = requests[1].messages.last();
+    let Some(Message::Tool { results }) = last else { panic!("results last: {last:?}") };
+    let answered: Vec<(&str, bool)> =
+        results.iter().map(|r| (r.call_id.as_str(), r.is_error)).collect();
+    assert_eq!(answered, [("c1_0", false), ("c1_1", false)]);
+    assert!(results[0].content.contains("main"), "{:?}", results[0]);
+    // No task is given again: the conversation goes on where it stopped.
+    let users = requests[1].messages.iter().filter(|m| matches!(m, Message::User { .. })).count();
+    assert_eq!(users, 1);
+    orchestrator.cleanup().await;
+}
+
+/// Denied, the model reads why; answered by the caller, it reads the caller's result; a
+/// call left undecided keeps the run paused without asking the model anything; approved
+/// with other arguments, the call runs with those, and the conversation shows them.
+#[tokio::test]
+async fn each_waiting_call_is_decided_on_its_own() {
+    use toolmux_agent::Decision;
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![
+                ("mock__push", json!({"branch": "main"})),
+                ("mock__echo", json!({"n": 1})),
+                ("mock__push", json!({"branch": "dev"})),
+            ])
+            .report("success", "done"),
+    );
+    let (agents, orchestrator, mock) =
+        with_rules(one("a", agent("m")), &model, asking(&["mock__push", "mock__echo"])).await;
+    let report = agents.run_with("a", "t", &CallContext::new(), &pausing()).await.unwrap();
+    let ids: Vec<&str> = report.pending.iter().map(|p| p.call_id.as_str()).collect();
+    let mut ids = ids;
+    ids.sort_unstable();
+    assert_eq!(ids, ["c1_0", "c1_1", "c1_2"]);
+    assert!(
+        !matches!(report.transcript.last(), Some(Message::Tool { .. })),
+        "every call waits: no results yet"
+    );
+
+    // One decided: it is denied; the others still wait, and the model is not asked.
+    let decisions = BTreeMap::from([("c1_0".to_owned(), Decision::deny("not on a Friday"))]);
+    let again = agents.resume(&stored(&report), decisions, &CallContext::new(), &pausing()).await;
+    let again = again.unwrap();
+    assert_eq!(again.status, AgentStatus::Paused);
+    let ids: Vec<&str> = again.pending.iter().map(|p| p.call_id.as_str()).collect();
+    assert_eq!(ids, ["c1_1", "c1_2"]);
+    assert_eq!(model.requests().len(), 1);
+    assert_eq!(mock.calls_of("push"), 0);
+
+    // The rest: one answered by the caller, one approved with other arguments.
+    let decisions = BTreeMap::from([
+        (
+            "c1_1".to_owned(),
+            Decision::Respond { content: "n is 1, I checked".into(), is_error: false },
+        ),
+        (
+            "c1_2".to_owned(),
+            Decision::Approve { arguments: Some(json!({"branch": "staging"})), always: false },
+        ),
+    ]);
+    let done = agents.resume(&stored(&again), decisions, &CallContext::new(), &pausing()).await;
+    let done = done.unwrap();
+    assert_eq!(done.status, AgentStatus::Success, "{done:?}");
+    assert_eq!((mock.calls_of("push"), mock.calls_of("echo")), (1, 0));
+    let request = &model.requests()[1];
+    let results = tool_results(request);
+    assert_eq!(
+        results[0],
+        (
+            "(tool failed: call to `mock__push` denied: not approved: not on a Friday)".to_owned(),
+            true
+        )
+    );
+    assert_eq!(results[1], ("n is 1, I checked".to_owned(), false));
+    assert!(results[2].0.contains("staging") && !results[2].1, "{results:?}");
+    let shown = request.messages.iter().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+            Some(tool_calls[2].arguments.clone())
+        }
+        _ => None,
+    });
+    assert_eq!(shown, Some(json!({"branch": "staging"})));
+    orchestrator.cleanup().await;
+}
+
+/// Approved "always", a call's rule is approved for the rest of the run: the next call it
+/// covers runs without pausing, and the standing approval travels in a later pause's
+/// report.
+#[tokio::test]
+async fn an_approval_for_always_holds_for_the_rest_of_the_run() {
+    use toolmux_agent::Decision;
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__push", json!({"branch": "main"}))])
+            .calls(vec![("mock__push", json!({"branch": "dev"}))])
+            .calls(vec![("mock__echo", json!({}))])
+            .report("success", "done"),
+    );
+    let (agents, orchestrator, mock) =
+        with_rules(one("a", agent("m")), &model, asking(&["mock__push", "mock__echo"])).await;
+    let report = agents.run_with("a", "t", &CallContext::new(), &pausing()).await.unwrap();
+    let decisions =
+        BTreeMap::from([("c1_0".to_owned(), Decision::Approve { arguments: None, always: true })]);
+    let again = agents.resume(&stored(&report), decisions, &CallContext::new(), &pausing()).await;
+    let again = again.unwrap();
+    // The second push ran without asking; the echo (another rule) paused the run.
+    assert_eq!(mock.calls_of("push"), 2);
+    assert_eq!(again.status, AgentStatus::Paused);
+    assert_eq!(again.pending[0].tool, "mock__echo");
+    assert_eq!(again.approved, ["mock__push"]);
+    orchestrator.cleanup().await;
+}
+
+/// An approval does not outrank the rules: resumed where a rule now denies the call (the
+/// configuration changed between pause and resume), the approved call is denied.
+#[tokio::test]
+async fn an_approved_call_is_still_checked_when_it_runs() {
+    use toolmux_agent::Decision;
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__push", json!({"branch": "main"}))])
+            .report("failure", "could not push"),
+    );
+    let (agents, orchestrator, _) =
+        with_rules(one("a", agent("m")), &model, asking(&["mock__push"])).await;
+    let report = agents.run_with("a", "t", &CallContext::new(), &pausing()).await.unwrap();
+    orchestrator.cleanup().await;
+    let denying = toolmux_orchestrator::PermissionRules {
+        deny: vec!["mock__push(branch=main)".into()],
+        ..Default::default()
+    };
+    let (agents, orchestrator, mock) = with_rules(one("a", agent("m")), &model, denying).await;
+    let decisions = BTreeMap::from([("c1_0".to_owned(), Decision::approve())]);
+    let done = agents.resume(&stored(&report), decisions, &CallContext::new(), &pausing()).await;
+    assert_eq!(done.unwrap().status, AgentStatus::Failure);
+    assert_eq!(mock.calls_of("push"), 0);
+    let results = tool_results(&model.requests()[1]);
+    assert!(
+        results[0].1 && results[0].0.starts_with("(tool failed: call to `mock__push` denied"),
+        "{results:?}"
+    );
+    orchestrator.cleanup().await;
+}
+
+/// Only the agent's own calls can wait: a call inside a batch that asks is refused with a
+/// message telling the model to make it on its own, and the run goes on.
+#[tokio::test]
+async fn a_call_in_a_batch_cannot_wait() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![(
+                "agent__batch",
+                json!({"calls": [{"tool": "mock__push", "arguments": {}}, {"tool": "mock__other"}]}),
+            )])
+            .report("partial", "the push needs its own call"),
+    );
+    let config = AgentConfig { batch: true, ..agent("m") };
+    let (agents, orchestrator, mock) =
+        with_rules(one("a", config), &model, asking(&["mock__push"])).await;
+    let report = agents.run_with("a", "t", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Partial);
+    assert_eq!((mock.calls_of("push"), mock.calls_of("other")), (0, 1));
+    let results = tool_results(&model.requests()[1]);
+    assert!(
+        results[0].0.contains("only the agent's own calls can do")
+            && results[0].0.contains("call `mock__push` on its own"),
+        "{results:?}"
+    );
+    orchestrator.cleanup().await;
+}
+
+/// What cannot resume says why: a report that is not paused, a decision for a call that
+/// does not wait.
+#[tokio::test]
+async fn resuming_what_does_not_wait_is_refused() {
+    use toolmux_agent::Decision;
+    let model = Arc::new(
+        ScriptedModel::new("m").calls(vec![("mock__push", json!({}))]).report("success", "ok"),
+    );
+    let (agents, orchestrator, _) =
+        with_rules(one("a", agent("m")), &model, asking(&["mock__push"])).await;
+    let report = agents.run_with("a", "t", &CallContext::new(), &pausing()).await.unwrap();
+    let wrong = BTreeMap::from([("c9_9".to_owned(), Decision::approve())]);
+    let e = agents.resume(&report, wrong, &CallContext::new(), &pausing()).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "cannot resume: no call `c9_9` waits for a decision; the calls that wait: c1_0"
+    );
+    let mut done = report.clone();
+    done.status = AgentStatus::Success;
+    let e = agents.resume(&done, BTreeMap::new(), &CallContext::new(), &pausing()).await;
+    assert!(e.unwrap_err().to_string().contains("the run is not paused (its status is `success`)"));
+    orchestrator.cleanup().await;
+}
+
+/// A sub-agent's calls cannot wait either, even when its model's call ids are the same as
+/// its caller's (they mean something only in their own conversation).
+#[tokio::test]
+async fn a_call_in_a_sub_agent_cannot_wait() {
+    let lead = Arc::new(
+        ScriptedModel::new("lead")
+            .calls(vec![("agent__helper", json!({"prompt": "push"}))])
+            .report("partial", "the helper could not push"),
+    );
+    // The helper's first call has the id of the lead's first call: `c1_0`.
+    let helper = Arc::new(
+        ScriptedModel::new("helper")
+            .calls(vec![("mock__push", json!({}))])
+            .report("failure", "needs approval"),
+    );
+    let mut definitions =
+        one("lead", AgentConfig { agents: vec!["helper".into()], ..agent("lead") });
+    definitions.agents.insert("helper".into(), agent("helper"));
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("lead".to_owned(), lead.clone() as Arc<dyn Model>),
+        ("helper".to_owned(), helper.clone() as Arc<dyn Model>),
+    ]);
+    let (agents, orchestrator, mock) =
+        with_models(definitions, models, asking(&["mock__push"])).await;
+    let report = agents.run_with("lead", "t", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Partial, "{report:?}");
+    assert_eq!(mock.calls_of("push"), 0);
+    let results = tool_results(&helper.requests()[1]);
+    assert!(results[0].0.contains("call `mock__push` on its own"), "{results:?}");
+    orchestrator.cleanup().await;
+}

@@ -76,6 +76,10 @@ pub struct ApprovalRequest {
     /// on calls that asked (`fs__bash(git push *)`), whose other calls it then allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// The id of the call that asks (a model's tool call id), when it has one: what a
+    /// paused run's pending approvals are named by, and decided by on resume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
 }
 
 /// The answer to an [`ApprovalRequest`].

@@ -538,6 +538,7 @@ impl CommandHook {
             arguments: arguments.clone(),
             reason: why,
             scope: None,
+            call_id: ctx.call_id().map(str::to_owned),
         };
         match handler.approve(request).await {
             ApprovalDecision::Allow => Ok(()),

@@ -1322,6 +1322,7 @@ impl Orchestrator {
                     arguments: arguments.clone(),
                     reason: rule.clone(),
                     scope: crate::permission::asking_rule_on_calls(rule).map(str::to_owned),
+                    call_id: ctx.call_id().map(str::to_owned),
                 };
                 match handler.approve(request).await {
                     ApprovalDecision::Allow => Ok(()),
