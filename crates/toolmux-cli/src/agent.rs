@@ -1,13 +1,17 @@
 //! `toolmux agent`: run an agent on a task, list the agents.
 
-use crate::args::{ChatArgs, ListenArgs, RunArgs};
+use crate::args::{ChatArgs, ListenArgs, ResumeArgs, RunArgs};
 use crate::commands::{finish, print, start};
 use crate::exit;
+use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use toolmux::config::Loaded;
-use toolmux::toolmux_agent::{AgentStatus, RunOptions, TextDelta, TextSink};
+use toolmux::toolmux_agent::{
+    AgentReport, AgentStatus, Decision, PendingCall, RunOptions, TextDelta, TextSink,
+};
 use toolmux::toolmux_core::{CallContext, ProgressSink};
 
 pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
@@ -161,7 +165,7 @@ fn at_terminal(
 
 /// Prints `report`'s answer on stdout, unless the person has just read it on the same
 /// terminal as it streamed (`shown`); a pipe or a file gets it whole.
-fn print_answer(report: &toolmux::toolmux_agent::AgentReport, shown: &str) {
+fn print_answer(report: &AgentReport, shown: &str) {
     let read_already = std::io::stdout().is_terminal()
         && !shown.trim().is_empty()
         && shown.trim() == report.text().trim();
@@ -191,6 +195,16 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         eprintln!("error: the task is empty");
         return Ok(exit::CONFIG);
     }
+    if let Some(file) = &args.pause_to
+        && file.exists()
+    {
+        eprintln!(
+            "error: {} exists (a paused run?): resume it with `toolmux agent resume {0}`, remove \
+             it, or pause to another file",
+            file.display()
+        );
+        return Ok(exit::CONFIG);
+    }
     let (toolmux, agents) = start_agents(loaded).await?;
     let cancel = CancellationToken::new();
     let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
@@ -204,34 +218,276 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     let screen = Arc::new(Screen::default());
     let person = (!from_stdin && std::io::stdin().is_terminal())
         .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
-    let (ctx, options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
+    let (ctx, mut options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
+    options.pause = args.pause_to.is_some();
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
         report = run => Some(report),
         _ = tokio::signal::ctrl_c() => None,
     };
-    let Some(report) = report else {
-        cancel.cancel();
-        eprintln!("interrupted");
-        finish(&toolmux).await;
-        return Ok(exit::INTERRUPTED);
-    };
-    let report = match report {
-        Ok(report) => report,
+    let ended = Ended { json: args.json, saved_in: args.pause_to.as_deref(), resumed: false };
+    ended.report(&toolmux, report, &cancel, &screen).await
+}
+
+/// `toolmux agent resume`: a paused run goes on with the decisions given.
+pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<u8> {
+    let file = &args.file;
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
         Err(e) => {
-            finish(&toolmux).await;
-            return Err(e.into());
+            eprintln!("error: cannot read the paused run {}: {e}", file.display());
+            return Ok(exit::CONFIG);
         }
     };
-    let shown = screen.end();
-    if args.json {
-        print(&serde_json::to_string_pretty(&report)?);
-    } else {
-        print_answer(&report, &shown);
-        eprintln!("agent `{}`: {}", report.agent, summary(&report));
+    let paused: AgentReport = match serde_json::from_str(&text) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!(
+                "error: {} is not an agent report as `agent run --pause-to` saves it: {e}",
+                file.display()
+            );
+            return Ok(exit::CONFIG);
+        }
+    };
+    if paused.status != AgentStatus::Paused {
+        eprintln!(
+            "error: the run in {} is not paused (its status is `{}`): nothing to resume",
+            file.display(),
+            paused.status.as_str()
+        );
+        return Ok(exit::CONFIG);
     }
-    finish(&toolmux).await;
-    Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
+    if !configured(loaded, &paused.agent) {
+        return Ok(exit::CONFIG);
+    }
+    let decisions = match decisions(&args, &paused.pending) {
+        Ok(decisions) => decisions,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Ok(exit::CONFIG);
+        }
+    };
+    if decisions.is_empty() {
+        print_pending(&paused, file);
+        return Ok(exit::PAUSED);
+    }
+    let (toolmux, agents) = start_agents(loaded).await?;
+    let cancel = CancellationToken::new();
+    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
+        "agent-{}-{}",
+        paused.agent,
+        std::process::id()
+    ));
+    let screen = Arc::new(Screen::default());
+    let person = std::io::stdin()
+        .is_terminal()
+        .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
+    let (ctx, mut options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
+    options.pause = true;
+    let run = agents.resume(&paused, decisions, &ctx, &options);
+    let report = tokio::select! {
+        report = run => Some(report),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    let ended = Ended { json: args.json, saved_in: Some(file), resumed: true };
+    ended.report(&toolmux, report, &cancel, &screen).await
+}
+
+/// The decisions `args` give for the calls `pending`, by call id.
+fn decisions(
+    args: &ResumeArgs,
+    pending: &[PendingCall],
+) -> Result<BTreeMap<String, Decision>, String> {
+    let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+    let known = |id: &str| -> Result<String, String> {
+        if ids.contains(&id) {
+            Ok(id.to_owned())
+        } else {
+            Err(format!(
+                "no call `{id}` waits for approval; the calls that wait: {}",
+                ids.join(", ")
+            ))
+        }
+    };
+    let split = |flag: &str, value: &str| -> Result<(String, Option<String>), String> {
+        match value.split_once('=') {
+            Some((id, rest)) => Ok((id.trim().to_owned(), Some(rest.to_owned()))),
+            None if value.trim().is_empty() => Err(format!("--{flag} needs a call id")),
+            None => Ok((value.trim().to_owned(), None)),
+        }
+    };
+    let mut given: Vec<(String, Decision)> = Vec::new();
+    let mut all = None;
+    for value in &args.approve {
+        match value.trim() {
+            "all" => all = Some(Decision::approve()),
+            id => given.push((known(id)?, Decision::approve())),
+        }
+    }
+    for value in &args.always {
+        given.push((known(value.trim())?, Decision::Approve { arguments: None, always: true }));
+    }
+    for value in &args.approve_with {
+        let (id, json) = split("approve-with", value)?;
+        let json =
+            json.ok_or_else(|| format!("--approve-with {id}=JSON: the arguments are missing"))?;
+        let arguments: serde_json::Value = serde_json::from_str(&json)
+            .map_err(|e| format!("--approve-with {id}: the arguments are not JSON: {e}"))?;
+        if !arguments.is_object() {
+            return Err(format!("--approve-with {id}: the arguments must be a JSON object"));
+        }
+        given.push((known(&id)?, Decision::Approve { arguments: Some(arguments), always: false }));
+    }
+    for value in &args.deny {
+        let (id, message) = split("deny", value)?;
+        let decision = Decision::Deny { message };
+        match id.as_str() {
+            "all" => all = Some(decision),
+            _ => given.push((known(&id)?, decision)),
+        }
+    }
+    for value in &args.respond {
+        let (id, text) = split("respond", value)?;
+        let content = text.ok_or_else(|| format!("--respond {id}=TEXT: the text is missing"))?;
+        given.push((known(&id)?, Decision::Respond { content, is_error: false }));
+    }
+    let mut decisions = BTreeMap::new();
+    for (id, decision) in given {
+        if decisions.insert(id.clone(), decision).is_some() {
+            return Err(format!("call `{id}` is decided twice: give one decision per call"));
+        }
+    }
+    if let Some(decision) = all {
+        for id in ids {
+            decisions.entry(id.to_owned()).or_insert_with(|| decision.clone());
+        }
+    }
+    Ok(decisions)
+}
+
+/// How a run (or its resumption) is reported when it ends.
+struct Ended<'a> {
+    json: bool,
+    /// Where a paused run is saved.
+    saved_in: Option<&'a Path>,
+    /// The run was resumed from `saved_in`, which goes once the run ends.
+    resumed: bool,
+}
+
+impl Ended<'_> {
+    /// Prints `report` (or why there is none), saves a paused run, and gives the exit code.
+    async fn report(
+        &self,
+        toolmux: &toolmux::Toolmux,
+        report: Option<Result<AgentReport, toolmux::toolmux_agent::AgentError>>,
+        cancel: &CancellationToken,
+        screen: &Screen,
+    ) -> anyhow::Result<u8> {
+        let Some(report) = report else {
+            cancel.cancel();
+            eprintln!("interrupted");
+            finish(toolmux).await;
+            return Ok(exit::INTERRUPTED);
+        };
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                finish(toolmux).await;
+                return Err(e.into());
+            }
+        };
+        let code = self.show(&report, screen);
+        finish(toolmux).await;
+        code
+    }
+
+    fn show(&self, report: &AgentReport, screen: &Screen) -> anyhow::Result<u8> {
+        let shown = screen.end();
+        let paused = report.status == AgentStatus::Paused;
+        if let Some(file) = self.saved_in {
+            if paused {
+                if let Err(e) = save(file, report) {
+                    eprintln!("error: cannot save the paused run in {}: {e}", file.display());
+                    if self.json {
+                        print(&serde_json::to_string_pretty(report)?);
+                    }
+                    return Ok(exit::OTHER);
+                }
+            } else if self.resumed
+                && let Err(e) = std::fs::remove_file(file)
+            {
+                eprintln!(
+                    "warning: the run ended, but {} could not be removed: {e}",
+                    file.display()
+                );
+            }
+        }
+        if self.json {
+            print(&serde_json::to_string_pretty(report)?);
+        } else if !paused {
+            print_answer(report, &shown);
+            eprintln!("agent `{}`: {}", report.agent, summary(report));
+        }
+        if paused {
+            if let Some(file) = self.saved_in {
+                print_pending(report, file);
+            }
+            return Ok(exit::PAUSED);
+        }
+        Ok(if report.status == AgentStatus::Success { 0 } else { exit::TOOL_FAILED })
+    }
+}
+
+/// Writes `report` to `file` whole or not at all (a file beside it, renamed over it),
+/// readable by its owner only: the conversation may hold what the tools read.
+fn save(file: &Path, report: &AgentReport) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        out.write_all(&json)?;
+        out.write_all(b"\n")?;
+        out.sync_all()?;
+        std::fs::rename(&temporary, file)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
+/// Lists a paused run's waiting calls on stderr, with how to decide them.
+fn print_pending(report: &AgentReport, file: &Path) {
+    let count = report.pending.len();
+    eprintln!(
+        "agent `{}` paused: {} for approval; the run is saved in {}",
+        report.agent,
+        if count == 1 { "1 call waits".to_owned() } else { format!("{count} calls wait") },
+        file.display()
+    );
+    for call in &report.pending {
+        let mut arguments = call.arguments.to_string();
+        if arguments.len() > 300 {
+            let cut = (0..=297).rev().find(|&i| arguments.is_char_boundary(i)).unwrap_or(0);
+            arguments.truncate(cut);
+            arguments.push_str("...");
+        }
+        eprintln!("  {}  {} {arguments}\n      why: {}", call.call_id, call.tool, call.reason);
+    }
+    if !report.approved.is_empty() {
+        eprintln!("approved for the rest of the run: {}", report.approved.join(", "));
+    }
+    eprintln!(
+        "decide with: toolmux agent resume {} --approve ID (or all) | --always ID | \
+         --approve-with ID=JSON | --deny ID[=WHY] | --respond ID=TEXT",
+        file.display()
+    );
 }
 
 /// Every configured provider started, and the agents attached to them.
@@ -248,7 +504,7 @@ async fn start_agents(
 }
 
 /// How a run went, for people: status, turns, calls, tokens, hand-offs.
-fn summary(report: &toolmux::toolmux_agent::AgentReport) -> String {
+fn summary(report: &AgentReport) -> String {
     let handed = if report.handoffs.is_empty() {
         String::new()
     } else {
@@ -287,7 +543,7 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
         idle: args.idle.map(std::time::Duration::from_secs),
     };
     let mut cycle = 0;
-    let on_cycle = |report: &toolmux::toolmux_agent::AgentReport| {
+    let on_cycle = |report: &AgentReport| {
         cycle += 1;
         if args.json {
             match serde_json::to_string(report) {

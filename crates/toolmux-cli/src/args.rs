@@ -16,6 +16,7 @@ Exit codes:
   0  success
   1  the tool call failed, the output handle is unknown, or the agent did not report
      success (failure, partial, needs_input)
+  5  the agent run paused: calls wait for approval (`toolmux agent resume`)
   2  usage or configuration error
   3  a provider failed to start
   4  serving or another operation failed (address in use, I/O error)
@@ -97,6 +98,9 @@ pub(crate) enum AgentCommand {
     List(JsonFlag),
     /// Run an agent on a task and print its final report.
     Run(RunArgs),
+    /// Go on with a run paused for approvals (`agent run --pause-to`): decide its waiting
+    /// calls; those left undecided keep it paused.
+    Resume(ResumeArgs),
     /// Talk with an agent: each line is the next message of one conversation, each answer
     /// printed as it comes; an empty line at a terminal, or the end of input, ends it.
     Chat(ChatArgs),
@@ -139,6 +143,42 @@ pub(crate) struct RunArgs {
     /// The task. Without it, or with `-`, the task is read from stdin.
     pub(crate) task: Option<String>,
     /// Print the whole report (status, content, turns, tool calls, tokens) as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// With --json, include the agent's conversation in the report.
+    #[arg(long, requires = "json")]
+    pub(crate) transcript: bool,
+    /// Calls that need approval pause the run instead of asking: the paused run is saved
+    /// in FILE (owner-only), its waiting calls are listed, and `toolmux agent resume FILE`
+    /// goes on with your decisions.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) pause_to: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ResumeArgs {
+    /// The paused run, as `agent run --pause-to` saved it (or a paused report printed with
+    /// `--json`). Paused again, it is saved there again; ended, the file is removed.
+    pub(crate) file: PathBuf,
+    /// Run a waiting call (its id, or `all`). Repeatable.
+    #[arg(long, value_name = "ID")]
+    pub(crate) approve: Vec<String>,
+    /// Run a waiting call, and approve what asked for it (the rule, or the tool) for the
+    /// rest of the run. Repeatable.
+    #[arg(long, value_name = "ID")]
+    pub(crate) always: Vec<String>,
+    /// Run a waiting call with these arguments (a JSON object) instead of the model's.
+    /// Repeatable.
+    #[arg(long, value_name = "ID=JSON")]
+    pub(crate) approve_with: Vec<String>,
+    /// Refuse a waiting call (its id, or `all`), with a message the model reads.
+    /// Repeatable.
+    #[arg(long, value_name = "ID[=MESSAGE]")]
+    pub(crate) deny: Vec<String>,
+    /// Answer a waiting call with this text instead of running it. Repeatable.
+    #[arg(long, value_name = "ID=TEXT")]
+    pub(crate) respond: Vec<String>,
+    /// Print the whole report as JSON.
     #[arg(long)]
     pub(crate) json: bool,
     /// With --json, include the agent's conversation in the report.

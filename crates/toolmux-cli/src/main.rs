@@ -39,6 +39,8 @@ pub(crate) mod exit {
     pub(crate) const PROVIDER: u8 = 3;
     /// Serving or another operation failed.
     pub(crate) const OTHER: u8 = 4;
+    /// An agent run paused: calls wait for approval.
+    pub(crate) const PAUSED: u8 = 5;
     /// Interrupted by Ctrl-C.
     pub(crate) const INTERRUPTED: u8 = 130;
 }
@@ -112,6 +114,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stats(flag) => commands::stats(&loaded, flag.json),
         Command::Agent(AgentCommand::List(flag)) => agent::list(&loaded, flag.json),
         Command::Agent(AgentCommand::Run(args)) => agent::run(&loaded, args).await,
+        Command::Agent(AgentCommand::Resume(args)) => agent::resume(&loaded, args).await,
         Command::Agent(AgentCommand::Chat(args)) => agent::chat(&loaded, args).await,
         Command::Agent(AgentCommand::Listen(args)) => agent::listen(&loaded, args).await,
         Command::Mcp(McpCommand::Login(args)) => mcp::login(&loaded, args).await,

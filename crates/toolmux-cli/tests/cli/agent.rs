@@ -781,3 +781,86 @@ fn a_model_without_tool_calling_calls_tools_in_its_text() {
     assert_eq!(report["content"], "found the TODO", "{report}");
     assert_eq!(report["toolCalls"], 1);
 }
+
+/// `agent run --pause-to FILE` pauses at a call that asks instead of asking: the run is
+/// saved (owner-only), its waiting call listed with how to decide it, exit code 5; `agent
+/// resume FILE --approve ID`, in another process, runs the call and the run ends (the file
+/// goes). Bad decisions are refused before anything runs, and the file is kept.
+#[test]
+fn a_paused_run_is_resumed_with_decisions_in_another_process() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::ToolCalls(vec![
+                ("fs__bash".into(), json!({"command": "echo pushed-it"})),
+                ("fs__grep".into(), json!({"pattern": "TODO"})),
+            ]),
+            ScriptStep::callback(|request| {
+                let messages = request["messages"].as_array().expect("messages");
+                let results: Vec<String> = messages
+                    .iter()
+                    .filter(|m| m["role"] == "tool")
+                    .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+                    .collect();
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": results.join(" | ")}),
+                )
+            }),
+        ],
+    );
+    let extra = "permissions: {ask: ['fs__bash(echo *)']}\nfs: {permissions: [read, execute]}\n";
+    let project = project(&server, "openai", extra);
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+
+    let run = project.run(&["agent", "run", "reader", "push and look", "--pause-to", "run.json"]);
+    assert_eq!(run.code, 5, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("agent `reader` paused: 1 call waits for approval"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("fs__bash {\"command\":\"echo pushed-it\"}"), "{}", run.stderr);
+    assert!(run.stderr.contains("toolmux agent resume run.json --approve ID"), "{}", run.stderr);
+    let file = project.path().join("run.json");
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved["status"], "paused");
+    let id = saved["pending"][0]["callId"].as_str().unwrap().to_owned();
+    assert_eq!(server.requests().len(), 1);
+
+    // The same file again would lose the paused run: refused.
+    let again = project.run(&["agent", "run", "reader", "x", "--pause-to", "run.json"]);
+    assert_eq!(again.code, 2);
+    assert!(again.stderr.contains("run.json exists (a paused run?)"), "{}", again.stderr);
+    // A call that does not wait, and one decided twice: refused, nothing runs.
+    let wrong = project.run(&["agent", "resume", "run.json", "--approve", "nope"]);
+    assert_eq!(wrong.code, 2);
+    assert!(
+        wrong
+            .stderr
+            .contains(&format!("no call `nope` waits for approval; the calls that wait: {id}")),
+        "{}",
+        wrong.stderr
+    );
+    let twice = project.run(&["agent", "resume", "run.json", "--approve", &id, "--deny", &id]);
+    assert!(twice.stderr.contains("is decided twice"), "{}", twice.stderr);
+    // No decision: the waiting calls are shown again.
+    let shown = project.run(&["agent", "resume", "run.json"]);
+    assert_eq!(shown.code, 5);
+    assert!(shown.stderr.contains(&format!("  {id}  fs__bash")), "{}", shown.stderr);
+    assert_eq!(server.requests().len(), 1);
+
+    let done = project.run(&["agent", "resume", "run.json", "--approve", &id, "--json"]);
+    assert_eq!(done.code, 0, "{}\n{}", done.stdout, done.stderr);
+    let report: Value = serde_json::from_str(&done.stdout).unwrap();
+    assert_eq!(report["status"], "success");
+    let content = report["content"].as_str().unwrap();
+    assert!(content.contains("pushed-it") && content.contains("notes.md"), "{content}");
+    assert_eq!((report["turns"].as_u64(), report["toolCalls"].as_u64()), (Some(2), Some(2)));
+    assert!(!file.exists(), "the ended run's file is removed");
+    assert!(report.get("transcript").is_none());
+}
