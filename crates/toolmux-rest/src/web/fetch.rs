@@ -388,22 +388,21 @@ impl Fetched {
             )
     }
 
-    /// The body as text: UTF-8 (invalid bytes replaced), or Latin-1 when the response says
-    /// so (windows-1252 read as Latin-1).
+    /// The body as text, decoded as a browser would: a byte-order mark first, then the
+    /// `charset` of the `Content-Type` header, then (for HTML) a `<meta>` charset near the
+    /// start of the page, else UTF-8; bytes invalid in the encoding become U+FFFD. Any
+    /// encoding of the WHATWG Encoding Standard is read (Shift_JIS, GBK, EUC-KR,
+    /// windows-1251, ...); `iso-8859-1` and `us-ascii` mean windows-1252, as for browsers.
     fn decoded(&self) -> String {
-        let charset = self
-            .content_type
-            .split(';')
-            .skip(1)
-            .filter_map(|part| part.trim().strip_prefix("charset="))
-            .next()
-            .map(|c| c.trim_matches('"').to_ascii_lowercase());
-        match charset.as_deref() {
-            Some("iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "us-ascii") => {
-                self.body.iter().map(|&b| char::from(b)).collect()
-            }
-            _ => String::from_utf8_lossy(&self.body).into_owned(),
-        }
+        let label = charset_of(&self.content_type)
+            .or_else(|| if self.is_html() { meta_charset(&self.body) } else { None });
+        let encoding = label
+            .and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()))
+            .unwrap_or(encoding_rs::UTF_8);
+        // `decode` lets a BOM override the label; UTF-16 named by a `<meta>` tag cannot be
+        // (the tag was read as ASCII), which the Encoding Standard settles as UTF-8.
+        let (text, _, _) = encoding.decode(&self.body);
+        text.into_owned()
     }
 
     /// The content as the model reads it: a page as Markdown (or its HTML with `raw`),
@@ -476,9 +475,91 @@ fn slice(
         .with_extra("nextStartIndex", if end < total { json!(end) } else { Value::Null }))
 }
 
+/// The `charset` parameter of a `Content-Type` value.
+fn charset_of(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|part| {
+        let (name, value) = part.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| value.trim().trim_matches(|c| c == '"' || c == '\'').trim().to_owned())
+    })
+}
+
+/// How far into a page a `<meta>` charset is looked for (the Encoding Standard's prescan
+/// looks at 1024 bytes; pages with long heads put it later, so a little more).
+const META_SCAN: usize = 4096;
+
+/// The charset a page declares in its head: `<meta charset="…">` or
+/// `<meta http-equiv="Content-Type" content="text/html; charset=…">`.
+fn meta_charset(body: &[u8]) -> Option<String> {
+    let head = &body[..body.len().min(META_SCAN)];
+    let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+    let mut rest = head.as_str();
+    while let Some(at) = rest.find("<meta") {
+        rest = &rest[at + 5..];
+        let tag = &rest[..rest.find('>').unwrap_or(rest.len())];
+        if let Some(at) = tag.find("charset") {
+            let value = tag[at + 7..].trim_start();
+            let Some(value) = value.strip_prefix('=') else { continue };
+            let value = value.trim_start().trim_start_matches(['"', '\'']);
+            let end = value
+                .find(|c: char| c == '"' || c == '\'' || c == ';' || c == '/' || c.is_whitespace())
+                .unwrap_or(value.len());
+            let label = &value[..end];
+            if !label.is_empty() {
+                return Some(label.to_owned());
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn page(content_type: &str, body: &[u8]) -> String {
+        let url = Url::parse("https://example.org/").expect("a URL");
+        Fetched {
+            url: url.clone(),
+            final_url: url,
+            content_type: content_type.to_owned(),
+            body: body.to_vec(),
+            cut: false,
+        }
+        .decoded()
+    }
+
+    /// Pages in the encodings of the world are read as browsers read them: by the header,
+    /// else by the page's `<meta>`, a BOM over both, UTF-8 when nothing says.
+    #[test]
+    fn pages_are_decoded_by_their_declared_charset() {
+        let (sjis, _, _) = encoding_rs::SHIFT_JIS.encode("日本語のページ");
+        assert_eq!(page("text/plain; charset=Shift_JIS", &sjis), "日本語のページ");
+        let (cyrillic, _, _) = encoding_rs::WINDOWS_1251.encode("Привет");
+        assert_eq!(page("text/plain; charset=\"windows-1251\"", &cyrillic), "Привет");
+        // Latin-1 as browsers read it: windows-1252, whose 0x80 is the euro sign.
+        assert_eq!(page("text/plain; charset=ISO-8859-1", b"caf\xe9 \x80"), "café €");
+        let mut html = b"<html><head><meta charset=\"gbk\"><title>".to_vec();
+        html.extend_from_slice(&encoding_rs::GBK.encode("中文").0);
+        html.extend_from_slice(b"</title></head></html>");
+        assert!(page("text/html", &html).contains("<title>中文</title>"));
+        let mut old =
+            b"<META HTTP-EQUIV=\"Content-Type\" CONTENT=\"text/html; charset=euc-kr\">".to_vec();
+        old.extend_from_slice(&encoding_rs::EUC_KR.encode("한국어").0);
+        assert!(page("text/html", &old).ends_with("한국어"));
+        // The header wins over the page; a BOM over both.
+        assert_eq!(
+            page("text/html; charset=utf-8", "<meta charset=gbk>é".as_bytes()),
+            "<meta charset=gbk>é"
+        );
+        assert_eq!(page("text/plain; charset=windows-1252", b"\xef\xbb\xbfcaf\xc3\xa9"), "café");
+        // Nothing said, or an unknown label: UTF-8, invalid bytes replaced.
+        assert_eq!(page("text/plain", b"ok \xff"), "ok \u{fffd}");
+        assert_eq!(page("text/plain; charset=klingon", "é".as_bytes()), "é");
+        // A `<meta>` charset only counts for HTML.
+        assert_eq!(page("text/plain", b"<meta charset=gbk>"), "<meta charset=gbk>");
+    }
 
     #[test]
     fn only_public_addresses_are_public() {
