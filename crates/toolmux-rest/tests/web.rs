@@ -270,3 +270,90 @@ fn settings_that_cannot_work_are_refused() {
     let unknown = serde_json::from_value::<WebConfig>(json!({"fetch": {"allowPrivat": true}}));
     assert!(unknown.unwrap_err().to_string().contains("allowPrivat"));
 }
+
+/// robots.txt is obeyed: a path it disallows for `toolmux` is refused with the rule, one it
+/// allows is read; the file is read once for many fetches; a failing one (5xx) allows
+/// nothing, a missing one everything; a redirect to another site asks that site's too;
+/// `robotsTxt: false` reads anyway.
+#[tokio::test]
+async fn robots_txt_is_obeyed() {
+    let robots_reads = Arc::new(Mutex::new(0));
+    let reads = robots_reads.clone();
+    let other = serve(|request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(200, "text/plain", b"User-agent: *\nDisallow: /\n"),
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let other_page = format!("{other}/notes");
+    let base = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => {
+                *reads.lock().unwrap() += 1;
+                text(
+                    200,
+                    "text/plain",
+                    b"User-agent: *\nDisallow: /\n\nUser-agent: toolmux\nDisallow: /private/\n",
+                )
+            }
+            "/elsewhere" => Reply {
+                status: 302,
+                headers: vec![("Location".into(), other_page.clone())],
+                chunks: Vec::new(),
+            },
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true}}));
+    let page = call(&web, "fetch", json!({"url": format!("{base}/notes")})).await;
+    assert!(page.expect("allowed for toolmux").to_text().contains("Version 2"));
+    let refused =
+        call(&web, "fetch", json!({"url": format!("{base}/private/plans")})).await.unwrap_err();
+    let report = refused.report();
+    assert!(matches!(refused, ToolError::Denied { .. }), "{report}");
+    assert!(
+        report.contains(&format!(
+            "{base}/robots.txt disallows {base}/private/plans for `toolmux` (`Disallow: /private/`)"
+        )) && report.contains("`web.fetch.robotsTxt: false`"),
+        "{report}"
+    );
+    let moved = call(&web, "fetch", json!({"url": format!("{base}/elsewhere")})).await.unwrap_err();
+    assert!(
+        moved.report().contains(&format!("{other}/robots.txt disallows")),
+        "{}",
+        moved.report()
+    );
+    assert_eq!(*robots_reads.lock().unwrap(), 1, "robots.txt is read once a site");
+
+    let anyway = provider(json!({"fetch": {"allowPrivate": true, "robotsTxt": false}}));
+    let page = call(&anyway, "fetch", json!({"url": format!("{base}/private/plans")})).await;
+    assert!(page.expect("read anyway").to_text().contains("Version 2"));
+    assert_eq!(*robots_reads.lock().unwrap(), 1, "not even asked");
+
+    let failing = serve(|request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(503, "text/plain", b"down"),
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let error = call(&web, "fetch", json!({"url": format!("{failing}/notes")})).await.unwrap_err();
+    assert!(
+        error.report().contains(
+            "/robots.txt answered 503 Service Unavailable; a site whose robots.txt fails"
+        ),
+        "{}",
+        error.report()
+    );
+    let missing = serve(|request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(404, "text/plain", b"no such file"),
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let page = call(&web, "fetch", json!({"url": format!("{missing}/notes")})).await;
+    assert!(page.expect("no robots.txt: allowed").to_text().contains("Version 2"));
+}

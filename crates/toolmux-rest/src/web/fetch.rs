@@ -2,6 +2,7 @@
 //! configuration allows, in pages of characters.
 
 use super::html;
+use super::robots;
 use super::{FetchConfig, host_matches, text_argument};
 use futures::StreamExt as _;
 use reqwest::Url;
@@ -171,7 +172,13 @@ pub(crate) struct Fetcher {
     max_bytes: u64,
     max_length: usize,
     timeout: Duration,
+    /// The product token robots.txt rules are looked up by, and the rules read lately;
+    /// `None` with `robotsTxt: false`.
+    robots: Option<(String, robots::Kept)>,
 }
+
+/// The longest wait for a site's robots.txt (within the call's own limit).
+const ROBOTS_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Fetcher {
     pub(crate) fn new(config: &FetchConfig) -> Result<Fetcher, String> {
@@ -207,6 +214,10 @@ impl Fetcher {
         let user_agent = config.user_agent.clone().unwrap_or_else(|| {
             concat!("toolmux/", env!("CARGO_PKG_VERSION"), " (+web fetch for an AI agent)").into()
         });
+        let robots = config
+            .robots_txt
+            .unwrap_or(true)
+            .then(|| (robots::product_token(&user_agent), robots::Kept::default()));
         let client = reqwest::Client::builder()
             .redirect(redirect)
             .no_proxy()
@@ -220,6 +231,7 @@ impl Fetcher {
             max_bytes: config.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             max_length: config.max_length.unwrap_or(DEFAULT_MAX_LENGTH),
             timeout: config.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+            robots,
         })
     }
 
@@ -248,11 +260,106 @@ impl Fetcher {
         if let Some(deadline) = ctx.deadline() {
             limit = limit.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         }
-        let page = tokio::time::timeout(limit, self.get(tool, &url))
+        let fetch = async {
+            self.obey_robots(tool, &url).await?;
+            let page = self.get(tool, &url).await?;
+            // Redirected to another site: its robots.txt has a say too.
+            if origin(&page.final_url) != origin(&url) {
+                self.obey_robots(tool, &page.final_url).await?;
+            }
+            Ok::<_, ToolError>(page)
+        };
+        let page = tokio::time::timeout(limit, fetch)
             .await
             .map_err(|_| ToolError::Timeout { tool: tool.to_owned(), after: limit })??;
         let text = page.render(raw).map_err(|why| ToolError::remote(tool, why))?;
         slice(&page, &text, start, max_length).map_err(invalid)
+    }
+
+    /// Refuses `url` when its site's robots.txt disallows it for our product token.
+    async fn obey_robots(&self, tool: &str, url: &Url) -> Result<(), ToolError> {
+        let Some((token, kept)) = &self.robots else { return Ok(()) };
+        let site = origin(url);
+        let rules = match kept.get(&site) {
+            Some(rules) => rules,
+            None => match self.read_robots(tool, url, token).await? {
+                robots::Verdict::Rules(rules) => {
+                    let rules = Arc::new(rules);
+                    kept.put(site.clone(), rules.clone());
+                    rules
+                }
+                robots::Verdict::Unreachable(why) => {
+                    return Err(ToolError::remote(
+                        tool,
+                        format!(
+                            "{site}/robots.txt {why}; a site whose robots.txt fails asks crawlers \
+                             to fetch nothing until it works (RFC 9309): try again later"
+                        ),
+                    ));
+                }
+            },
+        };
+        match rules.refusal(url) {
+            None => Ok(()),
+            Some(rule) => Err(ToolError::Denied {
+                tool: tool.to_owned(),
+                reason: format!(
+                    "{site}/robots.txt disallows {url} for `{token}` (`Disallow: {}`): the site \
+                     asks automated agents not to fetch it. Find the information elsewhere; an \
+                     operator who may read the site anyway sets `web.fetch.robotsTxt: false`",
+                    rule.pattern
+                ),
+            }),
+        }
+    }
+
+    /// Reads the robots.txt of `url`'s site: its rules for `token`, none when it is missing
+    /// or refused (4xx), or why it failed (5xx).
+    async fn read_robots(
+        &self,
+        tool: &str,
+        url: &Url,
+        token: &str,
+    ) -> Result<robots::Verdict, ToolError> {
+        let mut robots_url = url.clone();
+        robots_url.set_path("/robots.txt");
+        robots_url.set_query(None);
+        robots_url.set_fragment(None);
+        let read = async {
+            let response = self.client.get(robots_url.clone()).send().await?;
+            let status = response.status();
+            let mut body = Vec::new();
+            if status.is_success() {
+                let mut stream = response.bytes_stream();
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk?;
+                    let room = robots::MAX_ROBOTS_BYTES.saturating_sub(body.len());
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if chunk.len() >= room {
+                        break;
+                    }
+                }
+            }
+            Ok::<_, reqwest::Error>((status, body))
+        };
+        let (status, body) = match tokio::time::timeout(ROBOTS_TIMEOUT, read).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => return Err(request_error(tool, &robots_url, &e)),
+            Err(_) => {
+                let after = ROBOTS_TIMEOUT.as_secs();
+                return Ok(robots::Verdict::Unreachable(format!(
+                    "did not answer within {after} s"
+                )));
+            }
+        };
+        Ok(if status.is_success() {
+            robots::Verdict::Rules(robots::Rules::parse(&String::from_utf8_lossy(&body), token))
+        } else if status.is_server_error() {
+            robots::Verdict::Unreachable(format!("answered {status}"))
+        } else {
+            // Missing, refused, or anything else that is no answer: no rules.
+            robots::Verdict::Rules(robots::Rules::default())
+        })
     }
 
     /// The response to `GET url`, its body cut at `max_bytes`.

@@ -9,6 +9,7 @@
 
 mod fetch;
 mod html;
+mod robots;
 mod search;
 
 use async_trait::async_trait;
@@ -65,9 +66,15 @@ pub struct FetchConfig {
     /// Redirects followed (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_redirects: Option<usize>,
-    /// The `User-Agent` sent (default `toolmux/VERSION (+web fetch for an AI agent)`).
+    /// The `User-Agent` sent (default `toolmux/VERSION (+web fetch for an AI agent)`); its
+    /// first word is the product token robots.txt rules are looked up by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,
+    /// Obey each site's robots.txt (default true): a page its rules disallow for the
+    /// user agent's product token (or, without rules for it, for `*`) is not fetched.
+    /// `false` for sites you may read whatever they say to crawlers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub robots_txt: Option<bool>,
 }
 
 /// Settings of `web__search`.

@@ -1,0 +1,267 @@
+//! robots.txt (RFC 9309) for `web__fetch`: before a page is read, its site's robots.txt is
+//! read (once an hour per site) and the page is fetched only if the rules for toolmux's
+//! product token, or else for `*`, allow its path.
+//!
+//! As the RFC says: a robots.txt that is missing or refused (4xx) allows everything; one
+//! that fails (5xx) allows nothing until it works; the longest matching rule wins, `allow`
+//! on a tie; `*` matches any run of characters and a final `$` the end of the path;
+//! `/robots.txt` itself is always allowed. Groups naming the same agent are merged.
+
+use reqwest::Url;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a site's rules are kept (the RFC allows up to a day).
+const KEPT_FOR: Duration = Duration::from_secs(3600);
+
+/// Sites whose rules are kept at once; the oldest goes to make room.
+const KEPT_SITES: usize = 256;
+
+/// The most of a robots.txt read (the RFC asks for at least 500 KiB).
+pub(crate) const MAX_ROBOTS_BYTES: usize = 512 * 1024;
+
+/// Patterns longer than this are ignored (no site needs them; they would only cost time).
+const MAX_PATTERN: usize = 2048;
+
+/// One `allow` or `disallow` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rule {
+    pub(crate) allow: bool,
+    /// The path pattern, percent-encoded as URLs are.
+    pub(crate) pattern: String,
+}
+
+/// The rules of one site for one agent.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Rules(Vec<Rule>);
+
+impl Rules {
+    /// The rules of `text` that apply to `token` (a product token such as `toolmux`): its
+    /// own groups if any name it, else the groups of `*`, else none.
+    pub(crate) fn parse(text: &str, token: &str) -> Rules {
+        let token = token.to_ascii_lowercase();
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let mut own = Vec::new();
+        let mut anyone = Vec::new();
+        // The agents of the group being read, and whether its rules started (a user-agent
+        // line after a rule starts the next group).
+        let mut agents: Vec<String> = Vec::new();
+        let mut in_rules = false;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            let Some((key, value)) = line.split_once(':') else { continue };
+            let value = value.trim();
+            match key.trim().to_ascii_lowercase().as_str() {
+                "user-agent" => {
+                    if in_rules {
+                        agents.clear();
+                        in_rules = false;
+                    }
+                    let name = value.split(['/', ' ']).next().unwrap_or_default();
+                    agents.push(name.to_ascii_lowercase());
+                }
+                key @ ("allow" | "disallow") => {
+                    in_rules = true;
+                    if agents.is_empty() || value.is_empty() || value.len() > MAX_PATTERN {
+                        continue;
+                    }
+                    let rule = Rule { allow: key == "allow", pattern: normalized(value) };
+                    if agents.contains(&token) {
+                        own.push(rule.clone());
+                    }
+                    if agents.iter().any(|a| a == "*") {
+                        anyone.push(rule);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Rules(if own.is_empty() && !named(text, &token) { anyone } else { own })
+    }
+
+    /// The rule that disallows `url`, if one does.
+    pub(crate) fn refusal(&self, url: &Url) -> Option<&Rule> {
+        let mut path = url.path().to_owned();
+        if path == "/robots.txt" {
+            return None;
+        }
+        if let Some(query) = url.query() {
+            path.push('?');
+            path.push_str(query);
+        }
+        let mut best: Option<&Rule> = None;
+        for rule in self.0.iter().filter(|r| matches(&r.pattern, &path)) {
+            best = match best {
+                Some(b) if b.pattern.len() > rule.pattern.len() => Some(b),
+                Some(b) if b.pattern.len() == rule.pattern.len() && b.allow => Some(b),
+                _ => Some(rule),
+            };
+        }
+        best.filter(|r| !r.allow)
+    }
+}
+
+/// Whether a group of `text` names `token` (a group with no rules still claims the agent:
+/// `User-agent: toolmux` with an empty `Disallow:` allows it everything, whatever `*` says).
+fn named(text: &str, token: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        line.split_once(':').is_some_and(|(key, value)| {
+            key.trim().eq_ignore_ascii_case("user-agent")
+                && value
+                    .trim()
+                    .split(['/', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .eq_ignore_ascii_case(token)
+        })
+    })
+}
+
+/// `pattern` as URL paths are written: rooted, characters outside ASCII percent-encoded.
+fn normalized(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 1);
+    if !pattern.starts_with(['/', '*']) {
+        out.push('/');
+    }
+    for c in pattern.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut bytes = [0; 4];
+            for b in c.encode_utf8(&mut bytes).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pattern` matches the start of `path` (all of it with a final `$`); `*` matches
+/// any run of characters. Greedy with one backtrack point, so at most length × length steps.
+fn matches(pattern: &str, path: &str) -> bool {
+    let (pattern, anchored) = match pattern.strip_suffix('$') {
+        Some(p) => (p.as_bytes(), true),
+        None => (pattern.as_bytes(), false),
+    };
+    let path = path.as_bytes();
+    let (mut p, mut s) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    loop {
+        if p == pattern.len() {
+            if !anchored || s == path.len() {
+                return true;
+            }
+        } else if pattern[p] == b'*' {
+            star = Some((p, s));
+            p += 1;
+            continue;
+        } else if s < path.len() && pattern[p] == path[s] {
+            p += 1;
+            s += 1;
+            continue;
+        }
+        // A mismatch (or an anchored end short of the path): let the last `*` take one more.
+        match star {
+            Some((sp, ss)) if ss < path.len() => {
+                star = Some((sp, ss + 1));
+                p = sp + 1;
+                s = ss + 1;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// What a site's robots.txt said when it was read.
+#[derive(Debug)]
+pub(crate) enum Verdict {
+    /// Its rules (none for a missing one).
+    Rules(Rules),
+    /// It failed: nothing may be fetched (not kept, so the next fetch asks again).
+    Unreachable(String),
+}
+
+/// The rules read lately, by site.
+#[derive(Debug, Default)]
+pub(crate) struct Kept(Mutex<HashMap<String, (Instant, Arc<Rules>)>>);
+
+impl Kept {
+    pub(crate) fn get(&self, origin: &str) -> Option<Arc<Rules>> {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.get(origin).filter(|(at, _)| at.elapsed() < KEPT_FOR).map(|(_, rules)| rules.clone())
+    }
+
+    pub(crate) fn put(&self, origin: String, rules: Arc<Rules>) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|_, (at, _)| at.elapsed() < KEPT_FOR);
+        if kept.len() >= KEPT_SITES
+            && let Some(oldest) = kept.iter().min_by_key(|(_, (at, _))| *at).map(|(o, _)| o.clone())
+        {
+            kept.remove(&oldest);
+        }
+        kept.insert(origin, (Instant::now(), rules));
+    }
+}
+
+/// The product token of a `User-Agent` value: its first word, before any `/`.
+pub(crate) fn product_token(user_agent: &str) -> String {
+    user_agent.split(['/', ' ']).next().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(rules: &Rules, path: &str) -> Option<String> {
+        let url = Url::parse(&format!("https://example.org{path}")).expect("a URL");
+        rules.refusal(&url).map(|r| r.pattern.clone())
+    }
+
+    #[test]
+    fn the_agents_own_group_else_everyones() {
+        let text = "\u{feff}# comment\nUser-agent: *\nDisallow: /private/\n\n\
+                    User-agent: Googlebot\nUser-agent: toolmux/2.0\nDisallow: /no-agents\n\
+                    Allow: /no-agents/but-this\n\nUser-agent: other\nDisallow: /\n";
+        let ours = Rules::parse(text, "toolmux");
+        assert_eq!(refused(&ours, "/private/x"), None, "the own group replaces `*`");
+        assert_eq!(refused(&ours, "/no-agents/x").as_deref(), Some("/no-agents"));
+        assert_eq!(refused(&ours, "/no-agents/but-this/page"), None, "the longer allow wins");
+        let theirs = Rules::parse(text, "SomeBot");
+        assert_eq!(refused(&theirs, "/private/x").as_deref(), Some("/private/"));
+        assert_eq!(refused(&theirs, "/public"), None);
+        // A group naming the agent with nothing disallowed lets it read everything.
+        let open =
+            Rules::parse("User-agent: *\nDisallow: /\nUser-agent: toolmux\nDisallow:\n", "toolmux");
+        assert_eq!(refused(&open, "/anything"), None);
+        // Nothing parsable: everything is allowed.
+        assert_eq!(Rules::parse("<html>not robots</html>", "toolmux"), Rules::default());
+    }
+
+    #[test]
+    fn wildcards_anchors_ties_and_queries() {
+        let text = "User-agent: *\nDisallow: /*.pdf$\nDisallow: /search\nAllow: /search?q=ok\n\
+                    Disallow: /a\nAllow: /a\nDisallow: /caf\u{e9}\nDisallow: *tmp\n";
+        let rules = Rules::parse(text, "toolmux");
+        assert_eq!(refused(&rules, "/docs/x.pdf").as_deref(), Some("/*.pdf$"));
+        assert_eq!(refused(&rules, "/docs/x.pdf?download=1"), None, "`$` ends the path");
+        assert_eq!(refused(&rules, "/search?q=no").as_deref(), Some("/search"));
+        assert_eq!(refused(&rules, "/search?q=ok&page=2"), None);
+        assert_eq!(refused(&rules, "/a/b"), None, "allow wins a tie");
+        assert_eq!(refused(&rules, "/caf%C3%A9/menu").as_deref(), Some("/caf%C3%A9"));
+        assert_eq!(refused(&rules, "/x/tmp/y").as_deref(), Some("*tmp"));
+        let all = Rules::parse("User-agent: *\nDisallow: /\n", "toolmux");
+        assert_eq!(refused(&all, "/robots.txt"), None, "robots.txt itself is always allowed");
+        assert_eq!(refused(&all, "/").as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn matching_stays_linear_enough_on_hostile_patterns() {
+        let pattern = format!("/{}b", "*a".repeat(500));
+        let path = format!("/{}", "a".repeat(8000));
+        // At most pattern × path steps (4 million here), never exponential.
+        assert!(!matches(&pattern, &path));
+        assert!(matches(&pattern, &format!("{path}b")));
+    }
+}
