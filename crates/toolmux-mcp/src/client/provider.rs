@@ -385,6 +385,11 @@ impl Inner {
                 }
                 self.after_connect(&connection).await;
                 restarts.not_before = None;
+                if self.config.lazy {
+                    // A lazy server lists no prompts or resources until it runs: now it
+                    // does, and clients that listed them are told to list again.
+                    self.announce_catalog(&connection);
+                }
                 Ok(connection)
             }
             Err(e) => {

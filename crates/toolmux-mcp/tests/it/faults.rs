@@ -231,6 +231,32 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     provider.shutdown().await.unwrap();
 }
 
+/// A lazy server's prompts and resources are listed once it runs, and whoever follows the
+/// lists (the gateway, and through it its clients) is told when they appear.
+#[tokio::test]
+async fn a_lazy_servers_prompts_and_resources_appear_when_it_starts() {
+    let config = support::everything_stdio().with_lazy(true).with_declared_tool(DeclaredTool {
+        name: "echo".into(),
+        title: None,
+        description: "Echoes".into(),
+        input_schema: None,
+    });
+    let provider = McpProvider::new("everything", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert!(provider.list_prompts().await.unwrap().is_empty());
+    assert!(provider.list_resources().await.unwrap().is_empty());
+    assert!(provider.server_pid().is_none(), "listing starts nothing");
+    let mut prompts = provider.prompt_list_changes().expect("prompt list changes");
+    let mut resources = provider.resource_list_changes().expect("resource list changes");
+    let out = provider.call("echo", json!({"message": "hi"}), &CallContext::new()).await;
+    assert!(out.unwrap().to_text().contains("hi"));
+    let both = async { prompts.changed().await && resources.changed().await };
+    assert!(tokio::time::timeout(Duration::from_secs(10), both).await.unwrap());
+    assert!(!provider.list_prompts().await.unwrap().is_empty());
+    assert!(!provider.list_resources().await.unwrap().is_empty());
+    provider.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_large_result_arrives_whole() {
     let provider = provider("ok");

@@ -101,6 +101,18 @@ pub(super) fn request_meta(
 impl Inner {
     /// The connection for a listing: `None` when the provider is disabled, or lazy and
     /// not started (listing prompts is no reason to start a server).
+    /// Tells whoever follows the lists that `connection`'s prompts and resources (those it
+    /// offers) came or went: a lazy server lists them only while it runs.
+    pub(super) fn announce_catalog(&self, connection: &Connection) {
+        let offers = offers(connection);
+        if offers.prompts {
+            self.events.prompts_changed.notify();
+        }
+        if offers.resources {
+            self.events.resources_changed.notify();
+        }
+    }
+
     async fn listing_connection(self: &Arc<Self>) -> Result<Option<Arc<Connection>>, ToolError> {
         if !self.config.is_enabled() || (self.config.lazy && self.live().is_none()) {
             return Ok(None);

@@ -103,6 +103,10 @@ impl Inner {
         );
         self.set_stopped_idle(after);
         taken.close().await;
+        if self.config.lazy {
+            // Its prompts and resources are listed again once it runs again.
+            self.announce_catalog(&taken);
+        }
     }
 }
 
