@@ -85,3 +85,32 @@ async fn streamable_http_passes_the_conformance_suite() {
     conformance().check(&provider).await;
     provider.shutdown().await.unwrap();
 }
+
+/// A prompt and a resource read carry the caller's trace on to the server (SEP-414), as a
+/// tool call does.
+#[tokio::test]
+async fn prompts_and_resource_reads_carry_the_trace_upstream() {
+    let provider = McpProvider::new("py", stdio()).unwrap();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let ctx = CallContext::new()
+        .with_trace_parent(toolmux_core::trace::TraceParent::parse(caller))
+        .with_trace_state(Some("vendor=abc".into()));
+    let expected = format!("traceparent={caller} tracestate=vendor=abc");
+    let prompt = provider.get_prompt("traced", toolmux_core::JsonObject::new(), &ctx).await;
+    let prompt = prompt.unwrap();
+    assert_eq!(
+        prompt.messages[0].content,
+        toolmux_core::ContentPart::Text { text: expected.clone() }
+    );
+    let read = provider.read_resource("trace://probe/x", &ctx).await.unwrap();
+    assert!(format!("{read:?}").contains(&expected), "{read:?}");
+    // Without a trace, none is sent.
+    let none = CallContext::new();
+    let plain = provider.get_prompt("traced", toolmux_core::JsonObject::new(), &none).await;
+    let plain = plain.unwrap();
+    assert_eq!(
+        plain.messages[0].content,
+        toolmux_core::ContentPart::Text { text: "traceparent=None tracestate=None".into() }
+    );
+    provider.shutdown().await.unwrap();
+}

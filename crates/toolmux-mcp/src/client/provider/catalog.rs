@@ -85,22 +85,27 @@ fn offers(connection: &Connection) -> Offers {
 }
 
 /// The `_meta` of a request made for `ctx`: on 2026-07-28 connections, where the log
-/// level travels with each request, `debug` when the caller listens for log lines.
+/// level travels with each request, `debug` when the caller listens for log lines; and the
+/// trace the request belongs to (SEP-414), as a tool call carries it.
 pub(super) fn request_meta(
     connection: &Connection,
     ctx: &CallContext,
 ) -> Option<RequestMetaObject> {
-    if !connection.is_modern() || !offers(connection).logging || ctx.log_sink().is_none() {
-        return None;
+    let mut meta: Option<RequestMetaObject> = None;
+    if connection.is_modern() && offers(connection).logging && ctx.log_sink().is_some() {
+        meta.get_or_insert_default().set_log_level(LoggingLevel::Debug);
     }
-    let mut meta = RequestMetaObject::default();
-    meta.set_log_level(LoggingLevel::Debug);
-    Some(meta)
+    if let Some(trace) = ctx.outgoing_trace() {
+        let meta = &mut meta.get_or_insert_default().0;
+        meta.set_traceparent(trace.to_string());
+        if let Some(state) = ctx.trace_state() {
+            meta.set_tracestate(state);
+        }
+    }
+    meta
 }
 
 impl Inner {
-    /// The connection for a listing: `None` when the provider is disabled, or lazy and
-    /// not started (listing prompts is no reason to start a server).
     /// Tells whoever follows the lists that `connection`'s prompts and resources (those it
     /// offers) came or went: a lazy server lists them only while it runs.
     pub(super) fn announce_catalog(&self, connection: &Connection) {
@@ -113,6 +118,8 @@ impl Inner {
         }
     }
 
+    /// The connection for a listing: `None` when the provider is disabled, or lazy and
+    /// not started (listing prompts is no reason to start a server).
     async fn listing_connection(self: &Arc<Self>) -> Result<Option<Arc<Connection>>, ToolError> {
         if !self.config.is_enabled() || (self.config.lazy && self.live().is_none()) {
             return Ok(None);
