@@ -10,6 +10,20 @@ type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum McpError {
+    /// The server runs a package OSV lists as malicious: it was not started.
+    #[error(
+        "mcp server `{server}`: not started: OSV lists {package} as malicious: {}; remove the \
+         server, or set `malwareCheck: false` on it if you are sure the advisory is wrong",
+        .advisories.join(", ")
+    )]
+    Malicious {
+        /// The server.
+        server: String,
+        /// The package (`npm name@version`).
+        package: String,
+        /// The malicious-package advisories (`MAL-2025-1234 (summary)`).
+        advisories: Vec<String>,
+    },
     /// The server's configuration cannot work.
     #[error("mcp server `{server}`: invalid configuration: {message}")]
     Config {
@@ -120,6 +134,7 @@ impl McpError {
     pub fn server(&self) -> &str {
         match self {
             McpError::Config { server, .. }
+            | McpError::Malicious { server, .. }
             | McpError::Connect { server, .. }
             | McpError::StartupTimeout { server, .. }
             | McpError::Handshake { server, .. }
@@ -142,6 +157,7 @@ impl McpError {
         let bare = message.strip_prefix(&prefix).unwrap_or(&message).to_owned();
         match self {
             McpError::Config { .. }
+            | McpError::Malicious { .. }
             | McpError::GaveUp { .. }
             | McpError::ShutDown { .. }
             | McpError::Auth { .. } => ToolError::Unavailable { provider, message: bare },

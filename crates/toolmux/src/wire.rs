@@ -876,6 +876,8 @@ mod mcp {
             max_restarts: entry.max_restarts,
             health_check_ms: entry.health_check_ms.or(loaded.config.defaults.health_check_ms),
             idle_shutdown_ms: entry.idle_shutdown_ms.or(loaded.config.defaults.idle_shutdown_ms),
+            malware_check: entry.malware_check.or(loaded.config.defaults.malware_check),
+            osv_url: loaded.config.defaults.osv_url.clone(),
             queue: entry.queue.clone(),
             cache: entry.cache,
             description: entry.description.clone(),

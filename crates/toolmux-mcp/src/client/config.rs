@@ -135,6 +135,15 @@ pub struct McpServerConfig {
     /// provider gives up until its next successful start (default 5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
+    /// Before a stdio server is started through a package runner (`npx`, `bunx`,
+    /// `pnpm dlx`, `yarn dlx`, `uvx`, `uv tool run`, `pipx run`), ask OSV whether the
+    /// package is known to be malicious (a `MAL-` advisory) and refuse to start it if so
+    /// (default true; the check fails open when OSV cannot be reached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub malware_check: Option<bool>,
+    /// The OSV API that check asks (default `https://api.osv.dev`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub osv_url: Option<String>,
     /// How often a running server is sent an MCP `ping`, in ms; off when unset or 0.
     /// A ping fails when unanswered within the interval (at least 1 s, at most 10 s);
     /// after 3 failures in a row the connection is closed and the next call restarts

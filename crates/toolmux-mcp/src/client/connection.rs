@@ -97,6 +97,9 @@ pub(crate) async fn connect(
     http: Option<&Http>,
     events: &Arc<Events>,
 ) -> Result<Connection, McpError> {
+    if kind == TransportKind::Stdio && config.malware_check != Some(false) {
+        screen(server, config).await?;
+    }
     let fault = Fault::default();
     let mut process = None;
     // A person approving in a browser has the authorization timeout on top.
@@ -174,6 +177,33 @@ pub(crate) async fn connect(
         listen_for_list_changes(server, &connection, events);
     }
     Ok(connection)
+}
+
+/// Refuses to start a server whose package runner would fetch a package OSV lists as
+/// malicious (see [`super::supply`]); starts it, with a warning, when OSV cannot say.
+async fn screen(server: &str, config: &McpServerConfig) -> Result<(), McpError> {
+    let Some(command) = config.command.as_deref() else { return Ok(()) };
+    let Some(package) = super::supply::package_of(command, &config.args) else { return Ok(()) };
+    let url = config.osv_url.as_deref().unwrap_or(super::supply::DEFAULT_OSV_URL);
+    match super::supply::check(url, &package).await {
+        Ok(verdict) if verdict.malicious.is_empty() => {
+            tracing::debug!(server, %package, "OSV lists no malicious-package advisory");
+            Ok(())
+        }
+        Ok(verdict) => Err(McpError::Malicious {
+            server: server.to_owned(),
+            package: package.to_string(),
+            advisories: verdict.malicious,
+        }),
+        Err(why) => {
+            tracing::warn!(
+                server,
+                %package,
+                "cannot check the package against OSV ({why}); starting it unchecked"
+            );
+            Ok(())
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)] // One private call site; a struct would only rename them.

@@ -10,6 +10,7 @@ pub(crate) mod oauth;
 mod passthrough;
 mod provider;
 mod sessions;
+mod supply;
 pub(crate) mod wire;
 
 pub use config::{DeclaredTool, EnvInherit, McpServerConfig, ProtocolMode, TransportKind};

@@ -15,6 +15,7 @@ mod python;
 mod rmcp_peer;
 mod roundtrip;
 mod sessions;
+mod supply;
 mod support;
 mod upstream_tasks;
 mod url_elicitation;

@@ -310,6 +310,17 @@ pub struct Defaults {
     #[cfg(feature = "mcp")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_shutdown_ms: Option<u64>,
+    /// Look up the packages of stdio servers started through a package runner (`npx`,
+    /// `uvx`, ...) in OSV and refuse those with a malicious-package advisory, unless a
+    /// server says (default true; when OSV cannot be reached, servers start unchecked,
+    /// with a warning).
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub malware_check: Option<bool>,
+    /// The OSV API that check asks (default `https://api.osv.dev`; a mirror or a proxy).
+    #[cfg(feature = "mcp")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osv_url: Option<String>,
 }
 
 /// `defaults.statsFile`: a path, or `false` (no statistics kept) or `true` (the default
@@ -524,6 +535,12 @@ pub struct McpServerEntry {
     /// Restarts in a row after failures before giving up (default 5).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<u32>,
+    /// Before starting it through a package runner (`npx`, `bunx`, `pnpm dlx`,
+    /// `yarn dlx`, `uvx`, `uv tool run`, `pipx run`), ask OSV whether the package is known
+    /// to be malicious, and refuse to start it if so (default `defaults.malwareCheck`,
+    /// else true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub malware_check: Option<bool>,
     /// How often the running server is sent an MCP `ping`, in milliseconds (default
     /// `defaults.healthCheckMs`, else off; `0` turns it off). A ping unanswered within the
     /// interval (at least 1 s, at most 10 s) fails; after 3 failures in a row the server
