@@ -206,19 +206,8 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         return Ok(exit::CONFIG);
     }
     let (toolmux, agents) = start_agents(loaded).await?;
-    let cancel = CancellationToken::new();
-    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
-        "agent-{}-{}",
-        args.name,
-        std::process::id()
-    ));
-    // A person at a terminal answers the agent's questions and approves calls that ask,
-    // reads the agent's text as its model writes it, and sees each turn's calls as they
-    // start.
-    let screen = Arc::new(Screen::default());
-    let person = (!from_stdin && std::io::stdin().is_terminal())
-        .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
-    let (ctx, mut options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
+    let (ctx, mut options, cancel, screen) =
+        run_context(loaded, &args.name, args.transcript, !from_stdin);
     options.pause = args.pause_to.is_some();
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = tokio::select! {
@@ -272,17 +261,8 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
         return Ok(exit::PAUSED);
     }
     let (toolmux, agents) = start_agents(loaded).await?;
-    let cancel = CancellationToken::new();
-    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(format!(
-        "agent-{}-{}",
-        paused.agent,
-        std::process::id()
-    ));
-    let screen = Arc::new(Screen::default());
-    let person = std::io::stdin()
-        .is_terminal()
-        .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
-    let (ctx, mut options) = at_terminal(ctx, args.transcript, person.as_ref(), &screen);
+    let (ctx, mut options, cancel, screen) =
+        run_context(loaded, &paused.agent, args.transcript, true);
     options.pause = true;
     let run = agents.resume(&paused, decisions, &ctx, &options);
     let report = tokio::select! {
@@ -291,6 +271,28 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
     };
     let ended = Ended { json: args.json, saved_in: Some(file), resumed: true };
     ended.report(&toolmux, report, &cancel, &screen).await
+}
+
+/// The context and options of a run of agent `name` from the command line, its
+/// cancellation and the screen it is shown on. A person at a terminal (when stdin is one
+/// and `person_may_answer`: not when the task came from stdin) answers the agent's
+/// questions and approves calls that ask, reads the agent's text as its model writes it,
+/// and sees each turn's calls as they start.
+fn run_context(
+    loaded: &Loaded,
+    name: &str,
+    transcript: bool,
+    person_may_answer: bool,
+) -> (CallContext, RunOptions, CancellationToken, Arc<Screen>) {
+    let cancel = CancellationToken::new();
+    let ctx = CallContext::new()
+        .with_cancel(cancel.clone())
+        .with_run_id(format!("agent-{name}-{}", std::process::id()));
+    let screen = Arc::new(Screen::default());
+    let person = (person_may_answer && std::io::stdin().is_terminal())
+        .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
+    let (ctx, options) = at_terminal(ctx, transcript, person.as_ref(), &screen);
+    (ctx, options, cancel, screen)
 }
 
 /// The decisions `args` give for the calls `pending`, by call id.

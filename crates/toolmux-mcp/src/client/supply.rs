@@ -45,14 +45,51 @@ pub(crate) fn package_of(command: &str, args: &[String]) -> Option<Package> {
     let program = Path::new(command).file_name()?.to_str()?;
     let program = program.strip_suffix(".cmd").unwrap_or(program);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match (program, args.as_slice()) {
-        ("npx" | "bunx", rest) => npm(rest),
-        ("pnpm" | "yarn", ["dlx", rest @ ..]) => npm(rest),
-        ("uvx", rest) => pypi(rest, UV_VALUE_FLAGS, "--from"),
-        ("uv", ["tool", "run", rest @ ..]) => pypi(rest, UV_VALUE_FLAGS, "--from"),
-        ("pipx", ["run", rest @ ..]) => pypi(rest, PIPX_VALUE_FLAGS, "--spec"),
-        _ => None,
+    let (spec, npm) = match (program, args.as_slice()) {
+        ("npx" | "bunx", rest) | ("pnpm" | "yarn", ["dlx", rest @ ..]) => {
+            (named(rest, &["-p", "--package"], NPX_VALUE_FLAGS, &["-c", "--call"])?, true)
+        }
+        ("uvx", rest) | ("uv", ["tool", "run", rest @ ..]) => {
+            (named(rest, &["--from"], UV_VALUE_FLAGS, &[])?, false)
+        }
+        ("pipx", ["run", rest @ ..]) => (named(rest, &["--spec"], PIPX_VALUE_FLAGS, &[])?, false),
+        _ => return None,
+    };
+    if npm { npm_spec(spec) } else { pypi_spec(spec) }
+}
+
+/// The package a runner's `args` name: the value of an `explicit` flag (`--package pkg`
+/// or `--package=pkg`), else the first argument that is not a flag (nor a flag's value);
+/// `None` after a flag that runs a command line instead (`npx -c`).
+fn named<'a>(
+    args: &[&'a str],
+    explicit: &[&str],
+    value_flags: &[&str],
+    command_line: &[&str],
+) -> Option<&'a str> {
+    let mut given = None;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i];
+        if command_line.contains(&arg) {
+            return None;
+        }
+        if explicit.contains(&arg) {
+            given = given.or(args.get(i + 1).copied());
+            i += 1;
+        } else if let Some(value) = explicit
+            .iter()
+            .find_map(|flag| arg.strip_prefix(flag).and_then(|rest| rest.strip_prefix('=')))
+        {
+            given = given.or(Some(value));
+        } else if value_flags.contains(&arg) {
+            i += 1;
+        } else if !arg.starts_with('-') {
+            return Some(given.unwrap_or(arg));
+        }
+        i += 1;
     }
+    given
 }
 
 /// npm runners' flags that take a value (`-p pkg`, `--package pkg`; `-c` runs a command
@@ -88,32 +125,6 @@ const UV_VALUE_FLAGS: &[&str] = &[
 /// pipx's flags that take a value.
 const PIPX_VALUE_FLAGS: &[&str] = &["--python", "--index-url", "-i", "--pip-args", "--backend"];
 
-fn npm(args: &[&str]) -> Option<Package> {
-    let mut given = None;
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i];
-        match arg {
-            "-c" | "--call" => return None,
-            "-p" | "--package" => {
-                given = given.or(args.get(i + 1).copied());
-                i += 2;
-                continue;
-            }
-            _ => {}
-        }
-        if let Some(package) = arg.strip_prefix("--package=") {
-            given = given.or(Some(package));
-        } else if NPX_VALUE_FLAGS.contains(&arg) {
-            i += 1;
-        } else if !arg.starts_with('-') {
-            return npm_spec(given.unwrap_or(arg));
-        }
-        i += 1;
-    }
-    given.and_then(npm_spec)
-}
-
 /// `name`, `name@1.2.3`, `@scope/name@1.2.3` (a tag or a range gives no version).
 fn npm_spec(spec: &str) -> Option<Package> {
     let (name, version) = match spec.rfind('@') {
@@ -130,28 +141,6 @@ fn npm_spec(spec: &str) -> Option<Package> {
         None => !name.is_empty() && name.chars().all(plain),
     };
     valid.then(|| Package { ecosystem: "npm", name: name.to_owned(), version: exact(version) })
-}
-
-fn pypi(args: &[&str], value_flags: &[&str], from: &str) -> Option<Package> {
-    let mut given = None;
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i];
-        if arg == from {
-            given = given.or(args.get(i + 1).copied());
-            i += 2;
-            continue;
-        }
-        if let Some(spec) = arg.strip_prefix(from).and_then(|rest| rest.strip_prefix('=')) {
-            given = given.or(Some(spec));
-        } else if value_flags.contains(&arg) {
-            i += 1;
-        } else if !arg.starts_with('-') {
-            return pypi_spec(given.unwrap_or(arg));
-        }
-        i += 1;
-    }
-    given.and_then(pypi_spec)
 }
 
 /// `name`, `name==1.2.3`, `name@1.2.3` (uv's form), `name[extra]==1.2.3`.
