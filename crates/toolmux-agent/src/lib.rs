@@ -6,6 +6,10 @@
 //! the [`Model`]s they think with. Attached to an [`Orchestrator`], it runs them:
 //!
 //! - [`Agents::run`] works on a task with one agent and returns its [`AgentReport`].
+//! - With [`RunOptions::pause`], a call that needs approval pauses the run instead of
+//!   asking: the report (status [`AgentStatus::Paused`]) lists the calls that wait and holds
+//!   the conversation, and [`Agents::resume`] goes on with a [`Decision`] for each, in this
+//!   process or another (see the `pause` module's notes in the source).
 //! - [`Agents::provider`] is a [`ToolProvider`] (namespace `agent`) offering every agent as
 //!   a tool `agent__{name}` taking `{prompt}`: registered in the orchestrator, agents call
 //!   other agents through the same pipeline as any tool (queues, timeouts, accounting),

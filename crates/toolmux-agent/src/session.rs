@@ -473,8 +473,8 @@ impl Session<'_> {
                 answer.tool_calls.iter().zip(outcomes).collect();
             let (calls, pending) = held(calls, pending);
             let effects = self.fold(calls, &mut state, &mut request, &mut figures);
-            if let Some(state_now) = self.take_task_status(&answer.tool_calls) {
-                state.task_status = Some(state_now);
+            if let Some(status) = self.take_task_status(&answer.tool_calls) {
+                state.task_status = Some(status);
             }
             figures.task_status.clone_from(&state.task_status);
             if !pending.is_empty() {
