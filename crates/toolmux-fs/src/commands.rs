@@ -170,8 +170,9 @@ impl CommandTools {
         };
         let label = program.label();
         let failed = |e: FsError| e.into_tool_error(name);
-        let mut command = shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program)
-            .map_err(failed)?;
+        let mut command =
+            shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program, None)
+                .map_err(failed)?;
         command.stdin(Stdio::piped());
         for (key, value) in &config.env {
             command.env(key, value);

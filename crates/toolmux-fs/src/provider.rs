@@ -308,6 +308,7 @@ impl FsProvider {
                     timeout: args.timeout,
                     background: args.run_in_background,
                     keep_stdin: args.keep_stdin,
+                    tty: args.tty,
                 };
                 self.launch(tool, program, how, ctx).await
             }
@@ -325,6 +326,7 @@ impl FsProvider {
                     timeout: args.timeout,
                     background: args.run_in_background,
                     keep_stdin: args.keep_stdin,
+                    tty: args.tty,
                 };
                 self.launch(tool, program, how, ctx).await
             }
@@ -379,7 +381,15 @@ impl FsProvider {
     ) -> Result<ToolOutput, FsError> {
         let dir = self.workdir(tool, how.workdir.as_deref())?;
         if how.background {
-            return self.background(tool, program, &dir, how.timeout, how.keep_stdin, ctx);
+            return self.background(tool, program, &dir, &how, ctx);
+        }
+        if how.tty {
+            return Err(FsError::InvalidArguments {
+                tool: tool.name(),
+                message: "`tty` needs `run_in_background: true`: a terminal is for a task that \
+                          takes input with `task_write_stdin`"
+                    .into(),
+            });
         }
         if how.keep_stdin {
             return Err(FsError::InvalidArguments {
@@ -397,14 +407,13 @@ impl FsProvider {
         tool: Tool,
         program: shell::Program,
         dir: &Path,
-        timeout: Option<u64>,
-        keep_stdin: bool,
+        how: &Launch,
         ctx: &CallContext,
     ) -> Result<ToolOutput, FsError> {
         let name = tool.name();
         let config = &self.config.bash;
         shell::check_allowed(config, &program)?;
-        let lifetime = shell::background_timeout(config, name, timeout)?;
+        let lifetime = shell::background_timeout(config, name, how.timeout)?;
         let start = tasks::Start {
             config,
             sandbox: &self.sandbox,
@@ -413,7 +422,8 @@ impl FsProvider {
             namespace: &self.namespace,
             lifetime,
             run: ctx.run_id(),
-            keep_stdin,
+            keep_stdin: how.keep_stdin,
+            tty: how.tty,
         };
         self.tasks.start(start, program)
     }
@@ -592,4 +602,5 @@ struct Launch {
     timeout: Option<u64>,
     background: bool,
     keep_stdin: bool,
+    tty: bool,
 }

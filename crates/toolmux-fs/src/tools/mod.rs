@@ -8,6 +8,7 @@ pub(crate) mod glob;
 pub(crate) mod grep;
 pub(crate) mod ls;
 pub(crate) mod patch;
+pub(crate) mod pty;
 pub(crate) mod read;
 pub(crate) mod shell;
 pub(crate) mod spill;

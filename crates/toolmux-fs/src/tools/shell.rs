@@ -53,6 +53,13 @@ pub struct BashArgs {
     /// of file at once.
     #[serde(default)]
     pub keep_stdin: bool,
+    /// With `run_in_background`: run it on a terminal of its own (a pseudo-terminal,
+    /// 120 × 40, `TERM=dumb`), for programs that act differently without one: a REPL
+    /// that prints no prompt, `read -p` that shows no question, a program asking for a
+    /// password on `/dev/tty`. Its input stays open as with `keep_stdin` and is echoed;
+    /// stdout and stderr are one stream; `close` sends end of file (^D).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// Arguments of `exec`.
@@ -79,6 +86,9 @@ pub struct ExecArgs {
     /// With `run_in_background`: keep its standard input open, as for `bash`.
     #[serde(default)]
     pub keep_stdin: bool,
+    /// With `run_in_background`: run it on a terminal of its own, as for `bash`.
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// The description of `bash`; `sandbox` is the sentence about the sandbox.
@@ -96,7 +106,8 @@ path is given. With `run_in_background: true` (a server, a watcher, a long build
 returns at once with a `task_id`: read what it printed with `task_output`, stop it with \
 `task_kill`; `timeout` is then its lifetime (default 30 minutes). Add `keep_stdin: true` to a \
 background task that reads input (a REPL, a program asking questions) and send it text with \
-`task_write_stdin`."
+`task_write_stdin`; `tty: true` instead runs it on a terminal of its own, for programs that \
+need one (prompts, password questions)."
     )
 }
 
@@ -255,6 +266,7 @@ pub(crate) fn command(
     root: &Path,
     tool: &'static str,
     program: &Program,
+    pty: Option<&super::pty::Pty>,
 ) -> Result<tokio::process::Command, FsError> {
     let mut command = match program {
         Program::Shell(line) => {
@@ -271,14 +283,23 @@ pub(crate) fn command(
             c
         }
     };
-    command
-        .current_dir(root)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    command.current_dir(root).env_clear().kill_on_drop(true);
+    match pty {
+        Some(pty) => {
+            pty.attach(&mut command)
+                .map_err(|source| FsError::Spawn { command: program.label(), source })?;
+            // Programs on a terminal that says it can do nothing print plain text: no
+            // colors, no cursor movements, no pager.
+            command.env("TERM", "dumb");
+        }
+        None => {
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+        }
+    }
     for name in ["PATH", "HOME", "LANG"]
         .into_iter()
         .chain(config.env_passthrough.iter().map(String::as_str))
@@ -302,7 +323,7 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> Result<ToolOutput, FsError> {
     let label = program.label();
-    let mut command = command(config, sandbox, root, tool, &program)?;
+    let mut command = command(config, sandbox, root, tool, &program, None)?;
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;

@@ -138,10 +138,55 @@ struct Task {
     stop: CancellationToken,
     /// Cancelled by the watcher once the task has ended and its pipes are drained.
     done: CancellationToken,
-    /// Its standard input, when started with `keep_stdin` and not closed yet.
-    stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
-    /// Whether it was started with `keep_stdin`.
+    /// Its standard input (the pipe, or its terminal's master side), when started with
+    /// `keep_stdin` or `tty` and not closed yet.
+    stdin: tokio::sync::Mutex<Option<Input>>,
+    /// Whether it was started with `keep_stdin` (or `tty`).
     keeps_stdin: bool,
+    /// Whether it runs on a terminal of its own (`tty`).
+    tty: bool,
+}
+
+/// Where a task's input is written.
+#[derive(Debug)]
+enum Input {
+    /// A pipe to its stdin.
+    Pipe(tokio::process::ChildStdin),
+    /// The master side of its terminal.
+    Terminal(tokio::fs::File),
+}
+
+impl tokio::io::AsyncWrite for Input {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bytes: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Input::Pipe(pipe) => std::pin::Pin::new(pipe).poll_write(cx, bytes),
+            Input::Terminal(file) => std::pin::Pin::new(file).poll_write(cx, bytes),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Input::Pipe(pipe) => std::pin::Pin::new(pipe).poll_flush(cx),
+            Input::Terminal(file) => std::pin::Pin::new(file).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Input::Pipe(pipe) => std::pin::Pin::new(pipe).poll_shutdown(cx),
+            Input::Terminal(file) => std::pin::Pin::new(file).poll_shutdown(cx),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -230,6 +275,8 @@ pub(crate) struct Start<'a> {
     pub(crate) run: &'a str,
     /// Keep its standard input open for `task_write_stdin`.
     pub(crate) keep_stdin: bool,
+    /// Run it on a pseudo-terminal of its own (input kept open too).
+    pub(crate) tty: bool,
 }
 
 /// The background tasks of one provider.
@@ -282,7 +329,9 @@ impl Tasks {
 
     /// Starts `program` in the background for the call `start` describes.
     pub(crate) fn start(&self, start: Start<'_>, program: Program) -> Result<ToolOutput, FsError> {
-        let Start { config, sandbox, root, tool, namespace, lifetime, run, keep_stdin } = start;
+        let Start { config, sandbox, root, tool, namespace, lifetime, run, keep_stdin, tty } =
+            start;
+        let keep_stdin = keep_stdin || tty;
         let label = program.label();
         let running = self.lock().values().filter(|t| t.is_running()).count();
         if running >= config.max_background {
@@ -294,12 +343,26 @@ impl Tasks {
                 ),
             });
         }
-        let mut command = shell::command(config, sandbox, root, tool, &program)?;
-        if keep_stdin {
+        let spawn_error = |source| FsError::Spawn { command: label.clone(), source };
+        let pty = if tty { Some(super::pty::Pty::open().map_err(spawn_error)?) } else { None };
+        let mut command = shell::command(config, sandbox, root, tool, &program, pty.as_ref())?;
+        if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
-        let mut child =
-            command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
+        let mut child = command.spawn().map_err(spawn_error)?;
+        // The parent's copies of the terminal's slave side go with the command, so that
+        // reading the master ends when the task's processes have all closed theirs.
+        drop(command);
+        let (input, terminal) = match pty {
+            Some(pty) => {
+                let writer = pty.master.try_clone().map_err(spawn_error)?;
+                (
+                    Some(Input::Terminal(tokio::fs::File::from_std(writer))),
+                    Some(tokio::fs::File::from_std(pty.master)),
+                )
+            }
+            None => (child.stdin.take().map(Input::Pipe), None),
+        };
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let (file, file_error) = match spill::create(config.spill_dir.as_deref(), spill::Kind::Task)
         {
@@ -316,8 +379,9 @@ impl Tasks {
             changed: Notify::new(),
             stop: CancellationToken::new(),
             done: CancellationToken::new(),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            stdin: tokio::sync::Mutex::new(input),
             keeps_stdin: keep_stdin,
+            tty,
         });
         let readers: Vec<_> = [
             child
@@ -328,6 +392,7 @@ impl Tasks {
                 .stderr
                 .take()
                 .map(|s| tokio::spawn(pump(s, task.clone(), config.spill_max_bytes))),
+            terminal.map(|t| tokio::spawn(pump(t, task.clone(), config.spill_max_bytes))),
         ]
         .into_iter()
         .flatten()
@@ -476,8 +541,19 @@ impl Tasks {
                 }
             }
             if args.close {
-                // Dropping the pipe closes it: the task reads end of file.
-                *stdin = None;
+                if task.tty {
+                    // A terminal is not closed but sent its end-of-file character (^D),
+                    // as a person types it; closing it would hang up the task.
+                    use tokio::io::AsyncWriteExt as _;
+                    let eof = async {
+                        pipe.write_all(b"\x04").await?;
+                        pipe.flush().await
+                    };
+                    let _ = tokio::time::timeout(STDIN_WRITE_TIMEOUT, eof).await;
+                } else {
+                    // Dropping the pipe closes it: the task reads end of file.
+                    *stdin = None;
+                }
             }
         }
         // What it prints in answer: the first output after the input, and what follows it
@@ -631,7 +707,11 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
         // has ended.
         let mut taken: Vec<u8> = state.unread.drain(..).collect();
         if state.end.is_none() {
-            let keep_back = incomplete_tail(&taken);
+            let mut keep_back = incomplete_tail(&taken);
+            // A terminal ends lines with CR LF: a CR last may be half of one.
+            if task.tty && keep_back == 0 && taken.last() == Some(&b'\r') {
+                keep_back = 1;
+            }
             let tail = taken.split_off(taken.len() - keep_back);
             state.unread.extend(tail);
         }
@@ -640,6 +720,7 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
         (taken, dropped, state.total, state.end.clone(), file)
     };
     let text = String::from_utf8_lossy(&bytes);
+    let text = if task.tty { std::borrow::Cow::Owned(text.replace("\r\n", "\n")) } else { text };
     let text = shell::strip_ansi(&text);
     let shown: String = match filter {
         Some(filter) => text

@@ -305,3 +305,103 @@ async fn a_task_not_reading_its_input_is_reported_not_waited_for() {
     assert!(started.elapsed() < Duration::from_secs(15));
     fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
 }
+
+/// `tty`: the task runs on a terminal of its own, so programs that test for one act as
+/// for a person: `read -p` shows its question, `stty` reads the terminal's size, `tty`
+/// names it; what is written is echoed; `close` sends end of file (^D) and `cat` ends.
+#[tokio::test]
+async fn a_task_on_a_terminal_shows_its_prompts() {
+    let fx = fixture(|b| b);
+    let script = "if [ -t 0 ] && [ -t 1 ] && [ -t 2 ]; then echo on-a-terminal; fi; \
+                  stty size; echo \"TERM=$TERM\"; read -r -p 'your name? ' name; \
+                  echo \"hello $name\"; exec cat";
+    let out = fx
+        .call(
+            "exec",
+            json!({"argv": ["bash", "-c", script], "run_in_background": true, "tty": true}),
+        )
+        .await
+        .expect("started");
+    assert!(out.to_text().contains("fs__task_write_stdin"), "{}", out.to_text());
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let pid = out.extras["pid"].as_u64().expect("a pid") as u32;
+    let mut first = String::new();
+    for _ in 0..50 {
+        first.push_str(&output(&fx, json!({"task_id": id, "block_ms": 200})).await.to_text());
+        if first.contains("your name? ") {
+            break;
+        }
+    }
+    assert!(first.contains("on-a-terminal"), "{first}");
+    assert!(first.contains("40 120"), "{first}");
+    assert!(first.contains("TERM=dumb"), "{first}");
+    assert!(first.contains("your name? "), "the question is shown: {first}");
+    assert!(!first.contains('\r'), "lines end as text does: {first:?}");
+
+    let answer = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": "Ada\n", "block_ms": 5000}))
+        .await
+        .expect("written")
+        .to_text();
+    assert!(answer.contains("hello Ada"), "{answer}");
+    let answer = fx
+        .call(
+            "task_write_stdin",
+            json!({"task_id": id, "input": "last line\n", "close": true, "block_ms": 5000}),
+        )
+        .await
+        .expect("written")
+        .to_text();
+    let all = format!(
+        "{answer}{}",
+        output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text()
+    );
+    // Echoed by the terminal, then printed by `cat`.
+    assert!(all.matches("last line").count() >= 2, "{all}");
+    wait_group_gone(pid).await;
+    let ended = output(&fx, json!({"task_id": id})).await.to_text();
+    assert!(ended.contains("exited with code 0"), "{ended}");
+
+    let error = fx
+        .call("bash", json!({"command": "cat", "tty": true}))
+        .await
+        .expect_err("refused")
+        .report();
+    assert!(error.contains("`tty` needs `run_in_background: true`"), "{error}");
+}
+
+/// Python's REPL prints its `>>>` prompt only on a terminal; on one, it answers each line.
+#[tokio::test]
+async fn a_python_repl_on_a_terminal_prompts_and_answers() {
+    let fx = fixture(|b| b);
+    let out = fx
+        .call("exec", json!({"argv": ["python3", "-q"], "run_in_background": true, "tty": true}))
+        .await
+        .expect("started");
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let mut first = String::new();
+    for _ in 0..50 {
+        first.push_str(&output(&fx, json!({"task_id": id, "block_ms": 200})).await.to_text());
+        if first.contains(">>> ") {
+            break;
+        }
+    }
+    assert!(first.contains(">>> "), "{first}");
+    let answer = fx
+        .call("task_write_stdin", json!({"task_id": id, "input": "6 * 7\n", "block_ms": 5000}))
+        .await
+        .expect("written")
+        .to_text();
+    assert!(answer.contains("42"), "{answer}");
+    fx.call("task_write_stdin", json!({"task_id": id, "input": "", "close": true}))
+        .await
+        .expect("end of file sent");
+    let mut ended = String::new();
+    for _ in 0..50 {
+        ended = output(&fx, json!({"task_id": id, "block_ms": 200})).await.to_text();
+        if ended.contains("exited") {
+            break;
+        }
+    }
+    assert!(ended.contains("exited with code 0"), "^D ends the REPL: {ended}");
+}
