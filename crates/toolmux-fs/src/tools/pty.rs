@@ -7,7 +7,8 @@
 //! question, tools that test `isatty` color and format for a terminal (the colors are
 //! stripped when the output is read). What is written is echoed, as a terminal does.
 
-// `pre_exec` is unsafe by nature; the block says why it holds.
+// `pre_exec` and registering a descriptor with tokio are unsafe by nature; each block says
+// why it holds.
 #![allow(unsafe_code)]
 
 use rustix::pty::OpenptFlags;
@@ -74,5 +75,72 @@ impl Pty {
     }
 }
 
+/// The master side of a terminal on tokio's event loop (non-blocking: no thread waits in
+/// `read`, and dropping it stops it). Reading ends (`Ok(0)`) when every process has
+/// closed the slave side, which Linux reports as `EIO`.
+#[derive(Debug)]
+pub(crate) struct Master(AsyncFd<File>);
+
+impl Master {
+    pub(crate) fn new(file: File) -> std::io::Result<Master> {
+        rustix::io::ioctl_fionbio(&file, true)?;
+        // SAFETY: the `File` owns its descriptor, which stays open as long as the
+        // `AsyncFd` holds it, and `as_raw_fd` always returns that same descriptor.
+        let registered = unsafe { AsyncFd::register(file) };
+        Ok(Master(registered?))
+    }
+}
+
+impl AsyncRead for Master {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        loop {
+            let mut ready = std::task::ready!(self.0.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match ready.try_io(|fd| fd.get_ref().read(unfilled)) {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Poll::Ready(Ok(())),
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => {}
+            }
+        }
+    }
+}
+
+impl AsyncWrite for Master {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            let mut ready = std::task::ready!(self.0.poll_write_ready(cx))?;
+            match ready.try_io(|fd| fd.get_ref().write(bytes)) {
+                Ok(result) => return Poll::Ready(result),
+                Err(_would_block) => {}
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+use std::io::{Read as _, Write as _};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::OpenOptionsExt as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

@@ -153,7 +153,7 @@ enum Input {
     /// A pipe to its stdin.
     Pipe(tokio::process::ChildStdin),
     /// The master side of its terminal.
-    Terminal(tokio::fs::File),
+    Terminal(super::pty::Master),
 }
 
 impl tokio::io::AsyncWrite for Input {
@@ -356,10 +356,9 @@ impl Tasks {
         let (input, terminal) = match pty {
             Some(pty) => {
                 let writer = pty.master.try_clone().map_err(spawn_error)?;
-                (
-                    Some(Input::Terminal(tokio::fs::File::from_std(writer))),
-                    Some(tokio::fs::File::from_std(pty.master)),
-                )
+                let writer = super::pty::Master::new(writer).map_err(spawn_error)?;
+                let reader = super::pty::Master::new(pty.master).map_err(spawn_error)?;
+                (Some(Input::Terminal(writer)), Some(reader))
             }
             None => (child.stdin.take().map(Input::Pipe), None),
         };

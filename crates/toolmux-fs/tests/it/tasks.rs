@@ -405,3 +405,23 @@ async fn a_python_repl_on_a_terminal_prompts_and_answers() {
     }
     assert!(ended.contains("exited with code 0"), "^D ends the REPL: {ended}");
 }
+
+/// A task on a terminal leads a session of its own, whose group `task_kill` kills whole.
+#[tokio::test]
+async fn a_task_on_a_terminal_is_killed_with_its_processes() {
+    let fx = fixture(|b| b);
+    let out = fx
+        .call(
+            "bash",
+            json!({"command": "sleep 300 & sleep 300; wait", "run_in_background": true, "tty": true}),
+        )
+        .await
+        .expect("started");
+    let id = out.extras["taskId"].as_str().expect("a task id").to_owned();
+    let pid = out.extras["pid"].as_u64().expect("a pid") as u32;
+    assert!(group_alive(pid));
+    fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
+    wait_group_gone(pid).await;
+    let ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    assert!(ended.contains("stopped by task_kill"), "{ended}");
+}
