@@ -38,6 +38,12 @@ const ABI_SCOPES: u32 = 6;
 /// the server's would let a command inject input into it.
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 
+/// [`DEVICES`] and `/dev/tty`, for a command on a terminal of its own (`tty`): it leads a
+/// session whose controlling terminal is toolmux's pseudo-terminal, so `/dev/tty` is that
+/// terminal, not the server's, and a program asking for a password there must reach it.
+const DEVICES_ON_A_TERMINAL: &[&str] =
+    &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
+
 /// The temporary directories `workspaceWrite` lets commands write, besides `$TMPDIR`.
 /// The spill directory (`bash.spillDir`) is not made writable: toolmux writes the spill
 /// files from the pipes, the command never does, and a command able to rewrite them could
@@ -192,6 +198,7 @@ impl Sandbox {
         &self,
         command: &mut tokio::process::Command,
         label: &str,
+        on_a_terminal: bool,
     ) -> Result<(), FsError> {
         match &self.plan {
             Plan::Off => Ok(()),
@@ -199,6 +206,13 @@ impl Sandbox {
                 Err(FsError::Sandbox { command: label.to_owned(), reason: reason.clone() })
             }
             Plan::Enforce(policy) => {
+                let terminal;
+                let policy = if on_a_terminal && policy.devices == DEVICES {
+                    terminal = Policy { devices: DEVICES_ON_A_TERMINAL, ..policy.clone() };
+                    &terminal
+                } else {
+                    policy
+                };
                 let ruleset = landlock::Ruleset::build(policy).map_err(|why| FsError::Sandbox {
                     command: label.to_owned(),
                     reason: format!(

@@ -308,7 +308,7 @@ pub(crate) fn command(
             command.env(name, value);
         }
     }
-    sandbox.confine(&mut command, &program.label())?;
+    sandbox.confine(&mut command, &program.label(), pty.is_some())?;
     Ok(command)
 }
 

@@ -335,3 +335,30 @@ async fn commands_may_signal_only_processes_they_started() {
     let out = off.bash(&format!("kill -0 {} && echo reached", std::process::id())).await;
     assert!(out.to_text().contains("reached"), "{}", out.to_text());
 }
+
+/// A confined task on a terminal of its own may write `/dev/tty` (its own terminal, as for
+/// a program asking for a password); a confined command without one may not (it would be
+/// the server's terminal).
+#[tokio::test]
+async fn a_confined_task_on_a_terminal_reaches_its_own_terminal() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let sb = Sandboxed::new(SandboxConfig::new(SandboxMode::WorkspaceWrite));
+    let args =
+        json!({"command": "echo via-tty > /dev/tty", "run_in_background": true, "tty": true});
+    if kernel == Kernel::None {
+        return assert_refused(&sb, "bash", args).await;
+    }
+    let started = sb.call("bash", args).await;
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    for _ in 0..20 {
+        let out = sb.call("task_output", json!({"task_id": id, "block_ms": 500})).await;
+        text.push_str(&out.to_text());
+        if out.extras["running"] != true {
+            break;
+        }
+    }
+    assert!(text.contains("via-tty") && text.contains("exited with code 0"), "{text}");
+    let plain = sb.bash("echo no > /dev/tty").await;
+    assert!(plain.is_error, "{}", plain.to_text());
+}
