@@ -356,4 +356,20 @@ async fn robots_txt_is_obeyed() {
     .await;
     let page = call(&web, "fetch", json!({"url": format!("{missing}/notes")})).await;
     assert!(page.expect("no robots.txt: allowed").to_text().contains("Version 2"));
+
+    // A robots.txt redirected where the fetch may not go counts as unavailable: allowed.
+    let elsewhere = serve(|request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => Reply {
+                status: 302,
+                headers: vec![("Location".into(), "http://localhost:9/robots.txt".into())],
+                chunks: Vec::new(),
+            },
+            _ => html(PAGE),
+        }
+    })
+    .await;
+    let only = provider(json!({"fetch": {"allowPrivate": true, "allowedHosts": ["127.0.0.1"]}}));
+    let page = call(&only, "fetch", json!({"url": format!("{elsewhere}/notes")})).await;
+    assert!(page.expect("robots.txt unavailable: allowed").to_text().contains("Version 2"));
 }

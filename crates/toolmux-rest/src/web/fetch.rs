@@ -344,6 +344,12 @@ impl Fetcher {
         };
         let (status, body) = match tokio::time::timeout(ROBOTS_TIMEOUT, read).await {
             Ok(Ok(read)) => read,
+            // Redirected too often, or somewhere this fetch may not go: the RFC lets a
+            // crawler take the file as unavailable, which allows everything (the page's
+            // own address was checked, and is checked again when it is fetched).
+            Ok(Err(e)) if e.is_redirect() || refused(&e) => {
+                return Ok(robots::Verdict::Rules(robots::Rules::default()));
+            }
             Ok(Err(e)) => return Err(request_error(tool, &robots_url, &e)),
             Err(_) => {
                 let after = ROBOTS_TIMEOUT.as_secs();
@@ -414,6 +420,18 @@ impl Fetcher {
         }
         Ok(fetched)
     }
+}
+
+/// Whether `error` is a refused address or redirect.
+fn refused(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.downcast_ref::<Refused>().is_some() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The error of a request that got no (complete) response: a refused address or redirect
