@@ -7,7 +7,7 @@ mod filter;
 mod handler;
 mod interaction;
 pub(crate) mod oauth;
-mod passthrough;
+pub(crate) mod passthrough;
 mod provider;
 mod sessions;
 mod supply;

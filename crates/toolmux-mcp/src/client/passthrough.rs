@@ -1,5 +1,6 @@
 //! `passthroughHeaders`: headers of the gateway's client, passed on with each tool call to
-//! a streamable HTTP server.
+//! a streamable HTTP server or a legacy HTTP+SSE one (whose messages are posted by
+//! `transport::sse`, which takes them out the same way).
 //!
 //! rmcp sends a connection's requests from its own tasks, where nothing of the calling
 //! context is reachable, so the call carries the headers in its request's `_meta` under a
@@ -32,7 +33,7 @@ pub(crate) fn passable(name: &str) -> bool {
 pub(crate) struct Passthrough<C>(pub(crate) C);
 
 /// The headers `message` carries to pass on, taken out of it.
-fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, HeaderValue> {
+pub(crate) fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, HeaderValue> {
     let mut headers = HashMap::new();
     let JsonRpcMessage::Request(request) = message else { return headers };
     let ClientRequest::CallToolRequest(call) = &mut request.request else { return headers };

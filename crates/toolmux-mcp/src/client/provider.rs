@@ -103,11 +103,14 @@ impl McpProvider {
             check_url(&name, transport, url)?;
         }
         let filter = ToolFilter::new(&name, config.tools_allowed.as_deref(), &config.tools_denied)?;
-        if !config.passthrough_headers.is_empty() && transport != TransportKind::Http {
+        if !config.passthrough_headers.is_empty()
+            && !matches!(transport, TransportKind::Http | TransportKind::Sse)
+        {
             return Err(McpError::Config {
                 server: name,
                 message: format!(
-                    "`passthroughHeaders` needs a streamable HTTP server; this one is {}",
+                    "`passthroughHeaders` needs an HTTP server (streamable HTTP or SSE); this \
+                     one is {}",
                     transport.as_str()
                 ),
             });

@@ -123,7 +123,9 @@ pub(crate) async fn connect(
                 () = stop.cancelled() => return,
                 message = outbound.recv() => message,
             };
-            let Some(message) = message else { return };
+            let Some(mut message) = message else { return };
+            // A tool call's `passthroughHeaders` travel beside the message, not in it.
+            let passed = crate::client::passthrough::take(&mut message);
             let body = match encode_message(&message) {
                 Ok(body) => body,
                 Err(e) => {
@@ -132,10 +134,14 @@ pub(crate) async fn connect(
                 }
             };
             let post = || {
-                client
+                let mut request = client
                     .post(endpoint.clone())
                     .header(CONTENT_TYPE, "application/json")
-                    .body(body.clone())
+                    .body(body.clone());
+                for (name, value) in &passed {
+                    request = request.header(name, value);
+                }
+                request
             };
             let sent = match &oauth {
                 Some(oauth) => {

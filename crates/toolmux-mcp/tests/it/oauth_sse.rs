@@ -132,7 +132,17 @@ async fn message(State(server): State<Server>, headers: HeaderMap, body: String)
         "tools/list" => {
             json!({"result": {"tools": [{"name": "whoami", "inputSchema": {"type": "object"}}]}})
         }
-        "tools/call" => json!({"result": {"content": [{"type": "text", "text": "token ok"}]}}),
+        "tools/call" => {
+            // With a tenant passed on: what the message's `_meta` holds, to show that the
+            // passed headers travel beside the message, not in it.
+            let text = match headers.get("x-tenant-id").and_then(|v| v.to_str().ok()) {
+                Some(tenant) => {
+                    format!("token ok; tenant={tenant}; meta={}", request["params"]["_meta"])
+                }
+                None => "token ok".to_owned(),
+            };
+            json!({"result": {"content": [{"type": "text", "text": text}]}})
+        }
         "ping" => json!({"result": {}}),
         _ => json!({"error": {"code": -32601, "message": "method not found"}}),
     };
@@ -261,6 +271,26 @@ async fn a_pinned_issuer_keeps_the_secret_from_other_authorization_servers() {
     let error = provider.warmup().await.unwrap_err().report();
     assert!(error.contains("not to `https://login.example.com` (`oauth.issuer`)"), "{error}");
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 0, "the secret was sent");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
+/// `passthroughHeaders` on a legacy SSE server: the client's header goes with the posted
+/// `tools/call`, and the message's `_meta` carries nothing of it.
+#[tokio::test]
+async fn passed_headers_go_with_each_posted_call() {
+    let (_server, base, task) = start().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut config = config(&base, "s3cret", store.path());
+    config.passthrough_headers = vec!["X-Tenant-Id".into()];
+    let provider = McpProvider::new("legacy", config).unwrap();
+    let ctx = CallContext::new().with_caller_headers(vec![("x-tenant-id".into(), "acme".into())]);
+    let out = provider.call("whoami", json!({}), &ctx).await.unwrap();
+    let text = out.to_text();
+    assert!(text.starts_with("token ok; tenant=acme; meta="), "{text}");
+    assert!(!text.contains("io.toolmux") && !text.contains("acme\""), "{text}");
+    let out = provider.call("whoami", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "token ok", "a header the client did not send is not sent");
     provider.shutdown().await.unwrap();
     task.abort();
 }

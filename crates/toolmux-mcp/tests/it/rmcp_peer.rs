@@ -649,7 +649,10 @@ async fn a_gateway_passes_on_the_headers_it_is_told_to_and_never_its_own_credent
     let mut stdio = McpServerConfig::stdio("node", ["x"]);
     stdio.passthrough_headers = vec!["X-Tenant-Id".into()];
     let error = McpProvider::new("s", stdio).unwrap_err().to_string();
-    assert!(error.contains("`passthroughHeaders` needs a streamable HTTP server"), "{error}");
+    assert!(
+        error.contains("`passthroughHeaders` needs an HTTP server (streamable HTTP or SSE)"),
+        "{error}"
+    );
     let mut own = McpServerConfig::remote(TransportKind::Http, peer.url.clone());
     own.passthrough_headers = vec!["Mcp-Session-Id".into()];
     let error = McpProvider::new("s", own).unwrap_err().to_string();
