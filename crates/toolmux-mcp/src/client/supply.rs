@@ -177,6 +177,15 @@ pub(crate) struct Verdict {
 /// Answers kept for the life of the process, by OSV URL and package.
 static KEPT: LazyLock<Mutex<HashMap<(String, Package), Verdict>>> = LazyLock::new(Mutex::default);
 
+/// OSV URLs that could not be asked lately, with when and why: for a minute after a
+/// failure servers start unchecked at once, instead of each start (and restart) waiting
+/// for the same timeout again.
+static UNREACHABLE: LazyLock<Mutex<HashMap<String, (std::time::Instant, String)>>> =
+    LazyLock::new(Mutex::default);
+
+/// How long OSV is taken as unreachable after a failure.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(60);
+
 #[derive(Deserialize)]
 struct Answer {
     #[serde(default)]
@@ -196,6 +205,27 @@ pub(crate) async fn check(url: &str, package: &Package) -> Result<Verdict, Strin
     if let Some(verdict) = KEPT.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(verdict.clone());
     }
+    if let Some((at, why)) = UNREACHABLE.lock().unwrap_or_else(|e| e.into_inner()).get(url)
+        && at.elapsed() < UNREACHABLE_FOR
+    {
+        return Err(format!("{why} (less than a minute ago)"));
+    }
+    let asked = ask(url, package).await;
+    let mut unreachable = UNREACHABLE.lock().unwrap_or_else(|e| e.into_inner());
+    match &asked {
+        Ok(verdict) => {
+            unreachable.remove(url);
+            KEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(key, verdict.clone());
+        }
+        Err(why) => {
+            unreachable.insert(url.to_owned(), (std::time::Instant::now(), why.clone()));
+        }
+    }
+    asked
+}
+
+/// One `POST /v1/query` about `package`.
+async fn ask(url: &str, package: &Package) -> Result<Verdict, String> {
     let mut query = json!({"package": {"name": package.name, "ecosystem": package.ecosystem}});
     if let Some(version) = &package.version {
         query["version"] = json!(version);
@@ -234,9 +264,7 @@ pub(crate) async fn check(url: &str, package: &Package) -> Result<Verdict, Strin
             None => v.id,
         })
         .collect();
-    let verdict = Verdict { malicious };
-    KEPT.lock().unwrap_or_else(|e| e.into_inner()).insert(key, verdict.clone());
-    Ok(verdict)
+    Ok(Verdict { malicious })
 }
 
 #[cfg(test)]

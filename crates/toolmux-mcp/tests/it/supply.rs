@@ -120,3 +120,32 @@ async fn the_check_fails_open_when_osv_cannot_be_asked() {
     assert!(mark.exists());
     provider.shutdown().await.expect("stopped");
 }
+
+/// OSV failing (a 503): the server starts unchecked, and for a minute later starts do not
+/// ask again (each would wait for the same failure).
+#[tokio::test]
+async fn a_failing_osv_is_not_asked_again_at_once() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (npx, mark) = fake_npx(dir.path());
+    let asked = Arc::new(Mutex::new(0));
+    let count = Arc::clone(&asked);
+    let app = Router::new().route(
+        "/v1/query",
+        post(move || {
+            let count = Arc::clone(&count);
+            async move {
+                *count.lock().expect("not poisoned") += 1;
+                (axum::http::StatusCode::SERVICE_UNAVAILABLE, "down")
+            }
+        }),
+    );
+    let osv = Loopback::serve("osv-down", app);
+    let url = format!("http://{}", osv.addr);
+    for package in ["first-mcp", "second-mcp"] {
+        let provider = McpProvider::new(package, config(&npx, package, &url)).expect("valid");
+        provider.warmup().await.expect("started unchecked");
+        provider.shutdown().await.expect("stopped");
+    }
+    assert!(mark.exists());
+    assert_eq!(*asked.lock().expect("not poisoned"), 1);
+}
