@@ -16,7 +16,7 @@ use toolmux_core::PermissionClass;
 pub enum Permission {
     /// `read`, `grep`, `glob`, `ls`.
     Read,
-    /// `write`, `edit`, `multi_edit`, `apply_patch`.
+    /// `write`, `edit`, `multi_edit`, `apply_patch`, `undo`.
     Write,
     /// `bash`, `exec`.
     Execute,

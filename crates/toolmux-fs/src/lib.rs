@@ -1,5 +1,5 @@
 //! toolmux-fs: the builtin tools a coding or operations agent needs — `read`, `write`,
-//! `edit`, `multi_edit`, `apply_patch`, `grep`, `glob`, `ls`, `bash` and `exec` — as one
+//! `edit`, `multi_edit`, `apply_patch`, `undo`, `grep`, `glob`, `ls`, `bash` and `exec` — as one
 //! [`toolmux_core::ToolProvider`] (namespace `fs`), confined beneath a workspace root.
 //!
 //! It is for programs that give a model file and shell access: the `toolmux` facade wires
@@ -9,7 +9,8 @@
 //!   by one beneath the root, symlinks included, and `..`, absolute paths outside, and
 //!   symlinks (or symlinked parents) leading out are refused with an error naming the path.
 //! - Tools come in permission classes: read (`read`, `grep`, `glob`, `ls`), write (`write`,
-//!   `edit`, `multi_edit`, `apply_patch`) and execute (`bash`, `exec`). Only read is on by default.
+//!   `edit`, `multi_edit`, `apply_patch`, `undo`) and execute (`bash`, `exec`). Only read is
+//!   on by default.
 //! - `grep` and `glob` run ripgrep's crates in process, off the async threads, and stop
 //!   when the call is cancelled. `bash` and `exec` run in their own process group, which is
 //!   killed and reaped on timeout or cancellation. The file tools' confinement cannot reach

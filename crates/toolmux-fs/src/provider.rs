@@ -4,7 +4,7 @@ use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
 use crate::protect::Protection;
 use crate::sandbox::Sandbox;
-use crate::tools::{edit, glob, grep, ls, patch, read, shell, tasks, write};
+use crate::tools::{edit, glob, grep, ls, patch, read, shell, tasks, undo, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -41,6 +41,7 @@ enum Tool {
     Edit,
     MultiEdit,
     ApplyPatch,
+    Undo,
     Grep,
     Glob,
     Ls,
@@ -52,12 +53,13 @@ enum Tool {
     TaskList,
 }
 
-const ALL: [Tool; 14] = [
+const ALL: [Tool; 15] = [
     Tool::Read,
     Tool::Write,
     Tool::Edit,
     Tool::MultiEdit,
     Tool::ApplyPatch,
+    Tool::Undo,
     Tool::Grep,
     Tool::Glob,
     Tool::Ls,
@@ -77,6 +79,7 @@ impl Tool {
             Tool::Edit => "edit",
             Tool::MultiEdit => "multi_edit",
             Tool::ApplyPatch => "apply_patch",
+            Tool::Undo => "undo",
             Tool::Grep => "grep",
             Tool::Glob => "glob",
             Tool::Ls => "ls",
@@ -96,7 +99,9 @@ impl Tool {
     fn permission(self) -> Permission {
         match self {
             Tool::Read | Tool::Grep | Tool::Glob | Tool::Ls => Permission::Read,
-            Tool::Write | Tool::Edit | Tool::MultiEdit | Tool::ApplyPatch => Permission::Write,
+            Tool::Write | Tool::Edit | Tool::MultiEdit | Tool::ApplyPatch | Tool::Undo => {
+                Permission::Write
+            }
             Tool::Bash
             | Tool::Exec
             | Tool::TaskOutput
@@ -116,6 +121,7 @@ impl Tool {
                 (edit::MULTI_EDIT_DESCRIPTION.into(), schema_for::<edit::MultiEditArgs>())
             }
             Tool::ApplyPatch => (patch::DESCRIPTION.into(), schema_for::<patch::ApplyPatchArgs>()),
+            Tool::Undo => (undo::DESCRIPTION.into(), schema_for::<undo::UndoArgs>()),
             Tool::Grep => (grep::DESCRIPTION.into(), schema_for::<grep::GrepArgs>()),
             Tool::Glob => (glob::DESCRIPTION.into(), schema_for::<glob::GlobArgs>()),
             Tool::Ls => (ls::DESCRIPTION.into(), schema_for::<ls::LsArgs>()),
@@ -299,6 +305,10 @@ impl FsProvider {
                     patch::apply_patch(ws, &config.limits, &run, args)
                 })
                 .await
+            }
+            Tool::Undo => {
+                let args: undo::UndoArgs = parse(tool, arguments)?;
+                self.blocking_to_end(tool, move |ws, _| undo::undo(ws, &run, args)).await
             }
             Tool::Bash => {
                 let args: shell::BashArgs = parse(tool, arguments)?;

@@ -44,6 +44,8 @@ pub(crate) struct Workspace {
     changing: Mutex<HashSet<PathBuf>>,
     /// Signalled whenever a path leaves `changing`.
     released: Condvar,
+    /// What the runs changed, for `undo`.
+    changes: crate::tools::undo::Changes,
 }
 
 /// The right to change one file, from [`Workspace::lock_file`] until dropped.
@@ -147,7 +149,13 @@ impl Workspace {
             protection: Protection::default(),
             changing: Mutex::new(HashSet::new()),
             released: Condvar::new(),
+            changes: crate::tools::undo::Changes::default(),
         })
+    }
+
+    /// What the runs changed, for `undo`.
+    pub(crate) fn changes(&self) -> &crate::tools::undo::Changes {
+        &self.changes
     }
 
     /// Replaces the protected set (built against [`Workspace::root`]).

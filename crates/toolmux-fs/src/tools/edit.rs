@@ -107,7 +107,7 @@ pub(crate) fn edit(
         replace_all: args.replace_all,
         expected_count: args.expected_count,
     };
-    apply(ws, limits, run, &args.path, std::slice::from_ref(&op), args.dry_run)
+    apply(ws, limits, run, "edit", &args.path, std::slice::from_ref(&op), args.dry_run)
 }
 
 /// Runs `multi_edit`.
@@ -123,13 +123,14 @@ pub(crate) fn multi_edit(
             message: "`edits` is empty: give at least one edit".into(),
         });
     }
-    apply(ws, limits, run, &args.path, &args.edits, args.dry_run)
+    apply(ws, limits, run, "multi_edit", &args.path, &args.edits, args.dry_run)
 }
 
 fn apply(
     ws: &Workspace,
     limits: &FsLimits,
     run: &str,
+    tool: &'static str,
     given: &str,
     edits: &[EditOperation],
     dry_run: bool,
@@ -224,8 +225,10 @@ fn apply(
     }
     let bytes = encoding.encode(&text);
     if !dry_run {
+        let before = super::undo::before(ws, &path, limits.edit_max_bytes);
         let written = ws.write_atomic(&path, &bytes)?;
         ws.record_read(run, written.canonical, workspace::hash(&bytes));
+        super::undo::wrote(ws, run, tool, &path, before, &bytes);
     }
     let mut out = if dry_run {
         let s = if replacements == 1 { "" } else { "s" };

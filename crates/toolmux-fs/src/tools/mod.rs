@@ -14,4 +14,5 @@ pub(crate) mod shell;
 pub(crate) mod spill;
 pub(crate) mod tasks;
 pub(crate) mod text;
+pub(crate) mod undo;
 pub(crate) mod write;

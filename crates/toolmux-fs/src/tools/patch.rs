@@ -817,7 +817,18 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
             }
         }
     }
-    let Some(error) = failure else { return Ok(()) };
+    let Some(error) = failure else {
+        let touched = done
+            .iter()
+            .map(|entry| super::undo::Touched {
+                path: entry.resolved.clone(),
+                before: entry.original.clone(),
+                after: entry.current.as_ref().map(|file| workspace::hash(&file.bytes())),
+            })
+            .collect();
+        ws.changes().record(run, "apply_patch", touched);
+        return Ok(());
+    };
     let mut not_undone = Vec::new();
     for entry in done.into_iter().rev() {
         let undone = match &entry.original {

@@ -61,8 +61,10 @@ pub(crate) fn write(
         // A new file is written as given.
         None => (args.content.as_bytes().to_vec(), Vec::new()),
     };
+    let before = super::undo::before(ws, &path, limits.edit_max_bytes);
     let written = ws.write_atomic(&path, &bytes)?;
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
+    super::undo::wrote(ws, run, "write", &path, before, &bytes);
     let lines = args.content.lines().count();
     let verb = if written.created { "created" } else { "overwrote" };
     let kept_note = if kept.is_empty() {

@@ -16,6 +16,7 @@ mod sandbox;
 mod shell;
 mod subjects;
 mod tasks;
+mod undo;
 mod write;
 
 use serde_json::Value;

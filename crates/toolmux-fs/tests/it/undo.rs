@@ -1,0 +1,102 @@
+//! `undo`: the last change of a run (every file of it), or the last change to one file,
+//! taken back; refused, changing nothing, when a file changed since.
+
+use crate::Fixture;
+use serde_json::json;
+
+#[tokio::test]
+async fn edits_and_writes_are_undone_last_first() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "one", "new_string": "ONE"})).await;
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "two", "new_string": "TWO"})).await;
+    fx.ok("write", json!({"path": "new.txt", "content": "fresh\n"})).await;
+
+    let out = fx.ok("undo", json!({})).await;
+    assert!(
+        out.contains("undid the `write` of 1 file")
+            && out.contains("`new.txt`: created by it, it is removed"),
+        "{out}"
+    );
+    assert!(!fx.root().join("new.txt").exists());
+    let out = fx.ok("undo", json!({})).await;
+    assert!(
+        out.contains("undid the `edit`")
+            && out.contains("its content from before is back (2 lines)"),
+        "{out}"
+    );
+    assert_eq!(fx.get("a.txt"), "ONE\ntwo\n");
+    fx.ok("undo", json!({})).await;
+    assert_eq!(fx.get("a.txt"), "one\ntwo\n");
+    let none = fx.err("undo", json!({})).await;
+    assert!(none.contains("no change is kept for this run"), "{none}");
+    // What undo put back may be edited at once: it counts as read.
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "one", "new_string": "uno"})).await;
+}
+
+/// A whole patch is undone at once: changed files get their content back, added ones go,
+/// deleted and moved ones come back; with `path`, one file of it only.
+#[tokio::test]
+async fn a_patch_is_undone_whole_or_file_by_file() {
+    let fx = Fixture::new();
+    fx.put("keep.txt", "a\nb\n");
+    fx.put("gone.txt", "bye\n");
+    fx.put("old/name.txt", "moving\n");
+    for path in ["keep.txt", "gone.txt", "old/name.txt"] {
+        fx.ok("read", json!({"path": path})).await;
+    }
+    let patch = "*** Begin Patch\n*** Update File: keep.txt\n@@\n-a\n+A\n b\n*** Add File: added.txt\n+new\n*** Delete File: gone.txt\n*** Update File: old/name.txt\n*** Move to: new/name.txt\n@@\n-moving\n+moved\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    assert_eq!(fx.get("keep.txt"), "A\nb\n");
+
+    // One file of it first.
+    let out = fx.ok("undo", json!({"path": "keep.txt"})).await;
+    assert!(out.contains("undid the `apply_patch` of 1 file"), "{out}");
+    assert_eq!(fx.get("keep.txt"), "a\nb\n");
+    assert!(fx.root().join("added.txt").exists());
+    // Then the rest of it.
+    let out = fx.ok("undo", json!({})).await;
+    assert!(out.contains("undid the `apply_patch` of 4 files"), "{out}");
+    assert!(!fx.root().join("added.txt").exists());
+    assert_eq!(fx.get("gone.txt"), "bye\n");
+    assert_eq!(fx.get("old/name.txt"), "moving\n");
+    assert!(!fx.root().join("new/name.txt").exists());
+}
+
+/// A file changed since the change (here by hand) is not overwritten: nothing is undone,
+/// the model is told to read it, and the change stays undoable once the file is back.
+#[tokio::test]
+async fn a_file_changed_since_is_left_alone() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "x\n");
+    fx.put("b.txt", "y\n");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    fx.ok("read", json!({"path": "b.txt"})).await;
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-x\n+X\n*** Update File: b.txt\n@@\n-y\n+Y\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    fx.put("b.txt", "Y, and more by hand\n");
+    let refused = fx.err("undo", json!({})).await;
+    assert!(
+        refused.contains("`b.txt` changed since the `apply_patch` being undone")
+            && refused.contains("nothing was undone: read it and edit it instead"),
+        "{refused}"
+    );
+    assert_eq!(fx.get("a.txt"), "X\n", "nothing was undone");
+    fx.put("b.txt", "Y\n");
+    fx.ok("undo", json!({})).await;
+    assert_eq!((fx.get("a.txt"), fx.get("b.txt")), ("x\n".to_owned(), "y\n".to_owned()));
+}
+
+/// Each run undoes its own changes only.
+#[tokio::test]
+async fn runs_undo_their_own_changes() {
+    let fx = Fixture::new();
+    fx.call_in("one", "write", json!({"path": "a.txt", "content": "from one\n"})).await.unwrap();
+    let other = fx.call_in("two", "undo", json!({})).await.unwrap_err().report();
+    assert!(other.contains("no change is kept for this run"), "{other}");
+    fx.call_in("one", "undo", json!({})).await.unwrap();
+    assert!(!fx.root().join("a.txt").exists());
+    let unknown = fx.err("undo", json!({"path": "never.txt"})).await;
+    assert!(unknown.contains("no change to `never.txt` is kept for this run"), "{unknown}");
+}
