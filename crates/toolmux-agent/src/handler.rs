@@ -3,6 +3,7 @@
 
 use crate::pause::{PendingCall, not_pausable};
 use async_trait::async_trait;
+use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -101,6 +102,24 @@ impl Approvals {
         self.lock().standing.clone()
     }
 
+    /// Records call `id` of the turn, the agent's `question`, as waiting for an answer;
+    /// false when the run does not pause or the call is not one of the turn's.
+    pub(crate) fn wait_for_answer(&self, id: &str, question: &str, arguments: &Value) -> bool {
+        let mut state = self.lock();
+        if !self.pause || !state.turn.contains(id) {
+            return false;
+        }
+        state.pending.push(PendingCall {
+            call_id: id.to_owned(),
+            tool: crate::internal::ASK_USER.to_owned(),
+            arguments: arguments.clone(),
+            reason: format!("a question for you: {question}"),
+            scope: None,
+            question: Some(question.to_owned()),
+        });
+        true
+    }
+
     /// The session's own answer to `request`, if it has one.
     fn decide(&self, request: &ApprovalRequest) -> Option<ApprovalDecision> {
         let mut state = self.lock();
@@ -122,6 +141,7 @@ impl Approvals {
                     arguments: request.arguments.clone(),
                     reason: request.reason.clone(),
                     scope: request.scope.clone(),
+                    question: None,
                 });
                 Some(ApprovalDecision::Deny { reason: WAITING.to_owned() })
             }

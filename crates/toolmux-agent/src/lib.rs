@@ -281,6 +281,16 @@ impl Agents {
                 if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") }
             )));
         }
+        if let Some(question) = paused.pending.iter().find(|p| {
+            p.question.is_some()
+                && matches!(decisions.get(&p.call_id), Some(Decision::Approve { .. }))
+        }) {
+            return Err(AgentError::Resume(format!(
+                "call `{}` is the agent's question, not a call to approve: answer it \
+                 (`Decision::Respond`), or refuse to (`Decision::Deny`)",
+                question.call_id
+            )));
+        }
         if !self.inner.definitions.agents.contains_key(&paused.agent) {
             return Err(self.unknown(&paused.agent));
         }

@@ -5,6 +5,8 @@
 //! turn's other calls finish, and the run ends with status
 //! [`Paused`](crate::AgentStatus::Paused), the waiting calls in
 //! [`AgentReport::pending`](crate::AgentReport::pending) and the conversation in the report,
+//! (a question the agent asks with `agent__ask_user` and nobody can answer waits the same
+//! way, for an answer),
 //! which is all a later [`Agents::resume`](crate::Agents::resume) needs (the report
 //! serializes, so the pause may outlive the process). Resuming takes a [`Decision`] per
 //! waiting call: approve (optionally with other arguments, optionally for the rest of the
@@ -32,6 +34,11 @@ pub struct PendingCall {
     /// that asks (`fs__bash(git push *)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// The agent's question (`agent__ask_user` with nobody to ask): the call waits for an
+    /// answer, given as [`Decision::Respond`] (or [`Decision::Deny`]: no answer), not for
+    /// an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 impl PendingCall {

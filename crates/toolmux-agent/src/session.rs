@@ -663,6 +663,7 @@ impl Session<'_> {
                     arguments: call.arguments.clone(),
                     reason: "it waits for a decision".to_owned(),
                     scope: None,
+                    question: None,
                 })),
                 Some(decision) => {
                     if let Decision::Approve { always, .. } = decision {
@@ -718,10 +719,19 @@ impl Session<'_> {
         report.status = AgentStatus::Paused;
         let calls: Vec<String> = pending
             .iter()
-            .map(|p| format!("`{}` ({}, id {})", p.tool, p.reason, p.call_id))
+            .map(|p| match &p.question {
+                Some(question) => format!("the question \"{question}\" (id {})", p.call_id),
+                None => format!("`{}` ({}, id {})", p.tool, p.reason, p.call_id),
+            })
             .collect();
+        let questions = pending.iter().filter(|p| p.question.is_some()).count();
+        let what = match questions {
+            0 => "approval",
+            n if n == pending.len() => "an answer",
+            _ => "approval or an answer",
+        };
         report.content = format!(
-            "{} waiting for approval: {}",
+            "{} waiting for {what}: {}",
             if pending.len() == 1 {
                 "1 call is".to_owned()
             } else {
@@ -1033,6 +1043,7 @@ impl Session<'_> {
     }
 
     async fn ask_user(&self, call: &ModelToolCall, arguments: Value) -> Outcome {
+        let asked = arguments.clone();
         let ask: internal::AskUser = match serde_json::from_value(arguments) {
             Ok(ask) => ask,
             Err(e) => return Outcome::error(call, format!("(tool failed: invalid question: {e})")),
@@ -1077,6 +1088,12 @@ impl Session<'_> {
                 format!("(nobody can answer now; go on with your default answer: {default})"),
                 false,
             ),
+            // A run that pauses waits for the answer (the result is left out while it waits).
+            (None, None)
+                if self.handler.approvals.wait_for_answer(&call.id, &ask.question, &asked) =>
+            {
+                Outcome::answer(call, "(waiting for an answer)".into(), false)
+            }
             (None, None) => {
                 let mut outcome = Outcome::answer(
                     call,

@@ -1904,3 +1904,32 @@ async fn a_call_in_a_sub_agent_cannot_wait() {
     assert!(results[0].0.contains("call `mock__push` on its own"), "{results:?}");
     orchestrator.cleanup().await;
 }
+
+/// A question nobody can answer pauses a run that pauses, instead of ending it: the answer
+/// given on resume is what the model reads; approving a question is refused.
+#[tokio::test]
+async fn a_question_pauses_the_run_until_it_is_answered() {
+    use toolmux_agent::Decision;
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("agent__ask_user", json!({"question": "Which branch?"}))])
+            .report("success", "merged"),
+    );
+    let config = AgentConfig { ask_user: true, ..agent("m") };
+    let (agents, orchestrator, _) = with_rules(one("a", config), &model, asking(&[])).await;
+    let report = agents.run_with("a", "merge it", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Paused, "{report:?}");
+    assert_eq!(report.pending[0].question.as_deref(), Some("Which branch?"));
+    assert!(report.content.contains("waiting for an answer: the question \"Which branch?\""));
+    let approve = BTreeMap::from([("c1_0".to_owned(), Decision::approve())]);
+    let e = agents.resume(&stored(&report), approve, &CallContext::new(), &pausing()).await;
+    assert!(e.unwrap_err().to_string().contains("is the agent's question, not a call to approve"));
+    let answer = BTreeMap::from([(
+        "c1_0".to_owned(),
+        Decision::Respond { content: "main".into(), is_error: false },
+    )]);
+    let done = agents.resume(&stored(&report), answer, &CallContext::new(), &pausing()).await;
+    assert_eq!(done.unwrap().status, AgentStatus::Success);
+    assert_eq!(tool_results(&model.requests()[1]), vec![("main".to_owned(), false)]);
+    orchestrator.cleanup().await;
+}

@@ -353,14 +353,23 @@ fn decisions(
         let content = text.ok_or_else(|| format!("--respond {id}=TEXT: the text is missing"))?;
         given.push((known(&id)?, Decision::Respond { content, is_error: false }));
     }
+    let question = |id: &str| pending.iter().any(|p| p.call_id == id && p.question.is_some());
     let mut decisions = BTreeMap::new();
     for (id, decision) in given {
+        if matches!(decision, Decision::Approve { .. }) && question(&id) {
+            return Err(format!(
+                "call `{id}` is the agent's question, not a call to approve: answer it with \
+                 --respond {id}=TEXT (or refuse with --deny {id})"
+            ));
+        }
         if decisions.insert(id.clone(), decision).is_some() {
             return Err(format!("call `{id}` is decided twice: give one decision per call"));
         }
     }
     if let Some(decision) = all {
-        for id in ids {
+        // `--approve all` approves the calls; the agent's questions still want answers.
+        let approving = matches!(decision, Decision::Approve { .. });
+        for id in ids.into_iter().filter(|id| !(approving && question(id))) {
             decisions.entry(id.to_owned()).or_insert_with(|| decision.clone());
         }
     }
@@ -467,8 +476,10 @@ fn save(file: &Path, report: &AgentReport) -> std::io::Result<()> {
 /// Lists a paused run's waiting calls on stderr, with how to decide them.
 fn print_pending(report: &AgentReport, file: &Path) {
     let count = report.pending.len();
+    let what =
+        if report.pending.iter().all(|p| p.question.is_some()) { "an answer" } else { "approval" };
     eprintln!(
-        "agent `{}` paused: {} for approval; the run is saved in {}",
+        "agent `{}` paused: {} for {what}; the run is saved in {}",
         report.agent,
         if count == 1 { "1 call waits".to_owned() } else { format!("{count} calls wait") },
         file.display()
@@ -480,7 +491,16 @@ fn print_pending(report: &AgentReport, file: &Path) {
             arguments.truncate(cut);
             arguments.push_str("...");
         }
-        eprintln!("  {}  {} {arguments}\n      why: {}", call.call_id, call.tool, call.reason);
+        match &call.question {
+            Some(question) => eprintln!(
+                "  {}  the agent asks: {question}\n      answer with --respond {}=TEXT",
+                call.call_id, call.call_id
+            ),
+            None => eprintln!(
+                "  {}  {} {arguments}\n      why: {}",
+                call.call_id, call.tool, call.reason
+            ),
+        }
     }
     if !report.approved.is_empty() {
         eprintln!("approved for the rest of the run: {}", report.approved.join(", "));

@@ -864,3 +864,43 @@ fn a_paused_run_is_resumed_with_decisions_in_another_process() {
     assert!(!file.exists(), "the ended run's file is removed");
     assert!(report.get("transcript").is_none());
 }
+
+/// The agent's question with nobody to ask pauses a run started with `--pause-to`, and
+/// `agent resume --respond ID=TEXT` answers it; `--approve all` leaves questions alone.
+#[test]
+fn a_paused_question_is_answered_on_resume() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("agent__ask_user", json!({"question": "Which file?"})),
+            ScriptStep::callback(|request| {
+                let answer = last_tool_result(request);
+                ScriptStep::text(&format!("reading {answer}"))
+            }),
+        ],
+    );
+    let project = project(&server, "openai", "    askUser: true\n");
+    let run = project.run(&["agent", "run", "reader", "read it", "--pause-to", "q.json"]);
+    assert_eq!(run.code, 5, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("paused: 1 call waits for an answer"), "{}", run.stderr);
+    assert!(run.stderr.contains("the agent asks: Which file?"), "{}", run.stderr);
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("q.json")).unwrap())
+            .unwrap();
+    let id = saved["pending"][0]["callId"].as_str().unwrap().to_owned();
+    assert!(run.stderr.contains(&format!("answer with --respond {id}=TEXT")), "{}", run.stderr);
+
+    let all = project.run(&["agent", "resume", "q.json", "--approve", "all"]);
+    assert_eq!(all.code, 5, "nothing to approve: still waiting: {}", all.stderr);
+    let wrong = project.run(&["agent", "resume", "q.json", "--approve", &id]);
+    assert!(
+        wrong.stderr.contains("is the agent's question, not a call to approve"),
+        "{}",
+        wrong.stderr
+    );
+
+    let answered = format!("{id}=notes.md");
+    let done = project.run(&["agent", "resume", "q.json", "--respond", &answered]);
+    assert_eq!(done.code, 0, "{}\n{}", done.stdout, done.stderr);
+    assert_eq!(done.stdout.trim(), "reading notes.md");
+}
