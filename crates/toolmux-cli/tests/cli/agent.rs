@@ -875,7 +875,7 @@ fn a_paused_question_is_answered_on_resume() {
             ScriptStep::tool_call("agent__ask_user", json!({"question": "Which file?"})),
             ScriptStep::callback(|request| {
                 let answer = last_tool_result(request);
-                ScriptStep::text(&format!("reading {answer}"))
+                ScriptStep::text(format!("reading {answer}"))
             }),
         ],
     );
