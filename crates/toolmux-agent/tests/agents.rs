@@ -1933,3 +1933,45 @@ async fn a_question_pauses_the_run_until_it_is_answered() {
     assert_eq!(tool_results(&model.requests()[1]), vec![("main".to_owned(), false)]);
     orchestrator.cleanup().await;
 }
+
+/// A resumed run that hands off passes the original task on, and the next agent starts
+/// afresh (not with the paused agent's conversation).
+#[tokio::test]
+async fn a_resumed_run_hands_off_with_its_task() {
+    use toolmux_agent::Decision;
+    let front = Arc::new(
+        ScriptedModel::new("front")
+            .calls(vec![("mock__push", json!({"branch": "main"}))])
+            .calls(vec![("router__handoff-to", json!({"agent": "billing", "message": "pushed"}))]),
+    );
+    let billing = Arc::new(ScriptedModel::new("billing").report("success", "billed"));
+    let mut definitions = one("front", agent("front"));
+    definitions.agents.insert("billing".into(), agent("billing"));
+    definitions.router =
+        Some(RouterConfig { destinations: vec!["front".into(), "billing".into()] });
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("front".to_owned(), front.clone() as Arc<dyn Model>),
+        ("billing".to_owned(), billing.clone() as Arc<dyn Model>),
+    ]);
+    let (agents, orchestrator, mock) =
+        with_models(definitions, models, asking(&["mock__push"])).await;
+    let report =
+        agents.run_with("front", "push and bill", &CallContext::new(), &pausing()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Paused);
+    let decisions = BTreeMap::from([("c1_0".to_owned(), Decision::approve())]);
+    let done = agents.resume(&stored(&report), decisions, &CallContext::new(), &pausing()).await;
+    let done = done.unwrap();
+    assert_eq!((done.status, done.agent.as_str()), (AgentStatus::Success, "billing"));
+    assert_eq!(done.handoffs, ["front", "billing"]);
+    assert_eq!(mock.calls_of("push"), 1);
+    let first = &billing.requests()[0].messages;
+    assert_eq!(first.len(), 1, "billing starts afresh: {first:?}");
+    match &first[0] {
+        Message::User { content } => {
+            assert!(content.starts_with("push and bill"), "{content}");
+            assert!(content.contains("agent `front`: pushed"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+    orchestrator.cleanup().await;
+}
