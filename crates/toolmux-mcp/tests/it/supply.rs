@@ -43,6 +43,15 @@ fn fake_osv(queries: Arc<Mutex<Vec<Value>>>) -> Loopback {
     Loopback::serve("osv", app)
 }
 
+/// A directory for the fake runner beneath the target directory, where programs may run
+/// (a temporary directory may be mounted `noexec`).
+fn exec_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("fake-npx")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("a directory beneath the target directory")
+}
+
 /// A fake `npx` that marks that it ran, then serves as server-everything.
 fn fake_npx(dir: &Path) -> (PathBuf, PathBuf) {
     let npx = dir.join("npx");
@@ -68,7 +77,7 @@ fn config(npx: &Path, package: &str, osv: &str) -> McpServerConfig {
 
 #[tokio::test]
 async fn a_package_osv_lists_as_malicious_is_never_started() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = exec_dir();
     let (npx, mark) = fake_npx(dir.path());
     let queries = Arc::default();
     let osv = fake_osv(Arc::clone(&queries));
@@ -110,7 +119,7 @@ async fn a_package_osv_lists_as_malicious_is_never_started() {
 /// OSV out of reach (nothing listens): the server starts, unchecked.
 #[tokio::test]
 async fn the_check_fails_open_when_osv_cannot_be_asked() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = exec_dir();
     let (npx, mark) = fake_npx(dir.path());
     let port = support::free_port();
     let provider =
@@ -125,7 +134,7 @@ async fn the_check_fails_open_when_osv_cannot_be_asked() {
 /// ask again (each would wait for the same failure).
 #[tokio::test]
 async fn a_failing_osv_is_not_asked_again_at_once() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = exec_dir();
     let (npx, mark) = fake_npx(dir.path());
     let asked = Arc::new(Mutex::new(0));
     let count = Arc::clone(&asked);
