@@ -13,7 +13,14 @@
 
 use rustix::pty::OpenptFlags;
 use std::fs::File;
+use std::io::{Read as _, Write as _};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::pin::Pin;
 use std::process::Stdio;
+use std::task::{Context, Poll};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The size the terminal says it has: wide enough that lines are rarely wrapped.
 const ROWS: u16 = 40;
@@ -136,11 +143,3 @@ impl AsyncWrite for Master {
         Poll::Ready(Ok(()))
     }
 }
-
-use std::io::{Read as _, Write as _};
-use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::OpenOptionsExt as _;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

@@ -347,7 +347,7 @@ impl Fetcher {
             // Redirected too often, or somewhere this fetch may not go: the RFC lets a
             // crawler take the file as unavailable, which allows everything (the page's
             // own address was checked, and is checked again when it is fetched).
-            Ok(Err(e)) if e.is_redirect() || refused(&e) => {
+            Ok(Err(e)) if e.is_redirect() || refused(&e).is_some() => {
                 return Ok(robots::Verdict::Rules(robots::Rules::default()));
             }
             Ok(Err(e)) => return Err(request_error(tool, &robots_url, &e)),
@@ -422,28 +422,24 @@ impl Fetcher {
     }
 }
 
-/// Whether `error` is a refused address or redirect.
-fn refused(error: &reqwest::Error) -> bool {
+/// The refusal of an address or redirect `error` holds, if it does.
+fn refused(error: &reqwest::Error) -> Option<&Refused> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(cause) = source {
-        if cause.downcast_ref::<Refused>().is_some() {
-            return true;
+        if let Some(refused) = cause.downcast_ref::<Refused>() {
+            return Some(refused);
         }
         source = cause.source();
     }
-    false
+    None
 }
 
 /// The error of a request that got no (complete) response: a refused address or redirect
 /// is said as such, anything else with reqwest's chain (which holds no credentials: the
 /// fetch sends none).
 fn request_error(tool: &str, url: &Url, error: &reqwest::Error) -> ToolError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if let Some(refused) = cause.downcast_ref::<Refused>() {
-            return ToolError::Denied { tool: tool.to_owned(), reason: refused.0.clone() };
-        }
-        source = cause.source();
+    if let Some(refused) = refused(error) {
+        return ToolError::Denied { tool: tool.to_owned(), reason: refused.0.clone() };
     }
     let mut message = error.to_string();
     let mut source = std::error::Error::source(error);
