@@ -183,6 +183,20 @@ impl ToolProvider for Live {
         self.get().call(name, arguments, ctx).await
     }
 
+    fn relays(&self, name: &str) -> bool {
+        self.get().relays(name)
+    }
+
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<toolmux::toolmux_core::Relayed, ToolError> {
+        self.get().relay(name, arguments, ctx, raw_max).await
+    }
+
     fn instructions(&self) -> Option<String> {
         self.get().instructions()
     }

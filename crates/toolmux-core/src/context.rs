@@ -274,6 +274,34 @@ pub struct CallContext {
     trace_state: Option<Arc<str>>,
     /// Headers of the caller's HTTP request ([`CallContext::with_caller_headers`]).
     caller_headers: Option<Arc<[(String, String)]>>,
+    /// Answers a relayed call's caller at once ([`CallContext::with_early_answer`]).
+    early_answer: Option<EarlyAnswer>,
+}
+
+/// Answers the caller of a relayed call ([`crate::ToolProvider::relay`]) with a result the
+/// provider has as the server wrote it, before the call returns: a gateway's hook, given
+/// the JSON text of a [`crate::Relayed::Raw`] result. It answers, and returns `true`, at
+/// most once; `false` when it did not (the caller is gone, or was answered already). The
+/// call still returns its result as usual, for the rest of its bookkeeping.
+#[derive(Clone)]
+pub struct EarlyAnswer(Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl EarlyAnswer {
+    /// The hook `answer`.
+    pub fn new(answer: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        EarlyAnswer(Arc::new(answer))
+    }
+
+    /// Answers the caller with `result` (the JSON text of a raw result); whether it did.
+    pub fn answer(&self, result: &str) -> bool {
+        (self.0)(result)
+    }
+}
+
+impl fmt::Debug for EarlyAnswer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EarlyAnswer")
+    }
 }
 
 impl Default for CallContext {
@@ -282,7 +310,7 @@ impl Default for CallContext {
             cancel: CancellationToken::new(),
             deadline: None,
             call_id: None,
-            run_id: Arc::from("default"),
+            run_id: default_run_id(),
             op: None,
             progress: None,
             log: None,
@@ -292,8 +320,15 @@ impl Default for CallContext {
             trace: None,
             trace_state: None,
             caller_headers: None,
+            early_answer: None,
         }
     }
+}
+
+/// The run id `default`, shared: a context is made for every call.
+fn default_run_id() -> Arc<str> {
+    static DEFAULT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| Arc::from("default")).clone()
 }
 
 impl CallContext {
@@ -330,6 +365,20 @@ impl CallContext {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Sets the hook that answers a relayed call's caller as soon as a provider has a raw
+    /// result within the size asked for ([`EarlyAnswer`]). Only a stage that leaves such a
+    /// result as it is may pass the hook on: the orchestrator keeps it for relayed calls
+    /// and takes it away from every other.
+    pub fn with_early_answer(mut self, answer: Option<EarlyAnswer>) -> Self {
+        self.early_answer = answer;
+        self
+    }
+
+    /// The hook that answers this relayed call's caller at once, if there is one.
+    pub fn early_answer(&self) -> Option<&EarlyAnswer> {
+        self.early_answer.as_ref()
     }
 
     /// Sets the caller's `tracestate` (vendors' trace data), passed on with the trace.
@@ -582,6 +631,8 @@ impl CallContext {
             trace: self.trace,
             trace_state: self.trace_state.clone(),
             caller_headers: self.caller_headers.clone(),
+            // A call made inside this one has a caller of its own: this one.
+            early_answer: None,
         }
     }
 }

@@ -60,8 +60,8 @@ pub use catalog::{
     ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, Role,
 };
 pub use context::{
-    ApprovalDecision, ApprovalRequest, CONNECTION_HEADERS, CallContext, InteractionHandler, Op,
-    Progress, ProgressSink, passable_header,
+    ApprovalDecision, ApprovalRequest, CONNECTION_HEADERS, CallContext, EarlyAnswer,
+    InteractionHandler, Op, Progress, ProgressSink, passable_header,
 };
 pub use error::{Party, ToolError, Violation, error_report};
 pub use interaction::{
@@ -71,7 +71,7 @@ pub use interaction::{
 pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput, json_len};
 pub use provider::{
-    Health, ProviderHealth, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
+    Health, ProviderHealth, Relayed, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
     ToolListChanges, ToolListNotifier, ToolProvider,
 };
 pub use result::ToolResult;

@@ -31,6 +31,22 @@ pub enum Subject {
     Path(String),
 }
 
+/// What a relayed call ([`ToolProvider::relay`]) gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Relayed {
+    /// The result as the server wrote it: the JSON text of an MCP `CallToolResult`
+    /// whose `content` holds what [`ToolOutput::content`] would (no content with
+    /// structured content only comes as [`Relayed::Output`]).
+    Raw {
+        /// The result's JSON text, at most the `raw_max` bytes asked for.
+        json: Box<str>,
+        /// Its `isError`.
+        is_error: bool,
+    },
+    /// The result decoded, as [`ToolProvider::call`] gives it.
+    Output(ToolOutput),
+}
+
 /// A source of tools: an MCP server, an HTTP API, the builtin file tools, another agent,
 /// or an orchestrator composing several of them.
 ///
@@ -65,6 +81,33 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         arguments: Value,
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError>;
+
+    /// Whether calls of `name` can be relayed ([`ToolProvider::relay`]) as they stand now:
+    /// cheap and without waiting, asked before every relayed call. `false` (the default).
+    fn relays(&self, name: &str) -> bool {
+        let _ = name;
+        false
+    }
+
+    /// Runs one tool as [`ToolProvider::call`] does, for a gateway that relays calls of a
+    /// protocol speaking JSON: `arguments` is the JSON text of an object, and the result
+    /// may come back as the server's own text ([`Relayed::Raw`]) when it is at most
+    /// `raw_max` bytes long, so that neither is decoded and encoded again on the way
+    /// through. Only asked for a tool [`ToolProvider::relays`] accepted; the default
+    /// decodes the arguments and makes the call.
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        let _ = raw_max;
+        let arguments = serde_json::from_str(arguments).map_err(|e| {
+            ToolError::invalid_arguments(name, format!("the arguments are not JSON: {e}"))
+        })?;
+        self.call(name, arguments, ctx).await.map(Relayed::Output)
+    }
 
     /// Connects, spawns or loads whatever the provider needs before the first call.
     async fn warmup(&self) -> Result<(), ToolError> {

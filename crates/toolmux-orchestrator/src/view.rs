@@ -9,8 +9,8 @@ use serde_json::Value;
 use std::collections::HashSet;
 use toolmux_core::{
     CallContext, Completion, CompletionRef, CompletionRequest, Health, JsonObject, Prompt,
-    PromptSpec, ProviderHealth, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
-    ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
+    PromptSpec, ProviderHealth, Relayed, ResourceContents, ResourceSpec, ResourceTemplate,
+    ResourceUpdates, ToolError, ToolKind, ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The tools of an orchestrator whose full names match at least one glob, each call going
@@ -85,6 +85,24 @@ impl ToolProvider for FilteredView {
 
     async fn has_tool(&self, name: &str) -> bool {
         self.allows(name) && self.orchestrator.has_tool(name).await
+    }
+
+    fn relays(&self, name: &str) -> bool {
+        // The search and `tools__call` are never relayed (see `Orchestrator::relays`).
+        self.allows(name) && self.orchestrator.relays(name)
+    }
+
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        if !self.allows(name) {
+            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+        }
+        self.orchestrator.relay_tool(name, arguments, ctx, raw_max).await
     }
 
     async fn call(

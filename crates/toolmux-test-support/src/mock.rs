@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toolmux_core::{
-    CallContext, Health, Progress, ToolAnnotations, ToolError, ToolKind, ToolListChanges,
-    ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
+    CallContext, ContentPart, Health, Progress, Relayed, ToolAnnotations, ToolError, ToolKind,
+    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// What a mock tool does when called.
@@ -73,6 +73,9 @@ pub struct MockProvider {
     instructions: Option<String>,
     health: Mutex<Health>,
     state_per_run: bool,
+    /// Relays calls ([`ToolProvider::relay`]).
+    relay: bool,
+    relayed: AtomicU64,
 }
 
 impl MockProvider {
@@ -94,7 +97,22 @@ impl MockProvider {
             instructions: None,
             health: Mutex::new(Health::ok()),
             state_per_run: false,
+            relay: false,
+            relayed: AtomicU64::new(0),
         }
+    }
+
+    /// Relays calls as an MCP server's connection does ([`ToolProvider::relay`]): a text
+    /// output that is no error comes back as the JSON text of an MCP result when it fits in
+    /// the size asked for; anything else decoded.
+    pub fn with_relay(mut self) -> Self {
+        self.relay = true;
+        self
+    }
+
+    /// How many calls came relayed.
+    pub fn relayed_calls(&self) -> u64 {
+        self.relayed.load(Ordering::SeqCst)
     }
 
     /// Says its outputs depend on the calling run ([`ToolProvider::state_per_run`]).
@@ -239,6 +257,43 @@ impl ToolProvider for MockProvider {
 
     async fn has_tool(&self, name: &str) -> bool {
         self.tool(name).is_some()
+    }
+
+    fn relays(&self, name: &str) -> bool {
+        self.relay && self.tool(name).is_some()
+    }
+
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        self.relayed.fetch_add(1, Ordering::SeqCst);
+        let arguments = serde_json::from_str(arguments)
+            .map_err(|e| ToolError::invalid_arguments(name, e.to_string()))?;
+        let output = self.call(name, arguments, ctx).await?;
+        let texts: Option<Vec<Value>> = output
+            .content
+            .iter()
+            .map(|part| match part {
+                ContentPart::Text { text } => Some(json!({"type": "text", "text": text})),
+                _ => None,
+            })
+            .collect();
+        let plain = !output.is_error && output.structured.is_none() && output.extras.is_empty();
+        if let Some(texts) = texts.filter(|_| plain) {
+            let json = json!({"content": texts}).to_string();
+            if json.len() <= raw_max {
+                // As a server's connection does: the caller first, then the bookkeeping.
+                if let Some(early) = ctx.early_answer() {
+                    early.answer(&json);
+                }
+                return Ok(Relayed::Raw { json: json.into(), is_error: false });
+            }
+        }
+        Ok(Relayed::Output(output))
     }
 
     async fn call(

@@ -210,14 +210,14 @@ fn agents_are_listed() {
 }
 
 /// A `toolmux serve --stdio` session of a raw MCP client, initialized with `capabilities`.
-struct Served {
+pub(crate) struct Served {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Served {
-    fn start(project: &Project, capabilities: Value) -> Served {
+    pub(crate) fn start(project: &Project, capabilities: Value) -> Served {
         use std::io::{BufRead as _, BufReader};
         use std::process::Stdio;
         let mut child = project
@@ -245,20 +245,20 @@ impl Served {
         served
     }
 
-    fn send(&mut self, message: Value) {
+    pub(crate) fn send(&mut self, message: Value) {
         use std::io::Write as _;
         let stdin = self.stdin.as_mut().expect("open until the session ends");
         writeln!(stdin, "{message}").expect("the server reads its input");
     }
 
     /// The next message from the server, within 60 s.
-    fn next(&self) -> Value {
+    pub(crate) fn next(&self) -> Value {
         let line = self.lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
         serde_json::from_str(&line).expect("a JSON line")
     }
 
     /// Closes stdin: end of input ends the server, within 30 s.
-    fn end(mut self) {
+    pub(crate) fn end(mut self) {
         drop(self.stdin.take());
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while self.child.try_wait().expect("the server's status").is_none() {

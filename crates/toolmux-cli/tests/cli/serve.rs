@@ -3,7 +3,7 @@
 //! behind it.
 
 use crate::{Project, Run, gateway_project, peer, toolmux_bin, wait};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -833,4 +833,64 @@ anyio.run(main)
         r#"{"name": "fs__grep", "arguments": {"pattern": "TODO"}}"#,
     ]);
     assert_eq!(called.ok().trim(), "notes.md");
+}
+
+/// Calls through `toolmux serve --stdio` to a stdio MCP server are relayed (the request
+/// spliced from the client's arguments, a plain result passed on as the server wrote it)
+/// and keep every stage of the pipeline: error results, the size cap, cancellation and the
+/// timeout.
+#[test]
+fn calls_relayed_to_a_stdio_server_keep_the_pipeline() {
+    let fixture = crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture");
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "mcpServers:\n  fx:\n    command: {}\n    args: [ok]\n\
+             defaults: {{toolTimeout: 2000, toolResponseMaxBytes: 1000}}\n",
+            fixture.display()
+        ),
+    );
+    let mut served = crate::agent::Served::start(&project, json!({}));
+    assert_eq!(served.next()["id"], 1);
+    let call = |served: &mut crate::agent::Served, id: u64, name: &str, arguments: Value| {
+        served.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}}));
+    };
+    call(&mut served, 2, "fx__echo", json!({"message": "hi \u{e9}"}));
+    // The fixture's result as it wrote it (a decoded and encoded one has `isError: false`).
+    let answer = served.next();
+    assert_eq!(answer["id"], 2);
+    assert_eq!(answer["result"], json!({"content": [{"type": "text", "text": "echo: hi \u{e9}"}]}));
+    call(&mut served, 3, "fx__error", json!({}));
+    // Each call is answered once (a relayed one early, by the reader of the server's output).
+    let answer = served.next();
+    assert_eq!(answer["id"], 3, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(answer["result"]["content"][0]["text"], "it broke");
+    // Over the size cap: stored, and the client told where.
+    call(&mut served, 4, "fx__big", json!({"bytes": 5000}));
+    let answer = served.next();
+    assert_eq!(answer["id"], 4, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().expect("text").to_owned();
+    assert!(text.len() < 1000 && text.contains("size_limit_exceeded"), "{text}");
+    // Cancelled by the client: no answer, and the server told.
+    call(&mut served, 5, "fx__slow", json!({}));
+    std::thread::sleep(Duration::from_millis(200));
+    served.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 5, "reason": "changed my mind"}}));
+    std::thread::sleep(Duration::from_millis(200));
+    call(&mut served, 6, "fx__cancelled_ids", json!({}));
+    let answer = served.next();
+    assert_eq!(answer["id"], 6, "no answer to the cancelled call: {answer}");
+    let cancelled = answer["result"]["content"][0]["text"].as_str().expect("text").to_owned();
+    assert!(cancelled.contains("tm-"), "the server heard of the cancellation: {cancelled}");
+    // Timed out.
+    call(&mut served, 7, "fx__hang", json!({}));
+    let answer = served.next();
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().expect("text");
+    assert!(text.contains("timeout"), "{text}");
+    served.end();
 }

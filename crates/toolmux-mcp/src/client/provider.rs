@@ -15,9 +15,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdates, TaskSupport, ToolError, ToolKind,
-    ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec, UrlElicitationRequest,
+    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, Relayed,
+    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, TaskSupport, ToolError,
+    ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider, ToolSpec,
+    UrlElicitationRequest,
 };
 
 use super::config::{McpServerConfig, TransportKind};
@@ -28,7 +29,7 @@ use super::handler::{Events, ProgressRoute};
 use super::oauth::{OAuth, Opener};
 use super::passthrough;
 use crate::McpError;
-use crate::transport::lane::{self, Lane};
+use crate::transport::lane::{self, Lane, RawReply};
 
 mod catalog;
 mod health;
@@ -534,8 +535,23 @@ impl Inner {
             suggestions.truncate(3);
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         }
+        self.rounds(&connection, name, arguments, ctx, None).await
+    }
+
+    /// The rest of [`Inner::call`] on `connection`: the call's requests, from the first to
+    /// its answer. `first`: the reply the first request already got (it was relayed).
+    async fn rounds(
+        &self,
+        connection: &Arc<Connection>,
+        name: &str,
+        arguments: Option<JsonObject>,
+        ctx: &CallContext,
+        mut first: Option<Box<Reply>>,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        let connection = connection.clone();
         // Boxed, as are the task calls below: rarely run, and a call's future holds them.
-        if self.requires_task(name) == Some(tasks::Flavor::Augmented) {
+        if first.is_none() && self.requires_task(name) == Some(tasks::Flavor::Augmented) {
             let result =
                 Box::pin(self.call_as_task(&connection, name, arguments.as_ref(), ctx)).await?;
             self.succeeded();
@@ -578,7 +594,11 @@ impl Inner {
             // declaring the extension, and the task it creates is followed to its end.
             let as_task =
                 declare_tasks || self.requires_task(name) == Some(tasks::Flavor::Extension);
-            let result = match self.call_once(&connection, name, &mut params, as_task, ctx).await? {
+            let reply = match first.take() {
+                Some(reply) => *reply,
+                None => self.call_once(&connection, name, &mut params, as_task, ctx).await?,
+            };
+            let result = match reply {
                 Reply::Answer(result) => result,
                 // Refused for want of a task (and so not run): sent again as one.
                 Reply::NeedsTask(tasks::Flavor::Extension) if !as_task => {
@@ -739,7 +759,7 @@ impl Inner {
                 return Err(ToolError::invalid_arguments(name, format!("cannot encode: {e}")));
             }
         };
-        let waiting = lane::Waiting::new(lane, &sent);
+        let waiting = lane::Waiting::new(lane, sent.number, &sent.id);
         let flight = self.events.flights.begin(ctx);
         flight.link(token.clone());
         let activity = Arc::new(Notify::new());
@@ -766,6 +786,131 @@ impl Inner {
         self.reply(connection, name, waited).await.map(Reply::Answer)
     }
 
+    /// Whether a call of `name` can be relayed now (see [`ToolProvider::relays`]): the
+    /// server runs on a stdio connection with a lane, it lists the tool, and nothing about
+    /// the call needs its arguments decoded (no headers to pass on, no task to run it as).
+    fn relays(&self, name: &str) -> bool {
+        self.config.is_enabled()
+            && self.config.passthrough_headers.is_empty()
+            && self.filter.allows(name)
+            && self.requires_task(name).is_none()
+            && !self.shutdown.is_cancelled()
+            && self.live().is_some_and(|c| c.lane.is_some())
+            && self.cached_tools().is_some_and(|tools| tools.iter().any(|t| t.name == name))
+    }
+
+    /// [`ToolProvider::relay`]: the first request goes on the lane with the arguments as
+    /// they came, and a plain text result of at most `raw_max` bytes comes back as the
+    /// server wrote it. Any other answer continues as in [`Inner::call`], the arguments
+    /// decoded then.
+    async fn relay(
+        self: &Arc<Self>,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        let decoded = || match serde_json::from_str::<Value>(arguments) {
+            Ok(Value::Object(map)) => Ok(Some(map)),
+            Ok(other) => Err(ToolError::invalid_arguments(
+                name,
+                format!("arguments must be an object, not {other}"),
+            )),
+            Err(e) => Err(ToolError::invalid_arguments(name, format!("not JSON: {e}"))),
+        };
+        // The rest of `relays` was asked just before; what may have changed since is
+        // checked again.
+        let usable = !self.shutdown.is_cancelled() && self.requires_task(name).is_none();
+        let on_lane = if usable { self.live() } else { None }
+            .and_then(|connection| connection.lane.clone().map(|lane| (connection, lane)));
+        let Some((connection, lane)) = on_lane else {
+            // Things changed since the gateway asked: the call goes the usual way.
+            let arguments = decoded()?.map_or(Value::Null, Value::Object);
+            return Box::pin(self.call(name, arguments, ctx)).await.map(Relayed::Output);
+        };
+        if let Some(idle) = &self.idle {
+            idle.touch();
+        }
+        match self.relay_once(&connection, &lane, name, arguments, ctx, raw_max).await? {
+            RelayReply::Raw(json) => {
+                self.succeeded();
+                Ok(Relayed::Raw { json, is_error: false })
+            }
+            RelayReply::Reply(reply) => {
+                let arguments = decoded()?;
+                Box::pin(self.rounds(&connection, name, arguments, ctx, Some(reply)))
+                    .await
+                    .map(Relayed::Output)
+            }
+        }
+    }
+
+    /// [`Inner::call_on_lane`] for a relayed call: the request line is spliced from the
+    /// arguments' text, and the result is read raw.
+    async fn relay_once(
+        &self,
+        connection: &Connection,
+        lane: &Arc<Lane>,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<RelayReply, ToolError> {
+        let early =
+            ctx.early_answer().map(|answer| lane::Early { max: raw_max, answer: answer.clone() });
+        let Some(mut sent) = lane.open_raw(early) else {
+            return Err(connection.lost().into_tool_error(Some(name)));
+        };
+        let trace = ctx.outgoing_trace().map(|trace| trace.to_string());
+        let state = trace.as_ref().and(ctx.trace_state());
+        let line = lane::relay_line(&sent.id, name, arguments, trace.as_deref(), state);
+        let waiting = lane::Waiting::new(lane, sent.number, &sent.id);
+        let token = ProgressToken(NumberOrString::String(sent.id.clone()));
+        let flight = self.events.flights.begin(ctx);
+        flight.link(token.clone());
+        let activity = Arc::new(Notify::new());
+        self.events.route(
+            token.clone(),
+            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
+        );
+        let _unroute = Unroute { events: &self.events, token };
+        let closed = || RawReply::Other(Box::new(Err(ServiceError::TransportClosed)));
+        let response = async {
+            if lane.write(&line).await.is_err() {
+                return closed();
+            }
+            (&mut sent.reply).await.unwrap_or_else(|_| closed())
+        };
+        let waited = self.wait(response, &activity, ctx).await;
+        match waited.abandons() {
+            Some(reason) => waiting.abandon(reason).await,
+            None => waiting.finish(),
+        }
+        let waited = waited.map(|reply| match reply {
+            RawReply::Plain(raw) => Ok(raw.into()),
+            RawReply::Result(raw) => {
+                if raw.get().len() <= raw_max && crate::transport::plain_text_result(raw.get()) {
+                    return Ok(raw.into());
+                }
+                Err(Box::new(crate::transport::call_result(raw.get())))
+            }
+            RawReply::Other(reply) => Err(reply),
+        });
+        let waited = match waited {
+            Waited::Reply(Ok(json)) => return Ok(RelayReply::Raw(json)),
+            Waited::Reply(Err(reply)) => Waited::Reply(*reply),
+            Waited::Cancelled => Waited::Cancelled,
+            Waited::TimedOut(after) => Waited::TimedOut(after),
+            Waited::ShutDown => Waited::ShutDown,
+        };
+        if let Some(refused) = self.refusal(name, &waited) {
+            return Ok(RelayReply::Reply(Box::new(refused)));
+        }
+        self.reply(connection, name, waited)
+            .await
+            .map(|result| RelayReply::Reply(Box::new(Reply::Answer(result))))
+    }
+
     /// A `tools/call` refused in a way the call may get past: for want of a task, or
     /// until the user opened URLs. (Not async: a call's future holds the caller's.)
     fn refusal(&self, name: &str, waited: &Waited) -> Option<Reply> {
@@ -778,12 +923,12 @@ impl Inner {
 
     /// Waits for a request's reply, its idle timeout reset by its progress and by the
     /// server's questions waiting for the caller.
-    async fn wait(
+    async fn wait<R>(
         &self,
-        response: impl Future<Output = Result<ServerResult, ServiceError>>,
+        response: impl Future<Output = R>,
         activity: &Notify,
         ctx: &CallContext,
-    ) -> Waited {
+    ) -> Waited<R> {
         let timeout = self.config.request_timeout();
         let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
         let mut response = std::pin::pin!(response);
@@ -864,19 +1009,34 @@ enum Reply {
     NeedsTask(tasks::Flavor),
 }
 
-/// How waiting for a request's reply ended.
-#[expect(
-    clippy::large_enum_variant,
-    reason = "lives on the stack for one call; boxing would allocate on every call"
-)]
-enum Waited {
-    Reply(Result<ServerResult, ServiceError>),
+/// What the first request of a relayed call got.
+enum RelayReply {
+    /// A plain text result, as the server wrote it.
+    Raw(Box<str>),
+    /// Anything else, for the rest of the call to handle (boxed: rare on this path).
+    Reply(Box<Reply>),
+}
+
+/// How waiting for a request's reply ended (large for a parsed reply: it lives on the
+/// stack for one call, and boxing would allocate on every call).
+enum Waited<R = Result<ServerResult, ServiceError>> {
+    Reply(R),
     Cancelled,
     TimedOut(Duration),
     ShutDown,
 }
 
-impl Waited {
+impl<R> Waited<R> {
+    /// The reply made into another.
+    fn map<S>(self, f: impl FnOnce(R) -> S) -> Waited<S> {
+        match self {
+            Waited::Reply(reply) => Waited::Reply(f(reply)),
+            Waited::Cancelled => Waited::Cancelled,
+            Waited::TimedOut(after) => Waited::TimedOut(after),
+            Waited::ShutDown => Waited::ShutDown,
+        }
+    }
+
     /// The reason to tell the server when the call stops waiting for its request.
     fn abandons(&self) -> Option<&'static str> {
         match self {
@@ -1005,6 +1165,21 @@ impl ToolProvider for McpProvider {
     ) -> Result<ToolOutput, ToolError> {
         let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
         self.inner.call(name, arguments, ctx).await
+    }
+
+    fn relays(&self, name: &str) -> bool {
+        self.inner.relays(name)
+    }
+
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        let _busy = self.inner.idle.as_ref().map(idle::Idle::enter);
+        self.inner.relay(name, arguments, ctx, raw_max).await
     }
 
     async fn warmup(&self) -> Result<(), ToolError> {

@@ -27,9 +27,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmux_core::{
-    CallContext, CompletionRef, CompletionRequest, LogLevel, LogMessage, LogSink, Progress,
-    ProgressSink, ResourceUpdates, TaskSupport, ToolError, ToolListChanges, ToolOutput,
-    ToolProvider, TraceParent,
+    CallContext, CompletionRef, CompletionRequest, EarlyAnswer, LogLevel, LogMessage, LogSink,
+    Progress, ProgressSink, Relayed, ResourceUpdates, TaskSupport, ToolError, ToolListChanges,
+    ToolOutput, ToolProvider, TraceParent,
 };
 
 /// How long a stateless run that asked a question without an answer may go on asking
@@ -306,6 +306,9 @@ pub(crate) struct Gateway {
     /// The provider's streams for `subscriptions/listen` requests rmcp is about to
     /// acknowledge, by requested filter (see [`Streams`]).
     prepared: Arc<Mutex<Vec<(SubscriptionFilter, Streams)>>>,
+    /// The client's capabilities, once a call on the direct path read them (after the
+    /// handshake, which fixes them).
+    client_capabilities: Arc<std::sync::OnceLock<Option<Arc<rmcp::model::ClientCapabilities>>>>,
 }
 
 /// What a `subscriptions/listen` request watches: the provider's change and update
@@ -374,6 +377,7 @@ impl Gateway {
             log_level: Arc::new(Mutex::new(None)),
             subscriptions: Arc::new(Mutex::new(HashSet::new())),
             prepared: Arc::default(),
+            client_capabilities: Arc::default(),
         }
     }
 
@@ -389,7 +393,7 @@ impl Gateway {
         input_responses: Option<InputResponses>,
     ) -> Result<Exchange, ErrorData> {
         let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
-        let capabilities = context.client_capabilities();
+        let capabilities = context.client_capabilities().map(Arc::new);
         let peer = context.peer.clone();
         if !stateless {
             let log_level = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
@@ -602,7 +606,7 @@ impl Gateway {
         let task = self.shared.tasks.create(self.holder(context))?;
         let interaction = ClientInteraction::task(
             context.peer.clone(),
-            context.client_capabilities(),
+            context.client_capabilities().map(Arc::new),
             task.clone(),
         );
         // The request ends now; the task's own token stops the call, and its progress
@@ -647,6 +651,8 @@ pub(crate) struct CallSinks {
     pub(crate) trace: Option<TraceParent>,
     /// Its `_meta.tracestate`.
     pub(crate) trace_state: Option<String>,
+    /// Answers a relayed call at once (see [`toolmux_core::EarlyAnswer`]).
+    pub(crate) early: Option<EarlyAnswer>,
 }
 
 impl Gateway {
@@ -663,7 +669,58 @@ impl Gateway {
         sinks: CallSinks,
     ) -> Result<CallToolResult, ErrorData> {
         let local = self.shared.local_name(name).await;
-        let capabilities = peer.peer_info().map(|info| info.capabilities.clone());
+        let ctx = self.direct_context(id, cancel, peer, sinks);
+        let result = self.shared.provider.call(&local, Value::Object(arguments), &ctx).await;
+        call_response(result)
+    }
+
+    /// The provider's name for `served` when its calls are relayed now (see
+    /// [`ToolProvider::relays`]); `None` when they go through [`Gateway::call_direct`].
+    pub(crate) fn relay_name(&self, served: &str) -> Option<String> {
+        let shared = &self.shared;
+        let local = if shared.options.name_prefix.is_none() {
+            served.to_owned()
+        } else {
+            // Only a name known to the listing now: a new one is looked up the usual way.
+            let listing = shared.cached_listing().filter(|l| l.names.contains(served))?;
+            listing.names.local(served).unwrap_or(served).to_owned()
+        };
+        shared.provider.relays(&local).then_some(local)
+    }
+
+    /// A `tools/call` on the direct path of a tool whose calls are relayed: as
+    /// [`Gateway::call_direct`], the arguments as the client wrote them and a plain result
+    /// as the server wrote it.
+    pub(crate) async fn relay_direct(
+        &self,
+        local: &str,
+        arguments: &str,
+        id: &RequestId,
+        cancel: CancellationToken,
+        peer: Peer<RoleServer>,
+        sinks: CallSinks,
+    ) -> Result<Answer, ErrorData> {
+        let ctx = self.direct_context(id, cancel, peer, sinks);
+        match self.shared.provider.relay(local, arguments, &ctx, usize::MAX).await {
+            Ok(Relayed::Raw { json, .. }) => Ok(Answer::Raw(json)),
+            Ok(Relayed::Output(output)) => call_response(Ok(output)).map(Answer::Result),
+            Err(error) => call_response(Err(error)).map(Answer::Result),
+        }
+    }
+
+    /// The context of a call on the direct path.
+    fn direct_context(
+        &self,
+        id: &RequestId,
+        cancel: CancellationToken,
+        peer: Peer<RoleServer>,
+        sinks: CallSinks,
+    ) -> CallContext {
+        // The client's capabilities, fixed by its handshake, copied once per session.
+        let capabilities = self
+            .client_capabilities
+            .get_or_init(|| peer.peer_info().map(|info| Arc::new(info.capabilities.clone())))
+            .clone();
         let interaction = Arc::new(ClientInteraction::session(peer, capabilities));
         let mut ctx = CallContext::new()
             .with_cancel(cancel)
@@ -671,7 +728,8 @@ impl Gateway {
             .with_call_id(id.to_string())
             .with_handler(interaction)
             .with_trace_parent(sinks.trace)
-            .with_trace_state(sinks.trace.and(sinks.trace_state));
+            .with_trace_state(sinks.trace.and(sinks.trace_state))
+            .with_early_answer(sinks.early);
         if let Some(token) = sinks.progress {
             let notify = sinks.notify.clone();
             let rising = Mutex::new(Rising::default());
@@ -697,9 +755,15 @@ impl Gateway {
                 }
             }));
         }
-        let result = self.shared.provider.call(&local, Value::Object(arguments), &ctx).await;
-        call_response(result)
+        ctx
     }
+}
+
+/// The answer to a call on the direct path.
+pub(crate) enum Answer {
+    /// A relayed result as the server wrote it: the JSON text of a `CallToolResult`.
+    Raw(Box<str>),
+    Result(CallToolResult),
 }
 
 /// A progress report or a log line on its way to the client.

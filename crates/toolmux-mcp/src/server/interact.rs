@@ -86,7 +86,7 @@ impl Need {
 #[derive(Debug)]
 pub(crate) struct ClientInteraction {
     peer: Peer<RoleServer>,
-    capabilities: Option<ClientCapabilities>,
+    capabilities: Option<Arc<ClientCapabilities>>,
     round: Option<Arc<Round>>,
     /// For a call run as a task: questions wait in the task for `tasks/update`.
     task: Option<Arc<TaskEntry>>,
@@ -98,7 +98,7 @@ impl ClientInteraction {
     /// For a session of a handshake revision: requests go to the client.
     pub(crate) fn session(
         peer: Peer<RoleServer>,
-        capabilities: Option<ClientCapabilities>,
+        capabilities: Option<Arc<ClientCapabilities>>,
     ) -> Self {
         ClientInteraction { peer, capabilities, round: None, task: None, missing: Mutex::new(None) }
     }
@@ -107,7 +107,7 @@ impl ClientInteraction {
     /// answers them.
     pub(crate) fn task(
         peer: Peer<RoleServer>,
-        capabilities: Option<ClientCapabilities>,
+        capabilities: Option<Arc<ClientCapabilities>>,
         task: Arc<TaskEntry>,
     ) -> Self {
         ClientInteraction {
@@ -122,7 +122,7 @@ impl ClientInteraction {
     /// For a stateless request: requests are answered from `round` or end the call.
     pub(crate) fn stateless(
         peer: Peer<RoleServer>,
-        capabilities: Option<ClientCapabilities>,
+        capabilities: Option<Arc<ClientCapabilities>>,
         round: Arc<Round>,
     ) -> Self {
         ClientInteraction {
@@ -140,7 +140,7 @@ impl ClientInteraction {
     }
 
     fn check(&self, need: Need) -> Result<(), ToolError> {
-        if need.declared(self.capabilities.as_ref()) {
+        if need.declared(self.capabilities.as_deref()) {
             return Ok(());
         }
         self.missing.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(need);

@@ -14,7 +14,7 @@
 //! "Invalid Request" answer to JSON that is no message). Both write whole lines to one
 //! outbox, written out by one task.
 
-use super::handler::{CallSinks, Gateway};
+use super::handler::{Answer, CallSinks, Gateway};
 use rmcp::model::{
     CallToolRequestMethod, ErrorData, JsonObject, JsonRpcVersion2_0, ProgressToken, RequestId,
     ServerJsonRpcMessage, ServerNotification,
@@ -23,15 +23,16 @@ use rmcp::service::{QuitReason, ServerInitializeError};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{Peer, RoleServer, ServiceExt};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolmux_core::TraceParent;
+use toolmux_core::{EarlyAnswer, TraceParent};
 
 /// Lines up to this long are looked at for the direct path; longer ones stream to rmcp as
 /// they arrive (rmcp caps them), so nothing here buffers an unbounded line.
@@ -393,8 +394,11 @@ struct Router {
     /// Set once the handshake is done: from then on calls take the direct path.
     peer: Arc<OnceLock<Peer<RoleServer>>>,
     out: Output,
+    notify: Notify,
     /// Calls running on the direct path, to cancel by the client's request id.
-    calls: Arc<Mutex<foldhash::HashMap<RequestId, CancellationToken>>>,
+    calls: Calls,
+    /// Numbers the calls (see [`Calls`]).
+    serial: AtomicU64,
     /// Cancelled when the session ends.
     ended: CancellationToken,
     /// Lines for rmcp's transport; `None` once the client's stream ended.
@@ -424,8 +428,10 @@ impl Router {
         let router = Router {
             gateway,
             peer,
+            notify: notifier(&out),
             out,
             calls: Arc::default(),
+            serial: AtomicU64::new(0),
             ended: CancellationToken::new(),
             feed: Some(feed),
             unread,
@@ -456,15 +462,27 @@ impl Router {
         // been read unless rmcp's task is behind; until then a call goes to rmcp too,
         // behind the rest, so that messages keep their order.
         let in_order = self.unread.load(Ordering::Relaxed) == 0;
-        if let Some(peer) = self.peer.get().filter(|_| in_order)
-            && let Some(call) = CallLine::parse(&line)
-        {
-            self.start_call(peer.clone(), call);
-            return;
+        if let Some(peer) = self.peer.get().filter(|_| in_order) {
+            let call = match RelayLine::parse(&line) {
+                Some(relay) => match self.gateway.relay_name(&relay.params.name) {
+                    Some(local) => {
+                        let RelayLine { id, params, .. } = relay;
+                        let arguments = params.arguments.map_or("{}", RawValue::get).to_owned();
+                        self.start_relay(peer.clone(), id, local, arguments, params.meta);
+                        return;
+                    }
+                    None => relay.into_call(),
+                },
+                None => CallLine::parse(&line),
+            };
+            if let Some(call) = call {
+                self.start_call(peer.clone(), call);
+                return;
+            }
         }
         if let Some(id) = cancelled_request(&line) {
-            let token = self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            if let Some(token) = token {
+            let call = self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            if let Some((_, token)) = call {
                 token.cancel();
             }
         }
@@ -473,13 +491,69 @@ impl Router {
 
     /// Runs a call on the direct path.
     fn start_call(&self, peer: Peer<RoleServer>, call: CallLine) {
+        let Some(answering) = self.take_id(&call.id) else { return };
+        let gateway = self.gateway.clone();
+        let notify = self.notify.clone();
+        let job = async move {
+            let CallLine { id, params, .. } = call;
+            let sinks = sinks(notify, params.meta);
+            let arguments = params.arguments.unwrap_or_default();
+            let cancel = answering.cancel.clone();
+            let call = gateway.call_direct(&params.name, arguments, &id, cancel, peer, sinks);
+            let result = call.await;
+            answering.give(result.map(Answer::Result));
+        };
+        self.run(job);
+    }
+
+    /// Runs a call of a relayed tool (see [`Gateway::relay_name`]) on the direct path: a
+    /// plain result is answered by the reader of the server's output as soon as it has it
+    /// (see [`toolmux_core::EarlyAnswer`]), the call's bookkeeping after that.
+    fn start_relay(
+        &self,
+        peer: Peer<RoleServer>,
+        id: RequestId,
+        local: String,
+        arguments: String,
+        meta: Option<CallMeta>,
+    ) {
+        let Some(answering) = self.take_id(&id) else { return };
+        let gateway = self.gateway.clone();
+        let notify = self.notify.clone();
+        let job = async move {
+            let mut sinks = sinks(notify, meta);
+            sinks.early = Some({
+                let answering = answering.clone();
+                EarlyAnswer::new(move |json| answering.give(Ok(Answer::Raw(json.into()))))
+            });
+            let cancel = answering.cancel.clone();
+            let call = gateway.relay_direct(&local, &arguments, &id, cancel, peer, sinks);
+            let result = call.await;
+            answering.give(result);
+        };
+        self.run(job);
+    }
+
+    /// Runs a call's job: on this reader thread until it first waits, or on the runtime.
+    fn run(&self, job: impl Future<Output = ()> + Send + 'static) {
+        match &self.inline {
+            Some(runtime) => crate::inline::spawn(runtime.clone(), job),
+            None => drop(tokio::spawn(job)),
+        }
+    }
+
+    /// Registers a call under the client's request id, to be cancelled by it: its
+    /// cancellation token, or `None` (and the client told) when a call in flight already
+    /// has that id.
+    fn take_id(&self, id: &RequestId) -> Option<Arc<Answering>> {
         let cancel = self.ended.child_token();
-        let calls = self.calls.clone();
+        let serial = self.serial.fetch_add(1, Ordering::Relaxed);
+        let calls = &self.calls;
         // One lookup: the id is taken unless a call in flight already has it.
-        let taken = match calls.lock().unwrap_or_else(|e| e.into_inner()).entry(call.id.clone()) {
+        let taken = match calls.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()) {
             std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(cancel.clone());
+                slot.insert((serial, cancel.clone()));
                 true
             }
         };
@@ -488,63 +562,112 @@ impl Router {
             // apart in the response, nor cancelled on its own.
             let error = ErrorData::invalid_request(
                 format!(
-                    "request id {} is already used by a call in flight; give each request an id of its own",
-                    call.id
+                    "request id {id} is already used by a call in flight; give each request an id of its own"
                 ),
                 None,
             );
-            if let Some(line) =
-                encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id: &call.id, error })
-            {
+            if let Some(line) = encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id, error }) {
                 self.out.send(line);
             }
-            return;
+            return None;
         }
-        let gateway = self.gateway.clone();
-        let out = self.out.clone();
-        let job = async move {
-            let CallLine { id, params, .. } = call;
-            let notify = {
-                let out = out.clone();
-                move |notification: ServerNotification| {
-                    let message = ServerJsonRpcMessage::notification(notification);
-                    if let Some(line) = encode(&message) {
-                        out.send(line);
-                    }
-                }
-            };
-            let (progress, trace, trace_state) = match params.meta {
-                Some(meta) => {
-                    let trace = meta.traceparent.as_deref().and_then(TraceParent::parse);
-                    (meta.progress_token, trace, meta.tracestate)
-                }
-                None => (None, None, None),
-            };
-            let sinks = CallSinks { progress, notify: Arc::new(notify), trace, trace_state };
-            let arguments = params.arguments.unwrap_or_default();
-            let call =
-                gateway.call_direct(&params.name, arguments, &id, cancel.clone(), peer, sinks);
-            let result = call.await;
-            let cancelled = cancel.is_cancelled();
-            calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-            // A call the client cancelled gets no response (MCP: the receiver of a
-            // cancellation should not answer the request).
-            if cancelled {
-                return;
-            }
-            let line = match result {
-                Ok(result) => encode(&Response { jsonrpc: JsonRpcVersion2_0, id: &id, result }),
-                Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id: &id, error }),
-            };
-            if let Some(line) = line {
-                out.send(line);
-            }
-        };
-        match &self.inline {
-            Some(runtime) => crate::inline::spawn(runtime.clone(), job),
-            None => drop(tokio::spawn(job)),
-        }
+        Some(Arc::new(Answering {
+            out: self.out.clone(),
+            calls: self.calls.clone(),
+            id: id.clone(),
+            serial,
+            cancel,
+            given: AtomicBool::new(false),
+        }))
     }
+}
+
+/// The calls running on the direct path, by the client's request id: a serial number
+/// (ids may be used again once a call is answered) and the call's cancellation.
+type Calls = Arc<Mutex<foldhash::HashMap<RequestId, (u64, CancellationToken)>>>;
+
+/// The answer to one call on the direct path, given once: when the call ends, or earlier
+/// by the early answer of a relayed call.
+struct Answering {
+    out: Output,
+    calls: Calls,
+    id: RequestId,
+    serial: u64,
+    cancel: CancellationToken,
+    given: AtomicBool,
+}
+
+impl Answering {
+    /// Answers with `result` unless the call was answered already or the client
+    /// cancelled it (MCP: the receiver of a cancellation should not answer the request);
+    /// whether it did. Either way the id is free for another call from then on.
+    fn give(&self, result: Result<Answer, ErrorData>) -> bool {
+        if self.given.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let cancelled = self.cancel.is_cancelled();
+        {
+            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+            if calls.get(&self.id).is_some_and(|(serial, _)| *serial == self.serial) {
+                calls.remove(&self.id);
+            }
+        }
+        if cancelled {
+            return false;
+        }
+        let id = &self.id;
+        let line = match result {
+            Ok(Answer::Raw(json)) => raw_response(id, &json),
+            Ok(Answer::Result(result)) => {
+                encode(&Response { jsonrpc: JsonRpcVersion2_0, id, result })
+            }
+            Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id, error }),
+        };
+        if let Some(line) = line {
+            self.out.send(line);
+        }
+        true
+    }
+}
+
+/// Sends notifications to the client, ahead of anything sent later.
+type Notify = Arc<dyn Fn(ServerNotification) + Send + Sync>;
+
+/// The session's [`Notify`].
+fn notifier(out: &Output) -> Notify {
+    let out = out.clone();
+    Arc::new(move |notification: ServerNotification| {
+        let message = ServerJsonRpcMessage::notification(notification);
+        if let Some(line) = encode(&message) {
+            out.send(line);
+        }
+    })
+}
+
+/// Where a call's progress and log lines go: to the client, through `notify`.
+fn sinks(notify: Notify, meta: Option<CallMeta>) -> CallSinks {
+    let (progress, trace, trace_state) = match meta {
+        Some(meta) => {
+            let trace = meta.traceparent.as_deref().and_then(TraceParent::parse);
+            (meta.progress_token, trace, meta.tracestate)
+        }
+        None => (None, None, None),
+    };
+    CallSinks { progress, notify, trace, trace_state, early: None }
+}
+
+/// The response line of a relayed result, spliced from its JSON text.
+fn raw_response(id: &RequestId, result: &str) -> Option<Vec<u8>> {
+    let mut line = Vec::with_capacity(result.len() + 64);
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    if let Err(e) = serde_json::to_writer(&mut line, id) {
+        tracing::warn!("cannot encode a message: {e}");
+        return None;
+    }
+    line.extend_from_slice(b",\"result\":");
+    line.extend_from_slice(result.as_bytes());
+    line.extend_from_slice(b"}\n");
+    Some(line)
 }
 
 /// One message as a line.
@@ -611,6 +734,60 @@ struct CallMeta {
     /// Its vendors' part, passed on with it.
     #[serde(default)]
     tracestate: Option<String>,
+}
+
+/// A plain `tools/call` (as [`CallLine`]) whose arguments are left as text: for a tool
+/// the gateway relays (see [`Gateway::relay_name`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RelayLine<'a> {
+    #[serde(rename = "jsonrpc")]
+    _jsonrpc: JsonRpcVersion2_0,
+    id: RequestId,
+    #[serde(rename = "method")]
+    _method: CallToolRequestMethod,
+    #[serde(borrow)]
+    params: RelayParams<'a>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RelayParams<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<CallMeta>,
+}
+
+impl<'a> RelayLine<'a> {
+    /// The call, when its arguments are an object (or absent).
+    fn parse(line: &'a [u8]) -> Option<RelayLine<'a>> {
+        let call: RelayLine<'a> = serde_json::from_str(std::str::from_utf8(line).ok()?).ok()?;
+        match call.params.arguments {
+            Some(arguments) if !arguments.get().starts_with('{') => None,
+            _ => Some(call),
+        }
+    }
+
+    /// The call as one for [`Gateway::call_direct`].
+    fn into_call(self) -> Option<CallLine> {
+        let arguments = match self.params.arguments {
+            Some(text) => Some(serde_json::from_str(text.get()).ok()?),
+            None => None,
+        };
+        Some(CallLine {
+            _jsonrpc: JsonRpcVersion2_0,
+            id: self.id,
+            _method: CallToolRequestMethod,
+            params: CallParams {
+                name: self.params.name.into_owned(),
+                arguments,
+                meta: self.params.meta,
+            },
+        })
+    }
 }
 
 impl CallLine {
@@ -840,7 +1017,25 @@ mod tests {
         ];
         for line in other {
             assert!(CallLine::parse(line.as_bytes()).is_none(), "{line}");
+            assert!(RelayLine::parse(line.as_bytes()).is_none(), "{line}");
         }
+        // A line for the relay is the same call with its arguments as text, and one whose
+        // arguments are no object takes the usual path (which refuses it through rmcp).
+        for line in direct {
+            let relay = RelayLine::parse(line.as_bytes()).expect("readable for the relay");
+            let text = relay.params.arguments.map(|a| a.get().to_owned());
+            let call = relay.into_call().expect("the same call");
+            let expected = CallLine::parse(line.as_bytes()).unwrap();
+            assert_eq!(format!("{call:?}"), format!("{expected:?}"), "{line}");
+            let arguments = text.map(|t| serde_json::from_str::<JsonObject>(&t).unwrap());
+            assert_eq!(arguments, expected.params.arguments);
+        }
+        let escaped = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a\u0062","arguments":{"k":"\n"}}}"#;
+        let relay = RelayLine::parse(escaped.as_bytes()).expect("escapes are read");
+        assert_eq!(relay.params.name, "ab");
+        assert_eq!(relay.params.arguments.map(RawValue::get), Some(r#"{"k":"\n"}"#));
+        let array = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":[1]}}"#;
+        assert!(RelayLine::parse(array.as_bytes()).is_none());
     }
 
     #[test]

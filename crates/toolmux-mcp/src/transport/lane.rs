@@ -21,7 +21,8 @@ use rmcp::model::{
 };
 use rmcp::service::{RxJsonRpcMessage, ServiceError};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use serde_json::value::RawValue;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -33,6 +34,32 @@ use super::{Fault, FaultKind};
 /// What a request of the lane got: its result, the server's error, or the connection's end
 /// (as rmcp reports them, so callers handle both paths alike).
 pub(crate) type Reply = Result<ServerResult, ServiceError>;
+
+/// What a relayed request of the lane ([`Lane::open_raw`]) got: a result as the server
+/// wrote it, or anything else as [`Reply`].
+#[derive(Debug)]
+pub(crate) enum RawReply {
+    Result(Box<RawValue>),
+    /// A plain text result within the size asked for ([`super::plain_text_result`]),
+    /// given to the request's early answer, if it had one, before it was sent here.
+    Plain(Box<RawValue>),
+    /// Boxed: rare on this path, and a call holds the reply on its stack.
+    Other(Box<Reply>),
+}
+
+/// Who waits for a request's answer.
+enum Waiter {
+    Parsed(oneshot::Sender<Reply>),
+    Raw(oneshot::Sender<RawReply>, Option<Early>),
+}
+
+/// Where a raw request's plain result goes first: its caller's answer, given by the
+/// reader of the server's output as soon as it has read the result (see
+/// [`toolmux_core::EarlyAnswer`]), when the result is at most `max` bytes long.
+pub(crate) struct Early {
+    pub(crate) max: usize,
+    pub(crate) answer: toolmux_core::EarlyAnswer,
+}
 
 /// Handles the notifications it wants (progress, log lines) and returns the others.
 pub(crate) type Tap =
@@ -51,7 +78,10 @@ pub(crate) struct Lane {
     next: AtomicU64,
     /// Calls waiting for their response, by the number in their id; `None` once the
     /// connection ended (every waiting call then sees it closed).
-    pending: Mutex<Option<foldhash::HashMap<u64, oneshot::Sender<Reply>>>>,
+    pending: Mutex<Option<foldhash::HashMap<u64, Waiter>>>,
+    /// How many of them wait for a raw result: while none does, the reader does not look
+    /// at a line before parsing it.
+    raw_waiting: AtomicUsize,
     tap: OnceLock<Tap>,
     /// The pipe was closed under a write, or the connection ended.
     broken: Arc<AtomicBool>,
@@ -73,6 +103,14 @@ pub(crate) struct Sent {
     pub(crate) reply: oneshot::Receiver<Reply>,
 }
 
+/// A request sent on the lane for a raw result ([`Lane::open_raw`]).
+#[derive(Debug)]
+pub(crate) struct SentRaw {
+    pub(crate) number: u64,
+    pub(crate) id: Arc<str>,
+    pub(crate) reply: oneshot::Receiver<RawReply>,
+}
+
 /// The lane's pipe is closed.
 #[derive(Debug, thiserror::Error)]
 #[error("the server's stdin is closed")]
@@ -85,6 +123,7 @@ impl Lane {
             fault,
             next: AtomicU64::new(1),
             pending: Mutex::new(Some(foldhash::HashMap::default())),
+            raw_waiting: AtomicUsize::new(0),
             tap: OnceLock::new(),
             broken: Arc::default(),
         }
@@ -101,9 +140,7 @@ impl Lane {
         let _ = self.tap.set(tap);
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Option<foldhash::HashMap<u64, oneshot::Sender<Reply>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<foldhash::HashMap<u64, Waiter>>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -111,15 +148,82 @@ impl Lane {
     pub(crate) fn open(&self) -> Option<Sent> {
         let number = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, reply) = oneshot::channel();
-        self.lock().as_mut()?.insert(number, tx);
+        self.lock().as_mut()?.insert(number, Waiter::Parsed(tx));
         Some(Sent { number, id: Arc::from(format!("{ID_PREFIX}{number}")), reply })
+    }
+
+    /// As [`Lane::open`], for a request whose result is wanted as the server wrote it
+    /// ([`RawReply::Result`]), not parsed; a plain one goes to `early` first.
+    pub(crate) fn open_raw(&self, early: Option<Early>) -> Option<SentRaw> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, reply) = oneshot::channel();
+        {
+            let mut pending = self.lock();
+            pending.as_mut()?.insert(number, Waiter::Raw(tx, early));
+            self.raw_waiting.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(SentRaw { number, id: Arc::from(format!("{ID_PREFIX}{number}")), reply })
+    }
+
+    /// Takes request `number`'s waiter out of `pending`.
+    fn remove(&self, pending: &mut foldhash::HashMap<u64, Waiter>, number: u64) -> Option<Waiter> {
+        let waiter = pending.remove(&number);
+        if let Some(Waiter::Raw(..)) = waiter {
+            self.raw_waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        waiter
     }
 
     /// Stops waiting for a reply (the call was cancelled or timed out).
     pub(crate) fn forget(&self, number: u64) {
         if let Some(pending) = self.lock().as_mut() {
-            pending.remove(&number);
+            self.remove(pending, number);
         }
+    }
+
+    /// Hands a line to the request waiting for it raw, when it is the result of one:
+    /// read only by its id and checked as JSON, not parsed into a message. `false` for
+    /// any other line, which is then parsed as usual.
+    pub(crate) fn take_raw(&self, line: &[u8]) -> bool {
+        #[derive(serde::Deserialize)]
+        struct Peek<'a> {
+            #[serde(borrow)]
+            jsonrpc: &'a str,
+            #[serde(borrow)]
+            id: &'a str,
+            #[serde(borrow)]
+            result: &'a RawValue,
+        }
+        if self.raw_waiting.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let Ok(text) = std::str::from_utf8(line) else { return false };
+        let Ok(peek) = serde_json::from_str::<Peek<'_>>(text) else { return false };
+        let Some(number) = peek.id.strip_prefix(ID_PREFIX).and_then(|n| n.parse().ok()) else {
+            return false;
+        };
+        if peek.jsonrpc != "2.0" {
+            return false;
+        }
+        let waiter = {
+            let mut pending = self.lock();
+            let Some(pending) = pending.as_mut() else { return false };
+            if !matches!(pending.get(&number), Some(Waiter::Raw(..))) {
+                return false;
+            }
+            self.remove(pending, number)
+        };
+        let Some(Waiter::Raw(tx, early)) = waiter else { return true };
+        let result = peek.result.get();
+        let reply = match early {
+            Some(early) if result.len() <= early.max && super::plain_text_result(result) => {
+                early.answer.answer(result);
+                RawReply::Plain(peek.result.to_owned())
+            }
+            _ => RawReply::Result(peek.result.to_owned()),
+        };
+        let _ = tx.send(reply);
+        true
     }
 
     /// Writes one message (a line) to the server's stdin.
@@ -157,6 +261,7 @@ impl Lane {
         self.broken.store(true, Ordering::Relaxed);
         // Dropping the senders wakes the receivers with an error.
         drop(self.lock().take());
+        self.raw_waiting.store(0, Ordering::Relaxed);
     }
 
     /// Takes a received message if it is the lane's (a response to one of its requests, or
@@ -191,10 +296,13 @@ impl Lane {
     }
 
     fn deliver(&self, number: u64, reply: Reply) {
-        let waiting = self.lock().as_mut().and_then(|pending| pending.remove(&number));
+        let waiting = self.lock().as_mut().and_then(|pending| self.remove(pending, number));
         match waiting {
-            Some(tx) => {
+            Some(Waiter::Parsed(tx)) => {
                 let _ = tx.send(reply);
+            }
+            Some(Waiter::Raw(tx, _)) => {
+                let _ = tx.send(RawReply::Other(Box::new(reply)));
             }
             // A call that gave up (cancelled, timed out) before its response arrived.
             None => tracing::trace!(id = number, "response to a call no longer waiting"),
@@ -217,8 +325,8 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    pub(crate) fn new(lane: &Arc<Lane>, sent: &Sent) -> Waiting {
-        Waiting { lane: lane.clone(), number: sent.number, id: sent.id.clone(), done: false }
+    pub(crate) fn new(lane: &Arc<Lane>, number: u64, id: &Arc<str>) -> Waiting {
+        Waiting { lane: lane.clone(), number, id: id.clone(), done: false }
     }
 
     /// The call is over and the server needs no word of it, or has had it.
@@ -292,6 +400,43 @@ pub(crate) fn call_line(
     Ok(line)
 }
 
+/// A `tools/call` request as one line, its arguments spliced in as they came (the JSON
+/// text of an object), with the progress token and trace context [`call_line`] would give.
+pub(crate) fn relay_line(
+    id: &str,
+    name: &str,
+    arguments: &str,
+    trace: Option<&str>,
+    trace_state: Option<&str>,
+) -> Vec<u8> {
+    let mut line = Vec::with_capacity(crate::LINE_CAPACITY.max(arguments.len() + 160));
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":\"");
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(b"\",\"method\":\"tools/call\",\"params\":{\"name\":");
+    json_string(&mut line, name);
+    line.extend_from_slice(b",\"arguments\":");
+    line.extend_from_slice(arguments.as_bytes());
+    line.extend_from_slice(b",\"_meta\":{\"progressToken\":\"");
+    line.extend_from_slice(id.as_bytes());
+    line.push(b'"');
+    if let Some(trace) = trace {
+        line.extend_from_slice(b",\"traceparent\":");
+        json_string(&mut line, trace);
+        if let Some(state) = trace_state {
+            line.extend_from_slice(b",\"tracestate\":");
+            json_string(&mut line, state);
+        }
+    }
+    line.extend_from_slice(b"}}}\n");
+    line
+}
+
+/// `text` as a JSON string.
+fn json_string(line: &mut Vec<u8>, text: &str) {
+    // Writing a string to a vector cannot fail.
+    let _ = serde_json::to_writer(&mut *line, text);
+}
+
 /// The `notifications/cancelled` of a lane request, as one line.
 pub(crate) fn cancel_line(id: &str, reason: &str) -> Vec<u8> {
     let message = serde_json::json!({
@@ -302,4 +447,135 @@ pub(crate) fn cancel_line(id: &str, reason: &str) -> Vec<u8> {
     let mut line = message.to_string().into_bytes();
     line.push(b'\n');
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{CallToolRequestParams, ErrorCode, ErrorData, JsonRpcError};
+
+    fn lane() -> (Lane, tokio::process::Child) {
+        super::super::stdio::lane_onto_cat()
+    }
+
+    /// A raw waiter gets a result line's `result` as it was written; a parsed waiter's
+    /// line, another id and anything that is not a result are left to the parse.
+    #[tokio::test]
+    async fn results_reach_raw_waiters_as_written() {
+        let (lane, _cat) = lane();
+        assert!(!lane.take_raw(br#"{"jsonrpc":"2.0","id":"tm-1","result":{}}"#), "none waits");
+        let mut raw = lane.open_raw(None).expect("open");
+        let parsed = lane.open().expect("open");
+        assert_eq!((&*raw.id, &*parsed.id), ("tm-1", "tm-2"));
+        let other = [
+            r#"{"jsonrpc":"2.0","id":"tm-2","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":"tm-9","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":"tm-1","error":{"code":-32602,"message":"no"}}"#,
+            r#"{"jsonrpc":"1.0","id":"tm-1","result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+        ];
+        for line in other {
+            assert!(!lane.take_raw(line.as_bytes()), "{line}");
+        }
+        let line =
+            r#"{"jsonrpc":"2.0","id":"tm-1","result":{"content":[{"type":"text","text":"é"}]}}"#;
+        assert!(lane.take_raw(line.as_bytes()));
+        let Ok(RawReply::Result(result)) = raw.reply.try_recv() else { panic!("delivered") };
+        assert_eq!(result.get(), r#"{"content":[{"type":"text","text":"é"}]}"#);
+        assert_eq!(lane.raw_waiting.load(Ordering::Relaxed), 0);
+
+        // An error for a raw waiter comes parsed.
+        let mut raw = lane.open_raw(None).expect("open");
+        let error = JsonRpcError {
+            jsonrpc: Default::default(),
+            id: Some(NumberOrString::String(raw.id.clone())),
+            error: ErrorData::new(ErrorCode(-32602), "no such tool", None),
+        };
+        assert!(lane.take(JsonRpcMessage::Error(error)).is_none());
+        let Ok(RawReply::Other(reply)) = raw.reply.try_recv() else { panic!("delivered") };
+        let Err(ServiceError::McpError(error)) = *reply else { panic!("an error: {reply:?}") };
+        assert_eq!(error.message, "no such tool");
+
+        // A call that stopped waiting is forgotten.
+        let raw = lane.open_raw(None).expect("open");
+        lane.forget(raw.number);
+        assert_eq!(lane.raw_waiting.load(Ordering::Relaxed), 0);
+        let line = format!(r#"{{"jsonrpc":"2.0","id":"{}","result":{{}}}}"#, raw.id);
+        assert!(!lane.take_raw(line.as_bytes()));
+        drop(parsed);
+    }
+
+    /// A plain result within the size asked for goes to the early answer before it is
+    /// handed over; any other is only handed over.
+    #[tokio::test]
+    async fn plain_results_are_answered_early() {
+        let (lane, _cat) = lane();
+        let answered = Arc::new(Mutex::new(Vec::<String>::new()));
+        let early = || {
+            let answered = answered.clone();
+            Some(Early {
+                max: 60,
+                answer: toolmux_core::EarlyAnswer::new(move |json| {
+                    answered.lock().unwrap().push(json.to_owned());
+                    true
+                }),
+            })
+        };
+        let plain = r#"{"content":[{"type":"text","text":"ok"}]}"#;
+        let cases = [
+            (plain, true),
+            (r#"{"content":[{"type":"text","text":"no"}],"isError":true}"#, false),
+            (
+                r#"{"content":[{"type":"text","text":"a longer text than sixty bytes, all told"}]}"#,
+                false,
+            ),
+        ];
+        for (result, early_too) in cases {
+            let mut sent = lane.open_raw(early()).expect("open");
+            let line = format!(r#"{{"jsonrpc":"2.0","id":"{}","result":{result}}}"#, sent.id);
+            assert!(lane.take_raw(line.as_bytes()));
+            let reply = sent.reply.try_recv().expect("delivered");
+            match reply {
+                RawReply::Plain(raw) => {
+                    assert!(early_too, "{result}");
+                    assert_eq!(raw.get(), result);
+                }
+                RawReply::Result(raw) => {
+                    assert!(!early_too, "{result}");
+                    assert_eq!(raw.get(), result);
+                }
+                RawReply::Other(other) => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(*answered.lock().unwrap(), vec![plain.to_owned()]);
+    }
+
+    /// The spliced request is the request [`call_line`] writes.
+    #[test]
+    fn relay_lines_are_the_call_lines() {
+        let arguments = r#"{"message": "h\"i", "n": [1, 2]}"#;
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        for (trace, state) in [(None, None), (Some(trace), None), (Some(trace), Some("k=v,\"q\""))]
+        {
+            let mut params = CallToolRequestParams::new("na\"me")
+                .with_arguments(serde_json::from_str(arguments).expect("an object"));
+            let meta = params.meta.get_or_insert_default();
+            meta.set_progress_token(rmcp::model::ProgressToken(NumberOrString::String(
+                "tm-4".into(),
+            )));
+            if let Some(trace) = trace {
+                meta.set_traceparent(trace.to_owned());
+                if let Some(state) = state {
+                    meta.set_tracestate(state);
+                }
+            }
+            let expected: serde_json::Value =
+                serde_json::from_slice(&call_line("tm-4", &params).expect("encodes")).unwrap();
+            let line = relay_line("tm-4", "na\"me", arguments, trace, state);
+            assert_eq!(line.last(), Some(&b'\n'));
+            let spliced: serde_json::Value = serde_json::from_slice(&line).expect("JSON");
+            assert_eq!(spliced, expected);
+        }
+    }
 }

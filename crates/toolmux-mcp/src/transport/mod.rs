@@ -291,6 +291,57 @@ fn call_tool_response(bytes: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     ))
 }
 
+/// A `tools/call` result read raw ([`lane::RawReply::Result`]) parsed as a message's
+/// result would be: a `CallToolResult` when it is one, else whichever result it is.
+pub(crate) fn call_result(
+    result: &str,
+) -> Result<rmcp::model::ServerResult, rmcp::service::ServiceError> {
+    use rmcp::model::{CallToolResult, ServerResult};
+
+    if let Ok(call) = serde_json::from_str::<CallToolResult>(result) {
+        return Ok(ServerResult::CallToolResult(call));
+    }
+    serde_json::from_str::<ServerResult>(result).map_err(|e| {
+        let text = &result[..result.floor_char_boundary(120)];
+        rmcp::service::ServiceError::McpError(rmcp::model::ErrorData::internal_error(
+            format!("the server's answer to tools/call is not a result ({e}): `{text}`"),
+            None,
+        ))
+    })
+}
+
+/// Whether a `tools/call` result, as JSON text, is a success of text blocks only and
+/// nothing else (no annotations, no `_meta`, no structured content): one that the gateway
+/// may pass on as it came, since decoding and encoding it again would give the same
+/// result (see [`toolmux_core::Relayed::Raw`]). Read without building anything but a list
+/// of borrowed blocks.
+pub(crate) fn plain_text_result(result: &str) -> bool {
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TextResult<'a> {
+        #[serde(borrow)]
+        content: Vec<TextBlock<'a>>,
+        #[serde(rename = "isError", default)]
+        is_error: Option<bool>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TextBlock<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: &'a str,
+        #[serde(borrow)]
+        text: &'a RawValue,
+    }
+
+    serde_json::from_str::<TextResult<'_>>(result).is_ok_and(|result| {
+        result.is_error != Some(true)
+            && result.content.iter().all(|b| b.kind == "text" && b.text.get().starts_with('"'))
+    })
+}
+
 /// The commonest answer to a `tools/call`, text blocks only (no annotations, no `_meta`),
 /// parsed in one pass into the `CallToolResult` rmcp's parse gives; `None` for anything
 /// else, which takes [`call_tool_response`]. rmcp's content blocks are an internally
@@ -355,6 +406,43 @@ mod tests {
         assert_eq!(err, "not JSON: `Server listening on port 3000`");
         let err = parse_message(br#"{"hello": 1}"#).unwrap_err();
         assert_eq!(err, r#"not a JSON-RPC message: `{"hello": 1}`"#);
+    }
+
+    /// Only a success of text blocks and nothing else may pass on raw; a raw result that
+    /// may not parses as the same message's result would.
+    #[test]
+    fn only_plain_text_results_pass_on_raw() {
+        let plain = [
+            r#"{"content":[{"type":"text","text":"Echo: hello"}]}"#,
+            r#"{"content":[{"text":"a\nb","type":"text"},{"type":"text","text":""}],"isError":false}"#,
+            r#"{"content":[]}"#,
+        ];
+        for result in plain {
+            assert!(plain_text_result(result), "{result}");
+        }
+        let other = [
+            r#"{"content":[{"type":"text","text":"x"}],"isError":true}"#,
+            r#"{"content":[{"type":"text","text":"x","annotations":{"priority":1}}]}"#,
+            r#"{"content":[{"type":"text","text":"x"}],"_meta":{"k":"v"}}"#,
+            r#"{"content":[],"structuredContent":{"n":1}}"#,
+            r#"{"content":[{"type":"image","data":"AA==","mimeType":"image/png"}]}"#,
+            r#"{"content":[{"type":"text","text":7}]}"#,
+            r#"{"content":{"type":"text","text":"x"}}"#,
+            r#"{"task":{"taskId":"t"}}"#,
+        ];
+        for result in other {
+            assert!(!plain_text_result(result), "{result}");
+        }
+        let line =
+            r#"{"jsonrpc":"2.0","id":3,"result":{"content":[],"structuredContent":{"n":1}}}"#;
+        let JsonRpcMessage::Response(message) = parse_message(line.as_bytes()).unwrap() else {
+            panic!("a response");
+        };
+        let raw = call_result(r#"{"content":[],"structuredContent":{"n":1}}"#).unwrap();
+        assert_eq!(format!("{raw:?}"), format!("{:?}", message.result));
+        // What no result kind reads is rmcp's custom result, as in a parsed message.
+        let custom = call_result(r#"{"content": 5}"#).unwrap();
+        assert!(matches!(custom, rmcp::model::ServerResult::CustomResult(_)), "{custom:?}");
     }
 
     /// The fast path gives exactly what rmcp's own parse gives, and declines the rest.

@@ -334,7 +334,12 @@ impl StdoutReader {
             }
             let parsed = {
                 let trimmed = line.trim_ascii();
-                (!trimmed.is_empty()).then(|| parse_message(trimmed))
+                if self.lane.take_raw(trimmed) {
+                    self.spoken = true;
+                    None
+                } else {
+                    (!trimmed.is_empty()).then(|| parse_message(trimmed))
+                }
             };
             line.clear();
             // A huge result is held once, as the parsed message; the line buffer does not
@@ -573,4 +578,18 @@ mod tests {
             );
         }
     }
+}
+
+/// A lane onto `cat`, which reads what is written and answers nothing (for the lane's
+/// tests; processes are spawned here).
+#[cfg(test)]
+pub(crate) fn lane_onto_cat() -> (Lane, tokio::process::Child) {
+    let mut child = tokio::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cat runs");
+    let stdin = child.stdin.take().expect("a pipe");
+    (Lane::new(stdin, Fault::default()), child)
 }

@@ -559,3 +559,58 @@ async fn serving_that_ends_first_lets_go_of_a_socket_input() {
     let closed = within(closed).await.unwrap();
     assert_eq!(closed, Some(std::io::ErrorKind::BrokenPipe), "the server's end stays open");
 }
+
+/// Calls of a tool its provider relays take the relay, with or without a progress token,
+/// under a name prefix too; the answers are what any call gives; cancelling one cancels
+/// the tool.
+#[tokio::test]
+async fn relayed_tools_are_relayed_and_answered_as_any_call() {
+    let mock = Arc::new(
+        MockProvider::new("mock")
+            .with_tool("say", Behavior::Text("said".into()))
+            .with_tool("bad", Behavior::ErrorOutput("it broke".into()))
+            .with_tool("echo", Behavior::Echo)
+            .with_tool("hang", Behavior::Hang)
+            .with_relay(),
+    );
+    let options =
+        ServeOptions { name_prefix: Some("mcp__toolmux__".into()), ..ServeOptions::default() };
+    let (client, _, _server) = connect_io(mock.clone(), options, Lifecycle::Initialize).await;
+    within(client.list_all_tools()).await.unwrap();
+    let said = call(&client, "say", json!({"anything": [1, 2]})).await;
+    // Passed on as the provider gave it: without `isError`, which means no error.
+    assert_eq!((first_text(&said), said.is_error), ("said".to_owned(), None));
+    assert_eq!(mock.relayed_calls(), 1);
+    // An error output, and one that is not plain text, come decoded and encoded as usual.
+    let bad = call(&client, "bad", json!({})).await;
+    assert_eq!((first_text(&bad), bad.is_error), ("it broke".to_owned(), Some(true)));
+    let echo = call(&client, "echo", json!({"n": 1})).await;
+    let echoed: serde_json::Value = serde_json::from_str(&first_text(&echo)).unwrap();
+    assert_eq!((echoed, echo.is_error), (json!({"n": 1}), Some(false)));
+    assert_eq!(mock.relayed_calls(), 3);
+    // With a progress token.
+    let mut meta = RequestMetaObject::new();
+    meta.set_progress_token(ProgressToken(NumberOrString::String("p-1".into())));
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("say")));
+    let mut options = PeerRequestOptions::no_options();
+    options.meta = Some(meta);
+    let handle = within(client.send_cancellable_request(request, options)).await.unwrap();
+    let answer = format!("{:?}", within(handle.await_response()).await.unwrap());
+    assert!(answer.contains("said"), "{answer}");
+    assert_eq!(mock.relayed_calls(), 4);
+    // Cancelled.
+    let request =
+        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("hang")));
+    let handle = within(client.send_cancellable_request(request, PeerRequestOptions::no_options()))
+        .await
+        .unwrap();
+    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    within(handle.cancel(Some("test".into()))).await.unwrap();
+    eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    assert_eq!(mock.relayed_calls(), 5);
+    // Without arguments.
+    let said = within(client.call_tool(CallToolRequestParams::new("say"))).await.unwrap();
+    assert_eq!(first_text(&said), "said");
+    assert_eq!((mock.relayed_calls(), mock.total_calls()), (6, 6));
+}

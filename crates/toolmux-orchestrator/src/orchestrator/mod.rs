@@ -4,6 +4,7 @@
 mod completion;
 mod prompts;
 mod reach;
+mod relay;
 mod resources;
 
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
@@ -33,9 +34,9 @@ use tokio_util::sync::CancellationToken;
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, Completion, CompletionRequest, ContentPart,
     Health, InteractionHandler, JsonObject, Op, ProgressSink, Prompt, PromptSpec, ProviderHealth,
-    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier, ResourceUpdates,
-    ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput, ToolProvider,
-    ToolResult, ToolSpec, naming,
+    Relayed, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdateNotifier,
+    ResourceUpdates, ToolCall, ToolError, ToolKind, ToolListChanges, ToolListNotifier, ToolOutput,
+    ToolProvider, ToolResult, ToolSpec, naming,
 };
 use tracing::Instrument as _;
 
@@ -398,6 +399,17 @@ struct Forwarders {
     /// Indices of the providers that offer updates.
     sources: Vec<usize>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What a call ended with, for the record.
+#[derive(Debug, Clone, Copy)]
+enum Outcome<'a> {
+    Output(&'a ToolOutput),
+    /// A relayed result as the server wrote it.
+    Raw {
+        json: &'a str,
+        is_error: bool,
+    },
 }
 
 /// What the pipeline learned about a call besides its result, for the record.
@@ -973,7 +985,7 @@ impl Orchestrator {
             ctx,
             &op,
             &meta,
-            &result,
+            result.as_ref().map(Outcome::Output),
             started,
             chars_in,
             audit_args,
@@ -1094,14 +1106,14 @@ impl Orchestrator {
         ctx: &CallContext,
         op: &Arc<Op>,
         meta: &CallMeta,
-        result: &Result<ToolOutput, ToolError>,
+        result: Result<Outcome<'_>, &ToolError>,
         started: Instant,
         chars_in: u64,
         audit_args: Option<String>,
     ) -> Duration {
         let elapsed = started.elapsed();
         let latency_ms = elapsed.as_millis() as u64;
-        let ok = matches!(result, Ok(o) if !o.is_error);
+        let ok = matches!(result, Ok(o) if !o.is_error());
         let stats = match entry {
             Some(entry) => entry.stats.get_or_init(|| self.inner.stats.of(tool)).clone(),
             None => self.inner.stats.of_unknown(tool, self.registry().len()),
@@ -1111,7 +1123,7 @@ impl Orchestrator {
             self.inner.stats.record_holder(holder, ok);
         }
         let error_code = match result {
-            Ok(o) if o.is_error => Some("tool_error"),
+            Ok(o) if o.is_error() => Some("tool_error"),
             Ok(_) => None,
             Err(e) => Some(e.code()),
         };
@@ -1120,7 +1132,7 @@ impl Orchestrator {
                 tracing::debug!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: ok");
             }
             Ok(o) => {
-                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", o.to_text().chars().take(200).collect::<String>());
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", o.text().chars().take(200).collect::<String>());
             }
             Err(e) => {
                 tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&e.report()));
@@ -1131,7 +1143,7 @@ impl Orchestrator {
             return elapsed;
         }
         let text = match result {
-            Ok(o) => o.to_text(),
+            Ok(o) => o.text(),
             Err(e) => e.report(),
         };
         if let (Some(audit), Some(arguments_sha256)) = (&self.inner.audit, audit_args) {
@@ -1239,7 +1251,25 @@ impl Orchestrator {
         } else {
             Box::pin(self.after_hooks(entry, output, ctx, op)).await?
         };
-        let max = entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes);
+        self.bounded_output(entry, output, ctx, meta).await
+    }
+
+    /// The largest output of `entry` that passes unchanged: over it, text is stored or cut
+    /// ([`Orchestrator::bounded_output`]).
+    fn response_max(&self, entry: &ToolEntry) -> usize {
+        entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes)
+    }
+
+    /// The output within the size caps (text, then structured content) and the run's
+    /// context budget.
+    async fn bounded_output(
+        &self,
+        entry: &ToolEntry,
+        output: ToolOutput,
+        ctx: &CallContext,
+        meta: &CallMeta,
+    ) -> Result<ToolOutput, ToolError> {
+        let max = self.response_max(entry);
         let output = if textual_len(&output) > max {
             self.cap_size(entry, output, ctx, meta).await
         } else {
@@ -1560,6 +1590,29 @@ impl Orchestrator {
         generation: &CancellationToken,
         time_left: Option<Duration>,
     ) -> Result<ToolOutput, ToolError> {
+        let call = |provider_ctx: CallContext| async move {
+            // Stages after this one may change the output: the caller is answered by them.
+            let provider_ctx = provider_ctx.with_early_answer(None);
+            entry.provider.call(&entry.original, arguments, &provider_ctx).await
+        };
+        self.timed(entry, ctx, op, generation, time_left, call).await
+    }
+
+    /// Runs `call` (a provider call, given the provider's context) as
+    /// [`Orchestrator::timed_call`] describes.
+    async fn timed<T, F, Fut>(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        generation: &CancellationToken,
+        time_left: Option<Duration>,
+        call: F,
+    ) -> Result<T, ToolError>
+    where
+        F: FnOnce(CallContext) -> Fut,
+        Fut: Future<Output = Result<T, ToolError>>,
+    {
         let settings = &entry.settings;
         let start = Instant::now();
         let mut timeout = settings.timeout;
@@ -1607,8 +1660,7 @@ impl Orchestrator {
         }
         // Allocated only on the paths that report an error.
         let tool = || entry.name.to_string();
-        let call = AssertUnwindSafe(entry.provider.call(&entry.original, arguments, &provider_ctx))
-            .catch_unwind();
+        let call = AssertUnwindSafe(call(provider_ctx)).catch_unwind();
         tokio::pin!(call);
         // In-process tools often finish on their first poll: try once before arming the timer
         // and the cancellation waits (the select below polls the call first all the same).
@@ -1924,6 +1976,20 @@ impl ToolProvider for Orchestrator {
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         self.call_tool(name, arguments, ctx).await
+    }
+
+    fn relays(&self, name: &str) -> bool {
+        Orchestrator::relays(self, name)
+    }
+
+    async fn relay(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        self.relay_tool(name, arguments, ctx, raw_max).await
     }
 
     async fn warmup(&self) -> Result<(), ToolError> {

@@ -9,6 +9,7 @@ mod lifecycle;
 mod limits;
 mod lookup;
 mod queue;
+mod relay;
 mod search;
 mod timeout;
 

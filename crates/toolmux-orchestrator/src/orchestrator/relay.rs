@@ -1,0 +1,137 @@
+//! Relayed calls ([`ToolProvider::relay`]): the pipeline of [`Orchestrator::call_tool`] for
+//! a gateway that has the call's arguments as JSON text and wants the result as the
+//! server wrote it.
+//!
+//! A gateway in front of MCP servers spends most of a call's time decoding and encoding:
+//! the client's request into values, the values into the server's request, the server's
+//! answer into values and those into the client's answer. A relayed call still has its
+//! arguments decoded once, for validation and permission rules, but the request the
+//! server gets is spliced from the text the client sent, and a plain result comes back as
+//! the server wrote it. Every stage runs as for any call (lookup, permission, validation,
+//! rate limit, queue slot, timeout, cancellation, size cap, accounting); a tool is relayed
+//! only while no stage needs more: no hooks (they may rewrite arguments or outputs), no
+//! cache, no retries, no secrets to redact, no run budgets, no audit log and nobody
+//! listening to events. Otherwise [`Orchestrator::relays`] says no and the gateway calls
+//! the tool as usual.
+
+use super::{CallMeta, InFlight, Orchestrator, Outcome};
+use crate::permission::Permission;
+use std::sync::Arc;
+use tokio::time::Instant;
+use toolmux_core::{CallContext, Op, Relayed, ToolError};
+
+impl Orchestrator {
+    /// Whether calls of `name` may be relayed now (see the module's documentation).
+    pub fn relays(&self, name: &str) -> bool {
+        let inner = &self.inner;
+        inner.before.is_empty()
+            && inner.after.is_empty()
+            && inner.redactor.is_empty()
+            && inner.audit.is_none()
+            && !self.tracks_runs()
+            && inner.events.receiver_count() == 0
+            && self.registry().get(name).is_some_and(|entry| {
+                entry.settings.cache_ttl.is_none()
+                    && entry.settings.retry.is_none()
+                    && !entry.passes_on
+                    && !matches!(entry.permission, Permission::Deny(_))
+                    && entry.provider.relays(&entry.original)
+            })
+    }
+
+    /// Calls `name` with its arguments as JSON text (see the module's documentation); a
+    /// raw result is at most `raw_max` bytes, and within the tool's size cap.
+    pub async fn relay_tool(
+        &self,
+        name: &str,
+        arguments: &str,
+        ctx: &CallContext,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        let started = Instant::now();
+        let _in_flight = InFlight::enter(&self.inner.in_flight);
+        let Some(entry) = self.registry().get(name).cloned() else {
+            // Gone since the gateway asked: the usual path names the tool unknown.
+            let arguments = decode(name, arguments)?;
+            return self.call_tool(name, arguments, ctx).await.map(Relayed::Output);
+        };
+        let op = Op::new(entry.name.clone(), ctx.op().cloned());
+        let meta = CallMeta::default();
+        let result = self.relayed(&entry, arguments, ctx, &op, &meta, raw_max).await;
+        let outcome = match &result {
+            Ok(Relayed::Raw { json, is_error }) => Ok(Outcome::Raw { json, is_error: *is_error }),
+            Ok(Relayed::Output(output)) => Ok(Outcome::Output(output)),
+            Err(error) => Err(error),
+        };
+        self.account(&entry.name, Some(&entry), ctx, &op, &meta, outcome, started, 0, None);
+        result
+    }
+
+    /// The stages of [`Orchestrator::managed`] and [`Orchestrator::downstream`] a relayed
+    /// call passes.
+    async fn relayed(
+        &self,
+        entry: &Arc<crate::registry::ToolEntry>,
+        arguments: &str,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+        raw_max: usize,
+    ) -> Result<Relayed, ToolError> {
+        let value = decode(&entry.name, arguments)?;
+        match &entry.permission {
+            Permission::Allow => entry.validator.validate(&entry.name, &value)?,
+            Permission::Check(rules) => {
+                entry.validator.validate(&entry.name, &value)?;
+                self.permit_call(entry, rules, &value, ctx).await?;
+            }
+            permission => {
+                self.permit(&entry.name, permission, &value, ctx).await?;
+                entry.validator.validate(&entry.name, &value)?;
+            }
+        }
+        drop(value);
+        let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
+        {
+            self.take_turn(entry, ctx).await?;
+        }
+        let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
+        meta.attempts.store(1, std::sync::atomic::Ordering::Relaxed);
+        // A raw result is text blocks only, each no longer than the whole: within the
+        // cap, its text is too.
+        let raw_max = raw_max.min(self.response_max(entry));
+        let call = |provider_ctx: CallContext| async move {
+            entry.provider.relay(&entry.original, arguments, &provider_ctx, raw_max).await
+        };
+        match self.timed(entry, ctx, op, &generation, None, call).await? {
+            Relayed::Output(output) => {
+                Ok(Relayed::Output(self.bounded_output(entry, output, ctx, meta).await?))
+            }
+            raw => Ok(raw),
+        }
+    }
+}
+
+/// The arguments' JSON text decoded.
+fn decode(tool: &str, arguments: &str) -> Result<serde_json::Value, ToolError> {
+    serde_json::from_str(arguments)
+        .map_err(|e| ToolError::invalid_arguments(tool, format!("the arguments are not JSON: {e}")))
+}
+
+impl Outcome<'_> {
+    pub(super) fn is_error(&self) -> bool {
+        match self {
+            Outcome::Output(output) => output.is_error,
+            Outcome::Raw { is_error, .. } => *is_error,
+        }
+    }
+
+    /// The result as text, for logs and records.
+    pub(super) fn text(&self) -> String {
+        match self {
+            Outcome::Output(output) => output.to_text(),
+            Outcome::Raw { json, .. } => (*json).to_owned(),
+        }
+    }
+}
