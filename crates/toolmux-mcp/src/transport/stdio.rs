@@ -583,8 +583,8 @@ mod tests {
 /// A lane onto `cat`, which reads what is written and answers nothing (for the lane's
 /// tests; processes are spawned here).
 #[cfg(test)]
-pub(crate) fn lane_onto_cat() -> (Lane, tokio::process::Child) {
-    let mut child = tokio::process::Command::new("cat")
+pub(crate) fn lane_onto_cat() -> (Lane, Child) {
+    let mut child = Command::new("cat")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
