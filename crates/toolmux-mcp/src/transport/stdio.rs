@@ -585,8 +585,8 @@ mod tests {
 #[cfg(test)]
 pub(crate) fn lane_onto_cat() -> (Lane, Child) {
     let mut child = Command::new("cat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("cat runs");
