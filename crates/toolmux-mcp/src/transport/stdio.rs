@@ -540,6 +540,20 @@ fn log_stderr_line(server: &str, line: &[u8]) {
     tracing::debug!(server = %server, "stderr: {}", text.trim_end());
 }
 
+/// A lane onto `cat`, which reads what is written and answers nothing (for the lane's
+/// tests; processes are spawned here).
+#[cfg(test)]
+pub(crate) fn lane_onto_cat() -> (Lane, Child) {
+    let mut child = Command::new("cat")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("cat runs");
+    let stdin = child.stdin.take().expect("a pipe");
+    (Lane::new(stdin, Fault::default()), child)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{LineRead, read_line_capped};
@@ -578,18 +592,4 @@ mod tests {
             );
         }
     }
-}
-
-/// A lane onto `cat`, which reads what is written and answers nothing (for the lane's
-/// tests; processes are spawned here).
-#[cfg(test)]
-pub(crate) fn lane_onto_cat() -> (Lane, Child) {
-    let mut child = Command::new("cat")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("cat runs");
-    let stdin = child.stdin.take().expect("a pipe");
-    (Lane::new(stdin, Fault::default()), child)
 }
