@@ -306,22 +306,7 @@ impl fmt::Debug for EarlyAnswer {
 
 impl Default for CallContext {
     fn default() -> Self {
-        CallContext {
-            cancel: CancellationToken::new(),
-            deadline: None,
-            call_id: None,
-            run_id: default_run_id(),
-            op: None,
-            progress: None,
-            log: None,
-            handler: None,
-            asked: None,
-            from_person: false,
-            trace: None,
-            trace_state: None,
-            caller_headers: None,
-            early_answer: None,
-        }
+        CallContext::cancelled_by(CancellationToken::new(), default_run_id())
     }
 }
 
@@ -335,6 +320,28 @@ impl CallContext {
     /// A fresh top-level context in run `default`.
     pub fn new() -> Self {
         CallContext::default()
+    }
+
+    /// A fresh top-level context in run `run_id`, cancelled by `cancel`: as
+    /// `CallContext::new().with_cancel(cancel).with_run_id(run_id)`, without making a
+    /// token to drop at once (a context is made for every call).
+    pub fn cancelled_by(cancel: CancellationToken, run_id: Arc<str>) -> Self {
+        CallContext {
+            cancel,
+            deadline: None,
+            call_id: None,
+            run_id,
+            op: None,
+            progress: None,
+            log: None,
+            handler: None,
+            asked: None,
+            from_person: false,
+            trace: None,
+            trace_state: None,
+            caller_headers: None,
+            early_answer: None,
+        }
     }
 
     /// Sets the caller's place in a distributed trace: the spans of this call and of the

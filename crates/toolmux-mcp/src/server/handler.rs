@@ -674,23 +674,21 @@ impl Gateway {
         call_response(result)
     }
 
-    /// The provider's name for `served` when its calls are relayed now (see
-    /// [`ToolProvider::relays`]); `None` when they go through [`Gateway::call_direct`].
+    /// The provider's name for `served`, for [`Gateway::relay_direct`], when it is known
+    /// without waiting; `None` when the call goes through [`Gateway::call_direct`], which
+    /// reads the tool list again for a name it does not know.
     pub(crate) fn relay_name(&self, served: &str) -> Option<String> {
         let shared = &self.shared;
-        let local = if shared.options.name_prefix.is_none() {
-            served.to_owned()
-        } else {
-            // Only a name known to the listing now: a new one is looked up the usual way.
-            let listing = shared.cached_listing().filter(|l| l.names.contains(served))?;
-            listing.names.local(served).unwrap_or(served).to_owned()
-        };
-        shared.provider.relays(&local).then_some(local)
+        if shared.options.name_prefix.is_none() {
+            return Some(served.to_owned());
+        }
+        let listing = shared.cached_listing().filter(|l| l.names.contains(served))?;
+        Some(listing.names.local(served).unwrap_or(served).to_owned())
     }
 
-    /// A `tools/call` on the direct path of a tool whose calls are relayed: as
-    /// [`Gateway::call_direct`], the arguments as the client wrote them and a plain result
-    /// as the server wrote it.
+    /// A `tools/call` on the direct path, relayed where the provider relays it (see
+    /// [`ToolProvider::relay`]): as [`Gateway::call_direct`], the arguments as the client
+    /// wrote them and a plain result as the server wrote it.
     pub(crate) async fn relay_direct(
         &self,
         local: &str,
@@ -722,9 +720,7 @@ impl Gateway {
             .get_or_init(|| peer.peer_info().map(|info| Arc::new(info.capabilities.clone())))
             .clone();
         let interaction = Arc::new(ClientInteraction::session(peer, capabilities));
-        let mut ctx = CallContext::new()
-            .with_cancel(cancel)
-            .with_run_id(self.run_id.clone())
+        let mut ctx = CallContext::cancelled_by(cancel, self.run_id.clone())
             .with_call_id(id.to_string())
             .with_handler(interaction)
             .with_trace_parent(sinks.trace)

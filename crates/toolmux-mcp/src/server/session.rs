@@ -390,7 +390,8 @@ type Rmcp = tokio::task::JoinHandle<Result<(), Failure>>;
 /// Takes the client's lines, from whoever reads them: calls to the direct path, anything
 /// else to rmcp.
 struct Router {
-    gateway: Gateway,
+    /// Shared by the calls (one count to take, rather than one per part of the session).
+    gateway: Arc<Gateway>,
     /// Set once the handshake is done: from then on calls take the direct path.
     peer: Arc<OnceLock<Peer<RoleServer>>>,
     out: Output,
@@ -426,7 +427,7 @@ impl Router {
         let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
         let rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
         let router = Router {
-            gateway,
+            gateway: Arc::new(gateway),
             peer,
             notify: notifier(&out),
             out,
@@ -506,9 +507,10 @@ impl Router {
         self.run(job);
     }
 
-    /// Runs a call of a relayed tool (see [`Gateway::relay_name`]) on the direct path: a
-    /// plain result is answered by the reader of the server's output as soon as it has it
-    /// (see [`toolmux_core::EarlyAnswer`]), the call's bookkeeping after that.
+    /// Runs a call on the direct path through the provider's relay (see
+    /// [`Gateway::relay_direct`]): a plain result is answered by the reader of the server's
+    /// output as soon as it has it (see [`toolmux_core::EarlyAnswer`]), the call's
+    /// bookkeeping after that.
     fn start_relay(
         &self,
         peer: Peer<RoleServer>,

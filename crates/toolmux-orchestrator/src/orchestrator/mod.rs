@@ -1716,6 +1716,10 @@ impl Orchestrator {
         listens: bool,
     ) -> ProgressSink {
         let upstream = ctx.progress_sink().cloned();
+        // Nothing to add: the caller's own sink, rather than one more closure around it.
+        if let (None, false, Some(upstream)) = (last_progress, listens, &upstream) {
+            return upstream.clone();
+        }
         let last = last_progress.cloned();
         let events = listens.then(|| self.inner.events.clone());
         let tool = entry.name.clone();

@@ -16,6 +16,7 @@
 
 use super::{CallMeta, InFlight, Orchestrator, Outcome};
 use crate::permission::Permission;
+use crate::registry::ToolEntry;
 use std::sync::Arc;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, Relayed, ToolError};
@@ -23,24 +24,29 @@ use toolmux_core::{CallContext, Op, Relayed, ToolError};
 impl Orchestrator {
     /// Whether calls of `name` may be relayed now (see the module's documentation).
     pub fn relays(&self, name: &str) -> bool {
+        self.registry().get(name).is_some_and(|entry| self.relayable(entry))
+    }
+
+    /// Whether calls of `entry` may be relayed now.
+    fn relayable(&self, entry: &ToolEntry) -> bool {
         let inner = &self.inner;
         inner.before.is_empty()
             && inner.after.is_empty()
             && inner.redactor.is_empty()
             && inner.audit.is_none()
             && !self.tracks_runs()
+            && entry.settings.cache_ttl.is_none()
+            && entry.settings.retry.is_none()
+            && !entry.passes_on
+            && !matches!(entry.permission, Permission::Deny(_))
             && inner.events.receiver_count() == 0
-            && self.registry().get(name).is_some_and(|entry| {
-                entry.settings.cache_ttl.is_none()
-                    && entry.settings.retry.is_none()
-                    && !entry.passes_on
-                    && !matches!(entry.permission, Permission::Deny(_))
-                    && entry.provider.relays(&entry.original)
-            })
+            && entry.provider.relays(&entry.original)
     }
 
     /// Calls `name` with its arguments as JSON text (see the module's documentation); a
-    /// raw result is at most `raw_max` bytes, and within the tool's size cap.
+    /// raw result is at most `raw_max` bytes, and within the tool's size cap. A tool that
+    /// may not be relayed now is called as [`Orchestrator::call_tool`] calls it, the
+    /// arguments decoded.
     pub async fn relay_tool(
         &self,
         name: &str,
@@ -50,10 +56,11 @@ impl Orchestrator {
     ) -> Result<Relayed, ToolError> {
         let started = Instant::now();
         let _in_flight = InFlight::enter(&self.inner.in_flight);
-        let Some(entry) = self.registry().get(name).cloned() else {
-            // Gone since the gateway asked: the usual path names the tool unknown.
+        let entry = self.registry().get(name).filter(|entry| self.relayable(entry)).cloned();
+        let Some(entry) = entry else {
+            // The usual path, which also names an unknown tool.
             let arguments = decode(name, arguments)?;
-            return self.call_tool(name, arguments, ctx).await.map(Relayed::Output);
+            return Box::pin(self.call_tool(name, arguments, ctx)).await.map(Relayed::Output);
         };
         let op = Op::new(entry.name.clone(), ctx.op().cloned());
         let meta = CallMeta::default();
@@ -71,7 +78,7 @@ impl Orchestrator {
     /// call passes.
     async fn relayed(
         &self,
-        entry: &Arc<crate::registry::ToolEntry>,
+        entry: &Arc<ToolEntry>,
         arguments: &str,
         ctx: &CallContext,
         op: &Arc<Op>,

@@ -250,6 +250,10 @@ async fn a_view_keeps_the_search_and_its_calls_in_view() {
         .await;
     let err = outside.expect_err("outside the view");
     assert_eq!(err.to_string(), "unknown tool `billing__delete_customer`");
+    // Relayed (as `toolmux serve` calls), the same checks.
+    let outside = r#"{"name": "billing__delete_customer", "arguments": {"id": 7}}"#;
+    let err = view.relay("tools__call", outside, &ctx, usize::MAX).await;
+    assert_eq!(err.expect_err("outside").to_string(), "unknown tool `billing__delete_customer`");
     let listed = json!({"name": "files__read", "arguments": {}});
     assert!(
         view.call("tools__call", listed, &ctx).await.is_err(),
