@@ -6,8 +6,11 @@
 //! yet another task; with rmcp's client doing the same towards an upstream, that was a
 //! third of the gateway's time per call. Here the client's stream is read by this session
 //! itself. Once the handshake is done, a line that is a plain `tools/call` (`name`,
-//! `arguments` and at most a `progressToken`) is parsed once, run in a task of its own and
-//! answered straight onto the output, its progress reports and log lines before it. Every
+//! `arguments` and at most a `progressToken` and trace context) is read once, its arguments
+//! left as text for the provider's relay (`ToolProvider::relay`), run in a task of its own
+//! and answered straight onto the output, its progress reports and log lines before it; a
+//! plain result the provider relays is answered by the reader of the server's output the
+//! moment it is read (`Answering`, `toolmux_core::EarlyAnswer`). Every
 //! other line goes, unchanged and in order, to rmcp's `AsyncRwTransport`, which keeps all
 //! its behaviour for it (the handshake, every other method, responses to the server's own
 //! requests, the line length cap, a byte order mark, ignored foreign notifications, an
@@ -426,14 +429,17 @@ impl Router {
         );
         let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
         let rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
+        let calls = Calls::default();
+        let ended = CancellationToken::new();
+        tokio::spawn(cancel_at_end(calls.clone(), ended.clone()));
         let router = Router {
             gateway: Arc::new(gateway),
             peer,
             notify: notifier(&out),
             out,
-            calls: Arc::default(),
+            calls,
             serial: AtomicU64::new(0),
-            ended: CancellationToken::new(),
+            ended,
             feed: Some(feed),
             unread,
             inline,
@@ -548,16 +554,26 @@ impl Router {
     /// cancellation token, or `None` (and the client told) when a call in flight already
     /// has that id.
     fn take_id(&self, id: &RequestId) -> Option<Arc<Answering>> {
-        let cancel = self.ended.child_token();
+        // A token of its own rather than a child of `ended` (linking a child locks the
+        // parent on creation and on drop, here and on another thread): the session's end
+        // cancels the calls in `calls` (see `cancel_at_end`).
+        let cancel = CancellationToken::new();
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
-        let calls = &self.calls;
-        // One lookup: the id is taken unless a call in flight already has it.
-        let taken = match calls.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert((serial, cancel.clone()));
-                true
+        let taken = {
+            let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+            // One lookup: the id is taken unless a call in flight already has it.
+            let taken = match calls.entry(id.clone()) {
+                std::collections::hash_map::Entry::Occupied(_) => false,
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert((serial, cancel.clone()));
+                    true
+                }
+            };
+            // Under the lock that `cancel_at_end` takes once the session has ended.
+            if self.ended.is_cancelled() {
+                cancel.cancel();
             }
+            taken
         };
         if !taken {
             // JSON-RPC: an id names one request; a second call under it could not be told
@@ -587,6 +603,14 @@ impl Router {
 /// The calls running on the direct path, by the client's request id: a serial number
 /// (ids may be used again once a call is answered) and the call's cancellation.
 type Calls = Arc<Mutex<foldhash::HashMap<RequestId, (u64, CancellationToken)>>>;
+
+/// Cancels the calls still running when the session ends.
+async fn cancel_at_end(calls: Calls, ended: CancellationToken) {
+    ended.cancelled().await;
+    for (_, token) in calls.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        token.cancel();
+    }
+}
 
 /// The answer to one call on the direct path, given once: when the call ends, or earlier
 /// by the early answer of a relayed call.

@@ -23,6 +23,7 @@ use crate::sampling::SamplingFallback;
 use crate::store::{DirectoryStore, OutputPage, OutputStore, StoreError};
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -894,8 +895,8 @@ impl Orchestrator {
         images: bool,
     ) -> (ToolResult, Vec<ContentPart>) {
         let ctx = match (&call.id, ctx.call_id()) {
-            (Some(id), None) => std::borrow::Cow::Owned(ctx.clone().with_call_id(id.as_str())),
-            _ => std::borrow::Cow::Borrowed(ctx),
+            (Some(id), None) => Cow::Owned(ctx.clone().with_call_id(id.as_str())),
+            _ => Cow::Borrowed(ctx),
         };
         let (result, entry, elapsed) =
             self.run(&call.name, call.arguments, &ctx, Instant::now()).await;
@@ -916,7 +917,7 @@ impl Orchestrator {
         let redactor = &self.inner.redactor;
         if !redactor.is_empty() {
             for text in [&mut result.result, &mut result.error].into_iter().flatten() {
-                if let std::borrow::Cow::Owned(clean) = redactor.redact(text) {
+                if let Cow::Owned(clean) = redactor.redact(text) {
                     *text = clean;
                 }
             }
@@ -1002,10 +1003,8 @@ impl Orchestrator {
         }
         let text = value.to_string();
         match redactor.redact(&text) {
-            std::borrow::Cow::Borrowed(_) => value.clone(),
-            std::borrow::Cow::Owned(clean) => {
-                serde_json::from_str(&clean).unwrap_or(Value::String(clean))
-            }
+            Cow::Borrowed(_) => value.clone(),
+            Cow::Owned(clean) => serde_json::from_str(&clean).unwrap_or(Value::String(clean)),
         }
     }
 
@@ -1022,7 +1021,7 @@ impl Orchestrator {
             Ok(mut output) => {
                 for part in &mut output.content {
                     if let ContentPart::Text { text } = part
-                        && let std::borrow::Cow::Owned(clean) = redactor.redact(text)
+                        && let Cow::Owned(clean) = redactor.redact(text)
                     {
                         *text = clean;
                     }
@@ -1041,10 +1040,8 @@ impl Orchestrator {
             return error;
         }
         match redactor.redact(&error.report()) {
-            std::borrow::Cow::Borrowed(_) => error,
-            std::borrow::Cow::Owned(clean) => {
-                ToolError::Remote { tool: tool.to_owned(), message: clean }
-            }
+            Cow::Borrowed(_) => error,
+            Cow::Owned(clean) => ToolError::Remote { tool: tool.to_owned(), message: clean },
         }
     }
 
@@ -1581,36 +1578,41 @@ impl Orchestrator {
 
     /// The provider call, in its own cancellation scope, bounded by the timeout (reset on
     /// progress when configured, never past the hard cap); a panic becomes an error.
-    async fn timed_call(
+    async fn timed_call<'c>(
         &self,
         entry: &ToolEntry,
         arguments: Value,
-        ctx: &CallContext,
+        ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
         time_left: Option<Duration>,
     ) -> Result<ToolOutput, ToolError> {
-        let call = |provider_ctx: CallContext| async move {
+        let call = |provider_ctx: Cow<'c, CallContext>| async move {
             // Stages after this one may change the output: the caller is answered by them.
-            let provider_ctx = provider_ctx.with_early_answer(None);
+            let provider_ctx = provider_ctx.into_owned().with_early_answer(None);
             entry.provider.call(&entry.original, arguments, &provider_ctx).await
         };
-        self.timed(entry, ctx, op, generation, time_left, call).await
+        self.timed(entry, ctx, op, generation, time_left, false, call).await
     }
 
     /// Runs `call` (a provider call, given the provider's context) as
-    /// [`Orchestrator::timed_call`] describes.
-    async fn timed<T, F, Fut>(
+    /// [`Orchestrator::timed_call`] describes. `lean`: the provider gets the caller's
+    /// context as it is, for a provider call that needs nothing of its own in it (no
+    /// cancellation of its own: it stops when dropped; no progress to watch, no sampling
+    /// to fall back on), which saves a copy of the context per call.
+    #[allow(clippy::too_many_arguments)]
+    async fn timed<'c, T, F, Fut>(
         &self,
         entry: &ToolEntry,
-        ctx: &CallContext,
+        ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
         time_left: Option<Duration>,
+        lean: bool,
         call: F,
     ) -> Result<T, ToolError>
     where
-        F: FnOnce(CallContext) -> Fut,
+        F: FnOnce(Cow<'c, CallContext>) -> Fut,
         Fut: Future<Output = Result<T, ToolError>>,
     {
         let settings = &entry.settings;
@@ -1631,33 +1633,43 @@ impl Orchestrator {
             }
             hard
         };
-        // A token of its own rather than a child of the caller's: linking a child locks the
-        // parent's node on creation and on drop. The caller's cancellation is forwarded below.
-        let call_token = CancellationToken::new();
         // Microseconds from `start` to the last progress report; read only on timeout.
         let last_progress = settings.reset_on_progress.then(|| Arc::new(AtomicU64::new(0)));
-        let mut provider_ctx = ctx
-            .clone()
-            .with_cancel(call_token.clone())
-            .with_op(op.clone())
-            .with_deadline(hard_deadline);
-        if let Some(sampler) = &self.inner.sampler {
-            provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
-                caller: ctx.handler().cloned(),
-                sampler: sampler.clone(),
-            }));
-        }
-        let listens = self.inner.events.receiver_count() > 0;
-        if settings.reset_on_progress || listens || ctx.progress_sink().is_some() {
-            provider_ctx = provider_ctx.with_progress(self.progress_sink(
-                entry,
-                ctx,
-                op,
-                start,
-                last_progress.as_ref(),
-                listens,
-            ));
-        }
+        // A token of its own rather than a child of the caller's: linking a child locks the
+        // parent's node on creation and on drop. The caller's cancellation is forwarded below.
+        let (provider_ctx, call_token) = if lean {
+            (Cow::Borrowed(ctx), None)
+        } else {
+            let call_token = CancellationToken::new();
+            let mut provider_ctx = ctx
+                .clone()
+                .with_cancel(call_token.clone())
+                .with_op(op.clone())
+                .with_deadline(hard_deadline);
+            if let Some(sampler) = &self.inner.sampler {
+                provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
+                    caller: ctx.handler().cloned(),
+                    sampler: sampler.clone(),
+                }));
+            }
+            let listens = self.inner.events.receiver_count() > 0;
+            if settings.reset_on_progress || listens || ctx.progress_sink().is_some() {
+                provider_ctx = provider_ctx.with_progress(self.progress_sink(
+                    entry,
+                    ctx,
+                    op,
+                    start,
+                    last_progress.as_ref(),
+                    listens,
+                ));
+            }
+            (Cow::Owned(provider_ctx), Some(call_token))
+        };
+        let stop = || {
+            if let Some(token) = &call_token {
+                token.cancel();
+            }
+        };
         // Allocated only on the paths that report an error.
         let tool = || entry.name.to_string();
         let call = AssertUnwindSafe(call(provider_ctx)).catch_unwind();
@@ -1683,11 +1695,11 @@ impl Orchestrator {
                     };
                 }
                 () = ctx.cancel_token().cancelled() => {
-                    call_token.cancel();
+                    stop();
                     return Err(ToolError::Cancelled { tool: tool() });
                 }
                 () = generation.cancelled() => {
-                    call_token.cancel();
+                    stop();
                     return Err(ToolError::Cancelled { tool: tool() });
                 }
                 () = tokio::time::sleep_until(deadline) => {
@@ -1699,7 +1711,7 @@ impl Orchestrator {
                             continue;
                         }
                     }
-                    call_token.cancel();
+                    stop();
                     return Err(ToolError::Timeout { tool: tool(), after: start.elapsed() });
                 }
             }

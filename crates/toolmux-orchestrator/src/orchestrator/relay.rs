@@ -17,6 +17,7 @@
 use super::{CallMeta, InFlight, Orchestrator, Outcome};
 use crate::permission::Permission;
 use crate::registry::ToolEntry;
+use std::borrow::Cow;
 use std::sync::Arc;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, Relayed, ToolError};
@@ -76,11 +77,11 @@ impl Orchestrator {
 
     /// The stages of [`Orchestrator::managed`] and [`Orchestrator::downstream`] a relayed
     /// call passes.
-    async fn relayed(
+    async fn relayed<'c>(
         &self,
         entry: &Arc<ToolEntry>,
         arguments: &str,
-        ctx: &CallContext,
+        ctx: &'c CallContext,
         op: &Arc<Op>,
         meta: &CallMeta,
         raw_max: usize,
@@ -108,10 +109,13 @@ impl Orchestrator {
         // A raw result is text blocks only, each no longer than the whole: within the
         // cap, its text is too.
         let raw_max = raw_max.min(self.response_max(entry));
-        let call = |provider_ctx: CallContext| async move {
+        let call = |provider_ctx: Cow<'c, CallContext>| async move {
             entry.provider.relay(&entry.original, arguments, &provider_ctx, raw_max).await
         };
-        match self.timed(entry, ctx, op, &generation, None, call).await? {
+        // A relaying provider stops when dropped, so unless progress is watched or sampling
+        // falls back to the orchestrator's model, it gets the caller's context as it is.
+        let lean = self.inner.sampler.is_none() && !entry.settings.reset_on_progress;
+        match self.timed(entry, ctx, op, &generation, None, lean, call).await? {
             Relayed::Output(output) => {
                 Ok(Relayed::Output(self.bounded_output(entry, output, ctx, meta).await?))
             }
