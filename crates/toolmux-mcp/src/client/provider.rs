@@ -787,16 +787,16 @@ impl Inner {
     }
 
     /// Whether a call of `name` can be relayed now (see [`ToolProvider::relays`]): the
-    /// server runs on a stdio connection with a lane, it lists the tool, and nothing about
+    /// server is reached over stdio (whose connections have a lane), and nothing about
     /// the call needs its arguments decoded (no headers to pass on, no task to run it as).
+    /// Cheap, as it is asked before every call: whether the server runs now is for
+    /// [`Inner::relay`] to find out, which makes the call the usual way when it does not.
     fn relays(&self, name: &str) -> bool {
-        self.config.is_enabled()
+        self.transport == TransportKind::Stdio
+            && self.config.is_enabled()
             && self.config.passthrough_headers.is_empty()
             && self.filter.allows(name)
             && self.requires_task(name).is_none()
-            && !self.shutdown.is_cancelled()
-            && self.live().is_some_and(|c| c.lane.is_some())
-            && self.cached_tools().is_some_and(|tools| tools.iter().any(|t| t.name == name))
     }
 
     /// [`ToolProvider::relay`]: the first request goes on the lane with the arguments as
@@ -818,13 +818,12 @@ impl Inner {
             )),
             Err(e) => Err(ToolError::invalid_arguments(name, format!("not JSON: {e}"))),
         };
-        // The rest of `relays` was asked just before; what may have changed since is
-        // checked again.
+        // `relays` was asked just before; what may have changed since is checked again.
         let usable = !self.shutdown.is_cancelled() && self.requires_task(name).is_none();
         let on_lane = if usable { self.live() } else { None }
             .and_then(|connection| connection.lane.clone().map(|lane| (connection, lane)));
         let Some((connection, lane)) = on_lane else {
-            // Things changed since the gateway asked: the call goes the usual way.
+            // Not running (the usual call starts it), or changed: the call goes the usual way.
             let arguments = decoded()?.map_or(Value::Null, Value::Object);
             return Box::pin(self.call(name, arguments, ctx)).await.map(Relayed::Output);
         };
