@@ -72,7 +72,7 @@ pub use kind::{PermissionClass, ToolKind};
 pub use output::{ContentPart, ToolOutput, json_len};
 pub use provider::{
     Health, ProviderHealth, Relayed, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,
-    ToolListChanges, ToolListNotifier, ToolProvider,
+    ToolListChanges, ToolListNotifier, ToolProvider, parse_arguments,
 };
 pub use result::ToolResult;
 pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};

@@ -31,6 +31,13 @@ pub enum Subject {
     Path(String),
 }
 
+/// A relayed call's arguments ([`ToolProvider::relay`]) decoded, or the error that says
+/// they are not JSON.
+pub fn parse_arguments(tool: &str, arguments: &str) -> Result<Value, ToolError> {
+    serde_json::from_str(arguments)
+        .map_err(|e| ToolError::invalid_arguments(tool, format!("the arguments are not JSON: {e}")))
+}
+
 /// What a relayed call ([`ToolProvider::relay`]) gave.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Relayed {
@@ -103,9 +110,7 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         raw_max: usize,
     ) -> Result<Relayed, ToolError> {
         let _ = raw_max;
-        let arguments = serde_json::from_str(arguments).map_err(|e| {
-            ToolError::invalid_arguments(name, format!("the arguments are not JSON: {e}"))
-        })?;
+        let arguments = parse_arguments(name, arguments)?;
         self.call(name, arguments, ctx).await.map(Relayed::Output)
     }
 

@@ -101,9 +101,7 @@ impl ToolProvider for FilteredView {
     ) -> Result<Relayed, ToolError> {
         if !self.relays(name) {
             // The view's own checks (the search and `tools__call` stay in view).
-            let arguments = serde_json::from_str(arguments).map_err(|e| {
-                ToolError::invalid_arguments(name, format!("the arguments are not JSON: {e}"))
-            })?;
+            let arguments = toolmux_core::parse_arguments(name, arguments)?;
             return self.call(name, arguments, ctx).await.map(Relayed::Output);
         }
         self.orchestrator.relay_tool(name, arguments, ctx, raw_max).await

@@ -271,8 +271,7 @@ impl ToolProvider for MockProvider {
         raw_max: usize,
     ) -> Result<Relayed, ToolError> {
         self.relayed.fetch_add(1, Ordering::SeqCst);
-        let arguments = serde_json::from_str(arguments)
-            .map_err(|e| ToolError::invalid_arguments(name, e.to_string()))?;
+        let arguments = toolmux_core::parse_arguments(name, arguments)?;
         let output = self.call(name, arguments, ctx).await?;
         let texts: Option<Vec<Value>> = output
             .content

@@ -760,14 +760,7 @@ impl Inner {
             }
         };
         let waiting = lane::Waiting::new(lane, sent.number, &sent.id);
-        let flight = self.events.flights.begin(ctx);
-        flight.link(token.clone());
-        let activity = Arc::new(Notify::new());
-        self.events.route(
-            token.clone(),
-            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
-        );
-        let _unroute = Unroute { events: &self.events, token };
+        let followed = self.follow(ctx, token);
         // The write is waited for as the response is: a server that stops reading its
         // stdin cannot hold a call past its timeout or its cancellation (a write stopped
         // halfway closes the pipe, see `Lane::write`).
@@ -775,7 +768,7 @@ impl Inner {
             lane.write(&line).await.map_err(|_| ServiceError::TransportClosed)?;
             (&mut sent.reply).await.unwrap_or(Err(ServiceError::TransportClosed))
         };
-        let waited = self.wait(response, &activity, ctx).await;
+        let waited = self.wait(response, &followed.activity, ctx).await;
         match waited.abandons() {
             Some(reason) => waiting.abandon(reason).await,
             None => waiting.finish(),
@@ -810,13 +803,12 @@ impl Inner {
         ctx: &CallContext,
         raw_max: usize,
     ) -> Result<Relayed, ToolError> {
-        let decoded = || match serde_json::from_str::<Value>(arguments) {
-            Ok(Value::Object(map)) => Ok(Some(map)),
-            Ok(other) => Err(ToolError::invalid_arguments(
+        let decoded = || match toolmux_core::parse_arguments(name, arguments)? {
+            Value::Object(map) => Ok(Some(map)),
+            other => Err(ToolError::invalid_arguments(
                 name,
                 format!("arguments must be an object, not {other}"),
             )),
-            Err(e) => Err(ToolError::invalid_arguments(name, format!("not JSON: {e}"))),
         };
         // `relays` was asked just before; what may have changed since is checked again.
         let usable = !self.shutdown.is_cancelled() && self.requires_task(name).is_none();
@@ -864,15 +856,7 @@ impl Inner {
         let state = trace.as_ref().and(ctx.trace_state());
         let line = lane::relay_line(&sent.id, name, arguments, trace.as_deref(), state);
         let waiting = lane::Waiting::new(lane, sent.number, &sent.id);
-        let token = ProgressToken(NumberOrString::String(sent.id.clone()));
-        let flight = self.events.flights.begin(ctx);
-        flight.link(token.clone());
-        let activity = Arc::new(Notify::new());
-        self.events.route(
-            token.clone(),
-            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
-        );
-        let _unroute = Unroute { events: &self.events, token };
+        let followed = self.follow(ctx, ProgressToken(NumberOrString::String(sent.id.clone())));
         let closed = || RawReply::Other(Box::new(Err(ServiceError::TransportClosed)));
         let response = async {
             if lane.write(&line).await.is_err() {
@@ -880,7 +864,7 @@ impl Inner {
             }
             (&mut sent.reply).await.unwrap_or_else(|_| closed())
         };
-        let waited = self.wait(response, &activity, ctx).await;
+        let waited = self.wait(response, &followed.activity, ctx).await;
         match waited.abandons() {
             Some(reason) => waiting.abandon(reason).await,
             None => waiting.finish(),
@@ -908,6 +892,20 @@ impl Inner {
         self.reply(connection, name, waited)
             .await
             .map(|result| RelayReply::Reply(Box::new(Reply::Answer(result))))
+    }
+
+    /// Follows a lane request of a call until the returned guard drops: the call is in
+    /// flight (a server's questions find it) and the request's progress, by `token`,
+    /// reaches it and holds off its idle timeout.
+    fn follow(&self, ctx: &CallContext, token: ProgressToken) -> Followed<'_> {
+        let flight = self.events.flights.begin(ctx);
+        flight.link(token.clone());
+        let activity = Arc::new(Notify::new());
+        self.events.route(
+            token.clone(),
+            ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },
+        );
+        Followed { _unroute: Unroute { events: &self.events, token }, _flight: flight, activity }
     }
 
     /// A `tools/call` refused in a way the call may get past: for want of a task, or
@@ -1058,6 +1056,14 @@ fn variant_name(result: &ServerResult) -> String {
 fn similar(a: &str, b: &str) -> bool {
     let (a, b) = (a.to_lowercase(), b.to_lowercase());
     a.contains(&b) || b.contains(&a) || (a.len() >= 4 && b.len() >= 4 && a[..4] == b[..4])
+}
+
+/// A lane request followed ([`Inner::follow`]); its route goes before its flight record.
+struct Followed<'a> {
+    _unroute: Unroute<'a>,
+    _flight: super::interaction::InFlight<'a>,
+    /// Woken by the request's progress and by the server's questions waiting.
+    activity: Arc<Notify>,
 }
 
 /// Stops routing a call's progress when the call ends, however it ends.

@@ -1195,20 +1195,9 @@ impl Orchestrator {
         op: &Arc<Op>,
         meta: &CallMeta,
     ) -> Result<ToolOutput, ToolError> {
+        self.admit(entry, &arguments, ctx).await?;
         // Stages with nothing to do are skipped without building their futures: every future
         // built is moved (copied whole) into this one's state at least once.
-        match &entry.permission {
-            Permission::Allow => entry.validator.validate(&entry.name, &arguments)?,
-            // Rules on calls read the call's arguments, so they must be valid first.
-            Permission::Check(rules) => {
-                entry.validator.validate(&entry.name, &arguments)?;
-                self.permit_call(entry, rules, &arguments, ctx).await?;
-            }
-            _ => {
-                self.permit(&entry.name, &entry.permission, &arguments, ctx).await?;
-                entry.validator.validate(&entry.name, &arguments)?;
-            }
-        }
         let arguments = if self.inner.before.is_empty() {
             arguments
         } else {
@@ -1292,6 +1281,28 @@ impl Orchestrator {
             }
         }
         Ok(output)
+    }
+
+    /// The permission for a call of `entry` and the validation of its arguments, in the
+    /// order the permission needs.
+    async fn admit(
+        &self,
+        entry: &ToolEntry,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        match &entry.permission {
+            Permission::Allow => entry.validator.validate(&entry.name, arguments),
+            // Rules on calls read the call's arguments, so they must be valid first.
+            Permission::Check(rules) => {
+                entry.validator.validate(&entry.name, arguments)?;
+                self.permit_call(entry, rules, arguments, ctx).await
+            }
+            permission => {
+                self.permit(&entry.name, permission, arguments, ctx).await?;
+                entry.validator.validate(&entry.name, arguments)
+            }
+        }
     }
 
     /// Judges one call of a tool with rules on calls (`fs__bash(git *)`), asking its

@@ -60,7 +60,7 @@ impl Orchestrator {
         let entry = self.registry().get(name).filter(|entry| self.relayable(entry)).cloned();
         let Some(entry) = entry else {
             // The usual path, which also names an unknown tool.
-            let arguments = decode(name, arguments)?;
+            let arguments = toolmux_core::parse_arguments(name, arguments)?;
             return Box::pin(self.call_tool(name, arguments, ctx)).await.map(Relayed::Output);
         };
         let op = Op::new(entry.name.clone(), ctx.op().cloned());
@@ -86,18 +86,8 @@ impl Orchestrator {
         meta: &CallMeta,
         raw_max: usize,
     ) -> Result<Relayed, ToolError> {
-        let value = decode(&entry.name, arguments)?;
-        match &entry.permission {
-            Permission::Allow => entry.validator.validate(&entry.name, &value)?,
-            Permission::Check(rules) => {
-                entry.validator.validate(&entry.name, &value)?;
-                self.permit_call(entry, rules, &value, ctx).await?;
-            }
-            permission => {
-                self.permit(&entry.name, permission, &value, ctx).await?;
-                entry.validator.validate(&entry.name, &value)?;
-            }
-        }
+        let value = toolmux_core::parse_arguments(&entry.name, arguments)?;
+        self.admit(entry, &value, ctx).await?;
         drop(value);
         let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
@@ -122,12 +112,6 @@ impl Orchestrator {
             raw => Ok(raw),
         }
     }
-}
-
-/// The arguments' JSON text decoded.
-fn decode(tool: &str, arguments: &str) -> Result<serde_json::Value, ToolError> {
-    serde_json::from_str(arguments)
-        .map_err(|e| ToolError::invalid_arguments(tool, format!("the arguments are not JSON: {e}")))
 }
 
 impl Outcome<'_> {
