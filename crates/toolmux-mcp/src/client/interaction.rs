@@ -47,8 +47,9 @@ struct Flight {
     /// Progress tokens of the requests this call sent (one per `input_required` round).
     tokens: Vec<ProgressToken>,
     /// Cancelled when the call ends, however it ends (a caller may drop it without
-    /// cancelling it): questions still waiting for its caller are withdrawn.
-    ended: CancellationToken,
+    /// cancelling it): questions still waiting for its caller are withdrawn. Made by the
+    /// first question (most calls are asked none).
+    ended: Option<CancellationToken>,
     /// Woken while a question waits for the caller, to hold off the call's idle timeout.
     activity: Arc<Notify>,
 }
@@ -70,14 +71,29 @@ impl Flights {
     /// Records a call until the returned guard drops. Begin before sending the request:
     /// a server may ask its question before the send returns.
     pub(crate) fn begin(&self, ctx: &CallContext) -> InFlight<'_> {
+        self.record(ctx, Vec::new(), Arc::default())
+    }
+
+    /// As [`Flights::begin`], for a call whose request has progress token `token`, and
+    /// whose idle timeout `activity` holds off (see [`InFlight::link`] and
+    /// [`InFlight::activity`]).
+    pub(crate) fn begin_linked(
+        &self,
+        ctx: &CallContext,
+        token: ProgressToken,
+        activity: Arc<Notify>,
+    ) -> InFlight<'_> {
+        self.record(ctx, vec![token], activity)
+    }
+
+    fn record(
+        &self,
+        ctx: &CallContext,
+        tokens: Vec<ProgressToken>,
+        activity: Arc<Notify>,
+    ) -> InFlight<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let flight = Flight {
-            id,
-            ctx: ctx.clone(),
-            tokens: Vec::new(),
-            ended: CancellationToken::new(),
-            activity: Arc::default(),
-        };
+        let flight = Flight { id, ctx: ctx.clone(), tokens, ended: None, activity };
         self.lock().push(flight);
         InFlight { flights: self, id }
     }
@@ -89,11 +105,14 @@ impl Flights {
     /// The context a server's request belongs to: the call whose progress token it
     /// carries, else the most recently started call still running.
     pub(crate) fn context_for(&self, token: Option<&ProgressToken>) -> Option<Asked> {
-        let calls = self.lock();
-        let by_token = token.and_then(|t| calls.iter().find(|c| c.tokens.contains(t)));
-        by_token.or_else(|| calls.iter().rev().find(|c| !c.ctx.is_cancelled())).map(|c| Asked {
+        let mut calls = self.lock();
+        let index = token
+            .and_then(|t| calls.iter().position(|c| c.tokens.contains(t)))
+            .or_else(|| calls.iter().rposition(|c| !c.ctx.is_cancelled()))?;
+        let c = &mut calls[index];
+        Some(Asked {
             ctx: c.ctx.clone(),
-            ended: c.ended.clone(),
+            ended: c.ended.get_or_insert_default().clone(),
             tokens: c.tokens.clone(),
             activity: c.activity.clone(),
         })
@@ -149,7 +168,9 @@ impl Drop for InFlight<'_> {
         let Some(index) = calls.iter().position(|c| c.id == self.id) else { return };
         let flight = calls.remove(index);
         drop(calls);
-        flight.ended.cancel();
+        if let Some(ended) = &flight.ended {
+            ended.cancel();
+        }
         if let Some(sink) = flight.ctx.log_sink() {
             let ended = Some((Instant::now(), sink.clone()));
             *self.flights.ended.lock().unwrap_or_else(|e| e.into_inner()) = ended;

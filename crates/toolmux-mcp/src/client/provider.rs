@@ -898,9 +898,8 @@ impl Inner {
     /// flight (a server's questions find it) and the request's progress, by `token`,
     /// reaches it and holds off its idle timeout.
     fn follow(&self, ctx: &CallContext, token: ProgressToken) -> Followed<'_> {
-        let flight = self.events.flights.begin(ctx);
-        flight.link(token.clone());
         let activity = Arc::new(Notify::new());
+        let flight = self.events.flights.begin_linked(ctx, token.clone(), activity.clone());
         self.events.route(
             token.clone(),
             ProgressRoute { sink: ctx.progress_sink().cloned(), activity: activity.clone() },

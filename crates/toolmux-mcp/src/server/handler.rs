@@ -721,7 +721,7 @@ impl Gateway {
             .clone();
         let interaction = Arc::new(ClientInteraction::session(peer, capabilities));
         let mut ctx = CallContext::cancelled_by(cancel, self.run_id.clone())
-            .with_call_id(id.to_string())
+            .with_call_id(id_text(id))
             .with_handler(interaction)
             .with_trace_parent(sinks.trace)
             .with_trace_state(sinks.trace.and(sinks.trace_state))
@@ -819,6 +819,15 @@ impl Sender<'_> {
 }
 
 /// The `notifications/progress` params of a report.
+/// A request id as a call's id: a string id shared, a number written without `fmt` (on
+/// every call's path).
+fn id_text(id: &RequestId) -> Arc<str> {
+    match id {
+        rmcp::model::NumberOrString::String(text) => text.clone(),
+        rmcp::model::NumberOrString::Number(n) => Arc::from(itoa::Buffer::new().format(*n)),
+    }
+}
+
 fn progress_param(token: &ProgressToken, progress: Progress) -> ProgressNotificationParam {
     let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
     if let Some(total) = progress.total {
@@ -1443,5 +1452,22 @@ mod tests {
             .filter(|p| rising.admits(*p))
             .collect();
         assert_eq!(admitted, [0.0, 1.0, 2.0, 3.5]);
+    }
+
+    /// A call's id is the request id as `Display` writes it.
+    #[test]
+    fn call_ids_are_request_ids_as_text() {
+        use rmcp::model::NumberOrString;
+        let ids = [
+            NumberOrString::Number(0),
+            NumberOrString::Number(-42),
+            NumberOrString::Number(i64::MAX),
+            NumberOrString::Number(i64::MIN),
+            NumberOrString::String("req-1".into()),
+            NumberOrString::String("".into()),
+        ];
+        for id in ids {
+            assert_eq!(&*super::id_text(&id), id.to_string());
+        }
     }
 }

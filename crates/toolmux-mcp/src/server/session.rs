@@ -532,7 +532,7 @@ impl Router {
             let mut sinks = sinks(notify, meta);
             sinks.early = Some({
                 let answering = answering.clone();
-                EarlyAnswer::new(move |json| answering.give(Ok(Answer::Raw(json.into()))))
+                EarlyAnswer::new(move |json| answering.give_raw(json))
             });
             let cancel = answering.cancel.clone();
             let call = gateway.relay_direct(&local, &arguments, &id, cancel, peer, sinks);
@@ -628,6 +628,22 @@ impl Answering {
     /// cancelled it (MCP: the receiver of a cancellation should not answer the request);
     /// whether it did. Either way the id is free for another call from then on.
     fn give(&self, result: Result<Answer, ErrorData>) -> bool {
+        self.answer(|id| match result {
+            Ok(Answer::Raw(json)) => raw_response(id, &json),
+            Ok(Answer::Result(result)) => {
+                encode(&Response { jsonrpc: JsonRpcVersion2_0, id, result })
+            }
+            Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id, error }),
+        })
+    }
+
+    /// As [`Answering::give`] for a result as the server wrote it, borrowed.
+    fn give_raw(&self, json: &str) -> bool {
+        self.answer(|id| raw_response(id, json))
+    }
+
+    /// Sends the line `line` makes for the call's id, as [`Answering::give`] says.
+    fn answer(&self, line: impl FnOnce(&RequestId) -> Option<Vec<u8>>) -> bool {
         if self.given.swap(true, Ordering::AcqRel) {
             return false;
         }
@@ -641,15 +657,7 @@ impl Answering {
         if cancelled {
             return false;
         }
-        let id = &self.id;
-        let line = match result {
-            Ok(Answer::Raw(json)) => raw_response(id, &json),
-            Ok(Answer::Result(result)) => {
-                encode(&Response { jsonrpc: JsonRpcVersion2_0, id, result })
-            }
-            Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id, error }),
-        };
-        if let Some(line) = line {
+        if let Some(line) = line(&self.id) {
             self.out.send(line);
         }
         true
@@ -767,13 +775,75 @@ struct CallMeta {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RelayLine<'a> {
-    #[serde(rename = "jsonrpc")]
-    _jsonrpc: JsonRpcVersion2_0,
+    #[serde(rename = "jsonrpc", deserialize_with = "version")]
+    _jsonrpc: (),
+    #[serde(deserialize_with = "request_id")]
     id: RequestId,
-    #[serde(rename = "method")]
-    _method: CallToolRequestMethod,
+    #[serde(rename = "method", deserialize_with = "call_method")]
+    _method: (),
     #[serde(borrow)]
     params: RelayParams<'a>,
+}
+
+// What `RelayLine` reads without allocating (rmcp's types read strings as `String`, an
+// id as a `Value`), on every call's path. A line they refuse is parsed as a `CallLine`,
+// which says what is wrong.
+
+/// `"2.0"`.
+fn version<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
+    deserializer.deserialize_str(Exactly("2.0"))
+}
+
+/// `"tools/call"`.
+fn call_method<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<(), D::Error> {
+    deserializer.deserialize_str(Exactly("tools/call"))
+}
+
+/// A string that must be this one.
+struct Exactly(&'static str);
+
+impl serde::de::Visitor<'_> for Exactly {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<(), E> {
+        if text == self.0 {
+            Ok(())
+        } else {
+            Err(E::invalid_value(serde::de::Unexpected::Str(text), &self))
+        }
+    }
+}
+
+/// A JSON-RPC id: a string, or an integer that fits an `i64` (an integer written as a
+/// float is left to rmcp's reading).
+fn request_id<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<RequestId, D::Error> {
+    struct Id;
+    impl serde::de::Visitor<'_> for Id {
+        type Value = RequestId;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or an integer")
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<RequestId, E> {
+            Ok(RequestId::Number(n))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<RequestId, E> {
+            let n = i64::try_from(n)
+                .map_err(|_| E::invalid_value(serde::de::Unexpected::Unsigned(n), &self))?;
+            Ok(RequestId::Number(n))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RequestId, E> {
+            Ok(RequestId::String(text.into()))
+        }
+    }
+    deserializer.deserialize_any(Id)
 }
 
 #[derive(Debug, Deserialize)]
@@ -1062,6 +1132,54 @@ mod tests {
         assert_eq!(relay.params.arguments.map(RawValue::get), Some(r#"{"k":"\n"}"#));
         let array = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":[1]}}"#;
         assert!(RelayLine::parse(array.as_bytes()).is_none());
+        // Ids and constants in the forms JSON allows: read as rmcp reads them, or left to
+        // the usual path (an integer written as a float).
+        let forms = [
+            (
+                r#"{"jsonrpc":"2\u002e0","id":-3,"method":"tools\/call","params":{"name":"e"}}"#,
+                true,
+                true,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":"e"}}"#,
+                true,
+                true,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":9223372036854775807,"method":"tools/call","params":{"name":"e"}}"#,
+                true,
+                true,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"tools/call","params":{"name":"e"}}"#,
+                false,
+                false,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"e"}}"#,
+                false,
+                true,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"e"}}"#,
+                false,
+                false,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/callx","params":{"name":"e"}}"#,
+                false,
+                false,
+            ),
+        ];
+        for (line, relayed, read) in forms {
+            let expected = CallLine::parse(line.as_bytes());
+            assert_eq!(expected.is_some(), read, "{line}");
+            let relay = RelayLine::parse(line.as_bytes());
+            assert_eq!(relay.is_some(), relayed, "{line}");
+            if let Some(relay) = relay {
+                assert_eq!(format!("{:?}", relay.into_call()), format!("{expected:?}"), "{line}");
+            }
+        }
     }
 
     #[test]
