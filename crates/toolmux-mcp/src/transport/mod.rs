@@ -313,17 +313,17 @@ pub(crate) fn call_result(
 /// Whether a `tools/call` result, as JSON text, is a success of text blocks only and
 /// nothing else (no annotations, no `_meta`, no structured content): one that the gateway
 /// may pass on as it came, since decoding and encoding it again would give the same
-/// result (see [`toolmux_core::Relayed::Raw`]). Read without building anything but a list
-/// of borrowed blocks.
+/// result (see [`toolmux_core::Relayed::Raw`]). Read without building anything (this is
+/// on every relayed call's path, before its answer is written).
 pub(crate) fn plain_text_result(result: &str) -> bool {
     use serde::Deserialize;
+    use serde::de::{Deserializer, SeqAccess, Visitor};
     use serde_json::value::RawValue;
 
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
-    struct TextResult<'a> {
-        #[serde(borrow)]
-        content: Vec<TextBlock<'a>>,
+    struct TextResult {
+        content: AllText,
         #[serde(rename = "isError", default)]
         is_error: Option<bool>,
     }
@@ -335,11 +335,32 @@ pub(crate) fn plain_text_result(result: &str) -> bool {
         #[serde(borrow)]
         text: &'a RawValue,
     }
+    /// Whether every block of a list is a text block, read one by one.
+    struct AllText(bool);
+    impl<'de> Deserialize<'de> for AllText {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<AllText, D::Error> {
+            struct Blocks;
+            impl<'de> Visitor<'de> for Blocks {
+                type Value = AllText;
 
-    serde_json::from_str::<TextResult<'_>>(result).is_ok_and(|result| {
-        result.is_error != Some(true)
-            && result.content.iter().all(|b| b.kind == "text" && b.text.get().starts_with('"'))
-    })
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a list of content blocks")
+                }
+
+                fn visit_seq<A: SeqAccess<'de>>(self, mut blocks: A) -> Result<AllText, A::Error> {
+                    let mut all = true;
+                    while let Some(block) = blocks.next_element::<TextBlock<'de>>()? {
+                        all &= block.kind == "text" && block.text.get().starts_with('"');
+                    }
+                    Ok(AllText(all))
+                }
+            }
+            deserializer.deserialize_seq(Blocks)
+        }
+    }
+
+    serde_json::from_str::<TextResult>(result)
+        .is_ok_and(|result| result.is_error != Some(true) && result.content.0)
 }
 
 /// The commonest answer to a `tools/call`, text blocks only (no annotations, no `_meta`),
@@ -427,6 +448,8 @@ mod tests {
             r#"{"content":[],"structuredContent":{"n":1}}"#,
             r#"{"content":[{"type":"image","data":"AA==","mimeType":"image/png"}]}"#,
             r#"{"content":[{"type":"text","text":7}]}"#,
+            r#"{"content":[{"type":"text","text":"a"},{"type":"texts","text":"b"}]}"#,
+            r#"{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"content":[]}"#,
             r#"{"content":{"type":"text","text":"x"}}"#,
             r#"{"task":{"taskId":"t"}}"#,
         ];
