@@ -1134,44 +1134,20 @@ mod tests {
         assert!(RelayLine::parse(array.as_bytes()).is_none());
         // Ids and constants in the forms JSON allows: read as rmcp reads them, or left to
         // the usual path (an integer written as a float).
+        // (version, id, method, read for the relay, read by `CallLine`)
         let forms = [
-            (
-                r#"{"jsonrpc":"2\u002e0","id":-3,"method":"tools\/call","params":{"name":"e"}}"#,
-                true,
-                true,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":"e"}}"#,
-                true,
-                true,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":9223372036854775807,"method":"tools/call","params":{"name":"e"}}"#,
-                true,
-                true,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"tools/call","params":{"name":"e"}}"#,
-                false,
-                false,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"e"}}"#,
-                false,
-                true,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"e"}}"#,
-                false,
-                false,
-            ),
-            (
-                r#"{"jsonrpc":"2.0","id":1,"method":"tools/callx","params":{"name":"e"}}"#,
-                false,
-                false,
-            ),
+            (r#""2\u002e0""#, "-3", r#""tools\/call""#, true, true),
+            (r#""2.0""#, r#""a\"b""#, r#""tools/call""#, true, true),
+            (r#""2.0""#, "9223372036854775807", r#""tools/call""#, true, true),
+            (r#""2.0""#, "9223372036854775808", r#""tools/call""#, false, false),
+            (r#""2.0""#, "1.0", r#""tools/call""#, false, true),
+            (r#""2.0""#, "null", r#""tools/call""#, false, false),
+            (r#""2.0""#, "1", r#""tools/callx""#, false, false),
         ];
-        for (line, relayed, read) in forms {
+        for (version, id, method, relayed, read) in forms {
+            let line = format!(
+                r#"{{"jsonrpc":{version},"id":{id},"method":{method},"params":{{"name":"e"}}}}"#
+            );
             let expected = CallLine::parse(line.as_bytes());
             assert_eq!(expected.is_some(), read, "{line}");
             let relay = RelayLine::parse(line.as_bytes());
