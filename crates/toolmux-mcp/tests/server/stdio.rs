@@ -2,7 +2,8 @@
 
 use crate::provider::{Fixture, LONG_NAME};
 use crate::support::{
-    Lifecycle, call, connect_io, connect_streams, eventually, first_text, socket_pair, within,
+    Client, Lifecycle, call, connect_io, connect_streams, eventually, first_text, socket_pair,
+    within,
 };
 use expect_test::expect;
 use rmcp::model::{
@@ -210,11 +211,8 @@ async fn progress_reaches_the_client_over_2026_07_28() {
     progress_reaches_the_client(Lifecycle::Discover).await;
 }
 
-#[tokio::test]
-async fn a_cancelled_call_cancels_the_tool() {
-    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
-    let (client, _, _server) =
-        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Initialize).await;
+/// Calls `hang`, waits until it runs, cancels it and waits until it has ended.
+async fn cancel_a_hanging_call(client: &Client, mock: &MockProvider) {
     let request =
         ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("hang")));
     let handle = within(client.send_cancellable_request(request, PeerRequestOptions::no_options()))
@@ -223,6 +221,14 @@ async fn a_cancelled_call_cancels_the_tool() {
     eventually("the call to start", || async { mock.in_flight() == 1 }).await;
     within(handle.cancel(Some("test".into()))).await.unwrap();
     eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+}
+
+#[tokio::test]
+async fn a_cancelled_call_cancels_the_tool() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let (client, _, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Initialize).await;
+    cancel_a_hanging_call(&client, &mock).await;
     // The session goes on.
     let tools = within(client.list_all_tools()).await.unwrap();
     assert_eq!(tools.len(), 1);
@@ -600,14 +606,7 @@ async fn relayed_tools_are_relayed_and_answered_as_any_call() {
     assert!(answer.contains("said"), "{answer}");
     assert_eq!(mock.relayed_calls(), 4);
     // Cancelled.
-    let request =
-        ClientRequest::CallToolRequest(CallToolRequest::new(CallToolRequestParams::new("hang")));
-    let handle = within(client.send_cancellable_request(request, PeerRequestOptions::no_options()))
-        .await
-        .unwrap();
-    eventually("the call to start", || async { mock.in_flight() == 1 }).await;
-    within(handle.cancel(Some("test".into()))).await.unwrap();
-    eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    cancel_a_hanging_call(&client, &mock).await;
     assert_eq!(mock.relayed_calls(), 5);
     // Without arguments.
     let said = within(client.call_tool(CallToolRequestParams::new("say"))).await.unwrap();
