@@ -380,6 +380,26 @@ mod tests {
         assert_eq!(flights.len(), 0);
     }
 
+    /// A call recorded with its token is found by it and shares its activity; its end
+    /// withdraws every question it was asked.
+    #[test]
+    fn a_call_s_end_reaches_the_questions_it_was_asked() {
+        let flights = Flights::default();
+        let activity = Arc::new(Notify::new());
+        let token = ProgressToken(rmcp::model::NumberOrString::String("tm-1".into()));
+        let ctx = CallContext::new().with_call_id("c");
+        let call = flights.begin_linked(&ctx, token.clone(), activity.clone());
+        let first = flights.context_for(Some(&token)).expect("found by its token");
+        let second = flights.context_for(None).expect("the latest call");
+        assert_eq!(first.ctx.call_id(), Some("c"));
+        assert!(Arc::ptr_eq(&first.activity, &activity));
+        assert_eq!(first.tokens, [token]);
+        assert!(!first.ended.is_cancelled());
+        drop(call);
+        assert!(first.ended.is_cancelled() && second.ended.is_cancelled());
+        assert!(flights.context_for(None).is_none());
+    }
+
     #[test]
     fn log_lines_go_to_the_latest_call_or_one_that_just_ended() {
         let flights = Flights::default();
