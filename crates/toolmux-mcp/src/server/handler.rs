@@ -818,7 +818,6 @@ impl Sender<'_> {
     }
 }
 
-/// The `notifications/progress` params of a report.
 /// A request id as a call's id: a string id shared, a number written without `fmt` (on
 /// every call's path).
 fn id_text(id: &RequestId) -> Arc<str> {
@@ -828,6 +827,7 @@ fn id_text(id: &RequestId) -> Arc<str> {
     }
 }
 
+/// The `notifications/progress` params of a report.
 fn progress_param(token: &ProgressToken, progress: Progress) -> ProgressNotificationParam {
     let mut param = ProgressNotificationParam::new(token.clone(), progress.progress);
     if let Some(total) = progress.total {
