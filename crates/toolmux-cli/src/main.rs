@@ -7,6 +7,8 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+#[cfg(feature = "mimalloc")]
+mod allocator;
 mod args;
 mod commands;
 mod events;
@@ -27,7 +29,7 @@ use toolmux::config::{self, Loaded};
 /// thread and frees on another, which glibc's malloc serves through its arena locks.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 /// Exit codes, as `--help` documents them.
 pub(crate) mod exit {

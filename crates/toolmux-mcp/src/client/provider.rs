@@ -870,12 +870,12 @@ impl Inner {
             None => waiting.finish(),
         }
         let waited = waited.map(|reply| match reply {
-            RawReply::Plain(raw) => Ok(raw.into()),
+            RawReply::Plain(raw) => Ok(raw),
             RawReply::Result(raw) => {
-                if raw.get().len() <= raw_max && crate::transport::plain_text_result(raw.get()) {
-                    return Ok(raw.into());
+                if raw.len() <= raw_max && crate::transport::plain_text_result(&raw) {
+                    return Ok(raw);
                 }
-                Err(Box::new(crate::transport::call_result(raw.get())))
+                Err(Box::new(crate::transport::call_result(&raw)))
             }
             RawReply::Other(reply) => Err(reply),
         });

@@ -39,10 +39,11 @@ pub(crate) type Reply = Result<ServerResult, ServiceError>;
 /// wrote it, or anything else as [`Reply`].
 #[derive(Debug)]
 pub(crate) enum RawReply {
-    Result(Box<RawValue>),
+    /// The result's JSON text.
+    Result(Box<str>),
     /// A plain text result within the size asked for ([`super::plain_text_result`]),
     /// given to the request's early answer, if it had one, before it was sent here.
-    Plain(Box<RawValue>),
+    Plain(Box<str>),
     /// Boxed: rare on this path, and a call holds the reply on its stack.
     Other(Box<Reply>),
 }
@@ -211,13 +212,21 @@ impl Lane {
             return false;
         }
         let Ok(text) = std::str::from_utf8(line) else { return false };
-        let Ok(peek) = serde_json::from_str::<Peek<'_>>(text) else { return false };
-        let Some(number) = peek.id.strip_prefix(ID_PREFIX).and_then(|n| n.parse().ok()) else {
-            return false;
+        // `plain`: the result is known to be plain text (see `plain_result_line`).
+        let (number, result, plain) = match plain_result_line(text) {
+            Some((number, result)) => (number, result, true),
+            None => {
+                let Ok(peek) = serde_json::from_str::<Peek<'_>>(text) else { return false };
+                let Some(number) = peek.id.strip_prefix(ID_PREFIX).and_then(|n| n.parse().ok())
+                else {
+                    return false;
+                };
+                if peek.jsonrpc != "2.0" {
+                    return false;
+                }
+                (number, peek.result.get(), false)
+            }
         };
-        if peek.jsonrpc != "2.0" {
-            return false;
-        }
         let waiter = {
             let mut pending = self.lock();
             let Some(pending) = pending.as_mut() else { return false };
@@ -227,13 +236,14 @@ impl Lane {
             self.remove(pending, number)
         };
         let Some(Waiter::Raw(tx, early)) = waiter else { return true };
-        let result = peek.result.get();
         let reply = match early {
-            Some(early) if result.len() <= early.max && super::plain_text_result(result) => {
+            Some(early)
+                if result.len() <= early.max && (plain || super::plain_text_result(result)) =>
+            {
                 early.answer.answer(result);
-                RawReply::Plain(peek.result.to_owned())
+                RawReply::Plain(result.into())
             }
-            _ => RawReply::Result(peek.result.to_owned()),
+            _ => RawReply::Result(result.into()),
         };
         let _ = tx.send(reply);
         true
@@ -462,6 +472,70 @@ pub(crate) fn cancel_line(id: &str, reason: &str) -> Vec<u8> {
     line
 }
 
+/// The commonest result line of a relayed call, read without serde: `Some` with the
+/// request's number and the result's JSON text when `line` is, byte for byte, one of the
+/// two compact forms the MCP SDKs write,
+/// `{"result":R,"jsonrpc":"2.0","id":"tm-N"}` or `{"jsonrpc":"2.0","id":"tm-N","result":R}`,
+/// and `R` is `{"content":[B,…]}` with every `B` exactly `{"type":"text","text":S}`: a
+/// plain text result (see [`super::plain_text_result`]), and JSON. `None` for anything
+/// else (other spacing or member order, an `isError`, a `\u` escape or a control
+/// character in a string), which is then read with serde.
+///
+/// `line` is valid UTF-8 (it is a `&str`), so what is left to check is the JSON: the
+/// strings, whose ends this finds by their escapes, and the structure around them.
+fn plain_result_line(line: &str) -> Option<(u64, &str)> {
+    const RESULT_FIRST: &str = r#"{"result":"#;
+    const ID_AFTER: &str = r#","jsonrpc":"2.0","id":"tm-"#;
+    const ID_FIRST: &str = r#"{"jsonrpc":"2.0","id":"tm-"#;
+    let (digits, result) = match line.strip_prefix(RESULT_FIRST) {
+        // The last such text: the one in front of the id (the result's strings are
+        // checked below, so one that held this text could not end the result early).
+        Some(rest) => {
+            let (result, id) = rest.rsplit_once(ID_AFTER)?;
+            (id.strip_suffix(r#""}"#)?, result)
+        }
+        None => {
+            let (digits, rest) = line.strip_prefix(ID_FIRST)?.split_once('"')?;
+            (digits, rest.strip_prefix(r#","result":"#)?.strip_suffix('}')?)
+        }
+    };
+    // As the serde path reads the id: `tm-` and a `u64`, here in plain digits only.
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number = digits.parse().ok()?;
+    let mut rest = result.strip_prefix(r#"{"content":["#)?.as_bytes();
+    if rest == b"]}" {
+        return Some((number, result));
+    }
+    loop {
+        rest = rest.strip_prefix(br#"{"type":"text","text":""#)?;
+        rest = &rest[string_end(rest)? + 1..];
+        match rest.strip_prefix(b"},") {
+            Some(next) => rest = next,
+            None => return (rest == b"}]}").then_some((number, result)),
+        }
+    }
+}
+
+/// Where a JSON string's text (after its opening quote) ends: the index of its closing
+/// quote. `None` at a `\u` escape, a control character, an escape JSON does not have, or
+/// no closing quote.
+fn string_end(text: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        match *text.get(at)? {
+            b'"' => return Some(at),
+            b'\\' => match text.get(at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
+                _ => return None,
+            },
+            0..=0x1f => return None,
+            _ => at += 1,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,7 +580,7 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":"tm-1","result":{"content":[{"type":"text","text":"é"}]}}"#;
         assert!(lane.take_raw(line.as_bytes()));
         let Ok(RawReply::Result(result)) = raw.reply.try_recv() else { panic!("delivered") };
-        assert_eq!(result.get(), r#"{"content":[{"type":"text","text":"é"}]}"#);
+        assert_eq!(&*result, r#"{"content":[{"type":"text","text":"é"}]}"#);
         assert_eq!(lane.raw_waiting.load(Ordering::Relaxed), 0);
 
         // An error for a raw waiter comes parsed.
@@ -528,6 +602,76 @@ mod tests {
         let line = format!(r#"{{"jsonrpc":"2.0","id":"{}","result":{{}}}}"#, raw.id);
         assert!(!lane.take_raw(line.as_bytes()));
         drop(parsed);
+    }
+
+    /// The fast reading of a plain result line gives what serde's reading gives, or
+    /// leaves the line to it.
+    #[test]
+    fn plain_result_lines_read_as_serde_reads_them() {
+        /// The serde path of `take_raw`, and the plain-text check.
+        fn by_serde(line: &str) -> Option<(u64, String, bool)> {
+            #[derive(serde::Deserialize)]
+            struct Peek<'a> {
+                jsonrpc: &'a str,
+                id: &'a str,
+                #[serde(borrow)]
+                result: &'a RawValue,
+            }
+            let peek = serde_json::from_str::<Peek<'_>>(line).ok()?;
+            let number = peek.id.strip_prefix(ID_PREFIX)?.parse().ok()?;
+            let result = peek.result.get();
+            (peek.jsonrpc == "2.0")
+                .then(|| (number, result.to_owned(), super::super::plain_text_result(result)))
+        }
+        let texts = [
+            r#""Echo: hello""#,
+            r#""""#,
+            r#""é ☃ \" \\ \/ \b \f \n \r \t""#,
+            r#""\u0041""#,
+            "\"tab\tin\"",
+            r#""\x""#,
+            r#""\"}]},\"jsonrpc\":\"2.0\",\"id\":\"tm-5\"}""#,
+            r#""open"#,
+            "7",
+        ];
+        let mut results = vec![r#"{"content":[]}"#.to_owned()];
+        for text in texts {
+            let block = format!(r#"{{"type":"text","text":{text}}}"#);
+            results.push(format!(r#"{{"content":[{block}]}}"#));
+            results.push(format!(r#"{{"content":[{block},{block}]}}"#));
+            results.push(format!(r#"{{"content":[{block}],"isError":false}}"#));
+            results.push(format!(r#"{{"content":[{{"text":{text},"type":"text"}}]}}"#));
+            results.push(format!(r#"{{"content": [{block}]}}"#));
+        }
+        results.push(r#"{"content":[{"type":"text","text":"a"}],"content":[]}"#.to_owned());
+        results.push(r#"{"content":[{"type":"image","data":"AA==","mimeType":"x"}]}"#.to_owned());
+        results.push(r#"{"content":[{"type":"text","text":"a"},]}"#.to_owned());
+        let ids =
+            ["\"tm-5\"", "\"tm-05\"", "\"tm-18446744073709551616\"", "\"tm-+5\"", "\"tm-\"", "5"];
+        let mut fast = 0;
+        for result in &results {
+            for id in ids {
+                for line in [
+                    format!(r#"{{"result":{result},"jsonrpc":"2.0","id":{id}}}"#),
+                    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#),
+                    format!(r#"{{"id":{id},"jsonrpc":"2.0","result":{result}}}"#),
+                    format!(r#"{{"jsonrpc":"1.0","id":{id},"result":{result}}}"#),
+                    format!(r#"{{"result":{result},"jsonrpc":"2.0","id":{id}}} "#),
+                ] {
+                    let Some((number, raw)) = plain_result_line(&line) else { continue };
+                    fast += 1;
+                    assert_eq!(by_serde(&line), Some((number, raw.to_owned(), true)), "{line}");
+                }
+            }
+        }
+        // What the SDKs write for a plain result takes the fast reading, in both orders.
+        // Results: no block, and one or two blocks of each of the four texts it takes.
+        assert_eq!(fast, 2 * 2 * (1 + 2 * 4), "both orders, ids 5 and 05");
+        let node = r#"{"result":{"content":[{"type":"text","text":"Echo: hello"}]},"jsonrpc":"2.0","id":"tm-12"}"#;
+        assert_eq!(
+            plain_result_line(node),
+            Some((12, r#"{"content":[{"type":"text","text":"Echo: hello"}]}"#))
+        );
     }
 
     /// A plain result within the size asked for goes to the early answer before it is
@@ -563,11 +707,11 @@ mod tests {
             match reply {
                 RawReply::Plain(raw) => {
                     assert!(early_too, "{result}");
-                    assert_eq!(raw.get(), result);
+                    assert_eq!(&*raw, result);
                 }
                 RawReply::Result(raw) => {
                     assert!(!early_too, "{result}");
-                    assert_eq!(raw.get(), result);
+                    assert_eq!(&*raw, result);
                 }
                 RawReply::Other(other) => panic!("{other:?}"),
             }
