@@ -37,25 +37,13 @@ unsafe impl GlobalAlloc for Mimalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `layout` has a non-zero size (the caller's promise).
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                mi_malloc(layout.size()).cast()
-            } else {
-                mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { allocate(layout, mi_malloc, mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as for `alloc`.
-        unsafe {
-            if layout.align() <= PLAIN_ALIGN {
-                mi_zalloc(layout.size()).cast()
-            } else {
-                mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        unsafe { allocate(layout, mi_zalloc, mi_zalloc_aligned) }
     }
 
     #[inline]
@@ -74,6 +62,27 @@ unsafe impl GlobalAlloc for Mimalloc {
             } else {
                 mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
             }
+        }
+    }
+}
+
+/// A block for `layout` from `plain` when it needs at most word alignment, else from
+/// `aligned`.
+///
+/// # Safety
+/// `layout` has a non-zero size.
+#[inline]
+unsafe fn allocate(
+    layout: Layout,
+    plain: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: mimalloc takes any size and a power-of-two alignment, which a `Layout` has.
+    unsafe {
+        if layout.align() <= PLAIN_ALIGN {
+            plain(layout.size()).cast()
+        } else {
+            aligned(layout.size(), layout.align()).cast()
         }
     }
 }
