@@ -199,15 +199,6 @@ impl Lane {
     /// read only by its id and checked as JSON, not parsed into a message. `false` for
     /// any other line, which is then parsed as usual.
     pub(crate) fn take_raw(&self, line: &[u8]) -> bool {
-        #[derive(serde::Deserialize)]
-        struct Peek<'a> {
-            #[serde(borrow)]
-            jsonrpc: &'a str,
-            #[serde(borrow)]
-            id: &'a str,
-            #[serde(borrow)]
-            result: &'a RawValue,
-        }
         if self.raw_waiting.load(Ordering::Relaxed) == 0 {
             return false;
         }
@@ -216,15 +207,8 @@ impl Lane {
         let (number, result, plain) = match plain_result_line(text) {
             Some((number, result)) => (number, result, true),
             None => {
-                let Ok(peek) = serde_json::from_str::<Peek<'_>>(text) else { return false };
-                let Some(number) = peek.id.strip_prefix(ID_PREFIX).and_then(|n| n.parse().ok())
-                else {
-                    return false;
-                };
-                if peek.jsonrpc != "2.0" {
-                    return false;
-                }
-                (number, peek.result.get(), false)
+                let Some((number, result)) = result_line(text) else { return false };
+                (number, result, false)
             }
         };
         let waiter = {
@@ -472,6 +456,23 @@ pub(crate) fn cancel_line(id: &str, reason: &str) -> Vec<u8> {
     line
 }
 
+/// A result line of a lane request, read with serde: the request's number and the
+/// result's JSON text, checked as JSON but not parsed into values.
+fn result_line(line: &str) -> Option<(u64, &str)> {
+    #[derive(serde::Deserialize)]
+    struct Peek<'a> {
+        #[serde(borrow)]
+        jsonrpc: &'a str,
+        #[serde(borrow)]
+        id: &'a str,
+        #[serde(borrow)]
+        result: &'a RawValue,
+    }
+    let peek = serde_json::from_str::<Peek<'_>>(line).ok()?;
+    let number = peek.id.strip_prefix(ID_PREFIX)?.parse().ok()?;
+    (peek.jsonrpc == "2.0").then_some((number, peek.result.get()))
+}
+
 /// The commonest result line of a relayed call, read without serde: `Some` with the
 /// request's number and the result's JSON text when `line` is, byte for byte, one of the
 /// two compact forms the MCP SDKs write,
@@ -479,7 +480,7 @@ pub(crate) fn cancel_line(id: &str, reason: &str) -> Vec<u8> {
 /// and `R` is `{"content":[B,…]}` with every `B` exactly `{"type":"text","text":S}`: a
 /// plain text result (see [`super::plain_text_result`]), and JSON. `None` for anything
 /// else (other spacing or member order, an `isError`, a `\u` escape or a control
-/// character in a string), which is then read with serde.
+/// character in a string), which is then read with serde ([`result_line`]).
 ///
 /// `line` is valid UTF-8 (it is a `&str`), so what is left to check is the JSON: the
 /// strings, whose ends this finds by their escapes, and the structure around them.
@@ -610,18 +611,9 @@ mod tests {
     fn plain_result_lines_read_as_serde_reads_them() {
         /// The serde path of `take_raw`, and the plain-text check.
         fn by_serde(line: &str) -> Option<(u64, String, bool)> {
-            #[derive(serde::Deserialize)]
-            struct Peek<'a> {
-                jsonrpc: &'a str,
-                id: &'a str,
-                #[serde(borrow)]
-                result: &'a RawValue,
-            }
-            let peek = serde_json::from_str::<Peek<'_>>(line).ok()?;
-            let number = peek.id.strip_prefix(ID_PREFIX)?.parse().ok()?;
-            let result = peek.result.get();
-            (peek.jsonrpc == "2.0")
-                .then(|| (number, result.to_owned(), super::super::plain_text_result(result)))
+            result_line(line).map(|(number, result)| {
+                (number, result.to_owned(), super::super::plain_text_result(result))
+            })
         }
         let texts = [
             r#""Echo: hello""#,
