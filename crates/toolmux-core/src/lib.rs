@@ -44,6 +44,7 @@ mod context;
 mod error;
 mod interaction;
 mod kind;
+mod mark;
 pub mod naming;
 mod output;
 mod provider;
@@ -69,6 +70,7 @@ pub use interaction::{
     Root, RootsRequest, SamplingRequest, SamplingResponse, UrlElicitationRequest,
 };
 pub use kind::{PermissionClass, ToolKind};
+pub use mark::{MarkedGroup, PROCESS_MARK_VAR, ProcessMark};
 pub use output::{ContentPart, ToolOutput, json_len};
 pub use provider::{
     Health, ProviderHealth, Relayed, ResourceUpdateNotifier, ResourceUpdates, Subject, SubjectKind,

@@ -22,8 +22,8 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use toolmux_core::{
-    CallContext, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider,
-    ToolSpec,
+    CallContext, MarkedGroup, PermissionClass, ProcessMark, ToolAnnotations, ToolError, ToolKind,
+    ToolOutput, ToolProvider, ToolSpec,
 };
 
 /// The namespace of command tools.
@@ -170,8 +170,9 @@ impl CommandTools {
         };
         let label = program.label();
         let failed = |e: FsError| e.into_tool_error(name);
+        let mark = ProcessMark::new();
         let mut command =
-            shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program, None)
+            shell::command(&self.shell, &self.sandbox, &self.dir, tool, &program, None, &mark)
                 .map_err(failed)?;
         command.stdin(Stdio::piped());
         for (key, value) in &config.env {
@@ -180,7 +181,7 @@ impl CommandTools {
         let mut child = command
             .spawn()
             .map_err(|source| failed(FsError::Spawn { command: label.clone(), source }))?;
-        let group = shell::GroupKill::of(&child);
+        let mut group = MarkedGroup::new(child.id(), mark, label.clone());
         let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
         input.push(b'\n');
         let stdin = child.stdin.take();
@@ -210,24 +211,35 @@ impl CommandTools {
             bytes
         };
         let limit = Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS));
-        let work = async {
-            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, child.wait());
-            (out, err, status)
-        };
-        let ended = tokio::select! {
-            ended = work => Some(ended),
+        // Its own task, so that the pipes are read while the program runs and the call
+        // stops waiting for them once it has ended and everything it started is killed.
+        let mut reads = AbortOnDrop(tokio::spawn(async move {
+            let ((), out, err) = tokio::join!(feed, read_out, read_err);
+            (out, err)
+        }));
+        let status = tokio::select! {
+            status = child.wait() => Some(status),
             () = tokio::time::sleep(limit) => None,
             () = ctx.cancel_token().cancelled() => {
-                group.kill();
+                group.kill_all().await;
                 let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
                 return Err(ToolError::Cancelled { tool: name.to_owned() });
             }
         };
-        // Whatever the program left running in its group goes with it.
-        group.kill();
-        let Some((out, err, status)) = ended else {
+        // Whatever the program left running goes with it, in its group or out of it; then
+        // nothing holds its pipes.
+        let escaped = group.kill_all().await;
+        let Some(status) = status else {
             let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
             return Err(ToolError::Timeout { tool: name.to_owned(), after: limit });
+        };
+        let Ok(Ok((out, err))) = tokio::time::timeout(shell::DRAIN_TIMEOUT, &mut reads.0).await
+        else {
+            return Ok(ToolOutput::error(format!(
+                "`{name}` exited, but a process it started kept its output open past {} s \
+                 and outside its reach (it replaced its environment); its output was not kept",
+                shell::DRAIN_TIMEOUT.as_secs()
+            )));
         };
         let status = status.map_err(|source| failed(FsError::Spawn { command: label, source }))?;
         if out.len() > STDOUT_MAX {
@@ -236,6 +248,10 @@ impl CommandTools {
             )));
         }
         let stdout = String::from_utf8_lossy(&out).into_owned();
+        // The result is the program's stdout as it is (JSON, perhaps): the note is logged.
+        if let Some(note) = shell::escaped_note(&escaped) {
+            tracing::info!(tool = name, "{note}");
+        }
         if !status.success() {
             let code =
                 status.code().map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
@@ -310,5 +326,14 @@ impl ToolProvider for CommandTools {
             return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions });
         };
         self.run(name, config, arguments, ctx).await
+    }
+}
+
+/// A spawned task, aborted when its holder is dropped (the call was).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

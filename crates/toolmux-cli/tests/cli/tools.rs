@@ -293,7 +293,8 @@ fn command_tools_run_a_program_with_the_arguments_on_stdin() {
            echo_args: {description: Echo the arguments, command: [cat], output: json}\n  \
            shout: {description: Shout, command: 'sh scripts/shout.sh'}\n  \
            fails: {description: Fails, command: 'echo broken >&2; exit 3'}\n  \
-           slow: {description: Sleeps, command: 'sleep 30 & sleep 30', timeoutMs: 300}\n",
+           slow: {description: Sleeps, command: 'sleep 30 & sleep 30', timeoutMs: 300}\n  \
+           daemon: {description: Starts a daemon, command: 'setsid sleep 1000 & echo $! > daemon.pid; echo started'}\n",
     );
     let listed = project.run(&["tools", "list"]);
     assert_eq!(listed.code, 0, "{listed:?}");
@@ -315,6 +316,17 @@ fn command_tools_run_a_program_with_the_arguments_on_stdin() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10), "waited for the sleeps");
     let said = format!("{}{}", slow.stdout, slow.stderr);
     assert!(said.contains("timeout"), "{said}");
+    // A process that left the group, holding the output pipe: the call ends when the
+    // program does, and the process is killed (found by the mark in its environment).
+    let started = std::time::Instant::now();
+    let daemon = project.run(&["tools", "call", "cmd__daemon"]);
+    assert_eq!(daemon.code, 0, "{daemon:?}");
+    assert_eq!(daemon.stdout.trim(), "started", "{daemon:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "waited for the daemon");
+    let pid = std::fs::read_to_string(project.path().join("daemon.pid")).expect("the pid file");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    let runs = stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']));
+    assert!(!runs, "the daemon runs on: {stat}");
 
     project.file("toolmux.yaml", "commandTools:\n  bad: {description: x, command: []}\n");
     let bad = project.run(&["config", "check"]);

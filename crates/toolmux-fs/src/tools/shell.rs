@@ -17,7 +17,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
-use toolmux_core::ToolOutput;
+use toolmux_core::{MarkedGroup, ProcessMark, ToolOutput};
 
 /// How long the pipes may stay open once the process group is dead (a process that left
 /// the group may still hold them).
@@ -96,10 +96,11 @@ pub(crate) fn bash_description(sandbox: &str) -> String {
     format!(
         "Run a shell command with `bash -c` in the workspace root (or `workdir`, a folder \
 beneath it), in its own process group, \
-stdin closed. {sandbox} The environment holds only PATH, HOME, LANG and configured variables; \
-nothing persists between calls (no cd, no exports). `timeout` in ms (default 120000, max 600000): \
-on timeout or cancellation the whole process group is killed; background processes left when the \
-command exits are killed too. Output: `exit code N` (or the signal / timeout), then `--- stdout \
+stdin closed. {sandbox} The environment holds only PATH, HOME, LANG, configured variables and \
+TOOLMUX_PROCESS_MARK; nothing persists between calls (no cd, no exports). `timeout` in ms \
+(default 120000, max 600000): on timeout or cancellation the whole process group is killed; \
+background processes left when the command exits are killed too, even those that left the group \
+(setsid, daemons). Output: `exit code N` (or the signal / timeout), then `--- stdout \
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
 characters keeps its head and tail with a marker, and the full output is saved to a file whose \
 path is given. With `run_in_background: true` (a server, a watcher, a long build) the call \
@@ -222,32 +223,15 @@ fn bounded(
     Ok(Duration::from_millis(ms))
 }
 
-/// Kills a process group when dropped, unless disarmed: a call dropped mid-way (an
-/// orchestrator timeout) still leaves nothing behind.
-pub(crate) struct GroupKill(Option<rustix::process::Pid>);
-
-impl GroupKill {
-    /// The group `child` leads (it was spawned with `process_group(0)`).
-    pub(crate) fn of(child: &tokio::process::Child) -> GroupKill {
-        GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)))
-    }
-
-    pub(crate) fn kill(&self) {
-        if let Some(pid) = self.0 {
-            // ESRCH (the group is already gone) is the expected outcome often enough.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// The note a result gets when processes that left the command's group were killed.
+pub(crate) fn escaped_note(killed: &[u32]) -> Option<String> {
+    (!killed.is_empty()).then(|| {
+        format!(
+            "[{} process(es) the command started outside its process group (setsid, a daemon) \
+             were killed: use run_in_background for processes that must keep running]",
+            killed.len()
+        )
+    })
 }
 
 /// How the command ended.
@@ -258,8 +242,8 @@ enum End {
 }
 
 /// The command that runs `program` in `root`: its own process group, stdin closed,
-/// stdout and stderr piped, only the passed-through environment, confined by `sandbox`,
-/// killed when dropped.
+/// stdout and stderr piped, only the passed-through environment and `mark`, confined by
+/// `sandbox`, killed when dropped.
 pub(crate) fn command(
     config: &BashConfig,
     sandbox: &Sandbox,
@@ -267,6 +251,7 @@ pub(crate) fn command(
     tool: &'static str,
     program: &Program,
     pty: Option<&super::pty::Pty>,
+    mark: &ProcessMark,
 ) -> Result<tokio::process::Command, FsError> {
     let mut command = match program {
         Program::Shell(line) => {
@@ -308,6 +293,8 @@ pub(crate) fn command(
             command.env(name, value);
         }
     }
+    let (name, value) = mark.env();
+    command.env(name, value);
     sandbox.confine(&mut command, &program.label(), pty.is_some())?;
     Ok(command)
 }
@@ -323,11 +310,12 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
 ) -> Result<ToolOutput, FsError> {
     let label = program.label();
-    let mut command = command(config, sandbox, root, tool, &program, None)?;
+    let mark = ProcessMark::new();
+    let mut command = command(config, sandbox, root, tool, &program, None, &mark)?;
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
-    let mut group = GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    let mut group = MarkedGroup::new(child.id(), mark, label.clone());
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);
     let stdout =
@@ -343,8 +331,9 @@ pub(crate) async fn run(
         () = cancel.cancelled() => End::Cancelled,
     };
     // Kill the whole group in every case: after a timeout or cancellation, and after a
-    // normal exit too, for background processes the command left behind.
-    group.kill();
+    // normal exit too, for background processes the command left behind, in its group or
+    // out of it.
+    let escaped = group.kill_all().await;
     if !matches!(end, End::Exited(_)) {
         // Reap the shell; SIGKILL makes this quick.
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
@@ -389,6 +378,11 @@ pub(crate) async fn run(
         text.push_str(
             "\n[a process outside the group kept the output open; output was cut after the command ended]",
         );
+    }
+    if let Some(note) = escaped_note(&escaped) {
+        text.push('\n');
+        text.push_str(&note);
+        output = output.with_extra("escapedKilled", json!(escaped.len()));
     }
     let (out_budget, err_budget) =
         allocate(out.chars_hint(), err.chars_hint(), config.output_cap_chars);

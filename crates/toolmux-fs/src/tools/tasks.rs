@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use toolmux_core::ToolOutput;
+use toolmux_core::{ProcessMark, ToolOutput};
 
 /// Unread output a task keeps, in bytes; older unread output is dropped (and counted).
 pub(crate) const KEEP_UNREAD: usize = 1024 * 1024;
@@ -130,6 +130,8 @@ struct Task {
     run: String,
     label: String,
     pid: Option<u32>,
+    /// The mark its processes carry, to find those that left its group.
+    mark: ProcessMark,
     started: Instant,
     state: Mutex<TaskState>,
     /// Woken on new output and at the end.
@@ -299,6 +301,8 @@ impl Drop for Tasks {
         for task in self.lock().values() {
             if task.is_running() {
                 task.kill_group();
+                // Here and now: nothing may be left to run after the provider.
+                task.mark.sweep_and_log(&task.label);
             }
         }
     }
@@ -345,7 +349,9 @@ impl Tasks {
         }
         let spawn_error = |source| FsError::Spawn { command: label.clone(), source };
         let pty = if tty { Some(super::pty::Pty::open().map_err(spawn_error)?) } else { None };
-        let mut command = shell::command(config, sandbox, root, tool, &program, pty.as_ref())?;
+        let mark = ProcessMark::new();
+        let mut command =
+            shell::command(config, sandbox, root, tool, &program, pty.as_ref(), &mark)?;
         if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
@@ -373,6 +379,7 @@ impl Tasks {
             run: run.to_owned(),
             label,
             pid: child.id(),
+            mark,
             started: Instant::now(),
             state: Mutex::new(TaskState { file, ..TaskState::default() }),
             changed: Notify::new(),
@@ -682,6 +689,7 @@ async fn watch(
         () = task.stop.cancelled() => End::Killed,
     };
     task.kill_group();
+    task.mark.sweep_soon(&task.label);
     if !matches!(end, End::Exited(_) | End::Signal(_)) {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
     }

@@ -33,7 +33,7 @@ async fn runs_in_the_root_with_stdin_closed() {
 }
 
 #[tokio::test]
-async fn the_environment_holds_only_path_home_lang() {
+async fn the_environment_holds_only_path_home_lang_and_the_mark() {
     let fx = Fixture::new();
     let out = fx.call("exec", json!({"argv": ["env"]})).await.unwrap();
     let text = out.to_text();
@@ -42,7 +42,9 @@ async fn the_environment_holds_only_path_home_lang() {
         .skip(2)
         .filter_map(|line| line.split_once('=').map(|(name, _)| name))
         .collect();
-    assert!(names.iter().all(|n| ["PATH", "HOME", "LANG"].contains(n)), "{names:?}");
+    let allowed = ["PATH", "HOME", "LANG", toolmux_core::PROCESS_MARK_VAR];
+    assert!(names.iter().all(|n| allowed.contains(n)), "{names:?}");
+    assert!(names.contains(&toolmux_core::PROCESS_MARK_VAR), "{text}");
     assert!(names.contains(&"PATH"), "{text}");
 }
 
@@ -121,6 +123,57 @@ async fn background_processes_die_when_the_command_exits() {
         assert!(Instant::now() < deadline, "processes left in group {pgid}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+fn runs(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+}
+
+/// Waits until none of the processes whose ids are in the file `name` runs.
+async fn wait_gone(fx: &Fixture, name: &str) {
+    let pids: Vec<i32> =
+        fx.get(name).split_whitespace().map(|p| p.parse().expect("a process id")).collect();
+    assert!(!pids.is_empty());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|&pid| runs(pid)) {
+        assert!(Instant::now() < deadline, "still running: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A command's processes that left its process group (`setsid`, a daemon's double fork)
+/// are found by the mark in their environment and die with it.
+#[tokio::test]
+async fn processes_that_left_the_group_die_when_the_command_exits() {
+    let fx = Fixture::new();
+    let command = "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > escaped; \
+        (setsid sh -c 'sleep 1000 & echo $! >> escaped' </dev/null >/dev/null 2>&1 &); \
+        while [ $(wc -l < escaped) -lt 2 ]; do sleep 0.01; done; echo started";
+    let out = fx.call("bash", json!({"command": command})).await.unwrap();
+    expect![[r#"
+        exit code 0
+        [2 process(es) the command started outside its process group (setsid, a daemon) were killed: use run_in_background for processes that must keep running]
+        --- stdout ---
+        started"#]]
+    .assert_eq(&out.to_text());
+    assert!(!out.is_error);
+    assert_eq!(out.extras["escapedKilled"], 2);
+    wait_gone(&fx, "escaped").await;
+    // The same after a timeout, and from `exec`.
+    let out = fx
+        .call(
+            "bash",
+            json!({"command": "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > late; sleep 1000", "timeout": 500}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.extras["timedOut"], true);
+    wait_gone(&fx, "late").await;
+    let exec = ["sh", "-c", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > argv"];
+    fx.ok("exec", json!({"argv": exec})).await;
+    wait_gone(&fx, "argv").await;
 }
 
 #[tokio::test]

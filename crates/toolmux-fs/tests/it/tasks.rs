@@ -94,6 +94,56 @@ async fn task_kill_stops_the_whole_group_and_says_what_was_left_unread() {
     assert!(listed.contains(&format!("{id} (pid {pid}) stopped by task_kill")), "{listed}");
 }
 
+/// Whether process `pid` runs (exists and is not a zombie).
+fn runs(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+}
+
+/// Waits for the process whose id is in the file `name` to start, then returns its id.
+async fn escapee(fx: &Fixture, name: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(fx.root().join(name)).unwrap_or_default();
+        if let Some(pid) = text.strip_suffix('\n').and_then(|p| p.parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "`{name}` was not written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn wait_gone(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(pid) {
+        assert!(Instant::now() < deadline, "{pid} still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A task's processes that left its group (`setsid`) die with it: when it is killed, when
+/// it ends, and when the provider goes.
+#[tokio::test]
+async fn processes_that_left_a_tasks_group_die_with_it() {
+    let fx = fixture(|b| b);
+    let escape = |file: &str, then: &str| {
+        format!("setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > {file}; {then}")
+    };
+    let (id, _, _) = start(&fx, &escape("killed", "sleep 60")).await;
+    let killed = escapee(&fx, "killed").await;
+    assert!(runs(killed));
+    fx.call("task_kill", json!({"task_id": id})).await.expect("task_kill");
+    wait_gone(killed).await;
+    start(&fx, &escape("ended", "true")).await;
+    wait_gone(escapee(&fx, "ended").await).await;
+    start(&fx, &escape("dropped", "sleep 60")).await;
+    let dropped = escapee(&fx, "dropped").await;
+    assert!(runs(dropped));
+    let Fixture { fs, temp: _temp } = fx;
+    drop(fs);
+    wait_gone(dropped).await;
+}
+
 #[tokio::test]
 async fn filters_keep_matching_lines_and_waiting_ends_at_block_ms() {
     let fx = fixture(|b| b);

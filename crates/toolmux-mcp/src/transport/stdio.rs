@@ -223,8 +223,12 @@ pub(crate) fn spawn(
             "environment variables not passed on (`envInherit`, `envPassthrough`)"
         );
     }
+    // Last, over `env`: what the server leaves running outside its group is found by it.
+    let mark = toolmux_core::ProcessMark::new();
+    let (mark_name, mark_value) = mark.env();
     cmd.args(command.args)
         .envs(command.env)
+        .env(mark_name, mark_value)
         .current_dir(&command.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -244,7 +248,8 @@ pub(crate) fn spawn(
     let (exited_tx, exited_rx) = watch::channel(None);
     let kill = CancellationToken::new();
 
-    tokio::spawn(reap(server.clone(), child, pgid, kill.clone(), exited_tx, fault.clone()));
+    let reaping = Reaping { server: server.clone(), child, pgid, mark, kill: kill.clone() };
+    tokio::spawn(reap(reaping, exited_tx, fault.clone()));
     tokio::spawn(log_stderr(server.clone(), stderr));
     let lane = Arc::new(Lane::new(stdin, fault.clone()));
     let (received, messages) = mpsc::unbounded_channel();
@@ -474,14 +479,21 @@ impl Transport<RoleClient> for StdioTransport {
     }
 }
 
-async fn reap(
+/// A server process for [`reap`] to wait for.
+struct Reaping {
     server: String,
-    mut child: Child,
+    child: Child,
     pgid: Option<Pid>,
+    /// The mark in its environment, to find what it left outside its group.
+    mark: toolmux_core::ProcessMark,
     kill: CancellationToken,
-    exited: watch::Sender<Option<ExitStatus>>,
-    fault: Fault,
-) {
+}
+
+/// Waits for the server's exit (or kills it when `kill` is cancelled), then kills what it
+/// left running, in its group and out of it, before the exit is told: once a shutdown
+/// returns, nothing of the server runs.
+async fn reap(reaping: Reaping, exited: watch::Sender<Option<ExitStatus>>, fault: Fault) {
+    let Reaping { server, mut child, pgid, mark, kill } = reaping;
     let status = tokio::select! {
         status = child.wait() => status,
         () = kill.cancelled() => {
@@ -492,10 +504,12 @@ async fn reap(
             child.wait().await
         }
     };
-    // The leader is gone; anything it left in its group goes too.
+    // The leader is gone; anything it left in its group goes too, then what left it.
     if let Some(pgid) = pgid {
         let _ = kill_process_group(pgid, Signal::KILL);
     }
+    let what = format!("mcp server {server}");
+    let _ = tokio::task::spawn_blocking(move || mark.sweep_and_log(&what)).await;
     match status {
         Ok(status) => {
             tracing::debug!(server = %server, %status, "mcp server exited");

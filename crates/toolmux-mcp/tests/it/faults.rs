@@ -196,6 +196,25 @@ async fn shutdown_kills_grandchildren_in_the_group() {
     assert!(support::zombie_children().is_empty());
 }
 
+/// A process the server put in a group of its own is found by the mark in its
+/// environment and killed before the shutdown returns.
+#[tokio::test]
+async fn shutdown_kills_what_left_the_group() {
+    let provider = provider("ok");
+    let spawned = provider
+        .call("spawn_child", json!({"leave_group": true}), &CallContext::new())
+        .await
+        .unwrap()
+        .to_text();
+    let escapee: i32 = spawned.parse().unwrap();
+    let pgid = provider.server_pid().unwrap();
+    assert!(!support::group_members(pgid).contains(&escapee));
+    assert!(support::group_members(escapee).contains(&escapee), "it runs, in its own group");
+    provider.shutdown().await.unwrap();
+    // Killed by now; init reaps it, as its parent is gone.
+    support::assert_group_gone(escapee).await;
+}
+
 #[tokio::test]
 async fn dropping_the_provider_kills_the_group() {
     let provider = provider("ok");

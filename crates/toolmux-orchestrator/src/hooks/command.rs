@@ -660,25 +660,6 @@ impl AfterHook for CommandHook {
     }
 }
 
-/// Kills a process group when dropped: a hook whose call is dropped halfway leaves
-/// nothing behind.
-struct GroupKill(Option<rustix::process::Pid>);
-
-impl GroupKill {
-    fn kill(&self) {
-        if let Some(pid) = self.0 {
-            // ESRCH (the group is already gone) is the usual outcome.
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Runs hook program `command` (`sh -c`) in `dir`, in a process group of its own, with
 /// `input` on its stdin, for at most `timeout`: how it ended, or why it gave no answer (then
 /// its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
@@ -692,6 +673,8 @@ pub async fn run_program(
     input: &Value,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<HookExit, HookFailure> {
+    let mark = toolmux_core::ProcessMark::new();
+    let (mark_name, mark_value) = mark.env();
     let mut program = tokio::process::Command::new("sh");
     program
         .arg("-c")
@@ -699,13 +682,15 @@ pub async fn run_program(
         .current_dir(dir)
         .env("TOOLMUX_PROJECT_DIR", dir)
         .env("CLAUDE_PROJECT_DIR", dir)
+        .env(mark_name, mark_value)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     let mut child = program.spawn().map_err(HookFailure::Spawn)?;
-    let group = GroupKill(child.id().and_then(|id| rustix::process::Pid::from_raw(id as i32)));
+    // A hook whose call is dropped halfway leaves nothing behind.
+    let mut group = toolmux_core::MarkedGroup::new(child.id(), mark, format!("hook `{command}`"));
     let stdin = child.stdin.take();
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
@@ -720,8 +705,9 @@ pub async fn run_program(
         };
         let wait = async {
             let status = child.wait().await;
-            // What the hook left running would hold its pipes open: it ends with it.
-            group.kill();
+            // What the hook left running would hold its pipes open: it ends with it, in
+            // its group or out of it.
+            group.kill_all().await;
             status
         };
         let ((), out, err, status) = tokio::join!(
@@ -746,7 +732,7 @@ pub async fn run_program(
             })
         }
         Err(failure) => {
-            group.kill();
+            group.kill_all().await;
             // SIGKILL makes this quick; `kill_on_drop` covers a hook that will not die.
             let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
             Err(failure)
@@ -934,5 +920,29 @@ mod tests {
             [ContentPart::Text { text: "plain".into() }]
         );
         assert!(replacement(json!(5)).is_none());
+    }
+
+    /// A hook that starts a process out of its group (`setsid`), holding its stdout: the
+    /// hook's answer comes when it exits, and the process is killed (found by its mark).
+    #[tokio::test]
+    async fn what_a_hook_started_outside_its_group_ends_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = std::time::Instant::now();
+        let exit = run_program(
+            "setsid sleep 1000 & echo $! > escaped; echo done",
+            dir.path(),
+            Duration::from_secs(30),
+            &json!({}),
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10), "waited for the sleeper");
+        assert_eq!((exit.code, exit.stdout.as_str()), (Some(0), "done\n"));
+        let pid = std::fs::read_to_string(dir.path().join("escaped")).unwrap();
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+        let runs = stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']));
+        assert!(!runs, "the sleeper runs on: {stat}");
     }
 }

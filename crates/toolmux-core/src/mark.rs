@@ -1,0 +1,319 @@
+//! A mark that follows a child process into everything it starts, so that what it leaves
+//! running can be found and killed after it, in its process group or out of it.
+//!
+//! Killing a command's process group misses the processes that left the group: `setsid`,
+//! a daemon's double fork, `setpgid`. They keep the environment they were started with, so
+//! a command is started with one more variable, [`PROCESS_MARK_VAR`], whose value no other
+//! command has; [`ProcessMark::sweep`] reads `/proc/PID/environ` of every process this
+//! user may read and kills those that carry the mark. A process started with an
+//! environment of its own (`env -i`) does not carry it and is not found.
+//!
+//! A command run by a toolmux that was itself started under a mark carries both marks
+//! (`outer:inner`), so that the outer sweep finds it too.
+//!
+//! Linux only: elsewhere a sweep finds nothing.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The environment variable that carries a [`ProcessMark`].
+pub const PROCESS_MARK_VAR: &str = "TOOLMUX_PROCESS_MARK";
+
+/// How many times a sweep looks again after killing something: a process may start
+/// another between the listing and its death.
+const SWEEP_ROUNDS: usize = 16;
+
+/// The mark of one command: given to it in its environment ([`ProcessMark::env`]), it is
+/// inherited by whatever the command starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessMark {
+    /// This command's own part: `PID.NANOS.N`, this process's id, the time it made its
+    /// first mark and a counter.
+    own: String,
+    /// The variable's value: the marks this process was started under, then `own`.
+    value: String,
+}
+
+impl Default for ProcessMark {
+    fn default() -> Self {
+        ProcessMark::new()
+    }
+}
+
+impl ProcessMark {
+    /// A mark no other command of this or any other process has.
+    pub fn new() -> ProcessMark {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        static STEM: OnceLock<(String, Option<String>)> = OnceLock::new();
+        let (stem, outer) = STEM.get_or_init(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let outer = std::env::var(PROCESS_MARK_VAR).ok().filter(|v| !v.is_empty());
+            (format!("{}.{nanos}", std::process::id()), outer)
+        });
+        let own = format!("{stem}.{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let value = match outer {
+            Some(outer) => format!("{outer}:{own}"),
+            None => own.clone(),
+        };
+        ProcessMark { own, value }
+    }
+
+    /// The variable and value to start the command with.
+    pub fn env(&self) -> (&'static str, &str) {
+        (PROCESS_MARK_VAR, &self.value)
+    }
+
+    /// Whether an environment block (`/proc/PID/environ`: `NAME=value` entries, each
+    /// ended by a NUL) carries this mark.
+    pub fn is_in(&self, environ: &[u8]) -> bool {
+        let prefix = PROCESS_MARK_VAR.as_bytes();
+        environ.split(|&b| b == 0).any(|entry| {
+            entry.strip_prefix(prefix).and_then(|rest| rest.strip_prefix(b"=")).is_some_and(
+                |value| value.split(|&b| b == b':').any(|mark| mark == self.own.as_bytes()),
+            )
+        })
+    }
+
+    /// Kills (`SIGKILL`) every process that carries the mark, but this one; returns their
+    /// ids. Blocks for the time it takes to read the environment of every process this
+    /// user may read (a few milliseconds for some hundreds of them).
+    pub fn sweep(&self) -> Vec<u32> {
+        self.sweep_outside(None)
+    }
+
+    /// [`ProcessMark::sweep`], passing over the members of process group `group` (killed
+    /// already, and perhaps not gone yet).
+    fn sweep_outside(&self, group: Option<rustix::process::Pid>) -> Vec<u32> {
+        let mut killed = Vec::new();
+        #[cfg(target_os = "linux")]
+        for _ in 0..SWEEP_ROUNDS {
+            let before = killed.len();
+            linux::sweep_once(self, group, &mut killed);
+            if killed.len() == before {
+                break;
+            }
+        }
+        killed
+    }
+
+    /// [`ProcessMark::sweep`] on a thread of its own, for callers that must not block:
+    /// the processes found are killed shortly after, and logged with `what` (the command).
+    pub fn sweep_soon(&self, what: &str) {
+        self.sweep_soon_outside(None, what);
+    }
+
+    fn sweep_soon_outside(&self, group: Option<rustix::process::Pid>, what: &str) {
+        let (mark, label) = (self.clone(), what.to_owned());
+        let spawned = std::thread::Builder::new()
+            .name("toolmux-sweep".into())
+            .spawn(move || mark.log_sweep(group, &label));
+        if spawned.is_err() {
+            // No thread to be had: sweep here rather than leave processes running.
+            self.log_sweep(group, what);
+        }
+    }
+
+    /// [`ProcessMark::sweep`], and a log line when it killed something.
+    pub fn sweep_and_log(&self, what: &str) -> Vec<u32> {
+        self.log_sweep(None, what)
+    }
+
+    fn log_sweep(&self, group: Option<rustix::process::Pid>, what: &str) -> Vec<u32> {
+        let killed = self.sweep_outside(group);
+        if !killed.is_empty() {
+            tracing::info!(
+                target: "toolmux::process",
+                "killed {} process(es) that `{what}` left running outside its process group: {killed:?}",
+                killed.len()
+            );
+        }
+        killed
+    }
+}
+
+/// A child's process group, with the mark its processes carry: killing it kills the
+/// group and then what left the group. Dropped before it was disarmed (its call was
+/// dropped halfway), it kills both, the second on a thread of its own.
+#[derive(Debug)]
+pub struct MarkedGroup {
+    group: Option<rustix::process::Pid>,
+    /// The mark and what to call the command in the log, until the sweep.
+    mark: Option<(ProcessMark, String)>,
+}
+
+impl MarkedGroup {
+    /// The group led by `leader` (a child started with a process group or a session of
+    /// its own), whose processes carry `mark`; `label` names the command in the log.
+    pub fn new(leader: Option<u32>, mark: ProcessMark, label: impl Into<String>) -> MarkedGroup {
+        MarkedGroup {
+            group: leader.and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?)),
+            mark: Some((mark, label.into())),
+        }
+    }
+
+    /// Kills (`SIGKILL`) the group now.
+    pub fn kill_group(&self) {
+        if let Some(pid) = self.group {
+            // ESRCH (the group is already gone) is the expected outcome often enough.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+
+    /// Kills the group, then (once) every process that carries the mark, on the blocking
+    /// pool; returns the ids of those. Best called before the child's pipes are drained:
+    /// a process that left the group may hold them.
+    pub async fn kill_all(&mut self) -> Vec<u32> {
+        self.kill_group();
+        let Some((mark, label)) = self.mark.take() else { return Vec::new() };
+        let group = self.group;
+        let swept = tokio::task::spawn_blocking(move || mark.log_sweep(group, &label));
+        swept.await.unwrap_or_default()
+    }
+
+    /// Leaves the group alone when dropped (it was killed and the leader reaped: its id
+    /// may be given to another group).
+    pub fn disarm(&mut self) {
+        self.group = None;
+    }
+}
+
+impl Drop for MarkedGroup {
+    fn drop(&mut self) {
+        self.kill_group();
+        if let Some((mark, label)) = self.mark.take() {
+            mark.sweep_soon_outside(self.group, &label);
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use super::ProcessMark;
+    use std::io::Read as _;
+
+    /// An environment is read this far at most.
+    const CAP: u64 = 1 << 20;
+
+    /// Reads `/proc/PID/environ`, up to `cap` bytes, into `buffer`.
+    fn environ(pid: u32, buffer: &mut Vec<u8>, cap: u64) -> bool {
+        buffer.clear();
+        let Ok(file) = std::fs::File::open(format!("/proc/{pid}/environ")) else { return false };
+        file.take(cap).read_to_end(buffer).is_ok()
+    }
+
+    /// Whether `pid` may be a process between `fork` and the end of its `exec`, whose
+    /// environment reads empty for that moment: not a zombie, not a kernel thread (both
+    /// read empty for good).
+    fn may_be_starting(pid: u32) -> bool {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        // Fields after the command name (in parentheses): state ppid ...
+        let Some((_, rest)) = stat.rsplit_once(") ") else { return false };
+        let mut fields = rest.split_ascii_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let parent = fields.next().unwrap_or("0");
+        !matches!(state, "Z" | "X") && !matches!(parent, "0" | "2")
+    }
+
+    /// One pass over `/proc`: every process that carries `mark` and is not in `killed`
+    /// yet is killed and added to it. Processes whose environment read empty while they
+    /// may have been starting are read again a moment later.
+    pub(super) fn sweep_once(
+        mark: &ProcessMark,
+        group: Option<rustix::process::Pid>,
+        killed: &mut Vec<u32>,
+    ) {
+        /// How long a starting process is given to finish its `exec`.
+        const EXEC_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
+        let me = std::process::id();
+        let Ok(entries) = std::fs::read_dir("/proc") else { return };
+        let mut buffer = Vec::with_capacity(8 * 1024);
+        let mut starting = Vec::new();
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid == me || killed.contains(&pid) || !environ(pid, &mut buffer, CAP) {
+                continue;
+            }
+            if buffer.is_empty() && may_be_starting(pid) {
+                starting.push(pid);
+            } else if mark.is_in(&buffer) {
+                kill(mark, pid, group, &mut buffer, killed);
+            }
+        }
+        if starting.is_empty() {
+            return;
+        }
+        std::thread::sleep(EXEC_GRACE);
+        for pid in starting {
+            if environ(pid, &mut buffer, CAP) && mark.is_in(&buffer) {
+                kill(mark, pid, group, &mut buffer, killed);
+            }
+        }
+    }
+
+    /// Kills `pid`, found to carry `mark`, unless it is a member of `group` (killed
+    /// already) or is no longer the process that was read.
+    fn kill(
+        mark: &ProcessMark,
+        pid: u32,
+        group: Option<rustix::process::Pid>,
+        buffer: &mut Vec<u8>,
+        killed: &mut Vec<u32>,
+    ) {
+        let Some(id) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
+            return;
+        };
+        if group.is_some() && rustix::process::getpgid(Some(id)).ok() == group {
+            return;
+        }
+        // Held by a pidfd from here, the process cannot be confused with a later one given
+        // the same id: its environment is read again through the id, and a signal to a
+        // process that has ended fails.
+        match rustix::process::pidfd_open(id, rustix::process::PidfdFlags::empty()) {
+            Ok(pidfd) => {
+                if environ(pid, buffer, CAP)
+                    && mark.is_in(buffer)
+                    && rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL)
+                        .is_ok()
+                {
+                    killed.push(pid);
+                }
+            }
+            // A kernel before 5.3: no pidfd, the id is all there is.
+            Err(rustix::io::Errno::NOSYS) => {
+                if rustix::process::kill_process(id, rustix::process::Signal::KILL).is_ok() {
+                    killed.push(pid);
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_differ_and_are_found_among_others() {
+        let a = ProcessMark::new();
+        let b = ProcessMark::new();
+        assert_ne!(a, b);
+        let (name, value) = a.env();
+        assert_eq!(name, PROCESS_MARK_VAR);
+        let environ = format!("PATH=/bin\0{name}={value}\0HOME=/root\0");
+        assert!(a.is_in(environ.as_bytes()));
+        assert!(!b.is_in(environ.as_bytes()));
+        // An outer mark before it, and a mark that only starts like it.
+        let nested = format!("{name}=1.2.3:{value}\0");
+        assert!(a.is_in(nested.as_bytes()));
+        let longer = format!("{name}={value}0\0");
+        assert!(!a.is_in(longer.as_bytes()));
+        // The value under another name is not the mark.
+        let other = format!("X{name}={value}\0");
+        assert!(!a.is_in(other.as_bytes()));
+    }
+}
