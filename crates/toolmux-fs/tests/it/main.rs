@@ -107,6 +107,12 @@ impl Fixture {
     }
 }
 
+/// Whether process `pid` runs (exists and is not a zombie).
+pub fn runs(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+}
+
 /// Replaces the temporary directory in `text` with `<tmp>`.
 pub fn scrub(text: &str, dir: &Path) -> String {
     text.replace(&dir.to_string_lossy().into_owned(), "<tmp>")

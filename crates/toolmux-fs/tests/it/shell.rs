@@ -1,6 +1,6 @@
 //! `bash` and `exec`: output, exit codes, timeouts, process groups, caps, allow-lists.
 
-use crate::Fixture;
+use crate::{Fixture, runs};
 use expect_test::expect;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -123,12 +123,6 @@ async fn background_processes_die_when_the_command_exits() {
         assert!(Instant::now() < deadline, "processes left in group {pgid}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Whether process `pid` runs (exists and is not a zombie).
-fn runs(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
 }
 
 /// Waits until none of the processes whose ids are in the file `name` runs.

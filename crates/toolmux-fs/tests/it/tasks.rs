@@ -1,7 +1,7 @@
 //! Background tasks: `bash`/`exec` with `run_in_background`, `task_output`, `task_kill`,
 //! `task_list`; lifetimes, limits, runs and the provider's shutdown.
 
-use crate::Fixture;
+use crate::{Fixture, runs};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use toolmux_core::ToolProvider as _;
@@ -92,12 +92,6 @@ async fn task_kill_stops_the_whole_group_and_says_what_was_left_unread() {
     wait_group_gone(pid).await;
     let listed = fx.ok("task_list", json!({})).await;
     assert!(listed.contains(&format!("{id} (pid {pid}) stopped by task_kill")), "{listed}");
-}
-
-/// Whether process `pid` runs (exists and is not a zombie).
-fn runs(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
 }
 
 /// Waits for the process whose id is in the file `name` to start, then returns its id.
