@@ -11,7 +11,7 @@
 //! A command run by a toolmux that was itself started under a mark carries both marks
 //! (`outer:inner`), so that the outer sweep finds it too.
 //!
-//! Linux only: elsewhere a sweep finds nothing.
+//! The sweep is Linux only (elsewhere it finds nothing); killing a group, Unix only.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +85,7 @@ impl ProcessMark {
 
     /// [`ProcessMark::sweep`], passing over the members of process group `group` (killed
     /// already, and perhaps not gone yet).
-    fn sweep_outside(&self, group: Option<rustix::process::Pid>) -> Vec<u32> {
+    fn sweep_outside(&self, group: Option<i32>) -> Vec<u32> {
         let mut killed = Vec::new();
         #[cfg(target_os = "linux")]
         for _ in 0..SWEEP_ROUNDS {
@@ -104,7 +104,7 @@ impl ProcessMark {
         self.sweep_soon_outside(None, what);
     }
 
-    fn sweep_soon_outside(&self, group: Option<rustix::process::Pid>, what: &str) {
+    fn sweep_soon_outside(&self, group: Option<i32>, what: &str) {
         let (mark, label) = (self.clone(), what.to_owned());
         let spawned = std::thread::Builder::new()
             .name("toolmux-sweep".into())
@@ -120,7 +120,7 @@ impl ProcessMark {
         self.log_sweep(None, what)
     }
 
-    fn log_sweep(&self, group: Option<rustix::process::Pid>, what: &str) -> Vec<u32> {
+    fn log_sweep(&self, group: Option<i32>, what: &str) -> Vec<u32> {
         let killed = self.sweep_outside(group);
         if !killed.is_empty() {
             tracing::info!(
@@ -138,7 +138,8 @@ impl ProcessMark {
 /// dropped halfway), it kills both, the second on a thread of its own.
 #[derive(Debug)]
 pub struct MarkedGroup {
-    group: Option<rustix::process::Pid>,
+    /// The group's id (its leader's pid).
+    group: Option<i32>,
     /// The mark and what to call the command in the log, until the sweep.
     mark: Option<(ProcessMark, String)>,
 }
@@ -148,14 +149,15 @@ impl MarkedGroup {
     /// its own), whose processes carry `mark`; `label` names the command in the log.
     pub fn new(leader: Option<u32>, mark: ProcessMark, label: impl Into<String>) -> MarkedGroup {
         MarkedGroup {
-            group: leader.and_then(|id| rustix::process::Pid::from_raw(i32::try_from(id).ok()?)),
+            group: leader.and_then(|id| i32::try_from(id).ok()).filter(|&id| id > 0),
             mark: Some((mark, label.into())),
         }
     }
 
     /// Kills (`SIGKILL`) the group now.
     pub fn kill_group(&self) {
-        if let Some(pid) = self.group {
+        #[cfg(unix)]
+        if let Some(pid) = self.group.and_then(rustix::process::Pid::from_raw) {
             // ESRCH (the group is already gone) is the expected outcome often enough.
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
@@ -219,11 +221,7 @@ mod linux {
     /// One pass over `/proc`: every process that carries `mark` and is not in `killed`
     /// yet is killed and added to it. Processes whose environment read empty while they
     /// may have been starting are read again a moment later.
-    pub(super) fn sweep_once(
-        mark: &ProcessMark,
-        group: Option<rustix::process::Pid>,
-        killed: &mut Vec<u32>,
-    ) {
+    pub(super) fn sweep_once(mark: &ProcessMark, group: Option<i32>, killed: &mut Vec<u32>) {
         /// How long a starting process is given to finish its `exec`.
         const EXEC_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
         let me = std::process::id();
@@ -259,14 +257,16 @@ mod linux {
     fn kill(
         mark: &ProcessMark,
         pid: u32,
-        group: Option<rustix::process::Pid>,
+        group: Option<i32>,
         buffer: &mut Vec<u8>,
         killed: &mut Vec<u32>,
     ) {
         let Some(id) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else {
             return;
         };
-        if group.is_some() && rustix::process::getpgid(Some(id)).ok() == group {
+        if group.is_some()
+            && rustix::process::getpgid(Some(id)).ok().map(|g| g.as_raw_nonzero().get()) == group
+        {
             return;
         }
         // Held by a pidfd from here, the process cannot be confused with a later one given
