@@ -689,7 +689,9 @@ async fn watch(
         () = task.stop.cancelled() => End::Killed,
     };
     task.kill_group();
-    task.mark.sweep_soon(&task.label);
+    // What left the group goes too, before the pipes are drained (it may hold them).
+    let (mark, label) = (task.mark.clone(), task.label.clone());
+    let _ = tokio::task::spawn_blocking(move || mark.sweep_and_log(&label)).await;
     if !matches!(end, End::Exited(_) | End::Signal(_)) {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
     }
