@@ -222,7 +222,9 @@ impl CommandTools {
             () = tokio::time::sleep(limit) => None,
             () = ctx.cancel_token().cancelled() => {
                 group.kill_all().await;
-                let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
+                if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
+                    group.disarm();
+                }
                 return Err(ToolError::Cancelled { tool: name.to_owned() });
             }
         };
@@ -230,9 +232,13 @@ impl CommandTools {
         // nothing holds its pipes.
         let escaped = group.kill_all().await;
         let Some(status) = status else {
-            let _ = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
+            if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
+                group.disarm();
+            }
             return Err(ToolError::Timeout { tool: name.to_owned(), after: limit });
         };
+        // Reaped and its group killed: the group's id may now be another's.
+        group.disarm();
         let Ok(Ok((out, err))) = tokio::time::timeout(shell::DRAIN_TIMEOUT, &mut reads.0).await
         else {
             return Ok(ToolOutput::error(format!(

@@ -155,6 +155,11 @@ impl ChildGroup {
     }
 
     fn signal_group(&self) {
+        // Once the reaper has told the exit, the group was killed and the leader reaped:
+        // its id may now be another group's.
+        if self.exited.borrow().is_some() {
+            return;
+        }
         if let Some(pgid) = self.pgid {
             // ESRCH (the group is already gone) is the expected outcome of a clean exit.
             let _ = kill_process_group(pgid, Signal::KILL);

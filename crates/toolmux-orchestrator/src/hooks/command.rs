@@ -725,6 +725,8 @@ pub async fn run_program(
     match ended {
         Ok((stdout, stderr, status)) => {
             let status = status.map_err(HookFailure::Wait)?;
+            // Reaped and its group killed: the group's id may now be another's.
+            group.disarm();
             Ok(HookExit {
                 code: status.code(),
                 stdout: String::from_utf8_lossy(&stdout).into_owned(),
@@ -734,7 +736,9 @@ pub async fn run_program(
         Err(failure) => {
             group.kill_all().await;
             // SIGKILL makes this quick; `kill_on_drop` covers a hook that will not die.
-            let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
+            if let Ok(Ok(_)) = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await {
+                group.disarm();
+            }
             Err(failure)
         }
     }
