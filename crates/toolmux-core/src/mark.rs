@@ -32,6 +32,9 @@ pub struct ProcessMark {
     own: String,
     /// The variable's value: the marks this process was started under, then `own`.
     value: String,
+    /// The last process id handed out when the mark was made, and when: every process
+    /// carrying the mark got a later one (see [`ProcessMark::sweep`]).
+    born: Option<(u32, std::time::Instant)>,
 }
 
 impl Default for ProcessMark {
@@ -57,7 +60,11 @@ impl ProcessMark {
             Some(outer) => format!("{outer}:{own}"),
             None => own.clone(),
         };
-        ProcessMark { own, value }
+        #[cfg(target_os = "linux")]
+        let born = linux::last_pid().map(|last| (last, std::time::Instant::now()));
+        #[cfg(not(target_os = "linux"))]
+        let born = None;
+        ProcessMark { own, value, born }
     }
 
     /// The variable and value to start the command with.
@@ -77,8 +84,13 @@ impl ProcessMark {
     }
 
     /// Kills (`SIGKILL`) every process that carries the mark, but this one; returns their
-    /// ids. Blocks for the time it takes to read the environment of every process this
-    /// user may read (a few milliseconds for some hundreds of them).
+    /// ids.
+    ///
+    /// Within a second of the mark's making, only the process ids handed out since are
+    /// read (ids are handed out in turn, so every process carrying the mark has one of
+    /// them), unless the ids wrapped around meanwhile. Otherwise it blocks for the time it
+    /// takes to read the environment of every process this user may read (about 3 ms for
+    /// 570 processes).
     pub fn sweep(&self) -> Vec<u32> {
         self.sweep_outside(None)
     }
@@ -197,6 +209,31 @@ mod linux {
 
     /// An environment is read this far at most.
     const CAP: u64 = 1 << 20;
+    /// How long after a mark was made the ids handed out since are trusted to hold every
+    /// process carrying it: a full turn of the ids (`pid_max`, 32,768 on some systems)
+    /// takes far longer.
+    const RECENT: std::time::Duration = std::time::Duration::from_secs(1);
+    /// More new ids than this, and the whole of `/proc` is read instead.
+    const RECENT_IDS: u32 = 4096;
+
+    /// The last process id handed out in this process's namespace.
+    pub(super) fn last_pid() -> Option<u32> {
+        std::fs::read_to_string("/proc/sys/kernel/ns_last_pid").ok()?.trim().parse().ok()
+    }
+
+    /// The ids to look at: those handed out since `mark` was made, when that is recent and
+    /// the ids have not wrapped around; `None` for all of `/proc`.
+    fn recent_ids(mark: &ProcessMark) -> Option<std::ops::RangeInclusive<u32>> {
+        let (then, made) = mark.born?;
+        let now = last_pid()?;
+        // `/proc` must be this namespace's for its ids to be the ones counted.
+        let own = std::fs::read_link("/proc/self").ok()?;
+        if own.to_str()?.parse::<u32>().ok()? != std::process::id() {
+            return None;
+        }
+        (made.elapsed() < RECENT && now >= then && now - then <= RECENT_IDS)
+            .then(|| then.saturating_add(1)..=now)
+    }
 
     /// Reads `/proc/PID/environ`, up to `cap` bytes, into `buffer`.
     fn environ(pid: u32, buffer: &mut Vec<u8>, cap: u64) -> bool {
@@ -225,13 +262,18 @@ mod linux {
         /// How long a starting process is given to finish its `exec`.
         const EXEC_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
         let me = std::process::id();
-        let Ok(entries) = std::fs::read_dir("/proc") else { return };
+        let ids: Box<dyn Iterator<Item = u32>> = match recent_ids(mark) {
+            Some(ids) => Box::new(ids),
+            None => {
+                let Ok(entries) = std::fs::read_dir("/proc") else { return };
+                Box::new(entries.flatten().filter_map(|entry| {
+                    entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok())
+                }))
+            }
+        };
         let mut buffer = Vec::with_capacity(8 * 1024);
         let mut starting = Vec::new();
-        for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
+        for pid in ids {
             if pid == me || killed.contains(&pid) || !environ(pid, &mut buffer, CAP) {
                 continue;
             }

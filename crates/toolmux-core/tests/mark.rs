@@ -59,3 +59,15 @@ fn a_nested_mark_is_found_by_the_outer_sweep() {
     assert_eq!(outer.sweep(), vec![child.id()]);
     assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
 }
+
+/// A second after the mark was made the sweep reads all of `/proc`, not only the ids
+/// handed out since: both ways find the process.
+#[test]
+fn an_old_mark_is_found_by_reading_all_of_proc() {
+    let mark = ProcessMark::new();
+    let (name, value) = mark.env();
+    let mut child = Command::new("sleep").arg("300").env(name, value).spawn().expect("sleep runs");
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(mark.sweep(), vec![child.id()]);
+    assert!(child.wait().unwrap().code().is_none(), "killed by a signal");
+}

@@ -1,10 +1,12 @@
 //! Benchmarks of toolmux-fs against its peers: `fs__grep` against the `rg` binary on the
-//! same tree and patterns, and the peak memory of `read` of the last page of a 1 GiB file.
+//! same tree and patterns, the peak memory of `read` of the last page of a 1 GiB file, and
+//! a `bash` call (process group, sandbox, sweep for what left the group) against a plain
+//! spawn of `bash -c` in a process group of its own.
 //!
 //! Run with `cargo bench -p toolmux-fs --bench fs` (needs `rg` on PATH: Debian's `ripgrep`
 //! package). `cargo xtask bench` installs it. Options: `--quick` (fewer runs, smaller read
-//! file), `--tree DIR` (grep an existing tree instead of the generated one). The table it
-//! prints is what BENCHMARKS-fs.md records.
+//! file), `--tree DIR` (grep an existing tree instead of the generated one), `--bash` (only
+//! the `bash` comparison). The tables it prints are what BENCHMARKS-fs.md records.
 
 use serde_json::json;
 use std::io::{BufWriter, Write};
@@ -33,6 +35,10 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    bash_against_a_spawn(quick);
+    if args.iter().any(|a| a == "--bash") {
+        return;
+    }
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolmux-fs-bench");
     let tree = match args.iter().position(|a| a == "--tree") {
         Some(at) => PathBuf::from(&args[at + 1]),
@@ -128,6 +134,77 @@ fn main() {
     let report = String::from_utf8_lossy(&child.stdout);
     writeln!(out, "read of the last page (offset {offset}, 2000 lines) of a {} MiB file, {lines} lines: {} ({:.0} ms wall, child process)",
         size >> 20, report.trim(), ms(started.elapsed())).expect("write to stdout");
+}
+
+/// `fs__bash` of `true` against spawning `bash -c true` in a process group of its own and
+/// waiting for it (what an agent's shell tool does at least), alternating; then the same
+/// with 500 more processes running, since the sweep for processes that left the group reads
+/// every process's environment.
+fn bash_against_a_spawn(quick: bool) {
+    use std::os::unix::process::CommandExt as _;
+    let mut out = std::io::stdout().lock();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let config = FsConfig::new(root.path())
+        .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute]);
+    let fs = FsProvider::new(config).expect("provider");
+    let runs = if quick { 30 } else { 300 };
+    let processes = || {
+        std::fs::read_dir("/proc").map_or(0, |d| {
+            d.flatten().filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok()).count()
+        })
+    };
+    writeln!(out, "| processes running | `bash -c true` spawned in its own group, median | `fs__bash` `true`, median | difference | the sweep alone, median |")
+        .expect("write to stdout");
+    writeln!(out, "|--:|--:|--:|--:|--:|").expect("write to stdout");
+    let mut extra = Vec::new();
+    for more in [0, 500] {
+        while extra.len() < more {
+            extra.push(Command::new("sleep").arg("600").spawn().expect("sleep runs"));
+        }
+        let (mut spawned, mut called, mut swept) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let started = Instant::now();
+            let status = Command::new("bash")
+                .args(["-c", "true"])
+                .current_dir(root.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .output()
+                .expect("bash runs");
+            assert!(status.status.success());
+            spawned.push(started.elapsed());
+            let started = Instant::now();
+            let result = runtime
+                .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
+                .expect("fs__bash runs");
+            assert!(!result.is_error, "{}", result.to_text());
+            called.push(started.elapsed());
+            let mark = toolmux_core::ProcessMark::new();
+            let started = Instant::now();
+            assert!(mark.sweep().is_empty());
+            swept.push(started.elapsed());
+        }
+        let (spawn, call, sweep) = (median(&mut spawned), median(&mut called), median(&mut swept));
+        writeln!(
+            out,
+            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:.2} ms |",
+            processes(),
+            ms(spawn),
+            ms(call),
+            ms(call) - ms(spawn),
+            ms(sweep)
+        )
+        .expect("write to stdout");
+    }
+    for mut child in extra {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    writeln!(out).expect("write to stdout");
 }
 
 fn ms(d: Duration) -> f64 {
