@@ -110,12 +110,19 @@ impl ProcessMark {
         killed
     }
 
-    /// [`ProcessMark::sweep`] on a thread of its own, for callers that must not block:
-    /// the processes found are killed shortly after, and logged with `what` (the command).
-    pub fn sweep_soon(&self, what: &str) {
-        self.sweep_soon_outside(None, what);
+    /// [`ProcessMark::sweep_and_log`] on the blocking pool, for async callers.
+    pub async fn sweep_on_pool(&self, what: &str) -> Vec<u32> {
+        self.sweep_on_pool_outside(None, what).await
     }
 
+    async fn sweep_on_pool_outside(&self, group: Option<i32>, what: &str) -> Vec<u32> {
+        let (mark, label) = (self.clone(), what.to_owned());
+        let swept = tokio::task::spawn_blocking(move || mark.log_sweep(group, &label));
+        swept.await.unwrap_or_default()
+    }
+
+    /// [`ProcessMark::sweep_and_log`] on a thread of its own, for a drop, which must not
+    /// block: the processes found are killed shortly after.
     fn sweep_soon_outside(&self, group: Option<i32>, what: &str) {
         let (mark, label) = (self.clone(), what.to_owned());
         let spawned = std::thread::Builder::new()
@@ -181,9 +188,7 @@ impl MarkedGroup {
     pub async fn kill_all(&mut self) -> Vec<u32> {
         self.kill_group();
         let Some((mark, label)) = self.mark.take() else { return Vec::new() };
-        let group = self.group;
-        let swept = tokio::task::spawn_blocking(move || mark.log_sweep(group, &label));
-        swept.await.unwrap_or_default()
+        mark.sweep_on_pool_outside(self.group, &label).await
     }
 
     /// Leaves the group alone when dropped (it was killed and the leader reaped: its id

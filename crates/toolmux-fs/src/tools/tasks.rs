@@ -690,8 +690,7 @@ async fn watch(
     };
     task.kill_group();
     // What left the group goes too, before the pipes are drained (it may hold them).
-    let (mark, label) = (task.mark.clone(), task.label.clone());
-    let _ = tokio::task::spawn_blocking(move || mark.sweep_and_log(&label)).await;
+    task.mark.sweep_on_pool(&task.label).await;
     if !matches!(end, End::Exited(_) | End::Signal(_)) {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
     }

@@ -513,8 +513,7 @@ async fn reap(reaping: Reaping, exited: watch::Sender<Option<ExitStatus>>, fault
     if let Some(pgid) = pgid {
         let _ = kill_process_group(pgid, Signal::KILL);
     }
-    let what = format!("mcp server {server}");
-    let _ = tokio::task::spawn_blocking(move || mark.sweep_and_log(&what)).await;
+    mark.sweep_on_pool(&format!("mcp server {server}")).await;
     match status {
         Ok(status) => {
             tracing::debug!(server = %server, %status, "mcp server exited");
