@@ -238,8 +238,10 @@ pub struct SandboxConfig {
     /// supports Landlock, else off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<SandboxMode>,
-    /// Whether commands may open TCP connections and listen on TCP ports (default true).
-    /// `false` needs Landlock ABI 4 (Linux 6.7); UDP and Unix sockets are not covered.
+    /// Whether commands may use the network (default true). `false` leaves them no socket
+    /// but a Unix one (a seccomp filter: no TCP, UDP, DNS or ICMP), and denies TCP bind and
+    /// connect by Landlock too where the kernel has ABI 4 (Linux 6.7). Without seccomp
+    /// (another architecture) it needs that ABI and covers TCP only.
     #[serde(default = "allowed")]
     pub network: bool,
     /// Absolute paths of more directories (or files) commands may write beneath, in

@@ -1,5 +1,5 @@
-//! A small Landlock binding: the ABI probe, a ruleset built in the parent, and the two
-//! system calls the child makes before it executes.
+//! A small Landlock binding: the ABI probe, a ruleset built in the parent, and the system
+//! calls the child makes before it executes (with the seccomp filter, when there is one).
 //!
 //! Hand-written over `libc::syscall` rather than the `landlock` crate: three system
 //! calls and two structures are all it takes, and the child side must stay
@@ -11,6 +11,7 @@
 #![allow(unsafe_code)]
 
 use super::Policy;
+use super::seccomp::Filter;
 use rustix::fs::{FileType, Mode, OFlags};
 use std::ffi::{c_int, c_uint, c_ulong, c_void};
 use std::io;
@@ -211,41 +212,50 @@ impl Ruleset {
         }
         Ok(())
     }
+}
 
-    /// Makes the child of `command` restrict itself with this ruleset before it executes.
-    pub(super) fn restrict_on_exec(self, command: &mut tokio::process::Command) {
-        let fd = self.fd;
-        // Runs in the child between fork and exec, where only async-signal-safe calls are
-        // allowed: two system calls, no allocation (an `io::Error` from an errno holds
-        // the number only), no lock.
-        let restrict = move || {
-            // SAFETY: `prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)` takes no pointers.
-            let done = unsafe {
-                libc::prctl(
-                    libc::PR_SET_NO_NEW_PRIVS,
-                    1 as c_ulong,
-                    0 as c_ulong,
-                    0 as c_ulong,
-                    0 as c_ulong,
-                )
-            };
-            if done != 0 {
-                return Err(io::Error::last_os_error());
-            }
+/// Makes the child of `command` restrict itself before it executes: `no_new_privs`, then
+/// the Landlock `ruleset` and the seccomp `filter` it is given.
+pub(super) fn restrict_on_exec(
+    command: &mut tokio::process::Command,
+    ruleset: Option<Ruleset>,
+    filter: Option<Filter>,
+) {
+    // Runs in the child between fork and exec, where only async-signal-safe calls are
+    // allowed: three system calls, no allocation (an `io::Error` from an errno holds the
+    // number only), no lock.
+    let restrict = move || {
+        // SAFETY: `prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)` takes no pointers.
+        let done = unsafe {
+            libc::prctl(
+                libc::PR_SET_NO_NEW_PRIVS,
+                1 as c_ulong,
+                0 as c_ulong,
+                0 as c_ulong,
+                0 as c_ulong,
+            )
+        };
+        if done != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if let Some(ruleset) = &ruleset {
             // SAFETY: `fd` is the open ruleset, owned by this closure; no pointers.
             let done = unsafe {
-                libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0 as c_uint)
+                libc::syscall(libc::SYS_landlock_restrict_self, ruleset.fd.as_raw_fd(), 0 as c_uint)
             };
             if done != 0 {
                 return Err(io::Error::last_os_error());
             }
-            Ok(())
-        };
-        // SAFETY: `restrict` is async-signal-safe (see above) and touches no state of the
-        // parent's but the descriptor it owns.
-        unsafe {
-            command.pre_exec(restrict);
         }
+        if let Some(filter) = &filter {
+            filter.install()?;
+        }
+        Ok(())
+    };
+    // SAFETY: `restrict` is async-signal-safe (see above) and touches no state of the
+    // parent's but what it owns.
+    unsafe {
+        command.pre_exec(restrict);
     }
 }
 

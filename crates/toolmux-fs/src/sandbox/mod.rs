@@ -10,12 +10,30 @@
 //!
 //! Landlock is an allow-list over whole hierarchies: a writable root is writable all the
 //! way down, `.git` and the other protected paths beneath it included.
+//!
+//! Landlock's network rights cover TCP only, so `network: false` adds a seccomp filter
+//! (`seccomp.rs`) that lets a command create Unix sockets and no other: no UDP, no DNS, no
+//! ICMP. Where Landlock is missing but seccomp is not, that filter alone still denies the
+//! network.
 
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(not(target_os = "linux"))]
 #[path = "unsupported.rs"]
 mod landlock;
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+))]
+mod seccomp;
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_endian = "little"
+)))]
+#[path = "no_seccomp.rs"]
+mod seccomp;
 
 use crate::config::{SandboxConfig, SandboxMode};
 use crate::error::FsError;
@@ -82,8 +100,10 @@ pub(crate) struct Policy {
     pub(crate) writable: Option<Vec<PathBuf>>,
     /// The devices writable as files.
     pub(crate) devices: &'static [&'static str],
-    /// Whether TCP bind and connect are denied.
+    /// Whether TCP bind and connect are denied (Landlock).
     pub(crate) deny_tcp: bool,
+    /// Whether every socket but a Unix one is refused (seccomp).
+    pub(crate) deny_sockets: bool,
     /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
     /// command's own processes; none when the filesystem is not confined (mode `off`).
     pub(crate) scoped: u64,
@@ -94,15 +114,17 @@ impl Sandbox {
     /// against this kernel. Logs a warning when the default sandbox cannot be had; fails
     /// only on a bad configuration (a relative writable root).
     pub(crate) fn new(config: &SandboxConfig, root: &Path) -> Result<Sandbox, FsError> {
-        Sandbox::for_abi(config, root, landlock::abi)
+        Sandbox::for_kernel(config, root, landlock::abi, seccomp::available)
     }
 
     /// [`Sandbox::new`] on a kernel whose Landlock ABI `abi` tells (asked only when a
-    /// sandbox is wanted).
-    fn for_abi(
+    /// sandbox is wanted) and that can install a seccomp filter when `seccomp` says so
+    /// (asked only when the network is denied).
+    fn for_kernel(
         config: &SandboxConfig,
         root: &Path,
         abi: impl FnOnce() -> Result<u32, String>,
+        seccomp: impl FnOnce() -> Result<(), String>,
     ) -> Result<Sandbox, FsError> {
         if let Some(relative) = config.writable_roots.iter().find(|p| !p.is_absolute()) {
             return Err(FsError::Config {
@@ -128,7 +150,11 @@ impl Sandbox {
                 Some(roots)
             }
         };
-        let description = describe(mode, config);
+        // Sockets other than Unix ones are refused by a seccomp filter where the kernel
+        // takes one; without, Landlock denies TCP alone.
+        let sockets = !config.network
+            && seccomp().map_err(|why| tracing::debug!("no seccomp filter: {why}")).is_ok();
+        let description = describe(mode, config, sockets);
         if writable.is_none() && config.network {
             return Ok(Sandbox { plan: Plan::Off, description });
         }
@@ -141,15 +167,34 @@ impl Sandbox {
                     "commands of `bash` and `exec` run without a sandbox: {why}; set \
                      `fs.bash.sandbox: off` to say that is intended"
                 );
-                let description = describe(SandboxMode::Off, config);
+                let description = describe(SandboxMode::Off, config, false);
                 return Ok(Sandbox { plan: Plan::Off, description });
+            }
+            Err(why) if sockets && (writable.is_none() || !explicit) => {
+                // No Landlock, but the network can still be denied.
+                if writable.is_some() {
+                    tracing::warn!(
+                        "commands of `bash` and `exec` are not confined to the workspace: \
+                         {why}; only their network is denied (seccomp)"
+                    );
+                }
+                let description = describe(SandboxMode::Off, config, true);
+                let policy = Policy {
+                    abi: 0,
+                    writable: None,
+                    devices: DEVICES,
+                    deny_tcp: false,
+                    deny_sockets: true,
+                    scoped: 0,
+                };
+                return Ok(Sandbox { plan: Plan::Enforce(policy), description });
             }
             Err(why) => {
                 let reason = format!("{} cannot be enforced: {why}; {off}", asked(config));
                 return Ok(Sandbox { plan: Plan::Refused(reason), description });
             }
         };
-        if !config.network && abi < ABI_NETWORK {
+        if !config.network && abi < ABI_NETWORK && !sockets {
             let reason = format!(
                 "`network: false` needs Landlock ABI {ABI_NETWORK} (Linux 6.7) to deny TCP, and \
                  this kernel has ABI {abi}; allow the network (`fs.bash.sandbox.network: true`) \
@@ -183,7 +228,14 @@ impl Sandbox {
                  connect to their abstract Unix sockets.",
             );
         }
-        let policy = Policy { abi, writable, devices: DEVICES, deny_tcp: !config.network, scoped };
+        let policy = Policy {
+            abi,
+            writable,
+            devices: DEVICES,
+            deny_tcp: !config.network && abi >= ABI_NETWORK,
+            deny_sockets: sockets,
+            scoped,
+        };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
 
@@ -213,14 +265,19 @@ impl Sandbox {
                 } else {
                     policy
                 };
-                let ruleset = landlock::Ruleset::build(policy).map_err(|why| FsError::Sandbox {
-                    command: label.to_owned(),
-                    reason: format!(
-                        "its sandbox could not be built: {why}; set `fs.bash.sandbox: off` \
+                let landlock = policy.writable.is_some() || policy.deny_tcp;
+                let ruleset = landlock
+                    .then(|| landlock::Ruleset::build(policy))
+                    .transpose()
+                    .map_err(|why| FsError::Sandbox {
+                        command: label.to_owned(),
+                        reason: format!(
+                            "its sandbox could not be built: {why}; set `fs.bash.sandbox: off` \
                              to run commands unconfined"
-                    ),
-                })?;
-                ruleset.restrict_on_exec(command);
+                        ),
+                    })?;
+                let filter = policy.deny_sockets.then(seccomp::Filter::network);
+                landlock::restrict_on_exec(command, ruleset, filter);
                 Ok(())
             }
         }
@@ -238,16 +295,15 @@ fn asked(config: &SandboxConfig) -> String {
     }
 }
 
-/// The sentence of the tool descriptions about the sandbox of `mode`.
-fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
+/// The sentence of the tool descriptions about the sandbox of `mode`; `sockets`: the
+/// network is denied by the seccomp filter, not by Landlock alone.
+fn describe(mode: SandboxMode, config: &SandboxConfig, sockets: bool) -> String {
     let extra: Vec<String> =
         config.writable_roots.iter().map(|p| format!("`{}`", p.display())).collect();
     let mut text = match mode {
-        SandboxMode::Off => {
-            return "NOT confined to the workspace: it can change anything the server's user \
-                    can, so prefer the file tools for files."
-                .to_owned();
-        }
+        SandboxMode::Off => "NOT confined to the workspace: it can change anything the server's \
+                             user can, so prefer the file tools for files."
+            .to_owned(),
         SandboxMode::WorkspaceWrite => {
             let extra =
                 if extra.is_empty() { String::new() } else { format!(", {}", extra.join(", ")) };
@@ -270,7 +326,12 @@ fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
             )
         }
     };
-    if !config.network {
+    if sockets {
+        text.push_str(
+            " It has no network: creating any socket but a Unix one fails with \"Permission \
+             denied\" (TCP, UDP and DNS lookups included).",
+        );
+    } else if !config.network {
         text.push_str(" It may not open TCP connections or listen on TCP ports.");
     }
     text
@@ -280,20 +341,65 @@ fn describe(mode: SandboxMode, config: &SandboxConfig) -> String {
 mod tests {
     use super::*;
 
-    /// What `config` comes to on a kernel of Landlock ABI `abi` (0: none).
+    /// What `config` comes to on a kernel of Landlock ABI `abi` (0: none) without seccomp
+    /// filters.
     fn plan(config: SandboxConfig, abi: u32) -> String {
+        plan_with(config, abi, false)
+    }
+
+    /// What `config` comes to on a kernel of Landlock ABI `abi` (0: none), with seccomp
+    /// filters when `seccomp`.
+    fn plan_with(config: SandboxConfig, abi: u32, seccomp: bool) -> String {
         let probe = || if abi == 0 { Err("no Landlock here".to_owned()) } else { Ok(abi) };
-        let sandbox = Sandbox::for_abi(&config, Path::new("/srv"), probe).unwrap();
+        let filters = || if seccomp { Ok(()) } else { Err("no seccomp here".to_owned()) };
+        let sandbox = Sandbox::for_kernel(&config, Path::new("/srv"), probe, filters).unwrap();
         match sandbox.plan {
             Plan::Off => "off".to_owned(),
             Plan::Refused(reason) => format!("refused: {reason}"),
             Plan::Enforce(policy) => format!(
-                "enforce ABI {}, writable {:?}, deny TCP {}",
+                "enforce ABI {}, writable {:?}, deny TCP {}{}",
                 policy.abi,
                 policy.writable.map(|w| w.len()),
-                policy.deny_tcp
+                policy.deny_tcp,
+                if policy.deny_sockets { ", Unix sockets only" } else { "" }
             ),
         }
+    }
+
+    #[test]
+    fn a_seccomp_filter_denies_every_socket_but_unix_when_the_network_is_off() {
+        let no_network = || SandboxConfig::default().with_network(false);
+        let writable = 3 + usize::from(std::env::temp_dir() != Path::new("/tmp"));
+        assert_eq!(
+            plan_with(no_network(), 6, true),
+            format!("enforce ABI 6, writable Some({writable}), deny TCP true, Unix sockets only")
+        );
+        // Landlock without network rights: the filter alone denies the network.
+        assert_eq!(
+            plan_with(no_network(), 3, true),
+            format!("enforce ABI 3, writable Some({writable}), deny TCP false, Unix sockets only")
+        );
+        // No Landlock: the network is still denied (with a warning that the filesystem is
+        // not confined), unless a filesystem mode was asked for explicitly.
+        assert_eq!(
+            plan_with(no_network(), 0, true),
+            "enforce ABI 0, writable None, deny TCP false, Unix sockets only"
+        );
+        let network_only = SandboxConfig::new(SandboxMode::Off).with_network(false);
+        assert_eq!(
+            plan_with(network_only, 0, true),
+            "enforce ABI 0, writable None, deny TCP false, Unix sockets only"
+        );
+        let explicit = SandboxConfig::new(SandboxMode::WorkspaceWrite).with_network(false);
+        assert!(plan_with(explicit, 0, true).starts_with("refused: the sandbox mode"));
+        // The network allowed: no filter.
+        assert_eq!(
+            plan_with(SandboxConfig::default(), 6, true),
+            format!("enforce ABI 6, writable Some({writable}), deny TCP false")
+        );
+        let config = SandboxConfig::new(SandboxMode::Off).with_network(false);
+        expect_test::expect![[r#"NOT confined to the workspace: it can change anything the server's user can, so prefer the file tools for files. It has no network: creating any socket but a Unix one fails with "Permission denied" (TCP, UDP and DNS lookups included)."#]]
+            .assert_eq(&describe(SandboxMode::Off, &config, true));
     }
 
     #[test]
@@ -356,13 +462,13 @@ mod tests {
             .with_network(false)
             .with_writable_roots(["/opt/cache"]);
         assert_eq!(
-            describe(SandboxMode::WorkspaceWrite, &config),
+            describe(SandboxMode::WorkspaceWrite, &config, false),
             "Sandboxed (Linux Landlock): it may read anything but write only beneath the \
              workspace root, /tmp, `/opt/cache` and /dev/null; a write elsewhere fails with \
              \"Permission denied\". It may not open TCP connections or listen on TCP ports."
         );
         assert_eq!(
-            describe(SandboxMode::ReadOnly, &SandboxConfig::new(SandboxMode::ReadOnly)),
+            describe(SandboxMode::ReadOnly, &SandboxConfig::new(SandboxMode::ReadOnly), false),
             "Sandboxed read-only (Linux Landlock): it may read anything but write no file \
              (/dev/null aside), not even in the workspace root: writes fail with \"Permission \
              denied\"; change files with the file tools."

@@ -16,6 +16,12 @@ impl Ruleset {
     pub(super) fn build(_policy: &Policy) -> Result<Ruleset, String> {
         Err(abi().err().unwrap_or_default())
     }
+}
 
-    pub(super) fn restrict_on_exec(self, _command: &mut tokio::process::Command) {}
+/// Never called here: no ruleset or filter is ever built.
+pub(super) fn restrict_on_exec(
+    _command: &mut tokio::process::Command,
+    _ruleset: Option<Ruleset>,
+    _filter: Option<super::seccomp::Filter>,
+) {
 }

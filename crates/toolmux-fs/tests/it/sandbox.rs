@@ -1,6 +1,7 @@
 //! The OS sandbox of `bash` and `exec` (Linux Landlock), with real processes: writes
 //! inside the allowed roots land, writes outside fail with "Permission denied" and leave
-//! nothing, TCP is refused when the network is off, background tasks are confined alike.
+//! nothing, no socket but a Unix one is had when the network is off, background tasks are
+//! confined alike.
 //!
 //! These tests need a kernel with Landlock (ABI 4 for the network). Where it is missing
 //! they check what the provider does instead (an explicit mode is refused with an error
@@ -82,7 +83,7 @@ impl Sandboxed {
 /// What this kernel offers, judged through the provider itself.
 #[derive(Debug, PartialEq, Eq)]
 enum Kernel {
-    /// Landlock with the network rights (ABI 4 or later).
+    /// Landlock, and the network deniable (a seccomp filter, or Landlock ABI 4).
     Full,
     /// Landlock without the network rights.
     NoNetwork,
@@ -294,7 +295,7 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
     assert!(!out.to_text().contains("connected"), "{}", out.to_text());
     let described = closed.fs.list_tools().await.unwrap();
     let bash = described.iter().find(|t| t.name == "bash").unwrap();
-    assert!(bash.description.contains("may not open TCP connections"), "{}", bash.description);
+    assert!(bash.description.contains("It has no network"), "{}", bash.description);
 
     let open = Sandboxed::new(SandboxConfig::new(SandboxMode::WorkspaceWrite).with_network(true));
     let out = open.bash(&connect(port)).await;
@@ -306,6 +307,57 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
     let out = only.bash(&format!("echo free > '{}'", target.display())).await;
     assert!(!out.is_error, "{}", out.to_text());
     drop(listener);
+}
+
+/// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
+/// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
+#[tokio::test]
+async fn network_false_leaves_only_unix_sockets() {
+    let kernel = kernel(Kernel::Full).await;
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let port = udp.local_addr().unwrap().port();
+    let send = format!("exec 3<>/dev/udp/127.0.0.1/{port} && echo datagram >&3 && echo sent");
+    let unix = "perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die \"unix: $!\\n\"; \
+                print \"unix ok\\n\"'";
+    // io_uring_setup(1, NULL): EFAULT where it exists, ENOSYS (38) in the sandbox.
+    let ring = format!(
+        "perl -e '$r = syscall({}, 1, 0); print \"ring \", ($r < 0 ? $!+0 : $r), \"\\n\"'",
+        libc::SYS_io_uring_setup
+    );
+    let closed = Sandboxed::new(SandboxConfig::default().with_network(false));
+    if kernel != Kernel::Full {
+        return assert_refused(&closed, "bash", json!({"command": send})).await;
+    }
+    let out = closed.bash(&send).await;
+    assert_denied(&out);
+    assert!(!out.to_text().contains("sent"), "{}", out.to_text());
+    let out = closed.bash(unix).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nunix ok");
+    let out = closed.bash(&ring).await;
+    assert!(out.to_text().contains("ring 38"), "{}", out.to_text());
+    let mut buffer = [0; 64];
+    assert!(udp.recv(&mut buffer).is_err(), "a datagram left the sandbox");
+
+    // The network alone, the filesystem unconfined: the same.
+    let only = Sandboxed::new(SandboxConfig::new(SandboxMode::Off).with_network(false));
+    assert_denied(&only.bash(&send).await);
+    assert!(only.bash(&ring).await.to_text().contains("ring 38"));
+
+    // The network allowed: the datagram arrives.
+    let open = Sandboxed::new(SandboxConfig::default());
+    let out = open.bash(&send).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nsent");
+    let mut received = None;
+    for _ in 0..100 {
+        if let Ok(n) = udp.recv(&mut buffer) {
+            received = Some(n);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(received.map(|n| &buffer[..n]), Some(&b"datagram\n"[..]));
+    assert!(!open.bash(&ring).await.to_text().contains("ring 38"));
 }
 
 /// From Landlock ABI 6 (Linux 6.12) a command may not signal a process it did not start,
