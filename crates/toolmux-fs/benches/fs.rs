@@ -149,21 +149,28 @@ fn bash_against_a_spawn(quick: bool) {
     let config = FsConfig::new(root.path())
         .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute]);
     let fs = FsProvider::new(config).expect("provider");
+    // The same in a repository: its `.git` is mounted read-only in a namespace per command.
+    let repository = tempfile::tempdir().expect("a temporary directory");
+    std::fs::create_dir(repository.path().join(".git")).expect("a .git directory");
+    let config = FsConfig::new(repository.path())
+        .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute]);
+    let in_repository = FsProvider::new(config).expect("provider");
     let runs = if quick { 30 } else { 300 };
     let processes = || {
         std::fs::read_dir("/proc").map_or(0, |d| {
             d.flatten().filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok()).count()
         })
     };
-    writeln!(out, "| processes running | `bash -c true` spawned in its own group, median | `fs__bash` `true`, median | difference | the sweep alone, median |")
+    writeln!(out, "| processes running | `bash -c true` spawned in its own group, median | `fs__bash` `true`, median | difference | the sweep alone, median | `fs__bash` `true` beside a read-only `.git`, median |")
         .expect("write to stdout");
-    writeln!(out, "|--:|--:|--:|--:|--:|").expect("write to stdout");
+    writeln!(out, "|--:|--:|--:|--:|--:|--:|").expect("write to stdout");
     let mut extra = Vec::new();
     for more in [0, 500] {
         while extra.len() < more {
             extra.push(Command::new("sleep").arg("600").spawn().expect("sleep runs"));
         }
         let (mut spawned, mut called, mut swept) = (Vec::new(), Vec::new(), Vec::new());
+        let mut viewed = Vec::new();
         for _ in 0..runs {
             let started = Instant::now();
             let status = Command::new("bash")
@@ -183,6 +190,16 @@ fn bash_against_a_spawn(quick: bool) {
                 .expect("fs__bash runs");
             assert!(!result.is_error, "{}", result.to_text());
             called.push(started.elapsed());
+            let started = Instant::now();
+            let result = runtime
+                .block_on(in_repository.call(
+                    "bash",
+                    json!({"command": "true"}),
+                    &CallContext::new(),
+                ))
+                .expect("fs__bash runs");
+            assert!(!result.is_error, "{}", result.to_text());
+            viewed.push(started.elapsed());
             let mark = toolmux_core::ProcessMark::new();
             let started = Instant::now();
             assert!(mark.sweep().is_empty());
@@ -191,12 +208,13 @@ fn bash_against_a_spawn(quick: bool) {
         let (spawn, call, sweep) = (median(&mut spawned), median(&mut called), median(&mut swept));
         writeln!(
             out,
-            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:.2} ms |",
+            "| {} | {:.2} ms | {:.2} ms | {:+.2} ms | {:.2} ms | {:.2} ms |",
             processes(),
             ms(spawn),
             ms(call),
             ms(call) - ms(spawn),
-            ms(sweep)
+            ms(sweep),
+            ms(median(&mut viewed))
         )
         .expect("write to stdout");
     }

@@ -150,7 +150,7 @@ impl CommandTools {
                 .with_annotations(annotations);
             built.insert(name.clone(), (spec, config.clone()));
         }
-        let sandbox = Sandbox::new(sandbox, dir)?;
+        let sandbox = Sandbox::new(sandbox, dir, &[])?;
         // The shell and the environment passed through; the sandbox is `sandbox`'s.
         let shell = BashConfig::default();
         Ok(CommandTools { tools: built, dir: dir.to_path_buf(), shell, sandbox })

@@ -249,6 +249,14 @@ pub struct SandboxConfig {
     /// skipped.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writable_roots: Vec<PathBuf>,
+    /// Whether `.git` and toolmux's own files (its configuration, statistics, audit log,
+    /// outputs) beneath a writable root stay read-only to commands (default true): each
+    /// command then runs in a user and mount namespace of its own where they are mounted
+    /// read-only. Where the kernel refuses unprivileged user namespaces they stay writable,
+    /// with a warning. Inside, files of users other than the command's own show as
+    /// `nobody`.
+    #[serde(default = "allowed")]
+    pub protect_paths: bool,
 }
 
 fn allowed() -> bool {
@@ -257,7 +265,7 @@ fn allowed() -> bool {
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        SandboxConfig { mode: None, network: true, writable_roots: Vec::new() }
+        SandboxConfig { mode: None, network: true, writable_roots: Vec::new(), protect_paths: true }
     }
 }
 
@@ -270,6 +278,12 @@ impl SandboxConfig {
     /// Allows or denies TCP.
     pub fn with_network(mut self, network: bool) -> Self {
         self.network = network;
+        self
+    }
+
+    /// Keeps `.git` and toolmux's own files read-only to commands, or not.
+    pub fn with_protect_paths(mut self, protect: bool) -> Self {
+        self.protect_paths = protect;
         self
     }
 

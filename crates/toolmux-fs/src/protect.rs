@@ -5,9 +5,9 @@
 //! config, which run commands), the record of what it did (the audit log, the statistics),
 //! or read other runs' spilled outputs around the output store's per-run check. Every
 //! check is made on the path with symlinks and `..` resolved, so no spelling of a path
-//! reaches around it. Protection does not reach the shell tools: their sandbox (Landlock,
-//! `crate::sandbox`) grants writes to whole directories, so a command allowed to write the
-//! root can still write `.git` and every other protected path beneath it.
+//! reaches around it. The shell tools' sandbox (`crate::sandbox`) keeps `.git` and these
+//! paths read-only to commands where the kernel allows (a mount namespace per command);
+//! the `protect` and `hide` globs, and reading, it does not cover.
 
 use crate::error::FsError;
 use ignore::Match;
@@ -256,7 +256,7 @@ fn gitignore(root: &Path, globs: &[String], key: &str) -> Result<Gitignore, FsEr
 
 /// `absolute` with symlinks resolved as far as it exists, and the rest (not yet created,
 /// so free of symlinks) with `.` and `..` resolved by hand.
-fn resolve_ambient(absolute: &Path) -> PathBuf {
+pub(crate) fn resolve_ambient(absolute: &Path) -> PathBuf {
     let parts: Vec<Component<'_>> = absolute.components().collect();
     for keep in (1..=parts.len()).rev() {
         let prefix: PathBuf = parts[..keep].iter().collect();

@@ -181,7 +181,12 @@ impl FsProvider {
         let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?
             .with_hidden(workspace.root(), &config.hide)?;
         let workspace = workspace.with_protection(protection);
-        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root())?;
+        let protected: Vec<_> = config
+            .protected
+            .iter()
+            .map(|p| crate::protect::resolve_ambient(&workspace.root().join(&p.path)))
+            .collect();
+        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?;
         let specs = ALL.into_iter().map(|t| (t, t.spec(sandbox.description()))).collect();
         Ok(FsProvider {
             namespace: "fs".into(),

@@ -11,6 +11,7 @@
 #![allow(unsafe_code)]
 
 use super::Policy;
+use super::mounts::ReadOnlyViews;
 use super::seccomp::Filter;
 use rustix::fs::{FileType, Mode, OFlags};
 use std::ffi::{c_int, c_uint, c_ulong, c_void};
@@ -215,15 +216,17 @@ impl Ruleset {
 }
 
 /// Makes the child of `command` restrict itself before it executes: `no_new_privs`, then
-/// the Landlock `ruleset` and the seccomp `filter` it is given.
+/// the read-only `views` (before Landlock, which forbids changing mounts), the Landlock
+/// `ruleset` and the seccomp `filter` it is given.
 pub(super) fn restrict_on_exec(
     command: &mut tokio::process::Command,
+    views: Option<ReadOnlyViews>,
     ruleset: Option<Ruleset>,
     filter: Option<Filter>,
 ) {
     // Runs in the child between fork and exec, where only async-signal-safe calls are
-    // allowed: three system calls, no allocation (an `io::Error` from an errno holds the
-    // number only), no lock.
+    // allowed: system calls, no allocation (an `io::Error` from an errno holds the number
+    // only), no lock.
     let restrict = move || {
         // SAFETY: `prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)` takes no pointers.
         let done = unsafe {
@@ -237,6 +240,9 @@ pub(super) fn restrict_on_exec(
         };
         if done != 0 {
             return Err(io::Error::last_os_error());
+        }
+        if let Some(views) = &views {
+            views.enter()?;
         }
         if let Some(ruleset) = &ruleset {
             // SAFETY: `fd` is the open ruleset, owned by this closure; no pointers.

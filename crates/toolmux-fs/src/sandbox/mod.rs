@@ -9,7 +9,9 @@
 //! between fork and exec, sets `no_new_privs` and restricts itself with it.
 //!
 //! Landlock is an allow-list over whole hierarchies: a writable root is writable all the
-//! way down, `.git` and the other protected paths beneath it included.
+//! way down. So `.git` and the embedding program's protected paths beneath a writable root
+//! are bind-mounted read-only in a user and mount namespace of the command's own
+//! (`mounts.rs`), where the kernel allows unprivileged user namespaces.
 //!
 //! Landlock's network rights cover TCP only, so `network: false` adds a seccomp filter
 //! (`seccomp.rs`) that lets a command create Unix sockets and no other: no UDP, no DNS, no
@@ -21,6 +23,11 @@ mod landlock;
 #[cfg(not(target_os = "linux"))]
 #[path = "unsupported.rs"]
 mod landlock;
+#[cfg(target_os = "linux")]
+mod mounts;
+#[cfg(not(target_os = "linux"))]
+#[path = "no_mounts.rs"]
+mod mounts;
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64"),
@@ -104,6 +111,9 @@ pub(crate) struct Policy {
     pub(crate) deny_tcp: bool,
     /// Whether every socket but a Unix one is refused (seccomp).
     pub(crate) deny_sockets: bool,
+    /// Paths beneath the writable roots made read-only (those that exist when a command
+    /// starts): `.git` and the protected paths.
+    pub(crate) read_only: Vec<PathBuf>,
     /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
     /// command's own processes; none when the filesystem is not confined (mode `off`).
     pub(crate) scoped: u64,
@@ -111,20 +121,29 @@ pub(crate) struct Policy {
 
 impl Sandbox {
     /// The sandbox `config` asks for around commands run in `root` (canonical), checked
-    /// against this kernel. Logs a warning when the default sandbox cannot be had; fails
-    /// only on a bad configuration (a relative writable root).
-    pub(crate) fn new(config: &SandboxConfig, root: &Path) -> Result<Sandbox, FsError> {
-        Sandbox::for_kernel(config, root, landlock::abi, seccomp::available)
+    /// against this kernel; `protected` (absolute) are kept read-only with `root/.git`
+    /// where they lie beneath a writable root. Logs a warning when the default sandbox
+    /// cannot be had; fails only on a bad configuration (a relative writable root).
+    pub(crate) fn new(
+        config: &SandboxConfig,
+        root: &Path,
+        protected: &[PathBuf],
+    ) -> Result<Sandbox, FsError> {
+        let views = |probe: &Path| mounts::available(probe);
+        Sandbox::for_kernel(config, root, protected, landlock::abi, seccomp::available, views)
     }
 
     /// [`Sandbox::new`] on a kernel whose Landlock ABI `abi` tells (asked only when a
-    /// sandbox is wanted) and that can install a seccomp filter when `seccomp` says so
-    /// (asked only when the network is denied).
+    /// sandbox is wanted), that can install a seccomp filter when `seccomp` says so (asked
+    /// only when the network is denied) and make read-only views when `views` says so
+    /// (asked only when something beneath a writable root is to be kept read-only).
     fn for_kernel(
         config: &SandboxConfig,
         root: &Path,
+        protected: &[PathBuf],
         abi: impl FnOnce() -> Result<u32, String>,
         seccomp: impl FnOnce() -> Result<(), String>,
+        views: impl FnOnce(&Path) -> Result<(), String>,
     ) -> Result<Sandbox, FsError> {
         if let Some(relative) = config.writable_roots.iter().find(|p| !p.is_absolute()) {
             return Err(FsError::Config {
@@ -186,6 +205,7 @@ impl Sandbox {
                     deny_tcp: false,
                     deny_sockets: true,
                     scoped: 0,
+                    read_only: Vec::new(),
                 };
                 return Ok(Sandbox { plan: Plan::Enforce(policy), description });
             }
@@ -221,7 +241,36 @@ impl Sandbox {
         // it did not start (the server itself, the user's session bus), where the kernel
         // can keep it to its own.
         let scoped = if writable.is_some() && abi >= ABI_SCOPES { landlock::SCOPES } else { 0 };
+        // What beneath a writable root stays read-only to commands.
+        let read_only = match &writable {
+            Some(roots) if config.protect_paths => {
+                let candidates =
+                    std::iter::once(root.join(".git")).chain(protected.iter().cloned());
+                let beneath: Vec<PathBuf> = candidates
+                    .filter(|p| p.is_absolute() && roots.iter().any(|r| p.starts_with(r)))
+                    .collect();
+                match beneath.first().map(|_| views(&std::env::temp_dir())) {
+                    Some(Ok(())) => beneath,
+                    Some(Err(why)) => {
+                        tracing::warn!(
+                            "commands of `bash` and `exec` can write `.git` and toolmux's own \
+                             files beneath the workspace root: {why}"
+                        );
+                        Vec::new()
+                    }
+                    None => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
         let mut description = description;
+        if !read_only.is_empty() {
+            description.push_str(
+                " Beneath the root, `.git` and the server's own files (its configuration, \
+                 logs and outputs) are read-only to it (\"Read-only file system\"), so git \
+                 commands that write (`git commit`, `git add`) fail; the user commits.",
+            );
+        }
         if scoped != 0 {
             description.push_str(
                 " It may not signal processes it did not start (\"Operation not permitted\") nor \
@@ -235,6 +284,7 @@ impl Sandbox {
             deny_tcp: !config.network && abi >= ABI_NETWORK,
             deny_sockets: sockets,
             scoped,
+            read_only,
         };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
@@ -277,7 +327,14 @@ impl Sandbox {
                         ),
                     })?;
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
-                landlock::restrict_on_exec(command, ruleset, filter);
+                let views = (!policy.read_only.is_empty())
+                    .then(|| {
+                        let writable = policy.writable.as_deref().unwrap_or_default();
+                        let cwd = command.as_std().get_current_dir();
+                        mounts::ReadOnlyViews::prepare(&policy.read_only, writable, cwd)
+                    })
+                    .filter(|views| !views.is_empty());
+                landlock::restrict_on_exec(command, views, ruleset, filter);
                 Ok(())
             }
         }
@@ -352,7 +409,9 @@ mod tests {
     fn plan_with(config: SandboxConfig, abi: u32, seccomp: bool) -> String {
         let probe = || if abi == 0 { Err("no Landlock here".to_owned()) } else { Ok(abi) };
         let filters = || if seccomp { Ok(()) } else { Err("no seccomp here".to_owned()) };
-        let sandbox = Sandbox::for_kernel(&config, Path::new("/srv"), probe, filters).unwrap();
+        let views = |_: &Path| Err("no user namespaces here".to_owned());
+        let sandbox =
+            Sandbox::for_kernel(&config, Path::new("/srv"), &[], probe, filters, views).unwrap();
         match sandbox.plan {
             Plan::Off => "off".to_owned(),
             Plan::Refused(reason) => format!("refused: {reason}"),
@@ -364,6 +423,37 @@ mod tests {
                 if policy.deny_sockets { ", Unix sockets only" } else { "" }
             ),
         }
+    }
+
+    #[test]
+    fn git_and_the_protected_paths_beneath_a_writable_root_are_kept_read_only() {
+        let landlock = || Ok(6);
+        let seccomp = || Ok(());
+        let protected = [PathBuf::from("/srv/toolmux.yaml"), PathBuf::from("/etc/toolmux.yaml")];
+        let read_only = |config: SandboxConfig, views: Result<(), String>| {
+            let sandbox = Sandbox::for_kernel(
+                &config,
+                Path::new("/srv"),
+                &protected,
+                landlock,
+                seccomp,
+                |_: &Path| views.clone(),
+            )
+            .unwrap();
+            let Plan::Enforce(policy) = sandbox.plan else { panic!("{:?}", sandbox.plan) };
+            (policy.read_only, sandbox.description.contains("`.git` and the server's own files"))
+        };
+        let expected = vec![PathBuf::from("/srv/.git"), PathBuf::from("/srv/toolmux.yaml")];
+        // What lies outside every writable root needs nothing.
+        assert_eq!(read_only(SandboxConfig::default(), Ok(())), (expected, true));
+        // No user namespaces: nothing, and the description does not promise it.
+        let refused = Err("no user namespaces here".to_owned());
+        assert_eq!(read_only(SandboxConfig::default(), refused), (vec![], false));
+        let off = SandboxConfig::default().with_protect_paths(false);
+        assert_eq!(read_only(off, Ok(())), (vec![], false));
+        // Read-only mode: the root is not writable, so nothing beneath it needs a view.
+        let read_only_mode = SandboxConfig::new(SandboxMode::ReadOnly);
+        assert_eq!(read_only(read_only_mode, Ok(())), (vec![], false));
     }
 
     #[test]
@@ -440,7 +530,7 @@ mod tests {
     #[test]
     fn relative_writable_roots_are_refused() {
         let config = SandboxConfig::default().with_writable_roots(["cache"]);
-        let err = Sandbox::new(&config, Path::new("/srv")).unwrap_err();
+        let err = Sandbox::new(&config, Path::new("/srv"), &[]).unwrap_err();
         assert_eq!(
             err.to_string(),
             "invalid fs configuration: `bash.sandbox.writableRoots` entry `cache` is not an \
@@ -450,7 +540,7 @@ mod tests {
 
     #[test]
     fn off_with_the_network_allowed_is_no_sandbox() {
-        let sandbox = Sandbox::new(&SandboxConfig::new(SandboxMode::Off), Path::new("/srv"));
+        let sandbox = Sandbox::new(&SandboxConfig::new(SandboxMode::Off), Path::new("/srv"), &[]);
         let sandbox = sandbox.unwrap();
         assert!(matches!(sandbox.plan, Plan::Off));
         assert!(sandbox.description().starts_with("NOT confined"));

@@ -21,6 +21,7 @@ impl Ruleset {
 /// Never called here: no ruleset or filter is ever built.
 pub(super) fn restrict_on_exec(
     _command: &mut tokio::process::Command,
+    _views: Option<super::mounts::ReadOnlyViews>,
     _ruleset: Option<Ruleset>,
     _filter: Option<super::seccomp::Filter>,
 ) {

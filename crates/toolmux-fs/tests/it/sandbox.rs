@@ -12,7 +12,10 @@
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use toolmux_core::{CallContext, ToolOutput, ToolProvider as _};
-use toolmux_fs::{BashConfig, FsConfig, FsProvider, Permission, SandboxConfig, SandboxMode};
+use toolmux_fs::{
+    BashConfig, FsConfig, FsProvider, Permission, ProtectedKind, ProtectedPath, SandboxConfig,
+    SandboxMode,
+};
 
 /// A workspace root and a directory outside every root the sandbox allows by default
 /// (so not beneath `/tmp` either, where test directories usually go).
@@ -307,6 +310,109 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
     let out = only.bash(&format!("echo free > '{}'", target.display())).await;
     assert!(!out.is_error, "{}", out.to_text());
     drop(listener);
+}
+
+/// Landlock grants whole hierarchies, so `.git` and the server's own files beneath the
+/// root are kept read-only by a mount namespace of the command's own: git's hooks and
+/// toolmux's configuration are not the command's to rewrite, while the rest of the root is.
+#[tokio::test]
+async fn git_and_the_servers_files_stay_read_only_beneath_a_writable_root() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(root.join("toolmux.yaml"), "fs: {}\n").unwrap();
+    std::fs::create_dir(root.join("logs")).unwrap();
+    std::fs::write(root.join("logs/audit.jsonl"), "").unwrap();
+    let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash)
+        .with_protected(ProtectedPath::new("toolmux.yaml", ProtectedKind::Configuration))
+        .with_protected(ProtectedPath::new("logs/audit.jsonl", ProtectedKind::AuditLog));
+    let fs = FsProvider::new(config).unwrap();
+    let run = async |command: &str| {
+        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+        out.unwrap().to_text()
+    };
+    let described = fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    assert!(bash.description.contains("`.git` and the server's own files"), "{}", bash.description);
+    let hook = "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit";
+    for command in [
+        hook,
+        "echo evil >> .git/config",
+        "rm .git/config",
+        "mv .git moved",
+        "rm -rf .git",
+        "echo 'fs: {bash: {sandbox: off}}' > toolmux.yaml",
+        "mv toolmux.yaml old.yaml",
+        "umount .git",
+        // The directory above a protected file cannot be moved away and replaced.
+        "mv logs old-logs",
+        "echo forged > logs/audit.jsonl",
+        // Nor can the same be reached by an absolute path.
+        &format!("echo evil >> '{}'", root.join(".git/config").display()),
+    ] {
+        let text = run(command).await;
+        assert!(!text.starts_with("exit code 0"), "`{command}` succeeded: {text}");
+    }
+    assert_eq!(std::fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\n");
+    assert!(!root.join(".git/hooks/pre-commit").exists());
+    assert_eq!(std::fs::read_to_string(root.join("toolmux.yaml")).unwrap(), "fs: {}\n");
+    assert_eq!(std::fs::read_to_string(root.join("logs/audit.jsonl")).unwrap(), "");
+    let text = run("echo evil >> .git/config").await;
+    assert!(text.contains("Read-only file system"), "{text}");
+    // The rest of the root is the command's, and it keeps its own ids.
+    let text = run("echo ok > notes.txt && mkdir -p src && echo fn > src/main.rs && id -u").await;
+    assert_eq!(
+        text,
+        format!("exit code 0\n--- stdout ---\n{}", rustix::process::getuid().as_raw())
+    );
+    assert_eq!(std::fs::read_to_string(root.join("src/main.rs")).unwrap(), "fn\n");
+    // A root beneath a writable directory (here `/tmp`) cannot be moved away and replaced
+    // by one with a `.git` of the command's.
+    let in_tmp = tempfile::tempdir().unwrap();
+    let tmp_root = std::fs::canonicalize(in_tmp.path()).unwrap().join("project");
+    std::fs::create_dir_all(tmp_root.join(".git")).unwrap();
+    let config = FsConfig::new(&tmp_root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(BashConfig::default());
+    let fs_in_tmp = FsProvider::new(config).unwrap();
+    let context = CallContext::new();
+    let command = "cd .. && mv project moved && mkdir -p project/.git/hooks && echo moved";
+    let out = fs_in_tmp.call("bash", json!({"command": command}), &context).await.unwrap();
+    assert!(!out.to_text().contains("moved\n") && out.is_error, "{}", out.to_text());
+    assert!(tmp_root.join(".git").is_dir() && !tmp_root.join(".git/hooks").exists());
+    // The working directory is entered again through the mounts: relative paths meet them.
+    let command = "echo evil > .git/HEAD";
+    let out = fs_in_tmp.call("bash", json!({"command": command}), &context).await.unwrap();
+    assert!(out.to_text().contains("Read-only file system"), "{}", out.to_text());
+    assert!(!tmp_root.join(".git/HEAD").exists());
+    // With `protectPaths: false`, or unconfined, the same command reaches `.git`.
+    let unprotected = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(BashConfig {
+            sandbox: SandboxConfig::default().with_protect_paths(false),
+            ..BashConfig::default()
+        });
+    let unprotected = FsProvider::new(unprotected).unwrap();
+    let context = CallContext::new();
+    let out = unprotected.call("bash", json!({"command": "echo new >> .git/config"}), &context);
+    assert!(!out.await.unwrap().is_error);
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    let off =
+        FsConfig::new(&root).with_permissions([Permission::Read, Permission::Execute]).with_bash(
+            BashConfig { sandbox: SandboxConfig::new(SandboxMode::Off), ..BashConfig::default() },
+        );
+    let off = FsProvider::new(off).unwrap();
+    let out = off.call("bash", json!({"command": "echo more >> .git/config"}), &context).await;
+    assert!(!out.unwrap().is_error);
+    assert_eq!(std::fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\nmore\n");
 }
 
 /// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no

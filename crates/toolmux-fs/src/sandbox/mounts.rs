@@ -1,0 +1,224 @@
+//! Read-only views of protected paths for a confined command: Landlock grants writes to
+//! whole hierarchies, so a command allowed to write the root could rewrite `.git` (its
+//! hooks run commands outside any sandbox at the user's next commit) or toolmux's own
+//! configuration (which the next start runs). The child, before Landlock, enters a user
+//! and mount namespace of its own, where each such path is bind-mounted onto itself read
+//! only; Landlock then forbids it to change mounts, so it cannot undo them.
+//!
+//! A mount point cannot be renamed or removed, but a directory above one can, and the
+//! mount moves with it: a command could move the directory holding a protected file away
+//! and put a file of its own in its place. So every directory above a protected path that
+//! the command could rename (its parent is writable) is made a mount point too, by a bind
+//! mount onto itself that changes nothing else. The command's working directory is entered
+//! again afterwards, so that relative paths lead through the new mounts.
+//!
+//! Everything the child does is a raw system call on memory prepared by the parent, as
+//! `pre_exec` requires. Kernels or policies that refuse unprivileged user namespaces
+//! (Ubuntu's AppArmor restriction, `user.max_user_namespaces = 0`) are found by a probe,
+//! once per process, in a forked child; the sandbox then goes without the views, says so
+//! in a warning, and its description does not promise them.
+
+// `unshare`, `mount`, `fork` and the writes of the id maps have no safe wrapper; every
+// `unsafe` block says why it holds.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString, c_ulong};
+use std::io;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The read-only views one command gets, prepared in the parent.
+#[derive(Debug)]
+pub(super) struct ReadOnlyViews {
+    /// `"<uid> <uid> 1\n"` and the same for the gid: the command keeps its own ids.
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// Directories above the views made mount points (outermost first), so that none can
+    /// be renamed.
+    pins: Vec<CString>,
+    views: Vec<View>,
+    /// The command's working directory, entered again once the mounts are made.
+    cwd: Option<CString>,
+}
+
+#[derive(Debug)]
+struct View {
+    path: CString,
+    /// The flags of the mount the path is on that a remount in a user namespace must keep
+    /// (the kernel locks them: `EPERM` otherwise).
+    kept: c_ulong,
+}
+
+impl ReadOnlyViews {
+    /// Views of those of `paths` that exist (absolute paths; symlinks are not followed, a
+    /// protected path that is one is left as it is), pinned below the `writable` roots,
+    /// for a command that starts in `cwd`.
+    pub(super) fn prepare(
+        paths: &[PathBuf],
+        writable: &[PathBuf],
+        cwd: Option<&Path>,
+    ) -> ReadOnlyViews {
+        let existing: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|path| {
+                path.is_absolute()
+                    && std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
+            })
+            .collect();
+        let renamable =
+            |dir: &Path| dir.parent().is_some_and(|p| writable.iter().any(|r| p.starts_with(r)));
+        // Sorted by components, so a directory comes before those beneath it.
+        let pins: std::collections::BTreeSet<&Path> = existing
+            .iter()
+            .flat_map(|path| path.ancestors().skip(1))
+            .filter(|dir| renamable(dir))
+            .collect();
+        let c_path = |path: &Path| CString::new(path.as_os_str().as_bytes()).ok();
+        let views: Vec<View> = existing
+            .iter()
+            .filter_map(|path| {
+                let kept = kept_flags(path).ok()?;
+                Some(View { path: c_path(path)?, kept })
+            })
+            .collect();
+        // SAFETY: getuid and getgid cannot fail and take no pointers.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        ReadOnlyViews {
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            pins: if views.is_empty() {
+                Vec::new()
+            } else {
+                pins.into_iter().filter_map(c_path).collect()
+            },
+            views,
+            cwd: cwd.and_then(c_path),
+        }
+    }
+
+    /// Whether there is nothing to make read-only.
+    pub(super) fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+
+    /// Enters a new user and mount namespace and makes every view read-only there. Runs in
+    /// the child between fork and exec: system calls only, no allocation.
+    pub(super) fn enter(&self) -> io::Result<()> {
+        // SAFETY: unshare takes no pointers.
+        check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })?;
+        write_file(c"/proc/self/setgroups", b"deny")?;
+        write_file(c"/proc/self/uid_map", &self.uid_map)?;
+        write_file(c"/proc/self/gid_map", &self.gid_map)?;
+        // Nothing done here propagates back to the parent's namespace.
+        mount(None, c"/", libc::MS_REC | libc::MS_PRIVATE)?;
+        for pin in &self.pins {
+            mount(Some(pin), pin, libc::MS_BIND | libc::MS_REC)?;
+        }
+        for view in &self.views {
+            mount(Some(&view.path), &view.path, libc::MS_BIND | libc::MS_REC)?;
+            let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | view.kept;
+            mount(None, &view.path, flags)?;
+        }
+        if let Some(cwd) = &self.cwd {
+            // SAFETY: `cwd` is a valid C string.
+            check(unsafe { libc::chdir(cwd.as_ptr()) })?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether this kernel lets this process make read-only views: probed once, by a forked
+/// child that makes one of `probe_dir`; the error says why not.
+pub(super) fn available(probe_dir: &Path) -> Result<(), String> {
+    static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    AVAILABLE.get_or_init(|| probe(probe_dir)).clone()
+}
+
+fn probe(probe_dir: &Path) -> Result<(), String> {
+    let views = ReadOnlyViews::prepare(&[probe_dir.to_path_buf()], &[], None);
+    if views.is_empty() {
+        return Err(format!("cannot probe with `{}`", probe_dir.display()));
+    }
+    // SAFETY: the child makes system calls only (no allocation, no lock: `enter` is
+    // written for a forked child) and leaves by `_exit`; the parent reaps it below.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let code = match views.enter() {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
+        };
+        // SAFETY: `_exit` ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    if pid < 0 {
+        return Err(format!("cannot fork to probe: {}", io::Error::last_os_error()));
+    }
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` lives across the call; `pid` is the child forked above.
+        let reaped = unsafe { libc::waitpid(pid, &raw mut status, 0) };
+        if reaped == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(format!("cannot wait for the probe: {err}"));
+        }
+    }
+    match (libc::WIFEXITED(status), libc::WEXITSTATUS(status)) {
+        (true, 0) => Ok(()),
+        (true, errno) => Err(format!(
+            "this kernel refuses a user and mount namespace to this user ({})",
+            io::Error::from_raw_os_error(errno)
+        )),
+        _ => Err("the probe of user namespaces was killed".to_owned()),
+    }
+}
+
+/// The flags of the mount `path` is on that a remount in a user namespace must repeat.
+fn kept_flags(path: &Path) -> io::Result<c_ulong> {
+    let stat = rustix::fs::statvfs(path)?;
+    let mount = stat.f_flag;
+    let pairs = [
+        (rustix::fs::StatVfsMountFlags::NOSUID, libc::MS_NOSUID),
+        (rustix::fs::StatVfsMountFlags::NODEV, libc::MS_NODEV),
+        (rustix::fs::StatVfsMountFlags::NOEXEC, libc::MS_NOEXEC),
+        (rustix::fs::StatVfsMountFlags::NOATIME, libc::MS_NOATIME),
+        (rustix::fs::StatVfsMountFlags::NODIRATIME, libc::MS_NODIRATIME),
+        (rustix::fs::StatVfsMountFlags::RELATIME, libc::MS_RELATIME),
+    ];
+    Ok(pairs.iter().filter(|(flag, _)| mount.contains(*flag)).fold(0, |all, (_, ms)| all | ms))
+}
+
+fn check(done: libc::c_int) -> io::Result<()> {
+    if done != 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Writes `bytes` to the file at `path` (a `/proc` file of the calling process).
+fn write_file(path: &CStr, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is a valid C string; the flags take no pointers.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `bytes` is valid for its length; `fd` was just opened.
+    let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    if written != bytes.len() as isize {
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// `mount(source, target, NULL, flags, NULL)`.
+fn mount(source: Option<&CStr>, target: &CStr, flags: c_ulong) -> io::Result<()> {
+    let source = source.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: `source` is null or a valid C string, `target` is one; no file system type
+    // or data is given.
+    check(unsafe {
+        libc::mount(source, target.as_ptr(), std::ptr::null(), flags, std::ptr::null())
+    })
+}

@@ -1,0 +1,27 @@
+//! User and mount namespaces are Linux's: elsewhere protected paths get no read-only view
+//! (and there is no Landlock to need one).
+
+use std::path::{Path, PathBuf};
+
+/// Never available here.
+pub(super) fn available(_probe_dir: &Path) -> Result<(), String> {
+    Err("read-only views need Linux's user and mount namespaces".to_owned())
+}
+
+/// Never prepared here: [`available`] fails first.
+#[derive(Debug)]
+pub(super) struct ReadOnlyViews;
+
+impl ReadOnlyViews {
+    pub(super) fn prepare(
+        _paths: &[PathBuf],
+        _writable: &[PathBuf],
+        _cwd: Option<&Path>,
+    ) -> ReadOnlyViews {
+        ReadOnlyViews
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        true
+    }
+}
