@@ -6,8 +6,9 @@
 //! or read other runs' spilled outputs around the output store's per-run check. Every
 //! check is made on the path with symlinks and `..` resolved, so no spelling of a path
 //! reaches around it. The shell tools' sandbox (`crate::sandbox`) keeps `.git` and these
-//! paths read-only to commands where the kernel allows (a mount namespace per command);
-//! the `protect` and `hide` globs, and reading, it does not cover.
+//! paths read-only to commands, and hides those the file tools may not read, where the
+//! kernel allows (a mount namespace per command); the `protect` and `hide` globs it does
+//! not cover.
 
 use crate::error::FsError;
 use ignore::Match;
@@ -37,7 +38,7 @@ pub enum ProtectedKind {
 
 impl ProtectedKind {
     /// Whether the file tools may read it.
-    fn readable(self) -> bool {
+    pub(crate) fn readable(self) -> bool {
         matches!(self, ProtectedKind::Configuration | ProtectedKind::Statistics)
     }
 }

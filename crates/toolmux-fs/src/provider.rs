@@ -184,7 +184,10 @@ impl FsProvider {
         let protected: Vec<_> = config
             .protected
             .iter()
-            .map(|p| crate::protect::resolve_ambient(&workspace.root().join(&p.path)))
+            .map(|p| crate::sandbox::ServerPath {
+                path: crate::protect::resolve_ambient(&workspace.root().join(&p.path)),
+                hidden: !p.kind.readable(),
+            })
             .collect();
         let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?;
         let specs = ALL.into_iter().map(|t| (t, t.spec(sandbox.description()))).collect();

@@ -114,20 +114,32 @@ pub(crate) struct Policy {
     /// Paths beneath the writable roots made read-only (those that exist when a command
     /// starts): `.git` and the protected paths.
     pub(crate) read_only: Vec<PathBuf>,
+    /// Paths beneath the root hidden from commands: those the file tools may not read.
+    pub(crate) hidden: Vec<PathBuf>,
     /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
     /// command's own processes; none when the filesystem is not confined (mode `off`).
     pub(crate) scoped: u64,
 }
 
+/// A path of the embedding program's that commands must leave alone.
+#[derive(Debug, Clone)]
+pub(crate) struct ServerPath {
+    /// Absolute, symlinks resolved.
+    pub(crate) path: PathBuf,
+    /// Not to be read either (the file tools may not): hidden, not only read-only.
+    pub(crate) hidden: bool,
+}
+
 impl Sandbox {
     /// The sandbox `config` asks for around commands run in `root` (canonical), checked
-    /// against this kernel; `protected` (absolute) are kept read-only with `root/.git`
-    /// where they lie beneath a writable root. Logs a warning when the default sandbox
-    /// cannot be had; fails only on a bad configuration (a relative writable root).
+    /// against this kernel; `protected` are kept read-only with `root/.git` where they lie
+    /// beneath a writable root, and the hidden ones beneath the root hidden. Logs a warning
+    /// when the default sandbox cannot be had; fails only on a bad configuration (a
+    /// relative writable root).
     pub(crate) fn new(
         config: &SandboxConfig,
         root: &Path,
-        protected: &[PathBuf],
+        protected: &[ServerPath],
     ) -> Result<Sandbox, FsError> {
         let views = |probe: &Path| mounts::available(probe);
         Sandbox::for_kernel(config, root, protected, landlock::abi, seccomp::available, views)
@@ -140,7 +152,7 @@ impl Sandbox {
     fn for_kernel(
         config: &SandboxConfig,
         root: &Path,
-        protected: &[PathBuf],
+        protected: &[ServerPath],
         abi: impl FnOnce() -> Result<u32, String>,
         seccomp: impl FnOnce() -> Result<(), String>,
         views: impl FnOnce(&Path) -> Result<(), String>,
@@ -206,6 +218,7 @@ impl Sandbox {
                     deny_sockets: true,
                     scoped: 0,
                     read_only: Vec::new(),
+                    hidden: Vec::new(),
                 };
                 return Ok(Sandbox { plan: Plan::Enforce(policy), description });
             }
@@ -241,27 +254,34 @@ impl Sandbox {
         // it did not start (the server itself, the user's session bus), where the kernel
         // can keep it to its own.
         let scoped = if writable.is_some() && abi >= ABI_SCOPES { landlock::SCOPES } else { 0 };
-        // What beneath a writable root stays read-only to commands.
-        let read_only = match &writable {
+        // What beneath a writable root stays read-only to commands, and what beneath the
+        // root they may not read.
+        let (read_only, hidden) = match &writable {
             Some(roots) if config.protect_paths => {
-                let candidates =
-                    std::iter::once(root.join(".git")).chain(protected.iter().cloned());
-                let beneath: Vec<PathBuf> = candidates
-                    .filter(|p| p.is_absolute() && roots.iter().any(|r| p.starts_with(r)))
+                let beneath_writable =
+                    |p: &Path| p.is_absolute() && roots.iter().any(|r| p.starts_with(r));
+                let candidates = std::iter::once(root.join(".git"))
+                    .chain(protected.iter().filter(|p| !p.hidden).map(|p| p.path.clone()));
+                let read_only: Vec<PathBuf> = candidates.filter(|p| beneath_writable(p)).collect();
+                let hidden: Vec<PathBuf> = protected
+                    .iter()
+                    .filter(|p| p.hidden && p.path.starts_with(root) && p.path != root)
+                    .map(|p| p.path.clone())
                     .collect();
-                match beneath.first().map(|_| views(&std::env::temp_dir())) {
-                    Some(Ok(())) => beneath,
+                let wanted = !read_only.is_empty() || !hidden.is_empty();
+                match wanted.then(|| views(&std::env::temp_dir())) {
+                    Some(Ok(())) => (read_only, hidden),
                     Some(Err(why)) => {
                         tracing::warn!(
                             "commands of `bash` and `exec` can write `.git` and toolmux's own \
                              files beneath the workspace root: {why}"
                         );
-                        Vec::new()
+                        (Vec::new(), Vec::new())
                     }
-                    None => Vec::new(),
+                    None => (Vec::new(), Vec::new()),
                 }
             }
-            _ => Vec::new(),
+            _ => (Vec::new(), Vec::new()),
         };
         let mut description = description;
         if !read_only.is_empty() {
@@ -269,6 +289,11 @@ impl Sandbox {
                 " Beneath the root, `.git` and the server's own files (its configuration, \
                  logs and outputs) are read-only to it (\"Read-only file system\"), so git \
                  commands that write (`git commit`, `git add`) fail; the user commits.",
+            );
+        }
+        if !hidden.is_empty() {
+            description.push_str(
+                " The server's audit log, stored outputs and spaces folder look empty to it.",
             );
         }
         if scoped != 0 {
@@ -285,6 +310,7 @@ impl Sandbox {
             deny_sockets: sockets,
             scoped,
             read_only,
+            hidden,
         };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
@@ -327,11 +353,12 @@ impl Sandbox {
                         ),
                     })?;
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
-                let views = (!policy.read_only.is_empty())
+                let views = (!policy.read_only.is_empty() || !policy.hidden.is_empty())
                     .then(|| {
                         let writable = policy.writable.as_deref().unwrap_or_default();
                         let cwd = command.as_std().get_current_dir();
-                        mounts::ReadOnlyViews::prepare(&policy.read_only, writable, cwd)
+                        let (read_only, hidden) = (&policy.read_only, &policy.hidden);
+                        mounts::ReadOnlyViews::prepare(read_only, hidden, writable, cwd)
                     })
                     .filter(|views| !views.is_empty());
                 landlock::restrict_on_exec(command, views, ruleset, filter);
@@ -426,10 +453,16 @@ mod tests {
     }
 
     #[test]
-    fn git_and_the_protected_paths_beneath_a_writable_root_are_kept_read_only() {
+    fn git_and_the_protected_paths_beneath_a_writable_root_are_kept_read_only_or_hidden() {
         let landlock = || Ok(6);
         let seccomp = || Ok(());
-        let protected = [PathBuf::from("/srv/toolmux.yaml"), PathBuf::from("/etc/toolmux.yaml")];
+        let kept = |path: &str, hidden| ServerPath { path: PathBuf::from(path), hidden };
+        let protected = [
+            kept("/srv/toolmux.yaml", false),
+            kept("/etc/toolmux.yaml", false),
+            kept("/srv/out", true),
+            kept("/var/audit.jsonl", true),
+        ];
         let read_only = |config: SandboxConfig, views: Result<(), String>| {
             let sandbox = Sandbox::for_kernel(
                 &config,
@@ -441,19 +474,24 @@ mod tests {
             )
             .unwrap();
             let Plan::Enforce(policy) = sandbox.plan else { panic!("{:?}", sandbox.plan) };
-            (policy.read_only, sandbox.description.contains("`.git` and the server's own files"))
+            let said = sandbox.description.contains("`.git` and the server's own files");
+            assert_eq!(said, !policy.read_only.is_empty());
+            (policy.read_only, policy.hidden)
         };
+        let hidden = vec![PathBuf::from("/srv/out")];
         let expected = vec![PathBuf::from("/srv/.git"), PathBuf::from("/srv/toolmux.yaml")];
-        // What lies outside every writable root needs nothing.
-        assert_eq!(read_only(SandboxConfig::default(), Ok(())), (expected, true));
+        // What lies outside every writable root needs nothing; what is hidden, only
+        // beneath the root.
+        assert_eq!(read_only(SandboxConfig::default(), Ok(())), (expected, hidden.clone()));
         // No user namespaces: nothing, and the description does not promise it.
         let refused = Err("no user namespaces here".to_owned());
-        assert_eq!(read_only(SandboxConfig::default(), refused), (vec![], false));
+        assert_eq!(read_only(SandboxConfig::default(), refused), (vec![], vec![]));
         let off = SandboxConfig::default().with_protect_paths(false);
-        assert_eq!(read_only(off, Ok(())), (vec![], false));
-        // Read-only mode: the root is not writable, so nothing beneath it needs a view.
+        assert_eq!(read_only(off, Ok(())), (vec![], vec![]));
+        // Read-only mode: the root is not writable, so nothing beneath it needs a
+        // read-only view; what is hidden still is.
         let read_only_mode = SandboxConfig::new(SandboxMode::ReadOnly);
-        assert_eq!(read_only(read_only_mode, Ok(())), (vec![], false));
+        assert_eq!(read_only(read_only_mode, Ok(())), (vec![], hidden));
     }
 
     #[test]

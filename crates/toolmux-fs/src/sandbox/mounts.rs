@@ -1,4 +1,5 @@
-//! Read-only views of protected paths for a confined command: Landlock grants writes to
+//! Read-only views of protected paths for a confined command (and hidden ones of what the
+//! file tools may not even read): Landlock grants writes to
 //! whole hierarchies, so a command allowed to write the root could rewrite `.git` (its
 //! hooks run commands outside any sandbox at the user's next commit) or toolmux's own
 //! configuration (which the next start runs). The child, before Landlock, enters a user
@@ -45,53 +46,84 @@ pub(super) struct ReadOnlyViews {
 #[derive(Debug)]
 struct View {
     path: CString,
-    /// The flags of the mount the path is on that a remount in a user namespace must keep
-    /// (the kernel locks them: `EPERM` otherwise).
-    kept: c_ulong,
+    kind: ViewKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ViewKind {
+    /// Bound onto itself read-only, keeping the flags of the mount the path is on that a
+    /// remount in a user namespace must repeat (the kernel locks them: `EPERM` otherwise).
+    ReadOnly { kept: c_ulong },
+    /// A directory covered by an empty read-only tmpfs.
+    HiddenDirectory,
+    /// A file covered by `/dev/null`.
+    HiddenFile,
 }
 
 impl ReadOnlyViews {
-    /// Views of those of `paths` that exist (absolute paths; symlinks are not followed, a
-    /// protected path that is one is left as it is), pinned below the `writable` roots,
-    /// for a command that starts in `cwd`.
+    /// Views of those of `read_only` and `hidden` that exist (absolute paths; symlinks are
+    /// not followed, a protected path that is one is left as it is), pinned below the
+    /// `writable` roots, for a command that starts in `cwd`.
     pub(super) fn prepare(
-        paths: &[PathBuf],
+        read_only: &[PathBuf],
+        hidden: &[PathBuf],
         writable: &[PathBuf],
         cwd: Option<&Path>,
     ) -> ReadOnlyViews {
-        let existing: Vec<&PathBuf> = paths
+        let exists = |path: &&PathBuf| {
+            path.is_absolute()
+                && std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
+        };
+        let mut existing: Vec<(&PathBuf, bool)> = read_only
             .iter()
-            .filter(|path| {
-                path.is_absolute()
-                    && std::fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
-            })
+            .filter(exists)
+            .map(|p| (p, false))
+            .chain(hidden.iter().filter(exists).map(|p| (p, true)))
             .collect();
+        // Outer paths first: a view inside a read-only one is mounted after it; one inside
+        // a hidden directory is not there to mount (and is hidden with it).
+        existing.sort();
+        let mut covered: Vec<&Path> = Vec::new();
+        existing.retain(|(path, hide)| {
+            if covered.iter().any(|dir| path.starts_with(dir)) {
+                return false;
+            }
+            if *hide && path.is_dir() {
+                covered.push(path);
+            }
+            true
+        });
         let renamable =
             |dir: &Path| dir.parent().is_some_and(|p| writable.iter().any(|r| p.starts_with(r)));
         // Sorted by components, so a directory comes before those beneath it.
         let pins: std::collections::BTreeSet<&Path> = existing
             .iter()
-            .flat_map(|path| path.ancestors().skip(1))
+            .flat_map(|(path, _)| path.ancestors().skip(1))
             .filter(|dir| renamable(dir))
             .collect();
         let c_path = |path: &Path| CString::new(path.as_os_str().as_bytes()).ok();
         let views: Vec<View> = existing
             .iter()
-            .filter_map(|path| {
-                let kept = kept_flags(path).ok()?;
-                Some(View { path: c_path(path)?, kept })
+            .filter_map(|&(path, hide)| {
+                let kind = match (hide, path.is_dir()) {
+                    (false, _) => ViewKind::ReadOnly { kept: kept_flags(path).ok()? },
+                    (true, true) => ViewKind::HiddenDirectory,
+                    (true, false) => ViewKind::HiddenFile,
+                };
+                Some(View { path: c_path(path)?, kind })
             })
             .collect();
         // SAFETY: getuid and getgid cannot fail and take no pointers.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let pins = if views.is_empty() {
+            Vec::new()
+        } else {
+            pins.into_iter().filter_map(c_path).collect()
+        };
         ReadOnlyViews {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            pins: if views.is_empty() {
-                Vec::new()
-            } else {
-                pins.into_iter().filter_map(c_path).collect()
-            },
+            pins,
             views,
             cwd: cwd.and_then(c_path),
         }
@@ -111,14 +143,26 @@ impl ReadOnlyViews {
         write_file(c"/proc/self/uid_map", &self.uid_map)?;
         write_file(c"/proc/self/gid_map", &self.gid_map)?;
         // Nothing done here propagates back to the parent's namespace.
-        mount(None, c"/", libc::MS_REC | libc::MS_PRIVATE)?;
+        mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE)?;
         for pin in &self.pins {
-            mount(Some(pin), pin, libc::MS_BIND | libc::MS_REC)?;
+            mount(Some(pin), pin, None, libc::MS_BIND | libc::MS_REC)?;
         }
         for view in &self.views {
-            mount(Some(&view.path), &view.path, libc::MS_BIND | libc::MS_REC)?;
-            let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | view.kept;
-            mount(None, &view.path, flags)?;
+            let path = &view.path;
+            match view.kind {
+                ViewKind::ReadOnly { kept } => {
+                    mount(Some(path), path, None, libc::MS_BIND | libc::MS_REC)?;
+                    let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | kept;
+                    mount(None, path, None, flags)?;
+                }
+                ViewKind::HiddenDirectory => {
+                    let flags =
+                        libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+                    mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags)?;
+                }
+                // Writes go nowhere; reads find nothing.
+                ViewKind::HiddenFile => mount(Some(c"/dev/null"), path, None, libc::MS_BIND)?,
+            }
         }
         if let Some(cwd) = &self.cwd {
             // SAFETY: `cwd` is a valid C string.
@@ -136,7 +180,7 @@ pub(super) fn available(probe_dir: &Path) -> Result<(), String> {
 }
 
 fn probe(probe_dir: &Path) -> Result<(), String> {
-    let views = ReadOnlyViews::prepare(&[probe_dir.to_path_buf()], &[], None);
+    let views = ReadOnlyViews::prepare(&[probe_dir.to_path_buf()], &[], &[], None);
     if views.is_empty() {
         return Err(format!("cannot probe with `{}`", probe_dir.display()));
     }
@@ -213,12 +257,16 @@ fn write_file(path: &CStr, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// `mount(source, target, NULL, flags, NULL)`.
-fn mount(source: Option<&CStr>, target: &CStr, flags: c_ulong) -> io::Result<()> {
+/// `mount(source, target, fstype, flags, NULL)`.
+fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: c_ulong,
+) -> io::Result<()> {
     let source = source.map_or(std::ptr::null(), CStr::as_ptr);
-    // SAFETY: `source` is null or a valid C string, `target` is one; no file system type
-    // or data is given.
-    check(unsafe {
-        libc::mount(source, target.as_ptr(), std::ptr::null(), flags, std::ptr::null())
-    })
+    let fstype = fstype.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: `source` and `fstype` are null or valid C strings, `target` is one; no data
+    // is given.
+    check(unsafe { libc::mount(source, target.as_ptr(), fstype, flags, std::ptr::null()) })
 }

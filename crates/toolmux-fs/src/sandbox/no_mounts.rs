@@ -14,7 +14,8 @@ pub(super) struct ReadOnlyViews;
 
 impl ReadOnlyViews {
     pub(super) fn prepare(
-        _paths: &[PathBuf],
+        _read_only: &[PathBuf],
+        _hidden: &[PathBuf],
         _writable: &[PathBuf],
         _cwd: Option<&Path>,
     ) -> ReadOnlyViews {

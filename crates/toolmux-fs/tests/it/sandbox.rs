@@ -316,7 +316,7 @@ async fn network_false_refuses_tcp_and_network_true_allows_it() {
 /// root are kept read-only by a mount namespace of the command's own: git's hooks and
 /// toolmux's configuration are not the command's to rewrite, while the rest of the root is.
 #[tokio::test]
-async fn git_and_the_servers_files_stay_read_only_beneath_a_writable_root() {
+async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     let kernel = kernel(Kernel::NoNetwork).await;
     let root_dir = unsandboxed_dir();
     let root = std::fs::canonicalize(root_dir.path()).unwrap();
@@ -324,13 +324,18 @@ async fn git_and_the_servers_files_stay_read_only_beneath_a_writable_root() {
     std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
     std::fs::write(root.join("toolmux.yaml"), "fs: {}\n").unwrap();
     std::fs::create_dir(root.join("logs")).unwrap();
-    std::fs::write(root.join("logs/audit.jsonl"), "").unwrap();
+    std::fs::write(root.join("logs/stats.json"), "{}").unwrap();
+    std::fs::write(root.join("audit.jsonl"), "secret\n").unwrap();
+    std::fs::create_dir(root.join("outputs")).unwrap();
+    std::fs::write(root.join("outputs/run-1.txt"), "another run's output\n").unwrap();
     let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
     let config = FsConfig::new(&root)
         .with_permissions([Permission::Read, Permission::Execute])
         .with_bash(bash)
         .with_protected(ProtectedPath::new("toolmux.yaml", ProtectedKind::Configuration))
-        .with_protected(ProtectedPath::new("logs/audit.jsonl", ProtectedKind::AuditLog));
+        .with_protected(ProtectedPath::new("logs/stats.json", ProtectedKind::Statistics))
+        .with_protected(ProtectedPath::new("audit.jsonl", ProtectedKind::AuditLog))
+        .with_protected(ProtectedPath::new("outputs", ProtectedKind::OutputDir));
     let fs = FsProvider::new(config).unwrap();
     let run = async |command: &str| {
         let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
@@ -354,7 +359,8 @@ async fn git_and_the_servers_files_stay_read_only_beneath_a_writable_root() {
         "umount .git",
         // The directory above a protected file cannot be moved away and replaced.
         "mv logs old-logs",
-        "echo forged > logs/audit.jsonl",
+        "echo forged > logs/stats.json",
+        "mkdir outputs/new",
         // Nor can the same be reached by an absolute path.
         &format!("echo evil >> '{}'", root.join(".git/config").display()),
     ] {
@@ -364,7 +370,16 @@ async fn git_and_the_servers_files_stay_read_only_beneath_a_writable_root() {
     assert_eq!(std::fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\n");
     assert!(!root.join(".git/hooks/pre-commit").exists());
     assert_eq!(std::fs::read_to_string(root.join("toolmux.yaml")).unwrap(), "fs: {}\n");
-    assert_eq!(std::fs::read_to_string(root.join("logs/audit.jsonl")).unwrap(), "");
+    assert_eq!(std::fs::read_to_string(root.join("logs/stats.json")).unwrap(), "{}");
+    // What the file tools may not read, commands do not see.
+    let text = run("cat audit.jsonl outputs/run-1.txt; ls -A outputs; echo done").await;
+    assert!(!text.contains("secret") && !text.contains("another run"), "{text}");
+    assert!(text.contains("outputs/run-1.txt: No such file"), "{text}");
+    assert!(text.contains("exit code 0\n--- stdout ---\ndone"), "{text}");
+    assert!(bash.description.contains("look empty to it"), "{}", bash.description);
+    run("echo forged > audit.jsonl; mv audit.jsonl gone.jsonl; rm -rf outputs").await;
+    assert_eq!(std::fs::read_to_string(root.join("audit.jsonl")).unwrap(), "secret\n");
+    assert!(root.join("outputs/run-1.txt").exists() && !root.join("gone.jsonl").exists());
     let text = run("echo evil >> .git/config").await;
     assert!(text.contains("Read-only file system"), "{text}");
     // The rest of the root is the command's, and it keeps its own ids.
