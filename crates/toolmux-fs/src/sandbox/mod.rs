@@ -261,6 +261,7 @@ impl Sandbox {
                 let beneath_writable =
                     |p: &Path| p.is_absolute() && roots.iter().any(|r| p.starts_with(r));
                 let candidates = std::iter::once(root.join(".git"))
+                    .chain(submodules(root).into_iter().map(|dir| dir.join(".git")))
                     .chain(protected.iter().filter(|p| !p.hidden).map(|p| p.path.clone()));
                 let read_only: Vec<PathBuf> = candidates.filter(|p| beneath_writable(p)).collect();
                 let hidden: Vec<PathBuf> = protected
@@ -366,6 +367,25 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// The directories of the submodules `root/.gitmodules` lists (those beneath the root).
+/// Their `.git` is a file naming their git directory inside `root/.git`: a command that
+/// could rewrite it could point git at hooks of its own.
+fn submodules(root: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string(root.join(".gitmodules")) else { return Vec::new() };
+    text.lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            if !key.trim().eq_ignore_ascii_case("path") {
+                return None;
+            }
+            let value = value.trim().trim_matches('"');
+            let relative = Path::new(value);
+            let plain = relative.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            (plain && !value.is_empty()).then(|| root.join(relative))
+        })
+        .collect()
 }
 
 /// What the configuration asks for, in words, for error messages.
@@ -492,6 +512,16 @@ mod tests {
         // read-only view; what is hidden still is.
         let read_only_mode = SandboxConfig::new(SandboxMode::ReadOnly);
         assert_eq!(read_only(read_only_mode, Ok(())), (vec![], hidden));
+    }
+
+    #[test]
+    fn submodules_are_read_from_gitmodules() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(submodules(dir.path()).is_empty());
+        let text = "[submodule \"a\"]\n\tpath = vendor/a\n\turl = ../a\n[submodule \"b\"]\n\
+                    Path=\"b\"\n[submodule \"c\"]\n\tpath = ../outside\n";
+        std::fs::write(dir.path().join(".gitmodules"), text).unwrap();
+        assert_eq!(submodules(dir.path()), [dir.path().join("vendor/a"), dir.path().join("b")]);
     }
 
     #[test]

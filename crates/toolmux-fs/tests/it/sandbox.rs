@@ -322,6 +322,9 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     let root = std::fs::canonicalize(root_dir.path()).unwrap();
     std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
     std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(root.join("vendor/lib")).unwrap();
+    std::fs::write(root.join("vendor/lib/.git"), "gitdir: ../../.git/modules/lib\n").unwrap();
+    std::fs::write(root.join(".gitmodules"), "[submodule \"lib\"]\n\tpath = vendor/lib\n").unwrap();
     std::fs::write(root.join("toolmux.yaml"), "fs: {}\n").unwrap();
     std::fs::create_dir(root.join("logs")).unwrap();
     std::fs::write(root.join("logs/stats.json"), "{}").unwrap();
@@ -356,6 +359,8 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
         "rm -rf .git",
         "echo 'fs: {bash: {sandbox: off}}' > toolmux.yaml",
         "mv toolmux.yaml old.yaml",
+        // A submodule's link to its git directory cannot be pointed elsewhere.
+        "echo 'gitdir: /tmp/evil' > vendor/lib/.git",
         "umount .git",
         // The directory above a protected file cannot be moved away and replaced.
         "mv logs old-logs",
@@ -420,6 +425,9 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     let out = unprotected.call("bash", json!({"command": "echo new >> .git/config"}), &context);
     assert!(!out.await.unwrap().is_error);
     std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(root.join("vendor/lib")).unwrap();
+    std::fs::write(root.join("vendor/lib/.git"), "gitdir: ../../.git/modules/lib\n").unwrap();
+    std::fs::write(root.join(".gitmodules"), "[submodule \"lib\"]\n\tpath = vendor/lib\n").unwrap();
     let off =
         FsConfig::new(&root).with_permissions([Permission::Read, Permission::Execute]).with_bash(
             BashConfig { sandbox: SandboxConfig::new(SandboxMode::Off), ..BashConfig::default() },
