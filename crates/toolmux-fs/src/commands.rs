@@ -180,7 +180,7 @@ impl CommandTools {
         }
         let mut child = command
             .spawn()
-            .map_err(|source| failed(FsError::Spawn { command: label.clone(), source }))?;
+            .map_err(|source| failed(self.sandbox.spawn_failed(label.clone(), source)))?;
         let mut group = MarkedGroup::new(child.id(), mark, label.clone());
         let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
         input.push(b'\n');

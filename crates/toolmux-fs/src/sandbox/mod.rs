@@ -316,6 +316,35 @@ impl Sandbox {
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
 
+    /// The error of a command that did not start. Where the sandbox was entered between
+    /// fork and exec, a refusal there (a read-only view, Landlock, the filter) comes back
+    /// as the same bare error number as an `exec` failure would, so an error number the
+    /// sandbox's calls give is reported with what to switch off.
+    pub(crate) fn spawn_failed(&self, command: String, source: std::io::Error) -> FsError {
+        let Plan::Enforce(policy) = &self.plan else { return FsError::Spawn { command, source } };
+        let from_the_sandbox = matches!(
+            source.raw_os_error(),
+            Some(libc::EPERM | libc::EINVAL | libc::EBUSY | libc::ENOSPC | libc::EUSERS)
+        );
+        if !from_the_sandbox {
+            return FsError::Spawn { command, source };
+        }
+        let views = !policy.read_only.is_empty() || !policy.hidden.is_empty();
+        let switch = if views {
+            "set `fs.bash.sandbox.protectPaths: false` to run commands without the read-only \
+             views of `.git` and toolmux's files, or `fs.bash.sandbox: off`"
+        } else {
+            "set `fs.bash.sandbox: off` to run commands unconfined"
+        };
+        FsError::Sandbox {
+            command,
+            reason: format!(
+                "it did not start ({source}), which is how the kernel refuses the sandbox \
+                 being entered; if it persists, {switch}"
+            ),
+        }
+    }
+
     /// The sentence about the sandbox for the tool descriptions.
     pub(crate) fn description(&self) -> &str {
         &self.description
@@ -512,6 +541,26 @@ mod tests {
         // read-only view; what is hidden still is.
         let read_only_mode = SandboxConfig::new(SandboxMode::ReadOnly);
         assert_eq!(read_only(read_only_mode, Ok(())), (vec![], hidden));
+    }
+
+    #[test]
+    fn a_command_refused_on_entering_the_sandbox_is_told_what_to_switch_off() {
+        let protected = [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false }];
+        let sandbox = Sandbox::for_kernel(
+            &SandboxConfig::default(),
+            Path::new("/srv"),
+            &protected,
+            || Ok(6),
+            || Ok(()),
+            |_: &Path| Ok(()),
+        )
+        .unwrap();
+        let refused = std::io::Error::from_raw_os_error(libc::EPERM);
+        expect_test::expect![[r#"command `bash -c make` cannot run sandboxed: it did not start (Operation not permitted (os error 1)), which is how the kernel refuses the sandbox being entered; if it persists, set `fs.bash.sandbox.protectPaths: false` to run commands without the read-only views of `.git` and toolmux's files, or `fs.bash.sandbox: off`"#]]
+            .assert_eq(&sandbox.spawn_failed("bash -c make".into(), refused).to_string());
+        let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let err = sandbox.spawn_failed("nope".into(), missing);
+        assert!(matches!(err, FsError::Spawn { .. }), "{err}");
     }
 
     #[test]

@@ -314,7 +314,7 @@ pub(crate) async fn run(
     let mut command = command(config, sandbox, root, tool, &program, None, &mark)?;
     let started = Instant::now();
     let mut child =
-        command.spawn().map_err(|source| FsError::Spawn { command: label.clone(), source })?;
+        command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
     let mut group = MarkedGroup::new(child.id(), mark, label.clone());
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);

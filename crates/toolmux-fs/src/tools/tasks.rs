@@ -355,7 +355,8 @@ impl Tasks {
         if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
-        let mut child = command.spawn().map_err(spawn_error)?;
+        let mut child =
+            command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
         // The parent's copies of the terminal's slave side go with the command, so that
         // reading the master ends when the task's processes have all closed theirs.
         drop(command);
