@@ -275,7 +275,8 @@ impl Sandbox {
                     Some(Err(why)) => {
                         tracing::warn!(
                             "commands of `bash` and `exec` can write `.git` and toolmux's own \
-                             files beneath the workspace root: {why}"
+                             files beneath the workspace root: {why}; set \
+                             `fs.bash.sandbox.protectPaths: false` to say that is intended"
                         );
                         (Vec::new(), Vec::new())
                     }
