@@ -17,7 +17,9 @@
 //!   left the group (found by [`toolmux_core::ProcessMark`]). The file tools' confinement cannot reach
 //!   a command, so the kernel's does: on Linux each command restricts itself with Landlock
 //!   before it executes ([`SandboxConfig`]; by default it reads anything and writes only
-//!   beneath the root and the temporary directories).
+//!   beneath the root and the temporary directories), sees `.git` and the embedding
+//!   program's files read-only (a user and mount namespace of its own) and, with
+//!   `network: false`, can open no socket but a Unix one (a seccomp filter).
 //! - Some paths beneath the root are protected: the file tools never change a `.git`
 //!   directory, the embedding program's files ([`ProtectedPath`]: configuration,
 //!   statistics, and the audit log and spilled outputs, which are not even read) or what
