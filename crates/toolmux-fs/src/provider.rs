@@ -376,6 +376,9 @@ impl FsProvider {
         };
         let resolved = self.workspace.resolve(given)?;
         let dir = self.workspace.walk_start(&resolved)?;
+        // Not a folder the file tools may not read (the audit log's, the outputs'): the
+        // sandbox hides those from commands too.
+        self.workspace.check_read(&resolved, &self.workspace.canonical(&resolved)?)?;
         if !dir.is_dir() {
             return Err(FsError::InvalidArguments {
                 tool: tool.name(),

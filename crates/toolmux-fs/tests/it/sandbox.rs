@@ -383,6 +383,10 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     assert!(text.contains("exit code 0\n--- stdout ---\ndone"), "{text}");
     assert!(bash.description.contains("look empty to it"), "{}", bash.description);
     run("echo forged > audit.jsonl; mv audit.jsonl gone.jsonl; rm -rf outputs").await;
+    // Nor may a command start in such a folder.
+    let args = json!({"command": "ls", "workdir": "outputs"});
+    let err = fs.call("bash", args, &CallContext::new()).await.unwrap_err().report();
+    assert!(err.contains("outputs") && err.contains("protected"), "{err}");
     assert_eq!(std::fs::read_to_string(root.join("audit.jsonl")).unwrap(), "secret\n");
     assert!(root.join("outputs/run-1.txt").exists() && !root.join("gone.jsonl").exists());
     let text = run("echo evil >> .git/config").await;
