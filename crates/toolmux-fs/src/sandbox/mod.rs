@@ -116,6 +116,11 @@ pub(crate) struct Policy {
     pub(crate) read_only: Vec<PathBuf>,
     /// Paths beneath the root hidden from commands: those the file tools may not read.
     pub(crate) hidden: Vec<PathBuf>,
+    /// The embedding program's files beneath a writable root that a command must not
+    /// create where they are missing (no mount can keep a missing path), with the root
+    /// they are shown relative to: see [`Sandbox::absent`].
+    pub(crate) watched: Vec<PathBuf>,
+    pub(crate) root: PathBuf,
     /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
     /// command's own processes; none when the filesystem is not confined (mode `off`).
     pub(crate) scoped: u64,
@@ -219,6 +224,8 @@ impl Sandbox {
                     scoped: 0,
                     read_only: Vec::new(),
                     hidden: Vec::new(),
+                    watched: Vec::new(),
+                    root: root.to_path_buf(),
                 };
                 return Ok(Sandbox { plan: Plan::Enforce(policy), description });
             }
@@ -256,6 +263,14 @@ impl Sandbox {
         let scoped = if writable.is_some() && abi >= ABI_SCOPES { landlock::SCOPES } else { 0 };
         // What beneath a writable root stays read-only to commands, and what beneath the
         // root they may not read.
+        let watched: Vec<PathBuf> = match &writable {
+            Some(roots) if config.protect_paths => protected
+                .iter()
+                .filter(|p| !p.hidden && roots.iter().any(|r| p.path.starts_with(r)))
+                .map(|p| p.path.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
         let (read_only, hidden) = match &writable {
             Some(roots) if config.protect_paths => {
                 let beneath_writable =
@@ -313,6 +328,8 @@ impl Sandbox {
             scoped,
             read_only,
             hidden,
+            watched,
+            root: root.to_path_buf(),
         };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
@@ -344,6 +361,20 @@ impl Sandbox {
                  being entered; if it persists, {switch}"
             ),
         }
+    }
+
+    /// Which of the embedding program's files beneath a writable root are missing now,
+    /// before a command starts: a command that creates one (a `toolmux.yaml` the next
+    /// start would load) has it moved aside when it ends ([`Absent::move_planted`]).
+    pub(crate) fn absent(&self) -> Absent {
+        let Plan::Enforce(policy) = &self.plan else { return Absent::default() };
+        let missing = policy
+            .watched
+            .iter()
+            .filter(|p| std::fs::symlink_metadata(p).is_err())
+            .cloned()
+            .collect();
+        Absent { missing, root: policy.root.clone() }
     }
 
     /// The sentence about the sandbox for the tool descriptions.
@@ -396,6 +427,57 @@ impl Sandbox {
                 Ok(())
             }
         }
+    }
+}
+
+/// The embedding program's files that were missing when a command started.
+#[derive(Debug, Default)]
+pub(crate) struct Absent {
+    missing: Vec<PathBuf>,
+    root: PathBuf,
+}
+
+impl Absent {
+    /// Moves aside each of the files that the command created (to `NAME.rejected`, or
+    /// `NAME.rejected.N` when that is taken): toolmux's configuration is the user's to
+    /// write, and one planted by a command would run what it says at the next start. The
+    /// note for the command's result, when there was any.
+    pub(crate) fn move_planted(self) -> Option<String> {
+        let mut moved = Vec::new();
+        for path in self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
+            let shown = path.strip_prefix(&self.root).unwrap_or(path).display().to_string();
+            let Some(name) = path.file_name() else { continue };
+            let free = (1..100).map(|n| {
+                let mut aside = name.to_os_string();
+                aside.push(if n == 1 { ".rejected".to_owned() } else { format!(".rejected.{n}") });
+                path.with_file_name(aside)
+            });
+            let Some(aside) = free.into_iter().find(|p| std::fs::symlink_metadata(p).is_err())
+            else {
+                tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside");
+                moved.push(format!("`{shown}` (not moved: no free name)"));
+                continue;
+            };
+            match std::fs::rename(path, &aside) {
+                Ok(()) => {
+                    tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; moved aside");
+                    let aside =
+                        aside.strip_prefix(&self.root).unwrap_or(&aside).display().to_string();
+                    moved.push(format!("`{shown}` (moved to `{aside}`)"));
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "a command created a protected file, which could not be moved aside: {e}");
+                    moved.push(format!("`{shown}` (not moved: {e})"));
+                }
+            }
+        }
+        (!moved.is_empty()).then(|| {
+            format!(
+                "[the command created {}, which toolmux reads as its own (configuration, \
+                 approvals) and is the user's to write]",
+                moved.join(", ")
+            )
+        })
     }
 }
 

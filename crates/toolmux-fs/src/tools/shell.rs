@@ -312,6 +312,7 @@ pub(crate) async fn run(
     let label = program.label();
     let mark = ProcessMark::new();
     let mut command = command(config, sandbox, root, tool, &program, None, &mark)?;
+    let absent = sandbox.absent();
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
@@ -383,6 +384,10 @@ pub(crate) async fn run(
         text.push('\n');
         text.push_str(&note);
         output = output.with_extra("escapedKilled", json!(escaped.len()));
+    }
+    if let Some(note) = absent.move_planted() {
+        text.push('\n');
+        text.push_str(&note);
     }
     let (out_budget, err_budget) =
         allocate(out.chars_hint(), err.chars_hint(), config.output_cap_chars);

@@ -200,6 +200,9 @@ struct TaskState {
     /// Everything printed, in bytes.
     total: u64,
     end: Option<(End, Duration)>,
+    /// What the task created that toolmux moved aside when it ended (see
+    /// [`crate::sandbox::Absent`]).
+    planted: Option<String>,
     /// Where all output goes, with its path.
     file: Option<(PathBuf, std::fs::File)>,
     /// Bytes written to `file`.
@@ -355,6 +358,7 @@ impl Tasks {
         if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
+        let absent = sandbox.absent();
         let mut child =
             command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
         // The parent's copies of the terminal's slave side go with the command, so that
@@ -404,7 +408,7 @@ impl Tasks {
         .into_iter()
         .flatten()
         .collect();
-        tokio::spawn(watch(child, task.clone(), readers, lifetime));
+        tokio::spawn(watch(child, task.clone(), readers, lifetime, absent));
         self.insert(n, task.clone());
         let text = format!(
             "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
@@ -674,6 +678,7 @@ async fn watch(
     task: Arc<Task>,
     readers: Vec<tokio::task::JoinHandle<()>>,
     lifetime: Duration,
+    absent: crate::sandbox::Absent,
 ) {
     let end = tokio::select! {
         status = child.wait() => match status {
@@ -702,7 +707,11 @@ async fn watch(
     }
     // Its input closes with it (a write now fails at once, not after a timeout).
     *task.stdin.lock().await = None;
-    task.lock().end = Some((end, task.started.elapsed()));
+    let planted = absent.move_planted();
+    let mut state = task.lock();
+    state.planted = planted;
+    state.end = Some((end, task.started.elapsed()));
+    drop(state);
     task.changed.notify_waiters();
     task.done.cancel();
 }
@@ -710,7 +719,7 @@ async fn watch(
 /// The task's status and the output not read yet (taken out), within `cap` characters.
 fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput {
     let status = task.status();
-    let (bytes, dropped, total, end, file) = {
+    let (bytes, dropped, total, end, file, planted) = {
         let mut state = task.lock();
         // A character cut in two by the read waits for its other half, unless the task
         // has ended.
@@ -726,7 +735,7 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
         }
         let dropped = std::mem::take(&mut state.dropped);
         let file = state.file.as_ref().map(|(p, _)| p.clone());
-        (taken, dropped, state.total, state.end.clone(), file)
+        (taken, dropped, state.total, state.end.clone(), file, state.planted.clone())
     };
     let text = String::from_utf8_lossy(&bytes);
     let text = if task.tty { std::borrow::Cow::Owned(text.replace("\r\n", "\n")) } else { text };
@@ -740,6 +749,10 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
     };
     let chars = shown.chars().count();
     let mut out = format!("task `{}` {status}", task.id);
+    if let Some(note) = planted {
+        out.push('\n');
+        out.push_str(&note);
+    }
     if dropped > 0 {
         let saved = file.as_ref().map_or_else(
             || "it could not be saved".to_owned(),

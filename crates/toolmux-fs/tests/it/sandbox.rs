@@ -338,7 +338,8 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
         .with_protected(ProtectedPath::new("toolmux.yaml", ProtectedKind::Configuration))
         .with_protected(ProtectedPath::new("logs/stats.json", ProtectedKind::Statistics))
         .with_protected(ProtectedPath::new("audit.jsonl", ProtectedKind::AuditLog))
-        .with_protected(ProtectedPath::new("outputs", ProtectedKind::OutputDir));
+        .with_protected(ProtectedPath::new("outputs", ProtectedKind::OutputDir))
+        .with_protected(ProtectedPath::new("toolmux.json", ProtectedKind::Configuration));
     let fs = FsProvider::new(config).unwrap();
     let run = async |command: &str| {
         let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
@@ -383,6 +384,31 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     assert!(text.contains("exit code 0\n--- stdout ---\ndone"), "{text}");
     assert!(bash.description.contains("look empty to it"), "{}", bash.description);
     run("echo forged > audit.jsonl; mv audit.jsonl gone.jsonl; rm -rf outputs").await;
+    // A configuration file that did not exist (no mount can keep a missing path) is moved
+    // aside when the command that created it ends, and the result says so.
+    let text = run("echo '{\"mcpServers\": {}}' > toolmux.json && echo planted").await;
+    assert!(text.contains("planted"), "{text}");
+    assert!(
+        text.contains("the command created `toolmux.json` (moved to `toolmux.json.rejected`)"),
+        "{text}"
+    );
+    assert!(!root.join("toolmux.json").exists());
+    assert!(root.join("toolmux.json.rejected").exists());
+    // A background task's, when it ends.
+    let args = json!({"command": "echo '{}' > toolmux.json", "run_in_background": true});
+    let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    for _ in 0..50 {
+        let args = json!({"task_id": id, "block_ms": 200});
+        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
+        text = out.to_text();
+        if out.extras["running"] == false {
+            break;
+        }
+    }
+    assert!(text.contains("(moved to `toolmux.json.rejected.2`)"), "{text}");
+    assert!(!root.join("toolmux.json").exists());
     // Nor may a command start in such a folder.
     let args = json!({"command": "ls", "workdir": "outputs"});
     let err = fs.call("bash", args, &CallContext::new()).await.unwrap_err().report();
