@@ -385,3 +385,40 @@ fn web_fetch_reads_pages_and_refuses_local_addresses_by_default() {
     assert_eq!(unset.code, 2, "{unset:?}");
     assert!(unset.stderr.contains("NO_SUCH_TAVILY_KEY"), "{}", unset.stderr);
 }
+
+/// Through the binary, a sandboxed command cannot rewrite what runs outside the sandbox:
+/// git's configuration and hooks and toolmux's own configuration stay as they were, and a
+/// configuration file the next start would load, created where none was, is moved aside.
+#[test]
+fn commands_leave_git_and_toolmux_files_alone() {
+    let project = project();
+    project.file(".git/config", "[core]\n").file(".git/hooks/.keep", "");
+    project.file("toolmux.yaml", "fs: {permissions: [read, execute]}\n");
+    let run = project.run(&["tools", "list", "--json"]);
+    let tools: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let bash = tools.as_array().expect("array").iter().find(|t| t["name"] == "fs__bash");
+    let description = bash.expect("fs__bash is listed")["description"].as_str().unwrap_or("");
+    if !description.contains("read-only to it") {
+        // No Landlock or no user namespaces here; CI machines have both.
+        assert!(std::env::var_os("CI").is_none(), "the views are missing: {description}");
+        return;
+    }
+    let command = "echo '[core] fsmonitor = evil' >> .git/config; \
+        printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit; \
+        echo 'fs: {bash: {sandbox: off}}' > toolmux.yaml; \
+        echo '{\"mcpServers\": {}}' > toolmux.json; echo done";
+    let args = serde_json::json!({ "command": command }).to_string();
+    let run = project.run(&["tools", "call", "fs__bash", &args]);
+    let out = run.ok();
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(
+        out.contains("the command created `toolmux.json` (moved to `toolmux.json.rejected`)"),
+        "{out}"
+    );
+    let read = |name: &str| std::fs::read_to_string(project.path().join(name)).unwrap_or_default();
+    assert_eq!(read(".git/config"), "[core]\n");
+    assert!(!project.path().join(".git/hooks/pre-commit").exists());
+    assert_eq!(read("toolmux.yaml"), "fs: {permissions: [read, execute]}\n");
+    assert!(!project.path().join("toolmux.json").exists());
+    assert_eq!(read("toolmux.json.rejected"), "{\"mcpServers\": {}}\n");
+}
