@@ -454,8 +454,16 @@ impl Absent {
             });
             let Some(aside) = free.into_iter().find(|p| std::fs::symlink_metadata(p).is_err())
             else {
-                tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside");
-                moved.push(format!("`{shown}` (not moved: no free name)"));
+                // Every name taken (by the command, likely): what it made goes instead.
+                let removed = match std::fs::symlink_metadata(path) {
+                    Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+                    _ => std::fs::remove_file(path),
+                };
+                tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside, so it was removed: {removed:?}");
+                moved.push(match removed {
+                    Ok(()) => format!("`{shown}` (removed: no name was free to move it to)"),
+                    Err(e) => format!("`{shown}` (neither moved nor removed: {e})"),
+                });
                 continue;
             };
             match std::fs::rename(path, &aside) {

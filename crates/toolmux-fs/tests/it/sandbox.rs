@@ -409,6 +409,12 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     }
     assert!(text.contains("(moved to `toolmux.json.rejected.2`)"), "{text}");
     assert!(!root.join("toolmux.json").exists());
+    // A command that takes every name first only has its file removed.
+    let command = "for n in '' $(seq 2 99); do touch toolmux.json.rejected${n:+.$n}; done; \
+                   echo '{}' > toolmux.json";
+    let text = run(command).await;
+    assert!(text.contains("`toolmux.json` (removed: no name was free"), "{text}");
+    assert!(!root.join("toolmux.json").exists());
     // Nor may a command start in such a folder.
     let args = json!({"command": "ls", "workdir": "outputs"});
     let err = fs.call("bash", args, &CallContext::new()).await.unwrap_err().report();
