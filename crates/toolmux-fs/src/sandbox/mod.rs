@@ -146,8 +146,8 @@ impl Sandbox {
         root: &Path,
         protected: &[ServerPath],
     ) -> Result<Sandbox, FsError> {
-        let views = |probe: &Path| mounts::available(probe);
-        Sandbox::for_kernel(config, root, protected, landlock::abi, seccomp::available, views)
+        let (abi, filters, views) = (landlock::abi, seccomp::available, mounts::available);
+        Sandbox::for_kernel(config, root, protected, abi, filters, views)
     }
 
     /// [`Sandbox::new`] on a kernel whose Landlock ABI `abi` tells (asked only when a
@@ -160,7 +160,7 @@ impl Sandbox {
         protected: &[ServerPath],
         abi: impl FnOnce() -> Result<u32, String>,
         seccomp: impl FnOnce() -> Result<(), String>,
-        views: impl FnOnce(&Path) -> Result<(), String>,
+        views: impl FnOnce() -> Result<(), String>,
     ) -> Result<Sandbox, FsError> {
         if let Some(relative) = config.writable_roots.iter().find(|p| !p.is_absolute()) {
             return Err(FsError::Config {
@@ -285,7 +285,7 @@ impl Sandbox {
                     .map(|p| p.path.clone())
                     .collect();
                 let wanted = !read_only.is_empty() || !hidden.is_empty();
-                match wanted.then(|| views(&std::env::temp_dir())) {
+                match wanted.then(views) {
                     Some(Ok(())) => (read_only, hidden),
                     Some(Err(why)) => {
                         tracing::warn!(
@@ -576,7 +576,7 @@ mod tests {
     fn plan_with(config: SandboxConfig, abi: u32, seccomp: bool) -> String {
         let probe = || if abi == 0 { Err("no Landlock here".to_owned()) } else { Ok(abi) };
         let filters = || if seccomp { Ok(()) } else { Err("no seccomp here".to_owned()) };
-        let views = |_: &Path| Err("no user namespaces here".to_owned());
+        let views = || Err("no user namespaces here".to_owned());
         let sandbox =
             Sandbox::for_kernel(&config, Path::new("/srv"), &[], probe, filters, views).unwrap();
         match sandbox.plan {
@@ -610,7 +610,7 @@ mod tests {
                 &protected,
                 landlock,
                 seccomp,
-                |_: &Path| views.clone(),
+                || views.clone(),
             )
             .unwrap();
             let Plan::Enforce(policy) = sandbox.plan else { panic!("{:?}", sandbox.plan) };
@@ -643,7 +643,7 @@ mod tests {
             &protected,
             || Ok(6),
             || Ok(()),
-            |_: &Path| Ok(()),
+            || Ok(()),
         )
         .unwrap();
         let refused = std::io::Error::from_raw_os_error(libc::EPERM);

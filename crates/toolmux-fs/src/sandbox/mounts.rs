@@ -173,10 +173,10 @@ impl ReadOnlyViews {
 }
 
 /// Whether this kernel lets this process make read-only views: probed once, by a forked
-/// child that makes one of `probe_dir`; the error says why not.
-pub(super) fn available(probe_dir: &Path) -> Result<(), String> {
+/// child that makes one of the temporary directory; the error says why not.
+pub(super) fn available() -> Result<(), String> {
     static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
-    AVAILABLE.get_or_init(|| probe(probe_dir)).clone()
+    AVAILABLE.get_or_init(|| probe(&std::env::temp_dir())).clone()
 }
 
 fn probe(probe_dir: &Path) -> Result<(), String> {

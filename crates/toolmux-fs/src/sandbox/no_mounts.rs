@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 /// Never available here.
-pub(super) fn available(_probe_dir: &Path) -> Result<(), String> {
+pub(super) fn available() -> Result<(), String> {
     Err("read-only views need Linux's user and mount namespaces".to_owned())
 }
 
