@@ -49,6 +49,15 @@
 //! A [`FilteredView`] (a sub-agent's tools, or a gateway's) offers the tools whose names
 //! match its globs, and the orchestrator's prompts and resources as they are.
 //!
+//! # tower
+//!
+//! With the `tower` feature, an [`Orchestrator`] and a [`FilteredView`] are each a
+//! `tower::Service` taking a `ToolRequest` (a [`ToolCall`](toolmux_core::ToolCall) and its
+//! [`CallContext`](toolmux_core::CallContext)) and answering with the tool's output or the
+//! [`ToolError`](toolmux_core::ToolError) of the stage that stopped it, for programs that
+//! compose tower middleware around the finished pipeline. The pipeline itself is not built
+//! from layers.
+//!
 //! # Example
 //!
 //! ```
@@ -100,6 +109,8 @@ mod redact;
 mod registry;
 mod sampling;
 pub mod search;
+#[cfg(feature = "tower")]
+mod service;
 mod shellwords;
 pub mod store;
 mod suggest;
@@ -126,6 +137,8 @@ pub use permission::{
 };
 pub use redact::Redactor;
 pub use registry::{MANY_TOOLS, Registry, RegistryProblem, Severity, ToolEntry};
+#[cfg(feature = "tower")]
+pub use service::{ToolFuture, ToolRequest};
 pub use suggest::suggest;
 pub use validate::ArgumentValidator;
 pub use view::FilteredView;

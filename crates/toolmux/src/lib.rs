@@ -9,7 +9,8 @@
 //!
 //! Features pick the providers: `fs` (default), `mcp`, `rest`, `external`, `agent` (agents
 //! and their model clients), `redis` (queues, cache and pending results shared by replicas),
-//! and `full` for all.
+//! `otel` (OpenTelemetry export), `tower` (the orchestrator as a `tower::Service` taking a
+//! `ToolRequest`), and `full` for all.
 //!
 //! # Example
 //!

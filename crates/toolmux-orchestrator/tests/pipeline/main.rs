@@ -11,6 +11,7 @@ mod lookup;
 mod queue;
 mod relay;
 mod search;
+mod service;
 mod timeout;
 
 use std::sync::Arc;
