@@ -373,3 +373,63 @@ async fn robots_txt_is_obeyed() {
     let page = call(&only, "fetch", json!({"url": format!("{elsewhere}/notes")})).await;
     assert!(page.expect("robots.txt unavailable: allowed").to_text().contains("Version 2"));
 }
+
+/// A site's `Crawl-delay` paces fetches from it: concurrent fetches reach it that far apart
+/// (the agent's own group before `*`'s), and a turn further off than the call may wait is a
+/// rate-limit error saying when to call again, not a hang.
+#[tokio::test]
+async fn crawl_delay_paces_fetches_per_site() {
+    let arrivals = Arc::new(Mutex::new(Vec::new()));
+    let seen = arrivals.clone();
+    let base = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(
+                200,
+                "text/plain",
+                b"User-agent: *\nCrawl-delay: 20\n\nUser-agent: toolmux\nCrawl-delay: 0.3\n",
+            ),
+            _ => {
+                seen.lock().unwrap().push(std::time::Instant::now());
+                html(PAGE)
+            }
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true}}));
+    let fetches = (0..3).map(|i| call(&web, "fetch", json!({"url": format!("{base}/p{i}")})));
+    for page in futures::future::join_all(fetches).await {
+        assert!(page.expect("fetched in turn").to_text().contains("Version 2"));
+    }
+    let mut at = arrivals.lock().unwrap().clone();
+    at.sort();
+    assert_eq!(at.len(), 3);
+    for pair in at.windows(2) {
+        let apart = pair[1] - pair[0];
+        assert!(apart >= std::time::Duration::from_millis(290), "only {apart:?} apart");
+    }
+
+    // Another agent falls under `*`: 20 s apart, more than half of a 4 s call may wait.
+    let other = provider(json!({"fetch": {"allowPrivate": true, "timeoutMs": 4000,
+        "userAgent": "otherbot/1.0"}}));
+    let first = call(&other, "fetch", json!({"url": format!("{base}/a")})).await;
+    assert!(first.expect("the first fetch waits for nothing").to_text().contains("Version 2"));
+    let error = call(&other, "fetch", json!({"url": format!("{base}/b")})).await.unwrap_err();
+    let ToolError::RateLimited { retry_after, .. } = &error else {
+        panic!("not a rate limit: {}", error.report())
+    };
+    assert!(*retry_after > std::time::Duration::from_secs(18), "{retry_after:?}");
+    assert!(
+        error.report().contains(&format!(
+            "is rate limited ({base} asks for 20s between fetches in its robots.txt \
+             (`Crawl-delay`)): call it again in"
+        )),
+        "{}",
+        error.report()
+    );
+    // Without robots.txt nothing is paced.
+    let anyway = provider(json!({"fetch": {"allowPrivate": true, "robotsTxt": false}}));
+    for path in ["c", "d"] {
+        let page = call(&anyway, "fetch", json!({"url": format!("{base}/{path}")})).await;
+        assert!(page.expect("not paced").to_text().contains("Version 2"));
+    }
+}

@@ -164,6 +164,12 @@ impl Resolve for CheckedResolver {
     }
 }
 
+/// Seconds for people: `10s`, `0.5s`.
+fn human_seconds(d: Duration) -> String {
+    let seconds = d.as_secs_f64();
+    if seconds.fract() == 0.0 { format!("{seconds:.0}s") } else { format!("{seconds:.1}s") }
+}
+
 /// `web__fetch`'s client and limits.
 #[derive(Debug)]
 pub(crate) struct Fetcher {
@@ -175,6 +181,8 @@ pub(crate) struct Fetcher {
     /// The product token robots.txt rules are looked up by, and the rules read lately;
     /// `None` with `robotsTxt: false`.
     robots: Option<(String, robots::Kept)>,
+    /// When each site that sets a `Crawl-delay` may be fetched next.
+    pace: robots::Pace,
 }
 
 /// The longest wait for a site's robots.txt (within the call's own limit).
@@ -232,6 +240,7 @@ impl Fetcher {
             max_length: config.max_length.unwrap_or(DEFAULT_MAX_LENGTH),
             timeout: config.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
             robots,
+            pace: robots::Pace::default(),
         })
     }
 
@@ -260,8 +269,24 @@ impl Fetcher {
         if let Some(deadline) = ctx.deadline() {
             limit = limit.min(deadline.saturating_duration_since(tokio::time::Instant::now()));
         }
+        let until = tokio::time::Instant::now() + limit;
         let fetch = async {
-            self.obey_robots(tool, &url).await?;
+            if let Some(delay) = self.obey_robots(tool, &url).await? {
+                // The wait may take half of what is left, so the fetch keeps the other half.
+                let left = until.saturating_duration_since(tokio::time::Instant::now());
+                let wait = self.pace.take(&origin(&url), delay, left / 2).map_err(|turn| {
+                    ToolError::RateLimited {
+                        tool: tool.to_owned(),
+                        limit: format!(
+                            "{} asks for {} between fetches in its robots.txt (`Crawl-delay`)",
+                            origin(&url),
+                            human_seconds(delay)
+                        ),
+                        retry_after: turn,
+                    }
+                })?;
+                tokio::time::sleep(wait).await;
+            }
             let page = self.get(tool, &url).await?;
             // Redirected to another site: its robots.txt has a say too.
             if origin(&page.final_url) != origin(&url) {
@@ -276,9 +301,10 @@ impl Fetcher {
         slice(&page, &text, start, max_length).map_err(invalid)
     }
 
-    /// Refuses `url` when its site's robots.txt disallows it for our product token.
-    async fn obey_robots(&self, tool: &str, url: &Url) -> Result<(), ToolError> {
-        let Some((token, kept)) = &self.robots else { return Ok(()) };
+    /// Refuses `url` when its site's robots.txt disallows it for our product token; else
+    /// the site's `Crawl-delay`, if it sets one.
+    async fn obey_robots(&self, tool: &str, url: &Url) -> Result<Option<Duration>, ToolError> {
+        let Some((token, kept)) = &self.robots else { return Ok(None) };
         let site = origin(url);
         let rules = match kept.get(&site) {
             Some(rules) => rules,
@@ -300,7 +326,7 @@ impl Fetcher {
             },
         };
         match rules.refusal(url) {
-            None => Ok(()),
+            None => Ok(rules.crawl_delay()),
             Some(rule) => Err(ToolError::Denied {
                 tool: tool.to_owned(),
                 reason: format!(

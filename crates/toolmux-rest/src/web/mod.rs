@@ -71,7 +71,8 @@ pub struct FetchConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_agent: Option<String>,
     /// Obey each site's robots.txt (default true): a page its rules disallow for the
-    /// user agent's product token (or, without rules for it, for `*`) is not fetched.
+    /// user agent's product token (or, without rules for it, for `*`) is not fetched, and
+    /// the same group's `Crawl-delay` (up to 30 s) paces fetches from the site.
     /// `false` for sites you may read whatever they say to crawlers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub robots_txt: Option<bool>,

@@ -6,6 +6,10 @@
 //! that fails (5xx) allows nothing until it works; the longest matching rule wins, `allow`
 //! on a tie; `*` matches any run of characters and a final `$` the end of the path;
 //! `/robots.txt` itself is always allowed. Groups naming the same agent are merged.
+//!
+//! `Crawl-delay` is not in the RFC but many sites set it: the seconds a crawler should let
+//! pass between two fetches from the site. It is kept with the rules of the same group and
+//! paces `web__fetch` per site (see `Pace`), up to [`MAX_CRAWL_DELAY`].
 
 use reqwest::Url;
 use std::collections::HashMap;
@@ -24,6 +28,13 @@ pub(crate) const MAX_ROBOTS_BYTES: usize = 512 * 1024;
 /// Patterns longer than this are ignored (no site needs them; they would only cost time).
 const MAX_PATTERN: usize = 2048;
 
+/// The longest `Crawl-delay` obeyed: a site asking for more is paced at this (an agent
+/// reading a page or two cannot wait minutes for each).
+pub(crate) const MAX_CRAWL_DELAY: Duration = Duration::from_secs(30);
+
+/// Sites paced at once; those whose next fetch may start now go first to make room.
+const PACED_SITES: usize = 1024;
+
 /// One `allow` or `disallow` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rule {
@@ -34,7 +45,11 @@ pub(crate) struct Rule {
 
 /// The rules of one site for one agent.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct Rules(Vec<Rule>);
+pub(crate) struct Rules {
+    rules: Vec<Rule>,
+    /// The group's `Crawl-delay`, at most [`MAX_CRAWL_DELAY`].
+    crawl_delay: Option<Duration>,
+}
 
 impl Rules {
     /// The rules of `text` that apply to `token` (a product token such as `toolmux`): its
@@ -44,6 +59,7 @@ impl Rules {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut own = Vec::new();
         let mut anyone = Vec::new();
+        let (mut own_delay, mut anyones_delay) = (None, None);
         // The agents of the group being read, and whether its rules started (a user-agent
         // line after a rule starts the next group).
         let mut agents: Vec<String> = Vec::new();
@@ -74,10 +90,29 @@ impl Rules {
                         anyone.push(rule);
                     }
                 }
+                "crawl-delay" => {
+                    in_rules = true;
+                    let Some(delay) = crawl_delay(value) else { continue };
+                    if agents.contains(&token) {
+                        own_delay = Some(delay);
+                    }
+                    if agents.iter().any(|a| a == "*") {
+                        anyones_delay = Some(delay);
+                    }
+                }
                 _ => {}
             }
         }
-        Rules(if own.is_empty() && !named(text, &token) { anyone } else { own })
+        if own.is_empty() && own_delay.is_none() && !named(text, &token) {
+            Rules { rules: anyone, crawl_delay: anyones_delay }
+        } else {
+            Rules { rules: own, crawl_delay: own_delay }
+        }
+    }
+
+    /// How long the site asks a crawler to wait between two fetches.
+    pub(crate) fn crawl_delay(&self) -> Option<Duration> {
+        self.crawl_delay
     }
 
     /// The rule that disallows `url`, if one does.
@@ -91,7 +126,7 @@ impl Rules {
             path.push_str(query);
         }
         let mut best: Option<&Rule> = None;
-        for rule in self.0.iter().filter(|r| matches(&r.pattern, &path)) {
+        for rule in self.rules.iter().filter(|r| matches(&r.pattern, &path)) {
             best = match best {
                 Some(b) if b.pattern.len() > rule.pattern.len() => Some(b),
                 Some(b) if b.pattern.len() == rule.pattern.len() && b.allow => Some(b),
@@ -100,6 +135,13 @@ impl Rules {
         }
         best.filter(|r| !r.allow)
     }
+}
+
+/// A `Crawl-delay` value: seconds, whole or not (`10`, `0.5`), at most [`MAX_CRAWL_DELAY`];
+/// `None` for zero or for what is no number.
+fn crawl_delay(value: &str) -> Option<Duration> {
+    let seconds: f64 = value.parse().ok().filter(|s: &f64| s.is_finite() && *s > 0.0)?;
+    Some(Duration::from_secs_f64(seconds.min(MAX_CRAWL_DELAY.as_secs_f64())))
 }
 
 /// Whether a group of `text` names `token` (a group with no rules still claims the agent:
@@ -205,6 +247,41 @@ impl Kept {
     }
 }
 
+/// When each site may be fetched next, for sites that set a `Crawl-delay`.
+#[derive(Debug, Default)]
+pub(crate) struct Pace(Mutex<HashMap<String, Instant>>);
+
+impl Pace {
+    /// Takes the next turn at `site` for a fetch that may wait at most `within`: how long
+    /// to wait before fetching, the site's next turn then set `delay` after it. A turn
+    /// further off than `within` is not taken, and `Err` says when it would come.
+    pub(crate) fn take(
+        &self,
+        site: &str,
+        delay: Duration,
+        within: Duration,
+    ) -> Result<Duration, Duration> {
+        let now = Instant::now();
+        let mut next = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let turn = next.get(site).copied().filter(|at| *at > now).unwrap_or(now);
+        let wait = turn - now;
+        if wait > within {
+            return Err(wait);
+        }
+        if next.len() >= PACED_SITES && !next.contains_key(site) {
+            next.retain(|_, at| *at > now);
+            if next.len() >= PACED_SITES
+                && let Some(soonest) =
+                    next.iter().min_by_key(|(_, at)| **at).map(|(s, _)| s.clone())
+            {
+                next.remove(&soonest);
+            }
+        }
+        next.insert(site.to_owned(), turn + delay);
+        Ok(wait)
+    }
+}
+
 /// The product token of a `User-Agent` value: its first word, before any `/`.
 pub(crate) fn product_token(user_agent: &str) -> String {
     user_agent.split(['/', ' ']).next().unwrap_or_default().to_owned()
@@ -254,6 +331,48 @@ mod tests {
         let all = Rules::parse("User-agent: *\nDisallow: /\n", "toolmux");
         assert_eq!(refused(&all, "/robots.txt"), None, "robots.txt itself is always allowed");
         assert_eq!(refused(&all, "/").as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn crawl_delay_comes_from_the_same_group_as_the_rules() {
+        let delay = |text: &str, token: &str| Rules::parse(text, token).crawl_delay();
+        let text = "User-agent: *\nCrawl-delay: 10\nDisallow: /x\n\n\
+                    User-agent: toolmux\nCrawl-delay: 0.5\n";
+        assert_eq!(delay(text, "toolmux"), Some(Duration::from_millis(500)));
+        assert_eq!(delay(text, "other"), Some(Duration::from_secs(10)));
+        // The agent's own group without a delay: none, whatever `*` asks.
+        let own = "User-agent: *\nCrawl-delay: 10\n\nUser-agent: toolmux\nDisallow: /x\n";
+        assert_eq!(delay(own, "toolmux"), None);
+        // A group with only a delay still claims its agent: `*`'s rules do not apply.
+        let only = "User-agent: *\nDisallow: /\n\nUser-agent: toolmux\nCrawl-delay: 1\n";
+        let rules = Rules::parse(only, "toolmux");
+        assert_eq!(
+            (refused(&rules, "/a"), rules.crawl_delay()),
+            (None, Some(Duration::from_secs(1)))
+        );
+        // Capped, and nothing for what is no positive number.
+        assert_eq!(delay("User-agent: *\nCrawl-delay: 3600\n", "x"), Some(MAX_CRAWL_DELAY));
+        for bad in ["0", "-1", "soon", "NaN", "inf", ""] {
+            assert_eq!(delay(&format!("User-agent: *\nCrawl-delay: {bad}\n"), "x"), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn pace_hands_out_turns_a_delay_apart_per_site() {
+        let pace = Pace::default();
+        let second = Duration::from_secs(1);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(pace.take("a", second, hour), Ok(Duration::ZERO));
+        let wait = pace.take("a", second, hour).expect("a turn within the hour");
+        assert!(wait > Duration::from_millis(900) && wait <= second, "{wait:?}");
+        let third = pace.take("a", second, hour).expect("the turn after");
+        assert!(third > wait + Duration::from_millis(900), "{third:?}");
+        // Another site has its own turns; a turn too far off is not taken.
+        assert_eq!(pace.take("b", second, hour), Ok(Duration::ZERO));
+        let refused = pace.take("a", second, Duration::from_millis(100)).unwrap_err();
+        assert!(refused > Duration::from_millis(1900), "{refused:?}");
+        let again = pace.take("a", second, hour).expect("the refused turn was not taken");
+        assert!(again <= third + second, "{again:?}");
     }
 
     #[test]
