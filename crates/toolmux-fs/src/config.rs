@@ -241,7 +241,9 @@ pub struct SandboxConfig {
     /// Whether commands may use the network (default true). `false` leaves them no socket
     /// but a Unix one (a seccomp filter: no TCP, UDP, DNS or ICMP), and denies TCP bind and
     /// connect by Landlock too where the kernel has ABI 4 (Linux 6.7). Without seccomp
-    /// (another architecture) it needs that ABI and covers TCP only.
+    /// (another architecture) it needs that ABI and covers TCP only. The Unix sockets bound
+    /// when a command starts (a Docker daemon's) refuse it too, where user namespaces can
+    /// be made; those it binds itself work.
     #[serde(default = "allowed")]
     pub network: bool,
     /// Absolute paths of more directories (or files) commands may write beneath, in

@@ -19,7 +19,8 @@
 //!   before it executes ([`SandboxConfig`]; by default it reads anything and writes only
 //!   beneath the root and the temporary directories), sees `.git` and the embedding
 //!   program's files read-only (a user and mount namespace of its own) and, with
-//!   `network: false`, can open no socket but a Unix one (a seccomp filter).
+//!   `network: false`, can open no socket but a Unix one (a seccomp filter) and reach no
+//!   Unix socket bound before it started (each covered in its mount namespace).
 //! - Some paths beneath the root are protected: the file tools never change a `.git`
 //!   directory, the embedding program's files ([`ProtectedPath`]: configuration,
 //!   statistics, and the audit log and spilled outputs, which are not even read) or what

@@ -124,6 +124,10 @@ pub(crate) struct Policy {
     /// The Landlock scopes (ABI 6): signals and abstract Unix sockets kept to the
     /// command's own processes; none when the filesystem is not confined (mode `off`).
     pub(crate) scoped: u64,
+    /// Whether the pathname Unix sockets bound when a command starts are covered in its
+    /// mount namespace (`network: false`, where views can be made and Landlock keeps the
+    /// command from unmounting them): it reaches no server it did not start.
+    pub(crate) hide_sockets: bool,
 }
 
 /// A path of the embedding program's that commands must leave alone.
@@ -172,6 +176,11 @@ impl Sandbox {
             });
         }
         let explicit = config.mode.is_some();
+        // Whether views can be made: asked at most once, and only when one is wanted.
+        let mut views = Some(views);
+        let mut probed: Option<Result<(), String>> = None;
+        let mut can_mount =
+            || probed.get_or_insert_with(|| views.take().map_or(Ok(()), |probe| probe())).clone();
         let mode = config.mode.unwrap_or(SandboxMode::WorkspaceWrite);
         let writable = match mode {
             SandboxMode::Off => None,
@@ -226,6 +235,7 @@ impl Sandbox {
                     hidden: Vec::new(),
                     watched: Vec::new(),
                     root: root.to_path_buf(),
+                    hide_sockets: false,
                 };
                 return Ok(Sandbox { plan: Plan::Enforce(policy), description });
             }
@@ -285,7 +295,7 @@ impl Sandbox {
                     .map(|p| p.path.clone())
                     .collect();
                 let wanted = !read_only.is_empty() || !hidden.is_empty();
-                match wanted.then(views) {
+                match wanted.then(&mut can_mount) {
                     Some(Ok(())) => (read_only, hidden),
                     Some(Err(why)) => {
                         tracing::warn!(
@@ -300,7 +310,26 @@ impl Sandbox {
             }
             _ => (Vec::new(), Vec::new()),
         };
+        // Connecting to a pathname Unix socket is no write and no network right, so neither
+        // Landlock nor the filter sees it: with `network: false` the sockets bound when a
+        // command starts (a Docker daemon's is root on the host) are covered instead.
+        let hide_sockets = !config.network
+            && writable.is_some()
+            && can_mount()
+                .map_err(|why| {
+                    tracing::warn!(
+                        "commands of `bash` and `exec` with `network: false` can still connect to \
+                     the Unix sockets of servers on this machine (a Docker daemon's): {why}"
+                    );
+                })
+                .is_ok();
         let mut description = description;
+        if hide_sockets {
+            description.push_str(
+                " Unix sockets bound before it started (servers it did not start, such as a \
+                 Docker daemon) refuse it (\"Connection refused\"); those it binds itself work.",
+            );
+        }
         if !read_only.is_empty() {
             description.push_str(
                 " Beneath the root, `.git` and the server's own files (its configuration, \
@@ -330,6 +359,7 @@ impl Sandbox {
             hidden,
             watched,
             root: root.to_path_buf(),
+            hide_sockets,
         };
         Ok(Sandbox { plan: Plan::Enforce(policy), description })
     }
@@ -415,12 +445,16 @@ impl Sandbox {
                         ),
                     })?;
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
-                let views = (!policy.read_only.is_empty() || !policy.hidden.is_empty())
+                let views = (!policy.read_only.is_empty()
+                    || !policy.hidden.is_empty()
+                    || policy.hide_sockets)
                     .then(|| {
                         let writable = policy.writable.as_deref().unwrap_or_default();
                         let cwd = command.as_std().get_current_dir();
                         let (read_only, hidden) = (&policy.read_only, &policy.hidden);
-                        mounts::ReadOnlyViews::prepare(read_only, hidden, writable, cwd)
+                        let sockets =
+                            if policy.hide_sockets { mounts::bound_sockets() } else { Vec::new() };
+                        mounts::ReadOnlyViews::prepare(read_only, hidden, &sockets, writable, cwd)
                     })
                     .filter(|views| !views.is_empty());
                 landlock::restrict_on_exec(command, views, ruleset, filter);
@@ -632,6 +666,39 @@ mod tests {
         // read-only view; what is hidden still is.
         let read_only_mode = SandboxConfig::new(SandboxMode::ReadOnly);
         assert_eq!(read_only(read_only_mode, Ok(())), (vec![], hidden));
+    }
+
+    #[test]
+    fn with_the_network_off_bound_unix_sockets_are_covered_where_views_can_be_made() {
+        let asked = std::cell::Cell::new(0);
+        let protected = [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false }];
+        let covered = |config: SandboxConfig, views: Result<(), String>| {
+            let probe = || {
+                asked.set(asked.get() + 1);
+                views.clone()
+            };
+            let sandbox = Sandbox::for_kernel(
+                &config,
+                Path::new("/srv"),
+                &protected,
+                || Ok(6),
+                || Ok(()),
+                probe,
+            )
+            .unwrap();
+            let said = sandbox.description.contains("Unix sockets bound before it started");
+            let Plan::Enforce(policy) = sandbox.plan else { panic!("{:?}", sandbox.plan) };
+            assert_eq!(said, policy.hide_sockets, "{}", sandbox.description);
+            policy.hide_sockets
+        };
+        let closed = || SandboxConfig::default().with_network(false);
+        assert!(covered(closed(), Ok(())));
+        assert_eq!(asked.get(), 1, "one probe answers for the views and the sockets");
+        assert!(covered(closed().with_protect_paths(false), Ok(())));
+        assert!(!covered(closed(), Err("no user namespaces here".to_owned())));
+        assert!(!covered(SandboxConfig::default(), Ok(())), "the network allowed");
+        // The filesystem unconfined: no Landlock would keep a command from unmounting them.
+        assert!(!covered(SandboxConfig::new(SandboxMode::Off).with_network(false), Ok(())));
     }
 
     #[test]

@@ -13,6 +13,11 @@
 //! mount onto itself that changes nothing else. The command's working directory is entered
 //! again afterwards, so that relative paths lead through the new mounts.
 //!
+//! With `network: false`, the pathname Unix sockets bound when the command starts (read
+//! from `/proc/net/unix`) are covered by `/dev/null` too: connecting to one is no write
+//! and no network right, so neither Landlock nor the seccomp filter sees it, and a Docker
+//! daemon's socket is root on the host. A socket the command binds itself is not covered.
+//!
 //! Everything the child does is a raw system call on memory prepared by the parent, as
 //! `pre_exec` requires. Kernels or policies that refuse unprivileged user namespaces
 //! (Ubuntu's AppArmor restriction, `user.max_user_namespaces = 0`) are found by a probe,
@@ -58,15 +63,20 @@ enum ViewKind {
     HiddenDirectory,
     /// A file covered by `/dev/null`.
     HiddenFile,
+    /// A Unix socket covered by `/dev/null` (connecting then fails with `ECONNREFUSED`);
+    /// one gone, or in a directory the command may not search, is passed over.
+    HiddenSocket,
 }
 
 impl ReadOnlyViews {
     /// Views of those of `read_only` and `hidden` that exist (absolute paths; symlinks are
     /// not followed, a protected path that is one is left as it is), pinned below the
-    /// `writable` roots, for a command that starts in `cwd`.
+    /// `writable` roots, and of the `sockets` (see [`bound_sockets`]), for a command that
+    /// starts in `cwd`.
     pub(super) fn prepare(
         read_only: &[PathBuf],
         hidden: &[PathBuf],
+        sockets: &[PathBuf],
         writable: &[PathBuf],
         cwd: Option<&Path>,
     ) -> ReadOnlyViews {
@@ -102,7 +112,7 @@ impl ReadOnlyViews {
             .filter(|dir| renamable(dir))
             .collect();
         let c_path = |path: &Path| CString::new(path.as_os_str().as_bytes()).ok();
-        let views: Vec<View> = existing
+        let mut views: Vec<View> = existing
             .iter()
             .filter_map(|&(path, hide)| {
                 let kind = match (hide, path.is_dir()) {
@@ -113,9 +123,12 @@ impl ReadOnlyViews {
                 Some(View { path: c_path(path)?, kind })
             })
             .collect();
+        // No pins for sockets: a socket's directory moved away takes its cover along.
+        let sockets = sockets.iter().filter_map(|path| c_path(path));
+        views.extend(sockets.map(|path| View { path, kind: ViewKind::HiddenSocket }));
         // SAFETY: getuid and getgid cannot fail and take no pointers.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let pins = if views.is_empty() {
+        let pins = if views.iter().all(|v| v.kind == ViewKind::HiddenSocket) {
             Vec::new()
         } else {
             pins.into_iter().filter_map(c_path).collect()
@@ -162,6 +175,13 @@ impl ReadOnlyViews {
                 }
                 // Writes go nowhere; reads find nothing.
                 ViewKind::HiddenFile => mount(Some(c"/dev/null"), path, None, libc::MS_BIND)?,
+                ViewKind::HiddenSocket => {
+                    match mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EACCES)) => {
+                        }
+                        done => done?,
+                    }
+                }
             }
         }
         if let Some(cwd) = &self.cwd {
@@ -172,6 +192,42 @@ impl ReadOnlyViews {
     }
 }
 
+/// The pathname Unix sockets bound in this network namespace now, by `/proc/net/unix`:
+/// those whose path is absolute and is a socket here (a path another mount namespace bound,
+/// a container's, is passed over unless a socket is there too). Nothing when the file
+/// cannot be read.
+pub(super) fn bound_sockets() -> Vec<PathBuf> {
+    let table = std::fs::read("/proc/net/unix").unwrap_or_default();
+    let mut sockets: Vec<PathBuf> = table
+        .split(|&b| b == b'\n')
+        .skip(1)
+        .filter_map(socket_path)
+        .filter(|path| {
+            use std::os::unix::fs::FileTypeExt as _;
+            std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+        })
+        .collect();
+    sockets.sort();
+    sockets.dedup();
+    sockets
+}
+
+/// The path of one line of `/proc/net/unix` (`Num RefCount Protocol Flags Type St Inode
+/// Path`): the rest of the line after the seventh field, when it is absolute (unnamed and
+/// abstract sockets have none, or one starting with `@`; a socket bound by a relative path
+/// shows it as given, which leads nowhere from here).
+fn socket_path(line: &[u8]) -> Option<PathBuf> {
+    let mut rest = line;
+    for _ in 0..7 {
+        let start = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        let field = &rest[start..];
+        let end = field.iter().position(u8::is_ascii_whitespace)?;
+        rest = &field[end..];
+    }
+    let path = &rest[rest.iter().position(|b| !b.is_ascii_whitespace())?..];
+    path.starts_with(b"/").then(|| PathBuf::from(std::ffi::OsStr::from_bytes(path)))
+}
+
 /// Whether this kernel lets this process make read-only views: probed once, by a forked
 /// child that makes one of the temporary directory; the error says why not.
 pub(super) fn available() -> Result<(), String> {
@@ -180,7 +236,7 @@ pub(super) fn available() -> Result<(), String> {
 }
 
 fn probe(probe_dir: &Path) -> Result<(), String> {
-    let views = ReadOnlyViews::prepare(&[probe_dir.to_path_buf()], &[], &[], None);
+    let views = ReadOnlyViews::prepare(&[probe_dir.to_path_buf()], &[], &[], &[], None);
     if views.is_empty() {
         return Err(format!("cannot probe with `{}`", probe_dir.display()));
     }
@@ -269,4 +325,41 @@ fn mount(
     // SAFETY: `source` and `fstype` are null or valid C strings, `target` is one; no data
     // is given.
     check(unsafe { libc::mount(source, target.as_ptr(), fstype, flags, std::ptr::null()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_paths_are_read_from_proc_net_unix_lines() {
+        let path = |line: &str| socket_path(line.as_bytes());
+        let header = "Num       RefCount Protocol Flags    Type St Inode Path";
+        assert_eq!(path(header), None);
+        assert_eq!(path("000000000d6ee0cf: 00000003 00000000 00000000 0001 03  1063"), None);
+        let abstract_name =
+            "0000000011: 00000002 00000000 00010000 0001 01 20385 @/tmp/.X11-unix/X0";
+        assert_eq!(path(abstract_name), None);
+        let relative = "0000000012: 00000002 00000000 00010000 0001 01 20386 run/x.sock";
+        assert_eq!(path(relative), None);
+        let docker = "0000000013: 00000002 00000000 00010000 0001 01 20387 /run/docker.sock";
+        assert_eq!(path(docker), Some(PathBuf::from("/run/docker.sock")));
+        let spaced = "0000000014: 00000002 00000000 00000000 0002 01     9 /tmp/a dir/log sock";
+        assert_eq!(path(spaced), Some(PathBuf::from("/tmp/a dir/log sock")));
+    }
+
+    #[test]
+    fn bound_sockets_are_those_that_are_sockets_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(dir.path()).unwrap();
+        let listening = dir.join("listening.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&listening).unwrap();
+        let gone = dir.join("gone.sock");
+        drop(std::os::unix::net::UnixListener::bind(&gone).unwrap());
+        std::fs::remove_file(&gone).unwrap();
+        std::fs::write(&gone, "a file now").unwrap();
+        let found = bound_sockets();
+        assert!(found.contains(&listening), "{found:?}");
+        assert!(!found.contains(&gone), "{found:?}");
+    }
 }

@@ -8,6 +8,11 @@ pub(super) fn available() -> Result<(), String> {
     Err("read-only views need Linux's user and mount namespaces".to_owned())
 }
 
+/// No socket is covered here.
+pub(super) fn bound_sockets() -> Vec<PathBuf> {
+    Vec::new()
+}
+
 /// Never prepared here: [`available`] fails first.
 #[derive(Debug)]
 pub(super) struct ReadOnlyViews;
@@ -16,6 +21,7 @@ impl ReadOnlyViews {
     pub(super) fn prepare(
         _read_only: &[PathBuf],
         _hidden: &[PathBuf],
+        _sockets: &[PathBuf],
         _writable: &[PathBuf],
         _cwd: Option<&Path>,
     ) -> ReadOnlyViews {

@@ -525,6 +525,69 @@ async fn network_false_leaves_only_unix_sockets() {
     assert!(!open.bash(&ring).await.to_text().contains("ring 38"));
 }
 
+/// With `network: false`, the Unix sockets bound before a command starts (a Docker
+/// daemon's, say: root on the host) refuse it, stream and datagram alike, while a socket it
+/// binds itself works; with the network allowed the same socket answers.
+#[tokio::test]
+async fn network_false_covers_the_unix_sockets_of_servers_it_did_not_start() {
+    if kernel(Kernel::Full).await != Kernel::Full {
+        return;
+    }
+    let elsewhere = tempfile::tempdir().unwrap();
+    let stream_path = elsewhere.path().join("daemon.sock");
+    let daemon = std::os::unix::net::UnixListener::bind(&stream_path).unwrap();
+    daemon.set_nonblocking(true).unwrap();
+    let datagram_path = elsewhere.path().join("log.sock");
+    let log = std::os::unix::net::UnixDatagram::bind(&datagram_path).unwrap();
+    log.set_nonblocking(true).unwrap();
+    let connect = format!(
+        "perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die \"socket: $!\\n\"; \
+         connect($s, pack_sockaddr_un($ARGV[0])) or die \"connect: $!\\n\"; \
+         print \"connected\\n\"' {}",
+        stream_path.display()
+    );
+    let send = format!(
+        "perl -MSocket -e 'socket(my $s, AF_UNIX, SOCK_DGRAM, 0) or die \"socket: $!\\n\"; \
+         send($s, \"line\", 0, pack_sockaddr_un($ARGV[0])) or die \"send: $!\\n\"; \
+         print \"sent\\n\"' {}",
+        datagram_path.display()
+    );
+    let own = "perl -MSocket -e 'socket(my $l, AF_UNIX, SOCK_STREAM, 0) or die; \
+               bind($l, pack_sockaddr_un(\"own.sock\")) or die \"bind: $!\\n\"; listen($l, 1); \
+               socket(my $c, AF_UNIX, SOCK_STREAM, 0) or die; \
+               connect($c, pack_sockaddr_un(\"own.sock\")) or die \"connect: $!\\n\"; \
+               print \"own ok\\n\"'";
+
+    let closed = Sandboxed::new(SandboxConfig::default().with_network(false));
+    let described = closed.fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    assert!(
+        bash.description.contains("Unix sockets bound before it started"),
+        "{}",
+        bash.description
+    );
+    let out = closed.bash(&connect).await;
+    assert!(out.to_text().contains("connect: Connection refused"), "{}", out.to_text());
+    assert!(daemon.accept().is_err(), "the daemon was reached");
+    let out = closed.bash(&send).await;
+    assert!(out.to_text().contains("send: Connection refused"), "{}", out.to_text());
+    let mut buffer = [0; 16];
+    assert!(log.recv(&mut buffer).is_err(), "a datagram reached the daemon");
+    let out = closed.bash(own).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nown ok");
+    // The socket is covered in the command's own namespace only.
+    assert!(std::os::unix::net::UnixStream::connect(&stream_path).is_ok());
+    daemon.accept().expect("our own connection");
+
+    let open = Sandboxed::new(SandboxConfig::default());
+    let out = open.bash(&connect).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nconnected");
+    daemon.accept().expect("the command's connection");
+    let out = open.bash(&send).await;
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nsent");
+    assert_eq!(log.recv(&mut buffer).ok(), Some(4));
+}
+
 /// From Landlock ABI 6 (Linux 6.12) a command may not signal a process it did not start,
 /// the server above all, while its own children it may.
 #[tokio::test]
