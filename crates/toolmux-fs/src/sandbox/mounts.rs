@@ -192,8 +192,8 @@ impl ReadOnlyViews {
     }
 }
 
-/// The pathname Unix sockets bound in this network namespace now, by `/proc/net/unix`:
-/// those whose path is absolute and is a socket here (a path another mount namespace bound,
+/// The pathname Unix sockets bound in this network namespace now, by `/proc/net/unix`,
+/// that this process may connect to: those whose path is absolute and is a socket here (a path another mount namespace bound,
 /// a container's, is passed over unless a socket is there too). Nothing when the file
 /// cannot be read.
 pub(super) fn bound_sockets() -> Vec<PathBuf> {
@@ -205,11 +205,21 @@ pub(super) fn bound_sockets() -> Vec<PathBuf> {
         .filter(|path| {
             use std::os::unix::fs::FileTypeExt as _;
             std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+                && may_connect(path)
         })
         .collect();
     sockets.sort();
     sockets.dedup();
     sockets
+}
+
+/// Whether this process may connect to the socket at `path`: connecting needs write
+/// permission on it (and search on the directories above), so one it may not write needs
+/// no cover (most of a desktop's are root's, of mode 0600 or 0755).
+fn may_connect(path: &Path) -> bool {
+    let Ok(path) = CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `path` is a valid C string; `access` reads it and nothing else.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
 }
 
 /// The path of one line of `/proc/net/unix` (`Num RefCount Protocol Flags Type St Inode
