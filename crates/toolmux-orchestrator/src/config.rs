@@ -241,7 +241,7 @@ pub struct ToolSettings {
     pub queue: Option<String>,
     /// Response cache time-to-live.
     pub cache_ttl: Option<Duration>,
-    /// Cache even when the tool is not annotated read-only or idempotent (set on a tool).
+    /// Cache even when the tool is not annotated read-only (set on a tool).
     pub cache_force: bool,
     /// Timeout of one call.
     pub timeout: Option<Duration>,

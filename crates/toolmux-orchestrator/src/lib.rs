@@ -22,7 +22,7 @@
 //! roots requests are answered by the caller's handler. Only the cancellation token, the
 //! deadline, the operation and the progress sink are the pipeline's own. A cacheable tool's
 //! output is cached as any other, so a tool whose output depends on the caller's answers
-//! should not be marked read-only or idempotent.
+//! should not be marked read-only.
 //!
 //! # Prompts and resources
 //!

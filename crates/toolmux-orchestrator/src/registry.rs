@@ -304,9 +304,11 @@ impl Registry {
             }
             found
         });
+        // Read-only tools only: an idempotent one (`PUT`, `fs__write`) repeated changes
+        // nothing more, but answered from the cache it does not run at all, so `set A`,
+        // `set B`, `set A` would leave B.
         let cacheable = settings.cache_force
             || spec.annotations.read_only
-            || spec.annotations.idempotent
             || config.tools.get(name).is_some_and(|t| t.cache_ttl.is_some());
         ResolvedSettings {
             queue,

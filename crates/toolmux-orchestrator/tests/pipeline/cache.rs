@@ -20,7 +20,15 @@ fn provider() -> Arc<MockProvider> {
                         .with_extra(toolmux_orchestrator::cache::PER_RUN, json!(true)),
                 ),
             )
-            .with_tool("post", Behavior::Echo),
+            .with_tool("post", Behavior::Echo)
+            .with_spec(
+                toolmux_core::ToolSpec::new("put", "sets the value", json!({"type": "object"}))
+                    .with_annotations(toolmux_core::ToolAnnotations {
+                        idempotent: true,
+                        ..toolmux_core::ToolAnnotations::default()
+                    }),
+                Behavior::Echo,
+            ),
     )
 }
 
@@ -53,6 +61,12 @@ async fn tools_that_write_are_not_cached_unless_configured_per_tool() {
     call(&o, "api__post", json!({})).await;
     call(&o, "api__post", json!({})).await;
     assert_eq!(p.calls_of("post"), 2);
+    // Idempotent is not read-only: `put A`, `put B`, `put A` must leave A, so the third
+    // runs too.
+    for value in ["A", "B", "A"] {
+        assert!(call(&o, "api__put", json!({"value": value})).await.ok);
+    }
+    assert_eq!(p.calls_of("put"), 3);
 
     let p = provider();
     let forced = config().with_tool_settings(
