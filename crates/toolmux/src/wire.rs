@@ -250,7 +250,7 @@ impl Toolmux {
             let settings = ToolSettings {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
-                timeout: entry.request_timeout_ms.map(Duration::from_millis),
+                timeout: Some(mcp::call_limit(loaded, entry)),
                 rate_limit: rate_limit(loaded, &format!("mcpServers.{name}"), entry.rate_limit)?,
                 ..ToolSettings::default()
             };
@@ -811,6 +811,28 @@ mod mcp {
     use crate::config::{CursorAuth, McpServerEntry};
     use std::collections::BTreeMap;
 
+    /// How long an MCP server's answer to one request is waited for, restarted by each of its
+    /// progress reports (`McpProvider` keeps this wait): `requestTimeoutMs`, else
+    /// `defaults.toolTimeout`, else a minute.
+    pub(super) fn wait_ms(loaded: &Loaded, entry: &McpServerEntry) -> u64 {
+        entry.request_timeout_ms.or(loaded.config.defaults.tool_timeout).unwrap_or(60_000)
+    }
+
+    /// The pipeline's limit of one call to an MCP server's tool. The server's own wait is reset
+    /// by progress, so this is the cap on the whole call (`maxTotalTimeMs`, else ten times the
+    /// wait), unless `resetTimeoutOnProgress: false` makes it the wait itself. Keeping the
+    /// reset in the provider leaves the pipeline's relayed path lean: it need not watch the
+    /// progress of every call.
+    pub(super) fn call_limit(loaded: &Loaded, entry: &McpServerEntry) -> Duration {
+        let wait = wait_ms(loaded, entry);
+        let limit = if entry.reset_timeout_on_progress.unwrap_or(true) {
+            entry.max_total_time_ms.unwrap_or(wait.saturating_mul(10))
+        } else {
+            wait
+        };
+        Duration::from_millis(limit)
+    }
+
     /// A valid namespace for a server name from a Claude Desktop or VS Code file, where
     /// names like `GitHub` or `my_server` are common: lowercase, other characters as `-`.
     pub(crate) fn namespace_for(name: &str) -> String {
@@ -866,7 +888,7 @@ mod mcp {
             oauth: entry.oauth.clone().or_else(|| entry.auth.as_ref().map(CursorAuth::oauth)),
             tools_allowed: entry.tools_allowed.clone(),
             tools_denied: entry.tools_denied.clone(),
-            request_timeout_ms: entry.request_timeout_ms,
+            request_timeout_ms: Some(wait_ms(loaded, entry)),
             startup_timeout_ms: entry.startup_timeout_ms,
             enabled: entry.enabled,
             lazy: entry.lazy,

@@ -122,6 +122,60 @@ fn list_and_call_with_server_everything() {
     expect!["notes.md"].assert_eq(grep.ok().trim());
 }
 
+/// `requestTimeoutMs` is the wait for an answer, restarted by each progress report: a
+/// long operation that reports progress runs past it, up to `maxTotalTimeMs`; with
+/// `resetTimeoutOnProgress: false` it is the limit of the whole call.
+#[test]
+fn progress_restarts_a_servers_request_timeout_up_to_its_total_limit() {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new();
+    let call = |extra: &str| {
+        project.file(
+            "toolmux.yaml",
+            &format!(
+                "mcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n    \
+                 requestTimeoutMs: 1000\n{extra}",
+                node.display(),
+                everything.display()
+            ),
+        );
+        // Six reports, 0.4 s apart: 2.4 s in all, never 1 s without one.
+        let args = r#"{"duration": 2.4, "steps": 6}"#;
+        project.run(&["tools", "call", "everything__trigger-long-running-operation", args])
+    };
+    // Silent for longer than the wait: the server's wait ends the call, named in full.
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "mcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n    \
+             requestTimeoutMs: 1000\n",
+            node.display(),
+            everything.display()
+        ),
+    );
+    let silent = r#"{"duration": 1.5, "steps": 1}"#;
+    let run = project.run(&["tools", "call", "everything__trigger-long-running-operation", silent]);
+    expect![
+        "error: timeout: `everything__trigger-long-running-operation` did not finish within 1s"
+    ]
+    .assert_eq(run.stderr.trim());
+    let run = call("");
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("Long running operation completed"), "{}", run.stdout);
+
+    let run = call("    resetTimeoutOnProgress: false\n");
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(said.contains("did not finish within 1"), "{said}");
+
+    let run = call("    maxTotalTimeMs: 1500\n");
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(said.contains("did not finish within 1.5s"), "{said}");
+}
+
 /// A server that cannot be reached is reported once, in toolmux's words, with its cause:
 /// no log lines of the MCP SDK's own and no type names, at the default verbosity.
 #[test]

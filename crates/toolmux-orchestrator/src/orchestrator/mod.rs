@@ -320,6 +320,21 @@ impl WeakOrchestrator {
     }
 }
 
+/// `error` naming the tool by its full name where the provider named it by its own: a
+/// provider's own timeout or cancellation (an MCP server's wait, restarted by progress)
+/// says which tool as the caller knows it.
+fn by_full_name(entry: &ToolEntry, error: ToolError) -> ToolError {
+    match error {
+        ToolError::Timeout { tool, after } if *tool == *entry.original => {
+            ToolError::Timeout { tool: entry.name.to_string(), after }
+        }
+        ToolError::Cancelled { tool } if *tool == *entry.original => {
+            ToolError::Cancelled { tool: entry.name.to_string() }
+        }
+        other => other,
+    }
+}
+
 /// Counts a call in the pipeline until dropped (a call future dropped halfway included).
 struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
 
@@ -1689,7 +1704,7 @@ impl Orchestrator {
         // and the cancellation waits (the select below polls the call first all the same).
         if let std::task::Poll::Ready(result) = futures::poll!(&mut call) {
             return match result {
-                Ok(result) => result,
+                Ok(result) => result.map_err(|e| by_full_name(entry, e)),
                 Err(panic) => {
                     Err(ToolError::Panicked { tool: tool(), message: panic_message(&*panic) })
                 }
@@ -1701,7 +1716,7 @@ impl Orchestrator {
                 biased;
                 result = &mut call => {
                     return match result {
-                        Ok(result) => result,
+                        Ok(result) => result.map_err(|e| by_full_name(entry, e)),
                         Err(panic) => Err(ToolError::Panicked { tool: tool(), message: panic_message(&*panic) }),
                     };
                 }

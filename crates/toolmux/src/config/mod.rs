@@ -485,9 +485,17 @@ pub struct McpServerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<u64>,
     /// The longest wait for one request in milliseconds, reset by progress (default
-    /// 60000); also the timeout of its tools unless `tools` says otherwise.
+    /// `defaults.toolTimeout`, else 60000); a tool call that reports progress may go on up
+    /// to `maxTotalTimeMs`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_timeout_ms: Option<u64>,
+    /// Whether the server's progress reports restart the wait of a call (default true);
+    /// `false` makes `requestTimeoutMs` the limit of the whole call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_timeout_on_progress: Option<bool>,
+    /// The limit of one call, progress or not, in milliseconds (default ten times the wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_time_ms: Option<u64>,
     /// The longest wait for the server to start (default 30000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_timeout_ms: Option<u64>,
