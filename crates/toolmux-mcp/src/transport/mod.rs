@@ -35,7 +35,15 @@ struct FaultState {
     kind: Option<FaultKind>,
     /// The last non-message line seen before the first message (a banner, or garbage).
     noise: Option<String>,
+    /// The last lines the server wrote on stderr (a stdio server's traceback says why it
+    /// exited), at most [`STDERR_TAIL_LINES`] of at most [`STDERR_TAIL_CHARS`] characters.
+    stderr: std::collections::VecDeque<String>,
 }
+
+/// Lines of a server's stderr kept for the error that says it exited.
+const STDERR_TAIL_LINES: usize = 8;
+/// The most of one such line kept (the end of a long line is where the error is).
+const STDERR_TAIL_CHARS: usize = 300;
 
 /// One recorded reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +84,34 @@ impl Fault {
     /// The last non-message line seen before the handshake.
     pub(crate) fn noise(&self) -> Option<String> {
         self.lock().noise.clone()
+    }
+
+    /// Keeps `line` of the server's stderr among the last few; blank lines are skipped.
+    pub(crate) fn note_stderr(&self, line: &str) {
+        let line = line.trim_end();
+        if line.trim().is_empty() {
+            return;
+        }
+        let chars = line.chars().count();
+        let kept = if chars > STDERR_TAIL_CHARS {
+            let tail: String = line.chars().skip(chars - STDERR_TAIL_CHARS).collect();
+            format!("…{tail}")
+        } else {
+            line.to_owned()
+        };
+        let mut state = self.lock();
+        if state.stderr.len() == STDERR_TAIL_LINES {
+            state.stderr.pop_front();
+        }
+        state.stderr.push_back(kept);
+    }
+
+    /// The last lines the server wrote on stderr, joined by ` | `; `None` when it wrote
+    /// none.
+    pub(crate) fn stderr_tail(&self) -> Option<String> {
+        let state = self.lock();
+        (!state.stderr.is_empty())
+            .then(|| state.stderr.iter().cloned().collect::<Vec<_>>().join(" | "))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
@@ -570,6 +606,25 @@ mod tests {
         assert!(matches!(transport.receive().await, Some(JsonRpcMessage::Response(_))));
         assert!(handled.load(std::sync::atomic::Ordering::SeqCst));
         assert!(transport.receive().await.is_none());
+    }
+
+    #[test]
+    fn the_last_lines_of_stderr_are_kept_short() {
+        let fault = Fault::default();
+        assert_eq!(fault.stderr_tail(), None);
+        for i in 0..20 {
+            fault.note_stderr(&format!("line {i}\n"));
+        }
+        fault.note_stderr("   \n");
+        let long = format!("{}ModuleNotFoundError: no module named x", "y".repeat(1000));
+        fault.note_stderr(&long);
+        let tail = fault.stderr_tail().unwrap();
+        let lines: Vec<&str> = tail.split(" | ").collect();
+        assert_eq!(lines.len(), STDERR_TAIL_LINES);
+        assert_eq!(lines[0], "line 13", "the oldest go first; blank lines are skipped");
+        let last = lines[STDERR_TAIL_LINES - 1];
+        assert!(last.starts_with('…') && last.ends_with("no module named x"), "{last}");
+        assert_eq!(last.chars().count(), STDERR_TAIL_CHARS + 1);
     }
 
     #[test]

@@ -42,6 +42,10 @@ const READ_BUFFER: usize = 64 * 1024;
 const LINE_BUFFER_KEEP: usize = 1 << 20;
 /// Longest stderr line logged, in bytes; the rest is cut.
 const STDERR_LINE_MAX: usize = 4096;
+
+/// How long the exit of a server waits for the rest of its stderr, whose last lines the
+/// error then carries.
+const STDERR_DRAIN: Duration = Duration::from_millis(200);
 /// Longest message a server may write: a line without its end past this is a protocol
 /// fault (a server printing without end must not take the gateway's memory with it).
 const MESSAGE_MAX: usize = 128 << 20;
@@ -254,8 +258,9 @@ pub(crate) fn spawn(
     let kill = CancellationToken::new();
 
     let reaping = Reaping { server: server.clone(), child, pgid, mark, kill: kill.clone() };
-    tokio::spawn(reap(reaping, exited_tx, fault.clone()));
-    tokio::spawn(log_stderr(server.clone(), stderr));
+    let (stderr_ended, stderr_read) = tokio::sync::oneshot::channel();
+    tokio::spawn(reap(reaping, exited_tx, fault.clone(), stderr_read));
+    tokio::spawn(log_stderr(server.clone(), stderr, fault.clone(), stderr_ended));
     let lane = Arc::new(Lane::new(stdin, fault.clone()));
     let (received, messages) = mpsc::unbounded_channel();
     let reader = StdoutReader {
@@ -497,7 +502,12 @@ struct Reaping {
 /// Waits for the server's exit (or kills it when `kill` is cancelled), then kills what it
 /// left running, in its group and out of it, before the exit is told: once a shutdown
 /// returns, nothing of the server runs.
-async fn reap(reaping: Reaping, exited: watch::Sender<Option<ExitStatus>>, fault: Fault) {
+async fn reap(
+    reaping: Reaping,
+    exited: watch::Sender<Option<ExitStatus>>,
+    fault: Fault,
+    stderr_read: tokio::sync::oneshot::Receiver<()>,
+) {
     let Reaping { server, mut child, pgid, mark, kill } = reaping;
     let status = tokio::select! {
         status = child.wait() => status,
@@ -517,7 +527,12 @@ async fn reap(reaping: Reaping, exited: watch::Sender<Option<ExitStatus>>, fault
     match status {
         Ok(status) => {
             tracing::debug!(server = %server, %status, "mcp server exited");
-            fault.refine(FaultKind::Closed(format!("server process {status}")));
+            // Its last words on stderr say why; they are read to the end unless something
+            // it left running still holds the pipe.
+            let _ = tokio::time::timeout(STDERR_DRAIN, stderr_read).await;
+            let said = fault.stderr_tail().map(|t| format!("; its stderr ended: {t}"));
+            let said = said.unwrap_or_default();
+            fault.refine(FaultKind::Closed(format!("server process {status}{said}")));
             exited.send_replace(Some(status));
         }
         Err(e) => {
@@ -527,15 +542,21 @@ async fn reap(reaping: Reaping, exited: watch::Sender<Option<ExitStatus>>, fault
     }
 }
 
-/// Logs the server's stderr line by line, each cut at [`STDERR_LINE_MAX`] bytes: a line
-/// without end is read through, never held.
-async fn log_stderr(server: String, stderr: ChildStderr) {
+/// Logs the server's stderr line by line, each cut at [`STDERR_LINE_MAX`] bytes (a line
+/// without end is read through, never held), keeping the last few for the error that says
+/// it exited; `closed` is sent when the pipe closes.
+async fn log_stderr(
+    server: String,
+    stderr: ChildStderr,
+    fault: Fault,
+    closed: tokio::sync::oneshot::Sender<()>,
+) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     while let Ok(buffer) = reader.fill_buf().await {
         if buffer.is_empty() {
             if !line.is_empty() {
-                log_stderr_line(&server, &line);
+                log_stderr_line(&server, &line, &fault);
             }
             break;
         }
@@ -547,15 +568,17 @@ async fn log_stderr(server: String, stderr: ChildStderr) {
         line.extend_from_slice(&buffer[..used.min(room)]);
         reader.consume(used);
         if ended {
-            log_stderr_line(&server, &line);
+            log_stderr_line(&server, &line, &fault);
             line.clear();
         }
     }
+    let _ = closed.send(());
 }
 
-fn log_stderr_line(server: &str, line: &[u8]) {
+fn log_stderr_line(server: &str, line: &[u8], fault: &Fault) {
     let text = String::from_utf8_lossy(line);
     tracing::debug!(server = %server, "stderr: {}", text.trim_end());
+    fault.note_stderr(&text);
 }
 
 /// A lane onto `cat`, which reads what is written and answers nothing (for the lane's

@@ -44,7 +44,7 @@ async fn a_crash_mid_call_fails_promptly_and_the_next_call_restarts() {
     let started = Instant::now();
     let err = call(&provider, "crash").await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
-    expect_test::expect!["fixture: connection closed (server process exit status: 3)"]
+    expect_test::expect!["fixture: connection closed (server process exit status: 3; its stderr ended: fixture starting in mode ok | crashing on purpose)"]
         .assert_eq(&err.to_string());
     assert!(err.is_transient());
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
@@ -64,9 +64,9 @@ async fn restarts_are_bounded() {
         messages.push(call(&provider, "echo").await.unwrap_err().to_string());
     }
     expect_test::expect![[r#"
-        fixture: connection closed (server process exit status: 7)
-        fixture: connection closed (server process exit status: 7)
-        fixture: connection closed (server process exit status: 7)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
         fixture unavailable: given up after 2 failed restarts"#]]
     .assert_eq(&messages.join("\n"));
 }
@@ -118,7 +118,7 @@ async fn a_slow_initialize_within_the_startup_timeout_works() {
 async fn a_server_exiting_at_start_names_its_exit_status() {
     let provider = provider("exit-at-start");
     let err = provider.warmup().await.unwrap_err();
-    expect_test::expect!["fixture: connection closed (server process exit status: 7)"]
+    expect_test::expect!["fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)"]
         .assert_eq(&err.to_string());
 }
 
