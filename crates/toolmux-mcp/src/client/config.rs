@@ -37,9 +37,16 @@ impl EnvInherit {
     }
 }
 
-/// Whether an environment variable's name suggests it holds a secret.
+/// Whether an environment variable's name suggests it holds a secret, or a way to one:
+/// `SSH_AUTH_SOCK` (the ssh agent signs with the user's keys) and
+/// `DBUS_SESSION_BUS_ADDRESS` (the session bus reaches the keyring) are withheld too. The
+/// login session's own descriptions (`XDG_SESSION_TYPE`, `XDG_SESSION_DESKTOP`, …) are
+/// not secrets.
 fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
+    if upper.starts_with("XDG_SESSION_") {
+        return false;
+    }
     ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION"]
         .iter()
         .any(|word| upper.contains(word))
@@ -66,7 +73,9 @@ pub struct McpServerConfig {
     pub env: BTreeMap<String, String>,
     /// Which of toolmux's own environment the program inherits (stdio): `safe` (default)
     /// all but variables whose names look secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
-    /// `*KEY*`, `*AUTH*`, `*CREDENTIAL*`, `*COOKIE*`, `*SESSION*`), `minimal` (what the
+    /// `*KEY*`, `*AUTH*`, `*CREDENTIAL*`, `*COOKIE*`, `*SESSION*`, but not `XDG_SESSION_*`;
+    /// so `SSH_AUTH_SOCK` and `DBUS_SESSION_BUS_ADDRESS`, ways to the user's keys, are
+    /// withheld too: a server that pushes over ssh needs `envPassthrough`), `minimal` (what the
     /// official MCP SDKs pass: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, plus
     /// `LANG` and `TMPDIR`) or `all`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -391,6 +400,19 @@ fn duration_ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn safe_inheritance_withholds_secrets_and_ways_to_them() {
+        let safe = |name| EnvInherit::Safe.passes(name);
+        for withheld in
+            ["GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS"]
+        {
+            assert!(!safe(withheld), "{withheld} was passed on");
+        }
+        for passed in ["PATH", "HOME", "XDG_SESSION_TYPE", "XDG_SESSION_DESKTOP", "LANG"] {
+            assert!(safe(passed), "{passed} was withheld");
+        }
+    }
     use expect_test::expect;
 
     fn kind(json: Value) -> String {
