@@ -356,6 +356,24 @@ impl CallContext {
         self.trace.as_ref()
     }
 
+    /// The caller's values of the headers `names` (those it did not send are told apart
+    /// from empty ones), one per line: what a provider passing them on returns as its
+    /// [`ToolProvider::cache_partition`](crate::ToolProvider::cache_partition).
+    pub fn caller_header_values<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> String {
+        let mut values = String::new();
+        for name in names {
+            match self.caller_header(name) {
+                Some(value) => {
+                    values.push('=');
+                    values.push_str(value);
+                }
+                None => values.push('-'),
+            }
+            values.push('\n');
+        }
+        values
+    }
+
     /// Sets the headers of the caller's HTTP request (names in lowercase), which providers
     /// configured to pass some on to their servers read ([`CallContext::caller_header`]).
     /// Whoever sets them leaves out the ones that authenticated the caller.

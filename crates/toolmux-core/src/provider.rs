@@ -155,6 +155,16 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         false
     }
 
+    /// What besides the arguments (and the run, see [`ToolProvider::state_per_run`]) an
+    /// output of `tool` depends on for this caller: the values of the caller's request
+    /// headers passed on to the service (`passthroughHeaders`, a tenant or a user), so
+    /// that a cached output is shared only among callers that sent the same. The cache
+    /// keeps only a hash of it. `None` (the default): nothing.
+    fn cache_partition(&self, tool: &str, ctx: &CallContext) -> Option<String> {
+        let _ = (tool, ctx);
+        None
+    }
+
     /// A signal that fires when the tool list changes; `None` when it never does.
     fn tool_list_changes(&self) -> Option<ToolListChanges> {
         None

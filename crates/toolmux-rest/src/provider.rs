@@ -564,6 +564,12 @@ impl ToolProvider for RestProvider {
         self.by_name.contains_key(name)
     }
 
+    /// A tool that passes some of the caller's headers on may answer each caller apart.
+    fn cache_partition(&self, tool: &str, ctx: &CallContext) -> Option<String> {
+        let names = &self.tools[*self.by_name.get(tool)?].passthrough;
+        (!names.is_empty()).then(|| ctx.caller_header_values(names.iter().map(String::as_str)))
+    }
+
     async fn call(
         &self,
         name: &str,

@@ -1129,6 +1129,12 @@ impl ToolProvider for McpProvider {
         ToolKind::Mcp
     }
 
+    /// The server gets some of the caller's headers, so its answers may differ by them.
+    fn cache_partition(&self, _tool: &str, ctx: &CallContext) -> Option<String> {
+        let names = &self.inner.config.passthrough_headers;
+        (!names.is_empty()).then(|| ctx.caller_header_values(names.iter().map(String::as_str)))
+    }
+
     fn namespace(&self) -> &str {
         &self.inner.name
     }

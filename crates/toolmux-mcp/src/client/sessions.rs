@@ -221,6 +221,10 @@ impl ToolProvider for PerSessionProvider {
         true
     }
 
+    fn cache_partition(&self, tool: &str, ctx: &CallContext) -> Option<String> {
+        self.inner.template.cache_partition(tool, ctx)
+    }
+
     fn namespace(&self) -> &str {
         self.inner.template.namespace()
     }

@@ -1222,9 +1222,19 @@ impl Orchestrator {
             // Boxed: the single-flight future is the largest state and rarely used.
             Some(ttl) => {
                 Box::pin(async {
-                    // Shared across runs only when the output is the arguments' alone.
-                    let key = if entry.provider.state_per_run() {
-                        let scope = format!("{}\u{0}run:{}", entry.name, ctx.run_id());
+                    // Shared across runs only when the output is the arguments' alone, and
+                    // across callers only when they pass the service the same headers.
+                    let partition = entry.provider.cache_partition(&entry.original, ctx);
+                    let key = if entry.provider.state_per_run() || partition.is_some() {
+                        let mut scope = entry.name.to_string();
+                        if entry.provider.state_per_run() {
+                            scope.push_str("\u{0}run:");
+                            scope.push_str(ctx.run_id());
+                        }
+                        if let Some(partition) = &partition {
+                            scope.push_str("\u{0}as:");
+                            scope.push_str(&sha256_hex(partition.as_bytes()));
+                        }
                         cache_key(&scope, &arguments)
                     } else {
                         cache_key(&entry.name, &arguments)
