@@ -262,9 +262,11 @@ pub(crate) struct ServeArgs {
     /// client puts before them (`mcp__toolmux__`, for a server it knows as `toolmux`) and its
     /// length limit, and input schemas rewritten to what its model accepts (no top-level
     /// `anyOf`/`oneOf`/`allOf`; for Gemini, its OpenAPI subset). Calls are still validated
-    /// against the original schemas.
-    #[arg(long, value_name = "CLIENT", default_value = "generic", value_parser = client_profile)]
-    pub(crate) client: ClientProfile,
+    /// against the original schemas. Without it, `--stdio` takes the profile of the client
+    /// that connects, by the name its `initialize` gives (Claude Code, Codex, Cursor, Gemini
+    /// CLI), and `generic` for any other; over HTTP it is `generic`.
+    #[arg(long, value_name = "CLIENT", value_parser = client_profile)]
+    pub(crate) client: Option<ClientProfile>,
     /// The prefix the client puts before every tool name (`mcp__NAME__` when Claude Code
     /// knows this server as NAME), so that names are fitted into the characters it leaves;
     /// overrides the `--client` profile's.

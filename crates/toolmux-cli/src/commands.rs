@@ -365,7 +365,8 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     let current = crate::reload::Current::new(toolmux.clone());
     let mut options = ServeOptions {
         name_prefix: args.name_prefix,
-        client: args.client,
+        client: args.client.unwrap_or_default(),
+        detect_client: args.client.is_none(),
         page_size: args.page_size.max(1),
         api_keys: api_keys.clone(),
         metrics: Some(Arc::new(StatsPage(current.clone()))),

@@ -213,6 +213,16 @@ fn inspector_cli_over_http() {
 /// stdin and checks that toolmux exits cleanly with nothing on stdout but JSON-RPC.
 /// Returns every message read, by line.
 pub(crate) fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value]) -> Vec<Value> {
+    stdio_exchange_as(project, args, "t", requests)
+}
+
+/// [`stdio_exchange`] by a client that names itself `client` in its `initialize`.
+pub(crate) fn stdio_exchange_as(
+    project: &Project,
+    args: &[&str],
+    client: &str,
+    requests: &[Value],
+) -> Vec<Value> {
     let mut child = project
         .command(args)
         .stdin(Stdio::piped())
@@ -224,7 +234,7 @@ pub(crate) fn stdio_exchange(project: &Project, args: &[&str], requests: &[Value
     let mut lines = vec![
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"}}}),
+            "clientInfo": {"name": client, "version": "1"}}}),
         serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
     ];
     for (id, request) in (2..).zip(requests) {
@@ -363,6 +373,55 @@ fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
     assert_eq!(schema["properties"]["note"]["nullable"], true, "{schema}");
     assert_eq!(schema["properties"]["id"]["minimum"], 0, "{schema}");
     assert_eq!(by_id(&gemini, 3)["result"]["content"][0]["text"], "user <ada@example.com>");
+}
+
+/// Without `--client`, a stdio session takes the profile of the client that connects, by
+/// the name it gives: Claude Code gets names that fit after its `mcp__toolmux__` within 64
+/// characters and schemas without a top-level union, and its calls by those names reach
+/// the server; `--client generic` keeps names and schemas as they are.
+#[test]
+fn the_client_that_connects_over_stdio_chooses_its_profile() {
+    let project = Project::new();
+    let namespace = "a-server-whose-name-is-long-enough-to-matter";
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "mcpServers:\n  {namespace}:\n    command: {}\n    args: [stdio]\n",
+            crate::conformance::fixture_bin().display()
+        ),
+    );
+    let full = format!("{namespace}__lookup");
+    assert!(full.len() + "mcp__toolmux__".len() > 64);
+    let lookup_of = |messages: &[Value]| -> Value {
+        let listed = messages.iter().find(|m| m["id"] == 2).expect("the listing");
+        let tools = listed["result"]["tools"].as_array().expect("tools").clone();
+        let lookup = |t: &Value| t["description"] == "Finds a user by id or by email";
+        tools.into_iter().find(lookup).expect("lookup")
+    };
+    let list = [serde_json::json!({"method": "tools/list"})];
+
+    let claude = stdio_exchange_as(&project, &["serve", "--stdio"], "claude-code", &list);
+    let tool = lookup_of(&claude);
+    let served = tool["name"].as_str().expect("a name").to_owned();
+    assert!(served.len() + "mcp__toolmux__".len() <= 64, "{served}");
+    assert!(tool["inputSchema"].get("oneOf").is_none(), "{tool}");
+    let call = serde_json::json!({"method": "tools/call", "params": {"name": served,
+        "arguments": {"email": "ada@example.com"}}});
+    let called = stdio_exchange_as(&project, &["serve", "--stdio"], "claude-code", &[call]);
+    let answer = called.iter().find(|m| m["id"] == 2).expect("an answer");
+    assert_eq!(answer["result"]["content"][0]["text"], "user <ada@example.com>", "{answer}");
+
+    // Another client, or a profile chosen on the command line: names as they are.
+    let other = stdio_exchange_as(&project, &["serve", "--stdio"], "some-agent", &list);
+    assert_eq!(lookup_of(&other)["name"], full.as_str());
+    let generic = stdio_exchange_as(
+        &project,
+        &["serve", "--stdio", "--client", "generic"],
+        "claude-code",
+        &list,
+    );
+    assert_eq!(lookup_of(&generic)["name"], full.as_str());
+    assert!(lookup_of(&generic)["inputSchema"]["oneOf"].is_array());
 }
 
 /// `completion/complete` reaches the upstream server that offers the prompt (by its

@@ -6,6 +6,7 @@ use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
 use super::tasks::TaskStore;
+use crate::server::ClientProfile;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CompleteRequestParams, CompleteResult, CompletionInfo, CreateTaskResult,
@@ -21,6 +22,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, Peer, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -78,6 +80,24 @@ pub(crate) struct Shared {
     tasks: TaskStore,
     /// [`ServeOptions::task_tools`], compiled.
     task_tools: globset::GlobSet,
+    /// The client profile and name prefix names are served for: fixed when the options
+    /// say, else by the first `initialize` ([`ServeOptions::detect_client`]), else generic.
+    naming: OnceLock<Naming>,
+}
+
+/// What served names are fitted to.
+#[derive(Debug, Clone)]
+pub(crate) struct Naming {
+    pub(crate) client: ClientProfile,
+    /// What the client puts before each name; `None`: names are served unchanged.
+    pub(crate) prefix: Option<String>,
+}
+
+impl Naming {
+    fn of(client: ClientProfile, prefix: Option<String>, server: &str) -> Naming {
+        let prefix = prefix.or_else(|| client.name_prefix(server));
+        Naming { client, prefix }
+    }
 }
 
 /// One listing of the provider's tools, as served.
@@ -94,7 +114,7 @@ struct Listing {
 static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
-    pub(crate) fn new(provider: Arc<dyn ToolProvider>, mut options: ServeOptions) -> Arc<Shared> {
+    pub(crate) fn new(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> Arc<Shared> {
         // Patterns were checked where they were configured; one that does not compile
         // here matches nothing.
         let mut globs = globset::GlobSetBuilder::new();
@@ -104,9 +124,17 @@ impl Shared {
             }
         }
         let task_tools = globs.build().unwrap_or_else(|_| globset::GlobSet::empty());
-        // The client profile's prefix, unless one was given.
-        if options.name_prefix.is_none() {
-            options.name_prefix = options.client.name_prefix(&options.server_name);
+        // Fixed now unless the client's `initialize` may choose it.
+        let naming = OnceLock::new();
+        let detect = options.detect_client
+            && options.client == ClientProfile::Generic
+            && options.name_prefix.is_none();
+        if !detect {
+            let _ = naming.set(Naming::of(
+                options.client,
+                options.name_prefix.clone(),
+                &options.server_name,
+            ));
         }
         // Prompts and resources are always declared: a provider without any serves empty
         // lists, which is the answer the capabilities explain. Tools log through MCP
@@ -164,7 +192,27 @@ impl Shared {
             seal: StateSeal::new(),
             tasks: TaskStore::default(),
             task_tools,
+            naming,
         })
+    }
+
+    /// What served names are fitted to (generic, unless fixed or chosen by a client).
+    pub(crate) fn naming(&self) -> &Naming {
+        self.naming.get_or_init(|| Naming { client: ClientProfile::Generic, prefix: None })
+    }
+
+    /// Takes the profile of the client that named itself `client_name` in its
+    /// `initialize`, unless the names are fixed already (by the options, or by a listing).
+    fn detect_client(&self, client_name: &str) {
+        let Some(client) = ClientProfile::detect(client_name) else { return };
+        let naming = Naming::of(client, None, &self.options.server_name);
+        if self.naming.set(naming).is_ok() {
+            tracing::info!(
+                "serving tool names and schemas for {client_name} (profile `{}`; `--client` \
+                 chooses another)",
+                client.name()
+            );
+        }
     }
 
     pub(crate) fn options(&self) -> &ServeOptions {
@@ -231,12 +279,13 @@ impl Shared {
 
     async fn refresh_listing(&self) -> Result<Arc<Listing>, ToolError> {
         let specs = self.provider.list_tools().await?;
+        let naming = self.naming();
         let names = NameMap::new(
             specs.iter().map(|s| s.name.as_str()),
-            self.options.name_prefix.as_deref(),
-            self.options.client.name_budget(),
+            naming.prefix.as_deref(),
+            naming.client.name_budget(),
         );
-        let rules = self.options.client.schema_rules();
+        let rules = naming.client.schema_rules();
         let tools = specs
             .iter()
             .zip(names.pairs())
@@ -275,7 +324,7 @@ impl Shared {
     /// The local name a served name routes to. Names are passed on unchanged unless a
     /// prefix budget made the server serve them differently.
     async fn local_name(&self, served: &str) -> String {
-        if self.options.name_prefix.is_none() {
+        if self.naming().prefix.is_none() {
             return served.to_owned();
         }
         let listing = match self.cached_listing() {
@@ -308,7 +357,7 @@ pub(crate) struct Gateway {
     prepared: Arc<Mutex<Vec<(SubscriptionFilter, Streams)>>>,
     /// The client's capabilities, once a call on the direct path read them (after the
     /// handshake, which fixes them).
-    client_capabilities: Arc<std::sync::OnceLock<Option<Arc<rmcp::model::ClientCapabilities>>>>,
+    client_capabilities: Arc<OnceLock<Option<Arc<rmcp::model::ClientCapabilities>>>>,
 }
 
 /// What a `subscriptions/listen` request watches: the provider's change and update
@@ -679,7 +728,7 @@ impl Gateway {
     /// reads the tool list again for a name it does not know.
     pub(crate) fn relay_name(&self, served: &str) -> Option<String> {
         let shared = &self.shared;
-        if shared.options.name_prefix.is_none() {
+        if shared.naming().prefix.is_none() {
             return Some(served.to_owned());
         }
         let listing = shared.cached_listing().filter(|l| l.names.contains(served))?;
@@ -936,6 +985,16 @@ fn missing_capability(exchange: &Exchange, error: &ToolError) -> Option<ErrorDat
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         self.shared.info.clone()
+    }
+
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        self.shared.detect_client(&request.client_info.name);
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     #[expect(deprecated, reason = "clients of the handshake revisions still send logging/setLevel")]

@@ -105,6 +105,11 @@ pub struct ServeOptions {
     pub name_prefix: Option<String>,
     /// The client served, for the tool names and input schemas it accepts.
     pub client: ClientProfile,
+    /// Whether a stdio session with the generic profile and no `name_prefix` takes the
+    /// profile of the client its `initialize` names (`clientInfo.name`: Claude Code,
+    /// Codex, Cursor, Gemini CLI), so that names fit the prefix that client adds. Over HTTP,
+    /// where clients of any kind share the served names, it does not (default true).
+    pub detect_client: bool,
     /// `Host` values (host or `host:port`) accepted over HTTP; `Origin`s on these hosts are
     /// accepted too. The bound address is added when serving. An empty list accepts every
     /// host and origin, which exposes a local server to DNS rebinding.
@@ -238,6 +243,7 @@ impl Default for ServeOptions {
         ServeOptions {
             name_prefix: None,
             client: ClientProfile::Generic,
+            detect_client: true,
             allowed_hosts: ["127.0.0.1", "localhost", "::1"].map(String::from).into(),
             page_size: 100,
             server_name: "toolmux".to_owned(),
@@ -370,6 +376,8 @@ pub async fn bind_http(
         source: source.into(),
     })?;
     let shared = Shared::new(provider, options);
+    // Clients of every kind share the served names: no one client's profile is taken.
+    shared.naming();
     shared.keep_listing(shutdown.child_token());
     let router = http::router(shared, bound, shutdown.child_token());
     let task = tokio::spawn(http::run(server, listener, router, shutdown));

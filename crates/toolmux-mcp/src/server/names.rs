@@ -92,6 +92,14 @@ fn fit(name: &str, budget: usize, force_hash: bool) -> String {
         None => naming::short_hash("", name),
     };
     let room = budget - 1 - HASH_LEN;
+    // A long namespace gives way first: the tool's own name is what tells the model what
+    // the tool does (`a-long-server-na_1b78cd00__lookup`, not `a-long-server-name-for_1b78…`).
+    if let Some((namespace, tool)) = naming::split(&clean)
+        && tool.len() + 2 < room
+    {
+        let kept = &namespace[..namespace.len().min(room - 2 - tool.len())];
+        return format!("{kept}_{hash}__{tool}");
+    }
     // `clean` is ASCII, so byte slicing is character slicing.
     let kept = &clean[..clean.len().min(room)];
     format!("{kept}_{hash}")
@@ -125,6 +133,16 @@ mod tests {
         assert_eq!(map.local(served), Some(long.as_str()));
         assert_eq!(map.pairs()[0].0, "fs__read");
         assert_eq!(map.local("fs__read"), None);
+    }
+
+    #[test]
+    fn a_long_namespace_gives_way_to_the_tools_own_name() {
+        let long = "a-server-whose-name-is-long-enough-to-matter__lookup";
+        let map = NameMap::new([long], Some("mcp__toolmux__"), FULL_BUDGET);
+        let served = &map.pairs()[0].0;
+        expect!["a-server-whose-name-is-long-enoug_1b78cd00__lookup"].assert_eq(served);
+        assert_eq!(served.len(), 64 - "mcp__toolmux__".len());
+        assert_eq!(map.local(served), Some(long));
     }
 
     #[test]

@@ -77,6 +77,23 @@ impl ClientProfile {
         }
     }
 
+    /// The profile of the client whose `initialize` names it `client_name`
+    /// (`clientInfo.name`): Claude Code (`claude-code`) and Claude Desktop (`claude-ai`),
+    /// Codex (`codex-mcp-client`), Cursor (`cursor-vscode`), Gemini CLI; `None` for
+    /// another.
+    pub fn detect(client_name: &str) -> Option<ClientProfile> {
+        let name = client_name.to_ascii_lowercase();
+        [
+            ("claude", ClientProfile::Claude),
+            ("codex", ClientProfile::Codex),
+            ("cursor", ClientProfile::Cursor),
+            ("gemini", ClientProfile::Gemini),
+        ]
+        .into_iter()
+        .find(|(word, _)| name.contains(word))
+        .map(|(_, profile)| profile)
+    }
+
     /// How input schemas are rewritten for this client.
     pub fn schema_rules(self) -> SchemaRules {
         let plain = SchemaRules { plain_top_level: true, ..SchemaRules::default() };
@@ -96,6 +113,18 @@ impl ClientProfile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_are_told_by_the_name_they_give() {
+        let detect = ClientProfile::detect;
+        assert_eq!(detect("claude-code"), Some(ClientProfile::Claude));
+        assert_eq!(detect("claude-ai"), Some(ClientProfile::Claude));
+        assert_eq!(detect("codex-mcp-client"), Some(ClientProfile::Codex));
+        assert_eq!(detect("cursor-vscode"), Some(ClientProfile::Cursor));
+        assert_eq!(detect("gemini-cli-mcp-client"), Some(ClientProfile::Gemini));
+        assert_eq!(detect("Visual Studio Code"), None);
+        assert_eq!(detect("mcp"), None);
+    }
 
     #[test]
     fn names_round_trip_and_every_profile_has_rules_or_names() {
