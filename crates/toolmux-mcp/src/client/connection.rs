@@ -100,7 +100,13 @@ pub(crate) async fn connect(
     if kind == TransportKind::Stdio && config.malware_check != Some(false) {
         screen(server, config).await?;
     }
-    let fault = Fault::default();
+    let mut fault = Fault::default();
+    // Streamable HTTP is tried first, then legacy SSE, as MCP's backwards compatibility
+    // asks of clients (and VS Code does for `type: http`): many servers in the Claude,
+    // Cursor and VS Code files people import still speak only SSE.
+    let http_first = kind == TransportKind::Http;
+    let sse_fault = Fault::default();
+    let mut over_sse = false;
     let mut process = None;
     // A person approving in a browser has the authorization timeout on top.
     let startup = config.startup_timeout()
@@ -108,7 +114,7 @@ pub(crate) async fn connect(
     let mode = config.protocol.unwrap_or_default();
     let attempt = async {
         let first = start(server, config, kind, http, events, &fault, &mut process, mode).await;
-        match first {
+        let result = match first {
             // A server that answers `server/discover` with something that is neither a
             // discovery result nor an error (some answer every unknown method with `{}`)
             // gets the handshake it understands, on a fresh connection.
@@ -130,9 +136,38 @@ pub(crate) async fn connect(
                 .await
             }
             other => other,
+        };
+        match result {
+            Err(e) if http_first && not_streamable_http(&e) => {
+                tracing::debug!(server, "streamable HTTP failed ({e}); trying legacy SSE");
+                let sse = TransportKind::Sse;
+                let legacy = ProtocolMode::Legacy;
+                match start(server, config, sse, http, events, &sse_fault, &mut process, legacy)
+                    .await
+                {
+                    Ok(service) => {
+                        tracing::info!(
+                            server,
+                            "the server speaks legacy SSE, not streamable HTTP; `type: sse` \
+                             connects without trying the other first"
+                        );
+                        over_sse = true;
+                        Ok(service)
+                    }
+                    Err(sse_error) => {
+                        tracing::debug!(server, "legacy SSE failed too: {sse_error}");
+                        Err(e)
+                    }
+                }
+            }
+            other => other,
         }
     };
-    let service = match tokio::time::timeout(startup, attempt).await {
+    let service = tokio::time::timeout(startup, attempt).await;
+    if over_sse {
+        fault = sse_fault;
+    }
+    let service = match service {
         Ok(Ok(service)) => service,
         Ok(Err(e)) => {
             if let Some(mut process) = process {
@@ -177,6 +212,20 @@ pub(crate) async fn connect(
         listen_for_list_changes(server, &connection, events);
     }
     Ok(connection)
+}
+
+/// Whether `error`, from a first try at streamable HTTP, leaves legacy SSE worth a try: the
+/// server refused or did not understand the POST. Not when it asked for credentials, the
+/// configuration is wrong or the time is up.
+fn not_streamable_http(error: &McpError) -> bool {
+    matches!(
+        error,
+        McpError::Connect { .. }
+            | McpError::Handshake { .. }
+            | McpError::Closed { .. }
+            | McpError::Protocol { .. }
+            | McpError::Rpc { .. }
+    )
 }
 
 /// Refuses to start a server whose package runner would fetch a package OSV lists as

@@ -67,6 +67,19 @@ async fn legacy_sse_passes_the_conformance_suite() {
     provider.shutdown().await.unwrap();
 }
 
+/// A `url` with no `type` (as Claude, Cursor and VS Code files give it) of a server that
+/// speaks only legacy SSE: streamable HTTP is tried first, then SSE, and the server works.
+#[tokio::test]
+async fn a_url_of_no_type_falls_back_to_legacy_sse() {
+    let server = http_server("sse");
+    let config =
+        McpServerConfig { url: Some(format!("{}/sse", server.base)), ..McpServerConfig::default() };
+    let provider = McpProvider::new("everything", config).unwrap();
+    let out = provider.call("echo", json!({"message": "over sse"}), &CallContext::new()).await;
+    assert_eq!(out.expect("the call over SSE").to_text(), "Echo: over sse");
+    provider.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn progress_reaches_the_sink() {
     let provider = McpProvider::new("everything", support::everything_stdio()).unwrap();
