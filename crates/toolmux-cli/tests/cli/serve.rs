@@ -916,6 +916,11 @@ fn calls_relayed_to_a_stdio_server_keep_the_pipeline() {
         served.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": name, "arguments": arguments}}));
     };
+    // Calls take the relayed path once the session has finished its handshake, which the
+    // answer to `initialize` does not wait for: one call first, answered either way.
+    call(&mut served, 100, "fx__echo", json!({"message": "warm"}));
+    let answer = served.next();
+    assert_eq!(answer["id"], 100, "{answer}");
     call(&mut served, 2, "fx__echo", json!({"message": "hi \u{e9}"}));
     // The fixture's result as it wrote it (a decoded and encoded one has `isError: false`).
     let answer = served.next();
