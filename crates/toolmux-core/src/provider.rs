@@ -155,6 +155,14 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Run `run_id` has ended (an MCP client's session closed): what the provider keeps
+    /// for that run alone (a per-session server process) can go now rather than when it
+    /// would have idled out. Must not block; closing may go on in the background. The
+    /// default keeps nothing per run.
+    fn end_run(&self, run_id: &str) {
+        let _ = run_id;
+    }
+
     /// What besides the arguments (and the run, see [`ToolProvider::state_per_run`]) an
     /// output of `tool` depends on for this caller: the values of the caller's request
     /// headers passed on to the service (`passthroughHeaders`, a tenant or a user), so

@@ -75,6 +75,10 @@ impl ToolProvider for FilteredView {
         ToolKind::Composite
     }
 
+    fn end_run(&self, run_id: &str) {
+        self.orchestrator.end_run(run_id);
+    }
+
     fn namespace(&self) -> &str {
         self.orchestrator.namespace()
     }

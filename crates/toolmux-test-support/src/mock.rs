@@ -76,6 +76,8 @@ pub struct MockProvider {
     /// Relays calls ([`ToolProvider::relay`]).
     relay: bool,
     relayed: AtomicU64,
+    /// The runs it was told ended ([`ToolProvider::end_run`]), in order.
+    ended_runs: Mutex<Vec<String>>,
 }
 
 impl MockProvider {
@@ -99,6 +101,7 @@ impl MockProvider {
             state_per_run: false,
             relay: false,
             relayed: AtomicU64::new(0),
+            ended_runs: Mutex::new(Vec::new()),
         }
     }
 
@@ -181,6 +184,11 @@ impl MockProvider {
         self.notifier.notify();
     }
 
+    /// The runs it was told ended, in order.
+    pub fn ended_runs(&self) -> Vec<String> {
+        self.ended_runs.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Calls of one tool so far.
     pub fn calls_of(&self, name: &str) -> u64 {
         self.lock_tools()
@@ -244,6 +252,10 @@ impl ToolProvider for MockProvider {
 
     fn state_per_run(&self) -> bool {
         self.state_per_run
+    }
+
+    fn end_run(&self, run_id: &str) {
+        self.ended_runs.lock().unwrap_or_else(|e| e.into_inner()).push(run_id.to_owned());
     }
 
     fn namespace(&self) -> &str {

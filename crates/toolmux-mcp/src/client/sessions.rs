@@ -172,9 +172,13 @@ impl Sessions {
 
 /// Shuts a session's provider down in the background: its process group is reaped there.
 fn close(provider: Arc<McpProvider>) {
-    tokio::spawn(async move {
-        let _ = provider.shutdown().await;
-    });
+    // Outside a runtime (a session dropped as the process ends) the provider's drop kills
+    // the process group instead.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = provider.shutdown().await;
+        });
+    }
 }
 
 /// Counts a call in flight until dropped.
@@ -223,6 +227,17 @@ impl ToolProvider for PerSessionProvider {
 
     fn cache_partition(&self, tool: &str, ctx: &CallContext) -> Option<String> {
         self.inner.template.cache_partition(tool, ctx)
+    }
+
+    /// The run's server goes with its session, unless a call of it still runs (the idle
+    /// reaper closes it then).
+    fn end_run(&self, run_id: &str) {
+        let mut open = self.inner.lock();
+        let idle = open.get(run_id).is_some_and(|s| s.in_flight.load(Ordering::Acquire) == 0);
+        if idle && let Some(session) = open.remove(run_id) {
+            tracing::debug!(server = %self.inner.name, run = run_id, "closing an ended run's session");
+            close(session.provider);
+        }
     }
 
     fn namespace(&self) -> &str {

@@ -339,6 +339,35 @@ impl Shared {
     }
 }
 
+/// What ends with a session: its cancellation token, and the runs that belong to it alone
+/// (its own, and a key holder's within it), which the provider is told have ended
+/// ([`ToolProvider::end_run`]: a per-session upstream server goes now, not when it idles
+/// out). Runs a client names, and stateless requests' runs, outlive sessions.
+#[derive(Debug)]
+struct SessionEnd {
+    _session: DropGuard,
+    provider: Arc<dyn ToolProvider>,
+    runs: Mutex<Vec<Arc<str>>>,
+}
+
+impl SessionEnd {
+    fn keep(&self, run: &Arc<str>) {
+        let mut runs = self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        if !runs.contains(run) {
+            runs.push(run.clone());
+        }
+    }
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        let runs = std::mem::take(self.runs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for run in runs {
+            self.provider.end_run(&run);
+        }
+    }
+}
+
 /// The handler of one MCP session.
 #[derive(Debug, Clone)]
 pub(crate) struct Gateway {
@@ -347,7 +376,8 @@ pub(crate) struct Gateway {
     /// Cancelled when the last clone of this session's handler is dropped, which ends the
     /// session's list-changed forwarder.
     session: CancellationToken,
-    _session_guard: Arc<DropGuard>,
+    /// Cancels `session` and ends the session's runs when the last clone is dropped.
+    ended: Arc<SessionEnd>,
     /// The level set with `logging/setLevel`; no log lines are sent before one is set.
     log_level: Arc<Mutex<Option<LogLevel>>>,
     /// The resource URIs this session subscribed to.
@@ -417,12 +447,16 @@ impl Gateway {
         let n = shared.sessions.fetch_add(1, Ordering::Relaxed) + 1;
         let run_id: Arc<str> = Arc::from(format!("mcp-{}-{n}", shared.server_id));
         let session = CancellationToken::new();
-        let guard = Arc::new(session.clone().drop_guard());
+        let ended = Arc::new(SessionEnd {
+            _session: session.clone().drop_guard(),
+            provider: shared.provider.clone(),
+            runs: Mutex::new(vec![run_id.clone()]),
+        });
         Gateway {
             shared,
             run_id,
             session,
-            _session_guard: guard,
+            ended,
             log_level: Arc::new(Mutex::new(None)),
             subscriptions: Arc::new(Mutex::new(HashSet::new())),
             prepared: Arc::default(),
@@ -514,7 +548,11 @@ impl Gateway {
             // `key:HOLDER/…` as every run of a key holder: what keeps tenants apart (the
             // external tools' pending calls) reads the holder from it.
             (Some(holder), None) if stateless => Arc::from(format!("key:{}/stateless", holder.0)),
-            (Some(holder), None) => Arc::from(format!("key:{}/{}", holder.0, self.run_id)),
+            (Some(holder), None) => {
+                let run: Arc<str> = Arc::from(format!("key:{}/{}", holder.0, self.run_id));
+                self.ended.keep(&run);
+                run
+            }
             (Some(holder), Some(id)) => Arc::from(format!("key:{}/client:{id}", holder.0)),
         };
         // The caller's trace: `_meta.traceparent` (MCP's way, SEP-414), else an HTTP

@@ -39,6 +39,25 @@ async fn each_run_gets_its_own_server_process() {
     assert!(error.report().contains("shut down"), "{}", error.report());
 }
 
+/// A run that ended (its client's session closed) has its server closed at once, not when
+/// it would have idled out; other runs keep theirs.
+#[tokio::test]
+async fn an_ended_run_has_its_server_closed_at_once() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 4, Duration::from_secs(3600)).unwrap();
+    provider.warmup().await.unwrap();
+    let a = pid(&provider, "run-a").await;
+    let b = pid(&provider, "run-b").await;
+    provider.end_run("run-a");
+    provider.end_run("never-ran");
+    assert_eq!(provider.open_sessions(), ["run-b"]);
+    wait_for("the ended run's process reaped", Duration::from_secs(10), || !alive(a)).await;
+    assert!(alive(b), "another run's server was closed");
+    // The run may come back: it gets a server of its own again.
+    assert_ne!(pid(&provider, "run-a").await, a);
+    provider.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn idle_sessions_close_and_the_least_recently_used_makes_room() {
     let provider =

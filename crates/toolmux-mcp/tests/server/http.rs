@@ -48,6 +48,26 @@ async fn sessions_are_runs_and_see_list_changes() {
     server.stop().await;
 }
 
+/// When a client closes its session, the provider is told its run ended (so a
+/// per-session upstream server goes at once); other sessions' runs go on.
+#[tokio::test]
+async fn a_closed_session_ends_its_run() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("run", Behavior::RunId));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let (first, _) = server.connect(Lifecycle::Initialize).await;
+    let (second, _) = server.connect(Lifecycle::Initialize).await;
+    let run = first_text(&call(&first, "run", json!({})).await);
+    let other = first_text(&call(&second, "run", json!({})).await);
+    assert_ne!(run, other);
+    assert!(mock.ended_runs().is_empty(), "{:?}", mock.ended_runs());
+    within(first.cancel()).await.unwrap();
+    eventually("the closed session's run ended", || async { mock.ended_runs().contains(&run) })
+        .await;
+    assert!(!mock.ended_runs().contains(&other), "{:?}", mock.ended_runs());
+    within(second.cancel()).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn an_abandoned_call_cancels_the_tool() {
     let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));

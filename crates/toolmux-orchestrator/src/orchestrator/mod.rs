@@ -672,6 +672,9 @@ impl Orchestrator {
     /// Forgets a run's counters.
     pub fn end_run(&self, run_id: &str) {
         self.inner.runs.lock().unwrap_or_else(|e| e.into_inner()).remove(run_id);
+        for provider in self.providers() {
+            provider.end_run(run_id);
+        }
     }
 
     fn run_state(&self, run_id: &str) -> Arc<RunState> {
@@ -2007,6 +2010,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 impl ToolProvider for Orchestrator {
     fn kind(&self) -> ToolKind {
         ToolKind::Composite
+    }
+
+    fn end_run(&self, run_id: &str) {
+        Orchestrator::end_run(self, run_id);
     }
 
     fn namespace(&self) -> &str {

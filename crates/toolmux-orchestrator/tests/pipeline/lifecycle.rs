@@ -180,3 +180,18 @@ async fn health_is_told_per_provider() {
     let view = FilteredView::new(o, vec!["down__*".into()]);
     assert_eq!(view.health(), Health::unhealthy("unhealthy: down"));
 }
+
+/// An ended run reaches every provider (a per-session server closes), also through a
+/// filtered view and through the orchestrator served as a provider.
+#[tokio::test]
+async fn an_ended_run_reaches_every_provider() {
+    let a = Arc::new(MockProvider::new("a").with_tool("t", Behavior::Echo));
+    let b = Arc::new(MockProvider::new("b").with_tool("t", Behavior::Echo));
+    let o = start(OrchestratorConfig::default(), vec![a.clone(), b.clone()]).await;
+    o.end_run("run-1");
+    FilteredView::new(o.clone(), vec!["a__*".into()]).end_run("run-2");
+    ToolProvider::end_run(&o, "run-3");
+    for p in [&a, &b] {
+        assert_eq!(p.ended_runs(), ["run-1", "run-2", "run-3"]);
+    }
+}
