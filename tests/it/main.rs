@@ -5,3 +5,4 @@
 
 mod cache;
 mod config;
+mod fs;

@@ -168,7 +168,14 @@ impl Toolmux {
 
         #[cfg(feature = "fs")]
         if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled && keep("fs")) {
-            providers.push(fs_provider(loaded, fs)?);
+            providers.push(fs_provider(loaded, fs, config.response_max_bytes)?);
+            // A command's own timeout (`timeout`, up to `maxTimeoutMs`) ends it with its
+            // output so far: the pipeline's limit must not cut it off first, output lost.
+            let own = fs.bash.max_timeout_ms.max(fs.bash.default_timeout_ms);
+            for tool in ["fs__bash", "fs__exec"] {
+                let settings = config.tools.entry(tool.to_owned()).or_default();
+                settings.timeout.get_or_insert(Duration::from_millis(own) + FS_COMMAND_MARGIN);
+            }
         }
         #[cfg(feature = "fs")]
         if !loaded.config.command_tools.is_empty() && keep(toolmux_fs::COMMANDS_NAMESPACE) {
@@ -633,10 +640,23 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
     }
 }
 
+/// How much longer than a command's longest own timeout the pipeline waits for `fs__bash`
+/// and `fs__exec`: time to kill the command's processes and gather what they printed.
+#[cfg(feature = "fs")]
+const FS_COMMAND_MARGIN: Duration = Duration::from_secs(15);
+
+/// Bytes a page of `fs__read` leaves under the response cap for its header and footer.
+#[cfg(feature = "fs")]
+const READ_PAGE_ROOM: usize = 4096;
+
+/// The file tools over `fs`; a `read` page stays within `response_max` (the pipeline's
+/// cap), so that the model gets lines and a note saying where to read on, never a page
+/// stored away whole.
 #[cfg(feature = "fs")]
 fn fs_provider(
     loaded: &Loaded,
     fs: &crate::config::FsSection,
+    response_max: usize,
 ) -> Result<Arc<dyn ToolProvider>, ToolmuxError> {
     let root = fs.root.as_deref().map_or_else(|| loaded.base_dir.clone(), |r| loaded.resolve(r));
     let mut bash = fs.bash.clone();
@@ -644,7 +664,13 @@ fn fs_provider(
     let config = toolmux_fs::FsConfig::new(root)
         .with_permissions(fs.permissions.iter().copied())
         .with_bash(bash)
-        .with_limits(fs.limits.clone())
+        .with_limits(toolmux_fs::FsLimits {
+            read_page_bytes: fs
+                .limits
+                .read_page_bytes
+                .min(response_max.saturating_sub(READ_PAGE_ROOM).max(READ_PAGE_ROOM)),
+            ..fs.limits.clone()
+        })
         .with_protect(fs.protect.iter().cloned())
         .with_hide(fs.hide.iter().cloned().chain(denied_reads(&loaded.config.permissions.deny)));
     let config = own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p));

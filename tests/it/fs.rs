@@ -1,0 +1,58 @@
+//! The file tools through a loaded configuration and the whole pipeline: a command runs
+//! to its own timeout, whatever `defaults.toolTimeout` says, and a large file's `read`
+//! comes back as lines within the response cap.
+
+use std::path::Path;
+use toolmux::Toolmux;
+use toolmux::config::{FileFormat, load_str};
+use toolmux::toolmux_core::{CallContext, ToolCall};
+
+async fn build(yaml: &str, root: &Path) -> Toolmux {
+    let env = |_: &str| None;
+    let loaded = load_str(yaml, FileFormat::Yaml, "toolmux.yaml", root, &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let toolmux = Toolmux::build(&loaded).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(toolmux.orchestrator().warmup().await.is_ok());
+    toolmux
+}
+
+#[tokio::test]
+async fn a_command_runs_to_its_own_timeout_past_the_default_tool_timeout() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let yaml = "defaults: {toolTimeout: 500}\nfs: {permissions: [read, execute]}\n";
+    let toolmux = build(yaml, root.path()).await;
+    let call = ToolCall::new("fs__bash", serde_json::json!({"command": "sleep 1.5; echo done"}));
+    let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
+    assert!(result.ok, "{result:?}");
+    assert!(result.result.as_deref().is_some_and(|r| r.contains("done")), "{result:?}");
+    // The command's own timeout still ends it, with what it printed.
+    let call = ToolCall::new(
+        "fs__bash",
+        serde_json::json!({"command": "echo started; sleep 30", "timeout": 1000}),
+    );
+    let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
+    let text = format!("{result:?}");
+    assert!(text.contains("started") && text.contains("timed out"), "{text}");
+    toolmux.shutdown().await.expect("shut down");
+}
+
+#[tokio::test]
+async fn reading_a_large_file_gives_lines_within_the_response_cap() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let line = format!("{}\n", "x".repeat(110));
+    std::fs::write(root.path().join("big.txt"), line.repeat(2000)).expect("a file");
+    let yaml = "fs: {permissions: [read]}\n";
+    let toolmux = build(yaml, root.path()).await;
+    let call = ToolCall::new("fs__read", serde_json::json!({"path": "big.txt"}));
+    let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
+    assert!(result.ok, "{result:?}");
+    let text = result.result.unwrap_or_default();
+    assert!(!text.contains("size_limit_exceeded"), "stored away instead of read: {text}");
+    assert!(
+        text.contains("xxxxxxxxxx") && text.contains("offset"),
+        "{}",
+        &text[text.len() - 300..]
+    );
+    assert!(text.len() <= 100_000, "{}", text.len());
+    toolmux.shutdown().await.expect("shut down");
+}
