@@ -303,6 +303,17 @@ impl CallRules {
                 ));
             }
         }
+        // A program named by an expansion could be what a deny or ask rule names: no rule
+        // may let it through unseen.
+        if view.opaque == Some(shellwords::NAMED_BY_EXPANSION)
+            && (!self.deny.is_empty() || !self.ask.is_empty())
+        {
+            return Permission::Ask(format!(
+                "a command line with {} (which `permissions.deny` and `permissions.ask` rules \
+                 cannot see through)",
+                shellwords::NAMED_BY_EXPANSION
+            ));
+        }
         if let Some(asked) = &self.asked {
             return Permission::Ask(asked.clone());
         }
@@ -589,6 +600,14 @@ mod tests {
         assert_eq!(verdict(&judge_command(&open, "fs__bash", "echo $(rm x)")), "deny");
         let everything = PermissionRules::default().allow("fs__bash(*)");
         assert_eq!(verdict(&judge_command(&everything, "fs__bash", "a $(b) | c")), "allow");
+        // A program named by an expansion could be the denied one: asked, whatever allows.
+        let guarded = PermissionRules::default().allow("fs__bash(*)").deny("fs__bash(rm *)");
+        for line in ["X=rm; $X -rf x", "${X} -rf x", r"$'\x72m' -rf x", "sudo $X y"] {
+            assert_eq!(verdict(&judge_command(&guarded, "fs__bash", line)), "ask", "{line}");
+        }
+        assert_eq!(verdict(&judge_command(&guarded, "fs__bash", "env -S 'rm x'")), "deny");
+        assert_eq!(verdict(&judge_command(&guarded, "fs__bash", "echo $X")), "allow");
+        assert_eq!(verdict(&judge_command(&everything, "fs__bash", "$X -rf x")), "allow");
         // A plain deny decides without looking at calls.
         let denied = PermissionRules::default().deny("fs__bash").allow("fs__bash(ls)");
         assert_eq!(

@@ -8,6 +8,11 @@
 //! commands are then a best effort (split at the substitutions too), good for finding a
 //! denied command, never enough to allow one.
 
+/// Why a line is opaque when a command's program is named by an expansion: unlike a
+/// substitution, whose commands are split out for deny rules to find, what runs then is
+/// unknown to every rule.
+pub(crate) const NAMED_BY_EXPANSION: &str = "a command named by an expansion";
+
 /// One line, split.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Line {
@@ -139,6 +144,16 @@ pub(crate) fn split(line: &str) -> Line {
         i += 1;
     }
     s.end_command();
+    // A program named by an expansion (`$X -rf x`, `${X}`, `$'\x72m'`) could be anything:
+    // no rule can judge it, whatever the words say.
+    let expanded = |command: &Vec<String>| {
+        let assignments = command.iter().take_while(|w| is_assignment(w)).count();
+        command.get(assignments).is_some_and(|program| program.contains('$'))
+    };
+    if s.commands.iter().any(|c| expanded(c) || inner_commands(c).iter().any(expanded)) {
+        // Said over any other reason: deny rules cannot see through this one.
+        s.opaque = Some(NAMED_BY_EXPANSION);
+    }
     Line { commands: s.commands, opaque: s.opaque }
 }
 
@@ -266,6 +281,13 @@ fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
                 break;
             }
         }
+    } else if program == "env"
+        && let Some(line) = split_string(&words[1..])
+    {
+        // `env -S 'rm x'` splits its argument into the command it runs.
+        for command in split(line).commands {
+            add(found, command);
+        }
     } else if program == "eval" {
         for command in split(&words[1..].join(" ")).commands {
             add(found, command);
@@ -307,6 +329,22 @@ fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
             add(found, words[i..].to_vec());
         }
     }
+}
+
+/// The value of `env`'s `-S`/`--split-string` among `args`, if given.
+fn split_string(args: &[String]) -> Option<&str> {
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-S" | "--split-string" => return args.next().map(String::as_str),
+            joined if joined.starts_with("--split-string=") => {
+                return Some(&joined["--split-string=".len()..]);
+            }
+            joined if joined.starts_with("-S") => return Some(&joined[2..]),
+            _ => {}
+        }
+    }
+    None
 }
 
 fn is_assignment(word: &str) -> bool {
@@ -356,6 +394,28 @@ mod tests {
         assert_eq!(split("cat <<EOF\nx\nEOF").opaque, Some("a here-document"));
         assert_eq!(split("echo 'unclosed").opaque, Some("an unclosed quote"));
         assert_eq!(split("cat <<< word").opaque, None);
+    }
+
+    #[test]
+    fn a_program_named_by_an_expansion_makes_a_line_opaque() {
+        let why = Some(NAMED_BY_EXPANSION);
+        for line in ["X=rm; $X -rf x", "${X} -rf x", r"$'\x72m' -rf x", "sudo $CMD x", "A=1 $B"] {
+            assert_eq!(split(line).opaque, why, "{line}");
+        }
+        for line in ["echo $HOME", "rm \"$FILE\"", "cd $DIR && ls", "X=$(pwd)x ls"] {
+            assert_ne!(split(line).opaque, why, "{line}");
+        }
+    }
+
+    #[test]
+    fn env_split_strings_are_commands_too() {
+        let inner = |line: &str| -> Vec<String> {
+            let words = &split(line).commands[0];
+            inner_commands(words).iter().map(|c| c.join(" ")).collect()
+        };
+        assert_eq!(inner("env -S 'rm -rf x'"), ["rm -rf x"]);
+        assert_eq!(inner("env --split-string='rm x' "), ["rm x"]);
+        assert_eq!(inner("env -S'sudo rm x'"), ["sudo rm x", "rm x"]);
     }
 
     #[test]
