@@ -586,6 +586,11 @@ impl Captured {
 
     fn marked(&self, first: String, last: String, omitted: &str) -> String {
         let saved = match (&self.spill, &self.spill_error) {
+            (Some(path), _) if self.spill_written < self.total => format!(
+                "its first {} bytes saved to {} (the file's cap, `spillMaxBytes`)",
+                self.spill_written,
+                path.display()
+            ),
             (Some(path), _) => format!("full output saved to {}", path.display()),
             (None, Some(why)) => format!("the full output could not be saved: {why}"),
             (None, None) => "the full output could not be saved".into(),

@@ -734,7 +734,11 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
             state.unread.extend(tail);
         }
         let dropped = std::mem::take(&mut state.dropped);
-        let file = state.file.as_ref().map(|(p, _)| p.clone());
+        // The file, and how much of the output it holds when that is not all of it.
+        let file = state.file.as_ref().map(|(p, _)| {
+            let short = (state.saved < state.total).then_some(state.saved);
+            (p.clone(), short)
+        });
         (taken, dropped, state.total, state.end.clone(), file, state.planted.clone())
     };
     let text = String::from_utf8_lossy(&bytes);
@@ -754,10 +758,14 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
         out.push_str(&note);
     }
     if dropped > 0 {
-        let saved = file.as_ref().map_or_else(
-            || "it could not be saved".to_owned(),
-            |p| format!("all output is saved in {}", p.display()),
-        );
+        let saved = match &file {
+            None => "it could not be saved".to_owned(),
+            Some((p, None)) => format!("all output is saved in {}", p.display()),
+            Some((p, Some(saved))) => format!(
+                "the first {saved} bytes are saved in {} (the file's cap, `spillMaxBytes`)",
+                p.display()
+            ),
+        };
         let _ = write!(out, "\n[{dropped} bytes of output were dropped unread; {saved}]");
     }
     if shown.is_empty() {
@@ -770,9 +778,11 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
         let half = cap / 2;
         let first: String = shown.chars().take(half).collect();
         let last: String = shown.chars().skip(chars - (cap - half)).collect();
-        let saved = file
-            .as_ref()
-            .map_or_else(String::new, |p| format!("; all of it is in {}", p.display()));
+        let saved = match &file {
+            None => String::new(),
+            Some((p, None)) => format!("; all of it is in {}", p.display()),
+            Some((p, Some(saved))) => format!("; its first {saved} bytes are in {}", p.display()),
+        };
         let _ = write!(
             out,
             "\n--- output ---\n{first}\n[... {} characters omitted{saved} ...]\n{}",

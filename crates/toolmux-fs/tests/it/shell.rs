@@ -243,6 +243,9 @@ async fn huge_output_stays_bounded() {
     assert_eq!(out.extras["stdoutBytes"], 50_000_005);
     let file = out.extras["stdoutFile"].as_str().unwrap();
     assert_eq!(std::fs::metadata(file).unwrap().len(), 1 << 20);
+    // The model is not told the file holds everything.
+    let said = format!("its first 1048576 bytes saved to {file} (the file's cap, `spillMaxBytes`)");
+    assert!(text.contains(&said), "{}", &text[..text.len().min(20_000)]);
 }
 
 #[tokio::test]
