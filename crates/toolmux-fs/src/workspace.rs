@@ -492,7 +492,22 @@ impl Workspace {
     /// (its target must be beneath the root). Returns the canonical path written and
     /// whether the file was created.
     pub fn write_atomic(&self, path: &Resolved, content: &[u8]) -> Result<Written, FsError> {
+        self.write_atomic_like(path, content, None)
+    }
+
+    /// [`Workspace::write_atomic`]; a file it creates gets the permissions of `like` (a
+    /// file moved keeps its mode), when that is a file.
+    pub fn write_atomic_like(
+        &self,
+        path: &Resolved,
+        content: &[u8],
+        like: Option<&Resolved>,
+    ) -> Result<Written, FsError> {
         let err = |e: io::Error| FsError::from_io(&path.given, e);
+        let like = like
+            .and_then(|source| self.dir.symlink_metadata(&source.relative).ok())
+            .filter(|meta| meta.is_file())
+            .map(|meta| meta.permissions());
         self.check_write(path)?;
         let target = self.write_target(path)?;
         let (parent, name) = split_parent(&target).ok_or_else(|| FsError::InvalidArguments {
@@ -524,6 +539,8 @@ impl Workspace {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(err(e)),
         };
+        let created = existing.is_none();
+        let existing = existing.or(like);
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let temp = format!(
             ".{}.toolmux-{}-{}.tmp",
@@ -548,10 +565,7 @@ impl Workspace {
             let _ = parent_dir.remove_file(&temp);
             return Err(err(e));
         }
-        Ok(Written {
-            canonical: self.canonical(path).unwrap_or(target),
-            created: existing.is_none(),
-        })
+        Ok(Written { canonical: self.canonical(path).unwrap_or(target), created })
     }
 
     /// Removes the regular file at `path` (a symlink there is refused, not followed),

@@ -570,6 +570,8 @@ struct Entry {
     original: Option<Vec<u8>>,
     /// Its content after the operations so far; `None` when it is (to be) gone.
     current: Option<TextFile>,
+    /// The file it was moved from (`*** Move to:`), whose permissions it keeps.
+    moved_from: Option<Resolved>,
 }
 
 /// One line of the summary.
@@ -672,6 +674,7 @@ pub(crate) fn apply_patch(
                 too_large(limits, path, &file)?;
                 let (added, removed) =
                     applied.iter().fold((0, 0), |(a, r), hunk| (a + hunk.added, r + hunk.removed));
+                let source = targets[&target].clone();
                 let (landing, mark, what) = match (move_to, dest) {
                     (Some(move_to), Some(dest)) if dest != target => {
                         if present(ws, &files, &targets, &dest)? {
@@ -687,7 +690,10 @@ pub(crate) fn apply_patch(
                     }
                     _ => (target, 'M', format!("{path} (+{added} -{removed})")),
                 };
-                entry(ws, limits, run, &mut files, &targets, &landing)?.current = Some(file);
+                let source = (mark == 'R').then_some(source);
+                let landed = entry(ws, limits, run, &mut files, &targets, &landing)?;
+                landed.current = Some(file);
+                landed.moved_from = landed.moved_from.take().or(source);
                 changes.push(Change { mark, what, hunks: applied });
             }
         }
@@ -762,7 +768,7 @@ fn entry<'f>(
         } else {
             (None, None)
         };
-        files.insert(target.clone(), Entry { resolved, original, current });
+        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None });
     }
     Ok(files.get_mut(target).expect("inserted above"))
 }
@@ -803,7 +809,8 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
                 if entry.original.as_deref() == Some(bytes.as_slice()) {
                     continue;
                 }
-                ws.write_atomic(&entry.resolved, &bytes).map(|written| {
+                let like = entry.moved_from.as_ref();
+                ws.write_atomic_like(&entry.resolved, &bytes, like).map(|written| {
                     ws.record_read(run, written.canonical, workspace::hash(&bytes));
                 })
             }

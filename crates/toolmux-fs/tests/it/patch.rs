@@ -45,6 +45,24 @@ async fn adds_deletes_changes_and_moves_files_in_one_call() {
     assert_eq!(fx.get("lib/helpers.py"), "def helper():\n    return 42\n");
 }
 
+/// A moved file keeps its mode: a script stays executable under its new name.
+#[tokio::test]
+async fn a_moved_file_keeps_its_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    fx.put("run.sh", "#!/bin/sh\necho one\n");
+    let script = fx.root().join("run.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
+    fx.ok(
+        "apply_patch",
+        patch("*** Update File: run.sh\n*** Move to: bin/run.sh\n #!/bin/sh\n-echo one\n+echo two"),
+    )
+    .await;
+    let moved = std::fs::metadata(fx.root().join("bin/run.sh")).unwrap();
+    assert_eq!(moved.permissions().mode() & 0o777, 0o750);
+    assert_eq!(fx.get("bin/run.sh"), "#!/bin/sh\necho two\n");
+}
+
 #[tokio::test]
 async fn a_hunk_that_does_not_apply_changes_nothing() {
     let fx = Fixture::new();
