@@ -173,6 +173,15 @@ impl MarkedGroup {
         }
     }
 
+    /// Asks the group to stop (`SIGTERM`), so that its programs can clean up (remove a
+    /// lock file, flush a log) before [`MarkedGroup::kill_all`].
+    pub fn terminate_group(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.group.and_then(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
+        }
+    }
+
     /// Kills (`SIGKILL`) the group now.
     pub fn kill_group(&self) {
         #[cfg(unix)]

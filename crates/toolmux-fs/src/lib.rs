@@ -13,7 +13,8 @@
 //!   on by default.
 //! - `grep` and `glob` run ripgrep's crates in process, off the async threads, and stop
 //!   when the call is cancelled. `bash` and `exec` run in their own process group, which is
-//!   killed and reaped on timeout or cancellation, and when the command exits, with what
+//!   killed and reaped on timeout (after `SIGTERM` and 2 s to clean up) or cancellation,
+//!   and when the command exits, with what
 //!   left the group (found by [`toolmux_core::ProcessMark`]). The file tools' confinement cannot reach
 //!   a command, so the kernel's does: on Linux each command restricts itself with Landlock
 //!   before it executes ([`SandboxConfig`]; by default it reads anything and writes only

@@ -23,6 +23,9 @@ use toolmux_core::{MarkedGroup, ProcessMark, ToolOutput};
 /// the group may still hold them).
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a command that ran out of time has between `SIGTERM` and `SIGKILL`.
+pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
+
 /// Characters a `bash` command may contain when an allow-list is set: shell operators that
 /// chain, substitute or redirect are refused, since a prefix check could not see past them.
 const SHELL_OPERATORS: &[char] = &[';', '&', '|', '$', '`', '<', '>', '(', ')', '\n', '\r', '\\'];
@@ -98,7 +101,8 @@ pub(crate) fn bash_description(sandbox: &str) -> String {
 beneath it), in its own process group, \
 stdin closed. {sandbox} The environment holds only PATH, HOME, LANG, configured variables and \
 TOOLMUX_PROCESS_MARK; nothing persists between calls (no cd, no exports). `timeout` in ms \
-(default 120000, max 600000): on timeout or cancellation the whole process group is killed; \
+(default 120000, max 600000): on timeout the whole process group gets SIGTERM, then SIGKILL \
+2 s later (a trap may clean up); on cancellation it is killed at once; \
 background processes left when the command exits are killed too, even those that left the group \
 (setsid, daemons). Output: `exit code N` (or the signal / timeout), then `--- stdout \
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
@@ -331,6 +335,13 @@ pub(crate) async fn run(
         () = tokio::time::sleep(limit) => End::TimedOut,
         () = cancel.cancelled() => End::Cancelled,
     };
+    // A command that ran out of time is asked to stop first, and given a moment to clean
+    // up (a killed `git` leaves `.git/index.lock` behind); one the caller cancelled is not
+    // waited for.
+    if matches!(end, End::TimedOut) {
+        group.terminate_group();
+        let _ = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+    }
     // Kill the whole group in every case: after a timeout or cancellation, and after a
     // normal exit too, for background processes the command left behind, in its group or
     // out of it.

@@ -222,8 +222,12 @@ impl Task {
 
     /// Kills the group now, from any thread (the watcher reaps it).
     fn kill_group(&self) {
+        self.signal_group(rustix::process::Signal::KILL);
+    }
+
+    fn signal_group(&self, signal: rustix::process::Signal) {
         if let Some(pid) = self.pid.and_then(|id| rustix::process::Pid::from_raw(id as i32)) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::kill_process_group(pid, signal);
         }
     }
 
@@ -694,6 +698,11 @@ async fn watch(
         () = tokio::time::sleep(lifetime) => End::TimedOut(lifetime),
         () = task.stop.cancelled() => End::Killed,
     };
+    if matches!(end, End::TimedOut(_)) {
+        // Asked to stop first, as a foreground command that runs out of time is.
+        task.signal_group(rustix::process::Signal::TERM);
+        let _ = tokio::time::timeout(shell::TERM_GRACE, child.wait()).await;
+    }
     task.kill_group();
     // What left the group goes too, before the pipes are drained (it may hold them).
     task.mark.sweep_on_pool(&task.label).await;

@@ -83,6 +83,32 @@ fn live_in_group(pgid: i32) -> Vec<i32> {
     live
 }
 
+/// A command that runs out of time gets `SIGTERM` first and a moment to clean up (its
+/// trap runs and what it prints is kept); one that ignores it is killed after the grace.
+#[tokio::test]
+async fn a_timed_out_command_is_asked_to_stop_before_it_is_killed() {
+    let fx = Fixture::new();
+    let out = fx
+        .call(
+            "bash",
+            json!({"command": "trap 'echo cleaning up; rm -f lock; exit 3' TERM; touch lock; \
+                   echo working; sleep 1000 & wait", "timeout": 500}),
+        )
+        .await
+        .unwrap();
+    let text = out.to_text();
+    assert_eq!(out.extras["timedOut"], true, "{text}");
+    assert!(text.contains("working") && text.contains("cleaning up"), "{text}");
+    assert!(!fx.root().join("lock").exists(), "the trap did not run");
+    let started = Instant::now();
+    let out = fx
+        .call("bash", json!({"command": "trap '' TERM; sleep 1000 & wait", "timeout": 300}))
+        .await
+        .unwrap();
+    assert_eq!(out.extras["timedOut"], true, "{}", out.to_text());
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn timeout_kills_the_whole_group_and_leaves_nothing_behind() {
     let fx = Fixture::new();
