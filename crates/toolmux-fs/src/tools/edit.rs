@@ -296,9 +296,23 @@ fn match_form(
     op: &EditOperation,
     ending: Option<LineEnding>,
 ) -> (String, String, Option<&'static str>) {
-    let given = op.old_string.as_str();
-    let mut old = Cow::Borrowed(given);
+    let mut given = op.old_string.as_str();
+    let mut new_given = Cow::Borrowed(op.new_string.as_str());
     let mut note = None;
+    // Copied from `read` with its line numbers (`    12\t…` on every line): the file has
+    // none, so they go, from `new_string` too when it has them on every line.
+    let unnumbered;
+    if !text.contains(given)
+        && let Some(bare) = without_read_numbers(given)
+    {
+        unnumbered = bare;
+        given = &unnumbered;
+        if let Some(bare) = without_read_numbers(&op.new_string) {
+            new_given = Cow::Owned(bare);
+        }
+        note = Some("removed the line numbers `read` puts before each line");
+    }
+    let mut old = Cow::Borrowed(given);
     if !text.contains(given) && given.contains('\n') {
         for (form, why) in [
             (LineEnding::Lf, "matched with LF line endings"),
@@ -315,12 +329,17 @@ fn match_form(
     if !text.contains(old.as_ref())
         && let Some(found) = typographic_match(text, &old)
     {
+        // The replacement keeps the file's style: plain quotes and dashes written where
+        // the matched text had typographic ones become those again.
+        if let Some(styled) = styled_like(&found, &new_given) {
+            new_given = Cow::Owned(styled);
+        }
         old = Cow::Owned(found);
         note = Some("matched the file's typographic quotes, dashes or spaces with plain ones");
     }
     let new = match ending {
         Some(ending) => {
-            let new = ending.apply(&op.new_string);
+            let new = ending.apply(&new_given);
             if note.is_none() && new != op.new_string {
                 note = Some(match ending {
                     LineEnding::CrLf => "written with the file's CRLF line endings",
@@ -329,9 +348,64 @@ fn match_form(
             }
             new.into_owned()
         }
-        None => op.new_string.clone(),
+        None => new_given.into_owned(),
     };
     (old.into_owned(), new, note)
+}
+
+/// `text` without the line numbers `read` puts before each line (`{:>6}\t`), when every
+/// line has one; `None` otherwise.
+fn without_read_numbers(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (number, rest) = line.split_once('\t')?;
+        let digits = number.trim_start_matches(' ');
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        out.push_str(rest);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// `new` in the typographic style of `matched`: where `matched` has curly double quotes, a
+/// plain `"` becomes an opening and a closing one in turn; where it has curly single ones,
+/// a `'` after a letter or digit becomes `’` and elsewhere `‘`; where it has a dash, a `-`
+/// after a space becomes that dash. `None` when `matched` has no typographic character.
+fn styled_like(matched: &str, new: &str) -> Option<String> {
+    let typographic: Vec<char> = matched.chars().filter(|&c| plain(c) != c).collect();
+    if typographic.is_empty() {
+        return None;
+    }
+    let has = |c: char| typographic.contains(&c);
+    let (open_double, close_double) = ('\u{201C}', '\u{201D}');
+    let curly_doubles = has(open_double) || has(close_double);
+    let curly_singles = has('\u{2019}') || has('\u{2018}');
+    let dash = typographic.iter().copied().find(|&c| plain(c) == '-');
+    let mut out = String::with_capacity(new.len());
+    let mut opened = false;
+    let mut previous = ' ';
+    for c in new.chars() {
+        let styled = match c {
+            '"' if curly_doubles => {
+                opened = !opened;
+                if opened { open_double } else { close_double }
+            }
+            // An apostrophe or a closing quote after a letter, an opening one elsewhere.
+            '\'' if curly_singles => {
+                if previous.is_alphanumeric() {
+                    '\u{2019}'
+                } else {
+                    '\u{2018}'
+                }
+            }
+            '-' if dash.is_some() && previous == ' ' => dash.unwrap_or('-'),
+            other => other,
+        };
+        out.push(styled);
+        previous = c;
+    }
+    Some(out)
 }
 
 /// The plain character a typographic one stands for (curly quotes, primes, dashes, the

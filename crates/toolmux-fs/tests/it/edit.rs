@@ -273,6 +273,33 @@ async fn edits_through_an_escaping_path_are_refused() {
     assert_eq!(std::fs::read_to_string(fx.outside().join("out.txt")).unwrap(), "x");
 }
 
+/// `old_string` copied from `read` with its line numbers matches the file without them;
+/// `new_string` written the same way loses them too.
+#[tokio::test]
+async fn line_numbers_copied_from_read_are_removed() {
+    let fx = Fixture::new();
+    fx.put("main.rs", "fn main() {\n    let x = 1;\n    println!(\"{x}\");\n}\n");
+    let read = fx.ok("read", json!({"path": "main.rs"})).await;
+    assert!(read.contains("     2\t    let x = 1;"), "{read}");
+    let out = fx
+        .ok(
+            "edit",
+            json!({"path": "main.rs", "old_string": "     2\t    let x = 1;\n     3\t    println!(\"{x}\");",
+                "new_string": "     2\t    let x = 2;\n     3\t    println!(\"{x}\");"}),
+        )
+        .await;
+    assert!(out.contains("removed the line numbers"), "{out}");
+    assert_eq!(fx.get("main.rs"), "fn main() {\n    let x = 2;\n    println!(\"{x}\");\n}\n");
+    // A `new_string` without them is inserted as it is.
+    fx.ok(
+        "edit",
+        json!({"path": "main.rs", "old_string": "     2\t    let x = 2;",
+        "new_string": "    let x = 3;"}),
+    )
+    .await;
+    assert_eq!(fx.get("main.rs"), "fn main() {\n    let x = 3;\n    println!(\"{x}\");\n}\n");
+}
+
 /// Typographic quotes, dashes and spaces in the file match the plain ones a model writes;
 /// when the places that match hold different text, nothing is guessed.
 #[tokio::test]
@@ -289,7 +316,16 @@ async fn typographic_characters_match_plain_ones() {
         .unwrap();
     let text = out.to_text();
     assert!(text.contains("matched the file's typographic quotes"), "{text}");
-    assert_eq!(fx.get("notes.md"), "# Notes\nIt's not done yet.\n");
+    // The replacement is written in the file's style, not with the model's plain quotes.
+    assert_eq!(fx.get("notes.md"), "# Notes\nIt\u{2019}s not done yet.\n");
+    fx.put("quote.md", "She said, \u{201C}Hello.\u{201D} \u{2014} then left.\n");
+    fx.ok(
+        "edit",
+        json!({"path": "quote.md", "old_string": "She said, \"Hello.\" - then",
+            "new_string": "She said, \"Hi there.\" - and then"}),
+    )
+    .await;
+    assert_eq!(fx.get("quote.md"), "She said, \u{201C}Hi there.\u{201D} \u{2014} and then left.\n");
 
     // Two places that match, written differently: which one was meant is not guessed.
     fx.put("two.md", "a \u{2018}x\u{2019}\nb\na \u{2019}x\u{2019}\n");
@@ -306,7 +342,7 @@ async fn typographic_characters_match_plain_ones() {
         .await
         .unwrap();
     assert_eq!(out.extras["replacements"], 2);
-    assert_eq!(fx.get("three.md"), "say \"bye\" and \"bye\"\n");
+    assert_eq!(fx.get("three.md"), "say \u{201C}bye\u{201D} and \u{201C}bye\u{201D}\n");
 }
 
 #[tokio::test]
