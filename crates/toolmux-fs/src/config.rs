@@ -75,11 +75,22 @@ pub struct FsConfig {
     /// `**/.env` or `secrets/`. Like `protect`, it does not reach `bash` and `exec`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hide: Vec<String>,
+    /// Whether other programs' files that run commands when those programs next start
+    /// here ([`crate::AGENT_FILES`]: `.claude/settings.json`, `.mcp.json`,
+    /// `.vscode/tasks.json`, …) are kept as toolmux's own are: the file tools read but do not
+    /// change them, and commands see them read-only, or have them moved aside when they
+    /// create them (default true).
+    #[serde(default = "yes")]
+    pub protect_agent_files: bool,
     /// Paths of the embedding program the file tools leave alone (its configuration file,
     /// audit log, statistics, output directory); set by the program, not by a
     /// configuration file.
     #[serde(skip)]
     pub protected: Vec<ProtectedPath>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_permissions() -> BTreeSet<Permission> {
@@ -96,6 +107,7 @@ impl FsConfig {
             limits: FsLimits::default(),
             protect: Vec::new(),
             hide: Vec::new(),
+            protect_agent_files: true,
             protected: Vec::new(),
         }
     }
@@ -128,6 +140,13 @@ impl FsConfig {
     /// nor change.
     pub fn with_hide(mut self, patterns: impl IntoIterator<Item = impl Into<String>>) -> Self {
         self.hide = patterns.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Keeps other programs' command-running files ([`crate::AGENT_FILES`]) from agents,
+    /// or not.
+    pub fn with_agent_files_protected(mut self, protect: bool) -> Self {
+        self.protect_agent_files = protect;
         self
     }
 

@@ -66,7 +66,7 @@ pub use commands::{
 };
 pub use config::{BashConfig, FsConfig, FsLimits, Permission, SandboxConfig, SandboxMode};
 pub use error::FsError;
-pub use protect::{ProtectedKind, ProtectedPath};
+pub use protect::{AGENT_FILES, ProtectedKind, ProtectedPath};
 pub use provider::FsProvider;
 pub use tools::edit::{EditArgs, EditOperation, MultiEditArgs};
 pub use tools::glob::GlobArgs;

@@ -34,14 +34,41 @@ pub enum ProtectedKind {
     /// neither read nor changed (through the gateway's tools only, which keep key holders
     /// apart and every agent to its own state).
     Spaces,
+    /// Another program's configuration that runs commands, outside any sandbox, when that
+    /// program next starts in the project: a coding agent's hooks and MCP servers, an
+    /// editor's tasks ([`AGENT_FILES`]). Read, not changed.
+    AgentConfig,
 }
 
 impl ProtectedKind {
     /// Whether the file tools may read it.
     pub(crate) fn readable(self) -> bool {
-        matches!(self, ProtectedKind::Configuration | ProtectedKind::Statistics)
+        matches!(
+            self,
+            ProtectedKind::Configuration | ProtectedKind::Statistics | ProtectedKind::AgentConfig
+        )
     }
 }
+
+/// Files beneath the root that other programs run commands from when they next start there,
+/// outside toolmux's sandbox: Claude Code's settings (hooks) and project MCP servers,
+/// Cursor's, VS Code's and Gemini CLI's MCP servers and hooks, VS Code's tasks (which may
+/// run on opening the folder), Codex's configuration. A command of an agent that could
+/// write them would run unconfined at the user's next start ([`FsConfig::protect_agent_files`]).
+///
+/// [`FsConfig::protect_agent_files`]: crate::FsConfig::protect_agent_files
+pub const AGENT_FILES: [&str; 10] = [
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".mcp.json",
+    ".cursor/mcp.json",
+    ".cursor/hooks.json",
+    ".vscode/mcp.json",
+    ".vscode/tasks.json",
+    ".codex/config.toml",
+    ".gemini/settings.json",
+    ".zed/settings.json",
+];
 
 /// A path the file tools must leave alone, given by the program embedding them (the
 /// `toolmux` facade passes its configuration file, audit log, statistics file and output
@@ -205,6 +232,13 @@ impl Reason {
             Reason::Program(ProtectedKind::Configuration) => {
                 "it is a configuration file toolmux loads: agents may not change it; ask the \
                  user to edit it"
+                    .to_owned()
+            }
+            Reason::Program(ProtectedKind::AgentConfig) => {
+                "it is the configuration of a coding agent or editor, which runs its hooks, \
+                 tasks or MCP servers outside any sandbox when it next starts here: agents may \
+                 not change it; ask the user to make this change (or to set \
+                 `fs.protectAgentFiles: false`)"
                     .to_owned()
             }
             Reason::Program(ProtectedKind::AuditLog) => {

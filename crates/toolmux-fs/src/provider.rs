@@ -2,7 +2,7 @@
 
 use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
-use crate::protect::Protection;
+use crate::protect::{ProtectedKind, ProtectedPath, Protection};
 use crate::sandbox::Sandbox;
 use crate::tools::{edit, glob, grep, ls, patch, read, shell, tasks, undo, write};
 use crate::workspace::Workspace;
@@ -178,11 +178,15 @@ impl FsProvider {
     /// absolute path to a directory.
     pub fn new(config: FsConfig) -> Result<FsProvider, FsError> {
         let workspace = Workspace::open(&config.root)?;
-        let protection = Protection::new(workspace.root(), &config.protected, &config.protect)?
+        let mut own = config.protected.clone();
+        if config.protect_agent_files {
+            let agent = |path| ProtectedPath::new(path, ProtectedKind::AgentConfig);
+            own.extend(crate::protect::AGENT_FILES.into_iter().map(agent));
+        }
+        let protection = Protection::new(workspace.root(), &own, &config.protect)?
             .with_hidden(workspace.root(), &config.hide)?;
         let workspace = workspace.with_protection(protection);
-        let protected: Vec<_> = config
-            .protected
+        let protected: Vec<_> = own
             .iter()
             .map(|p| crate::sandbox::ServerPath {
                 path: crate::protect::resolve_ambient(&workspace.root().join(&p.path)),

@@ -672,6 +672,7 @@ fn fs_provider(
             ..fs.limits.clone()
         })
         .with_protect(fs.protect.iter().cloned())
+        .with_agent_files_protected(fs.protect_agent_files)
         .with_hide(fs.hide.iter().cloned().chain(denied_reads(&loaded.config.permissions.deny)));
     let config = own_files(loaded).into_iter().fold(config, |c, p| c.with_protected(p));
     let provider = toolmux_fs::FsProvider::new(config)

@@ -525,6 +525,36 @@ async fn network_false_leaves_only_unix_sockets() {
     assert!(!open.bash(&ring).await.to_text().contains("ring 38"));
 }
 
+/// Other programs' files that run commands when those programs next start here are kept
+/// from commands as toolmux's own are: read-only where they exist, moved aside when a
+/// command creates one.
+#[tokio::test]
+async fn commands_leave_agents_and_editors_files_alone() {
+    if kernel(Kernel::NoNetwork).await == Kernel::None {
+        return;
+    }
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    std::fs::create_dir_all(root.join(".vscode")).unwrap();
+    std::fs::write(root.join(".vscode/tasks.json"), "{}\n").unwrap();
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(BashConfig::default());
+    let fs = FsProvider::new(config).unwrap();
+    let run = async |command: &str| {
+        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+        out.unwrap().to_text()
+    };
+    let text = run("echo '{\"runOn\": \"folderOpen\"}' > .vscode/tasks.json").await;
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert_eq!(std::fs::read_to_string(root.join(".vscode/tasks.json")).unwrap(), "{}\n");
+    let text = run("mkdir -p .claude && echo '{\"hooks\": {}}' > .claude/settings.json").await;
+    assert!(text.contains("(moved to `.claude/settings.json.rejected`)"), "{text}");
+    assert!(!root.join(".claude/settings.json").exists());
+    // The folders' other files are the project's.
+    assert!(run("echo '{}' > .vscode/settings.json && echo ok").await.contains("ok"));
+}
+
 /// With `network: false`, the Unix sockets bound before a command starts (a Docker
 /// daemon's, say: root on the host) refuse it, stream and datagram alike, while a socket it
 /// binds itself works; with the network allowed the same socket answers.

@@ -370,11 +370,19 @@ pub struct FsSection {
     /// `fs__apply_patch` refuse to change: `.gitignore`-style lines relative to the root, such as `**/.env` or
     /// `secrets/`. Every `.git`, the configuration file, an MCP server's `envFile`, the
     /// audit log, the statistics file and the output directory are protected whatever this
-    /// says (the last two and the audit log are not read either). Protection does not reach
-    /// `bash` and `exec`: their sandbox (`bash.sandbox`, Linux Landlock) confines writes to
-    /// whole directories, so in `workspaceWrite` a command can still change these paths.
+    /// says (the last two and the audit log are not read either); the sandbox keeps those
+    /// beneath the root read-only to `bash` and `exec` too (`bash.sandbox.protectPaths`),
+    /// but not the paths these lines name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protect: Vec<String>,
+    /// Whether other programs' files that run commands when those programs next start in
+    /// the project (`.claude/settings.json`, `.claude/settings.local.json`, `.mcp.json`,
+    /// `.cursor/mcp.json`, `.cursor/hooks.json`, `.vscode/mcp.json`, `.vscode/tasks.json`,
+    /// `.codex/config.toml`, `.gemini/settings.json`, `.zed/settings.json`) are kept as
+    /// toolmux's own are: read but not changed by the file tools, read-only to commands,
+    /// moved aside when a command creates one (default true).
+    #[serde(default = "yes")]
+    pub protect_agent_files: bool,
     /// Paths beneath the root no file tool reads, lists or changes (`read` refuses them,
     /// `grep`, `glob` and `ls` pass over them as if they were not there): `.gitignore`-style
     /// lines such as `**/.env` or `secrets/`. A `permissions.deny` rule on reading a path
@@ -394,6 +402,7 @@ impl Default for FsSection {
             bash: toolmux_fs::BashConfig::default(),
             limits: toolmux_fs::FsLimits::default(),
             protect: Vec::new(),
+            protect_agent_files: true,
             hide: Vec::new(),
         }
     }
