@@ -101,40 +101,32 @@ impl From<ToolCall> for ToolRequest {
 /// from (tower's `Buffer` and `oneshot` need that).
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
 
-impl Service<ToolRequest> for Orchestrator {
-    type Response = ToolOutput;
-    type Error = ToolError;
-    type Future = ToolFuture;
+/// The `Service` of a provider that is cheap to clone and runs calls through the
+/// orchestrator's pipeline: the future owns its clone.
+macro_rules! tool_service {
+    ($provider:ty) => {
+        impl Service<ToolRequest> for $provider {
+            type Response = ToolOutput;
+            type Error = ToolError;
+            type Future = ToolFuture;
 
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
+                Poll::Ready(Ok(()))
+            }
 
-    fn call(&mut self, request: ToolRequest) -> ToolFuture {
-        let orchestrator = self.clone();
-        Box::pin(async move {
-            let (name, arguments, ctx) = request.into_parts();
-            orchestrator.call_tool(&name, arguments, &ctx).await
-        })
-    }
+            fn call(&mut self, request: ToolRequest) -> ToolFuture {
+                let provider = self.clone();
+                Box::pin(async move {
+                    let (name, arguments, ctx) = request.into_parts();
+                    ToolProvider::call(&provider, &name, arguments, &ctx).await
+                })
+            }
+        }
+    };
 }
 
-/// The view's tools only, through the orchestrator's pipeline: a tool outside the view is
-/// unknown, with no names suggested from outside it.
-impl Service<ToolRequest> for FilteredView {
-    type Response = ToolOutput;
-    type Error = ToolError;
-    type Future = ToolFuture;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), ToolError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: ToolRequest) -> ToolFuture {
-        let view = self.clone();
-        Box::pin(async move {
-            let (name, arguments, ctx) = request.into_parts();
-            ToolProvider::call(&view, &name, arguments, &ctx).await
-        })
-    }
-}
+// The whole pipeline.
+tool_service!(Orchestrator);
+// The view's tools only, through the orchestrator's pipeline: a tool outside the view is
+// unknown, with no names suggested from outside it.
+tool_service!(FilteredView);
