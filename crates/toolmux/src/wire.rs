@@ -172,7 +172,8 @@ impl Toolmux {
             // A command's own timeout (`timeout`, up to `maxTimeoutMs`) ends it with its
             // output so far: the pipeline's limit must not cut it off first, output lost.
             let own = fs.bash.max_timeout_ms.max(fs.bash.default_timeout_ms);
-            for tool in ["fs__bash", "fs__exec"] {
+            let runs_commands = fs.permissions.contains(&toolmux_fs::Permission::Execute);
+            for tool in ["fs__bash", "fs__exec"].into_iter().filter(|_| runs_commands) {
                 let settings = config.tools.entry(tool.to_owned()).or_default();
                 settings.timeout.get_or_insert(Duration::from_millis(own) + FS_COMMAND_MARGIN);
             }
@@ -665,10 +666,12 @@ fn fs_provider(
         .with_permissions(fs.permissions.iter().copied())
         .with_bash(bash)
         .with_limits(toolmux_fs::FsLimits {
-            read_page_bytes: fs
-                .limits
-                .read_page_bytes
-                .min(response_max.saturating_sub(READ_PAGE_ROOM).max(READ_PAGE_ROOM)),
+            // A cap too small for any useful page leaves pages as they are (stored whole).
+            read_page_bytes: if response_max > 2 * READ_PAGE_ROOM {
+                fs.limits.read_page_bytes.min(response_max - READ_PAGE_ROOM)
+            } else {
+                fs.limits.read_page_bytes
+            },
             ..fs.limits.clone()
         })
         .with_protect(fs.protect.iter().cloned())
