@@ -182,6 +182,10 @@ pub struct BashConfig {
     pub spill_dir: Option<PathBuf>,
     /// Bytes of one stream saved to the spill file at most.
     pub spill_max_bytes: u64,
+    /// Bytes a command (or background task) may print, stdout and stderr together, before
+    /// its process group is killed: a runaway (`yes`, a log in a loop) ends there rather
+    /// than at its timeout (default 1 GiB).
+    pub max_output_bytes: u64,
     /// The shell `bash` runs commands with (`<shell> -c <command>`).
     pub shell: String,
     /// Background tasks (`run_in_background`) running at once, at most; past it a new
@@ -209,6 +213,7 @@ impl Default for BashConfig {
             output_cap_chars: 30_000,
             spill_dir: None,
             spill_max_bytes: 64 * 1024 * 1024,
+            max_output_bytes: 1 << 30,
             shell: "bash".into(),
             max_background: 8,
             background_timeout_ms: 30 * 60 * 1000,

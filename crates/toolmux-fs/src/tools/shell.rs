@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
@@ -102,7 +104,8 @@ beneath it), in its own process group, \
 stdin closed. {sandbox} The environment holds only PATH, HOME, LANG, configured variables and \
 TOOLMUX_PROCESS_MARK; nothing persists between calls (no cd, no exports). `timeout` in ms \
 (default 120000, max 600000): on timeout the whole process group gets SIGTERM, then SIGKILL \
-2 s later (a trap may clean up); on cancellation it is killed at once; \
+2 s later (a trap may clean up); on cancellation it is killed at once, and so is a command \
+that prints more than its output limit (1 GiB unless configured); \
 background processes left when the command exits are killed too, even those that left the group \
 (setsid, daemons). Output: `exit code N` (or the signal / timeout), then `--- stdout \
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
@@ -242,7 +245,27 @@ pub(crate) fn escaped_note(killed: &[u32]) -> Option<String> {
 enum End {
     Exited(ExitStatus),
     TimedOut,
+    /// It printed more than `maxOutputBytes`.
+    Flooded,
     Cancelled,
+}
+
+/// What a command printed so far, both streams together, and the signal that it printed
+/// more than it may.
+#[derive(Debug, Clone)]
+struct Printed {
+    bytes: Arc<AtomicU64>,
+    max: u64,
+    over: CancellationToken,
+}
+
+impl Printed {
+    fn add(&self, n: usize) {
+        let total = self.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if total > self.max {
+            self.over.cancel();
+        }
+    }
 }
 
 /// The command that runs `program` in `root`: its own process group, stdin closed,
@@ -323,16 +346,23 @@ pub(crate) async fn run(
     let mut group = MarkedGroup::new(child.id(), mark, label.clone());
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);
-    let stdout =
-        child.stdout.take().map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stdout")));
-    let stderr =
-        child.stderr.take().map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stderr")));
+    let printed = Printed {
+        bytes: Arc::default(),
+        max: config.max_output_bytes,
+        over: CancellationToken::new(),
+    };
+    let (spill_out, printed_out) = (spill.clone(), printed.clone());
+    let stdout = (child.stdout.take())
+        .map(|s| tokio::spawn(capture(s, keep, spill_out, "stdout", printed_out)));
+    let stderr = (child.stderr.take())
+        .map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stderr", printed.clone())));
     let end = tokio::select! {
         status = child.wait() => match status {
             Ok(status) => End::Exited(status),
             Err(source) => return Err(FsError::Spawn { command: label, source }),
         },
         () = tokio::time::sleep(limit) => End::TimedOut,
+        () = printed.over.cancelled() => End::Flooded,
         () = cancel.cancelled() => End::Cancelled,
     };
     // A command that ran out of time is asked to stop first, and given a moment to clean
@@ -382,6 +412,15 @@ pub(crate) async fn run(
                 limit.as_millis()
             );
             output = output.with_extra("timedOut", json!(true));
+            true
+        }
+        End::Flooded => {
+            let _ = write!(
+                text,
+                "printed more than {} bytes (`maxOutputBytes`): the process group was killed",
+                config.max_output_bytes
+            );
+            output = output.with_extra("outputLimitExceeded", json!(true));
             true
         }
         End::Cancelled => true,
@@ -494,6 +533,7 @@ async fn capture(
     keep: usize,
     spill: SpillTarget,
     stream: &'static str,
+    printed: Printed,
 ) -> Captured {
     let mut captured = Captured { spill_target: Some(spill), stream, ..Captured::default() };
     let mut buf = vec![0u8; 64 * 1024];
@@ -502,6 +542,7 @@ async fn capture(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
+        printed.add(n);
         captured.push(&buf[..n], keep);
     }
     captured

@@ -118,6 +118,8 @@ enum End {
     Exited(i32),
     Signal(i32),
     TimedOut(Duration),
+    /// It printed more than this many bytes (`maxOutputBytes`).
+    Flooded(u64),
     Killed,
     /// The process could not be waited for.
     Lost(String),
@@ -138,6 +140,10 @@ struct Task {
     changed: Notify,
     /// Asks the watcher to kill the group.
     stop: CancellationToken,
+    /// Cancelled by a reader once the task printed more than `max_output`.
+    flooded: CancellationToken,
+    /// Bytes it may print, both streams together (`maxOutputBytes`).
+    max_output: u64,
     /// Cancelled by the watcher once the task has ended and its pipes are drained.
     done: CancellationToken,
     /// Its standard input (the pipe, or its terminal's master side), when started with
@@ -244,6 +250,10 @@ impl Task {
                     End::TimedOut(limit) => format!(
                         "timed out after {} ms: the process group was killed",
                         limit.as_millis()
+                    ),
+                    End::Flooded(max) => format!(
+                        "printed more than {max} bytes (`maxOutputBytes`) after {after}: the \
+                         process group was killed"
                     ),
                     End::Killed => format!("stopped by task_kill after {after}"),
                     End::Lost(why) => format!("lost after {after}: {why}"),
@@ -393,6 +403,8 @@ impl Tasks {
             state: Mutex::new(TaskState { file, ..TaskState::default() }),
             changed: Notify::new(),
             stop: CancellationToken::new(),
+            flooded: CancellationToken::new(),
+            max_output: config.max_output_bytes,
             done: CancellationToken::new(),
             stdin: tokio::sync::Mutex::new(input),
             keeps_stdin: keep_stdin,
@@ -655,6 +667,9 @@ async fn pump(mut pipe: impl AsyncRead + Unpin, task: Arc<Task>, save_max: u64) 
         {
             let mut state = task.lock();
             state.total += n as u64;
+            if state.total > task.max_output {
+                task.flooded.cancel();
+            }
             state.unread.extend(bytes);
             let excess = state.unread.len().saturating_sub(KEEP_UNREAD);
             if excess > 0 {
@@ -696,6 +711,7 @@ async fn watch(
             Err(e) => End::Lost(e.to_string()),
         },
         () = tokio::time::sleep(lifetime) => End::TimedOut(lifetime),
+        () = task.flooded.cancelled() => End::Flooded(task.max_output),
         () = task.stop.cancelled() => End::Killed,
     };
     if matches!(end, End::TimedOut(_)) {
@@ -810,6 +826,7 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
             End::Exited(code) => output.with_extra("exitCode", json!(code)),
             End::Signal(signal) => output.with_extra("signal", json!(signal)),
             End::TimedOut(_) => output.with_extra("timedOut", json!(true)),
+            End::Flooded(_) => output.with_extra("outputLimitExceeded", json!(true)),
             End::Killed => output.with_extra("killed", json!(true)),
             End::Lost(_) => output,
         };

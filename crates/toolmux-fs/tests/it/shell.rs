@@ -274,6 +274,36 @@ async fn huge_output_stays_bounded() {
     assert!(text.contains(&said), "{}", &text[..text.len().min(20_000)]);
 }
 
+/// A runaway output ends the command at `maxOutputBytes`, not at its timeout; a
+/// background task's too.
+#[tokio::test]
+async fn a_command_that_floods_its_output_is_killed() {
+    let fx = Fixture::with(|c| {
+        c.with_bash(BashConfig { max_output_bytes: 1 << 20, ..BashConfig::default() })
+    });
+    let started = Instant::now();
+    let out = fx.call("bash", json!({"command": "yes"})).await.unwrap();
+    let text = out.to_text();
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert_eq!(out.extras["outputLimitExceeded"], true, "{text}");
+    assert!(text.starts_with("printed more than 1048576 bytes (`maxOutputBytes`)"), "{text}");
+    assert!(out.is_error);
+
+    let args = json!({"command": "yes", "run_in_background": true});
+    let started = fx.call("bash", args).await.unwrap();
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let mut last = String::new();
+    for _ in 0..100 {
+        let out = fx.call("task_output", json!({"task_id": id, "block_ms": 200})).await.unwrap();
+        last = out.to_text();
+        if out.extras["running"] == false {
+            assert_eq!(out.extras["outputLimitExceeded"], true, "{last}");
+            return;
+        }
+    }
+    panic!("the flooding task still runs: {last}");
+}
+
 #[tokio::test]
 async fn allow_list_and_env_passthrough() {
     let fx = Fixture::with(|c| {
