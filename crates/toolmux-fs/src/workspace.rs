@@ -452,14 +452,7 @@ impl Workspace {
         path: &Resolved,
         limit: u64,
     ) -> Result<Vec<u8>, FsError> {
-        let meta =
-            self.dir.metadata(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
-        if meta.is_dir() {
-            return Err(FsError::IsDirectory { path: path.given.clone() });
-        }
-        if !meta.is_file() {
-            return Err(FsError::NotRegularFile { path: path.given.clone() });
-        }
+        let (file, meta) = self.open_regular(path)?;
         if meta.len() > limit {
             return Err(FsError::TooLarge {
                 tool,
@@ -468,19 +461,44 @@ impl Workspace {
                 limit,
             });
         }
-        let file = self.dir.open(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
         let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.into_std()
-            .take(limit + 1)
+        file.take(limit + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| FsError::from_io(&path.given, e))?;
         Ok(bytes)
     }
 
+    /// Opens `path` for reading if it is a regular file, judged by the open file itself:
+    /// the open does not block (a FIFO put in the file's place after a check would
+    /// otherwise hang it until a writer came), and what was opened is what is checked.
+    pub fn open_regular(
+        &self,
+        path: &Resolved,
+    ) -> Result<(std::fs::File, std::fs::Metadata), FsError> {
+        let file = self.open_file(&path.relative).map_err(|e| FsError::from_io(&path.given, e))?;
+        let meta = file.metadata().map_err(|e| FsError::from_io(&path.given, e))?;
+        if meta.is_dir() {
+            return Err(FsError::IsDirectory { path: path.given.clone() });
+        }
+        if !meta.is_file() {
+            return Err(FsError::NotRegularFile { path: path.given.clone() });
+        }
+        Ok((file, meta))
+    }
+
+    /// Opens `relative` for reading without blocking on a FIFO or a device; reads of a
+    /// regular file are not affected by that.
+    pub fn open_file(&self, relative: &Path) -> io::Result<std::fs::File> {
+        use cap_std::fs::OpenOptionsExt as _;
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.read(true).custom_flags(libc::O_NONBLOCK);
+        Ok(self.dir.open_with(relative, &options)?.into_std())
+    }
+
     /// The SHA-256 of a file's content, streamed.
     pub fn hash_file(&self, path: &Resolved) -> Result<Hash, FsError> {
         let err = |e| FsError::from_io(&path.given, e);
-        let mut file = self.dir.open(&path.relative).map_err(err)?.into_std();
+        let (mut file, _) = self.open_regular(path)?;
         let mut hasher = Sha256::new();
         io::copy(&mut file, &mut hasher).map_err(err)?;
         Ok(hasher.finalize().into())
@@ -633,6 +651,28 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let ws = Workspace::open(temp.path()).unwrap();
         (temp, ws)
+    }
+
+    /// Opening a FIFO does not wait for a writer: a FIFO put where a checked file was is
+    /// refused at once, not hung on.
+    #[test]
+    fn a_fifo_is_opened_without_blocking_and_refused() {
+        let (temp, ws) = workspace();
+        let mode = rustix::fs::Mode::from_raw_mode(0o600);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            temp.path().join("pipe"),
+            rustix::fs::FileType::Fifo,
+            mode,
+            0,
+        )
+        .expect("a FIFO");
+        let path = ws.resolve("pipe").unwrap();
+        assert!(ws.open_file(&path.relative).is_ok(), "the open returns at once");
+        let err = ws.open_regular(&path).unwrap_err();
+        assert!(matches!(err, FsError::NotRegularFile { .. }), "{err}");
+        let err = ws.read_small("read", &path, 1024).unwrap_err();
+        assert!(matches!(err, FsError::NotRegularFile { .. }), "{err}");
     }
 
     #[test]

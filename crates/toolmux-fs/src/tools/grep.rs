@@ -215,8 +215,11 @@ pub(crate) fn grep(
             if ws.unreadable(relative) {
                 return WalkState::Continue;
             }
-            let Ok(file) = ws.dir().open(relative) else { return WalkState::Continue };
-            let file = file.into_std();
+            // Not blocking: a FIFO in the file's place since the walk would hang the open.
+            let Ok(file) = ws.open_file(relative) else { return WalkState::Continue };
+            if !file.metadata().is_ok_and(|m| m.is_file()) {
+                return WalkState::Continue;
+            }
             let display = display(&root, entry.path());
             let mut sink = FileSink {
                 mode,

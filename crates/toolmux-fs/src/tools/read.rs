@@ -194,7 +194,7 @@ fn read_page(
     }
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
-    let file = ws.dir().open(&path.relative).map_err(err)?.into_std();
+    let (file, _) = ws.open_regular(&path)?;
     let first = args.offset.unwrap_or(1).max(1);
     let limit = args.limit.unwrap_or(limits.read_lines as u64).max(1);
     let mut page = Page::new(first, limit, limits);

@@ -146,8 +146,10 @@ impl Style {
 /// there is no file yet.
 fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<Style>, FsError> {
     let err = |e| FsError::from_io(&path.given, e);
-    let file = match ws.dir().open(&path.relative) {
-        Ok(file) => file.into_std(),
+    let file = match ws.open_file(&path.relative) {
+        Ok(file) if file.metadata().is_ok_and(|m| m.is_file()) => file,
+        // Not a regular file: the write itself refuses it, saying so.
+        Ok(_) => return Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(err(e)),
     };
