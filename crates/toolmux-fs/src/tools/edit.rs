@@ -327,6 +327,12 @@ fn match_form(
         }
     }
     if !text.contains(old.as_ref())
+        && let Some(found) = trailing_space_match(text, &old)
+    {
+        old = Cow::Owned(found);
+        note = Some("matched ignoring spaces and tabs at the ends of lines");
+    }
+    if !text.contains(old.as_ref())
         && let Some(found) = typographic_match(text, &old)
     {
         // The replacement keeps the file's style: plain quotes and dashes written where
@@ -446,6 +452,45 @@ fn typographic_match(text: &str, old: &str) -> Option<String> {
         match found {
             None => found = Some(slice),
             Some(first) if first == slice => {}
+            Some(_) => return None,
+        }
+    }
+    found.map(str::to_owned)
+}
+
+/// The text of `text` that `old` (several lines) matches when spaces and tabs at the ends
+/// of lines are ignored on both sides: a model rarely reproduces trailing whitespace. `None`
+/// when nothing matches, or places that match differ in their text (nothing is guessed).
+fn trailing_space_match(text: &str, old: &str) -> Option<String> {
+    let trim = |line: &str| line.trim_end_matches([' ', '\t']).to_owned();
+    let wanted: Vec<String> = old.split('\n').map(|l| trim(l.trim_end_matches('\r'))).collect();
+    if wanted.len() < 2 || wanted.iter().all(String::is_empty) {
+        return None;
+    }
+    // Each line of `text` with where it starts, without its line break.
+    let mut lines = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n').trim_end_matches('\r');
+        lines.push((at, bare));
+        at += line.len();
+    }
+    let mut found: Option<&str> = None;
+    for start in 0..lines.len().saturating_sub(wanted.len() - 1) {
+        let window = &lines[start..start + wanted.len()];
+        if !window.iter().zip(&wanted).all(|((_, line), want)| trim(line) == *want) {
+            continue;
+        }
+        // From the first line's start to the end of the last line's text: the trailing
+        // whitespace of the last line goes only if `old` had it.
+        let (first, _) = window[0];
+        let (last, last_line) = window[wanted.len() - 1];
+        let end =
+            last + if old.ends_with([' ', '\t']) { last_line.len() } else { trim(last_line).len() };
+        let slice = &text[first..end];
+        match found {
+            None => found = Some(slice),
+            Some(previous) if previous == slice => {}
             Some(_) => return None,
         }
     }

@@ -300,6 +300,30 @@ async fn line_numbers_copied_from_read_are_removed() {
     assert_eq!(fx.get("main.rs"), "fn main() {\n    let x = 3;\n    println!(\"{x}\");\n}\n");
 }
 
+/// Spaces and tabs at the ends of lines, which a model rarely reproduces, do not stop a
+/// match of several lines; places that match but differ are not guessed between.
+#[tokio::test]
+async fn trailing_whitespace_does_not_stop_a_match() {
+    let fx = Fixture::new();
+    fx.put("list.txt", "alpha  \nbeta\t\ngamma\n");
+    let out = fx
+        .ok(
+            "edit",
+            json!({"path": "list.txt", "old_string": "alpha\nbeta", "new_string": "ALPHA\nBETA"}),
+        )
+        .await;
+    assert!(out.contains("matched ignoring spaces and tabs at the ends of lines"), "{out}");
+    assert_eq!(fx.get("list.txt"), "ALPHA\nBETA\t\ngamma\n");
+    fx.put("crlf.txt", "one \r\ntwo\r\n");
+    fx.ok("edit", json!({"path": "crlf.txt", "old_string": "one\ntwo", "new_string": "1\n2"}))
+        .await;
+    assert_eq!(fx.get("crlf.txt"), "1\r\n2\r\n");
+    fx.put("two.txt", "a \nb\nx\na\t\nb\n");
+    let err =
+        fx.err("edit", json!({"path": "two.txt", "old_string": "a\nb", "new_string": "c"})).await;
+    assert!(err.contains("was not found"), "{err}");
+}
+
 /// Typographic quotes, dashes and spaces in the file match the plain ones a model writes;
 /// when the places that match hold different text, nothing is guessed.
 #[tokio::test]
