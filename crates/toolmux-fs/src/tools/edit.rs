@@ -445,56 +445,55 @@ fn typographic_match(text: &str, old: &str) -> Option<String> {
         plain_text.push(p);
     }
     origin.push(text.len());
-    let mut found: Option<&str> = None;
-    for (at, _) in plain_text.match_indices(wanted.as_str()) {
+    let found = plain_text.match_indices(wanted.as_str()).map(|(at, _)| {
         let (start, end) = (origin[at], origin[at + wanted.len()]);
-        let slice = &text[start..end];
-        match found {
-            None => found = Some(slice),
-            Some(first) if first == slice => {}
-            Some(_) => return None,
-        }
-    }
-    found.map(str::to_owned)
+        &text[start..end]
+    });
+    the_one(found)
+}
+
+/// The text every place found holds, when they all hold the same; `None` when nothing was
+/// found, or places differ (which one was meant is not guessed).
+fn the_one<'t>(found: impl IntoIterator<Item = &'t str>) -> Option<String> {
+    let mut found = found.into_iter();
+    let first = found.next()?;
+    found.all(|other| other == first).then(|| first.to_owned())
 }
 
 /// The text of `text` that `old` (several lines) matches when spaces and tabs at the ends
 /// of lines are ignored on both sides: a model rarely reproduces trailing whitespace. `None`
 /// when nothing matches, or places that match differ in their text (nothing is guessed).
 fn trailing_space_match(text: &str, old: &str) -> Option<String> {
-    let trim = |line: &str| line.trim_end_matches([' ', '\t']).to_owned();
-    let wanted: Vec<String> = old.split('\n').map(|l| trim(l.trim_end_matches('\r'))).collect();
-    if wanted.len() < 2 || wanted.iter().all(String::is_empty) {
+    fn trim(line: &str) -> &str {
+        line.trim_end_matches([' ', '\t'])
+    }
+    let wanted: Vec<&str> = old.split('\n').map(|l| trim(l.trim_end_matches('\r'))).collect();
+    if wanted.len() < 2 || wanted.iter().all(|l| l.is_empty()) {
         return None;
     }
-    // Each line of `text` with where it starts, without its line break.
+    // Each line of `text`: where it starts, and its text without line break and without
+    // trailing spaces and tabs.
     let mut lines = Vec::new();
     let mut at = 0;
     for line in text.split_inclusive('\n') {
-        let bare = line.trim_end_matches('\n').trim_end_matches('\r');
-        lines.push((at, bare));
+        lines.push((at, trim(line.trim_end_matches('\n').trim_end_matches('\r'))));
         at += line.len();
     }
-    let mut found: Option<&str> = None;
-    for start in 0..lines.len().saturating_sub(wanted.len() - 1) {
-        let window = &lines[start..start + wanted.len()];
-        if !window.iter().zip(&wanted).all(|((_, line), want)| trim(line) == *want) {
-            continue;
+    let found = lines.windows(wanted.len()).filter_map(|window| {
+        if !window.iter().zip(&wanted).all(|((_, line), want)| line == want) {
+            return None;
         }
-        // From the first line's start to the end of the last line's text: the trailing
-        // whitespace of the last line goes only if `old` had it.
+        // From the first line's start to the end of the last line's text; the last line's
+        // trailing whitespace goes only if `old` had it.
         let (first, _) = window[0];
         let (last, last_line) = window[wanted.len() - 1];
-        let end =
-            last + if old.ends_with([' ', '\t']) { last_line.len() } else { trim(last_line).len() };
-        let slice = &text[first..end];
-        match found {
-            None => found = Some(slice),
-            Some(previous) if previous == slice => {}
-            Some(_) => return None,
+        let mut end = last + last_line.len();
+        if old.ends_with([' ', '\t']) {
+            end += text[end..].len() - text[end..].trim_start_matches([' ', '\t']).len();
         }
-    }
-    found.map(str::to_owned)
+        Some(&text[first..end])
+    });
+    the_one(found)
 }
 
 /// The 1-based line of byte offset `at`.
