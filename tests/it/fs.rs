@@ -1,5 +1,6 @@
-//! The file tools through a loaded configuration and the whole pipeline: a command runs
-//! to its own timeout, whatever `defaults.toolTimeout` says, and a large file's `read`
+//! The file tools through a loaded configuration and the whole pipeline: a command (of
+//! `fs__bash` or a command tool) runs to its own timeout, whatever `defaults.toolTimeout`
+//! says, and a large file's `read`
 //! comes back as lines within the response cap.
 
 use std::path::Path;
@@ -33,6 +34,19 @@ async fn a_command_runs_to_its_own_timeout_past_the_default_tool_timeout() {
     let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
     let text = format!("{result:?}");
     assert!(text.contains("started") && text.contains("timed out"), "{text}");
+    toolmux.shutdown().await.expect("shut down");
+}
+
+#[tokio::test]
+async fn a_command_tool_runs_to_its_own_timeout_past_the_default_tool_timeout() {
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let yaml = "defaults: {toolTimeout: 300}\ncommandTools:\n  \
+                slow: {description: Sleeps, command: 'sleep 1; echo done', timeoutMs: 5000}\n";
+    let toolmux = build(yaml, root.path()).await;
+    let call = ToolCall::new("cmd__slow", serde_json::json!({}));
+    let result = toolmux.orchestrator().execute(call, &CallContext::new()).await;
+    assert!(result.ok, "{result:?}");
+    assert!(result.result.as_deref().is_some_and(|r| r.contains("done")), "{result:?}");
     toolmux.shutdown().await.expect("shut down");
 }
 

@@ -4,6 +4,7 @@ use crate::PermissionClass;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Hints about a tool's behaviour, after MCP's tool annotations plus toolmux's own.
 ///
@@ -112,6 +113,35 @@ pub struct ToolSpec {
     /// there instead of at `toolResponseMaxBytes`, unless the tool's own settings say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_result_size: Option<usize>,
+    /// The longest a call can run by the tool's own reckoning: a shell tool that ends a
+    /// command at its own `timeout` and answers with the output so far. The orchestrator
+    /// waits at least this long for the tool (plus nothing: the tool includes the time it
+    /// needs to answer), unless the tool's own settings name a timeout, so that a
+    /// shorter `toolTimeout` does not cut the call off with its output lost.
+    #[serde(
+        default,
+        rename = "timeLimitMs",
+        with = "millis",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub time_limit: Option<Duration>,
+}
+
+/// `Option<Duration>` as whole milliseconds.
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
 }
 
 impl ToolSpec {
@@ -129,12 +159,20 @@ impl ToolSpec {
             output_schema: None,
             annotations: ToolAnnotations::default(),
             max_result_size: None,
+            time_limit: None,
         }
     }
 
     /// Sets the largest result the tool says it returns, in characters.
     pub fn with_max_result_size(mut self, chars: usize) -> Self {
         self.max_result_size = Some(chars);
+        self
+    }
+
+    /// Sets the longest a call can run by the tool's own reckoning (see
+    /// [`ToolSpec::time_limit`]).
+    pub fn with_time_limit(mut self, limit: Duration) -> Self {
+        self.time_limit = Some(limit);
         self
     }
 

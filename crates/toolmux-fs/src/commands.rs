@@ -146,8 +146,10 @@ impl CommandTools {
                 }),
                 ..ToolAnnotations::default()
             };
+            let limit = Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS));
             let spec = ToolSpec::new(name.clone(), config.description.clone(), schema)
-                .with_annotations(annotations);
+                .with_annotations(annotations)
+                .with_time_limit(limit + shell::ANSWER_MARGIN);
             built.insert(name.clone(), (spec, config.clone()));
         }
         let sandbox = Sandbox::new(sandbox, dir, &[])?;

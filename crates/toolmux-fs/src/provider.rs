@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use toolmux_core::{
     CallContext, Subject, SubjectKind, ToolAnnotations, ToolError, ToolKind, ToolOutput,
     ToolProvider, ToolSpec, schema_for,
@@ -194,7 +195,21 @@ impl FsProvider {
             })
             .collect();
         let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?;
-        let specs = ALL.into_iter().map(|t| (t, t.spec(sandbox.description()))).collect();
+        let own =
+            Duration::from_millis(config.bash.max_timeout_ms.max(config.bash.default_timeout_ms));
+        let specs = ALL
+            .into_iter()
+            .map(|t| {
+                let spec = t.spec(sandbox.description());
+                // A command ends at its own `timeout` with its output so far: the pipeline
+                // must not cut it off first.
+                let spec = match t {
+                    Tool::Bash | Tool::Exec => spec.with_time_limit(own + shell::ANSWER_MARGIN),
+                    _ => spec,
+                };
+                (t, spec)
+            })
+            .collect();
         Ok(FsProvider {
             namespace: "fs".into(),
             config: Arc::new(config),

@@ -242,8 +242,15 @@ impl Registry {
                 });
             let spec = overridden.as_ref().unwrap_or(spec);
             let explicit = tool_settings.response_max_bytes;
+            let explicit_timeout = tool_settings.timeout.is_some();
             let mut settings =
                 self.resolve(&name, spec, tool_settings.or(&provider_settings), config, queues);
+            // A tool that ends its own calls (a command at its `timeout`, with the output so
+            // far) is waited for that long, unless its own settings say otherwise.
+            if let Some(limit) = spec.time_limit.filter(|_| !explicit_timeout) {
+                settings.timeout = settings.timeout.max(limit);
+                settings.max_total_time = settings.max_total_time.map(|total| total.max(limit));
+            }
             settings.response_max = explicit
                 .or(spec.max_result_size.map(|hint| hint.min(MAX_HINTED_RESPONSE_BYTES)))
                 .or(provider_settings.response_max_bytes);

@@ -193,6 +193,7 @@ impl RestProvider {
                     output_schema,
                     annotations: op.annotations.clone(),
                     max_result_size: None,
+                    time_limit: None,
                 };
                 let base_url = op.server.clone();
                 RestTool {

@@ -168,15 +168,9 @@ impl Toolmux {
 
         #[cfg(feature = "fs")]
         if let Some(fs) = loaded.config.fs.as_ref().filter(|fs| fs.enabled && keep("fs")) {
+            // `fs__bash` and `fs__exec` declare how long their commands may run
+            // (`ToolSpec::time_limit`); the pipeline waits that long for them.
             providers.push(fs_provider(loaded, fs, config.response_max_bytes)?);
-            // A command's own timeout (`timeout`, up to `maxTimeoutMs`) ends it with its
-            // output so far: the pipeline's limit must not cut it off first, output lost.
-            let own = fs.bash.max_timeout_ms.max(fs.bash.default_timeout_ms);
-            let runs_commands = fs.permissions.contains(&toolmux_fs::Permission::Execute);
-            for tool in ["fs__bash", "fs__exec"].into_iter().filter(|_| runs_commands) {
-                let settings = config.tools.entry(tool.to_owned()).or_default();
-                settings.timeout.get_or_insert(Duration::from_millis(own) + FS_COMMAND_MARGIN);
-            }
         }
         #[cfg(feature = "fs")]
         if !loaded.config.command_tools.is_empty() && keep(toolmux_fs::COMMANDS_NAMESPACE) {
@@ -640,11 +634,6 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         retry: tool.retries.map(RetryPolicy::retries),
     }
 }
-
-/// How much longer than a command's longest own timeout the pipeline waits for `fs__bash`
-/// and `fs__exec`: time to kill the command's processes and gather what they printed.
-#[cfg(feature = "fs")]
-const FS_COMMAND_MARGIN: Duration = Duration::from_secs(15);
 
 /// Bytes a page of `fs__read` leaves under the response cap for its header and footer.
 #[cfg(feature = "fs")]

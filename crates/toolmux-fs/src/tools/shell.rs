@@ -28,6 +28,11 @@ pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a command that ran out of time has between `SIGTERM` and `SIGKILL`.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
 
+/// How much longer than a command's own timeout a call may take: the grace after SIGTERM,
+/// killing the group, draining the pipes, spilling and answering
+/// ([`toolmux_core::ToolSpec::time_limit`]).
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(15);
+
 /// Characters a `bash` command may contain when an allow-list is set: shell operators that
 /// chain, substitute or redirect are refused, since a prefix check could not see past them.
 const SHELL_OPERATORS: &[char] = &[';', '&', '|', '$', '`', '<', '>', '(', ')', '\n', '\r', '\\'];

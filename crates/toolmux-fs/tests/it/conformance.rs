@@ -56,6 +56,11 @@ async fn specs_carry_annotations_and_claude_code_parameter_names() {
     assert!(!spec("read").annotations.open_world);
     assert!(spec("write").annotations.destructive);
     assert_eq!(spec("bash").annotations.permission, Some(toolmux_core::PermissionClass::Execute));
+    // A command ends at its own timeout (at most `maxTimeoutMs`, 10 min) with its output so
+    // far, so the tools tell the pipeline to wait that long, plus time to answer.
+    let limit = std::time::Duration::from_secs(615);
+    assert_eq!((spec("bash").time_limit, spec("exec").time_limit), (Some(limit), Some(limit)));
+    assert_eq!(spec("read").time_limit, None);
     let grep = spec("grep");
     let props = grep.input_schema["properties"].as_object().unwrap();
     for key in [

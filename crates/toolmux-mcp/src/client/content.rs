@@ -54,6 +54,7 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
             .map(|s| Arc::new(Value::Object(Arc::try_unwrap(s).unwrap_or_else(|s| (*s).clone())))),
         annotations,
         max_result_size,
+        time_limit: None,
     }
 }
 

@@ -5,6 +5,7 @@ use crate::{call, start};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmux_core::ToolSpec;
 use toolmux_orchestrator::{OrchestratorConfig, ToolSettings};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -34,6 +35,40 @@ async fn timeouts_resolve_tool_then_provider_then_default() {
     assert!(r.error.unwrap().contains("did not finish within 1s"));
     assert!(call(&o, "m__nap", json!({})).await.ok, "provider timeout of 7s beats the default 3s");
     assert_eq!(p.in_flight(), 0, "the timed-out call was cancelled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_that_ends_its_own_calls_is_waited_for_unless_its_settings_say() {
+    // A shell tool's command may run 20 s and is then ended with its output so far; the
+    // default timeout of 3 s must not cut it off first.
+    let spec = |name: &str| {
+        ToolSpec::new(name, "runs", json!({"type": "object"}))
+            .with_time_limit(Duration::from_secs(20))
+    };
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_spec(spec("long"), Behavior::Sleep(Duration::from_secs(10)))
+            .with_spec(spec("capped"), Behavior::Sleep(Duration::from_secs(10)))
+            .with_spec(spec("over"), Behavior::Hang),
+    );
+    let config = OrchestratorConfig::default()
+        .with_tool_timeout(Duration::from_secs(3))
+        .with_provider_settings("m", ToolSettings::default().with_timeout(Duration::from_secs(4)))
+        .with_tool_settings(
+            "m__capped",
+            ToolSettings::default().with_timeout(Duration::from_secs(2)),
+        );
+    let o = start(config, vec![p.clone()]).await;
+    let r = call(&o, "m__long", json!({})).await;
+    assert!(r.ok, "declared 20s beats the provider's 4s: {r:?}");
+    assert_eq!(r.latency_ms, 10_000);
+    let r = call(&o, "m__capped", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)", "the tool's own setting wins");
+    assert_eq!(r.latency_ms, 2000);
+    let r = call(&o, "m__over", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)", "a tool past its own limit");
+    assert_eq!(r.latency_ms, 20_000);
+    assert_eq!(p.in_flight(), 0);
 }
 
 #[tokio::test(start_paused = true)]
