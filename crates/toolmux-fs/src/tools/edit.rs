@@ -83,7 +83,8 @@ occurrence but only if there are exactly N. `dry_run` shows the diff and writes 
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
-`old_string`. With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
+`old_string` (and `new_string` is written in the file's style); spaces and tabs ending the \
+lines of a several-line `old_string` need not match. With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
 and has changed since, the edit is refused until you read it again.";
 
@@ -326,22 +327,38 @@ fn match_form(
             }
         }
     }
-    if !text.contains(old.as_ref())
-        && let Some(found) = trailing_space_match(text, &old)
-    {
-        old = Cow::Owned(found);
-        note = Some("matched ignoring spaces and tabs at the ends of lines");
-    }
-    if !text.contains(old.as_ref())
-        && let Some(found) = typographic_match(text, &old)
-    {
-        // The replacement keeps the file's style: plain quotes and dashes written where
-        // the matched text had typographic ones become those again.
-        if let Some(styled) = styled_like(&found, &new_given) {
-            new_given = Cow::Owned(styled);
+    if !text.contains(old.as_ref()) {
+        // Looser and looser: the ends of lines (line breaks, spaces and tabs before them)
+        // for an `old_string` of several lines, typographic characters, then both.
+        let lines = old.contains('\n');
+        let typographic = old.chars().chain(text.chars()).any(|c| plain(c) != c);
+        for (loose, why) in [
+            (Loose::LINE_ENDS, "matched ignoring spaces and tabs at the ends of lines"),
+            (
+                Loose::TYPOGRAPHIC,
+                "matched the file's typographic quotes, dashes or spaces with plain ones",
+            ),
+            (
+                Loose::BOTH,
+                "matched ignoring the ends of lines and the file's typographic quotes, dashes \
+                 or spaces",
+            ),
+        ] {
+            if loose.line_ends && !lines || loose.typographic && !typographic {
+                continue;
+            }
+            let Some(found) = loose.find(text, &old) else { continue };
+            // The replacement keeps the file's style: plain quotes and dashes written
+            // where the matched text had typographic ones become those again.
+            if loose.typographic
+                && let Some(styled) = styled_like(&found, &new_given)
+            {
+                new_given = Cow::Owned(styled);
+            }
+            old = Cow::Owned(found);
+            note = Some(why);
+            break;
         }
-        old = Cow::Owned(found);
-        note = Some("matched the file's typographic quotes, dashes or spaces with plain ones");
     }
     let new = match ending {
         Some(ending) => {
@@ -378,7 +395,7 @@ fn without_read_numbers(text: &str) -> Option<String> {
 /// plain `"` becomes an opening and a closing one in turn; where it has curly single ones,
 /// a `'` after a letter or digit becomes `’` and elsewhere `‘`; where it has a dash, a `-`
 /// after a space becomes that dash. `None` when `matched` has no typographic character.
-fn styled_like(matched: &str, new: &str) -> Option<String> {
+pub(super) fn styled_like(matched: &str, new: &str) -> Option<String> {
     let typographic: Vec<char> = matched.chars().filter(|&c| plain(c) != c).collect();
     if typographic.is_empty() {
         return None;
@@ -426,30 +443,80 @@ pub(super) fn plain(c: char) -> char {
     }
 }
 
-/// The text of `text` that equals `old` once typographic characters on either side are
-/// read as plain ones ([`plain`]), when every such place holds the same text; `None` when
-/// there is none, or when they differ (which to change would be a guess).
-fn typographic_match(text: &str, old: &str) -> Option<String> {
-    let wanted: String = old.chars().map(plain).collect();
-    if wanted.is_empty() || !text.chars().any(|c| plain(c) != c) && wanted == old {
-        return None;
-    }
-    // The plain text, and for each of its bytes where the character began in `text`.
-    let mut plain_text = String::with_capacity(text.len());
-    let mut origin = Vec::with_capacity(text.len() + 1);
-    for (at, c) in text.char_indices() {
-        let p = plain(c);
-        for _ in 0..p.len_utf8() {
-            origin.push(at);
+/// How loosely `old_string` is looked for when it is not in the file as written.
+#[derive(Debug, Clone, Copy)]
+struct Loose {
+    /// Line breaks read as LF, and the spaces and tabs that end lines ignored, on both
+    /// sides: a model rarely reproduces trailing whitespace or CRLF.
+    line_ends: bool,
+    /// Typographic characters read as plain ones ([`plain`]) on both sides.
+    typographic: bool,
+}
+
+impl Loose {
+    const LINE_ENDS: Loose = Loose { line_ends: true, typographic: false };
+    const TYPOGRAPHIC: Loose = Loose { line_ends: false, typographic: true };
+    const BOTH: Loose = Loose { line_ends: true, typographic: true };
+
+    /// The text of `text` that `old` matches read this loosely, when every place it
+    /// matches holds the same text; `None` when there is none, or when they differ (which
+    /// to change would be a guess). A match ends where its last character does, so the
+    /// spaces after it stay, unless `old` ended with some.
+    fn find(self, text: &str, old: &str) -> Option<String> {
+        let (wanted, _) = self.read(old);
+        if wanted.is_empty() {
+            return None;
         }
-        plain_text.push(p);
+        let (read, origin) = self.read(text);
+        let found = read.match_indices(wanted.as_str()).map(|(at, _)| {
+            let (start, mut end) = (origin[at], origin[at + wanted.len()]);
+            if self.line_ends && old.ends_with([' ', '\t']) {
+                end += text[end..].len() - text[end..].trim_start_matches([' ', '\t']).len();
+            }
+            &text[start..end]
+        });
+        the_one(found)
     }
-    origin.push(text.len());
-    let found = plain_text.match_indices(wanted.as_str()).map(|(at, _)| {
-        let (start, end) = (origin[at], origin[at + wanted.len()]);
-        &text[start..end]
-    });
-    the_one(found)
+
+    /// `text` read this loosely, and for each of its bytes (and its end) where that byte's
+    /// character begins in `text`; a line break read as `\n` begins where the line's
+    /// trailing spaces did and ends after the break, so a match ending in one takes it all.
+    fn read(self, text: &str) -> (String, Vec<usize>) {
+        let map = |c: char| if self.typographic { plain(c) } else { c };
+        let mut read = String::with_capacity(text.len());
+        let mut origin = Vec::with_capacity(text.len() + 1);
+        let mut push = |read: &mut String, c: char, at: usize| {
+            origin.extend(std::iter::repeat_n(at, c.len_utf8()));
+            read.push(c);
+        };
+        if !self.line_ends {
+            for (at, c) in text.char_indices() {
+                push(&mut read, map(c), at);
+            }
+            origin.push(text.len());
+            return (read, origin);
+        }
+        let mut at = 0;
+        let mut end = 0;
+        for line in text.split_inclusive('\n') {
+            let body = line.strip_suffix('\n');
+            let kept = body
+                .map(|b| b.strip_suffix('\r').unwrap_or(b))
+                .unwrap_or(line)
+                .trim_end_matches([' ', '\t']);
+            for (offset, c) in kept.char_indices() {
+                push(&mut read, map(c), at + offset);
+            }
+            end = at + kept.len();
+            if body.is_some() {
+                push(&mut read, '\n', end);
+                end = at + line.len();
+            }
+            at += line.len();
+        }
+        origin.push(end);
+        (read, origin)
+    }
 }
 
 /// The text every place found holds, when they all hold the same; `None` when nothing was
@@ -458,42 +525,6 @@ fn the_one<'t>(found: impl IntoIterator<Item = &'t str>) -> Option<String> {
     let mut found = found.into_iter();
     let first = found.next()?;
     found.all(|other| other == first).then(|| first.to_owned())
-}
-
-/// The text of `text` that `old` (several lines) matches when spaces and tabs at the ends
-/// of lines are ignored on both sides: a model rarely reproduces trailing whitespace. `None`
-/// when nothing matches, or places that match differ in their text (nothing is guessed).
-fn trailing_space_match(text: &str, old: &str) -> Option<String> {
-    fn trim(line: &str) -> &str {
-        line.trim_end_matches([' ', '\t'])
-    }
-    let wanted: Vec<&str> = old.split('\n').map(|l| trim(l.trim_end_matches('\r'))).collect();
-    if wanted.len() < 2 || wanted.iter().all(|l| l.is_empty()) {
-        return None;
-    }
-    // Each line of `text`: where it starts, and its text without line break and without
-    // trailing spaces and tabs.
-    let mut lines = Vec::new();
-    let mut at = 0;
-    for line in text.split_inclusive('\n') {
-        lines.push((at, trim(line.trim_end_matches('\n').trim_end_matches('\r'))));
-        at += line.len();
-    }
-    let found = lines.windows(wanted.len()).filter_map(|window| {
-        if !window.iter().zip(&wanted).all(|((_, line), want)| line == want) {
-            return None;
-        }
-        // From the first line's start to the end of the last line's text; the last line's
-        // trailing whitespace goes only if `old` had it.
-        let (first, _) = window[0];
-        let (last, last_line) = window[wanted.len() - 1];
-        let mut end = last + last_line.len();
-        if old.ends_with([' ', '\t']) {
-            end += text[end..].len() - text[end..].trim_start_matches([' ', '\t']).len();
-        }
-        Some(&text[first..end])
-    });
-    the_one(found)
 }
 
 /// The 1-based line of byte offset `at`.

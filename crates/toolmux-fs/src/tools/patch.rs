@@ -5,7 +5,7 @@
 //! never wait on each other), loaded and changed in memory, and only then written. A write
 //! that fails part way is undone file by file, so the workspace is left as it was.
 
-use super::edit::{load, plain, similarity};
+use super::edit::{load, plain, similarity, styled_like};
 use super::text::{Encoding, LineEnding};
 use crate::config::FsLimits;
 use crate::error::FsError;
@@ -448,7 +448,7 @@ impl TextFile {
     /// Applies `hunks` in order; returns the changes made (for the summary).
     fn apply(&mut self, hunks: &[Hunk]) -> Result<Vec<Applied>, String> {
         let mut cursor = 0;
-        let mut edits: Vec<(usize, &[Part])> = Vec::new();
+        let mut edits: Vec<(usize, &[Part], Fuzz)> = Vec::new();
         let mut applied = Vec::new();
         for (number, hunk) in hunks.iter().enumerate() {
             let label = format!("hunk {} (patch line {})", number + 1, hunk.line);
@@ -498,12 +498,27 @@ impl TextFile {
                 note: fuzz.note(),
             });
             cursor = start + parts.iter().filter(|p| p.old().is_some()).count();
-            edits.push((start, parts));
+            edits.push((start, parts, fuzz));
         }
-        for (start, parts) in edits.into_iter().rev() {
+        for (start, parts, fuzz) in edits.into_iter().rev() {
             let old_len = parts.iter().filter(|p| p.old().is_some()).count();
-            let mut replaced =
-                self.lines.drain(start..start + old_len).collect::<Vec<_>>().into_iter();
+            let replaced = self.lines.drain(start..start + old_len).collect::<Vec<_>>();
+            // Found through typographic characters: the added lines take the quotes and
+            // dashes of the lines they replace, as `edit` writes them (not those of the
+            // context around them, which may be prose beside code).
+            let matched = (fuzz == Fuzz::Typographic).then(|| {
+                let old_parts = parts.iter().filter(|p| p.old().is_some());
+                let removed =
+                    old_parts.zip(&replaced).filter(|(p, _)| matches!(p, Part::Removed(_)));
+                removed.map(|(_, line)| line.text.as_str()).collect::<Vec<_>>().join("\n")
+            });
+            let styled = |text: &String| {
+                matched
+                    .as_deref()
+                    .and_then(|m| styled_like(m, text))
+                    .unwrap_or_else(|| text.clone())
+            };
+            let mut replaced = replaced.into_iter();
             let mut lines = Vec::with_capacity(parts.len());
             for part in parts {
                 match part {
@@ -513,7 +528,7 @@ impl TextFile {
                     Part::Removed(_) => {
                         replaced.next();
                     }
-                    Part::Added(text) => lines.push(Line { text: text.clone(), crlf: self.crlf }),
+                    Part::Added(text) => lines.push(Line { text: styled(text), crlf: self.crlf }),
                 }
             }
             self.lines.splice(start..start, lines);

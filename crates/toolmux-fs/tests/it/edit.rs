@@ -369,6 +369,33 @@ async fn typographic_characters_match_plain_ones() {
     assert_eq!(fx.get("three.md"), "say \u{201C}bye\u{201D} and \u{201C}bye\u{201D}\n");
 }
 
+/// The loose readings combine: a CRLF file of curly quotes with spaces ending a line is
+/// found by an `old_string` of LF lines and plain quotes, and written back in the file's
+/// style and line breaks.
+#[tokio::test]
+async fn line_ends_and_typographic_characters_match_together() {
+    let fx = Fixture::new();
+    fx.put("doc.md", "Title\r\nHe said \u{201C}yes\u{201D} \r\nand left.\r\n");
+    let out = fx
+        .ok(
+            "edit",
+            json!({"path": "doc.md", "old_string": "He said \"yes\"\nand left.",
+                "new_string": "He said \"no\"\nand stayed."}),
+        )
+        .await;
+    assert!(out.contains("matched ignoring the ends of lines and the file's typographic"), "{out}");
+    assert_eq!(fx.get("doc.md"), "Title\r\nHe said \u{201C}no\u{201D}\r\nand stayed.\r\n");
+    // A line break at the end of `old_string` takes the file's whole break; the spaces
+    // after a match that ends within a line stay.
+    fx.put("tail.md", "a \u{2014} b  \r\nc\r\nd\r\n");
+    fx.ok("edit", json!({"path": "tail.md", "old_string": "a - b\nc\n", "new_string": "x\n"}))
+        .await;
+    assert_eq!(fx.get("tail.md"), "x\r\nd\r\n");
+    fx.put("mid.md", "\u{2018}k\u{2019}  \r\nv\r\n");
+    fx.ok("edit", json!({"path": "mid.md", "old_string": "'k'\nv", "new_string": "'z'\nw"})).await;
+    assert_eq!(fx.get("mid.md"), "\u{2018}z\u{2019}\r\nw\r\n");
+}
+
 #[tokio::test]
 async fn expected_count_replaces_exactly_that_many() {
     let fx = Fixture::new();

@@ -158,6 +158,28 @@ async fn context_found_loosely_is_reported_and_kept() {
     assert_eq!(fx.get("q.py"), "print(“hello”)   \nx = 2\n");
 }
 
+/// Lines that replace lines found through typographic characters take the file's quotes
+/// and dashes; lines added beside context found so keep the patch's (code beside prose).
+#[tokio::test]
+async fn lines_replacing_typographic_ones_take_their_style() {
+    let fx = Fixture::new();
+    fx.put("notes.md", "# Notes\nIt\u{2019}s \u{201C}done\u{201D} \u{2014} ship it.\n");
+    let out = fx
+        .ok(
+            "apply_patch",
+            patch("*** Update File: notes.md\n # Notes\n-It's \"done\" - ship it.\n+It's \"ready\" - ship it."),
+        )
+        .await;
+    assert!(out.contains("typographic"), "{out}");
+    assert_eq!(
+        fx.get("notes.md"),
+        "# Notes\nIt\u{2019}s \u{201C}ready\u{201D} \u{2014} ship it.\n"
+    );
+    fx.put("doc.py", "# \u{201C}quoted\u{201D}\nx = 1\n");
+    fx.ok("apply_patch", patch("*** Update File: doc.py\n # \"quoted\"\n-x = 1\n+x = \"a\"")).await;
+    assert_eq!(fx.get("doc.py"), "# \u{201C}quoted\u{201D}\nx = \"a\"\n");
+}
+
 #[tokio::test]
 async fn a_file_changed_since_it_was_read_is_refused() {
     let fx = Fixture::new();
