@@ -8,6 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::io::Read as _;
 use toolmux_core::ToolOutput;
 
@@ -30,7 +31,8 @@ and an existing file keeps its permissions. An existing file must have been read
 this run, and must not have changed since (checked by content hash): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
 and UTF-16 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
-of its lines end so. Prefer `edit` for changes to existing files. \
+of its lines end so. Returns the bytes and lines written and, for an overwrite, which lines \
+changed. Prefer `edit` for changes to existing files. \
 Paths are relative to the workspace root or absolute inside it; nothing outside the root can be \
 written.";
 
@@ -62,24 +64,87 @@ pub(crate) fn write(
         None => (args.content.as_bytes().to_vec(), Vec::new()),
     };
     let before = super::undo::before(ws, &path, limits.edit_max_bytes);
+    // What the overwrite changed, from the bytes undo keeps (none for a file too large).
+    let change = match &before {
+        Some(Some(old)) => Encoding::sniff(old).decode(old).ok().map(|old| {
+            Change::between(&old, &Encoding::sniff(&bytes).decode(&bytes).unwrap_or_default())
+        }),
+        _ => None,
+    };
     let written = ws.write_atomic(&path, &bytes)?;
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
     super::undo::wrote(ws, run, "write", &path, before, &bytes);
     let lines = args.content.lines().count();
     let verb = if written.created { "created" } else { "overwrote" };
-    let kept_note = if kept.is_empty() {
-        String::new()
-    } else {
-        format!("; kept the file's {}", kept.join(" and "))
-    };
-    Ok(ToolOutput::text(format!(
-        "{verb} `{}` ({} bytes, {lines} lines{kept_note})",
+    let mut notes = String::new();
+    if !kept.is_empty() {
+        let _ = write!(notes, "; kept the file's {}", kept.join(" and "));
+    }
+    if let Some(change) = change.filter(|_| !written.created) {
+        let _ = write!(notes, "; {change}");
+    }
+    let mut out = ToolOutput::text(format!(
+        "{verb} `{}` ({} bytes, {lines} line{}{notes})",
         path.given,
-        bytes.len()
+        bytes.len(),
+        if lines == 1 { "" } else { "s" }
     ))
     .with_extra("created", json!(written.created))
     .with_extra("bytes", json!(bytes.len()))
-    .with_extra("lines", json!(lines)))
+    .with_extra("lines", json!(lines));
+    if let Some(change) = change.filter(|_| !written.created) {
+        out = out.with_extra(
+            "changed",
+            json!({"first_line": change.first_line, "removed": change.removed, "added": change.added}),
+        );
+    }
+    Ok(out)
+}
+
+/// What an overwrite changed, line by line: from the first line that differs to the last,
+/// the lines of the old file removed and the lines of the new one put in their place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Change {
+    /// The first line that differs (1-based).
+    first_line: usize,
+    removed: usize,
+    added: usize,
+}
+
+impl Change {
+    /// The lines between the longest common start and end of `old` and `new`.
+    fn between(old: &str, new: &str) -> Change {
+        let old: Vec<&str> = old.split_inclusive('\n').collect();
+        let new: Vec<&str> = new.split_inclusive('\n').collect();
+        let start = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+        let room = old.len().min(new.len()) - start;
+        let end =
+            old.iter().rev().zip(new.iter().rev()).take(room).take_while(|(a, b)| a == b).count();
+        Change {
+            first_line: start + 1,
+            removed: old.len() - start - end,
+            added: new.len() - start - end,
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Change { first_line, removed, added } = *self;
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let old = if removed == 1 {
+            format!("line {first_line}")
+        } else {
+            format!("lines {first_line}-{}", first_line + removed - 1)
+        };
+        match (removed, added) {
+            (0, 0) => write!(f, "the content was the same"),
+            (0, _) => write!(f, "{added} line{} added at line {first_line}", plural(added)),
+            (_, 0) => write!(f, "{old} removed"),
+            _ if removed == added => write!(f, "{old} changed"),
+            _ => write!(f, "{old} replaced by {added} line{}", plural(added)),
+        }
+    }
 }
 
 /// Refuses to overwrite an existing file that changed since it was read in `run`, or (with

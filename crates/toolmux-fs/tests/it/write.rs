@@ -10,7 +10,7 @@ use toolmux_core::{CallContext, ToolProvider};
 async fn creates_parent_directories() {
     let fx = Fixture::new();
     let out = fx.call("write", json!({"path": "a/b/c.txt", "content": "hi\n"})).await.unwrap();
-    expect!["created `a/b/c.txt` (3 bytes, 1 lines)"].assert_eq(&out.to_text());
+    expect!["created `a/b/c.txt` (3 bytes, 1 line)"].assert_eq(&out.to_text());
     assert_eq!(out.extras["created"], true);
     assert_eq!(fx.get("a/b/c.txt"), "hi\n");
 }
@@ -55,7 +55,7 @@ async fn overwriting_after_read_works_and_again_after_own_write() {
     fx.put("a.txt", "old");
     fx.ok("read", json!({"path": "a.txt"})).await;
     let out = fx.ok("write", json!({"path": "a.txt", "content": "new"})).await;
-    assert_eq!(out, "overwrote `a.txt` (3 bytes, 1 lines)");
+    assert_eq!(out, "overwrote `a.txt` (3 bytes, 1 line; line 1 changed)");
     fx.ok("write", json!({"path": "a.txt", "content": "newer"})).await;
     assert_eq!(fx.get("a.txt"), "newer");
 }
@@ -127,7 +127,7 @@ async fn overwriting_a_crlf_file_with_lf_content_keeps_crlf() {
     fx.put("a.txt", "old\r\nlines\r\n");
     fx.ok("read", json!({"path": "a.txt"})).await;
     let out = fx.ok("write", json!({"path": "a.txt", "content": "new\nlines\nhere\n"})).await;
-    expect!["overwrote `a.txt` (18 bytes, 3 lines; kept the file's CRLF line endings)"]
+    expect!["overwrote `a.txt` (18 bytes, 3 lines; kept the file's CRLF line endings; lines 1-2 replaced by 3 lines)"]
         .assert_eq(&out);
     assert_eq!(fx.get("a.txt"), "new\r\nlines\r\nhere\r\n");
     // Content with CRLF of its own is written as given, and so is an LF file.
@@ -137,7 +137,7 @@ async fn overwriting_a_crlf_file_with_lf_content_keeps_crlf() {
     fx.ok("read", json!({"path": "lf.txt"})).await;
     assert_eq!(
         fx.ok("write", json!({"path": "lf.txt", "content": "c\nd\n"})).await,
-        "overwrote `lf.txt` (4 bytes, 2 lines)"
+        "overwrote `lf.txt` (4 bytes, 2 lines; lines 1-2 changed)"
     );
     assert_eq!(fx.get("lf.txt"), "c\nd\n");
 }
@@ -151,7 +151,7 @@ async fn overwriting_a_bom_file_keeps_the_bom() {
     let out = fx.ok("write", json!({"path": "bom.txt", "content": "new\n"})).await;
     assert_eq!(
         out,
-        "overwrote `bom.txt` (7 bytes, 1 lines; kept the file's UTF-8 byte order mark)"
+        "overwrote `bom.txt` (7 bytes, 1 line; kept the file's UTF-8 byte order mark; line 1 changed)"
     );
     assert_eq!(std::fs::read(&path).unwrap(), b"\xEF\xBB\xBFnew\n");
     // A mark in the content is not doubled.
@@ -173,7 +173,7 @@ async fn overwriting_a_utf16_crlf_file_keeps_both() {
     let out = fx.ok("write", json!({"path": "w.txt", "content": "drei\n\u{e9}\n"})).await;
     assert_eq!(
         out,
-        "overwrote `w.txt` (20 bytes, 2 lines; kept the file's CRLF line endings and UTF-16 BE encoding)"
+        "overwrote `w.txt` (20 bytes, 2 lines; kept the file's CRLF line endings and UTF-16 BE encoding; lines 1-2 changed)"
     );
     assert_eq!(std::fs::read(&path).unwrap(), utf16be("drei\r\n\u{e9}\r\n"));
 }
@@ -185,4 +185,54 @@ async fn new_files_are_written_as_given() {
     assert_eq!(fx.get("crlf.txt"), "a\r\nb\n");
     fx.ok("write", json!({"path": "bom.txt", "content": "\u{FEFF}x"})).await;
     assert_eq!(std::fs::read(fx.root().join("bom.txt")).unwrap(), b"\xEF\xBB\xBFx");
+}
+
+/// An overwrite says which lines it changed (from the first that differs to the last), so
+/// that a model sees when it rewrote more than it meant to.
+#[tokio::test]
+async fn an_overwrite_says_which_lines_changed() {
+    let fx = Fixture::new();
+    let cases = [
+        (
+            "a\nb\nc\n",
+            "a\nB\nc\n",
+            "line 2 changed",
+            json!({"first_line": 2, "removed": 1, "added": 1}),
+        ),
+        (
+            "a\nb\nc\n",
+            "a\nb\nx\ny\nc\n",
+            "2 lines added at line 3",
+            json!({"first_line": 3, "removed": 0, "added": 2}),
+        ),
+        (
+            "a\nb\nc\nd\n",
+            "a\nd\n",
+            "lines 2-3 removed",
+            json!({"first_line": 2, "removed": 2, "added": 0}),
+        ),
+        (
+            "a\nb\nc\n",
+            "a\nX\n",
+            "lines 2-3 replaced by 1 line",
+            json!({"first_line": 2, "removed": 2, "added": 1}),
+        ),
+        (
+            "same\n",
+            "same\n",
+            "the content was the same",
+            json!({"first_line": 2, "removed": 0, "added": 0}),
+        ),
+    ];
+    for (before, after, said, changed) in cases {
+        fx.put("f.txt", before);
+        fx.ok("read", json!({"path": "f.txt"})).await;
+        let out = fx.call("write", json!({"path": "f.txt", "content": after})).await.unwrap();
+        assert!(out.to_text().ends_with(&format!("; {said})")), "{}", out.to_text());
+        assert_eq!(out.extras["changed"], changed, "{said}");
+        assert_eq!(fx.get("f.txt"), after);
+    }
+    // A new file has nothing to compare with.
+    let out = fx.call("write", json!({"path": "new.txt", "content": "n\n"})).await.unwrap();
+    assert!(out.extras.get("changed").is_none(), "{:?}", out.extras);
 }
