@@ -388,6 +388,10 @@ pub struct FsLimits {
     pub glob_limit: usize,
     /// Entries `ls` lists when the call gives no `limit`.
     pub ls_limit: usize,
+    /// Milliseconds a `grep` or `glob` walks before it stops and answers with what it
+    /// found, saying the results are partial (also ended a little before the call's own
+    /// time limit).
+    pub search_time_ms: u64,
 }
 
 impl Default for FsLimits {
@@ -400,6 +404,7 @@ impl Default for FsLimits {
             grep_head_limit: 250,
             glob_limit: 100,
             ls_limit: 200,
+            search_time_ms: 30_000,
         }
     }
 }

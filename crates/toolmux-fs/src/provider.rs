@@ -4,7 +4,7 @@ use crate::config::{FsConfig, Permission};
 use crate::error::FsError;
 use crate::protect::{ProtectedKind, ProtectedPath, Protection};
 use crate::sandbox::Sandbox;
-use crate::tools::{edit, glob, grep, ls, patch, read, shell, tasks, undo, write};
+use crate::tools::{self, edit, glob, grep, ls, patch, read, shell, tasks, undo, write};
 use crate::workspace::Workspace;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
@@ -282,15 +282,17 @@ impl FsProvider {
             }
             Tool::Grep => {
                 let args: grep::GrepArgs = parse(tool, arguments)?;
+                let budget = self.search_budget(ctx);
                 self.blocking(tool, ctx, move |ws, config, cancelled| {
-                    grep::grep(ws, &config.limits, args, cancelled)
+                    grep::grep(ws, &config.limits, args, cancelled, &budget)
                 })
                 .await
             }
             Tool::Glob => {
                 let args: glob::GlobArgs = parse(tool, arguments)?;
+                let budget = self.search_budget(ctx);
                 self.blocking(tool, ctx, move |ws, config, cancelled| {
-                    glob::glob(ws, &config.limits, args, cancelled)
+                    glob::glob(ws, &config.limits, args, cancelled, &budget)
                 })
                 .await
             }
@@ -506,6 +508,13 @@ impl FsProvider {
                 Err(FsError::Cancelled { tool: tool.name() })
             }
         }
+    }
+
+    /// The time a `grep` or `glob` walk may take: `fs.limits.searchTimeMs`, ending before
+    /// the call's own deadline so that what was found gets back.
+    fn search_budget(&self, ctx: &CallContext) -> tools::Budget {
+        let allowed = Duration::from_millis(self.config.limits.search_time_ms);
+        tools::Budget::new(allowed, ctx.deadline().map(tokio::time::Instant::into_std))
     }
 
     /// Runs `work` on the blocking pool to its end.

@@ -1,5 +1,6 @@
 //! `glob`: files matching a glob pattern, newest first, gitignore-aware.
 
+use super::Budget;
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
@@ -59,7 +60,8 @@ does not cross `/`, `**` does. Returns paths relative to the workspace root, new
 (modification time), or by path with `sort: path`. Case-sensitive unless `case_sensitive: false`. Respects .gitignore and \
 .ignore files unless `respect_gitignore: false`, and skips hidden files unless the pattern names \
 them (`.github/**`); symlinks are not followed. At most `limit` (default 100) files; a footer \
-says how many were left out and which `offset` continues.";
+says how many were left out and which `offset` continues. A walk still running after 30 s \
+stops and returns what it found, marked partial.";
 
 /// Runs `glob`; blocking.
 pub(crate) fn glob(
@@ -67,6 +69,7 @@ pub(crate) fn glob(
     limits: &FsLimits,
     args: GlobArgs,
     cancelled: &Arc<AtomicBool>,
+    budget: &Budget,
 ) -> Result<ToolOutput, FsError> {
     let invalid = |message: String| FsError::InvalidArguments { tool: "glob", message };
     let pattern = args.pattern.strip_prefix("./").unwrap_or(&args.pattern);
@@ -91,7 +94,7 @@ pub(crate) fn glob(
     walk.build_parallel().run(|| {
         let (start, matcher, found, cancelled) = (&start, &matcher, &found, cancelled);
         Box::new(move |entry| {
-            if cancelled.load(Ordering::Relaxed) {
+            if cancelled.load(Ordering::Relaxed) || budget.spent() {
                 return WalkState::Quit;
             }
             let Ok(entry) = entry else { return WalkState::Continue };
@@ -124,9 +127,10 @@ pub(crate) fn glob(
     }
     let total = found.len();
     if total == 0 {
-        return Ok(ToolOutput::text(format!("No files match `{}` in `{given}`", args.pattern))
+        let none = ToolOutput::text(format!("No files match `{}` in `{given}`", args.pattern))
             .with_extra("total", json!(0))
-            .with_extra("truncated", json!(false)));
+            .with_extra("truncated", json!(false));
+        return Ok(budget.mark(none, "walk"));
     }
     let offset = args.offset.unwrap_or(0);
     let limit = args.limit.unwrap_or(limits.glob_limit).max(1);
@@ -148,8 +152,9 @@ pub(crate) fn glob(
         }
         text.push(']');
     }
-    Ok(ToolOutput::text(text)
+    let output = ToolOutput::text(text)
         .with_extra("total", json!(total))
         .with_extra("leftOut", json!(left_out))
-        .with_extra("truncated", json!(left_out > 0)))
+        .with_extra("truncated", json!(left_out > 0));
+    Ok(budget.mark(output, "walk"))
 }

@@ -1,6 +1,7 @@
 //! `grep`: ripgrep's own crates in process: a parallel, gitignore-aware walk that never
 //! follows symlinks, a regex matcher and a searcher, stopped when the call is cancelled.
 
+use super::Budget;
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
@@ -114,8 +115,9 @@ lines as `path-line-text`, `--` between context groups) and honours `-A`, `-B`, 
 for the pattern as literal text; `multiline` lets a match span lines. `max_matches_per_file` \
 stops each file after that many matching lines (content and count modes). Results are cut at \
 `head_limit` (default 250, 0 = no limit) lines or files; a footer says how many there were and \
-which `offset` continues. Paths are relative to the workspace root. No match is an empty \
-result, not an error.";
+which `offset` continues. A search still running after 30 s stops and returns what it found, \
+marked partial: narrow `path`, `glob` or `type` then. Paths are relative to the workspace \
+root. No match is an empty result, not an error.";
 
 /// Runs a search; blocking, meant for `spawn_blocking`.
 pub(crate) fn grep(
@@ -123,6 +125,7 @@ pub(crate) fn grep(
     limits: &FsLimits,
     args: GrepArgs,
     cancelled: &Arc<AtomicBool>,
+    budget: &Budget,
 ) -> Result<ToolOutput, FsError> {
     let invalid = |message: String| FsError::InvalidArguments { tool: "grep", message };
     if args.pattern.is_empty() {
@@ -199,7 +202,7 @@ pub(crate) fn grep(
         let only = only.clone();
         let root = ws.root().to_path_buf();
         Box::new(move |entry| {
-            if cancelled.load(Ordering::Relaxed) {
+            if cancelled.load(Ordering::Relaxed) || budget.spent() {
                 return WalkState::Quit;
             }
             let Ok(entry) = entry else { return WalkState::Continue };
@@ -230,6 +233,7 @@ pub(crate) fn grep(
                 produced: 0,
                 count: 0,
                 cancelled: &cancelled,
+                budget,
                 only: only.as_ref(),
                 cap: args.max_matches_per_file,
                 hits: 0,
@@ -267,7 +271,7 @@ pub(crate) fn grep(
     let collector = std::mem::take(&mut *collector.lock().unwrap_or_else(|e| e.into_inner()));
     let total_matches = matches.load(Ordering::Relaxed);
     let page = Page { offset, head_limit, cap: args.max_matches_per_file, separated: show.context };
-    Ok(render(mode, collector, page, total_matches))
+    Ok(budget.mark(render(mode, collector, page, total_matches), "search"))
 }
 
 /// Refuses arguments that would be ignored or contradict each other, saying what to do.
@@ -377,6 +381,7 @@ struct FileSink<'a> {
     /// Matching lines.
     count: u64,
     cancelled: &'a AtomicBool,
+    budget: &'a Budget,
     /// With `-o`: what to show of each matching line.
     only: Option<&'a Regex>,
     /// `max_matches_per_file`.
@@ -447,7 +452,7 @@ impl Sink for FileSink<'_> {
     type Error = io::Error;
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, io::Error> {
-        if self.cancelled.load(Ordering::Relaxed) {
+        if self.cancelled.load(Ordering::Relaxed) || self.budget.spent() {
             return Ok(false);
         }
         if self.at_cap() {
@@ -645,8 +650,33 @@ mod tests {
         let ws = Workspace::open(temp.path()).unwrap();
         let args = GrepArgs { pattern: "needle".into(), ..GrepArgs::default() };
         let cancelled = Arc::new(AtomicBool::new(true));
-        let err = grep(&ws, &FsLimits::default(), args, &cancelled).unwrap_err();
+        let budget = Budget::new(std::time::Duration::from_secs(30), None);
+        let err = grep(&ws, &FsLimits::default(), args, &cancelled, &budget).unwrap_err();
         assert!(matches!(err, FsError::Cancelled { tool: "grep" }), "{err}");
+    }
+
+    #[test]
+    fn a_spent_budget_answers_with_what_was_found_and_says_so() {
+        let temp = tempfile::tempdir().unwrap();
+        std::fs::write(temp.path().join("a.txt"), "needle\n").unwrap();
+        let ws = Workspace::open(temp.path()).unwrap();
+        let args = GrepArgs { pattern: "needle".into(), ..GrepArgs::default() };
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let budget = Budget::new(std::time::Duration::ZERO, None);
+        let out = grep(&ws, &FsLimits::default(), args, &cancelled, &budget).unwrap();
+        let text = out.to_text();
+        assert!(text.starts_with("No matches found\n[the search stopped after 0.0s"), "{text}");
+        assert!(text.contains("the results above are partial"), "{text}");
+        assert_eq!(
+            (&out.extras["timedOut"], &out.extras["truncated"]),
+            (&json!(true), &json!(true))
+        );
+        // With time, the same search finds the file and says nothing of time.
+        let args = GrepArgs { pattern: "needle".into(), ..GrepArgs::default() };
+        let budget = Budget::new(std::time::Duration::from_secs(30), None);
+        let out = grep(&ws, &FsLimits::default(), args, &cancelled, &budget).unwrap();
+        assert_eq!(out.to_text(), "a.txt");
+        assert!(out.extras.get("timedOut").is_none());
     }
 
     #[test]
@@ -664,6 +694,7 @@ mod tests {
             produced: 0,
             count: 0,
             cancelled: &cancelled,
+            budget: &Budget::new(std::time::Duration::from_secs(30), None),
             only: None,
             cap: None,
             hits: 0,
