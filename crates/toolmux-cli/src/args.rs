@@ -262,14 +262,15 @@ pub(crate) struct ServeArgs {
     /// client puts before them (`mcp__toolmux__`, for a server it knows as `toolmux`) and its
     /// length limit, and input schemas rewritten to what its model accepts (no top-level
     /// `anyOf`/`oneOf`/`allOf`; for Gemini, its OpenAPI subset). Calls are still validated
-    /// against the original schemas. Without it, `--stdio` takes the profile of the client
-    /// that connects, by the name its `initialize` gives (Claude Code, Codex, Cursor, Gemini
-    /// CLI), and `generic` for any other; over HTTP it is `generic`.
+    /// against the original schemas. Overrides `serve.client` of the configuration. Without
+    /// either, `--stdio` takes the profile of the client that connects, by the name its
+    /// `initialize` gives (Claude Code, Codex, Cursor, Gemini CLI), and `generic` for any
+    /// other; over HTTP it is `generic`.
     #[arg(long, value_name = "CLIENT", value_parser = client_profile)]
     pub(crate) client: Option<ClientProfile>,
     /// The prefix the client puts before every tool name (`mcp__NAME__` when Claude Code
     /// knows this server as NAME), so that names are fitted into the characters it leaves;
-    /// overrides the `--client` profile's.
+    /// overrides the `--client` profile's and `serve.namePrefix`.
     #[arg(long, value_name = "PREFIX")]
     pub(crate) name_prefix: Option<String>,
     /// Another accepted `Host` for HTTP (besides 127.0.0.1, localhost, ::1 and the bound

@@ -363,10 +363,13 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     };
     let (toolmux, _report) = start(loaded, &|_| true).await?;
     let current = crate::reload::Current::new(toolmux.clone());
+    // The command line's over the file's (checked when it was built).
+    let serve = &loaded.config.serve;
+    let client = args.client.or(serve.client_profile().ok().flatten());
     let mut options = ServeOptions {
-        name_prefix: args.name_prefix,
-        client: args.client.unwrap_or_default(),
-        detect_client: args.client.is_none(),
+        name_prefix: args.name_prefix.or_else(|| serve.name_prefix.clone()),
+        client: client.unwrap_or_default(),
+        detect_client: client.is_none(),
         page_size: args.page_size.max(1),
         api_keys: api_keys.clone(),
         metrics: Some(Arc::new(StatsPage(current.clone()))),
@@ -376,6 +379,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);
+    options.allowed_hosts.extend(serve.allowed_hosts.iter().cloned());
     // Checked when the configuration was built (`Toolmux::build`); replaced on reloads.
     let holder_tools: HolderToolsMap =
         Arc::new(std::sync::RwLock::new(loaded.config.serve.holder_tools.clone()));

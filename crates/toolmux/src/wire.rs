@@ -155,6 +155,12 @@ impl Toolmux {
         toolmux_mcp::server::check_task_tools(&loaded.config.serve.task_tools)
             .map_err(|e| ToolmuxError::config(file, format!("serve.taskTools: {e}")))?;
         #[cfg(feature = "mcp")]
+        loaded
+            .config
+            .serve
+            .client_profile()
+            .map_err(|e| ToolmuxError::config(file, format!("serve.client: {e}")))?;
+        #[cfg(feature = "mcp")]
         check_holder_tools(loaded)
             .map_err(|e| ToolmuxError::config(file, format!("serve.holderTools: {e}")))?;
         let mut warnings = loaded.warnings.clone();

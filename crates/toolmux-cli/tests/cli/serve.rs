@@ -422,6 +422,37 @@ fn the_client_that_connects_over_stdio_chooses_its_profile() {
     );
     assert_eq!(lookup_of(&generic)["name"], full.as_str());
     assert!(lookup_of(&generic)["inputSchema"]["oneOf"].is_array());
+
+    // The file can say it too (`serve.client`, `serve.namePrefix`); `--client` overrides.
+    let fixture = crate::conformance::fixture_bin().display().to_string();
+    let with_serve = |serve: &str| {
+        format!(
+            "serve: {serve}\nmcpServers:\n  {namespace}:\n    command: {fixture}\n    args: [stdio]\n"
+        )
+    };
+    project.file("toolmux.yaml", &with_serve("{client: generic, namePrefix: mcp__toolmux__}"));
+    let prefixed = stdio_exchange_as(&project, &["serve", "--stdio"], "some-agent", &list);
+    let name = lookup_of(&prefixed)["name"].as_str().expect("a name").to_owned();
+    assert!(name.len() + "mcp__toolmux__".len() <= 64, "{name}");
+    assert!(lookup_of(&prefixed)["inputSchema"]["oneOf"].is_array(), "generic schemas");
+    project.file("toolmux.yaml", &with_serve("{client: claude}"));
+    let from_file = stdio_exchange_as(&project, &["serve", "--stdio"], "some-agent", &list);
+    assert!(lookup_of(&from_file)["inputSchema"].get("oneOf").is_none());
+    let overridden = stdio_exchange_as(
+        &project,
+        &["serve", "--stdio", "--client", "generic"],
+        "some-agent",
+        &list,
+    );
+    assert_eq!(lookup_of(&overridden)["name"], full.as_str());
+    project.file("toolmux.yaml", &with_serve("{client: claud}"));
+    for args in [&["serve", "--stdio"][..], &["config", "check"]] {
+        let run = project.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {run:?}");
+        let said = "toolmux.yaml: serve.client: no client profile `claud`; the profiles are: \
+                    generic, claude, codex, openai, cursor, gemini";
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
 }
 
 /// `completion/complete` reaches the upstream server that offers the prompt (by its

@@ -200,6 +200,20 @@ pub struct ServeSection {
     /// tool.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub holder_tools: BTreeMap<String, Vec<String>>,
+    /// The client served, as `--client` gives it (`claude`, `codex`, `openai`, `cursor`,
+    /// `gemini`, `generic`): tool names fitted to what it puts before them and its length
+    /// limit, schemas to what its model accepts. `--client` overrides it; without either,
+    /// `--stdio` takes the profile of the client that connects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    /// The prefix the client puts before every tool name (`mcp__tools__` when Claude Code
+    /// knows this server as `tools`), as `--name-prefix` gives it (which overrides it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_prefix: Option<String>,
+    /// More accepted `Host`s for HTTP (DNS-rebinding protection), besides 127.0.0.1,
+    /// localhost, ::1, the bound address and `--allowed-host`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
 }
 
 #[cfg(feature = "mcp")]
@@ -209,6 +223,20 @@ impl ServeSection {
             && self.task_tools.is_empty()
             && self.oauth.is_none()
             && self.holder_tools.is_empty()
+            && self.client.is_none()
+            && self.name_prefix.is_none()
+            && self.allowed_hosts.is_empty()
+    }
+
+    /// The client profile `client` names, if any; an unknown name is an error listing the
+    /// profiles.
+    pub fn client_profile(&self) -> Result<Option<toolmux_mcp::server::ClientProfile>, String> {
+        use toolmux_mcp::server::ClientProfile;
+        let Some(name) = &self.client else { return Ok(None) };
+        ClientProfile::from_name(name).map(Some).ok_or_else(|| {
+            let names: Vec<&str> = ClientProfile::ALL.iter().map(|(name, _)| *name).collect();
+            format!("no client profile `{name}`; the profiles are: {}", names.join(", "))
+        })
     }
 }
 
