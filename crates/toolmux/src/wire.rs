@@ -838,9 +838,12 @@ mod mcp {
 
     /// How long an MCP server's answer to one request is waited for, restarted by each of its
     /// progress reports (`McpProvider` keeps this wait): `requestTimeoutMs`, else
-    /// `defaults.toolTimeout`, else a minute.
+    /// `defaults.toolTimeout`, else the orchestrator's default tool timeout.
     pub(super) fn wait_ms(loaded: &Loaded, entry: &McpServerEntry) -> u64 {
-        entry.request_timeout_ms.or(loaded.config.defaults.tool_timeout).unwrap_or(60_000)
+        entry.request_timeout_ms.or(loaded.config.defaults.tool_timeout).unwrap_or_else(|| {
+            let default = OrchestratorConfig::default().tool_timeout;
+            u64::try_from(default.as_millis()).unwrap_or(u64::MAX)
+        })
     }
 
     /// The pipeline's limit of one call to an MCP server's tool. The server's own wait is reset
