@@ -171,11 +171,15 @@ impl ResourceCatalog {
                 if first != i && !self.duplicates.contains(&resource.uri) {
                     let name = |at: usize| providers.get(at).map_or("?", |p| p.namespace());
                     tracing::warn!(
-                        "resource `{}` is listed by providers `{}` and `{}`; `{}` serves it",
+                        "resource `{}` is listed by providers `{}` and `{}`; `{}`'s is listed \
+                         under it, `{}`'s as `toolmux://{}/{}`",
                         resource.uri,
                         name(first),
                         name(i),
                         name(first),
+                        name(i),
+                        name(i),
+                        resource.uri,
                     );
                 }
                 duplicates.insert(resource.uri.clone());
@@ -195,12 +199,38 @@ impl ResourceCatalog {
     }
 
     /// The resources `allowed` lets through (given the index of the provider that listed
-    /// one and its URI), each URI once, as the first let through listed it.
-    pub fn resources_where(&self, allowed: &dyn Fn(usize, &str) -> bool) -> Vec<ResourceSpec> {
+    /// one and its URI): each URI under its own name as the first let through listed it,
+    /// and as a later provider listed it under the name `alias` gives (given the index and
+    /// the URI), so that none is out of reach.
+    pub fn resources_where(
+        &self,
+        allowed: &dyn Fn(usize, &str) -> bool,
+        alias: &dyn Fn(usize, &str) -> String,
+    ) -> Vec<ResourceSpec> {
         let mut seen = HashSet::new();
-        let listed = self.resources.iter().enumerate();
-        let each = listed.flat_map(|(i, r)| r.iter().filter(move |r| allowed(i, &r.uri)));
-        each.filter(|r| seen.insert(&r.uri)).cloned().collect()
+        let mut out = Vec::new();
+        for (i, listed) in self.resources.iter().enumerate() {
+            // A provider listing one URI twice lists it once.
+            let mut own = HashSet::new();
+            for resource in listed.iter().filter(|r| allowed(i, &r.uri)) {
+                if !own.insert(&resource.uri) {
+                    continue;
+                }
+                if seen.insert(&resource.uri) {
+                    out.push(resource.clone());
+                } else {
+                    out.push(ResourceSpec { uri: alias(i, &resource.uri), ..resource.clone() });
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the provider of index `provider` lists `uri` while another owns it: its
+    /// resource is listed under an alias.
+    pub fn shadowed(&self, provider: usize, uri: &str) -> bool {
+        self.owners.get(uri).is_some_and(|&owner| owner != provider)
+            && self.resources.get(provider).is_some_and(|r| r.iter().any(|r| r.uri == uri))
     }
 
     /// The templates `allowed` lets through (given the index of the provider that listed
@@ -245,6 +275,10 @@ mod tests {
         ResourceSpec::new(uri, name, "d")
     }
 
+    fn alias(i: usize, uri: &str) -> String {
+        format!("toolmux://p{i}/{uri}")
+    }
+
     #[test]
     fn first_lister_of_a_uri_owns_it() {
         let catalog = ResourceCatalog::default().with_resources(
@@ -254,9 +288,19 @@ mod tests {
                 Some(vec![resource("a://1", "other"), resource("b://2", "two")]),
             ],
         );
-        let names: Vec<String> =
-            catalog.resources_where(&|_, _| true).into_iter().map(|r| r.name).collect();
-        assert_eq!(names, ["one", "two"]);
+        let listed: Vec<(String, String)> = catalog
+            .resources_where(&|_, _| true, &alias)
+            .into_iter()
+            .map(|r| (r.uri, r.name))
+            .collect();
+        let pair = |uri: &str, name: &str| (uri.to_owned(), name.to_owned());
+        // The second lister's is listed too, under an alias, so that it can be read.
+        assert_eq!(
+            listed,
+            [pair("a://1", "one"), pair("toolmux://p1/a://1", "other"), pair("b://2", "two")]
+        );
+        assert!(catalog.shadowed(1, "a://1") && !catalog.shadowed(0, "a://1"));
+        assert!(!catalog.shadowed(1, "b://2"));
         assert_eq!(catalog.route("a://1"), Some(0));
         assert_eq!(catalog.route("b://2"), Some(1));
         assert_eq!(catalog.route("c://3"), None);
@@ -268,7 +312,7 @@ mod tests {
             &[],
             vec![Some(vec![resource("a://1", "first")]), Some(vec![resource("a://1", "second")])],
         );
-        let listed = catalog.resources_where(&|i, uri| i == 1 && uri == "a://1");
+        let listed = catalog.resources_where(&|i, uri| i == 1 && uri == "a://1", &alias);
         let names: Vec<String> = listed.into_iter().map(|r| r.name).collect();
         assert_eq!(names, ["second"]);
         let templates = catalog.with_templates(vec![
@@ -284,7 +328,7 @@ mod tests {
         let first = ResourceCatalog::default()
             .with_resources(&[], vec![Some(vec![resource("a://1", "one")]), Some(vec![])]);
         let second = first.with_resources(&[], vec![None, Some(vec![resource("b://2", "two")])]);
-        assert_eq!(second.resources_where(&|_, _| true).len(), 2);
+        assert_eq!(second.resources_where(&|_, _| true, &alias).len(), 2);
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! A read goes to the provider that listed the URI (the first one, when two did), else to
 //! the first whose template matches it, else to each provider in turn until one serves it;
-//! a provider found that way is remembered for the URI. Resources are listed whenever a
+//! a provider found that way is remembered for the URI. A URI a later provider lists too
+//! is listed, read, subscribed to and updated under an alias,
+//! `toolmux://{namespace}/{uri}`, so that neither is out of reach. Resources are listed whenever a
 //! client lists them and once at warmup.
 
 use super::{Orchestrator, cut_middle};
@@ -23,9 +25,19 @@ pub(crate) type Scope<'a> = &'a (dyn Fn(&str) -> bool + Sync);
 /// URIs remembered from probing at most; the memory is cleared when full.
 const LEARNED_ROUTES_MAX: usize = 1024;
 
+/// What an alias URI starts with: `toolmux://{namespace}/{the provider's own URI}`.
+const ALIAS_PREFIX: &str = "toolmux://";
+
+/// The URI under which the resource `uri` of the provider `namespace` is listed, read and
+/// updated when an earlier provider lists the same URI (two instances of one server):
+/// `toolmux://{namespace}/{uri}`, a valid URI that names both.
+fn alias(namespace: &str, uri: &str) -> String {
+    format!("{ALIAS_PREFIX}{namespace}/{uri}")
+}
+
 impl Orchestrator {
-    /// Every provider's resources, URIs unchanged. A URI listed by two providers is listed
-    /// once, as the first listed it (a warning names both). A provider whose listing fails
+    /// Every provider's resources, URIs unchanged but where two providers list one URI:
+    /// the first's under it, the later one's under `toolmux://{namespace}/{uri}`. A provider whose listing fails
     /// is logged and keeps what it listed last. A resource the permission rules deny is
     /// not listed (see the `reach` module for how the rules read resources).
     pub async fn list_resources(&self) -> Result<Vec<ResourceSpec>, ToolError> {
@@ -41,7 +53,11 @@ impl Orchestrator {
     /// The resources of the providers whose namespace `scope` allows.
     pub(crate) async fn list_resources_in(&self, scope: Scope<'_>) -> Vec<ResourceSpec> {
         let catalog = self.refresh_resources().await;
-        catalog.resources_where(&self.listed_in(scope))
+        let providers = self.providers();
+        let alias = |i: usize, uri: &str| {
+            providers.get(i).map_or_else(|| uri.to_owned(), |p| alias(p.namespace(), uri))
+        };
+        catalog.resources_where(&self.listed_in(scope), &alias)
     }
 
     /// The resource templates of the providers whose namespace `scope` allows.
@@ -92,6 +108,26 @@ impl Orchestrator {
     ) -> Result<Vec<ResourceContents>, ToolError> {
         tracing::debug!(target: "toolmux::resource", "resource read → {uri}");
         let providers = self.providers();
+        // A URI of one provider's that another's shadows, by its alias: read from that
+        // provider alone, the contents named as the client asked.
+        if let Some((index, original)) = self.unalias(uri)
+            && let Some(provider) = providers.get(index).filter(|p| scope(p.namespace()))
+        {
+            let namespace = provider.namespace();
+            let permission = match self.resource_permission(namespace, original, false) {
+                Permission::Deny(reason) => {
+                    let tool = super::reach::resource_name(namespace, original);
+                    return Err(ToolError::Denied { tool, reason });
+                }
+                permission => permission,
+            };
+            self.permit_resource(namespace, original, &permission, ctx).await?;
+            let mut contents = self.read_from(&**provider, original, ctx).await?;
+            for item in contents.iter_mut().filter(|c| c.uri == original) {
+                item.uri = uri.to_owned();
+            }
+            return Ok(self.cap_contents(uri, contents, ctx).await);
+        }
         // A provider the rules deny this URI is out of scope; the denial is the answer
         // when no provider in scope serves it.
         let mut denied = None;
@@ -227,10 +263,17 @@ impl Orchestrator {
             }
             let Some(mut updates) = provider.resource_updates() else { continue };
             forwarders.sources.push(i);
-            let merged = self.inner.updates.clone();
+            let inner = self.inner.clone();
+            let namespace = provider.namespace().to_owned();
             forwarders.tasks.push(tokio::spawn(async move {
                 while let Some(uri) = updates.next().await {
-                    merged.notify(&uri);
+                    // A resource listed under an alias is updated under it.
+                    let catalog = inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+                    if catalog.shadowed(i, &uri) {
+                        inner.updates.notify(&alias(&namespace, &uri));
+                    } else {
+                        inner.updates.notify(&uri);
+                    }
                 }
             }));
         }
@@ -284,6 +327,14 @@ impl Orchestrator {
         catalog.clone()
     }
 
+    /// The provider (its index) and its own URI that `uri` names, when `uri` is an alias
+    /// ([`alias`]) of a provider of this orchestrator.
+    fn unalias<'u>(&self, uri: &'u str) -> Option<(usize, &'u str)> {
+        let (namespace, original) = uri.strip_prefix(ALIAS_PREFIX)?.split_once('/')?;
+        let index = self.providers().iter().position(|p| p.namespace() == namespace)?;
+        Some((index, original))
+    }
+
     /// The provider (its index) known to serve `uri`: by listing, template or experience.
     fn route(&self, uri: &str) -> Option<usize> {
         let catalog = self.inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -319,9 +370,10 @@ impl Orchestrator {
         scope: Scope<'_>,
     ) -> Result<(), ToolError> {
         let providers = self.providers();
-        let targets: Vec<usize> = match self.route(uri) {
-            Some(i) => vec![i],
-            None => self.update_sources(),
+        let (uri, targets): (&str, Vec<usize>) = match (self.unalias(uri), self.route(uri)) {
+            (Some((index, original)), _) => (original, vec![index]),
+            (None, Some(i)) => (uri, vec![i]),
+            (None, None) => (uri, self.update_sources()),
         };
         let mut failure = None;
         let mut accepted = false;

@@ -372,7 +372,7 @@ async fn prompt_names_keep_the_budget_and_duplicates_are_left_out() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn resources_and_templates_of_every_provider_are_listed_first_uri_wins() {
+async fn resources_and_templates_of_every_provider_are_listed_first_uri_wins_later_aliased() {
     let o = library(vec![Arc::new(git()), Arc::new(docs())]).await;
     let resources: Vec<String> = o
         .list_resources()
@@ -381,13 +381,46 @@ async fn resources_and_templates_of_every_provider_are_listed_first_uri_wins() {
         .into_iter()
         .map(|r| format!("{} {}", r.uri, r.name))
         .collect();
-    expect![[r#"["repo://main/README readme", "shared://config config", "docs://index index"]"#]]
+    expect![[r#"["repo://main/README readme", "shared://config config", "toolmux://docs/shared://config config", "docs://index index"]"#]]
         .assert_eq(&format!("{resources:?}"));
     let templates: Vec<String> =
         o.list_resource_templates().await.unwrap().into_iter().map(|t| t.uri_template).collect();
     assert_eq!(templates, ["repo://{branch}/log", "repo://{branch}/{+path}"]);
     let read = o.read_resource("shared://config", &CallContext::new()).await.unwrap();
     assert_eq!(text(&read), "git: from git");
+}
+
+/// A URI two providers list (two instances of one server) is the first's under its own
+/// name and the second's under `toolmux://{namespace}/{uri}`: read, subscribed to and
+/// updated by that name, the second provider asked by its own.
+#[tokio::test(start_paused = true)]
+async fn a_shadowed_resource_is_reached_by_its_alias() {
+    let (git, docs) = (Arc::new(git().with_updates()), Arc::new(docs().with_updates()));
+    let o = library(vec![git.clone(), docs.clone()]).await;
+    let mut updates = o.resource_updates().expect("providers send updates");
+    o.list_resources().await.unwrap();
+    let ctx = CallContext::new();
+    let alias = "toolmux://docs/shared://config";
+    let read = o.read_resource(alias, &ctx).await.unwrap();
+    assert_eq!(text(&read), "docs: from docs");
+    assert_eq!(read[0].uri, alias, "named as the client asked");
+    assert_eq!(docs.reads(), ["shared://config"]);
+    let read = o.read_resource("shared://config", &ctx).await.unwrap();
+    assert_eq!(text(&read), "git: from git");
+    o.subscribe_resource(alias).await.unwrap();
+    assert_eq!(docs.subscribed(), ["shared://config"]);
+    assert!(git.subscribed().is_empty());
+    docs.notify("shared://config");
+    let uri = tokio::time::timeout(Duration::from_secs(1), updates.next()).await.unwrap();
+    assert_eq!(uri.as_deref(), Some(alias));
+    git.notify("shared://config");
+    let uri = tokio::time::timeout(Duration::from_secs(1), updates.next()).await.unwrap();
+    assert_eq!(uri.as_deref(), Some("shared://config"));
+    o.unsubscribe_resource(alias).await.unwrap();
+    assert!(docs.subscribed().is_empty());
+    // An alias of no provider is an unknown resource like any other URI.
+    let e = o.read_resource("toolmux://nobody/shared://config", &ctx).await.unwrap_err();
+    assert_eq!(e.code(), "unknown_resource");
 }
 
 #[tokio::test(start_paused = true)]
