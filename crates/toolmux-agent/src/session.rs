@@ -1150,9 +1150,10 @@ struct State {
 
 /// Whether a call of a tool with `annotations` must run alone among a turn's calls: it
 /// writes files or runs programs (permission class `write` or `execute`), or says it may
-/// destroy data. Two edits of one file at once would lose one; a build and a test run at
-/// once would race. Tools that only read, and tools of no such class (most MCP tools, and
-/// sub-agents, which a model fans out to on purpose), run side by side.
+/// destroy data (as an MCP tool is assumed to unless it says it only reads or only adds).
+/// Two edits of one file at once would lose one; a build and a test run at once would race.
+/// Tools that only read, and tools of no such class that do not say they destroy (sub-agents,
+/// which a model fans out to on purpose), run side by side.
 fn runs_alone(annotations: &toolmux_core::ToolAnnotations) -> bool {
     use toolmux_core::PermissionClass;
     match annotations.permission {

@@ -11,12 +11,12 @@ use super::config::DeclaredTool;
 
 /// A server's tool as a [`ToolSpec`] under the server's own name.
 pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
-    let mut annotations = ToolAnnotations::default();
+    let mut annotations = mcp_defaults();
     let mut title = tool.title;
     if let Some(hints) = tool.annotations {
         annotations.read_only = hints.read_only_hint.unwrap_or(false);
         // MCP assumes a tool that writes is destructive unless it says otherwise.
-        annotations.destructive = !annotations.read_only && hints.destructive_hint.unwrap_or(false);
+        annotations.destructive = !annotations.read_only && hints.destructive_hint.unwrap_or(true);
         annotations.idempotent = hints.idempotent_hint.unwrap_or(false);
         annotations.open_world = hints.open_world_hint.unwrap_or(true);
         title = title.or(hints.title);
@@ -61,10 +61,26 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
 /// The tool `_meta` key with which a server says how large its results get, in characters.
 pub(crate) const MAX_RESULT_SIZE_META_KEY: &str = "anthropic/maxResultSizeChars";
 
-/// A tool declared in configuration as a [`ToolSpec`].
+/// What MCP assumes of a tool that gives no annotations: it writes, may destroy data, is
+/// not idempotent and reaches the open world (the specification's defaults of
+/// `readOnlyHint`, `destructiveHint`, `idempotentHint` and `openWorldHint`), so that a
+/// `@destructive` rule catches a server's tool that does not say otherwise.
+fn mcp_defaults() -> ToolAnnotations {
+    ToolAnnotations {
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        open_world: true,
+        ..ToolAnnotations::default()
+    }
+}
+
+/// A tool declared in configuration as a [`ToolSpec`], with MCP's default annotations
+/// until the server lists it.
 pub(crate) fn declared_spec(tool: &DeclaredTool) -> ToolSpec {
     let schema = tool.input_schema.clone().unwrap_or_else(ToolSpec::any_object_schema);
-    let mut spec = ToolSpec::new(tool.name.clone(), tool.description.clone(), schema);
+    let mut spec = ToolSpec::new(tool.name.clone(), tool.description.clone(), schema)
+        .with_annotations(mcp_defaults());
     spec.title = tool.title.clone();
     spec
 }
@@ -146,6 +162,31 @@ mod tests {
     fn output(result: Value) -> String {
         let result: CallToolResult = serde_json::from_value(result).expect("a CallToolResult");
         serde_json::to_string_pretty(&tool_output(result)).expect("serializes")
+    }
+
+    /// MCP's defaults for hints a server leaves out: a tool writes destructively unless it
+    /// says it only reads or only adds.
+    #[test]
+    fn missing_hints_take_mcp_s_defaults() {
+        let tool = |annotations: Value| -> ToolAnnotations {
+            let mut tool = json!({"name": "t", "inputSchema": {"type": "object"}});
+            if !annotations.is_null() {
+                tool["annotations"] = annotations;
+            }
+            tool_spec(serde_json::from_value(tool).expect("a tool")).annotations
+        };
+        let hints = |a: ToolAnnotations| (a.read_only, a.destructive, a.idempotent, a.open_world);
+        assert_eq!(hints(tool(Value::Null)), (false, true, false, true), "no annotations");
+        assert_eq!(hints(tool(json!({"readOnlyHint": false}))), (false, true, false, true));
+        assert_eq!(hints(tool(json!({"destructiveHint": false}))), (false, false, false, true));
+        assert_eq!(hints(tool(json!({"readOnlyHint": true}))), (true, false, false, true));
+        let declared = DeclaredTool {
+            name: "d".into(),
+            title: None,
+            description: String::new(),
+            input_schema: None,
+        };
+        assert!(declared_spec(&declared).annotations.destructive, "declared until listed");
     }
 
     #[test]
