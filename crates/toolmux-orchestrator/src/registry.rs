@@ -216,6 +216,8 @@ impl Registry {
         };
         let provider_settings = config.providers.get(namespace).cloned().unwrap_or_default();
         let mut shown = 0usize;
+        let mut cached = 0usize;
+        let listed_tools = specs.len();
         for ((name, _), spec) in names.into_iter().zip(specs) {
             if let Some(owner) = self.entries.get(name.as_str()) {
                 self.error(format!(
@@ -278,8 +280,22 @@ impl Registry {
             if !entry.deferred && entry.spec.annotations.visible {
                 shown += 1;
             }
+            cached += usize::from(entry.settings.cache_ttl.is_some());
             self.order.push(name.clone());
             self.entries.insert(name, Arc::new(entry));
+        }
+        // A provider's `cache` keeps the results of its read-only tools only: one whose
+        // tools do not say they only read would silently cache nothing.
+        if provider_settings.cache_ttl.is_some_and(|ttl| !ttl.is_zero())
+            && cached == 0
+            && listed_tools > 0
+        {
+            self.warn(format!(
+                "provider `{namespace}` has `cache`, but none of its tools says it only reads \
+                 (`readOnlyHint`), so none is cached (a tool that changes something must run \
+                 each time): set `cache` on the tools whose results may be reused \
+                 (`tools: {{{namespace}__NAME: {{cache: MS}}}}`)"
+            ));
         }
         // An OpenAPI import warns by itself, at its own `maxTools`.
         if shown > MANY_TOOLS && listed.provider.kind() != toolmux_core::ToolKind::Rest {
@@ -323,8 +339,13 @@ impl Registry {
             timeout: settings.timeout.unwrap_or(config.tool_timeout),
             reset_on_progress: settings.reset_timeout_on_progress.unwrap_or(false),
             max_total_time: settings.max_total_time,
+            // Only tools that a second run cannot harm are retried, unless the tool's own
+            // settings ask (the user says a retry is safe for this one).
             retry: Some(settings.retry.unwrap_or_else(|| config.retry.clone())).filter(|p| {
-                p.max_retries > 0 && (spec.annotations.idempotent || spec.annotations.read_only)
+                p.max_retries > 0
+                    && (spec.annotations.idempotent
+                        || spec.annotations.read_only
+                        || config.tools.get(name).is_some_and(|t| t.retry.is_some()))
             }),
             response_max: None,
         }

@@ -4,6 +4,7 @@ use crate::{call, start};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmux_core::ToolProvider;
 use toolmux_orchestrator::{OrchestratorConfig, ToolSettings};
 use toolmux_test_support::mock::{Behavior, MockProvider};
 
@@ -77,6 +78,34 @@ async fn tools_that_write_are_not_cached_unless_configured_per_tool() {
     call(&o, "api__post", json!({})).await;
     call(&o, "api__post", json!({})).await;
     assert_eq!(p.calls_of("post"), 1);
+}
+
+/// A provider's `cache` over tools none of which says it only reads caches nothing, and
+/// the warmup says so instead of leaving it silent.
+#[tokio::test(start_paused = true)]
+async fn a_provider_cache_that_caches_nothing_is_warned_about() {
+    let writer = || {
+        Arc::new(MockProvider::new("w").with_tool("post", Behavior::Echo)) as Arc<dyn ToolProvider>
+    };
+    let cached = ToolSettings::default().with_cache(Duration::from_secs(300));
+    let o = start(
+        OrchestratorConfig::default().with_provider_settings("w", cached.clone()),
+        vec![writer()],
+    )
+    .await;
+    let problems = o.warmup().await.problems;
+    let warned = problems.iter().find(|p| p.message.contains("provider `w` has `cache`"));
+    let warned = warned.unwrap_or_else(|| panic!("{problems:?}"));
+    assert!(warned.message.contains("tools: {w__NAME: {cache: MS}}"), "{}", warned.message);
+    // With a read-only tool among them, it caches that one and says nothing.
+    let mixed = Arc::new(
+        MockProvider::new("w")
+            .with_tool("post", Behavior::Echo)
+            .with_read_only_tool("get", Behavior::Echo),
+    );
+    let o =
+        start(OrchestratorConfig::default().with_provider_settings("w", cached), vec![mixed]).await;
+    assert!(o.warmup().await.problems.is_empty());
 }
 
 #[tokio::test(start_paused = true)]

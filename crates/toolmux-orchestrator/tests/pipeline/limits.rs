@@ -192,6 +192,17 @@ async fn transient_failures_of_idempotent_tools_are_retried() {
     expect!["(tool failed: m: connection reset (failure 1 of 2))"]
         .assert_eq(&r.conversation_text());
     assert_eq!(p.calls_of("write"), 1, "not idempotent: no retry");
+
+    // Retries set on the tool itself: the user says a second run is safe.
+    let p =
+        Arc::new(MockProvider::new("m").with_tool("write", Behavior::FailTransient { times: 2 }));
+    let config = OrchestratorConfig::default().with_tool_settings(
+        "m__write",
+        ToolSettings::default().with_retry(RetryPolicy::retries(3)),
+    );
+    let o = start(config, vec![p.clone()]).await;
+    assert!(call(&o, "m__write", json!({})).await.ok);
+    assert_eq!(p.calls_of("write"), 3);
 }
 
 #[tokio::test(start_paused = true)]
