@@ -989,3 +989,65 @@ fn calls_relayed_to_a_stdio_server_keep_the_pipeline() {
     assert!(text.contains("timeout"), "{text}");
     served.end();
 }
+
+/// A client of a handshake revision never sees `resultType` (a 2026-07-28 field), also
+/// when a call is answered the usual way rather than relayed: after the upstream server
+/// crashed and was started again.
+#[test]
+fn results_carry_no_result_type_for_older_clients_after_a_restart() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "defaults: {{statsFile: false}}\nmcpServers:\n  fix:\n    command: {}\n    args: [ok]\n",
+            crate::conformance::fixture_bin().with_file_name("toolmux-mcp-fixture").display()
+        ),
+    );
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    // Writes `lines` and reads up to the answer of request `id`.
+    let mut ask = |lines: &[Value], id: u64| -> Value {
+        for line in lines {
+            writeln!(stdin, "{line}").expect("write");
+        }
+        loop {
+            let mut line = String::new();
+            assert!(stdout.read_line(&mut line).unwrap_or(0) > 0, "toolmux ended early");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message["id"] == id {
+                return message;
+            }
+        }
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    assert!(ask(&[initialize], 1)["result"]["serverInfo"].is_object());
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let call = |id: u64, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}})
+    };
+    let answers = [
+        ask(&[initialized, call(2, "fix__echo", json!({"message": "a"}))], 2),
+        ask(&[call(3, "fix__crash", json!({}))], 3),
+        ask(&[call(4, "fix__echo", json!({"message": "b"}))], 4),
+        ask(&[call(5, "fix__echo", json!({"message": "c"}))], 5),
+    ];
+    assert_eq!(answers[1]["result"]["isError"], true, "{}", answers[1]);
+    assert_eq!(answers[2]["result"]["content"][0]["text"], "echo: b", "{}", answers[2]);
+    for answer in &answers {
+        assert!(answer["result"].get("resultType").is_none(), "{answer}");
+    }
+    drop(stdin);
+    child.stdout = Some(stdout.into_inner());
+    let run = wait(child, Duration::from_secs(30));
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

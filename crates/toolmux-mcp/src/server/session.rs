@@ -630,7 +630,11 @@ impl Answering {
     fn give(&self, result: Result<Answer, ErrorData>) -> bool {
         self.answer(|id| match result {
             Ok(Answer::Raw(json)) => raw_response(id, &json),
-            Ok(Answer::Result(result)) => {
+            Ok(Answer::Result(mut result)) => {
+                // The direct path serves the handshake revisions only (a 2026-07-28
+                // request goes to rmcp), whose results carry no `resultType`: rmcp strips
+                // it for such peers, and so must this path.
+                result.result_type = None;
                 encode(&Response { jsonrpc: JsonRpcVersion2_0, id, result })
             }
             Err(error) => encode(&ErrorResponse { jsonrpc: JsonRpcVersion2_0, id, error }),
