@@ -1151,7 +1151,21 @@ impl ToolProvider for McpProvider {
         if not_started && inner.config.lazy && !inner.config.tools.is_empty() {
             return Ok(inner.declared());
         }
-        let connection = inner.connection().await?;
+        let connection = match inner.connection().await {
+            Ok(connection) => connection,
+            // A server that cannot start now still has the tools it declares: the model
+            // is told of them, and each call tries to start it (and says why it cannot).
+            Err(error) if !inner.config.tools.is_empty() => {
+                tracing::warn!(
+                    server = %inner.name,
+                    "cannot list the tools of `{}` ({}); its declared tools are listed instead",
+                    inner.name,
+                    error
+                );
+                return Ok(inner.declared());
+            }
+            Err(error) => return Err(error.into()),
+        };
         let tools = inner.fetch_tools(&connection).await?;
         inner.succeeded();
         Ok(tools.as_ref().clone())

@@ -250,6 +250,29 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     provider.shutdown().await.unwrap();
 }
 
+/// A server that cannot start still offers the tools its configuration declares (as
+/// Codex's `mcp.yml` `provides_tools` say), and each call says why it cannot run.
+#[tokio::test]
+async fn declared_tools_are_listed_when_the_server_cannot_start() {
+    let config = support::fixture_stdio("exit-at-start").with_declared_tool(DeclaredTool {
+        name: "lookup".into(),
+        title: None,
+        description: "Looks things up".into(),
+        input_schema: None,
+    });
+    let declared = McpProvider::new("fixture", config).unwrap();
+    assert!(declared.warmup().await.is_err());
+    let tools = declared.list_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["lookup"]);
+    assert!(tools[0].annotations.destructive, "MCP's defaults until the server says");
+    let err = call(&declared, "lookup").await.unwrap_err();
+    assert!(err.report().contains("exit status: 7"), "{}", err.report());
+    // Without declared tools the failure is the listing's.
+    let bare = provider("exit-at-start");
+    assert!(bare.list_tools().await.is_err());
+}
+
 /// A lazy server's prompts and resources are listed once it runs, and whoever follows the
 /// lists (the gateway, and through it its clients) is told when they appear.
 #[tokio::test]
