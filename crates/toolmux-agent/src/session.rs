@@ -391,6 +391,13 @@ impl Session<'_> {
                 _ if figures.turns >= max_turns => {
                     Some(format!("the limit of {max_turns} turns is reached"))
                 }
+                // The orchestrator refused a tool's output for the run's context-token
+                // budget (`contextTokenBudget`): more calls would be refused alike.
+                _ if figures.turns > 1
+                    && self.orchestrator.run_flags(self.ctx.run_id()).context_budget_exceeded =>
+                {
+                    Some("the run's budget for tool output (`contextTokenBudget`) is spent".into())
+                }
                 _ => None,
             };
             let last = limit.is_some();

@@ -1028,6 +1028,37 @@ async fn a_spent_token_budget_makes_the_next_turn_the_last() {
     }
 }
 
+/// When the orchestrator refuses a tool's output for the run's context-token budget
+/// (`toolBudgetExceeded`), more calls would be refused alike: the next turn is the last.
+#[tokio::test]
+async fn a_spent_tool_output_budget_makes_the_next_turn_the_last() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__big", json!({}))])
+            .report("partial", "out of room"),
+    );
+    let agents = Agents::new(one("a", agent("m")), only(&model)).expect("valid agents");
+    let mock = Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
+    let orchestrator =
+        Orchestrator::builder(OrchestratorConfig::default().with_context_token_budget(1000))
+            .provider(mock.clone())
+            .provider(agents.provider())
+            .build()
+            .expect("an orchestrator");
+    agents.attach(&orchestrator);
+    assert!(orchestrator.warmup().await.is_ok());
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.turns), (AgentStatus::Partial, 2));
+    let last = model.requests().pop().unwrap();
+    assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
+    match last.messages.last() {
+        Some(Message::User { content }) => {
+            assert!(content.contains("budget for tool output"), "{content}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn task_status_is_recorded_and_reported_as_progress() {
     let status = json!({"status": "in-progress", "done": "listed", "now": "reading the notes"});

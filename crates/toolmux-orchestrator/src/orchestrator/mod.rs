@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -283,6 +283,7 @@ impl OrchestratorBuilder {
                 after: self.after,
                 redactor: Redactor::new(self.secrets),
                 runs: Mutex::new(Runs::default()),
+                budget_set: AtomicBool::new(false),
                 generation: Mutex::new(Arc::new(CancellationToken::new())),
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
@@ -387,6 +388,9 @@ struct Inner {
     after: Vec<Scoped<dyn AfterHook>>,
     redactor: Redactor,
     runs: Mutex<Runs>,
+    /// A run's context budget was set ([`Orchestrator::set_context_budget`]): runs are
+    /// tracked from then on even when the configuration sets no budget.
+    budget_set: AtomicBool,
     // Invariant: replaced (after being cancelled) by `cancel()`; each call watches the token
     // current when it started.
     generation: Mutex<Arc<CancellationToken>>,
@@ -667,6 +671,7 @@ impl Orchestrator {
     /// Sets the context-token budget left for a run (an agent knows its context window).
     pub fn set_context_budget(&self, run_id: &str, tokens: u64) {
         self.run_state(run_id).context_budget_override.store(tokens, Ordering::Relaxed);
+        self.inner.budget_set.store(true, Ordering::Relaxed);
     }
 
     /// Forgets a run's counters.
@@ -687,6 +692,7 @@ impl Orchestrator {
         c.run_budget.max_calls.is_some()
             || c.run_budget.max_tool_time.is_some()
             || c.context_token_budget.is_some()
+            || self.inner.budget_set.load(Ordering::Relaxed)
     }
 
     /// Warms every provider up, at most `init_concurrency` at a time, each within the startup

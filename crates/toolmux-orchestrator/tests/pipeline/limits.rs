@@ -173,6 +173,24 @@ async fn context_budget_refuses_outputs_and_sets_the_flag() {
     assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
 }
 
+/// A run's budget set by its caller (an agent knows its context window) holds without any
+/// budget in the configuration.
+#[tokio::test(start_paused = true)]
+async fn a_context_budget_set_for_a_run_holds_without_a_configured_one() {
+    let p = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Big(400)));
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    o.set_context_budget("r", 150);
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+    let r = o.execute(ToolCall::new("m__t", json!({})), &run).await;
+    assert_eq!(r.conversation_text(), "(tool failed: context window budget exceeded)");
+    assert!(o.run_flags("r").context_budget_exceeded);
+    let other = CallContext::new().with_run_id("other");
+    for _ in 0..3 {
+        assert!(o.execute(ToolCall::new("m__t", json!({})), &other).await.ok, "other runs");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn transient_failures_of_idempotent_tools_are_retried() {
     let p = Arc::new(
