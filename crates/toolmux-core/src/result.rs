@@ -17,7 +17,9 @@ pub struct ToolResult {
     /// The error message, on failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Wall time of the whole call, queue wait included.
+    /// Wall time of the whole call, queue wait included (`latencyMs` in JSON, as every
+    /// other name toolmux writes; `latency_ms` is still read).
+    #[serde(rename = "latencyMs", alias = "latency_ms")]
     pub latency_ms: u64,
     /// The kind of provider that ran it.
     pub kind: ToolKind,
@@ -124,16 +126,22 @@ mod tests {
         let ok = ToolResult::from_output(&ToolOutput::text("hi"), ToolKind::Builtin, "fs", 3);
         assert_eq!(
             serde_json::to_string(&ok).unwrap(),
-            r#"{"ok":true,"result":"hi","latency_ms":3,"kind":"builtin","namespace":"fs"}"#
+            r#"{"ok":true,"result":"hi","latencyMs":3,"kind":"builtin","namespace":"fs"}"#
         );
         let err = ToolError::Timeout { tool: "fs__grep".into(), after: Duration::from_secs(2) };
         let failed = ToolResult::from_error(&err, ToolKind::Builtin, "fs", 2000);
         assert_eq!(failed.conversation_text(), "(tool failed: timeout)");
         assert_eq!(
             serde_json::to_string(&failed).unwrap(),
-            r#"{"ok":false,"error":"timeout: `fs__grep` did not finish within 2s","latency_ms":2000,"kind":"builtin","namespace":"fs","extras":{"code":"timeout","party":"policy"}}"#
+            r#"{"ok":false,"error":"timeout: `fs__grep` did not finish within 2s","latencyMs":2000,"kind":"builtin","namespace":"fs","extras":{"code":"timeout","party":"policy"}}"#
         );
         let tool_error = ToolResult::from_output(&ToolOutput::error("nope"), ToolKind::Mcp, "x", 1);
         assert_eq!(tool_error.conversation_text(), "(tool failed: nope)");
+        // Envelopes written before the name was camelCase are still read.
+        let old: ToolResult = serde_json::from_str(
+            r#"{"ok":true,"result":"hi","latency_ms":3,"kind":"builtin","namespace":"fs"}"#,
+        )
+        .unwrap();
+        assert_eq!(old, ok);
     }
 }
