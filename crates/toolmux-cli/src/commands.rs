@@ -37,8 +37,10 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
                 _ => "trace",
             };
             let rmcp = if verbose >= 2 { "" } else { ",rmcp=off" };
+            // `traceMCP`: the MCP client's connections, and every call's request (its
+            // arguments, secrets redacted) and response (latency, size, status).
             let spec = if trace_mcp {
-                format!("{level}{rmcp},toolmux_mcp=debug")
+                format!("{level}{rmcp},toolmux_mcp=debug,toolmux::tool=trace")
             } else {
                 format!("{level}{rmcp}")
             };

@@ -438,7 +438,7 @@ struct CallMeta {
     queued_ms: AtomicU64,
     attempts: AtomicU32,
     served: Mutex<Option<Served>>,
-    spilled: std::sync::atomic::AtomicBool,
+    spilled: AtomicBool,
 }
 
 /// The limits of one provider call outside the tool pipeline.
@@ -990,7 +990,7 @@ impl Orchestrator {
             });
         }
         tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
-        tracing::trace!(target: "toolmux::tool", parameters = %self.inner.redactor.redact(&arguments.to_string()), "tool request → {tool}");
+        tracing::trace!(target: "toolmux::tool", "    parameters: {}", self.inner.redactor.redact(&arguments.to_string()));
         let meta = CallMeta::default();
         let audit_args =
             self.inner.audit.as_ref().map(|_| sha256_hex(cache_key("", &arguments).as_bytes()));
@@ -1149,8 +1149,9 @@ impl Orchestrator {
             Err(e) => Some(e.code()),
         };
         match result {
-            Ok(_) if ok => {
-                tracing::debug!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: ok");
+            Ok(o) if ok => {
+                // The output's size is counted only when the line is logged.
+                tracing::debug!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, output: {} chars, status: ok", o.text().chars().count());
             }
             Ok(o) => {
                 tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", o.text().chars().take(200).collect::<String>());
