@@ -418,7 +418,9 @@ fn specs(history: usize) -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         )
-        .with_annotations(hidden.clone()),
+        .with_annotations(hidden.clone())
+        // A long poll waits up to the longest poll: the pipeline waits as long.
+        .with_time_limit(crate::MAX_POLL + Duration::from_secs(1)),
     );
     specs.push(
         ToolSpec::new(
@@ -433,7 +435,9 @@ fn specs(history: usize) -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         )
-        .with_annotations(hidden.clone()),
+        .with_annotations(hidden.clone())
+        // A long poll waits up to the longest poll: the pipeline waits as long.
+        .with_time_limit(crate::MAX_POLL + Duration::from_secs(1)),
     );
     specs.push(
         ToolSpec::new("spaces", "The spaces, with their sizes and members.", none)

@@ -215,7 +215,8 @@ impl ExternalProvider {
                 && named != name
             {
                 return Err(format!(
-                    "`{name}`: `name` says `{named}`; a tool is named by its key under                      `externalTools`, so remove `name` or make it `{name}`"
+                    "`{name}`: `name` says `{named}`; a tool is named by its key under \
+                     `externalTools`, so remove `name` or make it `{name}`"
                 ));
             }
             tool.check_execution(name)?;
@@ -507,6 +508,9 @@ fn may_see(caller: &str, call: &str) -> bool {
 /// The names of the provider's own tools.
 const OWN_TOOLS: [&str; 3] = ["pending", "submit", "inbox"];
 
+/// How much longer than its own wait a call may take: time to withdraw it and answer.
+const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 fn own_tools() -> Vec<ToolSpec> {
     let hidden =
         ToolAnnotations { visible: false, open_world: false, ..ToolAnnotations::default() };
@@ -528,7 +532,8 @@ fn own_tools() -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         )
-        .with_annotations(hidden.clone()),
+        .with_annotations(hidden.clone())
+        .with_time_limit(MAX_POLL + ANSWER_MARGIN),
         ToolSpec::new(
             "submit",
             "Answers a pending external call: the waiting call returns `result`, or it goes to \
@@ -586,7 +591,17 @@ impl ToolProvider for ExternalProvider {
                     shown: tool.shown_in_ui(),
                     ..ToolAnnotations::default()
                 };
-                ToolSpec::new(name, &tool.description, schema).with_annotations(annotations)
+                let spec =
+                    ToolSpec::new(name, &tool.description, schema).with_annotations(annotations);
+                // A synchronous call waits for its result up to its own `timeout` and then
+                // answers saying the result goes to the inbox: the pipeline waits as long.
+                match tool.is_async || tool.execution_type == ExecutionType::Internal {
+                    true => spec,
+                    false => {
+                        let wait = tool.timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis);
+                        spec.with_time_limit(wait + ANSWER_MARGIN)
+                    }
+                }
             })
             .collect();
         tools.extend(own_tools());

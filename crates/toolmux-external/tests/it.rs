@@ -593,3 +593,18 @@ fn execution_mistakes_name_the_tool() {
         "`job`: `execution` needs a `url`"
     );
 }
+
+/// Each synchronous tool, and the long poll of `pending`, says how long it waits, so the
+/// pipeline waits that long whatever `toolTimeout` and other settings of the tool say; the
+/// asynchronous and internal ones answer at once.
+#[tokio::test]
+async fn waiting_tools_declare_their_wait_as_their_time_limit() {
+    let tools = provider().list_tools().await.expect("tools");
+    let limit = |name: &str| tools.iter().find(|t| t.name == name).expect(name).time_limit;
+    let second = Duration::from_secs(1);
+    assert_eq!(limit("quick"), Some(Duration::from_millis(100) + second));
+    assert_eq!(limit("confirm"), Some(Duration::from_secs(5) + second));
+    assert_eq!(limit("never"), Some(Duration::from_secs(60) + second));
+    assert_eq!(limit("pending"), Some(toolmux_external::MAX_POLL + second));
+    assert_eq!((limit("job"), limit("chart"), limit("submit")), (None, None, None));
+}

@@ -283,14 +283,8 @@ impl Toolmux {
             && keep(toolmux_external::GATEWAY_NAMESPACE)
         {
             let gateway = toolmux_external::GatewayProvider::new(spaces.clone());
+            // Its long polls declare the longest poll as their time limit.
             providers.push(Arc::new(gateway.with_history(*history)));
-            // Its long poll may wait the longest poll, past the default timeout.
-            let poll = ToolSettings {
-                timeout: Some(toolmux_external::MAX_POLL + Duration::from_secs(1)),
-                ..ToolSettings::default()
-            };
-            config.tools.entry("gateway__changes".to_owned()).or_insert(poll.clone());
-            config.tools.entry("gateway__wait".to_owned()).or_insert(poll);
         }
         #[cfg(feature = "external")]
         if !loaded.config.external_tools.is_empty() && keep(toolmux_external::NAMESPACE) {
@@ -306,7 +300,7 @@ impl Toolmux {
             // the new provider reach the calls still running in the old one.
             let store = store.or_else(|| previous.and_then(|p| p.pending.clone()));
             let shared = spaces.as_ref().map(|(spaces, _)| spaces.clone());
-            let (provider, store) = external_provider(loaded, &mut config, store, shared)?;
+            let (provider, store) = external_provider(loaded, store, shared)?;
             providers.push(provider);
             pending = Some(store);
         }
@@ -1020,17 +1014,14 @@ fn external_ttls(loaded: &Loaded) -> (Duration, Duration) {
     )
 }
 
-/// The external tools, each synchronous one given a timeout past its own wait (so that its
-/// message, which points at the inbox, is what the caller sees), and the long poll of
-/// `external__pending` one past the longest poll.
+/// The external tools, their pending calls in `store` (else in this process).
 #[cfg(feature = "external")]
 fn external_provider(
     loaded: &Loaded,
-    config: &mut OrchestratorConfig,
     store: Option<Arc<dyn toolmux_external::PendingStore>>,
     spaces: Option<toolmux_external::Spaces>,
 ) -> Result<(Arc<dyn ToolProvider>, PendingStoreRef), ToolmuxError> {
-    use toolmux_external::{ExternalProvider, MemoryPendingStore, NAMESPACE};
+    use toolmux_external::{ExternalProvider, MemoryPendingStore};
     let tools = &loaded.config.external_tools;
     // Pending calls live in the shared backend when there is one, else in this process.
     let store = store.unwrap_or_else(|| {
@@ -1047,21 +1038,9 @@ fn external_provider(
         Some(http) => provider.with_http(http),
         None => provider,
     };
-    let margin = Duration::from_secs(1);
-    for (name, tool) in tools {
-        if tool.is_async || tool.execution_type == toolmux_external::ExecutionType::Internal {
-            continue;
-        }
-        let wait = tool.timeout.map_or(toolmux_external::DEFAULT_TIMEOUT, Duration::from_millis);
-        let settings = ToolSettings { timeout: Some(wait + margin), ..ToolSettings::default() };
-        let local = toolmux_core::naming::sanitize(name);
-        config.tools.entry(format!("{NAMESPACE}__{local}")).or_insert(settings);
-    }
-    let poll = ToolSettings {
-        timeout: Some(toolmux_external::MAX_POLL + margin),
-        ..ToolSettings::default()
-    };
-    config.tools.entry(format!("{NAMESPACE}__pending")).or_insert(poll);
+    // Each synchronous tool (and `pending`, which long-polls) declares how long it waits
+    // (`ToolSpec::time_limit`), so the pipeline waits that long whatever `toolTimeout` says,
+    // unless `tools.NAME.timeout` does.
     Ok((Arc::new(provider), store))
 }
 
