@@ -102,6 +102,32 @@ async fn visible_tools_require_a_space_and_show_their_calls_there() {
     assert!(refused.is_error);
 }
 
+/// A visible tool's call shows in the space but wakes no other agent (the seeds: visible
+/// tool results "cannot trigger agents"); what another says does.
+#[tokio::test]
+async fn visible_tool_calls_wake_no_listening_agent() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let (a, b) = (agent("charter", "ra"), agent("listener", "rb"));
+    for who in [&a, &b] {
+        gateway.call("enter_space", json!({"space": "s1"}), who).await.expect("enter");
+    }
+    let unread = |who: CallContext| {
+        let gateway = gateway.clone();
+        async move {
+            let out = gateway.call("wait", json!({"waitMs": 200}), &who).await.expect("wait");
+            json_of(&out)["unread"].as_u64().expect("a count")
+        }
+    };
+    assert_eq!(unread(b.clone()).await, 0);
+    let chart = ext.call("displayChart", json!({"points": [1]}), &a).await.expect("chart");
+    assert!(!chart.is_error, "{}", chart.to_text());
+    assert_eq!(unread(b.clone()).await, 0, "a visible tool's call wakes nobody");
+    gateway.call("send_message", json!({"text": "look at the chart"}), &a).await.expect("say");
+    assert_eq!(unread(b).await, 1);
+}
+
 #[tokio::test]
 async fn an_agent_keeps_its_space_goals_and_plans_from_run_to_run() {
     let spaces = Spaces::in_memory();

@@ -1243,7 +1243,8 @@ impl Spaces {
 
     /// How many messages of others the caller has not read in its active space (and which
     /// space that is), waiting up to `wait` for one when there is none: what wakes a
-    /// listening agent.
+    /// listening agent. Visible tools' calls are not counted: they show in the space but
+    /// trigger no agent.
     pub async fn wait_unread(
         &self,
         who: &Who,
@@ -1276,7 +1277,9 @@ impl Spaces {
                                     usize::try_from(from.saturating_sub(space.first))
                                         .unwrap_or(usize::MAX),
                                 )
-                                .filter(|m| m.author != who.entity)
+                                // Visible tools' calls wake nobody (the seeds: they
+                                // "cannot trigger agents"); what others say does.
+                                .filter(|m| m.author != who.entity && m.tool.is_none())
                                 .count() as u64,
                             None => 0,
                         };
