@@ -916,7 +916,12 @@ impl Session<'_> {
             (Usage::default(), 0)
         };
         let text = result.conversation_text();
-        if result.ok && is_pending_external(name, &text) {
+        // An asynchronous call, or a synchronous one that timed out: either's result comes
+        // to the inbox later, which is read before each turn while one is pending.
+        let late = !result.ok
+            && name.starts_with("external__")
+            && result.extras.get("resultTo").and_then(Value::as_str) == Some("inbox");
+        if late || (result.ok && is_pending_external(name, &text)) {
             state.pending_external.fetch_add(1, Ordering::Relaxed);
         }
         let effect = if result.ok && state.ends_turn.contains(name) {

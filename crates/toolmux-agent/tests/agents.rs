@@ -409,6 +409,57 @@ async fn results_of_asynchronous_calls_reach_the_model() {
     orchestrator.cleanup().await;
 }
 
+/// The result of a synchronous external call that timed out, submitted later, reaches the
+/// model too: the call stays pending and its result comes to the inbox.
+#[tokio::test]
+async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
+    use toolmux_external::{
+        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
+    };
+    let store = Arc::new(MemoryPendingStore::default());
+    let ask = ExternalToolConfig {
+        description: "Asks a person".into(),
+        timeout: Some(50),
+        ..ExternalToolConfig::default()
+    };
+    let external =
+        ExternalProvider::new(&BTreeMap::from([("ask".to_owned(), ask)]), store.clone()).unwrap();
+    let finisher = store.clone();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("external__ask", json!({"q": "ship?"}))])
+            .then(move |_| {
+                let finisher = finisher.clone();
+                std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                    runtime.block_on(async {
+                        let calls = finisher.pending(&[], std::time::Duration::ZERO).await;
+                        let result = ExternalResult { result: json!("yes, ship"), is_error: false };
+                        finisher.resolve(&calls[0].call_id, result).await.unwrap();
+                    });
+                })
+                .join()
+                .unwrap();
+                let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
+                Ok(used(ModelResponse::tool_calls(vec![echo])))
+            })
+            .report("success", "shipped"),
+    );
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "ship it", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    let requests = model.requests();
+    let timed_out = tool_results(&requests[1]);
+    assert!(timed_out[0].1 && timed_out[0].0.contains("within 50 ms"), "{timed_out:?}");
+    let Some(Message::User { content }) = requests[2].messages.last() else {
+        panic!("expected the inbox's results last: {:?}", requests[2].messages.last())
+    };
+    assert!(content.contains("yes, ship"), "{content}");
+    orchestrator.cleanup().await;
+}
+
 /// A misspelled tool is answered with the closest offered name.
 #[tokio::test]
 async fn a_misspelled_tool_is_answered_with_the_closest_name() {

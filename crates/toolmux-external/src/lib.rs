@@ -372,11 +372,15 @@ impl ExternalProvider {
         };
         match waited {
             Some(result) => Ok(result.into_output().with_extra("visible", json!(visible))),
+            // The call stays pending: a result submitted later goes to the run's inbox,
+            // which the extras say (an agent's session then reads it for the model).
             None => Ok(ToolOutput::error(format!(
                 "no result for `{NAMESPACE}__{name}` (call `{call_id}`) within {} ms; a result \
                  submitted later goes to `{NAMESPACE}__inbox`",
                 timeout.as_millis()
-            ))),
+            ))
+            .with_extra("callId", json!(call_id))
+            .with_extra("resultTo", json!("inbox"))),
         }
     }
 
