@@ -460,6 +460,86 @@ async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
     orchestrator.cleanup().await;
 }
 
+/// A sub-agent shares its caller's run but not its inbox: each gets the results of its
+/// own asynchronous calls, not the other's.
+#[tokio::test]
+async fn a_sub_agent_never_takes_its_caller_s_results() {
+    use toolmux_external::{
+        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
+    };
+    let store = Arc::new(MemoryPendingStore::default());
+    let job = ExternalToolConfig {
+        description: "Starts a job".into(),
+        is_async: true,
+        ..ExternalToolConfig::default()
+    };
+    let external =
+        ExternalProvider::new(&BTreeMap::from([("job".to_owned(), job)]), store.clone()).unwrap();
+    // Answers every pending call of `who` with "done for WHO".
+    let answer = |store: Arc<MemoryPendingStore>, who: &'static str| {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                for call in store.pending(&[], std::time::Duration::ZERO).await {
+                    if call.arguments["who"] == who {
+                        let result = ExternalResult {
+                            result: json!(format!("done for {who}")),
+                            is_error: false,
+                        };
+                        store.resolve(&call.call_id, result).await.unwrap();
+                    }
+                }
+            });
+        })
+        .join()
+        .unwrap();
+    };
+    let (for_lead, for_worker) = (store.clone(), store.clone());
+    let lead = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("external__job", json!({"who": "lead"}))])
+            .then(move |_| {
+                // The lead's job is done before it hands work to the worker.
+                answer(for_lead.clone(), "lead");
+                let call = ModelToolCall::new("w", "agent__worker", json!({"prompt": "check"}));
+                Ok(used(ModelResponse::tool_calls(vec![call])))
+            })
+            .report("success", "lead done"),
+    );
+    let worker = Arc::new(
+        ScriptedModel::new("small")
+            .calls(vec![("external__job", json!({"who": "worker"}))])
+            .then(move |_| {
+                answer(for_worker.clone(), "worker");
+                let echo = ModelToolCall::new("e", "mock__echo", json!({}));
+                Ok(used(ModelResponse::tool_calls(vec![echo])))
+            })
+            .report("success", "worker done"),
+    );
+    let mut definitions =
+        one("lead", AgentConfig { agents: vec!["worker".into()], ..agent("big") });
+    definitions
+        .agents
+        .insert("worker".into(), AgentConfig { description: "Checks".into(), ..agent("small") });
+    let models = BTreeMap::from([
+        ("big".to_owned(), lead.clone() as Arc<dyn Model>),
+        ("small".to_owned(), worker.clone() as Arc<dyn Model>),
+    ]);
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) = start_agents(definitions, models, providers).await;
+    let report = agents.run("lead", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    let said = |requests: Vec<ModelRequest>| -> String {
+        requests.iter().flat_map(|r| r.messages.iter()).map(|m| format!("{m:?}")).collect()
+    };
+    let (lead_saw, worker_saw) = (said(lead.requests()), said(worker.requests()));
+    assert!(worker_saw.contains("done for worker"), "{worker_saw}");
+    assert!(!worker_saw.contains("done for lead"), "the worker took the lead's result");
+    assert!(lead_saw.contains("done for lead"), "{lead_saw}");
+    orchestrator.cleanup().await;
+}
+
 /// A misspelled tool is answered with the closest offered name.
 #[tokio::test]
 async fn a_misspelled_tool_is_answered_with_the_closest_name() {
@@ -1560,6 +1640,7 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
         tool: "external__build".into(),
         arguments: json!({}),
         run_id: "listening".into(),
+        owner: None,
         execution_type: toolmux_external::ExecutionType::External,
         is_async: true,
         visible: false,

@@ -330,6 +330,7 @@ impl ExternalProvider {
             tool: format!("{NAMESPACE}__{name}"),
             arguments,
             run_id: ctx.run_id().to_owned(),
+            owner: agent_of(ctx),
             execution_type: tool.execution_type,
             is_async: tool.is_async,
             visible,
@@ -475,11 +476,20 @@ impl ExternalProvider {
         }
     }
 
+    /// The results in the caller's inbox: an agent's own (a sub-agent shares its caller's
+    /// run, not its results), anyone else's the run's.
     async fn inbox(&self, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
-        let results = self.store.take_inbox(ctx.run_id()).await;
-        let waiting = self.store.count_pending(ctx.run_id()).await;
+        let owner = agent_of(ctx);
+        let results = self.store.take_inbox(ctx.run_id(), owner.as_deref()).await;
+        let waiting = self.store.count_pending(ctx.run_id(), owner.as_deref()).await;
         Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
     }
+}
+
+/// The agent a call descends from (`agent:NAME`), as spaces name it; `None` for any other
+/// caller.
+fn agent_of(ctx: &CallContext) -> Option<String> {
+    Some(spaces::Who::of(ctx).entity).filter(|entity| entity.starts_with("agent:"))
 }
 
 /// The seeds' answer to a visible tool called outside a space.

@@ -26,6 +26,11 @@ pub struct PendingCall {
     pub arguments: Value,
     /// The run that made the call; its inbox gets results that arrive too late.
     pub run_id: String,
+    /// The agent that made it (`agent:NAME`), when an agent did: its reads of the run's
+    /// inbox take its own results only, so that a sub-agent (which shares its caller's
+    /// run) never takes its caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Who answers it.
     pub execution_type: ExecutionType,
     /// Whether the call returned at once (the result goes to the inbox).
@@ -130,11 +135,14 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// invalid-arguments error.
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError>;
 
-    /// The results in run `run_id`'s inbox, oldest first, taken out.
-    async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry>;
+    /// The results in run `run_id`'s inbox, oldest first, taken out: with `owner`, only
+    /// those of calls that owner made ([`PendingCall::owner`]) or that no agent made, the
+    /// others left.
+    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry>;
 
-    /// How many calls of run `run_id` wait for a result.
-    async fn count_pending(&self, run_id: &str) -> usize;
+    /// How many calls of run `run_id` (with `owner`, of that owner or of no agent) wait for
+    /// a result.
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize;
 }
 
 /// How often the default [`PendingStore::pending_except`] looks again.
@@ -208,6 +216,8 @@ struct Entry {
 #[derive(Debug)]
 struct Inboxed {
     entry: InboxEntry,
+    /// [`PendingCall::owner`] of the call it answers.
+    owner: Option<String>,
     expires: Instant,
 }
 
@@ -428,19 +438,34 @@ impl PendingStore for MemoryPendingStore {
                 arguments: entry.call.arguments,
                 result,
             },
+            owner: entry.call.owner,
             expires: now + self.result_ttl,
         });
         Ok(Delivery::Inbox { run_id })
     }
 
-    async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry> {
+    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
         let now = Instant::now();
-        let inbox = self.lock().inboxes.remove(run_id).unwrap_or_default();
-        inbox.into_iter().filter(|r| r.expires > now).map(|r| r.entry).collect()
+        let mut state = self.lock();
+        let Some(inbox) = state.inboxes.get_mut(run_id) else { return Vec::new() };
+        let (taken, kept): (VecDeque<Inboxed>, VecDeque<Inboxed>) = std::mem::take(inbox)
+            .into_iter()
+            .filter(|r| r.expires > now)
+            .partition(|r| owner.is_none_or(|o| r.owner.as_deref().is_none_or(|mine| mine == o)));
+        if kept.is_empty() {
+            state.inboxes.remove(run_id);
+        } else {
+            *inbox = kept;
+        }
+        taken.into_iter().map(|r| r.entry).collect()
     }
 
-    async fn count_pending(&self, run_id: &str) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
         let now = Instant::now();
-        self.lock().calls.values().filter(|e| e.call.run_id == run_id && e.expires > now).count()
+        let mine = |call: &PendingCall| {
+            call.run_id == run_id
+                && owner.is_none_or(|o| call.owner.as_deref().is_none_or(|mine| mine == o))
+        };
+        self.lock().calls.values().filter(|e| mine(&e.call) && e.expires > now).count()
     }
 }

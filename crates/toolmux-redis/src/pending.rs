@@ -93,6 +93,9 @@ struct StoredCall {
     tool: String,
     arguments: Value,
     run_id: String,
+    /// [`PendingCall::owner`]; absent in calls stored before owners were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
     execution_type: ExecutionType,
     #[serde(rename = "async")]
     is_async: bool,
@@ -283,6 +286,7 @@ fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCa
         tool: call.tool,
         arguments: call.arguments,
         run_id: call.run_id,
+        owner: call.owner,
         execution_type: call.execution_type,
         is_async: call.is_async,
         visible: call.visible,
@@ -314,6 +318,7 @@ impl PendingStore for RedisPendingStore {
             tool: call.tool,
             arguments: call.arguments,
             run_id: call.run_id,
+            owner: call.owner,
             execution_type: call.execution_type,
             is_async: call.is_async,
             visible: call.visible,
@@ -510,10 +515,16 @@ impl PendingStore for RedisPendingStore {
         }
     }
 
-    async fn take_inbox(&self, run_id: &str) -> Vec<InboxEntry> {
+    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
         let inner = &self.inner;
         let inbox = inner.key("inbox", run_id);
-        let reply = match inner.eval(&TAKE_INBOX, &[&inbox], &[], inner.timeout()).await {
+        let taken = match owner {
+            None => inner.eval(&TAKE_INBOX, &[&inbox], &[], inner.timeout()).await,
+            Some(owner) => {
+                inner.eval(&TAKE_OWNED, &[&inbox], &[owner.as_bytes()], inner.timeout()).await
+            }
+        };
+        let reply = match taken {
             Ok(reply) => reply,
             Err(e) => {
                 tracing::warn!(target: "toolmux::redis", run = %run_id, "inbox not read: {}", toolmux_core::error_report(&e));
@@ -536,10 +547,17 @@ impl PendingStore for RedisPendingStore {
             .collect()
     }
 
-    async fn count_pending(&self, run_id: &str) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
         let inner = &self.inner;
         let key = inner.key("run", run_id);
-        match inner.backend.client.command(&["SCARD", &key]).await {
+        let counted = match owner {
+            None => inner.backend.client.command(&["SCARD", &key]).await,
+            Some(owner) => {
+                let base = inner.base.as_bytes();
+                inner.eval(&COUNT_OWNED, &[&key], &[owner.as_bytes(), base], inner.timeout()).await
+            }
+        };
+        match counted {
             Ok(reply) => reply.as_i64().and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
             Err(_) => 0,
         }
@@ -667,6 +685,47 @@ return out",
 };
 
 /// KEYS: inbox. Answers its entries, newest first, and empties it.
+/// KEYS: inbox. ARGV: owner. Takes the results of calls `owner` (or no agent) made,
+/// newest first as stored; the others stay in order, with the list's time to live.
+static TAKE_OWNED: Script = Script {
+    name: "pending_take_owned",
+    source: "local entries = redis.call('LRANGE', KEYS[1], 0, -1)
+local taken, kept = {}, {}
+for _, entry in ipairs(entries) do
+  local ok, decoded = pcall(cjson.decode, entry)
+  if ok and type(decoded) == 'table' and type(decoded.call) == 'table'
+      and (decoded.call.owner == nil or decoded.call.owner == ARGV[1]) then
+    table.insert(taken, entry)
+  else
+    table.insert(kept, entry)
+  end
+end
+if #taken > 0 then
+  local ttl = redis.call('PTTL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  for _, entry in ipairs(kept) do redis.call('RPUSH', KEYS[1], entry) end
+  if #kept > 0 and ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+end
+return taken",
+};
+
+/// KEYS: the run's set of pending calls. ARGV: owner, base. How many of them `owner` (or
+/// no agent) made.
+static COUNT_OWNED: Script = Script {
+    name: "pending_count_owned",
+    source: "local n = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local call = redis.call('HGET', ARGV[2] .. ':call:' .. id, 'call')
+  if call then
+    local ok, decoded = pcall(cjson.decode, call)
+    if ok and type(decoded) == 'table' and (decoded.owner == nil or decoded.owner == ARGV[1]) then
+      n = n + 1
+    end
+  end
+end
+return n",
+};
+
 static TAKE_INBOX: Script = Script {
     name: "pending_take_inbox",
     source: "local entries = redis.call('LRANGE', KEYS[1], 0, -1)

@@ -18,6 +18,7 @@ fn call(is_async: bool) -> PendingCall {
         tool: "external__confirm".into(),
         arguments: serde_json::json!({}),
         run_id: "run".into(),
+        owner: None,
         execution_type: ExecutionType::External,
         is_async,
         visible: true,
@@ -65,8 +66,8 @@ async fn a_stopped_redis_fails_calls_by_their_deadlines() {
     let answer = ExternalResult { result: serde_json::json!("x"), is_error: false };
     assert!(within(limit, "resolve", store.resolve(&id, answer)).await.is_err());
     within(limit, "withdraw", store.withdraw(&id)).await;
-    assert!(within(limit, "inbox", store.take_inbox("run")).await.is_empty());
-    assert_eq!(within(limit, "count", store.count_pending("run")).await, 0);
+    assert!(within(limit, "inbox", store.take_inbox("run", None)).await.is_empty());
+    assert_eq!(within(limit, "count", store.count_pending("run", None)).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

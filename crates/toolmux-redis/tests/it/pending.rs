@@ -16,6 +16,7 @@ fn call(tool: &str, run: &str, is_async: bool) -> PendingCall {
         tool: tool.to_owned(),
         arguments: json!({"question": "ok?"}),
         run_id: run.to_owned(),
+        owner: None,
         execution_type: ExecutionType::Space,
         is_async,
         visible: true,
@@ -32,7 +33,7 @@ async fn a_call_answered_through_another_replica_reaches_its_waiting_caller() {
     let server = RedisServer::start();
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-1", false)).await.unwrap();
-    assert_eq!(a.count_pending("run-1").await, 1);
+    assert_eq!(a.count_pending("run-1", None).await, 1);
     let waiter = {
         let a = a.clone();
         let id = id.clone();
@@ -63,7 +64,7 @@ async fn a_call_answered_through_another_replica_reaches_its_waiting_caller() {
         answered.elapsed()
     );
     assert_eq!(result, Some(ExternalResult { result: json!({"yes": true}), is_error: true }));
-    assert_eq!(a.count_pending("run-1").await, 0);
+    assert_eq!(a.count_pending("run-1", None).await, 0);
     assert!(b.pending(&[], Duration::ZERO).await.is_empty());
     let again = b.resolve(&id, answer("twice")).await.unwrap_err();
     assert!(matches!(again, ToolError::InvalidArguments { .. }), "{again:?}");
@@ -87,10 +88,10 @@ async fn a_late_result_goes_to_the_inbox_of_the_run() {
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-7", false)).await.unwrap();
     assert_eq!(a.wait(&id, Duration::from_millis(100)).await, None);
-    assert_eq!(a.count_pending("run-7").await, 1, "still pending after the wait");
+    assert_eq!(a.count_pending("run-7", None).await, 1, "still pending after the wait");
     let delivery = b.resolve(&id, answer("late")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
-    let inbox = a.take_inbox("run-7").await;
+    let inbox = a.take_inbox("run-7", None).await;
     assert_eq!(inbox.len(), 1);
     assert_eq!(
         (inbox[0].call_id.as_str(), inbox[0].tool.as_str()),
@@ -98,8 +99,8 @@ async fn a_late_result_goes_to_the_inbox_of_the_run() {
     );
     assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
     assert_eq!(inbox[0].result, answer("late"));
-    assert!(b.take_inbox("run-7").await.is_empty(), "taken out");
-    assert_eq!(a.count_pending("run-7").await, 0);
+    assert!(b.take_inbox("run-7", None).await.is_empty(), "taken out");
+    assert_eq!(a.count_pending("run-7", None).await, 0);
 }
 
 #[tokio::test]
@@ -109,10 +110,10 @@ async fn asynchronous_calls_are_answered_into_the_inbox_oldest_first() {
     let first = a.open(call("external__job", "run-2", true)).await.unwrap();
     let second = b.open(call("external__job", "run-2", true)).await.unwrap();
     assert_eq!(a.wait(&first, Duration::from_secs(5)).await, None, "nothing to wait for");
-    assert_eq!(a.count_pending("run-2").await, 2);
+    assert_eq!(a.count_pending("run-2", None).await, 2);
     b.resolve(&first, answer("1")).await.unwrap();
     a.resolve(&second, answer("2")).await.unwrap();
-    let ids: Vec<_> = b.take_inbox("run-2").await.into_iter().map(|e| e.call_id).collect();
+    let ids: Vec<_> = b.take_inbox("run-2", None).await.into_iter().map(|e| e.call_id).collect();
     assert_eq!(ids, [first, second]);
 }
 
@@ -123,10 +124,10 @@ async fn a_withdrawn_call_takes_no_result() {
     let id = a.open(call("external__confirm", "run-3", false)).await.unwrap();
     a.withdraw(&id).await;
     assert!(b.pending(&[], Duration::ZERO).await.is_empty());
-    assert_eq!(b.count_pending("run-3").await, 0);
+    assert_eq!(b.count_pending("run-3", None).await, 0);
     let refused = b.resolve(&id, answer("too late")).await.unwrap_err();
     assert!(refused.to_string().contains("no pending call"), "{refused}");
-    assert!(a.take_inbox("run-3").await.is_empty());
+    assert!(a.take_inbox("run-3", None).await.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,7 +188,7 @@ async fn an_inbox_keeps_the_newest_results_and_the_store_is_bounded() {
         store.resolve(id, answer(&i.to_string())).await.unwrap();
     }
     let kept: Vec<_> =
-        store.take_inbox("run-5").await.into_iter().map(|e| e.result.result).collect();
+        store.take_inbox("run-5", None).await.into_iter().map(|e| e.result.result).collect();
     assert_eq!(kept, [json!("2"), json!("3"), json!("4")]);
 }
 
@@ -213,7 +214,7 @@ async fn a_wait_dropped_by_its_caller_leaves_later_results_to_the_inbox() {
     .await;
     let delivery = b.resolve(&id, answer("after")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-8".into() });
-    assert_eq!(a.take_inbox("run-8").await.len(), 1);
+    assert_eq!(a.take_inbox("run-8", None).await.len(), 1);
 }
 
 /// The configured times to live hold in Redis as in memory: a call pending longer is no
@@ -230,9 +231,37 @@ async fn calls_and_results_expire_after_their_times_to_live() {
     assert_eq!(store.pending(&[], Duration::ZERO).await.len(), 1);
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
     assert!(store.pending(&[], Duration::ZERO).await.is_empty(), "no longer listed");
-    assert!(store.take_inbox("run-9").await.is_empty(), "the unread inbox expired");
+    assert!(store.take_inbox("run-9", None).await.is_empty(), "the unread inbox expired");
     // The next call opened sweeps the old one away: its result has nowhere to go.
     store.open(call("external__job", "run-8", true)).await.unwrap();
     let refused = store.resolve(&old, answer("late")).await.unwrap_err();
     assert!(refused.to_string().contains("no pending call"), "{refused}");
+}
+
+/// Each agent takes only its own results from a run's inbox, the others staying in order
+/// with the inbox's time to live; counts are per agent too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_takes_its_own_results_from_a_shared_inbox() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let of = |owner: &str| PendingCall {
+        owner: Some(owner.to_owned()),
+        ..call("external__job", "run-9", true)
+    };
+    let lead = a.open(of("agent:lead")).await.unwrap();
+    let worker = a.open(of("agent:worker")).await.unwrap();
+    let lead_again = a.open(of("agent:lead")).await.unwrap();
+    assert_eq!(b.count_pending("run-9", Some("agent:lead")).await, 2);
+    assert_eq!(b.count_pending("run-9", Some("agent:worker")).await, 1);
+    assert_eq!(b.count_pending("run-9", None).await, 3);
+    for id in [&lead, &worker, &lead_again] {
+        b.resolve(id, answer(id)).await.unwrap();
+    }
+    let ids = |entries: Vec<toolmux_external::InboxEntry>| -> Vec<String> {
+        entries.into_iter().map(|e| e.call_id).collect()
+    };
+    assert_eq!(ids(a.take_inbox("run-9", Some("agent:worker")).await), [worker]);
+    assert!(a.take_inbox("run-9", Some("agent:worker")).await.is_empty());
+    assert_eq!(ids(b.take_inbox("run-9", Some("agent:lead")).await), [lead, lead_again]);
+    assert!(a.take_inbox("run-9", None).await.is_empty());
 }
