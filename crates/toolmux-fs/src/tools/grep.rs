@@ -453,7 +453,9 @@ impl Sink for FileSink<'_> {
 
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, io::Error> {
         // The clock is read every 256 matches: `grep .` over a large file matches every line.
-        if self.cancelled.load(Ordering::Relaxed) || (self.hits % 256 == 0 && self.budget.spent()) {
+        if self.cancelled.load(Ordering::Relaxed)
+            || (self.hits.is_multiple_of(256) && self.budget.spent())
+        {
             return Ok(false);
         }
         if self.at_cap() {
