@@ -349,14 +349,36 @@ async fn an_agent_may_be_given_tools_by_what_they_are() {
     );
 }
 
+/// Answers, from a thread of its own (a scripted model's step is not async), every pending
+/// external call whose arguments `which` picks, with `result`.
+fn answer_pending(
+    store: &Arc<toolmux_external::MemoryPendingStore>,
+    which: impl Fn(&Value) -> bool + Send + 'static,
+    result: Value,
+) {
+    use toolmux_external::{ExternalResult, PendingStore};
+    let store = store.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            for call in store.pending(&[], std::time::Duration::ZERO).await {
+                if which(&call.arguments) {
+                    let answer = ExternalResult { result: result.clone(), is_error: false };
+                    store.resolve(&call.call_id, answer).await.unwrap();
+                }
+            }
+        });
+    })
+    .join()
+    .unwrap();
+}
+
 /// The results of asynchronous external calls reach the model on their own: before each
 /// turn, while its calls are pending, the session reads the run's inbox and gives the
 /// model what arrived.
 #[tokio::test]
 async fn results_of_asynchronous_calls_reach_the_model() {
-    use toolmux_external::{
-        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
-    };
+    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
     let store = Arc::new(MemoryPendingStore::default());
     let job = ExternalToolConfig {
         description: "Starts a build".into(),
@@ -371,19 +393,7 @@ async fn results_of_asynchronous_calls_reach_the_model() {
         ScriptedModel::new("m")
             .calls(vec![("external__build", json!({"target": "docs"}))])
             .then(move |_| {
-                // The step is not async: the other side answers from a thread of its own.
-                let finisher = finisher.clone();
-                std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-                    runtime.block_on(async {
-                        let calls = finisher.pending(&[], std::time::Duration::ZERO).await;
-                        let result =
-                            ExternalResult { result: json!("built in 3 s"), is_error: false };
-                        finisher.resolve(&calls[0].call_id, result).await.unwrap();
-                    });
-                })
-                .join()
-                .unwrap();
+                answer_pending(&finisher, |_| true, json!("built in 3 s"));
                 let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
                 Ok(used(ModelResponse::tool_calls(vec![echo])))
             })
@@ -413,9 +423,7 @@ async fn results_of_asynchronous_calls_reach_the_model() {
 /// model too: the call stays pending and its result comes to the inbox.
 #[tokio::test]
 async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
-    use toolmux_external::{
-        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
-    };
+    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
     let store = Arc::new(MemoryPendingStore::default());
     let ask = ExternalToolConfig {
         description: "Asks a person".into(),
@@ -429,17 +437,7 @@ async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
         ScriptedModel::new("m")
             .calls(vec![("external__ask", json!({"q": "ship?"}))])
             .then(move |_| {
-                let finisher = finisher.clone();
-                std::thread::spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-                    runtime.block_on(async {
-                        let calls = finisher.pending(&[], std::time::Duration::ZERO).await;
-                        let result = ExternalResult { result: json!("yes, ship"), is_error: false };
-                        finisher.resolve(&calls[0].call_id, result).await.unwrap();
-                    });
-                })
-                .join()
-                .unwrap();
+                answer_pending(&finisher, |_| true, json!("yes, ship"));
                 let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
                 Ok(used(ModelResponse::tool_calls(vec![echo])))
             })
@@ -464,9 +462,7 @@ async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
 /// own asynchronous calls, not the other's.
 #[tokio::test]
 async fn a_sub_agent_never_takes_its_caller_s_results() {
-    use toolmux_external::{
-        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingStore,
-    };
+    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
     let store = Arc::new(MemoryPendingStore::default());
     let job = ExternalToolConfig {
         description: "Starts a job".into(),
@@ -476,23 +472,12 @@ async fn a_sub_agent_never_takes_its_caller_s_results() {
     let external =
         ExternalProvider::new(&BTreeMap::from([("job".to_owned(), job)]), store.clone()).unwrap();
     // Answers every pending call of `who` with "done for WHO".
-    let answer = |store: Arc<MemoryPendingStore>, who: &'static str| {
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-            runtime.block_on(async {
-                for call in store.pending(&[], std::time::Duration::ZERO).await {
-                    if call.arguments["who"] == who {
-                        let result = ExternalResult {
-                            result: json!(format!("done for {who}")),
-                            is_error: false,
-                        };
-                        store.resolve(&call.call_id, result).await.unwrap();
-                    }
-                }
-            });
-        })
-        .join()
-        .unwrap();
+    let answer = |store: &Arc<MemoryPendingStore>, who: &'static str| {
+        answer_pending(
+            store,
+            move |arguments| arguments["who"] == who,
+            json!(format!("done for {who}")),
+        );
     };
     let (for_lead, for_worker) = (store.clone(), store.clone());
     let lead = Arc::new(
@@ -500,7 +485,7 @@ async fn a_sub_agent_never_takes_its_caller_s_results() {
             .calls(vec![("external__job", json!({"who": "lead"}))])
             .then(move |_| {
                 // The lead's job is done before it hands work to the worker.
-                answer(for_lead.clone(), "lead");
+                answer(&for_lead, "lead");
                 let call = ModelToolCall::new("w", "agent__worker", json!({"prompt": "check"}));
                 Ok(used(ModelResponse::tool_calls(vec![call])))
             })
@@ -510,7 +495,7 @@ async fn a_sub_agent_never_takes_its_caller_s_results() {
         ScriptedModel::new("small")
             .calls(vec![("external__job", json!({"who": "worker"}))])
             .then(move |_| {
-                answer(for_worker.clone(), "worker");
+                answer(&for_worker, "worker");
                 let echo = ModelToolCall::new("e", "mock__echo", json!({}));
                 Ok(used(ModelResponse::tool_calls(vec![echo])))
             })
