@@ -373,38 +373,50 @@ fn answer_pending(
     .unwrap();
 }
 
+/// Runs an agent whose model calls external tool `name` (made by `config`) with
+/// `arguments`, then, in its second turn, has the call answered with `answer` (as the other
+/// side would, meanwhile) and calls `mock__echo`, then reports; the model's requests.
+async fn run_answered_later(
+    name: &str,
+    config: toolmux_external::ExternalToolConfig,
+    arguments: Value,
+    answer: &'static str,
+) -> Vec<ModelRequest> {
+    use toolmux_external::{ExternalProvider, MemoryPendingStore};
+    let store = Arc::new(MemoryPendingStore::default());
+    let external =
+        ExternalProvider::new(&BTreeMap::from([(name.to_owned(), config)]), store.clone()).unwrap();
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![(format!("external__{name}").as_str(), arguments)])
+            .then(move |_| {
+                answer_pending(&store, |_| true, json!(answer));
+                let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
+                Ok(used(ModelResponse::tool_calls(vec![echo])))
+            })
+            .report("success", "done"),
+    );
+    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
+    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
+    let report = agents.run("a", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    orchestrator.cleanup().await;
+    model.requests()
+}
+
 /// The results of asynchronous external calls reach the model on their own: before each
 /// turn, while its calls are pending, the session reads the run's inbox and gives the
 /// model what arrived.
 #[tokio::test]
 async fn results_of_asynchronous_calls_reach_the_model() {
-    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
-    let store = Arc::new(MemoryPendingStore::default());
-    let job = ExternalToolConfig {
+    let job = toolmux_external::ExternalToolConfig {
         description: "Starts a build".into(),
         is_async: true,
-        ..ExternalToolConfig::default()
+        ..toolmux_external::ExternalToolConfig::default()
     };
-    let external =
-        ExternalProvider::new(&BTreeMap::from([("build".to_owned(), job)]), store.clone()).unwrap();
-    // The build finishes while the model does other work in its second turn.
-    let finisher = store.clone();
-    let model = Arc::new(
-        ScriptedModel::new("m")
-            .calls(vec![("external__build", json!({"target": "docs"}))])
-            .then(move |_| {
-                answer_pending(&finisher, |_| true, json!("built in 3 s"));
-                let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
-                Ok(used(ModelResponse::tool_calls(vec![echo])))
-            })
-            .report("success", "built"),
-    );
-    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
-    let report = agents.run("a", "build the docs", &CallContext::new()).await.unwrap();
-    assert_eq!(report.status, AgentStatus::Success);
-    let requests = model.requests();
+    let requests =
+        run_answered_later("build", job, json!({"target": "docs"}), "built in 3 s").await;
     assert_eq!(requests.len(), 3);
     // Nothing had arrived before the second turn; before the third the result had.
     assert!(matches!(requests[1].messages.last(), Some(Message::Tool { .. })));
@@ -416,46 +428,24 @@ async fn results_of_asynchronous_calls_reach_the_model() {
             && content.contains("built in 3 s"),
         "{content}"
     );
-    orchestrator.cleanup().await;
 }
 
 /// The result of a synchronous external call that timed out, submitted later, reaches the
 /// model too: the call stays pending and its result comes to the inbox.
 #[tokio::test]
 async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
-    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
-    let store = Arc::new(MemoryPendingStore::default());
-    let ask = ExternalToolConfig {
+    let ask = toolmux_external::ExternalToolConfig {
         description: "Asks a person".into(),
         timeout: Some(50),
-        ..ExternalToolConfig::default()
+        ..toolmux_external::ExternalToolConfig::default()
     };
-    let external =
-        ExternalProvider::new(&BTreeMap::from([("ask".to_owned(), ask)]), store.clone()).unwrap();
-    let finisher = store.clone();
-    let model = Arc::new(
-        ScriptedModel::new("m")
-            .calls(vec![("external__ask", json!({"q": "ship?"}))])
-            .then(move |_| {
-                answer_pending(&finisher, |_| true, json!("yes, ship"));
-                let echo = ModelToolCall::new("c2", "mock__echo", json!({"x": 1}));
-                Ok(used(ModelResponse::tool_calls(vec![echo])))
-            })
-            .report("success", "shipped"),
-    );
-    let mock = MockProvider::new("mock").with_tool("echo", Behavior::Echo);
-    let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external), Arc::new(mock)];
-    let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
-    let report = agents.run("a", "ship it", &CallContext::new()).await.unwrap();
-    assert_eq!(report.status, AgentStatus::Success);
-    let requests = model.requests();
+    let requests = run_answered_later("ask", ask, json!({"q": "ship?"}), "yes, ship").await;
     let timed_out = tool_results(&requests[1]);
     assert!(timed_out[0].1 && timed_out[0].0.contains("within 50 ms"), "{timed_out:?}");
     let Some(Message::User { content }) = requests[2].messages.last() else {
         panic!("expected the inbox's results last: {:?}", requests[2].messages.last())
     };
     assert!(content.contains("yes, ship"), "{content}");
-    orchestrator.cleanup().await;
 }
 
 /// A sub-agent shares its caller's run but not its inbox: each gets the results of its
