@@ -160,6 +160,7 @@ impl Toolmux {
             .serve
             .client_profile()
             .map_err(|e| ToolmuxError::config(file, format!("serve.client: {e}")))?;
+        check_own_schemas(loaded).map_err(|e| ToolmuxError::config(file, e))?;
         #[cfg(feature = "mcp")]
         check_holder_tools(loaded)
             .map_err(|e| ToolmuxError::config(file, format!("serve.holderTools: {e}")))?;
@@ -687,6 +688,36 @@ fn denied_reads(deny: &[String]) -> impl Iterator<Item = String> + '_ {
         }
         _ => None,
     })
+}
+
+/// The argument schemas the file itself gives (`restTools`, `commandTools`,
+/// `externalTools`) are JSON Schema: a tool with a broken one would be left out with a
+/// warning while `config check` said the file was valid. A server's or an OpenAPI
+/// document's schemas are not the file's, and stay warnings.
+#[cfg_attr(
+    not(any(feature = "rest", feature = "fs", feature = "external")),
+    allow(unused_mut, unused_variables)
+)]
+fn check_own_schemas(loaded: &Loaded) -> Result<(), String> {
+    let config = &loaded.config;
+    let mut given: Vec<(String, &serde_json::Value)> = Vec::new();
+    #[cfg(feature = "rest")]
+    given.extend(config.rest_tools.iter().filter_map(|(name, tool)| {
+        Some((format!("restTools.{name}.parametersSchema"), tool.parameters_schema.as_ref()?))
+    }));
+    #[cfg(feature = "fs")]
+    given.extend(config.command_tools.iter().filter_map(|(name, tool)| {
+        Some((format!("commandTools.{name}.parametersSchema"), tool.parameters_schema.as_ref()?))
+    }));
+    #[cfg(feature = "external")]
+    given.extend(config.external_tools.iter().filter_map(|(name, tool)| {
+        Some((format!("externalTools.{name}.inputSchema"), tool.input_schema.as_ref()?))
+    }));
+    for (key, schema) in given {
+        toolmux_orchestrator::ArgumentValidator::check_schema(schema)
+            .map_err(|e| format!("{key} is not valid JSON Schema: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Each holder of `serve.holderTools` holds a key (or is an OAuth subject) and is given

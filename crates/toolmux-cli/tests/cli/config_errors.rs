@@ -171,3 +171,23 @@ fn an_authorization_server_that_cannot_be_reached_stops_serve_at_once() {
         "{stderr}"
     );
 }
+
+/// An argument schema the file gives itself must be JSON Schema: otherwise its tool would
+/// be left out with only a warning while the file was called valid.
+#[test]
+fn a_schema_the_file_gives_that_is_no_json_schema() {
+    check(
+        "toolmux.yaml",
+        "restTools:\n  bad:\n    description: d\n    url: http://127.0.0.1:9/x\n    parametersSchema: {type: object, properties: {a: {type: 12}}}\n",
+        expect![
+            "error: toolmux.yaml: restTools.bad.parametersSchema is not valid JSON Schema: at /properties/a/type: 12 is not valid under any of the schemas listed in the 'anyOf' keyword"
+        ],
+    );
+    check(
+        "toolmux.yaml",
+        "externalTools:\n  ask:\n    description: d\n    inputSchema: {type: objekt}\n",
+        expect![
+            "error: toolmux.yaml: externalTools.ask.inputSchema is not valid JSON Schema: at /type: \"objekt\" is not valid under any of the schemas listed in the 'anyOf' keyword"
+        ],
+    );
+}
