@@ -27,7 +27,10 @@ pub struct AgentConfig {
     /// or an MCP client may call it.
     #[serde(default)]
     pub description: String,
-    /// The model it thinks with: a name under `models`.
+    /// The model it thinks with: a name under `models`. Without one, an agent called by
+    /// another thinks with its caller's model (the seeds' inherited configuration); one
+    /// that nobody calls must name it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
     /// Its system prompt.
     #[serde(default, alias = "systemPrompt")]

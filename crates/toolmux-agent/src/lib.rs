@@ -314,6 +314,40 @@ impl Agents {
         self.inner.orchestrator.read().unwrap_or_else(|e| e.into_inner()).upgrade()
     }
 
+    /// The model agent `name` thinks with: its own, else that of the nearest agent before
+    /// or above it: the agents that handed the task on (`handed`, in order), then its
+    /// callers, nearest first (the seeds' inherited configuration).
+    fn model_of<'a>(
+        &'a self,
+        name: &str,
+        config: &'a AgentConfig,
+        handed: &[String],
+        ctx: &CallContext,
+    ) -> Result<&'a str, AgentError> {
+        if !config.model.is_empty() {
+            return Ok(&config.model);
+        }
+        let callers = ctx
+            .op()
+            .into_iter()
+            .flat_map(|op| std::iter::once(op.as_ref()).chain(op.ancestors()))
+            .filter_map(|op| op.tool().strip_prefix("agent__"));
+        let before: Vec<&str> = handed.iter().rev().map(String::as_str).chain(callers).collect();
+        let definitions = &self.inner.definitions.agents;
+        before
+            .into_iter()
+            .filter_map(|agent| definitions.get(agent))
+            .map(|config| config.model.as_str())
+            .find(|model| !model.is_empty())
+            .ok_or_else(|| AgentError::Config {
+                agent: name.to_owned(),
+                message: "it names no `model`, and no agent that called it or handed it the \
+                          task names one it could think with: give it `model`, a name under \
+                          `models`"
+                    .into(),
+            })
+    }
+
     fn unknown(&self, name: &str) -> AgentError {
         AgentError::UnknownAgent { name: name.to_owned(), known: self.names() }
     }
@@ -362,12 +396,12 @@ impl Agents {
                 .agents
                 .get(&current)
                 .ok_or_else(|| self.unknown(&current))?;
-            let model = self.inner.models.get(&config.model).cloned().ok_or_else(|| {
-                AgentError::Config {
+            let model_name = self.model_of(&current, config, &path, ctx)?;
+            let model =
+                self.inner.models.get(model_name).cloned().ok_or_else(|| AgentError::Config {
                     agent: current.clone(),
-                    message: format!("unknown model `{}`", config.model),
-                }
-            })?;
+                    message: format!("unknown model `{model_name}`"),
+                })?;
             let destinations = self
                 .inner
                 .definitions
@@ -504,7 +538,7 @@ fn validate(
                 ));
             }
         }
-        if !models.contains_key(&agent.model) {
+        if !agent.model.is_empty() && !models.contains_key(&agent.model) {
             let known: Vec<&str> = models.keys().map(String::as_str).collect();
             let message = if known.is_empty() {
                 format!("model `{}` is not configured: add it under `models`", agent.model)

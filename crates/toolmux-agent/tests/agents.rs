@@ -654,6 +654,35 @@ async fn cancelling_the_run_stops_the_model() {
     assert!(report.content.contains("cancelled"), "{}", report.content);
 }
 
+/// A sub-agent that names no model thinks with its caller's (the seeds' inherited
+/// configuration); run by itself, it says it needs one.
+#[tokio::test]
+async fn a_sub_agent_without_a_model_thinks_with_its_caller_s() {
+    // One scripted model answers both: the parent delegates, the child reports, the parent
+    // reports what it said.
+    let model = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("agent__child", json!({"prompt": "find x"}))])
+            .report("success", "x is 42")
+            .report("success", "done"),
+    );
+    let mut definitions =
+        one("parent", AgentConfig { agents: vec!["child".into()], ..agent("big") });
+    definitions.agents.insert(
+        "child".into(),
+        AgentConfig { description: "Finds things".into(), ..AgentConfig::default() },
+    );
+    let s = setup(definitions, vec![model.clone()]).await;
+    let report = s.agents.run("parent", "what is x?", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success, "{report:?}");
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3, "the child's turn went to the parent's model");
+    assert_eq!(requests[1].messages, vec![Message::user("find x")]);
+    let alone = s.agents.run("child", "find x", &CallContext::new()).await.unwrap_err();
+    let said = alone.to_string();
+    assert!(said.contains("names no `model`"), "{said}");
+}
+
 #[tokio::test]
 async fn sub_agents_run_through_the_pipeline_and_add_up() {
     let parent = Arc::new(

@@ -43,7 +43,8 @@ pub(crate) fn list(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
             Some(patterns) => patterns.join(","),
             None => "*".to_owned(),
         };
-        out.push_str(&format!("{name:width$}  {}  tools {tools}", agent.model));
+        let model = if agent.model.is_empty() { "(its caller's)" } else { &agent.model };
+        out.push_str(&format!("{name:width$}  {model}  tools {tools}"));
         if !agent.agents.is_empty() {
             out.push_str(&format!("  agents {}", agent.agents.join(",")));
         }
