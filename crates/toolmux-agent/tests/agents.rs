@@ -448,19 +448,29 @@ async fn the_late_result_of_a_timed_out_call_reaches_the_model() {
     assert!(content.contains("yes, ship"), "{content}");
 }
 
+/// One asynchronous external tool `name` over a pending store of its own: the store (for
+/// the other side's answers) and the provider.
+fn async_external(
+    name: &str,
+    description: &str,
+) -> (Arc<toolmux_external::MemoryPendingStore>, toolmux_external::ExternalProvider) {
+    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
+    let store = Arc::new(MemoryPendingStore::default());
+    let config = ExternalToolConfig {
+        description: description.into(),
+        is_async: true,
+        ..ExternalToolConfig::default()
+    };
+    let tools = BTreeMap::from([(name.to_owned(), config)]);
+    (store.clone(), ExternalProvider::new(&tools, store).unwrap())
+}
+
 /// A sub-agent shares its caller's run but not its inbox: each gets the results of its
 /// own asynchronous calls, not the other's.
 #[tokio::test]
 async fn a_sub_agent_never_takes_its_caller_s_results() {
-    use toolmux_external::{ExternalProvider, ExternalToolConfig, MemoryPendingStore};
-    let store = Arc::new(MemoryPendingStore::default());
-    let job = ExternalToolConfig {
-        description: "Starts a job".into(),
-        is_async: true,
-        ..ExternalToolConfig::default()
-    };
-    let external =
-        ExternalProvider::new(&BTreeMap::from([("job".to_owned(), job)]), store.clone()).unwrap();
+    use toolmux_external::MemoryPendingStore;
+    let (store, external) = async_external("job", "Starts a job");
     // Answers every pending call of `who` with "done for WHO".
     let answer = |store: &Arc<MemoryPendingStore>, who: &'static str| {
         answer_pending(
@@ -1622,18 +1632,8 @@ async fn a_batch_shows_its_calls_images() {
 #[tokio::test]
 async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     use toolmux_agent::{ListenEnd, ListenOptions};
-    use toolmux_external::{
-        ExternalProvider, ExternalResult, ExternalToolConfig, MemoryPendingStore, PendingCall,
-        PendingStore,
-    };
-    let store = Arc::new(MemoryPendingStore::default());
-    let job = ExternalToolConfig {
-        description: "Starts a build".into(),
-        is_async: true,
-        ..ExternalToolConfig::default()
-    };
-    let external =
-        ExternalProvider::new(&BTreeMap::from([("build".to_owned(), job)]), store.clone()).unwrap();
+    use toolmux_external::{ExternalResult, PendingCall, PendingStore};
+    let (store, external) = async_external("build", "Starts a build");
     let model = Arc::new(ScriptedModel::new("m").report("success", "deployed the build"));
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
     let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
