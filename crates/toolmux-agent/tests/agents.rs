@@ -184,10 +184,20 @@ async fn start_agents(
     models: BTreeMap<String, Arc<dyn Model>>,
     providers: Vec<Arc<dyn ToolProvider>>,
 ) -> (Agents, Orchestrator) {
+    start_agents_with(OrchestratorConfig::default(), definitions, models, providers).await
+}
+
+/// [`start_agents`] with an orchestrator configured by `config`.
+async fn start_agents_with(
+    config: OrchestratorConfig,
+    definitions: AgentDefinitions,
+    models: BTreeMap<String, Arc<dyn Model>>,
+    providers: Vec<Arc<dyn ToolProvider>>,
+) -> (Agents, Orchestrator) {
     let agents = Agents::new(definitions, models).expect("valid agents");
     let orchestrator = providers
         .into_iter()
-        .fold(Orchestrator::builder(OrchestratorConfig::default()), |b, p| b.provider(p))
+        .fold(Orchestrator::builder(config), |b, p| b.provider(p))
         .provider(agents.provider())
         .build()
         .expect("an orchestrator");
@@ -611,11 +621,7 @@ async fn the_last_turn_may_only_report() {
     assert_eq!((report.status, report.turns), (AgentStatus::Partial, 3));
     let last = model.requests().pop().unwrap();
     assert_eq!(tool_names(&last), vec!["agent__final_report"]);
-    assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
-    match last.messages.last() {
-        Some(Message::User { content }) => assert!(content.contains("last turn"), "{content}"),
-        other => panic!("{other:?}"),
-    }
+    assert_last_turn_says(&model, "last turn");
 }
 
 #[tokio::test]
@@ -1163,12 +1169,15 @@ async fn a_spent_token_budget_makes_the_next_turn_the_last() {
     let s = setup(one("a", config), vec![model.clone()]).await;
     let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
     assert_eq!((report.status, report.turns), (AgentStatus::Partial, 3));
+    assert_last_turn_says(&model, "the token budget of 200 is spent (220 used)");
+}
+
+/// The model's last turn could only report, and was told why: `why`.
+fn assert_last_turn_says(model: &ScriptedModel, why: &str) {
     let last = model.requests().pop().unwrap();
     assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
     match last.messages.last() {
-        Some(Message::User { content }) => {
-            assert!(content.contains("the token budget of 200 is spent (220 used)"), "{content}");
-        }
+        Some(Message::User { content }) => assert!(content.contains(why), "{content}"),
         other => panic!("{other:?}"),
     }
 }
@@ -1182,26 +1191,14 @@ async fn a_spent_tool_output_budget_makes_the_next_turn_the_last() {
             .calls(vec![("mock__big", json!({}))])
             .report("partial", "out of room"),
     );
-    let agents = Agents::new(one("a", agent("m")), only(&model)).expect("valid agents");
-    let mock = Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
-    let orchestrator =
-        Orchestrator::builder(OrchestratorConfig::default().with_context_token_budget(1000))
-            .provider(mock.clone())
-            .provider(agents.provider())
-            .build()
-            .expect("an orchestrator");
-    agents.attach(&orchestrator);
-    assert!(orchestrator.warmup().await.is_ok());
+    let mock: Arc<dyn ToolProvider> =
+        Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
+    let config = OrchestratorConfig::default().with_context_token_budget(1000);
+    let (agents, _orchestrator) =
+        start_agents_with(config, one("a", agent("m")), only(&model), vec![mock]).await;
     let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
     assert_eq!((report.status, report.turns), (AgentStatus::Partial, 2));
-    let last = model.requests().pop().unwrap();
-    assert_eq!(last.tool_choice, ToolChoice::Tool("agent__final_report".into()));
-    match last.messages.last() {
-        Some(Message::User { content }) => {
-            assert!(content.contains("budget for tool output"), "{content}");
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_last_turn_says(&model, "budget for tool output");
 }
 
 #[tokio::test]
