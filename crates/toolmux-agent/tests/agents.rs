@@ -1646,6 +1646,8 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
         is_async: true,
         visible: false,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     };
     let id = store.open(call).await.unwrap();
     let answer = {

@@ -30,7 +30,8 @@
 //!
 //! A program that serves results is an MCP client of `toolmux serve`, as the agent is; the
 //! hidden tools are not listed but can be called by name. Pending calls and inboxes live
-//! in a [`PendingStore`]; [`MemoryPendingStore`] keeps them in this process, bounded.
+//! in a [`PendingStore`]; [`MemoryPendingStore`] keeps them in this process, bounded, and
+//! [`DirPendingStore`] in a folder that every process using it shares.
 //!
 //! `visible` in the configuration is the seeds' user-interface visibility (whether the call
 //! and its result are shown in the active space): it travels with the pending call and the
@@ -40,16 +41,19 @@
 
 #![deny(missing_docs)]
 
+mod folder;
 mod gateway;
 pub mod spaces;
 mod store;
+mod store_dir;
 
 pub use gateway::{DEFAULT_HISTORY, GATEWAY_NAMESPACE, GatewayProvider, MAX_PAGE};
 pub use spaces::Spaces;
 pub use store::{
-    DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL, Delivery,
-    ExternalResult, InboxEntry, MemoryPendingStore, PendingCall, PendingStore,
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
+    Delivery, ExternalResult, InboxEntry, MemoryPendingStore, PendingCall, PendingStore,
 };
+pub use store_dir::DirPendingStore;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -335,6 +339,8 @@ impl ExternalProvider {
             is_async: tool.is_async,
             visible,
             created_ms: 0,
+            status: CallStatus::default(),
+            expires_ms: 0,
         };
         let call_id = self.store.open(call).await?;
         if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {

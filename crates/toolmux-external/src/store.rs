@@ -3,7 +3,7 @@
 
 use crate::ExecutionType;
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use toolmux_core::{ToolError, ToolOutput};
 
 /// A call of an external tool waiting for its result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingCall {
     /// Its id, given by the store.
@@ -40,10 +40,33 @@ pub struct PendingCall {
     pub visible: bool,
     /// When it was made, in milliseconds since the Unix epoch (set by the store).
     pub created_ms: u64,
+    /// Where its result goes now (set by the store when it lists the call).
+    #[serde(default)]
+    pub status: CallStatus,
+    /// When it expires unanswered, in milliseconds since the Unix epoch (set by the store
+    /// when it lists the call; 0 until then).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expires_ms: u64,
+}
+
+/// Where a pending call's result goes: the seeds' `PendingToolCall.status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallStatus {
+    /// To the run's inbox: an asynchronous call, or a synchronous one whose caller stopped
+    /// waiting.
+    #[default]
+    Pending,
+    /// To its caller, which is waiting for it (a synchronous call).
+    Waiting,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A submitted result.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExternalResult {
     /// A text, or any JSON value.
@@ -77,7 +100,7 @@ pub enum Delivery {
 }
 
 /// A result in a run's inbox.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxEntry {
     /// The call it answers.
@@ -146,7 +169,7 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
 }
 
 /// How often the default [`PendingStore::pending_except`] looks again.
-const EXCEPT_POLL: Duration = Duration::from_millis(100);
+pub(crate) const EXCEPT_POLL: Duration = Duration::from_millis(100);
 
 /// `calls` without those in `exclude`.
 pub(crate) fn except(mut calls: Vec<PendingCall>, exclude: &[String]) -> Vec<PendingCall> {
@@ -171,7 +194,7 @@ pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// How often, at most, opening a call looks through every call and inbox for expired ones
 /// (unless the store is full); reading skips expired ones whenever it looks.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// A [`PendingStore`] in this process's memory, bounded in size and in time: a call not
 /// answered within its time to live ([`DEFAULT_PENDING_TTL`]) expires, and so does a result
@@ -297,14 +320,41 @@ impl MemoryPendingStore {
             .values()
             .filter(|e| e.expires > now)
             .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
-            .map(|e| e.call.clone())
+            .map(|e| PendingCall {
+                status: if e.waiter.is_some() { CallStatus::Waiting } else { CallStatus::Pending },
+                expires_ms: e.call.created_ms + self.pending_ttl.as_millis() as u64,
+                ..e.call.clone()
+            })
             .collect();
         calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
         calls
     }
 }
 
-fn now_ms() -> u64 {
+/// The refusal of a result for a call that is not pending.
+pub(crate) fn unknown_call(call_id: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        "external__submit",
+        format!(
+            "no pending call `{call_id}` (never made, answered already, or its caller gave up); \
+             `external__pending` lists the calls waiting"
+        ),
+    )
+}
+
+/// The refusal of a result for a call that expired after `ttl`.
+pub(crate) fn expired_call(call_id: &str, ttl: Duration) -> ToolError {
+    ToolError::invalid_arguments(
+        "external__submit",
+        format!(
+            "call `{call_id}` expired after {} s without a result, so its caller no longer \
+             takes one; `external__pending` lists the calls waiting",
+            ttl.as_secs_f64()
+        ),
+    )
+}
+
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -394,23 +444,10 @@ impl PendingStore for MemoryPendingStore {
             state.sweep(now, self.result_ttl, self.max_pending);
         }
         if state.expired.contains_key(call_id) {
-            return Err(ToolError::invalid_arguments(
-                "external__submit",
-                format!(
-                    "call `{call_id}` expired after {} s without a result, so its caller no \
-                     longer takes one; `external__pending` lists the calls waiting",
-                    self.pending_ttl.as_secs_f64()
-                ),
-            ));
+            return Err(expired_call(call_id, self.pending_ttl));
         }
         let Some(mut entry) = state.calls.remove(call_id) else {
-            return Err(ToolError::invalid_arguments(
-                "external__submit",
-                format!(
-                    "no pending call `{call_id}` (never made, answered already, or its caller \
-                     gave up); `external__pending` lists the calls waiting"
-                ),
-            ));
+            return Err(unknown_call(call_id));
         };
         let result = match entry.waiter.take() {
             Some(waiter) => match waiter.send(result) {

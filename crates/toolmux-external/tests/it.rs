@@ -130,6 +130,8 @@ async fn a_result_submitted_before_the_caller_waits_is_not_lost() {
         is_async: false,
         visible: true,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     };
     let id = store.open(call).await.unwrap();
     let result = toolmux_external::ExternalResult { result: json!({"n": 1}), is_error: true };
@@ -242,6 +244,8 @@ async fn the_store_is_bounded() {
         is_async: true,
         visible: true,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     };
     let a = store.open(call(1)).await.unwrap();
     let b = store.open(call(2)).await.unwrap();
@@ -395,6 +399,8 @@ fn async_call(tool: &str) -> toolmux_external::PendingCall {
         is_async: true,
         visible: true,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     }
 }
 

@@ -43,8 +43,8 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
-    DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExecutionType, ExternalResult, InboxEntry,
-    PendingCall, PendingStore,
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExecutionType, ExternalResult,
+    InboxEntry, PendingCall, PendingStore,
 };
 
 /// How long a pending call, an unread inbox or an unclaimed result is kept.
@@ -234,12 +234,18 @@ impl StoreInner {
         let mut calls: Vec<PendingCall> = reply
             .as_array()
             .unwrap_or_default()
-            .chunks_exact(3)
+            .chunks_exact(4)
             .filter_map(|item| {
                 let id = item[0].as_str()?;
                 let created_ms = item[1].as_str()?.parse::<f64>().ok()? as u64;
                 let call: StoredCall = serde_json::from_slice(item[2].as_bytes()?).ok()?;
-                Some(pending_call(id.to_owned(), created_ms, call))
+                let mut call = pending_call(id.to_owned(), created_ms, call);
+                // A synchronous call's waiter mark: its caller has yet to wait, or waits.
+                if item[3].as_i64() == Some(1) {
+                    call.status = CallStatus::Waiting;
+                }
+                call.expires_ms = created_ms + self.pending_ttl.as_millis() as u64;
+                Some(call)
             })
             .collect();
         calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
@@ -291,6 +297,8 @@ fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCa
         is_async: call.is_async,
         visible: call.visible,
         created_ms,
+        status: CallStatus::Pending,
+        expires_ms: 0,
     }
 }
 
@@ -664,7 +672,7 @@ return {2, f[3], dropped}",
 };
 
 /// KEYS: sorted sets of calls. ARGV: base, pending TTL. Answers `[id, created, call JSON,
-/// ...]` of the calls opened within the TTL.
+/// waiter mark (1 or 0), ...]` of the calls opened within the TTL.
 static SNAPSHOT: Script = Script {
     name: "pending_snapshot",
     source: "local t = redis.call('TIME')
@@ -678,6 +686,7 @@ for _, key in ipairs(KEYS) do
       out[#out + 1] = ids[i]
       out[#out + 1] = ids[i + 1]
       out[#out + 1] = call
+      out[#out + 1] = redis.call('EXISTS', ARGV[1] .. ':waiter:' .. ids[i])
     end
   end
 end

@@ -23,6 +23,8 @@ fn call(is_async: bool) -> PendingCall {
         is_async,
         visible: true,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     }
 }
 

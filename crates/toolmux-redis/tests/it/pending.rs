@@ -6,7 +6,9 @@ use serde_json::json;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
-use toolmux_external::{Delivery, ExecutionType, ExternalResult, PendingCall, PendingStore};
+use toolmux_external::{
+    CallStatus, Delivery, ExecutionType, ExternalResult, PendingCall, PendingStore,
+};
 use toolmux_test_support::eventually;
 use toolmux_test_support::redis::RedisServer;
 
@@ -21,6 +23,8 @@ fn call(tool: &str, run: &str, is_async: bool) -> PendingCall {
         is_async,
         visible: true,
         created_ms: 0,
+        status: Default::default(),
+        expires_ms: 0,
     }
 }
 
@@ -87,8 +91,13 @@ async fn a_late_result_goes_to_the_inbox_of_the_run() {
     let server = RedisServer::start();
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-7", false)).await.unwrap();
+    let listed = b.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed[0].status, CallStatus::Waiting, "its caller is to wait for it");
+    assert!(listed[0].expires_ms > listed[0].created_ms);
     assert_eq!(a.wait(&id, Duration::from_millis(100)).await, None);
     assert_eq!(a.count_pending("run-7", None).await, 1, "still pending after the wait");
+    let listed = b.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed[0].status, CallStatus::Pending, "its result now goes to the inbox");
     let delivery = b.resolve(&id, answer("late")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
     let inbox = a.take_inbox("run-7", None).await;

@@ -1,0 +1,213 @@
+//! What the two folder-backed stores share (the spaces' and the pending calls'): a lock
+//! file that every change is made under, files replaced whole through a renamed temporary
+//! file (never seen half-written), and names made safe for the file system.
+
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use toolmux_core::ToolError;
+
+/// How long a change waits for another process's.
+pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a waiting change tries the lock again.
+const LOCK_RETRY: Duration = Duration::from_millis(5);
+
+/// Held while a change is made; the lock is released when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Lock {
+    file: File,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+/// Opens (making it if missing) lock file `at`, for [`try_lock`].
+pub(crate) fn lock_file(at: &Path, provider: &str) -> Result<File, ToolError> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(at)
+        .map_err(|e| failure(provider, at, &e))
+}
+
+/// Takes the lock of `file` if no other holder has it: `Ok(None)` when another has.
+pub(crate) fn try_lock(file: &File, at: &Path, provider: &str) -> Result<Option<()>, ToolError> {
+    match file.try_lock() {
+        Ok(()) => Ok(Some(())),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(failure(provider, at, &e)),
+    }
+}
+
+/// Takes the lock of folder `dir` (its file `.lock`) from an async task, waiting up to
+/// [`LOCK_TIMEOUT`] for another process to release it.
+pub(crate) async fn lock(dir: &Path, what: &str, provider: &str) -> Result<Lock, ToolError> {
+    let at = dir.join(".lock");
+    let file = lock_file(&at, provider)?;
+    let started = tokio::time::Instant::now();
+    loop {
+        if try_lock(&file, &at, provider)?.is_some() {
+            return Ok(Lock { file });
+        }
+        if started.elapsed() >= LOCK_TIMEOUT {
+            return Err(locked(dir, what, provider));
+        }
+        tokio::time::sleep(LOCK_RETRY).await;
+    }
+}
+
+/// [`lock`] from a blocking thread.
+pub(crate) fn lock_blocking(dir: &Path, what: &str, provider: &str) -> Result<Lock, ToolError> {
+    let at = dir.join(".lock");
+    let file = lock_file(&at, provider)?;
+    let started = std::time::Instant::now();
+    loop {
+        if try_lock(&file, &at, provider)?.is_some() {
+            return Ok(Lock { file });
+        }
+        if started.elapsed() >= LOCK_TIMEOUT {
+            return Err(locked(dir, what, provider));
+        }
+        std::thread::sleep(LOCK_RETRY);
+    }
+}
+
+fn locked(dir: &Path, what: &str, provider: &str) -> ToolError {
+    ToolError::Unavailable {
+        provider: provider.into(),
+        message: format!(
+            "the {what} folder `{}` stayed locked by another process for {} s; try again",
+            dir.display(),
+            LOCK_TIMEOUT.as_secs()
+        ),
+    }
+}
+
+/// Replaces file `at` with `bytes` through a temporary file beside it, renamed over it, so
+/// that a reader sees the old content or the new, never a part. `durable` also flushes it
+/// to the disk before the rename (what must survive a power loss).
+pub(crate) fn replace(at: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
+    static TEMP: AtomicU64 = AtomicU64::new(0);
+    let n = TEMP.fetch_add(1, Ordering::Relaxed);
+    let file_name = at.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = at.with_file_name(format!(".{file_name}.{}.{n}.tmp", std::process::id()));
+    let written = std::fs::write(&tmp, bytes)
+        .and_then(|()| if durable { File::open(&tmp)?.sync_all() } else { Ok(()) })
+        .and_then(|()| std::fs::rename(&tmp, at));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Reads JSON file `at`: `None` when there is none.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
+    at: &Path,
+    provider: &str,
+    what: &str,
+) -> Result<Option<T>, ToolError> {
+    let bytes = match std::fs::read(at) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(failure(provider, at, &e)),
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| ToolError::Other {
+        provider: provider.into(),
+        message: format!(
+            "`{}` is not a {what} file toolmux can read ({e}); move it away to start it anew",
+            at.display()
+        ),
+        source: None,
+    })
+}
+
+/// Writes `value` as JSON to file `at` with [`replace`].
+pub(crate) fn write_json<T: serde::Serialize>(
+    at: &Path,
+    value: &T,
+    durable: bool,
+    provider: &str,
+) -> Result<(), ToolError> {
+    let json = serde_json::to_vec(value).map_err(|e| ToolError::Other {
+        provider: provider.into(),
+        message: format!("cannot encode `{}`: {e}", at.display()),
+        source: None,
+    })?;
+    replace(at, &json, durable).map_err(|e| failure(provider, at, &e))
+}
+
+/// An error of file or folder `at`.
+pub(crate) fn failure(provider: &str, at: &Path, e: &std::io::Error) -> ToolError {
+    ToolError::Other {
+        provider: provider.into(),
+        message: format!("`{}`: {e}", at.display()),
+        source: None,
+    }
+}
+
+/// A name as a file name: bytes other than letters, digits, `.`, `_` and `-` as `%XX`,
+/// and a leading `.` too (so that no name is hidden, `.` or `..`).
+pub(crate) fn encode(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !out.is_empty()) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The name [`encode`] made `file` from.
+pub(crate) fn decode(file: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(file.len());
+    let mut rest = file.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_survive_the_file_system() {
+        for name in ["lobby", "a.b_c-d", "acme corp/lobby", ".hidden", "..", "ünï/x"] {
+            let file = encode(name);
+            assert!(!file.contains('/') && !file.starts_with('.'), "{file}");
+            assert_eq!(decode(&file).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn a_replaced_file_is_whole_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("a.json");
+        write_json(&at, &serde_json::json!({"n": 1}), false, "t").unwrap();
+        write_json(&at, &serde_json::json!({"n": 2}), true, "t").unwrap();
+        let read: Option<serde_json::Value> = read_json(&at, "t", "test").unwrap();
+        assert_eq!(read, Some(serde_json::json!({"n": 2})));
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["a.json"]);
+        let missing: Option<serde_json::Value> =
+            read_json(&dir.path().join("b"), "t", "x").unwrap();
+        assert_eq!(missing, None);
+    }
+}

@@ -1,0 +1,750 @@
+//! [`DirPendingStore`]: pending external calls and the inboxes of runs in a folder, so that
+//! every process using the folder (`toolmux serve`, `toolmux agent listen`, `toolmux tools
+//! call`) sees and answers the others' calls without a Redis server.
+//!
+//! In the folder:
+//!
+//! - `calls/ID.json`, one per pending call ([`Stored`]): the call; while its caller waits
+//!   for the result (a synchronous call), until when it waits; and a result handed to that
+//!   caller, until the caller takes it;
+//! - `inbox/RUN.json`, a run's inbox, oldest first, capped at `max_inbox` results;
+//! - `expired.json`, the ids of calls that expired, kept as long as their results would
+//!   have been, so that a late result is refused saying why;
+//! - `.lock`: every change is made holding it.
+//!
+//! Each file is replaced whole through a renamed temporary file, so no reader sees a part of
+//! one. They are not flushed to the disk: a pending call need not outlive a power loss.
+//! Every change runs on the blocking pool, never on the event loop.
+//!
+//! A caller waiting in this process is woken at once by a result submitted through this
+//! process, and within [`POLL`] by one submitted through another; a long poll for new calls
+//! likewise. A synchronous call's caller writes until when it waits: past that (its process
+//! ended without giving up), the call's result goes to the run's inbox, as the result of a
+//! call that timed out does. The semantics are otherwise [`MemoryPendingStore`]'s, the bound
+//! on pending calls being for all processes together.
+//!
+//! [`MemoryPendingStore`]: crate::MemoryPendingStore
+
+use crate::folder;
+use crate::store::{
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
+    Delivery, ExternalResult, InboxEntry, PendingCall, PendingStore, except, expired_call, now_ms,
+    unknown_call,
+};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use toolmux_core::ToolError;
+
+/// How often a waiting caller, or a long poll, looks at the folder for what another process
+/// did.
+pub const POLL: Duration = Duration::from_millis(25);
+
+/// How long a synchronous call may take from its opening to the start of its wait; past it,
+/// its result goes to the inbox (the process that opened it is gone).
+const OPEN_WAITER: Duration = Duration::from_secs(60);
+
+/// How much longer than its wait a caller is taken to be waiting: time to give up.
+const WAIT_SLACK: Duration = Duration::from_secs(2);
+
+/// How often, at most, opening a call looks through every file for expired ones (unless
+/// the store is full); reading skips expired ones whenever it looks.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
+/// The provider errors of this store name.
+const PROVIDER: &str = "external";
+
+/// What the lock's error calls the folder.
+const WHAT: &str = "pending external calls";
+
+/// Pending external calls and inboxes in a folder shared by processes (see the module's
+/// documentation).
+#[derive(Debug, Clone)]
+pub struct DirPendingStore {
+    inner: Arc<Inner>,
+    /// Woken when this process opens or answers a call.
+    changed: Arc<Notify>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    /// Distinguishes this process's ids from another's (`ext-PID-START`).
+    prefix: String,
+    max_pending: usize,
+    max_inbox: usize,
+    pending_ttl: Duration,
+    result_ttl: Duration,
+    /// When this process last swept the folder.
+    swept: Mutex<Option<std::time::Instant>>,
+}
+
+/// A pending call as stored.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stored {
+    call: PendingCall,
+    /// Set for a synchronous call while its caller waits, or is about to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    waiter: Option<Waiter>,
+    /// A result handed to the waiting caller, until it takes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    result: Option<ExternalResult>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Waiter {
+    /// Whether the caller started to wait (a second wait gets nothing).
+    claimed: bool,
+    /// Until when, in milliseconds since the Unix epoch.
+    until_ms: u64,
+}
+
+impl Stored {
+    /// Whether a caller waits for the result at `now` (not one that went away).
+    fn waited_for(&self, now: u64) -> bool {
+        self.waiter.is_some_and(|w| w.until_ms > now)
+    }
+}
+
+/// A result in an inbox file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Inboxed {
+    entry: InboxEntry,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    expires_ms: u64,
+}
+
+/// What a caller about to wait finds.
+enum Claim {
+    /// The result, there already.
+    Taken(ExternalResult),
+    /// Nothing yet: wait for it.
+    Wait,
+    /// Nothing to wait for (unknown, asynchronous, or waited for already).
+    Nothing,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether `id` can be a call's id here; anything else (a path, say) is no call.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 100
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'))
+}
+
+impl DirPendingStore {
+    /// A store in folder `path` (made if missing) of at most [`DEFAULT_MAX_PENDING`] pending
+    /// calls and [`DEFAULT_MAX_INBOX`] results per inbox, kept for [`DEFAULT_PENDING_TTL`]
+    /// and [`DEFAULT_RESULT_TTL`].
+    pub fn open(path: impl Into<PathBuf>) -> Result<DirPendingStore, String> {
+        let path = path.into();
+        for sub in ["calls", "inbox"] {
+            let at = path.join(sub);
+            std::fs::create_dir_all(&at).map_err(|e| {
+                format!("cannot make the pending calls' folder `{}`: {e}", at.display())
+            })?;
+        }
+        let started = now_ms();
+        Ok(DirPendingStore {
+            inner: Arc::new(Inner {
+                path,
+                prefix: format!("ext-{:x}-{:x}", std::process::id(), started % 0x10_0000),
+                max_pending: DEFAULT_MAX_PENDING,
+                max_inbox: DEFAULT_MAX_INBOX,
+                pending_ttl: DEFAULT_PENDING_TTL,
+                result_ttl: DEFAULT_RESULT_TTL,
+                swept: Mutex::new(None),
+            }),
+            changed: Arc::new(Notify::new()),
+        })
+    }
+
+    /// At most `max_pending` calls pending (over all processes) and `max_inbox` results per
+    /// inbox; calls expire `pending` after they were made, results `result` after they
+    /// reached their inbox (each at least a millisecond). For a store not yet shared.
+    pub fn with_limits(
+        self,
+        max_pending: usize,
+        max_inbox: usize,
+        pending: Duration,
+        result: Duration,
+    ) -> Self {
+        let inner = &self.inner;
+        let least = Duration::from_millis(1);
+        DirPendingStore {
+            inner: Arc::new(Inner {
+                path: inner.path.clone(),
+                prefix: inner.prefix.clone(),
+                max_pending: max_pending.max(1),
+                max_inbox: max_inbox.max(1),
+                pending_ttl: pending.max(least),
+                result_ttl: result.max(least),
+                swept: Mutex::new(None),
+            }),
+            changed: self.changed,
+        }
+    }
+
+    /// The same times to live as [`crate::MemoryPendingStore::with_ttl`], the bounds kept.
+    pub fn with_ttl(self, pending: Duration, result: Duration) -> Self {
+        let (max_pending, max_inbox) = (self.inner.max_pending, self.inner.max_inbox);
+        self.with_limits(max_pending, max_inbox, pending, result)
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `change` on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        change: impl FnOnce(&Inner) -> Result<T, ToolError> + Send + 'static,
+    ) -> Result<T, ToolError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || change(&inner))
+            .await
+            .unwrap_or_else(|e| Err(ToolError::other(PROVIDER, e)))
+    }
+
+    fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
+        self.inner.snapshot(|call| tools.is_empty() || tools.contains(&call.tool))
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> Result<folder::Lock, ToolError> {
+        folder::lock_blocking(&self.path, WHAT, PROVIDER)
+    }
+
+    fn call_path(&self, id: &str) -> PathBuf {
+        self.path.join("calls").join(format!("{id}.json"))
+    }
+
+    fn inbox_path(&self, run_id: &str) -> PathBuf {
+        let mut name = folder::encode(run_id);
+        // File names have at most 255 bytes: a long run id keeps its start and a hash.
+        if name.len() > 160 {
+            let hash = toolmux_core::naming::short_hash("inbox", run_id);
+            name = format!("{}~{hash}", &name[..120]);
+        }
+        self.path.join("inbox").join(format!("{name}.json"))
+    }
+
+    fn load(&self, id: &str) -> Result<Option<Stored>, ToolError> {
+        folder::read_json(&self.call_path(id), PROVIDER, "pending call")
+    }
+
+    fn save(&self, stored: &Stored) -> Result<(), ToolError> {
+        folder::write_json(&self.call_path(&stored.call.call_id), stored, false, PROVIDER)
+    }
+
+    fn remove(&self, id: &str) -> Result<(), ToolError> {
+        let at = self.call_path(id);
+        match std::fs::remove_file(&at) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(folder::failure(PROVIDER, &at, &e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The ids of the calls in the folder.
+    fn ids(&self) -> Result<Vec<String>, ToolError> {
+        let at = self.path.join("calls");
+        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter_map(|file| file.strip_suffix(".json").map(str::to_owned))
+            .filter(|id| valid_id(id))
+            .collect())
+    }
+
+    /// The pending calls that `keep` keeps, oldest first; no lock is needed to read.
+    fn snapshot(&self, keep: impl Fn(&PendingCall) -> bool) -> Vec<PendingCall> {
+        let now = now_ms();
+        let ids = match self.ids() {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(target: "toolmux::external", "cannot list pending calls: {e}");
+                return Vec::new();
+            }
+        };
+        let mut calls: Vec<PendingCall> = ids
+            .iter()
+            // Unreadable: the next sweep sets it aside and says so.
+            .filter_map(|id| self.load(id).ok().flatten())
+            .filter(|s| s.result.is_none() && s.call.expires_ms > now && keep(&s.call))
+            .map(|s| {
+                let status =
+                    if s.waited_for(now) { CallStatus::Waiting } else { CallStatus::Pending };
+                PendingCall { status, ..s.call }
+            })
+            .collect();
+        calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
+        calls
+    }
+
+    fn open(&self, mut call: PendingCall) -> Result<String, ToolError> {
+        let _lock = self.lock()?;
+        let now = now_ms();
+        let due = {
+            let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+            swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY)
+        };
+        let mut count = self.ids()?.len();
+        if count >= self.max_pending || due {
+            self.sweep(now)?;
+            count = self.ids()?.len();
+        }
+        if count >= self.max_pending {
+            return Err(ToolError::QueueBusy {
+                tool: call.tool,
+                queue: "external results".to_owned(),
+                waited: Duration::ZERO,
+            });
+        }
+        // One count for the process: two stores of one process on one folder (an embedding
+        // program's) make different ids too; an id taken by a process long gone whose
+        // number and start time this one repeats is passed over.
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = loop {
+            let id = format!("{}-{}", self.prefix, NEXT.fetch_add(1, Ordering::Relaxed));
+            if !self.call_path(&id).exists() {
+                break id;
+            }
+        };
+        call.call_id = id.clone();
+        call.created_ms = now;
+        call.expires_ms = now.saturating_add(ms(self.pending_ttl));
+        call.status = if call.is_async { CallStatus::Pending } else { CallStatus::Waiting };
+        let waiter = (!call.is_async)
+            .then(|| Waiter { claimed: false, until_ms: now.saturating_add(ms(OPEN_WAITER)) });
+        self.save(&Stored { call, waiter, result: None })?;
+        Ok(id)
+    }
+
+    fn claim(&self, id: &str, timeout: Duration) -> Result<Claim, ToolError> {
+        let _lock = self.lock()?;
+        let now = now_ms();
+        let Some(mut stored) = self.load(id)? else { return Ok(Claim::Nothing) };
+        if let Some(result) = stored.result.take() {
+            self.remove(id)?;
+            return Ok(Claim::Taken(result));
+        }
+        match stored.waiter {
+            Some(w) if !w.claimed && w.until_ms > now => {
+                let until_ms = now.saturating_add(ms(timeout + WAIT_SLACK));
+                stored.waiter = Some(Waiter { claimed: true, until_ms });
+                self.save(&stored)?;
+                Ok(Claim::Wait)
+            }
+            _ => Ok(Claim::Nothing),
+        }
+    }
+
+    /// The result handed to the waiting caller of `id`, taken (the call is done).
+    fn take(&self, id: &str) -> Result<Option<ExternalResult>, ToolError> {
+        let _lock = self.lock()?;
+        let Some(result) = self.load(id)?.and_then(|s| s.result) else { return Ok(None) };
+        self.remove(id)?;
+        Ok(Some(result))
+    }
+
+    /// Ends the wait for `id`: a result there already is taken, a later one goes to the inbox.
+    fn give_up(&self, id: &str) -> Result<Option<ExternalResult>, ToolError> {
+        let _lock = self.lock()?;
+        let Some(mut stored) = self.load(id)? else { return Ok(None) };
+        if let Some(result) = stored.result.take() {
+            self.remove(id)?;
+            return Ok(Some(result));
+        }
+        stored.waiter = None;
+        stored.call.status = CallStatus::Pending;
+        self.save(&stored)?;
+        Ok(None)
+    }
+
+    fn withdraw(&self, id: &str) -> Result<(), ToolError> {
+        let _lock = self.lock()?;
+        self.remove(id)
+    }
+
+    fn expired(&self) -> Result<BTreeMap<String, u64>, ToolError> {
+        let at = self.path.join("expired.json");
+        Ok(folder::read_json(&at, PROVIDER, "pending calls")?.unwrap_or_default())
+    }
+
+    fn resolve(&self, id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
+        let _lock = self.lock()?;
+        let now = now_ms();
+        let Some(mut stored) = self.load(id)? else {
+            if self.expired()?.get(id).is_some_and(|forget| *forget > now) {
+                return Err(expired_call(id, self.pending_ttl));
+            }
+            return Err(unknown_call(id));
+        };
+        if stored.result.is_some() {
+            return Err(unknown_call(id));
+        }
+        if stored.call.expires_ms <= now {
+            self.forget_expired(id, now)?;
+            return Err(expired_call(id, self.pending_ttl));
+        }
+        if stored.waited_for(now) {
+            stored.result = Some(result);
+            self.save(&stored)?;
+            return Ok(Delivery::Waiting);
+        }
+        let run_id = stored.call.run_id.clone();
+        // The inbox first: a failure in between leaves the call pending, never the result
+        // lost.
+        self.to_inbox(stored, result, now)?;
+        self.remove(id)?;
+        Ok(Delivery::Inbox { run_id })
+    }
+
+    fn to_inbox(&self, stored: Stored, result: ExternalResult, now: u64) -> Result<(), ToolError> {
+        let at = self.inbox_path(&stored.call.run_id);
+        let mut inbox: Vec<Inboxed> =
+            folder::read_json(&at, PROVIDER, "inbox")?.unwrap_or_default();
+        inbox.retain(|r| r.expires_ms > now);
+        while inbox.len() >= self.max_inbox {
+            let dropped = inbox.remove(0);
+            tracing::warn!(
+                run = %stored.call.run_id,
+                "inbox full ({} results): dropped the result of {}",
+                self.max_inbox,
+                dropped.entry.call_id
+            );
+        }
+        let call = stored.call;
+        inbox.push(Inboxed {
+            entry: InboxEntry {
+                call_id: call.call_id,
+                tool: call.tool,
+                arguments: call.arguments,
+                result,
+            },
+            owner: call.owner,
+            expires_ms: now.saturating_add(ms(self.result_ttl)),
+        });
+        folder::write_json(&at, &inbox, false, PROVIDER)
+    }
+
+    fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Result<Vec<InboxEntry>, ToolError> {
+        let at = self.inbox_path(run_id);
+        if !at.exists() {
+            return Ok(Vec::new());
+        }
+        let _lock = self.lock()?;
+        let now = now_ms();
+        let Some(inbox) = folder::read_json::<Vec<Inboxed>>(&at, PROVIDER, "inbox")? else {
+            return Ok(Vec::new());
+        };
+        let (taken, kept): (Vec<Inboxed>, Vec<Inboxed>) = inbox
+            .into_iter()
+            .filter(|r| r.expires_ms > now)
+            .partition(|r| owner.is_none_or(|o| r.owner.as_deref().is_none_or(|mine| mine == o)));
+        if kept.is_empty() {
+            std::fs::remove_file(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+        } else if !taken.is_empty() {
+            folder::write_json(&at, &kept, false, PROVIDER)?;
+        }
+        Ok(taken.into_iter().map(|r| r.entry).collect())
+    }
+
+    /// Forgets call `id`, which expired, remembering why for as long as its result would
+    /// have been kept.
+    fn forget_expired(&self, id: &str, now: u64) -> Result<(), ToolError> {
+        let mut expired = self.expired()?;
+        expired.retain(|_, forget| *forget > now);
+        if expired.len() < self.max_pending {
+            expired.insert(id.to_owned(), now.saturating_add(ms(self.result_ttl)));
+        }
+        folder::write_json(&self.path.join("expired.json"), &expired, false, PROVIDER)?;
+        self.remove(id)
+    }
+
+    /// Forgets every call and result past its time; a result handed to a caller that went
+    /// away goes to the inbox; an unreadable call file is set aside (`ID.unreadable`).
+    fn sweep(&self, now: u64) -> Result<(), ToolError> {
+        *self.swept.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        for id in self.ids()? {
+            let mut stored = match self.load(&id) {
+                Ok(Some(stored)) => stored,
+                Ok(None) => continue,
+                Err(e) => {
+                    let at = self.call_path(&id);
+                    let aside = at.with_extension("unreadable");
+                    tracing::warn!(target: "toolmux::external", "{e}; set aside as `{}`", aside.display());
+                    let _ = std::fs::rename(&at, &aside);
+                    continue;
+                }
+            };
+            if stored.call.expires_ms <= now {
+                self.forget_expired(&id, now)?;
+            } else if !stored.waited_for(now)
+                && let Some(result) = stored.result.take()
+            {
+                self.to_inbox(stored, result, now)?;
+                self.remove(&id)?;
+            }
+        }
+        let at = self.path.join("inbox");
+        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+        for entry in entries.filter_map(Result::ok) {
+            let file = entry.path();
+            if file.extension().is_none_or(|x| x != "json") {
+                continue;
+            }
+            let Ok(Some(mut inbox)) = folder::read_json::<Vec<Inboxed>>(&file, PROVIDER, "inbox")
+            else {
+                continue;
+            };
+            let before = inbox.len();
+            inbox.retain(|r| r.expires_ms > now);
+            if inbox.is_empty() {
+                let _ = std::fs::remove_file(&file);
+            } else if inbox.len() < before {
+                folder::write_json(&file, &inbox, false, PROVIDER)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A wait under way; dropped before it ended (its caller was cancelled), it ends the wait in
+/// the folder, so that a result submitted later goes to the inbox.
+struct Waiting {
+    store: DirPendingStore,
+    /// `None` once the wait ended.
+    call_id: Option<String>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(id) = self.call_id.take() else { return };
+        let inner = self.store.inner.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || {
+                // A result that came just before is lost with its caller, as in memory.
+                let _ = inner.give_up(&id);
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl PendingStore for DirPendingStore {
+    async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
+        let id = self.blocking(move |inner| inner.open(call)).await?;
+        self.changed.notify_waiters();
+        Ok(id)
+    }
+
+    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
+        if !valid_id(call_id) {
+            return None;
+        }
+        let deadline = Instant::now() + timeout;
+        let id = call_id.to_owned();
+        match self.blocking(move |inner| inner.claim(&id, timeout)).await {
+            Ok(Claim::Taken(result)) => return Some(result),
+            Ok(Claim::Wait) => {}
+            Ok(Claim::Nothing) => return None,
+            Err(e) => {
+                tracing::warn!(target: "toolmux::external", "cannot wait for call {call_id}: {e}");
+                return None;
+            }
+        }
+        let mut waiting = Waiting { store: self.clone(), call_id: Some(call_id.to_owned()) };
+        loop {
+            // Registered before looking, so that a result submitted in between wakes us.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            // A look without the lock: the file is replaced whole.
+            match self.inner.load(call_id) {
+                Ok(None) => {
+                    // Withdrawn, or expired: nothing comes.
+                    waiting.call_id = None;
+                    return None;
+                }
+                Ok(Some(stored)) if stored.result.is_some() => {
+                    let id = call_id.to_owned();
+                    if let Ok(Some(result)) = self.blocking(move |inner| inner.take(&id)).await {
+                        waiting.call_id = None;
+                        return Some(result);
+                    }
+                }
+                _ => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let _ = tokio::time::timeout_at(deadline.min(now + POLL), changed).await;
+        }
+        waiting.call_id = None;
+        let id = call_id.to_owned();
+        // Give up, unless a result came at the last moment: its submitter was told it
+        // reached the waiting call, so it must.
+        self.blocking(move |inner| inner.give_up(&id)).await.ok().flatten()
+    }
+
+    async fn withdraw(&self, call_id: &str) {
+        if !valid_id(call_id) {
+            return;
+        }
+        let id = call_id.to_owned();
+        if let Err(e) = self.blocking(move |inner| inner.withdraw(&id)).await {
+            tracing::debug!(target: "toolmux::external", "call {call_id} not withdrawn: {e}");
+        }
+    }
+
+    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.pending_except(tools, &[], wait).await
+    }
+
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let store = self.clone();
+            let tools_owned = tools.to_vec();
+            let calls = tokio::task::spawn_blocking(move || store.snapshot(&tools_owned))
+                .await
+                .unwrap_or_default();
+            let calls = except(calls, exclude);
+            let now = Instant::now();
+            if !calls.is_empty() || now >= deadline {
+                return calls;
+            }
+            let _ = tokio::time::timeout_at(deadline.min(now + POLL * 4), changed).await;
+        }
+    }
+
+    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
+        if !valid_id(call_id) {
+            return Err(unknown_call(call_id));
+        }
+        let id = call_id.to_owned();
+        let delivery = self.blocking(move |inner| inner.resolve(&id, result)).await?;
+        self.changed.notify_waiters();
+        Ok(delivery)
+    }
+
+    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
+        let (run, owner_owned) = (run_id.to_owned(), owner.map(str::to_owned));
+        match self.blocking(move |inner| inner.take_inbox(&run, owner_owned.as_deref())).await {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(target: "toolmux::external", run = %run_id, "inbox not read: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+        let (run, owner) = (run_id.to_owned(), owner.map(str::to_owned));
+        let store = self.clone();
+        let counted = tokio::task::spawn_blocking(move || {
+            let mine = |call: &PendingCall| {
+                call.run_id == run
+                    && owner.as_deref().is_none_or(|o| call.owner.as_deref().is_none_or(|m| m == o))
+            };
+            store.inner.snapshot(mine).len()
+        });
+        counted.await.unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sync_call() -> PendingCall {
+        PendingCall {
+            call_id: String::new(),
+            tool: "external__confirm".into(),
+            arguments: json!({}),
+            run_id: "r".into(),
+            owner: None,
+            execution_type: crate::ExecutionType::External,
+            is_async: false,
+            visible: false,
+            created_ms: 0,
+            status: CallStatus::default(),
+            expires_ms: 0,
+        }
+    }
+
+    /// Makes the waiter of call `id` one whose time ran out, as when its process ended
+    /// without giving up.
+    fn waiter_gone(store: &DirPendingStore, id: &str) {
+        let mut stored = store.inner.load(id).unwrap().unwrap();
+        stored.waiter = Some(Waiter { claimed: true, until_ms: 1 });
+        store.inner.save(&stored).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_result_for_a_caller_that_went_away_goes_to_the_inbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        let id = store.open(sync_call()).await.unwrap();
+        waiter_gone(&store, &id);
+        let listed = store.pending(&[], Duration::ZERO).await;
+        assert_eq!(listed[0].status, CallStatus::Pending);
+        let answer = ExternalResult { result: json!("late"), is_error: false };
+        let delivery = store.resolve(&id, answer.clone()).await.unwrap();
+        assert_eq!(delivery, Delivery::Inbox { run_id: "r".into() });
+        assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_result_handed_to_a_caller_that_then_went_away_is_moved_to_the_inbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        let id = store.open(sync_call()).await.unwrap();
+        let answer = ExternalResult { result: json!("yes"), is_error: false };
+        assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
+        waiter_gone(&store, &id);
+        store.inner.sweep(now_ms()).unwrap();
+        assert!(store.inner.load(&id).unwrap().is_none());
+        assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+    }
+
+    #[test]
+    fn a_long_run_id_still_names_one_inbox_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        let long = "r/".repeat(300);
+        let at = store.inner.inbox_path(&long);
+        let name = at.file_name().unwrap().to_str().unwrap();
+        assert!(name.len() < 200, "{name}");
+        assert_ne!(at, store.inner.inbox_path(&format!("{long}x")));
+    }
+}

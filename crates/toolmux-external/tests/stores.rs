@@ -1,0 +1,327 @@
+//! The two stores of this crate held to one behaviour: every test runs on a
+//! [`MemoryPendingStore`] (both sides the same store) and on two [`DirPendingStore`]s over
+//! one folder, as two processes sharing it would be. Then what only a folder shared by
+//! processes meets: ids that are paths, files nobody can read, callers that went away, a
+//! bound for all processes together, an inbox read after a restart.
+
+// The bodies shared by the two stores are plain functions, which `allow-unwrap-in-tests`
+// does not reach.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use toolmux_core::ToolError;
+use toolmux_external::{
+    CallStatus, Delivery, DirPendingStore, ExecutionType, ExternalResult, MemoryPendingStore,
+    PendingCall, PendingStore,
+};
+
+type Store = Arc<dyn PendingStore>;
+
+/// Where calls are made (`a`) and answered (`b`), and the folder of a shared pair.
+struct Pair {
+    a: Store,
+    b: Store,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn memory() -> Pair {
+    let store: Store = Arc::new(MemoryPendingStore::default());
+    Pair { a: store.clone(), b: store, _dir: None }
+}
+
+fn folder() -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DirPendingStore::open(dir.path()).unwrap();
+    let b = DirPendingStore::open(dir.path()).unwrap();
+    Pair { a: Arc::new(a), b: Arc::new(b), _dir: Some(dir) }
+}
+
+fn call(tool: &str, run: &str, is_async: bool) -> PendingCall {
+    PendingCall {
+        call_id: String::new(),
+        tool: tool.to_owned(),
+        arguments: json!({"question": "ok?"}),
+        run_id: run.to_owned(),
+        owner: None,
+        execution_type: ExecutionType::External,
+        is_async,
+        visible: true,
+        created_ms: 0,
+        status: CallStatus::default(),
+        expires_ms: 0,
+    }
+}
+
+fn answer(text: &str) -> ExternalResult {
+    ExternalResult { result: json!(text), is_error: false }
+}
+
+/// Runs test `$name` on both kinds of store.
+macro_rules! both {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn in_memory() {
+                super::$name(super::memory()).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn in_a_folder() {
+                super::$name(super::folder()).await;
+            }
+        }
+    };
+}
+
+both!(a_waiting_call_is_answered_through_the_other_side);
+async fn a_waiting_call_is_answered_through_the_other_side(p: Pair) {
+    let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
+    let listed = p.b.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!((listed[0].call_id.as_str(), listed[0].status), (id.as_str(), CallStatus::Waiting));
+    assert!(listed[0].created_ms > 0 && listed[0].expires_ms > listed[0].created_ms);
+    let a = p.a.clone();
+    let waiting = id.clone();
+    let waiter = tokio::spawn(async move { a.wait(&waiting, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let answered = Instant::now();
+    let delivery = p.b.resolve(&id, answer("yes")).await.unwrap();
+    assert_eq!(delivery, Delivery::Waiting);
+    let result = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    assert!(answered.elapsed() < Duration::from_secs(1), "woken late: {:?}", answered.elapsed());
+    assert_eq!(result, Some(answer("yes")));
+    assert_eq!(p.a.count_pending("run-1", None).await, 0);
+    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty());
+    let again = p.b.resolve(&id, answer("twice")).await.unwrap_err();
+    assert!(again.report().contains("no pending call"), "{}", again.report());
+}
+
+both!(a_result_submitted_before_the_wait_is_kept_for_it);
+async fn a_result_submitted_before_the_wait_is_kept_for_it(p: Pair) {
+    let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
+    assert_eq!(p.b.resolve(&id, answer("early")).await.unwrap(), Delivery::Waiting);
+    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty(), "answered: not listed");
+    assert_eq!(p.a.wait(&id, Duration::from_secs(5)).await, Some(answer("early")));
+    assert_eq!(p.a.wait(&id, Duration::from_millis(50)).await, None, "taken once");
+}
+
+both!(a_late_result_goes_to_the_inbox_of_the_run);
+async fn a_late_result_goes_to_the_inbox_of_the_run(p: Pair) {
+    let id = p.a.open(call("external__confirm", "run-7", false)).await.unwrap();
+    assert_eq!(p.a.wait(&id, Duration::from_millis(100)).await, None);
+    assert_eq!(p.a.count_pending("run-7", None).await, 1, "still pending after the wait");
+    let listed = p.b.pending(&[], Duration::ZERO).await;
+    assert_eq!(listed[0].status, CallStatus::Pending, "its result now goes to the inbox");
+    let delivery = p.b.resolve(&id, answer("late")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
+    assert!(p.b.take_inbox("run-8", None).await.is_empty(), "another run's inbox");
+    let inbox = p.a.take_inbox("run-7", None).await;
+    assert_eq!(inbox.len(), 1);
+    assert_eq!(
+        (inbox[0].call_id.as_str(), inbox[0].tool.as_str()),
+        (id.as_str(), "external__confirm")
+    );
+    assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
+    assert_eq!(inbox[0].result, answer("late"));
+    assert!(p.b.take_inbox("run-7", None).await.is_empty(), "taken out");
+    assert_eq!(p.a.count_pending("run-7", None).await, 0);
+}
+
+both!(asynchronous_calls_are_answered_into_the_inbox_oldest_first);
+async fn asynchronous_calls_are_answered_into_the_inbox_oldest_first(p: Pair) {
+    let first = p.a.open(call("external__job", "key:acme/run 2", true)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    let second = p.b.open(call("external__job", "key:acme/run 2", true)).await.unwrap();
+    assert_ne!(first, second);
+    assert_eq!(p.a.wait(&first, Duration::from_secs(5)).await, None, "nothing to wait for");
+    let listed = p.a.pending(&["external__job".into()], Duration::ZERO).await;
+    let ids: Vec<&str> = listed.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, [first.as_str(), second.as_str()]);
+    assert!(listed.iter().all(|c| c.status == CallStatus::Pending && c.is_async));
+    assert!(p.a.pending(&["external__other".into()], Duration::ZERO).await.is_empty());
+    p.b.resolve(&second, answer("2")).await.unwrap();
+    p.a.resolve(&first, answer("1")).await.unwrap();
+    let taken = p.b.take_inbox("key:acme/run 2", None).await;
+    let ids: Vec<_> = taken.into_iter().map(|e| e.call_id).collect();
+    assert_eq!(ids, [second, first], "in the order they were answered");
+}
+
+both!(a_withdrawn_call_takes_no_result);
+async fn a_withdrawn_call_takes_no_result(p: Pair) {
+    let id = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    p.a.withdraw(&id).await;
+    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty());
+    let refused = p.b.resolve(&id, answer("x")).await.unwrap_err();
+    assert!(matches!(refused, ToolError::InvalidArguments { .. }), "{refused:?}");
+    assert_eq!(p.a.wait(&id, Duration::from_millis(50)).await, None);
+}
+
+both!(a_long_poll_is_woken_by_a_call_made_on_the_other_side);
+async fn a_long_poll_is_woken_by_a_call_made_on_the_other_side(p: Pair) {
+    let seen = p.a.open(call("external__job", "r", true)).await.unwrap();
+    let b = p.b.clone();
+    let exclude = vec![seen];
+    let started = Instant::now();
+    let poll =
+        tokio::spawn(async move { b.pending_except(&[], &exclude, Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let new = p.a.open(call("external__job", "r", true)).await.unwrap();
+    let calls = tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap();
+    assert_eq!(calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), [new.as_str()]);
+    assert!(started.elapsed() < Duration::from_secs(2), "woken late: {:?}", started.elapsed());
+    // Nothing new: the poll ends at its wait.
+    let started = Instant::now();
+    let all: Vec<String> =
+        p.b.pending(&[], Duration::ZERO).await.into_iter().map(|c| c.call_id).collect();
+    assert!(p.b.pending_except(&[], &all, Duration::from_millis(200)).await.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(200));
+}
+
+both!(each_agent_takes_its_own_results_from_the_run_s_inbox);
+async fn each_agent_takes_its_own_results_from_the_run_s_inbox(p: Pair) {
+    let of = |owner: Option<&str>| PendingCall {
+        owner: owner.map(str::to_owned),
+        ..call("external__job", "r", true)
+    };
+    let lead = p.a.open(of(Some("agent:lead"))).await.unwrap();
+    let worker = p.a.open(of(Some("agent:worker"))).await.unwrap();
+    let nobody = p.a.open(of(None)).await.unwrap();
+    assert_eq!(p.b.count_pending("r", Some("agent:lead")).await, 2, "its own and nobody's");
+    assert_eq!(p.b.count_pending("r", None).await, 3);
+    for id in [&lead, &worker] {
+        p.b.resolve(id, answer(id)).await.unwrap();
+    }
+    let taken = p.a.take_inbox("r", Some("agent:worker")).await;
+    assert_eq!(taken.iter().map(|e| &e.call_id).collect::<Vec<_>>(), [&worker]);
+    assert_eq!(p.a.count_pending("r", Some("agent:worker")).await, 1, "nobody's call");
+    p.b.resolve(&nobody, answer("n")).await.unwrap();
+    let taken = p.a.take_inbox("r", Some("agent:lead")).await;
+    assert_eq!(taken.iter().map(|e| &e.call_id).collect::<Vec<_>>(), [&lead, &nobody]);
+    assert!(p.a.take_inbox("r", None).await.is_empty());
+}
+
+/// Calls expire after their time to live, and a result for one is refused saying so; a
+/// result nobody took expires from its inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_and_results_expire_in_a_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let ttl =
+        |s: DirPendingStore| s.with_ttl(Duration::from_millis(300), Duration::from_millis(300));
+    let a = ttl(DirPendingStore::open(dir.path()).unwrap());
+    let b = ttl(DirPendingStore::open(dir.path()).unwrap());
+    let old = a.open(call("external__job", "r", true)).await.unwrap();
+    let answered = a.open(call("external__job", "r", true)).await.unwrap();
+    b.resolve(&answered, answer("kept a while")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(b.pending(&[], Duration::ZERO).await.is_empty(), "expired calls are not listed");
+    assert_eq!(b.count_pending("r", None).await, 0);
+    let refused = b.resolve(&old, answer("late")).await.unwrap_err();
+    assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+    // Said again: the folder remembers the expired id.
+    let again = a.resolve(&old, answer("late")).await.unwrap_err();
+    assert!(again.report().contains("expired"), "{}", again.report());
+    assert!(a.take_inbox("r", None).await.is_empty(), "the unread result expired too");
+}
+
+/// The bound on pending calls holds for every process sharing the folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bound_is_for_every_process_sharing_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = |s: DirPendingStore| {
+        s.with_limits(2, 2, toolmux_external::DEFAULT_PENDING_TTL, Duration::from_secs(60))
+    };
+    let a = small(DirPendingStore::open(dir.path()).unwrap());
+    let b = small(DirPendingStore::open(dir.path()).unwrap());
+    a.open(call("external__job", "r", true)).await.unwrap();
+    let second = b.open(call("external__job", "r", true)).await.unwrap();
+    let full = a.open(call("external__job", "r", true)).await.unwrap_err();
+    assert!(matches!(full, ToolError::QueueBusy { .. }), "{full:?}");
+    b.resolve(&second, answer("done")).await.unwrap();
+    a.open(call("external__job", "r", true)).await.unwrap();
+}
+
+/// A call id is a file name in the folder: one that is a path is no call, and reaches no
+/// file outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_that_are_paths_are_no_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirPendingStore::open(dir.path().join("pending")).unwrap();
+    let outside = dir.path().join("secret.json");
+    std::fs::write(&outside, r#"{"call": 1}"#).unwrap();
+    for id in ["../secret", "../../secret", "calls/../x", "", "a b", "x\0y"] {
+        let refused = store.resolve(id, answer("x")).await.unwrap_err();
+        assert!(refused.report().contains("no pending call"), "{id:?}: {}", refused.report());
+        assert_eq!(store.wait(id, Duration::from_millis(10)).await, None);
+        store.withdraw(id).await;
+    }
+    assert!(outside.exists(), "nothing outside the folder is touched");
+}
+
+/// The inbox is kept in the folder: a process started later (an agent restarted) reads the
+/// results of calls made before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_process_reads_the_inbox_and_the_calls_left_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = DirPendingStore::open(dir.path()).unwrap();
+    let job = first.open(call("external__job", "r", true)).await.unwrap();
+    let asked = first.open(call("external__confirm", "r", false)).await.unwrap();
+    drop(first);
+    let later = DirPendingStore::open(dir.path()).unwrap();
+    assert_eq!(later.count_pending("r", None).await, 2);
+    later.resolve(&job, answer("built")).await.unwrap();
+    let inbox = later.take_inbox("r", None).await;
+    assert_eq!((inbox[0].call_id.as_str(), &inbox[0].result), (job.as_str(), &answer("built")));
+    // The caller of `asked` never came to wait; a new process gives up in its stead only
+    // once the opening's grace has passed, so the call is still listed as waited for.
+    let listed = later.pending(&[], Duration::ZERO).await;
+    assert_eq!(
+        (listed[0].call_id.as_str(), listed[0].status),
+        (asked.as_str(), CallStatus::Waiting)
+    );
+}
+
+/// A caller cancelled while it waits stops waiting in the folder too: a result submitted
+/// afterwards goes to the inbox instead of to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_sends_a_later_result_to_the_inbox() {
+    let p = folder();
+    let id = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    let (a, waiting) = (p.a.clone(), id.clone());
+    let waiter = tokio::spawn(async move { a.wait(&waiting, Duration::from_secs(30)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    let b = p.b.clone();
+    toolmux_test_support::eventually("the wait ends in the folder", || {
+        let b = b.clone();
+        async move {
+            b.pending(&[], Duration::ZERO)
+                .await
+                .first()
+                .is_some_and(|c| c.status == CallStatus::Pending)
+        }
+    })
+    .await;
+    assert_eq!(
+        p.b.resolve(&id, answer("late")).await.unwrap(),
+        Delivery::Inbox { run_id: "r".into() }
+    );
+    assert_eq!(p.a.take_inbox("r", None).await.len(), 1);
+}
+
+/// A call file nobody can read does not stop the others: it is skipped, then set aside and
+/// named in a warning; a result for it says which file is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_call_file_is_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirPendingStore::open(dir.path()).unwrap();
+    let bad = dir.path().join("calls").join("ext-bad-1.json");
+    std::fs::write(&bad, b"{\"call\": tru").unwrap();
+    let refused = store.resolve("ext-bad-1", answer("x")).await.unwrap_err();
+    assert!(refused.report().contains("ext-bad-1.json"), "{}", refused.report());
+    assert!(store.pending(&[], Duration::ZERO).await.is_empty());
+    let id = store.open(call("external__job", "r", true)).await.unwrap();
+    assert_eq!(store.pending(&[], Duration::ZERO).await[0].call_id, id);
+    assert!(!bad.exists() && bad.with_extension("unreadable").exists());
+}
