@@ -1052,13 +1052,28 @@ fn external_provider(
     store: Option<Arc<dyn toolmux_external::PendingStore>>,
     spaces: Option<toolmux_external::Spaces>,
 ) -> Result<(Arc<dyn ToolProvider>, PendingStoreRef), ToolmuxError> {
-    use toolmux_external::{ExternalProvider, MemoryPendingStore};
+    use toolmux_external::{DirPendingStore, ExternalProvider, MemoryPendingStore};
     let tools = &loaded.config.external_tools;
-    // Pending calls live in the shared backend when there is one, else in this process.
-    let store = store.unwrap_or_else(|| {
-        let (calls, results) = external_ttls(loaded);
-        Arc::new(MemoryPendingStore::default().with_ttl(calls, results))
-    });
+    // Pending calls live in the shared backend when there is one, else in their folder
+    // (shared by the processes using it), else in this process.
+    let store = match store {
+        Some(store) => store,
+        None => {
+            let (calls, results) = external_ttls(loaded);
+            match loaded.external_calls_dir() {
+                Some(dir) => {
+                    let store = DirPendingStore::open(dir).map_err(|e| {
+                        ToolmuxError::config(
+                            loaded.source_name(),
+                            format!("defaults.externalCallsDir: {e}"),
+                        )
+                    })?;
+                    Arc::new(store.with_ttl(calls, results)) as PendingStoreRef
+                }
+                None => Arc::new(MemoryPendingStore::default().with_ttl(calls, results)),
+            }
+        }
+    };
     let provider = ExternalProvider::new(tools, store.clone())
         .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("externalTools: {e}")))?;
     let provider = match spaces {

@@ -245,3 +245,57 @@ fn a_named_run_finds_its_inbox() {
     assert_eq!(s.result(listed).0["calls"][0]["runId"], "client:agent-7");
     s.end();
 }
+
+/// Two processes on one configuration share its pending calls (the folder
+/// `defaults.externalCallsDir`, by default in the output directory): one `toolmux serve`
+/// makes the calls, another lists and answers them, a synchronous call's caller gets the
+/// answer, and an asynchronous call's result waits in the first process's inbox.
+#[test]
+fn another_process_answers_the_calls() {
+    let project = Project::new();
+    project.file("toolmux.yaml", CONFIG);
+    let mut asking = Session::start(&project);
+    let mut answering = Session::start(&project);
+
+    let confirm = asking.call("external__confirm", json!({"question": "ship?"}));
+    let pending = answering.call("external__pending", json!({"waitMs": 10000}));
+    let (calls, _) = answering.result(pending);
+    let call = calls["calls"][0].clone();
+    assert_eq!(call["tool"], "external__confirm", "{calls}");
+    assert_eq!(call["status"], "waiting", "{calls}");
+    assert!(call["expiresMs"].as_u64() > call["createdMs"].as_u64(), "{calls}");
+    let submitted =
+        answering.call("external__submit", json!({"callId": call["callId"], "result": "yes"}));
+    let (told, failed) = answering.result(submitted);
+    assert!(!failed && told.to_string().contains("handed to the waiting call"), "{told}");
+    assert_eq!(asking.result(confirm), (json!("yes"), false));
+
+    let build = asking.call("external__build", json!({"target": "release"}));
+    let (started, _) = asking.result(build);
+    let listed = answering.call("external__pending", json!({}));
+    let (calls, _) = answering.result(listed);
+    assert_eq!(calls["calls"][0]["callId"], started["callId"], "{calls}");
+    assert_eq!(calls["calls"][0]["status"], "pending", "{calls}");
+    let submitted = answering.call(
+        "external__submit",
+        json!({"callId": started["callId"], "result": {"artifact": "app.tar"}}),
+    );
+    let (told, _) = answering.result(submitted);
+    assert!(told.to_string().contains("inbox of its run"), "{told}");
+    let inbox = asking.call("external__inbox", json!({}));
+    let (inbox, _) = asking.result(inbox);
+    assert_eq!(inbox["results"][0]["result"], json!({"artifact": "app.tar"}), "{inbox}");
+    asking.end();
+    answering.end();
+
+    // `externalCallsDir: false` keeps them in each process.
+    project.file("toolmux.yaml", &format!("defaults:\n  externalCallsDir: false\n{CONFIG}"));
+    let mut asking = Session::start(&project);
+    let mut answering = Session::start(&project);
+    let build = asking.call("external__build", json!({}));
+    let _ = asking.result(build);
+    let listed = answering.call("external__pending", json!({}));
+    assert_eq!(answering.result(listed).0["calls"], json!([]));
+    asking.end();
+    answering.end();
+}

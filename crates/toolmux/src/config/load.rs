@@ -165,6 +165,27 @@ impl Loaded {
             Some(StatsFile::Enabled(true)) | None => Some(self.output_dir().join("stats.json")),
         }
     }
+
+    /// Where the external tools' pending calls are kept: `defaults.externalCallsDir`, else
+    /// `external` in `spaces.dir` or the output directory; `None` (in this process) with
+    /// `externalCallsDir: false`, or `spaces.inMemory` unless `externalCallsDir` names a
+    /// place.
+    #[cfg(feature = "external")]
+    pub fn external_calls_dir(&self) -> Option<PathBuf> {
+        use super::ExternalCallsDir;
+        let spaces = self.config.spaces.as_ref();
+        let default = || match spaces.and_then(|s| s.dir.as_ref()) {
+            Some(dir) => self.resolve(dir).join("external"),
+            None => self.output_dir().join("external"),
+        };
+        match &self.config.defaults.external_calls_dir {
+            Some(ExternalCallsDir::Path(dir)) => Some(self.resolve(dir)),
+            Some(ExternalCallsDir::Enabled(false)) => None,
+            Some(ExternalCallsDir::Enabled(true)) => Some(default()),
+            None if spaces.is_some_and(|s| s.in_memory) => None,
+            None => Some(default()),
+        }
+    }
 }
 
 /// Every string of `value` (keys too) with the secrets `redactor` knows replaced.

@@ -311,7 +311,7 @@ pub struct Defaults {
     pub output_retention: Option<u64>,
     /// How long a call of an external tool (`externalTools`) waits for its result before
     /// it expires, in milliseconds (default 3600000, an hour); a result submitted later is
-    /// refused. Calls kept in Redis (`backend.redis`) are kept a day.
+    /// refused.
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_call_ttl: Option<u64>,
@@ -320,6 +320,14 @@ pub struct Defaults {
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_result_ttl: Option<u64>,
+    /// The folder where the external tools' pending calls and inboxes are kept, shared by
+    /// every process using it, so that one answers or reads the calls another made
+    /// (default: `external` in `spaces.dir`, else in the output directory); `false` keeps
+    /// them in this process, as does `spaces.inMemory`. With `backend.redis` they are kept
+    /// in Redis.
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_calls_dir: Option<ExternalCallsDir>,
     /// Logs the MCP traffic at debug level.
     #[serde(default, rename = "traceMCP", alias = "traceMcp")]
     pub trace_mcp: bool,
@@ -359,6 +367,21 @@ pub enum StatsFile {
     /// `true`: the default place; `false`: none.
     Enabled(bool),
     /// This file, relative to the configuration file's folder.
+    Path(PathBuf),
+}
+
+/// `defaults.externalCallsDir`: a folder, or `false` (this process only) or `true` (the
+/// default place).
+#[cfg(feature = "external")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "expected a folder path, or false to keep external calls in this process"
+)]
+pub enum ExternalCallsDir {
+    /// `true`: the default place; `false`: in this process.
+    Enabled(bool),
+    /// This folder, relative to the configuration file's folder.
     Path(PathBuf),
 }
 
