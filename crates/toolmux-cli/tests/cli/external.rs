@@ -9,6 +9,7 @@ use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
+use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
 const CONFIG: &str = "\
 externalTools:
@@ -298,4 +299,62 @@ fn another_process_answers_the_calls() {
     assert_eq!(answering.result(listed).0["calls"], json!([]));
     asking.end();
     answering.end();
+}
+
+/// The seeds' flow across processes, without Redis: an agent run by `toolmux agent run`
+/// calls a synchronous external tool, and another process (`toolmux tools call`, as a
+/// user interface's back end would) finds the call and answers it; the agent's model gets
+/// the answer as the tool's result.
+#[test]
+fn an_agent_run_s_call_is_answered_from_another_process() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("external__confirm", json!({"question": "deploy?"})),
+            ScriptStep::callback(|request| {
+                let messages = request["messages"].as_array().expect("messages");
+                let answer = messages.last().expect("a message")["content"].to_string();
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": format!("told: {answer}")}),
+                )
+            }),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-2");
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "{CONFIG}models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  deployer:\n    model: fast\n    description: Deploys\n    tools: ['external__*']\n",
+            server.base_url()
+        ),
+    );
+    let agent = project
+        .command(&["agent", "run", "deployer", "ship the release", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux agent run starts");
+    let listed =
+        project.run(&["tools", "call", "external__pending", r#"{"waitMs": 30000}"#, "--json"]);
+    let envelope: Value = serde_json::from_str(listed.ok()).expect("JSON");
+    let calls: Value = match &envelope["result"] {
+        Value::String(text) => serde_json::from_str(text).expect("calls"),
+        other => other.clone(),
+    };
+    let call = &calls["calls"][0];
+    assert_eq!(call["tool"], "external__confirm", "{calls}");
+    assert_eq!(call["arguments"], json!({"question": "deploy?"}), "{calls}");
+    assert!(call["runId"].as_str().is_some_and(|run| !run.is_empty()), "{calls}");
+    let answer = json!({"callId": call["callId"], "result": "approved by husam"}).to_string();
+    let submitted = project.run(&["tools", "call", "external__submit", &answer]);
+    assert!(submitted.ok().contains("handed to the waiting call"), "{submitted:?}");
+    let run = crate::wait(agent, Duration::from_secs(60));
+    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    assert!(
+        report["content"].as_str().is_some_and(|c| c.contains("approved by husam")),
+        "{report}"
+    );
 }
