@@ -356,6 +356,16 @@ impl ExternalProvider {
                 self.store.withdraw(&call_id).await;
                 return Ok(not_in_space(&full));
             }
+            // An answer submitted between the opening and the message found no message to
+            // finish. A synchronous call finishes it below when it takes the answer; an
+            // asynchronous one that is no longer pending was answered (its result is in
+            // the inbox), so its message must not wait for an answer that came already.
+            if tool.is_async {
+                let still = self.store.pending(std::slice::from_ref(&full), Duration::ZERO).await;
+                if !still.iter().any(|c| c.call_id == call_id) {
+                    spaces.finish_tool(&call_id, spaces::ToolStatus::Complete, None).await?;
+                }
+            }
         }
         if tool.is_async {
             let pending = json!({"status": "pending", "callId": call_id});
@@ -378,7 +388,19 @@ impl ExternalProvider {
             }
         };
         match waited {
-            Some(result) => Ok(result.into_output().with_extra("visible", json!(visible))),
+            Some(result) => {
+                if let Some((spaces, _)) = &space {
+                    // Finished already by the submission, unless it came before the message
+                    // was posted: then here.
+                    let status = if result.is_error {
+                        spaces::ToolStatus::Error
+                    } else {
+                        spaces::ToolStatus::Complete
+                    };
+                    spaces.finish_tool(&call_id, status, Some(result.result.clone())).await?;
+                }
+                Ok(result.into_output().with_extra("visible", json!(visible)))
+            }
             // The call stays pending: a result submitted later goes to the run's inbox,
             // which the extras say (an agent's session then reads it for the model).
             None => Ok(ToolOutput::error(format!(

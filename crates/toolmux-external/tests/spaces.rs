@@ -5,10 +5,11 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use toolmux_core::{CallContext, ContentPart, Op, ToolOutput, ToolProvider};
+use std::time::Duration;
+use toolmux_core::{CallContext, ContentPart, Op, ToolError, ToolOutput, ToolProvider};
 use toolmux_external::{
-    ExecutionType, ExternalProvider, ExternalToolConfig, GatewayProvider, MemoryPendingStore,
-    Spaces,
+    Delivery, ExecutionType, ExternalProvider, ExternalResult, ExternalToolConfig, GatewayProvider,
+    InboxEntry, MemoryPendingStore, PendingCall, PendingStore, Spaces,
 };
 use toolmux_test_support::conformance::{Conformance, SampleCall};
 
@@ -317,7 +318,7 @@ async fn changes_come_in_revision_order_and_wake_a_waiting_poll() {
             json_of(&gateway.call("changes", args, &ui).await.expect("changes"))
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let started = std::time::Instant::now();
     let asked = ext.call("ask", json!({"q": "ok?"}), &me);
     let answer = async {
@@ -333,7 +334,7 @@ async fn changes_come_in_revision_order_and_wake_a_waiting_poll() {
     let (asked, ()) = tokio::join!(asked, answer);
     assert_eq!(asked.expect("asked").to_text(), "yes");
     let first = waiting.await.expect("the poll");
-    assert!(started.elapsed() < std::time::Duration::from_secs(5), "woken, not timed out");
+    assert!(started.elapsed() < Duration::from_secs(5), "woken, not timed out");
     assert_eq!(first["messages"][0]["tool"]["name"], "external__ask");
 
     // From the start: the call once as written and once as answered, in revision order.
@@ -369,11 +370,79 @@ async fn a_waiting_poll_sees_another_processs_change_in_a_folder() {
         let args = json!({"space": "s", "since": since, "waitMs": 10_000});
         json_of(&reader.call("changes", args, &ui).await.expect("changes"))
     });
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     writer.call("send_message", json!({"text": "from elsewhere"}), &me).await.expect("send");
-    let got = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("within the folder's poll")
         .expect("the poll");
     assert_eq!(got["messages"][0]["text"], "from elsewhere");
+}
+
+/// A store whose calls are answered the moment they are opened: the answer comes before the
+/// call's space message is posted, the race a quick responder polling `external__pending`
+/// can win.
+#[derive(Debug, Default)]
+struct AnsweredAtOnce {
+    inner: MemoryPendingStore,
+}
+
+#[async_trait::async_trait]
+impl PendingStore for AnsweredAtOnce {
+    async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
+        let id = self.inner.open(call).await?;
+        let answer = ExternalResult { result: json!({"confirmed": true}), is_error: false };
+        self.inner.resolve(&id, answer).await?;
+        Ok(id)
+    }
+    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
+        self.inner.wait(call_id, timeout).await
+    }
+    async fn withdraw(&self, call_id: &str) {
+        self.inner.withdraw(call_id).await;
+    }
+    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.inner.pending(tools, wait).await
+    }
+    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
+        self.inner.resolve(call_id, result).await
+    }
+    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
+        self.inner.take_inbox(run_id, owner).await
+    }
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+        self.inner.count_pending(run_id, owner).await
+    }
+}
+
+/// A call answered before its space message was posted does not leave the message waiting
+/// for an answer (`requires_action`) forever.
+#[tokio::test]
+async fn a_call_answered_before_its_message_is_posted_is_not_left_waiting() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let mut tools = BTreeMap::new();
+    let config = |is_async| ExternalToolConfig {
+        description: "d".into(),
+        execution_type: ExecutionType::Space,
+        is_async,
+        ..ExternalToolConfig::default()
+    };
+    tools.insert("ask".to_owned(), config(false));
+    tools.insert("confirmAction".to_owned(), config(true));
+    let ext = ExternalProvider::new(&tools, Arc::new(AnsweredAtOnce::default()))
+        .expect("valid")
+        .with_spaces(spaces.clone());
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let asked = ext.call("ask", json!({"q": "book?"}), &me).await.expect("ask");
+    assert_eq!(json_of(&asked), json!({"confirmed": true}));
+    ext.call("confirmAction", json!({"q": "pay?"}), &me).await.expect("confirm");
+    let person = CallContext::new().with_run_id("ui");
+    let page =
+        gateway.call("read_messages", json!({"space": "trip"}), &person).await.expect("read");
+    let messages = json_of(&page)["messages"].clone();
+    assert_eq!(messages[0]["tool"]["status"], "complete", "{messages}");
+    assert_eq!(messages[0]["tool"]["result"], json!({"confirmed": true}), "{messages}");
+    assert_eq!(messages[1]["tool"]["status"], "complete", "{messages}");
 }
