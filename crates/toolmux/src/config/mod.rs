@@ -101,9 +101,15 @@ pub struct Config {
     pub serve: ServeSection,
     /// Tools answered from outside by name, offered as `external__{name}`: another program
     /// (an MCP client of `toolmux serve`) takes the calls from `external__pending` and
-    /// answers them with `external__submit`; `internal` tools return their arguments.
+    /// answers them with `external__submit`; `internal` tools return their arguments. A
+    /// map by name, or a list of the seeds' tool objects, each with its `name`.
     #[cfg(feature = "external")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "external_list::deserialize",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[schemars(with = "external_list::ExternalTools")]
     pub external_tools: BTreeMap<String, toolmux_external::ExternalToolConfig>,
     /// Spaces where agents and people meet (the seeds' gateway built-ins): with this
     /// section, `gateway__enter_space`, `send_message`, `read_messages`, `skip` and each
@@ -693,6 +699,76 @@ mod scalar {
     ) -> Result<BTreeMap<String, String>, D::Error> {
         let entries = BTreeMap::<String, Scalar>::deserialize(d)?;
         Ok(entries.into_iter().map(|(k, v)| (k, v.into_text())).collect())
+    }
+}
+
+/// `externalTools` as a map by name or as a list of tool objects that name themselves (the
+/// seeds' form).
+#[cfg(feature = "external")]
+mod external_list {
+    use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::collections::BTreeMap;
+    use toolmux_external::ExternalToolConfig;
+
+    /// The two forms, for the schema.
+    #[allow(dead_code, reason = "only its schema is used")]
+    #[derive(schemars::JsonSchema)]
+    #[serde(untagged)]
+    pub(super) enum ExternalTools {
+        /// By name.
+        Map(BTreeMap<String, ExternalToolConfig>),
+        /// Tool objects, each with its `name`.
+        List(Vec<ExternalToolConfig>),
+    }
+
+    type Tools = BTreeMap<String, ExternalToolConfig>;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Tools, D::Error> {
+        d.deserialize_any(Forms)
+    }
+
+    struct Forms;
+
+    impl<'de> Visitor<'de> for Forms {
+        type Value = Tools;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of tools by name, or a list of tools each with its `name`")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tools, A::Error> {
+            let mut tools = Tools::new();
+            while let Some((name, tool)) = map.next_entry::<String, ExternalToolConfig>()? {
+                if tools.insert(name.clone(), tool).is_some() {
+                    return Err(de::Error::custom(format!("`{name}` is configured twice")));
+                }
+            }
+            Ok(tools)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Tools, A::Error> {
+            let mut tools = Tools::new();
+            let mut i = 0;
+            while let Some(tool) = seq.next_element::<ExternalToolConfig>()? {
+                let Some(name) = tool.name.clone() else {
+                    return Err(de::Error::custom(format!(
+                        "the tool at [{i}] has no `name`; in a list each tool names itself \
+                         (`- name: confirmAction`)"
+                    )));
+                };
+                if tools.insert(name.clone(), tool).is_some() {
+                    return Err(de::Error::custom(format!(
+                        "two tools of the list are named `{name}`; names must differ"
+                    )));
+                }
+                i += 1;
+            }
+            Ok(tools)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Tools, E> {
+            Ok(Tools::new())
+        }
     }
 }
 

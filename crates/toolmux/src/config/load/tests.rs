@@ -661,3 +661,38 @@ fn the_seeds_server_shapes_load() {
         ],
     );
 }
+
+/// `externalTools` as the seeds write tools: a list of objects that name themselves.
+#[cfg(feature = "external")]
+#[test]
+fn external_tools_may_be_a_list_of_named_tools() {
+    let listed = "externalTools:\n  - name: confirmAction\n    description: Ask\n    executionType: space\n    isAsync: true\n  - name: chart\n    description: Draw\n    executionType: internal\n";
+    let mapped = "externalTools:\n  confirmAction:\n    name: confirmAction\n    description: Ask\n    executionType: space\n    isAsync: true\n  chart:\n    name: chart\n    description: Draw\n    executionType: internal\n";
+    let (listed, mapped) = (loads(FileFormat::Yaml, listed), loads(FileFormat::Yaml, mapped));
+    assert_eq!(listed.config.external_tools, mapped.config.external_tools);
+    assert_eq!(listed.config.external_tools.len(), 2);
+    yaml_error(
+        "externalTools:\n  - description: Ask\n",
+        expect![
+            "toolmux.yaml:2:3: externalTools: the tool at [0] has no `name`; in a list each tool names itself (`- name: confirmAction`)"
+        ],
+    );
+    yaml_error(
+        "externalTools:\n  - name: a\n    description: x\n  - name: a\n    description: y\n",
+        expect![
+            "toolmux.yaml:2:3: externalTools: two tools of the list are named `a`; names must differ"
+        ],
+    );
+    yaml_error(
+        "externalTools:\n  - name: a\n    descripton: x\n",
+        expect![
+            "toolmux.yaml:3:5: unknown key `descripton` in externalTools[0]; did you mean `description`?"
+        ],
+    );
+    json_error(
+        "{\"externalTools\": 3}",
+        expect![
+            "toolmux.json:1:19: externalTools: invalid type: integer `3`, expected a map of tools by name, or a list of tools each with its `name`"
+        ],
+    );
+}
