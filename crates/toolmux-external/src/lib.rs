@@ -11,7 +11,8 @@
 //!   `isAsync`: the call waits for the submitted result up to `timeout` milliseconds
 //!   (default 30000) and fails when none came. The agent never waits forever; a result
 //!   submitted after that goes to the run's inbox.
-//! - With `isAsync: true` the call returns `{"status": "pending", "callId": …}` at once, and
+//! - With `isAsync: true` the call returns `{"status": "pending", "callId": …}` (and the
+//!   same id as the seeds' `pendingToolCallId`) at once, and
 //!   the result goes to the inbox of the run that made the call when it is submitted.
 //! - `executionType: gateway` (and any tool but an internal one with `execution.url`) is an
 //!   HTTP request made inline, its response the result: this crate makes no request
@@ -368,7 +369,9 @@ impl ExternalProvider {
             }
         }
         if tool.is_async {
-            let pending = json!({"status": "pending", "callId": call_id});
+            // `pendingToolCallId` is the seeds' name of the same id.
+            let pending =
+                json!({"status": "pending", "callId": call_id, "pendingToolCallId": call_id});
             return Ok(ToolOutput::json(pending).with_extra("visible", json!(visible)));
         }
         let mut timeout = tool.timeout.map_or(DEFAULT_TIMEOUT, Duration::from_millis);

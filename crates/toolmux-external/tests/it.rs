@@ -172,6 +172,7 @@ async fn asynchronous_calls_return_pending_and_results_reach_the_inbox() {
     let out = json_of(&p.call("job", json!({"q": "build"}), &run("agent")).await.unwrap());
     assert_eq!(out["status"], "pending");
     let id = out["callId"].as_str().unwrap().to_owned();
+    assert_eq!(out["pendingToolCallId"], id.as_str(), "the seeds' name of the id");
     let inbox = json_of(&p.call("inbox", json!({}), &run("agent")).await.unwrap());
     assert_eq!(inbox, json!({"results": [], "stillPending": 1}));
     let only_jobs =
