@@ -106,6 +106,19 @@ pub(crate) fn replace(at: &Path, bytes: &[u8], durable: bool) -> std::io::Result
     written
 }
 
+/// Makes folder `dir` and the folders above it that are missing, each new one mode 0700,
+/// so that no other user reads what they keep (messages, a call's arguments). A folder that
+/// exists is left as it is: one the user configured may be shared on purpose; the default
+/// place, in the system's temporary folder, is checked by the facade to be this user's.
+pub(crate) fn make_dir(dir: &Path, what: &str) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot make the {what} folder `{}`: {e}", dir.display()))
+}
+
 /// Reads JSON file `at`: `None` when there is none.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     at: &Path,
@@ -193,6 +206,19 @@ mod tests {
             assert!(!file.contains('/') && !file.starts_with('.'), "{file}");
             assert_eq!(decode(&file).as_deref(), Some(name));
         }
+    }
+
+    #[test]
+    fn new_folders_are_this_user_s_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let made = dir.path().join("a/b");
+        make_dir(&made, "test").unwrap();
+        for at in [dir.path().join("a"), made.clone()] {
+            let mode = std::fs::metadata(&at).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", at.display());
+        }
+        make_dir(&made, "test").unwrap();
     }
 
     #[test]

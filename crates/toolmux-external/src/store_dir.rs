@@ -152,10 +152,7 @@ impl DirPendingStore {
     pub fn open(path: impl Into<PathBuf>) -> Result<DirPendingStore, String> {
         let path = path.into();
         for sub in ["calls", "inbox"] {
-            let at = path.join(sub);
-            std::fs::create_dir_all(&at).map_err(|e| {
-                format!("cannot make the pending calls' folder `{}`: {e}", at.display())
-            })?;
+            folder::make_dir(&path.join(sub), "pending external calls")?;
         }
         let started = now_ms();
         Ok(DirPendingStore {

@@ -161,6 +161,9 @@ impl Toolmux {
             .client_profile()
             .map_err(|e| ToolmuxError::config(file, format!("serve.client: {e}")))?;
         check_own_schemas(loaded).map_err(|e| ToolmuxError::config(file, e))?;
+        if loaded.config.defaults.output_dir.is_none() {
+            own_private_dir(&loaded.output_dir()).map_err(|e| ToolmuxError::config(file, e))?;
+        }
         #[cfg(feature = "mcp")]
         check_holder_tools(loaded)
             .map_err(|e| ToolmuxError::config(file, format!("serve.holderTools: {e}")))?;
@@ -1029,6 +1032,41 @@ mod mcp {
     }
 }
 
+/// Makes or checks the default output folder, in the system's temporary folder under a name
+/// anyone can work out: it must be a folder of this user's, not a symbolic link another
+/// user planted, and it is made mode 0700, so that no one else reads or changes the outputs,
+/// statistics, spaces and pending calls kept beneath it.
+fn own_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let shown = dir.display();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot make the output folder `{shown}`: {e}"))?;
+    let fix = "remove it, or set `defaults.outputDir` to a folder of your own";
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot check the output folder `{shown}`: {e}"))?;
+    if !meta.is_dir() {
+        return Err(format!(
+            "the output folder `{shown}` is not a folder (a symbolic link, which another user \
+             may have planted, or a file): {fix}"
+        ));
+    }
+    let uid = rustix::process::getuid().as_raw();
+    if meta.uid() != uid {
+        return Err(format!(
+            "the output folder `{shown}` belongs to user {}, not to this user ({uid}): {fix}",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make the output folder `{shown}` private: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Where external calls wait.
 #[cfg(feature = "external")]
 type PendingStoreRef = Arc<dyn toolmux_external::PendingStore>;
@@ -1449,5 +1487,39 @@ backend: {redis: {url: 'redis://:hunter2@127.0.0.1:1', timeoutMs: 200}}
         let result = orchestrator.execute(call, &CallContext::new()).await;
         assert!(!result.ok);
         assert_eq!(result.extras.get("code"), Some(&serde_json::json!("queue_busy")), "{result:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::own_private_dir;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn the_default_output_folder_is_private_and_never_a_planted_link() {
+        let tmp = tempfile::tempdir().expect("a folder");
+        let mode = |at: &std::path::Path| {
+            std::fs::metadata(at).expect("metadata").permissions().mode() & 0o777
+        };
+        let made = tmp.path().join("toolmux-1");
+        own_private_dir(&made).expect("made");
+        assert_eq!(mode(&made), 0o700);
+        // Made open by an older toolmux: closed.
+        let open = tmp.path().join("toolmux-2");
+        std::fs::create_dir(&open).expect("made");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        own_private_dir(&open).expect("checked");
+        assert_eq!(mode(&open), 0o700);
+        // A link planted at the name, pointing where its planter reads: refused.
+        let planted = tmp.path().join("toolmux-3");
+        std::os::unix::fs::symlink(&open, &planted).expect("link");
+        let refused = own_private_dir(&planted).expect_err("refused");
+        assert!(
+            refused.contains("symbolic link") && refused.contains("defaults.outputDir"),
+            "{refused}"
+        );
+        let file = tmp.path().join("toolmux-4");
+        std::fs::write(&file, "x").expect("file");
+        assert!(own_private_dir(&file).is_err());
     }
 }

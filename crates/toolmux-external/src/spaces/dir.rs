@@ -18,9 +18,7 @@ pub(super) struct DirStore {
 
 impl DirStore {
     pub(super) fn open(path: PathBuf) -> Result<DirStore, String> {
-        let spaces = path.join("spaces");
-        std::fs::create_dir_all(&spaces)
-            .map_err(|e| format!("cannot make the spaces folder `{}`: {e}", spaces.display()))?;
+        folder::make_dir(&path.join("spaces"), "spaces")?;
         Ok(DirStore { path })
     }
 
