@@ -211,10 +211,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         run_context(loaded, &args.name, args.transcript, !from_stdin);
     options.pause = args.pause_to.is_some();
     let run = agents.run_with(&args.name, &task, &ctx, &options);
-    let report = tokio::select! {
-        report = run => Some(report),
-        _ = tokio::signal::ctrl_c() => None,
-    };
+    let report = crate::commands::unless_interrupted(run, &cancel).await;
     let ended = Ended { json: args.json, saved_in: args.pause_to.as_deref(), resumed: false };
     ended.report(&toolmux, report, &cancel, &screen).await
 }
@@ -266,10 +263,7 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
         run_context(loaded, &paused.agent, args.transcript, true);
     options.pause = true;
     let run = agents.resume(&paused, decisions, &ctx, &options);
-    let report = tokio::select! {
-        report = run => Some(report),
-        _ = tokio::signal::ctrl_c() => None,
-    };
+    let report = crate::commands::unless_interrupted(run, &cancel).await;
     let ended = Ended { json: args.json, saved_in: Some(file), resumed: true };
     ended.report(&toolmux, report, &cancel, &screen).await
 }

@@ -16,6 +16,28 @@ use toolmux::toolmux_orchestrator::accounting::Stats;
 use toolmux::toolmux_orchestrator::store::StoreError;
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
 
+/// How long interrupted work is given to end on its cancellation.
+const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs `work` until it ends or the user interrupts it (Ctrl-C, SIGINT): then `cancel` is
+/// cancelled and `work` is given [`INTERRUPT_GRACE`] to end on it before it is dropped, so
+/// that it cleans up as a cancelled call does (a command's processes killed, a pending
+/// external call withdrawn; kept in a shared folder, such a call would otherwise wait for an
+/// answer nobody takes). `None` when interrupted.
+pub(crate) async fn unless_interrupted<T>(
+    work: impl Future<Output = T>,
+    cancel: &CancellationToken,
+) -> Option<T> {
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => return Some(done),
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    cancel.cancel();
+    let _ = tokio::time::timeout(INTERRUPT_GRACE, work).await;
+    None
+}
+
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print(text: &str) {
     let mut out = std::io::stdout().lock();
@@ -205,12 +227,7 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     }
     let orchestrator = toolmux.orchestrator();
     let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);
-    let result = tokio::select! {
-        result = call_future => Some(result),
-        _ = tokio::signal::ctrl_c() => None,
-    };
-    let Some(result) = result else {
-        cancel.cancel();
+    let Some(result) = unless_interrupted(call_future, &cancel).await else {
         eprintln!("interrupted");
         finish(&toolmux).await;
         return Ok(exit::INTERRUPTED);

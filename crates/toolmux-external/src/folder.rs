@@ -133,7 +133,7 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map(Some).map_err(|e| ToolError::Other {
         provider: provider.into(),
         message: format!(
-            "`{}` is not a {what} file toolmux can read ({e}); move it away to start it anew",
+            "`{}` is not {what} toolmux can read ({e}); move it away to start it anew",
             at.display()
         ),
         source: None,

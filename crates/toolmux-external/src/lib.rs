@@ -380,9 +380,14 @@ impl ExternalProvider {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             timeout = timeout.min(left.saturating_sub(Duration::from_millis(10)));
         }
+        // Dropped while it waits (the pipeline gave up on the call, which then ends
+        // without running the cancellation below), the call is withdrawn all the same.
+        let mut unwaited =
+            WithdrawOnDrop { store: self.store.clone(), call_id: Some(call_id.clone()) };
         let waited = tokio::select! {
             result = self.store.wait(&call_id, timeout) => result,
             () = ctx.cancel_token().cancelled() => {
+                unwaited.call_id = None;
                 self.store.withdraw(&call_id).await;
                 if let Some((spaces, _)) = &space {
                     spaces.finish_tool(&call_id, spaces::ToolStatus::Cancelled, None).await?;
@@ -390,6 +395,7 @@ impl ExternalProvider {
                 return Err(ToolError::Cancelled { tool: full });
             }
         };
+        unwaited.call_id = None;
         match waited {
             Some(result) => {
                 if let Some((spaces, _)) = &space {
@@ -514,6 +520,25 @@ impl ExternalProvider {
         let results = self.store.take_inbox(ctx.run_id(), owner.as_deref()).await;
         let waiting = self.store.count_pending(ctx.run_id(), owner.as_deref()).await;
         Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
+    }
+}
+
+/// Withdraws a call whose caller was dropped while it waited, in a task of its own.
+struct WithdrawOnDrop {
+    store: Arc<dyn PendingStore>,
+    /// `None` once the wait ended.
+    call_id: Option<String>,
+}
+
+impl Drop for WithdrawOnDrop {
+    fn drop(&mut self) {
+        let (Some(call_id), Ok(runtime)) =
+            (self.call_id.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let store = self.store.clone();
+        runtime.spawn(async move { store.withdraw(&call_id).await });
     }
 }
 

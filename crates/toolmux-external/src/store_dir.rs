@@ -7,7 +7,7 @@
 //! - `calls/ID.json`, one per pending call ([`Stored`]): the call; while its caller waits
 //!   for the result (a synchronous call), until when it waits; and a result handed to that
 //!   caller, until the caller takes it;
-//! - `inbox/RUN.json`, a run's inbox, oldest first, capped at `max_inbox` results;
+//! - `inbox/run-RUN.json`, a run's inbox, oldest first, capped at `max_inbox` results;
 //! - `expired.json`, the ids of calls that expired, kept as long as their results would
 //!   have been, so that a late result is refused saying why;
 //! - `.lock`: every change is made holding it.
@@ -18,10 +18,14 @@
 //!
 //! A caller waiting in this process is woken at once by a result submitted through this
 //! process, and within [`POLL`] by one submitted through another; a long poll for new calls
-//! likewise. A synchronous call's caller writes until when it waits: past that (its process
-//! ended without giving up), the call's result goes to the run's inbox, as the result of a
-//! call that timed out does. The semantics are otherwise [`MemoryPendingStore`]'s, the bound
-//! on pending calls being for all processes together.
+//! within [`LIST_POLL`]. A synchronous call's caller writes until when it waits: past that
+//! (its process ended without giving up), the call's result goes to the run's inbox, as the
+//! result of a call that timed out does, and a result handed to it that it never took is
+//! moved there by the next sweep. Sweeps (at most every [`SWEEP_EVERY`] per process, when a
+//! call is opened or answered or an inbox read) forget what expired and set aside files
+//! nobody can read, so that one bad file stops nothing. Listing reads only the call files
+//! that changed since the last look. The semantics are otherwise [`MemoryPendingStore`]'s,
+//! the bound on pending calls being for all processes together.
 //!
 //! [`MemoryPendingStore`]: crate::MemoryPendingStore
 
@@ -33,7 +37,7 @@ use crate::store::{
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,9 +46,15 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
 
-/// How often a waiting caller, or a long poll, looks at the folder for what another process
-/// did.
+/// How often a waiting caller looks at its call's file for a result another process
+/// submitted.
 pub const POLL: Duration = Duration::from_millis(25);
+
+/// How often a long poll looks at the folder for calls another process made.
+pub const LIST_POLL: Duration = Duration::from_millis(100);
+
+/// How old a temporary file left by a process that died mid-write must be to be removed.
+const STALE_TEMP: Duration = Duration::from_secs(60 * 60);
 
 /// How long a synchronous call may take from its opening to the start of its wait; past it,
 /// its result goes to the inbox (the process that opened it is gone).
@@ -53,9 +63,9 @@ const OPEN_WAITER: Duration = Duration::from_secs(60);
 /// How much longer than its wait a caller is taken to be waiting: time to give up.
 const WAIT_SLACK: Duration = Duration::from_secs(2);
 
-/// How often, at most, opening a call looks through every file for expired ones (unless
-/// the store is full); reading skips expired ones whenever it looks.
-const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// How often, at most, a process looks through every file for expired ones (unless the
+/// store is full); reading skips expired ones whenever it looks.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
 /// The provider errors of this store name.
 const PROVIDER: &str = "external";
@@ -83,10 +93,28 @@ struct Inner {
     result_ttl: Duration,
     /// When this process last swept the folder.
     swept: Mutex<Option<std::time::Instant>>,
+    /// The call files read by the last listing, by id: a file unchanged since (same inode,
+    /// modification time and length) is not read again.
+    seen: Mutex<HashMap<String, (FileStamp, Stored)>>,
+}
+
+/// What tells a replaced file from the one read before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt as _;
+        FileStamp { inode: meta.ino(), modified: meta.modified().ok(), len: meta.len() }
+    }
 }
 
 /// A pending call as stored.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Stored {
     call: PendingCall,
@@ -118,6 +146,9 @@ impl Stored {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Inboxed {
+    /// The run whose inbox it is (two runs may share a file where names are told apart
+    /// without case).
+    run_id: String,
     entry: InboxEntry,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     owner: Option<String>,
@@ -164,6 +195,7 @@ impl DirPendingStore {
                 pending_ttl: DEFAULT_PENDING_TTL,
                 result_ttl: DEFAULT_RESULT_TTL,
                 swept: Mutex::new(None),
+                seen: Mutex::new(HashMap::new()),
             }),
             changed: Arc::new(Notify::new()),
         })
@@ -190,6 +222,7 @@ impl DirPendingStore {
                 pending_ttl: pending.max(least),
                 result_ttl: result.max(least),
                 swept: Mutex::new(None),
+                seen: Mutex::new(HashMap::new()),
             }),
             changed: self.changed,
         }
@@ -218,7 +251,7 @@ impl DirPendingStore {
     }
 
     fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
-        self.inner.snapshot(|call| tools.is_empty() || tools.contains(&call.tool))
+        self.inner.snapshot(false, |call| tools.is_empty() || tools.contains(&call.tool))
     }
 }
 
@@ -238,11 +271,11 @@ impl Inner {
             let hash = toolmux_core::naming::short_hash("inbox", run_id);
             name = format!("{}~{hash}", &name[..120]);
         }
-        self.path.join("inbox").join(format!("{name}.json"))
+        self.path.join("inbox").join(format!("run-{name}.json"))
     }
 
     fn load(&self, id: &str) -> Result<Option<Stored>, ToolError> {
-        folder::read_json(&self.call_path(id), PROVIDER, "pending call")
+        folder::read_json(&self.call_path(id), PROVIDER, "a pending call's file")
     }
 
     fn save(&self, stored: &Stored) -> Result<(), ToolError> {
@@ -271,21 +304,63 @@ impl Inner {
             .collect())
     }
 
-    /// The pending calls that `keep` keeps, oldest first; no lock is needed to read.
-    fn snapshot(&self, keep: impl Fn(&PendingCall) -> bool) -> Vec<PendingCall> {
-        let now = now_ms();
-        let ids = match self.ids() {
-            Ok(ids) => ids,
+    /// The stored calls, read without the lock (each file is replaced whole): a file that
+    /// did not change since the last look is not read again; one nobody can read is passed
+    /// over (the next sweep sets it aside and says so).
+    fn stored(&self) -> Vec<Stored> {
+        let at = self.path.join("calls");
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
             Err(e) => {
+                let e = folder::failure(PROVIDER, &at, &e);
                 tracing::warn!(target: "toolmux::external", "cannot list pending calls: {e}");
                 return Vec::new();
             }
         };
-        let mut calls: Vec<PendingCall> = ids
-            .iter()
-            // Unreadable: the next sweep sets it aside and says so.
-            .filter_map(|id| self.load(id).ok().flatten())
-            .filter(|s| s.result.is_none() && s.call.expires_ms > now && keep(&s.call))
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now_seen = HashMap::with_capacity(seen.len());
+        for entry in entries.filter_map(Result::ok) {
+            let Some(id) = entry
+                .file_name()
+                .to_str()
+                .and_then(|f| f.strip_suffix(".json"))
+                .filter(|id| valid_id(id))
+                .map(str::to_owned)
+            else {
+                continue;
+            };
+            let Ok(meta) = entry.metadata() else { continue };
+            let stamp = FileStamp::of(&meta);
+            let stored = match seen.remove(&id) {
+                Some((was, stored)) if was == stamp => stored,
+                _ => match self.load(&id) {
+                    Ok(Some(stored)) => stored,
+                    _ => continue,
+                },
+            };
+            now_seen.insert(id, (stamp, stored));
+        }
+        let stored = now_seen.values().map(|(_, s)| s.clone()).collect();
+        *seen = now_seen;
+        stored
+    }
+
+    /// The pending calls that `keep` keeps, oldest first, with those whose result was handed
+    /// to a caller that went away when `answered_too` (still on their way to the inbox).
+    fn snapshot(
+        &self,
+        answered_too: bool,
+        keep: impl Fn(&PendingCall) -> bool,
+    ) -> Vec<PendingCall> {
+        let now = now_ms();
+        let mut calls: Vec<PendingCall> = self
+            .stored()
+            .into_iter()
+            .filter(|s| {
+                let unanswered = s.result.is_none() && s.call.expires_ms > now;
+                let on_its_way = answered_too && s.result.is_some() && !s.waited_for(now);
+                (unanswered || on_its_way) && keep(&s.call)
+            })
             .map(|s| {
                 let status =
                     if s.waited_for(now) { CallStatus::Waiting } else { CallStatus::Pending };
@@ -296,16 +371,18 @@ impl Inner {
         calls
     }
 
+    /// Whether this process's last sweep was [`SWEEP_EVERY`] ago, or none was made.
+    fn sweep_due(&self) -> bool {
+        let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
+        swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY)
+    }
+
     fn open(&self, mut call: PendingCall) -> Result<String, ToolError> {
         let _lock = self.lock()?;
         let now = now_ms();
-        let due = {
-            let swept = self.swept.lock().unwrap_or_else(|e| e.into_inner());
-            swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY)
-        };
         let mut count = self.ids()?.len();
-        if count >= self.max_pending || due {
-            self.sweep(now)?;
+        if count >= self.max_pending || self.sweep_due() {
+            self.sweep(now);
             count = self.ids()?.len();
         }
         if count >= self.max_pending {
@@ -383,12 +460,15 @@ impl Inner {
 
     fn expired(&self) -> Result<BTreeMap<String, u64>, ToolError> {
         let at = self.path.join("expired.json");
-        Ok(folder::read_json(&at, PROVIDER, "pending calls")?.unwrap_or_default())
+        Ok(folder::read_json(&at, PROVIDER, "a list of expired calls")?.unwrap_or_default())
     }
 
     fn resolve(&self, id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
         let _lock = self.lock()?;
         let now = now_ms();
+        if self.sweep_due() {
+            self.sweep(now);
+        }
         let Some(mut stored) = self.load(id)? else {
             if self.expired()?.get(id).is_some_and(|forget| *forget > now) {
                 return Err(expired_call(id, self.pending_ttl));
@@ -399,7 +479,7 @@ impl Inner {
             return Err(unknown_call(id));
         }
         if stored.call.expires_ms <= now {
-            self.forget_expired(id, now)?;
+            self.forget_expired(&[id.to_owned()], now)?;
             return Err(expired_call(id, self.pending_ttl));
         }
         if stored.waited_for(now) {
@@ -415,10 +495,21 @@ impl Inner {
         Ok(Delivery::Inbox { run_id })
     }
 
+    /// Inbox file `at`'s results, of run `run_id`; an unreadable file is set aside (and
+    /// named in a warning) and the inbox starts anew.
+    fn read_inbox(&self, at: &Path) -> Result<Vec<Inboxed>, ToolError> {
+        match folder::read_json(at, PROVIDER, "an inbox file") {
+            Ok(inbox) => Ok(inbox.unwrap_or_default()),
+            Err(e) => {
+                set_aside(at, &e);
+                Ok(Vec::new())
+            }
+        }
+    }
+
     fn to_inbox(&self, stored: Stored, result: ExternalResult, now: u64) -> Result<(), ToolError> {
         let at = self.inbox_path(&stored.call.run_id);
-        let mut inbox: Vec<Inboxed> =
-            folder::read_json(&at, PROVIDER, "inbox")?.unwrap_or_default();
+        let mut inbox = self.read_inbox(&at)?;
         inbox.retain(|r| r.expires_ms > now);
         while inbox.len() >= self.max_inbox {
             let dropped = inbox.remove(0);
@@ -431,6 +522,7 @@ impl Inner {
         }
         let call = stored.call;
         inbox.push(Inboxed {
+            run_id: call.run_id,
             entry: InboxEntry {
                 call_id: call.call_id,
                 tool: call.tool,
@@ -445,83 +537,146 @@ impl Inner {
 
     fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Result<Vec<InboxEntry>, ToolError> {
         let at = self.inbox_path(run_id);
-        if !at.exists() {
+        let due = self.sweep_due();
+        if !due && !at.exists() {
             return Ok(Vec::new());
         }
         let _lock = self.lock()?;
         let now = now_ms();
-        let Some(inbox) = folder::read_json::<Vec<Inboxed>>(&at, PROVIDER, "inbox")? else {
+        if due {
+            // Moves the results handed to callers that went away to their inboxes first.
+            self.sweep(now);
+        }
+        if !at.exists() {
             return Ok(Vec::new());
+        }
+        let mine = |r: &Inboxed| {
+            r.run_id == run_id
+                && owner.is_none_or(|o| r.owner.as_deref().is_none_or(|theirs| theirs == o))
         };
-        let (taken, kept): (Vec<Inboxed>, Vec<Inboxed>) = inbox
-            .into_iter()
-            .filter(|r| r.expires_ms > now)
-            .partition(|r| owner.is_none_or(|o| r.owner.as_deref().is_none_or(|mine| mine == o)));
+        let (taken, kept): (Vec<Inboxed>, Vec<Inboxed>) =
+            self.read_inbox(&at)?.into_iter().filter(|r| r.expires_ms > now).partition(mine);
         if kept.is_empty() {
-            std::fs::remove_file(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+            match std::fs::remove_file(&at) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(folder::failure(PROVIDER, &at, &e));
+                }
+                _ => {}
+            }
         } else if !taken.is_empty() {
             folder::write_json(&at, &kept, false, PROVIDER)?;
         }
         Ok(taken.into_iter().map(|r| r.entry).collect())
     }
 
-    /// Forgets call `id`, which expired, remembering why for as long as its result would
-    /// have been kept.
-    fn forget_expired(&self, id: &str, now: u64) -> Result<(), ToolError> {
-        let mut expired = self.expired()?;
+    /// Forgets the calls `ids`, which expired, remembering why for as long as their results
+    /// would have been kept (one write of `expired.json` for them all).
+    fn forget_expired(&self, ids: &[String], now: u64) -> Result<(), ToolError> {
+        let at = self.path.join("expired.json");
+        let mut expired = match self.expired() {
+            Ok(expired) => expired,
+            Err(e) => {
+                set_aside(&at, &e);
+                BTreeMap::new()
+            }
+        };
         expired.retain(|_, forget| *forget > now);
-        if expired.len() < self.max_pending {
-            expired.insert(id.to_owned(), now.saturating_add(ms(self.result_ttl)));
+        for id in ids {
+            if expired.len() >= self.max_pending {
+                break;
+            }
+            expired.insert(id.clone(), now.saturating_add(ms(self.result_ttl)));
         }
-        folder::write_json(&self.path.join("expired.json"), &expired, false, PROVIDER)?;
-        self.remove(id)
+        folder::write_json(&at, &expired, false, PROVIDER)?;
+        for id in ids {
+            self.remove(id)?;
+        }
+        Ok(())
     }
 
-    /// Forgets every call and result past its time; a result handed to a caller that went
-    /// away goes to the inbox; an unreadable call file is set aside (`ID.unreadable`).
-    fn sweep(&self, now: u64) -> Result<(), ToolError> {
+    /// Forgets every call and result past its time and the temporary files of writes that
+    /// never ended; a result handed to a caller that went away goes to the inbox (even past
+    /// its call's time: it was submitted in time); a file nobody can read is set aside
+    /// (`NAME.unreadable`) and named in a warning. Nothing it meets stops it.
+    fn sweep(&self, now: u64) {
         *self.swept.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
-        for id in self.ids()? {
+        let mut expired = Vec::new();
+        for id in self.ids().unwrap_or_default() {
             let mut stored = match self.load(&id) {
                 Ok(Some(stored)) => stored,
                 Ok(None) => continue,
                 Err(e) => {
-                    let at = self.call_path(&id);
-                    let aside = at.with_extension("unreadable");
-                    tracing::warn!(target: "toolmux::external", "{e}; set aside as `{}`", aside.display());
-                    let _ = std::fs::rename(&at, &aside);
+                    set_aside(&self.call_path(&id), &e);
                     continue;
                 }
             };
-            if stored.call.expires_ms <= now {
-                self.forget_expired(&id, now)?;
-            } else if !stored.waited_for(now)
+            if !stored.waited_for(now)
                 && let Some(result) = stored.result.take()
             {
-                self.to_inbox(stored, result, now)?;
-                self.remove(&id)?;
+                let moved = self.to_inbox(stored, result, now).and_then(|()| self.remove(&id));
+                if let Err(e) = moved {
+                    tracing::warn!(target: "toolmux::external", "the result of {id} not moved to its inbox: {e}");
+                }
+            } else if stored.call.expires_ms <= now {
+                expired.push(id);
             }
         }
-        let at = self.path.join("inbox");
-        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
-        for entry in entries.filter_map(Result::ok) {
+        if !expired.is_empty()
+            && let Err(e) = self.forget_expired(&expired, now)
+        {
+            tracing::warn!(target: "toolmux::external", "expired calls not forgotten: {e}");
+        }
+        let inboxes = self.path.join("inbox");
+        for entry in std::fs::read_dir(&inboxes).into_iter().flatten().filter_map(Result::ok) {
             let file = entry.path();
             if file.extension().is_none_or(|x| x != "json") {
                 continue;
             }
-            let Ok(Some(mut inbox)) = folder::read_json::<Vec<Inboxed>>(&file, PROVIDER, "inbox")
-            else {
-                continue;
-            };
+            let Ok(mut inbox) = self.read_inbox(&file) else { continue };
             let before = inbox.len();
             inbox.retain(|r| r.expires_ms > now);
-            if inbox.is_empty() {
-                let _ = std::fs::remove_file(&file);
+            let kept = if inbox.is_empty() {
+                std::fs::remove_file(&file).map_err(|e| folder::failure(PROVIDER, &file, &e))
             } else if inbox.len() < before {
-                folder::write_json(&file, &inbox, false, PROVIDER)?;
+                folder::write_json(&file, &inbox, false, PROVIDER)
+            } else {
+                Ok(())
+            };
+            if let Err(e) = kept {
+                tracing::warn!(target: "toolmux::external", "{e}");
             }
         }
-        Ok(())
+        for dir in [self.path.clone(), self.path.join("calls"), inboxes] {
+            remove_stale_temporaries(&dir);
+        }
+    }
+}
+
+/// Renames unreadable file `at` to `NAME.unreadable`, saying so.
+fn set_aside(at: &Path, e: &ToolError) {
+    let aside = at.with_extension("unreadable");
+    tracing::warn!(target: "toolmux::external", "{e}; set aside as `{}`", aside.display());
+    let _ = std::fs::rename(at, &aside);
+}
+
+/// Removes the temporary files (`.NAME.PID.N.tmp`) in `dir` older than [`STALE_TEMP`]:
+/// what a process that died mid-write left.
+fn remove_stale_temporaries(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !(name.starts_with('.') && name.ends_with(".tmp")) {
+            continue;
+        }
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+            .is_some_and(|age| age >= STALE_TEMP);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
@@ -639,7 +794,7 @@ impl PendingStore for DirPendingStore {
             if !calls.is_empty() || now >= deadline {
                 return calls;
             }
-            let _ = tokio::time::timeout_at(deadline.min(now + POLL * 4), changed).await;
+            let _ = tokio::time::timeout_at(deadline.min(now + LIST_POLL), changed).await;
         }
     }
 
@@ -672,7 +827,9 @@ impl PendingStore for DirPendingStore {
                 call.run_id == run
                     && owner.as_deref().is_none_or(|o| call.owner.as_deref().is_none_or(|m| m == o))
             };
-            store.inner.snapshot(mine).len()
+            // A result on its way to the inbox (handed to a caller that went away) is
+            // still to be read: counted, so that a reader looks again.
+            store.inner.snapshot(true, mine).len()
         });
         counted.await.unwrap_or(0)
     }
@@ -729,9 +886,54 @@ mod tests {
         let answer = ExternalResult { result: json!("yes"), is_error: false };
         assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
         waiter_gone(&store, &id);
-        store.inner.sweep(now_ms()).unwrap();
+        store.inner.sweep(now_ms());
         assert!(store.inner.load(&id).unwrap().is_none());
         assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+    }
+
+    /// A result handed to a caller that died reaches the inbox when an inbox is read, and is
+    /// never dropped as expired: it was submitted in time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_result_outlives_its_call_s_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        let id = store.open(sync_call()).await.unwrap();
+        let answer = ExternalResult { result: json!("yes"), is_error: false };
+        assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
+        waiter_gone(&store, &id);
+        assert_eq!(store.count_pending("r", None).await, 1, "still to be read");
+        let mut stored = store.inner.load(&id).unwrap().unwrap();
+        stored.call.expires_ms = 1;
+        store.inner.save(&stored).unwrap();
+        *store.inner.swept.lock().unwrap() = None;
+        assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+        assert_eq!(store.count_pending("r", None).await, 0);
+        assert!(store.inner.expired().unwrap().is_empty(), "not taken for expired");
+    }
+
+    /// Many calls expired at once (a folder left alone for longer than their time) are
+    /// forgotten in one sweep that writes the list of expired ids once.
+    #[test]
+    fn a_sweep_forgets_many_expired_calls_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        for n in 0..500 {
+            let call = PendingCall {
+                call_id: format!("ext-old-{n}"),
+                expires_ms: 1,
+                is_async: true,
+                ..sync_call()
+            };
+            store.inner.save(&Stored { call, waiter: None, result: None }).unwrap();
+        }
+        let stale = dir.path().join("calls").join(".ext-old-1.json.1.1.tmp");
+        std::fs::write(&stale, b"{").unwrap();
+        let old = std::time::SystemTime::now() - STALE_TEMP - Duration::from_secs(1);
+        std::fs::File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
+        store.inner.sweep(now_ms());
+        assert!(store.inner.ids().unwrap().is_empty());
+        assert_eq!(store.inner.expired().unwrap().len(), 500);
+        assert!(!stale.exists(), "a write that never ended is cleaned up");
     }
 
     #[test]

@@ -207,6 +207,29 @@ async fn a_cancelled_call_is_withdrawn() {
     assert!(refused.report().contains(&format!("no pending call `{id}`")), "{}", refused.report());
 }
 
+/// A caller dropped while it waits (the pipeline gave up on it, a task aborted) withdraws
+/// its call too, as a cancelled one does.
+#[tokio::test]
+async fn a_dropped_call_is_withdrawn() {
+    let p = provider();
+    let caller = {
+        let p = p.clone();
+        tokio::spawn(async move { p.call("confirm", json!({}), &run("agent")).await })
+    };
+    let id = next_pending(&p).await["callId"].as_str().unwrap().to_owned();
+    caller.abort();
+    toolmux_test_support::eventually("the call is withdrawn", || {
+        let p = p.clone();
+        async move {
+            let listed = p.call("pending", json!({}), &run("w")).await.unwrap();
+            json_of(&listed)["calls"] == json!([])
+        }
+    })
+    .await;
+    let refused = submit(&p, &id, json!("late")).await.unwrap_err();
+    assert!(refused.report().contains("no pending call"), "{}", refused.report());
+}
+
 #[tokio::test]
 async fn bad_submissions_say_what_is_wrong() {
     let p = provider();

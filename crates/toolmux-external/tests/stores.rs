@@ -318,10 +318,19 @@ async fn an_unreadable_call_file_is_set_aside() {
     let store = DirPendingStore::open(dir.path()).unwrap();
     let bad = dir.path().join("calls").join("ext-bad-1.json");
     std::fs::write(&bad, b"{\"call\": tru").unwrap();
-    let refused = store.resolve("ext-bad-1", answer("x")).await.unwrap_err();
-    assert!(refused.report().contains("ext-bad-1.json"), "{}", refused.report());
     assert!(store.pending(&[], Duration::ZERO).await.is_empty());
     let id = store.open(call("external__job", "r", true)).await.unwrap();
     assert_eq!(store.pending(&[], Duration::ZERO).await[0].call_id, id);
     assert!(!bad.exists() && bad.with_extension("unreadable").exists());
+    let refused = store.resolve("ext-bad-1", answer("x")).await.unwrap_err();
+    assert!(refused.report().contains("no pending call"), "{}", refused.report());
+    // So is an inbox file: the results that come after it start a new inbox.
+    let inbox = dir.path().join("inbox").join("run-r.json");
+    std::fs::write(&inbox, b"[{").unwrap();
+    assert_eq!(
+        store.resolve(&id, answer("done")).await.unwrap(),
+        Delivery::Inbox { run_id: "r".into() }
+    );
+    assert_eq!(store.take_inbox("r", None).await[0].result, answer("done"));
+    assert!(inbox.with_extension("unreadable").exists());
 }

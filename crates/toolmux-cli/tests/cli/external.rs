@@ -358,3 +358,29 @@ fn an_agent_run_s_call_is_answered_from_another_process() {
         "{report}"
     );
 }
+
+/// An interrupted `tools call` (Ctrl-C) of a synchronous external tool withdraws its call:
+/// kept in the folder processes share, it would otherwise be listed and answered with
+/// nobody waiting.
+#[test]
+fn an_interrupted_call_is_withdrawn() {
+    let project = Project::new();
+    project.file("toolmux.yaml", CONFIG);
+    let asking = project
+        .command(&["tools", "call", "external__confirm", r#"{"question": "ship?"}"#])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux tools call starts");
+    let listed = project.run(&["tools", "call", "external__pending", r#"{"waitMs": 30000}"#]);
+    assert!(listed.ok().contains("ship?"), "{listed:?}");
+    let pid = asking.id().to_string();
+    let signalled = std::process::Command::new("kill").args(["-INT", &pid]).status();
+    assert!(signalled.is_ok_and(|s| s.success()));
+    let run = crate::wait(asking, Duration::from_secs(30));
+    assert_eq!(run.code, 130, "{run:?}");
+    assert!(run.stderr.contains("interrupted"), "{run:?}");
+    let listed = project.run(&["tools", "call", "external__pending", "{}"]);
+    assert!(!listed.ok().contains("ship?"), "still listed: {listed:?}");
+}

@@ -27,7 +27,7 @@ impl DirStore {
     }
 
     pub(super) fn load_state(&self) -> Result<State, ToolError> {
-        Ok(folder::read_json(&self.path.join("state.json"), PROVIDER, "spaces")?
+        Ok(folder::read_json(&self.path.join("state.json"), PROVIDER, "a spaces file")?
             .unwrap_or_default())
     }
 
@@ -36,7 +36,7 @@ impl DirStore {
     }
 
     pub(super) fn load_space(&self, name: &str) -> Result<Option<Space>, ToolError> {
-        folder::read_json(&self.space_path(name), PROVIDER, "spaces")
+        folder::read_json(&self.space_path(name), PROVIDER, "a spaces file")
     }
 
     pub(super) fn save_space(&self, name: &str, space: &Space) -> Result<(), ToolError> {

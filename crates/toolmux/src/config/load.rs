@@ -139,7 +139,10 @@ impl Loaded {
 
     /// `path` resolved against [`Loaded::base_dir`].
     pub fn resolve(&self, path: &Path) -> PathBuf {
-        self.base_dir.join(path)
+        // `./x` is `x`: paths shown in messages and compared with others carry no `.`.
+        let path: PathBuf =
+            path.components().filter(|c| *c != std::path::Component::CurDir).collect();
+        if path.as_os_str().is_empty() { self.base_dir.clone() } else { self.base_dir.join(path) }
     }
 
     /// Where spilled outputs are kept: `defaults.outputDir`, or a folder per project
