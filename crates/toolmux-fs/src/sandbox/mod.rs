@@ -273,11 +273,15 @@ impl Sandbox {
         let scoped = if writable.is_some() && abi >= ABI_SCOPES { landlock::SCOPES } else { 0 };
         // What beneath a writable root stays read-only to commands, and what beneath the
         // root they may not read.
+        // A repository a command makes where there was none (`git init`, or a `.git` of its
+        // own writing) would run its hooks and configuration (`core.fsmonitor` runs on any
+        // `git status`, which shell prompts call) outside the sandbox: watched as toolmux's
+        // own files are, and moved aside.
         let watched: Vec<PathBuf> = match &writable {
-            Some(roots) if config.protect_paths => protected
-                .iter()
-                .filter(|p| !p.hidden && roots.iter().any(|r| p.path.starts_with(r)))
-                .map(|p| p.path.clone())
+            Some(roots) if config.protect_paths => std::iter::once(root.join(".git"))
+                .chain(submodules(root).into_iter().map(|dir| dir.join(".git")))
+                .chain(protected.iter().filter(|p| !p.hidden).map(|p| p.path.clone()))
+                .filter(|p| roots.iter().any(|r| p.starts_with(r)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -515,8 +519,9 @@ impl Absent {
         }
         (!moved.is_empty()).then(|| {
             format!(
-                "[the command created {}, which toolmux reads as its own (configuration, \
-                 approvals) and is the user's to write]",
+                "[the command created {}, which would run what it says outside the sandbox \
+                 when next used (toolmux's configuration and approvals, a git repository's \
+                 hooks and settings) and is the user's to write]",
                 moved.join(", ")
             )
         })

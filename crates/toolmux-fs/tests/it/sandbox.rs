@@ -476,6 +476,39 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
 
 /// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
 /// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
+/// Where the root has no repository, a command cannot make one (its hooks and settings
+/// would run outside the sandbox at the user's next `git` command): it is moved aside, and
+/// the result says so. With `protectPaths: false` it stays.
+#[tokio::test]
+async fn a_repository_a_command_makes_is_moved_aside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let provider = |protect: bool| {
+        let sandbox = SandboxConfig::default().with_protect_paths(protect);
+        let bash = BashConfig { sandbox, ..BashConfig::default() };
+        let config = FsConfig::new(&root)
+            .with_permissions([Permission::Read, Permission::Execute])
+            .with_bash(bash);
+        FsProvider::new(config).unwrap()
+    };
+    let fs = provider(true);
+    if kernel == Kernel::None {
+        return;
+    }
+    let command =
+        "mkdir -p .git && printf '[core]\\n\\tfsmonitor = ./evil\\n' > .git/config && echo made";
+    let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await.unwrap();
+    let text = out.to_text();
+    assert!(text.contains("made"), "{text}");
+    assert!(text.contains("the command created `.git` (moved to `.git.rejected`)"), "{text}");
+    assert!(!root.join(".git").exists() && root.join(".git.rejected/config").exists());
+    let fs = provider(false);
+    let out = fs.call("bash", json!({"command": "mkdir .git"}), &CallContext::new()).await.unwrap();
+    assert!(!out.to_text().contains("rejected"), "{}", out.to_text());
+    assert!(root.join(".git").is_dir());
+}
+
 #[tokio::test]
 async fn network_false_leaves_only_unix_sockets() {
     let kernel = kernel(Kernel::Full).await;
