@@ -82,6 +82,14 @@ pub enum OrchestratorError {
     /// The audit log could not be opened.
     #[error("audit log")]
     Audit(#[source] crate::accounting::StatsError),
+    /// A provider was registered after the orchestrator was cleaned up.
+    #[error(
+        "the orchestrator was cleaned up; provider `{namespace}` cannot join it (build another)"
+    )]
+    Closed {
+        /// The provider's namespace.
+        namespace: String,
+    },
 }
 
 fn suggest_queue(known: &[String]) -> String {
@@ -287,6 +295,7 @@ impl OrchestratorBuilder {
                 generation: Mutex::new(Arc::new(CancellationToken::new())),
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
+                watching: AtomicBool::new(false),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 prompts: RwLock::new(Arc::new(PromptCatalog::default())),
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
@@ -396,6 +405,9 @@ struct Inner {
     generation: Mutex<Arc<CancellationToken>>,
     notifier: ToolListNotifier,
     watchers: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Whether the watchers started (with the warmup): a provider registered later gets
+    /// its own then.
+    watching: AtomicBool,
     refresh_lock: tokio::sync::Mutex<()>,
     prompts: RwLock<Arc<PromptCatalog>>,
     resources: RwLock<Arc<ResourceCatalog>>,
@@ -833,20 +845,94 @@ impl Orchestrator {
 
     fn start_watchers(&self) {
         let mut watchers = self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner());
-        if !watchers.is_empty() {
+        if self.inner.watching.swap(true, Ordering::AcqRel) {
             return;
         }
         for provider in self.providers() {
-            let Some(mut changes) = provider.tool_list_changes() else { continue };
-            let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-            let namespace = provider.namespace().to_owned();
-            watchers.push(tokio::spawn(async move {
-                while changes.changed().await {
-                    let Some(inner) = weak.upgrade() else { break };
-                    Orchestrator { inner }.refresh_provider(&namespace).await;
-                }
-            }));
+            watchers.extend(self.watch(&provider));
         }
+    }
+
+    /// Refreshes `provider`'s tools whenever it says its list changed.
+    fn watch(&self, provider: &Arc<dyn ToolProvider>) -> Option<tokio::task::JoinHandle<()>> {
+        let mut changes = provider.tool_list_changes()?;
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let namespace = provider.namespace().to_owned();
+        Some(tokio::spawn(async move {
+            while changes.changed().await {
+                let Some(inner) = weak.upgrade() else { break };
+                Orchestrator { inner }.refresh_provider(&namespace).await;
+            }
+        }))
+    }
+
+    /// Adds `provider` to the running orchestrator: the seeds' `register(provider)`, for a
+    /// program that learns of a tool source after it started (a server a user connects). It
+    /// is warmed up and its tools listed, each within the startup timeout, then the registry
+    /// is rebuilt with it and subscribers are told that the lists changed; its own list
+    /// changes and resource updates are followed as the others' are. The settings of the
+    /// configuration (`providers.NAMESPACE`, `tools.NAME`, permissions) apply to it as to
+    /// any provider. A provider that fails to start is kept, as at the warmup, and asked for
+    /// its tools again at the next listing; the report says why it failed.
+    ///
+    /// A namespace in use, or an invalid one, is refused, as is a provider registered after
+    /// [`Orchestrator::cleanup`]. A configuration reload builds a new orchestrator instead.
+    pub async fn register(
+        &self,
+        provider: Arc<dyn ToolProvider>,
+    ) -> Result<ProviderReport, OrchestratorError> {
+        let namespace = provider.namespace().to_owned();
+        naming::validate_namespace(&namespace)?;
+        let refused = |providers: &[ProviderTools]| -> Result<(), OrchestratorError> {
+            if self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner()).closed {
+                return Err(OrchestratorError::Closed { namespace: namespace.clone() });
+            }
+            match providers.iter().find(|p| p.provider.namespace() == namespace) {
+                Some(first) => Err(OrchestratorError::DuplicateNamespace {
+                    namespace: namespace.clone(),
+                    first: first.provider.kind(),
+                    second: provider.kind(),
+                }),
+                None => Ok(()),
+            }
+        };
+        refused(&self.inner.providers.read().unwrap_or_else(|e| e.into_inner()))?;
+        let timeout = self.inner.config.startup_timeout;
+        let (_, warmed, elapsed_ms) = warm_one(0, provider.clone(), timeout).await;
+        let listed = match &warmed {
+            Ok(()) => list_one(provider.clone(), timeout).await.1,
+            Err(_) => Ok(Vec::new()),
+        };
+        let error = warmed
+            .err()
+            .or_else(|| listed.as_ref().err().cloned())
+            .map(|e| self.inner.redactor.redact(&e).into_owned());
+        let index = {
+            let _guard = self.inner.refresh_lock.lock().await;
+            let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
+            // Checked again: another registration, or a cleanup, may have come in between.
+            refused(&providers)?;
+            providers.push(ProviderTools {
+                provider: provider.clone(),
+                tools: listed.unwrap_or_default(),
+            });
+            providers.len() - 1
+        };
+        self.rebuild();
+        if self.inner.watching.load(Ordering::Acquire) {
+            let watcher = self.watch(&provider);
+            self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).extend(watcher);
+        }
+        self.forward_updates_of(index, &provider);
+        if let Some(e) = &error {
+            tracing::warn!(provider = %namespace, "registered provider failed to start: {e}");
+        }
+        self.inner.notifier.notify();
+        self.inner.prompts_changed.notify();
+        self.inner.resources_changed.notify();
+        let prefix = format!("{namespace}__");
+        let tools = self.registry().names().filter(|n| n.starts_with(&prefix)).count();
+        Ok(ProviderReport { namespace, kind: provider.kind(), tools, elapsed_ms, error })
     }
 
     /// How many calls are in the pipeline now (a replaced orchestrator is shut down once

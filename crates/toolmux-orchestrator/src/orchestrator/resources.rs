@@ -249,33 +249,16 @@ impl Orchestrator {
         }
         forwarders.started = true;
         for (i, provider) in self.providers().iter().enumerate() {
-            let signals = [
-                (provider.prompt_list_changes(), &self.inner.prompts_changed),
-                (provider.resource_list_changes(), &self.inner.resources_changed),
-            ];
-            for (changes, merged) in signals {
-                let (Some(mut changes), merged) = (changes, merged.clone()) else { continue };
-                forwarders.tasks.push(tokio::spawn(async move {
-                    while changes.changed().await {
-                        merged.notify();
-                    }
-                }));
-            }
-            let Some(mut updates) = provider.resource_updates() else { continue };
-            forwarders.sources.push(i);
-            let inner = self.inner.clone();
-            let namespace = provider.namespace().to_owned();
-            forwarders.tasks.push(tokio::spawn(async move {
-                while let Some(uri) = updates.next().await {
-                    // A resource listed under an alias is updated under it.
-                    let catalog = inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
-                    if catalog.shadowed(i, &uri) {
-                        inner.updates.notify(&alias(&namespace, &uri));
-                    } else {
-                        inner.updates.notify(&uri);
-                    }
-                }
-            }));
+            forward(&self.inner, &mut forwarders, i, provider);
+        }
+    }
+
+    /// Starts forwarding the list changes and resource updates of `provider`, registered
+    /// as the `index`th after the forwarders started (before, their start includes it).
+    pub(super) fn forward_updates_of(&self, index: usize, provider: &Arc<dyn ToolProvider>) {
+        let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
+        if forwarders.started && !forwarders.closed {
+            forward(&self.inner, &mut forwarders, index, provider);
         }
     }
 
@@ -473,4 +456,41 @@ impl Orchestrator {
         }
         contents
     }
+}
+
+/// Forwards `provider`'s (the `i`th) prompt and resource list changes, and its resource
+/// updates under the URIs the catalog lists them by, into the orchestrator's own streams.
+fn forward(
+    inner: &Arc<super::Inner>,
+    forwarders: &mut super::Forwarders,
+    i: usize,
+    provider: &Arc<dyn ToolProvider>,
+) {
+    let signals = [
+        (provider.prompt_list_changes(), &inner.prompts_changed),
+        (provider.resource_list_changes(), &inner.resources_changed),
+    ];
+    for (changes, merged) in signals {
+        let (Some(mut changes), merged) = (changes, merged.clone()) else { continue };
+        forwarders.tasks.push(tokio::spawn(async move {
+            while changes.changed().await {
+                merged.notify();
+            }
+        }));
+    }
+    let Some(mut updates) = provider.resource_updates() else { return };
+    forwarders.sources.push(i);
+    let inner = inner.clone();
+    let namespace = provider.namespace().to_owned();
+    forwarders.tasks.push(tokio::spawn(async move {
+        while let Some(uri) = updates.next().await {
+            // A resource listed under an alias is updated under it.
+            let catalog = inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+            if catalog.shadowed(i, &uri) {
+                inner.updates.notify(&alias(&namespace, &uri));
+            } else {
+                inner.updates.notify(&uri);
+            }
+        }
+    }));
 }

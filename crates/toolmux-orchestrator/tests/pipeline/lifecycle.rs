@@ -104,6 +104,52 @@ async fn list_changes_refresh_the_registry_and_signal_upward() {
     assert_eq!(call(&o, "m__b", json!({})).await.result.unwrap(), "new");
 }
 
+/// A provider registered while the orchestrator runs (the seeds' `register(provider)`):
+/// its tools are listed and called through the same pipeline, subscribers are told, its own
+/// list changes are followed, and a namespace in use, an invalid one, or a cleaned-up
+/// orchestrator are refused.
+#[tokio::test(start_paused = true)]
+async fn a_provider_registered_while_running_joins_the_pipeline() {
+    let first = Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo));
+    let config = OrchestratorConfig::default().with_provider_settings(
+        "late",
+        ToolSettings::default().with_timeout(Duration::from_millis(50)),
+    );
+    let o = start(config, vec![first]).await;
+    let mut changes = o.tool_list_changes().unwrap();
+    let late = Arc::new(
+        MockProvider::new("late")
+            .with_tool("b", Behavior::Text("from late".into()))
+            .with_tool("hang", Behavior::Hang),
+    );
+    let report = o.register(late.clone()).await.unwrap();
+    assert_eq!((report.namespace.as_str(), report.tools, report.error), ("late", 2, None));
+    tokio::time::timeout(Duration::from_secs(5), changes.changed()).await.unwrap();
+    let names: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["m__a", "late__b", "late__hang"]);
+    assert_eq!(call(&o, "late__b", json!({})).await.result.unwrap(), "from late");
+    // The configuration's settings for its namespace apply to it.
+    assert_eq!(call(&o, "late__hang", json!({})).await.extras["code"], "timeout");
+    // Its own list changes are followed.
+    late.add_tool("c", Behavior::Text("added".into()));
+    tokio::time::timeout(Duration::from_secs(5), changes.changed()).await.unwrap();
+    assert_eq!(call(&o, "late__c", json!({})).await.result.unwrap(), "added");
+
+    let again = o.register(Arc::new(MockProvider::new("late"))).await.unwrap_err();
+    assert!(again.to_string().contains("two providers use the namespace `late`"), "{again}");
+    let invalid = o.register(Arc::new(MockProvider::new("no spaces"))).await.unwrap_err();
+    assert!(invalid.to_string().starts_with("provider namespace"), "{invalid}");
+    // One that fails to start is kept and says why.
+    let broken = Arc::new(MockProvider::new("broken").with_failing_warmup("no such server"));
+    let report = o.register(broken).await.unwrap();
+    assert!(report.error.is_some_and(|e| e.contains("no such server")));
+    assert_eq!(o.providers().len(), 3);
+    o.cleanup().await;
+    assert!(late.is_shut_down(), "cleaned up with the others");
+    let closed = o.register(Arc::new(MockProvider::new("later"))).await.unwrap_err();
+    assert!(closed.to_string().contains("was cleaned up"), "{closed}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn cancel_aborts_everything_in_flight_and_frees_slots() {
     let p = Arc::new(
