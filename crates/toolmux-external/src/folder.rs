@@ -45,24 +45,8 @@ pub(crate) fn try_lock(file: &File, at: &Path, provider: &str) -> Result<Option<
     }
 }
 
-/// Takes the lock of folder `dir` (its file `.lock`) from an async task, waiting up to
-/// [`LOCK_TIMEOUT`] for another process to release it.
-pub(crate) async fn lock(dir: &Path, what: &str, provider: &str) -> Result<Lock, ToolError> {
-    let at = dir.join(".lock");
-    let file = lock_file(&at, provider)?;
-    let started = tokio::time::Instant::now();
-    loop {
-        if try_lock(&file, &at, provider)?.is_some() {
-            return Ok(Lock { file });
-        }
-        if started.elapsed() >= LOCK_TIMEOUT {
-            return Err(locked(dir, what, provider));
-        }
-        tokio::time::sleep(LOCK_RETRY).await;
-    }
-}
-
-/// [`lock`] from a blocking thread.
+/// Takes the lock of folder `dir` (its file `.lock`), waiting up to [`LOCK_TIMEOUT`] for
+/// another process to release it: on a blocking thread.
 pub(crate) fn lock_blocking(dir: &Path, what: &str, provider: &str) -> Result<Lock, ToolError> {
     let at = dir.join(".lock");
     let file = lock_file(&at, provider)?;

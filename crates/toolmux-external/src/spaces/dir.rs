@@ -11,7 +11,7 @@ use toolmux_core::ToolError;
 /// The provider errors of this store name.
 const PROVIDER: &str = "gateway";
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct DirStore {
     path: PathBuf,
 }
@@ -22,8 +22,8 @@ impl DirStore {
         Ok(DirStore { path })
     }
 
-    pub(super) async fn lock(&self) -> Result<Lock, ToolError> {
-        folder::lock(&self.path, "spaces", PROVIDER).await
+    pub(super) fn lock_blocking(&self) -> Result<Lock, ToolError> {
+        folder::lock_blocking(&self.path, "spaces", PROVIDER)
     }
 
     pub(super) fn load_state(&self) -> Result<State, ToolError> {

@@ -564,19 +564,21 @@ impl Spaces {
     }
 
     /// A change that reads no space.
-    async fn transact<R>(
+    async fn transact<R: Send + 'static>(
         &self,
-        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError> + Send + 'static,
     ) -> Result<R, ToolError> {
         self.transact_for(|_| Vec::new(), change).await
     }
 
     /// A change that reads the spaces `needs` names given the agents' state (loaded up
-    /// front from a [`SpaceStorage`]; a folder loads them as the change asks).
-    async fn transact_for<R>(
+    /// front from a [`SpaceStorage`]; a folder loads them as the change asks). In a folder
+    /// the whole change (the lock, the reads, the writes flushed to the disk) runs on the
+    /// blocking pool, never on the event loop that serves calls.
+    async fn transact_for<R: Send + 'static>(
         &self,
-        needs: impl FnOnce(&State) -> Vec<String>,
-        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
+        needs: impl FnOnce(&State) -> Vec<String> + Send + 'static,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError> + Send + 'static,
     ) -> Result<R, ToolError> {
         match self.backend.as_ref() {
             Backend::Storage(storage) => {
@@ -600,25 +602,33 @@ impl Spaces {
                 Ok(result)
             }
             Backend::Dir(dir) => {
-                let _lock = dir.lock().await?;
-                let mut state = dir.load_state()?;
-                let mut txn = Txn {
-                    state: &mut state,
-                    dir: Some(dir),
-                    dirty_state: false,
-                    dirty_spaces: BTreeSet::new(),
-                };
-                let result = change(&mut txn)?;
-                let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
-                for name in &dirty_spaces {
-                    if let Some(space) = state.spaces.get(name) {
-                        dir.save_space(name, space)?;
+                let dir = dir.clone();
+                let changed = tokio::task::spawn_blocking(move || {
+                    let dir = &dir;
+                    let _lock = dir.lock_blocking()?;
+                    let mut state = dir.load_state()?;
+                    let mut txn = Txn {
+                        state: &mut state,
+                        dir: Some(dir),
+                        dirty_state: false,
+                        dirty_spaces: BTreeSet::new(),
+                    };
+                    let result = change(&mut txn)?;
+                    let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
+                    for name in &dirty_spaces {
+                        if let Some(space) = state.spaces.get(name) {
+                            dir.save_space(name, space)?;
+                        }
                     }
-                }
-                if dirty_state {
-                    dir.save_state(&state)?;
-                }
-                if !dirty_spaces.is_empty() {
+                    if dirty_state {
+                        dir.save_state(&state)?;
+                    }
+                    Ok((result, !dirty_spaces.is_empty()))
+                })
+                .await
+                .unwrap_or_else(|e| Err(ToolError::other("gateway", e)));
+                let (result, spaces_changed) = changed?;
+                if spaces_changed {
                     self.changed.send_modify(|v| *v = v.wrapping_add(1));
                 }
                 Ok(result)
@@ -672,9 +682,10 @@ impl Spaces {
         let stored = who.space(space);
         let key = who.key();
         let needed = stored.clone();
+        let space = space.to_owned();
         self.transact_for(
-            |_| vec![needed],
-            |txn| {
+            move |_| vec![needed],
+            move |txn| {
                 let created = txn.space(&stored)?.is_none();
                 if created {
                     txn.state
@@ -695,7 +706,7 @@ impl Spaces {
                 entity.active_space = Some(stored.clone());
                 entity.read.insert(stored.clone(), total);
                 txn.changed();
-                Ok(Entered { space: space.to_owned(), messages, total, created })
+                Ok(Entered { space, messages, total, created })
             },
         )
         .await
@@ -705,7 +716,7 @@ impl Spaces {
     pub async fn leave(&self, who: &Who) -> Result<Option<String>, ToolError> {
         let key = who.key();
         let left = self
-            .transact(|txn| {
+            .transact(move |txn| {
                 let left = txn.entity(&key).active_space.take();
                 if left.is_some() {
                     txn.changed();
@@ -720,7 +731,9 @@ impl Spaces {
     pub async fn active(&self, who: &Who) -> Result<Option<String>, ToolError> {
         let key = who.key();
         let active = self
-            .transact(|txn| Ok(txn.state.entities.get(&key).and_then(|e| e.active_space.clone())))
+            .transact(move |txn| {
+                Ok(txn.state.entities.get(&key).and_then(|e| e.active_space.clone()))
+            })
             .await?;
         Ok(active.map(|stored| who.shown(&stored).to_owned()))
     }
@@ -756,7 +769,7 @@ impl Spaces {
         let author = who.entity.clone();
         let tool = tool.to_owned();
         let text = self.clean_text(text);
-        let space_name = space;
+        let space_name = space.map(str::to_owned);
         let (needed, of) = (named.clone(), key.clone());
         let needs = move |state: &State| needed.map_or_else(|| active_of(state, &of), |n| vec![n]);
         self.transact_for(needs, move |txn| {
@@ -771,7 +784,7 @@ impl Spaces {
                 txn.state.spaces.insert(stored.clone(), new);
             }
             let Some(space) = txn.state.spaces.get_mut(&stored) else {
-                return Err(invalid(&tool, &no_space(space_name)));
+                return Err(invalid(&tool, &no_space(space_name.as_deref())));
             };
             space.members.insert(key.clone());
             let message =
@@ -805,11 +818,11 @@ impl Spaces {
         }
         let key = who.key();
         let named = space.map(|s| who.space(s));
-        let space_name = space;
+        let space_name = space.map(str::to_owned);
         let (needed, of) = (named.clone(), key.clone());
         let needs = move |state: &State| needed.map_or_else(|| active_of(state, &of), |n| vec![n]);
         let page = self
-            .transact_for(needs, |txn| {
+            .transact_for(needs, move |txn| {
                 let stored = match named {
                     Some(stored) => stored,
                     None => txn.entity(&key).active_space.clone().ok_or_else(|| {
@@ -823,7 +836,7 @@ impl Spaces {
                 let unread_from = txn.state.entities.get(&key).and_then(|e| e.read.get(&stored));
                 let unread_from = unread_from.copied().unwrap_or(0);
                 let Some(space) = txn.space(&stored)? else {
-                    return Err(invalid(TOOL, &no_space(space_name)));
+                    return Err(invalid(TOOL, &no_space(space_name.as_deref())));
                 };
                 let from = offset.unwrap_or(unread_from).max(space.first);
                 let messages = space.page(from, limit);
@@ -857,10 +870,11 @@ impl Spaces {
                 None => !stored.contains('/'),
             })
             .collect();
+        let (needed, who) = (mine.clone(), who.clone());
         let summaries = self
             .transact_for(
-                |_| mine.clone(),
-                |txn| {
+                move |_| needed,
+                move |txn| {
                     let mut out = Vec::new();
                     for stored in &mine {
                         if let Some(space) = txn.space(stored)? {
@@ -938,19 +952,19 @@ impl Spaces {
         result: Option<Value>,
     ) -> Result<bool, ToolError> {
         let result = result.map(|r| self.clean(r));
-        let needs = |state: &State| state.tool_calls.get(call_id).cloned().into_iter().collect();
-        self.transact_for(needs, |txn| {
-            let Some(stored) = txn.state.tool_calls.remove(call_id) else {
+        let (call_id, of) = (call_id.to_owned(), call_id.to_owned());
+        let needs = move |state: &State| state.tool_calls.get(&of).cloned().into_iter().collect();
+        self.transact_for(needs, move |txn| {
+            let Some(stored) = txn.state.tool_calls.remove(&call_id) else {
                 return Ok(false);
             };
             txn.changed();
             let Some(space) = txn.space(&stored)? else {
                 return Ok(false);
             };
-            let found =
-                space.messages.iter_mut().rev().find(|m| {
-                    m.tool.as_ref().is_some_and(|t| t.call_id.as_deref() == Some(call_id))
-                });
+            let found = space.messages.iter_mut().rev().find(|m| {
+                m.tool.as_ref().is_some_and(|t| t.call_id.as_deref() == Some(call_id.as_str()))
+            });
             let Some(message) = found else {
                 return Ok(false);
             };
@@ -969,7 +983,7 @@ impl Spaces {
     /// The caller's goals, memories or plans.
     pub async fn items(&self, who: &Who, kind: ItemKind) -> Result<Vec<Item>, ToolError> {
         let key = who.key();
-        self.transact(|txn| {
+        self.transact(move |txn| {
             Ok(txn.state.entities.get(&key).map(|e| e.items(kind).clone()).unwrap_or_default())
         })
         .await
@@ -1007,7 +1021,8 @@ impl Spaces {
             .map(|item| ItemInput { text: self.clean_text(&item.text), ..item })
             .collect();
         let key = who.key();
-        self.transact(|txn| {
+        let tool = tool.to_owned();
+        self.transact(move |txn| {
             let entity = txn.entity(&key);
             let mut next_id = entity.next_id;
             let list = entity.items_mut(kind);
@@ -1030,7 +1045,7 @@ impl Spaces {
             }
             if list.len() > MAX_ITEMS {
                 return Err(invalid(
-                    tool,
+                    &tool,
                     &format!(
                         "that makes {} {}, over the {MAX_ITEMS} an agent may hold: delete some \
                          first",
@@ -1055,10 +1070,11 @@ impl Spaces {
         ids: &[String],
     ) -> Result<(Vec<String>, Vec<String>), ToolError> {
         let key = who.key();
-        self.transact(|txn| {
+        let ids = ids.to_vec();
+        self.transact(move |txn| {
             let list = txn.entity(&key).items_mut(kind);
             let (mut deleted, mut unknown) = (Vec::new(), Vec::new());
-            for id in ids {
+            for id in &ids {
                 match list.iter().position(|i| &i.id == id) {
                     Some(at) => {
                         list.remove(at);
@@ -1078,10 +1094,11 @@ impl Spaces {
     /// What the caller carries and where it is: for the start of an agent's run.
     pub async fn context(&self, who: &Who, history: usize) -> Result<Context, ToolError> {
         let key = who.key();
+        let of = key.clone();
         let context = self
             .transact_for(
-                |state| active_of(state, &key),
-                |txn| {
+                move |state| active_of(state, &of),
+                move |txn| {
                     let Some(entity) = txn.state.entities.get(&key).cloned() else {
                         return Ok(Context {
                             active_space: None,
@@ -1215,15 +1232,16 @@ impl Spaces {
         check_space_name(space).map_err(|e| invalid(TOOL, &e))?;
         let stored = who.space(space);
         let needed = stored.clone();
+        let space = space.to_owned();
         self.transact_for(
-            |_| vec![needed],
-            |txn| {
+            move |_| vec![needed],
+            move |txn| {
                 let Some(found) = txn.space(&stored)? else {
-                    return Err(invalid(TOOL, &no_space(Some(space))));
+                    return Err(invalid(TOOL, &no_space(Some(&space))));
                 };
                 let Some(since) = since else {
                     return Ok(Changes {
-                        space: space.to_owned(),
+                        space: space.clone(),
                         messages: Vec::new(),
                         version: found.version,
                     });
@@ -1235,7 +1253,7 @@ impl Spaces {
                 messages.sort_by_key(|m| m.rev);
                 messages.truncate(limit.max(1));
                 let version = messages.last().map_or(found.version.max(since), |m| m.rev);
-                Ok(Changes { space: space.to_owned(), messages, version })
+                Ok(Changes { space, messages, version })
             },
         )
         .await
@@ -1258,10 +1276,12 @@ impl Spaces {
             if let Some(remote) = remote.as_mut() {
                 remote.borrow_and_update();
             }
+            let (of, mine, me) = (key.clone(), key.clone(), who.entity.clone());
             let (space, unread) = self
                 .transact_for(
-                    |state| active_of(state, &key),
-                    |txn| {
+                    move |state| active_of(state, &of),
+                    move |txn| {
+                        let key = mine;
                         let Some(entity) = txn.state.entities.get(&key) else {
                             return Ok((None, 0));
                         };
@@ -1279,7 +1299,7 @@ impl Spaces {
                                 )
                                 // Visible tools' calls wake nobody (the seeds: they
                                 // "cannot trigger agents"); what others say does.
-                                .filter(|m| m.author != who.entity && m.tool.is_none())
+                                .filter(|m| m.author != me && m.tool.is_none())
                                 .count() as u64,
                             None => 0,
                         };
