@@ -379,6 +379,37 @@ async fn a_waiting_poll_sees_another_processs_change_in_a_folder() {
     assert_eq!(got["messages"][0]["text"], "from elsewhere");
 }
 
+/// A change given up by its caller while it waits for the folder's lock (the call was
+/// cancelled or timed out) is not made once the lock is free: the message is not posted
+/// behind the caller's back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_given_up_while_the_folder_is_locked_is_not_made() {
+    let dir = tempfile::tempdir().expect("dir");
+    let g = GatewayProvider::new(Spaces::in_dir(dir.path()).expect("open"));
+    let me = agent("a", "r");
+    g.call("enter_space", json!({"space": "s"}), &me).await.expect("enter");
+    let lock =
+        std::fs::File::options().write(true).open(dir.path().join(".lock")).expect("lock file");
+    lock.lock().expect("locked by another process");
+    let said = g.call("send_message", json!({"text": "never"}), &me);
+    assert!(tokio::time::timeout(Duration::from_millis(200), said).await.is_err(), "waits");
+    lock.unlock().expect("unlocked");
+    // Time for the abandoned change to take the lock and give up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    g.call("send_message", json!({"text": "later"}), &me).await.expect("send");
+    let ui = CallContext::new().with_run_id("ui");
+    let page = json_of(
+        &g.call("read_messages", json!({"space": "s", "offset": 0}), &ui).await.expect("read"),
+    );
+    let texts: Vec<&str> = page["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["later"]);
+}
+
 /// A store whose calls are answered the moment they are opened: the answer comes before the
 /// call's space message is posted, the race a quick responder polling `external__pending`
 /// can win.

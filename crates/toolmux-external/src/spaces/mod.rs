@@ -442,6 +442,17 @@ pub trait SpaceStorage: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// Set when dropped: tells a change waiting for the folder's lock on the blocking pool that
+/// its caller is gone.
+#[derive(Default)]
+struct Abandoned(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// The blob of the agents' state in a [`SpaceStorage`].
 const STATE_KEY: &str = "state";
 
@@ -603,9 +614,16 @@ impl Spaces {
             }
             Backend::Dir(dir) => {
                 let dir = dir.clone();
+                // Set when the caller stops waiting (cancelled, timed out): a change that has
+                // not taken the lock by then is not made, as when the wait was in this task.
+                let abandoned = Abandoned::default();
+                let gone = abandoned.0.clone();
                 let changed = tokio::task::spawn_blocking(move || {
                     let dir = &dir;
                     let _lock = dir.lock_blocking()?;
+                    if gone.load(std::sync::atomic::Ordering::Acquire) {
+                        return Err(ToolError::Cancelled { tool: "gateway".into() });
+                    }
                     let mut state = dir.load_state()?;
                     let mut txn = Txn {
                         state: &mut state,
@@ -627,6 +645,7 @@ impl Spaces {
                 })
                 .await
                 .unwrap_or_else(|e| Err(ToolError::other("gateway", e)));
+                drop(abandoned);
                 let (result, spaces_changed) = changed?;
                 if spaces_changed {
                     self.changed.send_modify(|v| *v = v.wrapping_add(1));
@@ -858,7 +877,12 @@ impl Spaces {
             Backend::Memory(state) => {
                 state.lock().unwrap_or_else(|e| e.into_inner()).spaces.keys().cloned().collect()
             }
-            Backend::Dir(dir) => dir.space_names()?,
+            Backend::Dir(dir) => {
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || dir.space_names())
+                    .await
+                    .unwrap_or_else(|e| Err(ToolError::other("gateway", e)))?
+            }
             Backend::Storage(storage) => storage.space_names().await?,
         };
         let mine: Vec<String> = names

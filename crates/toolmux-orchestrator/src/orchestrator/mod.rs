@@ -41,7 +41,7 @@ use toolmux_core::{
 };
 use tracing::Instrument as _;
 
-/// Why an orchestrator could not be built.
+/// Why an orchestrator could not be built, or a provider could not join one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OrchestratorError {
@@ -296,6 +296,7 @@ impl OrchestratorBuilder {
                 notifier: ToolListNotifier::new(),
                 watchers: Mutex::new(Vec::new()),
                 watching: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
                 refresh_lock: tokio::sync::Mutex::new(()),
                 prompts: RwLock::new(Arc::new(PromptCatalog::default())),
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
@@ -408,6 +409,8 @@ struct Inner {
     /// Whether the watchers started (with the warmup): a provider registered later gets
     /// its own then.
     watching: AtomicBool,
+    /// Set when a cleanup begins: no provider joins after.
+    closing: AtomicBool,
     refresh_lock: tokio::sync::Mutex<()>,
     prompts: RwLock<Arc<PromptCatalog>>,
     resources: RwLock<Arc<ResourceCatalog>>,
@@ -872,19 +875,25 @@ impl Orchestrator {
     /// is rebuilt with it and subscribers are told that the lists changed; its own list
     /// changes and resource updates are followed as the others' are. The settings of the
     /// configuration (`providers.NAMESPACE`, `tools.NAME`, permissions) apply to it as to
-    /// any provider. A provider that fails to start is kept, as at the warmup, and asked for
-    /// its tools again at the next listing; the report says why it failed.
+    /// any provider. A provider that fails to start is kept, as at the warmup: its tools
+    /// are listed again when it signals a change or on [`Orchestrator::refresh`], its
+    /// prompts and resources whenever a client lists them. The report has its one provider
+    /// and the registry's new problems (its tools left out, names that collide).
     ///
     /// A namespace in use, or an invalid one, is refused, as is a provider registered after
-    /// [`Orchestrator::cleanup`]. A configuration reload builds a new orchestrator instead.
+    /// [`Orchestrator::cleanup`] began (one refused after its warmup is shut down). A
+    /// configuration reload builds a new orchestrator from the configuration, without the
+    /// providers registered here: register them again with the new one.
     pub async fn register(
         &self,
         provider: Arc<dyn ToolProvider>,
-    ) -> Result<ProviderReport, OrchestratorError> {
+    ) -> Result<WarmupReport, OrchestratorError> {
         let namespace = provider.namespace().to_owned();
         naming::validate_namespace(&namespace)?;
+        // Checked with the providers' lock held and no other: never after another lock,
+        // whose holders may take the providers' next.
         let refused = |providers: &[ProviderTools]| -> Result<(), OrchestratorError> {
-            if self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner()).closed {
+            if self.inner.closing.load(Ordering::Acquire) {
                 return Err(OrchestratorError::Closed { namespace: namespace.clone() });
             }
             match providers.iter().find(|p| p.provider.namespace() == namespace) {
@@ -907,32 +916,56 @@ impl Orchestrator {
             .err()
             .or_else(|| listed.as_ref().err().cloned())
             .map(|e| self.inner.redactor.redact(&e).into_owned());
-        let index = {
-            let _guard = self.inner.refresh_lock.lock().await;
+        let before: HashSet<String> =
+            self.registry().problems().iter().map(|p| p.message.clone()).collect();
+        let guard = self.inner.refresh_lock.lock().await;
+        let refusal = {
+            // The order every path takes: watchers, then forwarders, then providers. Held
+            // together, a warmup starting the watchers and forwarders either sees the
+            // provider listed or leaves it to this registration, never both.
+            let mut watchers = self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
             let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
-            // Checked again: another registration, or a cleanup, may have come in between.
-            refused(&providers)?;
-            providers.push(ProviderTools {
-                provider: provider.clone(),
-                tools: listed.unwrap_or_default(),
-            });
-            providers.len() - 1
+            // Again: another registration, or a cleanup, may have come in between.
+            match refused(&providers) {
+                Err(e) => Some(e),
+                Ok(()) => {
+                    let tools = listed.unwrap_or_default();
+                    providers.push(ProviderTools { provider: provider.clone(), tools });
+                    let index = providers.len() - 1;
+                    drop(providers);
+                    if self.inner.watching.load(Ordering::Acquire) {
+                        watchers.extend(self.watch(&provider));
+                    }
+                    if forwarders.started && !forwarders.closed {
+                        resources::forward(&self.inner, &mut forwarders, index, &provider);
+                    }
+                    None
+                }
+            }
         };
-        self.rebuild();
-        if self.inner.watching.load(Ordering::Acquire) {
-            let watcher = self.watch(&provider);
-            self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).extend(watcher);
+        if let Some(e) = refusal {
+            drop(guard);
+            shut_down(&provider, timeout).await;
+            return Err(e);
         }
-        self.forward_updates_of(index, &provider);
+        // Under the refresh lock, as every rebuild: a refresh's newer registry is never
+        // overwritten with one of the tools it replaced.
+        self.rebuild();
+        drop(guard);
         if let Some(e) = &error {
             tracing::warn!(provider = %namespace, "registered provider failed to start: {e}");
         }
         self.inner.notifier.notify();
         self.inner.prompts_changed.notify();
         self.inner.resources_changed.notify();
+        let registry = self.registry();
         let prefix = format!("{namespace}__");
-        let tools = self.registry().names().filter(|n| n.starts_with(&prefix)).count();
-        Ok(ProviderReport { namespace, kind: provider.kind(), tools, elapsed_ms, error })
+        let tools = registry.names().filter(|n| n.starts_with(&prefix)).count();
+        let problems =
+            registry.problems().iter().filter(|p| !before.contains(&p.message)).cloned().collect();
+        let report = ProviderReport { namespace, kind: provider.kind(), tools, elapsed_ms, error };
+        Ok(WarmupReport { providers: vec![report], problems })
     }
 
     /// How many calls are in the pipeline now (a replaced orchestrator is shut down once
@@ -959,6 +992,7 @@ impl Orchestrator {
     /// [`Orchestrator::cleanup`], leaving running the providers `keep` accepts: those a
     /// new orchestrator took over (a reload keeps unchanged servers).
     pub async fn cleanup_except(&self, keep: &(dyn Fn(&Arc<dyn ToolProvider>) -> bool + Sync)) {
+        self.inner.closing.store(true, Ordering::Release);
         self.cancel();
         for watcher in self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
             watcher.abort();
@@ -966,16 +1000,7 @@ impl Orchestrator {
         self.stop_update_forwarders();
         let timeout = self.inner.config.startup_timeout;
         let ended = self.providers().into_iter().filter(|p| !keep(p));
-        let shutdowns = ended.map(|p| async move {
-            match tokio::time::timeout(timeout, p.shutdown()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(provider = p.namespace(), "shutdown failed: {}", e.report());
-                }
-                Err(_) => tracing::warn!(provider = p.namespace(), "shutdown timed out"),
-            }
-        });
-        futures::future::join_all(shutdowns).await;
+        futures::future::join_all(ended.map(|p| async move { shut_down(&p, timeout).await })).await;
         if let Some(audit) = &self.inner.audit {
             audit.close();
         }
@@ -1996,6 +2021,17 @@ impl Orchestrator {
 /// silently (`shown: false`).
 fn shown_to_people(annotations: &toolmux_core::ToolAnnotations) -> bool {
     annotations.visible && annotations.shown
+}
+
+/// Shuts `provider` down within `timeout`, saying what went wrong.
+async fn shut_down(provider: &Arc<dyn ToolProvider>, timeout: Duration) {
+    match tokio::time::timeout(timeout, provider.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(provider = provider.namespace(), "shutdown failed: {}", e.report());
+        }
+        Err(_) => tracing::warn!(provider = provider.namespace(), "shutdown timed out"),
+    }
 }
 
 async fn warm_one(

@@ -253,15 +253,6 @@ impl Orchestrator {
         }
     }
 
-    /// Starts forwarding the list changes and resource updates of `provider`, registered
-    /// as the `index`th after the forwarders started (before, their start includes it).
-    pub(super) fn forward_updates_of(&self, index: usize, provider: &Arc<dyn ToolProvider>) {
-        let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
-        if forwarders.started && !forwarders.closed {
-            forward(&self.inner, &mut forwarders, index, provider);
-        }
-    }
-
     /// Stops the forwarders for good.
     pub(super) fn stop_update_forwarders(&self) {
         let mut forwarders = self.inner.forwarders.lock().unwrap_or_else(|e| e.into_inner());
@@ -460,7 +451,7 @@ impl Orchestrator {
 
 /// Forwards `provider`'s (the `i`th) prompt and resource list changes, and its resource
 /// updates under the URIs the catalog lists them by, into the orchestrator's own streams.
-fn forward(
+pub(super) fn forward(
     inner: &Arc<super::Inner>,
     forwarders: &mut super::Forwarders,
     i: usize,

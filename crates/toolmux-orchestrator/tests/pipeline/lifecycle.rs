@@ -123,7 +123,9 @@ async fn a_provider_registered_while_running_joins_the_pipeline() {
             .with_tool("hang", Behavior::Hang),
     );
     let report = o.register(late.clone()).await.unwrap();
-    assert_eq!((report.namespace.as_str(), report.tools, report.error), ("late", 2, None));
+    let added = &report.providers[0];
+    assert_eq!((added.namespace.as_str(), added.tools, &added.error), ("late", 2, &None));
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
     tokio::time::timeout(Duration::from_secs(5), changes.changed()).await.unwrap();
     let names: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["m__a", "late__b", "late__hang"]);
@@ -142,8 +144,18 @@ async fn a_provider_registered_while_running_joins_the_pipeline() {
     // One that fails to start is kept and says why.
     let broken = Arc::new(MockProvider::new("broken").with_failing_warmup("no such server"));
     let report = o.register(broken).await.unwrap();
-    assert!(report.error.is_some_and(|e| e.contains("no such server")));
-    assert_eq!(o.providers().len(), 3);
+    assert!(report.providers[0].error.as_ref().is_some_and(|e| e.contains("no such server")));
+    // Its tools left out are the report's problems (those before it are not repeated).
+    let bad = ToolSpec::new("bad", "d", json!({"type": 5}));
+    let odd = Arc::new(MockProvider::new("odd").with_spec(bad, Behavior::Echo));
+    let report = o.register(odd).await.unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert!(
+        report.problems[0].message.contains("`bad` of provider `odd`"),
+        "{:?}",
+        report.problems
+    );
+    assert_eq!(o.providers().len(), 4);
     o.cleanup().await;
     assert!(late.is_shut_down(), "cleaned up with the others");
     let closed = o.register(Arc::new(MockProvider::new("later"))).await.unwrap_err();
