@@ -101,7 +101,8 @@ pub(crate) struct Protection {
     /// The program's paths, relative to the root, symlinks resolved.
     paths: Vec<(PathBuf, ProtectedKind)>,
     /// The user's `protect` globs, matched as `.gitignore` lines relative to the root.
-    globs: Gitignore,
+    /// Shared with the sandbox, which finds what they match for commands.
+    globs: Arc<Gitignore>,
     /// The user's `hide` globs: neither read, listed nor changed. Shared with the walkers'
     /// filters, which run on other threads.
     hidden: Arc<Gitignore>,
@@ -121,7 +122,7 @@ impl Default for Protection {
     fn default() -> Self {
         Protection {
             paths: Vec::new(),
-            globs: Gitignore::empty(),
+            globs: Arc::new(Gitignore::empty()),
             hidden: Arc::new(Gitignore::empty()),
         }
     }
@@ -144,7 +145,7 @@ impl Protection {
                 (!relative.as_os_str().is_empty()).then_some((relative, p.kind))
             })
             .collect();
-        let globs = gitignore(root, globs, "protect")?;
+        let globs = Arc::new(gitignore(root, globs, "protect")?);
         Ok(Protection { paths, globs, hidden: Arc::new(Gitignore::empty()) })
     }
 
@@ -218,6 +219,11 @@ impl Protection {
     /// The `hide` globs, for walkers that filter entries on other threads.
     pub fn hidden_globs(&self) -> &Arc<Gitignore> {
         &self.hidden
+    }
+
+    /// The `protect` globs, for the sandbox to find what they match for commands.
+    pub fn protect_globs(&self) -> &Arc<Gitignore> {
+        &self.globs
     }
 }
 

@@ -186,6 +186,7 @@ impl FsProvider {
         }
         let protection = Protection::new(workspace.root(), &own, &config.protect)?
             .with_hidden(workspace.root(), &config.hide)?;
+        let user_globs = (protection.protect_globs().clone(), protection.hidden_globs().clone());
         let workspace = workspace.with_protection(protection);
         let protected: Vec<_> = own
             .iter()
@@ -194,7 +195,8 @@ impl FsProvider {
                 hidden: !p.kind.readable(),
             })
             .collect();
-        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?;
+        let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?
+            .with_user_globs(workspace.root(), user_globs.0, user_globs.1);
         let own =
             Duration::from_millis(config.bash.max_timeout_ms.max(config.bash.default_timeout_ms));
         let specs = ALL
@@ -423,6 +425,7 @@ impl FsProvider {
     ) -> Result<ToolOutput, FsError> {
         let dir = self.workdir(tool, how.workdir.as_deref())?;
         if how.background {
+            self.sandbox.find_user_paths().await;
             return self.background(tool, program, &dir, &how, ctx);
         }
         if how.tty {
@@ -481,6 +484,7 @@ impl FsProvider {
         let name = tool.name();
         shell::check_allowed(&self.config.bash, &program)?;
         let limit = shell::timeout(&self.config.bash, name, timeout)?;
+        self.sandbox.find_user_paths().await;
         shell::run(&self.config.bash, &self.sandbox, dir, name, program, limit, ctx.cancel_token())
             .await
     }

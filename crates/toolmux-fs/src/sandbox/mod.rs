@@ -18,6 +18,7 @@
 //! ICMP. Where Landlock is missing but seccomp is not, that filter alone still denies the
 //! network.
 
+mod globs;
 #[cfg(target_os = "linux")]
 mod landlock;
 #[cfg(not(target_os = "linux"))]
@@ -83,6 +84,10 @@ pub(crate) struct Sandbox {
     /// The sentence the tool descriptions carry, so that a model knows why a write
     /// outside fails with "Permission denied".
     description: String,
+    /// The user's `protect` and `hide` lines, where views can keep what they match.
+    globs: Option<globs::UserGlobs>,
+    /// What they matched when the last command started.
+    matched: std::sync::Mutex<std::sync::Arc<globs::Matched>>,
 }
 
 /// What happens to each command.
@@ -140,6 +145,45 @@ pub(crate) struct ServerPath {
 }
 
 impl Sandbox {
+    fn with(plan: Plan, description: String) -> Sandbox {
+        Sandbox { plan, description, globs: None, matched: Default::default() }
+    }
+
+    /// Keeps what the user's `protect` lines match read-only to commands and what its
+    /// `hide` lines match hidden from them, as the file tools do, where this sandbox makes
+    /// views (`protectPaths`, user namespaces): found before each command starts
+    /// ([`Sandbox::find_user_paths`]).
+    pub(crate) fn with_user_globs(
+        mut self,
+        root: &Path,
+        protect: std::sync::Arc<ignore::gitignore::Gitignore>,
+        hide: std::sync::Arc<ignore::gitignore::Gitignore>,
+    ) -> Sandbox {
+        let Plan::Enforce(policy) = &self.plan else { return self };
+        let globs = globs::UserGlobs { root: root.to_path_buf(), protect, hide };
+        let views = !policy.read_only.is_empty() || !policy.hidden.is_empty();
+        if globs.is_empty() || !views {
+            return self;
+        }
+        if !globs.protect.is_empty() {
+            self.description
+                .push_str(" What the `protect` settings name is read-only to it, as `.git` is.");
+        }
+        if !globs.hide.is_empty() {
+            self.description.push_str(" What the `hide` settings name is not there for it.");
+        }
+        self.globs = Some(globs);
+        self
+    }
+
+    /// Finds what the user's `protect` and `hide` lines match now (on the blocking pool),
+    /// for the views of the next command: call before [`Sandbox::confine`].
+    pub(crate) async fn find_user_paths(&self) {
+        let Some(globs) = self.globs.clone() else { return };
+        let Ok(found) = tokio::task::spawn_blocking(move || globs.find()).await else { return };
+        *self.matched.lock().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(found);
+    }
+
     /// The sandbox `config` asks for around commands run in `root` (canonical), checked
     /// against this kernel; `protected` are kept read-only with `root/.git` where they lie
     /// beneath a writable root, and the hidden ones beneath the root hidden. Logs a warning
@@ -201,7 +245,7 @@ impl Sandbox {
             && seccomp().map_err(|why| tracing::debug!("no seccomp filter: {why}")).is_ok();
         let description = describe(mode, config, sockets);
         if writable.is_none() && config.network {
-            return Ok(Sandbox { plan: Plan::Off, description });
+            return Ok(Sandbox::with(Plan::Off, description));
         }
         let off = "set `fs.bash.sandbox: off` in the configuration (`BashConfig::sandbox`) to \
                    run commands unconfined";
@@ -213,7 +257,7 @@ impl Sandbox {
                      `fs.bash.sandbox: off` to say that is intended"
                 );
                 let description = describe(SandboxMode::Off, config, false);
-                return Ok(Sandbox { plan: Plan::Off, description });
+                return Ok(Sandbox::with(Plan::Off, description));
             }
             Err(why) if sockets && (writable.is_none() || !explicit) => {
                 // No Landlock, but the network can still be denied.
@@ -237,11 +281,11 @@ impl Sandbox {
                     root: root.to_path_buf(),
                     hide_sockets: false,
                 };
-                return Ok(Sandbox { plan: Plan::Enforce(policy), description });
+                return Ok(Sandbox::with(Plan::Enforce(policy), description));
             }
             Err(why) => {
                 let reason = format!("{} cannot be enforced: {why}; {off}", asked(config));
-                return Ok(Sandbox { plan: Plan::Refused(reason), description });
+                return Ok(Sandbox::with(Plan::Refused(reason), description));
             }
         };
         if !config.network && abi < ABI_NETWORK && !sockets {
@@ -250,7 +294,7 @@ impl Sandbox {
                  this kernel has ABI {abi}; allow the network (`fs.bash.sandbox.network: true`) \
                  or {off}"
             );
-            return Ok(Sandbox { plan: Plan::Refused(reason), description });
+            return Ok(Sandbox::with(Plan::Refused(reason), description));
         }
         if writable.is_some() && abi < ABI_TRUNCATE {
             if explicit {
@@ -259,7 +303,7 @@ impl Sandbox {
                      truncation as well as writes, and this kernel has ABI {abi}; {off}",
                     mode.as_str()
                 );
-                return Ok(Sandbox { plan: Plan::Refused(reason), description });
+                return Ok(Sandbox::with(Plan::Refused(reason), description));
             }
             tracing::warn!(
                 "the default sandbox of `bash` and `exec` is partial on this kernel (Landlock \
@@ -365,7 +409,7 @@ impl Sandbox {
             root: root.to_path_buf(),
             hide_sockets,
         };
-        Ok(Sandbox { plan: Plan::Enforce(policy), description })
+        Ok(Sandbox::with(Plan::Enforce(policy), description))
     }
 
     /// The error of a command that did not start. Where the sandbox was entered between
@@ -449,16 +493,22 @@ impl Sandbox {
                         ),
                     })?;
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
+                // The user's lines' paths join the server's own (found before the command).
+                let user = self.matched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
+                    own.iter().chain(theirs).cloned().collect()
+                };
                 let views = (!policy.read_only.is_empty()
                     || !policy.hidden.is_empty()
                     || policy.hide_sockets)
                     .then(|| {
                         let writable = policy.writable.as_deref().unwrap_or_default();
                         let cwd = command.as_std().get_current_dir();
-                        let (read_only, hidden) = (&policy.read_only, &policy.hidden);
+                        let read_only = joined(&policy.read_only, &user.read_only);
+                        let hidden = joined(&policy.hidden, &user.hidden);
                         let sockets =
                             if policy.hide_sockets { mounts::bound_sockets() } else { Vec::new() };
-                        mounts::ReadOnlyViews::prepare(read_only, hidden, &sockets, writable, cwd)
+                        mounts::ReadOnlyViews::prepare(&read_only, &hidden, &sockets, writable, cwd)
                     })
                     .filter(|views| !views.is_empty());
                 landlock::restrict_on_exec(command, views, ruleset, filter);

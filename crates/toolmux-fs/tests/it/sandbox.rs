@@ -476,6 +476,69 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
 
 /// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
 /// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
+/// The user's `protect` lines reach commands too: what they match is read-only to a
+/// command (ignored files included), and what the `hide` lines match is not there for it;
+/// the rest of the root stays writable.
+#[tokio::test]
+async fn the_users_protect_and_hide_lines_reach_commands() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    for (path, text) in [
+        (
+            ".gitignore",
+            ".env
+",
+        ),
+        (".env", "KEY=1\n"),
+        ("app/.env", "KEY=2\n"),
+        ("secrets/prod.key", "private\n"),
+    ] {
+        let at = root.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_protect(["**/.env"])
+        .with_hide(["secrets/"]);
+    let fs = FsProvider::new(config).unwrap();
+    let described = fs.list_tools().await.unwrap();
+    let bash = described.iter().find(|t| t.name == "bash").unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    assert!(
+        bash.description.contains("`protect` settings name is read-only"),
+        "{}",
+        bash.description
+    );
+    let run = async |command: &str| {
+        let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+        out.unwrap().to_text()
+    };
+    for command in ["echo evil >> .env", "echo evil > app/.env", "rm app/.env", "mv .env moved"] {
+        let text = run(command).await;
+        assert!(!text.starts_with("exit code 0"), "`{command}` succeeded: {text}");
+    }
+    assert_eq!(std::fs::read_to_string(root.join(".env")).unwrap(), "KEY=1\n");
+    assert_eq!(std::fs::read_to_string(root.join("app/.env")).unwrap(), "KEY=2\n");
+    let text = run("cat secrets/prod.key; ls -A secrets; echo done").await;
+    assert!(!text.contains("private"), "{text}");
+    assert!(
+        text.contains("prod.key: No such file") && text.contains("--- stdout ---\ndone"),
+        "{text}"
+    );
+    // A file made after a command is protected from the next one.
+    std::fs::create_dir_all(root.join("lib")).unwrap();
+    std::fs::write(root.join("lib/.env"), "KEY=3\n").unwrap();
+    assert!(!run("echo evil > lib/.env").await.starts_with("exit code 0"));
+    assert_eq!(std::fs::read_to_string(root.join("lib/.env")).unwrap(), "KEY=3\n");
+    // The rest of the root is the command's to write.
+    let text = run("echo ok > app/main.txt && cat app/main.txt").await;
+    assert!(text.starts_with("exit code 0") && text.contains("ok"), "{text}");
+}
+
 /// Where the root has no repository, a command cannot make one (its hooks and settings
 /// would run outside the sandbox at the user's next `git` command): it is moved aside, and
 /// the result says so. With `protectPaths: false` it stays.
