@@ -6,7 +6,8 @@
 //! Run with `cargo bench -p toolmux-fs --bench fs` (needs `rg` on PATH: Debian's `ripgrep`
 //! package). `cargo xtask bench` installs it. Options: `--quick` (fewer runs, smaller read
 //! file), `--tree DIR` (grep an existing tree instead of the generated one), `--bash` (only
-//! the `bash` comparison). The tables it prints are what BENCHMARKS-fs.md records.
+//! the `bash` comparison), `--protect` (only `bash` with the user's `protect` and `hide`
+//! lines, against without). The tables it prints are what BENCHMARKS-fs.md records.
 
 use serde_json::json;
 use std::io::{BufWriter, Write};
@@ -35,6 +36,12 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--protect") {
+        let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolmux-fs-bench/tree");
+        generate_tree(&tree);
+        bash_with_protect_lines(&tree, quick);
+        return;
+    }
     bash_against_a_spawn(quick);
     if args.iter().any(|a| a == "--bash") {
         return;
@@ -247,6 +254,58 @@ fn bash_against_a_spawn(quick: bool) {
         let _ = child.wait();
     }
     writeln!(out).expect("write to stdout");
+}
+
+/// `fs__bash` of `true` in a tree of [`FILES`] files (about 5,400 folders) with the user's
+/// `protect` and `hide` lines, which a walk before each command finds, against the same
+/// without them.
+fn bash_with_protect_lines(tree: &Path, quick: bool) {
+    let mut out = std::io::stdout().lock();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let provider = |lines: bool| {
+        let config = FsConfig::new(tree)
+            .with_permissions([toolmux_fs::Permission::Read, toolmux_fs::Permission::Execute]);
+        let config =
+            if lines { config.with_protect(["**/.env"]).with_hide(["secrets/"]) } else { config };
+        FsProvider::new(config).expect("provider")
+    };
+    let (plain, protected) = (provider(false), provider(true));
+    let runs = if quick { 30 } else { 200 };
+    let (mut without, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        for (fs, times) in [(&plain, &mut without), (&protected, &mut with)] {
+            let started = Instant::now();
+            let result = runtime
+                .block_on(fs.call("bash", json!({"command": "true"}), &CallContext::new()))
+                .expect("fs__bash runs");
+            assert!(!result.is_error, "{}", result.to_text());
+            times.push(started.elapsed());
+        }
+    }
+    writeln!(out, "| entries in the tree | `fs__bash` `true`, median | the same with `protect` and `hide` lines, median | difference |")
+        .expect("write to stdout");
+    writeln!(out, "|--:|--:|--:|--:|").expect("write to stdout");
+    let (a, b) = (ms(median(&mut without)), ms(median(&mut with)));
+    let entries = walkdir_count(tree);
+    writeln!(out, "| {entries} | {a:.2} ms | {b:.2} ms | {:+.2} ms |", b - a)
+        .expect("write to stdout");
+}
+
+/// Files and folders beneath `dir`.
+fn walkdir_count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| {
+                1 + if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walkdir_count(&e.path())
+                } else {
+                    0
+                }
+            })
+            .sum()
+    })
 }
 
 fn ms(d: Duration) -> f64 {
