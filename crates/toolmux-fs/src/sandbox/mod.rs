@@ -86,9 +86,14 @@ pub(crate) struct Sandbox {
     description: String,
     /// The user's `protect` and `hide` lines, where views can keep what they match.
     globs: Option<globs::UserGlobs>,
-    /// What they matched when the last command started.
-    matched: std::sync::Mutex<std::sync::Arc<globs::Matched>>,
+    /// What they matched, and when it was found.
+    matched: std::sync::Mutex<(Option<std::time::Instant>, std::sync::Arc<globs::Matched>)>,
 }
+
+/// How long what the user's lines matched is used again before the root is walked anew:
+/// commands in quick succession (a script of calls) share one walk, while a command after
+/// a model's turn of thought, when a walk costs nothing noticeable, gets a fresh one.
+const USER_PATHS_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What happens to each command.
 #[derive(Debug)]
@@ -177,11 +182,18 @@ impl Sandbox {
     }
 
     /// Finds what the user's `protect` and `hide` lines match now (on the blocking pool),
-    /// for the views of the next command: call before [`Sandbox::confine`].
+    /// for the views of the next command, unless it was found less than
+    /// [`USER_PATHS_FRESH`] ago: call before [`Sandbox::confine`].
     pub(crate) async fn find_user_paths(&self) {
         let Some(globs) = self.globs.clone() else { return };
+        let found_at = self.matched.lock().unwrap_or_else(|e| e.into_inner()).0;
+        if found_at.is_some_and(|at| at.elapsed() < USER_PATHS_FRESH) {
+            return;
+        }
+        let started = std::time::Instant::now();
         let Ok(found) = tokio::task::spawn_blocking(move || globs.find()).await else { return };
-        *self.matched.lock().unwrap_or_else(|e| e.into_inner()) = std::sync::Arc::new(found);
+        *self.matched.lock().unwrap_or_else(|e| e.into_inner()) =
+            (Some(started), std::sync::Arc::new(found));
     }
 
     /// The sandbox `config` asks for around commands run in `root` (canonical), checked
@@ -494,7 +506,7 @@ impl Sandbox {
                     })?;
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
                 // The user's lines' paths join the server's own (found before the command).
-                let user = self.matched.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let user = self.matched.lock().unwrap_or_else(|e| e.into_inner()).1.clone();
                 let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
                     own.iter().chain(theirs).cloned().collect()
                 };
