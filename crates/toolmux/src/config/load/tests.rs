@@ -696,3 +696,13 @@ fn external_tools_may_be_a_list_of_named_tools() {
         ],
     );
 }
+
+/// Paths relative to the configuration's folder are shown and compared without `.`.
+#[test]
+fn relative_paths_carry_no_dot() {
+    let loaded = loads(FileFormat::Yaml, "defaults:\n  outputDir: ./out\n");
+    assert_eq!(loaded.output_dir(), Path::new("/proj/out"));
+    assert_eq!(loaded.resolve(Path::new(".")), Path::new("/proj"));
+    assert_eq!(loaded.resolve(Path::new("./a/./b")), Path::new("/proj/a/b"));
+    assert_eq!(loaded.resolve(Path::new("/abs/./x")), Path::new("/abs/x"));
+}
