@@ -757,7 +757,6 @@ impl Orchestrator {
         by_index.sort_by_key(|(i, _, _)| *i);
         for (i, result, elapsed_ms) in by_index {
             let p = &providers[i];
-            let prefix = format!("{}__", p.namespace());
             let error = result.err().or_else(|| list_errors.remove(p.namespace()));
             if let Some(e) = &error {
                 tracing::warn!(provider = p.namespace(), "provider failed to start: {e}");
@@ -765,7 +764,7 @@ impl Orchestrator {
             report.providers.push(ProviderReport {
                 namespace: p.namespace().to_owned(),
                 kind: p.kind(),
-                tools: registry.names().filter(|n| n.starts_with(&prefix)).count(),
+                tools: tools_of(&registry, p.namespace()),
                 elapsed_ms,
                 error,
             });
@@ -960,8 +959,7 @@ impl Orchestrator {
         self.inner.prompts_changed.notify();
         self.inner.resources_changed.notify();
         let registry = self.registry();
-        let prefix = format!("{namespace}__");
-        let tools = registry.names().filter(|n| n.starts_with(&prefix)).count();
+        let tools = tools_of(&registry, &namespace);
         let problems =
             registry.problems().iter().filter(|p| !before.contains(&p.message)).cloned().collect();
         let report = ProviderReport { namespace, kind: provider.kind(), tools, elapsed_ms, error };
@@ -2021,6 +2019,12 @@ impl Orchestrator {
 /// silently (`shown: false`).
 fn shown_to_people(annotations: &toolmux_core::ToolAnnotations) -> bool {
     annotations.visible && annotations.shown
+}
+
+/// How many tools of the provider of `namespace` the registry holds (named with the
+/// namespace or, for a provider served unprefixed, without).
+fn tools_of(registry: &Registry, namespace: &str) -> usize {
+    registry.entries().filter(|e| e.provider.namespace() == namespace).count()
 }
 
 /// Shuts `provider` down within `timeout`, saying what went wrong.

@@ -353,9 +353,13 @@ async fn unprefixed_providers_keep_their_names_and_collisions_are_left_out() {
             .with_tool("stat", Behavior::Text("stat".into())),
     );
     let o = Orchestrator::builder(config).provider(mock()).provider(other).build().unwrap();
-    let problems = o.warmup().await.problems;
+    let report = o.warmup().await;
+    let problems = report.problems;
     let names: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["read", "write", "delete", "stat"]);
+    // Each provider's count is of its own tools, whatever their names.
+    let counts: Vec<_> = report.providers.iter().map(|p| (p.namespace.as_str(), p.tools)).collect();
+    assert_eq!(counts, [("files", 3), ("other", 1)]);
     let r = call(&o, "read", json!({"x": 1})).await;
     assert!(r.ok, "{}", r.conversation_text());
     assert_eq!(call(&o, "stat", json!({})).await.conversation_text(), "stat");
