@@ -551,8 +551,11 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
     }
     let (toolmux, agents) = start_agents(loaded).await?;
     let cancel = CancellationToken::new();
-    // One run for every cycle: results of a cycle's asynchronous calls reach a later one.
-    let run_id = format!("agent-{}-listen-{}", args.name, std::process::id());
+    // One run for every cycle: results of a cycle's asynchronous calls reach a later one,
+    // and, the run's name being the agent's, a listener started again on the same
+    // configuration (pending calls are kept in a folder processes share) reads the results
+    // that came while none listened.
+    let run_id = format!("agent-{}-listen", args.name);
     let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(run_id);
     let options = ListenOptions {
         space: args.space.clone(),

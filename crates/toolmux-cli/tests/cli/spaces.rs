@@ -226,3 +226,87 @@ fn a_listening_agent_wakes_when_someone_speaks_in_its_space() {
     assert_eq!(page["messages"][1]["text"], "all green", "{page}");
     assert_eq!(page["messages"][1]["author"], "agent:planner");
 }
+
+/// A listener started again reads what came while none listened: the result of an
+/// asynchronous external call the first one made, answered from another process in
+/// between, wakes the second, whose model is given it.
+#[test]
+fn a_listener_started_again_reads_results_that_came_while_none_listened() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("external__build", json!({"target": "release"})),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "build started"}),
+            ),
+            ScriptStep::callback(|request| {
+                let text = request["messages"].to_string();
+                let content = if text.contains("artifact.tar") {
+                    "got artifact.tar".to_owned()
+                } else {
+                    format!("not told: {text}")
+                };
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": content}),
+                )
+            }),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-3");
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "spaces:\n  dir: rooms\n\
+             externalTools:\n  build:\n    description: Build\n    isAsync: true\n\
+             models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  planner:\n    model: fast\n    description: Plans\n    tools: ['external__*']\n",
+            server.base_url()
+        ),
+    );
+    let listen = || {
+        project
+            .command(&[
+                "agent", "listen", "planner", "--space", "ops", "--cycles", "1", "--idle", "30",
+                "--json",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("toolmux agent listen starts")
+    };
+    let first = listen();
+    let entered = std::time::Instant::now();
+    while !project.path().join("rooms/spaces/ops.json").is_file() {
+        assert!(entered.elapsed() < std::time::Duration::from_secs(60), "the agent never entered");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    project
+        .run(&[
+            "tools",
+            "call",
+            "gateway__post",
+            r#"{"space":"ops","author":"husam","text":"build it"}"#,
+        ])
+        .ok();
+    let run = crate::wait(first, std::time::Duration::from_secs(60));
+    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    assert_eq!(report["content"], "build started", "{report}");
+    // Nobody listens: the build's result is submitted from another process.
+    let listed = project.run(&["tools", "call", "external__pending", "{}", "--json"]);
+    let envelope: Value = serde_json::from_str(listed.ok()).expect("JSON");
+    let calls: Value = match &envelope["result"] {
+        Value::String(text) => serde_json::from_str(text).expect("calls"),
+        other => other.clone(),
+    };
+    let answer =
+        json!({"callId": calls["calls"][0]["callId"], "result": {"artifact": "artifact.tar"}});
+    let submitted = project.run(&["tools", "call", "external__submit", &answer.to_string()]);
+    assert!(submitted.ok().contains("inbox"), "{submitted:?}");
+    let second = listen();
+    let run = crate::wait(second, std::time::Duration::from_secs(60));
+    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    assert_eq!(report["content"], "got artifact.tar", "{report}");
+}
