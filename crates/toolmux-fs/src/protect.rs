@@ -7,8 +7,8 @@
 //! check is made on the path with symlinks and `..` resolved, so no spelling of a path
 //! reaches around it. The shell tools' sandbox (`crate::sandbox`) keeps `.git` and these
 //! paths read-only to commands, and hides those the file tools may not read, where the
-//! kernel allows (a mount namespace per command); the `protect` and `hide` globs it does
-//! not cover.
+//! kernel allows (a mount namespace per command), and so what the `protect` and `hide`
+//! globs match (`crate::sandbox` finds it before a command starts).
 
 use crate::error::FsError;
 use ignore::Match;

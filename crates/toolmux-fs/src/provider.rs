@@ -425,7 +425,8 @@ impl FsProvider {
     ) -> Result<ToolOutput, FsError> {
         let dir = self.workdir(tool, how.workdir.as_deref())?;
         if how.background {
-            self.sandbox.find_user_paths().await;
+            shell::check_allowed(&self.config.bash, &program)?;
+            self.sandbox.find_user_paths(&program.label()).await?;
             return self.background(tool, program, &dir, &how, ctx);
         }
         if how.tty {
@@ -484,7 +485,7 @@ impl FsProvider {
         let name = tool.name();
         shell::check_allowed(&self.config.bash, &program)?;
         let limit = shell::timeout(&self.config.bash, name, timeout)?;
-        self.sandbox.find_user_paths().await;
+        self.sandbox.find_user_paths(&program.label()).await?;
         shell::run(&self.config.bash, &self.sandbox, dir, name, program, limit, ctx.cancel_token())
             .await
     }

@@ -1,23 +1,28 @@
 //! The user's `protect` and `hide` lines for commands: what they match beneath the root,
-//! found by a walk before each command starts, is kept read-only to it (`protect`) or
-//! hidden from it (`hide`) by the same mount namespace views as `.git` and toolmux's own
-//! files.
+//! found by a walk before a command starts, is kept read-only to it (`protect`) or hidden
+//! from it (`hide`) by the same mount namespace views as `.git` and toolmux's own files.
 //!
-//! The walk does not enter a directory `.gitignore` ignores (a `target/` or
-//! `node_modules/` of hundreds of thousands of entries would cost every command a
-//! second), but looks at every entry of the directories it enters, ignored ones included:
-//! a `.env` or `secrets/` the repository ignores is found, a `**/*.pem` deep inside an
-//! ignored directory is not. It stops at [`MAX_ENTRIES`], saying so once. It does not enter
-//! what a line matches (the view covers it whole) nor any `.git`.
+//! The walk looks at every entry of the folders it enters, ignored ones included (a `.env`
+//! is usually ignored), but does not enter the folders that the root's `.gitignore` and
+//! `.git/info/exclude` ignored when the provider started (a `target/` of hundreds of
+//! thousands of entries would cost every command a second): read once, so that what an
+//! agent writes to a `.gitignore` later cannot take a folder out of the walk. A hidden
+//! folder is not entered either (its view hides it whole), nor any `.git`. A walk that
+//! would look at more than [`MAX_ENTRIES`] entries, or lines that match more than
+//! [`MAX_VIEWS`] paths (each a mount), refuse the command, saying why: what the lines name
+//! is never left uncovered in silence.
 
 use ignore::Match;
-use ignore::gitignore::Gitignore;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Entries a walk looks at, at most.
 pub(crate) const MAX_ENTRIES: usize = 200_000;
+
+/// Paths the lines may match, at most: each is a mount (the kernel's `fs.mount-max` is
+/// 100,000 by default, and every mount costs the command's start).
+pub(crate) const MAX_VIEWS: usize = 2_000;
 
 /// The user's lines, with the root they are relative to.
 #[derive(Debug, Clone)]
@@ -25,6 +30,8 @@ pub(crate) struct UserGlobs {
     pub(crate) root: PathBuf,
     pub(crate) protect: Arc<Gitignore>,
     pub(crate) hide: Arc<Gitignore>,
+    /// The folders not entered, as the root's ignore files said at the start.
+    skip: Arc<Gitignore>,
 }
 
 /// What the lines match now: absolute paths.
@@ -34,44 +41,50 @@ pub(crate) struct Matched {
     pub(crate) hidden: Vec<PathBuf>,
 }
 
-/// Whether a walk was cut short at [`MAX_ENTRIES`] already (said once per process).
-static CUT_SAID: AtomicBool = AtomicBool::new(false);
-
 impl UserGlobs {
+    /// The lines beneath `root`, with the folders its ignore files ignore now.
+    pub(crate) fn new(root: &Path, protect: Arc<Gitignore>, hide: Arc<Gitignore>) -> UserGlobs {
+        let mut skip = GitignoreBuilder::new(root);
+        for file in [root.join(".gitignore"), root.join(".git/info/exclude")] {
+            if file.is_file()
+                && let Some(e) = skip.add(&file)
+            {
+                tracing::debug!("`{}`: {e}", file.display());
+            }
+        }
+        let skip = skip.build().unwrap_or_else(|_| Gitignore::empty());
+        UserGlobs { root: root.to_path_buf(), protect, hide, skip: Arc::new(skip) }
+    }
+
     /// Whether there is any line at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.protect.is_empty() && self.hide.is_empty()
     }
 
-    /// Which line, if any, covers `relative`: `Some(true)` hides it, `Some(false)` keeps it
-    /// read-only (hiding wins, as for the file tools).
-    fn covers(&self, relative: &Path, is_dir: bool) -> Option<bool> {
-        let hit = |globs: &Gitignore| matches!(globs.matched(relative, is_dir), Match::Ignore(_));
-        if hit(&self.hide) {
-            Some(true)
-        } else if hit(&self.protect) {
-            Some(false)
-        } else {
-            None
-        }
+    /// Whether a `hide` line covers `relative`: as the file tools read them, a line names a
+    /// file or a folder alike (`secrets/` hides a file named so too).
+    fn hidden(&self, relative: &Path) -> bool {
+        [false, true]
+            .into_iter()
+            .any(|dir| matches!(self.hide.matched(relative, dir), Match::Ignore(_)))
     }
 
-    /// Walks the root (blocking; see the module's documentation).
-    pub(crate) fn find(&self) -> Matched {
+    /// Whether a `protect` line covers `relative`, a folder when `is_dir`.
+    fn protected(&self, relative: &Path, is_dir: bool) -> bool {
+        matches!(self.protect.matched(relative, is_dir), Match::Ignore(_))
+    }
+
+    /// Walks the root (blocking; see the module's documentation). The error says why the
+    /// lines cannot be kept for commands.
+    pub(crate) fn find(&self) -> Result<Matched, String> {
         let mut matched = Matched::default();
         if self.is_empty() {
-            return matched;
+            return Ok(matched);
         }
         let root = self.root.clone();
         let this = self.clone();
         let walker = ignore::WalkBuilder::new(&self.root)
-            .hidden(false)
-            .parents(false)
-            .ignore(false)
-            .git_global(false)
-            .git_ignore(true)
-            .git_exclude(true)
-            .require_git(false)
+            .standard_filters(false)
             .follow_links(false)
             .filter_entry(move |entry| {
                 let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
@@ -81,13 +94,18 @@ impl UserGlobs {
                 if entry.file_name() == ".git" {
                     return false;
                 }
-                // A covered directory was taken whole by its parent's look.
                 let relative = entry.path().strip_prefix(&root).unwrap_or(entry.path());
-                this.covers(relative, true).is_none()
+                // A hidden folder was taken whole by its parent's look; a protected one is
+                // entered, for what a `hide` line names inside.
+                !this.hidden(relative)
+                    && !matches!(
+                        this.skip.matched_path_or_any_parents(relative, true),
+                        Match::Ignore(_)
+                    )
             })
             .build();
         let mut looked = 0usize;
-        'walk: for entry in walker.filter_map(Result::ok) {
+        for entry in walker.filter_map(Result::ok) {
             if !entry.file_type().is_some_and(|t| t.is_dir()) {
                 continue;
             }
@@ -95,37 +113,53 @@ impl UserGlobs {
             for child in children.filter_map(Result::ok) {
                 looked += 1;
                 if looked > MAX_ENTRIES {
-                    if !CUT_SAID.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(
-                            root = %self.root.display(),
-                            "the `protect` and `hide` lines reach commands for the first {MAX_ENTRIES} \
-                             entries of the workspace only; anchor them (`/secrets/`) or ignore \
-                             large folders in `.gitignore`"
-                        );
-                    }
-                    break 'walk;
-                }
-                if child.file_name() == ".git" {
-                    continue;
+                    return Err(format!(
+                        "the workspace has more than {MAX_ENTRIES} entries outside the folders \
+                         its `.gitignore` ignores, too many to find what the `protect` and \
+                         `hide` lines name before each command; ignore large folders in the \
+                         root's `.gitignore` (read when toolmux starts), or set \
+                         `fs.bash.sandbox.protectPaths: false`"
+                    ));
                 }
                 let path = child.path();
                 let Ok(relative) = path.strip_prefix(&self.root) else { continue };
-                let is_dir = child.file_type().is_ok_and(|t| t.is_dir());
-                match self.covers(relative, is_dir) {
-                    Some(true) => matched.hidden.push(path),
-                    Some(false) => matched.read_only.push(path),
-                    None => {}
+                let Ok(kind) = child.file_type() else { continue };
+                let (hide, protect) =
+                    (self.hidden(relative), self.protected(relative, kind.is_dir()));
+                if !hide && !protect {
+                    continue;
+                }
+                // A link is kept by its target's view (a mount over a link is one over its
+                // target), as the file tools judge a link by where it leads.
+                let path = if kind.is_symlink() {
+                    match std::fs::canonicalize(&path) {
+                        Ok(target) => target,
+                        Err(_) => continue,
+                    }
+                } else {
+                    path
+                };
+                if hide {
+                    matched.hidden.push(path);
+                } else {
+                    matched.read_only.push(path);
+                }
+                if matched.hidden.len() + matched.read_only.len() > MAX_VIEWS {
+                    return Err(format!(
+                        "the `protect` and `hide` lines name more than {MAX_VIEWS} paths, each \
+                         of which a command would have to be kept from by a mount of its own; \
+                         name folders rather than the files in them"
+                    ));
                 }
             }
         }
-        matched
+        Ok(matched)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ignore::gitignore::GitignoreBuilder;
 
     fn globs(root: &Path, protect: &[&str], hide: &[&str]) -> UserGlobs {
         let build = |lines: &[&str]| {
@@ -135,31 +169,82 @@ mod tests {
             }
             Arc::new(b.build().unwrap())
         };
-        UserGlobs { root: root.to_path_buf(), protect: build(protect), hide: build(hide) }
+        UserGlobs::new(root, build(protect), build(hide))
+    }
+
+    fn write(root: &Path, files: &[(&str, &str)]) {
+        for (path, text) in files {
+            let at = root.join(path);
+            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+            std::fs::write(at, text).unwrap();
+        }
+    }
+
+    fn sorted(mut paths: Vec<PathBuf>) -> Vec<PathBuf> {
+        paths.sort();
+        paths
     }
 
     #[test]
     fn lines_find_what_they_match_ignored_files_too_but_not_inside_ignored_folders() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        for (path, text) in [
-            (".gitignore", ".env\ntarget/\n"),
-            (".env", "KEY=1"),
-            ("app/.env", "KEY=2"),
-            ("app/main.rs", ""),
-            ("secrets/a.key", ""),
-            ("target/deep/.env", ""),
-            (".git/config", ""),
-        ] {
-            let at = root.join(path);
-            std::fs::create_dir_all(at.parent().unwrap()).unwrap();
-            std::fs::write(at, text).unwrap();
+        write(
+            root,
+            &[
+                (".gitignore", ".env\ntarget/\n"),
+                (".env", "KEY=1"),
+                ("app/.env", "KEY=2"),
+                ("app/main.rs", ""),
+                ("secrets/a.key", ""),
+                ("target/deep/.env", ""),
+                ("config/secrets.yaml", ""),
+                ("config/app.yaml", ""),
+                ("vendor/lib/.git/config", ""),
+            ],
+        );
+        let lines =
+            globs(root, &["**/.env", "config/", "**/.git"], &["secrets/", "**/secrets.yaml"]);
+        let found = lines.find().unwrap();
+        let read_only = [".env", "app/.env", "config", "vendor/lib/.git"].map(|p| root.join(p));
+        assert_eq!(sorted(found.read_only), read_only);
+        // Inside a protected folder, what a `hide` line names is hidden.
+        assert_eq!(sorted(found.hidden), [root.join("config/secrets.yaml"), root.join("secrets")]);
+        assert_eq!(globs(root, &[], &[]).find().unwrap(), Matched::default());
+    }
+
+    /// What an agent writes to a `.gitignore` after the start takes nothing out of the walk.
+    #[test]
+    fn ignore_files_written_later_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, &[("sub/deep/.env", "")]);
+        let lines = globs(root, &["**/.env"], &[]);
+        write(root, &[(".gitignore", "sub/\n"), ("sub/.gitignore", "*\n")]);
+        assert_eq!(lines.find().unwrap().read_only, [root.join("sub/deep/.env")]);
+    }
+
+    #[test]
+    fn a_file_named_like_a_hidden_folder_is_hidden_and_links_are_kept_by_their_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, &[("secrets", "a file")]);
+        write(outside.path(), &[("real.env", "TOP")]);
+        std::os::unix::fs::symlink(outside.path().join("real.env"), root.join(".env")).unwrap();
+        let found = globs(root, &[], &["secrets/", ".env"]).find().unwrap();
+        let target = std::fs::canonicalize(outside.path().join("real.env")).unwrap();
+        assert_eq!(sorted(found.hidden), sorted(vec![root.join("secrets"), target]));
+    }
+
+    #[test]
+    fn too_many_matches_refuse_rather_than_leave_some_uncovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for i in 0..=MAX_VIEWS {
+            std::fs::write(root.join(format!("{i}.key")), "").unwrap();
         }
-        let found = globs(root, &["**/.env", ".git/config"], &["secrets/"]).find();
-        let mut read_only = found.read_only.clone();
-        read_only.sort();
-        assert_eq!(read_only, [root.join(".env"), root.join("app/.env")]);
-        assert_eq!(found.hidden, [root.join("secrets")]);
-        assert_eq!(globs(root, &[], &[]).find(), Matched::default());
+        let refused = globs(root, &["*.key"], &[]).find().unwrap_err();
+        assert!(refused.contains("more than 2000 paths"), "{refused}");
     }
 }

@@ -88,6 +88,8 @@ pub(crate) struct Sandbox {
     globs: Option<globs::UserGlobs>,
     /// What they matched, and when it was found.
     matched: std::sync::Mutex<(Option<std::time::Instant>, std::sync::Arc<globs::Matched>)>,
+    /// Held while the lines' matches are looked for.
+    walking: tokio::sync::Mutex<()>,
 }
 
 /// How long what the user's lines matched is used again before the root is walked anew:
@@ -138,6 +140,8 @@ pub(crate) struct Policy {
     /// mount namespace (`network: false`, where views can be made and Landlock keeps the
     /// command from unmounting them): it reaches no server it did not start.
     pub(crate) hide_sockets: bool,
+    /// Whether views may be made at all (`protectPaths`, and the filesystem confined).
+    pub(crate) protect_paths: bool,
 }
 
 /// A path of the embedding program's that commands must leave alone.
@@ -151,7 +155,13 @@ pub(crate) struct ServerPath {
 
 impl Sandbox {
     fn with(plan: Plan, description: String) -> Sandbox {
-        Sandbox { plan, description, globs: None, matched: Default::default() }
+        Sandbox {
+            plan,
+            description,
+            globs: None,
+            matched: Default::default(),
+            walking: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// Keeps what the user's `protect` lines match read-only to commands and what its
@@ -165,9 +175,19 @@ impl Sandbox {
         hide: std::sync::Arc<ignore::gitignore::Gitignore>,
     ) -> Sandbox {
         let Plan::Enforce(policy) = &self.plan else { return self };
-        let globs = globs::UserGlobs { root: root.to_path_buf(), protect, hide };
+        let globs = globs::UserGlobs::new(root, protect, hide);
+        if globs.is_empty() || !policy.protect_paths {
+            return self;
+        }
+        // Views may have been made already for toolmux's own paths; if none were wanted,
+        // the kernel is asked now.
         let views = !policy.read_only.is_empty() || !policy.hidden.is_empty();
-        if globs.is_empty() || !views {
+        if !views && let Err(why) = mounts::available() {
+            tracing::warn!(
+                "commands of `bash` and `exec` are not kept from what the `protect` and `hide` \
+                 settings name: {why}; set `fs.bash.sandbox.protectPaths: false` to say that \
+                 is intended"
+            );
             return self;
         }
         if !globs.protect.is_empty() {
@@ -183,17 +203,24 @@ impl Sandbox {
 
     /// Finds what the user's `protect` and `hide` lines match now (on the blocking pool),
     /// for the views of the next command, unless it was found less than
-    /// [`USER_PATHS_FRESH`] ago: call before [`Sandbox::confine`].
-    pub(crate) async fn find_user_paths(&self) {
-        let Some(globs) = self.globs.clone() else { return };
+    /// [`USER_PATHS_FRESH`] ago: call before [`Sandbox::confine`]. Commands starting at
+    /// once share one walk. Refused, saying why, when the lines cannot be kept for
+    /// commands (too large a workspace, too many matches).
+    pub(crate) async fn find_user_paths(&self, command: &str) -> Result<(), FsError> {
+        let Some(globs) = self.globs.clone() else { return Ok(()) };
+        let _walking = self.walking.lock().await;
         let found_at = self.matched.lock().unwrap_or_else(|e| e.into_inner()).0;
         if found_at.is_some_and(|at| at.elapsed() < USER_PATHS_FRESH) {
-            return;
+            return Ok(());
         }
         let started = std::time::Instant::now();
-        let Ok(found) = tokio::task::spawn_blocking(move || globs.find()).await else { return };
+        let found = tokio::task::spawn_blocking(move || globs.find())
+            .await
+            .unwrap_or_else(|e| Err(format!("the walk failed: {e}")))
+            .map_err(|reason| FsError::Sandbox { command: command.to_owned(), reason })?;
         *self.matched.lock().unwrap_or_else(|e| e.into_inner()) =
             (Some(started), std::sync::Arc::new(found));
+        Ok(())
     }
 
     /// The sandbox `config` asks for around commands run in `root` (canonical), checked
@@ -292,6 +319,7 @@ impl Sandbox {
                     watched: Vec::new(),
                     root: root.to_path_buf(),
                     hide_sockets: false,
+                    protect_paths: false,
                 };
                 return Ok(Sandbox::with(Plan::Enforce(policy), description));
             }
@@ -408,6 +436,7 @@ impl Sandbox {
                  connect to their abstract Unix sockets.",
             );
         }
+        let protect_paths = config.protect_paths && writable.is_some();
         let policy = Policy {
             abi,
             writable,
@@ -420,6 +449,7 @@ impl Sandbox {
             watched,
             root: root.to_path_buf(),
             hide_sockets,
+            protect_paths,
         };
         Ok(Sandbox::with(Plan::Enforce(policy), description))
     }
@@ -512,6 +542,8 @@ impl Sandbox {
                 };
                 let views = (!policy.read_only.is_empty()
                     || !policy.hidden.is_empty()
+                    || !user.read_only.is_empty()
+                    || !user.hidden.is_empty()
                     || policy.hide_sockets)
                     .then(|| {
                         let writable = policy.writable.as_deref().unwrap_or_default();

@@ -474,8 +474,6 @@ async fn git_and_the_servers_files_stay_read_only_and_its_records_hidden() {
     assert_eq!(std::fs::read_to_string(root.join(".git/config")).unwrap(), "[core]\nmore\n");
 }
 
-/// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
-/// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
 /// The user's `protect` lines reach commands too: what they match is read-only to a
 /// command (ignored files included), and what the `hide` lines match is not there for it;
 /// the rest of the root stays writable.
@@ -541,6 +539,33 @@ async fn the_users_protect_and_hide_lines_reach_commands() {
     assert!(text.starts_with("exit code 0") && text.contains("ok"), "{text}");
 }
 
+/// In mode `readOnly` nothing beneath the root is writable, but what the `hide` lines name
+/// is still not there for a command.
+#[tokio::test]
+async fn hide_lines_reach_commands_in_read_only_mode_too() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    std::fs::create_dir_all(root.join("secrets")).unwrap();
+    std::fs::write(root.join("secrets/prod.key"), "private\n").unwrap();
+    let bash = BashConfig {
+        sandbox: SandboxConfig::new(SandboxMode::ReadOnly),
+        ..BashConfig::default()
+    };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash)
+        .with_hide(["secrets/"]);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let context = CallContext::new();
+    let out = fs.call("bash", json!({"command": "cat secrets/prod.key"}), &context).await;
+    let text = out.unwrap().to_text();
+    assert!(!text.contains("private"), "{text}");
+}
+
 /// Where the root has no repository, a command cannot make one (its hooks and settings
 /// would run outside the sandbox at the user's next `git` command): it is moved aside, and
 /// the result says so. With `protectPaths: false` it stays.
@@ -574,6 +599,8 @@ async fn a_repository_a_command_makes_is_moved_aside() {
     assert!(root.join(".git").is_dir());
 }
 
+/// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
+/// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
 #[tokio::test]
 async fn network_false_leaves_only_unix_sockets() {
     let kernel = kernel(Kernel::Full).await;
