@@ -188,29 +188,10 @@ fn a_listening_agent_wakes_when_someone_speaks_in_its_space() {
             server.base_url()
         ),
     );
-    let listener = project
-        .command(&["agent", "listen", "planner", "--space", "ops", "--cycles", "1", "--json"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("toolmux agent listen starts");
+    let listener = listen_once(&project);
     // Once the agent is in the space, a person speaks there from another process.
-    let entered = std::time::Instant::now();
-    while !project.path().join("rooms/spaces/ops.json").is_file() {
-        assert!(entered.elapsed() < std::time::Duration::from_secs(60), "the agent never entered");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    project
-        .run(&[
-            "tools",
-            "call",
-            "gateway__post",
-            r#"{"space":"ops","author":"husam","text":"status?"}"#,
-        ])
-        .ok();
-    let run = crate::wait(listener, std::time::Duration::from_secs(60));
-    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    speak_once_it_entered(&project, "status?");
+    let report = one_report(listener);
     assert_eq!(report["content"], "answered", "{report}");
 
     let read = project.run(&[
@@ -265,34 +246,9 @@ fn a_listener_started_again_reads_results_that_came_while_none_listened() {
             server.base_url()
         ),
     );
-    let listen = || {
-        project
-            .command(&[
-                "agent", "listen", "planner", "--space", "ops", "--cycles", "1", "--idle", "30",
-                "--json",
-            ])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("toolmux agent listen starts")
-    };
-    let first = listen();
-    let entered = std::time::Instant::now();
-    while !project.path().join("rooms/spaces/ops.json").is_file() {
-        assert!(entered.elapsed() < std::time::Duration::from_secs(60), "the agent never entered");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    project
-        .run(&[
-            "tools",
-            "call",
-            "gateway__post",
-            r#"{"space":"ops","author":"husam","text":"build it"}"#,
-        ])
-        .ok();
-    let run = crate::wait(first, std::time::Duration::from_secs(60));
-    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    let first = listen_once(&project);
+    speak_once_it_entered(&project, "build it");
+    let report = one_report(first);
     assert_eq!(report["content"], "build started", "{report}");
     // Nobody listens: the build's result is submitted from another process.
     let listed = project.run(&["tools", "call", "external__pending", "{}", "--json"]);
@@ -305,8 +261,39 @@ fn a_listener_started_again_reads_results_that_came_while_none_listened() {
         json!({"callId": calls["calls"][0]["callId"], "result": {"artifact": "artifact.tar"}});
     let submitted = project.run(&["tools", "call", "external__submit", &answer.to_string()]);
     assert!(submitted.ok().contains("inbox"), "{submitted:?}");
-    let second = listen();
-    let run = crate::wait(second, std::time::Duration::from_secs(60));
-    let report: Value = serde_json::from_str(run.ok().trim()).expect("one JSON report");
+    let report = one_report(listen_once(&project));
     assert_eq!(report["content"], "got artifact.tar", "{report}");
+}
+
+/// `toolmux agent listen planner` in space `ops` for one cycle (giving up after 30 s with
+/// nothing arriving), its report as JSON.
+fn listen_once(project: &Project) -> std::process::Child {
+    project
+        .command(&[
+            "agent", "listen", "planner", "--space", "ops", "--cycles", "1", "--idle", "30",
+            "--json",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toolmux agent listen starts")
+}
+
+/// Once the listening agent entered space `ops` (folder `rooms`), a person says `text`
+/// there from another process.
+fn speak_once_it_entered(project: &Project, text: &str) {
+    let entered = std::time::Instant::now();
+    while !project.path().join("rooms/spaces/ops.json").is_file() {
+        assert!(entered.elapsed() < std::time::Duration::from_secs(60), "the agent never entered");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let said = json!({"space": "ops", "author": "husam", "text": text}).to_string();
+    project.run(&["tools", "call", "gateway__post", &said]).ok();
+}
+
+/// The one JSON report of a listener that ran one cycle.
+fn one_report(listener: std::process::Child) -> Value {
+    let run = crate::wait(listener, std::time::Duration::from_secs(60));
+    serde_json::from_str(run.ok().trim()).expect("one JSON report")
 }

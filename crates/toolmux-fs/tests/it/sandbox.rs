@@ -548,10 +548,8 @@ async fn hide_lines_reach_commands_in_read_only_mode_too() {
     let root = std::fs::canonicalize(root_dir.path()).unwrap();
     std::fs::create_dir_all(root.join("secrets")).unwrap();
     std::fs::write(root.join("secrets/prod.key"), "private\n").unwrap();
-    let bash = BashConfig {
-        sandbox: SandboxConfig::new(SandboxMode::ReadOnly),
-        ..BashConfig::default()
-    };
+    let bash =
+        BashConfig { sandbox: SandboxConfig::new(SandboxMode::ReadOnly), ..BashConfig::default() };
     let config = FsConfig::new(&root)
         .with_permissions([Permission::Read, Permission::Execute])
         .with_bash(bash)
