@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use toolmux_core::ToolError;
 
-/// How long a change waits for another process's.
+/// How long a change waits for another process's (in this crate's unit tests, a moment).
+#[cfg(not(test))]
 pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+#[cfg(test)]
+pub(crate) const LOCK_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// How often a waiting change tries the lock again.
 const LOCK_RETRY: Duration = Duration::from_millis(5);

@@ -719,10 +719,12 @@ impl PendingStore for DirPendingStore {
             Ok(Claim::Taken(result)) => return Some(result),
             Ok(Claim::Wait) => {}
             Ok(Claim::Nothing) => return None,
-            Err(e) => {
-                tracing::warn!(target: "toolmux::external", "cannot wait for call {call_id}: {e}");
-                return None;
-            }
+            // The folder stayed locked: the call is still marked as waited for since its
+            // opening, so its result is looked for all the same.
+            Err(e) => tracing::warn!(
+                target: "toolmux::external",
+                "cannot mark call {call_id} as waited for ({e}); waiting for its result all the same"
+            ),
         }
         let mut waiting = Waiting { store: self.clone(), call_id: Some(call_id.to_owned()) };
         loop {
@@ -922,6 +924,27 @@ mod tests {
         assert!(store.inner.ids().unwrap().is_empty());
         assert_eq!(store.inner.expired().unwrap().len(), 500);
         assert!(!stale.exists(), "a write that never ended is cleaned up");
+    }
+
+    /// A folder locked by another process when the wait starts (past the lock's time) does
+    /// not end the wait: the result submitted later still reaches the caller.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_that_cannot_take_the_lock_still_gets_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirPendingStore::open(dir.path()).unwrap();
+        let id = store.open(sync_call()).await.unwrap();
+        let lock = std::fs::File::options().write(true).open(dir.path().join(".lock")).unwrap();
+        lock.lock().unwrap();
+        let (waiting, waited) = (store.clone(), id.clone());
+        let waiter =
+            tokio::spawn(async move { waiting.wait(&waited, Duration::from_secs(10)).await });
+        tokio::time::sleep(folder::LOCK_TIMEOUT + Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "still waiting");
+        lock.unlock().unwrap();
+        let answer = ExternalResult { result: json!("yes"), is_error: false };
+        assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        assert_eq!(got, Some(answer));
     }
 
     #[test]
