@@ -523,7 +523,8 @@ impl ExternalProvider {
     }
 }
 
-/// Withdraws a call whose caller was dropped while it waited, in a task of its own.
+/// Withdraws a call whose caller was dropped while it waited: at once where the store can
+/// (an interrupted process may end right after), else in a task of its own.
 struct WithdrawOnDrop {
     store: Arc<dyn PendingStore>,
     /// `None` once the wait ended.
@@ -532,11 +533,11 @@ struct WithdrawOnDrop {
 
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
-        let (Some(call_id), Ok(runtime)) =
-            (self.call_id.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Some(call_id) = self.call_id.take() else { return };
+        if self.store.withdraw_now(&call_id) {
             return;
-        };
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let store = self.store.clone();
         runtime.spawn(async move { store.withdraw(&call_id).await });
     }

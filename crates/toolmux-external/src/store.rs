@@ -130,6 +130,15 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// Forgets call `call_id` (its caller gave up); a result submitted later is refused.
     async fn withdraw(&self, call_id: &str);
 
+    /// [`PendingStore::withdraw`] at once, without waiting (from a drop, when the caller's
+    /// future is dropped and no task is sure to run after it: an interrupted process ends);
+    /// `false` when this store cannot, and the call must be withdrawn in a task. The
+    /// default cannot.
+    fn withdraw_now(&self, call_id: &str) -> bool {
+        let _ = call_id;
+        false
+    }
+
     /// The calls waiting for a result, oldest first, of the `tools` named (all when empty);
     /// when there are none, waits up to `wait` for one.
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall>;
@@ -411,6 +420,13 @@ impl PendingStore for MemoryPendingStore {
         let mut state = self.lock();
         state.calls.remove(call_id);
         state.receivers.remove(call_id);
+    }
+
+    fn withdraw_now(&self, call_id: &str) -> bool {
+        let mut state = self.lock();
+        state.calls.remove(call_id);
+        state.receivers.remove(call_id);
+        true
     }
 
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {

@@ -771,6 +771,22 @@ impl PendingStore for DirPendingStore {
         }
     }
 
+    /// Removes the call's file here when the folder's lock is free now (a few
+    /// microseconds); when another process holds it, a task does it.
+    fn withdraw_now(&self, call_id: &str) -> bool {
+        if !valid_id(call_id) {
+            return true;
+        }
+        let at = self.inner.path.join(".lock");
+        let Ok(file) = folder::lock_file(&at, PROVIDER) else { return false };
+        if !matches!(folder::try_lock(&file, &at, PROVIDER), Ok(Some(()))) {
+            return false;
+        }
+        let removed = self.inner.remove(call_id).is_ok();
+        let _ = file.unlock();
+        removed
+    }
+
     async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
         self.pending_except(tools, &[], wait).await
     }
