@@ -141,27 +141,18 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
 
     /// The calls waiting for a result, oldest first, of the `tools` named (all when empty);
     /// when there are none, waits up to `wait` for one.
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall>;
+    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.pending_except(tools, &[], wait).await
+    }
 
     /// Like [`PendingStore::pending`], leaving out the calls in `exclude` (those the caller
-    /// has seen): when none is left, waits up to `wait` for another. The default asks
-    /// [`PendingStore::pending`] again every 100 ms; stores that can be woken override it.
+    /// has seen): when none is left, waits up to `wait` for another.
     async fn pending_except(
         &self,
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall> {
-        let deadline = Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let calls = except(self.pending(tools, left).await, exclude);
-            if !calls.is_empty() || left.is_zero() {
-                return calls;
-            }
-            tokio::time::sleep(EXCEPT_POLL.min(left)).await;
-        }
-    }
+    ) -> Vec<PendingCall>;
 
     /// Answers call `call_id`. Unknown (never made, answered already, withdrawn) is an
     /// invalid-arguments error.
@@ -176,9 +167,6 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// a result.
     async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize;
 }
-
-/// How often the default [`PendingStore::pending_except`] looks again.
-pub(crate) const EXCEPT_POLL: Duration = Duration::from_millis(100);
 
 /// `calls` without those in `exclude`.
 pub(crate) fn except(mut calls: Vec<PendingCall>, exclude: &[String]) -> Vec<PendingCall> {
@@ -427,10 +415,6 @@ impl PendingStore for MemoryPendingStore {
         state.calls.remove(call_id);
         state.receivers.remove(call_id);
         true
-    }
-
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
-        self.pending_except(tools, &[], wait).await
     }
 
     async fn pending_except(

@@ -787,10 +787,6 @@ impl PendingStore for DirPendingStore {
         removed
     }
 
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
-        self.pending_except(tools, &[], wait).await
-    }
-
     async fn pending_except(
         &self,
         tools: &[String],

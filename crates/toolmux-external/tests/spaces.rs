@@ -432,8 +432,13 @@ impl PendingStore for AnsweredAtOnce {
     async fn withdraw(&self, call_id: &str) {
         self.inner.withdraw(call_id).await;
     }
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
-        self.inner.pending(tools, wait).await
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
+        self.inner.pending_except(tools, exclude, wait).await
     }
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
         self.inner.resolve(call_id, result).await

@@ -434,10 +434,6 @@ impl PendingStore for RedisPendingStore {
         }
     }
 
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
-        self.pending_except(tools, &[], wait).await
-    }
-
     async fn pending_except(
         &self,
         tools: &[String],
