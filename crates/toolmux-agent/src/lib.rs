@@ -303,7 +303,12 @@ impl Agents {
         };
         let options = RunOptions { history: paused.transcript.clone(), ..options.clone() };
         let op = Op::new(format!("{NAMESPACE}__{}", paused.agent), ctx.op().cloned());
-        let ctx = ctx.clone().with_op(op);
+        let mut ctx = ctx.clone().with_op(op);
+        // A context in no run of its own goes on as the paused run, whose inbox holds the
+        // results of its asynchronous calls that came while it was paused.
+        if let Some(run) = paused.run_id.as_deref().filter(|_| ctx.run_id() == "default") {
+            ctx = ctx.with_run_id(run);
+        }
         let approvals = (paused.approved.clone(), &resume);
         let task = paused.task.clone().unwrap_or_default();
         self.run_from(&paused.agent, &task, &ctx, &options, Some(approvals)).await

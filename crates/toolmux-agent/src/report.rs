@@ -84,6 +84,11 @@ pub struct AgentReport {
     /// A paused run's task, for the agents it may hand off to after resuming.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// A paused run's id, the inbox its asynchronous external calls answer to: its
+    /// resumption, in whatever process, goes on as the same run and so reads the results
+    /// that came while it was paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 impl AgentReport {
@@ -104,6 +109,7 @@ impl AgentReport {
             pending: Vec::new(),
             approved: Vec::new(),
             task: None,
+            run_id: None,
         }
     }
 

@@ -306,7 +306,9 @@ impl Session<'_> {
                 .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
             task_status: None,
             repeats: Repeats::default(),
-            pending_external: AtomicUsize::new(0),
+            // A conversation that goes on (a resumed run, a chat's next message) may have
+            // asynchronous results waiting in the run's inbox since it stopped.
+            pending_external: AtomicUsize::new(pending_in(self.history)),
             gate: tokio::sync::RwLock::new(()),
         };
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
@@ -749,6 +751,7 @@ impl Session<'_> {
         tracing::debug!(target: "toolmux::agent", agent = self.name, "{}", report.content);
         report.pending = pending;
         report.approved = self.handler.approvals.standing();
+        report.run_id = Some(self.ctx.run_id().to_owned());
         report
     }
 
@@ -1204,6 +1207,32 @@ fn is_pending_external(tool: &str, text: &str) -> bool {
         v.get("status").and_then(Value::as_str) == Some("pending")
             && v.get("callId").is_some_and(Value::is_string)
     })
+}
+
+/// How many calls in `history` an asynchronous external tool answered as pending (some
+/// may have had their results since; the inbox tells).
+fn pending_in(history: &[Message]) -> usize {
+    let mut tools = HashMap::new();
+    let mut pending = 0;
+    for message in history {
+        match message {
+            Message::Assistant { tool_calls, .. } => {
+                tools.extend(tool_calls.iter().map(|c| (c.id.as_str(), c.name.as_str())));
+            }
+            Message::Tool { results } => {
+                pending += results
+                    .iter()
+                    .filter(|r| {
+                        tools.get(r.call_id.as_str()).is_some_and(|tool| {
+                            !r.is_error && is_pending_external(tool, &r.content)
+                        })
+                    })
+                    .count();
+            }
+            _ => {}
+        }
+    }
+    pending
 }
 
 /// The calls the model made in each of the last turns, by tool and arguments (canonical

@@ -208,7 +208,7 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
     }
     let (toolmux, agents) = start_agents(loaded).await?;
     let (ctx, mut options, cancel, screen) =
-        run_context(loaded, &args.name, args.transcript, !from_stdin);
+        run_context(loaded, fresh_run_id("agent", &args.name), args.transcript, !from_stdin);
     options.pause = args.pause_to.is_some();
     let run = agents.run_with(&args.name, &task, &ctx, &options);
     let report = crate::commands::unless_interrupted(run, &cancel).await;
@@ -259,8 +259,11 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
         return Ok(exit::PAUSED);
     }
     let (toolmux, agents) = start_agents(loaded).await?;
-    let (ctx, mut options, cancel, screen) =
-        run_context(loaded, &paused.agent, args.transcript, true);
+    // The resumed run is the paused one, so it reads the results of its asynchronous
+    // calls that came while it was paused; a report saved before runs named themselves
+    // starts a new run.
+    let run_id = paused.run_id.clone().unwrap_or_else(|| fresh_run_id("agent", &paused.agent));
+    let (ctx, mut options, cancel, screen) = run_context(loaded, run_id, args.transcript, true);
     options.pause = true;
     let run = agents.resume(&paused, decisions, &ctx, &options);
     let report = crate::commands::unless_interrupted(run, &cancel).await;
@@ -268,21 +271,28 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
     ended.report(&toolmux, report, &cancel, &screen).await
 }
 
-/// The context and options of a run of agent `name` from the command line, its
-/// cancellation and the screen it is shown on. A person at a terminal (when stdin is one
+/// A new run's id: `KIND-NAME-` and this process's id and start in milliseconds, so that
+/// a later process given the same process id never reads this run's inbox.
+fn fresh_run_id(kind: &str, name: &str) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{kind}-{name}-{}-{millis}", std::process::id())
+}
+
+/// The context and options of run `run_id` from the command line, its cancellation and
+/// the screen it is shown on. A person at a terminal (when stdin is one
 /// and `person_may_answer`: not when the task came from stdin) answers the agent's
 /// questions and approves calls that ask, reads the agent's text as its model writes it,
 /// and sees each turn's calls as they start.
 fn run_context(
     loaded: &Loaded,
-    name: &str,
+    run_id: String,
     transcript: bool,
     person_may_answer: bool,
 ) -> (CallContext, RunOptions, CancellationToken, Arc<Screen>) {
     let cancel = CancellationToken::new();
-    let ctx = CallContext::new()
-        .with_cancel(cancel.clone())
-        .with_run_id(format!("agent-{name}-{}", std::process::id()));
+    let ctx = CallContext::new().with_cancel(cancel.clone()).with_run_id(run_id);
     let screen = Arc::new(Screen::default());
     let person = (person_may_answer && std::io::stdin().is_terminal())
         .then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
@@ -611,7 +621,7 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
     // One person for the whole chat: a tool allowed for good stays allowed.
     let terminal =
         person.then(|| Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
-    let run_id = format!("chat-{}-{}", args.name, std::process::id());
+    let run_id = fresh_run_id("chat", &args.name);
     let screen = Arc::new(Screen::default());
     let mut history = Vec::new();
     let mut first = args.message;

@@ -384,3 +384,70 @@ fn an_interrupted_call_is_withdrawn() {
     let listed = project.run(&["tools", "call", "external__pending", "{}"]);
     assert!(!listed.ok().contains("ship?"), "still listed: {listed:?}");
 }
+
+/// A paused run's asynchronous call answered while it is paused: `agent resume` in another
+/// process goes on as the same run, so the model is given the result from the run's inbox.
+/// (Each process named its run afresh before, and the result was read by nobody.)
+#[test]
+fn a_resumed_run_reads_the_results_that_came_while_it_was_paused() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::ToolCalls(vec![
+                ("external__build".into(), json!({})),
+                ("fs__ls".into(), json!({})),
+            ]),
+            ScriptStep::callback(|request| {
+                let said: Vec<String> = request["messages"]
+                    .as_array()
+                    .expect("messages")
+                    .iter()
+                    .filter(|m| m["role"] == "user")
+                    .map(|m| m["content"].to_string())
+                    .collect();
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": said.join(" | ")}),
+                )
+            }),
+        ],
+    );
+    let project = Project::new().env("LLM_KEY", "sk-test-3");
+    project.file("notes.md", "x\n").file(
+        "toolmux.yaml",
+        &format!(
+            "{CONFIG}fs: {{}}\npermissions: {{ask: ['fs__ls']}}\n\
+             models:\n  fast:\n    type: openai\n    model: m\n    baseUrl: {}\n    apiKey: ${{LLM_KEY}}\n    maxRetries: 0\n\
+             agents:\n  builder:\n    model: fast\n    description: Builds\n    tools: ['external__*', 'fs__*']\n",
+            server.base_url()
+        ),
+    );
+    let run = project.run(&["agent", "run", "builder", "build it", "--pause-to", "run.json"]);
+    assert_eq!(run.code, 5, "{run:?}");
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("run.json")).unwrap())
+            .unwrap();
+    let waiting = saved["pending"][0]["callId"].as_str().expect("a waiting call").to_owned();
+    let run_id = saved["runId"].as_str().expect("the run's id is saved").to_owned();
+    assert!(run_id.starts_with("agent-builder-"), "{run_id}");
+
+    let listed = project.run(&["tools", "call", "external__pending", "{}", "--json"]);
+    let envelope: Value = serde_json::from_str(listed.ok()).expect("JSON");
+    let calls: Value = match &envelope["result"] {
+        Value::String(text) => serde_json::from_str(text).expect("calls"),
+        other => other.clone(),
+    };
+    let build = &calls["calls"][0];
+    assert_eq!((&build["tool"], &build["runId"]), (&json!("external__build"), &json!(run_id)));
+    let answer = json!({"callId": build["callId"], "result": "artifact-42 built"}).to_string();
+    let submitted = project.run(&["tools", "call", "external__submit", &answer]);
+    assert!(submitted.ok().contains("inbox"), "{submitted:?}");
+
+    let done = project.run(&["agent", "resume", "run.json", "--approve", &waiting, "--json"]);
+    assert_eq!(done.code, 0, "{done:?}");
+    let report: Value = serde_json::from_str(done.ok().trim()).expect("one JSON report");
+    assert!(
+        report["content"].as_str().is_some_and(|c| c.contains("artifact-42 built")),
+        "{report}"
+    );
+}
