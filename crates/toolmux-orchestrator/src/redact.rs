@@ -1,6 +1,7 @@
 //! Secrets from `${ENV}` expansion, replaced by `[redacted]` wherever text leaves the
 //! pipeline: outputs, errors, logs, stored outputs.
 
+use serde_json::Value;
 use std::borrow::Cow;
 
 /// Replaces known secret values in text.
@@ -34,6 +35,34 @@ impl Redactor {
             }
         }
         out
+    }
+
+    /// Replaces every secret in the strings of `value`, object keys included.
+    pub fn redact_json(&self, value: &mut Value) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        match value {
+            Value::String(text) => self.redact_in_place(text),
+            Value::Array(items) => items.iter_mut().for_each(|item| self.redact_json(item)),
+            Value::Object(map) => {
+                if map.keys().any(|key| matches!(self.redact(key), Cow::Owned(_))) {
+                    let entries = std::mem::take(map);
+                    for (key, item) in entries {
+                        map.insert(self.redact(&key).into_owned(), item);
+                    }
+                }
+                map.values_mut().for_each(|item| self.redact_json(item));
+            }
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+
+    /// Replaces every secret in `text`, leaving it untouched (no copy) when there is none.
+    pub fn redact_in_place(&self, text: &mut String) {
+        if let Cow::Owned(clean) = self.redact(text) {
+            *text = clean;
+        }
     }
 }
 
@@ -120,6 +149,25 @@ mod tests {
         let mut pending = String::new();
         assert_eq!(none.pass_on(&mut pending, "abc", false), "abc");
         assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn json_is_redacted_in_every_string_and_key() {
+        let r = Redactor::new(["s3cr3t-value".to_owned()]);
+        let mut value = serde_json::json!({
+            "next": "https://api/x?api_key=s3cr3t-value&page=2",
+            "s3cr3t-value": [1, "a s3cr3t-value b", {"deep": ["s3cr3t-value"]}],
+            "n": 3, "ok": true, "none": null
+        });
+        r.redact_json(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "next": "https://api/x?api_key=[redacted]&page=2",
+                "[redacted]": [1, "a [redacted] b", {"deep": ["[redacted]"]}],
+                "n": 3, "ok": true, "none": null
+            })
+        );
     }
 
     #[test]

@@ -288,6 +288,28 @@ pub struct Credentials {
     pub token_url: Option<String>,
 }
 
+impl Credentials {
+    /// The forms these credentials take on the wire that differ from their values, to be
+    /// redacted with them: a basic-auth header's base64 of `user:password`, and each
+    /// value as a query parameter or cookie escapes it.
+    pub fn derived_secrets(&self) -> Vec<String> {
+        let mut derived = Vec::new();
+        if let Some(password) = self.password.as_deref().filter(|p| !p.is_empty()) {
+            let user = self.username.as_deref().unwrap_or_default();
+            derived.push(crate::auth::base64(format!("{user}:{password}").as_bytes()));
+        }
+        for value in
+            [&self.api_key, &self.token, &self.password, &self.client_secret].into_iter().flatten()
+        {
+            let escaped = crate::template::encode(value);
+            if escaped != *value {
+                derived.push(escaped);
+            }
+        }
+        derived
+    }
+}
+
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn redact(v: &Option<String>) -> &'static str {
@@ -311,6 +333,21 @@ mod tests {
     use super::*;
     use expect_test::expect;
     use serde_json::json;
+
+    #[test]
+    fn derived_secrets_are_the_wire_forms() {
+        let basic = Credentials {
+            username: Some("Aladdin".into()),
+            password: Some("open sesame".into()),
+            ..Credentials::default()
+        };
+        assert_eq!(
+            basic.derived_secrets(),
+            ["QWxhZGRpbjpvcGVuIHNlc2FtZQ==".to_owned(), "open%20sesame".to_owned()]
+        );
+        let key = Credentials { api_key: Some("k3y-plain".into()), ..Credentials::default() };
+        assert!(key.derived_secrets().is_empty());
+    }
 
     #[test]
     fn config_file_shapes_deserialize() {

@@ -28,6 +28,8 @@ pub(crate) fn client(max_redirects: usize) -> Result<reqwest::Client, RestError>
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .redirect(redirect_policy(max_redirects))
+        // A redirect's `Referer` would carry the first URL's query: an API key given there.
+        .referer(false)
         .user_agent(concat!("toolmux/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| RestError::Config {

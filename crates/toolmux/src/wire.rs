@@ -169,6 +169,20 @@ impl Toolmux {
             .map_err(|e| ToolmuxError::config(file, format!("serve.holderTools: {e}")))?;
         let mut warnings = loaded.warnings.clone();
         let mut secrets = loaded.secrets.clone();
+        // What the credentials look like on the wire (a basic-auth header's base64), so
+        // that an API echoing its request is redacted too.
+        #[cfg(feature = "rest")]
+        secrets.extend(loaded.config.openapi.values().flat_map(|o| o.auth.values()).flat_map(
+            |c| {
+                let expanded = [&c.api_key, &c.token, &c.password, &c.client_secret];
+                // Only credentials that hold a secret: a literal in the file is no secret.
+                let secret = expanded
+                    .into_iter()
+                    .flatten()
+                    .any(|v| loaded.secrets.iter().any(|s| s.len() >= 4 && v.contains(s.as_str())));
+                if secret { c.derived_secrets() } else { Vec::new() }
+            },
+        ));
         let mut config = orchestrator_config(loaded)?;
         #[cfg(feature = "otel")]
         let otel = telemetry(loaded, &mut secrets)?;

@@ -13,6 +13,7 @@ mod external_api;
 mod hooks;
 mod oauth;
 mod output_and_stats;
+mod rest;
 mod serve;
 mod spaces;
 mod tools;

@@ -1152,13 +1152,7 @@ impl Orchestrator {
         }
         match result {
             Ok(mut output) => {
-                for part in &mut output.content {
-                    if let ContentPart::Text { text } = part
-                        && let Cow::Owned(clean) = redactor.redact(text)
-                    {
-                        *text = clean;
-                    }
-                }
+                redact_output(redactor, &mut output);
                 Ok(output)
             }
             Err(e) => Err(self.redact_error(e, tool)),
@@ -1263,7 +1257,8 @@ impl Orchestrator {
                 tracing::debug!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, output: {} chars, status: ok", o.text().chars().count());
             }
             Ok(o) => {
-                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", o.text().chars().take(200).collect::<String>());
+                let text: String = o.text().chars().take(200).collect();
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&text));
             }
             Err(e) => {
                 tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&e.report()));
@@ -2288,5 +2283,37 @@ mod tests {
         assert!(t.starts_with("éé"));
         assert!(t.ends_with("zz"));
         assert!(t.contains("bytes omitted: output over 50 bytes"));
+    }
+}
+
+/// `output` with the configuration's secrets redacted wherever it carries text: its text
+/// and JSON parts, embedded resources and links, structured content and extras (an API's
+/// JSON answer that echoes a key, a `next` link that carries one).
+fn redact_output(redactor: &Redactor, output: &mut ToolOutput) {
+    for part in &mut output.content {
+        match part {
+            ContentPart::Text { text } => redactor.redact_in_place(text),
+            ContentPart::Json { value } => redactor.redact_json(value),
+            ContentPart::Resource { uri, text, .. } => {
+                redactor.redact_in_place(uri);
+                if let Some(text) = text {
+                    redactor.redact_in_place(text);
+                }
+            }
+            ContentPart::ResourceLink { uri, name, description, .. } => {
+                redactor.redact_in_place(uri);
+                redactor.redact_in_place(name);
+                if let Some(description) = description {
+                    redactor.redact_in_place(description);
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(structured) = &mut output.structured {
+        redactor.redact_json(structured);
+    }
+    for value in output.extras.values_mut() {
+        redactor.redact_json(value);
     }
 }

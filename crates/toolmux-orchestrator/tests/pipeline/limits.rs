@@ -5,7 +5,7 @@ use expect_test::expect;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmux_core::{CallContext, ToolCall, ToolOutput, ToolProvider, ToolSpec};
+use toolmux_core::{CallContext, ContentPart, ToolCall, ToolOutput, ToolProvider, ToolSpec};
 use toolmux_orchestrator::{
     MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig,
     ToolSettings,
@@ -233,6 +233,38 @@ async fn secrets_never_leave_the_pipeline() {
     let o = crate::start_with_secret(p).await;
     assert_eq!(call(&o, "m__leak", json!({})).await.result.unwrap(), "token=[redacted] here");
     assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
+}
+
+/// What the gateway serves (`call_tool`) is redacted in every part that carries text, not
+/// only text parts: an API's JSON answer echoing its key, structured content, a resource,
+/// extras. (The JSON parts and structured content reached MCP clients unredacted.)
+#[tokio::test(start_paused = true)]
+async fn secrets_are_redacted_from_json_structured_content_and_resources() {
+    let output = ToolOutput {
+        content: vec![
+            ContentPart::Json { value: json!({"next": "/p?api_key=s3cr3t-value", "n": 2}) },
+            ContentPart::Resource {
+                uri: "mem://s3cr3t-value".into(),
+                mime_type: None,
+                text: Some("key s3cr3t-value".into()),
+                blob: None,
+            },
+        ],
+        structured: Some(json!({"headers": {"x-key": "s3cr3t-value"}})),
+        is_error: false,
+        extras: [("url".to_owned(), json!("https://h/?k=s3cr3t-value"))].into_iter().collect(),
+    };
+    let p = Arc::new(MockProvider::new("m").with_tool("api", Behavior::Output(output)));
+    let o = crate::start_with_secret(p).await;
+    let served = ToolProvider::call(&o, "m__api", json!({}), &CallContext::new()).await.unwrap();
+    let shown = serde_json::to_string(&served).unwrap();
+    assert!(!shown.contains("s3cr3t"), "{shown}");
+    assert_eq!(served.structured, Some(json!({"headers": {"x-key": "[redacted]"}})));
+    assert_eq!(
+        served.content[0],
+        ContentPart::Json { value: json!({"next": "/p?api_key=[redacted]", "n": 2}) }
+    );
+    assert_eq!(served.extras["url"], json!("https://h/?k=[redacted]"));
 }
 
 /// Tools `m__typed` (with an output schema: `rows` of JSON type `rows`) and `m__untyped`
