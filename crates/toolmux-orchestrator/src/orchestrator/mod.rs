@@ -2271,21 +2271,6 @@ impl ToolProvider for Orchestrator {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncation_keeps_head_and_tail_on_char_boundaries() {
-        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
-        let out = truncate_output(ToolOutput::text(text), 50);
-        let t = out.to_text();
-        assert!(t.starts_with("éé"));
-        assert!(t.ends_with("zz"));
-        assert!(t.contains("bytes omitted: output over 50 bytes"));
-    }
-}
-
 /// `output` with the configuration's secrets redacted wherever it carries text: its text
 /// and JSON parts, embedded resources and links, structured content and extras (an API's
 /// JSON answer that echoes a key, a `next` link that carries one).
@@ -2315,5 +2300,20 @@ fn redact_output(redactor: &Redactor, output: &mut ToolOutput) {
     }
     for value in output.extras.values_mut() {
         redactor.redact_json(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_head_and_tail_on_char_boundaries() {
+        let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
+        let out = truncate_output(ToolOutput::text(text), 50);
+        let t = out.to_text();
+        assert!(t.starts_with("éé"));
+        assert!(t.ends_with("zz"));
+        assert!(t.contains("bytes omitted: output over 50 bytes"));
     }
 }
