@@ -101,7 +101,7 @@ fn expand_str(
         match reference(inner) {
             Reference::Env { name, default } => match lookup(name) {
                 Some(v) => {
-                    if !is_public(name) {
+                    if !is_public(name, &v) {
                         found.secrets.push(v.clone());
                     }
                     out.push_str(&v);
@@ -161,13 +161,73 @@ fn reference(inner: &str) -> Reference<'_> {
     if is_name(name) { Reference::Env { name, default } } else { Reference::Other }
 }
 
-/// Variables that describe the machine rather than hold credentials. Redacting their
-/// values (a home folder, a user name) would mangle ordinary paths in every output.
-fn is_public(name: &str) -> bool {
-    matches!(
-        name,
-        "HOME" | "USER" | "LOGNAME" | "PWD" | "PATH" | "SHELL" | "TMPDIR" | "LANG" | "TERM"
-    ) || name.starts_with("XDG_")
+/// Variables that describe the machine or name a place rather than hold credentials.
+/// Redacting their values (a home folder, a user name, a region such as `us`) would mangle
+/// ordinary paths and words in every output: `${API_USER}` = `user` made `user-agent` read
+/// `[redacted]-agent`.
+///
+/// Besides the machine's own (`HOME`, `USER`, `XDG_*`…), a name whose last word says what
+/// it names (`*_USER`, `*_HOST`, `*_PORT`, `*_REGION`, `*_ORG`…) is public unless another
+/// of its words sounds secret (`*TOKEN*`, `*KEY*`, `*PASS*`, `*SECRET*`…); `*_URL` and
+/// `*_ENDPOINT` are when their value carries no user, password or query.
+fn is_public(name: &str, value: &str) -> bool {
+    const MACHINE: [&str; 9] =
+        ["HOME", "USER", "LOGNAME", "PWD", "PATH", "SHELL", "TMPDIR", "LANG", "TERM"];
+    const NAMES_A_PLACE: [&str; 24] = [
+        "USER",
+        "USERNAME",
+        "LOGIN",
+        "HOST",
+        "HOSTNAME",
+        "DOMAIN",
+        "PORT",
+        "REGION",
+        "ZONE",
+        "ORG",
+        "ORGANIZATION",
+        "OWNER",
+        "REPO",
+        "PROJECT",
+        "ENV",
+        "ENVIRONMENT",
+        "STAGE",
+        "VERSION",
+        "DIR",
+        "PATH",
+        "LOCALE",
+        "TZ",
+        "TIMEZONE",
+        "NAMESPACE",
+    ];
+    const SOUNDS_SECRET: [&str; 10] = [
+        "TOKEN",
+        "SECRET",
+        "PASS",
+        "PWD",
+        "KEY",
+        "AUTH",
+        "CREDENTIAL",
+        "COOKIE",
+        "SESSION",
+        "PRIVATE",
+    ];
+    if MACHINE.contains(&name) || name.starts_with("XDG_") || name.starts_with("LC_") {
+        return true;
+    }
+    let upper = name.to_ascii_uppercase();
+    if SOUNDS_SECRET.iter().any(|word| upper.contains(word)) {
+        return false;
+    }
+    let last = upper.rsplit('_').next().unwrap_or_default();
+    if NAMES_A_PLACE.contains(&last) {
+        return true;
+    }
+    // A URL without credentials in it: `https://api.example.com/v1`.
+    matches!(last, "URL" | "ENDPOINT")
+        && value.split_once("://").is_some_and(|(_, rest)| {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            !authority.contains('@') && !rest.contains('?')
+        })
 }
 
 /// An environment variable name: a letter or `_`, then letters, digits, `_`.
@@ -200,6 +260,33 @@ mod tests {
             Err(unset) => format!("unset {} at {}", unset.variable, unset.path),
         };
         expected.assert_eq(&shown);
+    }
+
+    #[test]
+    fn names_that_say_what_they_name_are_not_secrets() {
+        for (name, value) in [
+            ("HOME", "/home/u"),
+            ("XDG_DATA_HOME", "/d"),
+            ("API_USER", "user"),
+            ("AWS_REGION", "us-east-1"),
+            ("GITHUB_ORG", "acme"),
+            ("DB_PORT", "5432"),
+            ("API_BASE_URL", "https://api.example.com/v1"),
+        ] {
+            assert!(is_public(name, value), "{name}");
+        }
+        for (name, value) in [
+            ("API_TOKEN", "t0k3n-value"),
+            ("DB_PWD", "hunter22"),
+            ("SECRET_DIR", "/s"),
+            ("KEY_PATH", "/k"),
+            ("BUSER", "user"),
+            ("DATABASE_URL", "postgres://u:p@h/db"),
+            ("HOOK_URL", "https://h/x?sig=abc123"),
+            ("TEAM", "acme"),
+        ] {
+            assert!(!is_public(name, value), "{name}");
+        }
     }
 
     #[test]

@@ -169,7 +169,8 @@ fn variables_expand_and_are_secrets() {
     assert_eq!(loaded.config.rest_tools["get"].url, "http://127.0.0.1/x/${parameters.id}");
     let mut secrets = loaded.secrets.clone();
     secrets.sort();
-    assert_eq!(secrets, ["8080", "ghp_secret_value"]);
+    // A port names a place, not a credential.
+    assert_eq!(secrets, ["ghp_secret_value"]);
 }
 
 #[test]
@@ -397,7 +398,7 @@ fn gemini_settings_by_name() {
     .assert_eq(&loaded.warnings.join("\n"));
     let mut secrets = loaded.secrets;
     secrets.sort();
-    assert_eq!(secrets, ["8080", "ghp_secret_value", "ghp_secret_value"]);
+    assert_eq!(secrets, ["ghp_secret_value", "ghp_secret_value"]);
 }
 
 #[test]
