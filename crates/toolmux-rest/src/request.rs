@@ -66,8 +66,13 @@ pub(crate) fn build(
     let mut body_map = Map::new();
     let mut whole_body = None;
     let open_body = op.body.as_ref().is_some_and(|b| b.open && b.whole.is_none());
+    // A JSON body carries an explicit `null` (an API's way to clear a field: GitHub's
+    // `"milestone": null`); elsewhere `null` is the argument left out.
+    let json_body = op.body.as_ref().is_some_and(|b| b.encoding == BodyEncoding::Json);
     for (name, value) in args {
-        if value.is_null() || op.fields.iter().any(|f| &f.flat == name) {
+        if op.fields.iter().any(|f| &f.flat == name)
+            || (value.is_null() && !(json_body && open_body))
+        {
             continue;
         }
         if !open_body {
@@ -116,7 +121,7 @@ pub(crate) fn build(
             Location::Body => {
                 if field.name.is_empty() {
                     whole_body = value.cloned();
-                } else if let Some(value) = value {
+                } else if let Some(value) = if json_body { args.get(&field.flat) } else { value } {
                     body_map.insert(field.name.clone(), value.clone());
                 }
             }
@@ -410,6 +415,43 @@ mod tests {
         assert_eq!(req.body, Body::Json(json!({"name": "Rex"})));
         let missing = build(&op, "http://h", json!({"tags": 1}).as_object().unwrap()).unwrap_err();
         assert_eq!(missing, "missing required path argument `id`");
+    }
+
+    /// `null` clears a field of a JSON body (GitHub's `"milestone": null`), named or not in
+    /// the schema; in a query or a form it is the argument left out.
+    #[test]
+    fn an_explicit_null_reaches_a_json_body_only() {
+        let body = |encoding| BodySpec {
+            content_type: "application/json".into(),
+            encoding,
+            whole: None,
+            open: true,
+        };
+        let fields = || {
+            vec![
+                field("id", Location::Path, "id", Style::Simple, false),
+                field("tags", Location::Path, "tags", Style::Simple, false),
+                field("q", Location::Query, "q", Style::Form, true),
+                field("milestone", Location::Body, "milestone", Style::Form, true),
+            ]
+        };
+        let args = json!({"id": 1, "tags": "t", "q": null, "milestone": null, "note": null,
+            "title": "x"});
+        let json = build(
+            &op(fields(), Some(body(BodyEncoding::Json))),
+            "http://h",
+            args.as_object().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(json.url, "http://h/items/1/t");
+        assert_eq!(json.body, Body::Json(json!({"milestone": null, "note": null, "title": "x"})));
+        let form = build(
+            &op(fields(), Some(body(BodyEncoding::Form))),
+            "http://h",
+            args.as_object().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(form.body, Body::Form(vec![("title".into(), "x".into())]));
     }
 
     #[test]
