@@ -20,7 +20,8 @@ const DEFAULT_LIFETIME: Duration = Duration::from_secs(3600);
 pub(crate) struct Auth {
     schemes: BTreeMap<String, SecurityScheme>,
     credentials: BTreeMap<String, Credentials>,
-    tokens: Mutex<HashMap<String, (String, Instant)>>,
+    /// Tokens by scheme and the scopes they were asked with (space-separated).
+    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
 }
 
 impl Auth {
@@ -52,13 +53,16 @@ impl Auth {
         let (Some(kind), Some(c)) = (self.schemes.get(scheme), self.credentials.get(scheme)) else {
             return false;
         };
+        // An empty value (`${TOKEN:-}` with the variable unset) is no credential: it would
+        // send `Authorization: Bearer ` and hide why the API refuses.
+        let given = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
         match kind {
-            SecurityScheme::ApiKey { .. } => c.api_key.is_some(),
-            SecurityScheme::Bearer => c.token.is_some(),
-            SecurityScheme::Basic => c.username.is_some(),
+            SecurityScheme::ApiKey { .. } => given(&c.api_key),
+            SecurityScheme::Bearer => given(&c.token),
+            SecurityScheme::Basic => given(&c.username),
             SecurityScheme::ClientCredentials { token_url, .. } => {
-                c.client_id.is_some()
-                    && c.client_secret.is_some()
+                given(&c.client_id)
+                    && given(&c.client_secret)
                     && (c.token_url.is_some() || token_url.is_some())
             }
             SecurityScheme::Unsupported { .. } => false,
@@ -69,6 +73,7 @@ impl Auth {
     pub(crate) async fn apply(
         &self,
         schemes: &[String],
+        wanted: &BTreeMap<String, Vec<String>>,
         request: &mut PreparedRequest,
         client: &reqwest::Client,
         tool: &str,
@@ -81,33 +86,78 @@ impl Auth {
             match kind {
                 SecurityScheme::ApiKey { name, location } => {
                     let key = c.api_key.clone().unwrap_or_default();
+                    // Set, not added: a value of the same name from elsewhere (the
+                    // import's `headers`, a document that also declares the key as a
+                    // parameter) is replaced, never sent beside the key.
                     match location {
-                        Location::Query => request.add_query(name, &key),
-                        Location::Cookie => request
-                            .cookies
-                            .push(format!("{name}={}", crate::template::encode(&key))),
-                        _ => request.headers.push((name.clone(), key)),
+                        Location::Query => request.set_query(name, &key),
+                        Location::Cookie => request.set_cookie(name, &key),
+                        _ => request.set_header(name, key),
                     }
                 }
                 SecurityScheme::Bearer => {
                     let token = c.token.as_deref().unwrap_or_default();
-                    request.headers.push(("Authorization".into(), format!("Bearer {token}")));
+                    request.set_header("Authorization", format!("Bearer {token}"));
                 }
                 SecurityScheme::Basic => {
                     let user = c.username.as_deref().unwrap_or_default();
                     let password = c.password.as_deref().unwrap_or_default();
                     let encoded = base64(format!("{user}:{password}").as_bytes());
-                    request.headers.push(("Authorization".into(), format!("Basic {encoded}")));
+                    request.set_header("Authorization", format!("Basic {encoded}"));
                 }
                 SecurityScheme::ClientCredentials { token_url, scopes } => {
+                    let scopes = wanted.get(scheme).unwrap_or(scopes);
                     let token =
                         self.token(scheme, c, token_url.as_deref(), scopes, client, tool).await?;
-                    request.headers.push(("Authorization".into(), format!("Bearer {token}")));
+                    request.set_header("Authorization", format!("Bearer {token}"));
                 }
                 SecurityScheme::Unsupported { .. } => {}
             }
         }
         Ok(())
+    }
+
+    /// The parameters the configured credentials of the schemes in `alternatives` supply,
+    /// as `(location, name)` (header names in lower case): an API key's header, query parameter or cookie. A document
+    /// that also declares one as an operation's parameter would have the model asked for
+    /// the key.
+    pub(crate) fn supplied_parameters(
+        &self,
+        alternatives: &[Vec<String>],
+    ) -> Vec<(Location, String)> {
+        self.schemes
+            .iter()
+            .filter(|(name, _)| alternatives.iter().flatten().any(|s| s == *name))
+            .filter(|(name, _)| self.usable(name))
+            .filter_map(|(_, kind)| match kind {
+                SecurityScheme::ApiKey { name, location } => Some((
+                    *location,
+                    if *location == Location::Header {
+                        name.to_ascii_lowercase()
+                    } else {
+                        name.clone()
+                    },
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The schemes of `alternatives` that no configured credentials make usable, when none
+    /// of the alternatives is usable and none is empty (an empty one makes security
+    /// optional): the operation will be sent without credentials.
+    pub(crate) fn missing<'a>(&self, alternatives: &'a [Vec<String>]) -> Vec<&'a str> {
+        if alternatives.is_empty()
+            || alternatives.iter().any(Vec::is_empty)
+            || self.choose(alternatives).is_some()
+        {
+            return Vec::new();
+        }
+        let mut missing: Vec<&str> =
+            alternatives.iter().flatten().map(String::as_str).filter(|s| !self.usable(s)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        missing
     }
 
     /// Whether `schemes` include an OAuth2 scheme (whose token a 401 may have invalidated).
@@ -120,9 +170,7 @@ impl Auth {
     /// Forgets cached tokens of `schemes`, after the API rejected one.
     pub(crate) async fn invalidate(&self, schemes: &[String]) {
         let mut tokens = self.tokens.lock().await;
-        for scheme in schemes {
-            tokens.remove(scheme);
-        }
+        tokens.retain(|(scheme, _), _| !schemes.contains(scheme));
     }
 
     async fn token(
@@ -134,9 +182,12 @@ impl Auth {
         client: &reqwest::Client,
         tool: &str,
     ) -> Result<String, RestError> {
+        // The configuration's scopes, else those the operation's requirement names.
+        let scopes = if credentials.scopes.is_empty() { scopes } else { &credentials.scopes };
+        let key = (scheme.to_owned(), scopes.join(" "));
         // Holding the lock while fetching makes concurrent calls share one token request.
         let mut tokens = self.tokens.lock().await;
-        if let Some((token, expires)) = tokens.get(scheme)
+        if let Some((token, expires)) = tokens.get(&key)
             && Instant::now() + REFRESH_MARGIN < *expires
         {
             return Ok(token.clone());
@@ -151,7 +202,6 @@ impl Auth {
             .as_deref()
             .or(token_url)
             .ok_or_else(|| fail("no token URL".into()))?;
-        let scopes = if credentials.scopes.is_empty() { scopes } else { &credentials.scopes };
         let mut form = vec![("grant_type", "client_credentials".to_owned())];
         if !scopes.is_empty() {
             form.push(("scope", scopes.join(" ")));
@@ -189,7 +239,7 @@ impl Auth {
             .get("expires_in")
             .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
             .map_or(DEFAULT_LIFETIME, Duration::from_secs);
-        tokens.insert(scheme.to_owned(), (token.clone(), Instant::now() + lifetime));
+        tokens.insert(key, (token.clone(), Instant::now() + lifetime));
         Ok(token)
     }
 }

@@ -167,6 +167,33 @@ impl RestProvider {
                 document.source_name
             ));
         }
+        // Operations that need credentials the configuration does not give are sent
+        // without them: say so now, not with each call's 401.
+        let mut unauthenticated: BTreeMap<Vec<&str>, Vec<&str>> = BTreeMap::new();
+        for op in &imported.operations {
+            let missing = auth.missing(&op.security);
+            if !missing.is_empty() {
+                unauthenticated.entry(missing).or_default().push(&op.name);
+            }
+        }
+        for (schemes, ops) in unauthenticated {
+            let shown: Vec<String> = ops.iter().take(3).map(|o| format!("`{o}`")).collect();
+            let more =
+                if ops.len() > 3 { format!(" and {} more", ops.len() - 3) } else { String::new() };
+            warnings.push(format!(
+                "{}: {} operation{} ({}{more}) need{} security scheme {}, and `auth` gives no \
+                 credentials for {}: they are sent without; set `auth: {{{}: {{...}}}}` in \
+                 the import (values from the environment as `${{VAR}}`)",
+                document.source_name,
+                ops.len(),
+                if ops.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if ops.len() == 1 { "s" } else { "" },
+                schemes.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(" or "),
+                if schemes.len() == 1 { "it" } else { "any" },
+                schemes[0],
+            ));
+        }
         let client = http::client(config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS))?;
         let settings = HttpSettings {
             timeout: Duration::from_millis(config.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
@@ -285,7 +312,11 @@ impl RestProvider {
                 }
             };
             if let Some(auth) = &self.auth {
-                auth.apply(&schemes, &mut request, &tool.client, name).await?;
+                let scopes = match &tool.plan {
+                    Plan::OpenApi { op, .. } => &op.scopes,
+                    Plan::Inline(_) => &BTreeMap::new(),
+                };
+                auth.apply(&schemes, scopes, &mut request, &tool.client, name).await?;
             }
             // The caller's headers this tool passes on, unless the request sets them.
             for header in tool.passthrough.iter() {

@@ -47,6 +47,37 @@ impl PreparedRequest {
         self.url.push_str(&encode(value));
     }
 
+    /// Sets query parameter `name` to `value` (both raw), removing any it had.
+    pub(crate) fn set_query(&mut self, name: &str, value: &str) {
+        if let Some((base, query)) = self.url.split_once('?') {
+            let encoded = encode(name);
+            let kept: Vec<&str> = query
+                .split('&')
+                .filter(|pair| pair.split('=').next() != Some(encoded.as_str()))
+                .filter(|pair| !pair.is_empty())
+                .collect();
+            self.url = if kept.is_empty() {
+                base.to_owned()
+            } else {
+                format!("{base}?{}", kept.join("&"))
+            };
+        }
+        self.add_query(name, value);
+    }
+
+    /// Sets header `name` to `value`, removing any of that name (in any case).
+    pub(crate) fn set_header(&mut self, name: &str, value: String) {
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_owned(), value));
+    }
+
+    /// Sets cookie `name` to `value` (raw), removing any of that name.
+    pub(crate) fn set_cookie(&mut self, name: &str, value: &str) {
+        let prefix = format!("{name}=");
+        self.cookies.retain(|c| !c.starts_with(&prefix));
+        self.cookies.push(format!("{name}={}", encode(value)));
+    }
+
     /// The URL without its query, for messages (a query may hold credentials).
     pub(crate) fn url_for_messages(&self) -> &str {
         self.url.split('?').next().unwrap_or_default()
@@ -369,6 +400,7 @@ mod tests {
             fields,
             body,
             security: Vec::new(),
+            scopes: Default::default(),
             annotations: Default::default(),
             output: None,
         }

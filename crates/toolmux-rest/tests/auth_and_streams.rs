@@ -269,3 +269,89 @@ async fn multipart_bodies_carry_files_and_fields() {
         "{body}"
     );
 }
+
+/// A document that also lists its API key among an operation's parameters: the key is not
+/// an argument the model is asked for, and only the configured one is sent, once.
+#[tokio::test]
+async fn a_parameter_the_credentials_supply_is_no_argument() {
+    let base = serve(|seen| Reply::json(200, echo(&seen))).await;
+    let key_params = json!([
+        {"name": "X-API-KEY", "in": "header", "required": true, "schema": {"type": "string"}},
+        {"name": "api_key", "in": "query", "required": true, "schema": {"type": "string"}},
+        {"name": "q", "in": "query", "schema": {"type": "string"}}
+    ]);
+    let document = json!({
+        "openapi": "3.0.3", "info": {"title": "k", "version": "1"}, "servers": [{"url": base}],
+        "paths": {"/both": {"get": {"operationId": "both", "parameters": key_params,
+            "security": [{"keyHeader": [], "keyQuery": []}]}}},
+        "components": {"securitySchemes": {
+            "keyHeader": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
+            "keyQuery": {"type": "apiKey", "in": "query", "name": "api_key"}
+        }}
+    });
+    let config = OpenApiConfig { auth: credentials(), ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("k", document, "k.json", &config).unwrap();
+    let spec = &provider.specs()[0];
+    assert_eq!(spec.input_schema["properties"], json!({"q": {"type": "string"}}), "{spec:?}");
+    assert!(spec.input_schema.get("required").is_none(), "{spec:?}");
+    let out = provider.call("both", json!({"q": "x"}), &CallContext::new()).await.unwrap();
+    let seen: Value = serde_json::from_str(&out.to_text()).unwrap();
+    assert_eq!(seen["line"], "GET /both?q=x&api_key=k%20q%26 HTTP/1.1");
+    assert_eq!(seen["key"], "k-header");
+}
+
+/// Operations whose security no configured credentials meet are named at load (they go
+/// out without, and each call's 401 would not say why); an empty value (`${VAR:-}` of an
+/// unset variable) is no credential, so no `Authorization: Bearer ` is sent.
+#[tokio::test]
+async fn operations_without_their_credentials_are_named_at_load() {
+    let base = serve(|seen| Reply::json(200, echo(&seen))).await;
+    let mut auth = BTreeMap::new();
+    auth.insert(
+        "bearer".to_owned(),
+        Credentials { token: Some(String::new()), ..Credentials::default() },
+    );
+    let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
+    let provider =
+        RestProvider::openapi_from_value("s", secured_document(&base), "secured.json", &config)
+            .unwrap();
+    let warnings = provider.warnings().join("\n");
+    assert!(
+        warnings.contains(
+            "secured.json: 1 operation (`either`) needs security scheme `bearer` or `unset`, \
+             and `auth` gives no credentials for any: they are sent without; set `auth: \
+             {bearer: {...}}` in the import (values from the environment as `${VAR}`)"
+        ),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains("1 operation (`bearer`) needs security scheme `bearer`"),
+        "{warnings}"
+    );
+    assert_eq!(warnings.lines().count(), 7, "one line per set of schemes: {warnings}");
+    assert!(!warnings.contains("`public`"), "{warnings}");
+    assert_eq!(call(&provider, "bearer").await["authorization"], Value::Null);
+}
+
+/// An OAuth2 token is asked with the scopes the operation's requirement names, unless the
+/// configuration sets its own; tokens of different scopes are cached apart.
+#[tokio::test]
+async fn oauth_tokens_carry_the_operations_scopes() {
+    let server = token_server(3600, false).await;
+    let mut document = secured_document(&server.base);
+    document["paths"]["/write"] =
+        json!({"post": {"operationId": "write", "security": [{"oauth": ["write", "read"]}]}});
+    let mut auth = credentials();
+    auth.get_mut("oauth").unwrap().scopes.clear();
+    let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("s", document, "s.json", &config).unwrap();
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(call(&provider, "write").await["authorization"], "Bearer tok-2");
+    assert_eq!(call(&provider, "write").await["authorization"], "Bearer tok-2");
+    let bodies: Vec<String> =
+        server.token_bodies.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
+    assert_eq!(
+        bodies,
+        ["grant_type=client_credentials", "grant_type=client_credentials&scope=write+read"]
+    );
+}

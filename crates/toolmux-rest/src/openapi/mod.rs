@@ -123,6 +123,9 @@ pub(crate) struct Operation {
     /// Alternative sets of security schemes; the first whose credentials are all
     /// configured is used. Empty: no security.
     pub(crate) security: Vec<Vec<String>>,
+    /// The scopes the operation's requirements ask of each OAuth2 scheme (all of its
+    /// alternatives' together), requested with its token unless `auth` sets `scopes`.
+    pub(crate) scopes: std::collections::BTreeMap<String, Vec<String>>,
     pub(crate) annotations: ToolAnnotations,
     /// The output schema; `None` when the success responses do not say what JSON they
     /// hold, or the import's `outputSchemas` is `false`.

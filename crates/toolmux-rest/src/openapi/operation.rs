@@ -34,6 +34,8 @@ pub(crate) fn import(
     // Operations left out because their part of the document is broken, with the first
     // reason: the import fails only when nothing else was usable.
     let mut left_out: Vec<RestError> = Vec::new();
+    let schemes = security_schemes(doc, &mut warnings);
+    let auth = crate::auth::Auth::new(schemes.clone(), config.auth.clone());
     let empty = Map::new();
     let paths = doc.root.get("paths").and_then(Value::as_object).unwrap_or(&empty);
     for (path, item) in paths {
@@ -58,6 +60,7 @@ pub(crate) fn import(
                     doc,
                     &mut converter,
                     config,
+                    &auth,
                     OperationSite { item, item_at: &item_at, op, method, path, at: &op_at },
                 )
             } else {
@@ -107,7 +110,6 @@ pub(crate) fn import(
             operations.len()
         ));
     }
-    let schemes = security_schemes(doc, &mut warnings);
     Ok(Imported { operations, schemes, warnings })
 }
 
@@ -203,9 +205,15 @@ fn build_operation(
     doc: &Document,
     converter: &mut SchemaConverter<'_>,
     config: &OpenApiConfig,
+    auth: &crate::auth::Auth,
     site: OperationSite<'_>,
 ) -> Result<Operation, RestError> {
     let OperationSite { item, item_at, op, method, path, at } = site;
+    let security = security_requirements(doc, op);
+    // A parameter the configured credentials supply (an API key the document also lists
+    // among the operation's parameters) is no argument: the model would be asked for
+    // the key, and its value sent beside the real one.
+    let supplied = auth.supplied_parameters(&security);
     let mut candidates = Vec::new();
     let mut swagger_body = None;
     let mut form_params = Vec::new();
@@ -242,6 +250,13 @@ fn build_operation(
             && ["accept", "content-type", "authorization"]
                 .contains(&name.to_ascii_lowercase().as_str())
         {
+            continue;
+        }
+        let key = match location {
+            Location::Header => name.to_ascii_lowercase(),
+            _ => name.to_owned(),
+        };
+        if supplied.iter().any(|(l, n)| *l == location && *n == key) {
             continue;
         }
         let schema = parameter_schema(doc, converter, param, &param_at)?;
@@ -303,7 +318,8 @@ fn build_operation(
         input_schema,
         fields,
         body,
-        security: security_requirements(doc, op),
+        scopes: requirement_scopes(doc, op),
+        security,
         annotations: annotations(method),
         output: None,
     })
@@ -1078,6 +1094,24 @@ fn security_requirements(doc: &Document, op: &Value) -> Vec<Vec<String>> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The scopes each scheme's requirements name (an OAuth2 scheme's), over every
+/// alternative, in order and without repeats.
+fn requirement_scopes(doc: &Document, op: &Value) -> BTreeMap<String, Vec<String>> {
+    let list = op.get("security").or_else(|| doc.root.get("security"));
+    let mut scopes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for requirement in list.and_then(Value::as_array).into_iter().flatten() {
+        for (scheme, named) in requirement.as_object().into_iter().flatten() {
+            for scope in named.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                let of_scheme = scopes.entry(scheme.clone()).or_default();
+                if !of_scheme.iter().any(|s| s == scope) {
+                    of_scheme.push(scope.to_owned());
+                }
+            }
+        }
+    }
+    scopes
 }
 
 fn security_schemes(
