@@ -89,7 +89,12 @@ pub(crate) fn serve_http(project: &Project) -> HttpGateway {
 
 /// `toolmux serve --http 127.0.0.1:0` with `extra` arguments.
 pub(crate) fn serve_http_with(project: &Project, extra: &[&str]) -> HttpGateway {
-    let mut args = vec!["serve", "--http", "127.0.0.1:0"];
+    serve_http_at(project, "127.0.0.1:0", extra)
+}
+
+/// `toolmux serve --http ADDRESS` with `extra` arguments.
+fn serve_http_at(project: &Project, address: &str, extra: &[&str]) -> HttpGateway {
+    let mut args = vec!["serve", "--http", address];
     args.extend_from_slice(extra);
     let mut child = project
         .command(&args)
@@ -595,11 +600,24 @@ fn raw_http(
     authorization: Option<&str>,
     body: &str,
 ) -> (u16, String) {
+    let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    raw_http_to(url, address, method, path, authorization, body)
+}
+
+/// [`raw_http`] with `host` as the `Host` header.
+fn raw_http_to(
+    url: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     use std::io::Read as _;
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
     let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
@@ -689,6 +707,13 @@ fn http_api_keys_keep_out_clients_without_one() {
         metrics.contains(r#"toolmux_holder_calls_total{holder="ci",outcome="ok"} 1"#),
         "calls by key holder: {metrics}"
     );
+    // Neither names tools or providers to a page that rebinds a name to this server.
+    let bearer = format!("Bearer {KEY}");
+    for path in ["/metrics", "/health"] {
+        let (status, response) =
+            raw_http_to(&gateway.url, "evil.example", "GET", path, Some(&bearer), "");
+        assert_eq!(status, 403, "{path}: {response}");
+    }
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains(KEY), "the key is never logged: {}", run.stderr);
@@ -699,6 +724,34 @@ fn http_api_keys_keep_out_clients_without_one() {
     assert_eq!(record["tool"], "fs__grep", "{audit}");
     assert!(record["run"].as_str().is_some_and(|r| r.starts_with("key:ci/")), "{audit}");
     assert!(!audit.contains(KEY), "{audit}");
+}
+
+/// On every address with keys (the README's recipe for other machines), a client naming
+/// the server as it reaches it (`tools.lan`) is served; the key still decides.
+#[test]
+fn http_on_every_address_serves_other_machines_names_with_a_key() {
+    let project = Project::new().env("CI_KEY", KEY);
+    project.file(
+        "toolmux.yaml",
+        "fs: {}
+",
+    );
+    let gateway = serve_http_at(&project, "0.0.0.0:0", &["--api-key-env", "CI_KEY"]);
+    let url = gateway.url.replace("0.0.0.0", "127.0.0.1");
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let bearer = format!("Bearer {KEY}");
+    let (status, response) =
+        raw_http_to(&url, "tools.lan:8931", "POST", "/mcp", Some(&bearer), &body);
+    assert_eq!(status, 200, "{response}");
+    let (status, _) = raw_http_to(&url, "tools.lan:8931", "POST", "/mcp", None, &body);
+    assert_eq!(status, 401);
+    let (status, response) = raw_http_to(&url, "192.0.2.7", "GET", "/metrics", Some(&bearer), "");
+    assert_eq!(status, 200, "{response}");
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
 /// Listening where other machines reach it without a key is refused unless asked for; bad

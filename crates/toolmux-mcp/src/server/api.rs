@@ -836,7 +836,11 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// Refuses requests whose `Host`, or `Origin` when sent, is not on an allowed host (as
 /// rmcp does for `/mcp`), against DNS rebinding.
-async fn check_host(State(hosts): State<Arc<[String]>>, request: Request, next: Next) -> Response {
+pub(crate) async fn check_host(
+    State(hosts): State<Arc<[String]>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if hosts.is_empty() {
         return next.run(request).await;
     }

@@ -25,7 +25,8 @@ pub(crate) fn router(
     bound: SocketAddr,
     shutdown: CancellationToken,
 ) -> axum::Router {
-    let hosts = allowed_hosts(&shared.options().allowed_hosts, bound);
+    let keyed = !shared.options().api_keys.is_empty() || shared.options().token_verifier.is_some();
+    let hosts = allowed_hosts(&shared.options().allowed_hosts, bound, keyed);
     let origins = allowed_origins(&hosts);
     // rmcp's checks guard `/mcp`; the API beside it checks the same hosts itself.
     let api = super::api::routes(shared.clone(), hosts.clone(), shutdown.clone());
@@ -48,6 +49,12 @@ pub(crate) fn router(
         config,
     );
     let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
+    // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
+    // to this server must not read them either.
+    let host_check = axum::middleware::from_fn_with_state(
+        Arc::<[String]>::from(hosts.clone()),
+        super::api::check_host,
+    );
     if let Some(metrics) = metrics {
         router = router.route(
             METRICS_PATH,
@@ -57,7 +64,8 @@ pub(crate) fn router(
                     let kind = "text/plain; version=0.0.4; charset=utf-8";
                     ([(CONTENT_TYPE, HeaderValue::from_static(kind))], text)
                 }
-            }),
+            })
+            .layer(host_check.clone()),
         );
     }
     // Always in place: keys may be given by a reload after the server started without.
@@ -69,7 +77,8 @@ pub(crate) fn router(
         HEALTH_PATH,
         axum::routing::get(move |headers: HeaderMap| {
             health(health_shared.clone(), health_access.clone(), headers)
-        }),
+        })
+        .layer(host_check),
     );
     // Where clients learn which authorization server issues tokens (RFC 9728): at the
     // root and at the resource's path.
@@ -330,8 +339,14 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 
 /// The configured hosts plus the bound address, which a client naming the server by
 /// that address sends as `Host`.
-fn allowed_hosts(configured: &[String], bound: SocketAddr) -> Vec<String> {
-    if configured.is_empty() {
+///
+/// On an unspecified address (`0.0.0.0`, `::`) where every request needs a key or token
+/// (`keyed`), and no host was added to the loopback names, any `Host` is accepted: the
+/// server is there for other machines, which name it as they reach it (`192.0.2.7`,
+/// `tools.lan`), and a page that rebinds a name to it has no key to call it with.
+fn allowed_hosts(configured: &[String], bound: SocketAddr, keyed: bool) -> Vec<String> {
+    let only_loopback = configured.iter().all(|h| super::LOOPBACK_HOSTS.contains(&h.as_str()));
+    if configured.is_empty() || (bound.ip().is_unspecified() && keyed && only_loopback) {
         return Vec::new();
     }
     let mut hosts = configured.to_vec();
@@ -415,13 +430,18 @@ mod tests {
     fn hosts_and_origins() {
         let configured: Vec<String> =
             ["127.0.0.1", "localhost", "::1", "example.com:8080"].map(String::from).into();
-        let hosts = allowed_hosts(&configured, "127.0.0.2:9000".parse().unwrap());
+        let hosts = allowed_hosts(&configured, "127.0.0.2:9000".parse().unwrap(), false);
         assert_eq!(hosts.last().map(String::as_str), Some("127.0.0.2"));
         let origins = allowed_origins(&hosts);
         assert!(origins.contains(&"http://[::1]:*".to_owned()));
         assert!(origins.contains(&"https://example.com:*".to_owned()));
-        assert!(allowed_hosts(&[], "127.0.0.1:1".parse().unwrap()).is_empty());
-        let any = allowed_hosts(&configured, "0.0.0.0:1".parse().unwrap());
-        assert_eq!(any.len(), configured.len());
+        assert!(allowed_hosts(&[], "127.0.0.1:1".parse().unwrap(), false).is_empty());
+        let unspecified = "0.0.0.0:1".parse().unwrap();
+        assert_eq!(allowed_hosts(&configured, unspecified, true).len(), configured.len());
+        // Every address, keys required, no host added: any host (other machines').
+        let loopback = super::super::LOOPBACK_HOSTS.map(String::from);
+        assert!(allowed_hosts(&loopback, unspecified, true).is_empty());
+        // Without keys (`--no-auth`) the loopback names stay the only ones.
+        assert_eq!(allowed_hosts(&loopback, unspecified, false).len(), 3);
     }
 }

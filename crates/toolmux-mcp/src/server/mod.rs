@@ -28,7 +28,10 @@
 //!   are rewritten to what its model's API accepts (no top-level unions, Gemini's OpenAPI
 //!   subset); arguments are still validated against the original schemas.
 //! - Over HTTP, requests whose `Host` (or `Origin`, when sent) is not one of
-//!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding; with
+//!   [`ServeOptions::allowed_hosts`] are refused with 403, against DNS rebinding (`/mcp`,
+//!   the API, `/health` and `/metrics`; on an unspecified address whose requests all need
+//!   a key, with no host added, any host is accepted: other machines name it as they
+//!   reach it); with
 //!   [`ServeOptions::api_keys`], requests without one of the keys are refused with 401.
 //! - Over HTTP, `GET /health` (no key needed, for load balancers and probes): 200, the
 //!   number of tools and each provider's [`Health`](toolmux_core::Health) by namespace
@@ -238,13 +241,16 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
+/// The hosts a server accepts by default: loopback's names.
+pub(crate) const LOOPBACK_HOSTS: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
+
 impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             name_prefix: None,
             client: ClientProfile::Generic,
             detect_client: true,
-            allowed_hosts: ["127.0.0.1", "localhost", "::1"].map(String::from).into(),
+            allowed_hosts: LOOPBACK_HOSTS.map(String::from).into(),
             page_size: 100,
             server_name: "toolmux".to_owned(),
             server_version: env!("CARGO_PKG_VERSION").to_owned(),
