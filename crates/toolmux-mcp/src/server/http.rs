@@ -52,7 +52,7 @@ pub(crate) fn router(
     // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
     // to this server must not read them either.
     let host_check = axum::middleware::from_fn_with_state(
-        Arc::<[String]>::from(hosts.clone()),
+        Arc::<[String]>::from(hosts),
         super::api::check_host,
     );
     if let Some(metrics) = metrics {
