@@ -613,12 +613,27 @@ fn raw_http_to(
     authorization: Option<&str>,
     body: &str,
 ) -> (u16, String) {
+    let auth = authorization.map(|a| vec![("Authorization", a)]).unwrap_or_default();
+    raw_request(url, host, method, path, &auth, body)
+}
+
+/// One bare HTTP/1.1 exchange with `headers` besides `Host`, the content types and the
+/// length.
+fn raw_request(
+    url: &str,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     use std::io::Read as _;
     let address = url.trim_start_matches("http://").trim_end_matches("/mcp");
-    let auth = authorization.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+    let extra: String =
+        headers.iter().map(|(name, value)| format!("{name}: {value}\r\n")).collect();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Accept: application/json, text/event-stream\r\n{extra}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
     );
@@ -750,6 +765,53 @@ fn http_on_every_address_serves_other_machines_names_with_a_key() {
     assert_eq!(status, 401);
     let (status, response) = raw_http_to(&url, "192.0.2.7", "GET", "/metrics", Some(&bearer), "");
     assert_eq!(status, 200, "{response}");
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// An MCP session belongs to the key holder that made it: another holder who presents its
+/// id can neither open its stream of server messages nor end it.
+#[test]
+fn http_sessions_belong_to_the_key_holder_that_made_them() {
+    const BOB: &str = "b0b-key-for-tests-only-98765";
+    let project = Project::new().env("ALICE_KEY", KEY).env("BOB_KEY", BOB);
+    project.file(
+        "toolmux.yaml",
+        "fs: {}\nserve:\n  apiKeys: {alice: '${ALICE_KEY}', bob: '${BOB_KEY}'}\n",
+    );
+    let gateway = serve_http(&project);
+    let host = gateway.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let (alice, bob) = (format!("Bearer {KEY}"), format!("Bearer {BOB}"));
+    let (status, response) = raw_post(&gateway.url, Some(&alice));
+    assert_eq!(status, 200, "{response}");
+    let session = response
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("mcp-session-id:")
+                .map(|_| l[15..].trim().to_owned())
+        })
+        .expect("a session id");
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let as_holder = |key: &str, method: &str, body: &str| {
+        let headers = [
+            ("Authorization", key),
+            ("Mcp-Session-Id", session.as_str()),
+            ("Mcp-Protocol-Version", "2025-06-18"),
+        ];
+        raw_request(&gateway.url, &host, method, "/mcp", &headers, body)
+    };
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(as_holder(&alice, "POST", initialized).0, 202);
+    for method in ["GET", "DELETE"] {
+        let (status, response) = as_holder(&bob, method, "");
+        assert_eq!(status, 404, "{method}: {response}");
+    }
+    let (status, response) = as_holder(&bob, "POST", list);
+    assert_eq!(status, 404, "{response}");
+    let (status, response) = as_holder(&alice, "POST", list);
+    assert_eq!(status, 200, "alice's session still serves her: {response}");
+    assert!(response.contains("fs__grep"), "{response}");
     let run = stop(gateway);
     assert_eq!(run.code, 0, "{}", run.stderr);
 }

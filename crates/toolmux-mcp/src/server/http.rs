@@ -10,9 +10,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -51,10 +52,8 @@ pub(crate) fn router(
     let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
     // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
     // to this server must not read them either.
-    let host_check = axum::middleware::from_fn_with_state(
-        Arc::<[String]>::from(hosts),
-        super::api::check_host,
-    );
+    let host_check =
+        axum::middleware::from_fn_with_state(Arc::<[String]>::from(hosts), super::api::check_host);
     if let Some(metrics) = metrics {
         router = router.route(
             METRICS_PATH,
@@ -71,6 +70,11 @@ pub(crate) fn router(
     // Always in place: keys may be given by a reload after the server started without.
     let access = Arc::new(Access { keys: factory_keys, verifier: verifier.clone() });
     let health_access = access.clone();
+    // Inside the key check (layers run outermost last added): the holder is known.
+    router = router.layer(axum::middleware::from_fn_with_state(
+        Arc::new(SessionHolders::default()),
+        keep_sessions_to_their_holder,
+    ));
     router = router.layer(axum::middleware::from_fn_with_state(access, check_key));
     // Added after the key check: probes carry no key.
     let mut router = router.route(
@@ -304,6 +308,66 @@ fn refuse(status: StatusCode, challenge: &str, why: &str) -> Response {
     }
     response
 }
+
+/// The holder whose request made each MCP session (by `Mcp-Session-Id`), and when the
+/// session was last used.
+#[derive(Debug, Default)]
+struct SessionHolders(std::sync::Mutex<HashMap<String, (Arc<str>, Instant)>>);
+
+/// Sessions not used for this long are forgotten (rmcp ends idle sessions sooner).
+const SESSION_HOLDER_IDLE: Duration = Duration::from_secs(3600);
+
+/// A session belongs to the key holder that made it: another holder who presents its
+/// `Mcp-Session-Id` (to open its stream of server messages, or to end it with `DELETE`)
+/// is told there is no such session, as rmcp tells an unknown one.
+async fn keep_sessions_to_their_holder(
+    State(sessions): State<Arc<SessionHolders>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(holder) = request.extensions().get::<KeyHolder>().map(|h| h.0.clone()) else {
+        return next.run(request).await;
+    };
+    let presented =
+        request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let deleting = request.method() == axum::http::Method::DELETE;
+    if let Some(id) = &presented {
+        let mut held = sessions.0.lock().unwrap_or_else(|e| e.into_inner());
+        match held.get_mut(id) {
+            Some((owner, _)) if *owner != holder => {
+                drop(held);
+                tracing::warn!(target: "toolmux::serve", holder = %holder, "a request named another key holder's MCP session; refused");
+                let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+                    "error": {"code": -32600, "message": "session not found"}});
+                let mut response = (StatusCode::NOT_FOUND, body.to_string()).into_response();
+                response
+                    .headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                return response;
+            }
+            Some((_, seen)) => *seen = Instant::now(),
+            None => {}
+        }
+    }
+    let response = next.run(request).await;
+    let mut held = sessions.0.lock().unwrap_or_else(|e| e.into_inner());
+    if deleting && response.status().is_success() {
+        if let Some(id) = &presented {
+            held.remove(id);
+        }
+    } else if let Some(made) = response.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok())
+    {
+        let now = Instant::now();
+        held.entry(made.to_owned()).or_insert((holder, now));
+        if held.len() > 1024 {
+            held.retain(|_, (_, seen)| now.duration_since(*seen) < SESSION_HOLDER_IDLE);
+        }
+    }
+    response
+}
+
+/// The header naming a streamable HTTP session.
+const MCP_SESSION_ID: &str = "mcp-session-id";
 
 /// Who holds the API key a request presented: runs are kept per holder (`key:NAME/…`), so
 /// the audit log tells who made each call and one holder cannot name another's run.
