@@ -187,11 +187,53 @@ pub(crate) struct Ordered<T> {
     after_notification: bool,
     /// A response held back until the runtime has run the notification tasks.
     held: Option<RxJsonRpcMessage<RoleClient>>,
+    /// The `server/discover` probe sent and not yet answered.
+    discover: Option<rmcp::model::RequestId>,
+    /// A probe rmcp gave up on (it sent `initialize` after its 10 s wait): its answer, when
+    /// a slow server sends it after all, is dropped. rmcp would take it for the answer to
+    /// `initialize`, fail the handshake, and the server would be killed and started
+    /// again, though it works (a cold `npx` or Docker start takes longer than 10 s).
+    abandoned: Option<rmcp::model::RequestId>,
 }
 
 impl<T> Ordered<T> {
     pub(crate) fn new(inner: T) -> Self {
-        Ordered { inner, after_notification: false, held: None }
+        Ordered { inner, after_notification: false, held: None, discover: None, abandoned: None }
+    }
+
+    /// Notes a probe sent, or given up on when `initialize` follows it unanswered.
+    fn sending(&mut self, item: &TxJsonRpcMessage<RoleClient>) {
+        if let JsonRpcMessage::Request(request) = item {
+            match request.request.method() {
+                "server/discover" => self.discover = Some(request.id.clone()),
+                "initialize" => self.abandoned = self.discover.take(),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether `message` answers a probe given up on (and is to be dropped); an answer
+    /// to the probe still awaited ends the wait for it.
+    fn is_late_probe_answer(&mut self, message: &RxJsonRpcMessage<RoleClient>) -> bool {
+        if self.discover.is_none() && self.abandoned.is_none() {
+            return false;
+        }
+        let id = match message {
+            JsonRpcMessage::Response(response) => Some(&response.id),
+            JsonRpcMessage::Error(error) => error.id.as_ref(),
+            _ => None,
+        };
+        let Some(id) = id else { return false };
+        if self.discover.as_ref() == Some(id) {
+            self.discover = None;
+            return false;
+        }
+        if self.abandoned.as_ref() == Some(id) {
+            self.abandoned = None;
+            tracing::debug!("a late answer to server/discover is dropped (initialize was sent)");
+            return true;
+        }
+        false
     }
 }
 
@@ -202,6 +244,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.sending(&item);
         self.inner.send(item)
     }
 
@@ -209,7 +252,10 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
     /// returned only after a yield has completed.
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         if self.held.is_none() {
-            let message = self.inner.receive().await?;
+            let mut message = self.inner.receive().await?;
+            while self.is_late_probe_answer(&message) {
+                message = self.inner.receive().await?;
+            }
             let notification = matches!(message, JsonRpcMessage::Notification(_));
             let follows_notification =
                 std::mem::replace(&mut self.after_notification, notification);

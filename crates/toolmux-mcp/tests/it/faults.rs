@@ -4,7 +4,7 @@
 use serde_json::json;
 use std::time::{Duration, Instant};
 use toolmux_core::{CallContext, ToolError, ToolProvider};
-use toolmux_mcp::{DeclaredTool, McpProvider};
+use toolmux_mcp::{DeclaredTool, McpProvider, McpServerConfig};
 use toolmux_test_support::conformance::{Conformance, SampleCall};
 
 use crate::support;
@@ -111,6 +111,27 @@ async fn a_slow_initialize_within_the_startup_timeout_works() {
     let provider = McpProvider::new("fixture", config).unwrap();
     provider.warmup().await.unwrap();
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
+}
+
+/// A server that reads nothing for 11 s, longer than rmcp waits for the answer to
+/// `server/discover` before it sends `initialize`: the late answer to the probe is not
+/// taken for the handshake's, so the server starts once and is used (it was killed and
+/// started again, and one slower than 15 s never came up).
+#[tokio::test]
+async fn a_server_slower_to_start_than_the_protocol_probe_is_started_once() {
+    let starts = tempfile::NamedTempFile::new().unwrap();
+    let path = starts.path().to_str().unwrap().to_owned();
+    let config = McpServerConfig::stdio(
+        env!("CARGO_BIN_EXE_toolmux-mcp-fixture"),
+        ["slow-start", path.as_str()],
+    )
+    .with_base_dir(support::run_dir())
+    .with_startup_timeout(Duration::from_secs(40));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "started\n", "started once");
     provider.shutdown().await.unwrap();
 }
 
@@ -389,7 +410,7 @@ async fn a_server_that_cannot_start_says_why() {
     script("no-interpreter.sh", "#!/nonexistent/interpreter\n", 0o755);
     script("not-executable.sh", "#!/bin/sh\n", 0o644);
     let shown = dir.display().to_string();
-    let report = |config: toolmux_mcp::McpServerConfig| {
+    let report = |config: McpServerConfig| {
         let shown = shown.clone();
         async move {
             let provider = McpProvider::new("x", config.with_max_restarts(0)).unwrap();
@@ -399,7 +420,7 @@ async fn a_server_that_cannot_start_says_why() {
         }
     };
     let stdio = |program: &str| {
-        toolmux_mcp::McpServerConfig::stdio(program, Vec::<String>::new()).with_base_dir(&dir)
+        McpServerConfig::stdio(program, Vec::<String>::new()).with_base_dir(&dir)
     };
     expect_test::expect!["x: cannot connect over stdio: cannot start `toolmux-no-such-program`: no such program in PATH (install it, or give its full path in `command`)"]
         .assert_eq(&report(stdio("toolmux-no-such-program")).await);
@@ -426,7 +447,7 @@ async fn an_unreachable_http_server_says_why() {
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}/mcp?key=sekrit");
-    let config = toolmux_mcp::McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
+    let config = McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
     let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
     let error = provider.warmup().await.unwrap_err().report();
     provider.shutdown().await.unwrap();
@@ -457,7 +478,7 @@ async fn an_http_handshake_refused_with_a_status_says_what_to_check() {
         let url = format!("{base}{path}");
         async move {
             let config =
-                toolmux_mcp::McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
+                McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
             let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
             let error = provider.warmup().await.unwrap_err().report();
             provider.shutdown().await.unwrap();
@@ -483,7 +504,7 @@ async fn a_server_that_outlives_its_input_is_asked_to_stop_before_it_is_killed()
         mark = mark.display(),
         fixture = env!("CARGO_BIN_EXE_toolmux-mcp-fixture"),
     );
-    let config = toolmux_mcp::McpServerConfig::stdio("sh", ["-c".to_owned(), script])
+    let config = McpServerConfig::stdio("sh", ["-c".to_owned(), script])
         .with_base_dir(dir.path().to_path_buf());
     let provider = McpProvider::new("stubborn", config).unwrap();
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
