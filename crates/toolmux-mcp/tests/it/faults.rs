@@ -419,9 +419,8 @@ async fn a_server_that_cannot_start_says_why() {
             error.replace(&shown, "DIR")
         }
     };
-    let stdio = |program: &str| {
-        McpServerConfig::stdio(program, Vec::<String>::new()).with_base_dir(&dir)
-    };
+    let stdio =
+        |program: &str| McpServerConfig::stdio(program, Vec::<String>::new()).with_base_dir(&dir);
     expect_test::expect!["x: cannot connect over stdio: cannot start `toolmux-no-such-program`: no such program in PATH (install it, or give its full path in `command`)"]
         .assert_eq(&report(stdio("toolmux-no-such-program")).await);
     expect_test::expect![
@@ -477,8 +476,7 @@ async fn an_http_handshake_refused_with_a_status_says_what_to_check() {
     let report = |path: &str| {
         let url = format!("{base}{path}");
         async move {
-            let config =
-                McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
+            let config = McpServerConfig::remote(toolmux_mcp::TransportKind::Http, url);
             let provider = McpProvider::new("h", config.with_max_restarts(0)).unwrap();
             let error = provider.warmup().await.unwrap_err().report();
             provider.shutdown().await.unwrap();

@@ -740,6 +740,15 @@ impl Orchestrator {
             .collect();
         let mut list_errors = self.refresh_skipping(&failed).await;
         self.start_watchers();
+        // A provider that could not start (a server down, a cold start slower than the
+        // startup timeout) is tried again in the background, and its tools join the
+        // listings when it comes up; until now it stayed out until a reload.
+        {
+            let mut watchers = self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner());
+            for namespace in failed.iter().chain(list_errors.keys()) {
+                watchers.push(self.retry_start(namespace.clone()));
+            }
+        }
         self.start_update_forwarders();
         // Prompts and resources are listed again whenever a client lists them; listing them
         // here lets reads and `get_prompt` route before the first listing, and reports
@@ -853,6 +862,70 @@ impl Orchestrator {
         for provider in self.providers() {
             watchers.extend(self.watch(&provider));
         }
+    }
+
+    /// Tries provider `namespace` again, after 2 s and then twice as long each time up to
+    /// a minute, until it starts and lists its tools: then the registry is rebuilt and
+    /// subscribers are told. Ends with the orchestrator, or once the provider is gone.
+    fn retry_start(&self, namespace: String) -> tokio::task::JoinHandle<()> {
+        const FIRST: Duration = Duration::from_secs(2);
+        const LONGEST: Duration = Duration::from_secs(60);
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut wait = FIRST;
+            for attempt in 1u32.. {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(LONGEST);
+                let Some(inner) = weak.upgrade() else { return };
+                let orchestrator = Orchestrator { inner };
+                if orchestrator.inner.closing.load(Ordering::Acquire) {
+                    return;
+                }
+                let Some(provider) =
+                    orchestrator.providers().into_iter().find(|p| p.namespace() == namespace)
+                else {
+                    return;
+                };
+                let timeout = orchestrator.inner.config.startup_timeout;
+                let listed = match warm_one(0, provider.clone(), timeout).await.1 {
+                    Ok(()) => list_one(provider, timeout).await.1,
+                    Err(e) => Err(e),
+                };
+                match listed {
+                    Ok(tools) => {
+                        {
+                            let _guard = orchestrator.inner.refresh_lock.lock().await;
+                            {
+                                let mut providers = orchestrator
+                                    .inner
+                                    .providers
+                                    .write()
+                                    .unwrap_or_else(|e| e.into_inner());
+                                if let Some(p) = providers
+                                    .iter_mut()
+                                    .find(|p| p.provider.namespace() == namespace)
+                                {
+                                    p.tools = tools;
+                                }
+                            }
+                            orchestrator.rebuild();
+                        }
+                        tracing::info!(provider = %namespace, attempt, "provider started after all");
+                        orchestrator.inner.notifier.notify();
+                        orchestrator.inner.prompts_changed.notify();
+                        orchestrator.inner.resources_changed.notify();
+                        return;
+                    }
+                    Err(e) => tracing::debug!(
+                        provider = %namespace,
+                        attempt,
+                        "provider still does not start, next try in {}s: {}",
+                        wait.as_secs(),
+                        orchestrator.inner.redactor.redact(&e)
+                    ),
+                }
+            }
+        })
     }
 
     /// Refreshes `provider`'s tools whenever it says its list changed.

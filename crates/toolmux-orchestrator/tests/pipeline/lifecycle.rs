@@ -94,6 +94,70 @@ async fn warmup_is_bounded_and_one_failure_stops_nothing() {
     assert_eq!(broken.listings(), 1);
 }
 
+/// A server that is down until `up` is set.
+#[derive(Debug)]
+struct Down {
+    up: Arc<std::sync::atomic::AtomicBool>,
+    tries: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl ToolProvider for Down {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Mcp
+    }
+    fn namespace(&self) -> &str {
+        "late"
+    }
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        Ok(vec![ToolSpec::new("t", "d", json!({"type": "object"}))])
+    }
+    async fn call(&self, _: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("up at last"))
+    }
+    async fn warmup(&self) -> Result<(), ToolError> {
+        self.tries.fetch_add(1, Ordering::SeqCst);
+        if self.up.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(ToolError::Unavailable {
+                provider: "late".into(),
+                message: "connection refused".into(),
+            })
+        }
+    }
+}
+
+/// A provider down when the orchestrator starts is tried again in the background: once it
+/// is up its tools are listed and subscribers told, with no reload (they stayed out).
+#[tokio::test(start_paused = true)]
+async fn a_provider_down_at_the_start_joins_when_it_comes_up() {
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tries = Arc::new(AtomicUsize::new(0));
+    let down = Arc::new(Down { up: up.clone(), tries: tries.clone() });
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo)))
+        .provider(down)
+        .build()
+        .unwrap();
+    let report = o.warmup().await;
+    assert!(!report.is_ok());
+    assert!(o.registry().get("late__t").is_none());
+    let mut changes = o.tool_list_changes().unwrap();
+    // Still down: tried again, after 2 s then 4 s, without a change.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(tries.load(Ordering::SeqCst), 3);
+    assert!(o.registry().get("late__t").is_none());
+    up.store(true, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(30), changes.changed()).await.unwrap();
+    assert_eq!(call(&o, "late__t", json!({})).await.result.unwrap(), "up at last");
+    // Up for good: no more tries.
+    let now = tries.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(tries.load(Ordering::SeqCst), now);
+    o.cleanup().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn list_changes_refresh_the_registry_and_signal_upward() {
     let p = Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo));
