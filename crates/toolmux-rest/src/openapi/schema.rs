@@ -6,7 +6,8 @@
 //! `null` to the type, boolean `exclusiveMinimum`/`exclusiveMaximum` become numbers,
 //! `example` becomes `examples`, Swagger's `type: file` becomes a binary string, an array of
 //! `items` becomes `prefixItems`; `discriminator`, `xml`, `externalDocs`, `$id`, `$schema`
-//! and `x-` extensions are dropped. A converter works in one [`Direction`]: in requests
+//! and `x-` extensions are dropped (a `oneOf` beside a `discriminator` becomes `anyOf`:
+//! without the discriminator, overlapping branches would refuse every valid value). A converter works in one [`Direction`]: in requests
 //! `readOnly` properties are left out (with their `required` entries: only the server sets
 //! them), in responses `writeOnly` ones (a server never returns them).
 
@@ -233,6 +234,15 @@ impl<'d> SchemaConverter<'d> {
                 },
                 _ => value.clone(),
             };
+            // `oneOf` with a `discriminator` means "the branch the discriminator names";
+            // without the discriminator, which JSON Schema has not, branches that overlap
+            // (a `Cat` and a `Dog` both open to more properties) make every valid value
+            // match two of them, and `oneOf` refuses it. `anyOf` keeps what the branches
+            // allow.
+            if key == "oneOf" && map.contains_key("discriminator") {
+                out.insert("anyOf".into(), converted);
+                continue;
+            }
             out.insert(key.clone(), converted);
         }
         if let Some(example) = map.get("example")
@@ -555,6 +565,28 @@ mod tests {
             json!({"type": "string", "enum": ["a"], "nullable": true}),
             expect![[r#"{"enum":["a",null],"type":["string","null"]}"#]],
         );
+    }
+
+    /// Overlapping branches told apart by a discriminator: `oneOf` would refuse a valid
+    /// circle (it matches both branches once the discriminator is gone).
+    #[test]
+    fn a_discriminated_one_of_becomes_any_of() {
+        let components = json!({
+            "Circle": {"type": "object", "properties": {"kind": {"type": "string"}, "r": {"type": "number"}}},
+            "Square": {"type": "object", "properties": {"kind": {"type": "string"}, "side": {"type": "number"}}}
+        });
+        let shape = json!({"oneOf": [{"$ref": "#/components/schemas/Circle"}, {"$ref": "#/components/schemas/Square"}],
+            "discriminator": {"propertyName": "kind"}});
+        check(
+            components.clone(),
+            shape.clone(),
+            expect![[
+                r##"{"$defs":{"Circle":{"properties":{"kind":{"type":"string"},"r":{"type":"number"}},"type":"object"},"Square":{"properties":{"kind":{"type":"string"},"side":{"type":"number"}},"type":"object"}},"anyOf":[{"$ref":"#/$defs/Circle"},{"$ref":"#/$defs/Square"}]}"##
+            ]],
+        );
+        // Without a discriminator, `oneOf` stays.
+        let plain = json!({"oneOf": [{"type": "string"}, {"type": "integer"}]});
+        check(components, plain, expect![[r#"{"oneOf":[{"type":"string"},{"type":"integer"}]}"#]]);
     }
 
     #[test]
