@@ -579,7 +579,7 @@ mod tests {
             "discriminator": {"propertyName": "kind"}});
         check(
             components.clone(),
-            shape.clone(),
+            shape,
             expect![[
                 r##"{"$defs":{"Circle":{"properties":{"kind":{"type":"string"},"r":{"type":"number"}},"type":"object"},"Square":{"properties":{"kind":{"type":"string"},"side":{"type":"number"}},"type":"object"}},"anyOf":[{"$ref":"#/$defs/Circle"},{"$ref":"#/$defs/Square"}]}"##
             ]],
