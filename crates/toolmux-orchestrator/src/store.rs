@@ -138,7 +138,9 @@ impl toolmux_core::ToolProvider for OutputReader {
                 "handle": {"type": "string", "description": "The `handle` of a `tool_output` message."},
                 "offset": {"type": "integer", "minimum": 0, "description": "The first line to read, from 0 (default 0)."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": READ_MAX_LINES,
-                          "description": format!("Lines to read (default {READ_DEFAULT_LINES}).")}
+                          "description": format!("Lines to read (default {READ_DEFAULT_LINES}).")},
+                "start_char": {"type": "integer", "minimum": 0,
+                          "description": "In a line longer than a page (one-line JSON, say): the character of line `offset` to read from, as the previous page's end says (default 0)."}
             },
             "required": ["handle"],
             "additionalProperties": false
@@ -146,7 +148,8 @@ impl toolmux_core::ToolProvider for OutputReader {
         let spec = toolmux_core::ToolSpec::new(
             "read",
             "Reads an output that was too large for a tool result, in pages of lines: give the \
-             `handle` of the `tool_output` message, and `offset`/`limit` to move through it.",
+             `handle` of the `tool_output` message, and `offset`/`limit` to move through it; a \
+             line longer than a page is read in pieces with `start_char`.",
             schema,
         )
         .with_annotations(toolmux_core::ToolAnnotations {
@@ -190,7 +193,17 @@ impl toolmux_core::ToolProvider for OutputReader {
                 });
             }
         };
-        // Whole lines while they fit the page; a first line longer than the page is cut.
+        let start_char = arguments.get("start_char").and_then(serde_json::Value::as_u64);
+        let first_line = page.text.find('\n').map_or(page.text.len(), |i| i + 1);
+        if page.lines > 0 && (start_char.is_some_and(|c| c > 0) || first_line > self.page_bytes) {
+            return Ok(self.piece_of_line(
+                page.text[..first_line].trim_end_matches('\n'),
+                page.offset,
+                page.total_lines,
+                usize::try_from(start_char.unwrap_or(0)).unwrap_or(usize::MAX),
+            ));
+        }
+        // Whole lines while they fit the page.
         let mut kept = 0usize;
         let mut lines = 0u64;
         for line in page.text.split_inclusive('\n') {
@@ -201,21 +214,11 @@ impl toolmux_core::ToolProvider for OutputReader {
             lines += 1;
         }
         let mut text = page.text;
-        let end = if lines == 0 && page.lines > 0 {
-            let mut cut = self.page_bytes.min(text.len());
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-            text.push_str(" [line cut: longer than a page]");
-            page.offset + 1
-        } else {
-            text.truncate(kept);
-            if text.ends_with('\n') {
-                text.pop();
-            }
-            page.offset + lines
-        };
+        text.truncate(kept);
+        if text.ends_with('\n') {
+            text.pop();
+        }
+        let end = page.offset + lines;
         if page.lines == 0 {
             text =
                 format!("(no lines from line {offset}: the output has {} lines)", page.total_lines);
@@ -230,6 +233,51 @@ impl toolmux_core::ToolProvider for OutputReader {
         Ok(ToolOutput::text(text)
             .with_extra("totalLines", serde_json::json!(page.total_lines))
             .with_extra("nextOffset", serde_json::json!((end < page.total_lines).then_some(end))))
+    }
+}
+
+impl OutputReader {
+    /// A page of `line` (line `offset`, from 0, of `total_lines`) from character `from`,
+    /// saying where the next one starts: one-line JSON of megabytes is read to its end.
+    fn piece_of_line(
+        &self,
+        line: &str,
+        offset: u64,
+        total_lines: u64,
+        from: usize,
+    ) -> toolmux_core::ToolOutput {
+        let start = line.char_indices().nth(from).map_or(line.len(), |(i, _)| i);
+        let mut end = (start + self.page_bytes.max(4)).min(line.len());
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        let piece = &line[start..end];
+        let next_char = from.saturating_add(piece.chars().count());
+        let more_in_line = end < line.len();
+        let mut text = piece.to_owned();
+        let (next_offset, next_start) = if more_in_line {
+            let total = next_char + line[end..].chars().count();
+            text.push_str(&format!(
+                "\n[line {}: characters {}-{next_char} of {total}; read on with offset {offset}, \
+                 start_char {next_char}]",
+                offset + 1,
+                from.min(total) + 1,
+            ));
+            (Some(offset), Some(next_char))
+        } else if offset + 1 < total_lines {
+            text.push_str(&format!(
+                "\n[line {} ends; {total_lines} lines; read on with offset {}]",
+                offset + 1,
+                offset + 1
+            ));
+            (Some(offset + 1), None)
+        } else {
+            (None, None)
+        };
+        toolmux_core::ToolOutput::text(text)
+            .with_extra("totalLines", serde_json::json!(total_lines))
+            .with_extra("nextOffset", serde_json::json!(next_offset))
+            .with_extra("nextStartChar", serde_json::json!(next_start))
     }
 }
 
@@ -532,6 +580,42 @@ mod tests {
         store.store("r", "t", "y").await.unwrap();
         assert!(dir.path().join("run-a/out-2").exists(), "the next sweep is an hour away");
         assert_eq!(store.read(&first.handle, 0, 1).await.unwrap().text, "x");
+    }
+
+    /// One-line JSON longer than a page (an API's answer) is read to its end in pieces,
+    /// then the next line; it could be read only to its first page's end.
+    #[tokio::test]
+    async fn a_line_longer_than_a_page_is_read_in_pieces() {
+        use toolmux_core::ToolProvider as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store: std::sync::Arc<dyn OutputStore> =
+            std::sync::Arc::new(DirectoryStore::new(dir.path()));
+        let json =
+            format!("[{}]", (0..100).map(|i| format!("\"é{i:03}\"")).collect::<Vec<_>>().join(","));
+        let stored = store.store("r", "t", &format!("{json}\nsecond line")).await.unwrap();
+        let reader = OutputReader::new(store, 120 + 300);
+        let ctx = toolmux_core::CallContext::new().with_run_id("r");
+        let mut read = String::new();
+        let mut args = serde_json::json!({"handle": stored.handle});
+        for _ in 0..10 {
+            let page = reader.call("read", args.clone(), &ctx).await.unwrap();
+            let text = page.to_text();
+            let (piece, note) = text.rsplit_once("\n[").unwrap();
+            assert!(piece.len() <= 300, "{}", piece.len());
+            read.push_str(piece);
+            if page.extras["nextStartChar"].is_null() {
+                assert_eq!(note, "line 1 ends; 2 lines; read on with offset 1]");
+                break;
+            }
+            assert!(note.starts_with("line 1: characters "), "{note}");
+            args["offset"] = page.extras["nextOffset"].clone();
+            args["start_char"] = page.extras["nextStartChar"].clone();
+        }
+        assert_eq!(read, json, "the whole line, every character once");
+        args["offset"] = 1.into();
+        args["start_char"] = 0.into();
+        let last = reader.call("read", args, &ctx).await.unwrap();
+        assert_eq!(last.to_text(), "second line");
     }
 
     #[test]
