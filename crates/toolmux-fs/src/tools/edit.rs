@@ -350,8 +350,12 @@ fn match_form(
             let Some(found) = loose.find(text, &old) else { continue };
             // The replacement keeps the file's style: plain quotes and dashes written
             // where the matched text had typographic ones become those again.
+            let lines_of = |text: &str| match loose.line_ends {
+                true => line_ends_dropped(text),
+                false => text.to_owned(),
+            };
             if loose.typographic
-                && let Some(styled) = styled_like(&found, &new_given)
+                && let Some(styled) = styled_like(&lines_of(&found), &lines_of(&old), &new_given)
             {
                 new_given = Cow::Owned(styled);
             }
@@ -391,44 +395,80 @@ fn without_read_numbers(text: &str) -> Option<String> {
     (!out.is_empty()).then_some(out)
 }
 
-/// `new` in the typographic style of `matched`: where `matched` has curly double quotes, a
-/// plain `"` becomes an opening and a closing one in turn; where it has curly single ones,
-/// a `'` after a letter or digit becomes `’` and elsewhere `‘`; where it has a dash, a `-`
-/// after a space becomes that dash. `None` when `matched` has no typographic character.
-pub(super) fn styled_like(matched: &str, new: &str) -> Option<String> {
-    let typographic: Vec<char> = matched.chars().filter(|&c| plain(c) != c).collect();
-    if typographic.is_empty() {
+/// `new` in the typographic style of `found`, the file's text that `old` (the caller's,
+/// written with plain quotes and dashes) matched character for character: every
+/// character `new` keeps from `old` is written as the file has it, and what `new` adds is
+/// written as given. Kept characters are those of the longest common subsequence of `old`
+/// and `new` (after their common start and end, and only while the part between is under
+/// a million pairs). So prose keeps its curly quotes where its words change, and code
+/// added beside it keeps plain ones (rewriting every `"` of `new` turned `print("x")`
+/// into `print(“x”)`). `None` when there is nothing to restyle or `found` and `old` do not
+/// match character for character.
+pub(super) fn styled_like(found: &str, old: &str, new: &str) -> Option<String> {
+    let file: Vec<char> = found.chars().collect();
+    let given: Vec<char> = old.chars().collect();
+    if file.len() != given.len()
+        || file == given
+        || file.iter().zip(&given).any(|(&f, &g)| plain(f) != plain(g))
+    {
         return None;
     }
-    let has = |c: char| typographic.contains(&c);
-    let (open_double, close_double) = ('\u{201C}', '\u{201D}');
-    let curly_doubles = has(open_double) || has(close_double);
-    let curly_singles = has('\u{2019}') || has('\u{2018}');
-    let dash = typographic.iter().copied().find(|&c| plain(c) == '-');
-    let mut out = String::with_capacity(new.len());
-    let mut opened = false;
-    let mut previous = ' ';
-    for c in new.chars() {
-        let styled = match c {
-            '"' if curly_doubles => {
-                opened = !opened;
-                if opened { open_double } else { close_double }
-            }
-            // An apostrophe or a closing quote after a letter, an opening one elsewhere.
-            '\'' if curly_singles => {
-                if previous.is_alphanumeric() {
-                    '\u{2019}'
+    let new: Vec<char> = new.chars().collect();
+    let prefix = given.iter().zip(&new).take_while(|(g, n)| g == n).count();
+    let room = (given.len() - prefix).min(new.len() - prefix);
+    let suffix =
+        given.iter().rev().zip(new.iter().rev()).take(room).take_while(|(g, n)| g == n).count();
+    let (given_mid, file_mid) =
+        (&given[prefix..given.len() - suffix], &file[prefix..file.len() - suffix]);
+    let mut mid = new[prefix..new.len() - suffix].to_vec();
+    let width = mid.len() + 1;
+    if file_mid != given_mid && (given_mid.len() + 1).saturating_mul(width) <= 1 << 20 {
+        // `kept[i * width + j]`: the longest common subsequence of `given_mid[i..]` and
+        // `mid[j..]`.
+        let mut kept = vec![0u32; (given_mid.len() + 1) * width];
+        for i in (0..given_mid.len()).rev() {
+            for j in (0..mid.len()).rev() {
+                kept[i * width + j] = if given_mid[i] == mid[j] {
+                    kept[(i + 1) * width + j + 1] + 1
                 } else {
-                    '\u{2018}'
-                }
+                    kept[(i + 1) * width + j].max(kept[i * width + j + 1])
+                };
             }
-            '-' if dash.is_some() && previous == ' ' => dash.unwrap_or('-'),
-            other => other,
-        };
-        out.push(styled);
-        previous = c;
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < given_mid.len() && j < mid.len() {
+            if given_mid[i] == mid[j] {
+                mid[j] = file_mid[i];
+                (i, j) = (i + 1, j + 1);
+            } else if kept[(i + 1) * width + j] >= kept[i * width + j + 1] {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
     }
+    let mut out = String::with_capacity(new.len() * 4);
+    out.extend(&file[..prefix]);
+    out.extend(&mid);
+    out.extend(&file[file.len() - suffix..]);
     Some(out)
+}
+
+/// `text` with LF line breaks and without the spaces and tabs that end its lines, as
+/// [`Loose::LINE_ENDS`] reads it.
+fn line_ends_dropped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (body, newline) = match line.strip_suffix('\n') {
+            Some(body) => (body.strip_suffix('\r').unwrap_or(body), true),
+            None => (line, false),
+        };
+        out.push_str(body.trim_end_matches([' ', '\t']));
+        if newline {
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The plain character a typographic one stands for (curly quotes, primes, dashes, the

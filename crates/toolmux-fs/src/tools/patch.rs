@@ -503,21 +503,34 @@ impl TextFile {
         for (start, parts, fuzz) in edits.into_iter().rev() {
             let old_len = parts.iter().filter(|p| p.old().is_some()).count();
             let replaced = self.lines.drain(start..start + old_len).collect::<Vec<_>>();
-            // Found through typographic characters: the added lines take the quotes and
-            // dashes of the lines they replace, as `edit` writes them (not those of the
-            // context around them, which may be prose beside code).
-            let matched = (fuzz == Fuzz::Typographic).then(|| {
-                let old_parts = parts.iter().filter(|p| p.old().is_some());
-                let removed =
-                    old_parts.zip(&replaced).filter(|(p, _)| matches!(p, Part::Removed(_)));
-                removed.map(|(_, line)| line.text.as_str()).collect::<Vec<_>>().join("\n")
-            });
-            let styled = |text: &String| {
-                matched
-                    .as_deref()
-                    .and_then(|m| styled_like(m, text))
-                    .unwrap_or_else(|| text.clone())
-            };
+            // Found through typographic characters: what the added lines keep of the lines
+            // they replace is written as the file has it, as `edit` does; what they change
+            // is written as given (code beside prose keeps its plain quotes).
+            let styled: Option<Vec<String>> = (fuzz == Fuzz::Typographic)
+                .then(|| {
+                    let old_parts = parts.iter().filter(|p| p.old().is_some());
+                    let removed: Vec<(&str, &str)> = old_parts
+                        .zip(&replaced)
+                        .filter_map(|(p, line)| match p {
+                            Part::Removed(given) => Some((line.text.as_str(), given.as_str())),
+                            _ => None,
+                        })
+                        .collect();
+                    let found = removed.iter().map(|(f, _)| *f).collect::<Vec<_>>().join("\n");
+                    let given = removed.iter().map(|(_, g)| *g).collect::<Vec<_>>().join("\n");
+                    let added: Vec<&str> = parts
+                        .iter()
+                        .filter_map(|p| match p {
+                            Part::Added(text) => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    let styled = styled_like(&found, &given, &added.join("\n"))?;
+                    let lines: Vec<String> = styled.split('\n').map(str::to_owned).collect();
+                    (lines.len() == added.len()).then_some(lines)
+                })
+                .flatten();
+            let mut styled = styled.map(Vec::into_iter);
             let mut replaced = replaced.into_iter();
             let mut lines = Vec::with_capacity(parts.len());
             for part in parts {
@@ -528,7 +541,13 @@ impl TextFile {
                     Part::Removed(_) => {
                         replaced.next();
                     }
-                    Part::Added(text) => lines.push(Line { text: styled(text), crlf: self.crlf }),
+                    Part::Added(text) => {
+                        let text = styled
+                            .as_mut()
+                            .and_then(Iterator::next)
+                            .unwrap_or_else(|| text.clone());
+                        lines.push(Line { text, crlf: self.crlf });
+                    }
                 }
             }
             self.lines.splice(start..start, lines);

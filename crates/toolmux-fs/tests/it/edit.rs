@@ -324,6 +324,31 @@ async fn trailing_whitespace_does_not_stop_a_match() {
     assert!(err.contains("was not found"), "{err}");
 }
 
+/// Code added beside prose that matched through its curly quotes keeps its plain quotes,
+/// apostrophes and minus signs; only what the edit keeps of the prose is written curly.
+/// (Every `"` of the new text became a curly one, and `a - b` became `a — b`.)
+#[tokio::test]
+async fn code_beside_typographic_prose_keeps_its_plain_quotes() {
+    let fx = Fixture::new();
+    let doc = "def f(a, b):\n    \"\"\"Return \u{201C}a\u{201D} minus b \u{2014} it\u{2019}s simple.\"\"\"\n    return a + b\n";
+    fx.put("doc.py", doc);
+    let old = "    \"\"\"Return \"a\" minus b - it's simple.\"\"\"\n    return a + b";
+    let new = "    \"\"\"Return \"a\" minus b - it's simple.\"\"\"\n    print(\"debug\", a['k'], \"--\")\n    return a - b";
+    fx.ok("edit", json!({"path": "doc.py", "old_string": old, "new_string": new})).await;
+    assert_eq!(
+        fx.get("doc.py"),
+        "def f(a, b):\n    \"\"\"Return \u{201C}a\u{201D} minus b \u{2014} it\u{2019}s simple.\"\"\"\n    print(\"debug\", a['k'], \"--\")\n    return a - b\n"
+    );
+    // The same through a patch.
+    fx.put("doc2.py", doc);
+    let patch = "*** Begin Patch\n*** Update File: doc2.py\n def f(a, b):\n-    \"\"\"Return \"a\" minus b - it's simple.\"\"\"\n-    return a + b\n+    \"\"\"Return \"a\" minus b - it's simple.\"\"\"\n+    print(\"debug\", a['k'])\n+    return a - b\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    assert_eq!(
+        fx.get("doc2.py"),
+        "def f(a, b):\n    \"\"\"Return \u{201C}a\u{201D} minus b \u{2014} it\u{2019}s simple.\"\"\"\n    print(\"debug\", a['k'])\n    return a - b\n"
+    );
+}
+
 /// Typographic quotes, dashes and spaces in the file match the plain ones a model writes;
 /// when the places that match hold different text, nothing is guessed.
 #[tokio::test]
