@@ -324,6 +324,30 @@ async fn trailing_whitespace_does_not_stop_a_match() {
     assert!(err.contains("was not found"), "{err}");
 }
 
+/// In a large file, an `old_string` of many lines that matches only when whitespace is
+/// ignored is named by its lines, and one that matches nowhere is told so; the search is
+/// one pass over the file (a window per line took minutes and held the file's lock).
+#[tokio::test]
+async fn a_long_old_string_in_a_large_file_is_told_where_it_nearly_is() {
+    let fx = Fixture::new();
+    let text: String =
+        (0..50_000).map(|i| format!("    let value_{i} = compute({i});\n")).collect();
+    fx.put("many.rs", &text);
+    let near: String =
+        (40_000..40_300).map(|i| format!("let  value_{i} = compute( {i});\n")).collect();
+    let near = near.replace("compute( ", "compute(");
+    let err =
+        fx.err("edit", json!({"path": "many.rs", "old_string": near, "new_string": "x"})).await;
+    assert!(err.contains("lines 40001-40300 match it when whitespace is ignored"), "{err}");
+    let absent: String = (0..2_000).map(|i| format!("let other_{i} = nothing();\n")).collect();
+    let err =
+        fx.err("edit", json!({"path": "many.rs", "old_string": absent, "new_string": "x"})).await;
+    assert!(err.contains("old_string was not found in `many.rs`"), "{err}");
+    // The file is free for the next edit.
+    fx.ok("edit", json!({"path": "many.rs", "old_string": "value_7 =", "new_string": "seven ="}))
+        .await;
+}
+
 /// Code added beside prose that matched through its curly quotes keeps its plain quotes,
 /// apostrophes and minus signs; only what the edit keeps of the prose is written curly.
 /// (Every `"` of the new text became a curly one, and `a - b` became `a — b`.)
