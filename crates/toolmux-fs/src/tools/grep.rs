@@ -319,6 +319,9 @@ fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, Strin
     builder
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
+        // `$` before a CRLF line break too (ripgrep's `--crlf`): `^baz$` finds `baz` in
+        // a Windows file.
+        .crlf(true)
         .fixed_strings(fixed);
     if multiline {
         builder.dot_matches_new_line(true);
@@ -344,6 +347,7 @@ fn build_only_matching(args: &GrepArgs, multiline: bool) -> Result<Regex, String
     RegexBuilder::new(&pattern)
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
+        .crlf(true)
         .dot_matches_new_line(multiline)
         .build()
         .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))

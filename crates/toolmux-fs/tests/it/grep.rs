@@ -44,6 +44,18 @@ async fn content_mode_with_line_numbers() {
     );
 }
 
+/// Line ends match before a CRLF break, as ripgrep's `--crlf` has them, in the lines
+/// shown and in `-o`'s parts alike.
+#[tokio::test]
+async fn line_ends_match_in_crlf_files() {
+    let fx = Fixture::new();
+    fx.put("win.txt", "foo bar\r\nbaz\r\n");
+    let content = json!({"pattern": "^baz$", "output_mode": "content"});
+    assert_eq!(fx.ok("grep", content).await, "win.txt:2:baz");
+    let word = json!({"pattern": "\\bbar$", "output_mode": "content", "-o": true});
+    assert_eq!(fx.ok("grep", word).await, "win.txt:1:bar");
+}
+
 #[tokio::test]
 async fn case_insensitive() {
     let fx = tree();
