@@ -148,6 +148,10 @@ pub(crate) fn grep(
         .binary_detection(BinaryDetection::quit(0))
         .line_number(args.line_numbers.unwrap_or(true))
         .multi_line(multiline);
+    if !multiline {
+        // As the matcher's (`build_matcher`): lines end at LF, a CR before it included.
+        searcher.line_terminator(grep_matcher::LineTerminator::crlf());
+    }
     if mode == OutputMode::Content {
         searcher
             .before_context(args.before.or(args.context).unwrap_or(0))
@@ -319,14 +323,13 @@ fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, Strin
     builder
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
-        // `$` before a CRLF line break too (ripgrep's `--crlf`): `^baz$` finds `baz` in
-        // a Windows file.
-        .crlf(true)
         .fixed_strings(fixed);
     if multiline {
         builder.dot_matches_new_line(true);
     } else {
-        builder.line_terminator(Some(b'\n'));
+        // `$` before a CRLF line break too (ripgrep's `--crlf`): `^baz$` finds `baz` in
+        // a Windows file.
+        builder.line_terminator(Some(b'\n')).crlf(true);
     }
     builder.build(&args.pattern).map_err(|e| {
         format!(
@@ -347,7 +350,7 @@ fn build_only_matching(args: &GrepArgs, multiline: bool) -> Result<Regex, String
     RegexBuilder::new(&pattern)
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
-        .crlf(true)
+        .crlf(!multiline)
         .dot_matches_new_line(multiline)
         .build()
         .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
