@@ -385,6 +385,21 @@ fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option
     None
 }
 
+/// Up to `most` more places (lines from 1) at or after `from` where `pattern` occurs
+/// exactly; none for an empty pattern.
+fn others(lines: &[Line], pattern: &[String], from: usize, most: usize) -> Vec<usize> {
+    if pattern.is_empty() || pattern.len() > lines.len() {
+        return Vec::new();
+    }
+    (from..=lines.len() - pattern.len())
+        .filter(|&start| {
+            lines[start..start + pattern.len()].iter().zip(pattern).all(|(l, p)| l.text == *p)
+        })
+        .take(most)
+        .map(|start| start + 1)
+        .collect()
+}
+
 /// One line of a file: its text and the line break after it.
 #[derive(Debug, Clone)]
 struct Line {
@@ -490,12 +505,21 @@ impl TextFile {
                 fuzz = fuzz.max(how);
                 index
             };
+            // Without an `@@` line, context that occurs again further on is applied at its
+            // first place: say where else it fits, so that a wrong place is seen.
+            let also = if hunk.anchors.is_empty() && !hunk.end_of_file {
+                let old: Vec<String> = parts.iter().filter_map(Part::old).cloned().collect();
+                others(&self.lines, &old, start + 1, 3)
+            } else {
+                Vec::new()
+            };
             let count = |f: fn(&Part) -> bool| parts.iter().filter(|p| f(p)).count();
             applied.push(Applied {
                 line: start + 1,
                 added: count(|p| matches!(p, Part::Added(_))),
                 removed: count(|p| matches!(p, Part::Removed(_))),
                 note: fuzz.note(),
+                also,
             });
             cursor = start + parts.iter().filter(|p| p.old().is_some()).count();
             edits.push((start, parts, fuzz));
@@ -595,6 +619,9 @@ struct Applied {
     added: usize,
     removed: usize,
     note: Option<&'static str>,
+    /// Other lines (from 1) the hunk's lines also match at, after the place taken: the
+    /// first after the previous hunk was taken, which may not be the one meant.
+    also: Vec<usize>,
 }
 
 /// A file the patch touches: what it was, and what it is to become.
@@ -751,7 +778,16 @@ pub(crate) fn apply_patch(
     for change in &changes {
         let _ = write!(out, "\n{} {}", change.mark, change.what);
         for hunk in &change.hunks {
-            let note = hunk.note.map(|n| format!(", matched {n}")).unwrap_or_default();
+            let mut note = hunk.note.map(|n| format!(", matched {n}")).unwrap_or_default();
+            if !hunk.also.is_empty() {
+                let lines: Vec<String> = hunk.also.iter().map(ToString::to_string).collect();
+                let _ = write!(
+                    note,
+                    "; its lines also match at line {}: if the change was meant there, undo \
+                     and add an `@@` line naming the function or class",
+                    lines.join(", ")
+                );
+            }
             let _ =
                 write!(out, "\n    @@ line {}: +{} -{}{note}", hunk.line, hunk.added, hunk.removed);
         }

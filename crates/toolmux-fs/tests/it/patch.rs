@@ -125,6 +125,25 @@ async fn bad_patches_and_bad_operations_say_what_is_wrong() {
     assert!(!fx.root().join("b.txt").exists());
 }
 
+/// Context that occurs again further on is applied at its first place after the previous
+/// hunk, as Codex does, and the summary says where else it fits (it said nothing).
+#[tokio::test]
+async fn context_that_fits_in_several_places_is_said() {
+    let fx = Fixture::new();
+    fx.put("twice.txt", "x\ny\nx\ny\n");
+    let out = fx.ok("apply_patch", patch("*** Update File: twice.txt\n x\n-y\n+Y")).await;
+    assert!(
+        out.contains(
+            "@@ line 1: +1 -1; its lines also match at line 3: if the change was meant there"
+        ),
+        "{out}"
+    );
+    assert_eq!(fx.get("twice.txt"), "x\nY\nx\ny\n");
+    // Once the place is one, nothing is said.
+    let out = fx.ok("apply_patch", patch("*** Update File: twice.txt\n x\n-Y\n+Z")).await;
+    assert!(!out.contains("also match"), "{out}");
+}
+
 #[tokio::test]
 async fn a_dry_run_writes_nothing() {
     let fx = Fixture::new();
