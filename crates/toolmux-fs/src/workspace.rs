@@ -553,12 +553,30 @@ impl Workspace {
             Ok(meta) if !meta.is_file() => {
                 return Err(FsError::NotRegularFile { path: path.given.clone() });
             }
-            Ok(meta) => Some(meta.permissions()),
+            Ok(meta) => Some(meta),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(err(e)),
         };
+        // A rename replaces any file its folder lets us replace: a file that is read-only
+        // to us (`chmod 444`, another user's) is refused as writing into it would be.
+        if existing.is_some() {
+            let writable = rustix::fs::accessat(
+                &parent_dir,
+                name.as_os_str(),
+                rustix::fs::Access::WRITE_OK,
+                rustix::fs::AtFlags::EACCESS,
+            );
+            if writable.is_err() {
+                return Err(err(io::Error::from(io::ErrorKind::PermissionDenied)));
+            }
+        }
+        // Whose it is, to keep: a file replaced by root's rename would become root's.
+        let owner = existing.as_ref().map(|meta| {
+            use cap_std::fs::MetadataExt as _;
+            (meta.uid(), meta.gid())
+        });
         let created = existing.is_none();
-        let existing = existing.or(like);
+        let existing = existing.map(|meta| meta.permissions()).or(like);
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let temp = format!(
             ".{}.toolmux-{}-{}.tmp",
@@ -575,6 +593,19 @@ impl Workspace {
             if let Some(perms) = &existing {
                 let perms = perms.clone().into_std(&file)?;
                 file.set_permissions(perms)?;
+            }
+            if let Some((uid, gid)) = owner
+                && (uid != rustix::process::geteuid().as_raw()
+                    || gid != rustix::process::getegid().as_raw())
+            {
+                // Only root may give a file away; anyone else keeps the file theirs (a
+                // group they are not in cannot be given either), as `cp` would.
+                let (uid, gid) = (rustix::fs::Uid::from_raw(uid), rustix::fs::Gid::from_raw(gid));
+                let _ = rustix::fs::fchown(&file, Some(uid), Some(gid));
+                // A change of owner clears set-id bits: set the mode again.
+                if let Some(perms) = &existing {
+                    let _ = file.set_permissions(perms.clone().into_std(&file)?);
+                }
             }
             file.sync_all()?;
             parent_dir.rename(&temp, &parent_dir, &name)

@@ -476,3 +476,74 @@ fn commands_leave_git_and_toolmux_files_alone() {
     assert!(!project.path().join("toolmux.json").exists());
     assert_eq!(read("toolmux.json.rejected"), "{\"mcpServers\": {}}\n");
 }
+
+/// A file that is read-only to whoever runs toolmux is not replaced by an edit (a rename
+/// replaces any file its folder lets one replace), and a file root edits stays its owner's.
+/// Run as `nobody` when the tests run as root, as the test's own user otherwise.
+#[test]
+fn edits_keep_to_the_files_mode_and_owner() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::os::unix::process::CommandExt as _;
+    const NOBODY: u32 = 65534;
+    let root = rustix_euid_is_root();
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {permissions: [read, write]}\n");
+    project.file("ro.txt", "keep me\n");
+    let path = |name: &str| project.path().join(name);
+    std::fs::set_permissions(path("ro.txt"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    if root {
+        for entry in ["", "tmp", "toolmux.yaml", "ro.txt"] {
+            std::os::unix::fs::chown(path(entry), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+    }
+    let edit = r#"{"path": "ro.txt", "old_string": "keep", "new_string": "lose"}"#;
+    let mut command = project.command(&["tools", "call", "fs__edit", edit]);
+    if root {
+        // A copy of the binary `nobody` can reach (the build's folders may not let it).
+        let binary = path("tmp/toolmux");
+        std::fs::copy(crate::toolmux_bin(), &binary).unwrap();
+        std::os::unix::fs::chown(&binary, Some(NOBODY), Some(NOBODY)).unwrap();
+        let mut as_nobody = std::process::Command::new(&binary);
+        as_nobody.args(command.get_args()).current_dir(project.path());
+        for (key, value) in command.get_envs() {
+            match value {
+                Some(value) => as_nobody.env(key, value),
+                None => as_nobody.env_remove(key),
+            };
+        }
+        as_nobody.uid(NOBODY).gid(NOBODY);
+        command = as_nobody;
+    }
+    let out = command.output().expect("toolmux runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.to_lowercase().contains("permission denied"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(path("ro.txt")).unwrap(), "keep me\n");
+    if root {
+        // Root's edit of another user's file leaves it theirs, with its mode.
+        let project = Project::new();
+        project.file("toolmux.yaml", "fs: {permissions: [read, write]}\n");
+        project.file("theirs.txt", "old\n");
+        let path = |name: &str| project.path().join(name);
+        std::os::unix::fs::chown(path("theirs.txt"), Some(NOBODY), Some(NOBODY)).unwrap();
+        std::fs::set_permissions(path("theirs.txt"), std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+        let edit = r#"{"path": "theirs.txt", "old_string": "old", "new_string": "new"}"#;
+        project.run(&["tools", "call", "fs__edit", edit]).ok();
+        let meta = std::fs::metadata(path("theirs.txt")).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (NOBODY, NOBODY, 0o640));
+        assert_eq!(std::fs::read_to_string(path("theirs.txt")).unwrap(), "new\n");
+    }
+}
+
+/// Whether the tests run as root (the effective user id of this process).
+fn rustix_euid_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|l| {
+                l.strip_prefix("Uid:").map(|ids| ids.split_whitespace().nth(1) == Some("0"))
+            })
+        })
+        .unwrap_or(false)
+}
