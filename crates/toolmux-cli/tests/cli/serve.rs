@@ -1166,3 +1166,52 @@ fn results_carry_no_result_type_for_older_clients_after_a_restart() {
     let run = wait(child, Duration::from_secs(30));
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
+
+/// Malformed requests get the JSON-RPC error that says what is wrong: a `tools/call`
+/// without a name or with arguments that are no object is `-32602` naming the member
+/// (not `-32601`, "method not found"), and a line that is not JSON is `-32700` with id
+/// `null`; the session goes on serving.
+#[test]
+fn malformed_requests_get_the_right_json_rpc_errors() {
+    let project = Project::new();
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"arguments":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"fs__ls","arguments":5}}"#,
+        "this is not json",
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"fs__ls","arguments":{}}}"#,
+    ];
+    for line in lines {
+        writeln!(stdin, "{line}").expect("write");
+    }
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut answers: Vec<Value> = Vec::new();
+    while !answers.iter().any(|a| a["id"] == 4) {
+        let mut line = String::new();
+        if stdout.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        answers.push(serde_json::from_str(&line).expect("JSON"));
+    }
+    drop(stdin);
+    let _ = child.wait();
+    let of = |id: Value| answers.iter().find(|a| a["id"] == id).cloned().unwrap_or_default();
+    let no_name = of(2.into());
+    assert_eq!(no_name["error"]["code"], -32602, "{no_name}");
+    assert!(no_name["error"]["message"].as_str().unwrap().contains("`params.name` is missing"));
+    let bad_arguments = of(3.into());
+    assert_eq!(bad_arguments["error"]["code"], -32602, "{bad_arguments}");
+    assert!(bad_arguments["error"]["message"].as_str().unwrap().contains("must be an object"));
+    let parse = of(Value::Null);
+    assert_eq!(parse["error"]["code"], -32700, "{answers:?}");
+    assert!(of(4.into())["result"]["content"].is_array(), "{answers:?}");
+}

@@ -493,6 +493,10 @@ impl Router {
                 token.cancel();
             }
         }
+        if let Some(answer) = malformed(&line) {
+            self.out.send(answer);
+            return;
+        }
         self.send_to_rmcp(line);
     }
 
@@ -735,6 +739,51 @@ struct ErrorResponse<'a> {
     jsonrpc: JsonRpcVersion2_0,
     id: &'a RequestId,
     error: ErrorData,
+}
+
+/// The JSON-RPC error answering `line` when it is no message rmcp could answer rightly:
+/// a line that is not JSON (`-32700`, id `null`), or a `tools/call` request whose `params`
+/// are not an object with a string `name` and, when given, object `arguments` (`-32602`,
+/// naming what is wrong; rmcp answered both `-32601 "tools/call"`, as if the method were
+/// unknown). `None` for anything else, which rmcp answers.
+fn malformed(line: &[u8]) -> Option<Vec<u8>> {
+    let error = |id: &serde_json::Value, code: i32, message: String| {
+        let mut line = serde_json::to_vec(&serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}
+        }))
+        .ok()?;
+        line.push(b'\n');
+        Some(line)
+    };
+    let message: serde_json::Value = match serde_json::from_slice(line) {
+        Ok(message) => message,
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            return error(&serde_json::Value::Null, -32700, format!("Parse error: {e}"));
+        }
+        Err(_) => return None,
+    };
+    let object = message.as_object()?;
+    let id = object.get("id").filter(|id| id.is_string() || id.is_number())?;
+    if object.get("method").and_then(serde_json::Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let problem = match object.get("params") {
+        None => "`params` is missing: give `{\"name\": TOOL, \"arguments\": {...}}`".to_owned(),
+        Some(serde_json::Value::Object(params)) => match params.get("name") {
+            None => "`params.name` is missing: name the tool to call".to_owned(),
+            Some(name) if !name.is_string() => {
+                format!("`params.name` must be a string, not `{name}`")
+            }
+            Some(_) => match params.get("arguments") {
+                Some(arguments) if !arguments.is_object() && !arguments.is_null() => {
+                    format!("`params.arguments` must be an object, not `{arguments}`")
+                }
+                _ => return None,
+            },
+        },
+        Some(other) => format!("`params` must be an object, not `{other}`"),
+    };
+    error(id, -32602, format!("Invalid params: {problem}"))
 }
 
 /// A plain `tools/call` request, parsed in one pass: anything more than a name,
