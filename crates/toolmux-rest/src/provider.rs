@@ -167,6 +167,31 @@ impl RestProvider {
                 document.source_name
             ));
         }
+        // A document read from a file whose `servers` are relative (`/api/v3`) gives no
+        // URL to call: say so now, not at each call.
+        let unplaced: Vec<&str> = imported
+            .operations
+            .iter()
+            .filter(|op| !op.server.as_deref().is_some_and(|s| s.contains("://")))
+            .map(|op| op.name.as_str())
+            .collect();
+        if !unplaced.is_empty() {
+            let shown: Vec<String> = unplaced.iter().take(3).map(|o| format!("`{o}`")).collect();
+            let more = match unplaced.len() {
+                n if n > 3 => format!(" and {} more", n - 3),
+                _ => String::new(),
+            };
+            warnings.push(format!(
+                "{}: {} operation{} ({}{more}) {} no absolute server URL (the document's \
+                 `servers` are missing or relative, and it was not read from a URL): set \
+                 `baseUrl` in the import, or calls fail",
+                document.source_name,
+                unplaced.len(),
+                if unplaced.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if unplaced.len() == 1 { "has" } else { "have" },
+            ));
+        }
         // Operations that need credentials the configuration does not give are sent
         // without them: say so now, not with each call's 401.
         let mut unauthenticated: BTreeMap<Vec<&str>, Vec<&str>> = BTreeMap::new();

@@ -163,7 +163,8 @@ fn broken_operations_are_left_out_with_warnings_naming_the_place() {
         api.json: at /paths/~1c/get/parameters/0/$ref: external reference `other.yaml#/components/parameters/q` is not followed; operation `GET /c` is left out
         api.json: at /paths/~1d/$ref: dangling reference `#/paths/~1missing`; the operations of path `/d` are left out
         api.json: at /paths/~1e/get: operation is not an object; operation `GET /e` is left out
-        api.json: at /components/schemas/Broken/properties/y/$ref: dangling reference `#/components/schemas/Nope`; operation `PUT /f` (`putF`) is left out"#]]
+        api.json: at /components/schemas/Broken/properties/y/$ref: dangling reference `#/components/schemas/Nope`; operation `PUT /f` (`putF`) is left out
+        api.json: 1 operation (`add_pet`) has no absolute server URL (the document's `servers` are missing or relative, and it was not read from a URL): set `baseUrl` in the import, or calls fail"#]]
     .assert_eq(&provider.warnings().join("\n"));
 }
 
