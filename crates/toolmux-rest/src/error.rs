@@ -104,6 +104,16 @@ pub enum RestError {
         /// What went wrong.
         message: String,
     },
+    /// The API refused for its rate limit (HTTP 429, or 503 with `Retry-After`).
+    #[error("`{tool}`: {answer}")]
+    RateLimited {
+        /// The tool.
+        tool: String,
+        /// The API's answer, in words: its status and what its body said.
+        answer: String,
+        /// When to try again: the API's `Retry-After`, else a guess.
+        retry_after: std::time::Duration,
+    },
 }
 
 impl RestError {
@@ -115,6 +125,9 @@ impl RestError {
                 violations: vec![toolmux_core::Violation { pointer: String::new(), message }],
             },
             RestError::Timeout { tool, after } => ToolError::Timeout { tool, after },
+            RestError::RateLimited { tool, answer, retry_after } => {
+                ToolError::RateLimited { tool, limit: answer, retry_after }
+            }
             RestError::Http { tool, url, message, source } => ToolError::Transport {
                 provider: provider.to_owned(),
                 message: format!("`{tool}`: request to {url} failed: {message}"),

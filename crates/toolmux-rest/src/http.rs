@@ -103,6 +103,8 @@ pub(crate) struct Response {
     pub(crate) items: Option<Vec<Value>>,
     /// The redirect this 3xx response asked for, which was not followed.
     pub(crate) unfollowed: Option<Unfollowed>,
+    /// When to try again, from `Retry-After` (seconds, or an HTTP date).
+    pub(crate) retry_after: Option<Duration>,
 }
 
 /// Sends `request` and reads the response within the settings' limits.
@@ -203,6 +205,11 @@ pub(crate) async fn send(
             cross_origin: !same_origin(response.url(), &location),
             location,
         });
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(retry_after);
     let content_type = response
         .headers()
         .get(CONTENT_TYPE)
@@ -245,7 +252,22 @@ pub(crate) async fn send(
         body,
         items,
         unfollowed,
+        retry_after,
     })
+}
+
+/// A `Retry-After` value: delay seconds, or an HTTP date (`Wed, 21 Oct 2026 07:28:00 GMT`)
+/// as the time left until it; at most a day.
+fn retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => {
+            let when = httpdate::parse_http_date(value).ok()?;
+            when.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(wait.min(Duration::from_secs(24 * 60 * 60)))
 }
 
 fn take_line(line: &[u8], items: &mut Vec<Value>, ctx: &CallContext) {

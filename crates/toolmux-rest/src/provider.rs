@@ -360,6 +360,24 @@ impl RestProvider {
                 retried = true;
                 continue;
             }
+            // The API's own rate limit: an error that says when to call again (the
+            // orchestrator's retries and the model can wait), not a plain failed result.
+            if response.status == 429 || (response.status == 503 && response.retry_after.is_some())
+            {
+                let body = String::from_utf8_lossy(&response.body);
+                let said = match body.trim() {
+                    "" => String::new(),
+                    text => format!(": {}", http::excerpt(text, 300)),
+                };
+                return Err(RestError::RateLimited {
+                    tool: name.to_owned(),
+                    answer: format!(
+                        "the API answered HTTP {} {}{said}",
+                        response.status, response.reason
+                    ),
+                    retry_after: response.retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
+                });
+            }
             return Ok(match &tool.plan {
                 Plan::OpenApi { output: Some(check), .. } => check.apply(response),
                 Plan::Inline(InlinePlan { select: Some(select), .. }) => {
@@ -370,6 +388,9 @@ impl RestProvider {
         }
     }
 }
+
+/// When to call again after an HTTP 429 that gives no `Retry-After`.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 fn check_namespace(namespace: &str) -> Result<(), RestError> {
     naming::validate_namespace(namespace)

@@ -355,3 +355,48 @@ async fn oauth_tokens_carry_the_operations_scopes() {
         ["grant_type=client_credentials", "grant_type=client_credentials&scope=write+read"]
     );
 }
+
+/// The API's own rate limit (429, or 503 with `Retry-After`) is a rate-limited error that
+/// says when to call again and what the API said; a 503 without one stays a failed result.
+#[tokio::test]
+async fn an_apis_rate_limit_says_when_to_call_again() {
+    let base = serve(|seen| {
+        let mut reply = Reply::json(429, json!({"message": "quota of 60 per hour spent"}));
+        if seen.request_line().starts_with("GET /header") {
+            reply.headers.push(("Retry-After".into(), "7".into()));
+        } else if seen.request_line().starts_with("GET /query") {
+            reply.status = 503;
+            reply.headers.push(("Retry-After".into(), "120".into()));
+        } else if seen.request_line().starts_with("GET /cookie") {
+            reply.status = 503;
+        }
+        reply
+    })
+    .await;
+    let provider = provider(&base).await;
+    let ctx = CallContext::new();
+    let err = provider.call("key_header", json!({}), &ctx).await.unwrap_err();
+    match &err {
+        toolmux_core::ToolError::RateLimited { retry_after, limit, .. } => {
+            assert_eq!(*retry_after, std::time::Duration::from_secs(7));
+            assert!(
+                limit.contains("HTTP 429") && limit.contains("quota of 60 per hour"),
+                "{limit}"
+            );
+        }
+        other => panic!("not rate limited: {other:?}"),
+    }
+    assert!(err.to_string().contains("call it again in 7s"), "{err}");
+    let err = provider.call("bearer", json!({}), &ctx).await.unwrap_err();
+    assert!(
+        matches!(err, toolmux_core::ToolError::RateLimited { retry_after, .. } if retry_after.as_secs() == 5),
+        "{err:?}"
+    );
+    let err = provider.call("key_query", json!({}), &ctx).await.unwrap_err();
+    assert!(
+        matches!(err, toolmux_core::ToolError::RateLimited { retry_after, .. } if retry_after.as_secs() == 120),
+        "{err:?}"
+    );
+    let failed = provider.call("key_cookie", json!({}), &ctx).await.unwrap();
+    assert!(failed.is_error && failed.to_text().starts_with("HTTP 503"), "{failed:?}");
+}
