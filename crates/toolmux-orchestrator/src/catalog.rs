@@ -233,6 +233,11 @@ impl ResourceCatalog {
             && self.resources.get(provider).is_some_and(|r| r.iter().any(|r| r.uri == uri))
     }
 
+    /// The provider (its index) that owns `uri`: the first to list it.
+    pub fn owner(&self, uri: &str) -> Option<usize> {
+        self.owners.get(uri).copied()
+    }
+
     /// The templates `allowed` lets through (given the index of the provider that listed
     /// one and its URI template), in provider order.
     pub fn templates_where(&self, allowed: &dyn Fn(usize, &str) -> bool) -> Vec<ResourceTemplate> {

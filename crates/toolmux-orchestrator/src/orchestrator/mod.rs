@@ -1467,6 +1467,8 @@ impl Orchestrator {
         ctx: &CallContext,
         meta: &CallMeta,
     ) -> Result<ToolOutput, ToolError> {
+        let mut output = output;
+        self.name_links_as_listed(entry.provider.namespace(), &mut output);
         let max = self.response_max(entry);
         let output = if textual_len(&output) > max {
             self.cap_size(entry, output, ctx, meta).await

@@ -15,8 +15,8 @@ use crate::permission::Permission;
 use std::collections::HashSet;
 use std::sync::Arc;
 use toolmux_core::{
-    CallContext, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates,
-    ToolError, ToolListChanges, ToolProvider,
+    CallContext, ContentPart, ResourceBody, ResourceContents, ResourceSpec, ResourceTemplate,
+    ResourceUpdates, ToolError, ToolListChanges, ToolOutput, ToolProvider,
 };
 
 /// Which providers, by namespace, a request may reach.
@@ -299,6 +299,40 @@ impl Orchestrator {
         let mut catalog = self.inner.resources.write().unwrap_or_else(|e| e.into_inner());
         *catalog = Arc::new(catalog.with_templates(fresh));
         catalog.clone()
+    }
+
+    /// The resource links and embedded resources in `output`, an output of provider
+    /// `namespace`, named as this orchestrator lists that provider's resources: a URI
+    /// another provider lists first becomes this provider's alias (`toolmux://NS/URI`),
+    /// so that reading the link reaches the provider that gave it, not the other (two
+    /// instances of one server both hand out `file:///r1`). A link to a URI nobody lists is
+    /// remembered as this provider's, so a read does not probe the others for it.
+    pub(super) fn name_links_as_listed(&self, namespace: &str, output: &mut ToolOutput) {
+        let linked = |part: &ContentPart| {
+            matches!(part, ContentPart::ResourceLink { .. } | ContentPart::Resource { .. })
+        };
+        if !output.content.iter().any(linked) {
+            return;
+        }
+        let Some(index) = self.providers().iter().position(|p| p.namespace() == namespace) else {
+            return;
+        };
+        let catalog = self.inner.resources.read().unwrap_or_else(|e| e.into_inner()).clone();
+        for part in &mut output.content {
+            let (ContentPart::ResourceLink { uri, .. } | ContentPart::Resource { uri, .. }) = part
+            else {
+                continue;
+            };
+            if uri.starts_with(ALIAS_PREFIX) {
+                continue;
+            }
+            match catalog.owner(uri) {
+                Some(owner) if owner != index => *uri = alias(namespace, uri),
+                Some(_) => {}
+                None if catalog.route(uri).is_none() => self.learn_route(uri, index),
+                None => {}
+            }
+        }
     }
 
     /// The provider (its index) and its own URI that `uri` names, when `uri` is an alias

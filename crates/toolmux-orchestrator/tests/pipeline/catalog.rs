@@ -106,8 +106,21 @@ impl ToolProvider for Library {
         Ok(if self.with_status_tool { vec![status] } else { Vec::new() })
     }
 
+    /// `status` links to each of the provider's resources, and to one it does not list.
     async fn call(&self, name: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
-        Err(ToolError::UnknownTool { name: name.into(), suggestions: Vec::new() })
+        if name != "status" || !self.with_status_tool {
+            return Err(ToolError::UnknownTool { name: name.into(), suggestions: Vec::new() });
+        }
+        let link = |uri: &str| ContentPart::ResourceLink {
+            uri: uri.to_owned(),
+            name: uri.to_owned(),
+            description: None,
+            mime_type: None,
+        };
+        let mut content: Vec<ContentPart> =
+            self.resources.iter().map(|(r, _)| link(&r.uri)).collect();
+        content.extend(self.hidden.iter().map(|(uri, _)| link(uri)));
+        Ok(ToolOutput { content, ..ToolOutput::default() })
     }
 
     async fn list_prompts(&self) -> Result<Vec<PromptSpec>, ToolError> {
@@ -421,6 +434,40 @@ async fn a_shadowed_resource_is_reached_by_its_alias() {
     // An alias of no provider is an unknown resource like any other URI.
     let e = o.read_resource("toolmux://nobody/shared://config", &ctx).await.unwrap_err();
     assert_eq!(e.code(), "unknown_resource");
+}
+
+/// A tool's resource links name the gateway's resources: a URI another provider lists
+/// first is linked by this provider's alias, and reading the link reaches the provider
+/// that gave it (it reached the other one); a link to a URI nobody lists is read from the
+/// provider that gave it without asking the others.
+#[tokio::test(start_paused = true)]
+async fn resource_links_in_results_reach_the_provider_that_gave_them() {
+    let docs = Library { with_status_tool: true, ..docs() };
+    let docs = Arc::new(Library {
+        hidden: vec![("other://secret-page".into(), "found by asking".into())],
+        ..docs
+    });
+    let git = Arc::new(git());
+    let o = library(vec![git.clone(), docs.clone()]).await;
+    o.list_resources().await.unwrap();
+    let ctx = CallContext::new();
+    let out = ToolProvider::call(&o, "docs__status", json!({}), &ctx).await.unwrap();
+    let uris: Vec<&str> = out
+        .content
+        .iter()
+        .filter_map(|p| match p {
+            ContentPart::ResourceLink { uri, .. } => Some(uri.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uris, ["toolmux://docs/shared://config", "docs://index", "other://secret-page"]);
+    let read = o.read_resource(uris[0], &ctx).await.unwrap();
+    assert_eq!(text(&read), "docs: from docs");
+    assert_eq!(
+        text(&o.read_resource("other://secret-page", &ctx).await.unwrap()),
+        "docs: found by asking"
+    );
+    assert!(git.reads().is_empty(), "the other provider was not asked: {:?}", git.reads());
 }
 
 #[tokio::test(start_paused = true)]
