@@ -633,6 +633,8 @@ struct Entry {
     current: Option<TextFile>,
     /// The file it was moved from (`*** Move to:`), whose permissions it keeps.
     moved_from: Option<Resolved>,
+    /// Its permission bits before the patch, for an undo that brings it back.
+    mode: Option<u32>,
 }
 
 /// One line of the summary.
@@ -838,7 +840,11 @@ fn entry<'f>(
         } else {
             (None, None)
         };
-        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None });
+        let mode = original.as_ref().and_then(|_| {
+            use cap_std::fs::MetadataExt as _;
+            ws.dir().metadata(&resolved.relative).ok().map(|meta| meta.mode() & 0o7777)
+        });
+        files.insert(target.clone(), Entry { resolved, original, current, moved_from: None, mode });
     }
     Ok(files.get_mut(target).expect("inserted above"))
 }
@@ -901,6 +907,7 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
                 path: entry.resolved.clone(),
                 before: entry.original.clone(),
                 after: entry.current.as_ref().map(|file| workspace::hash(&file.bytes())),
+                mode: entry.mode,
             })
             .collect();
         ws.changes().record(run, "apply_patch", touched);

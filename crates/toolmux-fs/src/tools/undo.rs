@@ -54,6 +54,9 @@ pub(crate) struct Touched {
     pub(crate) before: Option<Vec<u8>>,
     /// The hash of what the change left; `None` when it removed the file.
     pub(crate) after: Option<Hash>,
+    /// Its permission bits before the change, for a file the change removed (or moved):
+    /// brought back, it gets them again (an executable script stays one).
+    pub(crate) mode: Option<u32>,
 }
 
 /// One call's change.
@@ -168,8 +171,12 @@ pub(crate) fn wrote(
 ) {
     match before {
         Some(before) => {
-            let touched =
-                Touched { path: path.clone(), before, after: Some(workspace::hash(bytes)) };
+            let touched = Touched {
+                path: path.clone(),
+                before,
+                after: Some(workspace::hash(bytes)),
+                mode: None,
+            };
             ws.changes().record(run, tool, vec![touched]);
         }
         None => ws.changes().forget(run, &path.relative),
@@ -258,6 +265,15 @@ fn put_back(ws: &Workspace, run: &str, change: &Change) -> Result<Vec<String>, F
         match &touched.before {
             Some(bytes) => {
                 let written = ws.write_atomic(&touched.path, bytes)?;
+                if touched.after.is_none()
+                    && let Some(mode) = touched.mode
+                {
+                    use cap_std::fs::PermissionsExt as _;
+                    let permissions = cap_std::fs::Permissions::from_mode(mode);
+                    ws.dir()
+                        .set_permissions(&touched.path.relative, permissions)
+                        .map_err(|e| FsError::from_io(&touched.path.given, e))?;
+                }
                 ws.record_read(run, written.canonical, workspace::hash(bytes));
                 let lines = bytes.iter().filter(|&&b| b == b'\n').count();
                 done.push(if touched.after.is_some() {

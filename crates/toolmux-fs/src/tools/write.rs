@@ -71,6 +71,7 @@ pub(crate) fn write(
         }),
         _ => None,
     };
+    let unkept = before.is_none();
     let written = ws.write_atomic(&path, &bytes)?;
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
     super::undo::wrote(ws, run, "write", &path, before, &bytes);
@@ -82,6 +83,14 @@ pub(crate) fn write(
     }
     if let Some(change) = change.filter(|_| !written.created) {
         let _ = write!(notes, "; {change}");
+    }
+    if unkept && !written.created {
+        let _ = write!(
+            notes,
+            "; its old content, over `fs.editMaxBytes` ({} bytes), is not kept: `undo` cannot \
+             bring it back",
+            limits.edit_max_bytes
+        );
     }
     let mut out = ToolOutput::text(format!(
         "{verb} `{}` ({} bytes, {lines} line{}{notes})",

@@ -64,6 +64,41 @@ async fn a_patch_is_undone_whole_or_file_by_file() {
     assert!(!fx.root().join("new/name.txt").exists());
 }
 
+/// Files a patch deleted or moved come back with their permissions (an executable script
+/// stays executable; they came back 0644).
+#[tokio::test]
+async fn undone_deletions_and_moves_keep_the_files_mode() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fx = Fixture::new();
+    let mode =
+        |rel: &str| std::fs::metadata(fx.root().join(rel)).unwrap().permissions().mode() & 0o7777;
+    for (path, bits) in [("run.sh", 0o750), ("secret.txt", 0o600)] {
+        std::fs::set_permissions(fx.put(path, "x\n"), std::fs::Permissions::from_mode(bits))
+            .unwrap();
+        fx.ok("read", json!({"path": path})).await;
+    }
+    let patch = "*** Begin Patch\n*** Update File: run.sh\n*** Move to: bin/run.sh\n@@\n-x\n+y\n*** Delete File: secret.txt\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    assert_eq!(mode("bin/run.sh"), 0o750);
+    fx.ok("undo", json!({})).await;
+    assert_eq!((mode("run.sh"), mode("secret.txt")), (0o750, 0o600));
+}
+
+/// Overwriting a file too large to keep says that `undo` cannot bring it back.
+#[tokio::test]
+async fn an_overwrite_that_cannot_be_undone_says_so() {
+    let fx = Fixture::with(|mut c| {
+        c.limits.edit_max_bytes = 10;
+        c
+    });
+    fx.put("big.txt", "more than ten bytes\n");
+    fx.ok("read", json!({"path": "big.txt"})).await;
+    let out = fx.ok("write", json!({"path": "big.txt", "content": "small\n"})).await;
+    assert!(out.contains("is not kept: `undo` cannot bring it back"), "{out}");
+    let small = fx.ok("write", json!({"path": "big.txt", "content": "tiny\n"})).await;
+    assert!(!small.contains("not kept"), "{small}");
+}
+
 /// A file changed since the change (here by hand) is not overwritten: nothing is undone,
 /// the model is told to read it, and the change stays undoable once the file is back.
 #[tokio::test]
