@@ -493,7 +493,14 @@ impl Tasks {
             let changed = task.changed.notified();
             {
                 let state = task.lock();
-                if !state.unread.is_empty() || state.dropped > 0 || state.end.is_some() {
+                // With a filter, only a whole line is something to show (see `render`).
+                let news = match &filter {
+                    Some(_) => {
+                        state.unread.contains(&b'\n') || state.unread.len() > PARTIAL_LINE_MAX
+                    }
+                    None => !state.unread.is_empty(),
+                };
+                if news || state.dropped > 0 || state.end.is_some() {
                     break;
                 }
             }
@@ -742,6 +749,9 @@ async fn watch(
 }
 
 /// The task's status and the output not read yet (taken out), within `cap` characters.
+/// The longest start of a line a filtered read holds back until the line ends.
+const PARTIAL_LINE_MAX: usize = 64 * 1024;
+
 fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput {
     let status = task.status();
     let (bytes, dropped, total, end, file, planted) = {
@@ -754,6 +764,16 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
             // A terminal ends lines with CR LF: a CR last may be half of one.
             if task.tty && keep_back == 0 && taken.last() == Some(&b'\r') {
                 keep_back = 1;
+            }
+            // A filter matches whole lines: the start of a line whose end has not come
+            // yet waits for it (`ERR` now and `OR: boom` later is one line, `ERROR:
+            // boom`), unless it grows past a bound (a progress bar that never ends its
+            // line).
+            if filter.is_some() {
+                let partial = taken.iter().rev().position(|&b| b == b'\n').unwrap_or(taken.len());
+                if partial <= PARTIAL_LINE_MAX {
+                    keep_back = keep_back.max(partial);
+                }
             }
             let tail = taken.split_off(taken.len() - keep_back);
             state.unread.extend(tail);

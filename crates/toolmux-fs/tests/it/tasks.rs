@@ -156,6 +156,21 @@ async fn filters_keep_matching_lines_and_waiting_ends_at_block_ms() {
     fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
 }
 
+/// A line written in two pieces is matched whole: its start waits for its end (it was
+/// matched piece by piece, and lost).
+#[tokio::test]
+async fn a_filtered_line_written_in_pieces_is_matched_whole() {
+    let fx = fixture(|b| b);
+    let (id, _, _) = start(&fx, "printf 'ok\nERR'; sleep 1; printf 'OR: boom\n'; sleep 30").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = output(&fx, json!({"task_id": id, "filter": "ERROR"})).await.to_text();
+    assert!(first.ends_with("[no new matching output]"), "{first}");
+    let second =
+        output(&fx, json!({"task_id": id, "filter": "ERROR", "block_ms": 5000})).await.to_text();
+    assert!(second.ends_with("--- output ---\nERROR: boom"), "{second}");
+    fx.call("task_kill", json!({"task_id": id})).await.expect("killed");
+}
+
 #[tokio::test]
 async fn a_task_outliving_its_timeout_is_killed() {
     let fx = fixture(|b| b);
