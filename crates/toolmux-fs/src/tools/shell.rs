@@ -648,7 +648,11 @@ impl Captured {
                 self.spill_written,
                 path.display()
             ),
-            (Some(path), _) => format!("full output saved to {}", path.display()),
+            // Outside the workspace, so the file tools do not read it: a command does.
+            (Some(path), _) => format!(
+                "full output saved to {} (read parts with `grep -n`, `sed -n '100,200p'`)",
+                path.display()
+            ),
             (None, Some(why)) => format!("the full output could not be saved: {why}"),
             (None, None) => "the full output could not be saved".into(),
         };
