@@ -112,7 +112,8 @@ TOOLMUX_PROCESS_MARK; nothing persists between calls (no cd, no exports). `timeo
 2 s later (a trap may clean up); on cancellation it is killed at once, and so is a command \
 that prints more than its output limit (1 GiB unless configured); \
 background processes left when the command exits are killed too, even those that left the group \
-(setsid, daemons). Output: `exit code N` (or the signal / timeout), then `--- stdout \
+(setsid, daemons), unless they also cleared their environment (`env -i`), which carries the mark \
+they are found by. Output: `exit code N` (or the signal / timeout), then `--- stdout \
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
 characters keeps its head and tail with a marker, and the full output is saved to a file whose \
 path is given. With `run_in_background: true` (a server, a watcher, a long build) the call \
