@@ -101,6 +101,23 @@ async fn start_reporting(
     warn_failures: bool,
     previous: Option<&Toolmux>,
 ) -> anyhow::Result<(Toolmux, WarmupReport)> {
+    start_waiting(loaded, keep, warn_failures, previous, None).await
+}
+
+/// How long `toolmux serve` waits for its providers before it answers clients: some give
+/// a server 10 s to start (Codex). Providers slower than that join when they are up, and
+/// clients get `list_changed`.
+const SERVE_WAITS: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// [`start_reporting`], waiting at most `wait` for the providers to start (the rest join
+/// when they are up; see `Orchestrator::warmup_within`).
+async fn start_waiting(
+    loaded: &Loaded,
+    keep: &(dyn Fn(&str) -> bool + Sync),
+    warn_failures: bool,
+    previous: Option<&Toolmux>,
+    wait: Option<std::time::Duration>,
+) -> anyhow::Result<(Toolmux, WarmupReport)> {
     let toolmux = match previous {
         Some(previous) => Toolmux::rebuild(loaded, previous).await?,
         None => Toolmux::build_only(loaded, keep).await?,
@@ -113,11 +130,17 @@ async fn start_reporting(
         "starting {providers} provider{}",
         if providers == 1 { "" } else { "s" }
     ));
-    let report = toolmux.orchestrator().warmup().await;
+    let report = toolmux.orchestrator().warmup_within(wait).await;
     spinner.finish();
     for provider in report.providers.iter().filter(|_| warn_failures) {
-        if let Some(error) = &provider.error {
-            eprintln!("warning: provider `{}` failed to start: {error}", provider.namespace);
+        match &provider.error {
+            Some(note) if provider.starting => {
+                eprintln!("note: provider `{}` is {note}", provider.namespace);
+            }
+            Some(error) => {
+                eprintln!("warning: provider `{}` failed to start: {error}", provider.namespace);
+            }
+            None => {}
         }
     }
     for problem in &report.problems {
@@ -380,7 +403,8 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         },
         _ => None,
     };
-    let (toolmux, _report) = start(loaded, &|_| true).await?;
+    let (toolmux, _report) =
+        start_waiting(loaded, &|_| true, true, None, Some(SERVE_WAITS)).await?;
     let current = crate::reload::Current::new(toolmux.clone());
     // The command line's over the file's (checked when it was built).
     let serve = &loaded.config.serve;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 fn python() -> PathBuf {
     peer("python/venv/bin/python")
@@ -1214,4 +1214,75 @@ fn malformed_requests_get_the_right_json_rpc_errors() {
     let parse = of(Value::Null);
     assert_eq!(parse["error"]["code"], -32700, "{answers:?}");
     assert!(of(4.into())["result"]["content"].is_array(), "{answers:?}");
+}
+
+/// A server slower to start than `serve` waits (a cold `npx` or container start) does not
+/// hold up the clients: `initialize` is answered within seconds with the tools that are
+/// up, and the slow server's tools follow with `list_changed` once it is. (The gateway
+/// answered nothing until every server had started or timed out, 30 s.)
+#[test]
+fn a_slow_server_joins_after_the_gateway_answers() {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "fs: {{}}\nmcpServers:\n  everything:\n    command: sh\n    args: ['-c', 'sleep 11; exec \"$0\" \"$1\" stdio', '{}', '{}']\n",
+            node.display(),
+            everything.display()
+        ),
+    );
+    let began = Instant::now();
+    let mut child = project
+        .command(&["serve", "--stdio"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toolmux serve starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut next = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("a line");
+        serde_json::from_str::<Value>(&line).expect("JSON")
+    };
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#).unwrap();
+    let init = next();
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    let answered = began.elapsed();
+    assert!(answered < Duration::from_secs(11), "initialize answered after {answered:?}");
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#).unwrap();
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).unwrap();
+    let first = next();
+    let names = |list: &Value| -> Vec<String> {
+        list["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(names(&first).iter().any(|n| n == "fs__grep"), "{first}");
+    assert!(!names(&first).iter().any(|n| n.starts_with("everything__")), "{first}");
+    // The slow server comes up: clients are told, and it is listed.
+    let changed = loop {
+        let message = next();
+        if message["method"] == "notifications/tools/list_changed" {
+            break message;
+        }
+    };
+    assert!(changed.get("id").is_none());
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":3,"method":"tools/list"}}"#).unwrap();
+    let second = loop {
+        let message = next();
+        if message["id"] == 3 {
+            break message;
+        }
+    };
+    assert!(names(&second).iter().any(|n| n == "everything__echo"), "{second}");
+    drop(stdin);
+    let _ = child.wait();
 }

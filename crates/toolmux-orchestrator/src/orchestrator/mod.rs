@@ -110,6 +110,10 @@ pub struct ProviderReport {
     /// The failure, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Still starting when [`Orchestrator::warmup_within`] stopped waiting: it joins the
+    /// listings when it is up (`error` says so).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub starting: bool,
 }
 
 /// What [`Orchestrator::warmup`] found.
@@ -714,6 +718,16 @@ impl Orchestrator {
     /// timeout, then lists their tools and builds the registry. A failing provider is
     /// reported and does not stop the others.
     pub async fn warmup(&self) -> WarmupReport {
+        self.warmup_within(None).await
+    }
+
+    /// [`Orchestrator::warmup`], waiting at most `wait` for the providers: those still
+    /// starting then go on starting in the background, and each joins the listings, with
+    /// the subscribers told, once it is up (or is tried again, as a failed one is). Their
+    /// reports say they are still starting. For a server that must answer its clients
+    /// soon (`toolmux serve`: some clients give a server 10 s) while a provider takes its
+    /// time (a cold `npx` or container start).
+    pub async fn warmup_within(&self, wait: Option<Duration>) -> WarmupReport {
         let providers = self.providers();
         let timeout = self.inner.config.startup_timeout;
         // Futures built in a loop, not a closure: closures over `&Arc<dyn ToolProvider>` trip
@@ -722,23 +736,58 @@ impl Orchestrator {
         for (i, provider) in providers.iter().enumerate() {
             warmups.push(warm_one(i, provider.clone(), timeout));
         }
-        let results: Vec<(usize, Result<(), String>, u64)> = futures::stream::iter(warmups)
-            .buffer_unordered(self.inner.config.init_concurrency.max(1))
-            .collect()
-            .await;
-        let results: Vec<(usize, Result<(), String>, u64)> = results
+        let mut stream = futures::stream::iter(warmups)
+            .buffer_unordered(self.inner.config.init_concurrency.max(1));
+        let deadline = wait.map(|wait| Instant::now() + wait);
+        let mut results: Vec<(usize, Result<(), String>, u64)> = Vec::new();
+        loop {
+            let next = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+                None => stream.next().await,
+            };
+            match next {
+                Some(result) => results.push(result),
+                None => break,
+            }
+        }
+        let starting: Vec<usize> =
+            (0..providers.len()).filter(|i| !results.iter().any(|(j, ..)| j == i)).collect();
+        if !starting.is_empty() {
+            let joining = self.join_when_started(stream);
+            self.inner.watchers.lock().unwrap_or_else(|e| e.into_inner()).push(joining);
+        }
+        let mut results: Vec<(usize, Result<(), String>, u64)> = results
             .into_iter()
             .map(|(i, r, ms)| (i, r.map_err(|e| self.inner.redactor.redact(&e).into_owned()), ms))
             .collect();
         // A provider whose warmup failed is not asked for its listings now: it would only
         // fail again, after waiting out its reconnection backoff (seconds, for a one-shot
-        // `tools list`). It is asked again at the next listing.
+        // `tools list`). It is tried again in the background (`retry_start`).
         let failed: HashSet<String> = results
             .iter()
             .filter(|(_, result, _)| result.is_err())
             .filter_map(|(i, _, _)| providers.get(*i).map(|p| p.namespace().to_owned()))
             .collect();
-        let mut list_errors = self.refresh_skipping(&failed).await;
+        let skipped: HashSet<String> = failed
+            .iter()
+            .cloned()
+            .chain(
+                starting.iter().filter_map(|&i| providers.get(i)).map(|p| p.namespace().to_owned()),
+            )
+            .collect();
+        let waited_ms = wait.map_or(0, |w| w.as_millis() as u64);
+        for &i in &starting {
+            let note = format!(
+                "still starting after {}s; its tools join the listings, and clients are told, \
+                 when it is up",
+                wait.map_or(0, |w| w.as_secs())
+            );
+            results.push((i, Err(note), waited_ms));
+        }
+        let mut list_errors = self.refresh_skipping(&skipped).await;
         self.start_watchers();
         // A provider that could not start (a server down, a cold start slower than the
         // startup timeout) is tried again in the background, and its tools join the
@@ -754,9 +803,9 @@ impl Orchestrator {
         // here lets reads and `get_prompt` route before the first listing, and reports
         // naming problems with the tools'.
         let (prompts, ..) = futures::join!(
-            self.refresh_prompts_skipping(&failed),
-            self.refresh_resources_skipping(&failed),
-            self.refresh_resource_templates_skipping(&failed)
+            self.refresh_prompts_skipping(&skipped),
+            self.refresh_resources_skipping(&skipped),
+            self.refresh_resource_templates_skipping(&skipped)
         );
         let registry = self.registry();
         let mut problems = registry.problems().to_vec();
@@ -767,7 +816,8 @@ impl Orchestrator {
         for (i, result, elapsed_ms) in by_index {
             let p = &providers[i];
             let error = result.err().or_else(|| list_errors.remove(p.namespace()));
-            if let Some(e) = &error {
+            let starting = starting.contains(&i);
+            if let Some(e) = error.as_ref().filter(|_| !starting) {
                 tracing::warn!(provider = p.namespace(), "provider failed to start: {e}");
             }
             report.providers.push(ProviderReport {
@@ -776,6 +826,7 @@ impl Orchestrator {
                 tools: tools_of(&registry, p.namespace()),
                 elapsed_ms,
                 error,
+                starting,
             });
         }
         report
@@ -864,6 +915,65 @@ impl Orchestrator {
         }
     }
 
+    /// Goes on with the warmups `starting` holds after [`Orchestrator::warmup_within`]
+    /// stopped waiting: each provider that starts is listed and joins the registry, with the
+    /// subscribers told; one that fails is tried again ([`Orchestrator::retry_start`]).
+    fn join_when_started<S>(&self, mut starting: S) -> tokio::task::JoinHandle<()>
+    where
+        S: futures::Stream<Item = (usize, Result<(), String>, u64)> + Send + Unpin + 'static,
+    {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            while let Some((i, started, _)) = starting.next().await {
+                let Some(inner) = weak.upgrade() else { return };
+                let orchestrator = Orchestrator { inner };
+                let Some(provider) = orchestrator.providers().get(i).cloned() else { continue };
+                let namespace = provider.namespace().to_owned();
+                let timeout = orchestrator.inner.config.startup_timeout;
+                let listed = match started {
+                    Ok(()) => list_one(provider, timeout).await.1,
+                    Err(e) => Err(e),
+                };
+                match listed {
+                    Ok(tools) => {
+                        orchestrator.joined(&namespace, tools).await;
+                        tracing::info!(provider = %namespace, "provider started");
+                    }
+                    Err(e) => {
+                        let e = orchestrator.inner.redactor.redact(&e).into_owned();
+                        tracing::warn!(provider = %namespace, "provider failed to start: {e}");
+                        let retry = orchestrator.retry_start(namespace);
+                        orchestrator
+                            .inner
+                            .watchers
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(retry);
+                    }
+                }
+            }
+        })
+    }
+
+    /// Provider `namespace`, started late, with its `tools`: the registry is rebuilt with
+    /// them and subscribers are told of its tools, prompts and resources.
+    async fn joined(&self, namespace: &str, tools: Vec<ToolSpec>) {
+        {
+            let _guard = self.inner.refresh_lock.lock().await;
+            {
+                let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(p) = providers.iter_mut().find(|p| p.provider.namespace() == namespace)
+                {
+                    p.tools = tools;
+                }
+            }
+            self.rebuild();
+        }
+        self.inner.notifier.notify();
+        self.inner.prompts_changed.notify();
+        self.inner.resources_changed.notify();
+    }
+
     /// Tries provider `namespace` again, after 2 s and then twice as long each time up to
     /// a minute, until it starts and lists its tools: then the registry is rebuilt and
     /// subscribers are told. Ends with the orchestrator, or once the provider is gone.
@@ -893,27 +1003,8 @@ impl Orchestrator {
                 };
                 match listed {
                     Ok(tools) => {
-                        {
-                            let _guard = orchestrator.inner.refresh_lock.lock().await;
-                            {
-                                let mut providers = orchestrator
-                                    .inner
-                                    .providers
-                                    .write()
-                                    .unwrap_or_else(|e| e.into_inner());
-                                if let Some(p) = providers
-                                    .iter_mut()
-                                    .find(|p| p.provider.namespace() == namespace)
-                                {
-                                    p.tools = tools;
-                                }
-                            }
-                            orchestrator.rebuild();
-                        }
+                        orchestrator.joined(&namespace, tools).await;
                         tracing::info!(provider = %namespace, attempt, "provider started after all");
-                        orchestrator.inner.notifier.notify();
-                        orchestrator.inner.prompts_changed.notify();
-                        orchestrator.inner.resources_changed.notify();
                         return;
                     }
                     Err(e) => tracing::debug!(
@@ -1035,7 +1126,14 @@ impl Orchestrator {
         let tools = tools_of(&registry, &namespace);
         let problems =
             registry.problems().iter().filter(|p| !before.contains(&p.message)).cloned().collect();
-        let report = ProviderReport { namespace, kind: provider.kind(), tools, elapsed_ms, error };
+        let report = ProviderReport {
+            namespace,
+            kind: provider.kind(),
+            tools,
+            elapsed_ms,
+            error,
+            starting: false,
+        };
         Ok(WarmupReport { providers: vec![report], problems })
     }
 

@@ -158,6 +158,32 @@ async fn a_provider_down_at_the_start_joins_when_it_comes_up() {
     o.cleanup().await;
 }
 
+/// `warmup_within`: the providers up by then are served at once; a slow one goes on
+/// starting and joins the listings, with subscribers told, when it is up.
+#[tokio::test(start_paused = true)]
+async fn a_provider_slower_than_the_wait_joins_when_it_is_up() {
+    let slow = MockProvider::new("slow")
+        .with_tool("t", Behavior::Text("late".into()))
+        .with_warmup_delay(Duration::from_secs(12));
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo)))
+        .provider(Arc::new(slow))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let report = o.warmup_within(Some(Duration::from_secs(5))).await;
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+    let slow_report = report.providers.iter().find(|p| p.namespace == "slow").unwrap();
+    assert!(slow_report.starting, "{slow_report:?}");
+    assert!(slow_report.error.as_deref().unwrap().starts_with("still starting after 5s"));
+    assert!(call(&o, "m__a", json!({})).await.ok);
+    assert!(o.registry().get("slow__t").is_none());
+    let mut changes = o.tool_list_changes().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), changes.changed()).await.unwrap();
+    assert_eq!(call(&o, "slow__t", json!({})).await.result.unwrap(), "late");
+    o.cleanup().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn list_changes_refresh_the_registry_and_signal_upward() {
     let p = Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo));
