@@ -327,3 +327,28 @@ async fn named_caller_headers_go_on_with_the_request() {
     let error = RestProvider::inline(&tools).unwrap_err().to_string();
     assert!(error.contains("`passthroughHeaders` names `Host`"), "{error}");
 }
+
+/// A path placeholder the document declares no parameter for is an argument all the same
+/// (a required string), filled in and escaped like a declared one; it was sent as
+/// `%7Bid%7D`, and the argument refused as unknown.
+#[tokio::test]
+async fn an_undeclared_path_placeholder_is_still_an_argument() {
+    let (base, seen) = recording_server().await;
+    let document = json!({
+        "openapi": "3.0.3", "info": {"title": "u", "version": "1"}, "servers": [{"url": base}],
+        "paths": {"/users/{userId}/items/{id}": {"get": {"operationId": "item",
+            "parameters": [{"name": "userId", "in": "path", "required": true, "schema": {"type": "integer"}}]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("u", document, "u.json", &OpenApiConfig::default())
+            .unwrap();
+    let spec = &provider.specs()[0];
+    assert_eq!(spec.input_schema["required"], json!(["userId", "id"]), "{spec:?}");
+    assert_eq!(spec.input_schema["properties"]["id"]["type"], "string");
+    let out = provider
+        .call("item", json!({"userId": 7, "id": "a b"}), &CallContext::new())
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /users/7/items/a%20b HTTP/1.1");
+}

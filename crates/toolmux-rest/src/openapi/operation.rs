@@ -279,6 +279,27 @@ fn build_operation(
                 || param.get("required") == Some(&Value::Bool(true)),
         });
     }
+    // A `{placeholder}` of the path that no parameter declares (documents forget them):
+    // an argument all the same, a required string, or the URL would carry `%7Bid%7D`.
+    for name in path_placeholders(path) {
+        let declared =
+            candidates.iter().any(|c| c.field.location == Location::Path && c.field.name == name);
+        if !declared {
+            candidates.push(Candidate {
+                field: Field {
+                    flat: String::new(),
+                    location: Location::Path,
+                    name: name.to_owned(),
+                    style: Style::Simple,
+                    explode: false,
+                    binary: false,
+                },
+                schema: json!({"type": "string",
+                    "description": format!("`{{{name}}}` in the path (the document declares no parameter for it)")}),
+                required: true,
+            });
+        }
+    }
     let body = if doc.version == Version::Swagger2 {
         swagger_request_body(doc, converter, op, swagger_body, &form_params, &mut candidates)?
     } else {
@@ -1094,6 +1115,22 @@ fn security_requirements(doc: &Document, op: &Value) -> Vec<Vec<String>> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The names of the `{placeholders}` of `path`, in order.
+fn path_placeholders(path: &str) -> Vec<&str> {
+    let mut names = Vec::new();
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+        rest = &after[close + 1..];
+    }
+    names
 }
 
 /// The scopes each scheme's requirements name (an OAuth2 scheme's), over every
