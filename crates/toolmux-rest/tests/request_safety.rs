@@ -352,3 +352,35 @@ async fn an_undeclared_path_placeholder_is_still_an_argument() {
     assert!(!out.is_error, "{}", out.to_text());
     assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /users/7/items/a%20b HTTP/1.1");
 }
+
+/// A server URL placeholder without a declared variable takes `serverVariables`, or is an
+/// error naming it and the fix (it was sent as `%7Btenant%7D`).
+#[tokio::test]
+async fn an_undeclared_server_variable_is_taken_from_the_configuration_or_named() {
+    let (base, seen) = recording_server().await;
+    let document = |base: &str| {
+        json!({
+            "openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+            "servers": [{"url": format!("{base}/{{tenant}}/api")}],
+            "paths": {"/ping": {"get": {"operationId": "ping"}}}
+        })
+    };
+    let err =
+        RestProvider::openapi_from_value("t", document(&base), "t.json", &OpenApiConfig::default())
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains(
+            "has `{tenant}`, which its `variables` do not declare: set `serverVariables.tenant`"
+        ),
+        "{err}"
+    );
+    let config = OpenApiConfig {
+        server_variables: [("tenant".to_owned(), "acme".to_owned())].into_iter().collect(),
+        ..OpenApiConfig::default()
+    };
+    let provider =
+        RestProvider::openapi_from_value("t", document(&base), "t.json", &config).unwrap();
+    provider.call("ping", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /acme/api/ping HTTP/1.1");
+}

@@ -1051,9 +1051,27 @@ fn expand_server(
     overrides: &BTreeMap<String, String>,
 ) -> Result<String, RestError> {
     let mut url = server.get("url").and_then(Value::as_str).unwrap_or_default().to_owned();
-    let Some(variables) = server.get("variables").and_then(Value::as_object) else {
-        return Ok(url);
-    };
+    let empty = Map::new();
+    let variables = server.get("variables").and_then(Value::as_object).unwrap_or(&empty);
+    // A `{placeholder}` the document declares no variable for takes its value from
+    // `serverVariables`; without one it would be sent as `%7Bname%7D`.
+    let placeholders: Vec<String> =
+        path_placeholders(&url).into_iter().map(str::to_owned).collect();
+    for name in &placeholders {
+        if variables.contains_key(name) {
+            continue;
+        }
+        let Some(value) = overrides.get(name) else {
+            return Err(doc.error(
+                &format!("{at}/url"),
+                format!(
+                    "server URL `{url}` has `{{{name}}}`, which its `variables` do not declare: \
+                     set `serverVariables.{name}` (or `baseUrl`) in the import's configuration"
+                ),
+            ));
+        };
+        url = url.replace(&format!("{{{name}}}"), value);
+    }
     for (name, variable) in variables {
         let var_at = format!("{at}/variables/{}", escape_token(name));
         let overridden = overrides.get(name).map(String::as_str);
