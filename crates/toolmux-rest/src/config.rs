@@ -48,8 +48,9 @@ pub struct RestToolConfig {
     /// template used as a JSON object, and other methods send them as query parameters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
-    /// The JSON Schema of the arguments; without one, every placeholder becomes a required
-    /// string property.
+    /// The JSON Schema of the arguments; without one, each placeholder becomes a property:
+    /// any JSON value for one that stands alone as a value of the body, a string, number or
+    /// boolean for one put in text; those of the URL's path are required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters_schema: Option<Value>,
     /// The named queue calls wait in (applied by the orchestrator).

@@ -446,6 +446,22 @@ async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, Res
     String::from_utf8(response.body).map_err(|_| fetch_error("the document is not UTF-8".into()))
 }
 
+/// The parameters of body strings that hold more than one placeholder or more than it
+/// (`"Hello ${parameters.name}!"`): put in as text.
+fn body_text_parameters(template: &Value, out: &mut BTreeSet<String>) {
+    match template {
+        Value::String(text) => {
+            let parsed = Template::parse(text);
+            if parsed.sole_parameter().is_none() {
+                out.extend(parsed.parameters().map(str::to_owned));
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| body_text_parameters(v, out)),
+        Value::Object(map) => map.values().for_each(|v| body_text_parameters(v, out)),
+        _ => {}
+    }
+}
+
 fn inline_tool(
     name: &str,
     local: String,
@@ -478,9 +494,20 @@ fn inline_tool(
     for (_, t) in headers.iter().chain(&query) {
         used.extend(t.parameters().map(top_level));
     }
+    // Parameters only ever put in text (a URL, a header, a string of the body) are scalars;
+    // one that stands alone as a body value takes any JSON (a number, an object).
+    let mut in_text: BTreeSet<String> = used.clone();
+    let mut whole = BTreeSet::new();
     if let Some(body) = &config.body {
         let mut in_body = BTreeSet::new();
         body_parameters(body, &mut in_body);
+        let mut sole = BTreeSet::new();
+        crate::template::sole_body_parameters(body, &mut sole);
+        // A parameter used inside a longer string of the body is text there.
+        let mut in_strings = BTreeSet::new();
+        body_text_parameters(body, &mut in_strings);
+        in_text.extend(in_strings.iter().map(|p| top_level(p)));
+        whole.extend(sole.iter().map(|p| top_level(p)));
         used.extend(in_body.iter().map(|p| top_level(p)));
     }
     let input_schema = match &config.parameters_schema {
@@ -493,8 +520,17 @@ fn inline_tool(
             ));
         }
         None => {
-            let properties: Map<String, Value> =
-                used.iter().map(|p| (p.clone(), json!({"type": "string"}))).collect();
+            let properties: Map<String, Value> = used
+                .iter()
+                .map(|p| {
+                    let schema = if whole.contains(p) && !in_text.contains(p) {
+                        json!({"description": "any JSON value, put in the body as it is"})
+                    } else {
+                        json!({"type": ["string", "number", "boolean"]})
+                    };
+                    (p.clone(), schema)
+                })
+                .collect();
             json!({"type": "object", "properties": properties, "required": required})
         }
     };
@@ -729,7 +765,7 @@ mod tests {
         assert_eq!(names.len(), 3);
         assert_ne!(names[0], names[1]);
         assert!(names[0].starts_with("a_b_") && names[1].starts_with("a_b_"), "{names:?}");
-        expect![[r#"{"properties":{"city":{"type":"string"},"unit":{"type":"string"}},"required":["city"],"type":"object"}"#]]
+        expect![[r#"{"properties":{"city":{"type":["string","number","boolean"]},"unit":{"type":["string","number","boolean"]}},"required":["city"],"type":"object"}"#]]
             .assert_eq(&specs[2].input_schema.to_string());
     }
 

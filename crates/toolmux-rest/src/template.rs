@@ -315,6 +315,19 @@ pub(crate) fn render_body(template: &Value, args: &Map<String, Value>) -> Result
 }
 
 /// Every placeholder of a body template.
+/// The parameters that stand alone as a whole string of the body template
+/// (`"count": "${parameters.count}"`): each takes the argument's JSON value as it is.
+pub(crate) fn sole_body_parameters(template: &Value, out: &mut BTreeSet<String>) {
+    match template {
+        Value::String(text) => {
+            out.extend(Template::parse(text).sole_parameter().map(str::to_owned));
+        }
+        Value::Array(items) => items.iter().for_each(|v| sole_body_parameters(v, out)),
+        Value::Object(map) => map.values().for_each(|v| sole_body_parameters(v, out)),
+        _ => {}
+    }
+}
+
 pub(crate) fn body_parameters(template: &Value, out: &mut BTreeSet<String>) {
     match template {
         Value::String(text) => out.extend(Template::parse(text).parameters().map(str::to_owned)),

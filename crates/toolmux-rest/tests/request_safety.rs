@@ -384,3 +384,32 @@ async fn an_undeclared_server_variable_is_taken_from_the_configuration_or_named(
     provider.call("ping", json!({}), &CallContext::new()).await.unwrap();
     assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /acme/api/ping HTTP/1.1");
 }
+
+/// Without `parametersSchema`, a placeholder that stands alone as a body value takes any
+/// JSON value, sent as it is (it had to be a string, so `{"count": 3}` was refused), and one
+/// put in text takes a string, number or boolean.
+#[tokio::test]
+async fn inline_placeholders_take_the_values_their_places_take() {
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let bodies = lines.clone();
+    let base = serve(move |request| {
+        bodies.lock().unwrap().push(String::from_utf8_lossy(&request.body).into_owned());
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let provider = inline(json!({"order": {
+        "description": "Order", "method": "POST", "url": format!("{base}/orders/${{parameters.shop}}"),
+        "body": {"count": "${parameters.count}", "item": "${parameters.item}", "note": "n=${parameters.n}"}
+    }}));
+    let spec = &provider.specs()[0];
+    let properties = &spec.input_schema["properties"];
+    assert!(properties["count"].get("type").is_none(), "{properties}");
+    assert_eq!(properties["n"]["type"], json!(["string", "number", "boolean"]));
+    assert_eq!(properties["shop"]["type"], json!(["string", "number", "boolean"]));
+    assert_eq!(spec.input_schema["required"], json!(["shop"]));
+    let args = json!({"shop": 7, "count": 3, "item": {"sku": "a1"}, "n": true});
+    let out = provider.call("order", args, &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let body: Value = serde_json::from_str(lines.lock().unwrap().last().unwrap()).unwrap();
+    assert_eq!(body, json!({"count": 3, "item": {"sku": "a1"}, "note": "n=true"}));
+}
