@@ -240,12 +240,32 @@ impl ResourceCatalog {
 
     /// The templates `allowed` lets through (given the index of the provider that listed
     /// one and its URI template), in provider order.
-    pub fn templates_where(&self, allowed: &dyn Fn(usize, &str) -> bool) -> Vec<ResourceTemplate> {
-        let listed = self.templates.iter().enumerate();
-        listed
-            .flat_map(|(i, t)| t.iter().filter(move |t| allowed(i, &t.uri_template)))
-            .cloned()
-            .collect()
+    ///
+    /// A template an earlier provider lists too (two instances of one server) is listed under
+    /// the name `alias` gives (given the index and the template), as a shadowed resource is,
+    /// so that reading through it reaches this provider.
+    pub fn templates_where(
+        &self,
+        allowed: &dyn Fn(usize, &str) -> bool,
+        alias: &dyn Fn(usize, &str) -> String,
+    ) -> Vec<ResourceTemplate> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, listed) in self.templates.iter().enumerate() {
+            let mut own = HashSet::new();
+            for template in listed.iter().filter(|t| allowed(i, &t.uri_template)) {
+                if !own.insert(&template.uri_template) {
+                    continue;
+                }
+                if seen.insert(&template.uri_template) {
+                    out.push(template.clone());
+                } else {
+                    let uri_template = alias(i, &template.uri_template);
+                    out.push(ResourceTemplate { uri_template, ..template.clone() });
+                }
+            }
+        }
+        out
     }
 
     /// The provider (its index) that listed the URI template `template` first.
@@ -324,7 +344,7 @@ mod tests {
             Some(vec![ResourceTemplate::new("x://{id}", "x", "d")]),
             Some(vec![ResourceTemplate::new("y://{id}", "y", "d")]),
         ]);
-        let listed = templates.templates_where(&|_, t| t.starts_with('y'));
+        let listed = templates.templates_where(&|_, t| t.starts_with('y'), &|_, t| t.to_owned());
         assert_eq!(listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["y"]);
     }
 

@@ -60,6 +60,24 @@ impl Orchestrator {
                 };
                 (entry.provider.clone(), forwarded, entry.name.to_string())
             }
+            // A template another provider lists too is listed under its alias: completed
+            // by the provider the alias names, asked with its own template.
+            CompletionRef::ResourceTemplate(aliased)
+                if let Some((index, template)) = self.unalias(aliased) =>
+            {
+                let provider = self.providers().get(index).cloned();
+                let listed = |p: &Arc<dyn ToolProvider>| {
+                    scope(p.namespace()) && self.resource_listed(p.namespace(), template)
+                };
+                let Some(provider) = provider.filter(listed) else {
+                    return Ok(Completion::default());
+                };
+                let forwarded = CompletionRequest {
+                    reference: CompletionRef::ResourceTemplate(template.to_owned()),
+                    ..request.clone()
+                };
+                (provider, forwarded, aliased.clone())
+            }
             CompletionRef::ResourceTemplate(template) => {
                 let mut owner = self.template_owner(template);
                 if owner.is_none() {

@@ -66,7 +66,11 @@ impl Orchestrator {
         scope: Scope<'_>,
     ) -> Vec<ResourceTemplate> {
         let catalog = self.refresh_resource_templates().await;
-        catalog.templates_where(&self.listed_in(scope))
+        let providers = self.providers();
+        let alias = |i: usize, template: &str| {
+            providers.get(i).map_or_else(|| template.to_owned(), |p| alias(p.namespace(), template))
+        };
+        catalog.templates_where(&self.listed_in(scope), &alias)
     }
 
     /// Whether a URI (or URI template) listed by the provider of an index is listed to a
@@ -337,7 +341,7 @@ impl Orchestrator {
 
     /// The provider (its index) and its own URI that `uri` names, when `uri` is an alias
     /// ([`alias`]) of a provider of this orchestrator.
-    fn unalias<'u>(&self, uri: &'u str) -> Option<(usize, &'u str)> {
+    pub(super) fn unalias<'u>(&self, uri: &'u str) -> Option<(usize, &'u str)> {
         let (namespace, original) = uri.strip_prefix(ALIAS_PREFIX)?.split_once('/')?;
         let index = self.providers().iter().position(|p| p.namespace() == namespace)?;
         Some((index, original))

@@ -470,6 +470,25 @@ async fn resource_links_in_results_reach_the_provider_that_gave_them() {
     assert!(git.reads().is_empty(), "the other provider was not asked: {:?}", git.reads());
 }
 
+/// A template two providers list (two instances of one server) is the first's under its
+/// own name and the second's under its alias, read through by the second alone (it was
+/// listed twice, alike, and every read went to the first).
+#[tokio::test(start_paused = true)]
+async fn a_template_two_providers_list_is_aliased_for_the_second() {
+    let one = Arc::new(Library::new("one").template("mem://item/{id}"));
+    let two = Arc::new(Library::new("two").template("mem://item/{id}"));
+    let o = library(vec![one.clone(), two.clone()]).await;
+    let templates: Vec<String> =
+        o.list_resource_templates().await.unwrap().into_iter().map(|t| t.uri_template).collect();
+    assert_eq!(templates, ["mem://item/{id}", "toolmux://two/mem://item/{id}"]);
+    let ctx = CallContext::new();
+    let read = o.read_resource("toolmux://two/mem://item/7", &ctx).await.unwrap();
+    assert_eq!(text(&read), r#"two: [("id", "7")]"#);
+    assert!(one.reads().is_empty(), "{:?}", one.reads());
+    let read = o.read_resource("mem://item/8", &ctx).await.unwrap();
+    assert_eq!(text(&read), r#"one: [("id", "8")]"#);
+}
+
 #[tokio::test(start_paused = true)]
 async fn reads_route_by_listing_then_template_then_asking_in_turn() {
     let (git, docs) = (Arc::new(git()), Arc::new(docs()));
