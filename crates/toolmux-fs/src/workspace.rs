@@ -385,8 +385,8 @@ impl Workspace {
     pub fn display(&self, absolute: &Path) -> String {
         match absolute.strip_prefix(&self.root) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
-            Ok(rel) => rel.to_string_lossy().into_owned(),
-            Err(_) => absolute.to_string_lossy().into_owned(),
+            Ok(rel) => shown_path(rel.as_os_str()),
+            Err(_) => shown_path(absolute.as_os_str()),
         }
     }
 
@@ -672,6 +672,19 @@ fn split_parent(path: &Path) -> Option<(PathBuf, PathBuf)> {
 /// The SHA-256 of `bytes`.
 pub(crate) fn hash(bytes: &[u8]) -> Hash {
     Sha256::digest(bytes).into()
+}
+
+/// A file name or path as listings show it: as it is, unless it holds a control character
+/// (a line break would make one entry read as two, an escape sequence would act on a
+/// terminal) or is not UTF-8 (shown lossily, its size looked up under another name): then
+/// quoted, with those bytes escaped (`"bad\xffname"`, `"a\nfake.txt"`).
+pub fn shown_path(path: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let bytes = path.as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !text.chars().any(char::is_control) => text.to_owned(),
+        _ => format!("\"{}\"", bytes.escape_ascii()),
+    }
 }
 
 #[cfg(test)]

@@ -362,7 +362,7 @@ fn worker_threads() -> usize {
 }
 
 fn display(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root).unwrap_or(path).to_string_lossy().into_owned()
+    crate::workspace::shown_path(path.strip_prefix(root).unwrap_or(path).as_os_str())
 }
 
 #[derive(Debug, Clone, Copy)]

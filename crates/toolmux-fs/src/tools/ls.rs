@@ -245,16 +245,19 @@ impl Listing<'_> {
         }
         let shown_dir = relative.to_string_lossy().into_owned();
         let entries = dir.entries().map_err(|e| FsError::from_io(&shown_dir, e))?;
-        let mut names: Vec<(String, cap_std::fs::FileType)> = entries
+        // Each entry by its own name for what is done with it, and as shown (`shown_path`).
+        let mut names: Vec<(std::ffi::OsString, String, cap_std::fs::FileType)> = entries
             .filter_map(Result::ok)
             .filter_map(|e| {
-                Some((e.file_name().to_string_lossy().into_owned(), e.file_type().ok()?))
+                let own = e.file_name();
+                let shown = crate::workspace::shown_path(&own);
+                Some((own, shown, e.file_type().ok()?))
             })
             .collect();
-        names.sort_by(|a, b| a.0.cmp(&b.0));
+        names.sort_by(|a, b| a.1.cmp(&b.1));
         let indent = "  ".repeat(level);
-        for (name, kind) in names {
-            let child: PathBuf = relative.join(&name);
+        for (own, name, kind) in names {
+            let child: PathBuf = relative.join(&own);
             if self.ignore.is_match(&name) || self.ignore.is_match(&child) {
                 continue;
             }
@@ -277,14 +280,14 @@ impl Listing<'_> {
             self.seen += 1;
             let on_page = index >= self.offset && index - self.offset < self.limit;
             if on_page {
-                let line = self.line(dir, base, &child, &indent, &name, kind);
+                let line = self.line(dir, base, &child, &indent, (&own, &name), kind);
                 self.print(&line);
                 self.shown += 1;
             }
             if !kind.is_dir() || level >= self.depth || name == ".git" {
                 continue;
             }
-            match dir.open_dir(&name) {
+            match dir.open_dir(&own) {
                 Ok(sub) => {
                     self.above.push((!on_page).then(|| format!("{indent}{name}/")));
                     let walked = self.walk(&sub, base, &child, level + 1);
@@ -315,7 +318,7 @@ impl Listing<'_> {
         base: &Path,
         child: &Path,
         indent: &str,
-        name: &str,
+        (own, name): (&std::ffi::OsStr, &str),
         kind: cap_std::fs::FileType,
     ) -> String {
         if kind.is_dir() {
@@ -324,7 +327,7 @@ impl Listing<'_> {
             let target = self.symlink_target(&base.join(child));
             format!("{indent}{name}@ -> {target}")
         } else if kind.is_file() {
-            let size = dir.symlink_metadata(name).map(|m| m.len()).unwrap_or(0);
+            let size = dir.symlink_metadata(own).map(|m| m.len()).unwrap_or(0);
             format!("{indent}{name} ({size} bytes)")
         } else {
             format!("{indent}{name}?")

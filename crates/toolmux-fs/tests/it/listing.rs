@@ -310,3 +310,29 @@ async fn ls_leaves_out_what_gitignore_excludes_unless_told_otherwise() {
     }
     assert!(!all.contains("left out by"), "{all}");
 }
+
+/// Names with control characters or bytes that are not UTF-8 are shown quoted and escaped,
+/// one line each, with their real sizes: a line break in a name made one entry read as two
+/// (`a` and a fake `fake.txt (9 bytes)`), and a name that is not UTF-8 showed 0 bytes.
+#[tokio::test]
+async fn odd_names_are_shown_escaped_and_truthfully() {
+    use std::os::unix::ffi::OsStrExt as _;
+    let fx = Fixture::new();
+    fx.put("a\nfake.txt (9 bytes)", "12345");
+    let bad = fx.root().join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    std::fs::write(&bad, "1234567").unwrap();
+    fx.put("plain.txt", "x");
+    let listed = fx.ok("ls", json!({})).await;
+    assert!(listed.contains(r#""a\nfake.txt (9 bytes)" (5 bytes)"#), "{listed}");
+    assert!(listed.contains(r#""bad\xffname" (7 bytes)"#), "{listed}");
+    assert!(
+        listed.contains("plain.txt (1 bytes)") || listed.contains("plain.txt (1 byte)"),
+        "{listed}"
+    );
+    assert!(!listed.lines().any(|l| l.trim_start().starts_with("fake.txt")), "{listed}");
+    let found = fx.ok("grep", json!({"pattern": "1234"})).await;
+    assert!(
+        found.contains(r#""a\nfake.txt (9 bytes)""#) && found.contains(r#""bad\xffname""#),
+        "{found}"
+    );
+}
