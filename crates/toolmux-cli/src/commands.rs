@@ -40,8 +40,31 @@ pub(crate) async fn unless_interrupted<T>(
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
 pub(crate) fn print(text: &str) {
+    use std::io::IsTerminal as _;
     let mut out = std::io::stdout().lock();
+    // What a tool read (a file, a web page) may hold escape sequences that would act on
+    // the person's terminal (retitle it, move the cursor, write to the clipboard): on a
+    // terminal, control characters other than line breaks and tabs are shown escaped.
+    let text =
+        if out.is_terminal() { for_terminal(text) } else { std::borrow::Cow::Borrowed(text) };
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
+/// `text` with its control characters but line breaks, returns and tabs escaped (`\u{1b}`).
+fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let active = |c: char| c.is_control() && !matches!(c, '\n' | '\t' | '\r');
+    if !text.chars().any(active) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if active(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's

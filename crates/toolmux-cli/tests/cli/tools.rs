@@ -547,3 +547,21 @@ fn rustix_euid_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// What a tool read is printed to a person's terminal with its escape sequences made
+/// visible, not acted on (a file could retitle the terminal or write to the clipboard);
+/// piped, it is passed on as it is.
+#[test]
+fn escape_sequences_in_results_do_not_reach_the_terminal() {
+    let project = Project::new();
+    project.file("evil.txt", "before\u{1b}]0;pwned\u{7}after\n");
+    let run = project.run_at_terminal(
+        &serde_json::json!([]),
+        &["tools", "call", "fs__read", r#"{"path":"evil.txt"}"#],
+    );
+    assert!(run.stdout.contains(r"before\u{1b}]0;pwned\u{7}after"), "{:?}", run.stdout);
+    // (The transcript has the start-up spinner's own sequences on stderr.)
+    assert!(!run.stdout.contains("\u{1b}]0;pwned"), "{:?}", run.stdout);
+    let piped = project.run(&["tools", "call", "fs__read", r#"{"path":"evil.txt"}"#]);
+    assert!(piped.stdout.contains("before\u{1b}]0;pwned\u{7}after"), "{:?}", piped.stdout);
+}
