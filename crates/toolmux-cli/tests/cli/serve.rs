@@ -228,14 +228,7 @@ pub(crate) fn stdio_exchange_as(
     client: &str,
     requests: &[Value],
 ) -> Vec<Value> {
-    let mut child = project
-        .command(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (mut child, mut stdin, mut stdout) = spawn_stdio(project, args);
     let mut lines = vec![
         serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},
@@ -252,7 +245,6 @@ pub(crate) fn stdio_exchange_as(
         writeln!(stdin, "{line}").expect("write");
     }
     let last = requests.len() + 1;
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut messages = Vec::new();
     loop {
         let mut line = String::new();
@@ -280,6 +272,24 @@ pub(crate) fn stdio_exchange_as(
         assert!(message.get("id").is_none() && message["method"].is_string(), "{line}");
     }
     messages
+}
+
+/// Starts `toolmux ARGS` serving on stdio: the process, its stdin, and its stdout to read
+/// lines from.
+fn spawn_stdio(
+    project: &Project,
+    args: &[&str],
+) -> (std::process::Child, std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
+    let mut child = project
+        .command(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toolmux serve starts");
+    let stdin = child.stdin.take().expect("stdin");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    (child, stdin, stdout)
 }
 
 /// Over stdio, stdout carries nothing but JSON-RPC messages, even with logging turned up.
@@ -1174,14 +1184,7 @@ fn results_carry_no_result_type_for_older_clients_after_a_restart() {
 #[test]
 fn malformed_requests_get_the_right_json_rpc_errors() {
     let project = Project::new();
-    let mut child = project
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().expect("stdin");
+    let (mut child, mut stdin, mut stdout) = spawn_stdio(&project, &["serve", "--stdio"]);
     let lines = [
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
         r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
@@ -1193,7 +1196,6 @@ fn malformed_requests_get_the_right_json_rpc_errors() {
     for line in lines {
         writeln!(stdin, "{line}").expect("write");
     }
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
     let mut answers: Vec<Value> = Vec::new();
     while !answers.iter().any(|a| a["id"] == 4) {
         let mut line = String::new();
@@ -1235,15 +1237,7 @@ fn a_slow_server_joins_after_the_gateway_answers() {
         ),
     );
     let began = Instant::now();
-    let mut child = project
-        .command(&["serve", "--stdio"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("toolmux serve starts");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let (mut child, mut stdin, mut stdout) = spawn_stdio(&project, &["serve", "--stdio"]);
     let mut next = || {
         let mut line = String::new();
         stdout.read_line(&mut line).expect("a line");
