@@ -207,23 +207,13 @@ impl ResourceCatalog {
         allowed: &dyn Fn(usize, &str) -> bool,
         alias: &dyn Fn(usize, &str) -> String,
     ) -> Vec<ResourceSpec> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for (i, listed) in self.resources.iter().enumerate() {
-            // A provider listing one URI twice lists it once.
-            let mut own = HashSet::new();
-            for resource in listed.iter().filter(|r| allowed(i, &r.uri)) {
-                if !own.insert(&resource.uri) {
-                    continue;
-                }
-                if seen.insert(&resource.uri) {
-                    out.push(resource.clone());
-                } else {
-                    out.push(ResourceSpec { uri: alias(i, &resource.uri), ..resource.clone() });
-                }
-            }
-        }
-        out
+        first_wins(
+            &self.resources,
+            |r| &r.uri,
+            |r, uri| ResourceSpec { uri, ..r.clone() },
+            allowed,
+            alias,
+        )
     }
 
     /// Whether the provider of index `provider` lists `uri` while another owns it: its
@@ -249,23 +239,13 @@ impl ResourceCatalog {
         allowed: &dyn Fn(usize, &str) -> bool,
         alias: &dyn Fn(usize, &str) -> String,
     ) -> Vec<ResourceTemplate> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for (i, listed) in self.templates.iter().enumerate() {
-            let mut own = HashSet::new();
-            for template in listed.iter().filter(|t| allowed(i, &t.uri_template)) {
-                if !own.insert(&template.uri_template) {
-                    continue;
-                }
-                if seen.insert(&template.uri_template) {
-                    out.push(template.clone());
-                } else {
-                    let uri_template = alias(i, &template.uri_template);
-                    out.push(ResourceTemplate { uri_template, ..template.clone() });
-                }
-            }
-        }
-        out
+        first_wins(
+            &self.templates,
+            |t| &t.uri_template,
+            |t, uri_template| ResourceTemplate { uri_template, ..t.clone() },
+            allowed,
+            alias,
+        )
     }
 
     /// The provider (its index) that listed the URI template `template` first.
@@ -281,6 +261,37 @@ impl ResourceCatalog {
         }
         self.templates.iter().position(|listed| listed.iter().any(|t| t.match_uri(uri).is_some()))
     }
+}
+
+/// The items of every provider's listing that `allowed` lets through (given the provider's
+/// index and the item's URI, as `key` reads it): each URI under its own name as the first
+/// provider let through listed it, and under the name `alias` gives as a later provider
+/// listed it (`rename` makes that item), so that none is out of reach. A provider listing
+/// one URI twice lists it once.
+fn first_wins<T: Clone>(
+    listings: &[Vec<T>],
+    key: impl Fn(&T) -> &String,
+    rename: impl Fn(&T, String) -> T,
+    allowed: &dyn Fn(usize, &str) -> bool,
+    alias: &dyn Fn(usize, &str) -> String,
+) -> Vec<T> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, listed) in listings.iter().enumerate() {
+        let mut own = HashSet::new();
+        for item in listed.iter().filter(|item| allowed(i, key(item))) {
+            let uri = key(item);
+            if !own.insert(uri) {
+                continue;
+            }
+            if seen.insert(uri) {
+                out.push(item.clone());
+            } else {
+                out.push(rename(item, alias(i, uri)));
+            }
+        }
+    }
+    out
 }
 
 /// Fresh listings over previous ones, provider by provider.

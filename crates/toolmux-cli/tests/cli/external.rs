@@ -5,7 +5,7 @@
 use crate::Project;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{BufRead as _, Read as _, Write as _};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
@@ -40,15 +40,7 @@ struct Session {
 
 impl Session {
     fn start(project: &Project) -> Session {
-        let mut child = project
-            .command(&["serve", "--stdio"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("toolmux serve starts");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (child, stdin, stdout) = crate::serve::spawn_stdio(project, &["serve", "--stdio"]);
         let (tx, lines) = channel();
         std::thread::spawn(move || {
             for line in stdout.lines().map_while(Result::ok) {

@@ -276,7 +276,7 @@ pub(crate) fn stdio_exchange_as(
 
 /// Starts `toolmux ARGS` serving on stdio: the process, its stdin, and its stdout to read
 /// lines from.
-fn spawn_stdio(
+pub(crate) fn spawn_stdio(
     project: &Project,
     args: &[&str],
 ) -> (std::process::Child, std::process::ChildStdin, BufReader<std::process::ChildStdout>) {
