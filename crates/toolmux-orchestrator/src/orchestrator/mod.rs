@@ -305,6 +305,7 @@ impl OrchestratorBuilder {
                 prompts: RwLock::new(Arc::new(PromptCatalog::default())),
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
                 learned_routes: Mutex::new(HashMap::new()),
+                not_started: Mutex::new(HashSet::new()),
                 updates: ResourceUpdateNotifier::new(),
                 prompts_changed: ToolListNotifier::new(),
                 resources_changed: ToolListNotifier::new(),
@@ -420,6 +421,9 @@ struct Inner {
     resources: RwLock<Arc<ResourceCatalog>>,
     /// URIs nobody lists that a provider (its index) answered when asked in turn.
     learned_routes: Mutex<HashMap<String, usize>>,
+    /// Providers that failed to start (or are still starting) and are tried again in the
+    /// background: `/health` says so, whatever the provider says of itself.
+    not_started: Mutex<HashSet<String>>,
     /// Every provider's resource updates, merged by the forwarders.
     updates: ResourceUpdateNotifier,
     /// Every provider's prompt-list changes, merged by the forwarders.
@@ -778,6 +782,11 @@ impl Orchestrator {
                 starting.iter().filter_map(|&i| providers.get(i)).map(|p| p.namespace().to_owned()),
             )
             .collect();
+        self.inner
+            .not_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(skipped.iter().cloned());
         let waited_ms = wait.map_or(0, |w| w.as_millis() as u64);
         for &i in &starting {
             let note = format!(
@@ -788,6 +797,11 @@ impl Orchestrator {
             results.push((i, Err(note), waited_ms));
         }
         let mut list_errors = self.refresh_skipping(&skipped).await;
+        self.inner
+            .not_started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(list_errors.keys().cloned());
         self.start_watchers();
         // A provider that could not start (a server down, a cold start slower than the
         // startup timeout) is tried again in the background, and its tools join the
@@ -958,6 +972,7 @@ impl Orchestrator {
     /// Provider `namespace`, started late, with its `tools`: the registry is rebuilt with
     /// them and subscribers are told of its tools, prompts and resources.
     async fn joined(&self, namespace: &str, tools: Vec<ToolSpec>) {
+        self.inner.not_started.lock().unwrap_or_else(|e| e.into_inner()).remove(namespace);
         {
             let _guard = self.inner.refresh_lock.lock().await;
             {
@@ -2373,8 +2388,26 @@ impl ToolProvider for Orchestrator {
     }
 
     /// Each provider's, in registration order (a composite's parts in its place).
+    /// Each provider's own word, but for one that did not start and is being tried again
+    /// (or is still starting): not healthy, in words of ours (its error may carry a URL).
     fn health_by_provider(&self) -> Vec<ProviderHealth> {
-        self.providers().iter().flat_map(|p| p.health_by_provider()).collect()
+        let not_started = self.inner.not_started.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.providers()
+            .iter()
+            .flat_map(|p| {
+                if not_started.contains(p.namespace()) {
+                    vec![ProviderHealth {
+                        namespace: p.namespace().to_owned(),
+                        health: Health::unhealthy(
+                            "not started yet: tried again in the background; its tools join \
+                             when it is up",
+                        ),
+                    }]
+                } else {
+                    p.health_by_provider()
+                }
+            })
+            .collect()
     }
 
     async fn shutdown(&self) -> Result<(), ToolError> {

@@ -148,9 +148,20 @@ async fn a_provider_down_at_the_start_joins_when_it_comes_up() {
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(tries.load(Ordering::SeqCst), 3);
     assert!(o.registry().get("late__t").is_none());
+    let health = |o: &Orchestrator| {
+        let all = ToolProvider::health_by_provider(o);
+        all.into_iter().find(|p| p.namespace == "late").map(|p| p.health).unwrap()
+    };
+    // Whatever the provider says of itself, `/health` says it has not started.
+    let down = health(&o);
+    assert!(
+        !down.ok && down.detail.as_deref().unwrap_or("").starts_with("not started yet"),
+        "{down:?}"
+    );
     up.store(true, Ordering::SeqCst);
     tokio::time::timeout(Duration::from_secs(30), changes.changed()).await.unwrap();
     assert_eq!(call(&o, "late__t", json!({})).await.result.unwrap(), "up at last");
+    assert!(health(&o).ok);
     // Up for good: no more tries.
     let now = tries.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(300)).await;
