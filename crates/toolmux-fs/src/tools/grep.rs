@@ -135,6 +135,14 @@ pub(crate) fn grep(
     let path = ws.resolve(&given)?;
     let start = ws.walk_start(&path)?;
     ws.check_read(&path, start.strip_prefix(ws.root()).unwrap_or(&start))?;
+    // A path that is neither a folder nor a file (a device, a FIFO, a socket) has no lines
+    // to search: said, rather than "No matches found" (and a FIFO is never opened).
+    if let Ok(meta) = std::fs::metadata(&start)
+        && !meta.is_dir()
+        && !meta.is_file()
+    {
+        return Err(FsError::NotRegularFile { path: given });
+    }
     let mode = args.output_mode.unwrap_or_default();
     let multiline = args.multiline.unwrap_or(false);
     check_combinations(&args, mode).map_err(invalid)?;

@@ -56,6 +56,18 @@ async fn line_ends_match_in_crlf_files() {
     assert_eq!(fx.ok("grep", word).await, "win.txt:1:bar");
 }
 
+/// A path that is no folder and no file (a FIFO here) is said to be one, not answered
+/// "No matches found", and never opened (a FIFO would block the search).
+#[tokio::test]
+async fn a_path_that_is_no_file_is_said_to_be_one() {
+    let fx = Fixture::new();
+    let fifo = fx.root().join("pipe");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    let err = fx.err("grep", json!({"pattern": "x", "path": "pipe"})).await;
+    assert!(err.contains("`pipe` is not a regular file"), "{err}");
+}
+
 #[tokio::test]
 async fn case_insensitive() {
     let fx = tree();
