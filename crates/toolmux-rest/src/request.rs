@@ -137,7 +137,11 @@ pub(crate) fn build(
             }
             Location::Header => {
                 if let Some(value) = value {
-                    headers.push((field.name.clone(), simple(value, field.explode)));
+                    let text = match field.style {
+                        Style::Json => json_text(value),
+                        _ => simple(value, field.explode),
+                    };
+                    headers.push((field.name.clone(), text));
                 }
             }
             Location::Cookie => {
@@ -145,7 +149,10 @@ pub(crate) fn build(
                     cookies.push(format!(
                         "{}={}",
                         field.name,
-                        encode(&simple(value, field.explode))
+                        encode(&match field.style {
+                            Style::Json => json_text(value),
+                            _ => simple(value, field.explode),
+                        })
                     ));
                 }
             }
@@ -280,8 +287,16 @@ fn fill_path(template: &str, values: &[(&Field, String)]) -> Result<String, Stri
     Ok(segments.join("/"))
 }
 
+/// A value as JSON text, for a parameter described by JSON `content` ([`Style::Json`]).
+fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 /// A path parameter, encoded, in its style.
 fn path_value(field: &Field, value: &Value) -> String {
+    if field.style == Style::Json {
+        return encode(&json_text(value));
+    }
     let encoded = |v: &Value| encode(&value_text(v));
     let items = || -> Vec<String> {
         match value {
@@ -339,6 +354,10 @@ fn simple(value: &Value, explode: bool) -> String {
 /// Query pairs of one parameter, encoded, in its style.
 fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
     let name = encode(&field.name);
+    if field.style == Style::Json {
+        out.push(format!("{name}={}", encode(&json_text(value))));
+        return;
+    }
     let text = |v: &Value| encode(&value_text(v));
     match value {
         Value::Array(items) => {

@@ -413,3 +413,48 @@ async fn inline_placeholders_take_the_values_their_places_take() {
     let body: Value = serde_json::from_str(lines.lock().unwrap().last().unwrap()).unwrap();
     assert_eq!(body, json!({"count": 3, "item": {"sku": "a1"}, "note": "n=true"}));
 }
+
+/// A parameter described by JSON `content` is sent as JSON text, escaped where it goes (it
+/// was spread into `key=value` pairs); a Swagger 2 body the operation `consumes` only as
+/// XML is sent as XML, as given (it was sent as a JSON string).
+#[tokio::test]
+async fn json_content_parameters_and_xml_bodies_go_as_declared() {
+    let seen: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let record = seen.clone();
+    let base = serve(move |request| {
+        let kind = request.header("content-type").unwrap_or_default();
+        let body = String::from_utf8_lossy(&request.body).into_owned();
+        record.lock().unwrap().push((request.request_line().to_owned(), kind, body));
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let openapi = json!({
+        "openapi": "3.0.3", "info": {"title": "j", "version": "1"}, "servers": [{"url": base}],
+        "paths": {"/search": {"get": {"operationId": "search", "parameters": [{"name": "filter",
+            "in": "query", "content": {"application/json": {"schema": {"type": "object"}}}}]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("j", openapi, "j.json", &OpenApiConfig::default())
+            .unwrap();
+    let args = json!({"filter": {"tag": "a b", "n": 1}});
+    provider.call("search", args, &CallContext::new()).await.unwrap();
+    let line = seen.lock().unwrap().last().unwrap().0.clone();
+    assert_eq!(line, "GET /search?filter=%7B%22n%22%3A1%2C%22tag%22%3A%22a%20b%22%7D HTTP/1.1");
+
+    let host = base.trim_start_matches("http://");
+    let swagger = json!({
+        "swagger": "2.0", "info": {"title": "x", "version": "1"}, "host": host, "schemes": ["http"],
+        "paths": {"/pets": {"post": {"operationId": "addPet", "consumes": ["application/xml"],
+            "parameters": [{"name": "pet", "in": "body", "required": true, "schema": {"type": "string"}}]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("x", swagger, "x.json", &OpenApiConfig::default())
+            .unwrap();
+    let spec = &provider.specs()[0];
+    let name = spec.input_schema["required"][0].as_str().unwrap().to_owned();
+    let args = json!({name: "<pet><name>Rex</name></pet>"});
+    let out = provider.call("add_pet", args, &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let (_, kind, body) = seen.lock().unwrap().last().unwrap().clone();
+    assert_eq!((kind.as_str(), body.as_str()), ("application/xml", "<pet><name>Rex</name></pet>"));
+}

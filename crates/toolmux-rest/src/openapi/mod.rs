@@ -52,6 +52,9 @@ pub(crate) enum Style {
     DeepObject,
     Label,
     Matrix,
+    /// A parameter described by `content` with a JSON media type: its value sent as JSON
+    /// text (`filter={"a":1}`, escaped where it goes), not spread into pairs.
+    Json,
 }
 
 /// One flat argument and where it goes.

@@ -628,6 +628,14 @@ fn with_description(schema: &mut Value, description: Option<&str>) {
 }
 
 fn parameter_style(doc: &Document, param: &Value, location: Location) -> (Style, bool) {
+    let json_content = param
+        .get("content")
+        .and_then(Value::as_object)
+        .and_then(|content| content.keys().next())
+        .is_some_and(|media| is_json_media(media));
+    if json_content {
+        return (Style::Json, false);
+    }
     if doc.version == Version::Swagger2 {
         return match param.get("collectionFormat").and_then(Value::as_str) {
             Some("multi") => (Style::Form, true),
@@ -734,9 +742,13 @@ fn swagger_request_body(
         };
         let required = param.get("required") == Some(&Value::Bool(true));
         let description = param.get("description").and_then(Value::as_str);
+        // JSON when the operation takes it (or says nothing), else what it does take
+        // (`application/xml`, `text/plain`): a body sent as JSON to an API that reads XML
+        // is refused.
         let content_type = media
             .iter()
             .find(|m| m.contains("json"))
+            .or_else(|| media.first())
             .cloned()
             .unwrap_or_else(|| "application/json".into());
         let encoding = encoding_of(&content_type);
