@@ -207,11 +207,29 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
                     text: value_text(&value),
                 };
             };
+            let field =
+                |name: &str| fields.iter().find(|f| f.location == Location::Body && f.name == name);
             let mut pairs = Vec::new();
             for (name, value) in map {
                 match value {
                     Value::Array(items) => {
-                        pairs.extend(items.iter().map(|item| (name.clone(), value_text(item))));
+                        // A field's `collectionFormat` (Swagger 2) or style: one pair per
+                        // item when exploded (`multi`), else the items joined (`csv`).
+                        let sep = match field(&name).map(|f| (f.style, f.explode)) {
+                            Some((_, true)) | None => None,
+                            Some((Style::SpaceDelimited, _)) => Some(" "),
+                            Some((Style::PipeDelimited, _)) => Some("|"),
+                            Some((Style::TabDelimited, _)) => Some("\t"),
+                            Some(_) => Some(","),
+                        };
+                        match sep {
+                            Some(sep) => {
+                                let joined: Vec<String> = items.iter().map(value_text).collect();
+                                pairs.push((name, joined.join(sep)));
+                            }
+                            None => pairs
+                                .extend(items.iter().map(|item| (name.clone(), value_text(item)))),
+                        }
                     }
                     other => pairs.push((name, value_text(&other))),
                 }

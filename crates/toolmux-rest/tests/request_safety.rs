@@ -458,3 +458,35 @@ async fn json_content_parameters_and_xml_bodies_go_as_declared() {
     let (_, kind, body) = seen.lock().unwrap().last().unwrap().clone();
     assert_eq!((kind.as_str(), body.as_str()), ("application/xml", "<pet><name>Rex</name></pet>"));
 }
+
+/// Swagger 2 form fields keep their `collectionFormat`: `csv` joins the items, `multi`
+/// sends one pair each (every array went as pairs).
+#[tokio::test]
+async fn swagger_form_arrays_keep_their_collection_format() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let base = serve(move |request| {
+        record.lock().unwrap().push(String::from_utf8_lossy(&request.body).into_owned());
+        Reply::json(200, json!({}))
+    })
+    .await;
+    let array = |format: &str| json!({"type": "array", "items": {"type": "string"}, "collectionFormat": format});
+    let field = |name: &str, format: &str| {
+        let mut p = array(format);
+        p["name"] = json!(name);
+        p["in"] = json!("formData");
+        p
+    };
+    let swagger = json!({
+        "swagger": "2.0", "info": {"title": "f", "version": "1"},
+        "host": base.trim_start_matches("http://"), "schemes": ["http"],
+        "paths": {"/tag": {"post": {"operationId": "tag", "consumes": ["application/x-www-form-urlencoded"],
+            "parameters": [field("csv", "csv"), field("multi", "multi"), field("pipes", "pipes")]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("f", swagger, "f.json", &OpenApiConfig::default())
+            .unwrap();
+    let args = json!({"csv": ["a", "b"], "multi": ["x", "y"], "pipes": ["1", "2"]});
+    provider.call("tag", args, &CallContext::new()).await.unwrap();
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "csv=a%2Cb&multi=x&multi=y&pipes=1%7C2");
+}
