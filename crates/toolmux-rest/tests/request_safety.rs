@@ -490,3 +490,20 @@ async fn swagger_form_arrays_keep_their_collection_format() {
     provider.call("tag", args, &CallContext::new()).await.unwrap();
     assert_eq!(seen.lock().unwrap().last().unwrap(), "csv=a%2Cb&multi=x&multi=y&pipes=1%7C2");
 }
+
+/// Swagger 2's `x-nullable` on a parameter makes its schema take `null` (it was dropped).
+#[test]
+fn swagger_x_nullable_parameters_take_null() {
+    let swagger = json!({
+        "swagger": "2.0", "info": {"title": "n", "version": "1"}, "host": "127.0.0.1", "schemes": ["http"],
+        "paths": {"/n": {"get": {"operationId": "n", "parameters": [
+            {"name": "note", "in": "query", "type": "string", "x-nullable": true}]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("n", swagger, "n.json", &OpenApiConfig::default())
+            .unwrap();
+    assert_eq!(
+        provider.specs()[0].input_schema["properties"]["note"]["type"],
+        json!(["string", "null"])
+    );
+}

@@ -601,6 +601,8 @@ fn parameter_schema(
             "minItems",
             "uniqueItems",
             "multipleOf",
+            // Read by the converter as `nullable`.
+            "x-nullable",
         ];
         let inline: Map<String, Value> = keys
             .iter()
