@@ -507,3 +507,30 @@ fn swagger_x_nullable_parameters_take_null() {
         json!(["string", "null"])
     );
 }
+
+/// A parameter really named `id__query` keeps its name; the query's `id`, renamed for a
+/// clash with the path's `id`, is numbered instead (it took the name, and the real
+/// parameter's value went to the other).
+#[tokio::test]
+async fn renamed_arguments_yield_to_real_names() {
+    let (base, seen) = recording_server().await;
+    let param = |name: &str, place: &str| json!({"name": name, "in": place, "required": place == "path", "schema": {"type": "string"}});
+    let document = json!({
+        "openapi": "3.0.3", "info": {"title": "r", "version": "1"}, "servers": [{"url": base}],
+        "paths": {"/a/{id}": {"get": {"operationId": "a", "parameters": [
+            param("id", "path"), param("id", "query"), param("id__query", "query")]}}}
+    });
+    let provider =
+        RestProvider::openapi_from_value("r", document, "r.json", &OpenApiConfig::default())
+            .unwrap();
+    let properties: Vec<String> = provider.specs()[0].input_schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(properties, ["id__path", "id__query", "id__query_2"]);
+    let args = json!({"id__path": "p", "id__query": "real", "id__query_2": "q"});
+    provider.call("a", args, &CallContext::new()).await.unwrap();
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /a/p?id=q&id__query=real HTTP/1.1");
+}

@@ -11,7 +11,7 @@ use super::{
 use crate::config::DEFAULT_MAX_TOOLS;
 use crate::{OpenApiConfig, RestError, names};
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use toolmux_core::{PermissionClass, ToolAnnotations, naming};
 
 /// Longest description kept, in bytes.
@@ -925,26 +925,48 @@ fn flatten(mut candidates: Vec<Candidate>) -> (Vec<Field>, Map<String, Value>, V
     for name in &base {
         *counts.entry(name.as_str()).or_default() += 1;
     }
-    let mut taken: HashMap<String, usize> = HashMap::new();
+    // The name each wants: its own, or, when two share it, its own with its location
+    // (`id__query`) unless it is the body's.
+    let wanted: Vec<(String, bool)> = candidates
+        .iter()
+        .zip(&base)
+        .map(|(candidate, name)| {
+            let clashes = counts.get(name.as_str()).copied().unwrap_or(0) > 1;
+            if clashes && candidate.field.location != Location::Body {
+                let suffix = format!("__{}", candidate.field.location.as_str());
+                let kept = &name[..name.len().min(MAX_ARGUMENT_NAME - suffix.len())];
+                (format!("{kept}{suffix}"), true)
+            } else {
+                (name.clone(), false)
+            }
+        })
+        .collect();
+    // Own names are given first, so that a parameter really named `id__query` keeps its
+    // name and the query's `id` is numbered, not the other way round; a name taken
+    // already (two that differ only in characters models cannot use) gets `_2`, `_3`…
+    let mut taken: HashSet<String> = HashSet::new();
+    let mut flats = vec![String::new(); wanted.len()];
+    for renamed_pass in [false, true] {
+        for (i, (name, renamed)) in wanted.iter().enumerate() {
+            if *renamed != renamed_pass {
+                continue;
+            }
+            let mut flat = name.clone();
+            let mut n = 1;
+            while !taken.insert(flat.clone()) {
+                n += 1;
+                let suffix = format!("_{n}");
+                flat = name.clone();
+                flat.truncate(MAX_ARGUMENT_NAME - suffix.len());
+                flat.push_str(&suffix);
+            }
+            flats[i] = flat;
+        }
+    }
     let mut properties = Map::new();
     let mut required = Vec::new();
     let mut fields = Vec::with_capacity(candidates.len());
-    for (candidate, name) in candidates.iter_mut().zip(&base) {
-        let clashes = counts.get(name.as_str()).copied().unwrap_or(0) > 1;
-        let mut flat = if clashes && candidate.field.location != Location::Body {
-            let suffix = format!("__{}", candidate.field.location.as_str());
-            format!("{}{suffix}", &name[..name.len().min(MAX_ARGUMENT_NAME - suffix.len())])
-        } else {
-            name.clone()
-        };
-        // Two names that only differ in characters models cannot use: number the later.
-        let seen = taken.entry(flat.clone()).or_default();
-        *seen += 1;
-        if *seen > 1 {
-            let suffix = format!("_{}", *seen);
-            flat.truncate(MAX_ARGUMENT_NAME - suffix.len());
-            flat.push_str(&suffix);
-        }
+    for (candidate, flat) in candidates.iter_mut().zip(flats) {
         candidate.field.flat = flat.clone();
         if candidate.required {
             required.push(flat.clone());
