@@ -83,7 +83,8 @@ occurrence but only if there are exactly N. `dry_run` shows the diff and writes 
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
-`old_string` (and `new_string` is written in the file's style); spaces and tabs ending the \
+`old_string` (what `new_string` keeps of the matched text is written in the file's style, \
+what it adds as given); spaces and tabs ending the \
 lines of a several-line `old_string` need not match. With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
 and has changed since, the edit is refused until you read it again.";
