@@ -857,10 +857,34 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
 
 /// How many bytes at the end of `bytes` are the start of a UTF-8 character cut short.
 fn incomplete_tail(bytes: &[u8]) -> usize {
-    match std::str::from_utf8(bytes) {
+    let character = match std::str::from_utf8(bytes) {
         Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
         _ => 0,
-    }
+    };
+    character.max(incomplete_escape(bytes))
+}
+
+/// The bytes at the end of `bytes` that begin a terminal escape sequence not finished yet
+/// (`ESC [ 3` of `ESC [ 31m`): held back with the rest of it to come, since escapes are
+/// removed from what is shown one read at a time, and half of one would show as `1m`.
+/// Only within the last 256 bytes: what is longer is no sequence worth waiting for.
+fn incomplete_escape(bytes: &[u8]) -> usize {
+    const LONGEST: usize = 256;
+    let from = bytes.len().saturating_sub(LONGEST);
+    let Some(start) = bytes[from..].iter().rposition(|&b| b == 0x1b).map(|i| from + i) else {
+        return 0;
+    };
+    let rest = &bytes[start + 1..];
+    let finished = match rest.first() {
+        None => false,
+        // CSI: up to a final byte in `@`..=`~`.
+        Some(b'[') => rest[1..].iter().any(|b| (b'@'..=b'~').contains(b)),
+        // OSC: up to BEL or ESC `\` (the ESC of which would be the last one found).
+        Some(b']') => rest[1..].contains(&0x07),
+        // A two-byte escape.
+        Some(_) => true,
+    };
+    if finished { 0 } else { bytes.len() - start }
 }
 
 #[cfg(test)]
@@ -875,5 +899,15 @@ mod tests {
         assert_eq!(incomplete_tail(euro), 0);
         // Invalid bytes are not waited for: they are shown as they are.
         assert_eq!(incomplete_tail(&[b'a', 0xff]), 0);
+    }
+
+    #[test]
+    fn an_escape_cut_short_waits_for_its_end() {
+        assert_eq!(incomplete_tail(b"red \x1b[3"), 3);
+        assert_eq!(incomplete_tail(b"red \x1b[31mtext"), 0);
+        assert_eq!(incomplete_tail(b"title \x1b]0;name"), 8);
+        assert_eq!(incomplete_tail(b"title \x1b]0;name\x07done"), 0);
+        assert_eq!(incomplete_tail(b"end \x1b"), 1);
+        assert_eq!(incomplete_tail(b"two \x1bMx"), 0);
     }
 }
