@@ -160,7 +160,7 @@ impl RestProvider {
         check_namespace(namespace)?;
         let imported = openapi::import(&document, namespace, config)?;
         let mut warnings = imported.warnings;
-        let auth = Auth::new(imported.schemes, config.auth.clone());
+        let auth = imported.auth;
         for unknown in auth.unknown_schemes() {
             warnings.push(format!(
                 "{}: `auth.{unknown}` names no security scheme of the document",

@@ -755,19 +755,34 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
         line.push(b'\n');
         Some(line)
     };
-    let message: serde_json::Value = match serde_json::from_slice(line) {
-        Ok(message) => message,
+    // Only the members looked at, left as text: every message rmcp handles passes here,
+    // and building it whole would parse it twice over.
+    #[derive(Deserialize)]
+    struct Peek<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        #[serde(borrow)]
+        method: Option<&'a RawValue>,
+        #[serde(borrow)]
+        params: Option<&'a RawValue>,
+    }
+    let peek: Peek<'_> = match serde_json::from_slice(line) {
+        Ok(peek) => peek,
         Err(e) if e.is_syntax() || e.is_eof() => {
             return error(&serde_json::Value::Null, -32700, format!("Parse error: {e}"));
         }
         Err(_) => return None,
     };
-    let object = message.as_object()?;
-    let id = object.get("id").filter(|id| id.is_string() || id.is_number())?;
-    if object.get("method").and_then(serde_json::Value::as_str) != Some("tools/call") {
+    if peek.method.map(RawValue::get) != Some(r#""tools/call""#) {
         return None;
     }
-    let problem = match object.get("params") {
+    let id: serde_json::Value = serde_json::from_str(peek.id?.get()).ok()?;
+    if !(id.is_string() || id.is_number()) {
+        return None;
+    }
+    let params: Option<serde_json::Value> =
+        peek.params.and_then(|p| serde_json::from_str(p.get()).ok());
+    let problem = match params.as_ref() {
         None => "`params` is missing: give `{\"name\": TOOL, \"arguments\": {...}}`".to_owned(),
         Some(serde_json::Value::Object(params)) => match params.get("name") {
             None => "`params.name` is missing: name the tool to call".to_owned(),
@@ -783,7 +798,7 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
         },
         Some(other) => format!("`params` must be an object, not `{other}`"),
     };
-    error(id, -32602, format!("Invalid params: {problem}"))
+    error(&id, -32602, format!("Invalid params: {problem}"))
 }
 
 /// A plain `tools/call` request, parsed in one pass: anything more than a name,

@@ -154,10 +154,11 @@ pub(crate) enum SecurityScheme {
     },
 }
 
-/// The result of an import: operations, schemes and warnings.
+/// The result of an import: operations, the document's security schemes with the
+/// configured credentials, and warnings.
 #[derive(Debug)]
 pub(crate) struct Imported {
     pub(crate) operations: Vec<Operation>,
-    pub(crate) schemes: std::collections::BTreeMap<String, SecurityScheme>,
+    pub(crate) auth: crate::auth::Auth,
     pub(crate) warnings: Vec<String>,
 }

@@ -34,8 +34,7 @@ pub(crate) fn import(
     // Operations left out because their part of the document is broken, with the first
     // reason: the import fails only when nothing else was usable.
     let mut left_out: Vec<RestError> = Vec::new();
-    let schemes = security_schemes(doc, &mut warnings);
-    let auth = crate::auth::Auth::new(schemes.clone(), config.auth.clone());
+    let auth = crate::auth::Auth::new(security_schemes(doc, &mut warnings), config.auth.clone());
     let empty = Map::new();
     let paths = doc.root.get("paths").and_then(Value::as_object).unwrap_or(&empty);
     for (path, item) in paths {
@@ -110,7 +109,7 @@ pub(crate) fn import(
             operations.len()
         ));
     }
-    Ok(Imported { operations, schemes, warnings })
+    Ok(Imported { operations, auth, warnings })
 }
 
 /// The operations of a path item: `(lower-case method, operation, its pointer)`, the fixed
