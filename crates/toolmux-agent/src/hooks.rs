@@ -327,10 +327,9 @@ async fn write_whole(dir: &Path, path: &Path, text: String) -> std::io::Result<(
     let (dir, path) = (dir.to_path_buf(), path.to_path_buf());
     let written = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&dir)?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temporary = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&temporary, text)?;
-        std::fs::rename(&temporary, &path)
+        // The conversation may hold what the tools read: its owner's only.
+        let how = toolmux_core::Replace { private: true, durable: false };
+        toolmux_core::replace_file(&path, text.as_bytes(), how)
     })
     .await;
     written.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))

@@ -457,25 +457,10 @@ impl Ended<'_> {
 /// Writes `report` to `file` whole or not at all (a file beside it, renamed over it),
 /// readable by its owner only: the conversation may hold what the tools read.
 fn save(file: &Path, report: &AgentReport) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
-    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temporary = file.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut out = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temporary)?;
-        out.write_all(&json)?;
-        out.write_all(b"\n")?;
-        out.sync_all()?;
-        std::fs::rename(&temporary, file)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    written
+    let mut json = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    json.push(b'\n');
+    let how = toolmux::toolmux_core::Replace { private: true, durable: true };
+    toolmux::toolmux_core::replace_file(file, &json, how)
 }
 
 /// Lists a paused run's waiting calls on stderr, with how to decide them.

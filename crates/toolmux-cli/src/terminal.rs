@@ -65,14 +65,11 @@ impl Terminal {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
             let mut text =
                 serde_json::to_string_pretty(&approvals).map_err(std::io::Error::other)?;
             text.push('\n');
-            std::fs::write(&tmp, text)?;
-            std::fs::rename(&tmp, path).inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })
+            let how = toolmux::toolmux_core::Replace { private: false, durable: true };
+            toolmux::toolmux_core::replace_file(path, text.as_bytes(), how)
         })();
         if let Err(e) = written {
             eprintln!("warning: the approval was not saved in {}: {e}", path.display());

@@ -42,6 +42,7 @@
 mod catalog;
 mod context;
 mod error;
+mod file;
 mod interaction;
 mod kind;
 mod mark;
@@ -65,6 +66,7 @@ pub use context::{
     InteractionHandler, Op, Progress, ProgressSink, passable_header,
 };
 pub use error::{Party, ToolError, Violation, error_report};
+pub use file::{Replace, replace_file};
 pub use interaction::{
     ElicitationAction, ElicitationRequest, ElicitationResponse, LogLevel, LogMessage, LogSink,
     Root, RootsRequest, SamplingRequest, SamplingResponse, UrlElicitationRequest,

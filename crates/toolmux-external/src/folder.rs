@@ -4,7 +4,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use toolmux_core::ToolError;
 
@@ -76,23 +75,6 @@ fn locked(dir: &Path, what: &str, provider: &str) -> ToolError {
     }
 }
 
-/// Replaces file `at` with `bytes` through a temporary file beside it, renamed over it, so
-/// that a reader sees the old content or the new, never a part. `durable` also flushes it
-/// to the disk before the rename (what must survive a power loss).
-pub(crate) fn replace(at: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
-    static TEMP: AtomicU64 = AtomicU64::new(0);
-    let n = TEMP.fetch_add(1, Ordering::Relaxed);
-    let file_name = at.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = at.with_file_name(format!(".{file_name}.{}.{n}.tmp", std::process::id()));
-    let written = std::fs::write(&tmp, bytes)
-        .and_then(|()| if durable { File::open(&tmp)?.sync_all() } else { Ok(()) })
-        .and_then(|()| std::fs::rename(&tmp, at));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 /// Makes folder `dir` and the folders above it that are missing, each new one mode 0700,
 /// so that no other user reads what they keep (messages, a call's arguments). A folder that
 /// exists is left as it is: one the user configured may be shared on purpose; the default
@@ -139,7 +121,8 @@ pub(crate) fn write_json<T: serde::Serialize>(
         message: format!("cannot encode `{}`: {e}", at.display()),
         source: None,
     })?;
-    replace(at, &json, durable).map_err(|e| failure(provider, at, &e))
+    let how = toolmux_core::Replace { private: false, durable };
+    toolmux_core::replace_file(at, &json, how).map_err(|e| failure(provider, at, &e))
 }
 
 /// An error of file or folder `at`.

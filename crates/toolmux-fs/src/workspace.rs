@@ -608,7 +608,12 @@ impl Workspace {
                 }
             }
             file.sync_all()?;
-            parent_dir.rename(&temp, &parent_dir, &name)
+            parent_dir.rename(&temp, &parent_dir, &name)?;
+            // The rename is durable once the folder is: without this a crash can bring
+            // back the old file (or none) after the write was reported done. A file
+            // system that cannot sync folders says so; the write itself stands.
+            let _ = rustix::fs::fsync(&parent_dir);
+            Ok(())
         })();
         if let Err(e) = result {
             let _ = parent_dir.remove_file(&temp);

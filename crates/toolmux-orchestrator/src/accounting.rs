@@ -607,14 +607,8 @@ impl Stats {
                 path: path.to_owned(),
                 message: e.to_string(),
             })?;
-            static TEMPORARY: AtomicU64 = AtomicU64::new(0);
-            let n = TEMPORARY.fetch_add(1, Ordering::Relaxed);
-            let tmp = sibling(path, &format!(".{}.{n}.tmp", std::process::id()));
-            std::fs::write(&tmp, json).map_err(io)?;
-            if let Err(source) = std::fs::rename(&tmp, path) {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(io(source));
-            }
+            toolmux_core::replace_file(path, &json, toolmux_core::Replace::default())
+                .map_err(io)?;
         }
         // What other processes saved since this one last looked joins its counts; the file
         // now holds all of them.

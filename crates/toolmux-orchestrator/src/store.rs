@@ -468,18 +468,11 @@ impl OutputStore for DirectoryStore {
             {
                 tracing::warn!("removing old outputs: {e}");
             }
-            use std::io::Write as _;
             use std::os::unix::fs::DirBuilderExt as _;
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir_for_io)?;
-            // Write under a temporary name and rename, so a reader never sees half a file.
-            let tmp = dir_for_io.join(format!(
-                ".{}.tmp",
-                io_path.file_name().and_then(|f| f.to_str()).unwrap_or("out")
-            ));
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(content.as_bytes())?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, &io_path)
+            // A reader never sees half a file.
+            let how = toolmux_core::Replace { private: false, durable: true };
+            toolmux_core::replace_file(&io_path, content.as_bytes(), how)
         })
         .await
         .map_err(|e| StoreError::Io { path: file.clone(), source: std::io::Error::other(e) })?

@@ -519,6 +519,16 @@ impl Loose {
         the_one(found)
     }
 
+    /// Where in `text` each match of `old` read this loosely begins.
+    fn places(self, text: &str, old: &str) -> Vec<usize> {
+        let (wanted, _) = self.read(old);
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        let (read, origin) = self.read(text);
+        read.match_indices(wanted.as_str()).map(|(at, _)| origin[at]).collect()
+    }
+
     /// `text` read this loosely, and for each of its bytes (and its end) where that byte's
     /// character begins in `text`; a line break read as `\n` begins where the line's
     /// trailing spaces did and ends after the break, so a match ending in one takes it all.
@@ -575,6 +585,23 @@ fn line_of(text: &str, at: usize) -> usize {
 
 /// The not-found message, pointing at the closest line.
 fn not_found(text: &str, old: &str, given: &str) -> String {
+    // Found when read loosely, but at places that differ in what is read loosely (one
+    // line with a trailing space, one without): which to change is not guessed.
+    let places = Loose::BOTH.places(text, old);
+    if places.len() > 1 {
+        let lines: Vec<String> =
+            places.iter().take(LISTED_MATCHES).map(|&at| line_of(text, at).to_string()).collect();
+        let more = if places.len() > LISTED_MATCHES { ", ..." } else { "" };
+        return format!(
+            "old_string was not found in `{given}` as written, but it matches {} places \
+             (at lines {}{more}) when spaces and tabs at line ends, line endings and \
+             typographic quotes and dashes are ignored, and those places differ in them: \
+             copy the exact text of the one to change from `read` output, with enough \
+             context to pick it",
+            places.len(),
+            lines.join(", ")
+        );
+    }
     let wanted = old.split_whitespace().collect::<Vec<_>>().join(" ");
     // Whole-text match when whitespace is ignored: the likeliest mistake. The file's words
     // joined by single spaces, each word's line kept, and `wanted` looked for in that at

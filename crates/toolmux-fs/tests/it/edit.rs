@@ -301,7 +301,8 @@ async fn line_numbers_copied_from_read_are_removed() {
 }
 
 /// Spaces and tabs at the ends of lines, which a model rarely reproduces, do not stop a
-/// match of several lines; places that match but differ are not guessed between.
+/// match of several lines; places that match but differ are not guessed between, and are
+/// named.
 #[tokio::test]
 async fn trailing_whitespace_does_not_stop_a_match() {
     let fx = Fixture::new();
@@ -321,7 +322,9 @@ async fn trailing_whitespace_does_not_stop_a_match() {
     fx.put("two.txt", "a \nb\nx\na\t\nb\n");
     let err =
         fx.err("edit", json!({"path": "two.txt", "old_string": "a\nb", "new_string": "c"})).await;
-    assert!(err.contains("was not found"), "{err}");
+    assert!(err.contains("not found in `two.txt` as written, but it matches 2 places"), "{err}");
+    assert!(err.contains("(at lines 1, 4)"), "{err}");
+    assert_eq!(fx.get("two.txt"), "a \nb\nx\na\t\nb\n");
 }
 
 /// In a large file, an `old_string` of many lines that matches only when whitespace is

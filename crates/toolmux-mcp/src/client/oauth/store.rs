@@ -5,7 +5,6 @@
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A client registration: pre-registered, a metadata document URL, or dynamic.
@@ -93,21 +92,11 @@ impl Store {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         create_private_dir(dir)?;
         let bytes = serde_json::to_vec_pretty(saved).map_err(std::io::Error::other)?;
-        let temp = dir.join(format!(
-            ".{}.{}.tmp",
-            self.path.file_name().and_then(|n| n.to_str()).unwrap_or("tokens"),
-            std::process::id()
-        ));
-        let written = (|| {
-            let mut file = private_file(&temp)?;
-            file.write_all(&bytes)?;
-            file.sync_all()?;
-            std::fs::rename(&temp, &self.path)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&temp);
-        }
-        written
+        toolmux_core::replace_file(
+            &self.path,
+            &bytes,
+            toolmux_core::Replace { private: true, durable: true },
+        )
     }
 
     /// Forgets the server's tokens; `false` when there were none.
@@ -123,11 +112,6 @@ impl Store {
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)
 }
 
 /// The default directory: `$TOOLMUX_STATE_DIR/oauth`, `$XDG_STATE_HOME/toolmux/oauth` or
