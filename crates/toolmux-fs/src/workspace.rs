@@ -184,7 +184,11 @@ impl Workspace {
                 message: format!("path `{}` contains a NUL byte", given.escape_debug()),
             });
         }
-        let path = Path::new(given);
+        // A name `ls`, `glob` or `grep` showed quoted and escaped ([`shown_path`]: not
+        // UTF-8, or with control characters) is read back, unless a file is named so.
+        let unescaped =
+            shown_unescaped(given).filter(|_| self.dir.symlink_metadata(given).is_err());
+        let path = unescaped.as_deref().unwrap_or(Path::new(given));
         let relative = if path.is_absolute() {
             let stripped = path
                 .strip_prefix(&self.root)
@@ -682,7 +686,8 @@ pub(crate) fn hash(bytes: &[u8]) -> Hash {
 /// A file name or path as listings show it: as it is, unless it holds a control character
 /// (a line break would make one entry read as two, an escape sequence would act on a
 /// terminal) or is not UTF-8 (shown lossily, its size looked up under another name): then
-/// quoted, with those bytes escaped (`"bad\xffname"`, `"a\nfake.txt"`).
+/// quoted, with those bytes escaped (`"bad\xffname"`, `"a\nfake.txt"`). Every tool reads a path
+/// given in this form back to the name it shows.
 pub fn shown_path(path: &std::ffi::OsStr) -> String {
     use std::os::unix::ffi::OsStrExt as _;
     let bytes = path.as_bytes();
@@ -692,9 +697,56 @@ pub fn shown_path(path: &std::ffi::OsStr) -> String {
     }
 }
 
+/// The path [`shown_path`] showed as `given`: `None` when `given` is not such a quoted,
+/// escaped form.
+fn shown_unescaped(given: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt as _;
+    let inner = given.strip_prefix('"')?.strip_suffix('"')?;
+    let mut bytes = Vec::with_capacity(inner.len());
+    let mut rest = inner.as_bytes();
+    while let Some((&b, after)) = rest.split_first() {
+        rest = after;
+        if b != b'\\' {
+            bytes.push(b);
+            continue;
+        }
+        let (&code, after) = rest.split_first()?;
+        rest = after;
+        bytes.push(match code {
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'r' => b'\r',
+            b'\\' | b'\'' | b'"' => code,
+            b'x' => {
+                let hex = std::str::from_utf8(rest.get(..2)?).ok()?;
+                rest = &rest[2..];
+                u8::from_str_radix(hex, 16).ok()?
+            }
+            _ => return None,
+        });
+    }
+    (!bytes.contains(&0)).then(|| PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_name_reads_back() {
+        use std::os::unix::ffi::OsStrExt as _;
+        for name in [&b"a\xffb"[..], b"tab\there", b"new\nline\\ \"q\" 'x'", b"plain"] {
+            let os = std::ffi::OsStr::from_bytes(name);
+            let shown = shown_path(os);
+            if shown.starts_with('"') {
+                assert_eq!(shown_unescaped(&shown).unwrap().as_os_str(), os, "{shown}");
+            }
+        }
+        assert_eq!(shown_unescaped("\"a\\qb\""), None);
+        assert_eq!(shown_unescaped("\"a\\x0\""), None);
+        assert_eq!(shown_unescaped("\"\\x00\""), None);
+        assert_eq!(shown_unescaped("plain"), None);
+    }
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
         let temp = tempfile::tempdir().unwrap();

@@ -313,7 +313,8 @@ async fn ls_leaves_out_what_gitignore_excludes_unless_told_otherwise() {
 
 /// Names with control characters or bytes that are not UTF-8 are shown quoted and escaped,
 /// one line each, with their real sizes: a line break in a name made one entry read as two
-/// (`a` and a fake `fake.txt (9 bytes)`), and a name that is not UTF-8 showed 0 bytes.
+/// (`a` and a fake `fake.txt (9 bytes)`), and a name that is not UTF-8 showed 0 bytes. A
+/// name as shown is read back.
 #[tokio::test]
 async fn odd_names_are_shown_escaped_and_truthfully() {
     use std::os::unix::ffi::OsStrExt as _;
@@ -335,4 +336,13 @@ async fn odd_names_are_shown_escaped_and_truthfully() {
         found.contains(r#""a\nfake.txt (9 bytes)""#) && found.contains(r#""bad\xffname""#),
         "{found}"
     );
+    // The names as shown address the files.
+    let read = fx.ok("read", json!({"path": r#""bad\xffname""#})).await;
+    assert!(read.contains("1234567"), "{read}");
+    fx.ok(
+        "edit",
+        json!({"path": r#""a\nfake.txt (9 bytes)""#, "old_string": "123", "new_string": "abc"}),
+    )
+    .await;
+    assert_eq!(fx.get("a\nfake.txt (9 bytes)"), "abc45");
 }
