@@ -70,6 +70,41 @@ fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
 /// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
 /// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
 /// every transport it gives up on, which toolmux reports once, in its own words.
+/// The secrets of the configuration, for what this process prints outside the pipeline
+/// (its last error, its log): set once, after loading.
+static SECRETS: std::sync::OnceLock<toolmux::toolmux_orchestrator::Redactor> =
+    std::sync::OnceLock::new();
+
+/// Keeps `loaded`'s secrets for [`redacted`] and the log.
+pub(crate) fn keep_secrets(loaded: &Loaded) {
+    let _ = SECRETS.set(toolmux::toolmux_orchestrator::Redactor::new(loaded.secrets.clone()));
+}
+
+/// `text` without the configuration's secrets (as it is before they are known).
+pub(crate) fn redacted(text: &str) -> std::borrow::Cow<'_, str> {
+    match SECRETS.get() {
+        Some(redactor) => redactor.redact(text),
+        None => std::borrow::Cow::Borrowed(text),
+    }
+}
+
+/// Standard error for the log, each event's line redacted ([`redacted`]): the log shows
+/// what servers printed and what libraries saw (a URL with its key), not only our text.
+struct RedactedStderr;
+
+impl std::io::Write for RedactedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // The formatter writes an event's whole line at once.
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().lock().write_all(redacted(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     use tracing_subscriber::EnvFilter;
     let filter = match std::env::var("RUST_LOG") {
@@ -94,7 +129,7 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| RedactedStderr)
         .with_target(verbose > 1)
         .try_init();
 }

@@ -6,6 +6,19 @@
 // A command-line tool: what it prints is its interface.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// Every line this process prints on stderr goes through the configuration's secrets
+/// ([`commands::redacted`]): errors and warnings quote URLs, what servers printed and what
+/// libraries saw, any of which may hold a `${ENV}` secret. Shadows the standard macro in
+/// this file and every module below.
+macro_rules! eprintln {
+    () => {
+        ::std::eprintln!()
+    };
+    ($($arg:tt)*) => {
+        ::std::eprintln!("{}", $crate::commands::redacted(&::std::format!($($arg)*)))
+    };
+}
+
 mod agent;
 #[cfg(feature = "mimalloc")]
 mod allocator;
@@ -99,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
     let cwd = std::env::current_dir().context("cannot tell the current directory")?;
     let loaded = load(cli.config.as_deref(), &cwd)?;
+    commands::keep_secrets(&loaded);
     commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");

@@ -237,6 +237,17 @@ fn secrets_from_the_environment_are_redacted() {
     ]);
     assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
     assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+
+    // Nor in what the log and the last error quote: a server's own stderr, a URL.
+    project.file(
+        "toolmux.yaml",
+        "mcpServers:\n  loud:\n    command: sh\n    args: [-c, 'echo tok=$0 >&2; exit 3', '${TOOLMUX_TEST_SECRET}']\nopenapi:\n  api:\n    url: 'http://127.0.0.1:9/spec.json?key=${TOOLMUX_TEST_SECRET}'\n",
+    );
+    let run = project.run(&["-v", "config", "check"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("key=[redacted]"), "{}", run.stderr);
+    assert!(!run.stderr.contains("hunter2"), "{}", run.stderr);
+    assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
 }
 
 #[test]
