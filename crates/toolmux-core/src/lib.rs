@@ -56,6 +56,7 @@ pub mod sse;
 pub mod suggest;
 mod toolset;
 pub mod trace;
+mod unique;
 
 pub use catalog::{
     Completion, CompletionRef, CompletionRequest, Message, Prompt, PromptArgument, PromptSpec,
@@ -82,6 +83,7 @@ pub use result::ToolResult;
 pub use spec::{TaskSupport, ToolAnnotations, ToolCall, ToolSpec, schema_for};
 pub use toolset::ToolSet;
 pub use trace::TraceParent;
+pub use unique::unique_token;
 
 /// A JSON object: the shape of tool arguments and of `extras`.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;

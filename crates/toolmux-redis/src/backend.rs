@@ -8,7 +8,6 @@ use crate::{
     RedisCache, RedisConfig, RedisError, RedisOutputStore, RedisPendingStore, RedisQueues,
     RedisRateLimits,
 };
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 /// A connection to one Redis server (a pool for commands, one connection for pub/sub),
@@ -39,7 +38,12 @@ impl RedisBackend {
         let client = RedisClient::from_settings(&settings, health.clone());
         let pubsub = PubSub::new(settings.endpoint.clone(), settings.timeout, health);
         Ok(RedisBackend {
-            shared: Arc::new(BackendShared { settings, client, pubsub, replica: replica_id() }),
+            shared: Arc::new(BackendShared {
+                settings,
+                client,
+                pubsub,
+                replica: toolmux_core::unique_token(),
+            }),
         })
     }
 
@@ -90,16 +94,4 @@ impl RedisBackend {
     pub fn space_storage(&self) -> crate::RedisSpaceStorage {
         crate::RedisSpaceStorage::new(self.shared.clone())
     }
-}
-
-/// 48 random bits in hex, from the standard library's per-process random hash keys mixed
-/// with the process id and the time (no random-number crate for one id).
-fn replica_id() -> String {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    hasher.write_u128(nanos);
-    format!("{:012x}", hasher.finish() & 0xffff_ffff_ffff)
 }

@@ -275,6 +275,11 @@ fn another_process_answers_the_calls() {
     );
     let (told, _) = answering.result(submitted);
     assert!(told.to_string().contains("inbox of its run"), "{told}");
+    // Each process's session is its own run: the other one's inbox is not this one's
+    // (both were `mcp-1-1` once, and the first to look took the result).
+    let theirs = answering.call("external__inbox", json!({}));
+    let (theirs, _) = answering.result(theirs);
+    assert_eq!(theirs["results"], json!([]), "{theirs}");
     let inbox = asking.call("external__inbox", json!({}));
     let (inbox, _) = asking.result(inbox);
     assert_eq!(inbox["results"][0]["result"], json!({"artifact": "app.tar"}), "{inbox}");

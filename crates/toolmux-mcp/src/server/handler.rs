@@ -69,8 +69,9 @@ pub(crate) struct Shared {
     kept: AtomicBool,
     /// Distinguishes the run ids of this server's sessions.
     sessions: AtomicU64,
-    /// Distinguishes servers in one process, so run ids stay unique across them.
-    server_id: u64,
+    /// Distinguishes servers, in this process and others (random), so run ids stay unique
+    /// across them.
+    server_id: String,
     /// The run of the stateless (2026-07-28) requests that neither name a run nor carry a
     /// key or token.
     stateless_run: Arc<str>,
@@ -110,8 +111,6 @@ struct Listing {
     /// The tools (by local name) whose calls may run as tasks.
     tasks: HashMap<String, TaskSupport>,
 }
-
-static NEXT_SERVER: AtomicU64 = AtomicU64::new(1);
 
 impl Shared {
     pub(crate) fn new(provider: Arc<dyn ToolProvider>, options: ServeOptions) -> Arc<Shared> {
@@ -179,7 +178,9 @@ impl Shared {
         {
             info = info.with_instructions(instructions);
         }
-        let server_id = NEXT_SERVER.fetch_add(1, Ordering::Relaxed);
+        // Unique beyond this process: replicas and a restarted server share inboxes and
+        // spaces (a folder, a Redis) keyed by run, and a session must not find another's.
+        let server_id = toolmux_core::unique_token();
         Arc::new(Shared {
             provider,
             options,
@@ -187,8 +188,8 @@ impl Shared {
             listing: Mutex::new(None),
             kept: AtomicBool::new(false),
             sessions: AtomicU64::new(0),
-            server_id,
             stateless_run: Arc::from(format!("mcp-{server_id}-stateless")),
+            server_id,
             seal: StateSeal::new(),
             tasks: TaskStore::default(),
             task_tools,
