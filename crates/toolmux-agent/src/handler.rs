@@ -116,6 +116,7 @@ impl Approvals {
             reason: format!("a question for you: {question}"),
             scope: None,
             question: Some(question.to_owned()),
+            started: false,
         });
         true
     }
@@ -142,6 +143,7 @@ impl Approvals {
                     reason: request.reason.clone(),
                     scope: request.scope.clone(),
                     question: None,
+                    started: false,
                 });
                 Some(ApprovalDecision::Deny { reason: WAITING.to_owned() })
             }

@@ -291,8 +291,27 @@ impl Agents {
                 question.call_id
             )));
         }
+        if let Some(started) = paused.pending.iter().find(|p| {
+            p.started && matches!(decisions.get(&p.call_id), Some(Decision::Approve { .. }))
+        }) {
+            return Err(AgentError::Resume(format!(
+                "call `{}` ({}) was approved and started by an earlier resumption that was \
+                 interrupted: whether it took effect is unknown, so it is not run again; resume \
+                 without deciding it (the agent is told), or say what happened with \
+                 `Decision::Respond`",
+                started.call_id, started.tool
+            )));
+        }
         if !self.inner.definitions.agents.contains_key(&paused.agent) {
             return Err(self.unknown(&paused.agent));
+        }
+        // A call an interrupted resumption started is answered, never run again.
+        let mut decisions = decisions;
+        for call in paused.pending.iter().filter(|p| p.started) {
+            decisions.entry(call.call_id.clone()).or_insert_with(|| Decision::Respond {
+                content: pause::started_text(&call.tool),
+                is_error: true,
+            });
         }
         let resume = Resume {
             pending: paused.pending.clone(),

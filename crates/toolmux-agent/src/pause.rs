@@ -39,6 +39,12 @@ pub struct PendingCall {
     /// an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<String>,
+    /// A resumption approved and started the call, then stopped before the run's next
+    /// report was kept (interrupted, killed): whether the call took effect is unknown, so
+    /// it is never run again ([`AgentReport::mark_started`]). Resuming without a decision
+    /// for it tells the model so; [`Decision::Respond`] says what happened instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started: bool,
 }
 
 impl PendingCall {
@@ -107,6 +113,15 @@ pub(crate) struct Resume {
 pub(crate) fn denied_text(tool: &str, message: Option<&str>) -> String {
     let why = message.map(str::trim).filter(|m| !m.is_empty()).unwrap_or("the user said no");
     format!("(tool failed: call to `{tool}` denied: not approved: {why})")
+}
+
+/// The result of a call an interrupted resumption started ([`PendingCall::started`]).
+pub(crate) fn started_text(tool: &str) -> String {
+    format!(
+        "(tool failed: the call to `{tool}` was approved and started, but the run was \
+         interrupted before its result was kept: whether it took effect is unknown; check \
+         before calling it again)"
+    )
 }
 
 /// The result a waiting call keeps when the run ends before anybody decided (a report or a

@@ -92,6 +92,21 @@ pub struct AgentReport {
 }
 
 impl AgentReport {
+    /// Marks the pending calls that `decisions` approve as started
+    /// ([`PendingCall::started`]). Save the paused report so marked before resuming it with
+    /// those decisions: if the resumption then stops before its own report is kept, a
+    /// second resumption from the file never runs those calls again.
+    pub fn mark_started(
+        &mut self,
+        decisions: &std::collections::BTreeMap<String, crate::Decision>,
+    ) {
+        for call in &mut self.pending {
+            if matches!(decisions.get(&call.call_id), Some(crate::Decision::Approve { .. })) {
+                call.started = true;
+            }
+        }
+    }
+
     pub(crate) fn failure(agent: &str, content: String) -> Self {
         AgentReport {
             agent: agent.to_owned(),

@@ -673,6 +673,7 @@ impl Session<'_> {
                     reason: "it waits for a decision".to_owned(),
                     scope: None,
                     question: None,
+                    started: false,
                 })),
                 Some(decision) => {
                     if let Decision::Approve { always, .. } = decision {

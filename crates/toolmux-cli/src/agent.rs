@@ -254,9 +254,22 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
             return Ok(exit::CONFIG);
         }
     };
-    if decisions.is_empty() {
+    if decisions.is_empty() && !paused.pending.iter().any(|p| p.started) {
         print_pending(&paused, file);
         return Ok(exit::PAUSED);
+    }
+    // The approved calls are marked started in the file before they run: a resumption
+    // interrupted now leaves a file that never runs them again.
+    if decisions.values().any(|d| matches!(d, Decision::Approve { .. })) {
+        let mut marked = paused.clone();
+        marked.mark_started(&decisions);
+        if let Err(e) = save(file, &marked) {
+            eprintln!(
+                "error: cannot mark the approved calls as started in {}: {e}; nothing was run",
+                file.display()
+            );
+            return Ok(exit::OTHER);
+        }
     }
     let (toolmux, agents) = start_agents(loaded).await?;
     // The resumed run is the paused one, so it reads the results of its asynchronous
@@ -359,12 +372,21 @@ fn decisions(
         given.push((known(&id)?, Decision::Respond { content, is_error: false }));
     }
     let question = |id: &str| pending.iter().any(|p| p.call_id == id && p.question.is_some());
+    let started = |id: &str| pending.iter().any(|p| p.call_id == id && p.started);
     let mut decisions = BTreeMap::new();
     for (id, decision) in given {
         if matches!(decision, Decision::Approve { .. }) && question(&id) {
             return Err(format!(
                 "call `{id}` is the agent's question, not a call to approve: answer it with \
                  --respond {id}=TEXT (or refuse with --deny {id})"
+            ));
+        }
+        if matches!(decision, Decision::Approve { .. }) && started(&id) {
+            return Err(format!(
+                "call `{id}` was approved and started by an earlier `agent resume` that was \
+                 interrupted: whether it took effect is unknown, so it is not run again; resume \
+                 without deciding it (the agent is told), or say what happened with --respond \
+                 {id}=TEXT"
             ));
         }
         if decisions.insert(id.clone(), decision).is_some() {
@@ -374,7 +396,7 @@ fn decisions(
     if let Some(decision) = all {
         // `--approve all` approves the calls; the agent's questions still want answers.
         let approving = matches!(decision, Decision::Approve { .. });
-        for id in ids.into_iter().filter(|id| !(approving && question(id))) {
+        for id in ids.into_iter().filter(|id| !(approving && (question(id) || started(id)))) {
             decisions.entry(id.to_owned()).or_insert_with(|| decision.clone());
         }
     }
@@ -482,6 +504,11 @@ fn print_pending(report: &AgentReport, file: &Path) {
             arguments.push_str("...");
         }
         match &call.question {
+            _ if call.started => eprintln!(
+                "  {}  {} {arguments}\n      started by an interrupted resume, so not run \
+                 again: the agent is told it may or may not have run (or --respond {}=TEXT)",
+                call.call_id, call.tool, call.call_id
+            ),
             Some(question) => eprintln!(
                 "  {}  the agent asks: {question}\n      answer with --respond {}=TEXT",
                 call.call_id, call.call_id

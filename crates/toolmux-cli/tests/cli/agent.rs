@@ -4,6 +4,8 @@
 
 use crate::Project;
 use serde_json::{Value, json};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
 const KEY: &str = "sk-test-4f9d2c7e1b";
@@ -123,7 +125,7 @@ fn the_task_can_come_from_stdin() {
         .spawn()
         .expect("toolmux starts");
     child.stdin.take().unwrap().write_all(b"a task from a pipe\n").unwrap();
-    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    let run = crate::wait(child, Duration::from_secs(60));
     assert_eq!(run.ok().trim(), "ok");
     assert_eq!(server.requests()[0]["messages"][1]["content"], "a task from a pipe\n");
 }
@@ -253,17 +255,17 @@ impl Served {
 
     /// The next message from the server, within 60 s.
     pub(crate) fn next(&self) -> Value {
-        let line = self.lines.recv_timeout(std::time::Duration::from_secs(60)).expect("a message");
+        let line = self.lines.recv_timeout(Duration::from_secs(60)).expect("a message");
         serde_json::from_str(&line).expect("a JSON line")
     }
 
     /// Closes stdin: end of input ends the server, within 30 s.
     pub(crate) fn end(mut self) {
         drop(self.stdin.take());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while self.child.try_wait().expect("the server's status").is_none() {
-            assert!(std::time::Instant::now() < deadline, "toolmux serve did not exit");
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(Instant::now() < deadline, "toolmux serve did not exit");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
@@ -311,7 +313,7 @@ fn an_mcp_client_that_takes_tasks_polls_an_agent_run() {
         vec![
             ScriptStep::tool_call("fs__ls", json!({})),
             ScriptStep::delay(
-                std::time::Duration::from_millis(600),
+                Duration::from_millis(600),
                 ScriptStep::tool_call(
                     "agent__final_report",
                     json!({"status": "success", "content": "one file: notes.md"}),
@@ -346,7 +348,7 @@ fn an_mcp_client_that_takes_tasks_polls_an_agent_run() {
         if got["status"] != "working" {
             break got;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(50));
     };
     served.end();
     assert_eq!(done["status"], "completed", "{done}");
@@ -455,7 +457,7 @@ fn at_a_terminal_the_text_streams_and_each_turn_is_shown_as_it_starts() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("script (util-linux) runs");
-    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    let run = crate::wait(child, Duration::from_secs(60));
     let out = run.ok().replace('\r', "");
     // The text as the model wrote it, each turn's calls on a line of their own after it.
     assert!(out.contains("Let me list them.\n· reader: turn 1: fs__ls\n"), "{out}");
@@ -597,7 +599,7 @@ fn a_chat_goes_on_from_the_last_answer() {
         .spawn()
         .expect("toolmux starts");
     child.stdin.take().unwrap().write_all(b"What is in it?\n\nThanks!\n").unwrap();
-    let run = crate::wait(child, std::time::Duration::from_secs(60));
+    let run = crate::wait(child, Duration::from_secs(60));
     assert_eq!(
         run.ok().lines().collect::<Vec<_>>(),
         ["There is notes.md.", "It holds one TODO.", "You are welcome."]
@@ -863,6 +865,67 @@ fn a_paused_run_is_resumed_with_decisions_in_another_process() {
     assert_eq!((report["turns"].as_u64(), report["toolCalls"].as_u64()), (Some(2), Some(2)));
     assert!(!file.exists(), "the ended run's file is removed");
     assert!(report.get("transcript").is_none());
+}
+
+/// A resumption killed after it ran the approved call leaves a file that never runs the
+/// call again: approving it again is refused, and resuming without deciding it tells the
+/// agent that it may or may not have run (it ran twice once, appending twice).
+#[test]
+fn an_interrupted_resume_never_runs_an_approved_call_twice() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__bash", json!({"command": "echo ran >> counter.txt"})),
+            ScriptStep::delay(Duration::from_secs(60), ScriptStep::text("too late")),
+        ],
+    );
+    let extra =
+        "permissions: {ask: ['fs__bash(echo *)']}\nfs: {permissions: [read, write, execute]}\n";
+    let project = project(&server, "openai", extra);
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replacen("fs: {}\n", "", 1));
+    let run = project.run(&["agent", "run", "reader", "count", "--pause-to", "run.json"]);
+    assert_eq!(run.code, 5, "{}", run.stderr);
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(project.path().join("run.json")).unwrap())
+            .unwrap();
+    let id = saved["pending"][0]["callId"].as_str().unwrap().to_owned();
+
+    // The resumption runs the call, then waits on the model: killed there.
+    let mut resume = project.command(&["agent", "resume", "run.json", "--approve", &id]);
+    resume.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = resume.spawn().expect("toolmux starts");
+    let counter = project.path().join("counter.txt");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&counter).unwrap_or_default() != "ran\n" {
+        assert!(Instant::now() < deadline, "the approved call never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("killed");
+    child.wait().expect("reaped");
+
+    let again = project.run(&["agent", "resume", "run.json", "--approve", &id]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("was approved and started by an earlier"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
+
+    server.push_steps([ScriptStep::callback(|request| {
+        let told = request["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        ScriptStep::tool_call("agent__final_report", json!({"status": "success", "content": told}))
+    })]);
+    let done = project.run(&["agent", "resume", "run.json", "--json"]);
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let report: Value = serde_json::from_str(&done.stdout).unwrap();
+    let content = report["content"].as_str().unwrap();
+    assert!(content.contains("whether it took effect is unknown"), "{content}");
+    assert_eq!(std::fs::read_to_string(&counter).unwrap(), "ran\n");
 }
 
 /// The agent's question with nobody to ask pauses a run started with `--pause-to`, and
