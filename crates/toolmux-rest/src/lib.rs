@@ -68,6 +68,7 @@ mod auth;
 mod config;
 mod error;
 mod http;
+mod later;
 mod names;
 mod openapi;
 mod output;
@@ -81,5 +82,6 @@ pub use config::{
     DEFAULT_TIMEOUT_MS, OpenApiConfig, RestToolConfig, Selector,
 };
 pub use error::RestError;
+pub use later::OpenApiImport;
 pub use provider::{INLINE_NAMESPACE, RestProvider};
 pub use web::{FetchConfig, SearchConfig, SearchProvider, WEB_NAMESPACE, WebConfig, WebProvider};

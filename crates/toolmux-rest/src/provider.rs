@@ -108,7 +108,7 @@ impl RestProvider {
         let (text, source_name, source_url) = match (&config.spec, &config.url) {
             (Some(path), _) => {
                 let path = match (&config.base_dir, path.is_relative()) {
-                    (Some(dir), true) => dir.join(path),
+                    (Some(dir), true) => dir.join(path.strip_prefix("./").unwrap_or(path)),
                     _ => path.clone(),
                 };
                 let text = tokio_read(&path).await?;
@@ -392,7 +392,7 @@ impl RestProvider {
 /// When to call again after an HTTP 429 that gives no `Retry-After`.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 
-fn check_namespace(namespace: &str) -> Result<(), RestError> {
+pub(crate) fn check_namespace(namespace: &str) -> Result<(), RestError> {
     naming::validate_namespace(namespace)
         .map_err(|e| RestError::Config { name: namespace.to_owned(), message: e.to_string() })
 }

@@ -1420,17 +1420,28 @@ mod rest {
                 continue;
             }
             let import = import.clone().with_base_dir(loaded.base_dir.clone());
-            let provider = RestProvider::openapi(name, &import).await.map_err(|e| {
-                ToolmuxError::Provider { namespace: name.clone(), source: e.into() }
-            })?;
-            warnings.extend(provider.warnings().iter().map(|w| format!("openapi `{name}`: {w}")));
+            // A document that cannot be read now (a server down, a file not yet made) is
+            // this provider failing to start, as an MCP server's would be: reported, the
+            // other providers served, and tried again in the background.
+            let started = toolmux_rest::OpenApiImport::start(name, &import)
+                .await
+                .map_err(|e| ToolmuxError::config(file, format!("openapi.{name}: {e}")))?;
+            let provider: Arc<dyn ToolProvider> = match started {
+                Ok(provider) => {
+                    warnings.extend(
+                        provider.warnings().iter().map(|w| format!("openapi `{name}`: {w}")),
+                    );
+                    Arc::new(provider)
+                }
+                Err((later, _)) => Arc::new(later),
+            };
             let settings = ToolSettings {
                 queue: import.queue.clone(),
                 cache_ttl: import.cache.map(Duration::from_millis),
                 ..ToolSettings::default()
             };
             config.providers.insert(provider.namespace().to_owned(), settings);
-            providers.push(Arc::new(provider));
+            providers.push(provider);
         }
         if let Some(web) = &c.web
             && keep(toolmux_rest::WEB_NAMESPACE)

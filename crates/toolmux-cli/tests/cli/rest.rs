@@ -106,3 +106,70 @@ fn credentials_an_api_echoes_are_redacted_everywhere() {
     let shown = format!("{}{}", failed.stdout, failed.stderr);
     assert!(leaks(&shown).is_empty(), "{:?} in {shown}", leaks(&shown));
 }
+
+/// An OpenAPI document that cannot be read when toolmux starts is that provider failing to
+/// start, not the whole configuration: `config check` reports it beside the others (exit
+/// 3), `tools list` lists the rest, and `serve` reads it in the background once it appears
+/// and offers its tools.
+#[test]
+fn an_unreadable_document_fails_its_provider_only() {
+    let base = echo_api();
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!("fs: {{}}\nopenapi:\n  api:\n    spec: ./echo.json\n    baseUrl: {base}\n"),
+    );
+    let check = project.run(&["config", "check"]);
+    assert_eq!(check.code, 3, "{}\n{}", check.stdout, check.stderr);
+    let failed = check.stdout.lines().find(|l| l.trim_start().starts_with("api ")).unwrap_or("");
+    assert!(failed.contains("FAILED") && failed.contains("echo.json"), "{}", check.stdout);
+    assert!(!failed.contains("/./"), "{failed}");
+    assert!(check.stdout.lines().any(|l| l.trim_start().starts_with("fs ")), "{}", check.stdout);
+    let listed = project.run(&["tools", "list"]);
+    assert_eq!(listed.code, 3, "{}", listed.stderr);
+    assert!(listed.stdout.contains("fs__read"), "{}", listed.stdout);
+    assert!(listed.stderr.contains("provider `api` failed to start"), "{}", listed.stderr);
+
+    let (mut child, mut stdin, mut stdout) =
+        crate::serve::spawn_stdio(&project, &["serve", "--stdio"]);
+    writeln!(
+        stdin,
+        "{}\n{}",
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .expect("write");
+    project.file("echo.json", SPEC);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut id = 0;
+    let names = loop {
+        assert!(std::time::Instant::now() < deadline, "the API's tools never joined");
+        id += 1;
+        writeln!(stdin, "{}", json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}))
+            .expect("write");
+        let answer = loop {
+            let mut line = String::new();
+            assert_ne!(stdout.read_line(&mut line).expect("read"), 0, "serve ended");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message["id"] == id {
+                break message;
+            }
+        };
+        let names: Vec<String> = answer["result"]["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        if names.iter().any(|n| n == "api__echo") {
+            break names;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert!(names.iter().any(|n| n == "fs__read"), "{names:?}");
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+}

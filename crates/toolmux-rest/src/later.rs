@@ -1,0 +1,158 @@
+//! An OpenAPI import whose document could not be read when it was configured: it is read
+//! again when the provider is started, and the orchestrator tries that again in the
+//! background until it works, as for an MCP server that does not start.
+
+use crate::{OpenApiConfig, RestError, RestProvider};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::sync::Mutex;
+use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
+
+/// The provider of an import whose first reading failed ([`OpenApiImport::failed`]).
+#[derive(Debug)]
+pub struct OpenApiImport {
+    name: String,
+    namespace: String,
+    config: OpenApiConfig,
+    /// The first reading's failure, reported by the first start without reading again.
+    first: Mutex<Option<String>>,
+    built: tokio::sync::OnceCell<RestProvider>,
+}
+
+impl OpenApiImport {
+    /// Tries the import of `config` under `name` now: the provider when the document reads
+    /// and imports, else one that tries again when started ([`ToolProvider::warmup`]),
+    /// with the error. A namespace that can never be valid is an error at once.
+    pub async fn start(
+        name: &str,
+        config: &OpenApiConfig,
+    ) -> Result<Result<RestProvider, (OpenApiImport, RestError)>, RestError> {
+        let namespace = config.namespace.as_deref().unwrap_or(name).to_owned();
+        crate::provider::check_namespace(&namespace)?;
+        match RestProvider::openapi(name, config).await {
+            Ok(provider) => Ok(Ok(provider)),
+            Err(error) => {
+                let later = OpenApiImport {
+                    name: name.to_owned(),
+                    namespace,
+                    config: config.clone(),
+                    first: Mutex::new(Some(error.to_string())),
+                    built: tokio::sync::OnceCell::new(),
+                };
+                Ok(Err((later, error)))
+            }
+        }
+    }
+
+    /// The import, read now if it was not yet.
+    async fn provider(&self) -> Result<&RestProvider, ToolError> {
+        let unavailable =
+            |message: String| ToolError::Unavailable { provider: self.namespace.clone(), message };
+        if let Some(provider) = self.built.get() {
+            return Ok(provider);
+        }
+        if let Some(first) = self.first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(unavailable(first));
+        }
+        self.built
+            .get_or_try_init(|| async {
+                let provider = RestProvider::openapi(&self.name, &self.config)
+                    .await
+                    .map_err(|e| unavailable(e.to_string()))?;
+                tracing::info!(openapi = %self.name, "the OpenAPI document was read: its tools join");
+                for warning in provider.warnings() {
+                    tracing::warn!("openapi `{}`: {warning}", self.name);
+                }
+                Ok(provider)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl ToolProvider for OpenApiImport {
+    fn kind(&self) -> ToolKind {
+        ToolKind::Rest
+    }
+
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn warmup(&self) -> Result<(), ToolError> {
+        self.provider().await.map(|_| ())
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
+        self.provider().await?.list_tools().await
+    }
+
+    async fn has_tool(&self, name: &str) -> bool {
+        match self.built.get() {
+            Some(provider) => provider.has_tool(name).await,
+            None => false,
+        }
+    }
+
+    fn cache_partition(&self, tool: &str, ctx: &CallContext) -> Option<String> {
+        self.built.get()?.cache_partition(tool, ctx)
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        self.provider().await?.call(name, arguments, ctx).await
+    }
+
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        match self.built.get() {
+            Some(provider) => provider.shutdown().await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A document that is missing when configured is reported, and read when it appears.
+    #[tokio::test]
+    async fn a_document_that_appears_later_is_read_on_the_next_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let config: OpenApiConfig =
+            serde_json::from_value(serde_json::json!({"spec": "api.json"})).unwrap();
+        let config = config.with_base_dir(dir.path().to_path_buf());
+        let Err((later, error)) = OpenApiImport::start("api", &config).await.unwrap() else {
+            panic!("the document is missing");
+        };
+        assert!(error.to_string().contains("api.json"), "{error}");
+        // The first start reports the first failure, without reading again.
+        let first = later.warmup().await.unwrap_err().to_string();
+        assert!(first.contains("api.json"), "{first}");
+        assert!(later.list_tools().await.is_err());
+        std::fs::write(
+            dir.path().join("api.json"),
+            r#"{"openapi": "3.0.0", "info": {"title": "t", "version": "1"},
+                "servers": [{"url": "http://127.0.0.1:9"}],
+                "paths": {"/ping": {"get": {"operationId": "ping", "responses": {"200": {"description": "ok"}}}}}}"#,
+        )
+        .unwrap();
+        later.warmup().await.unwrap();
+        let names: Vec<String> =
+            later.list_tools().await.unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["ping"]);
+        assert!(later.has_tool("ping").await);
+    }
+
+    #[tokio::test]
+    async fn a_bad_namespace_is_an_error_at_once() {
+        let config: OpenApiConfig =
+            serde_json::from_value(serde_json::json!({"spec": "x.json", "namespace": "a b"}))
+                .unwrap();
+        assert!(OpenApiImport::start("api", &config).await.is_err());
+    }
+}
