@@ -33,16 +33,18 @@ pub(crate) struct Expansion {
     pub(crate) inputs: Vec<String>,
 }
 
-/// Expands every string in `value` in place.
+/// Expands every string in `value` in place; every variable that is unset and has no
+/// default, in the order met, when there is any.
 pub(crate) fn expand(
     value: &mut Value,
     lookup: &Lookup<'_>,
     workspace: &str,
-) -> Result<Expansion, Unset> {
+) -> Result<Expansion, Vec<Unset>> {
     let mut found = Expansion::default();
     let mut path = Vec::new();
-    walk(value, lookup, workspace, &mut path, &mut found)?;
-    Ok(found)
+    let mut unset = Vec::new();
+    walk(value, lookup, workspace, &mut path, &mut found, &mut unset);
+    if unset.is_empty() { Ok(found) } else { Err(unset) }
 }
 
 fn walk(
@@ -51,19 +53,24 @@ fn walk(
     workspace: &str,
     path: &mut Vec<String>,
     found: &mut Expansion,
-) -> Result<(), Unset> {
+    unset: &mut Vec<Unset>,
+) {
     match value {
         Value::String(text) => {
             if text.contains("${") {
-                *text = expand_str(text, lookup, workspace, found)
-                    .map_err(|variable| Unset { variable, path: path.join(".") })?;
+                let mut missing = Vec::new();
+                *text = expand_str(text, lookup, workspace, found, &mut missing);
+                let at = path.join(".");
+                unset.extend(
+                    missing.into_iter().map(|variable| Unset { variable, path: at.clone() }),
+                );
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 let parent = path.pop().unwrap_or_default();
                 path.push(format!("{parent}[{i}]"));
-                walk(item, lookup, workspace, path, found)?;
+                walk(item, lookup, workspace, path, found, unset);
                 path.pop();
                 path.push(parent);
             }
@@ -71,50 +78,64 @@ fn walk(
         Value::Object(map) => {
             for (key, item) in map.iter_mut() {
                 path.push(key.clone());
-                walk(item, lookup, workspace, path, found)?;
+                walk(item, lookup, workspace, path, found, unset);
                 path.pop();
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}
     }
-    Ok(())
 }
 
-/// `text` with its references expanded; `Err(variable)` for an unset one.
+/// `text` with its references expanded; the variables unset without a default are added
+/// to `unset` (their references left as they are). `$${` is a literal `${`, as in Docker
+/// Compose: a shell's `${f}` in a hook command is written `$${f}`.
 fn expand_str(
     text: &str,
     lookup: &Lookup<'_>,
     workspace: &str,
     found: &mut Expansion,
-) -> Result<String, String> {
+    unset: &mut Vec<String>,
+) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
+        if rest[..start].ends_with('$') {
+            out.push_str(&rest[..start - 1]);
+            out.push_str("${");
+            rest = &rest[start + 2..];
+            continue;
+        }
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
             out.push_str(&rest[start..]);
-            return Ok(out);
+            return out;
         };
         let inner = &after[..end];
         let whole = &rest[start..start + 2 + end + 1];
         match reference(inner) {
-            Reference::Env { name, default } => match lookup(name) {
-                Some(v) => {
+            Reference::Env { name, default } => match (lookup(name), default) {
+                // `${VAR:-default}`: the default when VAR is unset or empty, as in a shell.
+                (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
+                (Some(v), _) => {
                     if !is_public(name, &v) {
                         found.secrets.push(v.clone());
                     }
                     out.push_str(&v);
                 }
-                None => match default {
-                    Some(d) => out.push_str(d),
-                    None => return Err(name.to_owned()),
-                },
+                (None, Some(d)) => out.push_str(d),
+                (None, None) => {
+                    unset.push(name.to_owned());
+                    out.push_str(whole);
+                }
             },
             Reference::Workspace => out.push_str(workspace),
             Reference::Home => match lookup("HOME") {
                 Some(home) => out.push_str(&home),
-                None => return Err("HOME".to_owned()),
+                None => {
+                    unset.push("HOME".to_owned());
+                    out.push_str(whole);
+                }
             },
             Reference::Input => {
                 found.inputs.push(whole.to_owned());
@@ -125,7 +146,7 @@ fn expand_str(
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    Ok(out)
+    out
 }
 
 enum Reference<'a> {
@@ -257,7 +278,11 @@ mod tests {
             Ok(found) => {
                 format!("{value}\nsecrets: {:?}\ninputs: {:?}", found.secrets, found.inputs)
             }
-            Err(unset) => format!("unset {} at {}", unset.variable, unset.path),
+            Err(unset) => unset
+                .iter()
+                .map(|u| format!("unset {} at {}", u.variable, u.path))
+                .collect::<Vec<_>>()
+                .join("; "),
         };
         expected.assert_eq(&shown);
     }
@@ -292,9 +317,9 @@ mod tests {
     #[test]
     fn plain_and_default() {
         check(
-            json!({"a": "Bearer ${TOKEN}", "b": "${MISSING:-fallback}", "c": "${TOKEN:-x}", "d": "${EMPTY}"}),
+            json!({"a": "Bearer ${TOKEN}", "b": "${MISSING:-fallback}", "c": "${TOKEN:-x}", "d": "${EMPTY}", "e": "${EMPTY:-when empty}"}),
             expect![[r#"
-                {"a":"Bearer s3cret-token","b":"fallback","c":"s3cret-token","d":""}
+                {"a":"Bearer s3cret-token","b":"fallback","c":"s3cret-token","d":"","e":"when empty"}
                 secrets: ["s3cret-token", "s3cret-token", ""]
                 inputs: []"#]],
         );
@@ -329,6 +354,22 @@ mod tests {
             expect!["unset GITHUB_TOKEN at mcpServers.github.args[1]"],
         );
         check(json!({"x": "${env:NOPE}"}), expect!["unset NOPE at x"]);
+        check(
+            json!({"x": "${A} and ${B}", "y": ["${C}"]}),
+            expect!["unset A at x; unset B at x; unset C at y[0]"],
+        );
+    }
+
+    /// `$${` is a literal `${`: a shell's own variables in a hook command.
+    #[test]
+    fn a_doubled_dollar_is_literal() {
+        check(
+            json!({"command": "f=$(jq -r .path); echo \"read $${f}\" ${TOKEN} $$HOME"}),
+            expect![[r#"
+                {"command":"f=$(jq -r .path); echo \"read ${f}\" s3cret-token $$HOME"}
+                secrets: ["s3cret-token"]
+                inputs: []"#]],
+        );
     }
 
     #[test]

@@ -409,14 +409,24 @@ fn expand_into<T: DeserializeOwned>(
 ) -> Result<(T, env::Expansion, serde_json::Value), ToolmuxError> {
     let workspace = workspace_folder(source.base_dir);
     let found = env::expand(&mut value, source.env, &workspace).map_err(|unset| {
-        let position = reference_position(source.text, &unset.variable);
-        source.error(
-            position,
-            format!(
+        let first = &unset[0];
+        let position = reference_position(source.text, &first.variable);
+        let message = match unset.as_slice() {
+            [one] => format!(
                 "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
-                unset.variable, unset.path, unset.variable
+                one.variable, one.path, one.variable
             ),
-        )
+            all => format!(
+                "unset environment variables: {} (set them, or give defaults: ${{{}:-value}}; a \
+                 shell's own `${{x}}` is written `$${{x}}`)",
+                all.iter()
+                    .map(|u| format!("{} in {}", u.variable, u.path))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                first.variable
+            ),
+        };
+        source.error(position, message)
     })?;
     let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
@@ -581,11 +591,20 @@ fn backticked(text: &str) -> Vec<&str> {
     text.split('`').skip(1).step_by(2).collect()
 }
 
-/// Line and column of the first `${variable…}` or `${env:variable}` in `text`.
+/// Line and column of the first `${variable…}` or `${env:variable}` in `text` that is not
+/// on a comment line (`#`, `//`).
 fn reference_position(text: &str, variable: &str) -> Option<(usize, usize)> {
     let forms =
         [format!("${{{variable}}}"), format!("${{{variable}:-"), format!("${{env:{variable}}}")];
-    let offset = forms.iter().filter_map(|f| text.find(f.as_str())).min()?;
+    let commented = |offset: usize| {
+        let line = text[..offset].rsplit('\n').next().unwrap_or_default().trim_start();
+        line.starts_with('#') || line.starts_with("//")
+    };
+    let offset = forms
+        .iter()
+        .flat_map(|f| text.match_indices(f.as_str()).map(|(at, _)| at))
+        .filter(|&at| !commented(at))
+        .min()?;
     Some(super::toml::line_column(text, offset))
 }
 
