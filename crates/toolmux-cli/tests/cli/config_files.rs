@@ -18,8 +18,10 @@ fn claude_desktop_file_loads() {
       "args": ["serve", "--stdio"],
       "cwd": "inner",
       "env": {{"RUST_LOG": "off"}}
-    }}
-  }}
+    }},
+    "off": {{"command": "never-started", "disabled": true, "autoApprove": ["x"]}}
+  }},
+  "globalShortcut": "Ctrl+Space"
 }}"#,
             toolmux_bin()
         ),
@@ -34,6 +36,30 @@ fn claude_desktop_file_loads() {
     ]);
     expect!["notes.txt"].assert_eq(run.ok().trim());
     assert!(run.stderr.contains("are named `inner-tools__*`"), "{}", run.stderr);
+    // The app's own settings and keys are named, not refused; `disabled` is read.
+    assert!(
+        run.stderr.contains(
+            "`globalShortcut` is not a toolmux setting: this file is read for its MCP servers only"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("mcpServers.off: autoApprove/alwaysAllow (x) is not used"),
+        "{}",
+        run.stderr
+    );
+    let check = project.run(&["--config", "claude_desktop_config.json", "config", "check"]);
+    assert!(
+        !check.stdout.contains("never-started") && !check.stdout.contains("off "),
+        "{}",
+        check.stdout
+    );
+    // A typo of toolmux's own key is still one.
+    project.file("typo.json", r#"{"mcpServers": {}, "defualts": {}}"#);
+    let typo = project.run(&["--config", "typo.json", "tools", "list"]);
+    assert_eq!(typo.code, 2, "{}", typo.stderr);
+    assert!(typo.stderr.contains("defaults"), "{}", typo.stderr);
 }
 
 #[test]
@@ -52,6 +78,9 @@ fn vscode_mcp_json_loads() {
       "args": ["serve", "--stdio"],
       "cwd": "${{workspaceFolder}}",
       "env": {{"HOME_COPY": "${{env:HOME}}"}},
+      "gallery": "https://api.mcp.github.com/2025-09-15",
+      "version": "1.2.0",
+      "dev": {{"watch": "src/**/*.ts"}},
     }},
   }},
 }}"#,

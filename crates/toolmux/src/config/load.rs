@@ -341,10 +341,15 @@ fn load_text(
     // The typed model straight from the text: unknown keys and wrong types with a line.
     typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
     let source = Source { text, format, shown, base_dir, env };
-    let (config, found, value) = expand_into::<Config>(value, &source)?;
+    #[allow(unused_mut)]
+    let (mut config, found, value) = expand_into::<Config>(value, &source)?;
 
     let mut warnings: Vec<String> =
         config.hooks.warnings().into_iter().map(|w| format!("{shown}: {w}")).collect();
+    #[cfg(feature = "mcp")]
+    for (name, entry) in &mut config.mcp_servers {
+        entry.read_apps_keys(&format!("{shown}: mcpServers.{name}"), &mut warnings);
+    }
     if config.inputs.is_some() {
         warnings.push(format!(
             "{shown}: `inputs` is ignored: toolmux cannot prompt; use ${{env:VAR}} instead"
@@ -356,7 +361,7 @@ fn load_text(
     let agents = false;
     if config.hooks.has_agent_hooks() && !agents {
         warnings.push(format!(
-            "{shown}: hooks: `SessionStart`, `UserPromptSubmit`, `Stop` and `SubagentStop` run              for toolmux's agents only, and no `agents` are configured here"
+            "{shown}: hooks: `SessionStart`, `UserPromptSubmit`, `Stop` and `SubagentStop` run for toolmux's agents only, and no `agents` are configured here"
         ));
     }
     for input in &found.inputs {

@@ -633,6 +633,50 @@ pub struct McpServerEntry {
     /// A description of the server, for people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Cline's, Roo Code's and Windsurf's `disabled`: the opposite of `enabled`, read as
+    /// it when `enabled` is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled: Option<bool>,
+    /// Written by VS Code for a server installed from its gallery: read, not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gallery: Option<serde_json::Value>,
+    /// Written by VS Code for a server installed from its gallery: read, not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<serde_json::Value>,
+    /// VS Code's development mode (`watch`, `debug`): read, not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<serde_json::Value>,
+    /// Cline's and Roo Code's tools run without asking: not used (a warning says so);
+    /// toolmux's `permissions` decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_approve: Option<Vec<String>>,
+    /// Roo Code's and older Cline's name of `autoApprove`: not used (a warning says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub always_allow: Option<Vec<String>>,
+}
+
+#[cfg(feature = "mcp")]
+impl McpServerEntry {
+    /// Reads other apps' keys of an entry at `at` as toolmux's (`disabled`), and warns of
+    /// those it does not use.
+    pub(crate) fn read_apps_keys(&mut self, at: &str, warnings: &mut Vec<String>) {
+        if let Some(disabled) = self.disabled.take() {
+            self.enabled.get_or_insert(!disabled);
+        }
+        let approved: Vec<&str> = [&self.auto_approve, &self.always_allow]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        if !approved.is_empty() {
+            warnings.push(format!(
+                "{at}: autoApprove/alwaysAllow ({}) is not used: toolmux's `permissions` decide \
+                 which calls run without approval (`permissions.allow`)",
+                approved.join(", ")
+            ));
+        }
+    }
 }
 
 /// Cursor's `auth` object of a remote server: a pre-registered OAuth client.

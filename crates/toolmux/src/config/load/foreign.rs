@@ -23,6 +23,9 @@ pub(super) enum Dialect {
     Zed,
     /// Codex's `config.toml`.
     Codex,
+    /// An app's settings file with its MCP servers in toolmux's shape (`mcpServers` or
+    /// `servers`) beside settings of its own: Claude Desktop's `globalShortcut`, say.
+    Desktop,
     /// The specification seeds' `tools.yml` (Python internal tools).
     #[cfg(feature = "fs")]
     SeedTools,
@@ -111,6 +114,10 @@ impl Dialect {
                 && top.keys().any(|k| GEMINI_KEYS.contains(&k.as_str()))
             {
                 Dialect::Gemini
+            } else if (top.contains_key("mcpServers") || top.contains_key("servers"))
+                && Dialect::apps_own(top.keys())
+            {
+                Dialect::Desktop
             } else {
                 return None;
             };
@@ -119,6 +126,25 @@ impl Dialect {
             !matches!(k.as_str(), "mcpServers" | "$schema" | "model") && own.iter().any(|o| o == k)
         });
         (!mixed).then_some(dialect)
+    }
+
+    /// Whether `keys` (a file's top-level keys) hold one that is neither toolmux's nor
+    /// like one of toolmux's (a typo is reported as one), and none of toolmux's but those
+    /// every MCP client file has.
+    fn apps_own<'k>(keys: impl Iterator<Item = &'k String>) -> bool {
+        let own = toolmux_keys();
+        let own: Vec<&str> = own.iter().map(String::as_str).collect();
+        let mut foreign = false;
+        for key in keys {
+            match key.as_str() {
+                "mcpServers" | "servers" | "inputs" | "$schema" => {}
+                k if own.contains(&k) || toolmux_core::suggest::closest(k, &own).is_some() => {
+                    return false;
+                }
+                _ => foreign = true,
+            }
+        }
+        foreign
     }
 
     fn by_name(path: &Path) -> Option<Dialect> {
@@ -167,6 +193,7 @@ pub(super) fn read(
             Dialect::Gemini => &["mcpServers", "mcp", "allowMCPServers", "excludeMCPServers"],
             Dialect::Zed => &["context_servers"],
             Dialect::Codex => &["mcp_servers", "mcp"],
+            Dialect::Desktop => &["mcpServers", "servers"],
             #[cfg(feature = "fs")]
             Dialect::SeedTools => &["tools"],
         };
@@ -184,6 +211,29 @@ pub(super) fn read(
             Ok(converted(servers, warnings, found))
         }
         Dialect::Codex => super::codex::read(value, source),
+        Dialect::Desktop => {
+            let file = typed::<DesktopFile>(source.text, source.format).map_err(located)?;
+            let mut warnings: Vec<String> = file
+                .other
+                .keys()
+                .filter(|key| !matches!(key.as_str(), "$schema" | "inputs"))
+                .map(|key| {
+                    format!(
+                        "{}: `{key}` is not a toolmux setting: this file is read for its MCP \
+                         servers only",
+                        source.shown
+                    )
+                })
+                .collect();
+            let (file, found, _) = expand_into::<DesktopFile>(value, source)?;
+            let mut servers: BTreeMap<String, McpServerEntry> =
+                file.mcp_servers.into_iter().chain(file.servers).collect();
+            for (name, entry) in &mut servers {
+                entry
+                    .read_apps_keys(&format!("{}: mcpServers.{name}", source.shown), &mut warnings);
+            }
+            Ok(converted(servers, warnings, found))
+        }
         #[cfg(feature = "fs")]
         Dialect::SeedTools => super::seed_tools::read(value, source),
         Dialect::Zed => {
@@ -247,6 +297,19 @@ pub(super) fn braced(text: &str) -> Option<String> {
     }
     out.push_str(&text[last..]);
     Some(out)
+}
+
+/// An app's settings file ([`Dialect::Desktop`]): its servers, in toolmux's shape; the rest
+/// is the app's.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DesktopFile {
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerEntry>,
+    #[serde(default)]
+    servers: BTreeMap<String, McpServerEntry>,
+    #[serde(flatten)]
+    other: BTreeMap<String, de::IgnoredAny>,
 }
 
 /// Gemini CLI's `settings.json`, the parts about MCP servers.
