@@ -3,31 +3,35 @@
 //!
 //! Under `{prefix}:x`:
 //!
-//! - `call:{id}`, a hash: the call (`call`, JSON), its `tool` and `run`;
-//! - `calls`, a sorted set of every pending call by creation time (the server's clock),
-//!   and `tool:{tool}`, the same per tool, for `pending(tools, ..)`; `run:{run}`, a set of
-//!   the run's pending calls, for `count_pending`;
+//! - `call:{id}`, a hash: the call (`call`, JSON), its `tool`, `run` and `created` time;
+//! - `calls`, a sorted set of every pending call by the time it expires unless waited for
+//!   (its opening plus the calls' time to live, pushed on while its caller waits), and
+//!   `tool:{tool}`, the calls per tool by creation time, for `pending(tools, ..)`;
+//!   `run:{run}`, a set of the run's pending calls, for `count_pending`;
 //! - `waiter:{id}`: `open` from the opening of a synchronous call until someone waits for
 //!   it, then `waiting` until the wait ends; a result submitted while it exists is the
-//!   waiter's (`result:{id}`, then a message on the channel `{prefix}:x:{id}` wakes it),
-//!   otherwise it goes to the run's inbox;
+//!   waiter's: kept in `result:{id}` (the call's hash with it, and its id in `held`) until
+//!   the waiter takes it, a message on the channel `{prefix}:x:{id}` waking it;
 //! - `inbox:{run}`, a list capped at [`toolmux_external::DEFAULT_MAX_INBOX`] results, the
 //!   oldest dropped;
+//! - `expired`, the ids of calls that expired, by when they are forgotten (as long as
+//!   their results would have been kept), so that a late result is refused saying why;
 //! - the channel `{prefix}:x:new` announces every call opened, for long polls.
 //!
 //! Every step that reads and writes is one Lua script, so two replicas answering the same
-//! call, or an answer racing the end of a wait, have exactly one outcome. The semantics
-//! are [`toolmux_external::MemoryPendingStore`]'s, with three differences a shared store
-//! needs: the bound on pending calls is for all replicas together; a call still pending
-//! its time to live (a day, [`RETENTION`], unless [`RedisPendingStore::with_ttl`] says
-//! otherwise) after it was opened is forgotten (its opener is long gone), as is an inbox
-//! nobody added to or read for the results' time to live (the whole inbox, not each
-//! result); and a synchronous call must start waiting within
-//! [`OPEN_WAITER_TTL`] of its opening, after which its result goes to the inbox (so that a
-//! replica that crashed between the two does not swallow it).
+//! call, or an answer racing the end of a wait, have exactly one outcome. Opening,
+//! answering, counting and reading an inbox first sweep (up to a hundred of each): calls
+//! past their time are forgotten, and a result held for a caller whose waiter mark expired
+//! (its replica died, or crashed between opening the call and waiting for it) goes to the
+//! run's inbox. The semantics are [`toolmux_external::MemoryPendingStore`]'s, with three
+//! differences a shared store needs: the bound on pending calls is for all replicas
+//! together; an inbox is kept for the results' time to live after it was last added to or
+//! read (the whole inbox, not each result); and a synchronous call must start waiting
+//! within [`OPEN_WAITER_TTL`] of its opening, after which its result goes to the inbox (so
+//! that a replica that crashed between the two does not swallow it).
 //!
-//! The keys a script touches are not all declared (some are named after what it reads),
-//! so this store needs a single Redis server, not a Redis Cluster.
+//! The keys a script touches are named after what it reads, not declared, so this store
+//! needs a single Redis server, not a Redis Cluster.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
@@ -85,8 +89,8 @@ struct StoreInner {
     opened: tokio::sync::OnceCell<Subscription>,
 }
 
-/// A pending call as stored: [`PendingCall`] without its id and time, which are the
-/// sorted set's member and score.
+/// A pending call as stored: [`PendingCall`] without its id and times, which are the
+/// sorted sets' member and scores.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredCall {
@@ -109,7 +113,7 @@ struct StoredResult {
     is_error: bool,
 }
 
-/// An inbox entry as the resolve script writes it.
+/// An inbox entry as the scripts write it.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredInboxEntry {
@@ -153,9 +157,10 @@ impl RedisPendingStore {
         }
     }
 
-    /// Calls pending longer than `pending` are forgotten, and results unread for `result`
-    /// (an inbox is kept `result` after its last result came), instead of [`RETENTION`]
-    /// for both: the settings of [`toolmux_external::MemoryPendingStore::with_ttl`].
+    /// Calls pending longer than `pending` expire (a synchronous call's time counted from
+    /// the end of its caller's wait), and results unread for `result` are dropped (an inbox
+    /// is kept `result` after its last result came), instead of [`RETENTION`] for both:
+    /// the settings of [`toolmux_external::MemoryPendingStore::with_ttl`].
     pub fn with_ttl(self, pending: Duration, result: Duration) -> Self {
         let inner = &self.inner;
         let at_least = Duration::from_millis(1);
@@ -175,21 +180,6 @@ impl RedisPendingStore {
 }
 
 impl StoreInner {
-    fn key(&self, kind: &str, id: &str) -> String {
-        format!("{}:{kind}:{id}", self.base)
-    }
-
-    /// The keys the scripts that end a call touch: the call, the set of calls, its waiter
-    /// mark and its result.
-    fn call_keys(&self, call_id: &str) -> [String; 4] {
-        [
-            self.key("call", call_id),
-            format!("{}:calls", self.base),
-            self.key("waiter", call_id),
-            self.key("result", call_id),
-        ]
-    }
-
     fn timeout(&self) -> Duration {
         self.backend.client.timeout()
     }
@@ -199,57 +189,62 @@ impl StoreInner {
         deadline.saturating_duration_since(Instant::now()).max(MIN_ATTEMPT).min(self.timeout())
     }
 
-    async fn eval(
+    /// Runs `script` with the arguments of its prelude (see `prelude!`) and then `args`, after
+    /// `keys`.
+    async fn run(
         &self,
         script: &Script,
         keys: &[&str],
         args: &[&[u8]],
         timeout: Duration,
     ) -> Result<Reply, crate::RedisError> {
-        self.backend.client.eval(script, keys, args, timeout).await
+        let settings = [
+            self.pending_ttl.as_millis().to_string(),
+            self.result_ttl.as_millis().to_string(),
+            self.max_inbox.to_string(),
+            self.max_pending.to_string(),
+        ];
+        let mut all: Vec<&[u8]> = vec![self.base.as_bytes()];
+        all.extend(settings.iter().map(String::as_bytes));
+        all.extend_from_slice(args);
+        self.backend.client.eval(script, keys, &all, timeout).await
     }
 
     /// The pending calls of `tools` (all when empty), oldest first.
-    async fn snapshot(&self, tools: &[String], timeout: Duration) -> Vec<PendingCall> {
+    async fn snapshot(
+        &self,
+        tools: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<PendingCall>, crate::RedisError> {
         let keys: Vec<String> = if tools.is_empty() {
             vec![format!("{}:calls", self.base)]
         } else {
             let mut tools: Vec<&String> = tools.iter().collect();
             tools.sort();
             tools.dedup();
-            tools.into_iter().map(|t| self.key("tool", t)).collect()
+            tools.into_iter().map(|t| format!("{}:tool:{t}", self.base)).collect()
         };
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let ttl = self.pending_ttl.as_millis().to_string();
-        let args: [&[u8]; 2] = [self.base.as_bytes(), ttl.as_bytes()];
-        let reply = match self.eval(&SNAPSHOT, &keys, &args, timeout).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                if !e.is_unreachable() {
-                    tracing::warn!(target: "toolmux::redis", "cannot list pending calls: {}", toolmux_core::error_report(&e));
-                }
-                return Vec::new();
-            }
-        };
+        let reply = self.run(&SNAPSHOT, &keys, &[], timeout).await?;
         let mut calls: Vec<PendingCall> = reply
             .as_array()
             .unwrap_or_default()
-            .chunks_exact(4)
+            .chunks_exact(5)
             .filter_map(|item| {
                 let id = item[0].as_str()?;
-                let created_ms = item[1].as_str()?.parse::<f64>().ok()? as u64;
+                let created_ms = u64::try_from(item[1].as_i64()?).ok()?;
                 let call: StoredCall = serde_json::from_slice(item[2].as_bytes()?).ok()?;
                 let mut call = pending_call(id.to_owned(), created_ms, call);
                 // A synchronous call's waiter mark: its caller has yet to wait, or waits.
                 if item[3].as_i64() == Some(1) {
                     call.status = CallStatus::Waiting;
                 }
-                call.expires_ms = created_ms + self.pending_ttl.as_millis() as u64;
+                call.expires_ms = u64::try_from(item[4].as_i64()?).ok()?;
                 Some(call)
             })
             .collect();
         calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
-        calls
+        Ok(calls)
     }
 
     /// Takes the result of `call_id` if it is there (`Ok(None)` if not yet).
@@ -259,12 +254,10 @@ impl StoreInner {
         call_id: &str,
         timeout: Duration,
     ) -> Result<Option<ExternalResult>, crate::RedisError> {
-        let (waiter, result) = (self.key("waiter", call_id), self.key("result", call_id));
-        let reply = self.eval(script, &[&waiter, &result], &[], timeout).await?;
+        let reply = self.run(script, &[], &[call_id.as_bytes()], timeout).await?;
         Ok(reply.as_bytes().and_then(parse_result))
     }
 }
-
 /// A wait under way; dropped before it ended, it ends the wait in Redis (in a task of
 /// its own), so that a result submitted later goes to the inbox.
 struct Waiting {
@@ -332,20 +325,11 @@ impl PendingStore for RedisPendingStore {
             visible: call.visible,
         };
         let json = serde_json::to_vec(&stored).map_err(|e| ToolError::other(PROVIDER, e))?;
-        let keys = [
-            format!("{}:calls", inner.base),
-            inner.key("call", &id),
-            inner.key("tool", &stored.tool),
-            inner.key("run", &stored.run_id),
-            inner.key("waiter", &id),
-        ];
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let max = inner.max_pending.to_string();
         let open_ttl = OPEN_WAITER_TTL.as_millis().to_string();
-        let retention = inner.pending_ttl.as_millis().to_string();
         let channel = format!("{}:new", inner.base);
         let sync = if stored.is_async { "0" } else { "1" };
-        let args: [&[u8]; 10] = [
+        let args: [&[u8]; 8] = [
             id.as_bytes(),
             &json,
             stored.tool.as_bytes(),
@@ -354,10 +338,8 @@ impl PendingStore for RedisPendingStore {
             sync.as_bytes(),
             open_ttl.as_bytes(),
             channel.as_bytes(),
-            retention.as_bytes(),
-            inner.base.as_bytes(),
         ];
-        let reply = inner.eval(&OPEN, &keys, &args, inner.timeout()).await.map_err(unreachable)?;
+        let reply = inner.run(&OPEN, &[], &args, inner.timeout()).await.map_err(unreachable)?;
         match reply.as_array().and_then(|r| r.first()).and_then(Reply::as_i64) {
             Some(1) => Ok(id),
             _ => Err(ToolError::QueueBusy {
@@ -373,14 +355,13 @@ impl PendingStore for RedisPendingStore {
         let deadline = Instant::now() + timeout;
         // Claim the wait: a result already there is taken, and a second wait (or one for
         // an asynchronous or unknown call) gets nothing, as in memory.
-        let (waiter, result) = (inner.key("waiter", call_id), inner.key("result", call_id));
         let ttl = (timeout + inner.timeout() * 2 + Duration::from_secs(1)).as_millis().to_string();
         // If this future is dropped (its caller was cancelled or cut by a deadline) before
         // the wait ends, the call stops being waited for, so that a result submitted later
         // goes to the inbox, as in memory.
         let mut waiting = Waiting { inner: inner.clone(), call_id: Some(call_id.to_owned()) };
         let reply = inner
-            .eval(&CLAIM, &[&waiter, &result], &[ttl.as_bytes()], inner.within(deadline))
+            .run(&CLAIM, &[], &[call_id.as_bytes(), ttl.as_bytes()], inner.within(deadline))
             .await
             .ok()?;
         match reply.as_array() {
@@ -426,10 +407,7 @@ impl PendingStore for RedisPendingStore {
 
     async fn withdraw(&self, call_id: &str) {
         let inner = &self.inner;
-        let keys = inner.call_keys(call_id);
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let args = [call_id.as_bytes(), inner.base.as_bytes()];
-        if let Err(e) = inner.eval(&WITHDRAW, &keys, &args, inner.timeout()).await {
+        if let Err(e) = inner.run(&WITHDRAW, &[], &[call_id.as_bytes()], inner.timeout()).await {
             tracing::debug!(target: "toolmux::redis", "call {call_id} not withdrawn: {}", toolmux_core::error_report(&e));
         }
     }
@@ -445,8 +423,19 @@ impl PendingStore for RedisPendingStore {
             calls.retain(|c| !exclude.contains(&c.call_id));
             calls
         };
+        let snapshot = |timeout| async move {
+            match inner.snapshot(tools, timeout).await {
+                Ok(calls) => calls,
+                Err(e) => {
+                    if !e.is_unreachable() {
+                        tracing::warn!(target: "toolmux::redis", "cannot list pending calls: {}", toolmux_core::error_report(&e));
+                    }
+                    Vec::new()
+                }
+            }
+        };
         if wait.is_zero() {
-            return except(inner.snapshot(tools, inner.timeout()).await);
+            return except(snapshot(inner.timeout()).await);
         }
         let deadline = Instant::now() + wait;
         let channel = format!("{}:new", inner.base);
@@ -459,7 +448,7 @@ impl PendingStore for RedisPendingStore {
         loop {
             // Marked before looking: a call opened in between wakes us.
             wake.borrow_and_update();
-            let calls = except(inner.snapshot(tools, inner.within(deadline)).await);
+            let calls = except(snapshot(inner.within(deadline)).await);
             let now = Instant::now();
             if !calls.is_empty() || now >= deadline {
                 return calls;
@@ -472,24 +461,9 @@ impl PendingStore for RedisPendingStore {
         let inner = &self.inner;
         let stored = StoredResult { result: result.result, is_error: result.is_error };
         let json = serde_json::to_vec(&stored).map_err(|e| ToolError::other(PROVIDER, e))?;
-        let id_json = serde_json::to_string(call_id).map_err(|e| ToolError::other(PROVIDER, e))?;
-        let keys = inner.call_keys(call_id);
-        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let max_inbox = inner.max_inbox.to_string();
-        let kept = inner.result_ttl.as_millis().to_string();
         let channel = format!("{}:{call_id}", inner.base);
-        let args: [&[u8]; 8] = [
-            call_id.as_bytes(),
-            &json,
-            kept.as_bytes(),
-            max_inbox.as_bytes(),
-            channel.as_bytes(),
-            inner.base.as_bytes(),
-            kept.as_bytes(),
-            id_json.as_bytes(),
-        ];
-        let reply =
-            inner.eval(&RESOLVE, &keys, &args, inner.timeout()).await.map_err(unreachable)?;
+        let args: [&[u8]; 3] = [call_id.as_bytes(), &json, channel.as_bytes()];
+        let reply = inner.run(&RESOLVE, &[], &args, inner.timeout()).await.map_err(unreachable)?;
         let reply = reply.as_array().unwrap_or_default();
         match reply.first().and_then(Reply::as_i64) {
             Some(1) => Ok(Delivery::Waiting),
@@ -509,6 +483,14 @@ impl PendingStore for RedisPendingStore {
                 }
                 Ok(Delivery::Inbox { run_id })
             }
+            Some(3) => Err(ToolError::invalid_arguments(
+                "external__submit",
+                format!(
+                    "call `{call_id}` expired after {} s without a result, so its caller no \
+                     longer takes one; `external__pending` lists the calls waiting",
+                    inner.pending_ttl.as_secs_f64()
+                ),
+            )),
             _ => Err(ToolError::invalid_arguments(
                 "external__submit",
                 format!(
@@ -521,13 +503,9 @@ impl PendingStore for RedisPendingStore {
 
     async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
         let inner = &self.inner;
-        let inbox = inner.key("inbox", run_id);
-        let taken = match owner {
-            None => inner.eval(&TAKE_INBOX, &[&inbox], &[], inner.timeout()).await,
-            Some(owner) => {
-                inner.eval(&TAKE_OWNED, &[&inbox], &[owner.as_bytes()], inner.timeout()).await
-            }
-        };
+        let (owner, only) = (owner.unwrap_or_default(), if owner.is_some() { "1" } else { "0" });
+        let args: [&[u8]; 3] = [run_id.as_bytes(), owner.as_bytes(), only.as_bytes()];
+        let taken = inner.run(&TAKE_INBOX, &[], &args, inner.timeout()).await;
         let reply = match taken {
             Ok(reply) => reply,
             Err(e) => {
@@ -553,14 +531,9 @@ impl PendingStore for RedisPendingStore {
 
     async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
         let inner = &self.inner;
-        let key = inner.key("run", run_id);
-        let counted = match owner {
-            None => inner.backend.client.command(&["SCARD", &key]).await,
-            Some(owner) => {
-                let base = inner.base.as_bytes();
-                inner.eval(&COUNT_OWNED, &[&key], &[owner.as_bytes(), base], inner.timeout()).await
-            }
-        };
+        let (owner, only) = (owner.unwrap_or_default(), if owner.is_some() { "1" } else { "0" });
+        let args: [&[u8]; 3] = [run_id.as_bytes(), owner.as_bytes(), only.as_bytes()];
+        let counted = inner.run(&COUNT, &[], &args, inner.timeout()).await;
         match counted {
             Ok(reply) => reply.as_i64().and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
             Err(_) => 0,
@@ -568,172 +541,284 @@ impl PendingStore for RedisPendingStore {
     }
 }
 
-/// KEYS: calls, call, tool, run, waiter. ARGV: id, call JSON, tool, run, max pending,
-/// synchronous (`1`), open-waiter TTL, new-call channel, retention, base. Answers
-/// `[1, now]` when opened, `[0, now]` when full.
-static OPEN: Script = Script {
-    name: "pending_open",
-    source: "if redis.replicate_commands then pcall(redis.replicate_commands) end
+/// What every script starts with: the server's time, the settings and the steps they share.
+/// ARGV: base, pending TTL, result TTL, inbox cap, expired ids remembered at most; each
+/// script's own arguments from `ARGV[6]`. No key is declared (all are named after `base`).
+///
+/// A call's score in `calls` is when it expires unless waited for: its opening plus the
+/// TTL, pushed on while its caller waits. A call stored without `created` (by an earlier
+/// version) is scored by its creation.
+macro_rules! prelude {
+    () => {
+        "if redis.replicate_commands then pcall(redis.replicate_commands) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local base = ARGV[10]
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[9]), 'LIMIT', 0, 100)
-for _, id in ipairs(old) do
-  local call = base .. ':call:' .. id
-  local f = redis.call('HMGET', call, 'tool', 'run')
-  if f[1] then redis.call('ZREM', base .. ':tool:' .. f[1], id) end
-  if f[2] then redis.call('SREM', base .. ':run:' .. f[2], id) end
-  redis.call('DEL', call, base .. ':waiter:' .. id, base .. ':result:' .. id)
-  redis.call('ZREM', KEYS[1], id)
+local base, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, remember = tonumber(ARGV[4]), tonumber(ARGV[5])
+local calls, held, expired = base .. ':calls', base .. ':held', base .. ':expired'
+local function key(kind, id) return base .. ':' .. kind .. ':' .. id end
+local function waited(id) return redis.call('EXISTS', key('waiter', id)) == 1 end
+local function times(id, score)
+  local created = redis.call('HGET', key('call', id), 'created')
+  if created then return tonumber(score), tonumber(created) end
+  return tonumber(score) + ttl, tonumber(score)
 end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[5]) then return {0, now} end
-redis.call('HSET', KEYS[2], 'call', ARGV[2], 'tool', ARGV[3], 'run', ARGV[4])
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZADD', KEYS[3], now, ARGV[1])
-redis.call('SADD', KEYS[4], ARGV[1])
-if ARGV[6] == '1' then redis.call('SET', KEYS[5], 'open', 'PX', ARGV[7]) end
-redis.call('PUBLISH', ARGV[8], ARGV[3])
-return {1, now}",
+local function forget(id, as_expired)
+  local f = redis.call('HMGET', key('call', id), 'tool', 'run')
+  if f[1] then redis.call('ZREM', key('tool', f[1]), id) end
+  if f[2] then redis.call('SREM', key('run', f[2]), id) end
+  redis.call('ZREM', calls, id)
+  redis.call('ZREM', held, id)
+  redis.call('DEL', key('call', id), key('waiter', id), key('result', id))
+  if as_expired then redis.call('ZADD', expired, now + keep, id) end
+end
+local function push(run, id, call, result)
+  local inbox = key('inbox', run)
+  redis.call('LPUSH', inbox, '{\"callId\":' .. cjson.encode(id) .. ',\"call\":' .. call .. ',\"result\":' .. result .. '}')
+  local dropped = redis.call('LRANGE', inbox, cap, -1)
+  redis.call('LTRIM', inbox, 0, cap - 1)
+  redis.call('PEXPIRE', inbox, keep)
+  return dropped
+end
+local function sweep()
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', calls, '-inf', now, 'LIMIT', 0, 100)) do
+    local expires, created = times(id, redis.call('ZSCORE', calls, id))
+    if redis.call('EXISTS', key('call', id)) == 0 then
+      forget(id, false)
+    elseif expires > now then
+      redis.call('HSET', key('call', id), 'created', created)
+      redis.call('ZADD', calls, expires, id)
+    elseif waited(id) then
+      local left = math.max(redis.call('PTTL', key('waiter', id)), 0)
+      redis.call('ZADD', calls, now + left + ttl, id)
+    else
+      forget(id, true)
+    end
+  end
+  for _, id in ipairs(redis.call('ZRANGE', held, 0, 99)) do
+    if not waited(id) then
+      local r = redis.call('GET', key('result', id))
+      local f = redis.call('HMGET', key('call', id), 'call', 'run')
+      if r and f[1] and f[2] then push(f[2], id, f[1], r) end
+      redis.call('DEL', key('call', id), key('result', id))
+      redis.call('ZREM', held, id)
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', expired, '-inf', now)
+  local over = redis.call('ZCARD', expired) - remember
+  if over > 0 then redis.call('ZREMRANGEBYRANK', expired, 0, over - 1) end
+end
+"
+    };
+}
+
+/// ARGV (after the prelude's): id, call JSON, tool, run, max pending, synchronous (`1`),
+/// open-waiter TTL, new-call channel. Answers `[1, now]` when opened, `[0, now]` when full.
+static OPEN: Script = Script {
+    name: "pending_open",
+    source: concat!(
+        prelude!(),
+        "sweep()
+local id = ARGV[6]
+if redis.call('ZCARD', calls) >= tonumber(ARGV[10]) then return {0, now} end
+redis.call('HSET', key('call', id), 'call', ARGV[7], 'tool', ARGV[8], 'run', ARGV[9], 'created', now)
+redis.call('ZADD', calls, now + ttl, id)
+redis.call('ZADD', key('tool', ARGV[8]), now, id)
+redis.call('SADD', key('run', ARGV[9]), id)
+if ARGV[11] == '1' then redis.call('SET', key('waiter', id), 'open', 'PX', ARGV[12]) end
+redis.call('PUBLISH', ARGV[13], ARGV[8])
+return {1, now}"
+    ),
 };
 
-/// KEYS: waiter, result. ARGV: waiting TTL. Answers `[1, result]` (there already),
-/// `[0]` (claimed: wait for it) or `[-1]` (nothing to wait for).
+/// ARGV: id, waiting TTL. Answers `[1, result]` (there already), `[0]` (claimed: wait for
+/// it) or `[-1]` (nothing to wait for). While the caller waits the call does not expire,
+/// and it expires no sooner than the TTL after the wait's end.
 static CLAIM: Script = Script {
     name: "pending_claim",
-    source: "local r = redis.call('GET', KEYS[2])
+    source: concat!(
+        prelude!(),
+        "local id = ARGV[6]
+local r = redis.call('GET', key('result', id))
 if r then
-  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('DEL', key('waiter', id), key('result', id), key('call', id))
+  redis.call('ZREM', held, id)
   return {1, r}
 end
-if redis.call('GET', KEYS[1]) == 'open' then
-  redis.call('SET', KEYS[1], 'waiting', 'PX', ARGV[1])
+if redis.call('GET', key('waiter', id)) == 'open' then
+  redis.call('SET', key('waiter', id), 'waiting', 'PX', ARGV[7])
+  redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl, id)
   return {0}
 end
-return {-1}",
+return {-1}"
+    ),
 };
 
-/// KEYS: waiter, result. Answers the result, taken, or nil.
+/// ARGV: id. Answers the result, taken (the call is done), or nil.
 static TAKE: Script = Script {
     name: "pending_take",
-    source: "local r = redis.call('GET', KEYS[2])
-if r then redis.call('DEL', KEYS[1], KEYS[2]) end
-return r",
+    source: concat!(
+        prelude!(),
+        "local id = ARGV[6]
+local r = redis.call('GET', key('result', id))
+if r then
+  redis.call('DEL', key('waiter', id), key('result', id), key('call', id))
+  redis.call('ZREM', held, id)
+end
+return r"
+    ),
 };
 
-/// KEYS: waiter, result. Answers the result, taken, or nil after ending the wait (later
-/// results go to the inbox).
+/// ARGV: id. Answers the result, taken, or nil after ending the wait: later results go to
+/// the inbox, and the call expires the TTL from now.
 static GIVE_UP: Script = Script {
     name: "pending_give_up",
-    source: "local r = redis.call('GET', KEYS[2])
-redis.call('DEL', KEYS[1], KEYS[2])
-return r",
+    source: concat!(
+        prelude!(),
+        "local id = ARGV[6]
+local r = redis.call('GET', key('result', id))
+redis.call('DEL', key('waiter', id))
+if r then
+  redis.call('DEL', key('result', id), key('call', id))
+  redis.call('ZREM', held, id)
+else
+  redis.call('ZADD', calls, 'XX', now + ttl, id)
+end
+return r"
+    ),
 };
 
-/// KEYS: call, calls, waiter, result. ARGV: id, base.
+/// ARGV: id.
 static WITHDRAW: Script = Script {
     name: "pending_withdraw",
-    source: "local base = ARGV[2]
-local f = redis.call('HMGET', KEYS[1], 'tool', 'run')
-if f[1] then redis.call('ZREM', base .. ':tool:' .. f[1], ARGV[1]) end
-if f[2] then redis.call('SREM', base .. ':run:' .. f[2], ARGV[1]) end
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-return 1",
+    source: concat!(prelude!(), "forget(ARGV[6], false)\nreturn 1"),
 };
 
-/// KEYS: call, calls, waiter, result. ARGV: id, result JSON, result TTL, inbox cap,
-/// result channel, base, retention, id as JSON. Answers `[1]` (to the waiting call),
-/// `[2, run, dropped entries]` (to the inbox) or `[0]` (no such call).
+/// ARGV: id, result JSON, result channel. Answers `[1]` (to the waiting call, which takes
+/// it; held until then, and moved to the inbox by a sweep if its caller went away), `[2,
+/// run, dropped entries]` (to the inbox), `[3]` (the call expired) or `[0]` (no such call).
 static RESOLVE: Script = Script {
     name: "pending_resolve",
-    source: "local base = ARGV[6]
-local f = redis.call('HMGET', KEYS[1], 'call', 'tool', 'run')
-if not f[1] then return {0} end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', base .. ':tool:' .. f[2], ARGV[1])
-redis.call('SREM', base .. ':run:' .. f[3], ARGV[1])
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('SET', KEYS[4], ARGV[2], 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[5], '')
+    source: concat!(
+        prelude!(),
+        "sweep()
+local id = ARGV[6]
+local score = redis.call('ZSCORE', calls, id)
+if not score then
+  if redis.call('ZSCORE', expired, id) then return {3} end
+  return {0}
+end
+local f = redis.call('HMGET', key('call', id), 'call', 'tool', 'run')
+if not f[1] then
+  forget(id, false)
+  return {0}
+end
+local waiting = waited(id)
+if times(id, score) <= now and not waiting then
+  forget(id, true)
+  return {3}
+end
+redis.call('ZREM', calls, id)
+redis.call('ZREM', key('tool', f[2]), id)
+redis.call('SREM', key('run', f[3]), id)
+if waiting then
+  redis.call('SET', key('result', id), ARGV[7], 'PX', keep)
+  redis.call('PEXPIRE', key('call', id), keep)
+  redis.call('ZADD', held, now, id)
+  redis.call('PUBLISH', ARGV[8], '')
   return {1}
 end
-local inbox = base .. ':inbox:' .. f[3]
-local cap = tonumber(ARGV[4])
-redis.call('LPUSH', inbox, '{\"callId\":' .. ARGV[8] .. ',\"call\":' .. f[1] .. ',\"result\":' .. ARGV[2] .. '}')
-local dropped = redis.call('LRANGE', inbox, cap, -1)
-redis.call('LTRIM', inbox, 0, cap - 1)
-redis.call('PEXPIRE', inbox, ARGV[7])
-return {2, f[3], dropped}",
+redis.call('DEL', key('call', id))
+return {2, f[3], push(f[3], id, f[1], ARGV[7])}"
+    ),
 };
 
-/// KEYS: sorted sets of calls. ARGV: base, pending TTL. Answers `[id, created, call JSON,
-/// waiter mark (1 or 0), ...]` of the calls opened within the TTL.
+/// KEYS: sorted sets of calls (`calls`, or `tool:{tool}`). Answers `[id, created, call
+/// JSON, waited for (1 or 0), expires, ...]` of the calls not expired.
 static SNAPSHOT: Script = Script {
     name: "pending_snapshot",
-    source: "local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {}
-for _, key in ipairs(KEYS) do
-  local ids = redis.call('ZRANGEBYSCORE', key, now - tonumber(ARGV[2]), '+inf', 'WITHSCORES')
-  for i = 1, #ids, 2 do
-    local call = redis.call('HGET', ARGV[1] .. ':call:' .. ids[i], 'call')
+    source: concat!(
+        prelude!(),
+        "local out = {}
+for _, set in ipairs(KEYS) do
+  for _, id in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    local score = redis.call('ZSCORE', calls, id)
+    local call = score and redis.call('HGET', key('call', id), 'call')
     if call then
-      out[#out + 1] = ids[i]
-      out[#out + 1] = ids[i + 1]
-      out[#out + 1] = call
-      out[#out + 1] = redis.call('EXISTS', ARGV[1] .. ':waiter:' .. ids[i])
+      local expires, created = times(id, score)
+      local waiting = waited(id)
+      if expires > now or waiting then
+        out[#out + 1] = id
+        out[#out + 1] = created
+        out[#out + 1] = call
+        out[#out + 1] = waiting and 1 or 0
+        out[#out + 1] = expires
+      end
     end
   end
 end
-return out",
+return out"
+    ),
 };
 
-/// KEYS: inbox. Answers its entries, newest first, and empties it.
-/// KEYS: inbox. ARGV: owner. Takes the results of calls `owner` (or no agent) made,
-/// newest first as stored; the others stay in order, with the list's time to live.
-static TAKE_OWNED: Script = Script {
-    name: "pending_take_owned",
-    source: "local entries = redis.call('LRANGE', KEYS[1], 0, -1)
+/// ARGV: run, owner, `1` when only the owner's (and no agent's) are counted. How many of
+/// the run's calls are pending.
+static COUNT: Script = Script {
+    name: "pending_count",
+    source: concat!(
+        prelude!(),
+        "sweep()
+local run, n = key('run', ARGV[6]), 0
+for _, id in ipairs(redis.call('SMEMBERS', run)) do
+  local score = redis.call('ZSCORE', calls, id)
+  local call = score and redis.call('HGET', key('call', id), 'call')
+  if not call then
+    redis.call('SREM', run, id)
+  elseif times(id, score) > now or waited(id) then
+    if ARGV[8] ~= '1' then
+      n = n + 1
+    else
+      local ok, decoded = pcall(cjson.decode, call)
+      if ok and type(decoded) == 'table' and (decoded.owner == nil or decoded.owner == ARGV[7]) then
+        n = n + 1
+      end
+    end
+  end
+end
+return n"
+    ),
+};
+
+/// ARGV: run, owner, `1` when only the owner's (and no agent's) are taken. Answers the
+/// results taken, newest first as stored; the others stay in order, with the list's time
+/// to live.
+static TAKE_INBOX: Script = Script {
+    name: "pending_take_inbox",
+    source: concat!(
+        prelude!(),
+        "sweep()
+local inbox = key('inbox', ARGV[6])
+local entries = redis.call('LRANGE', inbox, 0, -1)
+if ARGV[8] ~= '1' then
+  redis.call('DEL', inbox)
+  return entries
+end
 local taken, kept = {}, {}
 for _, entry in ipairs(entries) do
   local ok, decoded = pcall(cjson.decode, entry)
   if ok and type(decoded) == 'table' and type(decoded.call) == 'table'
-      and (decoded.call.owner == nil or decoded.call.owner == ARGV[1]) then
+      and (decoded.call.owner == nil or decoded.call.owner == ARGV[7]) then
     table.insert(taken, entry)
   else
     table.insert(kept, entry)
   end
 end
 if #taken > 0 then
-  local ttl = redis.call('PTTL', KEYS[1])
-  redis.call('DEL', KEYS[1])
-  for _, entry in ipairs(kept) do redis.call('RPUSH', KEYS[1], entry) end
-  if #kept > 0 and ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
+  local left = redis.call('PTTL', inbox)
+  redis.call('DEL', inbox)
+  for _, entry in ipairs(kept) do redis.call('RPUSH', inbox, entry) end
+  if #kept > 0 and left > 0 then redis.call('PEXPIRE', inbox, left) end
 end
-return taken",
-};
-
-/// KEYS: the run's set of pending calls. ARGV: owner, base. How many of them `owner` (or
-/// no agent) made.
-static COUNT_OWNED: Script = Script {
-    name: "pending_count_owned",
-    source: "local n = 0
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local call = redis.call('HGET', ARGV[2] .. ':call:' .. id, 'call')
-  if call then
-    local ok, decoded = pcall(cjson.decode, call)
-    if ok and type(decoded) == 'table' and (decoded.owner == nil or decoded.owner == ARGV[1]) then
-      n = n + 1
-    end
-  end
-end
-return n",
-};
-
-static TAKE_INBOX: Script = Script {
-    name: "pending_take_inbox",
-    source: "local entries = redis.call('LRANGE', KEYS[1], 0, -1)
-redis.call('DEL', KEYS[1])
-return entries",
+return taken"
+    ),
 };

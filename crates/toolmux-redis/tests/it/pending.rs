@@ -226,25 +226,101 @@ async fn a_wait_dropped_by_its_caller_leaves_later_results_to_the_inbox() {
     assert_eq!(a.take_inbox("run-8", None).await.len(), 1);
 }
 
-/// The configured times to live hold in Redis as in memory: a call pending longer is no
-/// longer listed and is forgotten when the next call opens, and an inbox nobody added to
-/// or read for the results' time expires.
+/// The configured times to live hold in Redis as in a folder: a call pending longer is
+/// neither listed nor counted, a result for it is refused saying that it expired (again
+/// once it was forgotten), and an inbox nobody added to or read for the results' time
+/// expires.
 #[tokio::test]
 async fn calls_and_results_expire_after_their_times_to_live() {
     let server = RedisServer::start();
     let ttl = Duration::from_millis(300);
     let store = replica(&server).pending_store().with_ttl(ttl, ttl);
+    let other = replica(&server).pending_store().with_ttl(ttl, ttl);
     let old = store.open(call("external__job", "run-8", true)).await.unwrap();
     let answered = store.open(call("external__job", "run-9", true)).await.unwrap();
     store.resolve(&answered, answer("done")).await.unwrap();
     assert_eq!(store.pending(&[], Duration::ZERO).await.len(), 1);
+    assert_eq!(store.count_pending("run-8", None).await, 1);
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
     assert!(store.pending(&[], Duration::ZERO).await.is_empty(), "no longer listed");
+    assert_eq!(other.count_pending("run-8", None).await, 0, "nor counted, with no call opened");
     assert!(store.take_inbox("run-9", None).await.is_empty(), "the unread inbox expired");
-    // The next call opened sweeps the old one away: its result has nowhere to go.
-    store.open(call("external__job", "run-8", true)).await.unwrap();
-    let refused = store.resolve(&old, answer("late")).await.unwrap_err();
-    assert!(refused.to_string().contains("no pending call"), "{refused}");
+    let refused = other.resolve(&old, answer("late")).await.unwrap_err();
+    assert!(refused.to_string().contains("expired after 0.3 s"), "{refused}");
+    let look = replica(&server);
+    let kept = look.client().command(&["EXISTS", &format!("toolmux:x:call:{old}")]).await;
+    assert_eq!(kept.unwrap().as_i64(), Some(0), "the expired call is cleaned up");
+    let again = store.resolve(&old, answer("later")).await.unwrap_err();
+    assert!(again.to_string().contains("expired"), "{again}");
+}
+
+/// A result handed to a waiting caller whose process then died is not lost: once the
+/// caller's waiter mark runs out, reading the run's inbox finds it (as a folder's next
+/// sweep moves it), and nothing of the call is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_handed_to_a_caller_that_died_reaches_the_inbox() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let look = replica(&server);
+    let id = a.open(call("external__confirm", "run-10", false)).await.unwrap();
+    // The caller waits in a runtime of its own, which then stops dead: nothing it would
+    // have done when its wait ended runs (a process killed mid-wait).
+    let dying = {
+        let (a, id) = (a.clone(), id.clone());
+        std::thread::spawn(move || {
+            let runtime =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                tokio::select! {
+                    _ = a.wait(&id, Duration::from_secs(30)) => panic!("no result came"),
+                    () = tokio::time::sleep(Duration::from_millis(300)) => {}
+                }
+            });
+            runtime.shutdown_background();
+        })
+    };
+    dying.join().unwrap();
+    let waiter = format!("toolmux:x:waiter:{id}");
+    let mark = look.client().command(&["GET", &waiter]).await.unwrap();
+    assert_eq!(mark.as_str(), Some("waiting"), "the dead caller's mark is left");
+    assert_eq!(b.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
+    assert!(b.take_inbox("run-10", None).await.is_empty(), "held while the mark lives");
+    // Its mark runs out (the wait's time and slack pass).
+    look.client().command(&["PEXPIRE", &waiter, "1"]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let inbox = b.take_inbox("run-10", None).await;
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    assert_eq!((inbox[0].call_id.as_str(), &inbox[0].result), (id.as_str(), &answer("yes")));
+    assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
+    assert_eq!(b.count_pending("run-10", None).await, 0);
+    let left = ["call", "result", "waiter"].map(|k| format!("toolmux:x:{k}:{id}"));
+    let exists = look.client().command(&["EXISTS", &left[0], &left[1], &left[2]]).await;
+    assert_eq!(exists.unwrap().as_i64(), Some(0));
+    let held = look.client().command(&["ZCARD", "toolmux:x:held"]).await.unwrap();
+    assert_eq!(held.as_i64(), Some(0));
+}
+
+/// The same when the replica died between opening the call and waiting for it: once the
+/// opening's mark runs out, a result it was handed goes to the inbox, and so does one
+/// submitted afterwards.
+#[tokio::test]
+async fn a_result_for_a_call_whose_opener_died_reaches_the_inbox() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let look = replica(&server);
+    let first = a.open(call("external__confirm", "run-11", false)).await.unwrap();
+    let second = a.open(call("external__confirm", "run-11", false)).await.unwrap();
+    assert_eq!(b.resolve(&first, answer("1")).await.unwrap(), Delivery::Waiting);
+    for id in [&first, &second] {
+        let mark = format!("toolmux:x:waiter:{id}");
+        look.client().command(&["PEXPIRE", &mark, "1"]).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(b.count_pending("run-11", None).await, 1, "the unanswered one");
+    let delivery = b.resolve(&second, answer("2")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "run-11".into() });
+    let ids: Vec<_> = a.take_inbox("run-11", None).await.into_iter().map(|e| e.call_id).collect();
+    assert_eq!(ids, [first, second]);
 }
 
 /// Each agent takes only its own results from a run's inbox, the others staying in order
