@@ -362,9 +362,16 @@ impl ExternalProvider {
             // asynchronous one that is no longer pending was answered (its result is in
             // the inbox), so its message must not wait for an answer that came already.
             if tool.is_async {
-                let still = self.store.pending(std::slice::from_ref(&full), Duration::ZERO).await;
-                if !still.iter().any(|c| c.call_id == call_id) {
-                    spaces.finish_tool(&call_id, spaces::ToolStatus::Complete, None).await?;
+                match self.store.pending(std::slice::from_ref(&full), Duration::ZERO).await {
+                    Ok(still) if !still.iter().any(|c| c.call_id == call_id) => {
+                        spaces.finish_tool(&call_id, spaces::ToolStatus::Complete, None).await?;
+                    }
+                    Ok(_) => {}
+                    // The call is made: its message waits for the answer, which finishes it.
+                    Err(e) => tracing::warn!(
+                        target: "toolmux::external",
+                        "cannot tell whether call {call_id} was answered already: {e}"
+                    ),
                 }
             }
         }
@@ -442,7 +449,7 @@ impl ExternalProvider {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let calls = self.store.pending_except(&tools, &exclude, remaining).await;
+            let calls = self.store.pending_except(&tools, &exclude, remaining).await?;
             let others = calls.len();
             let calls: Vec<PendingCall> =
                 calls.into_iter().filter(|c| may_see(ctx.run_id(), &c.run_id)).collect();
@@ -476,7 +483,7 @@ impl ExternalProvider {
         if holder(by).is_some() || of_run.is_some() {
             // A key holder answers only its own runs' calls; another's call is unknown to it,
             // as is a call of another run than the one named.
-            let calls = self.store.pending(&[], Duration::ZERO).await;
+            let calls = self.store.pending(&[], Duration::ZERO).await?;
             let call = calls.iter().find(|c| c.call_id == call_id);
             if call.is_none_or(|c| !may_see(by, &c.run_id)) {
                 return Err(invalid(&format!(
@@ -517,8 +524,10 @@ impl ExternalProvider {
     /// run, not its results), anyone else's the run's.
     async fn inbox(&self, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
         let owner = agent_of(ctx);
-        let results = self.store.take_inbox(ctx.run_id(), owner.as_deref()).await;
-        let waiting = self.store.count_pending(ctx.run_id(), owner.as_deref()).await;
+        // Counted first: a store that fails then has taken nothing out. A call answered in
+        // between is counted and its result taken, which costs the reader one more look.
+        let waiting = self.store.count_pending(ctx.run_id(), owner.as_deref()).await?;
+        let results = self.store.take_inbox(ctx.run_id(), owner.as_deref()).await?;
         Ok(ToolOutput::json(json!({ "results": results, "stillPending": waiting })))
     }
 }

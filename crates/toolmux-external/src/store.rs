@@ -140,8 +140,13 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     }
 
     /// The calls waiting for a result, oldest first, of the `tools` named (all when empty);
-    /// when there are none, waits up to `wait` for one.
-    async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+    /// when there are none, waits up to `wait` for one. Fails when the store cannot be read
+    /// (a shared store out of reach), which is not "nothing pending".
+    async fn pending(
+        &self,
+        tools: &[String],
+        wait: Duration,
+    ) -> Result<Vec<PendingCall>, ToolError> {
         self.pending_except(tools, &[], wait).await
     }
 
@@ -152,7 +157,7 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall>;
+    ) -> Result<Vec<PendingCall>, ToolError>;
 
     /// Answers call `call_id`. Unknown (never made, answered already, withdrawn) is an
     /// invalid-arguments error.
@@ -160,12 +165,16 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
 
     /// The results in run `run_id`'s inbox, oldest first, taken out: with `owner`, only
     /// those of calls that owner made ([`PendingCall::owner`]) or that no agent made, the
-    /// others left.
-    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry>;
+    /// others left. Fails when the store cannot be read (nothing is taken then).
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError>;
 
     /// How many calls of run `run_id` (with `owner`, of that owner or of no agent) wait for
-    /// a result.
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize;
+    /// a result. Fails when the store cannot be read.
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError>;
 }
 
 /// `calls` without those in `exclude`.
@@ -305,6 +314,32 @@ impl MemoryPendingStore {
         self
     }
 
+    /// The calls waiting for a result, as [`PendingStore::pending`] lists them: in this
+    /// process's memory a listing cannot fail.
+    pub async fn pending(&self, tools: &[String], wait: Duration) -> Vec<PendingCall> {
+        self.pending_calls(tools, &[], wait).await
+    }
+
+    async fn pending_calls(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Vec<PendingCall> {
+        let deadline = Instant::now() + wait;
+        loop {
+            // Registered before looking, so that a call opened in between wakes us.
+            let opened = self.opened.notified();
+            let calls = except(self.snapshot(tools), exclude);
+            if !calls.is_empty() || Instant::now() >= deadline {
+                return calls;
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return except(self.snapshot(tools), exclude);
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -422,19 +457,8 @@ impl PendingStore for MemoryPendingStore {
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall> {
-        let deadline = Instant::now() + wait;
-        loop {
-            // Registered before looking, so that a call opened in between wakes us.
-            let opened = self.opened.notified();
-            let calls = except(self.snapshot(tools), exclude);
-            if !calls.is_empty() || Instant::now() >= deadline {
-                return calls;
-            }
-            if tokio::time::timeout_at(deadline, opened).await.is_err() {
-                return except(self.snapshot(tools), exclude);
-            }
-        }
+    ) -> Result<Vec<PendingCall>, ToolError> {
+        Ok(self.pending_calls(tools, exclude, wait).await)
     }
 
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
@@ -481,10 +505,14 @@ impl PendingStore for MemoryPendingStore {
         Ok(Delivery::Inbox { run_id })
     }
 
-    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError> {
         let now = Instant::now();
         let mut state = self.lock();
-        let Some(inbox) = state.inboxes.get_mut(run_id) else { return Vec::new() };
+        let Some(inbox) = state.inboxes.get_mut(run_id) else { return Ok(Vec::new()) };
         let (taken, kept): (VecDeque<Inboxed>, VecDeque<Inboxed>) = std::mem::take(inbox)
             .into_iter()
             .filter(|r| r.expires > now)
@@ -494,15 +522,15 @@ impl PendingStore for MemoryPendingStore {
         } else {
             *inbox = kept;
         }
-        taken.into_iter().map(|r| r.entry).collect()
+        Ok(taken.into_iter().map(|r| r.entry).collect())
     }
 
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
         let now = Instant::now();
         let mine = |call: &PendingCall| {
             call.run_id == run_id
                 && owner.is_none_or(|o| call.owner.as_deref().is_none_or(|mine| mine == o))
         };
-        self.lock().calls.values().filter(|e| mine(&e.call) && e.expires > now).count()
+        Ok(self.lock().calls.values().filter(|e| mine(&e.call) && e.expires > now).count())
     }
 }

@@ -250,7 +250,7 @@ impl DirPendingStore {
             .unwrap_or_else(|e| Err(ToolError::other(PROVIDER, e)))
     }
 
-    fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
+    fn snapshot(&self, tools: &[String]) -> Result<Vec<PendingCall>, ToolError> {
         self.inner.snapshot(false, |call| tools.is_empty() || tools.contains(&call.tool))
     }
 }
@@ -306,17 +306,11 @@ impl Inner {
 
     /// The stored calls, read without the lock (each file is replaced whole): a file that
     /// did not change since the last look is not read again; one nobody can read is passed
-    /// over (the next sweep sets it aside and says so).
-    fn stored(&self) -> Vec<Stored> {
+    /// over (the next sweep sets it aside and says so). Fails when the folder cannot be
+    /// listed.
+    fn stored(&self) -> Result<Vec<Stored>, ToolError> {
         let at = self.path.join("calls");
-        let entries = match std::fs::read_dir(&at) {
-            Ok(entries) => entries,
-            Err(e) => {
-                let e = folder::failure(PROVIDER, &at, &e);
-                tracing::warn!(target: "toolmux::external", "cannot list pending calls: {e}");
-                return Vec::new();
-            }
-        };
+        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut now_seen = HashMap::with_capacity(seen.len());
         for entry in entries.filter_map(Result::ok) {
@@ -342,7 +336,7 @@ impl Inner {
         }
         let stored = now_seen.values().map(|(_, s)| s.clone()).collect();
         *seen = now_seen;
-        stored
+        Ok(stored)
     }
 
     /// The pending calls that `keep` keeps, oldest first, with those whose result was handed
@@ -351,10 +345,10 @@ impl Inner {
         &self,
         answered_too: bool,
         keep: impl Fn(&PendingCall) -> bool,
-    ) -> Vec<PendingCall> {
+    ) -> Result<Vec<PendingCall>, ToolError> {
         let now = now_ms();
         let mut calls: Vec<PendingCall> = self
-            .stored()
+            .stored()?
             .into_iter()
             .filter(|s| {
                 let unanswered = s.result.is_none() && s.call.expires_ms > now;
@@ -368,7 +362,7 @@ impl Inner {
             })
             .collect();
         calls.sort_by(|a, b| (a.created_ms, &a.call_id).cmp(&(b.created_ms, &b.call_id)));
-        calls
+        Ok(calls)
     }
 
     /// Whether this process's last sweep was [`SWEEP_EVERY`] ago, or none was made.
@@ -792,7 +786,7 @@ impl PendingStore for DirPendingStore {
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall> {
+    ) -> Result<Vec<PendingCall>, ToolError> {
         let deadline = Instant::now() + wait;
         loop {
             let changed = self.changed.notified();
@@ -802,11 +796,11 @@ impl PendingStore for DirPendingStore {
             let tools_owned = tools.to_vec();
             let calls = tokio::task::spawn_blocking(move || store.snapshot(&tools_owned))
                 .await
-                .unwrap_or_default();
+                .unwrap_or_else(|e| Err(ToolError::other(PROVIDER, e)))?;
             let calls = except(calls, exclude);
             let now = Instant::now();
             if !calls.is_empty() || now >= deadline {
-                return calls;
+                return Ok(calls);
             }
             let _ = tokio::time::timeout_at(deadline.min(now + LIST_POLL), changed).await;
         }
@@ -822,30 +816,27 @@ impl PendingStore for DirPendingStore {
         Ok(delivery)
     }
 
-    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
-        let (run, owner_owned) = (run_id.to_owned(), owner.map(str::to_owned));
-        match self.blocking(move |inner| inner.take_inbox(&run, owner_owned.as_deref())).await {
-            Ok(entries) => entries,
-            Err(e) => {
-                tracing::warn!(target: "toolmux::external", run = %run_id, "inbox not read: {e}");
-                Vec::new()
-            }
-        }
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError> {
+        let (run, owner) = (run_id.to_owned(), owner.map(str::to_owned));
+        self.blocking(move |inner| inner.take_inbox(&run, owner.as_deref())).await
     }
 
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
         let (run, owner) = (run_id.to_owned(), owner.map(str::to_owned));
-        let store = self.clone();
-        let counted = tokio::task::spawn_blocking(move || {
+        self.blocking(move |inner| {
             let mine = |call: &PendingCall| {
                 call.run_id == run
                     && owner.as_deref().is_none_or(|o| call.owner.as_deref().is_none_or(|m| m == o))
             };
             // A result on its way to the inbox (handed to a caller that went away) is
             // still to be read: counted, so that a reader looks again.
-            store.inner.snapshot(true, mine).len()
-        });
-        counted.await.unwrap_or(0)
+            Ok(inner.snapshot(true, mine)?.len())
+        })
+        .await
     }
 }
 
@@ -884,12 +875,12 @@ mod tests {
         let store = DirPendingStore::open(dir.path()).unwrap();
         let id = store.open(sync_call()).await.unwrap();
         waiter_gone(&store, &id);
-        let listed = store.pending(&[], Duration::ZERO).await;
+        let listed = store.pending(&[], Duration::ZERO).await.unwrap();
         assert_eq!(listed[0].status, CallStatus::Pending);
         let answer = ExternalResult { result: json!("late"), is_error: false };
         let delivery = store.resolve(&id, answer.clone()).await.unwrap();
         assert_eq!(delivery, Delivery::Inbox { run_id: "r".into() });
-        assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+        assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer);
     }
 
     /// A result handed to a caller that died reaches the inbox when an inbox is read, and is
@@ -902,14 +893,14 @@ mod tests {
         let answer = ExternalResult { result: json!("yes"), is_error: false };
         assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
         waiter_gone(&store, &id);
-        assert_eq!(store.count_pending("r", None).await, 1, "still to be read");
+        assert_eq!(store.count_pending("r", None).await.unwrap(), 1, "still to be read");
         let mut stored = store.inner.load(&id).unwrap().unwrap();
         stored.call.expires_ms = 1;
         store.inner.save(&stored).unwrap();
         *store.inner.swept.lock().unwrap() = None;
-        assert_eq!(store.take_inbox("r", None).await[0].result, answer);
+        assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer);
         assert!(store.inner.load(&id).unwrap().is_none(), "moved, not copied");
-        assert_eq!(store.count_pending("r", None).await, 0);
+        assert_eq!(store.count_pending("r", None).await.unwrap(), 0);
         assert!(store.inner.expired().unwrap().is_empty(), "not taken for expired");
     }
 

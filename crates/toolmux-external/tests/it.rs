@@ -278,7 +278,7 @@ async fn the_store_is_bounded() {
     let result = || toolmux_external::ExternalResult { result: json!(1), is_error: false };
     store.resolve(&a, result()).await.unwrap();
     store.resolve(&b, result()).await.unwrap();
-    let inbox = store.take_inbox("r", None).await;
+    let inbox = store.take_inbox("r", None).await.unwrap();
     assert_eq!(inbox.len(), 1, "the oldest was dropped");
     assert_eq!(inbox[0].call_id, b);
 }
@@ -434,11 +434,11 @@ async fn unanswered_calls_expire_and_a_late_result_says_so() {
     let old = store.open(async_call("external__job")).await.unwrap();
     tokio::time::advance(toolmux_external::DEFAULT_PENDING_TTL - Duration::from_secs(1)).await;
     let young = store.open(async_call("external__job")).await.unwrap();
-    assert_eq!(store.count_pending("r", None).await, 2);
+    assert_eq!(store.count_pending("r", None).await.unwrap(), 2);
     tokio::time::advance(Duration::from_secs(2)).await;
     let listed = store.pending(&[], Duration::ZERO).await;
     assert_eq!(listed.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(), [young.as_str()]);
-    assert_eq!(store.count_pending("r", None).await, 1);
+    assert_eq!(store.count_pending("r", None).await.unwrap(), 1);
     let result = toolmux_external::ExternalResult { result: json!("late"), is_error: false };
     let refused = store.resolve(&old, result.clone()).await.unwrap_err();
     assert!(matches!(refused, ToolError::InvalidArguments { .. }), "{refused:?}");
@@ -458,7 +458,7 @@ async fn unread_results_expire() {
     let second = store.open(async_call("external__job")).await.unwrap();
     store.resolve(&second, result()).await.unwrap();
     tokio::time::advance(Duration::from_secs(30)).await;
-    let inbox = store.take_inbox("r", None).await;
+    let inbox = store.take_inbox("r", None).await.unwrap();
     assert_eq!(inbox.iter().map(|e| e.call_id.as_str()).collect::<Vec<_>>(), [second.as_str()]);
 }
 
@@ -576,7 +576,7 @@ async fn url_tools_are_handed_to_the_http_delegate() {
         calls,
         vec![("fetchWeather".to_owned(), json!({"q": "Paris"})), ("quiet".to_owned(), json!({}))]
     );
-    assert_eq!(store.count_pending("r", None).await, 0);
+    assert_eq!(store.count_pending("r", None).await.unwrap(), 0);
 }
 
 /// Without a delegate a URL tool fails, saying so, rather than waiting for a submission.
@@ -655,19 +655,19 @@ async fn each_agent_takes_its_own_results_from_the_run_s_inbox() {
         |text: &str| toolmux_external::ExternalResult { result: json!(text), is_error: false };
     let lead = store.open(of("agent:lead")).await.unwrap();
     let worker = store.open(of("agent:worker")).await.unwrap();
-    assert_eq!(store.count_pending("r", Some("agent:lead")).await, 1);
-    assert_eq!(store.count_pending("r", None).await, 2);
+    assert_eq!(store.count_pending("r", Some("agent:lead")).await.unwrap(), 1);
+    assert_eq!(store.count_pending("r", None).await.unwrap(), 2);
     store.resolve(&lead, result("deployed")).await.unwrap();
     store.resolve(&worker, result("checked")).await.unwrap();
-    let taken = store.take_inbox("r", Some("agent:worker")).await;
+    let taken = store.take_inbox("r", Some("agent:worker")).await.unwrap();
     assert_eq!(taken.iter().map(|e| e.call_id.as_str()).collect::<Vec<_>>(), [worker.as_str()]);
-    assert!(store.take_inbox("r", Some("agent:worker")).await.is_empty());
+    assert!(store.take_inbox("r", Some("agent:worker")).await.unwrap().is_empty());
     // A call no agent made (the program's own) is any agent's to take.
     let unowned = store.open(async_call("external__job")).await.unwrap();
-    assert_eq!(store.count_pending("r", Some("agent:worker")).await, 1);
+    assert_eq!(store.count_pending("r", Some("agent:worker")).await.unwrap(), 1);
     store.resolve(&unowned, result("for anyone")).await.unwrap();
-    let taken = store.take_inbox("r", Some("agent:lead")).await;
+    let taken = store.take_inbox("r", Some("agent:lead")).await.unwrap();
     let ids: Vec<&str> = taken.iter().map(|e| e.call_id.as_str()).collect();
     assert_eq!(ids, [lead.as_str(), unowned.as_str()]);
-    assert!(store.take_inbox("r", None).await.is_empty());
+    assert!(store.take_inbox("r", None).await.unwrap().is_empty());
 }

@@ -437,16 +437,20 @@ impl PendingStore for AnsweredAtOnce {
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall> {
+    ) -> Result<Vec<PendingCall>, ToolError> {
         self.inner.pending_except(tools, exclude, wait).await
     }
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
         self.inner.resolve(call_id, result).await
     }
-    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError> {
         self.inner.take_inbox(run_id, owner).await
     }
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
         self.inner.count_pending(run_id, owner).await
     }
 }

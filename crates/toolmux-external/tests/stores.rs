@@ -78,7 +78,7 @@ macro_rules! both {
 both!(a_waiting_call_is_answered_through_the_other_side);
 async fn a_waiting_call_is_answered_through_the_other_side(p: Pair) {
     let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
-    let listed = p.b.pending(&[], Duration::ZERO).await;
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].call_id.as_str(), listed[0].status), (id.as_str(), CallStatus::Waiting));
     assert!(listed[0].created_ms > 0 && listed[0].expires_ms > listed[0].created_ms);
@@ -92,8 +92,8 @@ async fn a_waiting_call_is_answered_through_the_other_side(p: Pair) {
     let result = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
     assert!(answered.elapsed() < Duration::from_secs(1), "woken late: {:?}", answered.elapsed());
     assert_eq!(result, Some(answer("yes")));
-    assert_eq!(p.a.count_pending("run-1", None).await, 0);
-    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty());
+    assert_eq!(p.a.count_pending("run-1", None).await.unwrap(), 0);
+    assert!(p.b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
     let again = p.b.resolve(&id, answer("twice")).await.unwrap_err();
     assert!(again.report().contains("no pending call"), "{}", again.report());
 }
@@ -102,7 +102,7 @@ both!(a_result_submitted_before_the_wait_is_kept_for_it);
 async fn a_result_submitted_before_the_wait_is_kept_for_it(p: Pair) {
     let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
     assert_eq!(p.b.resolve(&id, answer("early")).await.unwrap(), Delivery::Waiting);
-    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty(), "answered: not listed");
+    assert!(p.b.pending(&[], Duration::ZERO).await.unwrap().is_empty(), "answered: not listed");
     assert_eq!(p.a.wait(&id, Duration::from_secs(5)).await, Some(answer("early")));
     assert_eq!(p.a.wait(&id, Duration::from_millis(50)).await, None, "taken once");
 }
@@ -111,13 +111,13 @@ both!(a_late_result_goes_to_the_inbox_of_the_run);
 async fn a_late_result_goes_to_the_inbox_of_the_run(p: Pair) {
     let id = p.a.open(call("external__confirm", "run-7", false)).await.unwrap();
     assert_eq!(p.a.wait(&id, Duration::from_millis(100)).await, None);
-    assert_eq!(p.a.count_pending("run-7", None).await, 1, "still pending after the wait");
-    let listed = p.b.pending(&[], Duration::ZERO).await;
+    assert_eq!(p.a.count_pending("run-7", None).await.unwrap(), 1, "still pending after the wait");
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(listed[0].status, CallStatus::Pending, "its result now goes to the inbox");
     let delivery = p.b.resolve(&id, answer("late")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
-    assert!(p.b.take_inbox("run-8", None).await.is_empty(), "another run's inbox");
-    let inbox = p.a.take_inbox("run-7", None).await;
+    assert!(p.b.take_inbox("run-8", None).await.unwrap().is_empty(), "another run's inbox");
+    let inbox = p.a.take_inbox("run-7", None).await.unwrap();
     assert_eq!(inbox.len(), 1);
     assert_eq!(
         (inbox[0].call_id.as_str(), inbox[0].tool.as_str()),
@@ -125,8 +125,8 @@ async fn a_late_result_goes_to_the_inbox_of_the_run(p: Pair) {
     );
     assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
     assert_eq!(inbox[0].result, answer("late"));
-    assert!(p.b.take_inbox("run-7", None).await.is_empty(), "taken out");
-    assert_eq!(p.a.count_pending("run-7", None).await, 0);
+    assert!(p.b.take_inbox("run-7", None).await.unwrap().is_empty(), "taken out");
+    assert_eq!(p.a.count_pending("run-7", None).await.unwrap(), 0);
 }
 
 both!(asynchronous_calls_are_answered_into_the_inbox_oldest_first);
@@ -136,14 +136,14 @@ async fn asynchronous_calls_are_answered_into_the_inbox_oldest_first(p: Pair) {
     let second = p.b.open(call("external__job", "key:acme/run 2", true)).await.unwrap();
     assert_ne!(first, second);
     assert_eq!(p.a.wait(&first, Duration::from_secs(5)).await, None, "nothing to wait for");
-    let listed = p.a.pending(&["external__job".into()], Duration::ZERO).await;
+    let listed = p.a.pending(&["external__job".into()], Duration::ZERO).await.unwrap();
     let ids: Vec<&str> = listed.iter().map(|c| c.call_id.as_str()).collect();
     assert_eq!(ids, [first.as_str(), second.as_str()]);
     assert!(listed.iter().all(|c| c.status == CallStatus::Pending && c.is_async));
-    assert!(p.a.pending(&["external__other".into()], Duration::ZERO).await.is_empty());
+    assert!(p.a.pending(&["external__other".into()], Duration::ZERO).await.unwrap().is_empty());
     p.b.resolve(&second, answer("2")).await.unwrap();
     p.a.resolve(&first, answer("1")).await.unwrap();
-    let taken = p.b.take_inbox("key:acme/run 2", None).await;
+    let taken = p.b.take_inbox("key:acme/run 2", None).await.unwrap();
     let ids: Vec<_> = taken.into_iter().map(|e| e.call_id).collect();
     assert_eq!(ids, [second, first], "in the order they were answered");
 }
@@ -152,7 +152,7 @@ both!(a_withdrawn_call_takes_no_result);
 async fn a_withdrawn_call_takes_no_result(p: Pair) {
     let id = p.a.open(call("external__confirm", "r", false)).await.unwrap();
     p.a.withdraw(&id).await;
-    assert!(p.b.pending(&[], Duration::ZERO).await.is_empty());
+    assert!(p.b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
     let refused = p.b.resolve(&id, answer("x")).await.unwrap_err();
     assert!(matches!(refused, ToolError::InvalidArguments { .. }), "{refused:?}");
     assert_eq!(p.a.wait(&id, Duration::from_millis(50)).await, None);
@@ -164,8 +164,9 @@ async fn a_long_poll_is_woken_by_a_call_made_on_the_other_side(p: Pair) {
     let b = p.b.clone();
     let exclude = vec![seen];
     let started = Instant::now();
-    let poll =
-        tokio::spawn(async move { b.pending_except(&[], &exclude, Duration::from_secs(10)).await });
+    let poll = tokio::spawn(async move {
+        b.pending_except(&[], &exclude, Duration::from_secs(10)).await.unwrap()
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let new = p.a.open(call("external__job", "r", true)).await.unwrap();
     let calls = tokio::time::timeout(Duration::from_secs(5), poll).await.unwrap().unwrap();
@@ -174,8 +175,8 @@ async fn a_long_poll_is_woken_by_a_call_made_on_the_other_side(p: Pair) {
     // Nothing new: the poll ends at its wait.
     let started = Instant::now();
     let all: Vec<String> =
-        p.b.pending(&[], Duration::ZERO).await.into_iter().map(|c| c.call_id).collect();
-    assert!(p.b.pending_except(&[], &all, Duration::from_millis(200)).await.is_empty());
+        p.b.pending(&[], Duration::ZERO).await.unwrap().into_iter().map(|c| c.call_id).collect();
+    assert!(p.b.pending_except(&[], &all, Duration::from_millis(200)).await.unwrap().is_empty());
     assert!(started.elapsed() >= Duration::from_millis(200));
 }
 
@@ -188,18 +189,22 @@ async fn each_agent_takes_its_own_results_from_the_run_s_inbox(p: Pair) {
     let lead = p.a.open(of(Some("agent:lead"))).await.unwrap();
     let worker = p.a.open(of(Some("agent:worker"))).await.unwrap();
     let nobody = p.a.open(of(None)).await.unwrap();
-    assert_eq!(p.b.count_pending("r", Some("agent:lead")).await, 2, "its own and nobody's");
-    assert_eq!(p.b.count_pending("r", None).await, 3);
+    assert_eq!(
+        p.b.count_pending("r", Some("agent:lead")).await.unwrap(),
+        2,
+        "its own and nobody's"
+    );
+    assert_eq!(p.b.count_pending("r", None).await.unwrap(), 3);
     for id in [&lead, &worker] {
         p.b.resolve(id, answer(id)).await.unwrap();
     }
-    let taken = p.a.take_inbox("r", Some("agent:worker")).await;
+    let taken = p.a.take_inbox("r", Some("agent:worker")).await.unwrap();
     assert_eq!(taken.iter().map(|e| &e.call_id).collect::<Vec<_>>(), [&worker]);
-    assert_eq!(p.a.count_pending("r", Some("agent:worker")).await, 1, "nobody's call");
+    assert_eq!(p.a.count_pending("r", Some("agent:worker")).await.unwrap(), 1, "nobody's call");
     p.b.resolve(&nobody, answer("n")).await.unwrap();
-    let taken = p.a.take_inbox("r", Some("agent:lead")).await;
+    let taken = p.a.take_inbox("r", Some("agent:lead")).await.unwrap();
     assert_eq!(taken.iter().map(|e| &e.call_id).collect::<Vec<_>>(), [&lead, &nobody]);
-    assert!(p.a.take_inbox("r", None).await.is_empty());
+    assert!(p.a.take_inbox("r", None).await.unwrap().is_empty());
 }
 
 /// Calls expire after their time to live, and a result for one is refused saying so; a
@@ -215,14 +220,17 @@ async fn calls_and_results_expire_in_a_folder() {
     let answered = a.open(call("external__job", "r", true)).await.unwrap();
     b.resolve(&answered, answer("kept a while")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(b.pending(&[], Duration::ZERO).await.is_empty(), "expired calls are not listed");
-    assert_eq!(b.count_pending("r", None).await, 0);
+    assert!(
+        b.pending(&[], Duration::ZERO).await.unwrap().is_empty(),
+        "expired calls are not listed"
+    );
+    assert_eq!(b.count_pending("r", None).await.unwrap(), 0);
     let refused = b.resolve(&old, answer("late")).await.unwrap_err();
     assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
     // Said again: the folder remembers the expired id.
     let again = a.resolve(&old, answer("late")).await.unwrap_err();
     assert!(again.report().contains("expired"), "{}", again.report());
-    assert!(a.take_inbox("r", None).await.is_empty(), "the unread result expired too");
+    assert!(a.take_inbox("r", None).await.unwrap().is_empty(), "the unread result expired too");
 }
 
 /// The bound on pending calls holds for every process sharing the folder.
@@ -269,13 +277,13 @@ async fn a_new_process_reads_the_inbox_and_the_calls_left_waiting() {
     let asked = first.open(call("external__confirm", "r", false)).await.unwrap();
     drop(first);
     let later = DirPendingStore::open(dir.path()).unwrap();
-    assert_eq!(later.count_pending("r", None).await, 2);
+    assert_eq!(later.count_pending("r", None).await.unwrap(), 2);
     later.resolve(&job, answer("built")).await.unwrap();
-    let inbox = later.take_inbox("r", None).await;
+    let inbox = later.take_inbox("r", None).await.unwrap();
     assert_eq!((inbox[0].call_id.as_str(), &inbox[0].result), (job.as_str(), &answer("built")));
     // The caller of `asked` never came to wait; a new process gives up in its stead only
     // once the opening's grace has passed, so the call is still listed as waited for.
-    let listed = later.pending(&[], Duration::ZERO).await;
+    let listed = later.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(
         (listed[0].call_id.as_str(), listed[0].status),
         (asked.as_str(), CallStatus::Waiting)
@@ -298,6 +306,7 @@ async fn a_cancelled_wait_sends_a_later_result_to_the_inbox() {
         async move {
             b.pending(&[], Duration::ZERO)
                 .await
+                .unwrap()
                 .first()
                 .is_some_and(|c| c.status == CallStatus::Pending)
         }
@@ -307,7 +316,7 @@ async fn a_cancelled_wait_sends_a_later_result_to_the_inbox() {
         p.b.resolve(&id, answer("late")).await.unwrap(),
         Delivery::Inbox { run_id: "r".into() }
     );
-    assert_eq!(p.a.take_inbox("r", None).await.len(), 1);
+    assert_eq!(p.a.take_inbox("r", None).await.unwrap().len(), 1);
 }
 
 /// A call file nobody can read does not stop the others: it is skipped, then set aside and
@@ -318,9 +327,9 @@ async fn an_unreadable_call_file_is_set_aside() {
     let store = DirPendingStore::open(dir.path()).unwrap();
     let bad = dir.path().join("calls").join("ext-bad-1.json");
     std::fs::write(&bad, b"{\"call\": tru").unwrap();
-    assert!(store.pending(&[], Duration::ZERO).await.is_empty());
+    assert!(store.pending(&[], Duration::ZERO).await.unwrap().is_empty());
     let id = store.open(call("external__job", "r", true)).await.unwrap();
-    assert_eq!(store.pending(&[], Duration::ZERO).await[0].call_id, id);
+    assert_eq!(store.pending(&[], Duration::ZERO).await.unwrap()[0].call_id, id);
     assert!(!bad.exists() && bad.with_extension("unreadable").exists());
     let refused = store.resolve("ext-bad-1", answer("x")).await.unwrap_err();
     assert!(refused.report().contains("no pending call"), "{}", refused.report());
@@ -331,6 +340,29 @@ async fn an_unreadable_call_file_is_set_aside() {
         store.resolve(&id, answer("done")).await.unwrap(),
         Delivery::Inbox { run_id: "r".into() }
     );
-    assert_eq!(store.take_inbox("r", None).await[0].result, answer("done"));
+    assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer("done"));
     assert!(inbox.with_extension("unreadable").exists());
+}
+
+/// A folder that cannot be read is an error of listing, counting and reading an inbox,
+/// never "nothing pending".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_that_cannot_be_read_is_an_error_not_nothing_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirPendingStore::open(dir.path()).unwrap();
+    store.open(call("external__job", "r", true)).await.unwrap();
+    let calls = dir.path().join("calls");
+    std::fs::remove_dir_all(&calls).unwrap();
+    std::fs::write(&calls, b"not a folder").unwrap();
+    let listed = store.pending(&[], Duration::ZERO).await.unwrap_err();
+    assert!(listed.report().contains("calls"), "{}", listed.report());
+    let polled = store.pending(&[], Duration::from_millis(200)).await.unwrap_err();
+    assert!(polled.report().contains("calls"), "{}", polled.report());
+    assert!(store.count_pending("r", None).await.is_err());
+    // An inbox is read under the folder's lock: one that cannot be taken fails the read.
+    std::fs::remove_file(dir.path().join(".lock")).unwrap();
+    std::fs::create_dir(dir.path().join(".lock")).unwrap();
+    std::fs::write(dir.path().join("inbox").join("run-r.json"), b"[]").unwrap();
+    let inbox = store.take_inbox("r", None).await.unwrap_err();
+    assert!(inbox.report().contains(".lock"), "{}", inbox.report());
 }

@@ -417,25 +417,14 @@ impl PendingStore for RedisPendingStore {
         tools: &[String],
         exclude: &[String],
         wait: Duration,
-    ) -> Vec<PendingCall> {
+    ) -> Result<Vec<PendingCall>, ToolError> {
         let inner = &self.inner;
         let except = |mut calls: Vec<PendingCall>| {
             calls.retain(|c| !exclude.contains(&c.call_id));
             calls
         };
-        let snapshot = |timeout| async move {
-            match inner.snapshot(tools, timeout).await {
-                Ok(calls) => calls,
-                Err(e) => {
-                    if !e.is_unreachable() {
-                        tracing::warn!(target: "toolmux::redis", "cannot list pending calls: {}", toolmux_core::error_report(&e));
-                    }
-                    Vec::new()
-                }
-            }
-        };
         if wait.is_zero() {
-            return except(snapshot(inner.timeout()).await);
+            return inner.snapshot(tools, inner.timeout()).await.map(except).map_err(unreachable);
         }
         let deadline = Instant::now() + wait;
         let channel = format!("{}:new", inner.base);
@@ -448,10 +437,11 @@ impl PendingStore for RedisPendingStore {
         loop {
             // Marked before looking: a call opened in between wakes us.
             wake.borrow_and_update();
-            let calls = except(snapshot(inner.within(deadline)).await);
+            let calls = inner.snapshot(tools, inner.within(deadline)).await;
+            let calls = except(calls.map_err(unreachable)?);
             let now = Instant::now();
             if !calls.is_empty() || now >= deadline {
-                return calls;
+                return Ok(calls);
             }
             crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
@@ -501,20 +491,18 @@ impl PendingStore for RedisPendingStore {
         }
     }
 
-    async fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Vec<InboxEntry> {
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError> {
         let inner = &self.inner;
         let (owner, only) = (owner.unwrap_or_default(), if owner.is_some() { "1" } else { "0" });
         let args: [&[u8]; 3] = [run_id.as_bytes(), owner.as_bytes(), only.as_bytes()];
-        let taken = inner.run(&TAKE_INBOX, &[], &args, inner.timeout()).await;
-        let reply = match taken {
-            Ok(reply) => reply,
-            Err(e) => {
-                tracing::warn!(target: "toolmux::redis", run = %run_id, "inbox not read: {}", toolmux_core::error_report(&e));
-                return Vec::new();
-            }
-        };
+        let reply =
+            inner.run(&TAKE_INBOX, &[], &args, inner.timeout()).await.map_err(unreachable)?;
         // Newest first in the list (LPUSH): reversed, oldest first.
-        reply
+        Ok(reply
             .as_array()
             .unwrap_or_default()
             .iter()
@@ -526,18 +514,15 @@ impl PendingStore for RedisPendingStore {
                 arguments: e.call.arguments,
                 result: ExternalResult { result: e.result.result, is_error: e.result.is_error },
             })
-            .collect()
+            .collect())
     }
 
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> usize {
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
         let inner = &self.inner;
         let (owner, only) = (owner.unwrap_or_default(), if owner.is_some() { "1" } else { "0" });
         let args: [&[u8]; 3] = [run_id.as_bytes(), owner.as_bytes(), only.as_bytes()];
-        let counted = inner.run(&COUNT, &[], &args, inner.timeout()).await;
-        match counted {
-            Ok(reply) => reply.as_i64().and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
-            Err(_) => 0,
-        }
+        let reply = inner.run(&COUNT, &[], &args, inner.timeout()).await.map_err(unreachable)?;
+        Ok(reply.as_i64().and_then(|n| usize::try_from(n).ok()).unwrap_or(0))
     }
 }
 

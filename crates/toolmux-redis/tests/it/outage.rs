@@ -62,14 +62,18 @@ async fn a_stopped_redis_fails_calls_by_their_deadlines() {
     let started = Instant::now();
     assert_eq!(within(limit, "wait", store.wait(&id, wait)).await, None);
     ended_by(started.elapsed(), wait, "wait");
+    // An outage is not "nothing pending": listing, reading the inbox and counting fail.
     let started = Instant::now();
-    assert!(within(limit, "long poll", store.pending(&[], wait)).await.is_empty());
+    let listed = within(limit, "long poll", store.pending(&[], wait)).await.unwrap_err();
+    assert!(matches!(listed, ToolError::Transport { .. }), "{listed:?}");
     ended_by(started.elapsed(), wait, "long poll");
     let answer = ExternalResult { result: serde_json::json!("x"), is_error: false };
     assert!(within(limit, "resolve", store.resolve(&id, answer)).await.is_err());
     within(limit, "withdraw", store.withdraw(&id)).await;
-    assert!(within(limit, "inbox", store.take_inbox("run", None)).await.is_empty());
-    assert_eq!(within(limit, "count", store.count_pending("run", None)).await, 0);
+    let inbox = within(limit, "inbox", store.take_inbox("run", None)).await.unwrap_err();
+    assert!(matches!(inbox, ToolError::Transport { .. }), "{inbox:?}");
+    let counted = within(limit, "count", store.count_pending("run", None)).await.unwrap_err();
+    assert!(matches!(counted, ToolError::Transport { .. }), "{counted:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,4 +116,41 @@ async fn a_hung_redis_fails_calls_by_their_deadlines_and_recovers() {
     })
     .await;
     assert!(store.open(call(true)).await.is_ok());
+}
+
+/// Through the external tools, a Redis that does not answer is an error of
+/// `external__pending` and `external__inbox`, never an empty list a program would take for
+/// "nothing pending" or "no result yet".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_external_tools_report_an_outage_as_an_error() {
+    use toolmux_core::{CallContext, ToolProvider as _};
+    let mut server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(300));
+    let backend = RedisBackend::connect(&config).await.unwrap();
+    let tools = std::collections::BTreeMap::from([(
+        "deploy".to_owned(),
+        toolmux_external::ExternalToolConfig {
+            description: "d".into(),
+            is_async: true,
+            ..Default::default()
+        },
+    )]);
+    let store = std::sync::Arc::new(backend.pending_store());
+    let provider = toolmux_external::ExternalProvider::new(&tools, store).unwrap();
+    let ctx = CallContext::new().with_run_id("run");
+    provider.call("deploy", serde_json::json!({}), &ctx).await.unwrap();
+    let listed = provider.call("pending", serde_json::json!({}), &ctx).await.unwrap();
+    assert!(listed.to_text().contains("external__deploy"), "{}", listed.to_text());
+
+    server.stop();
+    let limit = Duration::from_secs(5);
+    for (tool, arguments) in
+        [("pending", serde_json::json!({})), ("pending", serde_json::json!({"waitMs": 200}))]
+    {
+        let failed = within(limit, tool, provider.call(tool, arguments, &ctx)).await;
+        let error = failed.expect_err("an outage is no empty list");
+        assert!(matches!(error, ToolError::Transport { .. }), "{error:?}");
+    }
+    let inbox = within(limit, "inbox", provider.call("inbox", serde_json::json!({}), &ctx)).await;
+    assert!(matches!(inbox, Err(ToolError::Transport { .. })), "{inbox:?}");
 }

@@ -37,13 +37,13 @@ async fn a_call_answered_through_another_replica_reaches_its_waiting_caller() {
     let server = RedisServer::start();
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-1", false)).await.unwrap();
-    assert_eq!(a.count_pending("run-1", None).await, 1);
+    assert_eq!(a.count_pending("run-1", None).await.unwrap(), 1);
     let waiter = {
         let a = a.clone();
         let id = id.clone();
         tokio::spawn(async move { a.wait(&id, Duration::from_secs(10)).await })
     };
-    let listed = b.pending(&[], Duration::ZERO).await;
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(
         (listed[0].call_id.as_str(), listed[0].tool.as_str()),
@@ -68,8 +68,8 @@ async fn a_call_answered_through_another_replica_reaches_its_waiting_caller() {
         answered.elapsed()
     );
     assert_eq!(result, Some(ExternalResult { result: json!({"yes": true}), is_error: true }));
-    assert_eq!(a.count_pending("run-1", None).await, 0);
-    assert!(b.pending(&[], Duration::ZERO).await.is_empty());
+    assert_eq!(a.count_pending("run-1", None).await.unwrap(), 0);
+    assert!(b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
     let again = b.resolve(&id, answer("twice")).await.unwrap_err();
     assert!(matches!(again, ToolError::InvalidArguments { .. }), "{again:?}");
 }
@@ -91,16 +91,16 @@ async fn a_late_result_goes_to_the_inbox_of_the_run() {
     let server = RedisServer::start();
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-7", false)).await.unwrap();
-    let listed = b.pending(&[], Duration::ZERO).await;
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(listed[0].status, CallStatus::Waiting, "its caller is to wait for it");
     assert!(listed[0].expires_ms > listed[0].created_ms);
     assert_eq!(a.wait(&id, Duration::from_millis(100)).await, None);
-    assert_eq!(a.count_pending("run-7", None).await, 1, "still pending after the wait");
-    let listed = b.pending(&[], Duration::ZERO).await;
+    assert_eq!(a.count_pending("run-7", None).await.unwrap(), 1, "still pending after the wait");
+    let listed = b.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(listed[0].status, CallStatus::Pending, "its result now goes to the inbox");
     let delivery = b.resolve(&id, answer("late")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-7".into() });
-    let inbox = a.take_inbox("run-7", None).await;
+    let inbox = a.take_inbox("run-7", None).await.unwrap();
     assert_eq!(inbox.len(), 1);
     assert_eq!(
         (inbox[0].call_id.as_str(), inbox[0].tool.as_str()),
@@ -108,8 +108,8 @@ async fn a_late_result_goes_to_the_inbox_of_the_run() {
     );
     assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
     assert_eq!(inbox[0].result, answer("late"));
-    assert!(b.take_inbox("run-7", None).await.is_empty(), "taken out");
-    assert_eq!(a.count_pending("run-7", None).await, 0);
+    assert!(b.take_inbox("run-7", None).await.unwrap().is_empty(), "taken out");
+    assert_eq!(a.count_pending("run-7", None).await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -119,10 +119,11 @@ async fn asynchronous_calls_are_answered_into_the_inbox_oldest_first() {
     let first = a.open(call("external__job", "run-2", true)).await.unwrap();
     let second = b.open(call("external__job", "run-2", true)).await.unwrap();
     assert_eq!(a.wait(&first, Duration::from_secs(5)).await, None, "nothing to wait for");
-    assert_eq!(a.count_pending("run-2", None).await, 2);
+    assert_eq!(a.count_pending("run-2", None).await.unwrap(), 2);
     b.resolve(&first, answer("1")).await.unwrap();
     a.resolve(&second, answer("2")).await.unwrap();
-    let ids: Vec<_> = b.take_inbox("run-2", None).await.into_iter().map(|e| e.call_id).collect();
+    let ids: Vec<_> =
+        b.take_inbox("run-2", None).await.unwrap().into_iter().map(|e| e.call_id).collect();
     assert_eq!(ids, [first, second]);
 }
 
@@ -132,11 +133,11 @@ async fn a_withdrawn_call_takes_no_result() {
     let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
     let id = a.open(call("external__confirm", "run-3", false)).await.unwrap();
     a.withdraw(&id).await;
-    assert!(b.pending(&[], Duration::ZERO).await.is_empty());
-    assert_eq!(b.count_pending("run-3", None).await, 0);
+    assert!(b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
+    assert_eq!(b.count_pending("run-3", None).await.unwrap(), 0);
     let refused = b.resolve(&id, answer("too late")).await.unwrap_err();
     assert!(refused.to_string().contains("no pending call"), "{refused}");
-    assert!(a.take_inbox("run-3", None).await.is_empty());
+    assert!(a.take_inbox("run-3", None).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,7 +148,8 @@ async fn a_long_poll_is_woken_by_a_call_opened_in_the_other_replica() {
     let poll = {
         let a = a.clone();
         tokio::spawn(async move {
-            let calls = a.pending(&["external__wanted".to_owned()], Duration::from_secs(10)).await;
+            let calls =
+                a.pending(&["external__wanted".to_owned()], Duration::from_secs(10)).await.unwrap();
             (calls, Instant::now())
         })
     };
@@ -163,11 +165,13 @@ async fn a_long_poll_is_woken_by_a_call_opened_in_the_other_replica() {
     let ids: Vec<_> = calls.iter().map(|c| c.call_id.as_str()).collect();
     assert_eq!(ids, [id.as_str()]);
     assert!(returned - opened < Duration::from_millis(200), "woken late: {:?}", returned - opened);
-    let all = a.pending(&[], Duration::ZERO).await;
+    let all = a.pending(&[], Duration::ZERO).await.unwrap();
     assert_eq!(all.len(), 2);
     assert!(all[0].created_ms <= all[1].created_ms, "oldest first");
-    let both =
-        a.pending(&["external__wanted".into(), "external__other".into()], Duration::ZERO).await;
+    let both = a
+        .pending(&["external__wanted".into(), "external__other".into()], Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(both, all);
 }
 
@@ -176,7 +180,7 @@ async fn a_long_poll_with_nothing_pending_ends_at_its_wait() {
     let server = RedisServer::start();
     let store = replica(&server).pending_store();
     let started = Instant::now();
-    assert!(store.pending(&[], Duration::from_millis(300)).await.is_empty());
+    assert!(store.pending(&[], Duration::from_millis(300)).await.unwrap().is_empty());
     let waited = started.elapsed();
     assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(1), "{waited:?}");
 }
@@ -196,8 +200,13 @@ async fn an_inbox_keeps_the_newest_results_and_the_store_is_bounded() {
     for (i, id) in ids.iter().enumerate() {
         store.resolve(id, answer(&i.to_string())).await.unwrap();
     }
-    let kept: Vec<_> =
-        store.take_inbox("run-5", None).await.into_iter().map(|e| e.result.result).collect();
+    let kept: Vec<_> = store
+        .take_inbox("run-5", None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.result.result)
+        .collect();
     assert_eq!(kept, [json!("2"), json!("3"), json!("4")]);
 }
 
@@ -223,7 +232,7 @@ async fn a_wait_dropped_by_its_caller_leaves_later_results_to_the_inbox() {
     .await;
     let delivery = b.resolve(&id, answer("after")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-8".into() });
-    assert_eq!(a.take_inbox("run-8", None).await.len(), 1);
+    assert_eq!(a.take_inbox("run-8", None).await.unwrap().len(), 1);
 }
 
 /// The configured times to live hold in Redis as in a folder: a call pending longer is
@@ -239,12 +248,16 @@ async fn calls_and_results_expire_after_their_times_to_live() {
     let old = store.open(call("external__job", "run-8", true)).await.unwrap();
     let answered = store.open(call("external__job", "run-9", true)).await.unwrap();
     store.resolve(&answered, answer("done")).await.unwrap();
-    assert_eq!(store.pending(&[], Duration::ZERO).await.len(), 1);
-    assert_eq!(store.count_pending("run-8", None).await, 1);
+    assert_eq!(store.pending(&[], Duration::ZERO).await.unwrap().len(), 1);
+    assert_eq!(store.count_pending("run-8", None).await.unwrap(), 1);
     tokio::time::sleep(ttl + Duration::from_millis(200)).await;
-    assert!(store.pending(&[], Duration::ZERO).await.is_empty(), "no longer listed");
-    assert_eq!(other.count_pending("run-8", None).await, 0, "nor counted, with no call opened");
-    assert!(store.take_inbox("run-9", None).await.is_empty(), "the unread inbox expired");
+    assert!(store.pending(&[], Duration::ZERO).await.unwrap().is_empty(), "no longer listed");
+    assert_eq!(
+        other.count_pending("run-8", None).await.unwrap(),
+        0,
+        "nor counted, with no call opened"
+    );
+    assert!(store.take_inbox("run-9", None).await.unwrap().is_empty(), "the unread inbox expired");
     let refused = other.resolve(&old, answer("late")).await.unwrap_err();
     assert!(refused.to_string().contains("expired after 0.3 s"), "{refused}");
     let look = replica(&server);
@@ -284,15 +297,15 @@ async fn a_result_handed_to_a_caller_that_died_reaches_the_inbox() {
     let mark = look.client().command(&["GET", &waiter]).await.unwrap();
     assert_eq!(mark.as_str(), Some("waiting"), "the dead caller's mark is left");
     assert_eq!(b.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
-    assert!(b.take_inbox("run-10", None).await.is_empty(), "held while the mark lives");
+    assert!(b.take_inbox("run-10", None).await.unwrap().is_empty(), "held while the mark lives");
     // Its mark runs out (the wait's time and slack pass).
     look.client().command(&["PEXPIRE", &waiter, "1"]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let inbox = b.take_inbox("run-10", None).await;
+    let inbox = b.take_inbox("run-10", None).await.unwrap();
     assert_eq!(inbox.len(), 1, "{inbox:?}");
     assert_eq!((inbox[0].call_id.as_str(), &inbox[0].result), (id.as_str(), &answer("yes")));
     assert_eq!(inbox[0].arguments, json!({"question": "ok?"}));
-    assert_eq!(b.count_pending("run-10", None).await, 0);
+    assert_eq!(b.count_pending("run-10", None).await.unwrap(), 0);
     let left = ["call", "result", "waiter"].map(|k| format!("toolmux:x:{k}:{id}"));
     let exists = look.client().command(&["EXISTS", &left[0], &left[1], &left[2]]).await;
     assert_eq!(exists.unwrap().as_i64(), Some(0));
@@ -316,10 +329,11 @@ async fn a_result_for_a_call_whose_opener_died_reaches_the_inbox() {
         look.client().command(&["PEXPIRE", &mark, "1"]).await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(b.count_pending("run-11", None).await, 1, "the unanswered one");
+    assert_eq!(b.count_pending("run-11", None).await.unwrap(), 1, "the unanswered one");
     let delivery = b.resolve(&second, answer("2")).await.unwrap();
     assert_eq!(delivery, Delivery::Inbox { run_id: "run-11".into() });
-    let ids: Vec<_> = a.take_inbox("run-11", None).await.into_iter().map(|e| e.call_id).collect();
+    let ids: Vec<_> =
+        a.take_inbox("run-11", None).await.unwrap().into_iter().map(|e| e.call_id).collect();
     assert_eq!(ids, [first, second]);
 }
 
@@ -336,17 +350,17 @@ async fn each_agent_takes_its_own_results_from_a_shared_inbox() {
     let lead = a.open(of("agent:lead")).await.unwrap();
     let worker = a.open(of("agent:worker")).await.unwrap();
     let lead_again = a.open(of("agent:lead")).await.unwrap();
-    assert_eq!(b.count_pending("run-9", Some("agent:lead")).await, 2);
-    assert_eq!(b.count_pending("run-9", Some("agent:worker")).await, 1);
-    assert_eq!(b.count_pending("run-9", None).await, 3);
+    assert_eq!(b.count_pending("run-9", Some("agent:lead")).await.unwrap(), 2);
+    assert_eq!(b.count_pending("run-9", Some("agent:worker")).await.unwrap(), 1);
+    assert_eq!(b.count_pending("run-9", None).await.unwrap(), 3);
     for id in [&lead, &worker, &lead_again] {
         b.resolve(id, answer(id)).await.unwrap();
     }
     let ids = |entries: Vec<toolmux_external::InboxEntry>| -> Vec<String> {
         entries.into_iter().map(|e| e.call_id).collect()
     };
-    assert_eq!(ids(a.take_inbox("run-9", Some("agent:worker")).await), [worker]);
-    assert!(a.take_inbox("run-9", Some("agent:worker")).await.is_empty());
-    assert_eq!(ids(b.take_inbox("run-9", Some("agent:lead")).await), [lead, lead_again]);
-    assert!(a.take_inbox("run-9", None).await.is_empty());
+    assert_eq!(ids(a.take_inbox("run-9", Some("agent:worker")).await.unwrap()), [worker]);
+    assert!(a.take_inbox("run-9", Some("agent:worker")).await.unwrap().is_empty());
+    assert_eq!(ids(b.take_inbox("run-9", Some("agent:lead")).await.unwrap()), [lead, lead_again]);
+    assert!(a.take_inbox("run-9", None).await.unwrap().is_empty());
 }
