@@ -28,14 +28,25 @@ impl Drop for Lock {
     }
 }
 
-/// Opens (making it if missing) lock file `at`, for [`try_lock`].
+/// Opens lock file `at`, for [`try_lock`], making it if missing, and its folder too (mode
+/// 0700, as [`make_dir`]): a cleaner of temporary files may have removed the folder under
+/// a process that keeps using it.
 pub(crate) fn lock_file(at: &Path, provider: &str) -> Result<File, ToolError> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(at)
-        .map_err(|e| failure(provider, at, &e))
+    let open = || OpenOptions::new().create(true).truncate(false).write(true).open(at);
+    let opened = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = at.parent() {
+                make_dir(dir, "locked").map_err(|message| ToolError::Other {
+                    provider: provider.into(),
+                    message,
+                    source: None,
+                })?;
+            }
+            open()
+        }
+        opened => opened,
+    };
+    opened.map_err(|e| failure(provider, at, &e))
 }
 
 /// Takes the lock of `file` if no other holder has it: `Ok(None)` when another has.
@@ -48,14 +59,31 @@ pub(crate) fn try_lock(file: &File, at: &Path, provider: &str) -> Result<Option<
 }
 
 /// Takes the lock of folder `dir` (its file `.lock`), waiting up to [`LOCK_TIMEOUT`] for
-/// another process to release it: on a blocking thread.
-pub(crate) fn lock_blocking(dir: &Path, what: &str, provider: &str) -> Result<Lock, ToolError> {
+/// another process to release it: on a blocking thread. The folder and its `subfolders`
+/// are made again (mode 0700) when they went missing since they were made.
+pub(crate) fn lock_blocking(
+    dir: &Path,
+    what: &str,
+    provider: &str,
+    subfolders: &[&str],
+) -> Result<Lock, ToolError> {
     let at = dir.join(".lock");
     let file = lock_file(&at, provider)?;
     let started = std::time::Instant::now();
     loop {
         if try_lock(&file, &at, provider)?.is_some() {
-            return Ok(Lock { file });
+            let lock = Lock { file };
+            for sub in subfolders {
+                let sub = dir.join(sub);
+                if !sub.is_dir() {
+                    make_dir(&sub, what).map_err(|message| ToolError::Other {
+                        provider: provider.into(),
+                        message,
+                        source: None,
+                    })?;
+                }
+            }
+            return Ok(lock);
         }
         if started.elapsed() >= LOCK_TIMEOUT {
             return Err(locked(dir, what, provider));

@@ -73,6 +73,10 @@ const PROVIDER: &str = "external";
 /// What the lock's error calls the folder.
 const WHAT: &str = "pending external calls";
 
+/// The folders in the folder: made at the start, and again under the lock when a cleaner
+/// of temporary files removed them.
+const SUBFOLDERS: [&str; 2] = ["calls", "inbox"];
+
 /// Pending external calls and inboxes in a folder shared by processes (see the module's
 /// documentation).
 #[derive(Debug, Clone)]
@@ -182,8 +186,8 @@ impl DirPendingStore {
     /// and [`DEFAULT_RESULT_TTL`].
     pub fn open(path: impl Into<PathBuf>) -> Result<DirPendingStore, String> {
         let path = path.into();
-        for sub in ["calls", "inbox"] {
-            folder::make_dir(&path.join(sub), "pending external calls")?;
+        for sub in SUBFOLDERS {
+            folder::make_dir(&path.join(sub), WHAT)?;
         }
         let started = now_ms();
         Ok(DirPendingStore {
@@ -257,7 +261,7 @@ impl DirPendingStore {
 
 impl Inner {
     fn lock(&self) -> Result<folder::Lock, ToolError> {
-        folder::lock_blocking(&self.path, WHAT, PROVIDER)
+        folder::lock_blocking(&self.path, WHAT, PROVIDER, &SUBFOLDERS)
     }
 
     fn call_path(&self, id: &str) -> PathBuf {
@@ -310,7 +314,12 @@ impl Inner {
     /// listed.
     fn stored(&self) -> Result<Vec<Stored>, ToolError> {
         let at = self.path.join("calls");
-        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+        let entries = match std::fs::read_dir(&at) {
+            Ok(entries) => entries,
+            // Removed (the next change makes it again): no call is pending.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(folder::failure(PROVIDER, &at, &e)),
+        };
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let mut now_seen = HashMap::with_capacity(seen.len());
         for entry in entries.filter_map(Result::ok) {

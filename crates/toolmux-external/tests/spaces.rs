@@ -486,3 +486,18 @@ async fn a_call_answered_before_its_message_is_posted_is_not_left_waiting() {
     assert_eq!(messages[0]["tool"]["result"], json!({"confirmed": true}), "{messages}");
     assert_eq!(messages[1]["tool"]["status"], "complete", "{messages}");
 }
+
+/// A spaces folder removed under a running process (a cleaner of temporary files) is made
+/// again at the next change: the spaces start anew instead of every call failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_spaces_folder_is_made_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = dir.path().join("spaces-here");
+    let g = GatewayProvider::new(Spaces::in_dir(&at).expect("open"));
+    let a = agent("a", "r");
+    g.call("enter_space", json!({"space": "s"}), &a).await.expect("enter");
+    std::fs::remove_dir_all(&at).expect("remove");
+    g.call("enter_space", json!({"space": "s"}), &a).await.expect("enter again");
+    g.call("send_message", json!({"text": "still here"}), &a).await.expect("send");
+    assert!(at.join("spaces").is_dir());
+}

@@ -366,3 +366,40 @@ async fn a_folder_that_cannot_be_read_is_an_error_not_nothing_pending() {
     let inbox = store.take_inbox("r", None).await.unwrap_err();
     assert!(inbox.report().contains(".lock"), "{}", inbox.report());
 }
+
+/// A folder removed under the processes using it (a cleaner of temporary files) is made
+/// again, private as at the start, and calls go on being made and answered; so are its
+/// `calls` and `inbox` folders alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_folder_is_made_again() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().join("pending");
+    let a = DirPendingStore::open(&at).unwrap();
+    let b = DirPendingStore::open(&at).unwrap();
+    a.open(call("external__job", "r", true)).await.unwrap();
+    std::fs::remove_dir_all(&at).unwrap();
+    assert!(b.pending(&[], Duration::ZERO).await.unwrap().is_empty(), "gone with the folder");
+    assert_eq!(b.count_pending("r", None).await.unwrap(), 0);
+    let id = a.open(call("external__job", "r", true)).await.unwrap();
+    for made in [at.clone(), at.join("calls"), at.join("inbox")] {
+        let mode = std::fs::metadata(&made).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{}", made.display());
+    }
+    assert_eq!(b.pending(&[], Duration::ZERO).await.unwrap()[0].call_id, id);
+    std::fs::remove_dir_all(at.join("inbox")).unwrap();
+    assert_eq!(
+        b.resolve(&id, answer("done")).await.unwrap(),
+        Delivery::Inbox { run_id: "r".into() }
+    );
+    assert_eq!(a.take_inbox("r", None).await.unwrap()[0].result, answer("done"));
+    std::fs::remove_dir_all(at.join("calls")).unwrap();
+    let asked = a.open(call("external__confirm", "r", false)).await.unwrap();
+    assert_eq!(b.resolve(&asked, answer("yes")).await.unwrap(), Delivery::Waiting);
+    assert_eq!(a.wait(&asked, Duration::from_secs(5)).await, Some(answer("yes")));
+    // A caller dropped while it waits withdraws its call at once, folder or none.
+    let dropped = a.open(call("external__confirm", "r", false)).await.unwrap();
+    std::fs::remove_dir_all(&at).unwrap();
+    assert!(a.withdraw_now(&dropped));
+    assert!(at.join(".lock").exists());
+}

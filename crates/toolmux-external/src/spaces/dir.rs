@@ -23,7 +23,7 @@ impl DirStore {
     }
 
     pub(super) fn lock_blocking(&self) -> Result<Lock, ToolError> {
-        folder::lock_blocking(&self.path, "spaces", PROVIDER)
+        folder::lock_blocking(&self.path, "spaces", PROVIDER, &["spaces"])
     }
 
     pub(super) fn load_state(&self) -> Result<State, ToolError> {
