@@ -5,9 +5,10 @@ use rmcp::model::{ProtocolVersion, ServerNotification, ServerPeerInfo, Subscript
 use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
+use rmcp::transport::{DynamicTransportError, IntoTransport, StreamableHttpClientTransport};
 use rmcp::{ClientLifecycleMode, ClientServiceExt, Peer, RoleClient};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +30,10 @@ pub(crate) struct Http {
 
 /// How long a graceful close may take before the connection is dropped.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Requests in a row that a remote server leaves unanswered until their timeout before its
+/// connection is given up: the next call connects afresh. A server that restarted or lost
+/// the session may keep the connection open and never answer on it.
+pub(crate) const TIMEOUTS_TO_RECONNECT: u32 = 3;
 
 /// A connected, initialized server.
 #[derive(Debug)]
@@ -42,12 +47,54 @@ pub(crate) struct Connection {
     /// The direct lane for calls, on stdio connections of the handshake revisions
     /// (2026-07-28 requests carry per-request `_meta` that rmcp adds).
     pub(crate) lane: Option<Arc<Lane>>,
+    /// Over HTTP, SSE or a WebSocket (not a process of ours).
+    remote: bool,
+    /// Given up on though its transport is still open: a request could not be sent to the
+    /// remote server, or it left [`TIMEOUTS_TO_RECONNECT`] requests in a row unanswered.
+    /// rmcp's HTTP transport stays open whatever its requests meet, so without this a
+    /// server that restarted or went away was never connected to again.
+    retired: AtomicBool,
+    /// Requests in a row that timed out on a remote connection.
+    timeouts: AtomicU32,
 }
 
 impl Connection {
     /// Whether the connection still works.
     pub(crate) fn is_alive(&self) -> bool {
-        !self.peer.is_transport_closed() && self.lane.as_ref().is_none_or(|lane| lane.is_open())
+        !self.retired.load(Ordering::Relaxed)
+            && !self.peer.is_transport_closed()
+            && self.lane.as_ref().is_none_or(|lane| lane.is_open())
+    }
+
+    /// Gives up on a remote connection whose request could not be sent (the server is
+    /// unreachable, refused the session, answered an HTTP error): the next call connects
+    /// afresh. A stdio connection ends with its process, which says more.
+    pub(crate) fn retire_remote(&self) {
+        if self.remote && !self.retired.swap(true, Ordering::Relaxed) {
+            tracing::debug!(server = %self.server, "a request could not be sent; reconnecting on the next call");
+        }
+    }
+
+    /// Notes a request of a remote connection that timed out; after
+    /// [`TIMEOUTS_TO_RECONNECT`] in a row, the connection is given up.
+    pub(crate) fn timed_out(&self) {
+        if !self.remote {
+            return;
+        }
+        let timeouts = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+        if timeouts >= TIMEOUTS_TO_RECONNECT && !self.retired.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                server = %self.server,
+                "{timeouts} requests in a row got no answer; reconnecting on the next call"
+            );
+        }
+    }
+
+    /// Notes a request answered (with a result or an error).
+    pub(crate) fn answered(&self) {
+        if self.remote {
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Whether the server speaks the stateless 2026-07-28 revision.
@@ -74,6 +121,17 @@ impl Connection {
             }
             None => McpError::Closed { server: self.server.clone(), detail: None },
         }
+    }
+
+    /// The error for a request the transport could not send, and a remote connection
+    /// given up (see [`Connection::retire_remote`]): what the pumps saw, else what the
+    /// HTTP transport met (the server unreachable, an HTTP status).
+    pub(crate) fn unsent(&self, error: &DynamicTransportError) -> McpError {
+        self.retire_remote();
+        if self.fault.get().is_some() {
+            return self.lost();
+        }
+        McpError::Closed { server: self.server.clone(), detail: http_failure(&*error.error) }
     }
 
     /// Closes the session, then kills and reaps the server's process group.
@@ -207,6 +265,9 @@ pub(crate) async fn connect(
         fault,
         info,
         lane: lane.filter(|_| !modern),
+        remote: kind != TransportKind::Stdio,
+        retired: AtomicBool::new(false),
+        timeouts: AtomicU32::new(0),
     };
     if connection.is_modern() {
         listen_for_list_changes(server, &connection, events);
@@ -434,23 +495,7 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
     let endpoint = "; is `url` the server's MCP endpoint?";
     match inner.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
         Some(StreamableHttpError::Client(http)) => {
-            // reqwest's own message names the URL, which may carry a secret (a key in the
-            // query); its causes do not.
-            let what = if http.is_connect() {
-                "cannot reach the server"
-            } else if http.is_timeout() {
-                "the request timed out"
-            } else {
-                "the request failed"
-            };
-            // Of a connect failure the innermost cause says it ("Connection refused", "failed
-            // to lookup address information: …"); the layers above it name the client's
-            // internals (`client error (Connect)`, `tcp connect error`).
-            let message = match std::error::Error::source(http) {
-                Some(cause) if http.is_connect() => format!("{what}: {}", innermost(cause)),
-                Some(cause) => format!("{what}: {}", toolmux_core::error_report(cause)),
-                None => what.to_owned(),
-            };
+            let message = client_failure(http);
             if http.is_connect() {
                 let source = message.into();
                 return McpError::Connect { server: server.to_owned(), transport: "http", source };
@@ -475,6 +520,50 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
         _ => {}
     }
     McpError::Handshake { server: server.to_owned(), source: message.into() }
+}
+
+/// What a request of the streamable HTTP transport met, in words a person can act on:
+/// `None` for another transport's error (its pumps record their own).
+fn http_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let error = error.downcast_ref::<StreamableHttpError<reqwest::Error>>()?;
+    Some(match error {
+        StreamableHttpError::Client(http) => client_failure(http),
+        StreamableHttpError::HttpStatus(status) => {
+            format!("the server answered HTTP {}", status.status)
+        }
+        StreamableHttpError::SessionExpired => {
+            "the server refused the session, and the request again on a new one".to_owned()
+        }
+        StreamableHttpError::ReinitializationFailed(data) => {
+            format!("the server refused a new session: {} (code {})", data.message, data.code.0)
+        }
+        StreamableHttpError::UnexpectedServerResponse(text) => {
+            let text = text.trim_end();
+            format!("unexpected answer: {}", &text[..text.floor_char_boundary(200)])
+        }
+        other => toolmux_core::error_report(other),
+    })
+}
+
+/// A reqwest error in words, without its URL: reqwest's own message names the URL, which
+/// may carry a secret (a key in the query); its causes do not.
+fn client_failure(http: &reqwest::Error) -> String {
+    let what = if http.is_connect() {
+        "cannot reach the server"
+    } else if http.is_timeout() {
+        "the request timed out"
+    } else {
+        "the request failed"
+    };
+    // Of a connect failure the innermost cause says it ("Connection refused", "failed
+    // to lookup address information: …"); the layers above it name the client's
+    // internals (`client error (Connect)`, `tcp connect error`).
+    match std::error::Error::source(http) {
+        Some(cause) if http.is_connect() => format!("{what}: {}", innermost(cause)),
+        Some(cause) => format!("{what}: {}", toolmux_core::error_report(cause)),
+        None => what.to_owned(),
+    }
 }
 
 /// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream.

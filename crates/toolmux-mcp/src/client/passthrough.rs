@@ -6,7 +6,8 @@
 //! context is reachable, so the call carries the headers in its request's `_meta` under a
 //! private key ([`PASSTHROUGH_META_KEY`]), and [`Passthrough`], the connection's HTTP
 //! client, takes them out of the message and sends them as headers: they never reach the
-//! server inside the message.
+//! server inside the message. The same client tells rmcp when a server refused the
+//! session in a way rmcp does not recognize (see [`refusals_told`]).
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -59,6 +60,52 @@ pub(crate) fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, He
 
 type HttpError<E> = StreamableHttpError<E>;
 
+/// A POST's answer with the server's refusals of it made errors rmcp acts on.
+///
+/// A server that no longer knows the session (it restarted) should answer 404, on which
+/// rmcp starts a new session and sends the request again. Servers built on the TypeScript
+/// SDK's README answer 400 with a JSON-RPC error whose `id` is null (rmcp drops it as
+/// answering nothing, and the call waited for its timeout), server-everything the same
+/// with the request's id (the call failed, and every later one, for good). So, for a
+/// POST within a session: an error without an id, an error that speaks of the session
+/// and comes without the session's header (every answer within a session carries it), or
+/// a 400 that is not JSON-RPC, is the session's expiry. Outside a session, an error
+/// without an id fails the request with the server's words.
+fn refusals_told<E: std::error::Error + Send + Sync + 'static>(
+    response: Result<StreamableHttpPostResponse, HttpError<E>>,
+    in_session: bool,
+) -> Result<StreamableHttpPostResponse, HttpError<E>> {
+    match response {
+        Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(error), header)) => {
+            let speaks_of_session =
+                header.is_none() && error.error.message.to_ascii_lowercase().contains("session");
+            if in_session && (error.id.is_none() || speaks_of_session) {
+                tracing::debug!(
+                    code = error.error.code.0,
+                    message = %error.error.message,
+                    "the server refused the session; starting a new one"
+                );
+                return Err(StreamableHttpError::SessionExpired);
+            }
+            if error.id.is_none() {
+                let refusal = format!(
+                    "the server refused the message: {} (code {})",
+                    error.error.message, error.error.code.0
+                );
+                return Err(StreamableHttpError::UnexpectedServerResponse(refusal.into()));
+            }
+            Ok(StreamableHttpPostResponse::Json(JsonRpcMessage::Error(error), header))
+        }
+        Err(StreamableHttpError::UnexpectedServerResponse(text))
+            if in_session && text.starts_with("HTTP 400") =>
+        {
+            tracing::debug!("the server refused the session ({text}); starting a new one");
+            Err(StreamableHttpError::SessionExpired)
+        }
+        other => other,
+    }
+}
+
 impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough<C> {
     type Error = C::Error;
 
@@ -71,7 +118,10 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         mut custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, HttpError<C::Error>> {
         custom_headers.extend(take(&mut message));
-        self.0.post_message(uri, message, session_id, auth_header, custom_headers).await
+        let in_session = session_id.is_some();
+        let response =
+            self.0.post_message(uri, message, session_id, auth_header, custom_headers).await;
+        refusals_told(response, in_session)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -84,7 +134,9 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, HttpError<C::Error>> {
         custom_headers.extend(take(&mut message));
-        self.0
+        let in_session = session_id.is_some();
+        let response = self
+            .0
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -93,7 +145,8 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        refusals_told(response, in_session)
     }
 
     async fn delete_session(

@@ -434,9 +434,13 @@ impl Inner {
     async fn fetch_tools(&self, connection: &Connection) -> Result<Arc<Vec<ToolSpec>>, McpError> {
         let timeout = self.config.request_timeout();
         let listed = match tokio::time::timeout(timeout, connection.peer.list_all_tools()).await {
-            Ok(Ok(tools)) => tools,
+            Ok(Ok(tools)) => {
+                connection.answered();
+                tools
+            }
             Ok(Err(e)) => return Err(self.service_error(connection, "tools/list", e)),
             Err(_) => {
+                connection.timed_out();
                 return Err(McpError::Protocol {
                     server: self.name.clone(),
                     message: format!("no answer to tools/list within {}ms", timeout.as_millis()),
@@ -476,7 +480,8 @@ impl Inner {
                 code: data.code.0,
                 message: data.message.into_owned(),
             },
-            ServiceError::TransportClosed | ServiceError::TransportSend(_) => connection.lost(),
+            ServiceError::TransportClosed => connection.lost(),
+            ServiceError::TransportSend(e) => connection.unsent(&e),
             other => McpError::Protocol {
                 server: self.name.clone(),
                 message: format!("{method}: {other}"),
@@ -950,6 +955,11 @@ impl Inner {
         waited: Waited,
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
+        match &waited {
+            Waited::Reply(Ok(_) | Err(ServiceError::McpError(_))) => connection.answered(),
+            Waited::TimedOut(_) => connection.timed_out(),
+            Waited::Reply(Err(_)) | Waited::Cancelled | Waited::ShutDown => {}
+        }
         match waited {
             Waited::Reply(Ok(result)) => Ok(result),
             Waited::Reply(Err(e)) => {

@@ -12,6 +12,7 @@ mod oauth_server;
 mod oauth_sse;
 mod passthrough;
 mod python;
+mod reconnect;
 mod rmcp_peer;
 mod roundtrip;
 mod sessions;

@@ -34,6 +34,11 @@ pub fn everything_js() -> PathBuf {
     )
 }
 
+/// The npm peers' `node_modules`.
+pub fn node_modules() -> PathBuf {
+    peer("node/node_modules", "the npm peers")
+}
+
 /// The virtualenv's Python with the official MCP SDK.
 pub fn python() -> PathBuf {
     peer("python/venv/bin/python", "mcp (PyPI)")

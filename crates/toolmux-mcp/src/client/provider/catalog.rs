@@ -184,6 +184,11 @@ impl Inner {
                 }
             }
         };
+        match &result {
+            Ok(Ok(_) | Err(ServiceError::McpError(_))) => connection.answered(),
+            Err(()) => connection.timed_out(),
+            Ok(Err(_)) => {}
+        }
         match result {
             Ok(Ok(value)) => {
                 self.succeeded();
