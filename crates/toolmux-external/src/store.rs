@@ -192,11 +192,17 @@ pub const DEFAULT_MAX_PENDING: usize = 10_000;
 pub const DEFAULT_MAX_INBOX: usize = 1_000;
 
 /// How long a call waits for its result, by default: past it, it expires (its caller has
-/// long given up, or never waited: an asynchronous call).
+/// long given up, or never waited: an asynchronous call). A synchronous call's time counts
+/// from the end of its caller's wait: it never expires while waited for, and a result
+/// submitted after the wait reaches the inbox for that long.
 pub const DEFAULT_PENDING_TTL: Duration = Duration::from_secs(60 * 60);
 
 /// How long a result waits in an inbox to be read, by default.
 pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long a synchronous call may take from its opening to the start of its wait: until
+/// then it counts as waited for.
+pub(crate) const OPEN_WAITER: Duration = Duration::from_secs(60);
 
 /// How often, at most, opening a call looks through every call and inbox for expired ones
 /// (unless the store is full); reading skips expired ones whenever it looks.
@@ -239,7 +245,18 @@ struct Entry {
     call: PendingCall,
     /// Set for a synchronous call until it gives up waiting.
     waiter: Option<oneshot::Sender<ExternalResult>>,
+    /// Until when its caller waits, or is about to (from the opening of a synchronous
+    /// call); `None` once it gave up. The call does not expire before.
+    waited_until: Option<Instant>,
+    /// When it expires unless waited for: its time to live after its opening, or after
+    /// its caller stopped waiting.
     expires: Instant,
+}
+
+impl Entry {
+    fn expired(&self, now: Instant) -> bool {
+        self.expires <= now && self.waited_until.is_none_or(|until| until <= now)
+    }
 }
 
 #[derive(Debug)]
@@ -266,7 +283,7 @@ impl State {
     fn sweep(&mut self, now: Instant, remember_for: Duration, max_remembered: usize) {
         self.swept = now;
         let gone: Vec<String> =
-            self.calls.iter().filter(|(_, e)| e.expires <= now).map(|(id, _)| id.clone()).collect();
+            self.calls.iter().filter(|(_, e)| e.expired(now)).map(|(id, _)| id.clone()).collect();
         self.expired.retain(|_, forget| *forget > now);
         for id in gone {
             self.calls.remove(&id);
@@ -346,15 +363,15 @@ impl MemoryPendingStore {
 
     fn snapshot(&self, tools: &[String]) -> Vec<PendingCall> {
         let state = self.lock();
-        let now = Instant::now();
+        let (now, now_ms) = (Instant::now(), now_ms());
         let mut calls: Vec<PendingCall> = state
             .calls
             .values()
-            .filter(|e| e.expires > now)
+            .filter(|e| !e.expired(now))
             .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
             .map(|e| PendingCall {
                 status: if e.waiter.is_some() { CallStatus::Waiting } else { CallStatus::Pending },
-                expires_ms: e.call.created_ms + self.pending_ttl.as_millis() as u64,
+                expires_ms: now_ms + e.expires.saturating_duration_since(now).as_millis() as u64,
                 ..e.call.clone()
             })
             .collect();
@@ -417,22 +434,36 @@ impl PendingStore for MemoryPendingStore {
                 state.receivers.insert(id.clone(), rx);
                 tx
             });
+            let waited_until = waiter.as_ref().map(|_| now + OPEN_WAITER);
             let expires = now + self.pending_ttl;
-            state.calls.insert(id.clone(), Entry { call, waiter, expires });
+            state.calls.insert(id.clone(), Entry { call, waiter, waited_until, expires });
         }
         self.opened.notify_waiters();
         Ok(id)
     }
 
     async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
-        let rx = self.lock().receivers.remove(call_id)?;
+        let rx = {
+            let mut state = self.lock();
+            let rx = state.receivers.remove(call_id)?;
+            // Not expired while its caller waits, nor sooner than its time after the wait.
+            if let Some(entry) = state.calls.get_mut(call_id) {
+                let until = Instant::now() + timeout;
+                entry.waited_until = Some(until);
+                entry.expires = entry.expires.max(until + self.pending_ttl);
+            }
+            rx
+        };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => Some(result),
             // Timed out (or the store dropped the sender): the result, when it comes, goes
-            // to the inbox. A result that raced the timeout is already in the inbox.
+            // to the inbox, for the call's time to live from now. A result that raced the
+            // timeout is already in the inbox.
             _ => {
                 if let Some(entry) = self.lock().calls.get_mut(call_id) {
                     entry.waiter = None;
+                    entry.waited_until = None;
+                    entry.expires = Instant::now() + self.pending_ttl;
                 }
                 None
             }
@@ -464,7 +495,7 @@ impl PendingStore for MemoryPendingStore {
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
         let mut state = self.lock();
         let now = Instant::now();
-        if state.calls.get(call_id).is_some_and(|e| e.expires <= now) {
+        if state.calls.get(call_id).is_some_and(|e| e.expired(now)) {
             state.sweep(now, self.result_ttl, self.max_pending);
         }
         if state.expired.contains_key(call_id) {
@@ -531,6 +562,6 @@ impl PendingStore for MemoryPendingStore {
             call.run_id == run_id
                 && owner.is_none_or(|o| call.owner.as_deref().is_none_or(|mine| mine == o))
         };
-        Ok(self.lock().calls.values().filter(|e| mine(&e.call) && e.expires > now).count())
+        Ok(self.lock().calls.values().filter(|e| mine(&e.call) && !e.expired(now)).count())
     }
 }

@@ -32,8 +32,8 @@
 use crate::folder;
 use crate::store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
-    Delivery, ExternalResult, InboxEntry, PendingCall, PendingStore, except, expired_call, now_ms,
-    unknown_call,
+    Delivery, ExternalResult, InboxEntry, OPEN_WAITER, PendingCall, PendingStore, except,
+    expired_call, now_ms, unknown_call,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -55,10 +55,6 @@ pub const LIST_POLL: Duration = Duration::from_millis(100);
 
 /// How old a temporary file left by a process that died mid-write must be to be removed.
 const STALE_TEMP: Duration = Duration::from_secs(60 * 60);
-
-/// How long a synchronous call may take from its opening to the start of its wait; past it,
-/// its result goes to the inbox (the process that opened it is gone).
-const OPEN_WAITER: Duration = Duration::from_secs(60);
 
 /// How much longer than its wait a caller is taken to be waiting: time to give up.
 const WAIT_SLACK: Duration = Duration::from_secs(2);
@@ -143,6 +139,11 @@ impl Stored {
     /// Whether a caller waits for the result at `now` (not one that went away).
     fn waited_for(&self, now: u64) -> bool {
         self.waiter.is_some_and(|w| w.until_ms > now)
+    }
+
+    /// Whether the call expired unanswered at `now`: never while its caller waits.
+    fn expired(&self, now: u64) -> bool {
+        self.call.expires_ms <= now && !self.waited_for(now)
     }
 }
 
@@ -360,7 +361,7 @@ impl Inner {
             .stored()?
             .into_iter()
             .filter(|s| {
-                let unanswered = s.result.is_none() && s.call.expires_ms > now;
+                let unanswered = s.result.is_none() && !s.expired(now);
                 let on_its_way = answered_too && s.result.is_some() && !s.waited_for(now);
                 (unanswered || on_its_way) && keep(&s.call)
             })
@@ -427,6 +428,9 @@ impl Inner {
             Some(w) if !w.claimed && w.until_ms > now => {
                 let until_ms = now.saturating_add(ms(timeout + WAIT_SLACK));
                 stored.waiter = Some(Waiter { claimed: true, until_ms });
+                // Its time to live counts from the end of the wait.
+                let after = until_ms.saturating_add(ms(self.pending_ttl));
+                stored.call.expires_ms = stored.call.expires_ms.max(after);
                 self.save(&stored)?;
                 Ok(Claim::Wait)
             }
@@ -452,6 +456,8 @@ impl Inner {
         }
         stored.waiter = None;
         stored.call.status = CallStatus::Pending;
+        // A late result goes to the inbox for the call's time to live from now.
+        stored.call.expires_ms = now_ms().saturating_add(ms(self.pending_ttl));
         self.save(&stored)?;
         Ok(None)
     }
@@ -481,7 +487,7 @@ impl Inner {
         if stored.result.is_some() {
             return Err(unknown_call(id));
         }
-        if stored.call.expires_ms <= now {
+        if stored.expired(now) {
             self.forget_expired(&[id.to_owned()], now)?;
             return Err(expired_call(id, self.pending_ttl));
         }
@@ -620,7 +626,7 @@ impl Inner {
                 if let Err(e) = moved {
                     tracing::warn!(target: "toolmux::external", "the result of {id} not moved to its inbox: {e}");
                 }
-            } else if stored.call.expires_ms <= now {
+            } else if stored.expired(now) {
                 expired.push(id);
             }
         }

@@ -75,6 +75,19 @@ macro_rules! both {
     };
 }
 
+/// The same two pairs, calls living `ttl`.
+fn memory_ttl(ttl: Duration) -> Pair {
+    let store: Store = Arc::new(MemoryPendingStore::default().with_ttl(ttl, ttl * 10));
+    Pair { a: store.clone(), b: store, _dir: None }
+}
+
+fn folder_ttl(ttl: Duration) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let a = DirPendingStore::open(dir.path()).unwrap().with_ttl(ttl, ttl * 10);
+    let b = DirPendingStore::open(dir.path()).unwrap().with_ttl(ttl, ttl * 10);
+    Pair { a: Arc::new(a), b: Arc::new(b), _dir: Some(dir) }
+}
+
 both!(a_waiting_call_is_answered_through_the_other_side);
 async fn a_waiting_call_is_answered_through_the_other_side(p: Pair) {
     let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
@@ -205,6 +218,52 @@ async fn each_agent_takes_its_own_results_from_the_run_s_inbox(p: Pair) {
     let taken = p.a.take_inbox("r", Some("agent:lead")).await.unwrap();
     assert_eq!(taken.iter().map(|e| &e.call_id).collect::<Vec<_>>(), [&lead, &nobody]);
     assert!(p.a.take_inbox("r", None).await.unwrap().is_empty());
+}
+
+/// A call does not expire while its caller waits for it, however short its time to live:
+/// a result submitted then reaches the caller. Its time counts from the end of the wait: a
+/// late result goes to the inbox for that long (as the caller says), and is refused as
+/// expired after.
+async fn a_call_waited_for_does_not_expire(p: Pair) {
+    let ttl = Duration::from_millis(300);
+    let id = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    let (a, waited) = (p.a.clone(), id.clone());
+    let waiter = tokio::spawn(async move { a.wait(&waited, Duration::from_secs(3)).await });
+    tokio::time::sleep(ttl * 2).await;
+    let listed = p.b.pending(&[], Duration::ZERO).await.unwrap();
+    assert_eq!(listed.len(), 1, "still listed past its time to live");
+    assert_eq!((listed[0].call_id.as_str(), listed[0].status), (id.as_str(), CallStatus::Waiting));
+    assert!(listed[0].expires_ms > listed[0].created_ms + 3000, "{:?}", listed[0]);
+    assert_eq!(p.b.count_pending("r", None).await.unwrap(), 1);
+    assert_eq!(p.b.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    assert_eq!(got, Some(answer("yes")));
+
+    let late = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    assert_eq!(p.a.wait(&late, ttl * 2).await, None);
+    let delivery = p.b.resolve(&late, answer("late")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "r".into() });
+    assert_eq!(p.a.take_inbox("r", None).await.unwrap()[0].result, answer("late"));
+
+    let gone = p.a.open(call("external__confirm", "r", false)).await.unwrap();
+    assert_eq!(p.a.wait(&gone, ttl * 2).await, None);
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert!(p.b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
+    let refused = p.b.resolve(&gone, answer("too late")).await.unwrap_err();
+    assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+}
+
+mod a_call_waited_for_does_not_expire {
+    use std::time::Duration;
+    const TTL: Duration = Duration::from_millis(300);
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_memory() {
+        super::a_call_waited_for_does_not_expire(super::memory_ttl(TTL)).await;
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn in_a_folder() {
+        super::a_call_waited_for_does_not_expire(super::folder_ttl(TTL)).await;
+    }
 }
 
 /// Calls expire after their time to live, and a result for one is refused saying so; a

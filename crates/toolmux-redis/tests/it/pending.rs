@@ -364,3 +364,44 @@ async fn each_agent_takes_its_own_results_from_a_shared_inbox() {
     assert_eq!(ids(b.take_inbox("run-9", Some("agent:lead")).await.unwrap()), [lead, lead_again]);
     assert!(a.take_inbox("run-9", None).await.unwrap().is_empty());
 }
+
+/// A call does not expire while its caller waits for it, however short its time to live,
+/// and its time counts from the end of the wait: a late result goes to the inbox for that
+/// long, and is refused as expired after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waited_for_does_not_expire() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let a = replica(&server).pending_store().with_ttl(ttl, ttl * 10);
+    let b = replica(&server).pending_store().with_ttl(ttl, ttl * 10);
+    let id = a.open(call("external__confirm", "run-12", false)).await.unwrap();
+    let waiter = {
+        let (a, id) = (a.clone(), id.clone());
+        tokio::spawn(async move { a.wait(&id, Duration::from_secs(3)).await })
+    };
+    tokio::time::sleep(ttl * 2).await;
+    // Another replica's opening sweeps: the waited call is not taken for expired.
+    b.open(call("external__job", "run-13", true)).await.unwrap();
+    let listed = b.pending(&["external__confirm".into()], Duration::ZERO).await.unwrap();
+    assert_eq!(listed.len(), 1, "still listed past its time to live");
+    assert_eq!((listed[0].call_id.as_str(), listed[0].status), (id.as_str(), CallStatus::Waiting));
+    assert!(listed[0].expires_ms > listed[0].created_ms + 3000, "{:?}", listed[0]);
+    assert_eq!(b.count_pending("run-12", None).await.unwrap(), 1);
+    assert_eq!(b.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
+    assert_eq!(
+        within(Duration::from_secs(5), "the wait", waiter).await.unwrap(),
+        Some(answer("yes"))
+    );
+
+    let late = a.open(call("external__confirm", "run-12", false)).await.unwrap();
+    assert_eq!(a.wait(&late, ttl * 2).await, None);
+    let delivery = b.resolve(&late, answer("late")).await.unwrap();
+    assert_eq!(delivery, Delivery::Inbox { run_id: "run-12".into() });
+
+    let gone = a.open(call("external__confirm", "run-12", false)).await.unwrap();
+    assert_eq!(a.wait(&gone, ttl * 2).await, None);
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    assert_eq!(b.count_pending("run-12", None).await.unwrap(), 0);
+    let refused = b.resolve(&gone, answer("too late")).await.unwrap_err();
+    assert!(refused.to_string().contains("expired after 0.3 s"), "{refused}");
+}
