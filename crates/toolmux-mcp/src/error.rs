@@ -97,13 +97,18 @@ pub enum McpError {
         /// Why, and what to do.
         message: String,
     },
-    /// The server was restarted too often in a row and is given up on.
-    #[error("mcp server `{server}`: given up after {restarts} failed restarts")]
+    /// The server failed to start too often in a row and is given up on for a while.
+    #[error(
+        "mcp server `{server}`: given up after {restarts} failed restarts; tries again in {} s",
+        .retry_in.as_secs()
+    )]
     GaveUp {
         /// The server.
         server: String,
         /// Restarts made.
         restarts: u32,
+        /// How long until a call starts it again.
+        retry_in: Duration,
     },
     /// The provider was shut down.
     #[error("mcp server `{server}`: shut down")]
@@ -226,8 +231,14 @@ mod tests {
             expect!["mcp server `srv`: tools/call failed: boom (code -32603) [remote]"],
         );
         check(
-            McpError::GaveUp { server: "srv".into(), restarts: 5 },
-            expect!["srv unavailable: given up after 5 failed restarts [unavailable]"],
+            McpError::GaveUp {
+                server: "srv".into(),
+                restarts: 5,
+                retry_in: Duration::from_secs(20),
+            },
+            expect![
+                "srv unavailable: given up after 5 failed restarts; tries again in 20 s [unavailable]"
+            ],
         );
     }
 }

@@ -43,8 +43,15 @@ const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// `input_required` rounds one call may take.
 const MAX_INPUT_ROUNDS: usize = 8;
-/// Consecutive failures allowed before giving up, by default.
+/// Failed restarts in a row allowed before giving up for a while, by default.
 const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// Once given up on, how long calls fail at once before the server is started again;
+/// doubled after each further failed start, up to [`GIVE_UP_PAUSE_MAX`]. A server that
+/// failed for a while (its host was down, a dependency was missing) comes back without
+/// restarting toolmux.
+const GIVE_UP_PAUSE: Duration = Duration::from_secs(10);
+/// Longest pause between starts of a server given up on.
+const GIVE_UP_PAUSE_MAX: Duration = Duration::from_secs(300);
 /// Quiet time after a `tools/list_changed` before the list is fetched again: servers send
 /// them in bursts (server-everything sends four as it starts), and one fetch serves a burst.
 const REFRESH_QUIET: Duration = Duration::from_millis(40);
@@ -86,7 +93,8 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Restarts {
-    /// Failures (failed starts, lost connections) since the last successful request.
+    /// Failures in a row: failed starts, and connections lost since the last start or
+    /// successful request.
     failures: u32,
     /// Not before this instant may the next start be tried.
     not_before: Option<Instant>,
@@ -341,11 +349,21 @@ impl Inner {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
-        let max = self.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
-        if restarts.failures > max {
+        let max = self.max_restarts();
+        let now = Instant::now();
+        if restarts.failures > max
+            && let Some(at) = restarts.not_before.filter(|at| *at > now)
+        {
+            // Given up for now: calls fail at once until the pause is over, and then one
+            // more start is tried.
             let restarts = restarts.failures - 1;
-            self.set_problem(format!("gave up after {restarts} failed restarts"));
-            return Err(McpError::GaveUp { server: self.name.clone(), restarts });
+            let left = at - now;
+            let retry_in = Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0));
+            self.set_problem(format!(
+                "gave up after {restarts} failed restarts; tries again in {} s",
+                retry_in.as_secs()
+            ));
+            return Err(McpError::GaveUp { server: self.name.clone(), restarts, retry_in });
         }
         let dead = self.current.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(dead) = dead {
@@ -388,7 +406,9 @@ impl Inner {
                     idle::spawn_watch(Arc::downgrade(self), connection.clone());
                 }
                 self.after_connect(&connection).await;
-                restarts.not_before = None;
+                // The server started and answered its handshake: whatever crashed it
+                // before, it works, and the failures in a row start again from none.
+                *restarts = Restarts::default();
                 if self.config.lazy {
                     // A lazy server lists no prompts or resources until it runs: now it
                     // does, and clients that listed them are told to list again.
@@ -397,7 +417,7 @@ impl Inner {
                 Ok(connection)
             }
             Err(e) => {
-                Self::count_failure(&mut restarts);
+                Self::count_failure(&mut restarts, max);
                 self.set_problem("failed to start".to_owned());
                 tracing::warn!(server = %self.name, error = %e, "mcp server failed to start");
                 Err(e)
@@ -405,17 +425,31 @@ impl Inner {
         }
     }
 
-    fn count_failure(restarts: &mut Restarts) {
+    fn max_restarts(&self) -> u32 {
+        self.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS)
+    }
+
+    /// Counts a failure in a row and says when the next start may be tried: after a
+    /// backoff, or once more than `max` restarts failed, after a pause that doubles with
+    /// each further failed start.
+    fn count_failure(restarts: &mut Restarts, max: u32) {
         restarts.failures += 1;
-        let factor = 1u32 << (restarts.failures - 1).min(16);
-        let delay = BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX);
+        let delay = match restarts.failures.checked_sub(max + 1) {
+            Some(beyond) => {
+                GIVE_UP_PAUSE.saturating_mul(1u32 << beyond.min(16)).min(GIVE_UP_PAUSE_MAX)
+            }
+            None => {
+                let factor = 1u32 << (restarts.failures - 1).min(16);
+                BACKOFF_BASE.saturating_mul(factor).min(BACKOFF_MAX)
+            }
+        };
         restarts.not_before = Some(Instant::now() + delay);
     }
 
     /// Records that a connection died under a request.
     async fn connection_lost(&self) {
         let mut restarts = self.restarts.lock().await;
-        Self::count_failure(&mut restarts);
+        Self::count_failure(&mut restarts, self.max_restarts());
         // The first restart after a crash is immediate; backoff applies from the second.
         if restarts.failures == 1 {
             restarts.not_before = None;
@@ -1224,8 +1258,7 @@ impl ToolProvider for McpProvider {
         // An explicit warmup retries a server that was given up on.
         {
             let mut restarts = inner.restarts.lock().await;
-            let max = inner.config.max_restarts.unwrap_or(DEFAULT_MAX_RESTARTS);
-            if restarts.failures > max {
+            if restarts.failures > inner.max_restarts() {
                 *restarts = Restarts::default();
             }
         }

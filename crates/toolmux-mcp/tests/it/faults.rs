@@ -67,8 +67,55 @@ async fn restarts_are_bounded() {
         fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
         fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
         fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
-        fixture unavailable: given up after 2 failed restarts"#]]
+        fixture unavailable: given up after 2 failed restarts; tries again in 10 s"#]]
     .assert_eq(&messages.join("\n"));
+}
+
+/// A tool that crashes its server on every call never disables the server: each restart
+/// starts it fine, so the count of failures in a row starts again (six crashes in a row
+/// disabled it for the life of the process, "given up after 5 failed restarts").
+#[tokio::test]
+async fn a_tool_crashing_its_server_every_time_never_disables_it() {
+    let provider = provider("ok");
+    for _ in 0..8 {
+        let error = call(&provider, "crash").await.unwrap_err().to_string();
+        assert!(
+            error.starts_with("fixture: connection closed (server process exit status: 3"),
+            "{error}"
+        );
+    }
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
+}
+
+/// A server given up on is started again after a pause: once what kept it from starting
+/// is back, it works again without restarting toolmux.
+#[tokio::test]
+async fn a_server_given_up_on_is_tried_again_after_a_pause() {
+    let missing = tempfile::NamedTempFile::new().unwrap();
+    let path = missing.path().to_str().unwrap().to_owned();
+    let config = McpServerConfig::stdio(
+        env!("CARGO_BIN_EXE_toolmux-mcp-fixture"),
+        ["exit-while", path.as_str()],
+    )
+    .with_base_dir(support::run_dir())
+    .with_max_restarts(1);
+    let provider = McpProvider::new("fixture", config).unwrap();
+    for _ in 0..2 {
+        let error = call(&provider, "echo").await.unwrap_err().to_string();
+        assert!(error.contains("exit status: 7"), "{error}");
+    }
+    let started = Instant::now();
+    let error = call(&provider, "echo").await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(500), "fails at once");
+    expect_test::expect![
+        "fixture unavailable: given up after 1 failed restarts; tries again in 10 s"
+    ]
+    .assert_eq(&error.to_string());
+    drop(missing);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
 }
 
 #[tokio::test]
