@@ -485,11 +485,12 @@ impl ExternalProvider {
             // as is a call of another run than the one named.
             let calls = self.store.pending(&[], Duration::ZERO).await?;
             let call = calls.iter().find(|c| c.call_id == call_id);
-            if call.is_none_or(|c| !may_see(by, &c.run_id)) {
-                return Err(invalid(&format!(
-                    "no pending call `{call_id}` (never made, answered already, or its caller \
-                     gave up); `external__pending` lists the calls waiting"
-                )));
+            let Some(listed) = call else {
+                // Not pending: the store says why (expired, or unknown), as resolving would.
+                return Err(self.store.not_pending(call_id).await);
+            };
+            if !may_see(by, &listed.run_id) {
+                return Err(store::unknown_call(call_id));
             }
             if let (Some(call), Some(run)) = (call, of_run)
                 && call.run_id != run

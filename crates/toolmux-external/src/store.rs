@@ -160,8 +160,15 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     ) -> Result<Vec<PendingCall>, ToolError>;
 
     /// Answers call `call_id`. Unknown (never made, answered already, withdrawn) is an
-    /// invalid-arguments error.
+    /// invalid-arguments error, and so is expired, saying so.
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError>;
+
+    /// The error [`PendingStore::resolve`] would give for call `call_id`, known not to be
+    /// pending (a caller that looked first): that it expired, when the store remembers so,
+    /// else that there is no such call. The default knows of no expired call.
+    async fn not_pending(&self, call_id: &str) -> ToolError {
+        unknown_call(call_id)
+    }
 
     /// The results in run `run_id`'s inbox, oldest first, taken out: with `owner`, only
     /// those of calls that owner made ([`PendingCall::owner`]) or that no agent made, the
@@ -534,6 +541,16 @@ impl PendingStore for MemoryPendingStore {
             expires: now + self.result_ttl,
         });
         Ok(Delivery::Inbox { run_id })
+    }
+
+    async fn not_pending(&self, call_id: &str) -> ToolError {
+        let state = self.lock();
+        let expired = state.expired.contains_key(call_id)
+            || state.calls.get(call_id).is_some_and(|e| e.expired(Instant::now()));
+        match expired {
+            true => expired_call(call_id, self.pending_ttl),
+            false => unknown_call(call_id),
+        }
     }
 
     async fn take_inbox(

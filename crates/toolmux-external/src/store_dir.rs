@@ -831,6 +831,28 @@ impl PendingStore for DirPendingStore {
         Ok(delivery)
     }
 
+    async fn not_pending(&self, call_id: &str) -> ToolError {
+        if !valid_id(call_id) {
+            return unknown_call(call_id);
+        }
+        let id = call_id.to_owned();
+        // Read without the lock: each file is replaced whole.
+        let expired = self
+            .blocking(move |inner| {
+                let now = now_ms();
+                Ok(match inner.load(&id)? {
+                    Some(stored) => stored.result.is_none() && stored.expired(now),
+                    None => inner.expired()?.get(&id).is_some_and(|forget| *forget > now),
+                })
+            })
+            .await;
+        match expired {
+            Ok(true) => expired_call(call_id, self.inner.pending_ttl),
+            Ok(false) => unknown_call(call_id),
+            Err(e) => e,
+        }
+    }
+
     async fn take_inbox(
         &self,
         run_id: &str,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{CallContext, ContentPart, ToolError, ToolOutput, ToolProvider};
 use toolmux_external::{
-    Execution, ExecutionType, ExternalProvider, ExternalToolConfig, MemoryPendingStore,
-    PendingStore,
+    DirPendingStore, Execution, ExecutionType, ExternalProvider, ExternalToolConfig,
+    MemoryPendingStore, PendingStore,
 };
 use toolmux_test_support::conformance::{Conformance, SampleCall};
 
@@ -670,4 +670,32 @@ async fn each_agent_takes_its_own_results_from_the_run_s_inbox() {
     let ids: Vec<&str> = taken.iter().map(|e| e.call_id.as_str()).collect();
     assert_eq!(ids, [lead.as_str(), unowned.as_str()]);
     assert!(store.take_inbox("r", None).await.unwrap().is_empty());
+}
+
+/// A result for an expired call submitted with its `runId` (as the HTTP API submits) or by
+/// an API key's holder, whose submissions are checked against the calls listed first, is
+/// refused saying that the call expired, as it is without: not as an unknown call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_for_an_expired_call_of_a_named_run_says_it_expired() {
+    let ttl = Duration::from_millis(200);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stores: [Arc<dyn PendingStore>; 2] = [
+        Arc::new(MemoryPendingStore::default().with_ttl(ttl, ttl * 10)),
+        Arc::new(DirPendingStore::open(dir.path()).expect("open").with_ttl(ttl, ttl * 10)),
+    ];
+    for store in stores {
+        let tools = BTreeMap::from([("job".to_owned(), tool(ExecutionType::External, true, None))]);
+        let p = ExternalProvider::new(&tools, store).expect("valid");
+        for by in ["agent-1", "key:alice/s1"] {
+            let made = p.call("job", json!({}), &run(by)).await.expect("made");
+            let id = json_of(&made)["callId"].as_str().expect("an id").to_owned();
+            tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+            let late = json!({"callId": id, "result": "late", "runId": by});
+            let refused = p.call("submit", late, &run(by)).await.expect_err("expired");
+            assert!(refused.report().contains("expired after 0.2 s"), "{}", refused.report());
+        }
+        let never = json!({"callId": "ext-nothing-1", "result": "x", "runId": "agent-1"});
+        let unknown = p.call("submit", never, &run("agent-1")).await.expect_err("unknown");
+        assert!(unknown.report().contains("no pending call"), "{}", unknown.report());
+    }
 }

@@ -305,6 +305,29 @@ fn parse_result(bytes: &[u8]) -> Option<ExternalResult> {
     }
 }
 
+/// The refusal of a result for a call that is not pending, as the other stores word it.
+fn unknown_call(call_id: &str) -> ToolError {
+    ToolError::invalid_arguments(
+        "external__submit",
+        format!(
+            "no pending call `{call_id}` (never made, answered already, or its caller gave \
+             up); `external__pending` lists the calls waiting"
+        ),
+    )
+}
+
+/// The refusal of a result for a call that expired after `ttl`, as the other stores word it.
+fn expired_call(call_id: &str, ttl: Duration) -> ToolError {
+    ToolError::invalid_arguments(
+        "external__submit",
+        format!(
+            "call `{call_id}` expired after {} s without a result, so its caller no longer \
+             takes one; `external__pending` lists the calls waiting",
+            ttl.as_secs_f64()
+        ),
+    )
+}
+
 fn unreachable(e: crate::RedisError) -> ToolError {
     ToolError::transport(PROVIDER, "the shared store of pending calls did not answer", e)
 }
@@ -473,21 +496,17 @@ impl PendingStore for RedisPendingStore {
                 }
                 Ok(Delivery::Inbox { run_id })
             }
-            Some(3) => Err(ToolError::invalid_arguments(
-                "external__submit",
-                format!(
-                    "call `{call_id}` expired after {} s without a result, so its caller no \
-                     longer takes one; `external__pending` lists the calls waiting",
-                    inner.pending_ttl.as_secs_f64()
-                ),
-            )),
-            _ => Err(ToolError::invalid_arguments(
-                "external__submit",
-                format!(
-                    "no pending call `{call_id}` (never made, answered already, or its caller \
-                     gave up); `external__pending` lists the calls waiting"
-                ),
-            )),
+            Some(3) => Err(expired_call(call_id, inner.pending_ttl)),
+            _ => Err(unknown_call(call_id)),
+        }
+    }
+
+    async fn not_pending(&self, call_id: &str) -> ToolError {
+        let inner = &self.inner;
+        match inner.run(&NOT_PENDING, &[], &[call_id.as_bytes()], inner.timeout()).await {
+            Ok(reply) if reply.as_i64() == Some(1) => expired_call(call_id, inner.pending_ttl),
+            Ok(_) => unknown_call(call_id),
+            Err(e) => unreachable(e),
         }
     }
 
@@ -715,6 +734,21 @@ if waiting then
 end
 redis.call('DEL', key('call', id))
 return {2, f[3], push(f[3], id, f[1], ARGV[7])}"
+    ),
+};
+
+/// ARGV: id. Answers 1 when the call expired (remembered as such, or past its time and
+/// not yet swept), else 0. Reads only.
+static NOT_PENDING: Script = Script {
+    name: "pending_not_pending",
+    source: concat!(
+        prelude!(),
+        "local id = ARGV[6]
+local forget = redis.call('ZSCORE', expired, id)
+if forget and tonumber(forget) > now then return 1 end
+local score = redis.call('ZSCORE', calls, id)
+if score and times(id, score) <= now and not waited(id) then return 1 end
+return 0"
     ),
 };
 

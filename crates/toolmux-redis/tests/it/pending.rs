@@ -405,3 +405,33 @@ async fn a_call_waited_for_does_not_expire() {
     let refused = b.resolve(&gone, answer("too late")).await.unwrap_err();
     assert!(refused.to_string().contains("expired after 0.3 s"), "{refused}");
 }
+
+/// Through the provider, a result for an expired call submitted with its `runId` (as the
+/// HTTP API submits) is refused saying that the call expired, not as an unknown call.
+#[tokio::test]
+async fn a_result_for_an_expired_call_of_a_named_run_says_it_expired() {
+    use toolmux_core::{CallContext, ToolProvider as _};
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(200);
+    let store = std::sync::Arc::new(replica(&server).pending_store().with_ttl(ttl, ttl * 10));
+    let tools = std::collections::BTreeMap::from([(
+        "job".to_owned(),
+        toolmux_external::ExternalToolConfig {
+            description: "d".into(),
+            is_async: true,
+            ..Default::default()
+        },
+    )]);
+    let provider = toolmux_external::ExternalProvider::new(&tools, store).unwrap();
+    let ctx = CallContext::new().with_run_id("run-14");
+    let made = provider.call("job", json!({}), &ctx).await.unwrap();
+    let made: serde_json::Value = serde_json::from_str(&made.to_text()).unwrap();
+    let id = made["callId"].as_str().unwrap().to_owned();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let late = json!({"callId": id, "result": "late", "runId": "run-14"});
+    let refused = provider.call("submit", late, &ctx).await.unwrap_err();
+    assert!(refused.to_string().contains("expired after 0.2 s"), "{refused}");
+    let never = json!({"callId": "ext-nothing-1", "result": "x", "runId": "run-14"});
+    let unknown = provider.call("submit", never, &ctx).await.unwrap_err();
+    assert!(unknown.to_string().contains("no pending call"), "{unknown}");
+}
