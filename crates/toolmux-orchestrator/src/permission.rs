@@ -303,15 +303,15 @@ impl CallRules {
                 ));
             }
         }
-        // A program named by an expansion could be what a deny or ask rule names: no rule
-        // may let it through unseen.
-        if view.opaque == Some(shellwords::NAMED_BY_EXPANSION)
+        // A program named by an expansion, or commands a shell reads from elsewhere, could
+        // be what a deny or ask rule names: no rule may let them through unseen.
+        if shellwords::hides_commands(view.opaque)
             && (!self.deny.is_empty() || !self.ask.is_empty())
         {
             return Permission::Ask(format!(
                 "a command line with {} (which `permissions.deny` and `permissions.ask` rules \
                  cannot see through)",
-                shellwords::NAMED_BY_EXPANSION
+                view.opaque.unwrap_or_default()
             ));
         }
         if let Some(asked) = &self.asked {
@@ -606,6 +606,30 @@ mod tests {
             assert_eq!(verdict(&judge_command(&guarded, "fs__bash", line)), "ask", "{line}");
         }
         assert_eq!(verdict(&judge_command(&guarded, "fs__bash", "env -S 'rm x'")), "deny");
+        // Nor a substituted program, nor a shell reading its input; wrapped or deferred
+        // commands are found.
+        let touchy = PermissionRules::default().deny("fs__bash(touch *)");
+        for line in [
+            "$(echo touch) f1",
+            "bash -c \"$(echo touch) f\"",
+            "bash -c \"`echo touch` f\"",
+            "echo 'touch f' | bash",
+        ] {
+            assert_eq!(verdict(&judge_command(&touchy, "fs__bash", line)), "ask", "{line}");
+        }
+        for line in [
+            "trap 'touch f' EXIT",
+            "coproc touch f; wait",
+            "time -p touch f",
+            "bash <<< 'touch f'",
+            "flock /tmp/l touch f",
+            "taskset 1 touch f",
+            "chrt -o 0 touch f",
+            "strace -o /dev/null touch f",
+        ] {
+            assert_eq!(verdict(&judge_command(&touchy, "fs__bash", line)), "deny", "{line}");
+        }
+        assert_eq!(verdict(&judge_command(&touchy, "fs__bash", "bash build.sh")), "allow");
         assert_eq!(verdict(&judge_command(&guarded, "fs__bash", "echo $X")), "allow");
         assert_eq!(verdict(&judge_command(&everything, "fs__bash", "$X -rf x")), "allow");
         // A plain deny decides without looking at calls.

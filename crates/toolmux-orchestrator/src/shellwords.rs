@@ -13,6 +13,18 @@
 /// unknown to every rule.
 pub(crate) const NAMED_BY_EXPANSION: &str = "a command named by an expansion";
 
+/// Why a line is opaque when a shell reads its commands from its input (`echo 'rm x' |
+/// bash`, `bash <<EOF`): what runs is not among the line's commands. (A here-string's
+/// line, `bash <<< 'rm x'`, is split and judged as `-c`'s is; a script file a shell is
+/// given is no more on the line than what `make` or `npm test` runs.)
+pub(crate) const SHELL_READS_COMMANDS: &str = "a shell that reads its commands from its input";
+
+/// Whether a line opaque for `why` hides what it runs from deny and ask rules too, not
+/// only from allow rules.
+pub(crate) fn hides_commands(why: Option<&str>) -> bool {
+    matches!(why, Some(w) if w == NAMED_BY_EXPANSION || w == SHELL_READS_COMMANDS)
+}
+
 /// One line, split.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Line {
@@ -24,6 +36,20 @@ pub(crate) struct Line {
 
 /// Splits `line` into simple commands.
 pub(crate) fn split(line: &str) -> Line {
+    // Lines within lines (`bash -c "eval 'sh -c …'"`) are split again for each look at
+    // them: past a few levels, the line is opaque instead of taking exponential time.
+    thread_local!(static DEPTH: std::cell::Cell<u8> = const { std::cell::Cell::new(0) });
+    let depth = DEPTH.with(|d| d.replace(d.get() + 1));
+    let line = if depth >= 6 {
+        Line { commands: Vec::new(), opaque: Some(NAMED_BY_EXPANSION) }
+    } else {
+        split_words(line)
+    };
+    DEPTH.with(|d| d.set(depth));
+    line
+}
+
+fn split_words(line: &str) -> Line {
     let mut s = Splitter::default();
     let chars: Vec<char> = line.chars().collect();
     let mut i = 0;
@@ -55,6 +81,7 @@ pub(crate) fn split(line: &str) -> Line {
                 }
             },
             '"' => {
+                let at_program = s.at_program();
                 s.started = true;
                 let mut j = i + 1;
                 let mut closed = false;
@@ -69,8 +96,14 @@ pub(crate) fn split(line: &str) -> Line {
                             j += 2;
                             continue;
                         }
-                        '$' if chars.get(j + 1) == Some(&'(') => s.opaque("a command substitution"),
-                        '`' => s.opaque("a command substitution"),
+                        '$' if chars.get(j + 1) == Some(&'(') => {
+                            s.opaque("a command substitution");
+                            s.program_substituted |= at_program;
+                        }
+                        '`' => {
+                            s.opaque("a command substitution");
+                            s.program_substituted |= at_program;
+                        }
                         _ => {}
                     }
                     s.word.push(chars[j]);
@@ -107,12 +140,18 @@ pub(crate) fn split(line: &str) -> Line {
             '(' | ')' => s.end_command(),
             '$' if next == Some('(') => {
                 s.opaque("a command substitution");
+                // `$(echo rm) x`: the program is what the substitution prints.
+                s.program_substituted |= s.at_program();
                 s.end_command();
                 i += 2;
                 continue;
             }
             '`' => {
                 s.opaque("a command substitution");
+                if !s.in_backquotes {
+                    s.program_substituted |= s.at_program();
+                }
+                s.in_backquotes = !s.in_backquotes;
                 s.end_command();
             }
             '<' | '>' if next == Some('(') => {
@@ -150,11 +189,65 @@ pub(crate) fn split(line: &str) -> Line {
         let assignments = command.iter().take_while(|w| is_assignment(w)).count();
         command.get(assignments).is_some_and(|program| program.contains('$'))
     };
-    if s.commands.iter().any(|c| expanded(c) || inner_commands(c).iter().any(expanded)) {
+    // What each command runs besides itself, found once.
+    let inners: Vec<Found> = s
+        .commands
+        .iter()
+        .map(|c| {
+            let mut found = Found::default();
+            inner(c, 0, &mut found);
+            found
+        })
+        .collect();
+    let inside = || inners.iter().flat_map(|f| &f.commands);
+    if s.program_substituted || s.commands.iter().chain(inside()).any(expanded) {
         // Said over any other reason: deny rules cannot see through this one.
         s.opaque = Some(NAMED_BY_EXPANSION);
+    } else if let Some(why) = inners.iter().find_map(|f| f.hidden) {
+        s.opaque = Some(why);
+    } else if s.commands.iter().chain(inside()).any(|c| reads_commands(c)) {
+        s.opaque = Some(SHELL_READS_COMMANDS);
     }
     Line { commands: s.commands, opaque: s.opaque }
+}
+
+/// Whether `command` is a shell reading its commands from its input: given neither `-c`,
+/// a here-string, nor a script file (nor `--version`).
+fn reads_commands(command: &[String]) -> bool {
+    let assignments = command.iter().take_while(|w| is_assignment(w)).count();
+    let Some(program) = command.get(assignments) else { return false };
+    let program = program.rsplit('/').next().unwrap_or(program);
+    if !SHELLS.contains(&program) {
+        return false;
+    }
+    let mut args = command[assignments + 1..].iter();
+    while let Some(word) = args.next() {
+        if is_redirection(word) {
+            if word.ends_with("<<<") {
+                return false;
+            }
+            // `< file`, `<< EOF`, `2> log`: the target is no argument.
+            if !word.ends_with(|c: char| c.is_ascii_digit() || c == '-') {
+                args.next();
+            }
+            continue;
+        }
+        let short = word.starts_with('-') && !word.starts_with("--");
+        if (short && word.contains('c')) || matches!(word.as_str(), "--version" | "--help") {
+            return false;
+        }
+        if !word.starts_with('-') && !word.starts_with('+') {
+            // A script file.
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `word` is a redirection operator as [`split`] keeps it (`>`, `2>&1`, `<<<`).
+fn is_redirection(word: &str) -> bool {
+    let operator = word.trim_start_matches(|c: char| c.is_ascii_digit());
+    operator.starts_with(['<', '>', '&']) && operator.chars().all(|c| "<>&|-0123456789".contains(c))
 }
 
 #[derive(Default)]
@@ -165,6 +258,10 @@ struct Splitter {
     /// Whether a word has begun (an empty quoted word is a word).
     started: bool,
     opaque: Option<&'static str>,
+    /// A command's program is (or begins with) a command substitution's output.
+    program_substituted: bool,
+    /// Between an opening backquote and its closing one.
+    in_backquotes: bool,
 }
 
 impl Splitter {
@@ -175,6 +272,17 @@ impl Splitter {
 
     fn opaque(&mut self, why: &'static str) {
         self.opaque.get_or_insert(why);
+    }
+
+    /// Whether the word being read is the current command's program: nothing but variable
+    /// assignments (and compound keywords) before it.
+    fn at_program(&self) -> bool {
+        const KEYWORDS: [&str; 10] =
+            ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
+        self.current
+            .iter()
+            .all(|w| is_assignment(w) || KEYWORDS.contains(&w.as_str()) || w.starts_with('-'))
+            && !self.word.contains('=')
     }
 
     fn end_word(&mut self) {
@@ -188,7 +296,11 @@ impl Splitter {
         self.end_word();
         // Keywords that only start a compound command: `then rm x` runs `rm x`.
         let keywords = ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
-        let skip = self.current.iter().take_while(|w| keywords.contains(&w.as_str())).count();
+        let mut skip = self.current.iter().take_while(|w| keywords.contains(&w.as_str())).count();
+        // `time -p rm x` runs `rm x`: the keyword's options go with it.
+        if self.current[..skip].iter().any(|w| w == "time") {
+            skip += self.current[skip..].iter().take_while(|w| w.starts_with('-')).count();
+        }
         let words: Vec<String> = self.current.drain(..).skip(skip).collect();
         if !words.is_empty() && !matches!(words[0].as_str(), "fi" | "done" | "esac" | "}") {
             self.commands.push(words);
@@ -233,6 +345,62 @@ const WRAPPERS: &[(&str, &[&str], usize)] = &[
     ("watch", &["-n", "-d"], 0),
     ("chroot", &[], 1),
     ("unbuffer", &[], 0),
+    ("coproc", &[], 0),
+    ("flock", &["-w", "--timeout", "-E", "--conflict-exit-code", "-c", "--command"], 1),
+    ("taskset", &[], 1),
+    ("chrt", &["-T", "-P", "-D"], 1),
+    ("strace", &["-o", "-e", "-s", "-p", "-u", "-E", "-a", "-O", "-S", "-P", "-I", "-b", "-X"], 0),
+    ("ltrace", &["-o", "-e", "-s", "-p", "-u", "-n", "-a", "-A", "-l", "-x", "-L"], 0),
+    ("nsenter", &["-t", "--target", "-S", "--setuid", "-G", "--setgid", "-w", "--wd"], 0),
+    ("unshare", &["--map-user", "--map-group", "--propagation", "--setgroups"], 0),
+    ("runuser", &["-u", "-g", "-G", "--user", "--group"], 0),
+    (
+        "systemd-run",
+        &[
+            "-u",
+            "--unit",
+            "-p",
+            "--property",
+            "-E",
+            "--setenv",
+            "--uid",
+            "--gid",
+            "-M",
+            "--machine",
+        ],
+        0,
+    ),
+    ("valgrind", &[], 0),
+    ("catchsegv", &[], 0),
+    (
+        "xvfb-run",
+        &[
+            "-n",
+            "-s",
+            "-e",
+            "-f",
+            "-p",
+            "--server-num",
+            "--server-args",
+            "--error-file",
+            "--auth-file",
+        ],
+        0,
+    ),
+    ("firejail", &[], 0),
+    ("proot", &["-r", "-b", "-w", "-q"], 0),
+    ("faketime", &[], 1),
+    ("caffeinate", &[], 0),
+    ("busybox", &[], 0),
+];
+
+/// Programs whose option of this name takes a shell command line (`su -c 'rm x'`,
+/// `flock -c 'rm x' lockfile`, `script -c 'rm x'`), as a shell's `-c` does.
+const LINE_OPTIONS: &[(&str, &[&str])] = &[
+    ("su", &["-c", "--command", "--session-command"]),
+    ("runuser", &["-c", "--command", "--session-command"]),
+    ("flock", &["-c", "--command"]),
+    ("script", &["-c", "--command"]),
 ];
 
 /// Shells whose `-c` argument is a command line of its own.
@@ -243,19 +411,36 @@ const SHELLS: &[&str] = &["sh", "bash", "zsh", "dash", "ksh", "ash", "fish"];
 /// command; the same under a path (`/bin/rm` is `rm`); and with leading variable
 /// assignments left off. For deny rules, which must not be dodged by wrapping.
 pub(crate) fn inner_commands(words: &[String]) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     inner(words, 0, &mut found);
-    found
+    found.commands
 }
 
-fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
+/// What [`inner`] finds.
+#[derive(Default)]
+struct Found {
+    commands: Vec<Vec<String>>,
+    hidden: Option<&'static str>,
+}
+
+fn inner(words: &[String], depth: usize, found: &mut Found) {
     if depth > 4 || words.is_empty() {
         return;
     }
-    let add = |found: &mut Vec<Vec<String>>, command: Vec<String>| {
-        if !command.is_empty() && !found.contains(&command) {
-            found.push(command.clone());
+    let add = |found: &mut Found, command: Vec<String>| {
+        if !command.is_empty() && !found.commands.contains(&command) {
+            found.commands.push(command.clone());
             inner(&command, depth + 1, found);
+        }
+    };
+    // A line run by the command: its commands, and whether it hides some.
+    let add_line = |found: &mut Found, line: &str| {
+        let line = split(line);
+        if hides_commands(line.opaque) {
+            found.hidden = found.hidden.or(line.opaque);
+        }
+        for command in line.commands {
+            add(found, command);
         }
     };
     let assignments = words.iter().take_while(|w| is_assignment(w)).count();
@@ -269,14 +454,33 @@ fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
         unpathed[0] = program.to_owned();
         add(found, unpathed);
     }
+    if let Some((_, options)) = LINE_OPTIONS.iter().find(|o| o.0 == program) {
+        let mut rest = words[1..].iter();
+        while let Some(w) = rest.next() {
+            let joined = options.iter().find_map(|o| w.strip_prefix(&format!("{o}=")));
+            let line = match joined {
+                Some(line) => Some(line),
+                None if options.contains(&w.as_str()) => rest.next().map(String::as_str),
+                None => None,
+            };
+            if let Some(line) = line {
+                add_line(found, line);
+            }
+        }
+    }
+    if SHELLS.contains(&program)
+        && let Some(at) = words.iter().position(|w| w.ends_with("<<<") && is_redirection(w))
+        && let Some(line) = words.get(at + 1)
+    {
+        // `bash <<< 'rm x'` runs the here-string's line.
+        add_line(found, line);
+    }
     if SHELLS.contains(&program) {
         let mut rest = words[1..].iter();
         while let Some(w) = rest.next() {
             if w.starts_with('-') && !w.starts_with("--") && w.contains('c') {
                 if let Some(script) = rest.next() {
-                    for command in split(script).commands {
-                        add(found, command);
-                    }
+                    add_line(found, script);
                 }
                 break;
             }
@@ -285,12 +489,13 @@ fn inner(words: &[String], depth: usize, found: &mut Vec<Vec<String>>) {
         && let Some(line) = split_string(&words[1..])
     {
         // `env -S 'rm x'` splits its argument into the command it runs.
-        for command in split(line).commands {
-            add(found, command);
-        }
+        add_line(found, line);
     } else if program == "eval" {
-        for command in split(&words[1..].join(" ")).commands {
-            add(found, command);
+        add_line(found, &words[1..].join(" "));
+    } else if program == "trap" {
+        // `trap 'rm x' EXIT` runs its first argument when the signal comes.
+        if let Some(line) = words[1..].iter().find(|w| !w.starts_with('-')) {
+            add_line(found, line);
         }
     } else if program == "find" {
         let mut i = 1;
@@ -405,6 +610,61 @@ mod tests {
         for line in ["echo $HOME", "rm \"$FILE\"", "cd $DIR && ls", "X=$(pwd)x ls"] {
             assert_ne!(split(line).opaque, why, "{line}");
         }
+    }
+
+    /// What runs is hidden from deny rules by a substituted program or a shell reading its
+    /// input; a substitution in an argument, a script file or a `-c` line is not.
+    #[test]
+    fn hidden_programs_are_told() {
+        for line in [
+            "$(echo touch) f1",
+            "`echo touch` f",
+            "\"$(echo touch)\" f",
+            "X=1 $(echo rm) x",
+            "time -p $(echo rm) x",
+            "bash -c \"$(echo touch) f\"",
+            "echo 'touch f' | bash",
+            "cat <<EOF | sh\ntouch f\nEOF",
+            "sh < script.sh",
+            "bash -c 'echo rm x | bash'",
+        ] {
+            assert!(hides_commands(split(line).opaque), "{line}: {:?}", split(line).opaque);
+        }
+        for line in [
+            "echo $(date)",
+            "git log `git rev-parse HEAD` -1",
+            "bash -c 'ls'",
+            "bash build.sh",
+            "sh --version",
+            "bash <<< 'ls'",
+            "ls 2>&1 | tee log",
+        ] {
+            assert!(!hides_commands(split(line).opaque), "{line}: {:?}", split(line).opaque);
+        }
+        // Lines nested past a few levels are not split again and again.
+        let line = format!("{}rm x", "eval ".repeat(200));
+        let started = std::time::Instant::now();
+        assert!(hides_commands(split(&line).opaque));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+
+    /// Commands run later or under more wrappers are found for deny rules.
+    #[test]
+    fn deferred_and_wrapped_commands_are_found() {
+        let inner = |line: &str| -> Vec<String> {
+            let words = &split(line).commands[0];
+            inner_commands(words).iter().map(|c| c.join(" ")).collect()
+        };
+        assert_eq!(inner("trap 'touch f' EXIT"), ["touch f"]);
+        assert_eq!(commands("time -p touch f"), ["touch f"]);
+        assert_eq!(inner("coproc touch f"), ["touch f"]);
+        assert_eq!(inner("flock /tmp/l touch f"), ["touch f"]);
+        assert_eq!(inner("flock -c 'touch f' /tmp/l"), ["touch f"]);
+        assert_eq!(inner("taskset 1 touch f"), ["touch f"]);
+        assert_eq!(inner("chrt -o 0 touch f"), ["touch f"]);
+        assert_eq!(inner("strace -o /dev/null touch f"), ["touch f"]);
+        assert_eq!(inner("su -c 'touch f' root"), ["touch f"]);
+        assert_eq!(inner("bash <<< 'touch f'"), ["touch f"]);
     }
 
     #[test]
