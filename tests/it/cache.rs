@@ -75,3 +75,29 @@ async fn a_tool_passing_caller_headers_on_is_cached_per_caller() {
     assert_eq!(*seen.lock().expect("the log"), ["acme", "globex", "none"]);
     toolmux.shutdown().await.unwrap();
 }
+
+/// A `restTools` entry's `cache` joins the tool's own `tools.NAME` settings instead of
+/// replacing them: its size cap still holds (the cache took every `tools.NAME` setting away).
+#[tokio::test]
+async fn a_cached_rest_tool_keeps_its_tool_settings() {
+    let (base, seen) = tenant_api();
+    let yaml = format!(
+        "restTools:\n  whoami:\n    description: Which tenant the API sees.\n    \
+         url: {base}/whoami\n    cache: 60000\ntools:\n  rest__whoami:\n    responseMaxBytes: 8\n"
+    );
+    let env = |_: &str| None;
+    let loaded = load_str(&yaml, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let toolmux = Toolmux::build(&loaded).await.unwrap_or_else(|e| panic!("{e}"));
+    let tools = toolmux.orchestrator();
+    assert!(tools.warmup().await.is_ok());
+    for _ in 0..2 {
+        let result = tools
+            .execute(ToolCall::new("rest__whoami", serde_json::json!({})), &CallContext::new())
+            .await;
+        let text = result.result.unwrap_or_default();
+        assert!(!text.contains("\"tenant\":\"none\""), "not capped: {text}");
+    }
+    assert_eq!(seen.lock().expect("the log").len(), 1, "the second call was cached");
+    toolmux.shutdown().await.unwrap();
+}

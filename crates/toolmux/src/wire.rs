@@ -1405,13 +1405,15 @@ mod rest {
                     continue;
                 }
                 let local = toolmux_core::naming::sanitize(name);
-                let settings = ToolSettings {
-                    queue: tool.queue.clone(),
-                    cache_ttl: tool.cache.map(Duration::from_millis),
-                    cache_force: tool.cache.is_some(),
-                    ..ToolSettings::default()
-                };
-                config.tools.insert(format!("{namespace}__{local}"), settings);
+                // Joins what `tools.NAME` set (a timeout, a size cap), which wins.
+                let settings = config.tools.entry(format!("{namespace}__{local}")).or_default();
+                if settings.queue.is_none() {
+                    settings.queue = tool.queue.clone();
+                }
+                if settings.cache_ttl.is_none() && tool.cache.is_some() {
+                    settings.cache_ttl = tool.cache.map(Duration::from_millis);
+                    settings.cache_force = true;
+                }
             }
             providers.push(Arc::new(provider));
         }
