@@ -369,15 +369,18 @@ async fn start(
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
             http_config.retry_config = Arc::new(BoundedRetry);
             // Every request goes through `Passthrough`, which sends the headers a call
-            // carries to pass on (and nothing else changes for calls without).
+            // carries to pass on (and nothing else changes for calls without), and has the
+            // tools listed again when the server renews the session.
+            let renewed = Arc::downgrade(events);
             match http.and_then(|h| h.oauth.clone()) {
                 Some(oauth) => {
-                    let client = Passthrough(OAuthHttp::new(client()?, oauth, fault.clone()));
+                    let client = OAuthHttp::new(client()?, oauth, fault.clone());
+                    let client = Passthrough { client, renewed };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }
                 None => {
-                    let client = Passthrough(client()?);
+                    let client = Passthrough { client: client()?, renewed };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }

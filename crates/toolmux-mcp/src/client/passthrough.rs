@@ -18,7 +18,9 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 use sse_stream::Sse;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use super::handler::Events;
 
 /// The private `_meta` key of the headers to pass on.
 pub(crate) const PASSTHROUGH_META_KEY: &str = "io.toolmux/passthrough-headers";
@@ -31,7 +33,31 @@ pub(crate) fn passable(name: &str) -> bool {
 /// An HTTP client that sends the headers a `tools/call` carries under
 /// [`PASSTHROUGH_META_KEY`] as headers, and takes them out of the message.
 #[derive(Debug, Clone)]
-pub(crate) struct Passthrough<C>(pub(crate) C);
+pub(crate) struct Passthrough<C> {
+    pub(crate) client: C,
+    /// Told that the tool list may have changed when the server refuses the session:
+    /// rmcp then starts a new one unseen, and the server behind it may have restarted
+    /// with other tools.
+    pub(crate) renewed: Weak<Events>,
+}
+
+impl<C> Passthrough<C> {
+    /// `response`, with the server's refusals told (see [`refusals_told`]); a session
+    /// expiry has the tools listed again.
+    fn told<E: std::error::Error + Send + Sync + 'static>(
+        &self,
+        response: Result<StreamableHttpPostResponse, HttpError<E>>,
+        in_session: bool,
+    ) -> Result<StreamableHttpPostResponse, HttpError<E>> {
+        let response = refusals_told(response, in_session);
+        if matches!(response, Err(StreamableHttpError::SessionExpired))
+            && let Some(events) = self.renewed.upgrade()
+        {
+            events.tools_changed.notify_one();
+        }
+        response
+    }
+}
 
 /// The headers `message` carries to pass on, taken out of it.
 pub(crate) fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, HeaderValue> {
@@ -120,8 +146,8 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         custom_headers.extend(take(&mut message));
         let in_session = session_id.is_some();
         let response =
-            self.0.post_message(uri, message, session_id, auth_header, custom_headers).await;
-        refusals_told(response, in_session)
+            self.client.post_message(uri, message, session_id, auth_header, custom_headers).await;
+        self.told(response, in_session)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -136,7 +162,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         custom_headers.extend(take(&mut message));
         let in_session = session_id.is_some();
         let response = self
-            .0
+            .client
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -146,7 +172,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
                 max_sse_event_size,
             )
             .await;
-        refusals_told(response, in_session)
+        self.told(response, in_session)
     }
 
     async fn delete_session(
@@ -156,7 +182,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), HttpError<C::Error>> {
-        self.0.delete_session(uri, session_id, auth_header, custom_headers).await
+        self.client.delete_session(uri, session_id, auth_header, custom_headers).await
     }
 
     async fn get_stream(
@@ -167,7 +193,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError<C::Error>> {
-        self.0.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.client.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -179,7 +205,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError<C::Error>> {
-        self.0
+        self.client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,

@@ -406,6 +406,11 @@ impl Inner {
                     idle::spawn_watch(Arc::downgrade(self), connection.clone());
                 }
                 self.after_connect(&connection).await;
+                // A list held from an earlier connection may not be this server's: it
+                // restarted (a crash, an idle stop, a new version behind the same URL).
+                if self.cached_tools().is_some() {
+                    self.reread_tools(&connection).await;
+                }
                 // The server started and answered its handshake: whatever crashed it
                 // before, it works, and the failures in a row start again from none.
                 *restarts = Restarts::default();
@@ -499,6 +504,22 @@ impl Inner {
         let tools = Arc::new(tools);
         *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Some(tools.clone());
         Ok(tools)
+    }
+
+    /// Lists the tools again and tells listeners when the list differs from the one
+    /// held; a failed listing keeps the list held.
+    async fn reread_tools(&self, connection: &Connection) {
+        let Some(held) = self.cached_tools() else { return };
+        match self.fetch_tools(connection).await {
+            Ok(now) if *now != *held => {
+                tracing::info!(server = %self.name, "the tool list changed; telling listeners");
+                self.notifier.notify();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(server = %self.name, error = %e, "cannot re-read the tool list");
+            }
+        }
     }
 
     fn service_error(

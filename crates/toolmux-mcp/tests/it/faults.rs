@@ -88,6 +88,25 @@ async fn a_tool_crashing_its_server_every_time_never_disables_it() {
     provider.shutdown().await.unwrap();
 }
 
+/// A server restarted after a crash is asked for its tools again: what the last process
+/// added is gone (the list of the first process was kept for good).
+#[tokio::test]
+async fn a_restart_lists_the_tools_again_and_tells_of_the_change() {
+    let provider = provider("ok");
+    provider.warmup().await.unwrap();
+    let mut changes = provider.tool_list_changes().expect("list changes are signalled");
+    call(&provider, "add_tool").await.unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await);
+    call(&provider, "crash").await.unwrap_err();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(!provider.has_tool("extra").await, "the new process has no `extra`");
+    provider.shutdown().await.unwrap();
+}
+
 /// A server given up on is started again after a pause: once what kept it from starting
 /// is back, it works again without restarting toolmux.
 #[tokio::test]

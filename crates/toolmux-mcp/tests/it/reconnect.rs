@@ -93,20 +93,28 @@ async fn calls_in_an_http_outage_fail_fast_and_the_server_is_used_once_back() {
     provider.shutdown().await.unwrap();
 }
 
-/// A streamable HTTP server on loopback that numbers its sessions and never answers a call
-/// of `hang`, as a server stuck behind a proxy that keeps the connection open does; its
-/// `session` tool says which session it was called in.
-async fn stuck_http_server() -> String {
+/// A streamable HTTP server on loopback that numbers its sessions (`s1`, `s2`, …) and never
+/// answers a call of `hang`, as a server stuck behind a proxy that keeps the connection
+/// open does. Its `session` tool says which session it was called in, `forget` makes it
+/// forget every session (as a restart does; it then answers them 404), and it lists a
+/// tool `in_sN` of the session.
+async fn sessions_http_server() -> String {
     use axum::http::{HeaderMap, StatusCode, header};
     use axum::response::IntoResponse;
-    use std::sync::Arc;
+    use std::collections::HashSet;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
-    let sessions = Arc::new(AtomicUsize::new(0));
+    let made = Arc::new(AtomicUsize::new(0));
+    let known = Arc::new(Mutex::new(HashSet::<String>::new()));
     let mcp = move |headers: HeaderMap, body: String| {
-        let sessions = sessions.clone();
+        let (made, known) = (made.clone(), known.clone());
         async move {
             let message: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+            if session.is_some_and(|s| !known.lock().unwrap().contains(s)) {
+                return StatusCode::NOT_FOUND.into_response();
+            }
             let Some(id) = message.get("id").cloned() else {
                 return StatusCode::ACCEPTED.into_response();
             };
@@ -114,26 +122,31 @@ async fn stuck_http_server() -> String {
             let answer = |result: serde_json::Value| {
                 json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
             };
-            let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+            let text = |text: &str| answer(json!({"content": [{"type": "text", "text": text}]}));
             match (message["method"].as_str().unwrap_or(""), session) {
                 ("initialize", None) => {
-                    let session = format!("s{}", sessions.fetch_add(1, Ordering::SeqCst) + 1);
+                    let session = format!("s{}", made.fetch_add(1, Ordering::SeqCst) + 1);
+                    known.lock().unwrap().insert(session.clone());
                     let result = json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-                        "serverInfo": {"name": "stuck", "version": "1"}});
+                        "serverInfo": {"name": "sessions", "version": "1"}});
                     let headers = [("mcp-session-id", session)];
                     (headers, json, answer(result)).into_response()
                 }
-                ("tools/list", Some(_)) => {
+                ("tools/list", Some(session)) => {
                     let schema = json!({"type": "object"});
-                    let tools = json!({"tools": [{"name": "hang", "inputSchema": schema},
-                        {"name": "session", "inputSchema": schema}]});
-                    (json, answer(tools)).into_response()
+                    let names = ["hang", "session", "forget", &format!("in_{session}")];
+                    let tools: Vec<_> =
+                        names.iter().map(|n| json!({"name": n, "inputSchema": schema})).collect();
+                    (json, answer(json!({"tools": tools}))).into_response()
                 }
-                ("tools/call", Some(session)) if message["params"]["name"] == "session" => {
-                    let text = json!({"content": [{"type": "text", "text": session}]});
-                    (json, answer(text)).into_response()
-                }
-                ("tools/call", Some(_)) => std::future::pending().await,
+                ("tools/call", Some(session)) => match message["params"]["name"].as_str() {
+                    Some("session") => (json, text(session)).into_response(),
+                    Some("forget") => {
+                        known.lock().unwrap().clear();
+                        (json, text("forgotten")).into_response()
+                    }
+                    _ => std::future::pending().await,
+                },
                 _ => (json, answer(json!({}))).into_response(),
             }
         }
@@ -150,25 +163,46 @@ async fn stuck_http_server() -> String {
     url
 }
 
+async fn call(provider: &McpProvider, tool: &str) -> Result<String, ToolError> {
+    provider.call(tool, json!({}), &CallContext::new()).await.map(|out| out.to_text())
+}
+
 /// A remote server that leaves three requests in a row unanswered until their timeouts is
 /// connected to afresh on the next call; fewer, or with an answer between, are not enough.
 #[tokio::test(flavor = "multi_thread")]
 async fn three_timeouts_in_a_row_over_http_reconnect() {
-    let url = stuck_http_server().await;
+    let url = sessions_http_server().await;
     let config = McpServerConfig::remote(TransportKind::Http, url)
         .with_request_timeout(Duration::from_millis(300));
     let provider = McpProvider::new("stuck", config).unwrap();
-    let call = async |tool: &str| {
-        provider.call(tool, json!({}), &CallContext::new()).await.map(|out| out.to_text())
-    };
-    assert_eq!(call("session").await.unwrap(), "s1");
+    assert_eq!(call(&provider, "session").await.unwrap(), "s1");
     for _ in 0..2 {
-        assert!(matches!(call("hang").await, Err(ToolError::Timeout { .. })));
+        assert!(matches!(call(&provider, "hang").await, Err(ToolError::Timeout { .. })));
     }
-    assert_eq!(call("session").await.unwrap(), "s1", "an answer in between: still the session");
+    let session = call(&provider, "session").await.unwrap();
+    assert_eq!(session, "s1", "an answer in between: still the session");
     for _ in 0..3 {
-        assert!(matches!(call("hang").await, Err(ToolError::Timeout { .. })));
+        assert!(matches!(call(&provider, "hang").await, Err(ToolError::Timeout { .. })));
     }
-    assert_eq!(call("session").await.unwrap(), "s2", "a new connection");
+    assert_eq!(call(&provider, "session").await.unwrap(), "s2", "a new connection");
+    provider.shutdown().await.unwrap();
+}
+
+/// A server that forgot the session (it restarted) gets a new one from rmcp at once, and
+/// the tools are listed again, the change told: they may be another version's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_http_session_lists_the_tools_again() {
+    let url = sessions_http_server().await;
+    let config = McpServerConfig::remote(TransportKind::Http, url)
+        .with_request_timeout(Duration::from_secs(10));
+    let provider = McpProvider::new("renewed", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert!(provider.has_tool("in_s1").await);
+    let mut changes = provider.tool_list_changes().unwrap();
+    assert_eq!(call(&provider, "forget").await.unwrap(), "forgotten");
+    assert_eq!(call(&provider, "session").await.unwrap(), "s2");
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("in_s2").await && !provider.has_tool("in_s1").await);
     provider.shutdown().await.unwrap();
 }

@@ -192,22 +192,11 @@ fn announces_tool_changes(connection: &Connection) -> bool {
         .unwrap_or(false)
 }
 
-/// Lists the tools of a server that does not announce changes to them, and tells
-/// listeners when the list differs from the one held: without this, a gateway kept
-/// offering what such a server had when it connected. Only on an answered ping, so a
-/// server that hangs is not asked twice; a failed listing keeps the list held.
+/// Lists the tools of a server that does not announce changes to them (see
+/// [`Inner::reread_tools`]): without this, a gateway kept offering what such a server had
+/// when it connected. Only on an answered ping, so a server that hangs is not asked twice.
 async fn reread_tools(inner: &Inner, connection: &Connection) {
-    let held = inner.tools.read().unwrap_or_else(|e| e.into_inner()).clone();
-    let Some(held) = held else { return };
-    match inner.fetch_tools(connection).await {
-        Ok(now) if *now != *held => {
-            tracing::info!(server = %inner.name, "the tool list changed; telling listeners");
-            inner.notifier.notify();
-        }
-        Ok(_) => {}
-        // `fetch_tools` keeps the held list when it fails.
-        Err(e) => tracing::debug!(server = %inner.name, error = %e, "cannot re-read the tool list"),
-    }
+    inner.reread_tools(connection).await;
 }
 
 /// Sends `ping` and waits for its answer. An error answer is an answer: the server reads
