@@ -52,7 +52,8 @@ pub use gateway::{DEFAULT_HISTORY, GATEWAY_NAMESPACE, GatewayProvider, MAX_PAGE}
 pub use spaces::Spaces;
 pub use store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
-    Delivery, ExternalResult, InboxEntry, MemoryPendingStore, PendingCall, PendingStore,
+    Delivery, ExternalResult, InboxEntry, MemoryPendingStore, NotPending, PendingCall,
+    PendingStore,
 };
 pub use store_dir::DirPendingStore;
 
@@ -185,6 +186,9 @@ pub struct ExternalProvider {
     spaces: Option<Spaces>,
     /// Makes the calls of the tools with `execution.url`, by the same local name.
     http: Option<Arc<dyn ToolProvider>>,
+    /// Set once the task that cancels the space messages of expired calls started; it
+    /// runs while a clone of the provider lives (it holds this weakly).
+    expiry_watch: Arc<std::sync::OnceLock<()>>,
 }
 
 impl ExternalProvider {
@@ -229,7 +233,13 @@ impl ExternalProvider {
                 return Err(format!("two external tools are both named `{local}`"));
             }
         }
-        Ok(ExternalProvider { tools: Arc::new(named), store, spaces: None, http: None })
+        Ok(ExternalProvider {
+            tools: Arc::new(named),
+            store,
+            spaces: None,
+            http: None,
+            expiry_watch: Arc::default(),
+        })
     }
 
     /// Shows the calls of visible tools in the caller's active space, and refuses them to a
@@ -252,6 +262,30 @@ impl ExternalProvider {
     /// The store of pending calls.
     pub fn store(&self) -> &Arc<dyn PendingStore> {
         &self.store
+    }
+
+    /// Starts, once, the task that marks `cancelled` the space messages of visible calls
+    /// that expired unanswered (every [`EXPIRY_EVERY`], while the provider lives), so that
+    /// none waits for an answer that can no longer come. A call made in another process
+    /// sharing the spaces is looked at too.
+    fn watch_expiry(&self) {
+        let Some(spaces) = &self.spaces else { return };
+        self.expiry_watch.get_or_init(|| {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+            let (alive, store, spaces) =
+                (Arc::downgrade(&self.expiry_watch), self.store.clone(), spaces.clone());
+            runtime.spawn(async move {
+                loop {
+                    tokio::time::sleep(EXPIRY_EVERY).await;
+                    if alive.strong_count() == 0 {
+                        return;
+                    }
+                    if let Err(e) = cancel_expired(store.as_ref(), &spaces).await {
+                        tracing::debug!(target: "toolmux::external", "expired calls' messages not looked at: {e}");
+                    }
+                }
+            });
+        });
     }
 
     async fn run_tool(
@@ -387,20 +421,17 @@ impl ExternalProvider {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             timeout = timeout.min(left.saturating_sub(Duration::from_millis(10)));
         }
-        // Dropped while it waits (the pipeline gave up on the call, which then ends
-        // without running the cancellation below), the call is withdrawn all the same.
-        let mut unwaited =
-            WithdrawOnDrop { store: self.store.clone(), call_id: Some(call_id.clone()) };
+        // Cancelled, or dropped while it waits (the pipeline drops the call when its token
+        // fires, so nothing awaited here after that would run), the call is withdrawn and
+        // its message cancelled from the drop.
+        let mut unwaited = WithdrawOnDrop {
+            store: self.store.clone(),
+            spaces: space.as_ref().map(|(spaces, _)| Spaces::clone(spaces)),
+            call_id: Some(call_id.clone()),
+        };
         let waited = tokio::select! {
             result = self.store.wait(&call_id, timeout) => result,
-            () = ctx.cancel_token().cancelled() => {
-                unwaited.call_id = None;
-                self.store.withdraw(&call_id).await;
-                if let Some((spaces, _)) = &space {
-                    spaces.finish_tool(&call_id, spaces::ToolStatus::Cancelled, None).await?;
-                }
-                return Err(ToolError::Cancelled { tool: full });
-            }
+            () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: full }),
         };
         unwaited.call_id = None;
         match waited {
@@ -487,7 +518,7 @@ impl ExternalProvider {
             let call = calls.iter().find(|c| c.call_id == call_id);
             let Some(listed) = call else {
                 // Not pending: the store says why (expired, or unknown), as resolving would.
-                return Err(self.store.not_pending(call_id).await);
+                return Err(self.refuse(call_id).await);
             };
             if !may_see(by, &listed.run_id) {
                 return Err(store::unknown_call(call_id));
@@ -502,7 +533,16 @@ impl ExternalProvider {
             }
         }
         let shown = self.spaces.as_ref().map(|_| (result.clone(), is_error));
-        let delivery = self.store.resolve(call_id, ExternalResult { result, is_error }).await?;
+        let answer = ExternalResult { result, is_error };
+        let delivery = match self.store.resolve(call_id, answer).await {
+            Ok(delivery) => delivery,
+            Err(e @ ToolError::InvalidArguments { .. }) => {
+                // Refused: when the call expired, its message no longer waits.
+                let _ = self.refuse(call_id).await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         if let (Some(spaces), Some((result, is_error))) = (&self.spaces, shown) {
             let status =
                 if is_error { spaces::ToolStatus::Error } else { spaces::ToolStatus::Complete };
@@ -521,6 +561,21 @@ impl ExternalProvider {
         }
     }
 
+    /// The refusal of a result for call `call_id`, which is not pending; the space message
+    /// of a call that expired is marked `cancelled` (it no longer waits for an answer).
+    async fn refuse(&self, call_id: &str) -> ToolError {
+        let why = match self.store.not_pending(call_id).await {
+            Ok(why) => why,
+            Err(e) => return e,
+        };
+        if let (NotPending::Expired { .. }, Some(spaces)) = (why, &self.spaces)
+            && let Err(e) = spaces.finish_tool(call_id, spaces::ToolStatus::Cancelled, None).await
+        {
+            tracing::warn!(target: "toolmux::external", "the message of expired call {call_id} not cancelled: {e}");
+        }
+        why.into_error(call_id)
+    }
+
     /// The results in the caller's inbox: an agent's own (a sub-agent shares its caller's
     /// run, not its results), anyone else's the run's.
     async fn inbox(&self, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
@@ -533,10 +588,13 @@ impl ExternalProvider {
     }
 }
 
-/// Withdraws a call whose caller was dropped while it waited: at once where the store can
-/// (an interrupted process may end right after), else in a task of its own.
+/// Withdraws a call whose caller was cancelled or dropped while it waited: at once where
+/// the store can (an interrupted process may end right after), else in a task of its own,
+/// which also marks the call's space message `cancelled`.
 struct WithdrawOnDrop {
     store: Arc<dyn PendingStore>,
+    /// The spaces the call's message was posted to.
+    spaces: Option<Spaces>,
     /// `None` once the wait ended.
     call_id: Option<String>,
 }
@@ -544,13 +602,45 @@ struct WithdrawOnDrop {
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
         let Some(call_id) = self.call_id.take() else { return };
-        if self.store.withdraw_now(&call_id) {
+        let withdrawn = self.store.withdraw_now(&call_id);
+        if withdrawn && self.spaces.is_none() {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let store = self.store.clone();
-        runtime.spawn(async move { store.withdraw(&call_id).await });
+        let (store, spaces) = (self.store.clone(), self.spaces.take());
+        runtime.spawn(async move {
+            if !withdrawn {
+                store.withdraw(&call_id).await;
+            }
+            if let Some(spaces) = spaces
+                && let Err(e) =
+                    spaces.finish_tool(&call_id, spaces::ToolStatus::Cancelled, None).await
+            {
+                tracing::warn!(target: "toolmux::external", "the message of cancelled call {call_id} not cancelled: {e}");
+            }
+        });
     }
+}
+
+/// How often the space messages of visible calls are looked at for calls that expired.
+const EXPIRY_EVERY: Duration = Duration::from_secs(10);
+
+/// Marks `cancelled` the messages in `spaces` that wait for an answer to a call `store`
+/// says expired.
+async fn cancel_expired(store: &dyn PendingStore, spaces: &Spaces) -> Result<(), ToolError> {
+    let waiting = spaces.waiting_tool_calls().await?;
+    if waiting.is_empty() {
+        return Ok(());
+    }
+    let pending = store.pending(&[], Duration::ZERO).await?;
+    for id in waiting.iter().filter(|id| !pending.iter().any(|c| &c.call_id == *id)) {
+        // A call answered just now is not pending either: only one the store says
+        // expired is cancelled; the answer finishes the other.
+        if let NotPending::Expired { .. } = store.not_pending(id).await? {
+            spaces.finish_tool(id, spaces::ToolStatus::Cancelled, None).await?;
+        }
+    }
+    Ok(())
 }
 
 /// The agent a call descends from (`agent:NAME`), as spaces name it; `None` for any other
@@ -695,6 +785,7 @@ impl ToolProvider for ExternalProvider {
         arguments: Value,
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
+        self.watch_expiry();
         match name {
             "pending" => self.pending(&arguments, ctx).await,
             "submit" => self.submit(arguments, ctx).await,

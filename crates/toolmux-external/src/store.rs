@@ -99,6 +99,28 @@ pub enum Delivery {
     },
 }
 
+/// Why a call is not pending ([`PendingStore::not_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotPending {
+    /// It expired unanswered, `ttl` after it was made or its caller stopped waiting.
+    Expired {
+        /// The calls' time to live.
+        ttl: Duration,
+    },
+    /// Never made, answered already, withdrawn, or forgotten.
+    Unknown,
+}
+
+impl NotPending {
+    /// The refusal of a result for call `call_id`, which is not pending for this reason.
+    pub fn into_error(self, call_id: &str) -> ToolError {
+        match self {
+            NotPending::Expired { ttl } => expired_call(call_id, ttl),
+            NotPending::Unknown => unknown_call(call_id),
+        }
+    }
+}
+
 /// A result in a run's inbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -163,11 +185,12 @@ pub trait PendingStore: Send + Sync + fmt::Debug {
     /// invalid-arguments error, and so is expired, saying so.
     async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError>;
 
-    /// The error [`PendingStore::resolve`] would give for call `call_id`, known not to be
-    /// pending (a caller that looked first): that it expired, when the store remembers so,
-    /// else that there is no such call. The default knows of no expired call.
-    async fn not_pending(&self, call_id: &str) -> ToolError {
-        unknown_call(call_id)
+    /// Why call `call_id`, known not to be pending (a caller that looked first), is not: it
+    /// expired, when the store remembers so, or it is unknown. The default knows of no
+    /// expired call. Fails when the store cannot be read.
+    async fn not_pending(&self, call_id: &str) -> Result<NotPending, ToolError> {
+        let _ = call_id;
+        Ok(NotPending::Unknown)
     }
 
     /// The results in run `run_id`'s inbox, oldest first, taken out: with `owner`, only
@@ -543,14 +566,14 @@ impl PendingStore for MemoryPendingStore {
         Ok(Delivery::Inbox { run_id })
     }
 
-    async fn not_pending(&self, call_id: &str) -> ToolError {
+    async fn not_pending(&self, call_id: &str) -> Result<NotPending, ToolError> {
         let state = self.lock();
         let expired = state.expired.contains_key(call_id)
             || state.calls.get(call_id).is_some_and(|e| e.expired(Instant::now()));
-        match expired {
-            true => expired_call(call_id, self.pending_ttl),
-            false => unknown_call(call_id),
-        }
+        Ok(match expired {
+            true => NotPending::Expired { ttl: self.pending_ttl },
+            false => NotPending::Unknown,
+        })
     }
 
     async fn take_inbox(

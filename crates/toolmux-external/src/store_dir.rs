@@ -32,8 +32,8 @@
 use crate::folder;
 use crate::store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
-    Delivery, ExternalResult, InboxEntry, OPEN_WAITER, PendingCall, PendingStore, except,
-    expired_call, now_ms, unknown_call,
+    Delivery, ExternalResult, InboxEntry, NotPending, OPEN_WAITER, PendingCall, PendingStore,
+    except, expired_call, now_ms, unknown_call,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -831,9 +831,9 @@ impl PendingStore for DirPendingStore {
         Ok(delivery)
     }
 
-    async fn not_pending(&self, call_id: &str) -> ToolError {
+    async fn not_pending(&self, call_id: &str) -> Result<NotPending, ToolError> {
         if !valid_id(call_id) {
-            return unknown_call(call_id);
+            return Ok(NotPending::Unknown);
         }
         let id = call_id.to_owned();
         // Read without the lock: each file is replaced whole.
@@ -846,11 +846,10 @@ impl PendingStore for DirPendingStore {
                 })
             })
             .await;
-        match expired {
-            Ok(true) => expired_call(call_id, self.inner.pending_ttl),
-            Ok(false) => unknown_call(call_id),
-            Err(e) => e,
-        }
+        Ok(match expired? {
+            true => NotPending::Expired { ttl: self.inner.pending_ttl },
+            false => NotPending::Unknown,
+        })
     }
 
     async fn take_inbox(

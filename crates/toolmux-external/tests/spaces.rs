@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::{CallContext, ContentPart, Op, ToolError, ToolOutput, ToolProvider};
 use toolmux_external::{
-    Delivery, ExecutionType, ExternalProvider, ExternalResult, ExternalToolConfig, GatewayProvider,
-    InboxEntry, MemoryPendingStore, PendingCall, PendingStore, Spaces,
+    Delivery, DirPendingStore, ExecutionType, ExternalProvider, ExternalResult, ExternalToolConfig,
+    GatewayProvider, InboxEntry, MemoryPendingStore, PendingCall, PendingStore, Spaces,
 };
 use toolmux_test_support::conformance::{Conformance, SampleCall};
 
@@ -29,6 +29,10 @@ fn agent(name: &str, run: &str) -> CallContext {
 }
 
 fn external(spaces: &Spaces) -> ExternalProvider {
+    external_in(spaces, Arc::new(MemoryPendingStore::default()))
+}
+
+fn external_in(spaces: &Spaces, store: Arc<dyn PendingStore>) -> ExternalProvider {
     let mut tools = BTreeMap::new();
     let config = |execution_type, is_async, visible| ExternalToolConfig {
         description: "d".into(),
@@ -41,9 +45,17 @@ fn external(spaces: &Spaces) -> ExternalProvider {
     tools.insert("ask".to_owned(), config(ExecutionType::Space, false, None));
     tools.insert("displayChart".to_owned(), config(ExecutionType::Internal, false, Some(true)));
     tools.insert("lookup".to_owned(), config(ExecutionType::External, true, Some(false)));
-    ExternalProvider::new(&tools, Arc::new(MemoryPendingStore::default()))
-        .expect("valid")
-        .with_spaces(spaces.clone())
+    ExternalProvider::new(&tools, store).expect("valid").with_spaces(spaces.clone())
+}
+
+/// The status of the tool message of each call in space `space`, oldest first.
+async fn tool_statuses(gateway: &GatewayProvider, space: &str) -> Vec<String> {
+    let person = CallContext::new().with_run_id("ui");
+    let read = json!({"space": space, "offset": 0});
+    let page = gateway.call("read_messages", read, &person).await.expect("read");
+    let messages = json_of(&page)["messages"].clone();
+    let statuses = messages.as_array().expect("messages").iter();
+    statuses.filter_map(|m| m["tool"]["status"].as_str().map(str::to_owned)).collect()
 }
 
 #[tokio::test]
@@ -500,4 +512,88 @@ async fn a_removed_spaces_folder_is_made_again() {
     g.call("enter_space", json!({"space": "s"}), &a).await.expect("enter again");
     g.call("send_message", json!({"text": "still here"}), &a).await.expect("send");
     assert!(at.join("spaces").is_dir());
+}
+
+/// A visible call whose caller is cancelled (the pipeline drops the call when its token
+/// fires) or dropped while it waits has its message marked `cancelled`, not left waiting
+/// for an answer (`requires_action`) forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_or_dropped_call_s_message_is_cancelled() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let caller = {
+        let (ext, ctx, cancel) =
+            (ext.clone(), me.clone().with_cancel(cancel.clone()), cancel.clone());
+        // As the orchestrator does: the call's future is dropped when the token fires.
+        tokio::spawn(async move {
+            tokio::select! {
+                called = ext.call("ask", json!({"q": "book?"}), &ctx) => Some(called),
+                () = cancel.cancelled() => None,
+            }
+        })
+    };
+    toolmux_test_support::eventually("the call is shown", || async {
+        tool_statuses(&gateway, "trip").await == ["requires_action"]
+    })
+    .await;
+    cancel.cancel();
+    caller.await.expect("ended");
+    let aborted = {
+        let (ext, ctx) = (ext.clone(), me.clone());
+        tokio::spawn(async move { ext.call("ask", json!({"q": "pay?"}), &ctx).await })
+    };
+    toolmux_test_support::eventually("the second call is shown", || async {
+        tool_statuses(&gateway, "trip").await.len() == 2
+    })
+    .await;
+    aborted.abort();
+    toolmux_test_support::eventually("both messages are cancelled", || async {
+        tool_statuses(&gateway, "trip").await == ["cancelled", "cancelled"]
+    })
+    .await;
+    let listed = ext.call("pending", json!({}), &me).await.expect("pending");
+    assert_eq!(json_of(&listed)["calls"], json!([]), "both withdrawn");
+}
+
+/// The message of a visible call that expired unanswered is marked `cancelled`: by the
+/// provider's watch, and at once when a result submitted for it is refused as expired.
+#[tokio::test(start_paused = true)]
+async fn an_expired_call_s_message_is_cancelled() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ttl = Duration::from_secs(1);
+    let store = MemoryPendingStore::default().with_ttl(ttl, ttl);
+    let ext = external_in(&spaces, Arc::new(store));
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    ext.call("confirmAction", json!({"q": "book?"}), &me).await.expect("confirm");
+    assert_eq!(tool_statuses(&gateway, "trip").await, ["requires_action"]);
+    // The watch looks every 10 s (the clock is paused: it runs at once).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(tool_statuses(&gateway, "trip").await, ["cancelled"]);
+}
+
+/// In a folder shared by processes, a result submitted for an expired call is refused and
+/// its message marked `cancelled` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_refused_as_expired_cancels_the_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spaces = Spaces::in_dir(dir.path().join("spaces")).expect("spaces");
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ttl = Duration::from_millis(200);
+    let store = DirPendingStore::open(dir.path().join("external")).expect("open");
+    let ext = external_in(&spaces, Arc::new(store.with_ttl(ttl, ttl)));
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let made = ext.call("confirmAction", json!({"q": "book?"}), &me).await.expect("confirm");
+    let id = json_of(&made)["callId"].as_str().expect("an id").to_owned();
+    tokio::time::sleep(ttl + Duration::from_millis(100)).await;
+    let late = json!({"callId": id, "result": {"confirmed": true}});
+    let refused = ext.call("submit", late, &CallContext::new()).await.expect_err("expired");
+    assert!(refused.report().contains("expired"), "{}", refused.report());
+    assert_eq!(tool_statuses(&gateway, "trip").await, ["cancelled"]);
 }

@@ -48,7 +48,7 @@ use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExecutionType, ExternalResult,
-    InboxEntry, PendingCall, PendingStore,
+    InboxEntry, NotPending, PendingCall, PendingStore,
 };
 
 /// How long a pending call, an unread inbox or an unclaimed result is kept.
@@ -305,29 +305,6 @@ fn parse_result(bytes: &[u8]) -> Option<ExternalResult> {
     }
 }
 
-/// The refusal of a result for a call that is not pending, as the other stores word it.
-fn unknown_call(call_id: &str) -> ToolError {
-    ToolError::invalid_arguments(
-        "external__submit",
-        format!(
-            "no pending call `{call_id}` (never made, answered already, or its caller gave \
-             up); `external__pending` lists the calls waiting"
-        ),
-    )
-}
-
-/// The refusal of a result for a call that expired after `ttl`, as the other stores word it.
-fn expired_call(call_id: &str, ttl: Duration) -> ToolError {
-    ToolError::invalid_arguments(
-        "external__submit",
-        format!(
-            "call `{call_id}` expired after {} s without a result, so its caller no longer \
-             takes one; `external__pending` lists the calls waiting",
-            ttl.as_secs_f64()
-        ),
-    )
-}
-
 fn unreachable(e: crate::RedisError) -> ToolError {
     ToolError::transport(PROVIDER, "the shared store of pending calls did not answer", e)
 }
@@ -496,18 +473,19 @@ impl PendingStore for RedisPendingStore {
                 }
                 Ok(Delivery::Inbox { run_id })
             }
-            Some(3) => Err(expired_call(call_id, inner.pending_ttl)),
-            _ => Err(unknown_call(call_id)),
+            Some(3) => Err(NotPending::Expired { ttl: inner.pending_ttl }.into_error(call_id)),
+            _ => Err(NotPending::Unknown.into_error(call_id)),
         }
     }
 
-    async fn not_pending(&self, call_id: &str) -> ToolError {
+    async fn not_pending(&self, call_id: &str) -> Result<NotPending, ToolError> {
         let inner = &self.inner;
-        match inner.run(&NOT_PENDING, &[], &[call_id.as_bytes()], inner.timeout()).await {
-            Ok(reply) if reply.as_i64() == Some(1) => expired_call(call_id, inner.pending_ttl),
-            Ok(_) => unknown_call(call_id),
-            Err(e) => unreachable(e),
-        }
+        let args = [call_id.as_bytes()];
+        let reply = inner.run(&NOT_PENDING, &[], &args, inner.timeout()).await;
+        Ok(match reply.map_err(unreachable)?.as_i64() {
+            Some(1) => NotPending::Expired { ttl: inner.pending_ttl },
+            _ => NotPending::Unknown,
+        })
     }
 
     async fn take_inbox(

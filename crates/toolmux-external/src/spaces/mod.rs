@@ -968,6 +968,12 @@ impl Spaces {
         .await
     }
 
+    /// The ids of the visible tool calls whose messages wait for an answer
+    /// (`requires_action`).
+    pub async fn waiting_tool_calls(&self) -> Result<Vec<String>, ToolError> {
+        self.transact(|txn| Ok(txn.state.tool_calls.keys().cloned().collect())).await
+    }
+
     /// Sets the status and result of the visible tool call `call_id`, when one is waiting.
     pub async fn finish_tool(
         &self,
