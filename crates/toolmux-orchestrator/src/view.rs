@@ -44,9 +44,18 @@ impl FilteredView {
         self
     }
 
+    /// Whether `name`, or the tool it is an alias of (`aliases`), is in view.
     fn allows(&self, name: &str) -> bool {
-        self.globs.iter().any(|g| glob_match(g, name))
-            && (self.within.is_empty() || self.within.iter().any(|g| glob_match(g, name)))
+        let matches = |name: &str| {
+            self.globs.iter().any(|g| glob_match(g, name))
+                && (self.within.is_empty() || self.within.iter().any(|g| glob_match(g, name)))
+        };
+        matches(name)
+            || self
+                .orchestrator
+                .registry()
+                .get(name)
+                .is_some_and(|entry| &*entry.name != name && matches(&entry.name))
     }
 
     /// Namespaces of the providers with a tool in view.

@@ -184,6 +184,12 @@ impl Toolmux {
             },
         ));
         let mut config = orchestrator_config(loaded)?;
+        // Aliases of tools whose provider is left out here (`tools call` starts only the
+        // one it calls) are not this build's: no warning that nothing offers them.
+        config.aliases.retain(|_, target| match target.split_once("__") {
+            Some((namespace, _)) => keep(namespace),
+            None => true,
+        });
         #[cfg(feature = "otel")]
         let otel = telemetry(loaded, &mut secrets)?;
         let mut providers: Vec<Arc<dyn ToolProvider>> = Vec::new();

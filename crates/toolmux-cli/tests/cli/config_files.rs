@@ -442,11 +442,12 @@ fn a_call_starts_only_its_provider() {
     let project = Project::new();
     project.file("a.txt", "TODO\n").file(
         "toolmux.yaml",
-        "fs: {}\naliases: {find: fs__grep}\nmcpServers:\n  broken:\n    command: /nonexistent/server\n",
+        "fs: {}\naliases: {find: fs__grep, poke: broken__poke}\nmcpServers:\n  broken:\n    command: /nonexistent/server\n",
     );
     let run = project.run(&["tools", "call", "find", r#"{"pattern":"TODO"}"#]);
     expect!["a.txt"].assert_eq(run.ok().trim());
-    assert!(!run.stderr.contains("broken"), "{}", run.stderr);
+    // Nor is an alias of its tools warned about as offered by nobody.
+    assert!(!run.stderr.contains("broken") && !run.stderr.contains("poke"), "{}", run.stderr);
     let run = project.run(&["tools", "call", "broken__anything", "{}"]);
     assert_eq!(run.code, 3, "{run:?}");
 }

@@ -48,6 +48,24 @@ async fn aliases_route_to_canonical_names() {
     assert_eq!(r.namespace, "files");
 }
 
+/// In a filtered view (`serve --tools`, an agent's tools), an alias is in view when the
+/// tool it names is.
+#[tokio::test(start_paused = true)]
+async fn an_alias_follows_its_tool_into_a_view() {
+    use toolmux_core::ToolProvider as _;
+    let config = OrchestratorConfig::default().with_alias("cat", "files__read");
+    let o = start(config, vec![mock()]).await;
+    let view = toolmux_orchestrator::FilteredView::new(o.clone(), vec!["files__read".into()]);
+    let ctx = CallContext::new();
+    let out = view.call("cat", json!({"x": 1}), &ctx).await;
+    assert!(out.is_ok(), "{out:?}");
+    let narrow = toolmux_orchestrator::FilteredView::new(o, vec!["files__write".into()]);
+    assert!(matches!(
+        narrow.call("cat", json!({}), &ctx).await,
+        Err(ToolError::UnknownTool { .. })
+    ));
+}
+
 #[tokio::test(start_paused = true)]
 async fn alias_collision_is_an_error_naming_both_owners() {
     let config = OrchestratorConfig::default()
