@@ -339,12 +339,11 @@ impl MemoryPendingStore {
     /// A store of at most `max_pending` pending calls and `max_inbox` results per inbox,
     /// kept for [`DEFAULT_PENDING_TTL`] and [`DEFAULT_RESULT_TTL`].
     pub fn new(max_pending: usize, max_inbox: usize) -> Self {
-        let started = now_ms();
         MemoryPendingStore {
             state: Mutex::new(State::new()),
             opened: Notify::new(),
             next: AtomicU64::new(1),
-            prefix: format!("ext-{:x}", started % 0x10_0000),
+            prefix: format!("ext-{}", toolmux_core::unique_token()),
             max_pending: max_pending.max(1),
             max_inbox: max_inbox.max(1),
             pending_ttl: DEFAULT_PENDING_TTL,

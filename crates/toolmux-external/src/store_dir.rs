@@ -85,7 +85,8 @@ pub struct DirPendingStore {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    /// Distinguishes this process's ids from another's (`ext-PID-START`).
+    /// Distinguishes this process's ids from another's (`ext-TOKEN`, random: a process
+    /// id used again, by a later process started at the same time of day, makes others).
     prefix: String,
     max_pending: usize,
     max_inbox: usize,
@@ -190,11 +191,10 @@ impl DirPendingStore {
         for sub in SUBFOLDERS {
             folder::make_dir(&path.join(sub), WHAT)?;
         }
-        let started = now_ms();
         Ok(DirPendingStore {
             inner: Arc::new(Inner {
                 path,
-                prefix: format!("ext-{:x}-{:x}", std::process::id(), started % 0x10_0000),
+                prefix: format!("ext-{}", toolmux_core::unique_token()),
                 max_pending: DEFAULT_MAX_PENDING,
                 max_inbox: DEFAULT_MAX_INBOX,
                 pending_ttl: DEFAULT_PENDING_TTL,
@@ -984,6 +984,22 @@ mod tests {
         assert_eq!(store.resolve(&id, answer.clone()).await.unwrap(), Delivery::Waiting);
         let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
         assert_eq!(got, Some(answer));
+    }
+
+    /// Call ids carry a random token, not the process id and the time of day: a process
+    /// that gets the id of one long gone never makes that one's call ids again.
+    #[test]
+    fn call_ids_are_random_per_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            DirPendingStore::open(dir.path()).unwrap(),
+            DirPendingStore::open(dir.path()).unwrap(),
+        );
+        assert_ne!(a.inner.prefix, b.inner.prefix);
+        let token = a.inner.prefix.strip_prefix("ext-").unwrap();
+        assert!(token.len() == 12 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+        let id = a.inner.open(sync_call()).unwrap();
+        assert!(id.starts_with(&a.inner.prefix) && valid_id(&id), "{id}");
     }
 
     #[test]

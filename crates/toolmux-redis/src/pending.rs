@@ -9,7 +9,7 @@
 //!   `tool:{tool}`, the calls per tool by creation time, for `pending(tools, ..)`;
 //!   `run:{run}`, a set of the run's pending calls, for `count_pending`;
 //! - `waiter:{id}`: `open` from the opening of a synchronous call until someone waits for
-//!   it, then `waiting` until the wait ends; a result submitted while it exists is the
+//!   it, then `waiting:TOKEN` (the wait's) until the wait ends; a result submitted while it exists is the
 //!   waiter's: kept in `result:{id}` (the call's hash with it, and its id in `held`) until
 //!   the waiter takes it, a message on the channel `{prefix}:x:{id}` waking it;
 //! - `inbox:{run}`, a list capped at [`toolmux_external::DEFAULT_MAX_INBOX`] results, the
@@ -279,6 +279,21 @@ impl Drop for Waiting {
     }
 }
 
+/// Ends the wait for `call_id`, unless a result came at the last moment: the submitter was
+/// told it reached the waiting call, so it must. When Redis does not answer, `waiting` is
+/// left to try again from its drop.
+async fn give_up(
+    inner: &StoreInner,
+    waiting: &mut Waiting,
+    call_id: &str,
+) -> Option<ExternalResult> {
+    let result = inner.take_result(&GIVE_UP, call_id, inner.timeout()).await;
+    if result.is_ok() {
+        waiting.call_id = None;
+    }
+    result.ok().flatten()
+}
+
 fn pending_call(call_id: String, created_ms: u64, call: StoredCall) -> PendingCall {
     PendingCall {
         call_id,
@@ -360,10 +375,25 @@ impl PendingStore for RedisPendingStore {
         // the wait ends, the call stops being waited for, so that a result submitted later
         // goes to the inbox, as in memory.
         let mut waiting = Waiting { inner: inner.clone(), call_id: Some(call_id.to_owned()) };
-        let reply = inner
-            .run(&CLAIM, &[], &[call_id.as_bytes(), ttl.as_bytes()], inner.within(deadline))
-            .await
-            .ok()?;
+        // The claim is this wait's (its token): one that took effect but whose answer was
+        // lost is made again, not refused as a second wait.
+        let token = toolmux_core::unique_token();
+        let claim = [call_id.as_bytes(), ttl.as_bytes(), token.as_bytes()];
+        let reply = loop {
+            match inner.run(&CLAIM, &[], &claim, inner.within(deadline)).await {
+                Ok(reply) => break reply,
+                // Redis did not answer in time: asked again until the wait is over, so that
+                // one slow answer does not end it at once.
+                Err(e) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        tracing::debug!(target: "toolmux::redis", "call {call_id} not claimed for its wait: {}", toolmux_core::error_report(&e));
+                        return give_up(inner, &mut waiting, call_id).await;
+                    }
+                    tokio::time::sleep(POLL_EVERY.min(left)).await;
+                }
+            }
+        };
         match reply.as_array() {
             Some([flag, value]) if flag.as_i64() == Some(1) => {
                 waiting.call_id = None;
@@ -396,13 +426,7 @@ impl PendingStore for RedisPendingStore {
             }
             crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
-        // Give up, unless a result came at the last moment: the submitter was told it
-        // reached the waiting call, so it must.
-        let result = inner.take_result(&GIVE_UP, call_id, inner.timeout()).await;
-        if result.is_ok() {
-            waiting.call_id = None;
-        }
-        result.ok().flatten()
+        give_up(inner, &mut waiting, call_id).await
     }
 
     async fn withdraw(&self, call_id: &str) {
@@ -613,9 +637,10 @@ return {1, now}"
     ),
 };
 
-/// ARGV: id, waiting TTL. Answers `[1, result]` (there already), `[0]` (claimed: wait for
-/// it) or `[-1]` (nothing to wait for). While the caller waits the call does not expire,
-/// and it expires no sooner than the TTL after the wait's end.
+/// ARGV: id, waiting TTL, the wait's token. Answers `[1, result]` (there already), `[0]`
+/// (claimed, or claimed again by the same wait: wait for it) or `[-1]` (nothing to wait
+/// for). While the caller waits the call does not expire, and it expires no sooner than the
+/// TTL after the wait's end.
 static CLAIM: Script = Script {
     name: "pending_claim",
     source: concat!(
@@ -627,8 +652,9 @@ if r then
   redis.call('ZREM', held, id)
   return {1, r}
 end
-if redis.call('GET', key('waiter', id)) == 'open' then
-  redis.call('SET', key('waiter', id), 'waiting', 'PX', ARGV[7])
+local mark, mine = redis.call('GET', key('waiter', id)), 'waiting:' .. ARGV[8]
+if mark == 'open' or mark == mine then
+  redis.call('SET', key('waiter', id), mine, 'PX', ARGV[7])
   redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl, id)
   return {0}
 end

@@ -154,3 +154,31 @@ async fn the_external_tools_report_an_outage_as_an_error() {
     let inbox = within(limit, "inbox", provider.call("inbox", serde_json::json!({}), &ctx)).await;
     assert!(matches!(inbox, Err(ToolError::Transport { .. })), "{inbox:?}");
 }
+
+/// A wait whose first claim Redis does not answer in time (a pause shorter than the wait)
+/// goes on waiting instead of giving up at once: the result submitted once Redis answers
+/// again reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_outlives_a_claim_redis_answers_late() {
+    let server = RedisServer::start();
+    let config = RedisConfig::new(server.url()).with_timeout(Duration::from_millis(300));
+    let waiter = RedisBackend::connect(&config).await.unwrap().pending_store();
+    let answerer = RedisBackend::connect(&RedisConfig::new(server.url())).await.unwrap();
+    let answerer = answerer.pending_store();
+    let id = waiter.open(call(false)).await.unwrap();
+    let admin = RedisBackend::new(&RedisConfig::new(server.url())).unwrap();
+    admin.client().command(&["CLIENT", "PAUSE", "800", "ALL"]).await.unwrap();
+    let started = Instant::now();
+    let waiting = {
+        let (waiter, id) = (waiter.clone(), id.clone());
+        tokio::spawn(async move { waiter.wait(&id, Duration::from_secs(6)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!waiting.is_finished(), "the wait ended when its claim was not answered");
+    let answer = ExternalResult { result: serde_json::json!("yes"), is_error: false };
+    let delivery = answerer.resolve(&id, answer.clone()).await.unwrap();
+    assert_eq!(delivery, toolmux_external::Delivery::Waiting);
+    let got = within(Duration::from_secs(8), "the wait", waiting).await.unwrap();
+    assert_eq!(got, Some(answer));
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+}

@@ -295,7 +295,10 @@ async fn a_result_handed_to_a_caller_that_died_reaches_the_inbox() {
     dying.join().unwrap();
     let waiter = format!("toolmux:x:waiter:{id}");
     let mark = look.client().command(&["GET", &waiter]).await.unwrap();
-    assert_eq!(mark.as_str(), Some("waiting"), "the dead caller's mark is left");
+    assert!(
+        mark.as_str().is_some_and(|m| m.starts_with("waiting")),
+        "the dead caller's mark is left"
+    );
     assert_eq!(b.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
     assert!(b.take_inbox("run-10", None).await.unwrap().is_empty(), "held while the mark lives");
     // Its mark runs out (the wait's time and slack pass).
