@@ -2161,10 +2161,20 @@ impl Orchestrator {
         // it, and clients check (the official SDKs refuse a result without it): the text a
         // model reads is capped, the structured content passes on unchanged.
         let structured = entry.spec.output_schema.as_ref().and(output.structured.clone());
+        // Images and audio do not count towards the cap (it is on text): they stay, after
+        // the capped text, with their annotations.
+        let media: Vec<(usize, ContentPart)> = output
+            .content
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| matches!(p, ContentPart::Image { .. } | ContentPart::Audio { .. }))
+            .map(|(i, p)| (i, p.clone()))
+            .collect();
         let keep = |mut capped: ToolOutput| {
             if structured.is_some() {
                 capped.structured = structured.clone();
             }
+            keep_media(&mut capped, &media);
             capped
         };
         if output.is_error || self.inner.config.oversize == OversizeMode::Truncate {
@@ -2271,6 +2281,30 @@ fn textual_len(output: &ToolOutput) -> usize {
         .filter(|p| !matches!(p, ContentPart::Image { .. } | ContentPart::Audio { .. }))
         .map(ContentPart::byte_len)
         .sum()
+}
+
+/// Appends `media` (parts of the output before it was capped, by their index there) to
+/// `capped`, whose one text part replaced the output's content, and points the parts'
+/// `annotations` extras at where they are now; those of parts not kept go.
+fn keep_media(capped: &mut ToolOutput, media: &[(usize, ContentPart)]) {
+    let before = capped.content.len();
+    capped.content.extend(media.iter().map(|(_, part)| part.clone()));
+    if let Some(Value::Array(annotated)) = capped.extras.get_mut("annotations") {
+        annotated.retain_mut(|entry| {
+            let index = entry.get("index").and_then(Value::as_u64);
+            let now = index.and_then(|i| media.iter().position(|(was, _)| *was as u64 == i));
+            match now {
+                Some(position) => {
+                    entry["index"] = json!(before + position);
+                    true
+                }
+                None => false,
+            }
+        });
+        if annotated.is_empty() {
+            capped.extras.remove("annotations");
+        }
+    }
 }
 
 fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {

@@ -84,6 +84,37 @@ async fn oversize_outputs_are_spilled_and_read_back() {
     assert!(error.len() < 1100);
 }
 
+/// Images (which the cap does not count) stay in a capped output, after its text, with
+/// their annotations moved to where they are now; a spilled output stored only the text.
+#[tokio::test(start_paused = true)]
+async fn a_capped_output_keeps_its_images() {
+    let image = ContentPart::Image { data: "aGVsbG8=".into(), mime_type: "image/png".into() };
+    let mut output = ToolOutput::text("x".repeat(5000));
+    output.content.push(image.clone());
+    let output = output.with_extra(
+        "annotations",
+        json!([{"index": 0, "annotations": {"priority": 0.1}},
+               {"index": 1, "annotations": {"audience": ["user"]}}]),
+    );
+    let p = Arc::new(MockProvider::new("m").with_tool("shot", Behavior::Output(output)));
+    for oversize in [OversizeMode::Spill, OversizeMode::Truncate] {
+        let config = OrchestratorConfig {
+            oversize,
+            ..OrchestratorConfig::default().with_response_max_bytes(1000)
+        };
+        let o = start(config, vec![p.clone()]).await;
+        let out = o.call_tool("m__shot", json!({}), &CallContext::new()).await.unwrap();
+        assert_eq!(out.content.len(), 2, "{oversize:?}: {out:?}");
+        assert!(matches!(&out.content[0], ContentPart::Text { text } if text.len() < 1500));
+        assert_eq!(out.content[1], image, "{oversize:?}");
+        assert_eq!(
+            out.extras["annotations"],
+            json!([{"index": 1, "annotations": {"audience": ["user"]}}]),
+            "{oversize:?}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn truncate_mode_keeps_head_and_tail() {
     let p = Arc::new(MockProvider::new("m").with_tool("big", Behavior::Big(10_000)));
