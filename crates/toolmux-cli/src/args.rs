@@ -208,8 +208,9 @@ pub(crate) struct CallArgs {
     /// The arguments as a JSON object.
     #[arg(value_name = "ARGS_JSON")]
     pub(crate) arguments: Option<String>,
-    /// One argument; VALUE is read as JSON when it parses, else as a string. Repeatable;
-    /// wins over ARGS_JSON.
+    /// One argument; VALUE is read as JSON when it parses, else as a string, and as a
+    /// string where the tool's schema wants one (`--arg pattern=404`). Repeatable; wins
+    /// over ARGS_JSON.
     #[arg(long = "arg", value_name = "KEY=VALUE")]
     pub(crate) args: Vec<String>,
     /// Print the whole result envelope as JSON.

@@ -253,6 +253,17 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
     Ok(if report.providers.iter().any(|p| p.error.is_some()) { exit::PROVIDER } else { 0 })
 }
 
+/// `word` as a shell reads it back: as it is when plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:=@%".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 fn shorten(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
@@ -261,8 +272,15 @@ fn shorten(text: &str, max: usize) -> String {
     format!("{}…", cut.trim_end())
 }
 
-/// The call's arguments: `ARGS_JSON` (an object), then each `--arg key=value`.
-pub(crate) fn call_arguments(json: Option<&str>, pairs: &[String]) -> anyhow::Result<Value> {
+/// The call's arguments: `ARGS_JSON` (an object), then each `--arg key=value`. A value is
+/// read as JSON (`3`, `true`, `[1,2]`, `{"a":1}`) unless the tool's `schema` says the
+/// parameter is a string (or may be one, and the JSON is of a type it may not be): then it
+/// is the text as given, so `--arg pattern=404` looks for `404`.
+pub(crate) fn call_arguments(
+    json: Option<&str>,
+    pairs: &[String],
+    schema: Option<&Value>,
+) -> anyhow::Result<Value> {
     let mut arguments = match json {
         None => Map::new(),
         Some(text) => match serde_json::from_str(text) {
@@ -275,20 +293,57 @@ pub(crate) fn call_arguments(json: Option<&str>, pairs: &[String]) -> anyhow::Re
         let Some((key, value)) = pair.split_once('=') else {
             bail!("--arg `{pair}` is not KEY=VALUE");
         };
-        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        let types = schema.and_then(|s| s.get("properties")?.get(key)).map(schema_types);
+        let value = match serde_json::from_str::<Value>(value) {
+            Ok(json) if !wants_text(types.as_deref(), &json) => json,
+            _ => Value::String(value.into()),
+        };
         arguments.insert(key.to_owned(), value);
     }
     Ok(Value::Object(arguments))
 }
 
-pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Result<u8> {
-    let arguments = match call_arguments(call.arguments.as_deref(), &call.args) {
-        Ok(arguments) => arguments,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Ok(exit::CONFIG);
+/// The JSON types a property's schema names (`type`, or those of its `anyOf`/`oneOf`
+/// branches); empty when it names none.
+fn schema_types(property: &Value) -> Vec<String> {
+    let mut types = Vec::new();
+    match property.get("type") {
+        Some(Value::String(t)) => types.push(t.clone()),
+        Some(Value::Array(list)) => {
+            types.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
         }
+        _ => {}
+    }
+    for key in ["anyOf", "oneOf"] {
+        for branch in property.get(key).and_then(Value::as_array).into_iter().flatten() {
+            types.extend(schema_types(branch));
+        }
+    }
+    types
+}
+
+/// Whether a `--arg` value that reads as `json` is meant as text: the parameter may be a
+/// string and may not be what the JSON is.
+fn wants_text(types: Option<&[String]>, json: &Value) -> bool {
+    let Some(types) = types.filter(|t| !t.is_empty()) else { return false };
+    let is = |name: &str| types.iter().any(|t| t == name);
+    let fits = match json {
+        Value::Null => is("null"),
+        Value::Bool(_) => is("boolean"),
+        Value::Number(n) => is("number") || (is("integer") && (n.is_i64() || n.is_u64())),
+        Value::String(_) => is("string"),
+        Value::Array(_) => is("array"),
+        Value::Object(_) => is("object"),
     };
+    is("string") && !fits
+}
+
+pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Result<u8> {
+    // Checked before anything starts; read again with the tool's schema once it is known.
+    if let Err(e) = call_arguments(call.arguments.as_deref(), &call.args, None) {
+        eprintln!("error: {e:#}");
+        return Ok(exit::CONFIG);
+    }
     // Only the provider of the tool is started, when the name (or alias) says which.
     let canonical = loaded.config.aliases.get(&call.name).unwrap_or(&call.name);
     let namespace = naming::split(canonical)
@@ -307,6 +362,8 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
         ctx = ctx.with_handler(Arc::new(crate::terminal::Terminal::for_project(&loaded.base_dir)));
     }
     let orchestrator = toolmux.orchestrator();
+    let schema = orchestrator.registry().get(&call.name).map(|e| e.spec.input_schema.clone());
+    let arguments = call_arguments(call.arguments.as_deref(), &call.args, schema.as_deref())?;
     let call_future = orchestrator.execute(ToolCall::new(call.name.clone(), arguments), &ctx);
     let Some(result) = unless_interrupted(call_future, &cancel).await else {
         eprintln!("interrupted");
@@ -318,8 +375,13 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
     } else if result.ok {
         print(result.result.as_deref().unwrap_or(""));
         if let Some(handle) = spilled_handle(&result) {
+            // The configuration names where outputs are kept: the hint reads the same one.
+            let config = match &loaded.path {
+                Some(path) => format!(" --config {}", shell_word(&path.display().to_string())),
+                None => String::new(),
+            };
             eprintln!(
-                "note: the whole output is stored; read it with `toolmux output show {handle}`"
+                "note: the whole output is stored; read it with `toolmux{config} output show {handle}`"
             );
         }
     } else {

@@ -28,7 +28,28 @@ fn spilled_output_is_read_back() {
     expect!["lines 10-11 of 300; more with --offset 11"].assert_eq(page.stderr.trim());
 
     let human = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#]);
-    assert!(human.stderr.contains("toolmux output show run-default/"), "{}", human.stderr);
+    assert!(human.stderr.contains(" output show run-default/"), "{}", human.stderr);
+
+    // The hint names the configuration that says where outputs are kept, so it works as
+    // given from anywhere.
+    let elsewhere = project.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let config = project.path().join("toolmux.yaml");
+    let run = project.run(&[
+        "--config",
+        config.to_str().unwrap(),
+        "tools",
+        "call",
+        "fs__read",
+        r#"{"path":"big.txt"}"#,
+    ]);
+    let hint = run.stderr.split('`').nth(1).expect("a hint in backquotes").to_owned();
+    assert!(hint.contains("--config"), "{hint}");
+    let words: Vec<&str> = hint.split_whitespace().skip(1).collect();
+    let mut command = project.command(&words);
+    command.current_dir(&elsewhere);
+    let out = command.output().expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

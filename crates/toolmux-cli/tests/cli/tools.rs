@@ -56,6 +56,26 @@ fn call_with_arg_pairs() {
     expect!["src/main.rs:2:// TODO: more"].assert_eq(run.ok().trim());
 }
 
+/// A `--arg` value is text where the tool's schema wants text, though it reads as JSON
+/// (`404` looked for as `404`, not refused as a number); JSON elsewhere.
+#[test]
+fn arg_pairs_follow_the_schema() {
+    let project = Project::new();
+    project.file("codes.txt", "error 404\nerror 500\n");
+    let run = project.run(&[
+        "tools",
+        "call",
+        "fs__grep",
+        "--arg",
+        "pattern=404",
+        "--arg",
+        "output_mode=content",
+        "--arg",
+        "head_limit=1",
+    ]);
+    expect!["codes.txt:1:error 404"].assert_eq(run.ok().trim());
+}
+
 #[test]
 fn call_as_json_envelope() {
     let run = project().run(&["tools", "call", "fs__ls", "--json"]);
