@@ -46,6 +46,11 @@ const STDERR_LINE_MAX: usize = 4096;
 /// How long the exit of a server waits for the rest of its stderr, whose last lines the
 /// error then carries.
 const STDERR_DRAIN: Duration = Duration::from_millis(200);
+/// How long stdout may stay open once the server exited before its connection is ended
+/// anyway: something it started and left running (out of its process group, and without
+/// the mark a sweep finds, as a daemon that cleared its environment is) holds the pipe,
+/// and nothing more of the server will come. Until then its last lines are still read.
+const STDOUT_DRAIN: Duration = Duration::from_millis(200);
 /// Longest message a server may write: a line without its end past this is a protocol
 /// fault (a server printing without end must not take the gateway's memory with it).
 const MESSAGE_MAX: usize = 128 << 20;
@@ -257,12 +262,21 @@ pub(crate) fn spawn(
     let (exited_tx, exited_rx) = watch::channel(None);
     let kill = CancellationToken::new();
 
-    let reaping = Reaping { server: server.clone(), child, pgid, mark, kill: kill.clone() };
-    let (stderr_ended, stderr_read) = tokio::sync::oneshot::channel();
-    tokio::spawn(reap(reaping, exited_tx, fault.clone(), stderr_read));
-    tokio::spawn(log_stderr(server.clone(), stderr, fault.clone(), stderr_ended));
     let lane = Arc::new(Lane::new(stdin, fault.clone()));
     let (received, messages) = mpsc::unbounded_channel();
+    let stdout_ended = CancellationToken::new();
+    let reaping = Reaping {
+        server: server.clone(),
+        child,
+        pgid,
+        mark,
+        kill: kill.clone(),
+        stdout: StdoutEnd {
+            ended: stdout_ended.clone(),
+            lane: lane.clone(),
+            received: received.downgrade(),
+        },
+    };
     let reader = StdoutReader {
         server: server.clone(),
         spoken: false,
@@ -271,7 +285,10 @@ pub(crate) fn spawn(
         lane: lane.clone(),
         received,
     };
-    reader.start(stdout)?;
+    let (stderr_ended, stderr_read) = tokio::sync::oneshot::channel();
+    tokio::spawn(reap(reaping, exited_tx, fault.clone(), stderr_read));
+    tokio::spawn(log_stderr(server.clone(), stderr, fault.clone(), stderr_ended));
+    reader.start(stdout, stdout_ended)?;
     let transport =
         StdioTransport { messages, ended: false, exited: exited_rx.clone(), lane: lane.clone() };
     Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx, lane }))
@@ -305,12 +322,14 @@ struct StdoutReader {
 }
 
 impl StdoutReader {
-    fn start(self, stdout: ChildStdout) -> std::io::Result<()> {
+    /// Starts reading on a thread of its own; `ended` is cancelled when it stops.
+    fn start(self, stdout: ChildStdout, ended: CancellationToken) -> std::io::Result<()> {
         // Back to blocking mode, off the event loop.
         let stdout = std::fs::File::from(stdout.into_owned_fd()?);
         let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new().name(format!("toolmux-mcp-{}", self.server)).spawn(
             move || {
+                let _ended = ended.drop_guard();
                 let _context = runtime.enter();
                 crate::inline::adopt_thread();
                 self.run(stdout);
@@ -497,6 +516,39 @@ struct Reaping {
     /// The mark in its environment, to find what it left outside its group.
     mark: toolmux_core::ProcessMark,
     kill: CancellationToken,
+    stdout: StdoutEnd,
+}
+
+/// How [`reap`] ends the connection of a server that exited while its stdout stays open.
+struct StdoutEnd {
+    /// Cancelled when the stdout reader stopped.
+    ended: CancellationToken,
+    lane: Arc<Lane>,
+    /// Weak: the channel still ends when the reader stops, whatever the reaper does.
+    received: mpsc::WeakUnboundedSender<Received>,
+}
+
+impl StdoutEnd {
+    /// Waits a moment for stdout to end after the server's exit; if it does not, ends
+    /// the connection (its calls fail now, and the next call starts the server again)
+    /// and says so. The reader thread stays blocked in its read until whatever holds the
+    /// pipe writes or exits.
+    async fn after_exit(&self, server: &str, fault: &Fault, status: &str) {
+        if tokio::time::timeout(STDOUT_DRAIN, self.ended.cancelled()).await.is_ok() {
+            return;
+        }
+        tracing::warn!(
+            server = %server,
+            "mcp server exited but something it started holds its stdout; ending its connection"
+        );
+        fault.refine(FaultKind::Closed(format!(
+            "{status}; something it started still holds its stdout"
+        )));
+        self.lane.close();
+        if let Some(received) = self.received.upgrade() {
+            let _ = received.send(Received::Broken);
+        }
+    }
 }
 
 /// Waits for the server's exit (or kills it when `kill` is cancelled), then kills what it
@@ -508,7 +560,7 @@ async fn reap(
     fault: Fault,
     stderr_read: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let Reaping { server, mut child, pgid, mark, kill } = reaping;
+    let Reaping { server, mut child, pgid, mark, kill, stdout } = reaping;
     let status = tokio::select! {
         status = child.wait() => status,
         () = kill.cancelled() => {
@@ -532,7 +584,9 @@ async fn reap(
             let _ = tokio::time::timeout(STDERR_DRAIN, stderr_read).await;
             let said = fault.stderr_tail().map(|t| format!("; its stderr ended: {t}"));
             let said = said.unwrap_or_default();
-            fault.refine(FaultKind::Closed(format!("server process {status}{said}")));
+            let exit = format!("server process {status}{said}");
+            fault.refine(FaultKind::Closed(exit.clone()));
+            stdout.after_exit(&server, &fault, &exit).await;
             exited.send_replace(Some(status));
         }
         Err(e) => {

@@ -30,8 +30,8 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .with_cancellable(SampleCall::new("slow", json!({})))
         .check(&provider)
         .await;
-    // Sixteen tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 17);
+    // Eighteen tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 18);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -104,6 +104,43 @@ async fn a_restart_lists_the_tools_again_and_tells_of_the_change() {
     let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
     assert_eq!(changed, Ok(true));
     assert!(!provider.has_tool("extra").await, "the new process has no `extra`");
+    provider.shutdown().await.unwrap();
+}
+
+/// Kills the process whose pid is in the file on drop.
+struct KillOnDrop(std::path::PathBuf);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(&self.0).ok().and_then(|p| p.trim().parse().ok());
+        if let Some(pid) = pid.and_then(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// A server that exits leaving a daemon that holds its stdout (out of its group and its
+/// environment cleared, so no sweep finds it) is noticed: the call in flight fails at
+/// once and the next call starts the server again (calls waited for their timeouts, and
+/// it was never restarted).
+#[tokio::test]
+async fn an_exit_is_noticed_though_a_daemon_holds_stdout() {
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let _daemon = KillOnDrop(pid_file.path().to_owned());
+    let config = support::fixture_stdio("ok").with_request_timeout(Duration::from_secs(20));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    let first = provider.server_pid().unwrap();
+    let started = Instant::now();
+    let arguments = json!({"pid_file": pid_file.path()});
+    let error = provider.call("exit_leaving_daemon", arguments, &CallContext::new()).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    expect_test::expect!["fixture: connection closed (server process exit status: 0; its stderr ended: fixture starting in mode ok; something it started still holds its stdout)"]
+        .assert_eq(&error.unwrap_err().to_string());
+    let started = Instant::now();
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert_ne!(provider.server_pid(), Some(first));
     provider.shutdown().await.unwrap();
 }
 
@@ -333,7 +370,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 17);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 18);
     provider.shutdown().await.unwrap();
 }
 
