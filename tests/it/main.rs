@@ -5,4 +5,5 @@
 
 mod cache;
 mod config;
+mod external;
 mod fs;

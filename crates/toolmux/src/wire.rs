@@ -29,15 +29,40 @@ pub struct Toolmux {
     mcp_servers: Vec<BuiltServer>,
     /// The names of the MCP servers taken over from the previous build.
     reused: Vec<String>,
-    /// Where the external tools' calls wait, kept by a rebuild.
+    /// Where the external tools' calls wait, kept by a rebuild that keeps its settings.
     #[cfg(feature = "external")]
     pending: Option<Arc<dyn toolmux_external::PendingStore>>,
+    /// What `pending` was made from: a rebuild whose settings differ makes a new one.
+    #[cfg(feature = "external")]
+    pending_from: Option<PendingFrom>,
     /// The spaces, kept by a rebuild (those in memory would be lost otherwise).
     #[cfg(feature = "external")]
     spaces: Option<toolmux_external::Spaces>,
     /// The OpenTelemetry export of this build's calls (`telemetry.otlp`).
     #[cfg(feature = "otel")]
     otel: Option<Arc<toolmux_otel::Exporter>>,
+}
+
+/// What a pending-call store is made from: its folder (none: in memory, or Redis), its
+/// times to live, whether Redis keeps it.
+#[cfg(feature = "external")]
+#[derive(Debug, Clone, PartialEq)]
+struct PendingFrom {
+    dir: Option<PathBuf>,
+    ttls: (Duration, Duration),
+    redis: Option<String>,
+}
+
+#[cfg(feature = "external")]
+impl PendingFrom {
+    fn of(loaded: &Loaded) -> PendingFrom {
+        #[cfg(feature = "redis")]
+        let redis =
+            loaded.config.backend.as_ref().and_then(|b| b.redis.as_ref()).map(|r| r.url.clone());
+        #[cfg(not(feature = "redis"))]
+        let redis = None;
+        PendingFrom { dir: loaded.external_calls_dir(), ttls: external_ttls(loaded), redis }
+    }
 }
 
 /// An MCP server's provider and everything it was built from.
@@ -161,6 +186,20 @@ impl Toolmux {
             .client_profile()
             .map_err(|e| ToolmuxError::config(file, format!("serve.client: {e}")))?;
         check_own_schemas(loaded).map_err(|e| ToolmuxError::config(file, e))?;
+        let d = &loaded.config.defaults;
+        for (key, ms) in
+            [("externalCallTtl", d.external_call_ttl), ("externalResultTtl", d.external_result_ttl)]
+        {
+            if ms == Some(0) {
+                return Err(ToolmuxError::config(
+                    file,
+                    format!(
+                        "defaults.{key}: 0 would expire everything at once; give milliseconds \
+                         (by default an hour for calls, a day for results)"
+                    ),
+                ));
+            }
+        }
         if loaded.config.defaults.output_dir.is_none() {
             own_private_dir(&loaded.output_dir()).map_err(|e| ToolmuxError::config(file, e))?;
         }
@@ -293,6 +332,8 @@ impl Toolmux {
         rest::providers(loaded, keep, &mut config, &mut providers, &mut warnings).await?;
         #[cfg(feature = "external")]
         let mut pending = None;
+        #[cfg(feature = "external")]
+        let mut pending_from = None;
         #[cfg(all(feature = "external", feature = "redis"))]
         let shared_spaces = backend.as_ref().map(|b| {
             Arc::new(b.space_storage()) as Arc<dyn toolmux_external::spaces::SpaceStorage>
@@ -321,8 +362,12 @@ impl Toolmux {
             #[cfg(not(feature = "redis"))]
             let store = None;
             // A reload keeps the calls waiting in this process: results submitted through
-            // the new provider reach the calls still running in the old one.
-            let store = store.or_else(|| previous.and_then(|p| p.pending.clone()));
+            // the new provider reach the calls still running in the old one. Unless where
+            // they are kept, or for how long, changed: then the new settings hold.
+            let from = PendingFrom::of(loaded);
+            let kept = previous.filter(|p| p.pending_from.as_ref() == Some(&from));
+            let store = store.or_else(|| kept.and_then(|p| p.pending.clone()));
+            pending_from = Some(from);
             let shared = spaces.as_ref().map(|(spaces, _)| spaces.clone());
             let (provider, store) = external_provider(loaded, store, shared)?;
             providers.push(provider);
@@ -437,6 +482,8 @@ impl Toolmux {
             reused,
             #[cfg(feature = "external")]
             pending,
+            #[cfg(feature = "external")]
+            pending_from,
             #[cfg(feature = "external")]
             spaces: spaces.map(|(spaces, _)| spaces),
             #[cfg(feature = "otel")]

@@ -191,3 +191,14 @@ fn a_schema_the_file_gives_that_is_no_json_schema() {
         ],
     );
 }
+
+#[test]
+fn a_zero_time_to_live_for_external_calls() {
+    check(
+        "toolmux.yaml",
+        "defaults: {externalCallTtl: 0}\nexternalTools:\n  ask: {description: Ask someone}\n",
+        expect![
+            "error: toolmux.yaml: defaults.externalCallTtl: 0 would expire everything at once; give milliseconds (by default an hour for calls, a day for results)"
+        ],
+    );
+}
