@@ -34,6 +34,7 @@ use crate::transport::lane::{self, Lane, RawReply};
 mod catalog;
 mod health;
 mod idle;
+mod pages;
 mod tasks;
 mod urls;
 
@@ -472,7 +473,11 @@ impl Inner {
     /// Lists the server's tools (every page) and stores them filtered.
     async fn fetch_tools(&self, connection: &Connection) -> Result<Arc<Vec<ToolSpec>>, McpError> {
         let timeout = self.config.request_timeout();
-        let listed = match tokio::time::timeout(timeout, connection.peer.list_all_tools()).await {
+        let listing = pages::all_pages(&self.name, "tools/list", async |params| {
+            let page = connection.peer.list_tools(params).await?;
+            Ok((page.tools, page.next_cursor))
+        });
+        let listed = match tokio::time::timeout(timeout, listing).await {
             Ok(Ok(tools)) => {
                 connection.answered();
                 tools

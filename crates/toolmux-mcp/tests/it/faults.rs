@@ -30,8 +30,8 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .with_cancellable(SampleCall::new("slow", json!({})))
         .check(&provider)
         .await;
-    // Eighteen tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 18);
+    // Nineteen tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -104,6 +104,28 @@ async fn a_restart_lists_the_tools_again_and_tells_of_the_change() {
     let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
     assert_eq!(changed, Ok(true));
     assert!(!provider.has_tool("extra").await, "the new process has no `extra`");
+    provider.shutdown().await.unwrap();
+}
+
+/// A listing whose next cursor repeats stops there, with every tool read once; it asked
+/// for the same page until the request timeout (82,814 requests in a minute).
+#[tokio::test]
+async fn a_repeated_cursor_ends_the_listing() {
+    let provider = provider("repeat-cursor");
+    let started = Instant::now();
+    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_eq!(call(&provider, "page_count").await.unwrap(), "2");
+    provider.shutdown().await.unwrap();
+}
+
+/// A listing of fresh cursors without end stops after a thousand pages, keeping what it
+/// read.
+#[tokio::test]
+async fn an_endless_listing_stops_after_a_thousand_pages() {
+    let provider = provider("endless-cursor");
+    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    assert_eq!(call(&provider, "page_count").await.unwrap(), "1000");
     provider.shutdown().await.unwrap();
 }
 
@@ -370,7 +392,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 18);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
     provider.shutdown().await.unwrap();
 }
 

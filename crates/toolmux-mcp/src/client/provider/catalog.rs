@@ -31,7 +31,7 @@ use toolmux_core::{
     ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError,
 };
 
-use super::{Inner, MAX_INPUT_ROUNDS, similar};
+use super::{Inner, MAX_INPUT_ROUNDS, pages, similar};
 use crate::McpError;
 use crate::client::connection::Connection;
 use crate::client::interaction;
@@ -248,7 +248,10 @@ impl Inner {
         if !offers(&connection).prompts {
             return Ok(Vec::new());
         }
-        let listed = connection.peer.list_all_prompts();
+        let listed = pages::all_pages(&self.name, "prompts/list", async |params| {
+            let page = connection.peer.list_prompts(params).await?;
+            Ok((page.prompts, page.next_cursor))
+        });
         let prompts = self
             .request(&connection, "prompts/list", "prompts/list", None, listed)
             .await
@@ -365,7 +368,10 @@ impl Inner {
         if !offers(&connection).resources {
             return Ok(Vec::new());
         }
-        let listed = connection.peer.list_all_resources();
+        let listed = pages::all_pages(&self.name, "resources/list", async |params| {
+            let page = connection.peer.list_resources(params).await?;
+            Ok((page.resources, page.next_cursor))
+        });
         let resources = self
             .request(&connection, "resources/list", "resources/list", None, listed)
             .await
@@ -381,7 +387,10 @@ impl Inner {
             return Ok(Vec::new());
         }
         let method = "resources/templates/list";
-        let listed = connection.peer.list_all_resource_templates();
+        let listed = pages::all_pages(&self.name, "resources/templates/list", async |params| {
+            let page = connection.peer.list_resource_templates(params).await?;
+            Ok((page.resource_templates, page.next_cursor))
+        });
         let templates = self
             .request(&connection, method, method, None, listed)
             .await
