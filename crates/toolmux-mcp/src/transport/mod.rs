@@ -1,5 +1,5 @@
 //! The transports rmcp lacks or that need more care than its own: stdio with process-group
-//! hygiene and strict framing, legacy SSE and WebSocket. Stdio reads and writes the child's
+//! hygiene and bounded framing, legacy SSE and WebSocket. Stdio reads and writes the child's
 //! pipes right in rmcp's service loop (the hot path of every call); SSE and WebSocket run
 //! as background "pump" tasks exchanging JSON-RPC messages with rmcp through
 //! [`ChannelTransport`]; streamable HTTP uses rmcp's own client.

@@ -3,9 +3,9 @@
 //!
 //! The whole group is killed and the child reaped on shutdown, on drop and when the
 //! connection fails, so servers started through wrappers (`npx`, shells) leave nothing
-//! behind. Unlike rmcp's own child-process transport, stdout is read strictly: once the
-//! server has spoken JSON-RPC, a line that is not a message ends the connection with a
-//! protocol error naming it, instead of being skipped while a call waits forever.
+//! behind. A line on stdout that is not a message is logged and skipped, as the official
+//! SDKs' clients do; a hundred in a row end the connection with a protocol error naming
+//! the last, so a server that stopped speaking MCP does not leave its calls waiting.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +36,14 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Non-JSON lines logged before the first message (startup banners), at most.
 const NOISE_LINES_LOGGED: usize = 8;
+/// Lines that are not messages, after the first message, logged each; after them one in
+/// [`BAD_LINES_LOG_EVERY`] is, so that a chatty server does not flood the log.
+const BAD_LINES_LOGGED: usize = 10;
+/// See [`BAD_LINES_LOGGED`].
+const BAD_LINES_LOG_EVERY: usize = 1_000;
+/// Lines in a row that are not messages that end the connection: the server no longer
+/// speaks MCP on its stdout.
+const BAD_LINES_IN_A_ROW: usize = 100;
 /// Stdout reads, at most.
 const READ_BUFFER: usize = 64 * 1024;
 /// Capacity the stdout line buffer keeps between messages.
@@ -281,6 +289,8 @@ pub(crate) fn spawn(
         server: server.clone(),
         spoken: false,
         noise: 0,
+        bad: 0,
+        bad_in_a_row: 0,
         fault: fault.clone(),
         lane: lane.clone(),
         received,
@@ -308,14 +318,19 @@ enum Received {
 /// the calls run on this thread if they were started on a reader thread (see
 /// [`crate::inline`]); everything else goes to rmcp's session by channel.
 ///
-/// Reading is strict: once the server has spoken JSON-RPC, a line that is not a message
-/// ends the connection with a protocol error naming it.
+/// Once the server has spoken JSON-RPC, a line that is not a message is logged and
+/// skipped; [`BAD_LINES_IN_A_ROW`] of them in a row end the connection with a protocol
+/// error naming the last. A line holding a JSON-RPC batch (an array) is its messages.
 struct StdoutReader {
     server: String,
     /// Whether the server has sent a message (lines before that may be banners).
     spoken: bool,
     /// Non-message lines seen before the first message.
     noise: usize,
+    /// Non-message lines seen since the first message.
+    bad: usize,
+    /// Non-message lines since the last message.
+    bad_in_a_row: usize,
     fault: Fault,
     lane: Arc<Lane>,
     received: mpsc::UnboundedSender<Received>,
@@ -366,14 +381,18 @@ impl StdoutReader {
                     return;
                 }
             }
-            let parsed = {
-                let trimmed = line.trim_ascii();
-                if self.lane.take_raw(trimmed) {
-                    self.spoken = true;
-                    None
-                } else {
-                    (!trimmed.is_empty()).then(|| parse_message(trimmed))
-                }
+            let trimmed = line.trim_ascii();
+            let going_on = if trimmed.is_empty() {
+                true
+            } else if self.lane.take_raw(trimmed) {
+                self.spoken = true;
+                self.bad_in_a_row = 0;
+                true
+            } else if trimmed.starts_with(b"[") {
+                self.batch(trimmed)
+            } else {
+                let parsed = parse_message(trimmed);
+                self.message(parsed)
             };
             line.clear();
             // A huge result is held once, as the parsed message; the line buffer does not
@@ -381,36 +400,74 @@ impl StdoutReader {
             if line.capacity() > LINE_BUFFER_KEEP {
                 line = Vec::new();
             }
-            match parsed {
-                None => {}
-                Some(Ok(message)) => {
-                    self.spoken = true;
-                    if let Some(message) = self.lane.take(message)
-                        && self.received.send(Received::Message(Box::new(message))).is_err()
-                    {
-                        // The connection was dropped.
-                        return;
-                    }
-                }
-                Some(Err(why)) if self.spoken => {
-                    tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
-                    self.fault.set(FaultKind::Protocol(format!("stdout line is {why}")));
-                    // Ending the connection now fails the in-flight calls now.
-                    self.lane.close();
-                    let _ = self.received.send(Received::Broken);
-                    return;
-                }
-                Some(Err(why)) => {
-                    // Before the first message some servers print banners; they are noise
-                    // unless the handshake then fails, and the startup error mentions them.
-                    self.noise += 1;
-                    if self.noise <= NOISE_LINES_LOGGED {
-                        tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
-                    }
-                    self.fault.note_noise(why);
-                }
+            if !going_on {
+                return;
             }
             crate::inline::run_ready();
+        }
+    }
+
+    /// A JSON-RPC batch, one array on one line: its messages one by one. A line that is
+    /// no array of JSON values is one bad line.
+    fn batch(&mut self, line: &[u8]) -> bool {
+        let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
+            let parsed = parse_message(line);
+            return self.message(parsed);
+        };
+        items.iter().all(|item| {
+            let parsed = parse_message(item.get().as_bytes());
+            self.message(parsed)
+        })
+    }
+
+    /// Passes a message on, or notes a line that is none; `false` once the connection is
+    /// over.
+    fn message(&mut self, parsed: Result<RxJsonRpcMessage<RoleClient>, String>) -> bool {
+        match parsed {
+            Ok(message) => {
+                self.spoken = true;
+                self.bad_in_a_row = 0;
+                // `false`: the connection was dropped.
+                self.lane.take(message).is_none_or(|message| {
+                    self.received.send(Received::Message(Box::new(message))).is_ok()
+                })
+            }
+            Err(why) if self.spoken => {
+                // A stray print of the server (a library's debug line) is logged and
+                // skipped, as the official SDKs' clients do; only a server that writes
+                // nothing else ends its connection.
+                self.bad_in_a_row += 1;
+                self.bad += 1;
+                if self.bad <= BAD_LINES_LOGGED || self.bad.is_multiple_of(BAD_LINES_LOG_EVERY) {
+                    tracing::warn!(
+                        server = %self.server,
+                        "mcp server wrote a line that is {why} ({} such lines so far); skipped",
+                        self.bad
+                    );
+                }
+                if self.bad_in_a_row < BAD_LINES_IN_A_ROW {
+                    return true;
+                }
+                let message = format!(
+                    "{BAD_LINES_IN_A_ROW} stdout lines in a row are not messages, the last is {why}"
+                );
+                tracing::warn!(server = %self.server, "{message}; ending the connection");
+                self.fault.set(FaultKind::Protocol(message));
+                // Ending the connection now fails the in-flight calls now.
+                self.lane.close();
+                let _ = self.received.send(Received::Broken);
+                false
+            }
+            Err(why) => {
+                // Before the first message some servers print banners; they are noise
+                // unless the handshake then fails, and the startup error mentions them.
+                self.noise += 1;
+                if self.noise <= NOISE_LINES_LOGGED {
+                    tracing::warn!(server = %self.server, "mcp server wrote a line that is {why}");
+                }
+                self.fault.note_noise(why);
+                true
+            }
         }
     }
 }

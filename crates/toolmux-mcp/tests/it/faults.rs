@@ -30,8 +30,8 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .with_cancellable(SampleCall::new("slow", json!({})))
         .check(&provider)
         .await;
-    // Nineteen tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    // Twenty-one tools over two pages.
+    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -113,7 +113,7 @@ async fn a_restart_lists_the_tools_again_and_tells_of_the_change() {
 async fn a_repeated_cursor_ends_the_listing() {
     let provider = provider("repeat-cursor");
     let started = Instant::now();
-    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert_eq!(call(&provider, "page_count").await.unwrap(), "2");
     provider.shutdown().await.unwrap();
@@ -124,7 +124,7 @@ async fn a_repeated_cursor_ends_the_listing() {
 #[tokio::test]
 async fn an_endless_listing_stops_after_a_thousand_pages() {
     let provider = provider("endless-cursor");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
     assert_eq!(call(&provider, "page_count").await.unwrap(), "1000");
     provider.shutdown().await.unwrap();
 }
@@ -196,16 +196,38 @@ async fn a_server_given_up_on_is_tried_again_after_a_pause() {
     provider.shutdown().await.unwrap();
 }
 
+/// A stray line that is not JSON (a print of a library) is skipped and the call answered,
+/// as the official SDKs' clients do (it ended the connection).
 #[tokio::test]
-async fn garbage_on_stdout_is_a_protocol_error_naming_it() {
+async fn a_stray_line_on_stdout_is_skipped() {
     let provider = provider("ok");
-    let err = call(&provider, "garbage").await.unwrap_err();
+    provider.warmup().await.unwrap();
+    let pid = provider.server_pid();
+    assert_eq!(call(&provider, "garbage").await.unwrap(), "after garbage");
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert_eq!(provider.server_pid(), pid, "the same server");
+    provider.shutdown().await.unwrap();
+}
+
+/// A hundred lines in a row that are not messages end the connection with a protocol
+/// error naming the last; the next call gets a fresh server.
+#[tokio::test]
+async fn a_hundred_lines_that_are_not_messages_end_the_connection() {
+    let provider = provider("ok");
+    let err = call(&provider, "garbage_flood").await.unwrap_err();
     expect_test::expect![
-        "fixture: protocol error: stdout line is not JSON: `Traceback (most recent call last): not JSON at all`"
+        "fixture: protocol error: 100 stdout lines in a row are not messages, the last is not JSON: `debug line 99`"
     ]
     .assert_eq(&err.to_string());
-    // The next call gets a fresh server.
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    provider.shutdown().await.unwrap();
+}
+
+/// A JSON-RPC batch on one line is its messages.
+#[tokio::test]
+async fn a_batch_on_stdout_is_its_messages() {
+    let provider = provider("ok");
+    assert_eq!(call(&provider, "batch").await.unwrap(), "from a batch");
     provider.shutdown().await.unwrap();
 }
 
@@ -392,7 +414,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 19);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
     provider.shutdown().await.unwrap();
 }
 
