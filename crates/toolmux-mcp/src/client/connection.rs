@@ -2,7 +2,7 @@
 //! is needed to close it and explain why it broke.
 
 use rmcp::model::{ProtocolVersion, ServerNotification, ServerPeerInfo, SubscriptionFilter};
-use rmcp::service::{ClientInitializeError, RunningService};
+use rmcp::service::{ClientInitializeError, RunningService, ServiceError};
 use rmcp::transport::common::client_side_sse::SseRetryPolicy;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{DynamicTransportError, IntoTransport, StreamableHttpClientTransport};
@@ -569,7 +569,19 @@ fn client_failure(http: &reqwest::Error) -> String {
     }
 }
 
-/// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream.
+/// First wait before subscribing again after a `subscriptions/listen` stream ended or was
+/// refused; doubled per failure in a row, up to [`RELISTEN_MAX`].
+const RELISTEN_BASE: Duration = Duration::from_millis(200);
+/// Longest wait between subscriptions.
+const RELISTEN_MAX: Duration = Duration::from_secs(30);
+/// A stream that lasted this long ended as streams do (a proxy's idle timeout, a server
+/// ending streams now and then): the next subscription is made without waiting longer.
+const RELISTEN_HEALTHY: Duration = Duration::from_secs(30);
+
+/// On 2026-07-28, list changes arrive only on a `subscriptions/listen` stream: it is
+/// subscribed to for as long as the connection lives, again after it ends (with backoff),
+/// and every subscription after the first has the lists read again, since changes made
+/// meanwhile were told to nobody.
 fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<Events>) {
     let wants = connection
         .info
@@ -589,28 +601,56 @@ fn listen_for_list_changes(server: &str, connection: &Connection, events: &Arc<E
             .prompts_list_changed()
             .resources_list_changed()
             .build();
-        let mut subscription = match peer.listen(filter).await {
-            Ok(subscription) => subscription,
-            Err(e) => {
-                tracing::debug!(server = %server, error = %e, "subscriptions/listen refused");
+        let mut failures = 0u32;
+        let mut subscribed_before = false;
+        loop {
+            if peer.is_transport_closed() || events.strong_count() == 0 {
                 return;
             }
-        };
-        while let Ok(Some(notification)) = subscription.next().await {
-            let Some(events) = events.upgrade() else { return };
-            match notification {
-                ServerNotification::ToolListChangedNotification(_) => {
-                    tracing::debug!(server = %server, "tools/list_changed (subscription)");
-                    events.tools_changed.notify_one();
+            let started = tokio::time::Instant::now();
+            match peer.listen(filter.clone()).await {
+                Ok(mut subscription) => {
+                    if subscribed_before {
+                        let Some(events) = events.upgrade() else { return };
+                        tracing::debug!(server = %server, "subscribed again; listing again");
+                        events.tools_changed.notify_one();
+                        events.prompts_changed.notify();
+                        events.resources_changed.notify();
+                    }
+                    subscribed_before = true;
+                    while let Ok(Some(notification)) = subscription.next().await {
+                        let Some(events) = events.upgrade() else { return };
+                        match notification {
+                            ServerNotification::ToolListChangedNotification(_) => {
+                                tracing::debug!(server = %server, "tools/list_changed (subscription)");
+                                events.tools_changed.notify_one();
+                            }
+                            ServerNotification::PromptListChangedNotification(_) => {
+                                events.prompts_changed.notify();
+                            }
+                            ServerNotification::ResourceListChangedNotification(_) => {
+                                events.resources_changed.notify();
+                            }
+                            _ => {}
+                        }
+                    }
+                    tracing::debug!(server = %server, "the subscriptions/listen stream ended");
                 }
-                ServerNotification::PromptListChangedNotification(_) => {
-                    events.prompts_changed.notify();
+                Err(ServiceError::McpError(e)) => {
+                    // Refused for good (an error answer, not a broken transport).
+                    tracing::debug!(server = %server, error = %e.message, "subscriptions/listen refused");
+                    return;
                 }
-                ServerNotification::ResourceListChangedNotification(_) => {
-                    events.resources_changed.notify();
+                Err(e) => {
+                    tracing::debug!(server = %server, error = %e, "subscriptions/listen failed");
                 }
-                _ => {}
             }
+            if started.elapsed() >= RELISTEN_HEALTHY {
+                failures = 0;
+            }
+            let delay = RELISTEN_BASE.saturating_mul(1u32 << failures.min(16)).min(RELISTEN_MAX);
+            failures += 1;
+            tokio::time::sleep(delay).await;
         }
     });
 }

@@ -35,6 +35,10 @@ struct FaultServer {
     /// Calls of `hang` started, and those the client cancelled.
     hangs: Arc<AtomicUsize>,
     hangs_cancelled: Arc<AtomicUsize>,
+    /// `subscriptions/listen` streams opened.
+    listens: Arc<AtomicUsize>,
+    /// Told by `end_listens`: every open `subscriptions/listen` stream ends.
+    end_listens: broadcast::Sender<()>,
 }
 
 impl FaultServer {
@@ -46,6 +50,8 @@ impl FaultServer {
             die,
             hangs: Arc::default(),
             hangs_cancelled: Arc::default(),
+            listens: Arc::default(),
+            end_listens: broadcast::channel(4).0,
         }
     }
 }
@@ -94,7 +100,7 @@ impl ServerHandler for FaultServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut names = vec!["echo", "hang", "add_tool", "die", "headers"];
+        let mut names = vec!["echo", "hang", "add_tool", "die", "headers", "end_listens"];
         if self.extra.load(Ordering::SeqCst) {
             names.push("extra");
         }
@@ -131,6 +137,14 @@ impl ServerHandler for FaultServer {
                     let _ = context.peer.notify_tool_list_changed().await;
                 }
                 "added".into()
+            }
+            // Adds `extra` telling nobody, and ends every subscription stream (as a proxy
+            // closing idle streams does): the change is missed unless the client lists
+            // again when it subscribes again.
+            "end_listens" => {
+                self.extra.store(true, Ordering::SeqCst);
+                let _ = self.end_listens.send(());
+                "ended".into()
             }
             "die" => {
                 self.die.cancel();
@@ -171,9 +185,12 @@ impl ServerHandler for FaultServer {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let mut changes = self.changes.subscribe();
+        let mut end = self.end_listens.subscribe();
+        self.listens.fetch_add(1, Ordering::SeqCst);
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
+                _ = end.recv() => return Ok(()),
                 change = changes.recv() => {
                     if change.is_err() {
                         return Ok(());
@@ -191,6 +208,7 @@ struct HttpPeer {
     stop: CancellationToken,
     hangs: Arc<AtomicUsize>,
     hangs_cancelled: Arc<AtomicUsize>,
+    listens: Arc<AtomicUsize>,
 }
 
 impl Drop for HttpPeer {
@@ -203,6 +221,7 @@ async fn http_peer(slow_start: Option<Duration>) -> HttpPeer {
     let stop = CancellationToken::new();
     let server = FaultServer::new(slow_start, stop.clone());
     let (hangs, hangs_cancelled) = (server.hangs.clone(), server.hangs_cancelled.clone());
+    let listens = server.listens.clone();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -225,7 +244,7 @@ async fn http_peer(slow_start: Option<Duration>) -> HttpPeer {
             }
         });
     });
-    HttpPeer { url, stop, hangs, hangs_cancelled }
+    HttpPeer { url, stop, hangs, hangs_cancelled, listens }
 }
 
 fn http_provider(peer: &HttpPeer, mode: ProtocolMode) -> McpProvider {
@@ -259,6 +278,26 @@ async fn http_2026_07_28_conformance_and_list_changed_by_subscription() {
     assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
     assert_eq!(provider.instructions().as_deref(), Some("rmcp fault server"));
     list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+}
+
+/// A 2026-07-28 subscription stream that ends is subscribed to again, and the tools are
+/// listed again then, so a change made while there was none is seen (list changes
+/// stopped for good once the stream ended).
+#[tokio::test]
+async fn http_2026_07_28_a_subscription_that_ends_is_made_again() {
+    let peer = http_peer(None).await;
+    let provider = http_provider(&peer, ProtocolMode::Auto);
+    provider.warmup().await.unwrap();
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    eventually("the subscription", || async { peer.listens.load(Ordering::SeqCst) == 1 }).await;
+    let mut changes = provider.tool_list_changes().unwrap();
+    assert!(!provider.has_tool("extra").await);
+    provider.call("end_listens", json!({}), &CallContext::new()).await.unwrap();
+    eventually("a new subscription", || async { peer.listens.load(Ordering::SeqCst) == 2 }).await;
+    let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert_eq!(changed, Ok(true));
+    assert!(provider.has_tool("extra").await, "listed again once subscribed again");
     provider.shutdown().await.unwrap();
 }
 
