@@ -598,10 +598,11 @@ pub(crate) async fn listen(loaded: &Loaded, args: ListenArgs) -> anyhow::Result<
         }
     };
     let listening = agents.listen(&args.name, &ctx, &options, on_cycle);
+    let _handling = crate::signals::Handling::start();
     tokio::pin!(listening);
     let ended = tokio::select! {
         ended = &mut listening => ended,
-        _ = tokio::signal::ctrl_c() => {
+        () = crate::signals::received() => {
             // The cycle under way stops at once, and listening with it.
             cancel.cancel();
             let _ = listening.await;
@@ -661,9 +662,10 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         let (ctx, mut options) = at_terminal(ctx, true, terminal.as_ref(), &screen);
         options.history = std::mem::take(&mut history);
         let run = agents.run_with(&args.name, &message, &ctx, &options);
+        let _handling = crate::signals::Handling::start();
         let report = tokio::select! {
             report = run => report,
-            _ = tokio::signal::ctrl_c() => {
+            () = crate::signals::received() => {
                 cancel.cancel();
                 screen.end();
                 eprintln!("interrupted");

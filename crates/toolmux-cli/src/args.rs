@@ -16,11 +16,12 @@ Exit codes:
   0  success
   1  the tool call failed, the output handle is unknown, or the agent did not report
      success (failure, partial, needs_input)
-  5  the agent run paused: calls wait for approval (`toolmux agent resume`)
   2  usage or configuration error
   3  a provider failed to start
   4  serving or another operation failed (address in use, I/O error)
-  130 interrupted";
+  5  the agent run paused: calls wait for approval (`toolmux agent resume`)
+  130 interrupted (Ctrl-C); 143 stopped by SIGTERM, 129 by SIGHUP (`serve` stopped by
+     a signal ends normally, 0); every server's processes are stopped first";
 
 /// One tool plane for LLM agents: list and call every tool of every configured provider
 /// (builtin file tools, MCP servers, REST APIs, agents), serve them all as one MCP server,

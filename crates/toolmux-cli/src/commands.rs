@@ -17,9 +17,10 @@ use toolmux::toolmux_orchestrator::store::StoreError;
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
 
 /// How long interrupted work is given to end on its cancellation.
-const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Runs `work` until it ends or the user interrupts it (Ctrl-C, SIGINT): then `cancel` is
+/// Runs `work` until it ends or the user interrupts it (Ctrl-C, or SIGTERM or SIGHUP:
+/// [`crate::signals`]): then `cancel` is
 /// cancelled and `work` is given [`INTERRUPT_GRACE`] to end on it before it is dropped, so
 /// that it cleans up as a cancelled call does (a command's processes killed, a pending
 /// external call withdrawn; kept in a shared folder, such a call would otherwise wait for an
@@ -28,10 +29,11 @@ pub(crate) async fn unless_interrupted<T>(
     work: impl Future<Output = T>,
     cancel: &CancellationToken,
 ) -> Option<T> {
+    let _handling = crate::signals::Handling::start();
     tokio::pin!(work);
     tokio::select! {
         done = &mut work => return Some(done),
-        _ = tokio::signal::ctrl_c() => {}
+        () = crate::signals::received() => {}
     }
     cancel.cancel();
     let _ = tokio::time::timeout(INTERRUPT_GRACE, work).await;
@@ -604,9 +606,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             }
         }
     });
-    // Installed before the first line that says the gateway serves: a signal that comes
-    // right after it stops the gateway cleanly instead of killing it.
-    let mut stop = Stop::install();
+    let handling = crate::signals::Handling::start();
     let served = match args.transport.http {
         None => {
             // A person who started the gateway by hand sees what it serves; an MCP client
@@ -620,7 +620,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
             }
             tokio::select! {
                 served = serve_stdio(provider, options) => served.context("serving on stdio"),
-                () = stop.requested() => Ok(()),
+                () = crate::signals::received() => Ok(()),
             }
         }
         Some(addr) => {
@@ -634,7 +634,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
                 Err(e) => Err(anyhow::Error::new(e)),
                 Ok((bound, task)) => {
                     eprintln!("toolmux: serving MCP at http://{bound}/mcp ({keys}Ctrl-C stops)");
-                    stop.requested().await;
+                    crate::signals::received().await;
                     shutdown.cancel();
                     match task.await {
                         Ok(served) => served.context("serving over HTTP"),
@@ -647,43 +647,12 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     saver.abort();
     watching.cancel();
     finish(&current.get()).await;
+    drop(handling);
     match served {
         Ok(()) => Ok(0),
         Err(e) => {
             eprintln!("error: {e:#}");
             Ok(exit::OTHER)
-        }
-    }
-}
-
-/// SIGTERM and SIGINT (Ctrl-C), caught from when it is installed.
-struct Stop {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl Stop {
-    fn install() -> Stop {
-        use tokio::signal::unix::{SignalKind, signal};
-        Stop {
-            term: signal(SignalKind::terminate()).ok(),
-            int: signal(SignalKind::interrupt()).ok(),
-        }
-    }
-
-    /// Resolves at the first of the two signals.
-    async fn requested(&mut self) {
-        async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
-            match signal {
-                Some(signal) => {
-                    signal.recv().await;
-                }
-                None => std::future::pending().await,
-            }
-        }
-        tokio::select! {
-            () = next(self.term.as_mut()) => {}
-            () = next(self.int.as_mut()) => {}
         }
     }
 }

@@ -28,6 +28,7 @@ mod events;
 mod mcp;
 mod progress;
 mod reload;
+mod signals;
 mod terminal;
 
 use anyhow::Context as _;
@@ -56,7 +57,7 @@ pub(crate) mod exit {
     pub(crate) const OTHER: u8 = 4;
     /// An agent run paused: calls wait for approval.
     pub(crate) const PAUSED: u8 = 5;
-    /// Interrupted by Ctrl-C.
+    /// Interrupted by Ctrl-C (by SIGTERM or SIGHUP: 128 and the signal's number).
     pub(crate) const INTERRUPTED: u8 = 130;
 }
 
@@ -69,16 +70,47 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::OTHER);
         }
     };
-    let code = match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(until_stopped(run(cli))) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");
             classify(&error)
         }
     };
+    // Interrupted by a signal: its conventional code (143 for SIGTERM, 129 for SIGHUP). A
+    // server stopped by one (its normal end) still exits 0.
+    let code = match signals::exit_code() {
+        Some(signalled) if code == exit::INTERRUPTED => signalled,
+        _ => code,
+    };
     // Child processes are reaped by `shutdown`; do not wait for stray blocking tasks.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     ExitCode::from(code)
+}
+
+/// Runs `work` with the stopping signals listened for ([`signals`]): when one comes, the
+/// command's own handling (cancelling its call, saving a run, stopping a server) gets a
+/// grace to end `work`; after it, `work` is dropped, which kills every server's process
+/// group (a command still starting them has no handling of its own).
+async fn until_stopped(work: impl Future<Output = anyhow::Result<u8>>) -> anyhow::Result<u8> {
+    signals::install();
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => return done,
+        () = signals::received() => {}
+    }
+    if !signals::handled() {
+        eprintln!("interrupted");
+        return Ok(exit::INTERRUPTED);
+    }
+    let grace = commands::INTERRUPT_GRACE + std::time::Duration::from_secs(3);
+    match tokio::time::timeout(grace, work).await {
+        Ok(done) => done,
+        Err(_) => {
+            eprintln!("interrupted");
+            Ok(exit::INTERRUPTED)
+        }
+    }
 }
 
 /// The runtime a command runs on. `serve` on stdio has one client whose calls mostly wait

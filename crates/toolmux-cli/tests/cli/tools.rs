@@ -585,3 +585,64 @@ fn escape_sequences_in_results_do_not_reach_the_terminal() {
     let piped = project.run(&["tools", "call", "fs__read", r#"{"path":"evil.txt"}"#]);
     assert!(piped.stdout.contains("before\u{1b}]0;pwned\u{7}after"), "{:?}", piped.stdout);
 }
+
+/// Whether process `pid` runs (exists and is not a zombie waiting to be reaped).
+fn runs(pid: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
+}
+
+/// SIGTERM while servers start stops toolmux with the signal's exit code, SIGHUP while
+/// serving stops the gateway (as its normal end, 0), and each takes every server's process
+/// group with it (they ended toolmux at once and left the servers and their children
+/// running).
+#[test]
+fn stopping_signals_reap_the_servers() {
+    // A "server" that never answers, and a child of its own.
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "mcpServers:\n  mute:\n    command: sh\n    args: [-c, 'sleep 300 & echo $$ $! > pids; exec sleep 301']\n",
+    );
+    for (args, signal, code) in
+        [(&["tools", "list"][..], "TERM", 143), (&["serve", "--stdio"][..], "HUP", 0)]
+    {
+        let _ = std::fs::remove_file(project.path().join("pids"));
+        let mut command = project.command(args);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let mut child = command.spawn().expect("toolmux starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let pids = loop {
+            let text = std::fs::read_to_string(project.path().join("pids")).unwrap_or_default();
+            if text.ends_with('\n') {
+                break text;
+            }
+            assert!(std::time::Instant::now() < deadline, "the server never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        if signal == "HUP" {
+            // Serving (it waits at most 8 s for a server that does not start).
+            std::thread::sleep(std::time::Duration::from_secs(9));
+        }
+        let killed = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(killed.success());
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("status") {
+                break status;
+            }
+            assert!(std::time::Instant::now() < deadline, "toolmux did not stop on SIG{signal}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(code), "SIG{signal}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for pid in pids.split_whitespace() {
+            assert!(!runs(pid), "process {pid} of the server outlived toolmux (SIG{signal})");
+        }
+    }
+}
