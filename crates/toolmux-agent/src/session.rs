@@ -17,7 +17,7 @@ use std::time::Duration;
 use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
     ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    ToolChoice, ToolDefinition, ToolResultMessage, Usage,
+    StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 use toolmux_orchestrator::search;
 use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
@@ -310,7 +310,10 @@ impl Session<'_> {
             // asynchronous results waiting in the run's inbox since it stopped.
             pending_external: AtomicUsize::new(pending_in(self.history)),
             gate: tokio::sync::RwLock::new(()),
+            cut: HashSet::new(),
         };
+        // What the model wrote of a text answer before its output limit cut it.
+        let mut cut_text = String::new();
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
         let mut hook_context = Vec::new();
@@ -431,8 +434,40 @@ impl Session<'_> {
                 }
             };
             figures.usage += answer.usage;
+            if answer.stop == StopReason::ContentFilter {
+                let message = "the model's answer was stopped by its API's content filter".into();
+                break SessionEnd::Report(self.failed(&figures, message));
+            }
+            // Cut at the output limit: the calls whose arguments did not end are told why.
+            let cut = answer.stop == StopReason::MaxTokens;
+            state.cut = answer
+                .tool_calls
+                .iter()
+                .filter(|c| cut && c.raw_arguments.is_some())
+                .map(|c| c.id.clone())
+                .collect();
             request.messages.push(answer.to_message());
             if answer.tool_calls.is_empty() {
+                if cut && !answer.content.trim().is_empty() {
+                    // A text cut off is not an answer: the model goes on from where it
+                    // stopped, and the report holds both parts.
+                    cut_text.push_str(&answer.content);
+                    if last {
+                        let mut report = figures.clone();
+                        report.status = AgentStatus::Partial;
+                        report.content = format!(
+                            "{}\n\n(cut off: the answer reached the model's output limit, `maxTokens`)",
+                            std::mem::take(&mut cut_text)
+                        );
+                        break SessionEnd::Report(report);
+                    }
+                    request.messages.push(Message::user(
+                        "(Your answer was cut off at your output limit. Continue exactly where it \
+                         stopped, without repeating it.)"
+                            .to_owned(),
+                    ));
+                    continue;
+                }
                 if !answer.content.trim().is_empty() {
                     if !last
                         && let Some(reason) = self.go_on(&mut stop_active, &request.messages).await
@@ -440,10 +475,18 @@ impl Session<'_> {
                         request.messages.push(go_on_message(&reason));
                         continue;
                     }
-                    // A plain answer ends the turn, as a conversational reply does.
+                    // A plain answer ends the turn, as a conversational reply does; on the
+                    // last turn, where only the report was asked for, it is not a success.
                     let mut report = figures.clone();
                     report.status = AgentStatus::Success;
-                    report.content = answer.content;
+                    report.content = std::mem::take(&mut cut_text) + &answer.content;
+                    if let Some(limit) = &limit {
+                        report.status = AgentStatus::Partial;
+                        report.content = format!(
+                            "{}\n\n({limit}, and the model answered without its final report)",
+                            report.content
+                        );
+                    }
                     break SessionEnd::Report(report);
                 }
                 if let Some(limit) = &limit {
@@ -851,11 +894,17 @@ impl Session<'_> {
     async fn call(&self, call: &ModelToolCall, state: &State) -> Outcome {
         if let Some(raw) = &call.raw_arguments {
             let excerpt: String = raw.chars().take(200).collect();
+            let why = if state.cut.contains(&call.id) {
+                "; your answer reached your output limit while writing them, so they were cut \
+                 off: write less in one call (split a large file or edit into several calls)"
+            } else {
+                ""
+            };
             return Outcome::error(
                 call,
                 format!(
-                    "(tool failed: the arguments are not valid JSON: `{excerpt}`; call `{}` again \
-                     with a JSON object)",
+                    "(tool failed: the arguments are not valid JSON: `{excerpt}`{why}; call `{}` \
+                     again with a JSON object)",
                     call.name
                 ),
             );
@@ -1162,6 +1211,8 @@ struct State {
     /// for these (tokio's lock is fair, so a write waits for the reads before it and the
     /// reads after it wait for the write).
     gate: tokio::sync::RwLock<()>,
+    /// Calls of the last answer whose arguments the output limit cut off.
+    cut: HashSet<String>,
 }
 
 /// Whether a call of a tool with `annotations` must run alone among a turn's calls: it

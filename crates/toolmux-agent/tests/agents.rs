@@ -640,6 +640,72 @@ async fn no_report_within_the_turn_limit_is_a_failure() {
     );
 }
 
+/// A plain answer on the last turn, where only the report was asked for, is no success.
+#[tokio::test]
+async fn a_plain_answer_on_the_last_turn_is_partial() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({}))])
+            .then(|_| Ok(ModelResponse::text("next I still need to read them"))),
+    );
+    let s = setup(one("a", AgentConfig { max_turns: Some(2), ..agent("m") }), vec![model]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Partial, "{}", report.content);
+    assert!(report.content.starts_with("next I still need to read them"), "{}", report.content);
+    assert!(report.content.contains("without its final report"), "{}", report.content);
+}
+
+/// An answer cut at the output limit is not a success: a text goes on where it stopped
+/// (the report holds both parts), a call whose arguments were cut is told why, and an
+/// answer the content filter stopped fails the run.
+#[tokio::test]
+async fn answers_cut_by_the_output_limit_or_a_filter_are_not_successes() {
+    use toolmux_llm::StopReason;
+    let cut = |text: &str| {
+        let mut answer = ModelResponse::text(text);
+        answer.stop = StopReason::MaxTokens;
+        answer
+    };
+    let first = cut("The answer is a long ");
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .then(move |_| Ok(first.clone()))
+            .then(|request| {
+                let told = format!("{:?}", request.messages.last());
+                assert!(told.contains("Continue exactly where it stopped"), "{told}");
+                Ok(ModelResponse::text("story."))
+            })
+            .then(|_| {
+                let mut call = ModelToolCall::new("c1", "mock__echo", Value::Null);
+                call.raw_arguments = Some("{\"text\": \"hal".into());
+                let mut answer = ModelResponse::tool_calls(vec![call]);
+                answer.stop = StopReason::MaxTokens;
+                Ok(answer)
+            })
+            .report("success", "done"),
+    );
+    let s = setup(one("a", agent("m")), vec![model.clone()]).await;
+    let report = s.agents.run("a", "tell", &CallContext::new()).await.unwrap();
+    assert_eq!(
+        (report.status, report.content.as_str()),
+        (AgentStatus::Success, "The answer is a long story.")
+    );
+    let report = s.agents.run("a", "write", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    let results = tool_results(&model.requests().pop().unwrap());
+    assert!(results[0].1 && results[0].0.contains("reached your output limit"), "{results:?}");
+
+    let filtered = Arc::new(ScriptedModel::new("m").then(|_| {
+        let mut answer = ModelResponse::text("I cannot");
+        answer.stop = StopReason::ContentFilter;
+        Ok(answer)
+    }));
+    let s = setup(one("a", agent("m")), vec![filtered]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("content filter"), "{}", report.content);
+}
+
 #[tokio::test]
 async fn a_model_error_fails_the_run_with_its_message() {
     let model = Arc::new(ScriptedModel::new("m"));

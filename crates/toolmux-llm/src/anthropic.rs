@@ -427,7 +427,14 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
                         .ok_or_else(|| endpoint.missing(&format!("content[{index}].{name}")))
                 };
                 let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
-                tool_calls.push(ModelToolCall::new(field("id")?, field("name")?, input));
+                let mut call = ModelToolCall::new(field("id")?, field("name")?, input);
+                // The API's input is an object; a string is what a stream gave that did not
+                // parse (cut at the output limit, say): the call's arguments are not JSON.
+                if let Value::String(raw) = &call.arguments {
+                    call.raw_arguments = Some(raw.clone());
+                    call.arguments = Value::Null;
+                }
+                tool_calls.push(call);
             }
             Some(_) => {} // thinking and other blocks the agent does not read
             None => return Err(endpoint.missing(&format!("content[{index}].type"))),
