@@ -500,6 +500,7 @@ impl Session<'_> {
             }
             self.progress(&figures, max_turns, &answer.tool_calls);
             let repeated = state.repeats.turn(&answer.tool_calls, max_repeats);
+            let refused: Vec<bool> = repeated.iter().map(Option::is_some).collect();
             let state_now = &state;
             self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
             let outcomes = join_all(answer.tool_calls.iter().zip(repeated).map(
@@ -523,6 +524,13 @@ impl Session<'_> {
             let pending = self.handler.approvals.take_pending();
             let calls: Vec<(&ModelToolCall, Outcome)> =
                 answer.tool_calls.iter().zip(outcomes).collect();
+            state.repeats.results(
+                calls
+                    .iter()
+                    .zip(&refused)
+                    .filter(|(_, refused)| !**refused)
+                    .map(|((call, outcome), _)| (*call, outcome.result.content.as_str())),
+            );
             let (calls, pending) = held(calls, pending);
             let effects = self.fold(calls, &mut state, &mut request, &mut figures);
             if let Some(status) = self.take_task_status(&answer.tool_calls) {
@@ -1288,17 +1296,29 @@ fn pending_in(history: &[Message]) -> usize {
 }
 
 /// The calls the model made in each of the last turns, by tool and arguments (canonical
-/// JSON), with how many turns in a row it made each.
+/// JSON), with how many turns in a row it made each and got the same result.
 #[derive(Debug, Default)]
-struct Repeats(HashMap<String, u32>);
+struct Repeats(HashMap<String, Repeat>);
+
+/// One call's row of turns ([`Repeats`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Repeat {
+    /// Turns in a row it was made, its result the same each time.
+    count: u32,
+    /// A hash of its last result.
+    result: Option<u64>,
+    /// Its last result differed from the one before.
+    changed: bool,
+}
 
 impl Repeats {
     /// Records a turn's `calls`; for each, the turns in a row it was made before when that
-    /// passes `max` (0: no limit), so that it is not made again. The session's own tools are
-    /// left out (a status report or a search may well repeat).
+    /// passes `max` (0: no limit), so that it is not made again. A call whose result changed
+    /// last time starts a new row (`cat f.txt` after each edit). The session's own tools
+    /// are left out (a status report or a search may well repeat).
     fn turn(&mut self, calls: &[ModelToolCall], max: u32) -> Vec<Option<u32>> {
         let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF, search::SEARCH];
-        let mut now = HashMap::new();
+        let mut now: HashMap<String, Repeat> = HashMap::new();
         let verdicts = calls
             .iter()
             .map(|call| {
@@ -1306,14 +1326,28 @@ impl Repeats {
                     return None;
                 }
                 let key = toolmux_orchestrator::cache::cache_key(&call.name, &call.arguments);
-                let before = self.0.get(&key).copied().unwrap_or(0);
+                let before = self.0.get(&key).copied().unwrap_or_default();
+                let count = if before.changed { 1 } else { before.count + 1 };
                 // The same call twice in one turn counts once.
-                let count = *now.entry(key).or_insert(before + 1);
-                (max > 0 && count > max).then_some(count - 1)
+                let entry = now.entry(key).or_insert(Repeat { count, ..before });
+                (max > 0 && entry.count > max).then_some(entry.count - 1)
             })
             .collect();
         self.0 = now;
         verdicts
+    }
+
+    /// Records what the turn's calls that ran returned.
+    fn results<'a>(&mut self, ran: impl Iterator<Item = (&'a ModelToolCall, &'a str)>) {
+        use std::hash::{BuildHasher as _, BuildHasherDefault};
+        for (call, result) in ran {
+            let key = toolmux_orchestrator::cache::cache_key(&call.name, &call.arguments);
+            let Some(entry) = self.0.get_mut(&key) else { continue };
+            let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
+                .hash_one(result);
+            entry.changed = entry.result.is_some_and(|last| last != hash);
+            entry.result = Some(hash);
+        }
     }
 }
 

@@ -584,6 +584,24 @@ async fn a_call_repeated_turn_after_turn_is_refused() {
     assert!(!results[2].1, "{results:?}");
 }
 
+/// A call whose result changes from turn to turn (a file read after each edit) is never
+/// refused as a repeat.
+#[tokio::test]
+async fn a_call_whose_result_changes_is_not_a_repeat() {
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..5 {
+        model = model.calls(vec![("mock__count", json!({}))]);
+    }
+    let model = Arc::new(model.report("success", "read them all"));
+    let config = AgentConfig { max_repeats: Some(2), ..agent("m") };
+    let mock = Arc::new(MockProvider::new("mock").with_tool("count", Behavior::Count));
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![mock.clone()];
+    let (agents, _orchestrator) = start_agents(one("a", config), only(&model), providers).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Success);
+    assert_eq!(mock.calls_of("count"), 5, "{:?}", tool_results(&model.requests()[5]));
+}
+
 #[tokio::test]
 async fn tool_failures_and_bad_arguments_go_back_to_the_model() {
     let model = Arc::new(

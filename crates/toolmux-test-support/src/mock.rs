@@ -46,6 +46,9 @@ pub enum Behavior {
     Fail(String),
     /// Returns the call's run id as text.
     RunId,
+    /// Returns how many calls of the tool came before this one, as text (a result that
+    /// changes every call).
+    Count,
 }
 
 #[derive(Debug)]
@@ -324,6 +327,7 @@ impl ToolProvider for MockProvider {
         let cancelled = || ToolError::Cancelled { tool: name.to_owned() };
         match &tool.behavior {
             Behavior::Echo => Ok(ToolOutput::json(arguments)),
+            Behavior::Count => Ok(ToolOutput::text(nth.to_string())),
             Behavior::Text(text) => Ok(ToolOutput::text(text.clone())),
             Behavior::Output(output) => Ok(output.clone()),
             Behavior::Big(bytes) => {
