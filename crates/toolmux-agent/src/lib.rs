@@ -460,6 +460,7 @@ impl Agents {
                 handler: handler.clone(),
                 hooks: &self.inner.definitions.hooks,
                 sub: depth > 1,
+                may_call_agents: depth < max_depth,
                 resume: resume.take(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");

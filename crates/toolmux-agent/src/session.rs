@@ -94,6 +94,9 @@ pub(crate) struct Session<'a> {
     pub(crate) hooks: &'a AgentHooks,
     /// Whether the agent was called by another agent (its stop hooks are `SubagentStop`).
     pub(crate) sub: bool,
+    /// Whether the agents it calls would be within the depth limit (`agentMaxDepth`): at
+    /// the limit, no agent is offered (every call of one would be refused).
+    pub(crate) may_call_agents: bool,
     /// The decisions a paused run resumes with; `history` is then its conversation.
     pub(crate) resume: Option<&'a Resume>,
 }
@@ -105,8 +108,10 @@ impl Session<'_> {
         // With deferred tools the `tools` namespace is the search's: the session searches
         // itself and offers what it finds.
         let searching = self.orchestrator.has_deferred(&|_| true);
-        let sub_agents: HashSet<String> =
-            self.config.agents.iter().map(|a| format!("agent__{a}")).collect();
+        let sub_agents: HashSet<String> = match self.may_call_agents {
+            true => self.config.agents.iter().map(|a| format!("agent__{a}")).collect(),
+            false => HashSet::new(),
+        };
         let mut offered = Vec::new();
         let mut names = HashSet::new();
         let mut ends_turn = HashSet::new();
