@@ -1108,7 +1108,10 @@ impl<R> Waited<R> {
         match self {
             Waited::Cancelled => Some("cancelled by the caller"),
             Waited::TimedOut(_) => Some("request timeout"),
-            Waited::Reply(_) | Waited::ShutDown => None,
+            // Told before the connection closes, so the server stops the work at once
+            // and knows why (it heard nothing, or a timeout from elsewhere).
+            Waited::ShutDown => Some("the client is shutting down"),
+            Waited::Reply(_) => None,
         }
     }
 }

@@ -61,7 +61,7 @@ const STDERR_DRAIN: Duration = Duration::from_millis(200);
 const STDOUT_DRAIN: Duration = Duration::from_millis(200);
 /// Longest message a server may write: a line without its end past this is a protocol
 /// fault (a server printing without end must not take the gateway's memory with it).
-const MESSAGE_MAX: usize = 128 << 20;
+pub(crate) const MESSAGE_MAX: usize = 128 << 20;
 
 /// How a capped line read ended.
 #[derive(Debug, PartialEq, Eq)]

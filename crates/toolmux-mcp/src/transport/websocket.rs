@@ -9,7 +9,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
+use super::stdio::MESSAGE_MAX;
 use super::{
     ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
 };
@@ -24,14 +26,31 @@ pub(crate) async fn connect(
     fault: &Fault,
 ) -> Result<ChannelTransport, BoxError> {
     super::super::client::ensure_crypto_provider();
+    // A message, and its frame, as long as a stdio server's line may be (tungstenite's
+    // defaults, 64 MiB and 16 MiB, failed results a stdio server could give).
+    let limits = WebSocketConfig::default()
+        .max_message_size(Some(MESSAGE_MAX))
+        .max_frame_size(Some(MESSAGE_MAX));
+    let connect = async |mcp_protocol: bool| {
+        let request = request(url, headers, mcp_protocol)?;
+        tokio_tungstenite::connect_async_with_config(request, Some(limits), false)
+            .await
+            .map(|(socket, _)| socket)
+            .map_err(BoxError::from)
+    };
     // Ask for the `mcp` subprotocol as the TypeScript SDK does; a server that does not
     // answer with it is tried again without asking.
-    let socket = match tokio_tungstenite::connect_async(request(url, headers, true)?).await {
-        Ok((socket, _)) => socket,
-        Err(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(_))) => {
-            tokio_tungstenite::connect_async(request(url, headers, false)?).await?.0
+    let socket = match connect(true).await {
+        Ok(socket) => socket,
+        Err(e)
+            if matches!(
+                e.downcast_ref::<WsError>(),
+                Some(WsError::Protocol(ProtocolError::SecWebSocketSubProtocolError(_)))
+            ) =>
+        {
+            connect(false).await?
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     let (mut sink, mut stream) = socket.split();
     let (transport, PumpEnds { mut outbound, inbound }) = channel_transport();

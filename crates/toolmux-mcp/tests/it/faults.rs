@@ -301,6 +301,25 @@ async fn a_hung_call_times_out_and_sends_cancelled() {
     provider.shutdown().await.unwrap();
 }
 
+/// A call in flight when the provider shuts down tells the server why it stops waiting.
+#[tokio::test]
+async fn a_shutdown_tells_the_server_why_a_call_is_abandoned() {
+    let reasons = tempfile::NamedTempFile::new().unwrap();
+    let config = support::fixture_stdio("ok")
+        .with_env("FIXTURE_CANCEL_LOG", reasons.path().to_str().unwrap());
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    let hung = {
+        let provider = provider.clone();
+        tokio::spawn(async move { call(&provider, "hang").await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    provider.shutdown().await.unwrap();
+    let err = hung.await.unwrap().unwrap_err();
+    assert!(matches!(err, ToolError::Unavailable { .. }), "{err:?}");
+    assert_eq!(std::fs::read_to_string(reasons.path()).unwrap(), "the client is shutting down\n");
+}
+
 #[tokio::test]
 async fn cancelling_a_call_sends_cancelled_to_the_server() {
     let provider = provider("ok");

@@ -96,8 +96,8 @@ async fn calls_in_an_http_outage_fail_fast_and_the_server_is_used_once_back() {
 /// A streamable HTTP server on loopback that numbers its sessions (`s1`, `s2`, …) and never
 /// answers a call of `hang`, as a server stuck behind a proxy that keeps the connection
 /// open does. Its `session` tool says which session it was called in, `forget` makes it
-/// forget every session (as a restart does; it then answers them 404), and it lists a
-/// tool `in_sN` of the session.
+/// forget every session (as a restart does; it then answers them 404), `unavailable` is
+/// answered HTTP 503, and it lists a tool `in_sN` of the session.
 async fn sessions_http_server() -> String {
     use axum::http::{HeaderMap, StatusCode, header};
     use axum::response::IntoResponse;
@@ -134,13 +134,17 @@ async fn sessions_http_server() -> String {
                 }
                 ("tools/list", Some(session)) => {
                     let schema = json!({"type": "object"});
-                    let names = ["hang", "session", "forget", &format!("in_{session}")];
+                    let in_session = format!("in_{session}");
+                    let names = ["hang", "session", "forget", "unavailable", &in_session];
                     let tools: Vec<_> =
                         names.iter().map(|n| json!({"name": n, "inputSchema": schema})).collect();
                     (json, answer(json!({"tools": tools}))).into_response()
                 }
                 ("tools/call", Some(session)) => match message["params"]["name"].as_str() {
                     Some("session") => (json, text(session)).into_response(),
+                    Some("unavailable") => {
+                        (StatusCode::SERVICE_UNAVAILABLE, "try later").into_response()
+                    }
                     Some("forget") => {
                         known.lock().unwrap().clear();
                         (json, text("forgotten")).into_response()
@@ -204,5 +208,20 @@ async fn a_renewed_http_session_lists_the_tools_again() {
     let changed = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
     assert_eq!(changed, Ok(true));
     assert!(provider.has_tool("in_s2").await && !provider.has_tool("in_s1").await);
+    provider.shutdown().await.unwrap();
+}
+
+/// An HTTP error answering a call is named in the call's error (it said a bare
+/// "connection closed"), and the next call connects afresh.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_status_is_named_and_the_next_call_reconnects() {
+    let url = sessions_http_server().await;
+    let provider =
+        McpProvider::new("web", McpServerConfig::remote(TransportKind::Http, url)).unwrap();
+    assert_eq!(call(&provider, "session").await.unwrap(), "s1");
+    let error = call(&provider, "unavailable").await.unwrap_err();
+    expect_test::expect!["web: connection closed (the server answered HTTP 503)"]
+        .assert_eq(&error.to_string());
+    assert_eq!(call(&provider, "session").await.unwrap(), "s2");
     provider.shutdown().await.unwrap();
 }

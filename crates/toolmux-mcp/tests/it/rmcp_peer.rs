@@ -152,6 +152,12 @@ impl ServerHandler for FaultServer {
                 unreachable!("pending never resolves")
             }
             "extra" => "extra".into(),
+            // A result of `bytes` bytes of text.
+            "big" => {
+                let args = request.arguments.unwrap_or_default();
+                let bytes = args.get("bytes").and_then(serde_json::Value::as_u64).unwrap_or(1);
+                "x".repeat(usize::try_from(bytes).unwrap())
+            }
             // What arrived with the call: some of its HTTP headers, and its `_meta`.
             "headers" => {
                 let parts = context.extensions.get::<axum::http::request::Parts>();
@@ -465,6 +471,21 @@ async fn websocket_auto_mode_negotiates_2026_07_28() {
     assert_eq!(out.to_text(), "rmcp echo: w");
     assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
     list_changed_is_seen(&provider).await;
+    provider.shutdown().await.unwrap();
+    stop.cancel();
+}
+
+/// A WebSocket message of 20 MiB (past tungstenite's 16 MiB frame limit) arrives: a
+/// WebSocket server may send what a stdio server may write, up to 128 MiB.
+#[tokio::test]
+async fn websocket_takes_a_message_as_long_as_stdio_does() {
+    let (url, stop) = websocket_peer().await;
+    let config =
+        McpServerConfig::remote(TransportKind::Websocket, url).with_protocol(ProtocolMode::Legacy);
+    let provider = McpProvider::new("ws", config).unwrap();
+    let size = 20 << 20;
+    let out = provider.call("big", json!({"bytes": size}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text().len(), size);
     provider.shutdown().await.unwrap();
     stop.cancel();
 }
