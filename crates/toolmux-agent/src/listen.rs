@@ -2,7 +2,8 @@
 //! inbox has something (messages of others in its active space, results of its
 //! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
 
-use crate::{AgentError, AgentReport, Agents, NAMESPACE, RunOptions};
+use crate::session::MODEL_FAILED;
+use crate::{AgentError, AgentReport, AgentStatus, Agents, NAMESPACE, RunOptions};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -151,7 +152,7 @@ impl Agents {
                 }
                 continue;
             }
-            let report = self.run_with(name, &wake.task(), ctx, &RunOptions::default()).await?;
+            let report = self.cycle(name, &wake.task(), ctx).await?;
             on_cycle(&report);
             cycles += 1;
             quiet_since = Instant::now();
@@ -161,6 +162,58 @@ impl Agents {
         }
     }
 }
+
+impl Agents {
+    /// One cycle on `task`. What woke the agent was taken from its inbox and space when the
+    /// run began: a run its model failed (an outage, a timeout) is tried again on the same
+    /// conversation, after 2 s and then twice as long, up to [`CYCLE_ATTEMPTS`] times, so
+    /// that what arrived is not lost.
+    async fn cycle(
+        &self,
+        name: &str,
+        task: &str,
+        ctx: &CallContext,
+    ) -> Result<AgentReport, AgentError> {
+        let options = RunOptions { transcript: true, ..RunOptions::default() };
+        let mut report = self.run_with(name, task, ctx, &options).await?;
+        let mut wait = Duration::from_secs(2);
+        for _ in 1..CYCLE_ATTEMPTS {
+            if !(report.status == AgentStatus::Failure && report.content.starts_with(MODEL_FAILED))
+                || ctx.is_cancelled()
+            {
+                break;
+            }
+            tracing::warn!(target: "toolmux::agent", agent = name, "{}; trying again in {} s", report.content, wait.as_secs());
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = ctx.cancel_token().cancelled() => break,
+            }
+            wait *= 2;
+            let again = RunOptions {
+                history: std::mem::take(&mut report.transcript),
+                transcript: true,
+                ..RunOptions::default()
+            };
+            let (turns, calls, usage) = (report.turns, report.tool_calls, report.usage);
+            report = self
+                .run_with(
+                    name,
+                    "(Your model failed before you answered. Go on with what arrived, above.)",
+                    ctx,
+                    &again,
+                )
+                .await?;
+            report.turns += turns;
+            report.tool_calls += calls;
+            report.usage += usage;
+        }
+        report.transcript.clear();
+        Ok(report)
+    }
+}
+
+/// How many times one cycle is run when its model fails.
+const CYCLE_ATTEMPTS: u32 = 4;
 
 /// Looks at the inbox: the external results (taken), and the space (waiting up to [`LOOK`]
 /// for a message when no result came).
@@ -195,7 +248,10 @@ async fn call(
     arguments: Value,
     ctx: &CallContext,
 ) -> Result<Value, String> {
-    let result = orchestrator.execute(ToolCall::new(tool, arguments), &ctx.child()).await;
+    // The loop's polls are not the agent's work: a run budget counts its cycles' calls
+    // only (counted, a poll a second spent it and left the listener deaf).
+    let ctx = ctx.child().outside_budget();
+    let result = orchestrator.execute(ToolCall::new(tool, arguments), &ctx).await;
     if !result.ok {
         return Err(result.conversation_text());
     }

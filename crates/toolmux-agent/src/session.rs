@@ -434,7 +434,7 @@ impl Session<'_> {
             let answer = match answer {
                 Ok(answer) => answer,
                 Err(e) => {
-                    let message = format!("the model failed: {e}");
+                    let message = format!("{MODEL_FAILED}: {e}");
                     break SessionEnd::Report(self.failed(&figures, message));
                 }
             };
@@ -1299,6 +1299,9 @@ fn pending_in(history: &[Message]) -> usize {
     }
     pending
 }
+
+/// How a report whose model failed begins.
+pub(crate) const MODEL_FAILED: &str = "the model failed";
 
 /// The calls the model made in each of the last turns, by tool and arguments (canonical
 /// JSON), with how many turns in a row it made each and got the same result.

@@ -1725,7 +1725,19 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     use toolmux_agent::{ListenEnd, ListenOptions};
     use toolmux_external::{ExternalResult, PendingCall, PendingStore};
     let (store, external) = async_external("build", "Starts a build");
-    let model = Arc::new(ScriptedModel::new("m").report("success", "deployed the build"));
+    // The cycle's first model call fails: the cycle is tried again on its conversation,
+    // so what woke it (taken from the inbox) is not lost.
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .then(|_| {
+                Err(ModelError::Api {
+                    model: "m".into(),
+                    status: 503,
+                    message: "overloaded".into(),
+                })
+            })
+            .report("success", "deployed the build"),
+    );
     let providers: Vec<Arc<dyn ToolProvider>> = vec![Arc::new(external)];
     let (agents, orchestrator) = start_agents(one("a", agent("m")), only(&model), providers).await;
 
@@ -1759,12 +1771,14 @@ async fn a_listening_agent_wakes_for_a_late_asynchronous_result() {
     answer.await.unwrap();
     assert_eq!(ended.unwrap(), ListenEnd::Cycles);
     assert_eq!(reports, ["deployed the build"]);
-    let task = format!("{:?}", model.requests()[0].messages);
-    assert!(
-        task.contains("Results of your earlier asynchronous tool calls arrived")
-            && task.contains("build 42 is green"),
-        "{task}"
-    );
+    for request in &model.requests()[..2] {
+        let task = format!("{:?}", request.messages);
+        assert!(
+            task.contains("Results of your earlier asynchronous tool calls arrived")
+                && task.contains("build 42 is green"),
+            "{task}"
+        );
+    }
 
     // Idle: nothing arrives, listening ends.
     let options = ListenOptions {

@@ -268,6 +268,8 @@ pub struct CallContext {
     asked: Option<Arc<AtomicBool>>,
     /// A person made the call directly, not a model ([`CallContext::from_person`]).
     from_person: bool,
+    /// The caller's own bookkeeping, outside the run's budget ([`CallContext::outside_budget`]).
+    outside_budget: bool,
     /// The caller's trace ([`CallContext::with_trace_parent`]).
     trace: Option<TraceParent>,
     /// The caller's `tracestate`, passed on as it came.
@@ -337,6 +339,7 @@ impl CallContext {
             handler: None,
             asked: None,
             from_person: false,
+            outside_budget: false,
             trace: None,
             trace_state: None,
             caller_headers: None,
@@ -474,6 +477,19 @@ impl CallContext {
     /// Whether a person made the call directly ([`CallContext::from_person`]).
     pub fn is_from_person(&self) -> bool {
         self.from_person
+    }
+
+    /// Marks the call as its caller's own bookkeeping, not the run's work (a listening
+    /// agent polling its inbox every second): the run's budget (`maxToolCallsPerRun`,
+    /// `maxToolTimeMs`) neither counts nor refuses it. Calls made inside it are counted.
+    pub fn outside_budget(mut self) -> Self {
+        self.outside_budget = true;
+        self
+    }
+
+    /// Whether the call is outside the run's budget ([`CallContext::outside_budget`]).
+    pub fn is_outside_budget(&self) -> bool {
+        self.outside_budget
     }
 
     /// Sets the operation this call runs as.
@@ -653,6 +669,7 @@ impl CallContext {
             handler: self.handler.clone(),
             asked: self.asked.clone(),
             from_person: false,
+            outside_budget: false,
             trace: self.trace,
             trace_state: self.trace_state.clone(),
             caller_headers: self.caller_headers.clone(),

@@ -1751,7 +1751,8 @@ impl Orchestrator {
     ) -> Result<ToolOutput, ToolError> {
         let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
         // A call passed on (`tools__call`) is counted once, as the tool it calls.
-        let run = (self.tracks_runs() && !entry.passes_on).then(|| self.run_state(ctx.run_id()));
+        let run = (self.tracks_runs() && !entry.passes_on && !ctx.is_outside_budget())
+            .then(|| self.run_state(ctx.run_id()));
         let mut time_left = None;
         if let Some(run) = &run {
             let budget = &self.inner.config.run_budget;

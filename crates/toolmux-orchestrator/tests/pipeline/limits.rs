@@ -30,6 +30,10 @@ async fn run_budget_limits_calls_per_run() {
     assert!(o.execute(ToolCall::new("m__t", json!({})), &other).await.ok, "budgets are per run");
     assert_eq!(o.run_flags("r1").calls, 2);
     assert_eq!(p.total_calls(), 3);
+    // The caller's own bookkeeping (a listener's polls) is neither counted nor refused.
+    let polls = run.clone().outside_budget();
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &polls).await.ok);
+    assert_eq!(o.run_flags("r1").calls, 2);
 }
 
 #[tokio::test(start_paused = true)]
