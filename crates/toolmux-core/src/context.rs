@@ -12,6 +12,7 @@ use serde_json::Value;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -270,6 +271,8 @@ pub struct CallContext {
     from_person: bool,
     /// The caller's own bookkeeping, outside the run's budget ([`CallContext::outside_budget`]).
     outside_budget: bool,
+    /// How long the provider waits for the answer ([`CallContext::with_wait`]).
+    wait: Option<Duration>,
     /// The caller's trace ([`CallContext::with_trace_parent`]).
     trace: Option<TraceParent>,
     /// The caller's `tracestate`, passed on as it came.
@@ -340,6 +343,7 @@ impl CallContext {
             asked: None,
             from_person: false,
             outside_budget: false,
+            wait: None,
             trace: None,
             trace_state: None,
             caller_headers: None,
@@ -490,6 +494,19 @@ impl CallContext {
     /// Whether the call is outside the run's budget ([`CallContext::outside_budget`]).
     pub fn is_outside_budget(&self) -> bool {
         self.outside_budget
+    }
+
+    /// Sets how long a provider that times its own calls (an MCP server's, whose wait
+    /// each progress report restarts) waits for this call's answer, instead of its default:
+    /// the tool's own setting (`tools.NAME.timeout`).
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// The wait set for this call ([`CallContext::with_wait`]), if any.
+    pub fn wait(&self) -> Option<Duration> {
+        self.wait
     }
 
     /// Sets the operation this call runs as.
@@ -670,6 +687,7 @@ impl CallContext {
             asked: self.asked.clone(),
             from_person: false,
             outside_budget: false,
+            wait: None,
             trace: self.trace,
             trace_state: self.trace_state.clone(),
             caller_headers: self.caller_headers.clone(),

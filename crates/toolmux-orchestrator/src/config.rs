@@ -257,6 +257,10 @@ pub struct ToolSettings {
     pub rate_limit: Option<RateLimit>,
     /// Retries on transient errors.
     pub retry: Option<RetryPolicy>,
+    /// How long the provider itself waits for the tool's answer, for a provider that
+    /// times its own calls (an MCP server's, restarting the wait at each progress report):
+    /// passed in the call's context ([`toolmux_core::CallContext::wait`]).
+    pub provider_wait: Option<Duration>,
 }
 
 /// At most `calls` calls per `per`; a call that would have to wait longer than `wait` for
@@ -323,6 +327,7 @@ impl ToolSettings {
             response_max_bytes: self.response_max_bytes.or(fallback.response_max_bytes),
             rate_limit: self.rate_limit.or(fallback.rate_limit),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
+            provider_wait: self.provider_wait.or(fallback.provider_wait),
         }
     }
 }

@@ -58,6 +58,8 @@ pub(crate) struct ResolvedSettings {
     pub max_total_time: Option<Duration>,
     /// Set only when the tool may be retried: retries configured and the tool idempotent.
     pub retry: Option<crate::config::RetryPolicy>,
+    /// The provider's own wait for the answer ([`ToolSettings::provider_wait`]).
+    pub provider_wait: Option<Duration>,
     /// The tool's size cap, when not the configuration's default: set on the tool, hinted by
     /// the tool itself (bounded), or set on its provider, in that order.
     pub response_max: Option<usize>,
@@ -348,6 +350,7 @@ impl Registry {
                         || config.tools.get(name).is_some_and(|t| t.retry.is_some()))
             }),
             response_max: None,
+            provider_wait: settings.provider_wait,
         }
     }
 

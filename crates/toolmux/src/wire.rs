@@ -318,6 +318,7 @@ impl Toolmux {
                 per_session,
                 provider: provider.clone(),
             });
+            mcp::time_tools(loaded, entry, &namespace, &mut config.tools);
             let settings = ToolSettings {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
@@ -703,6 +704,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         // Checked and set by the caller, which can fail.
         rate_limit: None,
         retry: tool.retries.map(RetryPolicy::retries),
+        provider_wait: None,
     }
 }
 
@@ -939,6 +941,41 @@ mod mcp {
             let default = OrchestratorConfig::default().tool_timeout;
             u64::try_from(default.as_millis()).unwrap_or(u64::MAX)
         })
+    }
+
+    /// Moves the timing settings of the server's tools (`tools.NAME.timeout`,
+    /// `resetTimeoutOnProgress`, `maxTotalTimeMs`, over the server's own) to where an MCP
+    /// tool is timed: the wait, which each progress report restarts, to the provider (in the
+    /// call's context); the cap on the whole call to the pipeline, as [`call_limit`] does
+    /// for the server. Taken as the pipeline's plain timeout, `tools.NAME.timeout` cut calls
+    /// that reported progress, and one longer than `defaults.toolTimeout` never applied.
+    pub(super) fn time_tools(
+        loaded: &Loaded,
+        entry: &McpServerEntry,
+        namespace: &str,
+        tools: &mut std::collections::HashMap<String, ToolSettings>,
+    ) {
+        let prefix = format!("{namespace}__");
+        for (name, settings) in tools.iter_mut().filter(|(name, _)| name.starts_with(&prefix)) {
+            let (wait, reset, max_total) =
+                (settings.timeout, settings.reset_timeout_on_progress, settings.max_total_time);
+            if wait.is_none() && reset.is_none() && max_total.is_none() {
+                continue;
+            }
+            tracing::debug!(tool = %name, "timed as an MCP tool");
+            let wait = wait.unwrap_or(Duration::from_millis(wait_ms(loaded, entry)));
+            let reset = reset.or(entry.reset_timeout_on_progress).unwrap_or(true);
+            let max_total = max_total.or(entry.max_total_time_ms.map(Duration::from_millis));
+            settings.provider_wait = Some(wait);
+            settings.timeout = Some(match (reset, max_total) {
+                (true, Some(max)) => max,
+                (true, None) => wait.saturating_mul(10),
+                (false, Some(max)) => wait.min(max),
+                (false, None) => wait,
+            });
+            settings.reset_timeout_on_progress = None;
+            settings.max_total_time = None;
+        }
     }
 
     /// The pipeline's limit of one call to an MCP server's tool. The server's own wait is reset

@@ -646,3 +646,31 @@ fn stopping_signals_reap_the_servers() {
         }
     }
 }
+
+/// A tool's own timing settings hold for an MCP server's tool as for the server: its
+/// `timeout` is the wait for an answer, restarted by each progress report (it was the limit
+/// of the whole call, and one over `defaults.toolTimeout` never applied), and its
+/// `maxTotalTimeMs` caps the call whatever progress it reports.
+#[test]
+fn an_mcp_tool_s_own_timing_settings_hold() {
+    let project = gateway_project();
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).expect("config");
+    let tool = "everything__trigger-long-running-operation";
+    let run = |settings: &str, arguments: &str| {
+        project.file(
+            "toolmux.yaml",
+            &format!("{config}defaults: {{toolTimeout: 1500}}\ntools:\n  {tool}: {settings}\n"),
+        );
+        project.run(&["tools", "call", tool, arguments])
+    };
+    // Silent for 3 s: over the default, within the tool's own timeout.
+    let quiet = run("{timeout: 10000}", r#"{"duration": 3, "steps": 1}"#);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+    // 3 s with progress every half second: each report restarts the tool's 1.5 s wait.
+    let talking = run("{timeout: 1500}", r#"{"duration": 3, "steps": 6}"#);
+    assert_eq!(talking.code, 0, "{}", talking.stderr);
+    // Progress all along, but the whole call may take 2 s.
+    let capped = run("{maxTotalTimeMs: 2000}", r#"{"duration": 4, "steps": 8}"#);
+    assert_eq!(capped.code, 1, "{}", capped.stdout);
+    assert!(capped.stderr.contains("did not finish within 2.0s"), "{}", capped.stderr);
+}

@@ -990,7 +990,8 @@ impl Inner {
         activity: &Notify,
         ctx: &CallContext,
     ) -> Waited<R> {
-        let timeout = self.config.request_timeout();
+        // The tool's own wait when its settings give one (`tools.NAME.timeout`).
+        let timeout = ctx.wait().unwrap_or_else(|| self.config.request_timeout());
         let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
         let mut response = std::pin::pin!(response);
         loop {

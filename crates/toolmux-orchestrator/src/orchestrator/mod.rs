@@ -1964,7 +1964,9 @@ impl Orchestrator {
             let cap = if settings.reset_on_progress {
                 settings.max_total_time.unwrap_or(timeout.saturating_mul(10))
             } else {
-                timeout
+                // Without progress resets the timeout is the whole call's limit; a shorter
+                // `maxTotalTimeMs` still holds.
+                settings.max_total_time.map_or(timeout, |max| max.min(timeout))
             };
             let mut hard = start + cap;
             if let Some(d) = ctx.deadline() {
@@ -1976,7 +1978,7 @@ impl Orchestrator {
         let last_progress = settings.reset_on_progress.then(|| Arc::new(AtomicU64::new(0)));
         // A token of its own rather than a child of the caller's: linking a child locks the
         // parent's node on creation and on drop. The caller's cancellation is forwarded below.
-        let (provider_ctx, call_token) = if lean {
+        let (provider_ctx, call_token) = if lean && settings.provider_wait.is_none() {
             (Cow::Borrowed(ctx), None)
         } else {
             let call_token = CancellationToken::new();
@@ -1985,6 +1987,9 @@ impl Orchestrator {
                 .with_cancel(call_token.clone())
                 .with_op(op.clone())
                 .with_deadline(hard_deadline);
+            if let Some(wait) = settings.provider_wait {
+                provider_ctx = provider_ctx.with_wait(wait);
+            }
             if let Some(sampler) = &self.inner.sampler {
                 provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
                     caller: ctx.handler().cloned(),
