@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use toolmux::toolmux_mcp::server::ClientProfile;
 
 const EXIT_CODES: &str = "\
-Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml or
-./toolmux.json; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
+Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml,
+./toolmux.json or ./toolmux.toml; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
 on the current directory. It is merged over the user's ~/.config/toolmux/config.yaml
 ($TOOLMUX_USER_CONFIG; empty for none) and under /etc/toolmux/managed.yaml when they
 exist. Outputs over the size cap are stored; output__read reads them on.
@@ -29,7 +29,7 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "toolmux", version, after_help = EXIT_CODES, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The configuration file (JSON or YAML).
+    /// The configuration file (YAML, JSON or TOML, by its extension).
     #[arg(short, long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// More logging on stderr: -v info, -vv debug, -vvv trace (RUST_LOG wins when set).
@@ -46,7 +46,7 @@ pub(crate) enum Command {
     Tools(ToolsCommand),
     /// Serve every tool as one MCP server (stdio by default).
     Serve(ServeArgs),
-    /// Check the configuration, or print its JSON Schema.
+    /// Check the configuration, show it as loaded, or print its JSON Schema.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Read outputs that were too large for a tool result.

@@ -202,3 +202,54 @@ fn a_zero_time_to_live_for_external_calls() {
         ],
     );
 }
+
+#[test]
+fn a_key_given_twice() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  a: {command: one}\n  a: {command: two}\n",
+        expect![
+            "error: toolmux.yaml:2:3: mcpServers: key `a` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+    check(
+        "toolmux.json",
+        "{\"aliases\": {\"x\": \"fs__read\", \"x\": \"fs__ls\"}}\n",
+        expect![
+            "error: toolmux.json:1:33: key `x` is given twice in one object: keep one (the last would win)"
+        ],
+    );
+}
+
+/// What editors and YAML writers leave in files that are otherwise fine: a byte order mark,
+/// a JSON file of comments only, a section whose keys are all commented out (`fs:`, the
+/// section with its defaults, not none), YAML merge keys.
+#[test]
+fn files_as_editors_leave_them_load() {
+    let project = Project::new();
+    project.file("a.txt", "TODO\n");
+    project.file("bom.json", "\u{feff}{\"fs\": {}}\n");
+    let run = project.run(&[
+        "--config",
+        "bom.json",
+        "tools",
+        "call",
+        "fs__grep",
+        r#"{"pattern":"TODO"}"#,
+    ]);
+    assert_eq!(run.ok().trim(), "a.txt");
+    project.file("empty.json", "// nothing yet\n/* later */\n");
+    assert_eq!(project.run(&["--config", "empty.json", "config", "check"]).code, 0);
+    project.file("null.yaml", "fs:\n  # root: src\nmcpServers:\n  # none yet\n");
+    let listed = project.run(&["--config", "null.yaml", "tools", "list"]);
+    assert!(listed.ok().contains("fs__read"), "{}", listed.stdout);
+    project.file(
+        "merged.yaml",
+        "mcpServers:\n  base: &base\n    command: never-started\n    enabled: false\n  other:\n    <<: *base\n    args: [x]\nfs: {}\n",
+    );
+    let shown = project.run(&["--config", "merged.yaml", "config", "show", "--json"]);
+    let config: serde_json::Value = serde_json::from_str(shown.ok()).expect("json");
+    let other = &config["mcpServers"]["other"];
+    assert_eq!(other["command"], "never-started", "{config}");
+    assert_eq!(other["args"], serde_json::json!(["x"]), "{config}");
+}

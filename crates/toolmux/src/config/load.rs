@@ -213,10 +213,10 @@ fn redact_strings(value: &mut serde_json::Value, redactor: &toolmux_orchestrator
 }
 
 /// The names of the configuration files [`discover`] looks for in a folder, in order.
-pub const FILE_NAMES: [&str; 3] = ["toolmux.yaml", "toolmux.yml", "toolmux.json"];
+pub const FILE_NAMES: [&str; 4] = ["toolmux.yaml", "toolmux.yml", "toolmux.json", "toolmux.toml"];
 
 /// The configuration file to use: `explicit` (from `--config`), else `from_env` (the
-/// value of `TOOLMUX_CONFIG`), else `toolmux.yaml`, `toolmux.yml` or `toolmux.json` in
+/// value of `TOOLMUX_CONFIG`), else `toolmux.yaml`, `toolmux.yml`, `toolmux.json` or `toolmux.toml` in
 /// `dir`; relative paths are resolved against `dir`. `None` when there is none.
 pub fn discover(explicit: Option<&Path>, from_env: Option<&Path>, dir: &Path) -> Option<PathBuf> {
     if let Some(path) = explicit.or(from_env.filter(|p| !p.as_os_str().is_empty())) {
@@ -279,6 +279,8 @@ fn load_text(
         column: position.map(|p| p.1),
         message,
     };
+    // A byte order mark (Notepad writes one) is not part of the text.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let json_text;
     let text = match format {
         FileFormat::Json => {
@@ -287,9 +289,17 @@ fn load_text(
         }
         FileFormat::Yaml | FileFormat::Toml => text,
     };
-    // Syntax first, so that a syntax error is reported as one.
-    let value: serde_json::Value = parse(text, format)
-        .map_err(|e| error(e.position, format!("invalid {}: {}", format.name(), e.message)))?;
+    let invalid =
+        |e: Located| error(e.position, format!("invalid {}: {}", format.name(), e.message));
+    // Syntax first, so that a syntax error is reported as one. A JSON file of nothing but
+    // comments is empty, as a YAML one is.
+    let value: serde_json::Value = match format {
+        FileFormat::Json if text.trim().is_empty() => serde_json::Value::Null,
+        _ => parse(text, format).map_err(invalid)?,
+    };
+    if !value.is_null() {
+        check_unique_keys(text, format).map_err(|e| error(e.position, e.message))?;
+    }
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
         let loaded = Loaded {
@@ -338,8 +348,11 @@ fn load_text(
     #[cfg(not(feature = "mcp"))]
     let _ = path;
 
-    // The typed model straight from the text: unknown keys and wrong types with a line.
-    typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
+    // The typed model straight from the text: unknown keys and wrong types with a line
+    // (a YAML file that merges mappings is read from its merged value, by path only).
+    if !(format == FileFormat::Yaml && has_merge_keys(text)) {
+        typed::<Config>(text, format).map_err(|e| error(e.position, e.message))?;
+    }
     let source = Source { text, format, shown, base_dir, env };
     #[allow(unused_mut)]
     let (mut config, found, value) = expand_into::<Config>(value, &source)?;
@@ -459,9 +472,156 @@ struct Located {
 fn parse(text: &str, format: FileFormat) -> Result<serde_json::Value, Located> {
     match format {
         FileFormat::Json => serde_json::from_str(text).map_err(|e| json_error(&e)),
+        FileFormat::Yaml if has_merge_keys(text) => {
+            // `<<: *anchor` merges a mapping into another (YAML 1.1), as docker-compose
+            // files use it.
+            let mut value: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(text).map_err(|e| yaml_error(&e))?;
+            value.apply_merge().map_err(|e| yaml_error(&e))?;
+            serde_json::to_value(value)
+                .map_err(|e| Located { position: None, message: e.to_string() })
+        }
         FileFormat::Yaml => serde_yaml_ng::from_str(text).map_err(|e| yaml_error(&e)),
         FileFormat::Toml => super::toml::to_json(text)
             .map_err(|e| Located { position: Some(e.position), message: e.message }),
+    }
+}
+
+/// Whether YAML `text` may use merge keys (`<<:`).
+fn has_merge_keys(text: &str) -> bool {
+    text.lines().any(|line| {
+        let line = line.trim_start().trim_start_matches("- ");
+        line.starts_with("<<:") || line.contains("{<<:") || line.contains(", <<:")
+    })
+}
+
+/// Refuses a key given twice in one object (`mcpServers.a` twice): serde keeps the last
+/// silently, and the first vanished. TOML's reader refuses them itself.
+fn check_unique_keys(text: &str, format: FileFormat) -> Result<(), Located> {
+    use serde::Deserialize as _;
+    match format {
+        FileFormat::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            unique::Unique::deserialize(&mut de).map(drop).map_err(|e| json_error(&e))
+        }
+        FileFormat::Yaml => {
+            serde_yaml_ng::from_str::<unique::Unique>(text).map(drop).map_err(|e| yaml_error(&e))
+        }
+        FileFormat::Toml => Ok(()),
+    }
+}
+
+/// A document read only to find keys given twice in an object ([`check_unique_keys`]).
+mod unique {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::collections::HashSet;
+    use std::fmt;
+
+    pub(super) struct Unique;
+
+    impl<'de> Deserialize<'de> for Unique {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+            d.deserialize_any(Walk)
+        }
+    }
+
+    struct Walk;
+
+    impl<'de> Visitor<'de> for Walk {
+        type Value = Unique;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("any value")
+        }
+
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Unique, E> {
+            Ok(Unique)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Unique, D::Error> {
+            Unique::deserialize(d)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+            while seq.next_element::<Unique>()?.is_some() {}
+            Ok(Unique)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+            let mut seen = HashSet::new();
+            while let Some(key) = map.next_key::<Key>()? {
+                // YAML's merge key may well come twice (`<<: [*a]` is one); it is no setting.
+                if key.0 != "<<" && !seen.insert(key.0.clone()) {
+                    return Err(de::Error::custom(format!(
+                        "key `{}` is given twice in one object: keep one (the last would win)",
+                        key.0
+                    )));
+                }
+                map.next_value::<Unique>()?;
+            }
+            Ok(Unique)
+        }
+    }
+
+    /// A key's text, whatever scalar it is.
+    struct Key(String);
+
+    impl<'de> Deserialize<'de> for Key {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+            d.deserialize_any(KeyText)
+        }
+    }
+
+    struct KeyText;
+
+    impl<'de> Visitor<'de> for KeyText {
+        type Value = Key;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a key")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+            Ok(Key(v.to_owned()))
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Key, E> {
+            Ok(Key(v.to_string()))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Key, E> {
+            Ok(Key(v.to_string()))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
+            Ok(Key(v.to_string()))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Key, E> {
+            Ok(Key(v.to_string()))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Key, E> {
+            Ok(Key("null".to_owned()))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Key, A::Error> {
+            while seq.next_element::<Unique>()?.is_some() {}
+            Ok(Key(String::from("[..]")))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+            while map.next_entry::<Unique, Unique>()?.is_some() {}
+            Ok(Key(String::from("{..}")))
+        }
     }
 }
 

@@ -35,18 +35,23 @@ pub struct Config {
     #[serde(rename = "$schema", default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
     /// Settings applied to every tool unless overridden.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty::or_default")]
     pub defaults: Defaults,
     /// The builtin file and shell tools (`fs__*`). Without this key, a configuration file
     /// offers no file tools; without a configuration file, the read-only ones are offered
     /// on the current directory.
     #[cfg(feature = "fs")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "empty::section", skip_serializing_if = "Option::is_none")]
     pub fs: Option<FsSection>,
     /// MCP servers by name; the name becomes the namespace of their tools
     /// (`{name}__{tool}`). VS Code's `servers` is accepted as another spelling.
     #[cfg(feature = "mcp")]
-    #[serde(default, alias = "servers", skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        alias = "servers",
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub mcp_servers: BTreeMap<String, McpServerEntry>,
     /// VS Code's prompted inputs (`${input:id}`); toolmux cannot prompt, so they are
     /// ignored with a warning.
@@ -54,50 +59,86 @@ pub struct Config {
     #[schemars(with = "Option<Vec<serde_json::Value>>")]
     pub inputs: Option<serde_json::Value>,
     /// Named queues bounding how many calls run at once.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub queues: BTreeMap<String, QueueEntry>,
     /// Which tools may run, never run, or run after approval (globs on full names).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "empty::or_default")]
     pub permissions: PermissionsEntry,
     /// Extra names for tools: alias to full tool name.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub aliases: BTreeMap<String, String>,
     /// Tools that are not listed but found by searching (`tools__search`), for providers of
     /// so many tools that their schemas would fill every request's context.
-    #[serde(default, skip_serializing_if = "ToolSearchEntry::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "ToolSearchEntry::is_empty"
+    )]
     pub tool_search: ToolSearchEntry,
     /// Settings of single tools, by full name (`github__search_code`).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub tools: BTreeMap<String, ToolEntry>,
     /// Command hooks in Claude Code's shape (`PreToolUse`, `PostToolUse`): programs run
     /// before or after each call of the tools their `matcher` names, which may refuse the
     /// call (exit code 2, or a JSON answer), rewrite its arguments or its output, or add
     /// context; Claude Code's hook scripts work unchanged.
-    #[serde(default, skip_serializing_if = "HooksSection::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "HooksSection::is_empty"
+    )]
     pub hooks: HooksSection,
     /// Tools that run a program of yours, by name, offered as `cmd__{name}`: the call's
     /// arguments go to its stdin as JSON, what it prints is the result. They run in the
     /// project's folder, in the sandbox of `fs.bash.sandbox`.
     #[cfg(feature = "fs")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub command_tools: BTreeMap<String, CommandToolConfig>,
     /// Inline REST tools by name, offered as `rest__{name}`.
     #[cfg(feature = "rest")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub rest_tools: BTreeMap<String, toolmux_rest::RestToolConfig>,
     /// OpenAPI documents to import, by name (the namespace of their tools).
     #[cfg(feature = "rest")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub openapi: BTreeMap<String, toolmux_rest::OpenApiConfig>,
     /// Tools that read the web: `web__fetch` (a URL as Markdown or text, public addresses
     /// only unless `fetch.allowPrivate`) and, with `search`, `web__search` (Tavily's API).
     /// `web: {}` turns on the fetch.
     #[cfg(feature = "rest")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "empty::section", skip_serializing_if = "Option::is_none")]
     pub web: Option<toolmux_rest::WebConfig>,
     /// Settings of `toolmux serve`.
     #[cfg(feature = "mcp")]
-    #[serde(default, skip_serializing_if = "ServeSection::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "ServeSection::is_empty"
+    )]
     pub serve: ServeSection,
     /// Tools answered from outside by name, offered as `external__{name}`: another program
     /// (an MCP client of `toolmux serve`) takes the calls from `external__pending` and
@@ -116,18 +157,26 @@ pub struct Config {
     /// agent's goals, memories and plans are offered to every agent and MCP client, and a
     /// visible external tool may only be called in a space, where its call is shown.
     #[cfg(feature = "external")]
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, deserialize_with = "empty::section", skip_serializing_if = "Option::is_none")]
     pub spaces: Option<SpacesSection>,
     /// Models agents think with, by name: an OpenAI-compatible or Anthropic API, the
     /// model's name there, its key (`${OPENAI_API_KEY}`).
     #[cfg(feature = "agent")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub models: BTreeMap<String, toolmux_llm::ModelConfig>,
     /// Agents by name: a model, instructions, the tools it may call, the agents it may
     /// delegate to. `toolmux agent run NAME TASK` runs one; each is also a tool
     /// `agent__{name}` for other agents and for MCP clients of `toolmux serve`.
     #[cfg(feature = "agent")]
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "empty::or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub agents: BTreeMap<String, toolmux_agent::AgentConfig>,
     /// Hand-offs between agents: `destinations` are offered to every agent as
     /// `router__handoff-to`.
@@ -708,6 +757,28 @@ impl CursorAuth {
     }
 }
 
+/// A section written with nothing under it (`fs:` with its keys commented out, a YAML
+/// null) is the section with its defaults, not no section: `fs:` turned the file tools off.
+mod empty {
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn section<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de> + Default,
+    {
+        Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+    }
+
+    pub(super) fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: Deserialize<'de> + Default,
+    {
+        Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+    }
+}
+
 /// Strings that YAML writers often leave unquoted (`PORT: 8080`, `args: [--port, 8080]`):
 /// numbers and booleans are accepted as their text.
 #[cfg(feature = "mcp")]
@@ -778,6 +849,11 @@ mod external_list {
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a map of tools by name, or a list of tools each with its `name`")
+        }
+
+        // `externalTools:` with nothing under it: none.
+        fn visit_none<E: de::Error>(self) -> Result<Tools, E> {
+            Ok(Tools::new())
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Tools, A::Error> {
