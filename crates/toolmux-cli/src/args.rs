@@ -327,8 +327,8 @@ pub(crate) struct ShowArgs {
     /// The first line to print (0-based).
     #[arg(long, default_value_t = 0)]
     pub(crate) offset: u64,
-    /// Lines to print.
-    #[arg(long, default_value_t = 2000)]
+    /// Lines to print (at least 1).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) limit: u64,
     /// Print the page as JSON.
     #[arg(long)]

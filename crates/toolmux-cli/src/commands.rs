@@ -732,6 +732,15 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
     let toolmux = Toolmux::build_only(loaded, &|_| false).await?;
     let read = toolmux.output_store().read(&show.handle, show.offset, show.limit).await;
     match read {
+        Ok(page) if page.lines == 0 && show.offset > 0 && show.offset >= page.total_lines => {
+            eprintln!(
+                "error: --offset {} is past the end: the output has {} lines (offsets 0-{})",
+                show.offset,
+                page.total_lines,
+                page.total_lines.saturating_sub(1)
+            );
+            Ok(exit::CONFIG)
+        }
         Ok(page) => {
             if show.json {
                 print(&serde_json::to_string_pretty(&page)?);

@@ -143,7 +143,26 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let cwd = std::env::current_dir().context("cannot tell the current directory")?;
-    let loaded = load(cli.config.as_deref(), &cwd)?;
+    let loaded = match load(cli.config.as_deref(), &cwd) {
+        Ok(loaded) => loaded,
+        // `config check --json` answers a program in JSON even when the file does not load.
+        Err(error) if matches!(&cli.command, Command::Config(ConfigCommand::Check(flag)) if flag.json) =>
+        {
+            let (file, line, column, message) = match error.downcast_ref::<ToolmuxError>() {
+                Some(ToolmuxError::Config { file, line, column, message }) => {
+                    (Some(file.clone()), *line, *column, message.clone())
+                }
+                _ => (None, None, None, format!("{error:#}")),
+            };
+            let report = serde_json::json!({
+                "ok": false,
+                "error": {"file": file, "line": line, "column": column, "message": message},
+            });
+            commands::print(&serde_json::to_string_pretty(&report)?);
+            return Err(error);
+        }
+        Err(error) => return Err(error),
+    };
     commands::keep_secrets(&loaded);
     commands::init_tracing(cli.verbose, loaded.config.defaults.trace_mcp);
     for warning in &loaded.warnings {

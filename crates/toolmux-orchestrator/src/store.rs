@@ -22,6 +22,7 @@ pub struct StoredOutput {
 
 /// A page of a stored output.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OutputPage {
     /// The lines, joined with `\n`.
     pub text: String,
@@ -30,6 +31,7 @@ pub struct OutputPage {
     /// Lines returned.
     pub lines: u64,
     /// Lines in the whole output.
+    #[serde(alias = "total_lines")]
     pub total_lines: u64,
 }
 

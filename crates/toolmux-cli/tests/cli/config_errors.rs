@@ -253,3 +253,17 @@ fn files_as_editors_leave_them_load() {
     assert_eq!(other["command"], "never-started", "{config}");
     assert_eq!(other["args"], serde_json::json!(["x"]), "{config}");
 }
+
+/// `config check --json` answers in JSON when the file does not load, too.
+#[test]
+fn a_check_for_programs_reports_the_error_in_json() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "defaults:\n  toolTimeout: soon\n");
+    let run = project.run(&["config", "check", "--json"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON on stdout");
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["error"]["file"], "toolmux.yaml");
+    assert_eq!(report["error"]["line"], 2, "{report}");
+    assert!(report["error"]["message"].as_str().unwrap().contains("toolTimeout"), "{report}");
+}

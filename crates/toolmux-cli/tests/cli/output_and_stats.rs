@@ -349,3 +349,24 @@ fn the_trace_goes_on_to_upstream_servers() {
     assert_eq!(outer["parentSpanId"], "00f067aa0ba902b7", "{outer}");
     assert_eq!(inner["parentSpanId"], outer["spanId"], "{inner}");
 }
+
+/// A page past the end, or of no lines, is refused saying what is there.
+#[test]
+fn pages_past_the_end_are_refused() {
+    let project = spilled_project();
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(run.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    let past = project.run(&["output", "show", &handle, "--offset", "5000"]);
+    assert_eq!(past.code, 2, "{}", past.stdout);
+    assert!(
+        past.stderr.contains("--offset 5000 is past the end: the output has 300 lines"),
+        "{}",
+        past.stderr
+    );
+    let none = project.run(&["output", "show", &handle, "--limit", "0"]);
+    assert_eq!(none.code, 2);
+    let json = project.run(&["output", "show", &handle, "--limit", "1", "--json"]);
+    let page: serde_json::Value = serde_json::from_str(json.ok()).expect("json");
+    assert_eq!(page["totalLines"], 300, "{page}");
+}

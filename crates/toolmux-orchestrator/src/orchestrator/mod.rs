@@ -98,6 +98,7 @@ fn suggest_queue(known: &[String]) -> String {
 
 /// How one provider's warmup went.
 #[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ProviderReport {
     /// The namespace.
     pub namespace: String,
