@@ -267,3 +267,16 @@ fn a_check_for_programs_reports_the_error_in_json() {
     assert_eq!(report["error"]["line"], 2, "{report}");
     assert!(report["error"]["message"].as_str().unwrap().contains("toolTimeout"), "{report}");
 }
+
+/// A wrong type that YAML's reader lets through as text (`command: 123`) and the check of
+/// the parsed value finds is named with its line too.
+#[test]
+fn a_wrong_type_found_after_parsing_has_its_line() {
+    check(
+        "toolmux.yaml",
+        "mcpServers:\n  s:\n    args: [a]\n    command: 123\n",
+        expect![
+            "error: toolmux.yaml:4:5: mcpServers.s.command: invalid type: integer `123`, expected a string"
+        ],
+    );
+}

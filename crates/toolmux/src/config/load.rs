@@ -448,7 +448,9 @@ fn expand_into<T: DeserializeOwned>(
     })?;
     let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
-        source.error(None, describe(&path, &e.into_inner().to_string()))
+        // Read from the parsed value, which knows no lines: the key's line is looked up.
+        let position = key_position(source.text, &path);
+        source.error(position, describe(&path, &e.into_inner().to_string()))
     })?;
     Ok((typed, found, value))
 }
@@ -485,6 +487,31 @@ fn parse(text: &str, format: FileFormat) -> Result<serde_json::Value, Located> {
         FileFormat::Toml => super::toml::to_json(text)
             .map_err(|e| Located { position: Some(e.position), message: e.message }),
     }
+}
+
+/// Line and column of the key at `path` (`mcpServers.s.command`; list indices left out)
+/// in a YAML or JSON `text`, each key looked for after the one before; `None` when one is
+/// not found so (a key written in another quoting, say).
+fn key_position(text: &str, path: &str) -> Option<(usize, usize)> {
+    let keys = path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty());
+    let mut from = 0;
+    let mut found = None;
+    for key in keys {
+        let forms = [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")];
+        let at = forms.iter().filter_map(|form| key_at(&text[from..], form)).min()?;
+        found = Some(from + at);
+        from += at + key.len();
+    }
+    found.map(|offset| super::toml::line_column(text, offset))
+}
+
+/// Where `form` (`key:`) first stands as a key in `text`: at the start of a line (after
+/// its indentation or a list's `- `), or after `{` or `,`.
+fn key_at(text: &str, form: &str) -> Option<usize> {
+    text.match_indices(form).map(|(at, _)| at).find(|&at| {
+        let before = text[..at].trim_end_matches([' ', '\t']);
+        before.is_empty() || before.ends_with(['\n', '{', ',', '-'])
+    })
 }
 
 /// Whether YAML `text` may use merge keys (`<<:`).
