@@ -45,6 +45,12 @@ fn documented_example_follows_the_schema() {
     assert!(errors.is_empty(), "{errors:#?}");
     let wrong = serde_json::json!({"defaults": {"toolTimeout": "30s"}, "mcpServer": {}});
     assert!(!validator.is_valid(&wrong));
+    // What the loader reads beyond the types: VS Code's spellings, numbers as text.
+    let vscode = serde_json::json!({"servers": {"a": {"transport": "streamable-http",
+        "url": "http://127.0.0.1:1/mcp", "gallery": "https://x", "version": "1.0"},
+        "b": {"type": "stdio", "command": "srv", "args": ["--port", 8080], "env": {"N": 2}}}});
+    let errors: Vec<String> = validator.iter_errors(&vscode).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }
 
 #[test]

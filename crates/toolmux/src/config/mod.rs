@@ -1196,5 +1196,40 @@ pub fn schema() -> serde_json::Value {
             "https://github.com/toolmux/toolmux/schemas/toolmux.schema.json".into(),
         );
     }
+    accept_what_the_loader_accepts(&mut schema);
     schema
+}
+
+/// What serde's attributes let the loader read beyond the types, which the derived schema
+/// does not say, so that an editor does not flag a file toolmux loads: VS Code's `servers`,
+/// `transport` for `type` and its other spellings (`streamable-http`, `ws`), and numbers and
+/// booleans where text is read (`args: [--port, 8080]`).
+fn accept_what_the_loader_accepts(schema: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+    let scalar = json!({"type": ["string", "number", "boolean"]});
+    if let Some(servers) = schema.pointer("/properties/mcpServers").cloned() {
+        let mut servers = servers;
+        servers["description"] = "VS Code's spelling of `mcpServers`.".into();
+        schema["properties"]["servers"] = servers;
+    }
+    if let Some(entry) = schema.pointer_mut("/$defs/McpServerEntry/properties") {
+        if let Some(kind) = entry.get("type").cloned() {
+            entry["transport"] = kind;
+        }
+        entry["args"]["items"] = scalar.clone();
+        for key in ["env", "headers"] {
+            entry[key]["additionalProperties"] = scalar.clone();
+        }
+    }
+    if let Some(Value::Array(kinds)) = schema.pointer_mut("/$defs/TransportKind/oneOf") {
+        for (spelling, of) in [
+            ("streamable-http", "http"),
+            ("streamableHttp", "http"),
+            ("streamable_http", "http"),
+            ("ws", "websocket"),
+        ] {
+            let description = format!("`{of}`, spelled as other clients do.");
+            kinds.push(json!({"const": spelling, "type": "string", "description": description}));
+        }
+    }
 }
