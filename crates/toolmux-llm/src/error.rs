@@ -25,7 +25,7 @@ pub enum ModelError {
         message: String,
     },
     /// Still rate limited after the retries.
-    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempts{}", retry_note(*retry_after))]
+    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempts{}: {message}", retry_note(*retry_after))]
     RateLimited {
         /// The configured model name.
         model: String,
@@ -33,6 +33,8 @@ pub enum ModelError {
         attempts: u32,
         /// When the API said to try again, if it did.
         retry_after: Option<Duration>,
+        /// What the API said, last time.
+        message: String,
     },
     /// The API answered with an error status.
     #[error("model `{model}`: the API answered HTTP {status}: {message}")]

@@ -214,13 +214,14 @@ impl Endpoint {
                 }
             };
             if attempt >= self.max_retries {
-                return Err(match status {
-                    Some(429) => ModelError::RateLimited {
+                return Err(match (status, error) {
+                    (Some(429), ModelError::Api { message, .. }) => ModelError::RateLimited {
                         model: self.name.clone(),
                         attempts: attempt + 1,
                         retry_after,
+                        message,
                     },
-                    _ => error,
+                    (_, error) => error,
                 });
             }
             let wait = match retry_after {
@@ -358,6 +359,21 @@ impl Endpoint {
     /// An error status as a failure: credentials refused are final, rate limits and
     /// overloaded or failing servers are worth another try, the rest is final.
     fn status_failure(&self, code: u16, message: String, retry_after: Option<Duration>) -> Failure {
+        // A 429 for a spent quota or a billing limit is not lifted by waiting: said at once.
+        let lower = message.to_ascii_lowercase();
+        let spent = code == 429
+            && ["insufficient_quota", "exceeded your current quota", "billing", "credit balance"]
+                .iter()
+                .any(|word| lower.contains(word));
+        // Nothing at that address: the URL is most of the answer (a `baseUrl` with `/v1`
+        // twice, a missing deployment path).
+        let message = match code {
+            404 | 405 => format!(
+                "{message} (the request went to {}: check `baseUrl`)",
+                url_for_messages(&self.url)
+            ),
+            _ => message,
+        };
         let error = match code {
             401 | 403 => {
                 let error = ModelError::Auth { model: self.name.clone(), status: code, message };
@@ -365,7 +381,10 @@ impl Endpoint {
             }
             _ => ModelError::Api { model: self.name.clone(), status: code, message },
         };
-        if matches!(code, 429 | 500 | 502 | 503 | 504 | 529) {
+        if spent {
+            return Failure::Fatal { status: Some(code), error };
+        }
+        if matches!(code, 429 | 500 | 502 | 503 | 504 | 520..=524 | 529) {
             Failure::Retry { status: Some(code), error, retry_after }
         } else {
             Failure::Fatal { status: Some(code), error }

@@ -167,7 +167,14 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
         )));
     }
     // The base may end with `/` or not; a query (`?api-version=…`) stays after the path.
-    let path = format!("{}{suffix}", url.path().trim_end_matches('/'));
+    // Anthropic's base is the host: a base ending in `/v1` (as OpenAI's are written) would
+    // post to `/v1/v1/messages`.
+    let trimmed = url.path().trim_end_matches('/');
+    let trimmed = match config.api {
+        ApiKind::Anthropic => trimmed.strip_suffix("/v1").unwrap_or(trimmed),
+        ApiKind::Openai => trimmed,
+    };
+    let path = format!("{trimmed}{suffix}");
     url.set_path(&path);
 
     let mut headers = HeaderMap::new();

@@ -43,6 +43,23 @@ async fn a_lasting_rate_limit_is_reported_after_the_retries() {
     }
 }
 
+/// A 429 for a spent quota is said at once, with the API's words (waiting does not lift
+/// it); a passing rate limit keeps the API's words too.
+#[tokio::test]
+async fn a_spent_quota_is_not_retried_and_its_message_is_kept() {
+    for dialect in DIALECTS {
+        let quota = r#"{"error": {"type": "insufficient_quota", "message": "You exceeded your current quota, please check your plan and billing details."}}"#;
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::status(429, quota), ScriptStep::status(429, quota)],
+            |c| c.max_retries = Some(3),
+        );
+        let error = fail(&model, &hello()).await;
+        assert!(error.to_string().contains("exceeded your current quota"), "{error}");
+        assert_eq!(server.requests().len(), 1, "{dialect:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_server_error_is_retried_after_a_backoff() {
     for dialect in DIALECTS {
@@ -326,4 +343,23 @@ fn default_base_urls() {
         let debug = format!("{:?}", toolmux_llm::connect("m", &config).unwrap());
         assert!(debug.contains(url), "{debug}");
     }
+}
+
+/// A `baseUrl` that leads nowhere is named in the 404's error; an Anthropic `baseUrl`
+/// written as OpenAI's are (ending in `/v1`) reaches `/v1/messages`, not `/v1/v1/messages`.
+#[tokio::test]
+async fn a_wrong_base_url_is_named_and_anthropic_s_v1_is_read_as_meant() {
+    let (_server, model) = serve_with(Dialect::OpenAi, vec![], |c| {
+        c.base_url = c.base_url.as_deref().map(|b| format!("{b}/nowhere?api-version=1"));
+    });
+    let error = fail(&model, &hello()).await.to_string();
+    assert!(error.contains("404") && error.contains("/v1/nowhere/chat/completions"), "{error}");
+    assert!(error.contains("check `baseUrl`") && !error.contains("api-version"), "{error}");
+
+    let (server, model) = serve_with(Dialect::Anthropic, vec![ScriptStep::text("hi")], |c| {
+        c.base_url = c.base_url.as_deref().map(|b| format!("{b}/v1/"));
+    });
+    let answer = model.complete(&hello(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(answer.content, "hi");
+    assert_eq!(server.requests().len(), 1);
 }
