@@ -42,6 +42,9 @@ pub const MAX_IN_FLIGHT: usize = 4;
 pub const BATCH: usize = 512;
 
 /// Spans kept waiting at most (the oldest are dropped past it).
+/// The longest an exit waits for the last batches to be sent.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
 const QUEUE_MAX: usize = 4 * BATCH;
 
 /// The default interval between two exports, in milliseconds.
@@ -306,7 +309,9 @@ impl State {
             self.record(&event);
         }
         self.flush(true);
-        let deadline = self.sender.settings.timeout;
+        // At exit a collector that accepts and never answers must not hold the process for
+        // its whole request timeout (a CLI call would take 10 s longer each time).
+        let deadline = self.sender.settings.timeout.min(EXIT_FLUSH);
         let _ = tokio::time::timeout(deadline, async {
             while self.sending.join_next().await.is_some() {}
         })

@@ -244,6 +244,26 @@ fn calls_are_exported_to_an_opentelemetry_collector() {
     );
     let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern": "TODO"}"#]);
     assert_eq!(run.code, 0, "{run:?}");
+    // Nor one that takes connections and never answers: the exit waits 2 s at most for
+    // the last batch, not the request's timeout.
+    let mute = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let endpoint = format!("http://{}", mute.local_addr().expect("address"));
+    let held = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in mute.incoming().take(4) {
+            held.push(stream);
+        }
+        held
+    });
+    project.file(
+        "toolmux.yaml",
+        &format!("fs: {{}}\ntelemetry:\n  otlp: {{endpoint: '{endpoint}', timeoutMs: 10000}}\n"),
+    );
+    let started = std::time::Instant::now();
+    let run = project.run(&["tools", "call", "fs__grep", r#"{"pattern": "TODO"}"#]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(started.elapsed() < Duration::from_secs(7), "{:?}", started.elapsed());
+    drop(held);
     project.file("toolmux.yaml", "fs: {}\ntelemetry:\n  otlp: {endpoint: 'localhost:4318'}\n");
     let bad = project.run(&["config", "check"]);
     assert_eq!(bad.code, 2, "{bad:?}");
