@@ -386,12 +386,21 @@ impl Registry {
         self.problems.push(RegistryProblem { severity: Severity::Error, message });
     }
 
-    /// The entry of a full name or alias.
+    /// The entry of a full name or alias, or of `{namespace}__{name}` with the tool's own
+    /// name as its provider gave it (`names__a.b` for the tool listed as `names__a_b_…`,
+    /// whose name had to change), as configuration keys may name it.
     pub fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
-        match self.entries.get(name) {
-            Some(entry) => Some(entry),
-            None => self.aliases.get(name).and_then(|target| self.entries.get(target)),
+        if let Some(entry) = self.entries.get(name) {
+            return Some(entry);
         }
+        if let Some(entry) = self.aliases.get(name).and_then(|target| self.entries.get(target)) {
+            return Some(entry);
+        }
+        let (namespace, original) = name.split_once("__")?;
+        self.order
+            .iter()
+            .filter_map(|n| self.entries.get(n))
+            .find(|entry| &*entry.original == original && entry.provider.namespace() == namespace)
     }
 
     /// Full names, in provider order then listing order.

@@ -66,6 +66,24 @@ async fn an_alias_follows_its_tool_into_a_view() {
     ));
 }
 
+/// A tool whose name had to change (`a.b` listed as `names__a_b_…` beside `a_b`) is also
+/// found by its namespace and its own name, as configuration keys name it.
+#[tokio::test(start_paused = true)]
+async fn a_renamed_tool_is_found_by_its_own_name() {
+    let p = Arc::new(
+        MockProvider::new("names")
+            .with_tool("a.b", Behavior::Text("dotted".into()))
+            .with_tool("a_b", Behavior::Text("underscored".into())),
+    );
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    let listed: Vec<String> = o.tools().into_iter().map(|t| t.name).collect();
+    assert!(listed.iter().any(|n| n.starts_with("names__a_b_")), "{listed:?}");
+    let r = call(&o, "names__a.b", json!({})).await;
+    assert_eq!(r.result.as_deref(), Some("dotted"), "{r:?}");
+    let r = call(&o, "names__a_b", json!({})).await;
+    assert_eq!(r.result.as_deref(), Some("underscored"), "{r:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn alias_collision_is_an_error_naming_both_owners() {
     let config = OrchestratorConfig::default()
