@@ -24,15 +24,35 @@ impl ArgumentValidator {
         if !schema.is_object() {
             return Err(format!("input schema must be a JSON object, not `{schema}`"));
         }
-        jsonschema::meta::validate(schema).map_err(|e| {
+        let checked = jsonschema::meta::validate(schema).map_err(|e| {
             let at = e.instance_path().as_str();
             if at.is_empty() { e.to_string() } else { format!("at {at}: {e}") }
-        })
+        });
+        // A `$schema` toolmux does not know (a server's own meta-schema URI) says nothing of
+        // the schema's shape: it is checked as the default draft instead of left out.
+        match (&checked, schema.get("$schema")) {
+            (Err(_), Some(_)) => {
+                let mut plain = schema.clone();
+                if let Some(object) = plain.as_object_mut() {
+                    object.remove("$schema");
+                }
+                if jsonschema::meta::validate(&plain).is_ok() { Ok(()) } else { checked }
+            }
+            _ => checked,
+        }
     }
 
     fn validator(&self) -> &Result<Validator, String> {
-        self.compiled
-            .get_or_init(|| jsonschema::options().build(&self.schema).map_err(|e| e.to_string()))
+        self.compiled.get_or_init(|| {
+            jsonschema::options().build(&self.schema).or_else(|first| {
+                // As `check_schema` reads it: an unknown `$schema` as the default draft.
+                let mut plain = (*self.schema).clone();
+                match plain.as_object_mut().and_then(|o| o.remove("$schema")) {
+                    Some(_) => jsonschema::options().build(&plain).map_err(|e| e.to_string()),
+                    None => Err(first.to_string()),
+                }
+            })
+        })
     }
 
     /// Compiles now instead of on the first call.
@@ -45,10 +65,20 @@ impl ArgumentValidator {
         let validator = match self.validator() {
             Ok(v) => v,
             Err(e) => {
-                return Err(ToolError::Protocol {
-                    provider: tool.to_owned(),
-                    message: format!("the tool's input schema does not compile: {e}"),
-                });
+                // A schema that passes its meta-schema but does not compile here (a `$ref`
+                // to a document toolmux does not fetch): the arguments go to the tool as
+                // they are, and its provider checks them; failing every call would leave a
+                // listed tool that can never run.
+                static TOLD: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+                let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+                if !told.iter().any(|t| t == tool) {
+                    told.push(tool.to_owned());
+                    tracing::warn!(
+                        tool,
+                        "its input schema does not compile ({e}); its arguments are not checked here"
+                    );
+                }
+                return Ok(());
             }
         };
         if validator.is_valid(arguments) {
@@ -71,6 +101,23 @@ mod tests {
     use expect_test::expect;
     use serde_json::json;
     use std::sync::Arc;
+
+    /// A schema under a meta-schema toolmux does not know is checked as the default draft;
+    /// one that refers to a document toolmux does not fetch leaves the arguments to the tool.
+    #[test]
+    fn unknown_meta_schemas_and_remote_references() {
+        let custom = json!({"$schema": "https://example.com/our-schema", "type": "object",
+            "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        assert!(ArgumentValidator::check_schema(&custom).is_ok());
+        let checked = ArgumentValidator::new(Arc::new(custom));
+        assert!(checked.validate("t", &json!({"n": 1})).is_ok());
+        assert!(checked.validate("t", &json!({})).is_err());
+        let remote = json!({"type": "object", "properties": {
+            "x": {"$ref": "https://example.com/defs.json#/x"}}});
+        assert!(ArgumentValidator::check_schema(&remote).is_ok());
+        let unchecked = ArgumentValidator::new(Arc::new(remote));
+        assert!(unchecked.validate("t", &json!({"x": 1})).is_ok());
+    }
 
     fn validator() -> ArgumentValidator {
         ArgumentValidator::new(Arc::new(json!({
