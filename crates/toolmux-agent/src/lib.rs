@@ -169,6 +169,9 @@ struct Inner {
     definitions: AgentDefinitions,
     models: BTreeMap<String, Arc<dyn Model>>,
     orchestrator: RwLock<WeakOrchestrator>,
+    /// The tokens left to each running session with a `tokenBudget`, by its operation's id:
+    /// the agents it calls get no more ([`session::Budgets`]).
+    budgets: session::Budgets,
 }
 
 impl Agents {
@@ -185,6 +188,7 @@ impl Agents {
                 definitions,
                 models,
                 orchestrator: RwLock::new(WeakOrchestrator::default()),
+                budgets: session::Budgets::default(),
             }),
         })
     }
@@ -461,6 +465,7 @@ impl Agents {
                 hooks: &self.inner.definitions.hooks,
                 sub: depth > 1,
                 may_call_agents: depth < max_depth,
+                budgets: &self.inner.budgets,
                 resume: resume.take(),
             };
             tracing::debug!(target: "toolmux::agent", agent = %current, depth, "session starts");

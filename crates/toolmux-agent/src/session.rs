@@ -97,6 +97,8 @@ pub(crate) struct Session<'a> {
     /// Whether the agents it calls would be within the depth limit (`agentMaxDepth`): at
     /// the limit, no agent is offered (every call of one would be refused).
     pub(crate) may_call_agents: bool,
+    /// The tokens left to the sessions above this one, and where it says what it has left.
+    pub(crate) budgets: &'a Budgets,
     /// The decisions a paused run resumes with; `history` is then its conversation.
     pub(crate) resume: Option<&'a Resume>,
 }
@@ -393,8 +395,18 @@ impl Session<'_> {
                 + figures.usage.output_tokens
                 + sampled.input_tokens
                 + sampled.output_tokens;
+            // The budget is the agent's own, or what the agents that called it have left,
+            // the smaller: a sub-agent spends its caller's tokens.
+            let inherited = self.budgets.left_above(&self.ctx);
+            let budget = match (self.config.token_budget, inherited) {
+                (Some(own), Some(left)) => Some(own.min(left)),
+                (own, left) => own.or(left),
+            };
+            if let Some(budget) = budget {
+                self.budgets.set(&self.ctx, budget.saturating_sub(spent));
+            }
             // Why this turn must be the last, if it must.
-            let limit = match self.config.token_budget {
+            let limit = match budget {
                 Some(budget) if spent >= budget => {
                     Some(format!("the token budget of {budget} is spent ({spent} used)"))
                 }
@@ -630,6 +642,7 @@ impl Session<'_> {
     }
 
     fn finish(&self, end: SessionEnd, transcript: Vec<Message>) -> SessionEnd {
+        self.budgets.end(&self.ctx);
         match end {
             SessionEnd::Report(mut report)
                 if self.keep_transcript || report.status == AgentStatus::Paused =>
@@ -1298,6 +1311,33 @@ fn pending_in(history: &[Message]) -> usize {
         }
     }
     pending
+}
+
+/// The tokens left to each running session with a budget, by its operation's id.
+#[derive(Debug, Default)]
+pub(crate) struct Budgets(Mutex<HashMap<u64, u64>>);
+
+impl Budgets {
+    /// What the nearest session above `ctx`'s operation with a budget has left.
+    fn left_above(&self, ctx: &CallContext) -> Option<u64> {
+        let op = ctx.op()?;
+        let left = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        op.ancestors().find_map(|above| left.get(&above.id()).copied())
+    }
+
+    /// Records what `ctx`'s session has left.
+    fn set(&self, ctx: &CallContext, left: u64) {
+        if let Some(op) = ctx.op() {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(op.id(), left);
+        }
+    }
+
+    /// Forgets `ctx`'s session.
+    fn end(&self, ctx: &CallContext) {
+        if let Some(op) = ctx.op() {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&op.id());
+        }
+    }
 }
 
 /// How a report whose model failed begins.

@@ -783,6 +783,51 @@ async fn a_sub_agent_without_a_model_thinks_with_its_caller_s() {
     assert!(said.contains("names no `model`"), "{said}");
 }
 
+/// A sub-agent spends its caller's tokens: it gets no more than its caller has left
+/// (`tokenBudget`), whatever its own turn limit (it ran 30 turns on a budget of 100).
+#[tokio::test]
+async fn a_sub_agent_gets_no_more_than_its_caller_s_token_budget() {
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .then(|_| {
+                Ok(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                    "c",
+                    "agent__child",
+                    json!({"prompt": "work"}),
+                )]))
+            })
+            .report("partial", "done what the budget allowed"),
+    );
+    // 110 tokens an answer: echo until only the report is offered.
+    let mut child = ScriptedModel::new("small");
+    for _ in 0..30 {
+        child = child.then(|request| {
+            let only_report = tool_names(request) == ["agent__final_report"];
+            let (name, arguments) = if only_report {
+                ("agent__final_report", json!({"status": "partial", "content": "stopped"}))
+            } else {
+                ("mock__echo", json!({}))
+            };
+            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
+        });
+    }
+    let child = Arc::new(child);
+    let mut definitions = one(
+        "parent",
+        AgentConfig { agents: vec!["child".into()], token_budget: Some(250), ..agent("big") },
+    );
+    definitions.agents.insert(
+        "child".into(),
+        AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
+    );
+    let s = setup(definitions, vec![parent, child.clone()]).await;
+    let report = s.agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    // 0, 110 and 220 tokens spent before its first three turns; the fourth (330 spent of
+    // the 250 its caller had) may only report.
+    assert_eq!(child.requests().len(), 4, "the child's turns: {report:?}");
+    assert_eq!(tool_names(&child.requests()[3]), ["agent__final_report"]);
+}
+
 #[tokio::test]
 async fn sub_agents_run_through_the_pipeline_and_add_up() {
     let parent = Arc::new(
