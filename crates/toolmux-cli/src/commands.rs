@@ -252,7 +252,15 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
         );
     }
     finish(&toolmux).await;
-    Ok(if report.providers.iter().any(|p| p.error.is_some()) { exit::PROVIDER } else { 0 })
+    // A name collision is a configuration error, as `config check` says.
+    let collided = report.problems.iter().any(|p| p.severity == Severity::Error);
+    Ok(if collided {
+        exit::CONFIG
+    } else if report.providers.iter().any(|p| p.error.is_some()) {
+        exit::PROVIDER
+    } else {
+        0
+    })
 }
 
 /// `word` as a shell reads it back: as it is when plain, else in single quotes.

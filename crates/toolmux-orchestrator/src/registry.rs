@@ -382,7 +382,9 @@ impl Registry {
     }
 
     fn error(&mut self, message: String) {
-        tracing::error!("{message}");
+        // Reported with the warmup's problems (the command line prints them once); the
+        // log has it at warning level so that it is not printed twice.
+        tracing::warn!("{message}");
         self.problems.push(RegistryProblem { severity: Severity::Error, message });
     }
 

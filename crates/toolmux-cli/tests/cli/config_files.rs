@@ -628,3 +628,14 @@ fn the_seeds_tools_yml_runs_its_python_functions() {
     assert_eq!(refused.code, 2, "{refused:?}");
     assert!(refused.stderr.contains("provides_tools"), "{}", refused.stderr);
 }
+
+/// A name collision is a configuration error for `tools list` as for `config check` (exit
+/// 2), told once (it was printed twice, and the listing exited 0).
+#[test]
+fn a_name_collision_fails_the_listing_once() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\naliases: {fs__read: fs__grep}\n");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.stderr.matches("collides with tool `fs__read`").count(), 1, "{}", run.stderr);
+}
