@@ -141,7 +141,9 @@ pub enum ToolError {
         what: String,
     },
     /// The output would overflow the model's context budget.
-    #[error("context window budget exceeded")]
+    #[error(
+        "context window budget exceeded: `{tool}` returned about {tokens} tokens and the run has {remaining} left (`defaults.contextTokenBudget`)"
+    )]
     ContextBudgetExceeded {
         /// The tool.
         tool: String,
