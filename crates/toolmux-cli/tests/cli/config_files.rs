@@ -450,6 +450,8 @@ fn a_call_starts_only_its_provider() {
     assert!(!run.stderr.contains("broken") && !run.stderr.contains("poke"), "{}", run.stderr);
     let run = project.run(&["tools", "call", "broken__anything", "{}"]);
     assert_eq!(run.code, 3, "{run:?}");
+    // Said as a server that did not start, not as a tool that does not exist.
+    assert!(run.stderr.contains("provider `broken` has not started"), "{}", run.stderr);
 }
 
 /// A user's file lies under every project's and a managed file over it: the user's server

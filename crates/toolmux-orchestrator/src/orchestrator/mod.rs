@@ -971,6 +971,27 @@ impl Orchestrator {
     }
 
     /// Provider `namespace`, started late, with its `tools`: the registry is rebuilt with
+    /// Why no tool is called `name`: its provider has not started (yet, or at all) when the
+    /// name's namespace is one, else the name is unknown, with the closest names.
+    fn not_offered(&self, name: &str, registry: &Registry) -> ToolError {
+        let not_started = self.inner.not_started.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((namespace, _)) = name.split_once("__")
+            && not_started.contains(namespace)
+        {
+            return ToolError::Unavailable {
+                provider: namespace.to_owned(),
+                message: format!(
+                    "`{name}` is not available: provider `{namespace}` has not started (it is \
+                     tried again in the background; its tools join once it is up)"
+                ),
+            };
+        }
+        ToolError::UnknownTool {
+            name: name.to_owned(),
+            suggestions: crate::suggest::suggest(registry.names(), name),
+        }
+    }
+
     /// them and subscribers are told of its tools, prompts and resources.
     async fn joined(&self, namespace: &str, tools: Vec<ToolSpec>) {
         self.inner.not_started.lock().unwrap_or_else(|e| e.into_inner()).remove(namespace);
@@ -1291,10 +1312,7 @@ impl Orchestrator {
         let audit_args =
             self.inner.audit.as_ref().map(|_| sha256_hex(cache_key("", &arguments).as_bytes()));
         let result = match &entry {
-            None => Err(ToolError::UnknownTool {
-                name: name.to_owned(),
-                suggestions: crate::suggest::suggest(registry.names(), name),
-            }),
+            None => Err(self.not_offered(name, &registry)),
             Some(entry) => {
                 let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
                 self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await
