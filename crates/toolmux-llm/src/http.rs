@@ -182,11 +182,18 @@ impl Endpoint {
                 streaming.streamed = false;
             }
             let started = Instant::now();
+            // A streamed answer is timed by its parts (`read_events`): one still arriving
+            // word by word is not cut at `timeoutMs`, only one that stops coming; the whole
+            // of it may take ten times as long.
+            let limit = match streaming {
+                Some(_) => self.timeout.saturating_mul(10),
+                None => self.timeout,
+            };
             let request = self.attempt(bytes.clone(), streaming.as_deref_mut());
             let attempted = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(self.cancelled()),
-                attempted = tokio::time::timeout(self.timeout, request) => attempted,
+                attempted = tokio::time::timeout(limit, request) => attempted,
             };
             let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             // A request that took the whole timeout is not tried again: the next would
@@ -194,10 +201,7 @@ impl Endpoint {
             // configuration allows.
             let Ok(outcome) = attempted else {
                 tracing::debug!(model = %self.name, attempt, elapsed_ms, "model request timed out");
-                return Err(ModelError::Timeout {
-                    model: self.name.clone(),
-                    timeout: self.timeout,
-                });
+                return Err(ModelError::Timeout { model: self.name.clone(), timeout: limit });
             };
             let (status, error, retry_after) = match outcome {
                 Ok((status, answer)) => {
@@ -244,13 +248,12 @@ impl Endpoint {
         body: Vec<u8>,
         streaming: Option<&mut Streaming<'_>>,
     ) -> Result<(u16, Value), Failure> {
-        let response = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .body(body)
-            .send()
+        let sent =
+            self.client.post(self.url.clone()).headers(self.headers.clone()).body(body).send();
+        // The answer's head comes within the timeout, streamed or not.
+        let response = tokio::time::timeout(self.timeout, sent)
             .await
+            .map_err(|_| self.stalled())?
             .map_err(|e| self.transport_failure("cannot reach the API", e))?;
         let status = response.status();
         let retry_after = retry_after(response.headers(), SystemTime::now());
@@ -306,10 +309,14 @@ impl Endpoint {
         let mut parser = EventParser::default();
         let mut read = 0usize;
         loop {
-            let chunk = response
-                .chunk()
-                .await
-                .map_err(|e| self.transport_failure("the answer's stream broke off", e))?;
+            let chunk = match tokio::time::timeout(self.timeout, response.chunk()).await {
+                Ok(chunk) => {
+                    chunk.map_err(|e| self.transport_failure("the answer's stream broke off", e))?
+                }
+                // Nothing more for a whole timeout: a whole answer (its end seen, the
+                // stream left open) is taken; else the API stalled.
+                Err(_) => return streaming.assembler.finish().ok_or_else(|| self.stalled()),
+            };
             let Some(chunk) = chunk else { break };
             read += chunk.len();
             if read > MAX_BODY_BYTES {
@@ -354,6 +361,15 @@ impl Endpoint {
             },
             retry_after: None,
         })
+    }
+
+    /// The API sent nothing for a whole timeout: final (the next try would likely wait as
+    /// long).
+    fn stalled(&self) -> Failure {
+        Failure::Fatal {
+            status: None,
+            error: ModelError::Timeout { model: self.name.clone(), timeout: self.timeout },
+        }
     }
 
     /// An error status as a failure: credentials refused are final, rate limits and

@@ -136,9 +136,9 @@ async fn a_bad_request_says_the_api_s_message() {
 #[tokio::test]
 async fn an_error_body_that_is_not_json_is_shown_in_part() {
     let body = format!("<html>{}</html>", "é".repeat(3000));
-    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::status(404, body)]);
+    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::status(400, body)]);
     let error = fail(&model, &hello()).await;
-    let ModelError::Api { status: 404, message, .. } = &error else { panic!("{error:?}") };
+    let ModelError::Api { status: 400, message, .. } = &error else { panic!("{error:?}") };
     assert!(message.starts_with("<html>éé"));
     assert!(message.len() <= 2000 + '…'.len_utf8(), "{}", message.len());
 }

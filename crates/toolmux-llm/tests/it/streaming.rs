@@ -269,3 +269,38 @@ async fn cancelling_ends_a_stream_midway() {
         assert!(matches!(error, ModelError::Cancelled { .. }), "{dialect:?}: {error:?}");
     }
 }
+
+/// A streamed answer is timed by its parts: one still arriving when `timeoutMs` has passed
+/// since the request is not cut (it was, and reported as no answer), one that stops coming
+/// for `timeoutMs` ends with a timeout.
+#[tokio::test]
+async fn a_stream_is_timed_by_the_gaps_between_its_parts() {
+    for dialect in DIALECTS {
+        let held = Arc::new(tokio::sync::Notify::new());
+        let script = ScriptStep::delay(
+            Duration::from_millis(300),
+            ScriptStep::Held(held.clone(), Box::new(ScriptStep::text("slow but steady"))),
+        );
+        let (_server, model) = serve_with(dialect, vec![script], |c| c.timeout_ms = Some(500));
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(650)).await;
+            held.notify_one();
+        });
+        let cancel = CancellationToken::new();
+        let answer = model.complete_streaming(&hello(), &cancel, &|_| {}).await;
+        release.await.unwrap();
+        assert_eq!(
+            answer.map(|a| a.content).ok().as_deref(),
+            Some("slow but steady"),
+            "{dialect:?}"
+        );
+
+        let stopped = Arc::new(tokio::sync::Notify::new());
+        let script = ScriptStep::Held(stopped, Box::new(ScriptStep::text("and then nothing")));
+        let (_server, model) = serve_with(dialect, vec![script], |c| c.timeout_ms = Some(500));
+        let started = std::time::Instant::now();
+        let error = model.complete_streaming(&hello(), &cancel, &|_| {}).await.unwrap_err();
+        assert!(matches!(error, ModelError::Timeout { .. }), "{dialect:?}: {error:?}");
+        assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    }
+}
