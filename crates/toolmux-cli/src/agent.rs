@@ -429,6 +429,16 @@ impl Ended<'_> {
         };
         let report = match report {
             Ok(report) => report,
+            // An agent that cannot run as configured (no model to think with, an unknown
+            // agent) is a configuration error.
+            Err(
+                e @ (toolmux::toolmux_agent::AgentError::Config { .. }
+                | toolmux::toolmux_agent::AgentError::UnknownAgent { .. }),
+            ) => {
+                finish(toolmux).await;
+                eprintln!("error: {e}");
+                return Ok(exit::CONFIG);
+            }
             Err(e) => {
                 finish(toolmux).await;
                 return Err(e.into());

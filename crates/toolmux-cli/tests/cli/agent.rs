@@ -970,3 +970,17 @@ fn a_paused_question_is_answered_on_resume() {
     assert_eq!(done.code, 0, "{}\n{}", done.stdout, done.stderr);
     assert_eq!(done.stdout.trim(), "reading notes.md");
 }
+
+/// An agent that cannot run as configured (no model of its own, and no caller whose model
+/// it would use) is a configuration error: exit 2.
+#[test]
+fn an_agent_without_a_model_is_a_configuration_error() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "models:\n  m: {type: openai, model: x, baseUrl: 'http://127.0.0.1:9/v1'}\nagents:\n  boss: {model: m, agents: [helper]}\n  helper: {description: helps}\n",
+    );
+    let run = project.run(&["agent", "run", "helper", "hi"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("agents.helper: it names no `model`"), "{}", run.stderr);
+}
