@@ -1078,3 +1078,27 @@ fn watch_reads_a_users_file_created_after_the_start() {
     let stopped = stop(gateway);
     assert!(stopped.stderr.contains("xdg/toolmux/config.yaml"), "{}", stopped.stderr);
 }
+
+/// A result for a call that expired is refused with 410, saying so: the call is gone for
+/// good, which a 404 (not pending, perhaps not yet) did not tell.
+#[test]
+fn a_result_for_an_expired_call_is_gone() {
+    let project = Project::new().env("ALICE_KEY", ALICE).env("BOB_KEY", BOB);
+    project.file("toolmux.yaml", &format!("defaults: {{externalCallTtl: 1000}}\n{CONFIG}"));
+    let gateway = serve_http(&project);
+    let address = address_of(&gateway.url);
+    let alice_auth = bearer(ALICE);
+    let mut alice = Agent::start(&address, ALICE);
+    let (started, _) = alice.call("external__build", json!({"target": "app"})).recv().unwrap();
+    let listed = request(&address, "GET", "/api/tool-calls", &[("Authorization", &alice_auth)], "");
+    let run = json_body(&listed)["calls"][0]["runId"].as_str().expect("a run").to_owned();
+    std::thread::sleep(Duration::from_millis(1500));
+    let path = format!("/api/runs/{}/tool-results", segment(&run));
+    let answer = json!({"callId": started["callId"], "result": "built"}).to_string();
+    let headers = [("Authorization", alice_auth.as_str()), ("Content-Type", "application/json")];
+    let refused = request(&address, "POST", &path, &headers, &answer);
+    assert_eq!(refused.status, 410, "{}", refused.body);
+    assert!(json_body(&refused)["error"].as_str().unwrap_or_default().contains("expired after"));
+    let run = stop(gateway);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}

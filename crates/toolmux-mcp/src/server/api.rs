@@ -168,8 +168,16 @@ async fn submit(State(api): State<Api>, Path(run_id): Path<String>, request: Req
                 &json!({"callId": submission.call_id, "delivered": delivered}),
             )
         }
-        // The body was checked: what the tool still finds wrong is the call itself.
-        Err(e @ ToolError::InvalidArguments { .. }) => problem(StatusCode::NOT_FOUND, &e.report()),
+        // The body was checked: what the tool still finds wrong is the call itself, gone
+        // for good when it expired, else not (or no longer) waiting.
+        Err(e @ ToolError::InvalidArguments { .. }) => {
+            let status = if e.report().contains(" expired after ") {
+                StatusCode::GONE
+            } else {
+                StatusCode::NOT_FOUND
+            };
+            problem(status, &e.report())
+        }
         Err(e) => failure(&e),
     }
 }
