@@ -186,10 +186,11 @@ impl Toolmux {
             .client_profile()
             .map_err(|e| ToolmuxError::config(file, format!("serve.client: {e}")))?;
         check_own_schemas(loaded).map_err(|e| ToolmuxError::config(file, e))?;
-        let d = &loaded.config.defaults;
-        for (key, ms) in
-            [("externalCallTtl", d.external_call_ttl), ("externalResultTtl", d.external_result_ttl)]
-        {
+        #[cfg(feature = "external")]
+        for (key, ms) in [
+            ("externalCallTtl", loaded.config.defaults.external_call_ttl),
+            ("externalResultTtl", loaded.config.defaults.external_result_ttl),
+        ] {
             if ms == Some(0) {
                 return Err(ToolmuxError::config(
                     file,

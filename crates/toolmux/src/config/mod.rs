@@ -762,6 +762,7 @@ impl CursorAuth {
 mod empty {
     use serde::{Deserialize, Deserializer};
 
+    #[cfg(any(feature = "fs", feature = "rest", feature = "external"))]
     pub(super) fn section<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
     where
         D: Deserializer<'de>,

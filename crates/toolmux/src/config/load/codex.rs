@@ -198,7 +198,25 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
 }
 
 impl CodexServer {
-    fn convert(self, name: &str, shown: &str, warnings: &mut Vec<String>) -> McpServerEntry {
+    fn convert(mut self, name: &str, shown: &str, warnings: &mut Vec<String>) -> McpServerEntry {
+        // toolmux's own names of the tool filters (a toolmux file written with `mcp_servers`)
+        // still filter: ignored, every tool of the server would be offered.
+        let names = |value: Option<Value>| -> Option<Vec<String>> {
+            value?.as_array()?.iter().map(|v| v.as_str().map(str::to_owned)).collect()
+        };
+        for (toolmux_key, codex_key) in
+            [("toolsAllowed", "enabled_tools"), ("toolsDenied", "disabled_tools")]
+        {
+            let Some(list) = names(self.other.remove(toolmux_key)) else { continue };
+            warnings.push(format!(
+                "{shown}: mcp_servers.{name}.{toolmux_key} is read as `{codex_key}` (this file \
+                 is read as Codex's: write `mcpServers` for a toolmux file)"
+            ));
+            match toolmux_key {
+                "toolsAllowed" => self.enabled_tools = Some(list),
+                _ => self.disabled_tools.extend(list),
+            }
+        }
         for key in self.other.keys() {
             let hint = match closest(key, KNOWN) {
                 Some(near) => format!("; did you mean `{near}`?"),

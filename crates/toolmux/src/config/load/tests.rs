@@ -707,3 +707,21 @@ fn relative_paths_carry_no_dot() {
     assert_eq!(loaded.resolve(Path::new("./a/./b")), Path::new("/proj/a/b"));
     assert_eq!(loaded.resolve(Path::new("/abs/./x")), Path::new("/abs/x"));
 }
+
+/// A toolmux file written with Codex's `mcp_servers` is read as Codex's, but toolmux's
+/// names of the tool filters still filter (ignored, every tool would have been offered).
+#[test]
+fn tool_filters_hold_in_a_file_read_as_codex_s() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "mcp_servers:\n  fx:\n    command: srv\n    toolsAllowed: [echo]\n    toolsDenied: [rm]\n",
+    );
+    let fx = &loaded.config.mcp_servers["fx"];
+    assert_eq!(fx.tools_allowed.as_deref(), Some(&["echo".to_owned()][..]));
+    assert_eq!(fx.tools_denied, ["rm"]);
+    assert!(
+        loaded.warnings.iter().any(|w| w.contains("read as `enabled_tools`")),
+        "{:?}",
+        loaded.warnings
+    );
+}
