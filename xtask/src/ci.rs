@@ -73,6 +73,12 @@ pub(crate) fn run(root: &Path, options: &CiOptions) -> Result<()> {
             action: Box::new(move || cargo_deny(root, install_tools)),
         },
         Step {
+            name: "features",
+            what: "cargo check -p toolmux --no-default-features, then with each feature alone"
+                .into(),
+            action: Box::new(|| features(root)),
+        },
+        Step {
             name: "bench build",
             what: "cargo check --benches --locked for each benchmarks/* workspace".into(),
             action: Box::new(|| bench_build(root)),
@@ -141,6 +147,28 @@ fn cargo_step<'a>(root: &'a Path, name: &'static str, args: &'a [&'a str]) -> St
         what: cmd::display(&command),
         action: Box::new(move || cmd::run(&mut command).map(|()| Outcome::Passed)),
     }
+}
+
+/// The facade's features as Rust programs pick them: with none, and each alone, it builds
+/// (the workspace's own builds enable them all together, which hides code gated by the
+/// wrong feature).
+fn features(root: &Path) -> Result<Outcome> {
+    const FEATURES: [&str; 8] = ["", "fs", "mcp", "rest", "external", "agent", "redis", "otel"];
+    for feature in FEATURES {
+        let mut check = cmd::command("cargo");
+        check.current_dir(root).args([
+            "check",
+            "--locked",
+            "-p",
+            "toolmux",
+            "--no-default-features",
+        ]);
+        if !feature.is_empty() {
+            check.args(["--features", feature]);
+        }
+        cmd::run(&mut check)?;
+    }
+    Ok(Outcome::Passed)
 }
 
 fn cargo_deny(root: &Path, install_tools: bool) -> Result<Outcome> {
