@@ -45,6 +45,16 @@ fn tenant_api() -> (String, Arc<Mutex<Vec<String>>>) {
     (base, seen)
 }
 
+/// `yaml` loaded, built and started.
+async fn started(yaml: &str) -> Toolmux {
+    let env = |_: &str| None;
+    let loaded = load_str(yaml, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let toolmux = Toolmux::build(&loaded).await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(toolmux.orchestrator().warmup().await.is_ok());
+    toolmux
+}
+
 #[tokio::test]
 async fn a_tool_passing_caller_headers_on_is_cached_per_caller() {
     let (base, seen) = tenant_api();
@@ -52,12 +62,8 @@ async fn a_tool_passing_caller_headers_on_is_cached_per_caller() {
         "restTools:\n  whoami:\n    description: Which tenant the API sees.\n    \
          url: {base}/whoami\n    passthroughHeaders: [X-Tenant-Id]\n    cache: 60000\n"
     );
-    let env = |_: &str| None;
-    let loaded = load_str(&yaml, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let toolmux = Toolmux::build(&loaded).await.unwrap_or_else(|e| panic!("{e}"));
+    let toolmux = started(&yaml).await;
     let tools = toolmux.orchestrator();
-    assert!(tools.warmup().await.is_ok());
     let as_tenant = |tenant: &str| {
         CallContext::new().with_caller_headers(vec![("x-tenant-id".into(), tenant.into())])
     };
@@ -85,12 +91,8 @@ async fn a_cached_rest_tool_keeps_its_tool_settings() {
         "restTools:\n  whoami:\n    description: Which tenant the API sees.\n    \
          url: {base}/whoami\n    cache: 60000\ntools:\n  rest__whoami:\n    responseMaxBytes: 8\n"
     );
-    let env = |_: &str| None;
-    let loaded = load_str(&yaml, FileFormat::Yaml, "toolmux.yaml", Path::new("/proj"), &env)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let toolmux = Toolmux::build(&loaded).await.unwrap_or_else(|e| panic!("{e}"));
+    let toolmux = started(&yaml).await;
     let tools = toolmux.orchestrator();
-    assert!(tools.warmup().await.is_ok());
     for _ in 0..2 {
         let result = tools
             .execute(ToolCall::new("rest__whoami", serde_json::json!({})), &CallContext::new())
