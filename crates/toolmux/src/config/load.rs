@@ -732,6 +732,25 @@ fn strip_position(message: &str) -> String {
 
 /// A typed-model error at `path` (`mcpServers.github.comand`, `.` for the top), told the
 /// way a person fixes it: which key, where, and the closest valid one.
+/// toolmux's key for what other tools' files call `unknown` (`api` for a model's `type`,
+/// Gemini's `includeTools` for `toolsAllowed`), when it is among `expected`.
+fn known_as<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str> {
+    const OTHER_NAMES: [(&str, &str); 10] = [
+        ("api", "type"),
+        ("provider", "type"),
+        ("transportType", "type"),
+        ("allowedTools", "toolsAllowed"),
+        ("includeTools", "toolsAllowed"),
+        ("enabledTools", "toolsAllowed"),
+        ("excludeTools", "toolsDenied"),
+        ("disabledTools", "toolsDenied"),
+        ("base_url", "baseUrl"),
+        ("api_key", "apiKey"),
+    ];
+    let (_, ours) = OTHER_NAMES.iter().find(|(theirs, _)| *theirs == unknown)?;
+    expected.iter().copied().find(|key| key == ours)
+}
+
 fn describe(path: &str, message: &str) -> String {
     if let Some((unknown, expected)) = unknown_field(message) {
         // serde_path_to_error's path ends with the unknown key itself.
@@ -748,7 +767,7 @@ fn describe(path: &str, message: &str) -> String {
         } else {
             format!("in {parent}")
         };
-        let hint = match closest(unknown, &expected) {
+        let hint = match closest(unknown, &expected).or_else(|| known_as(unknown, &expected)) {
             Some(best) => format!("; did you mean `{best}`?"),
             None if expected.is_empty() => String::new(),
             None => format!("; valid keys: {}", expected.join(", ")),

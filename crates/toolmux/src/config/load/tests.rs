@@ -80,6 +80,13 @@ fn unknown_key_suggests_closest() {
             "toolmux.yaml:1:1: unknown key `mcpServer` at the top level; did you mean `mcpServers`?"
         ],
     );
+    // Other tools' names for toolmux's keys.
+    yaml_error(
+        "mcpServers:\n  x:\n    command: a\n    allowedTools: [b]\n",
+        expect![
+            "toolmux.yaml:4:5: unknown key `allowedTools` in mcpServers.x; did you mean `toolsAllowed`?"
+        ],
+    );
 }
 
 #[test]
