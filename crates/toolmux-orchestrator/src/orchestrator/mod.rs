@@ -1562,11 +1562,18 @@ impl Orchestrator {
                     let tracked = ctx.clone().track_asking();
                     let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);
                     let cacheable = || !tracked.asked_caller();
-                    let (result, served) = self
-                        .inner
-                        .flight
-                        .run_if(&*self.inner.cache, &key, ttl, run, cacheable)
-                        .await;
+                    let flight =
+                        self.inner.flight.run_if(&*self.inner.cache, &key, ttl, run, cacheable);
+                    // A caller waiting for another's identical call (coalesced) stops when
+                    // it is cancelled, not when that call ends.
+                    let (result, served) = tokio::select! {
+                        biased;
+                        done = flight => done,
+                        () = ctx.cancel_token().cancelled() => {
+                            let tool = entry.name.to_string();
+                            (Err(ToolError::Cancelled { tool }), Served::Executed)
+                        }
+                    };
                     *meta.served.lock().unwrap_or_else(|e| e.into_inner()) = Some(served);
                     result
                 })

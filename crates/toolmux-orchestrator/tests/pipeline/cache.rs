@@ -192,3 +192,36 @@ async fn outputs_of_providers_with_state_per_run_are_cached_per_run() {
     assert!(o.execute(get(), &in_run("two")).await.ok);
     assert_eq!(p.calls_of("get"), 2, "not across runs");
 }
+
+/// A caller waiting for another's identical call (single-flight) stops when it is
+/// cancelled, not when that call ends; the other call goes on.
+#[tokio::test(start_paused = true)]
+async fn a_coalesced_caller_that_is_cancelled_stops_waiting() {
+    use toolmux_core::{CallContext, ToolCall};
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    let leader = {
+        let o = o.clone();
+        tokio::spawn(async move {
+            o.execute(ToolCall::new("api__slow", json!({})), &CallContext::new()).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let waiter_ctx = CallContext::new().with_cancel(cancel.clone());
+    let waiter = {
+        let o = o.clone();
+        tokio::spawn(
+            async move { o.execute(ToolCall::new("api__slow", json!({})), &waiter_ctx).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    let started = tokio::time::Instant::now();
+    let waited = waiter.await.unwrap();
+    assert!(!waited.ok && started.elapsed() < Duration::from_millis(500), "{waited:?}");
+    assert_eq!(waited.extras["code"], "cancelled", "{waited:?}");
+    let led = leader.await.unwrap();
+    assert!(led.ok, "{led:?}");
+    assert_eq!(p.calls_of("slow"), 1);
+}
