@@ -475,7 +475,7 @@ impl ExternalProvider {
                 .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default()
         };
-        let tools = strings("tools");
+        let tools = self.tool_names("tools", strings("tools"))?;
         let exclude = strings("exclude");
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -498,6 +498,35 @@ impl ExternalProvider {
                 }
             }
         }
+    }
+
+    /// `names` (of `key`, a list of tools) as full tool names: a tool's own name (`confirm`) is read as
+    /// `external__confirm`; a name of no external tool is refused, with the closest (it
+    /// matched nothing, and the listing came back empty or waited to its end).
+    fn tool_names(&self, key: &str, names: Vec<String>) -> Result<Vec<String>, ToolError> {
+        let known: Vec<String> = self.tools.keys().map(|n| format!("{NAMESPACE}__{n}")).collect();
+        names
+            .into_iter()
+            .map(|name| {
+                if known.contains(&name) {
+                    return Ok(name);
+                }
+                let full = format!("{NAMESPACE}__{name}");
+                if known.contains(&full) {
+                    return Ok(full);
+                }
+                let local: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+                let bare = name.strip_prefix(&format!("{NAMESPACE}__")).unwrap_or(&name);
+                let hint = match toolmux_core::suggest::closest(bare, &local) {
+                    Some(near) => format!("; did you mean `{NAMESPACE}__{near}`?"),
+                    None => format!("; the external tools: {}", known.join(", ")),
+                };
+                Err(ToolError::invalid_arguments(
+                    "external__pending",
+                    format!("`{key}` names `{name}`, which is no external tool{hint}"),
+                ))
+            })
+            .collect()
     }
 
     async fn submit(&self, arguments: Value, ctx: &CallContext) -> Result<ToolOutput, ToolError> {
@@ -696,7 +725,7 @@ fn own_tools() -> Vec<ToolSpec> {
                     "waitMs": {"type": "integer", "minimum": 0, "maximum": MAX_POLL.as_millis(),
                                "description": "Wait up to this long for a call when none is pending."},
                     "tools": {"type": "array", "items": {"type": "string"},
-                              "description": "Only calls of these tools (full names)."},
+                              "description": "Only calls of these tools (full names, or their own names)."},
                     "exclude": {"type": "array", "items": {"type": "string"}, "maxItems": 10000,
                                 "description": "Leave out these calls (by `callId`: those seen already); with `waitMs`, wait for another."}
                 },

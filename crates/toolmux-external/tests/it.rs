@@ -178,8 +178,15 @@ async fn asynchronous_calls_return_pending_and_results_reach_the_inbox() {
     let only_jobs =
         p.call("pending", json!({"tools": ["external__job"]}), &run("w")).await.unwrap();
     assert_eq!(json_of(&only_jobs)["calls"][0]["callId"], id);
-    let only_other = p.call("pending", json!({"tools": ["external__x"]}), &run("w")).await.unwrap();
+    let only_other =
+        p.call("pending", json!({"tools": ["external__quick"]}), &run("w")).await.unwrap();
     assert_eq!(json_of(&only_other)["calls"], json!([]));
+    // A tool's own name is its full name; a name of no external tool is refused, not an
+    // empty list.
+    let by_own_name = p.call("pending", json!({"tools": ["job"]}), &run("w")).await.unwrap();
+    assert_eq!(json_of(&by_own_name)["calls"][0]["callId"], id);
+    let unknown = p.call("pending", json!({"tools": ["jbo"]}), &run("w")).await.unwrap_err();
+    assert!(unknown.to_string().contains("did you mean `external__job`"), "{unknown}");
     let failed = p
         .call("submit", json!({"callId": id, "result": "disk full", "isError": true}), &run("w"))
         .await
