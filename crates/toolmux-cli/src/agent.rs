@@ -651,6 +651,8 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
     let (mut turns, mut tool_calls) = (0u32, 0u32);
     let mut usage = toolmux::toolmux_llm::Usage::default();
     let mut messages = 0u32;
+    // Whether the last message's run failed: the chat's exit code says so to a program.
+    let mut last_failed = false;
     loop {
         let message = match first.take() {
             Some(message) => message,
@@ -692,6 +694,10 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         };
         let shown = screen.end();
         print_answer(&report, &shown);
+        last_failed = report.status == AgentStatus::Failure;
+        if last_failed {
+            eprintln!("agent `{}`: {}", report.agent, summary(&report));
+        }
         turns += report.turns;
         tool_calls += report.tool_calls;
         usage += report.usage;
@@ -711,5 +717,5 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         );
     }
     finish(&toolmux).await;
-    Ok(0)
+    Ok(if last_failed { exit::TOOL_FAILED } else { 0 })
 }

@@ -984,3 +984,27 @@ fn an_agent_without_a_model_is_a_configuration_error() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("agents.helper: it names no `model`"), "{}", run.stderr);
 }
+
+/// A chat whose last message failed (its model refused) exits 1, saying why: a program
+/// piping messages in learns it.
+#[test]
+fn a_chat_whose_last_reply_failed_exits_1() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![ScriptStep::text("hello"), ScriptStep::status(400, "bad request: no such model")],
+    );
+    let project = project(&server, "openai", "");
+    let mut command = project.command(&["agent", "chat", "reader"]);
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("toolmux starts");
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        writeln!(stdin, "hi\nand now?").expect("write");
+    }
+    let run = crate::wait(child, Duration::from_secs(60));
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("hello"), "{}", run.stdout);
+    assert!(run.stdout.contains("no such model"), "{}", run.stdout);
+    assert!(run.stderr.contains("agent `reader`: failure"), "{}", run.stderr);
+}
