@@ -258,22 +258,35 @@ mod linux {
 
     /// Whether `pid` may be a process between `fork` and the end of its `exec`, whose
     /// environment reads empty for that moment: not a zombie, not a kernel thread (both
-    /// read empty for good).
+    /// read empty for good), and started within the last two seconds (one started with an
+    /// empty environment long ago is not waited for).
     fn may_be_starting(pid: u32) -> bool {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-        // Fields after the command name (in parentheses): state ppid ...
+        // Fields after the command name (in parentheses): state ppid ..., the start time
+        // (in clock ticks since boot, 100 a second) 20th of them.
         let Some((_, rest)) = stat.rsplit_once(") ") else { return false };
-        let mut fields = rest.split_ascii_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let parent = fields.next().unwrap_or("0");
-        !matches!(state, "Z" | "X") && !matches!(parent, "0" | "2")
+        let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+        let (state, parent) = (fields.first().copied(), fields.get(1).copied());
+        let alive = !matches!(state, None | Some("Z" | "X"));
+        let user_space = !matches!(parent, None | Some("0" | "2"));
+        let started = fields.get(19).and_then(|t| t.parse::<f64>().ok()).map(|t| t / 100.0);
+        let uptime = std::fs::read_to_string("/proc/uptime")
+            .ok()
+            .and_then(|u| u.split_ascii_whitespace().next()?.parse::<f64>().ok());
+        let recent = match (started, uptime) {
+            (Some(started), Some(uptime)) => uptime - started < 2.0,
+            _ => true,
+        };
+        alive && user_space && recent
     }
 
     /// One pass over `/proc`: every process that carries `mark` and is not in `killed`
     /// yet is killed and added to it. Processes whose environment read empty while they
     /// may have been starting are read again a moment later.
     pub(super) fn sweep_once(mark: &ProcessMark, group: Option<i32>, killed: &mut Vec<u32>) {
-        /// How long a starting process is given to finish its `exec`.
+        /// How long a starting process is given to finish its `exec`, at first: doubled
+        /// while one still reads empty, up to 6 times (about 130 ms in all; on a loaded
+        /// machine an `exec` took longer than the 2 ms once given, and the process escaped).
         const EXEC_GRACE: std::time::Duration = std::time::Duration::from_millis(2);
         let me = std::process::id();
         let ids: Box<dyn Iterator<Item = u32>> = match recent_ids(mark) {
@@ -297,14 +310,24 @@ mod linux {
                 kill(mark, pid, group, &mut buffer, killed);
             }
         }
-        if starting.is_empty() {
-            return;
-        }
-        std::thread::sleep(EXEC_GRACE);
-        for pid in starting {
-            if environ(pid, &mut buffer, CAP) && mark.is_in(&buffer) {
-                kill(mark, pid, group, &mut buffer, killed);
+        let mut grace = EXEC_GRACE;
+        for _ in 0..6 {
+            if starting.is_empty() {
+                return;
             }
+            std::thread::sleep(grace);
+            grace *= 2;
+            starting.retain(|&pid| {
+                if !environ(pid, &mut buffer, CAP) {
+                    return false;
+                }
+                if mark.is_in(&buffer) {
+                    kill(mark, pid, group, &mut buffer, killed);
+                    return false;
+                }
+                // Still empty: still starting, or a process that reads empty for good.
+                buffer.is_empty() && may_be_starting(pid)
+            });
         }
     }
 
