@@ -250,6 +250,10 @@ fn is_redirection(word: &str) -> bool {
     operator.starts_with(['<', '>', '&']) && operator.chars().all(|c| "<>&|-0123456789".contains(c))
 }
 
+/// Keywords that only start a compound command: `then rm x` runs `rm x`.
+const COMPOUND_KEYWORDS: [&str; 10] =
+    ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
+
 #[derive(Default)]
 struct Splitter {
     commands: Vec<Vec<String>>,
@@ -277,12 +281,9 @@ impl Splitter {
     /// Whether the word being read is the current command's program: nothing but variable
     /// assignments (and compound keywords) before it.
     fn at_program(&self) -> bool {
-        const KEYWORDS: [&str; 10] =
-            ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
-        self.current
-            .iter()
-            .all(|w| is_assignment(w) || KEYWORDS.contains(&w.as_str()) || w.starts_with('-'))
-            && !self.word.contains('=')
+        self.current.iter().all(|w| {
+            is_assignment(w) || COMPOUND_KEYWORDS.contains(&w.as_str()) || w.starts_with('-')
+        }) && !self.word.contains('=')
     }
 
     fn end_word(&mut self) {
@@ -294,9 +295,8 @@ impl Splitter {
 
     fn end_command(&mut self) {
         self.end_word();
-        // Keywords that only start a compound command: `then rm x` runs `rm x`.
-        let keywords = ["if", "then", "else", "elif", "do", "while", "until", "!", "{", "time"];
-        let mut skip = self.current.iter().take_while(|w| keywords.contains(&w.as_str())).count();
+        let mut skip =
+            self.current.iter().take_while(|w| COMPOUND_KEYWORDS.contains(&w.as_str())).count();
         // `time -p rm x` runs `rm x`: the keyword's options go with it.
         if self.current[..skip].iter().any(|w| w == "time") {
             skip += self.current[skip..].iter().take_while(|w| w.starts_with('-')).count();

@@ -30,14 +30,8 @@ impl ArgumentValidator {
         });
         // A `$schema` toolmux does not know (a server's own meta-schema URI) says nothing of
         // the schema's shape: it is checked as the default draft instead of left out.
-        match (&checked, schema.get("$schema")) {
-            (Err(_), Some(_)) => {
-                let mut plain = schema.clone();
-                if let Some(object) = plain.as_object_mut() {
-                    object.remove("$schema");
-                }
-                if jsonschema::meta::validate(&plain).is_ok() { Ok(()) } else { checked }
-            }
+        match (&checked, without_meta_schema(schema)) {
+            (Err(_), Some(plain)) if jsonschema::meta::validate(&plain).is_ok() => Ok(()),
             _ => checked,
         }
     }
@@ -46,9 +40,8 @@ impl ArgumentValidator {
         self.compiled.get_or_init(|| {
             jsonschema::options().build(&self.schema).or_else(|first| {
                 // As `check_schema` reads it: an unknown `$schema` as the default draft.
-                let mut plain = (*self.schema).clone();
-                match plain.as_object_mut().and_then(|o| o.remove("$schema")) {
-                    Some(_) => jsonschema::options().build(&plain).map_err(|e| e.to_string()),
+                match without_meta_schema(&self.schema) {
+                    Some(plain) => jsonschema::options().build(&plain).map_err(|e| e.to_string()),
                     None => Err(first.to_string()),
                 }
             })
@@ -93,6 +86,13 @@ impl ArgumentValidator {
             .collect();
         Err(ToolError::InvalidArguments { tool: tool.to_owned(), violations })
     }
+}
+
+/// `schema` without its `$schema`, when it has one.
+fn without_meta_schema(schema: &Value) -> Option<Value> {
+    let mut plain = schema.clone();
+    plain.as_object_mut()?.remove("$schema")?;
+    Some(plain)
 }
 
 #[cfg(test)]
