@@ -30,10 +30,12 @@ impl ArgumentValidator {
         });
         // A `$schema` toolmux does not know (a server's own meta-schema URI) says nothing of
         // the schema's shape: it is checked as the default draft instead of left out.
-        match (&checked, without_meta_schema(schema)) {
-            (Err(_), Some(plain)) if jsonschema::meta::validate(&plain).is_ok() => Ok(()),
-            _ => checked,
+        if checked.is_err()
+            && without_meta_schema(schema).is_some_and(|p| jsonschema::meta::validate(&p).is_ok())
+        {
+            return Ok(());
         }
+        checked
     }
 
     fn validator(&self) -> &Result<Validator, String> {
@@ -90,6 +92,7 @@ impl ArgumentValidator {
 
 /// `schema` without its `$schema`, when it has one.
 fn without_meta_schema(schema: &Value) -> Option<Value> {
+    schema.get("$schema")?;
     let mut plain = schema.clone();
     plain.as_object_mut()?.remove("$schema")?;
     Some(plain)
