@@ -135,6 +135,18 @@ pub enum Served {
     Executed,
 }
 
+/// How long a caller may wait for an identical call of another caller
+/// ([`SingleFlight::run_if`]).
+#[derive(Debug, Clone, Copy)]
+pub struct WaitLimit<'a> {
+    /// The tool, for the error.
+    pub tool: &'a str,
+    /// When the wait ends.
+    pub until: Instant,
+    /// The limit the caller had when it started (said in the error).
+    pub after: Duration,
+}
+
 struct PendingGuard<'a> {
     flight: &'a SingleFlight,
     key: &'a str,
@@ -168,12 +180,17 @@ impl SingleFlight {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<ToolOutput, ToolError>>,
     {
-        self.run_if(cache, key, ttl, run, || true).await
+        self.run_if(cache, key, ttl, run, || true, None).await
     }
 
     /// As [`SingleFlight::run`], but an output is stored and shared only if `cacheable`
     /// says so once `run` has finished (not when the call asked its caller something), and
     /// only if the output does not say it is for its run alone ([`PER_RUN`]).
+    ///
+    /// `wait`: the caller's own limit when it waits for an identical call of another caller
+    /// (that call runs within that caller's limits, not this one's): past `until`, the wait
+    /// ends with [`ToolError::Timeout`] for `tool`, `limit` being the limit that was
+    /// reached. A caller that runs the call itself is bounded by `run`.
     pub async fn run_if<F, Fut>(
         &self,
         cache: &dyn ResponseCache,
@@ -181,6 +198,7 @@ impl SingleFlight {
         ttl: Duration,
         run: F,
         cacheable: impl Fn() -> bool,
+        wait: Option<WaitLimit<'_>>,
     ) -> (Result<ToolOutput, ToolError>, Served)
     where
         F: Fn() -> Fut,
@@ -218,7 +236,21 @@ impl SingleFlight {
                 Err(mut receiver) => {
                     // Either a value arrives or the leader is gone (error, cancellation);
                     // in the second case, loop and lead.
-                    if let Ok(output) = receiver.wait_for(Option::is_some).await
+                    let arrived = receiver.wait_for(Option::is_some);
+                    let arrived = match &wait {
+                        None => arrived.await,
+                        Some(limit) => match tokio::time::timeout_at(limit.until, arrived).await {
+                            Ok(arrived) => arrived,
+                            Err(_) => {
+                                let error = ToolError::Timeout {
+                                    tool: limit.tool.to_owned(),
+                                    after: limit.after,
+                                };
+                                return (Err(error), Served::Coalesced);
+                            }
+                        },
+                    };
+                    if let Ok(output) = arrived
                         && let Some(output) = output.clone()
                     {
                         return (Ok(output), Served::Coalesced);

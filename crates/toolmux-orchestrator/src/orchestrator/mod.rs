@@ -9,7 +9,7 @@ mod resources;
 
 use crate::accounting::{AuditLog, AuditRecord, CallRecord, CallStatus, Stats, sha256_hex};
 use crate::budget::{RunFlags, RunState, Runs, estimate_tokens, now_secs};
-use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, cache_key};
+use crate::cache::{MemoryCache, ResponseCache, Served, SingleFlight, WaitLimit, cache_key};
 use crate::catalog::{PromptCatalog, ResourceCatalog};
 use crate::config::{OrchestratorConfig, OversizeMode, RetryPolicy, ToolSettings};
 use crate::events::ToolEvent;
@@ -1562,8 +1562,17 @@ impl Orchestrator {
                     let tracked = ctx.clone().track_asking();
                     let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);
                     let cacheable = || !tracked.asked_caller();
-                    let flight =
-                        self.inner.flight.run_if(&*self.inner.cache, &key, ttl, run, cacheable);
+                    let wait = self
+                        .coalesced_wait_limit(entry, ctx)
+                        .map(|(until, after)| WaitLimit { tool: &entry.name, until, after });
+                    let flight = self.inner.flight.run_if(
+                        &*self.inner.cache,
+                        &key,
+                        ttl,
+                        run,
+                        cacheable,
+                        wait,
+                    );
                     // A caller waiting for another's identical call (coalesced) stops when
                     // it is cancelled, not when that call ends.
                     let (result, served) = tokio::select! {
@@ -1781,8 +1790,7 @@ impl Orchestrator {
             .then(|| self.run_state(ctx.run_id()));
         let mut time_left = None;
         if let Some(run) = &run {
-            let budget = &self.inner.config.run_budget;
-            if let Some(max) = budget.max_calls {
+            if let Some(max) = self.inner.config.run_budget.max_calls {
                 let calls = run.calls.fetch_add(1, Ordering::Relaxed) + 1;
                 if calls > max {
                     run.calls.fetch_sub(1, Ordering::Relaxed);
@@ -1792,16 +1800,7 @@ impl Orchestrator {
                     });
                 }
             }
-            if let Some(max) = budget.max_tool_time {
-                let used = Duration::from_millis(run.tool_time_ms.load(Ordering::Relaxed));
-                if used >= max {
-                    return Err(ToolError::BudgetExhausted {
-                        tool: entry.name.to_string(),
-                        what: format!("the run may spend at most {}s in tools", max.as_secs_f64()),
-                    });
-                }
-                time_left = Some(max - used);
-            }
+            time_left = self.tool_time_left(entry, run)?;
         }
         if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
         {
@@ -1809,6 +1808,8 @@ impl Orchestrator {
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let started = run.as_ref().map(|_| Instant::now());
+        // The run's tool time left holds for the whole call, retries and progress included.
+        let run_deadline = started.zip(time_left).map(|(started, left)| started + left);
         let result = match &entry.settings.retry {
             Some(policy) => {
                 Box::pin(self.attempts(
@@ -1819,19 +1820,60 @@ impl Orchestrator {
                     op,
                     meta,
                     &generation,
-                    time_left,
+                    run_deadline,
                 ))
                 .await
             }
             None => {
                 meta.attempts.store(1, Ordering::Relaxed);
-                self.timed_call(entry, arguments, ctx, op, &generation, time_left).await
+                self.timed_call(entry, arguments, ctx, op, &generation, run_deadline).await
             }
         };
         if let (Some(run), Some(started)) = (&run, started) {
             run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
         result
+    }
+
+    /// What is left of the run's `maxToolTimeMs` (`None` without one), or the error that
+    /// it is spent.
+    fn tool_time_left(
+        &self,
+        entry: &ToolEntry,
+        run: &RunState,
+    ) -> Result<Option<Duration>, ToolError> {
+        let Some(max) = self.inner.config.run_budget.max_tool_time else { return Ok(None) };
+        let used = Duration::from_millis(run.tool_time_ms.load(Ordering::Relaxed));
+        if used >= max {
+            return Err(ToolError::BudgetExhausted {
+                tool: entry.name.to_string(),
+                what: format!("the run may spend at most {}s in tools", max.as_secs_f64()),
+            });
+        }
+        Ok(Some(max - used))
+    }
+
+    /// How long a call may wait for an identical call of another caller (coalesced by the
+    /// cache stage): until its context's deadline or until its run's tool time is spent,
+    /// whichever is first; `None` when neither bounds it.
+    fn coalesced_wait_limit(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+    ) -> Option<(Instant, Duration)> {
+        let now = Instant::now();
+        let mut limit = ctx.deadline().map(|until| (until, until.saturating_duration_since(now)));
+        if self.tracks_runs() && !entry.passes_on && !ctx.is_outside_budget() {
+            let run = self.run_state(ctx.run_id());
+            // Spent: no wait (a cached output is still served).
+            let left = self.tool_time_left(entry, &run).map_or(Some(Duration::ZERO), |left| left);
+            if let Some(left) = left
+                && limit.is_none_or(|(until, _)| now + left < until)
+            {
+                limit = Some((now + left, left));
+            }
+        }
+        limit
     }
 
     /// Waits for the call's turn under its rate limit (the tool's, else its provider's),
@@ -1915,7 +1957,7 @@ impl Orchestrator {
         op: &Arc<Op>,
         meta: &CallMeta,
         generation: &CancellationToken,
-        time_left: Option<Duration>,
+        run_deadline: Option<Instant>,
     ) -> Result<ToolOutput, ToolError> {
         let mut attempt = 0;
         let mut arguments = Some(arguments);
@@ -1925,9 +1967,15 @@ impl Orchestrator {
             let last = attempt > policy.max_retries;
             // Only a call that may be retried keeps a copy of its arguments.
             let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
-            let result = self.timed_call(entry, args, ctx, op, generation, time_left).await;
+            let result = self.timed_call(entry, args, ctx, op, generation, run_deadline).await;
             match result {
-                Err(e) if !last && e.is_transient() => {
+                Err(e)
+                    if !last
+                        && e.is_transient()
+                        // No retry the run's tool time would not let start.
+                        && run_deadline
+                            .is_none_or(|d| Instant::now() + policy.backoff(attempt) < d) =>
+                {
                     let delay = policy.backoff(attempt);
                     tracing::debug!(tool = %entry.name, attempt, "transient failure, retrying in {delay:?}: {}", e.report());
                     tokio::select! {
@@ -1950,14 +1998,14 @@ impl Orchestrator {
         ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
-        time_left: Option<Duration>,
+        run_deadline: Option<Instant>,
     ) -> Result<ToolOutput, ToolError> {
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             // Stages after this one may change the output: the caller is answered by them.
             let provider_ctx = provider_ctx.into_owned().with_early_answer(None);
             entry.provider.call(&entry.original, arguments, &provider_ctx).await
         };
-        self.timed(entry, ctx, op, generation, time_left, false, call).await
+        self.timed(entry, ctx, op, generation, run_deadline, false, call).await
     }
 
     /// Runs `call` (a provider call, given the provider's context) as
@@ -1972,7 +2020,7 @@ impl Orchestrator {
         ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
-        time_left: Option<Duration>,
+        run_deadline: Option<Instant>,
         lean: bool,
         call: F,
     ) -> Result<T, ToolError>
@@ -1983,8 +2031,8 @@ impl Orchestrator {
         let settings = &entry.settings;
         let start = Instant::now();
         let mut timeout = settings.timeout;
-        if let Some(left) = time_left {
-            timeout = timeout.min(left);
+        if let Some(deadline) = run_deadline {
+            timeout = timeout.min(deadline.saturating_duration_since(start));
         }
         let hard_deadline = {
             let cap = if settings.reset_on_progress {
@@ -1995,8 +2043,10 @@ impl Orchestrator {
                 settings.max_total_time.map_or(timeout, |max| max.min(timeout))
             };
             let mut hard = start + cap;
-            if let Some(d) = ctx.deadline() {
-                hard = hard.min(d);
+            // Progress resets never carry a call past its caller's deadline nor its run's
+            // tool time.
+            for deadline in [ctx.deadline(), run_deadline].into_iter().flatten() {
+                hard = hard.min(deadline);
             }
             hard
         };

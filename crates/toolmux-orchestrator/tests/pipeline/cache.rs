@@ -225,3 +225,49 @@ async fn a_coalesced_caller_that_is_cancelled_stops_waiting() {
     assert!(led.ok, "{led:?}");
     assert_eq!(p.calls_of("slow"), 1);
 }
+
+/// A caller waiting for another's identical call is bounded by its own limits, not the
+/// other call's: its context's deadline, and its run's tool time (`maxToolTimeMs`). The
+/// other call goes on and is cached.
+#[tokio::test(start_paused = true)]
+async fn a_coalesced_caller_waits_no_longer_than_its_own_limits() {
+    use toolmux_core::{CallContext, ToolCall};
+    use toolmux_orchestrator::RunBudgetConfig;
+    let p = Arc::new(
+        MockProvider::new("api")
+            .with_read_only_tool("slow", Behavior::Sleep(Duration::from_secs(10)))
+            .with_read_only_tool("nap", Behavior::Sleep(Duration::from_secs(2))),
+    );
+    let config = config().with_run_budget(RunBudgetConfig {
+        max_calls: None,
+        max_tool_time: Some(Duration::from_secs(5)),
+    });
+    let o = start(config, vec![p.clone()]).await;
+    // The leader is outside every budget: it runs its 10s.
+    let leader = {
+        let o = o.clone();
+        let ctx = CallContext::new().outside_budget();
+        tokio::spawn(async move { o.execute(ToolCall::new("api__slow", json!({})), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Its context's deadline.
+    let started = tokio::time::Instant::now();
+    let ctx = CallContext::new().with_deadline(started + Duration::from_secs(1));
+    let waited = o.execute(ToolCall::new("api__slow", json!({})), &ctx).await;
+    assert_eq!(waited.extras["code"], "timeout", "{waited:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    // Its run's tool time: 2s spent of 5, so 3s of waiting.
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("api__nap", json!({})), &run).await.ok);
+    let started = tokio::time::Instant::now();
+    let waited = o.execute(ToolCall::new("api__slow", json!({})), &run).await;
+    assert_eq!(waited.extras["code"], "timeout", "{waited:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(3));
+    let led = leader.await.unwrap();
+    assert!(led.ok, "{led:?}");
+    assert_eq!(p.calls_of("slow"), 1);
+    // The output the waiters gave up on is cached; a cached output costs no tool time.
+    let cached = o.execute(ToolCall::new("api__slow", json!({})), &run).await;
+    assert!(cached.ok, "{cached:?}");
+    assert_eq!(p.calls_of("slow"), 1);
+}

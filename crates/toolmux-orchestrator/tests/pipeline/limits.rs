@@ -59,6 +59,47 @@ async fn run_budget_limits_tool_time_and_shortens_the_last_timeout() {
     .assert_eq(&r.conversation_text());
 }
 
+/// The run's tool time holds for the whole call: progress that resets the timeout does not
+/// carry a call past it, and no retry starts that it would not let finish.
+#[tokio::test(start_paused = true)]
+async fn run_tool_time_bounds_progress_resets_and_retries() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("steps", Behavior::Progress { steps: 10, interval: Duration::from_secs(2) })
+            .with_tool("flaky", Behavior::FailTransient { times: 10 }),
+    );
+    let config = OrchestratorConfig::default()
+        .with_run_budget(RunBudgetConfig {
+            max_calls: None,
+            max_tool_time: Some(Duration::from_secs(7)),
+        })
+        .with_tool_settings(
+            "m__steps",
+            ToolSettings::default()
+                .with_timeout(Duration::from_secs(3))
+                .with_progress_reset(Duration::from_secs(60)),
+        )
+        .with_tool_settings(
+            "m__flaky",
+            ToolSettings::default().with_retry(RetryPolicy {
+                max_retries: 100,
+                initial_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(1),
+            }),
+        );
+    let o = start(config, vec![p.clone()]).await;
+    let r = call(&o, "m__steps", json!({})).await;
+    assert_eq!(r.conversation_text(), "(tool failed: timeout)");
+    assert_eq!(r.latency_ms, 7000, "20s of work with progress, 7s of tool time");
+
+    let o = start(o.config().clone(), vec![p.clone()]).await;
+    let started = tokio::time::Instant::now();
+    let r = call(&o, "m__flaky", json!({})).await;
+    assert!(!r.ok, "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(7), "{:?}", started.elapsed());
+    assert_eq!(p.calls_of("flaky"), 7, "attempts at 0, 1, ... 6s; none at 7s");
+}
+
 #[tokio::test(start_paused = true)]
 async fn oversize_outputs_are_spilled_and_read_back() {
     let p = Arc::new(
