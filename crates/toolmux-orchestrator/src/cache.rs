@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use toolmux_core::{ToolError, ToolOutput};
+use toolmux_core::{ContentPart, ToolError, ToolOutput};
 
 /// Where cached outputs live; the in-process [`MemoryCache`] by default.
 #[async_trait]
@@ -23,12 +23,44 @@ pub trait ResponseCache: Send + Sync + fmt::Debug {
     async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration);
 }
 
-/// An in-process cache bounded in entries; expired entries are dropped on the way.
+/// An in-process cache bounded in entries and in bytes; expired entries are dropped on
+/// the way.
+///
+/// Outputs are kept as the tool returned them, before the size cap (each caller's copy is
+/// capped, and spilled, as its own), so the bytes are bounded here: an output larger than a
+/// quarter of the bound is not kept at all, and the entries closest to expiry make room for
+/// a new one.
 #[derive(Debug)]
 pub struct MemoryCache {
     max_entries: usize,
-    entries: Mutex<HashMap<String, (Instant, ToolOutput)>>,
+    max_bytes: usize,
+    entries: Mutex<Entries>,
 }
+
+#[derive(Debug, Default)]
+struct Entries {
+    map: HashMap<String, Entry>,
+    /// The bytes of every entry's key and output.
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    expires: Instant,
+    bytes: usize,
+    output: ToolOutput,
+}
+
+impl Entries {
+    fn remove(&mut self, key: &str) {
+        if let Some(entry) = self.map.remove(key) {
+            self.bytes -= entry.bytes;
+        }
+    }
+}
+
+/// The default bound of a [`MemoryCache`] in bytes: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 
 impl Default for MemoryCache {
     fn default() -> Self {
@@ -37,18 +69,33 @@ impl Default for MemoryCache {
 }
 
 impl MemoryCache {
-    /// A cache of at most `max_entries` outputs.
+    /// A cache of at most `max_entries` outputs and [`DEFAULT_CACHE_BYTES`].
     pub fn new(max_entries: usize) -> Self {
-        MemoryCache { max_entries, entries: Mutex::new(HashMap::new()) }
+        MemoryCache::bounded(max_entries, DEFAULT_CACHE_BYTES)
     }
+
+    /// A cache of at most `max_entries` outputs taking at most `max_bytes` (as
+    /// [`output_bytes`] counts them, keys included).
+    pub fn bounded(max_entries: usize, max_bytes: usize) -> Self {
+        MemoryCache { max_entries, max_bytes, entries: Mutex::new(Entries::default()) }
+    }
+}
+
+/// About the bytes `output` holds: its text, data and JSON as compact text.
+pub fn output_bytes(output: &ToolOutput) -> usize {
+    let content: usize = output.content.iter().map(ContentPart::byte_len).sum();
+    let structured = output.structured.as_ref().map_or(0, toolmux_core::json_len);
+    let extras =
+        output.extras.iter().map(|(k, v)| k.len() + toolmux_core::json_len(v)).sum::<usize>();
+    content + structured + extras
 }
 
 #[async_trait]
 impl ResponseCache for MemoryCache {
     async fn get(&self, key: &str) -> Option<ToolOutput> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        match entries.get(key) {
-            Some((expires, output)) if *expires > Instant::now() => Some(output.clone()),
+        match entries.map.get(key) {
+            Some(entry) if entry.expires > Instant::now() => Some(entry.output.clone()),
             Some(_) => {
                 entries.remove(key);
                 None
@@ -58,20 +105,43 @@ impl ResponseCache for MemoryCache {
     }
 
     async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration) {
+        let bytes = key.len() + output_bytes(output);
+        if bytes > self.max_bytes / 4 {
+            tracing::debug!(bytes, "an output too large to cache is not kept");
+            return;
+        }
         let now = Instant::now();
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= self.max_entries {
-            entries.retain(|_, (expires, _)| *expires > now);
+        entries.remove(key);
+        let full = |entries: &Entries| {
+            entries.map.len() >= self.max_entries || entries.bytes + bytes > self.max_bytes
+        };
+        if full(&entries) {
+            let Entries { map, bytes: held } = &mut *entries;
+            map.retain(|_, entry| {
+                let fresh = entry.expires > now;
+                if !fresh {
+                    *held -= entry.bytes;
+                }
+                fresh
+            });
         }
-        if entries.len() >= self.max_entries {
-            // Still full of fresh entries: drop the one closest to expiry.
-            if let Some(victim) =
-                entries.iter().min_by_key(|(_, (e, _))| *e).map(|(k, _)| k.clone())
-            {
+        if full(&entries) {
+            // Still full of fresh entries: drop those closest to expiry until it fits.
+            let mut by_expiry: Vec<(Instant, String)> =
+                entries.map.iter().map(|(k, entry)| (entry.expires, k.clone())).collect();
+            by_expiry.sort_unstable();
+            for (_, victim) in by_expiry {
+                if !full(&entries) {
+                    break;
+                }
                 entries.remove(&victim);
             }
         }
-        entries.insert(key.to_owned(), (now + ttl, output.clone()));
+        entries.bytes += bytes;
+        entries
+            .map
+            .insert(key.to_owned(), Entry { expires: now + ttl, bytes, output: output.clone() });
     }
 }
 
@@ -291,8 +361,33 @@ mod tests {
         for k in ["a", "b", "c"] {
             cache.put(k, &ToolOutput::text(k), Duration::from_secs(10)).await;
         }
-        assert_eq!(cache.entries.lock().unwrap().len(), 2);
+        assert_eq!(cache.entries.lock().unwrap().map.len(), 2);
         assert!(cache.get("c").await.is_some());
+    }
+
+    /// Outputs are kept before the size cap, so the cache is bounded in bytes: the entries
+    /// closest to expiry make room, and an output over a quarter of the bound is not kept.
+    #[tokio::test(start_paused = true)]
+    async fn bounded_in_bytes() {
+        let cache = MemoryCache::bounded(100, 4000);
+        let ttl = |s| Duration::from_secs(s);
+        cache.put("a", &ToolOutput::text("a".repeat(900)), ttl(30)).await;
+        cache.put("b", &ToolOutput::text("b".repeat(900)), ttl(10)).await;
+        cache.put("c", &ToolOutput::text("c".repeat(900)), ttl(20)).await;
+        cache.put("d", &ToolOutput::text("d".repeat(900)), ttl(40)).await;
+        assert_eq!(cache.entries.lock().unwrap().bytes, 3604);
+        cache.put("e", &ToolOutput::text("e".repeat(900)), ttl(50)).await;
+        assert!(cache.get("b").await.is_none(), "the one closest to expiry made room");
+        for key in ["a", "c", "d", "e"] {
+            assert!(cache.get(key).await.is_some(), "{key}");
+        }
+        cache.put("huge", &ToolOutput::text("h".repeat(1001)), ttl(60)).await;
+        assert!(cache.get("huge").await.is_none(), "over a quarter of the bound");
+        // Replacing an entry counts its bytes once.
+        cache.put("a", &ToolOutput::text("A".repeat(500)), ttl(30)).await;
+        assert_eq!(cache.entries.lock().unwrap().bytes, 3 * 901 + 501);
+        let structured = ToolOutput::json(serde_json::json!({"k": "v"}));
+        assert_eq!(output_bytes(&structured), 9);
     }
 
     #[tokio::test(start_paused = true)]
