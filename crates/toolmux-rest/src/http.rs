@@ -150,17 +150,21 @@ pub(crate) async fn send(
             builder = builder.header("tracestate", state);
         }
     }
+    // reqwest appends headers: a body's type is added only when the request's headers
+    // (the operation's media type, the tool's own) do not name one already.
+    let typed = sets("content-type");
     builder = match &request.body {
         Body::None => builder,
         Body::Json(value) => {
             let bytes = serde_json::to_vec(value).unwrap_or_default();
-            if request.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+            if typed {
                 builder.body(bytes)
             } else {
                 builder.header(CONTENT_TYPE, "application/json").body(bytes)
             }
         }
         Body::Form(pairs) => builder.form(pairs),
+        Body::Raw { text, .. } if typed => builder.body(text.clone()),
         Body::Raw { content_type, text } => {
             builder.header(CONTENT_TYPE, content_type.as_str()).body(text.clone())
         }
