@@ -357,11 +357,15 @@ pub(crate) async fn run(
         max: config.max_output_bytes,
         over: CancellationToken::new(),
     };
-    let (spill_out, printed_out) = (spill.clone(), printed.clone());
+    // Cancelled when the pipes have been waited for long enough: each capture then stops
+    // reading and hands back what it has.
+    let stop = CancellationToken::new();
+    let (spill_out, printed_out, stop_out) = (spill.clone(), printed.clone(), stop.clone());
     let stdout = (child.stdout.take())
-        .map(|s| tokio::spawn(capture(s, keep, spill_out, "stdout", printed_out)));
+        .map(|s| tokio::spawn(capture(s, keep, spill_out, "stdout", printed_out, stop_out)));
+    let (printed_err, stop_err) = (printed.clone(), stop.clone());
     let stderr = (child.stderr.take())
-        .map(|s| tokio::spawn(capture(s, keep, spill.clone(), "stderr", printed.clone())));
+        .map(|s| tokio::spawn(capture(s, keep, spill, "stderr", printed_err, stop_err)));
     let end = tokio::select! {
         status = child.wait() => match status {
             Ok(status) => End::Exited(status),
@@ -388,8 +392,10 @@ pub(crate) async fn run(
     }
     group.disarm();
     let elapsed = started.elapsed();
-    let (out, out_held) = finish(stdout).await;
-    let (err, err_held) = finish(stderr).await;
+    // One wait for both pipes: a process holding them holds both.
+    let drained = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    let (out, out_held) = finish(stdout, drained, &stop).await;
+    let (err, err_held) = finish(stderr, drained, &stop).await;
     if matches!(end, End::Cancelled) {
         return Err(FsError::Cancelled { tool });
     }
@@ -432,8 +438,11 @@ pub(crate) async fn run(
         End::Cancelled => true,
     };
     if out_held || err_held {
-        text.push_str(
-            "\n[a process outside the group kept the output open; output was cut after the command ended]",
+        let _ = write!(
+            text,
+            "\n[a process outside the group kept the output open: what it printed more than {} \
+             s after the command ended is not shown]",
+            DRAIN_TIMEOUT.as_secs()
         );
     }
     if let Some(note) = escaped_note(&escaped) {
@@ -468,15 +477,20 @@ pub(crate) async fn run(
     Ok(output.with_extra("durationMs", json!(elapsed.as_millis() as u64)))
 }
 
-/// Waits for a capture task, giving up after [`DRAIN_TIMEOUT`]; `true` when it was cut.
-async fn finish(task: Option<tokio::task::JoinHandle<Captured>>) -> (Captured, bool) {
+/// Waits for a capture task until `deadline`, then makes it stop (with `stop`) and takes
+/// what it captured; `true` when it was cut so. What was read is kept either way (it was
+/// lost, all of it, when a process outside the command's reach held the pipe open).
+async fn finish(
+    task: Option<tokio::task::JoinHandle<Captured>>,
+    deadline: tokio::time::Instant,
+    stop: &CancellationToken,
+) -> (Captured, bool) {
     let Some(mut task) = task else { return (Captured::default(), false) };
-    match tokio::time::timeout(DRAIN_TIMEOUT, &mut task).await {
-        Ok(Ok(captured)) => (captured, false),
-        Ok(Err(_)) => (Captured::default(), false),
+    match tokio::time::timeout_at(deadline, &mut task).await {
+        Ok(captured) => (captured.unwrap_or_default(), false),
         Err(_) => {
-            task.abort();
-            (Captured::default(), true)
+            stop.cancel();
+            (task.await.unwrap_or_default(), true)
         }
     }
 }
@@ -533,18 +547,24 @@ struct Captured {
     stream: &'static str,
 }
 
-/// Reads a pipe to the end into a [`Captured`].
+/// Reads a pipe to the end, or until `stop`, into a [`Captured`].
 async fn capture(
     mut pipe: impl AsyncRead + Unpin,
     keep: usize,
     spill: SpillTarget,
     stream: &'static str,
     printed: Printed,
+    stop: CancellationToken,
 ) -> Captured {
     let mut captured = Captured { spill_target: Some(spill), stream, ..Captured::default() };
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let n = match pipe.read(&mut buf).await {
+        let read = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            read = pipe.read(&mut buf) => read,
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };

@@ -465,3 +465,27 @@ async fn workdir_runs_a_command_in_a_folder_beneath_the_root() {
         fx.ok("bash", json!({"command": "pwd", "workdir": "app", "run_in_background": true})).await;
     assert!(started.contains("task"), "{started}");
 }
+
+/// A process that replaced its environment (so it is not found and killed) and kept the
+/// pipes open costs what it prints later, not what the command printed before: that was
+/// all thrown away, and the result said `[no output]`.
+#[tokio::test]
+async fn output_is_kept_when_a_process_out_of_reach_holds_the_pipes() {
+    let fx = Fixture::new();
+    // It waits until `sleep` runs with its empty environment (before, `env` still has the
+    // mark and is killed with the command).
+    let command = "echo before; echo warning >&2; env -i setsid sleep 30 & echo $! > held; \
+        while grep -q . /proc/$!/environ; do sleep 0.01; done; echo after";
+    let out = fx.call("bash", json!({"command": command})).await.unwrap();
+    let held = fx.get("held");
+    let _ = std::process::Command::new("kill").arg(held.trim()).status();
+    expect![[r#"
+        exit code 0
+        [a process outside the group kept the output open: what it printed more than 2 s after the command ended is not shown]
+        --- stdout ---
+        before
+        after
+        --- stderr ---
+        warning"#]]
+    .assert_eq(&out.to_text());
+}
