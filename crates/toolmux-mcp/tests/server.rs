@@ -14,6 +14,8 @@ mod support;
 mod conformance;
 #[path = "server/http.rs"]
 mod http;
+#[path = "server/protocol.rs"]
+mod protocol;
 #[path = "server/python.rs"]
 mod python;
 #[path = "server/stdio.rs"]

@@ -1352,6 +1352,29 @@ impl ServerHandler for Gateway {
         Ok(())
     }
 
+    /// rmcp hands over as a custom request every request it could not read: an unknown
+    /// method, and one of MCP's whose `params` do not fit it. Only the first is "method
+    /// not found"; the second is invalid params, saying what does not fit (rmcp answered
+    /// both `-32601` with the method's name as the whole message).
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let method = request.method.as_str();
+        match params_misfit(method, request.params.as_ref()) {
+            Some(why) => Err(ErrorData::invalid_params(
+                format!("invalid params for `{method}`: {why}"),
+                None,
+            )),
+            None => Err(ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("method not found: `{method}`"),
+                None,
+            )),
+        }
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let provider = &self.shared.provider;
         for (changes, list) in [
@@ -1508,6 +1531,63 @@ impl ServerHandler for Gateway {
         }
         Ok(())
     }
+}
+
+/// What is wrong with `params` of a request of `method`, when that is one of MCP's
+/// requests (`None` for any other method): the reading error of the params' type, or a
+/// plain word when that type reads them (rmcp's reading is stricter somewhere).
+fn params_misfit(method: &str, params: Option<&Value>) -> Option<String> {
+    fn read<P: serde::de::DeserializeOwned>(params: Option<&Value>) -> Option<String> {
+        let Some(params) = params else { return Some("`params` is missing".to_owned()) };
+        let error = P::deserialize(params).err()?;
+        // serde names no member: the one whose absence reads (or is all that is missing)
+        // is the one that does not fit.
+        let members = params.as_object().map(|m| m.keys()).into_iter().flatten();
+        let culprit = members.into_iter().find(|key| {
+            let mut without = params.clone();
+            if let Some(object) = without.as_object_mut() {
+                object.remove(*key);
+            }
+            match P::deserialize(&without) {
+                Ok(_) => true,
+                Err(e) => e.to_string().starts_with(&format!("missing field `{key}`")),
+            }
+        });
+        Some(match culprit {
+            Some(key) => format!("`params.{key}`: {error}"),
+            None => error.to_string(),
+        })
+    }
+    #[expect(
+        deprecated,
+        reason = "clients of the handshake revisions still send logging/setLevel"
+    )]
+    use rmcp::model::SetLevelRequestParams;
+    use rmcp::model::{InitializeRequestParams, SubscriptionsListenRequestParams};
+    let why = match method {
+        "initialize" => read::<InitializeRequestParams>(params),
+        "tools/call" => read::<CallToolRequestParams>(params),
+        "prompts/get" => read::<GetPromptRequestParams>(params),
+        "resources/read" => read::<ReadResourceRequestParams>(params),
+        "resources/subscribe" => read::<SubscribeRequestParams>(params),
+        "resources/unsubscribe" => read::<UnsubscribeRequestParams>(params),
+        "completion/complete" => read::<CompleteRequestParams>(params),
+        #[expect(deprecated, reason = "clients of the handshake revisions still send it")]
+        "logging/setLevel" => read::<SetLevelRequestParams>(params),
+        "subscriptions/listen" => read::<SubscriptionsListenRequestParams>(params),
+        "tasks/get" => read::<GetTaskParams>(params),
+        "tasks/update" => read::<UpdateTaskParams>(params),
+        "tasks/cancel" => read::<CancelTaskParams>(params),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => params
+            .and_then(|p| {
+                <PaginatedRequestParams as serde::Deserialize>::deserialize(p)
+                    .err()
+                    .map(|e| e.to_string())
+            }),
+        "ping" | "server/discover" => None,
+        _ => return None,
+    };
+    Some(why.unwrap_or_else(|| "they do not have the form MCP gives them".to_owned()))
 }
 
 /// The headers of a client's HTTP request that may be passed on to servers, names in
