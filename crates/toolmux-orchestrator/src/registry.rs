@@ -89,6 +89,21 @@ pub struct RegistryProblem {
 pub(crate) struct ProviderTools {
     pub provider: Arc<dyn ToolProvider>,
     pub tools: Vec<ToolSpec>,
+    /// When the listing in `tools` started, in the orchestrator's count of listings
+    /// (0: none yet): a listing that started earlier never replaces it.
+    pub listed: u64,
+}
+
+impl ProviderTools {
+    /// Keeps `tools`, a listing that started at `started`, unless the tools held come from a
+    /// listing that started later (a refresh of every provider that began before a
+    /// provider's own `list_changed` refresh ends after it).
+    pub fn store(&mut self, started: u64, tools: Vec<ToolSpec>) {
+        if started > self.listed {
+            self.tools = tools;
+            self.listed = started;
+        }
+    }
 }
 
 /// An immutable snapshot of all tools.

@@ -69,6 +69,8 @@ pub struct MockProvider {
     total_calls: AtomicU64,
     warmups: AtomicU64,
     listings: AtomicU64,
+    /// Milliseconds a listing takes (the tools are read when it starts).
+    list_delay_ms: AtomicU64,
     fail_warmup: Option<String>,
     warmup_delay: Duration,
     shut_down: AtomicBool,
@@ -95,6 +97,7 @@ impl MockProvider {
             total_calls: AtomicU64::new(0),
             warmups: AtomicU64::new(0),
             listings: AtomicU64::new(0),
+            list_delay_ms: AtomicU64::new(0),
             fail_warmup: None,
             warmup_delay: Duration::ZERO,
             shut_down: AtomicBool::new(false),
@@ -162,6 +165,12 @@ impl MockProvider {
     pub fn with_warmup_delay(mut self, delay: Duration) -> Self {
         self.warmup_delay = delay;
         self
+    }
+
+    /// Makes the listings that start from now on take `delay`; each returns the tools as
+    /// they were when it started.
+    pub fn set_list_delay(&self, delay: Duration) {
+        self.list_delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Sets instructions.
@@ -267,7 +276,12 @@ impl ToolProvider for MockProvider {
 
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
         self.listings.fetch_add(1, Ordering::SeqCst);
-        Ok(self.lock_tools().iter().map(|t| t.spec.clone()).collect())
+        let tools = self.lock_tools().iter().map(|t| t.spec.clone()).collect();
+        let delay = self.list_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        Ok(tools)
     }
 
     async fn has_tool(&self, name: &str) -> bool {

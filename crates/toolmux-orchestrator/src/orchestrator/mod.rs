@@ -274,7 +274,7 @@ impl OrchestratorBuilder {
         let providers = self
             .providers
             .into_iter()
-            .map(|provider| ProviderTools { provider, tools: Vec::new() })
+            .map(|provider| ProviderTools { provider, tools: Vec::new(), listed: 0 })
             .collect();
         Ok(Orchestrator {
             inner: Arc::new(Inner {
@@ -303,6 +303,7 @@ impl OrchestratorBuilder {
                 watching: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 refresh_lock: tokio::sync::Mutex::new(()),
+                listings: AtomicU64::new(0),
                 prompts: RwLock::new(Arc::new(PromptCatalog::default())),
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
                 learned_routes: Mutex::new(HashMap::new()),
@@ -418,6 +419,8 @@ struct Inner {
     /// Set when a cleanup begins: no provider joins after.
     closing: AtomicBool,
     refresh_lock: tokio::sync::Mutex<()>,
+    /// Listings of tools started, to order them ([`ProviderTools::store`]).
+    listings: AtomicU64,
     prompts: RwLock<Arc<PromptCatalog>>,
     resources: RwLock<Arc<ResourceCatalog>>,
     /// URIs nobody lists that a provider (its index) answered when asked in turn.
@@ -857,6 +860,7 @@ impl Orchestrator {
     async fn refresh_skipping(&self, skip: &HashSet<String>) -> HashMap<String, String> {
         let providers = self.providers();
         let timeout = self.inner.config.startup_timeout;
+        let started = self.listing_starts();
         let mut listings = Vec::with_capacity(providers.len());
         for provider in providers.into_iter().filter(|p| !skip.contains(p.namespace())) {
             listings.push(list_one(provider, timeout));
@@ -875,7 +879,7 @@ impl Orchestrator {
                         if let Some(p) =
                             providers.iter_mut().find(|p| p.provider.namespace() == namespace)
                         {
-                            p.tools = tools;
+                            p.store(started, tools);
                         }
                     }
                     Err(e) => {
@@ -894,6 +898,7 @@ impl Orchestrator {
         else {
             return;
         };
+        let started = self.listing_starts();
         let listed =
             tokio::time::timeout(self.inner.config.startup_timeout, provider.list_tools()).await;
         let _guard = self.inner.refresh_lock.lock().await;
@@ -902,7 +907,7 @@ impl Orchestrator {
                 let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
                 if let Some(p) = providers.iter_mut().find(|p| p.provider.namespace() == namespace)
                 {
-                    p.tools = tools;
+                    p.store(started, tools);
                 }
             }
             Ok(Err(e)) => {
@@ -912,6 +917,11 @@ impl Orchestrator {
         }
         self.rebuild();
         self.inner.notifier.notify();
+    }
+
+    /// The number of a listing of tools about to start ([`ProviderTools::store`]).
+    fn listing_starts(&self) -> u64 {
+        self.inner.listings.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     fn rebuild(&self) {
@@ -945,13 +955,14 @@ impl Orchestrator {
                 let Some(provider) = orchestrator.providers().get(i).cloned() else { continue };
                 let namespace = provider.namespace().to_owned();
                 let timeout = orchestrator.inner.config.startup_timeout;
+                let listing = orchestrator.listing_starts();
                 let listed = match started {
                     Ok(()) => list_one(provider, timeout).await.1,
                     Err(e) => Err(e),
                 };
                 match listed {
                     Ok(tools) => {
-                        orchestrator.joined(&namespace, tools).await;
+                        orchestrator.joined(&namespace, listing, tools).await;
                         tracing::info!(provider = %namespace, "provider started");
                     }
                     Err(e) => {
@@ -970,7 +981,6 @@ impl Orchestrator {
         })
     }
 
-    /// Provider `namespace`, started late, with its `tools`: the registry is rebuilt with
     /// Why no tool is called `name`: its provider has not started (yet, or at all) when the
     /// name's namespace is one, else the name is unknown, with the closest names.
     fn not_offered(&self, name: &str, registry: &Registry) -> ToolError {
@@ -992,8 +1002,10 @@ impl Orchestrator {
         }
     }
 
-    /// them and subscribers are told of its tools, prompts and resources.
-    async fn joined(&self, namespace: &str, tools: Vec<ToolSpec>) {
+    /// Provider `namespace`, started late, with its `tools` (from the listing numbered
+    /// `listing`): the registry is rebuilt with them and subscribers are told of its tools,
+    /// prompts and resources.
+    async fn joined(&self, namespace: &str, listing: u64, tools: Vec<ToolSpec>) {
         self.inner.not_started.lock().unwrap_or_else(|e| e.into_inner()).remove(namespace);
         {
             let _guard = self.inner.refresh_lock.lock().await;
@@ -1001,7 +1013,7 @@ impl Orchestrator {
                 let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
                 if let Some(p) = providers.iter_mut().find(|p| p.provider.namespace() == namespace)
                 {
-                    p.tools = tools;
+                    p.store(listing, tools);
                 }
             }
             self.rebuild();
@@ -1034,13 +1046,15 @@ impl Orchestrator {
                     return;
                 };
                 let timeout = orchestrator.inner.config.startup_timeout;
-                let listed = match warm_one(0, provider.clone(), timeout).await.1 {
+                let warmed = warm_one(0, provider.clone(), timeout).await.1;
+                let listing = orchestrator.listing_starts();
+                let listed = match warmed {
                     Ok(()) => list_one(provider, timeout).await.1,
                     Err(e) => Err(e),
                 };
                 match listed {
                     Ok(tools) => {
-                        orchestrator.joined(&namespace, tools).await;
+                        orchestrator.joined(&namespace, listing, tools).await;
                         tracing::info!(provider = %namespace, attempt, "provider started after all");
                         return;
                     }
@@ -1108,6 +1122,7 @@ impl Orchestrator {
         refused(&self.inner.providers.read().unwrap_or_else(|e| e.into_inner()))?;
         let timeout = self.inner.config.startup_timeout;
         let (_, warmed, elapsed_ms) = warm_one(0, provider.clone(), timeout).await;
+        let listing = self.listing_starts();
         let listed = match &warmed {
             Ok(()) => list_one(provider.clone(), timeout).await.1,
             Err(_) => Ok(Vec::new()),
@@ -1131,7 +1146,11 @@ impl Orchestrator {
                 Err(e) => Some(e),
                 Ok(()) => {
                     let tools = listed.unwrap_or_default();
-                    providers.push(ProviderTools { provider: provider.clone(), tools });
+                    providers.push(ProviderTools {
+                        provider: provider.clone(),
+                        tools,
+                        listed: listing,
+                    });
                     let index = providers.len() - 1;
                     drop(providers);
                     if self.inner.watching.load(Ordering::Acquire) {

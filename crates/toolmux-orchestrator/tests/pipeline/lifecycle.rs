@@ -205,6 +205,28 @@ async fn list_changes_refresh_the_registry_and_signal_upward() {
     assert_eq!(call(&o, "m__b", json!({})).await.result.unwrap(), "new");
 }
 
+/// A refresh of every provider that started before a provider's own `list_changed`
+/// refresh, and ends after it, does not put the older listing back.
+#[tokio::test(start_paused = true)]
+async fn an_older_listing_never_replaces_a_newer_one() {
+    let p = Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo));
+    let o = start(OrchestratorConfig::default(), vec![p.clone()]).await;
+    let mut changes = o.tool_list_changes().unwrap();
+    p.set_list_delay(Duration::from_secs(5));
+    let slow = {
+        let o = o.clone();
+        tokio::spawn(async move { o.refresh().await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    p.set_list_delay(Duration::ZERO);
+    p.add_tool("b", Behavior::Text("new".into()));
+    tokio::time::timeout(Duration::from_secs(2), changes.changed()).await.unwrap();
+    assert_eq!(call(&o, "m__b", json!({})).await.result.unwrap(), "new");
+    assert!(slow.await.unwrap().is_empty());
+    let after = call(&o, "m__b", json!({})).await;
+    assert_eq!(after.result.as_deref(), Some("new"), "{after:?}");
+}
+
 /// A provider registered while the orchestrator runs (the seeds' `register(provider)`):
 /// its tools are listed and called through the same pipeline, subscribers are told, its own
 /// list changes are followed, and a namespace in use, an invalid one, or a cleaned-up
