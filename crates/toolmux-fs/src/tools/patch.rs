@@ -905,6 +905,7 @@ fn commit(ws: &Workspace, run: &str, files: &BTreeMap<PathBuf, Entry>) -> Result
             .iter()
             .map(|entry| super::undo::Touched {
                 path: entry.resolved.clone(),
+                target: ws.resolve_target(&entry.resolved),
                 before: entry.original.clone(),
                 after: entry.current.as_ref().map(|file| workspace::hash(&file.bytes())),
                 mode: entry.mode,

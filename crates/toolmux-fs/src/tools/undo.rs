@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use toolmux_core::ToolOutput;
 
@@ -50,6 +50,9 @@ changes of the run are kept, in memory, while toolmux runs.";
 pub(crate) struct Touched {
     /// The file, as resolved when it was changed.
     pub(crate) path: Resolved,
+    /// Where `path` led then (symlinks and `..` resolved, relative to the root): how a
+    /// file is known whatever spelling named it, in the change or in `undo`.
+    pub(crate) target: PathBuf,
     /// Its bytes before the change; `None` when it did not exist.
     pub(crate) before: Option<Vec<u8>>,
     /// The hash of what the change left; `None` when it removed the file.
@@ -106,9 +109,8 @@ impl Changes {
         }
         let kept = runs.runs.entry(run.to_owned()).or_default();
         if change.bytes() > BYTES_KEPT {
-            let touched: Vec<&Path> =
-                change.files.iter().map(|f| f.path.relative.as_path()).collect();
-            kept.retain(|c| !c.files.iter().any(|f| touched.contains(&f.path.relative.as_path())));
+            let touched: Vec<&Path> = change.files.iter().map(|f| f.target.as_path()).collect();
+            kept.retain(|c| !c.files.iter().any(|f| touched.contains(&f.target.as_path())));
             return;
         }
         kept.push_back(change);
@@ -120,14 +122,15 @@ impl Changes {
     }
 
     /// Takes the change to undo out of the record: the run's last, or the last that
-    /// touched `file` (only that file of it); `None` when there is none.
+    /// touched `file` (where a path leads, as [`Touched::target`]; only that file of it);
+    /// `None` when there is none.
     fn take(&self, run: &str, file: Option<&Path>) -> Option<Change> {
         let mut runs = self.lock();
         let kept = runs.runs.get_mut(run)?;
         let Some(file) = file else { return kept.pop_back() };
-        let at = kept.iter().rposition(|c| c.files.iter().any(|f| f.path.relative == file))?;
+        let at = kept.iter().rposition(|c| c.files.iter().any(|f| f.target == file))?;
         let change = &mut kept[at];
-        let index = change.files.iter().position(|f| f.path.relative == file)?;
+        let index = change.files.iter().position(|f| f.target == file)?;
         let touched = change.files.remove(index);
         let tool = change.tool;
         if change.files.is_empty() {
@@ -136,11 +139,11 @@ impl Changes {
         Some(Change { tool, files: vec![touched] })
     }
 
-    /// Forgets the changes of `run` that touched `file`: a change to it could not be
-    /// recorded, and undoing an older one would skip over it.
+    /// Forgets the changes of `run` that touched `file` (a [`Touched::target`]): a change
+    /// to it could not be recorded, and undoing an older one would skip over it.
     pub(crate) fn forget(&self, run: &str, file: &Path) {
         if let Some(kept) = self.lock().runs.get_mut(run) {
-            kept.retain(|c| !c.files.iter().any(|f| f.path.relative == file));
+            kept.retain(|c| !c.files.iter().any(|f| f.target == file));
         }
     }
 
@@ -169,17 +172,19 @@ pub(crate) fn wrote(
     before: Option<Option<Vec<u8>>>,
     bytes: &[u8],
 ) {
+    let target = ws.resolve_target(path);
     match before {
         Some(before) => {
             let touched = Touched {
                 path: path.clone(),
+                target,
                 before,
                 after: Some(workspace::hash(bytes)),
                 mode: None,
             };
             ws.changes().record(run, tool, vec![touched]);
         }
-        None => ws.changes().forget(run, &path.relative),
+        None => ws.changes().forget(run, &target),
     }
 }
 
@@ -188,7 +193,7 @@ pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutp
     let file = match &args.path {
         Some(given) => {
             let resolved = ws.resolve(given)?;
-            Some((given.clone(), resolved.relative))
+            Some((given.clone(), ws.resolve_target(&resolved)))
         }
         None => None,
     };
@@ -229,7 +234,7 @@ pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutp
 fn put_back(ws: &Workspace, run: &str, change: &Change) -> Result<Vec<String>, FsError> {
     // One lock per file, in one order (as `apply_patch` takes them).
     let mut sorted: Vec<&Touched> = change.files.iter().collect();
-    sorted.sort_by(|a, b| a.path.relative.cmp(&b.path.relative));
+    sorted.sort_by(|a, b| a.target.cmp(&b.target));
     let mut locks = Vec::with_capacity(sorted.len());
     for touched in &sorted {
         let target = ws.check_write(&touched.path)?;

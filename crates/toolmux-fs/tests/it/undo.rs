@@ -135,3 +135,28 @@ async fn runs_undo_their_own_changes() {
     let unknown = fx.err("undo", json!({"path": "never.txt"})).await;
     assert!(unknown.contains("no change to `never.txt` is kept for this run"), "{unknown}");
 }
+
+/// `path` names a file however it is spelt: `./a.txt`, `sub/../a.txt`, its absolute path
+/// or a link to it all name the file an edit of `a.txt` changed (only the spelling of that
+/// edit was found: "no change to `./a.txt` is kept").
+#[tokio::test]
+async fn a_file_is_undone_whatever_its_path_is_spelt() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\n");
+    fx.put("sub/keep", "");
+    std::os::unix::fs::symlink("a.txt", fx.root().join("link")).unwrap();
+    let absolute = fx.root().join("a.txt").to_string_lossy().into_owned();
+    for (number, spelt) in ["./a.txt", "sub/../a.txt", absolute.as_str(), "link"].iter().enumerate()
+    {
+        let new = format!("{number}\n");
+        let old = fx.get("a.txt");
+        fx.ok("edit", json!({"path": "a.txt", "old_string": old, "new_string": new})).await;
+        let out = fx.ok("undo", json!({"path": spelt})).await;
+        assert!(out.contains("its content from before is back"), "{spelt}: {out}");
+        assert_eq!(fx.get("a.txt"), old, "{spelt}");
+    }
+    // And the other way round: an edit through the link, undone by the file's name.
+    fx.ok("edit", json!({"path": "link", "old_string": "one", "new_string": "two"})).await;
+    fx.ok("undo", json!({"path": "a.txt"})).await;
+    assert_eq!(fx.get("a.txt"), "one\n");
+}
