@@ -171,13 +171,20 @@ pub(crate) async fn send(
         Body::Multipart(fields) => {
             let mut form = reqwest::multipart::Form::new();
             for field in fields {
-                form = if field.file {
-                    let part = reqwest::multipart::Part::bytes(field.value.clone().into_bytes())
-                        .file_name(field.name.clone());
-                    form.part(field.name.clone(), part)
-                } else {
-                    form.text(field.name.clone(), field.value.clone())
+                let untyped = || {
+                    if field.file {
+                        reqwest::multipart::Part::bytes(field.value.clone().into_bytes())
+                            .file_name(field.name.clone())
+                    } else {
+                        reqwest::multipart::Part::text(field.value.clone())
+                    }
                 };
+                // A media type reqwest cannot parse leaves the part untyped.
+                let part = match &field.content_type {
+                    Some(media) => untyped().mime_str(media).unwrap_or_else(|_| untyped()),
+                    None => untyped(),
+                };
+                form = form.part(field.name.clone(), part);
             }
             builder.multipart(form)
         }

@@ -35,6 +35,8 @@ pub(crate) struct MultipartField {
     pub(crate) value: String,
     /// Sent as a file part named after the field.
     pub(crate) file: bool,
+    /// The part's media type, when it has one.
+    pub(crate) content_type: Option<String>,
 }
 
 impl PreparedRequest {
@@ -207,32 +209,17 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
                     text: value_text(&value),
                 };
             };
-            let field =
-                |name: &str| fields.iter().find(|f| f.location == Location::Body && f.name == name);
             let mut pairs = Vec::new();
             for (name, value) in map {
-                match value {
-                    Value::Array(items) => {
-                        // A field's `collectionFormat` (Swagger 2) or style: one pair per
-                        // item when exploded (`multi`), else the items joined (`csv`).
-                        let sep = match field(&name).map(|f| (f.style, f.explode)) {
-                            Some((_, true)) | None => None,
-                            Some((Style::SpaceDelimited, _)) => Some(" "),
-                            Some((Style::PipeDelimited, _)) => Some("|"),
-                            Some((Style::TabDelimited, _)) => Some("\t"),
-                            Some(_) => Some(","),
-                        };
-                        match sep {
-                            Some(sep) => {
-                                let joined: Vec<String> = items.iter().map(value_text).collect();
-                                pairs.push((name, joined.join(sep)));
-                            }
-                            None => pairs
-                                .extend(items.iter().map(|item| (name.clone(), value_text(item)))),
-                        }
-                    }
-                    other => pairs.push((name, value_text(&other))),
-                }
+                // A field's style, from the body's `encoding` (OpenAPI 3) or its
+                // `collectionFormat` (Swagger 2); a property the schema does not name goes
+                // as an unnamed object would, as JSON text.
+                let (style, explode) = match body_field(fields, &name) {
+                    Some(field) => (field.style, field.explode),
+                    None if value.is_object() => (Style::Json, false),
+                    None => (Style::Form, true),
+                };
+                form_pairs(&name, &value, style, explode, &mut pairs);
             }
             Body::Form(pairs)
         }
@@ -243,26 +230,105 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
                     text: value_text(&value),
                 };
             };
-            let is_file = |name: &str| {
-                fields.iter().any(|f| f.location == Location::Body && f.name == name && f.binary)
-            };
             let parts = map
                 .into_iter()
                 .flat_map(|(name, value)| {
-                    let file = is_file(&name);
+                    let field = body_field(fields, &name);
+                    let file = field.is_some_and(|f| f.binary);
+                    let declared = field.and_then(|f| f.content_type.clone());
                     let values = match value {
                         Value::Array(items) if !file => items,
                         other => vec![other],
                     };
-                    values.into_iter().map(move |v| MultipartField {
-                        name: name.clone(),
-                        value: value_text(&v),
-                        file,
+                    values.into_iter().map(move |v| {
+                        // OpenAPI's default media types of parts: JSON for an object or
+                        // an array, an octet stream for a file, plain text otherwise.
+                        let content_type = declared.clone().or_else(|| {
+                            if v.is_object() || v.is_array() {
+                                Some("application/json".to_owned())
+                            } else if file {
+                                Some("application/octet-stream".to_owned())
+                            } else {
+                                None
+                            }
+                        });
+                        MultipartField {
+                            name: name.clone(),
+                            value: value_text(&v),
+                            file,
+                            content_type,
+                        }
                     })
                 })
                 .collect();
             Body::Multipart(parts)
         }
+    }
+}
+
+/// The body field named `name` in the request.
+fn body_field<'a>(fields: &'a [Field], name: &str) -> Option<&'a Field> {
+    fields.iter().find(|f| f.location == Location::Body && f.name == name)
+}
+
+/// The `name=value` pairs (not yet encoded) of one form field in its style: an array's
+/// items joined by the style's delimiter or, exploded, one pair each; an object's members
+/// as pairs of their own (exploded `form`) or joined (`k,v,k2,v2`); `deepObject` as
+/// bracketed names.
+fn form_pairs(
+    name: &str,
+    value: &Value,
+    style: Style,
+    explode: bool,
+    out: &mut Vec<(String, String)>,
+) {
+    match (style, value) {
+        (Style::Json, _) => out.push((name.to_owned(), json_text(value))),
+        (Style::DeepObject, Value::Array(_) | Value::Object(_)) => {
+            deep_pairs(name.to_owned(), value, out);
+        }
+        (_, Value::Array(items)) => {
+            let sep = match style {
+                Style::SpaceDelimited => " ",
+                Style::PipeDelimited => "|",
+                Style::TabDelimited => "\t",
+                _ if explode => {
+                    out.extend(items.iter().map(|item| (name.to_owned(), value_text(item))));
+                    return;
+                }
+                _ => ",",
+            };
+            let joined: Vec<String> = items.iter().map(value_text).collect();
+            out.push((name.to_owned(), joined.join(sep)));
+        }
+        (_, Value::Object(map)) if explode => {
+            out.extend(map.iter().map(|(k, v)| (k.clone(), value_text(v))));
+        }
+        (_, Value::Object(map)) => {
+            let flat: Vec<String> =
+                map.iter().flat_map(|(k, v)| [k.clone(), value_text(v)]).collect();
+            out.push((name.to_owned(), flat.join(",")));
+        }
+        (_, other) => out.push((name.to_owned(), value_text(other))),
+    }
+}
+
+/// `deepObject` pairs (not yet encoded), nested as PHP, Rails and Stripe read them: an
+/// object's members as `name[key]`, an array's items as `name[0]`, deeper values alike
+/// (`line_items[0][price]`); an empty object or array sends nothing.
+fn deep_pairs(prefix: String, value: &Value, out: &mut Vec<(String, String)>) {
+    match value {
+        Value::Object(map) => {
+            for (key, member) in map {
+                deep_pairs(format!("{prefix}[{key}]"), member, out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                deep_pairs(format!("{prefix}[{i}]"), item, out);
+            }
+        }
+        other => out.push((prefix, value_text(other))),
     }
 }
 
@@ -378,6 +444,11 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
     }
     let text = |v: &Value| encode(&value_text(v));
     match value {
+        Value::Array(_) | Value::Object(_) if field.style == Style::DeepObject => {
+            let mut pairs = Vec::new();
+            deep_pairs(field.name.clone(), value, &mut pairs);
+            out.extend(pairs.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))));
+        }
         Value::Array(items) => {
             let sep = match field.style {
                 Style::SpaceDelimited => Some("%20"),
@@ -396,21 +467,13 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
                 }
             }
         }
-        Value::Object(map) => match field.style {
-            Style::DeepObject => {
-                out.extend(
-                    map.iter().map(|(k, v)| format!("{name}%5B{}%5D={}", encode(k), text(v))),
-                );
-            }
-            _ if field.explode => {
-                out.extend(map.iter().map(|(k, v)| format!("{}={}", encode(k), text(v))));
-            }
-            _ => {
-                let flat: Vec<String> =
-                    map.iter().flat_map(|(k, v)| [encode(k), text(v)]).collect();
-                out.push(format!("{name}={}", flat.join(",")));
-            }
-        },
+        Value::Object(map) if field.explode => {
+            out.extend(map.iter().map(|(k, v)| format!("{}={}", encode(k), text(v))));
+        }
+        Value::Object(map) => {
+            let flat: Vec<String> = map.iter().flat_map(|(k, v)| [encode(k), text(v)]).collect();
+            out.push(format!("{name}={}", flat.join(",")));
+        }
         other => out.push(format!("{name}={}", text(other))),
     }
 }
@@ -422,7 +485,15 @@ mod tests {
     use serde_json::json;
 
     fn field(flat: &str, location: Location, name: &str, style: Style, explode: bool) -> Field {
-        Field { flat: flat.into(), location, name: name.into(), style, explode, binary: false }
+        Field {
+            flat: flat.into(),
+            location,
+            name: name.into(),
+            style,
+            explode,
+            binary: false,
+            content_type: None,
+        }
     }
 
     fn op(fields: Vec<Field>, body: Option<BodySpec>) -> Operation {

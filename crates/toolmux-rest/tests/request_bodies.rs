@@ -1,5 +1,6 @@
 //! Request bodies of imported operations as a loopback server receives them: their
-//! content type, and form and multipart fields as the media type's `encoding` says.
+//! content type, form and multipart fields as the media type's `encoding` says, and
+//! `deepObject` query parameters, which nest brackets as form fields do.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -53,4 +54,157 @@ async fn a_text_body_carries_one_content_type() {
         .collect();
     assert_eq!(types, ["content-type: text/plain"], "{}", request.head);
     assert_eq!(request.body, b"hello");
+}
+
+/// The `name=value` pairs of a form body, decoded and sorted.
+fn form_pairs(body: &[u8]) -> Vec<(String, String)> {
+    let decode = |s: &str| {
+        let s = s.replace('+', " ");
+        percent_encoding::percent_decode_str(&s).decode_utf8().unwrap().into_owned()
+    };
+    let text = std::str::from_utf8(body).unwrap();
+    let mut pairs: Vec<(String, String)> = text
+        .split('&')
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// A form body's properties go as its `encoding` says (Stripe's documents mark nested
+/// properties `style: deepObject`): `metadata[order]=6735`, `line_items[0][price]=…`,
+/// `tags=a,b` for `explode: false`; an object property without a style is its JSON text,
+/// the default content type of an object.
+#[tokio::test]
+async fn form_fields_follow_their_encoding() {
+    let (base, seen) = keeping_server().await;
+    let deep = json!({"style": "deepObject", "explode": true});
+    let provider = import(
+        &base,
+        "application/x-www-form-urlencoded",
+        json!({
+            "schema": {"type": "object", "properties": {
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                "expand": {"type": "array", "items": {"type": "string"}},
+                "line_items": {"type": "array", "items": {"type": "object", "properties": {
+                    "price": {"type": "string"}, "quantity": {"type": "integer"}}}},
+                "shipping": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "labels": {"type": "array", "items": {"type": "string"}},
+                "note": {"type": "string"}}},
+            "encoding": {"metadata": deep, "expand": deep, "line_items": deep,
+                "tags": {"style": "form", "explode": false},
+                "labels": {"style": "pipeDelimited", "explode": false}}
+        }),
+    );
+    let args = json!({"metadata": {"order": "6735", "gift wrap": "yes"},
+        "expand": ["customer", "invoice"], "line_items": [{"price": "price_1", "quantity": 2}],
+        "shipping": {"name": "Rex"}, "tags": ["a", "b"], "labels": ["x", "y"], "note": "x y&z"});
+    let request = sent(&provider, &seen, args).await;
+    assert_eq!(
+        request.header("content-type").as_deref(),
+        Some("application/x-www-form-urlencoded")
+    );
+    let expected: Vec<(String, String)> = [
+        ("expand[0]", "customer"),
+        ("expand[1]", "invoice"),
+        ("labels", "x|y"),
+        ("line_items[0][price]", "price_1"),
+        ("line_items[0][quantity]", "2"),
+        ("metadata[gift wrap]", "yes"),
+        ("metadata[order]", "6735"),
+        ("note", "x y&z"),
+        ("shipping", r#"{"name":"Rex"}"#),
+        ("tags", "a,b"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(form_pairs(&request.body), expected);
+}
+
+/// The parts of a multipart body: `(headers, content)` by field name.
+fn parts(request: &SeenRequest) -> Vec<(String, String, String)> {
+    let kind = request.header("content-type").unwrap();
+    let boundary = kind.split("boundary=").nth(1).unwrap();
+    let body = String::from_utf8(request.body.clone()).unwrap();
+    let mut out = Vec::new();
+    for part in body.split(&format!("--{boundary}")) {
+        let Some((head, content)) = part.split_once("\r\n\r\n") else { continue };
+        let name = head.split("name=\"").nth(1).unwrap().split('"').next().unwrap().to_owned();
+        let content_type = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type:").map(str::to_owned))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default();
+        out.push((name, content_type, content.trim_end_matches("\r\n").to_owned()));
+    }
+    out.sort();
+    out
+}
+
+/// Multipart parts carry the content type their `encoding` gives (`image/png` for the
+/// avatar), an object property goes as JSON labelled `application/json` (its default), a
+/// file without one as `application/octet-stream`, and text as plain text.
+#[tokio::test]
+async fn multipart_parts_carry_their_content_types() {
+    let (base, seen) = keeping_server().await;
+    let provider = import(
+        &base,
+        "multipart/form-data",
+        json!({
+            "schema": {"type": "object", "properties": {
+                "profile": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "avatar": {"type": "string", "format": "binary"},
+                "attachment": {"type": "string", "format": "binary"},
+                "count": {"type": "integer"}}},
+            "encoding": {"avatar": {"contentType": "image/png, image/jpeg"}}
+        }),
+    );
+    let args = json!({"profile": {"name": "Rex"}, "avatar": "PNG", "attachment": "bytes",
+        "count": 3});
+    let request = sent(&provider, &seen, args).await;
+    let to_owned = |(a, b, c): (&str, &str, &str)| (a.to_owned(), b.to_owned(), c.to_owned());
+    let expected: Vec<(String, String, String)> = [
+        ("attachment", "application/octet-stream", "bytes"),
+        ("avatar", "image/png", "PNG"),
+        ("count", "", "3"),
+        ("profile", "application/json", r#"{"name":"Rex"}"#),
+    ]
+    .into_iter()
+    .map(to_owned)
+    .collect();
+    assert_eq!(parts(&request), expected);
+}
+
+/// A `deepObject` query parameter nests brackets for nested values
+/// (`filter[range][gte]=1`, `filter[tags][0]=a`), as it does in form bodies, instead of
+/// putting JSON text inside one bracket.
+#[tokio::test]
+async fn deep_object_queries_nest_brackets() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "q", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/search": {"get": {"operationId": "search", "parameters": [{"name": "filter",
+            "in": "query", "style": "deepObject", "explode": true,
+            "schema": {"type": "object"}}]}}}});
+    let provider =
+        RestProvider::openapi_from_value("q", doc, "q.json", &OpenApiConfig::default()).unwrap();
+    let args = json!({"filter": {"range": {"gte": 1}, "tags": ["a", "b c"], "state": "open"}});
+    provider.call("search", args, &CallContext::new()).await.unwrap();
+    let line = seen.lock().unwrap().last().unwrap().request_line().to_owned();
+    let query = line.split(' ').nth(1).unwrap().split_once('?').unwrap().1.to_owned();
+    let expected: Vec<(String, String)> = [
+        ("filter[range][gte]", "1"),
+        ("filter[state]", "open"),
+        ("filter[tags][0]", "a"),
+        ("filter[tags][1]", "b c"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(form_pairs(query.as_bytes()), expected, "{line}");
 }

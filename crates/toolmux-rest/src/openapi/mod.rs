@@ -69,6 +69,10 @@ pub(crate) struct Field {
     pub(crate) explode: bool,
     /// A multipart field sent as a file.
     pub(crate) binary: bool,
+    /// The media type of a multipart body's part for this field, from the body's
+    /// `encoding` (`image/png`); without one, an object goes as `application/json`, a file
+    /// as `application/octet-stream` and anything else as plain text.
+    pub(crate) content_type: Option<String>,
 }
 
 /// How the request body is encoded.

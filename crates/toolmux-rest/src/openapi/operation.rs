@@ -272,6 +272,7 @@ fn build_operation(
                 style,
                 explode,
                 binary: false,
+                content_type: None,
             },
             schema,
             required: location == Location::Path
@@ -292,6 +293,7 @@ fn build_operation(
                     style: Style::Simple,
                     explode: false,
                     binary: false,
+                    content_type: None,
                 },
                 schema: json!({"type": "string",
                     "description": format!("`{{{name}}}` in the path (the document declares no parameter for it)")}),
@@ -713,7 +715,9 @@ fn request_body(
         None if encoding == BodyEncoding::Raw => json!({"type": "string"}),
         None => json!({}),
     };
-    let open = body_candidates(converter, schema, required, description, encoding, candidates)?;
+    let body = BodyShape { required, description, encoding };
+    let fields = content.get("encoding").and_then(Value::as_object);
+    let open = body_candidates(converter, schema, &body, fields, candidates)?;
     Ok(Some(BodySpec { content_type, encoding, whole: None, open }))
 }
 
@@ -753,7 +757,8 @@ fn swagger_request_body(
             .cloned()
             .unwrap_or_else(|| "application/json".into());
         let encoding = encoding_of(&content_type);
-        let open = body_candidates(converter, schema, required, description, encoding, candidates)?;
+        let body = BodyShape { required, description, encoding };
+        let open = body_candidates(converter, schema, &body, None, candidates)?;
         return Ok(Some(BodySpec { content_type, encoding, whole: None, open }));
     }
     if form_params.is_empty() {
@@ -780,6 +785,7 @@ fn swagger_request_body(
                 style,
                 explode,
                 binary,
+                content_type: None,
             },
             schema,
             required: param.get("required") == Some(&Value::Bool(true)),
@@ -788,31 +794,44 @@ fn swagger_request_body(
     Ok(Some(BodySpec { content_type, encoding, whole: None, open: false }))
 }
 
+/// What a request body is, besides its schema.
+struct BodyShape<'a> {
+    required: bool,
+    description: Option<&'a str>,
+    encoding: BodyEncoding,
+}
+
 /// Adds the body's properties as candidates, or one `body` candidate when the body is not
 /// a plain object (an array, a scalar, a composition). Returns whether the flattened body
-/// takes properties it does not name.
+/// takes properties it does not name. `fields` is the media type's `encoding`: how each
+/// property of a form goes (`style`, `explode`) and the media type of each multipart part
+/// (`contentType`).
 fn body_candidates(
     converter: &mut SchemaConverter<'_>,
     schema: Value,
-    required: bool,
-    description: Option<&str>,
-    encoding: BodyEncoding,
+    body: &BodyShape<'_>,
+    fields: Option<&Map<String, Value>>,
     candidates: &mut Vec<Candidate>,
 ) -> Result<bool, RestError> {
+    let BodyShape { required, description, encoding } = *body;
     let shape =
         if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
     if let Some(ObjectShape { properties: props, required: required_props, open }) = shape {
         for (name, prop) in props {
             let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
             let is_required = required && required_props.contains(&name);
+            let declared = fields.and_then(|f| f.get(&name)).and_then(Value::as_object);
+            let (style, explode, content_type) =
+                field_encoding(converter, &prop, declared, encoding)?;
             candidates.push(Candidate {
                 field: Field {
                     flat: String::new(),
                     location: Location::Body,
                     name,
-                    style: Style::Form,
-                    explode: true,
+                    style,
+                    explode,
                     binary,
+                    content_type,
                 },
                 schema: prop,
                 required: is_required,
@@ -831,11 +850,65 @@ fn body_candidates(
             style: Style::Form,
             explode: true,
             binary: false,
+            content_type: None,
         },
         schema,
         required,
     });
     Ok(false)
+}
+
+/// How one property of a form or multipart body goes, from its `encoding` entry: its
+/// style and explode (forms; `form` and exploded by default, as for query parameters) and
+/// its part's media type (multipart; the first of a list, none for a wildcard). Without a
+/// style, a property that is an object goes as JSON text, the default media type OpenAPI
+/// gives an object.
+fn field_encoding(
+    converter: &mut SchemaConverter<'_>,
+    schema: &Value,
+    declared: Option<&Map<String, Value>>,
+    encoding: BodyEncoding,
+) -> Result<(Style, bool, Option<String>), RestError> {
+    let said = |key: &str| declared.and_then(|d| d.get(key));
+    let content_type = said("contentType")
+        .and_then(Value::as_str)
+        .and_then(|list| list.split(',').next())
+        .map(str::trim)
+        .filter(|media| !media.is_empty() && !media.contains('*'))
+        .map(str::to_owned);
+    let style = said("style").and_then(Value::as_str).map(|style| match style {
+        "spaceDelimited" => Style::SpaceDelimited,
+        "pipeDelimited" => Style::PipeDelimited,
+        "deepObject" => Style::DeepObject,
+        _ => Style::Form,
+    });
+    let explicit_explode = said("explode").and_then(Value::as_bool);
+    if encoding == BodyEncoding::Form && (style.is_some() || explicit_explode.is_some()) {
+        let style = style.unwrap_or(Style::Form);
+        return Ok((style, explicit_explode.unwrap_or(style == Style::Form), content_type));
+    }
+    let json = match &content_type {
+        Some(media) => is_json_media(media),
+        None => encoding == BodyEncoding::Form && may_be_object(converter, schema)?,
+    };
+    let style = if json { Style::Json } else { Style::Form };
+    Ok((style, style == Style::Form, content_type))
+}
+
+/// Whether a converted schema describes objects, possibly beside `null` (a nullable
+/// object of OpenAPI 3.0 is `type: [object, null]` once converted).
+fn may_be_object(converter: &mut SchemaConverter<'_>, schema: &Value) -> Result<bool, RestError> {
+    if let Some(Value::Array(types)) = schema.get("type") {
+        return Ok(types.iter().any(|t| t == "object"));
+    }
+    if let Some(Value::Array(members)) = schema.get("anyOf") {
+        for member in members {
+            if is_object(converter, member, 0)? {
+                return Ok(true);
+            }
+        }
+    }
+    is_object(converter, schema, 0)
 }
 
 /// What a flattenable body names.
