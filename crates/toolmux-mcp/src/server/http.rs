@@ -44,11 +44,15 @@ pub(crate) fn router(
     let metrics = shared.options().metrics.clone();
     let health_shared = shared.clone();
     let factory_shared = shared;
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_shared.clone())),
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
+    let service = axum::Router::new()
+        .fallback_service(service)
+        .layer(axum::middleware::from_fn_with_state(sessions, explain_refusals));
     let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
     // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
     // to this server must not read them either.
@@ -99,6 +103,80 @@ pub(crate) fn router(
         }
     }
     router
+}
+
+/// Corrects two of rmcp's answers at `/mcp`, so that a client can tell what went wrong:
+/// - A body that is no JSON-RPC message (rmcp: `415`, which says the media type was wrong,
+///   and a line of text) is `400` with a JSON-RPC error, id `null`: `-32700` for a body
+///   that is not JSON, `-32600` for JSON that is no single message (a batch, which MCP
+///   dropped in 2025-06-18, or an object of no message's form).
+/// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
+///   naming it is.
+async fn explain_refusals(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    use rmcp::transport::streamable_http_server::SessionManager as _;
+    // Looked up before rmcp ends it; answered after rmcp's checks (host, origin) passed.
+    let deleting_none = match request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
+        Some(id) if request.method() == axum::http::Method::DELETE => {
+            !sessions.has_session(&Arc::from(id)).await.unwrap_or(true)
+        }
+        _ => false,
+    };
+    let json = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    let response = next.run(request).await;
+    if deleting_none && response.status().is_success() {
+        return json_rpc_refusal(StatusCode::NOT_FOUND, -32600, "session not found".to_owned());
+    }
+    if !json || response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(text) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return Response::from_parts(parts, axum::body::Body::empty());
+    };
+    let Some(why) = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|t| t.strip_prefix("fail to deserialize request body "))
+    else {
+        return Response::from_parts(parts, axum::body::Body::from(text));
+    };
+    // serde's errors of a value of the wrong form, as opposed to text that is not JSON.
+    const FORM: [&str; 9] = [
+        "invalid type",
+        "invalid value",
+        "invalid length",
+        "missing field",
+        "unknown field",
+        "unknown variant",
+        "duplicate field",
+        "unrecognized",
+        "data did not match",
+    ];
+    let (code, message) = if FORM.iter().any(|form| why.starts_with(form)) {
+        let message = format!(
+            "Invalid Request: the body is no JSON-RPC request, notification or response \
+             ({why}); send one message a POST (MCP has no batch since 2025-06-18)"
+        );
+        (-32600, message)
+    } else {
+        (-32700, format!("Parse error: the body is not JSON ({why})"))
+    };
+    json_rpc_refusal(StatusCode::BAD_REQUEST, code, message)
+}
+
+/// A refusal with `status` and a JSON-RPC error of no request (id `null`).
+fn json_rpc_refusal(status: StatusCode, code: i32, message: String) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// Where the protected resource metadata is served.

@@ -126,3 +126,56 @@ async fn params_that_do_not_fit_are_invalid_params() {
     assert!(listed.message()["result"]["tools"].is_array(), "{}", listed.body);
     server.stop().await;
 }
+
+/// A body that is not JSON is `400` with a JSON-RPC parse error (`-32700`), and JSON that
+/// is no single message (a batch, which MCP dropped in 2025-06-18, or an object of no
+/// message's form) is `400` with an invalid request error (`-32600`), both with id
+/// `null`: not `415`, which tells a client its media type was wrong. The session goes on.
+#[tokio::test]
+async fn bodies_that_are_no_message_are_bad_requests() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":3,"#, -32700, "Parse error"),
+        (
+            r#"[{"jsonrpc":"2.0","id":4,"method":"ping"},{"jsonrpc":"2.0","id":5,"method":"ping"}]"#,
+            -32600,
+            "batch",
+        ),
+        (r#"{"greeting":"hello"}"#, -32600, "Invalid Request"),
+    ];
+    for (body, code, says) in cases {
+        let answered = session.post(body).await;
+        assert_eq!(answered.status, 400, "{body}: {}", answered.body);
+        let message = answered.message();
+        assert_eq!(message["error"]["code"], code, "{body}: {message}");
+        assert_eq!(message["id"], Value::Null, "{message}");
+        assert!(message["error"]["message"].as_str().unwrap().contains(says), "{message}");
+    }
+    let pong = session.post(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#).await;
+    assert_eq!(pong.message()["result"], json!({}), "{}", pong.body);
+    server.stop().await;
+}
+
+/// `DELETE` of a session that is gone (deleted, or never made) is `404`, as every other
+/// request naming it is, so that a client can tell its session is no more.
+#[tokio::test]
+async fn deleting_a_session_that_is_gone_is_not_found() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let delete = |id: String| {
+        let client = session.client.clone();
+        let url = server.url();
+        async move {
+            let request = client.delete(url).header("mcp-session-id", id).send();
+            within(request).await.expect("a response").status().as_u16()
+        }
+    };
+    let status = delete(session.id.clone()).await;
+    assert!((200..300).contains(&status), "{status}");
+    assert_eq!(delete(session.id.clone()).await, 404);
+    assert_eq!(delete("no-such-session".to_owned()).await, 404);
+    let after = session.post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(after.status, 404, "{}", after.body);
+    server.stop().await;
+}
