@@ -128,8 +128,16 @@ pub(crate) async fn send(
     for (name, value) in &request.headers {
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| http_error(format!("invalid header name `{name}`"), None))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| http_error(format!("invalid value for header `{name}`"), None))?;
+        // Beyond ASCII, a value goes as its UTF-8 bytes (HTTP's `obs-text`); a line break
+        // or another control character cannot be in a header at all, which is the
+        // arguments' fault, not the connection's.
+        let value = HeaderValue::from_bytes(value.as_bytes()).map_err(|_| RestError::Request {
+            tool: tool.to_owned(),
+            message: format!(
+                "the value of header `{name}` holds a line break or another control \
+                 character, which a header cannot carry"
+            ),
+        })?;
         builder = builder.header(name, value);
     }
     if !request.cookies.is_empty() {

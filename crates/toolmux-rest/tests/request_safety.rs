@@ -534,3 +534,28 @@ async fn renamed_arguments_yield_to_real_names() {
     provider.call("a", args, &CallContext::new()).await.unwrap();
     assert_eq!(seen.lock().unwrap().last().unwrap(), "GET /a/p?id=q&id__query=real HTTP/1.1");
 }
+
+/// A header argument beyond ASCII (a name, `Zoë`) goes as its UTF-8 bytes, as HTTP's
+/// `obs-text` allows; one holding a line break cannot be a header at all and is refused as
+/// an invalid argument naming the header, not reported as a failed connection (which
+/// callers retry).
+#[tokio::test]
+async fn header_arguments_go_as_utf8_and_line_breaks_are_refused() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "h", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/greet": {"get": {"operationId": "greet", "parameters": [
+            {"name": "X-Name", "in": "header", "schema": {"type": "string"}}]}}}});
+    let provider =
+        RestProvider::openapi_from_value("h", doc, "h.json", &OpenApiConfig::default()).unwrap();
+    let out = provider.call("greet", json!({"X-Name": "Zoë"}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap()[0].header("x-name").as_deref(), Some("Zoë"));
+    let err = provider
+        .call("greet", json!({"X-Name": "a\r\nX-Injected: 1"}), &CallContext::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, toolmux_core::ToolError::InvalidArguments { .. }), "{err:?}");
+    assert!(err.to_string().contains("header `x-name`"), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
