@@ -26,9 +26,11 @@ pub struct EditArgs {
     /// The file to edit: relative to the workspace root, or absolute inside it.
     pub path: String,
     /// The exact text to replace, including whitespace and indentation (without the line
-    /// number prefixes `read` adds).
+    /// number prefixes `read` adds). Leave it out with `insert_line`.
+    #[serde(default)]
     pub old_string: String,
-    /// The text to put in its place; must differ from `old_string`.
+    /// The text to put in its place; must differ from `old_string`. With `insert_line`,
+    /// the lines to insert.
     pub new_string: String,
     /// Replace every occurrence; otherwise `old_string` must occur exactly once.
     #[serde(default)]
@@ -38,6 +40,11 @@ pub struct EditArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub expected_count: Option<usize>,
+    /// Instead of `old_string`: insert `new_string` as whole lines after this 1-based line
+    /// (as `read` numbers them); 0 inserts at the top, -1 after the last line (-2 before
+    /// it, and so on).
+    #[serde(default)]
+    pub insert_line: Option<i64>,
     /// Check the edit and show its diff without writing anything.
     #[serde(default)]
     pub dry_run: bool,
@@ -47,9 +54,10 @@ pub struct EditArgs {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditOperation {
-    /// The exact text to replace.
+    /// The exact text to replace; left out with `insert_line`.
+    #[serde(default)]
     pub old_string: String,
-    /// The text to put in its place.
+    /// The text to put in its place, or the lines to insert.
     pub new_string: String,
     /// Replace every occurrence; otherwise `old_string` must occur exactly once.
     #[serde(default)]
@@ -58,6 +66,10 @@ pub struct EditOperation {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub expected_count: Option<usize>,
+    /// Instead of `old_string`: insert `new_string` after this line of the text as the
+    /// edits before left it (0 the top, -1 after the last line).
+    #[serde(default)]
+    pub insert_line: Option<i64>,
 }
 
 /// Arguments of `multi_edit`.
@@ -79,7 +91,11 @@ the file exactly (whitespace and indentation included, without the line-number p
 shows) and occur exactly once, unless `replace_all` is true. When it is not found, the error \
 names the closest line; when it occurs several times, the error gives the count and line \
 numbers: add surrounding context to make it unique. `expected_count` N replaces every \
-occurrence but only if there are exactly N. `dry_run` shows the diff and writes nothing. `old_string` and `new_string` must differ. \
+occurrence but only if there are exactly N. To add lines without replacing any, give \
+`insert_line` N instead of `old_string`: `new_string` goes in as whole lines after line N as \
+`read` numbers it (0 the top of the file, -1 after its last line), and the diff shows the lines \
+around it to check the place. `dry_run` shows the diff and writes nothing. `old_string` and \
+`new_string` must differ. \
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
@@ -91,7 +107,8 @@ and has changed since, the edit is refused until you read it again.";
 
 pub(crate) const MULTI_EDIT_DESCRIPTION: &str = "Apply several exact replacements to one file, \
 all or nothing: each edit (`old_string`, `new_string`, `replace_all`) is applied in order to the \
-result of the previous one, with the same rules as `edit` (`expected_count` included); if any \
+result of the previous one, with the same rules as `edit` (`expected_count` included; an edit \
+with `insert_line` inserts after that line of the text the edits before it left); if any \
 edit fails, nothing is written and the error names the failing edit. `dry_run` shows the diff \
 and writes nothing. The write is atomic. Returns the number of replacements \
 and a short diff.";
@@ -108,6 +125,7 @@ pub(crate) fn edit(
         new_string: args.new_string,
         replace_all: args.replace_all,
         expected_count: args.expected_count,
+        insert_line: args.insert_line,
     };
     apply(ws, limits, run, "edit", &args.path, std::slice::from_ref(&op), args.dry_run)
 }
@@ -143,9 +161,10 @@ fn apply(
     // one file apply one after the other, each to the result of the last.
     let _lock = ws.lock_file(&path, &target)?;
     let multi = edits.len() > 1;
+    let creates = edits[0].old_string.is_empty() && edits[0].insert_line.is_none();
     let (original, encoding) = match load(ws, limits, run, &path, "edit") {
         Ok((text, encoding)) => (Some(text), encoding),
-        Err(FsError::NotFound { .. }) if edits[0].old_string.is_empty() => (None, Encoding::Utf8),
+        Err(FsError::NotFound { .. }) if creates => (None, Encoding::Utf8),
         Err(e) => return Err(e),
     };
     let created = original.is_none();
@@ -153,6 +172,7 @@ fn apply(
     let ending = original.as_deref().and_then(LineEnding::dominant);
     let mut text = original.unwrap_or_default();
     let mut replacements = 0;
+    let mut insertions = 0;
     let mut hunks = Vec::new();
     for (index, op) in edits.iter().enumerate() {
         let label = if multi { format!("edit {}: ", index + 1) } else { String::new() };
@@ -165,6 +185,15 @@ fn apply(
                 "expected_count is 0: give the number of occurrences to replace (at least 1)"
                     .into(),
             ));
+        }
+        if let Some(line) = op.insert_line {
+            let inserted = insert(&text, op, line, ending).map_err(fail)?;
+            if hunks.len() < DIFF_HUNKS {
+                hunks.push(inserted.hunk);
+            }
+            text = inserted.text;
+            insertions += 1;
+            continue;
         }
         if op.old_string == op.new_string {
             return Err(fail(
@@ -220,7 +249,13 @@ fn apply(
             )));
         }
         for &at in starts.iter().take(DIFF_HUNKS.saturating_sub(hunks.len())) {
-            hunks.push(Hunk { line: line_of(&text, at), old: old.clone(), new: new.clone(), note });
+            hunks.push(Hunk {
+                line: line_of(&text, at),
+                old: old.clone(),
+                new: new.clone(),
+                note,
+                around: None,
+            });
         }
         replacements += starts.len();
         text = text.replace(old.as_str(), &new);
@@ -232,13 +267,9 @@ fn apply(
         ws.record_read(run, written.canonical, workspace::hash(&bytes));
         super::undo::wrote(ws, run, tool, &path, before, &bytes);
     }
+    let changes = changes(replacements, insertions);
     let mut out = if dry_run {
-        let s = if replacements == 1 { "" } else { "s" };
-        let what = if created {
-            "create the file".to_owned()
-        } else {
-            format!("make {replacements} replacement{s}")
-        };
+        let what = if created { "create the file".to_owned() } else { format!("make {changes}") };
         format!(
             "dry run: the edit applies; it would {what} in `{}` (nothing was written)",
             path.given
@@ -246,19 +277,117 @@ fn apply(
     } else if created {
         format!("created `{}` ({} lines)", path.given, text.lines().count())
     } else {
-        let s = if replacements == 1 { "" } else { "s" };
-        format!("made {replacements} replacement{s} in `{}`", path.given)
+        format!("made {changes} in `{}`", path.given)
     };
     for hunk in &hunks {
         hunk.render(&mut out);
     }
-    if replacements > hunks.len() && !created {
-        let _ = write!(out, "\n[diff shows {} of {replacements} replacements]", hunks.len());
+    if replacements + insertions > hunks.len() && !created {
+        let _ = write!(out, "\n[diff shows {} of {changes}]", hunks.len());
     }
     Ok(ToolOutput::text(out)
         .with_extra("replacements", json!(replacements))
+        .with_extra("insertions", json!(insertions))
         .with_extra("created", json!(created))
         .with_extra("dry_run", json!(dry_run)))
+}
+
+/// "2 replacements", "1 insertion", "1 replacement and 1 insertion".
+fn changes(replacements: usize, insertions: usize) -> String {
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    match (replacements, insertions) {
+        (_, 0) => count(replacements, "replacement"),
+        (0, _) => count(insertions, "insertion"),
+        _ => {
+            format!("{} and {}", count(replacements, "replacement"), count(insertions, "insertion"))
+        }
+    }
+}
+
+/// The text with an `insert_line` edit made, and its hunk.
+struct Inserted {
+    text: String,
+    hunk: Hunk,
+}
+
+/// Inserts `op.new_string` as whole lines after line `line` of `text` (0 the top,
+/// negative counting from the end, -1 after the last line). One line break ending
+/// `new_string` is its last line's; the inserted lines get the file's line ending
+/// (`ending`, LF in a file without line breaks), and the file keeps ending with a line
+/// break, or without one, as it did.
+fn insert(
+    text: &str,
+    op: &EditOperation,
+    line: i64,
+    ending: Option<LineEnding>,
+) -> Result<Inserted, String> {
+    if !op.old_string.is_empty() || op.replace_all || op.expected_count.is_some() {
+        return Err("insert_line inserts without replacing: leave out old_string, replace_all \
+                    and expected_count, or leave out insert_line to replace"
+            .into());
+    }
+    if op.new_string.is_empty() {
+        return Err("new_string is empty: give the lines to insert".into());
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    let after = if line >= 0 {
+        Some(line as u64)
+    } else {
+        (total as u64 + 1).checked_sub(line.unsigned_abs())
+    };
+    let after = match after {
+        Some(after) if after <= total as u64 => after as usize,
+        _ => {
+            return Err(format!(
+                "insert_line {line} is outside the file, which has {total} line{}: give 0 to \
+                 {total} (0 inserts at the top, {total} after the last line), or -1 to -{} \
+                 counting from the end",
+                if total == 1 { "" } else { "s" },
+                total + 1
+            ));
+        }
+    };
+    let ending = ending.unwrap_or(LineEnding::Lf);
+    let given = op
+        .new_string
+        .strip_suffix('\n')
+        .map_or(op.new_string.as_str(), |body| body.strip_suffix('\r').unwrap_or(body));
+    let body = ending.apply(given);
+    let line_break = match ending {
+        LineEnding::Lf => "\n",
+        LineEnding::CrLf => "\r\n",
+    };
+    // Where line `after` ends, after its line break; the last line may have none.
+    let at = match after {
+        0 => Some(0),
+        n => memchr::memchr_iter(b'\n', text.as_bytes()).nth(n - 1).map(|at| at + 1),
+    };
+    let mut out = String::with_capacity(text.len() + body.len() + 2);
+    match at {
+        Some(at) => {
+            out.push_str(&text[..at]);
+            out.push_str(&body);
+            out.push_str(line_break);
+            out.push_str(&text[at..]);
+        }
+        None => {
+            out.push_str(text);
+            out.push_str(line_break);
+            out.push_str(&body);
+        }
+    }
+    let hunk = Hunk {
+        line: after + 1,
+        old: String::new(),
+        new: body.into_owned(),
+        note: None,
+        around: Some((
+            after.checked_sub(1).map(|i| lines[i].to_owned()),
+            lines.get(after).map(|l| (*l).to_owned()),
+        )),
+    };
+    Ok(Inserted { text: out, hunk })
 }
 
 /// Loads the file as text (without its byte order mark) and its encoding, refusing it when
@@ -687,21 +816,42 @@ struct Hunk {
     old: String,
     new: String,
     note: Option<&'static str>,
+    /// For an insertion: the lines before and after it, shown as context to check the
+    /// place (`None` at the top or the end of the file).
+    around: Option<(Option<String>, Option<String>)>,
 }
 
 impl Hunk {
     fn render(&self, out: &mut String) {
+        if let Some((before, after)) = &self.around {
+            let _ =
+                write!(out, "\n@@ line {} (inserted after line {}) @@", self.line, self.line - 1);
+            let context = |out: &mut String, line: &Option<String>| {
+                if let Some(line) = line {
+                    let _ = write!(out, "\n {}", line.trim_end_matches('\r'));
+                }
+            };
+            context(out, before);
+            // Every line inserted, an empty one too: `new` has no line break at its end.
+            render_lines(out, '+', self.new.split('\n'));
+            context(out, after);
+            return;
+        }
         let note = self.note.map(|n| format!(" ({n})")).unwrap_or_default();
         let _ = write!(out, "\n@@ line {}{note} @@", self.line);
-        for (sign, text) in [('-', &self.old), ('+', &self.new)] {
-            let lines: Vec<&str> = text.lines().collect();
-            for line in lines.iter().take(DIFF_LINES) {
-                let _ = write!(out, "\n{sign}{}", line.trim_end_matches('\r'));
-            }
-            if lines.len() > DIFF_LINES {
-                let _ = write!(out, "\n{sign}[... {} more lines]", lines.len() - DIFF_LINES);
-            }
-        }
+        render_lines(out, '-', self.old.lines());
+        render_lines(out, '+', self.new.lines());
+    }
+}
+
+/// `lines`, each after `sign`, at most [`DIFF_LINES`] of them.
+fn render_lines<'a>(out: &mut String, sign: char, lines: impl Iterator<Item = &'a str>) {
+    let lines: Vec<&str> = lines.collect();
+    for line in lines.iter().take(DIFF_LINES) {
+        let _ = write!(out, "\n{sign}{}", line.trim_end_matches('\r'));
+    }
+    if lines.len() > DIFF_LINES {
+        let _ = write!(out, "\n{sign}[... {} more lines]", lines.len() - DIFF_LINES);
     }
 }
 

@@ -521,3 +521,95 @@ async fn a_dry_run_shows_the_diff_and_writes_nothing() {
     assert_eq!(fx.get("a.txt"), "one\ntwo\n");
     assert!(!fx.root().join("new.txt").exists());
 }
+
+/// `insert_line` adds whole lines after a line, as Anthropic's text editor and goose do:
+/// 0 is the top, -1 after the last line; the diff shows the lines around the place.
+#[tokio::test]
+async fn insert_line_adds_lines_after_a_line() {
+    let fx = Fixture::new();
+    fx.put("a.py", "import os\n\ndef f():\n    return 1\n");
+    let out = fx
+        .call("edit", json!({"path": "a.py", "insert_line": 1, "new_string": "import sys\n"}))
+        .await
+        .unwrap();
+    expect![[r#"
+        made 1 insertion in `a.py`
+        @@ line 2 (inserted after line 1) @@
+         import os
+        +import sys
+         "#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["insertions"], 1);
+    assert_eq!(out.extras["replacements"], 0);
+    fx.ok("edit", json!({"path": "a.py", "insert_line": 0, "new_string": "#!/usr/bin/env python"}))
+        .await;
+    let out = fx
+        .ok("edit", json!({"path": "a.py", "insert_line": -1, "new_string": "\nf()\nf()"}))
+        .await;
+    expect![[r#"
+        made 1 insertion in `a.py`
+        @@ line 7 (inserted after line 6) @@
+             return 1
+        +
+        +f()
+        +f()"#]]
+    .assert_eq(&out);
+    fx.ok("edit", json!({"path": "a.py", "insert_line": -2, "new_string": "# twice"})).await;
+    assert_eq!(
+        fx.get("a.py"),
+        "#!/usr/bin/env python\nimport os\nimport sys\n\ndef f():\n    return 1\n\nf()\n# twice\nf()\n"
+    );
+}
+
+/// Inserted lines take the file's CRLF; a file without a last line break keeps ending
+/// without one; an empty file gets its first line.
+#[tokio::test]
+async fn insert_line_keeps_the_files_line_endings() {
+    let fx = Fixture::new();
+    fx.put("crlf.txt", "one\r\ntwo\r\n");
+    fx.ok("edit", json!({"path": "crlf.txt", "insert_line": 1, "new_string": "a\nb\n"})).await;
+    assert_eq!(fx.get("crlf.txt"), "one\r\na\r\nb\r\ntwo\r\n");
+    fx.put("open.txt", "one\ntwo");
+    fx.ok("edit", json!({"path": "open.txt", "insert_line": 2, "new_string": "three\n"})).await;
+    assert_eq!(fx.get("open.txt"), "one\ntwo\nthree");
+    fx.put("empty.txt", "");
+    fx.ok("edit", json!({"path": "empty.txt", "insert_line": 0, "new_string": "first"})).await;
+    assert_eq!(fx.get("empty.txt"), "first\n");
+}
+
+#[tokio::test]
+async fn insert_line_is_checked() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    let err = |args| async { fx.err("edit", args).await };
+    expect!["insert_line 3 is outside the file, which has 2 lines: give 0 to 2 (0 inserts at the top, 2 after the last line), or -1 to -3 counting from the end; nothing was written"]
+        .assert_eq(&err(json!({"path": "a.txt", "insert_line": 3, "new_string": "x"})).await);
+    expect!["insert_line -4 is outside the file, which has 2 lines: give 0 to 2 (0 inserts at the top, 2 after the last line), or -1 to -3 counting from the end; nothing was written"]
+        .assert_eq(&err(json!({"path": "a.txt", "insert_line": -4, "new_string": "x"})).await);
+    expect!["insert_line inserts without replacing: leave out old_string, replace_all and expected_count, or leave out insert_line to replace; nothing was written"]
+        .assert_eq(&err(json!({"path": "a.txt", "insert_line": 1, "old_string": "one", "new_string": "x"})).await);
+    expect!["new_string is empty: give the lines to insert; nothing was written"]
+        .assert_eq(&err(json!({"path": "a.txt", "insert_line": 1, "new_string": ""})).await);
+    let missing = err(json!({"path": "new.txt", "insert_line": 0, "new_string": "x"})).await;
+    assert_eq!(missing, "no file or directory at `new.txt`");
+    assert!(!fx.root().join("new.txt").exists());
+    assert_eq!(fx.get("a.txt"), "one\ntwo\n");
+}
+
+/// In `multi_edit` an insertion counts lines of the text the edits before it left.
+#[tokio::test]
+async fn multi_edit_mixes_replacements_and_insertions() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\n");
+    let edits = json!([
+        {"old_string": "one", "new_string": "one\n1.5"},
+        {"insert_line": 2, "new_string": "1.75"},
+    ]);
+    let out = fx.ok("multi_edit", json!({"path": "a.txt", "edits": edits, "dry_run": true})).await;
+    assert!(
+        out.starts_with("dry run: the edit applies; it would make 1 replacement and 1 insertion"),
+        "{out}"
+    );
+    fx.ok("multi_edit", json!({"path": "a.txt", "edits": edits})).await;
+    assert_eq!(fx.get("a.txt"), "one\n1.5\n1.75\ntwo\n");
+}
