@@ -275,6 +275,16 @@ pub(crate) async fn send(
     })
 }
 
+/// The `charset` parameter of a `Content-Type` value.
+pub(crate) fn charset_of(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|part| {
+        let (name, value) = part.split_once('=')?;
+        name.trim()
+            .eq_ignore_ascii_case("charset")
+            .then(|| value.trim().trim_matches(|c| c == '"' || c == '\'').trim().to_owned())
+    })
+}
+
 /// A `Retry-After` value: delay seconds, or an HTTP date (`Wed, 21 Oct 2026 07:28:00 GMT`)
 /// as the time left until it; at most a day.
 fn retry_after(value: &str) -> Option<Duration> {
@@ -337,12 +347,24 @@ impl Response {
         self.into_output()
     }
 
+    /// The body as text: in the charset its content type names (`iso-8859-1`,
+    /// `Shift_JIS`; bytes invalid in it become U+FFFD), else as UTF-8; `None` when no
+    /// charset is named and the body is not UTF-8 (binary).
+    fn text(&self) -> Option<String> {
+        let named = charset_of(&self.content_type)
+            .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()));
+        match named {
+            Some(encoding) => Some(encoding.decode(&self.body).0.into_owned()),
+            None => String::from_utf8(self.body.clone()).ok(),
+        }
+    }
+
     /// The tool output: JSON compact, text as text, failures with status and excerpt.
     pub(crate) fn into_output(self) -> ToolOutput {
         let status = self.status;
         let ok = (200..300).contains(&status);
         let output = if !ok {
-            let text = String::from_utf8_lossy(&self.body);
+            let text = self.text().unwrap_or_else(|| String::from_utf8_lossy(&self.body).into());
             let text = text.trim();
             let mut message = format!("HTTP {status} {}", self.reason);
             if let Some(unfollowed) = &self.unfollowed {
@@ -374,11 +396,11 @@ impl Response {
                 Err(_) => ToolOutput::text(String::from_utf8_lossy(&self.body).into_owned()),
             }
         } else {
-            match String::from_utf8(self.body) {
-                Ok(text) => ToolOutput::text(text),
-                Err(e) => ToolOutput::text(format!(
+            match self.text() {
+                Some(text) => ToolOutput::text(text),
+                None => ToolOutput::text(format!(
                     "(binary response: {} bytes of {})",
-                    e.as_bytes().len(),
+                    self.body.len(),
                     if self.content_type.is_empty() { "unknown type" } else { &self.content_type }
                 )),
             }

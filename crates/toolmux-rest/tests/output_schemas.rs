@@ -331,3 +331,38 @@ fn a_broken_response_schema_costs_the_output_schema_not_the_tool() {
     expect![[r#"["t.json: at /paths/~1x/get/responses/200/content/application~1json/schema/$ref: dangling reference `#/components/schemas/Missing`; operation `GET /x` gets no output schema"]"#]]
         .assert_eq(&format!("{:?}", provider.warnings()));
 }
+
+/// Text in the charset its `Content-Type` names (`iso-8859-1`, `Shift_JIS`) is read as
+/// that text, in successes and in failures' messages alike; it was called binary, or its
+/// letters replaced.
+#[tokio::test]
+async fn text_in_a_declared_charset_is_decoded() {
+    let base = serve(|seen| {
+        let (status, kind, bytes): (u16, &str, Vec<u8>) = match seen.request_line() {
+            line if line.starts_with("GET /latin") => {
+                (200, "text/plain; charset=ISO-8859-1", b"caf\xe9".to_vec())
+            }
+            line if line.starts_with("GET /sjis") => {
+                (200, "text/plain; charset=\"Shift_JIS\"", b"\x93\xfa\x96\x7b".to_vec())
+            }
+            _ => (400, "text/plain; charset=windows-1252", b"d\xe9j\xe0 vu".to_vec()),
+        };
+        Reply {
+            status,
+            headers: vec![("Content-Type".into(), kind.into())],
+            chunks: vec![(0, bytes)],
+        }
+    })
+    .await;
+    let get = |id: &str| json!({"get": {"operationId": id, "responses": {"200": {"description": "text"}}}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/latin": get("latin"), "/sjis": get("sjis"), "/fails": get("fails")}});
+    let provider =
+        RestProvider::openapi_from_value("t", doc, "t.json", &OpenApiConfig::default()).unwrap();
+    assert_eq!(call(&provider, "latin", json!({})).await.to_text(), "café");
+    assert_eq!(call(&provider, "sjis", json!({})).await.to_text(), "日本");
+    let failed = call(&provider, "fails", json!({})).await;
+    assert!(failed.is_error);
+    assert_eq!(failed.to_text(), "HTTP 400 Bad Request: déjà vu");
+}

@@ -541,7 +541,7 @@ impl Fetched {
     /// encoding of the WHATWG Encoding Standard is read (Shift_JIS, GBK, EUC-KR,
     /// windows-1251, ...); `iso-8859-1` and `us-ascii` mean windows-1252, as for browsers.
     fn decoded(&self) -> String {
-        let label = charset_of(&self.content_type)
+        let label = crate::http::charset_of(&self.content_type)
             .or_else(|| if self.is_html() { meta_charset(&self.body) } else { None });
         let encoding = label
             .and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()))
@@ -620,16 +620,6 @@ fn slice(
         .with_extra("totalChars", json!(total))
         .with_extra("truncated", json!(end < total))
         .with_extra("nextStartIndex", if end < total { json!(end) } else { Value::Null }))
-}
-
-/// The `charset` parameter of a `Content-Type` value.
-fn charset_of(content_type: &str) -> Option<String> {
-    content_type.split(';').skip(1).find_map(|part| {
-        let (name, value) = part.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("charset")
-            .then(|| value.trim().trim_matches(|c| c == '"' || c == '\'').trim().to_owned())
-    })
 }
 
 /// How far into a page a `<meta>` charset is looked for (the Encoding Standard's prescan
