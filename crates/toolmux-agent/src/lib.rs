@@ -408,6 +408,13 @@ impl Agents {
                 ),
             ));
         }
+        // An agent called with a deadline (as a tool, within `agentTimeout`) ends its run a
+        // little before it, so that its report, with the tokens it used, reaches its caller
+        // instead of a timeout; the calls it makes are bounded by that earlier end too.
+        let ctx = &match ctx.deadline() {
+            Some(deadline) => ctx.clone().with_deadline(session::finish_by(deadline)),
+            None => ctx.clone(),
+        };
         let mut current = name.to_owned();
         let mut path = Vec::new();
         let mut totals = AgentReport::failure(name, String::new());

@@ -11,9 +11,11 @@ use crate::{TextDelta, TextSink};
 use futures::future::join_all;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
     ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
@@ -385,6 +387,8 @@ impl Session<'_> {
                 )));
             }
         }
+        // The longest the model took to answer, to leave time for a last turn.
+        let mut slowest = Duration::ZERO;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -413,6 +417,13 @@ impl Session<'_> {
                 _ if figures.turns >= max_turns => {
                     Some(format!("the limit of {max_turns} turns is reached"))
                 }
+                // Time for about one more answer: the last turn, so that it reports.
+                _ if self.ctx.deadline().is_some_and(|end| {
+                    figures.turns > 1 && Instant::now() + slowest.saturating_mul(2) >= end
+                }) =>
+                {
+                    Some("the time this agent was called for (`agentTimeout`) is nearly up".into())
+                }
                 // The orchestrator refused a tool's output for the run's context-token
                 // budget (`contextTokenBudget`): more calls would be refused alike.
                 _ if figures.turns > 1
@@ -428,6 +439,7 @@ impl Session<'_> {
             if let Some(window) = self.model.context_window() {
                 fit_context(&mut request, window);
             }
+            let asked = Instant::now();
             let answer = if last {
                 // The last turn: only the report may be called, and the model is told so.
                 let mut last_request = request.clone();
@@ -439,13 +451,15 @@ impl Session<'_> {
                 last_request.tools =
                     vec![internal::final_report(self.config.output_schema.as_ref())];
                 last_request.tool_choice = ToolChoice::Tool(FINAL_REPORT.to_owned());
-                self.ask(&last_request).await
+                self.within_time(self.ask(&last_request)).await
             } else {
-                self.ask(&request).await
+                self.within_time(self.ask(&request)).await
             };
+            slowest = slowest.max(asked.elapsed());
             let answer = match answer {
-                Ok(answer) => answer,
-                Err(e) => {
+                None => break SessionEnd::Report(self.out_of_time(&figures)),
+                Some(Ok(answer)) => answer,
+                Some(Err(e)) => {
                     let message = format!("{MODEL_FAILED}: {e}");
                     break SessionEnd::Report(self.failed(&figures, message));
                 }
@@ -520,7 +534,7 @@ impl Session<'_> {
             let refused: Vec<bool> = repeated.iter().map(Option::is_some).collect();
             let state_now = &state;
             self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
-            let outcomes = join_all(answer.tool_calls.iter().zip(repeated).map(
+            let outcomes = self.within_time(join_all(answer.tool_calls.iter().zip(repeated).map(
                 |(call, repeated)| async move {
                     match repeated {
                         Some(turns) => Outcome::error(
@@ -536,8 +550,13 @@ impl Session<'_> {
                         None => self.call(call, state_now).await,
                     }
                 },
-            ))
+            )))
             .await;
+            // The calls are bounded by the same end, so this is seldom reached; the turn's
+            // answer is counted.
+            let Some(outcomes) = outcomes else {
+                break SessionEnd::Report(self.out_of_time(&figures));
+            };
             let pending = self.handler.approvals.take_pending();
             let calls: Vec<(&ModelToolCall, Outcome)> =
                 answer.tool_calls.iter().zip(outcomes).collect();
@@ -880,6 +899,28 @@ impl Session<'_> {
         let reason = self.hooks.stop(self.sub, *active, self.name, &self.ctx, messages).await?;
         *active = true;
         Some(reason)
+    }
+
+    /// `work`, unless the session's context has a deadline (`agentTimeout`) that comes
+    /// first: then `None`, and the work is dropped.
+    async fn within_time<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        match self.ctx.deadline() {
+            Some(end) => tokio::time::timeout_at(end, work).await.ok(),
+            None => Some(work.await),
+        }
+    }
+
+    /// The report of a session whose time (`agentTimeout`) ran out mid-turn: what it used,
+    /// and that it did not report.
+    fn out_of_time(&self, figures: &AgentReport) -> AgentReport {
+        self.failed(
+            figures,
+            format!(
+                "the agent ran out of the time it was called for (`agentTimeout`) after {} \
+                 turns, before its final report",
+                figures.turns
+            ),
+        )
     }
 
     fn failed(&self, figures: &AgentReport, message: String) -> AgentReport {
@@ -1338,6 +1379,14 @@ impl Budgets {
             self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&op.id());
         }
     }
+}
+
+/// When an agent called with `deadline` ends its run: a twentieth of the time left before
+/// it (at least 20 ms, at most 2 s), for its report to reach its caller.
+pub(crate) fn finish_by(deadline: Instant) -> Instant {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let margin = (left / 20).clamp(Duration::from_millis(20), Duration::from_secs(2));
+    deadline.checked_sub(margin).unwrap_or(deadline).max(Instant::now().min(deadline))
 }
 
 /// How a report whose model failed begins.

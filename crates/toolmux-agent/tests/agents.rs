@@ -39,6 +39,8 @@ struct ScriptedModel {
     window: Option<u64>,
     /// How many requests were made streaming.
     streamed: AtomicUsize,
+    /// How long it takes to answer.
+    delay: std::time::Duration,
 }
 
 impl std::fmt::Debug for ScriptedModel {
@@ -129,6 +131,12 @@ impl Model for ScriptedModel {
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError> {
         self.requests.lock().unwrap().push(request.clone());
+        if !self.delay.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(self.delay) => {}
+                () = cancel.cancelled() => return Err(ModelError::Cancelled { model: self.name.clone() }),
+            }
+        }
         let step = self.steps.lock().unwrap().pop_front();
         match step {
             Some(step) => step(request),
@@ -826,6 +834,99 @@ async fn a_sub_agent_gets_no_more_than_its_caller_s_token_budget() {
     // the 250 its caller had) may only report.
     assert_eq!(child.requests().len(), 4, "the child's turns: {report:?}");
     assert_eq!(tool_names(&child.requests()[3]), ["agent__final_report"]);
+}
+
+/// A parent that delegates to `child` once, then reports what the child said.
+fn delegating_parent() -> Arc<ScriptedModel> {
+    Arc::new(
+        ScriptedModel::new("big").calls(vec![("agent__child", json!({"prompt": "work"}))]).then(
+            |request| {
+                let results = tool_results(request);
+                Ok(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                    "r",
+                    "agent__final_report",
+                    json!({"status": "success", "content": results[0].0}),
+                )]))
+            },
+        ),
+    )
+}
+
+/// A sub-agent called within `agentTimeout` (here 10s) ends its run before it: a model
+/// that stops answering mid-run leaves a report of the tokens used so far (the caller's
+/// figures add them up, instead of losing them to a timeout); a slow model is given its
+/// last turn in time to report.
+#[tokio::test(start_paused = true)]
+async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
+    let definitions = || {
+        let mut definitions =
+            one("parent", AgentConfig { agents: vec!["child".into()], ..agent("big") });
+        definitions.agents.insert(
+            "child".into(),
+            AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
+        );
+        definitions
+    };
+    let config = || {
+        OrchestratorConfig::default().with_provider_settings(
+            "agent",
+            toolmux_orchestrator::ToolSettings::default()
+                .with_timeout(std::time::Duration::from_secs(10)),
+        )
+    };
+    // Two turns, then no answer.
+    let child = Arc::new(ScriptedModel {
+        hang_when_done: true,
+        ..ScriptedModel::new("small")
+            .calls(vec![("mock__echo", json!({}))])
+            .calls(vec![("mock__echo", json!({}))])
+    });
+    let parent = delegating_parent();
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
+        ("small".to_owned(), child.clone() as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let (agents, _o) = start_agents_with(config(), definitions(), models, vec![mock]).await;
+    let started = tokio::time::Instant::now();
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    assert!(
+        report
+            .content
+            .contains("ran out of the time it was called for (`agentTimeout`) after 3 turns"),
+        "{report:?}"
+    );
+    // The parent's first turn and the child's two.
+    assert_eq!(report.usage, Usage::new(300, 30), "{report:?}");
+
+    // A model taking 3s an answer: turns at 0, 3 and 6s, the third only to report.
+    let mut child = ScriptedModel::new("small");
+    for _ in 0..5 {
+        child = child.then(|request| {
+            let only_report = tool_names(request) == ["agent__final_report"];
+            let (name, arguments) = if only_report {
+                ("agent__final_report", json!({"status": "partial", "content": "in time"}))
+            } else {
+                ("mock__echo", json!({}))
+            };
+            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
+        });
+    }
+    let child = Arc::new(ScriptedModel { delay: std::time::Duration::from_secs(3), ..child });
+    let parent = delegating_parent();
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent.clone() as Arc<dyn Model>),
+        ("small".to_owned(), child.clone() as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let (agents, _o) = start_agents_with(config(), definitions(), models, vec![mock]).await;
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert_eq!(report.content, "in time", "{report:?}");
+    assert_eq!(child.requests().len(), 3);
+    let last = &child.requests()[2];
+    assert_eq!(tool_names(last), ["agent__final_report"]);
+    assert_eq!(report.usage, Usage::new(400, 40), "{report:?}");
 }
 
 #[tokio::test]

@@ -336,7 +336,10 @@ pub struct Defaults {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_max_depth: Option<usize>,
     /// How long one call of an agent as a tool (`agent__{name}`) may take, in milliseconds
-    /// (default 600000); its own tool calls keep `toolTimeout`.
+    /// (default 600000); its own tool calls keep `toolTimeout`, within it. The agent ends
+    /// its run a twentieth of the time (at most 2 s) before it, its last turn only to report
+    /// when about one more answer fits, so that its caller gets its report and its token
+    /// usage rather than a timeout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_timeout: Option<u64>,
     /// Tool calls one run may make. Unlimited when unset.
