@@ -160,6 +160,26 @@ impl Auth {
         missing
     }
 
+    /// The configured secrets of `schemes` in every form they take on the wire, longest
+    /// first, to be kept out of what a response echoes back (a redirect's target).
+    pub(crate) fn secrets(&self, schemes: &[String]) -> Vec<String> {
+        let mut secrets: Vec<String> = schemes
+            .iter()
+            .filter_map(|scheme| self.credentials.get(scheme))
+            .flat_map(|c| {
+                [&c.api_key, &c.token, &c.password, &c.client_secret]
+                    .into_iter()
+                    .flatten()
+                    .cloned()
+                    .chain(c.derived_secrets())
+            })
+            .filter(|secret| !secret.is_empty())
+            .collect();
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        secrets.dedup();
+        secrets
+    }
+
     /// Whether `schemes` include an OAuth2 scheme (whose token a 401 may have invalidated).
     pub(crate) fn uses_tokens(&self, schemes: &[String]) -> bool {
         schemes

@@ -76,6 +76,19 @@ pub(crate) struct Unfollowed {
 }
 
 impl Unfollowed {
+    /// Replaces each of `secrets` in the target by `REDACTED`: an API that echoes the
+    /// request's query into its redirect (`http` to `https`) would hand an API key sent
+    /// there to whoever reads the result.
+    pub(crate) fn redact(&mut self, secrets: &[String]) {
+        let mut target = self.location.as_str().to_owned();
+        for secret in secrets {
+            target = target.replace(secret.as_str(), "REDACTED");
+        }
+        if let Ok(redacted) = reqwest::Url::parse(&target) {
+            self.location = redacted;
+        }
+    }
+
     /// Why the redirect was not followed, naming the target's origin (not its path and
     /// query, which may carry a signature meant for that host alone).
     pub(crate) fn note(&self) -> String {

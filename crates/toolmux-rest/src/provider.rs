@@ -350,7 +350,10 @@ impl RestProvider {
                     request.headers.push((header.clone(), value.to_owned()));
                 }
             }
-            let response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
+            let mut response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
+            if let (Some(auth), Some(unfollowed)) = (&self.auth, response.unfollowed.as_mut()) {
+                unfollowed.redact(&auth.secrets(&schemes));
+            }
             if response.status == 401
                 && !retried
                 && let Some(auth) = self.auth.as_ref().filter(|a| a.uses_tokens(&schemes))

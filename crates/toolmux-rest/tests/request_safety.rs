@@ -559,3 +559,33 @@ async fn header_arguments_go_as_utf8_and_line_breaks_are_refused() {
     assert!(err.to_string().contains("header `x-name`"), "{err}");
     assert_eq!(seen.lock().unwrap().len(), 1);
 }
+
+/// An API key sent in the query stays out of the result when the API redirects to
+/// another origin with the query echoed (an `http` to `https` upgrade does): the
+/// `location` extra, which the model and logs see, has the key's value redacted.
+#[tokio::test]
+async fn a_query_api_key_stays_out_of_an_unfollowed_redirects_location() {
+    let base = serve(|request| {
+        let target = request.request_line().split(' ').nth(1).unwrap().to_owned();
+        redirect(&format!("https://127.0.0.1:1{target}"))
+    })
+    .await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "k", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/items": {"get": {"operationId": "items", "security": [{"key": []}],
+            "parameters": [{"name": "q", "in": "query", "schema": {"type": "string"}}]}}},
+        "components": {"securitySchemes": {
+            "key": {"type": "apiKey", "in": "query", "name": "api_key"}}}});
+    let mut config = OpenApiConfig::default();
+    let key = toolmux_rest::Credentials {
+        api_key: Some("s3cr3t/k=y".into()),
+        ..toolmux_rest::Credentials::default()
+    };
+    config.auth.insert("key".into(), key);
+    let provider = RestProvider::openapi_from_value("k", doc, "k.json", &config).unwrap();
+    let out = provider.call("items", json!({"q": "shoes"}), &CallContext::new()).await.unwrap();
+    assert!(out.is_error);
+    let location = out.extras["location"].as_str().unwrap();
+    assert_eq!(location, "https://127.0.0.1:1/items?q=shoes&api_key=REDACTED");
+    assert!(!format!("{out:?}").contains("s3cr3t"), "{out:?}");
+}
