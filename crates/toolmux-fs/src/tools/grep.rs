@@ -174,18 +174,26 @@ pub(crate) fn grep(
         // binary or matched by chance) and its refs and logs only repeat what git says.
         walk.hidden(false).filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");
     }
-    if let Some(glob) = &args.glob {
-        let mut overrides = OverrideBuilder::new(&start);
-        overrides.add(glob).map_err(|e| invalid(format!("invalid `glob` `{glob}`: {e}")))?;
-        walk.overrides(overrides.build().map_err(|e| invalid(format!("invalid `glob`: {e}")))?);
-    }
-    if let Some(name) = &args.file_type {
-        let mut types = TypesBuilder::new();
-        types.add_defaults();
-        types.select(name);
-        let types = types.build().map_err(|e| invalid(format!("invalid `type` `{name}`: {e}")))?;
-        walk.types(types);
-    }
+    // `glob` and `type` are checked file by file, not given to the walker: there they
+    // would win over the ignore rules (as ripgrep's `--glob` does), and `glob: "*.js"`
+    // searched the hidden and ignored `.js` files the description says are skipped.
+    let glob = match &args.glob {
+        Some(glob) => {
+            let mut overrides = OverrideBuilder::new(&start);
+            overrides.add(glob).map_err(|e| invalid(format!("invalid `glob` `{glob}`: {e}")))?;
+            Some(overrides.build().map_err(|e| invalid(format!("invalid `glob`: {e}")))?)
+        }
+        None => None,
+    };
+    let types = match &args.file_type {
+        Some(name) => {
+            let mut types = TypesBuilder::new();
+            types.add_defaults();
+            types.select(name);
+            Some(types.build().map_err(|e| invalid(format!("invalid `type` `{name}`: {e}")))?)
+        }
+        None => None,
+    };
     let head_limit = args.head_limit.unwrap_or(limits.grep_head_limit);
     let offset = args.offset.unwrap_or(0);
     let show = Show {
@@ -212,6 +220,7 @@ pub(crate) fn grep(
         let cancelled = cancelled.clone();
         let matches = matches.clone();
         let only = only.clone();
+        let (glob, types) = (glob.clone(), types.clone());
         let root = ws.root().to_path_buf();
         Box::new(move |entry| {
             if cancelled.load(Ordering::Relaxed) || budget.spent() {
@@ -219,6 +228,13 @@ pub(crate) fn grep(
             }
             let Ok(entry) = entry else { return WalkState::Continue };
             if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            // A file named by `path` (depth 0) is searched whatever the filters say.
+            let filtered_out = entry.depth() > 0
+                && (glob.as_ref().is_some_and(|g| g.matched(entry.path(), false).is_ignore())
+                    || types.as_ref().is_some_and(|t| t.matched(entry.path(), false).is_ignore()));
+            if filtered_out {
                 return WalkState::Continue;
             }
             // Open through the confined root handle: even a directory swapped for a symlink

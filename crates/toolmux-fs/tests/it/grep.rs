@@ -585,3 +585,45 @@ async fn hidden_and_no_ignore_search_those_files_too_but_never_git() {
     // Asked for by path, a `.git` directory is searched.
     assert_eq!(fx.ok("grep", json!({"pattern": "needle", "path": ".git"})).await, ".git/config");
 }
+
+/// `glob` and `type` narrow the files searched; they do not bring back the hidden and
+/// ignored files left out (ripgrep's overrides win over ignore rules, so `glob: "*.js"`
+/// searched the ignored `app.min.js` and the hidden `.eslintrc.js`).
+#[tokio::test]
+async fn glob_and_type_do_not_search_hidden_or_ignored_files() {
+    let fx = Fixture::new();
+    fx.put(".gitignore", "*.min.js\n");
+    fx.put("app.js", "needle\n");
+    fx.put("app.min.js", "needle\n");
+    fx.put(".eslintrc.js", "needle\n");
+    fx.put("lib/util.js", "needle\n");
+    fx.put("lib/util.py", "needle\n");
+    let grep = |extra: serde_json::Value| {
+        let mut args = json!({"pattern": "needle", "output_mode": "count"});
+        args.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        args
+    };
+    for filter in [json!({"glob": "*.js"}), json!({"type": "js"})] {
+        assert_eq!(
+            fx.ok("grep", grep(filter.clone())).await,
+            "app.js:1\nlib/util.js:1\n[2 matching lines in 2 files]",
+            "{filter}"
+        );
+        let mut all = filter.clone();
+        all.as_object_mut()
+            .unwrap()
+            .extend([("hidden".to_owned(), json!(true)), ("no_ignore".to_owned(), json!(true))]);
+        assert_eq!(
+            fx.ok("grep", grep(all)).await,
+            ".eslintrc.js:1\napp.js:1\napp.min.js:1\nlib/util.js:1\n[4 matching lines in 4 files]",
+            "{filter}"
+        );
+    }
+    // A negated glob leaves files out and keeps the rest.
+    assert_eq!(fx.ok("grep", json!({"pattern": "needle", "glob": "!lib/**"})).await, "app.js");
+    // A file named by `path` is searched whatever the filters say, as ripgrep does.
+    assert_eq!(
+        fx.ok("grep", json!({"pattern": "needle", "path": "lib/util.py", "glob": "*.js"})).await,
+        "lib/util.py"
+    );
+}
