@@ -21,7 +21,7 @@ pub enum RestError {
     /// The OpenAPI document could not be fetched from its URL.
     #[error("cannot fetch OpenAPI document from `{url}`: {message}")]
     FetchSpec {
-        /// The URL.
+        /// The URL without its query and user info (which may hold credentials).
         url: String,
         /// What went wrong (status or connection trouble).
         message: String,

@@ -130,7 +130,7 @@ pub(crate) async fn send(
 ) -> Result<Response, RestError> {
     let http_error = |message: String, source: Option<reqwest::Error>| RestError::Http {
         tool: tool.to_owned(),
-        url: request.url_for_messages().to_owned(),
+        url: request.url_for_messages(),
         message,
         // The URL may carry an API key in its query: keep it out of the error chain.
         source: source.map(|e| Box::new(e.without_url()) as _),

@@ -116,7 +116,8 @@ impl RestProvider {
             }
             (None, Some(url)) => {
                 let text = fetch_document(url, config).await?;
-                (text, url.clone(), Some(url.clone()))
+                // Messages name the document without the credentials its URL may hold.
+                (text, request::url_for_messages(url), Some(url.clone()))
             }
             (None, None) => {
                 return Err(RestError::Config {
@@ -433,8 +434,11 @@ async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, Res
         max_response_bytes: MAX_DOCUMENT_BYTES,
         stream: false,
     };
-    let fetch_error =
-        |message: String| RestError::FetchSpec { url: url.to_owned(), message, source: None };
+    let fetch_error = |message: String| RestError::FetchSpec {
+        url: request::url_for_messages(url),
+        message,
+        source: None,
+    };
     let response = http::send(&client, &request, settings, "openapi", &CallContext::new())
         .await
         .map_err(|e| fetch_error(e.to_string()))?;

@@ -80,9 +80,25 @@ impl PreparedRequest {
         self.cookies.push(format!("{name}={}", encode(value)));
     }
 
-    /// The URL without its query, for messages (a query may hold credentials).
-    pub(crate) fn url_for_messages(&self) -> &str {
-        self.url.split('?').next().unwrap_or_default()
+    /// The URL for messages: without its query and user info, which may hold credentials.
+    pub(crate) fn url_for_messages(&self) -> String {
+        url_for_messages(&self.url)
+    }
+}
+
+/// `url` for messages and logs: without its query, its fragment and its user info (`user:password@`),
+/// which may hold credentials (`?api_key=…`).
+pub(crate) fn url_for_messages(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) => {
+            parsed.set_query(None);
+            parsed.set_fragment(None);
+            // Fails only for URLs that cannot have user info, which then have none.
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.into()
+        }
+        Err(_) => url.split(['?', '#']).next().unwrap_or_default().to_owned(),
     }
 }
 

@@ -589,3 +589,32 @@ async fn a_query_api_key_stays_out_of_an_unfollowed_redirects_location() {
     assert_eq!(location, "https://127.0.0.1:1/items?q=shoes&api_key=REDACTED");
     assert!(!format!("{out:?}").contains("s3cr3t"), "{out:?}");
 }
+
+/// A document URL's credentials (a token in its query, a user and password before its
+/// host) stay out of the import's errors and warnings, which are logged and shown.
+#[tokio::test]
+async fn a_document_urls_credentials_stay_out_of_errors_and_warnings() {
+    let unreachable = "http://reader:pa55word@127.0.0.1:1/openapi.json?token=t0ken";
+    let err = RestProvider::openapi("u", &OpenApiConfig::from_url(unreachable))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("t0ken") && !err.contains("pa55word"), "{err}");
+    assert!(err.contains("http://127.0.0.1:1/openapi.json"), "{err}");
+
+    let base = serve(|_| {
+        Reply::json(
+            200,
+            json!({"openapi": "3.0.3", "info": {"title": "w", "version": "1"},
+            "paths": {"/a": {"get": {"operationId": "a"}},
+                      "/b": {"get": {"operationId": "b", "parameters": [
+                          {"$ref": "#/components/parameters/Missing"}]}}}}),
+        )
+    })
+    .await;
+    let url = format!("{base}/openapi.json?token=t0ken");
+    let provider = RestProvider::openapi("w", &OpenApiConfig::from_url(url)).await.unwrap();
+    let warnings = provider.warnings().join("\n");
+    assert!(warnings.contains(&format!("{base}/openapi.json: at")), "{warnings}");
+    assert!(!warnings.contains("t0ken"), "{warnings}");
+}
