@@ -621,17 +621,17 @@ fn render(mode: OutputMode, collector: Collector, page: Page, total_matches: u64
             let skip = usize::from(separated);
             let lines = collector.files.into_values().flat_map(|f| f.lines).skip(skip);
             let total = collector.total_lines.saturating_sub(skip);
-            (lines.skip(offset).take(limit).collect(), total, "lines")
+            (lines.skip(offset).take(limit).collect(), total, "line")
         }
         OutputMode::Count => {
             let lines = collector.files.iter().map(|(path, f)| format!("{path}:{}", f.count));
-            (lines.skip(offset).take(limit).collect(), collector.total_files, "files")
+            (lines.skip(offset).take(limit).collect(), collector.total_files, "file")
         }
         OutputMode::FilesWithMatches => {
             let mut files: Vec<(String, FileResult)> = collector.files.into_iter().collect();
             files.sort_by(|a, b| b.1.modified.cmp(&a.1.modified).then_with(|| a.0.cmp(&b.0)));
             let paths = files.into_iter().map(|(path, _)| path);
-            (paths.skip(offset).take(limit).collect(), collector.total_files, "files")
+            (paths.skip(offset).take(limit).collect(), collector.total_files, "file")
         }
     };
     let files = collector.total_files;
@@ -643,14 +643,29 @@ fn render(mode: OutputMode, collector: Collector, page: Page, total_matches: u64
     }
     let shown_end = offset + items.len();
     let truncated = shown_end < total;
-    let mut text = items.join("\n");
+    // Footer lines, each on its own line, the first too when no result is shown.
+    let mut footers: Vec<String> = Vec::new();
     if mode == OutputMode::Count {
-        let _ = write!(text, "\n[{total_matches} matching lines in {files} files]");
+        let (lines, in_files) =
+            (counted(total_matches, "matching line"), counted(files as u64, "file"));
+        footers.push(format!("[{lines} in {in_files}]"));
     }
     if items.is_empty() {
-        let _ = write!(text, "[offset {offset} is past the end: there are {total} {unit}]");
-    } else if truncated || offset > 0 {
-        let _ = write!(text, "\n[showing {unit} {}-{shown_end} of {total}", offset + 1);
+        let there = if total == 1 { "there is" } else { "there are" };
+        footers.push(format!(
+            "[offset {offset} is past the end: {there} {}]",
+            counted(total as u64, unit)
+        ));
+    }
+    let mut text = items.join("\n");
+    for footer in footers {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&footer);
+    }
+    if !items.is_empty() && (truncated || offset > 0) {
+        let _ = write!(text, "\n[showing {unit}s {}-{shown_end} of {total}", offset + 1);
         if truncated {
             let _ = write!(text, "; use offset={shown_end} for more");
         }
@@ -671,6 +686,11 @@ fn render(mode: OutputMode, collector: Collector, page: Page, total_matches: u64
         .with_extra("total", json!(total))
         .with_extra("truncated", json!(truncated))
         .with_extra("cappedFiles", json!(capped))
+}
+
+/// `n` and `what`, plural unless `n` is 1: "1 file", "2 files".
+fn counted(n: u64, what: &str) -> String {
+    if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") }
 }
 
 #[cfg(test)]

@@ -627,3 +627,24 @@ async fn glob_and_type_do_not_search_hidden_or_ignored_files() {
         "lib/util.py"
     );
 }
+
+/// The count footer counts in words that agree, and a page past the end says so on a
+/// line of its own (it was `a.txt:1` then `[1 matching lines in 1 files][offset 5 ...]`).
+#[tokio::test]
+async fn count_footers_agree_and_stand_on_their_own_lines() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "needle\n");
+    let count =
+        |offset: usize| json!({"pattern": "needle", "output_mode": "count", "offset": offset});
+    expect![[r#"
+        a.txt:1
+        [1 matching line in 1 file]"#]]
+    .assert_eq(&fx.ok("grep", count(0)).await);
+    expect![[r#"
+        [1 matching line in 1 file]
+        [offset 5 is past the end: there is 1 file]"#]]
+    .assert_eq(&fx.ok("grep", count(5)).await);
+    expect!["[offset 5 is past the end: there is 1 line]"].assert_eq(
+        &fx.ok("grep", json!({"pattern": "needle", "output_mode": "content", "offset": 5})).await,
+    );
+}
