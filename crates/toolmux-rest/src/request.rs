@@ -184,7 +184,10 @@ pub(crate) fn build(
         }
     }
     let path = fill_path(&op.path, &path_values)?;
-    let mut url = format!("{}{}", base_url.trim_end_matches('/'), path);
+    // A path written without its leading `/` (`{tenant}/items`) still starts the URL's
+    // path: glued to the server, an argument would extend its host name.
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    let mut url = format!("{}{slash}{path}", base_url.trim_end_matches('/'));
     if !query.is_empty() {
         url.push(if url.contains('?') { '&' } else { '?' });
         url.push_str(&query.join("&"));

@@ -618,3 +618,21 @@ async fn a_document_urls_credentials_stay_out_of_errors_and_warnings() {
     assert!(warnings.contains(&format!("{base}/openapi.json: at")), "{warnings}");
     assert!(!warnings.contains("t0ken"), "{warnings}");
 }
+
+/// A path a document writes without its leading `/` (`{tenant}/items`) still starts the
+/// URL's path: an argument there cannot extend the server's host name
+/// (`api.example.com` + `.evil.example`), which would send the API's credentials to a
+/// host the model picked.
+#[tokio::test]
+async fn a_path_without_its_slash_cannot_extend_the_host() {
+    let (base, lines) = recording_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "s", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"{tenant}/items": {"get": {"operationId": "items", "parameters": [
+            {"name": "tenant", "in": "path", "required": true, "schema": {"type": "string"}}]}}}});
+    let provider =
+        RestProvider::openapi_from_value("s", doc, "s.json", &OpenApiConfig::default()).unwrap();
+    let out = provider.call("items", json!({"tenant": ".evil.example"}), &CallContext::new()).await;
+    assert!(out.as_ref().is_ok_and(|o| !o.is_error), "{out:?}");
+    assert_eq!(*lines.lock().unwrap(), ["GET /.evil.example/items HTTP/1.1"]);
+}
