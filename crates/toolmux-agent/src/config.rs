@@ -48,7 +48,8 @@ pub struct AgentConfig {
     pub max_turns: Option<u32>,
     /// Tokens (read and written, its sub-agents' and its tools' sampling included) the
     /// agent may use on a task; once they are spent, its next turn is its last and it may
-    /// only report. Default: no budget.
+    /// only report. The agents it calls work within what it has left, side by side sharing
+    /// it. Default: no budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
     /// Offer `agent__task_status`, with which the model records its progress (reported to

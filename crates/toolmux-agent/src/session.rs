@@ -399,21 +399,25 @@ impl Session<'_> {
                 + figures.usage.output_tokens
                 + sampled.input_tokens
                 + sampled.output_tokens;
-            // The budget is the agent's own, or what the agents that called it have left,
-            // the smaller: a sub-agent spends its caller's tokens.
+            // What is left is the smaller of the agent's own budget and what the agents
+            // that called it have left: a sub-agent spends its callers' tokens, and its
+            // callers' budgets fall as each answer of any agent below them comes, so that
+            // sub-agents running side by side share what is left rather than each being
+            // given all of it.
+            let own_left = self.config.token_budget.map(|own| own.saturating_sub(spent));
             let inherited = self.budgets.left_above(&self.ctx);
-            let budget = match (self.config.token_budget, inherited) {
-                (Some(own), Some(left)) => Some(own.min(left)),
-                (own, left) => own.or(left),
-            };
-            if let Some(budget) = budget {
-                self.budgets.set(&self.ctx, budget.saturating_sub(spent));
+            if let Some(left) = own_left.into_iter().chain(inherited).min() {
+                self.budgets.set(&self.ctx, left);
             }
             // Why this turn must be the last, if it must.
-            let limit = match budget {
-                Some(budget) if spent >= budget => {
+            let limit = match (self.config.token_budget, own_left, inherited) {
+                (Some(budget), Some(0), _) => {
                     Some(format!("the token budget of {budget} is spent ({spent} used)"))
                 }
+                (.., Some(0)) => Some(format!(
+                    "the token budget of the agents that called this one is spent ({spent} used \
+                     here)"
+                )),
                 _ if figures.turns >= max_turns => {
                     Some(format!("the limit of {max_turns} turns is reached"))
                 }
@@ -465,6 +469,7 @@ impl Session<'_> {
                 }
             };
             figures.usage += answer.usage;
+            self.budgets.spend(&self.ctx, answer.usage.input_tokens + answer.usage.output_tokens);
             if answer.stop == StopReason::ContentFilter {
                 let message = "the model's answer was stopped by its API's content filter".into();
                 break SessionEnd::Report(self.failed(&figures, message));
@@ -1359,11 +1364,26 @@ fn pending_in(history: &[Message]) -> usize {
 pub(crate) struct Budgets(Mutex<HashMap<u64, u64>>);
 
 impl Budgets {
-    /// What the nearest session above `ctx`'s operation with a budget has left.
+    /// The least any session above `ctx`'s operation with a budget has left.
     fn left_above(&self, ctx: &CallContext) -> Option<u64> {
         let op = ctx.op()?;
         let left = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        op.ancestors().find_map(|above| left.get(&above.id()).copied())
+        op.ancestors().filter_map(|above| left.get(&above.id()).copied()).min()
+    }
+
+    /// Takes `tokens` that `ctx`'s session just used from what every session above it has
+    /// left (its own is worked out again at its next turn).
+    fn spend(&self, ctx: &CallContext, tokens: u64) {
+        let Some(op) = ctx.op() else { return };
+        let mut left = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if left.is_empty() {
+            return;
+        }
+        for above in op.ancestors() {
+            if let Some(left) = left.get_mut(&above.id()) {
+                *left = left.saturating_sub(tokens);
+            }
+        }
     }
 
     /// Records what `ctx`'s session has left.

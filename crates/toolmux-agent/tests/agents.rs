@@ -836,6 +836,54 @@ async fn a_sub_agent_gets_no_more_than_its_caller_s_token_budget() {
     assert_eq!(tool_names(&child.requests()[3]), ["agent__final_report"]);
 }
 
+/// Sub-agents running side by side share what their caller has left: each answer of
+/// either is taken from it as it comes, instead of each being given all of it.
+#[tokio::test]
+async fn sub_agents_side_by_side_share_their_caller_s_token_budget() {
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .then(|_| {
+                Ok(ModelResponse::tool_calls(vec![
+                    ModelToolCall::new("a", "agent__child", json!({"prompt": "one"})),
+                    ModelToolCall::new("b", "agent__child", json!({"prompt": "two"})),
+                ]))
+            })
+            .report("partial", "done what the budget allowed"),
+    );
+    // 110 tokens an answer: echo until only the report is offered.
+    let mut child = ScriptedModel::new("small");
+    for _ in 0..30 {
+        child = child.then(|request| {
+            let only_report = tool_names(request) == ["agent__final_report"];
+            let (name, arguments) = if only_report {
+                ("agent__final_report", json!({"status": "partial", "content": "stopped"}))
+            } else {
+                ("mock__echo", json!({}))
+            };
+            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
+        });
+    }
+    let child = Arc::new(child);
+    let mut definitions = one(
+        "parent",
+        AgentConfig { agents: vec!["child".into()], token_budget: Some(250), ..agent("big") },
+    );
+    definitions.agents.insert(
+        "child".into(),
+        AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
+    );
+    let s = setup(definitions, vec![parent, child.clone()]).await;
+    let report = s.agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    let requests = child.requests();
+    let last_turns = requests.iter().filter(|r| tool_names(r) == ["agent__final_report"]).count();
+    assert_eq!(last_turns, 2, "each child ends with a report: {report:?}");
+    // Alone, each would have had 250 tokens: 4 turns each, 8 in all. Sharing them, the two
+    // stop once 250 are spent between them: three answers of 110 (how they interleave
+    // decides whose), at most one more turn begun before the last was counted, and the two
+    // reports.
+    assert!((5..=6).contains(&requests.len()), "{} turns: {report:?}", requests.len());
+}
+
 /// A parent that delegates to `child` once, then reports what the child said.
 fn delegating_parent() -> Arc<ScriptedModel> {
     Arc::new(
