@@ -9,6 +9,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use std::fmt::Write as _;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -19,7 +20,8 @@ use toolmux_core::ToolOutput;
 #[serde(deny_unknown_fields)]
 pub struct GlobArgs {
     /// The glob, matched against paths relative to `path`: `**/*.rs`, `src/**/*.{ts,tsx}`.
-    /// `*` does not cross `/`; `**` does.
+    /// `*` does not cross `/`; `**` does. An absolute pattern inside the workspace is
+    /// taken relative to `path`.
     pub pattern: String,
     /// The directory to search, relative to the workspace root or absolute inside it
     /// (default: the root).
@@ -56,12 +58,59 @@ pub enum GlobSort {
 
 pub(crate) const DESCRIPTION: &str = "Find files by glob pattern, such as `**/*.rs` or \
 `src/**/*.{ts,tsx}`, matched against paths relative to `path` (default: the workspace root); `*` \
-does not cross `/`, `**` does. Returns paths relative to the workspace root, newest first \
+does not cross `/`, `**` does; an absolute pattern inside the workspace (`/repo/src/**/*.rs`) \
+is taken relative to `path`. Returns paths relative to the workspace root, newest first \
 (modification time), or by path with `sort: path`. Case-sensitive unless `case_sensitive: false`. Respects .gitignore and \
 .ignore files unless `respect_gitignore: false`, and skips hidden files unless the pattern names \
 them (`.github/**`); symlinks are not followed. At most `limit` (default 100) files; a footer \
 says how many were left out and which `offset` continues. A walk still running after 30 s \
 stops and returns what it found, marked partial.";
+
+/// `pattern` as matched: relative to `start`, the searched folder (absolute, resolved).
+/// A pattern that is an absolute path inside the workspace, or starts with `..`, has its
+/// literal folders (those before the first part with a glob character) resolved as any
+/// path is, and made relative to `start`: models often write `/repo/src/**/*.rs`, which
+/// matched nothing. Refused when they lead out of the root or out of `start`.
+fn relative_pattern(
+    ws: &Workspace,
+    pattern: &str,
+    start: &Path,
+    given: &str,
+) -> Result<String, FsError> {
+    let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
+    let absolute = pattern.starts_with('/');
+    if !absolute && pattern != ".." && !pattern.starts_with("../") {
+        return Ok(pattern.to_owned());
+    }
+    let parts: Vec<&str> = pattern.split('/').collect();
+    // The last part is always left to the pattern, a literal file name too.
+    let literal = parts
+        .iter()
+        .take(parts.len() - 1)
+        .take_while(|part| !part.contains(['*', '?', '[', '{', '\\']))
+        .count();
+    let (folders, rest) = (parts[..literal].join("/"), parts[literal..].join("/"));
+    let start = start.strip_prefix(ws.root()).unwrap_or(Path::new(""));
+    let folders = match absolute {
+        true if folders.is_empty() => "/".to_owned(),
+        true => folders,
+        false => start.join(&folders).to_string_lossy().into_owned(),
+    };
+    let target = ws.resolve_target(&ws.resolve(&folders)?);
+    let Ok(inside) = target.strip_prefix(start) else {
+        return Err(FsError::InvalidArguments {
+            tool: "glob",
+            message: format!(
+                "pattern `{pattern}` is not beneath the searched folder `{given}`: give a \
+                 pattern relative to it, or set `path` to a folder that holds what you look for"
+            ),
+        });
+    };
+    let mut relative: Vec<String> =
+        inside.iter().map(|part| globset::escape(&part.to_string_lossy())).collect();
+    relative.push(rest);
+    Ok(relative.join("/"))
+}
 
 /// Runs `glob`; blocking.
 pub(crate) fn glob(
@@ -72,19 +121,20 @@ pub(crate) fn glob(
     budget: &Budget,
 ) -> Result<ToolOutput, FsError> {
     let invalid = |message: String| FsError::InvalidArguments { tool: "glob", message };
-    let pattern = args.pattern.strip_prefix("./").unwrap_or(&args.pattern);
-    let matcher = globset::GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .case_insensitive(!args.case_sensitive.unwrap_or(true))
-        .build()
-        .map_err(|e| invalid(format!("invalid glob `{}`: {e}", args.pattern)))?
-        .compile_matcher();
     let given = args.path.clone().unwrap_or_else(|| ".".into());
     let path = ws.resolve(&given)?;
     let start = ws.walk_start(&path)?;
     if !start.is_dir() {
         return Err(FsError::NotDirectory { path: given });
     }
+    let pattern = relative_pattern(ws, &args.pattern, &start, &given)?;
+    let pattern = pattern.as_str();
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .case_insensitive(!args.case_sensitive.unwrap_or(true))
+        .build()
+        .map_err(|e| invalid(format!("invalid glob `{}`: {e}", args.pattern)))?
+        .compile_matcher();
     let found = Mutex::new(Vec::new());
     let mut walk = ws.walker(&start, args.respect_gitignore.unwrap_or(true));
     // Hidden files are skipped, unless the pattern names them (`.github/**/*.yml`).

@@ -346,3 +346,37 @@ async fn odd_names_are_shown_escaped_and_truthfully() {
     .await;
     assert_eq!(fx.get("a\nfake.txt (9 bytes)"), "abc45");
 }
+
+/// A pattern written as an absolute path inside the workspace (as models often write
+/// them) matches as the same pattern relative to `path`; one leading out of `path` is
+/// refused saying so (both found nothing: "No files match").
+#[tokio::test]
+async fn glob_takes_absolute_patterns_inside_the_workspace() {
+    let fx = Fixture::new();
+    fx.put("src/deep/a.rs", "");
+    fx.put("src/b.rs", "");
+    fx.put("docs/c.md", "");
+    let root = fx.root().to_string_lossy().into_owned();
+    let glob = |pattern: String, path: Option<&str>| {
+        let mut args = json!({"pattern": pattern, "sort": "path"});
+        if let Some(path) = path {
+            args["path"] = json!(path);
+        }
+        args
+    };
+    assert_eq!(
+        fx.ok("glob", glob(format!("{root}/src/**/*.rs"), None)).await,
+        "src/b.rs\nsrc/deep/a.rs"
+    );
+    assert_eq!(
+        fx.ok("glob", glob(format!("{root}/src/deep/*.rs"), Some("src"))).await,
+        "src/deep/a.rs"
+    );
+    assert_eq!(fx.ok("glob", glob(format!("{root}/docs/c.md"), None)).await, "docs/c.md");
+    let outside = fx.err("glob", glob(format!("{root}/docs/*.md"), Some("src"))).await;
+    assert!(outside.contains("is not beneath the searched folder `src`"), "{outside}");
+    let outside = fx.err("glob", glob("/etc/*".into(), None)).await;
+    assert!(outside.contains("outside the workspace root"), "{outside}");
+    let up = fx.err("glob", glob("../*".into(), Some("src"))).await;
+    assert!(up.contains("is not beneath the searched folder `src`"), "{up}");
+}
