@@ -2,8 +2,7 @@
 //! inbox has something (messages of others in its active space, results of its
 //! asynchronous external calls), then works on it in one run, a cycle, and sleeps again.
 
-use crate::session::MODEL_FAILED;
-use crate::{AgentError, AgentReport, AgentStatus, Agents, NAMESPACE, RunOptions};
+use crate::{AgentError, AgentReport, Agents, NAMESPACE, RunOptions};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -178,9 +177,7 @@ impl Agents {
         let mut report = self.run_with(name, task, ctx, &options).await?;
         let mut wait = Duration::from_secs(2);
         for _ in 1..CYCLE_ATTEMPTS {
-            if !(report.status == AgentStatus::Failure && report.content.starts_with(MODEL_FAILED))
-                || ctx.is_cancelled()
-            {
+            if !report.model_failed || ctx.is_cancelled() {
                 break;
             }
             tracing::warn!(target: "toolmux::agent", agent = name, "{}; trying again in {} s", report.content, wait.as_secs());

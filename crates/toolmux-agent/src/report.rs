@@ -89,6 +89,10 @@ pub struct AgentReport {
     /// that came while it was paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The run failed because its model did (an API error, no answer), not because of
+    /// anything the agent did: worth trying again (`agent listen` does).
+    #[serde(skip)]
+    pub(crate) model_failed: bool,
 }
 
 impl AgentReport {
@@ -125,6 +129,7 @@ impl AgentReport {
             approved: Vec::new(),
             task: None,
             run_id: None,
+            model_failed: false,
         }
     }
 

@@ -464,8 +464,9 @@ impl Session<'_> {
                 None => break SessionEnd::Report(self.out_of_time(&figures)),
                 Some(Ok(answer)) => answer,
                 Some(Err(e)) => {
-                    let message = format!("{MODEL_FAILED}: {e}");
-                    break SessionEnd::Report(self.failed(&figures, message));
+                    let mut report = self.failed(&figures, format!("{MODEL_FAILED}: {e}"));
+                    report.model_failed = true;
+                    break SessionEnd::Report(report);
                 }
             };
             figures.usage += answer.usage;
