@@ -526,6 +526,16 @@ impl Workspace {
         like: Option<&Resolved>,
     ) -> Result<Written, FsError> {
         let err = |e: io::Error| FsError::from_io(&path.given, e);
+        // The components drop a trailing `/`: the file would take the folder's name.
+        if path.given.ends_with('/') && self.dir.symlink_metadata(&path.relative).is_err() {
+            return Err(FsError::InvalidArguments {
+                tool: "write",
+                message: format!(
+                    "`{}` names a folder (it ends with `/`): give the path of a file",
+                    path.given
+                ),
+            });
+        }
         let like = like
             .and_then(|source| self.dir.symlink_metadata(&source.relative).ok())
             .filter(|meta| meta.is_file())

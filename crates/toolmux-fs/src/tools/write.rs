@@ -10,6 +10,7 @@ use serde_json::json;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io::Read as _;
+use std::path::Path;
 use toolmux_core::ToolOutput;
 
 /// Bytes of an existing file looked at to tell its line ending.
@@ -170,7 +171,9 @@ fn check_existing(
         Err(FsError::NotFound { .. }) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let meta = ws.dir().metadata(&canonical).map_err(|e| FsError::from_io(&path.given, e))?;
+    // The root is the empty path, which no call opens.
+    let at = if canonical.as_os_str().is_empty() { Path::new(".") } else { &canonical };
+    let meta = ws.dir().metadata(at).map_err(|e| FsError::from_io(&path.given, e))?;
     if meta.is_dir() {
         return Err(FsError::IsDirectory { path: path.given.clone() });
     }

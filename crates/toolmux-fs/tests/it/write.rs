@@ -236,3 +236,30 @@ async fn an_overwrite_says_which_lines_changed() {
     let out = fx.call("write", json!({"path": "new.txt", "content": "n\n"})).await.unwrap();
     assert!(out.extras.get("changed").is_none(), "{:?}", out.extras);
 }
+
+/// A path ending in `/` names a folder: nothing is written (a file `newdir` was made), and
+/// the root and `sub/..`, folders too, are said to be ones ("no file or directory at `.`").
+#[tokio::test]
+async fn a_path_naming_a_folder_is_refused() {
+    let fx = Fixture::new();
+    fx.put("sub/a.txt", "a\n");
+    for tool in [
+        json!({"tool": "write", "args": {"path": "newdir/", "content": "x"}}),
+        json!({"tool": "edit", "args": {"path": "newdir/", "old_string": "", "new_string": "x"}}),
+    ] {
+        let name = tool["tool"].as_str().unwrap();
+        let err = fx.err(name, tool["args"].clone()).await;
+        assert_eq!(
+            err,
+            format!(
+                "invalid arguments for `fs__{name}`: at /: `newdir/` names a folder (it ends \
+                 with `/`): give the path of a file"
+            ),
+        );
+        assert!(!fx.root().join("newdir").exists(), "{tool}");
+    }
+    for path in [".", "sub/..", "sub/"] {
+        let err = fx.err("write", json!({"path": path, "content": "x"})).await;
+        assert!(err.contains("is a directory, not a file"), "{path}: {err}");
+    }
+}
