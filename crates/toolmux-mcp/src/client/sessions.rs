@@ -7,20 +7,23 @@
 //! prompts and resources come from one shared connection (the template); only calls go to
 //! the run's own. A run's connection is started at its first call, closed after
 //! `sessionIdleMs` without calls, and the least recently used idle one is closed when
-//! `maxSessions` are open; when all are busy the call fails at once, saying so.
+//! `maxSessions` are open; when all are busy the call fails at once, saying so. A run
+//! whose connection was closed that way and calls again gets a new one, and the output of
+//! that first call says so (the state it had, a login or open pages, is gone), so that a
+//! model does not act on what is no longer there.
 
 use async_trait::async_trait;
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::{
-    CallContext, Completion, CompletionRequest, JsonObject, Prompt, PromptSpec, ResourceContents,
-    ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind, ToolListChanges,
-    ToolOutput, ToolProvider, ToolSpec,
+    CallContext, Completion, CompletionRequest, ContentPart, JsonObject, Prompt, PromptSpec,
+    ResourceContents, ResourceSpec, ResourceTemplate, ResourceUpdates, ToolError, ToolKind,
+    ToolListChanges, ToolOutput, ToolProvider, ToolSpec,
 };
 
 use super::{McpProvider, McpServerConfig};
@@ -45,9 +48,48 @@ struct Sessions {
     max: usize,
     idle: Duration,
     open: Mutex<HashMap<Arc<str>, Session>>,
+    /// Runs whose connection was closed while they may still call (idle, or to make
+    /// room), and why; the oldest forgotten past [`REMEMBERED_CLOSED`].
+    closed: Mutex<VecDeque<(Arc<str>, Closed)>>,
     shutdown: CancellationToken,
     /// Whether the reaper runs (warmup may come again after a restart).
     reaping: std::sync::atomic::AtomicBool,
+}
+
+/// How many closed runs are remembered, to tell them when they call again.
+const REMEMBERED_CLOSED: usize = 1024;
+
+/// Why a run's connection was closed.
+#[derive(Debug, Clone, Copy)]
+enum Closed {
+    /// After this long without calls (`sessionIdleMs`).
+    Idle(Duration),
+    /// To make room for another run's (`maxSessions`).
+    Room(usize),
+}
+
+impl Closed {
+    /// What the first call of the run's new connection says.
+    fn note(self, server: &str) -> String {
+        let why = match self {
+            Closed::Idle(idle) => {
+                format!("after {} without calls (`sessionIdleMs`)", human_secs(idle))
+            }
+            Closed::Room(max) => {
+                format!("to make room for another run's, {max} being open (`maxSessions`)")
+            }
+        };
+        format!(
+            "(Note: the connection to server `{server}` this run had was closed {why}; this \
+             call started a new one, so what the server held for this run before, such as a \
+             login, open pages or variables, is gone.)"
+        )
+    }
+}
+
+fn human_secs(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 1.0 { format!("{} ms", duration.as_millis()) } else { format!("{secs:.0} s") }
 }
 
 #[derive(Debug)]
@@ -76,6 +118,7 @@ impl PerSessionProvider {
                 max: max_sessions.max(1),
                 idle: idle.max(Duration::from_millis(10)),
                 open: Mutex::new(HashMap::new()),
+                closed: Mutex::new(VecDeque::new()),
                 shutdown: CancellationToken::new(),
                 reaping: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -107,13 +150,16 @@ impl Sessions {
         self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The run's provider, opened if need be, and its in-flight count (already counting
-    /// this call).
-    fn session(&self, run: &str) -> Result<(Arc<McpProvider>, InFlight), ToolError> {
+    /// The run's provider, opened if need be, its in-flight count (already counting this
+    /// call), and why the run's earlier connection was closed when this call opens a new one.
+    fn session(
+        &self,
+        run: &str,
+    ) -> Result<(Arc<McpProvider>, InFlight, Option<Closed>), ToolError> {
         let mut open = self.lock();
         if let Some(session) = open.get_mut(run) {
             session.last_used = Instant::now();
-            return Ok((session.provider.clone(), InFlight::new(&session.in_flight)));
+            return Ok((session.provider.clone(), InFlight::new(&session.in_flight), None));
         }
         if open.len() >= self.max {
             let idlest = open
@@ -134,6 +180,7 @@ impl Sessions {
             if let Some(evicted) = open.remove(&idlest) {
                 tracing::debug!(server = %self.name, run = %idlest, "closing the least recently used session");
                 close(evicted.provider);
+                self.remember_closed(idlest, Closed::Room(self.max));
             }
         }
         let provider = McpProvider::new(self.name.clone(), self.config.clone())
@@ -143,10 +190,27 @@ impl Sessions {
             last_used: Instant::now(),
             in_flight: Arc::new(AtomicUsize::new(0)),
         };
-        let handed = (session.provider.clone(), InFlight::new(&session.in_flight));
+        let earlier = self.forget_closed(run);
+        let handed = (session.provider.clone(), InFlight::new(&session.in_flight), earlier);
         tracing::debug!(server = %self.name, run, "opening a session");
         open.insert(Arc::from(run), session);
         Ok(handed)
+    }
+
+    fn remember_closed(&self, run: Arc<str>, why: Closed) {
+        let mut closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        closed.retain(|(r, _)| *r != run);
+        if closed.len() >= REMEMBERED_CLOSED {
+            closed.pop_front();
+        }
+        closed.push_back((run, why));
+    }
+
+    /// Why `run`'s earlier connection was closed, if it was, forgetting it.
+    fn forget_closed(&self, run: &str) -> Option<Closed> {
+        let mut closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        let at = closed.iter().position(|(r, _)| &**r == run)?;
+        closed.remove(at).map(|(_, why)| why)
     }
 
     /// Closes the sessions idle for longer than `idle`.
@@ -165,6 +229,7 @@ impl Sessions {
             if let Some(session) = open.remove(&run) {
                 tracing::debug!(server = %self.name, run = %run, "closing an idle session");
                 close(session.provider);
+                self.remember_closed(run, Closed::Idle(self.idle));
             }
         }
     }
@@ -264,12 +329,23 @@ impl ToolProvider for PerSessionProvider {
             );
         }
         self.ensure_reaper();
-        let (provider, _in_flight) = self.inner.session(ctx.run_id())?;
+        let (provider, _in_flight, earlier) = self.inner.session(ctx.run_id())?;
         let result = provider.call(name, arguments, ctx).await;
         if let Some(session) = self.inner.lock().get_mut(ctx.run_id()) {
             session.last_used = Instant::now();
         }
-        result
+        match (result, earlier) {
+            (Ok(mut output), Some(why)) => {
+                output.content.push(ContentPart::Text { text: why.note(&self.inner.name) });
+                Ok(output)
+            }
+            // Told with the next call that gets through.
+            (Err(e), Some(why)) => {
+                self.inner.remember_closed(Arc::from(ctx.run_id()), why);
+                Err(e)
+            }
+            (result, None) => result,
+        }
     }
 
     async fn warmup(&self) -> Result<(), ToolError> {

@@ -108,3 +108,37 @@ async fn when_every_session_is_busy_a_new_run_is_told_so() {
         .assert_eq(&error.report());
     provider.shutdown().await.unwrap();
 }
+
+/// A run whose connection was closed to make room or for idling, and calls again, is told
+/// with that call's output that the server's state for it is gone; a run that never lost
+/// one, or ended, is told nothing.
+#[tokio::test]
+async fn a_run_whose_connection_was_closed_is_told_when_it_calls_again() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 1, Duration::from_millis(300)).unwrap();
+    provider.warmup().await.unwrap();
+    let call = |run: &str| {
+        let ctx = CallContext::new().with_run_id(run);
+        let provider = &provider;
+        async move { provider.call("pid", json!({}), &ctx).await.unwrap().to_text() }
+    };
+    let first = call("a").await;
+    assert!(first.parse::<i32>().is_ok(), "{first}");
+    let _ = call("b").await;
+    let again = call("a").await;
+    assert!(
+        again.contains(
+            "the connection to server `fx` this run had was closed to make room for \
+                        another run's, 1 being open (`maxSessions`)"
+        ) && again.contains("is gone"),
+        "{again}"
+    );
+    let _ = call("a").await.parse::<i32>().expect("told once");
+    wait_for("a's session idled out", Duration::from_secs(10), || {
+        provider.open_sessions().is_empty()
+    })
+    .await;
+    let idle = call("a").await;
+    assert!(idle.contains("was closed after 300 ms without calls (`sessionIdleMs`)"), "{idle}");
+    provider.shutdown().await.unwrap();
+}
