@@ -685,6 +685,15 @@ pub(crate) fn apply_patch(
     for (op, (target, dest)) in ops.iter().zip(keyed) {
         match op {
             Op::Add { path, lines } => {
+                if files.get(&target).is_some_and(|e| e.original.is_none() && e.current.is_some()) {
+                    return Err(FsError::Edit {
+                        path: path.clone(),
+                        message: format!(
+                            "`{ADD}{path}`: this patch already creates `{path}` above: give \
+                             each new file once; nothing was changed"
+                        ),
+                    });
+                }
                 if present(ws, &files, &targets, &target)? {
                     return Err(FsError::Edit {
                         path: path.clone(),

@@ -1,6 +1,7 @@
 //! `apply_patch`: Codex's patch format on real files, all or nothing.
 
 use crate::Fixture;
+use expect_test::expect;
 use serde_json::json;
 use toolmux_core::{Subject, ToolProvider};
 
@@ -269,4 +270,16 @@ fn permission_rules_see_every_file_of_a_patch() {
     assert_eq!(subjects, paths);
     let error = fx.fs.subjects("apply_patch", &json!({"input": "nonsense"})).unwrap_err();
     assert!(error.contains("`*** Begin Patch`"), "{error}");
+}
+
+/// A file the patch itself creates twice is said to be (it was "the file already exists",
+/// of a file that did not).
+#[tokio::test]
+async fn a_file_added_twice_by_one_patch_is_said_to_be() {
+    let fx = Fixture::new();
+    let patch =
+        "*** Begin Patch\n*** Add File: new.txt\n+x\n*** Add File: new.txt\n+y\n*** End Patch";
+    expect!["`*** Add File: new.txt`: this patch already creates `new.txt` above: give each new file once; nothing was changed"]
+        .assert_eq(&fx.err("apply_patch", json!({"input": patch})).await);
+    assert!(!fx.root().join("new.txt").exists());
 }
