@@ -543,9 +543,8 @@ async fn insert_line_adds_lines_after_a_line() {
     assert_eq!(out.extras["replacements"], 0);
     fx.ok("edit", json!({"path": "a.py", "insert_line": 0, "new_string": "#!/usr/bin/env python"}))
         .await;
-    let out = fx
-        .ok("edit", json!({"path": "a.py", "insert_line": -1, "new_string": "\nf()\nf()"}))
-        .await;
+    let out =
+        fx.ok("edit", json!({"path": "a.py", "insert_line": -1, "new_string": "\nf()\nf()"})).await;
     expect![[r#"
         made 1 insertion in `a.py`
         @@ line 7 (inserted after line 6) @@
