@@ -341,7 +341,8 @@ impl<'a> Page<'a> {
     }
 
     fn on_page(&self) -> bool {
-        !self.capped && self.line >= self.first && self.line < self.first + self.limit
+        // Not `line < first + limit`: a limit as large as a u64 overflows it.
+        !self.capped && self.line >= self.first && self.line - self.first < self.limit
     }
 
     fn max_line_bytes(&self) -> usize {

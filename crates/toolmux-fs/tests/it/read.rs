@@ -368,3 +368,13 @@ async fn anchor_line_reads_the_block_around_a_line() {
     let both = fx.err("read", json!({"path": "app.py", "anchor_line": 2, "offset": 1})).await;
     assert!(both.contains("give `offset` or `anchor_line`, not both"), "{both}");
 }
+
+/// A `limit` as large as the number can be reads to the end (`offset + limit` overflowed:
+/// a panic in a debug build, an empty page in a release one).
+#[tokio::test]
+async fn the_largest_limit_reads_to_the_end() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "one\ntwo\nthree\n");
+    let out = fx.ok("read", json!({"path": "a.txt", "offset": 2, "limit": u64::MAX})).await;
+    assert_eq!(out, "     2\ttwo\n     3\tthree\n");
+}
