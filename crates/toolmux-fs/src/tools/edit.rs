@@ -16,6 +16,8 @@ use toolmux_core::ToolOutput;
 const DIFF_HUNKS: usize = 3;
 /// Lines of one side of a hunk shown at most.
 const DIFF_LINES: usize = 12;
+/// Characters of a context line shown around an insertion at most.
+const CONTEXT_CHARS: usize = 200;
 /// Match line numbers listed in an ambiguity error at most.
 const LISTED_MATCHES: usize = 20;
 
@@ -275,7 +277,9 @@ fn apply(
             path.given
         )
     } else if created {
-        format!("created `{}` ({} lines)", path.given, text.lines().count())
+        let lines = text.lines().count();
+        let s = if lines == 1 { "" } else { "s" };
+        format!("created `{}` ({lines} line{s})", path.given)
     } else {
         format!("made {changes} in `{}`", path.given)
     };
@@ -826,9 +830,17 @@ impl Hunk {
         if let Some((before, after)) = &self.around {
             let _ =
                 write!(out, "\n@@ line {} (inserted after line {}) @@", self.line, self.line - 1);
+            // A line of the file, perhaps a minified one of megabytes: its start is enough
+            // to check the place.
             let context = |out: &mut String, line: &Option<String>| {
                 if let Some(line) = line {
-                    let _ = write!(out, "\n {}", line.trim_end_matches('\r'));
+                    let line = line.trim_end_matches('\r');
+                    let shown: String = line.chars().take(CONTEXT_CHARS).collect();
+                    let more = line.chars().count().saturating_sub(CONTEXT_CHARS);
+                    let _ = write!(out, "\n {shown}");
+                    if more > 0 {
+                        let _ = write!(out, "[... {more} more characters]");
+                    }
                 }
             };
             context(out, before);

@@ -74,7 +74,7 @@ async fn empty_old_string_creates_a_missing_file_only() {
     let out = fx
         .ok("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "hello\n"}))
         .await;
-    assert_eq!(out, "created `new/f.txt` (1 lines)");
+    assert_eq!(out, "created `new/f.txt` (1 line)");
     expect!["old_string is empty but `new/f.txt` exists: give the text to replace, or use `write` to replace the whole file; nothing was written"]
         .assert_eq(&fx.err("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "x"})).await);
 }
@@ -611,4 +611,19 @@ async fn multi_edit_mixes_replacements_and_insertions() {
     );
     fx.ok("multi_edit", json!({"path": "a.txt", "edits": edits})).await;
     assert_eq!(fx.get("a.txt"), "one\n1.5\n1.75\ntwo\n");
+}
+
+/// The lines shown around an insertion are cut when long (a minified line of megabytes
+/// came back whole).
+#[tokio::test]
+async fn insertion_context_lines_are_cut() {
+    let fx = Fixture::new();
+    fx.put("min.js", &format!("{}\n", "x".repeat(1000)));
+    let out =
+        fx.ok("edit", json!({"path": "min.js", "insert_line": 0, "new_string": "// a"})).await;
+    let expected = format!(
+        "made 1 insertion in `min.js`\n@@ line 1 (inserted after line 0) @@\n+// a\n {}[... 800 more characters]",
+        "x".repeat(200)
+    );
+    assert_eq!(out, expected);
 }
