@@ -1359,10 +1359,20 @@ impl ServerHandler for Gateway {
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
         let method = request.method.as_str();
-        match params_misfit(method, request.params.as_ref()) {
+        // The methods 2026-07-28 removed are unknown to its requests (SEP-2575), whatever
+        // their params.
+        const REMOVED: [&str; 4] =
+            ["initialize", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"];
+        let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
+        let misfit = if stateless && REMOVED.contains(&method) {
+            None
+        } else {
+            params_misfit(method, request.params.as_ref())
+        };
+        match misfit {
             Some(why) => Err(ErrorData::invalid_params(
                 format!("invalid params for `{method}`: {why}"),
                 None,
