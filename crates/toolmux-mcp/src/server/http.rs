@@ -8,7 +8,6 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTIC
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -44,7 +43,7 @@ pub(crate) fn router(
     let metrics = shared.options().metrics.clone();
     let health_shared = shared.clone();
     let factory_shared = shared;
-    let sessions = Arc::new(LocalSessionManager::default());
+    let sessions = Arc::new(super::replay::Resumable::default());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_shared.clone())),
         sessions.clone(),
@@ -113,7 +112,7 @@ pub(crate) fn router(
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
 ///   naming it is.
 async fn explain_refusals(
-    State(sessions): State<Arc<LocalSessionManager>>,
+    State(sessions): State<Arc<super::replay::Resumable>>,
     request: Request,
     next: Next,
 ) -> Response {

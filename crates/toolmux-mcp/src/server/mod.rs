@@ -79,6 +79,7 @@ mod interact;
 mod names;
 mod oauth;
 mod profile;
+mod replay;
 mod session;
 mod stdio;
 mod tasks;

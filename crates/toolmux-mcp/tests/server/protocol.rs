@@ -179,3 +179,186 @@ async fn deleting_a_session_that_is_gone_is_not_found() {
     assert_eq!(after.status, 404, "{}", after.body);
     server.stop().await;
 }
+
+/// Server-sent events read from a response, one at a time.
+struct Events {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+/// One server-sent event: its id and its data, when it has any.
+#[derive(Debug)]
+struct Event {
+    id: Option<String>,
+    data: Option<Value>,
+}
+
+impl Events {
+    fn new(response: reqwest::Response) -> Events {
+        assert_eq!(response.status(), 200, "an event stream");
+        Events { response, buffer: String::new() }
+    }
+
+    /// The next event; `None` when the stream ends.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = Event { id: None, data: None };
+                for line in block.lines() {
+                    if let Some(id) = line.strip_prefix("id:") {
+                        event.id = Some(id.trim().to_owned());
+                    } else if let Some(data) = line.strip_prefix("data:")
+                        && !data.trim().is_empty()
+                    {
+                        event.data = Some(serde_json::from_str(data.trim()).expect("JSON data"));
+                    }
+                }
+                if event.id.is_some() || event.data.is_some() {
+                    return Some(event);
+                }
+                continue;
+            }
+            let chunk = within(self.response.chunk()).await.expect("the stream reads")?;
+            self.buffer.push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+
+    /// The events up to the end of the stream.
+    async fn rest(mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        events
+    }
+}
+
+impl RawSession {
+    /// A POST of `body` whose answer is an event stream.
+    async fn stream(&self, body: Value) -> Events {
+        let response = self
+            .client
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(body.to_string())
+            .send();
+        Events::new(within(response).await.expect("a response"))
+    }
+
+    /// A `GET` of the session's stream, resuming after `last` when given.
+    async fn get(&self, last: Option<&str>) -> Events {
+        let mut request = self
+            .client
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(last) = last {
+            request = request.header("last-event-id", last);
+        }
+        Events::new(within(request.send()).await.expect("a response"))
+    }
+}
+
+/// A call of `tool` with a progress token, as a JSON-RPC request with id `id`.
+fn call_with_progress(id: u64, tool: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": {}, "_meta": {"progressToken": id}}})
+}
+
+/// Reads `events` up to the first progress report; the report's id.
+async fn first_progress(events: &mut Events) -> String {
+    loop {
+        let event = events.next().await.expect("a progress report");
+        if event.data.as_ref().is_some_and(|d| d["method"] == "notifications/progress") {
+            return event.id.expect("an event id");
+        }
+    }
+}
+
+/// The progress values and the response among `events`.
+fn progress_and_response(events: &[Event]) -> (Vec<f64>, Option<Value>) {
+    let data = events.iter().filter_map(|e| e.data.as_ref());
+    let progress = data
+        .clone()
+        .filter(|d| d["method"] == "notifications/progress")
+        .map(|d| d["params"]["progress"].as_f64().unwrap())
+        .collect();
+    (progress, data.filter(|d| d.get("id").is_some()).last().cloned())
+}
+
+/// A client whose connection drops during a call gets, with `GET` and `Last-Event-ID`, the
+/// events after the last it read: the reports it missed, not the one it had again, and
+/// the result, even when the call ended while it was away.
+#[tokio::test]
+async fn a_call_s_events_are_replayed_after_a_disconnect() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let steps = Behavior::Progress { steps: 4, interval: std::time::Duration::from_millis(150) };
+    let mock = Arc::new(MockProvider::new("mock").with_tool("steps", steps));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+
+    // Back while the call runs.
+    let mut events = session.stream(call_with_progress(1, "steps")).await;
+    let last = first_progress(&mut events).await;
+    drop(events);
+    let (progress, response) = progress_and_response(&session.get(Some(&last)).await.rest().await);
+    assert_eq!(progress, [2.0, 3.0, 4.0], "each report once, after the last one read");
+    let response = response.expect("the response");
+    assert_eq!(response["id"], 1);
+    assert_eq!(response["result"]["content"][0]["text"], "done", "{response}");
+
+    // Back after the call ended.
+    let mut events = session.stream(call_with_progress(2, "steps")).await;
+    let last = first_progress(&mut events).await;
+    drop(events);
+    crate::support::eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (progress, response) = progress_and_response(&session.get(Some(&last)).await.rest().await);
+    assert_eq!(progress, [2.0, 3.0, 4.0]);
+    let response = response.expect("the response");
+    assert_eq!(response["id"], 2);
+    assert_eq!(response["result"]["content"][0]["text"], "done", "{response}");
+    assert_eq!(mock.calls_of("steps"), 2, "resuming calls nothing again");
+    server.stop().await;
+}
+
+/// The session's `GET` stream resumes too: what was sent while the client was away (a
+/// change of the tools) comes after its `Last-Event-ID`.
+#[tokio::test]
+async fn the_session_stream_resumes_after_a_disconnect() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let mut stream = session.get(None).await;
+    // The first events of the stream say where it starts.
+    let last = within(async {
+        loop {
+            let id = stream.next().await.expect("a first event").id;
+            if id.as_deref().is_some_and(|id| id != "0") {
+                break id;
+            }
+        }
+    })
+    .await;
+    drop(stream);
+    mock.add_tool("b", Behavior::Echo);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut resumed = session.get(last.as_deref()).await;
+    let changed = within(async {
+        loop {
+            let event = resumed.next().await.expect("the change");
+            if let Some(data) = event.data {
+                break data;
+            }
+        }
+    })
+    .await;
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+    server.stop().await;
+}

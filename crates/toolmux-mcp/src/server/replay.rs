@@ -1,0 +1,347 @@
+//! Resuming a session's event streams after a disconnect: a client that lost the stream of
+//! a request (or its `GET` stream) reconnects with `GET` and `Last-Event-ID`, and gets the
+//! events after that one, then the rest as they come, as the streamable HTTP transport
+//! lets a server offer.
+//!
+//! rmcp's own session manager keeps each stream's recent events too, but not past the
+//! end of a request: the response of a call whose client was away when it ended was lost
+//! (the resume found no stream and answered an empty one), and a resume repeated the
+//! event the client named. Here every event of a session's streams is kept by
+//! [`EventLog`] (rmcp's hook for a store of events), under ids of its own, for a while
+//! after its stream ended; [`Resumable`] serves `Last-Event-ID` from it. Stateless
+//! (2026-07-28) requests are left as rmcp serves them: a store that rmcp knows of would
+//! also make their calls outlive their connection, which is how such a client cancels
+//! one.
+
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
+use rmcp::transport::streamable_http_server::session::{
+    EventStore, EventStoreError, EventStream, ServerSseMessage,
+};
+use rmcp::transport::streamable_http_server::{RestoreOutcome, SessionId, SessionManager};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// Events kept a stream, at most: a resume from before the oldest is refused.
+const EVENTS_KEPT: usize = 256;
+/// How long a request's stream is kept once its response is in it.
+const ENDED_KEPT: Duration = Duration::from_secs(60);
+/// How long a stream is kept without a new event (a session's `GET` stream whose session
+/// ended without a `DELETE`, a request that never answered).
+const IDLE_KEPT: Duration = Duration::from_secs(30 * 60);
+/// How often old streams are looked for, at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+/// The retry interval told to a client with the first event of a resumable stream.
+const RETRY: Duration = Duration::from_secs(3);
+
+/// Every event of the sessions' streams, by stream, for a while (see the module's docs).
+#[derive(Debug, Default)]
+pub(crate) struct EventLog {
+    state: Mutex<LogState>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    streams: HashMap<String, Kept>,
+    swept: Option<Instant>,
+}
+
+/// One stream's events.
+#[derive(Debug)]
+struct Kept {
+    /// The last events, oldest first; the last has index `last`.
+    events: VecDeque<ServerSseMessage>,
+    /// The index of the last event (the first event has index 1; 0: none yet).
+    last: u64,
+    /// When the stream's response was added (a request's stream ends with it).
+    ended: Option<Instant>,
+    touched: Instant,
+    /// Tells followers of the stream that it has more (or ended); dropped with the stream.
+    changed: watch::Sender<()>,
+}
+
+/// An event id as this log gives it: the stream and the event's index in it.
+fn event_id(stream: &str, index: u64) -> String {
+    format!("{stream}/{index}")
+}
+
+/// The stream and index of an event id this log gave.
+fn parse_event_id(id: &str) -> Option<(&str, u64)> {
+    let (stream, index) = id.rsplit_once('/')?;
+    Some((stream, index.parse().ok()?))
+}
+
+/// The stream rmcp keeps for a session's `GET` requests.
+fn common_stream(session: &str) -> String {
+    format!("{session}:common")
+}
+
+impl LogState {
+    fn sweep(&mut self, now: Instant) {
+        if self.swept.is_some_and(|at| now.duration_since(at) < SWEEP_EVERY) {
+            return;
+        }
+        self.swept = Some(now);
+        self.streams.retain(|_, kept| {
+            kept.ended.is_none_or(|at| now.duration_since(at) < ENDED_KEPT)
+                && now.duration_since(kept.touched) < IDLE_KEPT
+        });
+    }
+
+    fn stream(&mut self, stream: &str, now: Instant) -> &mut Kept {
+        self.streams.entry(stream.to_owned()).or_insert_with(|| Kept {
+            events: VecDeque::new(),
+            last: 0,
+            ended: None,
+            touched: now,
+            changed: watch::Sender::new(()),
+        })
+    }
+}
+
+impl EventLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The id of the last event of `stream` so far (before any: index 0).
+    fn last_id(&self, stream: &str) -> String {
+        let now = Instant::now();
+        let mut state = self.lock();
+        event_id(stream, state.stream(stream, now).last)
+    }
+
+    /// The events of `stream` after index `after`, the index of the last of them, and
+    /// whether the stream ended; `None` when the stream is not kept, or no longer has the
+    /// event after `after`.
+    fn after(&self, stream: &str, after: u64) -> Option<(Vec<ServerSseMessage>, u64, bool)> {
+        let state = self.lock();
+        let kept = state.streams.get(stream)?;
+        let first = kept.last + 1 - kept.events.len() as u64;
+        if after > kept.last || after + 1 < first {
+            return None;
+        }
+        let skip = usize::try_from(after + 1 - first).ok()?;
+        let events = kept.events.iter().skip(skip).cloned().collect();
+        Some((events, kept.last, kept.ended.is_some()))
+    }
+
+    /// A receiver told of every change of `stream`; `None` when it is not kept.
+    fn watch(&self, stream: &str) -> Option<watch::Receiver<()>> {
+        Some(self.lock().streams.get(stream)?.changed.subscribe())
+    }
+
+    /// Forgets `stream`.
+    fn forget(&self, stream: &str) {
+        self.lock().streams.remove(stream);
+    }
+}
+
+#[async_trait::async_trait]
+impl EventStore for EventLog {
+    async fn store_event(
+        &self,
+        stream_id: &str,
+        event: &ServerSseMessage,
+    ) -> Result<String, EventStoreError> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.sweep(now);
+        let kept = state.stream(stream_id, now);
+        kept.last += 1;
+        kept.touched = now;
+        let id = event_id(stream_id, kept.last);
+        let mut event = event.clone();
+        event.event_id = Some(id.clone());
+        // A request's stream ends with its response (rmcp closes it then).
+        let ends = matches!(
+            event.message.as_deref(),
+            Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
+        );
+        if ends && !stream_id.ends_with(":common") {
+            kept.ended = Some(now);
+        }
+        kept.events.push_back(event);
+        if kept.events.len() > EVENTS_KEPT {
+            kept.events.pop_front();
+        }
+        kept.changed.send_replace(());
+        Ok(id)
+    }
+
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
+        // Not used: `Resumable` answers resumptions itself, and tells rmcp of no store.
+        let _ = last_event_id;
+        Err("events are replayed by the session manager".into())
+    }
+}
+
+/// rmcp's session manager, with resumptions served from an [`EventLog`] (see the module's
+/// docs).
+#[derive(Debug)]
+pub(crate) struct Resumable {
+    inner: LocalSessionManager,
+    log: Arc<EventLog>,
+}
+
+impl Default for Resumable {
+    fn default() -> Self {
+        let log = Arc::new(EventLog::default());
+        let inner = LocalSessionManager::default().with_event_store(log.clone());
+        Resumable { inner, log }
+    }
+}
+
+/// Why a resumption is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResumeError {
+    /// rmcp's.
+    #[error(transparent)]
+    Local(#[from] LocalSessionManagerError),
+    /// The event named is not kept (any more), or not of the session's streams.
+    #[error("no event `{0}` to resume after is kept for this session")]
+    Unknown(String),
+}
+
+/// A stream of events sent by a task, ending when the task does.
+fn channel_stream(
+    mut events: mpsc::Receiver<ServerSseMessage>,
+) -> impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static {
+    futures::stream::poll_fn(move |cx| events.poll_recv(cx))
+}
+
+impl Resumable {
+    /// A request's stream after index `after`: what is kept, then what comes, until its
+    /// response.
+    fn follow(&self, stream: String, after: u64) -> Option<mpsc::Receiver<ServerSseMessage>> {
+        let mut changes = self.log.watch(&stream)?;
+        let (first, mut at, ended) = self.log.after(&stream, after)?;
+        let (tx, rx) = mpsc::channel(first.len().max(16));
+        let log = self.log.clone();
+        tokio::spawn(async move {
+            for event in first {
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+            if ended {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    () = tx.closed() => return,
+                }
+                let Some((events, last, ended)) = log.after(&stream, at) else { return };
+                at = last;
+                for event in events {
+                    if tx.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                if ended {
+                    return;
+                }
+            }
+        });
+        Some(rx)
+    }
+}
+
+impl SessionManager for Resumable {
+    type Error = ResumeError;
+    type Transport = <LocalSessionManager as SessionManager>::Transport;
+
+    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        Ok(self.inner.create_session().await?)
+    }
+
+    async fn initialize_session(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        Ok(self.inner.initialize_session(id, message).await?)
+    }
+
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        Ok(self.inner.has_session(id).await?)
+    }
+
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.log.forget(&common_stream(id));
+        Ok(self.inner.close_session(id).await?)
+    }
+
+    async fn create_stream(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        Ok(self.inner.create_stream(id, message).await?)
+    }
+
+    async fn accept_message(
+        &self,
+        id: &SessionId,
+        message: ClientJsonRpcMessage,
+    ) -> Result<(), Self::Error> {
+        Ok(self.inner.accept_message(id, message).await?)
+    }
+
+    /// rmcp's stream, first telling the client where in the session's `GET` stream it
+    /// starts, so that it can resume from there (rmcp gives every such stream the id `0`).
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        use futures::StreamExt as _;
+        let live = self.inner.create_standalone_stream(id).await?;
+        let start = ServerSseMessage::priming(self.log.last_id(&common_stream(id)), RETRY);
+        Ok(futures::stream::once(std::future::ready(start)).chain(live))
+    }
+
+    async fn resume(
+        &self,
+        id: &SessionId,
+        last_event_id: String,
+    ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
+    {
+        use futures::StreamExt as _;
+        let unknown = || ResumeError::Unknown(last_event_id.clone());
+        let (stream, after) = parse_event_id(&last_event_id).ok_or_else(unknown)?;
+        let common = common_stream(id);
+        if stream.ends_with(":common") && stream != common {
+            return Err(unknown());
+        }
+        if stream != common {
+            let events = self.follow(stream.to_owned(), after).ok_or_else(unknown)?;
+            return Ok(channel_stream(events).left_stream());
+        }
+        // The session's `GET` stream: rmcp's live stream, behind what it missed (taken
+        // after the live one is in place, so that nothing falls between them).
+        let live = self.inner.create_standalone_stream(id).await?;
+        let (missed, last, _) = self.log.after(&common, after).ok_or_else(unknown)?;
+        let seen = move |event: &ServerSseMessage| {
+            let index = event.event_id.as_deref().and_then(parse_event_id).map(|(_, i)| i);
+            std::future::ready(index.is_none_or(|index| index > last))
+        };
+        Ok(futures::stream::iter(missed).chain(live.filter(seen)).right_stream())
+    }
+
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        Ok(self.inner.restore_session(id).await?)
+    }
+}
