@@ -30,6 +30,9 @@ use tokio::sync::{mpsc, watch};
 const EVENTS_KEPT: usize = 256;
 /// How long a request's stream is kept once its response is in it.
 const ENDED_KEPT: Duration = Duration::from_secs(60);
+/// Ended streams kept at most, the latest: a result may be large, and a busy client ends
+/// many calls a minute.
+const ENDED_MAX: usize = 128;
 /// How long a stream is kept without a new event (a session's `GET` stream whose session
 /// ended without a `DELETE`, a request that never answered).
 const IDLE_KEPT: Duration = Duration::from_secs(30 * 60);
@@ -47,6 +50,8 @@ pub(crate) struct EventLog {
 #[derive(Debug, Default)]
 struct LogState {
     streams: HashMap<String, Kept>,
+    /// The streams that ended, oldest first (some may be gone already).
+    ended: VecDeque<String>,
     swept: Option<Instant>,
 }
 
@@ -90,6 +95,8 @@ impl LogState {
             kept.ended.is_none_or(|at| now.duration_since(at) < ENDED_KEPT)
                 && now.duration_since(kept.touched) < IDLE_KEPT
         });
+        let streams = &self.streams;
+        self.ended.retain(|stream| streams.contains_key(stream));
     }
 
     fn stream(&mut self, stream: &str, now: Instant) -> &mut Kept {
@@ -162,7 +169,8 @@ impl EventStore for EventLog {
             event.message.as_deref(),
             Some(ServerJsonRpcMessage::Response(_) | ServerJsonRpcMessage::Error(_))
         );
-        if ends && !stream_id.ends_with(":common") {
+        let ended = ends && !stream_id.ends_with(":common") && kept.ended.is_none();
+        if ended {
             kept.ended = Some(now);
         }
         kept.events.push_back(event);
@@ -170,6 +178,14 @@ impl EventStore for EventLog {
             kept.events.pop_front();
         }
         kept.changed.send_replace(());
+        if ended {
+            state.ended.push_back(stream_id.to_owned());
+            while state.ended.len() > ENDED_MAX {
+                if let Some(oldest) = state.ended.pop_front() {
+                    state.streams.remove(&oldest);
+                }
+            }
+        }
         Ok(id)
     }
 
@@ -343,5 +359,49 @@ impl SessionManager for Resumable {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         Ok(self.inner.restore_session(id).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::{EmptyResult, NumberOrString, ServerResult};
+
+    fn progress() -> ServerSseMessage {
+        ServerSseMessage::priming("x", RETRY)
+    }
+
+    fn response() -> ServerSseMessage {
+        let result = ServerResult::EmptyResult(EmptyResult {});
+        ServerSseMessage::from_message(ServerJsonRpcMessage::response(
+            result,
+            NumberOrString::Number(1),
+        ))
+    }
+
+    #[tokio::test]
+    async fn events_after_an_id_are_kept_until_too_many_streams_ended() {
+        let log = EventLog::default();
+        let first = log.store_event("s", &progress()).await.unwrap();
+        assert_eq!(first, "s/1");
+        assert_eq!(parse_event_id(&first), Some(("s", 1)));
+        log.store_event("s", &progress()).await.unwrap();
+        let last = log.store_event("s", &response()).await.unwrap();
+        let (events, at, ended) = log.after("s", 1).unwrap();
+        let ids: Vec<_> = events.iter().map(|e| e.event_id.clone().unwrap()).collect();
+        assert_eq!((ids, at, ended), (vec!["s/2".to_owned(), last], 3, true));
+        assert!(log.after("s", 4).is_none(), "an id the stream never gave");
+        assert!(log.after("t", 0).is_none(), "a stream never seen");
+        for n in 0..ENDED_MAX {
+            log.store_event(&format!("e{n}"), &response()).await.unwrap();
+        }
+        assert!(log.after("s", 1).is_none(), "the oldest ended stream makes room");
+        assert!(log.after(&format!("e{}", ENDED_MAX - 1), 0).is_some());
+        // A stream keeps its last events only.
+        for _ in 0..EVENTS_KEPT + 5 {
+            log.store_event("long", &progress()).await.unwrap();
+        }
+        assert!(log.after("long", 4).is_none());
+        assert_eq!(log.after("long", 5).unwrap().0.len(), EVENTS_KEPT);
     }
 }
