@@ -103,7 +103,7 @@ may use `\\n`, it is written with the file's CRLF if that is what most of its li
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
 `old_string` (what `new_string` keeps of the matched text is written in the file's style, \
 what it adds as given); spaces and tabs ending the \
-lines of a several-line `old_string` need not match. With an empty `old_string` on a missing file, the file is created with `new_string`. Returns the \
+lines of a several-line `old_string` need not match. With an empty `old_string` on a missing or empty file, `new_string` becomes its content. Returns the \
 number of replacements and a short diff. The write is atomic; if the file was read in this run \
 and has changed since, the edit is refused until you read it again.";
 
@@ -208,9 +208,23 @@ fn apply(
                 replacements += 1;
                 continue;
             }
+            // An empty file has no text to give: its first content is given so, as for a
+            // missing file (a file made with `touch` could not be edited at all).
+            if index == 0 && text.is_empty() {
+                text = op.new_string.clone();
+                replacements += 1;
+                hunks.push(Hunk {
+                    line: 1,
+                    old: String::new(),
+                    new: text.clone(),
+                    note: None,
+                    around: None,
+                });
+                continue;
+            }
             return Err(fail(format!(
-                "old_string is empty but `{}` exists: give the text to replace, or use `write` \
-                 to replace the whole file",
+                "old_string is empty but `{}` exists and is not empty: give the text to \
+                 replace, `insert_line` to add lines, or use `write` to replace the whole file",
                 path.given
             )));
         }

@@ -75,7 +75,7 @@ async fn empty_old_string_creates_a_missing_file_only() {
         .ok("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "hello\n"}))
         .await;
     assert_eq!(out, "created `new/f.txt` (1 line)");
-    expect!["old_string is empty but `new/f.txt` exists: give the text to replace, or use `write` to replace the whole file; nothing was written"]
+    expect!["old_string is empty but `new/f.txt` exists and is not empty: give the text to replace, `insert_line` to add lines, or use `write` to replace the whole file; nothing was written"]
         .assert_eq(&fx.err("edit", json!({"path": "new/f.txt", "old_string": "", "new_string": "x"})).await);
 }
 
@@ -626,4 +626,23 @@ async fn insertion_context_lines_are_cut() {
         "x".repeat(200)
     );
     assert_eq!(out, expected);
+}
+
+/// An existing empty file (made with `touch`) takes its first content from an empty
+/// `old_string`, as a missing one does: it had no text to replace, so `edit` could not
+/// change it at all.
+#[tokio::test]
+async fn empty_old_string_fills_an_empty_file() {
+    let fx = Fixture::new();
+    fx.put("empty.txt", "");
+    let out = fx
+        .ok("edit", json!({"path": "empty.txt", "old_string": "", "new_string": "first\nsecond\n"}))
+        .await;
+    expect![[r#"
+        made 1 replacement in `empty.txt`
+        @@ line 1 @@
+        +first
+        +second"#]]
+    .assert_eq(&out);
+    assert_eq!(fx.get("empty.txt"), "first\nsecond\n");
 }
