@@ -288,7 +288,7 @@ fn progress_and_response(events: &[Event]) -> (Vec<f64>, Option<Value>) {
         .filter(|d| d["method"] == "notifications/progress")
         .map(|d| d["params"]["progress"].as_f64().unwrap())
         .collect();
-    (progress, data.filter(|d| d.get("id").is_some()).last().cloned())
+    (progress, data.filter(|d| d.get("id").is_some()).next_back().cloned())
 }
 
 /// A client whose connection drops during a call gets, with `GET` and `Last-Event-ID`, the
