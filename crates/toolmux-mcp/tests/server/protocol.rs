@@ -282,13 +282,13 @@ async fn first_progress(events: &mut Events) -> String {
 
 /// The progress values and the response among `events`.
 fn progress_and_response(events: &[Event]) -> (Vec<f64>, Option<Value>) {
-    let data = events.iter().filter_map(|e| e.data.as_ref());
+    let mut data = events.iter().filter_map(|e| e.data.as_ref());
     let progress = data
         .clone()
         .filter(|d| d["method"] == "notifications/progress")
         .map(|d| d["params"]["progress"].as_f64().unwrap())
         .collect();
-    (progress, data.filter(|d| d.get("id").is_some()).next_back().cloned())
+    (progress, data.rfind(|d| d.get("id").is_some()).cloned())
 }
 
 /// A client whose connection drops during a call gets, with `GET` and `Last-Event-ID`, the
