@@ -75,6 +75,13 @@ pub trait ToolProvider: Send + Sync + fmt::Debug {
     /// The tools offered now.
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError>;
 
+    /// The tools the provider's configuration says it offers, known without starting it
+    /// (an MCP server's declared `tools`): listed while it cannot start, so that a model
+    /// knows them and each call says why they do not run. Empty by default.
+    fn declared_tools(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
     /// Whether a tool of this local name is offered now.
     async fn has_tool(&self, name: &str) -> bool {
         self.list_tools().await.is_ok_and(|tools| tools.iter().any(|t| t.name == name))

@@ -104,6 +104,16 @@ impl ProviderTools {
             self.listed = started;
         }
     }
+
+    /// Holds `tools`, the tools the provider declares, until any listing of its own comes
+    /// (whenever that listing started); whether they were taken (nothing was listed yet).
+    pub fn declare(&mut self, tools: Vec<ToolSpec>) -> bool {
+        let take = self.listed == 0 && !tools.is_empty();
+        if take {
+            self.tools = tools;
+        }
+        take
+    }
 }
 
 /// An immutable snapshot of all tools.

@@ -1213,6 +1213,10 @@ impl ToolProvider for McpProvider {
         &self.inner.name
     }
 
+    fn declared_tools(&self) -> Vec<ToolSpec> {
+        if self.inner.config.is_enabled() { self.inner.declared() } else { Vec::new() }
+    }
+
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
         let inner = &self.inner;
         if !inner.config.is_enabled() {

@@ -313,6 +313,10 @@ impl ToolProvider for PerSessionProvider {
         self.inner.template.list_tools().await
     }
 
+    fn declared_tools(&self) -> Vec<ToolSpec> {
+        self.inner.template.declared_tools()
+    }
+
     async fn has_tool(&self, name: &str) -> bool {
         self.inner.template.has_tool(name).await
     }

@@ -449,6 +449,9 @@ async fn declared_tools_are_listed_when_the_server_cannot_start() {
     });
     let declared = McpProvider::new("fixture", config).unwrap();
     assert!(declared.warmup().await.is_err());
+    // What the orchestrator lists for a provider whose warmup failed, without asking it.
+    let names: Vec<String> = declared.declared_tools().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["lookup"]);
     let tools = declared.list_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["lookup"]);
@@ -457,6 +460,7 @@ async fn declared_tools_are_listed_when_the_server_cannot_start() {
     assert!(err.report().contains("exit status: 7"), "{}", err.report());
     // Without declared tools the failure is the listing's.
     let bare = provider("exit-at-start");
+    assert!(bare.declared_tools().is_empty());
     assert!(bare.list_tools().await.is_err());
 }
 

@@ -801,6 +801,7 @@ impl Orchestrator {
             results.push((i, Err(note), waited_ms));
         }
         let mut list_errors = self.refresh_skipping(&skipped).await;
+        self.list_declared(&skipped);
         self.inner
             .not_started
             .lock()
@@ -917,6 +918,22 @@ impl Orchestrator {
         }
         self.rebuild();
         self.inner.notifier.notify();
+    }
+
+    /// The tools the providers in `namespaces` declare ([`ToolProvider::declared_tools`]),
+    /// in the registry until they start and list their own: a model knows them meanwhile,
+    /// and a call of one says why it does not run.
+    fn list_declared(&self, namespaces: &HashSet<String>) {
+        let mut declared = false;
+        {
+            let mut providers = self.inner.providers.write().unwrap_or_else(|e| e.into_inner());
+            for p in providers.iter_mut().filter(|p| namespaces.contains(p.provider.namespace())) {
+                declared |= p.declare(p.provider.declared_tools());
+            }
+        }
+        if declared {
+            self.rebuild();
+        }
     }
 
     /// The number of a listing of tools about to start ([`ProviderTools::store`]).

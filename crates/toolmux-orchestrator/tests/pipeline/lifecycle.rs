@@ -99,6 +99,8 @@ async fn warmup_is_bounded_and_one_failure_stops_nothing() {
 struct Down {
     up: Arc<std::sync::atomic::AtomicBool>,
     tries: Arc<AtomicUsize>,
+    /// Declares its tool (as an MCP server's configured `tools`).
+    declares: bool,
 }
 
 #[async_trait]
@@ -112,7 +114,19 @@ impl ToolProvider for Down {
     async fn list_tools(&self) -> Result<Vec<ToolSpec>, ToolError> {
         Ok(vec![ToolSpec::new("t", "d", json!({"type": "object"}))])
     }
+    fn declared_tools(&self) -> Vec<ToolSpec> {
+        match self.declares {
+            true => vec![ToolSpec::new("t", "declared", json!({"type": "object"}))],
+            false => Vec::new(),
+        }
+    }
     async fn call(&self, _: &str, _: Value, _: &CallContext) -> Result<ToolOutput, ToolError> {
+        if !self.up.load(Ordering::SeqCst) {
+            return Err(ToolError::Unavailable {
+                provider: "late".into(),
+                message: "cannot start: connection refused".into(),
+            });
+        }
         Ok(ToolOutput::text("up at last"))
     }
     async fn warmup(&self) -> Result<(), ToolError> {
@@ -134,7 +148,7 @@ impl ToolProvider for Down {
 async fn a_provider_down_at_the_start_joins_when_it_comes_up() {
     let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tries = Arc::new(AtomicUsize::new(0));
-    let down = Arc::new(Down { up: up.clone(), tries: tries.clone() });
+    let down = Arc::new(Down { up: up.clone(), tries: tries.clone(), declares: false });
     let o = Orchestrator::builder(OrchestratorConfig::default())
         .provider(Arc::new(MockProvider::new("m").with_tool("a", Behavior::Echo)))
         .provider(down)
@@ -166,6 +180,29 @@ async fn a_provider_down_at_the_start_joins_when_it_comes_up() {
     let now = tries.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(300)).await;
     assert_eq!(tries.load(Ordering::SeqCst), now);
+    o.cleanup().await;
+}
+
+/// A provider down when the orchestrator starts, which declares its tools, has them listed
+/// meanwhile: a model knows them and a call says why it does not run; once it is up, its
+/// own listing replaces them.
+#[tokio::test(start_paused = true)]
+async fn a_provider_down_at_the_start_offers_its_declared_tools() {
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tries = Arc::new(AtomicUsize::new(0));
+    let down = Arc::new(Down { up: up.clone(), tries, declares: true });
+    let o = Orchestrator::builder(OrchestratorConfig::default()).provider(down).build().unwrap();
+    assert!(!o.warmup().await.is_ok());
+    let listed = o.registry().get("late__t").map(|e| e.spec.description.clone());
+    assert_eq!(listed.as_deref(), Some("declared"));
+    let r = call(&o, "late__t", json!({})).await;
+    assert!(r.conversation_text().contains("cannot start: connection refused"), "{r:?}");
+    let mut changes = o.tool_list_changes().unwrap();
+    up.store(true, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(30), changes.changed()).await.unwrap();
+    let listed = o.registry().get("late__t").map(|e| e.spec.description.clone());
+    assert_eq!(listed.as_deref(), Some("d"), "its own listing replaces the declared one");
+    assert_eq!(call(&o, "late__t", json!({})).await.result.unwrap(), "up at last");
     o.cleanup().await;
 }
 
