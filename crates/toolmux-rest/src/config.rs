@@ -173,7 +173,11 @@ pub struct OpenApiConfig {
     /// Time limit of one request in milliseconds (default 30000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
-    /// Headers sent with every request.
+    /// Headers sent with every request, replacing what an operation would send under the
+    /// same name (its JSON body's `Content-Type`; a form's or multipart body's own type
+    /// stays). A header parameter the document declares under one of these names is no
+    /// argument: a model never overrides a configured header. Credentials from `auth`
+    /// replace these in turn.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// Largest response body read, in bytes (default 10 MiB).

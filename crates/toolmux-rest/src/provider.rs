@@ -320,7 +320,18 @@ impl RestProvider {
                         })?;
                     let mut request = request::build(op, base, &args)
                         .map_err(|message| RestError::Request { tool: name.to_owned(), message })?;
-                    request.headers.extend(headers.iter().cloned());
+                    // The import's `headers` replace what the operation would send under
+                    // the same name (its body's `Content-Type`, a header parameter): sent
+                    // beside it, a server sees two values and may take either. A form's
+                    // or a multipart body's own type stays, since it names the encoding
+                    // (and the parts' boundary) the body is written in.
+                    let encoded_body = matches!(request.body, Body::Form(_) | Body::Multipart(_));
+                    for (header, value) in headers {
+                        if encoded_body && header.eq_ignore_ascii_case("content-type") {
+                            continue;
+                        }
+                        request.set_header(header, value.clone());
+                    }
                     // Ask for the JSON the output schema describes, unless the import's
                     // `headers` say what to accept.
                     if let Some(output) = &op.output

@@ -208,3 +208,41 @@ async fn deep_object_queries_nest_brackets() {
     .collect();
     assert_eq!(form_pairs(query.as_bytes()), expected, "{line}");
 }
+
+/// The lines of a request's head that set `name` (any case).
+fn header_lines<'a>(request: &'a SeenRequest, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{}:", name.to_ascii_lowercase());
+    request.head.lines().filter(|line| line.to_ascii_lowercase().starts_with(&prefix)).collect()
+}
+
+/// An import's `headers` replace what an operation would send under the same name: a
+/// JSON body goes with one `Content-Type`, and a header the document also declares as a
+/// parameter goes with the configured value once; that parameter is no argument, so a
+/// model can never override what the configuration sets (a key, an API version).
+#[tokio::test]
+async fn configured_headers_replace_the_operations_own() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "h", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/op": {"post": {"operationId": "op", "parameters": [
+                {"name": "X-Api-Version", "in": "header", "schema": {"type": "string"}},
+                {"name": "X-Trace", "in": "header", "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {"type": "object",
+                "properties": {"name": {"type": "string"}}}}}}}}}});
+    let headers = [("Content-Type", "application/json"), ("x-api-version", "2024-06-01")];
+    let config = OpenApiConfig {
+        headers: headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        ..OpenApiConfig::default()
+    };
+    let provider = RestProvider::openapi_from_value("h", doc, "h.json", &config).unwrap();
+    let properties = provider.specs()[0].input_schema["properties"].clone();
+    let names: Vec<&String> = properties.as_object().unwrap().keys().collect();
+    assert_eq!(names, ["X-Trace", "name"]);
+    let request = sent(&provider, &seen, json!({"name": "Rex", "X-Trace": "t1"})).await;
+    assert_eq!(header_lines(&request, "content-type"), ["content-type: application/json"]);
+    assert_eq!(header_lines(&request, "x-api-version"), ["x-api-version: 2024-06-01"]);
+    assert_eq!(request.header("x-trace").as_deref(), Some("t1"));
+    assert_eq!(request.body, br#"{"name":"Rex"}"#);
+    let refused = provider.call("op", json!({"X-Api-Version": "1999"}), &CallContext::new()).await;
+    assert!(refused.unwrap_err().to_string().contains("unknown argument `X-Api-Version`"));
+}

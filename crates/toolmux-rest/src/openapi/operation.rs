@@ -258,6 +258,14 @@ fn build_operation(
         if supplied.iter().any(|(l, n)| *l == location && *n == key) {
             continue;
         }
+        // A header the import's `headers` set goes with the configured value: asking the
+        // model for it would let a model override what the user configured (a key, an
+        // API version), so it is no argument.
+        if location == Location::Header
+            && config.headers.keys().any(|h| h.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
         let schema = parameter_schema(doc, converter, param, &param_at)?;
         let (style, explode) = if param.get("in").and_then(Value::as_str) == Some("querystring") {
             (Style::Form, true)
