@@ -70,3 +70,29 @@ async fn reading_a_large_file_gives_lines_within_the_response_cap() {
     assert!(text.len() <= 100_000, "{}", text.len());
     toolmux.shutdown().await.expect("shut down");
 }
+
+/// The same with the crates put together by hand, as a Rust program would, with their
+/// defaults: a `read` page fits the orchestrator's default output cap, so the model gets
+/// the lines (a page stored behind a handle would, read again, be answered "unchanged").
+#[tokio::test]
+async fn by_default_a_read_page_fits_the_orchestrators_output_cap() {
+    use std::sync::Arc;
+    use toolmux::toolmux_fs::{FsConfig, FsProvider};
+    use toolmux::toolmux_orchestrator::{Orchestrator, OrchestratorConfig};
+    let root = tempfile::tempdir().expect("a temporary directory");
+    let line = format!("{}\n", "x".repeat(110));
+    std::fs::write(root.path().join("big.txt"), line.repeat(2000)).expect("a file");
+    let fs = FsProvider::new(FsConfig::new(root.path())).expect("a file provider");
+    let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(Arc::new(fs))
+        .build()
+        .expect("an orchestrator");
+    assert!(orchestrator.warmup().await.is_ok());
+    let ctx = CallContext::new().with_run_id("r");
+    let call = || ToolCall::new("fs__read", serde_json::json!({"path": "big.txt"}));
+    let result = orchestrator.execute(call(), &ctx).await;
+    let text = result.result.unwrap_or_default();
+    assert!(!text.contains("size_limit_exceeded"), "stored away instead of read");
+    assert!(text.contains("xxxxxxxxxx"), "{}", &text[..200.min(text.len())]);
+    orchestrator.cleanup().await;
+}

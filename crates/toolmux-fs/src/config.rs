@@ -378,7 +378,10 @@ pub struct FsLimits {
     /// Characters of one line `read` shows before cutting it with a marker.
     pub line_chars: usize,
     /// Bytes of text one `read` page may hold; past it the page ends early and says how
-    /// to continue.
+    /// to continue. Keep it below the orchestrator's output cap (`toolResponseMaxBytes`):
+    /// a page over the cap is stored behind a handle, the model does not see it, and yet
+    /// reading it again is answered "unchanged". The default, 95,904, fits the
+    /// orchestrator's default cap of 100,000 with room for the page's header.
     pub read_page_bytes: usize,
     /// Largest file `edit`, `multi_edit`, `apply_patch` and `write` load or write, in bytes.
     pub edit_max_bytes: u64,
@@ -399,7 +402,7 @@ impl Default for FsLimits {
         FsLimits {
             read_lines: 2000,
             line_chars: 2000,
-            read_page_bytes: 256 * 1024,
+            read_page_bytes: 100_000 - 4096,
             edit_max_bytes: 16 * 1024 * 1024,
             grep_head_limit: 250,
             glob_limit: 100,
