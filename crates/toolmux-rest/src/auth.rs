@@ -4,7 +4,7 @@
 use crate::http::excerpt;
 use crate::openapi::{Location, SecurityScheme};
 use crate::request::PreparedRequest;
-use crate::{Credentials, RestError};
+use crate::{Credentials, RestError, TokenAuthMethod};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -226,12 +226,26 @@ impl Auth {
         if !scopes.is_empty() {
             form.push(("scope", scopes.join(" ")));
         }
-        let response = client
-            .post(url)
-            .basic_auth(
-                credentials.client_id.as_deref().unwrap_or_default(),
-                credentials.client_secret.as_deref(),
-            )
+        let id = credentials.client_id.clone().unwrap_or_default();
+        let secret = credentials.client_secret.clone().unwrap_or_default();
+        let mut request = client.post(url);
+        match credentials.token_auth_method {
+            TokenAuthMethod::ClientSecretBasic => {
+                // RFC 6749 §2.3.1: id and secret are form-urlencoded before they are
+                // joined by `:`, so that a `:` in the id, or a secret beyond ASCII,
+                // reaches the endpoint as it is.
+                let pair = format!("{}:{}", form_urlencode(&id), form_urlencode(&secret));
+                request = request.header(
+                    reqwest::header::AUTHORIZATION,
+                    format!("Basic {}", base64(pair.as_bytes())),
+                );
+            }
+            TokenAuthMethod::ClientSecretPost => {
+                form.push(("client_id", id));
+                form.push(("client_secret", secret));
+            }
+        }
+        let response = request
             .form(&form)
             .timeout(Duration::from_secs(30))
             .send()
@@ -262,6 +276,22 @@ impl Auth {
         tokens.insert(key, (token.clone(), Instant::now() + lifetime));
         Ok(token)
     }
+}
+
+/// `text` as `application/x-www-form-urlencoded` writes it: ASCII letters, digits and
+/// `*-._` as they are, a space as `+`, every other byte of its UTF-8 as `%XX`.
+fn form_urlencode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(char::from(byte));
+            }
+            b' ' => out.push('+'),
+            other => out.push_str(&format!("%{other:02X}")),
+        }
+    }
+    out
 }
 
 /// Standard base64 with padding (twenty lines beat a dependency).

@@ -262,8 +262,8 @@ pub struct Selector {
 
 /// Credentials for one security scheme; which fields apply depends on the scheme's type:
 /// `apiKey` (API key in a header, query parameter or cookie), `token` (HTTP bearer),
-/// `username`/`password` (HTTP basic), `clientId`/`clientSecret`/`scopes` (OAuth2 client
-/// credentials). Values come from the environment through `${VAR}` and are never logged.
+/// `username`/`password` (HTTP basic), `clientId`/`clientSecret`/`scopes`/`tokenUrl`/
+/// `tokenAuthMethod` (OAuth2 client credentials). Values come from the environment through `${VAR}` and are never logged.
 #[derive(Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Credentials {
@@ -291,6 +291,30 @@ pub struct Credentials {
     /// Overrides the scheme's token URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_url: Option<String>,
+    /// How the OAuth2 client's id and secret go to the token endpoint (default
+    /// `client_secret_basic`).
+    #[serde(default, skip_serializing_if = "TokenAuthMethod::is_default")]
+    pub token_auth_method: TokenAuthMethod,
+}
+
+/// How an OAuth2 client proves who it is to the token endpoint, named as RFC 7591's
+/// `token_endpoint_auth_method` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenAuthMethod {
+    /// In an HTTP Basic `Authorization` header, id and secret each form-urlencoded first
+    /// (RFC 6749 §2.3.1): what every conforming token endpoint accepts.
+    #[default]
+    ClientSecretBasic,
+    /// As the `client_id` and `client_secret` fields of the token request's form, for
+    /// endpoints that read them only there.
+    ClientSecretPost,
+}
+
+impl TokenAuthMethod {
+    fn is_default(&self) -> bool {
+        *self == TokenAuthMethod::default()
+    }
 }
 
 impl Credentials {
@@ -329,6 +353,7 @@ impl fmt::Debug for Credentials {
             .field("client_secret", &redact(&self.client_secret))
             .field("scopes", &self.scopes)
             .field("token_url", &self.token_url)
+            .field("token_auth_method", &self.token_auth_method)
             .finish()
     }
 }

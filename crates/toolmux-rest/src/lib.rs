@@ -79,7 +79,7 @@ mod web;
 
 pub use config::{
     Credentials, DEFAULT_MAX_REDIRECTS, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_TOOLS,
-    DEFAULT_TIMEOUT_MS, OpenApiConfig, RestToolConfig, Selector,
+    DEFAULT_TIMEOUT_MS, OpenApiConfig, RestToolConfig, Selector, TokenAuthMethod,
 };
 pub use error::RestError;
 pub use later::OpenApiImport;

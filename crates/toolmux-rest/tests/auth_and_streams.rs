@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use toolmux_core::{CallContext, Progress, ProgressSink, ToolProvider};
-use toolmux_rest::{Credentials, OpenApiConfig, RestProvider, RestToolConfig};
+use toolmux_rest::{Credentials, OpenApiConfig, RestProvider, RestToolConfig, TokenAuthMethod};
 
 /// Echoes what arrived: request line, authorization, api key header and cookie.
 fn echo(seen: &SeenRequest) -> Value {
@@ -145,6 +145,55 @@ async fn oauth_client_credentials_token_is_fetched_once_and_cached() {
     // base64("client:client-secret")
     assert_eq!(bodies[0].0.as_deref(), Some("Basic Y2xpZW50OmNsaWVudC1zZWNyZXQ="));
     assert_eq!(bodies[0].1, "grant_type=client_credentials&scope=read");
+}
+
+/// The client's id and secret are form-urlencoded before they go into HTTP Basic
+/// (RFC 6749 §2.3.1), so that a secret holding `:` or letters beyond ASCII reaches a
+/// conforming token endpoint as it is: the endpoint decodes both halves.
+#[tokio::test]
+async fn oauth_client_credentials_are_form_encoded_for_basic() {
+    let server = token_server(3600, false).await;
+    let mut auth = credentials();
+    let oauth = auth.get_mut("oauth").unwrap();
+    oauth.client_id = Some("app id".into());
+    oauth.client_secret = Some("p:ss wörd+/~".into());
+    let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
+    let provider =
+        RestProvider::openapi_from_value("s", secured_document(&server.base), "s.json", &config)
+            .unwrap();
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    let bodies = server.token_bodies.lock().unwrap().clone();
+    // base64("app+id:p%3Ass+w%C3%B6rd%2B%2F%7E")
+    assert_eq!(bodies[0].0.as_deref(), Some("Basic YXBwK2lkOnAlM0Fzcyt3JUMzJUI2cmQlMkIlMkYlN0U="));
+    assert_eq!(bodies[0].1, "grant_type=client_credentials&scope=read");
+}
+
+/// `tokenAuthMethod: client_secret_post` sends the client's id and secret as fields of
+/// the token request's form, for endpoints that read them only there, and no Basic header.
+#[tokio::test]
+async fn oauth_client_credentials_can_go_in_the_form() {
+    let server = token_server(3600, false).await;
+    let mut auth = credentials();
+    let oauth = auth.get_mut("oauth").unwrap();
+    oauth.client_id = Some("app id".into());
+    oauth.client_secret = Some("p:ss wörd+/~".into());
+    oauth.token_auth_method = TokenAuthMethod::ClientSecretPost;
+    let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
+    let provider =
+        RestProvider::openapi_from_value("s", secured_document(&server.base), "s.json", &config)
+            .unwrap();
+    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    let bodies = server.token_bodies.lock().unwrap().clone();
+    assert_eq!(bodies[0].0, None);
+    assert_eq!(
+        bodies[0].1,
+        "grant_type=client_credentials&scope=read&client_id=app+id\
+         &client_secret=p%3Ass+w%C3%B6rd%2B%2F%7E"
+    );
+    let parsed: Credentials =
+        serde_json::from_value(json!({"clientId": "a", "tokenAuthMethod": "client_secret_post"}))
+            .unwrap();
+    assert_eq!(parsed.token_auth_method, TokenAuthMethod::ClientSecretPost);
 }
 
 #[tokio::test]
