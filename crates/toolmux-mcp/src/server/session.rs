@@ -760,11 +760,26 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
     #[derive(Deserialize)]
     struct Peek<'a> {
         #[serde(borrow)]
+        jsonrpc: Option<&'a RawValue>,
+        #[serde(borrow)]
         id: Option<&'a RawValue>,
         #[serde(borrow)]
         method: Option<&'a RawValue>,
         #[serde(borrow)]
         params: Option<&'a RawValue>,
+    }
+    // A batch (rmcp answered it `-32600` with no id): MCP has none since 2025-06-18.
+    if line.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return match serde_json::from_slice::<serde::de::IgnoredAny>(line) {
+            Ok(_) => error(
+                &serde_json::Value::Null,
+                -32600,
+                "Invalid Request: a batch (a JSON array) is no MCP message; send one message a \
+                 line"
+                    .to_owned(),
+            ),
+            Err(e) => error(&serde_json::Value::Null, -32700, format!("Parse error: {e}")),
+        };
     }
     let peek: Peek<'_> = match serde_json::from_slice(line) {
         Ok(peek) => peek,
@@ -773,11 +788,30 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
         }
         Err(_) => return None,
     };
-    if peek.method.map(RawValue::get) != Some(r#""tools/call""#) {
-        return None;
-    }
+    peek.method?;
     let id: serde_json::Value = serde_json::from_str(peek.id?.get()).ok()?;
     if !(id.is_string() || id.is_number()) {
+        return None;
+    }
+    // A request rmcp cannot read is answered without its id, and its client waits on:
+    // what is wrong with its form is answered here, with the id.
+    let version = peek.jsonrpc.map(RawValue::get);
+    if version != Some(r#""2.0""#)
+        && version.and_then(|v| serde_json::from_str::<String>(v).ok()).as_deref() != Some("2.0")
+    {
+        return error(&id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\"".to_owned());
+    }
+    if let Some(params) = peek.params.map(RawValue::get)
+        && !params.starts_with('{')
+        && params != "null"
+    {
+        return error(
+            &id,
+            -32602,
+            format!("Invalid params: `params` must be an object, not `{params}`"),
+        );
+    }
+    if peek.method.map(RawValue::get) != Some(r#""tools/call""#) {
         return None;
     }
     let params: Option<serde_json::Value> =
@@ -1029,6 +1063,13 @@ impl AsyncWrite for OutboxWriter {
         while let Some(at) = rest.iter().position(|&b| b == b'\n') {
             let mut line = std::mem::take(&mut this.partial);
             line.extend_from_slice(&rest[..=at]);
+            // rmcp answers a message it cannot read with an error without `id`, which
+            // JSON-RPC wants there, `null` when unknown.
+            const NO_ID: &[u8] = br#"{"jsonrpc":"2.0","error":"#;
+            if line.starts_with(NO_ID) {
+                let at = NO_ID.len() - br#""error":"#.len();
+                line.splice(at..at, br#""id":null,"#.iter().copied());
+            }
             if !this.out.send(line) {
                 return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
             }

@@ -405,8 +405,13 @@ impl RawClient {
     }
 
     async fn send(&mut self, message: serde_json::Value) {
+        self.send_line(&message.to_string()).await;
+    }
+
+    /// Sends `line` as it is, and a newline.
+    async fn send_line(&mut self, line: &str) {
         use tokio::io::AsyncWriteExt;
-        let line = format!("{message}\n");
+        let line = format!("{line}\n");
         within(self.writer.write_all(line.as_bytes())).await.unwrap();
     }
 
@@ -612,4 +617,46 @@ async fn relayed_tools_are_relayed_and_answered_as_any_call() {
     let said = within(client.call_tool(CallToolRequestParams::new("say"))).await.unwrap();
     assert_eq!(first_text(&said), "said");
     assert_eq!((mock.relayed_calls(), mock.total_calls()), (6, 6));
+}
+
+/// A line that is JSON but no message is answered with an error carrying an id, as
+/// JSON-RPC wants: the request's own when it has one (its client waits for that id; rmcp
+/// answered `-32600` with no id at all, and the client waited on), else `null`; a batch
+/// is told that MCP has none. The session goes on.
+#[tokio::test]
+async fn lines_that_are_no_message_are_answered_with_their_id() {
+    let (stream, server) = socket_pair(fixture(0), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":[1]}"#,
+        r#"{"id":8,"method":"ping"}"#,
+        r#"{"jsonrpc":"1.0","id":"nine","method":"tools/list"}"#,
+        r#"[{"jsonrpc":"2.0","id":10,"method":"ping"}]"#,
+        r#"{"jsonrpc":"2.0","id":{"an":"object"},"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":11,"method":"ping"}"#,
+    ];
+    for line in lines {
+        client.send_line(line).await;
+    }
+    let mut answers = Vec::new();
+    while answers.last().is_none_or(|a: &serde_json::Value| a["id"] != 11) {
+        answers.push(client.next().await);
+    }
+    let of = |id: serde_json::Value| {
+        answers.iter().find(|a| a.get("id") == Some(&id)).cloned().unwrap_or_else(|| {
+            panic!("no answer with id {id}: {answers:?}");
+        })
+    };
+    assert_eq!(of(json!(7))["error"]["code"], -32602, "{answers:?}");
+    assert_eq!(of(json!(8))["error"]["code"], -32600, "{answers:?}");
+    assert_eq!(of(json!("nine"))["error"]["code"], -32600, "{answers:?}");
+    let nulls: Vec<_> = answers.iter().filter(|a| a.get("id") == Some(&json!(null))).collect();
+    assert_eq!(nulls.len(), 2, "{answers:?}");
+    assert!(nulls.iter().all(|a| a["error"]["code"] == -32600), "{answers:?}");
+    assert!(nulls.iter().any(|a| a["error"]["message"].as_str().unwrap().contains("batch")));
+    assert!(answers.iter().all(|a| a.get("id").is_some()), "every answer has an id: {answers:?}");
+    assert_eq!(of(json!(11))["result"], json!({}));
+    drop(client);
+    within(server).await.unwrap().unwrap();
 }
