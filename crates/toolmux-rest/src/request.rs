@@ -461,12 +461,13 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
         out.push(format!("{name}={}", encode(&json_text(value))));
         return;
     }
-    let text = |v: &Value| encode(&value_text(v));
+    let value_encoded = |v: &str| if field.allow_reserved { encode_reserved(v) } else { encode(v) };
+    let text = |v: &Value| value_encoded(&value_text(v));
     match value {
         Value::Array(_) | Value::Object(_) if field.style == Style::DeepObject => {
             let mut pairs = Vec::new();
             deep_pairs(field.name.clone(), value, &mut pairs);
-            out.extend(pairs.iter().map(|(k, v)| format!("{}={}", encode(k), encode(v))));
+            out.extend(pairs.iter().map(|(k, v)| format!("{}={}", encode(k), value_encoded(v))));
         }
         Value::Array(items) => {
             let sep = match field.style {
@@ -497,6 +498,27 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// A query value as OpenAPI's `allowReserved: true` writes it, RFC 6570's reserved
+/// expansion: RFC 3986's reserved characters and `%XX` triples stay as they are, except
+/// those that would change the query's shape, which OpenAPI leaves the client to encode:
+/// `#` (it would end the query), `[` and `]` (not allowed in one), `&` and `+` (a new pair
+/// and a space to a form decoder). Everything else but unreserved characters is encoded,
+/// a `%` outside a triple too.
+fn encode_reserved(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    for (i, &byte) in bytes.iter().enumerate() {
+        let triple = byte == b'%'
+            && bytes.get(i + 1..i + 3).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit));
+        if triple || byte.is_ascii_alphanumeric() || b"-._~:/?@!$'()*,;=".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +532,7 @@ mod tests {
             name: name.into(),
             style,
             explode,
+            allow_reserved: false,
             binary: false,
             content_type: None,
         }

@@ -246,3 +246,30 @@ async fn configured_headers_replace_the_operations_own() {
     let refused = provider.call("op", json!({"X-Api-Version": "1999"}), &CallContext::new()).await;
     assert!(refused.unwrap_err().to_string().contains("unknown argument `X-Api-Version`"));
 }
+
+/// A query parameter with `allowReserved: true` keeps RFC 3986's reserved characters and
+/// `%XX` triples as they are (`q=a/b`, a URL as a value), except those that would change
+/// the query's structure (`#`, `&`, `+`, `[`, `]`), which are encoded with spaces and
+/// the rest; a parameter without it has them all encoded.
+#[tokio::test]
+async fn allow_reserved_query_values_keep_reserved_characters() {
+    let (base, seen) = keeping_server().await;
+    let param = |name: &str, reserved: bool| {
+        json!({"name": name, "in": "query", "allowReserved": reserved,
+            "schema": {"type": "array", "items": {"type": "string"}}, "explode": false})
+    };
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "r", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/find": {"get": {"operationId": "find",
+            "parameters": [param("q", true), param("plain", false)]}}}});
+    let provider =
+        RestProvider::openapi_from_value("r", doc, "r.json", &OpenApiConfig::default()).unwrap();
+    let value = "a/b?c=d:e;f@g!$()*";
+    let args = json!({"q": [value, "x y&z+1#[2]", "%2F 5%"], "plain": ["a/b"]});
+    provider.call("find", args, &CallContext::new()).await.unwrap();
+    let line = seen.lock().unwrap().last().unwrap().request_line().to_owned();
+    assert_eq!(
+        line,
+        "GET /find?q=a/b?c=d:e;f@g!$()*,x%20y%26z%2B1%23%5B2%5D,%2F%205%25&plain=a%2Fb HTTP/1.1"
+    );
+}

@@ -67,6 +67,9 @@ pub(crate) struct Field {
     pub(crate) name: String,
     pub(crate) style: Style,
     pub(crate) explode: bool,
+    /// A query parameter's `allowReserved`: its values keep RFC 3986's reserved
+    /// characters (`/`, `:`, `?`…) unencoded where they cannot change the query's shape.
+    pub(crate) allow_reserved: bool,
     /// A multipart field sent as a file.
     pub(crate) binary: bool,
     /// The media type of a multipart body's part for this field, from the body's
