@@ -304,7 +304,7 @@ fn form_pairs(
     match (style, value) {
         (Style::Json, _) => out.push((name.to_owned(), json_text(value))),
         (Style::DeepObject, Value::Array(_) | Value::Object(_)) => {
-            deep_pairs(name.to_owned(), value, out);
+            deep_pairs(name.to_owned(), value, Empty::Value, out);
         }
         (_, Value::Array(items)) => {
             let sep = match style {
@@ -334,21 +334,39 @@ fn form_pairs(
 
 /// `deepObject` pairs (not yet encoded), nested as PHP, Rails and Stripe read them: an
 /// object's members as `name[key]`, an array's items as `name[0]`, deeper values alike
-/// (`line_items[0][price]`); an empty object or array sends nothing.
-fn deep_pairs(prefix: String, value: &Value, out: &mut Vec<(String, String)>) {
+/// (`line_items[0][price]`). An empty object or array is `name=` with `Empty::Value` (a
+/// form body: Stripe clears an object's metadata on `metadata=`, and nothing else can say
+/// it), and sends nothing with `Empty::Nothing` (a query, where an empty value would be a
+/// filter on the empty string).
+fn deep_pairs(prefix: String, value: &Value, empty: Empty, out: &mut Vec<(String, String)>) {
     match value {
+        Value::Object(map) if map.is_empty() && empty == Empty::Value => {
+            out.push((prefix, String::new()));
+        }
+        Value::Array(items) if items.is_empty() && empty == Empty::Value => {
+            out.push((prefix, String::new()));
+        }
         Value::Object(map) => {
             for (key, member) in map {
-                deep_pairs(format!("{prefix}[{key}]"), member, out);
+                deep_pairs(format!("{prefix}[{key}]"), member, empty, out);
             }
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                deep_pairs(format!("{prefix}[{i}]"), item, out);
+                deep_pairs(format!("{prefix}[{i}]"), item, empty, out);
             }
         }
         other => out.push((prefix, value_text(other))),
     }
+}
+
+/// What an empty object or array becomes under `deepObject`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Empty {
+    /// `name=`.
+    Value,
+    /// No pair at all.
+    Nothing,
 }
 
 /// The message for an argument no parameter or body property takes: a misspelled name
@@ -466,7 +484,7 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
     match value {
         Value::Array(_) | Value::Object(_) if field.style == Style::DeepObject => {
             let mut pairs = Vec::new();
-            deep_pairs(field.name.clone(), value, &mut pairs);
+            deep_pairs(field.name.clone(), value, Empty::Nothing, &mut pairs);
             out.extend(pairs.iter().map(|(k, v)| format!("{}={}", encode(k), value_encoded(v))));
         }
         Value::Array(items) => {

@@ -273,3 +273,31 @@ async fn allow_reserved_query_values_keep_reserved_characters() {
         "GET /find?q=a/b?c=d:e;f@g!$()*,x%20y%26z%2B1%23%5B2%5D,%2F%205%25&plain=a%2Fb HTTP/1.1"
     );
 }
+
+/// An empty object or array under `deepObject` in a form body goes as `name=`: Stripe
+/// clears an object's metadata when it receives `metadata=`, and sending nothing left
+/// no way to do it; nested, the empty member goes alike (`shipping[address]=`).
+#[tokio::test]
+async fn empty_deep_objects_in_forms_go_as_empty_values() {
+    let (base, seen) = keeping_server().await;
+    let deep = json!({"style": "deepObject", "explode": true});
+    let provider = import(
+        &base,
+        "application/x-www-form-urlencoded",
+        json!({
+            "schema": {"type": "object", "properties": {
+                "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                "expand": {"type": "array", "items": {"type": "string"}},
+                "shipping": {"type": "object"}}},
+            "encoding": {"metadata": deep, "expand": deep, "shipping": deep}
+        }),
+    );
+    let args = json!({"metadata": {}, "expand": [], "shipping": {"name": "Rex", "address": {}}});
+    let request = sent(&provider, &seen, args).await;
+    let expected: Vec<(String, String)> =
+        [("expand", ""), ("metadata", ""), ("shipping[address]", ""), ("shipping[name]", "Rex")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+    assert_eq!(form_pairs(&request.body), expected);
+}
