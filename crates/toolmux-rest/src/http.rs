@@ -193,12 +193,8 @@ pub(crate) async fn send(
             let mut form = reqwest::multipart::Form::new();
             for field in fields {
                 let untyped = || {
-                    if field.file {
-                        reqwest::multipart::Part::bytes(field.value.clone().into_bytes())
-                            .file_name(field.name.clone())
-                    } else {
-                        reqwest::multipart::Part::text(field.value.clone())
-                    }
+                    let part = reqwest::multipart::Part::bytes(field.value.clone());
+                    if field.file { part.file_name(field.name.clone()) } else { part }
                 };
                 // A media type reqwest cannot parse leaves the part untyped.
                 let part = match &field.content_type {

@@ -32,7 +32,8 @@ pub(crate) enum Body {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct MultipartField {
     pub(crate) name: String,
-    pub(crate) value: String,
+    /// The part's content: text as UTF-8, or a file's bytes.
+    pub(crate) value: Vec<u8>,
     /// Sent as a file part named after the field.
     pub(crate) file: bool,
     /// The part's media type, when it has one.
@@ -202,7 +203,7 @@ pub(crate) fn build(
             };
             match payload {
                 None => Body::None,
-                Some(value) => encode_body(spec.encoding, &spec.content_type, value, &op.fields),
+                Some(value) => encode_body(spec.encoding, &spec.content_type, value, &op.fields)?,
             }
         }
     };
@@ -215,18 +216,23 @@ pub(crate) fn build(
     Ok(PreparedRequest { method: op.method.clone(), url, headers, cookies, body })
 }
 
-fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields: &[Field]) -> Body {
+fn encode_body(
+    encoding: BodyEncoding,
+    content_type: &str,
+    value: Value,
+    fields: &[Field],
+) -> Result<Body, String> {
     match encoding {
-        BodyEncoding::Json => Body::Json(value),
+        BodyEncoding::Json => Ok(Body::Json(value)),
         BodyEncoding::Raw => {
-            Body::Raw { content_type: content_type.to_owned(), text: value_text(&value) }
+            Ok(Body::Raw { content_type: content_type.to_owned(), text: value_text(&value) })
         }
         BodyEncoding::Form => {
             let Value::Object(map) = value else {
-                return Body::Raw {
+                return Ok(Body::Raw {
                     content_type: content_type.to_owned(),
                     text: value_text(&value),
-                };
+                });
             };
             let mut pairs = Vec::new();
             for (name, value) in map {
@@ -240,49 +246,120 @@ fn encode_body(encoding: BodyEncoding, content_type: &str, value: Value, fields:
                 };
                 form_pairs(&name, &value, style, explode, &mut pairs);
             }
-            Body::Form(pairs)
+            Ok(Body::Form(pairs))
         }
         BodyEncoding::Multipart => {
             let Value::Object(map) = value else {
-                return Body::Raw {
+                return Ok(Body::Raw {
                     content_type: content_type.to_owned(),
                     text: value_text(&value),
-                };
+                });
             };
-            let parts = map
-                .into_iter()
-                .flat_map(|(name, value)| {
-                    let field = body_field(fields, &name);
-                    let file = field.is_some_and(|f| f.binary);
-                    let declared = field.and_then(|f| f.content_type.clone());
-                    let values = match value {
-                        Value::Array(items) if !file => items,
-                        other => vec![other],
-                    };
-                    values.into_iter().map(move |v| {
-                        // OpenAPI's default media types of parts: JSON for an object or
-                        // an array, an octet stream for a file, plain text otherwise.
-                        let content_type = declared.clone().or_else(|| {
-                            if v.is_object() || v.is_array() {
-                                Some("application/json".to_owned())
-                            } else if file {
-                                Some("application/octet-stream".to_owned())
+            let mut parts = Vec::new();
+            for (name, value) in map {
+                let field = body_field(fields, &name);
+                let file = field.is_some_and(|f| f.binary);
+                let base64 = field.is_some_and(|f| f.base64);
+                let declared = field.and_then(|f| f.content_type.clone());
+                let argument = field.map_or(name.as_str(), |f| f.flat.as_str());
+                // A list is one part each, files or not.
+                let listed = value.is_array();
+                let values = match value {
+                    Value::Array(items) => items,
+                    other => vec![other],
+                };
+                for (i, v) in values.into_iter().enumerate() {
+                    let (bytes, media) = if base64 {
+                        file_bytes(&v).map_err(|why| {
+                            let which = if listed {
+                                format!("item {i} of argument `{argument}`")
                             } else {
-                                None
-                            }
-                        });
-                        MultipartField {
-                            name: name.clone(),
-                            value: value_text(&v),
-                            file,
-                            content_type,
+                                format!("argument `{argument}`")
+                            };
+                            format!(
+                                "{which} is not a file in base64, as its schema says it is \
+                                 given: {why}"
+                            )
+                        })?
+                    } else {
+                        (value_text(&v).into_bytes(), None)
+                    };
+                    // OpenAPI's default media types of parts: JSON for an object or an
+                    // array, an octet stream for a file, plain text otherwise; a `data:`
+                    // URL's own type before the defaults.
+                    let content_type = declared.clone().or(media).or_else(|| {
+                        if file {
+                            Some("application/octet-stream".to_owned())
+                        } else if v.is_object() || v.is_array() {
+                            Some("application/json".to_owned())
+                        } else {
+                            None
                         }
-                    })
-                })
-                .collect();
-            Body::Multipart(parts)
+                    });
+                    parts.push(MultipartField {
+                        name: name.clone(),
+                        value: bytes,
+                        file,
+                        content_type,
+                    });
+                }
+            }
+            Ok(Body::Multipart(parts))
         }
     }
+}
+
+/// The bytes of a file given in base64, and the media type of a `data:` URL
+/// (`data:image/png;base64,iVBOR…`, which models often write for a file).
+fn file_bytes(value: &Value) -> Result<(Vec<u8>, Option<String>), String> {
+    let Value::String(text) = value else {
+        return Err(format!("a string of base64 is expected, not {value}"));
+    };
+    let (media, digits) = match text.strip_prefix("data:").and_then(|rest| rest.split_once(',')) {
+        Some((header, digits)) if header.ends_with(";base64") => {
+            let media = header.split(';').next().unwrap_or_default().trim();
+            ((!media.is_empty()).then(|| media.to_owned()), digits)
+        }
+        _ => (None, text.as_str()),
+    };
+    Ok((decode_base64(digits)?, media))
+}
+
+/// The bytes of base64 text: the standard alphabet or the URL-safe one, padding optional,
+/// whitespace (the line breaks of MIME's 76-column lines) ignored.
+fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let (mut buffer, mut bits, mut padded) = (0u32, 0u32, false);
+    for (i, c) in text.chars().enumerate() {
+        let digit = match c {
+            'A'..='Z' => u32::from(c) - u32::from('A'),
+            'a'..='z' => u32::from(c) - u32::from('a') + 26,
+            '0'..='9' => u32::from(c) - u32::from('0') + 52,
+            '+' | '-' => 62,
+            '/' | '_' => 63,
+            '=' => {
+                padded = true;
+                continue;
+            }
+            c if c.is_ascii_whitespace() => continue,
+            other => return Err(format!("`{other}` (character {}) is no base64 digit", i + 1)),
+        };
+        if padded {
+            return Err("digits follow the `=` padding".into());
+        }
+        buffer = (buffer << 6) | digit;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((buffer >> bits) as u8);
+            buffer &= (1 << bits) - 1;
+        }
+    }
+    // Four digits make three bytes; a lone digit after the last whole group is no byte.
+    if bits == 6 {
+        return Err("its digits end one short of a whole byte (truncated?)".into());
+    }
+    Ok(out)
 }
 
 /// The body field named `name` in the request.
@@ -552,6 +629,7 @@ mod tests {
             explode,
             allow_reserved: false,
             binary: false,
+            base64: false,
             content_type: None,
         }
     }
@@ -741,5 +819,23 @@ mod tests {
         assert_eq!(path_value(&f, &json!([1, 2])), ";p=1;p=2");
         let f = field("p", Location::Path, "p", Style::Matrix, false);
         assert_eq!(path_value(&f, &json!({"a": 1})), ";p=a,1");
+    }
+
+    #[test]
+    fn base64_decodes_either_alphabet_with_or_without_padding() {
+        let decode =
+            |text: &str| decode_base64(text).map(|b| String::from_utf8_lossy(&b).into_owned());
+        assert_eq!(decode("Zm9vYmFy").unwrap(), "foobar");
+        assert_eq!(decode("Zm9vYg==").unwrap(), "foob");
+        assert_eq!(decode("Zm9vYg").unwrap(), "foob");
+        assert_eq!(decode("Zm9v\r\nYmE=").unwrap(), "fooba");
+        assert_eq!(decode_base64("-_8").unwrap(), [0xfb, 0xff]);
+        assert_eq!(decode_base64("+/8=").unwrap(), [0xfb, 0xff]);
+        expect_test::expect!["`!` (character 4) is no base64 digit"]
+            .assert_eq(&decode("Zm9!").unwrap_err());
+        expect_test::expect!["its digits end one short of a whole byte (truncated?)"]
+            .assert_eq(&decode("Zm9vY").unwrap_err());
+        expect_test::expect!["digits follow the `=` padding"]
+            .assert_eq(&decode("Zg==Zg").unwrap_err());
     }
 }

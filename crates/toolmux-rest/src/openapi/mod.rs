@@ -70,8 +70,11 @@ pub(crate) struct Field {
     /// A query parameter's `allowReserved`: its values keep RFC 3986's reserved
     /// characters (`/`, `:`, `?`…) unencoded where they cannot change the query's shape.
     pub(crate) allow_reserved: bool,
-    /// A multipart field sent as a file.
+    /// A multipart field sent as a file (one part each, for a list of files).
     pub(crate) binary: bool,
+    /// A multipart file given as base64 (`format: byte`, `contentEncoding: base64`),
+    /// decoded into the part's bytes; `binary` too.
+    pub(crate) base64: bool,
     /// The media type of a multipart body's part for this field, from the body's
     /// `encoding` (`image/png`); without one, an object goes as `application/json`, a file
     /// as `application/octet-stream` and anything else as plain text.

@@ -283,6 +283,7 @@ fn build_operation(
                 allow_reserved: location == Location::Query
                     && param.get("allowReserved") == Some(&Value::Bool(true)),
                 binary: false,
+                base64: false,
                 content_type: None,
             },
             schema,
@@ -305,6 +306,7 @@ fn build_operation(
                     explode: false,
                     allow_reserved: false,
                     binary: false,
+                    base64: false,
                     content_type: None,
                 },
                 schema: json!({"type": "string",
@@ -787,7 +789,8 @@ fn swagger_request_body(
     for (param, at) in form_params {
         let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
         let schema = parameter_schema(doc, converter, param, at)?;
-        let binary = param.get("type").and_then(Value::as_str) == Some("file");
+        let base64 = multipart && param.get("format").and_then(Value::as_str) == Some("byte");
+        let binary = base64 || param.get("type").and_then(Value::as_str) == Some("file");
         let (style, explode) = parameter_style(doc, param, Location::Query);
         candidates.push(Candidate {
             field: Field {
@@ -798,6 +801,7 @@ fn swagger_request_body(
                 explode,
                 allow_reserved: false,
                 binary,
+                base64,
                 content_type: None,
             },
             schema,
@@ -831,7 +835,10 @@ fn body_candidates(
         if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
     if let Some(ObjectShape { properties: props, required: required_props, open }) = shape {
         for (name, prop) in props {
-            let binary = prop.get("format").and_then(Value::as_str) == Some("binary");
+            let (binary, base64) = match encoding {
+                BodyEncoding::Multipart => file_content(converter, &prop, 0)?,
+                _ => (false, false),
+            };
             let is_required = required && required_props.contains(&name);
             let declared = fields.and_then(|f| f.get(&name)).and_then(Value::as_object);
             let (style, explode, content_type) =
@@ -845,6 +852,7 @@ fn body_candidates(
                     explode,
                     allow_reserved: false,
                     binary,
+                    base64,
                     content_type,
                 },
                 schema: prop,
@@ -865,12 +873,46 @@ fn body_candidates(
             explode: true,
             allow_reserved: false,
             binary: false,
+            base64: false,
             content_type: None,
         },
         schema,
         required,
     });
     Ok(false)
+}
+
+/// Whether a multipart property is a file, and whether it is given as base64: `format:
+/// binary` is a file whose argument is its content as text; `format: byte` (or
+/// `base64`, as OpenAPI 3.0's examples write it) and `contentEncoding: base64` (3.1) are
+/// files whose argument is base64 of their bytes. A list of files (`type: array` of such
+/// items) is one file part each, as it was one part each of anything else.
+fn file_content(
+    converter: &mut SchemaConverter<'_>,
+    schema: &Value,
+    depth: usize,
+) -> Result<(bool, bool), RestError> {
+    let resolved;
+    let schema = match ref_name(schema) {
+        Some(name) => {
+            resolved = converter.definition(name)?.cloned().unwrap_or_default();
+            &resolved
+        }
+        None => schema,
+    };
+    let format = schema.get("format").and_then(Value::as_str);
+    let encoded = schema
+        .get("contentEncoding")
+        .and_then(Value::as_str)
+        .is_some_and(|e| e.eq_ignore_ascii_case("base64") || e.eq_ignore_ascii_case("base64url"));
+    let base64 = encoded || matches!(format, Some("byte" | "base64"));
+    if base64 || format == Some("binary") {
+        return Ok((true, base64));
+    }
+    match schema.get("items") {
+        Some(items) if depth == 0 && items.is_object() => file_content(converter, items, 1),
+        _ => Ok((false, false)),
+    }
 }
 
 /// How one property of a form or multipart body goes, from its `encoding` entry: its
