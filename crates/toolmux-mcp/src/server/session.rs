@@ -1097,7 +1097,12 @@ struct Framer {
     line: Vec<u8>,
     /// The rest of the current line goes to rmcp as it arrives (it was too long).
     streaming: bool,
+    /// Of a line streamed to rmcp: its length so far, and its id as it is found.
+    long: LongLine,
 }
+
+/// The longest line rmcp reads; it drops longer ones, unanswered.
+const LINE_MAX: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
 impl Framer {
     /// Takes bytes from `available`: how many it took, and a whole short line if that
@@ -1108,13 +1113,118 @@ impl Framer {
         if self.streaming || self.line.len() + take > FAST_LINE_MAX {
             let mut chunk = std::mem::take(&mut self.line);
             chunk.extend_from_slice(&available[..take]);
+            self.long.read(&chunk);
             router.send_to_rmcp(chunk);
             self.streaming = newline.is_none();
+            if !self.streaming {
+                let long = std::mem::take(&mut self.long);
+                // rmcp drops the line without a word: its client would wait for ever.
+                if long.length > LINE_MAX + 1 {
+                    let id = long.id();
+                    let message = format!(
+                        "Invalid Request: the message is {} bytes, over the {} MiB a line may \
+                         have; it was dropped",
+                        long.length - 1,
+                        LINE_MAX >> 20
+                    );
+                    let error = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32600, "message": message}});
+                    if let Ok(mut line) = serde_json::to_vec(&error) {
+                        line.push(b'\n');
+                        router.out.send(line);
+                    }
+                }
+            }
             (take, None)
         } else {
             self.line.extend_from_slice(&available[..take]);
             (take, newline.map(|_| std::mem::take(&mut self.line)))
         }
+    }
+}
+
+/// What is learned of a line streamed to rmcp as its bytes pass: its length, and the
+/// value of its top-level `id` (an object's member at depth one, wherever it is).
+#[derive(Debug, Default)]
+struct LongLine {
+    length: usize,
+    depth: u32,
+    in_string: bool,
+    escaped: bool,
+    /// At depth one, the next string is a member's name.
+    expect_key: bool,
+    /// The member name being read, up to a few bytes.
+    key: Vec<u8>,
+    /// The value of `id` being read (`Some` from its first byte to its end).
+    value: Option<Vec<u8>>,
+    /// The `id`'s value, once read whole.
+    id: Option<Vec<u8>>,
+    /// The name read last at depth one was `id`, and its value comes next.
+    at_id: bool,
+}
+
+impl LongLine {
+    /// Reads the next bytes of the line.
+    fn read(&mut self, bytes: &[u8]) {
+        self.length += bytes.len();
+        for &b in bytes {
+            if let Some(value) = self.value.as_mut() {
+                let ends = self.depth == 1 && !self.in_string && matches!(b, b',' | b'}');
+                if !ends {
+                    if value.len() < 512 {
+                        value.push(b);
+                    }
+                } else {
+                    self.id = self.value.take();
+                }
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                } else if self.depth == 1 && self.expect_key && self.key.len() < 8 {
+                    self.key.push(b);
+                }
+                continue;
+            }
+            match b {
+                b'"' => {
+                    self.in_string = true;
+                    if self.depth == 1 && self.expect_key {
+                        self.key.clear();
+                    }
+                }
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    if self.depth == 1 {
+                        self.expect_key = b == b'{';
+                    }
+                }
+                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                b':' if self.depth == 1 && self.expect_key => {
+                    self.expect_key = false;
+                    self.at_id = self.key == b"id";
+                }
+                b',' if self.depth == 1 => self.expect_key = true,
+                _ => {}
+            }
+            if self.at_id && !b.is_ascii_whitespace() && b != b':' {
+                self.at_id = false;
+                self.value = Some(vec![b]);
+            }
+        }
+    }
+
+    /// The line's id, when it has a string or number one; else `null`.
+    fn id(&self) -> serde_json::Value {
+        self.id
+            .as_deref()
+            .and_then(|raw| serde_json::from_slice::<serde_json::Value>(raw).ok())
+            .filter(|id| id.is_string() || id.is_number())
+            .unwrap_or_default()
     }
 }
 
@@ -1263,6 +1373,30 @@ mod tests {
             assert_eq!(relay.is_some(), relayed, "{line}");
             if let Some(relay) = relay {
                 assert_eq!(format!("{:?}", relay.into_call()), format!("{expected:?}"), "{line}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_line_s_id_is_found_wherever_it_is() {
+        let id = |line: &str, split: usize| {
+            let mut long = LongLine::default();
+            long.read(&line.as_bytes()[..split]);
+            long.read(&line.as_bytes()[split..]);
+            long.id()
+        };
+        let lines = [
+            (r#"{"id":7,"method":"m","params":{"id":"inner"}}"#, serde_json::json!(7)),
+            (
+                r#"{"params":{"id":"inner","a":[{"id":1}]},"id" : "x\"y"}"#,
+                serde_json::json!("x\"y"),
+            ),
+            (r#"{"params":{"s":"\"id\":3,"},"method":"m"}"#, serde_json::Value::Null),
+            (r#"{"id":{"a":1},"method":"m"}"#, serde_json::Value::Null),
+        ];
+        for (line, expected) in lines {
+            for split in [0, 3, line.len() / 2, line.len()] {
+                assert_eq!(id(line, split), expected, "{line} split at {split}");
             }
         }
     }

@@ -660,3 +660,31 @@ async fn lines_that_are_no_message_are_answered_with_their_id() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A request line longer than a line may be (16 MiB; rmcp drops it) is answered with an
+/// error naming its id, wherever the id is in it, so its client stops waiting; the
+/// session goes on.
+#[tokio::test]
+async fn a_line_too_long_is_answered_with_its_id() {
+    let (stream, server) = socket_pair(fixture(0), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    let message = "a".repeat(17 << 20);
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"echo","arguments":{{"message":"{message}","id":5}}}},"id":"long"}}"#
+    );
+    client.send_line(&long).await;
+    client.send_line(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    let mut answers = Vec::new();
+    while !answers.iter().any(|a: &serde_json::Value| a["id"] == "long") {
+        answers.push(client.next().await);
+    }
+    let refused = answers.iter().find(|a| a["id"] == "long").unwrap();
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("MiB"), "{refused}");
+    while !answers.iter().any(|a| a["id"] == 2) {
+        answers.push(client.next().await);
+    }
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
