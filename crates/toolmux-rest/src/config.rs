@@ -142,6 +142,11 @@ pub struct OpenApiConfig {
     /// URL of the document, when not read from a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// Folders, relative to the configuration file's folder, whose files the document's
+    /// external `$ref`s may read besides those in its own folder (a document read from a
+    /// file reads no others, and one read from a URL only URLs of its own origin).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ref_dirs: Vec<PathBuf>,
     /// The namespace of the tools (default: the import's name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
@@ -406,7 +411,7 @@ mod tests {
         assert_eq!(import.include.unwrap().paths, ["/repos/**"]);
         let err = serde_json::from_value::<OpenApiConfig>(json!({"spec": "a", "specs": "b"}))
             .unwrap_err();
-        expect!["unknown field `specs`, expected one of `spec`, `url`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `passthroughHeaders`, `maxRedirects`, `outputSchemas`, `queue`, `cache`"]
+        expect!["unknown field `specs`, expected one of `spec`, `url`, `refDirs`, `namespace`, `baseUrl`, `serverVariables`, `include`, `exclude`, `includeDeprecated`, `rename`, `auth`, `maxTools`, `timeoutMs`, `headers`, `maxResponseBytes`, `passthroughHeaders`, `maxRedirects`, `outputSchemas`, `queue`, `cache`"]
             .assert_eq(&err.to_string());
     }
 

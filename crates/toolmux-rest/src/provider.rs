@@ -104,20 +104,28 @@ impl RestProvider {
 
     /// Imports the document of `config` (file or URL) under the namespace `name` (or
     /// `config.namespace`).
+    ///
+    /// External `$ref`s are followed: from a file, to files in its folder or in a folder
+    /// of `refDirs`; from a URL, to URLs of its origin.
     pub async fn openapi(name: &str, config: &OpenApiConfig) -> Result<RestProvider, RestError> {
-        let (text, source_name, source_url) = match (&config.spec, &config.url) {
+        let relative = |path: &std::path::Path| match (&config.base_dir, path.is_relative()) {
+            (Some(dir), true) => dir.join(path.strip_prefix("./").unwrap_or(path)),
+            _ => path.to_owned(),
+        };
+        let (text, source_name, source_url, origin) = match (&config.spec, &config.url) {
             (Some(path), _) => {
-                let path = match (&config.base_dir, path.is_relative()) {
-                    (Some(dir), true) => dir.join(path.strip_prefix("./").unwrap_or(path)),
-                    _ => path.clone(),
-                };
+                let path = relative(path);
                 let text = tokio_read(&path).await?;
-                (text, path.display().to_string(), None)
+                let roots = config.ref_dirs.iter().map(|dir| relative(dir)).collect();
+                let shown = path.display().to_string();
+                (text, shown, None, Some(openapi::Origin::File { path, roots }))
             }
             (None, Some(url)) => {
                 let text = fetch_document(url, config).await?;
+                let origin =
+                    reqwest::Url::parse(url).ok().map(|url| openapi::Origin::Url { url, config });
                 // Messages name the document without the credentials its URL may hold.
-                (text, request::url_for_messages(url), Some(url.clone()))
+                (text, request::url_for_messages(url), Some(url.clone()), origin)
             }
             (None, None) => {
                 return Err(RestError::Config {
@@ -126,7 +134,10 @@ impl RestProvider {
                 });
             }
         };
-        let document = Document::parse(&text, &source_name, source_url.as_deref())?;
+        let mut document = Document::parse(&text, &source_name, source_url.as_deref())?;
+        if let Some(origin) = origin {
+            openapi::bundle(&mut document, origin).await;
+        }
         RestProvider::from_document(name, document, config)
     }
 
@@ -428,7 +439,7 @@ async fn tokio_read(path: &std::path::Path) -> Result<String, RestError> {
 /// Largest OpenAPI document fetched, in bytes.
 const MAX_DOCUMENT_BYTES: usize = 64 * 1024 * 1024;
 
-async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, RestError> {
+pub(crate) async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<String, RestError> {
     let client = http::client(config.max_redirects.unwrap_or(DEFAULT_MAX_REDIRECTS))?;
     let mut request = PreparedRequest {
         method: "GET".into(),

@@ -1,6 +1,7 @@
 //! Reading an OpenAPI or Swagger document into `serde_json::Value`, telling its version
 //! and resolving local JSON pointers in it.
 
+use super::external::Externals;
 use crate::RestError;
 use serde_json::Value;
 
@@ -27,6 +28,9 @@ pub(crate) struct Document {
     pub(crate) source_name: String,
     /// The URL the document was fetched from, to resolve relative server URLs.
     pub(crate) source_url: Option<String>,
+    /// The files its external references reached, put into `root` (see
+    /// [`super::external`]), and those they could not.
+    pub(crate) externals: Externals,
 }
 
 impl Document {
@@ -100,15 +104,46 @@ impl Document {
             version,
             source_name: source_name.to_owned(),
             source_url: source_url.map(str::to_owned),
+            externals: Externals::default(),
         })
     }
 
-    /// An error at `pointer` in this document.
+    /// An error at `pointer` in this document, or in the external file it lies in.
     pub(crate) fn error(&self, pointer: &str, message: impl Into<String>) -> RestError {
+        let (source_name, pointer) = match Externals::split(pointer)
+            .and_then(|(n, inner)| Some((self.externals.names.get(n)?, inner)))
+        {
+            Some((name, inner)) => (name.clone(), inner),
+            None => (self.source_name.clone(), pointer),
+        };
         RestError::Spec {
-            source_name: self.source_name.clone(),
+            source_name,
             pointer: if pointer.is_empty() { "/".into() } else { pointer.to_owned() },
             message: message.into(),
+        }
+    }
+
+    /// A reference as its author wrote it, for messages: `pet.yaml#/Pet`, not the
+    /// `#/x-toolmux-external/0/Pet` it was rewritten to.
+    pub(crate) fn show_ref(&self, reference: &str) -> String {
+        let Some(pointer) = reference.strip_prefix('#') else { return reference.to_owned() };
+        match Externals::split(pointer)
+            .and_then(|(n, inner)| Some((self.externals.names.get(n)?, inner)))
+        {
+            Some((name, "")) => name.clone(),
+            Some((name, inner)) => format!("{name}#{inner}"),
+            None => reference.to_owned(),
+        }
+    }
+
+    /// Why the external reference `reference` was not followed.
+    pub(crate) fn unfollowed(&self, reference: &str) -> String {
+        match self.externals.unfollowed.get(reference) {
+            Some(why) => format!("external reference `{reference}` is not followed: {why}"),
+            None => format!(
+                "external reference `{reference}` is not followed: only documents read from \
+                 a file or a URL follow external references"
+            ),
         }
     }
 
@@ -132,13 +167,11 @@ impl Document {
                 return Ok((current, at));
             };
             if !reference.starts_with('#') {
-                return Err(self.error(
-                    &format!("{at}/$ref"),
-                    format!("external reference `{reference}` is not followed"),
-                ));
+                return Err(self.error(&format!("{at}/$ref"), self.unfollowed(reference)));
             }
             current = self.resolve(reference).ok_or_else(|| {
-                self.error(&format!("{at}/$ref"), format!("dangling reference `{reference}`"))
+                let shown = self.show_ref(reference);
+                self.error(&format!("{at}/$ref"), format!("dangling reference `{shown}`"))
             })?;
             at = percent_decode(&reference[1..]);
         }

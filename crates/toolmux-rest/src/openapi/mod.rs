@@ -3,11 +3,13 @@
 //! argument goes.
 
 mod document;
+mod external;
 mod operation;
 mod schema;
 mod select;
 
 pub(crate) use document::Document;
+pub(crate) use external::{Origin, bundle};
 pub(crate) use operation::import;
 
 use serde_json::Value;

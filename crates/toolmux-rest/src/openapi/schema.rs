@@ -12,6 +12,7 @@
 //! them), in responses `writeOnly` ones (a server never returns them).
 
 use super::document::{Document, escape_token, percent_decode};
+use super::external::Externals;
 use crate::RestError;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -47,8 +48,8 @@ pub(crate) struct SchemaConverter<'d> {
     /// Whether each `pattern` seen compiles with the validator's regex engine.
     patterns: HashMap<String, bool>,
     /// Definitions that could not be converted (a dangling or external reference inside),
-    /// with the place and the reason; only operations reaching one of them fail.
-    broken: HashMap<String, (String, String)>,
+    /// with the file, the place and the reason; only operations reaching one of them fail.
+    broken: HashMap<String, (String, String, String)>,
 }
 
 /// Keywords whose value is one schema.
@@ -293,19 +294,15 @@ impl<'d> SchemaConverter<'d> {
     /// reference.
     fn reference(&mut self, reference: &str, at: &str) -> Result<String, RestError> {
         if !reference.starts_with('#') {
-            return Err(self.doc.error(
-                at,
-                format!(
-                    "external reference `{reference}` is not followed (external references are off)"
-                ),
-            ));
+            return Err(self.doc.error(at, self.doc.unfollowed(reference)));
         }
         let pointer = percent_decode(&reference[1..]);
         if let Some(name) = self.names.get(&pointer) {
             return Ok(format!("#/$defs/{name}"));
         }
         if self.doc.root.pointer(&pointer).is_none() {
-            return Err(self.doc.error(at, format!("dangling reference `{reference}`")));
+            let shown = self.doc.show_ref(reference);
+            return Err(self.doc.error(at, format!("dangling reference `{shown}`")));
         }
         let name = self.name_for(&pointer);
         self.names.insert(pointer.clone(), name.clone());
@@ -314,11 +311,17 @@ impl<'d> SchemaConverter<'d> {
     }
 
     fn name_for(&self, pointer: &str) -> String {
+        // In an external file, the pointer inside it; a whole file is named after it.
+        let (pointer, file) = match Externals::split(pointer) {
+            Some((n, inner)) => (inner, self.doc.externals.stem(n)),
+            None => (pointer, None),
+        };
         let tokens: Vec<String> =
             pointer.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect();
         let base = match tokens.as_slice() {
             [c, s, name] if c == "components" && s == "schemas" => def_name(name),
             [d, name] if d == "definitions" => def_name(name),
+            [] => def_name(file.unwrap_or_default()),
             other => def_name(&other.join("_")),
         };
         if !self.taken.contains_key(&base) {
@@ -350,8 +353,8 @@ impl<'d> SchemaConverter<'d> {
                         collect_refs(&schema, &mut refs);
                         self.defs.insert(name, Definition { schema, refs });
                     }
-                    Err(RestError::Spec { pointer, message, .. }) => {
-                        self.broken.insert(name, (pointer, message));
+                    Err(RestError::Spec { source_name, pointer, message }) => {
+                        self.broken.insert(name, (source_name, pointer, message));
                     }
                     Err(other) => return Err(other),
                 }
@@ -361,8 +364,12 @@ impl<'d> SchemaConverter<'d> {
 
     /// The error of a definition that could not be converted.
     fn broken_error(&self, name: &str) -> Option<RestError> {
-        let (pointer, message) = self.broken.get(name)?;
-        Some(self.doc.error(pointer, message.clone()))
+        let (source_name, pointer, message) = self.broken.get(name)?;
+        Some(RestError::Spec {
+            source_name: source_name.clone(),
+            pointer: pointer.clone(),
+            message: message.clone(),
+        })
     }
 
     /// The converted definition `name` (after [`Self::settle`] ran); an error when it could
@@ -648,7 +655,7 @@ mod tests {
         expect![[r#"t.json: at /components/schemas/A/properties/b/$ref: dangling reference `#/components/schemas/Nope`"#]]
             .assert_eq(&conv.attach_defs(&mut out).unwrap_err().to_string());
         let err = conv.convert(&json!({"$ref": "other.yaml#/A"}), "/paths/~1a/get").unwrap_err();
-        expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed (external references are off)"#]]
+        expect![[r#"t.json: at /paths/~1a/get/$ref: external reference `other.yaml#/A` is not followed: only documents read from a file or a URL follow external references"#]]
             .assert_eq(&err.to_string());
     }
 
