@@ -59,6 +59,12 @@ pub struct AgentConfig {
     /// Offer `agent__batch`, which runs several tool calls at once in one turn.
     #[serde(default)]
     pub batch: bool,
+    /// The priority of the agent's tool calls in the queues they wait in (default: its
+    /// caller's, 0 for a run started by a person): an interactive agent's calls may go
+    /// ahead of a batch agent's waiting for the same server. Added to each tool's own
+    /// (`tools.NAME.priority`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
     /// Offer `agent__ask_user`, with which the model asks the person running it a question.
     /// Without a person to ask (a sub-agent, a non-interactive run) the run ends with
     /// status `needs_input` and the question as its content.

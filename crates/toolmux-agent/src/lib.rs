@@ -463,7 +463,11 @@ impl Agents {
                 config,
                 model,
                 orchestrator: orchestrator.clone(),
-                ctx: ctx.clone().with_handler(handler.clone()),
+                ctx: match config.priority {
+                    Some(priority) => ctx.clone().with_priority(priority),
+                    None => ctx.clone(),
+                }
+                .with_handler(handler.clone()),
                 destinations,
                 keep_transcript: options.transcript,
                 on_text: options.on_text.as_ref(),

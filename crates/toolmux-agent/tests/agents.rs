@@ -884,6 +884,50 @@ async fn sub_agents_side_by_side_share_their_caller_s_token_budget() {
     assert!((5..=6).contains(&requests.len()), "{} turns: {report:?}", requests.len());
 }
 
+/// An agent's `priority` goes with its tool calls (to the queues they wait in), and with
+/// those of the sub-agents it calls unless they have their own.
+#[tokio::test]
+async fn an_agent_s_priority_goes_with_its_calls() {
+    let parent = Arc::new(
+        ScriptedModel::new("big")
+            .calls(vec![("mock__prio", json!({})), ("agent__child", json!({"prompt": "go"}))])
+            .then(|request| {
+                let said: Vec<String> = tool_results(request).into_iter().map(|r| r.0).collect();
+                Ok(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                    "r",
+                    "agent__final_report",
+                    json!({"status": "success", "content": said.join(" | ")}),
+                )]))
+            }),
+    );
+    let child = Arc::new(ScriptedModel::new("small").calls(vec![("mock__prio", json!({}))]).then(
+        |request| {
+            let said = tool_results(request).remove(0).0;
+            Ok(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                "r",
+                "agent__final_report",
+                json!({"status": "success", "content": format!("child {said}")}),
+            )]))
+        },
+    ));
+    let mut definitions = one(
+        "parent",
+        AgentConfig { agents: vec!["child".into()], priority: Some(7), ..agent("big") },
+    );
+    definitions
+        .agents
+        .insert("child".into(), AgentConfig { description: "C".into(), ..agent("small") });
+    let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
+        ("big".to_owned(), parent as Arc<dyn Model>),
+        ("small".to_owned(), child as Arc<dyn Model>),
+    ]);
+    let mock = Arc::new(MockProvider::new("mock").with_tool("prio", Behavior::Priority));
+    let (agents, _o) = start_agents(definitions, models, vec![mock]).await;
+    let report = agents.run("parent", "go", &CallContext::new()).await.unwrap();
+    assert!(report.content.starts_with("7 | "), "{report:?}");
+    assert!(report.content.contains("child 7"), "{report:?}");
+}
+
 /// A parent that delegates to `child` once, then reports what the child said.
 fn delegating_parent() -> Arc<ScriptedModel> {
     Arc::new(

@@ -271,6 +271,8 @@ pub struct CallContext {
     from_person: bool,
     /// The caller's own bookkeeping, outside the run's budget ([`CallContext::outside_budget`]).
     outside_budget: bool,
+    /// Its place in queues ([`CallContext::with_priority`]).
+    priority: i32,
     /// How long the provider waits for the answer ([`CallContext::with_wait`]).
     wait: Option<Duration>,
     /// The caller's trace ([`CallContext::with_trace_parent`]).
@@ -343,6 +345,7 @@ impl CallContext {
             asked: None,
             from_person: false,
             outside_budget: false,
+            priority: 0,
             wait: None,
             trace: None,
             trace_state: None,
@@ -494,6 +497,20 @@ impl CallContext {
     /// Whether the call is outside the run's budget ([`CallContext::outside_budget`]).
     pub fn is_outside_budget(&self) -> bool {
         self.outside_budget
+    }
+
+    /// Sets the call's priority in the queues it waits in (default 0): a waiting call of a
+    /// higher priority takes the next free slot before those of a lower one, which keep
+    /// their order. Added to the tool's own (`tools.NAME.priority`); calls made inside this
+    /// one ([`CallContext::child`]) have it too.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The call's priority in queues ([`CallContext::with_priority`]).
+    pub fn priority(&self) -> i32 {
+        self.priority
     }
 
     /// Sets how long a provider that times its own calls (an MCP server's, whose wait
@@ -687,6 +704,7 @@ impl CallContext {
             asked: self.asked.clone(),
             from_person: false,
             outside_budget: false,
+            priority: self.priority,
             wait: None,
             trace: self.trace,
             trace_state: self.trace_state.clone(),

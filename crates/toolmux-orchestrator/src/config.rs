@@ -261,6 +261,10 @@ pub struct ToolSettings {
     /// times its own calls (an MCP server's, restarting the wait at each progress report):
     /// passed in the call's context ([`toolmux_core::CallContext::wait`]).
     pub provider_wait: Option<Duration>,
+    /// The tool's calls' priority in its queue, added to the caller's
+    /// ([`toolmux_core::CallContext::with_priority`]): a waiting call of a higher one takes
+    /// the next free slot first. Default 0.
+    pub priority: Option<i32>,
 }
 
 /// At most `calls` calls per `per`; a call that would have to wait longer than `wait` for
@@ -285,6 +289,12 @@ impl ToolSettings {
     /// Puts calls in `queue`.
     pub fn with_queue(mut self, queue: &str) -> Self {
         self.queue = Some(queue.to_owned());
+        self
+    }
+
+    /// Sets the priority of the tool's calls in its queue.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = Some(priority);
         self
     }
 
@@ -328,6 +338,7 @@ impl ToolSettings {
             rate_limit: self.rate_limit.or(fallback.rate_limit),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
             provider_wait: self.provider_wait.or(fallback.provider_wait),
+            priority: self.priority.or(fallback.priority),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The queue stage: named queues of `concurrent` slots, FIFO, with a wait timeout.
+//! The queue stage: named queues of `concurrent` slots with a wait timeout, served by
+//! priority and, within one priority, in the order calls came (FIFO).
 //!
 //! Queues sit behind [`QueueBackend`] so that a shared backend (Redis, for many replicas)
 //! can replace the in-process one without touching the pipeline. A slot is a value: it is
@@ -7,10 +8,12 @@
 
 use crate::config::QueueConfig;
 use async_trait::async_trait;
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 /// Makes queues by name.
 pub trait QueueBackend: Send + Sync + fmt::Debug {
@@ -26,6 +29,14 @@ pub trait Queue: Send + Sync + fmt::Debug {
 
     /// Takes a slot, waiting at most `wait`; `None` when none became free in time.
     async fn acquire(&self, wait: Duration) -> Option<QueueSlot>;
+
+    /// [`Queue::acquire`] for a call of `priority`: a free slot goes to the waiting call of
+    /// the highest priority, the earliest among equals. A backend without priorities (the
+    /// default) serves every call in order.
+    async fn acquire_at(&self, wait: Duration, priority: i32) -> Option<QueueSlot> {
+        let _ = priority;
+        self.acquire(wait).await
+    }
 
     /// Takes a slot if one is free now, without waiting.
     fn try_acquire(&self) -> Option<QueueSlot> {
@@ -46,7 +57,7 @@ pub trait Queue: Send + Sync + fmt::Debug {
 pub struct QueueSlot(SlotInner);
 
 enum SlotInner {
-    Local(#[allow(dead_code)] OwnedSemaphorePermit),
+    Local(#[allow(dead_code)] Permit),
     Other(#[allow(dead_code)] Box<dyn Send + Sync>),
 }
 
@@ -66,7 +77,7 @@ impl fmt::Debug for QueueSlot {
     }
 }
 
-/// Queues in this process: a fair (FIFO) semaphore each.
+/// Queues in this process, served by priority, then in order.
 #[derive(Debug, Default)]
 pub struct LocalQueues;
 
@@ -75,7 +86,11 @@ impl QueueBackend for LocalQueues {
         Arc::new(LocalQueue {
             name: Arc::from(name),
             capacity: config.concurrent,
-            semaphore: Arc::new(Semaphore::new(config.concurrent)),
+            slots: Arc::new(Mutex::new(Slots {
+                free: config.concurrent,
+                waiting: BTreeMap::new(),
+                arrivals: 0,
+            })),
         })
     }
 }
@@ -84,7 +99,73 @@ impl QueueBackend for LocalQueues {
 struct LocalQueue {
     name: Arc<str>,
     capacity: usize,
-    semaphore: Arc<Semaphore>,
+    slots: Arc<Mutex<Slots>>,
+}
+
+/// A local queue's slots. Invariant: slots are free only while nobody waits (a released
+/// slot goes to the first waiter).
+#[derive(Debug)]
+struct Slots {
+    free: usize,
+    /// The waiting calls, first the highest priority, then the earliest.
+    waiting: BTreeMap<(Reverse<i32>, u64), oneshot::Sender<Permit>>,
+    arrivals: u64,
+}
+
+fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
+    slots.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A held slot of a [`LocalQueue`]: dropped, it goes to the first waiting call, or is
+/// free again.
+#[derive(Debug)]
+struct Permit(Arc<Mutex<Slots>>);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let next = {
+            let mut slots = lock(&self.0);
+            loop {
+                match slots.waiting.pop_first() {
+                    // A waiter that gave up (timed out, cancelled) has no receiver.
+                    Some((_, waiter)) if waiter.is_closed() => continue,
+                    Some((_, waiter)) => break Some(waiter),
+                    None => {
+                        slots.free += 1;
+                        break None;
+                    }
+                }
+            }
+        };
+        // Handed on outside the lock: a waiter that went away just now drops the permit
+        // it was sent, which passes it on again.
+        if let Some(waiter) = next {
+            let _ = waiter.send(Permit(self.0.clone()));
+        }
+    }
+}
+
+/// Takes a waiting call's place out of the queue when it stops waiting.
+struct Waiting<'a> {
+    slots: &'a Mutex<Slots>,
+    key: (Reverse<i32>, u64),
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(self.slots).waiting.remove(&self.key);
+    }
+}
+
+impl LocalQueue {
+    fn take_free(&self) -> Option<QueueSlot> {
+        let mut slots = lock(&self.slots);
+        if slots.free == 0 {
+            return None;
+        }
+        slots.free -= 1;
+        Some(QueueSlot(SlotInner::Local(Permit(self.slots.clone()))))
+    }
 }
 
 #[async_trait]
@@ -94,27 +175,39 @@ impl Queue for LocalQueue {
     }
 
     async fn acquire(&self, wait: Duration) -> Option<QueueSlot> {
-        if let Ok(permit) = self.semaphore.clone().try_acquire_owned() {
-            return Some(QueueSlot(SlotInner::Local(permit)));
-        }
-        // Tokio's semaphore serves waiters in FIFO order; the semaphore is never closed.
-        let permit = tokio::time::timeout(wait, self.semaphore.clone().acquire_owned()).await;
-        match permit {
+        self.acquire_at(wait, 0).await
+    }
+
+    async fn acquire_at(&self, wait: Duration, priority: i32) -> Option<QueueSlot> {
+        let (receiver, _waiting) = {
+            let mut slots = lock(&self.slots);
+            if slots.free > 0 {
+                slots.free -= 1;
+                return Some(QueueSlot(SlotInner::Local(Permit(self.slots.clone()))));
+            }
+            slots.arrivals += 1;
+            let key = (Reverse(priority), slots.arrivals);
+            let (sender, receiver) = oneshot::channel();
+            slots.waiting.insert(key, sender);
+            (receiver, Waiting { slots: &self.slots, key })
+        };
+        match tokio::time::timeout(wait, receiver).await {
             Ok(Ok(permit)) => Some(QueueSlot(SlotInner::Local(permit))),
+            // A permit sent as the wait ended is in the dropped receiver, and passes on.
             _ => None,
         }
     }
 
     fn try_acquire(&self) -> Option<QueueSlot> {
-        self.semaphore.clone().try_acquire_owned().ok().map(|p| QueueSlot(SlotInner::Local(p)))
+        self.take_free()
     }
 
     fn is_full(&self) -> bool {
-        self.semaphore.available_permits() == 0
+        lock(&self.slots).free == 0
     }
 
     fn in_use(&self) -> usize {
-        self.capacity - self.semaphore.available_permits()
+        self.capacity - lock(&self.slots).free
     }
 
     fn capacity(&self) -> usize {
@@ -151,5 +244,44 @@ mod tests {
         let _ = waiter.await;
         drop(held);
         assert_eq!(q.in_use(), 0);
+    }
+
+    /// A free slot goes to the waiting call of the highest priority, then to the earliest
+    /// among equals; one that stopped waiting is passed over.
+    #[tokio::test(start_paused = true)]
+    async fn slots_go_by_priority_then_in_order() {
+        let q = LocalQueues.queue("q", &QueueConfig::new(1));
+        let held = q.acquire(Duration::from_secs(1)).await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for (name, priority) in [("low", -1), ("first", 0), ("urgent", 5), ("second", 0)] {
+            let (q, order) = (q.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let slot = q.acquire_at(Duration::from_secs(60), priority).await;
+                order.lock().unwrap().push(name);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                drop(slot);
+            }));
+            tokio::task::yield_now().await;
+        }
+        let gone = {
+            let q = q.clone();
+            tokio::spawn(async move { q.acquire_at(Duration::from_secs(60), 9).await })
+        };
+        tokio::task::yield_now().await;
+        gone.abort();
+        let _ = gone.await;
+        drop(held);
+        for waiter in waiters {
+            waiter.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["urgent", "first", "second", "low"]);
+        assert_eq!(q.in_use(), 0);
+        // A waiter that times out leaves its place.
+        let held = q.acquire(Duration::from_secs(1)).await.unwrap();
+        assert!(q.acquire_at(Duration::from_millis(10), 3).await.is_none());
+        drop(held);
+        assert_eq!(q.in_use(), 0);
+        assert!(!q.is_full());
     }
 }

@@ -51,6 +51,8 @@ impl ToolEntry {
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedSettings {
     pub queue: Option<(Arc<dyn Queue>, Duration)>,
+    /// The tool's priority in its queue ([`ToolSettings::priority`]).
+    pub priority: i32,
     /// Set only when the tool may be cached.
     pub cache_ttl: Option<Duration>,
     pub timeout: Duration,
@@ -362,6 +364,7 @@ impl Registry {
             || config.tools.get(name).is_some_and(|t| t.cache_ttl.is_some());
         ResolvedSettings {
             queue,
+            priority: settings.priority.unwrap_or(0),
             cache_ttl: settings.cache_ttl.filter(|ttl| cacheable && !ttl.is_zero()),
             timeout: settings.timeout.unwrap_or(config.tool_timeout),
             reset_on_progress: settings.reset_timeout_on_progress.unwrap_or(false),

@@ -46,6 +46,8 @@ pub enum Behavior {
     Fail(String),
     /// Returns the call's run id as text.
     RunId,
+    /// Returns the call's priority in queues ([`CallContext::priority`]).
+    Priority,
     /// Returns how many calls of the tool came before this one, as text (a result that
     /// changes every call).
     Count,
@@ -379,6 +381,7 @@ impl ToolProvider for MockProvider {
             Behavior::FailTransient { .. } => Ok(ToolOutput::json(arguments)),
             Behavior::Fail(message) => Err(ToolError::remote(name, message.clone())),
             Behavior::RunId => Ok(ToolOutput::text(ctx.run_id())),
+            Behavior::Priority => Ok(ToolOutput::text(ctx.priority().to_string())),
         }
     }
 

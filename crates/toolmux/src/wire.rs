@@ -706,6 +706,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         rate_limit: None,
         retry: tool.retries.map(RetryPolicy::retries),
         provider_wait: None,
+        priority: tool.priority,
     }
 }
 

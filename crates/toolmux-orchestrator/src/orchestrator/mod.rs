@@ -1967,7 +1967,7 @@ impl Orchestrator {
         }
         let waited = Instant::now();
         let slot = tokio::select! {
-            slot = queue.acquire(*wait) => slot,
+            slot = queue.acquire_at(*wait, entry.settings.priority.saturating_add(ctx.priority())) => slot,
             () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
             () = generation.cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
         };

@@ -182,3 +182,44 @@ async fn rate_limits_refuse_or_delay_calls_beyond_them() {
     assert!(call(&o, "m__own", json!({})).await.ok);
     assert_eq!(started.elapsed(), Duration::from_secs(60));
 }
+
+/// Calls waiting in a queue take free slots by priority, the tool's (`tools.NAME.priority`)
+/// plus the caller's (`CallContext::with_priority`), then in the order they came.
+#[tokio::test(start_paused = true)]
+async fn waiting_calls_take_slots_by_priority() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(1)))
+            .with_tool("vip", Behavior::Sleep(Duration::from_secs(1))),
+    );
+    let config = queued(1, Duration::from_secs(3600))
+        .with_tool_settings("m__vip", ToolSettings::default().with_priority(10));
+    let o = start(config, vec![p.clone()]).await;
+    let started = tokio::time::Instant::now();
+    let finished = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut calls = Vec::new();
+    for (who, tool, priority) in [
+        ("holder", "m__slow", 0),
+        ("a", "m__slow", 0),
+        ("b", "m__slow", 0),
+        ("interactive", "m__slow", 5),
+        ("batch", "m__slow", -5),
+        ("vip", "m__vip", 0),
+    ] {
+        let (o, finished) = (o.clone(), finished.clone());
+        calls.push(tokio::spawn(async move {
+            let ctx = CallContext::new().with_priority(priority);
+            let r = o.execute(toolmux_core::ToolCall::new(tool, json!({})), &ctx).await;
+            assert!(r.ok, "{r:?}");
+            finished.lock().unwrap().push((who, started.elapsed().as_secs()));
+        }));
+        tokio::task::yield_now().await;
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(
+        *finished.lock().unwrap(),
+        [("holder", 1), ("vip", 2), ("interactive", 3), ("a", 4), ("b", 5), ("batch", 6)]
+    );
+}

@@ -1118,6 +1118,11 @@ pub struct ToolEntry {
     /// The queue (under `queues`) its calls wait in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// Its calls' priority in their queue (default 0), added to the caller's (an agent's
+    /// `priority`): when a slot frees, the waiting call of the highest takes it, calls of
+    /// one priority in the order they came. Queues in Redis ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
     /// Cache its responses for this many milliseconds, even if it is not marked
     /// read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
