@@ -30,6 +30,8 @@ pub(crate) fn router(
     let origins = allowed_origins(&hosts);
     // rmcp's checks guard `/mcp`; the API beside it checks the same hosts itself.
     let api = super::api::routes(shared.clone(), hosts.clone(), shutdown.clone());
+    let sessions =
+        super::sessions::Sessions::new(shared.options().session_idle, shutdown.child_token());
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_allowed_hosts(hosts.clone());
@@ -43,7 +45,6 @@ pub(crate) fn router(
     let metrics = shared.options().metrics.clone();
     let health_shared = shared.clone();
     let factory_shared = shared;
-    let sessions = Arc::new(super::replay::Resumable::default());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(factory_shared.clone())),
         sessions.clone(),
@@ -112,7 +113,7 @@ pub(crate) fn router(
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
 ///   naming it is.
 async fn explain_refusals(
-    State(sessions): State<Arc<super::replay::Resumable>>,
+    State(sessions): State<Arc<super::sessions::Sessions>>,
     request: Request,
     next: Next,
 ) -> Response {

@@ -79,8 +79,8 @@ mod interact;
 mod names;
 mod oauth;
 mod profile;
-mod replay;
 mod session;
+mod sessions;
 mod stdio;
 mod tasks;
 
@@ -147,6 +147,10 @@ pub struct ServeOptions {
     /// listed and callable, its prompts and resources (the external tools' and spaces'
     /// HTTP API too). Holders it gives no view see everything.
     pub views: Option<Arc<dyn HolderViews>>,
+    /// Over HTTP, how long a session may go unused (no request, no stream open to the
+    /// client, such as a call's answer being awaited or a `GET` stream) before it is
+    /// ended; its client then starts another (default 5 minutes).
+    pub session_idle: std::time::Duration,
 }
 
 /// The tools of key holders that are not served everything ([`ServeOptions::views`]).
@@ -262,6 +266,7 @@ impl Default for ServeOptions {
             task_tools: Vec::new(),
             token_verifier: None,
             views: None,
+            session_idle: std::time::Duration::from_secs(5 * 60),
         }
     }
 }

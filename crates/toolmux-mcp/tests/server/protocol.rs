@@ -362,3 +362,26 @@ async fn the_session_stream_resumes_after_a_disconnect() {
     assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
     server.stop().await;
 }
+
+/// A session lives while it is used: a call that runs longer than a session may sit idle
+/// is answered, and the session serves requests after it; one unused for that long ends.
+/// (rmcp ended a session five minutes after its last message, even with a call running:
+/// the call's answer was lost and the next request answered 500.)
+#[tokio::test]
+async fn a_session_outlives_a_call_longer_than_its_idle_time() {
+    let idle = std::time::Duration::from_millis(500);
+    let options = ServeOptions { session_idle: idle, ..ServeOptions::default() };
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), options).await;
+    let session = RawSession::open(&server.url()).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "sleep_ms", "arguments": {"ms": 2000}}});
+    let (_, response) = progress_and_response(&session.stream(call).await.rest().await);
+    let response = response.expect("the call's response");
+    assert_eq!(response["result"]["content"][0]["text"], "slept", "{response}");
+    let pong = session.post(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(pong.status, 200, "{}", pong.body);
+    tokio::time::sleep(idle * 4).await;
+    let gone = session.post(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).await;
+    assert_eq!(gone.status, 404, "an unused session ends: {}", gone.body);
+    server.stop().await;
+}

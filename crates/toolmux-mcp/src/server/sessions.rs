@@ -1,17 +1,22 @@
-//! Resuming a session's event streams after a disconnect: a client that lost the stream of
-//! a request (or its `GET` stream) reconnects with `GET` and `Last-Event-ID`, and gets the
-//! events after that one, then the rest as they come, as the streamable HTTP transport
-//! lets a server offer.
+//! The sessions of streamable HTTP: rmcp's session manager, with streams that resume
+//! after a disconnect and sessions that live while they are used.
 //!
-//! rmcp's own session manager keeps each stream's recent events too, but not past the
-//! end of a request: the response of a call whose client was away when it ended was lost
-//! (the resume found no stream and answered an empty one), and a resume repeated the
-//! event the client named. Here every event of a session's streams is kept by
-//! [`EventLog`] (rmcp's hook for a store of events), under ids of its own, for a while
-//! after its stream ended; [`Resumable`] serves `Last-Event-ID` from it. Stateless
-//! (2026-07-28) requests are left as rmcp serves them: a store that rmcp knows of would
-//! also make their calls outlive their connection, which is how such a client cancels
-//! one.
+//! A client that lost the stream of a request (or its `GET` stream) reconnects with `GET`
+//! and `Last-Event-ID`, and gets the events after that one, then the rest as they come, as
+//! the streamable HTTP transport lets a server offer. rmcp's own session manager keeps
+//! each stream's recent events too, but not past the end of a request: the response of a
+//! call whose client was away when it ended was lost (the resume found no stream and
+//! answered an empty one), and a resume repeated the event the client named. Here every
+//! event of a session's streams is kept by [`EventLog`] (rmcp's hook for a store of
+//! events), under ids of its own, for a while after its stream ended; [`Sessions`] serves
+//! `Last-Event-ID` from it. Stateless (2026-07-28) requests are left as rmcp serves them:
+//! a store that rmcp knows of would also make their calls outlive their connection, which
+//! is how such a client cancels one.
+//!
+//! rmcp ends a session after five minutes without a message in or out, even while a call
+//! runs (its answer was lost, and the session's next request answered 500) or the client
+//! listens on its `GET` stream. Here a session ends when it has had no request and no
+//! open stream for [`ServeOptions::session_idle`](super::ServeOptions::session_idle).
 
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
@@ -193,25 +198,132 @@ impl EventStore for EventLog {
         &self,
         last_event_id: &str,
     ) -> Result<EventStream, EventStoreError> {
-        // Not used: `Resumable` answers resumptions itself, and tells rmcp of no store.
+        // Not used: `Sessions` answers resumptions itself, and tells rmcp of no store.
         let _ = last_event_id;
         Err("events are replayed by the session manager".into())
     }
 }
 
-/// rmcp's session manager, with resumptions served from an [`EventLog`] (see the module's
-/// docs).
+/// rmcp's session manager, with resumptions served from an [`EventLog`] and sessions
+/// ended when unused (see the module's docs).
 #[derive(Debug)]
-pub(crate) struct Resumable {
+pub(crate) struct Sessions {
     inner: LocalSessionManager,
     log: Arc<EventLog>,
+    /// When each session was last used, and its streams open now.
+    usage: Arc<Mutex<HashMap<SessionId, Usage>>>,
 }
 
-impl Default for Resumable {
-    fn default() -> Self {
+/// How a session is used.
+#[derive(Debug)]
+struct Usage {
+    /// The last request, or the end of the last stream.
+    last: Instant,
+    /// Streams open to the client (responses being sent, `GET` streams).
+    open: usize,
+}
+
+impl Sessions {
+    /// Sessions that end after `idle` unused, looked for until `shutdown`.
+    pub(crate) fn new(
+        idle: Duration,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Arc<Sessions> {
         let log = Arc::new(EventLog::default());
-        let inner = LocalSessionManager::default().with_event_store(log.clone());
-        Resumable { inner, log }
+        let mut inner = LocalSessionManager::default().with_event_store(log.clone());
+        // Ended here, by use rather than by messages (see the module's docs).
+        inner.session_config.keep_alive = None;
+        let sessions = Arc::new(Sessions { inner, log, usage: Arc::default() });
+        let weak = Arc::downgrade(&sessions);
+        let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(every) => {}
+                }
+                let Some(sessions) = weak.upgrade() else { break };
+                sessions.end_unused(idle).await;
+            }
+        });
+        sessions
+    }
+
+    /// Ends the sessions unused for `idle`.
+    async fn end_unused(&self, idle: Duration) {
+        let now = Instant::now();
+        let unused: Vec<SessionId> = {
+            let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+            usage
+                .iter()
+                .filter(|(_, u)| u.open == 0 && now.duration_since(u.last) >= idle)
+                .map(|(id, _)| id.clone())
+                .collect()
+        };
+        for id in unused {
+            tracing::debug!(target: "toolmux::serve", session = %id, "session unused for {idle:?}; ended");
+            let _ = self.close_session(&id).await;
+        }
+    }
+
+    /// Notes a request of session `id`.
+    fn touch(&self, id: &SessionId) {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(usage) = usage.get_mut(id) {
+            usage.last = Instant::now();
+        }
+    }
+
+    /// `stream`, counted as open in session `id` until it is dropped.
+    fn tracked(
+        &self,
+        id: &SessionId,
+        stream: impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static,
+    ) -> Tracked {
+        {
+            let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(usage) = usage.get_mut(id) {
+                usage.open += 1;
+                usage.last = Instant::now();
+            }
+        }
+        Tracked {
+            stream: Box::pin(stream),
+            _open: Open { usage: self.usage.clone(), id: id.clone() },
+        }
+    }
+}
+
+/// A stream to the client, counted as open while it is not dropped.
+struct Tracked {
+    stream: std::pin::Pin<Box<dyn futures::Stream<Item = ServerSseMessage> + Send + Sync>>,
+    _open: Open,
+}
+
+impl futures::Stream for Tracked {
+    type Item = ServerSseMessage;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<ServerSseMessage>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+}
+
+/// Counts a stream of a session as open until dropped.
+struct Open {
+    usage: Arc<Mutex<HashMap<SessionId, Usage>>>,
+    id: SessionId,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(usage) = usage.get_mut(&self.id) {
+            usage.open = usage.open.saturating_sub(1);
+            usage.last = Instant::now();
+        }
     }
 }
 
@@ -233,7 +345,7 @@ fn channel_stream(
     futures::stream::poll_fn(move |cx| events.poll_recv(cx))
 }
 
-impl Resumable {
+impl Sessions {
     /// A request's stream after index `after`: what is kept, then what comes, until its
     /// response.
     fn follow(&self, stream: String, after: u64) -> Option<mpsc::Receiver<ServerSseMessage>> {
@@ -271,12 +383,15 @@ impl Resumable {
     }
 }
 
-impl SessionManager for Resumable {
+impl SessionManager for Sessions {
     type Error = ResumeError;
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        Ok(self.inner.create_session().await?)
+        let (id, transport) = self.inner.create_session().await?;
+        let usage = Usage { last: Instant::now(), open: 0 };
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), usage);
+        Ok((id, transport))
     }
 
     async fn initialize_session(
@@ -293,6 +408,7 @@ impl SessionManager for Resumable {
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.log.forget(&common_stream(id));
+        self.usage.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -302,7 +418,8 @@ impl SessionManager for Resumable {
         message: ClientJsonRpcMessage,
     ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
     {
-        Ok(self.inner.create_stream(id, message).await?)
+        let stream = self.inner.create_stream(id, message).await?;
+        Ok(self.tracked(id, stream))
     }
 
     async fn accept_message(
@@ -310,6 +427,7 @@ impl SessionManager for Resumable {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
+        self.touch(id);
         Ok(self.inner.accept_message(id, message).await?)
     }
 
@@ -323,7 +441,7 @@ impl SessionManager for Resumable {
         use futures::StreamExt as _;
         let live = self.inner.create_standalone_stream(id).await?;
         let start = ServerSseMessage::priming(self.log.last_id(&common_stream(id)), RETRY);
-        Ok(futures::stream::once(std::future::ready(start)).chain(live))
+        Ok(self.tracked(id, futures::stream::once(std::future::ready(start)).chain(live)))
     }
 
     async fn resume(
@@ -341,7 +459,7 @@ impl SessionManager for Resumable {
         }
         if stream != common {
             let events = self.follow(stream.to_owned(), after).ok_or_else(unknown)?;
-            return Ok(channel_stream(events).left_stream());
+            return Ok(self.tracked(id, channel_stream(events)));
         }
         // The session's `GET` stream: rmcp's live stream, behind what it missed (taken
         // after the live one is in place, so that nothing falls between them).
@@ -351,7 +469,7 @@ impl SessionManager for Resumable {
             let index = event.event_id.as_deref().and_then(parse_event_id).map(|(_, i)| i);
             std::future::ready(index.is_none_or(|index| index > last))
         };
-        Ok(futures::stream::iter(missed).chain(live.filter(seen)).right_stream())
+        Ok(self.tracked(id, futures::stream::iter(missed).chain(live.filter(seen))))
     }
 
     async fn restore_session(
