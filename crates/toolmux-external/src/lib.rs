@@ -312,6 +312,7 @@ impl ExternalProvider {
             if let Some((spaces, who)) = &space {
                 let message = spaces::ToolMessage {
                     name: full.clone(),
+                    tool_name: name.to_owned(),
                     arguments,
                     status: spaces::ToolStatus::Complete,
                     result: Some(result.clone()),
@@ -354,6 +355,7 @@ impl ExternalProvider {
                 };
                 let message = spaces::ToolMessage {
                     name: full.clone(),
+                    tool_name: name.to_owned(),
                     arguments,
                     status,
                     result: Some(result),
@@ -381,6 +383,7 @@ impl ExternalProvider {
         if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
             let message = spaces::ToolMessage {
                 name: full.clone(),
+                tool_name: name.to_owned(),
                 arguments,
                 status: spaces::ToolStatus::RequiresAction,
                 result: None,

@@ -91,6 +91,9 @@ async fn visible_tools_require_a_space_and_show_their_calls_there() {
         gateway.call("read_messages", json!({"space": "trip"}), &person).await.expect("read");
     let messages = json_of(&page)["messages"].clone();
     assert_eq!(messages[0]["tool"]["name"], "external__displayChart");
+    // The name a user interface maps to its component, as configured.
+    assert_eq!(messages[0]["tool"]["toolName"], "displayChart");
+    assert_eq!(messages[1]["tool"]["toolName"], "confirmAction");
     assert_eq!(messages[0]["tool"]["status"], "complete");
     assert_eq!(messages[0]["tool"]["result"]["args"]["points"], json!([1, 2]));
     assert_eq!(messages[0]["author"], "agent:booker");

@@ -67,6 +67,10 @@ pub struct Message {
 pub struct ToolMessage {
     /// The tool's full name (`external__confirmAction`).
     pub name: String,
+    /// The tool's name as configured (`confirmAction`), the name a user interface maps to
+    /// the component that renders it. Empty in messages stored before it was kept.
+    #[serde(default)]
+    pub tool_name: String,
     /// The arguments it was called with.
     pub arguments: Value,
     /// Whether it waits for someone, or how it ended.
