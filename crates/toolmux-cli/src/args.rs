@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use toolmux::toolmux_mcp::server::ClientProfile;
 
 const EXIT_CODES: &str = "\
-Configuration: --config FILE, else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml,
+Configuration: --config FILE (given again, each later file is merged over the ones before:
+--config tools.yml --config mcp.yml), else $TOOLMUX_CONFIG, else ./toolmux.yaml, ./toolmux.yml,
 ./toolmux.json or ./toolmux.toml; with none, the read-only file tools (fs__read, fs__grep, fs__glob, fs__ls)
 on the current directory. It is merged over the user's ~/.config/toolmux/config.yaml
 ($TOOLMUX_USER_CONFIG; empty for none) and under /etc/toolmux/managed.yaml when they
@@ -29,9 +30,10 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "toolmux", version, after_help = EXIT_CODES, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The configuration file (YAML, JSON or TOML, by its extension).
-    #[arg(short, long, global = true, value_name = "FILE")]
-    pub(crate) config: Option<PathBuf>,
+    /// The configuration file (YAML, JSON or TOML, by its extension); given again, each
+    /// later file is merged over the ones before.
+    #[arg(short, long, global = true, value_name = "FILE", action = clap::ArgAction::Append)]
+    pub(crate) config: Vec<PathBuf>,
     /// More logging on stderr: -v info, -vv debug, -vvv trace (RUST_LOG wins when set).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub(crate) verbose: u8,

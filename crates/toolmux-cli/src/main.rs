@@ -143,7 +143,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         return Ok(0);
     }
     let cwd = std::env::current_dir().context("cannot tell the current directory")?;
-    let loaded = match load(cli.config.as_deref(), &cwd) {
+    let loaded = match load(&cli.config, &cwd) {
         Ok(loaded) => loaded,
         // `config check --json` answers a program in JSON even when the file does not load.
         Err(error) if matches!(&cli.command, Command::Config(ConfigCommand::Check(flag)) if flag.json) =>
@@ -190,12 +190,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// The configuration: `--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none,
-/// over the user's file and under the managed one.
-fn load(explicit: Option<&Path>, cwd: &Path) -> anyhow::Result<Loaded> {
+/// The configuration: `--config` (the files after the first merged over it), else
+/// `TOOLMUX_CONFIG`, `./toolmux.yaml` / `.json`, or none, over the user's file and under
+/// the managed one.
+fn load(explicit: &[PathBuf], cwd: &Path) -> anyhow::Result<Loaded> {
     let env = |name: &str| std::env::var(name).ok();
     let from_env = std::env::var_os("TOOLMUX_CONFIG").map(PathBuf::from);
-    let path = config::discover(explicit, from_env.as_deref(), cwd).map(|p| cwd.join(p));
-    let layers = config::Layers::discover(&env);
+    let first = explicit.first().map(PathBuf::as_path);
+    let path = config::discover(first, from_env.as_deref(), cwd).map(|p| cwd.join(p));
+    let mut layers = config::Layers::discover(&env);
+    layers.added = explicit.iter().skip(1).map(|p| cwd.join(p)).collect();
     Ok(config::load_layered(path.as_deref(), cwd, &layers, &env)?)
 }

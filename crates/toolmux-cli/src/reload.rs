@@ -295,9 +295,11 @@ impl Source {
     /// The configuration `loaded` came from: its project file and its layers' files.
     pub(crate) fn of(loaded: &toolmux::config::Loaded, cwd: PathBuf) -> Source {
         let file = |kind| loaded.layers.iter().find(|l| l.kind == kind).map(|l| l.path.clone());
+        let added = loaded.layers.iter().filter(|l| l.kind == toolmux::config::LayerKind::Added);
         let layers = toolmux::config::Layers {
             user: file(toolmux::config::LayerKind::User),
             managed: file(toolmux::config::LayerKind::Managed),
+            added: added.map(|l| l.path.clone()).collect(),
         };
         Source { project: loaded.path.clone(), layers, cwd }
     }
@@ -310,6 +312,7 @@ impl Source {
         let layers = toolmux::config::Layers {
             user: found.user.filter(|path| self.cwd.join(path).is_file()),
             managed: found.managed.filter(|path| self.cwd.join(path).is_file()),
+            added: self.layers.added.clone(),
         };
         Source { project: self.project.clone(), layers, cwd: self.cwd.clone() }
     }
@@ -317,7 +320,8 @@ impl Source {
     /// Every file read, in layer order.
     pub(crate) fn files(&self) -> Vec<PathBuf> {
         let user = self.layers.user.iter();
-        user.chain(&self.project).chain(&self.layers.managed).cloned().collect()
+        let added = self.layers.added.iter();
+        user.chain(&self.project).chain(added).chain(&self.layers.managed).cloned().collect()
     }
 
     fn load(&self) -> Result<toolmux::config::Loaded, toolmux::ToolmuxError> {

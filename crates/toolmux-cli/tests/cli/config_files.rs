@@ -632,6 +632,41 @@ fn the_seeds_tools_yml_runs_its_python_functions() {
     assert!(refused.stderr.contains("provides_tools"), "{}", refused.stderr);
 }
 
+/// The seeds' layout, one file per kind (`tools.yml`, `mcp.yml`), loads as one
+/// configuration when `--config` names each: the later merged over the earlier. A server of
+/// `mcp.yml` that is not running has the tools it declares listed all the same.
+#[test]
+fn several_config_files_merge_as_the_seeds_layout_has_them() {
+    let project = Project::new();
+    project
+        .file("src/tools/core/calc.py", "def calculate(expression):\n    return eval(expression)\n")
+        .file(
+            "src/config/tools.yml",
+            "tools:\n  - name: calculator\n    description: Calculates\n    \
+             module: src.tools.core.calc\n    function: calculate\n",
+        )
+        .file(
+            "src/config/mcp.yml",
+            "mcp_servers:\n  code_execution_server:\n    description: Runs code\n    \
+             url: http://127.0.0.1:9/mcp\n    startup_timeout_ms: 2000\n    provides_tools:\n      \
+             - name: execute_python_code\n        description: Executes Python code\n",
+        );
+    let both = ["--config", "src/config/tools.yml", "--config", "src/config/mcp.yml"];
+    let listed = project.run(&[&both[..], &["tools", "list"]].concat());
+    assert!(listed.stdout.contains("cmd__calculator"), "{listed:?}");
+    assert!(listed.stdout.contains("code-execution-server__execute_python_code"), "{listed:?}");
+    let check = project.run(&[&both[..], &["config", "check"]].concat());
+    assert!(
+        check.stdout.contains("src/config/mcp.yml (added)"),
+        "the files it was merged from: {check:?}"
+    );
+    // An error in the added file names it.
+    project.file("src/config/mcp.yml", "mcp_servers: [oops\n");
+    let broken = project.run(&[&both[..], &["tools", "list"]].concat());
+    assert_eq!(broken.code, 2, "{broken:?}");
+    assert!(broken.stderr.contains("src/config/mcp.yml (added configuration)"), "{broken:?}");
+}
+
 /// A name collision is a configuration error for `tools list` as for `config check` (exit
 /// 2), told once (it was printed twice, and the listing exited 0).
 #[test]

@@ -1,5 +1,6 @@
 //! Configuration in layers: the user's file under every project's, an administrator's
-//! managed file over both.
+//! managed file over both, and more project files over the first when several are given
+//! (`--config tools.yml --config mcp.yml`, the seeds' layout of one file per kind).
 //!
 //! Each file is read and checked on its own (its errors name it, with their line), then
 //! the settings as written are merged, higher layers over lower ones:
@@ -27,6 +28,8 @@ pub enum LayerKind {
     User,
     /// The project's file (`--config`, `TOOLMUX_CONFIG`, `./toolmux.yaml`).
     Project,
+    /// A project file given after the first (`--config a.yaml --config b.yaml`), over it.
+    Added,
     /// An administrator's settings, over everyone's (`/etc/toolmux/managed.yaml`).
     Managed,
 }
@@ -37,6 +40,7 @@ impl LayerKind {
         match self {
             LayerKind::User => "user",
             LayerKind::Project => "project",
+            LayerKind::Added => "added",
             LayerKind::Managed => "managed",
         }
     }
@@ -58,6 +62,8 @@ pub struct Layers {
     pub user: Option<PathBuf>,
     /// The managed file, when there is one.
     pub managed: Option<PathBuf>,
+    /// Project files given after the first, merged over it in order.
+    pub added: Vec<PathBuf>,
 }
 
 /// Where administrators put the managed file.
@@ -103,7 +109,7 @@ impl Layers {
             Some(Some(path)) => Some(PathBuf::from(path)),
             _ => first(PathBuf::from(MANAGED_DIR), &MANAGED_FILE_NAMES),
         };
-        Layers { user, managed }
+        Layers { user, managed, added: Vec::new() }
     }
 }
 
@@ -128,7 +134,7 @@ pub fn load_layered(
             (loaded, value)
         }
     };
-    if layers.user.is_none() && layers.managed.is_none() {
+    if layers.user.is_none() && layers.managed.is_none() && layers.added.is_empty() {
         return Ok(loaded);
     }
     // The project's part: without a file, the defaults for no file, under the user's.
@@ -145,6 +151,9 @@ pub fn load_layered(
     } else {
         parts.extend(Part::read(LayerKind::User, layers.user.as_deref(), cwd, env)?);
         parts.push(own);
+    }
+    for added in &layers.added {
+        parts.extend(Part::read(LayerKind::Added, Some(added), cwd, env)?);
     }
     parts.extend(Part::read(LayerKind::Managed, layers.managed.as_deref(), cwd, env)?);
 
@@ -435,7 +444,7 @@ fs: {}
             "etc/managed.yaml",
             "$schema: x\npermissions: {deny: ['evil__*']}\ndefaults: {toolTimeout: 60000}\n",
         );
-        let layers = Layers { user: Some(user.clone()), managed: Some(managed) };
+        let layers = Layers { user: Some(user.clone()), managed: Some(managed), added: Vec::new() };
         let loaded = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap();
         let c = &loaded.config;
         assert_eq!(c.defaults.tool_timeout, Some(60000), "the managed file wins");
@@ -480,7 +489,7 @@ commandTools:
   u: {description: y, command: ./run.sh --fast}
 ",
         );
-        let layers = Layers { user: Some(user), managed: None };
+        let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
         let loaded = load_layered(None, Path::new("/somewhere"), &layers, &env).unwrap();
         let c = &loaded.config;
         let dir = files.path("u");
@@ -519,12 +528,12 @@ commandTools:
     fn without_a_project_file_the_users_file_sits_over_the_read_only_file_tools() {
         let files = Files::new();
         let user = files.write("u/config.yaml", "mcpServers: {a: {command: node}}\n");
-        let layers = Layers { user: Some(user), managed: None };
+        let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
         let loaded = load_layered(None, files.dir.path(), &layers, &env).unwrap();
         assert!(loaded.config.fs.as_ref().is_some_and(|fs| fs.enabled), "the default file tools");
         assert!(loaded.config.mcp_servers.contains_key("a"));
         let user = files.write("v/config.yaml", "fs: {enabled: false}\n");
-        let layers = Layers { user: Some(user), managed: None };
+        let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
         let loaded = load_layered(None, files.dir.path(), &layers, &env).unwrap();
         assert!(loaded.config.fs.as_ref().is_some_and(|fs| !fs.enabled), "the user's word");
         // And with no layer at all, exactly what no file means.
@@ -538,17 +547,18 @@ commandTools:
         let files = Files::new();
         let project = files.write("p/toolmux.yaml", "fs: {}\n");
         let user = files.write("u/config.yaml", "defaults:\n  toolTimeuot: 5\n");
-        let layers = Layers { user: Some(user), managed: None };
+        let layers = Layers { user: Some(user), managed: None, added: Vec::new() };
         let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
         expect![[
             "u/config.yaml (user configuration):2:3: unknown key `toolTimeuot` in defaults; did you mean `toolTimeout`?"
         ]]
         .assert_eq(&e.to_string());
         let managed = files.write("m/managed.yaml", "permissions: {deny: '${UNSET}'}\n");
-        let layers = Layers { user: None, managed: Some(managed) };
+        let layers = Layers { user: None, managed: Some(managed), added: Vec::new() };
         let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
         assert!(e.to_string().starts_with("m/managed.yaml (managed configuration):"), "{e}");
-        let layers = Layers { user: Some(files.path("gone.yaml")), managed: None };
+        let layers =
+            Layers { user: Some(files.path("gone.yaml")), managed: None, added: Vec::new() };
         let e = load_layered(Some(&project), files.dir.path(), &layers, &env).unwrap_err();
         assert!(e.to_string().contains("gone.yaml (user configuration)"), "{e}");
     }
