@@ -99,7 +99,8 @@ occurrence but only if there are exactly N. To add lines without replacing any, 
 around it to check the place. `dry_run` shows the diff and writes nothing. `old_string` and \
 `new_string` must differ. \
 The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
-may use `\\n`, it is written with the file's CRLF if that is what most of its lines use. \
+may use `\\n`, it is written with the file's CRLF if that is what most of its lines use (CR \
+if they all end in a bare CR). \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
 `old_string` (what `new_string` keeps of the matched text is written in the file's style, \
 what it adds as given); spaces and tabs ending the \
@@ -173,6 +174,12 @@ fn apply(
     // The style of the file as it was: replacements follow it, whatever the edit used.
     let ending = original.as_deref().and_then(LineEnding::dominant);
     let mut text = original.unwrap_or_default();
+    // A file whose lines end in a bare CR (classic Mac OS) is edited as LF lines, so that
+    // its lines are those `read` numbers, and written back with CR.
+    let cr = ending == Some(LineEnding::Cr);
+    if cr {
+        text = text.replace('\r', "\n");
+    }
     let mut replacements = 0;
     let mut insertions = 0;
     let mut hunks = Vec::new();
@@ -189,7 +196,8 @@ fn apply(
             ));
         }
         if let Some(line) = op.insert_line {
-            let inserted = insert(&text, op, line, ending).map_err(fail)?;
+            let inserted =
+                insert(&text, op, line, ending.map(LineEnding::working)).map_err(fail)?;
             if hunks.len() < DIFF_HUNKS {
                 hunks.push(inserted.hunk);
             }
@@ -275,6 +283,9 @@ fn apply(
         }
         replacements += starts.len();
         text = text.replace(old.as_str(), &new);
+    }
+    if cr {
+        text = text.replace('\n', "\r");
     }
     let bytes = encoding.encode(&text);
     if !dry_run {
@@ -372,10 +383,7 @@ fn insert(
         .strip_suffix('\n')
         .map_or(op.new_string.as_str(), |body| body.strip_suffix('\r').unwrap_or(body));
     let body = ending.apply(given);
-    let line_break = match ending {
-        LineEnding::Lf => "\n",
-        LineEnding::CrLf => "\r\n",
-    };
+    let line_break = ending.as_str();
     // Where line `after` ends, after its line break; the last line may have none.
     let at = match after {
         0 => Some(0),
@@ -514,11 +522,18 @@ fn match_form(
     }
     let new = match ending {
         Some(ending) => {
-            let new = ending.apply(&new_given);
-            if note.is_none() && new != op.new_string {
+            let new = ending.working().apply(&new_given);
+            // A CR file's text is edited with LF (see `apply`): every line break of
+            // `new_string` is written as CR.
+            let converted = match ending {
+                LineEnding::Cr => new.contains('\n'),
+                _ => new != op.new_string,
+            };
+            if note.is_none() && converted {
                 note = Some(match ending {
                     LineEnding::CrLf => "written with the file's CRLF line endings",
                     LineEnding::Lf => "written with the file's LF line endings",
+                    LineEnding::Cr => "written with the file's CR line endings",
                 });
             }
             new.into_owned()

@@ -5,6 +5,7 @@ use super::Budget;
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
+use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{
     BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind, SinkMatch,
@@ -146,7 +147,11 @@ pub(crate) fn grep(
     let mode = args.output_mode.unwrap_or_default();
     let multiline = args.multiline.unwrap_or(false);
     check_combinations(&args, mode).map_err(invalid)?;
-    let matcher = build_matcher(&args, multiline).map_err(invalid)?;
+    let matcher = build_matcher(&args, multiline, false).map_err(invalid)?;
+    // For files whose lines end in a bare CR (classic Mac OS), which are searched line by
+    // line as `read` numbers them. A pattern this refuses (one holding a CR) searches them
+    // as other files.
+    let matcher_cr = build_matcher(&args, multiline, true).ok();
     let only = match args.only_matching.unwrap_or(false) {
         true => Some(build_only_matching(&args, multiline).map_err(invalid)?),
         false => None,
@@ -156,15 +161,17 @@ pub(crate) fn grep(
         .binary_detection(BinaryDetection::quit(0))
         .line_number(args.line_numbers.unwrap_or(true))
         .multi_line(multiline);
-    if !multiline {
-        // As the matcher's (`build_matcher`): lines end at LF, a CR before it included.
-        searcher.line_terminator(grep_matcher::LineTerminator::crlf());
-    }
     if mode == OutputMode::Content {
         searcher
             .before_context(args.before.or(args.context).unwrap_or(0))
             .after_context(args.after.or(args.context).unwrap_or(0));
     }
+    let searcher_cr = searcher.line_terminator(LineTerminator::byte(b'\r')).build();
+    // As the matcher's (`build_matcher`): lines end at LF, a CR before it included.
+    searcher.line_terminator(match multiline {
+        true => LineTerminator::byte(b'\n'),
+        false => LineTerminator::crlf(),
+    });
     let searcher = searcher.build();
 
     let mut walk = ws.walker(&start, !args.no_ignore.unwrap_or(false));
@@ -214,8 +221,8 @@ pub(crate) fn grep(
     let matches = Arc::new(AtomicU64::new(0));
 
     walk.build_parallel().run(|| {
-        let mut searcher = searcher.clone();
-        let matcher = matcher.clone();
+        let (mut searcher, mut searcher_cr) = (searcher.clone(), searcher_cr.clone());
+        let (matcher, matcher_cr) = (matcher.clone(), matcher_cr.clone());
         let collector = collector.clone();
         let cancelled = cancelled.clone();
         let matches = matches.clone();
@@ -251,6 +258,7 @@ pub(crate) fn grep(
             if !file.metadata().is_ok_and(|m| m.is_file()) {
                 return WalkState::Continue;
             }
+            let cr = matcher_cr.is_some() && cr_only(&file);
             let display = display(&root, entry.path());
             let mut sink = FileSink {
                 mode,
@@ -266,8 +274,13 @@ pub(crate) fn grep(
                 cap: args.max_matches_per_file,
                 hits: 0,
                 more: false,
+                terminator: if cr { b'\r' } else { b'\n' },
             };
-            if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.count == 0 {
+            let searched = match &matcher_cr {
+                Some(matcher_cr) if cr => searcher_cr.search_file(matcher_cr, &file, &mut sink),
+                _ => searcher.search_file(&matcher, &file, &mut sink),
+            };
+            if searched.is_err() || sink.count == 0 {
                 return WalkState::Continue;
             }
             matches.fetch_add(sink.count, Ordering::Relaxed);
@@ -336,7 +349,18 @@ fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
     }
 }
 
-fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, String> {
+/// Whether the lines of `file` end in a bare CR: its first 8 KiB have a CR and no LF (as
+/// [`LineEnding::Cr`](super::text::LineEnding::Cr) tells, from a sample).
+fn cr_only(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let mut sample = [0u8; 8192];
+    let Ok(n) = file.read_at(&mut sample, 0) else { return false };
+    let sample = &sample[..n];
+    memchr::memchr(b'\r', sample).is_some() && memchr::memchr(b'\n', sample).is_none()
+}
+
+/// The matcher of `args`; with `cr`, for a file whose lines end in a bare CR.
+fn build_matcher(args: &GrepArgs, multiline: bool, cr: bool) -> Result<RegexMatcher, String> {
     let fixed = args.fixed_strings.unwrap_or(false);
     if !multiline && args.pattern.contains('\n') {
         return Err("`pattern` contains a line break, which a line-by-line search never \
@@ -348,11 +372,17 @@ fn build_matcher(args: &GrepArgs, multiline: bool) -> Result<RegexMatcher, Strin
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
         .fixed_strings(fixed);
+    // `$` before a CRLF line break too (ripgrep's `--crlf`): `^baz$` finds `baz` in a
+    // Windows file; and, as this takes a CR for a line break, in a classic Mac one.
     if multiline {
         builder.dot_matches_new_line(true);
+        if cr {
+            builder.crlf(true).line_terminator(None);
+        }
+    } else if cr {
+        // `crlf` first: it sets the line terminator, which is then made the CR alone.
+        builder.crlf(true).line_terminator(Some(b'\r'));
     } else {
-        // `$` before a CRLF line break too (ripgrep's `--crlf`): `^baz$` finds `baz` in
-        // a Windows file.
         builder.line_terminator(Some(b'\n')).crlf(true);
     }
     builder.build(&args.pattern).map_err(|e| {
@@ -421,6 +451,8 @@ struct FileSink<'a> {
     hits: u64,
     /// A match past `cap` was found: the file has more than is shown.
     more: bool,
+    /// The byte the file's lines end with: `\n`, or `\r` in a file of bare CRs.
+    terminator: u8,
 }
 
 impl FileSink<'_> {
@@ -439,10 +471,11 @@ impl FileSink<'_> {
                 continue;
             }
             any = true;
-            let above = memchr::memchr_iter(b'\n', &bytes[..found.start()]).count() as u64;
+            let end = self.terminator;
+            let above = memchr::memchr_iter(end, &bytes[..found.start()]).count() as u64;
             let part = found.as_bytes();
-            let part = part.strip_suffix(b"\n").unwrap_or(part);
-            for (i, piece) in part.split(|&b| b == b'\n').enumerate() {
+            let part = part.strip_suffix(&[end]).unwrap_or(part);
+            for (i, piece) in part.split(|&b| b == end).enumerate() {
                 self.push(':', first.map(|n| n + above + i as u64), piece);
             }
         }
@@ -753,6 +786,7 @@ mod tests {
             cap: None,
             hits: 0,
             more: false,
+            terminator: b'\n',
         };
         SearcherBuilder::new()
             .line_number(true)

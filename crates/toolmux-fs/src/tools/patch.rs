@@ -415,12 +415,25 @@ struct TextFile {
     trailing_break: bool,
     /// What new lines end with: the break most lines use.
     crlf: bool,
+    /// Whether every line ends in a bare CR (classic Mac OS): parsed as LF lines, written
+    /// back with CR.
+    cr: bool,
     encoding: Encoding,
 }
 
 impl TextFile {
     fn parse(text: &str, encoding: Encoding) -> TextFile {
-        let crlf = LineEnding::dominant(text) == Some(LineEnding::CrLf);
+        let ending = LineEnding::dominant(text);
+        let crlf = ending == Some(LineEnding::CrLf);
+        let cr = ending == Some(LineEnding::Cr);
+        let as_lf;
+        let text = match cr {
+            true => {
+                as_lf = text.replace('\r', "\n");
+                as_lf.as_str()
+            }
+            false => text,
+        };
         let trailing_break = text.is_empty() || text.ends_with('\n');
         let body = text.strip_suffix('\n').unwrap_or(text);
         let mut lines: Vec<Line> = if text.is_empty() {
@@ -437,12 +450,12 @@ impl TextFile {
         if !trailing_break && let Some(last) = lines.last_mut() {
             last.crlf = crlf;
         }
-        TextFile { lines, trailing_break, crlf, encoding }
+        TextFile { lines, trailing_break, crlf, cr, encoding }
     }
 
     fn new_file(lines: &[String]) -> TextFile {
         let lines = lines.iter().map(|text| Line { text: text.clone(), crlf: false }).collect();
-        TextFile { lines, trailing_break: true, crlf: false, encoding: Encoding::Utf8 }
+        TextFile { lines, trailing_break: true, crlf: false, cr: false, encoding: Encoding::Utf8 }
     }
 
     fn render(&self) -> String {
@@ -450,7 +463,11 @@ impl TextFile {
         for (index, line) in self.lines.iter().enumerate() {
             out.push_str(&line.text);
             if index + 1 < self.lines.len() || self.trailing_break {
-                out.push_str(if line.crlf { "\r\n" } else { "\n" });
+                out.push_str(match (self.cr, line.crlf) {
+                    (true, _) => "\r",
+                    (false, true) => "\r\n",
+                    (false, false) => "\n",
+                });
             }
         }
         out
@@ -1042,6 +1059,14 @@ mod tests {
             file.apply(&hunks("@@ def g():\n-    return 1\n+    return 2")).expect("applies");
         assert_eq!(applied[0].line, 5);
         assert_eq!(file.render(), "def f():\n    return 1\n\ndef g():\n    return 2\n");
+    }
+
+    #[test]
+    fn cr_only_files_are_patched_as_lines() {
+        let mut file = TextFile::parse("a\rb\rc\r", Encoding::Utf8);
+        assert_eq!(file.lines.len(), 3);
+        file.lines.insert(1, Line { text: "x".into(), crlf: false });
+        assert_eq!(file.render(), "a\rx\rb\rc\r");
     }
 
     #[test]

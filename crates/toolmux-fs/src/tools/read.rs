@@ -151,7 +151,7 @@ pub(crate) fn read(
         path: path.given.clone(),
         problem: why.to_string(),
     })?;
-    let lines: Vec<&str> = text.lines().collect();
+    let lines = super::text::lines(&text);
     if anchor == 0 || anchor > lines.len() as u64 {
         return Err(invalid(format!(
             "anchor_line {anchor} is past the end of `{}`, which has {} lines",
@@ -194,71 +194,82 @@ fn read_page(
     }
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
-    let (file, _) = ws.open_regular(&path)?;
     let first = args.offset.unwrap_or(1).max(1);
     let limit = args.limit.unwrap_or(limits.read_lines as u64).max(1);
-    let mut page = Page::new(first, limit, limits);
-    let mut hasher = Sha256::new();
-    let mut reader = file;
     let mut buf = vec![0u8; 256 * 1024];
-    let mut at_start = true;
-    // Set when the file starts with a UTF-16 byte order mark: its text is decoded to UTF-8
-    // before it is paged.
-    let mut utf16: Option<(Encoding, Utf16Decoder)> = None;
-    let mut decoded = String::new();
     let invalid = |e: super::text::DecodeError| FsError::InvalidText {
         path: path.given.clone(),
         problem: e.to_string(),
     };
-    loop {
-        if cancelled.load(Ordering::Relaxed) {
-            return Err(FsError::Cancelled { tool: "read" });
-        }
-        let n = match reader.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(err(e)),
-        };
-        let mut chunk = &buf[..n];
-        if at_start && let Some(mime_type) = image_type(chunk) {
-            let mut bytes = chunk.to_vec();
-            return image(
-                ws,
-                run,
-                &path,
-                canonical,
-                meta.len(),
-                &mut bytes,
-                &mut reader,
-                mime_type,
-            );
-        }
-        hasher.update(chunk);
-        if at_start {
-            at_start = false;
-            let encoding = Encoding::sniff(chunk);
-            if encoding.is_utf16() {
-                utf16 = Some((encoding, Utf16Decoder::new(encoding == Encoding::Utf16Be)));
-            } else if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
-                return Err(FsError::Binary { path: path.given.clone() });
+    // Lines end where the page's first text guesses; a file that proves it wrong (a bare CR
+    // file with a `\n` after the first chunk, or one whose CRs start later) is read again.
+    let mut terminator = None;
+    let (page, hash) = loop {
+        let (file, _) = ws.open_regular(&path)?;
+        let mut page = Page::new(first, limit, limits, terminator);
+        let mut hasher = Sha256::new();
+        let mut reader = file;
+        let mut at_start = true;
+        // Set when the file starts with a UTF-16 byte order mark: its text is decoded to UTF-8
+        // before it is paged.
+        let mut utf16: Option<(Encoding, Utf16Decoder)> = None;
+        let mut decoded = String::new();
+        loop {
+            if cancelled.load(Ordering::Relaxed) {
+                return Err(FsError::Cancelled { tool: "read" });
             }
-            chunk = &chunk[encoding.bom().len()..];
-        }
-        match &mut utf16 {
-            Some((_, decoder)) => {
-                decoded.clear();
-                decoder.feed(chunk, &mut decoded).map_err(invalid)?;
-                page.feed(decoded.as_bytes());
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(err(e)),
+            };
+            let mut chunk = &buf[..n];
+            if at_start && let Some(mime_type) = image_type(chunk) {
+                let mut bytes = chunk.to_vec();
+                return image(
+                    ws,
+                    run,
+                    &path,
+                    canonical,
+                    meta.len(),
+                    &mut bytes,
+                    &mut reader,
+                    mime_type,
+                );
             }
-            None => page.feed(chunk),
+            hasher.update(chunk);
+            if at_start {
+                at_start = false;
+                let encoding = Encoding::sniff(chunk);
+                if encoding.is_utf16() {
+                    utf16 = Some((encoding, Utf16Decoder::new(encoding == Encoding::Utf16Be)));
+                } else if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
+                    return Err(FsError::Binary { path: path.given.clone() });
+                }
+                chunk = &chunk[encoding.bom().len()..];
+            }
+            match &mut utf16 {
+                Some((_, decoder)) => {
+                    decoded.clear();
+                    decoder.feed(chunk, &mut decoded).map_err(invalid)?;
+                    page.feed(decoded.as_bytes());
+                }
+                None => page.feed(chunk),
+            }
         }
-    }
-    if let Some((encoding, decoder)) = utf16 {
-        decoder.finish().map_err(invalid)?;
-        page.decoded_from = Some(encoding);
-    }
-    let hash: Hash = hasher.finalize().into();
+        if let Some((encoding, decoder)) = utf16 {
+            decoder.finish().map_err(invalid)?;
+            page.decoded_from = Some(encoding);
+        }
+        let right = page.right_terminator();
+        if terminator.is_none() && right != page.terminator {
+            terminator = Some(right);
+            continue;
+        }
+        let hash: Hash = hasher.finalize().into();
+        break (page, hash);
+    };
     ws.record_read(run, canonical.clone(), hash);
     let complete = !page.capped;
     let output = page.finish(&path.given)?;
@@ -313,6 +324,14 @@ struct Page<'a> {
     current_dropped: u64,
     text: String,
     shown: u64,
+    /// The byte lines end with: `\n` (a CR before it dropped), or `\r` in a file whose
+    /// lines all end in a bare CR (classic Mac OS).
+    terminator: u8,
+    /// Whether `terminator` is known; otherwise the first bytes fed decide it.
+    decided: bool,
+    /// Whether a `\n` and a `\r` were fed: what `terminator` should have been.
+    saw_lf: bool,
+    saw_cr: bool,
     /// The page ended early because of the byte cap.
     capped: bool,
     cut_lines: u64,
@@ -322,11 +341,15 @@ struct Page<'a> {
 }
 
 impl<'a> Page<'a> {
-    fn new(first: u64, limit: u64, limits: &'a FsLimits) -> Self {
+    fn new(first: u64, limit: u64, limits: &'a FsLimits, terminator: Option<u8>) -> Self {
         Page {
             first,
             limit,
             limits,
+            terminator: terminator.unwrap_or(b'\n'),
+            decided: terminator.is_some(),
+            saw_lf: false,
+            saw_cr: false,
             line: 1,
             line_open: false,
             current: Vec::new(),
@@ -350,7 +373,19 @@ impl<'a> Page<'a> {
         self.limits.line_chars * 4
     }
 
+    /// The terminator the whole file asks for: `\r` when it has a CR and no LF.
+    fn right_terminator(&self) -> u8 {
+        if self.saw_cr && !self.saw_lf { b'\r' } else { b'\n' }
+    }
+
     fn feed(&mut self, mut chunk: &[u8]) {
+        self.saw_lf = self.saw_lf || memchr::memchr(b'\n', chunk).is_some();
+        self.saw_cr = self.saw_cr || memchr::memchr(b'\r', chunk).is_some();
+        if !self.decided && !chunk.is_empty() {
+            self.decided = true;
+            self.terminator = self.right_terminator();
+        }
+        let terminator = self.terminator;
         while !chunk.is_empty() {
             if !self.on_page() {
                 // Off the page: only count newlines, the fast path for huge files.
@@ -358,23 +393,23 @@ impl<'a> Page<'a> {
                 let newlines = if before_page {
                     // Stop counting exactly at the first line of the page.
                     let wanted = (self.first - self.line) as usize;
-                    match memchr::memchr_iter(b'\n', chunk).nth(wanted - 1) {
+                    match memchr::memchr_iter(terminator, chunk).nth(wanted - 1) {
                         Some(at) => {
                             self.line += wanted as u64;
                             self.line_open = false;
                             chunk = &chunk[at + 1..];
                             continue;
                         }
-                        None => memchr::memchr_iter(b'\n', chunk).count(),
+                        None => memchr::memchr_iter(terminator, chunk).count(),
                     }
                 } else {
-                    memchr::memchr_iter(b'\n', chunk).count()
+                    memchr::memchr_iter(terminator, chunk).count()
                 };
                 self.line += newlines as u64;
-                self.line_open = chunk.last() != Some(&b'\n');
+                self.line_open = chunk.last() != Some(&terminator);
                 return;
             }
-            let (part, rest, ends) = match memchr::memchr(b'\n', chunk) {
+            let (part, rest, ends) = match memchr::memchr(terminator, chunk) {
                 Some(at) => (&chunk[..at], &chunk[at + 1..], true),
                 None => (chunk, &chunk[chunk.len()..], false),
             };
@@ -392,7 +427,7 @@ impl<'a> Page<'a> {
 
     fn end_line(&mut self) {
         let mut bytes = std::mem::take(&mut self.current);
-        if bytes.last() == Some(&b'\r') {
+        if self.terminator == b'\n' && bytes.last() == Some(&b'\r') {
             bytes.pop();
         }
         let decoded = String::from_utf8_lossy(&bytes);
@@ -465,6 +500,9 @@ impl<'a> Page<'a> {
         if let Some(encoding) = self.decoded_from {
             let _ =
                 write!(text, "\n[the file is {}; `edit` and `write` keep it so]", encoding.name());
+        }
+        if self.terminator == b'\r' {
+            text.push_str("\n[the file's lines end in a bare CR; `edit` and `write` keep them so]");
         }
         let encoding = self.decoded_from.unwrap_or(Encoding::Utf8);
         Ok(ToolOutput::text(text)

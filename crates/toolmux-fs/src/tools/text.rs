@@ -179,6 +179,15 @@ impl Utf16Decoder {
     }
 }
 
+/// The lines of `text`, as [`str::lines`] splits them, but at every `\r` in a text whose
+/// lines end in a bare `\r` ([`LineEnding::Cr`]).
+pub(crate) fn lines(text: &str) -> Vec<&str> {
+    if LineEnding::dominant(text) != Some(LineEnding::Cr) {
+        return text.lines().collect();
+    }
+    text.strip_suffix('\r').unwrap_or(text).split('\r').collect()
+}
+
 /// How lines end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LineEnding {
@@ -186,12 +195,15 @@ pub(crate) enum LineEnding {
     Lf,
     /// `\r\n`.
     CrLf,
+    /// A bare `\r`, as classic Mac OS wrote text: only in a file without any `\n`.
+    Cr,
 }
 
 impl LineEnding {
     /// The line ending `text` mostly uses: `None` when it has no line break. A file with
     /// mixed endings gets the one most of its lines use, as editors that normalise on save
-    /// do; on a tie, the one its first line break uses.
+    /// do; on a tie, the one its first line break uses. A file without any `\n` whose
+    /// lines end in `\r` gets [`LineEnding::Cr`]; where `\n` occurs, a bare `\r` is text.
     pub(crate) fn dominant(text: &str) -> Option<LineEnding> {
         Self::dominant_in(text.bytes().map(u16::from))
     }
@@ -200,13 +212,15 @@ impl LineEnding {
     pub(crate) fn dominant_in(units: impl IntoIterator<Item = u16>) -> Option<LineEnding> {
         let (mut crlf, mut lf, mut first) = (0u64, 0u64, None);
         let mut previous = 0u16;
+        let mut cr = false;
         for unit in units {
+            cr |= unit == u16::from(b'\r');
             if unit == u16::from(b'\n') {
                 let ending =
                     if previous == u16::from(b'\r') { LineEnding::CrLf } else { LineEnding::Lf };
                 match ending {
                     LineEnding::CrLf => crlf += 1,
-                    LineEnding::Lf => lf += 1,
+                    _ => lf += 1,
                 }
                 first.get_or_insert(ending);
             }
@@ -215,14 +229,38 @@ impl LineEnding {
         match crlf.cmp(&lf) {
             std::cmp::Ordering::Greater => Some(LineEnding::CrLf),
             std::cmp::Ordering::Less => Some(LineEnding::Lf),
+            std::cmp::Ordering::Equal if first.is_none() && cr => Some(LineEnding::Cr),
             std::cmp::Ordering::Equal => first,
         }
     }
 
-    /// `text` with every line break (`\n` or `\r\n`) made this one; a lone `\r` is kept.
+    /// The line ending text is edited with: LF for a CR file, which `edit` and
+    /// `apply_patch` turn into LF lines and back.
+    pub(crate) fn working(self) -> LineEnding {
+        match self {
+            LineEnding::Cr => LineEnding::Lf,
+            ending => ending,
+        }
+    }
+
+    /// The line break itself.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LineEnding::Lf => "\n",
+            LineEnding::CrLf => "\r\n",
+            LineEnding::Cr => "\r",
+        }
+    }
+
+    /// `text` with every line break (`\n` or `\r\n`) made this one; a lone `\r` is kept,
+    /// except by [`LineEnding::Cr`], which makes every `\r\n`, `\n` and `\r` a `\r`.
     pub(crate) fn apply(self, text: &str) -> Cow<'_, str> {
         let has_crlf = text.contains("\r\n");
         match self {
+            LineEnding::Cr if text.contains('\n') => {
+                Cow::Owned(text.replace("\r\n", "\r").replace('\n', "\r"))
+            }
+            LineEnding::Cr => Cow::Borrowed(text),
             LineEnding::Lf if has_crlf => Cow::Owned(text.replace("\r\n", "\n")),
             LineEnding::Lf => Cow::Borrowed(text),
             LineEnding::CrLf => {
@@ -294,6 +332,15 @@ mod tests {
         assert_eq!(LineEnding::dominant("a\r\nb\n"), Some(LineEnding::CrLf));
         assert_eq!(LineEnding::dominant("a\nb\r\n"), Some(LineEnding::Lf));
         assert_eq!(LineEnding::dominant("one line"), None);
+        assert_eq!(LineEnding::dominant("a\rb\rc"), Some(LineEnding::Cr));
+        assert_eq!(LineEnding::dominant("a\rb\rc\n"), Some(LineEnding::Lf));
+    }
+
+    #[test]
+    fn cr_only_text_splits_at_every_cr() {
+        assert_eq!(lines("a\rb\rc\r"), ["a", "b", "c"]);
+        assert_eq!(lines("a\rb\nc"), ["a\rb", "c"]);
+        assert!(lines("").is_empty());
     }
 
     #[test]
@@ -301,6 +348,7 @@ mod tests {
         assert_eq!(LineEnding::CrLf.apply("a\nb\r\nc"), "a\r\nb\r\nc");
         assert_eq!(LineEnding::Lf.apply("a\r\nb\nc"), "a\nb\nc");
         assert_eq!(LineEnding::CrLf.apply("a\rb"), "a\rb");
+        assert_eq!(LineEnding::Cr.apply("a\nb\r\nc\rd"), "a\rb\rc\rd");
         assert!(matches!(LineEnding::CrLf.apply("a\r\nb"), Cow::Borrowed(_)));
     }
 }

@@ -32,7 +32,7 @@ and an existing file keeps its permissions. An existing file must have been read
 this run, and must not have changed since (checked by content hash): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
 and UTF-16 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
-of its lines end so. Returns the bytes and lines written and, for an overwrite, which lines \
+of its lines end so (CR when they all end in a bare CR). Returns the bytes and lines written and, for an overwrite, which lines \
 changed. Prefer `edit` for changes to existing files. \
 Paths are relative to the workspace root or absolute inside it; nothing outside the root can be \
 written.";
@@ -76,7 +76,7 @@ pub(crate) fn write(
     let written = ws.write_atomic(&path, &bytes)?;
     ws.record_read(run, written.canonical, workspace::hash(&bytes));
     super::undo::wrote(ws, run, "write", &path, before, &bytes);
-    let lines = args.content.lines().count();
+    let lines = super::text::lines(&args.content).len();
     let verb = if written.created { "created" } else { "overwrote" };
     let mut notes = String::new();
     if !kept.is_empty() {
@@ -124,8 +124,13 @@ struct Change {
 impl Change {
     /// The lines between the longest common start and end of `old` and `new`.
     fn between(old: &str, new: &str) -> Change {
-        let old: Vec<&str> = old.split_inclusive('\n').collect();
-        let new: Vec<&str> = new.split_inclusive('\n').collect();
+        // A CR file's lines end in CR (see `LineEnding::Cr`).
+        let lines = |text: &str| -> Vec<String> {
+            let cr = LineEnding::dominant(text) == Some(LineEnding::Cr);
+            let end = if cr { '\r' } else { '\n' };
+            text.split_inclusive(end).map(str::to_owned).collect()
+        };
+        let (old, new) = (lines(old), lines(new));
         let start = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
         let room = old.len().min(new.len()) - start;
         let end =
@@ -196,17 +201,25 @@ struct Style {
 
 impl Style {
     /// The bytes to write for `content`, and what of the old file's style they kept.
-    /// Content with bare `\n` only gets CRLF when the file mostly used CRLF (content that
-    /// has CRLF of its own is taken as meant); a byte order mark and UTF-16 are kept.
+    /// Content with bare `\n` only gets CRLF when the file mostly used CRLF, or CR when
+    /// its lines all ended in a bare CR (content that has CR of its own is taken as meant);
+    /// a byte order mark and UTF-16 are kept.
     fn render(self, content: &str) -> (Vec<u8>, Vec<&'static str>) {
         let mut kept = Vec::new();
         let mut text = Cow::Borrowed(content);
-        if self.ending == Some(LineEnding::CrLf)
+        let own = match self.ending {
+            Some(LineEnding::Cr) => content.contains('\r'),
+            _ => content.contains("\r\n"),
+        };
+        if let Some(ending @ (LineEnding::CrLf | LineEnding::Cr)) = self.ending
             && content.contains('\n')
-            && !content.contains("\r\n")
+            && !own
         {
-            text = LineEnding::CrLf.apply(content);
-            kept.push("CRLF line endings");
+            text = ending.apply(content);
+            kept.push(match ending {
+                LineEnding::Cr => "CR line endings",
+                _ => "CRLF line endings",
+            });
         }
         match self.encoding {
             Encoding::Utf8 => {}

@@ -90,6 +90,22 @@ async fn crlf_files_match_lf_edits() {
     assert_eq!(fx.get("a.txt"), "1\r\n2\r\nthree\r\n");
 }
 
+/// A file whose lines end in a bare CR is edited as the lines `read` shows, and keeps CR.
+#[tokio::test]
+async fn cr_only_files_are_edited_as_lines() {
+    let fx = Fixture::new();
+    fx.put("cr.txt", "one\rtwo\rthree\r");
+    let out = fx
+        .ok("edit", json!({"path": "cr.txt", "old_string": "one\ntwo", "new_string": "1\n2\n2b"}))
+        .await;
+    assert!(out.contains("(written with the file's CR line endings)"), "{out}");
+    assert_eq!(fx.get("cr.txt"), "1\r2\r2b\rthree\r");
+    fx.ok("edit", json!({"path": "cr.txt", "insert_line": -1, "new_string": "four\n"})).await;
+    assert_eq!(fx.get("cr.txt"), "1\r2\r2b\rthree\rfour\r");
+    let err = fx.err("edit", json!({"path": "cr.txt", "insert_line": 7, "new_string": "x"})).await;
+    assert!(err.contains("which has 5 lines"), "{err}");
+}
+
 #[tokio::test]
 async fn a_single_line_replaced_by_several_in_a_crlf_file_gets_crlf() {
     let fx = Fixture::new();

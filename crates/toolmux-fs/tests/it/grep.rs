@@ -56,6 +56,21 @@ async fn line_ends_match_in_crlf_files() {
     assert_eq!(fx.ok("grep", word).await, "win.txt:1:bar");
 }
 
+/// A file whose lines end in a bare CR is searched line by line, numbered as `read` does.
+#[tokio::test]
+async fn cr_only_files_are_searched_as_lines() {
+    let fx = Fixture::new();
+    fx.put("mac.txt", "foo\rbar baz\rqux\r");
+    let content = json!({"pattern": "^bar", "output_mode": "content"});
+    assert_eq!(fx.ok("grep", content).await, "mac.txt:2:bar baz");
+    let word = json!({"pattern": "baz$", "output_mode": "content", "-o": true});
+    assert_eq!(fx.ok("grep", word).await, "mac.txt:2:baz");
+    let count = json!({"pattern": "[a-z]+", "output_mode": "count"});
+    assert!(fx.ok("grep", count).await.starts_with("mac.txt:3\n"));
+    let across = json!({"pattern": "baz\rqux", "output_mode": "content", "multiline": true});
+    assert_eq!(fx.ok("grep", across).await, "mac.txt:2:bar baz\nmac.txt:3:qux");
+}
+
 /// A path that is no folder and no file (a FIFO here) is said to be one, not answered
 /// "No matches found", and never opened (a FIFO would block the search).
 #[tokio::test]

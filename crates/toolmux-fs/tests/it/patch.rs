@@ -168,6 +168,15 @@ async fn files_keep_their_encoding_and_line_endings() {
 }
 
 #[tokio::test]
+async fn cr_only_files_are_patched_as_lines_and_keep_cr() {
+    let fx = Fixture::new();
+    fx.put("mac.txt", "one\rtwo\rthree\r");
+    let out = fx.ok("apply_patch", patch("*** Update File: mac.txt\n one\n-two\n+2\n+2b")).await;
+    assert!(out.contains("M mac.txt (+2 -1)"), "{out}");
+    assert_eq!(fx.get("mac.txt"), "one\r2\r2b\rthree\r");
+}
+
+#[tokio::test]
 async fn context_found_loosely_is_reported_and_kept() {
     let fx = Fixture::new();
     fx.put("q.py", "print(“hello”)   \nx = 1\n");

@@ -124,6 +124,45 @@ async fn crlf_bom_and_missing_final_newline() {
     assert_eq!(fx.ok("read", json!({"path": "a.txt"})).await, "     1\ta\n     2\tb\n");
 }
 
+/// A file whose lines end in a bare CR (classic Mac OS) is read as lines, and so is the
+/// block around one of them; a bare CR in a file of LF lines stays text.
+#[tokio::test]
+async fn cr_only_files_read_as_lines() {
+    let fx = Fixture::new();
+    fx.put("cr.txt", "a\rb\rc\r");
+    let out = fx.call("read", json!({"path": "cr.txt"})).await.unwrap();
+    expect![[r#"
+             1	a
+             2	b
+             3	c
+
+        [the file's lines end in a bare CR; `edit` and `write` keep them so]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["totalLines"], 3);
+    let page = fx.ok("read", json!({"path": "cr.txt", "offset": 2, "limit": 1})).await;
+    assert!(page.starts_with("     2\tb\n\n[showing lines 2-2 of 3; use offset=3"), "{page}");
+    fx.put("code.txt", "fn f() {\r    x\r}\r");
+    let block = fx.ok("read", json!({"path": "code.txt", "anchor_line": 2})).await;
+    assert!(block.starts_with("[lines 1-3: the block around line 2]"), "{block}");
+    fx.put("mixed.txt", "a\rb\nc\n");
+    assert_eq!(fx.ok("read", json!({"path": "mixed.txt"})).await, "     1\ta\rb\n     2\tc\n");
+}
+
+/// The line ending is told from the whole file, not its first chunk: CRs first seen past
+/// it, or an LF past a chunk of CR lines, are read as the whole file has them.
+#[tokio::test]
+async fn line_endings_past_the_first_chunk_count() {
+    let fx = Fixture::new();
+    let long = "x".repeat(300 * 1024);
+    fx.put("late_cr.txt", &format!("{long}\ry\r"));
+    let out = fx.call("read", json!({"path": "late_cr.txt"})).await.unwrap();
+    assert_eq!(out.extras["totalLines"], 2);
+    let cr_lines = "a\r".repeat(100 * 1024);
+    fx.put("late_lf.txt", &format!("{cr_lines}b\n"));
+    let out = fx.call("read", json!({"path": "late_lf.txt"})).await.unwrap();
+    assert_eq!(out.extras["totalLines"], 1);
+}
+
 #[tokio::test]
 async fn absolute_paths_inside_the_root_work() {
     let fx = Fixture::new();

@@ -122,6 +122,17 @@ async fn write_is_disabled_by_default() {
 }
 
 #[tokio::test]
+async fn overwriting_a_cr_file_with_lf_content_keeps_cr() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "old\rlines\r");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    let out = fx.ok("write", json!({"path": "a.txt", "content": "new\nlines\nhere\n"})).await;
+    expect!["overwrote `a.txt` (15 bytes, 3 lines; kept the file's CR line endings; lines 1-2 replaced by 3 lines)"]
+        .assert_eq(&out);
+    assert_eq!(fx.get("a.txt"), "new\rlines\rhere\r");
+}
+
+#[tokio::test]
 async fn overwriting_a_crlf_file_with_lf_content_keeps_crlf() {
     let fx = Fixture::new();
     fx.put("a.txt", "old\r\nlines\r\n");
