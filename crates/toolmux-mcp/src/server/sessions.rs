@@ -13,6 +13,12 @@
 //! a store that rmcp knows of would also make their calls outlive their connection, which
 //! is how such a client cancels one.
 //!
+//! A session's `GET` streams are served from the log too: its messages go to the latest
+//! one opened (a client reopens it after a network blip the server may not have noticed),
+//! and earlier ones stay open without them, as MCP sends each message on one stream.
+//! rmcp kept sending to the first while it seemed alive, gave later ones nothing, and
+//! lost what it sent once the first turned out dead.
+//!
 //! rmcp ends a session after five minutes without a message in or out, even while a call
 //! runs (its answer was lost, and the session's next request answered 500) or the client
 //! listens on its `GET` stream. Here a session ends when it has had no request and no
@@ -221,6 +227,8 @@ struct Usage {
     last: Instant,
     /// Streams open to the client (responses being sent, `GET` streams).
     open: usize,
+    /// Counts the session's `GET` streams: the latest is the one its messages go to.
+    listener: u64,
 }
 
 impl Sessions {
@@ -346,29 +354,23 @@ fn channel_stream(
 }
 
 impl Sessions {
-    /// A request's stream after index `after`: what is kept, then what comes, until its
-    /// response.
-    fn follow(&self, stream: String, after: u64) -> Option<mpsc::Receiver<ServerSseMessage>> {
+    /// A stream's events after index `after`: what is kept, then what comes, until the
+    /// stream ends (a request's, with its response) or, for a session's `GET` stream,
+    /// while `current` holds (a newer `GET` stream takes the messages from then on; this
+    /// one stays open, as the client may keep both).
+    fn follow(
+        &self,
+        stream: String,
+        after: u64,
+        current: impl Fn() -> bool + Send + 'static,
+    ) -> Option<mpsc::Receiver<ServerSseMessage>> {
         let mut changes = self.log.watch(&stream)?;
-        let (first, mut at, ended) = self.log.after(&stream, after)?;
+        let (first, mut at, mut ended) = self.log.after(&stream, after)?;
         let (tx, rx) = mpsc::channel(first.len().max(16));
         let log = self.log.clone();
         tokio::spawn(async move {
-            for event in first {
-                if tx.send(event).await.is_err() {
-                    return;
-                }
-            }
-            if ended {
-                return;
-            }
+            let mut events = first;
             loop {
-                tokio::select! {
-                    changed = changes.changed() => if changed.is_err() { return },
-                    () = tx.closed() => return,
-                }
-                let Some((events, last, ended)) = log.after(&stream, at) else { return };
-                at = last;
                 for event in events {
                     if tx.send(event).await.is_err() {
                         return;
@@ -377,9 +379,39 @@ impl Sessions {
                 if ended {
                     return;
                 }
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { return },
+                    () = tx.closed() => return,
+                }
+                if !current() {
+                    tx.closed().await;
+                    return;
+                }
+                let Some(more) = log.after(&stream, at) else { return };
+                (events, at, ended) = more;
             }
         });
         Some(rx)
+    }
+
+    /// The session's `GET` stream after index `after`, as the one its messages go to.
+    fn listen(&self, id: &SessionId, after: u64) -> Option<Tracked> {
+        let stream = common_stream(id);
+        let generation = {
+            let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+            let usage = usage.get_mut(id)?;
+            usage.listener += 1;
+            usage.listener
+        };
+        let usage = Arc::downgrade(&self.usage);
+        let key = id.clone();
+        let current = move || {
+            let Some(usage) = usage.upgrade() else { return false };
+            let usage = usage.lock().unwrap_or_else(|e| e.into_inner());
+            usage.get(&key).is_some_and(|u| u.listener == generation)
+        };
+        let events = self.follow(stream, after, current)?;
+        Some(self.tracked(id, channel_stream(events)))
     }
 }
 
@@ -389,7 +421,7 @@ impl SessionManager for Sessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         let (id, transport) = self.inner.create_session().await?;
-        let usage = Usage { last: Instant::now(), open: 0 };
+        let usage = Usage { last: Instant::now(), open: 0, listener: 0 };
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), usage);
         Ok((id, transport))
     }
@@ -431,17 +463,21 @@ impl SessionManager for Sessions {
         Ok(self.inner.accept_message(id, message).await?)
     }
 
-    /// rmcp's stream, first telling the client where in the session's `GET` stream it
-    /// starts, so that it can resume from there (rmcp gives every such stream the id `0`).
+    /// The session's messages from now on, from the log rather than from rmcp's channel
+    /// (which kept sending to the first stream while it seemed alive, and gave a later one
+    /// nothing); first, where in the session's stream it starts, so that the client can
+    /// resume from there (rmcp gives every such stream the id `0`).
     async fn create_standalone_stream(
         &self,
         id: &SessionId,
     ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
     {
         use futures::StreamExt as _;
-        let live = self.inner.create_standalone_stream(id).await?;
-        let start = ServerSseMessage::priming(self.log.last_id(&common_stream(id)), RETRY);
-        Ok(self.tracked(id, futures::stream::once(std::future::ready(start)).chain(live)))
+        let start = self.log.last_id(&common_stream(id));
+        let after = parse_event_id(&start).map_or(0, |(_, index)| index);
+        let live = self.listen(id, after).ok_or_else(|| ResumeError::Unknown(start.clone()))?;
+        let start = ServerSseMessage::priming(start, RETRY);
+        Ok(futures::stream::once(std::future::ready(start)).chain(live))
     }
 
     async fn resume(
@@ -450,26 +486,17 @@ impl SessionManager for Sessions {
         last_event_id: String,
     ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
     {
-        use futures::StreamExt as _;
         let unknown = || ResumeError::Unknown(last_event_id.clone());
         let (stream, after) = parse_event_id(&last_event_id).ok_or_else(unknown)?;
         let common = common_stream(id);
         if stream.ends_with(":common") && stream != common {
             return Err(unknown());
         }
-        if stream != common {
-            let events = self.follow(stream.to_owned(), after).ok_or_else(unknown)?;
-            return Ok(self.tracked(id, channel_stream(events)));
+        if stream == common {
+            return self.listen(id, after).ok_or_else(unknown);
         }
-        // The session's `GET` stream: rmcp's live stream, behind what it missed (taken
-        // after the live one is in place, so that nothing falls between them).
-        let live = self.inner.create_standalone_stream(id).await?;
-        let (missed, last, _) = self.log.after(&common, after).ok_or_else(unknown)?;
-        let seen = move |event: &ServerSseMessage| {
-            let index = event.event_id.as_deref().and_then(parse_event_id).map(|(_, i)| i);
-            std::future::ready(index.is_none_or(|index| index > last))
-        };
-        Ok(self.tracked(id, futures::stream::iter(missed).chain(live.filter(seen))))
+        let events = self.follow(stream.to_owned(), after, || true).ok_or_else(unknown)?;
+        Ok(self.tracked(id, channel_stream(events)))
     }
 
     async fn restore_session(

@@ -385,3 +385,35 @@ async fn a_session_outlives_a_call_longer_than_its_idle_time() {
     assert_eq!(gone.status, 404, "an unused session ends: {}", gone.body);
     server.stop().await;
 }
+
+/// A client that opens its `GET` stream again (without `Last-Event-ID`, after a network
+/// blip the server has not noticed yet) gets the session's messages on the new stream,
+/// and none is lost when the old one turns out dead. (rmcp kept the first stream as the
+/// one to send on while it seemed alive, made the new one a stream that never gets
+/// anything, and sent later messages to the dead one.)
+#[tokio::test]
+async fn a_reopened_session_stream_gets_the_messages() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let mut first = session.get(None).await;
+    let _ = first.next().await.expect("the first stream opens");
+    let mut second = session.get(None).await;
+    let _ = second.next().await.expect("the second stream opens");
+    drop(first);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    mock.add_tool("b", Behavior::Echo);
+    let changed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let event = second.next().await.expect("the change");
+            if let Some(data) = event.data {
+                break data;
+            }
+        }
+    })
+    .await
+    .expect("the change reaches the open stream");
+    assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
+    server.stop().await;
+}
