@@ -77,6 +77,14 @@ pub enum FsError {
         /// The path as the caller gave it.
         path: String,
     },
+    /// A path that goes through a file as if it were a folder.
+    #[error("`{file}` is a file, not a folder: `{path}` cannot be inside it")]
+    FileInPath {
+        /// The path as the caller gave it.
+        path: String,
+        /// The file the path goes through, as the caller spelled it.
+        file: String,
+    },
     /// A file where a directory is needed.
     #[error("`{path}` is not a directory")]
     NotDirectory {

@@ -208,6 +208,46 @@ impl Workspace {
         Ok(Resolved { given: given.to_owned(), relative })
     }
 
+    /// [`Workspace::resolve`] for a tool that needs a file: an empty path, which would name
+    /// the root (and be answered "is a directory"), is refused saying so.
+    pub fn resolve_file(&self, tool: &'static str, given: &str) -> Result<Resolved, FsError> {
+        if given.is_empty() {
+            return Err(FsError::InvalidArguments {
+                tool,
+                message: "`path` is empty: give the path of a file, relative to the workspace \
+                          root or absolute inside it"
+                    .into(),
+            });
+        }
+        self.resolve(given)
+    }
+
+    /// Refuses a path that goes through a file as if it were a folder (`notes.txt/a`),
+    /// naming the file: the system only says that nothing is there.
+    pub fn check_folders(&self, path: &Resolved) -> Result<(), FsError> {
+        let parts: Vec<Component<'_>> = path.relative.components().collect();
+        for keep in 1..parts.len() {
+            let prefix: PathBuf = parts[..keep].iter().collect();
+            match self.dir.metadata(&prefix) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    // The same folder as the caller spelled it: the given path without
+                    // the components that follow.
+                    let mut file = Path::new(&path.given);
+                    for _ in keep..parts.len() {
+                        file = file.parent().unwrap_or(file);
+                    }
+                    return Err(FsError::FileInPath {
+                        path: path.given.clone(),
+                        file: file.display().to_string(),
+                    });
+                }
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
     /// The path relative to the root with every symlink resolved, beneath the root.
     pub fn canonical(&self, path: &Resolved) -> Result<PathBuf, FsError> {
         self.canonicalize(&path.relative).map_err(|e| FsError::from_io(&path.given, e))
@@ -258,6 +298,7 @@ impl Workspace {
 
     /// Refuses writing `path` when where it leads is protected; returns where it leads.
     pub fn check_write(&self, path: &Resolved) -> Result<PathBuf, FsError> {
+        self.check_folders(path)?;
         let target = self.resolve_target(path);
         self.check_access(path, &target, Access::Write)?;
         Ok(target)

@@ -158,7 +158,7 @@ fn apply(
     edits: &[EditOperation],
     dry_run: bool,
 ) -> Result<ToolOutput, FsError> {
-    let path = ws.resolve(given)?;
+    let path = ws.resolve_file(tool, given)?;
     let target = ws.check_write(&path)?;
     // Held from loading the file to recording what was written, so that parallel edits of
     // one file apply one after the other, each to the result of the last.

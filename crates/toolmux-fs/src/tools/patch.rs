@@ -711,6 +711,17 @@ pub(crate) fn apply_patch(
                         ),
                     });
                 }
+                let resolved = &targets[&target];
+                if !files.contains_key(&target) && broken_link(ws, resolved) {
+                    return Err(FsError::Edit {
+                        path: path.clone(),
+                        message: format!(
+                            "`{ADD}{path}`: `{path}` is a broken symbolic link (what it points \
+                             to does not exist): delete the link first, or add the file under \
+                             another name; nothing was changed"
+                        ),
+                    });
+                }
                 if present(ws, &files, &targets, &target)? {
                     return Err(FsError::Edit {
                         path: path.clone(),
@@ -887,6 +898,14 @@ fn present(
         Some(entry) => Ok(entry.current.is_some()),
         None => exists(ws, &targets[target]),
     }
+}
+
+/// Whether `path` is a symbolic link that leads nowhere.
+fn broken_link(ws: &Workspace, path: &Resolved) -> bool {
+    let link = ws.dir().symlink_metadata(&path.relative).is_ok_and(|meta| meta.is_symlink());
+    link && ws.dir().metadata(&path.relative).is_err_and(|e| {
+        matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+    })
 }
 
 fn exists(ws: &Workspace, path: &Resolved) -> Result<bool, FsError> {

@@ -134,7 +134,7 @@ pub(crate) fn read(
         ));
     }
     let levels = args.levels.unwrap_or(1).min(20) as usize;
-    let path = ws.resolve(&args.path)?;
+    let path = ws.resolve_file("read", &args.path)?;
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
     let bytes = ws.read_small("read", &path, limits.edit_max_bytes)?;
@@ -183,9 +183,12 @@ fn read_page(
     may_repeat: bool,
     cancelled: &AtomicBool,
 ) -> Result<ToolOutput, FsError> {
-    let path = ws.resolve(&args.path)?;
+    let path = ws.resolve_file("read", &args.path)?;
     let err = |e| FsError::from_io(&path.given, e);
-    let meta = ws.dir().metadata(&path.relative).map_err(err)?;
+    let meta = ws
+        .dir()
+        .metadata(&path.relative)
+        .map_err(|e| ws.check_folders(&path).err().unwrap_or_else(|| err(e)))?;
     if meta.is_dir() {
         return Err(FsError::IsDirectory { path: path.given.clone() });
     }

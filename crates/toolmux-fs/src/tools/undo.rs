@@ -192,6 +192,14 @@ pub(crate) fn wrote(
 pub(crate) fn undo(ws: &Workspace, run: &str, args: UndoArgs) -> Result<ToolOutput, FsError> {
     let file = match &args.path {
         Some(given) => {
+            if given.is_empty() {
+                return Err(FsError::InvalidArguments {
+                    tool: "undo",
+                    message: "`path` is empty: give the path of a file, or leave `path` out to \
+                              undo the last change"
+                        .into(),
+                });
+            }
             let resolved = ws.resolve(given)?;
             Some((given.clone(), ws.resolve_target(&resolved)))
         }

@@ -45,7 +45,7 @@ pub(crate) fn write(
     args: WriteArgs,
     require_read: bool,
 ) -> Result<ToolOutput, FsError> {
-    let path = ws.resolve(&args.path)?;
+    let path = ws.resolve_file("write", &args.path)?;
     if args.content.len() as u64 > limits.edit_max_bytes {
         return Err(FsError::TooLarge {
             tool: "write",

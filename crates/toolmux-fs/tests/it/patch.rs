@@ -85,6 +85,18 @@ async fn a_hunk_that_does_not_apply_changes_nothing() {
     assert!(!fx.root().join("c.txt").exists());
 }
 
+/// Adding a file where a symbolic link leads nowhere says the link is broken (it said the
+/// file already exists).
+#[tokio::test]
+async fn adding_over_a_broken_link_says_it_is_one() {
+    let fx = Fixture::new();
+    std::os::unix::fs::symlink("nowhere.txt", fx.root().join("dangling")).unwrap();
+    let err = fx.err("apply_patch", patch("*** Add File: dangling\n+x")).await;
+    expect!["`*** Add File: dangling`: `dangling` is a broken symbolic link (what it points to does not exist): delete the link first, or add the file under another name; nothing was changed"]
+        .assert_eq(&err);
+    assert!(!fx.root().join("nowhere.txt").exists());
+}
+
 #[tokio::test]
 async fn bad_patches_and_bad_operations_say_what_is_wrong() {
     let fx = Fixture::new();

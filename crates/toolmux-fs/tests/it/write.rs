@@ -274,3 +274,54 @@ async fn a_path_naming_a_folder_is_refused() {
         assert!(err.contains("is a directory, not a file"), "{path}: {err}");
     }
 }
+
+/// An empty path is said to be one, by every tool that needs a file (it named the root
+/// and was answered "`` is a directory").
+#[tokio::test]
+async fn an_empty_path_is_said_to_be_empty() {
+    let fx = Fixture::new();
+    for (tool, args) in [
+        ("read", json!({"path": ""})),
+        ("read", json!({"path": "", "anchor_line": 1})),
+        ("write", json!({"path": "", "content": "x"})),
+        ("edit", json!({"path": "", "old_string": "", "new_string": "x"})),
+        ("multi_edit", json!({"path": "", "edits": [{"old_string": "a", "new_string": "b"}]})),
+    ] {
+        let err = fx.err(tool, args).await;
+        assert_eq!(
+            err,
+            format!(
+                "invalid arguments for `fs__{tool}`: at /: `path` is empty: give the path of a \
+                 file, relative to the workspace root or absolute inside it"
+            ),
+        );
+    }
+    let err = fx.err("undo", json!({"path": ""})).await;
+    assert!(err.contains("`path` is empty: give the path of a file, or leave `path` out"), "{err}");
+}
+
+/// A path through a file as if it were a folder names that file (it said that nothing was
+/// at the path), whichever tool is given it.
+#[tokio::test]
+async fn a_path_through_a_file_names_the_file() {
+    let fx = Fixture::new();
+    fx.put("nn.txt", "n\n");
+    let wanted = "`nn.txt` is a file, not a folder: `nn.txt/b` cannot be inside it";
+    for (tool, args) in [
+        ("write", json!({"path": "nn.txt/b", "content": "x"})),
+        ("edit", json!({"path": "nn.txt/b", "old_string": "", "new_string": "x"})),
+        ("read", json!({"path": "nn.txt/b"})),
+        (
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Add File: nn.txt/b\n+x\n*** End Patch"}),
+        ),
+    ] {
+        let err = fx.err(tool, args).await;
+        assert!(err.ends_with(wanted), "{tool}: {err}");
+    }
+    let abs = fx.root().join("nn.txt/c/d");
+    let err = fx.err("write", json!({"path": abs.to_str().unwrap(), "content": "x"})).await;
+    let file = fx.root().join("nn.txt");
+    assert!(err.contains(&format!("`{}` is a file, not a folder", file.display())), "{err}");
+    assert_eq!(fx.get("nn.txt"), "n\n");
+}
