@@ -88,6 +88,8 @@ pub(crate) struct ShownPage {
     pub first: u64,
     /// The lines asked for.
     pub limit: u64,
+    /// The character of the line the page started at (`read`'s `start_char`).
+    pub start_char: u64,
     /// The whole file's content hash.
     pub hash: Hash,
 }

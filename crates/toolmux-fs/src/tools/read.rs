@@ -43,12 +43,17 @@ pub struct ReadArgs {
     #[serde(default)]
     #[schemars(range(max = 20))]
     pub levels: Option<u64>,
+    /// In a line longer than 2000 characters: the character of line `offset` to read from
+    /// (from 0), with `limit` 1, as the cut marker says (default 0).
+    #[serde(default)]
+    pub start_char: Option<u64>,
 }
 
 pub(crate) const DESCRIPTION: &str = "Read a text file from the workspace. Returns `cat -n` style \
 lines: the 1-based line number right-aligned in 6 columns, a TAB, then the line. By default up to \
 2000 lines from the start; pass `offset` (1-based line) and `limit` to read other parts. Lines \
-longer than 2000 characters are cut with a `[... N more characters]` marker. Instead of \
+longer than 2000 characters are cut with a marker giving the `offset`, `limit: 1` and \
+`start_char` that read on in that line. Instead of \
 `offset`, `anchor_line` returns the block of code around that line, found by indentation: the \
 function or other block it is in (`levels: 2` for the one around that, such as its class), \
 with the comments and attributes above it and its closing line. A footer in square \
@@ -133,6 +138,12 @@ pub(crate) fn read(
                 .into(),
         ));
     }
+    if args.start_char.is_some() {
+        return Err(invalid(
+            "`start_char` reads on in line `offset`: give it with `offset`, not `anchor_line`"
+                .into(),
+        ));
+    }
     let levels = args.levels.unwrap_or(1).min(20) as usize;
     let path = ws.resolve_file("read", &args.path)?;
     let canonical = ws.canonical(&path)?;
@@ -198,7 +209,19 @@ fn read_page(
     let canonical = ws.canonical(&path)?;
     ws.check_read(&path, &canonical)?;
     let first = args.offset.unwrap_or(1).max(1);
-    let limit = args.limit.unwrap_or(limits.read_lines as u64).max(1);
+    let start_char = args.start_char.unwrap_or(0);
+    if start_char > 0 && args.limit.is_some_and(|limit| limit != 1) {
+        return Err(FsError::InvalidArguments {
+            tool: "read",
+            message: "`start_char` reads on in one line, line `offset`: give `limit` 1 or \
+                      leave it out"
+                .into(),
+        });
+    }
+    let limit = match start_char {
+        0 => args.limit.unwrap_or(limits.read_lines as u64).max(1),
+        _ => 1,
+    };
     let mut buf = vec![0u8; 256 * 1024];
     let invalid = |e: super::text::DecodeError| FsError::InvalidText {
         path: path.given.clone(),
@@ -210,6 +233,7 @@ fn read_page(
     let (page, hash) = loop {
         let (file, _) = ws.open_regular(&path)?;
         let mut page = Page::new(first, limit, limits, terminator);
+        page.start_char = start_char;
         let mut hasher = Sha256::new();
         let mut reader = file;
         let mut at_start = true;
@@ -279,7 +303,7 @@ fn read_page(
     if !may_repeat || output.extras.get("totalLines") == Some(&json!(0)) {
         return Ok(output);
     }
-    let shown = ShownPage { first, limit, hash };
+    let shown = ShownPage { first, limit, start_char, hash };
     match ws.show_page(run, canonical, shown, complete) {
         PageRepeat::Show => Ok(output),
         PageRepeat::Unchanged => Ok(unchanged(&path.given, output)),
@@ -312,6 +336,16 @@ fn unchanged(given: &str, page: ToolOutput) -> ToolOutput {
     output
 }
 
+/// Whether `byte` starts a character (or is an invalid byte that stands for one).
+fn starts_char(byte: u8) -> bool {
+    !(0x80..0xC0).contains(&byte)
+}
+
+/// The characters in `bytes`, as [`starts_char`] counts them.
+fn chars_in(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| starts_char(b)).count() as u64
+}
+
 /// The lines of one page, and the count of all lines.
 struct Page<'a> {
     first: u64,
@@ -323,8 +357,12 @@ struct Page<'a> {
     line_open: bool,
     /// The current line's bytes, while it is on the page; at most `max_line_bytes`.
     current: Vec<u8>,
-    /// Bytes of the current line beyond what was kept.
+    /// Characters of the current line beyond what was kept.
     current_dropped: u64,
+    /// The characters of each line on the page to skip (`start_char`).
+    start_char: u64,
+    /// Characters of the current line skipped so far.
+    skipped: u64,
     text: String,
     shown: u64,
     /// The byte lines end with: `\n` (a CR before it dropped), or `\r` in a file whose
@@ -335,6 +373,8 @@ struct Page<'a> {
     /// Whether a `\n` and a `\r` were fed: what `terminator` should have been.
     saw_lf: bool,
     saw_cr: bool,
+    /// The characters of the last line ended, skipped ones included.
+    line_chars: u64,
     /// The page ended early because of the byte cap.
     capped: bool,
     cut_lines: u64,
@@ -357,8 +397,11 @@ impl<'a> Page<'a> {
             line_open: false,
             current: Vec::new(),
             current_dropped: 0,
+            start_char: 0,
+            skipped: 0,
             text: String::new(),
             shown: 0,
+            line_chars: 0,
             capped: false,
             cut_lines: 0,
             invalid_utf8: false,
@@ -416,16 +459,39 @@ impl<'a> Page<'a> {
                 Some(at) => (&chunk[..at], &chunk[at + 1..], true),
                 None => (chunk, &chunk[chunk.len()..], false),
             };
+            self.line_open = !part.is_empty() || self.line_open;
+            let part = self.skip(part);
             let room = self.max_line_bytes().saturating_sub(self.current.len());
             let kept = part.len().min(room);
             self.current.extend_from_slice(&part[..kept]);
-            self.current_dropped += (part.len() - kept) as u64;
-            self.line_open = !part.is_empty() || self.line_open;
+            self.current_dropped += chars_in(&part[kept..]);
             if ends {
                 self.end_line();
             }
             chunk = rest;
         }
+    }
+
+    /// `part` of the current line without the characters `start_char` skips, counting
+    /// them. Characters are counted by the bytes that start one, as U+FFFD stands for an
+    /// invalid byte that is no continuation byte.
+    fn skip<'p>(&mut self, part: &'p [u8]) -> &'p [u8] {
+        // Once a byte is kept the skip is over; until then a character the skip ends in
+        // is skipped whole, its continuation bytes in the next chunk too.
+        if self.start_char == 0 || !self.current.is_empty() {
+            return part;
+        }
+        let mut at = 0;
+        while at < part.len() {
+            if starts_char(part[at]) {
+                if self.skipped == self.start_char {
+                    break;
+                }
+                self.skipped += 1;
+            }
+            at += 1;
+        }
+        &part[at..]
     }
 
     fn end_line(&mut self) {
@@ -439,11 +505,18 @@ impl<'a> Page<'a> {
             self.invalid_utf8 = true;
         }
         let mut shown: String = decoded.chars().take(self.limits.line_chars).collect();
-        let total_chars = decoded.chars().count() as u64 + self.current_dropped;
-        let hidden = total_chars.saturating_sub(self.limits.line_chars as u64);
+        let rest_chars = decoded.chars().count() as u64 + self.current_dropped;
+        let hidden = rest_chars.saturating_sub(self.limits.line_chars as u64);
+        let from = self.skipped;
+        self.line_chars = from + rest_chars;
         if hidden > 0 {
             self.cut_lines += 1;
-            let _ = write!(shown, "[... {hidden} more characters]");
+            let _ = write!(
+                shown,
+                "[... {hidden} more characters: read on with offset={}, limit=1, start_char={}]",
+                self.line,
+                from + self.limits.line_chars as u64
+            );
         }
         let mut entry = String::with_capacity(shown.len() + 8);
         let _ = writeln!(entry, "{:>6}\t{shown}", self.line);
@@ -454,6 +527,7 @@ impl<'a> Page<'a> {
             self.shown += 1;
         }
         self.current_dropped = 0;
+        self.skipped = 0;
         self.line_open = false;
         self.line += 1;
     }
@@ -481,9 +555,29 @@ impl<'a> Page<'a> {
                 ),
             });
         }
+        if self.start_char > 0 && self.start_char >= self.line_chars {
+            return Err(FsError::InvalidArguments {
+                tool: "read",
+                message: format!(
+                    "start_char {} is past the end of line {} of `{given}`, which has {} \
+                     characters",
+                    self.start_char, self.first, self.line_chars
+                ),
+            });
+        }
         let last = self.first + self.shown - 1;
         let more = last < total;
         let mut text = self.text;
+        if self.start_char > 0 {
+            let to = self.line_chars.min(self.start_char + self.limits.line_chars as u64);
+            let _ = write!(
+                text,
+                "\n[characters {}-{to} of line {}'s {}]",
+                self.start_char + 1,
+                self.first,
+                self.line_chars
+            );
+        }
         if more {
             let why = if self.capped {
                 format!("page capped at {} bytes; ", self.limits.read_page_bytes)

@@ -50,8 +50,49 @@ async fn long_lines_are_cut_with_a_marker() {
     fx.put("a.txt", &format!("{}\nshort\n", "x".repeat(2500)));
     let out = fx.call("read", json!({"path": "a.txt"})).await.unwrap();
     let text = out.to_text();
-    assert!(text.starts_with(&format!("     1\t{}[... 500 more characters]\n", "x".repeat(2000))));
+    let marker = "[... 500 more characters: read on with offset=1, limit=1, start_char=2000]";
+    assert!(text.starts_with(&format!("     1\t{}{marker}\n", "x".repeat(2000))));
     assert_eq!(out.extras["linesCut"], 1);
+}
+
+/// The rest of a long line is read with the `start_char` its cut marker gives, piece by
+/// piece, in characters (not bytes); nothing past character 2000 could be read.
+#[tokio::test]
+async fn a_long_line_is_read_on_with_start_char() {
+    let fx = Fixture::new();
+    let line = format!("{}{}{}", "a".repeat(2000), "é".repeat(2000), "z".repeat(500));
+    fx.put("long.txt", &format!("first\n{line}\nlast\n"));
+    let first = fx.ok("read", json!({"path": "long.txt", "offset": 2, "limit": 1})).await;
+    let marker = "[... 2500 more characters: read on with offset=2, limit=1, start_char=2000]";
+    assert!(first.starts_with(&format!("     2\t{}{marker}\n", "a".repeat(2000))), "{first}");
+    let args = json!({"path": "long.txt", "offset": 2, "limit": 1, "start_char": 2000});
+    let second = fx.ok("read", args).await;
+    let marker = "[... 500 more characters: read on with offset=2, limit=1, start_char=4000]";
+    assert!(second.starts_with(&format!("     2\t{}{marker}\n", "é".repeat(2000))), "{second}");
+    assert!(second.contains("[characters 2001-4000 of line 2's 4500]"), "{second}");
+    let third = fx.ok("read", json!({"path": "long.txt", "offset": 2, "start_char": 4000})).await;
+    assert!(third.starts_with(&format!("     2\t{}\n", "z".repeat(500))), "{third}");
+    assert!(third.contains("[characters 4001-4500 of line 2's 4500]"), "{third}");
+    assert!(third.contains("use offset=3 to read more"), "{third}");
+    // Past the line's end, and with more than one line, it is refused saying why.
+    let args = json!({"path": "long.txt", "offset": 2, "start_char": 4500});
+    expect!["invalid arguments for `fs__read`: at /: start_char 4500 is past the end of line 2 of `long.txt`, which has 4500 characters"]
+        .assert_eq(&fx.err("read", args).await);
+    let args = json!({"path": "long.txt", "offset": 2, "limit": 5, "start_char": 10});
+    expect!["invalid arguments for `fs__read`: at /: `start_char` reads on in one line, line `offset`: give `limit` 1 or leave it out"]
+        .assert_eq(&fx.err("read", args).await);
+}
+
+/// A character cut by the end of a read chunk is skipped whole by `start_char`.
+#[tokio::test]
+async fn start_char_counts_characters_across_chunks() {
+    let fx = Fixture::new();
+    // 256 KiB chunks: the first chunk ends in the middle of an `é`.
+    let line = format!("{}{}tail", "a".repeat(256 * 1024 - 1), "é".repeat(3));
+    fx.put("cut.txt", &line);
+    let args = json!({"path": "cut.txt", "start_char": 256 * 1024});
+    let out = fx.ok("read", args).await;
+    assert!(out.starts_with("     1\téétail\n"), "{out}");
 }
 
 #[tokio::test]
