@@ -139,6 +139,10 @@ pub(crate) async fn send(
         .map_err(|_| http_error(format!("invalid method `{}`", request.method), None))?;
     let mut builder = client.request(method, &request.url).timeout(settings.timeout);
     for (name, value) in &request.headers {
+        // Sent below, merged with the request's cookies into one `Cookie` header.
+        if name.eq_ignore_ascii_case("cookie") {
+            continue;
+        }
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| http_error(format!("invalid header name `{name}`"), None))?;
         // Beyond ASCII, a value goes as its UTF-8 bytes (HTTP's `obs-text`); a line break
@@ -153,9 +157,14 @@ pub(crate) async fn send(
         })?;
         builder = builder.header(name, value);
     }
-    if !request.cookies.is_empty() {
-        let value = HeaderValue::from_str(&request.cookies.join("; "))
-            .map_err(|_| http_error("invalid cookie value".into(), None))?;
+    if let Some(cookies) = request.cookie_header() {
+        let value =
+            HeaderValue::from_bytes(cookies.as_bytes()).map_err(|_| RestError::Request {
+                tool: tool.to_owned(),
+                message: "the `Cookie` header holds a line break or another control character, \
+                      which a header cannot carry"
+                    .into(),
+            })?;
         builder = builder.header(COOKIE, value);
     }
     // The trace this call belongs to goes on to the API (W3C Trace Context), unless the

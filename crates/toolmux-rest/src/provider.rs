@@ -341,6 +341,12 @@ impl RestProvider {
                         if encoded_body && header.eq_ignore_ascii_case("content-type") {
                             continue;
                         }
+                        // Cookies go in the request's one `Cookie` header, each replacing
+                        // an operation's cookie parameter of its name.
+                        if header.eq_ignore_ascii_case("cookie") {
+                            request.set_cookies(value);
+                            continue;
+                        }
                         request.set_header(header, value.clone());
                     }
                     // Ask for the JSON the output schema describes, unless the import's

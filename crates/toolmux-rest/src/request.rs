@@ -76,15 +76,45 @@ impl PreparedRequest {
 
     /// Sets cookie `name` to `value` (raw), removing any of that name.
     pub(crate) fn set_cookie(&mut self, name: &str, value: &str) {
-        let prefix = format!("{name}=");
-        self.cookies.retain(|c| !c.starts_with(&prefix));
+        self.cookies.retain(|c| cookie_name(c) != name);
         self.cookies.push(format!("{name}={}", encode(value)));
+    }
+
+    /// Sets the cookies of a `Cookie` header's value (`a=1; b=2`, sent as written), each
+    /// removing any of its name.
+    pub(crate) fn set_cookies(&mut self, header: &str) {
+        for pair in header.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            self.cookies.retain(|c| cookie_name(c) != cookie_name(pair));
+            self.cookies.push(pair.to_owned());
+        }
+    }
+
+    /// The value of the one `Cookie` header the request sends (RFC 6265 §5.4 allows one):
+    /// the pairs of its `Cookie` headers, then its cookies, a cookie replacing an earlier
+    /// one of its name in its place.
+    pub(crate) fn cookie_header(&self) -> Option<String> {
+        let headers = self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("cookie"));
+        let pairs =
+            headers.flat_map(|(_, v)| v.split(';')).chain(self.cookies.iter().map(String::as_str));
+        let mut merged: Vec<&str> = Vec::new();
+        for pair in pairs.map(str::trim).filter(|p| !p.is_empty()) {
+            match merged.iter_mut().find(|p| cookie_name(p) == cookie_name(pair)) {
+                Some(earlier) => *earlier = pair,
+                None => merged.push(pair),
+            }
+        }
+        (!merged.is_empty()).then(|| merged.join("; "))
     }
 
     /// The URL for messages: without its query and user info, which may hold credentials.
     pub(crate) fn url_for_messages(&self) -> String {
         url_for_messages(&self.url)
     }
+}
+
+/// The name of a cookie pair `name=value`.
+fn cookie_name(pair: &str) -> &str {
+    pair.split_once('=').map_or(pair, |(name, _)| name).trim()
 }
 
 /// `url` for messages and logs: without its query, its fragment and its user info (`user:password@`),
@@ -693,6 +723,29 @@ mod tests {
         assert_eq!(req.body, Body::Json(json!({"name": "Rex"})));
         let missing = build(&op, "http://h", json!({"tags": 1}).as_object().unwrap()).unwrap_err();
         assert_eq!(missing, "missing required path argument `id`");
+    }
+
+    /// The `Cookie` headers' pairs and the cookies make one value; a later cookie of a
+    /// name replaces the earlier in its place.
+    #[test]
+    fn cookies_merge_into_one_header() {
+        let mut req = PreparedRequest {
+            method: "GET".into(),
+            url: "http://h/".into(),
+            headers: vec![
+                ("cookie".into(), "a=1;  sid=old".into()),
+                ("COOKIE".into(), "b=2".into()),
+            ],
+            cookies: Vec::new(),
+            body: Body::None,
+        };
+        assert_eq!(req.cookie_header().as_deref(), Some("a=1; sid=old; b=2"));
+        req.set_cookie("sid", "n w");
+        req.set_cookies("c=3; c=4");
+        assert_eq!(req.cookie_header().as_deref(), Some("a=1; sid=n%20w; b=2; c=4"));
+        req.headers.clear();
+        req.cookies.clear();
+        assert_eq!(req.cookie_header(), None);
     }
 
     /// `null` clears a field of a JSON body (GitHub's `"milestone": null`), named or not in

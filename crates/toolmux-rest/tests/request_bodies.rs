@@ -247,6 +247,51 @@ async fn configured_headers_replace_the_operations_own() {
     assert!(refused.unwrap_err().to_string().contains("unknown argument `X-Api-Version`"));
 }
 
+/// Cookies go in one `Cookie` header, as RFC 6265 asks: those of the import's `Cookie`
+/// header, the operation's cookie parameters and an API key sent as a cookie (two headers
+/// went, and a server may read either). A cookie the configured header sets is no
+/// argument, and the API key replaces one of its name.
+#[tokio::test]
+async fn cookies_go_in_one_cookie_header() {
+    let (base, seen) = keeping_server().await;
+    let cookie = |name: &str| json!({"name": name, "in": "cookie", "schema": {"type": "string"}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "c", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/op": {"post": {"operationId": "op", "security": [{"key": []}],
+            "parameters": [cookie("theme"), cookie("a")]}}},
+        "components": {"securitySchemes": {
+            "key": {"type": "apiKey", "in": "cookie", "name": "sid"}}}});
+    let mut config = OpenApiConfig {
+        headers: [("Cookie".to_owned(), "a=1; sid=stale".to_owned())].into(),
+        ..OpenApiConfig::default()
+    };
+    config.auth.insert(
+        "key".into(),
+        toolmux_rest::Credentials { api_key: Some("x".into()), ..Default::default() },
+    );
+    let provider = RestProvider::openapi_from_value("c", doc, "c.json", &config).unwrap();
+    let properties = provider.specs()[0].input_schema["properties"].clone();
+    let names: Vec<&String> = properties.as_object().unwrap().keys().collect();
+    assert_eq!(names, ["theme"]);
+    let request = sent(&provider, &seen, json!({"theme": "dark"})).await;
+    assert_eq!(header_lines(&request, "cookie"), ["cookie: theme=dark; a=1; sid=x"]);
+}
+
+/// An inline tool's `Cookie` headers, however their names are written, go as one.
+#[tokio::test]
+async fn inline_tools_send_one_cookie_header() {
+    let (base, seen) = keeping_server().await;
+    let tools = json!({"t": {"description": "T.", "url": format!("{base}/t"),
+        "headers": {"Cookie": "a=1", "cookie": "sid=${parameters.sid}"}}});
+    let tools: std::collections::BTreeMap<String, toolmux_rest::RestToolConfig> =
+        serde_json::from_value(tools).unwrap();
+    let provider = RestProvider::inline(&tools).unwrap();
+    let out = provider.call("t", json!({"sid": "x"}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let request = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(header_lines(&request, "cookie"), ["cookie: a=1; sid=x"]);
+}
+
 /// A query parameter with `allowReserved: true` keeps RFC 3986's reserved characters and
 /// `%XX` triples as they are (`q=a/b`, a URL as a value), except those that would change
 /// the query's structure (`#`, `&`, `+`, `[`, `]`), which are encoded with spaces and

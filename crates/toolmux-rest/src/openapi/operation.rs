@@ -266,6 +266,15 @@ fn build_operation(
         {
             continue;
         }
+        // So is a cookie a configured `Cookie` header sets: all go in one header.
+        if location == Location::Cookie
+            && config.headers.iter().any(|(h, v)| {
+                h.eq_ignore_ascii_case("cookie")
+                    && v.split(';').any(|pair| pair.split('=').next().map(str::trim) == Some(name))
+            })
+        {
+            continue;
+        }
         let schema = parameter_schema(doc, converter, param, &param_at)?;
         let (style, explode) = if param.get("in").and_then(Value::as_str) == Some("querystring") {
             (Style::Form, true)
