@@ -182,7 +182,9 @@ pub struct OpenApiConfig {
     /// same name (its JSON body's `Content-Type`; a form's or multipart body's own type
     /// stays). A header parameter the document declares under one of these names is no
     /// argument: a model never overrides a configured header. Credentials from `auth`
-    /// replace these in turn.
+    /// replace these in turn. A `Cookie` here joins the operation's cookie parameters in
+    /// one `Cookie` header, its cookies winning over parameters of the same name (and a
+    /// cookie parameter it sets is no argument).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// Largest response body read, in bytes (default 10 MiB).
