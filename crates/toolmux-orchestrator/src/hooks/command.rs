@@ -945,9 +945,8 @@ mod tests {
         assert_eq!((exit.code, exit.stdout.as_str()), (Some(0), "done\n"));
         let pid = std::fs::read_to_string(dir.path().join("escaped")).unwrap();
         // Killed as the hook ends; on a loaded machine it may take a moment to be gone.
-        let stat = || {
-            std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default()
-        };
+        let stat =
+            || std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
         let runs = |stat: &str| {
             stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with(['Z', 'X']))
         };
