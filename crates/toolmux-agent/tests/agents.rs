@@ -793,6 +793,38 @@ async fn a_sub_agent_without_a_model_thinks_with_its_caller_s() {
 
 /// A sub-agent spends its caller's tokens: it gets no more than its caller has left
 /// (`tokenBudget`), whatever its own turn limit (it ran 30 turns on a budget of 100).
+/// A model `small` that echoes (`mock__echo`, 110 tokens an answer) until only the report
+/// is offered, then reports `partial` with `content`; at most `turns` answers.
+fn echoing_until_the_last_turn(turns: usize, content: &'static str) -> ScriptedModel {
+    let mut model = ScriptedModel::new("small");
+    for _ in 0..turns {
+        model = model.then(move |request| {
+            let only_report = tool_names(request) == ["agent__final_report"];
+            let (name, arguments) = if only_report {
+                ("agent__final_report", json!({"status": "partial", "content": content}))
+            } else {
+                ("mock__echo", json!({}))
+            };
+            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
+        });
+    }
+    model
+}
+
+/// Agent `parent` (model `big`, with `budget`) that may call agent `child` (model `small`,
+/// up to 30 turns).
+fn parent_and_child(budget: Option<u64>) -> AgentDefinitions {
+    let mut definitions = one(
+        "parent",
+        AgentConfig { agents: vec!["child".into()], token_budget: budget, ..agent("big") },
+    );
+    definitions.agents.insert(
+        "child".into(),
+        AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
+    );
+    definitions
+}
+
 #[tokio::test]
 async fn a_sub_agent_gets_no_more_than_its_caller_s_token_budget() {
     let parent = Arc::new(
@@ -806,28 +838,8 @@ async fn a_sub_agent_gets_no_more_than_its_caller_s_token_budget() {
             })
             .report("partial", "done what the budget allowed"),
     );
-    // 110 tokens an answer: echo until only the report is offered.
-    let mut child = ScriptedModel::new("small");
-    for _ in 0..30 {
-        child = child.then(|request| {
-            let only_report = tool_names(request) == ["agent__final_report"];
-            let (name, arguments) = if only_report {
-                ("agent__final_report", json!({"status": "partial", "content": "stopped"}))
-            } else {
-                ("mock__echo", json!({}))
-            };
-            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
-        });
-    }
-    let child = Arc::new(child);
-    let mut definitions = one(
-        "parent",
-        AgentConfig { agents: vec!["child".into()], token_budget: Some(250), ..agent("big") },
-    );
-    definitions.agents.insert(
-        "child".into(),
-        AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
-    );
+    let child = Arc::new(echoing_until_the_last_turn(30, "stopped"));
+    let definitions = parent_and_child(Some(250));
     let s = setup(definitions, vec![parent, child.clone()]).await;
     let report = s.agents.run("parent", "go", &CallContext::new()).await.unwrap();
     // 0, 110 and 220 tokens spent before its first three turns; the fourth (330 spent of
@@ -850,28 +862,8 @@ async fn sub_agents_side_by_side_share_their_caller_s_token_budget() {
             })
             .report("partial", "done what the budget allowed"),
     );
-    // 110 tokens an answer: echo until only the report is offered.
-    let mut child = ScriptedModel::new("small");
-    for _ in 0..30 {
-        child = child.then(|request| {
-            let only_report = tool_names(request) == ["agent__final_report"];
-            let (name, arguments) = if only_report {
-                ("agent__final_report", json!({"status": "partial", "content": "stopped"}))
-            } else {
-                ("mock__echo", json!({}))
-            };
-            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
-        });
-    }
-    let child = Arc::new(child);
-    let mut definitions = one(
-        "parent",
-        AgentConfig { agents: vec!["child".into()], token_budget: Some(250), ..agent("big") },
-    );
-    definitions.agents.insert(
-        "child".into(),
-        AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
-    );
+    let child = Arc::new(echoing_until_the_last_turn(30, "stopped"));
+    let definitions = parent_and_child(Some(250));
     let s = setup(definitions, vec![parent, child.clone()]).await;
     let report = s.agents.run("parent", "go", &CallContext::new()).await.unwrap();
     let requests = child.requests();
@@ -950,15 +942,7 @@ fn delegating_parent() -> Arc<ScriptedModel> {
 /// last turn in time to report.
 #[tokio::test(start_paused = true)]
 async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
-    let definitions = || {
-        let mut definitions =
-            one("parent", AgentConfig { agents: vec!["child".into()], ..agent("big") });
-        definitions.agents.insert(
-            "child".into(),
-            AgentConfig { description: "Works".into(), max_turns: Some(30), ..agent("small") },
-        );
-        definitions
-    };
+    let definitions = || parent_and_child(None);
     let config = || {
         OrchestratorConfig::default().with_provider_settings(
             "agent",
@@ -993,18 +977,7 @@ async fn a_sub_agent_ends_within_the_time_it_was_called_for() {
     assert_eq!(report.usage, Usage::new(300, 30), "{report:?}");
 
     // A model taking 3s an answer: turns at 0, 3 and 6s, the third only to report.
-    let mut child = ScriptedModel::new("small");
-    for _ in 0..5 {
-        child = child.then(|request| {
-            let only_report = tool_names(request) == ["agent__final_report"];
-            let (name, arguments) = if only_report {
-                ("agent__final_report", json!({"status": "partial", "content": "in time"}))
-            } else {
-                ("mock__echo", json!({}))
-            };
-            Ok(used(ModelResponse::tool_calls(vec![ModelToolCall::new("w", name, arguments)])))
-        });
-    }
+    let child = echoing_until_the_last_turn(5, "in time");
     let child = Arc::new(ScriptedModel { delay: std::time::Duration::from_secs(3), ..child });
     let parent = delegating_parent();
     let models: BTreeMap<String, Arc<dyn Model>> = BTreeMap::from([
