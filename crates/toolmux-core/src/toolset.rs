@@ -72,6 +72,13 @@ impl ToolSet {
         self
     }
 
+    /// The set without the tool `name` (as it was when `name` is none of its tools).
+    pub fn without_tool(mut self, name: &str) -> Self {
+        self.specs.retain(|s| s.name != name);
+        self.handlers.remove(name);
+        self
+    }
+
     /// Adds a tool whose input is the Rust type `I`.
     pub fn with_typed<I, F, Fut>(self, name: &str, description: &str, handler: F) -> Self
     where

@@ -1244,17 +1244,15 @@ impl ServerHandler for Gateway {
             };
         let start = match &cursor {
             None => 0,
-            Some(cursor) => {
-                cursor.parse::<usize>().ok().filter(|&at| at <= tools.len()).ok_or_else(|| {
-                    ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None)
-                })?
-            }
+            Some(cursor) => page_start(cursor, &tools).ok_or_else(|| {
+                ErrorData::invalid_params(format!("invalid cursor `{cursor}`"), None)
+            })?,
         };
         let page_size = self.shared.options.page_size.max(1);
         let end = tools.len().min(start.saturating_add(page_size));
         let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec());
         if end < tools.len() {
-            result.next_cursor = Some(end.to_string());
+            result.next_cursor = Some(next_cursor(end, &tools[end - 1].name));
         }
         Ok(result)
     }
@@ -1626,6 +1624,34 @@ fn caller_headers(headers: &axum::http::HeaderMap, authenticated: bool) -> Vec<(
             Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
         })
         .collect()
+}
+
+/// The cursor of the `tools/list` page after the one ending at `end` with the tool `last`:
+/// the offset and the last tool's name (in hex), so that the next page starts after that
+/// tool even when tools were added or removed before it meanwhile (the offset serves when
+/// the tool itself is gone).
+fn next_cursor(end: usize, last: &str) -> String {
+    let mut cursor = format!("{end}.");
+    for byte in last.bytes() {
+        cursor.push_str(&format!("{byte:02x}"));
+    }
+    cursor
+}
+
+/// Where the page a cursor of [`next_cursor`] names starts in `tools`; `None` for a cursor
+/// that is not one.
+fn page_start(cursor: &str, tools: &[Tool]) -> Option<usize> {
+    let (end, name) = cursor.split_once('.').unwrap_or((cursor, ""));
+    let end: usize = end.parse().ok()?;
+    if name.len() % 2 != 0 {
+        return None;
+    }
+    let name: Vec<u8> = (0..name.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(name.get(i..i + 2)?, 16).ok())
+        .collect::<Option<_>>()?;
+    let after = tools.iter().position(|t| t.name.as_bytes() == name.as_slice());
+    Some(after.map_or(end.min(tools.len()), |at| at + 1))
 }
 
 #[cfg(test)]

@@ -75,6 +75,26 @@ async fn tools_are_listed_in_pages() {
     assert!(!names.contains(&"hidden"));
 }
 
+/// A page's cursor names the tool it ended with: when a tool before it is removed between
+/// pages (clients are told with `list_changed`), the next page still starts right after
+/// that tool, skipping none (an offset skipped one).
+#[tokio::test]
+async fn the_next_page_starts_after_the_last_tool_listed_whatever_changed_before_it() {
+    let provider = fixture(250);
+    let options = ServeOptions { page_size: 100, ..ServeOptions::default() };
+    let (client, recorder, _server) =
+        connect_io(provider.clone(), options, Lifecycle::Initialize).await;
+    let all = within(client.list_all_tools()).await.unwrap();
+    let first = within(client.list_tools(None)).await.unwrap();
+    let last = first.tools.last().unwrap().name.to_string();
+    let at = all.iter().position(|t| t.name == last).unwrap();
+    provider.remove_tool("echo");
+    eventually("list_changed", || async { recorder.list_changed.load(Ordering::SeqCst) > 0 }).await;
+    let params = PaginatedRequestParams::default().with_cursor(first.next_cursor.clone());
+    let second = within(client.list_tools(Some(params))).await.unwrap();
+    assert_eq!(second.tools[0].name, all[at + 1].name, "the tool after `{last}`");
+}
+
 #[tokio::test]
 async fn an_invalid_cursor_is_an_invalid_params_error() {
     let (client, _, _server) =
