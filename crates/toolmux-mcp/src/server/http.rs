@@ -4,7 +4,7 @@ use super::ApiKey;
 use super::handler::{Gateway, Shared};
 use crate::McpError;
 use axum::extract::{Request, State};
-use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
@@ -112,12 +112,29 @@ pub(crate) fn router(
 ///   dropped in 2025-06-18, or an object of no message's form).
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
 ///   naming it is.
+///
+/// And one of its refusals: an `Accept` of wildcards covering the types a request needs
+/// (`*/*`) is taken as naming them (rmcp: `406`).
 async fn explain_refusals(
     State(sessions): State<Arc<super::sessions::Sessions>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
     use rmcp::transport::streamable_http_server::SessionManager as _;
+    // HTTP's wildcards accept what they cover (`*/*`, `application/*` with `text/*`); rmcp
+    // wants the types named, and answered such a client 406.
+    let wanted: &[&str] = match *request.method() {
+        axum::http::Method::POST => &["application/json", "text/event-stream"],
+        axum::http::Method::GET => &["text/event-stream"],
+        _ => &[],
+    };
+    if let Some(accept) = request.headers().get(ACCEPT).and_then(|v| v.to_str().ok())
+        && !wanted.is_empty()
+        && wanted.iter().all(|kind| accepts(accept, kind))
+        && let Ok(named) = HeaderValue::from_str(&wanted.join(", "))
+    {
+        request.headers_mut().insert(ACCEPT, named);
+    }
     // Looked up before rmcp ends it; answered after rmcp's checks (host, origin) passed.
     let deleting_none = match request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
         Some(id) if request.method() == axum::http::Method::DELETE => {
@@ -545,8 +562,32 @@ pub(crate) async fn run(
         .map_err(|source| McpError::Serve { server, transport: "http", source: source.into() })
 }
 
+/// Whether the `Accept` header `accept` takes `kind` (`type/subtype`), named or by a
+/// wildcard that is not refused (`q=0`).
+fn accepts(accept: &str, kind: &str) -> bool {
+    let (main, _) = kind.split_once('/').unwrap_or((kind, ""));
+    accept.split(',').any(|range| {
+        let mut parts = range.split(';');
+        let media = parts.next().unwrap_or_default().trim().to_ascii_lowercase();
+        let refused = parts.any(|p| {
+            p.trim().strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>() == Ok(0.0))
+        });
+        !refused && (media == kind || media == "*/*" || media == format!("{main}/*"))
+    })
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn accept_wildcards_cover_what_they_name() {
+        assert!(super::accepts("*/*", "application/json"));
+        assert!(super::accepts("application/*, text/*", "text/event-stream"));
+        assert!(super::accepts("text/event-stream;q=0.5", "text/event-stream"));
+        assert!(!super::accepts("application/*", "text/event-stream"));
+        assert!(!super::accepts("*/*;q=0", "application/json"));
+        assert!(!super::accepts("text/html", "application/json"));
+    }
     use super::*;
 
     #[test]

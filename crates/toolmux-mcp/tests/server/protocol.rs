@@ -417,3 +417,29 @@ async fn a_reopened_session_stream_gets_the_messages() {
     assert_eq!(changed["method"], "notifications/tools/list_changed", "{changed}");
     server.stop().await;
 }
+
+/// An `Accept` of HTTP wildcards that cover what a request needs (`*/*`; `application/*`
+/// with `text/*`) is as good as naming the types; one that covers too little is still 406.
+#[tokio::test]
+async fn accept_wildcards_are_accepted() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+    for (accept, status) in [("*/*", 200), ("application/*, text/*", 200), ("application/*", 406)] {
+        let response = within(
+            session
+                .client
+                .post(&session.url)
+                .header("accept", accept)
+                .header("content-type", "application/json")
+                .header("mcp-session-id", &session.id)
+                .header("mcp-protocol-version", "2025-11-25")
+                .body(ping)
+                .send(),
+        )
+        .await
+        .expect("a response");
+        assert_eq!(response.status().as_u16(), status, "Accept: {accept}");
+    }
+    server.stop().await;
+}
