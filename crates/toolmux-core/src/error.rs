@@ -86,12 +86,20 @@ pub enum ToolError {
         reason: String,
     },
     /// The call ran past its time limit and was cancelled.
-    #[error("timeout: `{tool}` did not finish within {}", human_duration(*.after))]
+    #[error(
+        "timeout: `{tool}` did not finish within {}{}",
+        human_duration(*.after),
+        idle_note(*.idle)
+    )]
     Timeout {
         /// The tool.
         tool: String,
-        /// The limit that was reached.
+        /// How long it ran: the limit that was reached, or, for a call whose limit each
+        /// progress report restarted, its whole time.
         after: Duration,
+        /// For a call whose limit each progress report restarted: the limit, which passed
+        /// with no progress and no answer.
+        idle: Option<Duration>,
     },
     /// The caller cancelled the call.
     #[error("call to `{tool}` cancelled")]
@@ -345,6 +353,13 @@ fn join_violations(violations: &[Violation]) -> String {
 }
 
 /// Formats a duration for people: `250ms`, `30s`, `1.5s`, `2m`.
+/// What a timeout's message adds when the limit was one without progress.
+fn idle_note(idle: Option<Duration>) -> String {
+    idle.map_or_else(String::new, |idle| {
+        format!(" (it went {} without progress or an answer)", human_duration(idle))
+    })
+}
+
 pub(crate) fn human_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
@@ -419,7 +434,11 @@ mod tests {
             ],
         );
         check(
-            ToolError::Timeout { tool: "a__b".into(), after: Duration::from_millis(1500) },
+            ToolError::Timeout {
+                tool: "a__b".into(),
+                after: Duration::from_millis(1500),
+                idle: None,
+            },
             expect!["timeout: `a__b` did not finish within 1.5s [Policy timeout]"],
         );
         check(

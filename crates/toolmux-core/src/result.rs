@@ -128,7 +128,11 @@ mod tests {
             serde_json::to_string(&ok).unwrap(),
             r#"{"ok":true,"result":"hi","latencyMs":3,"kind":"builtin","namespace":"fs"}"#
         );
-        let err = ToolError::Timeout { tool: "fs__grep".into(), after: Duration::from_secs(2) };
+        let err = ToolError::Timeout {
+            tool: "fs__grep".into(),
+            after: Duration::from_secs(2),
+            idle: None,
+        };
         let failed = ToolResult::from_error(&err, ToolKind::Builtin, "fs", 2000);
         assert_eq!(failed.conversation_text(), "(tool failed: timeout)");
         assert_eq!(

@@ -237,7 +237,7 @@ impl CommandTools {
             if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
                 group.disarm();
             }
-            return Err(ToolError::Timeout { tool: name.to_owned(), after: limit });
+            return Err(ToolError::Timeout { tool: name.to_owned(), after: limit, idle: None });
         };
         // Reaped and its group killed: the group's id may now be another's.
         group.disarm();

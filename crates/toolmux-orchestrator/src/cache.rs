@@ -315,6 +315,7 @@ impl SingleFlight {
                                 let error = ToolError::Timeout {
                                     tool: limit.tool.to_owned(),
                                     after: limit.after,
+                                    idle: None,
                                 };
                                 return (Err(error), Served::Coalesced);
                             }

@@ -124,7 +124,7 @@ impl RestError {
                 tool,
                 violations: vec![toolmux_core::Violation { pointer: String::new(), message }],
             },
-            RestError::Timeout { tool, after } => ToolError::Timeout { tool, after },
+            RestError::Timeout { tool, after } => ToolError::Timeout { tool, after, idle: None },
             RestError::RateLimited { tool, answer, retry_after } => {
                 ToolError::RateLimited { tool, limit: answer, retry_after }
             }

@@ -756,7 +756,7 @@ impl ToolProvider for RestProvider {
         tokio::select! {
             () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: name.to_owned() }),
             outcome = tokio::time::timeout(limit, work) => match outcome {
-                Err(_) => Err(ToolError::Timeout { tool: name.to_owned(), after: limit }),
+                Err(_) => Err(ToolError::Timeout { tool: name.to_owned(), after: limit, idle: None }),
                 Ok(result) => result.map_err(|e| e.into_tool_error(&self.namespace)),
             },
         }

@@ -46,6 +46,13 @@ pub enum Behavior {
     Fail(String),
     /// Returns the call's run id as text.
     RunId,
+    /// Reports progress `steps` times, every `interval`, then hangs until cancelled.
+    Stall {
+        /// Progress reports before it hangs.
+        steps: u32,
+        /// Time before each.
+        interval: Duration,
+    },
     /// Returns the call's priority in queues ([`CallContext::priority`]).
     Priority,
     /// Returns how many calls of the tool came before this one, as text (a result that
@@ -368,6 +375,17 @@ impl ToolProvider for MockProvider {
                 Ok(ToolOutput::text("done"))
             }
             Behavior::Hang => {
+                ctx.cancel_token().cancelled().await;
+                Err(cancelled())
+            }
+            Behavior::Stall { steps, interval } => {
+                for step in 1..=*steps {
+                    tokio::select! {
+                        () = tokio::time::sleep(*interval) => {}
+                        () = ctx.cancel_token().cancelled() => return Err(cancelled()),
+                    }
+                    ctx.report_progress(Progress::new(f64::from(step), None));
+                }
                 ctx.cancel_token().cancelled().await;
                 Err(cancelled())
             }

@@ -948,7 +948,7 @@ impl Inner {
             Waited::Reply(Ok(json)) => return Ok(RelayReply::Raw(json)),
             Waited::Reply(Err(reply)) => Waited::Reply(*reply),
             Waited::Cancelled => Waited::Cancelled,
-            Waited::TimedOut(after) => Waited::TimedOut(after),
+            Waited::TimedOut(after, idle) => Waited::TimedOut(after, idle),
             Waited::ShutDown => Waited::ShutDown,
         };
         if let Some(refused) = self.refusal(name, &waited) {
@@ -994,6 +994,8 @@ impl Inner {
         let timeout = ctx.wait().unwrap_or_else(|| self.config.request_timeout());
         let mut idle = std::pin::pin!(tokio::time::sleep(timeout));
         let mut response = std::pin::pin!(response);
+        let started = Instant::now();
+        let mut restarted = false;
         loop {
             // In this order: the response's first poll writes the request, before the waits
             // below register themselves; a response that is there wins over the rest.
@@ -1002,8 +1004,16 @@ impl Inner {
                 reply = &mut response => return Waited::Reply(reply),
                 () = ctx.cancel_token().cancelled() => return Waited::Cancelled,
                 () = self.shutdown.cancelled() => return Waited::ShutDown,
-                () = activity.notified() => idle.as_mut().reset(Instant::now() + timeout),
-                () = &mut idle => return Waited::TimedOut(timeout),
+                () = activity.notified() => {
+                    restarted = true;
+                    idle.as_mut().reset(Instant::now() + timeout);
+                }
+                () = &mut idle => {
+                    return match restarted {
+                        true => Waited::TimedOut(started.elapsed(), Some(timeout)),
+                        false => Waited::TimedOut(timeout, None),
+                    };
+                }
             }
         }
     }
@@ -1018,7 +1028,7 @@ impl Inner {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         match &waited {
             Waited::Reply(Ok(_) | Err(ServiceError::McpError(_))) => connection.answered(),
-            Waited::TimedOut(_) => connection.timed_out(),
+            Waited::TimedOut(..) => connection.timed_out(),
             Waited::Reply(Err(_)) | Waited::Cancelled | Waited::ShutDown => {}
         }
         match waited {
@@ -1035,7 +1045,9 @@ impl Inner {
                 Err(tool_error(error))
             }
             Waited::Cancelled => Err(ToolError::Cancelled { tool: name.to_owned() }),
-            Waited::TimedOut(after) => Err(ToolError::Timeout { tool: name.to_owned(), after }),
+            Waited::TimedOut(after, idle) => {
+                Err(ToolError::Timeout { tool: name.to_owned(), after, idle })
+            }
             Waited::ShutDown => Err(tool_error(McpError::ShutDown { server: self.name.clone() })),
         }
     }
@@ -1089,7 +1101,8 @@ enum RelayReply {
 enum Waited<R = Result<ServerResult, ServiceError>> {
     Reply(R),
     Cancelled,
-    TimedOut(Duration),
+    /// How long it waited, and the idle limit when progress had restarted it.
+    TimedOut(Duration, Option<Duration>),
     ShutDown,
 }
 
@@ -1099,7 +1112,7 @@ impl<R> Waited<R> {
         match self {
             Waited::Reply(reply) => Waited::Reply(f(reply)),
             Waited::Cancelled => Waited::Cancelled,
-            Waited::TimedOut(after) => Waited::TimedOut(after),
+            Waited::TimedOut(after, idle) => Waited::TimedOut(after, idle),
             Waited::ShutDown => Waited::ShutDown,
         }
     }
@@ -1108,7 +1121,7 @@ impl<R> Waited<R> {
     fn abandons(&self) -> Option<&'static str> {
         match self {
             Waited::Cancelled => Some("cancelled by the caller"),
-            Waited::TimedOut(_) => Some("request timeout"),
+            Waited::TimedOut(..) => Some("request timeout"),
             // Told before the connection closes, so the server stops the work at once
             // and knows why (it heard nothing, or a timeout from elsewhere).
             Waited::ShutDown => Some("the client is shutting down"),

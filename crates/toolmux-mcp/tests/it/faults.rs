@@ -31,7 +31,7 @@ async fn fixture_passes_the_conformance_suite_with_pagination() {
         .check(&provider)
         .await;
     // Twenty-one tools over two pages.
-    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 22);
     assert_eq!(provider.instructions().as_deref(), Some("fixture instructions"));
     provider.shutdown().await.unwrap();
 }
@@ -113,7 +113,7 @@ async fn a_restart_lists_the_tools_again_and_tells_of_the_change() {
 async fn a_repeated_cursor_ends_the_listing() {
     let provider = provider("repeat-cursor");
     let started = Instant::now();
-    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 22);
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert_eq!(call(&provider, "page_count").await.unwrap(), "2");
     provider.shutdown().await.unwrap();
@@ -124,7 +124,7 @@ async fn a_repeated_cursor_ends_the_listing() {
 #[tokio::test]
 async fn an_endless_listing_stops_after_a_thousand_pages() {
     let provider = provider("endless-cursor");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 22);
     assert_eq!(call(&provider, "page_count").await.unwrap(), "1000");
     provider.shutdown().await.unwrap();
 }
@@ -301,6 +301,25 @@ async fn a_hung_call_times_out_and_sends_cancelled() {
     provider.shutdown().await.unwrap();
 }
 
+/// A call that reported progress and then went quiet times out saying how long it ran and
+/// how long it went without progress (the request timeout each report restarted).
+#[tokio::test]
+async fn a_stalled_call_says_how_long_it_went_without_progress() {
+    let config = support::fixture_stdio("ok").with_request_timeout(Duration::from_millis(300));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let sink = toolmux_core::ProgressSink::new(|_| {});
+    let ctx = CallContext::new().with_progress(sink);
+    let err = provider.call("stall", json!({}), &ctx).await.unwrap_err();
+    let ToolError::Timeout { after, idle, .. } = &err else { panic!("{err:?}") };
+    assert_eq!(*idle, Some(Duration::from_millis(300)), "{err}");
+    assert!(*after >= Duration::from_millis(300), "{err}");
+    assert!(err.to_string().contains("(it went 300ms without progress or an answer)"), "{err}");
+    // Without progress, the limit alone.
+    let err = call(&provider, "hang").await.unwrap_err();
+    assert_eq!(err.to_string(), "timeout: `hang` did not finish within 300ms");
+    provider.shutdown().await.unwrap();
+}
+
 /// A call in flight when the provider shuts down tells the server why it stops waiting.
 #[tokio::test]
 async fn a_shutdown_tells_the_server_why_a_call_is_abandoned() {
@@ -433,7 +452,7 @@ async fn declared_tools_are_listed_before_a_lazy_server_starts() {
     assert!(provider.server_pid().is_none(), "listing declared tools starts nothing");
     assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
     assert!(provider.server_pid().is_some(), "started on first use");
-    assert_eq!(provider.list_tools().await.unwrap().len(), 21);
+    assert_eq!(provider.list_tools().await.unwrap().len(), 22);
     provider.shutdown().await.unwrap();
 }
 

@@ -401,7 +401,7 @@ async fn health_shows_a_degraded_upstream_by_name() {
     let providers = json!({"up": {"ok": true}, "down": {"ok": true}});
     assert_eq!(
         body,
-        json!({"status": "ok", "degraded": false, "tools": 42, "providers": providers})
+        json!({"status": "ok", "degraded": false, "tools": 44, "providers": providers})
     );
 
     let ctx = toolmux_core::CallContext::new();
@@ -414,7 +414,7 @@ async fn health_shows_a_degraded_upstream_by_name() {
     let providers = json!({"up": {"ok": true}, "down": frozen});
     assert_eq!(
         body,
-        json!({"status": "degraded", "degraded": true, "tools": 42, "providers": providers})
+        json!({"status": "degraded", "degraded": true, "tools": 44, "providers": providers})
     );
     assert!(!body.to_string().contains("fixture"), "no command line: {body}");
 

@@ -343,8 +343,8 @@ impl WeakOrchestrator {
 /// says which tool as the caller knows it.
 fn by_full_name(entry: &ToolEntry, error: ToolError) -> ToolError {
     match error {
-        ToolError::Timeout { tool, after } if *tool == *entry.original => {
-            ToolError::Timeout { tool: entry.name.to_string(), after }
+        ToolError::Timeout { tool, after, idle } if *tool == *entry.original => {
+            ToolError::Timeout { tool: entry.name.to_string(), after, idle }
         }
         ToolError::Cancelled { tool } if *tool == *entry.original => {
             ToolError::Cancelled { tool: entry.name.to_string() }
@@ -1453,7 +1453,7 @@ impl Orchestrator {
             () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: what.to_owned() }),
             () = bound.generation.cancelled() => Err(ToolError::Cancelled { tool: what.to_owned() }),
             () = tokio::time::sleep_until(bound.deadline) => {
-                Err(ToolError::Timeout { tool: what.to_owned(), after: bound.start.elapsed() })
+                Err(ToolError::Timeout { tool: what.to_owned(), after: bound.start.elapsed(), idle: None })
             }
         };
         if result.is_err() {
@@ -2168,7 +2168,12 @@ impl Orchestrator {
                         }
                     }
                     stop();
-                    return Err(ToolError::Timeout { tool: tool(), after: start.elapsed() });
+                    // Past the first limit, progress had restarted it: the call went that
+                    // long without progress (unless the hard cap came first).
+                    let restarted = deadline > (start + timeout).min(hard_deadline)
+                        || last_progress.as_ref().is_some_and(|p| p.load(Ordering::Relaxed) > 0);
+                    let idle = (restarted && deadline < hard_deadline).then_some(timeout);
+                    return Err(ToolError::Timeout { tool: tool(), after: start.elapsed(), idle });
                 }
             }
         }

@@ -103,6 +103,26 @@ async fn progress_resets_the_timeout_up_to_the_hard_cap() {
     assert_eq!(r.latency_ms, 3000);
 }
 
+/// A call whose limit progress restarts, and that then goes quiet, is told how long it ran
+/// and how long it went without progress (the limit that was reached), not the one
+/// figure that reads as either.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_call_says_how_long_it_went_without_progress() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("stall", Behavior::Stall { steps: 3, interval: Duration::from_secs(2) }),
+    );
+    let reset = ToolSettings::default()
+        .with_timeout(Duration::from_secs(3))
+        .with_progress_reset(Duration::from_secs(60));
+    let o = start(OrchestratorConfig::default().with_provider_settings("m", reset), vec![p]).await;
+    let error = o.call_tool("m__stall", json!({}), &toolmux_core::CallContext::new()).await;
+    expect_test::expect![
+        "timeout: `m__stall` did not finish within 9s (it went 3s without progress or an answer)"
+    ]
+    .assert_eq(&error.unwrap_err().to_string());
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_callers_deadline_bounds_the_call() {
     let o = start(OrchestratorConfig::default(), vec![provider()]).await;

@@ -294,9 +294,11 @@ impl Fetcher {
             }
             Ok::<_, ToolError>(page)
         };
-        let page = tokio::time::timeout(limit, fetch)
-            .await
-            .map_err(|_| ToolError::Timeout { tool: tool.to_owned(), after: limit })??;
+        let page = tokio::time::timeout(limit, fetch).await.map_err(|_| ToolError::Timeout {
+            tool: tool.to_owned(),
+            after: limit,
+            idle: None,
+        })??;
         let text = page.render(raw).map_err(|why| ToolError::remote(tool, why))?;
         slice(&page, &text, start, max_length).map_err(invalid)
     }

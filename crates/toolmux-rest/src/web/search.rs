@@ -121,7 +121,11 @@ impl Searcher {
         let response = match request.await {
             Ok(response) => response,
             Err(e) if e.is_timeout() => {
-                return Err(ToolError::Timeout { tool: tool.to_owned(), after: self.timeout });
+                return Err(ToolError::Timeout {
+                    tool: tool.to_owned(),
+                    after: self.timeout,
+                    idle: None,
+                });
             }
             Err(e) => {
                 return Err(failed(format!(

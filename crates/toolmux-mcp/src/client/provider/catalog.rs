@@ -212,9 +212,11 @@ impl Inner {
                     None => Err(Failure::Tool(error.into_tool_error(Some(what)))),
                 }
             }
-            Err(_) => {
-                Err(Failure::Tool(ToolError::Timeout { tool: what.to_owned(), after: timeout }))
-            }
+            Err(_) => Err(Failure::Tool(ToolError::Timeout {
+                tool: what.to_owned(),
+                after: timeout,
+                idle: None,
+            })),
         }
     }
 
