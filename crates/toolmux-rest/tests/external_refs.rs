@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Reply, SeenRequest, serve};
+use common::{Reply, keeping_server, serve};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -96,18 +96,6 @@ components:
         "Thing: {type: object, properties: {x: {type: string}}}\n",
     );
     dir
-}
-
-/// A server answering `{}` that keeps every request it sees.
-async fn keeping_server() -> (String, Arc<Mutex<Vec<SeenRequest>>>) {
-    let seen: Arc<Mutex<Vec<SeenRequest>>> = Arc::default();
-    let log = seen.clone();
-    let base = serve(move |request| {
-        log.lock().unwrap().push(request);
-        Reply::json(200, json!({}))
-    })
-    .await;
-    (base, seen)
 }
 
 fn schema_of(provider: &RestProvider, tool: &str) -> Value {

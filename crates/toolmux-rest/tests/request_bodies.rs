@@ -5,23 +5,11 @@
 
 mod common;
 
-use common::{Reply, SeenRequest, serve};
+use common::{SeenRequest, keeping_server};
 use serde_json::{Value, json};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_rest::{OpenApiConfig, RestProvider};
-
-/// A server answering `{}` that keeps every request it sees.
-async fn keeping_server() -> (String, Arc<Mutex<Vec<SeenRequest>>>) {
-    let seen: Arc<Mutex<Vec<SeenRequest>>> = Arc::default();
-    let log = seen.clone();
-    let base = serve(move |request| {
-        log.lock().unwrap().push(request);
-        Reply::json(200, json!({}))
-    })
-    .await;
-    (base, seen)
-}
 
 /// One `POST /op` operation (`op`) whose request body is `media` with `content`.
 fn import(base: &str, media: &str, content: Value) -> RestProvider {

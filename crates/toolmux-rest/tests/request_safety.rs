@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Reply, serve};
+use common::{Reply, keeping_server, serve};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -267,18 +267,6 @@ async fn empty_path_arguments_are_refused_by_name() {
     let out = imported.call("get_profile", json!({"id": "0"}), &CallContext::new()).await.unwrap();
     assert!(!out.is_error, "{}", out.to_text());
     assert_eq!(*lines.lock().unwrap(), ["GET /v1/users/0/profile HTTP/1.1"]);
-}
-
-/// A server answering `{}` that keeps every request it sees, headers and all.
-async fn keeping_server() -> (String, Arc<Mutex<Vec<common::SeenRequest>>>) {
-    let seen: Arc<Mutex<Vec<common::SeenRequest>>> = Arc::default();
-    let log = seen.clone();
-    let base = serve(move |request| {
-        log.lock().unwrap().push(request);
-        Reply::json(200, json!({}))
-    })
-    .await;
-    (base, seen)
 }
 
 /// A call's trace goes on to the API as W3C `traceparent` and `tracestate` headers.

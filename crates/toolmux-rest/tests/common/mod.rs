@@ -169,6 +169,19 @@ impl Reply {
     }
 }
 
+/// A loopback server answering `{}` that keeps every request it sees, headers and all: its
+/// base URL and the requests.
+pub async fn keeping_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<SeenRequest>>>) {
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<SeenRequest>>> = Default::default();
+    let log = seen.clone();
+    let base = serve(move |request| {
+        log.lock().unwrap().push(request);
+        Reply::json(200, serde_json::json!({}))
+    })
+    .await;
+    (base, seen)
+}
+
 /// A tiny HTTP/1.1 server on 127.0.0.1 answering each request with `handler`; it closes
 /// the connection after each response. Returns its base URL.
 pub async fn serve<F>(handler: F) -> String
