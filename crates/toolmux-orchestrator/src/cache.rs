@@ -250,25 +250,25 @@ impl SingleFlight {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<ToolOutput, ToolError>>,
     {
-        self.run_if(cache, key, ttl, run, || true, None).await
+        self.run_if(cache, key, ttl, run, || true, || None).await
     }
 
     /// As [`SingleFlight::run`], but an output is stored and shared only if `cacheable`
     /// says so once `run` has finished (not when the call asked its caller something), and
     /// only if the output does not say it is for its run alone ([`PER_RUN`]).
     ///
-    /// `wait`: the caller's own limit when it waits for an identical call of another caller
-    /// (that call runs within that caller's limits, not this one's): past `until`, the wait
-    /// ends with [`ToolError::Timeout`] for `tool`, `limit` being the limit that was
-    /// reached. A caller that runs the call itself is bounded by `run`.
-    pub async fn run_if<F, Fut>(
+    /// `wait`: the caller's own limit, asked for when it starts waiting for an identical call
+    /// of another caller (that call runs within that caller's limits, not this one's): past
+    /// `until`, the wait ends with [`ToolError::Timeout`] for `tool`, `after` being the
+    /// limit that was reached. A caller that runs the call itself is bounded by `run`.
+    pub async fn run_if<'w, F, Fut>(
         &self,
         cache: &dyn ResponseCache,
         key: &str,
         ttl: Duration,
         run: F,
         cacheable: impl Fn() -> bool,
-        wait: Option<WaitLimit<'_>>,
+        wait: impl Fn() -> Option<WaitLimit<'w>>,
     ) -> (Result<ToolOutput, ToolError>, Served)
     where
         F: Fn() -> Fut,
@@ -307,7 +307,7 @@ impl SingleFlight {
                     // Either a value arrives or the leader is gone (error, cancellation);
                     // in the second case, loop and lead.
                     let arrived = receiver.wait_for(Option::is_some);
-                    let arrived = match &wait {
+                    let arrived = match wait() {
                         None => arrived.await,
                         Some(limit) => match tokio::time::timeout_at(limit.until, arrived).await {
                             Ok(arrived) => arrived,

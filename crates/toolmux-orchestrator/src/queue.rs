@@ -158,8 +158,8 @@ impl Drop for Waiting<'_> {
 }
 
 impl LocalQueue {
-    fn take_free(&self) -> Option<QueueSlot> {
-        let mut slots = lock(&self.slots);
+    /// A free slot taken from `slots` (this queue's, locked), if there is one.
+    fn take_free(&self, slots: &mut Slots) -> Option<QueueSlot> {
         if slots.free == 0 {
             return None;
         }
@@ -181,9 +181,8 @@ impl Queue for LocalQueue {
     async fn acquire_at(&self, wait: Duration, priority: i32) -> Option<QueueSlot> {
         let (receiver, _waiting) = {
             let mut slots = lock(&self.slots);
-            if slots.free > 0 {
-                slots.free -= 1;
-                return Some(QueueSlot(SlotInner::Local(Permit(self.slots.clone()))));
+            if let Some(slot) = self.take_free(&mut slots) {
+                return Some(slot);
             }
             slots.arrivals += 1;
             let key = (Reverse(priority), slots.arrivals);
@@ -199,7 +198,7 @@ impl Queue for LocalQueue {
     }
 
     fn try_acquire(&self) -> Option<QueueSlot> {
-        self.take_free()
+        self.take_free(&mut lock(&self.slots))
     }
 
     fn is_full(&self) -> bool {

@@ -1627,30 +1627,19 @@ fn caller_headers(headers: &axum::http::HeaderMap, authenticated: bool) -> Vec<(
 }
 
 /// The cursor of the `tools/list` page after the one ending at `end` with the tool `last`:
-/// the offset and the last tool's name (in hex), so that the next page starts after that
-/// tool even when tools were added or removed before it meanwhile (the offset serves when
-/// the tool itself is gone).
+/// the offset and the last tool's name, so that the next page starts after that tool even
+/// when tools were added or removed before it meanwhile (the offset serves when the tool
+/// itself is gone).
 fn next_cursor(end: usize, last: &str) -> String {
-    let mut cursor = format!("{end}.");
-    for byte in last.bytes() {
-        cursor.push_str(&format!("{byte:02x}"));
-    }
-    cursor
+    format!("{end}.{last}")
 }
 
 /// Where the page a cursor of [`next_cursor`] names starts in `tools`; `None` for a cursor
 /// that is not one.
 fn page_start(cursor: &str, tools: &[Tool]) -> Option<usize> {
-    let (end, name) = cursor.split_once('.').unwrap_or((cursor, ""));
+    let (end, last) = cursor.split_once('.').unwrap_or((cursor, ""));
     let end: usize = end.parse().ok()?;
-    if name.len() % 2 != 0 {
-        return None;
-    }
-    let name: Vec<u8> = (0..name.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(name.get(i..i + 2)?, 16).ok())
-        .collect::<Option<_>>()?;
-    let after = tools.iter().position(|t| t.name.as_bytes() == name.as_slice());
+    let after = tools.iter().position(|t| !last.is_empty() && t.name == last);
     Some(after.map_or(end.min(tools.len()), |at| at + 1))
 }
 

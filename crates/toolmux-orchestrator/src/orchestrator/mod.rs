@@ -1598,9 +1598,10 @@ impl Orchestrator {
                     let tracked = ctx.clone().track_asking();
                     let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);
                     let cacheable = || !tracked.asked_caller();
-                    let wait = self
-                        .coalesced_wait_limit(entry, ctx)
-                        .map(|(until, after)| WaitLimit { tool: &entry.name, until, after });
+                    let wait = || {
+                        let limit = self.coalesced_wait_limit(entry, ctx);
+                        limit.map(|(until, after)| WaitLimit { tool: &entry.name, until, after })
+                    };
                     let flight = self.inner.flight.run_if(
                         &*self.inner.cache,
                         &key,
@@ -2170,8 +2171,7 @@ impl Orchestrator {
                     stop();
                     // Past the first limit, progress had restarted it: the call went that
                     // long without progress (unless the hard cap came first).
-                    let restarted = deadline > (start + timeout).min(hard_deadline)
-                        || last_progress.as_ref().is_some_and(|p| p.load(Ordering::Relaxed) > 0);
+                    let restarted = deadline > (start + timeout).min(hard_deadline);
                     let idle = (restarted && deadline < hard_deadline).then_some(timeout);
                     return Err(ToolError::Timeout { tool: tool(), after: start.elapsed(), idle });
                 }
