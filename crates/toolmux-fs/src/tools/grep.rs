@@ -2,6 +2,7 @@
 //! follows symlinks, a regex matcher and a searcher, stopped when the call is cancelled.
 
 use super::Budget;
+use super::text::{CrLines, Encoding, Utf16Decoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
@@ -152,8 +153,12 @@ pub(crate) fn grep(
     // line as `read` numbers them. A pattern this refuses (one holding a CR) searches them
     // as other files.
     let matcher_cr = build_matcher(&args, multiline, true).ok();
+    // With `-o`, the regexes that pick the parts out: for other files, and for CR files.
     let only = match args.only_matching.unwrap_or(false) {
-        true => Some(build_only_matching(&args, multiline).map_err(invalid)?),
+        true => Some((
+            build_only_matching(&args, multiline, false).map_err(invalid)?,
+            build_only_matching(&args, multiline, true).map_err(invalid)?,
+        )),
         false => None,
     };
     let mut searcher = SearcherBuilder::new();
@@ -270,7 +275,7 @@ pub(crate) fn grep(
                 count: 0,
                 cancelled: &cancelled,
                 budget,
-                only: only.as_ref(),
+                only: only.as_ref().map(|(lf, cr_regex)| if cr { cr_regex } else { lf }),
                 cap: args.max_matches_per_file,
                 hits: 0,
                 more: false,
@@ -349,14 +354,53 @@ fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
     }
 }
 
-/// Whether the lines of `file` end in a bare CR: its first 8 KiB have a CR and no LF (as
-/// [`LineEnding::Cr`](super::text::LineEnding::Cr) tells, from a sample).
+/// Whether the lines of `file` end in a bare CR, by the rule `read` judges the whole file
+/// by ([`CrLines`]): a `\r` and no `\n` anywhere. A `\n` in the first 8 KiB settles it for
+/// almost every file with one small read; the file is read on only while no `\n` has come,
+/// and no further than its first `\n` (or NUL: the search stops at binary data).
 fn cr_only(file: &std::fs::File) -> bool {
     use std::os::unix::fs::FileExt as _;
-    let mut sample = [0u8; 8192];
-    let Ok(n) = file.read_at(&mut sample, 0) else { return false };
-    let sample = &sample[..n];
-    memchr::memchr(b'\r', sample).is_some() && memchr::memchr(b'\n', sample).is_none()
+    let mut buf = vec![0u8; 8192];
+    let mut lines = CrLines::default();
+    // A UTF-16 file is searched decoded (the searcher's BOM sniffing), and told so, as
+    // `read` tells it.
+    let mut utf16: Option<Utf16Decoder> = None;
+    let mut decoded = String::new();
+    let mut at = 0u64;
+    loop {
+        let n = match file.read_at(&mut buf, at) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
+        let mut chunk = &buf[..n];
+        if at == 0 {
+            let encoding = Encoding::sniff(chunk);
+            if encoding.is_utf16() {
+                utf16 = Some(Utf16Decoder::new(encoding == Encoding::Utf16Be));
+            }
+            chunk = &chunk[encoding.bom().len().min(n)..];
+        }
+        at += n as u64;
+        match &mut utf16 {
+            Some(decoder) => {
+                decoded.clear();
+                if decoder.feed(chunk, &mut decoded).is_err() {
+                    return false;
+                }
+                lines.feed(decoded.as_bytes());
+            }
+            None if memchr::memchr(0, chunk).is_some() => return false,
+            None => lines.feed(chunk),
+        }
+        if lines.settled() {
+            return false;
+        }
+        // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger pieces.
+        buf.resize(64 * 1024, 0);
+    }
+    lines.cr_only()
 }
 
 /// The matcher of `args`; with `cr`, for a file whose lines end in a bare CR.
@@ -395,8 +439,10 @@ fn build_matcher(args: &GrepArgs, multiline: bool, cr: bool) -> Result<RegexMatc
 }
 
 /// The regex that picks the matching parts out of a matching line for `-o`: the pattern
-/// as the matcher takes it, run over lines the searcher already found.
-fn build_only_matching(args: &GrepArgs, multiline: bool) -> Result<Regex, String> {
+/// as the matcher takes it, run over lines the searcher already found; with `cr`, for a
+/// file whose lines end in a bare CR, where `^` and `$` match at a CR in a multiline
+/// match as they do in the matcher.
+fn build_only_matching(args: &GrepArgs, multiline: bool, cr: bool) -> Result<Regex, String> {
     let pattern = match args.fixed_strings.unwrap_or(false) {
         true => regex::escape(&args.pattern),
         false => args.pattern.clone(),
@@ -404,7 +450,7 @@ fn build_only_matching(args: &GrepArgs, multiline: bool) -> Result<Regex, String
     RegexBuilder::new(&pattern)
         .case_insensitive(args.case_insensitive.unwrap_or(false))
         .multi_line(true)
-        .crlf(!multiline)
+        .crlf(!multiline || cr)
         .dot_matches_new_line(multiline)
         .build()
         .map_err(|e| format!("invalid regex `{}`: {e}", args.pattern))
@@ -764,6 +810,26 @@ mod tests {
         let out = grep(&ws, &FsLimits::default(), args, &cancelled, &budget).unwrap();
         assert_eq!(out.to_text(), "a.txt");
         assert!(out.extras.get("timedOut").is_none());
+    }
+
+    /// `cr_only` tells a file as `read` does, from all of it: CRs past the first 8 KiB
+    /// count, so does an LF past them, and a UTF-16 file is told from its text.
+    #[test]
+    fn cr_files_are_told_from_the_whole_file() {
+        let temp = tempfile::tempdir().unwrap();
+        let told = |bytes: &[u8]| {
+            let path = temp.path().join("f");
+            std::fs::write(&path, bytes).unwrap();
+            cr_only(&std::fs::File::open(&path).unwrap())
+        };
+        let long = "x".repeat(100 * 1024);
+        assert!(told(format!("{long}\ry\r").as_bytes()));
+        assert!(!told(format!("a\r{long}\n").as_bytes()));
+        assert!(!told(long.as_bytes()));
+        assert!(!told(b""));
+        assert!(!told(format!("{long}\0\r").as_bytes()));
+        assert!(told(&Encoding::Utf16Le.encode("a\rb\r")));
+        assert!(!told(&Encoding::Utf16Be.encode("a\rb\r\n")));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! a huge file costs a scan, not its size in memory; an image (PNG, JPEG, GIF, WebP) as an
 //! image, for models that see.
 
-use super::text::{Encoding, Utf16Decoder};
+use super::text::{CrLines, Encoding, Utf16Decoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::{Hash, PageRepeat, ShownPage, Workspace};
@@ -370,9 +370,8 @@ struct Page<'a> {
     terminator: u8,
     /// Whether `terminator` is known; otherwise the first bytes fed decide it.
     decided: bool,
-    /// Whether a `\n` and a `\r` were fed: what `terminator` should have been.
-    saw_lf: bool,
-    saw_cr: bool,
+    /// What the text fed so far says of its line ends: what `terminator` should have been.
+    breaks: CrLines,
     /// The characters of the last line ended, skipped ones included.
     line_chars: u64,
     /// The page ended early because of the byte cap.
@@ -391,8 +390,7 @@ impl<'a> Page<'a> {
             limits,
             terminator: terminator.unwrap_or(b'\n'),
             decided: terminator.is_some(),
-            saw_lf: false,
-            saw_cr: false,
+            breaks: CrLines::default(),
             line: 1,
             line_open: false,
             current: Vec::new(),
@@ -421,12 +419,11 @@ impl<'a> Page<'a> {
 
     /// The terminator the whole file asks for: `\r` when it has a CR and no LF.
     fn right_terminator(&self) -> u8 {
-        if self.saw_cr && !self.saw_lf { b'\r' } else { b'\n' }
+        if self.breaks.cr_only() { b'\r' } else { b'\n' }
     }
 
     fn feed(&mut self, mut chunk: &[u8]) {
-        self.saw_lf = self.saw_lf || memchr::memchr(b'\n', chunk).is_some();
-        self.saw_cr = self.saw_cr || memchr::memchr(b'\r', chunk).is_some();
+        self.breaks.feed(chunk);
         if !self.decided && !chunk.is_empty() {
             self.decided = true;
             self.terminator = self.right_terminator();

@@ -188,6 +188,35 @@ pub(crate) fn lines(text: &str) -> Vec<&str> {
     text.strip_suffix('\r').unwrap_or(text).split('\r').collect()
 }
 
+/// Whether a text's lines end in a bare CR (classic Mac OS), told from its bytes fed in
+/// pieces: it has a `\r` and no `\n` anywhere, the rule by which [`LineEnding::dominant`]
+/// gives [`LineEnding::Cr`]. `read` feeds it the file as it pages it; `grep`, which must
+/// know before it searches, reads on only while no `\n` has [settled](CrLines::settled) it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CrLines {
+    cr: bool,
+    lf: bool,
+}
+
+impl CrLines {
+    /// Takes the next piece of the text (UTF-8, or any encoding where `\r` and `\n` are
+    /// those bytes and no byte of another character).
+    pub(crate) fn feed(&mut self, bytes: &[u8]) {
+        self.lf = self.lf || memchr::memchr(b'\n', bytes).is_some();
+        self.cr = self.cr || memchr::memchr(b'\r', bytes).is_some();
+    }
+
+    /// Whether the rest of the text cannot change the answer: a `\n` was seen.
+    pub(crate) fn settled(self) -> bool {
+        self.lf
+    }
+
+    /// Whether the lines of the text fed so far end in a bare CR.
+    pub(crate) fn cr_only(self) -> bool {
+        self.cr && !self.lf
+    }
+}
+
 /// How lines end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LineEnding {
@@ -334,6 +363,23 @@ mod tests {
         assert_eq!(LineEnding::dominant("one line"), None);
         assert_eq!(LineEnding::dominant("a\rb\rc"), Some(LineEnding::Cr));
         assert_eq!(LineEnding::dominant("a\rb\rc\n"), Some(LineEnding::Lf));
+    }
+
+    #[test]
+    fn cr_lines_need_a_cr_and_no_lf_in_any_piece() {
+        let told = |pieces: &[&str]| {
+            let mut lines = CrLines::default();
+            pieces.iter().for_each(|piece| lines.feed(piece.as_bytes()));
+            lines.cr_only()
+        };
+        assert!(told(&["a\rb", "c\r"]));
+        assert!(told(&["abc", "", "d\r"]));
+        assert!(!told(&["a\rb", "c\n"]));
+        assert!(!told(&["abc", "def"]));
+        for text in ["a\rb\rc", "a\rb\nc", "a\r\nb", "abc", "a\nb\r"] {
+            let dominant = LineEnding::dominant(text) == Some(LineEnding::Cr);
+            assert_eq!(told(&[text]), dominant, "{text:?}");
+        }
     }
 
     #[test]

@@ -71,6 +71,43 @@ async fn cr_only_files_are_searched_as_lines() {
     assert_eq!(fx.ok("grep", across).await, "mac.txt:2:bar baz\nmac.txt:3:qux");
 }
 
+/// Whether a file's lines end in a bare CR is told as `read` tells it, from the whole
+/// file: one whose first CR comes after 8 KiB greps as the lines `read` shows.
+#[tokio::test]
+async fn cr_only_files_are_told_from_the_whole_file() {
+    let fx = Fixture::new();
+    let long = "x".repeat(20 * 1024);
+    fx.put("late.txt", &format!("{long}\rneedle here\rtail\r"));
+    let content = json!({"pattern": "^needle", "output_mode": "content"});
+    assert_eq!(fx.ok("grep", content).await, "late.txt:2:needle here");
+    let read = fx.call("read", json!({"path": "late.txt"})).await.unwrap();
+    assert_eq!(read.extras["totalLines"], 3);
+    // CR lines for 8 KiB and more, then an LF: lines of LF, as `read` has them.
+    let cr_lines = "a\r".repeat(8 * 1024);
+    fx.put("late_lf.txt", &format!("{cr_lines}needle\n"));
+    let content = json!({"pattern": "needle", "output_mode": "count", "path": "late_lf.txt"});
+    assert!(fx.ok("grep", content).await.starts_with("late_lf.txt:1\n"));
+    let read = fx.call("read", json!({"path": "late_lf.txt"})).await.unwrap();
+    assert_eq!(read.extras["totalLines"], 1);
+}
+
+/// In a multiline search of a CR file, `^` and `$` match at its line breaks, and lines are
+/// numbered as `read` numbers them.
+#[tokio::test]
+async fn multiline_anchors_match_at_cr_line_breaks() {
+    let fx = Fixture::new();
+    fx.put("mac.txt", "foo\rbar baz\rqux\r");
+    let both = json!({"pattern": "^bar baz$", "output_mode": "content", "multiline": true});
+    assert_eq!(fx.ok("grep", both).await, "mac.txt:2:bar baz");
+    let across = json!({"pattern": "baz$\\s+^qux", "output_mode": "content", "multiline": true});
+    assert_eq!(fx.ok("grep", across).await, "mac.txt:2:bar baz\nmac.txt:3:qux");
+    let parts =
+        json!({"pattern": "z$\\s^q", "output_mode": "content", "multiline": true, "-o": true});
+    assert_eq!(fx.ok("grep", parts).await, "mac.txt:2:z\nmac.txt:3:q");
+    let count = json!({"pattern": "^[a-z]", "output_mode": "count", "multiline": true});
+    assert!(fx.ok("grep", count).await.starts_with("mac.txt:3\n"));
+}
+
 /// A path that is no folder and no file (a FIFO here) is said to be one, not answered
 /// "No matches found", and never opened (a FIFO would block the search).
 #[tokio::test]
