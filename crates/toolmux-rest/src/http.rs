@@ -78,15 +78,32 @@ pub(crate) struct Unfollowed {
 impl Unfollowed {
     /// Replaces each of `secrets` in the target by `REDACTED`: an API that echoes the
     /// request's query into its redirect (`http` to `https`) would hand an API key sent
-    /// there to whoever reads the result.
+    /// there to whoever reads the result. The user info, path, query and fragment are
+    /// redacted one by one, so that the origin the note names stays as it was and no
+    /// replacement can make the target unparsable (which kept the secret).
     pub(crate) fn redact(&mut self, secrets: &[String]) {
-        let mut target = self.location.as_str().to_owned();
-        for secret in secrets {
-            target = target.replace(secret.as_str(), "REDACTED");
+        let mut secrets: Vec<&str> =
+            secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+        // Longest first, so that a secret containing another is replaced whole.
+        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+        let scrub = |text: &str| {
+            secrets.iter().fold(text.to_owned(), |text, secret| text.replace(secret, "REDACTED"))
+        };
+        let location = &mut self.location;
+        let username = scrub(location.username());
+        if username != location.username() {
+            // Fails only for URLs that cannot have user info, which then have none.
+            let _ = location.set_username(&username);
         }
-        if let Ok(redacted) = reqwest::Url::parse(&target) {
-            self.location = redacted;
+        if let Some(password) = location.password().map(scrub) {
+            let _ = location.set_password(Some(&password));
         }
+        let path = scrub(location.path());
+        location.set_path(&path);
+        let query = location.query().map(scrub);
+        location.set_query(query.as_deref());
+        let fragment = location.fragment().map(scrub);
+        location.set_fragment(fragment.as_deref());
     }
 
     /// Why the redirect was not followed, naming the target's origin (not its path and

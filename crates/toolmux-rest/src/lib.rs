@@ -74,6 +74,7 @@ mod openapi;
 mod output;
 mod provider;
 mod request;
+mod secrets;
 mod template;
 mod web;
 

@@ -6,6 +6,7 @@ use crate::http::{self, HttpSettings};
 use crate::openapi::{self, Document, Operation};
 use crate::output::OutputCheck;
 use crate::request::{self, Body, PreparedRequest, unknown_argument};
+use crate::secrets::Secrets;
 use crate::template::{Escape, Template, UrlTemplate, body_parameters, lookup, render_body};
 use crate::{OpenApiConfig, RestError, RestToolConfig, names};
 use async_trait::async_trait;
@@ -41,6 +42,9 @@ struct RestTool {
     client: reqwest::Client,
     /// `passthroughHeaders`: the caller's request headers sent on.
     passthrough: Arc<[String]>,
+    /// What the configuration put into the request's URL and headers, in every form it
+    /// takes on the wire: kept out of a redirect's target (see [`crate::secrets`]).
+    secrets: Arc<[String]>,
 }
 
 #[derive(Debug)]
@@ -240,6 +244,14 @@ impl RestProvider {
         let headers: Vec<(String, String)> =
             config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let passthrough = passthrough_names(namespace, &config.passthrough_headers)?;
+        let mut secrets = Secrets::default();
+        if let Some(base) = &config.base_url {
+            secrets.url(base);
+        }
+        for value in config.headers.values() {
+            secrets.template(&Template::parse(value));
+        }
+        let secrets: Arc<[String]> = secrets.into_forms().into();
         let tools = imported
             .operations
             .into_iter()
@@ -249,16 +261,12 @@ impl RestProvider {
                     op.output.as_ref().zip(output_schema.as_ref()).map(|(o, schema)| {
                         Box::new(OutputCheck::new(Arc::clone(schema), o.wrapped))
                     });
-                let spec = ToolSpec {
-                    name: op.name.clone(),
-                    title: op.title.clone(),
-                    description: op.description.clone(),
-                    input_schema: Arc::new(op.input_schema.clone()),
-                    output_schema,
-                    annotations: op.annotations.clone(),
-                    max_result_size: None,
-                    time_limit: None,
-                };
+                // Built from `new`, so that members the shared type gains start empty.
+                let mut spec =
+                    ToolSpec::new(op.name.clone(), op.description.clone(), op.input_schema.clone())
+                        .with_annotations(op.annotations.clone());
+                spec.title = op.title.clone();
+                spec.output_schema = output_schema;
                 let base_url = op.server.clone();
                 RestTool {
                     spec,
@@ -271,6 +279,7 @@ impl RestProvider {
                     settings,
                     client: client.clone(),
                     passthrough: passthrough.clone(),
+                    secrets: Arc::clone(&secrets),
                 }
             })
             .collect();
@@ -380,8 +389,12 @@ impl RestProvider {
                 }
             }
             let mut response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
-            if let (Some(auth), Some(unfollowed)) = (&self.auth, response.unfollowed.as_mut()) {
-                unfollowed.redact(&auth.secrets(&schemes));
+            if let Some(unfollowed) = response.unfollowed.as_mut() {
+                let mut secrets = tool.secrets.to_vec();
+                if let Some(auth) = &self.auth {
+                    secrets.extend(auth.secrets(&schemes));
+                }
+                unfollowed.redact(&secrets);
             }
             if response.status == 401
                 && !retried
@@ -509,9 +522,10 @@ fn inline_tool(
         return Err(config_error(format!("invalid method `{}`", config.method)));
     }
     if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
+        // Without its query and user info, which may hold a key from the environment.
         return Err(config_error(format!(
             "`url` must start with http:// or https://: `{}`",
-            config.url
+            request::url_text_for_messages(&config.url)
         )));
     }
     if let Some(select) = &config.select {
@@ -522,6 +536,11 @@ fn inline_tool(
         config.headers.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
     let query: Vec<(String, Template)> =
         config.query.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
+    let mut secrets = Secrets::default();
+    secrets.url(&config.url);
+    for (_, template) in headers.iter().chain(&query) {
+        secrets.template(template);
+    }
     let mut used = BTreeSet::new();
     let required: BTreeSet<String> = url.path_parameters().map(top_level).collect();
     used.extend(required.iter().cloned());
@@ -597,6 +616,7 @@ fn inline_tool(
         },
         client,
         passthrough: passthrough_names(name, &config.passthrough_headers)?,
+        secrets: secrets.into_forms().into(),
     })
 }
 

@@ -133,6 +133,16 @@ pub(crate) fn url_for_messages(url: &str) -> String {
     }
 }
 
+/// [`url_for_messages`] of a URL as written, for one that may not parse: the text up to its
+/// query or fragment, without the user info before its host.
+pub(crate) fn url_text_for_messages(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
 /// Builds the request of an imported operation from its flat arguments.
 pub(crate) fn build(
     op: &Operation,

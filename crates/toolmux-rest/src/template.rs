@@ -79,6 +79,14 @@ impl Template {
         })
     }
 
+    /// The text the template writes around its placeholders, piece by piece.
+    pub(crate) fn texts(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().filter_map(|p| match p {
+            Piece::Text(text) => Some(text.as_str()),
+            Piece::Parameter(_) => None,
+        })
+    }
+
     /// The parameter when the template is exactly one placeholder.
     pub(crate) fn sole_parameter(&self) -> Option<&str> {
         match self.pieces.as_slice() {

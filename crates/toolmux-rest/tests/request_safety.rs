@@ -578,6 +578,51 @@ async fn a_query_api_key_stays_out_of_an_unfollowed_redirects_location() {
     assert!(!format!("{out:?}").contains("s3cr3t"), "{out:?}");
 }
 
+/// An inline tool's key written into its URL by the configuration (`?key=${API_KEY}`,
+/// expanded before the tool sees it) or into its `query` stays out of the result when the
+/// API redirects to another origin echoing the request: the `location` extra has it
+/// redacted in whatever form the URL carried it (`'` and the space encoded, `/` and `=`
+/// not), and the origin is left as it was.
+#[tokio::test]
+async fn an_inline_tools_url_key_stays_out_of_an_unfollowed_redirects_location() {
+    let base = serve(|request| {
+        let target = request.request_line().split(' ').nth(1).unwrap().to_owned();
+        redirect(&format!("https://127.0.0.1:1{target}#{target}"))
+    })
+    .await;
+    let key = "s3cr3t/k=y z'1";
+    let token = "t0ken+value";
+    let provider = inline(json!({"items": {"description": "items",
+        "url": format!("{base}/items?key={key}&q=${{parameters.q}}"),
+        "query": {"token": token}}}));
+    let out = provider.call("items", json!({"q": "shoes"}), &CallContext::new()).await.unwrap();
+    assert!(out.is_error);
+    let location = out.extras["location"].as_str().unwrap();
+    assert_eq!(
+        location,
+        "https://127.0.0.1:1/items?key=REDACTED&q=shoes&token=REDACTED\
+         #/items?key=REDACTED&q=shoes&token=REDACTED"
+    );
+    let shown = format!("{out:?}");
+    for leak in ["s3cr3t", "t0ken"] {
+        assert!(!shown.contains(leak), "{shown}");
+    }
+}
+
+/// An inline tool's invalid URL is named without its query and user info, which may hold
+/// a key from the environment.
+#[tokio::test]
+async fn an_invalid_inline_url_is_named_without_its_credentials() {
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({"t": {
+        "description": "t", "url": "ftp://user:pa55word@h/files?key=s3cr3t"}}))
+    .unwrap();
+    let err = RestProvider::inline(&tools).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "invalid configuration of `t`: `url` must start with http:// or https://: `ftp://h/files`"
+    );
+}
+
 /// A document URL's credentials (a token in its query, a user and password before its
 /// host) stay out of the import's errors and warnings, which are logged and shown.
 #[tokio::test]
