@@ -185,6 +185,22 @@ fn apply(
     let mut hunks = Vec::new();
     for (index, op) in edits.iter().enumerate() {
         let label = if multi { format!("edit {}: ", index + 1) } else { String::new() };
+        // The CRs of a CR file's text became LF above; so do those `old_string` and
+        // `new_string` break lines with, bare as the file has them or CRLF, as the LF a
+        // model may write for them does.
+        let as_lf;
+        let op = match cr && (op.old_string.contains('\r') || op.new_string.contains('\r')) {
+            true => {
+                let lf = |text: &str| text.replace("\r\n", "\n").replace('\r', "\n");
+                as_lf = EditOperation {
+                    old_string: lf(&op.old_string),
+                    new_string: lf(&op.new_string),
+                    ..op.clone()
+                };
+                &as_lf
+            }
+            false => op,
+        };
         let fail = |message: String| FsError::Edit {
             path: path.given.clone(),
             message: format!("{label}{message}; nothing was written"),

@@ -106,6 +106,23 @@ async fn cr_only_files_are_edited_as_lines() {
     assert!(err.contains("which has 5 lines"), "{err}");
 }
 
+/// In a CR file, an `old_string` written with the file's own bare CRs (or with CRLF)
+/// matches as one written with LF does, in `edit` and `multi_edit`, and the file keeps CR.
+#[tokio::test]
+async fn cr_only_files_match_old_strings_with_cr() {
+    let fx = Fixture::new();
+    fx.put("cr.txt", "one\rtwo\rthree\r");
+    let edit = json!({"path": "cr.txt", "old_string": "one\rtwo", "new_string": "1\r2"});
+    fx.ok("edit", edit).await;
+    assert_eq!(fx.get("cr.txt"), "1\r2\rthree\r");
+    let edits = json!({"path": "cr.txt", "edits": [
+        {"old_string": "2\r\nthree", "new_string": "two\nthree"},
+        {"old_string": "1\r", "new_string": "one\n"},
+    ]});
+    fx.ok("multi_edit", edits).await;
+    assert_eq!(fx.get("cr.txt"), "one\rtwo\rthree\r");
+}
+
 #[tokio::test]
 async fn a_single_line_replaced_by_several_in_a_crlf_file_gets_crlf() {
     let fx = Fixture::new();
