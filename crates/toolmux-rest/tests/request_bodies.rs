@@ -409,3 +409,49 @@ async fn multipart_files_take_base64_and_lists() {
     let error = bad_item.unwrap_err().to_string();
     assert!(error.contains("`blobs`") && error.contains("item 1"), "{error}");
 }
+
+/// OpenAPI 3.1 writes a file part of a multipart body as a string with a
+/// `contentMediaType` (no `format: binary`): it goes as a file part of that type, its
+/// argument its content as text as for `format: binary` (base64 when `contentEncoding`
+/// says so), a list as one file part each; the `encoding`'s `contentType` still wins, a
+/// wildcard type labels the part as any file, and a plain string stays text.
+#[tokio::test]
+async fn content_media_type_strings_go_as_file_parts_of_their_type() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "b", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/op": {"post": {"operationId": "op", "requestBody": {"content": {
+            "multipart/form-data": {
+                "schema": {"type": "object", "properties": {
+                    "photo": {"type": "string", "contentMediaType": "image/png"},
+                    "blob": {"type": "string", "contentMediaType": "application/octet-stream"},
+                    "scan": {"type": "string", "contentMediaType": "image/gif",
+                        "contentEncoding": "base64"},
+                    "pages": {"type": "array",
+                        "items": {"type": "string", "contentMediaType": "application/pdf"}},
+                    "any": {"type": "string", "contentMediaType": "image/*"},
+                    "doc": {"type": "string", "contentMediaType": "text/plain"},
+                    "note": {"type": "string"}}},
+                "encoding": {"doc": {"contentType": "text/markdown"}}}}}}}}});
+    let provider =
+        RestProvider::openapi_from_value("b", doc, "b.json", &OpenApiConfig::default()).unwrap();
+    let args = json!({"photo": "PNG", "blob": "raw", "scan": "R0lG", "pages": ["p1", "p2"],
+        "any": "img", "doc": "# hi", "note": "plain"});
+    let request = sent(&provider, &seen, args).await;
+    let file = |name: &str, kind: &str, bytes: &[u8]| -> BinaryPart {
+        (name.to_owned(), Some(name.to_owned()), kind.to_owned(), bytes.to_vec())
+    };
+    let mut got = binary_parts(&request);
+    got.sort();
+    let expected = vec![
+        file("any", "application/octet-stream", b"img"),
+        file("blob", "application/octet-stream", b"raw"),
+        file("doc", "text/markdown", b"# hi"),
+        ("note".to_owned(), None, String::new(), b"plain".to_vec()),
+        file("pages", "application/pdf", b"p1"),
+        file("pages", "application/pdf", b"p2"),
+        file("photo", "image/png", b"PNG"),
+        file("scan", "image/gif", b"GIF"),
+    ];
+    assert_eq!(got, expected);
+}

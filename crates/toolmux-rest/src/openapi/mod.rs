@@ -78,8 +78,9 @@ pub(crate) struct Field {
     /// decoded into the part's bytes; `binary` too.
     pub(crate) base64: bool,
     /// The media type of a multipart body's part for this field, from the body's
-    /// `encoding` (`image/png`); without one, an object goes as `application/json`, a file
-    /// as `application/octet-stream` and anything else as plain text.
+    /// `encoding` (`image/png`), else from the schema's `contentMediaType`; without one, an
+    /// object goes as `application/json`, a file as `application/octet-stream` and
+    /// anything else as plain text.
     pub(crate) content_type: Option<String>,
 }
 

@@ -844,14 +844,17 @@ fn body_candidates(
         if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
     if let Some(ObjectShape { properties: props, required: required_props, open }) = shape {
         for (name, prop) in props {
-            let (binary, base64) = match encoding {
+            let file = match encoding {
                 BodyEncoding::Multipart => file_content(converter, &prop, 0)?,
-                _ => (false, false),
+                _ => FileContent::default(),
             };
             let is_required = required && required_props.contains(&name);
             let declared = fields.and_then(|f| f.get(&name)).and_then(Value::as_object);
             let (style, explode, content_type) =
                 field_encoding(converter, &prop, declared, encoding)?;
+            // The `encoding`'s media type, else the one the schema says the file holds.
+            let content_type = content_type.or(file.media);
+            let (binary, base64) = (file.binary, file.base64);
             candidates.push(Candidate {
                 field: Field {
                     flat: String::new(),
@@ -891,16 +894,30 @@ fn body_candidates(
     Ok(false)
 }
 
+/// What a multipart property says of the file it may be.
+#[derive(Debug, Default)]
+struct FileContent {
+    /// It is a file, sent as a file part.
+    binary: bool,
+    /// The argument is base64 of the file's bytes, not its content as text.
+    base64: bool,
+    /// The media type the schema gives its content (`contentMediaType`), for the part.
+    media: Option<String>,
+}
+
 /// Whether a multipart property is a file, and whether it is given as base64: `format:
 /// binary` is a file whose argument is its content as text; `format: byte` (or
 /// `base64`, as OpenAPI 3.0's examples write it) and `contentEncoding: base64` (3.1) are
-/// files whose argument is base64 of their bytes. A list of files (`type: array` of such
-/// items) is one file part each, as it was one part each of anything else.
+/// files whose argument is base64 of their bytes. A string with a `contentMediaType`
+/// (3.1: `image/png`, `application/octet-stream`) is a file of that type, its argument
+/// its content as text unless `contentEncoding` says base64, as for `format: binary`. A
+/// list of files (`type: array` of such items) is one file part each, as it was one part
+/// each of anything else.
 fn file_content(
     converter: &mut SchemaConverter<'_>,
     schema: &Value,
     depth: usize,
-) -> Result<(bool, bool), RestError> {
+) -> Result<FileContent, RestError> {
     let resolved;
     let schema = match ref_name(schema) {
         Some(name) => {
@@ -915,12 +932,25 @@ fn file_content(
         .and_then(Value::as_str)
         .is_some_and(|e| e.eq_ignore_ascii_case("base64") || e.eq_ignore_ascii_case("base64url"));
     let base64 = encoded || matches!(format, Some("byte" | "base64"));
-    if base64 || format == Some("binary") {
-        return Ok((true, base64));
+    // `contentMediaType` describes strings; an object or an array with one is not a file.
+    let string = match schema.get("type") {
+        Some(Value::String(kind)) => kind == "string",
+        Some(Value::Array(kinds)) => kinds.iter().any(|k| k == "string"),
+        _ => true,
+    };
+    let media = schema
+        .get("contentMediaType")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|media| string && !media.is_empty());
+    if base64 || format == Some("binary") || media.is_some() {
+        // A wildcard (`image/*`) says what is accepted, not what a part is.
+        let media = media.filter(|media| !media.contains('*')).map(str::to_owned);
+        return Ok(FileContent { binary: true, base64, media });
     }
     match schema.get("items") {
         Some(items) if depth == 0 && items.is_object() => file_content(converter, items, 1),
-        _ => Ok((false, false)),
+        _ => Ok(FileContent::default()),
     }
 }
 
