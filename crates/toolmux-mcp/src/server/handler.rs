@@ -50,6 +50,17 @@ pub(crate) const TRACESTATE_META_KEY: &str = "tracestate";
 /// client. Runs named so are kept apart from the sessions' own (`client:` before the name).
 pub const RUN_ID_META_KEY: &str = "toolmux/runId";
 
+/// How long a call of a session that ended may take to return once cancelled, before it
+/// is dropped: the session ends without waiting for rmcp's drain (up to 5 s).
+const CLOSE_GRACE: Duration = Duration::from_millis(500);
+
+/// The end of a streamable HTTP session, handed to its requests in their extensions by the
+/// session manager: cancelled when the session is deleted, ended unused, or its rmcp
+/// worker ends, so that its calls are cancelled then (rmcp cancels them only after waiting
+/// up to 5 s for them to answer).
+#[derive(Debug, Clone)]
+pub(crate) struct SessionClosed(pub(crate) CancellationToken);
+
 /// A run name a client may give: 1 to 128 of `[A-Za-z0-9._:-]`.
 fn valid_run_id(id: &str) -> bool {
     (1..=128).contains(&id.len())
@@ -379,6 +390,12 @@ pub(crate) struct Gateway {
     session: CancellationToken,
     /// Cancels `session` and ends the session's runs when the last clone is dropped.
     ended: Arc<SessionEnd>,
+    /// Cancelled when the client is gone (its stream ended, over stdio): the calls in
+    /// flight are cancelled at once, on rmcp's path as on the direct one. Over HTTP each
+    /// request brings its session's own ([`SessionClosed`]).
+    closed: CancellationToken,
+    /// Set by the first `initialize`: a second one in the session is refused.
+    initialized: Arc<AtomicBool>,
     /// The level set with `logging/setLevel`; no log lines are sent before one is set.
     log_level: Arc<Mutex<Option<LogLevel>>>,
     /// The resource URIs this session subscribed to.
@@ -441,6 +458,8 @@ struct Exchange {
     /// For stateless requests: the round of multi-round-trip answers and what binds
     /// `requestState` to this request.
     round: Option<(Arc<Round>, Vec<u8>)>,
+    /// Cancelled when the request's session ends (see [`Gateway::closing`]).
+    closing: CancellationToken,
 }
 
 impl Gateway {
@@ -458,10 +477,27 @@ impl Gateway {
             run_id,
             session,
             ended,
+            closed: CancellationToken::new(),
+            initialized: Arc::default(),
             log_level: Arc::new(Mutex::new(None)),
             subscriptions: Arc::new(Mutex::new(HashSet::new())),
             prepared: Arc::default(),
             client_capabilities: Arc::default(),
+        }
+    }
+
+    /// Cancelled when the client is gone (see [`Gateway::closed`]); what the session's
+    /// end of the direct path cancels too.
+    pub(crate) fn closed(&self) -> &CancellationToken {
+        &self.closed
+    }
+
+    /// What ends with the session of a request: its HTTP session's end when it has one,
+    /// else this handler's (stdio).
+    fn closing(&self, context: &RequestContext<RoleServer>) -> CancellationToken {
+        match context.extensions.get::<SessionClosed>() {
+            Some(closed) => closed.0.clone(),
+            None => self.closed.clone(),
         }
     }
 
@@ -479,6 +515,7 @@ impl Gateway {
         let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
         let capabilities = context.client_capabilities().map(Arc::new);
         let peer = context.peer.clone();
+        let closing = self.closing(context);
         if !stateless {
             let log_level = *self.log_level.lock().unwrap_or_else(|e| e.into_inner());
             let interaction = ClientInteraction::session(peer.clone(), capabilities);
@@ -488,6 +525,7 @@ impl Gateway {
                 log_level,
                 interaction: Arc::new(interaction),
                 round: None,
+                closing,
             });
         }
         let log_level = context
@@ -513,6 +551,7 @@ impl Gateway {
             log_level,
             interaction: Arc::new(interaction),
             round: Some((round, binding)),
+            closing,
         })
     }
 
@@ -599,9 +638,10 @@ impl Gateway {
         work: impl AsyncFnOnce(CallContext) -> Result<T, ToolError>,
     ) -> Ended<T> {
         let ctx = ctx.with_handler(exchange.interaction.clone());
+        let cancel = ctx.cancel_token().clone();
         let wants_channel = exchange.progress.is_some() || exchange.log_level.is_some();
         if !wants_channel && exchange.round.is_none() {
-            return Ended::Done(work(ctx).await);
+            return Ended::Done(until_closed(&exchange.closing, &cancel, work(ctx)).await);
         }
         // Sinks must return at once, so reports go through a channel; they are sent from
         // here, before the result, so that none arrives after the response.
@@ -623,7 +663,7 @@ impl Gateway {
         }
         drop(tx);
         let mut out = Sender { exchange, progress: Rising::default() };
-        let call = work(ctx);
+        let call = until_closed(&exchange.closing, &cancel, work(ctx));
         tokio::pin!(call);
         let needed = async {
             match &exchange.round {
@@ -726,6 +766,26 @@ impl Gateway {
             finishing.finish(result);
         });
         Some(task.created())
+    }
+}
+
+/// Runs `work` (a call of the session) until it ends, or until `closing` fires: then
+/// `cancel` (the call's token) is fired at once and `work` gets [`CLOSE_GRACE`] to return
+/// before it is dropped, so that the session ends without waiting for rmcp's drain.
+async fn until_closed<T>(
+    closing: &CancellationToken,
+    cancel: &CancellationToken,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        result = &mut work => return result,
+        () = closing.cancelled() => cancel.cancel(),
+    }
+    match tokio::time::timeout(CLOSE_GRACE, work).await {
+        Ok(result) => result,
+        Err(_) => Err(ToolError::Cancelled { tool: "(the session ended)".into() }),
     }
 }
 
@@ -1031,6 +1091,16 @@ impl ServerHandler for Gateway {
         request: rmcp::model::InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        // MCP: `initialize` is the first request of a session, and only the first. A
+        // second would change what the first fixed (the client's capabilities, its
+        // revision) under calls already running.
+        if self.initialized.swap(true, Ordering::AcqRel) {
+            return Err(ErrorData::invalid_request(
+                "the session is already initialized: `initialize` is the first request of a \
+                 session only; to start over, open a new session",
+                None,
+            ));
+        }
         self.shared.detect_client(&request.client_info.name);
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
@@ -1497,6 +1567,8 @@ impl ServerHandler for Gateway {
         loop {
             tokio::select! {
                 () = context.cancelled() => break,
+                // The stream ended: rmcp would end this only after its drain.
+                () = self.closed.cancelled() => break,
                 changed = async { changes.as_mut()?.changed().await.then_some(()) },
                     if changes.is_some() => {
                     // The provider is gone: end the subscription gracefully.

@@ -25,13 +25,23 @@ pub(crate) fn router(
     bound: SocketAddr,
     shutdown: CancellationToken,
 ) -> axum::Router {
+    let sessions =
+        super::sessions::Sessions::new(shared.options().session_idle, shutdown.child_token());
+    router_of(shared, bound, shutdown, sessions)
+}
+
+/// [`router`] with the sessions of `/mcp` given.
+fn router_of(
+    shared: Arc<Shared>,
+    bound: SocketAddr,
+    shutdown: CancellationToken,
+    sessions: Arc<super::sessions::Sessions>,
+) -> axum::Router {
     let keyed = !shared.options().api_keys.is_empty() || shared.options().token_verifier.is_some();
     let hosts = allowed_hosts(&shared.options().allowed_hosts, bound, keyed);
     let origins = allowed_origins(&hosts);
     // rmcp's checks guard `/mcp`; the API beside it checks the same hosts itself.
     let api = super::api::routes(shared.clone(), hosts.clone(), shutdown.clone());
-    let sessions =
-        super::sessions::Sessions::new(shared.options().session_idle, shutdown.child_token());
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_allowed_hosts(hosts.clone());
@@ -105,13 +115,20 @@ pub(crate) fn router(
     router
 }
 
-/// Corrects two of rmcp's answers at `/mcp`, so that a client can tell what went wrong:
+/// Corrects rmcp's answers at `/mcp`, so that a client can tell what went wrong and what
+/// to do:
 /// - A body that is no JSON-RPC message (rmcp: `415`, which says the media type was wrong,
-///   and a line of text) is `400` with a JSON-RPC error, id `null`: `-32700` for a body
-///   that is not JSON, `-32600` for JSON that is no single message (a batch, which MCP
-///   dropped in 2025-06-18, or an object of no message's form).
+///   and a line of text) is `400` with a JSON-RPC error: `-32700` for a body that is not
+///   JSON, `-32600` for JSON that is no single message (a batch, which MCP dropped in
+///   2025-06-18, or an object of no message's form).
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
 ///   naming it is.
+/// - A request of a session whose rmcp worker ended (rmcp: `500`) is `404`, so that its
+///   client starts another session.
+/// - A `GET` resuming after an event of another session's stream (rmcp: `200` and an empty
+///   stream) is `400`.
+/// - rmcp's refusals in plain text (`400`, `404`, `406`, `415`) are JSON-RPC errors saying
+///   what was wrong and what to send, with the request's id when it has one.
 ///
 /// And one of its refusals: an `Accept` of wildcards covering the types a request needs
 /// (`*/*`) is taken as naming them (rmcp: `406`).
@@ -123,7 +140,8 @@ async fn explain_refusals(
     use rmcp::transport::streamable_http_server::SessionManager as _;
     // HTTP's wildcards accept what they cover (`*/*`, `application/*` with `text/*`); rmcp
     // wants the types named, and answered such a client 406.
-    let wanted: &[&str] = match *request.method() {
+    let method = request.method().clone();
+    let wanted: &[&str] = match method {
         axum::http::Method::POST => &["application/json", "text/event-stream"],
         axum::http::Method::GET => &["text/event-stream"],
         _ => &[],
@@ -135,35 +153,135 @@ async fn explain_refusals(
     {
         request.headers_mut().insert(ACCEPT, named);
     }
+    let session: Option<Arc<str>> =
+        request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()).map(Arc::from);
     // Looked up before rmcp ends it; answered after rmcp's checks (host, origin) passed.
-    let deleting_none = match request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()) {
-        Some(id) if request.method() == axum::http::Method::DELETE => {
-            !sessions.has_session(&Arc::from(id)).await.unwrap_or(true)
+    let deleting_none = match &session {
+        Some(id) if method == axum::http::Method::DELETE => {
+            !sessions.has_session(id).await.unwrap_or(true)
         }
         _ => false,
+    };
+    // Refused in `Sessions::resume` (no event of it is replayed), and answered here.
+    let foreign_resume = match (&session, request.headers().get(LAST_EVENT_ID)) {
+        (Some(id), Some(last)) if method == axum::http::Method::GET => {
+            sessions.check_resume(id, last.to_str().unwrap_or_default())
+        }
+        _ => None,
     };
     let json = request
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"));
-    let response = next.run(request).await;
-    if deleting_none && response.status().is_success() {
-        return json_rpc_refusal(StatusCode::NOT_FOUND, -32600, "session not found".to_owned());
+    // A POST's body is read here, so that a refusal can name the request's id.
+    let mut body = bytes::Bytes::new();
+    if method == axum::http::Method::POST {
+        let (parts, whole) = request.into_parts();
+        body = match read_body(whole).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        };
+        request = Request::from_parts(parts, axum::body::Body::from(body.clone()));
     }
-    if !json || response.status() != StatusCode::UNSUPPORTED_MEDIA_TYPE {
+    let response = next.run(request).await;
+    let id = || request_id(&body);
+    if deleting_none && response.status().is_success() {
+        return session_not_found(serde_json::Value::Null);
+    }
+    if let Some(why) = foreign_resume
+        && response.status().is_success()
+    {
+        return json_rpc_refusal(StatusCode::BAD_REQUEST, -32600, why, serde_json::Value::Null);
+    }
+    // rmcp's 500 for a session whose worker ended, which `Sessions` then forgot.
+    if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+        && let Some(session) = &session
+        && !sessions.has_session(session).await.unwrap_or(true)
+    {
+        return session_not_found(id());
+    }
+    let status = response.status();
+    let explained = [
+        StatusCode::BAD_REQUEST,
+        StatusCode::NOT_FOUND,
+        StatusCode::NOT_ACCEPTABLE,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    ];
+    let plain =
+        !response.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| {
+            v.starts_with("application/json") || v.starts_with("text/event-stream")
+        });
+    if !explained.contains(&status) || !plain {
         return response;
     }
-    let (parts, body) = response.into_parts();
-    let Ok(text) = axum::body::to_bytes(body, 64 * 1024).await else {
+    let (parts, text) = response.into_parts();
+    let Ok(text) = axum::body::to_bytes(text, 64 * 1024).await else {
         return Response::from_parts(parts, axum::body::Body::empty());
     };
-    let Some(why) = std::str::from_utf8(&text)
+    let text = String::from_utf8_lossy(&text);
+    if let Some(why) = text.strip_prefix("fail to deserialize request body ")
+        && json
+        && status == StatusCode::UNSUPPORTED_MEDIA_TYPE
+    {
+        let (code, message) = no_message(why);
+        return json_rpc_refusal(StatusCode::BAD_REQUEST, code, message, id());
+    }
+    if status == StatusCode::NOT_FOUND {
+        return session_not_found(id());
+    }
+    json_rpc_refusal(status, -32600, explain(status, &method, text.trim()), id())
+}
+
+/// The header a client resumes a stream with.
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Bodies over this are refused, as rmcp refuses them.
+const BODY_MAX: usize = 4 * 1024 * 1024;
+
+/// A request's body, whole; a refusal when it is too long or cannot be read.
+async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
+    use futures::StreamExt as _;
+    let mut chunks = body.into_data_stream();
+    let mut whole = bytes::BytesMut::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            let why = format!("Bad Request: the body could not be read ({e})");
+            json_rpc_refusal(StatusCode::BAD_REQUEST, -32600, why, serde_json::Value::Null)
+        })?;
+        if whole.len() + chunk.len() > BODY_MAX {
+            let why = format!(
+                "Payload Too Large: the body is over {} MiB, the most a message may have",
+                BODY_MAX >> 20
+            );
+            return Err(json_rpc_refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                -32600,
+                why,
+                serde_json::Value::Null,
+            ));
+        }
+        whole.extend_from_slice(&chunk);
+    }
+    Ok(whole.freeze())
+}
+
+/// The id of the JSON-RPC request in `body`, when it has a string or number one; else
+/// `null`.
+fn request_id(body: &[u8]) -> serde_json::Value {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        id: Option<serde_json::Value>,
+    }
+    serde_json::from_slice::<Peek>(body)
         .ok()
-        .and_then(|t| t.strip_prefix("fail to deserialize request body "))
-    else {
-        return Response::from_parts(parts, axum::body::Body::from(text));
-    };
+        .and_then(|peek| peek.id)
+        .filter(|id| id.is_string() || id.is_number())
+        .unwrap_or_default()
+}
+
+/// The error of a body that is no JSON-RPC message, from serde's reason `why`.
+fn no_message(why: &str) -> (i32, String) {
     // serde's errors of a value of the wrong form, as opposed to text that is not JSON.
     const FORM: [&str; 9] = [
         "invalid type",
@@ -176,7 +294,7 @@ async fn explain_refusals(
         "unrecognized",
         "data did not match",
     ];
-    let (code, message) = if FORM.iter().any(|form| why.starts_with(form)) {
+    if FORM.iter().any(|form| why.starts_with(form)) {
         let message = format!(
             "Invalid Request: the body is no JSON-RPC request, notification or response \
              ({why}); send one message a POST (MCP has no batch since 2025-06-18)"
@@ -184,13 +302,57 @@ async fn explain_refusals(
         (-32600, message)
     } else {
         (-32700, format!("Parse error: the body is not JSON ({why})"))
-    };
-    json_rpc_refusal(StatusCode::BAD_REQUEST, code, message)
+    }
 }
 
-/// A refusal with `status` and a JSON-RPC error of no request (id `null`).
-fn json_rpc_refusal(status: StatusCode, code: i32, message: String) -> Response {
-    let body = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+/// What a plain refusal of rmcp's (`text`, with `status`, of a request with `method`)
+/// means, and what the client should send instead.
+fn explain(status: StatusCode, method: &axum::http::Method, text: &str) -> String {
+    match status {
+        StatusCode::NOT_ACCEPTABLE if *method == axum::http::Method::GET => {
+            "Not Acceptable: a GET opens the session's event stream; send `Accept: \
+             text/event-stream`"
+                .to_owned()
+        }
+        StatusCode::NOT_ACCEPTABLE => "Not Acceptable: a POST is answered with JSON or an event \
+             stream; send `Accept: application/json, text/event-stream`"
+            .to_owned(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "Unsupported Media Type: the body is a JSON-RPC \
+             message; send it with `Content-Type: application/json`"
+            .to_owned(),
+        _ if text.contains("Session ID is required") => "Bad Request: no `Mcp-Session-Id` \
+             header; send the one the `initialize` response gave with every later request, or \
+             start a session with an `initialize` request"
+            .to_owned(),
+        _ if text.contains("MCP-Protocol-Version") => {
+            let known: Vec<&str> =
+                rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().map(|v| v.as_str()).collect();
+            format!(
+                "{text}; send the revision `initialize` agreed on in `MCP-Protocol-Version`, one \
+                 of {}",
+                known.join(", ")
+            )
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// `404` with a JSON-RPC error of request `id`: the session named is not (or no longer)
+/// served.
+fn session_not_found(id: serde_json::Value) -> Response {
+    let message = "session not found: the session named in `Mcp-Session-Id` ended or never \
+                   was; start a new one with an `initialize` request without `Mcp-Session-Id`";
+    json_rpc_refusal(StatusCode::NOT_FOUND, -32600, message.to_owned(), id)
+}
+
+/// A refusal with `status` and a JSON-RPC error of request `id` (`null` when unknown).
+fn json_rpc_refusal(
+    status: StatusCode,
+    code: i32,
+    message: String,
+    id: serde_json::Value,
+) -> Response {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     let mut response = (status, body.to_string()).into_response();
     response.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
@@ -432,13 +594,7 @@ async fn keep_sessions_to_their_holder(
             Some((owner, _)) if *owner != holder => {
                 drop(held);
                 tracing::warn!(target: "toolmux::serve", holder = %holder, "a request named another key holder's MCP session; refused");
-                let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
-                    "error": {"code": -32600, "message": "session not found"}});
-                let mut response = (StatusCode::NOT_FOUND, body.to_string()).into_response();
-                response
-                    .headers_mut()
-                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                return response;
+                return session_not_found(serde_json::Value::Null);
             }
             Some((_, seen)) => *seen = Instant::now(),
             None => {}
@@ -626,5 +782,65 @@ mod tests {
         assert!(allowed_hosts(&loopback, unspecified, true).is_empty());
         // Without keys (`--no-auth`) the loopback names stay the only ones.
         assert_eq!(allowed_hosts(&loopback, unspecified, false).len(), 3);
+    }
+
+    /// A session whose rmcp worker ended (while its handle is still in rmcp's table, as
+    /// when rmcp's keep-alive ended it, or during the drain after the worker quit) is not
+    /// found, as an unknown session is, so that its client starts another: rmcp answered
+    /// its requests 500. Nothing public ends a worker alone, so the test ends it through
+    /// rmcp's handle of the session.
+    #[tokio::test]
+    async fn a_session_whose_worker_ended_is_not_found() {
+        use toolmux_test_support::mock::{Behavior, MockProvider};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+        let shared = Shared::new(mock.clone(), super::super::ServeOptions::default());
+        shared.naming();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let bound = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        let sessions =
+            super::super::sessions::Sessions::new(Duration::from_secs(300), shutdown.child_token());
+        let router = router_of(shared, bound, shutdown.clone(), sessions.clone());
+        let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
+        let url = format!("http://{bound}{MCP_PATH}");
+        let client = reqwest::Client::new();
+        let post = |body: serde_json::Value, session: Option<&str>| {
+            let mut request = client
+                .post(&url)
+                .header(ACCEPT, "application/json, text/event-stream")
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            if let Some(session) = session {
+                request = request.header(MCP_SESSION_ID, session);
+            }
+            tokio::time::timeout(Duration::from_secs(20), request.send())
+        };
+        let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"}}});
+        let response = post(initialize, None).await.unwrap().unwrap();
+        let id = response.headers()[MCP_SESSION_ID].to_str().unwrap().to_owned();
+        let _ = response.text().await;
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        post(initialized, Some(&id)).await.unwrap().unwrap();
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}});
+        let _running = post(call, Some(&id)).await.unwrap().unwrap();
+        toolmux_test_support::eventually("the call to start", || async { mock.in_flight() == 1 })
+            .await;
+        let handle = sessions.rmcp_handle(&id).await.expect("rmcp knows the session");
+        handle.close().await.unwrap();
+        let ping = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+        let response = post(ping, Some(&id)).await.unwrap().unwrap();
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap();
+        assert_eq!(status, 404, "{body}");
+        let message: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(message["id"], 2, "{body}");
+        assert!(message["error"]["message"].as_str().unwrap().contains("initialize"), "{body}");
+        shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(20), serving).await;
     }
 }

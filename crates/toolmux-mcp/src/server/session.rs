@@ -430,7 +430,9 @@ impl Router {
         let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
         let rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
         let calls = Calls::default();
-        let ended = CancellationToken::new();
+        // The handler's: the session's end cancels the calls on rmcp's path too, at once
+        // rather than after rmcp's drain.
+        let ended = gateway.closed().clone();
         tokio::spawn(cancel_at_end(calls.clone(), ended.clone()));
         let router = Router {
             gateway: Arc::new(gateway),

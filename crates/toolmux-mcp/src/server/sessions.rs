@@ -23,10 +23,22 @@
 //! runs (its answer was lost, and the session's next request answered 500) or the client
 //! listens on its `GET` stream. Here a session ends when it has had no request and no
 //! open stream for [`ServeOptions::session_idle`](super::ServeOptions::session_idle).
+//!
+//! A session that ends (deleted, unused, its rmcp worker gone, or the server shutting
+//! down) cancels its calls at once, through the [`SessionClosed`] its requests carry: rmcp
+//! cancelled them only after waiting up to 5 s for them to answer. One whose worker ended
+//! is not found from then on (rmcp kept it in its table until that wait was over, and
+//! answered its requests 500), so that its client starts another.
+//!
+//! A resumption names an event of one of the session's own streams: an event of another
+//! session's stream is refused ([`Sessions::check_resume`]), not replayed.
 
+use super::handler::SessionClosed;
+use rmcp::RoleServer;
+use rmcp::model::GetExtensions as _;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
-    LocalSessionManager, LocalSessionManagerError,
+    LocalSessionManager, LocalSessionManagerError, SessionError,
 };
 use rmcp::transport::streamable_http_server::session::{
     EventStore, EventStoreError, EventStream, ServerSseMessage,
@@ -36,6 +48,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 /// Events kept a stream, at most: a resume from before the oldest is refused.
 const EVENTS_KEPT: usize = 256;
@@ -78,6 +91,9 @@ struct Kept {
     touched: Instant,
     /// Tells followers of the stream that it has more (or ended); dropped with the stream.
     changed: watch::Sender<()>,
+    /// The session of a request's stream, once one of its events went to the client (a
+    /// session's `GET` stream is named after its session).
+    session: Option<SessionId>,
 }
 
 /// An event id as this log gives it: the stream and the event's index in it.
@@ -117,6 +133,7 @@ impl LogState {
             ended: None,
             touched: now,
             changed: watch::Sender::new(()),
+            session: None,
         })
     }
 }
@@ -151,6 +168,20 @@ impl EventLog {
     /// A receiver told of every change of `stream`; `None` when it is not kept.
     fn watch(&self, stream: &str) -> Option<watch::Receiver<()>> {
         Some(self.lock().streams.get(stream)?.changed.subscribe())
+    }
+
+    /// Notes that `stream` is a stream of `session`.
+    fn own(&self, stream: &str, session: &SessionId) {
+        if let Some(kept) = self.lock().streams.get_mut(stream)
+            && kept.session.is_none()
+        {
+            kept.session = Some(session.clone());
+        }
+    }
+
+    /// The session of `stream`, when it is kept and its session known.
+    fn owner(&self, stream: &str) -> Option<SessionId> {
+        self.lock().streams.get(stream)?.session.clone()
     }
 
     /// Forgets `stream`.
@@ -216,8 +247,11 @@ impl EventStore for EventLog {
 pub(crate) struct Sessions {
     inner: LocalSessionManager,
     log: Arc<EventLog>,
-    /// When each session was last used, and its streams open now.
+    /// When each session was last used, and its streams open now; a session is here from
+    /// its creation until it ends.
     usage: Arc<Mutex<HashMap<SessionId, Usage>>>,
+    /// Cancelled when the server shuts down: every session ends then.
+    shutdown: CancellationToken,
 }
 
 /// How a session is used.
@@ -229,19 +263,26 @@ struct Usage {
     open: usize,
     /// Counts the session's `GET` streams: the latest is the one its messages go to.
     listener: u64,
+    /// Cancelled when the session ends: its calls are cancelled (see [`SessionClosed`]).
+    closed: CancellationToken,
+}
+
+impl Drop for Usage {
+    fn drop(&mut self) {
+        // Removed from the table: the session ended, one way or another.
+        self.closed.cancel();
+    }
 }
 
 impl Sessions {
     /// Sessions that end after `idle` unused, looked for until `shutdown`.
-    pub(crate) fn new(
-        idle: Duration,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> Arc<Sessions> {
+    pub(crate) fn new(idle: Duration, shutdown: CancellationToken) -> Arc<Sessions> {
         let log = Arc::new(EventLog::default());
         let mut inner = LocalSessionManager::default().with_event_store(log.clone());
         // Ended here, by use rather than by messages (see the module's docs).
         inner.session_config.keep_alive = None;
-        let sessions = Arc::new(Sessions { inner, log, usage: Arc::default() });
+        let sessions =
+            Arc::new(Sessions { inner, log, usage: Arc::default(), shutdown: shutdown.clone() });
         let weak = Arc::downgrade(&sessions);
         let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         tokio::spawn(async move {
@@ -274,6 +315,61 @@ impl Sessions {
         }
     }
 
+    /// The end of session `id`, for its requests' extensions; `None` once it ended.
+    fn closed(&self, id: &SessionId) -> Option<SessionClosed> {
+        let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+        Some(SessionClosed(usage.get(id)?.closed.clone()))
+    }
+
+    /// Hands a request of session `id` its session's end (see [`SessionClosed`]).
+    fn with_closed(
+        &self,
+        id: &SessionId,
+        mut message: ClientJsonRpcMessage,
+    ) -> ClientJsonRpcMessage {
+        if let ClientJsonRpcMessage::Request(request) = &mut message
+            && let Some(closed) = self.closed(id)
+        {
+            request.request.extensions_mut().insert(closed);
+        }
+        message
+    }
+
+    /// Ends session `id` here when rmcp's `result` says its worker is gone (its handle is
+    /// still in rmcp's table until rmcp's drain is over): it is not found from then on.
+    fn checked<T>(
+        &self,
+        id: &SessionId,
+        result: Result<T, LocalSessionManagerError>,
+    ) -> Result<T, ResumeError> {
+        if let Err(LocalSessionManagerError::SessionError(SessionError::SessionServiceTerminated)) =
+            &result
+        {
+            tracing::debug!(target: "toolmux::serve", session = %id, "the session's worker ended");
+            ended(&self.usage, id);
+        }
+        Ok(result?)
+    }
+
+    /// Why a `GET` of session `id` resuming after `last_event_id` is refused: the event is
+    /// of another session's stream. `None` when it is not (an event no longer kept is
+    /// answered as rmcp answers it, with an empty stream).
+    pub(crate) fn check_resume(&self, id: &SessionId, last_event_id: &str) -> Option<String> {
+        let (stream, _) = parse_event_id(last_event_id)?;
+        let foreign = if stream.ends_with(":common") {
+            stream != common_stream(id)
+        } else {
+            self.log.owner(stream).is_some_and(|owner| owner != *id)
+        };
+        foreign.then(|| {
+            format!(
+                "Bad Request: the `Last-Event-ID` `{last_event_id}` is an event of another \
+                 session's stream: resume with an event id this session's streams gave, or \
+                 open its stream without `Last-Event-ID`"
+            )
+        })
+    }
+
     /// Notes a request of session `id`.
     fn touch(&self, id: &SessionId) {
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
@@ -299,6 +395,47 @@ impl Sessions {
             stream: Box::pin(stream),
             _open: Open { usage: self.usage.clone(), id: id.clone() },
         }
+    }
+}
+
+/// Ends session `id` in `usage` (cancelling its calls), if it has not ended yet.
+fn ended(usage: &Mutex<HashMap<SessionId, Usage>>, id: &SessionId) {
+    let removed = usage.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    drop(removed);
+}
+
+/// rmcp's transport of a session (its worker), which ends the session here the moment the
+/// worker is gone: rmcp learns it only after its drain, up to 5 s later.
+pub(crate) struct SessionTransport {
+    inner: <LocalSessionManager as SessionManager>::Transport,
+    usage: Arc<Mutex<HashMap<SessionId, Usage>>>,
+    id: SessionId,
+}
+
+impl rmcp::transport::Transport<RoleServer> for SessionTransport {
+    type Error =
+        <<LocalSessionManager as SessionManager>::Transport as rmcp::transport::Transport<
+            RoleServer,
+        >>::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        let message = self.inner.receive().await;
+        if message.is_none() {
+            // The worker ended (deleted, or gone on its own).
+            ended(&self.usage, &self.id);
+        }
+        message
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inner.close().await
     }
 }
 
@@ -415,14 +552,27 @@ impl Sessions {
     }
 }
 
+#[cfg(test)]
+impl Sessions {
+    /// rmcp's handle of session `id`, for tests that end its worker alone.
+    pub(crate) async fn rmcp_handle(
+        &self,
+        id: &str,
+    ) -> Option<rmcp::transport::streamable_http_server::session::local::LocalSessionHandle> {
+        self.inner.sessions.read().await.get(id).cloned()
+    }
+}
+
 impl SessionManager for Sessions {
     type Error = ResumeError;
-    type Transport = <LocalSessionManager as SessionManager>::Transport;
+    type Transport = SessionTransport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let (id, transport) = self.inner.create_session().await?;
-        let usage = Usage { last: Instant::now(), open: 0, listener: 0 };
+        let (id, inner) = self.inner.create_session().await?;
+        let closed = self.shutdown.child_token();
+        let usage = Usage { last: Instant::now(), open: 0, listener: 0, closed };
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), usage);
+        let transport = SessionTransport { inner, usage: self.usage.clone(), id: id.clone() };
         Ok((id, transport))
     }
 
@@ -431,16 +581,20 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        Ok(self.inner.initialize_session(id, message).await?)
+        let message = self.with_closed(id, message);
+        let initialized = self.inner.initialize_session(id, message).await;
+        self.checked(id, initialized)
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        Ok(self.inner.has_session(id).await?)
+        // rmcp keeps a session whose worker ended until its drain is over; it ended here.
+        let live = self.usage.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id);
+        Ok(live && self.inner.has_session(id).await?)
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.log.forget(&common_stream(id));
-        self.usage.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        ended(&self.usage, id);
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -450,7 +604,22 @@ impl SessionManager for Sessions {
         message: ClientJsonRpcMessage,
     ) -> Result<impl futures::Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>
     {
-        let stream = self.inner.create_stream(id, message).await?;
+        use futures::StreamExt as _;
+        let message = self.with_closed(id, message);
+        let created = self.inner.create_stream(id, message).await;
+        let stream = self.checked(id, created)?;
+        // The stream is this session's: a resumption after one of its events must come
+        // with this session's id (see `check_resume`). Its first event names it.
+        let log = self.log.clone();
+        let session = id.clone();
+        let mut owned = false;
+        let stream = stream.inspect(move |event| {
+            if !owned && let Some((stream, _)) = event.event_id.as_deref().and_then(parse_event_id)
+            {
+                log.own(stream, &session);
+                owned = true;
+            }
+        });
         Ok(self.tracked(id, stream))
     }
 
@@ -460,7 +629,8 @@ impl SessionManager for Sessions {
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
         self.touch(id);
-        Ok(self.inner.accept_message(id, message).await?)
+        let accepted = self.inner.accept_message(id, message).await;
+        self.checked(id, accepted)
     }
 
     /// The session's messages from now on, from the log rather than from rmcp's channel
@@ -495,6 +665,9 @@ impl SessionManager for Sessions {
         if stream == common {
             return self.listen(id, after).ok_or_else(unknown);
         }
+        if self.log.owner(stream).is_none_or(|owner| owner != *id) {
+            return Err(unknown());
+        }
         let events = self.follow(stream.to_owned(), after, || true).ok_or_else(unknown)?;
         Ok(self.tracked(id, channel_stream(events)))
     }
@@ -503,7 +676,9 @@ impl SessionManager for Sessions {
         &self,
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        Ok(self.inner.restore_session(id).await?)
+        // No store of sessions is configured: rmcp's manager restores none.
+        let _ = id;
+        Ok(RestoreOutcome::NotSupported)
     }
 }
 

@@ -443,3 +443,175 @@ async fn accept_wildcards_are_accepted() {
     }
     server.stop().await;
 }
+
+/// `DELETE` of a session with a call running cancels the call at once and ends the
+/// session. (rmcp cancelled its calls only after waiting up to 5 s for them to answer.)
+#[tokio::test]
+async fn deleting_a_session_cancels_its_calls_at_once() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "hang", "arguments": {}}});
+    let _events = session.stream(call).await;
+    crate::support::eventually("the call to start", || async { mock.in_flight() == 1 }).await;
+    let deleted = std::time::Instant::now();
+    let request = session.client.delete(&session.url).header("mcp-session-id", &session.id);
+    let status = within(request.send()).await.expect("a response").status().as_u16();
+    assert!((200..300).contains(&status), "{status}");
+    crate::support::eventually("the call to end", || async { mock.in_flight() == 0 }).await;
+    let cancelled = deleted.elapsed();
+    assert!(cancelled < std::time::Duration::from_secs(2), "the call ended after {cancelled:?}");
+    let after = session.post(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(after.status, 404, "{}", after.body);
+    server.stop().await;
+}
+
+/// A second `initialize` in a session is refused with an invalid request error saying
+/// that the session is initialized already, and the session goes on as it was.
+#[tokio::test]
+async fn a_second_initialize_in_a_session_is_refused() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let again = json!({"jsonrpc": "2.0", "id": 5, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "again", "version": "0"}
+    }});
+    let answered = session.post(&again.to_string()).await;
+    let message = answered.message();
+    assert_eq!(message["id"], 5, "{message}");
+    assert_eq!(message["error"]["code"], -32600, "{message}");
+    let text = message["error"]["message"].as_str().unwrap();
+    assert!(text.contains("already initialized") && text.contains("new session"), "{text}");
+    let pong = session.post(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#).await;
+    assert_eq!(pong.message()["result"], json!({}), "{}", pong.body);
+    server.stop().await;
+}
+
+/// A `GET` that resumes after an event of another session's stream (a call's, or the
+/// other session's own `GET` stream) replays nothing of it: it is refused, saying why.
+#[tokio::test]
+async fn an_event_of_another_session_is_not_resumed() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let steps = Behavior::Progress { steps: 3, interval: std::time::Duration::from_millis(50) };
+    let mock = Arc::new(MockProvider::new("mock").with_tool("steps", steps));
+    let server = HttpServer::start(mock.clone(), ServeOptions::default()).await;
+    let first = RawSession::open(&server.url()).await;
+    let second = RawSession::open(&server.url()).await;
+    let mut events = first.stream(call_with_progress(1, "steps")).await;
+    let call_event = first_progress(&mut events).await;
+    let _ = events.rest().await;
+    let mut stream = first.get(None).await;
+    let common_event = within(async {
+        loop {
+            let id = stream.next().await.expect("a first event").id;
+            if let Some(id) = id.filter(|id| id != "0") {
+                break id;
+            }
+        }
+    })
+    .await;
+    for last in [call_event, common_event] {
+        let response = within(
+            second
+                .client
+                .get(&second.url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", &second.id)
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("last-event-id", &last)
+                .send(),
+        )
+        .await
+        .expect("a response");
+        let status = response.status().as_u16();
+        let kind = response.headers().get("content-type").cloned();
+        let body = within(response.text()).await.expect("a body");
+        assert!(status == 400 || status == 404, "{last}: {status} {body}");
+        assert_eq!(kind.unwrap(), "application/json", "{body}");
+        let message: Value = serde_json::from_str(&body).unwrap();
+        let text = message["error"]["message"].as_str().unwrap();
+        assert!(text.contains("Last-Event-ID") && text.contains("session"), "{text}");
+    }
+    server.stop().await;
+}
+
+/// What a refusal of the transport (400, 404, 406, 415) says: a JSON-RPC error, with the
+/// request's id when it has one, whose message says what was wrong and what to send.
+#[tokio::test]
+async fn refusals_are_json_rpc_errors_that_say_what_to_do() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let ping = r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#;
+    let client = &session.client;
+    let url = &server.url();
+    let post = |accept: &str, kind: &str| {
+        client.post(url).header("accept", accept).header("content-type", kind).body(ping)
+    };
+    let both = "application/json, text/event-stream";
+    let cases = [
+        // (request, status, id, words the message has)
+        (
+            post("application/json", "application/json").header("mcp-session-id", &session.id),
+            406,
+            json!(7),
+            &["Accept", "text/event-stream"][..],
+        ),
+        (
+            post(both, "text/plain").header("mcp-session-id", &session.id),
+            415,
+            json!(7),
+            &["Content-Type", "application/json"],
+        ),
+        (post(both, "application/json"), 400, json!(7), &["Mcp-Session-Id", "initialize"]),
+        (
+            post(both, "application/json").header("mcp-session-id", "no-such-session"),
+            404,
+            json!(7),
+            &["session", "initialize"],
+        ),
+        (
+            post(both, "application/json")
+                .header("mcp-session-id", &session.id)
+                .header("mcp-protocol-version", "1999-01-01"),
+            400,
+            json!(7),
+            &["MCP-Protocol-Version", "1999-01-01"],
+        ),
+        (
+            client
+                .get(url)
+                .header("accept", "application/json")
+                .header("mcp-session-id", &session.id),
+            406,
+            Value::Null,
+            &["Accept", "text/event-stream"],
+        ),
+        (
+            client.get(url).header("accept", "text/event-stream").header("mcp-session-id", "gone"),
+            404,
+            Value::Null,
+            &["session", "initialize"],
+        ),
+        (client.delete(url), 400, Value::Null, &["Mcp-Session-Id"]),
+    ];
+    for (request, status, id, words) in cases {
+        let request = request.build().unwrap();
+        let what = format!("{} {:?}", request.method(), request.headers());
+        let response = within(client.execute(request)).await.expect("a response");
+        assert_eq!(response.status().as_u16(), status, "{what}");
+        let kind = response.headers().get("content-type").cloned();
+        let body = within(response.text()).await.expect("a body");
+        assert_eq!(kind.unwrap(), "application/json", "{what}: {body}");
+        let message: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(message["jsonrpc"], "2.0", "{body}");
+        assert_eq!(message["id"], id, "{what}: {body}");
+        assert!(message["error"]["code"].is_i64(), "{body}");
+        let text = message["error"]["message"].as_str().unwrap();
+        for word in words {
+            assert!(text.contains(word), "{what}: `{word}` not in {text}");
+        }
+    }
+    server.stop().await;
+}

@@ -708,3 +708,108 @@ async fn a_line_too_long_is_answered_with_its_id() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A `tools/call` that takes rmcp's path (one whose `_meta` has more than a progress
+/// token and trace context), as JSON-RPC request `id`.
+fn rmcp_path_call(id: u64, tool: &str) -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": tool, "arguments": {}, "_meta": {"toolmux/runId": "agent-1"}
+    }})
+}
+
+/// When the client closes its stream while calls run, every call is cancelled at once,
+/// whichever path it took (the direct path, or rmcp's for a call with more in `_meta`),
+/// and serving ends without waiting. (rmcp cancelled its calls only after waiting up to
+/// 5 s for them to answer.)
+#[tokio::test]
+async fn closing_the_input_cancels_calls_on_both_paths_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let (stream, server) = socket_pair(mock.clone(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}}))
+        .await;
+    client.send(rmcp_path_call(2, "hang")).await;
+    eventually("both calls to start", || async { mock.in_flight() == 2 }).await;
+    let closed = std::time::Instant::now();
+    within(client.writer.shutdown()).await.unwrap();
+    eventually("both calls to end", || async { mock.in_flight() == 0 }).await;
+    let cancelled = closed.elapsed();
+    within(server).await.unwrap().unwrap();
+    let ended = closed.elapsed();
+    // Well under rmcp's 5 s drain, with room for a loaded machine.
+    assert!(cancelled < std::time::Duration::from_secs(2), "calls cancelled after {cancelled:?}");
+    assert!(ended < std::time::Duration::from_secs(2), "serving ended after {ended:?}");
+}
+
+/// The real `serve --stdio` process exits at once when its stdin closes with a call on
+/// rmcp's path running (it waited 5 s for rmcp's drain).
+#[tokio::test]
+async fn the_process_exits_at_once_when_stdin_closes_during_a_call() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
+        .arg("stdio")
+        .current_dir(crate::support::repo_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the fixture starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}
+    }});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for message in [initialize, initialized, rmcp_path_call(2, "hang"), ping] {
+        within(stdin.write_all(format!("{message}\n").as_bytes())).await.unwrap();
+    }
+    // The ping's answer comes after rmcp took the call, which then runs.
+    loop {
+        let line = within(lines.next_line()).await.unwrap().expect("the ping's answer");
+        if serde_json::from_str::<serde_json::Value>(&line).unwrap()["id"] == 1 {
+            break;
+        }
+    }
+    let closed = std::time::Instant::now();
+    drop(stdin);
+    let status = within(child.wait()).await.unwrap();
+    let ended = closed.elapsed();
+    assert!(status.success(), "{status}");
+    assert!(ended < std::time::Duration::from_secs(2), "the process exited after {ended:?}");
+}
+
+/// A second `initialize` in a session is refused (MCP: it is the first request only),
+/// saying so, and the session goes on as it was.
+#[tokio::test]
+async fn a_second_initialize_is_refused() {
+    let (stream, _server) = socket_pair(fixture(0), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "again", "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "other", "version": "2"}
+        }}))
+        .await;
+    let refused = client.next().await;
+    assert_eq!(refused["id"], "again", "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("already initialized") && message.contains("new session"),
+        "{message}"
+    );
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "still here"}}}))
+        .await;
+    let answered = client.next().await;
+    assert_eq!(answered["result"]["content"][0]["text"], "echo: still here", "{answered}");
+}
