@@ -336,16 +336,6 @@ fn unchanged(given: &str, page: ToolOutput) -> ToolOutput {
     output
 }
 
-/// Whether `byte` starts a character (or is an invalid byte that stands for one).
-fn starts_char(byte: u8) -> bool {
-    !(0x80..0xC0).contains(&byte)
-}
-
-/// The characters in `bytes`, as [`starts_char`] counts them.
-fn chars_in(bytes: &[u8]) -> u64 {
-    bytes.iter().filter(|&&b| starts_char(b)).count() as u64
-}
-
 /// The lines of one page, and the count of all lines.
 struct Page<'a> {
     first: u64,
@@ -355,10 +345,19 @@ struct Page<'a> {
     line: u64,
     /// Whether the current line has bytes (so a final line without newline counts).
     line_open: bool,
-    /// The current line's bytes, while it is on the page; at most `max_line_bytes`.
-    current: Vec<u8>,
+    /// The characters of the current line shown, while it is on the page: the text as
+    /// lossily decoded (an invalid sequence one U+FFFD, as `String::from_utf8_lossy` has
+    /// it), at most `line_chars` characters after those `start_char` skips.
+    current: String,
+    /// Characters in `current`.
+    current_chars: usize,
     /// Characters of the current line beyond what was kept.
     current_dropped: u64,
+    /// The first bytes of a character cut by the end of a chunk (at most 3).
+    partial: Vec<u8>,
+    /// In a file of LF lines: the current line's bytes so far ended in a CR, not yet
+    /// taken as text: it is none when an LF follows (a CRLF line end).
+    pending_cr: bool,
     /// The characters of each line on the page to skip (`start_char`).
     start_char: u64,
     /// Characters of the current line skipped so far.
@@ -393,8 +392,11 @@ impl<'a> Page<'a> {
             breaks: CrLines::default(),
             line: 1,
             line_open: false,
-            current: Vec::new(),
+            current: String::new(),
+            current_chars: 0,
             current_dropped: 0,
+            partial: Vec::new(),
+            pending_cr: false,
             start_char: 0,
             skipped: 0,
             text: String::new(),
@@ -410,11 +412,6 @@ impl<'a> Page<'a> {
     fn on_page(&self) -> bool {
         // Not `line < first + limit`: a limit as large as a u64 overflows it.
         !self.capped && self.line >= self.first && self.line - self.first < self.limit
-    }
-
-    fn max_line_bytes(&self) -> usize {
-        // Enough bytes for `line_chars` characters of any width.
-        self.limits.line_chars * 4
     }
 
     /// The terminator the whole file asks for: `\r` when it has a CR and no LF.
@@ -457,11 +454,7 @@ impl<'a> Page<'a> {
                 None => (chunk, &chunk[chunk.len()..], false),
             };
             self.line_open = !part.is_empty() || self.line_open;
-            let part = self.skip(part);
-            let room = self.max_line_bytes().saturating_sub(self.current.len());
-            let kept = part.len().min(room);
-            self.current.extend_from_slice(&part[..kept]);
-            self.current_dropped += chars_in(&part[kept..]);
+            self.take(part, ends);
             if ends {
                 self.end_line();
             }
@@ -469,40 +462,115 @@ impl<'a> Page<'a> {
         }
     }
 
-    /// `part` of the current line without the characters `start_char` skips, counting
-    /// them. Characters are counted by the bytes that start one, as U+FFFD stands for an
-    /// invalid byte that is no continuation byte.
-    fn skip<'p>(&mut self, part: &'p [u8]) -> &'p [u8] {
-        // Once a byte is kept the skip is over; until then a character the skip ends in
-        // is skipped whole, its continuation bytes in the next chunk too.
-        if self.start_char == 0 || !self.current.is_empty() {
-            return part;
+    /// Takes `part` of the current line, which ends the line when `ends`. In a file of LF
+    /// lines a CR right before the LF is no text, even when a chunk ends between the two.
+    fn take(&mut self, mut part: &[u8], ends: bool) {
+        if std::mem::take(&mut self.pending_cr) && !(ends && part.is_empty()) {
+            self.decode(b"\r");
         }
-        let mut at = 0;
-        while at < part.len() {
-            if starts_char(part[at]) {
-                if self.skipped == self.start_char {
-                    break;
+        if self.terminator == b'\n'
+            && let Some(body) = part.strip_suffix(b"\r")
+        {
+            part = body;
+            self.pending_cr = !ends;
+        }
+        self.decode(part);
+    }
+
+    /// Decodes `bytes` of the current line as `String::from_utf8_lossy` decodes the whole
+    /// line: a character cut by the end of a chunk is completed by the next, and each
+    /// invalid sequence is one U+FFFD. Characters are counted in what this gives, the text
+    /// the model is shown, so `start_char` and the cut marker count alike.
+    fn decode(&mut self, mut bytes: &[u8]) {
+        while !self.partial.is_empty() {
+            let Some((&byte, rest)) = bytes.split_first() else { return };
+            let mut buf = [0u8; 4];
+            let len = self.partial.len() + 1;
+            buf[..len - 1].copy_from_slice(&self.partial);
+            buf[len - 1] = byte;
+            match std::str::from_utf8(&buf[..len]) {
+                Ok(text) => {
+                    self.partial.clear();
+                    bytes = rest;
+                    self.text(text);
                 }
-                self.skipped += 1;
+                Err(e) if e.error_len().is_none() => {
+                    self.partial.push(byte);
+                    bytes = rest;
+                }
+                // The cut sequence is invalid; `byte` starts what follows it.
+                Err(_) => {
+                    self.partial.clear();
+                    self.replaced();
+                }
             }
-            at += 1;
         }
-        &part[at..]
+        let mut chunks = bytes.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            self.text(chunk.valid());
+            let invalid = chunk.invalid();
+            if invalid.is_empty() {
+                continue;
+            }
+            let cut = chunks.peek().is_none()
+                && std::str::from_utf8(invalid).is_err_and(|e| e.error_len().is_none());
+            match cut {
+                true => self.partial.extend_from_slice(invalid),
+                false => self.replaced(),
+            }
+        }
+    }
+
+    /// An invalid sequence, shown as U+FFFD.
+    fn replaced(&mut self) {
+        self.invalid_utf8 = true;
+        self.text("\u{FFFD}");
+    }
+
+    /// Characters of the current line: skipped while `start_char` says so, then kept up
+    /// to `line_chars`, then only counted.
+    fn text(&mut self, mut text: &str) {
+        if self.skipped < self.start_char {
+            let left = usize::try_from(self.start_char - self.skipped).unwrap_or(usize::MAX);
+            match text.char_indices().nth(left) {
+                Some((at, _)) => {
+                    self.skipped = self.start_char;
+                    text = &text[at..];
+                }
+                None => {
+                    self.skipped += text.chars().count() as u64;
+                    return;
+                }
+            }
+        }
+        let room = self.limits.line_chars.saturating_sub(self.current_chars);
+        if room > 0 {
+            match text.char_indices().nth(room) {
+                Some((at, _)) => {
+                    self.current.push_str(&text[..at]);
+                    self.current_chars += room;
+                    text = &text[at..];
+                }
+                None => {
+                    self.current.push_str(text);
+                    self.current_chars += text.chars().count();
+                    return;
+                }
+            }
+        }
+        self.current_dropped += text.chars().count() as u64;
     }
 
     fn end_line(&mut self) {
-        let mut bytes = std::mem::take(&mut self.current);
-        if self.terminator == b'\n' && bytes.last() == Some(&b'\r') {
-            bytes.pop();
+        // A line ending in the middle of a character: one U+FFFD, as lossy decoding has it.
+        if !self.partial.is_empty() {
+            self.partial.clear();
+            self.replaced();
         }
-        let decoded = String::from_utf8_lossy(&bytes);
-        // A cut in the middle of a multi-byte character is not invalid UTF-8 in the file.
-        if matches!(decoded, std::borrow::Cow::Owned(_)) && self.current_dropped == 0 {
-            self.invalid_utf8 = true;
-        }
-        let mut shown: String = decoded.chars().take(self.limits.line_chars).collect();
-        let rest_chars = decoded.chars().count() as u64 + self.current_dropped;
+        // A CR that ended the file's last bytes is dropped, as one before an LF is.
+        self.pending_cr = false;
+        let mut shown = std::mem::take(&mut self.current);
+        let rest_chars = std::mem::take(&mut self.current_chars) as u64 + self.current_dropped;
         let hidden = rest_chars.saturating_sub(self.limits.line_chars as u64);
         let from = self.skipped;
         self.line_chars = from + rest_chars;
@@ -530,7 +598,7 @@ impl<'a> Page<'a> {
     }
 
     fn finish(mut self, given: &str) -> Result<ToolOutput, FsError> {
-        if self.line_open || !self.current.is_empty() || self.current_dropped > 0 {
+        if self.line_open || self.current_chars > 0 || self.current_dropped > 0 {
             if self.on_page() {
                 self.end_line();
             } else {
@@ -607,5 +675,44 @@ impl<'a> Page<'a> {
             .with_extra("truncated", json!(more))
             .with_extra("linesCut", json!(self.cut_lines))
             .with_extra("invalidUtf8", json!(self.invalid_utf8)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page is the same however the file's bytes come in chunks (characters and invalid
+    /// sequences cut between two, a CR apart from its LF), and its lines are the file's
+    /// lines as lossy decoding gives them, counted in those characters by `start_char`.
+    #[test]
+    fn pages_do_not_depend_on_chunk_cuts() {
+        let bytes: &[u8] =
+            b"a\xC3\xA9b\xF0\x9F\x98\x80c\xE2\x82\r\nd\x80\xF0\x80\x80e\xC3\r\n\xE2\x82\xAC\r";
+        let lossy = String::from_utf8_lossy(bytes).into_owned();
+        for (line_chars, start_char) in [(100, 0), (3, 0), (3, 2), (3, 4), (2, 5)] {
+            let limits = FsLimits { line_chars, ..FsLimits::default() };
+            let page = |size: usize| {
+                let limit = if start_char > 0 { 1 } else { 10 };
+                let mut page = Page::new(1, limit, &limits, Some(b'\n'));
+                page.start_char = start_char;
+                bytes.chunks(size).for_each(|piece| page.feed(piece));
+                page.finish("f").unwrap().to_text()
+            };
+            let whole = page(bytes.len());
+            for size in 1..bytes.len() {
+                assert_eq!(page(size), whole, "pieces of {size}, {line_chars}, {start_char}");
+            }
+            if line_chars == 100 {
+                let lines: Vec<&str> = lossy.split("\r\n").collect();
+                let wanted = format!("     1\t{}\n     2\t{}\n     3\t€\n", lines[0], lines[1]);
+                assert!(whole.starts_with(&wanted), "{whole}");
+            } else if start_char > 0 {
+                let line: Vec<char> = lossy.split("\r\n").next().unwrap().chars().collect();
+                let end = line.len().min(start_char as usize + line_chars);
+                let part: String = line[start_char as usize..end].iter().collect();
+                assert!(whole.starts_with(&format!("     1\t{part}")), "{whole}");
+            }
+        }
     }
 }

@@ -95,6 +95,33 @@ async fn start_char_counts_characters_across_chunks() {
     assert!(out.starts_with("     1\téétail\n"), "{out}");
 }
 
+/// `start_char` counts the characters `read` shows: invalid UTF-8 as the U+FFFD each
+/// invalid sequence is shown as, so a long line read in two parts joins back whole.
+#[tokio::test]
+async fn start_char_counts_invalid_bytes_as_shown() {
+    let fx = Fixture::new();
+    let mut line = "a".repeat(1500).into_bytes();
+    line.extend(b"\x80".repeat(50));
+    line.extend(b"\xF0\x80\x80".repeat(20));
+    line.extend("b".repeat(1000).into_bytes());
+    line.extend(b"\xE2\x82");
+    let shown = String::from_utf8_lossy(&line).into_owned();
+    assert_eq!(shown.chars().count(), 2611);
+    std::fs::write(fx.root().join("bad.txt"), [&line[..], b"\nnext\n"].concat()).unwrap();
+    let first = fx.ok("read", json!({"path": "bad.txt", "offset": 1, "limit": 1})).await;
+    let marker = "[... 611 more characters: read on with offset=1, limit=1, start_char=2000]";
+    assert!(first.contains(marker), "{first}");
+    let args = json!({"path": "bad.txt", "offset": 1, "start_char": 2000});
+    let second = fx.ok("read", args).await;
+    assert!(second.contains("[characters 2001-2611 of line 1's 2611]"), "{second}");
+    let part = |out: &str| {
+        let line = out.lines().next().unwrap().strip_prefix("     1\t").unwrap().to_owned();
+        line.split("[... ").next().unwrap().to_owned()
+    };
+    assert_eq!(part(&first) + &part(&second), shown);
+    assert!(second.contains("[the file is not valid UTF-8"), "{second}");
+}
+
 #[tokio::test]
 async fn a_page_over_the_byte_cap_ends_early_and_says_how_to_continue() {
     let fx =
