@@ -231,6 +231,9 @@ impl FsError {
             FsError::InvalidArguments { message, .. } => {
                 ToolError::invalid_arguments(tool, message)
             }
+            // A path no file can have, as an empty one or one with a NUL (`InvalidArguments`):
+            // the caller's mistake to correct, not the tool failing.
+            FsError::FileInPath { .. } => ToolError::invalid_arguments(tool, self.to_string()),
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
             | FsError::Protected { .. }
@@ -289,6 +292,12 @@ mod tests {
             FsError::InvalidArguments { tool: "read", message: "offset 9 is past the end".into() },
             expect![
                 "invalid arguments for `fs__read`: at /: offset 9 is past the end [invalid_arguments]"
+            ],
+        );
+        check(
+            FsError::FileInPath { path: "a.txt/b".into(), file: "a.txt".into() },
+            expect![
+                "invalid arguments for `fs__read`: at /: `a.txt` is a file, not a folder: `a.txt/b` cannot be inside it [invalid_arguments]"
             ],
         );
         check(

@@ -712,9 +712,10 @@ pub(crate) fn apply_patch(
                     });
                 }
                 let resolved = &targets[&target];
+                // The caller's mistake (a name taken by a link), not the tool failing.
                 if !files.contains_key(&target) && broken_link(ws, resolved) {
-                    return Err(FsError::Edit {
-                        path: path.clone(),
+                    return Err(FsError::InvalidArguments {
+                        tool: "apply_patch",
                         message: format!(
                             "`{ADD}{path}`: `{path}` is a broken symbolic link (what it points \
                              to does not exist): delete the link first, or add the file under \

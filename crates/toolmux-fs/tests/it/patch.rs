@@ -91,9 +91,10 @@ async fn a_hunk_that_does_not_apply_changes_nothing() {
 async fn adding_over_a_broken_link_says_it_is_one() {
     let fx = Fixture::new();
     std::os::unix::fs::symlink("nowhere.txt", fx.root().join("dangling")).unwrap();
-    let err = fx.err("apply_patch", patch("*** Add File: dangling\n+x")).await;
-    expect!["`*** Add File: dangling`: `dangling` is a broken symbolic link (what it points to does not exist): delete the link first, or add the file under another name; nothing was changed"]
-        .assert_eq(&err);
+    let err = fx.call("apply_patch", patch("*** Add File: dangling\n+x")).await.unwrap_err();
+    expect!["invalid arguments for `fs__apply_patch`: at /: `*** Add File: dangling`: `dangling` is a broken symbolic link (what it points to does not exist): delete the link first, or add the file under another name; nothing was changed"]
+        .assert_eq(&err.report());
+    assert_eq!(err.code(), "invalid_arguments");
     assert!(!fx.root().join("nowhere.txt").exists());
 }
 

@@ -316,7 +316,10 @@ async fn a_path_through_a_file_names_the_file() {
             json!({"input": "*** Begin Patch\n*** Add File: nn.txt/b\n+x\n*** End Patch"}),
         ),
     ] {
-        let err = fx.err(tool, args).await;
+        // The caller's mistake, not a failure of the tool.
+        let err = fx.call(tool, args).await.unwrap_err();
+        assert_eq!(err.code(), "invalid_arguments", "{tool}");
+        let err = err.report();
         assert!(err.ends_with(wanted), "{tool}: {err}");
     }
     let abs = fx.root().join("nn.txt/c/d");
