@@ -112,15 +112,12 @@ impl RestProvider {
     /// External `$ref`s are followed: from a file, to files in its folder or in a folder
     /// of `refDirs`; from a URL, to URLs of its origin.
     pub async fn openapi(name: &str, config: &OpenApiConfig) -> Result<RestProvider, RestError> {
-        let relative = |path: &std::path::Path| match (&config.base_dir, path.is_relative()) {
-            (Some(dir), true) => dir.join(path.strip_prefix("./").unwrap_or(path)),
-            _ => path.to_owned(),
-        };
+        let relative = |path: &std::path::Path| relative_to_base(config, path);
         let (text, source_name, source_url, origin) = match (&config.spec, &config.url) {
             (Some(path), _) => {
                 let path = relative(path);
                 let text = tokio_read(&path).await?;
-                let roots = config.ref_dirs.iter().map(|dir| relative(dir)).collect();
+                let roots = ref_dirs(config);
                 let shown = path.display().to_string();
                 (text, shown, None, Some(openapi::Origin::File { path, roots }))
             }
@@ -146,24 +143,32 @@ impl RestProvider {
     }
 
     /// Imports a document given as text (JSON or YAML); `source_name` names it in errors.
+    ///
+    /// Text has no folder of its own: external `$ref`s name files in the folders of
+    /// `config.ref_dirs` (relative ones resolved against `config.base_dir`), tried in
+    /// order, and are read now. Without `refDirs` none is followed, and the operations
+    /// reaching one are left out with a warning saying how to give the files.
     pub fn openapi_from_text(
         name: &str,
         text: &str,
         source_name: &str,
         config: &OpenApiConfig,
     ) -> Result<RestProvider, RestError> {
-        let document = Document::parse(text, source_name, config.url.as_deref())?;
+        let mut document = Document::parse(text, source_name, config.url.as_deref())?;
+        openapi::bundle_text(&mut document, ref_dirs(config));
         RestProvider::from_document(name, document, config)
     }
 
-    /// Imports an already parsed document.
+    /// Imports an already parsed document; external `$ref`s as for
+    /// [`RestProvider::openapi_from_text`].
     pub fn openapi_from_value(
         name: &str,
         document: Value,
         source_name: &str,
         config: &OpenApiConfig,
     ) -> Result<RestProvider, RestError> {
-        let document = Document::from_value(document, source_name, config.url.as_deref())?;
+        let mut document = Document::from_value(document, source_name, config.url.as_deref())?;
+        openapi::bundle_text(&mut document, ref_dirs(config));
         RestProvider::from_document(name, document, config)
     }
 
@@ -436,6 +441,19 @@ impl RestProvider {
 
 /// When to call again after an HTTP 429 that gives no `Retry-After`.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// `path` resolved against the configuration file's folder, when relative.
+fn relative_to_base(config: &OpenApiConfig, path: &std::path::Path) -> std::path::PathBuf {
+    match (&config.base_dir, path.is_relative()) {
+        (Some(dir), true) => dir.join(path.strip_prefix("./").unwrap_or(path)),
+        _ => path.to_owned(),
+    }
+}
+
+/// The import's `refDirs`, resolved against the configuration file's folder.
+fn ref_dirs(config: &OpenApiConfig) -> Vec<std::path::PathBuf> {
+    config.ref_dirs.iter().map(|dir| relative_to_base(config, dir)).collect()
+}
 
 pub(crate) fn check_namespace(namespace: &str) -> Result<(), RestError> {
     naming::validate_namespace(namespace)

@@ -288,3 +288,89 @@ async fn chains_of_files_are_bounded() {
         "{warnings}"
     );
 }
+
+/// A document given as text has no folder of its own: its relative references name files
+/// in the folders of `refDirs` (relative to the configuration's folder), looked up in
+/// order, and the files they reach follow theirs from their own folders; a file outside
+/// every folder of `refDirs` is not read. Called, the operation sends what the file says.
+#[tokio::test]
+async fn a_text_document_follows_references_into_its_ref_dirs() {
+    let (base, seen) = keeping_server().await;
+    let dir = files(&base);
+    write(dir.path(), "empty/.keep", "");
+    write(dir.path(), "secret.yaml", "Secret: {type: string}\n");
+    let text = format!(
+        r##"openapi: 3.1.0
+info: {{title: pets, version: "1"}}
+servers: [{{url: "{base}"}}]
+paths:
+  /pets:
+    post:
+      operationId: addPet
+      requestBody:
+        content:
+          application/json:
+            schema: {{$ref: "schemas/pet.yaml#/Pet"}}
+  /escape:
+    post:
+      operationId: escape
+      requestBody:
+        content:
+          application/json:
+            schema: {{$ref: "../secret.yaml#/Secret"}}
+components:
+  schemas:
+    Name: {{type: string}}
+"##
+    );
+    let mut config = OpenApiConfig::default().with_base_dir(dir.path());
+    config.ref_dirs = vec!["empty".into(), "api".into()];
+    let provider = RestProvider::openapi_from_text("pets", &text, "inline", &config).unwrap();
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["add_pet"], "{:?}", provider.warnings());
+    let add = schema_of(&provider, "add_pet");
+    let defs: Vec<&String> = add["$defs"].as_object().unwrap().keys().collect();
+    assert_eq!(defs, ["Name", "Owner", "Pet", "tag"]);
+    let warnings = provider.warnings().join("\n");
+    assert!(
+        warnings.contains(
+            "is not followed: the file is outside every folder of `refDirs`; name its folder \
+             in the import's `refDirs` to read it"
+        ),
+        "{warnings}"
+    );
+    let args = json!({"name": "Rex", "tag": "dog", "owner": {"id": 1}});
+    let out = provider.call("add_pet", args.clone(), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let body: Value = serde_json::from_slice(&seen.lock().unwrap()[0].body).unwrap();
+    assert_eq!(body, args);
+}
+
+/// Without `refDirs`, a document given as text follows no external reference: the
+/// operations reaching one are left out, the warning naming the reference, saying the
+/// document was given as text and how to give its files; the others are imported.
+#[tokio::test]
+async fn a_text_document_without_ref_dirs_says_how_to_give_its_files() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {
+            "/pets": {"post": {"operationId": "addPet", "requestBody": {"content": {
+                "application/json": {"schema": {"$ref": "./pet.yaml#/Pet"}}}}}},
+            "/ping": {"get": {"operationId": "ping"}}}});
+    let provider =
+        RestProvider::openapi_from_value("t", doc, "inline", &OpenApiConfig::default()).unwrap();
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["ping"]);
+    assert_eq!(
+        provider.warnings(),
+        ["inline: at /paths/~1pets/post/requestBody/content/application~1json/schema/$ref: \
+          external reference `./pet.yaml#/Pet` is not followed: the document was given as \
+          text, so it has no folder to look the file up in; give the document as a file \
+          (`spec`) instead, or name the folders of its files in the import's `refDirs`; \
+          operation `POST /pets` (`addPet`) is left out"]
+    );
+    let out = provider.call("ping", json!({}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}

@@ -160,7 +160,7 @@ fn broken_operations_are_left_out_with_warnings_naming_the_place() {
     expect![[r#"
         api.json: at /paths/~1a/get/parameters/0/$ref: dangling reference `#/components/parameters/nope`; operation `GET /a` is left out
         api.json: at /paths/~1b/post/requestBody/content/application~1json/schema/properties/x/$ref: dangling reference `#/components/schemas/Gone`; operation `POST /b` (`postB`) is left out
-        api.json: at /paths/~1c/get/parameters/0/$ref: external reference `other.yaml#/components/parameters/q` is not followed: only documents read from a file or a URL follow external references; operation `GET /c` is left out
+        api.json: at /paths/~1c/get/parameters/0/$ref: external reference `other.yaml#/components/parameters/q` is not followed: the document was given as text, so it has no folder to look the file up in; give the document as a file (`spec`) instead, or name the folders of its files in the import's `refDirs`; operation `GET /c` is left out
         api.json: at /paths/~1d/$ref: dangling reference `#/paths/~1missing`; the operations of path `/d` are left out
         api.json: at /paths/~1e/get: operation is not an object; operation `GET /e` is left out
         api.json: at /components/schemas/Broken/properties/y/$ref: dangling reference `#/components/schemas/Nope`; operation `PUT /f` (`putF`) is left out

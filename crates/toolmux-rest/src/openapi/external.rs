@@ -6,7 +6,9 @@
 //! in the document's folder or in a folder `refDirs` names (symbolic links resolved
 //! first), never a URL. From a URL: URLs of the document's own origin, fetched as the
 //! document was, never a local file (a document from the network must not make toolmux
-//! read the machine's files) nor another host. Files are read once however often they
+//! read the machine's files) nor another host. Given as text, a document has no folder of
+//! its own: its references name files in the folders `refDirs` names, tried in order, and
+//! without `refDirs` it follows none. Files are read once however often they
 //! are named, which also ends cycles between them; their number, their nesting and their
 //! total size are bounded. A reference that cannot be followed is left as it is, with the
 //! reason, and only the operations reaching it are left out.
@@ -17,6 +19,10 @@ use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
+/// Why a document given as text follows no external reference without `refDirs`.
+pub(crate) const TEXT_WITHOUT_FOLDERS: &str = "the document was given as text, so it has no \
+    folder to look the file up in; give the document as a file (`spec`) instead, or name \
+    the folders of its files in the import's `refDirs`";
 /// The member of the document's root holding the external files, by number:
 /// `#/x-toolmux-external/0/Pet` is `#/Pet` of the first file read.
 pub(crate) const BUNDLE_KEY: &str = "x-toolmux-external";
@@ -35,6 +41,10 @@ pub(crate) enum Origin<'a> {
     File { path: PathBuf, roots: Vec<PathBuf> },
     /// A URL: references on its origin, fetched with the import's settings.
     Url { url: reqwest::Url, config: &'a OpenApiConfig },
+    /// Text: references to files under `roots` (the import's `refDirs`), a relative one
+    /// looked up in each in turn. Its files are read with `std::fs`, so that bundling it
+    /// never waits ([`bundle_text`]).
+    Text { roots: Vec<PathBuf> },
 }
 
 /// The external files of a document, once bundled.
@@ -71,6 +81,19 @@ impl Externals {
 enum Place {
     File(PathBuf),
     Url(reqwest::Url),
+    /// A document given as text, which is no file.
+    Text,
+}
+
+/// Bundles a document given as text ([`Origin::Text`]) at once, without a runtime.
+pub(crate) fn bundle_text(doc: &mut Document, roots: Vec<PathBuf>) {
+    let origin = Origin::Text { roots };
+    let mut future = std::pin::pin!(bundle(doc, origin));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    // Invariant: with `Origin::Text` every file is read with `std::fs` and nothing is
+    // fetched, so no step of the bundling waits: it is done after one poll.
+    let done = future.as_mut().poll(&mut context).is_ready();
+    assert!(done, "bundling a document given as text never waits");
 }
 
 /// Reads every file the references of `doc` reach and rewrites them to local ones.
@@ -91,6 +114,10 @@ pub(crate) async fn bundle(doc: &mut Document, origin: Origin<'_>) {
             }
             let shown = normalize(path.parent().unwrap_or(Path::new("")));
             (Place::File(canonical), Some(shown), allowed)
+        }
+        Origin::Text { roots } => {
+            let allowed = roots.iter().filter_map(|dir| std::fs::canonicalize(dir).ok()).collect();
+            (Place::Text, roots.first().map(|dir| normalize(dir)), allowed)
         }
         Origin::Url { url, .. } => {
             let mut url = url.clone();
@@ -252,40 +279,15 @@ impl Bundler<'_> {
     ) -> Result<(Place, String), (String, String)> {
         let refuse = |why: &str| Err((target.to_owned(), why.to_owned()));
         match (self.origin, base) {
-            (Origin::File { .. }, Place::File(base)) => {
-                let scheme = target.split_once(':').map(|(s, _)| s).filter(|s| {
-                    s.len() > 1
-                        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-                });
-                let path = match scheme {
-                    Some(s) if s.eq_ignore_ascii_case("file") => {
-                        match reqwest::Url::parse(target).ok().and_then(|u| u.to_file_path().ok()) {
-                            Some(path) => path,
-                            None => return refuse("not a file URL toolmux can read"),
-                        }
-                    }
-                    Some(_) => {
-                        return refuse(
-                            "a document read from a file follows references to files only",
-                        );
-                    }
-                    None => base.parent().unwrap_or(Path::new("/")).join(percent_decode(target)),
-                };
-                let path = normalize(&path);
-                let shown = self.show_path(&path);
-                let canonical = match tokio::fs::canonicalize(&path).await {
-                    Ok(canonical) => canonical,
-                    Err(e) => return Err((shown, format!("cannot read it: {e}"))),
-                };
-                if !self.roots.iter().any(|root| canonical.starts_with(root)) {
-                    return Err((
-                        shown,
-                        "the file is outside the document's folder; name its folder in the \
-                         import's `refDirs` to read it"
-                            .into(),
-                    ));
+            (Origin::File { .. } | Origin::Text { .. }, Place::File(base)) => {
+                self.locate_file(target, &[base.parent().unwrap_or(Path::new("/"))]).await
+            }
+            (Origin::Text { roots }, Place::Text) => {
+                if roots.is_empty() {
+                    return refuse(TEXT_WITHOUT_FOLDERS);
                 }
-                Ok((Place::File(canonical), shown))
+                let folders: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
+                self.locate_file(target, &folders).await
             }
             (Origin::Url { url: root, .. }, Place::Url(base)) => {
                 let Ok(mut url) = base.join(target) else {
@@ -305,6 +307,81 @@ impl Bundler<'_> {
         }
     }
 
+    /// Where the file `target` names lies, looked up in `folders` in turn (a relative
+    /// path), if it is under one of the roots.
+    async fn locate_file(
+        &self,
+        target: &str,
+        folders: &[&Path],
+    ) -> Result<(Place, String), (String, String)> {
+        let refuse = |why: &str| Err((target.to_owned(), why.to_owned()));
+        let scheme = target.split_once(':').map(|(s, _)| s).filter(|s| {
+            s.len() > 1 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        });
+        let candidates: Vec<PathBuf> = match scheme {
+            Some(s) if s.eq_ignore_ascii_case("file") => {
+                match reqwest::Url::parse(target).ok().and_then(|u| u.to_file_path().ok()) {
+                    Some(path) => vec![path],
+                    None => return refuse("not a file URL toolmux can read"),
+                }
+            }
+            Some(_) if matches!(self.origin, Origin::Text { .. }) => {
+                return refuse(
+                    "a document given as text follows references to files in `refDirs` only",
+                );
+            }
+            Some(_) => {
+                return refuse("a document read from a file follows references to files only");
+            }
+            None => {
+                folders.iter().map(|dir| normalize(&dir.join(percent_decode(target)))).collect()
+            }
+        };
+        let mut first_failure = None;
+        for path in candidates {
+            let shown = self.show_path(&path);
+            let canonical = match self.canonicalize(&path).await {
+                Ok(canonical) => canonical,
+                Err(e) => {
+                    first_failure.get_or_insert((shown, format!("cannot read it: {e}")));
+                    continue;
+                }
+            };
+            if !self.roots.iter().any(|root| canonical.starts_with(root)) {
+                let fix = match self.origin {
+                    Origin::Text { .. } => "name its folder in the import's `refDirs` to read it",
+                    _ => {
+                        "the file is outside the document's folder; name its folder in the \
+                          import's `refDirs` to read it"
+                    }
+                };
+                let why = match self.origin {
+                    Origin::Text { .. } => {
+                        format!("the file is outside every folder of `refDirs`; {fix}")
+                    }
+                    _ => fix.to_owned(),
+                };
+                return Err((shown, why));
+            }
+            return Ok((Place::File(canonical), shown));
+        }
+        match first_failure {
+            Some((shown, why)) if folders.len() > 1 => {
+                Err((shown, format!("{why} (nor in any other folder of `refDirs`)")))
+            }
+            Some(failure) => Err(failure),
+            None => refuse("no folder to look it up in"),
+        }
+    }
+
+    /// `path` made canonical, without waiting for a document given as text.
+    async fn canonicalize(&self, path: &Path) -> std::io::Result<PathBuf> {
+        match self.origin {
+            Origin::Text { .. } => std::fs::canonicalize(path),
+            _ => tokio::fs::canonicalize(path).await,
+        }
+    }
+
     /// The text of an external file, within the size left.
     async fn read(&self, place: &Place) -> Result<String, String> {
         let left = MAX_BYTES.saturating_sub(self.bytes);
@@ -312,6 +389,13 @@ impl Bundler<'_> {
             format!("the document's external files would be larger than {} MiB", MAX_BYTES >> 20)
         };
         match (place, self.origin) {
+            (Place::File(path), Origin::Text { .. }) => {
+                let size = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+                if size.len() > left as u64 {
+                    return Err(too_large());
+                }
+                std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))
+            }
             (Place::File(path), _) => {
                 let size =
                     tokio::fs::metadata(path).await.map_err(|e| format!("cannot read it: {e}"))?;
@@ -329,9 +413,10 @@ impl Bundler<'_> {
                 }
                 Ok(text)
             }
-            (Place::Url(_), Origin::File { .. }) => {
+            (Place::Url(_), Origin::File { .. } | Origin::Text { .. }) => {
                 Err("a document read from a file follows references to files only".into())
             }
+            (Place::Text, _) => Err("the document itself is no file".into()),
         }
     }
 

@@ -9,7 +9,7 @@ mod schema;
 mod select;
 
 pub(crate) use document::Document;
-pub(crate) use external::{Origin, bundle};
+pub(crate) use external::{Origin, bundle, bundle_text};
 pub(crate) use operation::import;
 
 use serde_json::Value;
