@@ -637,8 +637,11 @@ fn query_pairs(field: &Field, value: &Value, out: &mut Vec<String>) {
 /// expansion: RFC 3986's reserved characters and `%XX` triples stay as they are, except
 /// those that would change the query's shape, which OpenAPI leaves the client to encode:
 /// `#` (it would end the query), `[` and `]` (not allowed in one), `&` and `+` (a new pair
-/// and a space to a form decoder). Everything else but unreserved characters is encoded,
-/// a `%` outside a triple too.
+/// and a space to a form decoder), as OpenAPI 3.1.1 and 3.2 leave clients to do.
+/// Everything else but unreserved characters is encoded, a `%` outside a triple too. A
+/// `'` kept here is still sent as `%27`: the WHATWG URL standard, which reqwest's URL type
+/// follows, encodes it in the query of an http(s) URL, and no URL of that type holds it
+/// bare (servers decode the two alike).
 fn encode_reserved(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
