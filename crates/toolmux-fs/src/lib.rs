@@ -26,6 +26,14 @@
 //!   directory, the embedding program's files ([`ProtectedPath`]: configuration,
 //!   statistics, and the audit log and spilled outputs, which are not even read) or what
 //!   [`FsConfig::protect`] names, whatever symlink or `..` leads there.
+//! - A limit: a hard link is its file under one more name, and no name is the file's own,
+//!   so a hard link beneath the root to a file outside it (or to a protected file, under
+//!   another name) is read as a file of the root. Where the kernel's `protected_hardlinks`
+//!   is on (the default) only someone who owns the file or may read and write it can make
+//!   the link; refusing files with more than one name would refuse what package stores
+//!   (pnpm, uv) link into projects. The file tools never write through such a link: they
+//!   write a new file and rename it over the name, so the file elsewhere is unchanged. A
+//!   command, which writes in place, can change it through the link.
 //!
 //! # Example
 //!

@@ -265,3 +265,29 @@ async fn each_escape_kind_is_refused_with_the_path_named() {
     assert!(err.contains("outside the workspace root"), "{err}");
     assert!(!sentinel.join("new.txt").exists());
 }
+
+/// A hard link beneath the root to a file outside is that file under a name inside, which
+/// nothing tells from the root's own files (package stores such as pnpm's and uv's link
+/// files into projects), so it is read: a limit the crate docs state. No file tool writes
+/// through it: each replaces the name inside, and the file outside keeps its content.
+#[tokio::test]
+async fn a_hard_link_to_a_file_outside_is_read_but_never_written_through() {
+    let fx = Fixture::new();
+    let outside = fx.outside().join("linked.txt");
+    std::fs::write(&outside, "outside\n").unwrap();
+    for name in ["edited.txt", "written.txt", "patched.txt"] {
+        std::fs::hard_link(&outside, fx.root().join(name)).unwrap();
+    }
+    assert_eq!(fx.ok("read", json!({"path": "edited.txt"})).await, "     1\toutside\n");
+    let edit = json!({"path": "edited.txt", "old_string": "outside", "new_string": "edited"});
+    fx.ok("edit", edit).await;
+    fx.ok("read", json!({"path": "written.txt"})).await;
+    fx.ok("write", json!({"path": "written.txt", "content": "written\n"})).await;
+    let patch = "*** Begin Patch\n*** Update File: patched.txt\n-outside\n+patched\n*** End Patch";
+    fx.ok("apply_patch", json!({"input": patch})).await;
+    assert_eq!(
+        [fx.get("edited.txt"), fx.get("written.txt"), fx.get("patched.txt")],
+        ["edited\n", "written\n", "patched\n"]
+    );
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+}
