@@ -263,7 +263,8 @@ pub(crate) fn grep(
             if !file.metadata().is_ok_and(|m| m.is_file()) {
                 return WalkState::Continue;
             }
-            let cr = matcher_cr.is_some() && cr_only(&file);
+            let stop = || cancelled.load(Ordering::Relaxed) || budget.spent();
+            let cr = matcher_cr.is_some() && cr_only(&file, stop);
             let display = display(&root, entry.path());
             let mut sink = FileSink {
                 mode,
@@ -357,10 +358,12 @@ fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
 /// Whether the lines of `file` end in a bare CR, by the rule `read` judges the whole file
 /// by ([`CrLines`]): a `\r` and no `\n` anywhere. A `\n` in the first 8 KiB settles it for
 /// almost every file with one small read; the file is read on only while no `\n` has come,
-/// and no further than its first `\n` (or NUL: the search stops at binary data).
-fn cr_only(file: &std::fs::File) -> bool {
+/// and no further than its first `\n` (or NUL: the search stops at binary data), or until
+/// `stop` says the search is over.
+fn cr_only(file: &std::fs::File, stop: impl Fn() -> bool) -> bool {
     use std::os::unix::fs::FileExt as _;
-    let mut buf = vec![0u8; 8192];
+    // The first 8 KiB on the stack: the common file needs no more, and no allocation.
+    let (mut first, mut more) = ([0u8; 8192], Vec::new());
     let mut lines = CrLines::default();
     // A UTF-16 file is searched decoded (the searcher's BOM sniffing), and told so, as
     // `read` tells it.
@@ -368,7 +371,15 @@ fn cr_only(file: &std::fs::File) -> bool {
     let mut decoded = String::new();
     let mut at = 0u64;
     loop {
-        let n = match file.read_at(&mut buf, at) {
+        let buf: &mut [u8] = match at {
+            0 => &mut first,
+            // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger pieces.
+            _ => {
+                more.resize(64 * 1024, 0);
+                &mut more
+            }
+        };
+        let n = match file.read_at(buf, at) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -394,11 +405,9 @@ fn cr_only(file: &std::fs::File) -> bool {
             None if memchr::memchr(0, chunk).is_some() => return false,
             None => lines.feed(chunk),
         }
-        if lines.settled() {
+        if lines.settled() || stop() {
             return false;
         }
-        // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger pieces.
-        buf.resize(64 * 1024, 0);
     }
     lines.cr_only()
 }
@@ -820,7 +829,7 @@ mod tests {
         let told = |bytes: &[u8]| {
             let path = temp.path().join("f");
             std::fs::write(&path, bytes).unwrap();
-            cr_only(&std::fs::File::open(&path).unwrap())
+            cr_only(&std::fs::File::open(&path).unwrap(), || false)
         };
         let long = "x".repeat(100 * 1024);
         assert!(told(format!("{long}\ry\r").as_bytes()));
