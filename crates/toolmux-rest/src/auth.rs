@@ -4,6 +4,7 @@
 use crate::http::excerpt;
 use crate::openapi::{Location, SecurityScheme};
 use crate::request::PreparedRequest;
+use crate::secrets::Secrets;
 use crate::{Credentials, RestError, TokenAuthMethod};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -228,6 +229,15 @@ impl Auth {
         }
         let id = credentials.client_id.clone().unwrap_or_default();
         let secret = credentials.client_secret.clone().unwrap_or_default();
+        // The forms the secret takes in the request, to be redacted from a refusal.
+        let echoed = {
+            let mut secrets = Secrets::default();
+            secrets.value(&secret);
+            secrets.value(&form_urlencode(&secret));
+            let pair = format!("{}:{}", form_urlencode(&id), form_urlencode(&secret));
+            secrets.value(&base64(pair.as_bytes()));
+            secrets.into_forms()
+        };
         let mut request = client.post(url);
         match credentials.token_auth_method {
             TokenAuthMethod::ClientSecretBasic => {
@@ -255,7 +265,13 @@ impl Auth {
         let body =
             response.bytes().await.map_err(|_| fail("reading the token response failed".into()))?;
         if !status.is_success() {
-            let text = String::from_utf8_lossy(&body);
+            // An endpoint that echoes the request it refuses would put the client's secret
+            // into the error, which is logged and shown: it is redacted in every form the
+            // request gave it (the form's field, the Basic header's base64).
+            let mut text = String::from_utf8_lossy(&body).into_owned();
+            for secret in &echoed {
+                text = text.replace(secret.as_str(), "REDACTED");
+            }
             return Err(fail(format!(
                 "token endpoint answered HTTP {}: {}",
                 status.as_u16(),

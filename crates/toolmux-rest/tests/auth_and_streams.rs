@@ -196,6 +196,39 @@ async fn oauth_client_credentials_can_go_in_the_form() {
     assert_eq!(parsed.token_auth_method, TokenAuthMethod::ClientSecretPost);
 }
 
+/// A token endpoint that refuses by echoing the request it got: the error, which is
+/// logged and shown, has the client's secret redacted, whether it went in the form or in
+/// the Basic header.
+#[tokio::test]
+async fn a_token_endpoint_echoing_the_request_does_not_put_the_secret_into_the_error() {
+    let base = serve(|seen| {
+        let echo = format!("{}\n{}", seen.head, String::from_utf8_lossy(&seen.body));
+        if seen.request_line().starts_with("POST /token") {
+            Reply::json(401, json!({"error": "invalid_client", "request": echo}))
+        } else {
+            Reply::json(200, json!({}))
+        }
+    })
+    .await;
+    for method in [TokenAuthMethod::ClientSecretPost, TokenAuthMethod::ClientSecretBasic] {
+        let mut auth = credentials();
+        let oauth = auth.get_mut("oauth").unwrap();
+        oauth.client_secret = Some("p:ss wörd+/~".into());
+        oauth.token_auth_method = method;
+        let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
+        let provider =
+            RestProvider::openapi_from_value("s", secured_document(&base), "s.json", &config)
+                .unwrap();
+        let err = provider.call("oauth", json!({}), &CallContext::new()).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("token endpoint answered HTTP 401"), "{text}");
+        assert!(text.contains("REDACTED"), "{text}");
+        for leak in ["p:ss", "p%3Ass", "Y2xpZW50OnAlM0Fzcy"] {
+            assert!(!text.contains(leak), "{leak} in {text}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn oauth_tokens_near_expiry_are_refreshed() {
     let server = token_server(1, false).await;
