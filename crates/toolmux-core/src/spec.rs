@@ -125,6 +125,16 @@ pub struct ToolSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub time_limit: Option<Duration>,
+    /// What else describes the tool to the programs that show or route it, kept as the
+    /// provider gave it and served on as it is: an MCP tool's `_meta` (an MCP App's
+    /// `ui.resourceUri`, a client's hints), with the metadata configuration adds
+    /// (`tools.NAME.meta`). Models are not shown it.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Arc<serde_json::Map<String, Value>>>,
+    /// The icons a user interface may show for the tool (an MCP tool's `icons`: objects
+    /// with `src`, `mimeType`, `sizes`, `theme`), as the provider gave them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Arc<Value>>,
 }
 
 /// `Option<Duration>` as whole milliseconds.
@@ -160,7 +170,21 @@ impl ToolSpec {
             annotations: ToolAnnotations::default(),
             max_result_size: None,
             time_limit: None,
+            meta: None,
+            icons: None,
         }
+    }
+
+    /// Sets the tool's icons ([`ToolSpec::icons`]): a list of MCP icon objects.
+    pub fn with_icons(mut self, icons: Value) -> Self {
+        self.icons = Some(Arc::new(icons));
+        self
+    }
+
+    /// Sets one member of the tool's metadata ([`ToolSpec::meta`]), keeping the others.
+    pub fn with_meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        Arc::make_mut(self.meta.get_or_insert_with(Default::default)).insert(key.into(), value);
+        self
     }
 
     /// Sets the largest result the tool says it returns, in characters.

@@ -205,6 +205,9 @@ pub struct ToolOverride {
     pub visible: Option<bool>,
     /// Shown to people: events carry its arguments and results.
     pub shown: Option<bool>,
+    /// Metadata merged over the provider's ([`toolmux_core::ToolSpec::meta`]) member by
+    /// member; a `null` member removes the provider's.
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ToolOverride {
@@ -229,6 +232,19 @@ impl ToolOverride {
         for (set, field) in fields {
             if let Some(value) = set {
                 *field = value;
+            }
+        }
+        if let Some(said) = &self.meta {
+            let meta = std::sync::Arc::make_mut(spec.meta.get_or_insert_with(Default::default));
+            for (key, value) in said {
+                if value.is_null() {
+                    meta.remove(key);
+                } else {
+                    meta.insert(key.clone(), value.clone());
+                }
+            }
+            if meta.is_empty() {
+                spec.meta = None;
             }
         }
     }

@@ -263,6 +263,8 @@ impl Toolmux {
             if !keep(&namespace) {
                 continue;
             }
+            // What is said of the server names the file it is written in.
+            let file = loaded.file_of("mcpServers", name);
             if entry.namespaced == Some(false) {
                 config.unprefixed.insert(namespace.clone());
             } else if namespace != *name {
@@ -630,6 +632,7 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
             ends_turn: a.ends_turn,
             visible: a.visible,
             shown: a.shown,
+            meta: tool.meta.clone(),
         };
         if said != ToolOverride::default() {
             config.overrides.insert(name.clone(), said);
@@ -1025,7 +1028,7 @@ mod mcp {
             let path = loaded.resolve(file);
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 ToolmuxError::config(
-                    loaded.source_name(),
+                    loaded.file_of("mcpServers", name),
                     format!("mcpServers.{name}.envFile: cannot read {}: {e}", path.display()),
                 )
             })?;

@@ -610,6 +610,19 @@ fn the_seeds_tools_yml_runs_its_python_functions() {
     let listed = project.run(&[&config[..], &["tools", "list"]].concat());
     assert_eq!(listed.code, 0, "{listed:?}");
     assert!(listed.stdout.contains("cmd__calculator"), "{}", listed.stdout);
+    // The registry's fields are the tools' metadata, the seeds' defaults filled in.
+    let json = project.run(&[&config[..], &["tools", "list", "--json"]].concat());
+    let tools: Vec<serde_json::Value> = serde_json::from_str(&json.stdout).expect("JSON");
+    let meta = |name: &str| tools.iter().find(|t| t["name"] == name).expect(name)["_meta"].clone();
+    assert_eq!(
+        meta("cmd__calculator"),
+        serde_json::json!({"toolmux/category": "core_utils", "toolmux/speed": "fast",
+                           "toolmux/safety": "sandboxed"})
+    );
+    assert_eq!(
+        meta("cmd__shout"),
+        serde_json::json!({"toolmux/speed": "medium", "toolmux/safety": "native"})
+    );
     let sum = project.run(
         &[&config[..], &["tools", "call", "cmd__calculator", r#"{"expression": "2 + 3 * 4"}"#]]
             .concat(),
@@ -649,12 +662,33 @@ fn several_config_files_merge_as_the_seeds_layout_has_them() {
             "src/config/mcp.yml",
             "mcp_servers:\n  code_execution_server:\n    description: Runs code\n    \
              url: http://127.0.0.1:9/mcp\n    startup_timeout_ms: 2000\n    provides_tools:\n      \
-             - name: execute_python_code\n        description: Executes Python code\n",
+             - name: execute_python_code\n        description: Executes Python code\n        \
+             safety: sandboxed\n",
         );
     let both = ["--config", "src/config/tools.yml", "--config", "src/config/mcp.yml"];
     let listed = project.run(&[&both[..], &["tools", "list"]].concat());
     assert!(listed.stdout.contains("cmd__calculator"), "{listed:?}");
     assert!(listed.stdout.contains("code-execution-server__execute_python_code"), "{listed:?}");
+    // A declared tool's registry fields are its metadata, under the server's namespace.
+    let json = project.run(&[&both[..], &["tools", "list", "--json"]].concat());
+    let tools: Vec<serde_json::Value> = serde_json::from_str(&json.stdout).expect("JSON");
+    let declared = tools
+        .iter()
+        .find(|t| t["name"] == "code-execution-server__execute_python_code")
+        .expect("the declared tool");
+    assert_eq!(
+        declared["_meta"],
+        serde_json::json!({"toolmux/speed": "medium", "toolmux/safety": "sandboxed"})
+    );
+    assert!(!json.stderr.contains("applies to nothing"), "{}", json.stderr);
+    // What is said of the server names the file that holds it, not the first one.
+    assert!(
+        json.stderr.contains(
+            "src/config/mcp.yml: the tools of mcp server `code_execution_server` are named"
+        ),
+        "{}",
+        json.stderr
+    );
     let check = project.run(&[&both[..], &["config", "check"]].concat());
     assert!(
         check.stdout.contains("src/config/mcp.yml (added)"),

@@ -338,7 +338,8 @@ fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
     project.file(
         "toolmux.yaml",
         &format!(
-            "mcpServers:\n  fixture:\n    command: {}\n    args: [stdio]\n",
+            "mcpServers:\n  fixture:\n    command: {}\n    args: [stdio]\n\
+             tools:\n  fixture__lookup:\n    meta: {{example.com/owner: crm, example.com/internal: null}}\n",
             crate::conformance::fixture_bin().display()
         ),
     );
@@ -360,6 +361,12 @@ fn client_profiles_rewrite_schemas_and_calls_keep_the_original() {
     assert!(lookup(&generic)["inputSchema"]["oneOf"].is_array(), "served as it is");
     // The server's size hint reached the orchestrator's cap and is served on.
     assert_eq!(lookup(&generic)["_meta"]["anthropic/maxResultSizeChars"], 200_000);
+    // The server's other metadata and icons are served on (an MCP App's UI resource), with
+    // what the configuration says merged over them.
+    assert_eq!(lookup(&generic)["_meta"]["ui"]["resourceUri"], "ui://lookup/card.html");
+    assert_eq!(lookup(&generic)["_meta"]["example.com/owner"], "crm");
+    assert!(lookup(&generic)["_meta"].get("example.com/internal").is_none(), "removed");
+    assert_eq!(lookup(&generic)["icons"][0]["mimeType"], "image/svg+xml");
 
     let claude = stdio_exchange(&project, &["serve", "--stdio", "--client", "claude"], &requests);
     let schema = &lookup(&claude)["inputSchema"];

@@ -55,6 +55,22 @@ pub(crate) fn tool_spec(tool: Tool) -> ToolSpec {
         annotations,
         max_result_size,
         time_limit: None,
+        // Kept for the programs that show the tool (an MCP App's `ui.resourceUri`); the
+        // size hint is served again from the spec's own field, and the task support the
+        // transport noted is toolmux's, not the server's.
+        meta: tool
+            .meta
+            .map(|mut meta| {
+                meta.0.remove(crate::transport::TASK_SUPPORT_META_KEY);
+                meta.0
+            })
+            .filter(|meta| !meta.is_empty())
+            .map(Arc::new),
+        icons: tool
+            .icons
+            .filter(|icons| !icons.is_empty())
+            .and_then(|icons| serde_json::to_value(icons).ok())
+            .map(Arc::new),
     }
 }
 

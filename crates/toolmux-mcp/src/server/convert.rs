@@ -32,12 +32,19 @@ pub(crate) fn tool(spec: &ToolSpec, name: &str, rules: &SchemaRules) -> Tool {
     );
     tool.title = spec.title.clone();
     tool.output_schema = spec.output_schema.as_deref().map(|s| Arc::new(object_schema(s)));
-    // The size cap in force, for clients that size their own limits by it (Claude Code).
-    if let Some(chars) = spec.max_result_size {
-        let mut meta = JsonObject::new();
-        meta.insert(crate::client::content::MAX_RESULT_SIZE_META_KEY.to_owned(), json!(chars));
+    // The tool's metadata as its provider gave it, with the size cap in force, for
+    // clients that size their own limits by it (Claude Code); no stale cap passed on.
+    let mut meta = spec.meta.as_deref().cloned().unwrap_or_default();
+    let cap_key = crate::client::content::MAX_RESULT_SIZE_META_KEY;
+    match spec.max_result_size {
+        Some(chars) => meta.insert(cap_key.to_owned(), json!(chars)),
+        None => meta.remove(cap_key),
+    };
+    if !meta.is_empty() {
         tool.meta = Some(rmcp::model::MetaObject(meta));
     }
+    // Icons that are not MCP's shape are left out rather than failing the listing.
+    tool.icons = spec.icons.as_deref().and_then(|icons| serde_json::from_value(icons.clone()).ok());
     // Every hint is given explicitly: MCP's defaults (destructive) differ from toolmux's.
     let a = &spec.annotations;
     tool.annotations = Some(ToolAnnotations::from_raw(

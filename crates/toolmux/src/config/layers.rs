@@ -160,7 +160,23 @@ pub fn load_layered(
     let mut merged = Map::new();
     for part in parts {
         let own = part.layer.as_ref().is_none_or(|l| l.kind == LayerKind::Project);
-        merge(&mut merged, normalized(part.value), own);
+        let value = normalized(part.value);
+        // Which file set each entry of a section (a server, an import), for the messages
+        // about it; the project file's need no note (it is the one named by default).
+        if let Some(layer) = part.layer.as_ref().filter(|_| !own) {
+            for (section, entries) in &value {
+                for key in entries.as_object().into_iter().flat_map(Map::keys) {
+                    loaded.origins.insert(format!("{section}.{key}"), shown(&layer.path));
+                }
+            }
+        } else {
+            for (section, entries) in &value {
+                for key in entries.as_object().into_iter().flat_map(Map::keys) {
+                    loaded.origins.remove(&format!("{section}.{key}"));
+                }
+            }
+        }
+        merge(&mut merged, value, own);
         loaded.layers.extend(part.layer.filter(|l| l.kind != LayerKind::Project));
         loaded.secrets.extend(part.secrets);
         loaded.warnings.extend(part.warnings);

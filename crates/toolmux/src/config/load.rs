@@ -62,6 +62,10 @@ pub struct Loaded {
     /// Every file merged into the configuration, lowest layer first (see
     /// [`load_layered`](super::load_layered)); just the file, or nothing, when loaded alone.
     pub layers: Vec<super::Layer>,
+    /// The file, as shown, that set an entry of a section (`mcpServers.github`) when it is
+    /// not [`Loaded::file`] (a user's, an added or the managed file): see
+    /// [`Loaded::file_of`].
+    pub origins: std::collections::BTreeMap<String, String>,
 }
 
 impl Loaded {
@@ -79,6 +83,7 @@ impl Loaded {
             secrets: Vec::new(),
             warnings: Vec::new(),
             layers: Vec::new(),
+            origins: Default::default(),
         }
     }
 
@@ -135,6 +140,13 @@ impl Loaded {
     /// The name used for the configuration in messages.
     pub fn source_name(&self) -> &str {
         self.file.as_deref().unwrap_or("(no configuration file)")
+    }
+
+    /// The file that set entry `key` of `section` (`"mcpServers"`, `"github"`), as shown in
+    /// messages: the layer it came from when several were merged, else
+    /// [`Loaded::source_name`].
+    pub fn file_of(&self, section: &str, key: &str) -> &str {
+        self.origins.get(&format!("{section}.{key}")).map_or(self.source_name(), String::as_str)
     }
 
     /// `path` resolved against [`Loaded::base_dir`].
@@ -310,6 +322,7 @@ fn load_text(
             secrets: Vec::new(),
             warnings: Vec::new(),
             layers: Vec::new(),
+            origins: Default::default(),
         };
         return Ok((loaded, serde_json::Value::Object(serde_json::Map::new())));
     }
@@ -324,11 +337,16 @@ fn load_text(
                 "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
             )
         }));
-        // Only servers (and the seeds' tools) come from another program's file.
+        // Only servers, the seeds' tools and their metadata come from another program's
+        // file.
         let servers = serde_json::to_value(&read.config.mcp_servers)
             .map_err(|e| error(None, format!("cannot merge its servers: {e}")))?;
         #[allow(unused_mut)]
         let mut value = serde_json::json!({ "mcpServers": servers });
+        if !read.config.tools.is_empty() {
+            value["tools"] = serde_json::to_value(&read.config.tools)
+                .map_err(|e| error(None, format!("cannot merge its tools' metadata: {e}")))?;
+        }
         #[cfg(feature = "fs")]
         if !read.config.command_tools.is_empty() {
             value["commandTools"] = serde_json::to_value(&read.config.command_tools)
@@ -342,6 +360,7 @@ fn load_text(
             secrets: read.secrets,
             warnings,
             layers: Vec::new(),
+            origins: Default::default(),
         };
         return Ok((loaded, value));
     }
@@ -390,6 +409,7 @@ fn load_text(
         secrets: found.secrets,
         warnings,
         layers: Vec::new(),
+        origins: Default::default(),
     };
     Ok((loaded, value))
 }

@@ -1152,6 +1152,13 @@ pub struct ToolEntry {
     /// Its annotations, instead of its provider's (each one given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<AnnotationsEntry>,
+    /// Metadata for the programs that show or route it, merged over its provider's (an
+    /// MCP tool's `_meta`) member by member, `null` removing one; served as the tool's
+    /// `_meta` and listed by `toolmux tools list --json`, never shown to models. The
+    /// seeds' `category`, `speed` and `safety` are kept here as `toolmux/category`,
+    /// `toolmux/speed` and `toolmux/safety`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// What a tool is, as configuration says instead of its provider (`tools.NAME.annotations`).

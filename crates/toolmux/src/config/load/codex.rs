@@ -99,12 +99,9 @@ struct SeedTool {
     description: String,
     #[serde(default, rename = "inputSchema", alias = "parameters_schema")]
     input_schema: Option<Value>,
-    // What the seeds' registry keeps for its own bookkeeping; nothing here uses them.
-    #[allow(dead_code)]
+    // The seeds' registry fields: the tool's metadata (`tools.SERVER__NAME.meta`).
     speed: Option<String>,
-    #[allow(dead_code)]
     safety: Option<String>,
-    #[allow(dead_code)]
     category: Option<String>,
     #[allow(dead_code)]
     source: Option<String>,
@@ -186,15 +183,29 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
         }
     }
     let (file, found, _) = expand_into::<CodexFile>(value, source)?;
+    let mut tools = BTreeMap::new();
     let servers = file
         .mcp_servers
         .into_iter()
-        .map(|(name, server)| {
+        .map(|(name, mut server)| {
+            for tool in &mut server.provides_tools {
+                let meta = super::seed_tools::seed_meta(
+                    tool.category.take(),
+                    tool.speed.take(),
+                    tool.safety.take(),
+                    "external",
+                );
+                let entry = crate::config::ToolEntry { meta: Some(meta), ..Default::default() };
+                let namespace = crate::wire::namespace_for(&name);
+                tools.insert(format!("{namespace}__{}", tool.name), entry);
+            }
             let entry = server.convert(&name, source.shown, &mut warnings);
             (name, entry)
         })
         .collect();
-    Ok(converted(servers, warnings, found))
+    let mut converted = converted(servers, warnings, found);
+    converted.config.tools = tools;
+    Ok(converted)
 }
 
 impl CodexServer {

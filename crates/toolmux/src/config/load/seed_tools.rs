@@ -7,7 +7,10 @@
 //! The module is imported from the project's root: the nearest folder above the file
 //! holding `.git`, `pyproject.toml`, `setup.py`, `setup.cfg` or `requirements.txt`
 //! (`src/config/tools.yml` names `src.tools.core.calculator_tool`), else the file's folder.
-//! `category`, `speed` and `safety` are read and unused, as for declared MCP tools.
+//! `category`, `speed` (default `medium`) and `safety` (default `native`) become the tool's
+//! metadata (`tools.cmd__NAME.meta`: `toolmux/category`, `toolmux/speed`,
+//! `toolmux/safety`), listed and served as its `_meta` for the programs that show tools;
+//! models are not shown them.
 
 use super::foreign::Converted;
 use super::{Located, Source, expand_into, typed};
@@ -75,6 +78,7 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
     let (file, found, _) = expand_into::<SeedToolsFile>(value, source)?;
     let root = project_root(source.base_dir);
     let mut tools = BTreeMap::new();
+    let mut entries = BTreeMap::new();
     for (i, tool) in file.tools.into_iter().enumerate() {
         let at = format!("tools[{i}] (`{}`)", tool.name);
         if let Some(other) = tool.source.as_deref().filter(|s| *s != "internal") {
@@ -99,7 +103,11 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
                 ),
             ));
         }
-        let _unused = (tool.category, tool.speed, tool.safety);
+        let meta = seed_meta(tool.category, tool.speed, tool.safety, "native");
+        entries.insert(
+            format!("{}__{}", toolmux_fs::COMMANDS_NAMESPACE, tool.name),
+            crate::config::ToolEntry { meta: Some(meta), ..crate::config::ToolEntry::default() },
+        );
         if tools.contains_key(&tool.name) {
             return Err(source.error(None, format!("{at}: a second tool named `{}`", tool.name)));
         }
@@ -121,11 +129,32 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
         tools.insert(tool.name, config);
     }
     Ok(Converted {
-        config: Config { command_tools: tools, ..Config::default() },
+        config: Config { command_tools: tools, tools: entries, ..Config::default() },
         warnings: Vec::new(),
         secrets: found.secrets,
         inputs: found.inputs,
     })
+}
+
+/// The seeds' registry fields of a tool as its metadata, with the seeds' defaults: `speed`
+/// `medium`, `safety` `default_safety` (`native` for internal tools, `external` for an MCP
+/// server's).
+pub(super) fn seed_meta(
+    category: Option<String>,
+    speed: Option<String>,
+    safety: Option<String>,
+    default_safety: &str,
+) -> serde_json::Map<String, Value> {
+    let mut meta = serde_json::Map::new();
+    if let Some(category) = category {
+        meta.insert("toolmux/category".into(), Value::String(category));
+    }
+    meta.insert("toolmux/speed".into(), Value::String(speed.unwrap_or_else(|| "medium".into())));
+    meta.insert(
+        "toolmux/safety".into(),
+        Value::String(safety.unwrap_or_else(|| default_safety.into())),
+    );
+    meta
 }
 
 /// The nearest folder from `dir` up that holds one of [`ROOT_MARKERS`], else `dir`.
