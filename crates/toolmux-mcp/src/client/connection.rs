@@ -551,7 +551,7 @@ fn http_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
 
 /// A reqwest error in words, without its URL: reqwest's own message names the URL, which
 /// may carry a secret (a key in the query); its causes do not.
-fn client_failure(http: &reqwest::Error) -> String {
+pub(crate) fn client_failure(http: &reqwest::Error) -> String {
     let what = if http.is_connect() {
         "cannot reach the server"
     } else if http.is_timeout() {

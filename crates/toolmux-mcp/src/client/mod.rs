@@ -1,7 +1,7 @@
 //! The client half: each configured MCP server becomes a [`McpProvider`].
 
 mod config;
-mod connection;
+pub(crate) mod connection;
 pub(crate) mod content;
 mod filter;
 mod handler;

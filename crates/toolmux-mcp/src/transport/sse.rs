@@ -7,6 +7,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use std::error::Error as StdError;
 use std::sync::Arc;
 
+use crate::client::connection::client_failure;
 use crate::client::oauth::OAuth;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::sse::{Event, EventParser};
@@ -28,14 +29,24 @@ pub(crate) async fn connect(
 ) -> Result<ChannelTransport, BoxError> {
     let base = reqwest::Url::parse(url)?;
     let get = || client.get(base.clone()).header(ACCEPT, "text/event-stream");
+    // reqwest's errors name the URL, which may carry a secret (a key in its query): what
+    // they say is told without it, as streamable HTTP's are.
     let response = match &oauth {
-        Some(oauth) => crate::client::oauth::send(oauth, fault, "GET", base.as_str(), get).await?,
-        None => get().send().await?,
-    };
+        Some(oauth) => crate::client::oauth::send(oauth, fault, "GET", base.as_str(), get).await,
+        None => get().send().await,
+    }
+    .map_err(|e| client_failure(&e))?;
     if let Some(FaultKind::Auth(message)) = fault.get() {
         return Err(message.into());
     }
-    let response = response.error_for_status()?;
+    let status = response.status();
+    if !status.is_success() {
+        let hint = match status.as_u16() {
+            404 | 405 => "; is `url` the server's SSE endpoint?",
+            _ => "",
+        };
+        return Err(format!("the server answered HTTP {status}{hint}").into());
+    }
     let mut stream = response.bytes_stream();
     let mut parser = EventParser::default();
     let mut pending = std::collections::VecDeque::new();
@@ -43,7 +54,8 @@ pub(crate) async fn connect(
         let Some(chunk) = stream.next().await else {
             return Err("the event stream ended before an `endpoint` event".into());
         };
-        for event in parser.push(&chunk?) {
+        let chunk = chunk.map_err(|e| format!("the event stream broke: {}", without_url(&e)))?;
+        for event in parser.push(&chunk) {
             if event.name == "endpoint" {
                 let endpoint = base.join(event.data.trim())?;
                 // Messages carry the configured headers (tokens): only to the same origin.
@@ -102,7 +114,8 @@ pub(crate) async fn connect(
                     }
                 }
                 Some(Err(e)) => {
-                    reader_fault.set(FaultKind::Closed(format!("event stream broke: {e}")));
+                    let why = format!("event stream broke: {}", without_url(&e));
+                    reader_fault.set(FaultKind::Closed(why));
                     return;
                 }
                 None => {

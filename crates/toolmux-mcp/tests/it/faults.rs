@@ -645,6 +645,39 @@ async fn an_unreachable_http_server_says_why() {
     .assert_eq(&error);
 }
 
+/// A legacy SSE server that cannot be reached, or whose event stream is refused with a
+/// status, is named without the URL, which may carry a secret, as streamable HTTP's is.
+#[tokio::test]
+async fn an_sse_server_that_cannot_be_reached_or_refuses_says_why_without_the_url() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = axum::Router::new().route(
+        "/broken",
+        axum::routing::get(|| async { (axum::http::StatusCode::BAD_GATEWAY, "upstream down") }),
+    );
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let report = |url: String| async move {
+        let config = McpServerConfig::remote(toolmux_mcp::TransportKind::Sse, url);
+        let provider = McpProvider::new("s", config.with_max_restarts(0)).unwrap();
+        let error = provider.warmup().await.unwrap_err().report();
+        provider.shutdown().await.unwrap();
+        error
+    };
+    expect_test::expect![
+        "s: cannot connect over sse: cannot reach the server: Connection refused (os error 111)"
+    ]
+    .assert_eq(&report(format!("{closed}/sse?key=sekrit")).await);
+    expect_test::expect!["s: cannot connect over sse: the server answered HTTP 502 Bad Gateway"]
+        .assert_eq(&report(format!("{base}/broken?key=sekrit")).await);
+    expect_test::expect!["s: cannot connect over sse: the server answered HTTP 404 Not Found; is `url` the server's SSE endpoint?"]
+        .assert_eq(&report(format!("{base}/elsewhere?key=sekrit")).await);
+    server.abort();
+}
+
 /// An HTTP server that refuses the handshake gets a hint at what to fix: credentials for a
 /// 401, the endpoint's path for a 404.
 #[tokio::test]
