@@ -4,7 +4,9 @@ use super::ApiKey;
 use super::handler::{Gateway, Shared};
 use crate::McpError;
 use axum::extract::{Request, State};
-use axum::http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::header::{
+    ACCEPT, ALLOW, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, RETRY_AFTER, WWW_AUTHENTICATE,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
@@ -127,8 +129,9 @@ fn router_of(
 ///   client starts another session.
 /// - A `GET` resuming after an event of another session's stream (rmcp: `200` and an empty
 ///   stream) is `400`.
-/// - rmcp's refusals in plain text (`400`, `404`, `406`, `415`) are JSON-RPC errors saying
-///   what was wrong and what to send, with the request's id when it has one.
+/// - rmcp's refusals in plain text (`400`, `403`, `404`, `405`, `406`, `415`) are JSON-RPC
+///   errors saying what was wrong and what to send (the `Host` or `Origin` refused and how
+///   to allow it, the methods served), with the request's id when it has one.
 ///
 /// And one of its refusals: an `Accept` of wildcards covering the types a request needs
 /// (`*/*`) is taken as naming them (rmcp: `406`).
@@ -169,6 +172,14 @@ async fn explain_refusals(
         }
         _ => None,
     };
+    // Named in a refusal of them (rmcp's 403 says only that one was not allowed).
+    let (host, origin) = {
+        let header = |name| {
+            let value = request.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()));
+            value.map(|v| v.chars().take(200).collect::<String>())
+        };
+        (header(HOST), header(ORIGIN))
+    };
     let json = request
         .headers()
         .get(CONTENT_TYPE)
@@ -204,7 +215,9 @@ async fn explain_refusals(
     let status = response.status();
     let explained = [
         StatusCode::BAD_REQUEST,
+        StatusCode::FORBIDDEN,
         StatusCode::NOT_FOUND,
+        StatusCode::METHOD_NOT_ALLOWED,
         StatusCode::NOT_ACCEPTABLE,
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
     ];
@@ -230,7 +243,48 @@ async fn explain_refusals(
     if status == StatusCode::NOT_FOUND {
         return session_not_found(id());
     }
-    json_rpc_refusal(status, -32600, explain(status, &method, text.trim()), id())
+    let allow = parts.headers.get(ALLOW).cloned();
+    let message = match status {
+        StatusCode::FORBIDDEN => forbidden(text.trim(), host.as_deref(), origin.as_deref()),
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = allow.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("POST");
+            format!(
+                "Method Not Allowed: `{method}` is not served at `/mcp`, which takes {allowed} \
+                 (POST sends a message, GET opens the session's event stream, DELETE ends the \
+                 session)"
+            )
+        }
+        _ => explain(status, &method, text.trim()),
+    };
+    let mut refusal = json_rpc_refusal(status, -32600, message, id());
+    if let Some(allow) = allow {
+        refusal.headers_mut().insert(ALLOW, allow);
+    }
+    refusal
+}
+
+/// What rmcp's `403` (`text`) of a request with `Host` `host` and `Origin` `origin` means,
+/// and how to be served.
+fn forbidden(text: &str, host: Option<&str>, origin: Option<&str>) -> String {
+    let allow = "`--allowed-host` or `serve.allowedHosts`";
+    if text.contains("Host") {
+        let host = host.unwrap_or_default();
+        format!(
+            "Forbidden: this server does not answer to the `Host` `{host}` (protection against \
+             DNS rebinding); connect by 127.0.0.1, localhost, ::1 or the address it is bound to, \
+             or allow the name with {allow}"
+        )
+    } else if text.contains("Invalid Origin") {
+        "Forbidden: the `Origin` header is not an origin (`http://host[:port]`)".to_owned()
+    } else if text.contains("Origin") {
+        let origin = origin.unwrap_or_default();
+        format!(
+            "Forbidden: a page from `{origin}` may not call this server (protection against \
+             DNS rebinding); allow that host with {allow}"
+        )
+    } else {
+        text.to_owned()
+    }
 }
 
 /// The header a client resumes a stream with.

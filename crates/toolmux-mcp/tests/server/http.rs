@@ -3,7 +3,7 @@
 use crate::provider::Fixture;
 use crate::support::{HttpServer, Lifecycle, call, eventually, first_text, within};
 use rmcp::model::{CallToolRequestParams, SubscriptionFilter};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use toolmux_core::{ToolProvider, ToolSpec};
@@ -167,7 +167,7 @@ async fn stateless_text(url: &str, tool: &str, key: Option<&str>) -> String {
     let text = within(response.text()).await.expect("body");
     // A JSON body, or the last `data:` line of an event stream.
     let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text);
-    let answer: serde_json::Value = serde_json::from_str(json.trim()).expect("a JSON-RPC answer");
+    let answer: Value = serde_json::from_str(json.trim()).expect("a JSON-RPC answer");
     answer["result"]["content"][0]["text"].as_str().expect("a text result").to_owned()
 }
 
@@ -237,6 +237,23 @@ async fn param_headers_are_checked_before_any_listing_and_after_a_change() {
 
 /// A raw `initialize` POST with the given extra headers; returns the status.
 async fn initialize_status(url: &str, headers: &[(&str, &str)]) -> u16 {
+    initialize_response(url, headers).await.status().as_u16()
+}
+
+/// A refused raw `initialize` POST with the given extra headers: its status and its body's
+/// JSON-RPC error message.
+async fn initialize_refusal(url: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let response = initialize_response(url, headers).await;
+    let status = response.status().as_u16();
+    let kind = response.headers().get("content-type").cloned();
+    assert_eq!(kind.as_ref().and_then(|v| v.to_str().ok()), Some("application/json"));
+    let body: Value = within(response.json()).await.expect("a JSON body");
+    assert_eq!((&body["jsonrpc"], &body["id"]), (&json!("2.0"), &json!(1)), "{body}");
+    (status, body["error"]["message"].as_str().expect("a message").to_owned())
+}
+
+/// A raw `initialize` POST with the given extra headers.
+async fn initialize_response(url: &str, headers: &[(&str, &str)]) -> reqwest::Response {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {
@@ -254,7 +271,7 @@ async fn initialize_status(url: &str, headers: &[(&str, &str)]) -> u16 {
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    within(request.send()).await.expect("response").status().as_u16()
+    within(request.send()).await.expect("response")
 }
 
 #[tokio::test]
@@ -271,6 +288,30 @@ async fn foreign_hosts_and_origins_are_refused() {
     assert_eq!(initialize_status(&url, &[("origin", "http://evil.example")]).await, 403);
     let local_origin = "http://localhost:5173";
     assert_eq!(initialize_status(&url, &[("origin", local_origin)]).await, 200);
+    // The refusals say what was refused and how to allow it, as JSON-RPC errors.
+    let (status, message) = initialize_refusal(&url, &[("host", "evil.example")]).await;
+    assert_eq!(status, 403);
+    assert!(message.contains("`Host` `evil.example`"), "{message}");
+    assert!(message.contains("serve.allowedHosts"), "{message}");
+    let (status, message) = initialize_refusal(&url, &[("origin", "http://evil.example")]).await;
+    assert_eq!(status, 403);
+    assert!(message.contains("a page from `http://evil.example`"), "{message}");
+    server.stop().await;
+}
+
+/// A method `/mcp` does not serve is refused with the methods it does, as a JSON-RPC error.
+#[tokio::test]
+async fn an_unserved_method_is_told_the_methods_served() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    crate::support::install_crypto();
+    let response =
+        within(reqwest::Client::new().put(server.url()).body("{}").send()).await.expect("answer");
+    assert_eq!(response.status().as_u16(), 405);
+    let allow = response.headers().get("allow").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    assert!(allow.as_deref().is_some_and(|a| a.contains("POST")), "{allow:?}");
+    let body: Value = within(response.json()).await.expect("a JSON body");
+    let message = body["error"]["message"].as_str().expect("a message");
+    assert!(message.starts_with("Method Not Allowed: `PUT`"), "{message}");
     server.stop().await;
 }
 
@@ -355,7 +396,7 @@ impl ToolProvider for Upstreams {
     async fn call(
         &self,
         name: &str,
-        arguments: serde_json::Value,
+        arguments: Value,
         ctx: &toolmux_core::CallContext,
     ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
         let unknown =
@@ -371,7 +412,7 @@ impl ToolProvider for Upstreams {
 }
 
 /// `GET /health`'s status and JSON body.
-async fn get_health(server: &HttpServer) -> (u16, serde_json::Value) {
+async fn get_health(server: &HttpServer) -> (u16, Value) {
     crate::support::install_crypto();
     let url = format!("http://{}/health", server.addr);
     let response = within(reqwest::Client::new().get(url).send()).await.expect("response");
