@@ -361,8 +361,12 @@ impl ExternalProvider {
                     result: Some(result),
                     call_id: None,
                 };
-                // The request is made: a caller that left the space in between is not told.
-                let _ = spaces.post_tool(who, message).await?;
+                // The request is made: a caller that left the space in between is not told,
+                // and one whose space cannot be written gets the response all the same (told
+                // it failed, it could make a request that changes something twice).
+                if let Err(e) = spaces.post_tool(who, message).await {
+                    tracing::warn!(target: "toolmux::external", "the call of {full} not shown in its space: {e}");
+                }
             }
             return Ok(called?.with_extra("visible", json!(visible)));
         }
@@ -389,10 +393,18 @@ impl ExternalProvider {
                 result: None,
                 call_id: Some(call_id.clone()),
             };
-            if spaces.post_tool(who, message).await?.is_err() {
+            match spaces.post_tool(who, message).await {
+                Ok(Ok(_)) => {}
                 // Left the space in between: the call is not shown, so it is not made.
-                self.store.withdraw(&call_id).await;
-                return Ok(not_in_space(&full));
+                Ok(Err(spaces::NotInSpace)) => {
+                    self.store.withdraw(&call_id).await;
+                    return Ok(not_in_space(&full));
+                }
+                // Not shown either: its caller is told it failed, so nobody may answer it.
+                Err(e) => {
+                    self.store.withdraw(&call_id).await;
+                    return Err(e);
+                }
             }
             // An answer submitted between the opening and the message found no message to
             // finish. A synchronous call finishes it below when it takes the answer; an
@@ -401,7 +413,11 @@ impl ExternalProvider {
             if tool.is_async {
                 match self.store.pending(std::slice::from_ref(&full), Duration::ZERO).await {
                     Ok(still) if !still.iter().any(|c| c.call_id == call_id) => {
-                        spaces.finish_tool(&call_id, spaces::ToolStatus::Complete, None).await?;
+                        // The result is in the inbox: the call is made, whatever the space.
+                        let done = spaces::ToolStatus::Complete;
+                        if let Err(e) = spaces.finish_tool(&call_id, done, None).await {
+                            tracing::warn!(target: "toolmux::external", "the message of answered call {call_id} not completed: {e}");
+                        }
                     }
                     Ok(_) => {}
                     // The call is made: its message waits for the answer, which finishes it.
@@ -447,7 +463,12 @@ impl ExternalProvider {
                     } else {
                         spaces::ToolStatus::Complete
                     };
-                    spaces.finish_tool(&call_id, status, Some(result.result.clone())).await?;
+                    // The result is taken from the store: it is the caller's now, whatever
+                    // the space (an error here would lose it).
+                    let shown = Some(result.result.clone());
+                    if let Err(e) = spaces.finish_tool(&call_id, status, shown).await {
+                        tracing::warn!(target: "toolmux::external", "the message of call {call_id} not finished: {e}");
+                    }
                 }
                 Ok(result.into_output().with_extra("visible", json!(visible)))
             }
@@ -578,7 +599,11 @@ impl ExternalProvider {
         if let (Some(spaces), Some((result, is_error))) = (&self.spaces, shown) {
             let status =
                 if is_error { spaces::ToolStatus::Error } else { spaces::ToolStatus::Complete };
-            spaces.finish_tool(call_id, status, Some(result)).await?;
+            // The result is delivered: its submitter is told so (told it failed, it would
+            // submit again and be refused), and the message stays as it was.
+            if let Err(e) = spaces.finish_tool(call_id, status, Some(result)).await {
+                tracing::warn!(target: "toolmux::external", "the message of call {call_id} not finished: {e}");
+            }
         }
         match delivery {
             Delivery::Waiting => {

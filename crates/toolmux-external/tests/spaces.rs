@@ -600,3 +600,60 @@ async fn a_result_refused_as_expired_cancels_the_message() {
     assert!(refused.report().contains("expired"), "{}", refused.report());
     assert_eq!(tool_statuses(&gateway, "trip").await, ["cancelled"]);
 }
+
+/// Makes the file of space `space` in spaces folder `dir` one nobody can read: every
+/// change that reads the space fails, while the agents' state stays readable.
+fn spoil_space(dir: &std::path::Path, space: &str) {
+    std::fs::write(dir.join("spaces").join(format!("{space}.json")), b"{not json").expect("spoil");
+}
+
+/// A visible call whose message cannot be posted (the space's file unreadable) fails, and
+/// is not left pending: nobody may answer a call its caller was told failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_message_cannot_be_posted_is_not_left_pending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spaces = Spaces::in_dir(dir.path()).expect("spaces");
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    spoil_space(dir.path(), "trip");
+    let failed = ext.call("confirmAction", json!({"q": "book?"}), &me).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let listed = ext.call("pending", json!({}), &me).await.expect("pending");
+    assert_eq!(json_of(&listed)["calls"], json!([]), "withdrawn");
+}
+
+/// A result handed to its waiting call reaches the caller, and its submitter is told it
+/// was delivered, even when the call's message cannot be finished (the space's file became
+/// unreadable): the result is taken from the store, so failing there would lose it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_delivered_when_its_message_cannot_be_finished() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spaces = Spaces::in_dir(dir.path()).expect("spaces");
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let caller = {
+        let (ext, me) = (ext.clone(), me.clone());
+        tokio::spawn(async move { ext.call("ask", json!({"q": "pay?"}), &me).await })
+    };
+    toolmux_test_support::eventually("the call is shown", || async {
+        tool_statuses(&gateway, "trip").await == ["requires_action"]
+    })
+    .await;
+    let listed = ext.call("pending", json!({}), &me).await.expect("pending");
+    let id = json_of(&listed)["calls"][0]["callId"].as_str().expect("a call").to_owned();
+    spoil_space(dir.path(), "trip");
+    let answer = json!({"callId": id, "result": {"paid": true}});
+    let told = ext.call("submit", answer, &CallContext::new()).await.expect("delivered");
+    assert_eq!(told.extras["delivered"], "call", "{}", told.to_text());
+    let got = tokio::time::timeout(Duration::from_secs(20), caller)
+        .await
+        .expect("the call returns")
+        .expect("ended")
+        .expect("the result");
+    assert!(!got.is_error, "{}", got.to_text());
+    assert_eq!(json_of(&got), json!({"paid": true}));
+}
