@@ -657,3 +657,54 @@ async fn a_result_is_delivered_when_its_message_cannot_be_finished() {
     assert!(!got.is_error, "{}", got.to_text());
     assert_eq!(json_of(&got), json!({"paid": true}));
 }
+
+/// `read_messages` from an offset past the last message reads nothing and leaves the
+/// reader's unread messages as they were: the messages written after are still unread.
+#[tokio::test]
+async fn reading_past_the_end_marks_no_later_message_read() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let (a, b) = (agent("a", "r1"), agent("b", "r2"));
+    gateway.call("enter_space", json!({"space": "lobby"}), &a).await.expect("enter");
+    gateway.call("enter_space", json!({"space": "lobby"}), &b).await.expect("enter");
+    gateway.call("send_message", json!({"text": "one"}), &a).await.expect("send");
+    let past = gateway.call("read_messages", json!({"offset": 1000}), &b).await.expect("read");
+    assert_eq!(json_of(&past)["messages"], json!([]));
+    assert_eq!(json_of(&past)["next"], json!(1), "read on from the end");
+    gateway.call("send_message", json!({"text": "two"}), &a).await.expect("send");
+    let unread = gateway.call("read_messages", json!({}), &b).await.expect("read");
+    let texts: Vec<Value> = json_of(&unread)["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["text"].clone())
+        .collect();
+    assert_eq!(texts, [json!("two")]);
+}
+
+/// Goals past the bound are refused and not kept, in memory as in a folder; a status is
+/// bounded and redacted as the text is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_goals_are_not_kept() {
+    use toolmux_external::spaces::{ItemInput, ItemKind, MAX_ITEM_BYTES, MAX_ITEMS, Who};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stores = [Spaces::in_memory(), Spaces::in_dir(dir.path()).expect("spaces")];
+    for (spaces, kept_in) in stores.into_iter().zip(["memory", "a folder"]) {
+        let spaces = spaces.with_redaction(|text| text.replace("s3cret", "[REDACTED]"));
+        let who = Who { holder: None, entity: "agent:a".into() };
+        let goal = |text: String| ItemInput { id: None, text, status: None };
+        let full: Vec<ItemInput> = (0..MAX_ITEMS).map(|n| goal(format!("goal {n}"))).collect();
+        spaces.set_items(&who, ItemKind::Goal, full, "t").await.expect("within the bound");
+        let over = spaces.set_items(&who, ItemKind::Goal, vec![goal("one more".into())], "t").await;
+        assert!(over.is_err(), "{over:?}");
+        let held = spaces.items(&who, ItemKind::Goal).await.expect("goals");
+        assert_eq!(held.len(), MAX_ITEMS, "in {kept_in}");
+
+        let long = ItemInput { status: Some("x".repeat(MAX_ITEM_BYTES + 1)), ..goal("g".into()) };
+        let refused = spaces.set_items(&who, ItemKind::Memory, vec![long], "t").await;
+        assert!(refused.is_err(), "{refused:?}");
+        let keyed = ItemInput { status: Some("blocked on s3cret".into()), ..goal("m".into()) };
+        let kept = spaces.set_items(&who, ItemKind::Memory, vec![keyed], "t").await.expect("set");
+        assert_eq!(kept[0].status.as_deref(), Some("blocked on [REDACTED]"));
+    }
+}

@@ -861,7 +861,9 @@ impl Spaces {
                 let Some(space) = txn.space(&stored)? else {
                     return Err(invalid(TOOL, &no_space(space_name.as_deref())));
                 };
-                let from = offset.unwrap_or(unread_from).max(space.first);
+                // An offset past the last message reads nothing and goes on from the end:
+                // taken as it is, it would mark messages not yet written as read.
+                let from = offset.unwrap_or(unread_from).max(space.first).min(space.total());
                 let messages = space.page(from, limit);
                 let next = from + messages.len() as u64;
                 let (total, first) = (space.total(), space.first);
@@ -1044,6 +1046,14 @@ impl Spaces {
                     &format!("an item is {} bytes, over {MAX_ITEM_BYTES}", item.text.len()),
                 ));
             }
+            if let Some(status) = &item.status
+                && status.len() > MAX_ITEM_BYTES
+            {
+                return Err(invalid(
+                    tool,
+                    &format!("an item's status is {} bytes, over {MAX_ITEM_BYTES}", status.len()),
+                ));
+            }
             if let Some(id) = &item.id
                 && (id.is_empty() || id.len() > 64 || id.chars().any(char::is_control))
             {
@@ -1052,14 +1062,20 @@ impl Spaces {
         }
         let items: Vec<ItemInput> = items
             .into_iter()
-            .map(|item| ItemInput { text: self.clean_text(&item.text), ..item })
+            .map(|item| ItemInput {
+                text: self.clean_text(&item.text),
+                status: item.status.map(|status| self.clean_text(&status)),
+                ..item
+            })
             .collect();
         let key = who.key();
         let tool = tool.to_owned();
         self.transact(move |txn| {
             let entity = txn.entity(&key);
             let mut next_id = entity.next_id;
-            let list = entity.items_mut(kind);
+            // Changed on a copy, kept only when within the bound: a change in memory is
+            // not undone when it fails.
+            let mut list = entity.items(kind).clone();
             let now = now_ms();
             for input in items {
                 let id = input.id.unwrap_or_else(|| {
@@ -1089,6 +1105,7 @@ impl Spaces {
                 ));
             }
             let all = list.clone();
+            *entity.items_mut(kind) = list;
             entity.next_id = next_id;
             txn.changed();
             Ok(all)
