@@ -1,6 +1,7 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
 use crate::http::{Assembler, Endpoint, StreamError};
+use crate::message::{distinct_id, distinct_ids};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, ToolResultMessage, Usage,
@@ -128,7 +129,18 @@ impl Assembler for Events {
                         Block::Text(text)
                     }
                     Some("tool_use") => {
-                        let (id, name) = (text("id"), text("name"));
+                        // An id missing, or one an earlier call took, is made the call's
+                        // own as the answer's parser makes it (`distinct_ids`).
+                        let id = match text("id") {
+                            id if id.is_empty() => format!("call_{}", self.calls),
+                            id => id,
+                        };
+                        let id = distinct_id(&id, |id| {
+                            self.blocks.values().any(
+                                |b| matches!(b, Block::ToolUse { id: earlier, .. } if earlier == id),
+                            )
+                        });
+                        let name = text("name");
                         let call = self.calls;
                         self.calls += 1;
                         on_delta(ModelDelta::ToolCall { index: call, id: &id, name: &name });
@@ -440,6 +452,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             None => return Err(endpoint.missing(&format!("content[{index}].type"))),
         }
     }
+    distinct_ids(&mut tool_calls);
     let stop = match answer.get("stop_reason").and_then(Value::as_str) {
         Some("end_turn" | "stop_sequence") => StopReason::EndTurn,
         Some("tool_use") => StopReason::ToolUse,
@@ -514,6 +527,29 @@ mod tests {
             answer["usage"],
             json!({"input_tokens": 9, "cache_read_input_tokens": 4, "output_tokens": 2})
         );
+    }
+
+    #[test]
+    fn streamed_calls_sharing_an_id_are_given_ids_of_their_own() {
+        let mut events = Events::default();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let on_delta = |delta: ModelDelta<'_>| {
+            if let ModelDelta::ToolCall { id, .. } = delta {
+                seen.lock().unwrap().push(id.to_owned());
+            }
+        };
+        for index in 0..3 {
+            let id = if index == 2 { "" } else { "grep:3" };
+            let start = json!({"type": "content_block_start", "index": index,
+                "content_block": {"type": "tool_use", "id": id, "name": "grep", "input": {}}});
+            assert!(!events.event(&event(&start), &on_delta).unwrap());
+        }
+        assert!(events.event(&event(&json!({"type": "message_stop"})), &on_delta).unwrap());
+        let answer = events.finish().unwrap();
+        let ids: Vec<&Value> =
+            answer["content"].as_array().unwrap().iter().map(|b| &b["id"]).collect();
+        assert_eq!(ids, [&json!("grep:3"), &json!("grep:3_2"), &json!("call_2")]);
+        assert_eq!(*seen.lock().unwrap(), ["grep:3", "grep:3_2", "call_2"]);
     }
 
     #[test]

@@ -63,6 +63,38 @@ impl ModelToolCall {
     }
 }
 
+/// `id` if no earlier call of the answer took it (`taken`), else `{id}_2`, `{id}_3`, … the
+/// first that none did.
+///
+/// Some servers give parallel calls one id (DeepSeek's and GLM's chat completions, Kimi's
+/// messages): their results would name the same call twice, which the APIs refuse
+/// ("tool_use ids must be unique", "Duplicate value for 'tool_call_id'") and which would
+/// leave the agent unable to tell the calls apart.
+pub(crate) fn distinct_id(id: &str, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(id) {
+        return id.to_owned();
+    }
+    (2u32..)
+        .map(|n| format!("{id}_{n}"))
+        .find(|candidate| !taken(candidate))
+        .expect("an answer has fewer calls than there are numbers")
+}
+
+/// `calls` with ids of their own: an empty id becomes `call_{index}`, a repeated one
+/// [`distinct_id`].
+pub(crate) fn distinct_ids(calls: &mut [ModelToolCall]) {
+    let mut seen = std::collections::HashSet::new();
+    for (index, call) in calls.iter_mut().enumerate() {
+        if call.id.is_empty() {
+            call.id = format!("call_{index}");
+        }
+        if !seen.insert(call.id.clone()) {
+            call.id = distinct_id(&call.id, |id| seen.contains(id));
+            seen.insert(call.id.clone());
+        }
+    }
+}
+
 /// The result of one tool call, as the model will read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

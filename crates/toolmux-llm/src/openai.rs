@@ -81,6 +81,9 @@ struct Chunks {
 struct CallParts {
     /// The API's `index` of the call, when it gives one.
     key: Option<u64>,
+    /// The id the API gave the call, when it did.
+    given_id: Option<String>,
+    /// The call's id: the API's, unless an earlier call has it.
     id: String,
     name: String,
     arguments: String,
@@ -187,23 +190,27 @@ impl Chunks {
     fn call_part(&mut self, part: &Value, on_delta: DeltaSink<'_>) {
         let key = part.get("index").and_then(Value::as_u64);
         let id = part.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
-        // By the API's index; servers that send none start a call with a new id.
+        // By the API's index; servers that send none start a call with a new id. A part
+        // whose id is not that of the call at its index starts a call too: Gemini's
+        // compatible API gives every parallel call index 0 (or none), each with its own
+        // id, and OpenAI names a call's id in its first part only.
         let position = match key {
-            Some(key) => self.calls.iter().position(|c| c.key == Some(key)),
-            None => match (id, self.calls.last()) {
-                (Some(id), Some(last)) if last.id != id => None,
-                (_, Some(_)) => Some(self.calls.len() - 1),
-                (_, None) => None,
-            },
+            Some(key) => self.calls.iter().rposition(|c| c.key == Some(key)),
+            None => self.calls.len().checked_sub(1),
         };
+        let position = position.filter(|&at| match id {
+            Some(id) => self.calls[at].given_id.as_deref().is_none_or(|given| given == id),
+            None => true,
+        });
         let position = position.unwrap_or_else(|| {
             self.calls.push(CallParts { key, ..CallParts::default() });
             self.calls.len() - 1
         });
         let call = &mut self.calls[position];
         if let Some(id) = id
-            && call.id.is_empty()
+            && call.given_id.is_none()
         {
+            call.given_id = Some(id.to_owned());
             call.id = id.to_owned();
         }
         let function = part.get("function");
@@ -221,10 +228,15 @@ impl Chunks {
         call.arguments.push_str(&fragment);
         if !call.announced && !call.name.is_empty() {
             call.announced = true;
-            // The id the answer's parser gives a call without one.
+            // The id the answer's parser gives a call without one, or one an earlier call
+            // took (see `distinct_ids`).
             if call.id.is_empty() {
                 call.id = format!("call_{position}");
             }
+            let (earlier, rest) = self.calls.split_at_mut(position);
+            let call = &mut rest[0];
+            call.id =
+                crate::message::distinct_id(&call.id, |id| earlier.iter().any(|c| c.id == id));
             on_delta(ModelDelta::ToolCall { index: position, id: &call.id, name: &call.name });
             // What came before the name, with this chunk's fragment.
             if !call.arguments.is_empty() {
@@ -423,6 +435,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         for (index, call) in calls.iter().enumerate() {
             tool_calls.push(parse_call(call, index, endpoint)?);
         }
+        crate::message::distinct_ids(&mut tool_calls);
     }
     let stop = match choice.get("finish_reason").and_then(Value::as_str) {
         Some("stop") => StopReason::EndTurn,
@@ -533,6 +546,39 @@ mod tests {
                 r#"ToolArguments { index: 1, fragment: "{\"pattern\": \"x\"}" }"#,
             ]
         );
+    }
+
+    #[test]
+    fn parallel_calls_at_one_index_or_sharing_an_id_stay_apart() {
+        // Gemini's compatible API streams each parallel call whole at index 0, with an id of
+        // its own; DeepSeek's gives parallel calls one id, at indices of their own.
+        let whole = |index: u64, id: &str, city: &str| {
+            json!({"choices": [{"delta": {"tool_calls": [{"index": index, "id": id,
+                "function": {"name": "weather", "arguments": format!("{{\"city\":\"{city}\"}}")}}]}}]})
+        };
+        let (answer, seen) = fold(&[
+            whole(0, "function-call-1", "Oslo"),
+            whole(0, "function-call-2", "Rome"),
+            whole(1, "function-call-1", "Lima"),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1, "function": {"arguments": " "}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ]);
+        let answer = answer.expect("a finish reason completes the answer");
+        let calls: Vec<(&Value, &Value)> = answer["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (&c["id"], &c["function"]["arguments"]))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                (&json!("function-call-1"), &json!("{\"city\":\"Oslo\"}")),
+                (&json!("function-call-2"), &json!("{\"city\":\"Rome\"}")),
+                (&json!("function-call-1_2"), &json!("{\"city\":\"Lima\"} ")),
+            ]
+        );
+        assert_eq!(seen[4], r#"ToolCall { index: 2, id: "function-call-1_2", name: "weather" }"#);
     }
 
     #[test]

@@ -328,3 +328,17 @@ async fn stop_reasons_and_blocks() {
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::EndTurn);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("pause_turn".into()));
 }
+
+/// Parallel calls that share an id (Kimi's compatible API gives them one) are read with ids
+/// of their own, which the API wants of every `tool_use` of a request.
+#[tokio::test]
+async fn calls_sharing_an_id_are_given_ids_of_their_own() {
+    let call = |id: &str, path: &str| json!({"type": "tool_use", "id": id, "name": "fs__grep", "input": {"pattern": path}});
+    let answer = json!({"content": [call("grep:3", "a"), call("grep:3", "b")],
+                        "stop_reason": "tool_use"});
+    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(answer.to_string())]);
+    let answer = complete(&model, &hello()).await;
+    let ids: Vec<&str> = answer.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["grep:3", "grep:3_2"]);
+    assert_eq!(answer.tool_calls[1].arguments, json!({"pattern": "b"}));
+}

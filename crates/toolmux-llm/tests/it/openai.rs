@@ -306,3 +306,29 @@ async fn cached_prompt_tokens_are_read_from_the_details_and_nothing_is_marked() 
     // OpenAI caches by itself: no breakpoints are sent.
     assert!(!only_request(&server).to_string().contains("cache_control"));
 }
+
+/// Parallel calls that share an id (DeepSeek's and GLM's servers give them one) are read
+/// with ids of their own, so that each result names its call; an empty id is numbered.
+#[tokio::test]
+async fn calls_sharing_an_id_are_given_ids_of_their_own() {
+    let call = |id: &str, path: &str| {
+        json!({"id": id, "type": "function",
+               "function": {"name": "fs__read", "arguments": json!({"path": path}).to_string()}})
+    };
+    let answer = json!({"choices": [{"message": {"content": null, "tool_calls": [
+        call("call_0", "a"), call("call_0", "b"), call("", "c"), call("call_0_2", "d"),
+    ]}, "finish_reason": "tool_calls"}]});
+    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::Raw(answer.to_string())]);
+    let answer = complete(&model, &hello()).await;
+    let calls: Vec<(&str, &Value)> =
+        answer.tool_calls.iter().map(|c| (c.id.as_str(), &c.arguments["path"])).collect();
+    assert_eq!(
+        calls,
+        [
+            ("call_0", &json!("a")),
+            ("call_0_2", &json!("b")),
+            ("call_2", &json!("c")),
+            ("call_0_2_2", &json!("d")),
+        ]
+    );
+}
