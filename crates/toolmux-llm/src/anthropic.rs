@@ -1,7 +1,7 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::{distinct_id, distinct_ids};
+use crate::message::{distinct_id, distinct_ids, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, ToolResultMessage, Usage,
@@ -325,7 +325,7 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
                     blocks.push(json!({
                         "type": "tool_use",
                         "id": call.id,
-                        "name": call.name,
+                        "name": wire_name(&call.name),
                         "input": input,
                     }));
                 }

@@ -80,6 +80,22 @@ pub(crate) fn distinct_id(id: &str, taken: impl Fn(&str) -> bool) -> String {
         .expect("an answer has fewer calls than there are numbers")
 }
 
+/// `name`, the tool an earlier call of the conversation named, as the APIs take it back:
+/// both refuse a request whose history names a tool other than by
+/// `^[a-zA-Z0-9_-]{1,64}$`. Every tool offered has such a name; a model may still make one
+/// up (GPT models' `multi_tool_use.parallel`, an empty name from a stream that gave none),
+/// which the agent answers as an unknown tool, and the next request would fail on it.
+/// Such a name goes with `_` for each character outside that set, cut to 64 characters,
+/// `_` when empty.
+pub(crate) fn wire_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !name.is_empty() && name.len() <= 64 && name.chars().all(allowed) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mended: String = name.chars().take(64).map(|c| if allowed(c) { c } else { '_' }).collect();
+    std::borrow::Cow::Owned(if mended.is_empty() { "_".to_owned() } else { mended })
+}
+
 /// `calls` with ids of their own: an empty id becomes `call_{index}`, a repeated one
 /// [`distinct_id`].
 pub(crate) fn distinct_ids(calls: &mut [ModelToolCall]) {

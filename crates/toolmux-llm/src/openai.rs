@@ -2,6 +2,7 @@
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
 use crate::http::{Assembler, Endpoint, StreamError};
+use crate::message::wire_name;
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, Usage,
@@ -338,7 +339,7 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool) {
                     .iter()
                     .map(|call| {
                         json!({"id": call.id, "type": "function", "function": {
-                            "name": call.name,
+                            "name": wire_name(&call.name),
                             "arguments": arguments_text(call),
                         }})
                     })

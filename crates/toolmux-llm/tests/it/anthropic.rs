@@ -342,3 +342,18 @@ async fn calls_sharing_an_id_are_given_ids_of_their_own() {
     assert_eq!(ids, ["grep:3", "grep:3_2"]);
     assert_eq!(answer.tool_calls[1].arguments, json!({"pattern": "b"}));
 }
+
+/// A tool name the model made up that the API would refuse back in the conversation goes
+/// mended; names of tools offered go as they are.
+#[tokio::test]
+async fn made_up_tool_names_go_back_as_the_api_takes_them() {
+    let (server, model) = serve(Dialect::Anthropic, vec![ScriptStep::text("ok")]);
+    complete(&model, &made_up_calls()).await;
+    let names: Vec<Value> = only_request(&server)["messages"][1]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(names, made_up_names_on_the_wire());
+}

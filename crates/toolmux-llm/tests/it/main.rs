@@ -165,3 +165,32 @@ fn only_request(server: &ScriptedLlmServer) -> Value {
     assert_eq!(requests.len(), 1, "{requests:#?}");
     requests.into_iter().next().unwrap()
 }
+
+/// A turn of calls of tools the model made up (a name with a dot, one with a space, an
+/// empty one, one too long) beside one offered, and their results.
+fn made_up_calls() -> ModelRequest {
+    let names = ["multi_tool_use.parallel", "fs read", "", &"x".repeat(70), "router__handoff-to"];
+    let calls: Vec<ModelToolCall> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| ModelToolCall::new(format!("c{i}"), *name, json!({})))
+        .collect();
+    let results =
+        calls.iter().map(|c| result(&c.id, "(tool failed: unknown tool)", true)).collect();
+    ModelRequest::new(vec![
+        Message::user("go"),
+        Message::Assistant { content: String::new(), tool_calls: calls },
+        Message::Tool { results },
+    ])
+}
+
+/// The names of [`made_up_calls`] as both APIs take them (`^[a-zA-Z0-9_-]{1,64}$`).
+fn made_up_names_on_the_wire() -> Vec<Value> {
+    vec![
+        json!("multi_tool_use_parallel"),
+        json!("fs_read"),
+        json!("_"),
+        json!("x".repeat(64)),
+        json!("router__handoff-to"),
+    ]
+}

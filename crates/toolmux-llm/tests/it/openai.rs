@@ -332,3 +332,19 @@ async fn calls_sharing_an_id_are_given_ids_of_their_own() {
         ]
     );
 }
+
+/// A tool name the model made up that the API would refuse back in the conversation
+/// (`multi_tool_use.parallel`, an empty name) goes mended, so that the request after the
+/// agent's "unknown tool" answer is taken; names of tools offered go as they are.
+#[tokio::test]
+async fn made_up_tool_names_go_back_as_the_api_takes_them() {
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    complete(&model, &made_up_calls()).await;
+    let names: Vec<Value> = only_request(&server)["messages"][1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["name"].clone())
+        .collect();
+    assert_eq!(names, made_up_names_on_the_wire());
+}
