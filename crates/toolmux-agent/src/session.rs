@@ -539,9 +539,22 @@ impl Session<'_> {
             let repeated = state.repeats.turn(&answer.tool_calls, max_repeats);
             let refused: Vec<bool> = repeated.iter().map(Option::is_some).collect();
             let state_now = &state;
+            let limit_now = limit.as_deref().unwrap_or_default();
             self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
             let outcomes = self.within_time(join_all(answer.tool_calls.iter().zip(repeated).map(
                 |(call, repeated)| async move {
+                    // Only the report was offered on the last turn; a server that ignores
+                    // `tool_choice` (or a model writing its calls as text) may call more,
+                    // which must not run past the limit that made the turn the last.
+                    if last && call.name != FINAL_REPORT {
+                        return Outcome::error(
+                            call,
+                            format!(
+                                "(not called: this was your last turn, in which only \
+                                 {FINAL_REPORT} could be called: {limit_now})"
+                            ),
+                        );
+                    }
                     match repeated {
                         Some(turns) => Outcome::error(
                             call,

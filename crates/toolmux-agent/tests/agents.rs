@@ -666,6 +666,41 @@ async fn no_report_within_the_turn_limit_is_a_failure() {
     );
 }
 
+/// On the last turn only the report is offered; a model whose server ignores `tool_choice`
+/// (or that writes its calls as text) and calls other tools anyway has them refused, not
+/// run: the budget or the turn limit that made the turn the last holds.
+#[tokio::test]
+async fn the_last_turn_runs_no_other_tool_than_the_report() {
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .calls(vec![("mock__echo", json!({"turn": 1}))])
+            .calls(vec![
+                ("mock__echo", json!({"turn": 2})),
+                ("agent__final_report", json!({"status": "partial", "content": "half"})),
+            ])
+            .calls(vec![("mock__echo", json!({"turn": 1}))])
+            .calls(vec![("mock__echo", json!({"turn": 2}))]),
+    );
+    let s = setup(one("a", AgentConfig { max_turns: Some(2), ..agent("m") }), vec![model.clone()])
+        .await;
+    let options = RunOptions { transcript: true, ..RunOptions::default() };
+    let report = s.agents.run_with("a", "t", &CallContext::new(), &options).await.unwrap();
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Partial, "half"));
+    assert_eq!(s.mock.calls_of("echo"), 1, "the last turn's echo ran");
+    let Some(Message::Tool { results }) = report.transcript.last() else {
+        panic!("{:?}", report.transcript.last())
+    };
+    assert!(results[0].is_error && results[0].content.contains("last turn"), "{results:?}");
+
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert_eq!(
+        report.content,
+        "the limit of 2 turns is reached, and the model gave no final report"
+    );
+    assert_eq!(s.mock.calls_of("echo"), 2, "the last turn's echo ran");
+}
+
 /// A plain answer on the last turn, where only the report was asked for, is no success.
 #[tokio::test]
 async fn a_plain_answer_on_the_last_turn_is_partial() {
