@@ -534,6 +534,13 @@ impl Inner {
         error: ServiceError,
     ) -> McpError {
         match error {
+            // The server wrote something for an answer that is none.
+            ServiceError::McpError(data) if crate::transport::is_unreadable_answer(&data) => {
+                McpError::Protocol {
+                    server: self.name.clone(),
+                    message: format!("the answer to {method} is {}", data.message),
+                }
+            }
             ServiceError::McpError(data) => McpError::Rpc {
                 server: self.name.clone(),
                 method,

@@ -289,6 +289,40 @@ pub(crate) fn parse_message(bytes: &[u8]) -> Result<RxJsonRpcMessage<RoleClient>
     Ok(message)
 }
 
+/// The member of an error's `data` that marks an error made here for an answer that is no
+/// JSON-RPC response ([`unreadable_answer`]): a protocol error of the server, not its own
+/// error answer.
+pub(crate) const UNREADABLE_ANSWER_KEY: &str = "io.toolmux/unreadableAnswer";
+
+/// For a line that is not a message (`why` says how) but answers a request (a JSON object
+/// with an `id`, a `result` or an `error`, and no `method`): an error answer to that
+/// request, saying what the server wrote, so that the request fails now instead of waiting
+/// for its timeout. `None` for any other line.
+pub(crate) fn unreadable_answer(line: &[u8], why: &str) -> Option<RxJsonRpcMessage<RoleClient>> {
+    use rmcp::model::{ErrorCode, ErrorData, JsonRpcError, RequestId};
+
+    let serde_json::Value::Object(object) = serde_json::from_slice(line).ok()? else {
+        return None;
+    };
+    if object.contains_key("method") || !["result", "error"].iter().any(|k| object.contains_key(*k))
+    {
+        return None;
+    }
+    let id: RequestId = serde_json::from_value(object.get("id")?.clone()).ok()?;
+    let data = serde_json::json!({ UNREADABLE_ANSWER_KEY: true });
+    Some(JsonRpcMessage::Error(JsonRpcError {
+        jsonrpc: Default::default(),
+        id: Some(id),
+        error: ErrorData::new(ErrorCode::INTERNAL_ERROR, why.to_owned(), Some(data)),
+    }))
+}
+
+/// Whether `error` was made by [`unreadable_answer`].
+pub(crate) fn is_unreadable_answer(error: &rmcp::model::ErrorData) -> bool {
+    error.data.as_ref().and_then(|d| d.get(UNREADABLE_ANSWER_KEY))
+        == Some(&serde_json::Value::Bool(true))
+}
+
 /// The tool `_meta` key under which a listed tool's `execution.taskSupport` (2025-11-25) is
 /// kept: rmcp's model has no `execution`, and a tool that requires tasks must be called as
 /// one (`McpProvider` does, see `client/provider/tasks.rs`).

@@ -391,7 +391,7 @@ impl StdoutReader {
             } else if trimmed.starts_with(b"[") {
                 self.batch(trimmed)
             } else {
-                let parsed = parse_message(trimmed);
+                let parsed = parse_message(trimmed).map_err(|why| (trimmed, why));
                 self.message(parsed)
             };
             line.clear();
@@ -411,18 +411,30 @@ impl StdoutReader {
     /// no array of JSON values is one bad line.
     fn batch(&mut self, line: &[u8]) -> bool {
         let Ok(items) = serde_json::from_slice::<Vec<&serde_json::value::RawValue>>(line) else {
-            let parsed = parse_message(line);
+            let parsed = parse_message(line).map_err(|why| (line, why));
             return self.message(parsed);
         };
         items.iter().all(|item| {
-            let parsed = parse_message(item.get().as_bytes());
+            let bytes = item.get().as_bytes();
+            let parsed = parse_message(bytes).map_err(|why| (bytes, why));
             self.message(parsed)
         })
     }
 
-    /// Passes a message on, or notes a line that is none; `false` once the connection is
-    /// over.
-    fn message(&mut self, parsed: Result<RxJsonRpcMessage<RoleClient>, String>) -> bool {
+    /// Passes a message on, or notes a line that is none (given with why it is none);
+    /// `false` once the connection is over.
+    ///
+    /// A line that answers a request but is no response (an error whose code is a string,
+    /// a result that is no object) is the error that request gets: it fails now, saying
+    /// what the server wrote, rather than at its timeout.
+    fn message(&mut self, parsed: Result<RxJsonRpcMessage<RoleClient>, (&[u8], String)>) -> bool {
+        let parsed = parsed.or_else(|(line, why)| match super::unreadable_answer(line, &why) {
+            Some(answer) => {
+                tracing::warn!(server = %self.server, "mcp server answered a request with a line that is {why}");
+                Ok(answer)
+            }
+            None => Err(why),
+        });
         match parsed {
             Ok(message) => {
                 self.spoken = true;

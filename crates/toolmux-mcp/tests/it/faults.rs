@@ -563,6 +563,40 @@ async fn a_server_that_stops_reading_cannot_hold_a_call_past_its_timeout() {
     provider.shutdown().await.unwrap();
 }
 
+/// An answer to a call that is no JSON-RPC response (an error whose code is a string, an
+/// error that is a string) fails that call at once, naming the server and what it
+/// wrote, instead of leaving it to wait for its timeout; the connection goes on.
+#[tokio::test]
+async fn a_malformed_answer_fails_its_call_at_once() {
+    let config = support::fixture_stdio("ok").with_request_timeout(Duration::from_secs(30));
+    let provider = McpProvider::new("fixture", config).unwrap();
+    provider.warmup().await.unwrap();
+    let pid = provider.server_pid();
+    for (malformed, expected) in [
+        (
+            "error",
+            expect_test::expect![[
+                r#"error fails: fixture: protocol error: the answer to tools/call is not a JSON-RPC message: `{"error":{"code":"E_BROKEN","message":"it broke"},"id":"tm-1","jsonrpc":"2.0"}`"#
+            ]],
+        ),
+        (
+            "string",
+            expect_test::expect![[
+                r#"error fails: fixture: protocol error: the answer to tools/call is not a JSON-RPC message: `{"error":"it broke","id":"tm-2","jsonrpc":"2.0"}`"#
+            ]],
+        ),
+    ] {
+        let started = Instant::now();
+        let arguments = json!({"malformed": malformed});
+        let error = provider.call("error", arguments, &CallContext::new()).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+        expected.assert_eq(&format!("error fails: {}", error.report()));
+    }
+    assert_eq!(call(&provider, "echo").await.unwrap(), "echo: ");
+    assert_eq!(provider.server_pid(), pid, "the same server answers");
+    provider.shutdown().await.unwrap();
+}
+
 /// A call whose future is dropped (not cancelled: a caller's own timeout, say) still tells
 /// the server, which may stop the work.
 #[tokio::test]
