@@ -40,8 +40,10 @@ pub(crate) struct Endpoint {
     pub(crate) url: reqwest::Url,
     /// Every header sent, credentials among them (marked sensitive).
     pub(crate) headers: HeaderMap,
-    /// The API key, kept only to scrub it from anything the API echoes back.
-    pub(crate) api_key: Option<String>,
+    /// The API key and the configured headers' values that may be credentials (an
+    /// `Authorization` or `api-key` given in `headers`), kept only to scrub them from
+    /// anything the API echoes back; none empty.
+    pub(crate) secrets: Vec<String>,
     pub(crate) timeout: Duration,
     pub(crate) max_retries: u32,
     /// The model's context window in tokens, as configured.
@@ -93,7 +95,7 @@ impl fmt::Debug for Endpoint {
             .field("model", &self.model)
             .field("url", &url_for_messages(&self.url))
             .field("headers", &headers)
-            .field("api_key", &self.api_key.as_ref().map(|_| REDACTED))
+            .field("secrets", &self.secrets.iter().map(|_| REDACTED).collect::<Vec<_>>())
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
             .finish()
@@ -470,14 +472,16 @@ impl Endpoint {
         ModelError::Cancelled { model: self.name.clone() }
     }
 
-    /// `text` without the API key, should the API have echoed it.
+    /// `text` without the API key or a credential of the headers, should the API have
+    /// echoed one.
     pub(crate) fn redact(&self, text: &str) -> String {
-        match &self.api_key {
-            Some(key) if !key.is_empty() && text.contains(key.as_str()) => {
-                text.replace(key.as_str(), REDACTED)
+        let mut text = text.to_owned();
+        for secret in &self.secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), REDACTED);
             }
-            _ => text.to_owned(),
         }
+        text
     }
 
     /// An answer that lacks what the API documents.

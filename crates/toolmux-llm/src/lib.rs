@@ -45,6 +45,7 @@ pub use text_tools::TextToolCalls;
 
 use async_trait::async_trait;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -116,6 +117,35 @@ pub(crate) fn replay(answer: &ModelResponse, on_delta: DeltaSink<'_>) {
         };
         on_delta(ModelDelta::ToolArguments { index, fragment: &arguments });
     }
+}
+
+/// Headers the APIs define whose values are no credentials, and are worth reading in an
+/// error that names them (`Unexpected value for anthropic-beta: …`).
+const PLAIN_HEADERS: [&str; 5] =
+    ["anthropic-version", "anthropic-beta", "openai-organization", "openai-project", "accept"];
+
+/// What an error must never show: the API key, and the values of the configured headers
+/// (where `${VAR}` puts a key the API takes in a header of its own, as Azure's `api-key`)
+/// and the credential after an `Authorization` scheme, longest first so that a value is
+/// scrubbed whole before a part of it. Header values shorter than 8 characters are no
+/// secret worth hiding and would scrub common words.
+fn secrets(api_key: Option<&str>, headers: &BTreeMap<String, String>) -> Vec<String> {
+    let mut secrets = Vec::new();
+    for (name, value) in headers {
+        if PLAIN_HEADERS.iter().any(|plain| name.eq_ignore_ascii_case(plain)) {
+            continue;
+        }
+        let value = value.trim();
+        secrets.push(value.to_owned());
+        if let Some((_scheme, credential)) = value.split_once(' ') {
+            secrets.push(credential.trim().to_owned());
+        }
+    }
+    secrets.retain(|s| s.len() >= 8);
+    secrets.extend(api_key.map(str::to_owned));
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    secrets
 }
 
 /// The client of the model configured as `name` (`models.<name>`), speaking the API that
@@ -231,7 +261,7 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
         client,
         url,
         headers,
-        api_key: api_key.map(str::to_owned),
+        secrets: secrets(api_key, &config.headers),
         timeout: Duration::from_millis(timeout_ms),
         max_retries: config.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
         context_window: config.context_window,

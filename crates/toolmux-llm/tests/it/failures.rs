@@ -363,3 +363,43 @@ async fn a_wrong_base_url_is_named_and_anthropic_s_v1_is_read_as_meant() {
     assert_eq!(answer.content, "hi");
     assert_eq!(server.requests().len(), 1);
 }
+
+/// A key given in a header of the configuration (Azure's `api-key`, an `Authorization`
+/// written out) is kept out of errors as the API key is, whole or after its scheme.
+#[tokio::test]
+async fn keys_given_in_headers_are_kept_out_of_errors() {
+    for (header, value) in [("api-key", KEY.to_owned()), ("Authorization", format!("Bearer {KEY}"))]
+    {
+        let (_server, model) = serve_with(
+            Dialect::OpenAi,
+            vec![ScriptStep::status(
+                401,
+                api_error(&format!("invalid key {KEY} for this deployment")),
+            )],
+            |c| {
+                c.api_key = None;
+                c.headers.insert(header.into(), value);
+                c.headers.insert("anthropic-beta".into(), "prompt-caching-2024-07-31".into());
+            },
+        );
+        let error = fail(&model, &hello()).await;
+        let ModelError::Auth { message, .. } = &error else { panic!("{error:?}") };
+        assert_eq!(message, "invalid key [redacted] for this deployment", "{header}");
+    }
+    // What is no credential stays readable.
+    let (_server, model) = serve_with(
+        Dialect::Anthropic,
+        vec![ScriptStep::status(
+            400,
+            api_error("unexpected anthropic-beta prompt-caching-2024-07-31"),
+        )],
+        |c| {
+            c.headers.insert("anthropic-beta".into(), "prompt-caching-2024-07-31".into());
+        },
+    );
+    let error = fail(&model, &hello()).await;
+    assert!(
+        error.to_string().ends_with("unexpected anthropic-beta prompt-caching-2024-07-31"),
+        "{error}"
+    );
+}
