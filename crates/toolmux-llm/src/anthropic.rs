@@ -311,10 +311,13 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for message in conversation {
         let (role, blocks) = match message {
+            // The API refuses a text block that is empty or only whitespace, which
+            // Claude's own answers may hold (`"\n\n"` before its calls); it says nothing.
+            Message::User { content } if content.trim().is_empty() => ("user", Vec::new()),
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
             Message::Assistant { content, tool_calls } => {
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
-                if !content.is_empty() {
+                if !content.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
                 }
                 for call in tool_calls {
@@ -335,11 +338,13 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
                 let blocks = results
                     .iter()
                     .map(|result| {
-                        let mut block = json!({
-                            "type": "tool_result",
-                            "tool_use_id": result.call_id,
-                            "content": tool_result_content(result, images),
-                        });
+                        let mut block =
+                            json!({"type": "tool_result", "tool_use_id": result.call_id});
+                        // A blank result goes without content (which the API leaves
+                        // optional) rather than as blank text.
+                        if let Some(content) = tool_result_content(result, images) {
+                            block["content"] = content;
+                        }
                         if result.is_error {
                             block["is_error"] = json!(true);
                         }
@@ -380,14 +385,14 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
 }
 
 /// A tool result's `content`: its text, or with images, a text block (unless the text is
-/// empty) and an image block each.
-fn tool_result_content(result: &ToolResultMessage, images: bool) -> Value {
+/// blank) and an image block each; `None` for blank text and no image.
+fn tool_result_content(result: &ToolResultMessage, images: bool) -> Option<Value> {
     let (text, shown) = result.wire_parts(images);
     if shown.is_empty() {
-        return json!(text);
+        return (!text.trim().is_empty()).then(|| json!(text));
     }
     let mut blocks = Vec::with_capacity(shown.len() + 1);
-    if !text.is_empty() {
+    if !text.trim().is_empty() {
         blocks.push(json!({"type": "text", "text": text}));
     }
     for (media_type, data) in shown {
@@ -396,7 +401,7 @@ fn tool_result_content(result: &ToolResultMessage, images: bool) -> Value {
             "source": {"type": "base64", "media_type": media_type, "data": data},
         }));
     }
-    Value::Array(blocks)
+    Some(Value::Array(blocks))
 }
 
 fn tool_choice(choice: &ToolChoice) -> Value {

@@ -179,6 +179,39 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
     );
 }
 
+/// The API refuses a text block that is empty or only whitespace ("text content blocks
+/// must contain non-whitespace text"), which Claude's own answers may hold (`"\n\n"`
+/// before its calls): such text is left out, and a blank tool result goes without content.
+#[tokio::test]
+async fn blank_text_is_left_out() {
+    let request = ModelRequest::new(vec![
+        Message::user("Look"),
+        Message::Assistant {
+            content: "\n\n".into(),
+            tool_calls: vec![ModelToolCall::new("call_a", "fs__ls", json!({}))],
+        },
+        Message::Tool { results: vec![result("call_a", " \n", false)] },
+        Message::user("  "),
+        Message::assistant("\n"),
+        Message::user("(Your answer was empty.)"),
+    ]);
+    let (server, model) = serve_uncached(vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    assert_eq!(
+        only_request(&server)["messages"],
+        json!([
+            {"role": "user", "content": "Look"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "call_a", "name": "fs__ls", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "call_a"},
+                {"type": "text", "text": "(Your answer was empty.)"},
+            ]},
+        ])
+    );
+}
+
 #[tokio::test]
 async fn images_of_tool_results_go_as_image_blocks_in_the_tool_result() {
     let (server, model) = serve_uncached(vec![ScriptStep::text("A page.")]);
