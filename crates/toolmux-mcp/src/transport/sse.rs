@@ -12,6 +12,7 @@ use crate::client::oauth::OAuth;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::sse::{Event, EventParser};
 
+use super::stdio::MESSAGE_MAX;
 use super::{
     ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
 };
@@ -48,15 +49,18 @@ pub(crate) async fn connect(
         return Err(format!("the server answered HTTP {status}{hint}").into());
     }
     let mut stream = response.bytes_stream();
-    let mut parser = EventParser::default();
+    let mut parser = CappedParser::default();
     let mut pending = std::collections::VecDeque::new();
     let endpoint = 'found: loop {
         let Some(chunk) = stream.next().await else {
             return Err("the event stream ended before an `endpoint` event".into());
         };
         let chunk = chunk.map_err(|e| format!("the event stream broke: {}", without_url(&e)))?;
-        for event in parser.push(&chunk) {
+        let mut events = parser.push(&chunk)?.into_iter();
+        while let Some(event) = events.next() {
             if event.name == "endpoint" {
+                // What came with it is read after it.
+                pending.extend(events);
                 let endpoint = base.join(event.data.trim())?;
                 // Messages carry the configured headers (tokens): only to the same origin.
                 if endpoint.origin() != base.origin() {
@@ -107,7 +111,17 @@ pub(crate) async fn connect(
             };
             match chunk {
                 Some(Ok(bytes)) => {
-                    for event in parser.push(&bytes) {
+                    let events = match parser.push(&bytes) {
+                        Ok(events) => events,
+                        Err(why) => {
+                            tracing::warn!(server = %reader_server, "sse stream carried {why}");
+                            reader_fault.set(FaultKind::Protocol(format!(
+                                "the event stream carried {why}"
+                            )));
+                            return;
+                        }
+                    };
+                    for event in events {
                         if !deliver(event).await {
                             return;
                         }
@@ -182,6 +196,63 @@ pub(crate) async fn connect(
     Ok(transport)
 }
 
+/// The events of a stream, none longer than [`MESSAGE_MAX`]: a server writing without end
+/// must not take the gateway's memory with it (a stdio server's line and a WebSocket
+/// message have the same bound).
+#[derive(Debug)]
+struct CappedParser {
+    /// The longest event, in bytes.
+    max: usize,
+    parser: EventParser,
+    /// Bytes of a line not yet ended, held here until its end comes: the parser looks
+    /// through all it holds at every push, which for a long line read in many chunks
+    /// would take time quadratic in its length.
+    held: Vec<u8>,
+    /// Bytes received since the last event ended (those of events ended in the same
+    /// chunk, after the last, are not counted: a chunk's worth at most).
+    since_event: usize,
+}
+
+impl Default for CappedParser {
+    fn default() -> Self {
+        CappedParser {
+            max: MESSAGE_MAX,
+            parser: EventParser::default(),
+            held: Vec::new(),
+            since_event: 0,
+        }
+    }
+}
+
+impl CappedParser {
+    /// The events `chunk` completes, or what is wrong when the event under way passed the
+    /// bound.
+    fn push(&mut self, chunk: &[u8]) -> Result<Vec<Event>, String> {
+        self.since_event += chunk.len();
+        if self.since_event > self.max {
+            return Err(format!(
+                "an event of over {} MiB, more than any message may be",
+                self.max >> 20
+            ));
+        }
+        if !chunk.contains(&b'\n') {
+            self.held.extend_from_slice(chunk);
+            return Ok(Vec::new());
+        }
+        let events = if self.held.is_empty() {
+            self.parser.push(chunk)
+        } else {
+            self.held.extend_from_slice(chunk);
+            let held = std::mem::take(&mut self.held);
+            self.parser.push(&held)
+        };
+        if !events.is_empty() {
+            self.since_event = self.parser.pending();
+        }
+        Ok(events)
+    }
+}
+
 /// A reqwest error's message without its URL, which may carry a session id or token.
 pub(crate) fn without_url(error: &reqwest::Error) -> String {
     let mut error_text = error.to_string();
@@ -189,4 +260,34 @@ pub(crate) fn without_url(error: &reqwest::Error) -> String {
         error_text = error_text.replace(&format!(" for url ({url})"), "");
     }
     error_text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CappedParser;
+    use toolmux_core::sse::EventParser;
+
+    /// Events read in chunks cut anywhere are the parser's; an event longer than the
+    /// bound is refused, however it is cut.
+    #[test]
+    fn events_are_read_whole_up_to_the_bound() {
+        let stream =
+            b"event: endpoint\ndata: /m\n\ndata: {\"a\":\ndata: 1}\n\n: ping\n\ndata: x\n\n";
+        let whole = EventParser::default().push(stream);
+        for size in 1..stream.len() {
+            let mut parser = CappedParser { max: 64, ..CappedParser::default() };
+            let events: Vec<_> =
+                stream.chunks(size).flat_map(|chunk| parser.push(chunk).unwrap()).collect();
+            assert_eq!(events, whole, "chunks of {size}");
+        }
+        for (chunk, long) in [(b"x".as_slice(), b"data: ".to_vec()), (b"data: y\n", Vec::new())] {
+            let mut parser = CappedParser { max: 64, ..CappedParser::default() };
+            parser.push(&long).unwrap();
+            let refused = (0..100).find_map(|_| parser.push(chunk).err());
+            assert_eq!(
+                refused.as_deref(),
+                Some("an event of over 0 MiB, more than any message may be")
+            );
+        }
+    }
 }

@@ -712,6 +712,37 @@ async fn an_sse_server_that_cannot_be_reached_or_refuses_says_why_without_the_ur
     server.abort();
 }
 
+/// A legacy SSE server whose event never ends (a runaway stream) ends its connection with
+/// a protocol error once the event passes the bound any message has, as a stdio server's
+/// line does, instead of growing the client's memory until the startup timeout.
+#[tokio::test]
+async fn an_sse_event_without_end_is_a_protocol_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    let router = axum::Router::new()
+        .route(
+            "/sse",
+            axum::routing::get(|| async {
+                let start = bytes::Bytes::from_static(b"event: endpoint\ndata: /message\n\ndata: ");
+                let megabyte = bytes::Bytes::from(vec![b'x'; 1 << 20]);
+                // Bounded, so that a client without the bound is not fed for ever.
+                let chunks = std::iter::once(start).chain(std::iter::repeat_n(megabyte, 300));
+                let stream = futures::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>));
+                ([("content-type", "text/event-stream")], axum::body::Body::from_stream(stream))
+            }),
+        )
+        .route("/message", axum::routing::post(|| async { axum::http::StatusCode::ACCEPTED }));
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let config = McpServerConfig::remote(toolmux_mcp::TransportKind::Sse, url)
+        .with_startup_timeout(Duration::from_secs(60));
+    let provider = McpProvider::new("s", config.with_max_restarts(0)).unwrap();
+    let error = provider.warmup().await.unwrap_err().report();
+    provider.shutdown().await.unwrap();
+    expect_test::expect!["s: protocol error: the event stream carried an event of over 128 MiB, more than any message may be"]
+        .assert_eq(&error);
+    server.abort();
+}
+
 /// An HTTP server that refuses the handshake gets a hint at what to fix: credentials for a
 /// 401, the endpoint's path for a 404.
 #[tokio::test]
