@@ -1,7 +1,7 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::{distinct_id, distinct_ids, wire_name};
+use crate::message::{distinct_id, distinct_ids, unwrapped, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, ToolResultMessage, Usage,
@@ -443,7 +443,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
                         .and_then(Value::as_str)
                         .ok_or_else(|| endpoint.missing(&format!("content[{index}].{name}")))
                 };
-                let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+                let input = block.get("input").cloned().map_or_else(|| json!({}), unwrapped);
                 let mut call = ModelToolCall::new(field("id")?, field("name")?, input);
                 // The API's input is an object; a string is what a stream gave that did not
                 // parse (cut at the output limit, say): the call's arguments are not JSON.

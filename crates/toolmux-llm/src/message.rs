@@ -96,6 +96,17 @@ pub(crate) fn wire_name(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(if mended.is_empty() { "_".to_owned() } else { mended })
 }
 
+/// `arguments` as the object they stand for when they are that object's JSON text (some
+/// servers encode a model's arguments twice: `"{\"path\": \"a\"}"`), else as they are.
+pub(crate) fn unwrapped(arguments: Value) -> Value {
+    if let Value::String(text) = &arguments
+        && let Ok(object @ Value::Object(_)) = serde_json::from_str(text)
+    {
+        return object;
+    }
+    arguments
+}
+
 /// `calls` with ids of their own: an empty id becomes `call_{index}`, a repeated one
 /// [`distinct_id`].
 pub(crate) fn distinct_ids(calls: &mut [ModelToolCall]) {

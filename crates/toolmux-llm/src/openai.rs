@@ -2,7 +2,7 @@
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::wire_name;
+use crate::message::{unwrapped, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, Usage,
@@ -487,7 +487,7 @@ fn parse_call(
     match function.get("arguments") {
         Some(Value::String(text)) if text.trim().is_empty() => out.arguments = json!({}),
         Some(Value::String(text)) => match serde_json::from_str(text) {
-            Ok(arguments) => out.arguments = arguments,
+            Ok(arguments) => out.arguments = unwrapped(arguments),
             Err(_) => out.raw_arguments = Some(text.clone()),
         },
         None | Some(Value::Null) => out.arguments = json!({}),

@@ -390,3 +390,14 @@ async fn made_up_tool_names_go_back_as_the_api_takes_them() {
         .collect();
     assert_eq!(names, made_up_names_on_the_wire());
 }
+
+/// An `input` a compatible server sent as the object's JSON text is read as the object.
+#[tokio::test]
+async fn an_input_encoded_as_text_is_read_as_its_object() {
+    let answer = json!({"content": [{"type": "tool_use", "id": "c", "name": "fs__read",
+        "input": json!({"path": "a"}).to_string()}], "stop_reason": "tool_use"});
+    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(answer.to_string())]);
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.tool_calls[0].arguments, json!({"path": "a"}));
+    assert_eq!(answer.tool_calls[0].raw_arguments, None);
+}

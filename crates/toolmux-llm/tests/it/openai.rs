@@ -348,3 +348,27 @@ async fn made_up_tool_names_go_back_as_the_api_takes_them() {
         .collect();
     assert_eq!(names, made_up_names_on_the_wire());
 }
+
+/// Arguments a server encoded twice (a JSON string of the object's text, as some
+/// compatible servers send) are read as the object; a string that is no object's text
+/// stays what it is.
+#[tokio::test]
+async fn arguments_encoded_twice_are_read_as_their_object() {
+    let call = |arguments: Value| {
+        json!({"choices": [{"message": {"tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "fs__read", "arguments": arguments.to_string()}}]},
+            "finish_reason": "tool_calls"}]})
+        .to_string()
+    };
+    let (_server, model) = serve(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::Raw(call(json!(json!({"path": "a"}).to_string()))),
+            ScriptStep::Raw(call(json!("a.md"))),
+        ],
+    );
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.tool_calls[0].arguments, json!({"path": "a"}));
+    let answer = complete(&model, &hello()).await;
+    assert_eq!(answer.tool_calls[0].arguments, json!("a.md"));
+}
