@@ -92,7 +92,7 @@ impl ModelError {
             ModelError::RateLimited { .. }
             | ModelError::Transport { .. }
             | ModelError::Timeout { .. } => true,
-            ModelError::Api { status, .. } => *status >= 500,
+            ModelError::Api { status, .. } => *status >= 500 || *status == 408,
             _ => false,
         }
     }

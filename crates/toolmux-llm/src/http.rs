@@ -402,7 +402,9 @@ impl Endpoint {
         if spent {
             return Failure::Fatal { status: Some(code), error };
         }
-        if matches!(code, 429 | 500 | 502 | 503 | 504 | 520..=524 | 529) {
+        // 408: a proxy in front of the API gave up waiting for the request (the APIs' own
+        // clients retry it too).
+        if matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529) {
             Failure::Retry { status: Some(code), error, retry_after }
         } else {
             Failure::Fatal { status: Some(code), error }

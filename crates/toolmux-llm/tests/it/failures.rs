@@ -72,6 +72,18 @@ async fn a_server_error_is_retried_after_a_backoff() {
     }
 }
 
+/// A 408 (a proxy or load balancer in front of the API gave up waiting for the request)
+/// is tried again, as the APIs' own clients do.
+#[tokio::test]
+async fn a_request_timeout_is_retried() {
+    let (server, model) = serve(
+        Dialect::OpenAi,
+        vec![ScriptStep::status(408, "request timeout"), ScriptStep::text("ok")],
+    );
+    assert_eq!(complete(&model, &hello()).await.content, "ok");
+    assert_eq!(server.requests().len(), 2);
+}
+
 #[tokio::test]
 async fn an_overloaded_server_is_reported_after_the_retries() {
     for dialect in DIALECTS {
