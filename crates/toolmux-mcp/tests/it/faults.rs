@@ -800,3 +800,48 @@ async fn a_server_that_outlives_its_input_is_asked_to_stop_before_it_is_killed()
     assert_eq!(std::fs::read_to_string(&mark).unwrap(), "saved\n");
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 }
+
+/// A call cancelled, or dropped, while its server is still starting (it never answers the
+/// handshake) leaves no process behind.
+#[tokio::test]
+async fn a_call_given_up_during_the_handshake_leaves_no_process() {
+    for drop_it in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("pid");
+        let script = format!(
+            "echo $$ > {}; exec {} no-init",
+            pid_file.display(),
+            env!("CARGO_BIN_EXE_toolmux-mcp-fixture")
+        );
+        let config = McpServerConfig::stdio("sh", ["-c".to_owned(), script])
+            .with_base_dir(dir.path().to_path_buf())
+            .with_startup_timeout(Duration::from_secs(60));
+        let provider = McpProvider::new("starting", config).unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let ctx = CallContext::new().with_cancel(cancel.clone());
+        let calling = provider.call("echo", json!({}), &ctx);
+        let pid = async {
+            support::wait_for("the server's pid", Duration::from_secs(10), || {
+                std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
+            })
+            .await;
+            std::fs::read_to_string(&pid_file).unwrap().trim().parse::<i32>().unwrap()
+        };
+        let pid = if drop_it {
+            tokio::select! {
+                _ = calling => panic!("the call ended"),
+                pid = pid => pid,
+            }
+        } else {
+            let (result, pid) = tokio::join!(calling, async {
+                let pid = pid.await;
+                cancel.cancel();
+                pid
+            });
+            assert!(matches!(result, Err(ToolError::Cancelled { .. })), "{result:?}");
+            pid
+        };
+        support::assert_group_gone(pid).await;
+        provider.shutdown().await.unwrap();
+    }
+}

@@ -142,3 +142,15 @@ async fn a_run_whose_connection_was_closed_is_told_when_it_calls_again() {
     assert!(idle.contains("was closed after 300 ms without calls (`sessionIdleMs`)"), "{idle}");
     provider.shutdown().await.unwrap();
 }
+
+/// Dropped without a shutdown, the provider takes every run's server with it.
+#[tokio::test]
+async fn dropping_the_provider_ends_every_runs_server() {
+    let provider =
+        PerSessionProvider::new("fx", fixture_stdio("ok"), 4, Duration::from_secs(3600)).unwrap();
+    provider.warmup().await.unwrap();
+    let a = pid(&provider, "run-a").await;
+    let b = pid(&provider, "run-b").await;
+    drop(provider);
+    wait_for("both processes reaped", Duration::from_secs(10), || !alive(a) && !alive(b)).await;
+}
