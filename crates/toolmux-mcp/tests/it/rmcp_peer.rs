@@ -718,3 +718,57 @@ async fn a_gateway_passes_on_the_headers_it_is_told_to_and_never_its_own_credent
     let error = McpProvider::new("s", own).unwrap_err().to_string();
     assert!(error.contains("never passed on"), "{error}");
 }
+
+/// A WebSocket server that closes the socket under a call fails the call at once with an
+/// error naming the server and the close frame's code and reason; the next call connects
+/// again.
+#[tokio::test]
+async fn a_websocket_closed_under_a_call_fails_it_at_once_naming_the_close() {
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(Message::Text(text))) = socket.next().await {
+                    let request: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    let answer = match request["method"].as_str() {
+                        Some("initialize") => json!({"protocolVersion": "2025-06-18",
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "closer", "version": "1"}}),
+                        Some("tools/list") => json!({"tools": [{"name": "echo",
+                            "inputSchema": {"type": "object"}}]}),
+                        Some("tools/call") => {
+                            let frame =
+                                CloseFrame { code: 1011.into(), reason: "overloaded".into() };
+                            let _ = socket.send(Message::Close(Some(frame))).await;
+                            continue;
+                        }
+                        _ => continue,
+                    };
+                    let line = json!({"jsonrpc": "2.0", "id": request["id"], "result": answer});
+                    if socket.send(Message::Text(line.to_string().into())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let config = McpServerConfig::remote(TransportKind::Websocket, url)
+        .with_protocol(ProtocolMode::Legacy)
+        .with_request_timeout(Duration::from_secs(30));
+    let provider = McpProvider::new("ws", config).unwrap();
+    provider.warmup().await.unwrap();
+    for _ in 0..2 {
+        let started = Instant::now();
+        let error = provider.call("echo", json!({}), &CallContext::new()).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+        expect_test::expect![
+            "ws: connection closed (the server closed the websocket (1011 overloaded))"
+        ]
+        .assert_eq(&error.report());
+    }
+    provider.shutdown().await.unwrap();
+    server.abort();
+}
