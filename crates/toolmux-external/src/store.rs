@@ -400,7 +400,10 @@ impl MemoryPendingStore {
             .filter(|e| tools.is_empty() || tools.contains(&e.call.tool))
             .map(|e| PendingCall {
                 status: if e.waiter.is_some() { CallStatus::Waiting } else { CallStatus::Pending },
-                expires_ms: now_ms + e.expires.saturating_duration_since(now).as_millis() as u64,
+                expires_ms: now_ms.saturating_add(
+                    u64::try_from(e.expires.saturating_duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                ),
                 ..e.call.clone()
             })
             .collect();

@@ -111,6 +111,39 @@ async fn a_waiting_call_is_answered_through_the_other_side(p: Pair) {
     assert!(again.report().contains("no pending call"), "{}", again.report());
 }
 
+both!(concurrent_submissions_of_one_call_let_exactly_one_win);
+/// Results submitted for one call at once from both sides (two processes): exactly one is
+/// taken, the others refused, and the caller or the inbox gets that one alone.
+async fn concurrent_submissions_of_one_call_let_exactly_one_win(p: Pair) {
+    for is_async in [true, false] {
+        let id = p.a.open(call("external__confirm", "run-1", is_async)).await.unwrap();
+        let submissions = (0..8).map(|n| {
+            let side = if n % 2 == 0 { p.a.clone() } else { p.b.clone() };
+            let id = id.clone();
+            tokio::spawn(
+                async move { (n, side.resolve(&id, answer(&format!("answer {n}"))).await) },
+            )
+        });
+        let mut won = Vec::new();
+        for submission in submissions.collect::<Vec<_>>() {
+            let (n, resolved) = submission.await.unwrap();
+            match resolved {
+                Ok(_) => won.push(n),
+                Err(e) => assert!(e.report().contains("no pending call"), "{}", e.report()),
+            }
+        }
+        assert_eq!(won.len(), 1, "async {is_async}: {won:?}");
+        let winner = answer(&format!("answer {}", won[0]));
+        let got = match is_async {
+            true => {
+                p.a.take_inbox("run-1", None).await.unwrap().into_iter().map(|e| e.result).collect()
+            }
+            false => vec![p.a.wait(&id, Duration::from_secs(5)).await.unwrap()],
+        };
+        assert_eq!(got, [winner], "async {is_async}");
+    }
+}
+
 both!(a_result_submitted_before_the_wait_is_kept_for_it);
 async fn a_result_submitted_before_the_wait_is_kept_for_it(p: Pair) {
     let id = p.a.open(call("external__confirm", "run-1", false)).await.unwrap();
@@ -461,4 +494,24 @@ async fn a_removed_folder_is_made_again() {
     std::fs::remove_dir_all(&at).unwrap();
     assert!(a.withdraw_now(&dropped));
     assert!(at.join(".lock").exists());
+}
+
+/// Times to live too long to count in milliseconds since the epoch (a configuration's way
+/// of saying "never") list calls that expire at the end of time, with no overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_to_live_past_counting_list_calls_that_never_expire() {
+    let forever = Duration::from_millis(u64::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [Store; 2] = [
+        Arc::new(MemoryPendingStore::default().with_ttl(forever, forever)),
+        Arc::new(DirPendingStore::open(dir.path()).unwrap().with_ttl(forever, forever)),
+    ];
+    for store in stores {
+        let id = store.open(call("external__confirm", "r", false)).await.unwrap();
+        assert_eq!(store.wait(&id, Duration::from_millis(10)).await, None);
+        let listed = store.pending(&[], Duration::ZERO).await.unwrap();
+        assert_eq!(listed[0].expires_ms, u64::MAX, "{store:?}");
+        store.resolve(&id, answer("late")).await.unwrap();
+        assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer("late"));
+    }
 }
