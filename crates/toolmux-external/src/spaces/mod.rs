@@ -492,8 +492,15 @@ struct Txn<'a> {
 }
 
 impl Txn<'_> {
+    /// Entity `key`'s state, made when it has none: for a change to it.
     fn entity(&mut self, key: &str) -> &mut Entity {
         self.state.entities.entry(key.to_owned()).or_default()
+    }
+
+    /// Entity `key`'s active space. Only looked at: the state of a caller that never
+    /// entered a space is not made (in memory it would be kept, one for every run).
+    fn active_space(&self, key: &str) -> Option<String> {
+        self.state.entities.get(key).and_then(|e| e.active_space.clone())
     }
 
     fn changed(&mut self) {
@@ -740,7 +747,7 @@ impl Spaces {
         let key = who.key();
         let left = self
             .transact(move |txn| {
-                let left = txn.entity(&key).active_space.take();
+                let left = txn.state.entities.get_mut(&key).and_then(|e| e.active_space.take());
                 if left.is_some() {
                     txn.changed();
                 }
@@ -798,7 +805,7 @@ impl Spaces {
         self.transact_for(needs, move |txn| {
             let stored = match named {
                 Some(stored) => stored,
-                None => txn.entity(&key).active_space.clone().ok_or_else(|| {
+                None => txn.active_space(&key).ok_or_else(|| {
                     invalid(&tool, "you are not in a space: call `gateway__enter_space` first")
                 })?,
             };
@@ -816,8 +823,9 @@ impl Spaces {
             let message = space.messages.back().cloned();
             txn.touch(&stored);
             // What one writes, one has read.
-            let entity = txn.entity(&key);
-            if entity.read.get(&stored).is_some_and(|r| *r == index) {
+            if let Some(entity) = txn.state.entities.get_mut(&key)
+                && entity.read.get(&stored).is_some_and(|r| *r == index)
+            {
                 entity.read.insert(stored.clone(), index + 1);
                 txn.changed();
             }
@@ -848,7 +856,7 @@ impl Spaces {
             .transact_for(needs, move |txn| {
                 let stored = match named {
                     Some(stored) => stored,
-                    None => txn.entity(&key).active_space.clone().ok_or_else(|| {
+                    None => txn.active_space(&key).ok_or_else(|| {
                         invalid(
                             TOOL,
                             "you are not in a space: name one (`space`) or call \
@@ -942,7 +950,7 @@ impl Spaces {
         self.transact_for(
             move |state| active_of(state, &of),
             move |txn| {
-                let Some(stored) = txn.entity(&key).active_space.clone() else {
+                let Some(stored) = txn.active_space(&key) else {
                     return Ok(Err(NotInSpace));
                 };
                 let call_id = message.call_id.clone();
@@ -1123,7 +1131,10 @@ impl Spaces {
         let key = who.key();
         let ids = ids.to_vec();
         self.transact(move |txn| {
-            let list = txn.entity(&key).items_mut(kind);
+            let Some(entity) = txn.state.entities.get_mut(&key) else {
+                return Ok((Vec::new(), ids));
+            };
+            let list = entity.items_mut(kind);
             let (mut deleted, mut unknown) = (Vec::new(), Vec::new());
             for id in &ids {
                 match list.iter().position(|i| &i.id == id) {
@@ -1438,6 +1449,39 @@ mod tests {
         assert_eq!(spaces.context(&a, 5).await.expect("context").unread_count, 0);
         let again = spaces.read(&b, Some("lobby"), Some(2), 1).await.expect("read");
         assert_eq!(again.messages[0].text.as_deref(), Some("three"));
+    }
+
+    /// A caller in no space that speaks, reads, leaves, deletes or calls a visible tool
+    /// leaves no state behind: in memory, an empty one per run would be kept forever.
+    #[tokio::test]
+    async fn callers_outside_spaces_leave_no_state() {
+        let spaces = Spaces::in_memory();
+        let entities = |spaces: &Spaces| match spaces.backend.as_ref() {
+            Backend::Memory(state) => state.lock().expect("state").entities.len(),
+            _ => unreachable!("in memory"),
+        };
+        for run in 0..3 {
+            let caller = who(&format!("run:mcp-{run}"));
+            spaces.say(&caller, None, "hello", "t", false).await.expect_err("in no space");
+            spaces.read(&caller, None, None, 5).await.expect_err("in no space");
+            assert_eq!(spaces.leave(&caller).await.expect("leave"), None);
+            let ids = ["g1".to_owned()];
+            let (deleted, unknown) =
+                spaces.delete_items(&caller, ItemKind::Goal, &ids).await.expect("delete");
+            assert_eq!((deleted, unknown), (vec![], ids.to_vec()));
+            let call = ToolMessage {
+                name: "external__x".into(),
+                tool_name: "x".into(),
+                arguments: Value::Null,
+                status: ToolStatus::RequiresAction,
+                result: None,
+                call_id: Some(format!("c{run}")),
+            };
+            assert_eq!(spaces.post_tool(&caller, call).await.expect("post"), Err(NotInSpace));
+        }
+        assert_eq!(entities(&spaces), 0);
+        spaces.enter(&who("agent:a"), "lobby", 5).await.expect("enter");
+        assert_eq!(entities(&spaces), 1);
     }
 
     #[tokio::test]
