@@ -54,12 +54,26 @@ pub struct ModelToolCall {
     /// agent can tell the model what to mend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_arguments: Option<String>,
+    /// What the API attached to the call besides its id, name and arguments, kept as it
+    /// came to be sent back with the call, unread: a chat completions call's
+    /// `extra_content`, where Gemini's compatible API puts its thought signature
+    /// (`{"google": {"thought_signature": "…"}}`) and refuses the next request (HTTP 400)
+    /// if the call comes back without it. Only the chat completions client sends it back;
+    /// Anthropic's messages have no place for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
 }
 
 impl ModelToolCall {
     /// A call of `name` with `arguments`.
     pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
-        ModelToolCall { id: id.into(), name: name.into(), arguments, raw_arguments: None }
+        ModelToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            raw_arguments: None,
+            extra: None,
+        }
     }
 }
 
@@ -465,7 +479,7 @@ pub type DeltaSink<'a> = &'a (dyn Fn(ModelDelta<'_>) + Send + Sync);
 
 #[cfg(test)]
 mod tests {
-    use super::{ImagePart, ToolResultMessage};
+    use super::{ImagePart, ModelToolCall, ToolResultMessage};
     use serde_json::json;
 
     #[test]
@@ -478,6 +492,19 @@ mod tests {
         let value = serde_json::to_value(&with).unwrap();
         assert_eq!(value["images"], json!([{"mimeType": "image/png", "data": "iVBORw0KGgo="}]));
         assert_eq!(serde_json::from_value::<ToolResultMessage>(value).unwrap(), with);
+    }
+
+    #[test]
+    fn calls_keep_their_extras_when_saved_and_calls_without_save_as_before() {
+        let saved = json!({"id": "a", "name": "fs__read", "arguments": {}});
+        let call: ModelToolCall = serde_json::from_value(saved.clone()).unwrap();
+        assert_eq!(call, ModelToolCall::new("a", "fs__read", json!({})));
+        assert_eq!(serde_json::to_value(&call).unwrap(), saved);
+        let signed =
+            ModelToolCall { extra: Some(json!({"google": {"thought_signature": "c2ln"}})), ..call };
+        let value = serde_json::to_value(&signed).unwrap();
+        assert_eq!(value["extra"], json!({"google": {"thought_signature": "c2ln"}}));
+        assert_eq!(serde_json::from_value::<ModelToolCall>(value).unwrap(), signed);
     }
 
     #[test]

@@ -88,6 +88,8 @@ struct CallParts {
     id: String,
     name: String,
     arguments: String,
+    /// The call's `extra_content`, as its parts have given it (see [`ModelToolCall::extra`]).
+    extra: Option<Value>,
     /// Whether its [`ModelDelta::ToolCall`] was handed out (once its name is known).
     announced: bool,
 }
@@ -163,10 +165,14 @@ impl Assembler for Chunks {
                 .calls
                 .iter()
                 .map(|call| {
-                    json!({"id": call.id, "type": "function", "function": {
+                    let mut out = json!({"id": call.id, "type": "function", "function": {
                         "name": call.name,
                         "arguments": call.arguments,
-                    }})
+                    }});
+                    if let Some(extra) = &call.extra {
+                        out["extra_content"] = extra.clone();
+                    }
+                    out
                 })
                 .collect();
             message.insert("tool_calls".into(), Value::Array(calls));
@@ -214,6 +220,14 @@ impl Chunks {
             call.given_id = Some(id.to_owned());
             call.id = id.to_owned();
         }
+        // Gemini sends a call's thought signature with the call's first part; a server may
+        // as well send it, or more of it, with a later one.
+        if let Some(extra) = part.get("extra_content").filter(|e| !e.is_null()) {
+            match &mut call.extra {
+                Some(kept) => merge(kept, extra),
+                None => call.extra = Some(extra.clone()),
+            }
+        }
         let function = part.get("function");
         if let Some(name) = function.and_then(|f| f.get("name")).and_then(Value::as_str)
             && call.name.is_empty()
@@ -246,6 +260,24 @@ impl Chunks {
         } else if call.announced && !fragment.is_empty() {
             on_delta(ModelDelta::ToolArguments { index: position, fragment: &fragment });
         }
+    }
+}
+
+/// `more` laid over `kept`: objects member by member, anything else in place of what was
+/// there.
+fn merge(kept: &mut Value, more: &Value) {
+    match (kept, more) {
+        (Value::Object(kept), Value::Object(more)) => {
+            for (key, value) in more {
+                match kept.get_mut(key) {
+                    Some(old) => merge(old, value),
+                    None => {
+                        kept.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        (kept, more) => *kept = more.clone(),
     }
 }
 
@@ -338,10 +370,18 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool) {
                 let calls: Vec<Value> = tool_calls
                     .iter()
                     .map(|call| {
-                        json!({"id": call.id, "type": "function", "function": {
+                        let mut out = json!({"id": call.id, "type": "function", "function": {
                             "name": wire_name(&call.name),
                             "arguments": arguments_text(call),
-                        }})
+                        }});
+                        // Back as it came: Gemini refuses a call of the history without
+                        // the thought signature it gave it. A call carries it only when a
+                        // chat completions API gave it, so it goes to no API that did not
+                        // (short of a conversation carried on with another model).
+                        if let Some(extra) = &call.extra {
+                            out["extra_content"] = extra.clone();
+                        }
+                        out
                     })
                     .collect();
                 out.insert("tool_calls".into(), Value::Array(calls));
@@ -484,6 +524,7 @@ fn parse_call(
         _ => format!("call_{index}"),
     };
     let mut out = ModelToolCall::new(id, name, Value::Null);
+    out.extra = call.get("extra_content").filter(|e| !e.is_null()).cloned();
     match function.get("arguments") {
         Some(Value::String(text)) if text.trim().is_empty() => out.arguments = json!({}),
         Some(Value::String(text)) => match serde_json::from_str(text) {
@@ -580,6 +621,32 @@ mod tests {
             ]
         );
         assert_eq!(seen[4], r#"ToolCall { index: 2, id: "function-call-1_2", name: "weather" }"#);
+    }
+
+    #[test]
+    fn extras_of_a_call_are_kept_from_its_first_part_or_a_later_one() {
+        let google = |text: &str| json!({"google": {"thought_signature": text}});
+        let (answer, _) = fold(&[
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a",
+                "extra_content": google("first"), "function": {"name": "ls", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1, "id": "b",
+                "function": {"name": "ls", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1,
+                "extra_content": google("second")}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 1,
+                "extra_content": {"other": 1}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 2, "id": "c",
+                "extra_content": null, "function": {"name": "ls", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        let answer = answer.expect("a finish reason completes the answer");
+        let calls = &answer["choices"][0]["message"]["tool_calls"];
+        assert_eq!(calls[0]["extra_content"], google("first"));
+        assert_eq!(
+            calls[1]["extra_content"],
+            json!({"google": {"thought_signature": "second"}, "other": 1})
+        );
+        assert_eq!(calls[2].get("extra_content"), None, "{calls}");
     }
 
     #[test]

@@ -225,10 +225,8 @@ fn call_of(body: &str) -> ModelToolCall {
         // What the model meant to call, if its name can be read, to tell it what to mend.
         let name = name_in(body).unwrap_or_else(|| "tool".to_owned());
         return ModelToolCall {
-            id,
-            name,
-            arguments: Value::Null,
             raw_arguments: Some(body.to_owned()),
+            ..ModelToolCall::new(id, name, Value::Null)
         };
     };
     let text = |key: &str| fields.get(key).and_then(Value::as_str).map(str::to_owned);
@@ -244,9 +242,10 @@ fn call_of(body: &str) -> ModelToolCall {
         None | Some(Value::Null) => ModelToolCall::new(id, name, json!({})),
         Some(Value::String(raw)) => match serde_json::from_str::<Value>(raw) {
             Ok(value @ Value::Object(_)) => ModelToolCall::new(id, name, value),
-            _ => {
-                ModelToolCall { id, name, arguments: Value::Null, raw_arguments: Some(raw.clone()) }
-            }
+            _ => ModelToolCall {
+                raw_arguments: Some(raw.clone()),
+                ..ModelToolCall::new(id, name, Value::Null)
+            },
         },
         Some(value) => ModelToolCall::new(id, name, value.clone()),
     }

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod anthropic;
+mod extras;
 mod failures;
 mod openai;
 mod streaming;
