@@ -1611,9 +1611,18 @@ impl Orchestrator {
                         wait,
                     );
                     // A caller waiting for another's identical call (coalesced) stops when
-                    // it is cancelled, not when that call ends.
+                    // it is cancelled, not when that call ends. `Orchestrator::cancel` stops
+                    // every one of them, and is looked at first: a waiter woken by the
+                    // cancelled leader's leaving would otherwise lead and run the call again
+                    // under the generation that came after.
+                    let generation =
+                        self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     let (result, served) = tokio::select! {
                         biased;
+                        () = generation.cancelled() => {
+                            let tool = entry.name.to_string();
+                            (Err(ToolError::Cancelled { tool }), Served::Executed)
+                        }
                         done = flight => done,
                         () = ctx.cancel_token().cancelled() => {
                             let tool = entry.name.to_string();
@@ -1841,7 +1850,7 @@ impl Orchestrator {
         }
         if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
         {
-            self.take_turn(entry, ctx).await?;
+            self.take_turn(entry, ctx, &generation).await?;
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         let started = run.as_ref().map(|_| Instant::now());
@@ -1915,8 +1924,14 @@ impl Orchestrator {
 
     /// Waits for the call's turn under its rate limit (the tool's, else its provider's),
     /// or fails with [`ToolError::RateLimited`] when the turn is further off than the limit
-    /// lets a call wait.
-    async fn take_turn(&self, entry: &ToolEntry, ctx: &CallContext) -> Result<(), ToolError> {
+    /// lets a call wait. The wait ends as a queue wait does: at the caller's cancellation,
+    /// at [`Orchestrator::cancel`] and at the caller's deadline.
+    async fn take_turn(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        generation: &CancellationToken,
+    ) -> Result<(), ToolError> {
         let limits = &self.inner.rate_limits;
         let namespace = entry.provider.namespace();
         let original = || format!("{namespace}__{}", entry.original);
@@ -1933,11 +1948,21 @@ impl Orchestrator {
                 retry_after,
             })?;
         if !wait.is_zero() {
+            let started = Instant::now();
+            let turn = started + wait;
+            let until = ctx.deadline().map_or(turn, |deadline| deadline.min(turn));
             tokio::select! {
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep_until(until) => {}
                 () = ctx.cancel_token().cancelled() => {
                     return Err(ToolError::Cancelled { tool: entry.name.to_string() });
                 }
+                () = generation.cancelled() => {
+                    return Err(ToolError::Cancelled { tool: entry.name.to_string() });
+                }
+            }
+            if until < turn {
+                let tool = entry.name.to_string();
+                return Err(ToolError::Timeout { tool, after: started.elapsed(), idle: None });
             }
         }
         Ok(())
@@ -1967,13 +1992,22 @@ impl Orchestrator {
             });
         }
         let waited = Instant::now();
+        // A slot that comes after the caller's deadline is of no use: the wait ends there.
+        let before_deadline = ctx.deadline().map(|d| d.saturating_duration_since(waited));
+        let bounded = before_deadline.is_some_and(|left| left < *wait);
+        let limit = before_deadline.map_or(*wait, |left| left.min(*wait));
+        let priority = entry.settings.priority.saturating_add(ctx.priority());
         let slot = tokio::select! {
-            slot = queue.acquire_at(*wait, entry.settings.priority.saturating_add(ctx.priority())) => slot,
+            slot = queue.acquire_at(limit, priority) => slot,
             () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
             () = generation.cancelled() => return Err(ToolError::Cancelled { tool: entry.name.to_string() }),
         };
         meta.queued_ms.store(waited.elapsed().as_millis() as u64, Ordering::Relaxed);
         let Some(slot) = slot else {
+            if bounded {
+                let tool = entry.name.to_string();
+                return Err(ToolError::Timeout { tool, after: waited.elapsed(), idle: None });
+            }
             return Err(ToolError::QueueBusy {
                 tool: entry.name.to_string(),
                 queue: queue.name().to_string(),

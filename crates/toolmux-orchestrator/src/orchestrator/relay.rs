@@ -92,7 +92,7 @@ impl Orchestrator {
         let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
         {
-            self.take_turn(entry, ctx).await?;
+            self.take_turn(entry, ctx, &generation).await?;
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
         meta.attempts.store(1, std::sync::atomic::Ordering::Relaxed);

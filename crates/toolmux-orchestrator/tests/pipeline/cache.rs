@@ -271,3 +271,26 @@ async fn a_coalesced_caller_waits_no_longer_than_its_own_limits() {
     assert!(cached.ok, "{cached:?}");
     assert_eq!(p.calls_of("slow"), 1);
 }
+
+/// `Orchestrator::cancel` stops the callers waiting for an identical call as well as the
+/// call itself: none of them takes over and runs the tool again.
+#[tokio::test(start_paused = true)]
+async fn cancel_stops_coalesced_callers_too() {
+    let p = provider();
+    let o = start(config(), vec![p.clone()]).await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let o = o.clone();
+            tokio::spawn(async move { call(&o, "api__slow", json!({})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(p.calls_of("slow"), 1);
+    o.cancel();
+    for r in futures::future::join_all(calls).await {
+        let r = r.unwrap();
+        assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    }
+    assert_eq!(p.calls_of("slow"), 1, "no waiter ran the call again");
+    assert!(call(&o, "api__slow", json!({})).await.ok, "usable after cancel");
+}

@@ -83,6 +83,28 @@ async fn slots_are_released_on_error_timeout_panic_and_cancel() {
     assert_eq!(p.in_flight(), 0);
 }
 
+/// A call waiting for a queue slot stops at its caller's deadline, with a timeout: it
+/// neither waits out the queue's wait timeout nor reaches its tool past the deadline.
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_a_slot_stops_at_its_deadline() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let o = start(queued(1, Duration::from_secs(60)), vec![p.clone()]).await;
+    let holder = {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "m__slow", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    let ctx = CallContext::new().with_deadline(started + Duration::from_secs(2));
+    let r = o.execute(toolmux_core::ToolCall::new("m__slow", json!({})), &ctx).await;
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert!(holder.await.unwrap().ok);
+    assert_eq!(p.calls_of("slow"), 1, "the late call never reached the tool");
+}
+
 /// A provider whose `outer` tool calls `m__inner` through the orchestrator, as a sub-agent would.
 #[derive(Debug)]
 struct Nested {
@@ -181,6 +203,47 @@ async fn rate_limits_refuse_or_delay_calls_beyond_them() {
     assert!(call(&o, "m__own", json!({})).await.ok);
     assert!(call(&o, "m__own", json!({})).await.ok);
     assert_eq!(started.elapsed(), Duration::from_secs(60));
+}
+
+/// A call waiting for its turn under a rate limit is aborted by `Orchestrator::cancel`
+/// (as one waiting for a queue slot is) and by its caller's deadline, rather than waiting
+/// out its turn and running.
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_its_rate_limited_turn_is_cancelled() {
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(MockProvider::new("m").with_tool("own", Behavior::Echo));
+    let mut config = OrchestratorConfig::default();
+    config.tools.insert(
+        "m__own".into(),
+        ToolSettings {
+            rate_limit: Some(RateLimit {
+                calls: 1,
+                per: Duration::from_secs(60),
+                wait: Duration::from_secs(600),
+            }),
+            ..ToolSettings::default()
+        },
+    );
+    let o = start(config, vec![p.clone()]).await;
+    assert!(call(&o, "m__own", json!({})).await.ok);
+    let waiting = {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "m__own", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    o.cancel();
+    let started = tokio::time::Instant::now();
+    let r = waiting.await.unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(p.calls_of("own"), 1);
+    // A caller whose deadline comes before its turn stops at the deadline.
+    let started = tokio::time::Instant::now();
+    let ctx = CallContext::new().with_deadline(started + Duration::from_secs(5));
+    let r = o.execute(toolmux_core::ToolCall::new("m__own", json!({})), &ctx).await;
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(p.calls_of("own"), 1);
 }
 
 /// Calls waiting in a queue take free slots by priority, the tool's (`tools.NAME.priority`)
