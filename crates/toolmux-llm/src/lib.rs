@@ -271,9 +271,13 @@ pub fn connect(name: &str, config: &ModelConfig) -> Result<Arc<dyn Model>, Model
     let temperature = config.temperature;
     let images = config.images.unwrap_or(true);
     let model: Arc<dyn Model> = match config.api {
-        ApiKind::Openai => {
-            Arc::new(openai::OpenAiModel { endpoint, max_tokens, temperature, images })
-        }
+        ApiKind::Openai => Arc::new(openai::OpenAiModel {
+            endpoint,
+            max_tokens,
+            temperature,
+            images,
+            stream_options: std::sync::atomic::AtomicBool::new(true),
+        }),
         ApiKind::Anthropic => {
             let prompt_cache = config.prompt_cache.unwrap_or(true);
             Arc::new(anthropic::AnthropicModel {

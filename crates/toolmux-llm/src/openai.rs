@@ -9,6 +9,7 @@ use crate::{
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio_util::sync::CancellationToken;
 use toolmux_core::schema::{SchemaRules, adapt};
 use toolmux_core::sse::Event;
@@ -27,6 +28,9 @@ pub(crate) struct OpenAiModel {
     pub(crate) temperature: Option<f64>,
     /// Sends the images of tool results (`images`, default true).
     pub(crate) images: bool,
+    /// Streamed requests ask for the usage with `stream_options`, until the API refuses
+    /// the member (see [`refuses_stream_options`]); then never again for this client.
+    pub(crate) stream_options: AtomicBool,
 }
 
 #[async_trait]
@@ -56,11 +60,39 @@ impl Model for OpenAiModel {
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
         // The usage comes in a last chunk of its own only when asked for.
-        let usage = ("stream_options", json!({"include_usage": true}));
-        let body = self.body(request);
+        let usage = [("stream_options", json!({"include_usage": true}))];
+        let asked = self.stream_options.load(Ordering::Relaxed);
+        let fields: &[_] = if asked { &usage } else { &[] };
         let mut chunks = Chunks::default();
-        self.endpoint.complete_streaming(body, &[usage], cancel, on_delta, &mut chunks, parse).await
+        let endpoint = &self.endpoint;
+        let body = self.body(request);
+        let answer =
+            endpoint.complete_streaming(body, fields, cancel, on_delta, &mut chunks, parse).await;
+        match answer {
+            Err(ModelError::Api { status: 400, message, .. })
+                if asked && refuses_stream_options(&message) =>
+            {
+                // Refused before anything streamed, so no delta needs voiding. Streamed
+                // answers then carry no usage: it reads zero, as for servers that report
+                // none (no estimate is made).
+                tracing::debug!(model = %endpoint.name, "the API refuses `stream_options`; asking again without it");
+                self.stream_options.store(false, Ordering::Relaxed);
+                let body = self.body(request);
+                endpoint.complete_streaming(body, &[], cancel, on_delta, &mut chunks, parse).await
+            }
+            answer => answer,
+        }
     }
+}
+
+/// Whether `message`, a 400's, refuses `stream_options` as a member the API does not know:
+/// Azure OpenAI's older `api-version`s say "Unrecognized request argument supplied:
+/// stream_options" or "Unknown parameter: 'stream_options'."
+fn refuses_stream_options(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("stream_options")
+        && (message.contains("unrecognized request argument")
+            || message.contains("unknown parameter"))
 }
 
 /// A streamed chat completion's chunks, folded into the completion they make.

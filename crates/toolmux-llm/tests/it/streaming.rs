@@ -1,6 +1,7 @@
 //! Streamed answers, for both APIs: the deltas as they arrive, the answer they add up to
 //! (the same as the answer in one piece), and a stream that breaks off, reports an error,
-//! is cancelled, or is not a stream at all.
+//! is cancelled, or is not a stream at all; a chat completions API that refuses
+//! `stream_options`.
 
 use super::*;
 use std::sync::Mutex;
@@ -303,4 +304,53 @@ async fn a_stream_is_timed_by_the_gaps_between_its_parts() {
         assert!(matches!(error, ModelError::Timeout { .. }), "{dialect:?}: {error:?}");
         assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
     }
+}
+
+/// Azure OpenAI as its older `api-version`s answer: a request with `stream_options` is
+/// refused with `refusal`, one without is answered `text`.
+fn refusing_stream_options(refusal: &'static str, text: &'static str) -> ScriptStep {
+    ScriptStep::callback(move |request| match request.get("stream_options") {
+        Some(_) => ScriptStep::status(400, refusal),
+        None => ScriptStep::text(text),
+    })
+}
+
+#[tokio::test]
+async fn an_api_that_refuses_stream_options_is_asked_again_without_them_from_then_on() {
+    let refusals = [
+        r#"{"error": {"message": "Unrecognized request argument supplied: stream_options", "type": "invalid_request_error", "param": null, "code": null}}"#,
+        r#"{"error": {"message": "Unknown parameter: 'stream_options'.", "type": "invalid_request_error", "param": "stream_options", "code": "unknown_parameter"}}"#,
+    ];
+    for refusal in refusals {
+        let script = vec![
+            refusing_stream_options(refusal, "never sent"),
+            refusing_stream_options(refusal, "first answer"),
+            refusing_stream_options(refusal, "second answer"),
+        ];
+        let (server, model) = serve(Dialect::OpenAi, script);
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await;
+        assert_eq!(answer.unwrap().content, "first answer", "{refusal}");
+        assert_eq!(recorder.text(), "first answer");
+        assert!(!recorder.seen().contains(&Seen::Restart), "{:?}", recorder.seen());
+        // The client remembers: the next request goes without them at once.
+        let answer = stream(&model, &hello(), &Recorder::default()).await;
+        assert_eq!(answer.unwrap().content, "second answer");
+        let sent: Vec<bool> =
+            server.requests().iter().map(|r| r.get("stream_options").is_some()).collect();
+        assert_eq!(sent, [true, false, false], "{refusal}");
+        assert!(server.requests().iter().all(|r| r["stream"] == json!(true)));
+    }
+}
+
+#[tokio::test]
+async fn another_bad_request_is_not_asked_again_without_stream_options() {
+    let refusal = r#"{"error": {"message": "Unrecognized request argument supplied: logit_bias", "type": "invalid_request_error"}}"#;
+    let (server, model) = serve(
+        Dialect::OpenAi,
+        vec![ScriptStep::status(400, refusal), ScriptStep::text("not asked")],
+    );
+    let error = stream(&model, &hello(), &Recorder::default()).await.unwrap_err();
+    assert!(matches!(error, ModelError::Api { status: 400, .. }), "{error:?}");
+    assert_eq!(only_request(&server)["stream_options"], json!({"include_usage": true}));
 }
