@@ -130,7 +130,10 @@ impl RedisClient {
         let name = command_name(args);
         let work = async {
             let mut slot = self.slot().await;
-            let mut conn = match slot.take() {
+            // A pooled connection the server closed while it sat idle (a restart, the
+            // server's `timeout`, `CLIENT KILL`) would fail this command with "broke":
+            // it is dropped here and a new one made instead.
+            let mut conn = match slot.take().filter(Connection::is_idle_and_open) {
                 Some(conn) => conn,
                 None => Connection::open(&inner.endpoint).await?,
             };
@@ -353,6 +356,17 @@ impl Connection {
             }
         }
         Ok(conn)
+    }
+
+    /// Whether a connection between commands can take the next one: the server has not
+    /// closed it and sent nothing unasked (an idle connection has nothing to read). Looks
+    /// without waiting, at what the runtime already knows of the socket.
+    pub(crate) fn is_idle_and_open(&self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        matches!(self.stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Sends one command and reads its reply.

@@ -182,3 +182,44 @@ async fn a_wait_outlives_a_claim_redis_answers_late() {
     assert_eq!(got, Some(answer));
     assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
 }
+
+/// Connections the server closed while they sat in the pool (a restart, the server's idle
+/// `timeout`, `CLIENT KILL`) are not handed to the next commands: the first calls after
+/// the server is back succeed, where each pooled connection failed one call with "broke".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_closed_are_not_reused() {
+    let server = RedisServer::start();
+    let backend = RedisBackend::connect(&RedisConfig::new(server.url())).await.unwrap();
+    let store = backend.pending_store();
+    let cache = backend.cache();
+    // Fill the pool: several commands at once each take a connection of their own.
+    let opened = open_eight_at_once(&store).await;
+    assert!(opened.iter().all(Result::is_ok), "{opened:?}");
+    let admin = RedisBackend::new(&RedisConfig::new(server.url())).unwrap();
+    let killed = admin.client().command(&["CLIENT", "KILL", "TYPE", "normal"]).await.unwrap();
+    assert!(killed.as_i64().is_some_and(|n| n >= 1), "{killed:?}");
+    // The server closed them; give the closings time to arrive.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..8 {
+        let opened = store.open(call(true)).await;
+        assert!(opened.is_ok(), "command {i} after the server closed the pool: {opened:?}");
+    }
+    cache.put("k", &ToolOutput::text("v"), Duration::from_secs(60)).await;
+    assert_eq!(cache.get("k").await, Some(ToolOutput::text("v")));
+}
+
+/// Opens eight calls at once.
+async fn open_eight_at_once(
+    store: &toolmux_redis::RedisPendingStore,
+) -> Vec<Result<String, ToolError>> {
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move { store.open(call(true)).await }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.expect("open task"));
+    }
+    results
+}
