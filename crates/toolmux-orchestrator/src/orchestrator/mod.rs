@@ -484,6 +484,79 @@ impl Bound {
     }
 }
 
+/// A call not yet accounted for ([`Orchestrator::account`]): dropped so, it is accounted
+/// for as cancelled. A caller may drop a call's future halfway (a timeout of its own around
+/// it, a session that closed); its `tool_started` still gets its `tool_finished`, and the
+/// statistics and the audit log still count it.
+struct Unrecorded<'a> {
+    orchestrator: &'a Orchestrator,
+    tool: &'a Arc<str>,
+    entry: Option<&'a ToolEntry>,
+    ctx: &'a CallContext,
+    op: &'a Arc<Op>,
+    meta: &'a CallMeta,
+    started: Instant,
+    chars_in: u64,
+    audit_args: Option<String>,
+    recorded: bool,
+}
+
+impl Unrecorded<'_> {
+    /// Accounts for the call's `result`; returns the call's time.
+    fn finish(mut self, result: Result<Outcome<'_>, &ToolError>) -> Duration {
+        self.recorded = true;
+        self.record(result)
+    }
+
+    fn record(&mut self, result: Result<Outcome<'_>, &ToolError>) -> Duration {
+        self.orchestrator.account(
+            self.tool,
+            self.entry,
+            self.ctx,
+            self.op,
+            self.meta,
+            result,
+            self.started,
+            self.chars_in,
+            self.audit_args.take(),
+        )
+    }
+}
+
+impl Drop for Unrecorded<'_> {
+    fn drop(&mut self) {
+        if !self.recorded {
+            let cancelled = ToolError::Cancelled { tool: self.tool.to_string() };
+            self.record(Err(&cancelled));
+        }
+    }
+}
+
+/// A call counted against its run's `maxCalls` before it reaches its provider: given back
+/// when dropped still set (the call was refused, cancelled or dropped on its way there),
+/// since the run's calls are those that reached a provider ([`RunFlags::calls`]).
+struct ReservedCall<'a>(Option<&'a AtomicU64>);
+
+impl Drop for ReservedCall<'_> {
+    fn drop(&mut self) {
+        if let Some(calls) = self.0 {
+            calls.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A call's time in its provider, charged to its run when dropped (the call ended, or its
+/// future was dropped halfway).
+struct ToolTime<'a>(Option<(&'a RunState, Instant)>);
+
+impl Drop for ToolTime<'_> {
+    fn drop(&mut self) {
+        if let Some((run, started)) = self.0 {
+            run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A held queue slot, recorded on the operation so that descendants can see it.
 struct HeldSlot {
     _slot: QueueSlot,
@@ -1347,6 +1420,18 @@ impl Orchestrator {
         let meta = CallMeta::default();
         let audit_args =
             self.inner.audit.as_ref().map(|_| sha256_hex(cache_key("", &arguments).as_bytes()));
+        let record = Unrecorded {
+            orchestrator: self,
+            tool: &tool,
+            entry: entry.as_deref(),
+            ctx,
+            op: &op,
+            meta: &meta,
+            started,
+            chars_in,
+            audit_args,
+            recorded: false,
+        };
         let result = match &entry {
             None => Err(self.not_offered(name, &registry)),
             Some(entry) => {
@@ -1354,17 +1439,7 @@ impl Orchestrator {
                 self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await
             }
         };
-        let elapsed = self.account(
-            &tool,
-            entry.as_deref(),
-            ctx,
-            &op,
-            &meta,
-            result.as_ref().map(Outcome::Output),
-            started,
-            chars_in,
-            audit_args,
-        );
+        let elapsed = record.finish(result.as_ref().map(Outcome::Output));
         (result, entry, elapsed)
     }
 
@@ -1835,11 +1910,12 @@ impl Orchestrator {
         let run = (self.tracks_runs() && !entry.passes_on && !ctx.is_outside_budget())
             .then(|| self.run_state(ctx.run_id()));
         let mut time_left = None;
+        let mut reserved = ReservedCall(None);
         if let Some(run) = &run {
             if let Some(max) = self.inner.config.run_budget.max_calls {
                 let calls = run.calls.fetch_add(1, Ordering::Relaxed) + 1;
+                reserved.0 = Some(&run.calls);
                 if calls > max {
-                    run.calls.fetch_sub(1, Ordering::Relaxed);
                     return Err(ToolError::BudgetExhausted {
                         tool: entry.name.to_string(),
                         what: format!("the run may make at most {max} tool calls"),
@@ -1853,9 +1929,12 @@ impl Orchestrator {
             self.take_turn(entry, ctx, &generation).await?;
         }
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
-        let started = run.as_ref().map(|_| Instant::now());
+        // The call reaches its provider: it is one of the run's calls from here on.
+        reserved.0 = None;
+        // Charged when the call ends, or is dropped halfway.
+        let spent = ToolTime(run.as_deref().map(|run| (run, Instant::now())));
         // The run's tool time left holds for the whole call, retries and progress included.
-        let run_deadline = started.zip(time_left).map(|(started, left)| started + left);
+        let run_deadline = spent.0.zip(time_left).map(|((_, started), left)| started + left);
         let result = match &entry.settings.retry {
             Some(policy) => {
                 Box::pin(self.attempts(
@@ -1875,9 +1954,7 @@ impl Orchestrator {
                 self.timed_call(entry, arguments, ctx, op, &generation, run_deadline).await
             }
         };
-        if let (Some(run), Some(started)) = (&run, started) {
-            run.tool_time_ms.fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-        }
+        drop(spent);
         result
     }
 

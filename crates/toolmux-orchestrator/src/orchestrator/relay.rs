@@ -14,7 +14,7 @@
 //! listening to events. Otherwise [`Orchestrator::relays`] says no and the gateway calls
 //! the tool as usual.
 
-use super::{CallMeta, InFlight, Orchestrator, Outcome};
+use super::{CallMeta, InFlight, Orchestrator, Outcome, Unrecorded};
 use crate::permission::Permission;
 use crate::registry::ToolEntry;
 use std::borrow::Cow;
@@ -65,13 +65,25 @@ impl Orchestrator {
         };
         let op = Op::new(entry.name.clone(), ctx.op().cloned());
         let meta = CallMeta::default();
+        let record = Unrecorded {
+            orchestrator: self,
+            tool: &entry.name,
+            entry: Some(&entry),
+            ctx,
+            op: &op,
+            meta: &meta,
+            started,
+            chars_in: 0,
+            audit_args: None,
+            recorded: false,
+        };
         let result = self.relayed(&entry, arguments, ctx, &op, &meta, raw_max).await;
         let outcome = match &result {
             Ok(Relayed::Raw { json, is_error }) => Ok(Outcome::Raw { json, is_error: *is_error }),
             Ok(Relayed::Output(output)) => Ok(Outcome::Output(output)),
             Err(error) => Err(error),
         };
-        self.account(&entry.name, Some(&entry), ctx, &op, &meta, outcome, started, 0, None);
+        record.finish(outcome);
         result
     }
 

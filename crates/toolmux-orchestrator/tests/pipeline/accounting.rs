@@ -225,3 +225,39 @@ async fn streamed_pieces_are_redacted_across_their_boundaries() {
     assert_eq!(arguments, r#"{"token": "[redacted]"}"#);
     assert_eq!(written, "the key is [redacted], see");
 }
+
+/// A call whose future the caller drops halfway (a timeout of its own around the call, a
+/// session that closed) is accounted for as cancelled: its `tool_started` has its
+/// `tool_finished`, the statistics count it, and its run is charged the tool time it used.
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_halfway_is_accounted_for() {
+    use toolmux_orchestrator::RunBudgetConfig;
+    let p =
+        Arc::new(MockProvider::new("m").with_tool("nap", Behavior::Sleep(Duration::from_secs(3))));
+    let config = OrchestratorConfig::default().with_run_budget(RunBudgetConfig {
+        max_calls: None,
+        max_tool_time: Some(Duration::from_secs(60)),
+    });
+    let o = start(config, vec![p]).await;
+    let mut events = o.subscribe();
+    let ctx = CallContext::new().with_run_id("r");
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(2),
+        o.execute(ToolCall::new("m__nap", json!({})).with_id("c1"), &ctx),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller gave up first");
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    let ToolEvent::ToolFinished { record, .. } = &seen[1] else { panic!("{seen:?}") };
+    assert_eq!(record.status, CallStatus::Failed);
+    assert_eq!(record.error_code.as_deref(), Some("cancelled"));
+    assert_eq!((record.call_id.as_deref(), record.latency_ms), (Some("c1"), 2000));
+    let nap = &o.stats().snapshot().tools["m__nap"];
+    assert_eq!((nap.count, nap.failed), (1, 1));
+    assert_eq!(o.run_flags("r").tool_time_ms, 2000);
+    assert_eq!(o.calls_in_flight(), 0);
+}

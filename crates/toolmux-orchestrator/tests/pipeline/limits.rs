@@ -36,6 +36,70 @@ async fn run_budget_limits_calls_per_run() {
     assert_eq!(o.run_flags("r1").calls, 2);
 }
 
+/// The run's calls are those that reached a provider (`RunFlags::calls`): a call refused
+/// by a rate limit or a busy queue, or cancelled while it waited for a slot, spends none of
+/// the run's budget.
+#[tokio::test(start_paused = true)]
+async fn calls_that_never_reach_their_tool_spend_no_run_budget() {
+    use toolmux_orchestrator::{QueueConfig, RateLimit};
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("t", Behavior::Echo)
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let mut config = OrchestratorConfig::default()
+        .with_run_budget(RunBudgetConfig { max_calls: Some(2), max_tool_time: None })
+        .with_queue("q", QueueConfig::new(1).with_wait_timeout(Duration::from_secs(1)))
+        .with_tool_settings("m__slow", ToolSettings::default().with_queue("q"));
+    config.tools.insert(
+        "m__t".into(),
+        ToolSettings {
+            rate_limit: Some(RateLimit {
+                calls: 1,
+                per: Duration::from_secs(60),
+                wait: Duration::ZERO,
+            }),
+            ..ToolSettings::default()
+        },
+    );
+    let o = start(config, vec![p.clone()]).await;
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+    let refused = o.execute(ToolCall::new("m__t", json!({})), &run).await;
+    assert_eq!(refused.extras.get("code"), Some(&json!("rate_limited")), "{refused:?}");
+    assert_eq!(o.run_flags("r").calls, 1, "a call refused by a rate limit");
+    // Another run holds the queue's one slot: this run's calls find it busy, or give up.
+    let holder = {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "m__slow", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = o.execute(ToolCall::new("m__slow", json!({})), &run).await;
+    assert_eq!(busy.extras.get("code"), Some(&json!("queue_busy")), "{busy:?}");
+    assert_eq!(o.run_flags("r").calls, 1, "a call that found its queue busy");
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let waiting = {
+        let (o, ctx) = (o.clone(), run.clone().with_cancel(cancel.clone()));
+        tokio::spawn(async move { o.execute(ToolCall::new("m__slow", json!({})), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    assert_eq!(waiting.await.unwrap().extras.get("code"), Some(&json!("cancelled")));
+    assert_eq!(o.run_flags("r").calls, 1, "a call cancelled while it waited for a slot");
+    // A call dropped while it waits is given back too.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        o.execute(ToolCall::new("m__slow", json!({})), &run),
+    )
+    .await;
+    assert!(dropped.is_err());
+    assert_eq!(o.run_flags("r").calls, 1, "a call dropped while it waited for a slot");
+    assert!(holder.await.unwrap().ok);
+    assert!(o.execute(ToolCall::new("m__slow", json!({})), &run).await.ok, "the second call");
+    assert_eq!(o.run_flags("r").calls, 2);
+    assert_eq!(p.total_calls(), 3);
+}
+
 #[tokio::test(start_paused = true)]
 async fn run_budget_limits_tool_time_and_shortens_the_last_timeout() {
     let p = Arc::new(
