@@ -493,10 +493,16 @@ impl Endpoint {
 }
 
 /// The API's message from an error body (`{"error": {"message": …}}` for both OpenAI and
-/// Anthropic, `{"error": "…"}` or `{"message": …}` for some compatible servers), else an
-/// excerpt of the body, else the status's reason.
+/// Anthropic, `{"error": "…"}` or `{"message": …}` for some compatible servers, the first
+/// of a list of such for Gemini's), else an excerpt of the body, else the status's reason.
 fn error_message(body: &[u8], status: StatusCode) -> String {
-    if let Ok(value) = serde_json::from_slice::<Value>(body) {
+    if let Ok(mut value) = serde_json::from_slice::<Value>(body) {
+        // Gemini's compatible API answers `[{"error": {"code": 400, "message": …}}]`.
+        if let Value::Array(errors) = &mut value
+            && errors.len() == 1
+        {
+            value = errors.swap_remove(0);
+        }
         let message = value
             .pointer("/error/message")
             .or_else(|| value.get("error").filter(|e| e.is_string()))
@@ -655,6 +661,13 @@ mod tests {
             "bad tool schema"
         );
         assert_eq!(error_message(br#"{"error":"no such model"}"#, status), "no such model");
+        assert_eq!(
+            error_message(
+                br#"[{"error":{"code":400,"message":"missing a thought_signature"}}]"#,
+                status
+            ),
+            "missing a thought_signature"
+        );
         assert_eq!(error_message(b"", status), "bad request");
         let long = "é".repeat(1500);
         let cut = error_message(long.as_bytes(), status);
