@@ -700,6 +700,9 @@ impl Drop for FileLock {
     }
 }
 
+/// The audit log's writer writes what it holds once it holds this many bytes.
+const AUDIT_BATCH_BYTES: usize = 64 << 10;
+
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
@@ -749,26 +752,42 @@ impl AuditLog {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        AuditLog::to(file).map_err(io)
+    }
+
+    /// The audit log writing to `sink` (an appending file).
+    fn to(sink: impl std::io::Write + Send + 'static) -> std::io::Result<AuditLog> {
         let (sender, receiver) = mpsc::channel::<AuditRecord>();
-        let writer = std::thread::Builder::new()
-            .name("toolmux-audit".into())
-            .spawn(move || {
-                let mut out = std::io::BufWriter::new(file);
-                while let Ok(record) = receiver.recv() {
-                    let mut next = Some(record);
-                    while let Some(record) = next {
-                        if let Ok(line) = serde_json::to_string(&record) {
-                            let _ = writeln!(out, "{line}");
-                        }
-                        next = receiver.try_recv().ok();
+        let writer = std::thread::Builder::new().name("toolmux-audit".into()).spawn(move || {
+            // Whole lines only, each batch in one write: the file is opened to append,
+            // so a write lands whole at its end, and another writer's lines (another
+            // process, or another orchestrator of this one) never land inside one. A
+            // `BufWriter` wrote where its buffer filled, a line's newline apart from it.
+            let mut sink = sink;
+            let mut batch = Vec::new();
+            while let Ok(record) = receiver.recv() {
+                let mut next = Some(record);
+                while let Some(record) = next {
+                    let mark = batch.len();
+                    if serde_json::to_writer(&mut batch, &record).is_ok() {
+                        batch.push(b'\n');
+                    } else {
+                        batch.truncate(mark);
                     }
-                    if out.flush().is_err() {
-                        tracing::warn!("audit log: write failed");
-                    }
+                    // Past a bound, what is held goes out before more is read.
+                    next = if batch.len() < AUDIT_BATCH_BYTES {
+                        receiver.try_recv().ok()
+                    } else {
+                        None
+                    };
                 }
-                let _ = out.flush();
-            })
-            .map_err(io)?;
+                if sink.write_all(&batch).and_then(|()| sink.flush()).is_err() {
+                    tracing::warn!("audit log: write failed");
+                }
+                batch.clear();
+                batch.shrink_to(AUDIT_BATCH_BYTES);
+            }
+        })?;
         Ok(AuditLog { sender: Mutex::new(Some(sender)), writer: Mutex::new(Some(writer)) })
     }
 
@@ -1041,5 +1060,57 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 3);
         assert!(text.contains("44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"));
+    }
+
+    /// Writes as they reach the file.
+    #[derive(Clone, Default)]
+    struct Writes(Arc<Mutex<Vec<Vec<u8>>>>);
+
+    impl std::io::Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().push(buf.to_vec());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Every write holds whole lines: another process (or another orchestrator of this
+    /// one, as `serve --watch` makes) appending to the same file between two writes never
+    /// lands inside a line. A line longer than a buffer (a long run id or invented tool
+    /// name) went out without its newline, which followed in a later write.
+    #[test]
+    fn audit_lines_are_written_whole() {
+        let writes = Writes::default();
+        let log = AuditLog::to(writes.clone()).unwrap();
+        for (i, tool) in
+            ["a__b".to_owned(), "x".repeat(20_000), "y".repeat(2_700)].iter().enumerate()
+        {
+            for _ in 0..5 {
+                log.write(AuditRecord {
+                    ts_ms: i as u64,
+                    run: "r".into(),
+                    tool: tool.clone(),
+                    call_id: None,
+                    arguments_sha256: sha256_hex(b"{}"),
+                    result_sha256: sha256_hex(b"x"),
+                    outcome: "ok".into(),
+                    latency_ms: 1,
+                });
+            }
+        }
+        log.close();
+        let writes = writes.0.lock().unwrap();
+        let mut lines = 0;
+        for write in writes.iter() {
+            assert_eq!(write.last(), Some(&b'\n'), "a write ends inside a line");
+            for line in write.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                serde_json::from_slice::<AuditRecord>(line).unwrap();
+                lines += 1;
+            }
+        }
+        assert_eq!(lines, 15);
     }
 }
