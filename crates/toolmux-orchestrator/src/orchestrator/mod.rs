@@ -1845,7 +1845,20 @@ impl Orchestrator {
                     scope: crate::permission::asking_rule_on_calls(rule).map(str::to_owned),
                     call_id: ctx.call_id().map(str::to_owned),
                 };
-                match handler.approve(request).await {
+                // Nobody may ever answer: the wait ends as a queue wait does, when the
+                // caller cancels the call or at `Orchestrator::cancel`.
+                let generation =
+                    self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let decision = tokio::select! {
+                    decision = handler.approve(request) => decision,
+                    () = ctx.cancel_token().cancelled() => {
+                        return Err(ToolError::Cancelled { tool: tool.to_owned() });
+                    }
+                    () = generation.cancelled() => {
+                        return Err(ToolError::Cancelled { tool: tool.to_owned() });
+                    }
+                };
+                match decision {
                     ApprovalDecision::Allow => Ok(()),
                     ApprovalDecision::Deny { reason } => Err(ToolError::Denied {
                         tool: tool.to_owned(),

@@ -208,6 +208,50 @@ async fn permissions_deny_ask_allow() {
     assert!(o.registry().get("files__delete").is_some_and(|e| e.denied()));
 }
 
+/// Asks a person who does not answer.
+#[derive(Debug)]
+struct Unanswered;
+
+#[async_trait]
+impl InteractionHandler for Unanswered {
+    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
+        std::future::pending().await
+    }
+}
+
+/// A call waiting for its approval stops when its caller cancels it, or at
+/// `Orchestrator::cancel`, as a call waiting for a queue slot does; it waited for an answer
+/// that might never come.
+#[tokio::test(start_paused = true)]
+async fn a_call_waiting_for_approval_is_cancelled() {
+    use std::time::Duration;
+    let rules = PermissionRules::default().ask("files__write");
+    let p = mock();
+    let o = start(OrchestratorConfig::default().with_permissions(rules), vec![p.clone()]).await;
+    let ctx = CallContext::new().with_handler(Arc::new(Unanswered));
+    let cancel = ctx.cancel_token().clone();
+    let asking = {
+        let (o, ctx) = (o.clone(), ctx.clone());
+        tokio::spawn(async move { o.execute(ToolCall::new("files__write", json!({})), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cancel.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(60), asking).await;
+    let r = r.expect("the call ended").unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    let asking = {
+        let o = o.clone();
+        let ctx = CallContext::new().with_handler(Arc::new(Unanswered));
+        tokio::spawn(async move { o.execute(ToolCall::new("files__write", json!({})), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    o.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(60), asking).await;
+    let r = r.expect("the call ended").unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    assert_eq!(p.calls_of("write"), 0);
+}
+
 /// A shell-like provider: one tool, `sh__run`, whose calls run `command`.
 #[derive(Debug, Default)]
 struct Shell {
