@@ -89,4 +89,18 @@ impl RedisError {
             RedisError::Connect { .. } | RedisError::Io { .. } | RedisError::Timeout { .. }
         )
     }
+
+    /// Whether the command may have taken effect although no answer came: the connection
+    /// broke or the time ran out after it was sent. A connection never made, a login
+    /// refused and a command refused mean it did not.
+    pub(crate) fn may_have_run(&self) -> bool {
+        !matches!(
+            self,
+            RedisError::Url { .. }
+                | RedisError::Setting { .. }
+                | RedisError::Connect { .. }
+                | RedisError::Auth { .. }
+                | RedisError::Server { .. }
+        )
+    }
 }

@@ -204,9 +204,10 @@ impl QueueInner {
                 None
             }
             Err(e) => {
-                // A timeout may have cut the answer of a script that ran: `unanswered`
-                // removes the lease. Other failures mean the script did not run.
-                if !matches!(e, crate::RedisError::Timeout { .. }) {
+                // A timeout, or a connection that broke after the script was sent, may
+                // have cut the answer of a script that ran: `unanswered` removes the
+                // lease. Only a connection never made, or a refusal, says it did not run.
+                if !e.may_have_run() {
                     unanswered.answered();
                 }
                 if !e.is_unreachable() {

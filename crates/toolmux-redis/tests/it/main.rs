@@ -37,3 +37,61 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
         Err(_) => panic!("{what} took longer than {limit:?} (started {:?} ago)", started.elapsed()),
     }
 }
+
+/// A loopback proxy to `server` that, once armed, closes the client's connection instead
+/// of passing on the next reply: a command that ran whose answer was lost.
+#[derive(Debug)]
+pub struct CuttingProxy {
+    port: u16,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CuttingProxy {
+    pub async fn start(server: &RedisServer) -> CuttingProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+        let port = listener.local_addr().expect("bound").port();
+        let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (target, cut) = (server.port(), armed.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut upstream_read, mut upstream_write) = upstream.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
+                });
+                let cut = cut.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match upstream_read.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                            // Dropping the write half closes the client's side.
+                            return;
+                        }
+                        if client_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        CuttingProxy { port, armed }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn cut_next_reply(&self) {
+        self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -154,3 +154,29 @@ async fn the_slot_of_a_vanished_replica_frees_itself_when_its_lease_ends() {
     assert!(slot.is_some(), "the lease never ended");
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
 }
+
+/// A take whose script ran but whose answer was lost with its connection leaves no lease
+/// behind: the slot was held, by nobody, until its lease ended (30 s), and this replica's
+/// own next attempt found the queue full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_whose_answer_was_lost_leaves_no_lease() {
+    let server = RedisServer::start();
+    let proxy = crate::CuttingProxy::start(&server).await;
+    let backend = RedisBackend::new(&RedisConfig::new(proxy.url())).unwrap();
+    let queue = backend.queues().queue("cut", &QueueConfig::new(1));
+    // Once, so that the script is loaded and the next take is its EVALSHA alone.
+    drop(queue.acquire(Duration::from_secs(5)).await.expect("free slot"));
+    let direct = replica(&server);
+    eventually("the first slot released", || async {
+        let leases = direct.client().command(&["ZCARD", "toolmux:q:cut"]).await;
+        leases.ok().and_then(|n| n.as_i64()) == Some(0)
+    })
+    .await;
+    proxy.cut_next_reply();
+    let slot =
+        within(Duration::from_secs(10), "acquire", queue.acquire(Duration::from_secs(4))).await;
+    assert!(slot.is_some(), "the lease whose answer was lost kept the queue full");
+    drop(slot);
+    let other = direct.queues().queue("cut", &QueueConfig::new(1));
+    assert!(other.acquire(Duration::from_secs(4)).await.is_some(), "a lease was left behind");
+}
