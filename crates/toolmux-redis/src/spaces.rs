@@ -5,7 +5,9 @@
 //! - `space:{name}`: one space, and the set `names` of the spaces stored;
 //! - `lock`: the lock of every change (`SET NX` with a token and a lease, so that a
 //!   replica that dies holding it stalls the others for the lease at most; released by a
-//!   script only by its holder).
+//!   script only by its holder, which announces the release on the channel `unlocked`:
+//!   waiters of every replica ask again at once, and otherwise ever less often, from
+//!   10 ms to 200 ms apart).
 
 use crate::backend::BackendShared;
 use crate::client::Script;
@@ -28,11 +30,22 @@ const LEASE: Duration = Duration::from_secs(10);
 /// How long a change waits for the lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
-/// Releases the lock only for the token that took it.
+/// The first pause between two attempts to take a held lock; it doubles up to
+/// [`MAX_LOCK_POLL`]. A release wakes the waiters at once, so the polls only find a lock
+/// whose holder died (its lease ended) or whose release message was lost.
+const FIRST_LOCK_POLL: Duration = Duration::from_millis(10);
+
+/// The longest pause between two attempts to take a held lock.
+const MAX_LOCK_POLL: Duration = Duration::from_millis(200);
+
+/// Releases the lock only for the token that took it, and tells the waiters.
+/// KEYS: the lock. ARGV: the token, the channel of releases.
 static UNLOCK: Script = Script {
     name: "spaces-unlock",
-    source: "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) \
-             else return 0 end",
+    source: "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], '')
+return 1",
 };
 
 /// The spaces' blobs in Redis, shared by every replica of one server and prefix.
@@ -43,16 +56,48 @@ pub struct RedisSpaceStorage {
     tokens: Arc<AtomicU64>,
     /// The subscription to `{prefix}:s:changed`, made at the first wait and kept.
     notices: Arc<tokio::sync::OnceCell<Subscription>>,
+    /// The subscription to `{prefix}:s:unlocked`, made at the first wait for the lock.
+    unlocks: Arc<tokio::sync::OnceCell<Subscription>>,
 }
 
 impl RedisSpaceStorage {
     pub(crate) fn new(shared: Arc<BackendShared>) -> RedisSpaceStorage {
         let base = format!("{}:s", shared.settings.prefix);
-        RedisSpaceStorage { shared, base, tokens: Arc::default(), notices: Arc::default() }
+        RedisSpaceStorage {
+            shared,
+            base,
+            tokens: Arc::default(),
+            notices: Arc::default(),
+            unlocks: Arc::default(),
+        }
     }
 
     fn key(&self, key: &str) -> String {
         format!("{}:{key}", self.base)
+    }
+}
+
+impl RedisSpaceStorage {
+    /// Releases the lock if `token` holds it, telling the waiters of every replica.
+    async fn release(&self, token: &str) -> Result<(), crate::RedisError> {
+        let key = self.key("lock");
+        let channel = self.key("unlocked");
+        let timeout = self.shared.settings.timeout;
+        let args = [token.as_bytes(), channel.as_bytes()];
+        self.shared.client.eval(&UNLOCK, &[&key], &args, timeout).await.map(|_| ())
+    }
+
+    /// Releases the lock `token` may hold from a task of its own, trying again while Redis
+    /// does not answer until the lease would have ended anyway.
+    fn unlock_in_background(&self, token: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let storage = self.clone();
+        let until = Instant::now() + LEASE;
+        runtime.spawn(async move {
+            while storage.release(&token).await.is_err() && Instant::now() < until {
+                tokio::time::sleep(MAX_LOCK_POLL).await;
+            }
+        });
     }
 }
 
@@ -67,14 +112,30 @@ impl SpaceStorage for RedisSpaceStorage {
             format!("{}-{}", self.shared.replica, self.tokens.fetch_add(1, Ordering::Relaxed));
         let key = self.key("lock");
         let lease = LEASE.as_millis().to_string();
-        let started = Instant::now();
+        let deadline = Instant::now() + LOCK_WAIT;
+        let mut wake: Option<tokio::sync::watch::Receiver<u64>> = None;
+        let mut pause = FIRST_LOCK_POLL;
         loop {
+            // Marked before asking: a release announced after the question wakes us.
+            if let Some(wake) = wake.as_mut() {
+                wake.borrow_and_update();
+            }
             let args = ["SET", key.as_str(), token.as_str(), "NX", "PX", lease.as_str()];
-            let reply = self.shared.client.command(&args).await.map_err(unreachable)?;
+            let reply = match self.shared.client.command(&args).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    if e.may_have_run() {
+                        // The lock may be ours without our knowing: give it back, or every
+                        // replica's changes wait for its lease.
+                        self.unlock_in_background(token);
+                    }
+                    return Err(unreachable(e));
+                }
+            };
             if !matches!(reply, Reply::Nil) {
                 return Ok(token);
             }
-            if started.elapsed() >= LOCK_WAIT {
+            if Instant::now() >= deadline {
                 return Err(ToolError::Unavailable {
                     provider: PROVIDER.into(),
                     message: format!(
@@ -83,16 +144,28 @@ impl SpaceStorage for RedisSpaceStorage {
                     ),
                 });
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            match wake.as_mut() {
+                None => {
+                    // The first wait subscribes, and then asks again: a release during the
+                    // subscription was not heard.
+                    let channel = self.key("unlocked");
+                    let confirm_within = self.shared.settings.timeout;
+                    let unlocks = self
+                        .unlocks
+                        .get_or_init(|| self.shared.pubsub.subscribe(&channel, confirm_within))
+                        .await;
+                    wake = Some(unlocks.waker());
+                }
+                Some(wake) => {
+                    crate::pubsub::wake_or_poll(wake, pause, deadline).await;
+                    pause = (pause * 2).min(MAX_LOCK_POLL);
+                }
+            }
         }
     }
 
     async fn unlock(&self, token: &str) {
-        let key = self.key("lock");
-        let timeout = self.shared.settings.timeout;
-        let released =
-            self.shared.client.eval(&UNLOCK, &[&key], &[token.as_bytes()], timeout).await;
-        if let Err(e) = released {
+        if let Err(e) = self.release(token).await {
             // The lease ends it anyway.
             tracing::warn!(target: "toolmux::redis", "the spaces' lock was not released: {e}");
         }
