@@ -1646,7 +1646,7 @@ impl Orchestrator {
         let arguments = if self.inner.before.is_empty() {
             arguments
         } else {
-            self.before_hooks(entry, arguments, ctx, op).await?
+            self.cancellable(ctx, &entry.name, self.before_hooks(entry, arguments, ctx, op)).await?
         };
         let output = match entry.settings.cache_ttl {
             // Boxed: the single-flight future is the largest state and rarely used.
@@ -1716,7 +1716,8 @@ impl Orchestrator {
         let output = if self.inner.after.is_empty() {
             output
         } else {
-            Box::pin(self.after_hooks(entry, output, ctx, op)).await?
+            let hooks = self.after_hooks(entry, output, ctx, op);
+            Box::pin(self.cancellable(ctx, &entry.name, hooks)).await?
         };
         self.bounded_output(entry, output, ctx, meta).await
     }
@@ -1866,6 +1867,23 @@ impl Orchestrator {
                     }),
                 }
             }
+        }
+    }
+
+    /// `work` (hooks: programs and code of others, which may wait on a person or a
+    /// service) until the caller cancels the call or [`Orchestrator::cancel`].
+    async fn cancellable<T>(
+        &self,
+        ctx: &CallContext,
+        tool: &str,
+        work: impl Future<Output = Result<T, ToolError>>,
+    ) -> Result<T, ToolError> {
+        let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        tokio::select! {
+            biased;
+            result = work => result,
+            () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
+            () = generation.cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
         }
     }
 

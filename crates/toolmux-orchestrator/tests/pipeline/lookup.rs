@@ -252,6 +252,52 @@ async fn a_call_waiting_for_approval_is_cancelled() {
     assert_eq!(p.calls_of("write"), 0);
 }
 
+/// A hook that never finishes (waiting on a person, a service that does not answer).
+#[derive(Debug)]
+struct Stuck;
+
+#[async_trait]
+impl BeforeHook for Stuck {
+    async fn before(&self, _: &str, _: &mut Value, _: &CallContext) -> Result<(), ToolError> {
+        std::future::pending().await
+    }
+}
+
+/// A call whose before-hook does not finish stops when its caller cancels it or at
+/// `Orchestrator::cancel`.
+#[tokio::test(start_paused = true)]
+async fn a_call_in_its_hooks_is_cancelled() {
+    use std::time::Duration;
+    let p = mock();
+    let o = Orchestrator::builder(OrchestratorConfig::default())
+        .provider(p.clone())
+        .before_hook("files__write", Arc::new(Stuck))
+        .build()
+        .unwrap();
+    o.warmup().await;
+    let ctx = CallContext::new();
+    let cancel = ctx.cancel_token().clone();
+    let hooked = {
+        let (o, ctx) = (o.clone(), ctx.clone());
+        tokio::spawn(async move { o.execute(ToolCall::new("files__write", json!({})), &ctx).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cancel.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(60), hooked).await;
+    let r = r.expect("the call ended").unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    let hooked = {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "files__write", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    o.cancel();
+    let r = tokio::time::timeout(Duration::from_secs(60), hooked).await;
+    let r = r.expect("the call ended").unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    assert_eq!(p.calls_of("write"), 0);
+}
+
 /// A shell-like provider: one tool, `sh__run`, whose calls run `command`.
 #[derive(Debug, Default)]
 struct Shell {
