@@ -366,17 +366,31 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     };
 }
 
+/// Makes the queue's key expire with its last lease (a replica of another `leaseMs` may
+/// hold one longer than this one's), so that an abandoned queue leaves nothing behind.
+/// Scores and `PEXPIREAT` are both milliseconds of the server's clock.
+macro_rules! expire_with_last_lease {
+    () => {
+        "local function expire_with_last_lease()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIREAT', KEYS[1], math.ceil(tonumber(last[2]))) end
+end
+"
+    };
+}
+
 /// KEYS: leases. ARGV: member, capacity, lease ms. Answers `[1, count]` when taken,
 /// `[0, count]` when full.
 static ACQUIRE: Script = Script {
     name: "queue_acquire",
     source: concat!(
         now_ms!(),
+        expire_with_last_lease!(),
         "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 if n >= tonumber(ARGV[2]) then return {0, n} end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+expire_with_last_lease()
 return {1, n + 1}"
     ),
 };
@@ -388,12 +402,13 @@ static RENEW: Script = Script {
     name: "queue_renew",
     source: concat!(
         now_ms!(),
+        expire_with_last_lease!(),
         "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local n = redis.call('ZCARD', KEYS[1])
 local held = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not held and n >= tonumber(ARGV[2]) then return {0, n} end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+expire_with_last_lease()
 if held then return {1, n} end
 return {2, n + 1}"
     ),

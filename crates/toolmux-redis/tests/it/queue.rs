@@ -180,3 +180,29 @@ async fn a_take_whose_answer_was_lost_leaves_no_lease() {
     let other = direct.queues().queue("cut", &QueueConfig::new(1));
     assert!(other.acquire(Duration::from_secs(4)).await.is_some(), "a lease was left behind");
 }
+
+/// Replicas whose leases differ (a changed `leaseMs` rolling out) do not end each other's
+/// leases: the queue's key expires with its last lease, where a take with a short lease
+/// made it expire, every longer lease in it with it, and the queue ran over its capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lease_does_not_end_the_longer_leases_of_another_replica() {
+    let server = RedisServer::start();
+    let long = RedisBackend::new(&RedisConfig::new(server.url())).unwrap();
+    let short_config = RedisConfig::new(server.url()).with_lease(Duration::from_millis(200));
+    let short = RedisBackend::new(&short_config).unwrap();
+    let ql = long.queues().queue("mixed", &QueueConfig::new(2));
+    let qs = short.queues().queue("mixed", &QueueConfig::new(2));
+    let _held = ql.acquire(Duration::from_secs(5)).await.expect("a free slot");
+    drop(qs.acquire(Duration::from_secs(5)).await.expect("the other free slot"));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let leases = long.client().command(&["ZCARD", "toolmux:q:mixed"]).await.unwrap();
+    assert_eq!(leases.as_i64(), Some(1), "the held slot's lease is gone");
+    let ttl = long.client().command(&["PTTL", "toolmux:q:mixed"]).await.unwrap();
+    assert!(
+        ttl.as_i64().is_some_and(|ms| ms > 20_000),
+        "the key expires with its last lease: {ttl:?}"
+    );
+    let first = qs.acquire(Duration::from_secs(1)).await;
+    assert!(first.is_some(), "the free slot");
+    assert!(qs.acquire(Duration::from_millis(200)).await.is_none(), "over the capacity");
+}
