@@ -98,7 +98,7 @@ impl ResponseCache for RedisCache {
     }
 
     async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration) {
-        let ttl_ms = ttl.as_millis();
+        let ttl_ms = ttl.min(crate::config::FOREVER).as_millis();
         if ttl_ms == 0 || self.backend.client.skip_optional() {
             return;
         }

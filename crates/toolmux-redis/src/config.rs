@@ -16,6 +16,18 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long one command may take, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The longest time to live given to Redis: a hundred years. Longer ones (a
+/// configuration's way of saying "never", up to `u64::MAX` milliseconds) are cut to it, as
+/// Redis refuses an expiry past its integers and its scripts count in doubles.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The instant `wait` from now, or [`FOREVER`] from now when that is past the clock's end
+/// (`Instant + Duration::MAX` panics).
+pub(crate) fn deadline_after(wait: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait).unwrap_or(now + FOREVER)
+}
+
 /// Where a Redis server is and how toolmux uses it; `backend: {redis: {...}}` in the
 /// configuration file.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -35,6 +35,7 @@
 
 use crate::backend::BackendShared;
 use crate::client::Script;
+use crate::config::FOREVER;
 use crate::pubsub::Subscription;
 use crate::resp::Reply;
 use async_trait::async_trait;
@@ -171,8 +172,8 @@ impl RedisPendingStore {
                 next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
                 max_pending: inner.max_pending,
                 max_inbox: inner.max_inbox,
-                pending_ttl: pending.max(at_least),
-                result_ttl: result.max(at_least),
+                pending_ttl: pending.clamp(at_least, FOREVER),
+                result_ttl: result.clamp(at_least, FOREVER),
                 opened: tokio::sync::OnceCell::new(),
             }),
         }
@@ -239,7 +240,12 @@ impl StoreInner {
                 if item[3].as_i64() == Some(1) {
                     call.status = CallStatus::Waiting;
                 }
-                call.expires_ms = u64::try_from(item[4].as_i64()?).ok()?;
+                // A call kept for good expires at the end of time, as in memory.
+                call.expires_ms = if self.pending_ttl >= FOREVER {
+                    u64::MAX
+                } else {
+                    u64::try_from(item[4].as_i64()?).ok()?
+                };
                 Some(call)
             })
             .collect();
@@ -367,10 +373,11 @@ impl PendingStore for RedisPendingStore {
 
     async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
         let inner = &self.inner;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::config::deadline_after(timeout);
         // Claim the wait: a result already there is taken, and a second wait (or one for
         // an asynchronous or unknown call) gets nothing, as in memory.
-        let ttl = (timeout + inner.timeout() * 2 + Duration::from_secs(1)).as_millis().to_string();
+        let ttl = timeout.saturating_add(inner.timeout() * 2 + Duration::from_secs(1)).min(FOREVER);
+        let ttl = ttl.as_millis().to_string();
         // If this future is dropped (its caller was cancelled or cut by a deadline) before
         // the wait ends, the call stops being waited for, so that a result submitted later
         // goes to the inbox, as in memory.
@@ -450,7 +457,7 @@ impl PendingStore for RedisPendingStore {
         if wait.is_zero() {
             return inner.snapshot(tools, inner.timeout()).await.map(except).map_err(unreachable);
         }
-        let deadline = Instant::now() + wait;
+        let deadline = crate::config::deadline_after(wait);
         let channel = format!("{}:new", inner.base);
         let confirm_within = inner.timeout().min(wait);
         let opened = inner

@@ -119,7 +119,7 @@ impl Queue for RedisQueue {
 
     async fn acquire(&self, wait: Duration) -> Option<QueueSlot> {
         let inner = &self.inner;
-        let deadline = Instant::now() + wait;
+        let deadline = crate::config::deadline_after(wait);
         let _turn = tokio::time::timeout_at(deadline, inner.turn.lock()).await.ok()?;
         // The common case, a free slot, costs one round trip and no subscription.
         if let Some(slot) = inner.take(deadline).await {

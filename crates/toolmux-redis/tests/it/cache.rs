@@ -43,3 +43,14 @@ async fn oversized_outputs_are_not_cached() {
     cache.put("t\u{0}2", &ToolOutput::text("x".repeat(500)), Duration::from_secs(60)).await;
     assert!(cache.get("t\u{0}2").await.is_some());
 }
+
+/// A cached output whose time to live is past counting is kept: Redis refused its expiry,
+/// and it was never cached.
+#[tokio::test]
+async fn outputs_cached_for_good_are_kept() {
+    let server = RedisServer::start();
+    let cache = replica(&server).cache();
+    let output = ToolOutput::text("v");
+    cache.put("t\u{0}{}", &output, Duration::from_millis(u64::MAX)).await;
+    assert_eq!(cache.get("t\u{0}{}").await, Some(output));
+}

@@ -438,3 +438,43 @@ async fn a_result_for_an_expired_call_of_a_named_run_says_it_expired() {
     let unknown = provider.call("submit", never, &ctx).await.unwrap_err();
     assert!(unknown.to_string().contains("no pending call"), "{unknown}");
 }
+
+/// Times to live past counting (a configuration's way of saying "never", which the facade
+/// hands to this store as to the others) keep calls and results for good: the calls were
+/// left out of listings (their expiry overflowed Redis's integers), and a result held for
+/// its caller or put in an inbox failed the script ("invalid expire time").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_to_live_past_counting_keep_calls_and_results() {
+    let server = RedisServer::start();
+    let forever = Duration::from_millis(u64::MAX);
+    for ttl in [forever, Duration::from_secs(u64::MAX)] {
+        let store = replica(&server).pending_store().with_ttl(ttl, ttl);
+        let id = store.open(call("external__confirm", "r", false)).await.unwrap();
+        assert_eq!(store.wait(&id, Duration::from_millis(10)).await, None);
+        let listed = store.pending(&[], Duration::ZERO).await.unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].expires_ms, u64::MAX);
+        store.resolve(&id, answer("late")).await.unwrap();
+        assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer("late"));
+        // Held for a waiting caller.
+        let id = store.open(call("external__confirm", "r", false)).await.unwrap();
+        let waiting = {
+            let (store, id) = (store.clone(), id.clone());
+            tokio::spawn(async move { store.wait(&id, Duration::from_secs(10)).await })
+        };
+        eventually("the caller waits", || async {
+            let listed = store.pending(&[], Duration::ZERO).await.unwrap_or_default();
+            listed.first().is_some_and(|c| c.status == CallStatus::Waiting)
+        })
+        .await;
+        assert_eq!(store.resolve(&id, answer("now")).await.unwrap(), Delivery::Waiting);
+        let got = within(Duration::from_secs(10), "the wait", waiting).await.unwrap();
+        assert_eq!(got, Some(answer("now")));
+        assert_eq!(store.count_pending("r", None).await.unwrap(), 0);
+        // A wait past counting claims its call and takes its result.
+        let id = store.open(call("external__confirm", "r", false)).await.unwrap();
+        store.resolve(&id, answer("first")).await.unwrap();
+        let got = within(Duration::from_secs(10), "a wait of forever", store.wait(&id, ttl)).await;
+        assert_eq!(got, Some(answer("first")));
+    }
+}
