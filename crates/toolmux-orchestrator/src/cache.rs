@@ -26,7 +26,8 @@ pub trait ResponseCache: Send + Sync + fmt::Debug {
 /// An in-process cache bounded in entries and in bytes; expired entries are dropped on
 /// the way.
 ///
-/// Outputs are kept as the tool returned them, before the size cap (each caller's copy is
+/// Outputs are kept as the tool returned them, the configuration's secrets redacted (the
+/// orchestrator hands every cache, shared ones too, nothing else), before the size cap (each caller's copy is
 /// capped, and spilled, as its own), so the bytes are bounded here: an output larger than a
 /// quarter of the bound is not kept at all, and the entries closest to expiry make room for
 /// a new one.

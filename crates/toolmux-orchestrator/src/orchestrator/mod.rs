@@ -1671,7 +1671,18 @@ impl Orchestrator {
                     };
                     // An output that depended on the caller's answers is not shared.
                     let tracked = ctx.clone().track_asking();
-                    let run = || self.downstream(entry, arguments.clone(), &tracked, op, meta);
+                    // Kept with the configuration's secrets redacted, as a spilled output
+                    // is: a shared cache (Redis) is storage other processes read.
+                    let run = || async {
+                        let mut result =
+                            self.downstream(entry, arguments.clone(), &tracked, op, meta).await;
+                        if let Ok(output) = &mut result
+                            && !self.inner.redactor.is_empty()
+                        {
+                            redact_output(&self.inner.redactor, output);
+                        }
+                        result
+                    };
                     let cacheable = || !tracked.asked_caller();
                     let wait = || {
                         let limit = self.coalesced_wait_limit(entry, ctx);

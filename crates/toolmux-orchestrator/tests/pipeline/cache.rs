@@ -294,3 +294,38 @@ async fn cancel_stops_coalesced_callers_too() {
     assert_eq!(p.calls_of("slow"), 1, "no waiter ran the call again");
     assert!(call(&o, "api__slow", json!({})).await.ok, "usable after cancel");
 }
+
+/// A cache that keeps what it is given, to look at.
+#[derive(Debug, Default)]
+struct Kept(std::sync::Mutex<Vec<toolmux_core::ToolOutput>>);
+
+#[async_trait::async_trait]
+impl toolmux_orchestrator::cache::ResponseCache for Kept {
+    async fn get(&self, _key: &str) -> Option<toolmux_core::ToolOutput> {
+        None
+    }
+
+    async fn put(&self, _key: &str, output: &toolmux_core::ToolOutput, _ttl: Duration) {
+        self.0.lock().expect("not poisoned").push(output.clone());
+    }
+}
+
+/// What goes into the response cache has the configuration's secrets redacted, as a
+/// spilled output has: a shared cache (Redis) is storage that other processes read.
+#[tokio::test]
+async fn cached_outputs_are_kept_with_secrets_redacted() {
+    let kept = Arc::new(Kept::default());
+    let o = toolmux_orchestrator::Orchestrator::builder(config())
+        .provider(provider())
+        .cache(kept.clone())
+        .secrets(["s3cr3t-value".to_owned()])
+        .build()
+        .expect("valid configuration");
+    o.warmup().await;
+    let result = call(&o, "api__get", json!({"token": "s3cr3t-value"})).await;
+    assert!(result.ok, "{result:?}");
+    let stored = kept.0.lock().expect("not poisoned").clone();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let text = serde_json::to_string(&stored[0]).expect("JSON");
+    assert!(text.contains("[redacted]") && !text.contains("s3cr3t"), "{text}");
+}
