@@ -604,10 +604,26 @@ impl Spaces {
     ) -> Result<R, ToolError> {
         match self.backend.as_ref() {
             Backend::Storage(storage) => {
-                let token = storage.lock().await?;
-                let result = self.transact_stored(storage.as_ref(), needs, change).await;
-                storage.unlock(&token).await;
-                result
+                // In a task of its own: a caller that stops waiting (cancelled, timed out)
+                // neither leaves the lock taken until its lease ends nor a change half
+                // written; a change that has not taken the lock by then is not made.
+                let (spaces, storage) = (self.clone(), storage.clone());
+                let abandoned = Abandoned::default();
+                let gone = abandoned.0.clone();
+                let changed = tokio::spawn(async move {
+                    let token = storage.lock().await?;
+                    let result = if gone.load(std::sync::atomic::Ordering::Acquire) {
+                        Err(ToolError::Cancelled { tool: "gateway".into() })
+                    } else {
+                        spaces.transact_stored(storage.as_ref(), needs, change).await
+                    };
+                    storage.unlock(&token).await;
+                    result
+                })
+                .await
+                .unwrap_or_else(|e| Err(ToolError::other("gateway", e)));
+                drop(abandoned);
+                changed
             }
             Backend::Memory(state) => {
                 let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -1424,9 +1440,70 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn who(entity: &str) -> Who {
         Who { holder: None, entity: entity.to_owned() }
+    }
+
+    /// A storage whose reads wait while `gate` is false, and which tells whether its lock
+    /// is taken.
+    #[derive(Debug)]
+    struct Gated {
+        gate: tokio::sync::watch::Sender<bool>,
+        locked: std::sync::atomic::AtomicBool,
+        kept: Mutex<BTreeMap<String, Vec<u8>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl SpaceStorage for Gated {
+        async fn lock(&self) -> Result<String, ToolError> {
+            self.locked.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok("token".into())
+        }
+
+        async fn unlock(&self, _token: &str) {
+            self.locked.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
+            let mut open = self.gate.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+            Ok(self.kept.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned())
+        }
+
+        async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
+            self.kept.lock().unwrap_or_else(|e| e.into_inner()).insert(key.into(), value.into());
+            Ok(())
+        }
+
+        async fn space_names(&self) -> Result<Vec<String>, ToolError> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// A change whose caller stops waiting once it has taken the storage's lock still ends
+    /// and gives the lock back: it was left taken until its lease ended (10 s in Redis),
+    /// every other replica's changes waiting behind it.
+    #[tokio::test]
+    async fn a_change_whose_caller_stops_waiting_gives_the_lock_back() {
+        let storage = Arc::new(Gated {
+            gate: tokio::sync::watch::channel(false).0,
+            locked: Default::default(),
+            kept: Default::default(),
+        });
+        let spaces = Spaces::in_storage(storage.clone());
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(100), spaces.enter(&who("agent:a"), "x", 5))
+                .await;
+        assert!(gave_up.is_err(), "the change waits at its read");
+        assert!(storage.locked.load(std::sync::atomic::Ordering::SeqCst));
+        storage.gate.send_replace(true);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while storage.locked.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(std::time::Instant::now() < deadline, "the lock was not given back");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     #[tokio::test]
