@@ -454,14 +454,22 @@ pub fn holder_of(run: &str) -> Option<&str> {
 /// this, such calls count under [`OTHER_UNKNOWN`].
 pub const UNKNOWN_NAMES_MAX: usize = 100;
 
-/// The entry that counts calls to unknown names once [`UNKNOWN_NAMES_MAX`] is reached.
+/// The entry that counts calls to unknown names once [`UNKNOWN_NAMES_MAX`] is reached, and
+/// calls to unknown names longer than [`UNKNOWN_NAME_MAX_LEN`].
 pub const OTHER_UNKNOWN: &str = "(other unknown tools)";
+
+/// The longest unknown name given an entry of its own: no tool name is longer than 64
+/// characters, and a client sending a megabyte of name must not have it kept.
+pub const UNKNOWN_NAME_MAX_LEN: usize = 128;
 
 impl Stats {
     /// The statistics of `name`, which is not one of the `tools` there are: an entry of its
-    /// own while the statistics hold fewer than `tools` + [`UNKNOWN_NAMES_MAX`] entries,
-    /// else [`OTHER_UNKNOWN`].
+    /// own while the statistics hold fewer than `tools` + [`UNKNOWN_NAMES_MAX`] entries and
+    /// it is at most [`UNKNOWN_NAME_MAX_LEN`] bytes long, else [`OTHER_UNKNOWN`].
     pub fn of_unknown(&self, name: &str, tools: usize) -> Arc<ToolStats> {
+        if name.len() > UNKNOWN_NAME_MAX_LEN {
+            return self.of(OTHER_UNKNOWN);
+        }
         let room = {
             let entries = self.tools.read().unwrap_or_else(|e| e.into_inner());
             if let Some(stats) = entries.get(name) {

@@ -6,6 +6,12 @@ pub fn suggest<'a>(names: impl Iterator<Item = &'a str>, wanted: &str) -> Vec<St
     let wanted_lower = wanted.to_ascii_lowercase();
     let wanted_tool =
         toolmux_core::naming::split(&wanted_lower).map_or(wanted_lower.as_str(), |(_, t)| t);
+    let limit = (wanted_tool.len() / 3).max(2);
+    // The distance is at least the difference in length: names that far apart are not
+    // compared (a name of a megabyte cost seconds against every tool).
+    let distance = |a: &str, b: &str, plus: usize| {
+        (a.len().abs_diff(b.len()) + plus <= limit).then(|| edit_distance(a, b) + plus)
+    };
     let mut scored: Vec<(usize, &str)> = names
         .filter_map(|name| {
             let lower = name.to_ascii_lowercase();
@@ -14,11 +20,10 @@ pub fn suggest<'a>(names: impl Iterator<Item = &'a str>, wanted: &str) -> Vec<St
             let score = if tool == wanted_tool {
                 0
             } else {
-                let full = edit_distance(&lower, &wanted_lower);
-                let part = edit_distance(tool, wanted_tool) + 1;
-                full.min(part)
+                let full = distance(&lower, &wanted_lower, 0);
+                let part = distance(tool, wanted_tool, 1);
+                full.into_iter().chain(part).min()?
             };
-            let limit = (wanted_tool.len() / 3).max(2);
             (score <= limit).then_some((score, name))
         })
         .collect();
@@ -45,6 +50,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::edit_distance;
+
+    /// Names whose lengths differ by more than the limit are not compared (a name of a
+    /// megabyte took seconds against every tool); close ones still are.
+    #[test]
+    fn names_far_apart_in_length_are_not_compared() {
+        let names = ["fs__read", "fs__write", "github__search_code"];
+        let huge = format!("fs__{}", "x".repeat(4 << 20));
+        assert!(super::suggest(names.into_iter(), &huge).is_empty());
+        assert_eq!(super::suggest(names.into_iter(), "fs__raed"), ["fs__read"]);
+        assert_eq!(super::suggest(names.into_iter(), "read"), ["fs__read"]);
+    }
 
     #[test]
     fn distances() {

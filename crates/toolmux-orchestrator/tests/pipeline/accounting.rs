@@ -126,6 +126,19 @@ async fn invented_names_cannot_grow_the_statistics_without_end() {
     assert_eq!(snap.tools["m__ok"].ok, 1, "a tool still gets its entry");
 }
 
+/// An unknown name longer than any tool's is counted, not kept: a client sending a
+/// megabyte of name had it kept in the statistics and their file.
+#[tokio::test(start_paused = true)]
+async fn overlong_invented_names_are_not_kept() {
+    use toolmux_orchestrator::accounting::OTHER_UNKNOWN;
+    let o = start(OrchestratorConfig::default(), vec![provider()]).await;
+    let huge = format!("m__{}", "x".repeat(1 << 20));
+    assert!(!call(&o, &huge, json!({})).await.ok);
+    let snap = o.stats().snapshot();
+    assert!(!snap.tools.contains_key(&huge));
+    assert_eq!(snap.tools[OTHER_UNKNOWN].failed, 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn audit_log_has_a_line_per_call_with_hashes() {
     let dir = tempfile::tempdir().unwrap();
