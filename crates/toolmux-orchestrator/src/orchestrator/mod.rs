@@ -303,6 +303,7 @@ impl OrchestratorBuilder {
                 watching: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
                 refresh_lock: tokio::sync::Mutex::new(()),
+                rebuilding: Mutex::new(()),
                 listings: AtomicU64::new(0),
                 prompts: RwLock::new(Arc::new(PromptCatalog::default())),
                 resources: RwLock::new(Arc::new(ResourceCatalog::default())),
@@ -419,6 +420,9 @@ struct Inner {
     /// Set when a cleanup begins: no provider joins after.
     closing: AtomicBool,
     refresh_lock: tokio::sync::Mutex<()>,
+    /// Held from reading the providers' tools to storing the registry built from them, so
+    /// that a rebuild from an older snapshot never lands after one from a newer.
+    rebuilding: Mutex<()>,
     /// Listings of tools started, to order them ([`ProviderTools::store`]).
     listings: AtomicU64,
     prompts: RwLock<Arc<PromptCatalog>>,
@@ -1015,6 +1019,7 @@ impl Orchestrator {
     }
 
     fn rebuild(&self) {
+        let _one_at_a_time = self.inner.rebuilding.lock().unwrap_or_else(|e| e.into_inner());
         let providers = self.inner.providers.read().unwrap_or_else(|e| e.into_inner()).clone();
         let registry = Registry::build(&providers, &self.inner.config, &self.inner.queues);
         *self.inner.registry.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(registry);
