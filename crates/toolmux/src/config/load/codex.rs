@@ -189,7 +189,7 @@ pub(super) fn read(mut value: Value, source: &Source<'_>) -> Result<Converted, T
         .into_iter()
         .map(|(name, mut server)| {
             for tool in &mut server.provides_tools {
-                let meta = super::seed_tools::seed_meta(
+                let meta = seed_meta(
                     tool.category.take(),
                     tool.speed.take(),
                     tool.safety.take(),
@@ -305,4 +305,25 @@ fn from_list(listed: Value) -> Result<serde_json::Map<String, Value>, String> {
         }
     }
     Ok(servers)
+}
+
+/// The seeds' registry fields of a tool as its metadata, with the seeds' defaults: `speed`
+/// `medium`, `safety` `default_safety` (`native` for internal tools, `external` for an MCP
+/// server's).
+pub(super) fn seed_meta(
+    category: Option<String>,
+    speed: Option<String>,
+    safety: Option<String>,
+    default_safety: &str,
+) -> serde_json::Map<String, Value> {
+    let mut meta = serde_json::Map::new();
+    if let Some(category) = category {
+        meta.insert("toolmux/category".into(), Value::String(category));
+    }
+    meta.insert("toolmux/speed".into(), Value::String(speed.unwrap_or_else(|| "medium".into())));
+    meta.insert(
+        "toolmux/safety".into(),
+        Value::String(safety.unwrap_or_else(|| default_safety.into())),
+    );
+    meta
 }

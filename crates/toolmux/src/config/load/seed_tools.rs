@@ -103,7 +103,7 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
                 ),
             ));
         }
-        let meta = seed_meta(tool.category, tool.speed, tool.safety, "native");
+        let meta = super::codex::seed_meta(tool.category, tool.speed, tool.safety, "native");
         entries.insert(
             format!("{}__{}", toolmux_fs::COMMANDS_NAMESPACE, tool.name),
             crate::config::ToolEntry { meta: Some(meta), ..crate::config::ToolEntry::default() },
@@ -134,27 +134,6 @@ pub(super) fn read(value: Value, source: &Source<'_>) -> Result<Converted, Toolm
         secrets: found.secrets,
         inputs: found.inputs,
     })
-}
-
-/// The seeds' registry fields of a tool as its metadata, with the seeds' defaults: `speed`
-/// `medium`, `safety` `default_safety` (`native` for internal tools, `external` for an MCP
-/// server's).
-pub(super) fn seed_meta(
-    category: Option<String>,
-    speed: Option<String>,
-    safety: Option<String>,
-    default_safety: &str,
-) -> serde_json::Map<String, Value> {
-    let mut meta = serde_json::Map::new();
-    if let Some(category) = category {
-        meta.insert("toolmux/category".into(), Value::String(category));
-    }
-    meta.insert("toolmux/speed".into(), Value::String(speed.unwrap_or_else(|| "medium".into())));
-    meta.insert(
-        "toolmux/safety".into(),
-        Value::String(safety.unwrap_or_else(|| default_safety.into())),
-    );
-    meta
 }
 
 /// The nearest folder from `dir` up that holds one of [`ROOT_MARKERS`], else `dir`.
