@@ -473,9 +473,11 @@ async fn workdir_runs_a_command_in_a_folder_beneath_the_root() {
 async fn output_is_kept_when_a_process_out_of_reach_holds_the_pipes() {
     let fx = Fixture::new();
     // It waits until `sleep` runs with its empty environment (before, `env` still has the
-    // mark and is killed with the command).
+    // mark and is killed with the command). By its name: an environment read while `env`
+    // is being started can come back empty, and the command ended too soon.
     let command = "echo before; echo warning >&2; env -i setsid sleep 30 & echo $! > held; \
-        while grep -q . /proc/$!/environ; do sleep 0.01; done; echo after";
+        for i in $(seq 1000); do [ \"$(cat /proc/$!/comm 2>/dev/null)\" = sleep ] && break; \
+        sleep 0.01; done; echo after";
     let out = fx.call("bash", json!({"command": command})).await.unwrap();
     let held = fx.get("held");
     let _ = std::process::Command::new("kill").arg(held.trim()).status();
