@@ -163,17 +163,14 @@ pub fn load_layered(
         let value = normalized(part.value);
         // Which file set each entry of a section (a server, an import), for the messages
         // about it; the project file's need no note (it is the one named by default).
-        if let Some(layer) = part.layer.as_ref().filter(|_| !own) {
-            for (section, entries) in &value {
-                for key in entries.as_object().into_iter().flat_map(Map::keys) {
-                    loaded.origins.insert(format!("{section}.{key}"), shown(&layer.path));
-                }
-            }
-        } else {
-            for (section, entries) in &value {
-                for key in entries.as_object().into_iter().flat_map(Map::keys) {
-                    loaded.origins.remove(&format!("{section}.{key}"));
-                }
+        let origin = part.layer.as_ref().filter(|_| !own).map(|layer| shown(&layer.path));
+        for (section, entries) in &value {
+            for key in entries.as_object().into_iter().flat_map(Map::keys) {
+                let entry = format!("{section}.{key}");
+                match &origin {
+                    Some(file) => loaded.origins.insert(entry, file.clone()),
+                    None => loaded.origins.remove(&entry),
+                };
             }
         }
         merge(&mut merged, value, own);
