@@ -189,7 +189,17 @@ pub struct ExternalProvider {
     /// Set once the task that cancels the space messages of expired calls started; it
     /// runs while a clone of the provider lives (it holds this weakly).
     expiry_watch: Arc<std::sync::OnceLock<()>>,
+    /// The withdrawals of dropped calls still being made, which [`ToolProvider::shutdown`]
+    /// waits for: a process ending right after an interrupted call (`tools call`, Ctrl-C)
+    /// left its call listed in a shared folder.
+    cleanups: Cleanups,
 }
+
+/// Tasks that finish what a dropped call began.
+type Cleanups = Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>;
+
+/// The longest [`ToolProvider::shutdown`] waits for the withdrawals of dropped calls.
+const CLEANUP_GRACE: Duration = Duration::from_secs(2);
 
 impl ExternalProvider {
     /// The tools of `tools` (by name), pending calls in `store`. A name that is not a
@@ -239,6 +249,7 @@ impl ExternalProvider {
             spaces: None,
             http: None,
             expiry_watch: Arc::default(),
+            cleanups: Arc::default(),
         })
     }
 
@@ -447,6 +458,7 @@ impl ExternalProvider {
             store: self.store.clone(),
             spaces: space.as_ref().map(|(spaces, _)| Spaces::clone(spaces)),
             call_id: Some(call_id.clone()),
+            cleanups: self.cleanups.clone(),
         };
         let waited = tokio::select! {
             result = self.store.wait(&call_id, timeout) => result,
@@ -654,6 +666,8 @@ struct WithdrawOnDrop {
     spaces: Option<Spaces>,
     /// `None` once the wait ended.
     call_id: Option<String>,
+    /// Where the task that finishes the withdrawal is kept.
+    cleanups: Cleanups,
 }
 
 impl Drop for WithdrawOnDrop {
@@ -665,7 +679,7 @@ impl Drop for WithdrawOnDrop {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let (store, spaces) = (self.store.clone(), self.spaces.take());
-        runtime.spawn(async move {
+        let task = runtime.spawn(async move {
             if !withdrawn {
                 store.withdraw(&call_id).await;
             }
@@ -676,6 +690,9 @@ impl Drop for WithdrawOnDrop {
                 tracing::warn!(target: "toolmux::external", "the message of cancelled call {call_id} not cancelled: {e}");
             }
         });
+        let mut cleanups = self.cleanups.lock().unwrap_or_else(|e| e.into_inner());
+        cleanups.retain(|task| !task.is_finished());
+        cleanups.push(task);
     }
 }
 
@@ -870,5 +887,17 @@ impl ToolProvider for ExternalProvider {
                 asynchronous.join(", ")
             )
         })
+    }
+
+    /// Waits (at most [`CLEANUP_GRACE`]) for the withdrawals of dropped calls to be made.
+    async fn shutdown(&self) -> Result<(), ToolError> {
+        let tasks = std::mem::take(&mut *self.cleanups.lock().unwrap_or_else(|e| e.into_inner()));
+        let all = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        let _ = tokio::time::timeout(CLEANUP_GRACE, all).await;
+        Ok(())
     }
 }
