@@ -607,16 +607,23 @@ fn spoil_space(dir: &std::path::Path, space: &str) {
     std::fs::write(dir.join("spaces").join(format!("{space}.json")), b"{not json").expect("spoil");
 }
 
-/// A visible call whose message cannot be posted (the space's file unreadable) fails, and
-/// is not left pending: nobody may answer a call its caller was told failed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_whose_message_cannot_be_posted_is_not_left_pending() {
+/// Spaces in a folder, with an agent `booker` (run `r1`) in space `trip`: the folder, the
+/// gateway, the external tools and the agent's context.
+async fn booker_in_trip() -> (tempfile::TempDir, GatewayProvider, ExternalProvider, CallContext) {
     let dir = tempfile::tempdir().expect("tempdir");
     let spaces = Spaces::in_dir(dir.path()).expect("spaces");
     let gateway = GatewayProvider::new(spaces.clone());
     let ext = external(&spaces);
     let me = agent("booker", "r1");
     gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    (dir, gateway, ext, me)
+}
+
+/// A visible call whose message cannot be posted (the space's file unreadable) fails, and
+/// is not left pending: nobody may answer a call its caller was told failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_message_cannot_be_posted_is_not_left_pending() {
+    let (dir, _gateway, ext, me) = booker_in_trip().await;
     spoil_space(dir.path(), "trip");
     let failed = ext.call("confirmAction", json!({"q": "book?"}), &me).await;
     assert!(failed.is_err(), "{failed:?}");
@@ -629,12 +636,7 @@ async fn a_call_whose_message_cannot_be_posted_is_not_left_pending() {
 /// unreadable): the result is taken from the store, so failing there would lose it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_is_delivered_when_its_message_cannot_be_finished() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spaces = Spaces::in_dir(dir.path()).expect("spaces");
-    let gateway = GatewayProvider::new(spaces.clone());
-    let ext = external(&spaces);
-    let me = agent("booker", "r1");
-    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let (dir, gateway, ext, me) = booker_in_trip().await;
     let caller = {
         let (ext, me) = (ext.clone(), me.clone());
         tokio::spawn(async move { ext.call("ask", json!({"q": "pay?"}), &me).await })

@@ -1046,22 +1046,27 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
     }
 
+    /// A successful call of `tool` at `ts_ms`, as the audit log keeps it.
+    fn record(ts_ms: u64, tool: &str) -> AuditRecord {
+        AuditRecord {
+            ts_ms,
+            run: "r".into(),
+            tool: tool.into(),
+            call_id: None,
+            arguments_sha256: sha256_hex(b"{}"),
+            result_sha256: sha256_hex(b"x"),
+            outcome: "ok".into(),
+            latency_ms: 1,
+        }
+    }
+
     #[test]
     fn audit_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/audit.jsonl");
         let log = AuditLog::open(&path).unwrap();
         for i in 0..3 {
-            log.write(AuditRecord {
-                ts_ms: i,
-                run: "r".into(),
-                tool: "a__b".into(),
-                call_id: None,
-                arguments_sha256: sha256_hex(b"{}"),
-                result_sha256: sha256_hex(b"x"),
-                outcome: "ok".into(),
-                latency_ms: 1,
-            });
+            log.write(record(i, "a__b"));
         }
         log.close();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -1096,16 +1101,7 @@ mod tests {
             ["a__b".to_owned(), "x".repeat(20_000), "y".repeat(2_700)].iter().enumerate()
         {
             for _ in 0..5 {
-                log.write(AuditRecord {
-                    ts_ms: i as u64,
-                    run: "r".into(),
-                    tool: tool.clone(),
-                    call_id: None,
-                    arguments_sha256: sha256_hex(b"{}"),
-                    result_sha256: sha256_hex(b"x"),
-                    outcome: "ok".into(),
-                    latency_ms: 1,
-                });
+                log.write(record(i as u64, tool));
             }
         }
         log.close();
