@@ -7,15 +7,20 @@
 //!   replica that dies holding it stalls the others for the lease at most; released by a
 //!   script only by its holder, which announces the release on the channel `unlocked`:
 //!   waiters of every replica ask again at once, and otherwise ever less often, from
-//!   10 ms to 200 ms apart).
+//!   10 ms to 200 ms apart). Every read and write of a change is fenced by the token:
+//!   a script checks that the lock is still the change's before it reads or writes, and
+//!   renews its lease, so a change that outlived its lease (a stalled process, a slow
+//!   server) and whose lock another change took fails saying so, retryable, instead of
+//!   overwriting that change's blobs.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
 use crate::pubsub::Subscription;
 use crate::resp::Reply;
 use async_trait::async_trait;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
@@ -38,6 +43,32 @@ const FIRST_LOCK_POLL: Duration = Duration::from_millis(10);
 /// The longest pause between two attempts to take a held lock.
 const MAX_LOCK_POLL: Duration = Duration::from_millis(200);
 
+/// Reads a blob if the lock is still the change's, renewing its lease; `false` (0) when
+/// it is not, else the blob (nil when there is none) in a one-item array.
+/// KEYS: the lock, the blob. ARGV: the token, the lease in milliseconds.
+static FENCED_READ: Script = Script {
+    name: "spaces-fenced-read",
+    source: "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {redis.call('GET', KEYS[2])}",
+};
+
+/// Replaces a blob if the lock is still the change's, renewing its lease; a space's name
+/// is added to the set of names and announced. 0 when the lock is not the change's.
+/// KEYS: the lock, the blob, the set of names. ARGV: the token, the lease in milliseconds,
+/// the blob, the space's name and the channel of changes (both empty for the state).
+static FENCED_WRITE: Script = Script {
+    name: "spaces-fenced-write",
+    source: "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+if ARGV[5] ~= '' then
+  redis.call('SADD', KEYS[3], ARGV[4])
+  redis.call('PUBLISH', ARGV[5], ARGV[4])
+end
+return 1",
+};
+
 /// Releases the lock only for the token that took it, and tells the waiters.
 /// KEYS: the lock. ARGV: the token, the channel of releases.
 static UNLOCK: Script = Script {
@@ -54,6 +85,13 @@ pub struct RedisSpaceStorage {
     shared: Arc<BackendShared>,
     base: String,
     tokens: Arc<AtomicU64>,
+    /// How long the lock lasts after the change's last read or write ([`LEASE`]).
+    lease: Duration,
+    /// The token of the lock each task's change holds. `SpaceStorage` hands the token to
+    /// `unlock` only, so reads and writes find theirs by the task that runs the change
+    /// (`Spaces` runs each change, from `lock` to `unlock`, in a task of its own); `None`
+    /// stands for code outside any task.
+    held: Arc<Mutex<HashMap<Option<tokio::task::Id>, String>>>,
     /// The subscription to `{prefix}:s:changed`, made at the first wait and kept.
     notices: Arc<tokio::sync::OnceCell<Subscription>>,
     /// The subscription to `{prefix}:s:unlocked`, made at the first wait for the lock.
@@ -67,13 +105,56 @@ impl RedisSpaceStorage {
             shared,
             base,
             tokens: Arc::default(),
+            lease: LEASE,
+            held: Arc::default(),
             notices: Arc::default(),
             unlocks: Arc::default(),
         }
     }
 
+    /// Sets how long the lock lasts after a change's last read or write (10 s by
+    /// default): a change that goes longer without one may lose the lock to another,
+    /// and then fails instead of writing.
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> RedisSpaceStorage {
+        self.lease = lease.max(Duration::from_millis(1));
+        self
+    }
+
     fn key(&self, key: &str) -> String {
         format!("{}:{key}", self.base)
+    }
+
+    fn holders(&self) -> std::sync::MutexGuard<'_, HashMap<Option<tokio::task::Id>, String>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The token of the lock the current task's change took, for a write.
+    fn token(&self) -> Result<String, ToolError> {
+        self.holders().get(&tokio::task::try_id()).cloned().ok_or_else(|| ToolError::Other {
+            provider: PROVIDER.into(),
+            message: "the shared spaces were written outside a change holding their lock \
+                      (take it with lock, and write from the task that took it)"
+                .into(),
+            source: None,
+        })
+    }
+
+    fn lease_ms(&self) -> String {
+        self.lease.as_millis().to_string()
+    }
+}
+
+/// The error of a change whose lock another change took after its lease ended.
+fn lock_lost(lease: Duration) -> ToolError {
+    ToolError::Unavailable {
+        provider: PROVIDER.into(),
+        message: format!(
+            "this change to the shared spaces went {} ms without reaching redis and lost \
+             their lock to another change, so it stopped before overwriting that one's; \
+             try again",
+            lease.as_millis()
+        ),
     }
 }
 
@@ -92,7 +173,7 @@ impl RedisSpaceStorage {
     fn unlock_in_background(&self, token: String) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let storage = self.clone();
-        let until = Instant::now() + LEASE;
+        let until = Instant::now() + self.lease;
         runtime.spawn(async move {
             while storage.release(&token).await.is_err() && Instant::now() < until {
                 tokio::time::sleep(MAX_LOCK_POLL).await;
@@ -111,7 +192,7 @@ impl SpaceStorage for RedisSpaceStorage {
         let token =
             format!("{}-{}", self.shared.replica, self.tokens.fetch_add(1, Ordering::Relaxed));
         let key = self.key("lock");
-        let lease = LEASE.as_millis().to_string();
+        let lease = self.lease_ms();
         let deadline = Instant::now() + LOCK_WAIT;
         let mut wake: Option<tokio::sync::watch::Receiver<u64>> = None;
         let mut pause = FIRST_LOCK_POLL;
@@ -133,6 +214,7 @@ impl SpaceStorage for RedisSpaceStorage {
                 }
             };
             if !matches!(reply, Reply::Nil) {
+                self.holders().insert(tokio::task::try_id(), token.clone());
                 return Ok(token);
             }
             if Instant::now() >= deadline {
@@ -165,6 +247,12 @@ impl SpaceStorage for RedisSpaceStorage {
     }
 
     async fn unlock(&self, token: &str) {
+        {
+            let mut held = self.holders();
+            if held.get(&tokio::task::try_id()).is_some_and(|t| t == token) {
+                held.remove(&tokio::task::try_id());
+            }
+        }
         if let Err(e) = self.release(token).await {
             // The lease ends it anyway.
             tracing::warn!(target: "toolmux::redis", "the spaces' lock was not released: {e}");
@@ -172,27 +260,55 @@ impl SpaceStorage for RedisSpaceStorage {
     }
 
     async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
-        let key = self.key(key);
-        match self.shared.client.command(&["GET", key.as_str()]).await.map_err(unreachable)? {
-            Reply::Bulk(bytes) => Ok(Some(bytes)),
-            _ => Ok(None),
+        let Some(token) = self.holders().get(&tokio::task::try_id()).cloned() else {
+            // A read outside a change cannot overwrite anything: it is not fenced.
+            let key = self.key(key);
+            let reply = self.shared.client.command(&["GET", key.as_str()]).await;
+            return match reply.map_err(unreachable)? {
+                Reply::Bulk(bytes) => Ok(Some(bytes)),
+                _ => Ok(None),
+            };
+        };
+        let (lock, stored, lease) = (self.key("lock"), self.key(key), self.lease_ms());
+        let timeout = self.shared.settings.timeout;
+        let args = [token.as_bytes(), lease.as_bytes()];
+        let reply = self
+            .shared
+            .client
+            .eval(&FENCED_READ, &[&lock, &stored], &args, timeout)
+            .await
+            .map_err(unreachable)?;
+        match reply {
+            Reply::Array(mut items) => match items.pop() {
+                Some(Reply::Bulk(bytes)) => Ok(Some(bytes)),
+                _ => Ok(None),
+            },
+            _ => Err(lock_lost(self.lease)),
         }
     }
 
     async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
-        let stored = self.key(key);
-        let args: [&[u8]; 3] = [b"SET", stored.as_bytes(), value];
-        self.shared.client.command(&args).await.map_err(unreachable)?;
-        if let Some(name) = key.strip_prefix("space:") {
-            let names = self.key("names");
-            let args = ["SADD", names.as_str(), name];
-            self.shared.client.command(&args).await.map_err(unreachable)?;
-            // Waits of every replica look again now (a lost notice: at their next poll).
-            let channel = self.key("changed");
-            let args = ["PUBLISH", channel.as_str(), name];
-            self.shared.client.command(&args).await.map_err(unreachable)?;
+        let token = self.token()?;
+        let (lock, stored, names) = (self.key("lock"), self.key(key), self.key("names"));
+        let lease = self.lease_ms();
+        // Waits of every replica look again once a space is written (a lost notice: at
+        // their next poll); the state is no space and is not announced.
+        let (name, channel) = match key.strip_prefix("space:") {
+            Some(name) => (name, self.key("changed")),
+            None => ("", String::new()),
+        };
+        let timeout = self.shared.settings.timeout;
+        let args = [token.as_bytes(), lease.as_bytes(), value, name.as_bytes(), channel.as_bytes()];
+        let reply = self
+            .shared
+            .client
+            .eval(&FENCED_WRITE, &[&lock, &stored, &names], &args, timeout)
+            .await
+            .map_err(unreachable)?;
+        match reply {
+            Reply::Integer(1) => Ok(()),
+            _ => Err(lock_lost(self.lease)),
         }
-        Ok(())
     }
 
     async fn change_notices(&self) -> Option<tokio::sync::watch::Receiver<u64>> {

@@ -103,11 +103,13 @@ async fn a_write_is_announced_to_the_other_replicas() {
     let (one, two) = (replica(&server).space_storage(), replica(&server).space_storage());
     let mut notices = one.change_notices().await.expect("Redis tells of changes");
     notices.borrow_and_update();
+    let token = two.lock().await.expect("a free lock");
     two.write("space:s", b"{}").await.expect("write");
     within(Duration::from_secs(5), "the notice", notices.changed()).await.expect("a notice");
     // The state is no space: it is not announced.
     notices.borrow_and_update();
     two.write("state", b"{}").await.expect("write");
+    two.unlock(&token).await;
     let quiet = tokio::time::timeout(Duration::from_millis(300), notices.changed()).await;
     assert!(quiet.is_err(), "the state's write was announced");
 }
@@ -165,4 +167,109 @@ async fn a_lock_whose_answer_was_lost_is_given_back() {
     let taken = within(Duration::from_secs(15), "the lock", other.lock()).await;
     assert!(taken.is_ok(), "{taken:?}");
     assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+}
+
+/// The blob `key` of the spaces as stored, read past any lock.
+async fn stored(admin: &toolmux_redis::RedisBackend, key: &str) -> Option<String> {
+    let key = format!("toolmux:s:{key}");
+    let reply = admin.client().command(&["GET", key.as_str()]).await.expect("get");
+    reply.as_str().map(str::to_owned)
+}
+
+/// A change whose lease ended and whose lock another replica's change then took is refused
+/// its writes (and reads): it overwrote the other change's blobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_lost_its_lock_writes_nothing() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(200);
+    let one = replica(&server).space_storage().with_lease(lease);
+    let two = replica(&server).space_storage();
+    let admin = replica(&server);
+    let first = one.lock().await.expect("a free lock");
+    assert_eq!(one.read("space:s").await.expect("read"), None);
+    tokio::time::sleep(lease * 2).await;
+    let second = within(Duration::from_secs(5), "the lapsed lock", two.lock()).await;
+    let second = second.expect("the lock, its lease over");
+    two.write("space:s", b"second").await.expect("the holder's write");
+
+    let refused = one.write("space:s", b"first").await.expect_err("a write without the lock");
+    assert!(refused.is_transient(), "{refused:?}");
+    let message = refused.to_string();
+    assert!(message.contains("lost their lock to another change"), "{message}");
+    assert!(message.contains("try again"), "{message}");
+    let refused = one.read("state").await.expect_err("a read without the lock");
+    assert!(refused.to_string().contains("lost their lock"), "{refused}");
+    assert_eq!(stored(&admin, "space:s").await.as_deref(), Some("second"));
+
+    // The first change's release leaves the second's lock alone.
+    one.unlock(&first).await;
+    two.write("state", b"{}").await.expect("the holder writes on");
+    two.unlock(&second).await;
+    assert_eq!(stored(&admin, "lock").await, None);
+}
+
+/// Two changes of one replica, each in a task of its own as `Spaces` runs them, keep
+/// their tokens apart: the one whose lease ended cannot write with the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_lost_its_lock_to_a_change_of_its_replica_writes_nothing() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(200);
+    let storage = replica(&server).space_storage().with_lease(lease);
+    let admin = replica(&server);
+    let (lapsed_tx, lapsed_rx) = tokio::sync::oneshot::channel();
+    let (written_tx, written_rx) = tokio::sync::oneshot::channel();
+    let slow = storage.clone();
+    let slow = tokio::spawn(async move {
+        let token = slow.lock().await.expect("a free lock");
+        tokio::time::sleep(lease * 2).await;
+        lapsed_tx.send(()).expect("the other change waits");
+        written_rx.await.expect("the other change wrote");
+        let written = slow.write("space:s", b"slow").await;
+        slow.unlock(&token).await;
+        written
+    });
+    let fast = storage.clone();
+    let fast = tokio::spawn(async move {
+        lapsed_rx.await.expect("the slow change's lease ended");
+        let token = fast.lock().await.expect("the lock, its lease over");
+        fast.write("space:s", b"fast").await.expect("the holder's write");
+        written_tx.send(()).expect("the slow change waits");
+        token
+    });
+    let token = within(Duration::from_secs(10), "the fast change", fast).await.expect("task");
+    let written = within(Duration::from_secs(10), "the slow change", slow).await.expect("task");
+    assert!(written.is_err(), "the slow change wrote with the lock of the fast one");
+    assert_eq!(stored(&admin, "space:s").await.as_deref(), Some("fast"));
+    // The fast change's lock is still taken (by its token, which the slow one did not free).
+    assert_eq!(stored(&admin, "lock").await.as_deref(), Some(token.as_str()));
+}
+
+/// A change that reaches Redis more often than its lease keeps its lock however long it
+/// takes in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_keeps_writing_keeps_its_lock() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(300);
+    let storage = replica(&server).space_storage().with_lease(lease);
+    let token = storage.lock().await.expect("a free lock");
+    for i in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let value = format!("{i}");
+        storage.write("space:s", value.as_bytes()).await.expect("a write within the lease");
+    }
+    storage.unlock(&token).await;
+}
+
+/// A write outside any change is refused: it could overwrite a change under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_the_lock_is_refused() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let storage = replica(&server).space_storage();
+    let refused = storage.write("state", b"{}").await.expect_err("a write without the lock");
+    assert!(refused.to_string().contains("outside a change holding their lock"), "{refused}");
+    assert_eq!(stored(&replica(&server), "state").await, None);
 }
