@@ -1,8 +1,9 @@
 //! The stdio transport: the server runs as a child process in its own process group,
 //! speaks newline-delimited JSON-RPC on stdin/stdout, and its stderr goes to the logs.
 //!
-//! The whole group is killed and the child reaped on shutdown, on drop and when the
-//! connection fails, so servers started through wrappers (`npx`, shells) leave nothing
+//! The whole group is killed and the child reaped on shutdown, on drop, when the
+//! connection fails and when the server's stdout ends while it keeps running (stopped
+//! after a short grace), so servers started through wrappers (`npx`, shells) leave nothing
 //! behind. A line on stdout that is not a message is logged and skipped, as the official
 //! SDKs' clients do; a hundred in a row end the connection with a protocol error naming
 //! the last, so a server that stopped speaking MCP does not leave its calls waiting.
@@ -28,6 +29,15 @@ use std::sync::Arc;
 
 /// How long a closed stdout waits for the exit status, so the error can carry it.
 const EXIT_STATUS_GRACE: Duration = Duration::from_millis(200);
+/// How long a server whose stdout ended may take to exit on its own (a server's output
+/// usually ends with its exit) before the group is asked to stop (SIGTERM), then killed
+/// after [`TERM_GRACE`]: one that keeps running without its output can answer nothing, and
+/// lived until the next call noticed.
+const OUTPUT_END_GRACE: Duration = Duration::from_millis(200);
+/// The connection's end when the server closed its stdout; an exit status, when the server
+/// exited (as most do), says more and replaces it.
+const OUTPUT_CLOSED: &str =
+    "the server closed its stdout; it is being stopped, and the next call starts it again";
 /// How long a graceful shutdown waits after closing stdin before asking the group to stop.
 const GRACEFUL_EXIT: Duration = Duration::from_millis(500);
 /// How long it then waits after SIGTERM before killing the group.
@@ -360,7 +370,7 @@ impl StdoutReader {
         loop {
             match read_line_capped(&mut stdout, &mut line, MESSAGE_MAX) {
                 Ok(LineRead::End) => {
-                    self.fault.set(FaultKind::Closed("server closed its stdout".into()));
+                    self.fault.set(FaultKind::Closed(OUTPUT_CLOSED.into()));
                     return;
                 }
                 Ok(LineRead::Line) => {}
@@ -620,9 +630,10 @@ impl StdoutEnd {
     }
 }
 
-/// Waits for the server's exit (or kills it when `kill` is cancelled), then kills what it
-/// left running, in its group and out of it, before the exit is told: once a shutdown
-/// returns, nothing of the server runs.
+/// Waits for the server's exit (or kills it when `kill` is cancelled, or when its stdout
+/// ended and it did not exit within [`OUTPUT_END_GRACE`]), then kills what it left
+/// running, in its group and out of it, before the exit is told: once a shutdown returns,
+/// nothing of the server runs.
 async fn reap(
     reaping: Reaping,
     exited: watch::Sender<Option<ExitStatus>>,
@@ -630,6 +641,9 @@ async fn reap(
     stderr_read: tokio::sync::oneshot::Receiver<()>,
 ) {
     let Reaping { server, mut child, pgid, mark, kill, stdout } = reaping;
+    // Stopped here because its stdout ended: the connection's error says so already, and
+    // the status of the signal that stopped it would only hide why.
+    let mut stopped = false;
     let status = tokio::select! {
         status = child.wait() => status,
         () = kill.cancelled() => {
@@ -638,6 +652,15 @@ async fn reap(
             }
             let _ = child.start_kill();
             child.wait().await
+        }
+        () = stdout.ended.cancelled() => {
+            match tokio::time::timeout(OUTPUT_END_GRACE, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    stopped = true;
+                    stop_without_output(&server, &mut child, pgid, &kill).await
+                }
+            }
         }
     };
     // The leader is gone; anything it left in its group goes too, then what left it.
@@ -653,9 +676,11 @@ async fn reap(
             let _ = tokio::time::timeout(STDERR_DRAIN, stderr_read).await;
             let said = fault.stderr_tail().map(|t| format!("; its stderr ended: {t}"));
             let said = said.unwrap_or_default();
-            let exit = format!("server process {status}{said}");
-            fault.refine(FaultKind::Closed(exit.clone()));
-            stdout.after_exit(&server, &fault, &exit).await;
+            if !stopped {
+                let exit = format!("server process {status}{said}");
+                fault.refine(FaultKind::Closed(exit.clone()));
+                stdout.after_exit(&server, &fault, &exit).await;
+            }
             exited.send_replace(Some(status));
         }
         Err(e) => {
@@ -663,6 +688,33 @@ async fn reap(
             exited.send_replace(Some(ExitStatus::default()));
         }
     }
+}
+
+/// Stops a server that closed its stdout but keeps running: SIGTERM to its group, then
+/// SIGKILL after [`TERM_GRACE`] (or at once when `kill` is cancelled meanwhile).
+async fn stop_without_output(
+    server: &str,
+    child: &mut Child,
+    pgid: Option<Pid>,
+    kill: &CancellationToken,
+) -> std::io::Result<ExitStatus> {
+    tracing::warn!(server = %server, "mcp server closed its stdout but kept running; stopping it");
+    if let Some(pgid) = pgid {
+        let _ = kill_process_group(pgid, Signal::TERM);
+    }
+    tokio::select! {
+        status = tokio::time::timeout(TERM_GRACE, child.wait()) => {
+            if let Ok(status) = status {
+                return status;
+            }
+        }
+        () = kill.cancelled() => {}
+    }
+    if let Some(pgid) = pgid {
+        let _ = kill_process_group(pgid, Signal::KILL);
+    }
+    let _ = child.start_kill();
+    child.wait().await
 }
 
 /// Logs the server's stderr line by line, each cut at [`STDERR_LINE_MAX`] bytes (a line

@@ -845,3 +845,36 @@ async fn a_call_given_up_during_the_handshake_leaves_no_process() {
         provider.shutdown().await.unwrap();
     }
 }
+
+/// A server that closes its stdout but keeps running (a library closed fd 1) is stopped at
+/// once: the call waiting on it fails promptly saying so, the process is killed and reaped
+/// without another call (SIGTERM, then SIGKILL for one that ignores it), and the next call
+/// starts the server again. It lived, and held its call, until the next call noticed.
+#[tokio::test]
+async fn a_server_that_closes_its_stdout_is_stopped_and_reaped_at_once() {
+    let script = support::fixture("closing_server.py").display().to_string();
+    let config = McpServerConfig::stdio(support::python().display().to_string(), [script])
+        .with_base_dir(support::run_dir())
+        .with_protocol(toolmux_mcp::ProtocolMode::Legacy)
+        .with_request_timeout(Duration::from_secs(20));
+    let provider = McpProvider::new("closing", config).unwrap();
+    for ignore_term in [false, true] {
+        let first = call(&provider, "echo").await.unwrap();
+        let pid = provider.server_pid().unwrap();
+        assert_eq!(first, format!("echo from {pid}"));
+        let started = Instant::now();
+        let arguments = json!({"ignore_term": ignore_term});
+        let error = provider.call("close_stdout", arguments, &CallContext::new()).await;
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+        expect_test::expect!["closing: connection closed (the server closed its stdout; it is being stopped, and the next call starts it again)"]
+            .assert_eq(&error.unwrap_err().to_string());
+        // Reaped: a zombie would still have its /proc entry.
+        let proc = std::path::PathBuf::from(format!("/proc/{pid}"));
+        support::wait_for("the server to be reaped", Duration::from_secs(5), || !proc.exists())
+            .await;
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        let next = call(&provider, "echo").await.unwrap();
+        assert_ne!(provider.server_pid(), Some(pid), "{next}");
+    }
+    provider.shutdown().await.unwrap();
+}
