@@ -395,6 +395,16 @@ impl ExternalProvider {
             expires_ms: 0,
         };
         let call_id = self.store.open(call).await?;
+        // Armed from here: a call dropped at any point from now on (its caller stopped
+        // waiting while the message was being posted, or while it waited for the result)
+        // is withdrawn and its message, posted or about to be, cancelled or never posted.
+        let mut unwaited = WithdrawOnDrop {
+            store: self.store.clone(),
+            spaces: space.as_ref().map(|(spaces, _)| Spaces::clone(spaces)),
+            call_id: Some(call_id.clone()),
+            cleanups: self.cleanups.clone(),
+            withdrawn: Arc::default(),
+        };
         if let (Some((spaces, who)), Some(arguments)) = (&space, shown_arguments) {
             let message = spaces::ToolMessage {
                 name: full.clone(),
@@ -404,16 +414,21 @@ impl ExternalProvider {
                 result: None,
                 call_id: Some(call_id.clone()),
             };
-            match spaces.post_tool(who, message).await {
+            // The change may run on after this call is dropped (in a task of its own): the
+            // guard's flag, looked at under the lock, keeps it from posting then.
+            let withdrawn = unwaited.withdrawn.clone();
+            match spaces.post_tool_unless(who, message, withdrawn).await {
                 Ok(Ok(_)) => {}
                 // Left the space in between: the call is not shown, so it is not made.
                 Ok(Err(spaces::NotInSpace)) => {
                     self.store.withdraw(&call_id).await;
+                    unwaited.call_id = None;
                     return Ok(not_in_space(&full));
                 }
                 // Not shown either: its caller is told it failed, so nobody may answer it.
                 Err(e) => {
                     self.store.withdraw(&call_id).await;
+                    unwaited.call_id = None;
                     return Err(e);
                 }
             }
@@ -440,6 +455,8 @@ impl ExternalProvider {
             }
         }
         if tool.is_async {
+            // Made: from here the call is its caller's, who knows its id.
+            unwaited.call_id = None;
             // `pendingToolCallId` is the seeds' name of the same id.
             let pending =
                 json!({"status": "pending", "callId": call_id, "pendingToolCallId": call_id});
@@ -453,13 +470,7 @@ impl ExternalProvider {
         }
         // Cancelled, or dropped while it waits (the pipeline drops the call when its token
         // fires, so nothing awaited here after that would run), the call is withdrawn and
-        // its message cancelled from the drop.
-        let mut unwaited = WithdrawOnDrop {
-            store: self.store.clone(),
-            spaces: space.as_ref().map(|(spaces, _)| Spaces::clone(spaces)),
-            call_id: Some(call_id.clone()),
-            cleanups: self.cleanups.clone(),
-        };
+        // its message cancelled from the drop of `unwaited`.
         let waited = tokio::select! {
             result = self.store.wait(&call_id, timeout) => result,
             () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: full }),
@@ -657,22 +668,29 @@ impl ExternalProvider {
     }
 }
 
-/// Withdraws a call whose caller was cancelled or dropped while it waited: at once where
-/// the store can (an interrupted process may end right after), else in a task of its own,
-/// which also marks the call's space message `cancelled`.
+/// Withdraws a call whose caller was cancelled or dropped after it was opened (while its
+/// message was being posted, or while it waited): at once where the store can (an
+/// interrupted process may end right after), else in a task of its own, which also marks
+/// the call's space message `cancelled`.
 struct WithdrawOnDrop {
     store: Arc<dyn PendingStore>,
-    /// The spaces the call's message was posted to.
+    /// The spaces the call's message is posted to.
     spaces: Option<Spaces>,
-    /// `None` once the wait ended.
+    /// `None` once the call is its caller's (returned, or its wait ended).
     call_id: Option<String>,
     /// Where the task that finishes the withdrawal is kept.
     cleanups: Cleanups,
+    /// Set when the call is withdrawn: a posting of its message still under way (in a task
+    /// of its own) looks at it under the spaces' lock and posts nothing. Set before the
+    /// task that cancels a message posted already starts, so that one of the two always
+    /// sees the other's work.
+    withdrawn: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for WithdrawOnDrop {
     fn drop(&mut self) {
         let Some(call_id) = self.call_id.take() else { return };
+        self.withdrawn.store(true, std::sync::atomic::Ordering::Release);
         let withdrawn = self.store.withdraw_now(&call_id);
         if withdrawn && self.spaces.is_none() {
             return;

@@ -381,8 +381,8 @@ impl Inner {
         swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY)
     }
 
-    fn open(&self, mut call: PendingCall) -> Result<String, ToolError> {
-        let _lock = self.lock()?;
+    /// Opens `call`, holding the folder's lock (`_lock`).
+    fn open(&self, _lock: &folder::Lock, mut call: PendingCall) -> Result<String, ToolError> {
         let now = now_ms();
         let mut count = self.ids()?.len();
         if count >= self.max_pending || self.sweep_due() {
@@ -710,10 +710,64 @@ impl Drop for Waiting {
     }
 }
 
+/// The opening of a call under way; dropped before it handed the call's id over (its
+/// caller was dropped), it withdraws the call if the id came meanwhile.
+struct Opening {
+    rx: tokio::sync::oneshot::Receiver<Result<String, ToolError>>,
+    store: DirPendingStore,
+    /// Set once the id (or the failure) was read.
+    done: bool,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        // Closed first: a later hand-over fails, and its sender withdraws the call.
+        self.rx.close();
+        let Ok(Ok(id)) = self.rx.try_recv() else { return };
+        if self.store.withdraw_now(&id) {
+            return;
+        }
+        let inner = self.store.inner.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || {
+                if let Err(e) = inner.withdraw(&id) {
+                    tracing::debug!(target: "toolmux::external", "call {id} not withdrawn: {e}");
+                }
+            });
+        }
+    }
+}
+
 #[async_trait]
 impl PendingStore for DirPendingStore {
+    /// The call is made on the blocking pool, where it goes on when its caller is dropped
+    /// meanwhile: its id is handed over under the folder's lock, and a call whose caller
+    /// is gone by then (or drops it before reading it) is withdrawn, never left pending
+    /// for nobody.
     async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
-        let id = self.blocking(move |inner| inner.open(call)).await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let inner = self.inner.clone();
+        let mut opening = Opening { rx, store: self.clone(), done: false };
+        tokio::task::spawn_blocking(move || {
+            let lock = match inner.lock() {
+                Ok(lock) => lock,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            if let Err(Ok(id)) = tx.send(inner.open(&lock, call))
+                && let Err(e) = inner.remove(&id)
+            {
+                tracing::warn!(target: "toolmux::external", "call {id}, made for a caller gone since, not withdrawn: {e}");
+            }
+        });
+        let opened = (&mut opening.rx).await;
+        opening.done = true;
+        let id = opened.unwrap_or_else(|e| Err(ToolError::other(PROVIDER, e)))?;
         self.changed.notify_waiters();
         Ok(id)
     }
@@ -998,7 +1052,7 @@ mod tests {
         assert_ne!(a.inner.prefix, b.inner.prefix);
         let token = a.inner.prefix.strip_prefix("ext-").unwrap();
         assert!(token.len() == 12 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
-        let id = a.inner.open(sync_call()).unwrap();
+        let id = a.inner.open(&a.inner.lock().unwrap(), sync_call()).unwrap();
         assert!(id.starts_with(&a.inner.prefix) && valid_id(&id), "{id}");
     }
 

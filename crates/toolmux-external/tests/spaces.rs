@@ -710,3 +710,181 @@ async fn refused_goals_are_not_kept() {
         assert_eq!(kept[0].status.as_deref(), Some("blocked on [REDACTED]"));
     }
 }
+
+/// A memory store that runs `hook` each time a call has been opened: a test takes the
+/// spaces' lock (or stops their storage) there, so that the call's message is being posted
+/// when the test drops the call.
+struct OnOpen {
+    inner: MemoryPendingStore,
+    hook: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for OnOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnOpen").field("inner", &self.inner).finish()
+    }
+}
+
+#[async_trait::async_trait]
+impl PendingStore for OnOpen {
+    async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
+        let id = self.inner.open(call).await?;
+        (self.hook)();
+        Ok(id)
+    }
+    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
+        self.inner.wait(call_id, timeout).await
+    }
+    async fn withdraw(&self, call_id: &str) {
+        self.inner.withdraw(call_id).await;
+    }
+    fn withdraw_now(&self, call_id: &str) -> bool {
+        self.inner.withdraw_now(call_id)
+    }
+    async fn pending_except(
+        &self,
+        tools: &[String],
+        exclude: &[String],
+        wait: Duration,
+    ) -> Result<Vec<PendingCall>, ToolError> {
+        self.inner.pending_except(tools, exclude, wait).await
+    }
+    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
+        self.inner.resolve(call_id, result).await
+    }
+    async fn take_inbox(
+        &self,
+        run_id: &str,
+        owner: Option<&str>,
+    ) -> Result<Vec<InboxEntry>, ToolError> {
+        self.inner.take_inbox(run_id, owner).await
+    }
+    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
+        self.inner.count_pending(run_id, owner).await
+    }
+}
+
+/// Drops a synchronous call of `ask` by `me` once `opened` says it was opened (its message
+/// is then being posted), and checks that the call was withdrawn: nothing pending, a
+/// result submitted for it refused (it reached the run's inbox), nothing in the inbox,
+/// and no message waiting for an answer in space `trip`, once `release` let the posting
+/// go on.
+async fn drop_while_posting(
+    ext: &ExternalProvider,
+    gateway: &GatewayProvider,
+    me: &CallContext,
+    opened: &tokio::sync::Notify,
+    release: impl FnOnce(),
+) {
+    let notified = opened.notified();
+    let caller = {
+        let (ext, me) = (ext.clone(), me.clone());
+        tokio::spawn(async move { ext.call("ask", json!({"q": "book?"}), &me).await })
+    };
+    tokio::time::timeout(Duration::from_secs(10), notified).await.expect("the call is opened");
+    let listed = ext.call("pending", json!({}), me).await.expect("pending");
+    let id = json_of(&listed)["calls"][0]["callId"].as_str().expect("opened").to_owned();
+    // The posting waits (for the lock, or for the storage).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!caller.is_finished(), "the message is being posted");
+    caller.abort();
+    let _ = caller.await;
+    release();
+    // Time for a posting that went on to end, and for the drop's own task.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let listed = ext.call("pending", json!({}), me).await.expect("pending");
+    assert_eq!(json_of(&listed)["calls"], json!([]), "the dropped call is withdrawn");
+    let late = json!({"callId": id, "result": {"confirmed": true}});
+    let refused = ext.call("submit", late, &CallContext::new()).await;
+    assert!(refused.is_err(), "a result for a dropped call is refused: {refused:?}");
+    let inbox = ext.call("inbox", json!({}), me).await.expect("inbox");
+    assert_eq!(json_of(&inbox)["results"], json!([]));
+    let statuses = tool_statuses(gateway, "trip").await;
+    assert!(!statuses.iter().any(|s| s == "requires_action"), "{statuses:?}");
+}
+
+/// A synchronous visible call dropped (Ctrl-C, the orchestrator's timeout) while its
+/// message waits for the spaces folder's lock is withdrawn: its result no longer reaches
+/// the run's inbox, and its message is never posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_while_its_message_waits_for_the_folder_is_withdrawn() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spaces = Spaces::in_dir(dir.path()).expect("spaces");
+    let gateway = GatewayProvider::new(spaces.clone());
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let lock_at = dir.path().join(".lock");
+    let lock = Arc::new(std::fs::File::options().write(true).open(&lock_at).expect("lock file"));
+    let opened = Arc::new(tokio::sync::Notify::new());
+    let (held, told) = (lock.clone(), opened.clone());
+    let store = OnOpen {
+        inner: MemoryPendingStore::default(),
+        // Another process takes the folder's lock between the opening and the posting.
+        hook: Box::new(move || {
+            held.lock().expect("locked by another process");
+            told.notify_one();
+        }),
+    };
+    let ext = external_in(&spaces, Arc::new(store));
+    drop_while_posting(&ext, &gateway, &me, &opened, || lock.unlock().expect("unlocked")).await;
+    assert_eq!(tool_statuses(&gateway, "trip").await, Vec::<String>::new(), "never posted");
+}
+
+/// Spaces in a shared storage whose reads wait while `open` is false: a change under way
+/// when its caller is dropped goes on in its own task once they may.
+#[derive(Debug)]
+struct StalledStorage {
+    open: tokio::sync::watch::Sender<bool>,
+    kept: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+#[async_trait::async_trait]
+impl toolmux_external::spaces::SpaceStorage for StalledStorage {
+    async fn lock(&self) -> Result<String, ToolError> {
+        Ok("token".into())
+    }
+    async fn unlock(&self, _token: &str) {}
+    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
+        let mut open = self.open.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+        Ok(self.kept.lock().expect("kept").get(key).cloned())
+    }
+    async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
+        self.kept.lock().expect("kept").insert(key.into(), value.into());
+        Ok(())
+    }
+    async fn space_names(&self) -> Result<Vec<String>, ToolError> {
+        let kept = self.kept.lock().expect("kept");
+        Ok(kept.keys().filter_map(|k| k.strip_prefix("space:")).map(str::to_owned).collect())
+    }
+}
+
+/// A synchronous visible call dropped while its message is being written to shared spaces
+/// (the change has the lock and goes on in a task of its own) is withdrawn, and the
+/// message the change was writing is not posted for a call nobody makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_while_its_message_is_written_is_withdrawn() {
+    let storage = Arc::new(StalledStorage {
+        open: tokio::sync::watch::channel(true).0,
+        kept: Default::default(),
+    });
+    let spaces = Spaces::in_storage(storage.clone());
+    let gateway = GatewayProvider::new(spaces.clone());
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let opened = Arc::new(tokio::sync::Notify::new());
+    let (stalled, told) = (storage.clone(), opened.clone());
+    let store = OnOpen {
+        inner: MemoryPendingStore::default(),
+        hook: Box::new(move || {
+            stalled.open.send_replace(false);
+            told.notify_one();
+        }),
+    };
+    let ext = external_in(&spaces, Arc::new(store));
+    drop_while_posting(&ext, &gateway, &me, &opened, || {
+        storage.open.send_replace(true);
+    })
+    .await;
+    assert_eq!(tool_statuses(&gateway, "trip").await, Vec::<String>::new(), "never posted");
+}

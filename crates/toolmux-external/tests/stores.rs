@@ -515,3 +515,33 @@ async fn times_to_live_past_counting_list_calls_that_never_expire() {
         assert_eq!(store.take_inbox("r", None).await.unwrap()[0].result, answer("late"));
     }
 }
+
+/// A call whose opening is dropped while it waits for the folder's lock (its caller was
+/// interrupted) is withdrawn once the opening, which goes on on the blocking pool, makes
+/// it: nobody knows its id, so it must not be listed for an answer that reaches an inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_opening_is_dropped_is_not_left_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirPendingStore::open(dir.path()).unwrap();
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.path().join(".lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let opening = {
+        let store = store.clone();
+        tokio::spawn(async move { store.open(call("external__confirm", "r", false)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!opening.is_finished(), "the opening waits for the lock");
+    opening.abort();
+    let _ = opening.await;
+    lock.unlock().unwrap();
+    // Time for the opening to take the lock and end (it tries every few milliseconds).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(store.pending(&[], Duration::ZERO).await.unwrap(), Vec::new());
+    let files = std::fs::read_dir(dir.path().join("calls")).unwrap().count();
+    assert_eq!(files, 0, "no call file is left");
+}

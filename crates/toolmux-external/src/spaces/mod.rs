@@ -954,6 +954,19 @@ impl Spaces {
         who: &Who,
         message: ToolMessage,
     ) -> Result<Result<u64, NotInSpace>, ToolError> {
+        self.post_tool_unless(who, message, Arc::default()).await
+    }
+
+    /// [`Spaces::post_tool`], unless `withdrawn` is set when the change is made (under the
+    /// lock): then nothing is posted and the answer is [`ToolError::Cancelled`]. The call's
+    /// caller sets it when it is dropped; the change runs on in a task of its own (a folder,
+    /// a shared storage) and would otherwise post a message for a call nobody makes.
+    pub(crate) async fn post_tool_unless(
+        &self,
+        who: &Who,
+        message: ToolMessage,
+        withdrawn: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<Result<u64, NotInSpace>, ToolError> {
         let message = ToolMessage {
             arguments: self.clean(message.arguments),
             result: message.result.map(|r| self.clean(r)),
@@ -966,6 +979,9 @@ impl Spaces {
         self.transact_for(
             move |state| active_of(state, &of),
             move |txn| {
+                if withdrawn.load(std::sync::atomic::Ordering::Acquire) {
+                    return Err(ToolError::Cancelled { tool: message.name });
+                }
                 let Some(stored) = txn.active_space(&key) else {
                     return Ok(Err(NotInSpace));
                 };
