@@ -117,6 +117,30 @@ pub enum RestError {
 }
 
 impl RestError {
+    /// The error with each of `secrets` in its texts (a URL's path, an API's answer)
+    /// replaced by `REDACTED`.
+    pub(crate) fn redacted(self, secrets: &[String]) -> RestError {
+        let scrub = |text: String| crate::secrets::scrub(&text, secrets);
+        match self {
+            RestError::Http { tool, url, message, source } => {
+                RestError::Http { tool, url: scrub(url), message: scrub(message), source }
+            }
+            RestError::FetchSpec { url, message, source } => {
+                RestError::FetchSpec { url: scrub(url), message: scrub(message), source }
+            }
+            RestError::Request { tool, message } => {
+                RestError::Request { tool, message: scrub(message) }
+            }
+            RestError::Token { tool, scheme, message } => {
+                RestError::Token { tool, scheme, message: scrub(message) }
+            }
+            RestError::RateLimited { tool, answer, retry_after } => {
+                RestError::RateLimited { tool, answer: scrub(answer), retry_after }
+            }
+            other => other,
+        }
+    }
+
     /// Converts into the shared error type, choosing who must act.
     pub fn into_tool_error(self, provider: &str) -> ToolError {
         match self {

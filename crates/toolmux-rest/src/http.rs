@@ -82,13 +82,7 @@ impl Unfollowed {
     /// redacted one by one, so that the origin the note names stays as it was and no
     /// replacement can make the target unparsable (which kept the secret).
     pub(crate) fn redact(&mut self, secrets: &[String]) {
-        let mut secrets: Vec<&str> =
-            secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
-        // Longest first, so that a secret containing another is replaced whole.
-        secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
-        let scrub = |text: &str| {
-            secrets.iter().fold(text.to_owned(), |text, secret| text.replace(secret, "REDACTED"))
-        };
+        let scrub = |text: &str| crate::secrets::scrub(text, secrets);
         let location = &mut self.location;
         let username = scrub(location.username());
         if username != location.username() {

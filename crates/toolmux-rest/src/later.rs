@@ -8,15 +8,27 @@ use serde_json::Value;
 use std::sync::Mutex;
 use toolmux_core::{CallContext, ToolError, ToolKind, ToolOutput, ToolProvider, ToolSpec};
 
-/// The provider of an import whose first reading failed ([`OpenApiImport::failed`]).
-#[derive(Debug)]
+/// The provider of an import whose first reading failed ([`OpenApiImport::start`]).
 pub struct OpenApiImport {
     name: String,
     namespace: String,
     config: OpenApiConfig,
+    /// The loader's values from the environment ([`RestProvider::with_secrets`]).
+    secrets: Vec<String>,
     /// The first reading's failure, reported by the first start without reading again.
     first: Mutex<Option<String>>,
     built: tokio::sync::OnceCell<RestProvider>,
+}
+
+/// Names the import, without its configuration and secrets.
+impl std::fmt::Debug for OpenApiImport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenApiImport")
+            .field("name", &self.name)
+            .field("namespace", &self.namespace)
+            .field("read", &self.built.initialized())
+            .finish_non_exhaustive()
+    }
 }
 
 impl OpenApiImport {
@@ -36,6 +48,7 @@ impl OpenApiImport {
                     name: name.to_owned(),
                     namespace,
                     config: config.clone(),
+                    secrets: Vec::new(),
                     first: Mutex::new(Some(error.to_string())),
                     built: tokio::sync::OnceCell::new(),
                 };
@@ -44,10 +57,23 @@ impl OpenApiImport {
         }
     }
 
+    /// The values the loader took from the environment, given to the provider once the
+    /// document is read ([`RestProvider::with_secrets`]).
+    pub fn with_secrets<I, S>(mut self, values: I) -> OpenApiImport
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.secrets.extend(values.into_iter().map(|v| v.as_ref().to_owned()));
+        self
+    }
+
     /// The import, read now if it was not yet.
     async fn provider(&self) -> Result<&RestProvider, ToolError> {
-        let unavailable =
-            |message: String| ToolError::Unavailable { provider: self.namespace.clone(), message };
+        let unavailable = |message: String| ToolError::Unavailable {
+            provider: self.namespace.clone(),
+            message: crate::secrets::scrub(&message, &crate::secrets::forms_of(&self.secrets)),
+        };
         if let Some(provider) = self.built.get() {
             return Ok(provider);
         }
@@ -58,7 +84,8 @@ impl OpenApiImport {
             .get_or_try_init(|| async {
                 let provider = RestProvider::openapi(&self.name, &self.config)
                     .await
-                    .map_err(|e| unavailable(e.to_string()))?;
+                    .map_err(|e| unavailable(e.to_string()))?
+                    .with_secrets(&self.secrets);
                 tracing::info!(openapi = %self.name, "the OpenAPI document was read: its tools join");
                 for warning in provider.warnings() {
                     tracing::warn!("openapi `{}`: {warning}", self.name);

@@ -22,8 +22,15 @@
 //! `${parameters.…}` placeholder alone: those are filled per call, from the arguments,
 //! URL-encoded for their position (a path segment or a query component), verbatim in
 //! headers, and as JSON values in a body template. Credentials (`auth`) arrive expanded and
-//! are never logged or put into error messages. Relative `spec` paths are resolved against
-//! [`OpenApiConfig::base_dir`], which the loader sets to the configuration file's folder.
+//! are never logged or put into error messages. The loader hands the values it took from the
+//! environment to [`RestProvider::with_secrets`] (and [`OpenApiImport::with_secrets`]):
+//! they are kept out of everything a provider shows (errors, error results, a redirect's
+//! target, `Debug`) wherever they stand, a URL's path included. With or without them it
+//! redacts the configured query, user info, fragment and header values, and the pieces of a
+//! configured path that look like credentials (16 characters or more, letters and digits:
+//! the bot token of `https://api.example/bot${TOKEN}/sendMessage`). Relative `spec` paths
+//! are resolved against [`OpenApiConfig::base_dir`], which the loader sets to the
+//! configuration file's folder.
 //!
 //! # What a call cannot do
 //!

@@ -16,25 +16,40 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use toolmux_core::{
-    CallContext, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput, ToolProvider,
-    ToolSpec, naming,
+    CallContext, ContentPart, PermissionClass, ToolAnnotations, ToolError, ToolKind, ToolOutput,
+    ToolProvider, ToolSpec, naming,
 };
 
 /// The namespace of inline tools.
 pub const INLINE_NAMESPACE: &str = "rest";
 
 /// HTTP APIs as tools: inline tools (`restTools`) or the operations of one OpenAPI document.
-#[derive(Debug)]
 pub struct RestProvider {
     namespace: String,
     tools: Vec<Arc<RestTool>>,
     by_name: HashMap<String, usize>,
     warnings: Vec<String>,
     auth: Option<Arc<Auth>>,
+    /// The values the loader took from the environment ([`RestProvider::with_secrets`]),
+    /// in every form they take on the wire.
+    known_secrets: Arc<[String]>,
     shut_down: AtomicBool,
 }
 
-#[derive(Debug)]
+/// Names the tools, without the secrets the provider keeps.
+impl std::fmt::Debug for RestProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestProvider")
+            .field("namespace", &self.namespace)
+            .field("tools", &self.tools)
+            .field("warnings", &self.warnings)
+            // Not the `Auth` itself: its cached OAuth2 tokens are secrets.
+            .field("authenticated", &self.auth.is_some())
+            .field("known_secrets", &self.known_secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
 struct RestTool {
     spec: ToolSpec,
     plan: Plan,
@@ -43,8 +58,27 @@ struct RestTool {
     /// `passthroughHeaders`: the caller's request headers sent on.
     passthrough: Arc<[String]>,
     /// What the configuration put into the request's URL and headers, in every form it
-    /// takes on the wire: kept out of a redirect's target (see [`crate::secrets`]).
+    /// takes on the wire: kept out of a redirect's target, errors and error results (see
+    /// [`crate::secrets`]).
     secrets: Arc<[String]>,
+}
+
+/// Names the tool and where it sends, without its configured URL, headers and body, which
+/// may hold secrets from the environment.
+impl std::fmt::Debug for RestTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, method) = match &self.plan {
+            Plan::Inline(plan) => ("inline", plan.method.as_str()),
+            Plan::OpenApi { op, .. } => ("openapi", op.method.as_str()),
+        };
+        f.debug_struct("RestTool")
+            .field("name", &self.spec.name)
+            .field("kind", &kind)
+            .field("method", &method)
+            .field("settings", &self.settings)
+            .field("passthrough", &self.passthrough)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug)]
@@ -253,6 +287,12 @@ impl RestProvider {
         if let Some(base) = &config.base_url {
             secrets.url(base);
         }
+        // The operations' servers, with the configured server variables filled in.
+        let servers: BTreeSet<&str> =
+            imported.operations.iter().filter_map(|op| op.server.as_deref()).collect();
+        for server in servers {
+            secrets.url(server);
+        }
         for value in config.headers.values() {
             secrets.template(&Template::parse(value));
         }
@@ -308,8 +348,38 @@ impl RestProvider {
             by_name,
             warnings,
             auth,
+            known_secrets: Arc::from([]),
             shut_down: AtomicBool::new(false),
         }
+    }
+
+    /// The values the loader took from the environment when it expanded `${VAR}` in the
+    /// configuration (toolmux's loader keeps them as its secrets). They are kept out of
+    /// everything the provider shows, wherever they stand: a URL's path
+    /// (`https://api.example/bot${TOKEN}/sendMessage`), its query, a redirect's target, an
+    /// error response's excerpt. The requests still carry them. Values shorter than four
+    /// characters are ignored, as the orchestrator's redactor ignores them.
+    ///
+    /// Without them the provider redacts what it can tell on its own (see the crate's
+    /// docs): configured query, user info, fragment and header values, and the pieces of a
+    /// configured path that look like credentials.
+    pub fn with_secrets<I, S>(mut self, values: I) -> RestProvider
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut known = self.known_secrets.to_vec();
+        known.extend(crate::secrets::forms_of(values));
+        known.sort();
+        known.dedup();
+        self.known_secrets = known.into();
+        self
+    }
+
+    /// Every value `tool`'s results and errors must not show: its configured ones and the
+    /// loader's.
+    fn secrets_of(&self, tool: &RestTool) -> Vec<String> {
+        tool.secrets.iter().chain(self.known_secrets.iter()).cloned().collect()
     }
 
     /// Warnings of the import (too many tools, unusable security schemes); partial success
@@ -323,7 +393,28 @@ impl RestProvider {
         self.tools.iter().map(|t| t.spec.clone()).collect()
     }
 
+    /// [`RestProvider::attempt`], with the secrets of the tool kept out of its error, and
+    /// out of its result when that is an error result (an API's error page may echo the
+    /// request's URL).
     async fn run(
+        &self,
+        tool: &RestTool,
+        args: Map<String, Value>,
+        ctx: &CallContext,
+    ) -> Result<ToolOutput, RestError> {
+        let secrets = self.secrets_of(tool);
+        let mut output = self.attempt(tool, args, ctx).await.map_err(|e| e.redacted(&secrets))?;
+        if output.is_error {
+            for part in &mut output.content {
+                if let ContentPart::Text { text } = part {
+                    *text = crate::secrets::scrub(text, &secrets);
+                }
+            }
+        }
+        Ok(output)
+    }
+
+    async fn attempt(
         &self,
         tool: &RestTool,
         args: Map<String, Value>,
@@ -395,7 +486,7 @@ impl RestProvider {
             }
             let mut response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
             if let Some(unfollowed) = response.unfollowed.as_mut() {
-                let mut secrets = tool.secrets.to_vec();
+                let mut secrets = self.secrets_of(tool);
                 if let Some(auth) = &self.auth {
                     secrets.extend(auth.secrets(&schemes));
                 }
@@ -493,10 +584,13 @@ pub(crate) async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<
         max_response_bytes: MAX_DOCUMENT_BYTES,
         stream: false,
     };
-    let fetch_error = |message: String| RestError::FetchSpec {
-        url: request::url_for_messages(url),
-        message,
-        source: None,
+    // The document's URL may carry a token in its path (`/specs/${TOKEN}/openapi.json`).
+    let mut secrets = Secrets::default();
+    secrets.url(url);
+    let secrets = secrets.into_forms();
+    let fetch_error = |message: String| {
+        RestError::FetchSpec { url: request::url_for_messages(url), message, source: None }
+            .redacted(&secrets)
     };
     let response = http::send(&client, &request, settings, "openapi", &CallContext::new())
         .await

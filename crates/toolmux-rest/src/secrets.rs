@@ -1,12 +1,17 @@
 //! The configured values of a tool that may be secrets, in every form they take on the
-//! wire, to be kept out of what a response echoes back (a redirect's target).
+//! wire, to be kept out of what the crate shows: a redirect's target, an error's URL, an
+//! error response's excerpt, the provider's `Debug` output.
 //!
 //! Whoever loads the configuration expands `${VAR}` before this crate sees it, so a value
-//! from the environment cannot be told from one written in the file. Every value the
-//! configuration puts into a URL's query or user info, or into a header, is therefore
-//! taken as possibly secret: an API key in `?key=${API_KEY}` and a token in
-//! `Authorization: Bearer ${TOKEN}` are. A URL's path is not: it names the resource, and
-//! messages show it (never the query).
+//! from the environment cannot be told from one written in the file. A loader that knows
+//! the values it took from the environment hands them over
+//! ([`crate::RestProvider::with_secrets`]), and they are redacted wherever they stand.
+//! With or without them, every value the configuration puts into a URL's query, user info or
+//! fragment, or into a header, is taken as possibly secret: an API key in
+//! `?key=${API_KEY}` and a token in `Authorization: Bearer ${TOKEN}` are. A URL's path
+//! names the resource and messages show it, so of the path only the configured pieces
+//! that look like credentials are ([`looks_like_credential`]): the bot token of
+//! `https://api.example/bot${TOKEN}/sendMessage` is, `v1` and `sendMessage` are not.
 
 use crate::template::{Template, encode};
 
@@ -40,21 +45,34 @@ impl Secrets {
         }
     }
 
-    /// A URL template's user info and query values (`https://user:key@host/p?key=abc`).
+    /// A URL template's user info, query values and fragment
+    /// (`https://user:key@host/p?key=abc#x`), and the pieces of its path that look like
+    /// credentials (`/bot123456:AAHdq…/sendMessage`).
     pub(crate) fn url(&mut self, url: &str) {
-        let (before_query, query) = url.split_once('?').unwrap_or((url, ""));
-        let authority = before_query.split_once("://").map_or("", |(_, rest)| rest);
-        let authority = authority.split(['/', '#']).next().unwrap_or_default();
+        let (before_fragment, fragment) = url.split_once('#').unwrap_or((url, ""));
+        let (before_query, query) =
+            before_fragment.split_once('?').unwrap_or((before_fragment, ""));
+        let (authority, path) = match before_query.split_once("://") {
+            Some((_, rest)) => rest.split_at(rest.find('/').unwrap_or(rest.len())),
+            None => ("", before_query),
+        };
         if let Some((user_info, _)) = authority.rsplit_once('@') {
             for part in user_info.split(':') {
                 self.template(&Template::parse(part));
             }
         }
-        let query = query.split('#').next().unwrap_or_default();
+        for segment in path.split('/') {
+            for piece in Template::parse(segment).texts() {
+                if looks_like_credential(piece) {
+                    self.value(piece);
+                }
+            }
+        }
         for pair in query.split('&') {
             let value = pair.split_once('=').map_or(pair, |(_, value)| value);
             self.template(&Template::parse(value));
         }
+        self.template(&Template::parse(fragment));
     }
 
     /// The values in every form they take on the wire (as written, percent-encoded as a
@@ -87,6 +105,41 @@ pub(crate) fn wire_forms(value: &str) -> Vec<String> {
     forms
 }
 
+/// Whether a piece of a configured path looks like a credential rather than a name: at
+/// least 16 characters with both letters and digits (a bot token `123456:AAHdq…`, an API
+/// key, a long hexadecimal id). Names (`v1`, `sendMessage`, `chat-completions`) do not.
+/// A long numeric-and-letter id written into the configuration is caught too; it is only
+/// hidden from what the crate shows, never changed in the request.
+pub(crate) fn looks_like_credential(piece: &str) -> bool {
+    piece.chars().count() >= 16
+        && piece.chars().any(|c| c.is_ascii_digit())
+        && piece.chars().any(|c| c.is_alphabetic())
+}
+
+/// `text` with each of `secrets` replaced by `REDACTED`, longest first, so that a secret
+/// containing another is replaced whole.
+pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&str> =
+        secrets.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.iter().fold(text.to_owned(), |text, secret| {
+        if text.contains(secret) { text.replace(secret, "REDACTED") } else { text }
+    })
+}
+
+/// The wire forms of `values` (see [`Secrets::into_forms`]), each taken whole.
+pub(crate) fn forms_of<I, S>(values: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut secrets = Secrets::default();
+    for value in values {
+        secrets.value(value.as_ref());
+    }
+    secrets.into_forms()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,8 +165,24 @@ mod tests {
         secrets.template(&Template::parse("Bearer t0ken-${parameters.x}"));
         assert_eq!(
             secrets.values,
-            ["p4ss", "k3y-value", "Bearer t0ken-", "t0ken-"],
-            "the path, short values and placeholders are not secrets"
+            ["p4ss", "k3y-value", "frag", "Bearer t0ken-", "t0ken-"],
+            "names in the path, short values and placeholders are not secrets"
         );
+    }
+
+    #[test]
+    fn path_pieces_that_look_like_credentials_are_collected() {
+        let mut secrets = Secrets::default();
+        secrets.url(
+            "https://h/bot123456:AAHdqTcvCH1vGWJx/sendMessage/${parameters.chat}/\
+             k-${parameters.x}-0123456789abcdef0123/chatCompletionsForModels",
+        );
+        assert_eq!(secrets.values, ["bot123456:AAHdqTcvCH1vGWJx", "-0123456789abcdef0123"]);
+    }
+
+    #[test]
+    fn scrubbing_replaces_the_longest_secret_first() {
+        let secrets = ["abcd".to_owned(), "abcdefgh".to_owned()];
+        assert_eq!(scrub("x/abcdefgh/abcd", &secrets), "x/REDACTED/REDACTED");
     }
 }

@@ -669,3 +669,121 @@ async fn a_path_without_its_slash_cannot_extend_the_host() {
     assert!(out.as_ref().is_ok_and(|o| !o.is_error), "{out:?}");
     assert_eq!(*lines.lock().unwrap(), ["GET /.evil.example/items HTTP/1.1"]);
 }
+
+/// A loopback server that answers by the request's path, echoing the path as error pages
+/// and redirects do: `…/missing` a 404, `…/broken` a 500, `…/limited` a 429, `…/moved` a
+/// redirect to another origin, anything else `{}`. Records each request line.
+async fn echoing_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = lines.clone();
+    let base = serve(move |request| {
+        let line = request.request_line().to_owned();
+        seen.lock().unwrap().push(line.clone());
+        let target = line.split(' ').nth(1).unwrap().to_owned();
+        let echo = |status| Reply::json(status, json!({"error": format!("no route {target}")}));
+        match target.rsplit('/').next().unwrap() {
+            "missing" => echo(404),
+            "broken" => echo(500),
+            "limited" => echo(429),
+            "moved" => redirect(&format!("https://127.0.0.1:1{target}#{target}")),
+            _ => Reply::json(200, json!({})),
+        }
+    })
+    .await;
+    (base, lines)
+}
+
+/// Everything a call gave back, result or error, as text.
+async fn shown(provider: &RestProvider, tool: &str) -> String {
+    match provider.call(tool, json!({}), &CallContext::new()).await {
+        Ok(output) => format!("{output:?}"),
+        Err(error) => format!("{error} / {error:?}"),
+    }
+}
+
+/// A bot token written into an inline tool's path by the configuration
+/// (`https://api.example/bot${TOKEN}/sendMessage`, expanded before the tool sees it) is
+/// sent, but stays out of what the tool shows: an error page echoing the path (4xx and
+/// 5xx), a rate limit's answer, a redirect's target, a connection error's URL, and the
+/// provider's `Debug`.
+#[tokio::test]
+async fn a_token_in_an_inline_tools_path_stays_out_of_results_and_errors() {
+    let (base, lines) = echoing_server().await;
+    let token = "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw";
+    let tools: Value = ["missing", "broken", "limited", "moved", "ok"]
+        .iter()
+        .map(|name| {
+            (
+                name.to_string(),
+                json!({"description": name, "url": format!("{base}/bot{token}/{name}")}),
+            )
+        })
+        .chain([(
+            "down".to_owned(),
+            json!({"description": "down", "url": format!("http://127.0.0.1:1/bot{token}/down")}),
+        )])
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    let provider = inline(tools);
+    for tool in ["missing", "broken", "limited", "moved", "down"] {
+        let shown = shown(&provider, tool).await;
+        assert!(!shown.contains("AAHdq") && !shown.contains("123456789"), "{tool}: {shown}");
+        assert!(shown.contains(&format!("REDACTED/{tool}")), "{tool}: {shown}");
+    }
+    let ok = provider.call("ok", json!({}), &CallContext::new()).await.unwrap();
+    assert!(!ok.is_error, "{ok:?}");
+    let moved = provider.call("moved", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(
+        moved.extras["location"].as_str().unwrap(),
+        "https://127.0.0.1:1/REDACTED/moved#/REDACTED/moved"
+    );
+    assert_eq!(
+        lines.lock().unwrap()[..2],
+        [format!("GET /bot{token}/missing HTTP/1.1"), format!("GET /bot{token}/broken HTTP/1.1")],
+        "the requests go to the configured path"
+    );
+    let debug = format!("{provider:?}");
+    assert!(!debug.contains("AAHdq"), "{debug}");
+}
+
+/// A value the loader took from the environment ([`RestProvider::with_secrets`]) is kept
+/// out of what an import shows wherever the configuration put it, even where it does not
+/// look like a credential: here a server variable filling the server URL's path
+/// (`/tenants/{tenant}`), seen in an error page, a redirect's target and a connection
+/// error's URL. The requests still go to its path.
+#[tokio::test]
+async fn a_value_from_the_environment_in_a_path_stays_out_of_results_and_errors() {
+    let (base, lines) = echoing_server().await;
+    let tenant = "acme-private-tenant";
+    let import = |server: &str| {
+        let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+            "servers": [{"url": format!("{server}/tenants/{{tenant}}"),
+                         "variables": {"tenant": {"default": "demo"}}}],
+            "paths": {"/missing": {"get": {"operationId": "missing"}},
+                      "/broken": {"get": {"operationId": "broken"}},
+                      "/moved": {"get": {"operationId": "moved"}}}});
+        let mut config = OpenApiConfig::default();
+        config.server_variables.insert("tenant".into(), tenant.into());
+        RestProvider::openapi_from_value("t", doc, "t.json", &config).unwrap().with_secrets([
+            tenant,
+            "ab",
+            "SOME_OTHER_SECRET",
+        ])
+    };
+    let provider = import(&base);
+    for tool in ["missing", "broken", "moved"] {
+        let shown = shown(&provider, tool).await;
+        assert!(!shown.contains(tenant), "{tool}: {shown}");
+        assert!(shown.contains(&format!("tenants/REDACTED/{tool}")), "{tool}: {shown}");
+    }
+    assert_eq!(
+        lines.lock().unwrap()[0],
+        format!("GET /tenants/{tenant}/missing HTTP/1.1"),
+        "the request goes to the filled-in path"
+    );
+    let debug = format!("{provider:?}");
+    assert!(!debug.contains(tenant), "{debug}");
+    let down = shown(&import("http://127.0.0.1:1"), "missing").await;
+    assert!(!down.contains(tenant), "{down}");
+    assert!(down.contains("http://127.0.0.1:1/tenants/REDACTED/missing"), "{down}");
+}
