@@ -13,16 +13,12 @@ use crate::{RedisConfig, RedisError};
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-
-/// Connections in a client's pool: a few suffice, as every command is short and scripts
-/// do the multi-step work on the server.
-const POOL_SIZE: usize = 4;
 
 /// A pool of connections to one Redis server. Connections are made when first needed and
 /// remade after any failure; every command has a timeout. Cheap to clone.
@@ -34,11 +30,15 @@ pub struct RedisClient {
 struct ClientInner {
     endpoint: Endpoint,
     timeout: Duration,
-    // Invariant: a connection is taken out of its slot while a command uses it and put
-    // back only after a whole reply was read, so a command cut by its timeout (its future
+    /// How many connections commands may use at once.
+    pool_size: usize,
+    /// One permit per connection a command may use; a command waits for one first, in
+    /// turn, and then has its whole timeout for the server.
+    permits: tokio::sync::Semaphore,
+    // Invariant: a connection is taken out of `idle` while a command uses it and put back
+    // only after a whole reply was read, so a command cut by its timeout (its future
     // dropped mid-reply) never leaves a connection with a stray reply in it.
-    slots: Vec<tokio::sync::Mutex<Option<Connection>>>,
-    next: AtomicUsize,
+    idle: Mutex<Vec<Connection>>,
     /// Script SHA1s as the server reported them at `SCRIPT LOAD`, by script name.
     scripts: Mutex<HashMap<&'static str, String>>,
     health: Arc<Health>,
@@ -49,6 +49,7 @@ impl fmt::Debug for RedisClient {
         f.debug_struct("RedisClient")
             .field("endpoint", &self.inner.endpoint)
             .field("timeout", &self.inner.timeout)
+            .field("pool_size", &self.inner.pool_size)
             .finish_non_exhaustive()
     }
 }
@@ -74,8 +75,9 @@ impl RedisClient {
             inner: Arc::new(ClientInner {
                 endpoint: settings.endpoint.clone(),
                 timeout: settings.timeout,
-                slots: (0..POOL_SIZE).map(|_| tokio::sync::Mutex::new(None)).collect(),
-                next: AtomicUsize::new(0),
+                pool_size: settings.pool_size,
+                permits: tokio::sync::Semaphore::new(settings.pool_size),
+                idle: Mutex::new(Vec::with_capacity(settings.pool_size)),
                 scripts: Mutex::new(HashMap::new()),
                 health,
             }),
@@ -99,13 +101,18 @@ impl RedisClient {
     }
 
     /// Runs one command within `timeout` (connecting first, if needed, counts against it).
+    /// Waiting for a free connection of the pool does not: that wait is bounded apart, by
+    /// `timeout` too, and ends in [`RedisError::PoolBusy`], the command unsent.
     pub async fn command_within<A: AsRef<[u8]> + Sync>(
         &self,
         args: &[A],
         timeout: Duration,
     ) -> Result<Reply, RedisError> {
         let result = self.run(args, timeout).await;
-        self.inner.health.observe(&result);
+        // A busy pool says nothing of whether the server answers.
+        if !matches!(result, Err(RedisError::PoolBusy { .. })) {
+            self.inner.health.observe(&result);
+        }
         result
     }
 
@@ -128,18 +135,36 @@ impl RedisClient {
     ) -> Result<Reply, RedisError> {
         let inner = &self.inner;
         let name = command_name(args);
+        // A burst of commands waits here for a connection, in turn, without eating into
+        // the time each has for the server: a command that times out reached Redis.
+        let _permit = match inner.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => match tokio::time::timeout(timeout, inner.permits.acquire()).await {
+                Ok(Ok(permit)) => permit,
+                // The semaphore is never closed; a timeout or a closed one alike: not sent.
+                Ok(Err(_)) | Err(_) => {
+                    return Err(RedisError::PoolBusy {
+                        addr: inner.endpoint.addr(),
+                        command: name,
+                        size: inner.pool_size,
+                        waited_ms: timeout.as_millis() as u64,
+                    });
+                }
+            },
+        };
         let work = async {
-            let mut slot = self.slot().await;
             // A pooled connection the server closed while it sat idle (a restart, the
             // server's `timeout`, `CLIENT KILL`) would fail this command with "broke":
             // it is dropped here and a new one made instead.
-            let mut conn = match slot.take().filter(Connection::is_idle_and_open) {
+            let pooled =
+                std::iter::from_fn(|| self.lock_idle().pop()).find(Connection::is_idle_and_open);
+            let mut conn = match pooled {
                 Some(conn) => conn,
                 None => Connection::open(&inner.endpoint).await?,
             };
             let reply =
                 conn.request(args).await.map_err(|e| e.into_error(&inner.endpoint, &name))?;
-            *slot = Some(conn);
+            self.lock_idle().push(conn);
             Ok(reply)
         };
         let reply = match tokio::time::timeout(timeout, work).await {
@@ -158,16 +183,8 @@ impl RedisClient {
         }
     }
 
-    /// A free connection slot if there is one, else the next one in turn.
-    async fn slot(&self) -> tokio::sync::MutexGuard<'_, Option<Connection>> {
-        let slots = &self.inner.slots;
-        let start = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        for i in 0..slots.len() {
-            if let Ok(guard) = slots[(start + i) % slots.len()].try_lock() {
-                return guard;
-            }
-        }
-        slots[start % slots.len()].lock().await
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.inner.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `script` with `keys` and `args` within `timeout` in all.

@@ -16,6 +16,13 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// How long one command may take, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How many connections a backend's commands use at once, by default: a few suffice, as
+/// every command is short and scripts do the multi-step work on the server.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// The most connections a pool may have.
+const MAX_POOL_SIZE: usize = 256;
+
 /// The longest time to live given to Redis: a hundred years. Longer ones (a
 /// configuration's way of saying "never", up to `u64::MAX` milliseconds) are cut to it, as
 /// Redis refuses an expiry past its integers and its scripts count in doubles.
@@ -49,12 +56,27 @@ pub struct RedisConfig {
     /// How long one Redis command may take, in milliseconds (default 2000, at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// How many connections a backend's commands use at once (default
+    /// [`DEFAULT_POOL_SIZE`], from 1 to 256). A command first waits for a free one, up to its
+    /// timeout, and then has its whole timeout for the server. Set by embedders
+    /// ([`RedisConfig::with_pool_size`]): the configuration file does not read it.
+    // FIXME: offer it in the file as `poolSize` once the configuration's schema
+    // (schemas/, generated from the facade) can be regenerated with it.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub pool_size: Option<usize>,
 }
 
 impl RedisConfig {
     /// A configuration for `url` with every other setting at its default.
     pub fn new(url: impl Into<String>) -> Self {
-        RedisConfig { url: url.into(), prefix: None, lease_ms: None, timeout_ms: None }
+        RedisConfig {
+            url: url.into(),
+            prefix: None,
+            lease_ms: None,
+            timeout_ms: None,
+            pool_size: None,
+        }
     }
 
     /// Sets the key prefix.
@@ -74,6 +96,12 @@ impl RedisConfig {
         self.timeout_ms = Some(timeout.as_millis() as u64);
         self
     }
+
+    /// Sets how many connections the backend's commands use at once.
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = Some(size);
+        self
+    }
 }
 
 impl fmt::Debug for RedisConfig {
@@ -83,6 +111,7 @@ impl fmt::Debug for RedisConfig {
             .field("prefix", &self.prefix)
             .field("lease_ms", &self.lease_ms)
             .field("timeout_ms", &self.timeout_ms)
+            .field("pool_size", &self.pool_size)
             .finish()
     }
 }
@@ -94,6 +123,7 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) timeout: Duration,
+    pub(crate) pool_size: usize,
 }
 
 impl Settings {
@@ -120,7 +150,14 @@ impl Settings {
                 reason: "must be at least 1".into(),
             });
         }
-        Ok(Settings { endpoint, prefix, lease, timeout })
+        let pool_size = config.pool_size.unwrap_or(DEFAULT_POOL_SIZE);
+        if !(1..=MAX_POOL_SIZE).contains(&pool_size) {
+            return Err(RedisError::Setting {
+                key: "poolSize",
+                reason: format!("must be from 1 to {MAX_POOL_SIZE}"),
+            });
+        }
+        Ok(Settings { endpoint, prefix, lease, timeout, pool_size })
     }
 }
 

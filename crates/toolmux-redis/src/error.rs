@@ -59,6 +59,24 @@ pub enum RedisError {
         /// The timeout.
         timeout_ms: u64,
     },
+    /// Every connection of the pool stayed busy with other commands for as long as the
+    /// command may take: it was never sent.
+    #[error(
+        "all {size} pooled connections to redis at {addr} stayed busy with other commands \
+         for {waited_ms} ms, so `{command}` was not sent; raise the pool's size \
+         (RedisConfig::with_pool_size) or the timeout (timeoutMs), or look for what makes \
+         redis slow"
+    )]
+    PoolBusy {
+        /// `host:port`.
+        addr: String,
+        /// The command's name.
+        command: String,
+        /// How many connections the pool has.
+        size: usize,
+        /// How long the command waited for one.
+        waited_ms: u64,
+    },
     /// The server answered the command with an error.
     #[error("redis refused `{command}`: {message}")]
     Server {
@@ -100,6 +118,7 @@ impl RedisError {
                 | RedisError::Setting { .. }
                 | RedisError::Connect { .. }
                 | RedisError::Auth { .. }
+                | RedisError::PoolBusy { .. }
                 | RedisError::Server { .. }
         )
     }

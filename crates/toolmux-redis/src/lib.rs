@@ -20,7 +20,8 @@
 //! Statistics stay in each process.
 //!
 //! The client is this crate's own (RESP2 over TCP, [`resp`] and [`RedisClient`]): a small
-//! pool with a timeout on every command, one subscriber connection whose messages wake
+//! pool (a command waits for a free connection, in turn, up to its timeout, and then has
+//! its whole timeout for the server), one subscriber connection whose messages wake
 //! waiters at once (with polling as a fallback), and Lua scripts for every step that must
 //! be atomic. A Redis that does not answer never hangs a call: a queue slot is not given
 //! by the end of the wait, the cache misses, an external call fails; the outage is logged
@@ -65,7 +66,7 @@ mod spaces;
 pub use backend::RedisBackend;
 pub use cache::{MAX_VALUE_BYTES, RedisCache};
 pub use client::RedisClient;
-pub use config::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConfig};
+pub use config::{DEFAULT_LEASE, DEFAULT_POOL_SIZE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConfig};
 pub use error::RedisError;
 pub use outputs::{MAX_OUTPUT_BYTES, OUTPUT_RETENTION, RedisOutputStore};
 pub use pending::{OPEN_WAITER_TTL, RETENTION, RedisPendingStore};

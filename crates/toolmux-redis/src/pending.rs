@@ -376,7 +376,9 @@ impl PendingStore for RedisPendingStore {
         let deadline = crate::config::deadline_after(timeout);
         // Claim the wait: a result already there is taken, and a second wait (or one for
         // an asynchronous or unknown call) gets nothing, as in memory.
-        let ttl = timeout.saturating_add(inner.timeout() * 2 + Duration::from_secs(1)).min(FOREVER);
+        // The mark outlasts the wait by its last look and its giving up, each of which may
+        // wait for a pooled connection and then for the server for a command's timeout.
+        let ttl = timeout.saturating_add(inner.timeout() * 4 + Duration::from_secs(1)).min(FOREVER);
         let ttl = ttl.as_millis().to_string();
         // If this future is dropped (its caller was cancelled or cut by a deadline) before
         // the wait ends, the call stops being waited for, so that a result submitted later

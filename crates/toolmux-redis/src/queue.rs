@@ -322,8 +322,9 @@ async fn renew(queue: Arc<QueueInner>, member: String) {
     loop {
         tokio::time::sleep(every).await;
         let args = [member.as_bytes(), capacity.as_bytes(), lease.as_bytes()];
-        // A renewal may take up to a third of the lease: later, the next one is due.
-        let timeout = backend.client.timeout().min(every);
+        // A renewal may take up to a third of the lease (half of it waiting for a pooled
+        // connection, half at the server): later, the next one is due.
+        let timeout = backend.client.timeout().min(every / 2);
         let Ok(reply) = backend.client.eval(&RENEW, &[&queue.key], &args, timeout).await else {
             continue;
         };

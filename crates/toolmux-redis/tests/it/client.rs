@@ -1,6 +1,7 @@
 //! The RESP client against a real server: round trips of every reply type, server errors,
 //! AUTH and SELECT, and a password that never shows in an error.
 
+use std::time::Duration;
 use toolmux_redis::resp::Reply;
 use toolmux_redis::{RedisBackend, RedisClient, RedisConfig, RedisError};
 use toolmux_test_support::redis::RedisServer;
@@ -117,4 +118,110 @@ async fn nothing_listening_is_a_connect_error() {
     let error = RedisBackend::connect(&RedisConfig::new(url)).await.unwrap_err();
     assert!(matches!(error, RedisError::Connect { .. }), "{error:?}");
     assert!(error.is_unreachable());
+}
+
+/// Holds every connection of `client`'s pool with a blocking pop of `seconds` on an empty
+/// list (the server itself stays free to answer other connections).
+fn hold_the_pool(
+    client: &RedisClient,
+    size: usize,
+    seconds: &'static str,
+) -> Vec<tokio::task::JoinHandle<Result<Reply, RedisError>>> {
+    (0..size)
+        .map(|i| {
+            let client = client.clone();
+            let key = format!("nothing-{i}");
+            tokio::spawn(async move {
+                client
+                    .command_within(&["BLPOP", key.as_str(), seconds], Duration::from_secs(10))
+                    .await
+            })
+        })
+        .collect()
+}
+
+/// Waits until `n` clients of the server are blocked.
+async fn blocked_clients(admin: &RedisClient, n: i64) {
+    crate::within(Duration::from_secs(5), "the blocked clients", async {
+        loop {
+            let info = admin.command(&["INFO", "clients"]).await.expect("info");
+            let blocked = info.as_str().unwrap_or_default().lines().find_map(|line| {
+                line.strip_prefix("blocked_clients:").and_then(|n| n.trim().parse::<i64>().ok())
+            });
+            if blocked == Some(n) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// A command that waited for a free connection still has its whole timeout for the server:
+/// the wait counted against it, and a burst made commands time out that never reached it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_for_a_pooled_connection_leaves_the_command_its_timeout() {
+    let server = RedisServer::start();
+    let client = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
+    let admin = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
+    let holders = hold_the_pool(&client, toolmux_redis::DEFAULT_POOL_SIZE, "0.6");
+    blocked_clients(&admin, toolmux_redis::DEFAULT_POOL_SIZE as i64).await;
+    // 0.6 s for a connection, then 0.6 s at the server: within 1 s each, not together.
+    let started = tokio::time::Instant::now();
+    let reply = client.command_within(&["BLPOP", "other", "0.6"], Duration::from_secs(1)).await;
+    assert_eq!(reply.expect("the command, after its wait for a connection"), Reply::Nil);
+    assert!(started.elapsed() >= Duration::from_millis(1000), "{:?}", started.elapsed());
+    for holder in holders {
+        assert_eq!(holder.await.expect("task").expect("blpop"), Reply::Nil);
+    }
+}
+
+/// A pool busy for as long as a command may take fails the command unsent, saying so and
+/// how to get a larger pool, without taking the server for down; a larger pool serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_busy_too_long_is_its_own_error() {
+    let server = RedisServer::start();
+    let client = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
+    let admin = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
+    let holders = hold_the_pool(&client, toolmux_redis::DEFAULT_POOL_SIZE, "3");
+    blocked_clients(&admin, toolmux_redis::DEFAULT_POOL_SIZE as i64).await;
+    let started = tokio::time::Instant::now();
+    let error = crate::within(
+        Duration::from_secs(2),
+        "the command",
+        client.command_within(&["SET", "k", "v"], Duration::from_millis(300)),
+    )
+    .await
+    .expect_err("no connection was free");
+    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    assert!(matches!(error, RedisError::PoolBusy { size: 4, .. }), "{error:?}");
+    assert!(!error.is_unreachable(), "{error:?}");
+    let message = error.to_string();
+    assert_eq!(
+        message,
+        format!(
+            "all 4 pooled connections to redis at 127.0.0.1:{} stayed busy with other commands \
+             for 300 ms, so `SET` was not sent; raise the pool's size \
+             (RedisConfig::with_pool_size) or the timeout (timeoutMs), or look for what makes \
+             redis slow",
+            server.port()
+        )
+    );
+    // Not sent: the key is not there.
+    assert_eq!(admin.command(&["GET", "k"]).await.unwrap(), Reply::Nil);
+
+    let larger = RedisClient::new(&RedisConfig::new(server.url()).with_pool_size(5)).unwrap();
+    let _held = hold_the_pool(&larger, 4, "3");
+    blocked_clients(&admin, 8).await;
+    let reply = larger.command_within(&["SET", "k", "v"], Duration::from_millis(300)).await;
+    assert_eq!(reply.expect("the fifth connection"), Reply::Simple("OK".into()));
+    for holder in holders {
+        assert_eq!(holder.await.expect("task").expect("blpop"), Reply::Nil);
+    }
+}
+
+#[test]
+fn the_pool_size_is_checked() {
+    let error = RedisClient::new(&RedisConfig::new("redis://h").with_pool_size(0)).unwrap_err();
+    assert_eq!(error.to_string(), "invalid redis setting `poolSize`: must be from 1 to 256");
 }
