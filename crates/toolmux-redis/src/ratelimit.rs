@@ -3,23 +3,27 @@
 //! server's clock, so replicas' clocks need not agree).
 //!
 //! Keys are `{prefix}:rl:{key}` (`tool:github__search`, `provider:github`), expiring once
-//! the limit is back to a full burst. While Redis does not answer, each replica falls back
+//! the limit is back to a full burst. A turn reserved for a call that stops before it
+//! comes (cancelled, past its deadline) is given back by moving the arrival time back one
+//! interval, in a task, unless the turn has come by then on the server's clock. While Redis does not answer, each replica falls back
 //! to its own in-process limiter for that limit: the limit then holds per replica instead
 //! of for all together, which is logged once; calls are never refused or hung for Redis's
 //! sake.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
+use crate::error::RedisError;
 use crate::resp::Reply;
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use toolmux_orchestrator::RateLimit;
-use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter};
+use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter, Turn};
 
 /// The GCRA step, atomic: reads the key's arrival time, and either refuses (`{0, wait}`)
-/// or moves it one interval on (`{1, wait}`); times in microseconds.
+/// or moves it one interval on (`{1, wait, after}`, `after` the arrival time it set, the
+/// turn's mark for [`RELEASE`]); times in microseconds.
 const RESERVE: Script = Script {
     name: "ratelimit_reserve",
     source: r"
@@ -37,9 +41,39 @@ if wait < 0 then wait = 0 end
 if wait > max_wait then return {0, wait} end
 local ttl = math.floor((after - now) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
-return {1, wait}
+return {1, wait, after}
 ",
 };
+
+/// Gives a turn back, atomic: moves the key's arrival time one interval back, unless the
+/// turn (`ARGV[1]`, the arrival time its reservation set, less the period) has come.
+/// Until then the arrival time stays past the server's clock, so every reservation since
+/// moved it on by one whole interval and taking one off undoes just this turn's.
+const RELEASE: Script = Script {
+    name: "ratelimit_release",
+    source: r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[2])
+local per = tonumber(ARGV[3])
+if now >= tonumber(ARGV[1]) - per then return 0 end
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat then return 0 end
+local after = tat - interval
+if after <= now then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local ttl = math.floor((after - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
+return 1
+",
+};
+
+/// Microseconds as a script argument.
+fn micros(d: Duration) -> String {
+    d.as_micros().min(u128::from(u64::MAX)).to_string()
+}
 
 /// Rate limits shared by every replica, for [`toolmux_orchestrator::Orchestrator`]'s
 /// builder (`.rate_limit_backend(Arc::new(backend.rate_limits()))`).
@@ -56,13 +90,19 @@ impl RedisRateLimits {
 
 impl RateLimitBackend for RedisRateLimits {
     fn limiter(&self, key: &str, limit: RateLimit) -> Arc<dyn Limiter> {
-        Arc::new(RedisLimiter {
+        Arc::new(self.redis_limiter(key, limit))
+    }
+}
+
+impl RedisRateLimits {
+    fn redis_limiter(&self, key: &str, limit: RateLimit) -> RedisLimiter {
+        RedisLimiter {
             backend: self.backend.clone(),
             key: format!("{}:rl:{key}", self.backend.settings.prefix),
             limit,
             local: RateLimiter::new(limit),
             degraded: AtomicBool::new(false),
-        })
+        }
     }
 }
 
@@ -78,11 +118,10 @@ struct RedisLimiter {
 }
 
 impl RedisLimiter {
-    async fn shared(&self) -> Option<Result<Duration, Duration>> {
+    async fn shared(&self) -> Option<Result<Turn, Duration>> {
         if self.backend.client.skip_optional() {
             return None;
         }
-        let micros = |d: Duration| d.as_micros().min(u128::from(u64::MAX)).to_string();
         let interval = self.limit.per / self.limit.calls.max(1);
         let args = [micros(interval), micros(self.limit.per), micros(self.limit.wait)];
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
@@ -110,16 +149,130 @@ impl RedisLimiter {
             tracing::info!(key = %self.key, "rate limit: shared through Redis again");
         }
         let wait = Duration::from_micros(u64::try_from(*wait).unwrap_or(0));
-        Some(if *allowed == 1 { Ok(wait) } else { Err(wait) })
+        if *allowed != 1 {
+            return Some(Err(wait));
+        }
+        // Never zero (the server's clock is past 1970): zero marks a turn of `local`.
+        let mark = match items.get(2) {
+            Some(Reply::Integer(after)) => u64::try_from(*after).unwrap_or(0),
+            _ => 0,
+        };
+        Some(Ok(Turn::new(wait).with_mark(mark)))
     }
 }
 
 #[async_trait]
 impl Limiter for RedisLimiter {
-    async fn reserve(&self) -> Result<Duration, Duration> {
+    async fn reserve_turn(&self) -> Result<Turn, Duration> {
         match self.shared().await {
             Some(reserved) => reserved,
-            None => self.local.reserve_at(tokio::time::Instant::now()),
+            None => self.local.reserve_turn().await,
+        }
+    }
+
+    fn release(&self, turn: Turn) {
+        if turn.wait().is_zero() {
+            return;
+        }
+        if turn.mark() == 0 {
+            // Reserved while Redis did not answer: `local` holds it.
+            self.local.release(turn);
+            return;
+        }
+        // Given back in a task: the caller gives it back as it stops (possibly while
+        // dropped), with nothing to wait on. A release that comes after the turn, or
+        // never (Redis down), leaves the turn spent, as it was before releases.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let release = self.release_of(turn);
+        runtime.spawn(async move {
+            if let Err(e) = release.run().await {
+                tracing::debug!(key = %release.key, error = %e, "rate limit: a turn not taken was not given back");
+            }
+        });
+    }
+}
+
+impl RedisLimiter {
+    fn release_of(&self, turn: Turn) -> Release {
+        let interval = self.limit.per / self.limit.calls.max(1);
+        Release {
+            backend: self.backend.clone(),
+            key: self.key.clone(),
+            args: [turn.mark().to_string(), micros(interval), micros(self.limit.per)],
+        }
+    }
+}
+
+/// A turn to give back ([`RELEASE`]'s key and arguments).
+struct Release {
+    backend: Arc<BackendShared>,
+    key: String,
+    args: [String; 3],
+}
+
+impl Release {
+    /// Whether the turn was given back (not: it had come).
+    async fn run(&self) -> Result<bool, RedisError> {
+        let args: Vec<&[u8]> = self.args.iter().map(|a| a.as_bytes()).collect();
+        let timeout = self.backend.settings.timeout;
+        let reply = self.backend.client.eval(&RELEASE, &[&self.key], &args, timeout).await?;
+        Ok(matches!(reply, Reply::Integer(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RedisBackend, RedisConfig};
+    use toolmux_test_support::redis::RedisServer;
+
+    async fn arrival(limiter: &RedisLimiter) -> u64 {
+        let reply = limiter.backend.client.command(&["GET", limiter.key.as_str()]).await;
+        match reply.expect("GET") {
+            Reply::Bulk(bytes) => String::from_utf8_lossy(&bytes).parse().expect("a number"),
+            other => panic!("no arrival time: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_turn_not_come_is_given_back_one_come_is_not() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limit =
+            RateLimit { calls: 2, per: Duration::from_secs(1), wait: Duration::from_secs(10) };
+        let limiter = backend.rate_limits().redis_limiter("tool:t", limit);
+        for _ in 0..2 {
+            assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
+        }
+        let third = limiter.reserve_turn().await.expect("may wait");
+        let fourth = limiter.reserve_turn().await.expect("may wait");
+        assert!(fourth.wait() > Duration::from_millis(900), "{fourth:?}");
+        assert_ne!(fourth.mark(), 0, "a shared turn is marked");
+        let before = arrival(&limiter).await;
+        // Given back in any order, each takes one interval (500 ms) off.
+        assert!(limiter.release_of(third).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, before - 500_000);
+        assert!(limiter.release_of(fourth).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, before - 1_000_000);
+        // The next call takes the first turn given back.
+        let next = limiter.reserve_turn().await.expect("may wait");
+        assert!(
+            next.wait() > Duration::from_millis(400) && next.wait() <= Duration::from_millis(500),
+            "{next:?}"
+        );
+        // Once its turn has come, a turn is not given back.
+        tokio::time::sleep(next.wait() + Duration::from_millis(10)).await;
+        let now = arrival(&limiter).await;
+        assert!(!limiter.release_of(next).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, now);
+        // A turn through the trait is given back in a task.
+        let turn = limiter.reserve_turn().await.expect("may wait");
+        let taken = arrival(&limiter).await;
+        limiter.release(turn);
+        let started = std::time::Instant::now();
+        while arrival(&limiter).await != taken - 500_000 {
+            assert!(started.elapsed() < Duration::from_secs(5), "the turn was not given back");
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 }

@@ -549,6 +549,18 @@ impl Drop for ReservedCall<'_> {
     }
 }
 
+/// A rate-limit turn a call waits for, given back to its limiter when dropped before the
+/// turn came ([`Orchestrator::take_turn`]).
+struct UnusedTurn<'a>(Option<(&'a dyn crate::ratelimit::Limiter, crate::ratelimit::Turn)>);
+
+impl Drop for UnusedTurn<'_> {
+    fn drop(&mut self) {
+        if let Some((limiter, turn)) = self.0.take() {
+            limiter.release(turn);
+        }
+    }
+}
+
 /// A call's time in its provider, charged to its run when dropped (the call ended, or its
 /// future was dropped halfway).
 struct ToolTime<'a>(Option<(&'a RunState, Instant)>);
@@ -2065,30 +2077,36 @@ impl Orchestrator {
             .or_else(|| limits.tools.get(&original()))
             .or_else(|| limits.providers.get(namespace));
         let Some(limiter) = limiter else { return Ok(()) };
-        let wait =
-            limiter.limiter.reserve().await.map_err(|retry_after| ToolError::RateLimited {
+        let turn =
+            limiter.limiter.reserve_turn().await.map_err(|retry_after| ToolError::RateLimited {
                 tool: entry.name.to_string(),
                 limit: describe(&limiter.limit),
                 retry_after,
             })?;
-        if !wait.is_zero() {
-            let started = Instant::now();
-            let turn = started + wait;
-            let until = ctx.deadline().map_or(turn, |deadline| deadline.min(turn));
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => {}
-                () = ctx.cancel_token().cancelled() => {
-                    return Err(ToolError::Cancelled { tool: entry.name.to_string() });
-                }
-                () = generation.cancelled() => {
-                    return Err(ToolError::Cancelled { tool: entry.name.to_string() });
-                }
+        if turn.wait().is_zero() {
+            return Ok(());
+        }
+        // A call that stops waiting (cancelled, past its deadline, or dropped) gives its
+        // turn back: it never runs, so it takes none of the limit.
+        let mut unused = UnusedTurn(Some((&*limiter.limiter, turn)));
+        let started = Instant::now();
+        let at = started + turn.wait();
+        let until = ctx.deadline().map_or(at, |deadline| deadline.min(at));
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => {}
+            () = ctx.cancel_token().cancelled() => {
+                return Err(ToolError::Cancelled { tool: entry.name.to_string() });
             }
-            if until < turn {
-                let tool = entry.name.to_string();
-                return Err(ToolError::Timeout { tool, after: started.elapsed(), idle: None });
+            () = generation.cancelled() => {
+                return Err(ToolError::Cancelled { tool: entry.name.to_string() });
             }
         }
+        if until < at {
+            let tool = entry.name.to_string();
+            return Err(ToolError::Timeout { tool, after: started.elapsed(), idle: None });
+        }
+        // The turn has come: it is the call's.
+        unused.0 = None;
         Ok(())
     }
 

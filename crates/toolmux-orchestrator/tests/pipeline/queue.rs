@@ -246,6 +246,58 @@ async fn a_call_waiting_for_its_rate_limited_turn_is_cancelled() {
     assert_eq!(p.calls_of("own"), 1);
 }
 
+/// Calls that stop waiting for their turn under a rate limit (cancelled by their caller,
+/// past their deadline, or dropped) give the turn back: the calls after them are not
+/// delayed by calls that never ran.
+#[tokio::test(start_paused = true)]
+async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+    use toolmux_core::ToolCall;
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Echo));
+    let limit = RateLimit { calls: 2, per: Duration::from_secs(1), wait: Duration::from_secs(10) };
+    let config = OrchestratorConfig::default().with_tool_settings(
+        "m__t",
+        ToolSettings { rate_limit: Some(limit), ..ToolSettings::default() },
+    );
+    let o = start(config, vec![p.clone()]).await;
+    let t0 = Instant::now();
+    // The burst: two calls at once.
+    assert!(call(&o, "m__t", json!({})).await.ok);
+    assert!(call(&o, "m__t", json!({})).await.ok);
+    // Four calls wait for turns 0.5 s, 1 s, 1.5 s and 2 s away.
+    let token = CancellationToken::new();
+    let spawn = |ctx: CallContext| {
+        let o = o.clone();
+        tokio::spawn(async move { o.execute(ToolCall::new("m__t", json!({})), &ctx).await })
+    };
+    let cancelled = [
+        spawn(CallContext::new().with_cancel(token.clone())),
+        spawn(CallContext::new().with_cancel(token.clone())),
+    ];
+    let late = spawn(CallContext::new().with_deadline(t0 + Duration::from_millis(200)));
+    let dropped = spawn(CallContext::new());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    token.cancel();
+    dropped.abort();
+    for call in cancelled {
+        let r = call.await.unwrap();
+        assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    }
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    let r = late.await.unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    assert_eq!(t0.elapsed(), Duration::from_millis(200));
+    // None of the four ran: the next call takes the first of their turns (0.5 s), where
+    // it waited behind all four (2.5 s) when they kept them.
+    assert!(call(&o, "m__t", json!({})).await.ok);
+    assert_eq!(t0.elapsed(), Duration::from_millis(500));
+    assert!(call(&o, "m__t", json!({})).await.ok);
+    assert_eq!(t0.elapsed(), Duration::from_secs(1));
+    assert_eq!(p.calls_of("t"), 4);
+}
+
 /// Calls waiting in a queue take free slots by priority, the tool's (`tools.NAME.priority`)
 /// plus the caller's (`CallContext::with_priority`), then in the order they came.
 #[tokio::test(start_paused = true)]
