@@ -376,6 +376,15 @@ mod tests {
         assert!(shown.contains("redis://admin:***@h:1/0"), "{shown}");
     }
 
+    /// The pool's size is the embedders' (the file's schema is generated elsewhere).
+    #[test]
+    fn the_pool_size_is_not_read_from_the_file() {
+        let schema = serde_json::to_string(&schemars::schema_for!(RedisConfig)).unwrap();
+        assert!(!schema.contains("pool"), "{schema}");
+        let file = r#"{"url": "redis://h", "poolSize": 9}"#;
+        assert!(serde_json::from_str::<RedisConfig>(file).is_err());
+    }
+
     #[test]
     fn settings_are_checked() {
         let bad = RedisConfig::new("redis://h").with_lease(Duration::from_millis(10));
