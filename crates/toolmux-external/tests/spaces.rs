@@ -888,3 +888,51 @@ async fn a_call_dropped_while_its_message_is_written_is_withdrawn() {
     .await;
     assert_eq!(tool_statuses(&gateway, "trip").await, Vec::<String>::new(), "never posted");
 }
+
+/// A spaces folder written by the version before calls were kept in order (`toolCalls`
+/// maps each call to its space, nothing more) still loads: its waiting calls are known
+/// and answered, and a call posted now is added in a form that version reads too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_written_before_calls_were_ordered_still_loads() {
+    use toolmux_external::spaces::{ToolMessage, ToolStatus, Who};
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("spaces")).expect("spaces folder");
+    std::fs::write(
+        dir.path().join("state.json"),
+        r#"{"entities":{"agent:booker":{"activeSpace":"trip","read":{"trip":2},"nextId":0}},"toolCalls":{"ext-old-b":"trip","ext-old-a":"trip"}}"#,
+    )
+    .expect("old state");
+    let message = |index: u64, id: &str| {
+        json!({"index": index, "author": "agent:booker", "atMs": 1, "rev": index + 1,
+               "tool": {"name": "external__ask", "toolName": "ask", "arguments": {},
+                        "status": "requires_action", "callId": id}})
+    };
+    let space = json!({"first": 0, "messages": [message(0, "ext-old-b"), message(1, "ext-old-a")],
+                       "members": ["agent:booker"], "createdMs": 1, "version": 2});
+    std::fs::write(dir.path().join("spaces").join("trip.json"), space.to_string())
+        .expect("old space");
+    let spaces = Spaces::in_dir(dir.path()).expect("spaces");
+    let gateway = GatewayProvider::new(spaces.clone());
+    let waiting = spaces.waiting_tool_calls().await.expect("loads");
+    assert_eq!(waiting, ["ext-old-a", "ext-old-b"]);
+    let done = spaces.finish_tool("ext-old-b", ToolStatus::Complete, Some(json!("yes")));
+    assert!(done.await.expect("finish"), "the old call is answered");
+    assert_eq!(tool_statuses(&gateway, "trip").await, ["complete", "requires_action"]);
+    let booker = Who { holder: None, entity: "agent:booker".into() };
+    let call = ToolMessage {
+        name: "external__ask".into(),
+        tool_name: "ask".into(),
+        arguments: json!({}),
+        status: ToolStatus::RequiresAction,
+        result: None,
+        call_id: Some("ext-new".into()),
+    };
+    spaces.post_tool(&booker, call).await.expect("post").expect("in trip");
+    let written: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("state.json")).expect("state written"),
+    )
+    .expect("json");
+    // The calls' spaces as the old version wrote them, their order beside.
+    assert_eq!(written["toolCalls"], json!({"ext-old-a": "trip", "ext-new": "trip"}));
+    assert_eq!(written["toolCallOrder"], json!({"ext-new": 1}));
+}

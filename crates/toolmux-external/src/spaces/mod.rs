@@ -243,8 +243,53 @@ struct State {
     entities: BTreeMap<String, Entity>,
     /// The space of each visible tool call still waiting, by pending call id.
     tool_calls: BTreeMap<String, String>,
+    /// The place of each of `tool_calls` in the order they were posted in, so that the
+    /// oldest are forgotten first. Kept beside `tool_calls` rather than in it, so that a
+    /// `state.json` (or Redis blob) stays readable by the versions before it: they leave
+    /// this out when they write, and a call with no place counts as older than any other
+    /// (those among themselves by id).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    tool_call_order: BTreeMap<String, u64>,
+    /// The place the next waiting call gets.
+    #[serde(skip_serializing_if = "is_zero")]
+    next_tool_call: u64,
     #[serde(skip)]
     spaces: BTreeMap<String, Space>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl State {
+    /// Remembers call `call_id` as waiting in space `stored`, forgetting the oldest past
+    /// [`MAX_TOOL_CALLS`].
+    fn wait_for_tool(&mut self, call_id: String, stored: String) {
+        self.next_tool_call += 1;
+        self.tool_call_order.insert(call_id.clone(), self.next_tool_call);
+        self.tool_calls.insert(call_id, stored);
+        if self.tool_calls.len() <= MAX_TOOL_CALLS {
+            return;
+        }
+        let order = &self.tool_call_order;
+        let mut by_age: Vec<(u64, &String)> =
+            self.tool_calls.keys().map(|id| (order.get(id).copied().unwrap_or(0), id)).collect();
+        by_age.sort_unstable();
+        let excess = self.tool_calls.len() - MAX_TOOL_CALLS;
+        let oldest: Vec<String> =
+            by_age.into_iter().take(excess).map(|(_, id)| id.clone()).collect();
+        for id in oldest {
+            self.tool_calls.remove(&id);
+        }
+        let calls = &self.tool_calls;
+        self.tool_call_order.retain(|id, _| calls.contains_key(id));
+    }
+
+    /// Forgets call `call_id` as waiting; gives the space it waited in.
+    fn answered_tool(&mut self, call_id: &str) -> Option<String> {
+        self.tool_call_order.remove(call_id);
+        self.tool_calls.remove(call_id)
+    }
 }
 
 /// The most tool calls remembered as waiting; the oldest are forgotten past it (their
@@ -1002,10 +1047,7 @@ impl Spaces {
                 );
                 txn.touch(&stored);
                 if let Some(call_id) = call_id {
-                    txn.state.tool_calls.insert(call_id, stored);
-                    while txn.state.tool_calls.len() > MAX_TOOL_CALLS {
-                        txn.state.tool_calls.pop_first();
-                    }
+                    txn.state.wait_for_tool(call_id, stored);
                     txn.changed();
                 }
                 Ok(Ok(index))
@@ -1031,7 +1073,7 @@ impl Spaces {
         let (call_id, of) = (call_id.to_owned(), call_id.to_owned());
         let needs = move |state: &State| state.tool_calls.get(&of).cloned().into_iter().collect();
         self.transact_for(needs, move |txn| {
-            let Some(stored) = txn.state.tool_calls.remove(&call_id) else {
+            let Some(stored) = txn.state.answered_tool(&call_id) else {
                 return Ok(false);
             };
             txn.changed();
@@ -1520,6 +1562,35 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the lock was not given back");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Past the bound on visible calls remembered as waiting, the oldest is forgotten, not
+    /// the one whose id sorts first.
+    #[tokio::test]
+    async fn the_oldest_waiting_call_is_forgotten_first() {
+        let spaces = Spaces::in_memory().with_max_messages(10);
+        let a = who("agent:a");
+        spaces.enter(&a, "lobby", 0).await.expect("enter");
+        let call = |id: String| ToolMessage {
+            name: "external__ask".into(),
+            tool_name: "ask".into(),
+            arguments: Value::Null,
+            status: ToolStatus::RequiresAction,
+            result: None,
+            call_id: Some(id),
+        };
+        // The first call's id sorts after all the others'.
+        spaces.post_tool(&a, call("z-first".into())).await.expect("post").expect("in a space");
+        for n in 0..MAX_TOOL_CALLS {
+            let posted = spaces.post_tool(&a, call(format!("a-{n:05}"))).await.expect("post");
+            posted.expect("in a space");
+        }
+        let waiting = spaces.waiting_tool_calls().await.expect("waiting");
+        assert_eq!(waiting.len(), MAX_TOOL_CALLS);
+        assert!(!waiting.contains(&"z-first".to_owned()), "the oldest is forgotten");
+        assert_eq!(waiting[0], "a-00000");
+        let Backend::Memory(state) = spaces.backend.as_ref() else { unreachable!("in memory") };
+        assert_eq!(state.lock().expect("state").tool_call_order.len(), MAX_TOOL_CALLS);
     }
 
     #[tokio::test]
