@@ -481,6 +481,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             output_tokens: tokens("/usage/output_tokens"),
             cache_read_tokens: cache_read,
             cache_write_tokens: cache_write,
+            estimated: false,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
     })

@@ -373,6 +373,13 @@ pub struct Usage {
     /// a premium; OpenAI does not report them).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
+    /// The API reported no usage for (some of) the requests counted, and their figures
+    /// are this crate's estimate from the lengths of what was sent and received, made on
+    /// the high side (a token per three bytes), so that budgets never take a call for
+    /// free. An OpenAI-compatible API that refuses `stream_options` (Azure OpenAI's older
+    /// `api-version`s) streams its answers without usage; some servers report none at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -392,6 +399,7 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += other.output_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
         self.cache_write_tokens += other.cache_write_tokens;
+        self.estimated |= other.estimated;
     }
 }
 

@@ -50,7 +50,8 @@ impl Model for OpenAiModel {
     ) -> Result<ModelResponse, ModelError> {
         let body = self.body(request);
         let answer = self.endpoint.post(&body, cancel).await?;
-        parse(&answer, &self.endpoint)
+        let answer = parse(&answer, &self.endpoint)?;
+        Ok(self.estimated(request, answer))
     }
 
     async fn complete_streaming(
@@ -68,20 +69,50 @@ impl Model for OpenAiModel {
         let body = self.body(request);
         let answer =
             endpoint.complete_streaming(body, fields, cancel, on_delta, &mut chunks, parse).await;
-        match answer {
+        let answer = match answer {
             Err(ModelError::Api { status: 400, message, .. })
                 if asked && refuses_stream_options(&message) =>
             {
                 // Refused before anything streamed, so no delta needs voiding. Streamed
-                // answers then carry no usage: it reads zero, as for servers that report
-                // none (no estimate is made).
+                // answers then carry no usage: it is estimated, as for servers that report
+                // none.
                 tracing::debug!(model = %endpoint.name, "the API refuses `stream_options`; asking again without it");
                 self.stream_options.store(false, Ordering::Relaxed);
                 let body = self.body(request);
                 endpoint.complete_streaming(body, &[], cancel, on_delta, &mut chunks, parse).await
             }
             answer => answer,
+        };
+        Ok(self.estimated(request, answer?))
+    }
+}
+
+impl OpenAiModel {
+    /// `answer` with its usage estimated when the API reported none ([`parse`] marks it
+    /// so): a token per three bytes of the request's body and of the answer's text and
+    /// calls, on the high side for English (about four) and JSON, near the mark for code
+    /// and other scripts. Budgets count these figures; reading zero, they took the call
+    /// for free.
+    fn estimated(&self, request: &ModelRequest, mut answer: ModelResponse) -> ModelResponse {
+        if !answer.usage.estimated {
+            return answer;
         }
+        let tokens = |bytes: usize| (bytes as u64).div_ceil(3);
+        let sent = self.body(request).to_string().len();
+        let received = answer.content.len()
+            + answer
+                .tool_calls
+                .iter()
+                .map(|call| call.id.len() + call.name.len() + arguments_text(call).len())
+                .sum::<usize>();
+        answer.usage = Usage { estimated: true, ..Usage::new(tokens(sent), tokens(received)) };
+        tracing::debug!(
+            model = %self.endpoint.name,
+            input_tokens = answer.usage.input_tokens,
+            output_tokens = answer.usage.output_tokens,
+            "the API reported no usage; estimated from the lengths"
+        );
+        answer
     }
 }
 
@@ -522,6 +553,11 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         None => StopReason::EndTurn,
     };
     let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    // An answer without usage figures is marked, and its caller estimates them
+    // ([`OpenAiModel::estimated`]).
+    let reported = ["/usage/prompt_tokens", "/usage/completion_tokens"]
+        .iter()
+        .any(|field| answer.pointer(field).is_some_and(Value::is_u64));
     Ok(ModelResponse {
         content,
         tool_calls,
@@ -534,6 +570,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             output_tokens: tokens("/usage/completion_tokens"),
             cache_read_tokens: tokens("/usage/prompt_tokens_details/cached_tokens"),
             cache_write_tokens: 0,
+            estimated: !reported,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
     })

@@ -83,7 +83,8 @@ async fn cached_tokens_count_as_read_and_are_told_apart() {
             input_tokens: 3412,
             output_tokens: 5,
             cache_read_tokens: 3000,
-            cache_write_tokens: 400
+            cache_write_tokens: 400,
+            estimated: false,
         }
     );
 }

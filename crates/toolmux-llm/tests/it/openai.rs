@@ -292,7 +292,11 @@ async fn finish_reasons_and_content_forms() {
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::ToolUse);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("weird".into()));
     let last = complete(&model, &hello()).await;
-    assert_eq!((last.content.as_str(), last.usage), ("", Usage::default()));
+    assert_eq!(last.content, "");
+    // No usage reported: estimated from the request's length, never taken for free.
+    assert!(last.usage.estimated, "{:?}", last.usage);
+    assert!(last.usage.input_tokens > 0, "{:?}", last.usage);
+    assert!(!first.usage.estimated, "reported figures are no estimate");
 }
 
 #[tokio::test]

@@ -354,3 +354,92 @@ async fn another_bad_request_is_not_asked_again_without_stream_options() {
     assert!(matches!(error, ModelError::Api { status: 400, .. }), "{error:?}");
     assert_eq!(only_request(&server)["stream_options"], json!({"include_usage": true}));
 }
+
+/// A chat completions server as Azure OpenAI's older `api-version`s are, on 127.0.0.1: a
+/// request with `stream_options` is refused (400), one without is answered `text` as a
+/// stream of chunks that carries no usage. Returns its base URL and whether each request
+/// asked for `stream_options`.
+async fn azure_without_stream_options(text: &'static str) -> (String, Arc<Mutex<Vec<bool>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let asked: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let seen = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                let (head_end, length) = loop {
+                    let n = socket.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "the client closed before its request was whole");
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        let length = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                        break (end + 4, length);
+                    }
+                };
+                while buf.len() < head_end + length {
+                    let n = socket.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "the client closed before its body was whole");
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let body: Value = serde_json::from_slice(&buf[head_end..]).unwrap();
+                let asks = body.get("stream_options").is_some();
+                seen.lock().unwrap().push(asks);
+                let reply = if asks {
+                    let refusal = r#"{"error": {"message": "Unrecognized request argument supplied: stream_options", "type": "invalid_request_error"}}"#;
+                    format!(
+                        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+                         content-length: {}\r\nconnection: close\r\n\r\n{refusal}",
+                        refusal.len()
+                    )
+                } else {
+                    let chunk = |delta: Value, finish: Value| {
+                        let chunk = json!({"id": "c", "object": "chat.completion.chunk",
+                            "model": "gpt-4o", "choices": [{"index": 0, "delta": delta,
+                            "finish_reason": finish}]});
+                        format!("data: {chunk}\n\n")
+                    };
+                    format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                         connection: close\r\n\r\n{}{}{}data: [DONE]\n\n",
+                        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                        chunk(json!({"content": text}), Value::Null),
+                        chunk(json!({}), json!("stop")),
+                    )
+                };
+                socket.write_all(reply.as_bytes()).await.unwrap();
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (base, asked)
+}
+
+/// Once the API has refused `stream_options`, its streamed answers carry no usage: the
+/// usage is estimated from the lengths (on the high side, marked `estimated`), never
+/// read as zero, which budgets took for a free call.
+#[tokio::test]
+async fn answers_streamed_without_usage_have_it_estimated_not_zero() {
+    let text = "A streamed answer of some length, with no usage after it.";
+    let (base, asked) = azure_without_stream_options(text).await;
+    let model = toolmux_llm::connect("azure", &config(Dialect::OpenAi, base)).unwrap();
+    let request = ModelRequest::new(vec![Message::user("Tell me something. ".repeat(30))]);
+    for _ in 0..2 {
+        let recorder = Recorder::default();
+        let answer = stream(&model, &request, &recorder).await.unwrap();
+        assert_eq!((answer.content.as_str(), recorder.text()), (text, text.to_owned()));
+        let usage = answer.usage;
+        assert!(usage.estimated, "{usage:?}");
+        // The prompt alone is 570 bytes: at a token per three bytes, over 190 tokens.
+        assert!(usage.input_tokens > 190, "{usage:?}");
+        assert_eq!(usage.output_tokens, (text.len() as u64).div_ceil(3), "{usage:?}");
+    }
+    assert_eq!(*asked.lock().unwrap(), [true, false, false]);
+}
