@@ -66,10 +66,19 @@ pub enum FsError {
         seconds: u64,
     },
     /// Nothing exists at the path.
-    #[error("no file or directory at `{path}`")]
+    #[error(
+        "no file or directory at `{path}`: {}",
+        .suggestion.as_ref().map_or_else(
+            || "check the path with `ls` or `glob`".to_owned(),
+            |s| format!("did you mean `{s}`?"),
+        )
+    )]
     NotFound {
         /// The path as the caller gave it.
         path: String,
+        /// An existing path whose names are close to the ones given, spelled as the caller
+        /// would ([`crate::Workspace::close_path`]).
+        suggestion: Option<String>,
     },
     /// A directory where a file is needed.
     #[error("`{path}` is a directory, not a file: use `ls` to list it")]
@@ -86,7 +95,7 @@ pub enum FsError {
         file: String,
     },
     /// A file where a directory is needed.
-    #[error("`{path}` is not a directory")]
+    #[error("`{path}` is a file, not a directory: read it with `read`, or give a directory")]
     NotDirectory {
         /// The path as the caller gave it.
         path: String,
@@ -94,6 +103,16 @@ pub enum FsError {
     /// A FIFO, socket or device.
     #[error("`{path}` is not a regular file (a FIFO, socket or device); refusing to open it")]
     NotRegularFile {
+        /// The path as the caller gave it.
+        path: String,
+    },
+    /// The system refused the file tools access to the path (its owner, mode or attributes,
+    /// such as `chattr +i`).
+    #[error(
+        "permission denied on `{path}`: its owner, mode or attributes keep the file tools \
+         from it; choose another path, or ask the user to change its permissions"
+    )]
+    PermissionDenied {
         /// The path as the caller gave it.
         path: String,
     },
@@ -212,9 +231,11 @@ impl FsError {
             return FsError::OutsideRoot { path };
         }
         match err.kind() {
-            io::ErrorKind::NotFound => FsError::NotFound { path },
+            io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => {
+                FsError::NotFound { path, suggestion: None }
+            }
             io::ErrorKind::IsADirectory => FsError::IsDirectory { path },
-            io::ErrorKind::NotADirectory => FsError::NotFound { path },
+            io::ErrorKind::PermissionDenied => FsError::PermissionDenied { path },
             _ => FsError::Io { path, source: err },
         }
     }
@@ -231,9 +252,16 @@ impl FsError {
             FsError::InvalidArguments { message, .. } => {
                 ToolError::invalid_arguments(tool, message)
             }
-            // A path no file can have, as an empty one or one with a NUL (`InvalidArguments`):
-            // the caller's mistake to correct, not the tool failing.
-            FsError::FileInPath { .. } => ToolError::invalid_arguments(tool, self.to_string()),
+            // A path that names nothing usable, as an empty one or one with a NUL
+            // (`InvalidArguments`): the caller's mistake to correct, not the tool failing.
+            FsError::FileInPath { .. }
+            | FsError::NotFound { .. }
+            | FsError::IsDirectory { .. }
+            | FsError::NotDirectory { .. }
+            | FsError::NotRegularFile { .. }
+            | FsError::PermissionDenied { .. } => {
+                ToolError::invalid_arguments(tool, self.to_string())
+            }
             FsError::Disabled { .. }
             | FsError::OutsideRoot { .. }
             | FsError::Protected { .. }
@@ -298,6 +326,27 @@ mod tests {
             FsError::FileInPath { path: "a.txt/b".into(), file: "a.txt".into() },
             expect![
                 "invalid arguments for `fs__read`: at /: `a.txt` is a file, not a folder: `a.txt/b` cannot be inside it [invalid_arguments]"
+            ],
+        );
+        check(
+            FsError::NotFound {
+                path: "src/mian.rs".into(),
+                suggestion: Some("src/main.rs".into()),
+            },
+            expect![
+                "invalid arguments for `fs__read`: at /: no file or directory at `src/mian.rs`: did you mean `src/main.rs`? [invalid_arguments]"
+            ],
+        );
+        check(
+            FsError::from_io("a", io::Error::from(io::ErrorKind::PermissionDenied)),
+            expect![
+                "invalid arguments for `fs__read`: at /: permission denied on `a`: its owner, mode or attributes keep the file tools from it; choose another path, or ask the user to change its permissions [invalid_arguments]"
+            ],
+        );
+        check(
+            FsError::from_io("a/b", io::Error::from(io::ErrorKind::NotADirectory)),
+            expect![
+                "invalid arguments for `fs__read`: at /: no file or directory at `a/b`: check the path with `ls` or `glob` [invalid_arguments]"
             ],
         );
         check(

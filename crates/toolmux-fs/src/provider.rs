@@ -398,7 +398,8 @@ impl FsProvider {
             return Ok(self.workspace.root().to_path_buf());
         };
         let resolved = self.workspace.resolve(given)?;
-        let dir = self.workspace.walk_start(&resolved)?;
+        let dir =
+            self.workspace.walk_start(&resolved).map_err(|e| self.workspace.with_close_path(e))?;
         // Not a folder the file tools may not read (the audit log's, the outputs'): the
         // sandbox hides those from commands too.
         self.workspace.check_read(&resolved, &self.workspace.canonical(&resolved)?)?;
@@ -505,7 +506,9 @@ impl FsProvider {
     {
         let cancelled = Arc::new(AtomicBool::new(false));
         let (ws, config, flag) = (self.workspace.clone(), self.config.clone(), cancelled.clone());
-        let task = tokio::task::spawn_blocking(move || work(&ws, &config, &flag));
+        let task = tokio::task::spawn_blocking(move || {
+            work(&ws, &config, &flag).map_err(|e| ws.with_close_path(e))
+        });
         tokio::select! {
             joined = task => joined.unwrap_or_else(|e| Err(panicked(tool, e))),
             () = ctx.cancel_token().cancelled() => {
@@ -528,7 +531,7 @@ impl FsProvider {
         F: FnOnce(&Workspace, &FsConfig) -> Result<ToolOutput, FsError> + Send + 'static,
     {
         let (ws, config) = (self.workspace.clone(), self.config.clone());
-        tokio::task::spawn_blocking(move || work(&ws, &config))
+        tokio::task::spawn_blocking(move || work(&ws, &config).map_err(|e| ws.with_close_path(e)))
             .await
             .unwrap_or_else(|e| Err(panicked(tool, e)))
     }

@@ -317,6 +317,66 @@ impl Workspace {
         self.protection.unreadable(relative)
     }
 
+    /// `err` with a close path when it says nothing is at the path the caller gave
+    /// ([`Workspace::close_path`]); any other error as it is.
+    pub(crate) fn with_close_path(&self, err: FsError) -> FsError {
+        match err {
+            FsError::NotFound { path, suggestion: None } => {
+                let suggestion = self.close_path(&path);
+                FsError::NotFound { path, suggestion }
+            }
+            other => other,
+        }
+    }
+
+    /// An existing path close to `given`, where nothing is: each name missing from its folder
+    /// is replaced by the folder's closest one (a typo's distance, case ignored), so that
+    /// `src/mian.rs` gives `src/main.rs` and `scr/main.rs` gives `src/main.rs`. None when a
+    /// name has no close one, when a folder holds more than [`MAX_SUGGESTION_ENTRIES`] names
+    /// (an error should not cost a walk of a huge folder), or when the path found is one
+    /// no tool may read (its name is not to be shown). Spelled relative to the root, or
+    /// absolute when `given` is.
+    pub fn close_path(&self, given: &str) -> Option<String> {
+        let resolved = self.resolve(given).ok()?;
+        let mut found = PathBuf::new();
+        let mut changed = false;
+        for component in resolved.relative.components() {
+            let Component::Normal(name) = component else {
+                found.push(component);
+                continue;
+            };
+            let exact = found.join(name);
+            if self.dir.symlink_metadata(&exact).is_ok() {
+                found = exact;
+                continue;
+            }
+            let name = name.to_str()?;
+            let folder = if found.as_os_str().is_empty() { Path::new(".") } else { &found };
+            let mut names = Vec::new();
+            for entry in self.dir.read_dir(folder).ok()? {
+                let Ok(entry) = entry else { continue };
+                if names.len() == MAX_SUGGESTION_ENTRIES {
+                    return None;
+                }
+                if let Ok(entry_name) = entry.file_name().into_string() {
+                    names.push(entry_name);
+                }
+            }
+            // Sorted, so that of equally close names the same one is always given.
+            names.sort_unstable();
+            let candidates: Vec<&str> = names.iter().map(String::as_str).collect();
+            let closest = toolmux_core::suggest::closest(name, &candidates)?;
+            found.push(closest);
+            changed = true;
+        }
+        if !changed || !self.canonicalize(&found).is_ok_and(|c| !self.unreadable(&without_dots(&c)))
+        {
+            return None;
+        }
+        let spelled = if Path::new(given).is_absolute() { self.root.join(&found) } else { found };
+        Some(spelled.display().to_string())
+    }
+
     fn check_access(
         &self,
         path: &Resolved,
@@ -717,6 +777,9 @@ pub(crate) struct Written {
 /// `path` without its `.` components (cap-std canonicalizes the root to `.`).
 /// Symbolic links followed in a row before a path is given up as a loop (Linux's limit).
 const MAX_LINKS: usize = 40;
+
+/// The most names of a folder read for a path's close names ([`Workspace::close_path`]).
+const MAX_SUGGESTION_ENTRIES: usize = 1000;
 
 fn without_dots(path: &Path) -> PathBuf {
     path.components().filter(|c| !matches!(c, Component::CurDir)).collect()

@@ -759,14 +759,14 @@ pub(crate) fn apply_patch(
                 }
                 let gone = entry(ws, limits, run, &mut files, &targets, &target)?;
                 if gone.current.take().is_none() {
-                    return Err(missing(path, DELETE));
+                    return Err(missing(ws, path, DELETE));
                 }
                 changes.push(Change { mark: 'D', what: path.clone(), hunks: Vec::new() });
             }
             Op::Update { path, move_to, hunks } => {
                 let source = entry(ws, limits, run, &mut files, &targets, &target)?;
                 let Some(mut file) = source.current.take() else {
-                    return Err(missing(path, UPDATE));
+                    return Err(missing(ws, path, UPDATE));
                 };
                 let applied = file.apply(hunks).map_err(|message| FsError::Edit {
                     path: path.clone(),
@@ -838,12 +838,16 @@ pub(crate) fn apply_patch(
         .with_extra("dry_run", json!(args.dry_run)))
 }
 
-fn missing(path: &str, header: &str) -> FsError {
-    FsError::Edit {
-        path: path.to_owned(),
+/// A file to delete or update that is not there: the caller's mistake, with the close name
+/// in its folder when there is one.
+fn missing(ws: &Workspace, path: &str, header: &str) -> FsError {
+    let hint = ws.close_path(path).map(|close| format!(" (did you mean `{close}`?)"));
+    FsError::InvalidArguments {
+        tool: "apply_patch",
         message: format!(
-            "`{header}{path}`: there is no such file (or the patch removed it earlier); nothing \
-             was changed"
+            "`{header}{path}`: there is no such file{} (or the patch removed it earlier); \
+             nothing was changed",
+            hint.unwrap_or_default()
         ),
     }
 }

@@ -623,7 +623,11 @@ async fn insert_line_is_checked() {
     expect!["new_string is empty: give the lines to insert; nothing was written"]
         .assert_eq(&err(json!({"path": "a.txt", "insert_line": 1, "new_string": ""})).await);
     let missing = err(json!({"path": "new.txt", "insert_line": 0, "new_string": "x"})).await;
-    assert_eq!(missing, "no file or directory at `new.txt`");
+    assert_eq!(
+        missing,
+        "invalid arguments for `fs__edit`: at /: no file or directory at `new.txt`: check the \
+         path with `ls` or `glob`"
+    );
     assert!(!fx.root().join("new.txt").exists());
     assert_eq!(fx.get("a.txt"), "one\ntwo\n");
 }

@@ -112,8 +112,8 @@ async fn ls_depth_ignore_and_limit() {
 async fn ls_errors() {
     let fx = Fixture::new();
     fx.put("f", "");
-    expect!["`f` is not a directory"].assert_eq(&fx.err("ls", json!({"path": "f"})).await);
-    expect!["no file or directory at `nope`"]
+    expect!["invalid arguments for `fs__ls`: at /: `f` is a file, not a directory: read it with `read`, or give a directory"].assert_eq(&fx.err("ls", json!({"path": "f"})).await);
+    expect!["invalid arguments for `fs__ls`: at /: no file or directory at `nope`: check the path with `ls` or `glob`"]
         .assert_eq(&fx.err("ls", json!({"path": "nope"})).await);
     assert_eq!(fx.ok("ls", json!({"path": "."})).await, "./\n  f (0 bytes)");
 }

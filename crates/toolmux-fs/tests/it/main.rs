@@ -10,6 +10,7 @@ mod grep;
 mod listing;
 mod parallel;
 mod patch;
+mod path_errors;
 mod protect;
 mod read;
 mod sandbox;

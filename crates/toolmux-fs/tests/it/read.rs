@@ -142,8 +142,8 @@ async fn a_page_over_the_byte_cap_ends_early_and_says_how_to_continue() {
 async fn directories_suggest_ls() {
     let fx = Fixture::new();
     fx.put("d/x", "");
-    expect!["`fs__read` failed: `d` is a directory, not a file: use `ls` to list it"]
-        .assert_eq(&format!("`fs__read` failed: {}", fx.err("read", json!({"path": "d"})).await));
+    expect!["invalid arguments for `fs__read`: at /: `d` is a directory, not a file: use `ls` to list it"]
+        .assert_eq(&fx.err("read", json!({"path": "d"})).await);
 }
 
 #[tokio::test]
@@ -181,7 +181,7 @@ async fn empty_file_and_missing_file() {
     let fx = Fixture::new();
     fx.put("empty", "");
     assert_eq!(fx.ok("read", json!({"path": "empty"})).await, "[`empty` is empty]");
-    expect!["no file or directory at `nope.txt`"]
+    expect!["invalid arguments for `fs__read`: at /: no file or directory at `nope.txt`: check the path with `ls` or `glob`"]
         .assert_eq(&fx.err("read", json!({"path": "nope.txt"})).await);
 }
 
@@ -247,7 +247,7 @@ async fn fifos_are_refused_without_blocking() {
         .status()
         .unwrap();
     assert!(status.success());
-    expect!["`pipe` is not a regular file (a FIFO, socket or device); refusing to open it"]
+    expect!["invalid arguments for `fs__read`: at /: `pipe` is not a regular file (a FIFO, socket or device); refusing to open it"]
         .assert_eq(&fx.err("read", json!({"path": "pipe"})).await);
 }
 
