@@ -388,14 +388,15 @@ async fn start(
         }
         TransportKind::Sse => {
             let oauth = http.and_then(|h| h.oauth.clone());
-            let transport = sse::connect(server, client()?, url()?, oauth, fault).await.map_err(
-                |e| match fault.get() {
+            let timeout = config.request_timeout();
+            let transport = sse::connect(server, client()?, url()?, oauth, timeout, fault)
+                .await
+                .map_err(|e| match fault.get() {
                     Some(FaultKind::Auth(message)) => {
                         McpError::Auth { server: server.to_owned(), message }
                     }
                     _ => connect_error(e),
-                },
-            )?;
+                })?;
             handshake(server, handler, transport, mode, fault).await
         }
         TransportKind::Websocket => {

@@ -6,6 +6,7 @@ use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use std::error::Error as StdError;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::client::connection::client_failure;
 use crate::client::oauth::OAuth;
@@ -19,13 +20,20 @@ use super::{
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
+/// Messages being posted at once, at most: a POST the server is slow to answer does not
+/// hold the messages after it, and a server that answers none is not sent more without
+/// bound (the rest wait in the outbound channel, then in rmcp's sends).
+const POSTS_IN_FLIGHT: usize = 16;
+
 /// Connects: opens the event stream and waits for the `endpoint` event. The caller bounds
-/// the wait with its startup timeout.
+/// the wait with its startup timeout. Each message is then posted within `post_timeout`
+/// (the server's request timeout).
 pub(crate) async fn connect(
     server: &str,
     client: reqwest::Client,
     url: &str,
     oauth: Option<Arc<OAuth>>,
+    post_timeout: Duration,
     fault: &Fault,
 ) -> Result<ChannelTransport, BoxError> {
     let base = reqwest::Url::parse(url)?;
@@ -141,16 +149,44 @@ pub(crate) async fn connect(
         }
     });
 
-    // Writer: each message is one POST to the endpoint, in order.
-    let writer_fault = fault.clone();
+    // Writer: each message is one POST to the endpoint, started in the order sent and up to
+    // POSTS_IN_FLIGHT at once, each within `post_timeout`. One that fails or gets no answer
+    // in time ends the connection (the server may have taken the message or not, and its
+    // session is likely gone): its calls fail saying so, and the next call connects afresh.
+    let poster = Arc::new(Poster {
+        server: server.to_owned(),
+        client,
+        endpoint,
+        oauth,
+        timeout: post_timeout,
+        fault: fault.clone(),
+        stop: stop.clone(),
+    });
     tokio::spawn(async move {
         let _stop_reader = stop.clone().drop_guard();
+        let mut posts = tokio::task::JoinSet::new();
         loop {
+            while posts.try_join_next().is_some() {}
+            if posts.len() >= POSTS_IN_FLIGHT {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = posts.join_next() => continue,
+                }
+            }
             let message = tokio::select! {
                 () = stop.cancelled() => return,
                 message = outbound.recv() => message,
             };
-            let Some(mut message) = message else { return };
+            let Some(mut message) = message else {
+                // Closed: what was sent before is still posted (a cancellation sent just
+                // before the close), each POST within its timeout.
+                let posted = async { while posts.join_next().await.is_some() {} };
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = posted => {}
+                }
+                return;
+            };
             // A tool call's `passthroughHeaders` travel beside the message, not in it.
             let passed = crate::client::passthrough::take(&mut message);
             let body = match encode_message(&message) {
@@ -160,40 +196,69 @@ pub(crate) async fn connect(
                     continue;
                 }
             };
-            let post = || {
-                let mut request = client
-                    .post(endpoint.clone())
-                    .header(CONTENT_TYPE, "application/json")
-                    .body(body.clone());
-                for (name, value) in &passed {
-                    request = request.header(name, value);
-                }
-                request
-            };
-            let sent = match &oauth {
-                Some(oauth) => {
-                    crate::client::oauth::send(
-                        oauth,
-                        &writer_fault,
-                        "POST",
-                        endpoint.as_str(),
-                        post,
-                    )
-                    .await
-                }
-                None => post().send().await,
-            }
-            .and_then(reqwest::Response::error_for_status);
-            if let Err(e) = sent {
-                writer_fault.set(FaultKind::Closed(format!(
-                    "posting a message failed: {}",
-                    without_url(&e)
-                )));
-                return;
-            }
+            let poster = poster.clone();
+            posts.spawn(async move { poster.post(body, passed).await });
         }
     });
     Ok(transport)
+}
+
+/// The headers a tool call passes on ([`crate::client::passthrough::take`]).
+type Passed = std::collections::HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>;
+
+/// What posting a message needs, shared by the POSTs under way.
+struct Poster {
+    server: String,
+    client: reqwest::Client,
+    endpoint: reqwest::Url,
+    oauth: Option<Arc<OAuth>>,
+    /// The longest wait for one POST's answer.
+    timeout: Duration,
+    fault: Fault,
+    /// Cancelled to end the connection.
+    stop: CancellationToken,
+}
+
+impl Poster {
+    /// Posts one message; one that fails or gets no answer in time ends the connection,
+    /// with why (never the endpoint's URL: its query may hold a key).
+    async fn post(&self, body: Vec<u8>, passed: Passed) {
+        let build = || {
+            let mut request = self
+                .client
+                .post(self.endpoint.clone())
+                .timeout(self.timeout)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone());
+            for (name, value) in &passed {
+                request = request.header(name, value);
+            }
+            request
+        };
+        // The timeout is each request's, not the whole exchange's: a person approving a
+        // new authorization in a browser is given the time that takes.
+        let sent = match &self.oauth {
+            Some(oauth) => {
+                let endpoint = self.endpoint.as_str();
+                crate::client::oauth::send(oauth, &self.fault, "POST", endpoint, build).await
+            }
+            None => build().send().await,
+        }
+        .and_then(reqwest::Response::error_for_status);
+        let Err(e) = sent else { return };
+        let why = if e.is_timeout() {
+            format!(
+                "a message posted to the server got no answer within {} ms (`requestTimeoutMs`); \
+                 it is stuck or overloaded",
+                self.timeout.as_millis()
+            )
+        } else {
+            format!("posting a message failed: {}", without_url(&e))
+        };
+        tracing::warn!(server = %self.server, "{why}; ending the connection");
+        self.fault.set(FaultKind::Closed(why));
+        self.stop.cancel();
+    }
 }
 
 /// The events of a stream, none longer than [`MESSAGE_MAX`]: a server writing without end

@@ -16,6 +16,7 @@ mod reconnect;
 mod rmcp_peer;
 mod roundtrip;
 mod sessions;
+mod sse_posts;
 mod supply;
 mod support;
 mod upstream_tasks;

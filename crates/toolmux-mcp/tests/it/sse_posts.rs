@@ -1,0 +1,103 @@
+//! Posting messages over the legacy HTTP+SSE transport, against a loopback SSE server
+//! written here whose message endpoint never answers the POST of a `hang` call.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use toolmux_core::{CallContext, ToolProvider};
+use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
+
+#[derive(Clone, Default)]
+struct Server {
+    /// The latest event stream's sender (a reconnect replaces it).
+    stream: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>>,
+    /// Event streams opened.
+    streams: Arc<AtomicUsize>,
+}
+
+async fn events(State(server): State<Server>) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    // The key in the endpoint's query must show in no error.
+    tx.send("event: endpoint\ndata: /message?key=sekrit\n\n".into()).unwrap();
+    *server.stream.lock().unwrap() = Some(tx);
+    server.streams.fetch_add(1, Ordering::SeqCst);
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|event| (Ok::<_, std::convert::Infallible>(event), rx))
+    });
+    ([("content-type", "text/event-stream")], axum::body::Body::from_stream(stream)).into_response()
+}
+
+async fn message(State(server): State<Server>, body: String) -> Response {
+    let request: Value = serde_json::from_str(&body).unwrap();
+    let Some(id) = request.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+    let result = match request["method"].as_str().unwrap_or_default() {
+        "initialize" => json!({
+            "protocolVersion": "2024-11-05",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "sse-posts", "version": "1"},
+        }),
+        "tools/list" => json!({"tools": [
+            {"name": "echo", "inputSchema": {"type": "object"}},
+            {"name": "hang", "inputSchema": {"type": "object"}},
+        ]}),
+        "tools/call" if request["params"]["name"] == "hang" => {
+            // The POST is never answered, as by a server stuck on it.
+            std::future::pending::<()>().await;
+            unreachable!()
+        }
+        "tools/call" => json!({"content": [{"type": "text", "text": "echo"}]}),
+        _ => json!({}),
+    };
+    let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    if let Some(stream) = server.stream.lock().unwrap().as_ref() {
+        let _ = stream.send(format!("event: message\ndata: {reply}\n\n"));
+    }
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// A POST the server never answers holds no other message (they are posted beside it), and
+/// ends after the request timeout with an error naming the server and what happened, not
+/// the endpoint's URL; the next call connects again and works. The stuck POST held every
+/// later message for ever.
+#[tokio::test]
+async fn a_stuck_post_times_out_and_holds_no_other_message() {
+    let server = Server::default();
+    let router = axum::Router::new()
+        .route("/sse", axum::routing::get(events))
+        .route("/message", axum::routing::post(message))
+        .with_state(server.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse?key=sekrit", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, router).await });
+    let config = McpServerConfig::remote(TransportKind::Sse, url)
+        .with_protocol(ProtocolMode::Legacy)
+        .with_request_timeout(Duration::from_millis(1500));
+    let provider = McpProvider::new("legacy", config).unwrap();
+    provider.warmup().await.unwrap();
+
+    // The call's own wait is longer: what ends it is the POST's timeout.
+    let ctx = CallContext::new().with_wait(Duration::from_secs(30));
+    let started = Instant::now();
+    let hang = provider.call("hang", json!({}), &ctx);
+    let echo = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        provider.call("echo", json!({}), &CallContext::new()).await
+    };
+    let (hang, echo) = tokio::join!(hang, echo);
+    assert_eq!(echo.unwrap().to_text(), "echo", "posted beside the stuck POST");
+    let error = hang.unwrap_err().to_string();
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    expect_test::expect!["legacy: connection closed (a message posted to the server got no answer within 1500 ms (`requestTimeoutMs`); it is stuck or overloaded)"]
+        .assert_eq(&error);
+    assert!(!error.contains("sekrit"), "{error}");
+
+    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "echo");
+    assert_eq!(server.streams.load(Ordering::SeqCst), 2, "connected again");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
