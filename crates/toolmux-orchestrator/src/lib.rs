@@ -9,12 +9,13 @@
 //!
 //! Each call goes, in order, through: alias and lookup (unknown names get the closest
 //! existing ones) → permission rules (allow / deny / ask) → argument validation against the
-//! compiled schema → before-hooks → response cache with single-flight → run budget → queue
-//! slot → timeout (optionally reset by progress, never past a hard cap) with retries for
-//! idempotent tools → the provider call (a panic becomes an error) → after-hooks (a cached
-//! answer's too) → size cap
-//! (spill to the output store, or truncate) → context-token budget → accounting (statistics,
-//! audit log, events, tracing).
+//! compiled schema → before-hooks → response cache with single-flight → run budget → rate
+//! limit → queue slot → timeout (optionally reset by progress, never past a hard cap) with
+//! retries for idempotent tools → the provider call → after-hooks (a cached answer's too) →
+//! size cap (spill to the output store, or truncate) → context-token budget → accounting
+//! (statistics, audit log, events, tracing). A panic in the provider or in a hook becomes
+//! an error of the call ([`ToolError::Panicked`](toolmux_core::ToolError::Panicked), naming
+//! the hook).
 //!
 //! The [`CallContext`](toolmux_core::CallContext) reaches the provider with the caller's log
 //! sink and interaction handler as they are, through every stage (queue, cache, retries,

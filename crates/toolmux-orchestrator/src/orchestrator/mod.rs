@@ -25,6 +25,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use serde_json::{Value, json};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -1926,9 +1927,16 @@ impl Orchestrator {
         // Hooks see the call's own operation, so that the two halves of a hook can tell
         // concurrent calls of one tool apart (its id is unique in the process).
         let hook_ctx = ctx.clone().with_op(op.clone());
-        for scoped in self.inner.before.iter().filter(|h| h.applies_to(&entry.name)) {
+        for (at, scoped) in self.inner.before.iter().enumerate() {
+            if !scoped.applies_to(&entry.name) {
+                continue;
+            }
             let before = arguments.clone();
-            scoped.hook.before(&entry.name, &mut arguments, &hook_ctx).await?;
+            let hook = scoped.hook.before(&entry.name, &mut arguments, &hook_ctx);
+            match AssertUnwindSafe(hook).catch_unwind().await {
+                Ok(result) => result?,
+                Err(panic) => return Err(hook_panicked(entry, "before", at, scoped, &*panic)),
+            }
             changed |= before != arguments;
         }
         if changed {
@@ -1949,8 +1957,15 @@ impl Orchestrator {
         op: &Arc<Op>,
     ) -> Result<ToolOutput, ToolError> {
         let hook_ctx = ctx.clone().with_op(op.clone());
-        for scoped in self.inner.after.iter().filter(|h| h.applies_to(&entry.name)) {
-            scoped.hook.after(&entry.name, &mut output, &hook_ctx).await?;
+        for (at, scoped) in self.inner.after.iter().enumerate() {
+            if !scoped.applies_to(&entry.name) {
+                continue;
+            }
+            let hook = scoped.hook.after(&entry.name, &mut output, &hook_ctx);
+            match AssertUnwindSafe(hook).catch_unwind().await {
+                Ok(result) => result?,
+                Err(panic) => return Err(hook_panicked(entry, "after", at, scoped, &*panic)),
+            }
         }
         Ok(output)
     }
@@ -2643,6 +2658,50 @@ fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// The error of a call whose `stage` (`before`, `after`) hook `scoped`, the `at`-th of
+/// that stage as added, panicked: the hook is named by its place, its tools and its type,
+/// so that the message does not blame the tool.
+fn hook_panicked<H: ?Sized + fmt::Debug>(
+    entry: &ToolEntry,
+    stage: &str,
+    at: usize,
+    scoped: &Scoped<H>,
+    panic: &(dyn std::any::Any + Send),
+) -> ToolError {
+    let kind = debug_type_name(&scoped.hook).map(|name| format!(" {name}")).unwrap_or_default();
+    let ran = if stage == "before" { "the tool did not run" } else { "after the tool ran" };
+    let message = format!(
+        "its {stage}-hook{kind} (#{}, for `{}`) panicked, {ran}: {}; fix the hook or remove it",
+        at + 1,
+        scoped.pattern,
+        panic_message(panic)
+    );
+    ToolError::Panicked { tool: entry.name.to_string(), message }
+}
+
+/// The type name that `value`'s `Debug` starts with (`CommandHook` of `CommandHook { .. }`),
+/// read from its first 64 bytes: never its fields, which may hold secrets.
+fn debug_type_name(value: &dyn fmt::Debug) -> Option<String> {
+    struct Head(String);
+    impl fmt::Write for Head {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = 64 - self.0.len();
+            let end = s.floor_char_boundary(room);
+            self.0.push_str(&s[..end]);
+            if end < s.len() { Err(fmt::Error) } else { Ok(()) }
+        }
+    }
+    let mut head = Head(String::new());
+    // A `Debug` that panics too (the hook is broken already) names nothing.
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let _ = fmt::write(&mut head, format_args!("{value:?}"));
+    }))
+    .ok()?;
+    let name: String =
+        head.0.chars().take_while(|c| c.is_alphanumeric() || matches!(c, '_' | ':')).collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -547,3 +547,74 @@ async fn configuration_overrides_what_a_provider_says_of_its_tools() {
     );
     o.cleanup().await;
 }
+
+/// A hook with a bug: it panics on every call it sees.
+#[derive(Debug)]
+struct Broken {
+    #[allow(dead_code, reason = "a field that must not reach the error")]
+    token: &'static str,
+}
+
+#[async_trait]
+impl BeforeHook for Broken {
+    async fn before(&self, _: &str, _: &mut Value, _: &CallContext) -> Result<(), ToolError> {
+        panic!("hook bug")
+    }
+}
+
+#[async_trait]
+impl AfterHook for Broken {
+    async fn after(&self, _: &str, _: &mut ToolOutput, _: &CallContext) -> Result<(), ToolError> {
+        panic!("hook bug")
+    }
+}
+
+/// A hook that panics fails its call with an error naming the hook, as a provider's panic
+/// does, rather than unwinding through the caller; the call's queue slot and its place
+/// among the calls in flight are given back and the call is accounted.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_hook_fails_its_call_naming_the_hook() {
+    use std::time::Duration;
+    use toolmux_orchestrator::{QueueConfig, ToolEvent, ToolSettings};
+    let p = mock();
+    let config = OrchestratorConfig::default()
+        .with_queue("q", QueueConfig::new(1).with_wait_timeout(Duration::ZERO))
+        .with_provider_settings("files", ToolSettings::default().with_queue("q"));
+    let broken = Arc::new(Broken { token: "s3cr3t" });
+    let o = Orchestrator::builder(config)
+        .provider(p.clone())
+        .before_hook("files__*", Arc::new(Clamp))
+        .before_hook("files__w*", broken.clone())
+        .after_hook("files__read", broken)
+        .build()
+        .unwrap();
+    o.warmup().await;
+    let mut events = o.subscribe();
+    let r = call(&o, "files__write", json!({})).await;
+    expect!["(tool failed: `files__write` panicked: its before-hook Broken (#2, for `files__w*`) panicked, the tool did not run: hook bug; fix the hook or remove it)"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(r.extras.get("code"), Some(&json!("panicked")), "{r:?}");
+    assert_eq!(p.calls_of("write"), 0);
+    let r = call(&o, "files__read", json!({})).await;
+    expect!["(tool failed: `files__read` panicked: its after-hook Broken (#1, for `files__read`) panicked, after the tool ran: hook bug; fix the hook or remove it)"]
+        .assert_eq(&r.conversation_text());
+    assert_eq!(p.calls_of("read"), 1);
+    // Nothing held: the queue of one has its slot, no call is in flight, and both calls
+    // were accounted as failed.
+    assert!(call(&o, "files__delete", json!({})).await.ok);
+    assert_eq!(o.calls_in_flight(), 0);
+    let mut failed = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let ToolEvent::ToolFinished { record, .. } = event {
+            failed.push((record.tool, record.error_code));
+        }
+    }
+    assert_eq!(
+        failed,
+        [
+            ("files__write".to_owned(), Some("panicked".to_owned())),
+            ("files__read".to_owned(), Some("panicked".to_owned())),
+            ("files__delete".to_owned(), None),
+        ]
+    );
+}
