@@ -121,6 +121,19 @@ enum Failure {
 }
 
 impl Endpoint {
+    /// This API, as the calls it answers remember it ([`crate::ModelToolCall::extra_origin`]):
+    /// the URL requests are posted to, without its query (Azure's `api-version`, which may
+    /// change between requests to the same deployment) and user info.
+    pub(crate) fn origin(&self) -> String {
+        let mut url = self.url.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        // Fails only for URLs that cannot have user info, which then have none.
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        url.into()
+    }
+
     /// Posts `body` and returns the JSON answer, retrying rate limits, overloaded servers
     /// and dropped connections up to `max_retries` times.
     pub(crate) async fn post(

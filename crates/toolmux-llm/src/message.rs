@@ -58,10 +58,16 @@ pub struct ModelToolCall {
     /// came to be sent back with the call, unread: a chat completions call's
     /// `extra_content`, where Gemini's compatible API puts its thought signature
     /// (`{"google": {"thought_signature": "…"}}`) and refuses the next request (HTTP 400)
-    /// if the call comes back without it. Only the chat completions client sends it back;
-    /// Anthropic's messages have no place for it.
+    /// if the call comes back without it. It goes back only to the API that gave it
+    /// ([`ModelToolCall::extra_origin`]); Anthropic's messages have no place for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<Value>,
+    /// The API that gave `extra`: the URL the chat completions client posted to, without
+    /// its query. A conversation carried on with another model (another API, another
+    /// server) sends the call without `extra`, which means nothing there and is another
+    /// API's data; `extra` without an origin is sent nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_origin: Option<String>,
 }
 
 impl ModelToolCall {
@@ -73,6 +79,7 @@ impl ModelToolCall {
             arguments,
             raw_arguments: None,
             extra: None,
+            extra_origin: None,
         }
     }
 }
@@ -508,10 +515,14 @@ mod tests {
         let call: ModelToolCall = serde_json::from_value(saved.clone()).unwrap();
         assert_eq!(call, ModelToolCall::new("a", "fs__read", json!({})));
         assert_eq!(serde_json::to_value(&call).unwrap(), saved);
-        let signed =
-            ModelToolCall { extra: Some(json!({"google": {"thought_signature": "c2ln"}})), ..call };
+        let signed = ModelToolCall {
+            extra: Some(json!({"google": {"thought_signature": "c2ln"}})),
+            extra_origin: Some("https://gemini.example/v1beta/openai/chat/completions".into()),
+            ..call
+        };
         let value = serde_json::to_value(&signed).unwrap();
         assert_eq!(value["extra"], json!({"google": {"thought_signature": "c2ln"}}));
+        assert_eq!(value["extraOrigin"], "https://gemini.example/v1beta/openai/chat/completions");
         assert_eq!(serde_json::from_value::<ModelToolCall>(value).unwrap(), signed);
     }
 

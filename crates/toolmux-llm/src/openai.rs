@@ -382,7 +382,7 @@ impl OpenAiModel {
             messages.push(json!({"role": "system", "content": system}));
         }
         for message in &request.messages {
-            push_message(&mut messages, message, self.images);
+            push_message(&mut messages, message, self.images, &self.endpoint.origin());
         }
         let mut body = Map::new();
         body.insert("model".into(), json!(self.endpoint.model));
@@ -415,8 +415,9 @@ impl OpenAiModel {
 /// `message` as chat completion messages: one, or one per tool result. A tool message is
 /// text only: with `images`, the results' images follow in one user message after the
 /// turn's last tool message (the API wants every tool message of a turn right after it),
-/// each result's images introduced by the call they belong to.
-fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool) {
+/// each result's images introduced by the call they belong to. A call's `extra` goes only
+/// when `origin`, this API, gave it.
+fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, origin: &str) {
     match message {
         Message::User { content } => messages.push(json!({"role": "user", "content": content})),
         Message::Assistant { content, tool_calls } => {
@@ -438,10 +439,12 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool) {
                             "arguments": arguments_text(call),
                         }});
                         // Back as it came: Gemini refuses a call of the history without
-                        // the thought signature it gave it. A call carries it only when a
-                        // chat completions API gave it, so it goes to no API that did not
-                        // (short of a conversation carried on with another model).
-                        if let Some(extra) = &call.extra {
+                        // the thought signature it gave it. To that API alone: in a
+                        // conversation carried on with another model it is another API's
+                        // data, which that one may refuse or misread.
+                        if let Some(extra) = &call.extra
+                            && call.extra_origin.as_deref() == Some(origin)
+                        {
                             out["extra_content"] = extra.clone();
                         }
                         out
@@ -594,6 +597,7 @@ fn parse_call(
     };
     let mut out = ModelToolCall::new(id, name, Value::Null);
     out.extra = call.get("extra_content").filter(|e| !e.is_null()).cloned();
+    out.extra_origin = out.extra.as_ref().map(|_| endpoint.origin());
     match function.get("arguments") {
         Some(Value::String(text)) if text.trim().is_empty() => out.arguments = json!({}),
         Some(Value::String(text)) => match serde_json::from_str(text) {

@@ -274,3 +274,49 @@ async fn anthropic_is_never_sent_another_api_s_extras() {
     assert!(!sent.contains("extra") && !sent.contains(FIRST), "{sent}");
     assert!(sent.contains("tool_use"), "{sent}");
 }
+
+/// A conversation begun with Gemini's compatible API and carried on with another
+/// OpenAI-compatible model (another server): the calls go without Gemini's
+/// `extra_content`, which is Gemini's alone; the same conversation back at Gemini still
+/// carries it, saved and read back on the way.
+#[tokio::test]
+async fn another_chat_completions_api_is_never_sent_geminis_extras() {
+    let gemini = GeminiLike::start();
+    let model = gemini_model(&gemini);
+    let first = ModelRequest::new(vec![Message::user("Read both")]);
+    let answer = complete(&model, &first).await;
+    let origin = answer.tool_calls[0].extra_origin.clone().unwrap();
+    assert!(origin.starts_with(&gemini.base_url()), "{origin}");
+    let next = next_request(&first, &answer);
+
+    let (other, other_model) = serve(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    complete(&other_model, &next).await;
+    let sent = only_request(&other);
+    let calls = &sent["messages"][1]["tool_calls"];
+    assert_eq!(calls.as_array().map(Vec::len), Some(2), "{sent}");
+    let text = sent.to_string();
+    assert!(!text.contains("extra") && !text.contains(FIRST), "{text}");
+
+    // Back at Gemini, the same saved conversation is answered.
+    let back = model.complete(&next, &CancellationToken::new()).await;
+    assert_eq!(back.unwrap().content, "Both read.");
+    check_signatures(&answer, &gemini);
+}
+
+/// A call whose `extra` names no origin (set by hand, or saved before calls kept one) is
+/// sent without it: no API can be told to be the one that gave it.
+#[tokio::test]
+async fn extras_of_no_known_origin_are_sent_nowhere() {
+    let mut request = conversation();
+    for message in &mut request.messages {
+        if let Message::Assistant { tool_calls, .. } = message {
+            for call in tool_calls {
+                call.extra = Some(signature(FIRST));
+            }
+        }
+    }
+    let (server, model) = serve(Dialect::OpenAi, vec![ScriptStep::text("ok")]);
+    complete(&model, &request).await;
+    let sent = only_request(&server).to_string();
+    assert!(sent.contains("tool_calls") && !sent.contains(FIRST), "{sent}");
+}
