@@ -280,6 +280,38 @@ impl Hunk {
     fn starting(line: LineNo) -> Hunk {
         Hunk { line, anchors: Vec::new(), parts: Vec::new(), end_of_file: false }
     }
+
+    /// Whether a line of the hunk holds a CR.
+    fn has_cr(&self) -> bool {
+        self.parts.iter().any(|part| match part {
+            Part::Context(text) | Part::Removed(text) | Part::Added(text) => text.contains('\r'),
+        })
+    }
+
+    /// The hunk for a file of bare-CR lines: a line holding CRs (copied with the file's own
+    /// line breaks) is cut into lines at them, each of its kind, as `edit` takes the CRs of
+    /// its strings; a CR that ends a line is its break.
+    fn split_at_cr(&self) -> Hunk {
+        let parts = self
+            .parts
+            .iter()
+            .flat_map(|part| {
+                let (text, kind): (&str, fn(String) -> Part) = match part {
+                    Part::Context(text) => (text, Part::Context),
+                    Part::Removed(text) => (text, Part::Removed),
+                    Part::Added(text) => (text, Part::Added),
+                };
+                let text = text.strip_suffix('\r').unwrap_or(text);
+                text.split('\r').map(move |piece| kind(piece.to_owned()))
+            })
+            .collect();
+        Hunk {
+            line: self.line,
+            anchors: self.anchors.clone(),
+            parts,
+            end_of_file: self.end_of_file,
+        }
+    }
 }
 
 fn is_file_header(line: &str) -> bool {
@@ -310,7 +342,9 @@ fn file_path(given: &str, line: LineNo) -> Result<String, ParseError> {
 /// The patch's lines, without a shell here-document around them (`<<'EOF'` … `EOF`, as
 /// models trained on `apply_patch <<'EOF'` sometimes send) and without blank lines around.
 fn unwrap_heredoc(input: &str) -> Vec<&str> {
-    let mut lines: Vec<&str> = input.trim().lines().collect();
+    // A patch without any LF whose lines end in CR (a CR file's text copied whole) is read
+    // as lines, by the rule that tells a file of CR lines.
+    let mut lines: Vec<&str> = super::text::lines(input.trim());
     if lines.len() >= 2 {
         let first = lines[0].trim();
         let first = first.strip_prefix("apply_patch").map_or(first, str::trim_start);
@@ -479,6 +513,13 @@ impl TextFile {
 
     /// Applies `hunks` in order; returns the changes made (for the summary).
     fn apply(&mut self, hunks: &[Hunk]) -> Result<Vec<Applied>, String> {
+        let split: Vec<Hunk>;
+        let hunks = if self.cr && hunks.iter().any(Hunk::has_cr) {
+            split = hunks.iter().map(Hunk::split_at_cr).collect();
+            &split
+        } else {
+            hunks
+        };
         let mut cursor = 0;
         let mut edits: Vec<(usize, &[Part], Fuzz)> = Vec::new();
         let mut applied = Vec::new();

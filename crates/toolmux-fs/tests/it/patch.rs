@@ -305,3 +305,99 @@ async fn a_file_added_twice_by_one_patch_is_said_to_be() {
         .assert_eq(&fx.err("apply_patch", json!({"input": patch})).await);
     assert!(!fx.root().join("new.txt").exists());
 }
+
+/// Files of bare-CR lines (classic Mac OS) and of mixed line endings: context is matched
+/// line by line, lines the patch keeps keep their breaks, and added lines get the file's.
+mod line_endings {
+    use super::patch;
+    use crate::Fixture;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_cr_file_without_a_final_cr_is_patched_at_its_end() {
+        let fx = Fixture::new();
+        fx.put("mac.txt", "one\rtwo\rthree");
+        fx.ok(
+            "apply_patch",
+            patch("*** Update File: mac.txt\n@@\n two\n-three\n+3\n*** End of File"),
+        )
+        .await;
+        assert_eq!(fx.get("mac.txt"), "one\rtwo\r3");
+        fx.ok("apply_patch", patch("*** Update File: mac.txt\n@@\n 3\n+four")).await;
+        assert_eq!(fx.get("mac.txt"), "one\rtwo\r3\rfour");
+    }
+
+    /// Lines copied with the file's own CRs are its lines, as `edit` takes them.
+    #[tokio::test]
+    async fn crs_in_the_patch_lines_of_a_cr_file_break_lines() {
+        let fx = Fixture::new();
+        fx.put("mac.txt", "one\rtwo\rthree\rfour\r");
+        let out = fx
+            .ok(
+                "apply_patch",
+                patch("*** Update File: mac.txt\n one\rtwo\n-three\rfour\n+3\r4\r\n"),
+            )
+            .await;
+        assert!(out.contains("M mac.txt (+2 -2)"), "{out}");
+        assert_eq!(fx.get("mac.txt"), "one\rtwo\r3\r4\r");
+    }
+
+    /// A whole patch whose lines end in bare CRs, as a CR file's text copied whole.
+    #[tokio::test]
+    async fn a_patch_of_cr_lines_is_read_as_lines() {
+        let fx = Fixture::new();
+        fx.put("mac.txt", "one\rtwo\r");
+        fx.ok(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\r*** Update File: mac.txt\r one\r-two\r+2\r*** End Patch\r"}),
+        )
+        .await;
+        assert_eq!(fx.get("mac.txt"), "one\r2\r");
+    }
+
+    #[tokio::test]
+    async fn a_moved_cr_file_keeps_cr() {
+        let fx = Fixture::new();
+        fx.put("mac.txt", "one\rtwo\r");
+        fx.ok("apply_patch", patch("*** Update File: mac.txt\n*** Move to: b.txt\n one\n+1.5"))
+            .await;
+        assert_eq!(fx.get("b.txt"), "one\r1.5\rtwo\r");
+    }
+
+    #[tokio::test]
+    async fn a_utf16_cr_file_keeps_cr() {
+        let fx = Fixture::new();
+        let utf16 = |text: &str| {
+            let mut bytes = vec![0xFF, 0xFE];
+            text.encode_utf16().for_each(|u| bytes.extend(u.to_le_bytes()));
+            bytes
+        };
+        std::fs::write(fx.root().join("w.txt"), utf16("one\rtwo\r")).unwrap();
+        fx.ok("apply_patch", patch("*** Update File: w.txt\n-two\n+2")).await;
+        assert_eq!(std::fs::read(fx.root().join("w.txt")).unwrap(), utf16("one\r2\r"));
+    }
+
+    /// Mixed CRLF and LF: lines kept keep their own break, added lines get the one most
+    /// lines use.
+    #[tokio::test]
+    async fn mixed_endings_keep_each_kept_line_s_break() {
+        let fx = Fixture::new();
+        fx.put("m.txt", "a\r\nb\nc\r\nd\n e\r\n");
+        fx.ok("apply_patch", patch("*** Update File: m.txt\n a\n b\n-c\n+C\n d")).await;
+        assert_eq!(fx.get("m.txt"), "a\r\nb\nC\r\nd\n e\r\n");
+        fx.ok("apply_patch", patch("*** Update File: m.txt\n C\n-d\n+D")).await;
+        assert_eq!(fx.get("m.txt"), "a\r\nb\nC\r\nD\r\n e\r\n");
+    }
+
+    /// Where the file has an LF, a bare CR is text inside a line (the rule `read` and `grep`
+    /// use): matched as such, and kept.
+    #[tokio::test]
+    async fn a_bare_cr_in_an_lf_file_is_text() {
+        let fx = Fixture::new();
+        fx.put("l.txt", "x\ry\nz\n");
+        fx.ok("apply_patch", patch("*** Update File: l.txt\n x\ry\n-z\n+Z")).await;
+        assert_eq!(fx.get("l.txt"), "x\ry\nZ\n");
+        fx.ok("apply_patch", patch("*** Update File: l.txt\n-x\ry\n+x\rY")).await;
+        assert_eq!(fx.get("l.txt"), "x\rY\nZ\n");
+    }
+}
