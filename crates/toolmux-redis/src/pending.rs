@@ -11,7 +11,10 @@
 //! - `waiter:{id}`: `open` from the opening of a synchronous call until someone waits for
 //!   it, then `waiting:TOKEN` (the wait's) until the wait ends; a result submitted while it exists is the
 //!   waiter's: kept in `result:{id}` (the call's hash with it, and its id in `held`) until
-//!   the waiter takes it, a message on the channel `{prefix}:x:{id}` waking it;
+//!   the waiter takes it, a message on the channel `{prefix}:x:{id}` waking it. Only the
+//!   wait whose token the mark holds takes it; taken, the mark becomes `taken:TOKEN` and the
+//!   result stays a short while, so that the same wait asking again (its answer lost with a
+//!   connection or a timeout) gets it again instead of nothing;
 //! - `inbox:{run}`, a list capped at [`toolmux_external::DEFAULT_MAX_INBOX`] results, the
 //!   oldest dropped;
 //! - `expired`, the ids of calls that expired, by when they are forgotten (as long as
@@ -253,21 +256,33 @@ impl StoreInner {
         Ok(calls)
     }
 
-    /// Takes the result of `call_id` if it is there (`Ok(None)` if not yet).
+    /// Takes the result of `call_id` for the wait `token` if it is there (`Ok(None)` if
+    /// not yet).
     async fn take_result(
         &self,
         script: &Script,
         call_id: &str,
+        token: &str,
         timeout: Duration,
     ) -> Result<Option<ExternalResult>, crate::RedisError> {
-        let reply = self.run(script, &[], &[call_id.as_bytes()], timeout).await?;
+        let kept = self.taken_ttl().as_millis().to_string();
+        let args = [call_id.as_bytes(), token.as_bytes(), kept.as_bytes()];
+        let reply = self.run(script, &[], &args, timeout).await?;
         Ok(reply.as_bytes().and_then(parse_result))
+    }
+
+    /// How long a result taken stays for its wait to take it again (the answer of the take
+    /// lost): until the wait's next look, or its giving up, is over.
+    fn taken_ttl(&self) -> Duration {
+        self.timeout() * 4 + POLL_EVERY + Duration::from_secs(1)
     }
 }
 /// A wait under way; dropped before it ended, it ends the wait in Redis (in a task of
 /// its own), so that a result submitted later goes to the inbox.
 struct Waiting {
     inner: Arc<StoreInner>,
+    /// The wait's token, in its mark.
+    token: String,
     /// `None` once the wait ended in Redis.
     call_id: Option<String>,
 }
@@ -277,10 +292,10 @@ impl Drop for Waiting {
         let (Some(call_id), Ok(runtime)) = (self.call_id.take(), Handle::try_current()) else {
             return;
         };
-        let inner = self.inner.clone();
+        let (inner, token) = (self.inner.clone(), std::mem::take(&mut self.token));
         runtime.spawn(async move {
             // A result that came just before is lost with its caller, as in memory.
-            let _ = inner.take_result(&GIVE_UP, &call_id, inner.timeout()).await;
+            let _ = inner.take_result(&GIVE_UP, &call_id, &token, inner.timeout()).await;
         });
     }
 }
@@ -293,7 +308,12 @@ async fn give_up(
     waiting: &mut Waiting,
     call_id: &str,
 ) -> Option<ExternalResult> {
-    let result = inner.take_result(&GIVE_UP, call_id, inner.timeout()).await;
+    let token = waiting.token.clone();
+    let mut result = inner.take_result(&GIVE_UP, call_id, &token, inner.timeout()).await;
+    if result.as_ref().is_err_and(crate::RedisError::may_have_run) {
+        // It may have taken a result whose answer was lost: asked again, it gives it again.
+        result = inner.take_result(&GIVE_UP, call_id, &token, inner.timeout()).await;
+    }
     if result.is_ok() {
         waiting.call_id = None;
     }
@@ -383,11 +403,17 @@ impl PendingStore for RedisPendingStore {
         // If this future is dropped (its caller was cancelled or cut by a deadline) before
         // the wait ends, the call stops being waited for, so that a result submitted later
         // goes to the inbox, as in memory.
-        let mut waiting = Waiting { inner: inner.clone(), call_id: Some(call_id.to_owned()) };
         // The claim is this wait's (its token): one that took effect but whose answer was
-        // lost is made again, not refused as a second wait.
+        // lost is made again, not refused as a second wait, and a result it took is given
+        // again.
         let token = toolmux_core::unique_token();
-        let claim = [call_id.as_bytes(), ttl.as_bytes(), token.as_bytes()];
+        let mut waiting = Waiting {
+            inner: inner.clone(),
+            token: token.clone(),
+            call_id: Some(call_id.to_owned()),
+        };
+        let kept = inner.taken_ttl().as_millis().to_string();
+        let claim = [call_id.as_bytes(), ttl.as_bytes(), token.as_bytes(), kept.as_bytes()];
         let reply = loop {
             match inner.run(&CLAIM, &[], &claim, inner.within(deadline)).await {
                 Ok(reply) => break reply,
@@ -428,7 +454,7 @@ impl PendingStore for RedisPendingStore {
             // The result is in its key before the message is sent: looking after
             // subscribing finds one that came before.
             if let Ok(Some(result)) =
-                inner.take_result(&TAKE, call_id, inner.within(deadline)).await
+                inner.take_result(&TAKE, call_id, &token, inner.within(deadline)).await
             {
                 waiting.call_id = None;
                 return Some(result);
@@ -587,6 +613,12 @@ local function forget(id, as_expired)
   redis.call('DEL', key('call', id), key('waiter', id), key('result', id))
   if as_expired then redis.call('ZADD', expired, now + keep, id) end
 end
+local function hand_over(id, token, kept)
+  redis.call('SET', key('waiter', id), 'taken:' .. token, 'PX', kept)
+  redis.call('PEXPIRE', key('result', id), kept)
+  redis.call('DEL', key('call', id))
+  redis.call('ZREM', held, id)
+end
 local function push(run, id, call, result)
   local inbox = key('inbox', run)
   redis.call('LPUSH', inbox, '{\"callId\":' .. cjson.encode(id) .. ',\"call\":' .. call .. ',\"result\":' .. result .. '}')
@@ -646,62 +678,68 @@ return {1, now}"
     ),
 };
 
-/// ARGV: id, waiting TTL, the wait's token. Answers `[1, result]` (there already), `[0]`
-/// (claimed, or claimed again by the same wait: wait for it) or `[-1]` (nothing to wait
-/// for). While the caller waits the call does not expire, and it expires no sooner than the
-/// TTL after the wait's end.
+/// ARGV: id, waiting TTL, the wait's token, how long a result taken stays. Answers `[1,
+/// result]` (there already, or taken by this wait before), `[0]` (claimed, or claimed again
+/// by the same wait: wait for it) or `[-1]` (nothing to wait for: another wait's, or an
+/// asynchronous, unknown or unwaited call). While the caller waits the call does not
+/// expire, and it expires no sooner than the TTL after the wait's end.
 static CLAIM: Script = Script {
     name: "pending_claim",
     source: concat!(
         prelude!(),
-        "local id = ARGV[6]
+        "local id, token = ARGV[6], ARGV[8]
+local mark, mine = redis.call('GET', key('waiter', id)), 'waiting:' .. token
 local r = redis.call('GET', key('result', id))
+if mark == 'taken:' .. token then return {1, r} end
+if mark ~= 'open' and mark ~= mine then return {-1} end
 if r then
-  redis.call('DEL', key('waiter', id), key('result', id), key('call', id))
-  redis.call('ZREM', held, id)
+  hand_over(id, token, ARGV[9])
   return {1, r}
 end
-local mark, mine = redis.call('GET', key('waiter', id)), 'waiting:' .. ARGV[8]
-if mark == 'open' or mark == mine then
-  redis.call('SET', key('waiter', id), mine, 'PX', ARGV[7])
-  redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl, id)
-  return {0}
-end
-return {-1}"
+redis.call('SET', key('waiter', id), mine, 'PX', ARGV[7])
+redis.call('ZADD', calls, 'XX', now + tonumber(ARGV[7]) + ttl, id)
+return {0}"
     ),
 };
 
-/// ARGV: id. Answers the result, taken (the call is done), or nil.
+/// ARGV: id, the wait's token, how long a result taken stays. Answers the result, taken
+/// (the call is done), or nil: none yet, or the call is not this wait's.
 static TAKE: Script = Script {
     name: "pending_take",
     source: concat!(
         prelude!(),
-        "local id = ARGV[6]
+        "local id, token = ARGV[6], ARGV[7]
+local mark = redis.call('GET', key('waiter', id))
 local r = redis.call('GET', key('result', id))
-if r then
-  redis.call('DEL', key('waiter', id), key('result', id), key('call', id))
-  redis.call('ZREM', held, id)
+if mark == 'taken:' .. token then return r end
+if r and mark == 'waiting:' .. token then
+  hand_over(id, token, ARGV[8])
+  return r
 end
-return r"
+return false"
     ),
 };
 
-/// ARGV: id. Answers the result, taken, or nil after ending the wait: later results go to
-/// the inbox, and the call expires the TTL from now.
+/// ARGV: id, the wait's token, how long a result taken stays. Answers the result, taken,
+/// or nil after ending the wait: later results go to the inbox, and the call expires the
+/// TTL from now. A call whose mark is not this wait's (nor still `open`: a wait dropped
+/// before its claim) is left alone.
 static GIVE_UP: Script = Script {
     name: "pending_give_up",
     source: concat!(
         prelude!(),
-        "local id = ARGV[6]
+        "local id, token = ARGV[6], ARGV[7]
+local mark = redis.call('GET', key('waiter', id))
 local r = redis.call('GET', key('result', id))
-redis.call('DEL', key('waiter', id))
+if mark == 'taken:' .. token then return r end
+if mark ~= 'open' and mark ~= 'waiting:' .. token then return false end
 if r then
-  redis.call('DEL', key('result', id), key('call', id))
-  redis.call('ZREM', held, id)
-else
-  redis.call('ZADD', calls, 'XX', now + ttl, id)
+  hand_over(id, token, ARGV[8])
+  return r
 end
-return r"
+redis.call('DEL', key('waiter', id))
+redis.call('ZADD', calls, 'XX', now + ttl, id)
+return false"
     ),
 };
 

@@ -478,3 +478,50 @@ async fn times_to_live_past_counting_keep_calls_and_results() {
         assert_eq!(got, Some(answer("first")));
     }
 }
+
+/// A wait whose taking of the result ran but whose answer was lost (the connection broke)
+/// gets the result when it asks again: the result was gone, to nobody (not even the inbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_whose_taking_was_answered_into_a_broken_connection_is_taken_again() {
+    let server = RedisServer::start();
+    let proxy = crate::CuttingProxy::start(&server).await;
+    let cut = toolmux_redis::RedisBackend::new(&toolmux_redis::RedisConfig::new(proxy.url()))
+        .expect("valid url")
+        .pending_store();
+    let other = replica(&server).pending_store();
+    // The claim's script is loaded: the next command is the claim itself.
+    assert_eq!(cut.wait("no-such-call", Duration::from_millis(100)).await, None);
+    let id = cut.open(call("external__confirm", "run-1", false)).await.unwrap();
+    assert_eq!(other.resolve(&id, answer("yes")).await.unwrap(), Delivery::Waiting);
+    proxy.cut_next_reply();
+    let got =
+        within(Duration::from_secs(10), "the wait", cut.wait(&id, Duration::from_secs(3))).await;
+    assert_eq!(got, Some(answer("yes")));
+    // Given once: not to the inbox as well.
+    assert!(other.take_inbox("run-1", None).await.unwrap().is_empty());
+}
+
+/// A second wait for a call another wait holds gets nothing, even a result already there
+/// for the first: it took the first wait's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_wait_does_not_take_the_result_of_the_first() {
+    let server = RedisServer::start();
+    let (a, b) = (replica(&server).pending_store(), replica(&server).pending_store());
+    let id = a.open(call("external__confirm", "run-1", false)).await.unwrap();
+    let first = a.wait(&id, Duration::from_secs(10));
+    tokio::pin!(first);
+    // The first wait claims the call and then is not polled: its mark stays, its result
+    // waits for it.
+    let look = replica(&server);
+    let channel = format!("toolmux:x:{id}");
+    tokio::select! {
+        ended = &mut first => panic!("the first wait ended: {ended:?}"),
+        () = eventually("the first wait subscribed", || async {
+            listeners(&look, &channel).await >= 1
+        }) => {}
+    }
+    assert_eq!(b.resolve(&id, answer("for the first")).await.unwrap(), Delivery::Waiting);
+    assert_eq!(b.wait(&id, Duration::from_millis(300)).await, None);
+    let got = within(Duration::from_secs(5), "the first wait", first).await;
+    assert_eq!(got, Some(answer("for the first")));
+}
