@@ -1347,7 +1347,8 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
         return Ok(None);
     }
     let provider = toolmux_rest::RestProvider::inline_in(NAMESPACE, &requests)
-        .map_err(|e| error(e.to_string()))?;
+        .map_err(|e| error(e.to_string()))?
+        .with_secrets(&loaded.secrets);
     Ok(Some(Arc::new(provider)))
 }
 
@@ -1492,8 +1493,11 @@ mod rest {
         let file = loaded.source_name();
         let c = &loaded.config;
         if !c.rest_tools.is_empty() && keep(toolmux_rest::INLINE_NAMESPACE) {
+            // The environment's values are redacted even where the crate cannot see they
+            // are secret (a token in a URL's path).
             let provider = RestProvider::inline(&c.rest_tools)
-                .map_err(|e| ToolmuxError::config(file, format!("restTools: {e}")))?;
+                .map_err(|e| ToolmuxError::config(file, format!("restTools: {e}")))?
+                .with_secrets(&loaded.secrets);
             let namespace = provider.namespace().to_owned();
             for (name, tool) in &c.rest_tools {
                 if tool.queue.is_none() && tool.cache.is_none() {
@@ -1528,9 +1532,9 @@ mod rest {
                     warnings.extend(
                         provider.warnings().iter().map(|w| format!("openapi `{name}`: {w}")),
                     );
-                    Arc::new(provider)
+                    Arc::new(provider.with_secrets(&loaded.secrets))
                 }
-                Err((later, _)) => Arc::new(later),
+                Err((later, _)) => Arc::new(later.with_secrets(&loaded.secrets)),
             };
             let settings = ToolSettings {
                 queue: import.queue.clone(),
