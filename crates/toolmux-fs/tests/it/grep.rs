@@ -700,3 +700,104 @@ async fn count_footers_agree_and_stand_on_their_own_lines() {
         &fx.ok("grep", json!({"pattern": "needle", "output_mode": "content", "offset": 5})).await,
     );
 }
+
+/// Files with no LF in their first 8 KiB (minified JS and JSON, long-lined files) are read
+/// on to their first LF to tell whether their lines end in CR: what grep finds in them, in
+/// every mode, stays what it was when they were read twice for it.
+#[tokio::test]
+async fn long_lined_files_are_searched_as_before() {
+    let fx = Fixture::new();
+    let unit = "function f(a){return a.needle||\"needle\"};var x={k:1};";
+    // Minified JS without any LF; minified JSON with its only LF at the end; a file whose
+    // first LF comes after 100 KiB, then short lines; one with a NUL after 20 KiB.
+    fx.put("a/app.min.js", &unit.repeat(3000));
+    let json = format!("[{}]\n", vec!["{\"needle\":1,\"other\":2}"; 8000].join(","));
+    fx.put("b/data.min.json", &json);
+    fx.put("c/late.txt", &format!("{}\nneedle one\nplain\nneedle two\n", unit.repeat(2000)));
+    fx.put("d/nul.txt", &format!("{}\0needle\n", "x".repeat(20 * 1024)));
+    let mut utf16 = vec![0xFF, 0xFE];
+    unit.repeat(400).encode_utf16().for_each(|u| utf16.extend(u.to_le_bytes()));
+    std::fs::create_dir_all(fx.root().join("e")).unwrap();
+    std::fs::write(fx.root().join("e/wide.js"), utf16).unwrap();
+    // Lines ending in CR, the first 30 KiB long.
+    fx.put("f/mac.txt", &format!("{}\rneedle\rlast\r", "y".repeat(30 * 1024)));
+    // Long lines shortened: their start, and how long they were.
+    let summary = |text: String| {
+        text.lines()
+            .map(|l| match l.chars().count() {
+                n if n > 60 => format!("{}... ({n} chars)", l.chars().take(60).collect::<String>()),
+                _ => l.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let grep = |args: serde_json::Value| async { summary(fx.ok("grep", args).await) };
+    expect![[r#"
+        a/app.min.js:1
+        b/data.min.json:1
+        c/late.txt:3
+        e/wide.js:1
+        f/mac.txt:1
+        [7 matching lines in 5 files]"#]]
+    .assert_eq(&grep(json!({"pattern": "needle", "output_mode": "count"})).await);
+    expect![[r#"a/app.min.js:1:function f(a){return a.needle||"needle"};var ... (2043 chars)"#]]
+        .assert_eq(
+            &grep(json!({"pattern": "needle", "output_mode": "content", "path": "a"})).await,
+        );
+    expect![[r#"
+        c/late.txt:1:function f(a){return a.needle||"needle"};var x=... (2041 chars)
+        c/late.txt:2:needle one
+        c/late.txt-3-plain
+        c/late.txt:4:needle two"#]]
+    .assert_eq(
+        &grep(json!({"pattern": "needle", "output_mode": "content", "path": "c", "-C": 1})).await,
+    );
+    expect![[r#"
+        e/wide.js:1:needle
+        e/wide.js:1:needle
+        e/wide.js:1:needle
+        [showing lines 1-3 of 800; use offset=3 for more]"#]].assert_eq(
+        &grep(json!({"pattern": "ne+dle", "output_mode": "content", "-o": true, "head_limit": 3, "path": "e"}))
+            .await,
+    );
+    expect![[r#"
+        a/app.min.js:1:k:1};f
+        a/app.min.js:1:k:1};f
+        a/app.min.js:1:k:1};f
+        [showing lines 1-3 of 5397; use offset=3 for more]"#]]
+    .assert_eq(
+        &grep(
+            json!({"pattern": "k:1\\};f", "output_mode": "content", "-o": true, "head_limit": 3}),
+        )
+        .await,
+    );
+    expect!["b/data.min.json:1:2}]"].assert_eq(
+        &grep(
+            json!({"pattern": "2\\}\\]$", "output_mode": "content", "-o": true, "multiline": true}),
+        )
+        .await,
+    );
+    expect![[r#"
+        a/app.min.js:1
+        c/late.txt:1
+        e/wide.js:1
+        [3 matching lines in 3 files]"#]]
+    .assert_eq(
+        &grep(json!({"pattern": "needle\\|\\|", "output_mode": "count", "multiline": true})).await,
+    );
+    expect!["No matches found"].assert_eq(
+        &grep(json!({"pattern": "needle", "output_mode": "content", "path": "d/nul.txt"})).await,
+    );
+    expect![[r#"
+        f/mac.txt:2:needle
+        f/mac.txt:3:last"#]].assert_eq(
+        &grep(json!({"pattern": "^needle$\\s+^l", "output_mode": "content", "multiline": true, "path": "f"}))
+            .await,
+    );
+    expect![[r#"
+        f/mac.txt:1:yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy... (2039 chars)
+        f/mac.txt:3:last"#]]
+    .assert_eq(
+        &grep(json!({"pattern": "y$|^l", "output_mode": "content", "-n": true, "path": "f"})).await,
+    );
+}
