@@ -252,11 +252,11 @@ async fn a_change_that_lost_its_lock_to_a_change_of_its_replica_writes_nothing()
 async fn a_change_that_keeps_writing_keeps_its_lock() {
     use toolmux_external::spaces::SpaceStorage;
     let server = RedisServer::start();
-    let lease = Duration::from_millis(300);
+    let lease = Duration::from_secs(1);
     let storage = replica(&server).space_storage().with_lease(lease);
     let token = storage.lock().await.expect("a free lock");
-    for i in 0..10 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..12 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
         let value = format!("{i}");
         storage.write("space:s", value.as_bytes()).await.expect("a write within the lease");
     }
