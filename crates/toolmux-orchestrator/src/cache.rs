@@ -1,6 +1,7 @@
 //! The response cache stage: successful outputs of cacheable tools kept for a TTL, keyed
 //! by tool and the canonical JSON of the arguments, with identical concurrent calls
-//! coalesced into one execution (single-flight).
+//! coalesced into one execution (single-flight): within the process always, and across
+//! the processes sharing a cache that gives a lead per key ([`ResponseCache::lead`]).
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -21,6 +22,39 @@ pub trait ResponseCache: Send + Sync + fmt::Debug {
 
     /// Stores `output` under `key` for `ttl`.
     async fn put(&self, key: &str, output: &ToolOutput, ttl: Duration);
+
+    /// Takes the lead of the call cached under `key` among every process sharing this
+    /// cache, asked by a process about to run it (its own identical calls already wait for
+    /// it): [`Lead::Leading`] runs it, [`Lead::Follow`] waits for another process's run and
+    /// then reads the cache. The default, [`Lead::Alone`], runs it: each process coalesces
+    /// only its own callers, as a cache of one process should.
+    async fn lead(&self, key: &str) -> Lead {
+        let _ = key;
+        Lead::Alone
+    }
+}
+
+/// The answer of [`ResponseCache::lead`].
+pub enum Lead {
+    /// No lead across processes: this one runs the call.
+    Alone,
+    /// This process runs the call and holds the lead until the value is dropped, after its
+    /// output is stored (or not: an error, a cancelled call). Its drop must not wait
+    /// (a shared cache gives the lead up in a task).
+    Leading(Box<dyn std::any::Any + Send + Sync>),
+    /// Another process runs the call: the future ends when it gives the lead up, and at
+    /// the latest when the lead's lease ends (a leader that died), never later.
+    Follow(futures::future::BoxFuture<'static, ()>),
+}
+
+impl fmt::Debug for Lead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Lead::Alone => "Alone",
+            Lead::Leading(_) => "Leading",
+            Lead::Follow(_) => "Follow",
+        })
+    }
 }
 
 /// An in-process cache bounded in entries and in bytes; expired entries are dropped on
@@ -189,7 +223,10 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// Coalesces identical concurrent calls: the first runs, the others wait for its output.
 ///
 /// If the leader fails or is cancelled, one waiter takes over and runs the call itself:
-/// errors are never shared, so a caller's own cancellation never fails another caller.
+/// errors are never shared, so a caller's own cancellation never fails another caller. The
+/// leader asks the cache for the lead among processes ([`ResponseCache::lead`]) before it
+/// runs the call: while another process has it, this process's callers wait for that
+/// process's output in the cache, and the same hand-over holds.
 #[derive(Debug, Default)]
 pub struct SingleFlight {
     pending: Mutex<HashMap<String, watch::Receiver<Option<ToolOutput>>>>,
@@ -292,6 +329,24 @@ impl SingleFlight {
             };
             match waiting {
                 Ok(guard) => {
+                    // The lead among the processes sharing the cache, if it is shared; while
+                    // another process runs the call, this one's callers wait for it here.
+                    let lead = loop {
+                        match cache.lead(key).await {
+                            Lead::Follow(released) => {
+                                if let Err(error) = within(wait(), released).await {
+                                    return (Err(error), Served::Coalesced);
+                                }
+                                if let Some(hit) = cache.get(key).await {
+                                    guard.sender.send_replace(Some(hit.clone()));
+                                    return (Ok(hit), Served::Coalesced);
+                                }
+                                // Given up without an output to share: lead, or follow
+                                // the process that took over.
+                            }
+                            lead => break lead,
+                        }
+                    };
                     let result = run().await;
                     if let Ok(output) = &result
                         && !output.is_error
@@ -301,26 +356,17 @@ impl SingleFlight {
                         cache.put(key, output, ttl).await;
                         guard.sender.send_replace(Some(output.clone()));
                     }
+                    // After the output is stored: the processes that followed read it.
+                    drop(lead);
                     drop(guard);
                     return (result, Served::Executed);
                 }
                 Err(mut receiver) => {
                     // Either a value arrives or the leader is gone (error, cancellation);
                     // in the second case, loop and lead.
-                    let arrived = receiver.wait_for(Option::is_some);
-                    let arrived = match wait() {
-                        None => arrived.await,
-                        Some(limit) => match tokio::time::timeout_at(limit.until, arrived).await {
-                            Ok(arrived) => arrived,
-                            Err(_) => {
-                                let error = ToolError::Timeout {
-                                    tool: limit.tool.to_owned(),
-                                    after: limit.after,
-                                    idle: None,
-                                };
-                                return (Err(error), Served::Coalesced);
-                            }
-                        },
+                    let arrived = match within(wait(), receiver.wait_for(Option::is_some)).await {
+                        Ok(arrived) => arrived,
+                        Err(error) => return (Err(error), Served::Coalesced),
                     };
                     if let Ok(output) = arrived
                         && let Some(output) = output.clone()
@@ -331,6 +377,20 @@ impl SingleFlight {
             }
         }
     }
+}
+
+/// `wait` for another caller's call, within the caller's `limit` (else
+/// [`ToolError::Timeout`]).
+async fn within<T>(
+    limit: Option<WaitLimit<'_>>,
+    wait: impl Future<Output = T>,
+) -> Result<T, ToolError> {
+    let Some(limit) = limit else { return Ok(wait.await) };
+    tokio::time::timeout_at(limit.until, wait).await.map_err(|_| ToolError::Timeout {
+        tool: limit.tool.to_owned(),
+        after: limit.after,
+        idle: None,
+    })
 }
 
 #[cfg(test)]

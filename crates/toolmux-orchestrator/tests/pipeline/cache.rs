@@ -329,3 +329,130 @@ async fn cached_outputs_are_kept_with_secrets_redacted() {
     let text = serde_json::to_string(&stored[0]).expect("JSON");
     assert!(text.contains("[redacted]") && !text.contains("s3cr3t"), "{text}");
 }
+
+/// A response cache that several orchestrators (replicas) share, with a lead per key as a
+/// shared store's lock gives it.
+#[derive(Debug, Default)]
+struct SharedCache {
+    outputs: toolmux_orchestrator::cache::MemoryCache,
+    leaders: Arc<std::sync::Mutex<Leaders>>,
+}
+
+type Leaders = std::collections::HashMap<String, tokio::sync::watch::Receiver<()>>;
+
+/// The lead of one key, given up when dropped: its followers wake.
+struct Leader {
+    leaders: Arc<std::sync::Mutex<Leaders>>,
+    key: String,
+    _given_up: tokio::sync::watch::Sender<()>,
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.leaders.lock().expect("not poisoned").remove(&self.key);
+    }
+}
+
+#[async_trait::async_trait]
+impl toolmux_orchestrator::cache::ResponseCache for SharedCache {
+    async fn get(&self, key: &str) -> Option<toolmux_core::ToolOutput> {
+        self.outputs.get(key).await
+    }
+
+    async fn put(&self, key: &str, output: &toolmux_core::ToolOutput, ttl: Duration) {
+        self.outputs.put(key, output, ttl).await;
+    }
+
+    async fn lead(&self, key: &str) -> toolmux_orchestrator::cache::Lead {
+        use toolmux_orchestrator::cache::Lead;
+        let mut leaders = self.leaders.lock().expect("not poisoned");
+        if let Some(given_up) = leaders.get(key) {
+            let mut given_up = given_up.clone();
+            return Lead::Follow(Box::pin(async move {
+                let _ = given_up.changed().await;
+            }));
+        }
+        let (sender, receiver) = tokio::sync::watch::channel(());
+        leaders.insert(key.to_owned(), receiver);
+        let leaders = self.leaders.clone();
+        Lead::Leading(Box::new(Leader { leaders, key: key.to_owned(), _given_up: sender }))
+    }
+}
+
+/// With a cache that leads across processes (`ResponseCache::lead`), identical concurrent
+/// calls of two orchestrators run once; a leader that is cancelled hands over to the
+/// other, which runs the call itself.
+#[tokio::test(start_paused = true)]
+async fn a_shared_cache_coalesces_identical_calls_of_replicas() {
+    let cache = Arc::new(SharedCache::default());
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let p = provider();
+        let o = toolmux_orchestrator::Orchestrator::builder(config())
+            .provider(p.clone())
+            .cache(cache.clone())
+            .build()
+            .expect("valid configuration");
+        o.warmup().await;
+        replicas.push((o, p));
+    }
+    let slow_calls = || replicas.iter().map(|(_, p)| p.calls_of("slow")).sum::<u64>();
+    let started = tokio::time::Instant::now();
+    let spawn = |at: usize, ctx: toolmux_core::CallContext| {
+        let o = replicas[at].0.clone();
+        tokio::spawn(async move {
+            o.execute(toolmux_core::ToolCall::new("api__slow", json!({})), &ctx).await
+        })
+    };
+    let first = spawn(0, toolmux_core::CallContext::new());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = spawn(1, toolmux_core::CallContext::new());
+    let (first, second) = (first.await.unwrap(), second.await.unwrap());
+    assert!(first.ok && second.ok, "{first:?} {second:?}");
+    assert_eq!(first.result, second.result);
+    assert_eq!(slow_calls(), 1, "the second replica waited for the first one's call");
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    // Served from the shared cache now, by either.
+    assert!(call(&replicas[1].0, "api__slow", json!({})).await.ok);
+    assert_eq!(slow_calls(), 1);
+
+    // The leader's caller cancels: the follower runs the call, not failing with it.
+    let started = tokio::time::Instant::now();
+    let leader = toolmux_core::CallContext::new();
+    let cancel = leader.cancel_token().clone();
+    let spawn = |at: usize, ctx: toolmux_core::CallContext| {
+        let o = replicas[at].0.clone();
+        tokio::spawn(async move {
+            o.execute(toolmux_core::ToolCall::new("api__slow", json!({"n": 2})), &ctx).await
+        })
+    };
+    let first = spawn(0, leader);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = spawn(1, toolmux_core::CallContext::new());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(slow_calls(), 2, "only the leader runs it");
+    cancel.cancel();
+    let first = first.await.unwrap();
+    assert_eq!(first.extras.get("code"), Some(&json!("cancelled")), "{first:?}");
+    let second = second.await.unwrap();
+    assert!(second.ok, "{second:?}");
+    assert_eq!(slow_calls(), 3);
+    assert_eq!(started.elapsed(), Duration::from_millis(1200));
+
+    // A follower waits within its own deadline, not the leader's call.
+    let started = tokio::time::Instant::now();
+    let spawn = |at: usize, ctx: toolmux_core::CallContext| {
+        let o = replicas[at].0.clone();
+        tokio::spawn(async move {
+            o.execute(toolmux_core::ToolCall::new("api__slow", json!({"n": 3})), &ctx).await
+        })
+    };
+    let first = spawn(0, toolmux_core::CallContext::new());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = started + Duration::from_millis(300);
+    let second = spawn(1, toolmux_core::CallContext::new().with_deadline(deadline)).await.unwrap();
+    assert_eq!(second.extras.get("code"), Some(&json!("timeout")), "{second:?}");
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+    assert!(first.await.unwrap().ok);
+    assert_eq!(slow_calls(), 4);
+}
