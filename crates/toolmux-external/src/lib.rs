@@ -32,7 +32,11 @@
 //! A program that serves results is an MCP client of `toolmux serve`, as the agent is; the
 //! hidden tools are not listed but can be called by name. Pending calls and inboxes live
 //! in a [`PendingStore`]; [`MemoryPendingStore`] keeps them in this process, bounded, and
-//! [`DirPendingStore`] in a folder that every process using it shares.
+//! [`DirPendingStore`] in a folder that every process using it shares. Each store bounds
+//! the pending calls ([`DEFAULT_MAX_PENDING`]), each inbox ([`DEFAULT_MAX_INBOX`], the
+//! oldest results dropped) and the runs with unread results ([`DEFAULT_MAX_INBOXES`]: a
+//! result for yet another run's inbox is refused, its call left pending); [`Spaces`] bound
+//! the spaces and the agents and runs they keep state for (see [`spaces`]).
 //!
 //! `visible` in the configuration is the seeds' user-interface visibility (whether the call
 //! and its result are shown in the active space): it travels with the pending call and the
@@ -51,9 +55,9 @@ mod store_dir;
 pub use gateway::{DEFAULT_HISTORY, GATEWAY_NAMESPACE, GatewayProvider, MAX_PAGE};
 pub use spaces::Spaces;
 pub use store::{
-    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
-    Delivery, ExternalResult, InboxEntry, MemoryPendingStore, NotPending, PendingCall,
-    PendingStore,
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,
+    DEFAULT_RESULT_TTL, Delivery, ExternalResult, InboxEntry, MemoryPendingStore, NotPending,
+    PendingCall, PendingStore,
 };
 pub use store_dir::DirPendingStore;
 

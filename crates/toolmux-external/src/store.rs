@@ -218,6 +218,11 @@ pub(crate) fn except(mut calls: Vec<PendingCall>, exclude: &[String]) -> Vec<Pen
 /// Calls pending at most, by default: past it, new calls are refused.
 pub const DEFAULT_MAX_PENDING: usize = 10_000;
 
+/// Runs whose inboxes hold unread results at once, at most, by default: past it, a result
+/// bound for the inbox of another run is refused (the call stays pending; submitted again
+/// once inboxes were read or their results expired, it goes through).
+pub const DEFAULT_MAX_INBOXES: usize = 10_000;
+
 /// Results one inbox holds at most, by default: past it, the oldest are dropped.
 pub const DEFAULT_MAX_INBOX: usize = 1_000;
 
@@ -252,6 +257,7 @@ pub struct MemoryPendingStore {
     prefix: String,
     max_pending: usize,
     max_inbox: usize,
+    max_inboxes: usize,
     pending_ttl: Duration,
     result_ttl: Duration,
 }
@@ -346,6 +352,7 @@ impl MemoryPendingStore {
             prefix: format!("ext-{}", toolmux_core::unique_token()),
             max_pending: max_pending.max(1),
             max_inbox: max_inbox.max(1),
+            max_inboxes: DEFAULT_MAX_INBOXES,
             pending_ttl: DEFAULT_PENDING_TTL,
             result_ttl: DEFAULT_RESULT_TTL,
         }
@@ -357,6 +364,13 @@ impl MemoryPendingStore {
         let least = Duration::from_millis(1);
         self.pending_ttl = pending.max(least);
         self.result_ttl = result.max(least);
+        self
+    }
+
+    /// Keeps unread results for at most `max` runs at once (at least 1; default
+    /// [`DEFAULT_MAX_INBOXES`]).
+    pub fn with_max_inboxes(mut self, max: usize) -> Self {
+        self.max_inboxes = max.max(1);
         self
     }
 
@@ -421,6 +435,20 @@ pub(crate) fn unknown_call(call_id: &str) -> ToolError {
              `external__pending` lists the calls waiting"
         ),
     )
+}
+
+/// The refusal of a result bound for a new inbox when `max` runs' inboxes hold unread
+/// results already.
+pub(crate) fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
+    ToolError::Denied {
+        tool: "external__submit".to_owned(),
+        reason: format!(
+            "the result of `{call_id}` goes to the inbox of run `{run_id}`, and the inboxes of \
+             {max} runs already hold unread results, the most kept at once (the pending store's \
+             `max_inboxes`); the call stays pending: submit it again once runs have read their \
+             results (`external__inbox`) or those expired (the results' time to live)"
+        ),
+    }
 }
 
 /// The refusal of a result for a call that expired after `ttl`.
@@ -533,6 +561,21 @@ impl PendingStore for MemoryPendingStore {
         if state.expired.contains_key(call_id) {
             return Err(expired_call(call_id, self.pending_ttl));
         }
+        let Some(entry) = state.calls.get(call_id) else {
+            return Err(unknown_call(call_id));
+        };
+        // Bound for the inbox (no caller waits for it) of a run that has none: refused when
+        // too many runs have one, before anything changed (the call stays pending).
+        let run_id = entry.call.run_id.clone();
+        let to_inbox = entry.waiter.as_ref().is_none_or(oneshot::Sender::is_closed);
+        if to_inbox && !state.inboxes.contains_key(&run_id) {
+            if state.inboxes.len() >= self.max_inboxes {
+                state.sweep(now, self.result_ttl, self.max_pending);
+            }
+            if state.inboxes.len() >= self.max_inboxes {
+                return Err(inboxes_full(call_id, &run_id, self.max_inboxes));
+            }
+        }
         let Some(mut entry) = state.calls.remove(call_id) else {
             return Err(unknown_call(call_id));
         };
@@ -544,7 +587,6 @@ impl PendingStore for MemoryPendingStore {
             },
             None => result,
         };
-        let run_id = entry.call.run_id.clone();
         let inbox = state.inboxes.entry(run_id.clone()).or_default();
         if inbox.len() >= self.max_inbox {
             let dropped = inbox.pop_front();

@@ -31,9 +31,9 @@
 
 use crate::folder;
 use crate::store::{
-    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL, DEFAULT_RESULT_TTL,
-    Delivery, ExternalResult, InboxEntry, NotPending, OPEN_WAITER, PendingCall, PendingStore,
-    except, expired_call, now_ms, unknown_call,
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,
+    DEFAULT_RESULT_TTL, Delivery, ExternalResult, InboxEntry, NotPending, OPEN_WAITER, PendingCall,
+    PendingStore, except, expired_call, inboxes_full, now_ms, unknown_call,
 };
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -90,6 +90,8 @@ struct Inner {
     prefix: String,
     max_pending: usize,
     max_inbox: usize,
+    /// Inbox files at most (runs with unread results), over all processes.
+    max_inboxes: usize,
     pending_ttl: Duration,
     result_ttl: Duration,
     /// When this process last swept the folder.
@@ -197,6 +199,7 @@ impl DirPendingStore {
                 prefix: format!("ext-{}", toolmux_core::unique_token()),
                 max_pending: DEFAULT_MAX_PENDING,
                 max_inbox: DEFAULT_MAX_INBOX,
+                max_inboxes: DEFAULT_MAX_INBOXES,
                 pending_ttl: DEFAULT_PENDING_TTL,
                 result_ttl: DEFAULT_RESULT_TTL,
                 swept: Mutex::new(None),
@@ -224,6 +227,7 @@ impl DirPendingStore {
                 prefix: inner.prefix.clone(),
                 max_pending: max_pending.max(1),
                 max_inbox: max_inbox.max(1),
+                max_inboxes: inner.max_inboxes,
                 pending_ttl: pending.max(least),
                 result_ttl: result.max(least),
                 swept: Mutex::new(None),
@@ -231,6 +235,21 @@ impl DirPendingStore {
             }),
             changed: self.changed,
         }
+    }
+
+    /// Keeps unread results for at most `max` runs at once, over all processes (at least 1;
+    /// default [`DEFAULT_MAX_INBOXES`]). For a store not yet shared.
+    pub fn with_max_inboxes(self, max: usize) -> Self {
+        let inner = Inner {
+            path: self.inner.path.clone(),
+            prefix: self.inner.prefix.clone(),
+            max_inboxes: max.max(1),
+            swept: Mutex::new(None),
+            seen: Mutex::new(HashMap::new()),
+            // The bounds and times to live, as they were.
+            ..*self.inner
+        };
+        DirPendingStore { inner: Arc::new(inner), changed: self.changed }
     }
 
     /// The same times to live as [`crate::MemoryPendingStore::with_ttl`], the bounds kept.
@@ -518,6 +537,18 @@ impl Inner {
 
     fn to_inbox(&self, stored: Stored, result: ExternalResult, now: u64) -> Result<(), ToolError> {
         let at = self.inbox_path(&stored.call.run_id);
+        if !at.exists() {
+            // A new inbox: refused when too many runs have one (expired ones are swept
+            // first), so that the folder does not grow without end.
+            let count = || self.inbox_count();
+            if count()? >= self.max_inboxes {
+                self.sweep_inboxes(now);
+            }
+            if count()? >= self.max_inboxes {
+                let call = &stored.call;
+                return Err(inboxes_full(&call.call_id, &call.run_id, self.max_inboxes));
+            }
+        }
         let mut inbox = self.read_inbox(&at)?;
         inbox.retain(|r| r.expires_ms > now);
         while inbox.len() >= self.max_inbox {
@@ -635,6 +666,25 @@ impl Inner {
         {
             tracing::warn!(target: "toolmux::external", "expired calls not forgotten: {e}");
         }
+        self.sweep_inboxes(now);
+        let inboxes = self.path.join("inbox");
+        for dir in [self.path.clone(), self.path.join("calls"), inboxes] {
+            remove_stale_temporaries(&dir);
+        }
+    }
+
+    /// How many inbox files there are.
+    fn inbox_count(&self) -> Result<usize, ToolError> {
+        let at = self.path.join("inbox");
+        let entries = std::fs::read_dir(&at).map_err(|e| folder::failure(PROVIDER, &at, &e))?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter(|entry| entry.path().extension().is_some_and(|x| x == "json"))
+            .count())
+    }
+
+    /// Forgets the results past their time in every inbox, and the inboxes left empty.
+    fn sweep_inboxes(&self, now: u64) {
         let inboxes = self.path.join("inbox");
         for entry in std::fs::read_dir(&inboxes).into_iter().flatten().filter_map(Result::ok) {
             let file = entry.path();
@@ -654,9 +704,6 @@ impl Inner {
             if let Err(e) = kept {
                 tracing::warn!(target: "toolmux::external", "{e}");
             }
-        }
-        for dir in [self.path.clone(), self.path.join("calls"), inboxes] {
-            remove_stale_temporaries(&dir);
         }
     }
 }

@@ -936,3 +936,79 @@ async fn a_state_written_before_calls_were_ordered_still_loads() {
     assert_eq!(written["toolCalls"], json!({"ext-old-a": "trip", "ext-new": "trip"}));
     assert_eq!(written["toolCallOrder"], json!({"ext-new": 1}));
 }
+
+/// Past the bound on spaces, a new one is refused (entering it, or a message that makes
+/// it), saying which bound and what to do, in memory, in a folder (where the bound is for
+/// every process sharing it) and in a shared storage; the spaces there stay open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_number_of_spaces_is_bounded() {
+    use toolmux_external::spaces::Who;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let in_dir = || Spaces::in_dir(dir.path()).expect("spaces").with_max_spaces(2);
+    let storage =
+        StalledStorage { open: tokio::sync::watch::channel(true).0, kept: Default::default() };
+    let shared = Spaces::in_storage(Arc::new(storage)).with_max_spaces(2);
+    for one in [Spaces::in_memory().with_max_spaces(2), in_dir(), shared] {
+        let (a, b) = (
+            Who { holder: None, entity: "agent:a".into() },
+            Who { holder: Some("acme".into()), entity: "agent:b".into() },
+        );
+        one.enter(&a, "first", 5).await.expect("within the bound");
+        one.enter(&b, "second", 5).await.expect("within the bound, another holder's");
+        let refused = one.enter(&a, "third", 5).await.expect_err("past the bound");
+        let said = refused.to_string();
+        assert!(said.contains("2 spaces already") && said.contains("max_spaces"), "{said}");
+        assert!(said.contains("gateway__spaces"), "says what to do: {said}");
+        let made = one.say(&a, Some("fourth"), "hello", "gateway__post", true).await;
+        assert!(made.is_err(), "a message does not make one either: {made:?}");
+        one.enter(&a, "first", 5).await.expect("an existing space is entered");
+        one.say(&a, None, "still here", "gateway__send_message", false).await.expect("said");
+        let listed = one.list(&a).await.expect("list");
+        assert_eq!(listed.len(), 1, "{listed:?}");
+    }
+    // A second process on the folder counts the first one's spaces.
+    let again = in_dir();
+    let c = Who { holder: None, entity: "agent:c".into() };
+    again.enter(&c, "fifth", 5).await.expect_err("the folder holds two spaces");
+}
+
+/// Past the bound on agents and runs with state, the state of the run idle longest (an
+/// hour at least; a state written before changes were timed counts as idle) is forgotten
+/// to make room, an agent's never, and when no run is idle a new one is refused, saying
+/// which bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_kept_for_agents_and_runs_is_bounded() {
+    use toolmux_external::spaces::Who;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("spaces")).expect("spaces folder");
+    // Written by the version before: no entity says when it last changed.
+    std::fs::write(
+        dir.path().join("state.json"),
+        r#"{"entities":{"agent:keeper":{"activeSpace":"lobby","nextId":0},"run:mcp-old-1":{"activeSpace":"lobby","nextId":0}}}"#,
+    )
+    .expect("old state");
+    let spaces = Spaces::in_dir(dir.path()).expect("spaces").with_max_entities(2);
+    let new_run = Who { holder: None, entity: "run:mcp-new-1".into() };
+    spaces.enter(&new_run, "lobby", 5).await.expect("the idle old run makes room");
+    assert_eq!(
+        spaces.active(&Who { holder: None, entity: "run:mcp-old-1".into() }).await.expect("active"),
+        None,
+        "forgotten"
+    );
+    let keeper = Who { holder: None, entity: "agent:keeper".into() };
+    assert_eq!(
+        spaces.active(&keeper).await.expect("active").as_deref(),
+        Some("lobby"),
+        "an agent is kept"
+    );
+    let another = Who { holder: None, entity: "agent:another".into() };
+    let refused = spaces.enter(&another, "lobby", 5).await.expect_err("no run is idle");
+    let said = refused.to_string();
+    assert!(said.contains("2 agents and runs") && said.contains("max_entities"), "{said}");
+    assert_eq!(spaces.active(&another).await.expect("active"), None, "nothing kept for it");
+    assert_eq!(spaces.active(&new_run).await.expect("active").as_deref(), Some("lobby"));
+    let memory = Spaces::in_memory().with_max_entities(1);
+    memory.enter(&keeper, "lobby", 5).await.expect("enter");
+    let refused = memory.enter(&new_run, "lobby", 5).await.expect_err("past the bound");
+    assert!(refused.to_string().contains("max_entities"), "{refused}");
+}

@@ -545,3 +545,37 @@ async fn a_call_whose_opening_is_dropped_is_not_left_pending() {
     let files = std::fs::read_dir(dir.path().join("calls")).unwrap().count();
     assert_eq!(files, 0, "no call file is left");
 }
+
+/// Past the bound on runs with unread results, a result bound for yet another run's inbox
+/// is refused, saying which bound and what frees a place, and its call stays pending; a
+/// result for a run with an inbox already still goes in, and once an inbox is read the
+/// refused result goes through. In a folder, the bound is for every process sharing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runs_with_unread_results_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let memory: Store = Arc::new(MemoryPendingStore::default().with_max_inboxes(2));
+    let folder = |dir: &std::path::Path| -> Store {
+        Arc::new(DirPendingStore::open(dir).unwrap().with_max_inboxes(2))
+    };
+    let pairs = [(memory.clone(), memory), (folder(dir.path()), folder(dir.path()))];
+    for (a, b) in pairs {
+        let mut ids = Vec::new();
+        for run in ["r1", "r2", "r3", "r1"] {
+            ids.push(a.open(call("external__job", run, true)).await.unwrap());
+        }
+        for id in &ids[..2] {
+            assert!(matches!(b.resolve(id, answer("done")).await, Ok(Delivery::Inbox { .. })));
+        }
+        let refused = b.resolve(&ids[2], answer("done")).await.unwrap_err();
+        let said = refused.to_string();
+        assert!(matches!(refused, ToolError::Denied { .. }), "{said}");
+        assert!(said.contains("inboxes of 2 runs") && said.contains("max_inboxes"), "{said}");
+        assert!(said.contains("external__inbox"), "says what frees a place: {said}");
+        let pending = a.pending(&[], Duration::ZERO).await.unwrap();
+        assert!(pending.iter().any(|c| c.call_id == ids[2]), "still pending: {pending:?}");
+        b.resolve(&ids[3], answer("more")).await.expect("r1 has an inbox already");
+        assert_eq!(a.take_inbox("r1", None).await.unwrap().len(), 2);
+        b.resolve(&ids[2], answer("done")).await.expect("a place was freed");
+        assert_eq!(a.take_inbox("r3", None).await.unwrap()[0].result, answer("done"));
+    }
+}

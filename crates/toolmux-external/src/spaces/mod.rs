@@ -12,6 +12,12 @@
 //! other caller is its run (an MCP session, or the run a request names). With API keys,
 //! each key holder has spaces and agents of its own: two tenants of one gateway never see
 //! each other's spaces.
+//!
+//! What they keep is bounded: the messages of a space ([`DEFAULT_MAX_MESSAGES`], the oldest
+//! dropped), the spaces ([`DEFAULT_MAX_SPACES`], a new one refused past it) and the agents
+//! and runs with state ([`DEFAULT_MAX_ENTITIES`]: the run idle longest, for an hour at
+//! least, is forgotten to make room; an agent never is; with none idle, a new one is
+//! refused), each error naming its bound.
 
 mod dir;
 
@@ -38,6 +44,19 @@ pub const MAX_ITEMS: usize = 200;
 
 /// The longest space name.
 pub const MAX_SPACE_NAME: usize = 64;
+
+/// How many spaces are kept at most, by default (all key holders' together): entering or
+/// posting to a new one past it is refused.
+pub const DEFAULT_MAX_SPACES: usize = 1_000;
+
+/// How many agents and runs have state kept at most, by default (all key holders'
+/// together): past it, the state of the run idle longest (an hour at least) is forgotten to
+/// make room, and when there is none a new one is refused. An agent's state is never
+/// forgotten: it outlives runs on purpose.
+pub const DEFAULT_MAX_ENTITIES: usize = 10_000;
+
+/// How long a run's state must have gone unchanged to be forgotten for another's.
+const RUN_IDLE_MS: u64 = 60 * 60 * 1000;
 
 /// One message of a space.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,6 +196,10 @@ pub struct Entity {
     read: BTreeMap<String, u64>,
     /// The number the next item without an id gets.
     next_id: u64,
+    /// When its state last changed, in milliseconds since the Unix epoch (0: before this
+    /// was kept).
+    #[serde(skip_serializing_if = "is_zero")]
+    changed_ms: u64,
 }
 
 impl Entity {
@@ -444,6 +467,8 @@ pub struct Spaces {
     /// Bumped after every change to a space made through this store (any clone).
     changed: Arc<tokio::sync::watch::Sender<u64>>,
     max_messages: usize,
+    max_spaces: usize,
+    max_entities: usize,
     redact: Option<Redact>,
 }
 
@@ -455,6 +480,8 @@ impl std::fmt::Debug for Spaces {
         f.debug_struct("Spaces")
             .field("backend", &self.backend)
             .field("max_messages", &self.max_messages)
+            .field("max_spaces", &self.max_spaces)
+            .field("max_entities", &self.max_entities)
             .field("redacts", &self.redact.is_some())
             .finish()
     }
@@ -534,12 +561,104 @@ struct Txn<'a> {
     dir: Option<&'a dir::DirStore>,
     dirty_state: bool,
     dirty_spaces: BTreeSet<String>,
+    limits: Limits,
+    /// How many spaces a shared storage holds, counted before a change that may make one
+    /// (a folder counts its files, and memory holds them all in `state`).
+    stored_spaces: Option<usize>,
 }
 
-impl Txn<'_> {
-    /// Entity `key`'s state, made when it has none: for a change to it.
-    fn entity(&mut self, key: &str) -> &mut Entity {
-        self.state.entities.entry(key.to_owned()).or_default()
+/// The bounds on what spaces keep in all.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_spaces: usize,
+    max_entities: usize,
+}
+
+/// Whether entity `key` (as stored, after its key holder) is a run's, not an agent's.
+fn is_run(key: &str) -> bool {
+    key.starts_with("run:") || key.contains("/run:")
+}
+
+impl<'a> Txn<'a> {
+    fn new(state: &'a mut State, dir: Option<&'a dir::DirStore>, limits: Limits) -> Txn<'a> {
+        Txn {
+            state,
+            dir,
+            dirty_state: false,
+            dirty_spaces: BTreeSet::new(),
+            limits,
+            stored_spaces: None,
+        }
+    }
+
+    /// Entity `key`'s state, made when it has none (refused past the bound on entities,
+    /// saying so as `tool`'s error): for a change to it.
+    fn entity(&mut self, key: &str, tool: &str) -> Result<&mut Entity, ToolError> {
+        if !self.state.entities.contains_key(key) {
+            self.make_room_for_entity(tool)?;
+        }
+        let entity = self.state.entities.entry(key.to_owned()).or_default();
+        entity.changed_ms = now_ms();
+        Ok(entity)
+    }
+
+    /// Forgets the state of the runs idle longest until there is room for one more entity;
+    /// refuses when none has been idle for long enough.
+    fn make_room_for_entity(&mut self, tool: &str) -> Result<(), ToolError> {
+        let max = self.limits.max_entities;
+        let entities = &self.state.entities;
+        if entities.len() < max {
+            return Ok(());
+        }
+        let idle_since = now_ms().saturating_sub(RUN_IDLE_MS);
+        let mut idle: Vec<(u64, &String)> = entities
+            .iter()
+            .filter(|(key, e)| is_run(key) && e.changed_ms <= idle_since)
+            .map(|(key, e)| (e.changed_ms, key))
+            .collect();
+        let excess = entities.len() + 1 - max;
+        if idle.len() < excess {
+            return Err(invalid(
+                tool,
+                &format!(
+                    "the spaces keep the state of {} agents and runs, the most they keep                      ({max}, the spaces' `max_entities`), and no run among them has been idle                      for an hour, which would be forgotten to make room: try again later, or                      remove agents no longer used from the spaces' `state.json`",
+                    entities.len()
+                ),
+            ));
+        }
+        idle.sort_unstable();
+        let forgotten: Vec<String> =
+            idle.into_iter().take(excess).map(|(_, k)| k.clone()).collect();
+        for key in forgotten {
+            self.state.entities.remove(&key);
+        }
+        self.changed();
+        Ok(())
+    }
+
+    /// Makes space `stored` (which does not exist), refused past the bound on spaces
+    /// (saying so as `tool`'s error).
+    fn make_space(&mut self, stored: &str, tool: &str) -> Result<&mut Space, ToolError> {
+        let max = self.limits.max_spaces;
+        let count = match (self.stored_spaces, self.dir) {
+            (Some(count), _) => count,
+            (None, Some(dir)) => dir.space_names()?.len(),
+            (None, None) => self.state.spaces.len(),
+        };
+        if count >= max {
+            return Err(invalid(
+                tool,
+                &format!(
+                    "there are {count} spaces already, the most kept ({max}, the spaces'                      `max_spaces`): enter one of them (`gateway__spaces` lists them), or remove                      spaces no longer used from the spaces' folder (`spaces/NAME.json`)"
+                ),
+            ));
+        }
+        if let Some(counted) = self.stored_spaces.as_mut() {
+            *counted += 1;
+        }
+        self.dirty_spaces.insert(stored.to_owned());
+        let new = Space { created_ms: now_ms(), ..Space::default() };
+        Ok(self.state.spaces.entry(stored.to_owned()).or_insert(new))
     }
 
     /// Entity `key`'s active space. Only looked at: the state of a caller that never
@@ -589,6 +708,8 @@ impl Spaces {
             backend: Arc::new(backend),
             changed: Arc::new(tokio::sync::watch::Sender::new(0)),
             max_messages: DEFAULT_MAX_MESSAGES,
+            max_spaces: DEFAULT_MAX_SPACES,
+            max_entities: DEFAULT_MAX_ENTITIES,
             redact: None,
         }
     }
@@ -597,6 +718,21 @@ impl Spaces {
     #[must_use]
     pub fn with_max_messages(mut self, max: usize) -> Spaces {
         self.max_messages = max.max(1);
+        self
+    }
+
+    /// Keeps at most `max` spaces (at least 1; default [`DEFAULT_MAX_SPACES`]).
+    #[must_use]
+    pub fn with_max_spaces(mut self, max: usize) -> Spaces {
+        self.max_spaces = max.max(1);
+        self
+    }
+
+    /// Keeps the state of at most `max` agents and runs (at least 1; default
+    /// [`DEFAULT_MAX_ENTITIES`]).
+    #[must_use]
+    pub fn with_max_entities(mut self, max: usize) -> Spaces {
+        self.max_entities = max.max(1);
         self
     }
 
@@ -647,6 +783,30 @@ impl Spaces {
         needs: impl FnOnce(&State) -> Vec<String> + Send + 'static,
         change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError> + Send + 'static,
     ) -> Result<R, ToolError> {
+        self.transact_with(needs, false, change).await
+    }
+
+    /// [`Spaces::transact_for`] for a change that may make a space: a shared storage
+    /// counts its spaces first, for the bound.
+    async fn transact_making<R: Send + 'static>(
+        &self,
+        needs: impl FnOnce(&State) -> Vec<String> + Send + 'static,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError> + Send + 'static,
+    ) -> Result<R, ToolError> {
+        self.transact_with(needs, true, change).await
+    }
+
+    fn limits(&self) -> Limits {
+        Limits { max_spaces: self.max_spaces, max_entities: self.max_entities }
+    }
+
+    async fn transact_with<R: Send + 'static>(
+        &self,
+        needs: impl FnOnce(&State) -> Vec<String> + Send + 'static,
+        counts_spaces: bool,
+        change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError> + Send + 'static,
+    ) -> Result<R, ToolError> {
+        let limits = self.limits();
         match self.backend.as_ref() {
             Backend::Storage(storage) => {
                 // In a task of its own: a caller that stops waiting (cancelled, timed out)
@@ -660,7 +820,7 @@ impl Spaces {
                     let result = if gone.load(std::sync::atomic::Ordering::Acquire) {
                         Err(ToolError::Cancelled { tool: "gateway".into() })
                     } else {
-                        spaces.transact_stored(storage.as_ref(), needs, change).await
+                        spaces.transact_stored(storage.as_ref(), needs, counts_spaces, change).await
                     };
                     storage.unlock(&token).await;
                     result
@@ -672,12 +832,7 @@ impl Spaces {
             }
             Backend::Memory(state) => {
                 let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
-                let mut txn = Txn {
-                    state: &mut state,
-                    dir: None,
-                    dirty_state: false,
-                    dirty_spaces: BTreeSet::new(),
-                };
+                let mut txn = Txn::new(&mut state, None, limits);
                 let result = change(&mut txn)?;
                 if !txn.dirty_spaces.is_empty() {
                     self.changed.send_modify(|v| *v = v.wrapping_add(1));
@@ -697,12 +852,7 @@ impl Spaces {
                         return Err(ToolError::Cancelled { tool: "gateway".into() });
                     }
                     let mut state = dir.load_state()?;
-                    let mut txn = Txn {
-                        state: &mut state,
-                        dir: Some(dir),
-                        dirty_state: false,
-                        dirty_spaces: BTreeSet::new(),
-                    };
+                    let mut txn = Txn::new(&mut state, Some(dir), limits);
                     let result = change(&mut txn)?;
                     let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
                     for name in &dirty_spaces {
@@ -731,6 +881,7 @@ impl Spaces {
         &self,
         storage: &dyn SpaceStorage,
         needs: impl FnOnce(&State) -> Vec<String>,
+        counts_spaces: bool,
         change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
     ) -> Result<R, ToolError> {
         let mut state: State = match storage.read(STATE_KEY).await? {
@@ -743,8 +894,10 @@ impl Spaces {
                 state.spaces.insert(name, decode(&key, &bytes)?);
             }
         }
-        let mut txn =
-            Txn { state: &mut state, dir: None, dirty_state: false, dirty_spaces: BTreeSet::new() };
+        let mut txn = Txn::new(&mut state, None, self.limits());
+        if counts_spaces {
+            txn.stored_spaces = Some(storage.space_names().await?.len());
+        }
         let result = change(&mut txn)?;
         let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
         for name in &dirty_spaces {
@@ -774,14 +927,17 @@ impl Spaces {
         let key = who.key();
         let needed = stored.clone();
         let space = space.to_owned();
-        self.transact_for(
+        const TOOL: &str = "gateway__enter_space";
+        self.transact_making(
             move |_| vec![needed],
             move |txn| {
+                // Room for the caller's state first: a refusal then leaves nothing made.
+                if !txn.state.entities.contains_key(&key) {
+                    txn.make_room_for_entity(TOOL)?;
+                }
                 let created = txn.space(&stored)?.is_none();
                 if created {
-                    txn.state
-                        .spaces
-                        .insert(stored.clone(), Space { created_ms: now_ms(), ..Space::default() });
+                    txn.make_space(&stored, TOOL)?;
                 }
                 let (messages, total) = match txn.state.spaces.get_mut(&stored) {
                     Some(s) => {
@@ -793,7 +949,7 @@ impl Spaces {
                     }
                     None => (Vec::new(), 0),
                 };
-                let entity = txn.entity(&key);
+                let entity = txn.entity(&key, TOOL)?;
                 entity.active_space = Some(stored.clone());
                 entity.read.insert(stored.clone(), total);
                 txn.changed();
@@ -863,16 +1019,16 @@ impl Spaces {
         let space_name = space.map(str::to_owned);
         let (needed, of) = (named.clone(), key.clone());
         let needs = move |state: &State| needed.map_or_else(|| active_of(state, &of), |n| vec![n]);
-        self.transact_for(needs, move |txn| {
+        let creates = create && space_name.is_some();
+        self.transact_with(needs, creates, move |txn| {
             let stored = match named {
                 Some(stored) => stored,
                 None => txn.active_space(&key).ok_or_else(|| {
                     invalid(&tool, "you are not in a space: call `gateway__enter_space` first")
                 })?,
             };
-            if txn.space(&stored)?.is_none() && create && space_name.is_some() {
-                let new = Space { created_ms: now_ms(), ..Space::default() };
-                txn.state.spaces.insert(stored.clone(), new);
+            if txn.space(&stored)?.is_none() && creates {
+                txn.make_space(&stored, &tool)?;
             }
             let Some(space) = txn.state.spaces.get_mut(&stored) else {
                 return Err(invalid(&tool, &no_space(space_name.as_deref())));
@@ -937,7 +1093,7 @@ impl Spaces {
                 let next = from + messages.len() as u64;
                 let (total, first) = (space.total(), space.first);
                 if next > unread_from {
-                    txn.entity(&key).read.insert(stored.clone(), next);
+                    txn.entity(&key, TOOL)?.read.insert(stored.clone(), next);
                     txn.changed();
                 }
                 Ok(Page { space: stored, messages, next, total, first })
@@ -1153,7 +1309,7 @@ impl Spaces {
         let key = who.key();
         let tool = tool.to_owned();
         self.transact(move |txn| {
-            let entity = txn.entity(&key);
+            let entity = txn.entity(&key, &tool)?;
             let mut next_id = entity.next_id;
             // Changed on a copy, kept only when within the bound: a change in memory is
             // not undone when it fails.
@@ -1262,7 +1418,9 @@ impl Spaces {
                         }
                         // Given to the agent: read (a listening agent is not woken by them again).
                         if let Some(total) = read_to {
-                            txn.entity(&key).read.insert(stored.clone(), total);
+                            txn.entity(&key, "gateway__context")?
+                                .read
+                                .insert(stored.clone(), total);
                             txn.changed();
                         }
                     }
