@@ -400,7 +400,8 @@ async fn start(
             handshake(server, handler, transport, mode, fault).await
         }
         TransportKind::Websocket => {
-            let transport = websocket::connect(server, url()?, &config.headers, fault)
+            let timeout = config.request_timeout();
+            let transport = websocket::connect(server, url()?, &config.headers, timeout, fault)
                 .await
                 .map_err(connect_error)?;
             handshake(server, handler, transport, mode, fault).await

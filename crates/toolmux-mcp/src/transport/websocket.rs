@@ -4,12 +4,14 @@
 use futures::{SinkExt, StreamExt};
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::handshake::client::Request;
 use tokio_tungstenite::tungstenite::http::{HeaderName, HeaderValue};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_util::sync::CancellationToken;
 
 use super::stdio::MESSAGE_MAX;
 use super::{
@@ -18,11 +20,16 @@ use super::{
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
-/// Connects and starts the pumps. The caller bounds the wait with its startup timeout.
+/// How long the close frame may take to go out when the connection ends.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Connects and starts the pumps. The caller bounds the wait with its startup timeout; each
+/// message is then sent within `send_timeout` (the server's request timeout).
 pub(crate) async fn connect(
     server: &str,
     url: &str,
     headers: &BTreeMap<String, String>,
+    send_timeout: Duration,
     fault: &Fault,
 ) -> Result<ChannelTransport, BoxError> {
     super::super::client::ensure_crypto_provider();
@@ -55,12 +62,18 @@ pub(crate) async fn connect(
     let (mut sink, mut stream) = socket.split();
     let (transport, PumpEnds { mut outbound, inbound }) = channel_transport();
 
+    // Cancelled by the writer when it ends: a send that failed or got nowhere in time ends
+    // the connection, so the calls waiting on it fail now.
+    let stop = CancellationToken::new();
+    let reader_stop = stop.clone();
     let reader_fault = fault.clone();
-    let server = server.to_owned();
+    let reader_server = server.to_owned();
     tokio::spawn(async move {
+        let server = reader_server;
         loop {
             let message = tokio::select! {
                 () = inbound.closed() => return,
+                () = reader_stop.cancelled() => return,
                 message = stream.next() => message,
             };
             let text = match message {
@@ -105,18 +118,32 @@ pub(crate) async fn connect(
         }
     });
 
+    // Writer: one message at a time, each within `send_timeout`: a server that stops
+    // reading fills the socket's buffers, and a send waiting on them held every later
+    // message for ever.
     let writer_fault = fault.clone();
+    let server = server.to_owned();
     tokio::spawn(async move {
+        let _stop_reader = stop.drop_guard();
         while let Some(message) = outbound.recv().await {
             let Ok(Ok(text)) = encode_message(&message).map(String::from_utf8) else {
                 continue;
             };
-            if let Err(e) = sink.send(Message::Text(text.into())).await {
-                writer_fault.set(FaultKind::Closed(format!("websocket send failed: {e}")));
-                return;
-            }
+            let sent = tokio::time::timeout(send_timeout, sink.send(Message::Text(text.into())));
+            let why = match sent.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => format!("websocket send failed: {e}"),
+                Err(_) => format!(
+                    "a message sent to the server was not taken within {} ms \
+                     (`requestTimeoutMs`); it stopped reading",
+                    send_timeout.as_millis()
+                ),
+            };
+            tracing::warn!(server = %server, "{why}; ending the connection");
+            writer_fault.set(FaultKind::Closed(why));
+            return;
         }
-        let _ = sink.close().await;
+        let _ = tokio::time::timeout(CLOSE_GRACE, sink.close()).await;
     });
     Ok(transport)
 }

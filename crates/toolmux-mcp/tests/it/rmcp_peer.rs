@@ -772,3 +772,76 @@ async fn a_websocket_closed_under_a_call_fails_it_at_once_naming_the_close() {
     provider.shutdown().await.unwrap();
     server.abort();
 }
+
+/// A WebSocket server that stops reading (its socket's buffers fill under a large message)
+/// ends its connection after the request timeout, with an error naming the server and what
+/// happened; the next call connects again and works. The send waited for ever, and every
+/// later message behind it.
+#[tokio::test]
+async fn a_websocket_server_that_stops_reading_ends_its_connection() {
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    // Handshakes answered.
+    let connections = Arc::new(AtomicUsize::new(0));
+    let accepted = connections.clone();
+    let server = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let accepted = accepted.clone();
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(Message::Text(text))) = socket.next().await {
+                    let request: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    let answer = match request["method"].as_str() {
+                        Some("initialize") => {
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                            json!({"protocolVersion": "2025-06-18",
+                            "capabilities": {"tools": {}}, "serverInfo": {"name": "deaf", "version": "1"}})
+                        }
+                        Some("tools/list") => json!({"tools": [
+                            {"name": "echo", "inputSchema": {"type": "object"}},
+                            {"name": "deaf", "inputSchema": {"type": "object"}}]}),
+                        Some("tools/call") if request["params"]["name"] == "deaf" => {
+                            // Holds the socket and reads no more.
+                            std::future::pending::<()>().await;
+                            unreachable!()
+                        }
+                        Some("tools/call") => {
+                            json!({"content": [{"type": "text", "text": "echo"}]})
+                        }
+                        _ => continue,
+                    };
+                    let line = json!({"jsonrpc": "2.0", "id": request["id"], "result": answer});
+                    if socket.send(Message::Text(line.to_string().into())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let config = McpServerConfig::remote(TransportKind::Websocket, url)
+        .with_protocol(ProtocolMode::Legacy)
+        .with_request_timeout(Duration::from_millis(1500));
+    let provider = McpProvider::new("ws", config).unwrap();
+    provider.warmup().await.unwrap();
+    // The calls' own waits are longer: what ends them is the send's timeout.
+    let ctx = CallContext::new().with_wait(Duration::from_secs(20));
+    let started = Instant::now();
+    let deaf = provider.call("deaf", json!({}), &ctx);
+    let big = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // More than loopback's socket buffers hold.
+        let arguments = json!({"padding": "x".repeat(32 << 20)});
+        provider.call("echo", arguments, &ctx).await
+    };
+    let (deaf, big) = tokio::join!(deaf, big);
+    assert!(started.elapsed() < Duration::from_secs(8), "took {:?}", started.elapsed());
+    expect_test::expect!["ws: connection closed (a message sent to the server was not taken within 1500 ms (`requestTimeoutMs`); it stopped reading)"]
+        .assert_eq(&big.unwrap_err().report());
+    assert!(deaf.is_err(), "{deaf:?}");
+    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "echo");
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "connected again");
+    provider.shutdown().await.unwrap();
+    server.abort();
+}
