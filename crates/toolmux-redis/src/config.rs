@@ -58,12 +58,9 @@ pub struct RedisConfig {
     pub timeout_ms: Option<u64>,
     /// How many connections a backend's commands use at once (default
     /// [`DEFAULT_POOL_SIZE`], from 1 to 256). A command first waits for a free one, up to its
-    /// timeout, and then has its whole timeout for the server. Set by embedders
-    /// ([`RedisConfig::with_pool_size`]): the configuration file does not read it.
-    // FIXME: offer it in the file as `poolSize` once the configuration's schema
-    // (schemas/, generated from the facade) can be regenerated with it.
-    #[serde(skip)]
-    #[schemars(skip)]
+    /// timeout, and then has its whole timeout for the server. Raise it when many calls
+    /// queue or wait on Redis at once and commands fail saying the pool was busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<usize>,
 }
 
@@ -376,13 +373,15 @@ mod tests {
         assert!(shown.contains("redis://admin:***@h:1/0"), "{shown}");
     }
 
-    /// The pool's size is the embedders' (the file's schema is generated elsewhere).
+    /// The pool's size is read from the file as `poolSize`.
     #[test]
-    fn the_pool_size_is_not_read_from_the_file() {
-        let schema = serde_json::to_string(&schemars::schema_for!(RedisConfig)).unwrap();
-        assert!(!schema.contains("pool"), "{schema}");
+    fn the_pool_size_is_read_from_the_file() {
         let file = r#"{"url": "redis://h", "poolSize": 9}"#;
-        assert!(serde_json::from_str::<RedisConfig>(file).is_err());
+        let config = serde_json::from_str::<RedisConfig>(file).unwrap();
+        assert_eq!(config.pool_size, Some(9));
+        assert_eq!(Settings::new(&config).unwrap().pool_size, 9);
+        let schema = serde_json::to_string(&schemars::schema_for!(RedisConfig)).unwrap();
+        assert!(schema.contains("poolSize"), "{schema}");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub enum RedisError {
     #[error(
         "all {size} pooled connections to redis at {addr} stayed busy with other commands \
          for {waited_ms} ms, so `{command}` was not sent; raise the pool's size \
-         (RedisConfig::with_pool_size) or the timeout (timeoutMs), or look for what makes \
+         (`backend.redis.poolSize`) or the timeout (`timeoutMs`), or look for what makes \
          redis slow"
     )]
     PoolBusy {

@@ -203,7 +203,7 @@ async fn a_pool_busy_too_long_is_its_own_error() {
         format!(
             "all 4 pooled connections to redis at 127.0.0.1:{} stayed busy with other commands \
              for 300 ms, so `SET` was not sent; raise the pool's size \
-             (RedisConfig::with_pool_size) or the timeout (timeoutMs), or look for what makes \
+             (`backend.redis.poolSize`) or the timeout (`timeoutMs`), or look for what makes \
              redis slow",
             server.port()
         )
