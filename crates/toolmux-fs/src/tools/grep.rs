@@ -264,7 +264,9 @@ pub(crate) fn grep(
                 return WalkState::Continue;
             }
             let stop = || cancelled.load(Ordering::Relaxed) || budget.spent();
-            let cr = matcher_cr.is_some() && cr_only(&file, stop);
+            // Only a search that can tell CR files reads the file's head first.
+            let head = matcher_cr.as_ref().map(|_| Head::read(&file, stop));
+            let cr = head.as_ref().is_some_and(|head| head.cr);
             let display = display(&root, entry.path());
             let mut sink = FileSink {
                 mode,
@@ -282,9 +284,12 @@ pub(crate) fn grep(
                 more: false,
                 terminator: if cr { b'\r' } else { b'\n' },
             };
-            let searched = match &matcher_cr {
-                Some(matcher_cr) if cr => searcher_cr.search_file(matcher_cr, &file, &mut sink),
-                _ => searcher.search_file(&matcher, &file, &mut sink),
+            let searched = match (&head, &matcher_cr) {
+                (Some(head), Some(matcher_cr)) if cr => {
+                    head.search(&mut searcher_cr, matcher_cr, &file, &mut sink)
+                }
+                (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink),
+                (None, _) => searcher.search_file(&matcher, &file, &mut sink),
             };
             if searched.is_err() || sink.count == 0 {
                 return WalkState::Continue;
@@ -355,61 +360,127 @@ fn check_combinations(args: &GrepArgs, mode: OutputMode) -> Result<(), String> {
     }
 }
 
-/// Whether the lines of `file` end in a bare CR, by the rule `read` judges the whole file
-/// by ([`CrLines`]): a `\r` and no `\n` anywhere. A `\n` in the first 8 KiB settles it for
-/// almost every file with one small read; the file is read on only while no `\n` has come,
-/// and no further than its first `\n` (or NUL: the search stops at binary data), or until
-/// `stop` says the search is over.
-fn cr_only(file: &std::fs::File, stop: impl Fn() -> bool) -> bool {
-    use std::os::unix::fs::FileExt as _;
-    // The first 8 KiB on the stack: the common file needs no more, and no allocation.
-    let (mut first, mut more) = ([0u8; 8192], Vec::new());
-    let mut lines = CrLines::default();
-    // A UTF-16 file is searched decoded (the searcher's BOM sniffing), and told so, as
-    // `read` tells it.
-    let mut utf16: Option<Utf16Decoder> = None;
-    let mut decoded = String::new();
-    let mut at = 0u64;
-    loop {
-        let buf: &mut [u8] = match at {
-            0 => &mut first,
-            // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger pieces.
-            _ => {
-                more.resize(64 * 1024, 0);
-                &mut more
-            }
-        };
-        let n = match file.read_at(buf, at) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return false,
-        };
-        let mut chunk = &buf[..n];
-        if at == 0 {
-            let encoding = Encoding::sniff(chunk);
-            if encoding.is_utf16() {
-                utf16 = Some(Utf16Decoder::new(encoding == Encoding::Utf16Be));
-            }
-            chunk = &chunk[encoding.bom().len().min(n)..];
-        }
-        at += n as u64;
-        match &mut utf16 {
-            Some(decoder) => {
-                decoded.clear();
-                if decoder.feed(chunk, &mut decoded).is_err() {
-                    return false;
+/// What [`Head::read`] read of a file to tell how its lines end, kept for the search, so
+/// that a file with no LF in its first 8 KiB (minified JS or JSON) is not read twice.
+struct Head {
+    /// The first 8 KiB, on the stack: the common file needs no more, and no allocation.
+    first: [u8; 8192],
+    /// How many bytes of `first` were read.
+    first_len: usize,
+    /// Everything read, `first` included, once the file went on past it without an LF.
+    more: Vec<u8>,
+    /// Whether the whole file was read.
+    whole: bool,
+    /// Whether its lines end in a bare CR.
+    cr: bool,
+}
+
+impl Head {
+    /// Reads `file` from its start to tell whether its lines end in a bare CR, by the rule
+    /// `read` judges the whole file by ([`CrLines`]): a `\r` and no `\n` anywhere. A `\n`
+    /// in the first 8 KiB settles it for almost every file with one small read; the file is
+    /// read on only while no `\n` has come, and no further than its first `\n` (or NUL: the
+    /// search stops at binary data), or until `stop` says the search is over.
+    fn read(file: &std::fs::File, stop: impl Fn() -> bool) -> Head {
+        use std::os::unix::fs::FileExt as _;
+        let mut head =
+            Head { first: [0; 8192], first_len: 0, more: Vec::new(), whole: false, cr: false };
+        let mut lines = CrLines::default();
+        // A UTF-16 file is searched decoded (the searcher's BOM sniffing), and told so, as
+        // `read` tells it.
+        let mut utf16: Option<Utf16Decoder> = None;
+        let mut decoded = String::new();
+        loop {
+            let at = head.len();
+            let n = match at {
+                0 => file.read_at(&mut head.first, 0),
+                // Past the first 8 KiB without a `\n`: a long-lined file, read on in larger
+                // pieces and kept whole.
+                _ => {
+                    if head.more.is_empty() {
+                        head.more.extend_from_slice(&head.first[..head.first_len]);
+                    }
+                    head.more.resize(at + 64 * 1024, 0);
+                    let read = file.read_at(&mut head.more[at..], at as u64);
+                    head.more.truncate(at + *read.as_ref().unwrap_or(&0));
+                    read
                 }
-                lines.feed(decoded.as_bytes());
+            };
+            let n = match n {
+                Ok(0) => {
+                    head.whole = true;
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The search reads the file again from what was read, and says why not.
+                Err(_) => return head,
+            };
+            if at == 0 {
+                head.first_len = n;
             }
-            None if memchr::memchr(0, chunk).is_some() => return false,
-            None => lines.feed(chunk),
+            let mut chunk = match at {
+                0 => &head.first[..n],
+                _ => &head.more[at..],
+            };
+            if at == 0 {
+                let encoding = Encoding::sniff(chunk);
+                if encoding.is_utf16() {
+                    utf16 = Some(Utf16Decoder::new(encoding == Encoding::Utf16Be));
+                }
+                chunk = &chunk[encoding.bom().len().min(n)..];
+            }
+            match &mut utf16 {
+                Some(decoder) => {
+                    decoded.clear();
+                    if decoder.feed(chunk, &mut decoded).is_err() {
+                        return head;
+                    }
+                    lines.feed(decoded.as_bytes());
+                }
+                None if memchr::memchr(0, chunk).is_some() => return head,
+                None => lines.feed(chunk),
+            }
+            if lines.settled() || stop() {
+                return head;
+            }
         }
-        if lines.settled() || stop() {
-            return false;
-        }
+        head.cr = lines.cr_only();
+        head
     }
-    lines.cr_only()
+
+    /// How many bytes were read.
+    fn len(&self) -> usize {
+        if self.more.is_empty() { self.first_len } else { self.more.len() }
+    }
+
+    /// The bytes read, from the start of the file.
+    fn bytes(&self) -> &[u8] {
+        if self.more.is_empty() { &self.first[..self.first_len] } else { &self.more }
+    }
+
+    /// Searches the file with `searcher`: the bytes read, then the rest of `file` after
+    /// them, as [`Searcher::search_file`] would search it (without memory maps both read
+    /// it through the same decoder and buffers), or the bytes alone when they are all of it.
+    fn search<S: Sink>(
+        &self,
+        searcher: &mut Searcher,
+        matcher: &RegexMatcher,
+        file: &std::fs::File,
+        sink: S,
+    ) -> Result<(), S::Error> {
+        use std::io::{Read as _, Seek as _};
+        if self.whole {
+            return searcher.search_slice(matcher, self.bytes(), sink);
+        }
+        let mut rest = file;
+        // Where the rest starts, whatever the file's position: the head was read with
+        // `read_at`, which leaves it.
+        if let Err(e) = rest.seek(io::SeekFrom::Start(self.len() as u64)) {
+            return Err(grep_searcher::SinkError::error_io(e));
+        }
+        searcher.search_reader(matcher, self.bytes().chain(rest), sink)
+    }
 }
 
 /// The matcher of `args`; with `cr`, for a file whose lines end in a bare CR.
@@ -821,7 +892,7 @@ mod tests {
         assert!(out.extras.get("timedOut").is_none());
     }
 
-    /// `cr_only` tells a file as `read` does, from all of it: CRs past the first 8 KiB
+    /// `Head::read` tells a file as `read` does, from all of it: CRs past the first 8 KiB
     /// count, so does an LF past them, and a UTF-16 file is told from its text.
     #[test]
     fn cr_files_are_told_from_the_whole_file() {
@@ -829,7 +900,7 @@ mod tests {
         let told = |bytes: &[u8]| {
             let path = temp.path().join("f");
             std::fs::write(&path, bytes).unwrap();
-            cr_only(&std::fs::File::open(&path).unwrap(), || false)
+            Head::read(&std::fs::File::open(&path).unwrap(), || false).cr
         };
         let long = "x".repeat(100 * 1024);
         assert!(told(format!("{long}\ry\r").as_bytes()));
@@ -839,6 +910,47 @@ mod tests {
         assert!(!told(format!("{long}\0\r").as_bytes()));
         assert!(told(&Encoding::Utf16Le.encode("a\rb\r")));
         assert!(!told(&Encoding::Utf16Be.encode("a\rb\r\n")));
+    }
+
+    /// A file with no LF in its first 8 KiB is read once: what the line-ending check read
+    /// is what is searched (the file changed on disk after it, and the search still sees
+    /// what was read), and only the rest after it is read from the file.
+    #[test]
+    fn a_long_lined_file_is_searched_from_what_was_read() {
+        use std::os::unix::fs::FileExt as _;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("f");
+        let matcher = RegexMatcherBuilder::new().build("needle").unwrap();
+        let mut searcher = SearcherBuilder::new().line_number(true).build();
+        let found = |head: &Head, file: &std::fs::File, searcher: &mut Searcher| {
+            let mut lines = Vec::new();
+            let sink = grep_searcher::sinks::UTF8(|number, line| {
+                let line = line.trim_end();
+                lines.push(format!("{number}:{}", &line[line.len().saturating_sub(12)..]));
+                Ok(true)
+            });
+            head.search(searcher, &matcher, file, sink).unwrap();
+            lines
+        };
+        let long = "x".repeat(20 * 1024);
+        let overwrite = || {
+            let writer = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            writer.write_at(b"HAY!!!", (long.len() + 1) as u64).unwrap();
+        };
+        // No LF at all: read whole, and searched from memory.
+        std::fs::write(&path, format!("{long} needle")).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let head = Head::read(&file, || false);
+        assert!(head.whole && !head.cr);
+        overwrite();
+        assert_eq!(found(&head, &file, &mut searcher), ["1:xxxxx needle"]);
+        // An LF after 8 KiB: what came before it from memory, the rest from the file.
+        std::fs::write(&path, format!("{long} needle\nneedle 2\n")).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let head = Head::read(&file, || false);
+        assert!(!head.whole && head.len() > long.len());
+        overwrite();
+        assert_eq!(found(&head, &file, &mut searcher), ["1:xxxxx needle", "2:needle 2"]);
     }
 
     #[test]
