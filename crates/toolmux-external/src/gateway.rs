@@ -404,8 +404,10 @@ fn specs(history: usize) -> Vec<ToolSpec> {
         ToolSpec::new(
             "changes",
             "The messages of a space written or changed (a visible tool's call answered) after \
-             revision `since`, oldest first, waiting up to `waitMs` for one; without `since`, \
-             only the revision to go on from (`version`). For user interfaces.",
+             revision `since`, oldest first, waiting up to `waitMs` for one, and `events`, what \
+             happened to each (`message`; for a visible tool's call `tool.started`, \
+             `tool.done`, `tool.error`); without `since`, only the revision to go on from \
+             (`version`). For user interfaces.",
             json!({
                 "type": "object",
                 "properties": {

@@ -918,6 +918,10 @@ async fn a_state_written_before_calls_were_ordered_still_loads() {
     let done = spaces.finish_tool("ext-old-b", ToolStatus::Complete, Some(json!("yes")));
     assert!(done.await.expect("finish"), "the old call is answered");
     assert_eq!(tool_statuses(&gateway, "trip").await, ["complete", "requires_action"]);
+    // Messages stored before their posting was dated: the call still waiting counts as
+    // started since, the one answered as ended.
+    let (events, _) = space_events(&gateway, "trip", 0).await;
+    assert_eq!(events, ["message 1", "tool.started 1", "message 0", "tool.done 0"]);
     let booker = Who { holder: None, entity: "agent:booker".into() };
     let call = ToolMessage {
         name: "external__ask".into(),
@@ -1011,4 +1015,59 @@ async fn the_state_kept_for_agents_and_runs_is_bounded() {
     memory.enter(&keeper, "lobby", 5).await.expect("enter");
     let refused = memory.enter(&new_run, "lobby", 5).await.expect_err("past the bound");
     assert!(refused.to_string().contains("max_entities"), "{refused}");
+}
+
+/// The events of what changed in space `space` after revision `since`, as
+/// `gateway__changes` names them: `(event, index)`, and the revision to go on from.
+async fn space_events(gateway: &GatewayProvider, space: &str, since: u64) -> (Vec<String>, u64) {
+    let ui = CallContext::new().with_run_id("ui");
+    let args = json!({"space": space, "since": since});
+    let changes = json_of(&gateway.call("changes", args, &ui).await.expect("changes"));
+    let events = changes["events"].as_array().expect("events").iter();
+    let named = events.map(|e| format!("{} {}", e["event"].as_str().expect("a name"), e["index"]));
+    (named.collect(), changes["version"].as_u64().expect("a version"))
+}
+
+/// A space's changes name the seeds' events of visible tools' calls made in it beside
+/// each message: `tool.started` when a call is posted, `tool.done` or `tool.error` when it
+/// ends (an inline tool's call both at once); what others say is a `message` alone.
+#[tokio::test]
+async fn a_space_s_changes_carry_the_events_of_visible_calls() {
+    let spaces = Spaces::in_memory();
+    let gateway = GatewayProvider::new(spaces.clone());
+    let ext = external(&spaces);
+    let me = agent("booker", "r1");
+    gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
+    let (none, start) = space_events(&gateway, "trip", 0).await;
+    assert_eq!(none, Vec::<String>::new());
+    gateway.call("send_message", json!({"text": "hello"}), &me).await.expect("send");
+    ext.call("confirmAction", json!({"q": "book?"}), &me).await.expect("confirm");
+    let (events, posted) = space_events(&gateway, "trip", start).await;
+    assert_eq!(events, ["message 0", "message 1", "tool.started 1"]);
+    let listed = ext.call("pending", json!({}), &me).await.expect("pending");
+    let id = json_of(&listed)["calls"][0]["callId"].as_str().expect("a call").to_owned();
+    let answer = json!({"callId": id, "result": {"confirmed": true}});
+    ext.call("submit", answer, &CallContext::new()).await.expect("delivered");
+    ext.call("displayChart", json!({"points": [1, 2]}), &me).await.expect("chart");
+    let (events, _) = space_events(&gateway, "trip", posted).await;
+    assert_eq!(events, ["message 1", "tool.done 1", "message 2", "tool.started 2", "tool.done 2"]);
+    // A call whose caller gave up ends in error.
+    let caller = {
+        let (ext, me) = (ext.clone(), me.clone());
+        tokio::spawn(async move { ext.call("ask", json!({"q": "pay?"}), &me).await })
+    };
+    toolmux_test_support::eventually("the call is shown", || async {
+        tool_statuses(&gateway, "trip").await.len() == 3
+    })
+    .await;
+    let (_, shown) = space_events(&gateway, "trip", 0).await;
+    caller.abort();
+    toolmux_test_support::eventually("the call ends in error", || async {
+        space_events(&gateway, "trip", shown).await.0 == ["message 3", "tool.error 3"]
+    })
+    .await;
+    // From the start: each message once, as it stands, with what happened to it since.
+    let (all, _) = space_events(&gateway, "trip", 0).await;
+    assert_eq!(all.first().map(String::as_str), Some("message 0"));
+    assert!(all.contains(&"tool.started 1".to_owned()) && all.contains(&"tool.done 1".to_owned()));
 }

@@ -78,6 +78,10 @@ pub struct Message {
     /// status): a stream of changes goes on from the last revision it gave.
     #[serde(default)]
     pub rev: u64,
+    /// The space's revision when the message was written (0 in messages stored before it
+    /// was kept): a stream tells a visible call's start from its end by it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub posted_rev: u64,
 }
 
 /// A visible tool's call in a space: a user interface renders it by the tool's name.
@@ -243,6 +247,7 @@ impl Space {
         message.index = self.total();
         self.version += 1;
         message.rev = self.version;
+        message.posted_rev = self.version;
         let index = message.index;
         self.messages.push_back(message);
         while self.messages.len() > max.max(1) {
@@ -1034,8 +1039,15 @@ impl Spaces {
                 return Err(invalid(&tool, &no_space(space_name.as_deref())));
             };
             space.members.insert(key.clone());
-            let message =
-                Message { index: 0, author, text: Some(text), tool: None, at_ms: now_ms(), rev: 0 };
+            let message = Message {
+                index: 0,
+                author,
+                text: Some(text),
+                tool: None,
+                at_ms: now_ms(),
+                rev: 0,
+                posted_rev: 0,
+            };
             let index = space.push(message, max);
             let message = space.messages.back().cloned();
             txn.touch(&stored);
@@ -1198,6 +1210,7 @@ impl Spaces {
                         tool: Some(message),
                         at_ms: now_ms(),
                         rev: 0,
+                        posted_rev: 0,
                     },
                     max,
                 );
@@ -1460,8 +1473,80 @@ pub struct Changes {
     pub space: String,
     /// The messages written or changed since, in the order of their revisions.
     pub messages: Vec<Message>,
+    /// What those changes were, in the same order, for a stream to name its events by: a
+    /// [`SpaceEventKind::Message`] for each message, then for a visible tool's call the
+    /// seeds' `tool.started` (when it was posted since) and `tool.done` or `tool.error`
+    /// (when it ended).
+    pub events: Vec<SpaceEvent>,
     /// The revision to go on from: the last of `messages`, or the space's latest.
     pub version: u64,
+}
+
+/// One event of a space's stream: what happened to the message at `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpaceEvent {
+    /// What happened.
+    pub event: SpaceEventKind,
+    /// The message's index in the space (in [`Changes::messages`]).
+    pub index: u64,
+}
+
+/// The events of a space's stream, named as the seeds name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SpaceEventKind {
+    /// A message written or changed (every change has one).
+    #[serde(rename = "message")]
+    Message,
+    /// A visible tool's call began: it was posted.
+    #[serde(rename = "tool.started")]
+    ToolStarted,
+    /// A visible tool's call completed with its result.
+    #[serde(rename = "tool.done")]
+    ToolDone,
+    /// A visible tool's call failed, or its caller gave up on it.
+    #[serde(rename = "tool.error")]
+    ToolError,
+}
+
+impl SpaceEventKind {
+    /// The event's name in a stream (`message`, `tool.started`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            SpaceEventKind::Message => "message",
+            SpaceEventKind::ToolStarted => "tool.started",
+            SpaceEventKind::ToolDone => "tool.done",
+            SpaceEventKind::ToolError => "tool.error",
+        }
+    }
+}
+
+/// The events of `messages`, changed after revision `since`.
+fn events_of(messages: &[Message], since: u64) -> Vec<SpaceEvent> {
+    let mut events = Vec::with_capacity(messages.len());
+    for message in messages {
+        let index = message.index;
+        events.push(SpaceEvent { event: SpaceEventKind::Message, index });
+        let Some(tool) = &message.tool else { continue };
+        // A message stored before its posting was dated: a call still waiting, or one of
+        // an inline tool (posted when it ended, with no call to answer), was posted now.
+        let posted_since = match message.posted_rev {
+            0 => tool.status == ToolStatus::RequiresAction || tool.call_id.is_none(),
+            posted => posted > since,
+        };
+        if posted_since {
+            events.push(SpaceEvent { event: SpaceEventKind::ToolStarted, index });
+        }
+        let ended = match tool.status {
+            ToolStatus::RequiresAction => None,
+            ToolStatus::Complete => Some(SpaceEventKind::ToolDone),
+            ToolStatus::Error | ToolStatus::Cancelled => Some(SpaceEventKind::ToolError),
+        };
+        if let Some(event) = ended {
+            events.push(SpaceEvent { event, index });
+        }
+    }
+    events
 }
 
 /// How often a wait for changes looks at a folder again (other processes write it too).
@@ -1537,6 +1622,7 @@ impl Spaces {
                     return Ok(Changes {
                         space: space.clone(),
                         messages: Vec::new(),
+                        events: Vec::new(),
                         version: found.version,
                     });
                 };
@@ -1547,7 +1633,8 @@ impl Spaces {
                 messages.sort_by_key(|m| m.rev);
                 messages.truncate(limit.max(1));
                 let version = messages.last().map_or(found.version.max(since), |m| m.rev);
-                Ok(Changes { space, messages, version })
+                let events = events_of(&messages, since);
+                Ok(Changes { space, messages, events, version })
             },
         )
         .await
