@@ -308,10 +308,14 @@ pub(crate) fn spawn(
     let (stderr_ended, stderr_read) = tokio::sync::oneshot::channel();
     tokio::spawn(reap(reaping, exited_tx, fault.clone(), stderr_read));
     tokio::spawn(log_stderr(server.clone(), stderr, fault.clone(), stderr_ended));
-    reader.start(stdout, stdout_ended)?;
     let transport =
         StdioTransport { messages, ended: false, exited: exited_rx.clone(), lane: lane.clone() };
-    Ok((transport, ChildGroup { server, pgid, kill, exited: exited_rx, lane }))
+    // Made first: should the reader fail to start (no thread to be had), its drop kills
+    // the group and the reaper reaps it; nothing else would, and the server, its stdin
+    // held open by the reaper's lane, would run for ever.
+    let group = ChildGroup { server, pgid, kill, exited: exited_rx, lane };
+    reader.start(stdout, stdout_ended)?;
+    Ok((transport, group))
 }
 
 /// What the stdout reader passes on to rmcp.
