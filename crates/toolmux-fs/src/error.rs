@@ -77,7 +77,7 @@ pub enum FsError {
         /// The path as the caller gave it.
         path: String,
         /// An existing path whose names are close to the ones given, spelled as the caller
-        /// would ([`crate::Workspace::close_path`]).
+        /// would (`Workspace::close_path`).
         suggestion: Option<String>,
     },
     /// A directory where a file is needed.
