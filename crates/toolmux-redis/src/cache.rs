@@ -5,6 +5,10 @@
 //! tool), the 128-bit hash of the whole cache key keeps them short. The value carries the
 //! whole cache key too and a hit is served only when it matches, so a hash collision costs
 //! a miss, never another call's output.
+//!
+//! The cache also gives the lead of a call among the replicas ([`ResponseCache::lead`]:
+//! a key `{prefix}:lead:{hash}` with a lease, see `cache/lead.rs`), so that identical
+//! concurrent calls of several replicas run once.
 
 use crate::backend::BackendShared;
 use crate::resp::Reply;
@@ -14,7 +18,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 use toolmux_core::ToolOutput;
-use toolmux_orchestrator::cache::ResponseCache;
+use toolmux_orchestrator::cache::{Lead, ResponseCache};
+
+mod lead;
+
+pub use lead::DEFAULT_LEAD_LEASE;
 
 /// Values larger than this (serialized) are not cached: one huge output would otherwise
 /// cost every replica that reads it the same megabytes again.
@@ -25,10 +33,19 @@ pub const MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
 /// put that fails is dropped: the cache never fails a call. While Redis is down, the cache
 /// asks it once a second and misses at once otherwise, so that a hung server does not add
 /// its timeout to every cacheable call.
+///
+/// Identical concurrent calls of all replicas run once: the cache gives the lead of a call
+/// ([`ResponseCache::lead`]) to one replica while it runs the call (a lease of
+/// [`DEFAULT_LEAD_LEASE`], renewed meanwhile), and the other replicas' callers wait, within
+/// their own deadlines, for its output; a leader that gives up without one hands over at
+/// once, one that died when its lease ends. A Redis that does not answer gives no lead:
+/// each replica then runs its own calls.
 #[derive(Debug, Clone)]
 pub struct RedisCache {
     backend: Arc<BackendShared>,
     max_value_bytes: usize,
+    /// How long a replica's lead of a call lasts after it stops renewing it.
+    lead_lease: Duration,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -40,12 +57,21 @@ struct Entry<'a> {
 
 impl RedisCache {
     pub(crate) fn new(backend: Arc<BackendShared>) -> RedisCache {
-        RedisCache { backend, max_value_bytes: MAX_VALUE_BYTES }
+        RedisCache { backend, max_value_bytes: MAX_VALUE_BYTES, lead_lease: DEFAULT_LEAD_LEASE }
     }
 
     /// Caches values of at most `bytes` (serialized) instead of [`MAX_VALUE_BYTES`].
     pub fn with_max_value_bytes(mut self, bytes: usize) -> Self {
         self.max_value_bytes = bytes;
+        self
+    }
+
+    /// Sets how long a replica's lead of a call lasts after it stops renewing it (it
+    /// crashed, or lost Redis): [`DEFAULT_LEAD_LEASE`] by default, at least 100 ms; the
+    /// other replicas' identical calls wait for it that long at most (within their own
+    /// deadlines). A lead is renewed every third of it while its call runs.
+    pub fn with_lead_lease(mut self, lease: Duration) -> Self {
+        self.lead_lease = lease.clamp(lead::MIN_LEAD_LEASE, crate::config::FOREVER);
         self
     }
 
@@ -57,13 +83,13 @@ impl RedisCache {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
             .collect();
-        format!(
-            "{}:c:{tool}:{:016x}{:016x}",
-            self.backend.settings.prefix,
-            hash(key, 1),
-            hash(key, 2)
-        )
+        format!("{}:c:{tool}:{}", self.backend.settings.prefix, hashed(key))
     }
+}
+
+/// The 128-bit hash of `key` in hex, which keeps Redis keys short whatever the arguments.
+fn hashed(key: &str) -> String {
+    format!("{:016x}{:016x}", hash(key, 1), hash(key, 2))
 }
 
 /// A hash of `key` that is the same in every process and every build of toolmux: FNV-1a,
@@ -114,6 +140,10 @@ impl ResponseCache for RedisCache {
         // A failed put only means a later miss; the client logs an outage once.
         let _ = self.backend.client.command(&args).await;
     }
+
+    async fn lead(&self, key: &str) -> Lead {
+        lead::lead(&self.backend, key, self.lead_lease).await
+    }
 }
 
 #[cfg(test)]
@@ -123,10 +153,7 @@ mod tests {
     #[test]
     fn hashes_are_stable_and_seeded() {
         // Pinned: replicas of different builds must agree on them.
-        assert_eq!(
-            format!("{:016x}{:016x}", hash("t\u{0}{}", 1), hash("t\u{0}{}", 2)),
-            "37345a989c60e6f0358136c88d73f05f"
-        );
+        assert_eq!(hashed("t\u{0}{}"), "37345a989c60e6f0358136c88d73f05f");
         assert_ne!(hash("a", 1), hash("b", 1));
     }
 }

@@ -10,7 +10,9 @@
 //! - [`RedisQueues`], a [`toolmux_orchestrator::queue::QueueBackend`]: slots are leases
 //!   in a sorted set, renewed while held, so a crashed replica's slots come back when
 //!   their lease ends (`leaseMs`, 30 s by default);
-//! - [`RedisCache`], a [`toolmux_orchestrator::cache::ResponseCache`];
+//! - [`RedisCache`], a [`toolmux_orchestrator::cache::ResponseCache`] whose lead of a call
+//!   is a key with a lease, renewed while the call runs, so that identical concurrent
+//!   calls of all replicas run once;
 //! - [`RedisPendingStore`], a [`toolmux_external::PendingStore`];
 //! - [`RedisRateLimits`], a [`toolmux_orchestrator::ratelimit::RateLimitBackend`]: one
 //!   GCRA state per limit, on the Redis server's clock;
@@ -64,7 +66,7 @@ pub mod resp;
 mod spaces;
 
 pub use backend::RedisBackend;
-pub use cache::{MAX_VALUE_BYTES, RedisCache};
+pub use cache::{DEFAULT_LEAD_LEASE, MAX_VALUE_BYTES, RedisCache};
 pub use client::RedisClient;
 pub use config::{DEFAULT_LEASE, DEFAULT_POOL_SIZE, DEFAULT_PREFIX, DEFAULT_TIMEOUT, RedisConfig};
 pub use error::RedisError;

@@ -4,6 +4,7 @@
 
 mod cache;
 mod client;
+mod lead;
 mod orchestrator;
 mod outage;
 mod pending;
