@@ -47,6 +47,9 @@ pub(crate) struct Connection {
     /// The direct lane for calls, on stdio connections of the handshake revisions
     /// (2026-07-28 requests carry per-request `_meta` that rmcp adds).
     pub(crate) lane: Option<Arc<Lane>>,
+    /// A stdio server's pipes, whatever its revision: closed when they broke, or when the
+    /// server stopped reading (see `Lane::stalled`).
+    pipes: Option<Arc<Lane>>,
     /// Over HTTP, SSE or a WebSocket (not a process of ours).
     remote: bool,
     /// Given up on though its transport is still open: a request could not be sent to the
@@ -63,7 +66,7 @@ impl Connection {
     pub(crate) fn is_alive(&self) -> bool {
         !self.retired.load(Ordering::Relaxed)
             && !self.peer.is_transport_closed()
-            && self.lane.as_ref().is_none_or(|lane| lane.is_open())
+            && self.pipes.as_ref().is_none_or(|pipes| pipes.is_open())
     }
 
     /// Gives up on a remote connection whose request could not be sent (the server is
@@ -264,6 +267,7 @@ pub(crate) async fn connect(
         process: Mutex::new(process),
         fault,
         info,
+        pipes: lane.clone(),
         lane: lane.filter(|_| !modern),
         remote: kind != TransportKind::Stdio,
         retired: AtomicBool::new(false),
@@ -359,6 +363,7 @@ async fn start(
                 inherit: config.env_inherit.unwrap_or_default(),
                 passthrough: &config.env_passthrough,
                 cwd: working_dir(server, config)?,
+                write_timeout: config.request_timeout(),
             };
             let (transport, group) =
                 stdio::spawn(&command, fault).map_err(|e| connect_error(Box::new(e)))?;

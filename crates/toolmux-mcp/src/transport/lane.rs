@@ -263,6 +263,18 @@ impl Lane {
         }
     }
 
+    /// Ends the connection of a server that did not take a message within `waited`: it
+    /// stopped reading its stdin, and the next call starts it afresh.
+    pub(crate) fn stalled(&self, waited: Duration) {
+        let why = format!(
+            "the server stopped reading its stdin: a message waited {} ms to be written \
+             (`requestTimeoutMs`)",
+            waited.as_millis()
+        );
+        self.fault.set(FaultKind::Closed(why));
+        self.close();
+    }
+
     /// Fails every waiting call: the connection ended.
     pub(crate) fn close(&self) {
         self.broken.store(true, Ordering::Relaxed);

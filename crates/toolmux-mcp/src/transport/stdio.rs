@@ -129,6 +129,10 @@ pub(crate) struct StdioCommand<'a> {
     /// Variables inherited whatever `inherit` says.
     pub(crate) passthrough: &'a [String],
     pub(crate) cwd: PathBuf,
+    /// The longest wait for a message of rmcp's session to be written to the server's
+    /// stdin (the server's request timeout); the lane's calls are bounded by their own
+    /// waits.
+    pub(crate) write_timeout: Duration,
 }
 
 /// A running server process: its process group, and the task that reaps it.
@@ -308,8 +312,13 @@ pub(crate) fn spawn(
     let (stderr_ended, stderr_read) = tokio::sync::oneshot::channel();
     tokio::spawn(reap(reaping, exited_tx, fault.clone(), stderr_read));
     tokio::spawn(log_stderr(server.clone(), stderr, fault.clone(), stderr_ended));
-    let transport =
-        StdioTransport { messages, ended: false, exited: exited_rx.clone(), lane: lane.clone() };
+    let transport = StdioTransport {
+        messages,
+        ended: false,
+        exited: exited_rx.clone(),
+        lane: lane.clone(),
+        write_timeout: command.write_timeout,
+    };
     // Made first: should the reader fail to start (no thread to be had), its drop kills
     // the group and the reaper reaps it; nothing else would, and the server, its stdin
     // held open by the reaper's lane, would run for ever.
@@ -508,6 +517,8 @@ pub(crate) struct StdioTransport {
     exited: watch::Receiver<Option<ExitStatus>>,
     /// Takes the responses to its own calls, and progress and log lines, as they are read.
     lane: Arc<Lane>,
+    /// See [`StdioCommand::write_timeout`].
+    write_timeout: Duration,
 }
 
 impl Drop for StdioTransport {
@@ -554,6 +565,7 @@ impl Transport<RoleClient> for StdioTransport {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let lane = self.lane.clone();
         let mut exited = self.exited.clone();
+        let write_timeout = self.write_timeout;
         // Encoded now, in rmcp's loop; the write happens in the task rmcp spawns for it,
         // through the lane's writer, which keeps whole lines from both apart.
         let bytes = encode_message(&item).map(|mut bytes| {
@@ -568,7 +580,24 @@ impl Transport<RoleClient> for StdioTransport {
                     return Ok(());
                 }
             };
-            if lane.write(&bytes).await.is_err() {
+            let mut write = std::pin::pin!(lane.write(&bytes));
+            // Most writes finish at once: a timer is set only for one the pipe holds up. A
+            // server that stopped reading (its event loop blocked) held every later message
+            // for ever, and its connection with them: rmcp's sends run in tasks of their own,
+            // which no call's timeout ends.
+            let written = match futures::poll!(write.as_mut()) {
+                std::task::Poll::Ready(written) => written,
+                std::task::Poll::Pending => {
+                    match tokio::time::timeout(write_timeout, write).await {
+                        Ok(written) => written,
+                        Err(_) => {
+                            lane.stalled(write_timeout);
+                            return Err(StdinClosed);
+                        }
+                    }
+                }
+            };
+            if written.is_err() {
                 // A broken pipe usually means the server exited: let its exit status
                 // arrive, so the error the caller gets can name it.
                 let _ =

@@ -3,6 +3,7 @@
 
 use serde_json::json;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use toolmux_core::{CallContext, ProgressSink, ToolProvider};
 use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode, TransportKind};
 use toolmux_test_support::conformance::{Conformance, SampleCall};
@@ -112,5 +113,34 @@ async fn prompts_and_resource_reads_carry_the_trace_upstream() {
         plain.messages[0].content,
         toolmux_core::ContentPart::Text { text: "traceparent=None tracestate=None".into() }
     );
+    provider.shutdown().await.unwrap();
+}
+
+/// A 2026-07-28 stdio server that stops reading its stdin (here stopped by SIGSTOP) cannot
+/// hold its connection: a message that waits longer than the request timeout to be written
+/// ends it, its call fails saying so, and the next call starts the server afresh. rmcp's
+/// sends, which carry every call on this revision, waited for ever, and every call after
+/// them timed out on the same stuck server.
+#[tokio::test]
+async fn a_server_that_stops_reading_is_started_afresh_on_2026_07_28() {
+    let config = stdio().with_request_timeout(Duration::from_millis(1000));
+    let provider = McpProvider::new("py", config).unwrap();
+    provider.warmup().await.unwrap();
+    assert_eq!(provider.protocol_version().as_deref(), Some("2026-07-28"));
+    let first = provider.server_pid().unwrap();
+    let pid = rustix::process::Pid::from_raw(first).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    // Far more than a pipe holds; the call's own wait is longer than the write's.
+    let big = json!({"message": "x".repeat(4 << 20)});
+    let ctx = CallContext::new().with_wait(Duration::from_secs(20));
+    let started = Instant::now();
+    let error = provider.call("echo", big, &ctx).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    expect_test::expect!["py: connection closed (the server stopped reading its stdin: a message waited 1000 ms to be written (`requestTimeoutMs`))"]
+        .assert_eq(&error.to_string());
+    let out = provider.call("echo", json!({"message": "again"}), &CallContext::new()).await;
+    assert_eq!(out.unwrap().to_text(), "py echo: again");
+    assert_ne!(provider.server_pid(), Some(first));
+    support::assert_group_gone(first).await;
     provider.shutdown().await.unwrap();
 }
