@@ -227,3 +227,24 @@ async fn a_lead_lease_for_ever_is_cut_to_what_redis_counts() {
     })
     .await;
 }
+
+/// A leader whose lease ended (Redis out of reach longer than it) and whose lead another
+/// replica took gives up nothing when it is done: the other's lead stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_gives_up_only_its_own_lead() {
+    let server = RedisServer::start();
+    let (a, b, c) = (replica(&server), replica(&server), replica(&server));
+    let Lead::Leading(stale) = a.cache().lead(&key()).await else { panic!("the first leads") };
+    let lead = lead_key(&a).await;
+    // The lease ends as if the leader had lost Redis for longer than it.
+    c.client().command(&["DEL", lead.as_str()]).await.unwrap();
+    let Lead::Leading(current) = b.cache().lead(&key()).await else { panic!("taken over") };
+    let holder = c.client().command(&["GET", lead.as_str()]).await.unwrap();
+    drop(stale);
+    // Its release runs in a task whose end cannot be seen from here: 300 ms is many
+    // loopback round trips (without the script's check, the lead is gone by then).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.client().command(&["GET", lead.as_str()]).await.unwrap(), holder);
+    assert!(matches!(c.cache().lead(&key()).await, Lead::Follow(_)), "the lead was deleted");
+    drop(current);
+}
