@@ -894,21 +894,26 @@ fn people_and_agents_meet_in_spaces_over_http_and_holders_keep_theirs_apart() {
     let (event, message) = next_event(&mut follow.body);
     assert_eq!(event, "message");
     assert_eq!(message["tool"]["status"], "requires_action", "{message}");
+    let (event, started) = next_event(&mut follow.body);
+    assert_eq!((event.as_str(), &started), ("tool.started", &message));
     let calls = json_body(&request(&address, "GET", "/api/tool-calls", &as_alice, ""));
     let run = calls["calls"][0]["runId"].as_str().expect("a run").to_owned();
     let answer = json!({"callId": asked["callId"], "result": {"booked": true}}).to_string();
     let path = format!("/api/runs/{}/tool-results", segment(&run));
     assert_eq!(request(&address, "POST", &path, &as_alice, &answer).status, 200);
-    let (_, answered) = next_event(&mut follow.body);
+    let (event, answered) = next_event(&mut follow.body);
+    assert_eq!(event, "message");
     assert_eq!(answered["index"], message["index"]);
     assert_eq!(answered["tool"]["status"], "complete", "{answered}");
     assert_eq!(answered["tool"]["result"], json!({"booked": true}));
     assert!(answered["rev"].as_u64() > message["rev"].as_u64());
+    let (event, done) = next_event(&mut follow.body);
+    assert_eq!((event.as_str(), &done), ("tool.done", &answered));
     // A client that reconnects from a revision gets what came after it.
     let from = format!("/api/spaces/trip/events?since={}", message["rev"]);
     let mut again = send(&address, "GET", &from, &as_alice, "");
-    let (_, replayed) = next_event(&mut again.body);
-    assert_eq!(replayed, answered);
+    assert_eq!(next_event(&mut again.body), ("message".to_owned(), answered.clone()));
+    assert_eq!(next_event(&mut again.body), ("tool.done".to_owned(), answered));
 
     // Bob's key sees none of it.
     let listed = json_body(&request(&address, "GET", "/api/spaces", &as_bob, ""));

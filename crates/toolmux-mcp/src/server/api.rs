@@ -685,7 +685,8 @@ async fn space_events(
 }
 
 /// One stream of a space's changes: `message` events, each a message written or changed,
-/// its revision as the event's id.
+/// and the seeds' `tool.started`, `tool.done` and `tool.error` of the visible calls shown in
+/// them, the message's revision as the id.
 struct SpaceStream {
     core: StreamCore,
     space: String,
@@ -694,14 +695,13 @@ struct SpaceStream {
 }
 
 impl SpaceStream {
-    /// Queues the messages of a `gateway__changes` answer and goes on from its version.
+    /// Queues the events of a `gateway__changes` answer and goes on from its version: each
+    /// named as the answer's `events` name it (`message`, `tool.started`, `tool.done`,
+    /// `tool.error`), the message it is about as its data; an answer without `events`, one
+    /// `message` event per message. A message's revision is the id of the last of its events
+    /// only, so a client that reconnects after some of them gets them all again.
     fn take(&mut self, changes: &Value) {
-        for message in changes.get("messages").and_then(Value::as_array).into_iter().flatten() {
-            let rev = message.get("rev").and_then(Value::as_u64).unwrap_or(0);
-            self.core
-                .ready
-                .push_back(Bytes::from(format!("event: message\nid: {rev}\ndata: {message}\n\n")));
-        }
+        self.core.ready.extend(space_chunks(changes).into_iter().map(Bytes::from));
         if let Some(version) = changes.get("version").and_then(Value::as_u64) {
             self.since = version;
         }
@@ -733,6 +733,38 @@ impl SpaceStream {
             }
         }
     }
+}
+
+/// The server-sent events of a `gateway__changes` answer ([`SpaceStream::take`]).
+fn space_chunks(changes: &Value) -> Vec<String> {
+    let messages = changes.get("messages").and_then(Value::as_array);
+    let messages = messages.map(Vec::as_slice).unwrap_or_default();
+    let named: Vec<(&str, &Value)> = match changes.get("events").and_then(Value::as_array) {
+        Some(events) => events
+            .iter()
+            .filter_map(|event| {
+                let name = event.get("event").and_then(Value::as_str)?;
+                let is_name = !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                // The message's index in the space, as each message gives its own.
+                let index = event.get("index")?.as_u64()?;
+                let message =
+                    messages.iter().find(|m| m.get("index").and_then(Value::as_u64) == Some(index));
+                Some((name, message?)).filter(|_| is_name)
+            })
+            .collect(),
+        None => messages.iter().map(|message| ("message", message)).collect(),
+    };
+    let rev_of = |message: &Value| message.get("rev").and_then(Value::as_u64).unwrap_or(0);
+    let chunks = named.iter().enumerate().map(|(at, (name, message))| {
+        let rev = rev_of(message);
+        if named.get(at + 1).is_none_or(|(_, next)| rev_of(next) != rev) {
+            format!("event: {name}\nid: {rev}\ndata: {message}\n\n")
+        } else {
+            format!("event: {name}\ndata: {message}\n\n")
+        }
+    });
+    chunks.collect()
 }
 
 /// A query value, `+` and percent escapes decoded.
@@ -920,6 +952,41 @@ mod tests {
         assert!(wrong.contains("unknown query parameter `wait`: expected `waitMs` or `tool`"));
         let q = Query::parse(Some("run=key%3Aci%2Fr1&run=api"), &["run"]).unwrap();
         assert_eq!(q.runs, ["key:ci/r1", "api"]);
+    }
+
+    /// A space's events are named as its changes name them; a message's revision is the id
+    /// of its last event only; names that could break the stream are left out.
+    #[test]
+    fn a_space_s_events_are_named_by_its_changes() {
+        let messages = json!([{"index": 3, "rev": 4}, {"index": 0, "rev": 5}]);
+        let events = json!([
+            {"event": "message", "index": 3},
+            {"event": "tool.done", "index": 3},
+            {"event": "message", "index": 0},
+            {"event": "bad\nid: 99", "index": 0},
+            {"event": "tool.started", "index": 1},
+            {"event": "tool.started", "index": 0},
+        ]);
+        let chunks = space_chunks(&json!({"messages": messages, "events": events}));
+        let (first, second) = (&messages[0], &messages[1]);
+        assert_eq!(
+            chunks,
+            [
+                format!("event: message\ndata: {first}\n\n"),
+                format!("event: tool.done\nid: 4\ndata: {first}\n\n"),
+                format!("event: message\ndata: {second}\n\n"),
+                format!("event: tool.started\nid: 5\ndata: {second}\n\n"),
+            ]
+        );
+        // An answer without events: one `message` event per message.
+        let chunks = space_chunks(&json!({"messages": messages}));
+        assert_eq!(
+            chunks,
+            [
+                format!("event: message\nid: 4\ndata: {first}\n\n"),
+                format!("event: message\nid: 5\ndata: {second}\n\n"),
+            ]
+        );
     }
 
     fn event(name: &'static str, op_id: u64, run: Option<&str>, tool: &str) -> ServedEvent {
