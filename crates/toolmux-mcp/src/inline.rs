@@ -56,6 +56,8 @@ pub(crate) fn adopt_thread() {
 }
 
 /// Runs `job` now, on this thread, until it first waits; it continues wherever it is woken.
+/// (Only the server starts calls this way.)
+#[cfg(any(feature = "server", test))]
 pub(crate) fn spawn(runtime: Handle, job: impl Future<Output = ()> + Send + 'static) {
     let task = Arc::new(Task {
         state: AtomicU8::new(SCHEDULED),
