@@ -77,6 +77,15 @@ pub enum ToolError {
         /// Every violation found.
         violations: Vec<Violation>,
     },
+    /// What the arguments name existed and is gone for good (an external call that expired
+    /// before its result came): asking again cannot succeed. HTTP's 410.
+    #[error("`{tool}`: {message}")]
+    Gone {
+        /// The tool.
+        tool: String,
+        /// What is gone, since when, and what to do instead.
+        message: String,
+    },
     /// A permission rule, a hook or a person refused the call.
     #[error("call to `{tool}` denied: {reason}")]
     Denied {
@@ -224,7 +233,8 @@ impl ToolError {
             | ToolError::UnknownPrompt { .. }
             | ToolError::UnknownResource { .. }
             | ToolError::Unsupported { .. }
-            | ToolError::InvalidArguments { .. } => Party::Caller,
+            | ToolError::InvalidArguments { .. }
+            | ToolError::Gone { .. } => Party::Caller,
             ToolError::Denied { .. }
             | ToolError::Timeout { .. }
             | ToolError::Cancelled { .. }
@@ -255,6 +265,7 @@ impl ToolError {
             ToolError::UnknownResource { .. } => "unknown_resource",
             ToolError::Unsupported { .. } => "unsupported",
             ToolError::InvalidArguments { .. } => "invalid_arguments",
+            ToolError::Gone { .. } => "gone",
             ToolError::Denied { .. } => "denied",
             ToolError::Timeout { .. } => "timeout",
             ToolError::Cancelled { .. } => "cancelled",
@@ -390,6 +401,13 @@ mod tests {
                 suggestions: vec!["fs__read".into()],
             },
             expect!["unknown tool `fs__reed`; did you mean `fs__read`? [Caller unknown_tool]"],
+        );
+        check(
+            ToolError::Gone {
+                tool: "external__submit".into(),
+                message: "call `c1` expired after 60 s".into(),
+            },
+            expect!["`external__submit`: call `c1` expired after 60 s [Caller gone]"],
         );
         check(
             ToolError::UnknownTool {

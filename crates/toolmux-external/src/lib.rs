@@ -616,7 +616,7 @@ impl ExternalProvider {
         let answer = ExternalResult { result, is_error };
         let delivery = match self.store.resolve(call_id, answer).await {
             Ok(delivery) => delivery,
-            Err(e @ ToolError::InvalidArguments { .. }) => {
+            Err(e @ (ToolError::InvalidArguments { .. } | ToolError::Gone { .. })) => {
                 // Refused: when the call expired, its message no longer waits.
                 let _ = self.refuse(call_id).await;
                 return Err(e);

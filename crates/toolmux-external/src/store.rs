@@ -453,14 +453,14 @@ pub(crate) fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError
 
 /// The refusal of a result for a call that expired after `ttl`.
 pub(crate) fn expired_call(call_id: &str, ttl: Duration) -> ToolError {
-    ToolError::invalid_arguments(
-        "external__submit",
-        format!(
+    ToolError::Gone {
+        tool: "external__submit".to_owned(),
+        message: format!(
             "call `{call_id}` expired after {} s without a result, so its caller no longer \
              takes one; `external__pending` lists the calls waiting",
             ttl.as_secs_f64()
         ),
-    )
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {

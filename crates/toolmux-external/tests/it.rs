@@ -448,7 +448,7 @@ async fn unanswered_calls_expire_and_a_late_result_says_so() {
     assert_eq!(store.count_pending("r", None).await.unwrap(), 1);
     let result = toolmux_external::ExternalResult { result: json!("late"), is_error: false };
     let refused = store.resolve(&old, result.clone()).await.unwrap_err();
-    assert!(matches!(refused, ToolError::InvalidArguments { .. }), "{refused:?}");
+    assert!(matches!(refused, ToolError::Gone { .. }), "{refused:?}");
     let message = refused.to_string();
     assert!(message.contains(&format!("call `{old}` expired after 3600 s")), "{message}");
     store.resolve(&young, result).await.unwrap();

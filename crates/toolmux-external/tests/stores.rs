@@ -284,6 +284,7 @@ async fn a_call_waited_for_does_not_expire(p: Pair) {
     assert!(p.b.pending(&[], Duration::ZERO).await.unwrap().is_empty());
     let refused = p.b.resolve(&gone, answer("too late")).await.unwrap_err();
     assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+    assert_eq!(refused.code(), "gone", "an expired call is gone for good: {refused:?}");
 }
 
 mod a_call_waited_for_does_not_expire {
@@ -319,6 +320,7 @@ async fn calls_and_results_expire_in_a_folder() {
     assert_eq!(b.count_pending("r", None).await.unwrap(), 0);
     let refused = b.resolve(&old, answer("late")).await.unwrap_err();
     assert!(refused.report().contains("expired after 0.3 s"), "{}", refused.report());
+    assert_eq!(refused.code(), "gone", "{refused:?}");
     // Said again: the folder remembers the expired id.
     let again = a.resolve(&old, answer("late")).await.unwrap_err();
     assert!(again.report().contains("expired"), "{}", again.report());

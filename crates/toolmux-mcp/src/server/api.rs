@@ -170,14 +170,8 @@ async fn submit(State(api): State<Api>, Path(run_id): Path<String>, request: Req
         }
         // The body was checked: what the tool still finds wrong is the call itself, gone
         // for good when it expired, else not (or no longer) waiting.
-        Err(e @ ToolError::InvalidArguments { .. }) => {
-            let status = if e.report().contains(" expired after ") {
-                StatusCode::GONE
-            } else {
-                StatusCode::NOT_FOUND
-            };
-            problem(status, &e.report())
-        }
+        Err(e @ ToolError::Gone { .. }) => problem(StatusCode::GONE, &e.report()),
+        Err(e @ ToolError::InvalidArguments { .. }) => problem(StatusCode::NOT_FOUND, &e.report()),
         Err(e) => failure(&e),
     }
 }
@@ -853,6 +847,7 @@ fn failure(error: &ToolError) -> Response {
             );
         }
         ToolError::InvalidArguments { .. } => StatusCode::BAD_REQUEST,
+        ToolError::Gone { .. } => StatusCode::GONE,
         ToolError::Denied { .. } => StatusCode::FORBIDDEN,
         ToolError::RateLimited { .. }
         | ToolError::QueueBusy { .. }
