@@ -17,6 +17,10 @@
 //!   connection or a timeout) gets it again instead of nothing;
 //! - `inbox:{run}`, a list capped at [`toolmux_external::DEFAULT_MAX_INBOX`] results, the
 //!   oldest dropped;
+//! - `dropped:{id}`, for a few minutes, the mark of a call whose opening was dropped before
+//!   its id was handed over (its caller cancelled or cut by a deadline) or whose answer was
+//!   lost: the call is withdrawn from a task, and an opening that reaches Redis only after
+//!   that makes nothing, so that no call is left pending that nobody knows the id of;
 //! - `expired`, the ids of calls that expired, by when they are forgotten (as long as
 //!   their results would have been kept), so that a late result is refused saying why;
 //! - the channel `{prefix}:x:new` announces every call opened, for long polls.
@@ -63,6 +67,10 @@ pub const OPEN_WAITER_TTL: Duration = Duration::from_secs(5 * 60);
 
 /// How often a long poll or a wait asks Redis even when nothing was announced.
 const POLL_EVERY: Duration = crate::queue::POLL_EVERY;
+
+/// How long the withdrawal of a call whose opening was dropped keeps the call from being
+/// made: longer than an opening sent already can take to reach Redis.
+const DROPPED_OPENING_KEPT: Duration = Duration::from_secs(5 * 60);
 
 /// An attempt within a deadline gets at least this long (see the queue's).
 const MIN_ATTEMPT: Duration = Duration::from_millis(50);
@@ -300,6 +308,41 @@ impl Drop for Waiting {
     }
 }
 
+/// The opening of a call under way; dropped before the call's id was handed over (or with
+/// the opening's answer lost), it withdraws the call in a task of its own, and leaves a
+/// mark that keeps an opening still on its way to Redis from making it.
+struct Opening {
+    inner: Arc<StoreInner>,
+    /// `None` once the caller knows whether the call was made.
+    call_id: Option<String>,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        let (Some(call_id), Ok(runtime)) = (self.call_id.take(), Handle::try_current()) else {
+            return;
+        };
+        let inner = self.inner.clone();
+        runtime.spawn(async move {
+            let kept = DROPPED_OPENING_KEPT.as_millis().to_string();
+            let args = [call_id.as_bytes(), kept.as_bytes()];
+            let mut tries = 3;
+            loop {
+                let Err(e) = inner.run(&DROP_OPENING, &[], &args, inner.timeout()).await else {
+                    return;
+                };
+                tries -= 1;
+                if tries == 0 {
+                    let e = toolmux_core::error_report(&e);
+                    tracing::warn!(target: "toolmux::redis", "call {call_id}, whose opening was dropped, not withdrawn (it expires with the calls' time to live): {e}");
+                    return;
+                }
+                tokio::time::sleep(POLL_EVERY).await;
+            }
+        });
+    }
+}
+
 /// Ends the wait for `call_id`, unless a result came at the last moment: the submitter was
 /// told it reached the waiting call, so it must. When Redis does not answer, `waiting` is
 /// left to try again from its drop.
@@ -380,9 +423,24 @@ impl PendingStore for RedisPendingStore {
             open_ttl.as_bytes(),
             channel.as_bytes(),
         ];
-        let reply = inner.run(&OPEN, &[], &args, inner.timeout()).await.map_err(unreachable)?;
+        // Armed from before the script is sent: dropped before its answer came (its caller
+        // cancelled or cut by a deadline), or with the answer lost, the call the script may
+        // have made is withdrawn, never left pending with an id nobody knows.
+        let mut opening = Opening { inner: inner.clone(), call_id: Some(id.clone()) };
+        let reply = match inner.run(&OPEN, &[], &args, inner.timeout()).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if !e.may_have_run() {
+                    opening.call_id = None;
+                }
+                return Err(unreachable(e));
+            }
+        };
+        opening.call_id = None;
         match reply.as_array().and_then(|r| r.first()).and_then(Reply::as_i64) {
             Some(1) => Ok(id),
+            // Withdrawn before it was made: only by this opening's drop, so never seen.
+            Some(2) => Err(ToolError::Cancelled { tool: stored.tool }),
             _ => Err(ToolError::QueueBusy {
                 tool: stored.tool,
                 queue: "external results".to_owned(),
@@ -660,13 +718,15 @@ end
 }
 
 /// ARGV (after the prelude's): id, call JSON, tool, run, max pending, synchronous (`1`),
-/// open-waiter TTL, new-call channel. Answers `[1, now]` when opened, `[0, now]` when full.
+/// open-waiter TTL, new-call channel. Answers `[1, now]` when opened, `[0, now]` when full,
+/// `[2, now]` when its opening was dropped and the call withdrawn already.
 static OPEN: Script = Script {
     name: "pending_open",
     source: concat!(
         prelude!(),
         "sweep()
 local id = ARGV[6]
+if redis.call('EXISTS', key('dropped', id)) == 1 then return {2, now} end
 if redis.call('ZCARD', calls) >= tonumber(ARGV[10]) then return {0, now} end
 redis.call('HSET', key('call', id), 'call', ARGV[7], 'tool', ARGV[8], 'run', ARGV[9], 'created', now)
 redis.call('ZADD', calls, now + ttl, id)
@@ -747,6 +807,18 @@ return false"
 static WITHDRAW: Script = Script {
     name: "pending_withdraw",
     source: concat!(prelude!(), "forget(ARGV[6], false)\nreturn 1"),
+};
+
+/// ARGV: id, how long the call is kept from being made. Withdraws a call whose opening was
+/// dropped, made or not yet.
+static DROP_OPENING: Script = Script {
+    name: "pending_drop_opening",
+    source: concat!(
+        prelude!(),
+        "forget(ARGV[6], false)
+redis.call('SET', key('dropped', ARGV[6]), '1', 'PX', ARGV[7])
+return 1"
+    ),
 };
 
 /// ARGV: id, result JSON, result channel. Answers `[1]` (to the waiting call, which takes

@@ -40,11 +40,13 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
 }
 
 /// A loopback proxy to `server` that, once armed, closes the client's connection instead
-/// of passing on the next reply: a command that ran whose answer was lost.
+/// of passing on the next reply (a command that ran whose answer was lost), or holds that
+/// reply back and the connection open (a command that ran whose answer is slow to come).
 #[derive(Debug)]
 pub struct CuttingProxy {
     port: u16,
     armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    held: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CuttingProxy {
@@ -54,7 +56,8 @@ impl CuttingProxy {
             tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
         let port = listener.local_addr().expect("bound").port();
         let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (target, cut) = (server.port(), armed.clone());
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (target, cut, hold) = (server.port(), armed.clone(), held.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
@@ -66,7 +69,7 @@ impl CuttingProxy {
                 tokio::spawn(async move {
                     let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
                 });
-                let cut = cut.clone();
+                let (cut, hold) = (cut.clone(), hold.clone());
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 64 * 1024];
                     loop {
@@ -78,6 +81,14 @@ impl CuttingProxy {
                             // Dropping the write half closes the client's side.
                             return;
                         }
+                        if hold.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                            // The reply never comes; the connection stays open until the
+                            // client closes it.
+                            let mut rest = Vec::new();
+                            let _ = upstream_read.read_to_end(&mut rest).await;
+                            drop(client_write);
+                            return;
+                        }
                         if client_write.write_all(&buf[..n]).await.is_err() {
                             return;
                         }
@@ -85,7 +96,7 @@ impl CuttingProxy {
                 });
             }
         });
-        CuttingProxy { port, armed }
+        CuttingProxy { port, armed, held }
     }
 
     pub fn url(&self) -> String {
@@ -94,5 +105,9 @@ impl CuttingProxy {
 
     pub fn cut_next_reply(&self) {
         self.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn hold_next_reply(&self) {
+        self.held.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }

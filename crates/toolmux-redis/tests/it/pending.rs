@@ -525,3 +525,42 @@ async fn a_second_wait_does_not_take_the_result_of_the_first() {
     let got = within(Duration::from_secs(5), "the first wait", first).await;
     assert_eq!(got, Some(answer("for the first")));
 }
+
+/// An opening dropped after its script ran but before its answer came (the caller was
+/// cancelled or cut by a deadline), or whose answer was lost, leaves no call pending that
+/// nobody knows the id of: the call is withdrawn, and nothing of it is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_opening_is_dropped_or_unanswered_is_not_left_pending() {
+    let server = RedisServer::start();
+    let other = replica(&server).pending_store();
+    // Each through a proxy of its own: a withdrawal's commands do not meet the other's.
+    let (holding, cutting) =
+        (crate::CuttingProxy::start(&server).await, crate::CuttingProxy::start(&server).await);
+    let through = |proxy: &crate::CuttingProxy| {
+        toolmux_redis::RedisBackend::new(&toolmux_redis::RedisConfig::new(proxy.url()))
+            .expect("valid url")
+            .pending_store()
+    };
+    let (held, cut) = (through(&holding), through(&cutting));
+    for store in [&held, &cut] {
+        // The opening's script is loaded: the next command is the opening itself.
+        let id = store.open(call("external__job", "run-0", true)).await.unwrap();
+        store.withdraw(&id).await;
+    }
+    holding.hold_next_reply();
+    let opening = held.open(call("external__job", "run-1", true));
+    let dropped = tokio::time::timeout(Duration::from_millis(500), opening).await;
+    assert!(dropped.is_err(), "the opening was answered: {dropped:?}");
+    cutting.cut_next_reply();
+    let lost = cut.open(call("external__job", "run-2", true)).await;
+    assert!(lost.is_err(), "the opening was answered: {lost:?}");
+    eventually("the calls were withdrawn", || async {
+        other.pending(&[], Duration::ZERO).await.unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(other.count_pending("run-1", None).await.unwrap(), 0);
+    assert_eq!(other.count_pending("run-2", None).await.unwrap(), 0);
+    let look = replica(&server);
+    let keys = look.client().command(&["KEYS", "toolmux:x:call:*"]).await.unwrap();
+    assert_eq!(keys.as_array().map(<[_]>::len), Some(0), "no call is left: {keys:?}");
+}
