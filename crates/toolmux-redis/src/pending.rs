@@ -16,7 +16,13 @@
 //!   result stays a short while, so that the same wait asking again (its answer lost with a
 //!   connection or a timeout) gets it again instead of nothing;
 //! - `inbox:{run}`, a list capped at [`toolmux_external::DEFAULT_MAX_INBOX`] results, the
-//!   oldest dropped;
+//!   oldest dropped; `inboxes`, the runs with one, by when it expires: at
+//!   [`toolmux_external::DEFAULT_MAX_INBOXES`] of them (all replicas together,
+//!   [`RedisPendingStore::with_max_inboxes`]) a result for yet another run's inbox is
+//!   refused ([`ToolError::Denied`], naming the bound and what frees a place) and its call
+//!   stays pending, as in a folder. A result held for a caller that went away is moved to
+//!   its inbox regardless: its submitter was told it was delivered, and there are no more
+//!   of those than calls pending;
 //! - `dropped:{id}`, for a few minutes, the mark of a call whose opening was dropped before
 //!   its id was handed over (its caller cancelled or cut by a deadline) or whose answer was
 //!   lost: the call is withdrawn from a task, and an opening that reaches Redis only after
@@ -55,8 +61,8 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
-    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_PENDING, Delivery, ExecutionType, ExternalResult,
-    InboxEntry, NotPending, PendingCall, PendingStore,
+    CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, Delivery,
+    ExecutionType, ExternalResult, InboxEntry, NotPending, PendingCall, PendingStore,
 };
 
 /// How long a pending call, an unread inbox or an unclaimed result is kept.
@@ -93,6 +99,8 @@ struct StoreInner {
     next: AtomicU64,
     max_pending: usize,
     max_inbox: usize,
+    /// Runs with unread results at most (inboxes), over all replicas.
+    max_inboxes: usize,
     /// How long a call stays pending, and a result unread (in an inbox, or for a waiter
     /// that went away).
     pending_ttl: Duration,
@@ -144,6 +152,7 @@ impl RedisPendingStore {
                 next: AtomicU64::new(1),
                 max_pending: DEFAULT_MAX_PENDING,
                 max_inbox: DEFAULT_MAX_INBOX,
+                max_inboxes: DEFAULT_MAX_INBOXES,
                 pending_ttl: RETENTION,
                 result_ttl: RETENTION,
                 opened: tokio::sync::OnceCell::new(),
@@ -162,6 +171,27 @@ impl RedisPendingStore {
                 next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
                 max_pending: max_pending.max(1),
                 max_inbox: max_inbox.max(1),
+                max_inboxes: inner.max_inboxes,
+                pending_ttl: inner.pending_ttl,
+                result_ttl: inner.result_ttl,
+                opened: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
+
+    /// Keeps unread results for at most `max` runs at once, over all replicas (at least 1;
+    /// default [`DEFAULT_MAX_INBOXES`], as a folder's): a result bound for the inbox of
+    /// yet another run is refused and its call stays pending.
+    pub fn with_max_inboxes(self, max: usize) -> Self {
+        let inner = &self.inner;
+        RedisPendingStore {
+            inner: Arc::new(StoreInner {
+                backend: inner.backend.clone(),
+                base: inner.base.clone(),
+                next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
+                max_pending: inner.max_pending,
+                max_inbox: inner.max_inbox,
+                max_inboxes: max.max(1),
                 pending_ttl: inner.pending_ttl,
                 result_ttl: inner.result_ttl,
                 opened: tokio::sync::OnceCell::new(),
@@ -183,6 +213,7 @@ impl RedisPendingStore {
                 next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
                 max_pending: inner.max_pending,
                 max_inbox: inner.max_inbox,
+                max_inboxes: inner.max_inboxes,
                 pending_ttl: pending.clamp(at_least, FOREVER),
                 result_ttl: result.clamp(at_least, FOREVER),
                 opened: tokio::sync::OnceCell::new(),
@@ -389,6 +420,20 @@ fn parse_result(bytes: &[u8]) -> Option<ExternalResult> {
     }
 }
 
+/// The refusal of a result bound for a new inbox when `max` runs' inboxes hold unread
+/// results already: a folder's (`toolmux_external`'s), word for word.
+fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
+    ToolError::Denied {
+        tool: "external__submit".to_owned(),
+        reason: format!(
+            "the result of `{call_id}` goes to the inbox of run `{run_id}`, and the inboxes of \
+             {max} runs already hold unread results, the most kept at once (the pending store's \
+             `max_inboxes`); the call stays pending: submit it again once runs have read their \
+             results (`external__inbox`) or those expired (the results' time to live)"
+        ),
+    }
+}
+
 fn unreachable(e: crate::RedisError) -> ToolError {
     ToolError::transport(PROVIDER, "the shared store of pending calls did not answer", e)
 }
@@ -569,7 +614,9 @@ impl PendingStore for RedisPendingStore {
         let stored = StoredResult { result: result.result, is_error: result.is_error };
         let json = serde_json::to_vec(&stored).map_err(|e| ToolError::other(PROVIDER, e))?;
         let channel = format!("{}:{call_id}", inner.base);
-        let args: [&[u8]; 3] = [call_id.as_bytes(), &json, channel.as_bytes()];
+        let max_inboxes = inner.max_inboxes.to_string();
+        let args: [&[u8]; 4] =
+            [call_id.as_bytes(), &json, channel.as_bytes(), max_inboxes.as_bytes()];
         let reply = inner.run(&RESOLVE, &[], &args, inner.timeout()).await.map_err(unreachable)?;
         let reply = reply.as_array().unwrap_or_default();
         match reply.first().and_then(Reply::as_i64) {
@@ -591,6 +638,10 @@ impl PendingStore for RedisPendingStore {
                 Ok(Delivery::Inbox { run_id })
             }
             Some(3) => Err(NotPending::Expired { ttl: inner.pending_ttl }.into_error(call_id)),
+            Some(4) => {
+                let run_id = reply.get(1).and_then(Reply::as_str).unwrap_or_default();
+                Err(inboxes_full(call_id, run_id, inner.max_inboxes))
+            }
             _ => Err(NotPending::Unknown.into_error(call_id)),
         }
     }
@@ -655,6 +706,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local base, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local cap, remember = tonumber(ARGV[4]), tonumber(ARGV[5])
 local calls, held, expired = base .. ':calls', base .. ':held', base .. ':expired'
+local inboxes = base .. ':inboxes'
 local function key(kind, id) return base .. ':' .. kind .. ':' .. id end
 local function waited(id) return redis.call('EXISTS', key('waiter', id)) == 1 end
 local function times(id, score)
@@ -683,6 +735,7 @@ local function push(run, id, call, result)
   local dropped = redis.call('LRANGE', inbox, cap, -1)
   redis.call('LTRIM', inbox, 0, cap - 1)
   redis.call('PEXPIRE', inbox, keep)
+  redis.call('ZADD', inboxes, now + keep, run)
   return dropped
 end
 local function sweep()
@@ -710,6 +763,7 @@ local function sweep()
     end
   end
   redis.call('ZREMRANGEBYSCORE', expired, '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', inboxes, '-inf', now)
   local over = redis.call('ZCARD', expired) - remember
   if over > 0 then redis.call('ZREMRANGEBYRANK', expired, 0, over - 1) end
 end
@@ -821,9 +875,11 @@ return 1"
     ),
 };
 
-/// ARGV: id, result JSON, result channel. Answers `[1]` (to the waiting call, which takes
-/// it; held until then, and moved to the inbox by a sweep if its caller went away), `[2,
-/// run, dropped entries]` (to the inbox), `[3]` (the call expired) or `[0]` (no such call).
+/// ARGV: id, result JSON, result channel, runs with unread results at most. Answers `[1]`
+/// (to the waiting call, which takes it; held until then, and moved to the inbox by a
+/// sweep if its caller went away), `[2, run, dropped entries]` (to the inbox), `[3]` (the
+/// call expired), `[4, run]` (bound for a new inbox while as many runs as allowed have one:
+/// nothing changed, the call stays pending) or `[0]` (no such call).
 static RESOLVE: Script = Script {
     name: "pending_resolve",
     source: concat!(
@@ -844,6 +900,15 @@ local waiting = waited(id)
 if times(id, score) <= now and not waiting then
   forget(id, true)
   return {3}
+end
+if not waiting and redis.call('EXISTS', key('inbox', f[3])) == 0
+    and redis.call('ZCARD', inboxes) >= tonumber(ARGV[9]) then
+  -- At the bound: runs counted whose inbox is gone otherwise (deleted by hand) are
+  -- taken out of the count before refusing.
+  for _, run in ipairs(redis.call('ZRANGE', inboxes, 0, -1)) do
+    if redis.call('EXISTS', key('inbox', run)) == 0 then redis.call('ZREM', inboxes, run) end
+  end
+  if redis.call('ZCARD', inboxes) >= tonumber(ARGV[9]) then return {4, f[3]} end
 end
 redis.call('ZREM', calls, id)
 redis.call('ZREM', key('tool', f[2]), id)
@@ -943,6 +1008,7 @@ local inbox = key('inbox', ARGV[6])
 local entries = redis.call('LRANGE', inbox, 0, -1)
 if ARGV[8] ~= '1' then
   redis.call('DEL', inbox)
+  redis.call('ZREM', inboxes, ARGV[6])
   return entries
 end
 local taken, kept = {}, {}
@@ -960,6 +1026,7 @@ if #taken > 0 then
   redis.call('DEL', inbox)
   for _, entry in ipairs(kept) do redis.call('RPUSH', inbox, entry) end
   if #kept > 0 and left > 0 then redis.call('PEXPIRE', inbox, left) end
+  if #kept == 0 then redis.call('ZREM', inboxes, ARGV[6]) end
 end
 return taken"
     ),

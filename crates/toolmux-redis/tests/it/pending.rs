@@ -564,3 +564,69 @@ async fn a_call_whose_opening_is_dropped_or_unanswered_is_not_left_pending() {
     let keys = look.client().command(&["KEYS", "toolmux:x:call:*"]).await.unwrap();
     assert_eq!(keys.as_array().map(<[_]>::len), Some(0), "no call is left: {keys:?}");
 }
+
+/// Past the bound on runs with unread results, a result bound for yet another run's inbox
+/// is refused, saying which bound and what frees a place, and its call stays pending; a
+/// result for a run with an inbox already still goes in, and once an inbox is read the
+/// refused result goes through. The bound is for all replicas together.
+#[tokio::test]
+async fn the_runs_with_unread_results_are_bounded() {
+    let server = RedisServer::start();
+    let a = replica(&server).pending_store().with_max_inboxes(2);
+    let b = replica(&server).pending_store().with_max_inboxes(2);
+    let mut ids = Vec::new();
+    for run in ["r1", "r2", "r3", "r1"] {
+        ids.push(a.open(call("external__job", run, true)).await.unwrap());
+    }
+    for id in &ids[..2] {
+        assert!(matches!(b.resolve(id, answer("done")).await, Ok(Delivery::Inbox { .. })));
+    }
+    let refused = b.resolve(&ids[2], answer("done")).await.unwrap_err();
+    let said = refused.to_string();
+    assert!(matches!(refused, ToolError::Denied { .. }), "{said}");
+    assert!(said.contains("inboxes of 2 runs") && said.contains("max_inboxes"), "{said}");
+    assert!(said.contains("external__inbox"), "says what frees a place: {said}");
+    let pending = a.pending(&[], Duration::ZERO).await.unwrap();
+    assert!(pending.iter().any(|c| c.call_id == ids[2]), "still pending: {pending:?}");
+    assert_eq!(a.count_pending("r3", None).await.unwrap(), 1);
+    b.resolve(&ids[3], answer("more")).await.expect("r1 has an inbox already");
+    assert_eq!(a.take_inbox("r1", None).await.unwrap().len(), 2);
+    b.resolve(&ids[2], answer("done")).await.expect("a place was freed");
+    assert_eq!(a.take_inbox("r3", None).await.unwrap()[0].result, answer("done"));
+}
+
+/// A place among the runs with unread results is freed when the inbox expires, and when an
+/// agent takes the last of its results out of a shared one (not while others' are left).
+#[tokio::test]
+async fn an_expired_or_emptied_inbox_frees_its_place() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let store = replica(&server).pending_store().with_max_inboxes(1);
+    let short = replica(&server).pending_store().with_max_inboxes(1).with_ttl(RETAINED, ttl);
+    let of = |owner: &str, run: &str| PendingCall {
+        owner: Some(owner.to_owned()),
+        ..call("external__job", run, true)
+    };
+    let (lead, worker) = (
+        store.open(of("lead", "r1")).await.unwrap(),
+        store.open(of("worker", "r1")).await.unwrap(),
+    );
+    let other = store.open(of("lead", "r2")).await.unwrap();
+    store.resolve(&lead, answer("1")).await.unwrap();
+    store.resolve(&worker, answer("2")).await.unwrap();
+    assert_eq!(store.take_inbox("r1", Some("worker")).await.unwrap().len(), 1);
+    let refused = store.resolve(&other, answer("3")).await.unwrap_err();
+    assert!(matches!(refused, ToolError::Denied { .. }), "the lead's result is left: {refused}");
+    assert_eq!(store.take_inbox("r1", Some("lead")).await.unwrap().len(), 1);
+    store.resolve(&other, answer("3")).await.expect("the inbox was emptied");
+    assert_eq!(store.take_inbox("r2", None).await.unwrap().len(), 1);
+    let (first, second) =
+        (short.open(of("lead", "r3")).await.unwrap(), short.open(of("lead", "r4")).await.unwrap());
+    short.resolve(&first, answer("4")).await.unwrap();
+    assert!(short.resolve(&second, answer("5")).await.is_err(), "r3's inbox holds a result");
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    short.resolve(&second, answer("5")).await.expect("r3's inbox expired");
+}
+
+/// Long enough for a call not to expire within a test.
+const RETAINED: Duration = Duration::from_secs(600);
