@@ -57,7 +57,7 @@ pub use spaces::Spaces;
 pub use store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,
     DEFAULT_RESULT_TTL, Delivery, ExternalResult, InboxEntry, MemoryPendingStore, NotPending,
-    PendingCall, PendingStore,
+    PendingCall, PendingStore, inboxes_full,
 };
 pub use store_dir::DirPendingStore;
 

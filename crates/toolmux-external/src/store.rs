@@ -438,8 +438,8 @@ pub(crate) fn unknown_call(call_id: &str) -> ToolError {
 }
 
 /// The refusal of a result bound for a new inbox when `max` runs' inboxes hold unread
-/// results already.
-pub(crate) fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
+/// results already (every [`PendingStore`] that bounds its inboxes says it so).
+pub fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
     ToolError::Denied {
         tool: "external__submit".to_owned(),
         reason: format!(

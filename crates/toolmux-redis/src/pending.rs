@@ -62,7 +62,7 @@ use tokio::time::Instant;
 use toolmux_core::ToolError;
 use toolmux_external::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, Delivery,
-    ExecutionType, ExternalResult, InboxEntry, NotPending, PendingCall, PendingStore,
+    ExecutionType, ExternalResult, InboxEntry, NotPending, PendingCall, PendingStore, inboxes_full,
 };
 
 /// How long a pending call, an unread inbox or an unclaimed result is kept.
@@ -417,20 +417,6 @@ fn parse_result(bytes: &[u8]) -> Option<ExternalResult> {
             tracing::warn!(target: "toolmux::redis", "unreadable external result: {e}");
             None
         }
-    }
-}
-
-/// The refusal of a result bound for a new inbox when `max` runs' inboxes hold unread
-/// results already: a folder's (`toolmux_external`'s), word for word.
-fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
-    ToolError::Denied {
-        tool: "external__submit".to_owned(),
-        reason: format!(
-            "the result of `{call_id}` goes to the inbox of run `{run_id}`, and the inboxes of \
-             {max} runs already hold unread results, the most kept at once (the pending store's \
-             `max_inboxes`); the call stays pending: submit it again once runs have read their \
-             results (`external__inbox`) or those expired (the results' time to live)"
-        ),
     }
 }
 
