@@ -163,40 +163,17 @@ impl RedisPendingStore {
     /// At most `max_pending` calls pending (over all replicas) and `max_inbox` results
     /// per inbox, instead of the defaults of [`toolmux_external::MemoryPendingStore`].
     pub fn with_limits(self, max_pending: usize, max_inbox: usize) -> Self {
-        let inner = &self.inner;
-        RedisPendingStore {
-            inner: Arc::new(StoreInner {
-                backend: inner.backend.clone(),
-                base: inner.base.clone(),
-                next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
-                max_pending: max_pending.max(1),
-                max_inbox: max_inbox.max(1),
-                max_inboxes: inner.max_inboxes,
-                pending_ttl: inner.pending_ttl,
-                result_ttl: inner.result_ttl,
-                opened: tokio::sync::OnceCell::new(),
-            }),
-        }
+        self.remade(|inner| {
+            inner.max_pending = max_pending.max(1);
+            inner.max_inbox = max_inbox.max(1);
+        })
     }
 
     /// Keeps unread results for at most `max` runs at once, over all replicas (at least 1;
     /// default [`DEFAULT_MAX_INBOXES`], as a folder's): a result bound for the inbox of
     /// yet another run is refused and its call stays pending.
     pub fn with_max_inboxes(self, max: usize) -> Self {
-        let inner = &self.inner;
-        RedisPendingStore {
-            inner: Arc::new(StoreInner {
-                backend: inner.backend.clone(),
-                base: inner.base.clone(),
-                next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
-                max_pending: inner.max_pending,
-                max_inbox: inner.max_inbox,
-                max_inboxes: max.max(1),
-                pending_ttl: inner.pending_ttl,
-                result_ttl: inner.result_ttl,
-                opened: tokio::sync::OnceCell::new(),
-            }),
-        }
+        self.remade(|inner| inner.max_inboxes = max.max(1))
     }
 
     /// Calls pending longer than `pending` expire (a synchronous call's time counted from
@@ -204,21 +181,29 @@ impl RedisPendingStore {
     /// is kept `result` after its last result came), instead of [`RETENTION`] for both:
     /// the settings of [`toolmux_external::MemoryPendingStore::with_ttl`].
     pub fn with_ttl(self, pending: Duration, result: Duration) -> Self {
-        let inner = &self.inner;
         let at_least = Duration::from_millis(1);
-        RedisPendingStore {
-            inner: Arc::new(StoreInner {
-                backend: inner.backend.clone(),
-                base: inner.base.clone(),
-                next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
-                max_pending: inner.max_pending,
-                max_inbox: inner.max_inbox,
-                max_inboxes: inner.max_inboxes,
-                pending_ttl: pending.clamp(at_least, FOREVER),
-                result_ttl: result.clamp(at_least, FOREVER),
-                opened: tokio::sync::OnceCell::new(),
-            }),
-        }
+        self.remade(|inner| {
+            inner.pending_ttl = pending.clamp(at_least, FOREVER);
+            inner.result_ttl = result.clamp(at_least, FOREVER);
+        })
+    }
+
+    /// A store with this one's settings as `change` leaves them (its subscription made anew).
+    fn remade(&self, change: impl FnOnce(&mut StoreInner)) -> Self {
+        let inner = &self.inner;
+        let mut remade = StoreInner {
+            backend: inner.backend.clone(),
+            base: inner.base.clone(),
+            next: AtomicU64::new(inner.next.load(Ordering::Relaxed)),
+            max_pending: inner.max_pending,
+            max_inbox: inner.max_inbox,
+            max_inboxes: inner.max_inboxes,
+            pending_ttl: inner.pending_ttl,
+            result_ttl: inner.result_ttl,
+            opened: tokio::sync::OnceCell::new(),
+        };
+        change(&mut remade);
+        RedisPendingStore { inner: Arc::new(remade) }
     }
 }
 
