@@ -961,7 +961,7 @@ async fn the_number_of_spaces_is_bounded() {
         one.enter(&b, "second", 5).await.expect("within the bound, another holder's");
         let refused = one.enter(&a, "third", 5).await.expect_err("past the bound");
         let said = refused.to_string();
-        assert!(said.contains("2 spaces already") && said.contains("max_spaces"), "{said}");
+        assert!(said.contains("2 spaces already") && said.contains("spaces.maxSpaces"), "{said}");
         assert!(said.contains("gateway__spaces"), "says what to do: {said}");
         let made = one.say(&a, Some("fourth"), "hello", "gateway__post", true).await;
         assert!(made.is_err(), "a message does not make one either: {made:?}");

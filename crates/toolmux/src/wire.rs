@@ -1257,6 +1257,13 @@ fn spaces(
             "spaces.maxMessages must be at least 1",
         ));
     }
+    let max_spaces = section.max_spaces.unwrap_or(toolmux_external::spaces::DEFAULT_MAX_SPACES);
+    if max_spaces == 0 {
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            "spaces.maxSpaces must be at least 1",
+        ));
+    }
     let history = section.history.unwrap_or(toolmux_external::DEFAULT_HISTORY);
     if history > toolmux_external::MAX_PAGE {
         return Err(ToolmuxError::config(
@@ -1284,7 +1291,7 @@ fn spaces(
             .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("spaces.dir: {e}")))?
     };
     let redactor = toolmux_orchestrator::Redactor::new(secrets.iter().cloned());
-    let spaces = spaces.with_max_messages(max);
+    let spaces = spaces.with_max_messages(max).with_max_spaces(max_spaces);
     let spaces = if redactor.is_empty() {
         spaces
     } else {

@@ -297,3 +297,29 @@ fn one_report(listener: std::process::Child) -> Value {
     let run = crate::wait(listener, std::time::Duration::from_secs(60));
     serde_json::from_str(run.ok().trim()).expect("one JSON report")
 }
+
+/// `spaces.maxSpaces` bounds how many spaces there may be, across processes sharing the
+/// folder; a bound of 0 is a configuration error.
+#[test]
+fn the_configured_bound_on_spaces_holds() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "spaces:\n  maxSpaces: 1\n");
+    let enter = |space: &str| {
+        let args = json!({ "space": space }).to_string();
+        project.run(&["tools", "call", "gateway__enter_space", &args])
+    };
+    assert!(enter("first").ok().contains("\"created\":true"));
+    let refused = enter("second");
+    assert_ne!(refused.code, 0, "{refused:?}");
+    let told = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        told.contains("there are 1 spaces already") && told.contains("spaces.maxSpaces"),
+        "{told}"
+    );
+    enter("first").ok();
+
+    project.file("toolmux.yaml", "spaces:\n  maxSpaces: 0\n");
+    let checked = project.run(&["config", "check"]);
+    assert_ne!(checked.code, 0, "{checked:?}");
+    assert!(checked.stderr.contains("spaces.maxSpaces must be at least 1"), "{checked:?}");
+}

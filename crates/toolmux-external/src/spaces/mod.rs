@@ -654,7 +654,10 @@ impl<'a> Txn<'a> {
             return Err(invalid(
                 tool,
                 &format!(
-                    "there are {count} spaces already, the most kept ({max}, the spaces'                      `max_spaces`): enter one of them (`gateway__spaces` lists them), or remove                      spaces no longer used from the spaces' folder (`spaces/NAME.json`)"
+                    "there are {count} spaces already, the most kept ({max}: `spaces.maxSpaces` in \
+                     the configuration, `Spaces::with_max_spaces` in code): enter one of them \
+                     (`gateway__spaces` lists them), or remove spaces no longer used \
+                     (`spaces/NAME.json` in the spaces' folder)"
                 ),
             ));
         }

@@ -927,6 +927,10 @@ pub struct SpacesSection {
     /// How many messages a space keeps; older ones are dropped (default 10000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<usize>,
+    /// How many spaces there may be (default 1000); past it a new space is refused, saying
+    /// so, until one is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_spaces: Option<usize>,
 }
 
 /// `toolSearch`: tools found by searching instead of listed.
