@@ -626,7 +626,10 @@ impl<'a> Txn<'a> {
             return Err(invalid(
                 tool,
                 &format!(
-                    "the spaces keep the state of {} agents and runs, the most they keep                      ({max}, the spaces' `max_entities`), and no run among them has been idle                      for an hour, which would be forgotten to make room: try again later, or                      remove agents no longer used from the spaces' `state.json`",
+                    "the spaces keep the state of {} agents and runs, the most they keep ({max}, \
+                     `Spaces::with_max_entities`), and no run among them has been idle for an \
+                     hour, which would be forgotten to make room: try again later, or remove \
+                     agents no longer used from the spaces' `state.json`",
                     entities.len()
                 ),
             ));
