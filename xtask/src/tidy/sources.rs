@@ -86,13 +86,21 @@ pub(super) fn check_forbidden(path: &Path, text: &str, violations: &mut Vec<Viol
     }
 }
 
-/// `path` is library code: no current directory, and no spawning outside [`SPAWN_ALLOWED`].
+/// `path` is library code: no current directory, no spawning outside [`SPAWN_ALLOWED`],
+/// and no run of spaces inside a string ([`has_spaced_string`]).
 pub(super) fn check_library(path: &Path, text: &str, violations: &mut Vec<Violation>) {
     let may_spawn = is_spawn_allowed(path);
     for (index, line) in text.lines().enumerate() {
         let mut report = |message: String| {
             violations.push(Violation { path: path.to_path_buf(), line: index + 1, message });
         };
+        if has_spaced_string(line) {
+            report(
+                "a run of spaces inside a string: a message continued on the next line needs \
+                 a `\\` at the end of the line before"
+                    .into(),
+            );
+        }
         if line.contains(CURRENT_DIR) {
             report(format!(
                 "`{CURRENT_DIR}` in a library: resolve paths against a directory the caller \
@@ -106,6 +114,49 @@ pub(super) fn check_library(path: &Path, text: &str, violations: &mut Vec<Violat
             ));
         }
     }
+}
+
+/// Whether a string literal on `line` holds eight spaces in a row after a character other
+/// than a space or an escaped line break: what a message broken over two lines without a
+/// `\` leaves in its text (the next line's indentation; a table's columns are narrower).
+/// Quotes are found naively (a character literal `'"'` may confuse it, which no library
+/// line has), and a line with a raw string is not looked at past it.
+pub(super) fn has_spaced_string(line: &str) -> bool {
+    let mut inside = false;
+    let mut escaped = false;
+    let mut previous = ' ';
+    let mut run = 0;
+    let mut before = ' ';
+    for c in line.chars() {
+        if !inside {
+            if c == '"' && matches!(before, 'r' | '#') {
+                // A raw string: its escapes cannot be told from its text; not looked at.
+                return false;
+            }
+            if c == '"' {
+                (inside, previous, run) = (true, ' ', 0);
+            }
+            before = c;
+            continue;
+        }
+        if escaped {
+            // `\n` and `\t` start a new line of the text: indentation after them is meant.
+            (escaped, previous) = (false, if matches!(c, 'n' | 't') { ' ' } else { c });
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '"' => inside = false,
+            ' ' if previous != ' ' || run > 0 => {
+                run += 1;
+                if run >= 8 {
+                    return true;
+                }
+            }
+            _ => (previous, run) = (c, 0),
+        }
+    }
+    false
 }
 
 fn is_spawn_allowed(path: &Path) -> bool {

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use super::layering::manifest_line;
-use super::sources::{SPAWN_ALLOWED, check_doc_line, check_forbidden, check_library};
+use super::sources::{
+    SPAWN_ALLOWED, check_doc_line, check_forbidden, check_library, has_spaced_string,
+};
 use super::{Violation, run};
 use crate::metadata::DepKind;
 use crate::project_root;
@@ -68,6 +70,28 @@ fn libraries_neither_read_the_current_directory_nor_spawn() {
     check_library(Path::new("crates/toolmux-rest/src/lib.rs"), &text, &mut violations);
     let found: Vec<usize> = violations.iter().map(|v| v.line).collect();
     assert_eq!(found, [2, 3]);
+}
+
+/// A message broken over two lines without a `\` keeps the next line's indentation.
+#[test]
+fn runs_of_spaces_inside_strings_are_found() {
+    let broken = r#"    "the most kept (1000, the spaces'                      `max_spaces`)","#;
+    assert!(has_spaced_string(broken));
+    for fine in [
+        r#"    "the most kept (1000, the spaces' \"#,
+        r#"let text = "def f():\n        return 1\n";"#,
+        r#"let table = "      indented from its start";"#,
+        r#"assert_eq!(a, b);      // aligned, outside a string"#,
+        r#"let quoted = "say \"hi\"     there";"#,
+        r#"let header = "Num       RefCount Protocol";"#,
+        r###"let raw = r#""é \" \\ \n         x""#;"###,
+    ] {
+        assert!(!has_spaced_string(fine), "{fine}");
+    }
+    let mut violations = Vec::new();
+    let text = format!("//! A library module.\n{broken}\n");
+    check_library(Path::new("crates/toolmux-rest/src/lib.rs"), &text, &mut violations);
+    assert_eq!(violations.iter().map(|v| v.line).collect::<Vec<_>>(), [2]);
 }
 
 #[test]
