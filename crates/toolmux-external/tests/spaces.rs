@@ -425,51 +425,6 @@ async fn a_change_given_up_while_the_folder_is_locked_is_not_made() {
     assert_eq!(texts, ["later"]);
 }
 
-/// A store whose calls are answered the moment they are opened: the answer comes before the
-/// call's space message is posted, the race a quick responder polling `external__pending`
-/// can win.
-#[derive(Debug, Default)]
-struct AnsweredAtOnce {
-    inner: MemoryPendingStore,
-}
-
-#[async_trait::async_trait]
-impl PendingStore for AnsweredAtOnce {
-    async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
-        let id = self.inner.open(call).await?;
-        let answer = ExternalResult { result: json!({"confirmed": true}), is_error: false };
-        self.inner.resolve(&id, answer).await?;
-        Ok(id)
-    }
-    async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
-        self.inner.wait(call_id, timeout).await
-    }
-    async fn withdraw(&self, call_id: &str) {
-        self.inner.withdraw(call_id).await;
-    }
-    async fn pending_except(
-        &self,
-        tools: &[String],
-        exclude: &[String],
-        wait: Duration,
-    ) -> Result<Vec<PendingCall>, ToolError> {
-        self.inner.pending_except(tools, exclude, wait).await
-    }
-    async fn resolve(&self, call_id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
-        self.inner.resolve(call_id, result).await
-    }
-    async fn take_inbox(
-        &self,
-        run_id: &str,
-        owner: Option<&str>,
-    ) -> Result<Vec<InboxEntry>, ToolError> {
-        self.inner.take_inbox(run_id, owner).await
-    }
-    async fn count_pending(&self, run_id: &str, owner: Option<&str>) -> Result<usize, ToolError> {
-        self.inner.count_pending(run_id, owner).await
-    }
-}
-
 /// A call answered before its space message was posted does not leave the message waiting
 /// for an answer (`requires_action`) forever.
 #[tokio::test]
@@ -485,7 +440,7 @@ async fn a_call_answered_before_its_message_is_posted_is_not_left_waiting() {
     };
     tools.insert("ask".to_owned(), config(false));
     tools.insert("confirmAction".to_owned(), config(true));
-    let ext = ExternalProvider::new(&tools, Arc::new(AnsweredAtOnce::default()))
+    let ext = ExternalProvider::new(&tools, Arc::new(OnOpen::answering()))
         .expect("valid")
         .with_spaces(spaces.clone());
     let me = agent("booker", "r1");
@@ -713,10 +668,24 @@ async fn refused_goals_are_not_kept() {
 
 /// A memory store that runs `hook` each time a call has been opened: a test takes the
 /// spaces' lock (or stops their storage) there, so that the call's message is being posted
-/// when the test drops the call.
+/// when the test drops the call. With `answer`, each call is then answered at once: the
+/// answer comes before the call's space message is posted, the race a quick responder
+/// polling `external__pending` can win.
 struct OnOpen {
     inner: MemoryPendingStore,
     hook: Box<dyn Fn() + Send + Sync>,
+    answer: bool,
+}
+
+impl OnOpen {
+    fn new(hook: impl Fn() + Send + Sync + 'static) -> OnOpen {
+        OnOpen { inner: MemoryPendingStore::default(), hook: Box::new(hook), answer: false }
+    }
+
+    /// A store whose calls are answered the moment they are opened.
+    fn answering() -> OnOpen {
+        OnOpen { answer: true, ..OnOpen::new(|| {}) }
+    }
 }
 
 impl std::fmt::Debug for OnOpen {
@@ -730,6 +699,10 @@ impl PendingStore for OnOpen {
     async fn open(&self, call: PendingCall) -> Result<String, ToolError> {
         let id = self.inner.open(call).await?;
         (self.hook)();
+        if self.answer {
+            let answer = ExternalResult { result: json!({"confirmed": true}), is_error: false };
+            self.inner.resolve(&id, answer).await?;
+        }
         Ok(id)
     }
     async fn wait(&self, call_id: &str, timeout: Duration) -> Option<ExternalResult> {
@@ -817,14 +790,11 @@ async fn a_call_dropped_while_its_message_waits_for_the_folder_is_withdrawn() {
     let lock = Arc::new(std::fs::File::options().write(true).open(&lock_at).expect("lock file"));
     let opened = Arc::new(tokio::sync::Notify::new());
     let (held, told) = (lock.clone(), opened.clone());
-    let store = OnOpen {
-        inner: MemoryPendingStore::default(),
-        // Another process takes the folder's lock between the opening and the posting.
-        hook: Box::new(move || {
-            held.lock().expect("locked by another process");
-            told.notify_one();
-        }),
-    };
+    // Another process takes the folder's lock between the opening and the posting.
+    let store = OnOpen::new(move || {
+        held.lock().expect("locked by another process");
+        told.notify_one();
+    });
     let ext = external_in(&spaces, Arc::new(store));
     drop_while_posting(&ext, &gateway, &me, &opened, || lock.unlock().expect("unlocked")).await;
     assert_eq!(tool_statuses(&gateway, "trip").await, Vec::<String>::new(), "never posted");
@@ -874,13 +844,10 @@ async fn a_call_dropped_while_its_message_is_written_is_withdrawn() {
     gateway.call("enter_space", json!({"space": "trip"}), &me).await.expect("enter");
     let opened = Arc::new(tokio::sync::Notify::new());
     let (stalled, told) = (storage.clone(), opened.clone());
-    let store = OnOpen {
-        inner: MemoryPendingStore::default(),
-        hook: Box::new(move || {
-            stalled.open.send_replace(false);
-            told.notify_one();
-        }),
-    };
+    let store = OnOpen::new(move || {
+        stalled.open.send_replace(false);
+        told.notify_one();
+    });
     let ext = external_in(&spaces, Arc::new(store));
     drop_while_posting(&ext, &gateway, &me, &opened, || {
         storage.open.send_replace(true);
