@@ -724,37 +724,13 @@ async fn a_gateway_passes_on_the_headers_it_is_told_to_and_never_its_own_credent
 /// again.
 #[tokio::test]
 async fn a_websocket_closed_under_a_call_fails_it_at_once_naming_the_close() {
-    use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/", listener.local_addr().unwrap());
-    let server = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-                while let Some(Ok(Message::Text(text))) = socket.next().await {
-                    let request: serde_json::Value = serde_json::from_str(&text).unwrap();
-                    let answer = match request["method"].as_str() {
-                        Some("initialize") => json!({"protocolVersion": "2025-06-18",
-                            "capabilities": {"tools": {}}, "serverInfo": {"name": "closer", "version": "1"}}),
-                        Some("tools/list") => json!({"tools": [{"name": "echo",
-                            "inputSchema": {"type": "object"}}]}),
-                        Some("tools/call") => {
-                            let frame =
-                                CloseFrame { code: 1011.into(), reason: "overloaded".into() };
-                            let _ = socket.send(Message::Close(Some(frame))).await;
-                            continue;
-                        }
-                        _ => continue,
-                    };
-                    let line = json!({"jsonrpc": "2.0", "id": request["id"], "result": answer});
-                    if socket.send(Message::Text(line.to_string().into())).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let tools = json!([{"name": "echo", "inputSchema": {"type": "object"}}]);
+    let (url, server) = websocket_server("closer", tools, |call| match call {
+        Some(_) => WsAnswer::Close(CloseFrame { code: 1011.into(), reason: "overloaded".into() }),
+        None => WsAnswer::Handshake,
+    })
+    .await;
     let config = McpServerConfig::remote(TransportKind::Websocket, url)
         .with_protocol(ProtocolMode::Legacy)
         .with_request_timeout(Duration::from_secs(30));
@@ -779,46 +755,23 @@ async fn a_websocket_closed_under_a_call_fails_it_at_once_naming_the_close() {
 /// later message behind it.
 #[tokio::test]
 async fn a_websocket_server_that_stops_reading_ends_its_connection() {
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("ws://{}/", listener.local_addr().unwrap());
     // Handshakes answered.
     let connections = Arc::new(AtomicUsize::new(0));
     let accepted = connections.clone();
-    let server = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let accepted = accepted.clone();
-            tokio::spawn(async move {
-                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-                while let Some(Ok(Message::Text(text))) = socket.next().await {
-                    let request: serde_json::Value = serde_json::from_str(&text).unwrap();
-                    let answer = match request["method"].as_str() {
-                        Some("initialize") => {
-                            accepted.fetch_add(1, Ordering::SeqCst);
-                            json!({"protocolVersion": "2025-06-18",
-                            "capabilities": {"tools": {}}, "serverInfo": {"name": "deaf", "version": "1"}})
-                        }
-                        Some("tools/list") => json!({"tools": [
-                            {"name": "echo", "inputSchema": {"type": "object"}},
-                            {"name": "deaf", "inputSchema": {"type": "object"}}]}),
-                        Some("tools/call") if request["params"]["name"] == "deaf" => {
-                            // Holds the socket and reads no more.
-                            std::future::pending::<()>().await;
-                            unreachable!()
-                        }
-                        Some("tools/call") => {
-                            json!({"content": [{"type": "text", "text": "echo"}]})
-                        }
-                        _ => continue,
-                    };
-                    let line = json!({"jsonrpc": "2.0", "id": request["id"], "result": answer});
-                    if socket.send(Message::Text(line.to_string().into())).await.is_err() {
-                        return;
-                    }
-                }
-            });
+    let tools = json!([
+        {"name": "echo", "inputSchema": {"type": "object"}},
+        {"name": "deaf", "inputSchema": {"type": "object"}},
+    ]);
+    let (url, server) = websocket_server("deaf", tools, move |call| match call {
+        None => {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            WsAnswer::Handshake
         }
-    });
+        // Holds the socket and reads no more.
+        Some("deaf") => WsAnswer::Hang,
+        Some(_) => WsAnswer::Text("echo"),
+    })
+    .await;
     let config = McpServerConfig::remote(TransportKind::Websocket, url)
         .with_protocol(ProtocolMode::Legacy)
         .with_request_timeout(Duration::from_millis(1500));
@@ -844,4 +797,66 @@ async fn a_websocket_server_that_stops_reading_ends_its_connection() {
     assert_eq!(connections.load(Ordering::SeqCst), 2, "connected again");
     provider.shutdown().await.unwrap();
     server.abort();
+}
+
+/// What [`websocket_server`] does with a message: a call of the named tool (`Some`), or the
+/// handshake's `initialize` (`None`).
+enum WsAnswer {
+    /// Answers the handshake.
+    Handshake,
+    /// Answers the call with this text.
+    Text(&'static str),
+    /// Closes the socket with this frame instead of answering.
+    Close(tokio_tungstenite::tungstenite::protocol::CloseFrame),
+    /// Holds the socket and reads no more.
+    Hang,
+}
+
+/// A hand-written MCP server over WebSocket named `name`, listing `tools` and treating
+/// each call (and each `initialize`) as `answer` says; its URL and the task that serves.
+async fn websocket_server(
+    name: &'static str,
+    tools: serde_json::Value,
+    answer: impl Fn(Option<&str>) -> WsAnswer + Send + Sync + 'static,
+) -> (String, tokio::task::JoinHandle<()>) {
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/", listener.local_addr().unwrap());
+    let answer = Arc::new(answer);
+    let server = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (answer, tools) = (answer.clone(), tools.clone());
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                while let Some(Ok(Message::Text(text))) = socket.next().await {
+                    let request: serde_json::Value = serde_json::from_str(&text).unwrap();
+                    let result = match request["method"].as_str() {
+                        Some("initialize") => {
+                            let _ = answer(None);
+                            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                                   "serverInfo": {"name": name, "version": "1"}})
+                        }
+                        Some("tools/list") => json!({ "tools": tools }),
+                        Some("tools/call") => match answer(request["params"]["name"].as_str()) {
+                            WsAnswer::Handshake => continue,
+                            WsAnswer::Text(text) => {
+                                json!({"content": [{"type": "text", "text": text}]})
+                            }
+                            WsAnswer::Close(frame) => {
+                                let _ = socket.send(Message::Close(Some(frame))).await;
+                                continue;
+                            }
+                            WsAnswer::Hang => std::future::pending().await,
+                        },
+                        _ => continue,
+                    };
+                    let line = json!({"jsonrpc": "2.0", "id": request["id"], "result": result});
+                    if socket.send(Message::Text(line.to_string().into())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, server)
 }
