@@ -33,7 +33,7 @@ struct ClientInner {
     /// How many connections commands may use at once.
     pool_size: usize,
     /// One permit per connection a command may use; a command waits for one first, in
-    /// turn, and then has its whole timeout for the server.
+    /// turn, and then has what is left of its timeout for the server.
     permits: tokio::sync::Semaphore,
     // Invariant: a connection is taken out of `idle` while a command uses it and put back
     // only after a whole reply was read, so a command cut by its timeout (its future
@@ -100,9 +100,10 @@ impl RedisClient {
         self.command_within(args, self.inner.timeout).await
     }
 
-    /// Runs one command within `timeout` (connecting first, if needed, counts against it).
-    /// Waiting for a free connection of the pool does not: that wait is bounded apart, by
-    /// `timeout` too, and ends in [`RedisError::PoolBusy`], the command unsent.
+    /// Runs one command within `timeout` in all: waiting for a free connection of the pool,
+    /// connecting if needed, and the server's answer share that one deadline. A command
+    /// that found no free connection by then fails with [`RedisError::PoolBusy`], unsent;
+    /// one that was sent and not answered by then, with [`RedisError::Timeout`].
     pub async fn command_within<A: AsRef<[u8]> + Sync>(
         &self,
         args: &[A],
@@ -135,11 +136,12 @@ impl RedisClient {
     ) -> Result<Reply, RedisError> {
         let inner = &self.inner;
         let name = command_name(args);
-        // A burst of commands waits here for a connection, in turn, without eating into
-        // the time each has for the server: a command that times out reached Redis.
+        // One deadline for the wait for a connection and for the server: each had the
+        // whole timeout, so a command could take twice as long as its caller allowed.
+        let deadline = Instant::now() + timeout;
         let _permit = match inner.permits.try_acquire() {
             Ok(permit) => permit,
-            Err(_) => match tokio::time::timeout(timeout, inner.permits.acquire()).await {
+            Err(_) => match tokio::time::timeout_at(deadline, inner.permits.acquire()).await {
                 Ok(Ok(permit)) => permit,
                 // The semaphore is never closed; a timeout or a closed one alike: not sent.
                 Ok(Err(_)) | Err(_) => {
@@ -167,7 +169,7 @@ impl RedisClient {
             self.lock_idle().push(conn);
             Ok(reply)
         };
-        let reply = match tokio::time::timeout(timeout, work).await {
+        let reply = match tokio::time::timeout_at(deadline, work).await {
             Ok(reply) => reply?,
             Err(_) => {
                 return Err(RedisError::Timeout {

@@ -53,13 +53,15 @@ pub struct RedisConfig {
     /// third of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<u64>,
-    /// How long one Redis command may take, in milliseconds (default 2000, at least 1).
+    /// How long one Redis command may take in all, its wait for a pooled connection
+    /// included, in milliseconds (default 2000, at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// How many connections a backend's commands use at once (default
-    /// [`DEFAULT_POOL_SIZE`], from 1 to 256). A command first waits for a free one, up to its
-    /// timeout, and then has its whole timeout for the server. Raise it when many calls
-    /// queue or wait on Redis at once and commands fail saying the pool was busy.
+    /// [`DEFAULT_POOL_SIZE`], from 1 to 256). A command first waits for a free one and then
+    /// has what is left of its timeout for the server (one deadline for both). Raise it
+    /// when many calls queue or wait on Redis at once and commands fail saying the pool
+    /// was busy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<usize>,
 }

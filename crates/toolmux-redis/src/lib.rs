@@ -22,8 +22,8 @@
 //! Statistics stay in each process.
 //!
 //! The client is this crate's own (RESP2 over TCP, [`resp`] and [`RedisClient`]): a small
-//! pool (a command waits for a free connection, in turn, up to its timeout, and then has
-//! its whole timeout for the server), one subscriber connection whose messages wake
+//! pool (a command waits for a free connection, in turn, and has what is left of its
+//! timeout for the server: one deadline for both), one subscriber connection whose messages wake
 //! waiters at once (with polling as a fallback), and Lua scripts for every step that must
 //! be atomic. A Redis that does not answer never hangs a call: a queue slot is not given
 //! by the end of the wait, the cache misses, an external call fails; the outage is logged

@@ -157,24 +157,37 @@ async fn blocked_clients(admin: &RedisClient, n: i64) {
     .await;
 }
 
-/// A command that waited for a free connection still has its whole timeout for the server:
-/// the wait counted against it, and a burst made commands time out that never reached it.
+/// A command's timeout bounds its wait for a free connection and its time at the server
+/// together: each had the whole timeout, so a command of a busy pool could take twice as
+/// long as its caller allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wait_for_a_pooled_connection_leaves_the_command_its_timeout() {
+async fn a_wait_for_a_pooled_connection_counts_against_the_command_timeout() {
     let server = RedisServer::start();
-    let client = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
+    let config = RedisConfig::new(server.url()).with_pool_size(1);
+    let client = RedisClient::new(&config).unwrap();
     let admin = RedisClient::new(&RedisConfig::new(server.url())).unwrap();
-    let holders = hold_the_pool(&client, toolmux_redis::DEFAULT_POOL_SIZE, "0.8");
-    blocked_clients(&admin, toolmux_redis::DEFAULT_POOL_SIZE as i64).await;
-    // Up to 0.8 s for a connection, then 0.5 s at the server: within 1 s each, not
-    // together.
+    let holders = hold_the_pool(&client, 1, "0.6");
+    blocked_clients(&admin, 1).await;
+    // Up to 0.6 s for the connection, then 0.8 s at the server: more than 1 s in all.
     let started = tokio::time::Instant::now();
-    let reply = client.command_within(&["BLPOP", "other", "0.5"], Duration::from_secs(1)).await;
-    assert_eq!(reply.expect("the command, after its wait for a connection"), Reply::Nil);
-    assert!(started.elapsed() >= Duration::from_millis(1000), "{:?}", started.elapsed());
+    let reply = crate::within(
+        Duration::from_secs(5),
+        "the command",
+        client.command_within(&["BLPOP", "other", "0.8"], Duration::from_secs(1)),
+    )
+    .await;
+    let took = started.elapsed();
+    let error = reply.expect_err("the command outlived its timeout");
+    assert!(matches!(error, RedisError::Timeout { timeout_ms: 1000, .. }), "{error:?}");
+    assert!(took < Duration::from_millis(1250), "the command took {took:?}");
     for holder in holders {
         assert_eq!(holder.await.expect("task").expect("blpop"), Reply::Nil);
     }
+    // A command that waited for the connection less than its timeout is still answered.
+    let _held = hold_the_pool(&client, 1, "0.3");
+    blocked_clients(&admin, 1).await;
+    let reply = client.command_within(&["SET", "k", "v"], Duration::from_secs(1)).await;
+    assert_eq!(reply.expect("the command, after its wait"), Reply::Simple("OK".into()));
 }
 
 /// A pool busy for as long as a command may take fails the command unsent, saying so and
