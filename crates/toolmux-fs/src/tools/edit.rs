@@ -98,7 +98,7 @@ occurrence but only if there are exactly N. To add lines without replacing any, 
 `read` numbers it (0 the top of the file, -1 after its last line), and the diff shows the lines \
 around it to check the place. `dry_run` shows the diff and writes nothing. `old_string` and \
 `new_string` must differ. \
-The file keeps its encoding (UTF-8, a byte order mark, UTF-16) and line endings: `new_string` \
+The file keeps its encoding (UTF-8, a byte order mark, UTF-16, UTF-32) and line endings: `new_string` \
 may use `\\n`, it is written with the file's CRLF if that is what most of its lines use (CR \
 if they all end in a bare CR). \
 Curly quotes, long dashes and non-breaking spaces in the file match the plain ones in \
@@ -443,8 +443,8 @@ pub(super) fn load(
 ) -> Result<(String, Encoding), FsError> {
     let bytes = ws.read_small(tool, path, limits.edit_max_bytes)?;
     let encoding = Encoding::sniff(&bytes);
-    // NUL bytes are ordinary in UTF-16 text.
-    if !encoding.is_utf16() && bytes[..bytes.len().min(8192)].contains(&0) {
+    // NUL bytes are ordinary in UTF-16 and UTF-32 text.
+    if !encoding.is_wide() && bytes[..bytes.len().min(8192)].contains(&0) {
         return Err(FsError::Binary { path: path.given.clone() });
     }
     let canonical = ws.canonical(path)?;

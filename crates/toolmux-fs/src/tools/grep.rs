@@ -2,7 +2,7 @@
 //! follows symlinks, a regex matcher and a searcher, stopped when the call is cancelled.
 
 use super::Budget;
-use super::text::{CrLines, Encoding, Utf16Decoder};
+use super::text::{CrLines, Encoding, WideDecoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
@@ -289,7 +289,7 @@ pub(crate) fn grep(
                     head.search(&mut searcher_cr, matcher_cr, &file, &mut sink)
                 }
                 (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink),
-                (None, _) => searcher.search_file(&matcher, &file, &mut sink),
+                (None, _) => search_file(&mut searcher, &matcher, &file, &mut sink),
             };
             if searched.is_err() || sink.count == 0 {
                 return WalkState::Continue;
@@ -373,6 +373,8 @@ struct Head {
     whole: bool,
     /// Whether its lines end in a bare CR.
     cr: bool,
+    /// The encoding its byte order mark names.
+    encoding: Encoding,
 }
 
 impl Head {
@@ -383,12 +385,18 @@ impl Head {
     /// search stops at binary data), or until `stop` says the search is over.
     fn read(file: &std::fs::File, stop: impl Fn() -> bool) -> Head {
         use std::os::unix::fs::FileExt as _;
-        let mut head =
-            Head { first: [0; 8192], first_len: 0, more: Vec::new(), whole: false, cr: false };
+        let mut head = Head {
+            first: [0; 8192],
+            first_len: 0,
+            more: Vec::new(),
+            whole: false,
+            cr: false,
+            encoding: Encoding::Utf8,
+        };
         let mut lines = CrLines::default();
-        // A UTF-16 file is searched decoded (the searcher's BOM sniffing), and told so, as
-        // `read` tells it.
-        let mut utf16: Option<Utf16Decoder> = None;
+        // A UTF-16 or UTF-32 file is searched decoded (UTF-16 by the searcher's BOM
+        // sniffing, UTF-32 by `Transcoded`), and told so, as `read` tells it.
+        let mut wide: Option<WideDecoder> = None;
         let mut decoded = String::new();
         loop {
             let at = head.len();
@@ -424,13 +432,11 @@ impl Head {
                 _ => &head.more[at..],
             };
             if at == 0 {
-                let encoding = Encoding::sniff(chunk);
-                if encoding.is_utf16() {
-                    utf16 = Some(Utf16Decoder::new(encoding == Encoding::Utf16Be));
-                }
-                chunk = &chunk[encoding.bom().len().min(n)..];
+                head.encoding = Encoding::sniff(chunk);
+                wide = head.encoding.decoder();
+                chunk = &chunk[head.encoding.bom().len().min(n)..];
             }
-            match &mut utf16 {
+            match &mut wide {
                 Some(decoder) => {
                     decoded.clear();
                     if decoder.feed(chunk, &mut decoded).is_err() {
@@ -470,7 +476,8 @@ impl Head {
         sink: S,
     ) -> Result<(), S::Error> {
         use std::io::{Read as _, Seek as _};
-        if self.whole {
+        let utf32 = is_utf32(self.encoding);
+        if self.whole && !utf32 {
             return searcher.search_slice(matcher, self.bytes(), sink);
         }
         let mut rest = file;
@@ -479,7 +486,100 @@ impl Head {
         if let Err(e) = rest.seek(io::SeekFrom::Start(self.len() as u64)) {
             return Err(grep_searcher::SinkError::error_io(e));
         }
+        // A file read whole is searched as it was read, not with what was appended since.
+        let rest = rest.take(if self.whole { 0 } else { u64::MAX });
+        if utf32 {
+            let body = &self.bytes()[self.encoding.bom().len().min(self.len())..];
+            return searcher.search_reader(
+                matcher,
+                Transcoded::new(self.encoding, body.chain(rest)),
+                sink,
+            );
+        }
         searcher.search_reader(matcher, self.bytes().chain(rest), sink)
+    }
+}
+
+/// Whether the searcher cannot decode `encoding` itself: its BOM sniffing knows UTF-8 and
+/// UTF-16 only, and takes UTF-32 LE's mark (`FF FE 00 00`) for UTF-16 LE's.
+fn is_utf32(encoding: Encoding) -> bool {
+    matches!(encoding, Encoding::Utf32Le | Encoding::Utf32Be)
+}
+
+/// Searches all of `file` with `searcher`, as [`Searcher::search_file`] does, a UTF-32
+/// file decoded.
+fn search_file<S: Sink>(
+    searcher: &mut Searcher,
+    matcher: &RegexMatcher,
+    file: &std::fs::File,
+    sink: S,
+) -> Result<(), S::Error> {
+    use std::io::Seek as _;
+    use std::os::unix::fs::FileExt as _;
+    let mut mark = [0u8; 4];
+    let encoding = match file.read_exact_at(&mut mark, 0) {
+        Ok(()) => Encoding::sniff(&mark),
+        Err(_) => Encoding::Utf8,
+    };
+    if !is_utf32(encoding) {
+        return searcher.search_file(matcher, file, sink);
+    }
+    let mut body = file;
+    if let Err(e) = body.seek(io::SeekFrom::Start(4)) {
+        return Err(grep_searcher::SinkError::error_io(e));
+    }
+    searcher.search_reader(matcher, Transcoded::new(encoding, body), sink)
+}
+
+/// The text after a UTF-32 file's byte order mark as UTF-8, read from `inner`; invalid
+/// UTF-32 ends it with an error (the file is not searched, as `read` refuses it).
+struct Transcoded<R> {
+    inner: R,
+    // Invariant: `None` once `inner` ended and what it gave was checked.
+    decoder: Option<WideDecoder>,
+    raw: Vec<u8>,
+    text: String,
+    /// How much of `text` was given out.
+    at: usize,
+}
+
+impl<R: io::Read> Transcoded<R> {
+    fn new(encoding: Encoding, inner: R) -> Self {
+        Transcoded {
+            inner,
+            decoder: encoding.decoder(),
+            raw: vec![0; 64 * 1024],
+            text: String::new(),
+            at: 0,
+        }
+    }
+}
+
+impl<R: io::Read> io::Read for Transcoded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let invalid =
+            |e: super::text::DecodeError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
+        while self.at == self.text.len() {
+            let Some(decoder) = self.decoder.as_mut() else { return Ok(0) };
+            let n = match self.inner.read(&mut self.raw) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                if let Some(decoder) = self.decoder.take() {
+                    decoder.finish().map_err(invalid)?;
+                }
+                return Ok(0);
+            }
+            self.text.clear();
+            self.at = 0;
+            decoder.feed(&self.raw[..n], &mut self.text).map_err(invalid)?;
+        }
+        let n = buf.len().min(self.text.len() - self.at);
+        buf[..n].copy_from_slice(&self.text.as_bytes()[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
     }
 }
 
@@ -951,6 +1051,57 @@ mod tests {
         assert!(!head.whole && head.len() > long.len());
         overwrite();
         assert_eq!(found(&head, &file, &mut searcher), ["1:xxxxx needle", "2:needle 2"]);
+    }
+
+    /// A UTF-32 file is searched decoded whichever way it is searched: from the head read
+    /// for its line endings (whole, or cut inside a code unit after 8 KiB without an LF),
+    /// or all at once; invalid UTF-32 is not searched.
+    #[test]
+    fn utf32_files_are_searched_decoded() {
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("f");
+        let matcher = RegexMatcherBuilder::new().build("ne+dle.").unwrap();
+        let mut searcher = SearcherBuilder::new().line_number(true).build();
+        // A line's number and its last nine characters.
+        fn tail(number: u64, line: &str) -> String {
+            let line = line.trim_end();
+            let start = line.char_indices().rev().nth(8).map_or(0, |(i, _)| i);
+            format!("{number}:{}", &line[start..])
+        }
+        fn sink(lines: &mut Vec<String>) -> impl Sink<Error = io::Error> + '_ {
+            grep_searcher::sinks::UTF8(move |number, line| {
+                lines.push(tail(number, line));
+                Ok(true)
+            })
+        }
+        let long = "x".repeat(3 * 1024 + 1);
+        for encoding in [Encoding::Utf32Le, Encoding::Utf32Be] {
+            for text in
+                ["a\nb neeedle\u{e9}\n".to_owned(), format!("{long} needle\u{1F600}\nneedle2\n")]
+            {
+                std::fs::write(&path, encoding.encode(&text)).unwrap();
+                let file = std::fs::File::open(&path).unwrap();
+                let (mut headed, mut whole) = (Vec::new(), Vec::new());
+                let head = Head::read(&file, || false);
+                assert_eq!(head.encoding, encoding);
+                head.search(&mut searcher, &matcher, &file, sink(&mut headed)).unwrap();
+                search_file(&mut searcher, &matcher, &file, sink(&mut whole)).unwrap();
+                let want: Vec<String> = text
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| l.contains("dle"))
+                    .map(|(i, l)| tail(i as u64 + 1, l))
+                    .collect();
+                assert_eq!(headed, want, "{encoding:?}");
+                assert_eq!(whole, want, "{encoding:?}");
+            }
+        }
+        let mut broken = Encoding::Utf32Le.encode("needle\n");
+        broken.extend(0x11_0000u32.to_le_bytes());
+        std::fs::write(&path, broken).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let sink = grep_searcher::sinks::UTF8(|_, _| Ok(true));
+        assert!(search_file(&mut searcher, &matcher, &file, sink).is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! a huge file costs a scan, not its size in memory; an image (PNG, JPEG, GIF, WebP) as an
 //! image, for models that see.
 
-use super::text::{CrLines, Encoding, Utf16Decoder};
+use super::text::{CrLines, Encoding, WideDecoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::{Hash, PageRepeat, ShownPage, Workspace};
@@ -59,8 +59,8 @@ function or other block it is in (`levels: 2` for the one around that, such as i
 with the comments and attributes above it and its closing line. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
 reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
-returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 byte order mark \
-are decoded (and refused if they are not valid UTF-16). Paths are relative to the workspace \
+returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 or UTF-32 byte order mark \
+are decoded (and refused if they are not valid in it). Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read. Asking again for the same \
 range (`offset` and `limit`) of a file whose content has not changed since this run's last \
 `read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
@@ -151,7 +151,7 @@ pub(crate) fn read(
     let bytes = ws.read_small("read", &path, limits.edit_max_bytes)?;
     let encoding = Encoding::sniff(&bytes);
     if image_type(&bytes).is_some()
-        || (!encoding.is_utf16() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
+        || (!encoding.is_wide() && bytes[..bytes.len().min(SNIFF_BYTES)].contains(&0))
     {
         return Err(invalid(format!(
             "`{}` is not a text file: `anchor_line` finds blocks of code in text",
@@ -237,9 +237,9 @@ fn read_page(
         let mut hasher = Sha256::new();
         let mut reader = file;
         let mut at_start = true;
-        // Set when the file starts with a UTF-16 byte order mark: its text is decoded to UTF-8
-        // before it is paged.
-        let mut utf16: Option<(Encoding, Utf16Decoder)> = None;
+        // Set when the file starts with a UTF-16 or UTF-32 byte order mark: its text is
+        // decoded to UTF-8 before it is paged.
+        let mut wide: Option<(Encoding, WideDecoder)> = None;
         let mut decoded = String::new();
         loop {
             if cancelled.load(Ordering::Relaxed) {
@@ -269,14 +269,14 @@ fn read_page(
             if at_start {
                 at_start = false;
                 let encoding = Encoding::sniff(chunk);
-                if encoding.is_utf16() {
-                    utf16 = Some((encoding, Utf16Decoder::new(encoding == Encoding::Utf16Be)));
+                if let Some(decoder) = encoding.decoder() {
+                    wide = Some((encoding, decoder));
                 } else if chunk[..chunk.len().min(SNIFF_BYTES)].contains(&0) {
                     return Err(FsError::Binary { path: path.given.clone() });
                 }
                 chunk = &chunk[encoding.bom().len()..];
             }
-            match &mut utf16 {
+            match &mut wide {
                 Some((_, decoder)) => {
                     decoded.clear();
                     decoder.feed(chunk, &mut decoded).map_err(invalid)?;
@@ -285,7 +285,7 @@ fn read_page(
                 None => page.feed(chunk),
             }
         }
-        if let Some((encoding, decoder)) = utf16 {
+        if let Some((encoding, decoder)) = wide {
             decoder.finish().map_err(invalid)?;
             page.decoded_from = Some(encoding);
         }

@@ -1,6 +1,6 @@
 //! How a text file is encoded and how its lines end, detected from its bytes, so that
-//! `read` can show UTF-16 files and `edit` and `write` keep a file's byte order mark,
-//! encoding and line endings instead of silently converting them.
+//! `read` and `grep` can show UTF-16 and UTF-32 files and `edit` and `write` keep a file's
+//! byte order mark, encoding and line endings instead of silently converting them.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -19,6 +19,10 @@ pub(crate) enum Encoding {
     Utf16Le,
     /// UTF-16 big-endian, starting with `FE FF`.
     Utf16Be,
+    /// UTF-32 little-endian, starting with `FF FE 00 00`.
+    Utf32Le,
+    /// UTF-32 big-endian, starting with `00 00 FE FF`.
+    Utf32Be,
 }
 
 /// Why bytes could not be decoded; the message completes "`path` ...".
@@ -33,11 +37,16 @@ impl fmt::Display for DecodeError {
 
 impl Encoding {
     /// The encoding the byte order mark at the start of `bytes` names; `Utf8` without one.
-    /// `FF FE 00 00` is UTF-32 LE, not UTF-16: it is left to the binary check.
+    /// `FF FE 00 00` is UTF-32 LE, as Python, iconv and `file` take it, though it could
+    /// also be UTF-16 LE starting with a U+0000, which no text does.
     pub(crate) fn sniff(bytes: &[u8]) -> Encoding {
         if bytes.starts_with(UTF8_BOM) {
             Encoding::Utf8Bom
-        } else if bytes.starts_with(b"\xFF\xFE") && !bytes.starts_with(b"\xFF\xFE\x00\x00") {
+        } else if bytes.starts_with(b"\xFF\xFE\x00\x00") {
+            Encoding::Utf32Le
+        } else if bytes.starts_with(b"\x00\x00\xFE\xFF") {
+            Encoding::Utf32Be
+        } else if bytes.starts_with(b"\xFF\xFE") {
             Encoding::Utf16Le
         } else if bytes.starts_with(b"\xFE\xFF") {
             Encoding::Utf16Be
@@ -53,12 +62,47 @@ impl Encoding {
             Encoding::Utf8Bom => UTF8_BOM,
             Encoding::Utf16Le => b"\xFF\xFE",
             Encoding::Utf16Be => b"\xFE\xFF",
+            Encoding::Utf32Le => b"\xFF\xFE\x00\x00",
+            Encoding::Utf32Be => b"\x00\x00\xFE\xFF",
         }
     }
 
-    /// Whether the encoding is UTF-16, where NUL bytes are ordinary text.
-    pub(crate) fn is_utf16(self) -> bool {
-        matches!(self, Encoding::Utf16Le | Encoding::Utf16Be)
+    /// Whether the encoding is UTF-16 or UTF-32, where NUL bytes are ordinary text.
+    pub(crate) fn is_wide(self) -> bool {
+        self.decoder().is_some()
+    }
+
+    /// A decoder of the text after the byte order mark, for the encodings whose code units
+    /// are wider than a byte; `None` for UTF-8.
+    pub(crate) fn decoder(self) -> Option<WideDecoder> {
+        let (width, big_endian) = match self {
+            Encoding::Utf8 | Encoding::Utf8Bom => return None,
+            Encoding::Utf16Le => (2, false),
+            Encoding::Utf16Be => (2, true),
+            Encoding::Utf32Le => (4, false),
+            Encoding::Utf32Be => (4, true),
+        };
+        Some(WideDecoder { width, big_endian, pending: [0; 4], pending_len: 0, high: None, at: 0 })
+    }
+
+    /// The code units of `body` (text after the byte order mark; a unit cut at its end is
+    /// left out), for telling line endings without decoding.
+    pub(crate) fn units(self, body: &[u8]) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            Encoding::Utf8 | Encoding::Utf8Bom => Box::new(body.iter().map(|&b| u32::from(b))),
+            Encoding::Utf16Le => {
+                Box::new(body.chunks_exact(2).map(|p| u32::from(u16::from_le_bytes([p[0], p[1]]))))
+            }
+            Encoding::Utf16Be => {
+                Box::new(body.chunks_exact(2).map(|p| u32::from(u16::from_be_bytes([p[0], p[1]]))))
+            }
+            Encoding::Utf32Le => {
+                Box::new(body.chunks_exact(4).map(|p| u32::from_le_bytes([p[0], p[1], p[2], p[3]])))
+            }
+            Encoding::Utf32Be => {
+                Box::new(body.chunks_exact(4).map(|p| u32::from_be_bytes([p[0], p[1], p[2], p[3]])))
+            }
+        }
     }
 
     /// A name for messages.
@@ -68,6 +112,8 @@ impl Encoding {
             Encoding::Utf8Bom => "UTF-8 with a byte order mark",
             Encoding::Utf16Le => "UTF-16 LE",
             Encoding::Utf16Be => "UTF-16 BE",
+            Encoding::Utf32Le => "UTF-32 LE",
+            Encoding::Utf32Be => "UTF-32 BE",
         }
     }
 
@@ -75,8 +121,7 @@ impl Encoding {
     /// Lossless: invalid bytes are an error, never replaced.
     pub(crate) fn decode(self, bytes: &[u8]) -> Result<String, DecodeError> {
         let body = &bytes[self.bom().len().min(bytes.len())..];
-        if self.is_utf16() {
-            let mut decoder = Utf16Decoder::new(self == Encoding::Utf16Be);
+        if let Some(mut decoder) = self.decoder() {
             let mut text = String::with_capacity(body.len() / 2);
             decoder.feed(body, &mut text)?;
             decoder.finish()?;
@@ -98,54 +143,83 @@ impl Encoding {
             Encoding::Utf8 | Encoding::Utf8Bom => bytes.extend_from_slice(text.as_bytes()),
             Encoding::Utf16Le => text.encode_utf16().for_each(|u| bytes.extend(u.to_le_bytes())),
             Encoding::Utf16Be => text.encode_utf16().for_each(|u| bytes.extend(u.to_be_bytes())),
+            Encoding::Utf32Le => {
+                text.chars().for_each(|c| bytes.extend(u32::from(c).to_le_bytes()));
+            }
+            Encoding::Utf32Be => {
+                text.chars().for_each(|c| bytes.extend(u32::from(c).to_be_bytes()));
+            }
         }
         bytes
     }
 }
 
-/// Decodes UTF-16 fed in pieces of any size (a code unit or a surrogate pair may be cut
-/// between two pieces), refusing unpaired surrogates and a dangling byte.
+/// Decodes UTF-16 or UTF-32 fed in pieces of any size (a code unit or a surrogate pair
+/// may be cut between two pieces), refusing what is no character and a unit cut short at
+/// the end. Made by [`Encoding::decoder`].
 #[derive(Debug)]
-pub(crate) struct Utf16Decoder {
+pub(crate) struct WideDecoder {
+    /// Bytes per code unit: 2 or 4.
+    width: usize,
     big_endian: bool,
-    /// The first byte of a code unit cut by the end of the last piece.
-    odd: Option<u8>,
-    /// A high surrogate waiting for its low half.
+    /// The first bytes of a code unit cut by the end of the last piece.
+    pending: [u8; 4],
+    // Invariant: less than `width`.
+    pending_len: usize,
+    /// A high surrogate waiting for its low half (UTF-16 only).
     high: Option<u16>,
     /// Bytes consumed so far (after the byte order mark), for messages.
     at: u64,
 }
 
-impl Utf16Decoder {
-    pub(crate) fn new(big_endian: bool) -> Self {
-        Utf16Decoder { big_endian, odd: None, high: None, at: 0 }
-    }
-
+impl WideDecoder {
     /// Appends the characters of `bytes` to `out`.
     pub(crate) fn feed(&mut self, mut bytes: &[u8], out: &mut String) -> Result<(), DecodeError> {
-        if let Some(first) = self.odd.take() {
-            let Some((&second, rest)) = bytes.split_first() else {
-                self.odd = Some(first);
+        let width = self.width;
+        if self.pending_len > 0 {
+            let take = (width - self.pending_len).min(bytes.len());
+            self.pending[self.pending_len..self.pending_len + take].copy_from_slice(&bytes[..take]);
+            self.pending_len += take;
+            bytes = &bytes[take..];
+            if self.pending_len < width {
                 return Ok(());
-            };
-            self.unit([first, second], out)?;
-            bytes = rest;
+            }
+            self.pending_len = 0;
+            let unit = self.pending;
+            self.unit(&unit[..width], out)?;
         }
-        let mut pairs = bytes.chunks_exact(2);
-        for pair in &mut pairs {
-            self.unit([pair[0], pair[1]], out)?;
+        let mut units = bytes.chunks_exact(width);
+        for unit in &mut units {
+            self.unit(unit, out)?;
         }
-        if let [last] = pairs.remainder() {
-            self.odd = Some(*last);
-        }
+        let rest = units.remainder();
+        self.pending[..rest.len()].copy_from_slice(rest);
+        self.pending_len = rest.len();
         Ok(())
     }
 
-    fn unit(&mut self, pair: [u8; 2], out: &mut String) -> Result<(), DecodeError> {
+    /// Decodes one code unit of `width` bytes.
+    fn unit(&mut self, bytes: &[u8], out: &mut String) -> Result<(), DecodeError> {
+        let at = self.at;
+        self.at += self.width as u64;
+        if let &[a, b, c, d] = bytes {
+            let unit = match self.big_endian {
+                true => u32::from_be_bytes([a, b, c, d]),
+                false => u32::from_le_bytes([a, b, c, d]),
+            };
+            let c = char::from_u32(unit).ok_or_else(|| {
+                DecodeError(format!(
+                    "is not valid UTF-32: code unit {unit:#X} at byte {} is not a character (a \
+                     surrogate, or past U+10FFFF)",
+                    at + 4
+                ))
+            })?;
+            out.push(c);
+            return Ok(());
+        }
+        let pair = [bytes[0], bytes[1]];
         let unit =
             if self.big_endian { u16::from_be_bytes(pair) } else { u16::from_le_bytes(pair) };
-        let at = self.at;
-        self.at += 2;
         let unpaired = || {
             DecodeError(format!("is not valid UTF-16: an unpaired surrogate at byte {}", at + 2))
         };
@@ -164,11 +238,15 @@ impl Utf16Decoder {
 
     /// Checks that nothing was left cut short at the end.
     pub(crate) fn finish(self) -> Result<(), DecodeError> {
-        if self.odd.is_some() {
-            return Err(DecodeError(
-                "is not valid UTF-16: it ends in the middle of a code unit (an odd number of bytes)"
+        if self.pending_len > 0 {
+            return Err(DecodeError(match self.width {
+                4 => "is not valid UTF-32: it ends in the middle of a code unit (its length is \
+                      not a multiple of 4 bytes)"
                     .into(),
-            ));
+                _ => "is not valid UTF-16: it ends in the middle of a code unit (an odd number \
+                      of bytes)"
+                    .into(),
+            }));
         }
         if self.high.is_some() {
             return Err(DecodeError(
@@ -234,19 +312,19 @@ impl LineEnding {
     /// do; on a tie, the one its first line break uses. A file without any `\n` whose
     /// lines end in `\r` gets [`LineEnding::Cr`]; where `\n` occurs, a bare `\r` is text.
     pub(crate) fn dominant(text: &str) -> Option<LineEnding> {
-        Self::dominant_in(text.bytes().map(u16::from))
+        Self::dominant_in(text.bytes().map(u32::from))
     }
 
-    /// [`LineEnding::dominant`] over code units (bytes of UTF-8, or UTF-16 units).
-    pub(crate) fn dominant_in(units: impl IntoIterator<Item = u16>) -> Option<LineEnding> {
+    /// [`LineEnding::dominant`] over code units (bytes of UTF-8, or UTF-16 or UTF-32 units).
+    pub(crate) fn dominant_in(units: impl IntoIterator<Item = u32>) -> Option<LineEnding> {
         let (mut crlf, mut lf, mut first) = (0u64, 0u64, None);
-        let mut previous = 0u16;
+        let mut previous = 0u32;
         let mut cr = false;
         for unit in units {
-            cr |= unit == u16::from(b'\r');
-            if unit == u16::from(b'\n') {
+            cr |= unit == u32::from(b'\r');
+            if unit == u32::from(b'\n') {
                 let ending =
-                    if previous == u16::from(b'\r') { LineEnding::CrLf } else { LineEnding::Lf };
+                    if previous == u32::from(b'\r') { LineEnding::CrLf } else { LineEnding::Lf };
                 match ending {
                     LineEnding::CrLf => crlf += 1,
                     _ => lf += 1,
@@ -317,14 +395,22 @@ mod tests {
         assert_eq!(Encoding::sniff(b"\xEF\xBB\xBFa"), Encoding::Utf8Bom);
         assert_eq!(Encoding::sniff(b"\xFF\xFEa\0"), Encoding::Utf16Le);
         assert_eq!(Encoding::sniff(b"\xFE\xFF\0a"), Encoding::Utf16Be);
-        assert_eq!(Encoding::sniff(b"\xFF\xFE\0\0"), Encoding::Utf8);
+        assert_eq!(Encoding::sniff(b"\xFF\xFE\0\0"), Encoding::Utf32Le);
+        assert_eq!(Encoding::sniff(b"\0\0\xFE\xFFa"), Encoding::Utf32Be);
         assert_eq!(Encoding::sniff(b"plain"), Encoding::Utf8);
     }
 
     #[test]
     fn utf16_round_trips_and_refuses_what_is_invalid() {
         let text = "h\u{e9}llo \u{1F600}\r\nz";
-        for encoding in [Encoding::Utf16Le, Encoding::Utf16Be, Encoding::Utf8Bom, Encoding::Utf8] {
+        for encoding in [
+            Encoding::Utf16Le,
+            Encoding::Utf16Be,
+            Encoding::Utf32Le,
+            Encoding::Utf32Be,
+            Encoding::Utf8Bom,
+            Encoding::Utf8,
+        ] {
             let bytes = encoding.encode(text);
             assert!(bytes.starts_with(encoding.bom()));
             assert_eq!(Encoding::sniff(&bytes), encoding);
@@ -340,18 +426,32 @@ mod tests {
     }
 
     #[test]
-    fn utf16_decodes_across_any_cut() {
+    fn wide_encodings_decode_across_any_cut() {
         let text = "a\u{1F600}b\u{e9}";
-        let bytes = Encoding::Utf16Le.encode(text);
-        for size in 1..=bytes.len() {
-            let mut decoder = Utf16Decoder::new(false);
-            let mut out = String::new();
-            for piece in bytes[2..].chunks(size) {
-                decoder.feed(piece, &mut out).unwrap();
+        for encoding in [Encoding::Utf16Le, Encoding::Utf16Be, Encoding::Utf32Le, Encoding::Utf32Be]
+        {
+            let bytes = encoding.encode(text);
+            for size in 1..=bytes.len() {
+                let mut decoder = encoding.decoder().unwrap();
+                let mut out = String::new();
+                for piece in bytes[encoding.bom().len()..].chunks(size) {
+                    decoder.feed(piece, &mut out).unwrap();
+                }
+                decoder.finish().unwrap();
+                assert_eq!(out, text, "{encoding:?} in pieces of {size}");
             }
-            decoder.finish().unwrap();
-            assert_eq!(out, text, "pieces of {size}");
         }
+    }
+
+    #[test]
+    fn utf32_refuses_what_is_no_character() {
+        assert_eq!(
+            Encoding::Utf32Be.decode(b"\0\0\xFE\xFF\0\0\0a\0\x11\0\0").unwrap_err().to_string(),
+            "is not valid UTF-32: code unit 0x110000 at byte 8 is not a character (a surrogate, \
+             or past U+10FFFF)"
+        );
+        assert!(Encoding::Utf32Le.decode(b"\xFF\xFE\0\0\0\xD8\0\0").is_err());
+        assert!(Encoding::Utf32Le.decode(b"\xFF\xFE\0\0a\0\0").is_err());
     }
 
     #[test]

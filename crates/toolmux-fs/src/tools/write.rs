@@ -31,7 +31,7 @@ Parent directories are created. The write is atomic (a temporary file renamed ov
 and an existing file keeps its permissions. An existing file must have been read with `read` in \
 this run, and must not have changed since (checked by content hash): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
-and UTF-16 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
+and UTF-16 or UTF-32 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
 of its lines end so (CR when they all end in a bare CR). Returns the bytes and lines written and, for an overwrite, which lines \
 changed. Prefer `edit` for changes to existing files. \
 Paths are relative to the workspace root or absolute inside it; nothing outside the root can be \
@@ -203,7 +203,7 @@ impl Style {
     /// The bytes to write for `content`, and what of the old file's style they kept.
     /// Content with bare `\n` only gets CRLF when the file mostly used CRLF, or CR when
     /// its lines all ended in a bare CR (content that has CR of its own is taken as meant);
-    /// a byte order mark and UTF-16 are kept.
+    /// a byte order mark, UTF-16 and UTF-32 are kept.
     fn render(self, content: &str) -> (Vec<u8>, Vec<&'static str>) {
         let mut kept = Vec::new();
         let mut text = Cow::Borrowed(content);
@@ -227,6 +227,8 @@ impl Style {
             Encoding::Utf8Bom => kept.push("UTF-8 byte order mark"),
             Encoding::Utf16Le => kept.push("UTF-16 LE encoding"),
             Encoding::Utf16Be => kept.push("UTF-16 BE encoding"),
+            Encoding::Utf32Le => kept.push("UTF-32 LE encoding"),
+            Encoding::Utf32Be => kept.push("UTF-32 BE encoding"),
         }
         (self.encoding.encode(&text), kept)
     }
@@ -247,13 +249,6 @@ fn existing_style(ws: &Workspace, path: &workspace::Resolved) -> Result<Option<S
     file.take(STYLE_SAMPLE).read_to_end(&mut sample).map_err(err)?;
     let encoding = Encoding::sniff(&sample);
     let body = &sample[encoding.bom().len()..];
-    let units = body.chunks_exact(2).map(|p| [p[0], p[1]]);
-    let ending = match encoding {
-        Encoding::Utf16Le => LineEnding::dominant_in(units.map(u16::from_le_bytes)),
-        Encoding::Utf16Be => LineEnding::dominant_in(units.map(u16::from_be_bytes)),
-        Encoding::Utf8 | Encoding::Utf8Bom => {
-            LineEnding::dominant_in(body.iter().map(|&b| u16::from(b)))
-        }
-    };
+    let ending = LineEnding::dominant_in(encoding.units(body));
     Ok(Some(Style { encoding, ending }))
 }

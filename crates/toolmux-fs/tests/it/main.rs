@@ -18,6 +18,7 @@ mod shell;
 mod subjects;
 mod tasks;
 mod undo;
+mod utf32;
 mod write;
 
 use serde_json::Value;
