@@ -131,3 +131,74 @@ async fn stored_outputs_expire_and_huge_ones_are_refused() {
     let error = store.store("r", "t", &huge).await.unwrap_err();
     assert!(error.to_string().contains("over the"), "{error}");
 }
+
+/// The arrival time a shared limit's key holds (microseconds of the server's clock).
+async fn arrival(backend: &toolmux_redis::RedisBackend, key: &str) -> Option<u64> {
+    let key = format!("toolmux:rl:{key}");
+    let reply = backend.client().command(&["GET", key.as_str()]).await.expect("get");
+    reply.as_str().and_then(|a| a.parse().ok())
+}
+
+/// A limiter of a replica that reaches Redis through `proxy`, with `RESERVE` loaded on
+/// its connection (so that the next reply is the reservation's).
+async fn limiter_through(
+    proxy: &crate::CuttingProxy,
+    limit: RateLimit,
+) -> Arc<dyn toolmux_orchestrator::ratelimit::Limiter> {
+    let config = toolmux_redis::RedisConfig::new(proxy.url());
+    let backend = toolmux_redis::RedisBackend::new(&config).expect("valid url");
+    let warm = backend.rate_limits().limiter("tool:warm", limit);
+    assert_eq!(warm.reserve().await, Ok(Duration::ZERO));
+    backend.rate_limits().limiter("tool:t", limit)
+}
+
+/// A reservation that ran on the server but whose answer was lost with its connection
+/// (the caller falls back to its replica's own limiter, with no turn to give back) is
+/// given back by its id: it kept every replica's calls a whole interval later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_answer_was_lost_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = crate::CuttingProxy::start(&server).await;
+    let admin = replica(&server);
+    let every = limit(1, Duration::from_secs(10), Duration::from_secs(60));
+    let direct = replica(&server).rate_limits().limiter("tool:t", every);
+    let cut = limiter_through(&proxy, every).await;
+    assert_eq!(direct.reserve().await, Ok(Duration::ZERO));
+    let before = arrival(&admin, "tool:t").await.expect("the burst's turn");
+    proxy.cut_next_reply();
+    // The call goes on under this replica's own limiter.
+    let lost = within(Duration::from_secs(5), "the reservation", cut.reserve_turn()).await;
+    assert_eq!(lost.expect("a turn of the local limiter").wait(), Duration::ZERO);
+    within(Duration::from_secs(5), "the lost reservation given back", async {
+        while arrival(&admin, "tool:t").await != Some(before) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // The next shared turn is one interval away, not two.
+    let next = direct.reserve().await.expect("may wait");
+    assert!(next <= Duration::from_secs(10) && next > Duration::from_secs(9), "{next:?}");
+}
+
+/// A reservation whose caller stopped waiting for its answer (cancelled, or cut by a
+/// deadline) is given back by its id once it has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_caller_left_is_given_back() {
+    let server = RedisServer::start();
+    let proxy = crate::CuttingProxy::start(&server).await;
+    let admin = replica(&server);
+    let every = limit(1, Duration::from_secs(10), Duration::from_secs(60));
+    let direct = replica(&server).rate_limits().limiter("tool:t", every);
+    let held = limiter_through(&proxy, every).await;
+    assert_eq!(direct.reserve().await, Ok(Duration::ZERO));
+    let before = arrival(&admin, "tool:t").await.expect("the burst's turn");
+    proxy.hold_next_reply();
+    let left = tokio::time::timeout(Duration::from_millis(300), held.reserve_turn()).await;
+    assert!(left.is_err(), "the reservation's answer was held back: {left:?}");
+    within(Duration::from_secs(5), "the reservation given back", async {
+        while arrival(&admin, "tool:t").await != Some(before) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
