@@ -63,6 +63,7 @@
 mod commands;
 mod config;
 mod error;
+mod ignores;
 mod protect;
 mod provider;
 mod sandbox;

@@ -8,6 +8,7 @@
 //! and `glob` start from a directory resolved the same way and never follow symlinks.
 
 use crate::error::FsError;
+use crate::ignores::IgnoreRules;
 use crate::protect::{Access, Protection, append_lexically};
 use cap_std::fs::Dir;
 use sha2::{Digest, Sha256};
@@ -35,7 +36,7 @@ pub(crate) struct Workspace {
     root: PathBuf,
     /// The root as configured, accepted as a prefix of absolute paths too.
     configured_root: PathBuf,
-    dir: Dir,
+    dir: std::sync::Arc<Dir>,
     reads: Mutex<ReadRecords>,
     protection: Protection,
     /// The files a read-modify-write tool is changing right now, by the path relative to
@@ -146,7 +147,7 @@ impl Workspace {
         Ok(Workspace {
             root: canonical,
             configured_root: root.to_path_buf(),
-            dir,
+            dir: std::sync::Arc::new(dir),
             reads: Mutex::new(ReadRecords::default()),
             protection: Protection::default(),
             changing: Mutex::new(HashSet::new()),
@@ -440,52 +441,49 @@ impl Workspace {
     }
 
     /// A walker from `start` (a result of [`Workspace::walk_start`]) that reads nothing
-    /// outside the root: it follows no symlinks, reads no global git excludes and no
-    /// ignore files of the root's parents. With `respect_ignore` it is gitignore-aware:
-    /// the `.gitignore` files between the root and `start` are added by hand, so a search
-    /// in a subdirectory still honours them; without, it reads no ignore file at all.
+    /// outside the root: it follows no symlinks and reads no global git excludes and no
+    /// ignore files of the root's parents. It never enters a `.git` (a repository's
+    /// database: its objects are compressed, its refs and logs repeat what git says) nor
+    /// what the `hide` lines name. With `respect_ignore` it is gitignore-aware as git is
+    /// ([`IgnoreRules`]: a repository nested beneath the root by its own files alone,
+    /// wherever the walk starts); without, it reads no ignore file at all.
     pub fn walker(&self, start: &Path, respect_ignore: bool) -> ignore::WalkBuilder {
         let mut walk = ignore::WalkBuilder::new(start);
-        walk.follow_links(false).require_git(false).parents(false).git_global(false);
+        // The ignore files are read by `IgnoreRules`, not by the walker: it has no notion
+        // of a nested repository without `require_git`, which would drop the rules of a
+        // root that is no repository.
+        walk.follow_links(false)
+            .require_git(false)
+            .parents(false)
+            .git_global(false)
+            .git_ignore(false)
+            .git_exclude(false)
+            .ignore(false);
         let hidden = self.protection.hidden_globs().clone();
-        if !hidden.is_empty() {
-            let root = self.root.clone();
-            walk.filter_entry(move |entry| {
-                let Ok(relative) = entry.path().strip_prefix(&root) else { return true };
-                let dir = entry.file_type().is_some_and(|t| t.is_dir());
-                relative.as_os_str().is_empty()
-                    || !matches!(
-                        hidden.matched_path_or_any_parents(relative, dir),
-                        ignore::Match::Ignore(_)
-                    )
-            });
-        }
-        if !respect_ignore {
-            walk.git_ignore(false).git_exclude(false).ignore(false);
-            return walk;
-        }
-        let dir = if start.is_dir() { Some(start) } else { start.parent() };
-        if let Some(dir) = dir.and_then(|d| d.strip_prefix(&self.root).ok()) {
-            let mut at = PathBuf::new();
-            let mut ancestors = vec![at.clone()];
-            for part in dir.components() {
-                at.push(part);
-                ancestors.push(at.clone());
+        let rules = respect_ignore.then(|| IgnoreRules::new(self.dir.clone(), &self.root));
+        let root = self.root.clone();
+        walk.filter_entry(move |entry| {
+            if entry.depth() == 0 {
+                return true;
             }
-            // The walker reads the ignore files of `start` itself when it is a directory.
-            if start.is_dir() {
-                ancestors.pop();
+            if entry.file_name() == ".git" {
+                return false;
             }
-            for ancestor in ancestors {
-                for name in [".gitignore", ".ignore"] {
-                    let file = ancestor.join(name);
-                    if self.dir.is_file(&file) {
-                        let _ = walk.add_ignore(self.root.join(file));
-                    }
-                }
-            }
-        }
+            let Ok(relative) = entry.path().strip_prefix(&root) else { return true };
+            let dir = entry.file_type().is_some_and(|t| t.is_dir());
+            let kept_from_agents = !hidden.is_empty()
+                && matches!(
+                    hidden.matched_path_or_any_parents(relative, dir),
+                    ignore::Match::Ignore(_)
+                );
+            !kept_from_agents && !rules.as_ref().is_some_and(|rules| rules.ignored(relative, dir))
+        });
         walk
+    }
+
+    /// The ignore rules beneath the root, read as a call reaches each folder.
+    pub(crate) fn ignore_rules(&self) -> IgnoreRules {
+        IgnoreRules::new(self.dir.clone(), &self.root)
     }
 
     /// How an absolute path found by a walker is shown: relative to the root.

@@ -182,9 +182,8 @@ pub(crate) fn grep(
     let mut walk = ws.walker(&start, !args.no_ignore.unwrap_or(false));
     walk.threads(worker_threads());
     if args.hidden.unwrap_or(false) {
-        // Hidden files, but not git's database: its objects are compressed (so skipped as
-        // binary or matched by chance) and its refs and logs only repeat what git says.
-        walk.hidden(false).filter_entry(|e| e.depth() == 0 || e.file_name() != ".git");
+        // Hidden files, but not git's database: the walker never enters a `.git`.
+        walk.hidden(false);
     }
     // `glob` and `type` are checked file by file, not given to the walker: there they
     // would win over the ignore rules (as ripgrep's `--glob` does), and `glob: "*.js"`

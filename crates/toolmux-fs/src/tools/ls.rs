@@ -2,10 +2,10 @@
 
 use crate::config::FsLimits;
 use crate::error::FsError;
+use crate::ignores::IgnoreRules;
 use crate::workspace::Workspace;
 use cap_std::fs::Dir;
 use globset::{Glob, GlobSet, GlobSetBuilder};
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -113,19 +113,7 @@ pub(crate) fn ls(
         ignored: 0,
     };
     if args.respect_gitignore.unwrap_or(true) {
-        // The rules of the directories above the listed one apply to it too.
-        let mut rules = Vec::new();
-        let mut at = PathBuf::new();
-        rules.push(ignore_rules(ws, &at));
-        let parts: Vec<_> = base.components().collect();
-        for part in parts.iter().take(parts.len().saturating_sub(1)) {
-            at.push(part);
-            rules.push(ignore_rules(ws, &at));
-        }
-        if parts.is_empty() {
-            rules.clear();
-        }
-        listing.rules = Some(rules);
+        listing.rules = Some(ws.ignore_rules());
     }
     let shown_root = ws.display(&ws.root().join(&base));
     let _ = writeln!(listing.text, "{}/", shown_root.trim_end_matches('/'));
@@ -190,50 +178,20 @@ struct Listing<'a> {
     /// starting deep in the tree still says where it is.
     above: Vec<Option<String>>,
     cancelled: &'a AtomicBool,
-    /// With `respect_gitignore`: the ignore rules of each directory from the root down to
-    /// the one being walked (`None` where a directory has none).
-    rules: Option<Vec<Option<Gitignore>>>,
+    /// With `respect_gitignore`: the ignore rules, read as the listing reaches each folder.
+    rules: Option<IgnoreRules>,
     /// Entries left out by those rules.
     ignored: usize,
 }
 
 impl Listing<'_> {
-    /// Lists `dir` (at `base/relative` beneath the root) at `level`, under its own ignore
-    /// rules and those above it.
-    fn walk(
-        &mut self,
-        dir: &Dir,
-        base: &Path,
-        relative: &Path,
-        level: usize,
-    ) -> Result<(), FsError> {
-        let here = base.join(relative);
-        if let Some(rules) = &mut self.rules {
-            rules.push(ignore_rules(self.ws, &here));
-        }
-        let walked = self.walk_entries(dir, base, relative, level);
-        if let Some(rules) = &mut self.rules {
-            rules.pop();
-        }
-        walked
-    }
-
-    /// Whether the ignore rules leave out the entry at `path` (relative to the root): the
-    /// deepest directory's rule that matches decides.
+    /// Whether the ignore rules leave out the entry at `path` (relative to the root).
     fn ignored(&self, path: &Path, is_dir: bool) -> bool {
-        let Some(rules) = &self.rules else { return false };
-        let absolute = self.ws.root().join(path);
-        for rule in rules.iter().rev().flatten() {
-            match rule.matched(&absolute, is_dir) {
-                ignore::Match::Ignore(_) => return true,
-                ignore::Match::Whitelist(_) => return false,
-                ignore::Match::None => {}
-            }
-        }
-        false
+        self.rules.as_ref().is_some_and(|rules| rules.ignored(path, is_dir))
     }
 
-    fn walk_entries(
+    /// Lists `dir` (at `base/relative` beneath the root) at `level`.
+    fn walk(
         &mut self,
         dir: &Dir,
         base: &Path,
@@ -350,30 +308,4 @@ impl Listing<'_> {
             Err(_) => "(outside the workspace)".into(),
         }
     }
-}
-
-/// The `.gitignore` and `.ignore` rules of the directory `dir` (relative to the root), and
-/// `.git/info/exclude` for the root; `None` when it has none. The files are read through
-/// the workspace, so a link among them leading out of the root is not followed.
-fn ignore_rules(ws: &Workspace, dir: &Path) -> Option<Gitignore> {
-    let mut builder = GitignoreBuilder::new(ws.root().join(dir));
-    let mut files: Vec<PathBuf> = Vec::new();
-    if dir.as_os_str().is_empty() {
-        files.push(PathBuf::from(".git/info/exclude"));
-    }
-    // `.ignore` last: its rules win over `.gitignore`'s, as in ripgrep.
-    files.extend([dir.join(".gitignore"), dir.join(".ignore")]);
-    let mut any = false;
-    for file in files {
-        let Ok(text) = ws.dir().read_to_string(&file) else { continue };
-        for line in text.lines() {
-            if builder.add_line(Some(ws.root().join(&file)), line).is_ok() {
-                any = true;
-            }
-        }
-    }
-    if !any {
-        return None;
-    }
-    builder.build().ok()
 }

@@ -8,6 +8,7 @@ mod conformance;
 mod edit;
 mod grep;
 mod listing;
+mod nested_repos;
 mod parallel;
 mod patch;
 mod path_errors;
