@@ -814,13 +814,13 @@ impl toolmux_external::spaces::SpaceStorage for StalledStorage {
         Ok("token".into())
     }
     async fn unlock(&self, _token: &str) {}
-    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
+    async fn read(&self, _token: &str, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
         let mut open = self.open.subscribe();
         let _ = open.wait_for(|open| *open).await;
         Ok(self.kept.lock().expect("kept").get(key).cloned())
     }
-    async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
-        self.kept.lock().expect("kept").insert(key.into(), value.into());
+    async fn commit(&self, _token: &str, writes: &[(String, Vec<u8>)]) -> Result<(), ToolError> {
+        self.kept.lock().expect("kept").extend(writes.iter().cloned());
         Ok(())
     }
     async fn space_names(&self) -> Result<Vec<String>, ToolError> {

@@ -7,20 +7,20 @@
 //!   replica that dies holding it stalls the others for the lease at most; released by a
 //!   script only by its holder, which announces the release on the channel `unlocked`:
 //!   waiters of every replica ask again at once, and otherwise ever less often, from
-//!   10 ms to 200 ms apart). Every read and write of a change is fenced by the token:
-//!   a script checks that the lock is still the change's before it reads or writes, and
-//!   renews its lease, so a change that outlived its lease (a stalled process, a slow
-//!   server) and whose lock another change took fails saying so, retryable, instead of
-//!   overwriting that change's blobs.
+//!   10 ms to 200 ms apart). Every read and the commit of a change are fenced by the
+//!   token the change was given: a script checks that the lock is still the change's
+//!   before it reads or writes, and renews its lease, so a change that outlived its lease
+//!   (a stalled process, a slow server) and whose lock another change took fails saying
+//!   so, retryable, instead of overwriting that change's blobs. A change's blobs are all
+//!   written by one script, so a change is written whole or not at all.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
 use crate::pubsub::Subscription;
 use crate::resp::Reply;
 use async_trait::async_trait;
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::ToolError;
@@ -53,18 +53,22 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {redis.call('GET', KEYS[2])}",
 };
 
-/// Replaces a blob if the lock is still the change's, renewing its lease; a space's name
-/// is added to the set of names and announced. 0 when the lock is not the change's.
-/// KEYS: the lock, the blob, the set of names. ARGV: the token, the lease in milliseconds,
-/// the blob, the space's name and the channel of changes (both empty for the state).
-static FENCED_WRITE: Script = Script {
-    name: "spaces-fenced-write",
+/// Replaces a change's blobs, all of them, if the lock is still the change's (else none:
+/// 0), renewing its lease; each space's name is added to the set of names and announced.
+/// KEYS: the lock, the set of names, then each blob. ARGV: the token, the lease in
+/// milliseconds, the channel of changes, then for each blob its value and its space's
+/// name (empty for the state).
+static FENCED_COMMIT: Script = Script {
+    name: "spaces-fenced-commit",
     source: "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], ARGV[3])
-if ARGV[5] ~= '' then
-  redis.call('SADD', KEYS[3], ARGV[4])
-  redis.call('PUBLISH', ARGV[5], ARGV[4])
+for i = 3, #KEYS do
+  local value, name = ARGV[2 * i - 2], ARGV[2 * i - 1]
+  redis.call('SET', KEYS[i], value)
+  if name ~= '' then
+    redis.call('SADD', KEYS[2], name)
+    redis.call('PUBLISH', ARGV[3], name)
+  end
 end
 return 1",
 };
@@ -87,11 +91,6 @@ pub struct RedisSpaceStorage {
     tokens: Arc<AtomicU64>,
     /// How long the lock lasts after the change's last read or write ([`LEASE`]).
     lease: Duration,
-    /// The token of the lock each task's change holds. `SpaceStorage` hands the token to
-    /// `unlock` only, so reads and writes find theirs by the task that runs the change
-    /// (`Spaces` runs each change, from `lock` to `unlock`, in a task of its own); `None`
-    /// stands for code outside any task.
-    held: Arc<Mutex<HashMap<Option<tokio::task::Id>, String>>>,
     /// The subscription to `{prefix}:s:changed`, made at the first wait and kept.
     notices: Arc<tokio::sync::OnceCell<Subscription>>,
     /// The subscription to `{prefix}:s:unlocked`, made at the first wait for the lock.
@@ -106,7 +105,6 @@ impl RedisSpaceStorage {
             base,
             tokens: Arc::default(),
             lease: LEASE,
-            held: Arc::default(),
             notices: Arc::default(),
             unlocks: Arc::default(),
         }
@@ -123,21 +121,6 @@ impl RedisSpaceStorage {
 
     fn key(&self, key: &str) -> String {
         format!("{}:{key}", self.base)
-    }
-
-    fn holders(&self) -> std::sync::MutexGuard<'_, HashMap<Option<tokio::task::Id>, String>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The token of the lock the current task's change took, for a write.
-    fn token(&self) -> Result<String, ToolError> {
-        self.holders().get(&tokio::task::try_id()).cloned().ok_or_else(|| ToolError::Other {
-            provider: PROVIDER.into(),
-            message: "the shared spaces were written outside a change holding their lock \
-                      (take it with lock, and write from the task that took it)"
-                .into(),
-            source: None,
-        })
     }
 
     fn lease_ms(&self) -> String {
@@ -214,7 +197,6 @@ impl SpaceStorage for RedisSpaceStorage {
                 }
             };
             if !matches!(reply, Reply::Nil) {
-                self.holders().insert(tokio::task::try_id(), token.clone());
                 return Ok(token);
             }
             if Instant::now() >= deadline {
@@ -247,28 +229,13 @@ impl SpaceStorage for RedisSpaceStorage {
     }
 
     async fn unlock(&self, token: &str) {
-        {
-            let mut held = self.holders();
-            if held.get(&tokio::task::try_id()).is_some_and(|t| t == token) {
-                held.remove(&tokio::task::try_id());
-            }
-        }
         if let Err(e) = self.release(token).await {
             // The lease ends it anyway.
             tracing::warn!(target: "toolmux::redis", "the spaces' lock was not released: {e}");
         }
     }
 
-    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
-        let Some(token) = self.holders().get(&tokio::task::try_id()).cloned() else {
-            // A read outside a change cannot overwrite anything: it is not fenced.
-            let key = self.key(key);
-            let reply = self.shared.client.command(&["GET", key.as_str()]).await;
-            return match reply.map_err(unreachable)? {
-                Reply::Bulk(bytes) => Ok(Some(bytes)),
-                _ => Ok(None),
-            };
-        };
+    async fn read(&self, token: &str, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
         let (lock, stored, lease) = (self.key("lock"), self.key(key), self.lease_ms());
         let timeout = self.shared.settings.timeout;
         let args = [token.as_bytes(), lease.as_bytes()];
@@ -287,22 +254,24 @@ impl SpaceStorage for RedisSpaceStorage {
         }
     }
 
-    async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
-        let token = self.token()?;
-        let (lock, stored, names) = (self.key("lock"), self.key(key), self.key("names"));
+    async fn commit(&self, token: &str, writes: &[(String, Vec<u8>)]) -> Result<(), ToolError> {
+        let (lock, names, channel) = (self.key("lock"), self.key("names"), self.key("changed"));
+        let stored: Vec<String> = writes.iter().map(|(key, _)| self.key(key)).collect();
+        let mut keys: Vec<&str> = vec![&lock, &names];
+        keys.extend(stored.iter().map(String::as_str));
         let lease = self.lease_ms();
-        // Waits of every replica look again once a space is written (a lost notice: at
-        // their next poll); the state is no space and is not announced.
-        let (name, channel) = match key.strip_prefix("space:") {
-            Some(name) => (name, self.key("changed")),
-            None => ("", String::new()),
-        };
+        let mut args: Vec<&[u8]> = vec![token.as_bytes(), lease.as_bytes(), channel.as_bytes()];
+        for (key, value) in writes {
+            // Waits of every replica look again once a space is written (a lost notice: at
+            // their next poll); the state is no space and is not announced.
+            let name = key.strip_prefix("space:").unwrap_or_default();
+            args.extend([value.as_slice(), name.as_bytes()]);
+        }
         let timeout = self.shared.settings.timeout;
-        let args = [token.as_bytes(), lease.as_bytes(), value, name.as_bytes(), channel.as_bytes()];
         let reply = self
             .shared
             .client
-            .eval(&FENCED_WRITE, &[&lock, &stored, &names], &args, timeout)
+            .eval(&FENCED_COMMIT, &keys, &args, timeout)
             .await
             .map_err(unreachable)?;
         match reply {

@@ -502,17 +502,24 @@ enum Backend {
 /// Where spaces live outside this process (a Redis server shared by replicas): named
 /// blobs, replaced whole, under one lock. `state` holds the agents' state, `space:NAME`
 /// each space.
+///
+/// A change takes the lock, reads with its token, and commits all it writes at once with
+/// that token: a storage whose lock can be lost (a lease that ended while the change
+/// stalled) refuses the reads and the commit of a change that no longer holds it, and a
+/// commit writes every blob or none, so that no change is ever left half written.
 #[async_trait::async_trait]
 pub trait SpaceStorage: Send + Sync + std::fmt::Debug {
     /// Takes the lock of every change, waiting a bounded time for another holder; the
-    /// token given back releases it.
+    /// token given back fences the change's reads and commit, and releases the lock.
     async fn lock(&self) -> Result<String, ToolError>;
     /// Releases the lock taken with `token` (if it is still this holder's).
     async fn unlock(&self, token: &str);
-    /// The blob `key`, if there is one.
-    async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError>;
-    /// Replaces the blob `key`.
-    async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError>;
+    /// The blob `key`, if there is one, for the change holding the lock with `token`;
+    /// fails when the lock is no longer that change's.
+    async fn read(&self, token: &str, key: &str) -> Result<Option<Vec<u8>>, ToolError>;
+    /// Replaces the blobs `writes` (key and value) together, all of them or none, if the
+    /// lock is still `token`'s; fails, writing nothing, when it is not.
+    async fn commit(&self, token: &str, writes: &[(String, Vec<u8>)]) -> Result<(), ToolError>;
     /// The stored names of the spaces.
     async fn space_names(&self) -> Result<Vec<String>, ToolError>;
 
@@ -831,7 +838,8 @@ impl Spaces {
                     let result = if gone.load(std::sync::atomic::Ordering::Acquire) {
                         Err(ToolError::Cancelled { tool: "gateway".into() })
                     } else {
-                        spaces.transact_stored(storage.as_ref(), needs, counts_spaces, change).await
+                        let storage = (storage.as_ref(), token.as_str());
+                        spaces.transact_stored(storage, needs, counts_spaces, change).await
                     };
                     storage.unlock(&token).await;
                     result
@@ -888,20 +896,22 @@ impl Spaces {
         }
     }
 
+    /// A change of a [`SpaceStorage`] whose lock `token` holds: its reads, its body, and its
+    /// writes committed at once.
     async fn transact_stored<R>(
         &self,
-        storage: &dyn SpaceStorage,
+        (storage, token): (&dyn SpaceStorage, &str),
         needs: impl FnOnce(&State) -> Vec<String>,
         counts_spaces: bool,
         change: impl FnOnce(&mut Txn<'_>) -> Result<R, ToolError>,
     ) -> Result<R, ToolError> {
-        let mut state: State = match storage.read(STATE_KEY).await? {
+        let mut state: State = match storage.read(token, STATE_KEY).await? {
             Some(bytes) => decode(STATE_KEY, &bytes)?,
             None => State::default(),
         };
         for name in needs(&state) {
             let key = space_key(&name);
-            if let Some(bytes) = storage.read(&key).await? {
+            if let Some(bytes) = storage.read(token, &key).await? {
                 state.spaces.insert(name, decode(&key, &bytes)?);
             }
         }
@@ -911,13 +921,17 @@ impl Spaces {
         }
         let result = change(&mut txn)?;
         let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
+        let mut writes = Vec::with_capacity(dirty_spaces.len() + 1);
         for name in &dirty_spaces {
             if let Some(space) = state.spaces.get(name) {
-                storage.write(&space_key(name), &encode(space)?).await?;
+                writes.push((space_key(name), encode(space)?));
             }
         }
         if dirty_state {
-            storage.write(STATE_KEY, &encode(&state)?).await?;
+            writes.push((STATE_KEY.to_owned(), encode(&state)?));
+        }
+        if !writes.is_empty() {
+            storage.commit(token, &writes).await?;
         }
         if !dirty_spaces.is_empty() {
             self.changed.send_modify(|v| *v = v.wrapping_add(1));
@@ -1775,14 +1789,18 @@ mod tests {
             self.locked.store(false, std::sync::atomic::Ordering::SeqCst);
         }
 
-        async fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
+        async fn read(&self, _token: &str, key: &str) -> Result<Option<Vec<u8>>, ToolError> {
             let mut open = self.gate.subscribe();
             let _ = open.wait_for(|open| *open).await;
             Ok(self.kept.lock().unwrap_or_else(|e| e.into_inner()).get(key).cloned())
         }
 
-        async fn write(&self, key: &str, value: &[u8]) -> Result<(), ToolError> {
-            self.kept.lock().unwrap_or_else(|e| e.into_inner()).insert(key.into(), value.into());
+        async fn commit(
+            &self,
+            _token: &str,
+            writes: &[(String, Vec<u8>)],
+        ) -> Result<(), ToolError> {
+            self.kept.lock().unwrap_or_else(|e| e.into_inner()).extend(writes.iter().cloned());
             Ok(())
         }
 

@@ -19,6 +19,11 @@ fn agent(name: &str, run: &str) -> CallContext {
     CallContext::new().with_run_id(run).with_op(Op::new("gateway__x", Some(op)))
 }
 
+/// Blobs to commit, by key.
+fn blobs(writes: &[(&str, &str)]) -> Vec<(String, Vec<u8>)> {
+    writes.iter().map(|(key, value)| ((*key).to_owned(), value.as_bytes().to_vec())).collect()
+}
+
 fn json_of(output: &ToolOutput) -> Value {
     match &output.content[0] {
         ContentPart::Json { value } => value.clone(),
@@ -104,11 +109,11 @@ async fn a_write_is_announced_to_the_other_replicas() {
     let mut notices = one.change_notices().await.expect("Redis tells of changes");
     notices.borrow_and_update();
     let token = two.lock().await.expect("a free lock");
-    two.write("space:s", b"{}").await.expect("write");
+    two.commit(&token, &blobs(&[("space:s", "{}")])).await.expect("commit");
     within(Duration::from_secs(5), "the notice", notices.changed()).await.expect("a notice");
     // The state is no space: it is not announced.
     notices.borrow_and_update();
-    two.write("state", b"{}").await.expect("write");
+    two.commit(&token, &blobs(&[("state", "{}")])).await.expect("commit");
     two.unlock(&token).await;
     let quiet = tokio::time::timeout(Duration::from_millis(300), notices.changed()).await;
     assert!(quiet.is_err(), "the state's write was announced");
@@ -177,7 +182,7 @@ async fn stored(admin: &toolmux_redis::RedisBackend, key: &str) -> Option<String
 }
 
 /// A change whose lease ended and whose lock another replica's change then took is refused
-/// its writes (and reads): it overwrote the other change's blobs.
+/// its commit (and reads): it overwrote the other change's blobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_that_lost_its_lock_writes_nothing() {
     use toolmux_external::spaces::SpaceStorage;
@@ -187,30 +192,32 @@ async fn a_change_that_lost_its_lock_writes_nothing() {
     let two = replica(&server).space_storage();
     let admin = replica(&server);
     let first = one.lock().await.expect("a free lock");
-    assert_eq!(one.read("space:s").await.expect("read"), None);
+    assert_eq!(one.read(&first, "space:s").await.expect("read"), None);
     tokio::time::sleep(lease * 2).await;
     let second = within(Duration::from_secs(5), "the lapsed lock", two.lock()).await;
     let second = second.expect("the lock, its lease over");
-    two.write("space:s", b"second").await.expect("the holder's write");
+    two.commit(&second, &blobs(&[("space:s", "second")])).await.expect("the holder's commit");
 
-    let refused = one.write("space:s", b"first").await.expect_err("a write without the lock");
+    let written = blobs(&[("space:s", "first"), ("state", "first")]);
+    let refused = one.commit(&first, &written).await.expect_err("a commit without the lock");
     assert!(refused.is_transient(), "{refused:?}");
     let message = refused.to_string();
     assert!(message.contains("lost their lock to another change"), "{message}");
     assert!(message.contains("try again"), "{message}");
-    let refused = one.read("state").await.expect_err("a read without the lock");
+    let refused = one.read(&first, "state").await.expect_err("a read without the lock");
     assert!(refused.to_string().contains("lost their lock"), "{refused}");
     assert_eq!(stored(&admin, "space:s").await.as_deref(), Some("second"));
+    assert_eq!(stored(&admin, "state").await, None);
 
     // The first change's release leaves the second's lock alone.
     one.unlock(&first).await;
-    two.write("state", b"{}").await.expect("the holder writes on");
+    two.commit(&second, &blobs(&[("state", "{}")])).await.expect("the holder writes on");
     two.unlock(&second).await;
     assert_eq!(stored(&admin, "lock").await, None);
 }
 
 /// Two changes of one replica, each in a task of its own as `Spaces` runs them, keep
-/// their tokens apart: the one whose lease ended cannot write with the other's.
+/// their tokens apart: the one whose lease ended cannot commit with the other's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_that_lost_its_lock_to_a_change_of_its_replica_writes_nothing() {
     use toolmux_external::spaces::SpaceStorage;
@@ -226,7 +233,7 @@ async fn a_change_that_lost_its_lock_to_a_change_of_its_replica_writes_nothing()
         tokio::time::sleep(lease * 2).await;
         lapsed_tx.send(()).expect("the other change waits");
         written_rx.await.expect("the other change wrote");
-        let written = slow.write("space:s", b"slow").await;
+        let written = slow.commit(&token, &blobs(&[("space:s", "slow")])).await;
         slow.unlock(&token).await;
         written
     });
@@ -234,7 +241,7 @@ async fn a_change_that_lost_its_lock_to_a_change_of_its_replica_writes_nothing()
     let fast = tokio::spawn(async move {
         lapsed_rx.await.expect("the slow change's lease ended");
         let token = fast.lock().await.expect("the lock, its lease over");
-        fast.write("space:s", b"fast").await.expect("the holder's write");
+        fast.commit(&token, &blobs(&[("space:s", "fast")])).await.expect("the holder's commit");
         written_tx.send(()).expect("the slow change waits");
         token
     });
@@ -258,18 +265,96 @@ async fn a_change_that_keeps_writing_keeps_its_lock() {
     for i in 0..12 {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let value = format!("{i}");
-        storage.write("space:s", value.as_bytes()).await.expect("a write within the lease");
+        let written = storage.commit(&token, &blobs(&[("space:s", &value)])).await;
+        written.expect("a commit within the lease");
     }
     storage.unlock(&token).await;
 }
 
-/// A write outside any change is refused: it could overwrite a change under way.
+/// A commit with a token that does not hold the lock is refused, writing nothing: it could
+/// overwrite a change under way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_write_without_the_lock_is_refused() {
+async fn a_commit_without_the_lock_is_refused() {
     use toolmux_external::spaces::SpaceStorage;
     let server = RedisServer::start();
     let storage = replica(&server).space_storage();
-    let refused = storage.write("state", b"{}").await.expect_err("a write without the lock");
-    assert!(refused.to_string().contains("outside a change holding their lock"), "{refused}");
+    let written = blobs(&[("state", "{}")]);
+    let refused = storage.commit("no-lock", &written).await.expect_err("a commit without the lock");
+    assert!(refused.to_string().contains("lost their lock"), "{refused}");
+    let held = storage.lock().await.expect("a free lock");
+    let refused = storage.commit("another", &written).await.expect_err("another's token");
+    assert!(refused.to_string().contains("lost their lock"), "{refused}");
     assert_eq!(stored(&replica(&server), "state").await, None);
+    storage.unlock(&held).await;
+}
+
+/// Redis spaces whose lock another replica takes over as the change is about to commit
+/// (a change that outlived its lease while it ran).
+#[derive(Debug)]
+struct TakenOver {
+    inner: toolmux_redis::RedisSpaceStorage,
+    admin: toolmux_redis::RedisBackend,
+}
+
+#[async_trait::async_trait]
+impl toolmux_external::spaces::SpaceStorage for TakenOver {
+    async fn lock(&self) -> Result<String, toolmux_core::ToolError> {
+        self.inner.lock().await
+    }
+    async fn unlock(&self, token: &str) {
+        self.inner.unlock(token).await;
+    }
+    async fn read(
+        &self,
+        token: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, toolmux_core::ToolError> {
+        self.inner.read(token, key).await
+    }
+    async fn commit(
+        &self,
+        token: &str,
+        writes: &[(String, Vec<u8>)],
+    ) -> Result<(), toolmux_core::ToolError> {
+        let args = ["SET", "toolmux:s:lock", "another-replica"];
+        self.admin.client().command(&args).await.expect("take the lock over");
+        self.inner.commit(token, writes).await
+    }
+    async fn space_names(&self) -> Result<Vec<String>, toolmux_core::ToolError> {
+        self.inner.space_names().await
+    }
+}
+
+/// A change that makes a space (its blob and the agents' state) and whose lock another
+/// replica took over midway writes nothing: its blobs were written one by one, and one
+/// that lost the lock between two writes left the space written and the state not (this
+/// test, with the lock taken over after the first write, failed so before commits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_whose_lock_is_taken_over_midway_writes_nothing() {
+    let server = RedisServer::start();
+    let admin = replica(&server);
+    let storage = TakenOver { inner: replica(&server).space_storage(), admin: replica(&server) };
+    let gateway = GatewayProvider::new(Spaces::in_storage(Arc::new(storage)));
+    let refused = gateway.call("enter_space", json!({"space": "ops"}), &agent("a", "r1")).await;
+    let refused = refused.expect_err("the change lost its lock");
+    assert!(refused.to_string().contains("lost their lock to another change"), "{refused}");
+    assert_eq!(stored(&admin, "space:ops").await, None, "a part of the change was written");
+    assert_eq!(stored(&admin, "state").await, None, "a part of the change was written");
+    assert_eq!(stored(&admin, "lock").await.as_deref(), Some("another-replica"));
+}
+
+/// A commit writes every blob it is given, announcing each space (and only spaces).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_writes_all_its_blobs() {
+    use toolmux_external::spaces::SpaceStorage;
+    let server = RedisServer::start();
+    let (storage, admin) = (replica(&server).space_storage(), replica(&server));
+    let token = storage.lock().await.expect("a free lock");
+    let written = blobs(&[("space:a", "1"), ("space:b", "2"), ("state", "3")]);
+    storage.commit(&token, &written).await.expect("commit");
+    storage.unlock(&token).await;
+    assert_eq!(stored(&admin, "space:a").await.as_deref(), Some("1"));
+    assert_eq!(stored(&admin, "space:b").await.as_deref(), Some("2"));
+    assert_eq!(stored(&admin, "state").await.as_deref(), Some("3"));
+    assert_eq!(storage.space_names().await.expect("names"), ["a", "b"]);
 }
