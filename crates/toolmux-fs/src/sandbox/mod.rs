@@ -373,10 +373,13 @@ impl Sandbox {
             Some(roots) if config.protect_paths => {
                 let beneath_writable =
                     |p: &Path| p.is_absolute() && roots.iter().any(|r| p.starts_with(r));
+                let mut seen = std::collections::HashSet::new();
                 let candidates = std::iter::once(root.join(".git"))
                     .chain(submodules(root).into_iter().map(|dir| dir.join(".git")))
+                    .chain(nested_repositories(root))
                     .chain(protected.iter().filter(|p| !p.hidden).map(|p| p.path.clone()));
-                let read_only: Vec<PathBuf> = candidates.filter(|p| beneath_writable(p)).collect();
+                let read_only: Vec<PathBuf> =
+                    candidates.filter(|p| beneath_writable(p) && seen.insert(p.clone())).collect();
                 let hidden: Vec<PathBuf> = protected
                     .iter()
                     .filter(|p| p.hidden && p.path.starts_with(root) && p.path != root)
@@ -641,6 +644,56 @@ fn submodules(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Folders below the root that [`nested_repositories`] looks into, at most: the
+/// repositories of a root that is none lie side by side at the first level, clones in
+/// `vendor/` or `third_party/` at the second, Go's `src/github.com/owner/name` at the fourth.
+const REPOSITORY_DEPTH: usize = 4;
+
+/// Entries [`nested_repositories`] looks at, at most (a few milliseconds' worth).
+const REPOSITORY_ENTRIES: usize = 20_000;
+
+/// The `.git` of the repositories beneath `root` that are not its own nor submodules (a
+/// clone in the workspace, or repositories side by side under a root that is none): their
+/// hooks and settings run outside the sandbox at the user's next `git` command there (or
+/// an editor's `git status`), as the root's would. Looked for once, when the sandbox is
+/// made, level by level down to [`REPOSITORY_DEPTH`] folders below the root and at most
+/// [`REPOSITORY_ENTRIES`] entries, so that the shallowest are found first and a large tree
+/// costs the start no more than that; ignored folders are looked into too (a clone is often
+/// ignored by the repository around it), a `.git` or a symlink is not. A repository a command
+/// makes later is the agent's own and stays writable to it.
+fn nested_repositories(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut level = vec![root.to_path_buf()];
+    let mut looked = 0usize;
+    for _ in 0..=REPOSITORY_DEPTH {
+        let mut next = Vec::new();
+        for dir in &level {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for entry in entries.filter_map(Result::ok) {
+                looked += 1;
+                if looked > REPOSITORY_ENTRIES {
+                    tracing::warn!(
+                        "looked for repositories beneath the workspace root in its first \
+                         {REPOSITORY_ENTRIES} entries only: commands of `bash` and `exec` can \
+                         write the `.git` of one found past them"
+                    );
+                    return found;
+                }
+                let Ok(kind) = entry.file_type() else { continue };
+                if entry.file_name() == ".git" {
+                    if dir != root {
+                        found.push(entry.path());
+                    }
+                } else if kind.is_dir() {
+                    next.push(entry.path());
+                }
+            }
+        }
+        level = next;
+    }
+    found
+}
+
 /// What the configuration asks for, in words, for error messages.
 fn asked(config: &SandboxConfig) -> String {
     match (config.mode, config.network) {
@@ -818,6 +871,25 @@ mod tests {
         let missing = std::io::Error::from_raw_os_error(libc::ENOENT);
         let err = sandbox.spawn_failed("nope".into(), missing);
         assert!(matches!(err, FsError::Spawn { .. }), "{err}");
+    }
+
+    #[test]
+    fn nested_repositories_are_found_shallowest_first_down_to_a_depth() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for repo in ["", "a", "vendor/lib", "b/c/d/e", "b/c/d/e/f", "too/deep/to/be/found"] {
+            std::fs::create_dir_all(root.join(repo).join(".git/hooks")).unwrap();
+        }
+        // A submodule's or a worktree's `.git` is a file.
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
+        let mut found = nested_repositories(root);
+        found.sort();
+        let expected: Vec<PathBuf> = ["a", "b/c/d/e", "sub", "vendor/lib"]
+            .iter()
+            .map(|r| root.join(r).join(".git"))
+            .collect();
+        assert_eq!(found, expected);
     }
 
     #[test]

@@ -597,6 +597,56 @@ async fn a_repository_a_command_makes_is_moved_aside() {
     assert!(root.join(".git").is_dir());
 }
 
+/// A repository beneath the root that is no submodule (a clone in `vendor/`, or
+/// repositories side by side under a root that is none) has its `.git` kept read-only to
+/// commands as the root's is: its hooks and settings would run outside the sandbox at the
+/// user's next `git` command there, or an editor's `git status`.
+#[tokio::test]
+async fn nested_repositories_stay_read_only() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let repos = ["vendor/lib", "a", "b/c/d"];
+    for repo in repos {
+        let dir = root.join(repo);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    for repo in repos {
+        let before = std::fs::read_to_string(root.join(repo).join(".git/config")).unwrap();
+        for command in [
+            format!("printf '[core]\\n\\tfsmonitor = ./evil\\n' >> {repo}/.git/config"),
+            format!("printf '#!/bin/sh\\necho pwned\\n' > {repo}/.git/hooks/post-checkout"),
+            format!("cd {repo} && git config core.hooksPath /tmp"),
+            format!("rm -rf {repo}/.git"),
+        ] {
+            let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await;
+            let text = out.unwrap().to_text();
+            assert!(!text.starts_with("exit code 0"), "`{command}` succeeded: {text}");
+        }
+        assert_eq!(std::fs::read_to_string(root.join(repo).join(".git/config")).unwrap(), before);
+        assert!(!root.join(repo).join(".git/hooks/post-checkout").exists());
+    }
+    // The rest of each repository is the command's.
+    let command = json!({"command": "echo x > a/file && cat a/file"});
+    let out = fs.call("bash", command, &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "exit code 0\n--- stdout ---\nx");
+}
+
 /// Landlock denies TCP only; the seccomp filter of `network: false` leaves a command no
 /// socket but a Unix one (no UDP, so no DNS either) and no io_uring to make one with.
 #[tokio::test]
