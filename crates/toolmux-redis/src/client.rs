@@ -109,9 +109,16 @@ impl RedisClient {
         args: &[A],
         timeout: Duration,
     ) -> Result<Reply, RedisError> {
-        let result = self.run(args, timeout).await;
-        // A busy pool says nothing of whether the server answers.
-        if !matches!(result, Err(RedisError::PoolBusy { .. })) {
+        let (result, queued) = self.run(args, timeout).await;
+        // A busy pool says nothing of whether the server answers, nor does a command that
+        // waited for a connection and then ran out of what was left of its time: a burst
+        // is no outage (were the server hung, the commands holding the pool time out too).
+        let says_nothing = match &result {
+            Err(RedisError::PoolBusy { .. }) => true,
+            Err(RedisError::Timeout { .. }) => queued,
+            _ => false,
+        };
+        if !says_nothing {
             self.inner.health.observe(&result);
         }
         result
@@ -129,10 +136,22 @@ impl RedisClient {
         }
     }
 
+    /// Runs one command, and tells whether it had to wait for a connection.
     async fn run<A: AsRef<[u8]> + Sync>(
         &self,
         args: &[A],
         timeout: Duration,
+    ) -> (Result<Reply, RedisError>, bool) {
+        let mut queued = false;
+        let result = self.run_noting_wait(args, timeout, &mut queued).await;
+        (result, queued)
+    }
+
+    async fn run_noting_wait<A: AsRef<[u8]> + Sync>(
+        &self,
+        args: &[A],
+        timeout: Duration,
+        queued: &mut bool,
     ) -> Result<Reply, RedisError> {
         let inner = &self.inner;
         let name = command_name(args);
@@ -141,18 +160,22 @@ impl RedisClient {
         let deadline = Instant::now() + timeout;
         let _permit = match inner.permits.try_acquire() {
             Ok(permit) => permit,
-            Err(_) => match tokio::time::timeout_at(deadline, inner.permits.acquire()).await {
-                Ok(Ok(permit)) => permit,
-                // The semaphore is never closed; a timeout or a closed one alike: not sent.
-                Ok(Err(_)) | Err(_) => {
-                    return Err(RedisError::PoolBusy {
-                        addr: inner.endpoint.addr(),
-                        command: name,
-                        size: inner.pool_size,
-                        waited_ms: timeout.as_millis() as u64,
-                    });
+            Err(_) => {
+                *queued = true;
+                match tokio::time::timeout_at(deadline, inner.permits.acquire()).await {
+                    Ok(Ok(permit)) => permit,
+                    // The semaphore is never closed; a timeout or a closed one alike: not
+                    // sent.
+                    Ok(Err(_)) | Err(_) => {
+                        return Err(RedisError::PoolBusy {
+                            addr: inner.endpoint.addr(),
+                            command: name,
+                            size: inner.pool_size,
+                            waited_ms: timeout.as_millis() as u64,
+                        });
+                    }
                 }
-            },
+            }
         };
         let work = async {
             // A pooled connection the server closed while it sat idle (a restart, the
@@ -425,5 +448,39 @@ impl Connection {
                 )));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmux_test_support::redis::RedisServer;
+
+    /// A command that waited for the pool's one connection and then ran out of what was
+    /// left of its timeout at the server is no outage: the server answers (the command
+    /// holding the connection is answered), and taking it for down would skip the cache
+    /// and log an outage at every burst.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_that_ran_out_of_time_after_waiting_for_the_pool_is_no_outage() {
+        let server = RedisServer::start();
+        let client =
+            RedisClient::new(&RedisConfig::new(server.url()).with_pool_size(1)).expect("valid url");
+        let holder = client.clone();
+        let held = tokio::spawn(async move {
+            holder.command_within(&["BLPOP", "nothing", "0.6"], Duration::from_secs(10)).await
+        });
+        // Until the holder has the connection.
+        while client.inner.permits.available_permits() != 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let reply = client.command_within(&["BLPOP", "other", "0.8"], Duration::from_secs(1));
+        let error = reply.await.expect_err("past its timeout");
+        assert!(matches!(error, RedisError::Timeout { .. }), "{error:?}");
+        assert!(!client.inner.health.down.load(Ordering::Relaxed), "taken for an outage");
+        assert_eq!(held.await.expect("task").expect("blpop"), Reply::Nil);
+        // A command that had its connection at once and timed out is one.
+        let error = client.command_within(&["BLPOP", "other", "0.5"], Duration::from_millis(100));
+        assert!(matches!(error.await, Err(RedisError::Timeout { .. })));
+        assert!(client.inner.health.down.load(Ordering::Relaxed), "a timeout at the server");
     }
 }
