@@ -2,9 +2,10 @@
 //! provider together, as a generic cell rate (GCRA): calls are spread over the period, and
 //! up to `calls` may come at once after a quiet spell.
 //!
-//! A call that waits for its [`Turn`] and stops before it comes (cancelled, past its
-//! deadline, dropped) gives it back ([`Limiter::release`]): it never ran, so it takes none
-//! of the limit, and the calls after it are not delayed by it.
+//! A call that stops before it reaches its provider (cancelled, past its deadline, dropped,
+//! or refused by its queue), whether or not its [`Turn`] has come, gives the turn back
+//! ([`Limiter::release`]): it never ran, so it takes none of the limit, and the calls after
+//! it are not delayed by it.
 //!
 //! A limit's state lives in a [`RateLimitBackend`]: this process ([`LocalRateLimits`], the
 //! default), or a store every replica shares (toolmux-redis), so that a limit holds for
@@ -12,6 +13,7 @@
 
 use crate::config::RateLimit;
 use async_trait::async_trait;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,9 +34,11 @@ pub trait Limiter: Send + Sync + fmt::Debug {
     async fn reserve_turn(&self) -> Result<Turn, Duration>;
 
     /// Gives back `turn`, reserved by [`Limiter::reserve_turn`] for a call that will not
-    /// be made (cancelled, or past its deadline, while it waited for its turn), so that it
-    /// takes none of the limit's capacity. A turn that has already come is not given
-    /// back. Never waits: a limiter whose state is elsewhere gives it back in a task.
+    /// be made (cancelled, past its deadline, or refused by its queue, while it waited for
+    /// its turn or, after it, for a queue slot), so that it takes none of the limit's
+    /// capacity. A turn that has come is given back too, as far as it still weighs on the
+    /// calls to come (never more). Never waits: a limiter whose state is elsewhere gives it
+    /// back in a task.
     fn release(&self, turn: Turn);
 
     /// Reserves a call made now, as [`Limiter::reserve_turn`]: how long to wait before
@@ -50,12 +54,14 @@ pub trait Limiter: Send + Sync + fmt::Debug {
 pub struct Turn {
     wait: Duration,
     mark: u64,
+    /// The number a [`RateLimiter`] gave the reservation (zero: none).
+    seq: u64,
 }
 
 impl Turn {
     /// A turn `wait` from now, with no mark.
     pub fn new(wait: Duration) -> Turn {
-        Turn { wait, mark: 0 }
+        Turn { wait, mark: 0, seq: 0 }
     }
 
     /// The turn with the limiter's own note of it (for a shared limiter, where it put the
@@ -88,7 +94,7 @@ impl RateLimitBackend for LocalRateLimits {
 #[async_trait]
 impl Limiter for RateLimiter {
     async fn reserve_turn(&self) -> Result<Turn, Duration> {
-        self.reserve_at(Instant::now()).map(Turn::new)
+        self.reserve_turn_at(Instant::now())
     }
 
     fn release(&self, turn: Turn) {
@@ -97,29 +103,59 @@ impl Limiter for RateLimiter {
 }
 
 /// One limit's state in this process: when the next call would be due were the calls
-/// evenly spread.
+/// evenly spread, and what the turns not yet known to be used need to be given back.
 #[derive(Debug)]
 pub struct RateLimiter {
     limit: RateLimit,
     /// `per / calls`: the spacing of evenly spread calls.
     interval: Duration,
+    state: Mutex<State>,
+}
+
+/// The most turns a limiter remembers for giving back: past it the oldest is forgotten
+/// (and gives nothing back), so that a limit under a flood of calls keeps a bounded state.
+const MAX_OPEN_TURNS: usize = 4096;
+
+#[derive(Debug, Default)]
+struct State {
     /// The theoretical arrival time of the next call; `None` before the first.
-    next_due: Mutex<Option<Instant>>,
+    next_due: Option<Instant>,
+    /// When the latest turn was reserved.
+    last_reserved: Option<Instant>,
+    /// The number of the latest turn reserved ([`Turn`]'s `seq`, from 1).
+    reserved: u64,
+    /// The turns that may still give something back, by number.
+    open: BTreeMap<u64, OpenTurn>,
+}
+
+/// A turn reserved and not given back (it may have been used: the limiter is not told).
+#[derive(Debug)]
+struct OpenTurn {
+    /// The next call's due time as the turn was reserved (`next_due`, at least then):
+    /// this turn's reservation moved it on to `base + interval`.
+    base: Instant,
+    /// What the turns reserved before this one gave back since it was reserved.
+    earlier_given_back: Duration,
 }
 
 impl RateLimiter {
     /// A limiter for `limit` with no calls made yet.
     pub fn new(limit: RateLimit) -> Self {
         let interval = limit.per / limit.calls.max(1);
-        RateLimiter { limit, interval, next_due: Mutex::new(None) }
+        RateLimiter { limit, interval, state: Mutex::new(State::default()) }
     }
 
     /// Reserves a call made at `now`: how long to wait before making it (zero: at once),
     /// or, when that wait is longer than the limit allows waiting, `Err` with it (and
     /// nothing reserved).
     pub fn reserve_at(&self, now: Instant) -> Result<Duration, Duration> {
-        let mut next_due = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        let base = next_due.map_or(now, |due| due.max(now));
+        self.reserve_turn_at(now).map(|turn| turn.wait())
+    }
+
+    /// [`RateLimiter::reserve_at`], as the turn to give back ([`RateLimiter::release_at`]).
+    pub fn reserve_turn_at(&self, now: Instant) -> Result<Turn, Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let base = state.next_due.map_or(now, |due| due.max(now));
         let after = base + self.interval;
         // Up to `calls` calls fit in one period: a call is allowed once `after - per` is
         // past.
@@ -129,29 +165,61 @@ impl RateLimiter {
         if wait > self.limit.wait {
             return Err(wait);
         }
-        *next_due = Some(after);
-        Ok(wait)
+        state.next_due = Some(after);
+        state.last_reserved = Some(now);
+        // A turn whose own due time is past now gives nothing back ever again (see
+        // `release_at`): forgotten.
+        let mut full = state.open.len() >= MAX_OPEN_TURNS;
+        while let Some(oldest) = state.open.first_entry()
+            && (full || oldest.get().base + self.interval <= now)
+        {
+            oldest.remove();
+            full = false;
+        }
+        state.reserved += 1;
+        let seq = state.reserved;
+        state.open.insert(seq, OpenTurn { base, earlier_given_back: Duration::ZERO });
+        Ok(Turn { wait, mark: 0, seq })
     }
 
-    /// Gives back `turn`, reserved at most by [`RateLimiter::reserve_at`] and not yet come
-    /// at `now`: the next call is due one interval earlier.
+    /// Gives back `turn`, reserved by [`RateLimiter::reserve_turn_at`] for a call that was
+    /// not made, at `now`: the next call is due up to one interval earlier.
     ///
-    /// Exact while the turn has not come: until then the next call's due time stays past
-    /// `now` (the turn's own due time is `per` after it), so every reservation since has
-    /// moved it on by one whole interval and taking one off undoes just this turn's.
+    /// A turn weighs on the calls after it only through the next call's due time, which its
+    /// reservation moved on by one interval. Every reservation since found that due time at
+    /// `base + interval` or later; one made at or before `base` would have found it at
+    /// `base` or later without this turn too, so the whole interval is still this turn's and
+    /// taking it off is exact. A reservation made later, the calls having slowed down
+    /// meanwhile, absorbed part of the turn: only `base + interval` less the latest
+    /// reservation's time is left of it, and that is what is given back (nothing once a
+    /// reservation came at or after `base + interval`). A turn that has come, whose call
+    /// then waited for a queue slot and never ran, is thus given back as exactly as one that
+    /// had not. Turns given back before this one was reserved are in its `base`; those
+    /// reserved before it and given back since lowered the bound, and are taken off it.
     pub fn release_at(&self, now: Instant, turn: Turn) {
-        if turn.wait().is_zero() {
-            // Its turn was now: it has come.
+        if turn.seq == 0 {
+            // Not reserved by this limiter.
             return;
         }
-        let mut next_due = self.next_due.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(due) = *next_due else { return };
-        // The latest turn reserved comes at `due - per`; once that is past, every turn has
-        // come (this one too) and there is nothing left to give back.
-        if due.checked_sub(self.limit.per).is_none_or(|latest| latest <= now) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(open) = state.open.remove(&turn.seq) else { return };
+        let Some(last) = state.last_reserved else { return };
+        let give = (open.base + self.interval)
+            .checked_sub(open.earlier_given_back)
+            .map_or(Duration::ZERO, |floor| floor.saturating_duration_since(last))
+            .min(self.interval);
+        if give.is_zero() {
             return;
         }
-        *next_due = Some(due.checked_sub(self.interval).unwrap_or(now).max(now));
+        for (_, later) in state.open.range_mut(turn.seq + 1..) {
+            later.earlier_given_back += give;
+        }
+        // A due time already past has nothing left to give back: the limit is whole.
+        if let Some(due) = state.next_due
+            && due > now
+        {
+            state.next_due = Some(due.checked_sub(give).map_or(now, |earlier| earlier.max(now)));
+        }
     }
 
     /// The limit in words: `10 calls per 1m`.
@@ -215,25 +283,56 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn turns_not_come_are_given_back_and_turns_come_are_not() {
+    async fn turns_are_given_back_whether_or_not_they_came() {
         let l = limiter(2, 1000, 10_000);
         let t0 = Instant::now();
-        let turn = |wait| Turn::new(Duration::from_millis(wait));
-        assert_eq!(l.reserve_at(t0), Ok(Duration::ZERO));
-        assert_eq!(l.reserve_at(t0), Ok(Duration::ZERO));
-        assert_eq!(l.reserve_at(t0), Ok(Duration::from_millis(500)));
-        assert_eq!(l.reserve_at(t0), Ok(Duration::from_millis(1000)));
+        let ms = Duration::from_millis;
+        let reserve = |at| l.reserve_turn_at(at).map(|turn| (turn.wait(), turn));
+        let (_, first) = reserve(t0).unwrap();
+        let (_, second) = reserve(t0).unwrap();
+        let (wait, third) = reserve(t0).unwrap();
+        assert_eq!(wait, ms(500));
+        let (wait, fourth) = reserve(t0).unwrap();
+        assert_eq!(wait, ms(1000));
         // Both waiting calls stop at 100 ms: the next call takes the first of their turns.
-        let at = t0 + Duration::from_millis(100);
-        l.release_at(at, turn(1000));
-        l.release_at(at, turn(500));
-        assert_eq!(l.reserve_at(at), Ok(Duration::from_millis(400)));
-        // A turn with no wait came at once: giving it back gives nothing.
-        l.release_at(at, turn(0));
-        assert_eq!(l.reserve_at(at), Ok(Duration::from_millis(900)));
-        // Every turn has come by 1.1 s (the last at 1 s): none is given back then.
-        let after_turn = t0 + Duration::from_millis(1100);
-        l.release_at(after_turn, turn(900));
-        assert_eq!(l.reserve_at(after_turn), Ok(Duration::from_millis(400)));
+        let at = t0 + ms(100);
+        l.release_at(at, fourth);
+        l.release_at(at, third);
+        assert_eq!(l.reserve_at(at), Ok(ms(400)));
+        // The second call's turn came at once, but it never ran (it waited for a queue slot
+        // and was cancelled): its turn is given back all the same, and the next call takes
+        // the turn it would have had without it.
+        l.release_at(at, second);
+        assert_eq!(l.reserve_at(at), Ok(ms(400)));
+        // A turn is given back once.
+        l.release_at(at, second);
+        assert_eq!(l.reserve_at(at), Ok(ms(900)));
+        // A turn not reserved by this limiter gives nothing back.
+        l.release_at(at, Turn::new(ms(900)));
+        assert_eq!(l.reserve_at(at), Ok(ms(1400)));
+        // Calls after a quiet spell were not delayed by the first call: its turn, given
+        // back then, gives nothing.
+        let later = t0 + ms(5000);
+        assert_eq!(l.reserve_at(later), Ok(Duration::ZERO));
+        l.release_at(later, first);
+        assert_eq!(l.reserve_at(later), Ok(Duration::ZERO));
+        assert_eq!(l.reserve_at(later), Ok(ms(500)), "two calls at once, no more");
+    }
+
+    /// A turn that came, given back after the calls slowed down, gives back only the part
+    /// of it that still delays the next call: never more than it took.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_given_back_late_gives_back_what_is_left_of_it() {
+        let l = limiter(1, 1000, 10_000);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let first = l.reserve_turn_at(t0).unwrap();
+        // At 600 ms the next call waits 400 ms for its turn (the first call's interval).
+        assert_eq!(l.reserve_at(t0 + ms(600)), Ok(ms(400)));
+        // The first call never ran: without it, the call at 600 ms would have gone at once
+        // and a call at 700 ms would wait for 1.6 s, not for 2 s. The call at 600 ms keeps
+        // its turn at 1 s.
+        l.release_at(t0 + ms(700), first);
+        assert_eq!(l.reserve_at(t0 + ms(700)), Ok(ms(900)));
     }
 }

@@ -550,9 +550,19 @@ impl Drop for ReservedCall<'_> {
     }
 }
 
-/// A rate-limit turn a call waits for, given back to its limiter when dropped before the
-/// turn came ([`Orchestrator::take_turn`]).
+/// A call's rate-limit turn, given back to its limiter when dropped still set: the call
+/// stopped before it reached its provider (cancelled, past its deadline, dropped, or
+/// refused by its queue), whether it stopped while waiting for the turn or, after it, for
+/// a queue slot ([`Orchestrator::take_turn`], [`Orchestrator::downstream`]).
+#[must_use = "dropped, the turn is given back at once"]
 struct UnusedTurn<'a>(Option<(&'a dyn crate::ratelimit::Limiter, crate::ratelimit::Turn)>);
+
+impl UnusedTurn<'_> {
+    /// The call reached its provider: the turn is its own, not to be given back.
+    fn used(mut self) {
+        self.0 = None;
+    }
+}
 
 impl Drop for UnusedTurn<'_> {
     fn drop(&mut self) {
@@ -1998,13 +2008,24 @@ impl Orchestrator {
             }
             time_left = self.tool_time_left(entry, run)?;
         }
-        if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
+        // The turn under the rate limit comes before the queue slot, so that a call waiting
+        // for its turn holds no slot that the queue's other calls (of other tools, limited
+        // or not) could run in. The turn is then held while the call waits for its slot: a
+        // call that never gets one (cancelled, dropped, past its deadline, or refused by
+        // its queue) gives it back, come or not, so that a call that never reached its
+        // provider takes none of the limit and delays no later call.
+        let turn = if self.inner.rate_limits.tools.is_empty()
+            && self.inner.rate_limits.providers.is_empty()
         {
-            self.take_turn(entry, ctx, &generation).await?;
-        }
+            UnusedTurn(None)
+        } else {
+            self.take_turn(entry, ctx, &generation).await?
+        };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
-        // The call reaches its provider: it is one of the run's calls from here on.
+        // The call reaches its provider: it is one of the run's calls from here on, and its
+        // turn is used.
         reserved.0 = None;
+        turn.used();
         // Charged when the call ends, or is dropped halfway.
         let spent = ToolTime(run.as_deref().map(|run| (run, Instant::now())));
         // The run's tool time left holds for the whole call, retries and progress included.
@@ -2077,12 +2098,15 @@ impl Orchestrator {
     /// or fails with [`ToolError::RateLimited`] when the turn is further off than the limit
     /// lets a call wait. The wait ends as a queue wait does: at the caller's cancellation,
     /// at [`Orchestrator::cancel`] and at the caller's deadline.
+    ///
+    /// The turn is returned unused: the caller gives it back by dropping it, or keeps it by
+    /// clearing it once the call reaches its provider.
     async fn take_turn(
         &self,
         entry: &ToolEntry,
         ctx: &CallContext,
         generation: &CancellationToken,
-    ) -> Result<(), ToolError> {
+    ) -> Result<UnusedTurn<'_>, ToolError> {
         let limits = &self.inner.rate_limits;
         let namespace = entry.provider.namespace();
         let original = || format!("{namespace}__{}", entry.original);
@@ -2091,19 +2115,19 @@ impl Orchestrator {
             .get(&*entry.name)
             .or_else(|| limits.tools.get(&original()))
             .or_else(|| limits.providers.get(namespace));
-        let Some(limiter) = limiter else { return Ok(()) };
+        let Some(limiter) = limiter else { return Ok(UnusedTurn(None)) };
         let turn =
             limiter.limiter.reserve_turn().await.map_err(|retry_after| ToolError::RateLimited {
                 tool: entry.name.to_string(),
                 limit: describe(&limiter.limit),
                 retry_after,
             })?;
-        if turn.wait().is_zero() {
-            return Ok(());
-        }
         // A call that stops waiting (cancelled, past its deadline, or dropped) gives its
         // turn back: it never runs, so it takes none of the limit.
-        let mut unused = UnusedTurn(Some((&*limiter.limiter, turn)));
+        let unused = UnusedTurn(Some((&*limiter.limiter, turn)));
+        if turn.wait().is_zero() {
+            return Ok(unused);
+        }
         let started = Instant::now();
         let at = started + turn.wait();
         let until = ctx.deadline().map_or(at, |deadline| deadline.min(at));
@@ -2120,9 +2144,7 @@ impl Orchestrator {
             let tool = entry.name.to_string();
             return Err(ToolError::Timeout { tool, after: started.elapsed(), idle: None });
         }
-        // The turn has come: it is the call's.
-        unused.0 = None;
-        Ok(())
+        Ok(unused)
     }
 
     async fn take_slot(

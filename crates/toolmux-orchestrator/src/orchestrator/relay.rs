@@ -102,11 +102,16 @@ impl Orchestrator {
         self.admit(entry, &value, ctx).await?;
         drop(value);
         let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if !(self.inner.rate_limits.tools.is_empty() && self.inner.rate_limits.providers.is_empty())
+        // The turn first, then the slot, as `downstream` takes them (and why).
+        let turn = if self.inner.rate_limits.tools.is_empty()
+            && self.inner.rate_limits.providers.is_empty()
         {
-            self.take_turn(entry, ctx, &generation).await?;
-        }
+            super::UnusedTurn(None)
+        } else {
+            self.take_turn(entry, ctx, &generation).await?
+        };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
+        turn.used();
         meta.attempts.store(1, std::sync::atomic::Ordering::Relaxed);
         // A raw result is text blocks only, each no longer than the whole: within the
         // cap, its text is too.

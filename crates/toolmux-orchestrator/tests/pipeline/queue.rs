@@ -298,6 +298,68 @@ async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
     assert_eq!(p.calls_of("t"), 4);
 }
 
+/// A call whose turn under a rate limit came, and that then stops while it waits for a
+/// queue slot (cancelled, dropped, or past its deadline), never reached its provider: it
+/// gives its turn back, and the calls after it are not delayed by it.
+#[tokio::test(start_paused = true)]
+async fn calls_stopped_in_the_queue_after_their_turn_give_it_back() {
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+    use toolmux_core::ToolCall;
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(3)))
+            .with_tool("fast", Behavior::Echo),
+    );
+    let limit = RateLimit { calls: 2, per: Duration::from_secs(1), wait: Duration::from_secs(10) };
+    let config = OrchestratorConfig::default()
+        .with_queue("q", QueueConfig::new(1).with_wait_timeout(Duration::from_secs(3600)))
+        .with_provider_settings(
+            "m",
+            ToolSettings { rate_limit: Some(limit), ..ToolSettings::default() },
+        )
+        .with_tool_settings("m__slow", ToolSettings::default().with_queue("q"));
+    let o = start(config, vec![p.clone()]).await;
+    let t0 = Instant::now();
+    let spawn = |ctx: CallContext| {
+        let o = o.clone();
+        tokio::spawn(async move { o.execute(ToolCall::new("m__slow", json!({})), &ctx).await })
+    };
+    // The slow call holds the queue's one slot for 3 s; four calls take their turns (at
+    // once, at 0.5 s, 1 s and 1.5 s) and wait behind it.
+    let holder = spawn(CallContext::new());
+    tokio::task::yield_now().await;
+    let token = CancellationToken::new();
+    let cancelled = [
+        spawn(CallContext::new().with_cancel(token.clone())),
+        spawn(CallContext::new().with_cancel(token.clone())),
+    ];
+    let late = spawn(CallContext::new().with_deadline(t0 + Duration::from_millis(1800)));
+    let dropped = spawn(CallContext::new());
+    tokio::time::sleep(Duration::from_millis(1900)).await;
+    let r = late.await.unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    token.cancel();
+    dropped.abort();
+    for call in cancelled {
+        let r = call.await.unwrap();
+        assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    }
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    assert_eq!(t0.elapsed(), Duration::from_millis(1900));
+    // Every turn has come, and none of the four ran: the limit is whole again, two calls
+    // at once and a third half a second later. Had the four kept their turns, the limit
+    // would be taken until 2.5 s: the second call would wait until 2.5 s, the third until 3 s.
+    assert!(call(&o, "m__fast", json!({})).await.ok);
+    assert!(call(&o, "m__fast", json!({})).await.ok);
+    assert_eq!(t0.elapsed(), Duration::from_millis(1900));
+    assert!(call(&o, "m__fast", json!({})).await.ok);
+    assert_eq!(t0.elapsed(), Duration::from_millis(2400));
+    assert!(holder.await.unwrap().ok);
+    assert_eq!(p.calls_of("slow"), 1);
+}
+
 /// Calls waiting in a queue take free slots by priority, the tool's (`tools.NAME.priority`)
 /// plus the caller's (`CallContext::with_priority`), then in the order they came.
 #[tokio::test(start_paused = true)]
