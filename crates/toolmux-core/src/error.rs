@@ -11,7 +11,8 @@ use std::time::Duration;
 pub enum Party {
     /// The caller: fix the name or the arguments and call again.
     Caller,
-    /// Policy said no (denied, timeout, budget, busy): change configuration or wait.
+    /// Policy said no (denied, timeout, budget, busy), or a stage of the gateway's own
+    /// failed (a before- or after-hook that panicked): change configuration or wait.
     Policy,
     /// The provider failed (transport, protocol, remote error).
     Provider,
@@ -212,6 +213,16 @@ pub enum ToolError {
         /// The panic message.
         message: String,
     },
+    /// A hook of the gateway (a before- or after-hook around the tool) panicked: the
+    /// gateway's fault ([`Party::Policy`]), not the provider's. Its code is `panicked`, as
+    /// a provider's panic's is.
+    #[error("`{tool}` panicked: {message}")]
+    HookPanicked {
+        /// The tool whose call the hook was for.
+        tool: String,
+        /// Which hook panicked, and the panic message.
+        message: String,
+    },
     /// A provider failure of another kind.
     #[error("{provider}: {message}")]
     Other {
@@ -242,7 +253,8 @@ impl ToolError {
             | ToolError::RateLimited { .. }
             | ToolError::QueueDeadlock { .. }
             | ToolError::BudgetExhausted { .. }
-            | ToolError::ContextBudgetExceeded { .. } => Party::Policy,
+            | ToolError::ContextBudgetExceeded { .. }
+            | ToolError::HookPanicked { .. } => Party::Policy,
             ToolError::Transport { .. }
             | ToolError::Protocol { .. }
             | ToolError::Remote { .. }
@@ -278,7 +290,7 @@ impl ToolError {
             ToolError::Protocol { .. } => "protocol",
             ToolError::Remote { .. } => "remote",
             ToolError::Unavailable { .. } => "unavailable",
-            ToolError::Panicked { .. } => "panicked",
+            ToolError::Panicked { .. } | ToolError::HookPanicked { .. } => "panicked",
             ToolError::Other { .. } => "other",
         }
     }
@@ -476,6 +488,20 @@ mod tests {
                 std::io::Error::other("broken pipe"),
             ),
             expect!["github: connection closed: broken pipe [Provider transport]"],
+        );
+        // A provider's panic is its own fault; a hook's, the gateway's: one code for both.
+        check(
+            ToolError::Panicked { tool: "m__t".into(), message: "index out of bounds".into() },
+            expect!["`m__t` panicked: index out of bounds [Provider panicked]"],
+        );
+        check(
+            ToolError::HookPanicked {
+                tool: "m__t".into(),
+                message: "its before-hook (#1, for `*`) panicked, the tool did not run: bug".into(),
+            },
+            expect![
+                "`m__t` panicked: its before-hook (#1, for `*`) panicked, the tool did not run: bug [Policy panicked]"
+            ],
         );
     }
 

@@ -14,8 +14,10 @@
 //! retries for idempotent tools → the provider call → after-hooks (a cached answer's too) →
 //! size cap (spill to the output store, or truncate) → context-token budget → accounting
 //! (statistics, audit log, events, tracing). A panic in the provider or in a hook becomes
-//! an error of the call ([`ToolError::Panicked`](toolmux_core::ToolError::Panicked), naming
-//! the hook).
+//! an error of the call, code `panicked`: the provider's is
+//! [`ToolError::Panicked`](toolmux_core::ToolError::Panicked), the provider's fault; a
+//! hook's is [`ToolError::HookPanicked`](toolmux_core::ToolError::HookPanicked), naming the
+//! hook, the gateway's (`Party::Policy`).
 //!
 //! The [`CallContext`](toolmux_core::CallContext) reaches the provider with the caller's log
 //! sink and interaction handler as they are, through every stage (queue, cache, retries,

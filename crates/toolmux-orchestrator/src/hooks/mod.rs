@@ -15,7 +15,8 @@ use std::sync::Arc;
 use toolmux_core::{CallContext, ToolError, ToolOutput};
 
 /// Runs before a call, after validation. Rewritten arguments are validated again. A hook
-/// that panics fails the call (not its caller) with [`ToolError::Panicked`] naming the hook.
+/// that panics fails the call (not its caller) with [`ToolError::HookPanicked`] naming the
+/// hook (the gateway's fault, `Party::Policy`, not the provider's).
 #[async_trait]
 pub trait BeforeHook: Send + Sync + fmt::Debug {
     /// Inspects or rewrites `arguments`; an `Err` (usually [`ToolError::Denied`]) refuses the call.
@@ -29,8 +30,8 @@ pub trait BeforeHook: Send + Sync + fmt::Debug {
 
 /// Runs after every successful call, before the size cap: one answered from the response
 /// cache (or by an identical call in flight) too, so the cache holds outputs as the
-/// provider gave them. A hook that panics fails the call with [`ToolError::Panicked`] naming
-/// the hook.
+/// provider gave them. A hook that panics fails the call with [`ToolError::HookPanicked`]
+/// naming the hook.
 #[async_trait]
 pub trait AfterHook: Send + Sync + fmt::Debug {
     /// Inspects or rewrites `output`.

@@ -2700,7 +2700,8 @@ fn hook_panicked<H: ?Sized + fmt::Debug>(
         scoped.pattern,
         panic_message(panic)
     );
-    ToolError::Panicked { tool: entry.name.to_string(), message }
+    // The hook is the gateway's own stage: its panic is not the provider's fault.
+    ToolError::HookPanicked { tool: entry.name.to_string(), message }
 }
 
 /// The type name that `value`'s `Debug` starts with (`CommandHook` of `CommandHook { .. }`),

@@ -571,7 +571,9 @@ impl AfterHook for Broken {
 
 /// A hook that panics fails its call with an error naming the hook, as a provider's panic
 /// does, rather than unwinding through the caller; the call's queue slot and its place
-/// among the calls in flight are given back and the call is accounted.
+/// among the calls in flight are given back and the call is accounted. The hook is the
+/// gateway's own stage: its panic is the gateway's fault (party `policy`), not the
+/// provider's.
 #[tokio::test(start_paused = true)]
 async fn a_panicking_hook_fails_its_call_naming_the_hook() {
     use std::time::Duration;
@@ -594,10 +596,13 @@ async fn a_panicking_hook_fails_its_call_naming_the_hook() {
     expect!["(tool failed: `files__write` panicked: its before-hook Broken (#2, for `files__w*`) panicked, the tool did not run: hook bug; fix the hook or remove it)"]
         .assert_eq(&r.conversation_text());
     assert_eq!(r.extras.get("code"), Some(&json!("panicked")), "{r:?}");
+    assert_eq!(r.extras.get("party"), Some(&json!("policy")), "{r:?}");
     assert_eq!(p.calls_of("write"), 0);
     let r = call(&o, "files__read", json!({})).await;
     expect!["(tool failed: `files__read` panicked: its after-hook Broken (#1, for `files__read`) panicked, after the tool ran: hook bug; fix the hook or remove it)"]
         .assert_eq(&r.conversation_text());
+    assert_eq!(r.extras.get("code"), Some(&json!("panicked")), "{r:?}");
+    assert_eq!(r.extras.get("party"), Some(&json!("policy")), "{r:?}");
     assert_eq!(p.calls_of("read"), 1);
     // Nothing held: the queue of one has its slot, no call is in flight, and both calls
     // were accounted as failed.

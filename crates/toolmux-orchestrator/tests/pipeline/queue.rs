@@ -67,6 +67,9 @@ async fn slots_are_released_on_error_timeout_panic_and_cancel() {
     let r = call(&o, "m__panic", json!({})).await;
     expect!["(tool failed: `m__panic` panicked: mock tool panic panicked on purpose)"]
         .assert_eq(&r.conversation_text());
+    // The provider's own panic is the provider's fault.
+    assert_eq!(r.extras.get("code"), Some(&json!("panicked")), "{r:?}");
+    assert_eq!(r.extras.get("party"), Some(&json!("provider")), "{r:?}");
     assert_eq!(call(&o, "m__hang", json!({})).await.conversation_text(), "(tool failed: timeout)");
     let ctx = CallContext::new();
     let cancel = ctx.cancel_token().clone();
