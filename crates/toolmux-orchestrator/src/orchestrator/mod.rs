@@ -1886,9 +1886,11 @@ impl Orchestrator {
                     call_id: ctx.call_id().map(str::to_owned),
                 };
                 // Nobody may ever answer: the wait ends as a queue wait does, when the
-                // caller cancels the call or at `Orchestrator::cancel`.
+                // caller cancels the call, at `Orchestrator::cancel`, or at the caller's
+                // deadline (an answer after it is of no use).
                 let generation =
                     self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let started = Instant::now();
                 let decision = tokio::select! {
                     decision = handler.approve(request) => decision,
                     () = ctx.cancel_token().cancelled() => {
@@ -1896,6 +1898,10 @@ impl Orchestrator {
                     }
                     () = generation.cancelled() => {
                         return Err(ToolError::Cancelled { tool: tool.to_owned() });
+                    }
+                    () = at_deadline(ctx.deadline()) => {
+                        let after = started.elapsed();
+                        return Err(ToolError::Timeout { tool: tool.to_owned(), after, idle: None });
                     }
                 };
                 match decision {
@@ -1910,7 +1916,8 @@ impl Orchestrator {
     }
 
     /// `work` (hooks: programs and code of others, which may wait on a person or a
-    /// service) until the caller cancels the call or [`Orchestrator::cancel`].
+    /// service) until the caller cancels the call, [`Orchestrator::cancel`], or the
+    /// caller's deadline.
     async fn cancellable<T>(
         &self,
         ctx: &CallContext,
@@ -1918,11 +1925,15 @@ impl Orchestrator {
         work: impl Future<Output = Result<T, ToolError>>,
     ) -> Result<T, ToolError> {
         let generation = self.inner.generation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let started = Instant::now();
         tokio::select! {
             biased;
             result = work => result,
             () = ctx.cancel_token().cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
             () = generation.cancelled() => Err(ToolError::Cancelled { tool: tool.to_owned() }),
+            () = at_deadline(ctx.deadline()) => {
+                Err(ToolError::Timeout { tool: tool.to_owned(), after: started.elapsed(), idle: None })
+            }
         }
     }
 
@@ -2546,6 +2557,14 @@ impl Orchestrator {
 /// Whether events carry a tool's arguments and results: not for tools hidden from models
 /// (the other side's own tools, such as `external__submit`) nor for tools that work
 /// silently (`shown: false`).
+/// Resolves at `deadline`; never without one.
+async fn at_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn shown_to_people(annotations: &toolmux_core::ToolAnnotations) -> bool {
     annotations.visible && annotations.shown
 }

@@ -219,9 +219,9 @@ impl InteractionHandler for Unanswered {
     }
 }
 
-/// A call waiting for its approval stops when its caller cancels it, or at
-/// `Orchestrator::cancel`, as a call waiting for a queue slot does; it waited for an answer
-/// that might never come.
+/// A call waiting for its approval stops when its caller cancels it, at
+/// `Orchestrator::cancel`, or at its caller's deadline, as a call waiting for a queue slot
+/// does; it waited for an answer that might never come.
 #[tokio::test(start_paused = true)]
 async fn a_call_waiting_for_approval_is_cancelled() {
     use std::time::Duration;
@@ -249,6 +249,16 @@ async fn a_call_waiting_for_approval_is_cancelled() {
     let r = tokio::time::timeout(Duration::from_secs(60), asking).await;
     let r = r.expect("the call ended").unwrap();
     assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    // A caller whose deadline comes before the answer stops at the deadline.
+    let started = tokio::time::Instant::now();
+    let ctx = CallContext::new()
+        .with_handler(Arc::new(Unanswered))
+        .with_deadline(started + Duration::from_secs(5));
+    let asking = o.execute(ToolCall::new("files__write", json!({})), &ctx);
+    let r = tokio::time::timeout(Duration::from_secs(60), asking).await;
+    let r = r.expect("the call ended at its deadline");
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
     assert_eq!(p.calls_of("write"), 0);
 }
 
@@ -263,8 +273,8 @@ impl BeforeHook for Stuck {
     }
 }
 
-/// A call whose before-hook does not finish stops when its caller cancels it or at
-/// `Orchestrator::cancel`.
+/// A call whose before-hook does not finish stops when its caller cancels it, at
+/// `Orchestrator::cancel`, or at its caller's deadline.
 #[tokio::test(start_paused = true)]
 async fn a_call_in_its_hooks_is_cancelled() {
     use std::time::Duration;
@@ -295,6 +305,13 @@ async fn a_call_in_its_hooks_is_cancelled() {
     let r = tokio::time::timeout(Duration::from_secs(60), hooked).await;
     let r = r.expect("the call ended").unwrap();
     assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    let started = tokio::time::Instant::now();
+    let ctx = CallContext::new().with_deadline(started + Duration::from_secs(5));
+    let hooked = o.execute(ToolCall::new("files__write", json!({})), &ctx);
+    let r = tokio::time::timeout(Duration::from_secs(60), hooked).await;
+    let r = r.expect("the call ended at its deadline");
+    assert_eq!(r.extras.get("code"), Some(&json!("timeout")), "{r:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
     assert_eq!(p.calls_of("write"), 0);
 }
 
