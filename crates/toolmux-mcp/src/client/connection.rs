@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 use super::config::{McpServerConfig, ProtocolMode, TransportKind};
 use super::handler::{Events, Handler};
@@ -157,9 +158,14 @@ pub(crate) async fn connect(
     kind: TransportKind,
     http: Option<&Http>,
     events: &Arc<Events>,
+    shutdown: &CancellationToken,
 ) -> Result<Connection, McpError> {
+    let shut_down = || McpError::ShutDown { server: server.to_owned() };
     if kind == TransportKind::Stdio && config.malware_check != Some(false) {
-        screen(server, config).await?;
+        tokio::select! {
+            screened = screen(server, config) => screened?,
+            () = shutdown.cancelled() => return Err(shut_down()),
+        }
     }
     let mut fault = Fault::default();
     // Streamable HTTP is tried first, then legacy SSE, as MCP's backwards compatibility
@@ -224,7 +230,20 @@ pub(crate) async fn connect(
             other => other,
         }
     };
-    let service = tokio::time::timeout(startup, attempt).await;
+    let outcome = tokio::select! {
+        service = tokio::time::timeout(startup, attempt) => Some(service),
+        () = shutdown.cancelled() => None,
+    };
+    let Some(service) = outcome else {
+        // A shutdown wins over a start under way: what it started is stopped and reaped
+        // before the caller hears of it, and the shutdown waits for the caller, so that
+        // nothing of the server runs once it returns (dropped here, the server was only
+        // signalled, and reaped some time later).
+        if let Some(mut process) = process {
+            process.kill_now().await;
+        }
+        return Err(shut_down());
+    };
     if over_sse {
         fault = sse_fault;
     }

@@ -58,6 +58,9 @@ const GIVE_UP_PAUSE_MAX: Duration = Duration::from_secs(300);
 const REFRESH_QUIET: Duration = Duration::from_millis(40);
 /// Longest a refresh waits for a burst of `tools/list_changed` to end.
 const REFRESH_MAX_DELAY: Duration = Duration::from_millis(400);
+/// How long a shutdown waits for a start under way to stop what it started (a stdio
+/// server is killed and reaped within 5 s, a stored connection closed within 3.5 s).
+const SHUTDOWN_CONNECT_WAIT: Duration = Duration::from_secs(10);
 
 /// One MCP server as a tool provider: namespace = server name, tools under the server's own
 /// names (the orchestrator prefixes `{server}__`).
@@ -350,6 +353,9 @@ impl Inner {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
+        if self.shutdown.is_cancelled() {
+            return Err(McpError::ShutDown { server: self.name.clone() });
+        }
         let max = self.max_restarts();
         let now = Instant::now();
         if restarts.failures > max
@@ -376,20 +382,34 @@ impl Inner {
                 () = self.shutdown.cancelled() => return Err(McpError::ShutDown { server: self.name.clone() }),
             }
         }
-        let attempt = connection::connect(
+        let result = connection::connect(
             &self.name,
             &self.config,
             self.transport,
             self.http.as_ref(),
             &self.events,
-        );
-        let result = tokio::select! {
-            result = attempt => result,
-            () = self.shutdown.cancelled() => Err(McpError::ShutDown { server: self.name.clone() }),
-        };
+            &self.shutdown,
+        )
+        .await;
         match result {
             Ok(connection) => {
                 let connection = Arc::new(connection);
+                // Stored only while the provider runs, decided under the lock that
+                // `shutdown` takes the connection under after cancelling: a start that
+                // finished as the shutdown began was stored after the shutdown's sweep,
+                // and its server lived on until the provider was dropped.
+                let stored = {
+                    let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                    let running = !self.shutdown.is_cancelled();
+                    if running {
+                        *current = Some(connection.clone());
+                    }
+                    running
+                };
+                if !stored {
+                    connection.close().await;
+                    return Err(McpError::ShutDown { server: self.name.clone() });
+                }
                 let instructions = connection.info.as_ref().and_then(|i| i.instructions.clone());
                 *self.instructions.write().unwrap_or_else(|e| e.into_inner()) = instructions;
                 tracing::debug!(
@@ -397,7 +417,6 @@ impl Inner {
                     protocol = ?connection.info.as_ref().map(|i| i.protocol_version.to_string()),
                     "mcp server connected"
                 );
-                *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(connection.clone());
                 *self.status.lock().unwrap_or_else(|e| e.into_inner()) = health::Status::default();
                 spawn_refresher(Arc::downgrade(self), connection.clone());
                 if let Some(every) = self.config.health_check_interval() {
@@ -422,6 +441,8 @@ impl Inner {
                 }
                 Ok(connection)
             }
+            // Not the server's failure: nothing to count, nothing to warn of.
+            Err(e @ McpError::ShutDown { .. }) => Err(e),
             Err(e) => {
                 Self::count_failure(&mut restarts, max);
                 self.set_problem("failed to start".to_owned());
@@ -1333,6 +1354,17 @@ impl ToolProvider for McpProvider {
         let current = inner.current.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(connection) = current {
             connection.close().await;
+        }
+        // A start under way holds the connect lock until it has stored its connection
+        // (closed just above, which also ends the requests it makes after storing) or,
+        // seeing the shutdown, stopped and reaped what it started: waiting for it here
+        // means that nothing of the server runs once the shutdown returns.
+        if tokio::time::timeout(SHUTDOWN_CONNECT_WAIT, inner.restarts.lock()).await.is_err() {
+            tracing::warn!(
+                server = %inner.name,
+                "a start under way did not stop within {} s of the shutdown",
+                SHUTDOWN_CONNECT_WAIT.as_secs()
+            );
         }
         Ok(())
     }

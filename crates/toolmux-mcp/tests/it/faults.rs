@@ -166,6 +166,39 @@ async fn an_exit_is_noticed_though_a_daemon_holds_stdout() {
     provider.shutdown().await.unwrap();
 }
 
+/// A shutdown landing while a server is still answering its handshake wins: the start
+/// under way stops the server, whose process is gone (reaped) once the shutdown returns,
+/// and the caller that was starting it is told the provider shut down. The start's
+/// process was only signalled after the shutdown had returned, or (a handshake finished
+/// just then) stored and kept until the provider was dropped.
+#[tokio::test]
+async fn a_shutdown_during_a_start_stops_the_server_being_started() {
+    let pid_file = tempfile::NamedTempFile::new().unwrap();
+    let config = support::fixture_stdio("slow-init")
+        .with_env("FIXTURE_PID_FILE", pid_file.path().to_str().unwrap());
+    let provider = provider_with(config);
+    let starting = tokio::spawn({
+        let provider = provider.clone();
+        async move { provider.warmup().await }
+    });
+    let read_pid = || std::fs::read_to_string(pid_file.path()).ok()?.trim().parse::<i32>().ok();
+    support::wait_for("the server to start", Duration::from_secs(5), || read_pid().is_some()).await;
+    let pid = read_pid().unwrap();
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    assert!(proc_dir.exists(), "the server runs its handshake");
+    let started = Instant::now();
+    provider.shutdown().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(!proc_dir.exists(), "server process {pid} remains after the shutdown returned");
+    let error = starting.await.unwrap().unwrap_err();
+    expect_test::expect!["fixture unavailable: shut down"].assert_eq(&error.to_string());
+    assert_eq!(provider.server_pid(), None);
+}
+
+fn provider_with(config: McpServerConfig) -> McpProvider {
+    McpProvider::new("fixture", config).unwrap()
+}
+
 /// A server given up on is started again after a pause: once what kept it from starting
 /// is back, it works again without restarting toolmux.
 #[tokio::test]
