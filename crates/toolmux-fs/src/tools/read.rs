@@ -231,11 +231,14 @@ fn read_page(
     // file with a `\n` after the first chunk, or one whose CRs start later) is read again.
     let mut terminator = None;
     let (page, hash) = loop {
-        let (file, _) = ws.open_regular(&path)?;
+        let (file, opened) = ws.open_regular(&path)?;
         let mut page = Page::new(first, limit, limits, terminator);
         page.start_char = start_char;
         let mut hasher = Sha256::new();
-        let mut reader = file;
+        // Read to the length the file had when opened: a file a running command appends
+        // to faster than it is read (a log) would keep the call reading for as long as the
+        // command writes.
+        let mut reader = file.take(opened.len());
         let mut at_start = true;
         // Set when the file starts with a UTF-16 or UTF-32 byte order mark: its text is
         // decoded to UTF-8 before it is paged.

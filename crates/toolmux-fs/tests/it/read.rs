@@ -485,3 +485,59 @@ async fn the_largest_limit_reads_to_the_end() {
     let out = fx.ok("read", json!({"path": "a.txt", "offset": 2, "limit": u64::MAX})).await;
     assert_eq!(out, "     2\ttwo\n     3\tthree\n");
 }
+
+/// Waits until this process holds `count` open descriptors of `path`, for at most 10 s.
+fn wait_for_opens(path: &std::path::Path, count: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let open = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+            .count();
+        if open >= count {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    panic!("`{}` was not opened {count} times within 10 s", path.display());
+}
+
+/// A file that grows while `read` reads it (a log a running command writes) is read to the
+/// length it had when opened: a writer faster than the reader kept it reading for as long
+/// as the writer wrote. The file grows by holes, which cost no disk and outrun any reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_growing_while_read_is_read_to_its_length_when_opened() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fx = Fixture::new();
+    // More than the first read takes, so that the holes are never sniffed as binary.
+    let text: String = (1..=30_000).map(|i| format!("line {i}\n")).collect();
+    let path = std::fs::canonicalize(fx.put("grow.log", &text)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = std::thread::spawn({
+        let (path, stop) = (path.clone(), stop.clone());
+        move || {
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            // Grown once `read` has it open (the writer's own descriptor and the reader's).
+            wait_for_opens(&path, 2);
+            let original = file.metadata().unwrap().len();
+            let mut len = original;
+            while !stop.load(Ordering::Relaxed) && len < 1 << 40 {
+                len += 64 << 20;
+                file.set_len(len).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            // A reader still at it ends at its next read (the runtime waits for it).
+            file.set_len(original).unwrap();
+        }
+    });
+    let read = fx.call("read", json!({"path": "grow.log", "limit": 1}));
+    let out = tokio::time::timeout(std::time::Duration::from_secs(20), read).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let out = out.expect("`read` was still reading the growing file after 20 s").unwrap();
+    assert_eq!(out.extras["totalLines"], 30_000);
+    assert!(out.to_text().starts_with("     1\tline 1\n"), "{}", out.to_text());
+}
