@@ -174,9 +174,10 @@ impl ResponseCache for MemoryCache {
             }
         }
         entries.bytes += bytes;
-        entries
-            .map
-            .insert(key.to_owned(), Entry { expires: now + ttl, bytes, output: output.clone() });
+        entries.map.insert(
+            key.to_owned(),
+            Entry { expires: crate::later(now, ttl), bytes, output: output.clone() },
+        );
     }
 }
 

@@ -145,3 +145,15 @@ pub use service::{ToolFuture, ToolRequest};
 pub use suggest::suggest;
 pub use validate::ArgumentValidator;
 pub use view::FilteredView;
+
+/// About thirty years (as tokio's own far future): the longest a limit of the pipeline
+/// lasts. A longer one, `Duration::MAX` for none, is never reached either, and a deadline
+/// that far stays within what the clock can hold.
+pub(crate) const FOREVER: std::time::Duration =
+    std::time::Duration::from_secs(60 * 60 * 24 * 365 * 30);
+
+/// `at + by`, with `by` held to [`FOREVER`]: a deadline past what the clock can hold
+/// panicked (`Duration::MAX` as a timeout).
+pub(crate) fn later(at: tokio::time::Instant, by: std::time::Duration) -> tokio::time::Instant {
+    at + by.min(FOREVER)
+}

@@ -141,6 +141,14 @@ struct OpenTurn {
 impl RateLimiter {
     /// A limiter for `limit` with no calls made yet.
     pub fn new(limit: RateLimit) -> Self {
+        // Held to about thirty years (`Duration::MAX`: one call for ever), so that due
+        // times stay within what the clock can hold: the next call is never due more than
+        // `per + wait` ahead.
+        let limit = RateLimit {
+            per: limit.per.min(crate::FOREVER),
+            wait: limit.wait.min(crate::FOREVER),
+            ..limit
+        };
         let interval = limit.per / limit.calls.max(1);
         RateLimiter { limit, interval, state: Mutex::new(State::default()) }
     }

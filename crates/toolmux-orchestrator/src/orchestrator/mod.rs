@@ -846,7 +846,7 @@ impl Orchestrator {
         }
         let mut stream = futures::stream::iter(warmups)
             .buffer_unordered(self.inner.config.init_concurrency.max(1));
-        let deadline = wait.map(|wait| Instant::now() + wait);
+        let deadline = wait.map(|wait| crate::later(Instant::now(), wait));
         let mut results: Vec<(usize, Result<(), String>, u64)> = Vec::new();
         loop {
             let next = match deadline {
@@ -1528,7 +1528,7 @@ impl Orchestrator {
             .and_then(|s| s.timeout)
             .unwrap_or(self.inner.config.tool_timeout);
         let start = Instant::now();
-        let mut deadline = start + timeout;
+        let mut deadline = crate::later(start, timeout);
         if let Some(d) = ctx.deadline() {
             deadline = deadline.min(d);
         }
@@ -2040,7 +2040,8 @@ impl Orchestrator {
         // Charged when the call ends, or is dropped halfway.
         let spent = ToolTime(run.as_deref().map(|run| (run, Instant::now())));
         // The run's tool time left holds for the whole call, retries and progress included.
-        let run_deadline = spent.0.zip(time_left).map(|((_, started), left)| started + left);
+        let run_deadline =
+            spent.0.zip(time_left).map(|((_, started), left)| crate::later(started, left));
         let result = match &entry.settings.retry {
             Some(policy) => {
                 Box::pin(self.attempts(
@@ -2097,9 +2098,9 @@ impl Orchestrator {
             // Spent: no wait (a cached output is still served).
             let left = self.tool_time_left(entry, &run).map_or(Some(Duration::ZERO), |left| left);
             if let Some(left) = left
-                && limit.is_none_or(|(until, _)| now + left < until)
+                && limit.is_none_or(|(until, _)| crate::later(now, left) < until)
             {
-                limit = Some((now + left, left));
+                limit = Some((crate::later(now, left), left));
             }
         }
         limit
@@ -2140,7 +2141,7 @@ impl Orchestrator {
             return Ok(unused);
         }
         let started = Instant::now();
-        let at = started + turn.wait();
+        let at = crate::later(started, turn.wait());
         let until = ctx.deadline().map_or(at, |deadline| deadline.min(at));
         tokio::select! {
             () = tokio::time::sleep_until(until) => {}
@@ -2235,7 +2236,7 @@ impl Orchestrator {
                         && e.is_transient()
                         // No retry the run's tool time would not let start.
                         && run_deadline
-                            .is_none_or(|d| Instant::now() + policy.backoff(attempt) < d) =>
+                            .is_none_or(|d| crate::later(Instant::now(), policy.backoff(attempt)) < d) =>
                 {
                     let delay = policy.backoff(attempt);
                     tracing::debug!(tool = %entry.name, attempt, "transient failure, retrying in {delay:?}: {}", e.report());
@@ -2303,7 +2304,7 @@ impl Orchestrator {
                 // `maxTotalTimeMs` still holds.
                 settings.max_total_time.map_or(timeout, |max| max.min(timeout))
             };
-            let mut hard = start + cap;
+            let mut hard = crate::later(start, cap);
             // Progress resets never carry a call past its caller's deadline nor its run's
             // tool time.
             for deadline in [ctx.deadline(), run_deadline].into_iter().flatten() {
@@ -2365,7 +2366,7 @@ impl Orchestrator {
                 }
             };
         }
-        let mut deadline = (start + timeout).min(hard_deadline);
+        let mut deadline = crate::later(start, timeout).min(hard_deadline);
         loop {
             tokio::select! {
                 biased;
@@ -2386,7 +2387,7 @@ impl Orchestrator {
                 () = tokio::time::sleep_until(deadline) => {
                     if let Some(progressed) = &last_progress {
                         let progressed = Duration::from_micros(progressed.load(Ordering::Relaxed));
-                        let extended = (start + progressed + timeout).min(hard_deadline);
+                        let extended = crate::later(start + progressed, timeout).min(hard_deadline);
                         if extended > deadline {
                             deadline = extended;
                             continue;
@@ -2395,7 +2396,7 @@ impl Orchestrator {
                     stop();
                     // Past the first limit, progress had restarted it: the call went that
                     // long without progress (unless the hard cap came first).
-                    let restarted = deadline > (start + timeout).min(hard_deadline);
+                    let restarted = deadline > crate::later(start, timeout).min(hard_deadline);
                     let idle = (restarted && deadline < hard_deadline).then_some(timeout);
                     return Err(ToolError::Timeout { tool: tool(), after: start.elapsed(), idle });
                 }

@@ -132,3 +132,52 @@ async fn the_callers_deadline_bounds_the_call() {
     assert_eq!(r.conversation_text(), "(tool failed: timeout)");
     assert_eq!(r.latency_ms, 1500);
 }
+
+/// A timeout, hard cap, run tool time, cache lifetime or rate-limit period of
+/// `Duration::MAX` (no limit, as Rust APIs often spell it) is a limit never reached: calls
+/// run, rather than panicking on a deadline past what the clock can hold.
+#[tokio::test(start_paused = true)]
+async fn limits_of_duration_max_never_end_a_call() {
+    use toolmux_core::{CallContext, ToolCall};
+    use toolmux_orchestrator::{QueueConfig, RateLimit, RunBudgetConfig};
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("nap", Behavior::Sleep(Duration::from_secs(5)))
+            .with_tool("steps", Behavior::Progress { steps: 3, interval: Duration::from_secs(2) }),
+    );
+    let limit = RateLimit { calls: 1, per: Duration::MAX, wait: Duration::ZERO };
+    let config = OrchestratorConfig::default()
+        .with_tool_timeout(Duration::MAX)
+        .with_run_budget(RunBudgetConfig { max_calls: None, max_tool_time: Some(Duration::MAX) })
+        .with_queue("q", QueueConfig::new(1).with_wait_timeout(Duration::MAX))
+        .with_provider_settings("m", ToolSettings::default().with_queue("q"))
+        .with_tool_settings(
+            "m__nap",
+            ToolSettings {
+                cache_ttl: Some(Duration::MAX),
+                cache_force: true,
+                ..ToolSettings::default()
+            },
+        )
+        .with_tool_settings(
+            "m__steps",
+            ToolSettings {
+                reset_timeout_on_progress: Some(true),
+                max_total_time: Some(Duration::MAX),
+                rate_limit: Some(limit),
+                ..ToolSettings::default()
+            },
+        );
+    let o = start(config, vec![p.clone()]).await;
+    let run = CallContext::new().with_run_id("r");
+    for _ in 0..2 {
+        let r = o.execute(ToolCall::new("m__nap", json!({})), &run).await;
+        assert!(r.ok, "{r:?}");
+    }
+    assert_eq!(p.calls_of("nap"), 1, "the second call is answered from the cache");
+    let r = o.execute(ToolCall::new("m__steps", json!({})), &run).await;
+    assert!(r.ok, "{r:?}");
+    // One call per period that never ends: the next is refused, saying so.
+    let r = call(&o, "m__steps", json!({})).await;
+    assert_eq!(r.extras.get("code"), Some(&serde_json::json!("rate_limited")), "{r:?}");
+}
