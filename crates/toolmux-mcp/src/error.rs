@@ -68,6 +68,17 @@ pub enum McpError {
         /// What is known about why (exit status, last error).
         detail: Option<String>,
     },
+    /// A request could not be delivered (its HTTP POST failed or got no answer in time),
+    /// while the connection and the other requests on it go on.
+    #[error("mcp server `{server}`: {method} not delivered: {message}")]
+    Undelivered {
+        /// The server.
+        server: String,
+        /// The request method.
+        method: &'static str,
+        /// What happened to the request (the HTTP status, the timeout).
+        message: String,
+    },
     /// The server sent something that is not MCP.
     #[error("mcp server `{server}`: protocol error: {message}")]
     Protocol {
@@ -144,6 +155,7 @@ impl McpError {
             | McpError::StartupTimeout { server, .. }
             | McpError::Handshake { server, .. }
             | McpError::Closed { server, .. }
+            | McpError::Undelivered { server, .. }
             | McpError::Protocol { server, .. }
             | McpError::Rpc { server, .. }
             | McpError::Auth { server, .. }
@@ -170,6 +182,7 @@ impl McpError {
             | McpError::StartupTimeout { .. }
             | McpError::Handshake { .. }
             | McpError::Closed { .. }
+            | McpError::Undelivered { .. }
             | McpError::Serve { .. } => {
                 ToolError::Transport { provider, message: bare, source: None }
             }

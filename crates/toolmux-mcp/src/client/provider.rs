@@ -562,6 +562,14 @@ impl Inner {
                     message: format!("the answer to {method} is {}", data.message),
                 }
             }
+            // Its POST failed; the connection goes on (legacy SSE).
+            ServiceError::McpError(data) if crate::transport::is_undelivered(&data) => {
+                McpError::Undelivered {
+                    server: self.name.clone(),
+                    method,
+                    message: data.message.into_owned(),
+                }
+            }
             ServiceError::McpError(data) => McpError::Rpc {
                 server: self.name.clone(),
                 method,
@@ -1055,6 +1063,13 @@ impl Inner {
     ) -> Result<ServerResult, ToolError> {
         let tool_error = |e: McpError| e.into_tool_error(Some(name));
         match &waited {
+            // A request whose POST failed got no answer: three in a row (a server that
+            // fails every POST) give the connection up, as three timeouts do.
+            Waited::Reply(Err(ServiceError::McpError(e)))
+                if crate::transport::is_undelivered(e) =>
+            {
+                connection.timed_out();
+            }
             Waited::Reply(Ok(_) | Err(ServiceError::McpError(_))) => connection.answered(),
             Waited::TimedOut(..) => connection.timed_out(),
             Waited::Reply(Err(_)) | Waited::Cancelled | Waited::ShutDown => {}

@@ -323,6 +323,32 @@ pub(crate) fn is_unreadable_answer(error: &rmcp::model::ErrorData) -> bool {
         == Some(&serde_json::Value::Bool(true))
 }
 
+/// The member of an error's `data` that marks an error made here for a request whose
+/// delivery failed ([`undelivered_answer`]) while the connection lives on: not the
+/// server's answer, and no answer of the server's at all.
+pub(crate) const UNDELIVERED_KEY: &str = "io.toolmux/undelivered";
+
+/// The error answer a request `id` gets when delivering it failed (`why` says how) but
+/// the connection goes on: that request fails now, the others are left alone.
+pub(crate) fn undelivered_answer(
+    id: rmcp::model::RequestId,
+    why: String,
+) -> RxJsonRpcMessage<RoleClient> {
+    use rmcp::model::{ErrorCode, ErrorData, JsonRpcError};
+
+    let data = serde_json::json!({ UNDELIVERED_KEY: true });
+    JsonRpcMessage::Error(JsonRpcError {
+        jsonrpc: Default::default(),
+        id: Some(id),
+        error: ErrorData::new(ErrorCode::INTERNAL_ERROR, why, Some(data)),
+    })
+}
+
+/// Whether `error` was made by [`undelivered_answer`].
+pub(crate) fn is_undelivered(error: &rmcp::model::ErrorData) -> bool {
+    error.data.as_ref().and_then(|d| d.get(UNDELIVERED_KEY)) == Some(&serde_json::Value::Bool(true))
+}
+
 /// The tool `_meta` key under which a listed tool's `execution.taskSupport` (2025-11-25) is
 /// kept: rmcp's model has no `execution`, and a tool that requires tasks must be called as
 /// one (`McpProvider` does, see `client/provider/tasks.rs`).

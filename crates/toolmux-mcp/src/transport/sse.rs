@@ -4,6 +4,9 @@
 
 use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use rmcp::RoleClient;
+use rmcp::model::RequestId;
+use rmcp::service::RxJsonRpcMessage;
 use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +91,8 @@ pub(crate) async fn connect(
     let (transport, PumpEnds { mut outbound, inbound }) = channel_transport();
     let stop = CancellationToken::new();
 
+    // Weak: the channel still ends with the reader, whatever the POSTs under way do.
+    let answers = inbound.downgrade();
     // Reader: events to rmcp, until the stream ends or rmcp closes the connection.
     let reader_stop = stop.clone();
     let reader_fault = fault.clone();
@@ -151,8 +156,8 @@ pub(crate) async fn connect(
 
     // Writer: each message is one POST to the endpoint, started in the order sent and up to
     // POSTS_IN_FLIGHT at once, each within `post_timeout`. One that fails or gets no answer
-    // in time ends the connection (the server may have taken the message or not, and its
-    // session is likely gone): its calls fail saying so, and the next call connects afresh.
+    // in time fails the request it carried; one that shows the session gone ends the
+    // connection (see `Poster::post`).
     let poster = Arc::new(Poster {
         server: server.to_owned(),
         client,
@@ -161,6 +166,7 @@ pub(crate) async fn connect(
         timeout: post_timeout,
         fault: fault.clone(),
         stop: stop.clone(),
+        answers,
     });
     tokio::spawn(async move {
         let _stop_reader = stop.clone().drop_guard();
@@ -189,6 +195,10 @@ pub(crate) async fn connect(
             };
             // A tool call's `passthroughHeaders` travel beside the message, not in it.
             let passed = crate::client::passthrough::take(&mut message);
+            let request = match &message {
+                rmcp::model::JsonRpcMessage::Request(request) => Some(request.id.clone()),
+                _ => None,
+            };
             let body = match encode_message(&message) {
                 Ok(body) => body,
                 Err(e) => {
@@ -197,7 +207,7 @@ pub(crate) async fn connect(
                 }
             };
             let poster = poster.clone();
-            posts.spawn(async move { poster.post(body, passed).await });
+            posts.spawn(async move { poster.post(body, passed, request).await });
         }
     });
     Ok(transport)
@@ -217,12 +227,24 @@ struct Poster {
     fault: Fault,
     /// Cancelled to end the connection.
     stop: CancellationToken,
+    /// Where the error answer of a request whose POST failed goes (the reader's channel
+    /// to rmcp).
+    answers: tokio::sync::mpsc::WeakSender<RxJsonRpcMessage<RoleClient>>,
 }
 
+/// The start of a refusal's body read, to tell a session the server no longer knows.
+const REFUSAL_READ: usize = 4096;
+
 impl Poster {
-    /// Posts one message; one that fails or gets no answer in time ends the connection,
-    /// with why (never the endpoint's URL: its query may hold a key).
-    async fn post(&self, body: Vec<u8>, passed: Passed) {
+    /// Posts one message, `request` its id when it is a request. A POST that fails or
+    /// gets no answer in time fails that request alone (an error answer made here; a
+    /// notification or an answer to the server is lost, and logged), so that one message
+    /// the server refuses or is slow to take does not fail every call on the connection.
+    /// One that shows the session gone (the endpoint is unknown, 404 or 410, or a 400
+    /// speaking of the session; the credentials refused; the server unreachable) ends the
+    /// connection, and the next call connects afresh. Errors never carry the endpoint's
+    /// URL: its query may hold a key.
+    async fn post(&self, body: Vec<u8>, passed: Passed, request: Option<RequestId>) {
         let build = || {
             let mut request = self
                 .client
@@ -243,22 +265,58 @@ impl Poster {
                 crate::client::oauth::send(oauth, &self.fault, "POST", endpoint, build).await
             }
             None => build().send().await,
-        }
-        .and_then(reqwest::Response::error_for_status);
-        let Err(e) = sent else { return };
-        let why = if e.is_timeout() {
-            format!(
-                "a message posted to the server got no answer within {} ms (`requestTimeoutMs`); \
-                 it is stuck or overloaded",
-                self.timeout.as_millis()
-            )
-        } else {
-            format!("posting a message failed: {}", without_url(&e))
         };
-        tracing::warn!(server = %self.server, "{why}; ending the connection");
-        self.fault.set(FaultKind::Closed(why));
-        self.stop.cancel();
+        let (why, gone) = match sent {
+            Ok(response) if response.status().is_success() => return,
+            Ok(response) => {
+                let status = response.status();
+                let session_gone = match status.as_u16() {
+                    401 | 403 | 404 | 410 => true,
+                    // The official SDKs answer 400 to a session id they do not know.
+                    400 => refusal_start(response).await.to_lowercase().contains("session"),
+                    _ => false,
+                };
+                (format!("the server answered its POST with HTTP {status}"), session_gone)
+            }
+            Err(e) if e.is_timeout() => (
+                format!(
+                    "its POST got no answer within {} ms (`requestTimeoutMs`); the server is \
+                     stuck or overloaded",
+                    self.timeout.as_millis()
+                ),
+                false,
+            ),
+            Err(e) => (format!("posting it failed: {}", without_url(&e)), e.is_connect()),
+        };
+        if gone {
+            let why = format!("a message was not delivered: {why}");
+            tracing::warn!(server = %self.server, "{why}; ending the connection");
+            self.fault.set(FaultKind::Closed(why));
+            self.stop.cancel();
+            return;
+        }
+        let Some(id) = request else {
+            tracing::warn!(server = %self.server, "a message to the server was lost: {why}");
+            return;
+        };
+        tracing::warn!(server = %self.server, "a request was not delivered: {why}; failing it");
+        if let Some(answers) = self.answers.upgrade() {
+            let _ = answers.send(super::undelivered_answer(id, why)).await;
+        }
     }
+}
+
+/// The start of a refused POST's body, as text (empty when it cannot be read).
+async fn refusal_start(mut response: reqwest::Response) -> String {
+    let mut start = Vec::new();
+    while start.len() < REFUSAL_READ {
+        match response.chunk().await {
+            Ok(Some(chunk)) => start.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    start.truncate(REFUSAL_READ);
+    String::from_utf8_lossy(&start).into_owned()
 }
 
 /// The events of a stream, none longer than [`MESSAGE_MAX`]: a server writing without end

@@ -1,5 +1,6 @@
 //! Posting messages over the legacy HTTP+SSE transport, against a loopback SSE server
-//! written here whose message endpoint never answers the POST of a `hang` call.
+//! written here whose message endpoint never answers the POST of a `hang` call, refuses
+//! that of a `refused` call (500) and no longer knows the session for a `gone` call (404).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -43,11 +44,33 @@ async fn message(State(server): State<Server>, body: String) -> Response {
         "tools/list" => json!({"tools": [
             {"name": "echo", "inputSchema": {"type": "object"}},
             {"name": "hang", "inputSchema": {"type": "object"}},
+            {"name": "slow", "inputSchema": {"type": "object"}},
+            {"name": "refused", "inputSchema": {"type": "object"}},
+            {"name": "gone", "inputSchema": {"type": "object"}},
         ]}),
         "tools/call" if request["params"]["name"] == "hang" => {
             // The POST is never answered, as by a server stuck on it.
             std::future::pending::<()>().await;
             unreachable!()
+        }
+        "tools/call" if request["params"]["name"] == "refused" => {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "overloaded").into_response();
+        }
+        "tools/call" if request["params"]["name"] == "gone" => {
+            return (StatusCode::NOT_FOUND, "Could not find session").into_response();
+        }
+        "tools/call" if request["params"]["name"] == "slow" => {
+            // Taken at once, answered on the stream later.
+            let stream = server.stream.lock().unwrap().clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                let result = json!({"content": [{"type": "text", "text": "slow"}]});
+                let reply = json!({"jsonrpc": "2.0", "id": id, "result": result});
+                if let Some(stream) = stream {
+                    let _ = stream.send(format!("event: message\ndata: {reply}\n\n"));
+                }
+            });
+            return StatusCode::ACCEPTED.into_response();
         }
         "tools/call" => json!({"content": [{"type": "text", "text": "echo"}]}),
         _ => json!({}),
@@ -59,12 +82,11 @@ async fn message(State(server): State<Server>, body: String) -> Response {
     StatusCode::ACCEPTED.into_response()
 }
 
-/// A POST the server never answers holds no other message (they are posted beside it), and
-/// ends after the request timeout with an error naming the server and what happened, not
-/// the endpoint's URL; the next call connects again and works. The stuck POST held every
-/// later message for ever.
-#[tokio::test]
-async fn a_stuck_post_times_out_and_holds_no_other_message() {
+/// The server on a loopback port, and a provider connected to it whose requests time out
+/// after `timeout`.
+async fn connected(
+    timeout: Duration,
+) -> (Server, McpProvider, tokio::task::JoinHandle<std::io::Result<()>>) {
     let server = Server::default();
     let router = axum::Router::new()
         .route("/sse", axum::routing::get(events))
@@ -75,9 +97,19 @@ async fn a_stuck_post_times_out_and_holds_no_other_message() {
     let task = tokio::spawn(async move { axum::serve(listener, router).await });
     let config = McpServerConfig::remote(TransportKind::Sse, url)
         .with_protocol(ProtocolMode::Legacy)
-        .with_request_timeout(Duration::from_millis(1500));
+        .with_request_timeout(timeout);
     let provider = McpProvider::new("legacy", config).unwrap();
     provider.warmup().await.unwrap();
+    (server, provider, task)
+}
+
+/// A POST the server never answers holds no other message (they are posted beside it), and
+/// fails its call after the request timeout with an error naming the server and what
+/// happened, not the endpoint's URL; the connection goes on. The stuck POST held every
+/// later message for ever, and then failed every call on the connection.
+#[tokio::test]
+async fn a_stuck_post_times_out_and_holds_no_other_message() {
+    let (server, provider, task) = connected(Duration::from_millis(1500)).await;
 
     // The call's own wait is longer: what ends it is the POST's timeout.
     let ctx = CallContext::new().with_wait(Duration::from_secs(30));
@@ -91,10 +123,62 @@ async fn a_stuck_post_times_out_and_holds_no_other_message() {
     assert_eq!(echo.unwrap().to_text(), "echo", "posted beside the stuck POST");
     let error = hang.unwrap_err().to_string();
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
-    expect_test::expect!["legacy: connection closed (a message posted to the server got no answer within 1500 ms (`requestTimeoutMs`); it is stuck or overloaded)"]
+    expect_test::expect!["legacy: tools/call not delivered: its POST got no answer within 1500 ms (`requestTimeoutMs`); the server is stuck or overloaded"]
         .assert_eq(&error);
     assert!(!error.contains("sekrit"), "{error}");
 
+    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "echo");
+    assert_eq!(server.streams.load(Ordering::SeqCst), 1, "the same connection");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
+/// A POST the server refuses (HTTP 500) fails the call it carried at once, naming the
+/// status; a call in flight beside it is answered on the event stream, and the connection
+/// goes on. The refusal ended the connection, failing the call in flight with it.
+#[tokio::test]
+async fn a_refused_post_fails_only_its_own_call() {
+    let (server, provider, task) = connected(Duration::from_secs(20)).await;
+    let ctx = CallContext::new();
+    let slow = provider.call("slow", json!({}), &ctx);
+    let refused = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let refused = provider.call("refused", json!({}), &CallContext::new()).await;
+        (refused, started.elapsed())
+    };
+    let (slow, (refused, took)) = tokio::join!(slow, refused);
+    let error = refused.unwrap_err();
+    expect_test::expect!["legacy: tools/call not delivered: the server answered its POST with HTTP 500 Internal Server Error"]
+        .assert_eq(&error.to_string());
+    assert!(error.is_transient(), "{error:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert_eq!(slow.unwrap().to_text(), "slow", "the call in flight is answered");
+    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "echo");
+    assert_eq!(server.streams.load(Ordering::SeqCst), 1, "the same connection");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
+/// A POST answered 404 shows the session gone: the connection ends, failing the calls in
+/// flight, and the next call connects again.
+#[tokio::test]
+async fn a_post_to_a_session_gone_ends_the_connection() {
+    let (server, provider, task) = connected(Duration::from_secs(20)).await;
+    let ctx = CallContext::new();
+    let slow = provider.call("slow", json!({}), &ctx);
+    let gone = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        provider.call("gone", json!({}), &CallContext::new()).await
+    };
+    let (slow, gone) = tokio::join!(slow, gone);
+    let expected = expect_test::expect![
+        "legacy: connection closed (a message was not delivered: the server answered its POST with HTTP 404 Not Found)"
+    ];
+    expected.assert_eq(&gone.unwrap_err().to_string());
+    expected.assert_eq(&slow.unwrap_err().to_string());
     let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
     assert_eq!(out.to_text(), "echo");
     assert_eq!(server.streams.load(Ordering::SeqCst), 2, "connected again");

@@ -185,6 +185,10 @@ impl Inner {
             }
         };
         match &result {
+            // See `Inner::reply`: a request whose POST failed got no answer.
+            Ok(Err(ServiceError::McpError(e))) if crate::transport::is_undelivered(e) => {
+                connection.timed_out();
+            }
             Ok(Ok(_) | Err(ServiceError::McpError(_))) => connection.answered(),
             Err(()) => connection.timed_out(),
             Ok(Err(_)) => {}

@@ -213,6 +213,10 @@ async fn ping(connection: &Connection, timeout: Duration) -> Result<(), String> 
     };
     let no_answer = || format!("no answer within {}ms", timeout.as_millis());
     match tokio::time::timeout(timeout + PING_GRACE, answer).await {
+        // Made here for a ping whose POST failed: the server never saw it.
+        Ok(Err(ServiceError::McpError(e))) if crate::transport::is_undelivered(&e) => {
+            Err(e.message.into_owned())
+        }
         Ok(Ok(_) | Err(ServiceError::McpError(_))) => Ok(()),
         Ok(Err(ServiceError::Timeout { .. })) | Err(_) => Err(no_answer()),
         Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
