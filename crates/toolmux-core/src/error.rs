@@ -78,6 +78,15 @@ pub enum ToolError {
         /// Every violation found.
         violations: Vec<Violation>,
     },
+    /// What the arguments name does not exist (a space nobody made, or one removed): the
+    /// caller may make it, or name another. HTTP's 404.
+    #[error("`{tool}`: {message}")]
+    NotFound {
+        /// The tool.
+        tool: String,
+        /// What is missing, and how to make it or what to name instead.
+        message: String,
+    },
     /// What the arguments name existed and is gone for good (an external call that expired
     /// before its result came): asking again cannot succeed. HTTP's 410.
     #[error("`{tool}`: {message}")]
@@ -245,6 +254,7 @@ impl ToolError {
             | ToolError::UnknownResource { .. }
             | ToolError::Unsupported { .. }
             | ToolError::InvalidArguments { .. }
+            | ToolError::NotFound { .. }
             | ToolError::Gone { .. } => Party::Caller,
             ToolError::Denied { .. }
             | ToolError::Timeout { .. }
@@ -277,6 +287,7 @@ impl ToolError {
             ToolError::UnknownResource { .. } => "unknown_resource",
             ToolError::Unsupported { .. } => "unsupported",
             ToolError::InvalidArguments { .. } => "invalid_arguments",
+            ToolError::NotFound { .. } => "not_found",
             ToolError::Gone { .. } => "gone",
             ToolError::Denied { .. } => "denied",
             ToolError::Timeout { .. } => "timeout",

@@ -286,6 +286,10 @@ async fn bad_arguments_say_what_is_wrong() {
         let err = gateway.call(tool, arguments, &me).await.expect_err(tool);
         assert!(err.to_string().contains(expected), "{tool}: {err}");
     }
+    let missing = gateway.call("read_messages", json!({"space": "nowhere"}), &me).await;
+    let missing = missing.expect_err("no such space");
+    assert!(matches!(missing, ToolError::NotFound { .. }), "the caller's, by type: {missing:?}");
+    assert_eq!(missing.party(), toolmux_core::Party::Caller);
     gateway.call("enter_space", json!({"space": "s"}), &me).await.expect("enter");
     let long = "x".repeat(toolmux_external::spaces::MAX_MESSAGE_BYTES + 1);
     let err = gateway.call("send_message", json!({"text": long}), &me).await.expect_err("long");

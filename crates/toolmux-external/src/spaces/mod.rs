@@ -1056,7 +1056,7 @@ impl Spaces {
                 txn.make_space(&stored, &tool)?;
             }
             let Some(space) = txn.state.spaces.get_mut(&stored) else {
-                return Err(invalid(&tool, &no_space(space_name.as_deref())));
+                return Err(no_space(&tool, space_name.as_deref()));
             };
             space.members.insert(key.clone());
             let message = Message {
@@ -1116,7 +1116,7 @@ impl Spaces {
                 let unread_from = txn.state.entities.get(&key).and_then(|e| e.read.get(&stored));
                 let unread_from = unread_from.copied().unwrap_or(0);
                 let Some(space) = txn.space(&stored)? else {
-                    return Err(invalid(TOOL, &no_space(space_name.as_deref())));
+                    return Err(no_space(TOOL, space_name.as_deref()));
                 };
                 // An offset past the last message reads nothing and goes on from the end:
                 // taken as it is, it would mark messages not yet written as read.
@@ -1636,7 +1636,7 @@ impl Spaces {
             move |_| vec![needed],
             move |txn| {
                 let Some(found) = txn.space(&stored)? else {
-                    return Err(invalid(TOOL, &no_space(Some(&space))));
+                    return Err(no_space(TOOL, Some(&space)));
                 };
                 let Some(since) = since else {
                     return Ok(Changes {
@@ -1745,11 +1745,13 @@ impl Spaces {
 }
 
 /// What a missing space is told as: a named one, or the caller's active one (gone since).
-fn no_space(named: Option<&str>) -> String {
-    match named {
+/// The caller named a space that does not exist (or its active space was removed).
+fn no_space(tool: &str, named: Option<&str>) -> ToolError {
+    let message = match named {
         Some(name) => format!("there is no space `{name}`: `gateway__enter_space` makes one"),
         None => "your active space no longer exists: enter another".to_owned(),
-    }
+    };
+    ToolError::NotFound { tool: tool.to_owned(), message }
 }
 
 fn invalid(tool: &str, message: &str) -> ToolError {
@@ -1928,6 +1930,7 @@ mod tests {
         assert!(listed.is_empty(), "{listed:?}");
         let err = spaces.read(&other, Some("lobby"), None, 5).await.expect_err("no such space");
         assert!(err.to_string().contains("there is no space `lobby`"), "{err}");
+        assert_eq!(err.code(), "not_found", "a missing space is told by its type: {err:?}");
         assert_eq!(spaces.list(&acme).await.expect("list")[0].space, "lobby");
         assert_eq!(spaces.active(&acme).await.expect("active").as_deref(), Some("lobby"));
     }

@@ -553,11 +553,7 @@ async fn gateway(
             "no spaces are served to this caller: add a `spaces` section to the configuration to \
              use this API (a key holder limited by `serve.holderTools` needs `gateway__*` there)",
         )),
-        Err(e @ ToolError::InvalidArguments { .. })
-            if e.to_string().contains("there is no space") =>
-        {
-            Err(problem(StatusCode::NOT_FOUND, &e.report()))
-        }
+        Err(e @ ToolError::NotFound { .. }) => Err(problem(StatusCode::NOT_FOUND, &e.report())),
         Err(e) => Err(failure(&e)),
     }
 }
@@ -847,6 +843,7 @@ fn failure(error: &ToolError) -> Response {
             );
         }
         ToolError::InvalidArguments { .. } => StatusCode::BAD_REQUEST,
+        ToolError::NotFound { .. } => StatusCode::NOT_FOUND,
         ToolError::Gone { .. } => StatusCode::GONE,
         ToolError::Denied { .. } => StatusCode::FORBIDDEN,
         ToolError::RateLimited { .. }

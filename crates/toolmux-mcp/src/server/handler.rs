@@ -754,9 +754,11 @@ impl Gateway {
                 Ok(Err(
                     error @ (ToolError::UnknownTool { .. } | ToolError::InvalidArguments { .. }),
                 )) => Err(ErrorData::invalid_params(error.report(), None)),
-                Ok(Err(error @ (ToolError::Panicked { .. } | ToolError::Protocol { .. }))) => {
-                    Err(ErrorData::internal_error(error.report(), None))
-                }
+                Ok(Err(
+                    error @ (ToolError::Panicked { .. }
+                    | ToolError::HookPanicked { .. }
+                    | ToolError::Protocol { .. }),
+                )) => Err(ErrorData::internal_error(error.report(), None)),
                 Ok(Err(error)) => Ok(convert::error(&error)),
                 Err(joined) => Err(ErrorData::internal_error(
                     format!("the tool's task ended abnormally: {joined}"),
