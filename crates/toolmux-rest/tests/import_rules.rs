@@ -329,3 +329,38 @@ fn x_mcp_flags_nest_operation_over_path_over_document() {
     doc["x-mcp"] = json!(false);
     assert_eq!(names(doc), ["shown_post"]);
 }
+
+/// Swagger 2.0 without `schemes` is called with the scheme its document was read with
+/// (the specification's default), and without `host` at the host that served it: a
+/// document read over `http` was called over `https` (a TLS handshake with a plain HTTP
+/// server, which timed out).
+#[tokio::test]
+async fn swagger_without_schemes_or_host_takes_them_from_its_url() {
+    let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let host: std::sync::Arc<std::sync::Mutex<String>> = Default::default();
+    let (seen, served_host) = (lines.clone(), host.clone());
+    let base = common::serve(move |request| {
+        let line = request.request_line().to_owned();
+        seen.lock().unwrap().push(line.clone());
+        let mut doc = json!({"swagger": "2.0", "info": {"title": "t", "version": "1"},
+            "basePath": "/v2", "paths": {"/pets": {"get": {"operationId": "listPets"}}}});
+        if line.starts_with("GET /with-host.json ") {
+            doc["host"] = json!(*served_host.lock().unwrap());
+        }
+        common::Reply::json(200, doc)
+    })
+    .await;
+    *host.lock().unwrap() = base.trim_start_matches("http://").to_owned();
+    for document in ["with-host.json", "without-host.json"] {
+        let config = OpenApiConfig {
+            url: Some(format!("{base}/{document}")),
+            timeout_ms: Some(5000),
+            ..OpenApiConfig::default()
+        };
+        let provider = RestProvider::openapi("api", &config).await.unwrap();
+        let out = provider.call("list_pets", json!({}), &CallContext::new()).await;
+        let out = out.unwrap_or_else(|e| panic!("{document}: {e}"));
+        assert!(!out.is_error, "{document}: {}", out.to_text());
+        assert_eq!(lines.lock().unwrap().last().unwrap(), "GET /v2/pets HTTP/1.1", "{document}");
+    }
+}

@@ -1217,6 +1217,15 @@ fn server_url(
     let url = if doc.version == Version::Swagger2 {
         let host = doc.root.get("host").and_then(Value::as_str);
         let base_path = doc.root.get("basePath").and_then(Value::as_str).unwrap_or("");
+        // Swagger 2.0: without `schemes`, the scheme the document was read with (a
+        // document read over `http` describes an API served over `http`); `https` for a
+        // document from a file or given as text.
+        let document_scheme = doc
+            .source_url
+            .as_deref()
+            .and_then(|url| reqwest::Url::parse(url).ok())
+            .map(|url| url.scheme().to_owned())
+            .filter(|scheme| scheme == "http" || scheme == "https");
         let scheme = doc
             .root
             .get("schemes")
@@ -1227,6 +1236,7 @@ fn server_url(
                     .find(|s| *s == "https")
                     .or_else(|| s.first()?.as_str())
             })
+            .or(document_scheme.as_deref())
             .unwrap_or("https");
         match host {
             Some(host) => format!("{scheme}://{host}{base_path}"),
