@@ -444,8 +444,8 @@ pub fn inboxes_full(call_id: &str, run_id: &str, max: usize) -> ToolError {
         tool: "external__submit".to_owned(),
         reason: format!(
             "the result of `{call_id}` goes to the inbox of run `{run_id}`, and the inboxes of \
-             {max} runs already hold unread results, the most kept at once (the pending store's \
-             `max_inboxes`); the call stays pending: submit it again once runs have read their \
+             {max} runs already hold unread results, the most kept at once \
+             (`defaults.externalMaxInboxes` in the configuration, `with_max_inboxes` in code); the call stays pending: submit it again once runs have read their \
              results (`external__inbox`) or those expired (the results' time to live)"
         ),
     }

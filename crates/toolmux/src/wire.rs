@@ -50,6 +50,7 @@ pub struct Toolmux {
 struct PendingFrom {
     dir: Option<PathBuf>,
     ttls: (Duration, Duration),
+    max_inboxes: usize,
     redis: Option<String>,
 }
 
@@ -61,7 +62,12 @@ impl PendingFrom {
             loaded.config.backend.as_ref().and_then(|b| b.redis.as_ref()).map(|r| r.url.clone());
         #[cfg(not(feature = "redis"))]
         let redis = None;
-        PendingFrom { dir: loaded.external_calls_dir(), ttls: external_ttls(loaded), redis }
+        PendingFrom {
+            dir: loaded.external_calls_dir(),
+            ttls: external_ttls(loaded),
+            max_inboxes: external_max_inboxes(loaded),
+            redis,
+        }
     }
 }
 
@@ -200,6 +206,14 @@ impl Toolmux {
                     ),
                 ));
             }
+        }
+        #[cfg(feature = "external")]
+        if loaded.config.defaults.external_max_inboxes == Some(0) {
+            return Err(ToolmuxError::config(
+                file,
+                "defaults.externalMaxInboxes: 0 would refuse every result; give at least 1 \
+                 (by default 10000)",
+            ));
         }
         if loaded.config.defaults.output_dir.is_none() {
             own_private_dir(&loaded.output_dir()).map_err(|e| ToolmuxError::config(file, e))?;
@@ -360,7 +374,8 @@ impl Toolmux {
             #[cfg(feature = "redis")]
             let store = backend.as_ref().map(|b| {
                 let (calls, results) = external_ttls(loaded);
-                Arc::new(b.pending_store().with_ttl(calls, results))
+                let store = b.pending_store().with_ttl(calls, results);
+                Arc::new(store.with_max_inboxes(external_max_inboxes(loaded)))
                     as Arc<dyn toolmux_external::PendingStore>
             });
             #[cfg(not(feature = "redis"))]
@@ -1192,6 +1207,13 @@ fn external_ttls(loaded: &Loaded) -> (Duration, Duration) {
     )
 }
 
+/// How many runs may hold unread results at once (`defaults.externalMaxInboxes`).
+#[cfg(feature = "external")]
+fn external_max_inboxes(loaded: &Loaded) -> usize {
+    let max = loaded.config.defaults.external_max_inboxes;
+    max.unwrap_or(toolmux_external::DEFAULT_MAX_INBOXES)
+}
+
 /// The external tools, their pending calls in `store` (else in this process).
 #[cfg(feature = "external")]
 fn external_provider(
@@ -1207,6 +1229,7 @@ fn external_provider(
         Some(store) => store,
         None => {
             let (calls, results) = external_ttls(loaded);
+            let max_inboxes = external_max_inboxes(loaded);
             match loaded.external_calls_dir() {
                 Some(dir) => {
                     let store = DirPendingStore::open(dir).map_err(|e| {
@@ -1215,9 +1238,13 @@ fn external_provider(
                             format!("defaults.externalCallsDir: {e}"),
                         )
                     })?;
-                    Arc::new(store.with_ttl(calls, results)) as PendingStoreRef
+                    let store = store.with_ttl(calls, results).with_max_inboxes(max_inboxes);
+                    Arc::new(store) as PendingStoreRef
                 }
-                None => Arc::new(MemoryPendingStore::default().with_ttl(calls, results)),
+                None => {
+                    let store = MemoryPendingStore::default().with_ttl(calls, results);
+                    Arc::new(store.with_max_inboxes(max_inboxes))
+                }
             }
         }
     };
@@ -1264,6 +1291,13 @@ fn spaces(
             "spaces.maxSpaces must be at least 1",
         ));
     }
+    let max_agents = section.max_agents.unwrap_or(toolmux_external::spaces::DEFAULT_MAX_ENTITIES);
+    if max_agents == 0 {
+        return Err(ToolmuxError::config(
+            loaded.source_name(),
+            "spaces.maxAgents must be at least 1",
+        ));
+    }
     let history = section.history.unwrap_or(toolmux_external::DEFAULT_HISTORY);
     if history > toolmux_external::MAX_PAGE {
         return Err(ToolmuxError::config(
@@ -1291,7 +1325,8 @@ fn spaces(
             .map_err(|e| ToolmuxError::config(loaded.source_name(), format!("spaces.dir: {e}")))?
     };
     let redactor = toolmux_orchestrator::Redactor::new(secrets.iter().cloned());
-    let spaces = spaces.with_max_messages(max).with_max_spaces(max_spaces);
+    let spaces =
+        spaces.with_max_messages(max).with_max_spaces(max_spaces).with_max_entities(max_agents);
     let spaces = if redactor.is_empty() {
         spaces
     } else {

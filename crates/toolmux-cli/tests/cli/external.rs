@@ -448,3 +448,69 @@ fn a_resumed_run_reads_the_results_that_came_while_it_was_paused() {
         "{report}"
     );
 }
+
+/// `defaults.externalMaxInboxes` bounds the runs holding unread results: a result for
+/// another run is refused past it, naming the key, and its call stays pending; 0 is a
+/// configuration error.
+#[test]
+fn the_configured_bound_on_inboxes_holds() {
+    let project = Project::new();
+    project.file("toolmux.yaml", &format!("{CONFIG}defaults:\n  externalMaxInboxes: 1\n"));
+    let mut s = Session::start(&project);
+    let mut started = Vec::new();
+    for run in ["run-a", "run-b"] {
+        let meta = json!({"toolmux/runId": run});
+        let build = s
+            .send("tools/call", json!({"name": "external__build", "arguments": {}, "_meta": meta}));
+        started.push(s.result(build).0["callId"].clone());
+    }
+    let first = s.call("external__submit", json!({"callId": started[0], "result": "ok"}));
+    assert!(!s.result(first).1, "the first run's inbox has room");
+    let second = s.call("external__submit", json!({"callId": started[1], "result": "ok"}));
+    let (told, failed) = s.result(second);
+    assert!(failed, "{told}");
+    let told = told.to_string();
+    assert!(
+        told.contains("1 runs already hold unread results")
+            && told.contains("defaults.externalMaxInboxes"),
+        "{told}"
+    );
+    let pending = s.call("external__pending", json!({}));
+    let (pending, _) = s.result(pending);
+    assert_eq!(pending["calls"][0]["callId"], started[1], "the refused call stays: {pending}");
+
+    project.file("toolmux.yaml", &format!("{CONFIG}defaults:\n  externalMaxInboxes: 0\n"));
+    let checked = project.run(&["config", "check"]);
+    assert_eq!(checked.code, 2, "{checked:?}");
+    assert!(checked.stderr.contains("defaults.externalMaxInboxes: 0"), "{checked:?}");
+}
+
+/// `spaces.maxAgents` bounds the agents' and runs' records the spaces keep: with none idle
+/// for an hour, a new run's is refused, naming the key; a bound of 0 is a configuration
+/// error. (Here, beside the sessions whose requests name their runs.)
+#[test]
+fn the_configured_bound_on_agents_holds() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "spaces:\n  maxAgents: 1\n");
+    let mut s = Session::start(&project);
+    let mut enter = |run: &str, space: &str| {
+        let meta = json!({"toolmux/runId": run});
+        let arguments = json!({ "space": space });
+        let params = json!({"name": "gateway__enter_space", "arguments": arguments, "_meta": meta});
+        let id = s.send("tools/call", params);
+        s.result(id)
+    };
+    let (entered, failed) = enter("run-a", "first");
+    assert!(!failed, "{entered}");
+    let (told, failed) = enter("run-b", "second");
+    assert!(failed, "{told}");
+    let told = told.to_string();
+    assert!(told.contains("the most they keep (1") && told.contains("spaces.maxAgents"), "{told}");
+    let (again, failed) = enter("run-a", "second");
+    assert!(!failed, "a run already kept is not refused: {again}");
+
+    project.file("toolmux.yaml", "spaces:\n  maxAgents: 0\n");
+    let checked = project.run(&["config", "check"]);
+    assert_eq!(checked.code, 2, "{checked:?}");
+    assert!(checked.stderr.contains("spaces.maxAgents must be at least 1"), "{checked:?}");
+}

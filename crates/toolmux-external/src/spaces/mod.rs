@@ -633,8 +633,9 @@ impl<'a> Txn<'a> {
             return Err(invalid(
                 tool,
                 &format!(
-                    "the spaces keep the state of {} agents and runs, the most they keep ({max}, \
-                     `Spaces::with_max_entities`), and no run among them has been idle for an \
+                    "the spaces keep the state of {} agents and runs, the most they keep ({max}: \
+                     `spaces.maxAgents` in the configuration, `Spaces::with_max_entities` in \
+                     code), and no run among them has been idle for an \
                      hour, which would be forgotten to make room: try again later, or remove \
                      agents no longer used from the spaces' `state.json`",
                     entities.len()

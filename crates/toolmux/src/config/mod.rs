@@ -378,6 +378,12 @@ pub struct Defaults {
     #[cfg(feature = "external")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_result_ttl: Option<u64>,
+    /// How many runs may hold unread results at once, over every process sharing the
+    /// pending calls (default 10000); past it a result for another run is refused, saying
+    /// so, and its call stays pending until runs read their inboxes or results expire.
+    #[cfg(feature = "external")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_max_inboxes: Option<usize>,
     /// The folder where the external tools' pending calls and inboxes are kept, shared by
     /// every process using it, so that one answers or reads the calls another made
     /// (default: `external` in `spaces.dir`, else in the output directory); `false` keeps
@@ -931,6 +937,11 @@ pub struct SpacesSection {
     /// so, until one is removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_spaces: Option<usize>,
+    /// How many agents' and runs' records (goals, plans, active space) are kept (default
+    /// 10000); past it the run idle longest, for an hour at least, is forgotten to make
+    /// room (an agent never is), and with none idle a new one is refused, saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_agents: Option<usize>,
 }
 
 /// `toolSearch`: tools found by searching instead of listed.
