@@ -457,3 +457,57 @@ async fn content_media_type_strings_go_as_file_parts_of_their_type() {
     ];
     assert_eq!(got, expected);
 }
+
+/// One name in every location (path, query, header, cookie and a JSON body property) is
+/// five arguments, each reaching its own place: the body's property keeps the name and
+/// the parameters take `__{location}`. FastMCP's rule suffixes only parameters clashing
+/// with the body, so its query and header parameters of one name overwrite each other (its
+/// own test asserts only that at least one survives).
+#[tokio::test]
+async fn one_name_in_every_location_reaches_each_place() {
+    let (base, seen) = keeping_server().await;
+    let param = |place: &str| json!({"name": "id", "in": place, "required": place == "path", "schema": {"type": "string"}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "i", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/items/{id}": {"post": {"operationId": "op",
+            "parameters": [param("path"), param("query"), param("header"), param("cookie")],
+            "requestBody": {"content": {"application/json": {"schema": {"type": "object",
+                "properties": {"id": {"type": "string"}}}}}}}}}});
+    let provider =
+        RestProvider::openapi_from_value("i", doc, "i.json", &OpenApiConfig::default()).unwrap();
+    let properties = provider.specs()[0].input_schema["properties"].clone();
+    let names: Vec<&String> = properties.as_object().unwrap().keys().collect();
+    assert_eq!(names, ["id", "id__cookie", "id__header", "id__path", "id__query"]);
+    let args = json!({"id__path": "p", "id__query": "q", "id__header": "h", "id__cookie": "c",
+        "id": "b"});
+    let request = sent(&provider, &seen, args).await;
+    assert_eq!(request.request_line(), "POST /items/p?id=q HTTP/1.1");
+    assert_eq!(header_lines(&request, "id"), ["id: h"]);
+    assert_eq!(header_lines(&request, "cookie"), ["cookie: id=c"]);
+    assert_eq!(serde_json::from_slice::<Value>(&request.body).unwrap(), json!({"id": "b"}));
+}
+
+/// Header names are case-insensitive, so an operation's `x-api-version` replaces its path
+/// item's `X-Api-Version` as an operation's parameter replaces its path item's of the same
+/// name and location: one argument, the operation's (required, its `enum`), and one
+/// header sent. Both were arguments, and both went as headers.
+#[tokio::test]
+async fn an_operations_header_replaces_its_path_items_whatever_the_case() {
+    let (base, seen) = keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "h", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/op": {
+            "parameters": [{"name": "X-Api-Version", "in": "header", "schema": {"type": "string"}}],
+            "post": {"operationId": "op", "parameters": [{"name": "x-api-version", "in": "header",
+                "required": true, "schema": {"type": "string", "enum": ["2"]}}]}}}});
+    let provider =
+        RestProvider::openapi_from_value("h", doc, "h.json", &OpenApiConfig::default()).unwrap();
+    let schema = provider.specs()[0].input_schema.clone();
+    assert_eq!(
+        *schema,
+        json!({"type": "object", "additionalProperties": false, "required": ["x-api-version"],
+            "properties": {"x-api-version": {"type": "string", "enum": ["2"]}}})
+    );
+    let request = sent(&provider, &seen, json!({"x-api-version": "2"})).await;
+    assert_eq!(header_lines(&request, "x-api-version"), ["x-api-version: 2"]);
+}

@@ -559,7 +559,9 @@ fn is_object(
     Ok(false)
 }
 
-/// Path-level and operation-level parameters, the operation's winning on `(name, in)`.
+/// Path-level and operation-level parameters, the operation's winning on `(name, in)`;
+/// header names compare without case, as HTTP compares them (a path item's
+/// `X-Api-Version` and its operation's `x-api-version` are one header).
 fn merged_parameters<'a>(
     doc: &'a Document,
     item: &'a Value,
@@ -573,10 +575,11 @@ fn merged_parameters<'a>(
         let Some(list) = list.and_then(Value::as_array) else { continue };
         for (i, param) in list.iter().enumerate() {
             let (param, param_at) = doc.follow(param, &format!("{at}/parameters/{i}"))?;
-            let key = (
-                param.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                param.get("in").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            );
+            let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
+            let location = param.get("in").and_then(Value::as_str).unwrap_or_default();
+            let name =
+                if location == "header" { name.to_ascii_lowercase() } else { name.to_owned() };
+            let key = (name, location.to_owned());
             match index.get(&key) {
                 Some(&slot) => merged[slot] = (param, param_at),
                 None => {
