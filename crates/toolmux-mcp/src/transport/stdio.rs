@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -278,6 +278,10 @@ pub(crate) fn spawn(
     else {
         return Err(std::io::Error::other("child pipes missing"));
     };
+    // Read in blocking mode, off the event loop (see `StdoutReader`). Its inode is the
+    // pipe's, which whatever holds the other end shows in `/proc/PID/fd`.
+    let stdout = std::fs::File::from(stdout.into_owned_fd()?);
+    let pipe = std::os::unix::fs::MetadataExt::ino(&stdout.metadata()?);
     let server = command.server.to_owned();
     tracing::debug!(server = %server, program = %command.program, pid = ?pgid.map(Pid::as_raw_nonzero), "mcp server started");
 
@@ -297,6 +301,7 @@ pub(crate) fn spawn(
             ended: stdout_ended.clone(),
             lane: lane.clone(),
             received: received.downgrade(),
+            pipe,
         },
     };
     let reader = StdoutReader {
@@ -361,9 +366,7 @@ struct StdoutReader {
 
 impl StdoutReader {
     /// Starts reading on a thread of its own; `ended` is cancelled when it stops.
-    fn start(self, stdout: ChildStdout, ended: CancellationToken) -> std::io::Result<()> {
-        // Back to blocking mode, off the event loop.
-        let stdout = std::fs::File::from(stdout.into_owned_fd()?);
+    fn start(self, stdout: std::fs::File, ended: CancellationToken) -> std::io::Result<()> {
         let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new().name(format!("toolmux-mcp-{}", self.server)).spawn(
             move || {
@@ -638,13 +641,23 @@ struct StdoutEnd {
     lane: Arc<Lane>,
     /// Weak: the channel still ends when the reader stops, whatever the reaper does.
     received: mpsc::WeakUnboundedSender<Received>,
+    /// The inode of the stdout pipe, to find what holds it.
+    pipe: u64,
 }
 
 impl StdoutEnd {
     /// Waits a moment for stdout to end after the server's exit; if it does not, ends
-    /// the connection (its calls fail now, and the next call starts the server again)
-    /// and says so. The reader thread stays blocked in its read until whatever holds the
-    /// pipe writes or exits.
+    /// the connection (its calls fail now, and the next call starts the server again),
+    /// says so, and kills what holds the pipe.
+    ///
+    /// Something the server started holds it: the pipe was made for the server, and only
+    /// what it started inherits it. The sweep of its mark has run by now, so this is what
+    /// the sweep cannot find (a daemon started with an environment of its own). Killing
+    /// it is what the gateway does with everything else a server leaves running, and the
+    /// only way to free the reader thread, blocked in `read` until the pipe's last writer
+    /// is gone: nothing interrupts a blocking read of a pipe (closing our end from another
+    /// thread does not), and a reader polling a second descriptor to be woken would still
+    /// leave the daemon running, holding a pipe nobody reads.
     async fn after_exit(&self, server: &str, fault: &Fault, status: &str) {
         if tokio::time::timeout(STDOUT_DRAIN, self.ended.cancelled()).await.is_ok() {
             return;
@@ -660,7 +673,79 @@ impl StdoutEnd {
         if let Some(received) = self.received.upgrade() {
             let _ = received.send(Received::Broken);
         }
+        let pipe = self.pipe;
+        let killed = tokio::task::spawn_blocking(move || kill_pipe_holders(pipe));
+        let killed = killed.await.unwrap_or_default();
+        if killed.is_empty() {
+            return;
+        }
+        tracing::info!(
+            server = %server,
+            "killed {} process(es) that the mcp server left holding its stdout: {killed:?}",
+            killed.len()
+        );
+        if tokio::time::timeout(STDOUT_DRAIN, self.ended.cancelled()).await.is_err() {
+            tracing::warn!(server = %server, "the mcp server's stdout is still held open");
+        }
     }
+}
+
+/// How many times [`kill_pipe_holders`] looks again after killing something: a holder may
+/// have started another between the listing and its death.
+const PIPE_SWEEP_ROUNDS: usize = 8;
+
+/// Kills (`SIGKILL`) every process but this one that holds pipe `inode` open; returns
+/// their ids. Each is signalled through a pidfd taken before its descriptors are looked at
+/// again, so that a process id reused meanwhile is never signalled. Linux only (elsewhere
+/// nothing is found).
+fn kill_pipe_holders(inode: u64) -> Vec<i32> {
+    let mut killed = Vec::new();
+    #[cfg(target_os = "linux")]
+    for _ in 0..PIPE_SWEEP_ROUNDS {
+        let before = killed.len();
+        for pid in pipe_holders(inode) {
+            let Some(id) = Pid::from_raw(pid) else { continue };
+            let Ok(pidfd) = rustix::process::pidfd_open(id, rustix::process::PidfdFlags::empty())
+            else {
+                continue;
+            };
+            if holds_pipe(pid, inode)
+                && rustix::process::pidfd_send_signal(&pidfd, Signal::KILL).is_ok()
+            {
+                killed.push(pid);
+            }
+        }
+        if killed.len() == before {
+            break;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (inode, PIPE_SWEEP_ROUNDS);
+    killed
+}
+
+/// The processes but this one whose descriptors include pipe `inode`.
+#[cfg(target_os = "linux")]
+fn pipe_holders(inode: u64) -> Vec<i32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .filter(|&pid| holds_pipe(pid, inode))
+        .collect()
+}
+
+/// Whether process `pid` has pipe `inode` open (its `/proc/PID/fd` links to `pipe:[INODE]`).
+#[cfg(target_os = "linux")]
+fn holds_pipe(pid: i32, inode: u64) -> bool {
+    let target = format!("pipe:[{inode}]");
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).is_ok_and(|link| link.as_os_str() == target.as_str())
+    })
 }
 
 /// Waits for the server's exit (or kills it when `kill` is cancelled, or when its stdout

@@ -199,6 +199,46 @@ fn provider_with(config: McpServerConfig) -> McpProvider {
     McpProvider::new("fixture", config).unwrap()
 }
 
+/// The daemonizing script, with its daemon's environment `daemon_env` (`clear` for none).
+fn daemonizing(pid_file: &std::path::Path, daemon_env: &str) -> McpProvider {
+    let script = support::fixture("daemonizing_server.sh");
+    let config = McpServerConfig::stdio("sh", [script.to_str().unwrap()])
+        .with_base_dir(support::run_dir())
+        .with_protocol(toolmux_mcp::ProtocolMode::Legacy)
+        .with_request_timeout(Duration::from_secs(20))
+        .with_env("PID_FILE", pid_file.to_str().unwrap())
+        .with_env("DAEMON_ENV", daemon_env);
+    McpProvider::new("daemonizing", config).unwrap()
+}
+
+/// A server that starts a daemon holding its stdout (`setsid sleep 300 >&1 &`) and exits
+/// fails the call in flight at once with its exit status, and the daemon is gone
+/// afterwards, whether it carries the process mark or not: the reader thread of stdout was
+/// blocked in `read` until the daemon exited.
+#[tokio::test]
+async fn a_server_exit_ends_the_daemon_holding_its_stdout() {
+    for daemon_env in ["inherit", "clear"] {
+        let pid_file = tempfile::NamedTempFile::new().unwrap();
+        let _daemon = KillOnDrop(pid_file.path().to_owned());
+        let provider = daemonizing(pid_file.path(), daemon_env);
+        provider.warmup().await.unwrap();
+        let started = Instant::now();
+        let error = call(&provider, "leave").await.unwrap_err().to_string();
+        assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+        assert!(error.contains("server process exit status: 4"), "{daemon_env}: {error}");
+        let daemon = std::fs::read_to_string(pid_file.path()).unwrap();
+        let daemon: i32 = daemon.trim().parse().expect("the daemon's pid is written");
+        let gone = || !support::is_running(daemon);
+        let what = format!("the daemon ({daemon_env} environment) to be gone");
+        support::wait_for(&what, Duration::from_secs(3), gone).await;
+        // The reader of the server's stdout, a thread named after the server, ends too.
+        let what = format!("the stdout reader to end ({daemon_env} environment)");
+        let readers = || support::threads_named("toolmux-mcp-dae").is_empty();
+        support::wait_for(&what, Duration::from_secs(3), readers).await;
+        provider.shutdown().await.unwrap();
+    }
+}
+
 /// A server given up on is started again after a pause: once what kept it from starting
 /// is back, it works again without restarting toolmux.
 #[tokio::test]

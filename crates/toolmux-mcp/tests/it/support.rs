@@ -93,6 +93,28 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     members
 }
 
+/// Whether process `pid` runs: it exists and is no zombie (one whose parent exited
+/// waits for a PID 1 that may never reap it).
+pub fn is_running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
+}
+
+/// The ids of this process's threads whose name (cut to 15 bytes, as Linux keeps it) is
+/// `name`.
+pub fn threads_named(name: &str) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    tasks
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
+        })
+        .filter_map(|task| task.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// Children of this test process that are zombies (exited but not reaped).
 pub fn zombie_children() -> Vec<i32> {
     let me = std::process::id().to_string();
