@@ -132,11 +132,20 @@ pub(crate) fn lookup<'a>(args: &'a Map<String, Value>, name: &str) -> Option<&'a
     (!current.is_null()).then_some(current)
 }
 
-/// A value as text: strings as they are, everything else as compact JSON.
+/// A value as text: strings as they are, everything else as compact JSON, but a whole
+/// number written with a fraction (`5.0`, as Python writes a float, and an integer to
+/// JSON Schema) without it: `/items/5.0` names no item. Only up to 2^53, below which
+/// every whole number is exact as a float.
 pub(crate) fn value_text(value: &Value) -> String {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
     match value {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
+        Value::Number(n) => match n.as_f64() {
+            #[allow(clippy::cast_possible_truncation)] // Whole and within ±2^53: exact.
+            Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() <= EXACT => (f as i64).to_string(),
+            _ => n.to_string(),
+        },
         other => other.to_string(),
     }
 }

@@ -787,3 +787,33 @@ async fn a_value_from_the_environment_in_a_path_stays_out_of_results_and_errors(
     assert!(!down.contains(tenant), "{down}");
     assert!(down.contains("http://127.0.0.1:1/tenants/REDACTED/missing"), "{down}");
 }
+
+/// A whole number written with a fraction (`5.0`, as Python's `json.dumps` writes a float,
+/// and which JSON Schema counts as an integer) goes into a path, a query, a header or a
+/// form as `5`: `/items/5.0` names no item, and `limit=10.0` is refused by APIs parsing
+/// integers. Other numbers go as JSON writes them.
+#[tokio::test]
+async fn whole_numbers_go_into_urls_without_a_fraction() {
+    let (base, lines) = recording_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "n", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/items/{id}": {"get": {"operationId": "getItem", "parameters": [
+            {"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}},
+            {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+            {"name": "ids", "in": "query", "schema": {"type": "array", "items": {"type": "integer"}}},
+            {"name": "price", "in": "query", "schema": {"type": "number"}}]}}}});
+    let imported =
+        RestProvider::openapi_from_value("n", doc, "n.json", &OpenApiConfig::default()).unwrap();
+    let args = json!({"id": 5.0, "limit": 10.0, "ids": [1.0, -2.0], "price": 2.5});
+    imported.call("get_item", args, &CallContext::new()).await.unwrap();
+    let inline = inline(json!({"item": {"description": "an item",
+        "url": format!("{base}/items/${{parameters.id}}?limit=${{parameters.limit}}")}}));
+    inline.call("item", json!({"id": 7.0, "limit": 1e300}), &CallContext::new()).await.unwrap();
+    assert_eq!(
+        *lines.lock().unwrap(),
+        [
+            "GET /items/5?limit=10&ids=1&ids=-2&price=2.5 HTTP/1.1",
+            "GET /items/7?limit=1e%2B300 HTTP/1.1"
+        ]
+    );
+}
