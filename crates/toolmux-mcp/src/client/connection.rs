@@ -514,6 +514,14 @@ fn innermost<'a>(
 
 fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
     use rmcp::transport::streamable_http_client::StreamableHttpError;
+    // A handshake request whose POST failed (legacy SSE): what happened to it, not rmcp's
+    // dump of the error answer made for it.
+    if let ClientInitializeError::JsonRpcError(data) = &error
+        && crate::transport::is_undelivered(data)
+    {
+        let source = format!("the handshake request was not delivered: {}", data.message);
+        return McpError::Handshake { server: server.to_owned(), source: source.into() };
+    }
     let ClientInitializeError::TransportError { error: transport, .. } = &error else {
         return McpError::Handshake { server: server.to_owned(), source: Box::new(error) };
     };

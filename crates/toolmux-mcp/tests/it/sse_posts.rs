@@ -18,6 +18,8 @@ struct Server {
     stream: Arc<Mutex<Option<tokio::sync::mpsc::UnboundedSender<String>>>>,
     /// Event streams opened.
     streams: Arc<AtomicUsize>,
+    /// The POST of `initialize` is refused (500).
+    refuse_initialize: Arc<std::sync::atomic::AtomicBool>,
 }
 
 async fn events(State(server): State<Server>) -> Response {
@@ -35,6 +37,9 @@ async fn events(State(server): State<Server>) -> Response {
 async fn message(State(server): State<Server>, body: String) -> Response {
     let request: Value = serde_json::from_str(&body).unwrap();
     let Some(id) = request.get("id").cloned() else { return StatusCode::ACCEPTED.into_response() };
+    if request["method"] == "initialize" && server.refuse_initialize.load(Ordering::SeqCst) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "not today").into_response();
+    }
     let result = match request["method"].as_str().unwrap_or_default() {
         "initialize" => json!({
             "protocolVersion": "2024-11-05",
@@ -87,7 +92,16 @@ async fn message(State(server): State<Server>, body: String) -> Response {
 async fn connected(
     timeout: Duration,
 ) -> (Server, McpProvider, tokio::task::JoinHandle<std::io::Result<()>>) {
-    let server = Server::default();
+    let (server, provider, task) = serving(Server::default(), timeout).await;
+    provider.warmup().await.unwrap();
+    (server, provider, task)
+}
+
+/// `server` on a loopback port, and a provider for it, not connected yet.
+async fn serving(
+    server: Server,
+    timeout: Duration,
+) -> (Server, McpProvider, tokio::task::JoinHandle<std::io::Result<()>>) {
     let router = axum::Router::new()
         .route("/sse", axum::routing::get(events))
         .route("/message", axum::routing::post(message))
@@ -99,8 +113,19 @@ async fn connected(
         .with_protocol(ProtocolMode::Legacy)
         .with_request_timeout(timeout);
     let provider = McpProvider::new("legacy", config).unwrap();
-    provider.warmup().await.unwrap();
     (server, provider, task)
+}
+
+/// A refused POST of the handshake's request fails the handshake, saying what happened to
+/// it (not the error answer made for it, as rmcp prints it).
+#[tokio::test]
+async fn a_refused_handshake_post_says_so() {
+    let server = Server::default();
+    server.refuse_initialize.store(true, Ordering::SeqCst);
+    let (_server, provider, task) = serving(server, Duration::from_secs(20)).await;
+    let error = provider.warmup().await.unwrap_err().to_string();
+    expect_test::expect!["legacy: handshake failed: the handshake request was not delivered: the server answered its POST with HTTP 500 Internal Server Error"].assert_eq(&error);
+    task.abort();
 }
 
 /// A POST the server never answers holds no other message (they are posted beside it), and
