@@ -3,18 +3,23 @@
 //! server's clock, so replicas' clocks need not agree).
 //!
 //! Keys are `{prefix}:rl:{key}` (`tool:github__search`, `provider:github`), expiring once
-//! the limit is back to a full burst. A turn reserved for a call that stops before it
-//! comes (cancelled, past its deadline) is given back by moving the arrival time back one
-//! interval, in a task, unless the turn has come by then on the server's clock. A
-//! reservation whose answer never came (lost with its connection, past its timeout, or
-//! its caller gone while it was on its way) is given back the same way by the id this
-//! replica chose for it: the reservation keeps its arrival time under
-//! `{prefix}:rlt:{id}` until its turn comes, and a give-back that finds none leaves
-//! `{prefix}:rlx:{id}` for five minutes, so that a reservation still on its way to Redis
-//! reserves nothing. While Redis does not answer, each replica falls back
-//! to its own in-process limiter for that limit: the limit then holds per replica instead
-//! of for all together, which is logged once; calls are never refused or hung for Redis's
-//! sake.
+//! the limit is back to a full burst. A turn reserved for a call that never runs
+//! (cancelled, past its deadline, or refused by its queue, before or after its turn came)
+//! is given back in a task, as the in-process limiter gives it back: by what it still
+//! weighs on the next call's due time, on the server's clock, never more than one interval
+//! and never to before the server's now. For that the limit keeps, beside its arrival time
+//! and as long as it, the turns that may still give something back under
+//! `{prefix}:rls:{key}` (a hash: the number of the latest turn, when it was reserved, and
+//! each open turn's arrival time and what the turns before it gave back since) and
+//! `{prefix}:rlo:{key}` (their numbers, in order), at most [`MAX_OPEN_TURNS`] of them. A
+//! reservation whose answer never came (lost with its connection, past its timeout, or its
+//! caller gone while it was on its way) is given back the same way by the id this replica
+//! chose for it: the reservation keeps its turn's number under `{prefix}:rlt:{id}` while
+//! the limit's state lasts, and a give-back that finds none leaves `{prefix}:rlx:{id}` for
+//! five minutes, so that a reservation still on its way to Redis reserves nothing. While
+//! Redis does not answer, each replica falls back to its own in-process limiter for that
+//! limit (whose turns go back to it): the limit then holds per replica instead of for all
+//! together, which is logged once; calls are never refused or hung for Redis's sake.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
@@ -28,16 +33,19 @@ use toolmux_orchestrator::RateLimit;
 use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter, Turn};
 
 /// The GCRA step, atomic: reads the key's arrival time, and either refuses (`{0, wait}`)
-/// or moves it one interval on (`{1, wait, after}`, `after` the arrival time it set, the
-/// turn's mark for [`RELEASE`]); times in microseconds. A turn to wait for keeps `after`
-/// under its id until it comes, for [`RELEASE_BY_ID`]; an id given back already reserves
-/// nothing (`{-1, 0}`).
-/// KEYS: the limit, the reservation's record, its withdrawal mark. ARGV: the interval, the
-/// period, the longest wait.
+/// or moves it one interval on (`{1, wait, n}`, `n` the turn's number, its mark for
+/// [`RELEASE`]); times in microseconds. The turn is kept open (its arrival time under
+/// `a{n}` in the state) for giving back, and the oldest open turns that can give nothing
+/// back any more (their arrival time, less what was given back before them, is past) or
+/// past [`MAX_OPEN_TURNS`] are forgotten. The turn's number is kept under its id for
+/// [`RELEASE_BY_ID`]; an id given back already reserves nothing (`{-1, 0}`). Turns are
+/// numbered from the server's clock on, so that a number outlives the state that gave it.
+/// KEYS: the limit, its state, its open turns, the reservation's record, its withdrawal
+/// mark. ARGV: the interval, the period, the longest wait, the most open turns.
 const RESERVE: Script = Script {
     name: "ratelimit_reserve",
     source: r"
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
+if redis.call('EXISTS', KEYS[5]) == 1 then return {-1, 0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
@@ -52,26 +60,60 @@ if wait < 0 then wait = 0 end
 if wait > max_wait then return {0, wait} end
 local ttl = math.floor((after - now) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
-if wait > 0 then
-  redis.call('SET', KEYS[2], string.format('%.0f', after), 'PX', math.floor(wait / 1000) + 1)
+local seq = now
+local latest = tonumber(redis.call('HGET', KEYS[2], 'seq'))
+if latest and latest >= seq then seq = latest + 1 end
+local n = string.format('%.0f', seq)
+redis.call('HSET', KEYS[2], 'seq', n, 'last', string.format('%.0f', now),
+  'a' .. n, string.format('%.0f', after))
+redis.call('ZADD', KEYS[3], n, n)
+local full = redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4])
+while true do
+  local oldest = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not oldest or oldest == n then break end
+  local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. oldest))
+  local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. oldest)) or 0
+  if not full and a and a - g > now then break end
+  redis.call('ZREM', KEYS[3], oldest)
+  redis.call('HDEL', KEYS[2], 'a' .. oldest, 'g' .. oldest)
+  full = false
 end
-return {1, wait, after}
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('SET', KEYS[4], n, 'PX', ttl)
+return {1, wait, seq}
 ",
 };
 
-/// The end of [`RELEASE`] and [`RELEASE_BY_ID`]: with `mark` the arrival time the turn's
-/// reservation set, moves the limit's one interval back unless the turn has come.
+/// The end of [`RELEASE`] and [`RELEASE_BY_ID`]: with `n` the turn's number, closes the
+/// turn and moves the limit's arrival time back by what the turn still weighs on it, as
+/// `RateLimiter::release_at` does. The turn moved the arrival time on to its own (`a{n}`,
+/// less what the turns before it gave back since, `g{n}`); every reservation since found
+/// it there or later, and only the part past the latest reservation's time (`last`) still
+/// delays the next call: all of it, one interval, unless the calls slowed down since.
+/// What it gives back moves the turns after it back as much (their `g`).
 macro_rules! give_back {
     () => {
         r"
+local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. n))
+if not a then return 0 end
+local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. n)) or 0
+redis.call('ZREM', KEYS[3], n)
+redis.call('HDEL', KEYS[2], 'a' .. n, 'g' .. n)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[2])
-local per = tonumber(ARGV[3])
-if now >= mark - per then return 0 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
-if not tat then return 0 end
-local after = tat - interval
+if not tat or tat <= now then return 0 end
+local last = tonumber(redis.call('HGET', KEYS[2], 'last')) or now
+local give = a - g - last
+if give > interval then give = interval end
+if give <= 0 then return 0 end
+local given = string.format('%.0f', give)
+for _, later in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. n, '+inf')) do
+  redis.call('HINCRBY', KEYS[2], 'g' .. later, given)
+end
+local after = tat - give
 if after <= now then
   redis.call('DEL', KEYS[1])
   return 1
@@ -83,43 +125,52 @@ return 1
     };
 }
 
-/// Gives a turn back, atomic: moves the key's arrival time one interval back, unless the
-/// turn (`ARGV[1]`, the arrival time its reservation set, less the period) has come.
-/// Until then the arrival time stays past the server's clock, so every reservation since
-/// moved it on by one whole interval and taking one off undoes just this turn's.
-/// KEYS: the limit. ARGV: the turn's mark, the interval, the period.
+/// Gives a turn back, atomic (see [`give_back!`]); a turn given back already, forgotten,
+/// or whose limit is back to a full burst gives nothing.
+/// KEYS: the limit, its state, its open turns. ARGV: the turn's number, the interval.
 const RELEASE: Script = Script {
     name: "ratelimit_release",
     source: concat!(
         r"
-local mark = tonumber(ARGV[1])
+local n = ARGV[1]
 ",
         give_back!()
     ),
 };
 
 /// Gives back the reservation of an id whose answer never came, as [`RELEASE`] does with
-/// the arrival time its record kept; with no record (the turn came, or the reservation has
-/// not reached Redis), marks the id so that a reservation arriving later reserves nothing.
-/// KEYS: the limit, the reservation's record, its withdrawal mark. ARGV: how long the mark
-/// stays (ms), the interval, the period.
+/// the turn's number its record kept; with no record (the reservation has not reached
+/// Redis, or the limit's state is gone), marks the id so that a reservation arriving later
+/// reserves nothing.
+/// KEYS: the limit, its state, its open turns, the reservation's record, its withdrawal
+/// mark. ARGV: how long the mark stays (ms), the interval.
 const RELEASE_BY_ID: Script = Script {
     name: "ratelimit_release_by_id",
     source: concat!(
         r"
-local mark = tonumber(redis.call('GET', KEYS[2]))
-if not mark then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[1])
+local n = redis.call('GET', KEYS[4])
+if not n then
+  redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])
   return 0
 end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[4])
 ",
         give_back!()
     ),
 };
 
+/// The most turns of one limit kept open for giving back: past it the oldest is forgotten
+/// (and gives nothing back), so that a limit under a flood of calls keeps a bounded state
+/// (and a give-back a bounded script).
+const MAX_OPEN_TURNS: usize = 1024;
+
 /// How long the id of a reservation given back before it reached Redis stays marked.
 const WITHDRAWN_KEPT: Duration = Duration::from_secs(300);
+
+/// The longest period or wait a limit is held to: about thirty years, as the orchestrator
+/// holds it (`Duration::MAX` is no limit). The script's times then stay below 2^53
+/// microseconds, exact in Lua's numbers, and its expiries within what Redis takes.
+const FOREVER: Duration = Duration::from_secs(60 * 60 * 24 * 365 * 30);
 
 /// Microseconds as a script argument.
 fn micros(d: Duration) -> String {
@@ -147,9 +198,12 @@ impl RateLimitBackend for RedisRateLimits {
 
 impl RedisRateLimits {
     fn redis_limiter(&self, key: &str, limit: RateLimit) -> RedisLimiter {
+        let prefix = &self.backend.settings.prefix;
         RedisLimiter {
             backend: self.backend.clone(),
-            key: format!("{}:rl:{key}", self.backend.settings.prefix),
+            key: format!("{prefix}:rl:{key}"),
+            state: format!("{prefix}:rls:{key}"),
+            open: format!("{prefix}:rlo:{key}"),
             limit,
             local: RateLimiter::new(limit),
             degraded: AtomicBool::new(false),
@@ -162,7 +216,12 @@ impl RedisRateLimits {
 #[derive(Debug)]
 struct RedisLimiter {
     backend: Arc<BackendShared>,
+    /// The limit's arrival time.
     key: String,
+    /// The limit's state for giving turns back (the latest turn, open turns' times).
+    state: String,
+    /// The limit's open turns, by number.
+    open: String,
     limit: RateLimit,
     local: RateLimiter,
     /// Whether the last reservation fell back to `local` (logged when it changes).
@@ -177,7 +236,12 @@ impl RedisLimiter {
             return None;
         }
         let interval = self.limit.per / self.limit.calls.max(1);
-        let args = [micros(interval), micros(self.limit.per), micros(self.limit.wait)];
+        let args = [
+            micros(interval),
+            micros(self.limit.per),
+            micros(self.limit.wait),
+            MAX_OPEN_TURNS.to_string(),
+        ];
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
         let timeout = self.backend.settings.timeout;
         let n = self.reservations.fetch_add(1, Ordering::Relaxed);
@@ -186,7 +250,13 @@ impl RedisLimiter {
         // Armed before the script goes out: a reservation whose answer never comes (lost,
         // too late, or its caller gone meanwhile) is given back by its id.
         let mut unanswered = Unanswered(Some(self.release_by_id(id)));
-        let keys = [self.key.as_str(), record.as_str(), withdrawn.as_str()];
+        let keys = [
+            self.key.as_str(),
+            self.state.as_str(),
+            self.open.as_str(),
+            record.as_str(),
+            withdrawn.as_str(),
+        ];
         let reply = self.backend.client.eval(&RESERVE, &keys, &args, timeout).await;
         if !matches!(&reply, Err(e) if e.may_have_run()) {
             // Answered, or surely not run: nothing to give back.
@@ -222,9 +292,10 @@ impl RedisLimiter {
         if *allowed != 1 {
             return Some(Err(wait));
         }
-        // Never zero (the server's clock is past 1970): zero marks a turn of `local`.
+        // The turn's number, never zero (numbered from the server's clock, past 1970): zero
+        // marks a turn of `local`.
         let mark = match items.get(2) {
-            Some(Reply::Integer(after)) => u64::try_from(*after).unwrap_or(0),
+            Some(Reply::Integer(n)) => u64::try_from(*n).unwrap_or(0),
             _ => 0,
         };
         Some(Ok(Turn::new(wait).with_mark(mark)))
@@ -241,22 +312,20 @@ impl Limiter for RedisLimiter {
     }
 
     fn release(&self, turn: Turn) {
-        if turn.wait().is_zero() {
-            return;
-        }
         if turn.mark() == 0 {
-            // Reserved while Redis did not answer: `local` holds it.
+            // Reserved while Redis did not answer: `local` holds it (and a turn of no
+            // limiter gives nothing back).
             self.local.release(turn);
             return;
         }
-        // Given back in a task: the caller gives it back as it stops (possibly while
-        // dropped), with nothing to wait on. A release that comes after the turn, or
-        // never (Redis down), leaves the turn spent, as it was before releases.
+        // Given back in a task, whether or not the turn has come: the caller gives it back
+        // as it stops (possibly while dropped), with nothing to wait on. A release that
+        // never reaches Redis (Redis down) leaves the turn spent.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let release = self.release_of(turn);
         runtime.spawn(async move {
             if let Err(e) = release.run().await {
-                tracing::debug!(key = %release.key, error = %e, "rate limit: a turn not taken was not given back");
+                tracing::debug!(key = %release.keys[0], error = %e, "rate limit: a turn not taken was not given back");
             }
         });
     }
@@ -274,14 +343,15 @@ impl RedisLimiter {
         let (record, withdrawn) = self.keys_of(&id);
         ReleaseById {
             backend: self.backend.clone(),
-            keys: [self.key.clone(), record, withdrawn],
-            args: [
-                WITHDRAWN_KEPT.as_millis().to_string(),
-                micros(interval),
-                micros(self.limit.per),
-            ],
-            // Past the longest wait the turn has come, and giving it back does nothing.
-            until: self.limit.wait + self.backend.settings.timeout,
+            keys: [self.key.clone(), self.state.clone(), self.open.clone(), record, withdrawn],
+            args: [WITHDRAWN_KEPT.as_millis().to_string(), micros(interval)],
+            // Past its period and longest wait the limit is back to a full burst, and
+            // giving the turn back does nothing.
+            until: self
+                .limit
+                .per
+                .saturating_add(self.limit.wait)
+                .saturating_add(self.backend.settings.timeout),
         }
     }
 
@@ -289,17 +359,17 @@ impl RedisLimiter {
         let interval = self.limit.per / self.limit.calls.max(1);
         Release {
             backend: self.backend.clone(),
-            key: self.key.clone(),
-            args: [turn.mark().to_string(), micros(interval), micros(self.limit.per)],
+            keys: [self.key.clone(), self.state.clone(), self.open.clone()],
+            args: [turn.mark().to_string(), micros(interval)],
         }
     }
 }
 
-/// A turn to give back ([`RELEASE`]'s key and arguments).
+/// A turn to give back ([`RELEASE`]'s keys and arguments).
 struct Release {
     backend: Arc<BackendShared>,
-    key: String,
-    args: [String; 3],
+    keys: [String; 3],
+    args: [String; 2],
 }
 
 /// A reservation whose answer never came, to give back by its id from a task when dropped
@@ -315,7 +385,8 @@ impl Drop for Unanswered {
         runtime.spawn(async move {
             // A few tries while the turn may still be given back: a Redis down for longer
             // is an outage, which the limiters ride out alone anyway.
-            let until = tokio::time::Instant::now() + release.until;
+            let now = tokio::time::Instant::now();
+            let until = now.checked_add(release.until).unwrap_or(now + FOREVER);
             for tries_left in (0..3).rev() {
                 match release.run().await {
                     Ok(_) => return,
@@ -333,14 +404,14 @@ impl Drop for Unanswered {
 /// A reservation to give back by its id ([`RELEASE_BY_ID`]'s keys and arguments).
 struct ReleaseById {
     backend: Arc<BackendShared>,
-    keys: [String; 3],
-    args: [String; 3],
+    keys: [String; 5],
+    args: [String; 2],
     /// How long giving it back is worth trying.
     until: Duration,
 }
 
 impl ReleaseById {
-    /// Whether a turn was given back (not: there was none, or it had come).
+    /// Whether a turn gave something back (not: there was none, or it no longer weighs).
     async fn run(&self) -> Result<bool, RedisError> {
         let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
         let args: Vec<&[u8]> = self.args.iter().map(|a| a.as_bytes()).collect();
@@ -351,11 +422,13 @@ impl ReleaseById {
 }
 
 impl Release {
-    /// Whether the turn was given back (not: it had come).
+    /// Whether the turn gave something back (not: given back already, forgotten, or it no
+    /// longer weighs on the next call).
     async fn run(&self) -> Result<bool, RedisError> {
+        let keys: Vec<&str> = self.keys.iter().map(String::as_str).collect();
         let args: Vec<&[u8]> = self.args.iter().map(|a| a.as_bytes()).collect();
         let timeout = self.backend.settings.timeout;
-        let reply = self.backend.client.eval(&RELEASE, &[&self.key], &args, timeout).await?;
+        let reply = self.backend.client.eval(&RELEASE, &keys, &args, timeout).await?;
         Ok(matches!(reply, Reply::Integer(1)))
     }
 }
@@ -366,12 +439,30 @@ mod tests {
     use crate::{RedisBackend, RedisConfig};
     use toolmux_test_support::redis::RedisServer;
 
-    async fn arrival(limiter: &RedisLimiter) -> u64 {
+    const MS: u64 = 1000;
+
+    /// The limit's arrival time (microseconds of the server's clock); `None` once back to a
+    /// full burst.
+    async fn arrival_of(limiter: &RedisLimiter) -> Option<u64> {
         let reply = limiter.backend.client.command(&["GET", limiter.key.as_str()]).await;
         match reply.expect("GET") {
-            Reply::Bulk(bytes) => String::from_utf8_lossy(&bytes).parse().expect("a number"),
+            Reply::Bulk(bytes) => Some(String::from_utf8_lossy(&bytes).parse().expect("a number")),
+            Reply::Nil => None,
             other => panic!("no arrival time: {other:?}"),
         }
+    }
+
+    async fn arrival(limiter: &RedisLimiter) -> u64 {
+        arrival_of(limiter).await.expect("an arrival time")
+    }
+
+    fn limiter_of(
+        backend: &RedisBackend,
+        calls: u32,
+        per: Duration,
+        wait: Duration,
+    ) -> RedisLimiter {
+        backend.rate_limits().redis_limiter("tool:t", RateLimit { calls, per, wait })
     }
 
     /// A reservation given back by its id before it reached Redis (its caller gave up while
@@ -381,19 +472,18 @@ mod tests {
     async fn an_id_given_back_before_its_reservation_reserves_nothing() {
         let server = RedisServer::start();
         let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
-        let limit =
-            RateLimit { calls: 1, per: Duration::from_secs(10), wait: Duration::from_secs(60) };
-        let limiter = backend.rate_limits().redis_limiter("tool:t", limit);
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(10), Duration::from_secs(60));
         assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
         let before = arrival(&limiter).await;
         let reserve = |id: &str| {
             let (record, withdrawn) = limiter.keys_of(id);
             let client = limiter.backend.client.clone();
-            let key = limiter.key.clone();
+            let keys = [limiter.key.clone(), limiter.state.clone(), limiter.open.clone()];
             async move {
-                let args = ["10000000", "10000000", "60000000"];
+                let args = ["10000000", "10000000", "60000000", "1024"];
                 let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-                let keys = [key.as_str(), record.as_str(), withdrawn.as_str()];
+                let keys = [&keys[0], &keys[1], &keys[2], &record, &withdrawn];
+                let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
                 client.eval(&RESERVE, &keys, &args, Duration::from_secs(2)).await.expect("reserve")
             }
         };
@@ -404,7 +494,7 @@ mod tests {
 
         let Reply::Array(reserved) = reserve("kept").await else { panic!("no answer") };
         assert_eq!(reserved.first(), Some(&Reply::Integer(1)));
-        assert_eq!(arrival(&limiter).await, before + 10_000_000);
+        assert_eq!(arrival(&limiter).await, before + 10_000 * MS);
         let release = limiter.release_by_id("kept".into());
         assert!(release.run().await.expect("give back"));
         assert_eq!(arrival(&limiter).await, before);
@@ -412,45 +502,116 @@ mod tests {
         assert_eq!(arrival(&limiter).await, before);
     }
 
+    /// As `RateLimiter`'s test of the same name: turns not come and a turn that came at
+    /// once (its call then waited for a queue slot and never ran) are given back whole,
+    /// in any order, each once.
     #[tokio::test]
-    async fn a_turn_not_come_is_given_back_one_come_is_not() {
+    async fn turns_are_given_back_whether_or_not_they_came() {
         let server = RedisServer::start();
         let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
-        let limit =
-            RateLimit { calls: 2, per: Duration::from_secs(1), wait: Duration::from_secs(10) };
-        let limiter = backend.rate_limits().redis_limiter("tool:t", limit);
-        for _ in 0..2 {
-            assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
-        }
+        let limiter = limiter_of(&backend, 2, Duration::from_secs(1), Duration::from_secs(10));
+        let _first = limiter.reserve_turn().await.expect("at once");
+        let second = limiter.reserve_turn().await.expect("at once");
+        assert_eq!(second.wait(), Duration::ZERO);
+        assert_ne!(second.mark(), 0, "a shared turn is marked");
         let third = limiter.reserve_turn().await.expect("may wait");
         let fourth = limiter.reserve_turn().await.expect("may wait");
         assert!(fourth.wait() > Duration::from_millis(900), "{fourth:?}");
-        assert_ne!(fourth.mark(), 0, "a shared turn is marked");
         let before = arrival(&limiter).await;
         // Given back in any order, each takes one interval (500 ms) off.
-        assert!(limiter.release_of(third).run().await.expect("release"));
-        assert_eq!(arrival(&limiter).await, before - 500_000);
         assert!(limiter.release_of(fourth).run().await.expect("release"));
-        assert_eq!(arrival(&limiter).await, before - 1_000_000);
+        assert_eq!(arrival(&limiter).await, before - 500 * MS);
+        assert!(limiter.release_of(third).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, before - 1000 * MS);
         // The next call takes the first turn given back.
         let next = limiter.reserve_turn().await.expect("may wait");
+        let wait = next.wait();
         assert!(
-            next.wait() > Duration::from_millis(400) && next.wait() <= Duration::from_millis(500),
+            wait > Duration::from_millis(400) && wait <= Duration::from_millis(500),
             "{next:?}"
         );
-        // Once its turn has come, a turn is not given back.
-        tokio::time::sleep(next.wait() + Duration::from_millis(10)).await;
-        let now = arrival(&limiter).await;
-        assert!(!limiter.release_of(next).run().await.expect("release"));
-        assert_eq!(arrival(&limiter).await, now);
+        // The second call's turn came at once, but it never ran: it is given back all the
+        // same, once.
+        let taken = arrival(&limiter).await;
+        assert!(limiter.release_of(second).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, taken - 500 * MS);
+        assert!(!limiter.release_of(second).run().await.expect("release"), "given back twice");
+        assert_eq!(arrival(&limiter).await, taken - 500 * MS);
         // A turn through the trait is given back in a task.
         let turn = limiter.reserve_turn().await.expect("may wait");
         let taken = arrival(&limiter).await;
         limiter.release(turn);
         let started = std::time::Instant::now();
-        while arrival(&limiter).await != taken - 500_000 {
+        while arrival(&limiter).await != taken - 500 * MS {
             assert!(started.elapsed() < Duration::from_secs(5), "the turn was not given back");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// A turn that came at once and is given back through the trait lets the next call go
+    /// at once.
+    #[tokio::test]
+    async fn a_turn_that_came_and_is_given_back_lets_the_next_call_go_at_once() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(60), Duration::ZERO);
+        let first = limiter.reserve_turn().await.expect("at once");
+        assert_eq!(first.wait(), Duration::ZERO);
+        assert!(limiter.reserve().await.is_err(), "one call a minute");
+        limiter.release(first);
+        let started = std::time::Instant::now();
+        while arrival_of(&limiter).await.is_some() {
+            assert!(started.elapsed() < Duration::from_secs(5), "the turn was not given back");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
+        assert!(limiter.reserve().await.is_err(), "one call a minute, no more");
+    }
+
+    /// As `RateLimiter`'s test of the same name: a turn that came, given back after the
+    /// calls slowed down, gives back only what still delays the next call (its arrival time
+    /// less the latest reservation's, on the server's clock), never more than it took.
+    #[tokio::test]
+    async fn a_turn_given_back_late_gives_back_what_is_left_of_it() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(1), Duration::from_secs(10));
+        let first = limiter.reserve_turn().await.expect("at once");
+        let first_arrival = arrival(&limiter).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        // The next call waits for the rest of the first call's interval.
+        let second = limiter.reserve().await.expect("may wait");
+        assert!(second > Duration::ZERO && second <= Duration::from_millis(400), "{second:?}");
+        let before = arrival(&limiter).await;
+        let state = limiter.state.clone();
+        let last = limiter.backend.client.command(&["HGET", &state, "last"]).await.expect("HGET");
+        let last: u64 = last.as_str().and_then(|l| l.parse().ok()).expect("the latest reservation");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(limiter.release_of(first).run().await.expect("release"));
+        let given = before - arrival(&limiter).await;
+        assert_eq!(given, first_arrival - last, "what is left of the first call's interval");
+        assert!(given > 300 * MS && given <= 400 * MS, "{given}");
+        // The second call keeps its turn: the next waits one interval past it.
+        let next = limiter.reserve().await.expect("may wait");
+        // The second call keeps its turn, and the next waits one interval past it.
+        assert!(
+            next > Duration::from_millis(700) && next <= Duration::from_millis(900),
+            "{next:?}"
+        );
+    }
+
+    /// A turn reserved while Redis did not answer is this replica's own limiter's, and goes
+    /// back to it, come or not.
+    #[tokio::test]
+    async fn a_turn_of_the_local_limiter_goes_back_to_it() {
+        let mut server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        server.stop();
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(60), Duration::ZERO);
+        let first = limiter.reserve_turn().await.expect("at once");
+        assert_eq!((first.wait(), first.mark()), (Duration::ZERO, 0), "a local turn");
+        assert!(limiter.reserve().await.is_err(), "one call a minute");
+        limiter.release(first);
+        assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
     }
 }

@@ -202,3 +202,26 @@ async fn a_reservation_whose_caller_left_is_given_back() {
     })
     .await;
 }
+
+/// A reservation whose answer was lost is given back by its id though its turn came at once
+/// (its caller went on under its replica's own limiter, and never ran under this turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_answer_was_lost_is_given_back_though_its_turn_came() {
+    let server = RedisServer::start();
+    let proxy = crate::CuttingProxy::start(&server).await;
+    let admin = replica(&server);
+    let every = limit(1, Duration::from_secs(60), Duration::ZERO);
+    let direct = replica(&server).rate_limits().limiter("tool:t", every);
+    let cut = limiter_through(&proxy, every).await;
+    assert_eq!(arrival(&admin, "tool:t").await, None, "a full burst");
+    proxy.cut_next_reply();
+    let lost = within(Duration::from_secs(5), "the reservation", cut.reserve_turn()).await;
+    assert_eq!(lost.expect("a turn of the local limiter").mark(), 0, "a local turn");
+    within(Duration::from_secs(5), "the lost reservation given back", async {
+        while arrival(&admin, "tool:t").await.is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(direct.reserve().await, Ok(Duration::ZERO), "the burst is whole");
+}
