@@ -20,6 +20,12 @@
 //! Redis does not answer, each replica falls back to its own in-process limiter for that
 //! limit (whose turns go back to it): the limit then holds per replica instead of for all
 //! together, which is logged once; calls are never refused or hung for Redis's sake.
+//!
+//! A period or a longest wait past about thirty years (`Duration::MAX`: one call for
+//! ever) is held to that, as the orchestrator holds it: in microseconds past 2^53 the
+//! script's sums lost their last digits in Lua's numbers (the first call of such a limit
+//! was refused for a wait of a few milliseconds). Held so, its times stay exact and its
+//! expiries (about sixty years at most, in milliseconds) well within what Redis takes.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
@@ -169,7 +175,7 @@ const WITHDRAWN_KEPT: Duration = Duration::from_secs(300);
 
 /// The longest period or wait a limit is held to: about thirty years, as the orchestrator
 /// holds it (`Duration::MAX` is no limit). The script's times then stay below 2^53
-/// microseconds, exact in Lua's numbers, and its expiries within what Redis takes.
+/// microseconds, exact in Lua's numbers.
 const FOREVER: Duration = Duration::from_secs(60 * 60 * 24 * 365 * 30);
 
 /// Microseconds as a script argument.
@@ -198,6 +204,10 @@ impl RateLimitBackend for RedisRateLimits {
 
 impl RedisRateLimits {
     fn redis_limiter(&self, key: &str, limit: RateLimit) -> RedisLimiter {
+        // Held as the orchestrator holds it (see FOREVER): the script's sums of
+        // microseconds stay exact.
+        let limit =
+            RateLimit { per: limit.per.min(FOREVER), wait: limit.wait.min(FOREVER), ..limit };
         let prefix = &self.backend.settings.prefix;
         RedisLimiter {
             backend: self.backend.clone(),
@@ -222,6 +232,7 @@ struct RedisLimiter {
     state: String,
     /// The limit's open turns, by number.
     open: String,
+    /// Invariant: `per` and `wait` at most [`FOREVER`].
     limit: RateLimit,
     local: RateLimiter,
     /// Whether the last reservation fell back to `local` (logged when it changes).

@@ -225,3 +225,43 @@ async fn a_reservation_whose_answer_was_lost_is_given_back_though_its_turn_came(
     .await;
     assert_eq!(direct.reserve().await, Ok(Duration::ZERO), "the burst is whole");
 }
+
+/// A limit of `Duration::MAX` (one call for ever, and waits as long as it takes) holds for
+/// all replicas as any other: the script's times and expiries stay within what Lua and
+/// Redis hold (the limit is held to about thirty years), and nothing overflows.
+#[tokio::test]
+async fn a_limit_of_duration_max_is_shared_and_given_back() {
+    let server = RedisServer::start();
+    let admin = replica(&server);
+    let thirty_years = Duration::from_secs(60 * 60 * 24 * 365 * 30);
+    let a =
+        replica(&server).rate_limits().limiter("tool:t", limit(1, Duration::MAX, Duration::ZERO));
+    let b =
+        replica(&server).rate_limits().limiter("tool:t", limit(1, Duration::MAX, Duration::ZERO));
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    let refused = b.reserve().await.expect_err("one call for ever, over all replicas");
+    assert!(refused > thirty_years - Duration::from_secs(60), "{refused:?}");
+    let key = "toolmux:rl:tool:t";
+    let ttl = admin.client().command(&["PTTL", key]).await.expect("PTTL");
+    let ttl = ttl.as_i64().expect("a time to live");
+    assert!(ttl > 0 && ttl <= i64::try_from(thirty_years.as_millis()).expect("small") + 1, "{ttl}");
+
+    // Waiting as long as it takes: the second call's turn is thirty years away, shared,
+    // and given back whole.
+    let waits = limit(1, Duration::MAX, Duration::MAX);
+    let c = replica(&server).rate_limits().limiter("tool:u", waits);
+    let d = replica(&server).rate_limits().limiter("tool:u", waits);
+    let first = c.reserve_turn().await.expect("at once");
+    assert_eq!(first.wait(), Duration::ZERO);
+    let before = arrival(&admin, "tool:u").await.expect("the first turn");
+    let second = d.reserve_turn().await.expect("may wait");
+    assert_ne!(second.mark(), 0, "a shared turn");
+    assert!(second.wait() > thirty_years - Duration::from_secs(60), "{second:?}");
+    d.release(second);
+    within(Duration::from_secs(5), "the far turn given back", async {
+        while arrival(&admin, "tool:u").await != Some(before) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
