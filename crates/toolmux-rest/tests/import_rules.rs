@@ -364,3 +364,64 @@ async fn swagger_without_schemes_or_host_takes_them_from_its_url() {
         assert_eq!(lines.lock().unwrap().last().unwrap(), "GET /v2/pets HTTP/1.1", "{document}");
     }
 }
+
+/// A `$ref` cycle that never goes into a part of the value (`Alias` is `AliasB` is
+/// `Alias`; `Node` is `allOf: [Node, …]`; `Expr` is `oneOf: [Expr, string]`) would check
+/// the same value against the same schema forever, which JSON Schema leaves undefined
+/// and which crashes FastMCP (`RecursionError`, #1016, #1206) and fastapi_mcp (#238): the
+/// reference closing it adds nothing (gone alone or in an `allOf`, `false` in a `oneOf`),
+/// with a warning naming the cycle. Recursion into a part of the value (`Tree`'s `kids`)
+/// stays a reference, and the tools are called and their answers checked as usual.
+#[tokio::test]
+async fn ref_cycles_that_never_go_into_the_value_are_cut_with_a_warning() {
+    let base = common::serve(|request| {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or_default();
+        common::Reply::json(200, body)
+    })
+    .await;
+    let reply = |schema: &str| {
+        json!({"200": {"description": "ok", "content": {"application/json": {
+            "schema": {"$ref": format!("#/components/schemas/{schema}")}}}}})
+    };
+    let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "c", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {
+            "/nodes": {"post": {"operationId": "addNode", "responses": reply("Node"),
+                "requestBody": body(json!({"$ref": "#/components/schemas/Node"}))}},
+            "/things": {"post": {"operationId": "addThing", "requestBody": body(json!({
+                "type": "object", "properties": {
+                    "a": {"$ref": "#/components/schemas/Alias"},
+                    "e": {"$ref": "#/components/schemas/Expr"},
+                    "t": {"$ref": "#/components/schemas/Tree"}}}))}}},
+        "components": {"schemas": {
+            "Alias": {"$ref": "#/components/schemas/AliasB"},
+            "AliasB": {"$ref": "#/components/schemas/Alias"},
+            "Node": {"allOf": [{"$ref": "#/components/schemas/Node"}, {"type": "object",
+                "required": ["name"], "properties": {"name": {"type": "string"},
+                    "kids": {"type": "array", "items": {"$ref": "#/components/schemas/Node"}}}}]},
+            "Expr": {"oneOf": [{"$ref": "#/components/schemas/Expr"}, {"type": "string"}]},
+            "Tree": {"type": "object", "properties": {
+                "kids": {"type": "array", "items": {"$ref": "#/components/schemas/Tree"}}}}}}});
+    let provider = import(doc, &OpenApiConfig::default());
+    let text: Vec<String> = provider
+        .specs()
+        .iter()
+        .map(|t| format!("{}: {}", t.name, serde_json::to_string(&t.input_schema).unwrap()))
+        .collect();
+    expect![[r##"
+        add_node: {"$defs":{"Node":{"allOf":[{},{"properties":{"kids":{"items":{"$ref":"#/$defs/Node"},"type":"array"},"name":{"type":"string"}},"required":["name"],"type":"object"}]}},"additionalProperties":false,"properties":{"kids":{"items":{"$ref":"#/$defs/Node"},"type":"array"},"name":{"type":"string"}},"required":["name"],"type":"object"}
+        add_thing: {"$defs":{"Alias":{"$ref":"#/$defs/AliasB"},"AliasB":{},"Expr":{"oneOf":[false,{"type":"string"}]},"Tree":{"properties":{"kids":{"items":{"$ref":"#/$defs/Tree"},"type":"array"}},"type":"object"}},"additionalProperties":false,"properties":{"a":{"$ref":"#/$defs/Alias"},"e":{"$ref":"#/$defs/Expr"},"t":{"$ref":"#/$defs/Tree"}},"type":"object"}"##]].assert_eq(&text.join("\n"));
+    expect![[r#"
+        api.json: at /components/schemas/Node: the schema refers back to itself without going into a part of the value (`#/components/schemas/Node` → `#/components/schemas/Node`), which JSON Schema leaves undefined: the reference to `#/components/schemas/Node` is read as adding nothing; break the cycle in the document
+        api.json: at /components/schemas/AliasB: the schema refers back to itself without going into a part of the value (`#/components/schemas/Alias` → `#/components/schemas/AliasB` → `#/components/schemas/Alias`), which JSON Schema leaves undefined: the reference to `#/components/schemas/Alias` is read as adding nothing; break the cycle in the document
+        api.json: at /components/schemas/Expr: the schema refers back to itself without going into a part of the value (`#/components/schemas/Expr` → `#/components/schemas/Expr`), which JSON Schema leaves undefined: the reference to `#/components/schemas/Expr` is read as adding nothing; break the cycle in the document"#]].assert_eq(&provider.warnings().join("\n"));
+    let ctx = CallContext::new();
+    let node = json!({"name": "root", "kids": [{"name": "leaf", "kids": []}]});
+    let out = provider.call("add_node", node.clone(), &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    assert_eq!(out.structured, Some(node));
+    let thing = json!({"a": {"anything": [1]}, "e": "x + 1", "t": {"kids": [{"kids": []}]}});
+    let out = provider.call("add_thing", thing, &ctx).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+}

@@ -86,6 +86,13 @@ pub(crate) fn import(
             }
         }
     }
+    // Cycles cut in either direction, each said once.
+    let cut = converter.take_warnings().into_iter();
+    for warning in cut.chain(responses.iter_mut().flat_map(SchemaConverter::take_warnings)) {
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
     if operations.is_empty()
         && let Some(first) = left_out.into_iter().next()
     {
@@ -1051,6 +1058,10 @@ fn object_shape(
     if let Some(members) = map.get("allOf") {
         let Some(members) = members.as_array() else { return Ok(None) };
         for member in members {
+            // A member that allows anything adds nothing (a cut cycle leaves one).
+            if member == &Value::Bool(true) || member.as_object().is_some_and(Map::is_empty) {
+                continue;
+            }
             let Some(shape) = object_shape(converter, member, depth + 1)? else { return Ok(None) };
             props.extend(shape.properties);
             required.extend(shape.required);

@@ -50,6 +50,9 @@ pub(crate) struct SchemaConverter<'d> {
     /// Definitions that could not be converted (a dangling or external reference inside),
     /// with the file, the place and the reason; only operations reaching one of them fail.
     broken: HashMap<String, (String, String, String)>,
+    /// Warnings about what was read otherwise than written (cycles of references that never
+    /// go into a part of the value), not yet taken by [`Self::take_warnings`].
+    warnings: Vec<String>,
 }
 
 /// Keywords whose value is one schema.
@@ -96,7 +99,13 @@ impl<'d> SchemaConverter<'d> {
             defs: HashMap::new(),
             patterns: HashMap::new(),
             broken: HashMap::new(),
+            warnings: Vec::new(),
         }
+    }
+
+    /// The warnings found since the last call.
+    pub(crate) fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
     }
 
     /// Converts `schema`, found at `pointer`; references are registered, not followed.
@@ -332,6 +341,7 @@ impl<'d> SchemaConverter<'d> {
 
     /// Converts every definition registered so far and those they reach.
     fn settle(&mut self) -> Result<(), RestError> {
+        let mut converted = false;
         loop {
             let pending: Vec<(String, String)> = self
                 .taken
@@ -342,8 +352,12 @@ impl<'d> SchemaConverter<'d> {
                 .map(|(n, p)| (n.clone(), p.clone()))
                 .collect();
             if pending.is_empty() {
+                if converted {
+                    self.break_in_place_cycles();
+                }
                 return Ok(());
             }
+            converted = true;
             for (name, pointer) in pending {
                 let doc = self.doc;
                 let target = doc.root.pointer(&pointer).unwrap_or(&Value::Null);
@@ -359,6 +373,91 @@ impl<'d> SchemaConverter<'d> {
                     Err(other) => return Err(other),
                 }
             }
+        }
+    }
+
+    /// Cuts every cycle of references that never goes into a part of the value (`A` is
+    /// `B` and `B` is `A`; `A` is `allOf: [A, …]`; a pointer to itself): checking a value
+    /// against such a schema checks the same value against the same schema again, which
+    /// JSON Schema leaves undefined and which sends naive validators and clients (FastMCP's
+    /// `RecursionError`) into endless recursion. The reference closing a cycle imposes
+    /// nothing: it is removed (allowing anything) where it stands alone or in an `allOf`,
+    /// and is `false` as a branch of an `anyOf` or `oneOf` (adding nothing to them), which
+    /// keeps what the other branches say. Each cut is a warning naming the cycle.
+    ///
+    /// Definitions converted earlier refer only to definitions converted by then, so a new
+    /// cycle lies among new definitions; the whole graph is walked all the same (it is
+    /// small), iteratively, so a long chain cannot exhaust the stack.
+    fn break_in_place_cycles(&mut self) {
+        let graph: BTreeMap<String, Vec<String>> = self
+            .defs
+            .iter()
+            .map(|(name, def)| {
+                let mut targets = BTreeSet::new();
+                in_place_refs(&def.schema, &mut targets);
+                let known = targets.into_iter().filter(|t| self.defs.contains_key(t)).collect();
+                (name.clone(), known)
+            })
+            .collect();
+        // 1: on the path being walked; 2: done.
+        let mut state: HashMap<&str, u8> = HashMap::new();
+        let mut back_edges: Vec<(String, String, Vec<String>)> = Vec::new();
+        for start in graph.keys() {
+            if state.contains_key(start.as_str()) {
+                continue;
+            }
+            state.insert(start, 1);
+            let mut path: Vec<(&str, std::slice::Iter<'_, String>)> =
+                vec![(start.as_str(), graph[start].iter())];
+            while let Some((node, targets)) = path.last_mut() {
+                let node = *node;
+                let Some(target) = targets.next() else {
+                    state.insert(node, 2);
+                    path.pop();
+                    continue;
+                };
+                match state.get(target.as_str()) {
+                    Some(1) => {
+                        let cycle: Vec<String> = path
+                            .iter()
+                            .map(|(n, _)| (*n).to_owned())
+                            .skip_while(|n| n != target)
+                            .collect();
+                        back_edges.push((node.to_owned(), target.clone(), cycle));
+                    }
+                    Some(_) => {}
+                    None => {
+                        state.insert(target, 1);
+                        path.push((target.as_str(), graph[target].iter()));
+                    }
+                }
+            }
+        }
+        for (from, to, cycle) in back_edges {
+            let Some(def) = self.defs.get_mut(&from) else { continue };
+            cut_in_place(&mut def.schema, &to);
+            let mut refs = BTreeSet::new();
+            collect_refs(&def.schema, &mut refs);
+            def.refs = refs;
+            let place = |name: &String| {
+                let pointer = self.taken.get(name).map_or("", String::as_str);
+                let pointer = Externals::split(pointer).map_or(pointer, |(_, inner)| inner);
+                format!("`#{pointer}`")
+            };
+            let mut shown: Vec<String> = cycle.iter().map(place).collect();
+            shown.push(place(&to));
+            let at = self.taken.get(&from).cloned().unwrap_or_default();
+            let error = self.doc.error(
+                &at,
+                format!(
+                    "the schema refers back to itself without going into a part of the value \
+                     ({}), which JSON Schema leaves undefined: the reference to {} is read as \
+                     adding nothing; break the cycle in the document",
+                    shown.join(" → "),
+                    place(&to)
+                ),
+            );
+            self.warnings.push(error.to_string());
         }
     }
 
@@ -435,6 +534,65 @@ fn collect_refs(value: &Value, out: &mut BTreeSet<String>) {
         }
         Value::Array(items) => items.iter().for_each(|v| collect_refs(v, out)),
         _ => {}
+    }
+}
+
+/// Keywords whose schemas apply to the value itself, not to a part of it.
+const IN_PLACE_ARRAY_KEYWORDS: &[&str] = &["allOf", "anyOf", "oneOf"];
+const IN_PLACE_KEYWORDS: &[&str] = &["not", "if", "then", "else"];
+
+/// The definitions `schema` refers to without going into a part of the value: its own
+/// `$ref` and those of the schemas its in-place keywords apply.
+fn in_place_refs(schema: &Value, out: &mut BTreeSet<String>) {
+    let Some(map) = schema.as_object() else { return };
+    if let Some(name) = ref_name(schema) {
+        out.insert(name.to_owned());
+    }
+    for key in IN_PLACE_ARRAY_KEYWORDS {
+        if let Some(Value::Array(members)) = map.get(*key) {
+            members.iter().for_each(|m| in_place_refs(m, out));
+        }
+    }
+    for key in IN_PLACE_KEYWORDS {
+        if let Some(sub) = map.get(*key) {
+            in_place_refs(sub, out);
+        }
+    }
+    if let Some(Value::Object(dependent)) = map.get("dependentSchemas") {
+        dependent.values().for_each(|sub| in_place_refs(sub, out));
+    }
+}
+
+/// Makes the in-place references of `schema` to `target` add nothing: see
+/// [`SchemaConverter::break_in_place_cycles`].
+fn cut_in_place(schema: &mut Value, target: &str) {
+    let Value::Object(map) = schema else { return };
+    if map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"))
+        == Some(target)
+    {
+        map.remove("$ref");
+    }
+    for key in IN_PLACE_ARRAY_KEYWORDS {
+        let Some(Value::Array(members)) = map.get_mut(*key) else { continue };
+        for member in members.iter_mut() {
+            let only_the_reference = ref_name(member) == Some(target)
+                && member.as_object().is_some_and(|m| {
+                    m.keys().all(|k| matches!(k.as_str(), "$ref" | "description" | "title"))
+                });
+            if only_the_reference && *key != "allOf" {
+                *member = Value::Bool(false);
+            } else {
+                cut_in_place(member, target);
+            }
+        }
+    }
+    for key in IN_PLACE_KEYWORDS {
+        if let Some(sub) = map.get_mut(*key) {
+            cut_in_place(sub, target);
+        }
+    }
+    if let Some(Value::Object(dependent)) = map.get_mut("dependentSchemas") {
+        dependent.values_mut().for_each(|sub| cut_in_place(sub, target));
     }
 }
 
