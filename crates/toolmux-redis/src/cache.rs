@@ -23,6 +23,7 @@ use toolmux_orchestrator::cache::{Lead, ResponseCache};
 mod lead;
 
 pub use lead::DEFAULT_LEAD_LEASE;
+pub(crate) use lead::MIN_LEAD_LEASE;
 
 /// Values larger than this (serialized) are not cached: one huge output would otherwise
 /// cost every replica that reads it the same megabytes again.
@@ -36,7 +37,7 @@ pub const MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
 ///
 /// Identical concurrent calls of all replicas run once: the cache gives the lead of a call
 /// ([`ResponseCache::lead`]) to one replica while it runs the call (a lease of
-/// [`DEFAULT_LEAD_LEASE`], renewed meanwhile), and the other replicas' callers wait, within
+/// `leadLeaseMs`, [`DEFAULT_LEAD_LEASE`] by default, renewed meanwhile), and the other replicas' callers wait, within
 /// their own deadlines, for its output; a leader that gives up without one hands over at
 /// once, one that died when its lease ends. A Redis that does not answer gives no lead:
 /// each replica then runs its own calls.
@@ -57,7 +58,9 @@ struct Entry<'a> {
 
 impl RedisCache {
     pub(crate) fn new(backend: Arc<BackendShared>) -> RedisCache {
-        RedisCache { backend, max_value_bytes: MAX_VALUE_BYTES, lead_lease: DEFAULT_LEAD_LEASE }
+        // `backend.redis.leadLeaseMs`, checked by `Settings`.
+        let lead_lease = backend.settings.lead_lease;
+        RedisCache { backend, max_value_bytes: MAX_VALUE_BYTES, lead_lease }
     }
 
     /// Caches values of at most `bytes` (serialized) instead of [`MAX_VALUE_BYTES`].
@@ -67,12 +70,18 @@ impl RedisCache {
     }
 
     /// Sets how long a replica's lead of a call lasts after it stops renewing it (it
-    /// crashed, or lost Redis): [`DEFAULT_LEAD_LEASE`] by default, at least 100 ms; the
-    /// other replicas' identical calls wait for it that long at most (within their own
-    /// deadlines). A lead is renewed every third of it while its call runs.
+    /// crashed, or lost Redis), instead of the configuration's `leadLeaseMs`
+    /// ([`DEFAULT_LEAD_LEASE`] when it has none); at least 100 ms. The other replicas'
+    /// identical calls wait for it that long at most (within their own deadlines). A lead
+    /// is renewed every third of it while its call runs.
     pub fn with_lead_lease(mut self, lease: Duration) -> Self {
-        self.lead_lease = lease.clamp(lead::MIN_LEAD_LEASE, crate::config::FOREVER);
+        self.lead_lease = lease.clamp(MIN_LEAD_LEASE, crate::config::FOREVER);
         self
+    }
+
+    /// How long a replica's lead of a call lasts after it stops renewing it.
+    pub fn lead_lease(&self) -> Duration {
+        self.lead_lease
     }
 
     /// The Redis key of cache key `key`.

@@ -2,6 +2,7 @@
 //! URL it points at.
 
 use crate::RedisError;
+use crate::cache::{DEFAULT_LEAD_LEASE, MIN_LEAD_LEASE};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -64,6 +65,13 @@ pub struct RedisConfig {
     /// was busy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool_size: Option<usize>,
+    /// How long a replica's lead of a cached call lasts after it stops renewing it
+    /// (crashed, cut off from Redis), in milliseconds (default 10000, at least 100): the
+    /// other replicas' identical calls wait that long at most for its output (within their
+    /// own deadlines) before one of them runs the call. Held leads are renewed every third
+    /// of it while their call runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_lease_ms: Option<u64>,
 }
 
 impl RedisConfig {
@@ -75,6 +83,7 @@ impl RedisConfig {
             lease_ms: None,
             timeout_ms: None,
             pool_size: None,
+            lead_lease_ms: None,
         }
     }
 
@@ -101,6 +110,12 @@ impl RedisConfig {
         self.pool_size = Some(size);
         self
     }
+
+    /// Sets how long the response cache's lead of a call lasts when not renewed.
+    pub fn with_lead_lease(mut self, lease: Duration) -> Self {
+        self.lead_lease_ms = Some(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
 }
 
 impl fmt::Debug for RedisConfig {
@@ -111,6 +126,7 @@ impl fmt::Debug for RedisConfig {
             .field("lease_ms", &self.lease_ms)
             .field("timeout_ms", &self.timeout_ms)
             .field("pool_size", &self.pool_size)
+            .field("lead_lease_ms", &self.lead_lease_ms)
             .finish()
     }
 }
@@ -123,6 +139,8 @@ pub(crate) struct Settings {
     pub(crate) lease: Duration,
     pub(crate) timeout: Duration,
     pub(crate) pool_size: usize,
+    /// Invariant: from [`MIN_LEAD_LEASE`] to [`FOREVER`].
+    pub(crate) lead_lease: Duration,
 }
 
 impl Settings {
@@ -156,7 +174,19 @@ impl Settings {
                 reason: format!("must be from 1 to {MAX_POOL_SIZE}"),
             });
         }
-        Ok(Settings { endpoint, prefix, lease, timeout, pool_size })
+        let lead_lease = config.lead_lease_ms.map_or(DEFAULT_LEAD_LEASE, Duration::from_millis);
+        if lead_lease < MIN_LEAD_LEASE {
+            return Err(RedisError::Setting {
+                key: "leadLeaseMs",
+                reason: format!(
+                    "must be at least {} (a lead is renewed every third of it)",
+                    MIN_LEAD_LEASE.as_millis()
+                ),
+            });
+        }
+        // Longer ones say "never": held to what Redis takes.
+        let lead_lease = lead_lease.min(FOREVER);
+        Ok(Settings { endpoint, prefix, lease, timeout, pool_size, lead_lease })
     }
 }
 
@@ -384,6 +414,34 @@ mod tests {
         assert_eq!(Settings::new(&config).unwrap().pool_size, 9);
         let schema = serde_json::to_string(&schemars::schema_for!(RedisConfig)).unwrap();
         assert!(schema.contains("poolSize"), "{schema}");
+    }
+
+    /// The response cache's lead lease is read from the file as `leadLeaseMs`, checked, and
+    /// the backend's cache gets it (its use is tested against a server in `tests/it`).
+    #[test]
+    fn the_lead_lease_is_read_from_the_file() {
+        let file = r#"{"url": "redis://h", "leadLeaseMs": 2500}"#;
+        let config = serde_json::from_str::<RedisConfig>(file).unwrap();
+        assert_eq!(config.lead_lease_ms, Some(2500));
+        assert_eq!(Settings::new(&config).unwrap().lead_lease, Duration::from_millis(2500));
+        let backend = crate::RedisBackend::new(&config).unwrap();
+        assert_eq!(backend.cache().lead_lease(), Duration::from_millis(2500));
+        let default = Settings::new(&RedisConfig::new("redis://h")).unwrap();
+        assert_eq!(default.lead_lease, DEFAULT_LEAD_LEASE);
+        let never = RedisConfig::new("redis://h").with_lead_lease(Duration::MAX);
+        assert_eq!(Settings::new(&never).unwrap().lead_lease, FOREVER);
+        let schema = serde_json::to_string(&schemars::schema_for!(RedisConfig)).unwrap();
+        assert!(schema.contains("leadLeaseMs"), "{schema}");
+
+        let bad = r#"{"url": "redis://h", "leadLeaseMs": 50}"#;
+        let bad = serde_json::from_str::<RedisConfig>(bad).unwrap();
+        assert_eq!(
+            crate::RedisBackend::new(&bad).unwrap_err().to_string(),
+            "invalid redis setting `leadLeaseMs`: must be at least 100 (a lead is renewed every third of it)"
+        );
+        let typo = r#"{"url": "redis://h", "leadLease": 5000}"#;
+        let typo = serde_json::from_str::<RedisConfig>(typo).unwrap_err().to_string();
+        assert!(typo.contains("leadLeaseMs"), "{typo}");
     }
 
     #[test]

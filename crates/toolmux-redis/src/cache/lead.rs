@@ -33,7 +33,7 @@ use toolmux_orchestrator::cache::Lead;
 pub const DEFAULT_LEAD_LEASE: Duration = Duration::from_secs(10);
 
 /// The shortest lead lease (renewed every third of it).
-pub(super) const MIN_LEAD_LEASE: Duration = Duration::from_millis(100);
+pub(crate) const MIN_LEAD_LEASE: Duration = Duration::from_millis(100);
 
 /// How often a follower looks at the lead when no release was announced: only a message
 /// lost with a subscription not yet confirmed needs it (a reconnecting subscriber wakes

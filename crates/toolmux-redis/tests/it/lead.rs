@@ -248,3 +248,27 @@ async fn a_leader_gives_up_only_its_own_lead() {
     assert!(matches!(c.cache().lead(&key()).await, Lead::Follow(_)), "the lead was deleted");
     drop(current);
 }
+
+/// `backend.redis.leadLeaseMs` from the file is the lease of the backend's cache's leads
+/// (the default is 10 s), renewed every third of it while the leader runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lead_lease_comes_from_the_configuration() {
+    let server = RedisServer::start();
+    let file = format!(r#"{{"url": "{}", "leadLeaseMs": 300}}"#, server.url());
+    let config: RedisConfig = serde_json::from_str(&file).expect("a valid section");
+    let backend = RedisBackend::new(&config).expect("valid settings");
+    let Lead::Leading(guard) = backend.cache().lead(&key()).await else {
+        panic!("the first leads")
+    };
+    let lead = lead_key(&backend).await;
+    let lease_left = || async {
+        let ttl = backend.client().command(&["PTTL", &lead]).await.expect("PTTL");
+        ttl.as_i64().expect("a time to live")
+    };
+    let ttl = lease_left().await;
+    assert!(ttl > 0 && ttl <= 300, "the lead's lease is {ttl} ms");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let ttl = lease_left().await;
+    assert!(ttl > 0 && ttl <= 300, "the lead was not renewed with its lease: {ttl} ms");
+    drop(guard);
+}
