@@ -87,7 +87,11 @@ pub enum RestError {
         after: std::time::Duration,
     },
     /// The response grew past its size limit while being read.
-    #[error("`{tool}`: response larger than {limit} bytes, reading stopped")]
+    #[error(
+        "`{tool}`: response larger than {limit} bytes, reading stopped: raise `maxResponseBytes` \
+         (of the tool, or of its OpenAPI import) or ask the API for less, such as a page or a \
+         filter"
+    )]
     ResponseTooLarge {
         /// The tool.
         tool: String,

@@ -594,7 +594,15 @@ pub(crate) async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<
     };
     let response = http::send(&client, &request, settings, "openapi", &CallContext::new())
         .await
-        .map_err(|e| fetch_error(e.to_string()))?;
+        .map_err(|e| match e {
+            // No setting raises this limit; a file has none.
+            RestError::ResponseTooLarge { limit, .. } => fetch_error(format!(
+                "the document is larger than {} MiB, the most read from a URL: download it and \
+                 give it as a file with `spec`",
+                limit / (1024 * 1024)
+            )),
+            other => fetch_error(other.to_string()),
+        })?;
     if !(200..300).contains(&response.status) {
         let mut message = format!("HTTP {} {}", response.status, response.reason);
         if let Some(unfollowed) = &response.unfollowed {

@@ -217,7 +217,11 @@ async fn inline_tools_template_url_query_headers_and_body() {
     let err = provider.call("too_slow", json!({"seconds": "3"}), &ctx).await.unwrap_err();
     assert!(matches!(err, toolmux_core::ToolError::Timeout { .. }), "{err}");
     let err = provider.call("tiny", json!({"n": "1000"}), &ctx).await.unwrap_err();
-    assert_eq!(err.to_string(), "`tiny`: response larger than 100 bytes, reading stopped");
+    assert_eq!(
+        err.to_string(),
+        "`tiny`: response larger than 100 bytes, reading stopped: raise `maxResponseBytes` (of \
+         the tool, or of its OpenAPI import) or ask the API for less, such as a page or a filter"
+    );
     let err = provider.call("b64", json!({}), &ctx).await.unwrap_err();
     assert_eq!(
         err.to_string(),

@@ -817,3 +817,42 @@ async fn whole_numbers_go_into_urls_without_a_fraction() {
         ]
     );
 }
+
+/// A response over its size limit is an error saying which setting raises it; a document
+/// over the most read from a URL (64 MiB, which no setting raises) says to give it as a
+/// file instead. ContextForge cuts a REST response at 5,000 characters without a word,
+/// which leaves JSON that no longer parses.
+#[tokio::test]
+async fn oversized_responses_say_how_to_get_them() {
+    let base = serve(|request| {
+        if request.request_line().starts_with("GET /huge.json ") {
+            let body = vec![b' '; 64 * 1024 * 1024 + 1];
+            Reply { status: 200, headers: Vec::new(), chunks: vec![(0, body)] }
+        } else {
+            Reply::json(200, json!({"items": "x".repeat(100)}))
+        }
+    })
+    .await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "s", "version": "1"},
+        "servers": [{"url": base}], "paths": {"/items": {"get": {"operationId": "listItems"}}}});
+    let config = OpenApiConfig { max_response_bytes: Some(50), ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("s", doc, "s.json", &config).unwrap();
+    let err = call_error(&provider, "list_items", json!({})).await;
+    assert_eq!(
+        err,
+        "`list_items`: response larger than 50 bytes, reading stopped: raise `maxResponseBytes` \
+         (of the tool, or of its OpenAPI import) or ask the API for less, such as a page or a \
+         filter"
+    );
+    let err = RestProvider::openapi("s", &OpenApiConfig::from_url(format!("{base}/huge.json")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.ends_with(
+            "the document is larger than 64 MiB, the most read from a URL: download it and give \
+             it as a file with `spec`"
+        ),
+        "{err}"
+    );
+}
