@@ -247,6 +247,38 @@ impl RestProvider {
                 if unplaced.len() == 1 { "has" } else { "have" },
             ));
         }
+        // An `Authorization` header parameter is no argument (OpenAPI has clients ignore
+        // it, and a model would be asked for a credential): an operation declaring one
+        // with no security requirement gets the header only from the configuration, so
+        // say where, now, not with each call's 401.
+        let configured = config.headers.keys().any(|h| h.eq_ignore_ascii_case("authorization"));
+        let bare: Vec<&str> = imported
+            .operations
+            .iter()
+            .filter(|op| {
+                op.declares_authorization && !configured && op.security.iter().all(Vec::is_empty)
+            })
+            .map(|op| op.name.as_str())
+            .collect();
+        if !bare.is_empty() {
+            let shown: Vec<String> = bare.iter().take(3).map(|o| format!("`{o}`")).collect();
+            let more = if bare.len() > 3 {
+                format!(" and {} more", bare.len() - 3)
+            } else {
+                String::new()
+            };
+            warnings.push(format!(
+                "{}: {} operation{} ({}{more}) declare{} an `Authorization` header parameter and \
+                 no security scheme; it is no argument (OpenAPI has clients ignore it, and the \
+                 model would be asked for a credential): set `headers: {{Authorization: …}}` in \
+                 the import, or calls go without it",
+                document.source_name,
+                bare.len(),
+                if bare.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if bare.len() == 1 { "s" } else { "" },
+            ));
+        }
         // Operations that need credentials the configuration does not give are sent
         // without them: say so now, not with each call's 401.
         let mut unauthenticated: BTreeMap<Vec<&str>, Vec<&str>> = BTreeMap::new();

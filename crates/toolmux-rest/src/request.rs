@@ -692,6 +692,7 @@ mod tests {
             scopes: Default::default(),
             annotations: Default::default(),
             output: None,
+            declares_authorization: false,
         }
     }
 

@@ -482,3 +482,39 @@ async fn an_apis_rate_limit_says_when_to_call_again() {
     let failed = provider.call("key_cookie", json!({}), &ctx).await.unwrap();
     assert!(failed.is_error && failed.to_text().starts_with("HTTP 503"), "{failed:?}");
 }
+
+/// An `Authorization` header parameter is no argument (OpenAPI has clients ignore it; a
+/// model would be asked for a credential, as importers taking every header parameter
+/// do): an operation declaring one without a security scheme is named in a warning saying
+/// to configure the header, and the configured header is what goes.
+#[tokio::test]
+async fn an_authorization_parameter_is_no_argument_and_says_where_the_header_comes_from() {
+    let (base, seen) = common::keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "a", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/me": {"get": {"operationId": "me", "parameters": [
+            {"name": "Authorization", "in": "header", "required": true,
+             "schema": {"type": "string"}},
+            {"name": "verbose", "in": "query", "schema": {"type": "boolean"}}]}}}});
+    let bare =
+        RestProvider::openapi_from_value("a", doc.clone(), "a.json", &OpenApiConfig::default())
+            .unwrap();
+    assert_eq!(bare.specs()[0].input_schema["properties"], json!({"verbose": {"type": "boolean"}}));
+    assert_eq!(
+        bare.warnings(),
+        ["a.json: 1 operation (`me`) declares an `Authorization` header parameter and no \
+          security scheme; it is no argument (OpenAPI has clients ignore it, and the model \
+          would be asked for a credential): set `headers: {Authorization: …}` in the import, \
+          or calls go without it"]
+    );
+    let config = OpenApiConfig {
+        headers: BTreeMap::from([("authorization".to_owned(), "Token t-1".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    let configured = RestProvider::openapi_from_value("a", doc, "a.json", &config).unwrap();
+    assert!(configured.warnings().is_empty(), "{:?}", configured.warnings());
+    configured.call("me", json!({"verbose": true}), &CallContext::new()).await.unwrap();
+    let request = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(request.request_line(), "GET /me?verbose=true HTTP/1.1");
+    assert_eq!(request.header("authorization").as_deref(), Some("Token t-1"));
+}

@@ -146,6 +146,9 @@ pub(crate) struct Operation {
     /// The output schema; `None` when the success responses do not say what JSON they
     /// hold, or the import's `outputSchemas` is `false`.
     pub(crate) output: Option<OutputSchema>,
+    /// It declares an `Authorization` header parameter, which OpenAPI has clients ignore
+    /// (no argument: the credentials are the configuration's).
+    pub(crate) declares_authorization: bool,
 }
 
 /// A security scheme of the document.

@@ -223,6 +223,7 @@ fn build_operation(
     let mut candidates = Vec::new();
     let mut swagger_body = None;
     let mut form_params = Vec::new();
+    let mut declares_authorization = false;
     for (param, param_at) in merged_parameters(doc, item, item_at, op, at)? {
         let name = param.get("name").and_then(Value::as_str).unwrap_or_default();
         let location = match param.get("in").and_then(Value::as_str) {
@@ -256,6 +257,7 @@ fn build_operation(
             && ["accept", "content-type", "authorization"]
                 .contains(&name.to_ascii_lowercase().as_str())
         {
+            declares_authorization |= name.eq_ignore_ascii_case("authorization");
             continue;
         }
         let key = match location {
@@ -374,6 +376,7 @@ fn build_operation(
         security,
         annotations: annotations(method),
         output: None,
+        declares_authorization,
     })
 }
 
