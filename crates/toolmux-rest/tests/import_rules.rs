@@ -425,3 +425,36 @@ async fn ref_cycles_that_never_go_into_the_value_are_cut_with_a_warning() {
     let out = provider.call("add_thing", thing, &ctx).await.unwrap();
     assert!(!out.is_error, "{}", out.to_text());
 }
+
+/// Names are fitted after the namespace and de-duplicated within the same budget: long
+/// `operationId`s that are equal, or equal in the head a shortened name keeps, under a long
+/// namespace all end distinct and within 64 characters as clients see them
+/// (`{namespace}__{name}`). FastMCP truncated before its mount added a prefix (#2596), and
+/// a de-duplicating suffix added after truncation overshot the limit (mcp-use #1885).
+#[test]
+fn long_and_duplicate_names_stay_distinct_within_the_budget_after_the_namespace() {
+    let long = "getTheVeryLongListOfEverythingThatBelongsToTheCurrentOrganisationAndItsTeams";
+    let doc = v3(json!({
+        "/a": {"get": {"operationId": long}},
+        "/b": {"get": {"operationId": long}},
+        "/c": {"get": {"operationId": format!("{long}Archived")}},
+        "/d": {"get": {"operationId": "short"}, "post": {"operationId": "short"}}}));
+    let namespace = "an-enterprise-namespace";
+    let provider =
+        RestProvider::openapi_from_value(namespace, doc, "api.json", &OpenApiConfig::default())
+            .unwrap();
+    let names: Vec<String> =
+        provider.specs().into_iter().map(|t| format!("{namespace}__{}", t.name)).collect();
+    for name in &names {
+        assert!(name.len() <= 64, "{name} is {} characters", name.len());
+    }
+    let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+    assert_eq!(distinct.len(), names.len(), "{names:?}");
+    expect![[r#"
+        an-enterprise-namespace__get_the_very_long_list_of_ever_ebcf12f4
+        an-enterprise-namespace__get_the_very_long_list_of_ever_fc7f20e7
+        an-enterprise-namespace__get_the_very_long_list_of_ever_9adbf6a7
+        an-enterprise-namespace__short_6b6a8aaf
+        an-enterprise-namespace__short_e32c49cd"#]]
+    .assert_eq(&names.join("\n"));
+}
