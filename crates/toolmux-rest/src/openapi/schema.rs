@@ -10,6 +10,10 @@
 //! without the discriminator, overlapping branches would refuse every valid value). A converter works in one [`Direction`]: in requests
 //! `readOnly` properties are left out (with their `required` entries: only the server sets
 //! them), in responses `writeOnly` ones (a server never returns them).
+//!
+//! Recursion into a part of the value stays a reference; a cycle that never goes into one
+//! (`A` is `allOf: [A, …]`) is cut where it closes, with a warning (see
+//! `SchemaConverter::break_in_place_cycles`).
 
 use super::document::{Document, escape_token, percent_decode};
 use super::external::Externals;
