@@ -285,10 +285,10 @@ pub(crate) fn grep(
             };
             let searched = match (&head, &matcher_cr) {
                 (Some(head), Some(matcher_cr)) if cr => {
-                    head.search(&mut searcher_cr, matcher_cr, &file, &mut sink)
+                    head.search(&mut searcher_cr, matcher_cr, &file, &mut sink, stop)
                 }
-                (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink),
-                (None, _) => search_file(&mut searcher, &matcher, &file, &mut sink),
+                (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink, stop),
+                (None, _) => search_file(&mut searcher, &matcher, &file, &mut sink, stop),
             };
             if searched.is_err() || sink.count == 0 {
                 return WalkState::Continue;
@@ -466,13 +466,15 @@ impl Head {
 
     /// Searches the file with `searcher`: the bytes read, then the rest of `file` after
     /// them, as [`Searcher::search_file`] would search it (without memory maps both read
-    /// it through the same decoder and buffers), or the bytes alone when they are all of it.
+    /// it through the same decoder and buffers), or the bytes alone when they are all of it;
+    /// the file is read no further once `stop` says the search is over.
     fn search<S: Sink>(
         &self,
         searcher: &mut Searcher,
         matcher: &RegexMatcher,
         file: &std::fs::File,
         sink: S,
+        stop: impl Fn() -> bool,
     ) -> Result<(), S::Error> {
         use std::io::{Read as _, Seek as _};
         let utf32 = is_utf32(self.encoding);
@@ -486,7 +488,7 @@ impl Head {
             return Err(grep_searcher::SinkError::error_io(e));
         }
         // A file read whole is searched as it was read, not with what was appended since.
-        let rest = rest.take(if self.whole { 0 } else { u64::MAX });
+        let rest = Stopping { inner: rest.take(if self.whole { 0 } else { u64::MAX }), stop };
         if utf32 {
             let body = &self.bytes()[self.encoding.bom().len().min(self.len())..];
             return searcher.search_reader(
@@ -505,13 +507,34 @@ fn is_utf32(encoding: Encoding) -> bool {
     matches!(encoding, Encoding::Utf32Le | Encoding::Utf32Be)
 }
 
-/// Searches all of `file` with `searcher`, as [`Searcher::search_file`] does, a UTF-32
-/// file decoded.
+/// A file's bytes as the searcher reads them, ending (as if the file ended there) once
+/// `stop` says the search is over. The sink checks for a cancellation and the time budget
+/// only when something matches, so a file of gigabytes without a match was read to its end
+/// after the call was cancelled or its time was spent, holding its blocking thread.
+struct Stopping<R, F> {
+    inner: R,
+    stop: F,
+}
+
+impl<R: io::Read, F: Fn() -> bool> io::Read for Stopping<R, F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Once per buffer the searcher fills (64 KiB): the clock is cheap at that rate.
+        if (self.stop)() {
+            return Ok(0);
+        }
+        self.inner.read(buf)
+    }
+}
+
+/// Searches all of `file` with `searcher`, as [`Searcher::search_file`] does (it maps no
+/// memory here, so it reads the file as a reader), a UTF-32 file decoded; the file is read
+/// no further once `stop` says the search is over.
 fn search_file<S: Sink>(
     searcher: &mut Searcher,
     matcher: &RegexMatcher,
     file: &std::fs::File,
     sink: S,
+    stop: impl Fn() -> bool,
 ) -> Result<(), S::Error> {
     use std::io::Seek as _;
     use std::os::unix::fs::FileExt as _;
@@ -520,14 +543,14 @@ fn search_file<S: Sink>(
         Ok(()) => Encoding::sniff(&mark),
         Err(_) => Encoding::Utf8,
     };
-    if !is_utf32(encoding) {
-        return searcher.search_file(matcher, file, sink);
-    }
     let mut body = file;
+    if !is_utf32(encoding) {
+        return searcher.search_reader(matcher, Stopping { inner: body, stop }, sink);
+    }
     if let Err(e) = body.seek(io::SeekFrom::Start(4)) {
         return Err(grep_searcher::SinkError::error_io(e));
     }
-    searcher.search_reader(matcher, Transcoded::new(encoding, body), sink)
+    searcher.search_reader(matcher, Transcoded::new(encoding, Stopping { inner: body, stop }), sink)
 }
 
 /// The text after a UTF-32 file's byte order mark as UTF-8, read from `inner`; invalid
@@ -1028,7 +1051,7 @@ mod tests {
                 lines.push(format!("{number}:{}", &line[line.len().saturating_sub(12)..]));
                 Ok(true)
             });
-            head.search(searcher, &matcher, file, sink).unwrap();
+            head.search(searcher, &matcher, file, sink, || false).unwrap();
             lines
         };
         let long = "x".repeat(20 * 1024);
@@ -1083,8 +1106,8 @@ mod tests {
                 let (mut headed, mut whole) = (Vec::new(), Vec::new());
                 let head = Head::read(&file, || false);
                 assert_eq!(head.encoding, encoding);
-                head.search(&mut searcher, &matcher, &file, sink(&mut headed)).unwrap();
-                search_file(&mut searcher, &matcher, &file, sink(&mut whole)).unwrap();
+                head.search(&mut searcher, &matcher, &file, sink(&mut headed), || false).unwrap();
+                search_file(&mut searcher, &matcher, &file, sink(&mut whole), || false).unwrap();
                 let want: Vec<String> = text
                     .lines()
                     .enumerate()
@@ -1100,7 +1123,60 @@ mod tests {
         std::fs::write(&path, broken).unwrap();
         let file = std::fs::File::open(&path).unwrap();
         let sink = grep_searcher::sinks::UTF8(|_, _| Ok(true));
-        assert!(search_file(&mut searcher, &matcher, &file, sink).is_err());
+        assert!(search_file(&mut searcher, &matcher, &file, sink, || false).is_err());
+    }
+
+    /// A search told to stop reads its file no further, whichever way it reads it: the
+    /// sink, which checks for a cancellation and the time, hears only of matches, so a
+    /// file without one was read to its end after the call had stopped.
+    #[test]
+    fn a_stopped_search_reads_no_further() {
+        use std::sync::atomic::AtomicUsize;
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("f");
+        let matcher = RegexMatcherBuilder::new().build("needle").unwrap();
+        let mut searcher = SearcherBuilder::new().line_number(true).build();
+        // 4 MiB of lines without the needle, then the needle: about 64 of the searcher's
+        // reads, each asking whether to stop.
+        let mut text = "hay hay hay hay\n".repeat(256 * 1024);
+        text.push_str("needle\n");
+        let long = format!("{}\n{text}", "x".repeat(9000));
+        for (name, text) in [("short lines", &text), ("a long first line", &long)] {
+            for encoding in [Encoding::Utf8, Encoding::Utf32Le] {
+                std::fs::write(&path, encoding.encode(text)).unwrap();
+                let file = std::fs::File::open(&path).unwrap();
+                let head = Head::read(&file, || false);
+                for headed in [false, true] {
+                    let asked = AtomicUsize::new(0);
+                    // Stops after a few reads, as a cancellation would midway.
+                    let stop = || asked.fetch_add(1, Ordering::Relaxed) >= 3;
+                    let mut found = 0;
+                    let sink = grep_searcher::sinks::UTF8(|_, _| {
+                        found += 1;
+                        Ok(true)
+                    });
+                    match headed {
+                        true => head.search(&mut searcher, &matcher, &file, sink, stop).unwrap(),
+                        false => search_file(&mut searcher, &matcher, &file, sink, stop).unwrap(),
+                    }
+                    let asked = asked.load(Ordering::Relaxed);
+                    assert_eq!(found, 0, "{name}, {encoding:?}, headed {headed}: read to the end");
+                    assert!(asked <= 5, "{name}, {encoding:?}, headed {headed}: {asked} reads");
+                    // Not stopped, the same search finds the needle.
+                    let mut found = 0;
+                    let sink = grep_searcher::sinks::UTF8(|_, _| {
+                        found += 1;
+                        Ok(true)
+                    });
+                    match headed {
+                        true => head.search(&mut searcher, &matcher, &file, sink, || false),
+                        false => search_file(&mut searcher, &matcher, &file, sink, || false),
+                    }
+                    .unwrap();
+                    assert_eq!(found, 1, "{name}, {encoding:?}, headed {headed}");
+                }
+            }
+        }
     }
 
     #[test]
