@@ -239,6 +239,19 @@ pub(crate) fn build(
             let payload = match whole_body {
                 Some(value) => Some(value),
                 None if !body_map.is_empty() => Some(Value::Object(body_map)),
+                // No property of a flattened JSON body was given. A required body is still
+                // an object, `{}` (FastAPI answers a missing required body 422 "Field
+                // required"). An optional one (`requestBody.required` false or absent,
+                // FastAPI's `Optional[Item] = Body(None)`) is left out: OpenAPI says the
+                // request may then have no body, and every server must take that, where
+                // `null` is only valid when the schema allows it and some frameworks
+                // refuse a `null` body even then.
+                None if spec.required
+                    && spec.whole.is_none()
+                    && spec.encoding == BodyEncoding::Json =>
+                {
+                    Some(Value::Object(Map::new()))
+                }
                 None => None,
             };
             match payload {
@@ -715,6 +728,7 @@ mod tests {
                 content_type: "application/json".into(),
                 encoding: BodyEncoding::Json,
                 whole: None,
+                required: true,
                 open: false,
             }),
         );
@@ -770,6 +784,7 @@ mod tests {
             content_type: "application/json".into(),
             encoding,
             whole: None,
+            required: true,
             open: true,
         };
         let fields = || {
@@ -852,6 +867,7 @@ mod tests {
                 content_type: "application/json".into(),
                 encoding: BodyEncoding::Json,
                 whole: None,
+                required: true,
                 open: false,
             }),
         );

@@ -101,6 +101,10 @@ pub(crate) struct BodySpec {
     pub(crate) encoding: BodyEncoding,
     /// The argument holding the whole body, when the body is not flattened.
     pub(crate) whole: Option<String>,
+    /// The document requires a body (`requestBody.required`, Swagger 2's `in: body`
+    /// parameter's `required`): a flattened JSON body goes as `{}` when no property is
+    /// given, where an optional one is left out.
+    pub(crate) required: bool,
     /// The flattened body's schema allows properties it does not name (`additionalProperties`
     /// set to `true` or a schema, or `patternProperties`): arguments no parameter or
     /// property takes go into the body instead of being refused.

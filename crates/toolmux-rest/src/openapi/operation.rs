@@ -754,7 +754,7 @@ fn request_body(
     let body = BodyShape { required, description, encoding };
     let fields = content.get("encoding").and_then(Value::as_object);
     let open = body_candidates(converter, schema, &body, fields, candidates)?;
-    Ok(Some(BodySpec { content_type, encoding, whole: None, open }))
+    Ok(Some(BodySpec { content_type, encoding, whole: None, required, open }))
 }
 
 /// Swagger 2 `in: body` and `in: formData` parameters.
@@ -795,7 +795,7 @@ fn swagger_request_body(
         let encoding = encoding_of(&content_type);
         let body = BodyShape { required, description, encoding };
         let open = body_candidates(converter, schema, &body, None, candidates)?;
-        return Ok(Some(BodySpec { content_type, encoding, whole: None, open }));
+        return Ok(Some(BodySpec { content_type, encoding, whole: None, required, open }));
     }
     if form_params.is_empty() {
         return Ok(None);
@@ -830,7 +830,7 @@ fn swagger_request_body(
             required: param.get("required") == Some(&Value::Bool(true)),
         });
     }
-    Ok(Some(BodySpec { content_type, encoding, whole: None, open: false }))
+    Ok(Some(BodySpec { content_type, encoding, whole: None, required: false, open: false }))
 }
 
 /// What a request body is, besides its schema.
@@ -853,8 +853,15 @@ fn body_candidates(
     candidates: &mut Vec<Candidate>,
 ) -> Result<bool, RestError> {
     let BodyShape { required, description, encoding } = *body;
-    let shape =
-        if encoding == BodyEncoding::Raw { None } else { object_shape(converter, &schema, 0)? };
+    let shape = if encoding == BodyEncoding::Raw {
+        None
+    } else {
+        // A body that is an object or `null` (FastAPI's `Optional[Item] = Body(None)`:
+        // `anyOf: [Item, {type: null}]`; OpenAPI 3.0's `nullable: true`) is flattened as
+        // the object: leaving every property out sends no body (see `request::build`).
+        let object = without_null(&schema);
+        object_shape(converter, object.as_ref().unwrap_or(&schema), 0)?
+    };
     if let Some(ObjectShape { properties: props, required: required_props, open }) = shape {
         for (name, prop) in props {
             let file = match encoding {
@@ -1018,6 +1025,42 @@ fn may_be_object(converter: &mut SchemaConverter<'_>, schema: &Value) -> Result<
         }
     }
     is_object(converter, schema, 0)
+}
+
+/// The part of a converted schema that is not `null`, when the schema is a nullable one:
+/// `type: [object, null]` (how `nullable: true` converts) becomes `type: object`, and an
+/// `anyOf`/`oneOf` of exactly two members, one of them `{type: null}`, with nothing but
+/// annotations beside it, becomes the other member. Several non-null members (a truly
+/// polymorphic body) are `None`, as is a schema that does not allow `null`.
+fn without_null(schema: &Value) -> Option<Value> {
+    const ANNOTATIONS: &[&str] = &["title", "description", "default", "examples", "$comment"];
+    let map = schema.as_object()?;
+    if let Some(Value::Array(types)) = map.get("type") {
+        let object_or_null = types.len() == 2
+            && types.iter().any(|t| t == "object")
+            && types.iter().any(|t| t == "null");
+        if !object_or_null {
+            return None;
+        }
+        let mut object = map.clone();
+        object.insert("type".into(), json!("object"));
+        return Some(Value::Object(object));
+    }
+    let is_null = |member: &Value| {
+        member.as_object().is_some_and(|m| {
+            m.get("type").is_some_and(|t| t == "null")
+                && m.keys().all(|k| k == "type" || ANNOTATIONS.contains(&k.as_str()))
+        })
+    };
+    let keyword = ["anyOf", "oneOf"].into_iter().find(|k| map.contains_key(*k))?;
+    if map.keys().any(|k| k != keyword && !ANNOTATIONS.contains(&k.as_str())) {
+        return None;
+    }
+    match map.get(keyword)?.as_array()?.as_slice() {
+        [a, b] if is_null(b) && !is_null(a) => Some(a.clone()),
+        [a, b] if is_null(a) && !is_null(b) => Some(b.clone()),
+        _ => None,
+    }
 }
 
 /// What a flattenable body names.
