@@ -75,6 +75,7 @@ mod auth;
 mod config;
 mod error;
 mod http;
+mod integers;
 mod later;
 mod names;
 mod openapi;

@@ -453,6 +453,10 @@ impl RestProvider {
         ctx: &CallContext,
     ) -> Result<ToolOutput, RestError> {
         let name = tool.spec.name.as_str();
+        // `5.0` goes as `5` where the input schema says integer (see `integers`); an inline
+        // tool without a declared schema has no integer in its generated one.
+        let mut args = args;
+        crate::integers::integers_in_arguments(&tool.spec.input_schema, &mut args);
         let mut retried = false;
         loop {
             let (mut request, schemes) = match &tool.plan {

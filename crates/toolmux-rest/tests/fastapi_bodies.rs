@@ -21,12 +21,20 @@ use toolmux_rest::{OpenApiConfig, RestProvider};
 ///     sizes: list[int] = []
 ///     stock: dict[str, int] = {}
 ///     shelf: int | None = None
+///     dimensions: Dims | None = None
+///
+/// class Dims(BaseModel):
+///     width: int
+///     depth: float
 ///
 /// @app.post("/items/")
 /// def create_item(item: Item): ...
 ///
 /// @app.put("/items/{item_id}")
 /// def update_item(item_id: int, item: Optional[Item] = Body(None)): ...
+///
+/// @app.post("/items/bulk")
+/// def create_items(items: list[Item]): ...
 /// ```
 fn fastapi_document(base: &str) -> Value {
     let validation_error = json!({"422": {"description": "Validation Error", "content":
@@ -43,6 +51,14 @@ fn fastapi_document(base: &str) -> Value {
                 "operationId": "create_item_items__post",
                 "requestBody": {"content": {"application/json": {"schema":
                     {"$ref": "#/components/schemas/Item"}}}, "required": true},
+                "responses": {"200": ok, "422": validation_error["422"]}
+            }},
+            "/items/bulk": {"post": {
+                "summary": "Create Items",
+                "operationId": "create_items_items_bulk_post",
+                "requestBody": {"content": {"application/json": {"schema": {"type": "array",
+                    "items": {"$ref": "#/components/schemas/Item"}, "title": "Items"}}},
+                    "required": true},
                 "responses": {"200": ok, "422": validation_error["422"]}
             }},
             "/items/{item_id}": {"put": {
@@ -70,8 +86,14 @@ fn fastapi_document(base: &str) -> Value {
                     "default": []},
                 "stock": {"additionalProperties": {"type": "integer"}, "type": "object",
                     "title": "Stock", "default": {}},
-                "shelf": {"anyOf": [{"type": "integer"}, {"type": "null"}], "title": "Shelf"}
+                "shelf": {"anyOf": [{"type": "integer"}, {"type": "null"}], "title": "Shelf"},
+                "dimensions": {"anyOf": [{"$ref": "#/components/schemas/Dims"},
+                    {"type": "null"}]}
             }, "type": "object", "required": ["name", "price"], "title": "Item"},
+            "Dims": {"properties": {
+                "width": {"type": "integer", "title": "Width"},
+                "depth": {"type": "number", "title": "Depth"}
+            }, "type": "object", "required": ["width", "depth"], "title": "Dims"},
             "ValidationError": {"properties": {
                 "loc": {"items": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
                     "type": "array", "title": "Location"},
@@ -128,7 +150,17 @@ async fn an_optional_fastapi_body_is_flattened_and_left_out_when_empty() {
     names.sort();
     assert_eq!(
         names,
-        ["description", "item_id", "name", "price", "quantity", "shelf", "sizes", "stock"],
+        [
+            "description",
+            "dimensions",
+            "item_id",
+            "name",
+            "price",
+            "quantity",
+            "shelf",
+            "sizes",
+            "stock"
+        ],
         "{schema}"
     );
     assert_eq!(schema["required"], json!(["item_id"]), "{schema}");
@@ -249,4 +281,58 @@ async fn a_polymorphic_body_stays_one_argument() {
         let body: Value = serde_json::from_slice(&request.body).unwrap();
         assert_eq!(body, json!({"size": 3}), "{schema}");
     }
+}
+
+/// Whole numbers written with a fraction (`5.0`, as Python writes a float) go into a JSON
+/// body as `5` where the schema says integer: a property, a nullable one (`anyOf` with
+/// `null`), an array's items, a map's values, a referenced object's properties, the items
+/// of an array body of references; `number` places keep what was written.
+#[tokio::test]
+async fn whole_numbers_go_into_json_bodies_as_integers_where_the_schema_says_integer() {
+    let (base, seen) = keeping_server().await;
+    let provider = fastapi(&base);
+    let item = json!({"name": "lamp", "price": 12.0, "quantity": 2.0, "sizes": [1.0, 2.0],
+        "stock": {"north": 3.0}, "shelf": 4.0, "dimensions": {"width": 30.0, "depth": 8.0}});
+    let request = sent(&provider, &seen, &tool(&provider, "create_item_"), item.clone()).await;
+    assert_eq!(
+        std::str::from_utf8(&request.body).unwrap(),
+        r#"{"dimensions":{"depth":8.0,"width":30},"name":"lamp","price":12.0,"quantity":2,"shelf":4,"sizes":[1,2],"stock":{"north":3}}"#
+    );
+
+    let request =
+        sent(&provider, &seen, &tool(&provider, "create_items"), json!({"body": [item]})).await;
+    assert_eq!(
+        std::str::from_utf8(&request.body).unwrap(),
+        r#"[{"dimensions":{"depth":8.0,"width":30},"name":"lamp","price":12.0,"quantity":2,"shelf":4,"sizes":[1,2],"stock":{"north":3}}]"#
+    );
+}
+
+/// An inline tool with a declared `parametersSchema` sends `5.0` as `5` where the schema
+/// says integer, in its body template and in a body made of its arguments alike.
+#[tokio::test]
+async fn inline_tools_send_whole_numbers_as_integers_where_their_schema_says_integer() {
+    let (base, seen) = keeping_server().await;
+    let schema = json!({"type": "object", "properties": {
+        "n": {"type": "integer"}, "ratio": {"type": "number"},
+        "ids": {"type": "array", "items": {"$ref": "#/definitions/Id"}}},
+        "definitions": {"Id": {"type": "integer"}}});
+    let tools: std::collections::BTreeMap<String, toolmux_rest::RestToolConfig> =
+        serde_json::from_value(json!({
+            "templated": {"description": "t", "method": "POST", "url": format!("{base}/t"),
+                "body": {"count": "${parameters.n}", "ratio": "${parameters.ratio}",
+                    "ids": "${parameters.ids}"},
+                "parametersSchema": schema},
+            "plain": {"description": "p", "method": "PUT", "url": format!("{base}/p"),
+                "parametersSchema": schema}
+        }))
+        .unwrap();
+    let provider = RestProvider::inline(&tools).unwrap();
+    let args = json!({"n": 5.0, "ratio": 2.0, "ids": [7.0, 8.5]});
+    let request = sent(&provider, &seen, "templated", args.clone()).await;
+    assert_eq!(
+        std::str::from_utf8(&request.body).unwrap(),
+        r#"{"count":5,"ids":[7,8.5],"ratio":2.0}"#
+    );
+    let request = sent(&provider, &seen, "plain", args).await;
+    assert_eq!(std::str::from_utf8(&request.body).unwrap(), r#"{"ids":[7,8.5],"n":5,"ratio":2.0}"#);
 }
