@@ -1147,33 +1147,29 @@ mod tests {
                 let file = std::fs::File::open(&path).unwrap();
                 let head = Head::read(&file, || false);
                 for headed in [false, true] {
+                    // The matches found, the search read from the head or the file itself.
+                    let mut found = |stop: &dyn Fn() -> bool| {
+                        let mut found = 0;
+                        let sink = grep_searcher::sinks::UTF8(|_, _| {
+                            found += 1;
+                            Ok(true)
+                        });
+                        match headed {
+                            true => head.search(&mut searcher, &matcher, &file, sink, stop),
+                            false => search_file(&mut searcher, &matcher, &file, sink, stop),
+                        }
+                        .unwrap();
+                        found
+                    };
                     let asked = AtomicUsize::new(0);
                     // Stops after a few reads, as a cancellation would midway.
-                    let stop = || asked.fetch_add(1, Ordering::Relaxed) >= 3;
-                    let mut found = 0;
-                    let sink = grep_searcher::sinks::UTF8(|_, _| {
-                        found += 1;
-                        Ok(true)
-                    });
-                    match headed {
-                        true => head.search(&mut searcher, &matcher, &file, sink, stop).unwrap(),
-                        false => search_file(&mut searcher, &matcher, &file, sink, stop).unwrap(),
-                    }
+                    let stopped = found(&|| asked.fetch_add(1, Ordering::Relaxed) >= 3);
                     let asked = asked.load(Ordering::Relaxed);
-                    assert_eq!(found, 0, "{name}, {encoding:?}, headed {headed}: read to the end");
-                    assert!(asked <= 5, "{name}, {encoding:?}, headed {headed}: {asked} reads");
+                    let case = format!("{name}, {encoding:?}, headed {headed}");
+                    assert_eq!(stopped, 0, "{case}: read to the end");
+                    assert!(asked <= 5, "{case}: {asked} reads");
                     // Not stopped, the same search finds the needle.
-                    let mut found = 0;
-                    let sink = grep_searcher::sinks::UTF8(|_, _| {
-                        found += 1;
-                        Ok(true)
-                    });
-                    match headed {
-                        true => head.search(&mut searcher, &matcher, &file, sink, || false),
-                        false => search_file(&mut searcher, &matcher, &file, sink, || false),
-                    }
-                    .unwrap();
-                    assert_eq!(found, 1, "{name}, {encoding:?}, headed {headed}");
+                    assert_eq!(found(&|| false), 1, "{case}");
                 }
             }
         }
