@@ -813,3 +813,64 @@ async fn a_second_initialize_is_refused() {
     let answered = client.next().await;
     assert_eq!(answered["result"]["content"][0]["text"], "echo: still here", "{answered}");
 }
+
+/// `notifications/cancelled` naming no request in flight (an id never used, a call already
+/// answered, the `initialize` request, no id at all) changes nothing and is not answered;
+/// one naming a running call stops it, on either path, and the call is not answered (MCP:
+/// the receiver of a cancellation should not answer), while its id is free for the next
+/// call at once. Gateways that forward a cancellation they cannot place to an upstream,
+/// or answer it, break a session that a client keeps using.
+#[tokio::test]
+async fn cancellations_stop_only_the_calls_they_name() {
+    let mock = Arc::new(
+        MockProvider::new("mock").with_tool("hang", Behavior::Hang).with_tool("e", Behavior::Echo),
+    );
+    let (stream, server) = socket_pair(mock.clone(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    let cancel = |id: serde_json::Value| {
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "test"}})
+    };
+    let echo = |id: u64, message: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "e", "arguments": {"message": message}}})
+    };
+    client.send(echo(1, "first")).await;
+    assert_eq!(client.next().await["id"], 1);
+    for stray in [cancel(json!(1)), cancel(json!(99)), cancel(json!("init")), cancel(json!("x"))] {
+        client.send(stray).await;
+    }
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {}}}))
+        .await;
+    client.send(rmcp_path_call(3, "hang")).await;
+    eventually("both calls to start", || async { mock.in_flight() == 2 }).await;
+    client.send(cancel(json!(2))).await;
+    client.send(cancel(json!(3))).await;
+    eventually("both calls to stop", || async { mock.in_flight() == 0 }).await;
+    // The ids of the cancelled calls serve new calls.
+    client.send(echo(2, "second")).await;
+    client.send(echo(3, "third")).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"})).await;
+    let mut answers = Vec::new();
+    while !(answers.iter().any(|a: &serde_json::Value| a["id"] == 4)
+        && answers.iter().filter(|a| a["id"] == 2 || a["id"] == 3).count() >= 2)
+    {
+        answers.push(client.next().await);
+    }
+    let texts: Vec<_> =
+        answers.iter().filter_map(|a| a["result"]["content"][0]["text"].as_str()).collect();
+    for message in ["second", "third"] {
+        assert!(texts.iter().any(|t| t.contains(message)), "{message}: {answers:?}");
+    }
+    assert!(
+        answers.iter().all(|a| a.get("error").is_none()),
+        "no cancellation is answered, nor a call refused: {answers:?}"
+    );
+    assert_eq!(answers.len(), 3, "one answer each for the new calls and the ping: {answers:?}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
