@@ -615,3 +615,63 @@ async fn refusals_are_json_rpc_errors_that_say_what_to_do() {
     }
     server.stop().await;
 }
+
+/// A body over the 4 MiB a message may have is `413` with a JSON-RPC error saying so,
+/// not a dropped connection; a cancellation of no request in flight is accepted (`202`)
+/// and changes nothing. The session goes on serving after both.
+#[tokio::test]
+async fn an_oversized_body_and_a_stray_cancellation_leave_the_session_serving() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let big = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "a".repeat(5 << 20)}}});
+    let refused = session.post(&big.to_string()).await;
+    assert_eq!(refused.status, 413, "{}", &refused.body[..refused.body.len().min(300)]);
+    let error = &refused.message()["error"];
+    assert_eq!(error["code"], -32600, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("4 MiB"), "{error}");
+    let stray = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 77, "reason": "gone"}});
+    let accepted = session.post(&stray.to_string()).await;
+    assert_eq!(accepted.status, 202, "{}", accepted.body);
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"message": "still here"}}});
+    let answered = session.post(&call.to_string()).await.message();
+    assert_eq!(answered["result"]["content"][0]["text"], "echo: still here", "{answered}");
+    server.stop().await;
+}
+
+/// An `initialize` asking for a protocol version the server does not speak (one older
+/// than any, or one of the stateless revisions, which have no `initialize`) is answered
+/// with the newest version it speaks with a handshake, as MCP says, not refused; the
+/// client decides whether it can go on.
+#[tokio::test]
+async fn an_initialize_of_an_unknown_version_is_offered_the_newest() {
+    crate::support::install_crypto();
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let client = reqwest::Client::new();
+    for asked in ["1999-01-01", "2026-07-28", "2099-12-31"] {
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": asked, "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}
+        }});
+        let response = within(
+            client
+                .post(server.url())
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(initialize.to_string())
+                .send(),
+        )
+        .await
+        .expect("a response");
+        let answered = Answered {
+            status: response.status().as_u16(),
+            body: within(response.text()).await.expect("a body"),
+        };
+        assert_eq!(answered.status, 200, "{asked}: {}", answered.body);
+        let message = answered.message();
+        assert_eq!(message["result"]["protocolVersion"], "2025-11-25", "{asked}: {message}");
+    }
+    server.stop().await;
+}
