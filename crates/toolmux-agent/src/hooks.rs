@@ -296,7 +296,7 @@ fn transcript_lines(session: &str, messages: &[Message]) -> Vec<Value> {
         .iter()
         .map(|message| match message {
             Message::User { content } => line("user", json!({"role": "user", "content": content})),
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant { content, tool_calls, .. } => {
                 let mut blocks = Vec::new();
                 if !content.is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));

@@ -1545,8 +1545,9 @@ fn request_tokens(request: &ModelRequest) -> u64 {
         .iter()
         .map(|m| match m {
             Message::User { content } => content.len(),
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant { content, tool_calls, reasoning } => {
                 content.len()
+                    + reasoning.as_ref().map_or(0, |r| r.text.len())
                     + tool_calls
                         .iter()
                         .map(|c| c.name.len() + c.arguments.to_string().len())

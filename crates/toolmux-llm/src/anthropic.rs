@@ -315,7 +315,7 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
             // Claude's own answers may hold (`"\n\n"` before its calls); it says nothing.
             Message::User { content } if content.trim().is_empty() => ("user", Vec::new()),
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant { content, tool_calls, .. } => {
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
                 if !content.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
@@ -484,6 +484,9 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             estimated: false,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        // Thinking blocks go back only where thinking is asked for, which toolmux does not
+        // ask for.
+        reasoning: None,
     })
 }
 

@@ -38,7 +38,7 @@ pub use config::{ApiKind, ModelConfig, ToolCallFormat};
 pub use error::ModelError;
 pub use message::{
     DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
-    ModelToolCall, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
+    ModelToolCall, Reasoning, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 pub use sampling::{ModelSampler, sampling_request, sampling_response};
 pub use text_tools::TextToolCalls;

@@ -20,6 +20,10 @@ pub enum Message {
         /// The tools it called, in order.
         #[serde(default, rename = "toolCalls", skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ModelToolCall>,
+        /// What the model thought before it answered, when its API gave it to be sent
+        /// back ([`Reasoning`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<Reasoning>,
     },
     /// The results of the previous assistant turn's tool calls, one per call.
     Tool {
@@ -36,8 +40,26 @@ impl Message {
 
     /// An assistant message of text only.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Message::Assistant { content: content.into(), tool_calls: Vec::new() }
+        Message::Assistant { content: content.into(), tool_calls: Vec::new(), reasoning: None }
     }
+}
+
+/// The reasoning a chat completions API gave beside its answer (`reasoning_content`), kept
+/// to go back with the answer to that API alone.
+///
+/// The thinking modes of DeepSeek (`deepseek-reasoner`) and Kimi (`kimi-k2-thinking`)
+/// refuse the next request (HTTP 400, "Missing `reasoning_content` field in the assistant
+/// message") when an assistant turn of tool calls comes back without the reasoning that
+/// led to it; agents that keep only the text and the calls fail on the first turn after a
+/// call. Another API (another server) is never sent it: there it is another model's data,
+/// which it may refuse or misread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reasoning {
+    /// The reasoning, as the API wrote it.
+    pub text: String,
+    /// The API that gave it: the URL the client posted to, without its query.
+    pub origin: String,
 }
 
 /// A tool call the model made.
@@ -428,6 +450,9 @@ pub struct ModelResponse {
     /// The model that answered, as the API named it.
     #[serde(default)]
     pub model: String,
+    /// The reasoning its API gave beside the answer, to be sent back with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl ModelResponse {
@@ -439,6 +464,7 @@ impl ModelResponse {
             stop: StopReason::EndTurn,
             usage: Usage::default(),
             model: String::new(),
+            reasoning: None,
         }
     }
 
@@ -450,12 +476,17 @@ impl ModelResponse {
             stop: StopReason::ToolUse,
             usage: Usage::default(),
             model: String::new(),
+            reasoning: None,
         }
     }
 
     /// The assistant message this answer adds to the conversation.
     pub fn to_message(&self) -> Message {
-        Message::Assistant { content: self.content.clone(), tool_calls: self.tool_calls.clone() }
+        Message::Assistant {
+            content: self.content.clone(),
+            tool_calls: self.tool_calls.clone(),
+            reasoning: self.reasoning.clone(),
+        }
     }
 }
 

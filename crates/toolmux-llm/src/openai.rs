@@ -5,7 +5,7 @@ use crate::http::{Assembler, Endpoint, StreamError};
 use crate::message::{unwrapped, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    StopReason, ToolChoice, Usage,
+    Reasoning, StopReason, ToolChoice, Usage,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
@@ -132,6 +132,8 @@ struct Chunks {
     model: Option<Value>,
     text: String,
     refusal: String,
+    /// The `reasoning_content` fragments so far (see [`crate::Reasoning`]).
+    reasoning: String,
     /// The tool calls in the order they began.
     calls: Vec<CallParts>,
     finish_reason: Option<Value>,
@@ -200,6 +202,10 @@ impl Assembler for Chunks {
                 self.refusal.push_str(refusal);
                 on_delta(ModelDelta::Text(refusal));
             }
+            // Thought, not text: kept to go back with the answer, never shown as its text.
+            if let Some(reasoning) = delta.get("reasoning_content").and_then(Value::as_str) {
+                self.reasoning.push_str(reasoning);
+            }
             if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
                 for call in calls {
                     self.call_part(call, on_delta);
@@ -222,6 +228,9 @@ impl Assembler for Chunks {
         message.insert("content".into(), content);
         if !self.refusal.is_empty() {
             message.insert("refusal".into(), json!(self.refusal));
+        }
+        if !self.reasoning.is_empty() {
+            message.insert("reasoning_content".into(), json!(self.reasoning));
         }
         if !self.calls.is_empty() {
             let calls = self
@@ -420,7 +429,7 @@ impl OpenAiModel {
 fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, origin: &str) {
     match message {
         Message::User { content } => messages.push(json!({"role": "user", "content": content})),
-        Message::Assistant { content, tool_calls } => {
+        Message::Assistant { content, tool_calls, reasoning } => {
             let mut out = Map::new();
             out.insert("role".into(), json!("assistant"));
             // The API wants `null`, not an empty string, beside tool calls.
@@ -430,6 +439,13 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, orig
                 json!(content)
             };
             out.insert("content".into(), text);
+            // Back to the API that gave it, as `extra` is (DeepSeek's and Kimi's thinking
+            // modes refuse a turn of calls without it), and to no other.
+            if let Some(reasoning) = reasoning
+                && reasoning.origin == origin
+            {
+                out.insert("reasoning_content".into(), json!(reasoning.text));
+            }
             if !tool_calls.is_empty() {
                 let calls: Vec<Value> = tool_calls
                     .iter()
@@ -576,6 +592,11 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             estimated: !reported,
         },
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        reasoning: message
+            .get("reasoning_content")
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+            .map(|text| Reasoning { text: text.to_owned(), origin: endpoint.origin() }),
     })
 }
 
@@ -720,6 +741,22 @@ mod tests {
             json!({"google": {"thought_signature": "second"}, "other": 1})
         );
         assert_eq!(calls[2].get("extra_content"), None, "{calls}");
+    }
+
+    #[test]
+    fn reasoning_is_kept_apart_from_the_text() {
+        // DeepSeek and Kimi stream their thinking before the answer, in `reasoning_content`.
+        let (answer, seen) = fold(&[
+            json!({"choices": [{"delta": {"role": "assistant", "reasoning_content": "Read "}}]}),
+            json!({"choices": [{"delta": {"reasoning_content": "it first."}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "a",
+                "function": {"name": "fs__read", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        let message = &answer.unwrap()["choices"][0]["message"];
+        assert_eq!(message["reasoning_content"], "Read it first.");
+        assert_eq!(message["content"], Value::Null);
+        assert!(seen.iter().all(|delta| !delta.contains("Read")), "{seen:?}");
     }
 
     #[test]

@@ -89,7 +89,7 @@ fn in_text(request: &ModelRequest) -> ModelRequest {
     let mut messages: Vec<Message> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         let message = match message {
-            Message::Assistant { content, tool_calls } if !tool_calls.is_empty() => {
+            Message::Assistant { content, tool_calls, .. } if !tool_calls.is_empty() => {
                 let mut text = content.clone();
                 for call in tool_calls {
                     names.insert(call.id.clone(), call.name.clone());
@@ -306,7 +306,11 @@ mod tests {
         let call = ModelToolCall::new("c1", "fs__read", json!({"path": "a.md"}));
         let request = ModelRequest::new(vec![
             Message::user("read a.md"),
-            Message::Assistant { content: "Reading.".into(), tool_calls: vec![call] },
+            Message::Assistant {
+                content: "Reading.".into(),
+                tool_calls: vec![call],
+                reasoning: None,
+            },
             Message::Tool { results: vec![ToolResultMessage::new("c1", "# A", false)] },
             Message::user("(note)"),
         ])
@@ -325,7 +329,7 @@ mod tests {
         assert!(system.contains("### fs__read\nReads a file"), "{system}");
         assert!(system.contains("Now you must call `fs__read`"), "{system}");
         assert_eq!(sent.messages.len(), 3, "{:?}", sent.messages);
-        let Message::Assistant { content, tool_calls } = &sent.messages[1] else {
+        let Message::Assistant { content, tool_calls, .. } = &sent.messages[1] else {
             panic!("{:?}", sent.messages[1])
         };
         assert!(tool_calls.is_empty());

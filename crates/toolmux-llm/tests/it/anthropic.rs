@@ -150,7 +150,7 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
     let request = ModelRequest::new(vec![
         Message::user("One"),
         Message::user("Two"),
-        Message::Assistant { content: String::new(), tool_calls: Vec::new() },
+        Message::Assistant { content: String::new(), tool_calls: Vec::new(), reasoning: None },
         Message::user("Three"),
         Message::assistant("Four"),
         Message::Assistant {
@@ -159,6 +159,7 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
                 raw_arguments: Some("[1,".into()),
                 ..ModelToolCall::new("call_x", "t", Value::Null)
             }],
+            reasoning: None,
         },
     ]);
     let (server, model) = serve_uncached(vec![ScriptStep::text("ok")]);
@@ -190,6 +191,7 @@ async fn blank_text_is_left_out() {
         Message::Assistant {
             content: "\n\n".into(),
             tool_calls: vec![ModelToolCall::new("call_a", "fs__ls", json!({}))],
+            reasoning: None,
         },
         Message::Tool { results: vec![result("call_a", " \n", false)] },
         Message::user("  "),

@@ -320,3 +320,69 @@ async fn extras_of_no_known_origin_are_sent_nowhere() {
     let sent = only_request(&server).to_string();
     assert!(sent.contains("tool_calls") && !sent.contains(FIRST), "{sent}");
 }
+
+/// What DeepSeek's thinking mode reasoned before its call.
+const THOUGHT: &str = "The user wants the README; fs__read takes a path.";
+
+/// A loopback server answering as DeepSeek's thinking mode does: a call with the reasoning
+/// that led to it, then, once the call is answered, a refusal (DeepSeek's 400) unless the
+/// assistant turn of the call comes back with that reasoning.
+fn deepseek_like() -> (ScriptedLlmServer, Arc<dyn Model>) {
+    let call = ScriptStep::Raw(
+        json!({
+            "model": "deepseek-reasoner",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "", "reasoning_content": THOUGHT,
+                "tool_calls": [{"id": "call_00_a1", "type": "function",
+                    "function": {"name": "fs__read", "arguments": "{\"path\":\"README.md\"}"}}],
+            }}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 20},
+        })
+        .to_string(),
+    );
+    let answer = ScriptStep::callback(|request| {
+        let turn = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|m| m["role"] == "assistant" && m["reasoning_content"] != json!(THOUGHT));
+        match turn {
+            Some(index) => ScriptStep::status(
+                400,
+                json!({"error": {"message": format!(
+                    "Missing `reasoning_content` field in the assistant message at message \
+                     index {index}"
+                ), "type": "invalid_request_error", "code": "invalid_request_error"}})
+                .to_string(),
+            ),
+            None => ScriptStep::text("It is toolmux's README."),
+        }
+    });
+    serve_with(Dialect::OpenAi, vec![call, answer], |c| c.model = "deepseek-reasoner".into())
+}
+
+/// DeepSeek's and Kimi's thinking modes refuse the request after a turn of calls whose
+/// assistant message comes back without its `reasoning_content`; the reasoning is kept
+/// with the answer (through a saved conversation too) and goes back to that API, never into
+/// the answer's text, and never to another API.
+#[tokio::test]
+async fn reasoning_goes_back_with_the_calls_it_led_to() {
+    let (server, model) = deepseek_like();
+    let first = ModelRequest::new(vec![Message::user("Read the README")]);
+    let answer = complete(&model, &first).await;
+    assert_eq!(answer.content, "");
+    assert_eq!(answer.reasoning.as_ref().map(|r| r.text.as_str()), Some(THOUGHT));
+    let next = next_request(&first, &answer);
+    let back = model.complete(&next, &CancellationToken::new()).await;
+    let back = back.unwrap_or_else(|e| panic!("the reasoning did not go back: {e}"));
+    assert_eq!(back.content, "It is toolmux's README.");
+    assert_eq!(server.requests()[1]["messages"][1]["reasoning_content"], THOUGHT);
+
+    // Carried on with another model, the conversation goes without it.
+    for dialect in DIALECTS {
+        let (other, other_model) = serve(dialect, vec![ScriptStep::text("ok")]);
+        complete(&other_model, &next).await;
+        let sent = only_request(&other).to_string();
+        assert!(sent.contains("README.md") && !sent.contains(THOUGHT), "{dialect:?}: {sent}");
+    }
+}

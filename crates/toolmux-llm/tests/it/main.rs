@@ -92,6 +92,7 @@ fn conversation() -> ModelRequest {
                 ModelToolCall::new("call_a", "fs__read", json!({"path": "README.md"})),
                 ModelToolCall::new("call_b", "fs__stat", json!({"path": "x"})),
             ],
+            reasoning: None,
         },
         Message::Tool {
             results: vec![
@@ -102,6 +103,7 @@ fn conversation() -> ModelRequest {
         Message::Assistant {
             content: String::new(),
             tool_calls: vec![ModelToolCall::new("call_c", "fs__list", json!({}))],
+            reasoning: None,
         },
         Message::Tool { results: vec![result("call_c", "README.md", false)] },
         Message::user("Now summarize it"),
@@ -130,6 +132,7 @@ fn screenshots() -> ModelRequest {
                 ModelToolCall::new("call_b", "fs__read", json!({"path": "notes"})),
                 ModelToolCall::new("call_c", "camera__snap", json!({})),
             ],
+            reasoning: None,
         },
         Message::Tool {
             results: vec![
@@ -180,7 +183,7 @@ fn made_up_calls() -> ModelRequest {
         calls.iter().map(|c| result(&c.id, "(tool failed: unknown tool)", true)).collect();
     ModelRequest::new(vec![
         Message::user("go"),
-        Message::Assistant { content: String::new(), tool_calls: calls },
+        Message::Assistant { content: String::new(), tool_calls: calls, reasoning: None },
         Message::Tool { results },
     ])
 }

@@ -142,6 +142,7 @@ async fn arguments_that_were_not_json_go_back_as_written() {
             raw_arguments: Some("{\"path\": ".into()),
             ..ModelToolCall::new("call_x", "fs__read", Value::Null)
         }],
+        reasoning: None,
     });
     request.messages.push(Message::Tool {
         results: vec![result("call_x", "the arguments are not JSON", true)],
