@@ -874,3 +874,97 @@ async fn cancellations_stop_only_the_calls_they_name() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A tool whose reports go back or stand still (a provider relaying several upstreams, a
+/// retried step) and one that refuses its arguments, as three clients call them.
+fn wobbly_tools() -> Arc<toolmux_core::ToolSet> {
+    use toolmux_core::{CallContext, Progress, ToolKind, ToolOutput, ToolSet};
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Input {
+        n: u32,
+    }
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_typed(
+        "wobbly",
+        "Reports 1, 1, 0.5, 2 and 2, then answers n",
+        |input: Input, ctx: CallContext| async move {
+            for progress in [1.0, 1.0, 0.5, 2.0, 2.0] {
+                ctx.report_progress(Progress::new(progress, None));
+                tokio::task::yield_now().await;
+            }
+            Ok(ToolOutput::text(input.n.to_string()))
+        },
+    );
+    Arc::new(tools)
+}
+
+/// `_meta` of a call on each path: the direct one (a progress token only), rmcp's (more
+/// in `_meta`), and a stateless 2026-07-28 request.
+fn wobbly_call(id: u64, path: usize, arguments: serde_json::Value) -> serde_json::Value {
+    let token = format!("p{id}");
+    let meta = match path {
+        0 => json!({"progressToken": token}),
+        1 => json!({"progressToken": token, "toolmux/runId": "r"}),
+        _ => json!({"progressToken": token,
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}}),
+    };
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "wobbly", "arguments": arguments, "_meta": meta}})
+}
+
+/// MCP has a request's progress increase with every notification: reports that go back
+/// or stand still are not sent, on every path, and the rest are, each before the result.
+#[tokio::test]
+async fn progress_that_does_not_rise_is_not_sent() {
+    let (stream, server) = socket_pair(wobbly_tools(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    for path in 0..3 {
+        client.send(wobbly_call(path as u64, path, json!({"n": 7}))).await;
+    }
+    let mut messages = Vec::new();
+    while messages.iter().filter(|m: &&serde_json::Value| m.get("id").is_some()).count() < 3 {
+        messages.push(client.next().await);
+    }
+    for id in 0..3u64 {
+        let token = format!("p{id}");
+        let reported: Vec<_> = messages
+            .iter()
+            .take_while(|m| m["id"] != id)
+            .filter(|m| m["params"]["progressToken"] == token.as_str())
+            .map(|m| m["params"]["progress"].as_f64().unwrap())
+            .collect();
+        assert_eq!(reported, [1.0, 2.0], "call {id}: {messages:?}");
+        let answer = messages.iter().find(|m| m["id"] == id).unwrap();
+        assert_eq!(answer["result"]["content"][0]["text"], "7", "{answer}");
+    }
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
+
+/// Arguments a tool refuses are an error result the model reads and can correct (MCP
+/// 2025-11-25, SEP-1303), on every path: not `-32602`, which a client reports to its user
+/// and the model never sees.
+#[tokio::test]
+async fn arguments_a_tool_refuses_are_error_results_on_every_path() {
+    let (stream, server) = socket_pair(wobbly_tools(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    for path in 0..3 {
+        client.send(wobbly_call(path as u64, path, json!({"n": "seven"}))).await;
+    }
+    let mut answers = Vec::new();
+    while answers.len() < 3 {
+        let message = client.next().await;
+        if message.get("id").is_some() {
+            answers.push(message);
+        }
+    }
+    for answer in &answers {
+        assert_eq!(answer["result"]["isError"], true, "{answer}");
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("invalid arguments") && text.contains("wobbly"), "{text}");
+    }
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
