@@ -82,6 +82,29 @@ impl Pty {
     }
 }
 
+/// Makes `command` the leader of a session of its own with no controlling terminal, and so
+/// of a process group of its own (whose id is its pid), for a command that runs on pipes.
+///
+/// A group of its own alone left it in toolmux's session: under a toolmux started from a
+/// terminal (the CLI, an agent's TUI), `/dev/tty` was that terminal, a prompt reading it
+/// (`sudo`, `ssh`'s host key question, git's credentials) stopped the command with
+/// `SIGTTIN` until its timeout, since its group is not the terminal's foreground one, and
+/// what it wrote there landed on the user's screen. Without a terminal, opening
+/// `/dev/tty` fails at once (`ENXIO`) and the program says it needs one.
+///
+/// As with [`Pty::attach`], the command must not also be given a `process_group`.
+pub(crate) fn detach(command: &mut tokio::process::Command) {
+    // SAFETY: between fork and exec only `setsid`, which is async-signal-safe, is called.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The master side of a terminal on tokio's event loop (non-blocking: no thread waits in
 /// `read`, and dropping it stops it). Reading ends (`Ok(0)`) when every process has
 /// closed the slave side, which Linux reports as `EIO`.

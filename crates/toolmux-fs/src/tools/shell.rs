@@ -274,7 +274,8 @@ impl Printed {
     }
 }
 
-/// The command that runs `program` in `root`: its own process group, stdin closed,
+/// The command that runs `program` in `root`: its own session and process group, with no
+/// controlling terminal (`pty::detach`) unless it runs on `pty`, stdin closed,
 /// stdout and stderr piped, only the passed-through environment and `mark`, confined by
 /// `sandbox`, killed when dropped.
 pub(crate) fn command(
@@ -311,11 +312,8 @@ pub(crate) fn command(
             command.env("TERM", "dumb");
         }
         None => {
-            command
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0);
+            command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            super::pty::detach(&mut command);
         }
     }
     for name in ["PATH", "HOME", "LANG"]
