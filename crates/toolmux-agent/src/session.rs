@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, ContentPart, Progress, ToolCall, ToolSpec};
 use toolmux_llm::{
-    ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
+    ContextOverflow, ImagePart, Message, Model, ModelDelta, ModelError, ModelRequest,
+    ModelResponse, ModelToolCall, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
 };
 use toolmux_orchestrator::search;
 use toolmux_orchestrator::{ArgumentValidator, Orchestrator, estimate_tokens};
@@ -389,6 +389,9 @@ impl Session<'_> {
         }
         // The longest the model took to answer, to leave time for a last turn.
         let mut slowest = Duration::ZERO;
+        // The window the API's refusals of too long a request showed (see
+        // [`overflow_window`]), kept within from then on as a configured one is.
+        let mut learned_window: Option<u64> = None;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -440,7 +443,9 @@ impl Session<'_> {
             let last = limit.is_some();
             self.collect_inbox(&state, &mut request).await;
             drop_old_images(&mut request.messages);
-            if let Some(window) = self.model.context_window() {
+            if let Some(window) =
+                self.model.context_window().into_iter().chain(learned_window).min()
+            {
                 fit_context(&mut request, window);
             }
             let asked = Instant::now();
@@ -464,7 +469,32 @@ impl Session<'_> {
                 None => break SessionEnd::Report(self.out_of_time(&figures)),
                 Some(Ok(answer)) => answer,
                 Some(Err(e)) => {
-                    let mut report = self.failed(&figures, format!("{MODEL_FAILED}: {e}"));
+                    // Too long for the model's window: the oldest tool results give way,
+                    // as for a configured window, and the turn is asked again. Each time
+                    // elides at least one result, so this ends.
+                    let overflow = e.context_overflow();
+                    if let Some(overflow) = overflow {
+                        let window = overflow_window(&request, overflow);
+                        let window = learned_window.map_or(window, |learned| learned.min(window));
+                        if fit_context(&mut request, window) > 0 {
+                            tracing::info!(target: "toolmux::agent", agent = self.name, window,
+                                "the API refused a request over the context window; old tool results elided");
+                            learned_window = Some(window);
+                            figures.turns -= 1;
+                            continue;
+                        }
+                    }
+                    let why = match overflow {
+                        Some(_) => format!(
+                            "{MODEL_FAILED}: {e} (the request is longer than the model's \
+                             context window, and nothing but the task and the latest turn's \
+                             tool results is left to shorten: have the tools return less, with \
+                             the orchestrator's `contextTokenBudget` say, or use a model with a \
+                             larger window)"
+                        ),
+                        None => format!("{MODEL_FAILED}: {e}"),
+                    };
+                    let mut report = self.failed(&figures, why);
                     report.model_failed = true;
                     break SessionEnd::Report(report);
                 }
@@ -1536,6 +1566,22 @@ pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
         tracing::debug!(target: "toolmux::agent", elided, tokens = size, window, "tool results elided");
     }
     elided
+}
+
+/// The window, in [`request_tokens`]' estimate, that `request` had to fit when the API
+/// refused it as `overflow`: the API's limit scaled by how its count of this request
+/// compares with the estimate (four bytes a token undercounts code and most non-English
+/// text); without its count, the smaller of its limit and the estimate; without either, the
+/// estimate, so that something gives way.
+fn overflow_window(request: &ModelRequest, overflow: ContextOverflow) -> u64 {
+    let size = request_tokens(request).max(1);
+    match (overflow.limit, overflow.tokens) {
+        (Some(limit), Some(tokens)) if tokens > 0 => {
+            (limit as f64 * size as f64 / tokens as f64) as u64
+        }
+        (Some(limit), _) => limit.min(size),
+        (None, _) => size,
+    }
 }
 
 /// The request's size in tokens, estimated as the orchestrator's budget does.

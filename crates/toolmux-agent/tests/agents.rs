@@ -2495,3 +2495,102 @@ async fn a_resumed_run_hands_off_with_its_task() {
     }
     orchestrator.cleanup().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A request over the model's context window, refused by the API
+
+/// The model's window in the test below, in tokens of four bytes of the request's body.
+const REFUSED_OVER: usize = 5000;
+
+/// `next`, unless the request's body is over [`REFUSED_OVER`] tokens: then OpenAI's
+/// refusal of a request longer than the model's context window (HTTP 400).
+fn within_window(next: ScriptStep) -> ScriptStep {
+    ScriptStep::callback(move |request| {
+        let tokens = request.to_string().len() / 4;
+        if tokens <= REFUSED_OVER {
+            return next.clone();
+        }
+        let message = format!(
+            "This model's maximum context length is {REFUSED_OVER} tokens. However, your \
+             messages resulted in {tokens} tokens. Please reduce the length of the messages."
+        );
+        let error = json!({"error": {"message": message, "type": "invalid_request_error",
+            "param": "messages", "code": "context_length_exceeded"}});
+        ScriptStep::status(400, error.to_string())
+    })
+}
+
+/// An agent on a model served by `server` (OpenAI's API, no `contextWindow` configured)
+/// with a tool that returns 8,000 bytes, and the orchestrator they run on (which the agents
+/// hold only weakly).
+async fn on_a_served_model(server: &ScriptedLlmServer) -> (Agents, Orchestrator) {
+    let config = ModelConfig {
+        api: ApiKind::Openai,
+        model: "test-model".into(),
+        base_url: Some(server.base_url()),
+        ..ModelConfig::default()
+    };
+    let model = toolmux_llm::connect("m", &config).unwrap();
+    let mock: Arc<dyn ToolProvider> =
+        Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
+    let models = BTreeMap::from([("m".to_owned(), model)]);
+    start_agents(one("a", agent("m")), models, vec![mock]).await
+}
+
+/// An API that refuses a request as longer than the model's context window (goose's
+/// "context length exceeded" ended its sessions): the oldest tool results give way, as
+/// they do for a configured `contextWindow`, and the turn is asked again, so the run goes
+/// on instead of failing; the latest results are never cut.
+#[tokio::test]
+async fn a_request_refused_as_over_the_context_window_is_asked_again_shorter() {
+    let report = ScriptStep::tool_call(
+        "agent__final_report",
+        json!({"status": "success", "content": "read it all"}),
+    );
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("mock__big", json!({})),
+            ScriptStep::tool_call("mock__big", json!({})),
+            ScriptStep::tool_call("mock__big", json!({})),
+            within_window(report.clone()),
+            within_window(report),
+        ],
+    );
+    let (agents, _orchestrator) = on_a_served_model(&server).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "read it all"));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 5, "the refused turn is asked once more: {requests:#?}");
+    let results: Vec<String> = requests[4]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(results.len(), 3);
+    assert!(results[0].contains("elided to keep the conversation"), "{results:?}");
+    assert!(results[2].len() > 7000, "the latest result is whole: {results:?}");
+    assert!(requests[4].to_string().len() / 4 <= REFUSED_OVER);
+}
+
+/// When only the latest turn's results (and the task) are left, nothing gives way: the run
+/// fails saying why and what to change, not with the API's words alone.
+#[tokio::test]
+async fn a_refusal_over_the_window_with_nothing_to_elide_says_what_to_change() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("mock__big", json!({})),
+            within_window(ScriptStep::text("unreachable")),
+        ],
+    );
+    // The task alone is over the window once the result is in.
+    let (agents, _orchestrator) = on_a_served_model(&server).await;
+    let report = agents.run("a", &"t".repeat(14_000), &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure);
+    assert!(report.content.contains("maximum context length"), "{}", report.content);
+    assert!(report.content.contains("contextTokenBudget"), "{}", report.content);
+    assert_eq!(server.requests().len(), 2);
+}

@@ -85,7 +85,53 @@ fn retry_note(after: Option<Duration>) -> String {
     }
 }
 
+/// What an API said of a request longer than the model's context window
+/// ([`ModelError::context_overflow`]): the figures its message gave, when it gave them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContextOverflow {
+    /// The model's context window in tokens.
+    pub limit: Option<u64>,
+    /// The request's size in tokens, as the API counted it.
+    pub tokens: Option<u64>,
+}
+
+/// Words of the APIs' refusals of a request over the context window: OpenAI's, DeepSeek's
+/// and vLLM's "maximum context length is …", OpenAI's newer "Input tokens exceed the
+/// configured limit of …", Anthropic's "prompt is too long: … tokens > … maximum",
+/// Gemini's "The input token count (…) exceeds the maximum number of tokens allowed (…)",
+/// llama.cpp's "the request exceeds the available context size".
+const OVERFLOW_WORDS: [&str; 6] = [
+    "context length",
+    "context_length_exceeded",
+    "prompt is too long",
+    "input tokens exceed",
+    "exceeds the maximum number of tokens",
+    "exceeds the available context size",
+];
+
 impl ModelError {
+    /// Whether the API refused the request for being longer than the model's context
+    /// window, and what it said of the sizes; `None` for every other error.
+    pub fn context_overflow(&self) -> Option<ContextOverflow> {
+        let ModelError::Api { status: 400 | 413, message, .. } = self else { return None };
+        let lower = message.to_ascii_lowercase();
+        if !OVERFLOW_WORDS.iter().any(|words| lower.contains(words)) {
+            return None;
+        }
+        let after = |words: &str| number_after(&lower, words);
+        Some(ContextOverflow {
+            limit: after("maximum context length is")
+                .or_else(|| after("configured limit of"))
+                .or_else(|| after("tokens >"))
+                .or_else(|| after("maximum number of tokens allowed")),
+            tokens: after("resulted in")
+                .or_else(|| after("you requested"))
+                .or_else(|| after("prompt is too long:"))
+                .or_else(|| after("input token count")),
+        })
+    }
+
     /// Whether asking again later may succeed (rate limits, server errors, transport).
     pub fn is_transient(&self) -> bool {
         match self {
@@ -95,5 +141,62 @@ impl ModelError {
             ModelError::Api { status, .. } => *status >= 500 || *status == 408,
             _ => false,
         }
+    }
+}
+
+/// The number that follows `words` in `text`, past spaces and brackets, its digits perhaps
+/// grouped with commas.
+fn number_after(text: &str, words: &str) -> Option<u64> {
+    let rest = &text[text.find(words)? + words.len()..];
+    let rest = rest.trim_start_matches([' ', '(', ':']);
+    let digits: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(|c| *c != ',')
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ContextOverflow, ModelError};
+
+    fn overflow(status: u16, message: &str) -> Option<ContextOverflow> {
+        let error = ModelError::Api { model: "m".into(), status, message: message.into() };
+        error.context_overflow()
+    }
+
+    fn sizes(limit: u64, tokens: u64) -> Option<ContextOverflow> {
+        Some(ContextOverflow { limit: Some(limit), tokens: Some(tokens) })
+    }
+
+    #[test]
+    fn the_apis_refusals_of_a_request_over_the_window_are_read() {
+        let openai = "This model's maximum context length is 128000 tokens. However, your \
+                      messages resulted in 130512 tokens. Please reduce the length of the messages.";
+        assert_eq!(overflow(400, openai), sizes(128_000, 130_512));
+        let vllm = "This model's maximum context length is 4096 tokens. However, you requested \
+                    5000 tokens (4000 in the messages, 1000 in the completion).";
+        assert_eq!(overflow(400, vllm), sizes(4096, 5000));
+        let newer = "Input tokens exceed the configured limit of 272,000 tokens. Your messages \
+                     resulted in 301,112 tokens. Please reduce the length of the messages.";
+        assert_eq!(overflow(400, newer), sizes(272_000, 301_112));
+        let anthropic = "prompt is too long: 208432 tokens > 200000 maximum";
+        assert_eq!(overflow(400, anthropic), sizes(200_000, 208_432));
+        let gemini = "The input token count (1200000) exceeds the maximum number of tokens \
+                      allowed (1048576).";
+        assert_eq!(overflow(400, gemini), sizes(1_048_576, 1_200_000));
+        let llama = "the request exceeds the available context size, try increasing it";
+        assert_eq!(overflow(400, llama), Some(ContextOverflow::default()));
+        // Other refusals, and the same words under another status, are not overflows.
+        assert_eq!(overflow(400, "messages: tool_use ids must be unique"), None);
+        assert_eq!(overflow(500, openai), None);
+        let rate = ModelError::RateLimited {
+            model: "m".into(),
+            attempts: 3,
+            retry_after: None,
+            message: "context length".into(),
+        };
+        assert_eq!(rate.context_overflow(), None);
     }
 }

@@ -35,7 +35,7 @@ mod sampling;
 mod text_tools;
 
 pub use config::{ApiKind, ModelConfig, ToolCallFormat};
-pub use error::ModelError;
+pub use error::{ContextOverflow, ModelError};
 pub use message::{
     DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
     ModelToolCall, Reasoning, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
