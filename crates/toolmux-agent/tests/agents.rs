@@ -2594,3 +2594,75 @@ async fn a_refusal_over_the_window_with_nothing_to_elide_says_what_to_change() {
     assert!(report.content.contains("contextTokenBudget"), "{}", report.content);
     assert_eq!(server.requests().len(), 2);
 }
+
+/// Parallel calls answered by an API that says `finish_reason: "stop"` beside them (as
+/// vLLM's and Ollama's compatible servers do) all run, side by side; their results go back
+/// in the order the model wrote the calls, each under its call's id, though the first
+/// finishes last (rig persists results in call order; tools that report in completion
+/// order mismatch results and calls).
+#[tokio::test]
+async fn parallel_calls_answered_out_of_order_go_back_in_call_order() {
+    use toolmux_core::{ToolKind, ToolOutput, ToolSet};
+    let spec = ToolSpec::new("wait", "waits `ms`", ToolSpec::any_object_schema())
+        .with_annotations(ToolAnnotations { read_only: true, ..ToolAnnotations::default() });
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let logged = log.clone();
+    let tools = ToolSet::new("t", ToolKind::Builtin).with_tool(
+        spec,
+        move |arguments: Value, _: CallContext| {
+            let log = logged.clone();
+            async move {
+                let ms = arguments["ms"].as_u64().unwrap_or(0);
+                log.lock().expect("not poisoned").push(format!("start {ms}"));
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                log.lock().expect("not poisoned").push(format!("end {ms}"));
+                Ok(ToolOutput::text(format!("waited {ms}")))
+            }
+        },
+    );
+    let call = |id: &str, ms: u64| {
+        json!({"id": id, "type": "function",
+            "function": {"name": "t__wait", "arguments": json!({"ms": ms}).to_string()}})
+    };
+    let calls = json!({"model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": null,
+            "tool_calls": [call("slow", 300), call("quick", 0), call("middle", 100)]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10}});
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::Whole(Box::new(ScriptStep::Raw(calls.to_string()))),
+            ScriptStep::text("done"),
+        ],
+    );
+    let config = ModelConfig {
+        api: ApiKind::Openai,
+        model: "test-model".into(),
+        base_url: Some(server.base_url()),
+        ..ModelConfig::default()
+    };
+    let model = toolmux_llm::connect("m", &config).unwrap();
+    let models = BTreeMap::from([("m".to_owned(), model)]);
+    let (agents, _orchestrator) =
+        start_agents(one("a", agent("m")), models, vec![Arc::new(tools)]).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.tool_calls), (AgentStatus::Success, 3));
+    let log = log.lock().expect("not poisoned").clone();
+    let at = |event: &str| log.iter().position(|e| e == event).expect(event);
+    assert!(at("start 100") < at("end 300"), "side by side: {log:?}");
+    assert!(at("end 0") < at("end 100") && at("end 100") < at("end 300"), "{log:?}");
+    let requests = server.requests();
+    let results: Vec<(String, String)> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| (m["tool_call_id"].as_str().unwrap().into(), m["content"].to_string()))
+        .collect();
+    let ids: Vec<&str> = results.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["slow", "quick", "middle"], "{results:?}");
+    for (id, waited) in [("slow", "300"), ("quick", "0"), ("middle", "100")] {
+        let (_, content) = results.iter().find(|(i, _)| i == id).unwrap();
+        assert!(content.contains(&format!("waited {waited}")), "{id}: {content}");
+    }
+}
