@@ -1,11 +1,11 @@
 //! Tools that run a program of the user's (`commandTools`): a script becomes a tool
 //! without an MCP server around it.
 //!
-//! A call runs the program in the project's folder, in its own process group, in the same
-//! OS sandbox as `bash` (`fs.bash.sandbox`), with only `PATH`, `HOME`, `LANG` and the
-//! tool's `env`. The call's arguments are written to its stdin as one JSON object; what it
-//! prints on stdout is the result (parsed when `output: json`), and a non-zero exit is an
-//! error result carrying the end of its stderr. Timeouts and cancellation kill the whole
+//! A call runs the program in the project's folder, in its own session and process
+//! group, in the same OS sandbox as `bash` (`fs.bash.sandbox`), with only `PATH`, `HOME`,
+//! `LANG` and the tool's `env`. The call's arguments are written to its stdin as one JSON
+//! object; what it prints on stdout is the result (parsed when `output: json`), and a
+//! non-zero exit is an error result carrying the end of its stderr. Timeouts and cancellation kill the whole
 //! group, and the process is always reaped.
 
 use crate::config::{BashConfig, SandboxConfig};

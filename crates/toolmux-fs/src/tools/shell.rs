@@ -25,6 +25,12 @@ use toolmux_core::{MarkedGroup, ProcessMark, ToolOutput};
 /// the group may still hold them).
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long, once a command has exited, the processes it left holding its output have to
+/// finish before its group is killed: a process substitution (`exec > >(tee -a log)`)
+/// copies the shell's last output after the shell has gone, and killing it at once lost
+/// that output. A process that holds the pipes for longer (`sleep 1000 &`) costs no more.
+pub(crate) const EXIT_GRACE: Duration = Duration::from_millis(500);
+
 /// How long a command that ran out of time has between `SIGTERM` and `SIGKILL`.
 pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
 
@@ -105,13 +111,14 @@ pub struct ExecArgs {
 pub(crate) fn bash_description(sandbox: &str) -> String {
     format!(
         "Run a shell command with `bash -c` in the workspace root (or `workdir`, a folder \
-beneath it), in its own process group, \
-stdin closed. {sandbox} The environment holds only PATH, HOME, LANG, configured variables and \
+beneath it), in its own session and process group with no terminal (a prompt on /dev/tty \
+fails at once), stdin closed. {sandbox} The environment holds only PATH, HOME, LANG, configured variables and \
 TOOLMUX_PROCESS_MARK; nothing persists between calls (no cd, no exports). `timeout` in ms \
 (default 120000, max 600000): on timeout the whole process group gets SIGTERM, then SIGKILL \
 2 s later (a trap may clean up); on cancellation it is killed at once, and so is a command \
 that prints more than its output limit (1 GiB unless configured); \
-background processes left when the command exits are killed too, even those that left the group \
+background processes left when the command exits are killed too (those still holding its output \
+after 0.5 s, so a process substitution's `tee` finishes), even those that left the group \
 (setsid, daemons), unless they also cleared their environment (`env -i`), which carries the mark \
 they are found by. Output: `exit code N` (or the signal / timeout), then `--- stdout \
 ---` and `--- stderr ---` sections, terminal escape sequences removed. Output over 30000 \
@@ -274,6 +281,35 @@ impl Printed {
     }
 }
 
+/// Tells when every reader of a command's pipes has ended (its pipe closed or its reading
+/// stopped) without taking their results: each reader holds a token ([`Self::hold`]) and
+/// drops it when it ends, and the waiting ends when every token is gone.
+#[derive(Debug)]
+pub(crate) struct PipeReaders {
+    held: tokio::sync::mpsc::Sender<()>,
+    ended: tokio::sync::mpsc::Receiver<()>,
+}
+
+impl PipeReaders {
+    pub(crate) fn new() -> Self {
+        let (held, ended) = tokio::sync::mpsc::channel(1);
+        PipeReaders { held, ended }
+    }
+
+    /// The token of one reader, to keep until it ends.
+    pub(crate) fn hold(&self) -> tokio::sync::mpsc::Sender<()> {
+        self.held.clone()
+    }
+
+    /// Waits up to `limit` for every reader to end.
+    pub(crate) async fn ended_within(self, limit: Duration) {
+        let PipeReaders { held, mut ended } = self;
+        drop(held);
+        // Nothing is ever sent: `recv` answers `None` once every token is dropped.
+        let _ = tokio::time::timeout(limit, ended.recv()).await;
+    }
+}
+
 /// The command that runs `program` in `root`: its own session and process group, with no
 /// controlling terminal (`pty::detach`) unless it runs on `pty`, stdin closed,
 /// stdout and stderr piped, only the passed-through environment and `mark`, confined by
@@ -358,12 +394,23 @@ pub(crate) async fn run(
     // Cancelled when the pipes have been waited for long enough: each capture then stops
     // reading and hands back what it has.
     let stop = CancellationToken::new();
+    let readers = PipeReaders::new();
     let (spill_out, printed_out, stop_out) = (spill.clone(), printed.clone(), stop.clone());
-    let stdout = (child.stdout.take())
-        .map(|s| tokio::spawn(capture(s, keep, spill_out, "stdout", printed_out, stop_out)));
+    let held = readers.hold();
+    let stdout = child.stdout.take().map(|s| {
+        tokio::spawn(async move {
+            let _held = held;
+            capture(s, keep, spill_out, "stdout", printed_out, stop_out).await
+        })
+    });
     let (printed_err, stop_err) = (printed.clone(), stop.clone());
-    let stderr = (child.stderr.take())
-        .map(|s| tokio::spawn(capture(s, keep, spill, "stderr", printed_err, stop_err)));
+    let held = readers.hold();
+    let stderr = child.stderr.take().map(|s| {
+        tokio::spawn(async move {
+            let _held = held;
+            capture(s, keep, spill, "stderr", printed_err, stop_err).await
+        })
+    });
     let end = tokio::select! {
         status = child.wait() => match status {
             Ok(status) => End::Exited(status),
@@ -379,6 +426,9 @@ pub(crate) async fn run(
     if matches!(end, End::TimedOut) {
         group.terminate_group();
         let _ = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+    }
+    if matches!(end, End::Exited(_)) {
+        readers.ended_within(EXIT_GRACE).await;
     }
     // Kill the whole group in every case: after a timeout or cancellation, and after a
     // normal exit too, for background processes the command left behind, in its group or

@@ -2,8 +2,8 @@
 //! fed with `task_write_stdin` (when started with `keep_stdin`), stopped with `task_kill`,
 //! listed with `task_list`.
 //!
-//! A task runs in its own process group, like a foreground command, with a lifetime
-//! (`timeout`, default 30 minutes) after which the group is killed. What it prints
+//! A task runs in its own session and process group, like a foreground command, with a
+//! lifetime (`timeout`, default 30 minutes) after which the group is killed. What it prints
 //! (stdout and stderr interleaved as they arrive) is kept until read, at most
 //! [`KEEP_UNREAD`] bytes (older unread bytes are dropped and counted), and all of it is
 //! saved to a file (removed when the task is forgotten: the oldest finished tasks past
@@ -410,21 +410,17 @@ impl Tasks {
             keeps_stdin: keep_stdin,
             tty,
         });
+        let pipes = shell::PipeReaders::new();
+        let max = config.spill_max_bytes;
         let readers: Vec<_> = [
-            child
-                .stdout
-                .take()
-                .map(|s| tokio::spawn(pump(s, task.clone(), config.spill_max_bytes))),
-            child
-                .stderr
-                .take()
-                .map(|s| tokio::spawn(pump(s, task.clone(), config.spill_max_bytes))),
-            terminal.map(|t| tokio::spawn(pump(t, task.clone(), config.spill_max_bytes))),
+            child.stdout.take().map(|s| tokio::spawn(pump(s, task.clone(), max, pipes.hold()))),
+            child.stderr.take().map(|s| tokio::spawn(pump(s, task.clone(), max, pipes.hold()))),
+            terminal.map(|t| tokio::spawn(pump(t, task.clone(), max, pipes.hold()))),
         ]
         .into_iter()
         .flatten()
         .collect();
-        tokio::spawn(watch(child, task.clone(), readers, lifetime, absent));
+        tokio::spawn(watch(child, task.clone(), readers, pipes, lifetime, absent));
         self.insert(n, task.clone());
         let text = format!(
             "started background task `{}` (pid {}), killed after {} unless it ends or is stopped \
@@ -662,8 +658,14 @@ impl Tasks {
     }
 }
 
-/// Copies one pipe of `task` into its state until the pipe closes.
-async fn pump(mut pipe: impl AsyncRead + Unpin, task: Arc<Task>, save_max: u64) {
+/// Copies one pipe of `task` into its state until the pipe closes, holding `_held` (of
+/// [`shell::PipeReaders`]) until then.
+async fn pump(
+    mut pipe: impl AsyncRead + Unpin,
+    task: Arc<Task>,
+    save_max: u64,
+    _held: tokio::sync::mpsc::Sender<()>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match pipe.read(&mut buf).await {
@@ -703,6 +705,7 @@ async fn watch(
     mut child: tokio::process::Child,
     task: Arc<Task>,
     readers: Vec<tokio::task::JoinHandle<()>>,
+    pipes: shell::PipeReaders,
     lifetime: Duration,
     absent: crate::sandbox::Absent,
 ) {
@@ -725,6 +728,10 @@ async fn watch(
         // Asked to stop first, as a foreground command that runs out of time is.
         task.signal_group(rustix::process::Signal::TERM);
         let _ = tokio::time::timeout(shell::TERM_GRACE, child.wait()).await;
+    }
+    if matches!(end, End::Exited(_) | End::Signal(_)) {
+        // What a process substitution copies after the shell's exit (`shell::EXIT_GRACE`).
+        pipes.ended_within(shell::EXIT_GRACE).await;
     }
     task.kill_group();
     // What left the group goes too, before the pipes are drained (it may hold them).

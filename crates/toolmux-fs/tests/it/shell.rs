@@ -582,3 +582,36 @@ fn commands_of_a_toolmux_in_a_terminal_cannot_reach_it() {
     assert!(stdout.contains("1 passed"), "{stdout}");
     assert!(!screen.contains("scribble"), "{screen:?}");
 }
+
+/// A process substitution (`exec > >(tee -a log)`, a common way for a script to log
+/// what it prints) outlives the shell by the moment it takes to copy the shell's last
+/// output: the group was killed as soon as the shell exited, so the output was lost and
+/// the result said `[no output]` (Codex's runner hung on the same command instead).
+#[tokio::test]
+async fn output_through_a_process_substitution_is_kept() {
+    let fx = Fixture::new();
+    let command = "exec > >(tr a-z A-Z) 2> >(sed 's/^/E: /' >&2); echo hello; echo oops >&2";
+    for _ in 0..3 {
+        let out = fx.call("bash", json!({"command": command})).await.unwrap();
+        expect![[r#"
+            exit code 0
+            --- stdout ---
+            HELLO
+            --- stderr ---
+            E: oops"#]]
+        .assert_eq(&out.to_text());
+    }
+    let out = fx.call("bash", json!({"command": "exec > >(tee -a log.txt); echo logged"})).await;
+    assert_eq!(out.unwrap().to_text(), "exit code 0\n--- stdout ---\nlogged");
+    assert_eq!(fx.get("log.txt"), "logged\n");
+}
+
+/// A process the command left holding its output is still killed, within a moment.
+#[tokio::test]
+async fn a_process_left_holding_the_output_is_killed_within_a_second() {
+    let fx = Fixture::new();
+    let started = Instant::now();
+    let out = fx.ok("bash", json!({"command": "sleep 1000 & echo started"})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\nstarted");
+    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+}

@@ -484,3 +484,23 @@ async fn a_task_on_a_terminal_is_killed_with_its_processes() {
     let ended = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
     assert!(ended.contains("stopped by task_kill"), "{ended}");
 }
+
+/// As in the foreground: what a background task prints through a process substitution is
+/// kept, where killing the group at the shell's exit lost it.
+#[tokio::test]
+async fn a_tasks_output_through_a_process_substitution_is_kept() {
+    let fx = fixture(|b| b);
+    for _ in 0..3 {
+        let (id, _, file) = start(&fx, "exec > >(tr a-z A-Z); echo hello").await;
+        let mut text = String::new();
+        loop {
+            let next = output(&fx, json!({"task_id": id, "block_ms": 5000})).await;
+            text.push_str(&next.to_text());
+            if next.extras["running"] == false {
+                break;
+            }
+        }
+        assert!(text.contains("HELLO"), "{text}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "HELLO\n");
+    }
+}
