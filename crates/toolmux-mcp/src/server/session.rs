@@ -401,6 +401,10 @@ struct Router {
     notify: Notify,
     /// Calls running on the direct path, to cancel by the client's request id.
     calls: Calls,
+    /// Set once the client opened its lifecycle (an `initialize`, or a request with the
+    /// stateless revision's `_meta`); until then other requests are refused here, saying
+    /// to send `initialize` first (see [`opening`]).
+    opened: bool,
     /// Numbers the calls (see [`Calls`]).
     serial: AtomicU64,
     /// Cancelled when the session ends.
@@ -440,6 +444,7 @@ impl Router {
             notify: notifier(&out),
             out,
             calls,
+            opened: false,
             serial: AtomicU64::new(0),
             ended,
             feed: Some(feed),
@@ -493,6 +498,16 @@ impl Router {
             let call = self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             if let Some((_, token)) = call {
                 token.cancel();
+            }
+        }
+        if !self.opened {
+            match opening(&line) {
+                Opening::Opens => self.opened = true,
+                Opening::Refused(answer) => {
+                    self.out.send(answer);
+                    return;
+                }
+                Opening::Other => {}
             }
         }
         if let Some(answer) = malformed(&line) {
@@ -741,6 +756,73 @@ struct ErrorResponse<'a> {
     jsonrpc: JsonRpcVersion2_0,
     id: &'a RequestId,
     error: ErrorData,
+}
+
+/// What a line is to a session whose client has not opened its lifecycle yet.
+enum Opening {
+    /// It opens it: an `initialize`, or a request with the stateless revision's `_meta`.
+    Opens,
+    /// A request that cannot be served before the lifecycle is open, and its answer.
+    Refused(Vec<u8>),
+    /// Anything else: a `ping` or `server/discover`, a notification, a response, a line
+    /// that is no message; rmcp (or [`malformed`]) answers it as it is.
+    Other,
+}
+
+/// Where `line` stands before the handshake. A request other than a `ping` without
+/// `io.modelcontextprotocol/protocolVersion` in its `_meta` is refused with its id (rmcp
+/// refuses it too, naming only the stateless revision's `_meta` fields, which a client of
+/// the handshake revisions has never heard of: the answer says to send `initialize`).
+fn opening(line: &[u8]) -> Opening {
+    #[derive(Deserialize)]
+    struct Peek<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        params: Option<PeekParams>,
+    }
+    #[derive(Deserialize)]
+    struct PeekParams {
+        #[serde(rename = "_meta")]
+        meta: Option<PeekMeta>,
+    }
+    #[derive(Deserialize)]
+    struct PeekMeta {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+        version: Option<serde::de::IgnoredAny>,
+    }
+    let Ok(peek) = serde_json::from_slice::<Peek<'_>>(line) else { return Opening::Other };
+    let Some(method) = peek.method else { return Opening::Other };
+    let stateless = peek.params.and_then(|p| p.meta).is_some_and(|m| m.version.is_some());
+    if method == "initialize" || stateless {
+        return Opening::Opens;
+    }
+    if method == "ping" || method == "server/discover" {
+        return Opening::Other;
+    }
+    let id = peek.id.and_then(|id| serde_json::from_str::<serde_json::Value>(id.get()).ok());
+    let Some(id) = id.filter(|id| id.is_string() || id.is_number()) else {
+        return Opening::Other;
+    };
+    // rmcp's code and words, and what a client of either generation should do.
+    let message = format!(
+        "request _meta is missing or has malformed required fields: \
+         io.modelcontextprotocol/protocolVersion, io.modelcontextprotocol/clientCapabilities; \
+         `{method}` came before the session was initialized: send an `initialize` request \
+         (then `notifications/initialized`) first, or, as a stateless 2026-07-28 client, \
+         give both fields in the `_meta` of every request"
+    );
+    let answer = serde_json::json!({
+        "jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": message}
+    });
+    match serde_json::to_vec(&answer) {
+        Ok(mut line) => {
+            line.push(b'\n');
+            Opening::Refused(line)
+        }
+        Err(_) => Opening::Other,
+    }
 }
 
 /// The JSON-RPC error answering `line` when it is no message rmcp could answer rightly:

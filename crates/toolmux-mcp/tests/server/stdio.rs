@@ -968,3 +968,64 @@ async fn arguments_a_tool_refuses_are_error_results_on_every_path() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// Before the handshake a `ping` is answered (MCP allows it), and any other request
+/// without the stateless revision's `_meta` is refused with its id, saying to send
+/// `initialize` first (rmcp named only the 2026-07-28 `_meta` fields, which a client of
+/// the handshake revisions never heard of); a stateless request is served. After
+/// `initialize`, a request that comes before `notifications/initialized` (clients that
+/// pipeline) is served, and so is everything after.
+#[tokio::test]
+async fn requests_before_the_handshake_are_told_to_initialize() {
+    let (stream, server) = socket_pair(fixture(0), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    let echo = |id: u64, meta: serde_json::Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}})
+    };
+    client.send(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await;
+    assert_eq!(client.next().await, json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+    client.send(echo(2, json!({"progressToken": 2}))).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"})).await;
+    for id in [2, 3] {
+        let refused = client.next().await;
+        assert_eq!(refused["id"], id, "{refused}");
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("send an `initialize` request")
+                && message.contains("io.modelcontextprotocol/protocolVersion"),
+            "{message}"
+        );
+    }
+    let stateless = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    });
+    client.send(echo(4, stateless)).await;
+    let served = client.next().await;
+    assert_eq!(served["result"]["content"][0]["text"], "echo: hi", "{served}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+
+    let (stream, server) = socket_pair(fixture(0), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.send(echo(1, json!({}))).await;
+    assert!(client.next().await["error"]["message"].as_str().unwrap().contains("initialize"));
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})).await;
+    assert_eq!(client.next().await["id"], "init");
+    let listed = client.next().await;
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client.send(echo(3, json!({}))).await;
+    let served = client.next().await;
+    assert_eq!(served["result"]["content"][0]["text"], "echo: hi", "{served}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
