@@ -683,3 +683,67 @@ async fn empty_old_string_fills_an_empty_file() {
     .assert_eq(&out);
     assert_eq!(fx.get("empty.txt"), "first\nsecond\n");
 }
+
+/// Claude Code's `replace_all` once skipped matches and ate line breaks while reporting
+/// success (#51986): here every occurrence is replaced, side by side ones and those at a
+/// line's end or the file's unterminated end included, the count is the number replaced,
+/// the CRLF line breaks stay, `$` in `new_string` is text (no regex replacement syntax),
+/// and a `new_string` containing `old_string` is not matched again.
+#[tokio::test]
+async fn replace_all_replaces_every_occurrence_and_only_those() {
+    let fx = Fixture::new();
+    fx.put("a.txt", "end;\r\nend;\r\nend;end;\r\nmid end; x\r\nend;");
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    let args = json!({"path": "a.txt", "old_string": "end;", "new_string": "$1 end; $&", "replace_all": true});
+    let out = fx.call("edit", args).await.unwrap();
+    assert_eq!(out.extras["replacements"], 6);
+    assert!(out.to_text().starts_with("made 6 replacements in `a.txt`"), "{}", out.to_text());
+    assert!(out.to_text().ends_with("[diff shows 3 of 6 replacements]"), "{}", out.to_text());
+    assert_eq!(
+        fx.get("a.txt"),
+        "$1 end; $&\r\n$1 end; $&\r\n$1 end; $&$1 end; $&\r\nmid $1 end; $& x\r\n$1 end; $&"
+    );
+    // A multi-line old_string ending in a line break removes whole lines, CRLF and all, and
+    // leaves the last, unterminated pair that does not match.
+    fx.put("b.txt", "a\r\nb\r\na\r\nb\r\na\r\nb");
+    fx.ok("read", json!({"path": "b.txt"})).await;
+    let args =
+        json!({"path": "b.txt", "old_string": "a\nb\n", "new_string": "", "replace_all": true});
+    assert_eq!(fx.call("edit", args).await.unwrap().extras["replacements"], 2);
+    assert_eq!(fx.get("b.txt"), "a\r\nb");
+    // Occurrences do not overlap: `x\nx` in three lines of `x` is one.
+    fx.put("c.txt", "x\nx\nx\n");
+    fx.ok("read", json!({"path": "c.txt"})).await;
+    let args =
+        json!({"path": "c.txt", "old_string": "x\nx", "new_string": "y", "replace_all": true});
+    assert_eq!(fx.call("edit", args).await.unwrap().extras["replacements"], 1);
+    assert_eq!(fx.get("c.txt"), "y\nx\n");
+}
+
+/// Whether a file changed since it was read is judged by its content, not its time:
+/// Claude Code's mtime check refused files only touched (#12805, Windows' coarse times)
+/// and cannot see a same-size change whose time was put back (`cp -p`, `git checkout` of
+/// an equal-length version within a second, `rsync -t`).
+#[tokio::test]
+async fn freshness_is_judged_by_content_not_time() {
+    let fx = Fixture::new();
+    let path = fx.put("a.txt", "version one\n");
+    let set_time = |time: std::time::SystemTime| {
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_modified(time).unwrap();
+    };
+    fx.ok("read", json!({"path": "a.txt"})).await;
+    // Touched: a later time, the same content.
+    set_time(std::time::SystemTime::now() + std::time::Duration::from_secs(3600));
+    fx.ok("edit", json!({"path": "a.txt", "old_string": "one", "new_string": "two"})).await;
+    let before = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // Changed to content of the same length, and its time put back.
+    std::fs::write(&path, "version six\n").unwrap();
+    set_time(before);
+    let err =
+        fx.err("edit", json!({"path": "a.txt", "old_string": "six", "new_string": "ten"})).await;
+    assert!(err.contains("has been modified since it was last read"), "{err}");
+    let err = fx.err("write", json!({"path": "a.txt", "content": "replaced\n"})).await;
+    assert!(err.contains("has been modified since it was last read"), "{err}");
+    assert_eq!(fx.get("a.txt"), "version six\n");
+}
