@@ -675,3 +675,66 @@ async fn an_initialize_of_an_unknown_version_is_offered_the_newest() {
     }
     server.stop().await;
 }
+
+/// A stateless (2026-07-28) client has no session to keep a listing in: each page is a
+/// request of its own, on a connection of its own, and the cursors of one page lead to
+/// the next all the same, every tool listed once; a cursor that is no cursor of this
+/// server is `-32602` saying so.
+#[tokio::test]
+async fn stateless_pages_follow_their_cursors_across_requests() {
+    crate::support::install_crypto();
+    let options = ServeOptions { page_size: 100, ..ServeOptions::default() };
+    let server = HttpServer::start(Arc::new(Fixture::new(250)), options).await;
+    let list = async |cursor: Option<&str>| {
+        let mut params = json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }});
+        if let Some(cursor) = cursor {
+            params["cursor"] = cursor.into();
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
+        // A client of its own each time: nothing ties one page to the one before.
+        let response = within(
+            reqwest::Client::new()
+                .post(server.url())
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/list")
+                .body(body.to_string())
+                .send(),
+        )
+        .await
+        .expect("a response");
+        let answered = Answered {
+            status: response.status().as_u16(),
+            body: within(response.text()).await.expect("a body"),
+        };
+        answered.message()
+    };
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        assert!(page < 10, "the pages never end");
+        let message = list(cursor.as_deref()).await;
+        let result = &message["result"];
+        let tools = result["tools"].as_array().unwrap_or_else(|| panic!("{message}"));
+        names.extend(tools.iter().map(|t| t["name"].as_str().unwrap().to_owned()));
+        match result["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    let listed = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), listed, "no tool is listed twice");
+    let fixture_tools = Fixture::new(0).list_visible_count().await;
+    assert_eq!(listed, 250 + fixture_tools);
+    let refused = list(Some("not-a-cursor")).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("cursor"), "{refused}");
+    server.stop().await;
+}
