@@ -285,3 +285,44 @@ async fn agents_and_editors_files_that_run_commands_are_read_not_changed() {
     open.ok("write", json!({"path": ".mcp.json", "content": "{}"})).await;
     assert_eq!(open.get(".mcp.json"), "{}");
 }
+
+/// A `.env` kept from agents (`hide: ["**/.env"]`) is reached by no tool however the call
+/// asks: Claude Code read `.env` despite a `Read(**/.env)` deny rule, and its deny rules
+/// were passed by `grep` and by commands (#4570, #6036, #4959). Here searching hidden and
+/// ignored files, a glob naming the file, a path through `..` and a patch's move all miss
+/// it (commands, where the kernel allows, see it empty: `sandbox.rs`).
+#[tokio::test]
+async fn a_hidden_env_file_is_reached_by_no_tool_however_asked() {
+    let fx = Fixture::with(|c| c.with_hide(["**/.env"]));
+    fx.put(".gitignore", ".env\n");
+    fx.put(".env", "API_KEY=HIDDEN\n");
+    fx.put("app/.env", "API_KEY=HIDDEN\n");
+    fx.put("notes.txt", "API_KEY=visible\n");
+    let everything =
+        json!({"pattern": "API_KEY", "output_mode": "content", "hidden": true, "no_ignore": true});
+    expect!["notes.txt:1:API_KEY=visible"].assert_eq(&fx.ok("grep", everything).await);
+    let named = json!({"pattern": "API_KEY", "glob": "**/.env", "hidden": true, "no_ignore": true});
+    expect!["No matches found"].assert_eq(&fx.ok("grep", named).await);
+    let glob = json!({"pattern": "**/.env", "respect_gitignore": false});
+    expect!["No files match `**/.env` in `.`"].assert_eq(&fx.ok("glob", glob).await);
+    let ls = json!({"depth": 3, "include_hidden": true, "respect_gitignore": false});
+    let listing = fx.ok("ls", ls).await;
+    assert!(!listing.contains(".env") && listing.contains(".gitignore"), "{listing}");
+    let absolute = fx.root().join("app/.env");
+    let refused = [
+        ("read", json!({"path": "./app/../.env"})),
+        ("read", json!({"path": absolute.to_str().unwrap()})),
+        ("grep", json!({"pattern": "API_KEY", "path": "app//.env"})),
+        ("edit", json!({"path": ".env", "old_string": "", "new_string": "X"})),
+        (
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: notes.txt\n*** Move to: app/.env\n@@\n-API_KEY=visible\n+x\n*** End Patch"}),
+        ),
+    ];
+    for (tool, args) in refused {
+        let err = fx.err(tool, args.clone()).await;
+        assert!(err.contains("is protected: it matches `**/.env`"), "{tool} {args}: {err}");
+    }
+    assert_eq!(fx.get("app/.env"), "API_KEY=HIDDEN\n");
+    assert_eq!(fx.get("notes.txt"), "API_KEY=visible\n");
+}
