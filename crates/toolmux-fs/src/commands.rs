@@ -194,8 +194,11 @@ impl CommandTools {
                 let _ = stdin.shutdown().await;
             }
         };
+        let pipes = shell::PipeReaders::new();
         let stdout = child.stdout.take();
+        let held = pipes.hold();
         let read_out = async move {
+            let _held = held;
             let mut bytes = Vec::new();
             if let Some(stdout) = stdout {
                 let mut limited = stdout.take(STDOUT_MAX as u64 + 1);
@@ -204,7 +207,9 @@ impl CommandTools {
             bytes
         };
         let stderr = child.stderr.take();
+        let held = pipes.hold();
         let read_err = async move {
+            let _held = held;
             let mut bytes = Vec::new();
             if let Some(stderr) = stderr {
                 let mut limited = stderr.take(STDOUT_MAX as u64);
@@ -231,7 +236,11 @@ impl CommandTools {
             }
         };
         // Whatever the program left running goes with it, in its group or out of it; then
-        // nothing holds its pipes.
+        // nothing holds its pipes. After an exit, what still holds them gets a moment to
+        // finish first (a process substitution writing the result: `shell::EXIT_GRACE`).
+        if status.is_some() {
+            pipes.ended_within(shell::EXIT_GRACE).await;
+        }
         let escaped = group.kill_all().await;
         let Some(status) = status else {
             if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {

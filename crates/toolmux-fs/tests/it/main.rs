@@ -3,6 +3,7 @@
 // Helpers outside `#[test]` functions panic on purpose too: a panic is the failure report.
 #![allow(clippy::unwrap_used)]
 
+mod commands;
 mod confinement;
 mod conformance;
 mod edit;
