@@ -463,6 +463,34 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         Some("tool_use") => StopReason::ToolUse,
         Some("max_tokens") => StopReason::MaxTokens,
         Some("refusal") => StopReason::ContentFilter,
+        // The answer filled the model's context window. Asked to go on from the cut, as
+        // after `max_tokens`, the model would get a longer request that cannot fit either;
+        // read as a request over the window, the oldest tool results give way and the turn
+        // is asked again ([`ModelError::context_overflow`]).
+        Some("model_context_window_exceeded") => {
+            let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+            return Err(ModelError::ContextWindowReached {
+                model: endpoint.name.clone(),
+                input_tokens: tokens("/usage/input_tokens")
+                    + tokens("/usage/cache_read_input_tokens")
+                    + tokens("/usage/cache_creation_input_tokens"),
+                output_tokens: tokens("/usage/output_tokens"),
+            });
+        }
+        // The API's server tools (web search, code execution) paused a long turn, to be
+        // sent again with the paused content as it came. toolmux offers no server tools
+        // and keeps none of their blocks, so it cannot carry the turn on; taken for an
+        // answer, the half-done turn ended runs as successes.
+        Some(reason @ "pause_turn") => {
+            return Err(ModelError::Stopped {
+                model: endpoint.name.clone(),
+                reason: reason.to_owned(),
+                message: "the API paused a long turn of server tools (web search, code \
+                          execution), which toolmux neither offers nor can resume: have \
+                          whatever adds them to the request (a proxy, a gateway) add none"
+                    .to_owned(),
+            });
+        }
         Some(other) => StopReason::Other(other.to_owned()),
         None if !tool_calls.is_empty() => StopReason::ToolUse,
         None => StopReason::EndTurn,

@@ -70,6 +70,34 @@ pub enum ModelError {
         /// What was wrong with it.
         message: String,
     },
+    /// The API ended the answer for a reason that is not a finished turn and that no
+    /// other variant stands for: the model failed while writing (Mistral's and the
+    /// compatible servers' `error`, Gemini's `MALFORMED_FUNCTION_CALL`), or a turn this
+    /// client cannot carry on (Anthropic's `pause_turn`). What it wrote is not an answer.
+    #[error("model `{model}`: the API ended the answer with `{reason}`: {message}")]
+    Stopped {
+        /// The configured model name.
+        model: String,
+        /// The finish or stop reason, as the API named it.
+        reason: String,
+        /// What it means and what to change.
+        message: String,
+    },
+    /// The answer was cut off at the model's context window (Anthropic's
+    /// `model_context_window_exceeded`): the request and the answer together filled it.
+    /// [`ModelError::context_overflow`] reads it as a request over the window, since going
+    /// on from the cut would need more room than there is.
+    #[error(
+        "model `{model}`: the answer was cut off at the model's context window ({input_tokens} tokens read, {output_tokens} written)"
+    )]
+    ContextWindowReached {
+        /// The configured model name.
+        model: String,
+        /// The tokens of the request, as the API counted them.
+        input_tokens: u64,
+        /// The tokens written before the cut.
+        output_tokens: u64,
+    },
     /// The caller cancelled the request.
     #[error("model `{model}`: cancelled")]
     Cancelled {
@@ -114,6 +142,14 @@ impl ModelError {
     /// Whether the API refused the request for being longer than the model's context
     /// window, and what it said of the sizes; `None` for every other error.
     pub fn context_overflow(&self) -> Option<ContextOverflow> {
+        // The window is what was read and written together; the request, what was read.
+        if let ModelError::ContextWindowReached { input_tokens, output_tokens, .. } = self {
+            let limit = input_tokens + output_tokens;
+            return Some(ContextOverflow {
+                limit: (limit > 0).then_some(limit),
+                tokens: (*input_tokens > 0).then_some(*input_tokens),
+            });
+        }
         let ModelError::Api { status: 400 | 413, message, .. } = self else { return None };
         let lower = message.to_ascii_lowercase();
         if !OVERFLOW_WORDS.iter().any(|words| lower.contains(words)) {

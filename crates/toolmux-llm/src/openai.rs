@@ -560,12 +560,64 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         }
         crate::message::distinct_ids(&mut tool_calls);
     }
-    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
+    let reason = choice.get("finish_reason").and_then(Value::as_str);
+    let stop = match reason.map(str::to_ascii_lowercase).as_deref() {
+        // Gemini's compatible API passes its own reasons on, in capitals (`STOP`,
+        // `MAX_TOKENS`, `SAFETY`).
         Some("stop") => StopReason::EndTurn,
         Some("tool_calls" | "function_call") => StopReason::ToolUse,
-        Some("length") => StopReason::MaxTokens,
-        Some("content_filter") => StopReason::ContentFilter,
-        Some(other) => StopReason::Other(other.to_owned()),
+        Some("length" | "max_tokens") => StopReason::MaxTokens,
+        // Mistral's `model_length`: the answer filled the model's context window. Asked to
+        // go on from the cut, as after the output limit, the model would get a longer
+        // request that cannot fit either; read as a request over the window, the oldest
+        // tool results give way and the turn is asked again (see `ContextWindowReached`).
+        Some("model_length") => {
+            let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+            return Err(ModelError::ContextWindowReached {
+                model: endpoint.name.clone(),
+                input_tokens: tokens("/usage/prompt_tokens"),
+                output_tokens: tokens("/usage/completion_tokens"),
+            });
+        }
+        Some(
+            "content_filter"
+            | "safety"
+            | "recitation"
+            | "blocklist"
+            | "prohibited_content"
+            | "spii"
+            | "image_safety"
+            | "image_prohibited_content"
+            | "image_recitation"
+            | "model_armor",
+        ) => StopReason::ContentFilter,
+        // Not a finished turn: what came is no answer, and taking it for one ended runs
+        // as successes.
+        Some(
+            failed @ ("error"
+            | "abort"
+            | "malformed_function_call"
+            | "unexpected_tool_call"
+            | "other"
+            | "finish_reason_unspecified"
+            | "image_other"
+            | "language"),
+        ) => {
+            let message = match failed {
+                "malformed_function_call" | "unexpected_tool_call" => {
+                    "the model wrote a tool call the API could not read; asking again may \
+                     succeed, else give fewer or simpler tools"
+                }
+                "language" => "the model's API does not support the language of the request",
+                _ => "the model failed while writing its answer; asking again may succeed",
+            };
+            return Err(ModelError::Stopped {
+                model: endpoint.name.clone(),
+                reason: reason.unwrap_or(failed).to_owned(),
+                message: message.to_owned(),
+            });
+        }
+        Some(_) => StopReason::Other(reason.unwrap_or_default().to_owned()),
         // Some servers leave it out; what the answer holds says it.
         None if !tool_calls.is_empty() => StopReason::ToolUse,
         None if refusal.is_some() => StopReason::ContentFilter,

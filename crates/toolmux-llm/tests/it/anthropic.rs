@@ -351,7 +351,7 @@ async fn stop_reasons_and_blocks() {
     };
     let (_server, model) = serve(
         Dialect::Anthropic,
-        ["max_tokens", "refusal", "stop_sequence", "pause_turn"]
+        ["max_tokens", "refusal", "stop_sequence", "some_future_reason"]
             .map(|stop| ScriptStep::Raw(answer(stop)))
             .into(),
     );
@@ -362,7 +362,10 @@ async fn stop_reasons_and_blocks() {
     assert_eq!(first.model, "claude-x");
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter);
     assert_eq!(complete(&model, &hello()).await.stop, StopReason::EndTurn);
-    assert_eq!(complete(&model, &hello()).await.stop, StopReason::Other("pause_turn".into()));
+    assert_eq!(
+        complete(&model, &hello()).await.stop,
+        StopReason::Other("some_future_reason".into())
+    );
 }
 
 /// Parallel calls that share an id (Kimi's compatible API gives them one) are read with ids

@@ -8,6 +8,7 @@ mod anthropic;
 mod extras;
 mod failures;
 mod openai;
+mod stops;
 mod streaming;
 
 use serde_json::{Value, json};
