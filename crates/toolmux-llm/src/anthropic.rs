@@ -1,7 +1,7 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::{distinct_id, distinct_ids, unwrapped, wire_name};
+use crate::message::{answer_token, distinct_id, distinct_ids, generated_id, unwrapped, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     StopReason, ToolChoice, ToolResultMessage, Usage,
@@ -78,6 +78,9 @@ struct Events {
     usage: Map<String, Value>,
     /// `message_stop` was read.
     stopped: bool,
+    /// The answer's part of the ids it gives calls without one (see [`generated_id`]),
+    /// made when the first is needed.
+    token: Option<String>,
 }
 
 #[derive(Debug)]
@@ -132,7 +135,10 @@ impl Assembler for Events {
                         // An id missing, or one an earlier call took, is made the call's
                         // own as the answer's parser makes it (`distinct_ids`).
                         let id = match text("id") {
-                            id if id.is_empty() => format!("call_{}", self.calls),
+                            id if id.is_empty() => {
+                                let token = self.token.get_or_insert_with(answer_token);
+                                generated_id(token, self.calls)
+                            }
                             id => id,
                         };
                         let id = distinct_id(&id, |id| {
@@ -585,8 +591,12 @@ mod tests {
         let answer = events.finish().unwrap();
         let ids: Vec<&Value> =
             answer["content"].as_array().unwrap().iter().map(|b| &b["id"]).collect();
-        assert_eq!(ids, [&json!("grep:3"), &json!("grep:3_2"), &json!("call_2")]);
-        assert_eq!(*seen.lock().unwrap(), ["grep:3", "grep:3_2", "call_2"]);
+        assert_eq!(ids[..2], [&json!("grep:3"), &json!("grep:3_2")]);
+        // A call without an id gets one of the answer's own (see `generated_id`).
+        let generated = ids[2].as_str().unwrap();
+        assert!(generated.starts_with("call_") && generated.ends_with("_2"), "{generated}");
+        assert_eq!(generated.len(), "call_12345678_2".len(), "{generated}");
+        assert_eq!(*seen.lock().unwrap(), ["grep:3", "grep:3_2", generated]);
     }
 
     #[test]

@@ -123,6 +123,48 @@ pub(crate) fn distinct_id(id: &str, taken: impl Fn(&str) -> bool) -> String {
         .expect("an answer has fewer calls than there are numbers")
 }
 
+/// The id of call `index` of an answer that gave it none: `call_{token}_{index}`, `token`
+/// the answer's [`answer_token`].
+///
+/// `call_{index}` alone gave every turn of a server that never gives ids the same ones
+/// (`call_0` each turn), and Anthropic's API, and some compatible servers, refuse a
+/// conversation whose calls share an id: such a conversation could not be carried on by
+/// another model nor replayed to another API.
+pub(crate) fn generated_id(token: &str, index: usize) -> String {
+    format!("call_{token}_{index}")
+}
+
+/// Eight base-36 characters, different for each answer: a process-wide count of answers,
+/// started at a random point and scrambled, so that ids stay apart within a process
+/// (where the count never repeats) and, all but surely, from those of an earlier process
+/// whose conversation is carried on.
+pub(crate) fn answer_token() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: OnceLock<AtomicU64> = OnceLock::new();
+    let count = COUNT.get_or_init(|| {
+        // The clock and the address space's layout are random enough to start from.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let place = &COUNT as *const _ as u64;
+        AtomicU64::new(nanos ^ place.rotate_left(32))
+    });
+    let mut x = count.fetch_add(1, Ordering::Relaxed);
+    // splitmix64's finalizer, a bijection: distinct counts give distinct tokens, up to
+    // the 36^8 (about 2^41) the token keeps.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    let mut token = String::with_capacity(8);
+    for _ in 0..8 {
+        let digit = u32::try_from(x % 36).expect("a remainder of 36 fits a u32");
+        token.push(char::from_digit(digit, 36).expect("a digit below 36"));
+        x /= 36;
+    }
+    token
+}
+
 /// `name`, the tool an earlier call of the conversation named, as the APIs take it back:
 /// both refuse a request whose history names a tool other than by
 /// `^[a-zA-Z0-9_-]{1,64}$`. Every tool offered has such a name; a model may still make one
@@ -150,13 +192,14 @@ pub(crate) fn unwrapped(arguments: Value) -> Value {
     arguments
 }
 
-/// `calls` with ids of their own: an empty id becomes `call_{index}`, a repeated one
+/// `calls` with ids of their own: an empty id becomes [`generated_id`], a repeated one
 /// [`distinct_id`].
 pub(crate) fn distinct_ids(calls: &mut [ModelToolCall]) {
     let mut seen = std::collections::HashSet::new();
+    let mut token = None;
     for (index, call) in calls.iter_mut().enumerate() {
         if call.id.is_empty() {
-            call.id = format!("call_{index}");
+            call.id = generated_id(token.get_or_insert_with(answer_token), index);
         }
         if !seen.insert(call.id.clone()) {
             call.id = distinct_id(&call.id, |id| seen.contains(id));

@@ -140,6 +140,9 @@ struct Chunks {
     usage: Option<Value>,
     /// `[DONE]` was read.
     done: bool,
+    /// The answer's part of the ids it gives calls without one (see
+    /// [`crate::message::generated_id`]), made when the first is needed.
+    token: Option<String>,
 }
 
 /// One tool call as its chunks have given it so far.
@@ -318,7 +321,8 @@ impl Chunks {
             // The id the answer's parser gives a call without one, or one an earlier call
             // took (see `distinct_ids`).
             if call.id.is_empty() {
-                call.id = format!("call_{position}");
+                let token = self.token.get_or_insert_with(crate::message::answer_token);
+                call.id = crate::message::generated_id(token, position);
             }
             let (earlier, rest) = self.calls.split_at_mut(position);
             let call = &mut rest[0];
@@ -663,11 +667,9 @@ fn parse_call(
         .get("name")
         .and_then(Value::as_str)
         .ok_or_else(|| endpoint.missing(&field("function.name")))?;
-    // Some servers leave out the id; the result still needs one to name the call.
-    let id = match call.get("id").and_then(Value::as_str) {
-        Some(id) if !id.is_empty() => id.to_owned(),
-        _ => format!("call_{index}"),
-    };
+    // Some servers leave out the id; the result still needs one to name the call, which
+    // `distinct_ids` gives it.
+    let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
     let mut out = ModelToolCall::new(id, name, Value::Null);
     out.extra = call.get("extra_content").filter(|e| !e.is_null()).cloned();
     out.extra_origin = out.extra.as_ref().map(|_| endpoint.origin());

@@ -7,6 +7,7 @@
 mod anthropic;
 mod extras;
 mod failures;
+mod ids;
 mod openai;
 mod stops;
 mod streaming;
@@ -198,4 +199,52 @@ fn made_up_names_on_the_wire() -> Vec<Value> {
         json!("x".repeat(64)),
         json!("router__handoff-to"),
     ]
+}
+
+/// A loopback server that answers every request with `events` as a stream of server-sent
+/// events. Returns its base URL.
+async fn sse_server(events: Vec<Value>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let events = events.clone();
+            tokio::spawn(async move {
+                // The request's head and body, read up to its length, then the stream.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = socket.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "the client closed before its request was whole");
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                    if buf.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                let mut body = String::new();
+                for event in &events {
+                    if let Some(name) = event.get("type").and_then(Value::as_str) {
+                        body.push_str(&format!("event: {name}\n"));
+                    }
+                    body.push_str(&format!("data: {event}\n\n"));
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                socket.write_all(reply.as_bytes()).await.unwrap();
+            });
+        }
+    });
+    base
 }

@@ -327,12 +327,15 @@ async fn calls_sharing_an_id_are_given_ids_of_their_own() {
     let answer = complete(&model, &hello()).await;
     let calls: Vec<(&str, &Value)> =
         answer.tool_calls.iter().map(|c| (c.id.as_str(), &c.arguments["path"])).collect();
+    // The call without an id gets one of this answer's own (`call_{token}_{index}`).
+    let generated = calls[2].0;
+    assert!(generated.starts_with("call_") && generated.ends_with("_2"), "{generated}");
     assert_eq!(
         calls,
         [
             ("call_0", &json!("a")),
             ("call_0_2", &json!("b")),
-            ("call_2", &json!("c")),
+            (generated, &json!("c")),
             ("call_0_2_2", &json!("d")),
         ]
     );

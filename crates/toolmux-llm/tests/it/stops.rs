@@ -89,54 +89,6 @@ async fn a_paused_turn_fails_and_says_why() {
     assert!(error.to_string().contains("server tools"), "{error}");
 }
 
-/// A loopback server that answers every request with `events` as a stream of server-sent
-/// events. Returns its base URL.
-async fn sse_server(events: Vec<Value>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let events = events.clone();
-            tokio::spawn(async move {
-                // The request's head and body, read up to its length, then the stream.
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let n = socket.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "the client closed before its request was whole");
-                    buf.extend_from_slice(&chunk[..n]);
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                    let length = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                    if buf.len() >= end + 4 + length {
-                        break;
-                    }
-                }
-                let mut body = String::new();
-                for event in &events {
-                    if let Some(name) = event.get("type").and_then(Value::as_str) {
-                        body.push_str(&format!("event: {name}\n"));
-                    }
-                    body.push_str(&format!("data: {event}\n\n"));
-                }
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                socket.write_all(reply.as_bytes()).await.unwrap();
-            });
-        }
-    });
-    base
-}
-
 async fn fail_streaming(model: &Arc<dyn Model>) -> ModelError {
     let error =
         model.complete_streaming(&hello(), &CancellationToken::new(), &|_| {}).await.unwrap_err();
