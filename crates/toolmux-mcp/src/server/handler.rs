@@ -406,6 +406,11 @@ pub(crate) struct Gateway {
     /// The client's capabilities, once a call on the direct path read them (after the
     /// handshake, which fixes them).
     client_capabilities: Arc<OnceLock<Option<Arc<rmcp::model::ClientCapabilities>>>>,
+    /// The provider's streams, taken when `initialize` is answered and forwarded from
+    /// `notifications/initialized` on: rmcp runs that notification's handler in a task
+    /// of its own, beside the client's first requests, so streams taken there would miss
+    /// a change after the client's first listing.
+    handshake_streams: Arc<Mutex<Option<Streams>>>,
 }
 
 /// What a `subscriptions/listen` request watches: the provider's change and update
@@ -483,6 +488,7 @@ impl Gateway {
             subscriptions: Arc::new(Mutex::new(HashSet::new())),
             prepared: Arc::default(),
             client_capabilities: Arc::default(),
+            handshake_streams: Arc::default(),
         }
     }
 
@@ -1105,7 +1111,12 @@ impl ServerHandler for Gateway {
         }
         self.shared.detect_client(&request.client_info.name);
         context.peer.set_peer_info(request.clone());
-        self.negotiate_initialize(&request)
+        let negotiated = self.negotiate_initialize(&request);
+        if negotiated.is_ok() {
+            let streams = Streams::of(&*self.shared.provider);
+            *self.handshake_streams.lock().unwrap_or_else(|e| e.into_inner()) = Some(streams);
+        }
+        negotiated
     }
 
     #[expect(deprecated, reason = "clients of the handshake revisions still send logging/setLevel")]
@@ -1456,11 +1467,14 @@ impl ServerHandler for Gateway {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        let provider = &self.shared.provider;
+        let taken = self.handshake_streams.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Without an `initialize` answered (a client that never sent one) there is
+        // nothing before this to miss.
+        let streams = taken.unwrap_or_else(|| Streams::of(&*self.shared.provider));
         for (changes, list) in [
-            (provider.tool_list_changes(), List::Tools),
-            (provider.prompt_list_changes(), List::Prompts),
-            (provider.resource_list_changes(), List::Resources),
+            (streams.tools, List::Tools),
+            (streams.prompts, List::Prompts),
+            (streams.resources, List::Resources),
         ] {
             let Some(mut changes) = changes else { continue };
             let peer = context.peer.clone();
@@ -1492,7 +1506,7 @@ impl ServerHandler for Gateway {
                 }
             });
         }
-        if let Some(mut updates) = self.shared.provider.resource_updates() {
+        if let Some(mut updates) = streams.updates {
             let peer = context.peer;
             let session = self.session.clone();
             let subscriptions = Arc::downgrade(&self.subscriptions);

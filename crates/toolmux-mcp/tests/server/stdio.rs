@@ -1029,3 +1029,35 @@ async fn requests_before_the_handshake_are_told_to_initialize() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A change of the tools after the server answered `initialize` is announced once the
+/// client sent `notifications/initialized`, however soon: the server watches from its
+/// answer on. (It watched from when it ran the notification's handler, which rmcp runs
+/// in a task of its own beside the client's first requests, so a change between the
+/// client's first listing and that moment was never announced, and the client kept a
+/// stale list for the whole session.)
+#[tokio::test]
+async fn a_change_during_the_handshake_is_announced() {
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (stream, server) = socket_pair(mock.clone(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+    assert_eq!(client.next().await["id"], "init");
+    mock.add_tool("b", Behavior::Echo);
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    let announced = client.next().await;
+    assert_eq!(announced["method"], "notifications/tools/list_changed", "{announced}");
+    // Once: a later change is announced on its own.
+    client.send(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).await;
+    assert_eq!(client.next().await["id"], 1);
+    mock.add_tool("c", Behavior::Echo);
+    let announced = client.next().await;
+    assert_eq!(announced["method"], "notifications/tools/list_changed", "{announced}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
