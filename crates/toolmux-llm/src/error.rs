@@ -24,7 +24,8 @@ pub enum ModelError {
         /// The API's own message.
         message: String,
     },
-    /// Still rate limited after the retries.
+    /// Still rate limited after the retries, or asked to wait longer than a request waits
+    /// (see `retry_after`).
     #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempts{}: {message}", retry_note(*retry_after))]
     RateLimited {
         /// The configured model name.
@@ -107,7 +108,14 @@ pub enum ModelError {
 }
 
 fn retry_note(after: Option<Duration>) -> String {
+    let cap = crate::http::MAX_RETRY_AFTER;
     match after {
+        Some(after) if after > cap => format!(
+            "; the API asked to wait {}s, longer than the {}s a request waits, so it was not \
+             asked again: try again then, or use another model",
+            after.as_secs_f64(),
+            cap.as_secs()
+        ),
         Some(after) => format!("; the API asked to wait {}s", after.as_secs_f64()),
         None => String::new(),
     }

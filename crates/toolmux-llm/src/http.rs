@@ -17,8 +17,11 @@ const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 /// How much of an error body is shown, in bytes.
 const ERROR_EXCERPT_BYTES: usize = 2000;
 
-/// The longest single wait an API's `Retry-After` may impose.
-const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// The longest an API's `Retry-After` is waited out. Asked to wait longer (a daily quota
+/// spent, a long outage), the request fails at once with the API's time, which the caller
+/// may wait or not: held to this and asked again, it failed the same way each time, some
+/// minutes later.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The first backoff, doubled on each further attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(500);
@@ -232,7 +235,11 @@ impl Endpoint {
                     (status, error, retry_after)
                 }
             };
-            if attempt >= self.max_retries {
+            let too_long = retry_after.is_some_and(|after| after > MAX_RETRY_AFTER);
+            if attempt >= self.max_retries || too_long {
+                if too_long {
+                    tracing::debug!(model = %self.name, attempt, retry_after_s = retry_after.map(|d| d.as_secs()), "the API asks to wait longer than toolmux waits; not retrying");
+                }
                 return Err(match (status, error) {
                     (Some(429), ModelError::Api { message, .. }) => ModelError::RateLimited {
                         model: self.name.clone(),
@@ -243,10 +250,7 @@ impl Endpoint {
                     (_, error) => error,
                 });
             }
-            let wait = match retry_after {
-                Some(after) => after.min(MAX_RETRY_AFTER),
-                None => backoff(attempt),
-            };
+            let wait = retry_after.unwrap_or_else(|| backoff(attempt));
             tracing::debug!(model = %self.name, attempt, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "retrying the model request");
             tokio::select! {
                 biased;
@@ -554,15 +558,14 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         && ms.is_finite()
         && ms >= 0.0
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0).min(MAX_RETRY_AFTER));
+        return Duration::try_from_secs_f64(ms / 1000.0).ok();
     }
     let value = headers.get(RETRY_AFTER).and_then(header_text)?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0)
-            .then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())));
+        return (seconds >= 0.0).then(|| Duration::try_from_secs_f64(seconds).ok()).flatten();
     }
     let at = http_date(value)?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(MAX_RETRY_AFTER))
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn header_text(value: &HeaderValue) -> Option<&str> {
@@ -629,12 +632,16 @@ mod tests {
             retry_after(&headers("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"), now),
             Some(Duration::from_secs(10))
         );
-        // A date already past means now; one far off is held to the cap.
+        // A date already past means now; a wait far off is kept as it is, for the caller.
         assert_eq!(
             retry_after(&headers("retry-after", "Sat, 05 Nov 1994 08:49:37 GMT"), now),
             Some(Duration::ZERO)
         );
-        assert_eq!(retry_after(&headers("retry-after", "86400"), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            retry_after(&headers("retry-after", "86400"), now),
+            Some(Duration::from_secs(86_400))
+        );
+        assert_eq!(retry_after(&headers("retry-after", "1e300"), now), None);
         assert_eq!(
             retry_after(&headers("retry-after-ms", "1500"), now),
             Some(Duration::from_millis(1500))

@@ -43,6 +43,36 @@ async fn a_lasting_rate_limit_is_reported_after_the_retries() {
     }
 }
 
+/// A 429 asking to wait longer than a request waits (a daily quota: an hour) fails at once
+/// with the API's time, for the caller to decide; it was waited out at the cap and asked
+/// again three times, some three minutes, to fail the same way.
+#[tokio::test]
+async fn a_rate_limit_longer_than_a_request_waits_fails_at_once_with_its_time() {
+    for dialect in DIALECTS {
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::rate_limited("3600"), ScriptStep::text("too late")],
+            |c| c.max_retries = Some(3),
+        );
+        // Far less than the cap's 60 s: a wait at the cap is a failure, not a hang.
+        let error = tokio::time::timeout(Duration::from_secs(10), fail(&model, &hello()))
+            .await
+            .expect("the call fails at once, without waiting out the API's time");
+        assert!(
+            matches!(
+                error,
+                ModelError::RateLimited { attempts: 1, retry_after: Some(d), .. }
+                    if d == Duration::from_secs(3600)
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("wait 3600s") && message.contains("try again"), "{message}");
+        assert_eq!(server.requests().len(), 1, "{dialect:?}");
+        assert_eq!(server.remaining_steps(), 1);
+    }
+}
+
 /// A 429 for a spent quota is said at once, with the API's words (waiting does not lift
 /// it); a passing rate limit keeps the API's words too.
 #[tokio::test]
