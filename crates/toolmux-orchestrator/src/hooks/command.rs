@@ -155,12 +155,13 @@ impl Default for ToolMatcher {
 /// A configured program run for each matching call (see the module documentation for the
 /// contract).
 ///
-/// It runs through `sh -c` in its own process group, in its folder (the configuration
-/// file's), with `TOOLMUX_PROJECT_DIR` and `CLAUDE_PROJECT_DIR` set to that folder, for at
-/// most its timeout (default 60 s): then its process group is killed and reaped, and the
-/// call goes on. Processes it leaves behind are ended when it exits. Its stdout is read up
-/// to 1 MiB, its stderr up to 64 KiB; reasons passed on to the model are cut at 4 KiB and
-/// have the secrets given to [`CommandHook::with_secrets`] redacted.
+/// It runs through `sh -c` in a session of its own (so in its own process group, with no
+/// controlling terminal: a prompt on `/dev/tty` fails at once), in its folder (the
+/// configuration file's), with `TOOLMUX_PROJECT_DIR` and `CLAUDE_PROJECT_DIR` set to that
+/// folder, for at most its timeout (default 60 s): then its process group is killed and
+/// reaped, and the call goes on. Processes it leaves behind are ended when it exits. Its
+/// stdout is read up to 1 MiB, its stderr up to 64 KiB; reasons passed on to the model are
+/// cut at 4 KiB and have the secrets given to [`CommandHook::with_secrets`] redacted.
 ///
 /// A hook has two halves, attached together by [`CommandHook::attach`]: a `PreToolUse`
 /// hook runs its program as a before-hook and, as an after-hook, appends the
@@ -660,9 +661,9 @@ impl AfterHook for CommandHook {
     }
 }
 
-/// Runs hook program `command` (`sh -c`) in `dir`, in a process group of its own, with
-/// `input` on its stdin, for at most `timeout`: how it ended, or why it gave no answer (then
-/// its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
+/// Runs hook program `command` (`sh -c`) in `dir`, in a session of its own (see
+/// [`detach`]), with `input` on its stdin, for at most `timeout`: how it ended, or why it
+/// gave no answer (then its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
 /// `CLAUDE_PROJECT_DIR` are `dir`; what it leaves running is ended when it exits. For hooks
 /// of other loops than the tool pipeline (an agent's `Stop`, `SessionStart`), with the
 /// contract of [`CommandHook`].
@@ -686,8 +687,8 @@ pub async fn run_program(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    detach(&mut program);
     let mut child = program.spawn().map_err(HookFailure::Spawn)?;
     // A hook whose call is dropped halfway leaves nothing behind.
     let mut group = toolmux_core::MarkedGroup::new(child.id(), mark, format!("hook `{command}`"));
@@ -741,6 +742,28 @@ pub async fn run_program(
             }
             Err(failure)
         }
+    }
+}
+
+/// Makes `program` the leader of a session of its own with no controlling terminal, and so
+/// of a process group of its own whose id is its pid (which [`toolmux_core::MarkedGroup`]
+/// kills).
+///
+/// A group of its own alone left the hook in toolmux's session: under a toolmux started
+/// from a terminal (the CLI, an agent's TUI), a hook reading `/dev/tty` (`sudo`, `ssh`'s
+/// host key question, git's credential prompt, `npx`'s "Ok to proceed?") was stopped by
+/// `SIGTTIN` until its timeout, its group not being the terminal's foreground one, and what
+/// it wrote there landed on the user's screen. Without a terminal, opening `/dev/tty` fails
+/// at once (`ENXIO`).
+#[allow(unsafe_code, reason = "`pre_exec` is unsafe; the closure only calls `setsid`")]
+fn detach(program: &mut tokio::process::Command) {
+    // SAFETY: between fork and exec the closure only calls `setsid`, a system call that is
+    // async-signal-safe; it takes no lock and allocates nothing (the error is a number).
+    unsafe {
+        program.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
     }
 }
 
