@@ -1,5 +1,7 @@
-//! The stdio transport: the server runs as a child process in its own process group,
-//! speaks newline-delimited JSON-RPC on stdin/stdout, and its stderr goes to the logs.
+//! The stdio transport: the server runs as a child process in a session of its own (so
+//! in its own process group, with no controlling terminal: a prompt on `/dev/tty` fails at
+//! once, see `detach`), speaks newline-delimited JSON-RPC on stdin/stdout, and its stderr
+//! goes to the logs.
 //!
 //! The whole group is killed and the child reaped on shutdown, on drop, when the
 //! connection fails and when the server's stdout ends while it keeps running (stopped
@@ -139,7 +141,8 @@ pub(crate) struct StdioCommand<'a> {
 #[derive(Debug)]
 pub(crate) struct ChildGroup {
     server: String,
-    /// The process group id, equal to the child's pid (the child leads its own group).
+    /// The process group id, equal to the child's pid (the child leads its own session,
+    /// and so its own group).
     pgid: Option<Pid>,
     kill: CancellationToken,
     exited: watch::Receiver<Option<ExitStatus>>,
@@ -269,8 +272,8 @@ pub(crate) fn spawn(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
+    detach(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| spawn_error(command, e))?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
     let (Some(stdin), Some(stdout), Some(stderr)) =
@@ -330,6 +333,28 @@ pub(crate) fn spawn(
     let group = ChildGroup { server, pgid, kill, exited: exited_rx, lane };
     reader.start(stdout, stdout_ended)?;
     Ok((transport, group))
+}
+
+/// Makes `cmd` the leader of a session of its own with no controlling terminal, and so of a
+/// process group of its own whose id is its pid (which every `kill_process_group` here
+/// signals).
+///
+/// A group of its own alone left the server in toolmux's session: under a toolmux started
+/// from a terminal (the CLI, an agent's TUI), a server or its wrapper reading `/dev/tty`
+/// (`npx`'s "Ok to proceed?", a credential prompt) was stopped by `SIGTTIN` until the
+/// startup timeout, its group not being the terminal's foreground one, and what it wrote
+/// there landed on the user's screen. Without a terminal, opening `/dev/tty` fails at once
+/// (`ENXIO`).
+#[allow(unsafe_code, reason = "`pre_exec` is unsafe; the closure only calls `setsid`")]
+fn detach(cmd: &mut Command) {
+    // SAFETY: between fork and exec the closure only calls `setsid`, a system call that is
+    // async-signal-safe; it takes no lock and allocates nothing (the error is a number).
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            Ok(())
+        });
+    }
 }
 
 /// What the stdout reader passes on to rmcp.

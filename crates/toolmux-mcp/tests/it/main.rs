@@ -19,5 +19,6 @@ mod sessions;
 mod sse_posts;
 mod supply;
 mod support;
+mod terminal;
 mod upstream_tasks;
 mod url_elicitation;
