@@ -661,9 +661,9 @@ impl AfterHook for CommandHook {
     }
 }
 
-/// Runs hook program `command` (`sh -c`) in `dir`, in a session of its own (see
-/// `detach`), with `input` on its stdin, for at most `timeout`: how it ended, or why it
-/// gave no answer (then its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
+/// Runs hook program `command` (`sh -c`) in `dir`, in a session of its own (see `detach`),
+/// with `input` on its stdin, for at most `timeout`: how it ended, or why it gave no answer
+/// (then its process group is killed and it is reaped). `TOOLMUX_PROJECT_DIR` and
 /// `CLAUDE_PROJECT_DIR` are `dir`; what it leaves running is ended when it exits. For hooks
 /// of other loops than the tool pipeline (an agent's `Stop`, `SessionStart`), with the
 /// contract of [`CommandHook`].
