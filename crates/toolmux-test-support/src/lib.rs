@@ -30,6 +30,7 @@ pub mod loopback;
 pub mod mock;
 pub mod otlp;
 pub mod redis;
+pub mod terminal;
 
 use std::future::Future;
 use std::time::Duration;

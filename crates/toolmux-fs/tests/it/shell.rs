@@ -510,59 +510,6 @@ async fn commands_cannot_open_the_controlling_terminal() {
     assert!(text.contains("read 1"), "{text}");
 }
 
-/// A terminal for a child process: the master side and the slave side.
-fn open_terminal() -> (std::fs::File, std::fs::File) {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let name = ptsname(&master, Vec::new()).unwrap();
-    let slave =
-        std::fs::OpenOptions::new().read(true).write(true).open(name.to_str().unwrap()).unwrap();
-    (std::fs::File::from(master), slave)
-}
-
-/// Runs `program` in a new session whose controlling terminal is a fresh one (util-linux
-/// `setsid --ctty`, with the terminal as its stdin), as a toolmux started from a shell
-/// runs; returns its stdout and what reached the terminal.
-fn run_in_a_terminal(program: &std::path::Path, args: &[&str]) -> (String, String) {
-    use std::io::Read;
-    use std::sync::{Arc, Mutex};
-    let (mut master, slave) = open_terminal();
-    let child = std::process::Command::new("setsid")
-        .args(["--ctty", "--wait"])
-        .arg(program)
-        .args(args)
-        .stdin(slave)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let screen = Arc::new(Mutex::new(Vec::new()));
-    let into = Arc::clone(&screen);
-    // Ends with EIO once every slave side is closed; a process left holding one would
-    // leave this thread blocked, which the test does not wait for.
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = master.read(&mut buf) {
-            into.lock().unwrap().extend_from_slice(&buf[..n]);
-        }
-    });
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    let Ok(output) = rx.recv_timeout(Duration::from_secs(90)) else {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        panic!("{} did not end within 90 s in a terminal", program.display());
-    };
-    let output = output.unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let screen = String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
-    assert!(output.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&output.stderr));
-    (stdout, screen)
-}
-
 /// Claude Code and goose hung on interactive commands until their timeout; here a command
 /// run by a toolmux that has a controlling terminal (its CLI, an agent's TUI) is in a
 /// session of its own: in toolmux's session, `read < /dev/tty` stopped the command
@@ -570,15 +517,8 @@ fn run_in_a_terminal(program: &std::path::Path, args: &[&str]) -> (String, Strin
 /// the sandbox off its writes to `/dev/tty` landed on the user's screen.
 #[test]
 fn commands_of_a_toolmux_in_a_terminal_cannot_reach_it() {
-    // The harness gives a controlling terminal: a plain program writes to it.
-    let (_, screen) = run_in_a_terminal(
-        std::path::Path::new("/bin/sh"),
-        &["-c", "echo harness-check > /dev/tty"],
-    );
-    assert!(screen.contains("harness-check"), "{screen:?}");
     let test = "shell::commands_cannot_open_the_controlling_terminal";
-    let exe = std::env::current_exe().unwrap();
-    let (stdout, screen) = run_in_a_terminal(&exe, &["--exact", test, "--nocapture"]);
+    let (stdout, screen) = toolmux_test_support::terminal::rerun_in_a_terminal(test);
     assert!(stdout.contains("1 passed"), "{stdout}");
     assert!(!screen.contains("scribble"), "{screen:?}");
 }

@@ -479,29 +479,6 @@ async fn hooks_cannot_open_the_controlling_terminal() {
     assert_eq!(b.calls(), 0);
 }
 
-/// Runs `command` (`sh -c`) in a new session whose controlling terminal is a fresh
-/// pseudo-terminal (util-linux `script`), as a toolmux started from a shell runs; returns
-/// what reached the terminal (how `command` ended is for the caller to check). Its stdin
-/// is closed, so that no keystroke of the person running the tests goes in.
-fn run_in_a_terminal(command: &str) -> String {
-    let child = std::process::Command::new("script")
-        .args(["--quiet", "--return", "--command", command, "/dev/null"])
-        .env("SHELL", "/bin/sh")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("util-linux's `script` starts");
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("a pid");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    let Ok(output) = rx.recv_timeout(Duration::from_secs(90)) else {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        panic!("`{command}` did not end within 90 s in a terminal");
-    };
-    String::from_utf8_lossy(&output.unwrap().stdout).into_owned()
-}
-
 /// Claude Code hung on interactive hook commands until their timeout; here a hook run by a
 /// toolmux that has a controlling terminal (its CLI, an agent's TUI) is in a session of its
 /// own: in toolmux's session, `read < /dev/tty` stopped the hook (`SIGTTIN`, its group not
@@ -509,21 +486,8 @@ fn run_in_a_terminal(command: &str) -> String {
 /// the user's screen.
 #[test]
 fn hooks_of_a_toolmux_in_a_terminal_cannot_reach_it() {
-    // The harness gives a controlling terminal: a plain program writes to it.
-    let screen = run_in_a_terminal("echo harness-check > /dev/tty");
-    assert!(screen.contains("harness-check"), "{screen:?}");
-    let exe = std::env::current_exe().unwrap();
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let quoted = |path: &Path| {
-        let path = path.to_str().unwrap();
-        assert!(!path.contains('\''), "{path}");
-        format!("'{path}'")
-    };
     let test = "command_hooks::hooks_cannot_open_the_controlling_terminal";
-    let command =
-        format!("exec {} --exact {test} --nocapture > {} 2>&1", quoted(&exe), quoted(out.path()));
-    let screen = run_in_a_terminal(&command);
-    let stdout = std::fs::read_to_string(out.path()).unwrap();
+    let (stdout, screen) = toolmux_test_support::terminal::rerun_in_a_terminal(test);
     assert!(stdout.contains("1 passed"), "{stdout}");
     assert!(!screen.contains("scribble"), "{screen:?}");
 }
