@@ -21,6 +21,15 @@ fn chat_ids(request: &Value) -> (Vec<String>, Vec<String>) {
     (calls, results)
 }
 
+/// The ids of the calls in the assistant turns of `request`, in order.
+fn assistant_call_ids(request: &ModelRequest) -> Vec<String> {
+    let calls = request.messages.iter().filter_map(|m| match m {
+        Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.clone())),
+        _ => None,
+    });
+    calls.flatten().collect()
+}
+
 fn assert_distinct(ids: &[String], expected: usize) {
     assert_eq!(ids.len(), expected, "{ids:?}");
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), expected, "ids repeat: {ids:?}");
@@ -96,15 +105,7 @@ async fn streamed_calls_without_ids_get_ids_no_other_turn_has() {
     let model =
         toolmux_llm::connect("sse", &config(Dialect::OpenAi, format!("{base}/v1"))).unwrap();
     let request = turns_of_calls(&model, 2, true).await;
-    let ids: Vec<String> = request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.clone())),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let ids = assistant_call_ids(&request);
     // Three turns of a call without an id and one with "given", which is kept as the API
     // gave it.
     let generated: Vec<String> = ids.iter().filter(|id| *id != "given").cloned().collect();
@@ -123,14 +124,6 @@ async fn streamed_calls_without_ids_get_ids_no_other_turn_has() {
     .await;
     let model = toolmux_llm::connect("sse", &config(Dialect::Anthropic, base)).unwrap();
     let request = turns_of_calls(&model, 2, true).await;
-    let ids: Vec<String> = request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => Some(tool_calls.iter().map(|c| c.id.clone())),
-            _ => None,
-        })
-        .flatten()
-        .collect();
+    let ids = assistant_call_ids(&request);
     assert_distinct(&ids, 3);
 }
