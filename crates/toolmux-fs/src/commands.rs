@@ -11,6 +11,7 @@
 use crate::config::{BashConfig, SandboxConfig};
 use crate::error::FsError;
 use crate::sandbox::Sandbox;
+use crate::tools::control;
 use crate::tools::shell::{self, Program};
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -264,15 +265,25 @@ impl CommandTools {
                 "`{name}` printed more than {STDOUT_MAX} bytes; its output was not kept"
             )));
         }
-        let stdout = String::from_utf8_lossy(&out).into_owned();
-        // The result is the program's stdout as it is (JSON, perhaps): the note is logged.
+        // Binary output has no place in a text result: the model is told what it was.
+        let stdout = match control::is_binary(&out) {
+            true => control::binary_notice(
+                out.len() as u64,
+                &format!(": `{name}` printed what is not text"),
+            ),
+            false => control::to_text(&out),
+        };
+        // The result is the program's stdout (JSON, perhaps): the note is logged.
         if let Some(note) = shell::escaped_note(&escaped) {
             tracing::info!(tool = name, "{note}");
         }
         if !status.success() {
             let code =
                 status.code().map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
-            let err = String::from_utf8_lossy(&err);
+            let err = match control::is_binary(&err) {
+                true => control::binary_notice(err.len() as u64, " from stderr"),
+                false => control::to_text(&err),
+            };
             let tail = tail(err.trim(), STDERR_KEPT);
             let mut message = format!("`{name}` failed ({code})");
             if !tail.is_empty() {
@@ -286,13 +297,18 @@ impl CommandTools {
         }
         match config.output.unwrap_or(CommandOutput::Text) {
             CommandOutput::Text => Ok(ToolOutput::text(stdout)),
-            CommandOutput::Json => match serde_json::from_str::<Value>(stdout.trim()) {
-                Ok(value) => Ok(ToolOutput::json(value)),
-                Err(e) => Ok(ToolOutput::error(format!(
-                    "`{name}` is to print JSON (`output: json`) but printed what is not: {e}: `{}`",
-                    tail_of(&stdout)
-                ))),
-            },
+            // JSON is parsed from the bytes as printed (its strings escape their own
+            // control characters); what reaches the model of output that is not JSON is
+            // the escaped text.
+            CommandOutput::Json => {
+                match serde_json::from_str::<Value>(String::from_utf8_lossy(&out).trim()) {
+                    Ok(value) => Ok(ToolOutput::json(value)),
+                    Err(e) => Ok(ToolOutput::error(format!(
+                        "`{name}` is to print JSON (`output: json`) but printed what is not: {e}: `{}`",
+                        tail_of(&stdout)
+                    ))),
+                }
+            }
         }
     }
 }

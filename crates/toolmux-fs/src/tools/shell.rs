@@ -1,7 +1,7 @@
 //! `bash` and `exec`: commands in their own process group, killed as a group on timeout,
 //! cancellation or exit, with capped output and the full output spilled to a file.
 
-use super::spill;
+use super::{control, spill};
 use crate::config::BashConfig;
 use crate::error::FsError;
 use crate::sandbox::Sandbox;
@@ -669,20 +669,24 @@ impl Captured {
         }
     }
 
-    /// Characters, or a large number once overflowed.
+    /// Characters as shown, or a large number once overflowed.
     fn chars_hint(&self) -> usize {
         if self.overflowed {
             usize::MAX / 4
         } else {
-            String::from_utf8_lossy(&self.head).chars().count()
+            // An escape is four characters for one: the budget counts what is shown.
+            control::to_text(&self.head).chars().count()
         }
     }
 
     /// The text shown within `budget` characters.
     fn render(mut self, budget: usize) -> Rendered {
         let bytes = self.total;
+        if control::is_binary(&self.head) {
+            return self.render_binary();
+        }
         if !self.overflowed {
-            let text = strip_ansi(&String::from_utf8_lossy(&self.head)).into_owned();
+            let text = control::to_text(&self.head);
             let chars = text.chars().count();
             if chars <= budget {
                 return Rendered { text, spill: None, truncated: false, bytes };
@@ -697,17 +701,34 @@ impl Captured {
             return Rendered { text, spill: self.spill.clone(), truncated: true, bytes };
         }
         let half = budget / 2;
-        let head = String::from_utf8_lossy(&self.head);
-        let head = strip_ansi(&head);
+        let head = control::to_text(&self.head);
         let first: String = head.chars().take(half).collect();
         let tail: Vec<u8> = self.tail.iter().copied().collect();
-        let tail = String::from_utf8_lossy(&tail);
-        let tail = strip_ansi(&tail);
+        let tail = control::to_text(&tail);
         let tail_chars = tail.chars().count();
         let last: String = tail.chars().skip(tail_chars.saturating_sub(budget - half)).collect();
         let omitted = bytes.saturating_sub((first.len() + last.len()) as u64);
         let text = self.marked(first, last, &format!("about {omitted} bytes"));
         Rendered { text, spill: self.spill.clone(), truncated: true, bytes }
+    }
+
+    /// One line in place of binary output, naming the spill file that holds it.
+    fn render_binary(mut self) -> Rendered {
+        if !self.overflowed {
+            let head = std::mem::take(&mut self.head);
+            self.spill_write(&head);
+        }
+        let saved = match (&self.spill, &self.spill_error) {
+            (Some(path), _) if self.spill_written < self.total => control::binary_saved(
+                &format!("its first {} bytes saved to", self.spill_written),
+                path,
+            ),
+            (Some(path), _) => control::binary_saved("saved to", path),
+            (None, Some(why)) => format!("; it could not be saved: {why}"),
+            (None, None) => "; it could not be saved".into(),
+        };
+        let text = control::binary_notice(self.total, &saved);
+        Rendered { text, spill: self.spill.clone(), truncated: true, bytes: self.total }
     }
 
     fn marked(&self, first: String, last: String, omitted: &str) -> String {

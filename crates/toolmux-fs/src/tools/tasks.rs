@@ -12,7 +12,7 @@
 //! drop) kills every group still alive.
 
 use super::shell::{self, DRAIN_TIMEOUT, Program};
-use super::spill;
+use super::{control, spill};
 use crate::config::BashConfig;
 use crate::error::FsError;
 use crate::sandbox::Sandbox;
@@ -796,7 +796,19 @@ fn render(task: &Task, cap: usize, filter: Option<&regex::Regex>) -> ToolOutput 
     let text = String::from_utf8_lossy(&bytes);
     let text = if task.tty { std::borrow::Cow::Owned(text.replace("\r\n", "\n")) } else { text };
     let text = shell::strip_ansi(&text);
+    let text = control::escape_controls(&text);
     let shown: String = match filter {
+        // Binary output is one line in place of it all, filtered or not.
+        _ if control::is_binary(&bytes) => {
+            let saved = match &file {
+                None => "; it could not be saved".to_owned(),
+                Some((p, None)) => control::binary_saved("all of it is in", p),
+                Some((p, Some(saved))) => {
+                    control::binary_saved(&format!("its first {saved} bytes are in"), p)
+                }
+            };
+            control::binary_notice(bytes.len() as u64, &saved)
+        }
         Some(filter) => text
             .split_inclusive('\n')
             .filter(|line| filter.is_match(line.trim_end_matches(['\n', '\r'])))

@@ -555,3 +555,44 @@ async fn a_process_left_holding_the_output_is_killed_within_a_second() {
     assert_eq!(out, "exit code 0\n--- stdout ---\nstarted");
     assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
 }
+
+/// A NUL or a bell in a tool result breaks some model APIs' JSON and many clients'
+/// displays: stray control characters are shown as escapes, never raw nor dropped.
+#[tokio::test]
+async fn control_characters_are_shown_as_escapes() {
+    let fx = Fixture::new();
+    let out = fx.ok("bash", json!({"command": "printf 'a\\0b\\n'; printf 'bell\\a\\n' >&2"})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\na\\x00b\n--- stderr ---\nbell\\x07");
+    let out = fx.ok("exec", json!({"argv": ["printf", "tab\\tx\\bff\\f\\x7f\\n"]})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\ntab\tx\\x08ff\\x0c\\x7f");
+}
+
+/// What a carriage return draws (a progress bar) is kept as it was.
+#[tokio::test]
+async fn carriage_returns_are_kept() {
+    let fx = Fixture::new();
+    let out = fx.ok("bash", json!({"command": "printf '10%%\\r50%%\\r100%%\\n'"})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\n10%\r50%\r100%");
+}
+
+/// Binary output (a `cat` of an image) is one line saying how much was left out and where
+/// it is, not kilobytes of escapes.
+#[tokio::test]
+async fn binary_output_is_replaced_by_a_notice() {
+    let fx = Fixture::new();
+    let out = fx.call("bash", json!({"command": "head -c 4096 /dev/urandom"})).await.unwrap();
+    let text = out.to_text();
+    let file = out.extras["stdoutFile"].as_str().expect("the bytes are saved");
+    let (first, rest) = text.split_once("--- stdout ---\n").unwrap();
+    assert_eq!(first, "exit code 0\n");
+    assert_eq!(
+        rest,
+        format!(
+            "[4096 bytes of binary output left out; saved to {file} (look at it with \
+             `file {file}`, `xxd {file} | head`)]"
+        )
+    );
+    assert_eq!(std::fs::read(file).unwrap().len(), 4096);
+    assert_eq!(out.extras["stdoutTruncated"], true);
+    std::fs::remove_file(file).unwrap();
+}

@@ -504,3 +504,20 @@ async fn a_tasks_output_through_a_process_substitution_is_kept() {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "HELLO\n");
     }
 }
+
+/// A task's output reaches the model with its control characters escaped, and binary
+/// output as a notice naming the task's output file.
+#[tokio::test]
+async fn a_tasks_control_characters_are_escaped_and_binary_output_left_out() {
+    let fx = fixture(|b| b);
+    let (id, _, _) = start(&fx, "printf 'a\\0b\\abell\\n'").await;
+    let out = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    assert!(out.ends_with("--- output ---\na\\x00b\\x07bell"), "{out}");
+    let (id, _, file) = start(&fx, "head -c 4096 /dev/urandom").await;
+    let out = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    let notice = format!(
+        "--- output ---\n[4096 bytes of binary output left out; all of it is in {file} (look \
+         at it with `file {file}`, `xxd {file} | head`)]"
+    );
+    assert!(out.ends_with(&notice), "{out}");
+}
