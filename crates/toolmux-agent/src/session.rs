@@ -469,6 +469,12 @@ impl Session<'_> {
                 None => break SessionEnd::Report(self.out_of_time(&figures)),
                 Some(Ok(answer)) => answer,
                 Some(Err(e)) => {
+                    // An answer that failed all the same (cut at the context window) was
+                    // billed: it counts as an answer's tokens do, before it is asked again.
+                    if let Some(usage) = e.usage() {
+                        figures.usage += usage;
+                        self.budgets.spend(&self.ctx, usage.input_tokens + usage.output_tokens);
+                    }
                     // Too long for the model's window: the oldest tool results give way,
                     // as for a configured window, and the turn is asked again. Each time
                     // elides at least one result, so this ends.

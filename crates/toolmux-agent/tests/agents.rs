@@ -2524,10 +2524,22 @@ fn within_window(next: ScriptStep) -> ScriptStep {
 /// with a tool that returns 8,000 bytes, and the orchestrator they run on (which the agents
 /// hold only weakly).
 async fn on_a_served_model(server: &ScriptedLlmServer) -> (Agents, Orchestrator) {
+    on_a_model_speaking(Dialect::OpenAi, server).await
+}
+
+/// [`on_a_served_model`], the model speaking `dialect`'s API.
+async fn on_a_model_speaking(
+    dialect: Dialect,
+    server: &ScriptedLlmServer,
+) -> (Agents, Orchestrator) {
     let config = ModelConfig {
-        api: ApiKind::Openai,
+        api: match dialect {
+            Dialect::OpenAi => ApiKind::Openai,
+            Dialect::Anthropic => ApiKind::Anthropic,
+        },
         model: "test-model".into(),
         base_url: Some(server.base_url()),
+        prompt_cache: Some(false),
         ..ModelConfig::default()
     };
     let model = toolmux_llm::connect("m", &config).unwrap();
@@ -2573,6 +2585,45 @@ async fn a_request_refused_as_over_the_context_window_is_asked_again_shorter() {
     assert!(results[0].contains("elided to keep the conversation"), "{results:?}");
     assert!(results[2].len() > 7000, "the latest result is whole: {results:?}");
     assert!(requests[4].to_string().len() / 4 <= REFUSED_OVER);
+}
+
+/// An answer cut off where it filled the model's context window, as `dialect` says it
+/// (Anthropic's `stop_reason: model_context_window_exceeded`, Mistral's `finish_reason:
+/// model_length`), half written and billed: `input` tokens read, `output` written.
+fn cut_at_the_window(dialect: Dialect, input: u64, output: u64) -> ScriptStep {
+    let answer = match dialect {
+        Dialect::Anthropic => json!({"id": "msg_cut", "type": "message", "role": "assistant",
+            "model": "test-model", "content": [{"type": "text", "text": "half an"}],
+            "stop_reason": "model_context_window_exceeded", "stop_sequence": null,
+            "usage": {"input_tokens": input, "output_tokens": output}}),
+        Dialect::OpenAi => json!({"id": "cmpl-cut", "object": "chat.completion", "created": 0,
+            "model": "test-model", "choices": [{"index": 0, "finish_reason": "model_length",
+            "message": {"role": "assistant", "content": "half an"}}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output}}),
+    };
+    ScriptStep::Whole(Box::new(ScriptStep::Raw(answer.to_string())))
+}
+
+/// The API bills an answer cut at the context window though it is no answer: its tokens
+/// count in the run's usage (and so against its token budget) as an answer's do.
+#[tokio::test]
+async fn an_answer_cut_at_the_context_window_counts_in_the_runs_usage() {
+    let server = ScriptedLlmServer::start(
+        Dialect::Anthropic,
+        vec![
+            ScriptStep::tool_call("mock__big", json!({})),
+            ScriptStep::tool_call("mock__big", json!({})),
+            cut_at_the_window(Dialect::Anthropic, 9000, 777),
+            ScriptStep::text("done"),
+        ],
+    );
+    let (agents, _orchestrator) = on_a_model_speaking(Dialect::Anthropic, &server).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "done"));
+    assert_eq!(server.requests().len(), 4);
+    // Three scripted answers of 10 tokens each, and the cut one's 777.
+    assert_eq!(report.usage.output_tokens, 3 * 10 + 777, "{:?}", report.usage);
+    assert!(report.usage.input_tokens > 9000, "{:?}", report.usage);
 }
 
 /// When only the latest turn's results (and the task) are left, nothing gives way: the run

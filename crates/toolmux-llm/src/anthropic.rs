@@ -474,13 +474,9 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         // read as a request over the window, the oldest tool results give way and the turn
         // is asked again ([`ModelError::context_overflow`]).
         Some("model_context_window_exceeded") => {
-            let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
             return Err(ModelError::ContextWindowReached {
                 model: endpoint.name.clone(),
-                input_tokens: tokens("/usage/input_tokens")
-                    + tokens("/usage/cache_read_input_tokens")
-                    + tokens("/usage/cache_creation_input_tokens"),
-                output_tokens: tokens("/usage/output_tokens"),
+                usage: usage(answer),
             });
         }
         // The API's server tools (web search, code execution) paused a long turn, to be
@@ -501,27 +497,32 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         None if !tool_calls.is_empty() => StopReason::ToolUse,
         None => StopReason::EndTurn,
     };
-    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
-    // Anthropic's `input_tokens` leaves out what was read from or written to the cache;
-    // toolmux's counts every token read, as OpenAI's does.
-    let cache_read = tokens("/usage/cache_read_input_tokens");
-    let cache_write = tokens("/usage/cache_creation_input_tokens");
     Ok(ModelResponse {
         content: texts.join("\n"),
         tool_calls,
         stop,
-        usage: Usage {
-            input_tokens: tokens("/usage/input_tokens") + cache_read + cache_write,
-            output_tokens: tokens("/usage/output_tokens"),
-            cache_read_tokens: cache_read,
-            cache_write_tokens: cache_write,
-            estimated: false,
-        },
+        usage: usage(answer),
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
         // Thinking blocks go back only where thinking is asked for, which toolmux does not
         // ask for.
         reasoning: None,
     })
+}
+
+/// A message's usage figures.
+fn usage(answer: &Value) -> Usage {
+    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    // Anthropic's `input_tokens` leaves out what was read from or written to the cache;
+    // toolmux's counts every token read, as OpenAI's does.
+    let cache_read = tokens("/usage/cache_read_input_tokens");
+    let cache_write = tokens("/usage/cache_creation_input_tokens");
+    Usage {
+        input_tokens: tokens("/usage/input_tokens") + cache_read + cache_write,
+        output_tokens: tokens("/usage/output_tokens"),
+        cache_read_tokens: cache_read,
+        cache_write_tokens: cache_write,
+        estimated: false,
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! What can go wrong asking a model.
 
+use crate::Usage;
 use std::time::Duration;
 
 /// Why a model gave no answer.
@@ -88,16 +89,19 @@ pub enum ModelError {
     /// `model_context_window_exceeded`): the request and the answer together filled it.
     /// [`ModelError::context_overflow`] reads it as a request over the window, since going
     /// on from the cut would need more room than there is.
+    /// The API bills the answer all the same: its figures are kept here, for budgets to
+    /// count ([`ModelError::usage`]).
     #[error(
-        "model `{model}`: the answer was cut off at the model's context window ({input_tokens} tokens read, {output_tokens} written)"
+        "model `{model}`: the answer was cut off at the model's context window ({} tokens read, {} written)",
+        usage.input_tokens,
+        usage.output_tokens
     )]
     ContextWindowReached {
         /// The configured model name.
         model: String,
-        /// The tokens of the request, as the API counted them.
-        input_tokens: u64,
-        /// The tokens written before the cut.
-        output_tokens: u64,
+        /// The tokens of the request and of the answer before the cut, as the API counted
+        /// them (estimated, and marked so, when it counted none).
+        usage: Usage,
     },
     /// The caller cancelled the request.
     #[error("model `{model}`: cancelled")]
@@ -151,11 +155,12 @@ impl ModelError {
     /// window, and what it said of the sizes; `None` for every other error.
     pub fn context_overflow(&self) -> Option<ContextOverflow> {
         // The window is what was read and written together; the request, what was read.
-        if let ModelError::ContextWindowReached { input_tokens, output_tokens, .. } = self {
-            let limit = input_tokens + output_tokens;
+        // Estimated figures are this crate's, not the API's: they say nothing of the window.
+        if let ModelError::ContextWindowReached { usage, .. } = self {
+            let counted = |tokens: u64| (tokens > 0 && !usage.estimated).then_some(tokens);
             return Some(ContextOverflow {
-                limit: (limit > 0).then_some(limit),
-                tokens: (*input_tokens > 0).then_some(*input_tokens),
+                limit: counted(usage.input_tokens + usage.output_tokens),
+                tokens: counted(usage.input_tokens),
             });
         }
         let ModelError::Api { status: 400 | 413, message, .. } = self else { return None };
@@ -174,6 +179,16 @@ impl ModelError {
                 .or_else(|| after("prompt is too long:"))
                 .or_else(|| after("input token count")),
         })
+    }
+
+    /// The tokens the API billed for a request that failed all the same, to be counted as
+    /// an answer's are: an answer cut at the context window
+    /// ([`ModelError::ContextWindowReached`]); `None` where it answered nothing billed.
+    pub fn usage(&self) -> Option<Usage> {
+        match self {
+            ModelError::ContextWindowReached { usage, .. } => Some(*usage),
+            _ => None,
+        }
     }
 
     /// Whether asking again later may succeed (rate limits, server errors, transport).

@@ -50,7 +50,8 @@ impl Model for OpenAiModel {
     ) -> Result<ModelResponse, ModelError> {
         let body = self.body(request);
         let answer = self.endpoint.post(&body, cancel).await?;
-        let answer = parse(&answer, &self.endpoint)?;
+        let answer =
+            parse(&answer, &self.endpoint).map_err(|e| self.estimated_error(request, e))?;
         Ok(self.estimated(request, answer))
     }
 
@@ -83,7 +84,8 @@ impl Model for OpenAiModel {
             }
             answer => answer,
         };
-        Ok(self.estimated(request, answer?))
+        let answer = answer.map_err(|e| self.estimated_error(request, e))?;
+        Ok(self.estimated(request, answer))
     }
 }
 
@@ -113,6 +115,19 @@ impl OpenAiModel {
             "the API reported no usage; estimated from the lengths"
         );
         answer
+    }
+
+    /// `error` with the usage it carries estimated, as [`OpenAiModel::estimated`] does an
+    /// answer's, when the API reported none: the request's tokens were billed all the same.
+    /// What was written before the cut is not kept, so only the request is counted.
+    fn estimated_error(&self, request: &ModelRequest, mut error: ModelError) -> ModelError {
+        if let ModelError::ContextWindowReached { usage, .. } = &mut error
+            && usage.estimated
+        {
+            let sent = self.body(request).to_string().len() as u64;
+            *usage = Usage { estimated: true, ..Usage::new(sent.div_ceil(3), 0) };
+        }
+        error
     }
 }
 
@@ -576,11 +591,9 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         // request that cannot fit either; read as a request over the window, the oldest
         // tool results give way and the turn is asked again (see `ContextWindowReached`).
         Some("model_length") => {
-            let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
             return Err(ModelError::ContextWindowReached {
                 model: endpoint.name.clone(),
-                input_tokens: tokens("/usage/prompt_tokens"),
-                output_tokens: tokens("/usage/completion_tokens"),
+                usage: usage(answer),
             });
         }
         Some(
@@ -627,26 +640,11 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
         None if refusal.is_some() => StopReason::ContentFilter,
         None => StopReason::EndTurn,
     };
-    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
-    // An answer without usage figures is marked, and its caller estimates them
-    // ([`OpenAiModel::estimated`]).
-    let reported = ["/usage/prompt_tokens", "/usage/completion_tokens"]
-        .iter()
-        .any(|field| answer.pointer(field).is_some_and(Value::is_u64));
     Ok(ModelResponse {
         content,
         tool_calls,
         stop,
-        // Some compatible servers report no usage; it is accounting, not the answer.
-        // The prompt's tokens include those read from the cache, which OpenAI applies by
-        // itself to long prompts.
-        usage: Usage {
-            input_tokens: tokens("/usage/prompt_tokens"),
-            output_tokens: tokens("/usage/completion_tokens"),
-            cache_read_tokens: tokens("/usage/prompt_tokens_details/cached_tokens"),
-            cache_write_tokens: 0,
-            estimated: !reported,
-        },
+        usage: usage(answer),
         model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
         reasoning: message
             .get("reasoning_content")
@@ -654,6 +652,24 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             .filter(|text| !text.is_empty())
             .map(|text| Reasoning { text: text.to_owned(), origin: endpoint.origin() }),
     })
+}
+
+/// A chat completion's usage figures. Some compatible servers report none; it is
+/// accounting, not the answer: such figures are marked, and the caller estimates them
+/// ([`OpenAiModel::estimated`]). The prompt's tokens include those read from the cache,
+/// which OpenAI applies by itself to long prompts.
+fn usage(answer: &Value) -> Usage {
+    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    let reported = ["/usage/prompt_tokens", "/usage/completion_tokens"]
+        .iter()
+        .any(|field| answer.pointer(field).is_some_and(Value::is_u64));
+    Usage {
+        input_tokens: tokens("/usage/prompt_tokens"),
+        output_tokens: tokens("/usage/completion_tokens"),
+        cache_read_tokens: tokens("/usage/prompt_tokens_details/cached_tokens"),
+        cache_write_tokens: 0,
+        estimated: !reported,
+    }
 }
 
 fn parse_call(

@@ -3,7 +3,7 @@
 //! finished answer, whole or streamed.
 
 use super::*;
-use toolmux_llm::StopReason;
+use toolmux_llm::{StopReason, Usage};
 
 /// A chat completion of half an answer that ended for `finish`.
 fn chat(finish: &str) -> String {
@@ -61,13 +61,8 @@ async fn chat_completions_reasons_that_end_no_turn() {
 async fn an_answer_cut_at_the_context_window_reads_as_an_overflow() {
     let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::Raw(chat("model_length"))]);
     let error = fail(&model, &hello()).await;
-    assert!(
-        matches!(
-            error,
-            ModelError::ContextWindowReached { input_tokens: 30, output_tokens: 4, .. }
-        ),
-        "{error:?}"
-    );
+    // The API bills the cut answer: its figures go with the error, for budgets to count.
+    assert_eq!(error.usage(), Some(Usage::new(30, 4)), "{error:?}");
     let window = error.context_overflow().unwrap();
     assert_eq!((window.limit, window.tokens), (Some(34), Some(30)));
     assert!(error.to_string().contains("context window"), "{error}");
@@ -75,8 +70,24 @@ async fn an_answer_cut_at_the_context_window_reads_as_an_overflow() {
     let stop = "model_context_window_exceeded";
     let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(message(stop))]);
     let error = fail(&model, &hello()).await;
+    let usage = Usage { cache_read_tokens: 6, ..Usage::new(196, 4) };
+    assert_eq!(error.usage(), Some(usage), "{error:?}");
     let window = error.context_overflow().unwrap();
     assert_eq!((window.limit, window.tokens), (Some(200), Some(196)), "{error:?}");
+}
+
+/// A server that reports no usage for an answer cut at the window is billed all the same:
+/// the request's tokens are estimated, as for an answer, and read as no figure of the
+/// window's.
+#[tokio::test]
+async fn an_answer_cut_at_the_context_window_without_usage_is_estimated() {
+    let cut = json!({"model": "m", "choices": [{"message": {"role": "assistant",
+                     "content": "half an"}, "finish_reason": "model_length"}]});
+    let (_server, model) = serve(Dialect::OpenAi, vec![ScriptStep::Raw(cut.to_string())]);
+    let error = fail(&model, &hello()).await;
+    let usage = error.usage().unwrap();
+    assert!(usage.estimated && usage.input_tokens > 0, "{error:?}");
+    assert_eq!(error.context_overflow(), Some(Default::default()));
 }
 
 /// A turn the API's server tools paused must be sent again with its content, which
