@@ -2604,6 +2604,57 @@ fn cut_at_the_window(dialect: Dialect, input: u64, output: u64) -> ScriptStep {
     ScriptStep::Whole(Box::new(ScriptStep::Raw(answer.to_string())))
 }
 
+/// An answer cut at the context window is no answer (taken for one, the run ended as a
+/// success with half a sentence): the oldest tool results give way, as for a request the
+/// API refuses as over the window, and the turn is asked again; the latest results stay
+/// whole.
+#[tokio::test]
+async fn an_answer_cut_at_the_context_window_is_asked_again_shorter() {
+    for dialect in [Dialect::Anthropic, Dialect::OpenAi] {
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![
+                ScriptStep::tool_call("mock__big", json!({})),
+                ScriptStep::tool_call("mock__big", json!({})),
+                ScriptStep::tool_call("mock__big", json!({})),
+                cut_at_the_window(dialect, 9000, 100),
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": "read it all"}),
+                ),
+            ],
+        );
+        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
+        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(
+            (report.status, report.content.as_str()),
+            (AgentStatus::Success, "read it all"),
+            "{dialect:?}"
+        );
+        let requests = server.requests();
+        assert_eq!(requests.len(), 5, "{dialect:?}: the cut turn is asked once more");
+        let text = |content: &Value| match content {
+            Value::String(text) => text.clone(),
+            parts => parts.to_string(),
+        };
+        let results: Vec<String> = requests[4]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| match dialect {
+                Dialect::OpenAi => (m["role"] == "tool").then(|| text(&m["content"])),
+                Dialect::Anthropic => m["content"]
+                    .as_array()
+                    .and_then(|parts| parts.iter().find(|p| p["type"] == "tool_result"))
+                    .map(|part| text(&part["content"])),
+            })
+            .collect();
+        assert_eq!(results.len(), 3, "{dialect:?}: {results:?}");
+        assert!(results[0].contains("elided to keep the conversation"), "{results:?}");
+        assert!(results[2].len() > 7000, "the latest result is whole: {results:?}");
+    }
+}
+
 /// The API bills an answer cut at the context window though it is no answer: its tokens
 /// count in the run's usage (and so against its token budget) as an answer's do.
 #[tokio::test]
