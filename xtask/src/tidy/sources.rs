@@ -26,6 +26,8 @@ pub(super) const SPAWN_ALLOWED: &[&str] = &[
     "crates/toolmux-orchestrator/src/hooks/command",
     // toolmux-test-support (dev-dependency only): the fixture runs a real redis-server.
     "crates/toolmux-test-support/src/redis",
+    // toolmux-test-support: a test run again under a fresh terminal (util-linux `script`).
+    "crates/toolmux-test-support/src/terminal",
 ];
 
 /// Text that must not appear in any `.rs` file, with what to do instead.
