@@ -97,6 +97,22 @@ async fn connected(
     (server, provider, task)
 }
 
+/// A call after the faults is answered, the server having seen `streams` event streams
+/// in all (1: the same connection went on; 2: it connected again); then the provider and
+/// the server stop.
+async fn echo_then_stop(
+    server: &Server,
+    provider: &McpProvider,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    streams: usize,
+) {
+    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text(), "echo");
+    assert_eq!(server.streams.load(Ordering::SeqCst), streams, "event streams opened");
+    provider.shutdown().await.unwrap();
+    task.abort();
+}
+
 /// `server` on a loopback port, and a provider for it, not connected yet.
 async fn serving(
     server: Server,
@@ -152,11 +168,7 @@ async fn a_stuck_post_times_out_and_holds_no_other_message() {
         .assert_eq(&error);
     assert!(!error.contains("sekrit"), "{error}");
 
-    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
-    assert_eq!(out.to_text(), "echo");
-    assert_eq!(server.streams.load(Ordering::SeqCst), 1, "the same connection");
-    provider.shutdown().await.unwrap();
-    task.abort();
+    echo_then_stop(&server, &provider, task, 1).await;
 }
 
 /// A POST the server refuses (HTTP 500) fails the call it carried at once, naming the
@@ -180,11 +192,7 @@ async fn a_refused_post_fails_only_its_own_call() {
     assert!(error.is_transient(), "{error:?}");
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert_eq!(slow.unwrap().to_text(), "slow", "the call in flight is answered");
-    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
-    assert_eq!(out.to_text(), "echo");
-    assert_eq!(server.streams.load(Ordering::SeqCst), 1, "the same connection");
-    provider.shutdown().await.unwrap();
-    task.abort();
+    echo_then_stop(&server, &provider, task, 1).await;
 }
 
 /// A POST answered 404 shows the session gone: the connection ends, failing the calls in
@@ -204,9 +212,5 @@ async fn a_post_to_a_session_gone_ends_the_connection() {
     ];
     expected.assert_eq(&gone.unwrap_err().to_string());
     expected.assert_eq(&slow.unwrap_err().to_string());
-    let out = provider.call("echo", json!({}), &CallContext::new()).await.unwrap();
-    assert_eq!(out.to_text(), "echo");
-    assert_eq!(server.streams.load(Ordering::SeqCst), 2, "connected again");
-    provider.shutdown().await.unwrap();
-    task.abort();
+    echo_then_stop(&server, &provider, task, 2).await;
 }
