@@ -1806,17 +1806,7 @@ async fn images_tools_return_reach_the_model_over_both_apis() {
             dialect,
             vec![ScriptStep::tool_call("shots__take", json!({})), ScriptStep::text("A page.")],
         );
-        let config = ModelConfig {
-            api: match dialect {
-                Dialect::OpenAi => ApiKind::Openai,
-                Dialect::Anthropic => ApiKind::Anthropic,
-            },
-            model: "test-model".into(),
-            base_url: Some(server.base_url()),
-            prompt_cache: Some(false),
-            ..ModelConfig::default()
-        };
-        let model = toolmux_llm::connect("m", &config).unwrap();
+        let model = model_speaking(dialect, &server);
         let (agents, orchestrator) = with_image_tool(model, output.clone()).await;
         let report = agents.run("a", "look at the page", &CallContext::new()).await.unwrap();
         assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "A page."));
@@ -2527,11 +2517,8 @@ async fn on_a_served_model(server: &ScriptedLlmServer) -> (Agents, Orchestrator)
     on_a_model_speaking(Dialect::OpenAi, server).await
 }
 
-/// [`on_a_served_model`], the model speaking `dialect`'s API.
-async fn on_a_model_speaking(
-    dialect: Dialect,
-    server: &ScriptedLlmServer,
-) -> (Agents, Orchestrator) {
+/// A model `m` on `server`, speaking `dialect`'s API, its prompt cache off.
+fn model_speaking(dialect: Dialect, server: &ScriptedLlmServer) -> Arc<dyn Model> {
     let config = ModelConfig {
         api: match dialect {
             Dialect::OpenAi => ApiKind::Openai,
@@ -2542,7 +2529,15 @@ async fn on_a_model_speaking(
         prompt_cache: Some(false),
         ..ModelConfig::default()
     };
-    let model = toolmux_llm::connect("m", &config).unwrap();
+    toolmux_llm::connect("m", &config).unwrap()
+}
+
+/// [`on_a_served_model`], the model speaking `dialect`'s API.
+async fn on_a_model_speaking(
+    dialect: Dialect,
+    server: &ScriptedLlmServer,
+) -> (Agents, Orchestrator) {
+    let model = model_speaking(dialect, server);
     let mock: Arc<dyn ToolProvider> =
         Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
     let models = BTreeMap::from([("m".to_owned(), model)]);

@@ -641,6 +641,25 @@ async fn an_oversized_body_and_a_stray_cancellation_leave_the_session_serving() 
     server.stop().await;
 }
 
+/// A POST of `body` to `url` in no session, with `headers` besides the JSON-RPC ones.
+async fn post_sessionless(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Answered {
+    let mut request = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = within(request.body(body.to_string()).send()).await.expect("a response");
+    let status = response.status().as_u16();
+    Answered { status, body: within(response.text()).await.expect("a body") }
+}
+
 /// An `initialize` asking for a protocol version the server does not speak (one older
 /// than any, or one of the stateless revisions, which have no `initialize`) is answered
 /// with the newest version it speaks with a handshake, as MCP says, not refused; the
@@ -655,20 +674,7 @@ async fn an_initialize_of_an_unknown_version_is_offered_the_newest() {
             "protocolVersion": asked, "capabilities": {},
             "clientInfo": {"name": "raw", "version": "0"}
         }});
-        let response = within(
-            client
-                .post(server.url())
-                .header("accept", "application/json, text/event-stream")
-                .header("content-type", "application/json")
-                .body(initialize.to_string())
-                .send(),
-        )
-        .await
-        .expect("a response");
-        let answered = Answered {
-            status: response.status().as_u16(),
-            body: within(response.text()).await.expect("a body"),
-        };
+        let answered = post_sessionless(&client, &server.url(), &initialize, &[]).await;
         assert_eq!(answered.status, 200, "{asked}: {}", answered.body);
         let message = answered.message();
         assert_eq!(message["result"]["protocolVersion"], "2025-11-25", "{asked}: {message}");
@@ -696,23 +702,8 @@ async fn stateless_pages_follow_their_cursors_across_requests() {
         }
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
         // A client of its own each time: nothing ties one page to the one before.
-        let response = within(
-            reqwest::Client::new()
-                .post(server.url())
-                .header("accept", "application/json, text/event-stream")
-                .header("content-type", "application/json")
-                .header("mcp-protocol-version", "2026-07-28")
-                .header("mcp-method", "tools/list")
-                .body(body.to_string())
-                .send(),
-        )
-        .await
-        .expect("a response");
-        let answered = Answered {
-            status: response.status().as_u16(),
-            body: within(response.text()).await.expect("a body"),
-        };
-        answered.message()
+        let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")];
+        post_sessionless(&reqwest::Client::new(), &server.url(), &body, &headers).await.message()
     };
     let mut names = Vec::new();
     let mut cursor: Option<String> = None;
