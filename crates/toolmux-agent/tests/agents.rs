@@ -2672,6 +2672,53 @@ async fn an_answer_cut_at_the_context_window_counts_in_the_runs_usage() {
     assert!(report.usage.input_tokens > 9000, "{:?}", report.usage);
 }
 
+/// An answer ended for a reason that is no finished turn, as `dialect` says it (the
+/// compatible servers' `finish_reason: error`, Gemini's `MALFORMED_FUNCTION_CALL` through
+/// its OpenAI dialect, Anthropic's `stop_reason: pause_turn`), with `input` tokens read and
+/// `output` written.
+fn stopped(dialect: Dialect, reason: &str, input: u64, output: u64) -> ScriptStep {
+    let answer = match dialect {
+        Dialect::Anthropic => json!({"id": "msg_stop", "type": "message", "role": "assistant",
+            "model": "test-model", "content": [{"type": "text", "text": "half an"}],
+            "stop_reason": reason, "stop_sequence": null,
+            "usage": {"input_tokens": input, "output_tokens": output}}),
+        Dialect::OpenAi => json!({"id": "cmpl-stop", "object": "chat.completion", "created": 0,
+            "model": "test-model", "choices": [{"index": 0, "finish_reason": reason,
+            "message": {"role": "assistant", "content": "half an"}}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output}}),
+    };
+    ScriptStep::Whole(Box::new(ScriptStep::Raw(answer.to_string())))
+}
+
+/// The API bills an answer it ended for a reason that is no finished turn though the run
+/// fails on it: its tokens count in the run's usage (and so against its token budget and
+/// its callers'), in every dialect.
+#[tokio::test]
+async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
+    let cases = [
+        (Dialect::OpenAi, "error"),
+        (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
+        (Dialect::Anthropic, "pause_turn"),
+    ];
+    for (dialect, reason) in cases {
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![
+                ScriptStep::tool_call("mock__big", json!({})),
+                stopped(dialect, reason, 7000, 555),
+            ],
+        );
+        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
+        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(report.status, AgentStatus::Failure, "{reason}: {}", report.content);
+        assert!(report.content.contains(reason), "{reason}: {}", report.content);
+        assert_eq!(server.requests().len(), 2, "{reason}");
+        // The scripted call's 10 tokens written, and the stopped answer's 555.
+        assert_eq!(report.usage.output_tokens, 10 + 555, "{reason}: {:?}", report.usage);
+        assert!(report.usage.input_tokens > 7000, "{reason}: {:?}", report.usage);
+    }
+}
+
 /// When only the latest turn's results (and the task) are left, nothing gives way: the run
 /// fails saying why and what to change, not with the API's words alone.
 #[tokio::test]

@@ -491,6 +491,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
                           execution), which toolmux neither offers nor can resume: have \
                           whatever adds them to the request (a proxy, a gateway) add none"
                     .to_owned(),
+                usage: usage(answer),
             });
         }
         Some(other) => StopReason::Other(other.to_owned()),

@@ -76,6 +76,8 @@ pub enum ModelError {
     /// other variant stands for: the model failed while writing (Mistral's and the
     /// compatible servers' `error`, Gemini's `MALFORMED_FUNCTION_CALL`), or a turn this
     /// client cannot carry on (Anthropic's `pause_turn`). What it wrote is not an answer.
+    /// The API bills it all the same: its figures are kept here, for budgets to count
+    /// ([`ModelError::usage`]).
     #[error("model `{model}`: the API ended the answer with `{reason}`: {message}")]
     Stopped {
         /// The configured model name.
@@ -84,6 +86,9 @@ pub enum ModelError {
         reason: String,
         /// What it means and what to change.
         message: String,
+        /// The tokens of the request and of what was written before the stop, as the API
+        /// counted them (estimated, and marked so, when it counted none).
+        usage: Usage,
     },
     /// The answer was cut off at the model's context window (Anthropic's
     /// `model_context_window_exceeded`): the request and the answer together filled it.
@@ -183,10 +188,13 @@ impl ModelError {
 
     /// The tokens the API billed for a request that failed all the same, to be counted as
     /// an answer's are: an answer cut at the context window
-    /// ([`ModelError::ContextWindowReached`]); `None` where it answered nothing billed.
+    /// ([`ModelError::ContextWindowReached`]) or ended for a reason that is no finished turn
+    /// ([`ModelError::Stopped`]); `None` where it answered nothing billed.
     pub fn usage(&self) -> Option<Usage> {
         match self {
-            ModelError::ContextWindowReached { usage, .. } => Some(*usage),
+            ModelError::ContextWindowReached { usage, .. } | ModelError::Stopped { usage, .. } => {
+                Some(*usage)
+            }
             _ => None,
         }
     }

@@ -119,9 +119,11 @@ impl OpenAiModel {
 
     /// `error` with the usage it carries estimated, as [`OpenAiModel::estimated`] does an
     /// answer's, when the API reported none: the request's tokens were billed all the same.
-    /// What was written before the cut is not kept, so only the request is counted.
+    /// What was written before the cut or the stop is not kept, so only the request is
+    /// counted.
     fn estimated_error(&self, request: &ModelRequest, mut error: ModelError) -> ModelError {
-        if let ModelError::ContextWindowReached { usage, .. } = &mut error
+        if let ModelError::ContextWindowReached { usage, .. } | ModelError::Stopped { usage, .. } =
+            &mut error
             && usage.estimated
         {
             let sent = self.body(request).to_string().len() as u64;
@@ -632,6 +634,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
                 model: endpoint.name.clone(),
                 reason: reason.unwrap_or(failed).to_owned(),
                 message: message.to_owned(),
+                usage: usage(answer),
             });
         }
         Some(_) => StopReason::Other(reason.unwrap_or_default().to_owned()),

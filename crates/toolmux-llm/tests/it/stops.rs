@@ -47,6 +47,8 @@ async fn chat_completions_reasons_that_end_no_turn() {
         let error = fail(&model, &hello()).await;
         assert_stopped(&error, reason);
         assert_eq!(error.context_overflow(), None);
+        // Billed all the same: the figures go with the error, for budgets to count.
+        assert_eq!(error.usage(), Some(Usage::new(30, 4)), "{reason}");
     }
     for reason in filtered {
         assert_eq!(complete(&model, &hello()).await.stop, StopReason::ContentFilter, "{reason}");
@@ -98,6 +100,8 @@ async fn a_paused_turn_fails_and_says_why() {
     let error = fail(&model, &hello()).await;
     assert_stopped(&error, "pause_turn");
     assert!(error.to_string().contains("server tools"), "{error}");
+    let usage = error.usage().expect("billed all the same");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (196, 4), "{usage:?}");
 }
 
 async fn fail_streaming(model: &Arc<dyn Model>) -> ModelError {
