@@ -22,13 +22,10 @@ use crate::{
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_util::sync::CancellationToken;
-
-/// Numbers the calls read from text, so that their ids are unique in the process.
-static CALLS: AtomicU64 = AtomicU64::new(0);
 
 /// A model whose tool calls are written in its text (see the module documentation).
 #[derive(Debug)]
@@ -59,7 +56,7 @@ impl Model for TextToolCalls {
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError> {
         let answer = self.inner.complete(&in_text(request), cancel).await?;
-        Ok(read_calls(answer))
+        Ok(read_calls(answer, request))
     }
 
     // The answer is read whole before its calls are known: deltas are the whole answer, as
@@ -180,7 +177,24 @@ fn block(call: &ModelToolCall) -> String {
 }
 
 /// The blocks of `answer`'s text as its tool calls; the text around them stays its text.
-fn read_calls(mut answer: ModelResponse) -> ModelResponse {
+/// The calls are numbered on from those of `request`'s conversation (`text-1`, `text-2`,
+/// …), skipping any id it holds: no two calls of a conversation share an id, and the same
+/// conversation gives the same ids in any process, so that replays and tests repeat.
+fn read_calls(mut answer: ModelResponse, request: &ModelRequest) -> ModelResponse {
+    let mut taken = HashSet::new();
+    for message in &request.messages {
+        if let Message::Assistant { tool_calls, .. } = message {
+            taken.extend(tool_calls.iter().map(|call| call.id.as_str()));
+        }
+    }
+    let mut number = taken.len();
+    let mut next_id = || loop {
+        number += 1;
+        let id = format!("text-{number}");
+        if !taken.contains(id.as_str()) {
+            return id;
+        }
+    };
     let mut text = String::new();
     let mut calls = Vec::new();
     let mut rest = answer.content.as_str();
@@ -192,7 +206,7 @@ fn read_calls(mut answer: ModelResponse) -> ModelResponse {
             Some(end) => (&after_open[..end], &after_open[end + close.len()..]),
             None => (after_open, ""),
         };
-        calls.push(call_of(body.trim()));
+        calls.push(call_of(body.trim(), next_id()));
         rest = after;
     }
     text.push_str(rest);
@@ -217,9 +231,8 @@ fn next_open(text: &str) -> Option<(&str, &'static str, &str)> {
     Some((&text[..at], tag, &text[at + tag.len() + 2..]))
 }
 
-/// One block as a call.
-fn call_of(body: &str) -> ModelToolCall {
-    let id = format!("text-{}", CALLS.fetch_add(1, Ordering::Relaxed) + 1);
+/// One block as a call, named `id`.
+fn call_of(body: &str, id: String) -> ModelToolCall {
     let parsed: Option<serde_json::Map<String, Value>> = serde_json::from_str(body).ok();
     let Some(fields) = parsed else {
         // What the model meant to call, if its name can be read, to tell it what to mend.
@@ -275,7 +288,7 @@ mod tests {
              \"arguments\": \"{\\\"pattern\\\": \\\"x\\\"}\"}</tool_call>\n<tool>{\"tool_name\": \
              \"fs__ls\", oops}</tool>",
         );
-        let read = read_calls(answer);
+        let read = read_calls(answer, &ModelRequest::default());
         assert_eq!(read.content, "Let me look.");
         assert_eq!(read.stop, StopReason::ToolUse);
         let calls: Vec<(&str, &Value)> =
@@ -289,14 +302,16 @@ mod tests {
             ]
         );
         assert!(read.tool_calls[2].raw_arguments.as_deref().is_some_and(|r| r.contains("oops")));
-        let ids: std::collections::HashSet<&str> =
-            read.tool_calls.iter().map(|c| c.id.as_str()).collect();
+        let ids: HashSet<&str> = read.tool_calls.iter().map(|c| c.id.as_str()).collect();
         assert_eq!(ids.len(), 3);
     }
 
     #[test]
     fn an_answer_without_blocks_is_left_alone() {
-        let read = read_calls(ModelResponse::text("All done: <tools> are great."));
+        let read = read_calls(
+            ModelResponse::text("All done: <tools> are great."),
+            &ModelRequest::default(),
+        );
         assert_eq!(read.content, "All done: <tools> are great.");
         assert!(read.tool_calls.is_empty());
     }

@@ -127,3 +127,50 @@ async fn streamed_calls_without_ids_get_ids_no_other_turn_has() {
     let ids = assistant_call_ids(&request);
     assert_distinct(&ids, 3);
 }
+
+/// Calls a model writes in its text (`toolCalls: xml`) are numbered by their conversation,
+/// past the ids it holds: the same conversation gives the same ids on any client, in any
+/// process, where a counter of the process gave each client (and each test running beside
+/// it) different ones, so that no replay repeated.
+#[tokio::test]
+async fn calls_read_from_text_are_numbered_by_their_conversation() {
+    let block = |path: &str| {
+        format!(
+            "<tool>\n{}\n</tool>",
+            json!({"server_name": "fs", "tool_name": "read", "arguments": {"path": path}})
+        )
+    };
+    let ids_of = |request: &ModelRequest| assistant_call_ids(request);
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let script = vec![
+            ScriptStep::text(format!("Reading.\n{}\n{}", block("a"), block("b"))),
+            ScriptStep::text(block("c")),
+            ScriptStep::text("done"),
+        ];
+        let (_server, model) = serve_with(Dialect::OpenAi, script, |config| {
+            config.tool_calls = Some(toolmux_llm::ToolCallFormat::Xml);
+        });
+        runs.push(ids_of(&turns_of_calls(&model, 2, false).await));
+    }
+    assert_eq!(runs[0], ["text-1", "text-2", "text-3"]);
+    assert_eq!(runs[0], runs[1], "the same conversation, the same ids");
+
+    // A conversation that already holds `text-2` (carried on from another run) gets ids it
+    // does not hold.
+    let (_server, model) = serve_with(
+        Dialect::OpenAi,
+        vec![ScriptStep::text(format!("{}\n{}", block("a"), block("b")))],
+        |config| config.tool_calls = Some(toolmux_llm::ToolCallFormat::Xml),
+    );
+    let mut request = hello();
+    request.messages.push(Message::Assistant {
+        content: String::new(),
+        tool_calls: vec![ModelToolCall::new("text-2", "fs__read", json!({"path": "z"}))],
+        reasoning: None,
+    });
+    request.messages.push(Message::Tool { results: vec![result("text-2", "z", false)] });
+    let answer = complete(&model, &request).await;
+    let ids: Vec<&str> = answer.tool_calls.iter().map(|call| call.id.as_str()).collect();
+    assert_eq!(ids, ["text-3", "text-4"]);
+}
