@@ -752,43 +752,78 @@ impl Captured {
 
 /// Removes terminal escape sequences (colours, cursor moves, titles) from the text the
 /// model sees; the spill file keeps the raw bytes.
+///
+/// Only well-formed sequences go. An ESC that starts none (followed by a control
+/// character, or an OSC that a control character or the end of the text interrupts) is
+/// left, for [`super::control::escape_controls`] to show as `\x1b` with what follows it:
+/// taking it for the start of a sequence hid the NUL after it, and an unterminated title
+/// (`ESC ]`) hid all the rest of the output.
 pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
     if !text.contains('\x1b') {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\x1b' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            // CSI: parameter and intermediate bytes up to a final byte in `@`..=`~`.
-            Some('[') => {
-                for n in chars.by_ref() {
-                    if ('@'..='~').contains(&n) {
-                        break;
-                    }
-                }
+    let mut rest = text;
+    while let Some(at) = rest.find('\x1b') {
+        out.push_str(&rest[..at]);
+        let from_escape = &rest[at..];
+        match escape_len(from_escape.as_bytes()) {
+            Some(len) => rest = &from_escape[len..],
+            None => {
+                out.push('\x1b');
+                rest = &from_escape[1..];
             }
-            // OSC: up to BEL or ESC `\`.
-            Some(']') => {
-                while let Some(n) = chars.next() {
-                    if n == '\x07' {
-                        break;
-                    }
-                    if n == '\x1b' {
-                        chars.next_if_eq(&'\\');
-                        break;
-                    }
-                }
-            }
-            // A two-character escape, or a lone ESC at the end.
-            _ => {}
         }
     }
+    out.push_str(rest);
     Cow::Owned(out)
+}
+
+/// The length of the escape sequence at the start of `bytes` (which starts with ESC), or
+/// `None` when none is there (ECMA-48's forms, as terminals read them).
+///
+/// Every length ends after an ASCII byte, so it is a character boundary of the text.
+fn escape_len(bytes: &[u8]) -> Option<usize> {
+    match *bytes.get(1)? {
+        // CSI: parameter and intermediate bytes, then a final byte in `@`..=`~`. One cut
+        // by the end of the text (the head of a long output) holds only such bytes.
+        b'[' => {
+            for (i, &b) in bytes.iter().enumerate().skip(2) {
+                match b {
+                    0x20..=0x3f => {}
+                    0x40..=0x7e => return Some(i + 1),
+                    _ => return None,
+                }
+            }
+            Some(bytes.len())
+        }
+        // OSC: printable text up to BEL or ESC `\`; anything else interrupts it.
+        b']' => {
+            for (i, &b) in bytes.iter().enumerate().skip(2) {
+                match b {
+                    0x07 => return Some(i + 1),
+                    0x1b => return (bytes.get(i + 1) == Some(&b'\\')).then_some(i + 2),
+                    b if b < 0x20 || b == 0x7f => return None,
+                    _ => {}
+                }
+            }
+            None
+        }
+        // nF: intermediate bytes, then a final byte (`ESC ( B` selects a character set).
+        0x20..=0x2f => {
+            for (i, &b) in bytes.iter().enumerate().skip(2) {
+                match b {
+                    0x20..=0x2f => {}
+                    0x30..=0x7e => return Some(i + 1),
+                    _ => return None,
+                }
+            }
+            None
+        }
+        // A two-character escape (`ESC 7`, `ESC M`, `ESC =`).
+        0x30..=0x7e => Some(2),
+        _ => None,
+    }
 }
 
 /// One stream as shown.
@@ -810,7 +845,17 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07text"), "text");
         assert_eq!(strip_ansi("\x1b]8;;http://x\x1b\\link"), "link");
         assert_eq!(strip_ansi("plain"), "plain");
-        assert_eq!(strip_ansi("end\x1b"), "end");
+        assert_eq!(strip_ansi("\x1b(B\x1b[mreset"), "reset");
+        assert_eq!(strip_ansi("\x1b7saved\x1b8"), "saved");
+        // Cut by the end of the text: a CSI's parameters go, anything else stays.
+        assert_eq!(strip_ansi("head\x1b[3"), "head");
+        assert_eq!(strip_ansi("end\x1b"), "end\x1b");
+        assert_eq!(strip_ansi("\x1b]0;title"), "\x1b]0;title");
+        // What is no sequence stays, for the escaping to show.
+        assert_eq!(strip_ansi("\x1b\0x"), "\x1b\0x");
+        assert_eq!(strip_ansi("\x1b[3\0mx"), "\x1b[3\0mx");
+        assert_eq!(strip_ansi("\x1b]0;t\0rest\nmore"), "\x1b]0;t\0rest\nmore");
+        assert_eq!(strip_ansi("\x1b]0;t\x1bx"), "\x1b]0;t");
     }
 
     #[test]

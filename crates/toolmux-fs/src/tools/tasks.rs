@@ -894,12 +894,17 @@ fn incomplete_escape(bytes: &[u8]) -> usize {
         return 0;
     };
     let rest = &bytes[start + 1..];
+    // Finished, or interrupted by a byte that cannot go on (`shell::strip_ansi` then shows
+    // it as it is): either way nothing more is worth waiting for.
     let finished = match rest.first() {
         None => false,
-        // CSI: up to a final byte in `@`..=`~`.
-        Some(b'[') => rest[1..].iter().any(|b| (b'@'..=b'~').contains(b)),
-        // OSC: up to BEL or ESC `\` (the ESC of which would be the last one found).
-        Some(b']') => rest[1..].contains(&0x07),
+        // CSI: parameter and intermediate bytes up to a final byte.
+        Some(b'[') => rest[1..].iter().any(|b| !(0x20..=0x3f).contains(b)),
+        // OSC: printable text up to BEL or ESC `\` (the ESC of which would be the last one
+        // found).
+        Some(b']') => rest[1..].iter().any(|&b| b < 0x20 || b == 0x7f),
+        // nF: intermediate bytes up to a final byte.
+        Some(0x20..=0x2f) => rest[1..].iter().any(|b| !(0x20..=0x2f).contains(b)),
         // A two-byte escape.
         Some(_) => true,
     };
@@ -928,5 +933,9 @@ mod tests {
         assert_eq!(incomplete_tail(b"title \x1b]0;name\x07done"), 0);
         assert_eq!(incomplete_tail(b"end \x1b"), 1);
         assert_eq!(incomplete_tail(b"two \x1bMx"), 0);
+        assert_eq!(incomplete_tail(b"charset \x1b("), 2);
+        // Interrupted: shown as it is, not waited for.
+        assert_eq!(incomplete_tail(b"title \x1b]0;na\0me"), 0);
+        assert_eq!(incomplete_tail(b"red \x1b[3\0"), 0);
     }
 }

@@ -567,6 +567,26 @@ async fn control_characters_are_shown_as_escapes() {
     assert_eq!(out, "exit code 0\n--- stdout ---\ntab\tx\\x08ff\\x0c\\x7f");
 }
 
+/// A control character right after an ESC, or inside a title sequence (`ESC ]`) that
+/// never ends, is shown too, with what follows it: the ESC was taken for the start of an
+/// escape sequence, so the NUL after it was dropped unseen and an unterminated title took
+/// the rest of the output with it (`[no output]`). Well-formed sequences still go, a
+/// character set selection (`ESC ( B`, which `tput sgr0` prints) whole.
+#[tokio::test]
+async fn a_control_character_in_a_broken_escape_sequence_is_shown() {
+    let fx = Fixture::new();
+    let command = "printf 'a\\033\\0b\\n'; printf '\\033]0;title\\0 and the rest\\nmore\\n' >&2";
+    let out = fx.ok("bash", json!({"command": command})).await;
+    assert_eq!(
+        out,
+        "exit code 0\n--- stdout ---\na\\x1b\\x00b\n--- stderr ---\n\\x1b]0;title\\x00 and the \
+         rest\nmore"
+    );
+    let command = "printf '\\033[1mbold\\033(B\\033[m plain'";
+    let out = fx.ok("bash", json!({"command": command})).await;
+    assert_eq!(out, "exit code 0\n--- stdout ---\nbold plain");
+}
+
 /// What a carriage return draws (a progress bar) is kept as it was.
 #[tokio::test]
 async fn carriage_returns_are_kept() {

@@ -513,6 +513,10 @@ async fn a_tasks_control_characters_are_escaped_and_binary_output_left_out() {
     let (id, _, _) = start(&fx, "printf 'a\\0b\\abell\\n'").await;
     let out = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
     assert!(out.ends_with("--- output ---\na\\x00b\\x07bell"), "{out}");
+    // After an ESC that starts no escape sequence too.
+    let (id, _, _) = start(&fx, "printf 'a\\033\\0b\\n'").await;
+    let out = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
+    assert!(out.ends_with("--- output ---\na\\x1b\\x00b"), "{out}");
     let (id, _, file) = start(&fx, "head -c 4096 /dev/urandom").await;
     let out = output(&fx, json!({"task_id": id, "block_ms": 5000})).await.to_text();
     let notice = format!(
