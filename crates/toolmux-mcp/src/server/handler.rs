@@ -728,7 +728,8 @@ impl Gateway {
     }
 
     /// Starts the call as a task, running apart from its request: its questions wait in
-    /// the task, `tasks/cancel` stops it, a panic fails it. `None` when no task can be
+    /// the task, `tasks/cancel` stops it, a panic or an unknown tool fails it, and a tool
+    /// error (refused arguments too) completes it with `isError`. `None` when no task can be
     /// made (the store is full of unfinished tasks).
     fn start_task(
         &self,
@@ -757,9 +758,11 @@ impl Gateway {
             let result = match running.await {
                 Ok(Ok(output)) => Ok(convert::output(output)),
                 Ok(Err(ToolError::Cancelled { .. })) if finishing.cancel.is_cancelled() => return,
-                Ok(Err(
-                    error @ (ToolError::UnknownTool { .. } | ToolError::InvalidArguments { .. }),
-                )) => Err(ErrorData::invalid_params(error.report(), None)),
+                // Arguments the tool refuses are a result the model reads and corrects
+                // (SEP-1303), as on the other paths; an unknown tool is the protocol's.
+                Ok(Err(error @ ToolError::UnknownTool { .. })) => {
+                    Err(ErrorData::invalid_params(error.report(), None))
+                }
                 Ok(Err(
                     error @ (ToolError::Panicked { .. }
                     | ToolError::HookPanicked { .. }

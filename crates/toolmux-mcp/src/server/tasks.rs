@@ -7,8 +7,8 @@
 //! resolves. Its questions (elicitation, sampling, roots) are not sent to the client: they
 //! wait in the task as `inputRequests` (status `input_required`) until `tasks/update`
 //! answers them, each under a key the server made (or the tool's own key). A tool that
-//! failed is `completed` with `isError: true`; `failed` is for protocol errors (an unknown
-//! tool, a panic). Tasks are kept for [`TTL`] after they are made, at most [`MAX_TASKS`];
+//! failed, or refused its arguments, is `completed` with `isError: true`; `failed` is for
+//! protocol errors (an unknown tool, a panic). Tasks are kept for [`TTL`] after they are made, at most [`MAX_TASKS`];
 //! each belongs to the API key holder that made it (or to every caller without keys).
 
 use super::interact::Need;

@@ -1061,3 +1061,49 @@ async fn a_change_during_the_handshake_is_announced() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A task-augmented call whose arguments the tool refuses completes with an error result
+/// the model reads (SEP-1303, as the other paths answer), not `failed` with `-32602`: a
+/// tool's input errors are its results, and only protocol errors fail a task.
+#[tokio::test]
+async fn arguments_a_tool_refuses_complete_a_task_with_an_error_result() {
+    let options = ServeOptions { task_tools: vec!["wobbly".into()], ..ServeOptions::default() };
+    let (stream, server) = socket_pair(wobbly_tools(), options);
+    let mut client = RawClient::new(stream);
+    client
+        .send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            "clientInfo": {"name": "raw", "version": "1"}
+        }}))
+        .await;
+    assert_eq!(client.next().await["id"], "init");
+    client.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "wobbly", "arguments": {"n": "seven"}}}))
+        .await;
+    let created = client.next().await;
+    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("{created}"));
+    let task = task.to_owned();
+    let mut polled = serde_json::Value::Null;
+    for id in 2..200u64 {
+        client
+            .send(json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get",
+                "params": {"taskId": task}}))
+            .await;
+        polled = client.next().await;
+        if polled["result"]["status"] != "working" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let got = &polled["result"];
+    assert_eq!(got["status"], "completed", "{polled}");
+    assert!(got.get("error").is_none(), "{polled}");
+    assert_eq!(got["result"]["isError"], true, "{polled}");
+    let text = got["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("invalid arguments") && text.contains("wobbly"), "{text}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
