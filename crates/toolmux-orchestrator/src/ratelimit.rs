@@ -5,7 +5,9 @@
 //! A call that stops before it reaches its provider (cancelled, past its deadline, dropped,
 //! or refused by its queue), whether or not its [`Turn`] has come, gives the turn back
 //! ([`Limiter::release`]): it never ran, so it takes none of the limit, and the calls after
-//! it are not delayed by it.
+//! it are not delayed by it. Giving a turn back never brings two turns closer than the
+//! limit spaces them: the turns reserved after it keep their times, and the time given
+//! back goes to the next call that fits in it ([`RateLimiter`]).
 //!
 //! A limit's state lives in a [`RateLimitBackend`]: this process ([`LocalRateLimits`], the
 //! default), or a store every replica shares (toolmux-redis), so that a limit holds for
@@ -13,7 +15,7 @@
 
 use crate::config::RateLimit;
 use async_trait::async_trait;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,8 +39,9 @@ pub trait Limiter: Send + Sync + fmt::Debug {
     /// be made (cancelled, past its deadline, or refused by its queue, while it waited for
     /// its turn or, after it, for a queue slot), so that it takes none of the limit's
     /// capacity. A turn that has come is given back too, as far as it still weighs on the
-    /// calls to come (never more). Never waits: a limiter whose state is elsewhere gives it
-    /// back in a task.
+    /// calls to come (never more). The turns reserved after it keep their times, so what
+    /// is given back never lets two calls come closer than the limit spaces them. Never
+    /// waits: a limiter whose state is elsewhere gives it back in a task.
     fn release(&self, turn: Turn);
 
     /// Reserves a call made now, as [`Limiter::reserve_turn`]: how long to wait before
@@ -103,7 +106,19 @@ impl Limiter for RateLimiter {
 }
 
 /// One limit's state in this process: when the next call would be due were the calls
-/// evenly spread, and what the turns not yet known to be used need to be given back.
+/// evenly spread, the turns not yet known to be used, and the turns given back in the
+/// middle of those reserved.
+///
+/// Each turn holds one interval of the limit's theoretical time, `[base, base + interval)`
+/// (GCRA's), and comes at `base + interval - per` (at once if that is past): the intervals
+/// of the turns handed out never overlap, and each turn comes at most `per - interval`
+/// before its interval and never after its start. So any `n` turns are at least
+/// `(n - calls)` intervals apart from the first to the last: with one call per period,
+/// one period between any two. A turn given back keeps that: the turns after it keep
+/// their times (their calls are waiting for them), so its interval is a hole that the next
+/// call made before the hole's start takes, rather than the next due time moving back
+/// under the turns already reserved (which handed the given-back time to a new call at the
+/// instant of the latest one).
 #[derive(Debug)]
 pub struct RateLimiter {
     limit: RateLimit,
@@ -112,30 +127,25 @@ pub struct RateLimiter {
     state: Mutex<State>,
 }
 
-/// The most turns a limiter remembers for giving back: past it the oldest is forgotten
-/// (and gives nothing back), so that a limit under a flood of calls keeps a bounded state.
+/// The most turns a limiter remembers for giving back, and the most holes it keeps: past
+/// it the oldest is forgotten (and gives nothing back), so that a limit under a flood of
+/// calls keeps a bounded state.
 const MAX_OPEN_TURNS: usize = 4096;
 
 #[derive(Debug, Default)]
 struct State {
     /// The theoretical arrival time of the next call; `None` before the first.
+    // Invariant: the end of the latest interval held by an open turn or a hole, or later.
     next_due: Option<Instant>,
-    /// When the latest turn was reserved.
-    last_reserved: Option<Instant>,
     /// The number of the latest turn reserved ([`Turn`]'s `seq`, from 1).
     reserved: u64,
-    /// The turns that may still give something back, by number.
-    open: BTreeMap<u64, OpenTurn>,
-}
-
-/// A turn reserved and not given back (it may have been used: the limiter is not told).
-#[derive(Debug)]
-struct OpenTurn {
-    /// The next call's due time as the turn was reserved (`next_due`, at least then):
-    /// this turn's reservation moved it on to `base + interval`.
-    base: Instant,
-    /// What the turns reserved before this one gave back since it was reserved.
-    earlier_given_back: Duration,
+    /// The turns that may still give something back, by number: the start of each one's
+    /// interval (it may have been used: the limiter is not told).
+    open: BTreeMap<u64, Instant>,
+    /// The starts of the intervals given back before the latest one reserved, whose ends
+    /// are not yet past.
+    // Invariant: each ends at or before `next_due`.
+    holes: BTreeSet<Instant>,
 }
 
 impl RateLimiter {
@@ -161,9 +171,15 @@ impl RateLimiter {
     }
 
     /// [`RateLimiter::reserve_at`], as the turn to give back ([`RateLimiter::release_at`]).
+    ///
+    /// The call takes the earliest hole left by a turn given back whose interval has not
+    /// started yet, else the interval at the next due time (or now, if that is past).
     pub fn reserve_turn_at(&self, now: Instant) -> Result<Turn, Duration> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let base = state.next_due.map_or(now, |due| due.max(now));
+        // A hole that has started cannot be taken: the call's turn would come after the
+        // start of its interval, as close to the next turn as it likes.
+        let hole = state.holes.range(now..).next().copied();
+        let base = hole.unwrap_or_else(|| state.next_due.map_or(now, |due| due.max(now)));
         let after = base + self.interval;
         // Up to `calls` calls fit in one period: a call is allowed once `after - per` is
         // past.
@@ -171,63 +187,74 @@ impl RateLimiter {
             .checked_sub(self.limit.per)
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         if wait > self.limit.wait {
+            // The next due time is later than any hole: refused either way.
             return Err(wait);
         }
-        state.next_due = Some(after);
-        state.last_reserved = Some(now);
-        // A turn whose own due time is past now gives nothing back ever again (see
+        match hole {
+            Some(start) => {
+                state.holes.remove(&start);
+            }
+            None => state.next_due = Some(after),
+        }
+        // A turn or a hole whose interval is past gives nothing back ever again (see
         // `release_at`): forgotten.
+        let interval = self.interval;
+        while let Some(&start) = state.holes.first()
+            && start + interval <= now
+        {
+            state.holes.pop_first();
+        }
         let mut full = state.open.len() >= MAX_OPEN_TURNS;
         while let Some(oldest) = state.open.first_entry()
-            && (full || oldest.get().base + self.interval <= now)
+            && (full || *oldest.get() + interval <= now)
         {
             oldest.remove();
             full = false;
         }
         state.reserved += 1;
         let seq = state.reserved;
-        state.open.insert(seq, OpenTurn { base, earlier_given_back: Duration::ZERO });
+        state.open.insert(seq, base);
         Ok(Turn { wait, mark: 0, seq })
     }
 
     /// Gives back `turn`, reserved by [`RateLimiter::reserve_turn_at`] for a call that was
-    /// not made, at `now`: the next call is due up to one interval earlier.
+    /// not made, at `now`.
     ///
-    /// A turn weighs on the calls after it only through the next call's due time, which its
-    /// reservation moved on by one interval. Every reservation since found that due time at
-    /// `base + interval` or later; one made at or before `base` would have found it at
-    /// `base` or later without this turn too, so the whole interval is still this turn's and
-    /// taking it off is exact. A reservation made later, the calls having slowed down
-    /// meanwhile, absorbed part of the turn: only `base + interval` less the latest
-    /// reservation's time is left of it, and that is what is given back (nothing once a
-    /// reservation came at or after `base + interval`). A turn that has come, whose call
-    /// then waited for a queue slot and never ran, is thus given back as exactly as one that
-    /// had not. Turns given back before this one was reserved are in its `base`; those
-    /// reserved before it and given back since lowered the bound, and are taken off it.
+    /// The turns reserved after it keep their times, so only what is free of them comes
+    /// back. The latest turn's interval ends at the next due time: that moves back to its
+    /// start, and on over the holes it then reaches (the turns given back before it), so
+    /// that a limit whose waiting calls all stopped is whole again. A turn in the middle
+    /// leaves a hole, which the next call made before the hole's start takes
+    /// ([`RateLimiter::reserve_turn_at`]). A turn that has come, whose call then waited for
+    /// a queue slot and never ran, is given back the same way: as a hole it is already
+    /// past taking, but it still lets the next due time move back past it.
     pub fn release_at(&self, now: Instant, turn: Turn) {
         if turn.seq == 0 {
             // Not reserved by this limiter.
             return;
         }
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(open) = state.open.remove(&turn.seq) else { return };
-        let Some(last) = state.last_reserved else { return };
-        let give = (open.base + self.interval)
-            .checked_sub(open.earlier_given_back)
-            .map_or(Duration::ZERO, |floor| floor.saturating_duration_since(last))
-            .min(self.interval);
-        if give.is_zero() {
+        let Some(base) = state.open.remove(&turn.seq) else { return };
+        let end = base + self.interval;
+        if end <= now {
+            // Its interval is past: it weighs on no call to come.
             return;
         }
-        for (_, later) in state.open.range_mut(turn.seq + 1..) {
-            later.earlier_given_back += give;
+        if state.next_due != Some(end) {
+            if state.holes.len() >= MAX_OPEN_TURNS {
+                state.holes.pop_first();
+            }
+            state.holes.insert(base);
+            return;
         }
-        // A due time already past has nothing left to give back: the limit is whole.
-        if let Some(due) = state.next_due
-            && due > now
+        let mut due = base;
+        while let Some(&start) = state.holes.last()
+            && start + self.interval >= due
         {
-            state.next_due = Some(due.checked_sub(give).map_or(now, |earlier| earlier.max(now)));
+            state.holes.pop_last();
+            due = due.min(start);
         }
+        state.next_due = Some(due);
     }
 
     /// The limit in words: `10 calls per 1m`.
@@ -309,9 +336,9 @@ mod tests {
         assert_eq!(l.reserve_at(at), Ok(ms(400)));
         // The second call's turn came at once, but it never ran (it waited for a queue slot
         // and was cancelled): its turn is given back all the same, and the next call takes
-        // the turn it would have had without it.
+        // the turn it would have had without it, at once beside the first call's.
         l.release_at(at, second);
-        assert_eq!(l.reserve_at(at), Ok(ms(400)));
+        assert_eq!(l.reserve_at(at), Ok(Duration::ZERO));
         // A turn is given back once.
         l.release_at(at, second);
         assert_eq!(l.reserve_at(at), Ok(ms(900)));
@@ -327,20 +354,67 @@ mod tests {
         assert_eq!(l.reserve_at(later), Ok(ms(500)), "two calls at once, no more");
     }
 
-    /// A turn that came, given back after the calls slowed down, gives back only the part
-    /// of it that still delays the next call: never more than it took.
+    /// A turn that came, given back after the calls slowed down, lets no call come closer
+    /// to the turns reserved after it than the limit spaces them.
     #[tokio::test(start_paused = true)]
-    async fn a_turn_given_back_late_gives_back_what_is_left_of_it() {
+    async fn a_turn_given_back_late_brings_no_call_closer_to_the_next() {
         let l = limiter(1, 1000, 10_000);
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let first = l.reserve_turn_at(t0).unwrap();
         // At 600 ms the next call waits 400 ms for its turn (the first call's interval).
         assert_eq!(l.reserve_at(t0 + ms(600)), Ok(ms(400)));
-        // The first call never ran: without it, the call at 600 ms would have gone at once
-        // and a call at 700 ms would wait for 1.6 s, not for 2 s. The call at 600 ms keeps
-        // its turn at 1 s.
+        // The first call never ran, but the call at 600 ms keeps its turn at 1 s: a call at
+        // 700 ms comes a second after it, at 2 s (it came at 1.6 s, 0.6 s after it).
         l.release_at(t0 + ms(700), first);
-        assert_eq!(l.reserve_at(t0 + ms(700)), Ok(ms(900)));
+        assert_eq!(l.reserve_at(t0 + ms(700)), Ok(ms(1300)));
+    }
+
+    /// A turn given back between turns still reserved goes to the next call, in its own
+    /// place: one call per second stays one call per second, where the next call took a
+    /// turn at the same instant as the latest one reserved.
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_given_back_between_others_goes_to_the_next_call_in_its_place() {
+        let l = limiter(1, 1000, 10_000);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let reserve = |at| l.reserve_turn_at(at).unwrap();
+        assert_eq!(reserve(t0).wait(), Duration::ZERO);
+        let second = reserve(t0);
+        let third = reserve(t0);
+        assert_eq!((second.wait(), third.wait()), (ms(1000), ms(2000)));
+        let at = t0 + ms(100);
+        l.release_at(at, second);
+        // The next call takes the second's turn at 1 s, not one at 2 s beside the third.
+        let fourth = reserve(at);
+        assert_eq!(fourth.wait(), ms(900));
+        assert_eq!(reserve(at).wait(), ms(2900));
+        // The third call stops too: the next call takes its turn, at 2 s.
+        l.release_at(at, third);
+        assert_eq!(l.reserve_at(at), Ok(ms(1900)));
+        assert_eq!(l.reserve_at(at), Ok(ms(3900)));
+        // A hole whose interval has started is no call's any more: the turn at 1 s given
+        // back at 1.5 s leaves the next call its own turn at 5 s.
+        l.release_at(t0 + ms(1500), fourth);
+        assert_eq!(l.reserve_at(t0 + ms(1500)), Ok(ms(3500)));
+    }
+
+    /// When the latest turn is given back, the next due time moves back over the holes
+    /// left before it: a limit whose waiting calls all stopped is whole again.
+    #[tokio::test(start_paused = true)]
+    async fn a_limit_whose_waiting_calls_all_stop_is_whole_again() {
+        let l = limiter(1, 1000, 10_000);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(l.reserve_at(t0), Ok(Duration::ZERO));
+        let waiting: Vec<Turn> = (0..3).map(|_| l.reserve_turn_at(t0).unwrap()).collect();
+        let at = t0 + ms(100);
+        // In the middle first, then the latest.
+        l.release_at(at, waiting[0]);
+        l.release_at(at, waiting[1]);
+        assert_eq!(l.reserve_at(at), Ok(ms(900)));
+        l.release_at(at, waiting[2]);
+        assert_eq!(l.reserve_at(at), Ok(ms(1900)));
+        assert_eq!(l.reserve_at(at), Ok(ms(2900)));
     }
 }

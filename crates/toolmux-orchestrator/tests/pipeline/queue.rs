@@ -301,6 +301,50 @@ async fn calls_that_stop_waiting_for_their_turn_give_it_back() {
     assert_eq!(p.calls_of("t"), 4);
 }
 
+/// A turn given back while later calls wait for theirs goes to the next call in its own
+/// place: under one call per second, no two calls run less than a second apart. The next
+/// call took the time given back at the end, and ran at the same instant as the latest
+/// call waiting.
+#[tokio::test(start_paused = true)]
+async fn a_turn_given_back_brings_no_two_calls_closer_than_the_limit() {
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+    use toolmux_core::ToolCall;
+    use toolmux_orchestrator::RateLimit;
+    let p = Arc::new(MockProvider::new("m").with_tool("t", Behavior::Echo));
+    let limit = RateLimit { calls: 1, per: Duration::from_secs(1), wait: Duration::from_secs(10) };
+    let config = OrchestratorConfig::default().with_tool_settings(
+        "m__t",
+        ToolSettings { rate_limit: Some(limit), ..ToolSettings::default() },
+    );
+    let o = start(config, vec![p.clone()]).await;
+    let t0 = Instant::now();
+    // Each call says when it ran.
+    let spawn = |ctx: CallContext| {
+        let o = o.clone();
+        tokio::spawn(async move {
+            let r = o.execute(ToolCall::new("m__t", json!({})), &ctx).await;
+            (r, t0.elapsed())
+        })
+    };
+    assert!(call(&o, "m__t", json!({})).await.ok);
+    // Two calls wait for their turns, at 1 s and 2 s; the first stops at 100 ms.
+    let token = CancellationToken::new();
+    let stopped = spawn(CallContext::new().with_cancel(token.clone()));
+    let waiting = spawn(CallContext::new());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    token.cancel();
+    let (r, _) = stopped.await.unwrap();
+    assert_eq!(r.extras.get("code"), Some(&json!("cancelled")), "{r:?}");
+    // The next call takes the turn at 1 s; the one waiting keeps its turn at 2 s.
+    let next = spawn(CallContext::new());
+    let (next, next_ran) = next.await.unwrap();
+    let (waiting, waiting_ran) = waiting.await.unwrap();
+    assert!(next.ok && waiting.ok, "{next:?} {waiting:?}");
+    assert_eq!((next_ran, waiting_ran), (Duration::from_secs(1), Duration::from_secs(2)));
+    assert_eq!(p.calls_of("t"), 3);
+}
+
 /// A call whose turn under a rate limit came, and that then stops while it waits for a
 /// queue slot (cancelled, dropped, or past its deadline), never reached its provider: it
 /// gives its turn back, and the calls after it are not delayed by it.
