@@ -11,13 +11,14 @@
 use crate::config::{BashConfig, SandboxConfig};
 use crate::error::FsError;
 use crate::sandbox::Sandbox;
-use crate::tools::control;
 use crate::tools::shell::{self, Program};
+use crate::tools::{control, spill};
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -159,6 +160,36 @@ impl CommandTools {
         Ok(CommandTools { tools: built, dir: dir.to_path_buf(), shell, sandbox })
     }
 
+    /// Saves binary output in `dir` (`fs.bash.spillDir`), as `bash` does, instead of this
+    /// user's private directory in the system temporary directory.
+    pub fn with_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.shell.spill_dir = Some(dir.into());
+        self
+    }
+
+    /// The one line shown for `bytes` of binary output of `stream`, saved to a spill file
+    /// as `bash` saves its own, and the file when there is one.
+    fn binary_notice(&self, bytes: &[u8], stream: spill::Kind) -> (String, Option<PathBuf>) {
+        let from = if stream == spill::Kind::Stderr { " from stderr" } else { "" };
+        let (saved, path) = match spill::create(self.shell.spill_dir.as_deref(), stream) {
+            Ok((path, mut file)) => {
+                let cap = usize::try_from(self.shell.spill_max_bytes).unwrap_or(usize::MAX);
+                let part = &bytes[..bytes.len().min(cap)];
+                let saved = match file.write_all(part) {
+                    Ok(()) if part.len() == bytes.len() => control::binary_saved("saved to", &path),
+                    Ok(()) => control::binary_saved(
+                        &format!("its first {} bytes saved to", part.len()),
+                        &path,
+                    ),
+                    Err(e) => format!("; it could not be saved to {}: {e}", path.display()),
+                };
+                (saved, Some(path))
+            }
+            Err(why) => (format!("; it could not be saved: {why}"), None),
+        };
+        (control::binary_notice(bytes.len() as u64, &format!("{from}{saved}")), path)
+    }
+
     async fn run(
         &self,
         name: &str,
@@ -265,12 +296,15 @@ impl CommandTools {
                 "`{name}` printed more than {STDOUT_MAX} bytes; its output was not kept"
             )));
         }
-        // Binary output has no place in a text result: the model is told what it was.
+        // Binary output has no place in a text result: the model is told what it was and
+        // where it is.
+        let mut files = Vec::new();
         let stdout = match control::is_binary(&out) {
-            true => control::binary_notice(
-                out.len() as u64,
-                &format!(": `{name}` printed what is not text"),
-            ),
+            true => {
+                let (notice, path) = self.binary_notice(&out, spill::Kind::Stdout);
+                files.extend(path.map(|p| ("stdoutFile", p)));
+                notice
+            }
             false => control::to_text(&out),
         };
         // The result is the program's stdout (JSON, perhaps): the note is logged.
@@ -281,7 +315,11 @@ impl CommandTools {
             let code =
                 status.code().map_or_else(|| "a signal".to_owned(), |c| format!("exit code {c}"));
             let err = match control::is_binary(&err) {
-                true => control::binary_notice(err.len() as u64, " from stderr"),
+                true => {
+                    let (notice, path) = self.binary_notice(&err, spill::Kind::Stderr);
+                    files.extend(path.map(|p| ("stderrFile", p)));
+                    notice
+                }
                 false => control::to_text(&err),
             };
             let tail = tail(err.trim(), STDERR_KEPT);
@@ -293,24 +331,36 @@ impl CommandTools {
                 message.push_str(": ");
                 message.push_str(tail_of(&stdout));
             }
-            return Ok(ToolOutput::error(message).with_extra("exitCode", json!(status.code())));
+            let output = ToolOutput::error(message).with_extra("exitCode", json!(status.code()));
+            return Ok(with_files(output, files));
         }
         match config.output.unwrap_or(CommandOutput::Text) {
-            CommandOutput::Text => Ok(ToolOutput::text(stdout)),
+            CommandOutput::Text => Ok(with_files(ToolOutput::text(stdout), files)),
             // JSON is parsed from the bytes as printed (its strings escape their own
             // control characters); what reaches the model of output that is not JSON is
             // the escaped text.
             CommandOutput::Json => {
                 match serde_json::from_str::<Value>(String::from_utf8_lossy(&out).trim()) {
                     Ok(value) => Ok(ToolOutput::json(value)),
-                    Err(e) => Ok(ToolOutput::error(format!(
-                        "`{name}` is to print JSON (`output: json`) but printed what is not: {e}: `{}`",
-                        tail_of(&stdout)
-                    ))),
+                    Err(e) => Ok(with_files(
+                        ToolOutput::error(format!(
+                            "`{name}` is to print JSON (`output: json`) but printed what is \
+                             not: {e}: `{}`",
+                            tail_of(&stdout)
+                        )),
+                        files,
+                    )),
                 }
             }
         }
     }
+}
+
+/// `output` with the files that hold its binary output named (`stdoutFile`, `stderrFile`).
+fn with_files(output: ToolOutput, files: Vec<(&str, PathBuf)>) -> ToolOutput {
+    files
+        .into_iter()
+        .fold(output, |output, (key, path)| output.with_extra(key, json!(path.to_string_lossy())))
 }
 
 fn tail_of(text: &str) -> &str {

@@ -41,9 +41,9 @@ fn command_tool(script: &str) -> (tempfile::TempDir, CommandTools) {
 }
 
 /// A command tool's output and its error text reach the model with control characters
-/// escaped, and binary output as a notice.
+/// escaped.
 #[tokio::test]
-async fn a_command_tools_control_characters_are_escaped_and_binary_output_left_out() {
+async fn a_command_tools_control_characters_are_escaped() {
     let (_dir, tools) = command_tool("printf 'a\\0b\\abell'");
     let out = tools.call("print", json!({}), &CallContext::new()).await.unwrap();
     assert!(!out.is_error);
@@ -52,10 +52,44 @@ async fn a_command_tools_control_characters_are_escaped_and_binary_output_left_o
     let out = tools.call("print", json!({}), &CallContext::new()).await.unwrap();
     assert!(out.is_error);
     assert_eq!(out.to_text(), "`print` failed (exit code 2): oops\\x00\\x07");
-    let (_dir, tools) = command_tool("head -c 4096 /dev/urandom");
+}
+
+/// Binary output of a command tool is saved to a private spill file that the notice
+/// names, as `bash` saves its own: the model was given only its size, and the bytes were
+/// lost.
+#[tokio::test]
+async fn a_command_tools_binary_output_is_saved_to_a_file_it_names() {
+    let (dir, tools) = command_tool("head -c 4096 /dev/urandom | tee out.bin");
     let out = tools.call("print", json!({}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error);
+    let file = out.extras["stdoutFile"].as_str().expect("the bytes are saved").to_owned();
     assert_eq!(
         out.to_text(),
-        "[4096 bytes of binary output left out: `print` printed what is not text]"
+        format!(
+            "[4096 bytes of binary output left out; saved to {file} (look at it with \
+             `file {file}`, `xxd {file} | head`)]"
+        )
     );
+    let uid = rustix::process::getuid().as_raw();
+    let private = std::env::temp_dir().join(format!("toolmux-fs-{uid}"));
+    assert_eq!(std::path::Path::new(&file).parent(), Some(private.as_path()));
+    assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(dir.path().join("out.bin")).unwrap());
+    std::fs::remove_file(&file).unwrap();
+
+    // Stderr's, in the spill directory configured.
+    let spill = tempfile::tempdir().unwrap();
+    let (_dir, tools) = command_tool("head -c 100 /dev/zero >&2; exit 1");
+    let tools = tools.with_spill_dir(spill.path().join("spill"));
+    let out = tools.call("print", json!({}), &CallContext::new()).await.unwrap();
+    assert!(out.is_error);
+    let file = out.extras["stderrFile"].as_str().expect("the bytes are saved").to_owned();
+    assert!(file.starts_with(&spill.path().join("spill").to_string_lossy().into_owned()));
+    assert_eq!(
+        out.to_text(),
+        format!(
+            "`print` failed (exit code 1): [100 bytes of binary output left out from stderr; \
+             saved to {file} (look at it with `file {file}`, `xxd {file} | head`)]"
+        )
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), vec![0u8; 100]);
 }
