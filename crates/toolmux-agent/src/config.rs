@@ -15,6 +15,10 @@ pub const DEFAULT_MAX_DEPTH: usize = 3;
 /// configuration names no limit (`maxRepeats`).
 pub const DEFAULT_MAX_REPEATS: u32 = 5;
 
+/// Tool calls one model turn may make when the agent's configuration names no limit
+/// (`maxCallsPerTurn`).
+pub const DEFAULT_MAX_CALLS_PER_TURN: u32 = 64;
+
 /// Hand-offs one run may make before it is stopped, so that two agents cannot pass a task
 /// back and forth for ever.
 pub const MAX_HANDOFFS: usize = 8;
@@ -80,6 +84,13 @@ pub struct AgentConfig {
     /// otherwise spends its turns and tokens on it). Default 5; 0: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_repeats: Option<u32>,
+    /// The most tool calls one model turn may make (default 64; at least 1). The calls past
+    /// it are not made: each is answered with an error telling the model the limit and to
+    /// make fewer calls per turn (a model that writes hundreds of calls at once would
+    /// otherwise run them all side by side). A call of `agent__batch` counts as one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_calls_per_turn: Option<u32>,
     /// The JSON Schema its final report's `content_json` must match; a report that does
     /// not is sent back to the model with the violations.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -54,7 +54,10 @@ mod pause;
 mod report;
 mod session;
 
-pub use config::{AgentConfig, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS, RouterConfig};
+pub use config::{
+    AgentConfig, DEFAULT_MAX_CALLS_PER_TURN, DEFAULT_MAX_DEPTH, DEFAULT_MAX_TURNS, MAX_HANDOFFS,
+    RouterConfig,
+};
 pub use error::AgentError;
 pub use hooks::{AgentHooks, HookCommand};
 pub use listen::{ListenEnd, ListenOptions};
@@ -605,6 +608,15 @@ fn validate(
         }
         if agent.max_turns == Some(0) {
             return Err(config(name, "maxTurns must be at least 1".into()));
+        }
+        if agent.max_calls_per_turn == Some(0) {
+            return Err(config(
+                name,
+                format!(
+                    "maxCallsPerTurn must be at least 1 (the most tool calls one model turn may \
+                     make); leave it out for the default of {DEFAULT_MAX_CALLS_PER_TURN}"
+                ),
+            ));
         }
     }
     if let Some(router) = &definitions.router {

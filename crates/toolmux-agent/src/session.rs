@@ -1,7 +1,9 @@
 //! One agent working on one task: the loop of model turns and tool calls, until the model
 //! reports, hands the task off, asks a question nobody can answer, or runs out of turns.
 
-use crate::config::{AgentConfig, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS};
+use crate::config::{
+    AgentConfig, DEFAULT_MAX_CALLS_PER_TURN, DEFAULT_MAX_REPEATS, DEFAULT_MAX_TURNS,
+};
 use crate::handler::AgentHandler;
 use crate::hooks::{AgentHooks, Prompt};
 use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
@@ -325,6 +327,9 @@ impl Session<'_> {
         let mut cut_text = String::new();
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_MAX_TURNS).max(1);
         let max_repeats = self.config.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS);
+        // Validated as at least 1 (`validate`).
+        let max_calls = self.config.max_calls_per_turn.unwrap_or(DEFAULT_MAX_CALLS_PER_TURN);
+        let max_calls = usize::try_from(max_calls).unwrap_or(usize::MAX).max(1);
         let mut hook_context = Vec::new();
         if !self.hooks.is_empty() {
             let source = if self.history.is_empty() { "startup" } else { "resume" };
@@ -571,14 +576,24 @@ impl Session<'_> {
                 )));
                 continue;
             }
-            self.progress(&figures, max_turns, &answer.tool_calls);
-            let repeated = state.repeats.turn(&answer.tool_calls, max_repeats);
-            let refused: Vec<bool> = repeated.iter().map(Option::is_some).collect();
+            // The calls past the turn's limit are not made, but each is answered, so that
+            // every call of the conversation has its result, as every API wants.
+            let made = answer.tool_calls.len().min(max_calls);
+            let too_many = answer.tool_calls.len();
+            self.progress(&figures, max_turns, &answer.tool_calls[..made]);
+            let mut repeated = state.repeats.turn(&answer.tool_calls[..made], max_repeats);
+            let refused: Vec<bool> = repeated
+                .iter()
+                .map(Option::is_some)
+                .chain(std::iter::repeat_n(true, too_many - made))
+                .collect();
+            repeated.resize(too_many, None);
             let state_now = &state;
             let limit_now = limit.as_deref().unwrap_or_default();
             self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
-            let outcomes = self.within_time(join_all(answer.tool_calls.iter().zip(repeated).map(
-                |(call, repeated)| async move {
+            let outcomes = self.within_time(join_all(
+                answer.tool_calls.iter().zip(repeated).enumerate().map(
+                |(index, (call, repeated))| async move {
                     // Only the report was offered on the last turn; a server that ignores
                     // `tool_choice` (or a model writing its calls as text) may call more,
                     // which must not run past the limit that made the turn the last.
@@ -588,6 +603,18 @@ impl Session<'_> {
                             format!(
                                 "(not called: this was your last turn, in which only \
                                  {FINAL_REPORT} could be called: {limit_now})"
+                            ),
+                        );
+                    }
+                    if index >= made {
+                        return Outcome::error(
+                            call,
+                            format!(
+                                "(not called: you made {too_many} tool calls in one turn, and \
+                                 this agent makes at most {max_calls} per turn (`maxCallsPerTurn`): \
+                                 the first {max_calls} ran, this one and the rest did not. Make fewer \
+                                 calls per turn; call this again in a later turn if you still \
+                                 need it)"
                             ),
                         );
                     }
@@ -624,7 +651,7 @@ impl Session<'_> {
             );
             let (calls, pending) = held(calls, pending);
             let effects = self.fold(calls, &mut state, &mut request, &mut figures);
-            if let Some(status) = self.take_task_status(&answer.tool_calls) {
+            if let Some(status) = self.take_task_status(&answer.tool_calls[..made]) {
                 state.task_status = Some(status);
             }
             figures.task_status.clone_from(&state.task_status);

@@ -2719,6 +2719,99 @@ async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
     }
 }
 
+/// The ids of the calls and the results (id, text) of the request `body` in `dialect`.
+fn wire_calls_and_results(dialect: Dialect, body: &Value) -> (Vec<String>, Vec<(String, String)>) {
+    let text = |content: &Value| match content {
+        Value::String(text) => text.clone(),
+        parts => parts.to_string(),
+    };
+    let id = |value: &Value| value.as_str().unwrap().to_owned();
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    for message in body["messages"].as_array().unwrap() {
+        match dialect {
+            Dialect::OpenAi => {
+                let made = message["tool_calls"].as_array().into_iter().flatten();
+                calls.extend(made.map(|call| id(&call["id"])));
+                if message["role"] == "tool" {
+                    results.push((id(&message["tool_call_id"]), text(&message["content"])));
+                }
+            }
+            Dialect::Anthropic => {
+                for part in message["content"].as_array().into_iter().flatten() {
+                    match part["type"].as_str() {
+                        Some("tool_use") => calls.push(id(&part["id"])),
+                        Some("tool_result") => {
+                            results.push((id(&part["tool_use_id"]), text(&part["content"])));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    (calls, results)
+}
+
+/// A turn of more calls than the agent's `maxCallsPerTurn`: the first ones run, the rest
+/// do not, and each of those is answered with the limit and what to do, so that every call
+/// has its result and the API takes the conversation on, in either dialect.
+#[tokio::test]
+async fn calls_past_the_limit_of_a_turn_are_answered_without_running() {
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let calls = (0..5).map(|i| ("mock__echo".to_owned(), json!({"i": i}))).collect();
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![
+                ScriptStep::ToolCalls(calls),
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": "three of five"}),
+                ),
+            ],
+        );
+        let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+        let models = BTreeMap::from([("m".to_owned(), model_speaking(dialect, &server))]);
+        let config = AgentConfig { max_calls_per_turn: Some(3), ..agent("m") };
+        let (agents, _orchestrator) =
+            start_agents(one("a", config), models, vec![mock.clone()]).await;
+        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(
+            (report.status, report.content.as_str()),
+            (AgentStatus::Success, "three of five"),
+            "{dialect:?}"
+        );
+        assert_eq!(mock.calls_of("echo"), 3, "{dialect:?}: only the first three run");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2, "{dialect:?}");
+        let (calls, results) = wire_calls_and_results(dialect, &requests[1]);
+        let answered: Vec<&String> = results.iter().map(|(id, _)| id).collect();
+        assert_eq!(calls.len(), 5, "{dialect:?}: {calls:?}");
+        assert_eq!(answered, calls.iter().collect::<Vec<_>>(), "{dialect:?}: every call answered");
+        for (id, text) in &results[..3] {
+            assert!(!text.contains("not called"), "{dialect:?} {id}: {text}");
+        }
+        for (id, text) in &results[3..] {
+            assert!(
+                text.contains("not called") && text.contains("at most 3 per turn"),
+                "{dialect:?} {id}: {text}"
+            );
+            assert!(text.contains("maxCallsPerTurn") && text.contains("fewer calls"), "{text}");
+        }
+    }
+}
+
+/// `maxCallsPerTurn` of 0 would let no turn call anything: refused, naming the key.
+#[test]
+fn a_limit_of_no_calls_per_turn_is_refused() {
+    let model: Arc<dyn Model> = Arc::new(ScriptedModel::new("m"));
+    let models = BTreeMap::from([("m".to_owned(), model)]);
+    let config = AgentConfig { max_calls_per_turn: Some(0), ..agent("m") };
+    let error = Agents::new(one("a", config), models).unwrap_err().to_string();
+    assert!(error.starts_with("agents.a: maxCallsPerTurn must be at least 1"), "{error}");
+    assert!(error.contains("default of 64"), "{error}");
+}
+
 /// When only the latest turn's results (and the task) are left, nothing gives way: the run
 /// fails saying why and what to change, not with the API's words alone.
 #[tokio::test]
