@@ -5,6 +5,7 @@ use super::ServeOptions;
 use super::convert;
 use super::interact::{ClientInteraction, Round, StateSeal};
 use super::names::NameMap;
+use super::settle::SettledChanges;
 use super::tasks::TaskStore;
 use crate::server::ClientProfile;
 use rmcp::model::{
@@ -1479,7 +1480,9 @@ impl ServerHandler for Gateway {
             (streams.prompts, List::Prompts),
             (streams.resources, List::Resources),
         ] {
-            let Some(mut changes) = changes else { continue };
+            let Some(changes) = changes else { continue };
+            // A burst of changes is announced once (`settle`).
+            let mut changes = SettledChanges::new(changes);
             let peer = context.peer.clone();
             let session = self.session.clone();
             let shared = Arc::downgrade(&self.shared);
@@ -1487,7 +1490,7 @@ impl ServerHandler for Gateway {
                 loop {
                     tokio::select! {
                         () = session.cancelled() => break,
-                        changed = changes.changed() => {
+                        changed = changes.next() => {
                             if !changed {
                                 break;
                             }
@@ -1567,10 +1570,14 @@ impl ServerHandler for Gateway {
         };
         let streams = streams.unwrap_or_else(|| Streams::of(&**provider));
         let wants = |flag: Option<bool>| flag == Some(true);
-        let mut changes = streams.tools.filter(|_| wants(accepted.tools_list_changed));
-        let mut prompt_changes = streams.prompts.filter(|_| wants(accepted.prompts_list_changed));
-        let mut resource_changes =
-            streams.resources.filter(|_| wants(accepted.resources_list_changed));
+        // A burst of changes is announced once (`settle`); the settled streams keep what
+        // came while another branch of the loop below ran.
+        let settled = |changes: Option<ToolListChanges>, flag: Option<bool>| {
+            changes.filter(|_| wants(flag)).map(SettledChanges::new)
+        };
+        let mut changes = settled(streams.tools, accepted.tools_list_changed);
+        let mut prompt_changes = settled(streams.prompts, accepted.prompts_list_changed);
+        let mut resource_changes = settled(streams.resources, accepted.resources_list_changed);
         let uris: HashSet<String> =
             accepted.resource_subscriptions.unwrap_or_default().into_iter().collect();
         let mut updates = streams.updates.filter(|_| !uris.is_empty());
@@ -1588,7 +1595,7 @@ impl ServerHandler for Gateway {
                 () = context.cancelled() => break,
                 // The stream ended: rmcp would end this only after its drain.
                 () = self.closed.cancelled() => break,
-                changed = async { changes.as_mut()?.changed().await.then_some(()) },
+                changed = async { changes.as_mut()?.next().await.then_some(()) },
                     if changes.is_some() => {
                     // The provider is gone: end the subscription gracefully.
                     if changed.is_none() {
@@ -1599,7 +1606,7 @@ impl ServerHandler for Gateway {
                         break;
                     }
                 }
-                changed = async { prompt_changes.as_mut()?.changed().await.then_some(()) },
+                changed = async { prompt_changes.as_mut()?.next().await.then_some(()) },
                     if prompt_changes.is_some() => {
                     if changed.is_none()
                         || context.sink().notify_prompt_list_changed().await.is_err()
@@ -1607,7 +1614,7 @@ impl ServerHandler for Gateway {
                         break;
                     }
                 }
-                changed = async { resource_changes.as_mut()?.changed().await.then_some(()) },
+                changed = async { resource_changes.as_mut()?.next().await.then_some(()) },
                     if resource_changes.is_some() => {
                     if changed.is_none()
                         || context.sink().notify_resource_list_changed().await.is_err()

@@ -14,7 +14,9 @@
 //!   run, unless a request names its run in `_meta` under [`RUN_ID_META_KEY`] (an agent
 //!   across reconnections, or a stateless client's requests).
 //! - `notifications/tools/list_changed` when the provider's list changes, to every session
-//!   that initialized, and over `subscriptions/listen` for stateless 2026-07-28 clients.
+//!   that initialized, and over `subscriptions/listen` for stateless 2026-07-28 clients; a
+//!   burst of changes is announced once, when the list has stayed unchanged for 75 ms (or a
+//!   second after the burst began).
 //! - The provider's instructions (or [`ServeOptions::instructions`]) as the server's.
 //! - `completion/complete` for arguments of the provider's prompts and resource templates
 //!   ([`ToolProvider::complete`]).
@@ -81,6 +83,7 @@ mod oauth;
 mod profile;
 mod session;
 mod sessions;
+mod settle;
 mod stdio;
 mod tasks;
 

@@ -297,6 +297,31 @@ async fn list_changes_reach_2026_07_28_subscriptions() {
     assert_eq!(method, "notifications/tools/list_changed");
 }
 
+/// A burst of changes reaches a 2026-07-28 subscription as one or two notifications, as
+/// it does a session (see [`a_burst_of_list_changes_is_announced_once`]).
+#[tokio::test]
+async fn a_burst_of_list_changes_reaches_a_subscription_once() {
+    use std::time::Duration;
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (client, _, _server) =
+        connect_io(mock.clone(), ServeOptions::default(), Lifecycle::Discover).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut subscription = within(client.listen(filter)).await.unwrap();
+    for n in 0..20 {
+        mock.add_tool(&format!("burst_{n}"), Behavior::Echo);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut announced = 0;
+    // Past the longest an announcement is held (a second after the burst began).
+    let until = tokio::time::Instant::now() + Duration::from_millis(1200);
+    while let Ok(notification) = tokio::time::timeout_at(until, subscription.next()).await {
+        let method = serde_json::to_value(notification.expect("a notification")).unwrap();
+        assert_eq!(method["method"], "notifications/tools/list_changed", "{method}");
+        announced += 1;
+    }
+    assert!((1..=2).contains(&announced), "{announced} announcements of 20 changes");
+}
+
 #[tokio::test]
 async fn each_session_is_one_run() {
     let provider = fixture(0);
@@ -1104,6 +1129,64 @@ async fn arguments_a_tool_refuses_complete_a_task_with_an_error_result() {
     assert_eq!(got["result"]["isError"], true, "{polled}");
     let text = got["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("invalid arguments") && text.contains("wobbly"), "{text}");
+    drop(client);
+    within(server).await.unwrap().unwrap();
+}
+
+/// Reads messages until the answer to `ping` `id`, which the client sends first; the
+/// `list_changed` notifications read on the way are counted.
+async fn announcements_before_ping(client: &mut RawClient, id: u64) -> usize {
+    client.send(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).await;
+    let mut announced = 0;
+    loop {
+        let message = client.next().await;
+        if message["id"] == id {
+            return announced;
+        }
+        assert_eq!(message["method"], "notifications/tools/list_changed", "{message}");
+        announced += 1;
+    }
+}
+
+/// A burst of changes of the provider's tools (an upstream reconnecting, a reload adding
+/// twenty tools one by one) is announced to a session once or twice, not once per change;
+/// a lone change is still announced at once, and a steady stream of changes at least
+/// every second. (Each change was announced on its own unless one was being sent, so a
+/// burst reached the client as a burst of notifications, each making it list again.)
+#[tokio::test]
+async fn a_burst_of_list_changes_is_announced_once() {
+    use std::time::Duration;
+    let mock = Arc::new(MockProvider::new("mock").with_tool("a", Behavior::Echo));
+    let (stream, server) = socket_pair(mock.clone(), ServeOptions::default());
+    let mut client = RawClient::new(stream);
+    client.handshake().await;
+    assert_eq!(announcements_before_ping(&mut client, 1).await, 0);
+    for n in 0..20 {
+        mock.add_tool(&format!("burst_{n}"), Behavior::Echo);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Past the longest an announcement is held (a second after the burst began).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let burst = announcements_before_ping(&mut client, 2).await;
+    assert!((1..=2).contains(&burst), "{burst} announcements of a burst of 20 changes");
+
+    // A lone change is announced well before that longest hold.
+    let started = std::time::Instant::now();
+    mock.add_tool("lone", Behavior::Echo);
+    let announced = client.next().await;
+    assert_eq!(announced["method"], "notifications/tools/list_changed", "{announced}");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(700), "a lone change announced after {waited:?}");
+
+    // A change every 20 ms for 2.5 s is not held back for ever: it is announced at
+    // least every second, and still far less often than it changes.
+    for n in 0..125 {
+        mock.add_tool(&format!("steady_{n}"), Behavior::Echo);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let steady = announcements_before_ping(&mut client, 3).await;
+    assert!((2..=6).contains(&steady), "{steady} announcements of 125 changes in 2.5 s");
     drop(client);
     within(server).await.unwrap().unwrap();
 }
