@@ -17,6 +17,7 @@ mod rest;
 mod serve;
 mod spaces;
 mod tools;
+mod trace_mcp;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,157 @@
+//! `defaults.traceMCP`: each call's request (with its arguments, secrets redacted) and
+//! response (latency and size, or the error at warn level) on stderr, through `tools call`.
+
+use crate::{Project, Run, peer};
+use expect_test::expect;
+
+/// The value of `${TOOLMUX_TEST_SECRET}` in the configuration.
+const SECRET: &str = "hunter2-very-secret";
+
+/// A project with the builtin file tools and server-everything (npm), `traceMCP` as given,
+/// a secret in the server's environment and a long-running tool given 300 ms.
+fn project(trace_mcp: bool) -> Project {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let project = Project::new().env("TOOLMUX_TEST_SECRET", SECRET);
+    project.file("notes.md", "TODO: trace\n").file(
+        "toolmux.yaml",
+        &format!(
+            "defaults:\n  traceMCP: {trace_mcp}\nfs: {{}}\nmcpServers:\n  everything:\n    \
+             command: {}\n    args: [{}, stdio]\n    env: {{TOKEN: '${{TOOLMUX_TEST_SECRET}}'}}\n\
+             tools:\n  everything__trigger-long-running-operation: {{timeout: 300}}\n",
+            node.display(),
+            everything.display()
+        ),
+    );
+    project
+}
+
+/// The trace lines of a run's stderr from their level on (the timestamp left out), every
+/// duration (`838ms`) as `Nms`.
+fn trace_lines(run: &Run) -> String {
+    let is_trace = |line: &&str| {
+        line.contains("tool request →")
+            || line.contains("    parameters: ")
+            || line.contains("tool response ←")
+    };
+    run.stderr
+        .lines()
+        .filter(is_trace)
+        .map(|line| {
+            let line = strip_escapes(line);
+            let from_level = line.split_once(' ').map_or(line.as_str(), |(_, rest)| rest);
+            durations_masked(from_level.trim_start())
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `text` without its terminal escape sequences (colours).
+fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, ended by a letter.
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `text` with every number of milliseconds (`838ms`) as `Nms`.
+fn durations_masked(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut digits = String::new();
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        rest = &rest[c.len_utf8()..];
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if !digits.is_empty() {
+            let is_duration = c == 'm' && rest.starts_with('s');
+            out.push_str(if is_duration { "N" } else { &digits });
+            digits.clear();
+        }
+        out.push(c);
+    }
+    out.push_str(&digits);
+    out
+}
+
+#[test]
+fn a_builtin_call_is_traced_with_its_arguments_latency_and_size() {
+    let run = project(true).run(&["tools", "call", "fs__read", r#"{"path":"notes.md"}"#]);
+    expect!["1\tTODO: trace"].assert_eq(run.ok().trim());
+    expect![[r#"
+        DEBUG tool request → fs__read
+        TRACE     parameters: {"path":"notes.md"}
+        DEBUG tool response ← fs__read latency: Nms, output: 19 chars, status: ok"#]]
+    .assert_eq(&trace_lines(&run));
+}
+
+#[test]
+fn an_mcp_call_is_traced_with_the_secrets_of_its_arguments_redacted() {
+    let arguments = format!(r#"{{"message":"token {SECRET}"}}"#);
+    let run = project(true).run(&["tools", "call", "everything__echo", &arguments]);
+    expect!["Echo: token [redacted]"].assert_eq(run.ok().trim());
+    // The size is the output's own, counted before the log redacts it.
+    expect![[r#"
+        DEBUG tool request → everything__echo
+        TRACE     parameters: {"message":"token [redacted]"}
+        DEBUG tool response ← everything__echo latency: Nms, output: 31 chars, status: ok"#]]
+    .assert_eq(&trace_lines(&run));
+    assert!(!run.stderr.contains(SECRET), "{}", run.stderr);
+    // traceMCP shows the MCP client's connections too.
+    assert!(run.stderr.contains("mcp server connected"), "{}", run.stderr);
+}
+
+#[test]
+fn a_timeout_is_traced_as_a_warning_with_its_error() {
+    let run = project(true).run(&[
+        "tools",
+        "call",
+        "everything__trigger-long-running-operation",
+        r#"{"duration":5,"steps":5}"#,
+    ]);
+    assert_eq!(run.code, 1, "{run:?}");
+    // The error goes on to say how long the call went without progress when it did.
+    let lines = trace_lines(&run);
+    let (lines, _) = lines.split_once(" (it went").unwrap_or((&lines, ""));
+    expect![[r#"
+        DEBUG tool request → everything__trigger-long-running-operation
+        TRACE     parameters: {"duration":5,"steps":5}
+        WARN tool response ← everything__trigger-long-running-operation latency: Nms, status: failed, error: timeout: `everything__trigger-long-running-operation` did not finish within Nms"#]]
+    .assert_eq(lines);
+}
+
+#[test]
+fn a_failing_tool_is_traced_as_a_warning_with_its_error() {
+    let run = project(true).run(&["tools", "call", "fs__read", r#"{"path":"missing.md"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect![[r#"
+        DEBUG tool request → fs__read
+        TRACE     parameters: {"path":"missing.md"}
+        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`"#]]
+    .assert_eq(&trace_lines(&run));
+}
+
+#[test]
+fn nothing_is_traced_without_trace_mcp() {
+    let project = project(false);
+    let arguments = format!(r#"{{"message":"token {SECRET}"}}"#);
+    let run = project.run(&["tools", "call", "everything__echo", &arguments]);
+    run.ok();
+    expect![""].assert_eq(&run.stderr);
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"missing.md"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect![[r#"
+        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`
+    "#]]
+    .assert_eq(&run.stderr);
+}
