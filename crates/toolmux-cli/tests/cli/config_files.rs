@@ -280,6 +280,26 @@ fn secrets_from_the_environment_are_redacted() {
     assert!(!run.stdout.contains("hunter2"), "{}", run.stdout);
 }
 
+/// A short value taken from the environment is redacted where it stands for a credential
+/// (an `env` entry) or when its variable's name sounds secret, not where it is a port or a
+/// word in a server's arguments: a tool output mentioning the port and the mode reads as
+/// it is, where both read `[redacted]`.
+#[test]
+fn short_values_from_the_environment_are_redacted_only_as_credentials() {
+    let project = Project::new()
+        .env("TOOLMUX_TEST_LISTEN", "8080")
+        .env("TOOLMUX_TEST_MODE", "prod")
+        .env("TOOLMUX_TEST_SHORT", "k9x2")
+        .env("TOOLMUX_TEST_KEY", "zq7w");
+    project.file("log.txt", "listening on 8080 in prod mode, token k9x2, key zq7w\n").file(
+        "toolmux.yaml",
+        "fs: {}\nmcpServers:\n  off:\n    command: unused\n    enabled: false\n    args: ['--listen', '${TOOLMUX_TEST_LISTEN}', '--mode', '${TOOLMUX_TEST_MODE}', '--label', '${TOOLMUX_TEST_KEY}']\n    env: {TOKEN: '${TOOLMUX_TEST_SHORT}'}\n",
+    );
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"log.txt"}"#]);
+    expect!["1\tlistening on 8080 in prod mode, token [redacted], key [redacted]"]
+        .assert_eq(run.ok().trim());
+}
+
 #[test]
 fn file_is_found_in_the_current_folder() {
     let project = Project::new();

@@ -1,6 +1,6 @@
 //! `${VAR}`, `${VAR:-default}` and `${env:VAR}` in string values, expanded from the
-//! environment after parsing; every value taken from the environment is remembered as a
-//! secret.
+//! environment after parsing; the values taken from the environment that may be
+//! credentials are remembered as secrets (see [`is_secret`]).
 //!
 //! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
 //! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in,
@@ -27,7 +27,7 @@ pub(crate) struct Unset {
 /// What expansion found besides the new values.
 #[derive(Debug, Default)]
 pub(crate) struct Expansion {
-    /// Values taken from the environment.
+    /// Values taken from the environment that may be credentials ([`is_secret`]).
     pub(crate) secrets: Vec<String>,
     /// `${input:x}` references left as they are.
     pub(crate) inputs: Vec<String>,
@@ -43,15 +43,18 @@ pub(crate) fn expand(
     let mut found = Expansion::default();
     let mut path = Vec::new();
     let mut unset = Vec::new();
-    walk(value, lookup, workspace, &mut path, &mut found, &mut unset);
+    walk(value, lookup, workspace, &mut path, false, &mut found, &mut unset);
     if unset.is_empty() { Ok(found) } else { Err(unset) }
 }
 
+/// Expands the strings of `value`, at `path`; `after_secret_flag`: `value` is an item of a
+/// list whose item before it is a flag that says a credential follows (`--token`).
 fn walk(
     value: &mut Value,
     lookup: &Lookup<'_>,
     workspace: &str,
     path: &mut Vec<String>,
+    after_secret_flag: bool,
     found: &mut Expansion,
     unset: &mut Vec<Unset>,
 ) {
@@ -59,7 +62,8 @@ fn walk(
         Value::String(text) => {
             if text.contains("${") {
                 let mut missing = Vec::new();
-                *text = expand_str(text, lookup, workspace, found, &mut missing);
+                let place = Place { secret: after_secret_flag || is_secret_place(path) };
+                *text = expand_str(text, lookup, workspace, place, found, &mut missing);
                 let at = path.join(".");
                 unset.extend(
                     missing.into_iter().map(|variable| Unset { variable, path: at.clone() }),
@@ -67,10 +71,11 @@ fn walk(
             }
         }
         Value::Array(items) => {
-            for (i, item) in items.iter_mut().enumerate() {
+            for i in 0..items.len() {
+                let after_flag = i > 0 && items[i - 1].as_str().is_some_and(is_secret_lead);
                 let parent = path.pop().unwrap_or_default();
                 path.push(format!("{parent}[{i}]"));
-                walk(item, lookup, workspace, path, found, unset);
+                walk(&mut items[i], lookup, workspace, path, after_flag, found, unset);
                 path.pop();
                 path.push(parent);
             }
@@ -78,7 +83,7 @@ fn walk(
         Value::Object(map) => {
             for (key, item) in map.iter_mut() {
                 path.push(key.clone());
-                walk(item, lookup, workspace, path, found, unset);
+                walk(item, lookup, workspace, path, false, found, unset);
                 path.pop();
             }
         }
@@ -86,17 +91,40 @@ fn walk(
     }
 }
 
+/// Where in the configuration a string stands, as far as secrets go.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// The string is one that carries credentials: a header, an environment entry, or a
+    /// value under a key that names a credential (`token`, `apiKey`, `auth`…), or right
+    /// after a flag that does (`--token`).
+    secret: bool,
+}
+
+/// One `${VAR}` expanded into a string: the variable, its value, and where the value
+/// stands in the expanded string (byte offsets).
+struct Expanded<'a> {
+    name: &'a str,
+    value: String,
+    start: usize,
+    end: usize,
+}
+
 /// `text` with its references expanded; the variables unset without a default are added
 /// to `unset` (their references left as they are). `$${` is a literal `${`, as in Docker
 /// Compose: a shell's `${f}` in a hook command is written `$${f}`.
+///
+/// The values taken from the environment that [`is_secret`] finds secret where they stand
+/// are added to `found`.
 fn expand_str(
     text: &str,
     lookup: &Lookup<'_>,
     workspace: &str,
+    place: Place,
     found: &mut Expansion,
     unset: &mut Vec<String>,
 ) -> String {
     let mut out = String::with_capacity(text.len());
+    let mut expanded = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         if rest[..start].ends_with('$') {
@@ -109,7 +137,8 @@ fn expand_str(
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
             out.push_str(&rest[start..]);
-            return out;
+            rest = "";
+            break;
         };
         let inner = &after[..end];
         let whole = &rest[start..start + 2 + end + 1];
@@ -118,10 +147,9 @@ fn expand_str(
                 // `${VAR:-default}`: the default when VAR is unset or empty, as in a shell.
                 (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
                 (Some(v), _) => {
-                    if !is_public(name, &v) {
-                        found.secrets.push(v.clone());
-                    }
+                    let start = out.len();
                     out.push_str(&v);
+                    expanded.push(Expanded { name, value: v, start, end: out.len() });
                 }
                 (None, Some(d)) => out.push_str(d),
                 (None, None) => {
@@ -146,6 +174,11 @@ fn expand_str(
         rest = &after[end + 1..];
     }
     out.push_str(rest);
+    for e in expanded {
+        if is_secret(e.name, &e.value, place.secret || is_secret_part(&out, e.start, e.end)) {
+            found.secrets.push(e.value);
+        }
+    }
     out
 }
 
@@ -182,6 +215,188 @@ fn reference(inner: &str) -> Reference<'_> {
     if is_name(name) { Reference::Env { name, default } } else { Reference::Other }
 }
 
+/// Whether the value of `${name}`, expanded where `secret_place` says (a string or a part
+/// of one that carries credentials), is to be redacted wherever text leaves toolmux.
+///
+/// Redacting every expanded value mangled ordinary output: `${LISTEN}` = `8080`,
+/// `${MODE}` = `prod` or `${DATA}` = `/srv/data` made every tool output, error and log
+/// line holding that text read `[redacted]`. So, in this order:
+/// - a variable whose name sounds secret (`*TOKEN*`, `*KEY*`, `*SECRET*`, `*PASS*`,
+///   `*AUTH*`, `*CREDENTIAL*`…) is a secret, however short, unless its value is a number
+///   and its name says it is a count or a limit (`MAX_TOKENS` = `4096`);
+/// - a variable whose name says it names the machine or a place ([`is_public`]: `HOME`,
+///   `*_PORT`, `*_REGION`…) is not;
+/// - any other value is a secret where it carries credentials: in a header, an `env`
+///   entry, under a key naming a credential, after a flag or word naming one (`--token`,
+///   `api_key=`, `Bearer`), or in a URL's user, password, query or fragment;
+/// - elsewhere a number, a boolean or the path of a file or folder that exists is not,
+///   and another value is when it has 8 characters or more (shorter ones, elsewhere,
+///   are words such as `prod` or `true` rather than credentials).
+///
+/// The [`toolmux_orchestrator::Redactor`] ignores values under 4 characters anyway.
+fn is_secret(name: &str, value: &str, secret_place: bool) -> bool {
+    if is_machine(name) {
+        return false;
+    }
+    if sounds_secret(name) {
+        return !(is_number(value) && names_a_count(name));
+    }
+    if is_public(name, value) {
+        return false;
+    }
+    if secret_place {
+        return true;
+    }
+    !is_plain(value) && value.chars().count() >= 8
+}
+
+/// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`.
+fn sounds_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SOUNDS_SECRET.iter().any(|word| upper.contains(word))
+}
+
+/// Parts of names that sound like credentials.
+const SOUNDS_SECRET: [&str; 10] =
+    ["TOKEN", "SECRET", "PASS", "PWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION", "PRIVATE"];
+
+/// A name that says it counts or bounds something: `MAX_TOKENS`, `TOKEN_LIMIT`.
+fn names_a_count(name: &str) -> bool {
+    name.to_ascii_uppercase()
+        .split('_')
+        .any(|word| matches!(word, "MAX" | "MIN" | "LIMIT" | "COUNT" | "BUDGET" | "TOKENS"))
+}
+
+/// A whole number or a decimal: `8080`, `-1`, `0.5`.
+fn is_number(value: &str) -> bool {
+    let digits = value.strip_prefix(['-', '+']).unwrap_or(value);
+    let mut parts = digits.splitn(2, '.');
+    let whole = parts.next().unwrap_or_default();
+    let fraction = parts.next();
+    !whole.is_empty()
+        && whole.bytes().all(|b| b.is_ascii_digit())
+        && fraction.is_none_or(|f| !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A value that says what it is and holds no credential: a number, a boolean, or the
+/// absolute path of something that exists.
+fn is_plain(value: &str) -> bool {
+    const BOOLEANS: [&str; 6] = ["true", "false", "yes", "no", "on", "off"];
+    is_number(value)
+        || BOOLEANS.iter().any(|b| value.eq_ignore_ascii_case(b))
+        || (std::path::Path::new(value).is_absolute() && std::path::Path::new(value).exists())
+}
+
+/// The words of a configuration key or of a flag, upper case: `apiKey` and `x-api-key`
+/// are `API`, `KEY`; `GITHUB_TOKEN` is `GITHUB`, `TOKEN`.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut previous_lower = false;
+    for c in text.chars() {
+        if !c.is_ascii_alphanumeric() {
+            words.push(std::mem::take(&mut word));
+            previous_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && previous_lower {
+            words.push(std::mem::take(&mut word));
+        }
+        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        word.push(c.to_ascii_uppercase());
+    }
+    words.push(word);
+    words.into_iter().filter(|w| !w.is_empty())
+}
+
+/// A key, a flag or a word that names a credential: `token`, `apiKey`, `clientSecret`,
+/// `Authorization`, `--api-key`, `Bearer`. `maxTokens` is a count, not one.
+fn names_a_credential(text: &str) -> bool {
+    words(text).any(|word| {
+        matches!(
+            word.as_str(),
+            "TOKEN"
+                | "SECRET"
+                | "PASSWORD"
+                | "PASSWD"
+                | "PASS"
+                | "PWD"
+                | "KEY"
+                | "APIKEY"
+                | "AUTH"
+                | "AUTHORIZATION"
+                | "CREDENTIAL"
+                | "CREDENTIALS"
+                | "COOKIE"
+                | "BEARER"
+                | "BASIC"
+                | "PRIVATE"
+        ) || word.ends_with("TOKEN")
+            || word.ends_with("KEY")
+            || word.ends_with("SECRET")
+            || word.ends_with("PASSWORD")
+    })
+}
+
+/// Whether a string at `path` carries credentials: under `headers`, `env` or
+/// `environment`, or under a key that names a credential (`token`, `apiKey`, `auth`).
+fn is_secret_place(path: &[String]) -> bool {
+    // A path's items are keys, an array's items `key[i]`: the string's own key is its last
+    // item unless that is an array's item.
+    let own = path.last().filter(|key| !key.contains('['));
+    let containers = &path[..path.len() - usize::from(own.is_some())];
+    let key = |item: &String| item.split('[').next().unwrap_or_default().to_owned();
+    containers
+        .iter()
+        .map(key)
+        .any(|key| ["headers", "env", "environment"].iter().any(|k| key.eq_ignore_ascii_case(k)))
+        || path.iter().map(key).any(|key| names_a_credential(&key))
+}
+
+/// A word after which a credential comes: a flag (`--token`, `--api-key=`), a label
+/// (`X-Api-Key:`, `token=`) or a scheme (`Bearer`) that names one.
+fn is_secret_lead(word: &str) -> bool {
+    let word = word.trim_matches(|c| c == '"' || c == '\'');
+    (word.starts_with('-')
+        || word.ends_with(['=', ':'])
+        || word.chars().all(|c| c.is_ascii_alphabetic()))
+        && names_a_credential(word)
+}
+
+/// Whether `text[start..end]`, an expanded value, stands where a string carries a
+/// credential of its own: in a URL's user and password, query or fragment
+/// (`https://u:${P}@host`, `?key=${K}`), or after a word that names a credential in the
+/// same string (`--token=${T}`, `--token ${T}`, `Bearer ${T}`).
+fn is_secret_part(text: &str, start: usize, end: usize) -> bool {
+    let word_start = text[..start].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let word_end = text[end..].find(char::is_whitespace).map_or(text.len(), |i| end + i);
+    let word = &text[word_start..word_end];
+    let (start, end) = (start - word_start, end - word_start);
+    let overlaps = |from: usize, to: usize| start < to && end > from;
+    // The URL's authority's user and password, and its query and fragment.
+    let authority = word.find("://").map_or(0, |i| i + 3);
+    let authority_end =
+        word[authority..].find(['/', '?', '#']).map_or(word.len(), |i| authority + i);
+    if word[..authority].contains("://")
+        && let Some(at) = word[authority..authority_end].rfind('@')
+        && overlaps(authority, authority + at)
+    {
+        return true;
+    }
+    if let Some(query) = word[authority..].find(['?', '#'])
+        && end > authority + query
+    {
+        return true;
+    }
+    // A label in the same word (`--token=`, `X-Api-Key:`), else the word before it
+    // (`--token ${T}`, `Bearer ${T}`).
+    let label = &word[..start];
+    if !label.is_empty() {
+        return is_secret_lead(label);
+    }
+    text[..word_start].split_whitespace().next_back().is_some_and(is_secret_lead)
+}
+
 /// Variables that describe the machine or name a place rather than hold credentials.
 /// Redacting their values (a home folder, a user name, a region such as `us`) would mangle
 /// ordinary paths and words in every output: `${API_USER}` = `user` made `user-agent` read
@@ -192,8 +407,6 @@ fn reference(inner: &str) -> Reference<'_> {
 /// of its words sounds secret (`*TOKEN*`, `*KEY*`, `*PASS*`, `*SECRET*`…); `*_URL` and
 /// `*_ENDPOINT` are when their value carries no user, password or query.
 fn is_public(name: &str, value: &str) -> bool {
-    const MACHINE: [&str; 9] =
-        ["HOME", "USER", "LOGNAME", "PWD", "PATH", "SHELL", "TMPDIR", "LANG", "TERM"];
     const NAMES_A_PLACE: [&str; 24] = [
         "USER",
         "USERNAME",
@@ -220,25 +433,13 @@ fn is_public(name: &str, value: &str) -> bool {
         "TIMEZONE",
         "NAMESPACE",
     ];
-    const SOUNDS_SECRET: [&str; 10] = [
-        "TOKEN",
-        "SECRET",
-        "PASS",
-        "PWD",
-        "KEY",
-        "AUTH",
-        "CREDENTIAL",
-        "COOKIE",
-        "SESSION",
-        "PRIVATE",
-    ];
-    if MACHINE.contains(&name) || name.starts_with("XDG_") || name.starts_with("LC_") {
+    if is_machine(name) {
         return true;
     }
-    let upper = name.to_ascii_uppercase();
-    if SOUNDS_SECRET.iter().any(|word| upper.contains(word)) {
+    if sounds_secret(name) {
         return false;
     }
+    let upper = name.to_ascii_uppercase();
     let last = upper.rsplit('_').next().unwrap_or_default();
     if NAMES_A_PLACE.contains(&last) {
         return true;
@@ -249,6 +450,13 @@ fn is_public(name: &str, value: &str) -> bool {
             let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
             !authority.contains('@') && !rest.contains('?')
         })
+}
+
+/// A variable of the machine's own: `HOME`, `USER`, `PWD`, `XDG_*`, `LC_*`…
+fn is_machine(name: &str) -> bool {
+    const MACHINE: [&str; 9] =
+        ["HOME", "USER", "LOGNAME", "PWD", "PATH", "SHELL", "TMPDIR", "LANG", "TERM"];
+    MACHINE.contains(&name) || name.starts_with("XDG_") || name.starts_with("LC_")
 }
 
 /// An environment variable name: a letter or `_`, then letters, digits, `_`.
@@ -269,6 +477,14 @@ mod tests {
             "TOKEN" => Some("s3cret-token".into()),
             "HOME" => Some("/home/u".into()),
             "EMPTY" => Some(String::new()),
+            "LISTEN" => Some("8080".into()),
+            "MODE" => Some("prod".into()),
+            "SHORT" => Some("k9x2".into()),
+            "DEBUG" => Some("true".into()),
+            "DATA" => Some("/tmp".into()),
+            "SITE" => Some("production-eu".into()),
+            "API_KEY" => Some("ab12".into()),
+            "MAX_TOKENS" => Some("4096".into()),
             _ => None,
         }
     }
@@ -314,13 +530,70 @@ mod tests {
         }
     }
 
+    /// A value neither secret nor public by its variable's name is redacted where it
+    /// stands for a credential, or when it is long enough to be one; a port, a word, a
+    /// boolean or a folder elsewhere is not.
+    #[test]
+    fn short_values_are_secrets_only_where_credentials_stand() {
+        let each = ["LISTEN", "MODE", "SHORT", "DEBUG", "DATA"].map(|v| format!("${{{v}}}"));
+        let elsewhere = json!({"args": each, "url": format!("http://127.0.0.1:{}/{}", each[0], each[1]), "command": each.join(" ")});
+        check(
+            elsewhere,
+            expect![[r#"
+                {"args":["8080","prod","k9x2","true","/tmp"],"command":"8080 prod k9x2 true /tmp","url":"http://127.0.0.1:8080/prod"}
+                secrets: []
+                inputs: []"#]],
+        );
+        check(
+            json!({"mcpServers": {"x": {
+                "env": {"A": "${LISTEN}", "B": "${DATA}"},
+                "headers": {"X-Mode": "${MODE}"},
+                "auth": {"token": "${DEBUG}"},
+                "args": ["--token", "${SHORT}", "--mode", "${MODE}", "--api-key=${LISTEN}", "Bearer ${DEBUG}"],
+                "url": "http://u:${SHORT}@127.0.0.1/x?mode=${MODE}",
+            }}}),
+            expect![[r#"
+                {"mcpServers":{"x":{"args":["--token","k9x2","--mode","prod","--api-key=8080","Bearer true"],"auth":{"token":"true"},"env":{"A":"8080","B":"/tmp"},"headers":{"X-Mode":"prod"},"url":"http://u:k9x2@127.0.0.1/x?mode=prod"}}}
+                secrets: ["k9x2", "8080", "true", "true", "8080", "/tmp", "prod", "k9x2", "prod"]
+                inputs: []"#]],
+        );
+        // Long values are secrets anywhere; a name that sounds secret makes any value one,
+        // but for a count; the machine's own are never.
+        check(
+            json!({"a": "${SITE}", "b": "${API_KEY}", "c": "${MAX_TOKENS}", "env": {"H": "${HOME}"}}),
+            expect![[r#"
+                {"a":"production-eu","b":"ab12","c":"4096","env":{"H":"/home/u"}}
+                secrets: ["production-eu", "ab12"]
+                inputs: []"#]],
+        );
+    }
+
+    #[test]
+    fn words_of_keys_and_flags() {
+        for credential in [
+            "token",
+            "apiKey",
+            "x-api-key",
+            "clientSecret",
+            "Authorization",
+            "--password",
+            "GITHUB_PAT_TOKEN",
+            "accessToken",
+        ] {
+            assert!(names_a_credential(credential), "{credential}");
+        }
+        for plain in ["maxTokens", "url", "args", "mode", "--port", "keep"] {
+            assert!(!names_a_credential(plain), "{plain}");
+        }
+    }
+
     #[test]
     fn plain_and_default() {
         check(
             json!({"a": "Bearer ${TOKEN}", "b": "${MISSING:-fallback}", "c": "${TOKEN:-x}", "d": "${EMPTY}", "e": "${EMPTY:-when empty}"}),
             expect![[r#"
                 {"a":"Bearer s3cret-token","b":"fallback","c":"s3cret-token","d":"","e":"when empty"}
-                secrets: ["s3cret-token", "s3cret-token", ""]
+                secrets: ["s3cret-token", "s3cret-token"]
                 inputs: []"#]],
         );
     }
