@@ -16,8 +16,13 @@ use toolmux_core::ToolOutput;
 const DIFF_HUNKS: usize = 3;
 /// Lines of one side of a hunk shown at most.
 const DIFF_LINES: usize = 12;
-/// Characters of a context line shown around an insertion at most.
+/// Characters of a context line shown around a change at most.
 const CONTEXT_CHARS: usize = 200;
+/// Lines of context shown before and after a replacement.
+const CONTEXT_LINES: usize = 2;
+/// Characters of a changed line shown at most: a replacement in a longer line (minified
+/// code) shows the replaced text only.
+const LINE_CHARS: usize = 400;
 /// Match line numbers listed in an ambiguity error at most.
 const LISTED_MATCHES: usize = 20;
 
@@ -183,6 +188,9 @@ fn apply(
     let mut replacements = 0;
     let mut insertions = 0;
     let mut hunks = Vec::new();
+    // The replacements and insertions the hunks show (one hunk shows every replacement
+    // in its lines).
+    let mut shown = 0;
     for (index, op) in edits.iter().enumerate() {
         let label = if multi { format!("edit {}: ", index + 1) } else { String::new() };
         // The CRs of a CR file's text became LF above; so do those `old_string` and
@@ -216,6 +224,7 @@ fn apply(
                 insert(&text, op, line, ending.map(LineEnding::working)).map_err(fail)?;
             if hunks.len() < DIFF_HUNKS {
                 hunks.push(inserted.hunk);
+                shown += 1;
             }
             text = inserted.text;
             insertions += 1;
@@ -237,13 +246,8 @@ fn apply(
             if index == 0 && text.is_empty() {
                 text = op.new_string.clone();
                 replacements += 1;
-                hunks.push(Hunk {
-                    line: 1,
-                    old: String::new(),
-                    new: text.clone(),
-                    note: None,
-                    around: None,
-                });
+                hunks.push(Hunk::fragments(1, String::new(), text.clone(), None));
+                shown += 1;
                 continue;
             }
             return Err(fail(format!(
@@ -288,17 +292,14 @@ fn apply(
                 listed()
             )));
         }
-        for &at in starts.iter().take(DIFF_HUNKS.saturating_sub(hunks.len())) {
-            hunks.push(Hunk {
-                line: line_of(&text, at),
-                old: old.clone(),
-                new: new.clone(),
-                note,
-                around: None,
-            });
-        }
+        let replaced = text.replace(old.as_str(), &new);
+        let change =
+            Replacement { before: &text, after: &replaced, starts: &starts, old: &old, new: &new };
+        let (more, count) = change.hunks(note, DIFF_HUNKS.saturating_sub(hunks.len()));
+        hunks.extend(more);
+        shown += count;
         replacements += starts.len();
-        text = text.replace(old.as_str(), &new);
+        text = replaced;
     }
     if cr {
         text = text.replace('\n', "\r");
@@ -327,8 +328,8 @@ fn apply(
     for hunk in &hunks {
         hunk.render(&mut out);
     }
-    if replacements + insertions > hunks.len() && !created {
-        let _ = write!(out, "\n[diff shows {} of {changes}]", hunks.len());
+    if replacements + insertions > shown && !created {
+        let _ = write!(out, "\n[diff shows {shown} of {changes}]");
     }
     Ok(ToolOutput::text(out)
         .with_extra("replacements", json!(replacements))
@@ -423,11 +424,12 @@ fn insert(
         line: after + 1,
         old: String::new(),
         new: body.into_owned(),
-        note: None,
+        notes: Vec::new(),
         around: Some((
             after.checked_sub(1).map(|i| lines[i].to_owned()),
             lines.get(after).map(|l| (*l).to_owned()),
         )),
+        lines: Vec::new(),
     };
     Ok(Inserted { text: out, hunk })
 }
@@ -859,53 +861,263 @@ pub(super) fn similarity(a: &str, b: &str) -> f64 {
     2.0 * a.intersection(&b).count() as f64 / (a.len() + b.len()) as f64
 }
 
-/// One replacement, for the diff.
+/// The replacements of one edit: `old` at `starts` in `before`, which made `after`.
+struct Replacement<'a> {
+    before: &'a str,
+    after: &'a str,
+    starts: &'a [usize],
+    old: &'a str,
+    new: &'a str,
+}
+
+/// The lines one or more replacements on the same lines changed.
+struct Changed<'a> {
+    /// Where they are in the file as it now is: lines `lines.0..lines.1`, 0-based (empty
+    /// where lines were only removed).
+    lines: (usize, usize),
+    /// The lines before and after, with the lines the same on both sides (the rest of a
+    /// line an `old_string` ending in a line break joined) at `same` from either end.
+    old: Vec<&'a str>,
+    new: Vec<&'a str>,
+    same: (usize, usize),
+    /// How many replacements.
+    count: usize,
+}
+
+impl Changed<'_> {
+    fn removed(&self) -> &[&str] {
+        &self.old[self.same.0..self.old.len() - self.same.1]
+    }
+
+    fn put(&self) -> &[&str] {
+        &self.new[self.same.0..self.new.len() - self.same.1]
+    }
+
+    /// Whether a line is too long to show whole.
+    fn is_long(&self) -> bool {
+        self.removed().iter().chain(self.put()).any(|l| l.chars().count() > LINE_CHARS)
+    }
+}
+
+impl Replacement<'_> {
+    /// The changes, in order, each the replacements on one run of lines; `enough` of
+    /// them at most.
+    fn changes(&self, enough: usize) -> Vec<Changed<'_>> {
+        let mut changes = Vec::new();
+        // Line breaks of `after` before byte `counted_to`.
+        let (mut k, mut counted, mut counted_to) = (0, 0, 0);
+        while k < self.starts.len() && changes.len() < enough {
+            let first = k;
+            let mut end = line_end(self.before, self.starts[k] + self.old.len());
+            while self.starts.get(k + 1).is_some_and(|&next| next <= end) {
+                k += 1;
+                end = line_end(self.before, self.starts[k] + self.old.len());
+            }
+            let start = self.before[..self.starts[first]].rfind('\n').map_or(0, |at| at + 1);
+            // Before replacement `i`, `i` replacements moved the text by `new - old` each.
+            let moved = |at: usize, i: usize| {
+                (at as isize + i as isize * (self.new.len() as isize - self.old.len() as isize))
+                    as usize
+            };
+            let (new_start, new_end) = (moved(start, first), moved(end, k + 1));
+            counted +=
+                memchr::memchr_iter(b'\n', &self.after.as_bytes()[counted_to..new_start]).count();
+            counted_to = new_start;
+            let old: Vec<&str> = self.before[start..end].split('\n').collect();
+            let new: Vec<&str> = self.after[new_start..new_end].split('\n').collect();
+            let same_start = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
+            let room = old.len().min(new.len()) - same_start;
+            let same_end =
+                old.iter().rev().zip(new.iter().rev()).take(room).take_while(|(a, b)| a == b);
+            let same_end = same_end.count();
+            let first_line = counted + same_start;
+            let lines = (first_line, first_line + new.len() - same_start - same_end);
+            changes.push(Changed {
+                lines,
+                old,
+                new,
+                same: (same_start, same_end),
+                count: k + 1 - first,
+            });
+            k += 1;
+        }
+        changes
+    }
+
+    /// At most `max` hunks showing the whole lines the replacements changed, with context
+    /// from the file as it now is, and how many replacements they show. Replacements on
+    /// one line are one change, and changes whose context would meet share a hunk (up to
+    /// [`HUNK_LINES`] lines).
+    fn hunks(&self, note: Option<&'static str>, max: usize) -> (Vec<Hunk>, usize) {
+        let after: Vec<&str> = self.after.split('\n').collect();
+        // A final line break ends the last line; it starts none.
+        let after = &after[..after.len() - usize::from(self.after.ends_with('\n'))];
+        let owned = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+        let (mut hunks, mut shown) = (Vec::new(), 0);
+        // The hunk being made: its first line, its blocks, the line after its last change.
+        let mut open: Option<(usize, Vec<Block>, usize)> = None;
+        let close = |open: Option<(usize, Vec<Block>, usize)>, hunks: &mut Vec<Hunk>| {
+            if let Some((line, mut blocks, end)) = open {
+                let context = &after[end.min(after.len())..];
+                blocks.push(Block::Context(owned(&context[..context.len().min(CONTEXT_LINES)])));
+                hunks.push(Hunk::lines(line, blocks, note));
+            }
+        };
+        for change in self.changes(max * HUNK_LINES) {
+            let joins = open.as_ref().is_some_and(|(_, blocks, end)| {
+                change.lines.0 - end <= 2 * CONTEXT_LINES
+                    && blocks.iter().map(Block::len).sum::<usize>() < HUNK_LINES
+            });
+            if !joins || change.is_long() {
+                close(open.take(), &mut hunks);
+                if hunks.len() == max {
+                    break;
+                }
+            }
+            shown += change.count;
+            if change.is_long() {
+                let (old, new) = (self.old.to_owned(), self.new.to_owned());
+                let mut hunk = Hunk::fragments(change.lines.0 + 1, old, new, note);
+                hunk.notes.push("a long line: the replaced text only");
+                hunks.push(hunk);
+                continue;
+            }
+            let (_, blocks, end) = open.get_or_insert_with(|| {
+                let from = change.lines.0.saturating_sub(CONTEXT_LINES);
+                let before = owned(&after[from..change.lines.0]);
+                (change.lines.0 + 1, vec![Block::Context(before)], change.lines.0)
+            });
+            if *end < change.lines.0 {
+                blocks.push(Block::Context(owned(&after[*end..change.lines.0])));
+            }
+            // Changes on lines next to each other are one run of lines removed and put.
+            match blocks.last_mut() {
+                Some(Block::Change(removed, put)) => {
+                    removed.extend(owned(change.removed()));
+                    put.extend(owned(change.put()));
+                }
+                _ => blocks.push(Block::Change(owned(change.removed()), owned(change.put()))),
+            }
+            *end = change.lines.1;
+        }
+        if hunks.len() < max {
+            close(open, &mut hunks);
+        }
+        (hunks, shown)
+    }
+}
+
+/// Lines shown in one hunk before changes near each other start another.
+const HUNK_LINES: usize = 24;
+
+/// Where the line holding byte `at` of `text` ends (its line break, or the text's end).
+fn line_end(text: &str, at: usize) -> usize {
+    memchr::memchr(b'\n', &text.as_bytes()[at..]).map_or(text.len(), |i| at + i)
+}
+
+/// One change, for the diff.
 struct Hunk {
+    /// The first line changed (the line inserted), 1-based.
     line: usize,
+    /// The replaced and the inserted text, shown when `lines` is empty.
     old: String,
     new: String,
-    note: Option<&'static str>,
+    notes: Vec<&'static str>,
     /// For an insertion: the lines before and after it, shown as context to check the
     /// place (`None` at the top or the end of the file).
     around: Option<(Option<String>, Option<String>)>,
+    /// For a replacement: the whole lines it changed, with context.
+    lines: Vec<Block>,
+}
+
+/// Part of a replacement's hunk.
+enum Block {
+    /// Lines of the file as it is.
+    Context(Vec<String>),
+    /// Lines removed and the lines put in their place.
+    Change(Vec<String>, Vec<String>),
+}
+
+impl Block {
+    /// Lines it holds.
+    fn len(&self) -> usize {
+        match self {
+            Block::Context(lines) => lines.len(),
+            Block::Change(old, new) => old.len() + new.len(),
+        }
+    }
 }
 
 impl Hunk {
+    /// A hunk showing `old` replaced by `new` as they are.
+    fn fragments(line: usize, old: String, new: String, note: Option<&'static str>) -> Hunk {
+        let notes = note.into_iter().collect();
+        Hunk { line, old, new, notes, around: None, lines: Vec::new() }
+    }
+
+    /// A hunk of whole lines.
+    fn lines(line: usize, lines: Vec<Block>, note: Option<&'static str>) -> Hunk {
+        let notes = note.into_iter().collect();
+        Hunk { line, old: String::new(), new: String::new(), notes, around: None, lines }
+    }
+
     fn render(&self, out: &mut String) {
         if let Some((before, after)) = &self.around {
             let _ =
                 write!(out, "\n@@ line {} (inserted after line {}) @@", self.line, self.line - 1);
-            // A line of the file, perhaps a minified one of megabytes: its start is enough
-            // to check the place.
-            let context = |out: &mut String, line: &Option<String>| {
-                if let Some(line) = line {
-                    let line = line.trim_end_matches('\r');
-                    let shown: String = line.chars().take(CONTEXT_CHARS).collect();
-                    let more = line.chars().count().saturating_sub(CONTEXT_CHARS);
-                    let _ = write!(out, "\n {shown}");
-                    if more > 0 {
-                        let _ = write!(out, "[... {more} more characters]");
-                    }
-                }
-            };
-            context(out, before);
+            render_context(out, before.iter());
             // Every line inserted, an empty one too: `new` has no line break at its end.
             render_lines(out, '+', self.new.split('\n'));
-            context(out, after);
+            render_context(out, after.iter());
             return;
         }
-        let note = self.note.map(|n| format!(" ({n})")).unwrap_or_default();
-        let _ = write!(out, "\n@@ line {}{note} @@", self.line);
-        render_lines(out, '-', self.old.lines());
-        render_lines(out, '+', self.new.lines());
+        let notes = match self.notes.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", self.notes.join("; ")),
+        };
+        let _ = write!(out, "\n@@ line {}{notes} @@", self.line);
+        if self.lines.is_empty() {
+            render_lines(out, '-', self.old.lines());
+            render_lines(out, '+', self.new.lines());
+        }
+        for block in &self.lines {
+            match block {
+                Block::Context(lines) => render_context(out, lines.iter()),
+                Block::Change(old, new) => {
+                    render_lines(out, '-', old.iter().map(String::as_str));
+                    render_lines(out, '+', new.iter().map(String::as_str));
+                }
+            }
+        }
     }
 }
 
-/// `lines`, each after `sign`, at most [`DIFF_LINES`] of them.
+/// Context lines, each after a space. A line of the file may be a minified one of
+/// megabytes: its start is enough to check the place.
+fn render_context<'a>(out: &mut String, lines: impl Iterator<Item = &'a String>) {
+    for line in lines {
+        let line = line.trim_end_matches('\r');
+        let shown: String = line.chars().take(CONTEXT_CHARS).collect();
+        let more = line.chars().count().saturating_sub(CONTEXT_CHARS);
+        let _ = write!(out, "\n {shown}");
+        if more > 0 {
+            let _ = write!(out, "[... {more} more characters]");
+        }
+    }
+}
+
+/// `lines`, each after `sign`, at most [`DIFF_LINES`] of them, each of at most
+/// [`LINE_CHARS`] characters.
 fn render_lines<'a>(out: &mut String, sign: char, lines: impl Iterator<Item = &'a str>) {
     let lines: Vec<&str> = lines.collect();
     for line in lines.iter().take(DIFF_LINES) {
-        let _ = write!(out, "\n{sign}{}", line.trim_end_matches('\r'));
+        let line = line.trim_end_matches('\r');
+        let shown: String = line.chars().take(LINE_CHARS).collect();
+        let _ = write!(out, "\n{sign}{shown}");
+        let more = line.chars().count().saturating_sub(LINE_CHARS);
+        if more > 0 {
+            let _ = write!(out, "[... {more} more characters]");
+        }
     }
     if lines.len() > DIFF_LINES {
         let _ = write!(out, "\n{sign}[... {} more lines]", lines.len() - DIFF_LINES);

@@ -15,9 +15,11 @@ async fn replaces_once_and_shows_a_diff() {
     expect![[r#"
         made 1 replacement in `a.rs`
         @@ line 2 @@
-        -let x = 1;
-        +let x = 2;
-        +    let y = 3;"#]]
+         fn main() {
+        -    let x = 1;
+        +    let x = 2;
+        +    let y = 3;
+         }"#]]
     .assert_eq(&out.to_text());
     assert_eq!(out.extras["replacements"], 1);
     assert_eq!(fx.get("a.rs"), "fn main() {\n    let x = 2;\n    let y = 3;\n}\n");
@@ -133,10 +135,12 @@ async fn a_single_line_replaced_by_several_in_a_crlf_file_gets_crlf() {
     expect![[r#"
         made 1 replacement in `a.txt`
         @@ line 2 (written with the file's CRLF line endings) @@
+         one
         -two
         +2a
         +2b
-        +2c"#]]
+        +2c
+         three"#]]
     .assert_eq(&out);
     assert_eq!(fx.get("a.txt"), "one\r\n2a\r\n2b\r\n2c\r\nthree\r\n");
     // replace_all and multi_edit follow the file too.
@@ -530,6 +534,7 @@ async fn a_dry_run_shows_the_diff_and_writes_nothing() {
     expect![[r#"
         dry run: the edit applies; it would make 1 replacement in `a.txt` (nothing was written)
         @@ line 2 @@
+         one
         -two
         +2"#]]
     .assert_eq(&out.to_text());
@@ -697,8 +702,20 @@ async fn replace_all_replaces_every_occurrence_and_only_those() {
     let args = json!({"path": "a.txt", "old_string": "end;", "new_string": "$1 end; $&", "replace_all": true});
     let out = fx.call("edit", args).await.unwrap();
     assert_eq!(out.extras["replacements"], 6);
-    assert!(out.to_text().starts_with("made 6 replacements in `a.txt`"), "{}", out.to_text());
-    assert!(out.to_text().ends_with("[diff shows 3 of 6 replacements]"), "{}", out.to_text());
+    expect![[r#"
+        made 6 replacements in `a.txt`
+        @@ line 1 @@
+        -end;
+        -end;
+        -end;end;
+        -mid end; x
+        -end;
+        +$1 end; $&
+        +$1 end; $&
+        +$1 end; $&$1 end; $&
+        +mid $1 end; $& x
+        +$1 end; $&"#]]
+    .assert_eq(&out.to_text());
     assert_eq!(
         fx.get("a.txt"),
         "$1 end; $&\r\n$1 end; $&\r\n$1 end; $&$1 end; $&\r\nmid $1 end; $& x\r\n$1 end; $&"
@@ -746,4 +763,117 @@ async fn freshness_is_judged_by_content_not_time() {
     let err = fx.err("write", json!({"path": "a.txt", "content": "replaced\n"})).await;
     assert!(err.contains("has been modified since it was last read"), "{err}");
     assert_eq!(fx.get("a.txt"), "version six\n");
+}
+
+/// A `replace_all` diff shows the whole lines it changed with the lines around them, as
+/// a single replacement's now does, nearby changes in one hunk: it showed each occurrence's
+/// text alone (`-sum`, `+total`), three times, whatever the lines were. A long file's
+/// diff stays short, and a minified line is not shown whole.
+#[tokio::test]
+async fn a_replace_all_diff_shows_whole_lines_with_context() {
+    let fx = Fixture::new();
+    let body = "fn total(items: &[Item]) -> u32 {\n    let mut sum = 0;\n    for item in items {\n        sum += item.price * item.count;\n    }\n    sum\n}\n";
+    let filler: String = (1..=20).map(|n| format!("// note {n}\n")).collect();
+    fx.put("a.rs", &format!("{body}{filler}fn sum_all() {{}}\n{filler}// sum again\n"));
+    fx.ok("read", json!({"path": "a.rs"})).await;
+    let args =
+        json!({"path": "a.rs", "old_string": "sum", "new_string": "total", "replace_all": true});
+    expect![[r#"
+        made 5 replacements in `a.rs`
+        @@ line 2 @@
+         fn total(items: &[Item]) -> u32 {
+        -    let mut sum = 0;
+        +    let mut total = 0;
+             for item in items {
+        -        sum += item.price * item.count;
+        +        total += item.price * item.count;
+             }
+        -    sum
+        +    total
+         }
+         // note 1
+        @@ line 28 @@
+         // note 19
+         // note 20
+        -fn sum_all() {}
+        +fn total_all() {}
+         // note 1
+         // note 2
+        @@ line 49 @@
+         // note 19
+         // note 20
+        -// sum again
+        +// total again"#]]
+    .assert_eq(&fx.ok("edit", args).await);
+    // Many occurrences: three hunks at most, each bounded, and a minified line shown by
+    // its replaced text only.
+    let many: String = (0..200).map(|n| format!("x{n} = old\n")).collect();
+    let minified = format!("{}old{}\n", "a".repeat(1000), "b".repeat(1000));
+    fx.put("b.txt", &format!("{minified}{many}"));
+    fx.ok("read", json!({"path": "b.txt"})).await;
+    let args =
+        json!({"path": "b.txt", "old_string": "old", "new_string": "new", "replace_all": true});
+    let out = fx.ok("edit", args).await;
+    assert!(out.len() < 4000, "{}", out.len());
+    expect![[r#"
+        made 201 replacements in `b.txt`
+        @@ line 1 (a long line: the replaced text only) @@
+        -old
+        +new
+        @@ line 2 @@
+         aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa[... 1803 more characters]
+        -x0 = old
+        -x1 = old
+        -x2 = old
+        -x3 = old
+        -x4 = old
+        -x5 = old
+        -x6 = old
+        -x7 = old
+        -x8 = old
+        -x9 = old
+        -x10 = old
+        -x11 = old
+        +x0 = new
+        +x1 = new
+        +x2 = new
+        +x3 = new
+        +x4 = new
+        +x5 = new
+        +x6 = new
+        +x7 = new
+        +x8 = new
+        +x9 = new
+        +x10 = new
+        +x11 = new
+         x12 = new
+         x13 = new
+        @@ line 14 @@
+         x10 = new
+         x11 = new
+        -x12 = old
+        -x13 = old
+        -x14 = old
+        -x15 = old
+        -x16 = old
+        -x17 = old
+        -x18 = old
+        -x19 = old
+        -x20 = old
+        -x21 = old
+        -x22 = old
+        +x12 = new
+        +x13 = new
+        +x14 = new
+        +x15 = new
+        +x16 = new
+        +x17 = new
+        +x18 = new
+        +x19 = new
+        +x20 = new
+        +x21 = new
+        +x22 = new
+         x23 = new
+         x24 = new
+        [diff shows 24 of 201 replacements]"#]].assert_eq(&out);
 }
