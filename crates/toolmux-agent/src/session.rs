@@ -394,9 +394,12 @@ impl Session<'_> {
         }
         // The longest the model took to answer, to leave time for a last turn.
         let mut slowest = Duration::ZERO;
-        // The window the API's refusals of too long a request showed (see
-        // [`overflow_window`]), kept within from then on as a configured one is.
-        let mut learned_window: Option<u64> = None;
+        // The size the API's refusals of too long a request showed a request must keep
+        // within (see [`shortened_budget`]), kept within from then on as a configured
+        // window's share is.
+        let mut learned_budget: Option<u64> = None;
+        // How many times this turn was shortened and asked again after such a refusal.
+        let mut shortenings = 0;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -448,10 +451,9 @@ impl Session<'_> {
             let last = limit.is_some();
             self.collect_inbox(&state, &mut request).await;
             drop_old_images(&mut request.messages);
-            if let Some(window) =
-                self.model.context_window().into_iter().chain(learned_window).min()
-            {
-                fit_context(&mut request, window);
+            let configured = self.model.context_window().map(window_budget);
+            if let Some(budget) = configured.into_iter().chain(learned_budget).min() {
+                fit_context(&mut request, budget);
             }
             let asked = Instant::now();
             let answer = if last {
@@ -472,30 +474,58 @@ impl Session<'_> {
             slowest = slowest.max(asked.elapsed());
             let answer = match answer {
                 None => break SessionEnd::Report(self.out_of_time(&figures)),
-                Some(Ok(answer)) => answer,
+                Some(Ok(answer)) => {
+                    shortenings = 0;
+                    answer
+                }
                 Some(Err(e)) => {
-                    // An answer that failed all the same (cut at the context window) was
-                    // billed: it counts as an answer's tokens do, before it is asked again.
+                    // An answer that failed all the same (cut at the context window, or ended
+                    // short of a turn) was billed: it counts as an answer's tokens do, before
+                    // it is asked again or the run fails.
                     if let Some(usage) = e.usage() {
                         figures.usage += usage;
                         self.budgets.spend(&self.ctx, usage.input_tokens + usage.output_tokens);
                     }
                     // Too long for the model's window: the oldest tool results give way,
                     // as for a configured window, and the turn is asked again. Each time
-                    // elides at least one result, so this ends.
+                    // elides at least one result, and a turn is shortened at most
+                    // `MAX_SHORTENINGS` times, each time more, so this ends.
                     let overflow = e.context_overflow();
                     if let Some(overflow) = overflow {
                         let window = overflow_window(&request, overflow);
-                        let window = learned_window.map_or(window, |learned| learned.min(window));
-                        if fit_context(&mut request, window) > 0 {
+                        let most = request.max_tokens.map(u64::from);
+                        let room = answer_room(
+                            &request,
+                            overflow,
+                            most.or(self.model.max_output_tokens()),
+                        );
+                        let mut elided = 0;
+                        while elided == 0 && shortenings < MAX_SHORTENINGS {
+                            shortenings += 1;
+                            let budget = shortened_budget(window, room, shortenings);
+                            let budget =
+                                learned_budget.map_or(budget, |learned| learned.min(budget));
+                            elided = fit_context(&mut request, budget);
+                            if elided > 0 {
+                                learned_budget = Some(budget);
+                            }
+                        }
+                        if elided > 0 {
                             tracing::info!(target: "toolmux::agent", agent = self.name, window,
-                                "the API refused a request over the context window; old tool results elided");
-                            learned_window = Some(window);
+                                shortenings, "the API refused a request over the context window; old tool results elided");
                             figures.turns -= 1;
                             continue;
                         }
                     }
                     let why = match overflow {
+                        Some(_) if elidable_left(&request) => format!(
+                            "{MODEL_FAILED}: {e} (the request is longer than the model's \
+                             context window, and the API refused it again after it was \
+                             shortened {shortenings} times, each time eliding more old tool \
+                             results: have the tools return less, with the orchestrator's \
+                             `contextTokenBudget` say, set the model's `contextWindow` to what \
+                             it takes, or use a model with a larger window)"
+                        ),
                         Some(_) => format!(
                             "{MODEL_FAILED}: {e} (the request is longer than the model's \
                              context window, and nothing but the task and the latest turn's \
@@ -1549,18 +1579,72 @@ impl Repeats {
 /// the estimate's error (four bytes a token).
 const CONTEXT_SHARE: f64 = 0.8;
 
+/// How many times one turn is shortened and asked again after the API refuses it as over
+/// the context window (or cuts its answer there), before the run fails saying so.
+const MAX_SHORTENINGS: u32 = 4;
+
+/// What each shortening after the first leaves of the share before ([`CONTEXT_SHARE`]):
+/// 80%, 60%, 45%, 34% of the window.
+const SHORTENING: f64 = 0.75;
+
+/// Of the window left once the room an answer needs is taken off, what a request may fill
+/// after an answer was cut at the window: the rest is for the estimate's error.
+const ROOM_MARGIN: f64 = 0.9;
+
+/// How much of a `window` of tokens a request may fill: [`CONTEXT_SHARE`] of it.
+fn window_budget(window: u64) -> u64 {
+    (window as f64 * CONTEXT_SHARE) as u64
+}
+
+/// What the answer to a request needs room for, in [`request_tokens`]' estimate.
+#[derive(Debug, Clone, Copy, Default)]
+struct AnswerRoom {
+    /// What an answer cut at the window had written by then: it needs more.
+    written: Option<u64>,
+    /// The most tokens an answer may have (the request's or the model's `maxTokens`).
+    most: Option<u64>,
+}
+
+/// The room an answer to `request` needs, from the API's `overflow` (an answer cut at the
+/// window says what it had written) and the most an answer may have, `most`, both scaled
+/// from the API's tokens to the estimate as [`overflow_window`] scales the window.
+fn answer_room(request: &ModelRequest, overflow: ContextOverflow, most: Option<u64>) -> AnswerRoom {
+    let scale = match overflow.tokens {
+        Some(tokens) if tokens > 0 => request_tokens(request).max(1) as f64 / tokens as f64,
+        _ => 1.0,
+    };
+    let scaled = |tokens: u64| (tokens as f64 * scale).ceil() as u64;
+    AnswerRoom { written: overflow.written.map(scaled), most: most.map(scaled) }
+}
+
+/// How much a request may fill, in [`request_tokens`]' estimate, after the API refused it
+/// (or cut its answer) at a `window` of that estimate, the `attempt`th time this turn: a
+/// share of the window that shrinks with each attempt ([`SHORTENING`]), and after a cut
+/// answer no more than leaves it room for twice what it wrote, doubling with each
+/// attempt, up to the most an answer may have. Asked to go on in the room the cut left
+/// (a share of the window, when the answer was a quarter or more of the request), the
+/// model was cut again, and the run failed with old tool results left to elide.
+fn shortened_budget(window: u64, room: AnswerRoom, attempt: u32) -> u64 {
+    let share = CONTEXT_SHARE * SHORTENING.powi(attempt.saturating_sub(1).min(16) as i32);
+    let by_share = (window as f64 * share) as u64;
+    let Some(written) = room.written else { return by_share };
+    let wanted = written.saturating_mul(1 << attempt.min(16));
+    let wanted = room.most.map_or(wanted, |most| wanted.min(most)).max(written);
+    let by_room = (window.saturating_sub(wanted) as f64 * ROOM_MARGIN) as u64;
+    by_share.min(by_room)
+}
+
 /// Heads what the tools' providers say, after the agent's own instructions.
 const PROVIDERS_HEADING: &str = "# What the providers of your tools say about them";
 
 /// Tool results shorter than this are never elided: the note would save nothing.
 const ELIDE_MIN: usize = 400;
 
-/// Keeps `request` within [`CONTEXT_SHARE`] of a `window` of tokens by replacing the oldest
-/// tool results (never the latest turn's) with a note saying what was there. The
-/// conversation is changed for good, so later turns send the same prefix. A request still
-/// too large after that (one huge message) is sent as it is, and the API says so.
-pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
-    let budget = (window as f64 * CONTEXT_SHARE) as u64;
+/// Keeps `request` within `budget` tokens (in [`request_tokens`]' estimate) by replacing
+/// the oldest tool results (never the latest turn's) with a note saying what was there.
+/// The conversation is changed for good, so later turns send the same prefix. A request
+/// still too large after that (one huge message) is sent as it is, and the API says so.
+pub(crate) fn fit_context(request: &mut ModelRequest, budget: u64) -> usize {
     let mut size = request_tokens(request);
     let mut elided = 0;
     let last_results = request.messages.iter().rposition(|m| matches!(m, Message::Tool { .. }));
@@ -1572,9 +1656,7 @@ pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
         if Some(at) == last_results {
             break;
         }
-        let elidable =
-            |r: &&mut ToolResultMessage| r.content.len() >= ELIDE_MIN || !r.images.is_empty();
-        for result in results.iter_mut().filter(elidable) {
+        for result in results.iter_mut().filter(|r| is_elidable(r)) {
             if size <= budget {
                 break;
             }
@@ -1596,9 +1678,24 @@ pub(crate) fn fit_context(request: &mut ModelRequest, window: u64) -> usize {
         }
     }
     if elided > 0 {
-        tracing::debug!(target: "toolmux::agent", elided, tokens = size, window, "tool results elided");
+        tracing::debug!(target: "toolmux::agent", elided, tokens = size, budget, "tool results elided");
     }
     elided
+}
+
+/// Whether [`fit_context`] would find a result to elide with a budget small enough.
+fn elidable_left(request: &ModelRequest) -> bool {
+    let last_results = request.messages.iter().rposition(|m| matches!(m, Message::Tool { .. }));
+    request.messages.iter().enumerate().any(|(at, message)| match message {
+        Message::Tool { results } if Some(at) != last_results => results.iter().any(is_elidable),
+        _ => false,
+    })
+}
+
+/// Whether eliding `result` would save anything: it is long, or shows images (an elided
+/// result's note is shorter than [`ELIDE_MIN`], so it is never elided twice).
+fn is_elidable(result: &ToolResultMessage) -> bool {
+    result.content.len() >= ELIDE_MIN || !result.images.is_empty()
 }
 
 /// The window, in [`request_tokens`]' estimate, that `request` had to fit when the API

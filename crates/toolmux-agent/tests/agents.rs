@@ -2812,6 +2812,100 @@ fn a_limit_of_no_calls_per_turn_is_refused() {
     assert!(error.contains("default of 64"), "{error}");
 }
 
+/// How many whole results of `mock__big` (8,000 bytes in lines of 99 `x`) `body` holds.
+fn whole_results(body: &str) -> usize {
+    body.matches(&"x".repeat(99)).count() / 80
+}
+
+/// The window of the model in the test below, in tokens of four bytes of the request's body.
+const CUT_WINDOW: u64 = 11_000;
+
+/// The request the model in the test below needs to write its answer, in the same tokens.
+const ROOM_TO_ANSWER: usize = 3000;
+
+/// `next`, unless the request's body is over [`ROOM_TO_ANSWER`] tokens: then an answer cut
+/// where it filled a window of [`CUT_WINDOW`] tokens, having read the request and written
+/// the rest.
+fn cut_unless_room(dialect: Dialect, next: ScriptStep) -> ScriptStep {
+    ScriptStep::callback(move |request| {
+        let tokens = request.to_string().len() / 4;
+        if tokens <= ROOM_TO_ANSWER {
+            return next.clone();
+        }
+        let read = tokens as u64;
+        cut_at_the_window(dialect, read, CUT_WINDOW.saturating_sub(read).max(1))
+    })
+}
+
+/// An answer cut at the window after writing a quarter of its request or more: the window
+/// is what was read and written together, and the request fitted to a share of it left
+/// the answer no more room than before, so the run failed saying nothing was left to
+/// shorten. The request now leaves room for the answer (twice what it wrote, up to
+/// `maxTokens`), less each time it is cut again, until the model answers.
+#[tokio::test]
+async fn an_answer_cut_at_the_window_gets_room_to_answer() {
+    for dialect in [Dialect::Anthropic, Dialect::OpenAi] {
+        let report = ScriptStep::tool_call(
+            "agent__final_report",
+            json!({"status": "success", "content": "read it all"}),
+        );
+        let mut script = vec![ScriptStep::tool_call("mock__big", json!({})); 4];
+        script.extend(std::iter::repeat_n(cut_unless_room(dialect, report), 3));
+        let server = ScriptedLlmServer::start(dialect, script);
+        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
+        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(
+            (report.status, report.content.as_str()),
+            (AgentStatus::Success, "read it all"),
+            "{dialect:?}"
+        );
+        let requests = server.requests();
+        let sizes: Vec<usize> = requests.iter().map(|r| r.to_string().len() / 4).collect();
+        assert_eq!(requests.len(), 7, "{dialect:?}: cut twice, then answered: {sizes:?}");
+        assert!(sizes[4] > ROOM_TO_ANSWER && sizes[5] > ROOM_TO_ANSWER, "{sizes:?}");
+        assert!(sizes[5] < sizes[4] && sizes[6] <= ROOM_TO_ANSWER, "{sizes:?}");
+        let body = requests[6].to_string();
+        assert_eq!(body.matches("elided to keep the conversation").count(), 3, "{dialect:?}");
+        assert_eq!(whole_results(&body), 1, "{dialect:?}: the latest result is whole");
+    }
+}
+
+/// An API that refuses the request as over the window however much is elided: the turn
+/// is shortened a few times, each time more, then the run fails saying so and what to
+/// change, though old tool results are left (the second refusal with the same window
+/// elided nothing, and the run failed saying nothing was left to shorten).
+#[tokio::test]
+async fn a_request_refused_again_and_again_is_shortened_a_bounded_number_of_times() {
+    let refused = ScriptStep::callback(|request| {
+        let tokens = request.to_string().len() / 4;
+        let message = format!(
+            "This model's maximum context length is 20000 tokens. However, your messages \
+             resulted in {tokens} tokens. Please reduce the length of the messages."
+        );
+        let error = json!({"error": {"message": message, "type": "invalid_request_error",
+            "param": "messages", "code": "context_length_exceeded"}});
+        ScriptStep::status(400, error.to_string())
+    });
+    let mut script = vec![
+        ScriptStep::ToolCalls(vec![("mock__big".to_owned(), json!({})); 10]),
+        ScriptStep::tool_call("mock__big", json!({})),
+    ];
+    script.extend(std::iter::repeat_n(refused, 5));
+    script.push(ScriptStep::text("asked once too often"));
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, script);
+    let (agents, _orchestrator) = on_a_served_model(&server).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
+    assert!(report.content.contains("shortened 4 times"), "{}", report.content);
+    assert!(report.content.contains("contextTokenBudget"), "{}", report.content);
+    let requests = server.requests();
+    let sizes: Vec<usize> = requests.iter().map(|r| r.to_string().len() / 4).collect();
+    assert_eq!(requests.len(), 7, "the first ask and four shorter ones: {sizes:?}");
+    assert!(sizes[2..].windows(2).all(|pair| pair[1] < pair[0]), "{sizes:?}");
+    let left = whole_results(&requests[6].to_string());
+    assert!(left >= 2, "old results are left besides the latest: {left}");
+}
+
 /// When only the latest turn's results (and the task) are left, nothing gives way: the run
 /// fails saying why and what to change, not with the API's words alone.
 #[tokio::test]

@@ -43,6 +43,10 @@ impl Model for AnthropicModel {
         self.endpoint.context_window
     }
 
+    fn max_output_tokens(&self) -> Option<u64> {
+        Some(u64::from(self.max_tokens))
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

@@ -139,6 +139,9 @@ pub struct ContextOverflow {
     pub limit: Option<u64>,
     /// The request's size in tokens, as the API counted it.
     pub tokens: Option<u64>,
+    /// For an answer cut at the window ([`ModelError::ContextWindowReached`]), the tokens
+    /// it had written by then: the answer needs at least that much room, and more.
+    pub written: Option<u64>,
 }
 
 /// Words of the APIs' refusals of a request over the context window: OpenAI's, DeepSeek's
@@ -166,6 +169,7 @@ impl ModelError {
             return Some(ContextOverflow {
                 limit: counted(usage.input_tokens + usage.output_tokens),
                 tokens: counted(usage.input_tokens),
+                written: counted(usage.output_tokens),
             });
         }
         let ModelError::Api { status: 400 | 413, message, .. } = self else { return None };
@@ -183,6 +187,7 @@ impl ModelError {
                 .or_else(|| after("you requested"))
                 .or_else(|| after("prompt is too long:"))
                 .or_else(|| after("input token count")),
+            written: None,
         })
     }
 
@@ -234,7 +239,7 @@ mod tests {
     }
 
     fn sizes(limit: u64, tokens: u64) -> Option<ContextOverflow> {
-        Some(ContextOverflow { limit: Some(limit), tokens: Some(tokens) })
+        Some(ContextOverflow { limit: Some(limit), tokens: Some(tokens), written: None })
     }
 
     #[test]

@@ -78,6 +78,13 @@ pub trait Model: Send + Sync + fmt::Debug {
         None
     }
 
+    /// The most tokens an answer may have when the request does not say
+    /// ([`ModelRequest::max_tokens`]), when known: agents leave that much of the window to
+    /// the answer when an answer was cut at it.
+    fn max_output_tokens(&self) -> Option<u64> {
+        None
+    }
+
     /// One completion of `request`.
     async fn complete(
         &self,

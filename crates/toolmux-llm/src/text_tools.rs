@@ -50,6 +50,10 @@ impl Model for TextToolCalls {
         self.inner.context_window()
     }
 
+    fn max_output_tokens(&self) -> Option<u64> {
+        self.inner.max_output_tokens()
+    }
+
     async fn complete(
         &self,
         request: &ModelRequest,

@@ -66,7 +66,7 @@ async fn an_answer_cut_at_the_context_window_reads_as_an_overflow() {
     // The API bills the cut answer: its figures go with the error, for budgets to count.
     assert_eq!(error.usage(), Some(Usage::new(30, 4)), "{error:?}");
     let window = error.context_overflow().unwrap();
-    assert_eq!((window.limit, window.tokens), (Some(34), Some(30)));
+    assert_eq!((window.limit, window.tokens, window.written), (Some(34), Some(30), Some(4)));
     assert!(error.to_string().contains("context window"), "{error}");
 
     let stop = "model_context_window_exceeded";
@@ -75,7 +75,8 @@ async fn an_answer_cut_at_the_context_window_reads_as_an_overflow() {
     let usage = Usage { cache_read_tokens: 6, ..Usage::new(196, 4) };
     assert_eq!(error.usage(), Some(usage), "{error:?}");
     let window = error.context_overflow().unwrap();
-    assert_eq!((window.limit, window.tokens), (Some(200), Some(196)), "{error:?}");
+    let figures = (window.limit, window.tokens, window.written);
+    assert_eq!(figures, (Some(200), Some(196), Some(4)), "{error:?}");
 }
 
 /// A server that reports no usage for an answer cut at the window is billed all the same:
