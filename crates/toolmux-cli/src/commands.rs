@@ -69,9 +69,6 @@ fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
-/// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
-/// every transport it gives up on, which toolmux reports once, in its own words.
 /// The secrets of the configuration, for what this process prints outside the pipeline
 /// (its last error, its log): set once, after loading.
 static SECRETS: std::sync::OnceLock<toolmux::toolmux_orchestrator::Redactor> =
@@ -107,8 +104,19 @@ impl std::io::Write for RedactedStderr {
     }
 }
 
+/// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
+/// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
+/// every transport it gives up on, which toolmux reports once, in its own words.
+///
+/// `traceMCP` (`trace_mcp`) shows its lines whatever else the filter says: they are what the
+/// configuration asked for, and `RUST_LOG=off` or `warn`, often set once for every program,
+/// would otherwise drop them unseen. Its filter is joined to the other rather than written
+/// into it, since there the more specific of two directives wins, not the more verbose:
+/// `toolmux_mcp=debug` would hide the trace lines of `-vvv` or `RUST_LOG=trace`.
 pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::{Filter, Layer as _, SubscriberExt as _};
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = match std::env::var("RUST_LOG") {
         Ok(spec) if !spec.is_empty() => EnvFilter::new(spec),
         _ => {
@@ -119,21 +127,22 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
                 _ => "trace",
             };
             let rmcp = if verbose >= 2 { "" } else { ",rmcp=off" };
-            // `traceMCP`: the MCP client's connections, and every call's request (its
-            // arguments, secrets redacted) and response (latency, size, status).
-            let spec = if trace_mcp {
-                format!("{level}{rmcp},toolmux_mcp=debug,toolmux::tool=trace")
-            } else {
-                format!("{level}{rmcp}")
-            };
-            EnvFilter::new(spec)
+            EnvFilter::new(format!("{level}{rmcp}"))
         }
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let filter: Box<dyn Filter<_> + Send + Sync> = if trace_mcp {
+        // The MCP client's connections, and every call's request (its arguments, secrets
+        // redacted) and response (latency, size, status).
+        let trace = EnvFilter::new("toolmux_mcp=debug,toolmux::tool=trace");
+        Box::new(tracing_subscriber::filter::FilterExt::or(filter, trace))
+    } else {
+        Box::new(filter)
+    };
+    let layer = tracing_subscriber::fmt::layer()
         .with_writer(|| RedactedStderr)
         .with_target(verbose > 1)
-        .try_init();
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry().with(layer).try_init();
 }
 
 /// Builds everything and starts every provider, with a spinner on a terminal.

@@ -155,3 +155,41 @@ fn nothing_is_traced_without_trace_mcp() {
     "#]]
     .assert_eq(&run.stderr);
 }
+
+/// `traceMCP` is asked for in the configuration: a `RUST_LOG` set for every program, even
+/// to `off`, does not drop its lines, with `-v` or without.
+#[test]
+fn rust_log_does_not_drop_the_trace() {
+    for (rust_log, verbose) in [("off", false), ("warn", false), ("warn", true), ("off", true)] {
+        let project = project(true).env("RUST_LOG", rust_log);
+        let call = ["tools", "call", "everything__echo", r#"{"message":"hi"}"#];
+        let run =
+            if verbose { project.run(&[&["-v"][..], &call].concat()) } else { project.run(&call) };
+        run.ok();
+        expect![[r#"
+            DEBUG tool request → everything__echo
+            TRACE     parameters: {"message":"hi"}
+            DEBUG tool response ← everything__echo latency: Nms, output: 8 chars, status: ok"#]]
+        .assert_eq(&trace_lines(&run));
+        // The MCP client's connections are part of the trace.
+        assert!(run.stderr.contains("mcp server connected"), "RUST_LOG={rust_log}: {}", run.stderr);
+    }
+}
+
+/// Without `traceMCP`, `RUST_LOG` still decides alone, over `-v`: `off` leaves the warning of
+/// a failed call out, which `-v` alone shows.
+#[test]
+fn rust_log_alone_decides_without_trace_mcp() {
+    let call = ["-v", "tools", "call", "fs__read", r#"{"path":"missing.md"}"#];
+    let run = project(false).run(&call);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect![[r#"
+        WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`"#]]
+    .assert_eq(&trace_lines(&run));
+    let run = project(false).env("RUST_LOG", "off").run(&call);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect![[r#"
+        error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`
+    "#]]
+    .assert_eq(&run.stderr);
+}
