@@ -399,12 +399,12 @@ async fn start(
             match http.and_then(|h| h.oauth.clone()) {
                 Some(oauth) => {
                     let client = OAuthHttp::new(client()?, oauth, fault.clone());
-                    let client = Passthrough { client, renewed };
+                    let client = Passthrough { client, renewed, server: server.into() };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }
                 None => {
-                    let client = Passthrough { client: client()?, renewed };
+                    let client = Passthrough { client: client()?, renewed, server: server.into() };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
                     handshake(server, handler, transport, mode, fault).await
                 }

@@ -11,7 +11,7 @@
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage, RequestId};
 use rmcp::transport::streamable_http_client::{
     SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
 };
@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use super::handler::Events;
+use crate::transport::retry::{answer_retry_delay, transient_status};
 
 /// The private `_meta` key of the headers to pass on.
 pub(crate) const PASSTHROUGH_META_KEY: &str = "io.toolmux/passthrough-headers";
@@ -39,6 +40,8 @@ pub(crate) struct Passthrough<C> {
     /// rmcp then starts a new one unseen, and the server behind it may have restarted
     /// with other tools.
     pub(crate) renewed: Weak<Events>,
+    /// The server's name, for the log.
+    pub(crate) server: Arc<str>,
 }
 
 impl<C> Passthrough<C> {
@@ -85,6 +88,32 @@ pub(crate) fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, He
 }
 
 type HttpError<E> = StreamableHttpError<E>;
+
+/// The id of the server's request `message` answers, when it is an answer.
+fn answered(message: &ClientJsonRpcMessage) -> Option<&RequestId> {
+    match message {
+        JsonRpcMessage::Response(answer) => Some(&answer.id),
+        JsonRpcMessage::Error(error) => error.id.as_ref(),
+        JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
+    }
+}
+
+/// Whether a POST's failure shows the server did not take the message and may take it
+/// when sent again (no connection, 5xx, 429), with the server's `Retry-After`.
+fn transient<E: std::error::Error + Send + Sync + 'static>(
+    error: &HttpError<E>,
+) -> Option<Option<&str>> {
+    match error {
+        StreamableHttpError::HttpStatus(status) if transient_status(status.status) => {
+            Some(status.retry_after.as_deref())
+        }
+        StreamableHttpError::Client(error) => {
+            let error: &(dyn std::error::Error + 'static) = error;
+            error.downcast_ref::<reqwest::Error>().filter(|e| e.is_connect()).map(|_| None)
+        }
+        _ => None,
+    }
+}
 
 /// A POST's answer with the server's refusals of it made errors rmcp acts on.
 ///
@@ -161,18 +190,42 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
     ) -> Result<StreamableHttpPostResponse, HttpError<C::Error>> {
         custom_headers.extend(take(&mut message));
         let in_session = session_id.is_some();
-        let response = self
-            .client
-            .post_message_with_max_sse_event_size(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await;
-        self.told(response, in_session)
+        let answer = answered(&message);
+        let mut retry = 0;
+        loop {
+            let response = self
+                .client
+                .post_message_with_max_sse_event_size(
+                    uri.clone(),
+                    message.clone(),
+                    session_id.clone(),
+                    auth_header.clone(),
+                    custom_headers.clone(),
+                    max_sse_event_size,
+                )
+                .await;
+            // An answer to the server's request is posted again after a transient failure
+            // (`transport::retry`): rmcp drops it otherwise, and the server's request
+            // waits for its timeout. rmcp bounds the whole, retries too, by its timeout
+            // of answers' POSTs (five seconds).
+            if let (Some(id), Err(error)) = (answer, &response) {
+                match transient(error).and_then(|after| answer_retry_delay(retry, after)) {
+                    Some(delay) => {
+                        tracing::debug!(server = %self.server, %id, "an answer was not delivered: {error}; posting it again");
+                        retry += 1;
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    None => tracing::warn!(
+                        server = %self.server,
+                        %id,
+                        "our answer to the server's request was dropped: {error}; the server's \
+                         request waits for its timeout"
+                    ),
+                }
+            }
+            return self.told(response, in_session);
+        }
     }
 
     async fn delete_session(
@@ -221,7 +274,7 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::{CallToolRequest, CallToolRequestParams, RequestId};
+    use rmcp::model::{CallToolRequest, CallToolRequestParams};
 
     #[test]
     fn the_headers_leave_the_message() {

@@ -8,6 +8,7 @@
 //! why these live here rather than under `client/`.)
 
 pub(crate) mod lane;
+pub(crate) mod retry;
 pub(crate) mod sse;
 pub(crate) mod stdio;
 pub(crate) mod websocket;

@@ -195,9 +195,16 @@ pub(crate) async fn connect(
             };
             // A tool call's `passthroughHeaders` travel beside the message, not in it.
             let passed = crate::client::passthrough::take(&mut message);
-            let request = match &message {
-                rmcp::model::JsonRpcMessage::Request(request) => Some(request.id.clone()),
-                _ => None,
+            let carried = match &message {
+                rmcp::model::JsonRpcMessage::Request(request) => {
+                    Carried::Request(request.id.clone())
+                }
+                rmcp::model::JsonRpcMessage::Response(answer) => Carried::Answer(answer.id.clone()),
+                rmcp::model::JsonRpcMessage::Error(rmcp::model::JsonRpcError {
+                    id: Some(id),
+                    ..
+                }) => Carried::Answer(id.clone()),
+                _ => Carried::Other,
             };
             let body = match encode_message(&message) {
                 Ok(body) => body,
@@ -207,10 +214,22 @@ pub(crate) async fn connect(
                 }
             };
             let poster = poster.clone();
-            posts.spawn(async move { poster.post(body, passed, request).await });
+            posts.spawn(async move { poster.post(body, passed, carried).await });
         }
     });
     Ok(transport)
+}
+
+/// What a posted message is, as far as a failed POST of it matters.
+#[derive(Debug)]
+enum Carried {
+    /// Our request `id`: its POST's failure is its answer.
+    Request(RequestId),
+    /// Our answer to the server's request `id`: posted again after a transient failure
+    /// (`transport::retry`), else the server's request waits for its timeout.
+    Answer(RequestId),
+    /// A notification.
+    Other,
 }
 
 /// The headers a tool call passes on ([`crate::client::passthrough::take`]).
@@ -236,23 +255,85 @@ struct Poster {
 const REFUSAL_READ: usize = 4096;
 
 impl Poster {
-    /// Posts one message, `request` its id when it is a request. A POST that fails or
-    /// gets no answer in time fails that request alone (an error answer made here; a
-    /// notification or an answer to the server is lost, and logged), so that one message
-    /// the server refuses or is slow to take does not fail every call on the connection.
-    /// One that shows the session gone (the endpoint is unknown, 404 or 410, or a 400
-    /// speaking of the session; the credentials refused; the server unreachable) ends the
-    /// connection, and the next call connects afresh. Errors never carry the endpoint's
-    /// URL: its query may hold a key.
-    async fn post(&self, body: Vec<u8>, passed: Passed, request: Option<RequestId>) {
+    /// Posts one message. A POST that fails or gets no answer in time fails the request
+    /// it carried alone (an error answer made here; a notification is lost, and logged),
+    /// so that one message the server refuses or is slow to take does not fail every call
+    /// on the connection. An answer to the server's request is posted again after a
+    /// transient failure (no connection, 5xx, 429; `transport::retry`), and logged with
+    /// the request's id when it is dropped. One that shows the session gone (the endpoint
+    /// is unknown, 404 or 410, or a 400 speaking of the session; the credentials refused;
+    /// the server unreachable) ends the connection, and the next call connects afresh.
+    /// Errors never carry the endpoint's URL: its query may hold a key.
+    async fn post(&self, body: Vec<u8>, passed: Passed, carried: Carried) {
+        let mut retry = 0;
+        loop {
+            let (why, gone, delay) = match self.post_once(&body, &passed).await {
+                Ok(()) => return,
+                Err(Failed { why, gone, transient, retry_after }) => {
+                    let delay = match (&carried, transient) {
+                        (Carried::Answer(_), true) => {
+                            super::retry::answer_retry_delay(retry, retry_after.as_deref())
+                        }
+                        _ => None,
+                    };
+                    (why, gone, delay)
+                }
+            };
+            if let (Some(delay), Carried::Answer(id)) = (delay, &carried) {
+                tracing::debug!(server = %self.server, %id, "an answer was not delivered: {why}; posting it again");
+                retry += 1;
+                tokio::select! {
+                    () = self.stop.cancelled() => return,
+                    () = tokio::time::sleep(delay) => continue,
+                }
+            }
+            self.failed(why, gone, carried).await;
+            return;
+        }
+    }
+
+    /// Tells what a message's POST failing means: the connection ended, a request failed,
+    /// or a message dropped, logged.
+    async fn failed(&self, why: String, gone: bool, carried: Carried) {
+        if gone {
+            let why = format!("a message was not delivered: {why}");
+            tracing::warn!(server = %self.server, "{why}; ending the connection");
+            self.fault.set(FaultKind::Closed(why));
+            self.stop.cancel();
+            return;
+        }
+        let id = match carried {
+            Carried::Request(id) => id,
+            Carried::Answer(id) => {
+                tracing::warn!(
+                    server = %self.server,
+                    %id,
+                    "our answer to the server's request was dropped: {why}; the server's \
+                     request waits for its timeout"
+                );
+                return;
+            }
+            Carried::Other => {
+                tracing::warn!(server = %self.server, "a message to the server was lost: {why}");
+                return;
+            }
+        };
+        tracing::warn!(server = %self.server, "a request was not delivered: {why}; failing it");
+        if let Some(answers) = self.answers.upgrade() {
+            let _ = answers.send(super::undelivered_answer(id, why)).await;
+        }
+    }
+
+    /// One POST of `body`: `Ok` when the server took it.
+    async fn post_once(&self, body: &[u8], passed: &Passed) -> Result<(), Failed> {
         let build = || {
             let mut request = self
                 .client
                 .post(self.endpoint.clone())
                 .timeout(self.timeout)
                 .header(CONTENT_TYPE, "application/json")
-                .body(body.clone());
-            for (name, value) in &passed {
+                .body(body.to_vec());
+            for (name, value) in passed {
                 request = request.header(name, value);
             }
             request
@@ -266,44 +347,58 @@ impl Poster {
             }
             None => build().send().await,
         };
-        let (why, gone) = match sent {
-            Ok(response) if response.status().is_success() => return,
+        Err(match sent {
+            Ok(response) if response.status().is_success() => return Ok(()),
             Ok(response) => {
                 let status = response.status();
-                let session_gone = match status.as_u16() {
+                let retry_after = response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                let gone = match status.as_u16() {
                     401 | 403 | 404 | 410 => true,
                     // The official SDKs answer 400 to a session id they do not know.
                     400 => refusal_start(response).await.to_lowercase().contains("session"),
                     _ => false,
                 };
-                (format!("the server answered its POST with HTTP {status}"), session_gone)
+                Failed {
+                    why: format!("the server answered its POST with HTTP {status}"),
+                    gone,
+                    transient: super::retry::transient_status(status.as_u16()),
+                    retry_after,
+                }
             }
-            Err(e) if e.is_timeout() => (
-                format!(
+            Err(e) if e.is_timeout() => Failed {
+                why: format!(
                     "its POST got no answer within {} ms (`requestTimeoutMs`); the server is \
                      stuck or overloaded",
                     self.timeout.as_millis()
                 ),
-                false,
-            ),
-            Err(e) => (format!("posting it failed: {}", without_url(&e)), e.is_connect()),
-        };
-        if gone {
-            let why = format!("a message was not delivered: {why}");
-            tracing::warn!(server = %self.server, "{why}; ending the connection");
-            self.fault.set(FaultKind::Closed(why));
-            self.stop.cancel();
-            return;
-        }
-        let Some(id) = request else {
-            tracing::warn!(server = %self.server, "a message to the server was lost: {why}");
-            return;
-        };
-        tracing::warn!(server = %self.server, "a request was not delivered: {why}; failing it");
-        if let Some(answers) = self.answers.upgrade() {
-            let _ = answers.send(super::undelivered_answer(id, why)).await;
-        }
+                gone: false,
+                transient: false,
+                retry_after: None,
+            },
+            Err(e) => Failed {
+                why: format!("posting it failed: {}", without_url(&e)),
+                gone: e.is_connect(),
+                transient: e.is_connect(),
+                retry_after: None,
+            },
+        })
     }
+}
+
+/// Why one POST failed.
+#[derive(Debug)]
+struct Failed {
+    why: String,
+    /// The session is gone: the connection ends.
+    gone: bool,
+    /// The server did not take the message and may take it when sent again.
+    transient: bool,
+    /// The server's `Retry-After`.
+    retry_after: Option<String>,
 }
 
 /// The start of a refused POST's body, as text (empty when it cannot be read).

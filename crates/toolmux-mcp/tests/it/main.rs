@@ -4,6 +4,7 @@
 // Tests may unwrap: a failure is a test failure with the value shown.
 #![allow(clippy::unwrap_used)]
 
+mod answer_posts;
 mod conformance_suite;
 mod everything;
 mod faults;
