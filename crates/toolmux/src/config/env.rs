@@ -368,7 +368,10 @@ fn is_secret_lead(word: &str) -> bool {
 /// (`https://u:${P}@host`, `?key=${K}`), or after a word that names a credential in the
 /// same string (`--token=${T}`, `--token ${T}`, `Bearer ${T}`).
 fn is_secret_part(text: &str, start: usize, end: usize) -> bool {
-    let word_start = text[..start].rfind(char::is_whitespace).map_or(0, |i| i + 1);
+    let word_start = text[..start]
+        .char_indices()
+        .rfind(|(_, c)| c.is_whitespace())
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let word_end = text[end..].find(char::is_whitespace).map_or(text.len(), |i| end + i);
     let word = &text[word_start..word_end];
     let (start, end) = (start - word_start, end - word_start);
@@ -564,6 +567,18 @@ mod tests {
             expect![[r#"
                 {"a":"production-eu","b":"ab12","c":"4096","env":{"H":"/home/u"}}
                 secrets: ["production-eu", "ab12"]
+                inputs: []"#]],
+        );
+    }
+
+    /// Words end at any whitespace, a no-break space too.
+    #[test]
+    fn values_after_wide_whitespace() {
+        check(
+            json!({"a": "Bearer\u{a0}${MODE}", "b": "mode\u{2003}${MODE}"}),
+            expect![[r#"
+                {"a":"Bearer prod","b":"mode prod"}
+                secrets: ["prod"]
                 inputs: []"#]],
         );
     }
