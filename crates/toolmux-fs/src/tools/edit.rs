@@ -501,6 +501,26 @@ fn match_form(
             }
         }
     }
+    if !text.contains(old.as_ref())
+        && let Some(found) = super::canonical::find(text, &old)
+    {
+        // The replacement is written in the file's form too, when it has one; in a file
+        // of both, as given.
+        let form = super::canonical::Form::of(text);
+        if let Some(form) = form {
+            new_given = Cow::Owned(form.apply(&new_given));
+        }
+        old = Cow::Owned(found);
+        note = Some(match form {
+            Some(super::canonical::Form::Decomposed) => {
+                "matched the file's decomposed accents (Unicode NFD) and wrote them so"
+            }
+            Some(super::canonical::Form::Composed) => {
+                "matched the file's composed accents (Unicode NFC) and wrote them so"
+            }
+            None => "matched the file's accents written in another Unicode normalization form",
+        });
+    }
     if !text.contains(old.as_ref()) {
         // Looser and looser: the ends of lines (line breaks, spaces and tabs before them)
         // for an `old_string` of several lines, typographic characters, then both.

@@ -3,6 +3,7 @@
 //! for full command output) are shared by several.
 
 pub(crate) mod block;
+pub(crate) mod canonical;
 pub(crate) mod control;
 pub(crate) mod edit;
 pub(crate) mod glob;

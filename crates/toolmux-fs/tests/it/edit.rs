@@ -877,3 +877,58 @@ async fn a_replace_all_diff_shows_whole_lines_with_context() {
          x24 = new
         [diff shows 24 of 201 replacements]"#]].assert_eq(&out);
 }
+
+/// An `old_string` written composed (NFC, as models write `é`) matches a file written
+/// decomposed (NFD, `e` and a combining accent, as macOS writes names), and the reverse:
+/// the file's own bytes of that span are replaced, the rest of the file keeps its form,
+/// and `new_string` is written in the file's form when the file has one. The edit was
+/// refused as not found, the text looking the same on both sides.
+#[tokio::test]
+async fn an_edit_matches_text_in_another_unicode_normalization_form() {
+    let fx = Fixture::new();
+    // NFD throughout, as a file written on macOS: `é` is `e` U+0301.
+    let nfd = "caf\u{65}\u{301} = 1\nna\u{69}\u{308}ve = 2\n\u{1100}\u{1161}\u{11a8} = 3\n";
+    fx.put("menu.txt", nfd);
+    fx.ok("read", json!({"path": "menu.txt"})).await;
+    let args = json!({"path": "menu.txt", "old_string": "caf\u{e9} = 1", "new_string": "caf\u{e9} = 10\ncr\u{e8}me = 4"});
+    let out = fx.ok("edit", args).await;
+    assert!(
+        out.starts_with(
+            "made 1 replacement in `menu.txt`\n@@ line 1 (matched the file's decomposed accents \
+             (Unicode NFD) and wrote them so) @@"
+        ),
+        "{out}"
+    );
+    assert_eq!(
+        fx.get("menu.txt"),
+        "cafe\u{301} = 10\ncre\u{300}me = 4\nnai\u{308}ve = 2\n\u{1100}\u{1161}\u{11a8} = 3\n"
+    );
+    // A Hangul syllable written as jamo, matched by the syllable.
+    let args =
+        json!({"path": "menu.txt", "old_string": "\u{ac01} = 3", "new_string": "\u{ac01} = 30"});
+    fx.ok("edit", args).await;
+    assert!(fx.get("menu.txt").ends_with("\n\u{1100}\u{1161}\u{11a8} = 30\n"));
+
+    // NFC file, NFD old_string: the composed bytes are replaced, new_string composed.
+    fx.put("nfc.txt", "r\u{e9}sum\u{e9}: yes\n");
+    fx.ok("read", json!({"path": "nfc.txt"})).await;
+    let args = json!({"path": "nfc.txt", "old_string": "re\u{301}sume\u{301}: yes", "new_string": "re\u{301}sume\u{301}: no"});
+    let out = fx.ok("edit", args).await;
+    assert!(out.contains("(matched the file's composed accents (Unicode NFC)"), "{out}");
+    assert_eq!(fx.get("nfc.txt"), "r\u{e9}sum\u{e9}: no\n");
+
+    // A file of both forms: the decomposed span is replaced, the composed word elsewhere
+    // keeps its bytes, and new_string goes in as given.
+    fx.put("mixed.txt", "caf\u{e9}\nnai\u{308}ve\n");
+    fx.ok("read", json!({"path": "mixed.txt"})).await;
+    let args = json!({"path": "mixed.txt", "old_string": "na\u{ef}ve", "new_string": "na\u{ef}f"});
+    fx.ok("edit", args).await;
+    assert_eq!(fx.get("mixed.txt"), "caf\u{e9}\nna\u{ef}f\n");
+
+    // Two places: replace_all is asked for, as for any match.
+    fx.put("two.txt", "e\u{301}t\u{e9}\ne\u{301}t\u{e9}\n");
+    fx.ok("read", json!({"path": "two.txt"})).await;
+    let args = json!({"path": "two.txt", "old_string": "\u{e9}t\u{e9}", "new_string": "summer"});
+    let err = fx.err("edit", args).await;
+    assert!(err.starts_with("found 2 matches of old_string in `two.txt` (at lines 1, 2)"), "{err}");
+}

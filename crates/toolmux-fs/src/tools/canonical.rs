@@ -1,0 +1,133 @@
+//! Canonical equivalence for `edit`: an `old_string` written composed (NFC, as models
+//! write) matched against a file written decomposed (NFD: names saved on macOS, some
+//! editors' text), and the reverse. `é` is one character in one form and `e` with a
+//! combining accent in the other: the same text to a reader, different bytes to a search.
+
+use unicode_normalization::char::{canonical_combining_class, compose};
+use unicode_normalization::{UnicodeNormalization as _, is_nfc, is_nfd};
+
+/// No segment of the composed text begins at this byte (see [`composed`]).
+const INSIDE: u32 = u32::MAX;
+
+/// The normalization form all of a text is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// NFC: `é` as one character.
+    Composed,
+    /// NFD: `é` as `e` and a combining accent.
+    Decomposed,
+}
+
+impl Form {
+    /// The form all of `text` is in, when it is in one of the two and not in both (text
+    /// without accents is in both and tells nothing); `None` for a mix.
+    pub(super) fn of(text: &str) -> Option<Form> {
+        match (is_nfc(text), is_nfd(text)) {
+            (true, false) => Some(Form::Composed),
+            (false, true) => Some(Form::Decomposed),
+            _ => None,
+        }
+    }
+
+    /// `text` written in this form.
+    pub(super) fn apply(self, text: &str) -> String {
+        match self {
+            Form::Composed => text.nfc().collect(),
+            Form::Decomposed => text.nfd().collect(),
+        }
+    }
+}
+
+/// The text of `text` that `old` matches when both are composed (NFC), when every place
+/// it matches holds the same text: the file's own bytes, in its form, to replace. `None`
+/// when there is no match, or when places differ in their bytes (which to change would
+/// be a guess).
+pub(super) fn find(text: &str, old: &str) -> Option<String> {
+    // Text without accents or other marks reads the same composed.
+    if old.is_ascii() || text.is_ascii() {
+        return None;
+    }
+    let wanted: String = old.nfc().collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    let (read, origin) = composed(text);
+    let found = read.match_indices(wanted.as_str()).filter_map(|(at, _)| {
+        let (start, end) = (origin[at], origin[at + wanted.len()]);
+        // A match must begin and end where a character and its marks do: `e` must not
+        // match the `e` of `é`.
+        if start == INSIDE || end == INSIDE {
+            return None;
+        }
+        let span = &text[start as usize..end as usize];
+        span.nfc().eq(wanted.chars()).then_some(span)
+    });
+    let mut found = found.peekable();
+    let first = *found.peek()?;
+    found.all(|other| other == first).then(|| first.to_owned())
+}
+
+/// `text` composed (NFC), and for each byte of it (and its end) where in `text` the
+/// segment beginning there begins, or [`INSIDE`]. A segment is a character with the marks
+/// and characters that compose with it (a Hangul syllable's jamo), composed alone: what
+/// NFC does to the whole text, done piece by piece so that the pieces can be found again.
+fn composed(text: &str) -> (String, Vec<u32>) {
+    let mut read = String::with_capacity(text.len());
+    let mut origin = Vec::with_capacity(text.len() + 1);
+    let mut start = 0;
+    let mut push = |read: &mut String, segment: &str, from: usize| {
+        let before = read.len();
+        read.extend(segment.nfc());
+        origin.push(from as u32);
+        origin.extend(std::iter::repeat_n(INSIDE, read.len() - before - 1));
+    };
+    for (at, c) in text.char_indices() {
+        // A new segment begins at a starter that does not compose with what came before.
+        let begins = at > start
+            && canonical_combining_class(c) == 0
+            && text[start..at].nfc().last().is_none_or(|last| compose(last, c).is_none());
+        if begins {
+            push(&mut read, &text[start..at], start);
+            start = at;
+        }
+    }
+    if start < text.len() {
+        push(&mut read, &text[start..], start);
+    }
+    origin.push(text.len() as u32);
+    (read, origin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NFD_CAFE: &str = "cafe\u{301}";
+
+    #[test]
+    fn composed_text_finds_decomposed_text_and_the_reverse() {
+        let file = format!("le {NFD_CAFE} et le th\u{e9}\n");
+        assert_eq!(find(&file, "caf\u{e9}").as_deref(), Some(NFD_CAFE));
+        assert_eq!(find(&file, "the\u{301}").as_deref(), Some("th\u{e9}"));
+        assert_eq!(find(&file, "\u{e9} et").as_deref(), Some("e\u{301} et"));
+        // Not inside a character: `é` is no match for `é` with a second accent.
+        assert_eq!(find("cafe\u{301}\u{300}", "caf\u{e9}"), None);
+        // Marks in another order are the same text.
+        assert_eq!(find("q\u{323}\u{307}", "q\u{307}\u{323}").as_deref(), Some("q\u{323}\u{307}"));
+        // Hangul written as jamo (macOS file names).
+        let jamo: String = "\u{d55c}\u{ae00}".nfd().collect();
+        assert_eq!(jamo.chars().count(), 6);
+        assert_eq!(find(&format!("[{jamo}]"), "\u{d55c}\u{ae00}").as_deref(), Some(&*jamo));
+        // Places written differently: not guessed.
+        assert_eq!(find(&format!("{NFD_CAFE} caf\u{e9}"), "cafe\u{301}"), None);
+    }
+
+    #[test]
+    fn the_form_of_a_text() {
+        assert_eq!(Form::of(NFD_CAFE), Some(Form::Decomposed));
+        assert_eq!(Form::of("caf\u{e9}"), Some(Form::Composed));
+        assert_eq!(Form::of("plain"), None);
+        assert_eq!(Form::of(&format!("{NFD_CAFE} caf\u{e9}")), None);
+        assert_eq!(Form::Decomposed.apply("cr\u{e8}me"), "cre\u{300}me");
+    }
+}
