@@ -67,17 +67,31 @@ pub(crate) fn final_report(output_schema: Option<&Value>) -> ToolDefinition {
 pub(crate) fn task_status() -> ToolDefinition {
     ToolDefinition::new(
         TASK_STATUS,
-        "Records where you are with the task, for the person following your work. It does \
-         not end your turn.",
+        format!(
+            "Records where you are with the task, for the person following your work. It does \
+             not end your work: only {FINAL_REPORT} does. Say when you can finalize \
+             (`ready_for_final_report`) and whether you still need tools \
+             (`need_to_run_more_tools`): once you are ready, call {FINAL_REPORT} next."
+        ),
         json!({
             "type": "object",
             "properties": {
-                "status": {"type": "string", "enum": ["starting", "in-progress", "completed"]},
+                "status": {
+                    "type": "string",
+                    "enum": ["starting", "in-progress", "completed"],
+                    "description": format!("Where the task stands: starting, in-progress, or completed (then call {FINAL_REPORT} next).")
+                },
                 "done": {"type": "string", "description": "What has been completed."},
                 "pending": {"type": "string", "description": "What remains."},
                 "now": {"type": "string", "description": "The step you are taking now."},
-                "ready_for_final_report": {"type": "boolean"},
-                "need_to_run_more_tools": {"type": "boolean"}
+                "ready_for_final_report": {
+                    "type": "boolean",
+                    "description": format!("Whether you can finalize now: you have what your answer needs. When true, call {FINAL_REPORT} next.")
+                },
+                "need_to_run_more_tools": {
+                    "type": "boolean",
+                    "description": format!("Whether you need more tool calls before your answer. False with ready_for_final_report true: your next turn offers only {FINAL_REPORT}.")
+                }
             },
             "required": ["status"]
         }),
@@ -176,6 +190,92 @@ pub(crate) enum ReportedStatus {
     Success,
     Failure,
     Partial,
+}
+
+/// `agent__task_status`'s arguments (the rest, `done`, `pending`, `now`, is recorded as
+/// given).
+#[derive(Debug, Deserialize)]
+pub(crate) struct TaskStatus {
+    pub(crate) status: TaskState,
+    #[serde(default)]
+    pub(crate) ready_for_final_report: Option<bool>,
+    #[serde(default)]
+    pub(crate) need_to_run_more_tools: Option<bool>,
+}
+
+/// Where a task stands, as the model says in `agent__task_status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum TaskState {
+    Starting,
+    InProgress,
+    Completed,
+}
+
+/// What the session does after an `agent__task_status` call, for the model's next turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finalizing {
+    /// Nothing: the model goes on as it likes.
+    No,
+    /// The model is ready and made no other call: its next turn is asked for the report
+    /// (`tool_choice`), its tools still offered.
+    Asked,
+    /// The model is ready and needs no more tools: its next turn offers only the report.
+    OnlyReport,
+}
+
+impl TaskStatus {
+    /// Whether the model says it can finalize: ready for the report, or the task
+    /// completed, and not that it needs more tools first.
+    pub(crate) fn ready(&self) -> bool {
+        (self.ready_for_final_report == Some(true) || self.status == TaskState::Completed)
+            && self.need_to_run_more_tools != Some(true)
+    }
+
+    /// What the session does for the next turn, when the turn that recorded this status
+    /// made `others` calls besides `agent__task_status`.
+    pub(crate) fn finalizing(&self, others: bool) -> Finalizing {
+        match (self.ready(), self.need_to_run_more_tools, others) {
+            (false, ..) => Finalizing::No,
+            (true, Some(false), _) => Finalizing::OnlyReport,
+            (true, _, false) => Finalizing::Asked,
+            (true, _, true) => Finalizing::No,
+        }
+    }
+
+    /// The answer to the call, telling a model that can finalize to call the report.
+    pub(crate) fn answer(&self, others: bool) -> String {
+        let ready =
+            self.ready_for_final_report == Some(true) || self.status == TaskState::Completed;
+        let said = if self.ready_for_final_report == Some(true) {
+            "you can finalize now"
+        } else {
+            "the task is completed"
+        };
+        match (ready, self.need_to_run_more_tools, others) {
+            (false, ..) => "recorded".to_owned(),
+            (true, Some(true), _) => format!(
+                "recorded. You say {said} but need more tools: run them, then call {FINAL_REPORT} \
+                 with your answer"
+            ),
+            (true, Some(false), false) => format!(
+                "recorded. You say {said} and need no more tools: call {FINAL_REPORT} now with \
+                 your answer; it is the only tool your next turn offers"
+            ),
+            (true, Some(false), true) => format!(
+                "recorded. You say {said} and need no more tools: with the results of this \
+                 turn's other calls, call {FINAL_REPORT} with your answer; it is the only tool \
+                 your next turn offers"
+            ),
+            (true, None, false) => {
+                format!("recorded. You say {said}: call {FINAL_REPORT} now with your answer")
+            }
+            (true, None, true) => format!(
+                "recorded. You say {said}: once you have the results of this turn's other \
+                 calls, call {FINAL_REPORT} with your answer"
+            ),
+        }
+    }
 }
 
 /// One call of `agent__batch`.

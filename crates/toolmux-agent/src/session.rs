@@ -6,7 +6,7 @@ use crate::config::{
 };
 use crate::handler::AgentHandler;
 use crate::hooks::{AgentHooks, Prompt};
-use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, HANDOFF, TASK_STATUS};
+use crate::internal::{self, ASK_USER, BATCH, FINAL_REPORT, Finalizing, HANDOFF, TASK_STATUS};
 use crate::pause::{self, Decision, PendingCall, Resume};
 use crate::report::{AgentReport, AgentStatus, usage_in};
 use crate::{TextDelta, TextSink};
@@ -316,6 +316,7 @@ impl Session<'_> {
                 .as_ref()
                 .map(|s| ArgumentValidator::new(Arc::new(s.clone()))),
             task_status: None,
+            calls_besides_status: false,
             repeats: Repeats::default(),
             // A conversation that goes on (a resumed run, a chat's next message) may have
             // asynchronous results waiting in the run's inbox since it stopped.
@@ -400,6 +401,8 @@ impl Session<'_> {
         let mut learned_budget: Option<u64> = None;
         // How many times this turn was shortened and asked again after such a refusal.
         let mut shortenings = 0;
+        // What the model's last `agent__task_status` asks of its next turn: the report.
+        let mut finalizing = Finalizing::No;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -468,6 +471,18 @@ impl Session<'_> {
                     vec![internal::final_report(self.config.output_schema.as_ref())];
                 last_request.tool_choice = ToolChoice::Tool(FINAL_REPORT.to_owned());
                 self.within_time(self.ask(&last_request)).await
+            } else if finalizing != Finalizing::No {
+                // The model said it can finalize: its report is asked for, and when it
+                // said it needs no more tools, only the report is offered. The answer to
+                // its status told it so; a server that ignores `tool_choice` may still
+                // call other tools, which run unless only the report was offered.
+                let mut final_request = request.clone();
+                if finalizing == Finalizing::OnlyReport {
+                    final_request.tools =
+                        vec![internal::final_report(self.config.output_schema.as_ref())];
+                }
+                final_request.tool_choice = ToolChoice::Tool(FINAL_REPORT.to_owned());
+                self.within_time(self.ask(&final_request)).await
             } else {
                 self.within_time(self.ask(&request)).await
             };
@@ -542,6 +557,9 @@ impl Session<'_> {
             };
             figures.usage += answer.usage;
             self.budgets.spend(&self.ctx, answer.usage.input_tokens + answer.usage.output_tokens);
+            // Asked for once: from the next turn on, the status the model records decides.
+            let only_report =
+                std::mem::replace(&mut finalizing, Finalizing::No) == Finalizing::OnlyReport;
             if answer.stop == StopReason::ContentFilter {
                 let message = "the model's answer was stopped by its API's content filter".into();
                 break SessionEnd::Report(self.failed(&figures, message));
@@ -618,6 +636,8 @@ impl Session<'_> {
                 .chain(std::iter::repeat_n(true, too_many - made))
                 .collect();
             repeated.resize(too_many, None);
+            state.calls_besides_status =
+                answer.tool_calls[..made].iter().any(|c| c.name != TASK_STATUS);
             let state_now = &state;
             let limit_now = limit.as_deref().unwrap_or_default();
             self.handler.approvals.start_turn(answer.tool_calls.iter().map(|c| c.id.clone()));
@@ -633,6 +653,19 @@ impl Session<'_> {
                             format!(
                                 "(not called: this was your last turn, in which only \
                                  {FINAL_REPORT} could be called: {limit_now})"
+                            ),
+                        );
+                    }
+                    // Only the report was offered, the model having said it needs no
+                    // more tools; it may say otherwise with its next turn's tools.
+                    if only_report && call.name != FINAL_REPORT {
+                        return Outcome::error(
+                            call,
+                            format!(
+                                "(not called: you said with {TASK_STATUS} that you can \
+                                 finalize and need no more tools, so this turn offered only \
+                                 {FINAL_REPORT}: call it with your answer. If you do need more \
+                                 tools, your next turn offers them again)"
                             ),
                         );
                     }
@@ -681,8 +714,9 @@ impl Session<'_> {
             );
             let (calls, pending) = held(calls, pending);
             let effects = self.fold(calls, &mut state, &mut request, &mut figures);
-            if let Some(status) = self.take_task_status(&answer.tool_calls[..made]) {
+            if let Some((status, parsed)) = self.take_task_status(&answer.tool_calls[..made]) {
                 state.task_status = Some(status);
+                finalizing = parsed.finalizing(state.calls_besides_status);
             }
             figures.task_status.clone_from(&state.task_status);
             if !pending.is_empty() {
@@ -1053,20 +1087,39 @@ impl Session<'_> {
         );
     }
 
-    /// The arguments of the last `agent__task_status` call of a turn, as recorded.
-    fn take_task_status(&self, calls: &[ModelToolCall]) -> Option<Value> {
+    /// The arguments of the last valid `agent__task_status` call of a turn, as recorded
+    /// and as read.
+    fn take_task_status(&self, calls: &[ModelToolCall]) -> Option<(Value, internal::TaskStatus)> {
         if !self.config.task_status {
             return None;
         }
-        calls.iter().rev().find(|c| c.name == TASK_STATUS && c.arguments.is_object()).map(|c| {
-            let status = c.arguments.clone();
-            if let Some(now) = status.get("now").and_then(Value::as_str) {
-                self.ctx.report_progress(
-                    Progress::new(0.0, None).with_message(format!("{}: {now}", self.name)),
-                );
-            }
-            status
-        })
+        calls.iter().rev().filter(|c| c.name == TASK_STATUS && c.arguments.is_object()).find_map(
+            |c| {
+                let parsed = serde_json::from_value(c.arguments.clone()).ok()?;
+                let status = c.arguments.clone();
+                if let Some(now) = status.get("now").and_then(Value::as_str) {
+                    self.ctx.report_progress(
+                        Progress::new(0.0, None).with_message(format!("{}: {now}", self.name)),
+                    );
+                }
+                Some((status, parsed))
+            },
+        )
+    }
+
+    /// `agent__task_status`: recorded (by the loop, [`Session::take_task_status`]), and
+    /// answered telling a model that can finalize to call its report.
+    fn task_status(&self, call: &ModelToolCall, arguments: Value, state: &State) -> Outcome {
+        match serde_json::from_value::<internal::TaskStatus>(arguments) {
+            Ok(status) => Outcome::answer(call, status.answer(state.calls_besides_status), false),
+            Err(e) => Outcome::error(
+                call,
+                format!(
+                    "(tool failed: invalid status: {e}; call {TASK_STATUS} again with `status` \
+                     one of starting, in-progress, completed and the flags true or false)"
+                ),
+            ),
+        }
     }
 
     /// Answers one call of the model.
@@ -1094,9 +1147,7 @@ impl Session<'_> {
         };
         match call.name.as_str() {
             FINAL_REPORT => self.final_report(call, arguments, state),
-            TASK_STATUS if self.config.task_status => {
-                Outcome::answer(call, "recorded".into(), false)
-            }
+            TASK_STATUS if self.config.task_status => self.task_status(call, arguments, state),
             BATCH if self.config.batch => self.batch(call, arguments, state).await,
             ASK_USER if self.config.ask_user => self.ask_user(call, arguments).await,
             HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),
@@ -1381,6 +1432,9 @@ struct State {
     output_check: Option<ArgumentValidator>,
     /// The last `agent__task_status`.
     task_status: Option<Value>,
+    /// Whether the turn being run made calls besides `agent__task_status`: its answer
+    /// then tells a model that can finalize to wait for their results.
+    calls_besides_status: bool,
     /// The calls of the last turns, for the loop guard.
     repeats: Repeats,
     /// Calls of asynchronous external tools whose results have not reached the model yet.

@@ -2997,3 +2997,150 @@ async fn parallel_calls_answered_out_of_order_go_back_in_call_order() {
         assert!(content.contains(&format!("waited {waited}")), "{id}: {content}");
     }
 }
+
+// What `agent__task_status` asks of the loop
+
+/// An agent offered `agent__task_status`, on a model `m` speaking `dialect`'s API served by
+/// `server`, with a tool `mock__echo`.
+async fn reporting_status(dialect: Dialect, server: &ScriptedLlmServer) -> (Agents, Orchestrator) {
+    let model = model_speaking(dialect, server);
+    let mock: Arc<dyn ToolProvider> =
+        Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+    let models = BTreeMap::from([("m".to_owned(), model)]);
+    let config = AgentConfig { task_status: true, ..agent("m") };
+    start_agents(one("a", config), models, vec![mock]).await
+}
+
+/// The tools the request `body` in `dialect` offers, and the one its `tool_choice` forces.
+fn offered_and_forced(dialect: Dialect, body: &Value) -> (Vec<String>, Option<String>) {
+    let tools = body["tools"].as_array().unwrap().iter();
+    let (offered, forced) = match dialect {
+        Dialect::OpenAi => (
+            tools.map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect(),
+            body["tool_choice"]["function"]["name"].as_str(),
+        ),
+        Dialect::Anthropic => (
+            tools.map(|t| t["name"].as_str().unwrap().to_owned()).collect(),
+            body["tool_choice"]["name"].as_str(),
+        ),
+    };
+    (offered, forced.map(str::to_owned))
+}
+
+/// A model saying with `agent__task_status` that it can finalize (`ready_for_final_report`,
+/// or `status: completed`) and calling nothing else is told to call its report now, and its
+/// next turn asks for the report (`tool_choice`), its tools still offered; a status that
+/// says it is not ready, that more tools are needed, or that came with other calls
+/// (whose results the model has not seen) asks for nothing. Both flags were recorded and
+/// ignored: the answer was "recorded" and the next turn the same as any.
+#[tokio::test]
+async fn a_model_ready_for_its_report_is_asked_for_it_next() {
+    let report = ("agent__final_report".to_owned(), json!({"status": "success", "content": "ok"}));
+    let echo = ("mock__echo".to_owned(), json!({}));
+    let status = |arguments: Value| ("agent__task_status".to_owned(), arguments);
+    let ready = json!({"status": "in-progress", "ready_for_final_report": true});
+    let completed = json!({"status": "completed", "done": "all of it"});
+    let cases = [
+        (vec![status(ready.clone())], true, "call agent__final_report now"),
+        (vec![status(completed.clone())], true, "call agent__final_report now"),
+        (vec![status(json!({"status": "in-progress", "now": "reading"}))], false, "recorded"),
+        (
+            vec![status(json!({"status": "in-progress", "ready_for_final_report": false}))],
+            false,
+            "recorded",
+        ),
+        (
+            vec![status(json!({"status": "completed", "need_to_run_more_tools": true}))],
+            false,
+            "need more tools: run them",
+        ),
+        (vec![status(ready), echo], false, "once you have the results of this turn's other calls"),
+    ];
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        for (calls, asked, answer) in &cases {
+            let server = ScriptedLlmServer::start(
+                dialect,
+                vec![
+                    ScriptStep::ToolCalls(calls.clone()),
+                    ScriptStep::ToolCalls(vec![report.clone()]),
+                ],
+            );
+            let (agents, _orchestrator) = reporting_status(dialect, &server).await;
+            let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+            assert_eq!((run.status, run.content.as_str()), (AgentStatus::Success, "ok"));
+            let requests = server.requests();
+            assert_eq!(requests.len(), 2, "{dialect:?} {calls:?}");
+            let (offered, forced) = offered_and_forced(dialect, &requests[1]);
+            let expected = asked.then(|| "agent__final_report".to_owned());
+            assert_eq!(forced, expected, "{dialect:?} {calls:?}");
+            assert!(offered.contains(&"mock__echo".to_owned()), "{dialect:?}: {offered:?}");
+            assert!(offered.contains(&"agent__task_status".to_owned()), "{offered:?}");
+            let (_, results) = wire_calls_and_results(dialect, &requests[1]);
+            assert!(results[0].1.contains(answer), "{dialect:?} {calls:?}: {results:?}");
+            assert!(results[0].1.starts_with("recorded"), "{results:?}");
+        }
+    }
+}
+
+/// A model saying it can finalize and needs no more tools (`need_to_run_more_tools:
+/// false`) is offered only its report in its next turn, even when that turn's other calls
+/// ran; a call of another tool then (a server that ignores `tool_choice`) is not made but
+/// answered, and the turn after offers every tool again, so the model is never stuck.
+#[tokio::test]
+async fn a_model_needing_no_more_tools_is_offered_only_its_report() {
+    let ready = json!({"status": "completed", "ready_for_final_report": true,
+        "need_to_run_more_tools": false});
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![
+                ScriptStep::ToolCalls(vec![
+                    ("agent__task_status".into(), ready.clone()),
+                    ("mock__echo".into(), json!({"n": 1})),
+                ]),
+                ScriptStep::tool_call("mock__echo", json!({"n": 2})),
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": "ok"}),
+                ),
+            ],
+        );
+        let (agents, _orchestrator) = reporting_status(dialect, &server).await;
+        let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!((run.status, run.content.as_str()), (AgentStatus::Success, "ok"));
+        assert_eq!(run.tool_calls, 2, "{dialect:?}: the refused echo counts, as refused calls do");
+        assert_eq!(run.task_status, Some(ready.clone()));
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "{dialect:?}");
+        let (offered, forced) = offered_and_forced(dialect, &requests[1]);
+        assert_eq!(offered, ["agent__final_report"], "{dialect:?}");
+        assert_eq!(forced.as_deref(), Some("agent__final_report"), "{dialect:?}");
+        let (_, results) = wire_calls_and_results(dialect, &requests[1]);
+        assert!(results[0].1.contains("the only tool your next turn offers"), "{results:?}");
+        assert!(results[1].1.contains("\"n\""), "the echo of the same turn ran: {results:?}");
+        let (offered, forced) = offered_and_forced(dialect, &requests[2]);
+        assert_eq!(forced, None, "{dialect:?}");
+        assert!(offered.contains(&"mock__echo".to_owned()), "{dialect:?}: {offered:?}");
+        let (_, results) = wire_calls_and_results(dialect, &requests[2]);
+        let last = &results.last().unwrap().1;
+        assert!(last.contains("not called") && last.contains("offered only"), "{last}");
+    }
+}
+
+/// An `agent__task_status` call the model got wrong is answered with what to fix, and not
+/// recorded.
+#[tokio::test]
+async fn an_invalid_task_status_says_what_to_fix() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("agent__task_status", json!({"status": "done"})),
+            ScriptStep::text("ok"),
+        ],
+    );
+    let (agents, _orchestrator) = reporting_status(Dialect::OpenAi, &server).await;
+    let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((run.status, run.task_status), (AgentStatus::Success, None));
+    let (_, results) = wire_calls_and_results(Dialect::OpenAi, &server.requests()[1]);
+    assert!(results[0].1.contains("invalid status") && results[0].1.contains("in-progress"));
+}
