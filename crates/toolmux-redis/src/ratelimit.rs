@@ -5,13 +5,18 @@
 //! Keys are `{prefix}:rl:{key}` (`tool:github__search`, `provider:github`), expiring once
 //! the limit is back to a full burst. A turn reserved for a call that never runs
 //! (cancelled, past its deadline, or refused by its queue, before or after its turn came)
-//! is given back in a task, as the in-process limiter gives it back: by what it still
-//! weighs on the next call's due time, on the server's clock, never more than one interval
-//! and never to before the server's now. For that the limit keeps, beside its arrival time
-//! and as long as it, the turns that may still give something back under
-//! `{prefix}:rls:{key}` (a hash: the number of the latest turn, when it was reserved, and
-//! each open turn's arrival time and what the turns before it gave back since) and
-//! `{prefix}:rlo:{key}` (their numbers, in order), at most [`MAX_OPEN_TURNS`] of them. A
+//! is given back in a task with the in-process limiter's guarantee, on the server's
+//! clock: each turn holds its own interval of the limit's time, apart from every other
+//! turn's, so that no two calls of all replicas together come closer than the limit
+//! spaces them, and a turn given back keeps that. The turns reserved after it keep their
+//! times: the latest turn moves the arrival time back to its start, and on over the holes
+//! it then reaches; a turn in the middle leaves a hole, which the next call made before
+//! the hole's start takes (moving the arrival time back under the turns already reserved
+//! gave the next call the instant of the latest one). For that the limit keeps, beside
+//! its arrival time and expiring with it, the turns that may still give something back
+//! under `{prefix}:rls:{key}` (a hash: the number of the latest turn, and each open turn's
+//! start) and `{prefix}:rlo:{key}` (their numbers, in order), and the holes' starts under
+//! `{prefix}:rlh:{key}` (a sorted set), at most [`MAX_OPEN_TURNS`] of each. A
 //! reservation whose answer never came (lost with its connection, past its timeout, or its
 //! caller gone while it was on its way) is given back the same way by the id this replica
 //! chose for it: the reservation keeps its turn's number under `{prefix}:rlt:{id}` while
@@ -38,102 +43,128 @@ use std::time::Duration;
 use toolmux_orchestrator::RateLimit;
 use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter, Turn};
 
-/// The GCRA step, atomic: reads the key's arrival time, and either refuses (`{0, wait}`)
-/// or moves it one interval on (`{1, wait, n}`, `n` the turn's number, its mark for
-/// [`RELEASE`]); times in microseconds. The turn is kept open (its arrival time under
-/// `a{n}` in the state) for giving back, and the oldest open turns that can give nothing
-/// back any more (their arrival time, less what was given back before them, is past) or
-/// past [`MAX_OPEN_TURNS`] are forgotten. The turn's number is kept under its id for
-/// [`RELEASE_BY_ID`]; an id given back already reserves nothing (`{-1, 0}`). Turns are
-/// numbered from the server's clock on, so that a number outlives the state that gave it.
-/// KEYS: the limit, its state, its open turns, the reservation's record, its withdrawal
-/// mark. ARGV: the interval, the period, the longest wait, the most open turns.
+/// The GCRA step, atomic, as `RateLimiter::reserve_turn_at` takes it: the call takes the
+/// earliest hole left by a turn given back whose interval has not started (on the
+/// server's clock), else the interval at the limit's arrival time (or now, if that is
+/// past); it either refuses (`{0, wait}`) or takes it (`{1, wait, n}`, `n` the turn's
+/// number, its mark for [`RELEASE`]); times in microseconds. Each turn holds its interval
+/// `[start, start + interval)` and comes at `start + interval - per` (at once if past), so
+/// no two turns' intervals overlap. The turn is kept open (its start under `s{n}` in the
+/// state) for giving back; the oldest open turns whose interval is past or past
+/// [`MAX_OPEN_TURNS`], and the holes whose interval is past, are forgotten. The turn's
+/// number is kept under its id for [`RELEASE_BY_ID`]; an id given back already reserves
+/// nothing (`{-1, 0}`). Turns are numbered from the server's clock on, so that a number
+/// outlives the state that gave it. Every key expires with the arrival time, past which
+/// every turn's and hole's interval is past.
+/// KEYS: the limit, its state, its open turns, its holes, the reservation's record, its
+/// withdrawal mark. ARGV: the interval, the period, the longest wait, the most open turns.
 const RESERVE: Script = Script {
     name: "ratelimit_reserve",
     source: r"
-if redis.call('EXISTS', KEYS[5]) == 1 then return {-1, 0} end
+if redis.call('EXISTS', KEYS[6]) == 1 then return {-1, 0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local per = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
+local max_open = tonumber(ARGV[4])
+local function fmt(x) return string.format('%.0f', x) end
 local tat = tonumber(redis.call('GET', KEYS[1]))
+if tat and tat <= now then tat = nil end
+local hole = nil
+if tat then
+  hole = redis.call('ZRANGEBYSCORE', KEYS[4], fmt(now), '+inf', 'LIMIT', 0, 1)[1]
+end
 local base = now
-if tat and tat > now then base = tat end
+if hole then base = tonumber(hole) elseif tat then base = tat end
 local after = base + interval
 local wait = after - per - now
 if wait < 0 then wait = 0 end
 if wait > max_wait then return {0, wait} end
-local ttl = math.floor((after - now) / 1000) + 1
-redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
+if hole then
+  redis.call('ZREM', KEYS[4], hole)
+else
+  tat = after
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', fmt(now - interval))
 local seq = now
 local latest = tonumber(redis.call('HGET', KEYS[2], 'seq'))
 if latest and latest >= seq then seq = latest + 1 end
-local n = string.format('%.0f', seq)
-redis.call('HSET', KEYS[2], 'seq', n, 'last', string.format('%.0f', now),
-  'a' .. n, string.format('%.0f', after))
+local n = fmt(seq)
+redis.call('HSET', KEYS[2], 'seq', n, 's' .. n, fmt(base))
 redis.call('ZADD', KEYS[3], n, n)
-local full = redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4])
+local full = redis.call('ZCARD', KEYS[3]) > max_open
 while true do
   local oldest = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not oldest or oldest == n then break end
-  local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. oldest))
-  local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. oldest)) or 0
-  if not full and a and a - g > now then break end
+  local s = tonumber(redis.call('HGET', KEYS[2], 's' .. oldest))
+  if not full and s and s + interval > now then break end
   redis.call('ZREM', KEYS[3], oldest)
-  redis.call('HDEL', KEYS[2], 'a' .. oldest, 'g' .. oldest)
+  redis.call('HDEL', KEYS[2], 's' .. oldest)
   full = false
 end
-redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('PEXPIRE', KEYS[3], ttl)
-redis.call('SET', KEYS[4], n, 'PX', ttl)
+local ttl = math.floor((tat - now) / 1000) + 1
+redis.call('SET', KEYS[1], fmt(tat), 'PX', ttl)
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ttl) end
+redis.call('SET', KEYS[5], n, 'PX', ttl)
 return {1, wait, seq}
 ",
 };
 
 /// The end of [`RELEASE`] and [`RELEASE_BY_ID`]: with `n` the turn's number, closes the
-/// turn and moves the limit's arrival time back by what the turn still weighs on it, as
-/// `RateLimiter::release_at` does. The turn moved the arrival time on to its own (`a{n}`,
-/// less what the turns before it gave back since, `g{n}`); every reservation since found
-/// it there or later, and only the part past the latest reservation's time (`last`) still
-/// delays the next call: all of it, one interval, unless the calls slowed down since.
-/// What it gives back moves the turns after it back as much (their `g`).
+/// turn and gives back its interval as `RateLimiter::release_at` does, so that no two
+/// turns come closer than the limit spaces them. The turns reserved after it keep their
+/// times. The latest turn's interval ends at the limit's arrival time: that moves back to
+/// its start, and on over the holes it then reaches (turns given back before it), or the
+/// key goes once that is past. Any other turn leaves a hole, which the next call made
+/// before the hole's start takes ([`RESERVE`]). A turn whose interval is past gives
+/// nothing. At most [`MAX_OPEN_TURNS`] holes are kept, the oldest forgotten.
 macro_rules! give_back {
     () => {
         r"
-local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. n))
-if not a then return 0 end
-local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. n)) or 0
+local interval = tonumber(ARGV[2])
+local max_holes = tonumber(ARGV[3])
+local function fmt(x) return string.format('%.0f', x) end
+local s = tonumber(redis.call('HGET', KEYS[2], 's' .. n))
+if not s then return 0 end
 redis.call('ZREM', KEYS[3], n)
-redis.call('HDEL', KEYS[2], 'a' .. n, 'g' .. n)
+redis.call('HDEL', KEYS[2], 's' .. n)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[2])
+local e = s + interval
+if e <= now then return 0 end
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat <= now then return 0 end
-local last = tonumber(redis.call('HGET', KEYS[2], 'last')) or now
-local give = a - g - last
-if give > interval then give = interval end
-if give <= 0 then return 0 end
-local given = string.format('%.0f', give)
-for _, later in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. n, '+inf')) do
-  redis.call('HINCRBY', KEYS[2], 'g' .. later, given)
+local ttl = math.floor((tat - now) / 1000) + 1
+if tat > e then
+  redis.call('ZADD', KEYS[4], fmt(s), fmt(s))
+  if redis.call('ZCARD', KEYS[4]) > max_holes then
+    redis.call('ZREMRANGEBYRANK', KEYS[4], 0, 0)
+  end
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  return 1
 end
-local after = tat - give
-if after <= now then
+local due = s
+while true do
+  local last = redis.call('ZREVRANGE', KEYS[4], 0, 0)[1]
+  if not last or tonumber(last) + interval < due then break end
+  redis.call('ZREM', KEYS[4], last)
+  if tonumber(last) < due then due = tonumber(last) end
+end
+if due <= now then
   redis.call('DEL', KEYS[1])
   return 1
 end
-local ttl = math.floor((after - now) / 1000) + 1
-redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
+redis.call('SET', KEYS[1], fmt(due), 'PX', math.floor((due - now) / 1000) + 1)
 return 1
 "
     };
 }
 
 /// Gives a turn back, atomic (see [`give_back!`]); a turn given back already, forgotten,
-/// or whose limit is back to a full burst gives nothing.
-/// KEYS: the limit, its state, its open turns. ARGV: the turn's number, the interval.
+/// or whose interval is past gives nothing.
+/// KEYS: the limit, its state, its open turns, its holes. ARGV: the turn's number, the
+/// interval, the most holes kept.
 const RELEASE: Script = Script {
     name: "ratelimit_release",
     source: concat!(
@@ -148,26 +179,26 @@ local n = ARGV[1]
 /// the turn's number its record kept; with no record (the reservation has not reached
 /// Redis, or the limit's state is gone), marks the id so that a reservation arriving later
 /// reserves nothing.
-/// KEYS: the limit, its state, its open turns, the reservation's record, its withdrawal
-/// mark. ARGV: how long the mark stays (ms), the interval.
+/// KEYS: the limit, its state, its open turns, its holes, the reservation's record, its
+/// withdrawal mark. ARGV: how long the mark stays (ms), the interval, the most holes kept.
 const RELEASE_BY_ID: Script = Script {
     name: "ratelimit_release_by_id",
     source: concat!(
         r"
-local n = redis.call('GET', KEYS[4])
+local n = redis.call('GET', KEYS[5])
 if not n then
-  redis.call('SET', KEYS[5], '1', 'PX', ARGV[1])
+  redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
   return 0
 end
-redis.call('DEL', KEYS[4])
+redis.call('DEL', KEYS[5])
 ",
         give_back!()
     ),
 };
 
-/// The most turns of one limit kept open for giving back: past it the oldest is forgotten
-/// (and gives nothing back), so that a limit under a flood of calls keeps a bounded state
-/// (and a give-back a bounded script).
+/// The most turns of one limit kept open for giving back, and the most holes it keeps: past
+/// it the oldest is forgotten (and gives nothing back), so that a limit under a flood of
+/// calls keeps a bounded state (and a give-back a bounded script).
 const MAX_OPEN_TURNS: usize = 1024;
 
 /// How long the id of a reservation given back before it reached Redis stays marked.
@@ -214,6 +245,7 @@ impl RedisRateLimits {
             key: format!("{prefix}:rl:{key}"),
             state: format!("{prefix}:rls:{key}"),
             open: format!("{prefix}:rlo:{key}"),
+            holes: format!("{prefix}:rlh:{key}"),
             limit,
             local: RateLimiter::new(limit),
             degraded: AtomicBool::new(false),
@@ -232,6 +264,8 @@ struct RedisLimiter {
     state: String,
     /// The limit's open turns, by number.
     open: String,
+    /// The starts of the turns given back before the latest one reserved.
+    holes: String,
     /// Invariant: `per` and `wait` at most [`FOREVER`].
     limit: RateLimit,
     local: RateLimiter,
@@ -265,6 +299,7 @@ impl RedisLimiter {
             self.key.as_str(),
             self.state.as_str(),
             self.open.as_str(),
+            self.holes.as_str(),
             record.as_str(),
             withdrawn.as_str(),
         ];
@@ -354,8 +389,19 @@ impl RedisLimiter {
         let (record, withdrawn) = self.keys_of(&id);
         ReleaseById {
             backend: self.backend.clone(),
-            keys: [self.key.clone(), self.state.clone(), self.open.clone(), record, withdrawn],
-            args: [WITHDRAWN_KEPT.as_millis().to_string(), micros(interval)],
+            keys: [
+                self.key.clone(),
+                self.state.clone(),
+                self.open.clone(),
+                self.holes.clone(),
+                record,
+                withdrawn,
+            ],
+            args: [
+                WITHDRAWN_KEPT.as_millis().to_string(),
+                micros(interval),
+                MAX_OPEN_TURNS.to_string(),
+            ],
             // Past its period and longest wait the limit is back to a full burst, and
             // giving the turn back does nothing.
             until: self
@@ -370,8 +416,8 @@ impl RedisLimiter {
         let interval = self.limit.per / self.limit.calls.max(1);
         Release {
             backend: self.backend.clone(),
-            keys: [self.key.clone(), self.state.clone(), self.open.clone()],
-            args: [turn.mark().to_string(), micros(interval)],
+            keys: [self.key.clone(), self.state.clone(), self.open.clone(), self.holes.clone()],
+            args: [turn.mark().to_string(), micros(interval), MAX_OPEN_TURNS.to_string()],
         }
     }
 }
@@ -379,8 +425,8 @@ impl RedisLimiter {
 /// A turn to give back ([`RELEASE`]'s keys and arguments).
 struct Release {
     backend: Arc<BackendShared>,
-    keys: [String; 3],
-    args: [String; 2],
+    keys: [String; 4],
+    args: [String; 3],
 }
 
 /// A reservation whose answer never came, to give back by its id from a task when dropped
@@ -415,8 +461,8 @@ impl Drop for Unanswered {
 /// A reservation to give back by its id ([`RELEASE_BY_ID`]'s keys and arguments).
 struct ReleaseById {
     backend: Arc<BackendShared>,
-    keys: [String; 5],
-    args: [String; 2],
+    keys: [String; 6],
+    args: [String; 3],
     /// How long giving it back is worth trying.
     until: Duration,
 }
@@ -489,11 +535,16 @@ mod tests {
         let reserve = |id: &str| {
             let (record, withdrawn) = limiter.keys_of(id);
             let client = limiter.backend.client.clone();
-            let keys = [limiter.key.clone(), limiter.state.clone(), limiter.open.clone()];
+            let keys = [
+                limiter.key.clone(),
+                limiter.state.clone(),
+                limiter.open.clone(),
+                limiter.holes.clone(),
+            ];
             async move {
                 let args = ["10000000", "10000000", "60000000", "1024"];
                 let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-                let keys = [&keys[0], &keys[1], &keys[2], &record, &withdrawn];
+                let keys = [&keys[0], &keys[1], &keys[2], &keys[3], &record, &withdrawn];
                 let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
                 client.eval(&RESERVE, &keys, &args, Duration::from_secs(2)).await.expect("reserve")
             }
@@ -514,8 +565,9 @@ mod tests {
     }
 
     /// As `RateLimiter`'s test of the same name: turns not come and a turn that came at
-    /// once (its call then waited for a queue slot and never ran) are given back whole,
-    /// in any order, each once.
+    /// once (its call then waited for a queue slot and never ran) are given back, each
+    /// once: the latest moves the arrival time back one interval, one in the middle leaves
+    /// its place to the next call.
     #[tokio::test]
     async fn turns_are_given_back_whether_or_not_they_came() {
         let server = RedisServer::start();
@@ -529,7 +581,8 @@ mod tests {
         let fourth = limiter.reserve_turn().await.expect("may wait");
         assert!(fourth.wait() > Duration::from_millis(900), "{fourth:?}");
         let before = arrival(&limiter).await;
-        // Given back in any order, each takes one interval (500 ms) off.
+        // The latest first, then the one before it, now the latest: each takes one
+        // interval (500 ms) off.
         assert!(limiter.release_of(fourth).run().await.expect("release"));
         assert_eq!(arrival(&limiter).await, before - 500 * MS);
         assert!(limiter.release_of(third).run().await.expect("release"));
@@ -542,18 +595,20 @@ mod tests {
             "{next:?}"
         );
         // The second call's turn came at once, but it never ran: it is given back all the
-        // same, once.
+        // same, once, and the next call takes it, at once beside the first call's, the
+        // turn after it keeping its time.
         let taken = arrival(&limiter).await;
         assert!(limiter.release_of(second).run().await.expect("release"));
-        assert_eq!(arrival(&limiter).await, taken - 500 * MS);
+        assert_eq!(arrival(&limiter).await, taken, "the turn after it moved");
         assert!(!limiter.release_of(second).run().await.expect("release"), "given back twice");
-        assert_eq!(arrival(&limiter).await, taken - 500 * MS);
+        assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
+        assert_eq!(arrival(&limiter).await, taken);
         // A turn through the trait is given back in a task.
         let turn = limiter.reserve_turn().await.expect("may wait");
-        let taken = arrival(&limiter).await;
+        assert_eq!(arrival(&limiter).await, taken + 500 * MS);
         limiter.release(turn);
         let started = std::time::Instant::now();
-        while arrival(&limiter).await != taken - 500 * MS {
+        while arrival(&limiter).await != taken {
             assert!(started.elapsed() < Duration::from_secs(5), "the turn was not given back");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -580,10 +635,11 @@ mod tests {
     }
 
     /// As `RateLimiter`'s test of the same name: a turn that came, given back after the
-    /// calls slowed down, gives back only what still delays the next call (its arrival time
-    /// less the latest reservation's, on the server's clock), never more than it took.
+    /// calls slowed down, lets no call come closer to the turns reserved after it than
+    /// the limit spaces them (it gave back what was left of its interval past the latest
+    /// reservation, and the next call came 600 ms after the second).
     #[tokio::test]
-    async fn a_turn_given_back_late_gives_back_what_is_left_of_it() {
+    async fn a_turn_given_back_late_brings_no_call_closer_to_the_next() {
         let server = RedisServer::start();
         let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
         let limiter = limiter_of(&backend, 1, Duration::from_secs(1), Duration::from_secs(10));
@@ -594,21 +650,45 @@ mod tests {
         let second = limiter.reserve().await.expect("may wait");
         assert!(second > Duration::ZERO && second <= Duration::from_millis(400), "{second:?}");
         let before = arrival(&limiter).await;
-        let state = limiter.state.clone();
-        let last = limiter.backend.client.command(&["HGET", &state, "last"]).await.expect("HGET");
-        let last: u64 = last.as_str().and_then(|l| l.parse().ok()).expect("the latest reservation");
+        assert_eq!(before, first_arrival + 1000 * MS);
         tokio::time::sleep(Duration::from_millis(100)).await;
+        // Its interval has started: as a hole it is no call's, and the second call keeps its
+        // turn, so the next comes a second after it.
         assert!(limiter.release_of(first).run().await.expect("release"));
-        let given = before - arrival(&limiter).await;
-        assert_eq!(given, first_arrival - last, "what is left of the first call's interval");
-        assert!(given > 300 * MS && given <= 400 * MS, "{given}");
-        // The second call keeps its turn: the next waits one interval past it.
+        assert_eq!(arrival(&limiter).await, before);
         let next = limiter.reserve().await.expect("may wait");
-        // The second call keeps its turn, and the next waits one interval past it.
-        assert!(
-            next > Duration::from_millis(700) && next <= Duration::from_millis(900),
-            "{next:?}"
-        );
+        assert_eq!(arrival(&limiter).await, before + 1000 * MS);
+        assert!(next > Duration::from_millis(1000), "{next:?}");
+    }
+
+    /// As `RateLimiter`'s test of the same name: when the latest turn is given back, the
+    /// arrival time moves back over the holes left before it, and a limit whose waiting
+    /// calls all stopped is whole again (its holes gone with them).
+    #[tokio::test]
+    async fn a_limit_whose_waiting_calls_all_stop_is_whole_again() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(1), Duration::from_secs(10));
+        assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
+        let first_arrival = arrival(&limiter).await;
+        let mut waiting = Vec::new();
+        for _ in 0..3 {
+            waiting.push(limiter.reserve_turn().await.expect("may wait"));
+        }
+        assert_eq!(arrival(&limiter).await, first_arrival + 3000 * MS);
+        // In the middle first, then the latest.
+        for turn in &waiting[..2] {
+            assert!(limiter.release_of(*turn).run().await.expect("release"));
+            assert_eq!(arrival(&limiter).await, first_arrival + 3000 * MS);
+        }
+        assert!(limiter.release_of(waiting[2]).run().await.expect("release"));
+        assert_eq!(arrival(&limiter).await, first_arrival);
+        let holes = limiter.holes.as_str();
+        let left = limiter.backend.client.command(&["EXISTS", holes]).await.expect("EXISTS");
+        assert_eq!(left, Reply::Integer(0), "holes left behind");
+        let next = limiter.reserve().await.expect("may wait");
+        assert!(next > Duration::from_millis(900), "{next:?}");
+        assert_eq!(arrival(&limiter).await, first_arrival + 1000 * MS);
     }
 
     /// A turn reserved while Redis did not answer is this replica's own limiter's, and goes

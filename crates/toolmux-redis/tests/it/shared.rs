@@ -265,3 +265,65 @@ async fn a_limit_of_duration_max_is_shared_and_given_back() {
     })
     .await;
 }
+
+/// A turn given back between turns still reserved goes to the next call, in its own place,
+/// whichever replica reserved or gave back what: under one call per second two replicas'
+/// calls never start closer than a second apart. The shared due time moved back one
+/// interval under the turns already reserved, so the next call got the instant of the
+/// latest one waiting.
+#[tokio::test]
+async fn a_turn_given_back_between_others_goes_to_the_next_call_in_its_place() {
+    let server = RedisServer::start();
+    let admin = replica(&server);
+    let every = limit(1, Duration::from_secs(1), Duration::from_secs(10));
+    let a = replica(&server).rate_limits().limiter("tool:t", every);
+    let b = replica(&server).rate_limits().limiter("tool:t", every);
+    let second_of = Duration::from_secs(1);
+    assert_eq!(a.reserve().await, Ok(Duration::ZERO));
+    let second = b.reserve_turn().await.expect("may wait");
+    let third = a.reserve_turn().await.expect("may wait");
+    let latest = arrival(&admin, "tool:t").await.expect("the turns reserved");
+    b.release(second);
+    // The next call, on either replica, takes the second's turn: its wait is shorter
+    // than the third's by a second at least (both on the server's clock), and the
+    // limit's due time stays where the third call's turn put it.
+    given_back(&admin, latest).await;
+    let fourth = a.reserve_turn().await.expect("may wait");
+    assert!(fourth.wait() + second_of <= third.wait(), "{third:?} {fourth:?}");
+    assert_eq!(arrival(&admin, "tool:t").await, Some(latest), "{fourth:?} took a new turn");
+    // The one after it comes a second after the third call.
+    let fifth = b.reserve_turn().await.expect("may wait");
+    assert_eq!(arrival(&admin, "tool:t").await, Some(latest + 1_000_000));
+    // The third call stops too: it leaves a hole, kept under the limit's prefix and
+    // expiring with it, that the next call takes.
+    a.release(third);
+    given_back(&admin, latest + 1_000_000).await;
+    let holes = "toolmux:rlh:tool:t";
+    let ttl = admin.client().command(&["PTTL", holes]).await.expect("PTTL");
+    let ttl = ttl.as_i64().expect("a time to live");
+    assert!(ttl > 0 && ttl <= 4_100, "{ttl}");
+    let sixth = a.reserve_turn().await.expect("may wait");
+    assert!(sixth.wait() + second_of <= fifth.wait(), "{fifth:?} {sixth:?}");
+    assert_eq!(
+        arrival(&admin, "tool:t").await,
+        Some(latest + 1_000_000),
+        "{sixth:?} took a new turn"
+    );
+}
+
+/// Waits until a turn of `tool:t`, whose due time is `latest`, was given back: the due time
+/// moved, or the turn left a hole.
+async fn given_back(admin: &toolmux_redis::RedisBackend, latest: u64) {
+    within(Duration::from_secs(5), "the turn given back", async {
+        loop {
+            let hole = admin.client().command(&["EXISTS", "toolmux:rlh:tool:t"]).await;
+            if hole.expect("EXISTS").as_i64() == Some(1)
+                || arrival(admin, "tool:t").await != Some(latest)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
