@@ -68,15 +68,31 @@ pub enum McpError {
         /// What is known about why (exit status, last error).
         detail: Option<String>,
     },
-    /// A request could not be delivered (its HTTP POST failed or got no answer in time),
-    /// while the connection and the other requests on it go on.
+    /// A request was not delivered: its HTTP POST could not be sent or the server refused
+    /// it, so the server did not run it and it may be sent again. The connection and the
+    /// other requests on it go on.
     #[error("mcp server `{server}`: {method} not delivered: {message}")]
     Undelivered {
         /// The server.
         server: String,
         /// The request method.
         method: &'static str,
-        /// What happened to the request (the HTTP status, the timeout).
+        /// What happened to the request (the HTTP status, the connection failure).
+        message: String,
+    },
+    /// A request was sent and its HTTP POST got no answer in time (or broke after it was
+    /// sent): the server may have received and run it, so sending it again may run it
+    /// twice. The connection and the other requests on it go on.
+    #[error(
+        "mcp server `{server}`: {method} sent, outcome unknown: {message}; it may have run, so \
+         check its effect before calling again"
+    )]
+    OutcomeUnknown {
+        /// The server.
+        server: String,
+        /// The request method.
+        method: &'static str,
+        /// What happened to the request (the timeout).
         message: String,
     },
     /// The server sent something that is not MCP.
@@ -156,6 +172,7 @@ impl McpError {
             | McpError::Handshake { server, .. }
             | McpError::Closed { server, .. }
             | McpError::Undelivered { server, .. }
+            | McpError::OutcomeUnknown { server, .. }
             | McpError::Protocol { server, .. }
             | McpError::Rpc { server, .. }
             | McpError::Auth { server, .. }
@@ -185,6 +202,11 @@ impl McpError {
             | McpError::Undelivered { .. }
             | McpError::Serve { .. } => {
                 ToolError::Transport { provider, message: bare, source: None }
+            }
+            // Not a transport error, which is transient: a retry of a call that may have
+            // run could run it twice.
+            McpError::OutcomeUnknown { .. } => {
+                ToolError::Other { provider, message: bare, source: None }
             }
             McpError::Protocol { .. } => {
                 let message = bare.strip_prefix("protocol error: ").unwrap_or(&bare).to_owned();
@@ -253,5 +275,43 @@ mod tests {
                 "srv unavailable: given up after 5 failed restarts; tries again in 20 s [unavailable]"
             ],
         );
+        check(
+            McpError::Undelivered {
+                server: "srv".into(),
+                method: "tools/call",
+                message: "posting it failed: connection refused".into(),
+            },
+            expect![
+                "srv: tools/call not delivered: posting it failed: connection refused [transport]"
+            ],
+        );
+        check(
+            McpError::OutcomeUnknown {
+                server: "srv".into(),
+                method: "tools/call",
+                message: "its POST got no answer within 1500 ms".into(),
+            },
+            expect![
+                "srv: tools/call sent, outcome unknown: its POST got no answer within 1500 ms; it may have run, so check its effect before calling again [other]"
+            ],
+        );
+    }
+
+    /// A request the server refused, or that was never sent, may be sent again; one sent
+    /// with no answer in time may have run, and is no error a retry is made on.
+    #[test]
+    fn only_a_request_never_taken_is_transient() {
+        let refused = McpError::Undelivered {
+            server: "srv".into(),
+            method: "tools/call",
+            message: "the server answered its POST with HTTP 503 Service Unavailable".into(),
+        };
+        let unknown = McpError::OutcomeUnknown {
+            server: "srv".into(),
+            method: "tools/call",
+            message: "its POST got no answer within 1500 ms".into(),
+        };
+        assert!(refused.into_tool_error(Some("echo")).is_transient());
+        assert!(!unknown.into_tool_error(Some("echo")).is_transient());
     }
 }

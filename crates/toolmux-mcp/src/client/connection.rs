@@ -519,7 +519,11 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
     if let ClientInitializeError::JsonRpcError(data) = &error
         && crate::transport::is_undelivered(data)
     {
-        let source = format!("the handshake request was not delivered: {}", data.message);
+        let source = if crate::transport::is_outcome_unknown(data) {
+            format!("the handshake request got no answer: {}", data.message)
+        } else {
+            format!("the handshake request was not delivered: {}", data.message)
+        };
         return McpError::Handshake { server: server.to_owned(), source: source.into() };
     }
     let ClientInitializeError::TransportError { error: transport, .. } = &error else {

@@ -562,6 +562,15 @@ impl Inner {
                     message: format!("the answer to {method} is {}", data.message),
                 }
             }
+            // Its POST was sent and got no answer in time; the connection goes on (legacy
+            // SSE).
+            ServiceError::McpError(data) if crate::transport::is_outcome_unknown(&data) => {
+                McpError::OutcomeUnknown {
+                    server: self.name.clone(),
+                    method,
+                    message: data.message.into_owned(),
+                }
+            }
             // Its POST failed; the connection goes on (legacy SSE).
             ServiceError::McpError(data) if crate::transport::is_undelivered(&data) => {
                 McpError::Undelivered {

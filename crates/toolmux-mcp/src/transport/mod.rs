@@ -329,15 +329,32 @@ pub(crate) fn is_unreadable_answer(error: &rmcp::model::ErrorData) -> bool {
 /// server's answer, and no answer of the server's at all.
 pub(crate) const UNDELIVERED_KEY: &str = "io.toolmux/undelivered";
 
+/// The member of an undelivered request's error `data` that says the request may have
+/// reached the server ([`Delivery::Unknown`]).
+const OUTCOME_UNKNOWN_KEY: &str = "io.toolmux/outcome-unknown";
+
+/// How far a request whose POST failed got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// Not sent, or refused: the server did not run it, and it may be sent again.
+    Failed,
+    /// Sent, and no answer came in time: the server may have received and run it.
+    Unknown,
+}
+
 /// The error answer a request `id` gets when delivering it failed (`why` says how) but
 /// the connection goes on: that request fails now, the others are left alone.
 pub(crate) fn undelivered_answer(
     id: rmcp::model::RequestId,
     why: String,
+    delivery: Delivery,
 ) -> RxJsonRpcMessage<RoleClient> {
     use rmcp::model::{ErrorCode, ErrorData, JsonRpcError};
 
-    let data = serde_json::json!({ UNDELIVERED_KEY: true });
+    let data = serde_json::json!({
+        UNDELIVERED_KEY: true,
+        OUTCOME_UNKNOWN_KEY: delivery == Delivery::Unknown,
+    });
     JsonRpcMessage::Error(JsonRpcError {
         jsonrpc: Default::default(),
         id: Some(id),
@@ -348,6 +365,14 @@ pub(crate) fn undelivered_answer(
 /// Whether `error` was made by [`undelivered_answer`].
 pub(crate) fn is_undelivered(error: &rmcp::model::ErrorData) -> bool {
     error.data.as_ref().and_then(|d| d.get(UNDELIVERED_KEY)) == Some(&serde_json::Value::Bool(true))
+}
+
+/// Whether `error` was made by [`undelivered_answer`] for a request that may have reached
+/// the server ([`Delivery::Unknown`]).
+pub(crate) fn is_outcome_unknown(error: &rmcp::model::ErrorData) -> bool {
+    is_undelivered(error)
+        && error.data.as_ref().and_then(|d| d.get(OUTCOME_UNKNOWN_KEY))
+            == Some(&serde_json::Value::Bool(true))
 }
 
 /// The tool `_meta` key under which a listed tool's `execution.taskSupport` (2025-11-25) is

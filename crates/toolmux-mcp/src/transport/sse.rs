@@ -18,7 +18,8 @@ use toolmux_core::sse::{Event, EventParser};
 
 use super::stdio::MESSAGE_MAX;
 use super::{
-    ChannelTransport, Fault, FaultKind, PumpEnds, channel_transport, encode_message, parse_message,
+    ChannelTransport, Delivery, Fault, FaultKind, PumpEnds, channel_transport, encode_message,
+    parse_message,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -267,16 +268,16 @@ impl Poster {
     async fn post(&self, body: Vec<u8>, passed: Passed, carried: Carried) {
         let mut retry = 0;
         loop {
-            let (why, gone, delay) = match self.post_once(&body, &passed).await {
+            let (why, gone, delivery, delay) = match self.post_once(&body, &passed).await {
                 Ok(()) => return,
-                Err(Failed { why, gone, transient, retry_after }) => {
+                Err(Failed { why, gone, delivery, transient, retry_after }) => {
                     let delay = match (&carried, transient) {
                         (Carried::Answer(_), true) => {
                             super::retry::answer_retry_delay(retry, retry_after.as_deref())
                         }
                         _ => None,
                     };
-                    (why, gone, delay)
+                    (why, gone, delivery, delay)
                 }
             };
             if let (Some(delay), Carried::Answer(id)) = (delay, &carried) {
@@ -287,14 +288,14 @@ impl Poster {
                     () = tokio::time::sleep(delay) => continue,
                 }
             }
-            self.failed(why, gone, carried).await;
+            self.failed(why, gone, delivery, carried).await;
             return;
         }
     }
 
     /// Tells what a message's POST failing means: the connection ended, a request failed,
     /// or a message dropped, logged.
-    async fn failed(&self, why: String, gone: bool, carried: Carried) {
+    async fn failed(&self, why: String, gone: bool, delivery: Delivery, carried: Carried) {
         if gone {
             let why = format!("a message was not delivered: {why}");
             tracing::warn!(server = %self.server, "{why}; ending the connection");
@@ -320,7 +321,7 @@ impl Poster {
         };
         tracing::warn!(server = %self.server, "a request was not delivered: {why}; failing it");
         if let Some(answers) = self.answers.upgrade() {
-            let _ = answers.send(super::undelivered_answer(id, why)).await;
+            let _ = answers.send(super::undelivered_answer(id, why, delivery)).await;
         }
     }
 
@@ -365,23 +366,31 @@ impl Poster {
                 Failed {
                     why: format!("the server answered its POST with HTTP {status}"),
                     gone,
+                    delivery: Delivery::Failed,
                     transient: super::retry::transient_status(status.as_u16()),
                     retry_after,
                 }
             }
-            Err(e) if e.is_timeout() => Failed {
+            // Connected, and no answer in time: the server may have taken the message and
+            // be running it. (reqwest tells a timeout while connecting apart only with a
+            // connect timeout of its own; any other timeout is taken as after the sending.)
+            Err(e) if e.is_timeout() && !e.is_connect() => Failed {
                 why: format!(
                     "its POST got no answer within {} ms (`requestTimeoutMs`); the server is \
                      stuck or overloaded",
                     self.timeout.as_millis()
                 ),
                 gone: false,
+                delivery: Delivery::Unknown,
                 transient: false,
                 retry_after: None,
             },
             Err(e) => Failed {
                 why: format!("posting it failed: {}", without_url(&e)),
                 gone: e.is_connect(),
+                // Cut off after connecting (the connection reset while sending or waiting),
+                // the server may have read the whole message.
+                delivery: if e.is_connect() { Delivery::Failed } else { Delivery::Unknown },
                 transient: e.is_connect(),
                 retry_after: None,
             },
@@ -395,6 +404,8 @@ struct Failed {
     why: String,
     /// The session is gone: the connection ends.
     gone: bool,
+    /// Whether the server may have taken the message.
+    delivery: Delivery,
     /// The server did not take the message and may take it when sent again.
     transient: bool,
     /// The server's `Retry-After`.
