@@ -138,9 +138,14 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     } else {
         Box::new(filter)
     };
+    // Colours only on a terminal: in a file or a pipe they would stand between the words a
+    // reader greps for (` WARN tool response`, `server=NAME`).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(|| RedactedStderr)
         .with_target(verbose > 1)
+        .with_ansi(colour)
         .with_filter(filter);
     let _ = tracing_subscriber::registry().with(layer).try_init();
 }

@@ -28,7 +28,8 @@ fn project(trace_mcp: bool) -> Project {
 }
 
 /// The trace lines of a run's stderr from their level on (the timestamp left out), every
-/// duration (`838ms`) as `Nms`.
+/// duration (`838ms`) as `Nms`. Taken as they are: a log in a file or a pipe has no colours
+/// between its words, which would break the lines' expected text.
 fn trace_lines(run: &Run) -> String {
     let is_trace = |line: &&str| {
         line.contains("tool request →")
@@ -39,27 +40,11 @@ fn trace_lines(run: &Run) -> String {
         .lines()
         .filter(is_trace)
         .map(|line| {
-            let line = strip_escapes(line);
-            let from_level = line.split_once(' ').map_or(line.as_str(), |(_, rest)| rest);
+            let from_level = line.split_once(' ').map_or(line, |(_, rest)| rest);
             durations_masked(from_level.trim_start())
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// `text` without its terminal escape sequences (colours).
-fn strip_escapes(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ parameters, ended by a letter.
-            chars.by_ref().find(|c| c.is_ascii_alphabetic());
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `text` with every number of milliseconds (`838ms`) as `Nms`.
@@ -242,4 +227,23 @@ fn trace_mcp_keeps_the_trace_lines_of_vvv() {
             run.stderr
         );
     }
+}
+
+/// The log in a file or a pipe is plain text, so that a grep for ` WARN tool response ←` or
+/// `server=everything` finds its lines; on a terminal it keeps its colours, unless
+/// `NO_COLOR` is set.
+#[test]
+fn the_log_has_colours_only_on_a_terminal() {
+    let call = ["tools", "call", "everything__echo", r#"{"message":"hi"}"#];
+    let run = project(true).run(&call);
+    run.ok();
+    assert!(!run.stderr.contains('\x1b'), "{:?}", run.stderr);
+    assert!(run.stderr.contains("DEBUG mcp server connected server=everything"), "{}", run.stderr);
+
+    let run = project(true).run_at_terminal(&serde_json::json!([]), &call);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("\x1b[34mDEBUG\x1b[0m tool request → everything__echo"), "{run:?}");
+    let run = project(true).env("NO_COLOR", "1").run_at_terminal(&serde_json::json!([]), &call);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("DEBUG tool request → everything__echo"), "{run:?}");
 }
