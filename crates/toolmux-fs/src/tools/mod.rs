@@ -9,6 +9,7 @@ pub(crate) mod edit;
 pub(crate) mod glob;
 pub(crate) mod grep;
 pub(crate) mod ls;
+pub(crate) mod notebook;
 pub(crate) mod patch;
 pub(crate) mod pty;
 pub(crate) mod read;

@@ -2,6 +2,7 @@
 //! a huge file costs a scan, not its size in memory; an image (PNG, JPEG, GIF, WebP) as an
 //! image, for models that see.
 
+use super::notebook;
 use super::text::{CrLines, Encoding, WideDecoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
@@ -47,6 +48,10 @@ pub struct ReadArgs {
     /// (from 0), with `limit` 1, as the cut marker says (default 0).
     #[serde(default)]
     pub start_char: Option<u64>,
+    /// For a Jupyter notebook (`.ipynb`): its JSON as numbered lines, like any file's, to
+    /// see the text to `edit` (default false: its cells, rendered).
+    #[serde(default)]
+    pub raw: bool,
 }
 
 pub(crate) const DESCRIPTION: &str = "Read a text file from the workspace. Returns `cat -n` style \
@@ -60,7 +65,10 @@ with the comments and attributes above it and its closing line. A footer in squa
 brackets says when more lines remain and which `offset` continues. The total line count is \
 reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
 returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 or UTF-32 byte order mark \
-are decoded (and refused if they are not valid in it). Paths are relative to the workspace \
+are decoded (and refused if they are not valid in it). A Jupyter notebook (`.ipynb`) is shown \
+as its cells (number, id, type, source, text outputs; images named by type and size), `offset` \
+and `limit` counting cells; `raw: true` shows its JSON as lines instead, the text `edit` and \
+`write` change. Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read. Asking again for the same \
 range (`offset` and `limit`) of a file whose content has not changed since this run's last \
 `read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
@@ -128,6 +136,9 @@ pub(crate) fn read(
     cancelled: &AtomicBool,
 ) -> Result<ToolOutput, FsError> {
     let Some(anchor) = args.anchor_line else {
+        if !args.raw && args.start_char.unwrap_or(0) == 0 && notebook::is_notebook(&args.path) {
+            return read_notebook(ws, limits, run, args, may_repeat, cancelled);
+        }
         return read_page(ws, limits, run, args, may_repeat, cancelled);
     };
     let invalid = |message: String| FsError::InvalidArguments { tool: "read", message };
@@ -183,6 +194,49 @@ pub(crate) fn read(
         text.insert_str(0, &note);
     }
     Ok(output.with_extra("blockStart", json!(first)).with_extra("blockEnd", json!(last)))
+}
+
+/// Reads a notebook as its cells (see [`notebook`]); one that cannot be rendered (not
+/// JSON, too large to load) as its raw text, with a note saying why.
+fn read_notebook(
+    ws: &Workspace,
+    limits: &FsLimits,
+    run: &str,
+    args: ReadArgs,
+    may_repeat: bool,
+    cancelled: &AtomicBool,
+) -> Result<ToolOutput, FsError> {
+    let path = ws.resolve_file("read", &args.path)?;
+    let canonical = ws.canonical(&path)?;
+    ws.check_read(&path, &canonical)?;
+    let page = notebook::CellPage {
+        first: args.offset.unwrap_or(1).max(1),
+        limit: args.limit,
+        max_bytes: limits.read_page_bytes,
+    };
+    let why = match ws.read_small("read", &path, limits.edit_max_bytes) {
+        Ok(bytes) => match notebook::render(&path.given, &bytes, page) {
+            Ok(output) => {
+                ws.record_read(run, canonical, Sha256::digest(&bytes).into());
+                return Ok(output);
+            }
+            Err(notebook::Rendering::Invalid(message)) => {
+                return Err(FsError::InvalidArguments { tool: "read", message });
+            }
+            Err(notebook::Rendering::Malformed(why)) => why,
+        },
+        Err(FsError::TooLarge { size, limit, .. }) => {
+            format!("it is {size} bytes, more than the {limit} a notebook is rendered from")
+        }
+        Err(e) => return Err(e),
+    };
+    let mut output = read_page(ws, limits, run, args, may_repeat, cancelled)?;
+    let note =
+        format!("[`{}` is shown as its raw text, not as notebook cells: {why}]\n", path.given);
+    if let Some(toolmux_core::ContentPart::Text { text }) = output.content.first_mut() {
+        text.insert_str(0, &note);
+    }
+    Ok(output.with_extra("notebook", json!(false)))
 }
 
 /// Reads one page of `args.path` from `args.offset` (see [`read`]).

@@ -10,6 +10,7 @@ mod edit;
 mod grep;
 mod listing;
 mod nested_repos;
+mod notebook;
 mod parallel;
 mod patch;
 mod path_errors;

@@ -1,0 +1,212 @@
+//! `read` of Jupyter notebooks: cells, not JSON.
+
+use crate::Fixture;
+use expect_test::expect;
+use serde_json::json;
+use toolmux_fs::FsLimits;
+
+/// A notebook as Jupyter writes it (nbformat 4.5): sources as lists of lines, a stream on
+/// each channel, a result with HTML beside its text, a plot, an error whose traceback is
+/// coloured, a raw cell.
+fn notebook() -> String {
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let notebook = json!({
+        "cells": [
+            {"cell_type": "markdown", "id": "a1b2c3", "metadata": {},
+             "source": ["# Sales\n", "\n", "Monthly totals."]},
+            {"cell_type": "code", "execution_count": 1, "id": "d4e5f6", "metadata": {},
+             "outputs": [
+                {"name": "stdout", "output_type": "stream", "text": ["loading 3 rows\n"]},
+                {"name": "stderr", "output_type": "stream", "text": "DeprecationWarning: old API\n"},
+                {"data": {"text/html": ["<table><tr><td>1</td></tr></table>"],
+                          "text/plain": ["   month  total\n", "0    jan    100"]},
+                 "execution_count": 1, "metadata": {}, "output_type": "execute_result"}
+             ],
+             "source": ["import pandas as pd\n", "df = pd.read_csv(\"sales.csv\")\n", "df"]},
+            {"cell_type": "code", "execution_count": 2, "id": "0718ab", "metadata": {},
+             "outputs": [
+                {"data": {"image/png": png, "text/plain": ["<Figure size 640x480 with 1 Axes>"]},
+                 "metadata": {}, "output_type": "display_data"}
+             ],
+             "source": "df.plot()"},
+            {"cell_type": "code", "execution_count": 3, "id": "ffee01", "metadata": {},
+             "outputs": [
+                {"ename": "ZeroDivisionError", "evalue": "division by zero", "output_type": "error",
+                 "traceback": [
+                    "\u{1b}[0;31m---------------------------------------------------------------------------\u{1b}[0m",
+                    "\u{1b}[0;31mZeroDivisionError\u{1b}[0m                         Traceback (most recent call last)",
+                    "Cell \u{1b}[0;32mIn[3], line 1\u{1b}[0m\n\u{1b}[0;32m----> 1\u{1b}[0m \u{1b}[38;5;241m1\u{1b}[39m\u{1b}[38;5;241m/\u{1b}[39m\u{1b}[38;5;241m0\u{1b}[39m\n",
+                    "\u{1b}[0;31mZeroDivisionError\u{1b}[0m: division by zero"
+                 ]}
+             ],
+             "source": ["1/0"]},
+            {"cell_type": "code", "execution_count": null, "id": "9a9a9a", "metadata": {},
+             "outputs": [], "source": []},
+            {"cell_type": "raw", "id": "r4w", "metadata": {}, "source": ["raw text"]}
+        ],
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python", "version": "3.12.1"}
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5
+    });
+    serde_json::to_string_pretty(&notebook).unwrap()
+}
+
+/// A notebook reads as its cells with their text outputs: the raw JSON buried the code in
+/// quoting and filled the page with base64.
+#[tokio::test]
+async fn a_notebook_reads_as_cells_with_their_outputs() {
+    let fx = Fixture::new();
+    fx.put("analysis.ipynb", &notebook());
+    let out = fx.call("read", json!({"path": "analysis.ipynb"})).await.unwrap();
+    expect![[r#"
+        [`analysis.ipynb`: a Jupyter notebook (nbformat 4.5, kernel python3), 6 cells, shown as cells; `offset` and `limit` count cells. `edit` and `write` change its JSON: read it with `raw: true` to see the text to edit]
+        <cell 1 id="a1b2c3" type="markdown">
+        # Sales
+
+        Monthly totals.
+        </cell>
+        <cell 2 id="d4e5f6" type="code" execution_count="1">
+        import pandas as pd
+        df = pd.read_csv("sales.csv")
+        df
+        <output type="stream" name="stdout">
+        loading 3 rows
+        </output>
+        <output type="stream" name="stderr">
+        DeprecationWarning: old API
+        </output>
+        <output type="execute_result">
+           month  total
+        0    jan    100
+        [text/html output, 34 bytes, not shown]
+        </output>
+        </cell>
+        <cell 3 id="0718ab" type="code" execution_count="2">
+        df.plot()
+        <output type="display_data">
+        <Figure size 640x480 with 1 Axes>
+        [image/png output, 70 bytes, not shown]
+        </output>
+        </cell>
+        <cell 4 id="ffee01" type="code" execution_count="3">
+        1/0
+        <output type="error">
+        ZeroDivisionError: division by zero
+        ---------------------------------------------------------------------------
+        ZeroDivisionError                         Traceback (most recent call last)
+        Cell In[3], line 1
+        ----> 1 1/0
+
+        ZeroDivisionError: division by zero
+        </output>
+        </cell>
+        <cell 5 id="9a9a9a" type="code">
+        </cell>
+        <cell 6 id="r4w" type="raw">
+        raw text
+        </cell>"#]].assert_eq(&out.to_text());
+    assert_eq!(out.extras["totalCells"], 6);
+    assert_eq!(out.extras["truncated"], false);
+}
+
+/// `offset` and `limit` count cells; the footer says where to go on.
+#[tokio::test]
+async fn offset_and_limit_count_cells() {
+    let fx = Fixture::new();
+    fx.put("analysis.ipynb", &notebook());
+    let out = fx.ok("read", json!({"path": "analysis.ipynb", "offset": 3, "limit": 2})).await;
+    expect![[r#"
+        [`analysis.ipynb`: a Jupyter notebook (nbformat 4.5, kernel python3), 6 cells, shown as cells; `offset` and `limit` count cells. `edit` and `write` change its JSON: read it with `raw: true` to see the text to edit]
+        <cell 3 id="0718ab" type="code" execution_count="2">
+        df.plot()
+        <output type="display_data">
+        <Figure size 640x480 with 1 Axes>
+        [image/png output, 70 bytes, not shown]
+        </output>
+        </cell>
+        <cell 4 id="ffee01" type="code" execution_count="3">
+        1/0
+        <output type="error">
+        ZeroDivisionError: division by zero
+        ---------------------------------------------------------------------------
+        ZeroDivisionError                         Traceback (most recent call last)
+        Cell In[3], line 1
+        ----> 1 1/0
+
+        ZeroDivisionError: division by zero
+        </output>
+        </cell>
+        [showing cells 3-4 of 6; use offset=5 to read more]"#]].assert_eq(&out);
+    let err = fx.err("read", json!({"path": "analysis.ipynb", "offset": 7})).await;
+    expect!["invalid arguments for `fs__read`: at /: offset 7 is past the last cell of `analysis.ipynb`, which has 6 cells (a notebook is read by cells: `offset` and `limit` count cells)"].assert_eq(&err);
+}
+
+/// A page of a notebook stays within the page's bytes, a cell larger than the page cut.
+#[tokio::test]
+async fn a_notebook_page_stays_within_the_byte_cap() {
+    let limits = FsLimits { read_page_bytes: 600, ..FsLimits::default() };
+    let fx = Fixture::with(|c| c.with_limits(limits));
+    fx.put("analysis.ipynb", &notebook());
+    let out = fx.ok("read", json!({"path": "analysis.ipynb"})).await;
+    assert!(out.len() <= 600 + 120, "{}", out.len());
+    assert!(
+        out.ends_with(
+            "[page capped at 600 bytes; showing cells 1-1 of 6; use offset=2 to read more]"
+        ),
+        "{out}"
+    );
+    let big = json!({"cells": [{"cell_type": "code", "id": "x", "metadata": {}, "outputs": [],
+        "source": "print(1)\n".repeat(200)}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5});
+    fx.put("big.ipynb", &big.to_string());
+    let out = fx.ok("read", json!({"path": "big.ipynb"})).await;
+    assert!(out.len() <= 600 + 200, "{}", out.len());
+    assert!(
+        out.ends_with(
+            "[... cell 1 cut at the page's 600 bytes: the rest of it is in the JSON (`raw: true`)]"
+        ),
+        "{out}"
+    );
+}
+
+/// `raw: true` reads the JSON as lines, the text `edit` changes; a notebook read as
+/// cells counts as read for `edit`.
+#[tokio::test]
+async fn raw_reads_the_json_and_edits_change_it() {
+    let fx = Fixture::new();
+    fx.put("analysis.ipynb", &notebook());
+    let raw = fx.ok("read", json!({"path": "analysis.ipynb", "raw": true, "limit": 3})).await;
+    assert!(raw.starts_with("     1\t{\n     2\t  \"cells\": [\n"), "{raw}");
+    fx.ok("read", json!({"path": "analysis.ipynb"})).await;
+    let edit = json!({"path": "analysis.ipynb", "old_string": "\"df.plot()\"", "new_string": "\"df.plot(kind=\\\"bar\\\")\""});
+    fx.ok("edit", edit).await;
+    let out = fx.ok("read", json!({"path": "analysis.ipynb", "offset": 3, "limit": 1})).await;
+    assert!(
+        out.contains(
+            "<cell 3 id=\"0718ab\" type=\"code\" execution_count=\"2\">\ndf.plot(kind=\"bar\")\n"
+        ),
+        "{out}"
+    );
+}
+
+/// A file named `.ipynb` that is no notebook this reads (broken JSON, nbformat 3) is
+/// shown as its raw text, saying why.
+#[tokio::test]
+async fn a_malformed_notebook_reads_as_raw_text_with_a_note() {
+    let fx = Fixture::new();
+    fx.put("broken.ipynb", "{\"cells\": [\n  {\"cell_type\": \"code\",\n");
+    let out = fx.ok("read", json!({"path": "broken.ipynb"})).await;
+    expect![[r#"
+        [`broken.ipynb` is shown as its raw text, not as notebook cells: it is not valid JSON (EOF while parsing a value at line 3 column 0)]
+             1	{"cells": [
+             2	  {"cell_type": "code",
+    "#]].assert_eq(&out);
+    fx.put("old.ipynb", "{\"worksheets\": [{\"cells\": []}], \"nbformat\": 3}\n");
+    let out = fx.ok("read", json!({"path": "old.ipynb"})).await;
+    expect![[r#"
+        [`old.ipynb` is shown as its raw text, not as notebook cells: it is an nbformat 3 notebook (cells in `worksheets`), which is not rendered]
+             1	{"worksheets": [{"cells": []}], "nbformat": 3}
+    "#]].assert_eq(&out);
+}
