@@ -403,6 +403,8 @@ impl Session<'_> {
         let mut shortenings = 0;
         // What the model's last `agent__task_status` asks of its next turn: the report.
         let mut finalizing = Finalizing::No;
+        // Whether this turn was asked again after the API stopped its answer short of a turn.
+        let mut stop_retried = false;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -491,6 +493,7 @@ impl Session<'_> {
                 None => break SessionEnd::Report(self.out_of_time(&figures)),
                 Some(Ok(answer)) => {
                     shortenings = 0;
+                    stop_retried = false;
                     answer
                 }
                 Some(Err(e)) => {
@@ -500,6 +503,23 @@ impl Session<'_> {
                     if let Some(usage) = e.usage() {
                         figures.usage += usage;
                         self.budgets.spend(&self.ctx, usage.input_tokens + usage.output_tokens);
+                    }
+                    // Stopped short of a turn (the model failed while writing, wrote a call
+                    // the API could not read, or the API paused the turn): usually
+                    // transient, so the turn is asked once more before the run fails. A
+                    // paused turn is asked again whole rather than continued, since the
+                    // conversation keeps none of the paused content (server tool blocks)
+                    // that Anthropic wants sent back. A language the API does not support
+                    // stays unsupported.
+                    if let ModelError::Stopped { reason, .. } = &e
+                        && !stop_retried
+                        && !reason.eq_ignore_ascii_case("language")
+                    {
+                        stop_retried = true;
+                        tracing::info!(target: "toolmux::agent", agent = self.name, reason = %reason,
+                            "the API stopped the answer short of a turn; asking once more");
+                        figures.turns -= 1;
+                        continue;
                     }
                     // Too long for the model's window: the oldest tool results give way,
                     // as for a configured window, and the turn is asked again. Each time
@@ -548,6 +568,12 @@ impl Session<'_> {
                              the orchestrator's `contextTokenBudget` say, or use a model with a \
                              larger window)"
                         ),
+                        None if stop_retried && matches!(e, ModelError::Stopped { .. }) => {
+                            format!(
+                                "{MODEL_FAILED}: {e} (the turn was asked again once and stopped \
+                                 again)"
+                            )
+                        }
                         None => format!("{MODEL_FAILED}: {e}"),
                     };
                     let mut report = self.failed(&figures, why);

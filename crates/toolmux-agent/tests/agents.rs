@@ -2692,7 +2692,8 @@ fn stopped(dialect: Dialect, reason: &str, input: u64, output: u64) -> ScriptSte
 
 /// The API bills an answer it ended for a reason that is no finished turn though the run
 /// fails on it: its tokens count in the run's usage (and so against its token budget and
-/// its callers'), in every dialect.
+/// its callers'), in every dialect, each time it stops (the turn is asked once more, then
+/// the run fails saying so).
 #[tokio::test]
 async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
     let cases = [
@@ -2706,17 +2707,74 @@ async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
             vec![
                 ScriptStep::tool_call("mock__big", json!({})),
                 stopped(dialect, reason, 7000, 555),
+                stopped(dialect, reason, 7000, 333),
             ],
         );
         let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
         let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
         assert_eq!(report.status, AgentStatus::Failure, "{reason}: {}", report.content);
         assert!(report.content.contains(reason), "{reason}: {}", report.content);
-        assert_eq!(server.requests().len(), 2, "{reason}");
-        // The scripted call's 10 tokens written, and the stopped answer's 555.
-        assert_eq!(report.usage.output_tokens, 10 + 555, "{reason}: {:?}", report.usage);
-        assert!(report.usage.input_tokens > 7000, "{reason}: {:?}", report.usage);
+        assert!(
+            report.content.contains("asked again once and stopped again"),
+            "{}",
+            report.content
+        );
+        assert_eq!(server.requests().len(), 3, "{reason}");
+        assert_eq!(report.turns, 2, "{reason}: the turn asked again is one turn");
+        // The scripted call's 10 tokens written, and the stopped answers' 555 and 333.
+        assert_eq!(report.usage.output_tokens, 10 + 555 + 333, "{reason}: {:?}", report.usage);
+        assert!(report.usage.input_tokens > 2 * 7000, "{reason}: {:?}", report.usage);
     }
+}
+
+/// An answer the API stopped short of a turn (the compatible servers' `finish_reason:
+/// error`, Gemini's `MALFORMED_FUNCTION_CALL`, Anthropic's `pause_turn`, which toolmux
+/// cannot continue as it keeps no paused server-tool content) is usually transient, as its
+/// message says: the same turn is asked once more and the run goes on, the stopped
+/// answer's tokens counted. It failed the run at once. A language the API does not support
+/// is not asked again.
+#[tokio::test]
+async fn an_answer_stopped_short_of_a_turn_is_asked_again_once() {
+    let cases = [
+        (Dialect::OpenAi, "error"),
+        (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
+        (Dialect::Anthropic, "pause_turn"),
+    ];
+    for (dialect, reason) in cases {
+        let server = ScriptedLlmServer::start(
+            dialect,
+            vec![
+                ScriptStep::tool_call("mock__big", json!({})),
+                stopped(dialect, reason, 7000, 555),
+                ScriptStep::tool_call(
+                    "agent__final_report",
+                    json!({"status": "success", "content": "read it"}),
+                ),
+            ],
+        );
+        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
+        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        assert_eq!(
+            (report.status, report.content.as_str()),
+            (AgentStatus::Success, "read it"),
+            "{reason}"
+        );
+        let requests = server.requests();
+        assert_eq!(requests.len(), 3, "{reason}");
+        assert_eq!(requests[2]["messages"], requests[1]["messages"], "{reason}: the same turn");
+        assert_eq!(report.turns, 2, "{reason}");
+        assert_eq!(report.usage.output_tokens, 10 + 555 + 10, "{reason}: {:?}", report.usage);
+    }
+
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![stopped(Dialect::OpenAi, "language", 100, 5), ScriptStep::text("never")],
+    );
+    let (agents, _orchestrator) = on_a_model_speaking(Dialect::OpenAi, &server).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
+    assert!(report.content.contains("language"), "{}", report.content);
+    assert_eq!(server.requests().len(), 1);
 }
 
 /// The ids of the calls and the results (id, text) of the request `body` in `dialect`.
