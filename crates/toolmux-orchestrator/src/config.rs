@@ -47,6 +47,15 @@ pub struct OrchestratorConfig {
     /// `{namespace}__`: a gateway in front of one server whose clients know its names.
     /// A name that collides with another provider's is left out with an error.
     pub unprefixed: std::collections::HashSet<String>,
+    /// Providers (by namespace) whose tools' annotations are claims of a party the user
+    /// has not vouched for, such as an MCP server without `trustAnnotations`: such a tool
+    /// is taken as possibly writing whatever its `read_only` says (a server that lies
+    /// would skip `ask: ['@write']`), unless configuration's own word on the tool
+    /// ([`ToolOverride::read_only`]) says it only reads. The registry's spec of the tool
+    /// says so (`read_only` false), so permission rules, selectors anywhere (an agent's
+    /// `tools: ['@read']`) and listings agree; the response cache and retries, which a
+    /// lie harms only on that server, still follow the claim.
+    pub untrusted_annotations: std::collections::HashSet<String>,
     /// Per-run limits on calls and tool time.
     pub run_budget: RunBudgetConfig,
     /// Per-run context-token budget for tool outputs; `None` means unlimited.
@@ -78,6 +87,7 @@ impl Default for OrchestratorConfig {
             permissions: PermissionRules::default(),
             aliases: HashMap::new(),
             unprefixed: Default::default(),
+            untrusted_annotations: Default::default(),
             run_budget: RunBudgetConfig::default(),
             context_token_budget: None,
             retry: RetryPolicy::default(),

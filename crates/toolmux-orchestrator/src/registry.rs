@@ -27,7 +27,10 @@ pub struct ToolEntry {
     pub original: String,
     /// The provider.
     pub provider: Arc<dyn ToolProvider>,
-    /// The spec as the provider gave it.
+    /// The spec as the provider gave it, with configuration's word on it
+    /// ([`crate::ToolOverride`]); a provider of
+    /// [`crate::OrchestratorConfig::untrusted_annotations`] that claims the tool only reads
+    /// is not believed (`read_only` false) unless configuration says so.
     pub spec: ToolSpec,
     pub(crate) validator: ArgumentValidator,
     pub(crate) permission: Permission,
@@ -262,20 +265,35 @@ impl Registry {
                 .or_else(|| config.tools.get(&format!("{namespace}__{}", spec.name)))
                 .cloned()
                 .unwrap_or_default();
-            let overridden = config
+            let override_ = config
                 .overrides
                 .get(&*name)
-                .or_else(|| config.overrides.get(&format!("{namespace}__{}", spec.name)))
-                .map(|o| {
-                    let mut spec = spec.clone();
-                    o.apply(&mut spec);
-                    spec
-                });
-            let spec = overridden.as_ref().unwrap_or(spec);
+                .or_else(|| config.overrides.get(&format!("{namespace}__{}", spec.name)));
+            let overridden = override_.map(|o| {
+                let mut spec = spec.clone();
+                o.apply(&mut spec);
+                spec
+            });
+            let claimed = overridden.as_ref().unwrap_or(spec);
+            // An untrusted provider's claim to only read is not taken for permissions: the
+            // tool is kept as possibly writing unless configuration says it only reads. Its
+            // other annotations stay: `destructive` is false for a tool that claimed to only
+            // read, so the agent's concurrency gate still runs it beside others.
+            let distrusted = (config.untrusted_annotations.contains(namespace)
+                && claimed.annotations.read_only
+                && override_.and_then(|o| o.read_only).is_none())
+            .then(|| {
+                let mut spec = claimed.clone();
+                spec.annotations.read_only = false;
+                spec
+            });
+            let spec = distrusted.as_ref().unwrap_or(claimed);
             let explicit = tool_settings.response_max_bytes;
             let explicit_timeout = tool_settings.timeout.is_some();
+            // The cache and retries follow the claim: a tool that lies harms only its own
+            // server's results by them.
             let mut settings =
-                self.resolve(&name, spec, tool_settings.or(&provider_settings), config, queues);
+                self.resolve(&name, claimed, tool_settings.or(&provider_settings), config, queues);
             // A tool that ends its own calls (a command at its `timeout`, with the output so
             // far) is waited for that long, unless its own settings say otherwise.
             if let Some(limit) = spec.time_limit.filter(|_| !explicit_timeout) {

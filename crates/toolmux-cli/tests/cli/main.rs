@@ -5,9 +5,11 @@
 //! keeps the tests that combine library crates.
 
 mod agent;
+mod annotations;
 mod config_errors;
 mod config_files;
 mod conformance;
+mod env_file;
 mod external;
 mod external_api;
 mod hooks;

@@ -631,6 +631,13 @@ pub struct McpServerEntry {
     /// whose clients know those names. A name another provider also offers is left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaced: Option<bool>,
+    /// Whether the server's tool annotations are believed for permissions (default
+    /// false). MCP's hints are the server's own claims: without this a tool that says it
+    /// only reads (`readOnlyHint`) is still taken as possibly writing, so `@write` rules
+    /// match it and `@read` and `@readOnly` do not. Set it for a server you trust, or mark
+    /// single tools with `tools.NAME.annotations.readOnly`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trust_annotations: bool,
     /// Start the server on first use rather than at startup; needs `tools`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lazy: bool,
