@@ -77,15 +77,20 @@ fn composed(text: &str) -> (String, Vec<u32>) {
     let mut start = 0;
     let mut push = |read: &mut String, segment: &str, from: usize| {
         let before = read.len();
-        read.extend(segment.nfc());
+        match segment.is_ascii() {
+            true => read.push_str(segment),
+            false => read.extend(segment.nfc()),
+        }
         origin.push(from as u32);
         origin.extend(std::iter::repeat_n(INSIDE, read.len() - before - 1));
     };
     for (at, c) in text.char_indices() {
-        // A new segment begins at a starter that does not compose with what came before.
+        // A new segment begins at a starter that does not compose with what came before
+        // (nothing composes with a following ASCII character).
         let begins = at > start
-            && canonical_combining_class(c) == 0
-            && text[start..at].nfc().last().is_none_or(|last| compose(last, c).is_none());
+            && (c.is_ascii()
+                || canonical_combining_class(c) == 0
+                    && text[start..at].nfc().last().is_none_or(|last| compose(last, c).is_none()));
         if begins {
             push(&mut read, &text[start..at], start);
             start = at;

@@ -973,19 +973,22 @@ impl Replacement<'_> {
         // A final line break ends the last line; it starts none.
         let after = &after[..after.len() - usize::from(self.after.ends_with('\n'))];
         let owned = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+        // Lines `from..to` of the file as it now is, as many of them as there are.
+        let between = |from: usize, to: usize| {
+            owned(after.get(from..to.min(after.len())).unwrap_or_default())
+        };
         let (mut hunks, mut shown) = (Vec::new(), 0);
         // The hunk being made: its first line, its blocks, the line after its last change.
         let mut open: Option<(usize, Vec<Block>, usize)> = None;
         let close = |open: Option<(usize, Vec<Block>, usize)>, hunks: &mut Vec<Hunk>| {
             if let Some((line, mut blocks, end)) = open {
-                let context = &after[end.min(after.len())..];
-                blocks.push(Block::Context(owned(&context[..context.len().min(CONTEXT_LINES)])));
+                blocks.push(Block::Context(between(end, end + CONTEXT_LINES)));
                 hunks.push(Hunk::lines(line, blocks, note));
             }
         };
         for change in self.changes(max * HUNK_LINES) {
             let joins = open.as_ref().is_some_and(|(_, blocks, end)| {
-                change.lines.0 - end <= 2 * CONTEXT_LINES
+                change.lines.0.saturating_sub(*end) <= 2 * CONTEXT_LINES
                     && blocks.iter().map(Block::len).sum::<usize>() < HUNK_LINES
             });
             if !joins || change.is_long() {
@@ -1004,11 +1007,11 @@ impl Replacement<'_> {
             }
             let (_, blocks, end) = open.get_or_insert_with(|| {
                 let from = change.lines.0.saturating_sub(CONTEXT_LINES);
-                let before = owned(&after[from..change.lines.0]);
+                let before = between(from, change.lines.0);
                 (change.lines.0 + 1, vec![Block::Context(before)], change.lines.0)
             });
             if *end < change.lines.0 {
-                blocks.push(Block::Context(owned(&after[*end..change.lines.0])));
+                blocks.push(Block::Context(between(*end, change.lines.0)));
             }
             // Changes on lines next to each other are one run of lines removed and put.
             match blocks.last_mut() {
@@ -1152,6 +1155,33 @@ mod tests {
     fn similarity_orders_sensibly() {
         assert!(similarity("let x = 1;", "let x = 2;") > similarity("let x = 1;", "fn main() {"));
         assert_eq!(similarity("a", "a"), 1.0);
+    }
+
+    proptest::proptest! {
+        /// Whatever the text and the strings, the hunks of a replace_all are made without
+        /// a panic, and every line they show as the file now is is one of its lines.
+        #[test]
+        fn replacement_hunks_show_lines_of_the_result(
+            text in "[ab\n]{0,40}",
+            old in "[ab\n]{1,4}",
+            new in "[abc\n]{0,4}",
+        ) {
+            let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
+            let after = text.replace(old.as_str(), &new);
+            let change =
+                Replacement { before: &text, after: &after, starts: &starts, old: &old, new: &new };
+            let (hunks, shown) = change.hunks(None, DIFF_HUNKS);
+            proptest::prop_assert!(shown <= starts.len());
+            let lines: Vec<&str> = after.split('\n').collect();
+            for hunk in &hunks {
+                for block in &hunk.lines {
+                    let (Block::Context(now) | Block::Change(_, now)) = block;
+                    for line in now {
+                        proptest::prop_assert!(lines.contains(&line.as_str()), "{line:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
