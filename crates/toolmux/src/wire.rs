@@ -1051,7 +1051,12 @@ mod mcp {
                 )
             })?;
             for (key, value) in dotenv(&text) {
-                secrets.push(value.clone());
+                // Judged line by line as a value from the environment by its name and its
+                // value (docs/configuration.md): every line a secret read every `8080` in
+                // outputs as `[redacted]` for a `PORT=8080`.
+                if crate::config::is_secret_setting(&key, &value) {
+                    secrets.push(value.clone());
+                }
                 env.insert(key, value);
             }
         }

@@ -9,6 +9,7 @@ mod annotations;
 mod config_errors;
 mod config_files;
 mod conformance;
+mod env_file;
 mod external;
 mod external_api;
 mod hooks;

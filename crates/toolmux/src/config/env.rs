@@ -250,6 +250,17 @@ fn is_secret(name: &str, value: &str, secret_place: bool) -> bool {
     !is_plain(value) && value.chars().count() >= 8
 }
 
+/// Whether the line `name=value` of an MCP server's `envFile` is to be redacted: as the
+/// value of `${name}` outside a credential's place ([`is_secret`]), so by its name first,
+/// then by its length and kind. An env file is a server's whole environment written out,
+/// settings (`PORT=8080`, `LOG_LEVEL=debug`) beside credentials, where an `env` entry
+/// filled from `${VAR}` is a value the user chose to keep out of the file: a credential's
+/// place.
+#[cfg(feature = "mcp")]
+pub(crate) fn is_secret_setting(name: &str, value: &str) -> bool {
+    is_secret(name, value, false)
+}
+
 /// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`.
 fn sounds_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
