@@ -24,6 +24,11 @@ pub struct OrchestratorConfig {
     /// mostly read by programs, not models; this bound keeps a flood out of their context
     /// all the same.
     pub structured_max_bytes: usize,
+    /// Bytes of base64 of the images and audio one result passes on (10 MiB by default;
+    /// [`ToolSettings::media_max_bytes`] moves it per tool or provider). The text cap does
+    /// not count them, as they are not read as text; past this the parts that do not fit
+    /// are each replaced by a note naming their type and size, in the order they come.
+    pub media_max_bytes: usize,
     /// Providers warmed up at once.
     pub init_concurrency: usize,
     /// Time a provider's warmup may take.
@@ -76,6 +81,7 @@ impl Default for OrchestratorConfig {
             tool_timeout: Duration::from_secs(60),
             response_max_bytes: 100_000,
             structured_max_bytes: 1 << 20,
+            media_max_bytes: crate::media::DEFAULT_MEDIA_MAX_BYTES,
             oversize: OversizeMode::Spill,
             init_concurrency: 4,
             startup_timeout: Duration::from_secs(30),
@@ -278,6 +284,9 @@ pub struct ToolSettings {
     /// Outputs over this many bytes are stored or cut (instead of at
     /// [`OrchestratorConfig::response_max_bytes`]).
     pub response_max_bytes: Option<usize>,
+    /// Images and audio over this many bytes of base64 are left out (instead of at
+    /// [`OrchestratorConfig::media_max_bytes`]).
+    pub media_max_bytes: Option<usize>,
     /// At most so many calls per period: on a tool for that tool, on a provider for all of
     /// its tools together.
     pub rate_limit: Option<RateLimit>,
@@ -361,6 +370,7 @@ impl ToolSettings {
                 .or(fallback.reset_timeout_on_progress),
             max_total_time: self.max_total_time.or(fallback.max_total_time),
             response_max_bytes: self.response_max_bytes.or(fallback.response_max_bytes),
+            media_max_bytes: self.media_max_bytes.or(fallback.media_max_bytes),
             rate_limit: self.rate_limit.or(fallback.rate_limit),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
             provider_wait: self.provider_wait.or(fallback.provider_wait),

@@ -12,7 +12,8 @@
 //! compiled schema → before-hooks → response cache with single-flight → run budget → rate
 //! limit → queue slot → timeout (optionally reset by progress, never past a hard cap) with
 //! retries for idempotent tools → the provider call → after-hooks (a cached answer's too) →
-//! size cap (spill to the output store, or truncate) → context-token budget → accounting
+//! size caps (text spilled to the output store or truncated; images and audio past their
+//! own cap left out with a note) → context-token budget → accounting
 //! (statistics, audit log, events, tracing). A panic in the provider or in a hook becomes
 //! an error of the call, code `panicked`: the provider's is
 //! [`ToolError::Panicked`](toolmux_core::ToolError::Panicked), the provider's fault; a
@@ -104,6 +105,7 @@ mod config;
 mod events;
 mod glob;
 mod hooks;
+mod media;
 mod orchestrator;
 mod permission;
 pub mod queue;

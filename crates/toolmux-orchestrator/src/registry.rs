@@ -68,6 +68,9 @@ pub(crate) struct ResolvedSettings {
     /// The tool's size cap, when not the configuration's default: set on the tool, hinted by
     /// the tool itself (bounded), or set on its provider, in that order.
     pub response_max: Option<usize>,
+    /// The tool's cap on images and audio, when not the configuration's default: set on
+    /// the tool or on its provider.
+    pub media_max: Option<usize>,
 }
 
 /// How bad a registry problem is.
@@ -396,6 +399,7 @@ impl Registry {
                         || config.tools.get(name).is_some_and(|t| t.retry.is_some()))
             }),
             response_max: None,
+            media_max: settings.media_max_bytes,
             provider_wait: settings.provider_wait,
         }
     }

@@ -606,6 +606,7 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
         structured_max_bytes: d
             .structured_response_max_bytes
             .unwrap_or(defaults.structured_max_bytes),
+        media_max_bytes: d.media_response_max_bytes.unwrap_or(defaults.media_max_bytes),
         oversize: match d.oversize {
             Some(Oversize::Truncate) => OversizeMode::Truncate,
             Some(Oversize::Spill) | None => OversizeMode::Spill,
@@ -723,6 +724,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         reset_timeout_on_progress: tool.reset_timeout_on_progress,
         max_total_time: tool.max_total_time_ms.map(ms),
         response_max_bytes: tool.response_max_bytes,
+        media_max_bytes: tool.media_response_max_bytes,
         // Checked and set by the caller, which can fail.
         rate_limit: None,
         retry: tool.retries.map(RetryPolicy::retries),

@@ -1785,14 +1785,19 @@ impl Orchestrator {
             output
         };
         let structured_max = max.max(self.inner.config.structured_max_bytes);
-        let output = match &output.structured {
+        let mut output = match &output.structured {
             Some(structured) if toolmux_core::json_len(structured) > structured_max => {
                 Box::pin(self.cap_structured(entry, output, structured_max, ctx, meta)).await
             }
             _ => output,
         };
+        // Images and audio have a cap of their own: the text cap does not count them. What
+        // is left out is not stored, as the output store keeps text.
+        let media_max = entry.settings.media_max.unwrap_or(self.inner.config.media_max_bytes);
+        crate::media::cap_media(&mut output, media_max, &entry.name);
         if let Some(run) = self.tracks_runs().then(|| self.run_state(ctx.run_id())) {
-            let tokens = estimate_tokens(textual_len(&output));
+            let tokens =
+                estimate_tokens(textual_len(&output)) + crate::media::media_tokens(&output);
             if let Err(remaining) =
                 run.take_context_tokens(tokens, self.inner.config.context_token_budget)
             {

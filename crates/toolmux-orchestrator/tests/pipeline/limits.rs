@@ -193,8 +193,9 @@ async fn oversize_outputs_are_spilled_and_read_back() {
     assert!(error.len() < 1100);
 }
 
-/// Images (which the cap does not count) stay in a capped output, after its text, with
-/// their annotations moved to where they are now; a spilled output stored only the text.
+/// Images (which the text cap does not count; they have a cap of their own) stay in a
+/// capped output, after its text, with their annotations moved to where they are now; a
+/// spilled output stored only the text.
 #[tokio::test(start_paused = true)]
 async fn a_capped_output_keeps_its_images() {
     let image = ContentPart::Image { data: "aGVsbG8=".into(), mime_type: "image/png".into() };
@@ -222,6 +223,102 @@ async fn a_capped_output_keeps_its_images() {
             "{oversize:?}"
         );
     }
+}
+
+/// A PNG's first bytes, base64: the signature and an `IHDR` of `width` × `height`, padded
+/// with `pad` bytes of base64 so that its size can be chosen.
+fn png(width: u32, height: u32, pad: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bytes = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+    bytes.extend(width.to_be_bytes());
+    bytes.extend(height.to_be_bytes());
+    let mut data = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            data.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+        data.extend(std::iter::repeat_n('=', 3 - chunk.len()));
+    }
+    // 24 bytes, so no padding: more base64 may follow.
+    data + &"A".repeat(pad)
+}
+
+fn shots(count: usize, bytes: usize) -> ToolOutput {
+    let mut output = ToolOutput::text("screenshots:");
+    for _ in 0..count {
+        output.content.push(ContentPart::Image {
+            data: png(800, 600, bytes - 32),
+            mime_type: "image/png".into(),
+        });
+    }
+    output
+}
+
+/// Images and audio share a cap of their own, apart from the text's: the parts past it
+/// are each replaced by a note naming their type and size, their annotations gone; a cap
+/// set on the tool moves it.
+#[tokio::test(start_paused = true)]
+async fn images_over_the_media_cap_are_left_out_with_a_note() {
+    let output = shots(5, 400).with_extra(
+        "annotations",
+        json!([{"index": 1, "annotations": {"priority": 1.0}},
+               {"index": 4, "annotations": {"audience": ["user"]}}]),
+    );
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("shots", Behavior::Output(output.clone()))
+            .with_tool("roomy", Behavior::Output(output.clone())),
+    );
+    let config = OrchestratorConfig { media_max_bytes: 1000, ..OrchestratorConfig::default() }
+        .with_tool_settings(
+            "m__roomy",
+            ToolSettings { media_max_bytes: Some(2000), ..ToolSettings::default() },
+        );
+    let o = start(config, vec![p]).await;
+    let out = o.call_tool("m__shots", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.content.len(), 6);
+    assert_eq!(out.content[1..3], output.content[1..3], "the first two fit in 1000 bytes");
+    let notes: Vec<&str> = out.content[3..]
+        .iter()
+        .filter_map(|p| match p {
+            ContentPart::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes.len(), 3, "{out:?}");
+    expect!["[image left out (image/png, 400 bytes of base64): this result's images and audio are over the 1000-byte cap for media; ask `m__shots` for fewer or smaller ones, or raise `defaults.mediaResponseMaxBytes` (or `tools.m__shots.mediaResponseMaxBytes`)]"]
+        .assert_eq(notes[0]);
+    assert_eq!(out.extras["capped_media"], json!({"parts": 3, "bytes": 1200}));
+    assert_eq!(out.extras["annotations"], json!([{"index": 1, "annotations": {"priority": 1.0}}]));
+    let roomy = o.call_tool("m__roomy", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(roomy, output, "five of 400 bytes fit in the tool's own 2000");
+}
+
+/// Twenty images of 1 MiB: a gateway's client gets 10 MiB of them by default, not 20.
+#[tokio::test(start_paused = true)]
+async fn the_default_media_cap_is_ten_mebibytes() {
+    let p =
+        Arc::new(MockProvider::new("m").with_tool("shots", Behavior::Output(shots(20, 1 << 20))));
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    let out = o.call_tool("m__shots", json!({}), &CallContext::new()).await.unwrap();
+    let images = out.content.iter().filter(|p| matches!(p, ContentPart::Image { .. })).count();
+    assert_eq!(images, 10);
+    assert!(out.byte_len() < 11 << 20, "{}", out.byte_len());
+    assert_eq!(out.extras["capped_media"], json!({"parts": 10, "bytes": 10 << 20}));
+}
+
+/// Images count in the run's context-token budget: 800 × 600 / 750 = 640 tokens each,
+/// by the size their PNG header gives, however few bytes they take.
+#[tokio::test(start_paused = true)]
+async fn images_count_in_the_context_budget() {
+    let p = Arc::new(MockProvider::new("m").with_tool("shots", Behavior::Output(shots(2, 64))));
+    let o = start(OrchestratorConfig::default().with_context_token_budget(2000), vec![p]).await;
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("m__shots", json!({})), &run).await.ok);
+    let r = o.execute(ToolCall::new("m__shots", json!({})), &run).await;
+    assert_eq!(r.conversation_text(), "(tool failed: context window budget exceeded)");
+    assert!(o.run_flags("r").context_budget_exceeded);
 }
 
 #[tokio::test(start_paused = true)]

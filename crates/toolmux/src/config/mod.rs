@@ -318,6 +318,11 @@ pub struct Defaults {
     /// schema's content must arrive whole or not at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_response_max_bytes: Option<usize>,
+    /// Bytes of base64 of the images and audio one result passes on (default 10485760,
+    /// 10 MiB); `toolResponseMaxBytes` counts text only. Past it the parts that do not fit
+    /// are each replaced by a note naming their type and size, in the order they come.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_response_max_bytes: Option<usize>,
     /// Providers (MCP servers) started at once (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_init_concurrency: Option<usize>,
@@ -1164,6 +1169,10 @@ pub struct ToolEntry {
     /// `defaults.toolResponseMaxBytes` or the size the tool itself announces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_max_bytes: Option<usize>,
+    /// Its images and audio over this many bytes of base64 are left out, instead of at
+    /// `defaults.mediaResponseMaxBytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_response_max_bytes: Option<usize>,
     /// At most so many calls per period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimitEntry>,
