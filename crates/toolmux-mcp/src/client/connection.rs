@@ -36,6 +36,24 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// the session may keep the connection open and never answer on it.
 pub(crate) const TIMEOUTS_TO_RECONNECT: u32 = 3;
 
+/// How long rmcp waits, when the server forgot the session, for the requests in flight on
+/// it before it starts a new one (and again for the new handshake). A request still
+/// unanswered then fails as sent with its outcome unknown; meanwhile new requests wait,
+/// so this is short beside the request timeout.
+pub(crate) const SESSION_RECOVERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `error` is that of a request sent on a session the server forgot, and left
+/// unanswered for [`SESSION_RECOVERY_TIMEOUT`] after: the server may have run it, and the
+/// connection goes on with a new session.
+pub(crate) fn is_unanswered_across_renewal(error: &ServiceError) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let ServiceError::TransportSend(error) = error else { return false };
+    matches!(
+        error.error.downcast_ref::<StreamableHttpError<reqwest::Error>>(),
+        Some(StreamableHttpError::SessionRecoveryTimeout)
+    )
+}
+
 /// A connected, initialized server.
 #[derive(Debug)]
 pub(crate) struct Connection {
@@ -392,6 +410,7 @@ async fn start(
         TransportKind::Http => {
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
             http_config.retry_config = Arc::new(BoundedRetry);
+            http_config.session_recovery_timeout = SESSION_RECOVERY_TIMEOUT;
             // Every request goes through `Passthrough`, which sends the headers a call
             // carries to pass on (and nothing else changes for calls without), and has the
             // tools listed again when the server renews the session.

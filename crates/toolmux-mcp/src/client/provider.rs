@@ -571,6 +571,26 @@ impl Inner {
                     message: data.message.into_owned(),
                 }
             }
+            // Sent over streamable HTTP, its answer lost with the session or its stream;
+            // the connection goes on.
+            ServiceError::McpError(data) if crate::transport::is_answer_lost(&data) => {
+                McpError::OutcomeUnknown {
+                    server: self.name.clone(),
+                    method,
+                    message: data.message.into_owned(),
+                }
+            }
+            ServiceError::TransportSend(_) if connection::is_unanswered_across_renewal(&error) => {
+                McpError::OutcomeUnknown {
+                    server: self.name.clone(),
+                    method,
+                    message: format!(
+                        "the server forgot the session and sent no answer within {} s of \
+                         that, and a new session was started",
+                        connection::SESSION_RECOVERY_TIMEOUT.as_secs()
+                    ),
+                }
+            }
             // Its POST failed; the connection goes on (legacy SSE).
             ServiceError::McpError(data) if crate::transport::is_undelivered(&data) => {
                 McpError::Undelivered {
@@ -1086,8 +1106,11 @@ impl Inner {
         match waited {
             Waited::Reply(Ok(result)) => Ok(result),
             Waited::Reply(Err(e)) => {
+                // A request the server's forgetting the session left unanswered: the
+                // connection goes on with its new session.
                 let lost =
-                    matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
+                    matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_))
+                        && !connection::is_unanswered_across_renewal(&e);
                 let error = self.service_error(connection, "tools/call", e);
                 if lost {
                     self.connection_lost().await;

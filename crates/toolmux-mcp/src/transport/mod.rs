@@ -257,6 +257,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Ordered<T> {
             while self.is_late_probe_answer(&message) {
                 message = self.inner.receive().await?;
             }
+            let message = answer_lost_told(message);
             let notification = matches!(message, JsonRpcMessage::Notification(_));
             let follows_notification =
                 std::mem::replace(&mut self.after_notification, notification);
@@ -373,6 +374,56 @@ pub(crate) fn is_outcome_unknown(error: &rmcp::model::ErrorData) -> bool {
     is_undelivered(error)
         && error.data.as_ref().and_then(|d| d.get(OUTCOME_UNKNOWN_KEY))
             == Some(&serde_json::Value::Bool(true))
+}
+
+/// The member of an error's `data` that marks an error made here for a request whose
+/// answer the streamable HTTP transport lost after sending it ([`answer_lost_told`]): the
+/// server may have run it. Not a timeout, and the connection goes on.
+pub(crate) const ANSWER_LOST_KEY: &str = "io.toolmux/answerLost";
+
+/// What rmcp's streamable HTTP client answers a request whose answer was to come on a
+/// stream of a session it replaced (the server forgot the session).
+const RMCP_SESSION_RENEWED: &str =
+    "streamable HTTP session was re-initialized before the response arrived";
+/// What rmcp answers a request whose SSE stream ended before the answer and could not be
+/// resumed, marked as a closed transport (the connection is not closed).
+const RMCP_STREAM_CLOSED: &str = "streamable HTTP response stream closed before its final response";
+/// rmcp's marker of an error made for a closed transport.
+const RMCP_TRANSPORT_CLOSED_KEY: &str = "io.modelcontextprotocol/transportClosed";
+
+/// `message`, with the error answers rmcp's streamable HTTP client makes for a request it
+/// sent and lost the answer of made [`ANSWER_LOST_KEY`] errors that say what happened.
+/// rmcp's read as the server's own error (`tools/call failed: … (code -32603)`) or as the
+/// connection closed, though it goes on: neither says the request may have run.
+fn answer_lost_told(message: RxJsonRpcMessage<RoleClient>) -> RxJsonRpcMessage<RoleClient> {
+    use rmcp::model::{ErrorCode, ErrorData, JsonRpcError};
+
+    let JsonRpcMessage::Error(JsonRpcError { id: Some(id), error, .. }) = &message else {
+        return message;
+    };
+    let rmcp_marked =
+        error.data.as_ref().is_some_and(|d| d.get(RMCP_TRANSPORT_CLOSED_KEY).is_some());
+    let why = match error.message.as_ref() {
+        RMCP_SESSION_RENEWED if error.code == ErrorCode::INTERNAL_ERROR && error.data.is_none() => {
+            "the server forgot the session before answering it, and a new session was started"
+        }
+        RMCP_STREAM_CLOSED if rmcp_marked => {
+            "the server closed the answer's SSE stream before the answer, and it could not be \
+             resumed (that takes event ids and a GET with Last-Event-ID)"
+        }
+        _ => return message,
+    };
+    let data = serde_json::json!({ ANSWER_LOST_KEY: true });
+    JsonRpcMessage::Error(JsonRpcError {
+        jsonrpc: Default::default(),
+        id: Some(id.clone()),
+        error: ErrorData::new(ErrorCode::INTERNAL_ERROR, why, Some(data)),
+    })
+}
+
+/// Whether `error` was made by [`answer_lost_told`].
+pub(crate) fn is_answer_lost(error: &rmcp::model::ErrorData) -> bool {
+    error.data.as_ref().and_then(|d| d.get(ANSWER_LOST_KEY)) == Some(&serde_json::Value::Bool(true))
 }
 
 /// The tool `_meta` key under which a listed tool's `execution.taskSupport` (2025-11-25) is
