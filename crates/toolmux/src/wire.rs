@@ -270,11 +270,11 @@ impl Toolmux {
         }
         #[cfg(feature = "mcp")]
         for (name, entry) in &loaded.config.mcp_servers {
-            if entry.enabled == Some(false) {
-                continue;
-            }
             let namespace = namespace_for(name);
-            if !keep(&namespace) {
+            if entry.enabled == Some(false) || !keep(&namespace) {
+                // Not started here, but its env file's credentials may still reach what
+                // other tools return (a file read, a command's output).
+                secrets.extend(mcp::env_file_secrets(loaded, entry));
                 continue;
             }
             // What is said of the server names the file it is written in.
@@ -1101,6 +1101,19 @@ mod mcp {
 
     /// `KEY=value` lines; `#` comments, `export ` prefixes and quotes around values
     /// allowed.
+    /// The secrets of the `envFile` of a server this process does not start (disabled, or
+    /// left out of a build for one call), judged as those of a started server are; none
+    /// when the file cannot be read, which the server's own start reports.
+    pub(super) fn env_file_secrets(loaded: &Loaded, entry: &McpServerEntry) -> Vec<String> {
+        let Some(file) = &entry.env_file else { return Vec::new() };
+        let Ok(text) = std::fs::read_to_string(loaded.resolve(file)) else { return Vec::new() };
+        dotenv(&text)
+            .into_iter()
+            .filter(|(key, value)| crate::config::is_secret_setting(key, value))
+            .map(|(_, value)| value)
+            .collect()
+    }
+
     fn dotenv(text: &str) -> Vec<(String, String)> {
         text.lines()
             .map(str::trim)

@@ -62,3 +62,33 @@ fn env_file_lines_are_secrets_only_when_they_may_be_credentials() {
         assert!(!env.contains(secret) && !run.stderr.contains(secret), "{secret} leaked: {env}");
     }
 }
+
+/// The credentials of an env file are redacted in calls of other tools too: `tools call`
+/// starts only the provider it calls, and the env files of the servers it left out (or
+/// that are disabled) were never read, so a file or a command output holding a server's
+/// token showed it.
+#[test]
+fn env_file_credentials_are_redacted_when_their_server_is_not_started() {
+    let project = Project::new();
+    project
+        .file("remote.env", "PORT=8080\nREMOTE_API_TOKEN=zq-remote-7Hc2\n")
+        .file("off.env", "OFF_PASSWORD=zq-off-9Lm4\n")
+        .file("leak.txt", "port 8080, token zq-remote-7Hc2, password zq-off-9Lm4\n")
+        .file(
+            "toolmux.yaml",
+            "fs: {permissions: [read, execute]}\nmcpServers:\n  remote:\n    command: /bin/false\n    envFile: remote.env\n  \
+             off:\n    command: /bin/false\n    enabled: false\n    envFile: off.env\n  \
+             gone:\n    command: /bin/false\n    enabled: false\n    envFile: missing.env\n",
+        );
+    let run = project.run(&["tools", "call", "fs__read", r#"{"path":"leak.txt"}"#]);
+    assert_eq!(
+        run.ok().trim(),
+        "1\tport 8080, token [redacted], password [redacted]",
+        "{}",
+        run.stderr
+    );
+    let run = project.run(&["tools", "call", "fs__bash", r#"{"command":"cat leak.txt"}"#]);
+    let out = run.ok();
+    assert!(out.contains("token [redacted], password [redacted]"), "{out}");
+    assert!(!out.contains("zq-") && !run.stderr.contains("zq-"), "{out}{}", run.stderr);
+}
