@@ -1,6 +1,7 @@
 //! What the two folder-backed stores share (the spaces' and the pending calls'): a lock
 //! file that every change is made under, files replaced whole through a renamed temporary
-//! file (never seen half-written), and names made safe for the file system.
+//! file (never seen half-written), changes of several files made whole through a journal
+//! ([`crate::journal`]), and names made safe for the file system.
 
 use std::fs::{File, OpenOptions};
 use std::path::Path;
@@ -60,7 +61,9 @@ pub(crate) fn try_lock(file: &File, at: &Path, provider: &str) -> Result<Option<
 
 /// Takes the lock of folder `dir` (its file `.lock`), waiting up to [`LOCK_TIMEOUT`] for
 /// another process to release it: on a blocking thread. The folder and its `subfolders`
-/// are made again (mode 0700) when they went missing since they were made.
+/// are made again (mode 0700) when they went missing since they were made, and a change of
+/// several files left half made by a process killed midway is completed first
+/// ([`crate::journal`]).
 pub(crate) fn lock_blocking(
     dir: &Path,
     what: &str,
@@ -83,6 +86,9 @@ pub(crate) fn lock_blocking(
                     })?;
                 }
             }
+            // A change a process killed midway left is completed (or discarded) before
+            // anything is read or changed.
+            crate::journal::recover(dir, provider)?;
             return Ok(lock);
         }
         if started.elapsed() >= LOCK_TIMEOUT {

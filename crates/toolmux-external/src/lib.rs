@@ -48,6 +48,7 @@
 
 mod folder;
 mod gateway;
+mod journal;
 pub mod spaces;
 mod store;
 mod store_dir;

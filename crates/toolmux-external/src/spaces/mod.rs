@@ -867,7 +867,7 @@ impl Spaces {
                 let gone = abandoned.0.clone();
                 let changed = tokio::task::spawn_blocking(move || {
                     let dir = &dir;
-                    let _lock = dir.lock_blocking()?;
+                    let lock = dir.lock_blocking()?;
                     if gone.load(std::sync::atomic::Ordering::Acquire) {
                         return Err(ToolError::Cancelled { tool: "gateway".into() });
                     }
@@ -875,14 +875,11 @@ impl Spaces {
                     let mut txn = Txn::new(&mut state, Some(dir), limits);
                     let result = change(&mut txn)?;
                     let (dirty_state, dirty_spaces) = (txn.dirty_state, txn.dirty_spaces);
-                    for name in &dirty_spaces {
-                        if let Some(space) = state.spaces.get(name) {
-                            dir.save_space(name, space)?;
-                        }
-                    }
-                    if dirty_state {
-                        dir.save_state(&state)?;
-                    }
+                    let spaces: Vec<(&str, &Space)> = dirty_spaces
+                        .iter()
+                        .filter_map(|name| state.spaces.get(name).map(|s| (name.as_str(), s)))
+                        .collect();
+                    dir.save(&lock, dirty_state.then_some(&state), &spaces)?;
                     Ok((result, !dirty_spaces.is_empty()))
                 })
                 .await
