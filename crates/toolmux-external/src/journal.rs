@@ -68,7 +68,6 @@ impl Change {
     }
 
     /// Removes file `at` (relative to the folder), if there.
-    #[cfg_attr(not(test), expect(dead_code, reason = "the pending calls' folder uses it next"))]
     pub(crate) fn remove(&mut self, at: impl Into<PathBuf>) {
         self.removals.push(at.into());
     }
@@ -183,6 +182,12 @@ pub(crate) fn recover(dir: &Path, provider: &str) -> Result<(), ToolError> {
     let _ = remove(&dir.join(JOURNAL_TEMPORARY));
     clear(&dir.join(STAGED));
     Ok(())
+}
+
+/// Whether folder `dir` holds a journal: a change under way, or one a process killed
+/// midway left, which a reader without the lock would see half made.
+pub(crate) fn pending(dir: &Path) -> bool {
+    dir.join(JOURNAL).exists()
 }
 
 /// The steps of journal `bytes`: `None` when it is not whole, or names a path outside the

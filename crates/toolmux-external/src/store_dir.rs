@@ -13,7 +13,11 @@
 //! - `.lock`: every change is made holding it.
 //!
 //! Each file is replaced whole through a renamed temporary file, so no reader sees a part of
-//! one. They are not flushed to the disk: a pending call need not outlive a power loss.
+//! one. A change of several files (a result moved to its run's inbox with its call's file
+//! removed, expired calls forgotten) is made whole through the folder's journal
+//! ([`crate::journal`]), which a reader without the lock finding it waits for (or
+//! completes, when a process killed midway left it). Every other change is of one file. They
+//! are not flushed to the disk: a pending call need not outlive a power loss.
 //! Every change runs on the blocking pool, never on the event loop.
 //!
 //! A caller waiting in this process is woken at once by a result submitted through this
@@ -30,6 +34,7 @@
 //! [`MemoryPendingStore`]: crate::MemoryPendingStore
 
 use crate::folder;
+use crate::journal::Change;
 use crate::store::{
     CallStatus, DEFAULT_MAX_INBOX, DEFAULT_MAX_INBOXES, DEFAULT_MAX_PENDING, DEFAULT_PENDING_TTL,
     DEFAULT_RESULT_TTL, Delivery, ExternalResult, InboxEntry, NotPending, OPEN_WAITER, PendingCall,
@@ -285,17 +290,21 @@ impl Inner {
     }
 
     fn call_path(&self, id: &str) -> PathBuf {
-        self.path.join("calls").join(format!("{id}.json"))
+        self.path.join(call_file(id))
     }
 
     fn inbox_path(&self, run_id: &str) -> PathBuf {
-        let mut name = folder::encode(run_id);
-        // File names have at most 255 bytes: a long run id keeps its start and a hash.
-        if name.len() > 160 {
-            let hash = toolmux_core::naming::short_hash("inbox", run_id);
-            name = format!("{}~{hash}", &name[..120]);
+        self.path.join(inbox_file(run_id))
+    }
+
+    /// Completes a change of several files under way or left half made by a killed process
+    /// (taking the lock, which does it), for a reader without the lock: one stat when none
+    /// is.
+    fn settle(&self) -> Result<(), ToolError> {
+        if crate::journal::pending(&self.path) {
+            drop(self.lock()?);
         }
-        self.path.join("inbox").join(format!("run-{name}.json"))
+        Ok(())
     }
 
     fn load(&self, id: &str) -> Result<Option<Stored>, ToolError> {
@@ -333,6 +342,7 @@ impl Inner {
     /// over (the next sweep sets it aside and says so). Fails when the folder cannot be
     /// listed.
     fn stored(&self) -> Result<Vec<Stored>, ToolError> {
+        self.settle()?;
         let at = self.path.join("calls");
         let entries = match std::fs::read_dir(&at) {
             Ok(entries) => entries,
@@ -401,11 +411,11 @@ impl Inner {
     }
 
     /// Opens `call`, holding the folder's lock (`_lock`).
-    fn open(&self, _lock: &folder::Lock, mut call: PendingCall) -> Result<String, ToolError> {
+    fn open(&self, lock: &folder::Lock, mut call: PendingCall) -> Result<String, ToolError> {
         let now = now_ms();
         let mut count = self.ids()?.len();
         if count >= self.max_pending || self.sweep_due() {
-            self.sweep(now);
+            self.sweep(lock, now);
             count = self.ids()?.len();
         }
         if count >= self.max_pending {
@@ -492,10 +502,10 @@ impl Inner {
     }
 
     fn resolve(&self, id: &str, result: ExternalResult) -> Result<Delivery, ToolError> {
-        let _lock = self.lock()?;
+        let lock = self.lock()?;
         let now = now_ms();
         if self.sweep_due() {
-            self.sweep(now);
+            self.sweep(&lock, now);
         }
         let Some(mut stored) = self.load(id)? else {
             if self.expired()?.get(id).is_some_and(|forget| *forget > now) {
@@ -507,7 +517,7 @@ impl Inner {
             return Err(unknown_call(id));
         }
         if stored.expired(now) {
-            self.forget_expired(&[id.to_owned()], now)?;
+            self.forget_expired(&lock, &[id.to_owned()], now)?;
             return Err(expired_call(id, self.pending_ttl));
         }
         if stored.waited_for(now) {
@@ -516,10 +526,7 @@ impl Inner {
             return Ok(Delivery::Waiting);
         }
         let run_id = stored.call.run_id.clone();
-        // The inbox first: a failure in between leaves the call pending, never the result
-        // lost.
-        self.to_inbox(stored, result, now)?;
-        self.remove(id)?;
+        self.to_inbox(&lock, stored, result, now)?;
         Ok(Delivery::Inbox { run_id })
     }
 
@@ -535,14 +542,25 @@ impl Inner {
         }
     }
 
-    fn to_inbox(&self, stored: Stored, result: ExternalResult, now: u64) -> Result<(), ToolError> {
-        let at = self.inbox_path(&stored.call.run_id);
+    /// Moves `stored`'s `result` to its run's inbox, its call's file removed in the same
+    /// change ([`crate::journal`]): a process killed midway leaves the call pending with no
+    /// result in the inbox, or the result in the inbox and no call to answer again, never
+    /// both.
+    fn to_inbox(
+        &self,
+        lock: &folder::Lock,
+        stored: Stored,
+        result: ExternalResult,
+        now: u64,
+    ) -> Result<(), ToolError> {
+        let file = inbox_file(&stored.call.run_id);
+        let at = self.path.join(&file);
         if !at.exists() {
             // A new inbox: refused when too many runs have one (expired ones are swept
             // first), so that the folder does not grow without end.
             let count = || self.inbox_count();
             if count()? >= self.max_inboxes {
-                self.sweep_inboxes(now);
+                self.sweep_inboxes(lock, now);
             }
             if count()? >= self.max_inboxes {
                 let call = &stored.call;
@@ -561,6 +579,8 @@ impl Inner {
             );
         }
         let call = stored.call;
+        let mut change = Change::default();
+        change.remove(call_file(&call.call_id));
         inbox.push(Inboxed {
             run_id: call.run_id,
             entry: InboxEntry {
@@ -572,7 +592,8 @@ impl Inner {
             owner: call.owner,
             expires_ms: now.saturating_add(ms(self.result_ttl)),
         });
-        folder::write_json(&at, &inbox, false, PROVIDER)
+        change.write_json(file, &inbox, PROVIDER)?;
+        change.commit(&self.path, lock, false, PROVIDER)
     }
 
     fn take_inbox(&self, run_id: &str, owner: Option<&str>) -> Result<Vec<InboxEntry>, ToolError> {
@@ -581,11 +602,11 @@ impl Inner {
         if !due && !at.exists() {
             return Ok(Vec::new());
         }
-        let _lock = self.lock()?;
+        let lock = self.lock()?;
         let now = now_ms();
         if due {
             // Moves the results handed to callers that went away to their inboxes first.
-            self.sweep(now);
+            self.sweep(&lock, now);
         }
         if !at.exists() {
             return Ok(Vec::new());
@@ -610,8 +631,14 @@ impl Inner {
     }
 
     /// Forgets the calls `ids`, which expired, remembering why for as long as their results
-    /// would have been kept (one write of `expired.json` for them all).
-    fn forget_expired(&self, ids: &[String], now: u64) -> Result<(), ToolError> {
+    /// would have been kept (one write of `expired.json` for them all, in one change with
+    /// the removal of their files).
+    fn forget_expired(
+        &self,
+        lock: &folder::Lock,
+        ids: &[String],
+        now: u64,
+    ) -> Result<(), ToolError> {
         let at = self.path.join("expired.json");
         let mut expired = match self.expired() {
             Ok(expired) => expired,
@@ -627,18 +654,19 @@ impl Inner {
             }
             expired.insert(id.clone(), now.saturating_add(ms(self.result_ttl)));
         }
-        folder::write_json(&at, &expired, false, PROVIDER)?;
+        let mut change = Change::default();
+        change.write_json("expired.json", &expired, PROVIDER)?;
         for id in ids {
-            self.remove(id)?;
+            change.remove(call_file(id));
         }
-        Ok(())
+        change.commit(&self.path, lock, false, PROVIDER)
     }
 
     /// Forgets every call and result past its time and the temporary files of writes that
     /// never ended; a result handed to a caller that went away goes to the inbox (even past
     /// its call's time: it was submitted in time); a file nobody can read is set aside
     /// (`NAME.unreadable`) and named in a warning. Nothing it meets stops it.
-    fn sweep(&self, now: u64) {
+    fn sweep(&self, lock: &folder::Lock, now: u64) {
         *self.swept.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
         let mut expired = Vec::new();
         for id in self.ids().unwrap_or_default() {
@@ -653,8 +681,7 @@ impl Inner {
             if !stored.waited_for(now)
                 && let Some(result) = stored.result.take()
             {
-                let moved = self.to_inbox(stored, result, now).and_then(|()| self.remove(&id));
-                if let Err(e) = moved {
+                if let Err(e) = self.to_inbox(lock, stored, result, now) {
                     tracing::warn!(target: "toolmux::external", "the result of {id} not moved to its inbox: {e}");
                 }
             } else if stored.expired(now) {
@@ -662,11 +689,11 @@ impl Inner {
             }
         }
         if !expired.is_empty()
-            && let Err(e) = self.forget_expired(&expired, now)
+            && let Err(e) = self.forget_expired(lock, &expired, now)
         {
             tracing::warn!(target: "toolmux::external", "expired calls not forgotten: {e}");
         }
-        self.sweep_inboxes(now);
+        self.sweep_inboxes(lock, now);
         let inboxes = self.path.join("inbox");
         for dir in [self.path.clone(), self.path.join("calls"), inboxes] {
             remove_stale_temporaries(&dir);
@@ -684,7 +711,7 @@ impl Inner {
     }
 
     /// Forgets the results past their time in every inbox, and the inboxes left empty.
-    fn sweep_inboxes(&self, now: u64) {
+    fn sweep_inboxes(&self, _lock: &folder::Lock, now: u64) {
         let inboxes = self.path.join("inbox");
         for entry in std::fs::read_dir(&inboxes).into_iter().flatten().filter_map(Result::ok) {
             let file = entry.path();
@@ -706,6 +733,22 @@ impl Inner {
             }
         }
     }
+}
+
+/// Call `id`'s file, in the folder.
+fn call_file(id: &str) -> PathBuf {
+    PathBuf::from("calls").join(format!("{id}.json"))
+}
+
+/// Run `run_id`'s inbox file, in the folder.
+fn inbox_file(run_id: &str) -> PathBuf {
+    let mut name = folder::encode(run_id);
+    // File names have at most 255 bytes: a long run id keeps its start and a hash.
+    if name.len() > 160 {
+        let hash = toolmux_core::naming::short_hash("inbox", run_id);
+        name = format!("{}~{hash}", &name[..120]);
+    }
+    PathBuf::from("inbox").join(format!("run-{name}.json"))
 }
 
 /// Renames unreadable file `at` to `NAME.unreadable`, saying so.
@@ -892,7 +935,9 @@ impl PendingStore for DirPendingStore {
         if !matches!(folder::try_lock(&file, &at, PROVIDER), Ok(Some(()))) {
             return false;
         }
-        let removed = self.inner.remove(call_id).is_ok();
+        // A change a process killed midway left is completed first, as under any lock.
+        let removed = crate::journal::recover(&self.inner.path, PROVIDER).is_ok()
+            && self.inner.remove(call_id).is_ok();
         let _ = file.unlock();
         removed
     }
@@ -940,6 +985,7 @@ impl PendingStore for DirPendingStore {
         // Read without the lock: each file is replaced whole.
         let expired = self
             .blocking(move |inner| {
+                inner.settle()?;
                 let now = now_ms();
                 Ok(match inner.load(&id)? {
                     Some(stored) => stored.result.is_none() && stored.expired(now),
@@ -1041,6 +1087,75 @@ mod tests {
         assert!(store.inner.expired().unwrap().is_empty(), "not taken for expired");
     }
 
+    /// The folder as a new process sees it: the ids of the calls pending, and of those
+    /// whose results run `r`'s inbox holds (taken).
+    async fn seen(dir: &Path) -> (Vec<String>, Vec<String>) {
+        let store = DirPendingStore::open(dir).unwrap();
+        let pending = store.pending_except(&[], &[], Duration::ZERO).await.unwrap();
+        let inbox = store.take_inbox("r", None).await.unwrap();
+        (
+            pending.into_iter().map(|c| c.call_id).collect(),
+            inbox.into_iter().map(|e| e.call_id).collect(),
+        )
+    }
+
+    const MOVED: &str =
+        "store_dir::tests::a_result_moved_to_the_inbox_by_a_killed_process_is_there_once";
+
+    /// A process submitting the result of an asynchronous call, killed with SIGKILL after
+    /// any step of moving it to the run's inbox (the inbox written, the call's file
+    /// removed), leaves the call pending with no result in the inbox or the result there
+    /// and the call gone, as a new process sees the folder; never both, which an answering
+    /// program would take for a call to answer again and the run would read twice. Before
+    /// the journal, the child killed after the inbox's write left both.
+    #[test]
+    fn a_result_moved_to_the_inbox_by_a_killed_process_is_there_once() {
+        use crate::journal::tests::{child_dir, killed_at};
+        let runtime =
+            || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        if let Some(dir) = child_dir() {
+            let id = std::fs::read_to_string(dir.join("call-id")).unwrap();
+            let store = DirPendingStore::open(&dir).unwrap();
+            let result = ExternalResult { result: json!("done"), is_error: false };
+            let delivery = runtime().block_on(store.resolve(&id, result)).unwrap();
+            assert_eq!(delivery, Delivery::Inbox { run_id: "r".into() });
+            return;
+        }
+        let mut seen_after = Vec::new();
+        let mut steps = 0;
+        loop {
+            let dir = tempfile::tempdir().unwrap();
+            let store = DirPendingStore::open(dir.path()).unwrap();
+            let call = PendingCall { is_async: true, ..sync_call() };
+            let id = runtime().block_on(store.open(call)).unwrap();
+            std::fs::write(dir.path().join("call-id"), &id).unwrap();
+            let killed = killed_at(MOVED, dir.path(), steps);
+            let (pending, inbox) = runtime().block_on(seen(dir.path()));
+            seen_after.push((steps, killed, pending, inbox, id));
+            assert!(!dir.path().join(".commit").exists(), "the journal is gone");
+            if !killed {
+                break;
+            }
+            steps += 1;
+        }
+        let both: Vec<_> =
+            seen_after.iter().filter(|s| !s.2.is_empty() && !s.3.is_empty()).collect();
+        assert!(
+            both.is_empty(),
+            "pending and in the inbox (step, killed, pending, inbox): {both:?}"
+        );
+        for (step, killed, pending, inbox, id) in &seen_after {
+            // Killed before its journal was whole, the result is not taken; after, it is.
+            let (pending, inbox) = (pending.as_slice(), inbox.as_slice());
+            if *killed && *step == 0 {
+                assert_eq!((pending, inbox), (std::slice::from_ref(id), &[][..]), "step {step}");
+            } else {
+                assert_eq!((pending, inbox), (&[][..], std::slice::from_ref(id)), "step {step}");
+            }
+        }
+        assert_eq!(steps, 4, "staged, journal, inbox and call: every step was tried");
+    }
+
     /// Many calls expired at once (a folder left alone for longer than their time) are
     /// forgotten in one sweep that writes the list of expired ids once.
     #[test]
@@ -1060,7 +1175,8 @@ mod tests {
         std::fs::write(&stale, b"{").unwrap();
         let old = std::time::SystemTime::now() - STALE_TEMP - Duration::from_secs(1);
         std::fs::File::options().write(true).open(&stale).unwrap().set_modified(old).unwrap();
-        store.inner.sweep(now_ms());
+        let lock = store.inner.lock().unwrap();
+        store.inner.sweep(&lock, now_ms());
         assert!(store.inner.ids().unwrap().is_empty());
         assert_eq!(store.inner.expired().unwrap().len(), 500);
         assert!(!stale.exists(), "a write that never ended is cleaned up");
