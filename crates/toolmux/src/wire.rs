@@ -260,12 +260,17 @@ impl Toolmux {
         if !loaded.config.command_tools.is_empty() && keep(toolmux_fs::COMMANDS_NAMESPACE) {
             let sandbox =
                 loaded.config.fs.as_ref().map(|fs| fs.bash.sandbox.clone()).unwrap_or_default();
-            let tools = toolmux_fs::CommandTools::new(
+            let mut tools = toolmux_fs::CommandTools::new(
                 &loaded.config.command_tools,
                 &loaded.base_dir,
                 &sandbox,
             )
             .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+            // Binary output is saved where bash saves its own.
+            let spill_dir = loaded.config.fs.as_ref().and_then(|fs| fs.bash.spill_dir.as_deref());
+            if let Some(dir) = spill_dir {
+                tools = tools.with_spill_dir(loaded.resolve(dir));
+            }
             providers.push(Arc::new(tools));
         }
         #[cfg(feature = "mcp")]

@@ -414,6 +414,30 @@ fn command_tools_run_a_program_with_the_arguments_on_stdin() {
     assert!(bad.stderr.contains("commandTools.bad: `command` is empty"), "{}", bad.stderr);
 }
 
+/// A command tool's binary output is saved where `fs.bash.spillDir` says, as bash's is,
+/// and the notice names the file.
+#[test]
+fn a_command_tools_binary_output_is_saved_in_the_spill_dir() {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        "fs: {bash: {spillDir: spills}}\n\
+         commandTools:\n  \
+           noise: {description: Prints bytes, command: 'head -c 4096 /dev/urandom | tee noise.bin'}\n",
+    );
+    let called = project.run(&["tools", "call", "cmd__noise"]);
+    assert_eq!(called.code, 0, "{called:?}");
+    let spills = project.path().join("spills");
+    let saved: Vec<_> = std::fs::read_dir(&spills)
+        .unwrap_or_else(|e| panic!("no spill dir {}: {e}; {called:?}", spills.display()))
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    assert!(called.stdout.contains(&saved[0].display().to_string()), "{called:?}");
+    let written = std::fs::read(project.path().join("noise.bin")).expect("the command's copy");
+    assert_eq!(std::fs::read(&saved[0]).expect("the saved output"), written);
+}
+
 /// A one-page HTTP server on loopback, answering every request with `page` as HTML from a
 /// thread of its own; returns its base URL.
 fn serve_page(page: &'static str) -> String {
