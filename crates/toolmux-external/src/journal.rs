@@ -138,7 +138,13 @@ impl Change {
             ),
             source: None,
         })?;
-        remove(&at).map_err(|e| fail(&at, e))
+        remove(&at).map_err(|e| fail(&at, e))?;
+        if durable {
+            // Gone for good before the next change stages its files: a journal that came
+            // back after a power loss would rename them to this change's files.
+            sync_dir(dir).map_err(|e| fail(dir, e))?;
+        }
+        Ok(())
     }
 }
 
@@ -180,6 +186,7 @@ pub(crate) fn recover(dir: &Path, provider: &str) -> Result<(), ToolError> {
     }
     remove(&at).map_err(|e| folder::failure(provider, &at, &e))?;
     let _ = remove(&dir.join(JOURNAL_TEMPORARY));
+    sync_dir(dir).map_err(|e| folder::failure(provider, dir, &e))?;
     clear(&dir.join(STAGED));
     Ok(())
 }
@@ -285,9 +292,14 @@ fn clear(dir: &Path) {
     }
 }
 
-/// Flushes folder `dir`'s entries (new names, renames) to the disk.
+/// Flushes folder `dir`'s entries (new names, renames) to the disk; a folder gone (a
+/// cleaner of temporary files removed it) has none to flush.
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+    match File::open(dir) {
+        Ok(folder) => folder.sync_all(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The variable that makes a test's child process stop at a step of its change.
