@@ -29,6 +29,19 @@ pub struct OrchestratorConfig {
     /// not count them, as they are not read as text; past this the parts that do not fit
     /// are each replaced by a note naming their type and size, in the order they come.
     pub media_max_bytes: usize,
+    /// Calls one provider may have in flight at once (64 by default; 0: no bound), past
+    /// which calls wait in order for one to end, up to their deadline, else their
+    /// timeout. Named queues bound what the configuration names; this bounds every
+    /// provider, so that hundreds of calls at once do not hold hundreds of requests,
+    /// processes and results in memory. Only MCP servers, REST tools, the builtin
+    /// tools and external tools are bounded: agents, routers, composite providers and the
+    /// gateway's own tools may call back into the orchestrator, and could wait for the
+    /// slots their callers hold; a call made inside a call of the same provider does not
+    /// wait either.
+    pub max_calls_in_flight: usize,
+    /// Calls that may wait for one of a provider's [`OrchestratorConfig::max_calls_in_flight`]
+    /// slots (1,024 by default); a call past them fails at once with `queue_busy`.
+    pub max_waiting_calls: usize,
     /// Providers warmed up at once.
     pub init_concurrency: usize,
     /// Time a provider's warmup may take.
@@ -82,6 +95,8 @@ impl Default for OrchestratorConfig {
             response_max_bytes: 100_000,
             structured_max_bytes: 1 << 20,
             media_max_bytes: crate::media::DEFAULT_MEDIA_MAX_BYTES,
+            max_calls_in_flight: 64,
+            max_waiting_calls: 1024,
             oversize: OversizeMode::Spill,
             init_concurrency: 4,
             startup_timeout: Duration::from_secs(30),

@@ -10,8 +10,9 @@
 //! Each call goes, in order, through: alias and lookup (unknown names get the closest
 //! existing ones) → permission rules (allow / deny / ask) → argument validation against the
 //! compiled schema → before-hooks → response cache with single-flight → run budget → rate
-//! limit → queue slot → timeout (optionally reset by progress, never past a hard cap) with
-//! retries for idempotent tools → the provider call → after-hooks (a cached answer's too) →
+//! limit → queue slot → a slot among the provider's calls in flight → timeout (optionally
+//! reset by progress, never past a hard cap) with retries for idempotent tools → the
+//! provider call → after-hooks (a cached answer's too) →
 //! size caps (text spilled to the output store or truncated; images and audio past their
 //! own cap left out with a note) → context-token budget → accounting
 //! (statistics, audit log, events, tracing). A panic in the provider or in a hook becomes
@@ -105,6 +106,7 @@ mod config;
 mod events;
 mod glob;
 mod hooks;
+mod inflight;
 mod media;
 mod orchestrator;
 mod permission;

@@ -612,6 +612,10 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
             .structured_response_max_bytes
             .unwrap_or(defaults.structured_max_bytes),
         media_max_bytes: d.media_response_max_bytes.unwrap_or(defaults.media_max_bytes),
+        max_calls_in_flight: d.max_calls_in_flight.unwrap_or(defaults.max_calls_in_flight),
+        max_waiting_calls: d
+            .max_calls_in_flight
+            .map_or(defaults.max_waiting_calls, |max| max.saturating_mul(16)),
         oversize: match d.oversize {
             Some(Oversize::Truncate) => OversizeMode::Truncate,
             Some(Oversize::Spill) | None => OversizeMode::Spill,

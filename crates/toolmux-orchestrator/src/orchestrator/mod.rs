@@ -282,6 +282,7 @@ impl OrchestratorBuilder {
                 config: self.config,
                 namespace: self.namespace,
                 in_flight: std::sync::atomic::AtomicUsize::new(0),
+                provider_slots: Default::default(),
                 sampler: self.sampler,
                 providers: RwLock::new(providers),
                 registry: RwLock::new(Arc::new(Registry::default())),
@@ -391,6 +392,8 @@ struct Inner {
     namespace: String,
     /// Calls in the pipeline now.
     in_flight: std::sync::atomic::AtomicUsize,
+    /// Each provider's bound on its calls in flight.
+    provider_slots: crate::inflight::InFlightLimits,
     /// Answers tools' sampling requests that their caller cannot.
     sampler: Option<Arc<dyn InteractionHandler>>,
     providers: RwLock<Vec<ProviderTools>>,
@@ -2038,6 +2041,7 @@ impl Orchestrator {
             self.take_turn(entry, ctx, &generation).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
+        let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;
         // The call reaches its provider: it is one of the run's calls from here on, and its
         // turn is used.
         reserved.0 = None;
@@ -2212,6 +2216,73 @@ impl Orchestrator {
         };
         op.hold_queue(queue.name());
         Ok(Some(HeldSlot { _slot: slot, op: op.clone(), queue: queue.name().clone() }))
+    }
+
+    /// A slot among the calls its provider has in flight
+    /// ([`OrchestratorConfig::max_calls_in_flight`]), taken after the queue's.
+    async fn take_provider_slot(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        op: &Arc<Op>,
+        meta: &CallMeta,
+        generation: &CancellationToken,
+    ) -> Result<Option<crate::inflight::InFlightSlot>, ToolError> {
+        let max = self.inner.config.max_calls_in_flight;
+        // Only providers that make no calls through an orchestrator: an agent, a router, a
+        // view or orchestrator served as a provider, `tools__call` and the gateway's own
+        // tools may call back into this one, maybe the same provider (sub-agents), and
+        // bounded could wait for the slots their own callers hold.
+        let bounded = matches!(
+            entry.provider.kind(),
+            ToolKind::Mcp | ToolKind::Rest | ToolKind::Builtin | ToolKind::External
+        );
+        if max == 0 || !bounded || entry.passes_on {
+            return Ok(None);
+        }
+        let max_waiting = self.inner.config.max_waiting_calls;
+        let limit = self.inner.provider_slots.of(entry.provider.namespace(), max, max_waiting);
+        if let Some(slot) = limit.try_take(op) {
+            return Ok(Some(slot));
+        }
+        // A call made inside a call of the same provider (one that calls back) does not
+        // wait: the slot it would wait for may be its caller's.
+        if op.ancestor_holding(&limit.name).is_some() {
+            return Ok(None);
+        }
+        let tool = || entry.name.to_string();
+        let Some(wait) = limit.wait(max_waiting) else {
+            return Err(ToolError::QueueBusy {
+                tool: tool(),
+                queue: limit.name.to_string(),
+                waited: Duration::ZERO,
+            });
+        };
+        let waited = Instant::now();
+        // Up to the caller's deadline, else the tool's timeout: a call that waited longer
+        // would have timed out had it run.
+        let timeout = entry.settings.timeout;
+        let by_deadline = ctx
+            .deadline()
+            .map(|d| d.saturating_duration_since(waited))
+            .filter(|left| *left < timeout);
+        let permit = tokio::select! {
+            permit = tokio::time::timeout(by_deadline.unwrap_or(timeout), wait) => permit.ok(),
+            () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
+            () = generation.cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
+        };
+        meta.queued_ms.fetch_add(waited.elapsed().as_millis() as u64, Ordering::Relaxed);
+        match permit {
+            Some(permit) => Ok(Some(crate::inflight::InFlightSlot::held(permit, op, &limit.name))),
+            None if by_deadline.is_some() => {
+                Err(ToolError::Timeout { tool: tool(), after: waited.elapsed(), idle: None })
+            }
+            None => Err(ToolError::QueueBusy {
+                tool: tool(),
+                queue: limit.name.to_string(),
+                waited: timeout,
+            }),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -111,6 +111,7 @@ impl Orchestrator {
             self.take_turn(entry, ctx, &generation).await?
         };
         let _slot = self.take_slot(entry, ctx, op, meta, &generation).await?;
+        let _provider_slot = self.take_provider_slot(entry, ctx, op, meta, &generation).await?;
         turn.used();
         meta.attempts.store(1, std::sync::atomic::Ordering::Relaxed);
         // A raw result is text blocks only, each no longer than the whole: within the

@@ -447,3 +447,66 @@ async fn waiting_calls_take_slots_by_priority() {
         [("holder", 1), ("vip", 2), ("interactive", 3), ("a", 4), ("b", 5), ("batch", 6)]
     );
 }
+
+fn in_flight(max: usize, waiting: usize) -> OrchestratorConfig {
+    OrchestratorConfig {
+        max_calls_in_flight: max,
+        max_waiting_calls: waiting,
+        ..Default::default()
+    }
+}
+
+/// Without any queue configured a provider has at most `maxCallsInFlight` calls running;
+/// the next ones wait in order, and past the bound on waiting calls one fails at once
+/// with `queue_busy`. Agents, whose calls make calls of their own, are not bounded.
+#[tokio::test(start_paused = true)]
+async fn a_provider_has_a_bounded_number_of_calls_in_flight() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let agents = Arc::new(
+        MockProvider::new("a")
+            .with_kind(ToolKind::Agent)
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let o = start(in_flight(2, 2), vec![p.clone(), agents.clone()]).await;
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let o = o.clone();
+            let tool = if i < 4 { "m__slow" } else { "a__slow" };
+            tokio::spawn(async move { call(&o, tool, json!({"i": i})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(p.in_flight(), 2);
+    assert_eq!(agents.in_flight(), 4);
+    let refused = o.call_tool("m__slow", json!({"i": 4}), &CallContext::new()).await.unwrap_err();
+    expect!["queue `calls in flight to m (at most 2, 2 waiting; defaults.maxCallsInFlight)` busy: no slot for `m__slow` within 0ms, retry later"]
+        .assert_eq(&refused.to_string());
+    assert_eq!(refused.code(), "queue_busy");
+    for call in futures::future::join_all(calls).await {
+        assert!(call.unwrap().ok);
+    }
+    assert_eq!(p.max_in_flight(), 2);
+    assert_eq!(p.total_calls(), 4);
+}
+
+/// A call waiting for one of its provider's slots stops at its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_call_stops_at_its_deadline() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("slow", Behavior::Sleep(Duration::from_secs(10))),
+    );
+    let o = start(in_flight(1, 8), vec![p.clone()]).await;
+    let first = {
+        let o = o.clone();
+        tokio::spawn(async move { call(&o, "m__slow", json!({})).await })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ctx =
+        CallContext::new().with_deadline(tokio::time::Instant::now() + Duration::from_secs(2));
+    let e = o.call_tool("m__slow", json!({}), &ctx).await.unwrap_err();
+    assert_eq!(e.code(), "timeout", "{e}");
+    assert!(first.await.unwrap().ok);
+    assert_eq!(p.total_calls(), 1);
+}

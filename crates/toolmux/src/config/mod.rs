@@ -323,6 +323,13 @@ pub struct Defaults {
     /// are each replaced by a note naming their type and size, in the order they come.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_response_max_bytes: Option<usize>,
+    /// Calls one provider (an MCP server, the REST tools of one API, the file tools) may
+    /// have in flight at once (default 64; `0`: no bound). Past it calls wait in order for
+    /// one to end, up to their deadline or timeout; past sixteen times as many waiting,
+    /// a call fails at once with `queue_busy`. Agents are not bounded (their calls make
+    /// calls of their own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls_in_flight: Option<usize>,
     /// Providers (MCP servers) started at once (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_init_concurrency: Option<usize>,
