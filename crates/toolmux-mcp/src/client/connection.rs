@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{McpServerConfig, ProtocolMode, TransportKind};
+use super::failure::{self, Reach};
 use super::handler::{Events, Handler};
 use super::oauth::{OAuth, OAuthHttp};
 use super::passthrough::Passthrough;
@@ -78,6 +79,8 @@ pub(crate) struct Connection {
     retired: AtomicBool,
     /// Requests in a row that timed out on a remote connection.
     timeouts: AtomicU32,
+    /// The remote server's `url`, for errors (shown without its query).
+    url: Option<String>,
 }
 
 impl Connection {
@@ -145,15 +148,30 @@ impl Connection {
         }
     }
 
-    /// The error for a request the transport could not send, and a remote connection
-    /// given up (see [`Connection::retire_remote`]): what the pumps saw, else what the
-    /// HTTP transport met (the server unreachable, an HTTP status).
-    pub(crate) fn unsent(&self, error: &DynamicTransportError) -> McpError {
+    /// The error for a request of `method` the transport could not send or whose answer
+    /// it could not read, and a remote connection given up (see
+    /// [`Connection::retire_remote`]): what the pumps saw, else what the streamable HTTP
+    /// transport met, said as [`failure::describe`] says it: refused (the server
+    /// unreachable, an HTTP error status), an answer that is none, or an answer lost after
+    /// sending (the server may have run the request).
+    pub(crate) fn unsent(&self, method: &'static str, error: &DynamicTransportError) -> McpError {
         self.retire_remote();
         if self.fault.get().is_some() {
             return self.lost();
         }
-        McpError::Closed { server: self.server.clone(), detail: http_failure(&*error.error) }
+        let server = self.server.clone();
+        let url = self.url.as_deref().map_or_else(|| "the server".to_owned(), failure::shown_url);
+        let Some(failure) = failure::describe(&*error.error, &url) else {
+            return McpError::Closed { server, detail: None };
+        };
+        let message = failure.message;
+        match failure.reach {
+            Reach::Refused => McpError::Undelivered { server, method, message },
+            Reach::Unreadable => {
+                McpError::Protocol { server, message: format!("{method}: {message}") }
+            }
+            Reach::Lost => McpError::OutcomeUnknown { server, method, message },
+        }
     }
 
     /// Closes the session, then kills and reaps the server's process group.
@@ -309,6 +327,7 @@ pub(crate) async fn connect(
         remote: kind != TransportKind::Stdio,
         retired: AtomicBool::new(false),
         timeouts: AtomicU32::new(0),
+        url: config.url.clone().filter(|_| kind != TransportKind::Stdio),
     };
     if connection.is_modern() {
         listen_for_list_changes(server, &connection, events);
@@ -405,7 +424,7 @@ async fn start(
             let (transport, group) =
                 stdio::spawn(&command, fault).map_err(|e| connect_error(Box::new(e)))?;
             *process = Some(group);
-            handshake(server, handler, transport, mode, fault).await
+            handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
         }
         TransportKind::Http => {
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
@@ -420,12 +439,12 @@ async fn start(
                     let client = OAuthHttp::new(client()?, oauth, fault.clone());
                     let client = Passthrough { client, renewed, server: server.into() };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
-                    handshake(server, handler, transport, mode, fault).await
+                    handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
                 }
                 None => {
                     let client = Passthrough { client: client()?, renewed, server: server.into() };
                     let transport = StreamableHttpClientTransport::with_client(client, http_config);
-                    handshake(server, handler, transport, mode, fault).await
+                    handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
                 }
             }
         }
@@ -440,14 +459,14 @@ async fn start(
                     }
                     _ => connect_error(e),
                 })?;
-            handshake(server, handler, transport, mode, fault).await
+            handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
         }
         TransportKind::Websocket => {
             let timeout = config.request_timeout();
             let transport = websocket::connect(server, url()?, &config.headers, timeout, fault)
                 .await
                 .map_err(connect_error)?;
-            handshake(server, handler, transport, mode, fault).await
+            handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
         }
     }
 }
@@ -480,6 +499,7 @@ fn working_dir(server: &str, config: &McpServerConfig) -> Result<PathBuf, McpErr
 
 async fn handshake<T, E, A>(
     server: &str,
+    url: Option<&str>,
     handler: Handler,
     transport: T,
     mode: ProtocolMode,
@@ -510,7 +530,7 @@ where
                 McpError::Closed { server: server.to_owned(), detail: Some(detail) }
             }
             Some(FaultKind::Auth(message)) => McpError::Auth { server: server.to_owned(), message },
-            None => handshake_error(server, e),
+            None => handshake_error(server, url, e),
         }
     })
 }
@@ -518,21 +538,10 @@ where
 /// A failed handshake in words a person can act on. rmcp wraps a transport's failure in
 /// its transport's type name (`Transport [toolmux_mcp::transport::Ordered<rmcp::...>]`),
 /// and its HTTP client error keeps the cause (a refused connection, a certificate) out of
-/// the chain; what is said here is the transport's own error, and for HTTP the client
-/// error's causes. A server that cannot be reached at all is a connect error, which is not
-/// retried with the other handshake.
-/// The last error of `error`'s chain of causes.
-fn innermost<'a>(
-    mut error: &'a (dyn std::error::Error + 'static),
-) -> &'a (dyn std::error::Error + 'static) {
-    while let Some(cause) = error.source() {
-        error = cause;
-    }
-    error
-}
-
-fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
-    use rmcp::transport::streamable_http_client::StreamableHttpError;
+/// the chain; what is said here is the transport's own error, and for streamable HTTP what
+/// [`failure::describe`] makes of it, naming `url` (shown). A server that cannot be reached
+/// at all is a connect error, which is not retried with the other handshake.
+fn handshake_error(server: &str, url: Option<&str>, error: ClientInitializeError) -> McpError {
     // A handshake request whose POST failed (legacy SSE): what happened to it, not rmcp's
     // dump of the error answer made for it.
     if let ClientInitializeError::JsonRpcError(data) = &error
@@ -549,61 +558,17 @@ fn handshake_error(server: &str, error: ClientInitializeError) -> McpError {
         return McpError::Handshake { server: server.to_owned(), source: Box::new(error) };
     };
     let inner = &*transport.error;
-    let mut message = toolmux_core::error_report(inner);
-    // rmcp ends an unexpected response with `: {body}`, empty or not.
-    message.truncate(message.trim_end().trim_end_matches(':').len());
-    let endpoint = "; is `url` the server's MCP endpoint?";
-    match inner.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
-        Some(StreamableHttpError::Client(http)) => {
-            let message = client_failure(http);
-            if http.is_connect() {
-                let source = message.into();
-                return McpError::Connect { server: server.to_owned(), transport: "http", source };
-            }
-            return McpError::Handshake { server: server.to_owned(), source: message.into() };
-        }
-        Some(StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)) => {
-            message.push_str(
-                "; give the server's credentials in `headers` (for example `Authorization: Bearer ${TOKEN}`)",
-            );
-        }
-        Some(StreamableHttpError::HttpStatus(status))
-            if matches!(status.status, 404 | 405 | 501) =>
-        {
-            message.push_str(endpoint);
-        }
-        Some(StreamableHttpError::UnexpectedServerResponse(text))
-            if ["HTTP 404", "HTTP 405", "HTTP 501"].iter().any(|s| text.starts_with(s)) =>
-        {
-            message.push_str(endpoint);
-        }
-        _ => {}
+    let url = url.map_or_else(|| "the server".to_owned(), failure::shown_url);
+    if let Some(failure) = failure::describe(inner, &url) {
+        let source = failure.message.into();
+        return match failure.unreachable {
+            true => McpError::Connect { server: server.to_owned(), transport: "http", source },
+            false => McpError::Handshake { server: server.to_owned(), source },
+        };
     }
+    let mut message = toolmux_core::error_report(inner);
+    message.truncate(message.trim_end().trim_end_matches(':').len());
     McpError::Handshake { server: server.to_owned(), source: message.into() }
-}
-
-/// What a request of the streamable HTTP transport met, in words a person can act on:
-/// `None` for another transport's error (its pumps record their own).
-fn http_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    use rmcp::transport::streamable_http_client::StreamableHttpError;
-    let error = error.downcast_ref::<StreamableHttpError<reqwest::Error>>()?;
-    Some(match error {
-        StreamableHttpError::Client(http) => client_failure(http),
-        StreamableHttpError::HttpStatus(status) => {
-            format!("the server answered HTTP {}", status.status)
-        }
-        StreamableHttpError::SessionExpired => {
-            "the server refused the session, and the request again on a new one".to_owned()
-        }
-        StreamableHttpError::ReinitializationFailed(data) => {
-            format!("the server refused a new session: {} (code {})", data.message, data.code.0)
-        }
-        StreamableHttpError::UnexpectedServerResponse(text) => {
-            let text = text.trim_end();
-            format!("unexpected answer: {}", &text[..text.floor_char_boundary(200)])
-        }
-        other => toolmux_core::error_report(other),
-    })
 }
 
 /// A reqwest error in words, without its URL: reqwest's own message names the URL, which
@@ -620,7 +585,7 @@ pub(crate) fn client_failure(http: &reqwest::Error) -> String {
     // to lookup address information: …"); the layers above it name the client's
     // internals (`client error (Connect)`, `tcp connect error`).
     match std::error::Error::source(http) {
-        Some(cause) if http.is_connect() => format!("{what}: {}", innermost(cause)),
+        Some(cause) if http.is_connect() => format!("{what}: {}", failure::innermost(cause)),
         Some(cause) => format!("{what}: {}", toolmux_core::error_report(cause)),
         None => what.to_owned(),
     }

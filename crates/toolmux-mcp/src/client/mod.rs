@@ -3,6 +3,7 @@
 mod config;
 pub(crate) mod connection;
 pub(crate) mod content;
+mod failure;
 mod filter;
 mod handler;
 mod interaction;

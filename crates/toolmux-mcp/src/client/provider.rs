@@ -606,7 +606,7 @@ impl Inner {
                 message: data.message.into_owned(),
             },
             ServiceError::TransportClosed => connection.lost(),
-            ServiceError::TransportSend(e) => connection.unsent(&e),
+            ServiceError::TransportSend(e) => connection.unsent(method, &e),
             other => McpError::Protocol {
                 server: self.name.clone(),
                 message: format!("{method}: {other}"),

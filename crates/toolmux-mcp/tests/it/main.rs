@@ -9,6 +9,7 @@ mod conformance_suite;
 mod everything;
 mod faults;
 mod health;
+mod http_errors;
 mod oauth_server;
 mod oauth_sse;
 mod passthrough;
