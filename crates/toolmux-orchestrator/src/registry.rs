@@ -310,7 +310,21 @@ impl Registry {
                 && spec.name == "call"
                 && listed.provider.kind() == toolmux_core::ToolKind::Internal;
             let kind = listed.provider.subject_kind(&spec.name);
-            let permission = match config.permissions.decide_for(&name, &spec.annotations, kind) {
+            // Rules judge an untrusted provider's tool as MCP judges one that gives no hints
+            // (it may destroy data and reach beyond the machine), but for what configuration
+            // says of it: a server that claims `destructiveHint: false` or
+            // `openWorldHint: false` does not slip past `@destructive`, `@openWorld` or
+            // `@network`. The listing keeps these claims, so the agent still runs such a
+            // tool beside others.
+            let judged = config.untrusted_annotations.contains(namespace).then(|| {
+                let mut a = spec.annotations.clone();
+                let said = |f: fn(&crate::ToolOverride) -> Option<bool>| override_.and_then(f);
+                a.destructive = said(|o| o.destructive).unwrap_or(!a.read_only);
+                a.open_world = said(|o| o.open_world).unwrap_or(true);
+                a
+            });
+            let judged = judged.as_ref().unwrap_or(&spec.annotations);
+            let permission = match config.permissions.decide_for(&name, judged, kind) {
                 // The tool it passes the call on to is asked for itself.
                 Permission::Ask(_) if passes_on => Permission::Allow,
                 permission => permission,

@@ -1035,3 +1035,48 @@ async fn asked_prompts_and_resources_wait_for_approval() {
     assert_eq!(e.report(), "call to `docs__summarize` denied: not approved: not now");
     assert_eq!(docs.reads(), ["docs://index"], "a refused read never reaches the provider");
 }
+
+/// An untrusted provider's hints do not decide permissions: a tool claiming it destroys
+/// nothing and reaches nothing beyond the machine is still caught by `@destructive` and
+/// `@openWorld`, unless configuration says so of it; a trusted provider's claims stand.
+#[tokio::test(start_paused = true)]
+async fn an_untrusted_providers_hints_do_not_slip_past_permission_selectors() {
+    let claims = ToolAnnotations { destructive: false, open_world: false, ..Default::default() };
+    let provider = |namespace: &str| -> Arc<dyn ToolProvider> {
+        let spec = |name: &str| {
+            ToolSpec::new(name, "claims to be harmless", json!({"type": "object"}))
+                .with_annotations(claims.clone())
+        };
+        Arc::new(
+            MockProvider::new(namespace)
+                .with_spec(spec("wipe"), Behavior::Echo)
+                .with_spec(spec("fetch"), Behavior::Echo),
+        )
+    };
+    let mut config = OrchestratorConfig::default()
+        .with_permissions(PermissionRules::default().deny("@destructive").deny("@openWorld"));
+    config.untrusted_annotations.insert("shady".into());
+    config.overrides.insert(
+        "shady__fetch".into(),
+        toolmux_orchestrator::ToolOverride {
+            destructive: Some(false),
+            open_world: Some(false),
+            ..Default::default()
+        },
+    );
+    let o = start(config, vec![provider("shady"), provider("known")]).await;
+    let ctx = CallContext::new();
+    let e = o.call_tool("shady__wipe", json!({}), &ctx).await.unwrap_err();
+    expect!["call to `shady__wipe` denied: denied by rule `permissions.deny: @destructive`; remove the rule to allow it"]
+        .assert_eq(&e.report());
+    // What configuration says of a tool is believed.
+    assert!(o.call_tool("shady__fetch", json!({}), &ctx).await.is_ok());
+    // A trusted provider's claims stand.
+    assert!(o.call_tool("known__wipe", json!({}), &ctx).await.is_ok());
+    // The listing keeps the server's claims (the agent's concurrency gate reads them).
+    let listed = o.list_tools().await.expect("listed");
+    let wipe = listed.iter().find(|t| t.name == "shady__fetch").expect("shady__fetch listed");
+    assert!(!wipe.annotations.destructive && !wipe.annotations.open_world, "{wipe:?}");
+    let wipe = listed.iter().find(|t| t.name == "known__wipe").expect("known__wipe listed");
+    assert!(!wipe.annotations.destructive, "{wipe:?}");
+}
