@@ -90,6 +90,11 @@ impl RedisBackend {
         RedisPendingStore::new(self.shared.clone())
     }
 
+    /// Which replica holds each MCP session, for forwarding requests to it.
+    pub fn session_owners(&self) -> crate::RedisSessionOwners {
+        crate::RedisSessionOwners::new(self.shared.clone())
+    }
+
     /// The spaces and agents' state (`toolmux_external::Spaces`), shared by all replicas.
     pub fn space_storage(&self) -> crate::RedisSpaceStorage {
         crate::RedisSpaceStorage::new(self.shared.clone())

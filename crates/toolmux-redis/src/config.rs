@@ -72,6 +72,14 @@ pub struct RedisConfig {
     /// of it while their call runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lead_lease_ms: Option<u64>,
+    /// Where the other replicas reach this one (`http://10.0.0.5:8765`, no path), for
+    /// the MCP sessions of streamable HTTP it holds: a replica given a request of a session
+    /// another made forwards it to the URL that replica recorded under the prefix. By
+    /// default `http://` and the `--http` address, when that is not a wildcard (`0.0.0.0`,
+    /// `::`); with a wildcard and no URL, requests are not forwarded (sessions then stay
+    /// with the replica that made them, as without Redis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise_url: Option<String>,
 }
 
 impl RedisConfig {
@@ -84,6 +92,7 @@ impl RedisConfig {
             timeout_ms: None,
             pool_size: None,
             lead_lease_ms: None,
+            advertise_url: None,
         }
     }
 
@@ -111,6 +120,12 @@ impl RedisConfig {
         self
     }
 
+    /// Sets where the other replicas reach this one (see [`RedisConfig::advertise_url`]).
+    pub fn with_advertise_url(mut self, url: impl Into<String>) -> Self {
+        self.advertise_url = Some(url.into());
+        self
+    }
+
     /// Sets how long the response cache's lead of a call lasts when not renewed.
     pub fn with_lead_lease(mut self, lease: Duration) -> Self {
         self.lead_lease_ms = Some(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX));
@@ -127,6 +142,7 @@ impl fmt::Debug for RedisConfig {
             .field("timeout_ms", &self.timeout_ms)
             .field("pool_size", &self.pool_size)
             .field("lead_lease_ms", &self.lead_lease_ms)
+            .field("advertise_url", &self.advertise_url)
             .finish()
     }
 }
@@ -186,8 +202,36 @@ impl Settings {
         }
         // Longer ones say "never": held to what Redis takes.
         let lead_lease = lead_lease.min(FOREVER);
+        if let Some(url) = &config.advertise_url {
+            check_advertise_url(url)?;
+        }
         Ok(Settings { endpoint, prefix, lease, timeout, pool_size, lead_lease })
     }
+}
+
+/// Checks `backend.redis.advertiseUrl`: `http://host[:port]`, the origin other replicas
+/// send requests to (a path would be dropped, credentials would be sent to every replica).
+fn check_advertise_url(url: &str) -> Result<(), RedisError> {
+    let invalid = |why: &str| RedisError::Setting {
+        key: "advertiseUrl",
+        reason: format!(
+            "`{url}` {why}; give where the other replicas reach this one, such as `http://10.0.0.5:8765`"
+        ),
+    };
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return Err(invalid("must start with `http://` or `https://`"));
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() {
+        return Err(invalid("names no host"));
+    }
+    if authority.contains(['/', '?', '#']) {
+        return Err(invalid("must have no path (`/mcp` is added)"));
+    }
+    if authority.contains('@') || authority.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid("must be a bare origin, without credentials or spaces"));
+    }
+    Ok(())
 }
 
 /// Where to connect and how to log in; parsed from a URL.

@@ -17,7 +17,9 @@
 //! - [`RedisRateLimits`], a [`toolmux_orchestrator::ratelimit::RateLimitBackend`]: one
 //!   GCRA state per limit, on the Redis server's clock;
 //! - [`RedisOutputStore`], a [`toolmux_orchestrator::store::OutputStore`]: outputs over the
-//!   size cap, readable by handle through any replica.
+//!   size cap, readable by handle through any replica;
+//! - [`RedisSessionOwners`]: which replica holds each MCP session of streamable HTTP, so
+//!   that the others forward its requests there (`advertiseUrl`).
 //!
 //! Statistics stay in each process.
 //!
@@ -63,6 +65,7 @@ mod pubsub;
 mod queue;
 mod ratelimit;
 pub mod resp;
+mod sessions;
 mod spaces;
 
 pub use backend::RedisBackend;
@@ -74,4 +77,5 @@ pub use outputs::{MAX_OUTPUT_BYTES, OUTPUT_RETENTION, RedisOutputStore};
 pub use pending::{OPEN_WAITER_TTL, RETENTION, RedisPendingStore};
 pub use queue::RedisQueues;
 pub use ratelimit::RedisRateLimits;
+pub use sessions::RedisSessionOwners;
 pub use spaces::RedisSpaceStorage;

@@ -9,6 +9,7 @@ mod orchestrator;
 mod outage;
 mod pending;
 mod queue;
+mod sessions;
 mod shared;
 mod spaces;
 
