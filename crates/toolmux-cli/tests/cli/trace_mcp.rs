@@ -40,6 +40,10 @@ fn trace_lines(run: &Run) -> String {
         .lines()
         .filter(is_trace)
         .map(|line| {
+            // A record's second line (`    parameters: …`) is as it was written.
+            if line.starts_with(' ') {
+                return durations_masked(line);
+            }
             let from_level = line.split_once(' ').map_or(line, |(_, rest)| rest);
             durations_masked(from_level.trim_start())
         })
@@ -75,7 +79,7 @@ fn a_builtin_call_is_traced_with_its_arguments_latency_and_size() {
     expect!["1\tTODO: trace"].assert_eq(run.ok().trim());
     expect![[r#"
         DEBUG tool request → fs__read
-        TRACE     parameters: {"path":"notes.md"}
+            parameters: {"path":"notes.md"}
         DEBUG tool response ← fs__read latency: Nms, output: 19 chars, status: ok"#]]
     .assert_eq(&trace_lines(&run));
 }
@@ -88,7 +92,7 @@ fn an_mcp_call_is_traced_with_the_secrets_of_its_arguments_redacted() {
     // The size is the output's own, counted before the log redacts it.
     expect![[r#"
         DEBUG tool request → everything__echo
-        TRACE     parameters: {"message":"token [redacted]"}
+            parameters: {"message":"token [redacted]"}
         DEBUG tool response ← everything__echo latency: Nms, output: 31 chars, status: ok"#]]
     .assert_eq(&trace_lines(&run));
     assert!(!run.stderr.contains(SECRET), "{}", run.stderr);
@@ -110,7 +114,7 @@ fn a_timeout_is_traced_as_a_warning_with_its_error() {
     let (lines, _) = lines.split_once(" (it went").unwrap_or((&lines, ""));
     expect![[r#"
         DEBUG tool request → everything__trigger-long-running-operation
-        TRACE     parameters: {"duration":5,"steps":5}
+            parameters: {"duration":5,"steps":5}
         WARN tool response ← everything__trigger-long-running-operation latency: Nms, status: failed, error: timeout: `everything__trigger-long-running-operation` did not finish within Nms"#]]
     .assert_eq(lines);
 }
@@ -121,7 +125,7 @@ fn a_failing_tool_is_traced_as_a_warning_with_its_error() {
     assert_eq!(run.code, 1, "{run:?}");
     expect![[r#"
         DEBUG tool request → fs__read
-        TRACE     parameters: {"path":"missing.md"}
+            parameters: {"path":"missing.md"}
         WARN tool response ← fs__read latency: Nms, status: failed, error: invalid arguments for `fs__read`: at /: no file or directory at `missing.md`: check the path with `ls` or `glob`"#]]
     .assert_eq(&trace_lines(&run));
 }
@@ -153,7 +157,7 @@ fn rust_log_does_not_drop_the_trace() {
         run.ok();
         expect![[r#"
             DEBUG tool request → everything__echo
-            TRACE     parameters: {"message":"hi"}
+                parameters: {"message":"hi"}
             DEBUG tool response ← everything__echo latency: Nms, output: 8 chars, status: ok"#]]
         .assert_eq(&trace_lines(&run));
         // The MCP client's connections are part of the trace.
@@ -246,4 +250,20 @@ fn the_log_has_colours_only_on_a_terminal() {
     let run = project(true).env("NO_COLOR", "1").run_at_terminal(&serde_json::json!([]), &call);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("DEBUG tool request → everything__echo"), "{run:?}");
+}
+
+/// An error of several lines (a command's output) is logged on one line, its line breaks
+/// written `\n`, so that a search of the log by line finds the whole response.
+#[test]
+fn an_error_of_several_lines_is_traced_on_one_line() {
+    let project = Project::new();
+    project
+        .file("toolmux.yaml", "defaults:\n  traceMCP: true\nfs: {permissions: [read, execute]}\n");
+    let run = project.run(&["tools", "call", "fs__bash", r#"{"command":"echo out; exit 3"}"#]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let responses: Vec<&str> =
+        run.stderr.lines().filter(|line| line.contains("tool response ←")).collect();
+    assert_eq!(responses.len(), 1, "{}", run.stderr);
+    assert!(responses[0].contains("status: failed, error: "), "{}", responses[0]);
+    assert!(responses[0].contains("\\nout"), "{}", responses[0]);
 }

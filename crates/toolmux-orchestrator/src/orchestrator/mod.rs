@@ -1446,8 +1446,15 @@ impl Orchestrator {
                 arguments: visible.then(|| self.redacted_value(&arguments)),
             });
         }
-        tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
-        tracing::trace!(target: "toolmux::tool", "    parameters: {}", self.inner.redactor.redact(&arguments.to_string()));
+        // One record, its arguments on a second line as the seeds show it, so that the
+        // requests of calls made at once cannot be told apart wrongly; the arguments only
+        // when the target's trace is on (`defaults.traceMCP`).
+        if tracing::enabled!(target: "toolmux::tool", tracing::Level::TRACE) {
+            let arguments = self.inner.redactor.redact(&arguments.to_string()).into_owned();
+            tracing::debug!(target: "toolmux::tool", "tool request → {tool}\n    parameters: {arguments}");
+        } else {
+            tracing::debug!(target: "toolmux::tool", "tool request → {tool}");
+        }
         let meta = CallMeta::default();
         let audit_args =
             self.inner.audit.as_ref().map(|_| sha256_hex(cache_key("", &arguments).as_bytes()));
@@ -1605,10 +1612,10 @@ impl Orchestrator {
             }
             Ok(o) => {
                 let text: String = o.text().chars().take(200).collect();
-                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&text));
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", one_line(&self.inner.redactor.redact(&text)));
             }
             Err(e) => {
-                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", self.inner.redactor.redact(&e.report()));
+                tracing::warn!(target: "toolmux::tool", "tool response ← {tool} latency: {latency_ms}ms, status: failed, error: {}", one_line(&self.inner.redactor.redact(&e.report())));
             }
         }
         let wants_record = self.inner.events.receiver_count() > 0 || self.inner.audit.is_some();
@@ -2737,6 +2744,12 @@ fn keep_media(capped: &mut ToolOutput, media: &[(usize, ContentPart)]) {
             capped.extras.remove("annotations");
         }
     }
+}
+
+/// `text` on one line, its line breaks written `\n`, for a log line that a search by
+/// line finds whole.
+fn one_line(text: &str) -> String {
+    text.replace('\r', "\\r").replace('\n', "\\n")
 }
 
 fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
