@@ -44,6 +44,18 @@ pub(crate) fn peer(relative: &str) -> PathBuf {
 }
 
 /// A project whose configuration has the builtin tools and server-everything (npm).
+/// The `mcpServers` entry (its lines under the server's name, indented four spaces) of a
+/// stdio MCP server written for a test (`line_server.py`: JSON lines by hand, no SDK),
+/// shaped by `spec` (see that file: its tools, its answer, a file each call writes, a
+/// notification it sends first).
+pub(crate) fn line_server(spec: &serde_json::Value) -> String {
+    let python = peer("python/venv/bin/python");
+    let script = repo_root().join("crates/toolmux-cli/tests/cli/line_server.py");
+    // JSON is YAML; a string of it keeps the argument whole.
+    let argument = serde_json::Value::String(spec.to_string());
+    format!("    command: {}\n    args: [{}, {argument}]\n", python.display(), script.display())
+}
+
 pub(crate) fn gateway_project() -> Project {
     let node = peer("node/node_modules/.bin/node");
     let everything =

@@ -1,7 +1,7 @@
 //! `defaults.traceMCP`: each call's request (with its arguments, secrets redacted) and
 //! response (latency and size, or the error at warn level) on stderr, through `tools call`.
 
-use crate::{Project, Run, peer};
+use crate::{Project, Run, line_server, peer};
 use expect_test::expect;
 
 /// The value of `${TOOLMUX_TEST_SECRET}` in the configuration.
@@ -183,45 +183,23 @@ fn rust_log_alone_decides_without_trace_mcp() {
     .assert_eq(&run.stderr);
 }
 
-/// A stdio MCP server with one tool, `ping`, that sends a notification no client knows
-/// (`notifications/custom-ping`) before each answer: toolmux logs it at trace level.
-const PINGING_SERVER: &str = r#"
-import json, sys
-def send(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-for line in sys.stdin:
-    request = json.loads(line)
-    method, id = request.get("method"), request.get("id")
-    if id is None:
-        continue
-    if method == "initialize":
-        result = {"protocolVersion": request["params"]["protocolVersion"],
-                  "capabilities": {"tools": {}}, "serverInfo": {"name": "pinging", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "ping", "inputSchema": {"type": "object"}}]}
-    elif method == "tools/call":
-        send({"jsonrpc": "2.0", "method": "notifications/custom-ping"})
-        result = {"content": [{"type": "text", "text": "pong"}]}
-    else:
-        result = {}
-    send({"jsonrpc": "2.0", "id": id, "result": result})
-"#;
-
 /// `-vvv` shows the MCP client's trace lines with `traceMCP` as without it: its filter is
 /// joined to the verbosity's, not written into it where `toolmux_mcp=debug` hid them.
 #[test]
 fn trace_mcp_keeps_the_trace_lines_of_vvv() {
-    let python = peer("python/venv/bin/python");
+    // A server that sends a notification no client knows before each answer: toolmux logs
+    // it at trace level.
+    let pinging = line_server(&serde_json::json!({
+        "name": "pinging",
+        "tools": [{"name": "ping", "inputSchema": {"type": "object"}}],
+        "notify": "notifications/custom-ping",
+        "text": "pong",
+    }));
     for trace_mcp in [false, true] {
         let project = Project::new();
-        project.file("pinging.py", PINGING_SERVER).file(
+        project.file(
             "toolmux.yaml",
-            &format!(
-                "defaults:\n  traceMCP: {trace_mcp}\nmcpServers:\n  pinging:\n    command: {}\n    \
-                 args: [pinging.py]\n",
-                python.display()
-            ),
+            &format!("defaults:\n  traceMCP: {trace_mcp}\nmcpServers:\n  pinging:\n{pinging}"),
         );
         let run = project.run(&["-vvv", "tools", "call", "pinging__ping", "{}"]);
         expect!["pong"].assert_eq(run.ok().trim());
