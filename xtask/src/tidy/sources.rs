@@ -28,6 +28,9 @@ pub(super) const SPAWN_ALLOWED: &[&str] = &[
     "crates/toolmux-test-support/src/redis",
     // toolmux-test-support: a test run again under a fresh terminal (util-linux `script`).
     "crates/toolmux-test-support/src/terminal",
+    // toolmux-external's journal tests (cfg(test) only): the test binary run again as a
+    // child that is killed between the steps of a change.
+    "crates/toolmux-external/src/journal/tests",
 ];
 
 /// Text that must not appear in any `.rs` file, with what to do instead.
