@@ -563,6 +563,8 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         events: Some(Arc::new(crate::events::CallEvents(current.clone()))),
         task_tools: loaded.config.serve.task_tools.clone(),
         token_verifier,
+        // With `backend.redis`, sessions are shared with the other replicas over HTTP.
+        affinity: toolmux.session_affinity(),
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);

@@ -41,6 +41,10 @@ pub struct Toolmux {
     /// The OpenTelemetry export of this build's calls (`telemetry.otlp`).
     #[cfg(feature = "otel")]
     otel: Option<Arc<toolmux_otel::Exporter>>,
+    /// Where `toolmux serve --http` records its MCP sessions, for the other replicas of
+    /// `backend.redis` to forward their requests to it.
+    #[cfg(all(feature = "mcp", feature = "redis"))]
+    session_affinity: Option<toolmux_mcp::server::SessionAffinity>,
 }
 
 /// What a pending-call store is made from: its folder (none: in memory, or Redis), its
@@ -496,6 +500,19 @@ impl Toolmux {
         #[cfg(feature = "otel")]
         let otel =
             otel.map(|s| Arc::new(toolmux_otel::Exporter::start(s, orchestrator.subscribe())));
+        #[cfg(all(feature = "mcp", feature = "redis"))]
+        let session_affinity = backend.as_ref().map(|backend| {
+            let advertise_url = loaded
+                .config
+                .backend
+                .as_ref()
+                .and_then(|b| b.redis.as_ref())
+                .and_then(|r| r.advertise_url.clone());
+            toolmux_mcp::server::SessionAffinity {
+                directory: Arc::new(RedisSessionDirectory(backend.session_owners())),
+                advertise_url,
+            }
+        });
         Ok(Toolmux {
             orchestrator,
             #[cfg(feature = "agent")]
@@ -515,7 +532,17 @@ impl Toolmux {
             spaces: spaces.map(|(spaces, _)| spaces),
             #[cfg(feature = "otel")]
             otel,
+            #[cfg(all(feature = "mcp", feature = "redis"))]
+            session_affinity,
         })
+    }
+
+    /// With `backend.redis`, the MCP sessions `toolmux serve --http` shares with the other
+    /// replicas ([`toolmux_mcp::server::ServeOptions::affinity`]): recorded in Redis, and
+    /// requests of another replica's sessions forwarded to it.
+    #[cfg(all(feature = "mcp", feature = "redis"))]
+    pub fn session_affinity(&self) -> Option<toolmux_mcp::server::SessionAffinity> {
+        self.session_affinity.clone()
     }
 
     /// The configured agents, attached to the orchestrator; `None` without `agents`.
@@ -1438,6 +1465,37 @@ fn external_http(loaded: &Loaded) -> Result<Option<Arc<dyn ToolProvider>>, Toolm
             ),
         )),
         None => Ok(None),
+    }
+}
+
+/// The holders of MCP sessions, recorded in Redis under the backend's prefix.
+#[cfg(all(feature = "mcp", feature = "redis"))]
+#[derive(Debug)]
+struct RedisSessionDirectory(toolmux_redis::RedisSessionOwners);
+
+#[cfg(all(feature = "mcp", feature = "redis"))]
+impl toolmux_mcp::server::SessionDirectory for RedisSessionDirectory {
+    fn claim(
+        &self,
+        session: String,
+        owner: String,
+        ttl: Duration,
+    ) -> toolmux_mcp::server::DirectoryFuture<()> {
+        let owners = self.0.clone();
+        Box::pin(async move { Ok(owners.claim(&session, &owner, ttl).await?) })
+    }
+
+    fn owner(&self, session: String) -> toolmux_mcp::server::DirectoryFuture<Option<String>> {
+        let owners = self.0.clone();
+        Box::pin(async move { Ok(owners.owner(&session).await?) })
+    }
+
+    fn release(&self, session: String, owner: String) -> toolmux_mcp::server::DirectoryFuture<()> {
+        let owners = self.0.clone();
+        Box::pin(async move {
+            owners.release(&session, &owner).await?;
+            Ok(())
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 //! cargo build the binary for them and tell its path (`CARGO_BIN_EXE_toolmux`); `tests/it`
 //! keeps the tests that combine library crates.
 
+mod affinity;
 mod agent;
 mod annotations;
 mod config_errors;

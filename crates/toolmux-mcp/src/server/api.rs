@@ -873,24 +873,37 @@ pub(crate) async fn check_host(
     request: Request,
     next: Next,
 ) -> Response {
-    if hosts.is_empty() {
-        return next.run(request).await;
+    match host_refusal(&hosts, request.headers()) {
+        Some(why) => problem(StatusCode::FORBIDDEN, why),
+        None => next.run(request).await,
     }
-    let headers = request.headers();
+}
+
+/// Whether `headers` name an allowed `Host` and, when they have one, `Origin` (`hosts`
+/// empty: any).
+pub(crate) fn host_allowed(hosts: &[String], headers: &axum::http::HeaderMap) -> bool {
+    host_refusal(hosts, headers).is_none()
+}
+
+/// Why `headers` are refused by [`check_host`]; `None` when they are not.
+fn host_refusal(hosts: &[String], headers: &axum::http::HeaderMap) -> Option<&'static str> {
+    if hosts.is_empty() {
+        return None;
+    }
     let host = headers.get(HOST).and_then(|h| h.to_str().ok());
-    if !host.is_some_and(|h| allowed(&hosts, h)) {
-        return problem(StatusCode::FORBIDDEN, "forbidden: the Host header is not allowed");
+    if !host.is_some_and(|h| allowed(hosts, h)) {
+        return Some("forbidden: the Host header is not allowed");
     }
     if let Some(origin) = headers.get(ORIGIN) {
         let authority = origin
             .to_str()
             .ok()
             .and_then(|o| o.strip_prefix("http://").or_else(|| o.strip_prefix("https://")));
-        if !authority.is_some_and(|a| allowed_host_only(&hosts, a)) {
-            return problem(StatusCode::FORBIDDEN, "forbidden: the Origin is not allowed");
+        if !authority.is_some_and(|a| allowed_host_only(hosts, a)) {
+            return Some("forbidden: the Origin is not allowed");
         }
     }
-    next.run(request).await
+    None
 }
 
 /// Whether `authority` (`host` or `host:port`) is allowed: an entry with a port must match

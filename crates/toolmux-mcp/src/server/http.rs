@@ -22,14 +22,21 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const MCP_PATH: &str = "/mcp";
 
 /// The axum router serving `shared` at [`MCP_PATH`], for a server bound to `bound`.
+///
+/// With `registry`, its sessions are recorded there, and requests of sessions other
+/// replicas hold are forwarded to them (see [`super::affinity`]).
 pub(crate) fn router(
     shared: Arc<Shared>,
     bound: SocketAddr,
     shutdown: CancellationToken,
+    registry: Option<Arc<super::affinity::Registry>>,
 ) -> axum::Router {
-    let sessions =
-        super::sessions::Sessions::new(shared.options().session_idle, shutdown.child_token());
-    router_of(shared, bound, shutdown, sessions)
+    let sessions = super::sessions::Sessions::new(
+        shared.options().session_idle,
+        shutdown.child_token(),
+        registry.clone(),
+    );
+    router_of(shared, bound, shutdown, sessions, registry)
 }
 
 /// [`router`] with the sessions of `/mcp` given.
@@ -38,9 +45,17 @@ fn router_of(
     bound: SocketAddr,
     shutdown: CancellationToken,
     sessions: Arc<super::sessions::Sessions>,
+    registry: Option<Arc<super::affinity::Registry>>,
 ) -> axum::Router {
     let keyed = !shared.options().api_keys.is_empty() || shared.options().token_verifier.is_some();
-    let hosts = allowed_hosts(&shared.options().allowed_hosts, bound, keyed);
+    let mut hosts = allowed_hosts(&shared.options().allowed_hosts, bound, keyed);
+    // Other replicas forward requests here by the advertised name.
+    if let Some(host) = registry.as_ref().and_then(|r| r.host())
+        && !hosts.is_empty()
+        && !hosts.contains(&host)
+    {
+        hosts.push(host);
+    }
     let origins = allowed_origins(&hosts);
     // rmcp's checks guard `/mcp`; the API beside it checks the same hosts itself.
     let api = super::api::routes(shared.clone(), hosts.clone(), shutdown.clone());
@@ -62,9 +77,20 @@ fn router_of(
         sessions.clone(),
         config,
     );
-    let service = axum::Router::new()
+    let forwarding = registry.and_then(|registry| {
+        super::affinity::Forwarding::new(sessions.clone(), registry, Arc::from(hosts.clone()))
+    });
+    let mut service = axum::Router::new()
         .fallback_service(service)
         .layer(axum::middleware::from_fn_with_state(sessions, explain_refusals));
+    // Outside rmcp's checks and the explanations: a request of a session held elsewhere
+    // is answered by its holder, as it answers it.
+    if let Some(forwarding) = forwarding {
+        service = service.layer(axum::middleware::from_fn_with_state(
+            forwarding,
+            super::affinity::forward_foreign,
+        ));
+    }
     let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
     // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
     // to this server must not read them either.
@@ -294,7 +320,7 @@ const LAST_EVENT_ID: &str = "last-event-id";
 const BODY_MAX: usize = 4 * 1024 * 1024;
 
 /// A request's body, whole; a refusal when it is too long or cannot be read.
-async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
+pub(crate) async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
     use futures::StreamExt as _;
     let mut chunks = body.into_data_stream();
     let mut whole = bytes::BytesMut::new();
@@ -322,7 +348,7 @@ async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Response> {
 
 /// The id of the JSON-RPC request in `body`, when it has a string or number one; else
 /// `null`.
-fn request_id(body: &[u8]) -> serde_json::Value {
+pub(crate) fn request_id(body: &[u8]) -> serde_json::Value {
     #[derive(serde::Deserialize)]
     struct Peek {
         id: Option<serde_json::Value>,
@@ -393,7 +419,7 @@ fn explain(status: StatusCode, method: &axum::http::Method, text: &str) -> Strin
 
 /// `404` with a JSON-RPC error of request `id`: the session named is not (or no longer)
 /// served.
-fn session_not_found(id: serde_json::Value) -> Response {
+pub(crate) fn session_not_found(id: serde_json::Value) -> Response {
     let message = "session not found: the session named in `Mcp-Session-Id` ended or never \
                    was; start a new one with an `initialize` request without `Mcp-Session-Id`";
     json_rpc_refusal(StatusCode::NOT_FOUND, -32600, message.to_owned(), id)
@@ -672,7 +698,7 @@ async fn keep_sessions_to_their_holder(
 }
 
 /// The header naming a streamable HTTP session.
-const MCP_SESSION_ID: &str = "mcp-session-id";
+pub(crate) const MCP_SESSION_ID: &str = "mcp-session-id";
 
 /// Who holds the API key a request presented: runs are kept per holder (`key:NAME/…`), so
 /// the audit log tells who made each call and one holder cannot name another's run.
@@ -853,9 +879,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let bound = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let sessions =
-            super::super::sessions::Sessions::new(Duration::from_secs(300), shutdown.child_token());
-        let router = router_of(shared, bound, shutdown.clone(), sessions.clone());
+        let sessions = super::super::sessions::Sessions::new(
+            Duration::from_secs(300),
+            shutdown.child_token(),
+            None,
+        );
+        let router = router_of(shared, bound, shutdown.clone(), sessions.clone(), None);
         let serving = tokio::spawn(run("test".into(), listener, router, shutdown.clone()));
         let url = format!("http://{bound}{MCP_PATH}");
         let client = reqwest::Client::new();

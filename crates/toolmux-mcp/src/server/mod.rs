@@ -73,6 +73,7 @@
 //! # }
 //! ```
 
+mod affinity;
 mod api;
 mod convert;
 mod handler;
@@ -87,6 +88,9 @@ mod settle;
 mod stdio;
 mod tasks;
 
+pub use affinity::{
+    DirectoryError, DirectoryFuture, FORWARDED_HEADER, SessionAffinity, SessionDirectory,
+};
 pub use convert::EXTRAS_META_KEY;
 pub use handler::RUN_ID_META_KEY;
 pub use oauth::{IntrospectionConfig, Refusal, ResourceServerConfig, TokenVerifier};
@@ -154,6 +158,11 @@ pub struct ServeOptions {
     /// client, such as a call's answer being awaited or a `GET` stream) before it is
     /// ended; its client then starts another (default 5 minutes).
     pub session_idle: std::time::Duration,
+    /// Over HTTP, sessions shared with other replicas behind one load balancer: each
+    /// session is recorded as this server's in a directory the replicas share, and a
+    /// request of a session another replica holds is forwarded to it (`None`: sessions are
+    /// this server's alone, and another replica's are not found).
+    pub affinity: Option<SessionAffinity>,
 }
 
 /// The tools of key holders that are not served everything ([`ServeOptions::views`]).
@@ -270,6 +279,7 @@ impl Default for ServeOptions {
             token_verifier: None,
             views: None,
             session_idle: std::time::Duration::from_secs(5 * 60),
+            affinity: None,
         }
     }
 }
@@ -394,7 +404,17 @@ pub async fn bind_http(
     // Clients of every kind share the served names: no one client's profile is taken.
     shared.naming();
     shared.keep_listing(shutdown.child_token());
-    let router = http::router(shared, bound, shutdown.child_token());
-    let task = tokio::spawn(http::run(server, listener, router, shutdown));
+    let registry =
+        shared.options().affinity.as_ref().and_then(|a| affinity::Registry::new(a, bound));
+    let router = http::router(shared, bound, shutdown.child_token(), registry.clone());
+    let task = tokio::spawn(async move {
+        let served = http::run(server, listener, router, shutdown).await;
+        // The other replicas stop forwarding to this one at once rather than when the
+        // records' time to live ends.
+        if let Some(registry) = registry {
+            registry.release_all().await;
+        }
+        served
+    });
     Ok((bound, task))
 }

@@ -252,6 +252,8 @@ pub(crate) struct Sessions {
     usage: Arc<Mutex<HashMap<SessionId, Usage>>>,
     /// Cancelled when the server shuts down: every session ends then.
     shutdown: CancellationToken,
+    /// Where the sessions are recorded as this replica's, when they are shared with others.
+    registry: Option<Arc<super::affinity::Registry>>,
 }
 
 /// How a session is used.
@@ -276,13 +278,43 @@ impl Drop for Usage {
 
 impl Sessions {
     /// Sessions that end after `idle` unused, looked for until `shutdown`.
-    pub(crate) fn new(idle: Duration, shutdown: CancellationToken) -> Arc<Sessions> {
+    /// With `registry`, each session is recorded there while it lives.
+    pub(crate) fn new(
+        idle: Duration,
+        shutdown: CancellationToken,
+        registry: Option<Arc<super::affinity::Registry>>,
+    ) -> Arc<Sessions> {
         let log = Arc::new(EventLog::default());
         let mut inner = LocalSessionManager::default().with_event_store(log.clone());
         // Ended here, by use rather than by messages (see the module's docs).
         inner.session_config.keep_alive = None;
-        let sessions =
-            Arc::new(Sessions { inner, log, usage: Arc::default(), shutdown: shutdown.clone() });
+        let sessions = Arc::new(Sessions {
+            inner,
+            log,
+            usage: Arc::default(),
+            shutdown: shutdown.clone(),
+            registry: registry.clone(),
+        });
+        if let Some(registry) = registry {
+            // Records are renewed while their sessions live; those of sessions that ended
+            // without `close_session` (their worker gone) are removed here.
+            let usage = Arc::downgrade(&sessions.usage);
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => break,
+                        () = tokio::time::sleep(super::affinity::Registry::renew_every()) => {}
+                    }
+                    let Some(usage) = usage.upgrade() else { break };
+                    let live: std::collections::HashSet<String> = {
+                        let usage = usage.lock().unwrap_or_else(|e| e.into_inner());
+                        usage.keys().map(|id| id.to_string()).collect()
+                    };
+                    registry.renew(|id| live.contains(id)).await;
+                }
+            });
+        }
         let weak = Arc::downgrade(&sessions);
         let every = (idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
         tokio::spawn(async move {
@@ -573,6 +605,9 @@ impl SessionManager for Sessions {
         let usage = Usage { last: Instant::now(), open: 0, listener: 0, closed };
         self.usage.lock().unwrap_or_else(|e| e.into_inner()).insert(id.clone(), usage);
         let transport = SessionTransport { inner, usage: self.usage.clone(), id: id.clone() };
+        if let Some(registry) = &self.registry {
+            registry.claim(&id).await;
+        }
         Ok((id, transport))
     }
 
@@ -595,6 +630,9 @@ impl SessionManager for Sessions {
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         self.log.forget(&common_stream(id));
         ended(&self.usage, id);
+        if let Some(registry) = &self.registry {
+            registry.release(id).await;
+        }
         Ok(self.inner.close_session(id).await?)
     }
 

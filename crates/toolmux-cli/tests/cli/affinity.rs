@@ -1,0 +1,295 @@
+//! Sessions across replicas: two `toolmux serve --http` processes sharing one Redis
+//! (`backend.redis`) stand behind a round-robin balancer, and a request naming a session
+//! the other replica made is forwarded to it.
+
+use super::{Project, peer};
+use serde_json::{Value, json};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One `toolmux serve --http 127.0.0.1:0`, killed when dropped; its log is kept.
+struct Replica {
+    child: Child,
+    address: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Replica {
+    fn start(project: &Project) -> Replica {
+        let mut child = project
+            .command(&["serve", "--http", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("toolmux serve starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut seen = String::new();
+        // Reading ends at EOF if toolmux exits, so this cannot hang past the process.
+        let url = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("toolmux serve ended before serving:\n{seen}");
+            }
+            seen.push_str(&line);
+            if let Some(rest) = line.trim().strip_prefix("toolmux: serving MCP at ") {
+                break rest.split_whitespace().next().unwrap_or_default().to_owned();
+            }
+        };
+        let log = Arc::new(Mutex::new(seen));
+        let kept = log.clone();
+        // Drained so that a chatty log never blocks the server on a full pipe.
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            kept.lock().unwrap_or_else(|e| e.into_inner()).push_str(&rest);
+        });
+        let address = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+        Replica { child, address, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// SIGKILL: a crash, nothing cleaned up.
+    fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// An HTTP/1.1 response: status, headers (names lowercase) and body (SSE as it came).
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC messages of the body: JSON, or the `data:` lines of an event stream.
+    fn messages(&self) -> Vec<Value> {
+        if let Ok(one) = serde_json::from_str::<Value>(&self.body) {
+            return vec![one];
+        }
+        self.body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str(data.trim()).ok())
+            .collect()
+    }
+
+    /// The message answering request `id`.
+    fn answer(&self, id: i64) -> Value {
+        self.messages()
+            .into_iter()
+            .find(|m| m["id"] == id)
+            .unwrap_or_else(|| panic!("no answer to request {id}: {self:?}"))
+    }
+}
+
+/// Sends `method` to `/mcp` at `address` with `session`, and reads the whole answer
+/// (`Connection: close`), chunked transfer decoded.
+fn exchange(address: &str, method: &str, session: Option<&str>, body: &Value) -> Answer {
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("a timeout");
+    send(&mut stream, address, method, session, body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    parse(&raw)
+}
+
+fn send(
+    stream: &mut std::net::TcpStream,
+    address: &str,
+    method: &str,
+    session: Option<&str>,
+    body: &Value,
+) {
+    let body = if body.is_null() { String::new() } else { body.to_string() };
+    let session = session.map(|s| format!("Mcp-Session-Id: {s}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         {session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+}
+
+fn parse(raw: &[u8]) -> Answer {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(rest) } else { rest.to_owned() };
+    Answer { status, headers, body }
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else { break };
+        if size == 0 || after.len() < size {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = after[size..].strip_prefix("\r\n").unwrap_or(&after[size..]);
+    }
+    body
+}
+
+/// Starts a session at `address`: `initialize`, then `notifications/initialized`.
+fn initialize(address: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let answer = exchange(address, "POST", None, &init);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    answer.header("mcp-session-id").expect("a session id").to_owned()
+}
+
+/// Two replicas with their own folders and one Redis.
+fn replicas(redis: &toolmux_test_support::redis::RedisServer) -> (Replica, Replica, [Project; 2]) {
+    let node = peer("node/node_modules/.bin/node");
+    let everything =
+        peer("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let config = format!(
+        "fs: {{}}\nmcpServers:\n  everything:\n    command: {}\n    args: [{}, stdio]\n\
+         backend:\n  redis: {{url: '{}'}}\n",
+        node.display(),
+        everything.display(),
+        redis.url()
+    );
+    let projects = [Project::new(), Project::new()];
+    for project in &projects {
+        project.file("notes.md", "TODO: replicas\n").file("toolmux.yaml", &config);
+    }
+    let a = Replica::start(&projects[0]);
+    let b = Replica::start(&projects[1]);
+    (a, b, projects)
+}
+
+/// A session made by replica A is served through replica B: its tools listed and called, a
+/// call's progress streamed as it comes, and its end through B ends it on A.
+#[test]
+fn a_session_made_on_one_replica_is_served_through_another() {
+    let redis = toolmux_test_support::redis::RedisServer::start();
+    let (a, b, _projects) = replicas(&redis);
+    let session = initialize(&a.address);
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let answer = exchange(&b.address, "POST", Some(&session), &initialized);
+    assert_eq!(answer.status, 202, "{answer:?}\nA:\n{}\nB:\n{}", a.log(), b.log());
+
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let answer = exchange(&b.address, "POST", Some(&session), &list);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let tools = answer.answer(1);
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"fs__grep"), "{names:?}");
+
+    let grep = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "fs__grep", "arguments": {"pattern": "TODO"}}});
+    let answer = exchange(&b.address, "POST", Some(&session), &grep);
+    assert_eq!(answer.answer(2)["result"]["content"][0]["text"], "notes.md", "{answer:?}");
+
+    // Three reports a second apart: the first reaches the client through B before the
+    // answer exists, so B streams rather than buffering the answer whole.
+    let long = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "everything__trigger-long-running-operation",
+        "arguments": {"duration": 3, "steps": 3}, "_meta": {"progressToken": "p3"}}});
+    let mut stream = std::net::TcpStream::connect(&b.address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("a timeout");
+    send(&mut stream, &b.address, "POST", Some(&session), &long);
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !String::from_utf8_lossy(&raw).contains("notifications/progress") {
+        assert!(
+            Instant::now() < deadline,
+            "no progress through B: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "the stream ended without progress: {}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    assert!(
+        !String::from_utf8_lossy(&raw).contains("Long running operation completed"),
+        "the answer came with the first progress report: {}",
+        String::from_utf8_lossy(&raw)
+    );
+    let _ = stream.read_to_end(&mut raw);
+    let answer = parse(&raw);
+    let progress =
+        answer.messages().iter().filter(|m| m["method"] == "notifications/progress").count();
+    assert_eq!(progress, 3, "{answer:?}");
+    let done = answer.answer(3);
+    assert!(
+        done["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("completed"),
+        "{done}"
+    );
+
+    // Ended through B: A knows it no more.
+    let answer = exchange(&b.address, "DELETE", Some(&session), &Value::Null);
+    assert!(answer.status == 200 || answer.status == 202, "{answer:?}");
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    assert_eq!(exchange(&a.address, "POST", Some(&session), &ping).status, 404);
+    assert_eq!(exchange(&b.address, "POST", Some(&session), &ping).status, 404);
+}
+
+/// A replica that crashed answers for its sessions no more: the other answers 404 at
+/// once, so that the client starts another session, and forgets the session's owner.
+#[test]
+fn a_session_of_a_crashed_replica_is_not_found_promptly() {
+    let redis = toolmux_test_support::redis::RedisServer::start();
+    let (mut a, b, _projects) = replicas(&redis);
+    let session = initialize(&a.address);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let answer = exchange(&b.address, "POST", Some(&session), &ping);
+    assert_eq!(answer.status, 200, "{answer:?}\nA:\n{}\nB:\n{}", a.log(), b.log());
+    assert_eq!(answer.answer(1)["result"], json!({}), "{answer:?}");
+    a.crash();
+    let started = Instant::now();
+    let answer = exchange(&b.address, "POST", Some(&session), &ping);
+    assert_eq!(answer.status, 404, "{answer:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let error = answer.answer(1);
+    assert!(
+        error["error"]["message"].as_str().unwrap_or_default().contains("initialize"),
+        "{error}"
+    );
+    // Forgotten: a new session through B works, and the old one stays unknown.
+    let fresh = initialize(&b.address);
+    assert_ne!(fresh, session);
+    assert_eq!(exchange(&b.address, "POST", Some(&session), &ping).status, 404);
+}

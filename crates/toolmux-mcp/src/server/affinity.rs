@@ -1,0 +1,381 @@
+//! Sessions across replicas: several servers behind one load balancer that sends each
+//! request to any of them, sharing a [`SessionDirectory`] (Redis, `backend.redis`).
+//!
+//! A session of the handshake revisions lives in the replica that answered its
+//! `initialize` (rmcp's session manager holds its worker, the per-session servers and the
+//! read records live there). That replica records `session id → its base URL` in the
+//! directory, with a time to live it renews while the session lives and a removal when the
+//! session ends (`DELETE`, unused, its worker gone, the server shutting down). A replica
+//! given a request (`POST`, `GET` stream, `DELETE`) of a session it does not hold looks the
+//! holder up and forwards the request there: the body and the headers the protocol needs
+//! (`Authorization` and `X-API-Key` as the client sent them, so that the holder checks
+//! them again), the answer streamed back as it comes (an event stream included). A
+//! forwarded request carries [`FORWARDED_HEADER`] and is never forwarded again. A holder
+//! that cannot be reached (crashed) has its record removed and the client is told the
+//! session is not found, so that it starts another, as MCP says. A client that goes
+//! away drops the forwarded request with it.
+//!
+//! Requests are forwarded only to URLs found in the directory, which only replicas write:
+//! whoever can write the directory (the Redis prefix) can send sessions' requests, with
+//! their credentials, anywhere, as they can change everything else the backend shares.
+
+use super::http::{MCP_PATH, MCP_SESSION_ID, read_body, request_id, session_not_found};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where the replicas record which of them holds each session, and for how long.
+///
+/// Its futures own what they need (`'static`), so that an implementation clones a handle
+/// into them and needs no macro.
+pub trait SessionDirectory: Send + Sync + std::fmt::Debug {
+    /// Records that the replica at `owner` (a base URL, `http://10.0.0.5:8765`) holds
+    /// `session` for `ttl` from now, or renews the record.
+    fn claim(&self, session: String, owner: String, ttl: Duration) -> DirectoryFuture<()>;
+    /// The base URL of the replica holding `session`, when one is recorded.
+    fn owner(&self, session: String) -> DirectoryFuture<Option<String>>;
+    /// Removes the record of `session` if it still names `owner`.
+    fn release(&self, session: String, owner: String) -> DirectoryFuture<()>;
+}
+
+/// Why a [`SessionDirectory`] could not answer.
+pub type DirectoryError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a [`SessionDirectory`] answers.
+pub type DirectoryFuture<T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, DirectoryError>> + Send + 'static>>;
+
+/// Sessions shared with other replicas ([`ServeOptions::affinity`](super::ServeOptions)).
+#[derive(Debug, Clone)]
+pub struct SessionAffinity {
+    /// Where the holders of sessions are recorded.
+    pub directory: Arc<dyn SessionDirectory>,
+    /// Where the other replicas reach this one (`http://10.0.0.5:8765`, no path); `None`:
+    /// `http://` and the bound address, which must then not be a wildcard (the server
+    /// then forwards nothing and records nothing, and says so in its log).
+    pub advertise_url: Option<String>,
+}
+
+/// The header marking a forwarded request: it is served where it arrives, never
+/// forwarded again.
+pub const FORWARDED_HEADER: &str = "x-toolmux-forwarded";
+
+/// How long a record lives without being renewed: a replica that crashed leaves its
+/// sessions' records this long at most.
+const RECORD_TTL: Duration = Duration::from_secs(60);
+/// How often a replica renews its sessions' records.
+const RENEW_EVERY: Duration = Duration::from_secs(20);
+/// The longest wait for the directory.
+const DIRECTORY_WAIT: Duration = Duration::from_secs(3);
+/// The longest wait for a connection to the holder.
+const CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// The longest wait for the holder's answer to begin (an event stream begins at once).
+const ANSWER_WAIT: Duration = Duration::from_secs(30);
+
+/// The request headers a forwarded request carries, as the client sent them.
+const FORWARDED_REQUEST_HEADERS: [&str; 8] = [
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "accept",
+    "content-type",
+    "last-event-id",
+    "authorization",
+    "x-api-key",
+    "origin",
+];
+
+/// The answer's headers that are the connection's, not the answer's.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authenticate",
+];
+
+/// This replica's records in the directory: the sessions it holds.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    directory: Arc<dyn SessionDirectory>,
+    /// This replica's base URL, without a trailing `/`.
+    url: String,
+    /// The sessions recorded as this replica's.
+    held: Mutex<HashSet<String>>,
+}
+
+impl Registry {
+    /// The records of a server bound to `bound`; `None` (logged) when where it is reached
+    /// cannot be told.
+    pub(crate) fn new(
+        affinity: &SessionAffinity,
+        bound: std::net::SocketAddr,
+    ) -> Option<Arc<Registry>> {
+        let url = match &affinity.advertise_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None if bound.ip().is_unspecified() => {
+                tracing::warn!(
+                    target: "toolmux::serve",
+                    "sessions are not shared with other replicas: this server is bound to \
+                     every address ({bound}), so where they reach it cannot be told; set \
+                     `backend.redis.advertiseUrl` (such as `http://10.0.0.5:{}`)",
+                    bound.port()
+                );
+                return None;
+            }
+            None => format!("http://{bound}"),
+        };
+        Some(Arc::new(Registry {
+            directory: affinity.directory.clone(),
+            url,
+            held: Mutex::default(),
+        }))
+    }
+
+    /// The host (and port) the other replicas name this one by, to be accepted as `Host`.
+    pub(crate) fn host(&self) -> Option<String> {
+        let rest = self.url.split_once("://")?.1;
+        let authority = rest.split('/').next()?;
+        let host = match authority.rsplit_once(':') {
+            Some((host, port)) if port.parse::<u16>().is_ok() && !host.ends_with(':') => host,
+            _ => authority,
+        };
+        Some(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records session `id` as this replica's.
+    pub(crate) async fn claim(&self, id: &str) {
+        self.lock().insert(id.to_owned());
+        self.write(id).await;
+    }
+
+    async fn write(&self, id: &str) {
+        let claimed = tokio::time::timeout(
+            DIRECTORY_WAIT,
+            self.directory.claim(id.to_owned(), self.url.clone(), RECORD_TTL),
+        )
+        .await;
+        match claimed {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(
+                target: "toolmux::serve",
+                "cannot record an MCP session's holder, so other replicas cannot forward its \
+                 requests here: {}", toolmux_core::error_report(&*e)
+            ),
+            Err(_) => tracing::warn!(
+                target: "toolmux::serve",
+                "cannot record an MCP session's holder within {DIRECTORY_WAIT:?}, so other \
+                 replicas cannot forward its requests here"
+            ),
+        }
+    }
+
+    /// Removes the record of session `id`, which ended here.
+    pub(crate) async fn release(&self, id: &str) {
+        if !self.lock().remove(id) {
+            return;
+        }
+        self.remove(id, &self.url).await;
+    }
+
+    /// Removes the record of session `id` when it names `owner`.
+    async fn remove(&self, id: &str, owner: &str) {
+        let released = tokio::time::timeout(
+            DIRECTORY_WAIT,
+            self.directory.release(id.to_owned(), owner.to_owned()),
+        )
+        .await;
+        if !matches!(released, Ok(Ok(()))) {
+            // It ends with its time to live.
+            tracing::debug!(target: "toolmux::serve", "cannot remove an MCP session's record");
+        }
+    }
+
+    /// Renews the records of the sessions `live` says still live, and removes the others'.
+    pub(crate) async fn renew(&self, live: impl Fn(&str) -> bool) {
+        let held: Vec<String> = self.lock().iter().cloned().collect();
+        for id in held {
+            if live(&id) {
+                self.write(&id).await;
+            } else {
+                self.release(&id).await;
+            }
+        }
+    }
+
+    /// Removes every record of this replica (the server is shutting down).
+    pub(crate) async fn release_all(&self) {
+        let held: Vec<String> = self.lock().drain().collect();
+        for id in held {
+            self.remove(&id, &self.url).await;
+        }
+    }
+
+    /// How often [`Registry::renew`] is to run.
+    pub(crate) fn renew_every() -> Duration {
+        RENEW_EVERY
+    }
+}
+
+/// What forwarding needs: the local sessions, the records, the hosts accepted and a
+/// client.
+#[derive(Debug)]
+pub(crate) struct Forwarding {
+    pub(crate) sessions: Arc<super::sessions::Sessions>,
+    pub(crate) registry: Arc<Registry>,
+    /// The hosts accepted (empty: any), checked before a request goes elsewhere.
+    pub(crate) hosts: Arc<[String]>,
+    client: reqwest::Client,
+}
+
+impl Forwarding {
+    pub(crate) fn new(
+        sessions: Arc<super::sessions::Sessions>,
+        registry: Arc<Registry>,
+        hosts: Arc<[String]>,
+    ) -> Option<Arc<Forwarding>> {
+        crate::client::ensure_crypto_provider();
+        // No proxy of the environment's: replicas reach each other directly. No redirect:
+        // the request goes where the record says, and nowhere else.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(CONNECT_WAIT)
+            .tcp_keepalive(Duration::from_secs(15))
+            .build();
+        match client {
+            Ok(client) => Some(Arc::new(Forwarding { sessions, registry, hosts, client })),
+            Err(e) => {
+                tracing::warn!(target: "toolmux::serve", "sessions are not shared with other replicas: cannot build an HTTP client: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Forwards a request of a session another replica holds to that replica (see the
+/// module's docs); serves every other request here.
+pub(crate) async fn forward_foreign(
+    State(forwarding): State<Arc<Forwarding>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    use rmcp::transport::streamable_http_server::SessionManager as _;
+    let method = request.method().clone();
+    let forwardable = matches!(method, Method::POST | Method::GET | Method::DELETE)
+        && !request.headers().contains_key(FORWARDED_HEADER);
+    let session = request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok());
+    let Some(session) = session.filter(|_| forwardable).map(Arc::<str>::from) else {
+        return next.run(request).await;
+    };
+    if forwarding.sessions.has_session(&session).await.unwrap_or(true)
+        || !super::api::host_allowed(&forwarding.hosts, request.headers())
+    {
+        // Held here, or refused here (rmcp says why).
+        return next.run(request).await;
+    }
+    let looked_up = tokio::time::timeout(
+        DIRECTORY_WAIT,
+        forwarding.registry.directory.owner(session.to_string()),
+    )
+    .await;
+    let owner = match looked_up {
+        Ok(Ok(Some(owner))) if owner.trim_end_matches('/') != forwarding.registry.url => owner,
+        // Not recorded, or recorded as this replica's and gone: not found here.
+        Ok(Ok(_)) => return next.run(request).await,
+        Ok(Err(e)) => {
+            tracing::warn!(target: "toolmux::serve", "cannot look up which replica holds an MCP session, so it is not found here: {}", toolmux_core::error_report(&*e));
+            return next.run(request).await;
+        }
+        Err(_) => {
+            tracing::warn!(target: "toolmux::serve", "no answer within {DIRECTORY_WAIT:?} to which replica holds an MCP session, so it is not found here");
+            return next.run(request).await;
+        }
+    };
+    forward(&forwarding, &session, owner.trim_end_matches('/'), request).await
+}
+
+/// Sends `request` of `session` to the replica at `owner` and streams its answer back.
+async fn forward(
+    forwarding: &Forwarding,
+    session: &str,
+    owner: &str,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = if parts.method == Method::POST {
+        match read_body(body).await {
+            Ok(body) => body,
+            Err(refusal) => return refusal,
+        }
+    } else {
+        bytes::Bytes::new()
+    };
+    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let url = format!("{owner}{MCP_PATH}{query}");
+    let mut outgoing = forwarding.client.request(parts.method.clone(), &url).body(body.clone());
+    for name in FORWARDED_REQUEST_HEADERS {
+        for value in parts.headers.get_all(name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    outgoing = outgoing.header(FORWARDED_HEADER, "1");
+    tracing::debug!(target: "toolmux::serve", method = %parts.method, to = %owner, "forwarding a request of an MCP session another replica holds");
+    let answer = match tokio::time::timeout(ANSWER_WAIT, outgoing.send()).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) if e.is_connect() => {
+            // Crashed, or gone: its sessions went with it.
+            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP session cannot be reached ({}); the session is forgotten and its client told to start another", toolmux_core::error_report(&e));
+            forwarding.registry.remove(session, owner).await;
+            return session_not_found(request_id(&body));
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(target: "toolmux::serve", to = %owner, "forwarding a request of an MCP session failed: {}", toolmux_core::error_report(&e));
+            return holder_failed(StatusCode::BAD_GATEWAY, "failed while it was sent", &body);
+        }
+        Err(_) => {
+            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP session did not answer within {ANSWER_WAIT:?}");
+            let why = format!("did not answer within {} s", ANSWER_WAIT.as_secs());
+            return holder_failed(StatusCode::GATEWAY_TIMEOUT, &why, &body);
+        }
+    };
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    // Streamed as it comes: an event stream's events reach the client one by one, and a
+    // client that goes away drops this stream, which drops the forwarded request.
+    let mut response = Response::new(axum::body::Body::from_stream(answer.bytes_stream()));
+    *response.status_mut() = status;
+    for (name, value) in &headers {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            response.headers_mut().append(name.clone(), value.clone());
+        }
+    }
+    response
+}
+
+/// A JSON-RPC error saying the replica holding the session failed (`why`); the request may
+/// have run there.
+fn holder_failed(status: StatusCode, why: &str, body: &[u8]) -> Response {
+    let message = format!(
+        "the replica holding this session {why}; the request may have run there: check its \
+         effect before sending it again"
+    );
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": request_id(body),
+        "error": {"code": -32603, "message": message}});
+    let mut response = Response::new(axum::body::Body::from(body.to_string()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
