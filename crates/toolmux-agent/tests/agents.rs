@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use toolmux_agent::{
-    AgentConfig, AgentDefinitions, AgentError, AgentStatus, Agents, RouterConfig, RunOptions,
-    TextDelta, TextSink,
+    AgentConfig, AgentDefinitions, AgentError, AgentReport, AgentStatus, Agents, RouterConfig,
+    RunOptions, TextDelta, TextSink,
 };
 use toolmux_core::{
     ApprovalDecision, ApprovalRequest, CallContext, ContentPart, InteractionHandler,
@@ -2134,7 +2134,7 @@ fn pausing() -> RunOptions {
 }
 
 /// A report that crossed a process boundary: written as JSON and read back.
-fn stored(report: &toolmux_agent::AgentReport) -> toolmux_agent::AgentReport {
+fn stored(report: &AgentReport) -> AgentReport {
     serde_json::from_str(&serde_json::to_string(report).unwrap()).unwrap()
 }
 
@@ -2510,13 +2510,6 @@ fn within_window(next: ScriptStep) -> ScriptStep {
     })
 }
 
-/// An agent on a model served by `server` (OpenAI's API, no `contextWindow` configured)
-/// with a tool that returns 8,000 bytes, and the orchestrator they run on (which the agents
-/// hold only weakly).
-async fn on_a_served_model(server: &ScriptedLlmServer) -> (Agents, Orchestrator) {
-    on_a_model_speaking(Dialect::OpenAi, server).await
-}
-
 /// A model `m` on `server`, speaking `dialect`'s API, its prompt cache off.
 fn model_speaking(dialect: Dialect, server: &ScriptedLlmServer) -> Arc<dyn Model> {
     let config = ModelConfig {
@@ -2532,7 +2525,9 @@ fn model_speaking(dialect: Dialect, server: &ScriptedLlmServer) -> Arc<dyn Model
     toolmux_llm::connect("m", &config).unwrap()
 }
 
-/// [`on_a_served_model`], the model speaking `dialect`'s API.
+/// An agent on a model `m` served by `server`, speaking `dialect`'s API (no
+/// `contextWindow` configured), with a tool `mock__big` that returns 8,000 bytes, and the
+/// orchestrator they run on (which the agents hold only weakly).
 async fn on_a_model_speaking(
     dialect: Dialect,
     server: &ScriptedLlmServer,
@@ -2542,6 +2537,24 @@ async fn on_a_model_speaking(
         Arc::new(MockProvider::new("mock").with_tool("big", Behavior::Big(8000)));
     let models = BTreeMap::from([("m".to_owned(), model)]);
     start_agents(one("a", agent("m")), models, vec![mock]).await
+}
+
+/// The report of agent `a` on the task `t`, among the agents `start` makes on a model
+/// server speaking `dialect` that answers with `script`, and the requests the server got.
+async fn run_scripted_with(
+    dialect: Dialect,
+    script: Vec<ScriptStep>,
+    start: impl AsyncFnOnce(Dialect, &ScriptedLlmServer) -> (Agents, Orchestrator),
+) -> (AgentReport, Vec<Value>) {
+    let server = ScriptedLlmServer::start(dialect, script);
+    let (agents, _orchestrator) = start(dialect, &server).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    (report, server.requests())
+}
+
+/// [`run_scripted_with`] the agent [`on_a_model_speaking`] `dialect`.
+async fn run_scripted(dialect: Dialect, script: Vec<ScriptStep>) -> (AgentReport, Vec<Value>) {
+    run_scripted_with(dialect, script, on_a_model_speaking).await
 }
 
 /// An API that refuses a request as longer than the model's context window (goose's
@@ -2554,7 +2567,7 @@ async fn a_request_refused_as_over_the_context_window_is_asked_again_shorter() {
         "agent__final_report",
         json!({"status": "success", "content": "read it all"}),
     );
-    let server = ScriptedLlmServer::start(
+    let (report, requests) = run_scripted(
         Dialect::OpenAi,
         vec![
             ScriptStep::tool_call("mock__big", json!({})),
@@ -2563,11 +2576,9 @@ async fn a_request_refused_as_over_the_context_window_is_asked_again_shorter() {
             within_window(report.clone()),
             within_window(report),
         ],
-    );
-    let (agents, _orchestrator) = on_a_served_model(&server).await;
-    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    )
+    .await;
     assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "read it all"));
-    let requests = server.requests();
     assert_eq!(requests.len(), 5, "the refused turn is asked once more: {requests:#?}");
     let results: Vec<String> = requests[4]["messages"]
         .as_array()
@@ -2606,7 +2617,7 @@ fn cut_at_the_window(dialect: Dialect, input: u64, output: u64) -> ScriptStep {
 #[tokio::test]
 async fn an_answer_cut_at_the_context_window_is_asked_again_shorter() {
     for dialect in [Dialect::Anthropic, Dialect::OpenAi] {
-        let server = ScriptedLlmServer::start(
+        let (report, requests) = run_scripted(
             dialect,
             vec![
                 ScriptStep::tool_call("mock__big", json!({})),
@@ -2618,15 +2629,13 @@ async fn an_answer_cut_at_the_context_window_is_asked_again_shorter() {
                     json!({"status": "success", "content": "read it all"}),
                 ),
             ],
-        );
-        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
-        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        )
+        .await;
         assert_eq!(
             (report.status, report.content.as_str()),
             (AgentStatus::Success, "read it all"),
             "{dialect:?}"
         );
-        let requests = server.requests();
         assert_eq!(requests.len(), 5, "{dialect:?}: the cut turn is asked once more");
         let text = |content: &Value| match content {
             Value::String(text) => text.clone(),
@@ -2654,7 +2663,7 @@ async fn an_answer_cut_at_the_context_window_is_asked_again_shorter() {
 /// count in the run's usage (and so against its token budget) as an answer's do.
 #[tokio::test]
 async fn an_answer_cut_at_the_context_window_counts_in_the_runs_usage() {
-    let server = ScriptedLlmServer::start(
+    let (report, requests) = run_scripted(
         Dialect::Anthropic,
         vec![
             ScriptStep::tool_call("mock__big", json!({})),
@@ -2662,11 +2671,10 @@ async fn an_answer_cut_at_the_context_window_counts_in_the_runs_usage() {
             cut_at_the_window(Dialect::Anthropic, 9000, 777),
             ScriptStep::text("done"),
         ],
-    );
-    let (agents, _orchestrator) = on_a_model_speaking(Dialect::Anthropic, &server).await;
-    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    )
+    .await;
     assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "done"));
-    assert_eq!(server.requests().len(), 4);
+    assert_eq!(requests.len(), 4);
     // Three scripted answers of 10 tokens each, and the cut one's 777.
     assert_eq!(report.usage.output_tokens, 3 * 10 + 777, "{:?}", report.usage);
     assert!(report.usage.input_tokens > 9000, "{:?}", report.usage);
@@ -2690,28 +2698,29 @@ fn stopped(dialect: Dialect, reason: &str, input: u64, output: u64) -> ScriptSte
     ScriptStep::Whole(Box::new(ScriptStep::Raw(answer.to_string())))
 }
 
+/// The reasons to stop short of a turn in the tests below, and the dialect saying each.
+const STOPPED_SHORT: [(Dialect, &str); 3] = [
+    (Dialect::OpenAi, "error"),
+    (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
+    (Dialect::Anthropic, "pause_turn"),
+];
+
+/// A script in `dialect`: a call of `mock__big`, an answer [`stopped`] for `reason` (7,000
+/// tokens read, 555 written), then `next`.
+fn stopped_after_a_call(dialect: Dialect, reason: &str, next: ScriptStep) -> Vec<ScriptStep> {
+    vec![ScriptStep::tool_call("mock__big", json!({})), stopped(dialect, reason, 7000, 555), next]
+}
+
 /// The API bills an answer it ended for a reason that is no finished turn though the run
 /// fails on it: its tokens count in the run's usage (and so against its token budget and
 /// its callers'), in every dialect, each time it stops (the turn is asked once more, then
 /// the run fails saying so).
 #[tokio::test]
 async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
-    let cases = [
-        (Dialect::OpenAi, "error"),
-        (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
-        (Dialect::Anthropic, "pause_turn"),
-    ];
-    for (dialect, reason) in cases {
-        let server = ScriptedLlmServer::start(
-            dialect,
-            vec![
-                ScriptStep::tool_call("mock__big", json!({})),
-                stopped(dialect, reason, 7000, 555),
-                stopped(dialect, reason, 7000, 333),
-            ],
-        );
-        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
-        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    for (dialect, reason) in STOPPED_SHORT {
+        let next = stopped(dialect, reason, 7000, 333);
+        let (report, requests) =
+            run_scripted(dialect, stopped_after_a_call(dialect, reason, next)).await;
         assert_eq!(report.status, AgentStatus::Failure, "{reason}: {}", report.content);
         assert!(report.content.contains(reason), "{reason}: {}", report.content);
         assert!(
@@ -2719,7 +2728,7 @@ async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
             "{}",
             report.content
         );
-        assert_eq!(server.requests().len(), 3, "{reason}");
+        assert_eq!(requests.len(), 3, "{reason}");
         assert_eq!(report.turns, 2, "{reason}: the turn asked again is one turn");
         // The scripted call's 10 tokens written, and the stopped answers' 555 and 333.
         assert_eq!(report.usage.output_tokens, 10 + 555 + 333, "{reason}: {:?}", report.usage);
@@ -2735,46 +2744,32 @@ async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
 /// is not asked again.
 #[tokio::test]
 async fn an_answer_stopped_short_of_a_turn_is_asked_again_once() {
-    let cases = [
-        (Dialect::OpenAi, "error"),
-        (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
-        (Dialect::Anthropic, "pause_turn"),
-    ];
-    for (dialect, reason) in cases {
-        let server = ScriptedLlmServer::start(
-            dialect,
-            vec![
-                ScriptStep::tool_call("mock__big", json!({})),
-                stopped(dialect, reason, 7000, 555),
-                ScriptStep::tool_call(
-                    "agent__final_report",
-                    json!({"status": "success", "content": "read it"}),
-                ),
-            ],
+    for (dialect, reason) in STOPPED_SHORT {
+        let next = ScriptStep::tool_call(
+            "agent__final_report",
+            json!({"status": "success", "content": "read it"}),
         );
-        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
-        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        let (report, requests) =
+            run_scripted(dialect, stopped_after_a_call(dialect, reason, next)).await;
         assert_eq!(
             (report.status, report.content.as_str()),
             (AgentStatus::Success, "read it"),
             "{reason}"
         );
-        let requests = server.requests();
         assert_eq!(requests.len(), 3, "{reason}");
         assert_eq!(requests[2]["messages"], requests[1]["messages"], "{reason}: the same turn");
         assert_eq!(report.turns, 2, "{reason}");
         assert_eq!(report.usage.output_tokens, 10 + 555 + 10, "{reason}: {:?}", report.usage);
     }
 
-    let server = ScriptedLlmServer::start(
+    let (report, requests) = run_scripted(
         Dialect::OpenAi,
         vec![stopped(Dialect::OpenAi, "language", 100, 5), ScriptStep::text("never")],
-    );
-    let (agents, _orchestrator) = on_a_model_speaking(Dialect::OpenAi, &server).await;
-    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    )
+    .await;
     assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
     assert!(report.content.contains("language"), "{}", report.content);
-    assert_eq!(server.requests().len(), 1);
+    assert_eq!(requests.len(), 1);
 }
 
 /// The ids of the calls and the results (id, text) of the request `body` in `dialect`.
@@ -2818,29 +2813,27 @@ fn wire_calls_and_results(dialect: Dialect, body: &Value) -> (Vec<String>, Vec<(
 async fn calls_past_the_limit_of_a_turn_are_answered_without_running() {
     for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
         let calls = (0..5).map(|i| ("mock__echo".to_owned(), json!({"i": i}))).collect();
-        let server = ScriptedLlmServer::start(
-            dialect,
-            vec![
-                ScriptStep::ToolCalls(calls),
-                ScriptStep::tool_call(
-                    "agent__final_report",
-                    json!({"status": "success", "content": "three of five"}),
-                ),
-            ],
-        );
         let mock = Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
-        let models = BTreeMap::from([("m".to_owned(), model_speaking(dialect, &server))]);
-        let config = AgentConfig { max_calls_per_turn: Some(3), ..agent("m") };
-        let (agents, _orchestrator) =
-            start_agents(one("a", config), models, vec![mock.clone()]).await;
-        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        let script = vec![
+            ScriptStep::ToolCalls(calls),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "three of five"}),
+            ),
+        ];
+        let (report, requests) =
+            run_scripted_with(dialect, script, async |dialect, server: &ScriptedLlmServer| {
+                let models = BTreeMap::from([("m".to_owned(), model_speaking(dialect, server))]);
+                let config = AgentConfig { max_calls_per_turn: Some(3), ..agent("m") };
+                start_agents(one("a", config), models, vec![mock.clone()]).await
+            })
+            .await;
         assert_eq!(
             (report.status, report.content.as_str()),
             (AgentStatus::Success, "three of five"),
             "{dialect:?}"
         );
         assert_eq!(mock.calls_of("echo"), 3, "{dialect:?}: only the first three run");
-        let requests = server.requests();
         assert_eq!(requests.len(), 2, "{dialect:?}");
         let (calls, results) = wire_calls_and_results(dialect, &requests[1]);
         let answered: Vec<&String> = results.iter().map(|(id, _)| id).collect();
@@ -2909,15 +2902,12 @@ async fn an_answer_cut_at_the_window_gets_room_to_answer() {
         );
         let mut script = vec![ScriptStep::tool_call("mock__big", json!({})); 4];
         script.extend(std::iter::repeat_n(cut_unless_room(dialect, report), 3));
-        let server = ScriptedLlmServer::start(dialect, script);
-        let (agents, _orchestrator) = on_a_model_speaking(dialect, &server).await;
-        let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        let (report, requests) = run_scripted(dialect, script).await;
         assert_eq!(
             (report.status, report.content.as_str()),
             (AgentStatus::Success, "read it all"),
             "{dialect:?}"
         );
-        let requests = server.requests();
         let sizes: Vec<usize> = requests.iter().map(|r| r.to_string().len() / 4).collect();
         assert_eq!(requests.len(), 7, "{dialect:?}: cut twice, then answered: {sizes:?}");
         assert!(sizes[4] > ROOM_TO_ANSWER && sizes[5] > ROOM_TO_ANSWER, "{sizes:?}");
@@ -2950,13 +2940,10 @@ async fn a_request_refused_again_and_again_is_shortened_a_bounded_number_of_time
     ];
     script.extend(std::iter::repeat_n(refused, 5));
     script.push(ScriptStep::text("asked once too often"));
-    let server = ScriptedLlmServer::start(Dialect::OpenAi, script);
-    let (agents, _orchestrator) = on_a_served_model(&server).await;
-    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    let (report, requests) = run_scripted(Dialect::OpenAi, script).await;
     assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
     assert!(report.content.contains("shortened 4 times"), "{}", report.content);
     assert!(report.content.contains("contextTokenBudget"), "{}", report.content);
-    let requests = server.requests();
     let sizes: Vec<usize> = requests.iter().map(|r| r.to_string().len() / 4).collect();
     assert_eq!(requests.len(), 7, "the first ask and four shorter ones: {sizes:?}");
     assert!(sizes[2..].windows(2).all(|pair| pair[1] < pair[0]), "{sizes:?}");
@@ -2976,7 +2963,7 @@ async fn a_refusal_over_the_window_with_nothing_to_elide_says_what_to_change() {
         ],
     );
     // The task alone is over the window once the result is in.
-    let (agents, _orchestrator) = on_a_served_model(&server).await;
+    let (agents, _orchestrator) = on_a_model_speaking(Dialect::OpenAi, &server).await;
     let report = agents.run("a", &"t".repeat(14_000), &CallContext::new()).await.unwrap();
     assert_eq!(report.status, AgentStatus::Failure);
     assert!(report.content.contains("maximum context length"), "{}", report.content);
@@ -3116,17 +3103,12 @@ async fn a_model_ready_for_its_report_is_asked_for_it_next() {
     ];
     for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
         for (calls, asked, answer) in &cases {
-            let server = ScriptedLlmServer::start(
-                dialect,
-                vec![
-                    ScriptStep::ToolCalls(calls.clone()),
-                    ScriptStep::ToolCalls(vec![report.clone()]),
-                ],
-            );
-            let (agents, _orchestrator) = reporting_status(dialect, &server).await;
-            let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+            let script = vec![
+                ScriptStep::ToolCalls(calls.clone()),
+                ScriptStep::ToolCalls(vec![report.clone()]),
+            ];
+            let (run, requests) = run_scripted_with(dialect, script, reporting_status).await;
             assert_eq!((run.status, run.content.as_str()), (AgentStatus::Success, "ok"));
-            let requests = server.requests();
             assert_eq!(requests.len(), 2, "{dialect:?} {calls:?}");
             let (offered, forced) = offered_and_forced(dialect, &requests[1]);
             let expected = asked.then(|| "agent__final_report".to_owned());
@@ -3149,26 +3131,21 @@ async fn a_model_needing_no_more_tools_is_offered_only_its_report() {
     let ready = json!({"status": "completed", "ready_for_final_report": true,
         "need_to_run_more_tools": false});
     for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
-        let server = ScriptedLlmServer::start(
-            dialect,
-            vec![
-                ScriptStep::ToolCalls(vec![
-                    ("agent__task_status".into(), ready.clone()),
-                    ("mock__echo".into(), json!({"n": 1})),
-                ]),
-                ScriptStep::tool_call("mock__echo", json!({"n": 2})),
-                ScriptStep::tool_call(
-                    "agent__final_report",
-                    json!({"status": "success", "content": "ok"}),
-                ),
-            ],
-        );
-        let (agents, _orchestrator) = reporting_status(dialect, &server).await;
-        let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+        let script = vec![
+            ScriptStep::ToolCalls(vec![
+                ("agent__task_status".into(), ready.clone()),
+                ("mock__echo".into(), json!({"n": 1})),
+            ]),
+            ScriptStep::tool_call("mock__echo", json!({"n": 2})),
+            ScriptStep::tool_call(
+                "agent__final_report",
+                json!({"status": "success", "content": "ok"}),
+            ),
+        ];
+        let (run, requests) = run_scripted_with(dialect, script, reporting_status).await;
         assert_eq!((run.status, run.content.as_str()), (AgentStatus::Success, "ok"));
         assert_eq!(run.tool_calls, 2, "{dialect:?}: the refused echo counts, as refused calls do");
         assert_eq!(run.task_status, Some(ready.clone()));
-        let requests = server.requests();
         assert_eq!(requests.len(), 3, "{dialect:?}");
         let (offered, forced) = offered_and_forced(dialect, &requests[1]);
         assert_eq!(offered, ["agent__final_report"], "{dialect:?}");
@@ -3189,16 +3166,12 @@ async fn a_model_needing_no_more_tools_is_offered_only_its_report() {
 /// recorded.
 #[tokio::test]
 async fn an_invalid_task_status_says_what_to_fix() {
-    let server = ScriptedLlmServer::start(
-        Dialect::OpenAi,
-        vec![
-            ScriptStep::tool_call("agent__task_status", json!({"status": "done"})),
-            ScriptStep::text("ok"),
-        ],
-    );
-    let (agents, _orchestrator) = reporting_status(Dialect::OpenAi, &server).await;
-    let run = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    let script = vec![
+        ScriptStep::tool_call("agent__task_status", json!({"status": "done"})),
+        ScriptStep::text("ok"),
+    ];
+    let (run, requests) = run_scripted_with(Dialect::OpenAi, script, reporting_status).await;
     assert_eq!((run.status, run.task_status), (AgentStatus::Success, None));
-    let (_, results) = wire_calls_and_results(Dialect::OpenAi, &server.requests()[1]);
+    let (_, results) = wire_calls_and_results(Dialect::OpenAi, &requests[1]);
     assert!(results[0].1.contains("invalid status") && results[0].1.contains("in-progress"));
 }
