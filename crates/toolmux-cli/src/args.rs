@@ -330,11 +330,21 @@ pub(crate) struct ShowArgs {
     #[arg(long, default_value_t = 0)]
     pub(crate) offset: u64,
     /// Lines to print (at least 1).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 2000, value_parser = line_count)]
     pub(crate) limit: u64,
     /// Print the page as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// A number of lines to print: a whole number of at least 1 (clap's own range check named
+/// the range up to `u64::MAX`).
+fn line_count(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("must be at least 1: the number of lines to print".to_owned()),
+        Ok(lines) => Ok(lines),
+        Err(_) => Err("must be a whole number of lines, at least 1 (such as 100)".to_owned()),
+    }
 }
 
 #[cfg(test)]

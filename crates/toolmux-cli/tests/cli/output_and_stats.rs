@@ -384,8 +384,14 @@ fn pages_past_the_end_are_refused() {
         "{}",
         past.stderr
     );
+    // Said as a person reads it (clap's range said `not in 1..18446744073709551615`).
     let none = project.run(&["output", "show", &handle, "--limit", "0"]);
     assert_eq!(none.code, 2);
+    assert!(
+        none.stderr.contains("invalid value '0' for '--limit <LIMIT>': must be at least 1"),
+        "{}",
+        none.stderr
+    );
     let json = project.run(&["output", "show", &handle, "--limit", "1", "--json"]);
     let page: serde_json::Value = serde_json::from_str(json.ok()).expect("json");
     assert_eq!(page["totalLines"], 300, "{page}");
