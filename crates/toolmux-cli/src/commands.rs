@@ -35,6 +35,11 @@ pub(crate) async fn unless_interrupted<T>(
         done = &mut work => return Some(done),
         () = crate::signals::received() => {}
     }
+    // The caller reports the interruption and cleans up after `_handling` is dropped: when
+    // `work` ends within this poll, `main` may see the signal only then, and must still
+    // leave the command its grace (it printed `interrupted` a second time and cut the
+    // cleanup short).
+    crate::signals::take();
     cancel.cancel();
     let _ = tokio::time::timeout(INTERRUPT_GRACE, work).await;
     None

@@ -6,13 +6,18 @@
 //! and left the servers and their children running.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::watch;
 
 static RECEIVED: OnceLock<watch::Sender<Option<i32>>> = OnceLock::new();
 
 /// How many parts of the command are waiting for a signal to end their work themselves.
 static HANDLING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a part of the command took a signal that came and is ending the command itself
+/// ([`take`]): it may have dropped its [`Handling`] and be cleaning up (printing why it
+/// stopped, reaping its servers, saving statistics), which `main` must not cut short.
+static TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Held while the command ends its work itself on a signal ([`received`]): `main` then
 /// gives it a grace instead of dropping the work at once.
@@ -31,9 +36,16 @@ impl Drop for Handling {
     }
 }
 
-/// Whether any part of the command ends its work itself on a signal.
+/// Says that the signal that came is being handled by the command, which ends itself from
+/// now on, whether or not it still holds a [`Handling`].
+pub(crate) fn take() {
+    TAKEN.store(true, Ordering::SeqCst);
+}
+
+/// Whether any part of the command ends its work itself on a signal (or is already doing
+/// so: [`take`]).
 pub(crate) fn handled() -> bool {
-    HANDLING.load(Ordering::SeqCst) > 0
+    TAKEN.load(Ordering::SeqCst) || HANDLING.load(Ordering::SeqCst) > 0
 }
 
 /// Starts listening; call once, on the runtime, before anything else starts.

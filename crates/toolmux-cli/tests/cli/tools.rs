@@ -112,6 +112,50 @@ fn invalid_arguments_json_is_a_usage_error() {
     expect!["error: --arg `pattern` is not KEY=VALUE"].assert_eq(run.stderr.trim());
 }
 
+/// Ctrl-C during a slow call: one `interrupted`, exit 130, and the command's processes
+/// gone. When the cancelled call ended at once, `main` saw the signal after the command had
+/// let go of it and ended the process itself: `interrupted` twice, and the command's
+/// cleanup (its servers stopped, its statistics saved) cut short. That depends on which of
+/// two ready futures is polled first, so the call is interrupted several times.
+#[test]
+fn ctrl_c_during_a_call_ends_it_once() {
+    let project = project();
+    project.file("toolmux.yaml", "fs:\n  permissions: [read, execute]\n");
+    for attempt in 0..8 {
+        let pid_file = project.path().join("sleeper.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let child = project
+            .command(&[
+                "tools",
+                "call",
+                "fs__bash",
+                r#"{"command": "sleep 300 & echo $! > sleeper.pid; wait"}"#,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("toolmux starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let sleeper = loop {
+            let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+            if text.ends_with('\n') {
+                break text.trim().to_owned();
+            }
+            assert!(std::time::Instant::now() < deadline, "the command never started");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let signalled =
+            std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+        assert!(signalled.is_ok_and(|s| s.success()));
+        let run = crate::wait(child, std::time::Duration::from_secs(30));
+        assert_eq!(run.code, 130, "attempt {attempt}: {run:?}");
+        assert_eq!(run.stderr.trim(), "interrupted", "attempt {attempt}: {run:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!runs(&sleeper), "attempt {attempt}: the command's `sleep` outlived toolmux");
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let run = project().run(&["tools", "frobnicate"]);
