@@ -558,6 +558,13 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
     // The command line's over the file's (checked when it was built).
     let serve = &loaded.config.serve;
     let client = args.client.or(serve.client_profile().ok().flatten());
+    let (affinity, unshared) = match args.transport.http {
+        Some(addr) => toolmux.session_affinity(addr),
+        None => (None, None),
+    };
+    if let Some(warning) = unshared {
+        eprintln!("warning: {warning}");
+    }
     let mut options = ServeOptions {
         name_prefix: args.name_prefix.or_else(|| serve.name_prefix.clone()),
         client: client.unwrap_or_default(),
@@ -569,7 +576,7 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         task_tools: loaded.config.serve.task_tools.clone(),
         token_verifier,
         // With `backend.redis`, sessions are shared with the other replicas over HTTP.
-        affinity: toolmux.session_affinity(),
+        affinity,
         ..ServeOptions::default()
     };
     options.allowed_hosts.extend(args.allowed_hosts);

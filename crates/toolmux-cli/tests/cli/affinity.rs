@@ -18,8 +18,15 @@ struct Replica {
 
 impl Replica {
     fn start(project: &Project) -> Replica {
+        Replica::start_with(project, "127.0.0.1:0", &[])
+    }
+
+    /// `toolmux serve --http ADDRESS` with `extra` arguments.
+    fn start_with(project: &Project, address: &str, extra: &[&str]) -> Replica {
+        let mut args = vec!["serve", "--http", address];
+        args.extend_from_slice(extra);
         let mut child = project
-            .command(&["serve", "--http", "127.0.0.1:0"])
+            .command(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -48,12 +55,27 @@ impl Replica {
             let _ = stderr.read_to_string(&mut rest);
             kept.lock().unwrap_or_else(|e| e.into_inner()).push_str(&rest);
         });
-        let address = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+        let address = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .replace("0.0.0.0", "127.0.0.1");
         Replica { child, address, log }
     }
 
     fn log(&self) -> String {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// SIGTERM, as a service manager stops it; waits for the exit.
+    fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().ok().flatten().is_none() {
+            assert!(Instant::now() < deadline, "toolmux did not stop within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL: a crash, nothing cleaned up.
@@ -106,9 +128,20 @@ impl Answer {
 /// Sends `method` to `/mcp` at `address` with `session`, and reads the whole answer
 /// (`Connection: close`), chunked transfer decoded.
 fn exchange(address: &str, method: &str, session: Option<&str>, body: &Value) -> Answer {
+    exchange_with(address, method, session, &[], body)
+}
+
+/// [`exchange`] with `headers` besides the protocol's.
+fn exchange_with(
+    address: &str,
+    method: &str,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> Answer {
     let mut stream = std::net::TcpStream::connect(address).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(30))).expect("a timeout");
-    send(&mut stream, address, method, session, body);
+    send_with(&mut stream, address, method, session, headers, body);
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     parse(&raw)
@@ -121,11 +154,25 @@ fn send(
     session: Option<&str>,
     body: &Value,
 ) {
+    send_with(stream, address, method, session, &[], body);
+}
+
+fn send_with(
+    stream: &mut std::net::TcpStream,
+    address: &str,
+    method: &str,
+    session: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &Value,
+) {
     let body = if body.is_null() { String::new() } else { body.to_string() };
     let session = session.map(|s| format!("Mcp-Session-Id: {s}\r\n")).unwrap_or_default();
+    let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
+    let accept =
+        if method == "GET" { "text/event-stream" } else { "application/json, text/event-stream" };
     let request = format!(
         "{method} /mcp HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+         Accept: {accept}\r\nMCP-Protocol-Version: 2025-06-18\r\n{extra}\
          {session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -163,14 +210,33 @@ fn dechunk(mut rest: &str) -> String {
     body
 }
 
-/// Starts a session at `address`: `initialize`, then `notifications/initialized`.
+/// Starts a session at `address` (`initialize`).
 fn initialize(address: &str) -> String {
+    initialize_with(address, &[])
+}
+
+/// [`initialize`] with `headers`.
+fn initialize_with(address: &str, headers: &[(&str, &str)]) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}});
-    let answer = exchange(address, "POST", None, &init);
+    let answer = exchange_with(address, "POST", None, headers, &init);
     assert_eq!(answer.status, 200, "{answer:?}");
     answer.header("mcp-session-id").expect("a session id").to_owned()
+}
+
+/// The sessions recorded in `redis` (`KEYS toolmux:session:*`), by a bare RESP exchange.
+fn session_records(redis: &toolmux_test_support::redis::RedisServer) -> usize {
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", redis.port())).expect("connect to redis");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    let pattern = "toolmux:session:*";
+    let command = format!("*2\r\n$4\r\nKEYS\r\n${}\r\n{pattern}\r\n", pattern.len());
+    stream.write_all(command.as_bytes()).expect("send to redis");
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("redis answers");
+    line.trim().strip_prefix('*').and_then(|n| n.parse().ok()).expect("an array of keys")
 }
 
 /// Two replicas with their own folders and one Redis.
@@ -259,12 +325,36 @@ fn a_session_made_on_one_replica_is_served_through_another() {
         "{done}"
     );
 
-    // Ended through B: A knows it no more.
+    // The session's GET stream through B: A's stream, its first event as A sent it.
+    let mut listen = std::net::TcpStream::connect(&b.address).expect("connect");
+    listen.set_read_timeout(Some(Duration::from_secs(30))).expect("a timeout");
+    send(&mut listen, &b.address, "GET", Some(&session), &Value::Null);
+    let mut raw = Vec::new();
+    while !String::from_utf8_lossy(&raw).contains("\r\n\r\n")
+        || !String::from_utf8_lossy(&raw).contains("retry:")
+    {
+        let n = listen.read(&mut chunk).expect("read the GET stream");
+        assert!(n > 0, "the GET stream ended: {}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    let opened = parse(&raw);
+    assert_eq!(opened.status, 200, "{opened:?}");
+    assert_eq!(opened.header("content-type"), Some("text/event-stream"), "{opened:?}");
+    assert!(opened.body.contains("retry:"), "A's first event: {opened:?}");
+    drop(listen);
+
+    // A forwarded request is served where it arrives, never forwarded again.
+    let marked = [("X-Toolmux-Forwarded", "1")];
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    assert_eq!(exchange_with(&b.address, "POST", Some(&session), &marked, &ping).status, 404);
+    assert_eq!(session_records(&redis), 1);
+
+    // Ended through B: A knows it no more, and its record is gone.
     let answer = exchange(&b.address, "DELETE", Some(&session), &Value::Null);
     assert!(answer.status == 200 || answer.status == 202, "{answer:?}");
-    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
     assert_eq!(exchange(&a.address, "POST", Some(&session), &ping).status, 404);
     assert_eq!(exchange(&b.address, "POST", Some(&session), &ping).status, 404);
+    assert_eq!(session_records(&redis), 0);
 }
 
 /// A replica that crashed answers for its sessions no more: the other answers 404 at
@@ -292,4 +382,69 @@ fn a_session_of_a_crashed_replica_is_not_found_promptly() {
     let fresh = initialize(&b.address);
     assert_ne!(fresh, session);
     assert_eq!(exchange(&b.address, "POST", Some(&session), &ping).status, 404);
+    assert_eq!(session_records(&redis), 1, "only B's new session is recorded");
+}
+
+/// A replica that stops (SIGTERM) removes its sessions' records on the way out.
+#[test]
+fn a_replica_that_stops_removes_its_sessions_records() {
+    let redis = toolmux_test_support::redis::RedisServer::start();
+    let (mut a, _b, _projects) = replicas(&redis);
+    initialize(&a.address);
+    initialize(&a.address);
+    assert_eq!(session_records(&redis), 2);
+    a.stop();
+    assert_eq!(session_records(&redis), 0, "{}", a.log());
+}
+
+/// With API keys, a forwarded request carries the client's key and the holder checks it
+/// again: the replica it reached refuses a request without one, as the holder refuses
+/// another holder's key for the session.
+#[test]
+fn forwarded_requests_carry_the_clients_key() {
+    const KEY: &str = "k3y-for-affinity-tests-0123456789";
+    const OTHER: &str = "other-k3y-for-affinity-tests-0123";
+    let redis = toolmux_test_support::redis::RedisServer::start();
+    let config = format!(
+        "fs: {{}}\nserve:\n  apiKeys: {{alice: '{KEY}', bob: '{OTHER}'}}\n\
+         backend:\n  redis: {{url: '{}'}}\n",
+        redis.url()
+    );
+    let projects = [Project::new(), Project::new()];
+    for project in &projects {
+        project.file("toolmux.yaml", &config);
+    }
+    let a = Replica::start(&projects[0]);
+    let b = Replica::start(&projects[1]);
+    let alice = format!("Bearer {KEY}");
+    let session = initialize_with(&a.address, &[("Authorization", &alice)]);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let with = |headers: &[(&str, &str)]| {
+        exchange_with(&b.address, "POST", Some(&session), headers, &ping)
+    };
+    let answer = with(&[("Authorization", &alice)]);
+    assert_eq!(answer.status, 200, "{answer:?}\nA:\n{}\nB:\n{}", a.log(), b.log());
+    assert_eq!(with(&[("X-API-Key", KEY)]).status, 200);
+    assert_eq!(with(&[]).status, 401);
+    assert_eq!(with(&[("Authorization", "Bearer wrong")]).status, 401);
+    // Bob's key is valid at B; A, holding Alice's session, does not let Bob use it.
+    assert_eq!(with(&[("Authorization", &format!("Bearer {OTHER}"))]).status, 404);
+}
+
+/// Bound to every address without `advertiseUrl`, a replica cannot tell where the others
+/// reach it: it says so at start, naming the key, and records no session.
+#[test]
+fn a_replica_on_every_address_without_an_advertised_url_says_so_and_records_nothing() {
+    const KEY: &str = "k3y-for-affinity-tests-0123456789";
+    let redis = toolmux_test_support::redis::RedisServer::start();
+    let project = Project::new().env("CI_KEY", KEY);
+    project.file(
+        "toolmux.yaml",
+        &format!("fs: {{}}\nbackend:\n  redis: {{url: '{}'}}\n", redis.url()),
+    );
+    let a = Replica::start_with(&project, "0.0.0.0:0", &["--api-key-env", "CI_KEY"]);
+    initialize_with(&a.address, &[("Authorization", &format!("Bearer {KEY}"))]);
+    assert_eq!(session_records(&redis), 0);
+    let log = a.log();
+    assert_eq!(log.matches("backend.redis.advertiseUrl").count(), 1, "{log}");
 }
