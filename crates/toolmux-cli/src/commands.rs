@@ -314,14 +314,22 @@ pub(crate) fn call_arguments(
         None => Map::new(),
         Some(text) => match serde_json::from_str(text) {
             Ok(Value::Object(map)) => map,
-            Ok(other) => bail!("ARGS_JSON must be a JSON object, not `{other}`"),
-            Err(e) => bail!("ARGS_JSON is not valid JSON: {e}"),
+            Ok(other) => bail!(
+                "ARGS_JSON must be a JSON object, not `{other}`: give the arguments by name, \
+                 such as '{{\"path\": \"README.md\"}}'"
+            ),
+            Err(e) => bail!("ARGS_JSON is not valid JSON: {e}; {}", json_hint(text)),
         },
     };
     for pair in pairs {
         let Some((key, value)) = pair.split_once('=') else {
-            bail!("--arg `{pair}` is not KEY=VALUE");
+            bail!(
+                "--arg `{pair}` has no value: write --arg {pair}=VALUE (`{pair}=` for an empty string)"
+            );
         };
+        if key.trim().is_empty() {
+            bail!("--arg `{pair}` has no name before `=`: write --arg KEY=VALUE");
+        }
         let types = schema.and_then(|s| s.get("properties")?.get(key)).map(schema_types);
         let value = match serde_json::from_str::<Value>(value) {
             Ok(json) if !wants_text(types.as_deref(), &json) => json,
@@ -330,6 +338,25 @@ pub(crate) fn call_arguments(
         arguments.insert(key.to_owned(), value);
     }
     Ok(Value::Object(arguments))
+}
+
+/// How to give the arguments that `text`, not JSON, was meant as: `key=value` words
+/// become `--arg` options, anything else is shown as one JSON object in single quotes.
+fn json_hint(text: &str) -> String {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let pairs = !words.is_empty()
+        && words.iter().all(|w| {
+            w.split_once('=').is_some_and(|(k, _)| !k.is_empty() && !k.contains(['{', '"']))
+        });
+    if pairs {
+        let options: Vec<String> =
+            words.iter().map(|w| format!("--arg {}", shell_word(w))).collect();
+        format!("to give arguments as KEY=VALUE, write {}", options.join(" "))
+    } else {
+        "give one JSON object in single quotes, such as '{\"path\": \"README.md\"}', or each \
+         argument as --arg KEY=VALUE"
+            .to_owned()
+    }
 }
 
 /// The JSON types a property's schema names (`type`, or those of its `anyOf`/`oneOf`

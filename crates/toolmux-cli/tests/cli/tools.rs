@@ -100,16 +100,53 @@ fn unknown_tool_suggests_close_names() {
     assert!(run.stderr.contains("fs__grep"), "{}", run.stderr);
 }
 
+/// A call's arguments that cannot be read are a usage error whose message says how to give
+/// them: `key=value` written where the JSON goes, a JSON value that is not an object, an
+/// `--arg` without its value or its name (the last went to the tool as an argument named
+/// ``, and the others said what was wrong but not how to write it).
 #[test]
 fn invalid_arguments_json_is_a_usage_error() {
-    let run = project().run(&["tools", "call", "fs__grep", "{pattern"]);
-    assert_eq!(run.code, 2);
-    expect!["error: ARGS_JSON is not valid JSON: key must be a string at line 1 column 2"]
-        .assert_eq(run.stderr.trim());
-    let run = project().run(&["tools", "call", "fs__grep", "[1]"]);
-    expect!["error: ARGS_JSON must be a JSON object, not `[1]`"].assert_eq(run.stderr.trim());
-    let run = project().run(&["tools", "call", "fs__grep", "--arg", "pattern"]);
-    expect!["error: --arg `pattern` is not KEY=VALUE"].assert_eq(run.stderr.trim());
+    let check = |args: &[&str], expected: expect_test::Expect| {
+        let mut command = vec!["tools", "call", "fs__grep"];
+        command.extend(args);
+        let run = project().run(&command);
+        assert_eq!(run.code, 2, "{run:?}");
+        expected.assert_eq(run.stderr.trim());
+    };
+    check(
+        &["{pattern"],
+        expect![[
+            r#"error: ARGS_JSON is not valid JSON: key must be a string at line 1 column 2; give one JSON object in single quotes, such as '{"path": "README.md"}', or each argument as --arg KEY=VALUE"#
+        ]],
+    );
+    check(
+        &["pattern=TODO"],
+        expect![
+            "error: ARGS_JSON is not valid JSON: expected value at line 1 column 1; to give arguments as KEY=VALUE, write --arg pattern=TODO"
+        ],
+    );
+    check(
+        &["glob=*.rs pattern=a b"],
+        expect![[
+            r#"error: ARGS_JSON is not valid JSON: expected value at line 1 column 1; give one JSON object in single quotes, such as '{"path": "README.md"}', or each argument as --arg KEY=VALUE"#
+        ]],
+    );
+    check(
+        &["[1]"],
+        expect![[
+            r#"error: ARGS_JSON must be a JSON object, not `[1]`: give the arguments by name, such as '{"path": "README.md"}'"#
+        ]],
+    );
+    check(
+        &["--arg", "pattern"],
+        expect![
+            "error: --arg `pattern` has no value: write --arg pattern=VALUE (`pattern=` for an empty string)"
+        ],
+    );
+    check(
+        &["--arg", "=TODO"],
+        expect!["error: --arg `=TODO` has no name before `=`: write --arg KEY=VALUE"],
+    );
 }
 
 /// Ctrl-C during a slow call: one `interrupted`, exit 130, and the command's processes
