@@ -426,8 +426,24 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
         finish(&toolmux).await;
         return Ok(exit::INTERRUPTED);
     };
+    // A tool whose provider could not start is a start failure, not a tool failure.
+    let provider_failed = report
+        .providers
+        .iter()
+        .any(|p| namespace.as_deref() == Some(p.namespace.as_str()) && p.error.is_some());
     if call.json {
         print(&serde_json::to_string_pretty(&result)?);
+    } else if !result.ok && provider_failed {
+        // The orchestrator's own words are for a gateway that goes on (the provider is
+        // tried again in the background); this process ends now, and the warning above
+        // says why the provider did not start.
+        let namespace = namespace.as_deref().unwrap_or_default();
+        eprintln!(
+            "error: `{}` cannot be called: provider `{namespace}` did not start (the warning \
+             above says why); fix its entry in the configuration and check it with `toolmux \
+             config check`",
+            call.name
+        );
     } else if result.ok {
         print(result.result.as_deref().unwrap_or(""));
         if let Some(handle) = spilled_handle(&result) {
@@ -441,17 +457,19 @@ pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Resul
             );
         }
     } else {
-        eprintln!("error: {}", result.error.as_deref().unwrap_or("the tool failed"));
+        let error = result.error.as_deref().unwrap_or("the tool failed");
+        // The name was wrong and nothing close to it was found: say where the names are.
+        let unknown = result.extras.get("code").and_then(Value::as_str) == Some("unknown_tool");
+        if unknown && !error.contains("did you mean") {
+            eprintln!("error: {error}; `toolmux tools list` shows every tool's name");
+        } else {
+            eprintln!("error: {error}");
+        }
     }
     finish(&toolmux).await;
     if result.ok {
         return Ok(0);
     }
-    // A tool whose provider could not start is a start failure, not a tool failure.
-    let provider_failed = report
-        .providers
-        .iter()
-        .any(|p| namespace.as_deref() == Some(p.namespace.as_str()) && p.error.is_some());
     Ok(if provider_failed { exit::PROVIDER } else { exit::TOOL_FAILED })
 }
 

@@ -149,6 +149,34 @@ fn invalid_arguments_json_is_a_usage_error() {
     );
 }
 
+/// A name that is no tool's, and nothing close to it: the error says where the names are.
+#[test]
+fn unknown_tool_points_to_the_list() {
+    let run = project().run(&["tools", "call", "nothing__like_it", "{}"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    expect!["error: unknown tool `nothing__like_it`; `toolmux tools list` shows every tool's name"]
+        .assert_eq(run.stderr.trim());
+    // With a close name, that name is the hint.
+    let run = project().run(&["tools", "call", "fs_grep", "{}"]);
+    expect!["error: unknown tool `fs_grep`; did you mean `fs__grep`?"].assert_eq(run.stderr.trim());
+}
+
+/// A tool of an MCP server whose command does not exist: the warning says why the server
+/// did not start, and the error that the call could not be made because of it. (It said
+/// the server was tried again in the background and its tools would join once it was up,
+/// which a process about to exit never does.)
+#[test]
+fn a_tool_of_a_server_that_did_not_start() {
+    let project = project();
+    project.file("toolmux.yaml", "mcpServers:\n  ghost:\n    command: /nonexistent/ghost-mcp\n");
+    let run = project.run(&["tools", "call", "ghost__echo", "{}"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    expect![[r#"
+        warning: provider `ghost` failed to start: ghost: cannot connect over stdio: cannot start `/nonexistent/ghost-mcp`: no such file (check `command`)
+        error: `ghost__echo` cannot be called: provider `ghost` did not start (the warning above says why); fix its entry in the configuration and check it with `toolmux config check`"#]]
+    .assert_eq(run.stderr.trim());
+}
+
 /// Ctrl-C during a slow call: one `interrupted`, exit 130, and the command's processes
 /// gone. When the cancelled call ended at once, `main` saw the signal after the command had
 /// let go of it and ended the process itself: `interrupted` twice, and the command's
