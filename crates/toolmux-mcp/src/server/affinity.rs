@@ -379,3 +379,135 @@ fn holder_failed(status: StatusCode, why: &str, body: &[u8]) -> Response {
         .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt as _;
+    use tokio_util::sync::CancellationToken;
+
+    /// A directory naming one holder for every session.
+    #[derive(Debug)]
+    struct OneHolder(String);
+
+    impl SessionDirectory for OneHolder {
+        fn claim(&self, _: String, _: String, _: Duration) -> DirectoryFuture<()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn owner(&self, _: String) -> DirectoryFuture<Option<String>> {
+            let owner = self.0.clone();
+            Box::pin(async move { Ok(Some(owner)) })
+        }
+        fn release(&self, _: String, _: String) -> DirectoryFuture<()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Tells when the holder's answer stream is dropped (its connection closed).
+    struct Dropped(Option<tokio::sync::oneshot::Sender<()>>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// A holder on loopback whose `/mcp` answers an event stream with one event and then
+    /// nothing, telling the request's headers and when the stream is dropped.
+    async fn holder() -> (
+        String,
+        tokio::sync::mpsc::UnboundedReceiver<axum::http::HeaderMap>,
+        tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let (headers_tx, headers) = tokio::sync::mpsc::unbounded_channel();
+        let (dropped_tx, dropped) = tokio::sync::oneshot::channel();
+        let dropped_tx = Arc::new(Mutex::new(Some(dropped_tx)));
+        let route = move |request: Request| {
+            let _ = headers_tx.send(request.headers().clone());
+            let guard = Dropped(dropped_tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+            async move {
+                let first = futures::stream::once(async {
+                    Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"data: first\n\n"))
+                });
+                let rest = futures::stream::pending().map(move |x| {
+                    let _ = &guard;
+                    x
+                });
+                let mut response = Response::new(axum::body::Body::from_stream(first.chain(rest)));
+                response.headers_mut().insert(
+                    axum::http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                response
+            }
+        };
+        let app = axum::Router::new().route(MCP_PATH, axum::routing::any(route));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, headers, dropped)
+    }
+
+    /// A replica forwarding every session to `owner`, serving 418 itself.
+    async fn replica(owner: &str) -> String {
+        let shutdown = CancellationToken::new();
+        let sessions =
+            super::super::sessions::Sessions::new(Duration::from_secs(300), shutdown, None);
+        let registry = Arc::new(Registry {
+            directory: Arc::new(OneHolder(owner.to_owned())),
+            url: "http://127.0.0.1:1".to_owned(),
+            held: Mutex::default(),
+        });
+        let forwarding = Forwarding::new(sessions, registry, Arc::from(Vec::new())).unwrap();
+        let app = axum::Router::new()
+            .fallback(|| async { StatusCode::IM_A_TEAPOT })
+            .layer(axum::middleware::from_fn_with_state(forwarding, forward_foreign));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}{MCP_PATH}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    /// A client that goes away while the holder streams drops the forwarded request: the
+    /// holder's stream ends too, rather than running on for nobody.
+    #[tokio::test]
+    async fn a_client_that_goes_away_ends_the_forwarded_stream() {
+        let (owner, mut headers, dropped) = holder().await;
+        let url = replica(&owner).await;
+        let client = reqwest::Client::builder().no_proxy().build().unwrap();
+        let get = client
+            .get(&url)
+            .header("mcp-session-id", "s1")
+            .header("accept", "text/event-stream")
+            .header("authorization", "Bearer k3y")
+            .header("x-other", "not forwarded");
+        let mut response =
+            tokio::time::timeout(Duration::from_secs(10), get.send()).await.unwrap().unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        let first = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await;
+        assert_eq!(first.unwrap().unwrap().unwrap(), "data: first\n\n");
+        let sent = headers.recv().await.unwrap();
+        assert_eq!(sent["authorization"], "Bearer k3y");
+        assert_eq!(sent["mcp-session-id"], "s1");
+        assert_eq!(sent[FORWARDED_HEADER], "1");
+        assert!(sent.get("x-other").is_none());
+        drop(response);
+        drop(client);
+        let ended = tokio::time::timeout(Duration::from_secs(10), dropped).await;
+        assert!(matches!(ended, Ok(Ok(()))), "the holder's stream outlived its client");
+
+        // A request already forwarded is served where it arrives.
+        let marked = reqwest::Client::builder().no_proxy().build().unwrap();
+        let served = marked
+            .post(&url)
+            .header("mcp-session-id", "s1")
+            .header(FORWARDED_HEADER, "1")
+            .body("{}")
+            .send();
+        let served = tokio::time::timeout(Duration::from_secs(10), served).await.unwrap().unwrap();
+        assert_eq!(served.status(), StatusCode::IM_A_TEAPOT);
+    }
+}
