@@ -840,7 +840,20 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
             Ok(0)
         }
         Err(e @ StoreError::UnknownHandle { .. }) => {
-            eprintln!("error: {e}");
+            // A handle of the right shape was most often stored under another project's
+            // configuration (the default folder is one per project folder), or removed
+            // after `defaults.outputRetention`: say where this one looked.
+            let shared = loaded.config.backend.as_ref().is_some_and(|b| b.redis.is_some());
+            let looked = if shared {
+                "backend.redis".to_owned()
+            } else {
+                toolmux.output_dir().display().to_string()
+            };
+            eprintln!(
+                "error: {e}; looked in {looked}, where this configuration keeps them: read it \
+                 with the configuration of the call that stored it (in that call's folder, or \
+                 with its --config); outputs older than defaults.outputRetention are removed"
+            );
             Ok(exit::TOOL_FAILED)
         }
         Err(e) => Err(anyhow::Error::new(e).context("reading the output store")),

@@ -52,12 +52,38 @@ fn spilled_output_is_read_back() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// An unknown handle says where it was looked for and how to read it: a handle of the right
+/// shape is most often one stored under another folder's configuration. (The message only
+/// said what handles look like, which this one does.)
 #[test]
 fn unknown_handle_exits_1() {
-    let run = spilled_project().run(&["output", "show", "run-x/out-y"]);
+    let project = spilled_project();
+    let run = project.run(&["output", "show", "run-x/out-y"]);
     assert_eq!(run.code, 1);
-    expect!["error: no stored output `run-x/out-y`: handles look like `run-id/out-id`, as given in a tool_output message"]
-        .assert_eq(run.stderr.trim());
+    let dir = project.path().join(".toolmux/out");
+    let expected = format!(
+        "error: no stored output `run-x/out-y`: handles look like `run-id/out-id`, as given in a \
+         tool_output message; looked in {}, where this configuration keeps them: read it with \
+         the configuration of the call that stored it (in that call's folder, or with its \
+         --config); outputs older than defaults.outputRetention are removed",
+        dir.display()
+    );
+    assert_eq!(run.stderr.trim(), expected);
+    // A real handle, read in another folder, is not there; with the call's --config it is.
+    let stored = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
+    let result: serde_json::Value = serde_json::from_str(stored.ok()).expect("json");
+    let handle = result["extras"]["spilled"]["handle"].as_str().expect("handle").to_owned();
+    let elsewhere = Project::new();
+    let missed = elsewhere.run(&["output", "show", &handle]);
+    assert_eq!(missed.code, 1, "{missed:?}");
+    assert!(
+        missed.stderr.contains(&format!("looked in {}", elsewhere.path().display())),
+        "{missed:?}"
+    );
+    let config = project.path().join("toolmux.yaml");
+    let found =
+        elsewhere.run(&["--config", &config.display().to_string(), "output", "show", &handle]);
+    assert!(found.ok().starts_with("     1\tline 1\n"), "{found:?}");
 }
 
 #[test]
