@@ -235,6 +235,27 @@ fn help_documents_exit_codes() {
     assert!(run.ok().contains("3  a provider failed to start"), "{}", run.stdout);
 }
 
+/// The README's exit codes are those `--help` documents (it left out 5, for a paused agent
+/// run, and the codes of SIGTERM and SIGHUP).
+#[test]
+fn readme_lists_the_exit_codes_of_help() {
+    let run = project().run(&["--help"]);
+    let help = run.ok().split("Exit codes:").nth(1).expect("an exit codes section").to_owned();
+    let readme = std::fs::read_to_string(crate::repo_root().join("README.md")).expect("README");
+    let paragraph = readme.split("\nExit codes: ").nth(1).expect("README's exit codes");
+    let paragraph = paragraph.split("\n\n").next().unwrap_or_default().replace('\n', " ");
+    let codes = help
+        .split_whitespace()
+        .filter(|w| w.trim_start_matches('(').chars().all(|c| c.is_ascii_digit()) && !w.is_empty());
+    for code in codes {
+        let code = code.trim_start_matches('(');
+        let said =
+            [" ", "(", ","].iter().any(|before| paragraph.contains(&format!("{before}{code} ")))
+                || paragraph.starts_with(&format!("{code} "));
+        assert!(said, "exit code {code} of --help is not in the README: {paragraph}");
+    }
+}
+
 #[test]
 fn list_and_call_with_server_everything() {
     let project = gateway_project();
