@@ -211,6 +211,10 @@ pub(crate) struct CallArgs {
     /// The arguments as a JSON object.
     #[arg(value_name = "ARGS_JSON")]
     pub(crate) arguments: Option<String>,
+    /// Words after ARGS_JSON, which are refused with how to give them (`key=value key=value`
+    /// is what people type first); taken here so that the refusal can say that.
+    #[arg(value_name = "MORE", hide = true)]
+    pub(crate) extra: Vec<String>,
     /// One argument; VALUE is read as JSON when it parses, else as a string, and as a
     /// string where the tool's schema wants one (`--arg pattern=404`). Repeatable; wins
     /// over ARGS_JSON.

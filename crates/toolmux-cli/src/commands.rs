@@ -395,6 +395,16 @@ fn wants_text(types: Option<&[String]>, json: &Value) -> bool {
 }
 
 pub(crate) async fn tools_call(loaded: &Loaded, call: CallArgs) -> anyhow::Result<u8> {
+    if !call.extra.is_empty() {
+        let words: Vec<&str> =
+            call.arguments.iter().chain(&call.extra).map(String::as_str).collect();
+        let listed = words.iter().map(|w| shell_word(w)).collect::<Vec<_>>().join(" ");
+        eprintln!(
+            "error: the arguments are one word, a JSON object, not {listed}; {}",
+            json_hint(&words.join(" "))
+        );
+        return Ok(exit::CONFIG);
+    }
     // Checked before anything starts; read again with the tool's schema once it is known.
     if let Err(e) = call_arguments(call.arguments.as_deref(), &call.args, None) {
         eprintln!("error: {e:#}");

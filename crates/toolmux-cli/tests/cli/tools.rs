@@ -131,6 +131,19 @@ fn invalid_arguments_json_is_a_usage_error() {
             r#"error: ARGS_JSON is not valid JSON: expected value at line 1 column 1; give one JSON object in single quotes, such as '{"path": "README.md"}', or each argument as --arg KEY=VALUE"#
         ]],
     );
+    // Several words: clap's error named the second as unexpected, and no more.
+    check(
+        &["pattern=TODO", "glob=*.rs"],
+        expect![
+            "error: the arguments are one word, a JSON object, not pattern=TODO 'glob=*.rs'; to give arguments as KEY=VALUE, write --arg pattern=TODO --arg 'glob=*.rs'"
+        ],
+    );
+    check(
+        &["{\"pattern\":", "\"TODO\"}"],
+        expect![[
+            r#"error: the arguments are one word, a JSON object, not '{"pattern":' '"TODO"}'; give one JSON object in single quotes, such as '{"path": "README.md"}', or each argument as --arg KEY=VALUE"#
+        ]],
+    );
     check(
         &["[1]"],
         expect![[
