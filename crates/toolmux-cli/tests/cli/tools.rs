@@ -248,6 +248,26 @@ fn help_documents_exit_codes() {
     assert!(run.ok().contains("3  a provider failed to start"), "{}", run.stdout);
 }
 
+/// At a terminal, the spinner shows only while a start takes a while: a quick one left a
+/// frame drawn and erased at once (`⠋ starting 2 providers 0.0s` between control codes) in
+/// every recorded session and scrollback.
+#[test]
+fn the_spinner_shows_only_for_a_slow_start() {
+    let project = project();
+    let quick = project.run_at_terminal(&serde_json::json!([]), &["tools", "list"]);
+    assert_eq!(quick.code, 0, "{quick:?}");
+    assert!(quick.stdout.contains("fs__read"), "{quick:?}");
+    assert!(!quick.stdout.contains("starting"), "{quick:?}");
+    // A server that never answers, given a second to start.
+    project.file(
+        "toolmux.yaml",
+        "defaults: {startupTimeout: 1500}\nfs: {}\nmcpServers:\n  mute:\n    command: sleep\n    args: ['30']\n",
+    );
+    let slow = project.run_at_terminal(&serde_json::json!([]), &["tools", "list"]);
+    assert_eq!(slow.code, 3, "{slow:?}");
+    assert!(slow.stdout.contains("starting 3 providers"), "{slow:?}");
+}
+
 /// The README's exit codes are those `--help` documents (it left out 5, for a paused agent
 /// run, and the codes of SIGTERM and SIGHUP).
 #[test]
