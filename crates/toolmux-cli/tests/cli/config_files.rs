@@ -472,7 +472,7 @@ fn a_call_starts_only_its_provider() {
     let run = project.run(&["tools", "call", "broken__anything", "{}"]);
     assert_eq!(run.code, 3, "{run:?}");
     // Said as a server that did not start, not as a tool that does not exist.
-    assert!(run.stderr.contains("provider `broken` has not started"), "{}", run.stderr);
+    assert!(run.stderr.contains("provider `broken` did not start"), "{}", run.stderr);
 }
 
 /// A user's file lies under every project's and a managed file over it: the user's server
