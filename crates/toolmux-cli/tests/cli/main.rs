@@ -44,7 +44,6 @@ pub(crate) fn peer(relative: &str) -> PathBuf {
     path
 }
 
-/// A project whose configuration has the builtin tools and server-everything (npm).
 /// The `mcpServers` entry (its lines under the server's name, indented four spaces) of a
 /// stdio MCP server written for a test (`line_server.py`: JSON lines by hand, no SDK),
 /// shaped by `spec` (see that file: its tools, its answer, a file each call writes, a
@@ -57,6 +56,7 @@ pub(crate) fn line_server(spec: &serde_json::Value) -> String {
     format!("    command: {}\n    args: [{}, {argument}]\n", python.display(), script.display())
 }
 
+/// A project whose configuration has the builtin tools and server-everything (npm).
 pub(crate) fn gateway_project() -> Project {
     let node = peer("node/node_modules/.bin/node");
     let everything =
