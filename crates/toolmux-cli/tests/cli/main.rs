@@ -19,6 +19,7 @@ mod output_and_stats;
 mod rest;
 mod serve;
 mod spaces;
+mod start_failures;
 mod tools;
 mod trace_mcp;
 

@@ -424,7 +424,14 @@ async fn start(
             let (transport, group) =
                 stdio::spawn(&command, fault).map_err(|e| connect_error(Box::new(e)))?;
             *process = Some(group);
-            handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
+            let started = handshake(server, config.url.as_deref(), handler, transport, mode, fault);
+            started.await.map_err(|e| match e {
+                // It exited before it spoke: running it by hand shows all it says.
+                McpError::Closed { server, detail } => {
+                    McpError::Closed { server, detail: Some(exited_at_start(detail, &command)) }
+                }
+                other => other,
+            })
         }
         TransportKind::Http => {
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
@@ -469,6 +476,41 @@ async fn start(
             handshake(server, config.url.as_deref(), handler, transport, mode, fault).await
         }
     }
+}
+
+/// What is known of a stdio server that exited during the handshake (`detail`: its exit
+/// status and the last lines of its stderr), and how to see the rest: its command line as
+/// configured, quoted for a shell, and where to run it. The names of its `env` are given
+/// and never their values, which are secrets.
+fn exited_at_start(detail: Option<String>, command: &StdioCommand<'_>) -> String {
+    let line = std::iter::once(command.program)
+        .chain(command.args.iter().map(String::as_str))
+        .map(shell_quoted)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said = match detail {
+        Some(detail) if detail.contains("its stderr ended") => detail,
+        Some(detail) => format!("{detail}; it wrote nothing on stderr"),
+        None => "it wrote nothing on stderr".to_owned(),
+    };
+    let env = match command.env.len() {
+        0 => String::new(),
+        _ => {
+            let names = command.env.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
+            format!(" (with its `env` set: {names})")
+        }
+    };
+    format!("{said}; to see why, run `{line}` by hand in {}{env}", command.cwd.display())
+}
+
+/// `word` as a POSIX shell reads it back: bare when it holds only characters no shell
+/// treats specially, else in single quotes.
+fn shell_quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_owned();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 /// Reconnects a broken SSE stream once: a server that polls by closing streams is back at

@@ -39,12 +39,20 @@ struct FaultState {
     /// The last lines the server wrote on stderr (a stdio server's traceback says why it
     /// exited), at most [`STDERR_TAIL_LINES`] of at most [`STDERR_TAIL_CHARS`] characters.
     stderr: std::collections::VecDeque<String>,
+    /// Values the server was given in its `env` (secrets, as its configuration says), cut
+    /// out of its stderr before a line is kept: a server that prints its token in a usage
+    /// error must not put it in toolmux's errors. Longest first, so one containing another
+    /// is cut whole.
+    hidden: Vec<String>,
 }
 
 /// Lines of a server's stderr kept for the error that says it exited.
 const STDERR_TAIL_LINES: usize = 8;
 /// The most of one such line kept (the end of a long line is where the error is).
 const STDERR_TAIL_CHARS: usize = 300;
+/// Shortest `env` value cut out of the stderr kept: shorter ones (`1`, `on`) are no
+/// secrets and would mangle ordinary words, as the orchestrator's redaction also judges.
+const HIDDEN_MIN_CHARS: usize = 4;
 
 /// One recorded reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,12 +95,31 @@ impl Fault {
         self.lock().noise.clone()
     }
 
-    /// Keeps `line` of the server's stderr among the last few; blank lines are skipped.
+    /// Cuts `values` (the server's `env` values) out of the stderr lines kept from now on.
+    pub(crate) fn hide<'a>(&self, values: impl IntoIterator<Item = &'a String>) {
+        let mut state = self.lock();
+        state
+            .hidden
+            .extend(values.into_iter().filter(|v| v.chars().count() >= HIDDEN_MIN_CHARS).cloned());
+        state.hidden.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        state.hidden.dedup();
+    }
+
+    /// Keeps `line` of the server's stderr among the last few, with the hidden values
+    /// replaced by `[redacted]`; blank lines are skipped.
     pub(crate) fn note_stderr(&self, line: &str) {
         let line = line.trim_end();
         if line.trim().is_empty() {
             return;
         }
+        let mut state = self.lock();
+        let mut clean = std::borrow::Cow::Borrowed(line);
+        for value in &state.hidden {
+            if clean.contains(value.as_str()) {
+                clean = std::borrow::Cow::Owned(clean.replace(value.as_str(), "[redacted]"));
+            }
+        }
+        let line = clean.as_ref();
         let chars = line.chars().count();
         let kept = if chars > STDERR_TAIL_CHARS {
             let tail: String = line.chars().skip(chars - STDERR_TAIL_CHARS).collect();
@@ -100,7 +127,6 @@ impl Fault {
         } else {
             line.to_owned()
         };
-        let mut state = self.lock();
         if state.stderr.len() == STDERR_TAIL_LINES {
             state.stderr.pop_front();
         }

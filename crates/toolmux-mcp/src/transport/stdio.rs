@@ -244,6 +244,7 @@ pub(crate) fn spawn(
     command: &StdioCommand<'_>,
     fault: &Fault,
 ) -> std::io::Result<(StdioTransport, ChildGroup)> {
+    fault.hide(command.env.values());
     let mut cmd = Command::new(command.program);
     if command.inherit != crate::EnvInherit::All {
         cmd.env_clear();

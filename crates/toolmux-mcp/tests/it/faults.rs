@@ -9,6 +9,15 @@ use toolmux_test_support::conformance::{Conformance, SampleCall};
 
 use crate::support;
 
+/// `message` with the fixture's path and the folder it runs in written `FIXTURE` and
+/// `RUN_DIR`, which differ from machine to machine.
+fn shown(message: &str) -> String {
+    let run_dir = support::run_dir();
+    message
+        .replace(env!("CARGO_BIN_EXE_toolmux-mcp-fixture"), "FIXTURE")
+        .replace(&run_dir.display().to_string(), "RUN_DIR")
+}
+
 fn provider(mode: &str) -> McpProvider {
     McpProvider::new("fixture", support::fixture_stdio(mode)).unwrap()
 }
@@ -61,12 +70,12 @@ async fn restarts_are_bounded() {
     let provider = McpProvider::new("fixture", config).unwrap();
     let mut messages = Vec::new();
     for _ in 0..4 {
-        messages.push(call(&provider, "echo").await.unwrap_err().to_string());
+        messages.push(shown(&call(&provider, "echo").await.unwrap_err().to_string()));
     }
     expect_test::expect![[r#"
-        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
-        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
-        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom; to see why, run `FIXTURE exit-at-start` by hand in RUN_DIR)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom; to see why, run `FIXTURE exit-at-start` by hand in RUN_DIR)
+        fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom; to see why, run `FIXTURE exit-at-start` by hand in RUN_DIR)
         fixture unavailable: given up after 2 failed restarts; tries again in 10 s"#]]
     .assert_eq(&messages.join("\n"));
 }
@@ -359,8 +368,8 @@ async fn a_server_slower_to_start_than_the_protocol_probe_is_started_once() {
 async fn a_server_exiting_at_start_names_its_exit_status() {
     let provider = provider("exit-at-start");
     let err = provider.warmup().await.unwrap_err();
-    expect_test::expect!["fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom)"]
-        .assert_eq(&err.to_string());
+    expect_test::expect!["fixture: connection closed (server process exit status: 7; its stderr ended: fixture starting in mode exit-at-start | boom; to see why, run `FIXTURE exit-at-start` by hand in RUN_DIR)"]
+        .assert_eq(&shown(&err.to_string()));
 }
 
 #[tokio::test]

@@ -1,0 +1,76 @@
+//! What a person is told when a server does not start: a stdio server that exits at once
+//! says its last words on stderr and the command to run by hand, and `serve --http` on a
+//! port in use names the address and what to choose instead.
+
+use crate::Project;
+use std::os::unix::fs::PermissionsExt as _;
+
+/// A project whose one MCP server is a script that prints a usage error to stderr (and the
+/// token its `env` gives it) and exits 2 before it speaks.
+fn project_with_failing_server() -> Project {
+    let project = Project::new();
+    project
+        .file(
+            "bad-server.sh",
+            "#!/bin/sh\necho \"usage: bad-server --root DIR (token $TOKEN)\" >&2\n\
+             echo 'error: missing --root' >&2\nexit 2\n",
+        )
+        .file(
+            "toolmux.yaml",
+            "mcpServers:\n  bad:\n    command: ./bad-server.sh\n    args: [--verbose, two words]\n    \
+             env:\n      TOKEN: tok-9f8e7d6c5b\n",
+        );
+    let script = project.path().join("bad-server.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    project
+}
+
+/// `text` tells the server's stderr and the command line to run by hand, without its
+/// `env` value.
+fn assert_tells_why(text: &str, project: &Project) {
+    assert!(text.contains("exit status: 2"), "{text}");
+    assert!(
+        text.contains("usage: bad-server --root DIR (token [redacted]) | error: missing --root"),
+        "{text}"
+    );
+    let hint = format!(
+        "to see why, run `./bad-server.sh --verbose 'two words'` by hand in {} (with its `env` \
+         set: TOKEN)",
+        project.path().display()
+    );
+    assert!(text.contains(&hint), "{text}");
+    assert!(!text.contains("tok-9f8e7d6c5b"), "the env value is a secret: {text}");
+}
+
+#[test]
+fn tools_list_tells_what_a_server_that_exits_at_once_said() {
+    let project = project_with_failing_server();
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("provider `bad` failed to start"), "{}", run.stderr);
+    assert_tells_why(&run.stderr, &project);
+}
+
+#[test]
+fn config_check_tells_what_a_server_that_exits_at_once_said() {
+    let project = project_with_failing_server();
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let line = run.stdout.lines().find(|l| l.contains("FAILED")).unwrap_or_default();
+    assert!(line.trim_start().starts_with("bad "), "{run:?}");
+    assert_tells_why(line, &project);
+}
+
+#[test]
+fn a_server_that_exits_without_a_word_says_so_and_how_to_run_it() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "mcpServers:\n  quiet:\n    command: \"false\"\n");
+    let run = project.run(&["tools", "list"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let hint = format!(
+        "(server process exit status: 1; it wrote nothing on stderr; to see why, run `false` by \
+         hand in {})",
+        project.path().display()
+    );
+    assert!(run.stderr.contains(&hint), "{}", run.stderr);
+}
