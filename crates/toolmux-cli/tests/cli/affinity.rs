@@ -23,30 +23,8 @@ impl Replica {
 
     /// `toolmux serve --http ADDRESS` with `extra` arguments.
     fn start_with(project: &Project, address: &str, extra: &[&str]) -> Replica {
-        let mut args = vec!["serve", "--http", address];
-        args.extend_from_slice(extra);
-        let mut child = project
-            .command(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("toolmux serve starts");
-        let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
-        let mut seen = String::new();
-        // Reading ends at EOF if toolmux exits, so this cannot hang past the process.
-        let url = loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("toolmux serve ended before serving:\n{seen}");
-            }
-            seen.push_str(&line);
-            if let Some(rest) = line.trim().strip_prefix("toolmux: serving MCP at ") {
-                break rest.split_whitespace().next().unwrap_or_default().to_owned();
-            }
-        };
+        let (child, mut stderr, url, seen) =
+            super::serve::start_serving_http(project, address, extra, Stdio::null());
         let log = Arc::new(Mutex::new(seen));
         let kept = log.clone();
         // Drained so that a chatty log never blocks the server on a full pipe.

@@ -94,12 +94,24 @@ pub(crate) fn serve_http_with(project: &Project, extra: &[&str]) -> HttpGateway 
 
 /// `toolmux serve --http ADDRESS` with `extra` arguments.
 fn serve_http_at(project: &Project, address: &str, extra: &[&str]) -> HttpGateway {
+    let (child, stderr, url, _) = start_serving_http(project, address, extra, Stdio::piped());
+    HttpGateway { child, stderr, url }
+}
+
+/// Starts `toolmux serve --http ADDRESS` with `extra` arguments and waits for the line
+/// giving its address: the process, the rest of its stderr, its URL and the log until then.
+pub(crate) fn start_serving_http(
+    project: &Project,
+    address: &str,
+    extra: &[&str],
+    stdout: Stdio,
+) -> (std::process::Child, BufReader<std::process::ChildStderr>, String, String) {
     let mut args = vec!["serve", "--http", address];
     args.extend_from_slice(extra);
     let mut child = project
         .command(&args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .expect("toolmux serve starts");
@@ -119,7 +131,7 @@ fn serve_http_at(project: &Project, address: &str, extra: &[&str]) -> HttpGatewa
             break rest.split_whitespace().next().unwrap_or_default().to_owned();
         }
     };
-    HttpGateway { child, stderr, url }
+    (child, stderr, url, seen)
 }
 
 /// SIGTERM: toolmux stops serving, saves statistics and reaps its MCP servers.
