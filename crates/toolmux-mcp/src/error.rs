@@ -143,8 +143,19 @@ pub enum McpError {
         /// The server.
         server: String,
     },
-    /// Serving a provider over MCP failed: the address could not be bound or the
-    /// transport broke (`server` is the name this process serves under).
+    /// The address to serve over HTTP could not be listened on (in use by another
+    /// program, most often). It names no server: the address is what the person chose.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        /// The served server's name.
+        server: String,
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why, and what to choose instead.
+        reason: String,
+    },
+    /// Serving a provider over MCP failed: the transport broke (`server` is the name this
+    /// process serves under).
     #[error("mcp server `{server}`: serving over {transport} failed")]
     Serve {
         /// The served server's name.
@@ -178,7 +189,8 @@ impl McpError {
             | McpError::Auth { server, .. }
             | McpError::GaveUp { server, .. }
             | McpError::ShutDown { server }
-            | McpError::Serve { server, .. } => server,
+            | McpError::Serve { server, .. }
+            | McpError::Listen { server, .. } => server,
         }
     }
 
@@ -200,7 +212,8 @@ impl McpError {
             | McpError::Handshake { .. }
             | McpError::Closed { .. }
             | McpError::Undelivered { .. }
-            | McpError::Serve { .. } => {
+            | McpError::Serve { .. }
+            | McpError::Listen { .. } => {
                 ToolError::Transport { provider, message: bare, source: None }
             }
             // Not a transport error, which is transient: a retry of a call that may have

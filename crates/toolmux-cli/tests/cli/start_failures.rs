@@ -74,3 +74,20 @@ fn a_server_that_exits_without_a_word_says_so_and_how_to_run_it() {
     );
     assert!(run.stderr.contains(&hint), "{}", run.stderr);
 }
+
+#[test]
+fn serve_http_on_a_port_in_use_names_the_address_and_what_to_choose() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    let addr = taken.local_addr().expect("its address");
+    let project = Project::new();
+    let run = project.run(&["serve", "--http", &addr.to_string()]);
+    assert_eq!(run.code, 4, "{run:?}");
+    let port = addr.port();
+    assert_eq!(
+        run.stderr.trim_end(),
+        format!(
+            "error: cannot listen on 127.0.0.1:{port}: another program is using port {port}; \
+             choose another port, or 127.0.0.1:0 for any free one"
+        )
+    );
+}

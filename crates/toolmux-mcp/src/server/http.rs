@@ -776,12 +776,22 @@ fn allowed_origins(hosts: &[String]) -> Vec<String> {
     origins
 }
 
-/// Binds `addr`; the error names the server and the address.
+/// Binds `addr`; the error names the address, and for one in use says what to choose.
 pub(crate) async fn bind(server: &str, addr: SocketAddr) -> Result<TcpListener, McpError> {
-    TcpListener::bind(addr).await.map_err(|source| McpError::Serve {
-        server: server.to_owned(),
-        transport: "http",
-        source: format!("cannot bind {addr}: {source}").into(),
+    TcpListener::bind(addr).await.map_err(|source| {
+        let reason = match source.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                let mut any = addr;
+                any.set_port(0);
+                format!(
+                    "another program is using port {}; choose another port, or {any} for any \
+                     free one",
+                    addr.port()
+                )
+            }
+            _ => source.to_string(),
+        };
+        McpError::Listen { server: server.to_owned(), addr, reason }
     })
 }
 
