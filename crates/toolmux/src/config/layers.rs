@@ -192,9 +192,8 @@ pub fn load_layered(
             line: None,
             column: None,
             message: format!(
-                "the merged settings do not fit together: {}: {}",
-                e.path(),
-                e.inner()
+                "the merged settings do not fit together: {}",
+                super::load::describe(&e.path().to_string(), &e.inner().to_string())
             ),
         }
     })?;

@@ -312,6 +312,12 @@ fn load_text(
     if !value.is_null() {
         check_unique_keys(text, format).map_err(|e| error(e.position, e.message))?;
     }
+    // serde reads a struct from a list too, field by field in order, so a file holding
+    // only a list would load as settings nobody wrote.
+    if !value.is_null() && !value.is_object() {
+        let found = words::value_in_words(&value);
+        return Err(error(first_content(text), words::not_a_mapping(&found)));
+    }
     // A file of nothing but comments is an empty configuration.
     if value.is_null() {
         let loaded = Loaded {
@@ -483,6 +489,16 @@ fn workspace_folder(base_dir: &Path) -> String {
         _ => base_dir,
     };
     dir.to_string_lossy().into_owned()
+}
+
+/// The 1-based line and column of the text's first content: not a blank line, a comment
+/// or YAML's `---`.
+fn first_content(text: &str) -> Option<(usize, usize)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let content = line.trim();
+        let skipped = content.is_empty() || content.starts_with('#') || content == "---";
+        (!skipped).then(|| (i + 1, line.len() - line.trim_start().len() + 1))
+    })
 }
 
 /// A problem found in the text, with its 1-based line and column when known.
@@ -771,7 +787,7 @@ fn known_as<'a>(unknown: &str, expected: &[&'a str]) -> Option<&'a str> {
     expected.iter().copied().find(|key| key == ours)
 }
 
-fn describe(path: &str, message: &str) -> String {
+pub(super) fn describe(path: &str, message: &str) -> String {
     if let Some((unknown, expected)) = unknown_field(message) {
         // serde_path_to_error's path ends with the unknown key itself.
         let parent = path.strip_suffix(unknown).map(|p| p.trim_end_matches('.')).unwrap_or(path);
@@ -801,7 +817,8 @@ fn describe(path: &str, message: &str) -> String {
         };
         return format!("unknown value `{unknown}` for {path}{hint}");
     }
-    if path.is_empty() || path == "." { message.to_owned() } else { format!("{path}: {message}") }
+    let message = words::in_words(path, message).unwrap_or_else(|| message.to_owned());
+    if path.is_empty() || path == "." { message } else { format!("{path}: {message}") }
 }
 
 /// The key and the valid keys of serde's "unknown field `x`, expected one of `a`, `b`".
@@ -845,6 +862,7 @@ mod codex;
 mod foreign;
 #[cfg(all(feature = "mcp", feature = "fs"))]
 mod seed_tools;
+mod words;
 
 // The tests load files with every section, so they need every provider's feature.
 #[cfg(all(test, feature = "fs", feature = "mcp", feature = "rest"))]

@@ -124,13 +124,13 @@ fn bad_type() {
     yaml_error(
         "defaults:\n  toolTimeout: 30s\n",
         expect![[
-            r#"toolmux.yaml:2:16: defaults.toolTimeout: invalid type: string "30s", expected u64"#
+            r#"toolmux.yaml:2:16: defaults.toolTimeout: expected a number of milliseconds, such as 30000; found the string "30s""#
         ]],
     );
     json_error(
         "{\"queues\": {\"q\": {\"concurrent\": \"many\"}}}",
         expect![[
-            r#"toolmux.json:1:38: queues.q.concurrent: invalid type: string "many", expected usize"#
+            r#"toolmux.json:1:38: queues.q.concurrent: expected a whole number, such as 10; found the string "many""#
         ]],
     );
 }
@@ -570,7 +570,7 @@ fn codex_config_errors_have_lines() {
         FileFormat::Toml,
         "[mcp_servers.a]\ncommand = \"a\"\nargs = \"--x\"\n",
         expect![
-            "toolmux.toml:3:1: mcp_servers.a.args: invalid type: string \"--x\", expected a sequence"
+            "toolmux.toml:3:1: mcp_servers.a.args: expected a list, such as [a, b]; found the string \"--x\""
         ],
     );
     check_error(
