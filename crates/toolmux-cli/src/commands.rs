@@ -768,7 +768,7 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         });
         print(&serde_json::to_string_pretty(&value)?);
     } else {
-        let mut text = format!("{}: configuration is valid\n", loaded.source_name());
+        let mut text = check_headline(loaded.source_name(), &report);
         if loaded.layers.iter().any(|l| l.kind != toolmux::config::LayerKind::Project) {
             let files: Vec<String> = loaded
                 .layers
@@ -780,7 +780,11 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         for p in &report.providers {
             let status = match &p.error {
                 None => format!("{} tools", p.tools),
-                Some(e) => format!("FAILED: {e}"),
+                // The row names the provider already; its error often begins with it too.
+                Some(e) => {
+                    let e = e.strip_prefix(&format!("{}: ", p.namespace)).unwrap_or(e);
+                    format!("FAILED: {e}")
+                }
             };
             text.push_str(&format!(
                 "  {:<16} {:<8} {status} ({} ms)\n",
@@ -798,6 +802,30 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
     } else {
         0
     })
+}
+
+/// The first line of `config check`: the file is valid, and, when it is so, what did not
+/// start or fit, so that a check with failures never opens as if all were well.
+fn check_headline(file: &str, report: &WarmupReport) -> String {
+    let plural =
+        |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let failed = report.providers.iter().filter(|p| p.error.is_some()).count();
+    let errors = report.problems.iter().filter(|p| p.severity == Severity::Error).count();
+    let mut wrong = Vec::new();
+    if failed > 0 {
+        let providers = plural(failed, "provider", "providers");
+        let of = report.providers.len();
+        wrong.push(format!("{providers} of {of} failed to start (see below)"));
+    }
+    if errors > 0 {
+        let errors = plural(errors, "error", "errors");
+        wrong.push(format!("{errors} among the providers' tools (printed above)"));
+    }
+    if wrong.is_empty() {
+        format!("{file}: configuration is valid\n")
+    } else {
+        format!("{file}: the file is valid, but {}\n", wrong.join(", and "))
+    }
 }
 
 /// `config show`: the configuration in force, with the files it came from.

@@ -450,6 +450,39 @@ fn failing_provider_exits_3() {
     assert!(!run.stderr.contains("failed to start"), "{}", run.stderr);
 }
 
+/// `config check` with servers that do not start opens by saying the file is valid and how
+/// many providers failed, never as if all were well, and each FAILED row gives its error
+/// without the provider's name, which the row shows already.
+#[test]
+fn config_check_with_failures_says_so_first_and_names_each_server_once() {
+    // A loopback port nothing listens on: bound for a free number, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "defaults: {{startupTimeout: 20000}}\nfs: {{}}\nmcpServers:\n  ghost:\n    \
+             url: http://127.0.0.1:{port}/mcp\n  broken:\n    command: /nonexistent/server\n"
+        ),
+    );
+    let run = project.run(&["config", "check"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    expect!["toolmux.yaml: the file is valid, but 2 providers of 4 failed to start (see below)"]
+        .assert_eq(run.stdout.lines().next().unwrap_or_default());
+    for (name, error) in [
+        ("ghost", "cannot connect over http"),
+        ("broken", "cannot connect over stdio: cannot start"),
+    ] {
+        let row = run.stdout.lines().find(|line| line.trim_start().starts_with(name));
+        let failed = row.and_then(|row| row.split_once("FAILED: ")).map(|(_, e)| e);
+        let failed = failed.unwrap_or_else(|| panic!("no FAILED row of {name}:\n{}", run.stdout));
+        assert!(failed.starts_with(error), "{name}'s row: {failed}");
+    }
+}
+
 #[test]
 fn schema_is_printed() {
     let run = Project::new().run(&["config", "schema"]);
