@@ -35,6 +35,10 @@ impl InFlightLimits {
     /// `max_waiting` calls to wait (named with both, for the errors).
     pub fn of(&self, namespace: &str, max: usize, max_waiting: usize) -> Arc<InFlightLimit> {
         let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+        // Every call asks: the name is copied only for a provider's first.
+        if let Some(limit) = limits.get(namespace) {
+            return limit.clone();
+        }
         limits
             .entry(namespace.to_owned())
             .or_insert_with(|| {
