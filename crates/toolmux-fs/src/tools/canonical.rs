@@ -2,8 +2,10 @@
 //! write) matched against a file written decomposed (NFD: names saved on macOS, some
 //! editors' text), and the reverse. `é` is one character in one form and `e` with a
 //! combining accent in the other: the same text to a reader, different bytes to a search.
+//! And the other side of it: an exact match that ends (or begins) between a letter and its
+//! combining marks is no match (`cafe` is not in `cafe\u{301}`, which reads `café`).
 
-use unicode_normalization::char::{canonical_combining_class, compose};
+use unicode_normalization::char::{canonical_combining_class, compose, is_combining_mark};
 use unicode_normalization::{UnicodeNormalization as _, is_nfc, is_nfd};
 
 /// No segment of the composed text begins at this byte (see [`composed`]).
@@ -67,6 +69,72 @@ pub(super) fn find(text: &str, old: &str) -> Option<String> {
     found.all(|other| other == first).then(|| first.to_owned())
 }
 
+/// Whether `c` is a combining mark (Unicode general category M, or a character of a
+/// nonzero canonical combining class): it belongs to the character before it.
+pub(super) fn is_mark(c: char) -> bool {
+    !c.is_ascii() && (is_combining_mark(c) || canonical_combining_class(c) != 0)
+}
+
+/// Whether the span `start..end` of `text` splits a combining sequence: it ends right
+/// before a combining mark (which would be left on whatever replaces the span), or begins
+/// with one that belongs to the character before it.
+pub(super) fn splits(text: &str, start: usize, end: usize) -> bool {
+    let mark_at = |at: usize| text[at..].chars().next().is_some_and(is_mark);
+    (start > 0 && mark_at(start)) || mark_at(end)
+}
+
+/// Where `old` occurs in `text`, left to right and without overlapping, leaving out the
+/// places that split a combining sequence ([`splits`]); a place left out does not hide an
+/// overlapping one after it.
+pub(super) fn whole_matches(text: &str, old: &str) -> Vec<usize> {
+    let mut starts = Vec::new();
+    if old.is_empty() {
+        return starts;
+    }
+    let mut from = 0;
+    while let Some(found) = text[from..].find(old) {
+        let at = from + found;
+        if splits(text, at, at + old.len()) {
+            // On past this place's first character.
+            from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+        } else {
+            starts.push(at);
+            from = at + old.len();
+        }
+    }
+    starts
+}
+
+/// Whether `old` occurs in `text` without splitting a combining sequence.
+pub(super) fn contains_whole(text: &str, old: &str) -> bool {
+    // The common case first: no match at all, or one in text without marks.
+    match text.find(old) {
+        None => false,
+        Some(at) if !splits(text, at, at + old.len()) => true,
+        Some(_) => !whole_matches(text, old).is_empty(),
+    }
+}
+
+/// The first place `old` occurs in `text` only by splitting a combining sequence, as the
+/// whole sequence it cuts into (from its first character to its last mark): what the file
+/// has where the caller's text stops short of an accent or starts inside one.
+pub(super) fn split_match<'t>(text: &'t str, old: &str) -> Option<(usize, &'t str)> {
+    if old.is_empty() {
+        return None;
+    }
+    let (at, _) = text.match_indices(old).find(|&(at, _)| splits(text, at, at + old.len()))?;
+    // Back to the character the first mark belongs to, on past the last mark.
+    let mut start = at;
+    while start > 0 && text[start..].chars().next().is_some_and(is_mark) {
+        start = text[..start].char_indices().next_back().map_or(0, |(i, _)| i);
+    }
+    let mut end = at + old.len();
+    while let Some(c) = text[end..].chars().next().filter(|&c| is_mark(c)) {
+        end += c.len_utf8();
+    }
+    Some((at, &text[start..end]))
+}
+
 /// `text` composed (NFC), and for each byte of it (and its end) where in `text` the
 /// segment beginning there begins, or [`INSIDE`]. A segment is a character with the marks
 /// and characters that compose with it (a Hangul syllable's jamo), composed alone: what
@@ -125,6 +193,24 @@ mod tests {
         assert_eq!(find(&format!("[{jamo}]"), "\u{d55c}\u{ae00}").as_deref(), Some(&*jamo));
         // Places written differently: not guessed.
         assert_eq!(find(&format!("{NFD_CAFE} caf\u{e9}"), "cafe\u{301}"), None);
+    }
+
+    #[test]
+    fn matches_never_split_a_letter_from_its_marks() {
+        assert_eq!(whole_matches("cafe\u{301} cafe", "cafe"), vec![7]);
+        assert!(!contains_whole(NFD_CAFE, "cafe"));
+        assert!(contains_whole(NFD_CAFE, NFD_CAFE));
+        // A place left out does not hide the one overlapping it.
+        assert_eq!(whole_matches("aa\u{301}a", "a"), vec![0, 4]);
+        assert_eq!(whole_matches("xaxa\u{300}xax", "xax"), vec![0, 6]);
+        // Starting with a mark cuts it from its letter; at the text's start it has none.
+        assert!(splits(NFD_CAFE, 4, 6));
+        assert!(!splits("\u{301}x", 0, 2));
+        // A spacing mark (Devanagari vowel sign I, class 0) belongs to its letter too.
+        assert!(!contains_whole("\u{915}\u{93f}", "\u{915}"));
+        assert_eq!(split_match("le cafe\u{301}\u{327}!", "cafe"), Some((3, "cafe\u{301}\u{327}")));
+        assert_eq!(split_match("le cafe\u{301}", "\u{301}"), Some((7, "e\u{301}")));
+        assert_eq!(split_match("le cafe", "cafe"), None);
     }
 
     #[test]

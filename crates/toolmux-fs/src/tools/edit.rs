@@ -1,5 +1,6 @@
 //! `edit` and `multi_edit`: exact string replacements, all or nothing, written atomically.
 
+use super::canonical::{contains_whole, splits, whole_matches};
 use super::text::{Encoding, LineEnding};
 use crate::config::FsLimits;
 use crate::error::FsError;
@@ -257,9 +258,15 @@ fn apply(
             )));
         }
         let (old, new, note) = match_form(&text, op, ending);
-        let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
+        // A place that stops short of an accent (or starts inside one) is no match: the
+        // accent would be left on the replacement.
+        let starts = whole_matches(&text, &old);
         if starts.is_empty() {
-            return Err(fail(not_found(&text, &op.old_string, &path.given)));
+            let message = match super::canonical::split_match(&text, &old) {
+                Some((at, whole)) => inside_accents(&text, at, whole, &old, &path.given),
+                None => not_found(&text, &op.old_string, &path.given),
+            };
+            return Err(fail(message));
         }
         let listed = || {
             let lines: Vec<String> = starts
@@ -292,7 +299,7 @@ fn apply(
                 listed()
             )));
         }
-        let replaced = text.replace(old.as_str(), &new);
+        let replaced = replaced_at(&text, &starts, old.len(), &new);
         let change =
             Replacement { before: &text, after: &replaced, starts: &starts, old: &old, new: &new };
         let (more, count) = change.hunks(note, DIFF_HUNKS.saturating_sub(hunks.len()));
@@ -477,7 +484,7 @@ fn match_form(
     // Copied from `read` with its line numbers (`    12\t…` on every line): the file has
     // none, so they go, from `new_string` too when it has them on every line.
     let unnumbered;
-    if !text.contains(given)
+    if !contains_whole(text, given)
         && let Some(bare) = without_read_numbers(given)
     {
         unnumbered = bare;
@@ -488,20 +495,20 @@ fn match_form(
         note = Some("removed the line numbers `read` puts before each line");
     }
     let mut old = Cow::Borrowed(given);
-    if !text.contains(given) && given.contains('\n') {
+    if !contains_whole(text, given) && given.contains('\n') {
         for (form, why) in [
             (LineEnding::Lf, "matched with LF line endings"),
             (LineEnding::CrLf, "matched with CRLF line endings"),
         ] {
             let candidate = form.apply(given);
-            if candidate != given && text.contains(candidate.as_ref()) {
+            if candidate != given && contains_whole(text, &candidate) {
                 old = candidate;
                 note = Some(why);
                 break;
             }
         }
     }
-    if !text.contains(old.as_ref())
+    if !contains_whole(text, &old)
         && let Some(found) = super::canonical::find(text, &old)
     {
         // The replacement is written in the file's form too, when it has one; in a file
@@ -521,7 +528,7 @@ fn match_form(
             None => "matched the file's accents written in another Unicode normalization form",
         });
     }
-    if !text.contains(old.as_ref()) {
+    if !contains_whole(text, &old) {
         // Looser and looser: the ends of lines (line breaks, spaces and tabs before them)
         // for an `old_string` of several lines, typographic characters, then both.
         let lines = old.contains('\n');
@@ -709,12 +716,16 @@ impl Loose {
             return None;
         }
         let (read, origin) = self.read(text);
-        let found = read.match_indices(wanted.as_str()).map(|(at, _)| {
+        let found = read.match_indices(wanted.as_str()).filter_map(|(at, _)| {
             let (start, mut end) = (origin[at], origin[at + wanted.len()]);
+            // Not between a letter and its accents, as an exact match.
+            if splits(text, start, end) {
+                return None;
+            }
             if self.line_ends && old.ends_with([' ', '\t']) {
                 end += text[end..].len() - text[end..].trim_start_matches([' ', '\t']).len();
             }
-            &text[start..end]
+            Some(&text[start..end])
         });
         the_one(found)
     }
@@ -726,7 +737,11 @@ impl Loose {
             return Vec::new();
         }
         let (read, origin) = self.read(text);
-        read.match_indices(wanted.as_str()).map(|(at, _)| origin[at]).collect()
+        read.match_indices(wanted.as_str())
+            .map(|(at, _)| (origin[at], origin[at + wanted.len()]))
+            .filter(|&(start, end)| !splits(text, start, end))
+            .map(|(start, _)| start)
+            .collect()
     }
 
     /// `text` read this loosely, and for each of its bytes (and its end) where that byte's
@@ -776,6 +791,55 @@ fn the_one<'t>(found: impl IntoIterator<Item = &'t str>) -> Option<String> {
     let mut found = found.into_iter();
     let first = found.next()?;
     found.all(|other| other == first).then(|| first.to_owned())
+}
+
+/// `text` with `old_len` bytes at each of `starts` (in order, apart) replaced by `new`.
+fn replaced_at(text: &str, starts: &[usize], old_len: usize, new: &str) -> String {
+    let mut out = String::with_capacity(text.len() + starts.len() * new.len());
+    let mut from = 0;
+    for &at in starts {
+        out.push_str(&text[from..at]);
+        out.push_str(new);
+        from = at + old_len;
+    }
+    out.push_str(&text[from..]);
+    out
+}
+
+/// The message for an `old_string` found only where it would split a letter from its
+/// combining marks: at byte `at`, inside `whole` (the text it matches there, with the
+/// letter or the marks it cuts off).
+fn inside_accents(text: &str, at: usize, whole: &str, old: &str, given: &str) -> String {
+    use super::canonical::is_mark;
+    let starts_inside = old.chars().next().is_some_and(is_mark)
+        && at > 0
+        && text[at..].chars().next().is_some_and(is_mark);
+    // The line of the split, at most 60 characters of it next to the accent.
+    let (line, shown) = match starts_inside {
+        true => {
+            let first = whole.split('\n').next().unwrap_or_default();
+            (line_of(text, at), first.chars().take(60).collect::<String>())
+        }
+        false => {
+            let last = whole.rsplit('\n').next().unwrap_or_default();
+            let skip = last.chars().count().saturating_sub(60);
+            (line_of(text, at + old.len()), last.chars().skip(skip).collect())
+        }
+    };
+    let marks: Vec<String> =
+        shown.chars().filter(|&c| is_mark(c)).map(|c| format!("U+{:04X}", u32::from(c))).collect();
+    let what = match starts_inside {
+        true => "starts inside an accented character, after the letter its accent belongs to",
+        false => "stops inside an accented character, before its accent",
+    };
+    format!(
+        "old_string was not found in `{given}` as a whole: where it occurs (line {line}, in \
+         `{shown}`, written with the combining mark{} {}) it {what}, and replacing it would \
+         leave the accent on the new text; give old_string with the whole accented text as \
+         the file has it (copy it from `read`)",
+        if marks.len() == 1 { "" } else { "s" },
+        marks.join(" ")
+    )
 }
 
 /// The 1-based line of byte offset `at`.

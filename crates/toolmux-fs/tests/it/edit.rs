@@ -932,3 +932,58 @@ async fn an_edit_matches_text_in_another_unicode_normalization_form() {
     let err = fx.err("edit", args).await;
     assert!(err.starts_with("found 2 matches of old_string in `two.txt` (at lines 1, 2)"), "{err}");
 }
+
+/// An `old_string` that stops where the file's letter has a combining accent after it
+/// (`cafe` in `cafe` U+0301, which reads `café`) is no match: the edit replaced `cafe` and
+/// left the accent on the new text (`tea` U+0301). Nor is one that starts with an accent
+/// away from its letter; `replace_all` replaces only the whole places.
+#[tokio::test]
+async fn an_edit_never_splits_a_letter_from_its_accents() {
+    let fx = Fixture::new();
+    fx.put("menu.txt", "cafe\u{301} = 1\n");
+    fx.ok("read", json!({"path": "menu.txt"})).await;
+    let err = fx
+        .err("edit", json!({"path": "menu.txt", "old_string": "cafe", "new_string": "tea"}))
+        .await;
+    assert_eq!(
+        err,
+        "old_string was not found in `menu.txt` as a whole: where it occurs (line 1, in \
+         `cafe\u{301}`, written with the combining mark U+0301) it stops inside an accented \
+         character, before its accent, and replacing it would leave the accent on the new \
+         text; give old_string with the whole accented text as the file has it (copy it from \
+         `read`); nothing was written"
+    );
+    let err = fx
+        .err("edit", json!({"path": "menu.txt", "old_string": "\u{301} = 1", "new_string": " = 2"}))
+        .await;
+    let inside = "(line 1, in `e\u{301} = 1`, written with the combining mark U+0301) it starts \
+                  inside an accented character, after the letter its accent belongs to";
+    assert!(err.contains(inside), "{err}");
+    assert_eq!(fx.get("menu.txt"), "cafe\u{301} = 1\n");
+    // With its accent, as the file has it or composed, it is found.
+    let args = json!({"path": "menu.txt", "old_string": "caf\u{e9}", "new_string": "tea"});
+    fx.ok("edit", args).await;
+    assert_eq!(fx.get("menu.txt"), "tea = 1\n");
+
+    fx.put("two.txt", "cafe\u{301} cafe\ncafe\n");
+    fx.ok("read", json!({"path": "two.txt"})).await;
+    let args =
+        json!({"path": "two.txt", "old_string": "cafe", "new_string": "tea", "replace_all": true});
+    let out = fx.call("edit", args).await.unwrap();
+    assert_eq!(out.extras["replacements"], 2);
+    assert_eq!(fx.get("two.txt"), "cafe\u{301} tea\ntea\n");
+    // A single place left is the one replaced, as when the file holds it once.
+    let args = json!({"path": "two.txt", "old_string": "tea\ntea", "new_string": "soda"});
+    fx.ok("edit", args).await;
+    fx.put("one.txt", "cafe\u{301} or cafe?\n");
+    fx.ok("read", json!({"path": "one.txt"})).await;
+    fx.ok("edit", json!({"path": "one.txt", "old_string": "cafe", "new_string": "tea"})).await;
+    assert_eq!(fx.get("one.txt"), "cafe\u{301} or tea?\n");
+    // Nor does reading the file's curly quotes as plain ones find it.
+    fx.put("quote.txt", "say \u{201c}cafe\u{301}\u{201d}\n");
+    fx.ok("read", json!({"path": "quote.txt"})).await;
+    let args = json!({"path": "quote.txt", "old_string": "say \"cafe", "new_string": "say \"tea"});
+    let err = fx.err("edit", args).await;
+    assert!(err.starts_with("old_string was not found in `quote.txt`; the closest line"), "{err}");
+    assert_eq!(fx.get("quote.txt"), "say \u{201c}cafe\u{301}\u{201d}\n");
+}
