@@ -153,7 +153,8 @@ fn cargo_step<'a>(root: &'a Path, name: &'static str, args: &'a [&'a str]) -> St
 /// (the workspace's own builds enable them all together, which hides code gated by the
 /// wrong feature).
 fn features(root: &Path) -> Result<Outcome> {
-    const FEATURES: [&str; 8] = ["", "fs", "mcp", "rest", "external", "agent", "redis", "otel"];
+    const FEATURES: [&str; 9] =
+        ["", "fs", "mcp", "rest", "external", "agent", "redis", "otel", "tower"];
     for feature in FEATURES {
         let mut check = cmd::command("cargo");
         check.current_dir(root).args([
