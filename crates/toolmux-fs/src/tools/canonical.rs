@@ -135,6 +135,17 @@ pub(super) fn split_match<'t>(text: &'t str, old: &str) -> Option<(usize, &'t st
     Some((at, &text[start..end]))
 }
 
+/// Whether two texts are the same under canonical equivalence (both composed, NFC).
+pub(super) fn same(one: &str, other: &str) -> bool {
+    one.nfc().eq(other.nfc())
+}
+
+/// `text` without its accents and other combining marks (decomposed first, so `é` loses
+/// its accent too): two texts that differ only in accents read the same so.
+pub(super) fn unaccented(text: &str) -> String {
+    text.nfd().filter(|&c| !is_mark(c)).collect()
+}
+
 /// `text` composed (NFC), and for each byte of it (and its end) where in `text` the
 /// segment beginning there begins, or [`INSIDE`]. A segment is a character with the marks
 /// and characters that compose with it (a Hangul syllable's jamo), composed alone: what

@@ -5,6 +5,7 @@
 //! never wait on each other), loaded and changed in memory, and only then written. A write
 //! that fails part way is undone file by file, so the workspace is left as it was.
 
+use super::canonical::{self, Form};
 use super::edit::{load, plain, similarity, styled_like};
 use super::text::{Encoding, LineEnding};
 use crate::config::FsLimits;
@@ -47,8 +48,9 @@ or nothing. The patch is text in this format:\n\
 Paths are relative to the workspace root. Give about 3 lines of context above and below each \
 change; when that is not unique, add `@@` lines naming the enclosing class or function (several \
 `@@` lines narrow in turn). Hunks of one file are found in order, each after the last. Context is \
-matched exactly, then ignoring trailing whitespace, then surrounding whitespace, then typographic \
-quotes and dashes; the result says when a looser match was used. A file keeps its encoding and \
+matched exactly, then with accents composed or decomposed (Unicode NFC, NFD) as the file has \
+them, then ignoring trailing whitespace, then surrounding whitespace, then typographic quotes and \
+dashes; the result says when a looser match was used. A file keeps its encoding and \
 line endings. If any hunk does not apply, nothing is written and the error says which. A file \
 read in this run that has changed since is refused until it is read again. With `dry_run`, \
 nothing is written.";
@@ -358,30 +360,52 @@ fn unwrap_heredoc(input: &str) -> Vec<&str> {
     lines
 }
 
-/// How loosely a hunk's lines had to be compared to be found.
+/// How loosely a hunk's lines had to be compared to be found. Lines are compared whole, so
+/// no reading of them finds a line that stops short of an accent (`cafe` is not the line
+/// `cafe` U+0301), as `edit`'s matches never split a letter from its marks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Fuzz {
     Exact,
+    /// The same text under Unicode canonical equivalence: accents composed (NFC) on one
+    /// side and decomposed (NFD) on the other, as `edit` matches them.
+    Canonical,
     TrailingSpace,
     Whitespace,
     Typographic,
 }
 
 impl Fuzz {
-    const ALL: [Fuzz; 4] = [Fuzz::Exact, Fuzz::TrailingSpace, Fuzz::Whitespace, Fuzz::Typographic];
+    const ALL: [Fuzz; 5] =
+        [Fuzz::Exact, Fuzz::Canonical, Fuzz::TrailingSpace, Fuzz::Whitespace, Fuzz::Typographic];
 
     fn same(self, file: &str, patch: &str) -> bool {
         match self {
             Fuzz::Exact => file == patch,
+            // Text without accents or other marks reads the same composed.
+            Fuzz::Canonical => {
+                file == patch
+                    || !(file.is_ascii() || patch.is_ascii()) && canonical::same(file, patch)
+            }
             Fuzz::TrailingSpace => file.trim_end() == patch.trim_end(),
             Fuzz::Whitespace => file.trim() == patch.trim(),
             Fuzz::Typographic => file.trim().chars().map(plain).eq(patch.trim().chars().map(plain)),
         }
     }
 
-    fn note(self) -> Option<&'static str> {
+    /// What the summary says of a hunk found so, in a file all of whose text is in `form`
+    /// (`edit`'s words).
+    fn note(self, form: Option<Form>) -> Option<&'static str> {
         match self {
             Fuzz::Exact => None,
+            Fuzz::Canonical => Some(match form {
+                Some(Form::Decomposed) => {
+                    "the file's decomposed accents (Unicode NFD) and wrote them so"
+                }
+                Some(Form::Composed) => {
+                    "the file's composed accents (Unicode NFC) and wrote them so"
+                }
+                None => "the file's accents written in another Unicode normalization form",
+            }),
             Fuzz::TrailingSpace => Some("ignoring trailing whitespace"),
             Fuzz::Whitespace => Some("ignoring leading and trailing whitespace"),
             Fuzz::Typographic => {
@@ -392,7 +416,9 @@ impl Fuzz {
 }
 
 /// The first index at or after `from` where `pattern` occurs in `lines`, at the least
-/// fuzz that finds it. `at_end` looks at the end of the file first.
+/// fuzz that finds it. `at_end` looks at the end of the file first. Under canonical
+/// equivalence the places found after `from` must all hold the same bytes, as for `edit`
+/// (which of two spellings to change would be a guess).
 fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option<(usize, Fuzz)> {
     if pattern.len() > lines.len() {
         return None;
@@ -412,22 +438,29 @@ fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option
         }
     }
     for fuzz in Fuzz::ALL {
-        if let Some(start) = (from..=last_start).find(|&start| fits(start, fuzz)) {
-            return Some((start, fuzz));
+        let mut places = (from..=last_start).filter(|&start| fits(start, fuzz));
+        let Some(start) = places.next() else { continue };
+        let text = |start: usize| lines[start..start + pattern.len()].iter().map(|l| &l.text);
+        if fuzz == Fuzz::Canonical && !places.all(|other| text(other).eq(text(start))) {
+            continue;
         }
+        return Some((start, fuzz));
     }
     None
 }
 
 /// Up to `most` more places (lines from 1) at or after `from` where `pattern` occurs
-/// exactly; none for an empty pattern.
-fn others(lines: &[Line], pattern: &[String], from: usize, most: usize) -> Vec<usize> {
+/// exactly (under canonical equivalence, when `fuzz` says it was found so); none for an
+/// empty pattern.
+fn others(lines: &[Line], pattern: &[String], from: usize, most: usize, fuzz: Fuzz) -> Vec<usize> {
     if pattern.is_empty() || pattern.len() > lines.len() {
         return Vec::new();
     }
+    let fuzz = if fuzz == Fuzz::Canonical { Fuzz::Canonical } else { Fuzz::Exact };
     (from..=lines.len() - pattern.len())
         .filter(|&start| {
-            lines[start..start + pattern.len()].iter().zip(pattern).all(|(l, p)| l.text == *p)
+            let place = &lines[start..start + pattern.len()];
+            place.iter().zip(pattern).all(|(l, p)| fuzz.same(&l.text, p))
         })
         .take(most)
         .map(|start| start + 1)
@@ -521,6 +554,8 @@ impl TextFile {
             hunks
         };
         let mut cursor = 0;
+        // The form all of the file is in, for hunks found under canonical equivalence.
+        let form = Form::of(&self.render());
         let mut edits: Vec<(usize, &[Part], Fuzz)> = Vec::new();
         let mut applied = Vec::new();
         for (number, hunk) in hunks.iter().enumerate() {
@@ -567,7 +602,7 @@ impl TextFile {
             // first place: say where else it fits, so that a wrong place is seen.
             let also = if hunk.anchors.is_empty() && !hunk.end_of_file {
                 let old: Vec<String> = parts.iter().filter_map(Part::old).cloned().collect();
-                others(&self.lines, &old, start + 1, 3)
+                others(&self.lines, &old, start + 1, 3, fuzz)
             } else {
                 Vec::new()
             };
@@ -576,7 +611,7 @@ impl TextFile {
                 line: start + 1,
                 added: count(|p| matches!(p, Part::Added(_))),
                 removed: count(|p| matches!(p, Part::Removed(_))),
-                note: fuzz.note(),
+                note: fuzz.note(form),
                 also,
             });
             cursor = start + parts.iter().filter(|p| p.old().is_some()).count();
@@ -624,10 +659,13 @@ impl TextFile {
                         replaced.next();
                     }
                     Part::Added(text) => {
-                        let text = styled
-                            .as_mut()
-                            .and_then(Iterator::next)
-                            .unwrap_or_else(|| text.clone());
+                        let text = match (styled.as_mut().and_then(Iterator::next), form) {
+                            (Some(styled), _) => styled,
+                            // Found through accents in another form: the added lines are
+                            // written in the file's, when all of it is in one.
+                            (None, Some(form)) if fuzz == Fuzz::Canonical => form.apply(text),
+                            (None, _) => text.clone(),
+                        };
                         lines.push(Line { text, crlf: self.crlf });
                     }
                 }
@@ -642,6 +680,23 @@ impl TextFile {
         let Some(first) = pattern.iter().map(|l| l.trim()).find(|l| !l.is_empty()) else {
             return String::new();
         };
+        // A line that differs from the patch's only in its accents (the patch's `cafe`
+        // where the file has `café`, its accent a combining mark or not): say so.
+        let bare = canonical::unaccented(first);
+        let accented = self.lines.iter().enumerate().skip(from).take(50_000).find(|(_, line)| {
+            let text = line.text.trim();
+            !text.is_ascii() && text != first && canonical::unaccented(text) == bare
+        });
+        if let Some((index, line)) = accented {
+            let shown: String = line.text.trim().chars().take(200).collect();
+            return format!(
+                "\n(line {} is `{shown}`, which differs from the patch's `{}` only in its \
+                 accents: a line matches with its accents as the file has them, composed or \
+                 not; copy it from the file)",
+                index + 1,
+                first.chars().take(200).collect::<String>()
+            );
+        }
         let best = self
             .lines
             .iter()
@@ -1148,7 +1203,7 @@ mod tests {
     fn context_found_loosely_keeps_the_file_s_text() {
         let mut file = TextFile::parse("say(“hi”)  \nx = 1\n", Encoding::Utf8);
         let applied = file.apply(&hunks(" say(\"hi\")\n-x = 1\n+x = 2")).expect("applies");
-        assert_eq!(applied[0].note, Fuzz::Typographic.note());
+        assert_eq!(applied[0].note, Fuzz::Typographic.note(None));
         assert_eq!(file.render(), "say(“hi”)  \nx = 2\n");
     }
 

@@ -401,3 +401,69 @@ mod line_endings {
         assert_eq!(fx.get("l.txt"), "x\rY\nZ\n");
     }
 }
+
+/// A patch written with composed accents (NFC, as models write `é`) applies to a file
+/// written decomposed (NFD, `e` and a combining accent, as macOS writes), and the reverse,
+/// as `edit` matches them: context lines keep the file's bytes, added lines are written in
+/// the file's form when all of it is in one, and the summary says so. The hunks were
+/// refused as not found, the lines looking the same on both sides.
+#[tokio::test]
+async fn a_patch_matches_text_in_another_unicode_normalization_form() {
+    let fx = Fixture::new();
+    fx.put("menu.txt", "cafe\u{301} = 1\nnai\u{308}ve = 2\nend\n");
+    let body = "*** Update File: menu.txt\n caf\u{e9} = 1\n-na\u{ef}ve = 2\n+na\u{ef}ve = 3\n\
+                +cr\u{e8}me = 4\n end";
+    let out = fx.ok("apply_patch", patch(body)).await;
+    expect![[r#"
+        applied the patch to 1 file:
+        M menu.txt (+2 -1)
+            @@ line 1: +2 -1, matched the file's decomposed accents (Unicode NFD) and wrote them so"#]]
+    .assert_eq(&out);
+    assert_eq!(fx.get("menu.txt"), "cafe\u{301} = 1\nnai\u{308}ve = 3\ncre\u{300}me = 4\nend\n");
+
+    // NFC file, NFD patch, the place found by an `@@` line in the other form too.
+    fx.put("nfc.py", "def caf\u{e9}():\n    return 1\n\ndef th\u{e9}():\n    return 1\n");
+    let body =
+        "*** Update File: nfc.py\n@@ def the\u{301}():\n-    return 1\n+    return 'the\u{301}'";
+    let out = fx.ok("apply_patch", patch(body)).await;
+    assert!(out.contains("matched the file's composed accents (Unicode NFC) and wrote them so"));
+    assert_eq!(
+        fx.get("nfc.py"),
+        "def caf\u{e9}():\n    return 1\n\ndef th\u{e9}():\n    return 'th\u{e9}'\n"
+    );
+
+    // A file of both forms: the line's bytes go, the added line is written as given.
+    fx.put("mixed.txt", "caf\u{e9}\nnai\u{308}ve\n");
+    let out =
+        fx.ok("apply_patch", patch("*** Update File: mixed.txt\n-na\u{ef}ve\n+na\u{ef}f")).await;
+    assert!(
+        out.contains("matched the file's accents written in another Unicode normalization form")
+    );
+    assert_eq!(fx.get("mixed.txt"), "caf\u{e9}\nna\u{ef}f\n");
+
+    // Two places that differ in their bytes (ṩ composed, and decomposed), neither the
+    // patch's (its marks in another order): which to change is not guessed.
+    fx.put("two.txt", "\u{1e69}\ns\u{323}\u{307}\n");
+    let err = fx.err("apply_patch", patch("*** Update File: two.txt\n-s\u{307}\u{323}\n+s")).await;
+    assert!(err.contains("hunk 1 (patch line 3): these lines were not found"), "{err}");
+    assert_eq!(fx.get("two.txt"), "\u{1e69}\ns\u{323}\u{307}\n");
+}
+
+/// A patch line never matches a file line that holds more accents than it (`cafe` is no
+/// line `cafe` U+0301, which reads `café`): lines are compared whole, so a match never
+/// stops before an accent as an edit's might have. The error names the line that differs
+/// only in its accents, where it only offered the closest line.
+#[tokio::test]
+async fn a_patch_line_without_the_file_s_accents_is_not_found_and_the_error_says_why() {
+    let fx = Fixture::new();
+    fx.put("menu.txt", "tea = 0\ncafe\u{301} = 1\n");
+    let err = fx.err("apply_patch", patch("*** Update File: menu.txt\n-cafe = 1\n+cafe = 2")).await;
+    assert_eq!(
+        err,
+        "`menu.txt`, hunk 1 (patch line 3): these lines were not found:\ncafe = 1\n(line 2 is \
+         `cafe\u{301} = 1`, which differs from the patch's `cafe = 1` only in its accents: a \
+         line matches with its accents as the file has them, composed or not; copy it from \
+         the file)\nnothing was changed"
+    );
+    assert_eq!(fx.get("menu.txt"), "tea = 0\ncafe\u{301} = 1\n");
+}
