@@ -504,16 +504,16 @@ impl Session<'_> {
                         figures.usage += usage;
                         self.budgets.spend(&self.ctx, usage.input_tokens + usage.output_tokens);
                     }
-                    // Stopped short of a turn (the model failed while writing, wrote a call
-                    // the API could not read, or the API paused the turn): usually
-                    // transient, so the turn is asked once more before the run fails. A
-                    // paused turn is asked again whole rather than continued, since the
-                    // conversation keeps none of the paused content (server tool blocks)
-                    // that Anthropic wants sent back. A language the API does not support
-                    // stays unsupported.
+                    // Stopped short of a turn (the model failed while writing, or wrote a
+                    // call the API could not read): usually transient, so the turn is asked
+                    // once more before the run fails. A language the API does not support
+                    // stays unsupported, and a turn still paused (`pause_turn`) after the
+                    // model client continued it `MAX_CONTINUATIONS` times would only pause
+                    // as often again.
                     if let ModelError::Stopped { reason, .. } = &e
                         && !stop_retried
                         && !reason.eq_ignore_ascii_case("language")
+                        && reason != "pause_turn"
                     {
                         stop_retried = true;
                         tracing::info!(target: "toolmux::agent", agent = self.name, reason = %reason,
@@ -1801,9 +1801,14 @@ fn request_tokens(request: &ModelRequest) -> u64 {
         .iter()
         .map(|m| match m {
             Message::User { content } => content.len(),
-            Message::Assistant { content, tool_calls, reasoning } => {
+            Message::Assistant { content, tool_calls, reasoning, blocks } => {
                 content.len()
                     + reasoning.as_ref().map_or(0, |r| r.text.len())
+                    // The blocks go in place of the text and calls, which they hold too:
+                    // counted whole, the estimate errs on the high side.
+                    + blocks.as_ref().map_or(0, |kept| {
+                        kept.blocks.iter().map(|block| block.to_string().len()).sum()
+                    })
                     + tool_calls
                         .iter()
                         .map(|c| c.name.len() + c.arguments.to_string().len())

@@ -2699,11 +2699,9 @@ fn stopped(dialect: Dialect, reason: &str, input: u64, output: u64) -> ScriptSte
 }
 
 /// The reasons to stop short of a turn in the tests below, and the dialect saying each.
-const STOPPED_SHORT: [(Dialect, &str); 3] = [
-    (Dialect::OpenAi, "error"),
-    (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL"),
-    (Dialect::Anthropic, "pause_turn"),
-];
+/// (Anthropic's `pause_turn` is continued by the model client, below.)
+const STOPPED_SHORT: [(Dialect, &str); 2] =
+    [(Dialect::OpenAi, "error"), (Dialect::OpenAi, "MALFORMED_FUNCTION_CALL")];
 
 /// A script in `dialect`: a call of `mock__big`, an answer [`stopped`] for `reason` (7,000
 /// tokens read, 555 written), then `next`.
@@ -2737,9 +2735,7 @@ async fn an_answer_stopped_short_of_a_turn_counts_in_the_runs_usage() {
 }
 
 /// An answer the API stopped short of a turn (the compatible servers' `finish_reason:
-/// error`, Gemini's `MALFORMED_FUNCTION_CALL`, Anthropic's `pause_turn`, which toolmux
-/// cannot continue as it keeps no paused server-tool content) is usually transient, as its
-/// message says: the same turn is asked once more and the run goes on, the stopped
+/// error`, Gemini's `MALFORMED_FUNCTION_CALL`) is usually transient, as its message says: the same turn is asked once more and the run goes on, the stopped
 /// answer's tokens counted. It failed the run at once. A language the API does not support
 /// is not asked again.
 #[tokio::test]
@@ -2770,6 +2766,84 @@ async fn an_answer_stopped_short_of_a_turn_is_asked_again_once() {
     assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
     assert!(report.content.contains("language"), "{}", report.content);
     assert_eq!(requests.len(), 1);
+}
+
+/// An Anthropic answer paused by the API's server tools (`pause_turn`, here a web search),
+/// `input` tokens read and `output` written.
+fn paused_search(input: u64, output: u64) -> ScriptStep {
+    let answer = json!({"id": "msg_pause", "type": "message", "role": "assistant",
+        "model": "test-model", "content": paused_search_blocks(), "stop_reason": "pause_turn",
+        "stop_sequence": null, "usage": {"input_tokens": input, "output_tokens": output}});
+    ScriptStep::Whole(Box::new(ScriptStep::Raw(answer.to_string())))
+}
+
+/// The blocks of [`paused_search`]'s answer.
+fn paused_search_blocks() -> Value {
+    json!([
+        {"type": "text", "text": "Searching first."},
+        {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search",
+         "input": {"query": "release date"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
+            {"type": "web_search_result", "url": "https://example.com/r", "title": "R",
+             "encrypted_content": "EqgfCioIARgBIiQ3YTAw", "page_age": null}]},
+    ])
+}
+
+/// A turn the API's server tools paused (`pause_turn`) is carried on as Anthropic
+/// documents, within the turn: the continuation sends the paused blocks back unchanged,
+/// the call the continued turn makes runs, and the next turn sends the whole turn back,
+/// server tool blocks and call, with its result; every request's tokens count, and the
+/// paused request is no turn of its own. The turn was asked again whole, as if the paused
+/// search never happened.
+#[tokio::test]
+async fn a_paused_turn_is_continued_and_sent_back_whole() {
+    let script = vec![
+        paused_search(7000, 555),
+        ScriptStep::tool_call("mock__big", json!({})),
+        ScriptStep::tool_call(
+            "agent__final_report",
+            json!({"status": "success", "content": "found it"}),
+        ),
+    ];
+    let (report, requests) = run_scripted(Dialect::Anthropic, script).await;
+    assert_eq!((report.status, report.content.as_str()), (AgentStatus::Success, "found it"));
+    assert_eq!(requests.len(), 3);
+    let first = requests[0]["messages"].as_array().unwrap();
+    let continued = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(continued[..first.len()], first[..]);
+    assert_eq!(
+        continued[first.len()..],
+        [json!({"role": "assistant", "content": paused_search_blocks()})]
+    );
+    // The next turn: the whole turn (paused blocks, then the call), then the call's result.
+    let next = requests[2]["messages"].as_array().unwrap();
+    let turn = next[first.len()]["content"].as_array().unwrap();
+    assert_eq!(turn[..3], paused_search_blocks().as_array().unwrap()[..]);
+    assert_eq!(
+        (turn.len(), &turn[3]["type"], &turn[3]["name"]),
+        (4, &json!("tool_use"), &json!("mock__big"))
+    );
+    let result = &next[first.len() + 1]["content"][0];
+    assert_eq!((&result["type"], &result["tool_use_id"]), (&json!("tool_result"), &turn[3]["id"]));
+    assert_eq!(report.turns, 2, "the continuation is part of its turn");
+    assert_eq!(report.usage.output_tokens, 555 + 10 + 10, "{:?}", report.usage);
+    assert!(report.usage.input_tokens > 7000, "{:?}", report.usage);
+}
+
+/// A turn still paused after `MAX_CONTINUATIONS` continuations fails the run saying so,
+/// with every request's tokens counted, and is not asked again: it would only pause as
+/// often.
+#[tokio::test]
+async fn a_turn_that_keeps_pausing_fails_with_every_requests_tokens() {
+    let asked = toolmux_llm::MAX_CONTINUATIONS as usize + 1;
+    let script = (0..asked).map(|_| paused_search(1000, 5)).collect();
+    let (report, requests) = run_scripted(Dialect::Anthropic, script).await;
+    assert_eq!(report.status, AgentStatus::Failure, "{}", report.content);
+    assert!(report.content.contains("pause_turn"), "{}", report.content);
+    assert!(report.content.contains("continued 8 times"), "{}", report.content);
+    assert_eq!(requests.len(), asked, "not asked again");
+    assert_eq!(report.usage.output_tokens, 5 * asked as u64, "{:?}", report.usage);
+    assert!(report.usage.input_tokens >= 1000 * asked as u64, "{:?}", report.usage);
 }
 
 /// The ids of the calls and the results (id, text) of the request `body` in `dialect`.

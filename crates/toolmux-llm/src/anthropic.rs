@@ -3,8 +3,8 @@
 use crate::http::{Assembler, Endpoint, StreamError};
 use crate::message::{answer_token, distinct_id, distinct_ids, generated_id, unwrapped, wire_name};
 use crate::{
-    DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
-    StopReason, ToolChoice, ToolResultMessage, Usage,
+    DeltaSink, MAX_CONTINUATIONS, Message, Model, ModelDelta, ModelError, ModelRequest,
+    ModelResponse, ModelToolCall, ProviderBlocks, StopReason, ToolChoice, ToolResultMessage, Usage,
 };
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
@@ -15,6 +15,10 @@ use toolmux_core::sse::Event;
 
 /// The API version every request names.
 pub(crate) const API_VERSION: &str = "2023-06-01";
+
+/// The stop reason of a paused turn, which [`parse`] gives as [`StopReason::Other`] for
+/// the client to continue.
+const PAUSE_TURN: &str = "pause_turn";
 
 /// A client of Anthropic's messages API.
 #[derive(Debug)]
@@ -52,9 +56,7 @@ impl Model for AnthropicModel {
         request: &ModelRequest,
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, ModelError> {
-        let body = self.body(request);
-        let answer = self.endpoint.post(&body, cancel).await?;
-        parse(&answer, &self.endpoint)
+        self.continued(request, cancel, None).await
     }
 
     async fn complete_streaming(
@@ -63,10 +65,121 @@ impl Model for AnthropicModel {
         cancel: &CancellationToken,
         on_delta: DeltaSink<'_>,
     ) -> Result<ModelResponse, ModelError> {
-        let body = self.body(request);
-        let mut events = Events::default();
-        self.endpoint.complete_streaming(body, &[], cancel, on_delta, &mut events, parse).await
+        self.continued(request, cancel, Some(on_delta)).await
     }
+}
+
+impl AnthropicModel {
+    /// The answer to `request`, continued while the API pauses it (`pause_turn`, which its
+    /// server tools give when a turn runs long), as Anthropic documents: the paused
+    /// content goes back unchanged as the request's last, assistant, message, and the
+    /// model carries the turn on from there. The answer is the whole turn: every part's
+    /// blocks (kept in [`ModelResponse::blocks`] for the next turn), text and calls, and
+    /// the tokens of every request. More than [`MAX_CONTINUATIONS`] continuations fail as
+    /// [`ModelError::Stopped`] carrying them all; a request that fails on the way carries
+    /// the earlier ones' tokens when its error carries any.
+    async fn continued(
+        &self,
+        request: &ModelRequest,
+        cancel: &CancellationToken,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<ModelResponse, ModelError> {
+        let mut body = self.body(request);
+        // The request's own messages, which each continuation follows with the turn so far.
+        let asked = body["messages"].take();
+        body["messages"] = asked.clone();
+        let mut paused: Vec<Value> = Vec::new();
+        let mut usage = Usage::default();
+        let mut continuations = 0;
+        loop {
+            let mut part = match self.ask(body.clone(), cancel, on_delta).await {
+                Ok(part) => part,
+                Err(error) => return Err(error.with_earlier_usage(usage)),
+            };
+            usage += part.usage;
+            let blocks = part.blocks.take().map(|kept| kept.blocks).unwrap_or_default();
+            if part.stop != StopReason::Other(PAUSE_TURN.to_owned()) {
+                if continuations == 0 {
+                    part.blocks = kept(blocks, &self.endpoint, false);
+                    return Ok(part);
+                }
+                paused.extend(blocks);
+                let (content, tool_calls, blocks) = read_content(paused, &self.endpoint)?;
+                return Ok(ModelResponse {
+                    content,
+                    tool_calls,
+                    usage,
+                    blocks: kept(blocks, &self.endpoint, true),
+                    ..part
+                });
+            }
+            if continuations == MAX_CONTINUATIONS {
+                return Err(ModelError::Stopped {
+                    model: self.endpoint.name.clone(),
+                    reason: PAUSE_TURN.to_owned(),
+                    message: format!(
+                        "the API paused a long turn of server tools (web search, code \
+                         execution) {} times, and it was continued {MAX_CONTINUATIONS} times, \
+                         the most toolmux does: ask for less at a time, or have whatever adds \
+                         server tools to the request (a proxy, a gateway) add none",
+                        MAX_CONTINUATIONS + 1
+                    ),
+                    usage,
+                });
+            }
+            continuations += 1;
+            tracing::debug!(model = %self.endpoint.name, continuations, "the API paused the turn; continuing it");
+            paused.extend(blocks);
+            body["messages"] = continuation(&asked, &paused);
+        }
+    }
+
+    /// One request's answer, streamed to `on_delta` when there is one.
+    async fn ask(
+        &self,
+        body: Value,
+        cancel: &CancellationToken,
+        on_delta: Option<DeltaSink<'_>>,
+    ) -> Result<ModelResponse, ModelError> {
+        match on_delta {
+            Some(on_delta) => {
+                let mut events = Events::default();
+                self.endpoint
+                    .complete_streaming(body, &[], cancel, on_delta, &mut events, parse)
+                    .await
+            }
+            None => parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint),
+        }
+    }
+}
+
+/// `messages` (a request's) followed by the assistant turn `paused` so far, which the API
+/// carries on: its blocks as they came, after those of a last assistant message the
+/// request held already (a prefill, which the answer carried on as well).
+fn continuation(messages: &Value, paused: &[Value]) -> Value {
+    let mut messages = messages.as_array().cloned().unwrap_or_default();
+    match messages.last_mut() {
+        Some(last) if last["role"] == "assistant" => {
+            let mut content = match last["content"].take() {
+                Value::Array(blocks) => blocks,
+                Value::String(text) => vec![json!({"type": "text", "text": text})],
+                _ => Vec::new(),
+            };
+            content.extend(paused.iter().cloned());
+            last["content"] = Value::Array(content);
+        }
+        _ => messages.push(json!({"role": "assistant", "content": paused})),
+    }
+    Value::Array(messages)
+}
+
+/// `blocks` to keep with an answer of this API: only when they hold what its text and
+/// calls do not say (server tools' blocks, thinking, a turn `continued` after a pause), so
+/// that a plain answer goes back as it always did.
+fn kept(blocks: Vec<Value>, endpoint: &Endpoint, continued: bool) -> Option<ProviderBlocks> {
+    let plain = |block: &Value| matches!(block["type"].as_str(), Some("text" | "tool_use"));
+    (continued || !blocks.iter().all(plain))
+        .then(|| ProviderBlocks { blocks, origin: endpoint.origin() })
 }
 
 /// A streamed message's events, folded into the message they make.
@@ -89,15 +202,20 @@ struct Events {
 
 #[derive(Debug)]
 enum Block {
-    Text(String),
+    /// A text block: its text, and the block as it started (with the citations its
+    /// `citations_delta`s add), which goes back to the API with a paused turn.
+    Text(String, Value),
     ToolUse {
         id: String,
         name: String,
         input: String,
         call: usize,
     },
-    /// A block the agent does not read (thinking, …), as it started.
-    Other(Value),
+    /// A block the agent does not read (thinking, a server tool's call or result, …), as it
+    /// started, with what its deltas add: a server tool call's `input` (JSON in pieces,
+    /// kept here until the block is whole), a thinking block's text and signature. It goes
+    /// back to the API unchanged with a paused turn.
+    Other(Value, String),
 }
 
 impl Assembler for Events {
@@ -133,7 +251,7 @@ impl Assembler for Events {
                         if !text.is_empty() {
                             on_delta(ModelDelta::Text(&text));
                         }
-                        Block::Text(text)
+                        Block::Text(text, block)
                     }
                     Some("tool_use") => {
                         // An id missing, or one an earlier call took, is made the call's
@@ -156,7 +274,7 @@ impl Assembler for Events {
                         on_delta(ModelDelta::ToolCall { index: call, id: &id, name: &name });
                         Block::ToolUse { id, name, input: String::new(), call }
                     }
-                    _ => Block::Other(block),
+                    _ => Block::Other(block, String::new()),
                 };
                 self.blocks.insert(index, block);
             }
@@ -167,11 +285,14 @@ impl Assembler for Events {
                     delta.and_then(|d| d.get(field)).and_then(Value::as_str).unwrap_or_default()
                 };
                 match self.blocks.get_mut(&index) {
-                    Some(Block::Text(text)) => {
+                    Some(Block::Text(text, block)) => {
                         let more = fragment("text");
                         text.push_str(more);
                         if !more.is_empty() {
                             on_delta(ModelDelta::Text(more));
+                        }
+                        if let Some(citation) = delta.and_then(|d| d.get("citation")) {
+                            push_to(block, "citations", citation.clone());
                         }
                     }
                     Some(Block::ToolUse { input, call, .. }) => {
@@ -181,7 +302,20 @@ impl Assembler for Events {
                             on_delta(ModelDelta::ToolArguments { index: *call, fragment: more });
                         }
                     }
-                    Some(Block::Other(_)) => {}
+                    Some(Block::Other(block, input)) => {
+                        let kind = delta.and_then(|d| d.get("type")).and_then(Value::as_str);
+                        let (field, more) = match kind {
+                            Some("input_json_delta") => {
+                                input.push_str(fragment("partial_json"));
+                                return Ok(false);
+                            }
+                            Some("thinking_delta") => ("thinking", fragment("thinking")),
+                            Some("signature_delta") => ("signature", fragment("signature")),
+                            Some("text_delta") => ("text", fragment("text")),
+                            _ => return Ok(false),
+                        };
+                        append_to(block, field, more);
+                    }
                     None => {
                         return Err(StreamError::Malformed(format!(
                             "the stream's `content_block_delta` names block {index}, which did not start"
@@ -231,7 +365,11 @@ impl Assembler for Events {
             .blocks
             .values()
             .map(|block| match block {
-                Block::Text(text) => json!({"type": "text", "text": text}),
+                Block::Text(text, start) => {
+                    let mut block = start.clone();
+                    block["text"] = json!(text);
+                    block
+                }
                 Block::ToolUse { id, name, input, .. } => {
                     let input = if input.trim().is_empty() {
                         json!({})
@@ -240,7 +378,15 @@ impl Assembler for Events {
                     };
                     json!({"type": "tool_use", "id": id, "name": name, "input": input})
                 }
-                Block::Other(block) => block.clone(),
+                Block::Other(start, input) => {
+                    let mut block = start.clone();
+                    // A server tool call's input came in pieces; whole, it is its object.
+                    if !input.trim().is_empty() && block.is_object() {
+                        block["input"] =
+                            serde_json::from_str(input).unwrap_or_else(|_| json!(input));
+                    }
+                    block
+                }
             })
             .collect();
         Some(json!({
@@ -252,6 +398,23 @@ impl Assembler for Events {
             "usage": self.usage,
         }))
     }
+}
+
+/// `value` appended to the array `field` of `block` (made when missing).
+fn push_to(block: &mut Value, field: &str, value: Value) {
+    let Some(block) = block.as_object_mut() else { return };
+    match block.entry(field).or_insert_with(|| json!([])) {
+        Value::Array(values) => values.push(value),
+        other => *other = json!([value]),
+    }
+}
+
+/// `more` appended to the string `field` of `block` (made when missing).
+fn append_to(block: &mut Value, field: &str, more: &str) {
+    let Some(block) = block.as_object_mut() else { return };
+    let mut text = block.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
+    text.push_str(more);
+    block.insert(field.to_owned(), json!(text));
 }
 
 impl Events {
@@ -285,7 +448,8 @@ impl AnthropicModel {
         if let Some(temperature) = request.temperature.or(self.temperature) {
             body.insert("temperature".into(), json!(temperature));
         }
-        body.insert("messages".into(), messages(&request.messages, cache, self.images));
+        let origin = self.endpoint.origin();
+        body.insert("messages".into(), messages(&request.messages, cache, self.images, &origin));
         if !request.tools.is_empty() {
             let rules = SchemaRules { plain_top_level: true, ..SchemaRules::default() };
             let mut tools: Vec<Value> = request
@@ -316,8 +480,9 @@ impl AnthropicModel {
 /// turns of one role (tool results and the user's next words, both `user` to the API)
 /// become one message of their blocks in order. With `cache`, the last block carries a
 /// cache breakpoint, so that the next turn (this conversation and more) reads it all from
-/// the cache. With `images`, tool results carry their images.
-fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
+/// the cache. With `images`, tool results carry their images. An assistant turn whose
+/// `blocks` this API (`origin`) gave goes as those blocks ([`kept_blocks`]).
+fn messages(conversation: &[Message], cache: bool, images: bool, origin: &str) -> Value {
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     for message in conversation {
         let (role, blocks) = match message {
@@ -325,23 +490,15 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
             // Claude's own answers may hold (`"\n\n"` before its calls); it says nothing.
             Message::User { content } if content.trim().is_empty() => ("user", Vec::new()),
             Message::User { content } => ("user", vec![json!({"type": "text", "text": content})]),
+            Message::Assistant { tool_calls, blocks: Some(kept), .. } if kept.origin == origin => {
+                ("assistant", kept_blocks(&kept.blocks, tool_calls))
+            }
             Message::Assistant { content, tool_calls, .. } => {
                 let mut blocks = Vec::with_capacity(tool_calls.len() + 1);
                 if !content.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
                 }
-                for call in tool_calls {
-                    // The API takes only an object; arguments that were not one were
-                    // refused already, and the model reads why in the result.
-                    let input =
-                        if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": wire_name(&call.name),
-                        "input": input,
-                    }));
-                }
+                blocks.extend(tool_calls.iter().map(tool_use));
                 ("assistant", blocks)
             }
             Message::Tool { results } => {
@@ -394,6 +551,36 @@ fn messages(conversation: &[Message], cache: bool, images: bool) -> Value {
     Value::Array(messages)
 }
 
+/// A call as a `tool_use` block.
+fn tool_use(call: &ModelToolCall) -> Value {
+    // The API takes only an object; arguments that were not one were refused already, and
+    // the model reads why in the result.
+    let input = if call.arguments.is_object() { call.arguments.clone() } else { json!({}) };
+    json!({"type": "tool_use", "id": call.id, "name": wire_name(&call.name), "input": input})
+}
+
+/// The blocks this API gave an assistant turn, as it gave them, but for its calls, written
+/// from `tool_calls` (matched by id: arguments changed since go as changed, a call no
+/// longer in the turn goes not, one only there goes after the blocks) and blank text,
+/// which the API refuses in a request.
+fn kept_blocks(blocks: &[Value], tool_calls: &[ModelToolCall]) -> Vec<Value> {
+    let mut written = std::collections::HashSet::new();
+    let mut out: Vec<Value> = blocks
+        .iter()
+        .filter_map(|block| match block["type"].as_str() {
+            Some("tool_use") => {
+                let call = tool_calls.iter().find(|call| block["id"] == call.id.as_str())?;
+                written.insert(call.id.as_str());
+                Some(tool_use(call))
+            }
+            Some("text") if block["text"].as_str().is_some_and(|t| t.trim().is_empty()) => None,
+            _ => Some(block.clone()),
+        })
+        .collect();
+    out.extend(tool_calls.iter().filter(|call| !written.contains(call.id.as_str())).map(tool_use));
+    out
+}
+
 /// A tool result's `content`: its text, or with images, a text block (unless the text is
 /// blank) and an image block each; `None` for blank text and no image.
 fn tool_result_content(result: &ToolResultMessage, images: bool) -> Option<Value> {
@@ -423,7 +610,9 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// A message as a [`ModelResponse`].
+/// A message as a [`ModelResponse`]; a paused turn (`pause_turn`) as one that stopped for
+/// [`StopReason::Other`] `pause_turn`, its blocks kept, for [`AnthropicModel::continued`] to
+/// carry on.
 fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelError> {
     let blocks = answer.get("content").and_then(Value::as_array).ok_or_else(|| {
         match answer.pointer("/error/message").and_then(Value::as_str) {
@@ -435,6 +624,49 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             None => endpoint.missing("content"),
         }
     })?;
+    let (content, tool_calls, blocks) = read_content(blocks.clone(), endpoint)?;
+    let stop = match answer.get("stop_reason").and_then(Value::as_str) {
+        Some("end_turn" | "stop_sequence") => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some("refusal") => StopReason::ContentFilter,
+        // The answer filled the model's context window. Asked to go on from the cut, as
+        // after `max_tokens`, the model would get a longer request that cannot fit either;
+        // read as a request over the window, the oldest tool results give way and the turn
+        // is asked again ([`ModelError::context_overflow`]).
+        Some("model_context_window_exceeded") => {
+            return Err(ModelError::ContextWindowReached {
+                model: endpoint.name.clone(),
+                usage: usage(answer),
+            });
+        }
+        Some(other) => StopReason::Other(other.to_owned()),
+        None if !tool_calls.is_empty() => StopReason::ToolUse,
+        None => StopReason::EndTurn,
+    };
+    // The blocks of every answer go to `continued`, which keeps them with the turn when
+    // they say more than its text and calls.
+    let blocks = Some(ProviderBlocks { blocks, origin: endpoint.origin() });
+    Ok(ModelResponse {
+        content,
+        tool_calls,
+        stop,
+        usage: usage(answer),
+        model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+        // Thinking blocks go back with the turn's `blocks`; toolmux asks for no thinking,
+        // and reads none.
+        reasoning: None,
+        blocks,
+    })
+}
+
+/// A message's content blocks read: their text (the text blocks' joined by newlines), the
+/// calls they make (ids made distinct, [`distinct_ids`]), and the blocks as they came but
+/// for those ids, which the calls' results will name.
+fn read_content(
+    mut blocks: Vec<Value>,
+    endpoint: &Endpoint,
+) -> Result<(String, Vec<ModelToolCall>, Vec<Value>), ModelError> {
     let mut texts = Vec::new();
     let mut tool_calls = Vec::new();
     for (index, block) in blocks.iter().enumerate() {
@@ -463,55 +695,19 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
                 }
                 tool_calls.push(call);
             }
-            Some(_) => {} // thinking and other blocks the agent does not read
+            // Thinking, server tools' calls and results, and other blocks the agent does
+            // not read: kept in the blocks.
+            Some(_) => {}
             None => return Err(endpoint.missing(&format!("content[{index}].type"))),
         }
     }
+    let content = texts.join("\n");
     distinct_ids(&mut tool_calls);
-    let stop = match answer.get("stop_reason").and_then(Value::as_str) {
-        Some("end_turn" | "stop_sequence") => StopReason::EndTurn,
-        Some("tool_use") => StopReason::ToolUse,
-        Some("max_tokens") => StopReason::MaxTokens,
-        Some("refusal") => StopReason::ContentFilter,
-        // The answer filled the model's context window. Asked to go on from the cut, as
-        // after `max_tokens`, the model would get a longer request that cannot fit either;
-        // read as a request over the window, the oldest tool results give way and the turn
-        // is asked again ([`ModelError::context_overflow`]).
-        Some("model_context_window_exceeded") => {
-            return Err(ModelError::ContextWindowReached {
-                model: endpoint.name.clone(),
-                usage: usage(answer),
-            });
-        }
-        // The API's server tools (web search, code execution) paused a long turn, to be
-        // sent again with the paused content as it came. toolmux offers no server tools
-        // and keeps none of their blocks, so it cannot carry the turn on; taken for an
-        // answer, the half-done turn ended runs as successes.
-        Some(reason @ "pause_turn") => {
-            return Err(ModelError::Stopped {
-                model: endpoint.name.clone(),
-                reason: reason.to_owned(),
-                message: "the API paused a long turn of server tools (web search, code \
-                          execution), which toolmux neither offers nor can resume: have \
-                          whatever adds them to the request (a proxy, a gateway) add none"
-                    .to_owned(),
-                usage: usage(answer),
-            });
-        }
-        Some(other) => StopReason::Other(other.to_owned()),
-        None if !tool_calls.is_empty() => StopReason::ToolUse,
-        None => StopReason::EndTurn,
-    };
-    Ok(ModelResponse {
-        content: texts.join("\n"),
-        tool_calls,
-        stop,
-        usage: usage(answer),
-        model: answer.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        // Thinking blocks go back only where thinking is asked for, which toolmux does not
-        // ask for.
-        reasoning: None,
-    })
+    let uses = blocks.iter_mut().filter(|block| block["type"] == "tool_use");
+    for (block, call) in uses.zip(&tool_calls) {
+        block["id"] = json!(call.id);
+    }
+    Ok((content, tool_calls, blocks))
 }
 
 /// A message's usage figures.

@@ -74,10 +74,11 @@ pub enum ModelError {
     },
     /// The API ended the answer for a reason that is not a finished turn and that no
     /// other variant stands for: the model failed while writing (Mistral's and the
-    /// compatible servers' `error`, Gemini's `MALFORMED_FUNCTION_CALL`), or a turn this
-    /// client cannot carry on (Anthropic's `pause_turn`). What it wrote is not an answer.
-    /// The API bills it all the same: its figures are kept here, for budgets to count
-    /// ([`ModelError::usage`]).
+    /// compatible servers' `error`, Gemini's `MALFORMED_FUNCTION_CALL`), or a turn still
+    /// paused after [`MAX_CONTINUATIONS`](crate::MAX_CONTINUATIONS) continuations
+    /// (Anthropic's `pause_turn`). What it wrote is not an answer. The API bills it all the
+    /// same: its figures are kept here, for budgets to count ([`ModelError::usage`]); those
+    /// of a paused turn count every continuation.
     #[error("model `{model}`: the API ended the answer with `{reason}`: {message}")]
     Stopped {
         /// The configured model name.
@@ -202,6 +203,17 @@ impl ModelError {
             }
             _ => None,
         }
+    }
+
+    /// This error of a request made to continue an answer, carrying the tokens the
+    /// answer's earlier requests used (`earlier`) as well, where it carries any.
+    pub(crate) fn with_earlier_usage(mut self, earlier: Usage) -> ModelError {
+        if let ModelError::ContextWindowReached { usage, .. } | ModelError::Stopped { usage, .. } =
+            &mut self
+        {
+            *usage += earlier;
+        }
+        self
     }
 
     /// Whether asking again later may succeed (rate limits, server errors, transport).

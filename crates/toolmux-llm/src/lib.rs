@@ -38,7 +38,8 @@ pub use config::{ApiKind, ModelConfig, ToolCallFormat};
 pub use error::{ContextOverflow, ModelError};
 pub use message::{
     DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
-    ModelToolCall, Reasoning, StopReason, ToolChoice, ToolDefinition, ToolResultMessage, Usage,
+    ModelToolCall, ProviderBlocks, Reasoning, StopReason, ToolChoice, ToolDefinition,
+    ToolResultMessage, Usage,
 };
 pub use sampling::{ModelSampler, sampling_request, sampling_response};
 pub use text_tools::TextToolCalls;
@@ -61,6 +62,11 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 /// How many times a request is tried again when the configuration does not say.
 pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// How many times an Anthropic answer is continued after the API paused it (`pause_turn`,
+/// which its server tools, web search or code execution, give when a turn runs long)
+/// before it fails as [`ModelError::Stopped`]. A long turn pauses once or twice; one that
+/// kept pausing would cost a request each time without end.
+pub const MAX_CONTINUATIONS: u32 = 8;
 
 /// A model an agent can ask for its next step.
 ///

@@ -24,6 +24,10 @@ pub enum Message {
         /// back ([`Reasoning`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reasoning: Option<Reasoning>,
+        /// The answer's content blocks as its API wrote them, when they hold more than the
+        /// text and the calls ([`ProviderBlocks`]): sent back as they are to that API alone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        blocks: Option<ProviderBlocks>,
     },
     /// The results of the previous assistant turn's tool calls, one per call.
     Tool {
@@ -40,8 +44,35 @@ impl Message {
 
     /// An assistant message of text only.
     pub fn assistant(content: impl Into<String>) -> Self {
-        Message::Assistant { content: content.into(), tool_calls: Vec::new(), reasoning: None }
+        Message::Assistant {
+            content: content.into(),
+            tool_calls: Vec::new(),
+            reasoning: None,
+            blocks: None,
+        }
     }
+}
+
+/// The content blocks of an assistant turn as the API that wrote it gave them, kept to be
+/// sent back unchanged to that API alone.
+///
+/// Anthropic's server tools (web search, code execution, run by the API itself) leave
+/// blocks in an answer that this vocabulary has no words for (`server_tool_use`,
+/// `web_search_tool_result` with its encrypted results, text with citations), and a turn
+/// they paused (`stop_reason: pause_turn`) is carried on only by sending its blocks back as
+/// they came. The blocks are opaque here: the client that made them re-sends them, with the
+/// turn's calls written from [`Message::Assistant`]'s `tool_calls` (matched by id, so that
+/// arguments changed since, an approval's say, go as changed). Any other API (a chat
+/// completions one, another server) gets the turn's text and calls instead, as for any
+/// answer: the blocks are another API's data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderBlocks {
+    /// The blocks, as the API wrote them (the ids of calls as they were made distinct,
+    /// see [`ModelToolCall::id`]).
+    pub blocks: Vec<Value>,
+    /// The API that gave them: the URL the client posted to, without its query.
+    pub origin: String,
 }
 
 /// The reasoning a chat completions API gave beside its answer (`reasoning_content`), kept
@@ -496,6 +527,11 @@ pub struct ModelResponse {
     /// The reasoning its API gave beside the answer, to be sent back with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Reasoning>,
+    /// The answer's content blocks as its API gave them, when they hold more than its text
+    /// and calls (server tools' blocks, a turn continued after a pause), to be sent back
+    /// with it ([`ProviderBlocks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<ProviderBlocks>,
 }
 
 impl ModelResponse {
@@ -508,6 +544,7 @@ impl ModelResponse {
             usage: Usage::default(),
             model: String::new(),
             reasoning: None,
+            blocks: None,
         }
     }
 
@@ -520,6 +557,7 @@ impl ModelResponse {
             usage: Usage::default(),
             model: String::new(),
             reasoning: None,
+            blocks: None,
         }
     }
 
@@ -529,6 +567,7 @@ impl ModelResponse {
             content: self.content.clone(),
             tool_calls: self.tool_calls.clone(),
             reasoning: self.reasoning.clone(),
+            blocks: self.blocks.clone(),
         }
     }
 }

@@ -454,7 +454,9 @@ impl OpenAiModel {
 fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, origin: &str) {
     match message {
         Message::User { content } => messages.push(json!({"role": "user", "content": content})),
-        Message::Assistant { content, tool_calls, reasoning } => {
+        // An Anthropic turn's `blocks` are that API's alone: its text and calls stand for
+        // them here.
+        Message::Assistant { content, tool_calls, reasoning, .. } => {
             let mut out = Map::new();
             out.insert("role".into(), json!("assistant"));
             // The API wants `null`, not an empty string, beside tool calls.
@@ -658,6 +660,7 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
             .and_then(Value::as_str)
             .filter(|text| !text.is_empty())
             .map(|text| Reasoning { text: text.to_owned(), origin: endpoint.origin() }),
+        blocks: None,
     })
 }
 

@@ -329,6 +329,7 @@ mod tests {
                 content: "Reading.".into(),
                 tool_calls: vec![call],
                 reasoning: None,
+                blocks: None,
             },
             Message::Tool { results: vec![ToolResultMessage::new("c1", "# A", false)] },
             Message::user("(note)"),

@@ -150,7 +150,12 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
     let request = ModelRequest::new(vec![
         Message::user("One"),
         Message::user("Two"),
-        Message::Assistant { content: String::new(), tool_calls: Vec::new(), reasoning: None },
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: Vec::new(),
+            reasoning: None,
+            blocks: None,
+        },
         Message::user("Three"),
         Message::assistant("Four"),
         Message::Assistant {
@@ -160,6 +165,7 @@ async fn consecutive_turns_of_one_role_merge_and_empty_ones_vanish() {
                 ..ModelToolCall::new("call_x", "t", Value::Null)
             }],
             reasoning: None,
+            blocks: None,
         },
     ]);
     let (server, model) = serve_uncached(vec![ScriptStep::text("ok")]);
@@ -192,6 +198,7 @@ async fn blank_text_is_left_out() {
             content: "\n\n".into(),
             tool_calls: vec![ModelToolCall::new("call_a", "fs__ls", json!({}))],
             reasoning: None,
+            blocks: None,
         },
         Message::Tool { results: vec![result("call_a", " \n", false)] },
         Message::user("  "),

@@ -168,6 +168,7 @@ async fn calls_read_from_text_are_numbered_by_their_conversation() {
         content: String::new(),
         tool_calls: vec![ModelToolCall::new("text-2", "fs__read", json!({"path": "z"}))],
         reasoning: None,
+        blocks: None,
     });
     request.messages.push(Message::Tool { results: vec![result("text-2", "z", false)] });
     let answer = complete(&model, &request).await;

@@ -9,6 +9,7 @@ mod extras;
 mod failures;
 mod ids;
 mod openai;
+mod pause;
 mod stops;
 mod streaming;
 
@@ -95,6 +96,7 @@ fn conversation() -> ModelRequest {
                 ModelToolCall::new("call_b", "fs__stat", json!({"path": "x"})),
             ],
             reasoning: None,
+            blocks: None,
         },
         Message::Tool {
             results: vec![
@@ -106,6 +108,7 @@ fn conversation() -> ModelRequest {
             content: String::new(),
             tool_calls: vec![ModelToolCall::new("call_c", "fs__list", json!({}))],
             reasoning: None,
+            blocks: None,
         },
         Message::Tool { results: vec![result("call_c", "README.md", false)] },
         Message::user("Now summarize it"),
@@ -135,6 +138,7 @@ fn screenshots() -> ModelRequest {
                 ModelToolCall::new("call_c", "camera__snap", json!({})),
             ],
             reasoning: None,
+            blocks: None,
         },
         Message::Tool {
             results: vec![
@@ -185,7 +189,12 @@ fn made_up_calls() -> ModelRequest {
         calls.iter().map(|c| result(&c.id, "(tool failed: unknown tool)", true)).collect();
     ModelRequest::new(vec![
         Message::user("go"),
-        Message::Assistant { content: String::new(), tool_calls: calls, reasoning: None },
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: calls,
+            reasoning: None,
+            blocks: None,
+        },
         Message::Tool { results },
     ])
 }
@@ -204,12 +213,26 @@ fn made_up_names_on_the_wire() -> Vec<Value> {
 /// A loopback server that answers every request with `events` as a stream of server-sent
 /// events. Returns its base URL.
 async fn sse_server(events: Vec<Value>) -> String {
+    sse_script_server(vec![events]).await.0
+}
+
+/// A loopback server that answers its `n`th request with `streams[n]` (the last of them
+/// once they run out) as a stream of server-sent events. Returns its base URL and the
+/// bodies of the requests it read, in order.
+async fn sse_script_server(
+    streams: Vec<Vec<Value>>,
+) -> (String, Arc<std::sync::Mutex<Vec<Value>>>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = bodies.clone();
     tokio::spawn(async move {
+        let mut served = 0;
         while let Ok((mut socket, _)) = listener.accept().await {
-            let events = events.clone();
+            let events = streams[served.min(streams.len() - 1)].clone();
+            served += 1;
+            let seen = seen.clone();
             tokio::spawn(async move {
                 // The request's head and body, read up to its length, then the stream.
                 let mut buf = Vec::new();
@@ -227,6 +250,8 @@ async fn sse_server(events: Vec<Value>) -> String {
                         .find_map(|l| l.strip_prefix("content-length:"))
                         .map_or(0, |v| v.trim().parse::<usize>().unwrap());
                     if buf.len() >= end + 4 + length {
+                        let request = &buf[end + 4..end + 4 + length];
+                        seen.lock().unwrap().push(serde_json::from_slice(request).unwrap());
                         break;
                     }
                 }
@@ -246,5 +271,5 @@ async fn sse_server(events: Vec<Value>) -> String {
             });
         }
     });
-    base
+    (base, bodies)
 }

@@ -143,6 +143,7 @@ async fn arguments_that_were_not_json_go_back_as_written() {
             ..ModelToolCall::new("call_x", "fs__read", Value::Null)
         }],
         reasoning: None,
+        blocks: None,
     });
     request.messages.push(Message::Tool {
         results: vec![result("call_x", "the arguments are not JSON", true)],

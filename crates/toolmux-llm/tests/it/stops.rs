@@ -93,18 +93,6 @@ async fn an_answer_cut_at_the_context_window_without_usage_is_estimated() {
     assert_eq!(error.context_overflow(), Some(Default::default()));
 }
 
-/// A turn the API's server tools paused must be sent again with its content, which
-/// toolmux does not keep: it fails and says so.
-#[tokio::test]
-async fn a_paused_turn_fails_and_says_why() {
-    let (_server, model) = serve(Dialect::Anthropic, vec![ScriptStep::Raw(message("pause_turn"))]);
-    let error = fail(&model, &hello()).await;
-    assert_stopped(&error, "pause_turn");
-    assert!(error.to_string().contains("server tools"), "{error}");
-    let usage = error.usage().expect("billed all the same");
-    assert_eq!((usage.input_tokens, usage.output_tokens), (196, 4), "{usage:?}");
-}
-
 async fn fail_streaming(model: &Arc<dyn Model>) -> ModelError {
     let error =
         model.complete_streaming(&hello(), &CancellationToken::new(), &|_| {}).await.unwrap_err();
