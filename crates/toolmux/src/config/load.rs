@@ -373,6 +373,15 @@ fn load_text(
     #[cfg(not(feature = "mcp"))]
     let _ = path;
 
+    // A list or a single value where settings belong: serde_json reads a struct from a
+    // list, field by field, and so do untagged and tagged enums in every format.
+    shape::check(&value).map_err(|misshapen| {
+        let position = match format {
+            FileFormat::Toml => super::toml::position(text, &misshapen.path),
+            FileFormat::Json | FileFormat::Yaml => value_position(text, &misshapen.path),
+        };
+        error(position, words::not_settings(&misshapen.path, &misshapen.found))
+    })?;
     // The typed model straight from the text: unknown keys and wrong types with a line
     // (a YAML file that merges mappings is read from its merged value, by path only).
     if !(format == FileFormat::Yaml && has_merge_keys(text)) {
@@ -529,16 +538,34 @@ fn parse(text: &str, format: FileFormat) -> Result<serde_json::Value, Located> {
 /// in a YAML or JSON `text`, each key looked for after the one before; `None` when one is
 /// not found so (a key written in another quoting, say).
 fn key_position(text: &str, path: &str) -> Option<(usize, usize)> {
+    key_offset(text, path).map(|(offset, _)| super::toml::line_column(text, offset))
+}
+
+/// Line and column of the value of the key at `path` in a YAML or JSON `text`, as
+/// [`key_position`] finds the key: the first thing after its `:`.
+fn value_position(text: &str, path: &str) -> Option<(usize, usize)> {
+    let (offset, form) = key_offset(text, path)?;
+    let after = offset + form;
+    let value = text[after..].find(|c: char| !c.is_whitespace()).map_or(text.len(), |i| after + i);
+    Some(super::toml::line_column(text, value))
+}
+
+/// The byte offset of the key at `path` ([`key_position`]) and the length of its form
+/// (`"key":`).
+fn key_offset(text: &str, path: &str) -> Option<(usize, usize)> {
     let keys = path.split('.').map(|k| k.split('[').next().unwrap_or(k)).filter(|k| !k.is_empty());
     let mut from = 0;
     let mut found = None;
     for key in keys {
         let forms = [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")];
-        let at = forms.iter().filter_map(|form| key_at(&text[from..], form)).min()?;
-        found = Some(from + at);
+        let (at, len) = forms
+            .iter()
+            .filter_map(|form| key_at(&text[from..], form).map(|at| (at, form.len())))
+            .min()?;
+        found = Some((from + at, len));
         from += at + key.len();
     }
-    found.map(|offset| super::toml::line_column(text, offset))
+    found
 }
 
 /// Where `form` (`key:`) first stands as a key in `text`: at the start of a line (after
@@ -862,6 +889,7 @@ mod codex;
 mod foreign;
 #[cfg(all(feature = "mcp", feature = "fs"))]
 mod seed_tools;
+mod shape;
 mod words;
 
 // The tests load files with every section, so they need every provider's feature.

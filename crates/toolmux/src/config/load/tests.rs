@@ -732,3 +732,63 @@ fn tool_filters_hold_in_a_file_read_as_codex_s() {
         loaded.warnings
     );
 }
+
+/// Where settings belong (a struct), a list or a single value is refused in every format:
+/// serde_json, and every untagged enum, read a struct from a list field by field, so
+/// `{"defaults": [1000]}` was `toolTimeout: 1000`.
+#[test]
+fn settings_given_a_list_or_a_single_value() {
+    let cases = [
+        (FileFormat::Json, r#"{"defaults": [1000]}"#),
+        (FileFormat::Json, r#"{"mcpServers": {"a": ["npx", "-y", "server"]}}"#),
+        (FileFormat::Json, r#"{"fs": {"bash": "on"}}"#),
+        (FileFormat::Json, r#"{"fs": {"limits": [200, 2000]}}"#),
+        (FileFormat::Json, r#"{"queues": {"slow": [2]}}"#),
+        (FileFormat::Json, r#"{"hooks": {"PreToolUse": [["Bash", "check.sh"]]}}"#),
+        (FileFormat::Json, r#"{"externalTools": [["confirm"]]}"#),
+        (FileFormat::Json, "{\n  \"restTools\": {\n    \"weather\": [\"https://x\"]\n  }\n}"),
+        (FileFormat::Yaml, "defaults: [1000]\n"),
+        (FileFormat::Yaml, "fs:\n  bash: yes please\n"),
+        (FileFormat::Yaml, "mcpServers:\n  a:\n    - npx\n"),
+        (FileFormat::Yaml, "externalTools:\n  - confirm\n"),
+        (FileFormat::Yaml, "queues:\n  slow: 2\n"),
+        (FileFormat::Toml, "defaults = [1000]\n"),
+        (FileFormat::Toml, "[mcpServers]\na = [\"npx\"]\n"),
+    ];
+    let shown: Vec<String> = cases
+        .iter()
+        .map(|(format, text)| match load_as(*format, text) {
+            Ok(loaded) => format!("loaded: {:?}", loaded.config.defaults.tool_timeout),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    expect![[r#"
+        toolmux.json:1:14: defaults: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:1:22: mcpServers.a: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:1:17: fs.bash: expected a mapping of its settings (`key: value` entries); found the string "on"
+        toolmux.json:1:19: fs.limits: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:1:21: queues.slow: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:1:26: hooks.PreToolUse[0]: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:1:19: externalTools[0]: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.json:3:16: restTools.weather: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.yaml:1:11: defaults: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.yaml:2:9: fs.bash: expected a mapping of its settings (`key: value` entries); found the string "yes please"
+        toolmux.yaml:3:5: mcpServers.a: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.yaml:2:3: externalTools[0]: expected a mapping of its settings (`key: value` entries); found the string "confirm"
+        toolmux.yaml:2:9: queues.slow: expected a mapping of its settings (`key: value` entries); found 2
+        toolmux.toml:1:1: defaults: expected a mapping of its settings (`key: value` entries); found a list
+        toolmux.toml:2:1: mcpServers.a: expected a mapping of its settings (`key: value` entries); found a list"#]].assert_eq(&shown.join("\n"));
+}
+
+/// The shapes beside settings that the schema allows still load: a sandbox's mode as a
+/// string, external tools as a list of tools, an empty section.
+#[test]
+fn settings_places_that_take_other_shapes_too() {
+    let loaded = loads(
+        FileFormat::Json,
+        r#"{"fs": {"bash": {"sandbox": "off"}}, "externalTools": [{"name": "confirm", "description": "Ask"}], "defaults": null}"#,
+    );
+    let fs = loaded.config.fs.as_ref().map(|fs| format!("{:?}", fs.bash.sandbox.mode));
+    assert_eq!(fs.as_deref(), Some("Some(Off)"));
+    assert_eq!(loaded.config.external_tools.keys().collect::<Vec<_>>(), ["confirm"]);
+}

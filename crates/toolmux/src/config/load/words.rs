@@ -23,6 +23,18 @@ pub(super) fn not_a_mapping(found: &str) -> String {
     format!("the file must be a mapping of sections such as `fs:` and `mcpServers:`; found {found}")
 }
 
+/// What to say of settings at `path` (a struct's place) given as `found` (told as
+/// [`value_in_words`] does): what serde's words become for a struct ([`in_words`]).
+pub(super) fn not_settings(path: &str, found: &str) -> String {
+    if is_top(path) {
+        return not_a_mapping(found);
+    }
+    format!("{path}: expected {SETTINGS}; found {found}")
+}
+
+/// What a struct's place takes, in words.
+const SETTINGS: &str = "a mapping of its settings (`key: value` entries)";
+
 /// A top-level value of the file as [`in_words`] tells what was found.
 pub(super) fn value_in_words(value: &serde_json::Value) -> String {
     use serde_json::Value;
@@ -85,9 +97,7 @@ fn takes(path: &str, expected: &str) -> Option<String> {
         "path string" => "a path, such as ./data".to_owned(),
         "a sequence" => "a list, such as [a, b]".to_owned(),
         "a map" => "a mapping of names to values (`name: value` entries)".to_owned(),
-        _ if expected.starts_with("struct ") => {
-            "a mapping of its settings (`key: value` entries)".to_owned()
-        }
+        _ if expected.starts_with("struct ") => SETTINGS.to_owned(),
         _ => return None,
     };
     Some(words)
