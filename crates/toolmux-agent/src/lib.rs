@@ -325,6 +325,7 @@ impl Agents {
             decisions,
             turns: paused.turns,
             tool_calls: paused.tool_calls,
+            refused_calls: paused.refused_calls,
             usage: paused.usage,
         };
         let options = RunOptions { history: paused.transcript.clone(), ..options.clone() };
@@ -494,6 +495,7 @@ impl Agents {
                     }
                     report.turns += totals.turns;
                     report.tool_calls += totals.tool_calls;
+                    report.refused_calls += totals.refused_calls;
                     report.usage += totals.usage;
                     if !path.is_empty() {
                         path.push(current.clone());
@@ -504,6 +506,7 @@ impl Agents {
                 SessionEnd::Handoff { to, message, figures } => {
                     totals.turns += figures.turns;
                     totals.tool_calls += figures.tool_calls;
+                    totals.refused_calls += figures.refused_calls;
                     totals.usage += figures.usage;
                     path.push(current.clone());
                     if path.len() > MAX_HANDOFFS {

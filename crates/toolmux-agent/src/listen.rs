@@ -192,6 +192,7 @@ impl Agents {
                 ..RunOptions::default()
             };
             let (turns, calls, usage) = (report.turns, report.tool_calls, report.usage);
+            let refused = report.refused_calls;
             report = self
                 .run_with(
                     name,
@@ -202,6 +203,7 @@ impl Agents {
                 .await?;
             report.turns += turns;
             report.tool_calls += calls;
+            report.refused_calls += refused;
             report.usage += usage;
         }
         report.transcript.clear();

@@ -106,6 +106,7 @@ pub(crate) struct Resume {
     /// turn limit and token budget hold across the pause).
     pub(crate) turns: u32,
     pub(crate) tool_calls: u32,
+    pub(crate) refused_calls: u32,
     pub(crate) usage: toolmux_llm::Usage,
 }
 

@@ -60,8 +60,17 @@ pub struct AgentReport {
     pub metadata: Option<Value>,
     /// Model turns taken, by every agent of the run.
     pub turns: u32,
-    /// Tool calls made, by every agent of the run (a sub-agent's own calls included).
+    /// Tool calls that ran, by every agent of the run (a sub-agent's own calls included):
+    /// those that went to the orchestrator, whatever it made of them (a tool's error, a
+    /// permission's denial).
     pub tool_calls: u32,
+    /// Tool calls the agents refused before they ran, counted apart from `tool_calls`: a
+    /// tool unknown or not offered (the agent's `tools` selectors), arguments that are not
+    /// JSON, calls past `maxCallsPerTurn`, a call repeated without change, a call other than
+    /// the report on a turn that offered only the report, a paused call denied on resume;
+    /// a sub-agent's and a batch's included. The model was told why each did not run.
+    #[serde(default)]
+    pub refused_calls: u32,
     /// Tokens used, by every agent of the run and the sub-agents they called.
     pub usage: Usage,
     /// The agents the run was handed through, first to last, when it was handed off.
@@ -121,6 +130,7 @@ impl AgentReport {
             metadata: None,
             turns: 0,
             tool_calls: 0,
+            refused_calls: 0,
             usage: Usage::default(),
             handoffs: Vec::new(),
             task_status: None,
@@ -145,7 +155,7 @@ impl AgentReport {
 
     /// The report as a tool's output: its text (a question for `needs_input`), the JSON
     /// content as structured content, an error when the run failed, and the run's figures
-    /// in the extras (`status`, `turns`, `toolCalls`, `usage`).
+    /// in the extras (`status`, `turns`, `toolCalls`, `refusedCalls`, `usage`).
     pub fn to_output(&self) -> ToolOutput {
         let text = match self.status {
             AgentStatus::NeedsInput => {
@@ -167,13 +177,18 @@ impl AgentReport {
             .with_extra("status", json!(self.status.as_str()))
             .with_extra("turns", json!(self.turns))
             .with_extra("toolCalls", json!(self.tool_calls))
+            .with_extra("refusedCalls", json!(self.refused_calls))
             .with_extra("usage", json!(self.usage))
     }
 }
 
-/// The usage a sub-agent's output carries in its extras, if it is one.
-pub(crate) fn usage_in(extras: &serde_json::Map<String, Value>) -> Option<(Usage, u32)> {
+/// The usage, the calls that ran and those refused that a sub-agent's output carries in
+/// its extras, if it is one.
+pub(crate) fn usage_in(extras: &serde_json::Map<String, Value>) -> Option<(Usage, u32, u32)> {
     let usage = serde_json::from_value(extras.get("usage")?.clone()).ok()?;
-    let calls = extras.get("toolCalls").and_then(Value::as_u64).unwrap_or(0);
-    Some((usage, u32::try_from(calls).unwrap_or(u32::MAX)))
+    let count = |key: &str| {
+        let count = extras.get(key).and_then(Value::as_u64).unwrap_or(0);
+        u32::try_from(count).unwrap_or(u32::MAX)
+    };
+    Some((usage, count("toolCalls"), count("refusedCalls")))
 }

@@ -57,7 +57,16 @@ struct Outcome {
     result: ToolResultMessage,
     effect: Effect,
     usage: Usage,
+    /// The call ran: it went to the orchestrator (whatever the pipeline then made of it),
+    /// or the session's search answered it, or the caller of a paused run did. A call the
+    /// session refused before that (an unknown tool or one not offered, arguments that are
+    /// not JSON, past `maxCallsPerTurn`, a repeat, a call not offered on a last turn, one
+    /// denied on resume) did not.
+    ran: bool,
+    /// The calls that ran within this one: a batch's, a sub-agent's.
     calls: u32,
+    /// The calls refused within this one: a batch's, a sub-agent's.
+    refused: u32,
 }
 
 impl Outcome {
@@ -66,8 +75,16 @@ impl Outcome {
             result: ToolResultMessage::new(call.id.clone(), content, is_error),
             effect: Effect::None,
             usage: Usage::default(),
+            ran: false,
             calls: 0,
+            refused: 0,
         }
+    }
+
+    /// The answer of a call that ran ([`Outcome::ran`]).
+    fn ran(mut self) -> Self {
+        self.ran = true;
+        self
     }
 
     fn error(call: &ModelToolCall, content: String) -> Self {
@@ -380,6 +397,7 @@ impl Session<'_> {
         if let Some(resume) = self.resume {
             figures.turns = resume.turns;
             figures.tool_calls = resume.tool_calls;
+            figures.refused_calls = resume.refused_calls;
             figures.usage = resume.usage;
             if let Some(end) = self.resumed(resume, &mut state, &mut request, &mut figures).await {
                 // Hooks' context is given with the model's next turn, which a run that
@@ -871,9 +889,12 @@ impl Session<'_> {
                 outcome.effect = Effect::None;
             }
             // The session's own tools are not tool calls of the run; a batch counts as
-            // the calls it made.
+            // the calls it made. A call refused before it ran is counted apart: the
+            // figure of calls is what ran (what took time, what the tools saw).
             let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF];
-            figures.tool_calls += u32::from(!own.contains(&call.name.as_str())) + outcome.calls;
+            let counted = !own.contains(&call.name.as_str());
+            figures.tool_calls += u32::from(counted && outcome.ran) + outcome.calls;
+            figures.refused_calls += u32::from(counted && !outcome.ran) + outcome.refused;
             figures.usage += outcome.usage;
             results.push(outcome.result);
             effects.push(outcome.effect);
@@ -960,7 +981,7 @@ impl Session<'_> {
                     Outcome::error(call, pause::denied_text(&call.name, message.as_deref()))
                 }
                 Decision::Respond { content, is_error } => {
-                    Outcome::answer(call, content.clone(), *is_error)
+                    Outcome::answer(call, content.clone(), *is_error).ran()
                 }
             }
         }))
@@ -1028,6 +1049,7 @@ impl Session<'_> {
                     let mut report = *report;
                     report.turns = figures.turns;
                     report.tool_calls = figures.tool_calls;
+                    report.refused_calls = figures.refused_calls;
                     report.usage = figures.usage;
                     report.task_status.clone_from(&figures.task_status);
                     return Some(SessionEnd::Report(report));
@@ -1179,7 +1201,7 @@ impl Session<'_> {
             HANDOFF if !self.destinations.is_empty() => self.handoff(call, arguments),
             // The session's own search, unless a provider's tool has that name.
             search::SEARCH if !state.names.contains(search::SEARCH) => {
-                self.search(call, &arguments)
+                self.search(call, &arguments).ran()
             }
             _ => self.tool(call, &call.name, arguments, state).await,
         }
@@ -1219,10 +1241,10 @@ impl Session<'_> {
             .orchestrator
             .execute_with_images(ToolCall::new(name, arguments).with_id(call.id.clone()), &ctx)
             .await;
-        let (usage, calls) = if name.starts_with("agent__") {
+        let (usage, calls, refused) = if name.starts_with("agent__") {
             usage_in(&result.extras).unwrap_or_default()
         } else {
-            (Usage::default(), 0)
+            (Usage::default(), 0, 0)
         };
         let text = result.conversation_text();
         // An asynchronous call, or a synchronous one that timed out: either's result comes
@@ -1243,7 +1265,9 @@ impl Session<'_> {
             result: ToolResultMessage::new(call.id.clone(), text, !result.ok).with_images(images),
             effect,
             usage,
+            ran: true,
             calls,
+            refused,
         }
     }
 
@@ -1331,14 +1355,15 @@ impl Session<'_> {
         });
         let outcomes = join_all(inner).await;
         let mut usage = Usage::default();
-        let mut calls = 0;
+        let (mut calls, mut refused) = (0, 0);
         let mut results = Vec::with_capacity(outcomes.len());
         let mut effect = Effect::None;
         let mut images = Vec::new();
         for (c, outcome) in batch.calls.iter().zip(outcomes) {
             images.extend(outcome.result.images);
             usage += outcome.usage;
-            calls += 1 + outcome.calls;
+            calls += u32::from(outcome.ran) + outcome.calls;
+            refused += u32::from(!outcome.ran) + outcome.refused;
             if let Effect::EndsTurn(text) = outcome.effect {
                 effect = Effect::EndsTurn(text);
             }
@@ -1359,7 +1384,9 @@ impl Session<'_> {
             result: ToolResultMessage::new(call.id.clone(), text, false).with_images(images),
             effect,
             usage,
+            ran: false,
             calls,
+            refused,
         }
     }
 

@@ -330,6 +330,8 @@ async fn only_the_configured_tools_are_offered_and_callable() {
     assert!(results[0].1 && results[0].0.contains("unknown tool `mock__other`"), "{results:?}");
     assert!(!results[1].1);
     assert_eq!(s.mock.calls_of("other"), 0, "a tool not offered is never called");
+    // Nor counted as a call: it is counted apart, as refused.
+    assert_eq!((report.tool_calls, report.refused_calls), (1, 1));
 }
 
 /// `tools` may select what tools are: a reviewer given `@read` is offered only the tools
@@ -1045,7 +1047,7 @@ async fn sub_agents_run_through_the_pipeline_and_add_up() {
     );
     let child = Arc::new(
         ScriptedModel::new("small")
-            .calls(vec![("mock__echo", json!({"q": "x"}))])
+            .calls(vec![("mock__echo", json!({"q": "x"})), ("mock__nope", json!({}))])
             .report("success", "x is 42"),
     );
     let mut definitions =
@@ -1061,7 +1063,8 @@ async fn sub_agents_run_through_the_pipeline_and_add_up() {
     // The parent's first turn (its second step reports no usage) and the child's two turns;
     // the child's echo and the delegation.
     assert_eq!(report.usage, Usage::new(300, 30));
-    assert_eq!(report.tool_calls, 2);
+    // The child's call of a tool it does not have is counted apart, in its caller's too.
+    assert_eq!((report.tool_calls, report.refused_calls), (2, 1));
     assert_eq!(child.requests()[0].messages, vec![Message::user("find x")]);
     assert!(tool_names(&parent.requests()[0]).contains(&"agent__child".to_owned()));
     // The agents are tools of the orchestrator too (for MCP clients).
@@ -1309,7 +1312,11 @@ async fn a_batch_runs_calls_together() {
     );
     let s = setup(one("a", AgentConfig { batch: true, ..agent("m") }), vec![model.clone()]).await;
     let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
-    assert_eq!((report.status, report.tool_calls), (AgentStatus::Success, 3));
+    // The echo and the broken tool ran; the report, which no batch may call, did not.
+    assert_eq!(
+        (report.status, report.tool_calls, report.refused_calls),
+        (AgentStatus::Success, 2, 1)
+    );
     let results = tool_results(&model.requests()[1]);
     let batch: Value = serde_json::from_str(&results[0].0).unwrap();
     assert_eq!(batch[0]["ok"], json!(true));
@@ -2908,6 +2915,13 @@ async fn calls_past_the_limit_of_a_turn_are_answered_without_running() {
             "{dialect:?}"
         );
         assert_eq!(mock.calls_of("echo"), 3, "{dialect:?}: only the first three run");
+        // Only those count as calls; the two past the limit are counted apart, in the
+        // report's JSON and in a tool's output of it too.
+        assert_eq!((report.tool_calls, report.refused_calls), (3, 2), "{dialect:?}");
+        let written = serde_json::to_value(&report).unwrap();
+        assert_eq!((&written["toolCalls"], &written["refusedCalls"]), (&json!(3), &json!(2)));
+        let output = report.to_output();
+        assert_eq!(output.extras.get("refusedCalls"), Some(&json!(2)), "{:?}", output.extras);
         assert_eq!(requests.len(), 2, "{dialect:?}");
         let (calls, results) = wire_calls_and_results(dialect, &requests[1]);
         let answered: Vec<&String> = results.iter().map(|(id, _)| id).collect();
@@ -3218,7 +3232,11 @@ async fn a_model_needing_no_more_tools_is_offered_only_its_report() {
         ];
         let (run, requests) = run_scripted_with(dialect, script, reporting_status).await;
         assert_eq!((run.status, run.content.as_str()), (AgentStatus::Success, "ok"));
-        assert_eq!(run.tool_calls, 2, "{dialect:?}: the refused echo counts, as refused calls do");
+        assert_eq!(
+            (run.tool_calls, run.refused_calls),
+            (1, 1),
+            "{dialect:?}: the echo of the turn that offered only the report did not run"
+        );
         assert_eq!(run.task_status, Some(ready.clone()));
         assert_eq!(requests.len(), 3, "{dialect:?}");
         let (offered, forced) = offered_and_forced(dialect, &requests[1]);
