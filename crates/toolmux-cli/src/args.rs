@@ -191,7 +191,8 @@ pub(crate) struct ResumeArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ToolsCommand {
-    /// List every tool.
+    /// List every tool: its name and the first line of its description, cut to the
+    /// terminal's width (`COLUMNS` when set) at a terminal, whole in a pipe or a file.
     List(JsonFlag),
     /// Call one tool and print its result.
     Call(CallArgs),

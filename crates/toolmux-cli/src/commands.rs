@@ -243,6 +243,7 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
         print(&serde_json::to_string_pretty(&tools)?);
     } else {
         let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let columns = table_columns();
         let registry = toolmux.orchestrator().registry();
         let mut text = String::new();
         for tool in &tools {
@@ -253,7 +254,13 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
                 _ => "",
             };
             let summary = tool.description.lines().next().unwrap_or("").trim();
-            let summary = shorten(summary, 100usize.saturating_sub(width + 2).max(40));
+            let summary = match columns {
+                Some(columns) => {
+                    let room = columns.saturating_sub(width + 2 + mark.chars().count());
+                    shorten(summary, room.max(MIN_SUMMARY_COLUMNS))
+                }
+                None => summary.to_owned(),
+            };
             text.push_str(&format!("{:width$}  {mark}{summary}\n", tool.name));
         }
         print(text.trim_end());
@@ -280,6 +287,30 @@ pub(crate) async fn tools_list(loaded: &Loaded, json: bool) -> anyhow::Result<u8
     } else {
         0
     })
+}
+
+/// The fewest columns of a description `tools list` shows at a terminal, however narrow:
+/// fewer tell nothing, and the terminal wraps the line instead.
+const MIN_SUMMARY_COLUMNS: usize = 20;
+
+/// How wide `tools list` may print its lines: `None` when stdout is no terminal, so a pipe
+/// or a file gets every description's first line whole (for a program or a pager; `--json`
+/// for structure). At a terminal `COLUMNS` when it is set to a number, so a person can ask
+/// for more or fewer, else the terminal's width (80 when it tells none). `COLUMNS` does
+/// not apply off a terminal: many shells and CI systems export it to every program, and a
+/// pipe's reader would lose the words it looks for.
+fn table_columns() -> Option<usize> {
+    use std::io::IsTerminal as _;
+    let stdout = std::io::stdout();
+    if !stdout.is_terminal() {
+        return None;
+    }
+    let asked = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok());
+    let columns = asked.filter(|&c| c > 0).or_else(|| {
+        let size = rustix::termios::tcgetwinsize(&stdout).ok()?;
+        Some(usize::from(size.ws_col)).filter(|&c| c > 0)
+    });
+    Some(columns.unwrap_or(80))
 }
 
 /// `word` as a shell reads it back: as it is when plain, else in single quotes.

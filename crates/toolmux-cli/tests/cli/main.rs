@@ -133,6 +133,8 @@ impl Project {
             .current_dir(self.path())
             .env_remove("TOOLMUX_CONFIG")
             .env_remove("RUST_LOG")
+            // A terminal's width is the test's to give (`Project::env`).
+            .env_remove("COLUMNS")
             // No user's or managed file but a test's own (`Project::env`).
             .env("TOOLMUX_USER_CONFIG", "")
             .env("TOOLMUX_MANAGED_CONFIG", "")
@@ -158,6 +160,8 @@ impl Project {
             .current_dir(self.path())
             .env_remove("TOOLMUX_CONFIG")
             .env_remove("RUST_LOG")
+            // A terminal's width is the test's to give (`Project::env`).
+            .env_remove("COLUMNS")
             // No user's or managed file but a test's own (`Project::env`).
             .env("TOOLMUX_USER_CONFIG", "")
             .env("TOOLMUX_MANAGED_CONFIG", "")

@@ -4,16 +4,23 @@
 # order. Exits with the command's status, or 99 when a rule was never used.
 #
 # usage: python pty_driver.py RULES_JSON CMD ARGS...   (RULES_JSON: [["prompt text", "answer"], ...])
+# PTY_COLUMNS in the environment sets the terminal's width (else the kernel's 0 columns).
+import fcntl
 import json
 import os
 import pty
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 rules = json.loads(sys.argv[1])
 master, slave = pty.openpty()
+if os.environ.get("PTY_COLUMNS"):
+    size = struct.pack("HHHH", 24, int(os.environ["PTY_COLUMNS"]), 0, 0)
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
 proc = subprocess.Popen(sys.argv[2:], stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
 os.close(slave)
 out = b""

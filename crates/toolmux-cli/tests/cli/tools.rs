@@ -867,3 +867,73 @@ fn an_mcp_tool_s_own_timing_settings_hold() {
     assert_eq!(capped.code, 1, "{}", capped.stdout);
     assert!(capped.stderr.contains("did not finish within 2"), "{}", capped.stderr);
 }
+
+/// The first line of the description of `cmd__price` in [`priced_project`], 175 characters.
+const PRICE_SUMMARY: &str = "Looks up the price of a product in the shop's catalogue by its \
+     name or number, and returns the price with its currency, the date it last changed and the \
+     shop it was seen at";
+
+/// A project with one command tool whose description's first line is long.
+fn priced_project() -> Project {
+    let project = Project::new();
+    project.file(
+        "toolmux.yaml",
+        &format!(
+            "commandTools:\n  price:\n    description: \"{PRICE_SUMMARY}\\nA second line, never \
+             listed.\"\n    command: \"true\"\n"
+        ),
+    );
+    project
+}
+
+/// The line of `tools list` that lists `name` (a terminal's line ends in a return too).
+fn line_of<'a>(listing: &'a str, name: &str) -> &'a str {
+    let line = listing.lines().find(|l| l.starts_with(&format!("{name} ")));
+    line.unwrap_or_else(|| panic!("no line for {name} in:\n{listing}")).trim_end_matches('\r')
+}
+
+/// Off a terminal (a pipe, a file) every tool's line holds the whole first line of its
+/// description, whatever `COLUMNS` says: a program or a pager reads it, and grep finds the
+/// words at the end. It was cut at about 100 columns.
+#[test]
+fn a_listing_off_a_terminal_has_whole_descriptions() {
+    let project = priced_project();
+    for run in
+        [project.run(&["tools", "list"]), project.env("COLUMNS", "60").run(&["tools", "list"])]
+    {
+        let line = line_of(run.ok(), "cmd__price");
+        assert!(line.ends_with(&format!("  {PRICE_SUMMARY}")), "{line}");
+        assert!(!run.stdout.contains("second line"), "{}", run.stdout);
+    }
+}
+
+/// At a terminal the table fits its width (the terminal's, or `COLUMNS` when set), the
+/// description cut with `…`, never the name; a very narrow one still shows 20 columns of
+/// description after the name. It was cut at about 100 columns whatever the terminal.
+#[test]
+fn a_listing_at_a_terminal_fits_its_width() {
+    let at = |columns: &str, env: Option<&str>| {
+        let mut project = priced_project().env("PTY_COLUMNS", columns);
+        if let Some(value) = env {
+            project = project.env("COLUMNS", value);
+        }
+        let run = project.run_at_terminal(&serde_json::json!([]), &["tools", "list"]);
+        assert_eq!(run.code, 0, "{run:?}");
+        line_of(&run.stdout, "cmd__price").to_owned()
+    };
+    let fits = |line: &str, width: usize| {
+        let length = line.chars().count();
+        assert!(length <= width && length > width - 4, "{length} columns: {line}");
+        // The column of names is as wide as the longest, `output__read`.
+        assert!(
+            line.starts_with("cmd__price    Looks up the price") && line.ends_with('…'),
+            "{line}"
+        );
+    };
+    fits(&at("70", None), 70);
+    fits(&at("140", None), 140);
+    // `COLUMNS` wins over the terminal's size.
+    fits(&at("70", Some("120")), 120);
+    // The name (and the column of names) whole, and 20 columns of description.
+    assert_eq!(at("16", None), "cmd__price    Looks up the price…");
+}
