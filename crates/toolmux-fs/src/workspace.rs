@@ -85,10 +85,13 @@ struct RunReads {
 /// A page `read` showed in full: the range asked for and the file's hash then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ShownPage {
-    /// The first line asked for.
+    /// The first line asked for (the first cell, for a notebook shown as cells).
     pub first: u64,
-    /// The lines asked for.
+    /// The lines asked for (cells, for a notebook shown as cells).
     pub limit: u64,
+    /// Whether the page showed a notebook's cells rather than lines of its text: the same
+    /// range of the other view was not shown.
+    pub cells: bool,
     /// The character of the line the page started at (`read`'s `start_char`).
     pub start_char: u64,
     /// The whole file's content hash.

@@ -2,14 +2,16 @@
 //! the JSON that holds them. Each cell shows its number, id and type, its source and, for
 //! code, its text outputs (streams, results' `text/plain`, errors with their traceback,
 //! colours removed); an image or other rich output is named by its MIME type and size,
-//! never inlined as base64. `offset` and `limit` count cells.
+//! never inlined as base64, and so is each attachment of a cell (an image pasted into a
+//! markdown cell, which its source shows as `attachment:NAME`). `offset` and `limit`
+//! count cells.
 //!
 //! `edit` and `write` work on the file's JSON, which `read` with `raw: true` shows as
 //! lines like any file's; the header of the rendered notebook says so.
 
 use super::control;
 use super::shell::strip_ansi;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::fmt::Write as _;
 use toolmux_core::ToolOutput;
 
@@ -34,9 +36,17 @@ pub(crate) struct CellPage {
     pub(crate) max_bytes: usize,
 }
 
+/// A page of a notebook's cells.
+#[derive(Debug)]
+pub(crate) struct Rendered {
+    pub(crate) output: ToolOutput,
+    /// Whether every cell asked for was shown whole (the page's byte cap cut none off).
+    pub(crate) complete: bool,
+}
+
 /// The notebook in `bytes` rendered as cells, or why it cannot be (for a note above its
 /// raw text): not JSON, not nbformat 4, no cell list.
-pub(crate) fn render(given: &str, bytes: &[u8], page: CellPage) -> Result<ToolOutput, Rendering> {
+pub(crate) fn render(given: &str, bytes: &[u8], page: CellPage) -> Result<Rendered, Rendering> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let notebook: Value = serde_json::from_slice(bytes)
         .map_err(|e| Rendering::Malformed(format!("it is not valid JSON ({e})")))?;
@@ -122,12 +132,13 @@ pub(crate) fn render(given: &str, bytes: &[u8], page: CellPage) -> Result<ToolOu
             last + 1
         );
     }
-    Ok(ToolOutput::text(text.trim_end().to_owned())
+    let output = ToolOutput::text(text.trim_end().to_owned())
         .with_extra("notebook", json!(true))
         .with_extra("totalCells", json!(total))
         .with_extra("startCell", json!(first))
         .with_extra("endCell", json!(if total == 0 { 0 } else { last }))
-        .with_extra("truncated", json!(more)))
+        .with_extra("truncated", json!(more));
+    Ok(Rendered { output, complete: !capped })
 }
 
 /// Why a notebook was not rendered.
@@ -171,6 +182,17 @@ fn cell_text(number: u64, cell: &Value) -> String {
         out.push_str(source.trim_end_matches('\n'));
         out.push('\n');
     }
+    // `{"NAME": {"MIME": base64, ...}, ...}`: each named, never inlined.
+    for (name, bundle) in cell.get("attachments").and_then(Value::as_object).into_iter().flatten() {
+        let shown = bundle.as_object().map(sized).unwrap_or_default();
+        let kinds: Vec<String> =
+            shown.iter().map(|(mime, bytes)| format!("{mime}, {bytes} bytes")).collect();
+        let kinds = match kinds.is_empty() {
+            true => "no data".to_owned(),
+            false => kinds.join("; "),
+        };
+        let _ = writeln!(out, "[attachment `{}`: {kinds}, not shown]", clean(name));
+    }
     for output in cell.get("outputs").and_then(Value::as_array).into_iter().flatten() {
         output_text(&mut out, output);
     }
@@ -189,7 +211,8 @@ fn output_text(out: &mut String, output: &Value) {
         "execute_result" | "display_data" => {
             let data = output.get("data").and_then(Value::as_object);
             let plain = data.map(|d| joined(d.get("text/plain"))).unwrap_or_default();
-            (String::new(), plain, data.map(rich_outputs).unwrap_or_default())
+            let rich = data.map(|d| sized(d.iter().filter(|(mime, _)| *mime != "text/plain")));
+            (String::new(), plain, rich.unwrap_or_default())
         }
         "error" => {
             let field = |key: &str| output.get(key).and_then(Value::as_str).unwrap_or("");
@@ -227,11 +250,10 @@ fn output_text(out: &mut String, output: &Value) {
     out.push_str("</output>\n");
 }
 
-/// The outputs of `data` that are not plain text, by MIME type, with their size in bytes
-/// (decoded from base64 for binary ones).
-fn rich_outputs(data: &Map<String, Value>) -> Vec<(String, usize)> {
-    data.iter()
-        .filter(|(mime, _)| mime.as_str() != "text/plain")
+/// The data of a MIME bundle (an output's `data`, an attachment), by MIME type, with its
+/// size in bytes (decoded from base64 for binary ones).
+fn sized<'a>(data: impl IntoIterator<Item = (&'a String, &'a Value)>) -> Vec<(String, usize)> {
+    data.into_iter()
         .map(|(mime, value)| {
             let size = match value {
                 Value::String(_) | Value::Array(_) => {

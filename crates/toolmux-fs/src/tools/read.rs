@@ -66,11 +66,11 @@ brackets says when more lines remain and which `offset` continues. The total lin
 reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
 returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 or UTF-32 byte order mark \
 are decoded (and refused if they are not valid in it). A Jupyter notebook (`.ipynb`) is shown \
-as its cells (number, id, type, source, text outputs; images named by type and size), `offset` \
-and `limit` counting cells; `raw: true` shows its JSON as lines instead, the text `edit` and \
+as its cells (number, id, type, source, text outputs; images and attachments named by type and \
+size), `offset` and `limit` counting cells; `raw: true` shows its JSON as lines instead, the text `edit` and \
 `write` change. Paths are relative to the workspace \
 root or absolute inside it; nothing outside the root can be read. Asking again for the same \
-range (`offset` and `limit`) of a file whose content has not changed since this run's last \
+range (`offset` and `limit`, lines or a notebook's cells, with the same `raw`) of a file whose content has not changed since this run's last \
 `read` of it showed that range in full answers `[File unchanged since last read ...]` instead of \
 the lines, which are still those of that earlier result; if you no longer have them, make the \
 same call once more and the lines are returned.";
@@ -216,9 +216,22 @@ fn read_notebook(
     };
     let why = match ws.read_small("read", &path, limits.edit_max_bytes) {
         Ok(bytes) => match notebook::render(&path.given, &bytes, page) {
-            Ok(output) => {
-                ws.record_read(run, canonical, Sha256::digest(&bytes).into());
-                return Ok(output);
+            Ok(rendered) => {
+                let hash: Hash = Sha256::digest(&bytes).into();
+                ws.record_read(run, canonical.clone(), hash);
+                let output = rendered.output;
+                if !may_repeat || output.extras.get("totalCells") == Some(&json!(0)) {
+                    return Ok(output);
+                }
+                // As for lines: the same cells of the same content, shown in full last
+                // time, are not shown again.
+                let limit = args.limit.unwrap_or(u64::MAX);
+                let shown =
+                    ShownPage { first: page.first, limit, start_char: 0, hash, cells: true };
+                return Ok(match ws.show_page(run, canonical, shown, rendered.complete) {
+                    PageRepeat::Show => output,
+                    PageRepeat::Unchanged => unchanged(&path.given, output),
+                });
             }
             Err(notebook::Rendering::Invalid(message)) => {
                 return Err(FsError::InvalidArguments { tool: "read", message });
@@ -360,32 +373,38 @@ fn read_page(
     if !may_repeat || output.extras.get("totalLines") == Some(&json!(0)) {
         return Ok(output);
     }
-    let shown = ShownPage { first, limit, start_char, hash };
+    let shown = ShownPage { first, limit, start_char, hash, cells: false };
     match ws.show_page(run, canonical, shown, complete) {
         PageRepeat::Show => Ok(output),
         PageRepeat::Unchanged => Ok(unchanged(&path.given, output)),
     }
 }
 
-/// The short answer to a repeated `read` of an unchanged page, keeping the page's counts.
+/// The short answer to a repeated `read` of an unchanged page (lines, or a notebook's
+/// cells), keeping the page's counts.
 fn unchanged(given: &str, page: ToolOutput) -> ToolOutput {
     let number = |key: &str| page.extras.get(key).and_then(serde_json::Value::as_u64).unwrap_or(0);
-    let (start, end, total) = (number("startLine"), number("endLine"), number("totalLines"));
+    let cells = page.extras.get("notebook") == Some(&json!(true));
+    let (unit, keys) = match cells {
+        true => ("cells", ["startCell", "endCell", "totalCells"]),
+        false => ("lines", ["startLine", "endLine", "totalLines"]),
+    };
+    let (start, end, total) = (number(keys[0]), number(keys[1]), number(keys[2]));
     let text = format!(
-        "[File unchanged since last read: lines {start}-{end} of `{given}` ({total} lines in all) \
-         are exactly as the earlier `read` of this range in this run showed them, so they are \
-         not repeated. If that result is no longer available to you, make this same call again \
-         to get the lines.]"
+        "[File unchanged since last read: {unit} {start}-{end} of `{given}` ({total} {unit} in \
+         all) are exactly as the earlier `read` of this range in this run showed them, so they \
+         are not repeated. If that result is no longer available to you, make this same call \
+         again to get the {unit}.]"
     );
     let text = match page.extras.get("truncated") == Some(&json!(true)) {
-        true => format!("{text}\n[more lines follow: use offset={} to read them]", end + 1),
+        true => format!("{text}\n[more {unit} follow: use offset={} to read them]", end + 1),
         false => text,
     };
     // For this run alone (the orchestrator's `cache::PER_RUN`): another run never read it.
     let mut output = ToolOutput::text(text)
         .with_extra("unchanged", json!(true))
         .with_extra("per_run", json!(true));
-    for key in ["encoding", "totalLines", "startLine", "endLine", "truncated"] {
+    for key in ["encoding", "notebook", keys[2], keys[0], keys[1], "truncated"] {
         if let Some(value) = page.extras.get(key) {
             output = output.with_extra(key, value.clone());
         }

@@ -186,3 +186,82 @@ async fn a_malformed_notebook_reads_as_raw_text_with_a_note() {
              1	{"worksheets": [{"cells": []}], "nbformat": 3}
     "#]].assert_eq(&out);
 }
+
+/// A notebook read again, the same cells of the same content, is answered "unchanged" once,
+/// as any file's lines are: it was rendered again in full every time. `raw: true` is
+/// another view, another range, an edit or a cut page another content.
+#[tokio::test]
+async fn the_same_cells_read_again_are_answered_unchanged_once() {
+    let limits = FsLimits { read_page_bytes: 1200, ..FsLimits::default() };
+    let fx = Fixture::with(|c| c.with_limits(limits));
+    fx.put("analysis.ipynb", &notebook());
+    let read = async |args: serde_json::Value| fx.call_in("r1", "read", args).await.unwrap();
+    let cells = json!({"path": "analysis.ipynb", "offset": 2, "limit": 2});
+    let first = read(cells.clone()).await;
+    assert!(first.to_text().contains("<cell 3 "), "{}", first.to_text());
+    let again = read(cells.clone()).await;
+    expect!["[File unchanged since last read: cells 2-3 of `analysis.ipynb` (6 cells in all) are exactly as the earlier `read` of this range in this run showed them, so they are not repeated. If that result is no longer available to you, make this same call again to get the cells.]\n[more cells follow: use offset=4 to read them]"].assert_eq(&again.to_text());
+    assert_eq!(again.extras["unchanged"], true);
+    assert_eq!((&again.extras["startCell"], &again.extras["endCell"]), (&json!(2), &json!(3)));
+    // Once: the next identical call shows the cells.
+    assert_eq!(read(cells.clone()).await.to_text(), first.to_text());
+    assert_eq!(read(cells.clone()).await.extras["unchanged"], true);
+    // Another run never read it.
+    let other = fx.call_in("r2", "read", cells.clone()).await.unwrap();
+    assert_eq!(other.to_text(), first.to_text());
+    // The JSON of the same range is another view: shown after the cells, and the other
+    // way round; then the same view again is not.
+    let raw = json!({"path": "analysis.ipynb", "offset": 2, "limit": 2, "raw": true});
+    read(cells.clone()).await;
+    assert!(read(raw.clone()).await.to_text().starts_with("     2\t"));
+    assert!(read(cells.clone()).await.to_text().contains("<cell 3 "));
+    assert!(read(raw.clone()).await.to_text().starts_with("     2\t"));
+    assert_eq!(read(raw).await.extras["unchanged"], true);
+    // Changed content is shown.
+    read(cells.clone()).await;
+    let edit = json!({"path": "analysis.ipynb", "old_string": "\"df.plot()\"", "new_string": "\"df.plot(kind=\\\"bar\\\")\""});
+    fx.call_in("r1", "edit", edit).await.unwrap();
+    assert!(read(cells.clone()).await.to_text().contains("df.plot(kind=\"bar\")"));
+    // A page the byte cap cut short is never answered unchanged: the rest was not seen.
+    let all = json!({"path": "analysis.ipynb"});
+    let capped = read(all.clone()).await;
+    assert!(capped.to_text().contains("[page capped at 1200 bytes;"), "{}", capped.to_text());
+    assert_eq!(read(all).await.to_text(), capped.to_text());
+}
+
+/// A cell's attachments (an image pasted into a markdown cell, its source pointing at
+/// `attachment:NAME`) are named with their type and size, never inlined: they were not
+/// shown at all.
+#[tokio::test]
+async fn attachments_are_named_with_their_type_and_size() {
+    let fx = Fixture::new();
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let notebook = json!({
+        "cells": [
+            {"cell_type": "markdown", "id": "m1", "metadata": {},
+             "attachments": {
+                "chart.png": {"image/png": png},
+                "notes.svg": {"image/svg+xml": ["<svg>", "</svg>"], "text/plain": "notes"}
+             },
+             "source": ["The chart:\n", "![chart](attachment:chart.png)"]},
+            {"cell_type": "markdown", "id": "m2", "metadata": {}, "attachments": {},
+             "source": "No pictures."}
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5
+    });
+    fx.put("pasted.ipynb", &serde_json::to_string_pretty(&notebook).unwrap());
+    let out = fx.ok("read", json!({"path": "pasted.ipynb"})).await;
+    expect![[r#"
+        [`pasted.ipynb`: a Jupyter notebook (nbformat 4.5), 2 cells, shown as cells; `offset` and `limit` count cells. `edit` and `write` change its JSON: read it with `raw: true` to see the text to edit]
+        <cell 1 id="m1" type="markdown">
+        The chart:
+        ![chart](attachment:chart.png)
+        [attachment `chart.png`: image/png, 70 bytes, not shown]
+        [attachment `notes.svg`: image/svg+xml, 11 bytes; text/plain, 5 bytes, not shown]
+        </cell>
+        <cell 2 id="m2" type="markdown">
+        No pictures.
+        </cell>"#]]
+    .assert_eq(&out);
+    assert!(!out.contains("iVBOR"));
+}
