@@ -221,9 +221,11 @@ fn reference(inner: &str) -> Reference<'_> {
 /// Redacting every expanded value mangled ordinary output: `${LISTEN}` = `8080`,
 /// `${MODE}` = `prod` or `${DATA}` = `/srv/data` made every tool output, error and log
 /// line holding that text read `[redacted]`. So, in this order:
-/// - a variable whose name sounds secret (`*TOKEN*`, `*KEY*`, `*SECRET*`, `*PASS*`,
-///   `*AUTH*`, `*CREDENTIAL*`…) is a secret, however short, unless its value is a number
-///   and its name says it is a count or a limit (`MAX_TOKENS` = `4096`);
+/// - a variable whose name has a word that names a credential ([`sounds_secret`]:
+///   `TOKEN`, `KEY`, `SECRET`, `PASSWORD`, `AUTH`, `APIKEY`… as whole words, so
+///   `GITHUB_TOKEN` and `apiKey` but not `MONKEY` or `TOKENIZER_PATH`) is a secret,
+///   however short, unless its value is a number and its name says it is a count or a
+///   limit (`MAX_TOKENS` = `4096`);
 /// - a variable whose name says it names the machine or a place ([`is_public`]: `HOME`,
 ///   `*_PORT`, `*_REGION`…) is not;
 /// - any other value is a secret where it carries credentials: in a header, an `env`
@@ -261,15 +263,74 @@ pub(crate) fn is_secret_setting(name: &str, value: &str) -> bool {
     is_secret(name, value, false)
 }
 
-/// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`.
+/// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`,
+/// `apiKey`, `X-Api-Key`, `PGPASSWORD`. Its words ([`words`]) are compared, never its
+/// text: `BYPASS`, `MONKEY`, `KEYBOARD_LAYOUT`, `PASSAGE_DIR` and `TOKENIZER_PATH` hold
+/// `PASS`, `KEY` and `TOKEN` without naming one, and their values are ordinary words and
+/// paths that redaction would cut out of every output.
 fn sounds_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    SOUNDS_SECRET.iter().any(|word| upper.contains(word))
+    words(name).any(|word| is_credential_word(&word))
 }
 
-/// Parts of names that sound like credentials.
-const SOUNDS_SECRET: [&str; 10] =
-    ["TOKEN", "SECRET", "PASS", "PWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION", "PRIVATE"];
+/// A word of a name (upper case, as [`words`] gives it) that names a credential: one of
+/// [`CREDENTIAL_WORDS`] or [`CREDENTIAL_COMPOUNDS`], or a word that ends in `TOKEN`,
+/// `SECRET`, `PASSWORD` or `PASSWD` (`GITHUBTOKEN`, `PGPASSWORD`), endings no ordinary word
+/// has. `KEY` and `PASS` count only as whole words, as so many words end in them.
+fn is_credential_word(word: &str) -> bool {
+    // `TOKEN2`, `KEY1`: a number after the word tells credentials apart.
+    let word = word.trim_end_matches(|c: char| c.is_ascii_digit());
+    CREDENTIAL_WORDS.contains(&word)
+        || CREDENTIAL_COMPOUNDS.contains(&word)
+        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD"].iter().any(|end| word.ends_with(end))
+}
+
+/// Words that name a credential in a variable's or a key's name. `PAT` is GitHub's
+/// personal access token (`GH_PAT`): as a whole word it names nothing else in a variable.
+/// `SESSION` stays, as a session's identifier lets whoever holds it in.
+const CREDENTIAL_WORDS: [&str; 24] = [
+    "TOKEN",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWORDS",
+    "PASSWD",
+    "PASS",
+    "PASSPHRASE",
+    "PWD",
+    "PW",
+    "KEY",
+    "KEYS",
+    "AUTH",
+    "AUTHORIZATION",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "CREDS",
+    "COOKIE",
+    "COOKIES",
+    "SESSION",
+    "PRIVATE",
+    "BEARER",
+    "PAT",
+    "JWT",
+];
+
+/// Credentials' names written as one word (`OPENWEATHER_APIKEY`, `clientsecret`); those
+/// ending in `TOKEN` or `SECRET` need no entry ([`is_credential_word`]).
+const CREDENTIAL_COMPOUNDS: [&str; 13] = [
+    "APIKEY",
+    "APIKEYS",
+    "PRIVATEKEY",
+    "ACCESSKEY",
+    "SECRETKEY",
+    "AUTHKEY",
+    "SESSIONKEY",
+    "SIGNINGKEY",
+    "ENCRYPTIONKEY",
+    "MASTERKEY",
+    "SESSIONID",
+    "PASSCODE",
+    "PASSKEY",
+];
 
 /// A name that says it counts or bounds something: `MAX_TOKENS`, `TOKEN_LIMIT`.
 fn names_a_count(name: &str) -> bool {
@@ -321,32 +382,10 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// A key, a flag or a word that names a credential: `token`, `apiKey`, `clientSecret`,
-/// `Authorization`, `--api-key`, `Bearer`. `maxTokens` is a count, not one.
+/// `Authorization`, `--api-key`, `Bearer`, `Basic`. `maxTokens` is a count, not one; the
+/// words are those of [`sounds_secret`], and `Basic` (an `Authorization` scheme).
 fn names_a_credential(text: &str) -> bool {
-    words(text).any(|word| {
-        matches!(
-            word.as_str(),
-            "TOKEN"
-                | "SECRET"
-                | "PASSWORD"
-                | "PASSWD"
-                | "PASS"
-                | "PWD"
-                | "KEY"
-                | "APIKEY"
-                | "AUTH"
-                | "AUTHORIZATION"
-                | "CREDENTIAL"
-                | "CREDENTIALS"
-                | "COOKIE"
-                | "BEARER"
-                | "BASIC"
-                | "PRIVATE"
-        ) || word.ends_with("TOKEN")
-            || word.ends_with("KEY")
-            || word.ends_with("SECRET")
-            || word.ends_with("PASSWORD")
-    })
+    words(text).any(|word| is_credential_word(&word) || word == "BASIC")
 }
 
 /// Whether a string at `path` carries credentials: under `headers`, `env` or
@@ -418,7 +457,7 @@ fn is_secret_part(text: &str, start: usize, end: usize) -> bool {
 ///
 /// Besides the machine's own (`HOME`, `USER`, `XDG_*`…), a name whose last word says what
 /// it names (`*_USER`, `*_HOST`, `*_PORT`, `*_REGION`, `*_ORG`…) is public unless another
-/// of its words sounds secret (`*TOKEN*`, `*KEY*`, `*PASS*`, `*SECRET*`…); `*_URL` and
+/// of its words names a credential ([`sounds_secret`]: `TOKEN`, `KEY`, `PASSWORD`…); `*_URL` and
 /// `*_ENDPOINT` are when their value carries no user, password or query.
 fn is_public(name: &str, value: &str) -> bool {
     const NAMES_A_PLACE: [&str; 24] = [
@@ -499,6 +538,10 @@ mod tests {
             "SITE" => Some("production-eu".into()),
             "API_KEY" => Some("ab12".into()),
             "MAX_TOKENS" => Some("4096".into()),
+            "MONKEY" => Some("banana".into()),
+            "TOKENIZER_PATH" => Some("tok.json".into()),
+            "GH_PAT" => Some("ghp_x1".into()),
+            "dbPw" => Some("pw-1".into()),
             _ => None,
         }
     }
@@ -590,6 +633,73 @@ mod tests {
             expect![[r#"
                 {"a":"Bearer prod","b":"mode prod"}
                 secrets: ["prod"]
+                inputs: []"#]],
+        );
+    }
+
+    /// A name sounds secret by its words (split at `_`, `-`, `.` and case changes) or a
+    /// credential's name written as one word, never by a part of a word.
+    #[test]
+    fn secret_names_by_their_words() {
+        for secret in [
+            "API_KEY",
+            "apiKey",
+            "X-Api-Key",
+            "GITHUB_TOKEN",
+            "GH_PAT",
+            "DB_PASSWORD",
+            "dbPw",
+            "MYSQL_PWD",
+            "PGPASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "OPENAI_API_KEY",
+            "OPENWEATHER_APIKEY",
+            "SESSION_COOKIE",
+            "BEARER",
+            "GPG_PASSPHRASE",
+            "clientSecret",
+            "AZURE_CLIENTSECRET",
+            "SLACK_AUTHTOKEN",
+            "githubtoken",
+            "DEPLOY_PRIVATEKEY",
+            "aws.accessKey",
+            "JWT",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "REGISTRY_AUTH",
+            "SECRET_KEY_2",
+            "TOKEN2",
+        ] {
+            assert!(sounds_secret(secret), "{secret} sounds secret");
+        }
+        for plain in [
+            "BYPASS",
+            "MONKEY",
+            "KEYBOARD_LAYOUT",
+            "PASSAGE_DIR",
+            "TOKENIZER_PATH",
+            "AUTHOR_NAME",
+            "OLDPWD",
+            "KEYSPACE",
+            "COMPASS_HOME",
+            "HOTKEY",
+            "maxTokens",
+            "PASSENGER_ENV",
+            "PATH",
+        ] {
+            assert!(!sounds_secret(plain), "{plain} does not sound secret");
+        }
+    }
+
+    /// Values of names that only hold a credential's word inside another word are
+    /// ordinary values: `MONKEY` = `banana` is not cut out of every output.
+    #[test]
+    fn names_with_a_credential_inside_a_word_are_not_secrets() {
+        check(
+            json!({"args": ["${MONKEY}", "${TOKENIZER_PATH}", "${GH_PAT}", "${dbPw}"]}),
+            expect![[r#"
+                {"args":["banana","tok.json","ghp_x1","pw-1"]}
+                secrets: ["ghp_x1", "pw-1"]
                 inputs: []"#]],
         );
     }
