@@ -334,6 +334,76 @@ async fn only_the_configured_tools_are_offered_and_callable() {
     assert_eq!((report.tool_calls, report.refused_calls), (1, 1));
 }
 
+/// An MCP server whose annotations are not trusted (`untrusted_annotations`, a server
+/// without `trustAnnotations`) has its tools judged by an agent's `tools` selectors as the
+/// permission rules judge them: possibly writing, destroying and reaching beyond the
+/// machine, whatever they claim, unless configuration's `tools.NAME.annotations` says
+/// otherwise; a trusted provider's claims hold. The selectors read the claims: an agent
+/// given `@destructive` or `@openWorld` tools was not given a tool that only claimed to be
+/// neither, which `permissions.ask: ['@destructive']` asks about.
+#[tokio::test]
+async fn selectors_judge_an_untrusted_servers_tools_as_the_rules_do() {
+    let claims = ToolAnnotations {
+        read_only: true,
+        destructive: false,
+        open_world: false,
+        ..ToolAnnotations::default()
+    };
+    let tool = |name: &str, annotations: &ToolAnnotations| {
+        ToolSpec::new(name, "claims to be harmless", json!({"type": "object"}))
+            .with_annotations(annotations.clone())
+    };
+    let writes = ToolAnnotations { read_only: false, ..claims.clone() };
+    let providers = || -> Vec<Arc<dyn ToolProvider>> {
+        let server = |namespace: &str| {
+            MockProvider::new(namespace)
+                .with_spec(tool("lookup", &claims), Behavior::Echo)
+                .with_spec(tool("wipe", &writes), Behavior::Echo)
+                .with_spec(tool("vouched", &writes), Behavior::Echo)
+        };
+        vec![Arc::new(server("web")), Arc::new(server("local"))]
+    };
+    let mut config = OrchestratorConfig::default();
+    config.untrusted_annotations.insert("web".to_owned());
+    // The user vouches for one tool: it destroys nothing and stays on the machine.
+    config.overrides.insert(
+        "web__vouched".to_owned(),
+        toolmux_orchestrator::ToolOverride {
+            destructive: Some(false),
+            open_world: Some(false),
+            ..Default::default()
+        },
+    );
+    for (selector, offered) in [
+        ("@destructive", vec!["web__lookup", "web__wipe"]),
+        ("@openWorld", vec!["web__lookup", "web__wipe"]),
+        ("@network", vec!["web__lookup", "web__wipe"]),
+        ("@readOnly", vec!["local__lookup"]),
+        (
+            "@write",
+            vec!["web__lookup", "web__wipe", "web__vouched", "local__wipe", "local__vouched"],
+        ),
+    ] {
+        let model = Arc::new(ScriptedModel::new("m").report("success", "ok"));
+        let agent_config = AgentConfig { tools: Some(vec![selector.into()]), ..agent("m") };
+        let (agents, orchestrator) =
+            start_agents_with(config.clone(), one("a", agent_config), only(&model), providers())
+                .await;
+        agents.run("a", "t", &CallContext::new()).await.unwrap();
+        let mut names = tool_names(&model.requests()[0]);
+        assert_eq!(names.pop().as_deref(), Some("agent__final_report"));
+        names.sort();
+        let mut offered: Vec<String> = offered.into_iter().map(str::to_owned).collect();
+        offered.sort();
+        assert_eq!(names, offered, "{selector}");
+        // The registry keeps the claims of destruction and reach (the concurrency gate's).
+        let registry = orchestrator.registry();
+        let lookup = &registry.get("web__lookup").unwrap().spec.annotations;
+        assert!(!lookup.destructive && !lookup.open_world && !lookup.read_only, "{lookup:?}");
+        orchestrator.cleanup().await;
+    }
+}
+
 /// `tools` may select what tools are: a reviewer given `@read` is offered only the tools
 /// that change nothing, and an unknown selector is a configuration error.
 #[tokio::test]
