@@ -780,24 +780,57 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
 }
 
 pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
-    let (toolmux, report) = start_reporting(loaded, &|_| true, false, None).await?;
+    let (toolmux, report) = match start_reporting(loaded, &|_| true, false, None).await {
+        Ok(started) => started,
+        // A mistake found only once the file is read (a setting of 0 that would refuse
+        // everything, a bad `backend.redis.url`): a program still gets its one document.
+        Err(error) if json => {
+            print_json(&check_refusal(&error))?;
+            return Err(error);
+        }
+        Err(error) => return Err(error),
+    };
     finish(&toolmux).await;
-    let failed = report.providers.iter().any(|p| p.error.is_some());
-    let collided = report.problems.iter().any(|p| p.severity == Severity::Error);
+    let failed = report.providers.iter().filter(|p| p.error.is_some()).count();
+    let collided = report.problems.iter().filter(|p| p.severity == Severity::Error).count();
     if json {
+        // What the human report says, by field: the headline's counts (`failed` providers,
+        // `errors` among their tools, and the `problems` themselves, which the human report
+        // prints on stderr), each provider's row, and the warnings.
+        let providers: Vec<Value> = report
+            .providers
+            .iter()
+            .map(|p| {
+                let mut row = serde_json::json!({
+                    "namespace": p.namespace,
+                    "kind": p.kind,
+                    "status": if p.error.is_some() { "failed" } else { "started" },
+                    "tools": p.tools,
+                    "elapsedMs": p.elapsed_ms,
+                });
+                if let Some(error) = &p.error {
+                    row["error"] = Value::from(provider_error(&p.namespace, error));
+                }
+                row
+            })
+            .collect();
         let value = serde_json::json!({
+            "valid": true,
+            "ok": report.is_ok(),
             "file": loaded.file,
             "layers": loaded.layers.iter().map(|l| serde_json::json!({
                 "layer": l.kind.name(),
                 "file": l.path,
             })).collect::<Vec<_>>(),
-            "ok": report.is_ok(),
-            "providers": report.providers,
+            "providers": providers,
+            "failed": failed,
+            "errors": collided,
+            "problems": report.problems,
             "outputDir": toolmux.output_dir(),
             "statsFile": toolmux.stats_file(),
             "warnings": toolmux.warnings(),
         });
-        print(&serde_json::to_string_pretty(&value)?);
+        print_json(&value)?;
     } else {
         let mut text = check_headline(loaded.source_name(), &report);
         if loaded.layers.iter().any(|l| l.kind != toolmux::config::LayerKind::Project) {
@@ -811,11 +844,7 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         for p in &report.providers {
             let status = match &p.error {
                 None => format!("{} tools", p.tools),
-                // The row names the provider already; its error often begins with it too.
-                Some(e) => {
-                    let e = e.strip_prefix(&format!("{}: ", p.namespace)).unwrap_or(e);
-                    format!("FAILED: {e}")
-                }
+                Some(e) => format!("FAILED: {}", provider_error(&p.namespace, e)),
             };
             text.push_str(&format!(
                 "  {:<16} {:<8} {status} ({} ms)\n",
@@ -826,13 +855,58 @@ pub(crate) async fn config_check(loaded: &Loaded, json: bool) -> anyhow::Result<
         }
         print(text.trim_end());
     }
-    Ok(if collided {
+    Ok(if collided > 0 {
         exit::CONFIG
-    } else if failed {
+    } else if failed > 0 {
         exit::PROVIDER
     } else {
         0
     })
+}
+
+/// A provider's start failure as `config check` reports it: the row (or the JSON's
+/// `namespace`) names the provider already, and its error often begins with the name too.
+fn provider_error<'a>(namespace: &str, error: &'a str) -> &'a str {
+    error.strip_prefix(namespace).and_then(|e| e.strip_prefix(": ")).unwrap_or(error)
+}
+
+/// `config check --json`'s answer when the configuration does not load or build: not
+/// valid, and where and what the mistake is (`file`, `line` and `column` when known).
+pub(crate) fn check_refusal(error: &anyhow::Error) -> Value {
+    let (file, line, column, message) = match error.downcast_ref::<toolmux::ToolmuxError>() {
+        Some(toolmux::ToolmuxError::Config { file, line, column, message }) => {
+            (Some(file.clone()), *line, *column, message.clone())
+        }
+        _ => (None, None, None, format!("{error:#}")),
+    };
+    serde_json::json!({
+        "valid": false,
+        "ok": false,
+        "error": {"file": file, "line": line, "column": column, "message": message},
+    })
+}
+
+/// Prints `value` as JSON for a program, the configuration's secrets cut out of every
+/// string in it as [`redacted`] cuts them out of what goes to stderr. Each string rather
+/// than the text: JSON escapes a secret's quotes and backslashes, which the redactor would
+/// then not find.
+pub(crate) fn print_json(value: &Value) -> anyhow::Result<()> {
+    fn redact(value: &mut Value) {
+        match value {
+            Value::String(text) => {
+                if let std::borrow::Cow::Owned(cut) = redacted(text) {
+                    *text = cut;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(redact),
+            Value::Object(map) => map.values_mut().for_each(redact),
+            _ => {}
+        }
+    }
+    let mut value = value.clone();
+    redact(&mut value);
+    print(&serde_json::to_string_pretty(&value)?);
+    Ok(())
 }
 
 /// The first line of `config check`: the file is valid, and, when it is so, what did not

@@ -148,17 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         // `config check --json` answers a program in JSON even when the file does not load.
         Err(error) if matches!(&cli.command, Command::Config(ConfigCommand::Check(flag)) if flag.json) =>
         {
-            let (file, line, column, message) = match error.downcast_ref::<ToolmuxError>() {
-                Some(ToolmuxError::Config { file, line, column, message }) => {
-                    (Some(file.clone()), *line, *column, message.clone())
-                }
-                _ => (None, None, None, format!("{error:#}")),
-            };
-            let report = serde_json::json!({
-                "ok": false,
-                "error": {"file": file, "line": line, "column": column, "message": message},
-            });
-            commands::print(&serde_json::to_string_pretty(&report)?);
+            commands::print_json(&commands::check_refusal(&error))?;
             return Err(error);
         }
         Err(error) => return Err(error),

@@ -7,6 +7,7 @@
 mod affinity;
 mod agent;
 mod annotations;
+mod check_json;
 mod config_errors;
 mod config_files;
 mod conformance;
