@@ -56,6 +56,16 @@ use toolmux_orchestrator::ratelimit::{Limiter, RateLimitBackend, RateLimiter, Tu
 /// nothing (`{-1, 0}`). Turns are numbered from the server's clock on, so that a number
 /// outlives the state that gave it. Every key expires with the arrival time, past which
 /// every turn's and hole's interval is past.
+///
+/// Replicas not yet upgraded during a rolling upgrade reserve and give back with the
+/// scripts before holes, on the same keys: a turn's arrival time under `a{n}`, and a
+/// give-back that moves the arrival time back by up to the turn's interval, under the turns
+/// reserved after it. So that such a give-back never lets a call come closer to an upgraded
+/// replica's turn than the limit spaces them, the old turns this script forgets (every one
+/// ahead of it: they have no `s{n}`, and an old reservation forgets the new turns ahead of
+/// it in turn) lose their `a{n}` and `g{n}` too, and stay spent for their period, the safe
+/// side. The give-back here never meets an old turn, since a turn is given back by the
+/// process that reserved it.
 /// KEYS: the limit, its state, its open turns, its holes, the reservation's record, its
 /// withdrawal mark. ARGV: the interval, the period, the longest wait, the most open turns.
 const RESERVE: Script = Script {
@@ -100,7 +110,7 @@ while true do
   local s = tonumber(redis.call('HGET', KEYS[2], 's' .. oldest))
   if not full and s and s + interval > now then break end
   redis.call('ZREM', KEYS[3], oldest)
-  redis.call('HDEL', KEYS[2], 's' .. oldest)
+  redis.call('HDEL', KEYS[2], 's' .. oldest, 'a' .. oldest, 'g' .. oldest)
   full = false
 end
 local ttl = math.floor((tat - now) / 1000) + 1
@@ -704,5 +714,183 @@ mod tests {
         assert!(limiter.reserve().await.is_err(), "one call a minute");
         limiter.release(first);
         assert_eq!(limiter.reserve().await, Ok(Duration::ZERO));
+    }
+
+    /// The reservation and give-back scripts of the release before holes (commit 64694ff),
+    /// as replicas not yet upgraded run them during a rolling upgrade: a turn's arrival time
+    /// under `a{n}`, what was given back before it under `g{n}`, the latest reservation's
+    /// time under `last`.
+    const RESERVE_BEFORE_HOLES: Script = Script {
+        name: "ratelimit_reserve_before_holes",
+        source: r"
+if redis.call('EXISTS', KEYS[5]) == 1 then return {-1, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[1])
+local per = tonumber(ARGV[2])
+local max_wait = tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1]))
+local base = now
+if tat and tat > now then base = tat end
+local after = base + interval
+local wait = after - per - now
+if wait < 0 then wait = 0 end
+if wait > max_wait then return {0, wait} end
+local ttl = math.floor((after - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
+local seq = now
+local latest = tonumber(redis.call('HGET', KEYS[2], 'seq'))
+if latest and latest >= seq then seq = latest + 1 end
+local n = string.format('%.0f', seq)
+redis.call('HSET', KEYS[2], 'seq', n, 'last', string.format('%.0f', now),
+  'a' .. n, string.format('%.0f', after))
+redis.call('ZADD', KEYS[3], n, n)
+local full = redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[4])
+while true do
+  local oldest = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not oldest or oldest == n then break end
+  local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. oldest))
+  local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. oldest)) or 0
+  if not full and a and a - g > now then break end
+  redis.call('ZREM', KEYS[3], oldest)
+  redis.call('HDEL', KEYS[2], 'a' .. oldest, 'g' .. oldest)
+  full = false
+end
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
+redis.call('SET', KEYS[4], n, 'PX', ttl)
+return {1, wait, seq}
+",
+    };
+
+    /// See [`RESERVE_BEFORE_HOLES`].
+    const RELEASE_BEFORE_HOLES: Script = Script {
+        name: "ratelimit_release_before_holes",
+        source: r"
+local n = ARGV[1]
+local a = tonumber(redis.call('HGET', KEYS[2], 'a' .. n))
+if not a then return 0 end
+local g = tonumber(redis.call('HGET', KEYS[2], 'g' .. n)) or 0
+redis.call('ZREM', KEYS[3], n)
+redis.call('HDEL', KEYS[2], 'a' .. n, 'g' .. n)
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]))
+if not tat or tat <= now then return 0 end
+local last = tonumber(redis.call('HGET', KEYS[2], 'last')) or now
+local give = a - g - last
+if give > interval then give = interval end
+if give <= 0 then return 0 end
+local given = string.format('%.0f', give)
+for _, later in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. n, '+inf')) do
+  redis.call('HINCRBY', KEYS[2], 'g' .. later, given)
+end
+local after = tat - give
+if after <= now then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local ttl = math.floor((after - now) / 1000) + 1
+redis.call('SET', KEYS[1], string.format('%.0f', after), 'PX', ttl)
+return 1
+",
+    };
+
+    /// A turn reserved with [`RESERVE_BEFORE_HOLES`] by a replica not yet upgraded; its
+    /// number.
+    async fn reserve_before_holes(limiter: &RedisLimiter, id: &str) -> u64 {
+        let (record, withdrawn) = limiter.keys_of(id);
+        let keys = [&limiter.key, &limiter.state, &limiter.open, &record, &withdrawn];
+        let keys: Vec<&str> = keys.iter().map(|k| k.as_str()).collect();
+        let interval = limiter.limit.per / limiter.limit.calls;
+        let args = [micros(interval), micros(limiter.limit.per), micros(limiter.limit.wait)];
+        let args = [args[0].as_bytes(), args[1].as_bytes(), args[2].as_bytes(), b"1024"];
+        let reply = limiter.backend.client.eval(
+            &RESERVE_BEFORE_HOLES,
+            &keys,
+            &args,
+            Duration::from_secs(2),
+        );
+        let reply = reply.await.expect("the old reservation");
+        let Some([Reply::Integer(1), _, Reply::Integer(n)]) = reply.as_array() else {
+            panic!("no turn: {reply:?}")
+        };
+        u64::try_from(*n).expect("a turn's number")
+    }
+
+    /// During a rolling upgrade the replicas not yet upgraded give their turns back with
+    /// the script before holes, which moves the arrival time back by the turn's interval
+    /// under the turns reserved after it: after an upgraded replica's reservation, it let
+    /// the next call have the instant of that reservation. An upgraded reservation forgets
+    /// the old turns' entries, so that such a turn stays spent for its period (the safe
+    /// side), and an old turn reserved after every upgraded one still gives back its
+    /// interval.
+    #[tokio::test]
+    async fn a_turn_given_back_by_a_replica_not_yet_upgraded_moves_no_later_turn() {
+        let server = RedisServer::start();
+        let backend = RedisBackend::new(&RedisConfig::new(server.url())).expect("valid url");
+        let limiter = limiter_of(&backend, 1, Duration::from_secs(1), Duration::from_secs(10));
+        let _first = reserve_before_holes(&limiter, "old-1").await;
+        let waiting = reserve_before_holes(&limiter, "old-2").await;
+        let also_waiting = reserve_before_holes(&limiter, "old-3").await;
+        let upgraded = limiter.reserve_turn().await.expect("may wait");
+        let latest = arrival(&limiter).await;
+        let release = limiter.release_of(Turn::new(Duration::ZERO).with_mark(waiting));
+        let keys: Vec<&str> = release.keys[..3].iter().map(String::as_str).collect();
+        let args = [release.args[0].as_bytes(), release.args[1].as_bytes()];
+        let given = limiter.backend.client.eval(
+            &RELEASE_BEFORE_HOLES,
+            &keys,
+            &args,
+            Duration::from_secs(2),
+        );
+        assert_eq!(
+            given.await.expect("the old give-back"),
+            Reply::Integer(0),
+            "an old turn gave back"
+        );
+        assert_eq!(arrival(&limiter).await, latest, "the arrival time moved under a later turn");
+        // The next call comes a second after the upgraded replica's.
+        let next = limiter.reserve_turn().await.expect("may wait");
+        assert!(
+            next.wait() >= upgraded.wait() + Duration::from_millis(990),
+            "{upgraded:?} {next:?}"
+        );
+        // An old turn between two upgraded ones gives nothing back either.
+        let between = reserve_before_holes(&limiter, "old-4").await;
+        let _after = limiter.reserve_turn().await.expect("may wait");
+        let latest = arrival(&limiter).await;
+        let release = limiter.release_of(Turn::new(Duration::ZERO).with_mark(between));
+        let args = [release.args[0].as_bytes(), release.args[1].as_bytes()];
+        let given = limiter.backend.client.eval(
+            &RELEASE_BEFORE_HOLES,
+            &keys,
+            &args,
+            Duration::from_secs(2),
+        );
+        assert_eq!(given.await.expect("the old give-back"), Reply::Integer(0), "a turn between");
+        assert_eq!(arrival(&limiter).await, latest);
+        // An old turn reserved after the upgraded ones, the latest, gives its interval back;
+        // one reserved before them gives nothing though an old reservation came since (the
+        // old give-back then measures from that reservation's time).
+        let last_old = reserve_before_holes(&limiter, "old-5").await;
+        let before = arrival(&limiter).await;
+        for (turn, gives) in [(also_waiting, 0), (last_old, 1)] {
+            let release = limiter.release_of(Turn::new(Duration::ZERO).with_mark(turn));
+            let args = [release.args[0].as_bytes(), release.args[1].as_bytes()];
+            let given = limiter.backend.client.eval(
+                &RELEASE_BEFORE_HOLES,
+                &keys,
+                &args,
+                Duration::from_secs(2),
+            );
+            assert_eq!(
+                given.await.expect("the old give-back"),
+                Reply::Integer(gives),
+                "turn {turn}"
+            );
+        }
+        assert_eq!(arrival(&limiter).await, before - 1000 * MS);
     }
 }
