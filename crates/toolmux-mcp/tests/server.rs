@@ -10,6 +10,8 @@ mod provider;
 #[path = "server/support.rs"]
 mod support;
 
+#[path = "server/affinity.rs"]
+mod affinity;
 #[path = "server/conformance.rs"]
 mod conformance;
 #[path = "server/http.rs"]

@@ -13,12 +13,26 @@
 //! forwarded request carries [`FORWARDED_HEADER`] and is never forwarded again. A holder
 //! that cannot be reached (crashed) has its record removed and the client is told the
 //! session is not found, so that it starts another, as MCP says. A client that goes
-//! away drops the forwarded request with it.
+//! away drops the forwarded request with it. A record naming this replica for a session it
+//! does not hold (it held it before it restarted at the same URL, or the session has just
+//! ended) is dead: it is removed at the first request naming the session here, forwarded
+//! or not, rather than left to its time to live.
+//!
+//! Tasks ([`super::tasks`]) are recorded the same way, `task id → base URL`, for as long
+//! as the task is kept ([`super::tasks::TTL`]). A `tasks/get`, `tasks/update` or
+//! `tasks/cancel` of a task this replica does not keep, within a session it holds or
+//! without one (the stateless revision), goes to the task's replica, as a stateless
+//! request (no session, `_meta` declaring the tasks extension) with the client's
+//! credentials and the forwarded mark. A task whose replica cannot be reached, or
+//! whose record names this replica but which an earlier life of it made, is answered as
+//! an unknown task that says its replica is gone, and its record removed. The tasks
+//! extension has no `tasks/list`: there is nothing to gather from the replicas.
 //!
 //! Requests are forwarded only to URLs found in the directory, which only replicas write:
 //! whoever can write the directory (the Redis prefix) can send sessions' requests, with
 //! their credentials, anywhere, as they can change everything else the backend shares.
 
+use super::handler::Shared;
 use super::http::{MCP_PATH, MCP_SESSION_ID, read_body, request_id, session_not_found};
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
@@ -40,6 +54,27 @@ pub trait SessionDirectory: Send + Sync + std::fmt::Debug {
     fn owner(&self, session: String) -> DirectoryFuture<Option<String>>;
     /// Removes the record of `session` if it still names `owner`.
     fn release(&self, session: String, owner: String) -> DirectoryFuture<()>;
+
+    /// Records that the replica at `owner` keeps MCP task `task` for `ttl` from now.
+    ///
+    /// By default a record among the sessions' named `task:` and the id, a name no
+    /// session is looked up by (session ids never hold a `:`).
+    fn claim_task(&self, task: String, owner: String, ttl: Duration) -> DirectoryFuture<()> {
+        self.claim(task_record(&task), owner, ttl)
+    }
+    /// The base URL of the replica keeping `task`, when one is recorded.
+    fn task_owner(&self, task: String) -> DirectoryFuture<Option<String>> {
+        self.owner(task_record(&task))
+    }
+    /// Removes the record of `task` if it still names `owner`.
+    fn release_task(&self, task: String, owner: String) -> DirectoryFuture<()> {
+        self.release(task_record(&task), owner)
+    }
+}
+
+/// The name a task's record takes among the sessions' by default.
+fn task_record(task: &str) -> String {
+    format!("task:{task}")
 }
 
 /// Why a [`SessionDirectory`] could not answer.
@@ -87,6 +122,26 @@ const FORWARDED_REQUEST_HEADERS: [&str; 8] = [
     "x-api-key",
     "origin",
 ];
+
+/// The request headers a forwarded task request carries, as the client sent them; it
+/// goes without the client's session, which the task's replica does not hold.
+const FORWARDED_TASK_HEADERS: [&str; 8] = [
+    "accept",
+    "content-type",
+    "authorization",
+    "x-api-key",
+    "origin",
+    "mcp-protocol-version",
+    "mcp-method",
+    "mcp-name",
+];
+
+/// The requests of a task, which name it in `params.taskId`.
+const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+/// The revision whose requests need no session: a task request made within a session
+/// reaches the task's replica in it.
+const STATELESS_REVISION: &str = "2026-07-28";
 
 /// The answer's headers that are the connection's, not the answer's.
 const HOP_BY_HOP: [&str; 8] = [
@@ -159,6 +214,35 @@ impl Registry {
         self.write(id).await;
     }
 
+    /// Records task `id`, kept here for `ttl`, as this replica's.
+    pub(crate) async fn claim_task(&self, id: &str, ttl: Duration) {
+        let claimed = tokio::time::timeout(
+            DIRECTORY_WAIT,
+            self.directory.claim_task(id.to_owned(), self.url.clone(), ttl),
+        )
+        .await;
+        if !matches!(claimed, Ok(Ok(()))) {
+            tracing::warn!(
+                target: "toolmux::serve",
+                "cannot record an MCP task's replica, so the other replicas answer that they \
+                 do not know it: poll it here, within a session of this replica"
+            );
+        }
+    }
+
+    /// Removes the record of task `id` when it names `owner`.
+    async fn remove_task(&self, id: &str, owner: &str) {
+        let released = tokio::time::timeout(
+            DIRECTORY_WAIT,
+            self.directory.release_task(id.to_owned(), owner.to_owned()),
+        )
+        .await;
+        if !matches!(released, Ok(Ok(()))) {
+            // It ends with its time to live.
+            tracing::debug!(target: "toolmux::serve", "cannot remove an MCP task's record");
+        }
+    }
+
     async fn write(&self, id: &str) {
         let claimed = tokio::time::timeout(
             DIRECTORY_WAIT,
@@ -227,11 +311,13 @@ impl Registry {
     }
 }
 
-/// What forwarding needs: the local sessions, the records, the hosts accepted and a
-/// client.
+/// What forwarding needs: the local sessions and tasks, the records, the hosts accepted
+/// and a client.
 #[derive(Debug)]
 pub(crate) struct Forwarding {
     pub(crate) sessions: Arc<super::sessions::Sessions>,
+    /// Its tasks.
+    shared: Arc<Shared>,
     pub(crate) registry: Arc<Registry>,
     /// The hosts accepted (empty: any), checked before a request goes elsewhere.
     pub(crate) hosts: Arc<[String]>,
@@ -241,6 +327,7 @@ pub(crate) struct Forwarding {
 impl Forwarding {
     pub(crate) fn new(
         sessions: Arc<super::sessions::Sessions>,
+        shared: Arc<Shared>,
         registry: Arc<Registry>,
         hosts: Arc<[String]>,
     ) -> Option<Arc<Forwarding>> {
@@ -254,7 +341,7 @@ impl Forwarding {
             .tcp_keepalive(Duration::from_secs(15))
             .build();
         match client {
-            Ok(client) => Some(Arc::new(Forwarding { sessions, registry, hosts, client })),
+            Ok(client) => Some(Arc::new(Forwarding { sessions, shared, registry, hosts, client })),
             Err(e) => {
                 tracing::warn!(target: "toolmux::serve", "sessions are not shared with other replicas: cannot build an HTTP client: {e}");
                 None
@@ -263,8 +350,8 @@ impl Forwarding {
     }
 }
 
-/// Forwards a request of a session another replica holds to that replica (see the
-/// module's docs); serves every other request here.
+/// Forwards a request of a session another replica holds, or of a task another replica
+/// keeps, to that replica (see the module's docs); serves every other request here.
 pub(crate) async fn forward_foreign(
     State(forwarding): State<Arc<Forwarding>>,
     request: Request,
@@ -272,43 +359,120 @@ pub(crate) async fn forward_foreign(
 ) -> Response {
     use rmcp::transport::streamable_http_server::SessionManager as _;
     let method = request.method().clone();
-    let forwardable = matches!(method, Method::POST | Method::GET | Method::DELETE)
-        && !request.headers().contains_key(FORWARDED_HEADER);
-    let session = request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok());
-    let Some(session) = session.filter(|_| forwardable).map(Arc::<str>::from) else {
-        return next.run(request).await;
-    };
-    if forwarding.sessions.has_session(&session).await.unwrap_or(true)
-        || !super::api::host_allowed(&forwarding.hosts, request.headers())
-    {
-        // Held here, or refused here (rmcp says why).
+    if !matches!(method, Method::POST | Method::GET | Method::DELETE) {
         return next.run(request).await;
     }
-    let looked_up = tokio::time::timeout(
-        DIRECTORY_WAIT,
-        forwarding.registry.directory.owner(session.to_string()),
-    )
-    .await;
-    let owner = match looked_up {
-        Ok(Ok(Some(owner))) if owner.trim_end_matches('/') != forwarding.registry.url => owner,
-        // Not recorded, or recorded as this replica's and gone: not found here.
-        Ok(Ok(_)) => return next.run(request).await,
-        Ok(Err(e)) => {
-            tracing::warn!(target: "toolmux::serve", "cannot look up which replica holds an MCP session, so it is not found here: {}", toolmux_core::error_report(&*e));
-            return next.run(request).await;
+    // Forwarded here by another replica: served here, whatever it names.
+    let marked = request.headers().contains_key(FORWARDED_HEADER);
+    let session: Option<Arc<str>> =
+        request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()).map(Arc::from);
+    if let Some(session) = session.clone()
+        // rmcp's ids never hold a `:`, which begins the names of other records (tasks').
+        && !session.contains(':')
+        && !forwarding.sessions.has_session(&session).await.unwrap_or(true)
+    {
+        let owner = look_up(forwarding.registry.directory.owner(session.to_string()), "session");
+        match owner.await {
+            Some(owner) if owner == forwarding.registry.url => {
+                // This replica's record, of a session it holds no longer: dead at once.
+                forwarding.registry.remove(&session, &owner).await;
+            }
+            Some(owner)
+                if !marked && super::api::host_allowed(&forwarding.hosts, request.headers()) =>
+            {
+                return forward(&forwarding, Held::Session(&session), &owner, request).await;
+            }
+            // Not recorded, or refused here (rmcp says why): not found here.
+            _ => {}
         }
-        Err(_) => {
-            tracing::warn!(target: "toolmux::serve", "no answer within {DIRECTORY_WAIT:?} to which replica holds an MCP session, so it is not found here");
-            return next.run(request).await;
-        }
+        return next.run(request).await;
+    }
+    if method != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
-    forward(&forwarding, &session, owner.trim_end_matches('/'), request).await
+    let request = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+    let Some((task_method, task)) = task_request(&body) else {
+        return next.run(request).await;
+    };
+    let tasks = forwarding.shared.tasks();
+    if tasks.contains(&task) {
+        return next.run(request).await;
+    }
+    let owner = look_up(forwarding.registry.directory.task_owner(task.clone()), "task");
+    match owner.await {
+        Some(owner) if owner == forwarding.registry.url => {
+            // Ended here (or past its time): this replica's record of it is dead.
+            forwarding.registry.remove_task(&task, &owner).await;
+            if !tasks.made_here(&task) {
+                // Made by this replica before it restarted at the same URL.
+                return task_gone(&task, request_id(&body));
+            }
+        }
+        Some(owner)
+            if !marked && super::api::host_allowed(&forwarding.hosts, request.headers()) =>
+        {
+            let (parts, _) = request.into_parts();
+            let held =
+                Held::Task { id: &task, method: &task_method, in_session: session.is_some() };
+            return send(&forwarding, held, &owner, parts, body).await;
+        }
+        _ => {}
+    }
+    next.run(request).await
 }
 
-/// Sends `request` of `session` to the replica at `owner` and streams its answer back.
+/// The replica recorded as holding a session or keeping a task (`what`), without a
+/// trailing `/`; `None` when none is recorded or the directory does not answer (logged).
+async fn look_up(looked_up: DirectoryFuture<Option<String>>, what: &str) -> Option<String> {
+    match tokio::time::timeout(DIRECTORY_WAIT, looked_up).await {
+        Ok(Ok(owner)) => owner.map(|owner| owner.trim_end_matches('/').to_owned()),
+        Ok(Err(e)) => {
+            tracing::warn!(target: "toolmux::serve", "cannot look up which replica holds an MCP {what}, so it is not found here: {}", toolmux_core::error_report(&*e));
+            None
+        }
+        Err(_) => {
+            tracing::warn!(target: "toolmux::serve", "no answer within {DIRECTORY_WAIT:?} to which replica holds an MCP {what}, so it is not found here");
+            None
+        }
+    }
+}
+
+/// The method and task id of a task request (`tasks/get`, `tasks/update`, `tasks/cancel`)
+/// in `body`; `None` for any other message.
+fn task_request(body: &[u8]) -> Option<(String, String)> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        method: String,
+        params: Params,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Params {
+        task_id: String,
+    }
+    let peek: Peek = serde_json::from_slice(body).ok()?;
+    TASK_METHODS.contains(&peek.method.as_str()).then_some((peek.method, peek.params.task_id))
+}
+
+/// What a forwarded request is of.
+#[derive(Debug, Clone, Copy)]
+enum Held<'a> {
+    /// A session the other replica holds: the request goes as it came.
+    Session(&'a str),
+    /// A task the other replica keeps: a request of `method`, which goes without the
+    /// client's session (`in_session`: it had one).
+    Task { id: &'a str, method: &'a str, in_session: bool },
+}
+
+/// Sends `request` of a session to the replica at `owner` and streams its answer back.
 async fn forward(
     forwarding: &Forwarding,
-    session: &str,
+    held: Held<'_>,
     owner: &str,
     request: Request,
 ) -> Response {
@@ -321,32 +485,75 @@ async fn forward(
     } else {
         bytes::Bytes::new()
     };
+    send(forwarding, held, owner, parts, body).await
+}
+
+/// Sends the request of `parts` and `body` to the replica at `owner` and streams its
+/// answer back.
+async fn send(
+    forwarding: &Forwarding,
+    held: Held<'_>,
+    owner: &str,
+    parts: axum::http::request::Parts,
+    body: bytes::Bytes,
+) -> Response {
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
     let url = format!("{owner}{MCP_PATH}{query}");
-    let mut outgoing = forwarding.client.request(parts.method.clone(), &url).body(body.clone());
-    for name in FORWARDED_REQUEST_HEADERS {
-        for value in parts.headers.get_all(name) {
-            outgoing = outgoing.header(name, value);
+    let (headers, sent): (&[&str], bytes::Bytes) = match held {
+        Held::Session(_) => (&FORWARDED_REQUEST_HEADERS, body.clone()),
+        Held::Task { in_session: false, .. } => (&FORWARDED_TASK_HEADERS, body.clone()),
+        // Only the headers that say who asks: the revision and method are this request's.
+        Held::Task { in_session: true, .. } => {
+            (&FORWARDED_TASK_HEADERS[..5], stateless(&body).unwrap_or_else(|| body.clone()))
+        }
+    };
+    let mut outgoing = forwarding.client.request(parts.method.clone(), &url).body(sent);
+    for name in headers {
+        for value in parts.headers.get_all(*name) {
+            outgoing = outgoing.header(*name, value);
         }
     }
+    if let Held::Task { id, method, in_session: true } = held {
+        outgoing = outgoing.header("mcp-protocol-version", STATELESS_REVISION);
+        outgoing = outgoing.header("mcp-method", method);
+        // The revision names the task in a header too.
+        outgoing = outgoing.header("mcp-name", id);
+    }
     outgoing = outgoing.header(FORWARDED_HEADER, "1");
-    tracing::debug!(target: "toolmux::serve", method = %parts.method, to = %owner, "forwarding a request of an MCP session another replica holds");
+    let (what, holding) = match held {
+        Held::Session(_) => ("session", "the replica holding this session"),
+        Held::Task { .. } => ("task", "the replica running this task"),
+    };
+    tracing::debug!(target: "toolmux::serve", method = %parts.method, to = %owner, "forwarding a request of an MCP {what} another replica holds");
     let answer = match tokio::time::timeout(ANSWER_WAIT, outgoing.send()).await {
         Ok(Ok(answer)) => answer,
         Ok(Err(e)) if e.is_connect() => {
-            // Crashed, or gone: its sessions went with it.
-            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP session cannot be reached ({}); the session is forgotten and its client told to start another", toolmux_core::error_report(&e));
-            forwarding.registry.remove(session, owner).await;
-            return session_not_found(request_id(&body));
+            // Crashed, or gone: its sessions and tasks went with it.
+            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP {what} cannot be reached ({}); its record is removed and its client told it is gone", toolmux_core::error_report(&e));
+            return match held {
+                Held::Session(session) => {
+                    forwarding.registry.remove(session, owner).await;
+                    session_not_found(request_id(&body))
+                }
+                Held::Task { id, .. } => {
+                    forwarding.registry.remove_task(id, owner).await;
+                    task_gone(id, request_id(&body))
+                }
+            };
         }
         Ok(Err(e)) => {
-            tracing::warn!(target: "toolmux::serve", to = %owner, "forwarding a request of an MCP session failed: {}", toolmux_core::error_report(&e));
-            return holder_failed(StatusCode::BAD_GATEWAY, "failed while it was sent", &body);
+            tracing::warn!(target: "toolmux::serve", to = %owner, "forwarding a request of an MCP {what} failed: {}", toolmux_core::error_report(&e));
+            return holder_failed(
+                StatusCode::BAD_GATEWAY,
+                holding,
+                "failed while it was sent",
+                &body,
+            );
         }
         Err(_) => {
-            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP session did not answer within {ANSWER_WAIT:?}");
+            tracing::warn!(target: "toolmux::serve", to = %owner, "the replica holding an MCP {what} did not answer within {ANSWER_WAIT:?}");
             let why = format!("did not answer within {} s", ANSWER_WAIT.as_secs());
-            return holder_failed(StatusCode::GATEWAY_TIMEOUT, &why, &body);
+            return holder_failed(StatusCode::GATEWAY_TIMEOUT, holding, &why, &body);
         }
     };
     let status = answer.status();
@@ -363,12 +570,51 @@ async fn forward(
     response
 }
 
-/// A JSON-RPC error saying the replica holding the session failed (`why`); the request may
-/// have run there.
-fn holder_failed(status: StatusCode, why: &str, body: &[u8]) -> Response {
+/// A task request made within a session (`body`), as a stateless request: its `_meta`
+/// names the stateless revision, a client and the tasks extension, which the task's
+/// replica wants of a task request (the session's `initialize` declared it there).
+fn stateless(body: &[u8]) -> Option<bytes::Bytes> {
+    let mut message: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let meta = message
+        .get_mut("params")?
+        .as_object_mut()?
+        .entry("_meta")
+        .or_insert_with(|| serde_json::json!({}))
+        .as_object_mut()?;
+    meta.insert("io.modelcontextprotocol/protocolVersion".into(), STATELESS_REVISION.into());
+    meta.entry("io.modelcontextprotocol/clientInfo").or_insert_with(
+        || serde_json::json!({"name": "toolmux-replica", "version": env!("CARGO_PKG_VERSION")}),
+    );
+    let extensions = serde_json::json!({rmcp::model::TASKS_EXTENSION_ID: {}});
+    meta.insert(
+        "io.modelcontextprotocol/clientCapabilities".into(),
+        serde_json::json!({"extensions": extensions}),
+    );
+    serde_json::to_vec(&message).ok().map(Into::into)
+}
+
+/// The error of an unknown task (`-32602`, as the task's replica answers one), of task
+/// `task` whose replica is gone, answering request `id`.
+fn task_gone(task: &str, id: serde_json::Value) -> Response {
     let message = format!(
-        "the replica holding this session {why}; the request may have run there: check its \
-         effect before sending it again"
+        "unknown task `{task}`: the replica of this server that ran it is gone (stopped, \
+         crashed or restarted), and the task with it; call the tool again"
+    );
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id,
+        "error": {"code": -32602, "message": message}});
+    let mut response = Response::new(axum::body::Body::from(body.to_string()));
+    response
+        .headers_mut()
+        .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A JSON-RPC error saying the replica holding the session or task (`holding`) failed
+/// (`why`); the request may have run there.
+fn holder_failed(status: StatusCode, holding: &str, why: &str, body: &[u8]) -> Response {
+    let message = format!(
+        "{holding} {why}; the request may have run there: check its effect before sending it \
+         again"
     );
     let body = serde_json::json!({"jsonrpc": "2.0", "id": request_id(body),
         "error": {"code": -32603, "message": message}});
@@ -460,7 +706,10 @@ mod tests {
             url: "http://127.0.0.1:1".to_owned(),
             held: Mutex::default(),
         });
-        let forwarding = Forwarding::new(sessions, registry, Arc::from(Vec::new())).unwrap();
+        let provider = Arc::new(toolmux_test_support::mock::MockProvider::new("mock"));
+        let shared = Shared::new(provider, super::super::ServeOptions::default());
+        let forwarding =
+            Forwarding::new(sessions, shared, registry, Arc::from(Vec::new())).unwrap();
         let app = axum::Router::new()
             .fallback(|| async { StatusCode::IM_A_TEAPOT })
             .layer(axum::middleware::from_fn_with_state(forwarding, forward_foreign));

@@ -91,6 +91,9 @@ pub(crate) struct Shared {
     seal: Result<StateSeal, String>,
     /// Calls running (or run) as MCP tasks.
     tasks: TaskStore,
+    /// Where this server's tasks are recorded for the other replicas, when it shares them
+    /// ([`super::affinity`]); set once, when the server is bound.
+    registry: OnceLock<Arc<super::affinity::Registry>>,
     /// [`ServeOptions::task_tools`], compiled.
     task_tools: globset::GlobSet,
     /// The client profile and name prefix names are served for: fixed when the options
@@ -204,6 +207,7 @@ impl Shared {
             server_id,
             seal: StateSeal::new(),
             tasks: TaskStore::default(),
+            registry: OnceLock::new(),
             task_tools,
             naming,
         })
@@ -230,6 +234,17 @@ impl Shared {
 
     pub(crate) fn options(&self) -> &ServeOptions {
         &self.options
+    }
+
+    /// The calls running (or run) as tasks here.
+    pub(crate) fn tasks(&self) -> &TaskStore {
+        &self.tasks
+    }
+
+    /// Records this server's tasks in `registry` from now on, so that the other replicas
+    /// forward their requests here.
+    pub(crate) fn share_tasks(&self, registry: Arc<super::affinity::Registry>) {
+        let _ = self.registry.set(registry);
     }
 
     pub(crate) fn provider(&self) -> &Arc<dyn ToolProvider> {
@@ -1375,6 +1390,11 @@ impl ServerHandler for Gateway {
                 if let Some(created) =
                     self.start_task(&context, name.clone(), arguments.clone(), ctx.clone())
                 {
+                    // Recorded before the client learns the id, so that a `tasks/get` of
+                    // it at any replica right after finds it.
+                    if let Some(registry) = self.shared.registry.get() {
+                        registry.claim_task(&created.task.task_id, super::tasks::TTL).await;
+                    }
                     return Ok(CallToolResponse::Task(created));
                 }
             } else if support == TaskSupport::Required {

@@ -78,7 +78,12 @@ fn router_of(
         config,
     );
     let forwarding = registry.and_then(|registry| {
-        super::affinity::Forwarding::new(sessions.clone(), registry, Arc::from(hosts.clone()))
+        super::affinity::Forwarding::new(
+            sessions.clone(),
+            health_shared.clone(),
+            registry,
+            Arc::from(hosts.clone()),
+        )
     });
     let mut service = axum::Router::new()
         .fallback_service(service)

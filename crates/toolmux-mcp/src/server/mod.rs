@@ -406,6 +406,9 @@ pub async fn bind_http(
     shared.keep_listing(shutdown.child_token());
     let registry =
         shared.options().affinity.as_ref().and_then(|a| affinity::Registry::new(a, bound));
+    if let Some(registry) = &registry {
+        shared.share_tasks(registry.clone());
+    }
     let router = http::router(shared, bound, shutdown.child_token(), registry.clone());
     let task = tokio::spawn(async move {
         let served = http::run(server, listener, router, shutdown).await;

@@ -38,10 +38,19 @@ pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(500);
 pub(crate) const MAX_TASKS: usize = 10_000;
 
 /// The tasks of one server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct TaskStore {
     tasks: Mutex<HashMap<String, Arc<TaskEntry>>>,
     next: AtomicU64,
+    /// Begins the ids of this store's tasks (`task-{instance}-`), random: a server
+    /// restarted at the same address tells the tasks of its earlier life from its own.
+    instance: String,
+}
+
+impl Default for TaskStore {
+    fn default() -> TaskStore {
+        TaskStore { tasks: Mutex::default(), next: AtomicU64::new(0), instance: random_suffix() }
+    }
 }
 
 /// One task.
@@ -103,7 +112,7 @@ impl TaskStore {
             tasks.remove(&oldest?);
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let id = format!("task-{n}-{}", random_suffix());
+        let id = format!("task-{}-{n}-{}", self.instance, random_suffix());
         let stamp = now();
         let entry = Arc::new(TaskEntry {
             id: id.clone(),
@@ -120,6 +129,19 @@ impl TaskStore {
         });
         tasks.insert(id, entry.clone());
         Some(entry)
+    }
+
+    /// Whether task `id` is kept here, whoever may see it.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(id)
+    }
+
+    /// Whether task `id` was made by this store (kept or gone), rather than by another
+    /// server or an earlier life of this one.
+    pub(crate) fn made_here(&self, id: &str) -> bool {
+        id.strip_prefix("task-")
+            .and_then(|rest| rest.strip_prefix(self.instance.as_str()))
+            .is_some_and(|rest| rest.starts_with('-'))
     }
 
     /// Task `id`, when `owner` may see it; `-32602` otherwise, as for an unknown id.
@@ -360,6 +382,16 @@ mod tests {
         assert!(store.get(&open.id, Some(&bob)).is_ok());
         let unknown = store.get("task-0", None).unwrap_err();
         assert_eq!(unknown.code.0, -32602);
+    }
+
+    #[test]
+    fn a_store_tells_its_own_task_ids_from_another_stores() {
+        let (store, other) = (TaskStore::default(), TaskStore::default());
+        let task = store.create(None).expect("room");
+        assert!(store.contains(&task.id) && store.made_here(&task.id), "{}", task.id);
+        assert!(!other.contains(&task.id) && !other.made_here(&task.id), "{}", task.id);
+        assert!(!store.made_here("task-1"));
+        assert!(!store.made_here(&format!("task-{}0-1-00", store.instance)));
     }
 
     #[test]
