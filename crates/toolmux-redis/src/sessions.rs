@@ -3,8 +3,10 @@
 //!
 //! One string key per session, `{prefix}:session:{id}`, holding the base URL of the
 //! replica that made it (`http://10.0.0.5:8765`), with an expiry the replica renews while
-//! the session lives. Anyone who can write under the prefix can point a session at any
-//! URL, as they can change every other thing the backend shares: the prefix is to be
+//! the session lives. The replicas record their MCP tasks here too, by default under
+//! `{prefix}:session:task:{id}` (the session id `task:{id}`, a name no session takes),
+//! expiring with the task. Anyone who can write under the prefix can point a session at
+//! any URL, as they can change every other thing the backend shares: the prefix is to be
 //! writable by the replicas only.
 
 use crate::RedisError;
