@@ -263,6 +263,17 @@ pub(crate) fn is_secret_setting(name: &str, value: &str) -> bool {
     is_secret(name, value, false)
 }
 
+/// Whether the value of variable `name` that reaches a program's environment without a
+/// `${VAR}` of the file (a literal `env` entry, a variable of `envPassthrough`) is to be
+/// redacted: when the name sounds secret, as the value of `${name}` would be ([`is_secret`]),
+/// so not a count (`MAX_TOKENS: 4096`) nor one of the machine's own. The
+/// [`toolmux_orchestrator::Redactor`] leaves values under 4 characters alone.
+#[cfg(feature = "mcp")]
+pub(crate) fn is_secret_by_name(name: &str, value: &str) -> bool {
+    let count = is_number(value) && names_a_count(name);
+    !is_machine(name) && sounds_secret(name) && !count && !value.is_empty()
+}
+
 /// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`,
 /// `apiKey`, `X-Api-Key`, `PGPASSWORD`. Its words ([`words`]) are compared, never its
 /// text: `BYPASS`, `MONKEY`, `KEYBOARD_LAYOUT`, `PASSAGE_DIR` and `TOKENIZER_PATH` hold

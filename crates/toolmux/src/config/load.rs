@@ -358,12 +358,14 @@ fn load_text(
             value["commandTools"] = serde_json::to_value(&read.config.command_tools)
                 .map_err(|e| error(None, format!("cannot merge its tools: {e}")))?;
         }
+        let mut secrets = read.secrets;
+        add_server_env_secrets(&read.config, env, &mut secrets);
         let loaded = Loaded {
             config: read.config,
             file: Some(shown.to_owned()),
             path: None,
             base_dir: base_dir.to_path_buf(),
-            secrets: read.secrets,
+            secrets,
             warnings,
             layers: Vec::new(),
             origins: Default::default(),
@@ -416,17 +418,46 @@ fn load_text(
             "{shown}: {input} is left as it is: toolmux cannot prompt; use ${{env:VAR}} instead"
         ));
     }
+    #[allow(unused_mut)]
+    let mut secrets = found.secrets;
+    #[cfg(feature = "mcp")]
+    add_server_env_secrets(&config, env, &mut secrets);
     let loaded = Loaded {
         config,
         file: Some(shown.to_owned()),
         path: None,
         base_dir: base_dir.to_path_buf(),
-        secrets: found.secrets,
+        secrets,
         warnings,
         layers: Vec::new(),
         origins: Default::default(),
     };
     Ok((loaded, value))
+}
+
+/// Adds to `secrets` the values an MCP server's environment gets besides the file's
+/// `${VAR}`s (which expansion judges) that are credentials by their variable's name
+/// ([`env::is_secret_by_name`]): literal `env` entries (`API_KEY: sk-…` written in the
+/// file) and the variables of `envPassthrough` as `env` finds them. A server that prints its
+/// environment puts them in toolmux's log and errors, which redact the loaded secrets only.
+#[cfg(feature = "mcp")]
+fn add_server_env_secrets(
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
+) {
+    for entry in config.mcp_servers.values() {
+        let literal = entry.env.iter().map(|(name, value)| (name.as_str(), value.clone()));
+        let passed = entry
+            .env_passthrough
+            .iter()
+            .filter_map(|name| env(name).map(|value| (name.as_str(), value)));
+        for (name, value) in literal.chain(passed) {
+            if env::is_secret_by_name(name, &value) && !secrets.contains(&value) {
+                secrets.push(value);
+            }
+        }
+    }
 }
 
 /// A configuration file's text, parsed, and what the steps after parsing need.

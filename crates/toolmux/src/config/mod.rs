@@ -568,8 +568,9 @@ pub struct McpServerEntry {
     /// Its arguments (numbers and booleans are taken as their text).
     #[serde(default, deserialize_with = "scalar::list", skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// Environment variables added to its environment; values are treated as secrets
-    /// (numbers and booleans are taken as their text).
+    /// Environment variables added to its environment (numbers and booleans are taken as
+    /// their text); values from `${VAR}`, and values written here under a name that sounds
+    /// secret (`API_KEY`, `GH_PAT`), are treated as secrets.
     #[serde(default, deserialize_with = "scalar::map", skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// A file of `KEY=value` lines added to its environment (VS Code); relative to the
@@ -582,7 +583,8 @@ pub struct McpServerEntry {
     /// `defaults.envInherit`, else `safe`. `env` is always added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<toolmux_mcp::EnvInherit>,
-    /// Variables it inherits whatever `envInherit` says.
+    /// Variables it inherits whatever `envInherit` says; the values of those whose names
+    /// sound secret (`GITHUB_TOKEN`) are treated as secrets.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env_passthrough: Vec<String>,
     /// Its working directory, relative to the configuration file's folder (default: that

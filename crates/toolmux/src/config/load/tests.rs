@@ -792,3 +792,34 @@ fn settings_places_that_take_other_shapes_too() {
     assert_eq!(fs.as_deref(), Some("Some(Off)"));
     assert_eq!(loaded.config.external_tools.keys().collect::<Vec<_>>(), ["confirm"]);
 }
+
+/// What reaches a stdio server's environment other than through `${VAR}` is a secret when
+/// its variable's name sounds secret: a literal `env` entry and a variable of
+/// `envPassthrough`, so a server that prints its environment leaks neither into a log or an
+/// error. A setting (`PORT`, `LOG_LEVEL`, a count) is not.
+#[test]
+fn server_env_values_under_secret_names_are_secrets() {
+    let text = "mcpServers:\n  echo:\n    command: sh\n    env:\n      API_KEY: sk-literal-1234\n      \
+                LOG_LEVEL: debug\n      MAX_TOKENS: 4096\n      MONKEY: banana-bread\n    \
+                envPassthrough: [GITHUB_TOKEN, PORT, NOT_SET_TOKEN]\n";
+    let loaded = loads(FileFormat::Yaml, text);
+    assert_eq!(loaded.secrets, ["sk-literal-1234", "ghp_secret_value"]);
+    let redactor = toolmux_orchestrator::Redactor::new(loaded.secrets.iter().cloned());
+    let stderr = "API_KEY=sk-literal-1234\nGITHUB_TOKEN=ghp_secret_value\nPORT=8080\nLOG_LEVEL=debug\nMAX_TOKENS=4096\nMONKEY=banana-bread";
+    expect![[r#"
+        API_KEY=[redacted]
+        GITHUB_TOKEN=[redacted]
+        PORT=8080
+        LOG_LEVEL=debug
+        MAX_TOKENS=4096
+        MONKEY=banana-bread"#]]
+    .assert_eq(&redactor.redact(stderr));
+    let shown = loaded.effective_yaml();
+    assert!(shown.contains("API_KEY: '[redacted]'"), "{shown}");
+    // The same in JSON, where the value under a secret name is a `${VAR}` already judged.
+    let loaded = loads(
+        FileFormat::Json,
+        r#"{"mcpServers": {"gh": {"command": "gh-mcp", "env": {"GH_PAT": "ghp_literal_987", "T": "${GITHUB_TOKEN}"}}}}"#,
+    );
+    assert_eq!(loaded.secrets, ["ghp_secret_value", "ghp_literal_987"]);
+}
