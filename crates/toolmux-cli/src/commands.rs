@@ -13,7 +13,7 @@ use toolmux::config::Loaded;
 use toolmux::toolmux_core::{CallContext, ToolCall, ToolProvider, ToolResult, naming};
 use toolmux::toolmux_mcp::server::{ApiKey, ApiKeys, MetricsSource};
 use toolmux::toolmux_orchestrator::accounting::Stats;
-use toolmux::toolmux_orchestrator::store::StoreError;
+use toolmux::toolmux_orchestrator::store::{self, StoreError};
 use toolmux::toolmux_orchestrator::{FilteredView, Severity, WarmupReport};
 
 /// How long interrupted work is given to end on its cancellation.
@@ -982,7 +982,17 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
             }
             Ok(0)
         }
-        Err(e @ StoreError::UnknownHandle { .. }) => {
+        // A word that is no handle at all (a path, a tool's name, the tool_output message's
+        // other fields): where outputs are kept is no help.
+        Err(StoreError::UnknownHandle { handle, .. }) if !store::valid_handle(&handle) => {
+            eprintln!(
+                "error: `{handle}` is no output handle: a handle is two words of letters, digits, \
+                 `-` and `_` joined by `/`, such as run-default/out-2aa5-18ec12bc9340f588-0, as \
+                 the `handle` of a tool_output message or the note of `toolmux tools call` gives it"
+            );
+            Ok(exit::TOOL_FAILED)
+        }
+        Err(StoreError::UnknownHandle { handle, .. }) => {
             // A handle of the right shape was most often stored under another project's
             // configuration (the default folder is one per project folder), or removed
             // after `defaults.outputRetention`: say where this one looked.
@@ -993,9 +1003,10 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
                 toolmux.output_dir().display().to_string()
             };
             eprintln!(
-                "error: {e}; looked in {looked}, where this configuration keeps them: read it \
-                 with the configuration of the call that stored it (in that call's folder, or \
-                 with its --config); outputs older than defaults.outputRetention are removed"
+                "error: no stored output `{handle}`; looked in {looked}, where this configuration \
+                 keeps them: read it with the configuration of the call that stored it (in that \
+                 call's folder, or with its --config); outputs older than \
+                 defaults.outputRetention are removed"
             );
             Ok(exit::TOOL_FAILED)
         }
@@ -1005,6 +1016,11 @@ pub(crate) async fn output_show(loaded: &Loaded, show: ShowArgs) -> anyhow::Resu
 
 pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     let Some(path) = loaded.stats_file() else {
+        // A program still gets its document: no tools, and no file (`statsFile: null`).
+        if json {
+            let none = serde_json::json!({"version": 1, "tools": {}, "statsFile": null});
+            print(&serde_json::to_string_pretty(&none)?);
+        }
         eprintln!("no statistics are kept (`defaults.statsFile: false`)");
         return Ok(0);
     };
@@ -1014,11 +1030,17 @@ pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
     }
     let snapshot = stats.snapshot();
     if json {
-        print(&serde_json::to_string_pretty(&snapshot)?);
+        let mut value = serde_json::to_value(&snapshot)?;
+        value["statsFile"] = Value::from(path.display().to_string());
+        print(&serde_json::to_string_pretty(&value)?);
         return Ok(0);
     }
     if snapshot.tools.is_empty() {
-        eprintln!("no calls recorded yet (statistics file {})", path.display());
+        eprintln!(
+            "no calls recorded yet: calls through `tools call`, `serve` and `agent run` with this \
+             configuration are counted in {}",
+            path.display()
+        );
         return Ok(0);
     }
     let width = snapshot.tools.keys().map(String::len).max().unwrap_or(4).max(4);
@@ -1027,9 +1049,14 @@ pub(crate) fn stats(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
         "tool", "calls", "ok", "failed", "avg ok ms", "p50 ms", "p95 ms"
     );
     for (name, s) in &snapshot.tools {
+        // No successful call has no average: 0.0 read as the fastest tool of all.
+        let average = match s.ok {
+            0 => "-".to_owned(),
+            _ => format!("{:.1}", s.avg_ok_ms),
+        };
         text.push_str(&format!(
-            "{name:width$}  {:>7}  {:>7}  {:>7}  {:>9.1}  {:>9.1}  {:>9.1}\n",
-            s.count, s.ok, s.failed, s.avg_ok_ms, s.p50_ms, s.p95_ms
+            "{name:width$}  {:>7}  {:>7}  {:>7}  {average:>9}  {:>9.1}  {:>9.1}\n",
+            s.count, s.ok, s.failed, s.p50_ms, s.p95_ms
         ));
     }
     print(text.trim_end());

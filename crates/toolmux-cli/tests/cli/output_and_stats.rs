@@ -54,7 +54,9 @@ fn spilled_output_is_read_back() {
 
 /// An unknown handle says where it was looked for and how to read it: a handle of the right
 /// shape is most often one stored under another folder's configuration. (The message only
-/// said what handles look like, which this one does.)
+/// said what handles look like, which this one does.) A word that is no handle says what
+/// handles look like, and not where outputs are kept, which is no help with it: both
+/// messages said both.
 #[test]
 fn unknown_handle_exits_1() {
     let project = spilled_project();
@@ -62,13 +64,24 @@ fn unknown_handle_exits_1() {
     assert_eq!(run.code, 1);
     let dir = project.path().join(".toolmux/out");
     let expected = format!(
-        "error: no stored output `run-x/out-y`: handles look like `run-id/out-id`, as given in a \
-         tool_output message; looked in {}, where this configuration keeps them: read it with \
-         the configuration of the call that stored it (in that call's folder, or with its \
-         --config); outputs older than defaults.outputRetention are removed",
+        "error: no stored output `run-x/out-y`; looked in {}, where this configuration keeps \
+         them: read it with the configuration of the call that stored it (in that call's folder, \
+         or with its --config); outputs older than defaults.outputRetention are removed",
         dir.display()
     );
     assert_eq!(run.stderr.trim(), expected);
+    for word in ["size_limit_exceeded", "../out/x", "run-default/out-1/2"] {
+        let run = project.run(&["output", "show", word]);
+        assert_eq!(run.code, 1, "{run:?}");
+        assert_eq!(
+            run.stderr.trim(),
+            format!(
+                "error: `{word}` is no output handle: a handle is two words of letters, digits, \
+                 `-` and `_` joined by `/`, such as run-default/out-2aa5-18ec12bc9340f588-0, as \
+                 the `handle` of a tool_output message or the note of `toolmux tools call` gives it"
+            )
+        );
+    }
     // A real handle, read in another folder, is not there; with the call's --config it is.
     let stored = project.run(&["tools", "call", "fs__read", r#"{"path":"big.txt"}"#, "--json"]);
     let result: serde_json::Value = serde_json::from_str(stored.ok()).expect("json");
@@ -103,10 +116,37 @@ fn statistics_persist_across_runs() {
     assert_eq!(stats["tools"]["fs__grep"]["ok"], 2);
     assert_eq!(stats["tools"]["fs__read"]["failed"], 1);
 
+    let stats_file = stats["statsFile"].as_str().expect("the statistics file's path");
+    assert!(std::path::Path::new(stats_file).is_file(), "{stats}");
+
     let table = project.run(&["stats"]);
     let header = table.ok().lines().next().unwrap_or_default().to_owned();
     expect!["tool        calls       ok   failed  avg ok ms     p50 ms     p95 ms"]
         .assert_eq(&header);
+    // A tool that never succeeded has no average (it showed 0.0, the fastest of all).
+    let read = table.stdout.lines().find(|l| l.starts_with("fs__read ")).expect("fs__read's row");
+    let columns: Vec<&str> = read.split_whitespace().collect();
+    assert_eq!(columns[1..5], ["1", "0", "1", "-"], "{read}");
+}
+
+/// Before any call, `stats` says what is counted and where; it said no calls were recorded
+/// yet and named the file.
+#[test]
+fn statistics_before_any_call_say_what_is_counted() {
+    let project = Project::new();
+    let run = project.run(&["stats"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout, "");
+    let json = project.run(&["config", "check", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(json.ok()).expect("json");
+    let path = report["statsFile"].as_str().expect("a statistics file");
+    assert_eq!(
+        run.stderr.trim(),
+        format!(
+            "no calls recorded yet: calls through `tools call`, `serve` and `agent run` with \
+             this configuration are counted in {path}"
+        )
+    );
 }
 
 /// Processes that end at the same time add their counts to the statistics file instead of
@@ -180,6 +220,10 @@ fn statistics_can_be_turned_off() {
     let run = project.run(&["stats"]);
     run.ok();
     expect!["no statistics are kept (`defaults.statsFile: false`)"].assert_eq(run.stderr.trim());
+    // A program gets a document all the same (it got an empty stdout to parse).
+    let run = project.run(&["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(run.ok()).expect("one JSON document");
+    assert_eq!(stats, serde_json::json!({"version": 1, "tools": {}, "statsFile": null}));
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
