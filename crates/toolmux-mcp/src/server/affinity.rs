@@ -42,7 +42,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Where the replicas record which of them holds each session, and for how long.
+/// Where the replicas record which of them holds each session, and keeps each task, and
+/// for how long.
 ///
 /// Its futures own what they need (`'static`), so that an implementation clones a handle
 /// into them and needs no macro.
@@ -367,10 +368,12 @@ pub(crate) async fn forward_foreign(
     let session: Option<Arc<str>> =
         request.headers().get(MCP_SESSION_ID).and_then(|v| v.to_str().ok()).map(Arc::from);
     if let Some(session) = session.clone()
-        // rmcp's ids never hold a `:`, which begins the names of other records (tasks').
-        && !session.contains(':')
         && !forwarding.sessions.has_session(&session).await.unwrap_or(true)
     {
+        // rmcp's ids never hold a `:`, which begins the names of other records (tasks').
+        if session.contains(':') {
+            return next.run(request).await;
+        }
         let owner = look_up(forwarding.registry.directory.owner(session.to_string()), "session");
         match owner.await {
             Some(owner) if owner == forwarding.registry.url => {

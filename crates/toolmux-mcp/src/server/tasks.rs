@@ -10,6 +10,9 @@
 //! failed, or refused its arguments, is `completed` with `isError: true`; `failed` is for
 //! protocol errors (an unknown tool, a panic). Tasks are kept for [`TTL`] after they are made, at most [`MAX_TASKS`];
 //! each belongs to the API key holder that made it (or to every caller without keys).
+//! Their ids begin with a random mark of the store that made them, so that a server
+//! restarted at the same address tells its earlier life's tasks, which replicas sharing
+//! sessions may still name ([`super::affinity`]), from its own.
 
 use super::interact::Need;
 use rmcp::ErrorData;

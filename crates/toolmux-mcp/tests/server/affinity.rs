@@ -194,6 +194,11 @@ async fn a_task_is_reached_from_any_replica_until_its_replica_is_gone() {
     let at_a = initialize(&a.url(), ALICE).await;
     let id = start_task(&a.url(), &at_a).await;
     assert_eq!(redis_get(redis.port(), &format!("fixture:task:{id}")), Some(a.base.clone()));
+    // A session named as the task's record is no session: not found, the record untouched.
+    let ping = json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+    let (status, _, answer) = post(&b.url(), Some(&format!("task:{id}")), ALICE, &ping).await;
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(redis_get(redis.port(), &format!("fixture:task:{id}")), Some(a.base.clone()));
 
     let got = task(&b.url(), "tasks/get", &id, None, ALICE).await;
     assert_eq!(got["result"]["status"], "working", "stateless at the other replica: {got}");
