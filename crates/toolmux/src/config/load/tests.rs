@@ -823,3 +823,21 @@ fn server_env_values_under_secret_names_are_secrets() {
     );
     assert_eq!(loaded.secrets, ["ghp_secret_value", "ghp_literal_987"]);
 }
+
+/// Agents and models take settings too, in a JSON file as in YAML.
+#[cfg(feature = "agent")]
+#[test]
+fn an_agent_or_a_model_given_a_list() {
+    json_error(
+        r#"{"models": {"m": {"type": "openai", "model": "x"}}, "agents": {"a": ["m", "be brief"]}}"#,
+        expect![
+            "toolmux.json:1:69: agents.a: expected a mapping of its settings (`key: value` entries); found a list"
+        ],
+    );
+    yaml_error(
+        "models:\n  m: [openai, gpt]\n",
+        expect![
+            "toolmux.yaml:2:6: models.m: expected a mapping of its settings (`key: value` entries); found a list"
+        ],
+    );
+}
