@@ -24,8 +24,7 @@ struct Replica {
 
 impl Drop for Replica {
     fn drop(&mut self) {
-        // Reaped by tokio in the background (`kill_on_drop`); the support's `ChildGuard`
-        // waits for it on a runtime of its own, which never sees it end, for 20 s.
+        // Reaped by tokio in the background (`kill_on_drop`).
         let _ = self.child.start_kill();
     }
 }

@@ -196,15 +196,13 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
             let _ = child.start_kill();
-            // Reap it so that no zombie outlives the test.
-            let _ = std::thread::spawn(move || {
-                let runtime =
-                    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-                runtime.block_on(async move {
-                    let _ = tokio::time::timeout(TIMEOUT, child.wait()).await;
-                });
-            })
-            .join();
+            // Reap it so that no zombie outlives the test: `try_wait` asks the kernel
+            // directly, where a wait on another runtime missed the exit and sat out its
+            // whole timeout.
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
     }
 }
