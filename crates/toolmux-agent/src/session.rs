@@ -269,10 +269,16 @@ impl Session<'_> {
         if !patterns.iter().any(|p| p.starts_with('@')) {
             return patterns.iter().any(|g| toolmux_orchestrator::glob_match(g, name));
         }
-        // Selectors (`@read`) match what the tool is, as the permission rules judge it.
+        // Selectors (`@read`) match what the tool is, as the permission rules judge it: an
+        // untrusted MCP server's tools are destructive and open-world to them whatever the
+        // server claims. The concurrency gate ([`runs_alone`]) keeps to the claims.
         let registry = self.orchestrator.registry();
         let Some(entry) = registry.get(name) else { return false };
-        let annotations = judged_annotations(self.orchestrator.config(), entry);
+        let annotations = self.orchestrator.config().judged_annotations(
+            entry.provider.namespace(),
+            &entry.name,
+            &entry.spec,
+        );
         patterns.iter().any(|p| toolmux_orchestrator::rule_matches(p, name, &annotations))
     }
 
@@ -1499,35 +1505,6 @@ struct State {
     gate: tokio::sync::RwLock<()>,
     /// Calls of the last answer whose arguments the output limit cut off.
     cut: HashSet<String>,
-}
-
-/// `entry`'s annotations as the orchestrator's permission rules judge them, for an agent's
-/// `tools` selectors to agree with `permissions`: the registry's spec already drops an
-/// untrusted provider's claim to only read (`OrchestratorConfig::untrusted_annotations`,
-/// an MCP server without `trustAnnotations`), and the rules further take such a tool as
-/// destructive and open-world, as MCP takes a tool that gives no hints, unless
-/// configuration's `tools.NAME.annotations` says otherwise. An agent given `@destructive`
-/// or `@openWorld` tools is then given those that only claim to be neither. (The registry
-/// makes this judgement where it decides permissions and keeps it to itself; it is made
-/// again here the same way.) The spec's own annotations, the claims, still decide the
-/// concurrency gate ([`runs_alone`]).
-fn judged_annotations<'e>(
-    config: &toolmux_orchestrator::OrchestratorConfig,
-    entry: &'e toolmux_orchestrator::ToolEntry,
-) -> std::borrow::Cow<'e, toolmux_core::ToolAnnotations> {
-    let claimed = &entry.spec.annotations;
-    let namespace = entry.provider.namespace();
-    if !config.untrusted_annotations.contains(namespace) {
-        return std::borrow::Cow::Borrowed(claimed);
-    }
-    let said = config
-        .overrides
-        .get(&*entry.name)
-        .or_else(|| config.overrides.get(&format!("{namespace}__{}", entry.original)));
-    let mut judged = claimed.clone();
-    judged.destructive = said.and_then(|o| o.destructive).unwrap_or(!judged.read_only);
-    judged.open_world = said.and_then(|o| o.open_world).unwrap_or(true);
-    std::borrow::Cow::Owned(judged)
 }
 
 /// Whether a call of a tool with `annotations` must run alone among a turn's calls: it

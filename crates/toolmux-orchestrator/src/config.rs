@@ -3,9 +3,11 @@
 //! file onto them.
 
 use crate::permission::PermissionRules;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
+use toolmux_core::{ToolAnnotations, ToolSpec};
 
 /// Everything the pipeline needs to know. Build with [`OrchestratorConfig::default`] and the
 /// `with_` methods, or fill the fields.
@@ -72,7 +74,9 @@ pub struct OrchestratorConfig {
     /// ([`ToolOverride::read_only`]) says it only reads. The registry's spec of the tool
     /// says so (`read_only` false), so permission rules, selectors anywhere (an agent's
     /// `tools: ['@read']`) and listings agree; the response cache and retries, which a
-    /// lie harms only on that server, still follow the claim.
+    /// lie harms only on that server, still follow the claim. Permission rules and an
+    /// agent's selectors further judge such a tool destructive and open-world
+    /// ([`OrchestratorConfig::judged_annotations`]).
     pub untrusted_annotations: std::collections::HashSet<String>,
     /// Per-run limits on calls and tool time.
     pub run_budget: RunBudgetConfig,
@@ -178,6 +182,87 @@ impl OrchestratorConfig {
         self.audit_log = Some(path);
         self
     }
+
+    /// The annotations of `spec`, a tool of the provider `namespace` listed as `name`, as
+    /// the permission rules judge them, for every selector of what tools are (`@read`,
+    /// `@destructive`, `@openWorld`, `@network`, …) to agree with those rules: the
+    /// registry decides permissions by them, and an agent's `tools` selectors pick tools
+    /// by them.
+    ///
+    /// Configuration's word on the tool ([`ToolOverride`], found under `name` or
+    /// `{namespace}__{spec.name}`) wins, so `spec` may be the provider's own spec or the
+    /// registry's ([`crate::ToolEntry::spec`]); with no such word, a trusted provider's
+    /// claims are taken as they are (borrowed). A provider of
+    /// [`OrchestratorConfig::untrusted_annotations`] (an MCP server without
+    /// `trustAnnotations`) is not believed: its tool is judged as MCP judges a tool that
+    /// gives no hints, never read-only, destructive and open-world, whatever it claims,
+    /// unless configuration says otherwise of each. (A tool configuration says only reads
+    /// is then judged not destructive, as the hints' own default has it.)
+    ///
+    /// The registry's spec keeps the claims of destruction and reach: the response cache,
+    /// retries and an agent's concurrency gate read those, as a lie there harms only the
+    /// lying server's own calls.
+    ///
+    /// ```
+    /// use toolmux_core::{ToolAnnotations, ToolSpec};
+    /// use toolmux_orchestrator::{OrchestratorConfig, ToolOverride};
+    ///
+    /// let harmless = ToolAnnotations {
+    ///     read_only: true,
+    ///     destructive: false,
+    ///     open_world: false,
+    ///     ..ToolAnnotations::default()
+    /// };
+    /// let spec = ToolSpec::new("lookup", "claims to be harmless", serde_json::json!({}))
+    ///     .with_annotations(harmless.clone());
+    /// let mut config = OrchestratorConfig::default();
+    /// config.untrusted_annotations.insert("web".to_owned());
+    ///
+    /// // A trusted provider's claims stand.
+    /// assert_eq!(*config.judged_annotations("local", "local__lookup", &spec), harmless);
+    /// // An untrusted one's do not.
+    /// let judged = config.judged_annotations("web", "web__lookup", &spec);
+    /// assert!(!judged.read_only && judged.destructive && judged.open_world);
+    /// // Unless the user vouches for the tool.
+    /// let vouched = ToolOverride { read_only: Some(true), open_world: Some(false), ..Default::default() };
+    /// config.overrides.insert("web__lookup".to_owned(), vouched);
+    /// assert_eq!(*config.judged_annotations("web", "web__lookup", &spec), harmless);
+    /// ```
+    pub fn judged_annotations<'s>(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: &'s ToolSpec,
+    ) -> Cow<'s, ToolAnnotations> {
+        let said = self.override_for(namespace, name, &spec.name);
+        let untrusted = self.untrusted_annotations.contains(namespace);
+        if !untrusted && said.is_none() {
+            return Cow::Borrowed(&spec.annotations);
+        }
+        let mut judged = spec.annotations.clone();
+        if let Some(said) = said {
+            said.apply_to_annotations(&mut judged);
+        }
+        if untrusted {
+            let said = |field: fn(&ToolOverride) -> Option<bool>| said.and_then(field);
+            judged.read_only = said(|o| o.read_only).unwrap_or(false);
+            judged.destructive = said(|o| o.destructive).unwrap_or(!judged.read_only);
+            judged.open_world = said(|o| o.open_world).unwrap_or(true);
+        }
+        Cow::Owned(judged)
+    }
+
+    /// What configuration says of the tool `name` (model-facing) of `namespace`, known to
+    /// its provider as `original`: under its full name, else under
+    /// `{namespace}__{original}`.
+    pub(crate) fn override_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        original: &str,
+    ) -> Option<&ToolOverride> {
+        self.overrides.get(name).or_else(|| self.overrides.get(&format!("{namespace}__{original}")))
+    }
 }
 
 /// What to do with an output over the size cap.
@@ -243,14 +328,31 @@ pub struct ToolOverride {
 
 impl ToolOverride {
     /// `spec` as configuration has it.
-    pub fn apply(&self, spec: &mut toolmux_core::ToolSpec) {
+    pub fn apply(&self, spec: &mut ToolSpec) {
         if let Some(title) = &self.title {
             spec.title = Some(title.clone());
         }
         if let Some(description) = &self.description {
             spec.description = description.clone();
         }
-        let a = &mut spec.annotations;
+        self.apply_to_annotations(&mut spec.annotations);
+        if let Some(said) = &self.meta {
+            let meta = std::sync::Arc::make_mut(spec.meta.get_or_insert_with(Default::default));
+            for (key, value) in said {
+                if value.is_null() {
+                    meta.remove(key);
+                } else {
+                    meta.insert(key.clone(), value.clone());
+                }
+            }
+            if meta.is_empty() {
+                spec.meta = None;
+            }
+        }
+    }
+
+    /// `annotations` as configuration has them.
+    fn apply_to_annotations(&self, a: &mut ToolAnnotations) {
         let fields = [
             (self.read_only, &mut a.read_only),
             (self.destructive, &mut a.destructive),
@@ -263,19 +365,6 @@ impl ToolOverride {
         for (set, field) in fields {
             if let Some(value) = set {
                 *field = value;
-            }
-        }
-        if let Some(said) = &self.meta {
-            let meta = std::sync::Arc::make_mut(spec.meta.get_or_insert_with(Default::default));
-            for (key, value) in said {
-                if value.is_null() {
-                    meta.remove(key);
-                } else {
-                    meta.insert(key.clone(), value.clone());
-                }
-            }
-            if meta.is_empty() {
-                spec.meta = None;
             }
         }
     }

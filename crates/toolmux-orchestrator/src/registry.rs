@@ -268,26 +268,26 @@ impl Registry {
                 .or_else(|| config.tools.get(&format!("{namespace}__{}", spec.name)))
                 .cloned()
                 .unwrap_or_default();
-            let override_ = config
-                .overrides
-                .get(&*name)
-                .or_else(|| config.overrides.get(&format!("{namespace}__{}", spec.name)));
+            let override_ = config.override_for(namespace, &name, &spec.name);
             let overridden = override_.map(|o| {
                 let mut spec = spec.clone();
                 o.apply(&mut spec);
                 spec
             });
             let claimed = overridden.as_ref().unwrap_or(spec);
-            // An untrusted provider's claim to only read is not taken for permissions: the
-            // tool is kept as possibly writing unless configuration says it only reads. Its
-            // other annotations stay: `destructive` is false for a tool that claimed to only
-            // read, so the agent's concurrency gate still runs it beside others.
-            let distrusted = (config.untrusted_annotations.contains(namespace)
-                && claimed.annotations.read_only
-                && override_.and_then(|o| o.read_only).is_none())
-            .then(|| {
+            // Rules judge an untrusted provider's tool as MCP judges one that gives no hints
+            // (it may write, destroy data and reach beyond the machine), but for what
+            // configuration says of it: a server that claims `readOnlyHint: true`,
+            // `destructiveHint: false` or `openWorldHint: false` does not slip past `@write`,
+            // `@destructive`, `@openWorld` or `@network`.
+            let judged = config.judged_annotations(namespace, &name, claimed);
+            // Of that judgement the spec takes only that the tool may write, so that
+            // selectors reading the spec agree on `@read`; the other claims stay:
+            // `destructive` is false for a tool that claimed to only read, so the agent's
+            // concurrency gate still runs it beside others.
+            let distrusted = (judged.read_only != claimed.annotations.read_only).then(|| {
                 let mut spec = claimed.clone();
-                spec.annotations.read_only = false;
+                spec.annotations.read_only = judged.read_only;
                 spec
             });
             let spec = distrusted.as_ref().unwrap_or(claimed);
@@ -310,21 +310,7 @@ impl Registry {
                 && spec.name == "call"
                 && listed.provider.kind() == toolmux_core::ToolKind::Internal;
             let kind = listed.provider.subject_kind(&spec.name);
-            // Rules judge an untrusted provider's tool as MCP judges one that gives no hints
-            // (it may destroy data and reach beyond the machine), but for what configuration
-            // says of it: a server that claims `destructiveHint: false` or
-            // `openWorldHint: false` does not slip past `@destructive`, `@openWorld` or
-            // `@network`. The listing keeps these claims, so the agent still runs such a
-            // tool beside others.
-            let judged = config.untrusted_annotations.contains(namespace).then(|| {
-                let mut a = spec.annotations.clone();
-                let said = |f: fn(&crate::ToolOverride) -> Option<bool>| override_.and_then(f);
-                a.destructive = said(|o| o.destructive).unwrap_or(!a.read_only);
-                a.open_world = said(|o| o.open_world).unwrap_or(true);
-                a
-            });
-            let judged = judged.as_ref().unwrap_or(&spec.annotations);
-            let permission = match config.permissions.decide_for(&name, judged, kind) {
+            let permission = match config.permissions.decide_for(&name, &judged, kind) {
                 // The tool it passes the call on to is asked for itself.
                 Permission::Ask(_) if passes_on => Permission::Allow,
                 permission => permission,

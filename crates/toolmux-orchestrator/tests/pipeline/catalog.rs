@@ -1080,3 +1080,73 @@ async fn an_untrusted_providers_hints_do_not_slip_past_permission_selectors() {
     let wipe = listed.iter().find(|t| t.name == "known__wipe").expect("known__wipe listed");
     assert!(!wipe.annotations.destructive, "{wipe:?}");
 }
+
+/// [`OrchestratorConfig::judged_annotations`] is what the permission rules decide by: for
+/// every selector of what tools are, a rule denies exactly the tools whose judged
+/// annotations it matches, untrusted or trusted, vouched for or not, judged from the
+/// registry's spec or from the provider's own (which an agent's selectors rely on).
+#[tokio::test(start_paused = true)]
+async fn judged_annotations_are_what_the_permission_rules_decide_by() {
+    let claims = ToolAnnotations {
+        read_only: true,
+        destructive: false,
+        open_world: false,
+        ..Default::default()
+    };
+    let writes = ToolAnnotations { read_only: false, ..claims.clone() };
+    let specs = [("lookup", &claims), ("wipe", &writes), ("vouched", &writes)].map(|(n, a)| {
+        ToolSpec::new(n, "claims to be harmless", json!({"type": "object"}))
+            .with_annotations(a.clone())
+    });
+    let provider = |namespace: &str| -> Arc<dyn ToolProvider> {
+        let mut provider = MockProvider::new(namespace);
+        for spec in &specs {
+            provider = provider.with_spec(spec.clone(), Behavior::Echo);
+        }
+        Arc::new(provider)
+    };
+    let mut config = OrchestratorConfig::default();
+    config.untrusted_annotations.insert("shady".into());
+    config.overrides.insert(
+        "shady__vouched".into(),
+        toolmux_orchestrator::ToolOverride {
+            read_only: Some(true),
+            open_world: Some(false),
+            ..Default::default()
+        },
+    );
+    let mut denied = Vec::new();
+    for selector in ["@readOnly", "@read", "@write", "@destructive", "@openWorld", "@network"] {
+        let config = config.clone().with_permissions(PermissionRules::default().deny(selector));
+        let o = start(config.clone(), vec![provider("shady"), provider("known")]).await;
+        let registry = o.registry();
+        let mut names: Vec<&str> = Vec::new();
+        for entry in registry.entries() {
+            let namespace = entry.provider.namespace();
+            let judged = config.judged_annotations(namespace, &entry.name, &entry.spec);
+            let own = specs.iter().find(|s| s.name == entry.original).expect("the provider's spec");
+            assert_eq!(
+                judged,
+                config.judged_annotations(namespace, &entry.name, own),
+                "{}",
+                entry.name
+            );
+            let matched = toolmux_orchestrator::rule_matches(selector, &entry.name, &judged);
+            assert_eq!(entry.denied(), matched, "{selector} {}: {judged:?}", entry.name);
+            if matched {
+                names.push(&entry.name);
+            }
+        }
+        names.sort();
+        denied.push(format!("{selector}: {}", names.join(" ")));
+        o.cleanup().await;
+    }
+    expect![[r#"
+        @readOnly: known__lookup shady__vouched
+        @read: known__lookup shady__vouched
+        @write: known__vouched known__wipe shady__lookup shady__wipe
+        @destructive: shady__lookup shady__wipe
+        @openWorld: shady__lookup shady__wipe
+        @network: shady__lookup shady__wipe"#]]
+    .assert_eq(&denied.join("\n"));
+}
