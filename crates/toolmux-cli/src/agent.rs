@@ -564,15 +564,25 @@ fn summary(report: &AgentReport) -> String {
         read => format!(" ({read} from the cache)"),
     };
     format!(
-        "{} in {} turn{}, {} tool call{}, {} tokens in{cached}, {} out{handed}",
+        "{} in {} turn{}, {} tool call{}{}, {} tokens in{cached}, {} out{handed}",
         report.status.as_str(),
         report.turns,
         if report.turns == 1 { "" } else { "s" },
         report.tool_calls,
         if report.tool_calls == 1 { "" } else { "s" },
+        refused(report.refused_calls),
         report.usage.input_tokens,
         report.usage.output_tokens,
     )
+}
+
+/// The calls a run refused before they ran (unknown tools, over `maxCallsPerTurn`,
+/// repeats), which its tool calls do not count: ` (3 refused)`, or nothing.
+fn refused(calls: u32) -> String {
+    match calls {
+        0 => String::new(),
+        n => format!(" ({n} refused)"),
+    }
 }
 
 /// `toolmux agent listen`: the agent in cycles, each run's report printed as it ends.
@@ -648,7 +658,7 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
     let screen = Arc::new(Screen::default());
     let mut history = Vec::new();
     let mut first = args.message;
-    let (mut turns, mut tool_calls) = (0u32, 0u32);
+    let (mut turns, mut tool_calls, mut refused_calls) = (0u32, 0u32, 0u32);
     let mut usage = toolmux::toolmux_llm::Usage::default();
     let mut messages = 0u32;
     // Whether the last message's run failed: the chat's exit code says so to a program.
@@ -700,18 +710,20 @@ pub(crate) async fn chat(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<u8> 
         }
         turns += report.turns;
         tool_calls += report.tool_calls;
+        refused_calls += report.refused_calls;
         usage += report.usage;
         history = std::mem::take(&mut report.transcript);
     }
     if std::io::stderr().is_terminal() || messages > 0 {
         eprintln!(
-            "chat with `{}`: {messages} message{}, {} turn{}, {} tool call{}, {} tokens in, {} out",
+            "chat with `{}`: {messages} message{}, {} turn{}, {} tool call{}{}, {} tokens in, {} out",
             args.name,
             if messages == 1 { "" } else { "s" },
             turns,
             if turns == 1 { "" } else { "s" },
             tool_calls,
             if tool_calls == 1 { "" } else { "s" },
+            refused(refused_calls),
             usage.input_tokens,
             usage.output_tokens,
         );

@@ -112,6 +112,26 @@ fn the_report_is_printed_for_people_with_a_summary() {
 }
 
 #[test]
+fn the_summary_counts_refused_calls_apart_from_the_calls_made() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::tool_call("fs__no_such_tool", json!({})),
+            ScriptStep::tool_call("fs__ls", json!({})),
+            ScriptStep::text("Done."),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let run = project.run(&["agent", "run", "reader", "Look around."]);
+    assert_eq!(run.ok().trim(), "Done.");
+    assert!(
+        run.stderr.contains("agent `reader`: success in 3 turns, 1 tool call (1 refused), "),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn the_task_can_come_from_stdin() {
     use std::io::Write as _;
     use std::process::Stdio;
