@@ -10,9 +10,15 @@
 //! `{prefix}:q:{name}:free`, which wakes the waiters of every replica; waiters also poll,
 //! so a lost message costs them one poll interval.
 //!
-//! Fairness: within one replica, waiters are served first come, first served (they queue
-//! on a local fair lock, and only the first asks Redis). Between replicas it is best
-//! effort: when a slot frees, the first replica whose waiter asks gets it.
+//! Fairness: while a queue has room, a replica's callers take their slots side by side,
+//! one script each, and the script alone decides who gets the last ones, so callers never
+//! wait behind each other for a free slot. Once one of them has found the queue full, it
+//! and every caller after it line up on a local fair lock, and only the first in line asks
+//! Redis (at each release and poll): within one replica, waiters are served first come,
+//! first served, a caller that comes while one waits does not take the slot it waits for
+//! (only takes already on their way may, as callers that came at the same time), and a
+//! release wakes one question per replica rather than one per waiter. Between replicas it
+//! is best effort: when a slot frees, the first replica whose waiter asks gets it.
 
 use crate::backend::BackendShared;
 use crate::client::Script;
@@ -71,6 +77,7 @@ impl QueueBackend for RedisQueues {
                 born: Instant::now(),
                 refreshed_ms: AtomicU64::new(NEVER),
                 refreshing: AtomicBool::new(false),
+                lined: AtomicUsize::new(0),
                 turn: tokio::sync::Mutex::new(()),
                 free: tokio::sync::OnceCell::new(),
             }),
@@ -96,7 +103,12 @@ struct QueueInner {
     /// before the first time.
     refreshed_ms: AtomicU64,
     refreshing: AtomicBool,
-    /// Waiters of this replica line up here, so only the first asks Redis.
+    /// Callers of this replica in line (they found the queue full, or came after one that
+    /// did and still waits); while any is, a newcomer lines up behind them instead of
+    /// asking for a slot of its own.
+    lined: AtomicUsize,
+    /// Callers in line take turns here, first come, first served, so only the first asks
+    /// Redis.
     turn: tokio::sync::Mutex<()>,
     /// The subscription to the free channel, made at the first wait and kept.
     free: tokio::sync::OnceCell<Subscription>,
@@ -120,14 +132,19 @@ impl Queue for RedisQueue {
     async fn acquire(&self, wait: Duration) -> Option<QueueSlot> {
         let inner = &self.inner;
         let deadline = crate::config::deadline_after(wait);
+        // The common case, a free slot and nobody of this replica waiting, costs one round
+        // trip and no subscription, and runs beside the other callers' takes: the script
+        // decides atomically, so the line below is only for a queue found full.
+        if inner.lined.load(Ordering::Acquire) == 0 {
+            if let Some(slot) = inner.take(deadline).await {
+                return Some(slot);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+        }
+        let _place = Place::join(inner);
         let _turn = tokio::time::timeout_at(deadline, inner.turn.lock()).await.ok()?;
-        // The common case, a free slot, costs one round trip and no subscription.
-        if let Some(slot) = inner.take(deadline).await {
-            return Some(slot);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
         let left = deadline.saturating_duration_since(Instant::now());
         let confirm_within = inner.backend.client.timeout().min(left);
         let free = inner
@@ -148,6 +165,11 @@ impl Queue for RedisQueue {
             crate::pubsub::wake_or_poll(&mut wake, POLL_EVERY, deadline).await;
         }
     }
+
+    // No `try_acquire`: a slot is a lease that only a round trip to Redis makes, and
+    // `try_acquire` may not wait for one; holding leases in reserve for it would take
+    // slots that other replicas' callers wait for. The default (`None`) sends every call
+    // to `acquire`, whose first step is that one round trip.
 
     fn is_full(&self) -> bool {
         self.in_use() >= self.inner.capacity
@@ -260,6 +282,24 @@ impl QueueInner {
             }
             queue.refreshing.store(false, Ordering::Release);
         });
+    }
+}
+
+/// A caller's place in its replica's line for a queue, counted in `lined` until dropped.
+struct Place<'a> {
+    queue: &'a QueueInner,
+}
+
+impl<'a> Place<'a> {
+    fn join(queue: &'a QueueInner) -> Place<'a> {
+        queue.lined.fetch_add(1, Ordering::AcqRel);
+        Place { queue }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.queue.lined.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -206,3 +206,151 @@ async fn a_short_lease_does_not_end_the_longer_leases_of_another_replica() {
     assert!(first.is_some(), "the free slot");
     assert!(qs.acquire(Duration::from_millis(200)).await.is_none(), "over the capacity");
 }
+
+/// Callers of one replica take free slots side by side: 16 callers of a queue of 16 (and a
+/// pool of 16 connections) each send their take before any answer comes, and all hold a
+/// slot together. The proxy holds every reply back until 16 connections have each sent a
+/// command; callers that lined up behind one another, each asking only once the caller
+/// before had its answer, never opened it (one take in flight at a time, cut by its
+/// timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_of_one_replica_take_free_slots_side_by_side() {
+    const CALLERS: usize = 16;
+    let server = RedisServer::start();
+    // Loads the take and release scripts on the server, so that every take through the
+    // proxy is one EVALSHA on a connection of its own.
+    let direct = replica(&server);
+    let warmup = direct.queues().queue("wide", &QueueConfig::new(CALLERS));
+    drop(warmup.acquire(Duration::from_secs(5)).await.expect("a free slot"));
+    eventually("the warm-up slot released", || async {
+        let leases = direct.client().command(&["ZCARD", "toolmux:q:wide"]).await;
+        leases.ok().and_then(|n| n.as_i64()) == Some(0)
+    })
+    .await;
+    let gate = GateProxy::start(&server, CALLERS, Duration::from_secs(5)).await;
+    let config = RedisConfig::new(gate.url()).with_pool_size(CALLERS);
+    let backend = RedisBackend::new(&config).unwrap();
+    let queue = backend.queues().queue("wide", &QueueConfig::new(CALLERS));
+    let all_hold = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = Vec::new();
+    for _ in 0..CALLERS {
+        let (queue, all_hold) = (queue.clone(), all_hold.clone());
+        tasks.push(tokio::spawn(async move {
+            let slot = queue.acquire(Duration::from_secs(20)).await;
+            let slot = slot.expect("a free slot");
+            within(Duration::from_secs(10), "every caller holding a slot", all_hold.wait()).await;
+            drop(slot);
+        }));
+    }
+    for task in tasks {
+        within(Duration::from_secs(30), "16 callers through 16 slots", task).await.unwrap();
+    }
+    assert!(
+        gate.opened_by_callers(),
+        "the replies were held {:?} and only {} connections had asked by then: the callers \
+         took their slots one after another",
+        Duration::from_secs(5),
+        gate.asked_at_limit()
+    );
+    eventually("every slot released", || async {
+        let leases = direct.client().command(&["ZCARD", "toolmux:q:wide"]).await;
+        leases.ok().and_then(|n| n.as_i64()) == Some(0)
+    })
+    .await;
+}
+
+/// A loopback proxy to `server` that holds back every reply until `callers` connections
+/// have each sent something, or until `limit` has passed.
+struct GateProxy {
+    port: u16,
+    /// How many connections had asked when the limit passed, if it did.
+    at_limit: Arc<AtomicUsize>,
+    by_callers: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl GateProxy {
+    async fn start(server: &RedisServer, callers: usize, limit: Duration) -> GateProxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+        let port = listener.local_addr().expect("bound").port();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let by_callers = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (open, opened) = tokio::sync::watch::channel(false);
+        let open = Arc::new(open);
+        let at_limit = Arc::new(AtomicUsize::new(0));
+        {
+            let (open, asked, at_limit) = (open.clone(), asked.clone(), at_limit.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                at_limit.store(asked.load(Ordering::SeqCst), Ordering::SeqCst);
+                open.send_replace(true);
+            });
+        }
+        let target = server.port();
+        let (count, marked) = (asked, by_callers.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut upstream_read, mut upstream_write) = upstream.into_split();
+                let (open, count, marked) = (open.clone(), count.clone(), marked.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let mut counted = false;
+                    loop {
+                        let n = match client_read.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if !counted {
+                            counted = true;
+                            if count.fetch_add(1, Ordering::SeqCst) + 1 >= callers
+                                && !*open.borrow()
+                            {
+                                marked.store(true, Ordering::SeqCst);
+                                open.send_replace(true);
+                            }
+                        }
+                        if upstream_write.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                let mut opened = opened.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match upstream_read.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if opened.wait_for(|open| *open).await.is_err()
+                            || client_write.write_all(&buf[..n]).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        GateProxy { port, at_limit, by_callers }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the replies went on because enough connections had asked, not at the limit.
+    fn opened_by_callers(&self) -> bool {
+        self.by_callers.load(Ordering::SeqCst)
+    }
+
+    /// How many connections had asked when the replies went on at the limit.
+    fn asked_at_limit(&self) -> usize {
+        self.at_limit.load(Ordering::SeqCst)
+    }
+}
