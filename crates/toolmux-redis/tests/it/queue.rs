@@ -1,5 +1,6 @@
 //! Queues shared by two replicas: capacity across both, a release in one waking a waiter in
-//! the other, timeouts, renewed leases and the leases of a replica that vanished.
+//! the other, timeouts, renewed leases and the leases of a replica that vanished; within
+//! one replica, free slots taken side by side and waiters served in the order they came.
 
 use crate::{listeners, replica, within};
 use std::sync::Arc;
@@ -257,6 +258,33 @@ async fn callers_of_one_replica_take_free_slots_side_by_side() {
         leases.ok().and_then(|n| n.as_i64()) == Some(0)
     })
     .await;
+}
+
+/// Callers that found the queue full are served in the order they came: a release goes to
+/// the first in line, and the callers after it stay in line behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_one_replica_are_served_in_the_order_they_came() {
+    let server = RedisServer::start();
+    let holder = replica(&server).queues().queue("ordered", &QueueConfig::new(1));
+    let held = holder.acquire(Duration::from_secs(5)).await.expect("a free slot");
+    let queue = replica(&server).queues().queue("ordered", &QueueConfig::new(1));
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for caller in 0..4 {
+        let (queue, served) = (queue.clone(), served.clone());
+        waiters.push(tokio::spawn(async move {
+            let slot = queue.acquire(Duration::from_secs(20)).await.expect("a slot in time");
+            served.lock().unwrap().push(caller);
+            drop(slot);
+        }));
+        // Each caller has found the queue full and is in line before the next comes.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(held);
+    for waiter in waiters {
+        within(Duration::from_secs(30), "4 waiters through 1 slot", waiter).await.unwrap();
+    }
+    assert_eq!(*served.lock().unwrap(), [0, 1, 2, 3], "waiters served out of order");
 }
 
 /// A loopback proxy to `server` that holds back every reply until `callers` connections
