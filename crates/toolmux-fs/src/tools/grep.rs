@@ -27,6 +27,12 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 use toolmux_core::ToolOutput;
 
+/// The largest file a `multiline` search reads: the searcher holds a whole file in memory
+/// to let a match span lines (with or without memory maps), so a larger one is skipped,
+/// and the answer names it. Searched line by line, files of any size take a buffer of a
+/// few lines.
+pub(crate) const MULTILINE_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
 /// What `grep` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -114,7 +120,8 @@ own protected files never are); symlinks are not followed. `output_mode`: `files
 lines as `path-line-text`, `--` between context groups) and honours `-A`, `-B`, `-C`, `-n`, \
 `-o` (only the matching parts, one per line); `count` shows `path:count`. Filter files with \
 `glob` (e.g. `*.rs`) or `type` (e.g. `rust`). `-i` ignores case; `fixed_strings: true` searches \
-for the pattern as literal text; `multiline` lets a match span lines. `max_matches_per_file` \
+for the pattern as literal text; `multiline` lets a match span lines (it skips files over 64 MiB, \
+named in a footer). `max_matches_per_file` \
 stops each file after that many matching lines (content and count modes). Results are cut at \
 `head_limit` (default 250, 0 = no limit) lines or files; a footer says how many there were and \
 which `offset` continues. A search still running after 30 s stops and returns what it found, \
@@ -166,6 +173,11 @@ pub(crate) fn grep(
         .binary_detection(BinaryDetection::quit(0))
         .line_number(args.line_numbers.unwrap_or(true))
         .multi_line(multiline);
+    if multiline {
+        // Beside the size checked before each file: a file that grew past it since is
+        // not read into memory either (the search fails, and the file is named as skipped).
+        searcher.heap_limit(Some(MULTILINE_MAX_BYTES as usize + 1024 * 1024));
+    }
     if mode == OutputMode::Content {
         searcher
             .before_context(args.before.or(args.context).unwrap_or(0))
@@ -223,6 +235,8 @@ pub(crate) fn grep(
     };
     let collector = Arc::new(Mutex::new(Collector::new(wanted)));
     let matches = Arc::new(AtomicU64::new(0));
+    // Files too large for a multiline search, with their sizes.
+    let too_large = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
 
     walk.build_parallel().run(|| {
         let (mut searcher, mut searcher_cr) = (searcher.clone(), searcher_cr.clone());
@@ -230,6 +244,7 @@ pub(crate) fn grep(
         let collector = collector.clone();
         let cancelled = cancelled.clone();
         let matches = matches.clone();
+        let too_large = too_large.clone();
         let only = only.clone();
         let (glob, types) = (glob.clone(), types.clone());
         let root = ws.root().to_path_buf();
@@ -259,8 +274,17 @@ pub(crate) fn grep(
             }
             // Not blocking: a FIFO in the file's place since the walk would hang the open.
             let Ok(file) = ws.open_file(relative) else { return WalkState::Continue };
-            if !file.metadata().is_ok_and(|m| m.is_file()) {
+            let Ok(meta) = file.metadata() else { return WalkState::Continue };
+            if !meta.is_file() {
                 return WalkState::Continue;
+            }
+            let skip_large = |size: u64| {
+                let display = display(&root, entry.path());
+                too_large.lock().unwrap_or_else(|e| e.into_inner()).push((display, size));
+                WalkState::Continue
+            };
+            if multiline && meta.len() > MULTILINE_MAX_BYTES {
+                return skip_large(meta.len());
             }
             let stop = || cancelled.load(Ordering::Relaxed) || budget.spent();
             // Only a search that can tell CR files reads the file's head first.
@@ -290,7 +314,17 @@ pub(crate) fn grep(
                 (Some(head), _) => head.search(&mut searcher, &matcher, &file, &mut sink, stop),
                 (None, _) => search_file(&mut searcher, &matcher, &file, &mut sink, stop),
             };
-            if searched.is_err() || sink.count == 0 {
+            if searched.is_err() {
+                // A file that grew past the limit while it was searched.
+                if let Ok(meta) = file.metadata()
+                    && multiline
+                    && meta.len() > MULTILINE_MAX_BYTES
+                {
+                    return skip_large(meta.len());
+                }
+                return WalkState::Continue;
+            }
+            if sink.count == 0 {
                 return WalkState::Continue;
             }
             matches.fetch_add(sink.count, Ordering::Relaxed);
@@ -322,7 +356,45 @@ pub(crate) fn grep(
     let collector = std::mem::take(&mut *collector.lock().unwrap_or_else(|e| e.into_inner()));
     let total_matches = matches.load(Ordering::Relaxed);
     let page = Page { offset, head_limit, cap: args.max_matches_per_file, separated: show.context };
-    Ok(budget.mark(render(mode, collector, page, total_matches), "search"))
+    let output = render(mode, collector, page, total_matches);
+    let mut too_large = std::mem::take(&mut *too_large.lock().unwrap_or_else(|e| e.into_inner()));
+    too_large.sort();
+    Ok(budget.mark(note_too_large(output, &too_large), "search"))
+}
+
+/// `output` with a last line naming the files a multiline search skipped as too large
+/// (the first few, by path), and a `skippedTooLarge` extra counting them.
+fn note_too_large(mut output: ToolOutput, skipped: &[(String, u64)]) -> ToolOutput {
+    const NAMED: usize = 5;
+    if skipped.is_empty() {
+        return output;
+    }
+    let mut names: Vec<String> = skipped
+        .iter()
+        .take(NAMED)
+        .map(|(path, size)| format!("{path} ({} MiB)", size / (1024 * 1024)))
+        .collect();
+    if skipped.len() > NAMED {
+        names.push(format!("and {} more", skipped.len() - NAMED));
+    }
+    let note = format!(
+        "[{} not searched: over {} MiB, too large for `multiline` (which holds a whole file \
+         in memory): {}; search without `multiline`, or for a part of the match]",
+        match skipped.len() {
+            1 => "1 file".to_owned(),
+            n => format!("{n} files"),
+        },
+        MULTILINE_MAX_BYTES / (1024 * 1024),
+        names.join(", ")
+    );
+    match output.content.last_mut() {
+        Some(toolmux_core::ContentPart::Text { text }) => {
+            text.push('\n');
+            text.push_str(&note);
+        }
+        _ => output.content.push(toolmux_core::ContentPart::Text { text: note }),
+    }
+    output.with_extra("skippedTooLarge", json!(skipped.len()))
 }
 
 /// Refuses arguments that would be ignored or contradict each other, saying what to do.

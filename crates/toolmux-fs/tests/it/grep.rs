@@ -209,6 +209,28 @@ async fn multiline_patterns() {
     );
 }
 
+/// A multiline search holds a whole file in memory, so a file over 64 MiB is skipped and
+/// named, where a 2 GB file took 4.6 GB: the file here is sparse (its text, then a hole
+/// that reads as NUL bytes past the binary sniff), and a small file beside it is searched.
+#[tokio::test]
+async fn multiline_skips_files_too_large_to_hold_and_names_them() {
+    let fx = Fixture::new();
+    fx.put("small.txt", "start\nmiddle\n");
+    let big = fx.put("big.log", &"start\nmiddle\n".repeat(1000));
+    std::fs::OpenOptions::new().write(true).open(&big).unwrap().set_len(2 << 30).unwrap();
+    let args = json!({"pattern": "start.middle", "multiline": true, "output_mode": "content"});
+    let out = fx.call("grep", args).await.unwrap();
+    expect![[r#"
+        small.txt:1:start
+        small.txt:2:middle
+        [1 file not searched: over 64 MiB, too large for `multiline` (which holds a whole file in memory): big.log (2048 MiB); search without `multiline`, or for a part of the match]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["skippedTooLarge"], 1);
+    // Line by line the large file is searched as any other (up to its NUL bytes).
+    let args = json!({"pattern": "^middle", "path": "big.log"});
+    assert_eq!(fx.ok("grep", args).await, "big.log");
+}
+
 #[tokio::test]
 async fn head_limit_and_offset_page_through() {
     let fx = Fixture::new();
