@@ -277,8 +277,13 @@ impl FsProvider {
             Tool::Read => {
                 let args: read::ReadArgs = parse(tool, arguments)?;
                 let may_repeat = !ctx.is_from_person();
+                // Only the call's own time limit bounds the scan to a page: it ends a little
+                // before, to say how far it came.
+                let deadline = ctx.deadline().map(tokio::time::Instant::into_std);
+                let budget = tools::Budget::new(Duration::from_secs(24 * 3600), deadline);
                 self.blocking(tool, ctx, move |ws, config, cancelled| {
-                    read::read(ws, &config.limits, &run, args, may_repeat, cancelled)
+                    let stop = read::Stop { cancelled, budget: &budget };
+                    read::read(ws, &config.limits, &run, args, may_repeat, stop)
                 })
                 .await
             }
@@ -491,8 +496,8 @@ impl FsProvider {
             .await
     }
 
-    /// Runs `work` on the blocking pool; cancellation sets the flag `work` polls and returns
-    /// at once.
+    /// Runs `work` on the blocking pool; cancellation, or the returned future dropped, sets
+    /// the flag `work` polls, and a cancellation returns at once.
     async fn blocking<F>(
         &self,
         tool: Tool,
@@ -505,6 +510,10 @@ impl FsProvider {
             + 'static,
     {
         let cancelled = Arc::new(AtomicBool::new(false));
+        // A call whose future is dropped before the work ends (the pipeline's timeout, a
+        // client gone) stops it as a cancellation does: it kept reading and using a core
+        // for as long as the work took, after the caller had its answer.
+        let _stop = CancelOnDrop(cancelled.clone());
         let (ws, config, flag) = (self.workspace.clone(), self.config.clone(), cancelled.clone());
         let task = tokio::task::spawn_blocking(move || {
             work(&ws, &config, &flag).map_err(|e| ws.with_close_path(e))
@@ -534,6 +543,16 @@ impl FsProvider {
         tokio::task::spawn_blocking(move || work(&ws, &config).map_err(|e| ws.with_close_path(e)))
             .await
             .unwrap_or_else(|e| Err(panicked(tool, e)))
+    }
+}
+
+/// Sets its flag when dropped: the work polling it stops at its next check.
+#[derive(Debug)]
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

@@ -2,6 +2,7 @@
 //! a huge file costs a scan, not its size in memory; an image (PNG, JPEG, GIF, WebP) as an
 //! image, for models that see.
 
+use super::Budget;
 use super::notebook;
 use super::text::{CrLines, Encoding, WideDecoder};
 use crate::config::FsLimits;
@@ -18,6 +19,22 @@ use toolmux_core::ToolOutput;
 
 /// Bytes looked at for NUL to decide a file is binary (as git and ripgrep do).
 const SNIFF_BYTES: usize = 8192;
+
+/// Bytes of a file whose lines are counted in full (or `fs.limits.editMaxBytes`, when
+/// larger): past them, and past the page, a larger file is read no further, and its
+/// count is said to be partial. Counting a 2 GB file's lines for the footer took most of
+/// a minute (a debug build), and the page was the same.
+pub(crate) const COUNT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// When a `read` stops before its end: the call cancelled (or its future dropped), or the
+/// time to reach the page spent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stop<'a> {
+    /// Set when the call is cancelled or its future dropped.
+    pub(crate) cancelled: &'a AtomicBool,
+    /// Ends a little before the call's own time limit.
+    pub(crate) budget: &'a Budget,
+}
 
 /// Arguments of `read`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -63,7 +80,8 @@ longer than 2000 characters are cut with a marker giving the `offset`, `limit: 1
 function or other block it is in (`levels: 2` for the one around that, such as its class), \
 with the comments and attributes above it and its closing line. A footer in square \
 brackets says when more lines remain and which `offset` continues. The total line count is \
-reported. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
+reported; in a file over 64 MiB, lines are counted only to the page or the first 64 MiB, \
+whichever is further, and the count says so. Directories are refused (use `ls`); a PNG, JPEG, GIF or WebP image (up to 5 MiB) is \
 returned as an image; other binary files (NUL bytes in the first 8 KiB) are refused, invalid UTF-8 is replaced with U+FFFD and flagged; files with a UTF-16 or UTF-32 byte order mark \
 are decoded (and refused if they are not valid in it). A Jupyter notebook (`.ipynb`) is shown \
 as its cells (number, id, type, source, text outputs; images and attachments named by type and \
@@ -133,13 +151,13 @@ pub(crate) fn read(
     run: &str,
     mut args: ReadArgs,
     may_repeat: bool,
-    cancelled: &AtomicBool,
+    stop: Stop<'_>,
 ) -> Result<ToolOutput, FsError> {
     let Some(anchor) = args.anchor_line else {
         if !args.raw && args.start_char.unwrap_or(0) == 0 && notebook::is_notebook(&args.path) {
-            return read_notebook(ws, limits, run, args, may_repeat, cancelled);
+            return read_notebook(ws, limits, run, args, may_repeat, stop);
         }
-        return read_page(ws, limits, run, args, may_repeat, cancelled);
+        return read_page(ws, limits, run, args, may_repeat, stop);
     };
     let invalid = |message: String| FsError::InvalidArguments { tool: "read", message };
     if args.offset.is_some() {
@@ -188,7 +206,7 @@ pub(crate) fn read(
     let wanted = last - first + 1;
     args.offset = Some(first);
     args.limit = Some(args.limit.map_or(wanted, |limit| limit.min(wanted)));
-    let mut output = read_page(ws, limits, run, args, may_repeat, cancelled)?;
+    let mut output = read_page(ws, limits, run, args, may_repeat, stop)?;
     let note = format!("[lines {first}-{last}: the block around line {anchor}]\n");
     if let Some(toolmux_core::ContentPart::Text { text }) = output.content.first_mut() {
         text.insert_str(0, &note);
@@ -204,7 +222,7 @@ fn read_notebook(
     run: &str,
     args: ReadArgs,
     may_repeat: bool,
-    cancelled: &AtomicBool,
+    stop: Stop<'_>,
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve_file("read", &args.path)?;
     let canonical = ws.canonical(&path)?;
@@ -243,7 +261,7 @@ fn read_notebook(
         }
         Err(e) => return Err(e),
     };
-    let mut output = read_page(ws, limits, run, args, may_repeat, cancelled)?;
+    let mut output = read_page(ws, limits, run, args, may_repeat, stop)?;
     let note =
         format!("[`{}` is shown as its raw text, not as notebook cells: {why}]\n", path.given);
     if let Some(toolmux_core::ContentPart::Text { text }) = output.content.first_mut() {
@@ -259,7 +277,7 @@ fn read_page(
     run: &str,
     args: ReadArgs,
     may_repeat: bool,
-    cancelled: &AtomicBool,
+    stop: Stop<'_>,
 ) -> Result<ToolOutput, FsError> {
     let path = ws.resolve_file("read", &args.path)?;
     let err = |e| FsError::from_io(&path.given, e);
@@ -306,14 +324,26 @@ fn read_page(
         // to faster than it is read (a log) would keep the call reading for as long as the
         // command writes.
         let mut reader = file.take(opened.len());
+        // A file counted in full is hashed (for `edit`, `write` and "unchanged"); a
+        // larger one is read only to its page, and the bytes before it are only scanned.
+        let counted_max = COUNT_MAX_BYTES.max(limits.edit_max_bytes);
+        let whole = opened.len() <= counted_max;
+        let mut consumed: u64 = 0;
         let mut at_start = true;
         // Set when the file starts with a UTF-16 or UTF-32 byte order mark: its text is
         // decoded to UTF-8 before it is paged.
         let mut wide: Option<(Encoding, WideDecoder)> = None;
         let mut decoded = String::new();
         loop {
-            if cancelled.load(Ordering::Relaxed) {
+            if stop.cancelled.load(Ordering::Relaxed) {
                 return Err(FsError::Cancelled { tool: "read" });
+            }
+            if !whole && page.past_page() && consumed >= counted_max {
+                page.counted = Some((consumed, opened.len()));
+                break;
+            }
+            if page.line < first && stop.budget.spent() {
+                return Err(not_reached(&path.given, &page, consumed, opened.len()));
             }
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
@@ -335,7 +365,10 @@ fn read_page(
                     mime_type,
                 );
             }
-            hasher.update(chunk);
+            consumed += n as u64;
+            if whole {
+                hasher.update(chunk);
+            }
             if at_start {
                 at_start = false;
                 let encoding = Encoding::sniff(chunk);
@@ -364,12 +397,17 @@ fn read_page(
             terminator = Some(right);
             continue;
         }
-        let hash: Hash = hasher.finalize().into();
+        let hash: Option<Hash> = whole.then(|| hasher.finalize().into());
         break (page, hash);
     };
-    ws.record_read(run, canonical.clone(), hash);
+    // A file over the count's bytes is not hashed, read in part or not: `edit` and
+    // `write` take it as not read, and its pages are always shown.
+    if let Some(hash) = hash {
+        ws.record_read(run, canonical.clone(), hash);
+    }
     let complete = !page.capped;
     let output = page.finish(&path.given)?;
+    let Some(hash) = hash else { return Ok(output) };
     if !may_repeat || output.extras.get("totalLines") == Some(&json!(0)) {
         return Ok(output);
     }
@@ -377,6 +415,24 @@ fn read_page(
     match ws.show_page(run, canonical, shown, complete) {
         PageRepeat::Show => Ok(output),
         PageRepeat::Unchanged => Ok(unchanged(&path.given, output)),
+    }
+}
+
+/// Why a read stopped before the page it was asked for: the time to reach it was spent,
+/// `consumed` bytes of the file's `size` in.
+fn not_reached(given: &str, page: &Page<'_>, consumed: u64, size: u64) -> FsError {
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    FsError::InvalidArguments {
+        tool: "read",
+        message: format!(
+            "line {} of `{given}` was not reached before the call's time limit: its first {} \
+             MiB (of {} MiB) hold {} lines; read an earlier `offset`, or find the text with \
+             `grep`, which gives line numbers",
+            page.first,
+            mib(consumed),
+            mib(size),
+            page.line - 1
+        ),
     }
 }
 
@@ -451,6 +507,9 @@ struct Page<'a> {
     line_chars: u64,
     /// The page ended early because of the byte cap.
     capped: bool,
+    /// Set when the file was read only in part, to past the page: the bytes read and the
+    /// file's size. The lines are then counted in those bytes alone.
+    counted: Option<(u64, u64)>,
     cut_lines: u64,
     invalid_utf8: bool,
     /// The encoding the text was decoded from, when not UTF-8.
@@ -479,6 +538,7 @@ impl<'a> Page<'a> {
             shown: 0,
             line_chars: 0,
             capped: false,
+            counted: None,
             cut_lines: 0,
             invalid_utf8: false,
             decoded_from: None,
@@ -488,6 +548,11 @@ impl<'a> Page<'a> {
     fn on_page(&self) -> bool {
         // Not `line < first + limit`: a limit as large as a u64 overflows it.
         !self.capped && self.line >= self.first && self.line - self.first < self.limit
+    }
+
+    /// Whether the page is complete: its lines are fed, or it is capped.
+    fn past_page(&self) -> bool {
+        self.capped || (self.line >= self.first && self.line - self.first >= self.limit)
     }
 
     /// The terminator the whole file asks for: `\r` when it has a CR and no LF.
@@ -707,7 +772,7 @@ impl<'a> Page<'a> {
             });
         }
         let last = self.first + self.shown - 1;
-        let more = last < total;
+        let more = last < total || self.counted.is_some();
         let mut text = self.text;
         if self.start_char > 0 {
             let to = self.line_chars.min(self.start_char + self.limits.line_chars as u64);
@@ -725,9 +790,18 @@ impl<'a> Page<'a> {
             } else {
                 String::new()
             };
+            let of = match self.counted {
+                Some((read, size)) => format!(
+                    "at least {total} (counted in the first {} MiB of the file's {} MiB, \
+                     where the read stopped)",
+                    read / (1024 * 1024),
+                    size / (1024 * 1024)
+                ),
+                None => total.to_string(),
+            };
             let _ = write!(
                 text,
-                "\n[{why}showing lines {}-{last} of {total}; use offset={} to read more]",
+                "\n[{why}showing lines {}-{last} of {of}; use offset={} to read more]",
                 self.first,
                 last + 1
             );
@@ -746,6 +820,7 @@ impl<'a> Page<'a> {
         Ok(ToolOutput::text(text)
             .with_extra("encoding", json!(encoding.name()))
             .with_extra("totalLines", json!(total))
+            .with_extra("totalLinesPartial", json!(self.counted.is_some()))
             .with_extra("startLine", json!(self.first))
             .with_extra("endLine", json!(last))
             .with_extra("truncated", json!(more))

@@ -541,3 +541,107 @@ async fn a_file_growing_while_read_is_read_to_its_length_when_opened() {
     assert_eq!(out.extras["totalLines"], 30_000);
     assert!(out.to_text().starts_with("     1\tline 1\n"), "{}", out.to_text());
 }
+
+/// A file of `text` then a hole (sparse: no disk), `len` bytes in all.
+fn sparse(fx: &Fixture, rel: &str, text: &str, len: u64) -> std::path::PathBuf {
+    let path = fx.put(rel, text);
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len).unwrap();
+    std::fs::canonicalize(path).unwrap()
+}
+
+/// A page of a file over 64 MiB is read without counting all its lines: they are counted
+/// to the page or the first 64 MiB, and the footer says the count is partial, where the
+/// count read all 2 GB of the file for its footer.
+#[tokio::test]
+async fn the_lines_of_a_huge_file_are_counted_in_part_and_said_so() {
+    let fx = Fixture::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    sparse(&fx, "huge.log", &text, 2 << 30);
+    let out = fx.call("read", json!({"path": "huge.log", "offset": 1990, "limit": 3})).await;
+    let out = out.unwrap();
+    expect![[r#"
+          1990	line 1990
+          1991	line 1991
+          1992	line 1992
+
+        [showing lines 1990-1992 of at least 3001 (counted in the first 64 MiB of the file's 2048 MiB, where the read stopped); use offset=1993 to read more]"#]]
+    .assert_eq(&out.to_text());
+    assert_eq!(out.extras["totalLinesPartial"], true);
+    assert_eq!(out.extras["truncated"], true);
+    // Not read whole, it was not hashed: `write` says to read it, not that it changed.
+    let write = json!({"path": "huge.log", "content": "short\n"});
+    let err = fx.err("write", write).await;
+    assert!(err.contains("has not been read"), "{err}");
+    // A small file's count is whole.
+    fx.put("small.txt", &text);
+    let out = fx.call("read", json!({"path": "small.txt", "offset": 1990, "limit": 3})).await;
+    assert_eq!(out.unwrap().extras["totalLinesPartial"], false);
+}
+
+/// A page beyond what can be scanned before the call's time limit is refused before it,
+/// saying how far the scan came, where the call was cut off by its timeout with nothing.
+#[tokio::test]
+async fn a_page_not_reached_before_the_call_deadline_is_refused_saying_how_far_it_came() {
+    use toolmux_core::{CallContext, ToolProvider as _};
+    let fx = Fixture::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    // A tebibyte of hole: no build scans it in the second the call has.
+    sparse(&fx, "huge.log", &text, 1 << 40);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(1500);
+    let ctx = CallContext::new().with_deadline(deadline);
+    let args = json!({"path": "huge.log", "offset": 1_000_000});
+    let err = fx.fs.call("read", args, &ctx).await.unwrap_err().report();
+    assert!(
+        err.starts_with(
+            "invalid arguments for `fs__read`: at /: line 1000000 of `huge.log` was not \
+             reached before the call's time limit: its first "
+        ),
+        "{err}"
+    );
+    assert!(err.contains(" MiB (of 1048576 MiB) hold 3000 lines; read an earlier"), "{err}");
+}
+
+/// Waits until this process holds no open descriptor of `path`, for at most 10 s.
+fn wait_for_close(path: &std::path::Path) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let open = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path));
+        if !open {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    false
+}
+
+/// A read whose call is dropped (the pipeline's timeout drops it, no cancellation) stops
+/// reading: it went on scanning the file on a blocking thread after the answer had gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_call_is_dropped_stops_reading() {
+    let fx = Fixture::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    let path = sparse(&fx, "huge.log", &text, 1 << 40);
+    let read = fx.call("read", json!({"path": "huge.log", "offset": 1_000_000}));
+    let opened = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || wait_for_opens(&path, 1)
+    });
+    tokio::select! {
+        out = read => panic!("the read of a tebibyte ended: {:?}", out.map(|o| o.to_text())),
+        opened = opened => opened.unwrap(),
+    }
+    // The call's future is dropped here, with the read under way.
+    let closed = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || wait_for_close(&path)
+    })
+    .await
+    .unwrap();
+    // A reader still at it ends at its next read once the file is short (the runtime
+    // waits for it at the end of the test).
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
+    assert!(closed, "the read still had the file open 10 s after its call was dropped");
+}
