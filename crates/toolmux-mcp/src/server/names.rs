@@ -40,7 +40,8 @@ impl NameMap {
             return NameMap { pairs, routes: HashMap::new() };
         };
         let budget = full_budget.saturating_sub(prefix.len()).max(MIN_BUDGET);
-        let mut served: Vec<String> = local.iter().map(|n| fit(n, budget, false)).collect();
+        let short = short_namespaces(&local, budget);
+        let mut served: Vec<String> = local.iter().map(|n| fit(n, budget, false, &short)).collect();
         // Two originals that sanitize alike (`a.b`, `a_b`): the changed one gets the hash,
         // so the result depends only on the set of names, never on their order.
         let mut counts: HashMap<&str, usize> = HashMap::new();
@@ -52,7 +53,7 @@ impl NameMap {
             .filter(|&i| served[i] != local[i])
             .collect();
         for i in clashing {
-            served[i] = fit(local[i], budget, true);
+            served[i] = fit(local[i], budget, true, &short);
         }
         let mut map = NameMap::default();
         for (served, local) in served.into_iter().zip(local) {
@@ -81,25 +82,60 @@ impl NameMap {
     }
 }
 
-/// `name` sanitized and, when over `budget` (or `force_hash`), cut and given a hash suffix.
-fn fit(name: &str, budget: usize, force_hash: bool) -> String {
-    let clean = naming::sanitize(name);
-    if clean.len() <= budget && !force_hash {
-        return clean.into_owned();
+/// The shortened form of each namespace that does not leave its tools room: its first
+/// characters, `_` and a hash of the namespace alone, two fifths of `budget` long in all.
+///
+/// Every tool of such a namespace is served under the same form, so that a client showing
+/// tools grouped by prefix shows one provider as one (`averyve_5c08ae8f__search`,
+/// `averyve_5c08ae8f__fetch`), where each tool's name cut to its own length gave each its
+/// own prefix. The form depends on the namespace and the budget alone, so a tool that
+/// joins the listing later renames no other. A namespace is shortened only when one of its
+/// tools does not fit whole and would fit with it shortened.
+fn short_namespaces(local: &[&str], budget: usize) -> HashMap<String, String> {
+    let keep = (budget * 2 / 5).saturating_sub(1 + HASH_LEN).max(1);
+    let mut short = HashMap::new();
+    for name in local {
+        let clean = naming::sanitize(name);
+        if clean.len() <= budget {
+            continue;
+        }
+        let Some((namespace, tool)) = naming::split(&clean) else { continue };
+        if namespace.len() <= keep || short.contains_key(namespace) {
+            continue;
+        }
+        let form = format!("{}_{}", &namespace[..keep], naming::short_hash(namespace, ""));
+        // Worth it only when the tool then fits, or leaves room for a cut name and its hash.
+        if form.len() + 2 + tool.len().min(2 + HASH_LEN) <= budget {
+            short.insert(namespace.to_owned(), form);
+        }
     }
+    short
+}
+
+/// `name` sanitized and, when over `budget` (or `force_hash`), cut and given a hash suffix;
+/// a tool of a namespace in `short` goes under the namespace's short form
+/// ([`short_namespaces`]).
+fn fit(name: &str, budget: usize, force_hash: bool, short: &HashMap<String, String>) -> String {
+    let clean = naming::sanitize(name);
     let hash = match naming::split(name) {
         Some((namespace, tool)) => naming::short_hash(namespace, tool),
         None => naming::short_hash("", name),
     };
-    let room = budget - 1 - HASH_LEN;
-    // A long namespace gives way first: the tool's own name is what tells the model what
-    // the tool does (`a-long-server-na_1b78cd00__lookup`, not `a-long-server-name-for_1b78…`).
     if let Some((namespace, tool)) = naming::split(&clean)
-        && tool.len() + 2 < room
+        && let Some(form) = short.get(namespace)
     {
-        let kept = &namespace[..namespace.len().min(room - 2 - tool.len())];
-        return format!("{kept}_{hash}__{tool}");
+        let whole = format!("{form}__{tool}");
+        if whole.len() <= budget && !force_hash {
+            return whole;
+        }
+        // `short_namespaces` left room for at least one character, `_` and the hash.
+        let room = budget.saturating_sub(form.len() + 2 + 1 + HASH_LEN).max(1);
+        return format!("{form}__{}_{hash}", &tool[..tool.len().min(room)]);
     }
+    if clean.len() <= budget && !force_hash {
+        return clean.into_owned();
+    }
+    let room = budget - 1 - HASH_LEN;
     // `clean` is ASCII, so byte slicing is character slicing.
     let kept = &clean[..clean.len().min(room)];
     format!("{kept}_{hash}")
@@ -140,9 +176,51 @@ mod tests {
         let long = "a-server-whose-name-is-long-enough-to-matter__lookup";
         let map = NameMap::new([long], Some("mcp__toolmux__"), FULL_BUDGET);
         let served = &map.pairs()[0].0;
-        expect!["a-server-whose-name-is-long-enoug_1b78cd00__lookup"].assert_eq(served);
-        assert_eq!(served.len(), 64 - "mcp__toolmux__".len());
+        expect!["a-server-wh_e65a7a68__lookup"].assert_eq(served);
+        assert!(served.len() <= 64 - "mcp__toolmux__".len());
         assert_eq!(map.local(served), Some(long));
+    }
+
+    #[test]
+    fn the_tools_of_a_shortened_namespace_share_one_prefix() {
+        let names = [
+            "averyveryverylongnamespacename__search_everything_everywhere",
+            "averyveryverylongnamespacename__fetch",
+            "averyveryverylongnamespacename__x",
+            "fs__read",
+        ];
+        let map = NameMap::new(names, Some("mcp__toolmux__"), FULL_BUDGET);
+        let served: Vec<&str> = map.pairs().iter().map(|(s, _)| s.as_str()).collect();
+        expect![[r#"
+            [
+                "averyveryve_d45f95f7__search_everything_everywhere",
+                "averyveryve_d45f95f7__fetch",
+                "averyveryve_d45f95f7__x",
+                "fs__read",
+            ]
+        "#]]
+        .assert_debug_eq(&served);
+        for (served, local) in map.pairs() {
+            assert!(served.len() <= 64 - "mcp__toolmux__".len(), "{served}");
+            if served != local {
+                assert_eq!(map.local(served), Some(local.as_str()));
+            }
+        }
+        // A tool joining the listing renames no other.
+        let more = NameMap::new(
+            names.iter().copied().chain(["averyveryverylongnamespacename__y"]),
+            Some("mcp__toolmux__"),
+            FULL_BUDGET,
+        );
+        assert_eq!(&more.pairs()[..4], map.pairs());
+        // A tool too long even under the short form is cut, keeping the prefix.
+        let long = format!("averyveryverylongnamespacename__{}", "t".repeat(60));
+        let cut = NameMap::new([long.as_str()], Some("mcp__toolmux__"), FULL_BUDGET);
+        let served = &cut.pairs()[0].0;
+        let prefix = map.pairs()[0].0.split("__").next().unwrap();
+        assert!(served.starts_with(&format!("{prefix}__ttt")), "{served}");
+        assert_eq!(served.len(), 64 - "mcp__toolmux__".len());
+        assert_eq!(cut.local(served), Some(long.as_str()));
     }
 
     #[test]
