@@ -89,8 +89,9 @@ impl NameMap {
 /// tools grouped by prefix shows one provider as one (`averyve_5c08ae8f__search`,
 /// `averyve_5c08ae8f__fetch`), where each tool's name cut to its own length gave each its
 /// own prefix. The form depends on the namespace and the budget alone, so a tool that
-/// joins the listing later renames no other. A namespace is shortened only when one of its
-/// tools does not fit whole and would fit with it shortened.
+/// joins the listing later renames no other once the namespace is cut (the first tool
+/// that needs the cut renames its namespace's others). A namespace is shortened only when
+/// one of its tools does not fit whole and would fit with it shortened.
 fn short_namespaces(local: &[&str], budget: usize) -> HashMap<String, String> {
     let keep = (budget * 2 / 5).saturating_sub(1 + HASH_LEN).max(1);
     let mut short = HashMap::new();
