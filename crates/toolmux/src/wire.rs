@@ -1008,6 +1008,7 @@ pub(crate) use mcp::namespace_for;
 #[cfg(feature = "mcp")]
 mod mcp {
     use super::*;
+    use crate::config::file::{FileRole, read_regular};
     use crate::config::{CursorAuth, McpServerEntry};
     use std::collections::BTreeMap;
 
@@ -1099,7 +1100,7 @@ mod mcp {
         let mut env = BTreeMap::new();
         if let Some(file) = &entry.env_file {
             let path = loaded.resolve(file);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
+            let text = read_regular(&path, FileRole::EnvFile).map_err(|e| {
                 ToolmuxError::config(
                     loaded.file_of("mcpServers", name),
                     format!("mcpServers.{name}.envFile: cannot read {}: {e}", path.display()),
@@ -1159,7 +1160,9 @@ mod mcp {
     /// when the file cannot be read, which the server's own start reports.
     pub(super) fn env_file_secrets(loaded: &Loaded, entry: &McpServerEntry) -> Vec<String> {
         let Some(file) = &entry.env_file else { return Vec::new() };
-        let Ok(text) = std::fs::read_to_string(loaded.resolve(file)) else { return Vec::new() };
+        let Ok(text) = read_regular(&loaded.resolve(file), FileRole::EnvFile) else {
+            return Vec::new();
+        };
         dotenv(&text)
             .into_iter()
             .filter(|(key, value)| crate::config::is_secret_setting(key, value))
@@ -1219,6 +1222,64 @@ mod mcp {
             assert_eq!(namespace_for("my_server v2"), "my-server-v2");
             assert_eq!(namespace_for("42"), "mcp-42");
             assert_eq!(namespace_for("__"), "mcp");
+        }
+
+        /// The configuration of server `s` whose `envFile` is `env_file`, built on a thread
+        /// of its own so that a read that blocks fails the test after 10 s instead of
+        /// hanging it.
+        fn with_env_file(env_file: &Path) -> Result<toolmux_mcp::McpServerConfig, ToolmuxError> {
+            let text =
+                format!("mcpServers:\n  s: {{command: x, envFile: {}}}\n", env_file.display());
+            let loaded = crate::config::load_str(
+                &text,
+                crate::config::FileFormat::Yaml,
+                "toolmux.yaml",
+                Path::new("/proj"),
+                &|_| None,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let entry = &loaded.config.mcp_servers["s"];
+                // The test may have given up waiting.
+                tx.send(server_config(&loaded, "s", entry, &mut Vec::new())).ok();
+            });
+            rx.recv_timeout(Duration::from_secs(10)).expect("the env file was read within 10 s")
+        }
+
+        #[test]
+        fn an_env_file_that_is_a_fifo_is_refused_at_once() {
+            let dir = tempfile::tempdir().expect("temporary folder");
+            let fifo = dir.path().join("env.fifo");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+            assert!(made.success());
+            let e = with_env_file(&fifo).expect_err("a FIFO is no env file");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "toolmux.yaml: mcpServers.s.envFile: cannot read {}: it is a FIFO (named \
+                     pipe), not a regular file: give the path of an env file",
+                    fifo.display()
+                )
+            );
+        }
+
+        #[test]
+        fn an_env_file_over_1_mib_is_refused() {
+            let dir = tempfile::tempdir().expect("temporary folder");
+            let path = dir.path().join(".env");
+            let lines = "SOME_SETTING=some value that repeats\n".repeat(40_000);
+            std::fs::write(&path, &lines).expect("written");
+            let e = with_env_file(&path).expect_err("too big");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "toolmux.yaml: mcpServers.s.envFile: cannot read {}: it is 1.4 MiB, over the \
+                     limit of 1 MiB for an env file: one that big is likely a mistake (a wrong \
+                     path, or generated data)",
+                    path.display()
+                )
+            );
         }
 
         #[test]

@@ -254,7 +254,7 @@ pub(super) fn read(
     shown: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Loaded, serde_json::Value), ToolmuxError> {
-    let text = std::fs::read_to_string(path)
+    let text = super::file::read_regular(path, super::file::FileRole::Config)
         .map_err(|source| ToolmuxError::Read { file: shown.to_owned(), source })?;
     let base_dir = path.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
     let (loaded, value) =

@@ -5,6 +5,7 @@
 //! [`schema`] is the JSON Schema editors validate the file with.
 
 mod env;
+pub(crate) mod file;
 mod jsonc;
 mod layers;
 mod load;

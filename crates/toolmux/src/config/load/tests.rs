@@ -841,3 +841,57 @@ fn an_agent_or_a_model_given_a_list() {
         ],
     );
 }
+
+/// The error and its causes, as the binary prints them.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e}"));
+        cause = e.source();
+    }
+    text
+}
+
+/// Loads the file at `path` on a thread of its own, so that a load that blocks fails the
+/// test after 10 s instead of hanging it.
+fn load_within(path: &Path) -> Result<Loaded, ToolmuxError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = path.to_path_buf();
+    // The test may have given up waiting.
+    std::thread::spawn(move || tx.send(load(&path, "toolmux.yaml", &env)).ok());
+    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the load ended within 10 s")
+}
+
+#[test]
+fn a_configuration_that_is_a_fifo_is_refused_at_once() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let fifo = dir.path().join("toolmux.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let e = load_within(&fifo).expect_err("a FIFO is no configuration");
+    assert!(e.is_config());
+    expect![[r#"cannot read the configuration file toolmux.yaml: it is a FIFO (named pipe), not a regular file: give the path of a configuration file"#]]
+        .assert_eq(&with_causes(&e));
+}
+
+#[test]
+fn a_configuration_that_is_a_device_is_refused() {
+    let e = load_within(Path::new("/dev/zero")).expect_err("a device is no configuration");
+    expect![[r#"cannot read the configuration file toolmux.yaml: it is a character device, not a regular file: give the path of a configuration file"#]]
+        .assert_eq(&with_causes(&e));
+}
+
+#[test]
+fn a_configuration_over_16_mib_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let path = dir.path().join("toolmux.yaml");
+    let mut list = String::from("fs:\n  hide:\n");
+    while list.len() < 17 * 1024 * 1024 {
+        list.push_str("    - some/generated/path/that/goes/on\n");
+    }
+    std::fs::write(&path, &list).expect("written");
+    let e = load_within(&path).expect_err("too big");
+    expect![[r#"cannot read the configuration file toolmux.yaml: it is 17.0 MiB, over the limit of 16 MiB for a configuration file: one that big is likely a mistake (a wrong path, or generated data)"#]]
+        .assert_eq(&with_causes(&e));
+}
