@@ -702,8 +702,12 @@ mod tests {
     /// A replica forwarding every session to `owner`, serving 418 itself.
     async fn replica(owner: &str) -> String {
         let shutdown = CancellationToken::new();
-        let sessions =
-            super::super::sessions::Sessions::new(Duration::from_secs(300), shutdown, None);
+        let sessions = super::super::sessions::Sessions::new(
+            Duration::from_secs(300),
+            super::super::DEFAULT_MAX_SERVED_SESSIONS,
+            shutdown,
+            None,
+        );
         let registry = Arc::new(Registry {
             directory: Arc::new(OneHolder(owner.to_owned())),
             url: "http://127.0.0.1:1".to_owned(),

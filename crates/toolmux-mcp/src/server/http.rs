@@ -33,6 +33,7 @@ pub(crate) fn router(
 ) -> axum::Router {
     let sessions = super::sessions::Sessions::new(
         shared.options().session_idle,
+        shared.options().max_sessions,
         shutdown.child_token(),
         registry.clone(),
     );
@@ -158,6 +159,8 @@ fn router_of(
 ///   naming it is.
 /// - A request of a session whose rmcp worker ended (rmcp: `500`) is `404`, so that its
 ///   client starts another session.
+/// - An `initialize` refused for want of room, every session the server may hold being in
+///   use (rmcp: `500`), is `503` with `Retry-After`.
 /// - A `GET` resuming after an event of another session's stream (rmcp: `200` and an empty
 ///   stream) is `400`.
 /// - rmcp's refusals in plain text (`400`, `403`, `404`, `405`, `406`, `415`) are JSON-RPC
@@ -243,6 +246,27 @@ async fn explain_refusals(
     {
         return session_not_found(id());
     }
+    // rmcp's 500 for a session it could not make: every session the server may hold is
+    // in use (`Sessions::make_room`).
+    if response.status() == StatusCode::INTERNAL_SERVER_ERROR && session.is_none() {
+        let (parts, text) = response.into_parts();
+        let Ok(text) = axum::body::to_bytes(text, 64 * 1024).await else {
+            return Response::from_parts(parts, axum::body::Body::empty());
+        };
+        if !String::from_utf8_lossy(&text).contains(super::sessions::FULL) {
+            return Response::from_parts(parts, axum::body::Body::from(text));
+        }
+        let why = format!(
+            "Service Unavailable: the server holds as many MCP sessions as it may ({}) and \
+             every one is in use; try again after {} s, or end sessions no longer needed \
+             with DELETE",
+            sessions.max(),
+            FULL_RETRY_AFTER.as_secs()
+        );
+        let mut refusal = json_rpc_refusal(StatusCode::SERVICE_UNAVAILABLE, -32000, why, id());
+        refusal.headers_mut().insert(RETRY_AFTER, HeaderValue::from(FULL_RETRY_AFTER.as_secs()));
+        return refusal;
+    }
     let status = response.status();
     let explained = [
         StatusCode::BAD_REQUEST,
@@ -317,6 +341,9 @@ fn forbidden(text: &str, host: Option<&str>, origin: Option<&str>) -> String {
         text.to_owned()
     }
 }
+
+/// When a client refused a session for want of room is told to try again.
+const FULL_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// The header a client resumes a stream with.
 const LAST_EVENT_ID: &str = "last-event-id";
@@ -896,6 +923,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let sessions = super::super::sessions::Sessions::new(
             Duration::from_secs(300),
+            super::super::DEFAULT_MAX_SERVED_SESSIONS,
             shutdown.child_token(),
             None,
         );

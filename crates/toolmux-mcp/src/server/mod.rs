@@ -106,6 +106,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolmux_core::ToolProvider;
 
+/// The most streamable HTTP sessions a server holds at once unless told otherwise
+/// ([`ServeOptions::max_sessions`]).
+pub const DEFAULT_MAX_SERVED_SESSIONS: usize = 2048;
+
 /// How a provider is served.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -158,6 +162,13 @@ pub struct ServeOptions {
     /// client, such as a call's answer being awaited or a `GET` stream) before it is
     /// ended; its client then starts another (default 5 minutes).
     pub session_idle: std::time::Duration,
+    /// Over HTTP, the most sessions held at once (default [`DEFAULT_MAX_SERVED_SESSIONS`];
+    /// 0 is taken as 1). An `initialize` past it ends the session unused the longest
+    /// (no request and no stream open to its client), whose client then starts another;
+    /// when every session is in use it is refused with `503` and `Retry-After`. Each
+    /// session holds its handler, rmcp's worker and channels until it ends, so without a
+    /// bound anyone who can reach the server could fill its memory with handshakes.
+    pub max_sessions: usize,
     /// Over HTTP, sessions shared with other replicas behind one load balancer: each
     /// session is recorded as this server's in a directory the replicas share, and a
     /// request of a session another replica holds is forwarded to it (`None`: sessions are
@@ -279,6 +290,7 @@ impl Default for ServeOptions {
             token_verifier: None,
             views: None,
             session_idle: std::time::Duration::from_secs(5 * 60),
+            max_sessions: DEFAULT_MAX_SERVED_SESSIONS,
             affinity: None,
         }
     }

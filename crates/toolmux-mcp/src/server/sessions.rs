@@ -254,6 +254,8 @@ pub(crate) struct Sessions {
     shutdown: CancellationToken,
     /// Where the sessions are recorded as this replica's, when they are shared with others.
     registry: Option<Arc<super::affinity::Registry>>,
+    /// The most sessions held at once (see [`Sessions::make_room`]).
+    max: usize,
 }
 
 /// How a session is used.
@@ -277,10 +279,11 @@ impl Drop for Usage {
 }
 
 impl Sessions {
-    /// Sessions that end after `idle` unused, looked for until `shutdown`.
-    /// With `registry`, each session is recorded there while it lives.
+    /// Sessions that end after `idle` unused, looked for until `shutdown`, at most `max`
+    /// at once. With `registry`, each session is recorded there while it lives.
     pub(crate) fn new(
         idle: Duration,
+        max: usize,
         shutdown: CancellationToken,
         registry: Option<Arc<super::affinity::Registry>>,
     ) -> Arc<Sessions> {
@@ -294,6 +297,7 @@ impl Sessions {
             usage: Arc::default(),
             shutdown: shutdown.clone(),
             registry: registry.clone(),
+            max: max.max(1),
         });
         if let Some(registry) = registry {
             // Records are renewed while their sessions live; those of sessions that ended
@@ -345,6 +349,33 @@ impl Sessions {
             tracing::debug!(target: "toolmux::serve", session = %id, "session unused for {idle:?}; ended");
             let _ = self.close_session(&id).await;
         }
+    }
+
+    /// The most sessions held at once.
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Makes room for one more session when [`Sessions::max`] are held: ends the one unused
+    /// the longest (no stream open to its client), or, when every one is in use, says so.
+    async fn make_room(&self) -> Result<(), ResumeError> {
+        let unused = {
+            let usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
+            if usage.len() < self.max {
+                return Ok(());
+            }
+            usage
+                .iter()
+                .filter(|(_, u)| u.open == 0)
+                .min_by_key(|(_, u)| u.last)
+                .map(|(id, _)| id.clone())
+        };
+        let Some(id) = unused else {
+            tracing::warn!(target: "toolmux::serve", max = self.max, "every MCP session is in use; a new one was refused");
+            return Err(ResumeError::Full(self.max));
+        };
+        tracing::debug!(target: "toolmux::serve", session = %id, "the session unused the longest was ended to make room for a new one");
+        self.close_session(&id).await
     }
 
     /// The end of session `id`, for its requests' extensions; `None` once it ended.
@@ -513,7 +544,14 @@ pub(crate) enum ResumeError {
     /// The event named is not kept (any more), or not of the session's streams.
     #[error("no event `{0}` to resume after is kept for this session")]
     Unknown(String),
+    /// As many sessions as allowed are held, and every one is in use.
+    #[error("{FULL}: all {0} sessions are in use")]
+    Full(usize),
 }
+
+/// What a refusal of a new session for want of room says, which `http.rs` finds in rmcp's
+/// answer to turn it into a `503`.
+pub(crate) const FULL: &str = "no room for another session";
 
 /// A stream of events sent by a task, ending when the task does.
 fn channel_stream(
@@ -600,6 +638,7 @@ impl SessionManager for Sessions {
     type Transport = SessionTransport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
+        self.make_room().await?;
         let (id, inner) = self.inner.create_session().await?;
         let closed = self.shutdown.child_token();
         let usage = Usage { last: Instant::now(), open: 0, listener: 0, closed };

@@ -729,3 +729,61 @@ async fn stateless_pages_follow_their_cursors_across_requests() {
     assert!(refused["error"]["message"].as_str().unwrap().contains("cursor"), "{refused}");
     server.stop().await;
 }
+
+/// An `initialize` without a session, sent as it is (`body`), and what it was answered.
+async fn raw_initialize(url: &str, body: &str) -> (u16, reqwest::header::HeaderMap, String) {
+    crate::support::install_crypto();
+    let response = within(
+        reqwest::Client::new()
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send(),
+    )
+    .await
+    .expect("a response");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, headers, within(response.text()).await.expect("a body"))
+}
+
+/// Past `max_sessions`, an `initialize` ends the session unused the longest, whose client
+/// is then told its session is gone; when every session is in use (a call running in
+/// each), it is refused with `503` and `Retry-After`, saying why. Without the bound every
+/// handshake made a session that lived until it had been idle five minutes.
+#[tokio::test]
+async fn sessions_past_the_bound_end_the_least_recently_used_or_are_refused() {
+    use toolmux_test_support::mock::{Behavior, MockProvider};
+    let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
+    let options = ServeOptions { max_sessions: 2, ..ServeOptions::default() };
+    let server = HttpServer::start(mock.clone(), options).await;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let first = RawSession::open(&server.url()).await;
+    let second = RawSession::open(&server.url()).await;
+    // The first is used after the second: the second is the one unused the longest.
+    assert_eq!(first.post(ping).await.status, 200);
+    let third = RawSession::open(&server.url()).await;
+    let gone = second.post(ping).await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    assert_eq!(first.post(ping).await.status, 200);
+    assert_eq!(third.post(ping).await.status, 200);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "hang", "arguments": {}}});
+    let _running = (first.stream(call.clone()).await, third.stream(call).await);
+    crate::support::eventually("both calls to start", || async { mock.in_flight() == 2 }).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 5, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}});
+    let (status, headers, body) = raw_initialize(&server.url(), &initialize.to_string()).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(headers["retry-after"], "5", "{headers:?}");
+    assert!(headers.get("mcp-session-id").is_none(), "{headers:?}");
+    let message: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(message["id"], 5, "{body}");
+    let text = message["error"]["message"].as_str().unwrap();
+    assert!(text.contains("(2)") && text.contains("in use"), "{text}");
+    // The sessions in use were left alone.
+    assert_eq!(first.post(ping).await.status, 200);
+    server.stop().await;
+}

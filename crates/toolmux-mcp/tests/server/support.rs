@@ -201,7 +201,7 @@ impl Drop for ChildGuard {
             // whole timeout.
             let deadline = std::time::Instant::now() + TIMEOUT;
             while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(5));
             }
         }
     }
