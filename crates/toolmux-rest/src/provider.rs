@@ -690,6 +690,16 @@ fn inline_tool(
     let url = UrlTemplate::parse(&config.url);
     let headers: Vec<(String, Template)> =
         config.headers.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
+    // A header of the message itself filled from an argument would let the model cut the
+    // body short (`Content-Length`) or send the request elsewhere (`Host`).
+    if let Some((header, _)) = headers.iter().find(|(header, template)| {
+        request::is_message_header(header) && template.parameters().next().is_some()
+    }) {
+        return Err(config_error(format!(
+            "header `{header}` is filled from parameters, but it belongs to the HTTP message \
+             and the client sets it: remove it from `headers` (or give it a fixed value)"
+        )));
+    }
     let query: Vec<(String, Template)> =
         config.query.iter().map(|(k, v)| (k.clone(), Template::parse(v))).collect();
     let mut secrets = Secrets::default();

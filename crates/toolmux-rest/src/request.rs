@@ -112,6 +112,26 @@ impl PreparedRequest {
     }
 }
 
+/// Whether a header named so (any letter case) belongs to the HTTP message or its
+/// connection, which the client sets: one taken from an argument could cut the body short
+/// (`Content-Length`, `Transfer-Encoding`), hold the request until its timeout, or send it to
+/// another virtual host (`Host`), so no parameter may fill it.
+pub(crate) fn is_message_header(name: &str) -> bool {
+    const OWN: [&str; 9] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "expect",
+    ];
+    let lower = name.trim().to_ascii_lowercase();
+    OWN.contains(&lower.as_str()) || lower.starts_with("proxy-")
+}
+
 /// The name of a cookie pair `name=value`.
 fn cookie_name(pair: &str) -> &str {
     pair.split_once('=').map_or(pair, |(name, _)| name).trim()

@@ -856,3 +856,73 @@ async fn oversized_responses_say_how_to_get_them() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn header_parameters_of_the_message_itself_are_left_out() {
+    let (base, seen) = keeping_server().await;
+    let header = |name: &str| json!({"name": name, "in": "header", "schema": {"type": "string"}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "h", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/notes": {"post": {"operationId": "addNote",
+            "parameters": [header("Host"), header("Content-Length"), header("Transfer-Encoding"),
+                header("connection"), header("Upgrade"), header("TE"), header("Trailer"),
+                header("Keep-Alive"), header("Proxy-Authorization"), header("Expect"),
+                header("X-Trace")],
+            "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                "type": "object", "properties": {"text": {"type": "string"}}}}}}}}}});
+    let provider =
+        RestProvider::openapi_from_value("notes", doc, "notes.json", &OpenApiConfig::default())
+            .unwrap();
+    let tool = &provider.specs()[0];
+    let mut arguments: Vec<&String> =
+        tool.input_schema["properties"].as_object().unwrap().keys().collect();
+    arguments.sort();
+    assert_eq!(arguments, ["X-Trace", "text"]);
+    let warnings = provider.warnings().join("\n");
+    for name in ["Host", "Content-Length", "Transfer-Encoding", "Proxy-Authorization", "Expect"] {
+        assert!(
+            warnings.contains(&format!(
+                "operation `POST /notes` (`addNote`): header parameter `{name}` is left out"
+            )),
+            "{warnings}"
+        );
+    }
+    let err = call_error(
+        &provider,
+        "add_note",
+        json!({"text": "hello world", "Content-Length": "5", "Host": "evil.example.com"}),
+    )
+    .await;
+    assert!(err.contains("unknown argument"), "{err}");
+    let out = provider
+        .call("add_note", json!({"text": "hello world", "X-Trace": "t1"}), &CallContext::new())
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "the refused call sent nothing");
+    assert_eq!(seen[0].header("host").unwrap(), base.trim_start_matches("http://"));
+    assert_eq!(seen[0].header("x-trace").as_deref(), Some("t1"));
+    assert_eq!(seen[0].body, br#"{"text":"hello world"}"#);
+}
+
+#[test]
+fn rest_tools_never_fill_message_headers_from_parameters() {
+    for header in ["Host", "content-length", "Transfer-Encoding", "Proxy-Connection", "Expect"] {
+        let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({"t": {
+            "description": "d", "url": "http://127.0.0.1:9/x",
+            "headers": {header: "${parameters.value}"}}}))
+        .unwrap();
+        let err = RestProvider::inline(&tools).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("header `{header}` is filled from parameters")),
+            "{header}: {err}"
+        );
+    }
+    // A fixed value is the configuration's own choice.
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({"t": {
+        "description": "d", "url": "http://127.0.0.1:9/x",
+        "headers": {"Connection": "close", "X-Id": "${parameters.id}"}}}))
+    .unwrap();
+    RestProvider::inline(&tools).unwrap();
+}

@@ -60,6 +60,7 @@ pub(crate) fn import(
                     &mut converter,
                     config,
                     &auth,
+                    &mut warnings,
                     OperationSite { item, item_at: &item_at, op, method, path, at: &op_at },
                 )
             } else {
@@ -212,6 +213,7 @@ fn build_operation(
     converter: &mut SchemaConverter<'_>,
     config: &OpenApiConfig,
     auth: &crate::auth::Auth,
+    warnings: &mut Vec<String>,
     site: OperationSite<'_>,
 ) -> Result<Operation, RestError> {
     let OperationSite { item, item_at, op, method, path, at } = site;
@@ -258,6 +260,20 @@ fn build_operation(
                 .contains(&name.to_ascii_lowercase().as_str())
         {
             declares_authorization |= name.eq_ignore_ascii_case("authorization");
+            continue;
+        }
+        // Headers of the message itself: an argument's `Content-Length` cuts the body short
+        // or holds the request until its timeout, a `Host` sends it (credentials and all)
+        // to another virtual host. The HTTP client sets them; no argument may.
+        if location == Location::Header && crate::request::is_message_header(name) {
+            let id = op.get("operationId").and_then(Value::as_str);
+            let which = id.map_or_else(String::new, |id| format!(" (`{id}`)"));
+            warnings.push(format!(
+                "{}: operation `{} {path}`{which}: header parameter `{name}` is left out, as \
+                 the HTTP client sets it and an argument could cut or redirect the request",
+                doc.source_name,
+                method.to_ascii_uppercase(),
+            ));
             continue;
         }
         let key = match location {
