@@ -154,7 +154,10 @@ fn router_of(
 /// - A body that is no JSON-RPC message (rmcp: `415`, which says the media type was wrong,
 ///   and a line of text) is `400` with a JSON-RPC error: `-32700` for a body that is not
 ///   JSON, `-32600` for JSON that is no single message (a batch, which MCP dropped in
-///   2025-06-18, or an object of no message's form).
+///   2025-06-18, or an object of no message's form, naming the field of the wrong form:
+///   see [`super::malformed`]).
+/// - An `initialize` whose `params` are not an initialize's (rmcp: `400` saying a session
+///   id is missing) is `400` with `-32602`, naming the field.
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
 ///   naming it is.
 /// - A request of a session whose rmcp worker ended (rmcp: `500`) is `404`, so that its
@@ -292,8 +295,23 @@ async fn explain_refusals(
         && json
         && status == StatusCode::UNSUPPORTED_MEDIA_TYPE
     {
+        // A field of the wrong form is named; rmcp's reason names only the forms it tried.
+        if let Some(field) = super::malformed::wrong_field(&body) {
+            let message = format!("Invalid Request: {field}");
+            return json_rpc_refusal(StatusCode::BAD_REQUEST, -32600, message, id());
+        }
         let (code, message) = no_message(why);
         return json_rpc_refusal(StatusCode::BAD_REQUEST, code, message, id());
+    }
+    // rmcp takes an `initialize` whose params are not an initialize's for another request,
+    // and says a session id is missing.
+    if status == StatusCode::BAD_REQUEST
+        && session.is_none()
+        && text.contains("Session ID is required")
+        && let Some(why) = super::malformed::initialize_params(&body)
+    {
+        let message = format!("Invalid params: {why}");
+        return json_rpc_refusal(StatusCode::BAD_REQUEST, -32602, message, id());
     }
     if status == StatusCode::NOT_FOUND {
         return session_not_found(id());
@@ -378,7 +396,7 @@ pub(crate) async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Re
     Ok(whole.freeze())
 }
 
-/// The id of the JSON-RPC request in `body`, when it has a string or number one; else
+/// The id of the JSON-RPC request in `body`, when it has a string or integer one; else
 /// `null`.
 pub(crate) fn request_id(body: &[u8]) -> serde_json::Value {
     #[derive(serde::Deserialize)]
@@ -388,7 +406,7 @@ pub(crate) fn request_id(body: &[u8]) -> serde_json::Value {
     serde_json::from_slice::<Peek>(body)
         .ok()
         .and_then(|peek| peek.id)
-        .filter(|id| id.is_string() || id.is_number())
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
         .unwrap_or_default()
 }
 

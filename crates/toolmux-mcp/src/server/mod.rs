@@ -79,6 +79,7 @@ mod convert;
 mod handler;
 mod http;
 mod interact;
+mod malformed;
 mod names;
 mod oauth;
 mod profile;

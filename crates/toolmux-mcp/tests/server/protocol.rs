@@ -787,3 +787,56 @@ async fn sessions_past_the_bound_end_the_least_recently_used_or_are_refused() {
     assert_eq!(first.post(ping).await.status, 200);
     server.stop().await;
 }
+
+/// A message with a field of the wrong form is told which (`-32600`), not that it is no
+/// message rmcp knows and that MCP has no batch; an `initialize` whose `params` are not an
+/// initialize's is told what is wrong with them (`-32602`), not to send a session id or
+/// an `initialize`, which it is.
+#[tokio::test]
+async fn a_field_of_the_wrong_form_is_named() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let cases = [
+        (r#"{"id":3,"method":"ping"}"#, json!(3), "`jsonrpc` is missing"),
+        (r#"{"jsonrpc":"1.0","id":3,"method":"ping"}"#, json!(3), r#"`jsonrpc` is "1.0""#),
+        (r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":"x"}"#, json!(3), "`params` is"),
+        (r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, Value::Null, "`id` is null"),
+        (r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#, Value::Null, "`id` is 1.5"),
+        (r#"{"jsonrpc":"2.0","id":true,"method":"ping"}"#, Value::Null, "`id` is true"),
+        (r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#, Value::Null, "`id` is {}"),
+        (r#"{"jsonrpc":"2.0","id":[1],"method":"ping"}"#, Value::Null, "`id` is [1]"),
+        (r#"{"jsonrpc":"2.0","id":1e23,"method":"ping"}"#, Value::Null, "`id` is 1e+23"),
+    ];
+    for (body, id, says) in cases {
+        let answered = session.post(body).await;
+        assert_eq!(answered.status, 400, "{body}: {}", answered.body);
+        let message = answered.message();
+        assert_eq!(message["error"]["code"], -32600, "{body}: {message}");
+        assert_eq!(message["id"], id, "{body}: {message}");
+        let text = message["error"]["message"].as_str().unwrap();
+        assert!(text.contains(says) && !text.contains("batch"), "{body}: {text}");
+        if says.starts_with("`id`") {
+            assert!(text.contains("a string or an integer"), "{text}");
+        }
+    }
+    let initialize = [
+        (r#"{"jsonrpc":"2.0","id":4,"method":"initialize"}"#, "no `params`"),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":1,"clientInfo":{"name":"raw","version":"0"}}}"#,
+            "`params.capabilities` is 1",
+        ),
+    ];
+    for (body, says) in initialize {
+        let (status, headers, answer) = raw_initialize(&server.url(), body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(headers.get("mcp-session-id").is_none(), "{headers:?}");
+        let message: Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(message["error"]["code"], -32602, "{message}");
+        assert_eq!(message["id"], 4, "{message}");
+        let text = message["error"]["message"].as_str().unwrap();
+        assert!(text.contains(says) && !text.contains("Mcp-Session-Id"), "{body}: {text}");
+    }
+    let pong = session.post(r#"{"jsonrpc":"2.0","id":6,"method":"ping"}"#).await;
+    assert_eq!(pong.message()["result"], json!({}), "{}", pong.body);
+    server.stop().await;
+}
