@@ -23,14 +23,34 @@ pub(crate) struct Auth {
     credentials: BTreeMap<String, Credentials>,
     /// Tokens by scheme and the scopes they were asked with (space-separated).
     tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    /// The tokens fetched, newest last (at most [`FETCHED_KEPT`]): no configuration names
+    /// them, so neither the loader's secrets nor the orchestrator's redactor know them,
+    /// and the provider keeps them out of everything it returns itself.
+    fetched: std::sync::Mutex<Vec<String>>,
 }
+
+/// How many fetched tokens are kept for redaction: a token outlives its replacement in
+/// the caches of other clients and in echoes of earlier requests, but not by hundreds.
+const FETCHED_KEPT: usize = 32;
 
 impl Auth {
     pub(crate) fn new(
         schemes: BTreeMap<String, SecurityScheme>,
         credentials: BTreeMap<String, Credentials>,
     ) -> Self {
-        Auth { schemes, credentials, tokens: Mutex::new(HashMap::new()) }
+        Auth {
+            schemes,
+            credentials,
+            tokens: Mutex::new(HashMap::new()),
+            fetched: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The OAuth2 tokens fetched so far in every form they take on the wire (see
+    /// [`crate::secrets::forms_of`]), to be redacted from what the provider returns.
+    pub(crate) fn fetched_secrets(&self) -> Vec<String> {
+        let fetched = self.fetched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        crate::secrets::forms_of(fetched.iter())
     }
 
     /// Configured credentials naming no scheme of the document.
@@ -289,6 +309,15 @@ impl Auth {
             .get("expires_in")
             .and_then(|v| v.as_u64().or_else(|| v.as_str()?.parse().ok()))
             .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+        {
+            let mut fetched =
+                self.fetched.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !fetched.contains(&token) {
+                fetched.push(token.clone());
+            }
+            let over = fetched.len().saturating_sub(FETCHED_KEPT);
+            fetched.drain(..over);
+        }
         tokens.insert(key, (token.clone(), Instant::now() + lifetime));
         Ok(token)
     }

@@ -28,7 +28,9 @@
 //! target, `Debug`) wherever they stand, a URL's path included. With or without them it
 //! redacts the configured query, user info, fragment and header values, and the pieces of a
 //! configured path that look like credentials (16 characters or more, letters and digits:
-//! the bot token of `https://api.example/bot${TOKEN}/sendMessage`). Relative `spec` paths
+//! the bot token of `https://api.example/bot${TOKEN}/sendMessage`). The OAuth2 tokens it
+//! fetches are secrets no configuration names, so it redacts them itself from everything
+//! it returns, successful answers included. Relative `spec` paths
 //! are resolved against [`OpenApiConfig::base_dir`], which the loader sets to the
 //! configuration file's folder.
 //!

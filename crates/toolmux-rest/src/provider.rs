@@ -434,14 +434,24 @@ impl RestProvider {
         args: Map<String, Value>,
         ctx: &CallContext,
     ) -> Result<ToolOutput, RestError> {
-        let secrets = self.secrets_of(tool);
-        let mut output = self.attempt(tool, args, ctx).await.map_err(|e| e.redacted(&secrets))?;
+        let attempt = self.attempt(tool, args, ctx).await;
+        // OAuth2 tokens fetched for this call (or before) are known only here: the
+        // orchestrator's redactor is built from the configuration's secrets and cannot
+        // be told of new ones, so they leave nothing this provider returns, an API's echo
+        // of the `Authorization` header in a successful answer included.
+        let fetched = self.auth.as_ref().map(|auth| auth.fetched_secrets()).unwrap_or_default();
+        let mut secrets = self.secrets_of(tool);
+        secrets.extend(fetched.iter().cloned());
+        let mut output = attempt.map_err(|e| e.redacted(&secrets))?;
         if output.is_error {
             for part in &mut output.content {
                 if let ContentPart::Text { text } = part {
                     *text = crate::secrets::scrub(text, &secrets);
                 }
             }
+        }
+        if !fetched.is_empty() {
+            crate::secrets::scrub_output(&mut output, &fetched);
         }
         Ok(output)
     }

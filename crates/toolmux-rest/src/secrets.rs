@@ -14,6 +14,8 @@
 //! `https://api.example/bot${TOKEN}/sendMessage` is, `v1` and `sendMessage` are not.
 
 use crate::template::{Template, encode};
+use serde_json::Value;
+use toolmux_core::{ContentPart, ToolOutput};
 
 /// Values shorter than this are not redacted: they would mangle ordinary text (`1`, `en`)
 /// and are no secrets anyway (the orchestrator's redactor draws the same line).
@@ -125,6 +127,42 @@ pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
     secrets.iter().fold(text.to_owned(), |text, secret| {
         if text.contains(secret) { text.replace(secret, "REDACTED") } else { text }
     })
+}
+
+/// `output` with each of `secrets` replaced by `REDACTED` wherever it holds text: text
+/// parts, a resource's text, and every string (and object key) of its JSON parts,
+/// structured content and extras.
+pub(crate) fn scrub_output(output: &mut ToolOutput, secrets: &[String]) {
+    for part in &mut output.content {
+        match part {
+            ContentPart::Text { text } | ContentPart::Resource { text: Some(text), .. } => {
+                *text = scrub(text, secrets);
+            }
+            ContentPart::Json { value } => scrub_value(value, secrets),
+            _ => {}
+        }
+    }
+    if let Some(structured) = output.structured.as_mut() {
+        scrub_value(structured, secrets);
+    }
+    for value in output.extras.values_mut() {
+        scrub_value(value, secrets);
+    }
+}
+
+fn scrub_value(value: &mut Value, secrets: &[String]) {
+    match value {
+        Value::String(text) => *text = scrub(text, secrets),
+        Value::Array(items) => items.iter_mut().for_each(|item| scrub_value(item, secrets)),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (key, mut item) in entries {
+                scrub_value(&mut item, secrets);
+                map.insert(scrub(&key, secrets), item);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The wire forms of `values` (see [`Secrets::into_forms`]), each taken whole.

@@ -82,6 +82,15 @@ struct TokenServer {
     base: String,
     token_requests: Arc<AtomicUsize>,
     token_bodies: TokenRequests,
+    /// The `Authorization` header of every API request (not a token request), in order.
+    authorizations: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+/// Calls `tool`, checks that the token it was sent with is redacted from the echo, and
+/// returns the `Authorization` header the server saw.
+async fn authorization_sent(provider: &RestProvider, server: &TokenServer, tool: &str) -> String {
+    assert_eq!(call(provider, tool).await["authorization"], "Bearer REDACTED");
+    server.authorizations.lock().unwrap().last().cloned().flatten().unwrap()
 }
 
 /// A server with a token endpoint issuing `tok-N` valid for `lifetime` seconds, which
@@ -89,7 +98,9 @@ struct TokenServer {
 async fn token_server(lifetime: u64, revoke_first: bool) -> TokenServer {
     let token_requests = Arc::new(AtomicUsize::new(0));
     let token_bodies: TokenRequests = Arc::default();
+    let authorizations: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
     let (requests, bodies) = (token_requests.clone(), token_bodies.clone());
+    let seen_authorizations = authorizations.clone();
     let base = serve(move |seen| {
         if seen.request_line().starts_with("POST /token") {
             let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
@@ -97,13 +108,14 @@ async fn token_server(lifetime: u64, revoke_first: bool) -> TokenServer {
             bodies.lock().unwrap().push((seen.header("authorization"), body));
             return Reply::json(200, json!({"access_token": format!("tok-{n}"), "token_type": "bearer", "expires_in": lifetime}));
         }
+        seen_authorizations.lock().unwrap().push(seen.header("authorization"));
         if revoke_first && seen.header("authorization").as_deref() == Some("Bearer tok-1") {
             return Reply::json(401, json!({"error": "revoked"}));
         }
         Reply::json(200, echo(&seen))
     })
     .await;
-    TokenServer { base, token_requests, token_bodies }
+    TokenServer { base, token_requests, token_bodies, authorizations }
 }
 
 async fn provider(base: &str) -> RestProvider {
@@ -138,8 +150,8 @@ async fn api_keys_bearer_and_basic_are_applied() {
 async fn oauth_client_credentials_token_is_fetched_once_and_cached() {
     let server = token_server(3600, false).await;
     let provider = provider(&server.base).await;
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 1);
     let bodies = server.token_bodies.lock().unwrap().clone();
     // base64("client:client-secret")
@@ -161,7 +173,7 @@ async fn oauth_client_credentials_are_form_encoded_for_basic() {
     let provider =
         RestProvider::openapi_from_value("s", secured_document(&server.base), "s.json", &config)
             .unwrap();
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
     let bodies = server.token_bodies.lock().unwrap().clone();
     // base64("app+id:p%3Ass+w%C3%B6rd%2B%2F%7E")
     assert_eq!(bodies[0].0.as_deref(), Some("Basic YXBwK2lkOnAlM0Fzcyt3JUMzJUI2cmQlMkIlMkYlN0U="));
@@ -182,7 +194,7 @@ async fn oauth_client_credentials_can_go_in_the_form() {
     let provider =
         RestProvider::openapi_from_value("s", secured_document(&server.base), "s.json", &config)
             .unwrap();
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
     let bodies = server.token_bodies.lock().unwrap().clone();
     assert_eq!(bodies[0].0, None);
     assert_eq!(
@@ -233,8 +245,8 @@ async fn a_token_endpoint_echoing_the_request_does_not_put_the_secret_into_the_e
 async fn oauth_tokens_near_expiry_are_refreshed() {
     let server = token_server(1, false).await;
     let provider = provider(&server.base).await;
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-2");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-2");
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 2);
 }
 
@@ -242,7 +254,7 @@ async fn oauth_tokens_near_expiry_are_refreshed() {
 async fn oauth_token_rejected_with_401_is_replaced_once() {
     let server = token_server(3600, true).await;
     let provider = provider(&server.base).await;
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-2");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-2");
     assert_eq!(server.token_requests.load(Ordering::SeqCst), 2);
 }
 
@@ -427,9 +439,9 @@ async fn oauth_tokens_carry_the_operations_scopes() {
     auth.get_mut("oauth").unwrap().scopes.clear();
     let config = OpenApiConfig { auth, ..OpenApiConfig::default() };
     let provider = RestProvider::openapi_from_value("s", document, "s.json", &config).unwrap();
-    assert_eq!(call(&provider, "oauth").await["authorization"], "Bearer tok-1");
-    assert_eq!(call(&provider, "write").await["authorization"], "Bearer tok-2");
-    assert_eq!(call(&provider, "write").await["authorization"], "Bearer tok-2");
+    assert_eq!(authorization_sent(&provider, &server, "oauth").await, "Bearer tok-1");
+    assert_eq!(authorization_sent(&provider, &server, "write").await, "Bearer tok-2");
+    assert_eq!(authorization_sent(&provider, &server, "write").await, "Bearer tok-2");
     let bodies: Vec<String> =
         server.token_bodies.lock().unwrap().iter().map(|(_, body)| body.clone()).collect();
     assert_eq!(
@@ -517,4 +529,41 @@ async fn an_authorization_parameter_is_no_argument_and_says_where_the_header_com
     let request = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!(request.request_line(), "GET /me?verbose=true HTTP/1.1");
     assert_eq!(request.header("authorization").as_deref(), Some("Token t-1"));
+}
+
+/// A token the provider fetched is no configured secret, so only the provider can keep it
+/// out of what it returns: an API echoing the `Authorization` header in a success, in a
+/// failed result or in a header shows `REDACTED` in its place.
+#[tokio::test]
+async fn a_fetched_token_is_redacted_from_everything_the_provider_returns() {
+    let token = "at_LIVE_9fQ2xK7mWp/Zr+";
+    let base = serve(move |seen| {
+        if seen.request_line().starts_with("POST /token") {
+            return Reply::json(200, json!({"access_token": token, "expires_in": 3600}));
+        }
+        let authorization = seen.header("authorization").unwrap_or_default();
+        let echo = json!({"authorization": authorization, authorization.clone(): "as a key",
+            "escaped": authorization.replace('/', "%2F").replace('+', "%2B")});
+        if seen.request_line().starts_with("GET /oauth") {
+            Reply::json(200, echo)
+        } else {
+            let mut reply = Reply::json(500, echo);
+            reply.headers.push(("X-Echo".into(), authorization));
+            reply
+        }
+    })
+    .await;
+    let mut document = secured_document(&base);
+    document["paths"]["/fails"] =
+        json!({"get": {"operationId": "fails", "security": [{"oauth": []}]}});
+    let config = OpenApiConfig { auth: credentials(), ..OpenApiConfig::default() };
+    let provider = RestProvider::openapi_from_value("s", document, "s.json", &config).unwrap();
+    for tool in ["oauth", "fails"] {
+        let out = provider.call(tool, json!({}), &CallContext::new()).await.unwrap();
+        let shown = serde_json::to_string(&out).unwrap();
+        for leak in ["9fQ2xK7mWp", "at_LIVE"] {
+            assert!(!shown.contains(leak), "{tool}: {leak} in {shown}");
+        }
+        assert!(shown.contains("Bearer REDACTED"), "{tool}: {shown}");
+    }
 }
