@@ -78,8 +78,8 @@ impl Secrets {
     }
 
     /// The values in every form they take on the wire (as written, percent-encoded as a
-    /// URL component, as a URL parser writes them in a query or a path, form-encoded),
-    /// longest first.
+    /// URL component, as a URL parser writes them in a query or a path, form-encoded) and
+    /// as JSON encoders quote them in a body (`\u002B`, `\/`), longest first.
     pub(crate) fn into_forms(self) -> Vec<String> {
         let mut forms: Vec<String> = self.values.iter().flat_map(|v| wire_forms(v)).collect();
         forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -88,7 +88,8 @@ impl Secrets {
     }
 }
 
-/// `value` as written and in each form a URL or a form body gives it.
+/// `value` as written, in each form a URL or a form body gives it, and as JSON encoders
+/// write it in a string.
 pub(crate) fn wire_forms(value: &str) -> Vec<String> {
     let mut forms = vec![value.to_owned(), encode(value), encode(value).replace("%20", "+")];
     // What a URL parser leaves of it in a query and in a path: only some characters are
@@ -101,10 +102,75 @@ pub(crate) fn wire_forms(value: &str) -> Vec<String> {
     if let Ok(url) = reqwest::Url::parse(&format!("http://h/{}", value.replace('?', "%3F"))) {
         forms.push(url.path().trim_start_matches('/').to_owned());
     }
+    forms.extend(json_forms(value));
     forms.retain(|form| !form.is_empty());
     forms.sort();
     forms.dedup();
     forms
+}
+
+/// How JSON encoders write `value` inside a string, where an API's error body quotes it:
+/// `"` and `\` always escaped, and the characters each common encoder escapes besides as
+/// `\uXXXX` (in its case of hex digits) or `\/`. .NET escapes `+ & < > ' \`` and all
+/// beyond ASCII (upper hex); Go and Rails `< > &`, Gson `< > & = '` (lower hex); PHP `/`
+/// as `\/` and beyond ASCII; Python beyond ASCII. The last two forms escape all of them.
+fn json_forms(value: &str) -> Vec<String> {
+    fn beyond(c: char) -> bool {
+        !c.is_ascii()
+    }
+    fn all(c: char) -> bool {
+        "+&<>'=/`".contains(c) || !c.is_ascii()
+    }
+    let styles = [
+        JsonStyle { escaped: |_| false, upper: false, slash: false },
+        JsonStyle { escaped: |c| "+&<>'`".contains(c) || !c.is_ascii(), upper: true, slash: false },
+        JsonStyle { escaped: |c| "<>&".contains(c), upper: false, slash: false },
+        JsonStyle { escaped: |c| "<>&='".contains(c), upper: false, slash: false },
+        JsonStyle { escaped: beyond, upper: false, slash: true },
+        JsonStyle { escaped: beyond, upper: false, slash: false },
+        JsonStyle { escaped: all, upper: true, slash: false },
+        JsonStyle { escaped: all, upper: false, slash: false },
+    ];
+    styles.iter().map(|style| style.write(value)).filter(|form| form != value).collect()
+}
+
+/// How one JSON encoder writes a string's contents.
+struct JsonStyle {
+    /// The characters written as `\uXXXX` (UTF-16, a pair beyond the basic plane), beside
+    /// the control characters every encoder escapes.
+    escaped: fn(char) -> bool,
+    /// Upper-case hex digits.
+    upper: bool,
+    /// `/` written as `\/`.
+    slash: bool,
+}
+
+impl JsonStyle {
+    fn write(&self, value: &str) -> String {
+        let mut out = String::with_capacity(value.len());
+        for c in value.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '/' if self.slash => out.push_str("\\/"),
+                c if (self.escaped)(c) || c.is_control() => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        if self.upper {
+                            out.push_str(&format!("\\u{unit:04X}"));
+                        } else {
+                            out.push_str(&format!("\\u{unit:04x}"));
+                        }
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
 }
 
 /// Whether a piece of a configured path looks like a credential rather than a name: at
@@ -184,8 +250,10 @@ mod tests {
 
     #[test]
     fn a_value_has_the_forms_urls_give_it() {
+        let url_forms: Vec<String> =
+            wire_forms("s3cr3t/k=y z'1").into_iter().filter(|f| !f.contains('\\')).collect();
         assert_eq!(
-            wire_forms("s3cr3t/k=y z'1"),
+            url_forms,
             [
                 "s3cr3t%2Fk%3Dy%20z%271",
                 "s3cr3t%2Fk%3Dy+z%271",
@@ -194,6 +262,20 @@ mod tests {
                 "s3cr3t/k=y%20z'1",
             ]
         );
+    }
+
+    #[test]
+    fn a_value_has_the_forms_json_encoders_give_it() {
+        let forms = wire_forms("sk+live/Secret=Value&x\"é😀");
+        for form in [
+            r#"sk\u002Blive/Secret=Value\u0026x\"\u00E9\uD83D\uDE00"#,
+            r#"sk+live\/Secret=Value&x\"\u00e9\ud83d\ude00"#,
+            r#"sk+live/Secret\u003dValue\u0026x\"é😀"#,
+            r#"sk+live/Secret=Value\u0026x\"é😀"#,
+            r#"sk\u002blive\u002fSecret\u003dValue\u0026x\"\u00e9\ud83d\ude00"#,
+        ] {
+            assert!(forms.iter().any(|f| f == form), "{form} not among {forms:#?}");
+        }
     }
 
     #[test]

@@ -926,3 +926,36 @@ fn rest_tools_never_fill_message_headers_from_parameters() {
     .unwrap();
     RestProvider::inline(&tools).unwrap();
 }
+
+/// An API's error body quotes a secret the way its JSON encoder writes strings: .NET as
+/// `\u002B` and `\u0026`, PHP with `\/`, Gson with a lower-case `\u003d`. Each is redacted.
+#[tokio::test]
+async fn secrets_escaped_by_json_encoders_are_redacted_from_error_bodies() {
+    let secret = "sk+live/Secret=Value&x";
+    let bodies = [
+        r#"{"error":"bad key sk\u002Blive/Secret=Value\u0026x"}"#,
+        r#"{"error":"bad key sk+live\/Secret=Value&x"}"#,
+        r#"{"error":"bad key sk+live/Secret\u003dValue\u0026x"}"#,
+        r#"{"error":"bad key sk\u002blive\u002fSecret\u003dValue\u0026x"}"#,
+    ];
+    let base = serve(move |seen| {
+        let n: usize = seen.request_line().split(['=', ' ']).nth(2).unwrap().parse().unwrap();
+        Reply {
+            status: 500,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            chunks: vec![(0, bodies[n].as_bytes().to_vec())],
+        }
+    })
+    .await;
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({"t": {
+        "description": "d", "url": format!("{base}/x?n=${{parameters.n}}")}}))
+    .unwrap();
+    let provider = RestProvider::inline(&tools).unwrap().with_secrets([secret]);
+    for n in 0..bodies.len() {
+        let out = provider.call("t", json!({"n": n}), &CallContext::new()).await.unwrap();
+        let text = out.to_text();
+        assert!(out.is_error, "{text}");
+        assert!(text.contains("bad key REDACTED"), "{n}: {text}");
+        assert!(!text.contains("Secret"), "{n}: {text}");
+    }
+}
