@@ -129,6 +129,9 @@ pub(crate) struct Response {
     pub(crate) unfollowed: Option<Unfollowed>,
     /// When to try again, from `Retry-After` (seconds, or an HTTP date).
     pub(crate) retry_after: Option<Duration>,
+    /// The values to redact from the body's text before it is cut for an excerpt (set by
+    /// the provider): cut first, a secret at the cut would show all but its last bytes.
+    pub(crate) secrets: Vec<String>,
 }
 
 /// Sends `request` and reads the response within the settings' limits.
@@ -301,6 +304,7 @@ pub(crate) async fn send(
         items,
         unfollowed,
         retry_after,
+        secrets: Vec::new(),
     })
 }
 
@@ -358,6 +362,30 @@ pub(crate) fn excerpt(text: &str, max: usize) -> String {
     format!("{}…", &text[..cut])
 }
 
+/// [`excerpt`] of `text` with `secrets` redacted first, so that no secret is cut into a
+/// piece the redaction no longer recognizes. Only the part that can reach the excerpt is
+/// redacted: a window past the cut by the longest secret, widened while redaction shrinks
+/// it so much that the piece a secret may be cut to at its end could move before the cut.
+pub(crate) fn redacted_excerpt(text: &str, max: usize, secrets: &[String]) -> String {
+    let longest = secrets.iter().map(String::len).max().unwrap_or(0);
+    let mut window = max.saturating_add(longest);
+    loop {
+        let mut end = window.min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let scrubbed = crate::secrets::scrub(&text[..end], secrets);
+        if end == text.len() {
+            return excerpt(&scrubbed, max);
+        }
+        if scrubbed.len() >= max.saturating_add(longest) {
+            // The excerpt ends before any piece of a secret cut at the window's end.
+            return excerpt(&scrubbed, max);
+        }
+        window = window.saturating_mul(2);
+    }
+}
+
 impl Response {
     /// [`Response::into_output`] of the part of a successful JSON response `select` names
     /// (each item's part, for a stream of items).
@@ -402,7 +430,7 @@ impl Response {
                 message.push_str("; the full target is in the `location` extra");
             } else if !text.is_empty() {
                 message.push_str(": ");
-                message.push_str(&excerpt(text, ERROR_EXCERPT));
+                message.push_str(&redacted_excerpt(text, ERROR_EXCERPT, &self.secrets));
             }
             ToolOutput::error(message)
         } else if let Some(items) = self.items {
@@ -443,5 +471,23 @@ impl Response {
         } else {
             output.with_extra("contentType", Value::String(self.content_type))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_excerpt_is_cut_after_redaction_however_much_it_shrinks() {
+        let secret = "s".repeat(40);
+        let secrets = [secret.clone()];
+        // Ten secrets shrink to REDACTED each, pulling the secret at the end of the first
+        // window well before the cut.
+        let text = format!("{}x", secret.repeat(30));
+        let cut = redacted_excerpt(&text, 100, &secrets);
+        assert_eq!(cut, format!("{}REDA…", "REDACTED".repeat(12)));
+        assert!(!cut.contains("ss"), "{cut}");
+        assert_eq!(redacted_excerpt("short", 100, &secrets), "short");
     }
 }

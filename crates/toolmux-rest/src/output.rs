@@ -2,7 +2,7 @@
 //! of a success, checked against the schema before it is passed on, since MCP clients
 //! refuse a result whose structured content does not conform (or is missing).
 
-use crate::http::{Response, excerpt};
+use crate::http::{Response, redacted_excerpt};
 use jsonschema::Validator;
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
@@ -39,6 +39,7 @@ impl OutputCheck {
         let head = format!("HTTP {} {}", response.status, response.reason);
         let empty = response.body.is_empty() && response.items.is_none();
         let content_type = response.content_type.clone();
+        let secrets = response.secrets.clone();
         let output = response.into_output();
         let body = match output.content.as_slice() {
             _ if empty => Err("its body is empty".to_owned()),
@@ -62,7 +63,7 @@ impl OutputCheck {
             let path =
                 if self.wrapped { path.strip_prefix("/result").unwrap_or(path) } else { path };
             let at = if path.is_empty() { "its top".to_owned() } else { format!("`{path}`") };
-            let error = excerpt(&error.to_string(), 300);
+            let error = redacted_excerpt(&error.to_string(), 300, &secrets);
             Err(format!("its body does not match the documented schema: at {at}, {error}"))
         });
         match checked {

@@ -531,12 +531,14 @@ impl RestProvider {
                 }
             }
             let mut response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
+            // Whatever this response puts into an excerpt is redacted before it is cut.
+            response.secrets = self.secrets_of(tool);
+            if let Some(auth) = &self.auth {
+                response.secrets.extend(auth.secrets(&schemes));
+                response.secrets.extend(auth.fetched_secrets());
+            }
             if let Some(unfollowed) = response.unfollowed.as_mut() {
-                let mut secrets = self.secrets_of(tool);
-                if let Some(auth) = &self.auth {
-                    secrets.extend(auth.secrets(&schemes));
-                }
-                unfollowed.redact(&secrets);
+                unfollowed.redact(&response.secrets);
             }
             if response.status == 401
                 && !retried
@@ -554,7 +556,7 @@ impl RestProvider {
                 let body = String::from_utf8_lossy(&response.body);
                 let said = match body.trim() {
                     "" => String::new(),
-                    text => format!(": {}", http::excerpt(text, 300)),
+                    text => format!(": {}", http::redacted_excerpt(text, 300, &response.secrets)),
                 };
                 return Err(RestError::RateLimited {
                     tool: name.to_owned(),

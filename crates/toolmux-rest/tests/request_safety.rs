@@ -959,3 +959,35 @@ async fn secrets_escaped_by_json_encoders_are_redacted_from_error_bodies() {
         assert!(!text.contains("Secret"), "{n}: {text}");
     }
 }
+
+/// An error body is redacted before it is cut to its excerpt: cut first, a secret standing
+/// across the cut lost its tail and the rest of it went out unrecognized.
+#[tokio::test]
+async fn a_secret_at_the_cut_of_an_error_excerpt_is_redacted_whole() {
+    let secret = "sk-SECRET-abcdef1234567890";
+    let base = serve(move |seen| {
+        // The secret starts 20 bytes before the cut of each excerpt (2000 bytes for a
+        // failed result, 300 for a rate limit's answer).
+        let (status, before) =
+            if seen.request_line().contains("/limited") { (429, 280) } else { (500, 1980) };
+        Reply {
+            status,
+            headers: vec![("Content-Type".into(), "text/plain".into())],
+            chunks: vec![(0, format!("{}{secret} and more", "P".repeat(before)).into_bytes())],
+        }
+    })
+    .await;
+    let tools: BTreeMap<String, RestToolConfig> = serde_json::from_value(json!({
+        "failing": {"description": "d", "url": format!("{base}/failing")},
+        "limited": {"description": "d", "url": format!("{base}/limited")}}))
+    .unwrap();
+    let provider = RestProvider::inline(&tools).unwrap().with_secrets([secret]);
+    let out = provider.call("failing", json!({}), &CallContext::new()).await.unwrap();
+    let text = out.to_text();
+    assert!(out.is_error, "{text}");
+    assert!(text.contains("PPPREDACTED"), "{}", &text[text.len() - 40..]);
+    assert!(!text.contains("sk-SE"), "{}", &text[text.len() - 40..]);
+    let err = call_error(&provider, "limited", json!({})).await;
+    assert!(err.contains("PPPREDACTED"), "{err}");
+    assert!(!err.contains("sk-SE"), "{err}");
+}
