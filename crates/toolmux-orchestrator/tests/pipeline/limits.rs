@@ -472,6 +472,31 @@ async fn secrets_never_leave_the_pipeline() {
     assert_eq!(call(&o, "m__fail", json!({})).await.error.unwrap(), "auth [redacted] rejected");
 }
 
+/// Text a provider cut before it reached the pipeline (an MCP server's error body quoted up
+/// to 200 characters, a preview) comes out without the piece of a secret the cut left in
+/// it, in results, errors and what the gateway serves.
+#[tokio::test(start_paused = true)]
+async fn a_secret_cut_before_the_pipeline_is_redacted() {
+    let padding = "x".repeat(182);
+    let body = format!("HTTP 400: {padding}s3cr3t-valu");
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("fail", Behavior::Fail(body))
+            .with_tool("preview", Behavior::Text("preview: (token s3cr3t-val…)".into()))
+            .with_tool("tail", Behavior::ErrorOutput("cr3t-value\" was refused".into())),
+    );
+    let o = crate::start_with_secret(p).await;
+    let error = call(&o, "m__fail", json!({})).await.error.unwrap();
+    assert_eq!(error, format!("HTTP 400: {padding}[redacted]"));
+    let preview = call(&o, "m__preview", json!({})).await.result.unwrap();
+    assert_eq!(preview, "preview: (token [redacted]…)");
+    let served = ToolProvider::call(&o, "m__tail", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(served.to_text(), "[redacted]\" was refused");
+    let served = ToolProvider::call(&o, "m__fail", json!({}), &CallContext::new()).await;
+    let shown = served.unwrap_err().report();
+    assert!(shown.ends_with("x[redacted]") && !shown.contains("s3cr"), "{shown}");
+}
+
 /// What the gateway serves (`call_tool`) is redacted in every part that carries text, not
 /// only text parts: an API's JSON answer echoing its key, structured content, a resource,
 /// extras. (The JSON parts and structured content reached MCP clients unredacted.)
