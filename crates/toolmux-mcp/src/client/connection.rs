@@ -187,6 +187,10 @@ impl Connection {
     }
 }
 
+/// How much sooner than the startup timeout a server that wrote lines that are not
+/// messages is given up on, at most (see [`connect`]).
+const NOISE_MARGIN: Duration = Duration::from_millis(100);
+
 /// Starts the transport and runs the handshake, within the startup timeout.
 pub(crate) async fn connect(
     server: &str,
@@ -197,6 +201,7 @@ pub(crate) async fn connect(
     shutdown: &CancellationToken,
 ) -> Result<Connection, McpError> {
     let shut_down = || McpError::ShutDown { server: server.to_owned() };
+    let began = tokio::time::Instant::now();
     if kind == TransportKind::Stdio && config.malware_check != Some(false) {
         tokio::select! {
             screened = screen(server, config) => screened?,
@@ -266,9 +271,25 @@ pub(crate) async fn connect(
             other => other,
         }
     };
-    let outcome = tokio::select! {
-        service = tokio::time::timeout(startup, attempt) => Some(service),
-        () = shutdown.cancelled() => None,
+    // A server that wrote lines that are not messages is given up on a little before the
+    // startup timeout, counted from before the malware check: a caller that waits the
+    // same time for the whole start (the orchestrator's warmup, `defaults.startupTimeout`,
+    // 30 s as the server's is by default) then hears what the server wrote, where its own
+    // timeout won the race and said only that the server did not start.
+    let noisy = async {
+        let margin = (startup / 100).min(NOISE_MARGIN);
+        tokio::time::sleep_until(began + startup.saturating_sub(margin)).await;
+        if fault.noise().is_none() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let outcome = {
+        let attempt = std::pin::pin!(attempt);
+        tokio::select! {
+            service = tokio::time::timeout(startup, attempt) => Some(service.ok()),
+            () = noisy => Some(None),
+            () = shutdown.cancelled() => None,
+        }
     };
     let Some(service) = outcome else {
         // A shutdown wins over a start under way: what it started is stopped and reaped
@@ -284,14 +305,14 @@ pub(crate) async fn connect(
         fault = sse_fault;
     }
     let service = match service {
-        Ok(Ok(service)) => service,
-        Ok(Err(e)) => {
+        Some(Ok(service)) => service,
+        Some(Err(e)) => {
             if let Some(mut process) = process {
                 process.kill_now().await;
             }
             return Err(e);
         }
-        Err(_) => {
+        None => {
             if let Some(mut process) = process {
                 process.kill_now().await;
             }

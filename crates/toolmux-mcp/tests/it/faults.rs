@@ -334,6 +334,22 @@ async fn garbage_instead_of_a_handshake_is_named_in_the_startup_error() {
         .assert_eq(&err.to_string());
 }
 
+/// A caller that waits the startup timeout for the whole start, as the orchestrator's
+/// warmup does (its timer started first), hears what the server wrote: its own timeout
+/// won before, and said only that the server did not start.
+#[tokio::test]
+async fn garbage_is_named_to_a_caller_waiting_as_long_as_the_startup_timeout() {
+    let startup = Duration::from_millis(1500);
+    let config = support::fixture_stdio("garbage-init").with_startup_timeout(startup);
+    let provider = McpProvider::new("fixture", config).unwrap();
+    let err = tokio::time::timeout(startup, provider.warmup())
+        .await
+        .expect("the provider's error before the caller's own timeout")
+        .unwrap_err();
+    expect_test::expect!["fixture: protocol error: no answer to the handshake within 1500ms; the server wrote a line that is not JSON: `Welcome to the fixture server! This is not JSON.`"]
+        .assert_eq(&err.to_string());
+}
+
 #[tokio::test]
 async fn a_slow_initialize_within_the_startup_timeout_works() {
     let config = support::fixture_stdio("slow-init").with_startup_timeout(Duration::from_secs(10));
