@@ -458,3 +458,81 @@ fn long_and_duplicate_names_stay_distinct_within_the_budget_after_the_namespace(
         an-enterprise-namespace__short_e32c49cd"#]]
     .assert_eq(&names.join("\n"));
 }
+
+/// YAML merge keys (`<<: *anchor`) are applied, as the configuration loader applies them:
+/// an operation gets the parameters merged into it and a schema the properties, where
+/// a `<<` property appeared and the parameters were lost.
+#[tokio::test]
+async fn yaml_merge_keys_are_applied() {
+    let (base, seen) = common::keeping_server().await;
+    let document = format!(
+        r#"
+openapi: 3.0.3
+info: {{title: pets, version: "1"}}
+servers: [{{url: "{base}"}}]
+x-paged: &paged
+  parameters:
+    - {{name: limit, in: query, schema: {{type: integer, maximum: 100}}}}
+x-named: &named
+  name: {{type: string}}
+paths:
+  /pets:
+    post:
+      <<: *paged
+      operationId: addPet
+      requestBody:
+        content:
+          application/json:
+            schema:
+              type: object
+              properties:
+                <<: *named
+                age: {{type: integer}}
+"#
+    );
+    let provider =
+        RestProvider::openapi_from_text("pets", &document, "pets.yaml", &OpenApiConfig::default())
+            .unwrap();
+    let spec = &provider.specs()[0];
+    let mut arguments: Vec<&String> =
+        spec.input_schema["properties"].as_object().unwrap().keys().collect();
+    arguments.sort();
+    assert_eq!(arguments, ["age", "limit", "name"]);
+    let out = provider
+        .call("add_pet", json!({"limit": 5, "name": "Rex"}), &CallContext::new())
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].request_line(), "POST /pets?limit=5 HTTP/1.1");
+    assert_eq!(seen[0].body, br#"{"name":"Rex"}"#);
+}
+
+/// An integer wider than 64 bits is read as the float JSON reads it as, where the whole
+/// YAML document failed to load ("number out of range") and the same one as JSON loaded.
+#[test]
+fn yaml_integers_wider_than_64_bits_are_read_as_json_reads_them() {
+    let yaml = r#"
+openapi: 3.0.3
+info: {title: big, version: "1"}
+paths:
+  /n:
+    get:
+      operationId: getN
+      parameters:
+        - name: n
+          in: query
+          schema: {type: integer, maximum: 99999999999999999999999, minimum: -99999999999999999999999}
+"#;
+    let json_text = r#"{"openapi": "3.0.3", "info": {"title": "big", "version": "1"},
+        "paths": {"/n": {"get": {"operationId": "getN", "parameters": [{"name": "n",
+        "in": "query", "schema": {"type": "integer", "maximum": 99999999999999999999999,
+        "minimum": -99999999999999999999999}}]}}}}"#;
+    let config = OpenApiConfig::default();
+    let from_yaml = RestProvider::openapi_from_text("big", yaml, "big.yaml", &config).unwrap();
+    let from_json = RestProvider::openapi_from_text("big", json_text, "big.json", &config).unwrap();
+    let schema = &from_yaml.specs()[0].input_schema;
+    assert_eq!(schema, &from_json.specs()[0].input_schema);
+    assert_eq!(schema["properties"]["n"]["maximum"], json!(1e23));
+    assert_eq!(schema["properties"]["n"]["minimum"], json!(-1e23));
+}

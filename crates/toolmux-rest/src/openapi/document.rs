@@ -196,7 +196,7 @@ pub(crate) fn parse_value(text: &str, source_name: &str) -> Result<Value, RestEr
             message: strip_position(&e.to_string()),
         });
     }
-    serde_yaml_ng::from_str::<Value>(trimmed).map_err(|e| {
+    let syntax = |e: serde_yaml_ng::Error| {
         let location = e.location().map_or_else(
             || "an unknown place".to_owned(),
             |l| format!("line {} column {}", l.line(), l.column()),
@@ -206,6 +206,150 @@ pub(crate) fn parse_value(text: &str, source_name: &str) -> Result<Value, RestEr
             location,
             message: strip_position(&e.to_string()),
         }
+    };
+    // Read into YAML's own value first, so that merge keys (`<<: *anchor`, YAML 1.1, as
+    // the configuration loader takes them) are applied rather than kept as a `<<` key.
+    let Yaml(mut value) = serde_yaml_ng::from_str::<Yaml>(trimmed).map_err(syntax)?;
+    value.apply_merge().map_err(syntax)?;
+    yaml_to_json(value).map_err(|message| RestError::Syntax {
+        source_name: source_name.to_owned(),
+        location: "an unknown place".to_owned(),
+        message,
+    })
+}
+
+/// A YAML value read as JSON reads numbers: an integer wider than 64 bits
+/// (`maximum: 99999999999999999999999`) becomes the nearest float, where YAML's own value
+/// refuses it and the whole document with it. A tag (`!Thing value`) is dropped for the
+/// value it tags, as JSON has none.
+struct Yaml(serde_yaml_ng::Value);
+
+impl<'de> serde::Deserialize<'de> for Yaml {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Yaml, D::Error> {
+        deserializer.deserialize_any(YamlVisitor).map(Yaml)
+    }
+}
+
+struct YamlVisitor;
+
+impl<'de> serde::de::Visitor<'de> for YamlVisitor {
+    type Value = serde_yaml_ng::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Self::Value, E> {
+        Ok(b.into())
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Self::Value, E> {
+        Ok(i.into())
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Self::Value, E> {
+        Ok(u.into())
+    }
+
+    #[allow(clippy::cast_precision_loss)] // JSON reads such a number as this float too.
+    fn visit_i128<E>(self, i: i128) -> Result<Self::Value, E> {
+        Ok((i as f64).into())
+    }
+
+    #[allow(clippy::cast_precision_loss)] // JSON reads such a number as this float too.
+    fn visit_u128<E>(self, u: u128) -> Result<Self::Value, E> {
+        Ok((u as f64).into())
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Self::Value, E> {
+        Ok(f.into())
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(s.into())
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Self::Value, E> {
+        Ok(s.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_yaml_ng::Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_yaml_ng::Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(YamlVisitor)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = serde_yaml_ng::Sequence::new();
+        while let Some(Yaml(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(serde_yaml_ng::Value::Sequence(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut mapping = serde_yaml_ng::Mapping::new();
+        while let Some((Yaml(key), Yaml(value))) = map.next_entry()? {
+            mapping.insert(key, value);
+        }
+        Ok(serde_yaml_ng::Value::Mapping(mapping))
+    }
+
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, tagged: A) -> Result<Self::Value, A::Error> {
+        use serde::de::VariantAccess;
+        let (_tag, contents): (String, _) = tagged.variant()?;
+        contents.newtype_variant::<Yaml>().map(|Yaml(value)| value)
+    }
+}
+
+/// A YAML value as JSON: keys that are numbers, booleans or null (`200:` of a response)
+/// become their text; a non-finite float (`.nan`, `.inf`) becomes `null`, as JSON has none.
+fn yaml_to_json(value: serde_yaml_ng::Value) -> Result<Value, String> {
+    use serde_yaml_ng::Value as Y;
+    Ok(match value {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => u.into(),
+            (None, Some(i), _) => i.into(),
+            (None, None, Some(f)) => {
+                serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)
+            }
+            (None, None, None) => Value::Null,
+        },
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => {
+            Value::Array(items.into_iter().map(yaml_to_json).collect::<Result<_, _>>()?)
+        }
+        Y::Mapping(mapping) => {
+            let mut map = serde_json::Map::new();
+            for (key, value) in mapping {
+                let key = match key {
+                    Y::String(s) => s,
+                    Y::Number(n) => n.to_string(),
+                    Y::Bool(b) => b.to_string(),
+                    Y::Null => "null".to_owned(),
+                    Y::Tagged(tagged) => match tagged.value {
+                        Y::String(s) => s,
+                        _ => return Err("a mapping key is not a string".to_owned()),
+                    },
+                    Y::Sequence(_) | Y::Mapping(_) => {
+                        return Err("a mapping key is a list or a mapping, which JSON cannot \
+                                    hold: write it as a string"
+                            .to_owned());
+                    }
+                };
+                map.insert(key, yaml_to_json(value)?);
+            }
+            Value::Object(map)
+        }
+        Y::Tagged(tagged) => yaml_to_json(tagged.value)?,
     })
 }
 
