@@ -272,9 +272,10 @@ impl ToolProvider for ToolSearch {
                 // validation, queue, timeout, cap and accounting.
                 ToolProvider::call(&orchestrator, tool, inner, &ctx.child()).await
             }
-            other => {
-                Err(ToolError::UnknownTool { name: other.to_owned(), suggestions: Vec::new() })
-            }
+            other => Err(ToolError::UnknownTool {
+                name: crate::suggest::echoed(other),
+                suggestions: Vec::new(),
+            }),
         }
     }
 }

@@ -169,7 +169,10 @@ impl toolmux_core::ToolProvider for OutputReader {
     ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
         use toolmux_core::{ToolError, ToolOutput};
         if name != "read" {
-            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+            return Err(ToolError::UnknownTool {
+                name: crate::suggest::echoed(name),
+                suggestions: Vec::new(),
+            });
         }
         let handle = arguments.get("handle").and_then(serde_json::Value::as_str).unwrap_or("");
         let offset = arguments.get("offset").and_then(serde_json::Value::as_u64).unwrap_or(0);
@@ -179,7 +182,9 @@ impl toolmux_core::ToolProvider for OutputReader {
             .unwrap_or(READ_DEFAULT_LINES)
             .clamp(1, READ_MAX_LINES);
         let unknown = || {
-            ToolOutput::error(StoreError::UnknownHandle { handle: handle.to_owned() }.to_string())
+            ToolOutput::error(
+                StoreError::UnknownHandle { handle: crate::suggest::echoed(handle) }.to_string(),
+            )
         };
         // Another run's outputs are not this run's to read; say no more than for a typo.
         if !self.store.is_of_run(handle, ctx.run_id()) {
@@ -487,7 +492,7 @@ impl OutputStore for DirectoryStore {
     }
 
     async fn read(&self, handle: &str, offset: u64, limit: u64) -> Result<OutputPage, StoreError> {
-        let unknown = || StoreError::UnknownHandle { handle: handle.to_owned() };
+        let unknown = || StoreError::UnknownHandle { handle: crate::suggest::echoed(handle) };
         let path = self.path_of(handle).ok_or_else(unknown)?;
         let io_path = path.clone();
         // Stream the file: memory stays bounded by the page, however large the output.

@@ -1,6 +1,19 @@
 //! Close names for an unknown tool or prompt: the model misspelled it, dropped the
 //! namespace, or used another provider's prefix.
 
+/// The most characters of a name a caller gave that an error repeats.
+pub(crate) const ECHO_MAX_CHARS: usize = 200;
+
+/// `name`, as given by a caller, for an error to repeat: whole up to 200 characters, else
+/// its first 200 and how long it was. A 10,000-character tool name came back whole, into
+/// the model's context and every log line the error reached.
+pub(crate) fn echoed(name: &str) -> String {
+    match name.char_indices().nth(ECHO_MAX_CHARS) {
+        None => name.to_owned(),
+        Some((cut, _)) => format!("{}… ({} characters)", &name[..cut], name.chars().count()),
+    }
+}
+
 /// Up to three of `names` closest to `wanted`, best first.
 pub fn suggest<'a>(names: impl Iterator<Item = &'a str>, wanted: &str) -> Vec<String> {
     let wanted_lower = wanted.to_ascii_lowercase();

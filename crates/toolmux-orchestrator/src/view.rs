@@ -73,7 +73,10 @@ impl FilteredView {
         let namespace = self.orchestrator.prompt_namespace(name).await;
         match namespace {
             Some(ns) if self.allows_prompt(name, &ns, &self.providers_in_view()) => Ok(()),
-            _ => Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() }),
+            _ => Err(ToolError::UnknownPrompt {
+                name: crate::suggest::echoed(name),
+                suggestions: Vec::new(),
+            }),
         }
     }
 }
@@ -128,7 +131,10 @@ impl ToolProvider for FilteredView {
     ) -> Result<ToolOutput, ToolError> {
         if !self.allows(name) {
             // Suggesting names from outside the view would leak them; say nothing more.
-            return Err(ToolError::UnknownTool { name: name.to_owned(), suggestions: Vec::new() });
+            return Err(ToolError::UnknownTool {
+                name: crate::suggest::echoed(name),
+                suggestions: Vec::new(),
+            });
         }
         // The deferred tools' search and call stay in view too: `tools__call` would
         // otherwise reach any tool, and `tools__search` name tools outside.
@@ -136,7 +142,10 @@ impl ToolProvider for FilteredView {
             && let Some(inner) = arguments.get("name").and_then(Value::as_str)
             && !self.allows(inner)
         {
-            return Err(ToolError::UnknownTool { name: inner.to_owned(), suggestions: Vec::new() });
+            return Err(ToolError::UnknownTool {
+                name: crate::suggest::echoed(inner),
+                suggestions: Vec::new(),
+            });
         }
         if name == search::SEARCH {
             let asked = arguments.clone();

@@ -42,12 +42,12 @@ impl Orchestrator {
                 }
                 let entry = catalog.get(name).filter(|e| scope(e.provider.namespace())).cloned();
                 if entry.is_none() && catalog.get(name).is_some() {
-                    let name = name.clone();
+                    let name = crate::suggest::echoed(name);
                     return Err(ToolError::UnknownPrompt { name, suggestions: Vec::new() });
                 }
                 let Some(entry) = entry else {
                     return Err(ToolError::UnknownPrompt {
-                        name: name.clone(),
+                        name: crate::suggest::echoed(name),
                         suggestions: crate::suggest::suggest(catalog.names(), name),
                     });
                 };

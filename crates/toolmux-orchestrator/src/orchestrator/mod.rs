@@ -1109,6 +1109,7 @@ impl Orchestrator {
         if let Some((namespace, _)) = name.split_once("__")
             && not_started.contains(namespace)
         {
+            let name = crate::suggest::echoed(name);
             return ToolError::Unavailable {
                 provider: namespace.to_owned(),
                 message: format!(
@@ -1118,7 +1119,7 @@ impl Orchestrator {
             };
         }
         ToolError::UnknownTool {
-            name: name.to_owned(),
+            name: crate::suggest::echoed(name),
             suggestions: crate::suggest::suggest(registry.names(), name),
         }
     }

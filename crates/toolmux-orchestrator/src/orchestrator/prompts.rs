@@ -45,7 +45,7 @@ impl Orchestrator {
         }
         let Some(entry) = catalog.get(name).cloned() else {
             return Err(ToolError::UnknownPrompt {
-                name: name.to_owned(),
+                name: crate::suggest::echoed(name),
                 suggestions: crate::suggest::suggest(catalog.names(), name),
             });
         };
@@ -66,9 +66,10 @@ impl Orchestrator {
         match self.bounded(bound, ctx, &entry.name, call).await {
             Ok(prompt) => Ok(self.redact_prompt(prompt)),
             // The provider knows the prompt by its own name; the caller by the qualified one.
-            Err(ToolError::UnknownPrompt { .. }) => {
-                Err(ToolError::UnknownPrompt { name: name.to_owned(), suggestions: Vec::new() })
-            }
+            Err(ToolError::UnknownPrompt { .. }) => Err(ToolError::UnknownPrompt {
+                name: crate::suggest::echoed(name),
+                suggestions: Vec::new(),
+            }),
             Err(e) => Err(e),
         }
     }

@@ -185,7 +185,7 @@ impl Orchestrator {
         }
         Err(failure
             .or(denied)
-            .unwrap_or_else(|| ToolError::UnknownResource { uri: uri.to_owned() }))
+            .unwrap_or_else(|| ToolError::UnknownResource { uri: crate::suggest::echoed(uri) }))
     }
 
     /// Subscribes to updates of `uri` at the provider that serves it; when none is known,
@@ -420,7 +420,7 @@ impl Orchestrator {
         match (accepted, failure) {
             (true, _) => Ok(()),
             (false, Some(e)) => Err(e),
-            (false, None) => Err(ToolError::UnknownResource { uri: uri.to_owned() }),
+            (false, None) => Err(ToolError::UnknownResource { uri: crate::suggest::echoed(uri) }),
         }
     }
 

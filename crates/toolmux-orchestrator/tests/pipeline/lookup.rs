@@ -24,6 +24,43 @@ fn mock() -> Arc<MockProvider> {
     )
 }
 
+/// A name the caller gave is repeated in an error up to 200 characters, with how long it
+/// was: a 10,000-character name came back whole.
+#[tokio::test(start_paused = true)]
+async fn an_unknown_name_is_echoed_cut() {
+    let o = start(OrchestratorConfig::default(), vec![mock()]).await;
+    let name = format!("files__{}", "é".repeat(9_993));
+    let head: String = name.chars().take(200).collect();
+    let r = call(&o, &name, json!({})).await;
+    assert_eq!(
+        r.conversation_text(),
+        format!("(tool failed: unknown tool `{head}… (10000 characters)`)")
+    );
+    let e = toolmux_core::ToolProvider::call(&o, &name, json!({}), &CallContext::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(&e, ToolError::UnknownTool { name, .. } if name.starts_with(&head)));
+    assert!(e.report().chars().count() < 300, "{}", e.report());
+    let e = o.get_prompt(&name, Default::default(), &CallContext::new()).await.unwrap_err();
+    assert_eq!(e.report(), format!("unknown prompt `{head}… (10000 characters)`"));
+    // So is a handle given to read a stored output with.
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let store =
+        Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir.path().to_path_buf()));
+    let reader = toolmux_orchestrator::store::OutputReader::new(store, 100_000);
+    let handle = json!({"handle": format!("{}/x", "r".repeat(9_998))});
+    let ctx = CallContext::new();
+    let read = toolmux_core::ToolProvider::call(&reader, "read", handle, &ctx).await;
+    let said = read.unwrap().to_text();
+    let head = "r".repeat(200);
+    assert!(said.contains(&format!("`{head}… (10000 characters)`")), "{said}");
+    assert!(said.chars().count() < 400, "{said}");
+    // A name of 200 characters is whole.
+    let whole = "z".repeat(200);
+    let r = call(&o, &whole, json!({})).await;
+    assert_eq!(r.conversation_text(), format!("(tool failed: unknown tool `{whole}`)"));
+}
+
 #[tokio::test(start_paused = true)]
 async fn unknown_tool_names_the_closest() {
     let o = start(OrchestratorConfig::default(), vec![mock()]).await;
