@@ -97,6 +97,8 @@ fn router_of(
             super::affinity::forward_foreign,
         ));
     }
+    // Outermost: which session a request names must be clear before it is looked up.
+    let service = service.layer(axum::middleware::from_fn(refuse_two_sessions));
     let mut router = axum::Router::new().nest_service(MCP_PATH, service).merge(api);
     // `/metrics` and `/health` name every tool and provider: a page that rebinds a name
     // to this server must not read them either.
@@ -170,6 +172,8 @@ fn router_of(
 ///   errors saying what was wrong and what to send (the `Host` or `Origin` refused and how
 ///   to allow it, the methods served), with the request's id when it has one.
 ///
+/// And refuses what rmcp took: a body in another charset than UTF-8 (`415`).
+///
 /// And one of its refusals: an `Accept` of wildcards covering the types a request needs
 /// (`*/*`) is taken as naming them (rmcp: `406`).
 async fn explain_refusals(
@@ -231,6 +235,25 @@ async fn explain_refusals(
             Err(refusal) => return refusal,
         };
         request = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+    }
+    // rmcp reads every body as UTF-8, whatever charset the client said it sent.
+    if let Some(charset) = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| json)
+        .and_then(foreign_charset)
+    {
+        let why = format!(
+            "Unsupported Media Type: the body is `charset={charset}`; a JSON-RPC message is \
+             UTF-8, sent with `Content-Type: application/json` (or `; charset=utf-8`)"
+        );
+        return json_rpc_refusal(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            -32600,
+            why,
+            request_id(&body),
+        );
     }
     let response = next.run(request).await;
     let id = || request_id(&body);
@@ -334,6 +357,35 @@ async fn explain_refusals(
         refusal.headers_mut().insert(ALLOW, allow);
     }
     refusal
+}
+
+/// Refuses a request with more than one `Mcp-Session-Id` header (`400`): rmcp, the
+/// session's holder check and the forwarding to another replica each took the first,
+/// which need not be the one the client meant.
+async fn refuse_two_sessions(request: Request, next: Next) -> Response {
+    let named = request.headers().get_all(MCP_SESSION_ID).iter().count();
+    if named > 1 {
+        let why = format!(
+            "Bad Request: the request has {named} `Mcp-Session-Id` headers; send one, the id \
+             the `initialize` response gave"
+        );
+        return json_rpc_refusal(StatusCode::BAD_REQUEST, -32600, why, serde_json::Value::Null);
+    }
+    next.run(request).await
+}
+
+/// The charset a `Content-Type` value names other than UTF-8 (`latin1` of
+/// `application/json; charset=latin1`); `None` when it names none or UTF-8.
+fn foreign_charset(content_type: &str) -> Option<String> {
+    content_type.split(';').skip(1).find_map(|parameter| {
+        let (name, value) = parameter.split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("charset") {
+            return None;
+        }
+        let value = value.trim().trim_matches('"');
+        let utf8 = value.eq_ignore_ascii_case("utf-8") || value.eq_ignore_ascii_case("utf8");
+        (!utf8).then(|| value.chars().take(40).collect())
+    })
 }
 
 /// What rmcp's `403` (`text`) of a request with `Host` `host` and `Origin` `origin` means,
@@ -874,6 +926,18 @@ fn accepts(accept: &str, kind: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn charsets_other_than_utf8_are_named() {
+        assert_eq!(foreign_charset("application/json; charset=latin1").as_deref(), Some("latin1"));
+        assert_eq!(
+            foreign_charset("application/json;CHARSET=\"ISO-8859-1\"").as_deref(),
+            Some("ISO-8859-1")
+        );
+        assert_eq!(foreign_charset("application/json; charset=UTF-8"), None);
+        assert_eq!(foreign_charset("application/json; charset=\"utf8\""), None);
+        assert_eq!(foreign_charset("application/json"), None);
+    }
 
     #[test]
     fn accept_wildcards_cover_what_they_name() {

@@ -840,3 +840,104 @@ async fn a_field_of_the_wrong_form_is_named() {
     assert_eq!(pong.message()["result"], json!({}), "{}", pong.body);
     server.stop().await;
 }
+
+/// The status line and headers of `request`, written as it is to the server at `addr`
+/// (reqwest adds headers of its own, such as `Accept: */*`).
+async fn raw_http(addr: std::net::SocketAddr, request: &str) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = within(tokio::net::TcpStream::connect(addr)).await.expect("connects");
+    within(stream.write_all(request.as_bytes())).await.expect("written");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let read = within(stream.read(&mut byte)).await.expect("read");
+        if read == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// A `GET` of a session's stream without `Accept` is `406`, as one with an `Accept` that
+/// leaves out `text/event-stream` is: a client must accept the event stream.
+#[tokio::test]
+async fn a_get_without_accept_is_not_acceptable() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    let request = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nMcp-Session-Id: {}\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n",
+        server.addr.port(),
+        session.id
+    );
+    let head = raw_http(server.addr, &request).await;
+    assert!(head.starts_with("HTTP/1.1 406"), "{head}");
+    server.stop().await;
+}
+
+/// A request naming two sessions (two `Mcp-Session-Id` headers) is refused, whichever
+/// method: the first was taken, which need not be the one meant. Neither session ends.
+#[tokio::test]
+async fn a_request_naming_two_sessions_is_refused() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let first = RawSession::open(&server.url()).await;
+    let second = RawSession::open(&server.url()).await;
+    let delete = first
+        .client
+        .delete(&first.url)
+        .header("mcp-session-id", &first.id)
+        .header("mcp-session-id", &second.id)
+        .header("mcp-protocol-version", "2025-11-25");
+    let response = within(delete.send()).await.expect("a response");
+    assert_eq!(response.status().as_u16(), 400);
+    let message: Value = serde_json::from_str(&within(response.text()).await.unwrap()).unwrap();
+    let text = message["error"]["message"].as_str().unwrap();
+    assert!(text.contains("2 `Mcp-Session-Id` headers"), "{text}");
+    let ping = first
+        .client
+        .post(&first.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &second.id)
+        .header("mcp-session-id", &first.id)
+        .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(within(ping.send()).await.expect("a response").status().as_u16(), 400);
+    for session in [&first, &second] {
+        let pong = session.post(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+        assert_eq!(pong.status, 200, "{}", pong.body);
+    }
+    server.stop().await;
+}
+
+/// A body said to be in another charset than UTF-8 is `415` naming it (rmcp read it as
+/// UTF-8 whatever it said); `charset=utf-8` is served.
+#[tokio::test]
+async fn a_charset_other_than_utf8_is_unsupported() {
+    let server = HttpServer::start(Arc::new(Fixture::new(0)), ServeOptions::default()).await;
+    let session = RawSession::open(&server.url()).await;
+    for (kind, status) in [
+        ("application/json; charset=latin1", 415),
+        ("application/json; charset=\"ISO-8859-1\"", 415),
+        ("application/json; charset=UTF-8", 200),
+    ] {
+        let ping = session
+            .client
+            .post(&session.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", kind)
+            .header("mcp-session-id", &session.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#);
+        let response = within(ping.send()).await.expect("a response");
+        assert_eq!(response.status().as_u16(), status, "{kind}");
+        let body = within(response.text()).await.unwrap();
+        if status == 415 {
+            let message: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(message["id"], 3, "{body}");
+            let text = message["error"]["message"].as_str().unwrap();
+            assert!(text.contains("charset=") && text.contains("UTF-8"), "{text}");
+        }
+    }
+    server.stop().await;
+}
