@@ -536,3 +536,58 @@ paths:
     assert_eq!(schema["properties"]["n"]["maximum"], json!(1e23));
     assert_eq!(schema["properties"]["n"]["minimum"], json!(-1e23));
 }
+
+/// A 3.1 document whose `Tree` schema recurses through `$ref: '#'` (under its `$id`) and
+/// whose `Node` does through `$dynamicRef: '#node'`, with an operation taking each, and one
+/// whose `$ref: '#'` stands in no schema with an `$id`.
+fn recursive_document() -> Value {
+    json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/trees": {"post": {"operationId": "addTree", "requestBody": {"content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Tree"}}}}}},
+            "/nodes": {"post": {"operationId": "addNode", "requestBody": {"content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/Node"}}}}}},
+            "/roots": {"post": {"operationId": "addRoot", "requestBody": {"content": {
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "root": {"$ref": "#"}}}}}}}}},
+        "components": {"schemas": {
+            "Tree": {"$id": "https://example.com/tree", "type": "object",
+                "required": ["label"],
+                "properties": {"label": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#"}}}},
+            "Node": {"$id": "https://example.com/node", "$dynamicAnchor": "node",
+                "type": "object", "required": ["value"],
+                "properties": {"value": {"type": "integer"},
+                    "next": {"$dynamicRef": "#node"}}}}}})
+}
+
+#[test]
+fn a_reference_to_hash_is_its_schema_resource_and_dynamic_references_resolve() {
+    let provider = import(recursive_document(), &OpenApiConfig::default());
+    let tools = provider.specs();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["add_node", "add_tree"]);
+    let warnings = provider.warnings().join("\n");
+    assert!(
+        warnings
+            .contains("reference `#` is to the root of the OpenAPI document, which is no schema")
+            && warnings.contains("operation `POST /roots` (`addRoot`) is left out"),
+        "{warnings}"
+    );
+    assert!(
+        common::check_tools("api", &tools).is_empty(),
+        "{:?}",
+        common::check_tools("api", &tools)
+    );
+    for tool in &tools {
+        let text = tool.input_schema.to_string();
+        assert!(!text.contains("paths") && !text.contains("$dynamicRef"), "{text}");
+    }
+    // The recursion checks the nested values as it does the top ones.
+    let tree = jsonschema::draft202012::new(&tools[1].input_schema).unwrap();
+    assert!(tree.is_valid(&json!({"label": "a", "children": [{"label": "b", "children": []}]})));
+    assert!(!tree.is_valid(&json!({"label": "a", "children": [{"children": []}]})));
+    let node = jsonschema::draft202012::new(&tools[0].input_schema).unwrap();
+    assert!(node.is_valid(&json!({"value": 1, "next": {"value": 2}})));
+    assert!(!node.is_valid(&json!({"value": 1, "next": {"value": "two"}})));
+}

@@ -11,6 +11,11 @@
 //! `readOnly` properties are left out (with their `required` entries: only the server sets
 //! them), in responses `writeOnly` ones (a server never returns them).
 //!
+//! `$ref: '#'` is the nearest enclosing schema with an `$id` (OpenAPI 3.1), never the
+//! OpenAPI document; a plain-name fragment (`#node`) is the schema of that `$anchor` or
+//! `$dynamicAnchor` in the same resource; `$dynamicRef` and `$recursiveRef` are resolved as
+//! such references.
+//!
 //! Recursion into a part of the value stays a reference; a cycle that never goes into one
 //! (`A` is `allOf: [A, …]`) is cut where it closes, with a warning (see
 //! `SchemaConverter::break_in_place_cycles`).
@@ -87,6 +92,7 @@ const DROPPED: &[&str] = &[
     "$schema",
     "$anchor",
     "$dynamicAnchor",
+    "$recursiveAnchor",
     "nullable",
     "x-nullable",
     "example",
@@ -139,6 +145,24 @@ impl<'d> SchemaConverter<'d> {
                     Some(reference) => Value::String(self.reference(reference, &at())?),
                     None => continue,
                 },
+                // The recursion of 2020-12 (`$dynamicRef: '#node'` to a `$dynamicAnchor`)
+                // and 2019-09 (`$recursiveRef: '#'`) is resolved as a plain reference to
+                // the anchor of its own schema resource: what it means unless another
+                // resource extends the schema, which no operation does. Left in, the
+                // validator resolves it against nothing and the tool's schema stops
+                // checking arguments.
+                "$dynamicRef" | "$recursiveRef" => {
+                    let Some(reference) = value.as_str() else { continue };
+                    if map.contains_key("$ref") {
+                        return Err(self.doc.error(
+                            &at(),
+                            format!("`{key}` beside `$ref` in one schema is not supported"),
+                        ));
+                    }
+                    let converted = Value::String(self.reference(reference, &at())?);
+                    out.insert("$ref".into(), converted);
+                    continue;
+                }
                 "items" => match value {
                     Value::Array(items) => {
                         let mut converted = Vec::with_capacity(items.len());
@@ -309,7 +333,36 @@ impl<'d> SchemaConverter<'d> {
         if !reference.starts_with('#') {
             return Err(self.doc.error(at, self.doc.unfollowed(reference)));
         }
-        let pointer = percent_decode(&reference[1..]);
+        let fragment = percent_decode(&reference[1..]);
+        let pointer = if fragment.is_empty() {
+            // `#` is the schema resource the reference stands in (OpenAPI 3.1: the
+            // nearest schema with `$id`), never the OpenAPI document, which is no schema.
+            self.enclosing_resource(at).ok_or_else(|| {
+                self.doc.error(
+                    at,
+                    format!(
+                        "reference `{reference}` is to the root of the OpenAPI document, which \
+                         is no schema, as no enclosing schema has an `$id`: point it at a \
+                         definition (`#/components/schemas/Name`)"
+                    ),
+                )
+            })?
+        } else if !fragment.starts_with('/') {
+            // A plain-name fragment: the schema with that `$anchor` or `$dynamicAnchor`
+            // in the same schema resource.
+            let scope = self.enclosing_resource(at).unwrap_or_default();
+            self.anchor(&scope, &fragment).ok_or_else(|| {
+                self.doc.error(
+                    at,
+                    format!(
+                        "reference `{reference}` names no `$anchor` or `$dynamicAnchor` of \
+                         its schema resource"
+                    ),
+                )
+            })?
+        } else {
+            fragment
+        };
         if let Some(name) = self.names.get(&pointer) {
             return Ok(format!("#/$defs/{name}"));
         }
@@ -321,6 +374,53 @@ impl<'d> SchemaConverter<'d> {
         self.names.insert(pointer.clone(), name.clone());
         self.taken.insert(name.clone(), pointer);
         Ok(format!("#/$defs/{name}"))
+    }
+
+    /// The pointer of the nearest schema around the keyword at `at` that has an `$id`
+    /// (its own schema included), where `#` and anchors resolve.
+    fn enclosing_resource(&self, at: &str) -> Option<String> {
+        let mut current = at.rsplit_once('/').map_or("", |(parent, _)| parent);
+        while !current.is_empty() {
+            let has_id = self
+                .doc
+                .root
+                .pointer(current)
+                .and_then(|schema| schema.get("$id"))
+                .is_some_and(Value::is_string);
+            if has_id {
+                return Some(current.to_owned());
+            }
+            current = current.rsplit_once('/').map_or("", |(parent, _)| parent);
+        }
+        None
+    }
+
+    /// The pointer of the schema named `name` by an `$anchor` or `$dynamicAnchor` within the
+    /// schema resource at `scope` (the whole document for `""`), not looking into nested
+    /// resources (schemas with an `$id` of their own).
+    fn anchor(&self, scope: &str, name: &str) -> Option<String> {
+        fn find(value: &Value, at: &str, name: &str, top: bool) -> Option<String> {
+            match value {
+                Value::Object(map) => {
+                    if !top && map.get("$id").is_some_and(Value::is_string) {
+                        return None;
+                    }
+                    let named = |key: &str| map.get(key).and_then(Value::as_str) == Some(name);
+                    if named("$anchor") || named("$dynamicAnchor") {
+                        return Some(at.to_owned());
+                    }
+                    map.iter().find_map(|(key, sub)| {
+                        find(sub, &format!("{at}/{}", escape_token(key)), name, false)
+                    })
+                }
+                Value::Array(items) => items
+                    .iter()
+                    .enumerate()
+                    .find_map(|(i, item)| find(item, &format!("{at}/{i}"), name, false)),
+                _ => None,
+            }
+        }
+        find(self.doc.root.pointer(scope)?, scope, name, true)
     }
 
     fn name_for(&self, pointer: &str) -> String {
