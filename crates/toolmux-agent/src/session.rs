@@ -435,10 +435,7 @@ impl Session<'_> {
             }
             figures.turns += 1;
             let sampled = self.handler.used();
-            let spent = figures.usage.input_tokens
-                + figures.usage.output_tokens
-                + sampled.input_tokens
-                + sampled.output_tokens;
+            let spent = figures.usage.total().saturating_add(sampled.total());
             // What is left is the smaller of the agent's own budget and what the agents
             // that called it have left: a sub-agent spends its callers' tokens, and its
             // callers' budgets fall as each answer of any agent below them comes, so that
@@ -526,7 +523,7 @@ impl Session<'_> {
                     // it is asked again or the run fails.
                     if let Some(usage) = e.usage() {
                         figures.usage += usage;
-                        self.budgets.spend(&self.ctx, usage.input_tokens + usage.output_tokens);
+                        self.budgets.spend(&self.ctx, usage.total());
                     }
                     // Stopped short of a turn (the model failed while writing, or wrote a
                     // call the API could not read): usually transient, so the turn is asked
@@ -606,7 +603,7 @@ impl Session<'_> {
                 }
             };
             figures.usage += answer.usage;
-            self.budgets.spend(&self.ctx, answer.usage.input_tokens + answer.usage.output_tokens);
+            self.budgets.spend(&self.ctx, answer.usage.total());
             // Asked for once: from the next turn on, the status the model records decides.
             let only_report =
                 std::mem::replace(&mut finalizing, Finalizing::No) == Finalizing::OnlyReport;

@@ -1589,6 +1589,34 @@ async fn a_spent_token_budget_makes_the_next_turn_the_last() {
     assert_last_turn_says(&model, "the token budget of 200 is spent (220 used)");
 }
 
+/// Usage figures at `u64::MAX` (whatever a model client lets through) add up saturating,
+/// where the sum panicked (debug) or wrapped to a small figure that let the run go on past
+/// its token budget (release).
+#[tokio::test]
+async fn usage_figures_at_the_limit_add_up_saturating() {
+    let huge = |mut answer: ModelResponse| {
+        answer.usage = Usage::new(u64::MAX, u64::MAX);
+        answer
+    };
+    let model = Arc::new(
+        ScriptedModel::new("m")
+            .then(move |_| {
+                Ok(huge(ModelResponse::tool_calls(vec![ModelToolCall::new(
+                    "c1",
+                    "mock__echo",
+                    json!({}),
+                )])))
+            })
+            .report("partial", "out of tokens"),
+    );
+    let config = AgentConfig { token_budget: Some(200), ..agent("m") };
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.turns), (AgentStatus::Partial, 2));
+    assert_eq!(report.usage.input_tokens, u64::MAX);
+    assert_last_turn_says(&model, "the token budget of 200 is spent");
+}
+
 /// The model's last turn could only report, and was told why: `why`.
 fn assert_last_turn_says(model: &ScriptedModel, why: &str) {
     let last = model.requests().pop().unwrap();

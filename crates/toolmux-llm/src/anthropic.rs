@@ -1,7 +1,10 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::{answer_token, distinct_id, distinct_ids, generated_id, unwrapped, wire_name};
+use crate::message::{
+    answer_token, distinct_id, distinct_ids, estimated_usage, generated_id, reported_tokens,
+    unwrapped, usage_reported, wire_name,
+};
 use crate::{
     DeltaSink, MAX_CONTINUATIONS, Message, Model, ModelDelta, ModelError, ModelRequest,
     ModelResponse, ModelToolCall, ProviderBlocks, StopReason, ToolChoice, ToolResultMessage, Usage,
@@ -141,7 +144,8 @@ impl AnthropicModel {
         cancel: &CancellationToken,
         on_delta: Option<DeltaSink<'_>>,
     ) -> Result<ModelResponse, ModelError> {
-        match on_delta {
+        let sent = body.to_string().len();
+        let answer = match on_delta {
             Some(on_delta) => {
                 let mut events = Events::default();
                 self.endpoint
@@ -149,6 +153,36 @@ impl AnthropicModel {
                     .await
             }
             None => parse(&self.endpoint.post(&body, cancel).await?, &self.endpoint),
+        };
+        // Usage not reported, or not believably ([`usage`]), is estimated from the
+        // lengths, so that budgets never take a request for free.
+        match answer {
+            Ok(mut answer) if answer.usage.estimated => {
+                let received = answer.content.len()
+                    + (answer.tool_calls.iter())
+                        .map(|call| {
+                            call.id.len() + call.name.len() + call.arguments.to_string().len()
+                        })
+                        .sum::<usize>();
+                answer.usage = estimated_usage(sent, received);
+                tracing::debug!(
+                    model = %self.endpoint.name,
+                    input_tokens = answer.usage.input_tokens,
+                    output_tokens = answer.usage.output_tokens,
+                    "the API reported no usage; estimated from the lengths"
+                );
+                Ok(answer)
+            }
+            Err(mut error) => {
+                if let ModelError::ContextWindowReached { usage, .. }
+                | ModelError::Stopped { usage, .. } = &mut error
+                    && usage.estimated
+                {
+                    *usage = estimated_usage(sent, 0);
+                }
+                Err(error)
+            }
+            answer => answer,
         }
     }
 }
@@ -710,16 +744,22 @@ fn read_content(
     Ok((content, tool_calls, blocks))
 }
 
-/// A message's usage figures.
+/// A message's usage figures; none reported, or figures no model gives (negative,
+/// fractional, over [`crate::message::MAX_REPORTED_TOKENS`]), are marked estimated, all
+/// zero, for [`AnthropicModel::ask`] to estimate as the OpenAI client does.
 fn usage(answer: &Value) -> Usage {
-    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
+    let tokens = |field: &str| reported_tokens(answer, field).unwrap_or(0);
+    let (input, output) = ("/usage/input_tokens", "/usage/output_tokens");
+    let (read, write) = ("/usage/cache_read_input_tokens", "/usage/cache_creation_input_tokens");
+    if !usage_reported(answer, &[input, output], &[read, write]) {
+        return Usage { estimated: true, ..Usage::default() };
+    }
     // Anthropic's `input_tokens` leaves out what was read from or written to the cache;
     // toolmux's counts every token read, as OpenAI's does.
-    let cache_read = tokens("/usage/cache_read_input_tokens");
-    let cache_write = tokens("/usage/cache_creation_input_tokens");
+    let (cache_read, cache_write) = (tokens(read), tokens(write));
     Usage {
-        input_tokens: tokens("/usage/input_tokens") + cache_read + cache_write,
-        output_tokens: tokens("/usage/output_tokens"),
+        input_tokens: tokens(input).saturating_add(cache_read).saturating_add(cache_write),
+        output_tokens: tokens(output),
         cache_read_tokens: cache_read,
         cache_write_tokens: cache_write,
         estimated: false,

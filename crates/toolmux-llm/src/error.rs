@@ -168,7 +168,7 @@ impl ModelError {
         if let ModelError::ContextWindowReached { usage, .. } = self {
             let counted = |tokens: u64| (tokens > 0 && !usage.estimated).then_some(tokens);
             return Some(ContextOverflow {
-                limit: counted(usage.input_tokens + usage.output_tokens),
+                limit: counted(usage.total()),
                 tokens: counted(usage.input_tokens),
                 written: counted(usage.output_tokens),
             });

@@ -494,16 +494,56 @@ impl Usage {
     pub fn new(input: u64, output: u64) -> Usage {
         Usage { input_tokens: input, output_tokens: output, ..Usage::default() }
     }
+
+    /// The tokens read and generated together, at most `u64::MAX`: figures come from the
+    /// API, and a sum that wrapped would let a budget take a huge answer for a small one.
+    pub fn total(&self) -> u64 {
+        self.input_tokens.saturating_add(self.output_tokens)
+    }
 }
 
+// Sums saturate, as in `Usage::total`: the figures are the API's, not this crate's.
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.estimated |= other.estimated;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
+        self.estimated = self.estimated || other.estimated;
     }
+}
+
+/// The most tokens an API's usage figure is believed at: more than a trillion in one answer
+/// is no model's, but a server's bug or a hostile one's, and is read as no figure.
+pub(crate) const MAX_REPORTED_TOKENS: u64 = 1 << 40;
+
+/// A usage figure of an answer, when it is one: an integer from 0 to
+/// [`MAX_REPORTED_TOKENS`]. `None` when absent, negative, fractional, written as a float
+/// (`1e300`) or absurdly large, which the clients read as a usage not reported and
+/// estimate.
+pub(crate) fn reported_tokens(answer: &Value, field: &str) -> Option<u64> {
+    answer.pointer(field).and_then(Value::as_u64).filter(|n| *n <= MAX_REPORTED_TOKENS)
+}
+
+/// Whether an answer reported its usage in `fields` believably: at least one of `main`
+/// is a figure, and every one of `fields` present (and not null) is one
+/// ([`reported_tokens`]). A figure of the wrong form makes every other doubtful too.
+pub(crate) fn usage_reported(answer: &Value, main: &[&str], fields: &[&str]) -> bool {
+    let believed = |field: &&str| match answer.pointer(field) {
+        None | Some(Value::Null) => true,
+        Some(_) => reported_tokens(answer, field).is_some(),
+    };
+    main.iter().any(|field| reported_tokens(answer, field).is_some())
+        && main.iter().chain(fields).all(believed)
+}
+
+/// Usage estimated from the bytes of the request's body (`sent`) and of an answer's text
+/// and calls (`received`): a token per three bytes, on the high side for English (about
+/// four) and JSON, near the mark for code and other scripts. Budgets count these figures;
+/// reading zero, they would take the call for free.
+pub(crate) fn estimated_usage(sent: usize, received: usize) -> Usage {
+    let tokens = |bytes: usize| (bytes as u64).div_ceil(3);
+    Usage { estimated: true, ..Usage::new(tokens(sent), tokens(received)) }
 }
 
 /// The model's answer to one request.
@@ -607,8 +647,16 @@ pub type DeltaSink<'a> = &'a (dyn Fn(ModelDelta<'_>) + Send + Sync);
 
 #[cfg(test)]
 mod tests {
-    use super::{ImagePart, ModelToolCall, ToolResultMessage};
+    use super::{ImagePart, ModelToolCall, ToolResultMessage, Usage};
     use serde_json::json;
+
+    #[test]
+    fn usage_sums_saturate() {
+        let mut usage = Usage::new(u64::MAX, u64::MAX);
+        assert_eq!(usage.total(), u64::MAX);
+        usage += Usage { cache_read_tokens: 1, ..Usage::new(1, 1) };
+        assert_eq!(usage, Usage { cache_read_tokens: 1, ..Usage::new(u64::MAX, u64::MAX) });
+    }
 
     #[test]
     fn results_saved_before_images_load_and_results_without_images_save_as_before() {

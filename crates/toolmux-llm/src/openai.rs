@@ -2,7 +2,7 @@
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
 use crate::http::{Assembler, Endpoint, StreamError};
-use crate::message::{unwrapped, wire_name};
+use crate::message::{estimated_usage, reported_tokens, unwrapped, usage_reported, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
     Reasoning, StopReason, ToolChoice, Usage,
@@ -103,7 +103,6 @@ impl OpenAiModel {
         if !answer.usage.estimated {
             return answer;
         }
-        let tokens = |bytes: usize| (bytes as u64).div_ceil(3);
         let sent = self.body(request).to_string().len();
         let received = answer.content.len()
             + answer
@@ -111,7 +110,7 @@ impl OpenAiModel {
                 .iter()
                 .map(|call| call.id.len() + call.name.len() + arguments_text(call).len())
                 .sum::<usize>();
-        answer.usage = Usage { estimated: true, ..Usage::new(tokens(sent), tokens(received)) };
+        answer.usage = estimated_usage(sent, received);
         tracing::debug!(
             model = %self.endpoint.name,
             input_tokens = answer.usage.input_tokens,
@@ -130,8 +129,7 @@ impl OpenAiModel {
             &mut error
             && usage.estimated
         {
-            let sent = self.body(request).to_string().len() as u64;
-            *usage = Usage { estimated: true, ..Usage::new(sent.div_ceil(3), 0) };
+            *usage = estimated_usage(self.body(request).to_string().len(), 0);
         }
         error
     }
@@ -664,21 +662,24 @@ fn parse(answer: &Value, endpoint: &Endpoint) -> Result<ModelResponse, ModelErro
     })
 }
 
-/// A chat completion's usage figures. Some compatible servers report none; it is
+/// A chat completion's usage figures. Some compatible servers report none, or figures no
+/// model gives (negative, fractional, over [`crate::message::MAX_REPORTED_TOKENS`]); it is
 /// accounting, not the answer: such figures are marked, and the caller estimates them
 /// ([`OpenAiModel::estimated`]). The prompt's tokens include those read from the cache,
 /// which OpenAI applies by itself to long prompts.
 fn usage(answer: &Value) -> Usage {
-    let tokens = |field: &str| answer.pointer(field).and_then(Value::as_u64).unwrap_or(0);
-    let reported = ["/usage/prompt_tokens", "/usage/completion_tokens"]
-        .iter()
-        .any(|field| answer.pointer(field).is_some_and(Value::is_u64));
+    let tokens = |field: &str| reported_tokens(answer, field).unwrap_or(0);
+    let (prompt, completion) = ("/usage/prompt_tokens", "/usage/completion_tokens");
+    let cached = "/usage/prompt_tokens_details/cached_tokens";
+    if !usage_reported(answer, &[prompt, completion], &[cached]) {
+        return Usage { estimated: true, ..Usage::default() };
+    }
     Usage {
-        input_tokens: tokens("/usage/prompt_tokens"),
-        output_tokens: tokens("/usage/completion_tokens"),
-        cache_read_tokens: tokens("/usage/prompt_tokens_details/cached_tokens"),
+        input_tokens: tokens(prompt),
+        output_tokens: tokens(completion),
+        cache_read_tokens: tokens(cached),
         cache_write_tokens: 0,
-        estimated: !reported,
+        estimated: false,
     }
 }
 

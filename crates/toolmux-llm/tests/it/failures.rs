@@ -445,3 +445,38 @@ async fn keys_given_in_headers_are_kept_out_of_errors() {
         "{error}"
     );
 }
+
+/// Usage figures no model gives (over 2^40 tokens, negative, fractional, a float) are read
+/// as none reported and estimated, the same on both APIs, where `u64::MAX` figures
+/// panicked in a sum (debug) or wrapped (release) and Anthropic read a negative one as 0.
+#[tokio::test]
+async fn absurd_usage_figures_are_estimated_not_summed() {
+    let huge = json!(u64::MAX);
+    let cases = [
+        (huge.clone(), huge),
+        (json!((1u64 << 40) + 1), json!(5)),
+        (json!(-7), json!(5)),
+        (json!(12), json!(1e300)),
+        (json!(12.5), json!(5)),
+    ];
+    for (input, output) in cases {
+        for dialect in DIALECTS {
+            let text = json!([{"type": "text", "text": "ok"}]);
+            let answer = match dialect {
+                Dialect::OpenAi => json!({"model": "m", "choices": [{"index": 0,
+                    "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": input, "completion_tokens": output}}),
+                Dialect::Anthropic => json!({"model": "m", "content": text,
+                    "stop_reason": "end_turn", "usage": {"input_tokens": input,
+                    "output_tokens": output, "cache_read_input_tokens": input}}),
+            };
+            let (_server, model) = serve(dialect, vec![ScriptStep::Raw(answer.to_string())]);
+            let usage = complete(&model, &hello()).await.usage;
+            let case = format!("{dialect:?} {input} {output}");
+            assert!(usage.estimated, "{case}: {usage:?}");
+            assert_eq!(usage.output_tokens, 1, "{case}: {usage:?}");
+            assert!((10..1000).contains(&usage.input_tokens), "{case}: {usage:?}");
+            assert_eq!(usage.cache_read_tokens, 0, "{case}: {usage:?}");
+        }
+    }
+}
