@@ -1,7 +1,7 @@
 //! `toolmux agent`: run an agent on a task, list the agents.
 
 use crate::args::{ChatArgs, ListenArgs, ResumeArgs, RunArgs};
-use crate::commands::{finish, print, start};
+use crate::commands::{Interruptible, finish, print, start};
 use crate::exit;
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Read as _, Write as _};
@@ -83,7 +83,7 @@ impl Screen {
         let mut state = self.state();
         let mut stderr = std::io::stderr().lock();
         let start = if state.mid_line { "\n" } else { "" };
-        let _ = writeln!(stderr, "{start}{line}");
+        let _ = writeln!(stderr, "{start}{}", crate::commands::for_stderr(line));
         state.mid_line = false;
         state.turn_text.clear();
     }
@@ -93,7 +93,8 @@ impl Screen {
         let mut stderr = std::io::stderr().lock();
         match delta {
             TextDelta::Text(text) => {
-                let _ = write!(stderr, "{text}");
+                // The model's words, shown, never acted on by the terminal.
+                let _ = write!(stderr, "{}", crate::commands::for_stderr(text));
                 let _ = stderr.flush();
                 state.mid_line = !text.ends_with('\n');
                 state.turn_text.push_str(text);
@@ -211,8 +212,13 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
         run_context(loaded, fresh_run_id("agent", &args.name), args.transcript, !from_stdin);
     options.pause = args.pause_to.is_some();
     let run = agents.run_with(&args.name, &task, &ctx, &options);
-    let report = crate::commands::unless_interrupted(run, &cancel).await;
-    let ended = Ended { json: args.json, saved_in: args.pause_to.as_deref(), resumed: false };
+    let report = crate::commands::until_interrupted(run, &cancel).await;
+    let ended = Ended {
+        agent: &args.name,
+        json: args.json,
+        saved_in: args.pause_to.as_deref(),
+        resumed: false,
+    };
     ended.report(&toolmux, report, &cancel, &screen).await
 }
 
@@ -279,8 +285,9 @@ pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<
     let (ctx, mut options, cancel, screen) = run_context(loaded, run_id, args.transcript, true);
     options.pause = true;
     let run = agents.resume(&paused, decisions, &ctx, &options);
-    let report = crate::commands::unless_interrupted(run, &cancel).await;
-    let ended = Ended { json: args.json, saved_in: Some(file), resumed: true };
+    let report = crate::commands::until_interrupted(run, &cancel).await;
+    let ended =
+        Ended { agent: &paused.agent, json: args.json, saved_in: Some(file), resumed: true };
     ended.report(&toolmux, report, &cancel, &screen).await
 }
 
@@ -405,6 +412,8 @@ fn decisions(
 
 /// How a run (or its resumption) is reported when it ends.
 struct Ended<'a> {
+    /// The agent run.
+    agent: &'a str,
     json: bool,
     /// Where a paused run is saved.
     saved_in: Option<&'a Path>,
@@ -417,15 +426,23 @@ impl Ended<'_> {
     async fn report(
         &self,
         toolmux: &toolmux::Toolmux,
-        report: Option<Result<AgentReport, toolmux::toolmux_agent::AgentError>>,
+        report: Interruptible<Result<AgentReport, toolmux::toolmux_agent::AgentError>>,
         cancel: &CancellationToken,
         screen: &Screen,
     ) -> anyhow::Result<u8> {
-        let Some(report) = report else {
-            cancel.cancel();
-            eprintln!("interrupted");
-            finish(toolmux).await;
-            return Ok(exit::INTERRUPTED);
+        let report = match report {
+            Interruptible::Done(report) => report,
+            Interruptible::Interrupted(so_far) => {
+                cancel.cancel();
+                // A half-written answer's line ends before the word that says why it stops.
+                screen.end();
+                eprintln!("interrupted");
+                if self.json {
+                    print(&serde_json::to_string_pretty(&self.interrupted(so_far))?);
+                }
+                finish(toolmux).await;
+                return Ok(exit::INTERRUPTED);
+            }
         };
         let report = match report {
             Ok(report) => report,
@@ -447,6 +464,23 @@ impl Ended<'_> {
         let code = self.show(&report, screen);
         finish(toolmux).await;
         code
+    }
+
+    /// The JSON document of an interrupted run for a program: the report the cancelled run
+    /// gave back (its figures, what the model wrote so far), else the agent alone, with
+    /// status `interrupted` and the exit code the process ends with.
+    fn interrupted(
+        &self,
+        so_far: Option<Result<AgentReport, toolmux::toolmux_agent::AgentError>>,
+    ) -> serde_json::Value {
+        let code = crate::signals::exit_code().unwrap_or(exit::INTERRUPTED);
+        let mut document = match so_far.map(|report| report.map(|r| serde_json::to_value(&r))) {
+            Some(Ok(Ok(value @ serde_json::Value::Object(_)))) => value,
+            _ => serde_json::json!({ "agent": self.agent }),
+        };
+        document["status"] = "interrupted".into();
+        document["exitCode"] = code.into();
+        document
     }
 
     fn show(&self, report: &AgentReport, screen: &Screen) -> anyhow::Result<u8> {

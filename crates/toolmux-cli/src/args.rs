@@ -146,6 +146,7 @@ pub(crate) struct RunArgs {
     /// The task. Without it, or with `-`, the task is read from stdin.
     pub(crate) task: Option<String>,
     /// Print the whole report (status, content, turns, tool calls, tokens) as JSON.
+    /// Interrupted, the report so far with status `interrupted` and its `exitCode`.
     #[arg(long)]
     pub(crate) json: bool,
     /// With --json, include the agent's conversation in the report.
@@ -181,7 +182,7 @@ pub(crate) struct ResumeArgs {
     /// Answer a waiting call with this text instead of running it. Repeatable.
     #[arg(long, value_name = "ID=TEXT")]
     pub(crate) respond: Vec<String>,
-    /// Print the whole report as JSON.
+    /// Print the whole report as JSON (interrupted: status `interrupted`, its `exitCode`).
     #[arg(long)]
     pub(crate) json: bool,
     /// With --json, include the agent's conversation in the report.

@@ -29,10 +29,30 @@ pub(crate) async fn unless_interrupted<T>(
     work: impl Future<Output = T>,
     cancel: &CancellationToken,
 ) -> Option<T> {
+    match until_interrupted(work, cancel).await {
+        Interruptible::Done(done) => Some(done),
+        Interruptible::Interrupted(_) => None,
+    }
+}
+
+/// How work run by [`until_interrupted`] ended.
+pub(crate) enum Interruptible<T> {
+    /// It ended on its own.
+    Done(T),
+    /// A signal came; what the cancelled work gave back within the grace, if it did.
+    Interrupted(Option<T>),
+}
+
+/// [`unless_interrupted`], keeping what the cancelled work gave back (an agent's report so
+/// far) for a program that wants it.
+pub(crate) async fn until_interrupted<T>(
+    work: impl Future<Output = T>,
+    cancel: &CancellationToken,
+) -> Interruptible<T> {
     let _handling = crate::signals::Handling::start();
     tokio::pin!(work);
     tokio::select! {
-        done = &mut work => return Some(done),
+        done = &mut work => return Interruptible::Done(done),
         () = crate::signals::received() => {}
     }
     // The caller reports the interruption and cleans up after `_handling` is dropped: when
@@ -41,8 +61,7 @@ pub(crate) async fn unless_interrupted<T>(
     // cleanup short).
     crate::signals::take();
     cancel.cancel();
-    let _ = tokio::time::timeout(INTERRUPT_GRACE, work).await;
-    None
+    Interruptible::Interrupted(tokio::time::timeout(INTERRUPT_GRACE, work).await.ok())
 }
 
 /// Writes `text` and a newline to stdout; a closed pipe (`| head`) is not an error.
@@ -57,21 +76,46 @@ pub(crate) fn print(text: &str) {
     let _ = writeln!(out, "{text}").and_then(|()| out.flush());
 }
 
-/// `text` with its control characters but line breaks, returns and tabs escaped (`\u{1b}`).
-fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
-    let active = |c: char| c.is_control() && !matches!(c, '\n' | '\t' | '\r');
-    if !text.chars().any(active) {
+/// `text` with its control characters but line breaks and tabs shown as escapes (`\x1b`),
+/// so that escape sequences a model, a tool, a server or a file wrote cannot act on the
+/// person's terminal (retitle it, clear it, write to the clipboard, colour what follows).
+pub(crate) fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    // C0 controls but line feeds and tabs, DEL and C1 (`char::is_control`); a carriage
+    // return only where it ends a line (CRLF text), since alone it lets what follows
+    // overwrite what the person just read.
+    if !text.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\t')) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let active = |i: usize, c: char| match c {
+        '\n' | '\t' => false,
+        '\r' => chars.get(i + 1).is_none_or(|&(_, next)| next != '\n'),
+        c => c.is_control(),
+    };
+    if !chars.iter().enumerate().any(|(i, &(_, c))| active(i, c)) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        if active(c) {
-            out.extend(c.escape_unicode());
+    for (i, &(_, c)) in chars.iter().enumerate() {
+        if active(i, c) {
+            // Every control character is below U+00A0: `\x1b`, `\x07`, `\x9b`.
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
         } else {
             out.push(c);
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// `text` as [`for_terminal`] shows it when stderr is a terminal, else as it is: a pipe or
+/// a file gets the bytes the model, tool or server sent.
+pub(crate) fn for_stderr(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::io::IsTerminal as _;
+    if std::io::stderr().is_terminal() {
+        for_terminal(text)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
 }
 
 /// The secrets of the configuration, for what this process prints outside the pipeline

@@ -8,14 +8,18 @@
 
 /// Every line this process prints on stderr goes through the configuration's secrets
 /// ([`commands::redacted`]): errors and warnings quote URLs, what servers printed and what
-/// libraries saw, any of which may hold a `${ENV}` secret. Shadows the standard macro in
+/// libraries saw, any of which may hold a `${ENV}` secret; at a terminal, their control
+/// characters are shown as escapes ([`commands::for_stderr`]). Shadows the standard macro in
 /// this file and every module below.
 macro_rules! eprintln {
     () => {
         ::std::eprintln!()
     };
     ($($arg:tt)*) => {
-        ::std::eprintln!("{}", $crate::commands::redacted(&::std::format!($($arg)*)))
+        ::std::eprintln!(
+            "{}",
+            $crate::commands::for_stderr(&$crate::commands::redacted(&::std::format!($($arg)*)))
+        )
     };
 }
 

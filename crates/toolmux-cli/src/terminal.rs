@@ -129,7 +129,8 @@ impl Turn {
         }
         if !prompt.is_empty() {
             let mut stderr = std::io::stderr().lock();
-            let _ = write!(stderr, "{prompt}");
+            // The question is a server's or an agent's words: shown, never acted on.
+            let _ = write!(stderr, "{}", crate::commands::for_stderr(prompt));
             let _ = stderr.flush();
         }
         let line = self.lines.recv().await.flatten();

@@ -5,6 +5,7 @@
 use crate::Project;
 use serde_json::{Value, json};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use toolmux_test_support::llm::{Dialect, ScriptStep, ScriptedLlmServer};
 
@@ -1027,4 +1028,85 @@ fn a_chat_whose_last_reply_failed_exits_1() {
     assert!(run.stdout.contains("hello"), "{}", run.stdout);
     assert!(run.stdout.contains("no such model"), "{}", run.stdout);
     assert!(run.stderr.contains("agent `reader`: failure"), "{}", run.stderr);
+}
+
+/// What a model wrote (read, say, from a file the agent was given) acts on no terminal:
+/// escape sequences that would retitle it, clear it or write to the clipboard, and a tool
+/// name with a NUL and a colour, are shown as escapes at a terminal; a pipe gets the bytes.
+#[test]
+fn at_a_terminal_escape_sequences_from_the_model_are_shown_not_acted_on() {
+    let hostile = "Title\x1b]0;pwned\x07 clear\x1b[2J clip\x1b]52;c;aGVsbG8=\x07 back\rover";
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::TextAndToolCalls(
+                hostile.into(),
+                vec![("fs__\u{0}\x1b[31mred".into(), json!({}))],
+            ),
+            ScriptStep::text(hostile),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let run = project.run_at_terminal(&json!([]), &["agent", "run", "reader", "look"]);
+    let out = run.stdout.replace("\r\n", "\n");
+    assert!(!out.contains('\x1b') && !out.contains('\x07') && !out.contains('\0'), "{out:?}");
+    assert!(out.contains("Title\\x1b]0;pwned\\x07 clear\\x1b[2J clip\\x1b]52;c;aGVsbG8=\\x07"));
+    assert!(out.contains("back\\x0dover"), "{out:?}");
+    assert!(out.contains("turn 1: fs__\\x00\\x1b[31mred"), "{out:?}");
+
+    // A program reading a pipe gets what the model wrote, as it wrote it.
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![ScriptStep::text(hostile)]);
+    let piped = self::project(&server, "openai", "");
+    let run = piped.run(&["agent", "run", "reader", "look"]);
+    assert_eq!(run.ok().trim_end(), hostile);
+}
+
+/// Ctrl-C while the answer streams ends its line before saying the run was interrupted.
+#[test]
+fn ctrl_c_during_a_streamed_answer_ends_its_line_first() {
+    let never = Arc::new(tokio::sync::Notify::new());
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![ScriptStep::Held(never, Box::new(ScriptStep::text("Halfway through the answer")))],
+    );
+    let project = project(&server, "openai", "");
+    let run = project
+        .run_at_terminal(&json!([["Halfway ", "<SIGINT>"]]), &["agent", "run", "reader", "look"]);
+    assert_eq!(run.code, 130, "{}\n{}", run.stdout, run.stderr);
+    let out = run.stdout.replace("\r\n", "\n");
+    assert!(out.contains("Halfway \ninterrupted\n"), "{out:?}");
+}
+
+/// `agent run --json` stopped by a signal still answers its program with one JSON
+/// document: the report so far, status `interrupted`, and the exit code it ends with.
+#[test]
+fn an_interrupted_json_run_prints_its_report_so_far() {
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let server = ScriptedLlmServer::start(
+            Dialect::OpenAi,
+            vec![ScriptStep::delay(Duration::from_secs(60), ScriptStep::text("too late"))],
+        );
+        let project = project(&server, "openai", "");
+        let mut command = project.command(&["agent", "run", "reader", "look", "--json"]);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = command.spawn().expect("toolmux starts");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.requests().is_empty() {
+            assert!(Instant::now() < deadline, "the model was never asked");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success());
+        let run = crate::wait(child, Duration::from_secs(30));
+        assert_eq!(run.code, code, "{}", run.stderr);
+        let report: Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", run.stdout, run.stderr));
+        assert_eq!(report["status"], "interrupted", "{report}");
+        assert_eq!(report["exitCode"], code, "{report}");
+        assert_eq!(report["agent"], "reader", "{report}");
+        assert_eq!(report["turns"], 1, "{report}");
+    }
 }

@@ -4,12 +4,15 @@
 # order. Exits with the command's status, or 99 when a rule was never used.
 #
 # usage: python pty_driver.py RULES_JSON CMD ARGS...   (RULES_JSON: [["prompt text", "answer"], ...])
+# The answer "<SIGINT>" is the person pressing Ctrl-C: SIGINT to the command's process group,
+# as the terminal sends it to its foreground group.
 # PTY_COLUMNS in the environment sets the terminal's width (else the kernel's 0 columns).
 import fcntl
 import json
 import os
 import pty
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -46,7 +49,10 @@ while time.time() < deadline:
         at, i = found
         prompt, answer = rules.pop(i)
         seen = at + len(prompt)
-        os.write(master, (answer + "\n").encode())
+        if answer == "<SIGINT>":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.write(master, (answer + "\n").encode())
     elif not ready and proc.poll() is not None:
         break
 try:

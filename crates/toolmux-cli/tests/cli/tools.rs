@@ -775,7 +775,7 @@ fn escape_sequences_in_results_do_not_reach_the_terminal() {
         &serde_json::json!([]),
         &["tools", "call", "fs__read", r#"{"path":"evil.txt"}"#],
     );
-    assert!(run.stdout.contains(r"before\u{1b}]0;pwned\u{7}after"), "{:?}", run.stdout);
+    assert!(run.stdout.contains(r"before\x1b]0;pwned\x07after"), "{:?}", run.stdout);
     // (The transcript has the start-up spinner's own sequences on stderr.)
     assert!(!run.stdout.contains("\u{1b}]0;pwned"), "{:?}", run.stdout);
     let piped = project.run(&["tools", "call", "fs__read", r#"{"path":"evil.txt"}"#]);
