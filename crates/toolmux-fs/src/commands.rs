@@ -216,6 +216,8 @@ impl CommandTools {
             .spawn()
             .map_err(|source| failed(self.sandbox.spawn_failed(label.clone(), source)))?;
         let mut group = MarkedGroup::new(child.id(), mark, label.clone());
+        // Dropped before `group`: released once the group is dealt with, on every way out.
+        let _guard = shell::guard::GroupGuard::watch(child.id(), &label);
         let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
         input.push(b'\n');
         let stdin = child.stdin.take();

@@ -1,6 +1,8 @@
 //! `bash` and `exec`: commands in their own process group, killed as a group on timeout,
 //! cancellation or exit, with capped output and the full output spilled to a file.
 
+pub(crate) mod guard;
+
 use super::{control, spill};
 use crate::config::BashConfig;
 use crate::error::FsError;
@@ -384,6 +386,8 @@ pub(crate) async fn run(
     let mut child =
         command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
     let mut group = MarkedGroup::new(child.id(), mark, label.clone());
+    // Dropped before `group`: released once the group is dealt with, on every way out.
+    let _guard = guard::GroupGuard::watch(child.id(), &label);
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);
     let printed = Printed {

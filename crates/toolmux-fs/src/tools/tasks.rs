@@ -153,6 +153,9 @@ struct Task {
     keeps_stdin: bool,
     /// Whether it runs on a terminal of its own (`tty`).
     tty: bool,
+    /// Kills its group should toolmux die without doing so; released by the watcher once
+    /// the group is killed, or with the task.
+    guard: Mutex<Option<shell::guard::GroupGuard>>,
 }
 
 /// Where a task's input is written.
@@ -393,6 +396,7 @@ impl Tasks {
             Ok(file) => (Some(file), None),
             Err(why) => (None, Some(why)),
         };
+        let guard = shell::guard::GroupGuard::watch(child.id(), &label);
         let task = Arc::new(Task {
             id: format!("task-{n}"),
             run: run.to_owned(),
@@ -409,6 +413,7 @@ impl Tasks {
             stdin: tokio::sync::Mutex::new(input),
             keeps_stdin: keep_stdin,
             tty,
+            guard: Mutex::new(guard),
         });
         let pipes = shell::PipeReaders::new();
         let max = config.spill_max_bytes;
@@ -736,6 +741,8 @@ async fn watch(
     task.kill_group();
     // What left the group goes too, before the pipes are drained (it may hold them).
     task.mark.sweep_on_pool(&task.label).await;
+    // The group is dead: its watchman may go.
+    drop(task.guard.lock().unwrap_or_else(|e| e.into_inner()).take());
     if !matches!(end, End::Exited(_) | End::Signal(_)) {
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
     }

@@ -11,6 +11,7 @@ mod grep;
 mod listing;
 mod nested_repos;
 mod notebook;
+mod orphans;
 mod parallel;
 mod patch;
 mod path_errors;
