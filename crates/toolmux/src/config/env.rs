@@ -2,6 +2,9 @@
 //! environment after parsing; the values taken from the environment that may be
 //! credentials are remembered as secrets (see [`is_secret`]).
 //!
+//! A default may hold references of its own (`${A:-${B:-/tmp}}`), and a `${` that nothing
+//! closes is an error (`$${` is a literal `${`).
+//!
 //! Other `${...}` forms are left as they are: `${parameters.x}` belongs to REST templates,
 //! `${input:x}` to VS Code. `${workspaceFolder}` and `${userHome}` (VS Code) are filled in,
 //! and so are `${CLAUDE_PROJECT_DIR}` and `${TOOLMUX_PROJECT_DIR}` (the project's folder,
@@ -24,6 +27,19 @@ pub(crate) struct Unset {
     pub(crate) path: String,
 }
 
+/// Why the strings of a configuration could not be expanded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ExpandError {
+    /// A `${` with no `}` to close it, in the string at this JSON path. Left as it was,
+    /// `root: ${PROJECT_ROOT` would have been taken as a folder of that name.
+    Unterminated {
+        /// The JSON path of the key whose value holds it.
+        path: String,
+    },
+    /// Variables unset without a default, in the order met.
+    Unset(Vec<Unset>),
+}
+
 /// What expansion found besides the new values.
 #[derive(Debug, Default)]
 pub(crate) struct Expansion {
@@ -33,18 +49,30 @@ pub(crate) struct Expansion {
     pub(crate) inputs: Vec<String>,
 }
 
-/// Expands every string in `value` in place; every variable that is unset and has no
-/// default, in the order met, when there is any.
+/// Expands every string in `value` in place. The first string with an unterminated `${`
+/// is an error; else every variable that is unset and has no default, in the order met,
+/// when there is any.
 pub(crate) fn expand(
     value: &mut Value,
     lookup: &Lookup<'_>,
     workspace: &str,
-) -> Result<Expansion, Vec<Unset>> {
+) -> Result<Expansion, ExpandError> {
     let mut found = Expansion::default();
     let mut path = Vec::new();
-    let mut unset = Vec::new();
-    walk(value, lookup, workspace, &mut path, false, &mut found, &mut unset);
-    if unset.is_empty() { Ok(found) } else { Err(unset) }
+    let mut problems = Problems::default();
+    walk(value, lookup, workspace, &mut path, false, &mut found, &mut problems);
+    if let Some(path) = problems.unterminated {
+        return Err(ExpandError::Unterminated { path });
+    }
+    if problems.unset.is_empty() { Ok(found) } else { Err(ExpandError::Unset(problems.unset)) }
+}
+
+/// What was wrong in the strings walked so far.
+#[derive(Debug, Default)]
+struct Problems {
+    /// The path of the first string with an unterminated `${`.
+    unterminated: Option<String>,
+    unset: Vec<Unset>,
 }
 
 /// Expands the strings of `value`, at `path`; `after_secret_flag`: `value` is an item of a
@@ -56,16 +84,21 @@ fn walk(
     path: &mut Vec<String>,
     after_secret_flag: bool,
     found: &mut Expansion,
-    unset: &mut Vec<Unset>,
+    problems: &mut Problems,
 ) {
     match value {
         Value::String(text) => {
             if text.contains("${") {
                 let mut missing = Vec::new();
                 let place = Place { secret: after_secret_flag || is_secret_place(path) };
-                *text = expand_str(text, lookup, workspace, place, found, &mut missing);
                 let at = path.join(".");
-                unset.extend(
+                match expand_str(text, lookup, workspace, place, found, &mut missing) {
+                    Some(expanded) => *text = expanded,
+                    None => {
+                        problems.unterminated.get_or_insert(at.clone());
+                    }
+                }
+                problems.unset.extend(
                     missing.into_iter().map(|variable| Unset { variable, path: at.clone() }),
                 );
             }
@@ -75,7 +108,7 @@ fn walk(
                 let after_flag = i > 0 && items[i - 1].as_str().is_some_and(is_secret_lead);
                 let parent = path.pop().unwrap_or_default();
                 path.push(format!("{parent}[{i}]"));
-                walk(&mut items[i], lookup, workspace, path, after_flag, found, unset);
+                walk(&mut items[i], lookup, workspace, path, after_flag, found, problems);
                 path.pop();
                 path.push(parent);
             }
@@ -83,7 +116,7 @@ fn walk(
         Value::Object(map) => {
             for (key, item) in map.iter_mut() {
                 path.push(key.clone());
-                walk(item, lookup, workspace, path, false, found, unset);
+                walk(item, lookup, workspace, path, false, found, problems);
                 path.pop();
             }
         }
@@ -104,14 +137,19 @@ struct Place {
 /// stands in the expanded string (byte offsets).
 struct Expanded<'a> {
     name: &'a str,
+    /// The variables whose defaults it stands in, outermost first: in
+    /// `${API_KEY:-${FALLBACK}}` the value of `FALLBACK` is used as `API_KEY`.
+    instead_of: Vec<&'a str>,
     value: String,
     start: usize,
     end: usize,
 }
 
-/// `text` with its references expanded; the variables unset without a default are added
-/// to `unset` (their references left as they are). `$${` is a literal `${`, as in Docker
-/// Compose: a shell's `${f}` in a hook command is written `$${f}`.
+/// `text` with its references expanded, `None` when a `${` has no `}` to close it; the
+/// variables unset without a default are added to `unset` (their references left as they
+/// are). `$${` is a literal `${`, as in Docker Compose: a shell's `${f}` in a hook
+/// command is written `$${f}`. A default may hold references of its own
+/// (`${A:-${B:-/tmp}}`), expanded only when it is used, as in a shell.
 ///
 /// The values taken from the environment that [`is_secret`] finds secret where they stand
 /// are added to `found`.
@@ -122,64 +160,142 @@ fn expand_str(
     place: Place,
     found: &mut Expansion,
     unset: &mut Vec<String>,
-) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut expanded = Vec::new();
+) -> Option<String> {
+    let mut out = Output { text: String::with_capacity(text.len()), expanded: Vec::new() };
+    let scope = Scope { lookup, workspace, instead_of: Vec::new() };
+    expand_into(text, &scope, &mut out, found, unset)?;
+    let Output { text: out, expanded } = out;
+    for e in expanded {
+        let secret_place = place.secret || is_secret_part(&out, e.start, e.end);
+        // A machine's variable is never a secret, in whatever's place; another value is
+        // judged by its own name and by the name of each variable it stands in for.
+        let secret = !is_machine(e.name)
+            && std::iter::once(e.name)
+                .chain(e.instead_of.iter().copied())
+                .any(|name| is_secret(name, &e.value, secret_place));
+        if secret {
+            found.secrets.push(e.value);
+        }
+    }
+    Some(out)
+}
+
+/// The string being expanded and the values of variables in it.
+struct Output<'a> {
+    text: String,
+    expanded: Vec<Expanded<'a>>,
+}
+
+/// What references are expanded with.
+struct Scope<'s, 'a> {
+    lookup: &'s Lookup<'s>,
+    workspace: &'s str,
+    /// The variables whose default is being expanded, outermost first.
+    instead_of: Vec<&'a str>,
+}
+
+/// Appends `text` to `out` with its references expanded ([`expand_str`]); `None` when a
+/// `${` is not closed.
+fn expand_into<'a>(
+    text: &'a str,
+    scope: &Scope<'_, 'a>,
+    out: &mut Output<'a>,
+    found: &mut Expansion,
+    unset: &mut Vec<String>,
+) -> Option<()> {
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         if rest[..start].ends_with('$') {
-            out.push_str(&rest[..start - 1]);
-            out.push_str("${");
+            out.text.push_str(&rest[..start - 1]);
+            out.text.push_str("${");
             rest = &rest[start + 2..];
             continue;
         }
-        out.push_str(&rest[..start]);
+        out.text.push_str(&rest[..start]);
         let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            rest = "";
-            break;
-        };
+        let end = closing_brace(after)?;
         let inner = &after[..end];
         let whole = &rest[start..start + 2 + end + 1];
         match reference(inner) {
-            Reference::Env { name, default } => match (lookup(name), default) {
+            Reference::Env { name, default } => match ((scope.lookup)(name), default) {
                 // `${VAR:-default}`: the default when VAR is unset or empty, as in a shell.
-                (Some(v), Some(d)) if v.is_empty() => out.push_str(d),
-                (Some(v), _) => {
-                    let start = out.len();
-                    out.push_str(&v);
-                    expanded.push(Expanded { name, value: v, start, end: out.len() });
+                (Some(v), Some(d)) if v.is_empty() => {
+                    expand_default(d, name, scope, out, found, unset)?;
                 }
-                (None, Some(d)) => out.push_str(d),
+                (None, Some(d)) => expand_default(d, name, scope, out, found, unset)?,
+                (Some(v), _) => {
+                    let start = out.text.len();
+                    out.text.push_str(&v);
+                    let instead_of = scope.instead_of.clone();
+                    out.expanded.push(Expanded {
+                        name,
+                        instead_of,
+                        value: v,
+                        start,
+                        end: out.text.len(),
+                    });
+                }
                 (None, None) => {
                     unset.push(name.to_owned());
-                    out.push_str(whole);
+                    out.text.push_str(whole);
                 }
             },
-            Reference::Workspace => out.push_str(workspace),
-            Reference::Home => match lookup("HOME") {
-                Some(home) => out.push_str(&home),
+            Reference::Workspace => out.text.push_str(scope.workspace),
+            Reference::Home => match (scope.lookup)("HOME") {
+                Some(home) => out.text.push_str(&home),
                 None => {
                     unset.push("HOME".to_owned());
-                    out.push_str(whole);
+                    out.text.push_str(whole);
                 }
             },
             Reference::Input => {
                 found.inputs.push(whole.to_owned());
-                out.push_str(whole);
+                out.text.push_str(whole);
             }
-            Reference::Other => out.push_str(whole),
+            Reference::Other => out.text.push_str(whole),
         }
         rest = &after[end + 1..];
     }
-    out.push_str(rest);
-    for e in expanded {
-        if is_secret(e.name, &e.value, place.secret || is_secret_part(&out, e.start, e.end)) {
-            found.secrets.push(e.value);
+    out.text.push_str(rest);
+    Some(())
+}
+
+/// Expands `default`, used in place of variable `name`.
+fn expand_default<'a>(
+    default: &'a str,
+    name: &'a str,
+    scope: &Scope<'_, 'a>,
+    out: &mut Output<'a>,
+    found: &mut Expansion,
+    unset: &mut Vec<String>,
+) -> Option<()> {
+    let mut instead_of = scope.instead_of.clone();
+    instead_of.push(name);
+    let inner = Scope { lookup: scope.lookup, workspace: scope.workspace, instead_of };
+    expand_into(default, &inner, out, found, unset)
+}
+
+/// The offset in `after` (the text after a `${`) of the `}` that closes it, counting the
+/// `${` met on the way as opened within it: `${A:-${B}}` closes at its last brace.
+fn closing_brace(after: &str) -> Option<usize> {
+    let bytes = after.as_bytes();
+    let mut depth = 1usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i..].starts_with(b"${") {
+            depth += 1;
+            i += 2;
+            continue;
         }
+        if bytes[i] == b'}' {
+            depth -= 1;
+            if depth == 0 {
+                return Some(i);
+            }
+        }
+        i += 1;
     }
-    out
+    None
 }
 
 enum Reference<'a> {
@@ -562,7 +678,8 @@ mod tests {
             Ok(found) => {
                 format!("{value}\nsecrets: {:?}\ninputs: {:?}", found.secrets, found.inputs)
             }
-            Err(unset) => unset
+            Err(ExpandError::Unterminated { path }) => format!("unterminated at {path}"),
+            Err(ExpandError::Unset(unset)) => unset
                 .iter()
                 .map(|u| format!("unset {} at {}", u.variable, u.path))
                 .collect::<Vec<_>>()
@@ -759,10 +876,48 @@ mod tests {
     #[test]
     fn templates_survive() {
         check(
-            json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "odd": "${", "unclosed": "a ${TOKEN", "hook": "${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}"}),
+            json!({"url": "https://x/${parameters.id}?q=${parameters.q}", "hook": "${CLAUDE_PROJECT_DIR}/h.sh ${TOOLMUX_PROJECT_DIR}", "literal": "$${"}),
             expect![[r#"
-                {"hook":"/ws/h.sh /ws","odd":"${","unclosed":"a ${TOKEN","url":"https://x/${parameters.id}?q=${parameters.q}"}
+                {"hook":"/ws/h.sh /ws","literal":"${","url":"https://x/${parameters.id}?q=${parameters.q}"}
                 secrets: []
+                inputs: []"#]],
+        );
+    }
+
+    /// A `${` that nothing closes is an error, where it was kept as text: `root: ${ROOT`
+    /// was a folder of that name.
+    #[test]
+    fn an_unterminated_reference_is_an_error() {
+        check(json!({"a": "ok", "fs": {"root": "${TOKEN"}}), expect!["unterminated at fs.root"]);
+        check(json!({"x": ["a ${"]}), expect!["unterminated at x[0]"]);
+        check(json!({"x": "${NOPE:-${TOKEN}"}), expect!["unterminated at x"]);
+        // An unset variable elsewhere is not what is told first.
+        check(json!({"a": "${NOPE}", "b": "${TOKEN"}), expect!["unterminated at b"]);
+    }
+
+    /// A default may hold references of its own, expanded only when it is used.
+    #[test]
+    fn defaults_nest() {
+        check(
+            json!({"a": "${NOPE:-${NOPE2:-/srv}}", "b": "${NOPE:-${MODE}-x}", "c": "${MODE:-${NOPE}}", "d": "${NOPE:-$${MODE}}", "e": "${EMPTY:-${NOPE:-${LISTEN}}}"}),
+            expect![[r#"
+                {"a":"/srv","b":"prod-x","c":"prod","d":"${MODE}","e":"8080"}
+                secrets: []
+                inputs: []"#]],
+        );
+        check(json!({"a": "${NOPE:-${NOPE2}}"}), expect!["unset NOPE2 at a"]);
+    }
+
+    /// The value finally used is judged by its own variable's name and by the names of the
+    /// variables it stands in for: `${API_TOKEN:-${FALLBACK}}` is a token whatever
+    /// `FALLBACK` is called, and `${NOPE:-${TOKEN}}` a token wherever it stands.
+    #[test]
+    fn a_nested_value_is_judged_by_every_name_it_stands_for() {
+        check(
+            json!({"args": ["${NOPE:-${TOKEN}}", "${API_TOKEN:-${MODE}}", "${NOPE:-${MODE}}", "${API_TOKEN:-${HOME}}"], "url": "http://h/?key=${NOPE:-${LISTEN}}"}),
+            expect![[r#"
+                {"args":["s3cret-token","prod","prod","/home/u"],"url":"http://h/?key=8080"}
+                secrets: ["s3cret-token", "prod", "8080"]
                 inputs: []"#]],
         );
     }

@@ -492,25 +492,15 @@ fn expand_into<T: DeserializeOwned>(
     source: &Source<'_>,
 ) -> Result<(T, env::Expansion, serde_json::Value), ToolmuxError> {
     let workspace = workspace_folder(source.base_dir);
-    let found = env::expand(&mut value, source.env, &workspace).map_err(|unset| {
-        let first = &unset[0];
-        let position = reference_position(source.text, &first.variable);
-        let message = match unset.as_slice() {
-            [one] => format!(
-                "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
-                one.variable, one.path, one.variable
+    let found = env::expand(&mut value, source.env, &workspace).map_err(|e| match e {
+        env::ExpandError::Unterminated { path } => source.error(
+            value_position(source.text, &path).or_else(|| key_position(source.text, &path)),
+            format!(
+                "`${{` without a closing `}}` in {path}: close the reference \
+                 (`${{VAR}}`, `${{VAR:-default}}`), or write a literal `${{` as `$${{`"
             ),
-            all => format!(
-                "unset environment variables: {} (set them, or give defaults: ${{{}:-value}}; a \
-                 shell's own `${{x}}` is written `$${{x}}`)",
-                all.iter()
-                    .map(|u| format!("{} in {}", u.variable, u.path))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                first.variable
-            ),
-        };
-        source.error(position, message)
+        ),
+        env::ExpandError::Unset(unset) => unset_error(&unset, source),
     })?;
     let typed: T = serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
@@ -519,6 +509,28 @@ fn expand_into<T: DeserializeOwned>(
         source.error(position, describe(&path, &e.into_inner().to_string()))
     })?;
     Ok((typed, found, value))
+}
+
+/// The error for variables unset without a default: the first's line, all of their names.
+fn unset_error(unset: &[env::Unset], source: &Source<'_>) -> ToolmuxError {
+    let first = &unset[0];
+    let position = reference_position(source.text, &first.variable);
+    let message = match unset {
+        [one] => format!(
+            "unset environment variable {} in {} (set it, or give a default: ${{{}:-value}})",
+            one.variable, one.path, one.variable
+        ),
+        all => format!(
+            "unset environment variables: {} (set them, or give defaults: ${{{}:-value}}; a \
+             shell's own `${{x}}` is written `$${{x}}`)",
+            all.iter()
+                .map(|u| format!("{} in {}", u.variable, u.path))
+                .collect::<Vec<_>>()
+                .join(", "),
+            first.variable
+        ),
+    };
+    source.error(position, message)
 }
 
 /// The folder VS Code calls `${workspaceFolder}`: the parent of a `.vscode` folder, else

@@ -163,6 +163,49 @@ fn unset_variable_names_it_and_the_key() {
     );
 }
 
+/// A `${` that nothing closes is an error naming the key, its line and the escape, where
+/// it was kept as text: `root: ${GITHUB_TOKEN` became a folder of that name.
+#[test]
+fn an_unterminated_reference_is_an_error() {
+    yaml_error(
+        "fs:\n  enabled: true\n  root: ${GITHUB_TOKEN\n",
+        expect![
+            "toolmux.yaml:3:9: `${` without a closing `}` in fs.root: close the reference (`${VAR}`, `${VAR:-default}`), or write a literal `${` as `$${`"
+        ],
+    );
+    json_error(
+        "{\"mcpServers\": {\"s\": {\"command\": \"x\",\n  \"args\": [\"${NOPE:-${GITHUB_TOKEN}\"]}}}",
+        expect![
+            "toolmux.json:2:11: `${` without a closing `}` in mcpServers.s.args[0]: close the reference (`${VAR}`, `${VAR:-default}`), or write a literal `${` as `$${`"
+        ],
+    );
+    // The documented escape still gives a literal `${`.
+    let loaded = loads(FileFormat::Yaml, "fs:\n  root: /srv/$${HOME\n");
+    assert_eq!(
+        loaded.config.fs.as_ref().map(|fs| fs.root.clone()),
+        Some(Some(PathBuf::from("/srv/${HOME")))
+    );
+}
+
+/// A default may hold a reference of its own, as in a shell and Docker Compose; the value
+/// finally used is a secret when its own name or a name it stands in for sounds secret.
+#[test]
+fn defaults_may_hold_references() {
+    let loaded = loads(
+        FileFormat::Yaml,
+        "mcpServers:\n  s:\n    command: x\n    args: ['${NOPE:-${GITHUB_TOKEN}}', '${NOPE:-${NOPE2:-/tmp}}', '${API_KEY:-${PORT}}', '${NOPE:-${PORT}}']\n",
+    );
+    let s = &loaded.config.mcp_servers["s"];
+    assert_eq!(s.args, ["ghp_secret_value", "/tmp", "8080", "8080"]);
+    assert_eq!(loaded.secrets, ["ghp_secret_value", "8080"]);
+    yaml_error(
+        "mcpServers:\n  s:\n    command: x\n    args: ['${NOPE:-${NO_SUCH_TOKEN}}']\n",
+        expect![
+            "toolmux.yaml:4:21: unset environment variable NO_SUCH_TOKEN in mcpServers.s.args[0] (set it, or give a default: ${NO_SUCH_TOKEN:-value})"
+        ],
+    );
+}
+
 #[test]
 fn variables_expand_and_are_secrets() {
     let loaded = loads(
