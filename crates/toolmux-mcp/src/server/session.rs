@@ -160,6 +160,10 @@ fn read_input(
             crate::inline::run_ready();
         }
     }
+    if let Some(line) = framer.finish(&router) {
+        router.route(line);
+        crate::inline::run_ready();
+    }
     router.end();
     crate::inline::run_ready();
     drop(router);
@@ -454,8 +458,9 @@ impl Router {
         (router, rmcp)
     }
 
-    /// The client's stream ended: a partial last line is dropped, as rmcp does; closing
-    /// the feed lets rmcp finish what it has and then see the end.
+    /// The client's stream ended (its last line, when it had no newline, was routed
+    /// before: see [`Framer::finish`]); closing the feed lets rmcp finish what it has and
+    /// then see the end.
     fn end(&mut self) {
         self.feed = None;
         self.ended.cancel();
@@ -1227,6 +1232,20 @@ impl Framer {
     }
 }
 
+impl Framer {
+    /// At the end of the client's stream: the last line, when it did not end with a
+    /// newline, as if it had (a short one returned for the router, a long one's end sent
+    /// to rmcp). A client that ends its last message with the end of its stream, as
+    /// `printf '%s' '{...}' | toolmux serve --stdio` does, is served, not ignored.
+    fn finish(&mut self, router: &Router) -> Option<Vec<u8>> {
+        if !self.streaming && self.line.iter().all(u8::is_ascii_whitespace) {
+            self.line.clear();
+            return None;
+        }
+        self.take(b"\n", router).1
+    }
+}
+
 /// What is learned of a line streamed to rmcp as its bytes pass: its length, and the
 /// value of its top-level `id` (an object's member at depth one, wherever it is).
 #[derive(Debug, Default)]
@@ -1327,7 +1346,7 @@ impl<R: AsyncRead + Unpin> Lines<R> {
             let (taken, line) = {
                 let available = match self.reader.fill_buf().await {
                     Ok(available) if !available.is_empty() => available,
-                    Ok(_) => return None,
+                    Ok(_) => return self.framer.finish(router),
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot read the client's stream");
                         return None;

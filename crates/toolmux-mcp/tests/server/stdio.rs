@@ -1190,3 +1190,65 @@ async fn a_burst_of_list_changes_is_announced_once() {
     drop(client);
     within(server).await.unwrap().unwrap();
 }
+
+/// A last message without a newline, ended by the end of stdin, is served as a message,
+/// whichever path it takes: it was dropped without a word.
+#[tokio::test]
+async fn a_last_message_without_a_newline_is_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}
+    }});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let last = [
+        json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
+    ];
+    for last in last {
+        let mut child =
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
+                .arg("stdio")
+                .current_dir(crate::support::repo_root())
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("the fixture starts");
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let input = format!("{initialize}\n{initialized}\n{last}");
+        within(stdin.write_all(input.as_bytes())).await.unwrap();
+        drop(stdin);
+        let mut output = String::new();
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        within(stdout.read_to_string(&mut output)).await.unwrap();
+        let answered = output
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .any(|message| message["id"] == 7 && message.get("result").is_some());
+        assert!(answered, "{last}: {output}");
+        within(child.wait()).await.unwrap();
+        // The same on async streams (`serve_io`).
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (reader, writer) = tokio::io::split(server_io);
+        let provider = Arc::new(Fixture::new(0));
+        let server = tokio::spawn(toolmux_mcp::server::serve_io(
+            provider,
+            ServeOptions::default(),
+            reader,
+            writer,
+        ));
+        let (mut from_server, mut to_server) = tokio::io::split(client_io);
+        within(to_server.write_all(input.as_bytes())).await.unwrap();
+        within(to_server.shutdown()).await.unwrap();
+        let mut output = String::new();
+        within(from_server.read_to_string(&mut output)).await.unwrap();
+        let answered = output
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .any(|message| message["id"] == 7 && message.get("result").is_some());
+        assert!(answered, "serve_io, {last}: {output}");
+        within(server).await.unwrap().unwrap();
+    }
+}
