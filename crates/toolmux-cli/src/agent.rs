@@ -156,6 +156,8 @@ fn at_terminal(
                 lines.line(&format!("· {message}"));
             }
         }));
+        let waits = screen.clone();
+        crate::waits::show_with(move |line| waits.line(&format!("· {line}")));
         let text = screen.clone();
         options.on_text = Some(TextSink::new(move |_agent, delta| text.text(delta)));
         if let Some(person) = questions {

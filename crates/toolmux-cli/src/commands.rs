@@ -196,7 +196,12 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
         .with_target(verbose > 1)
         .with_ansi(colour)
         .with_filter(filter);
-    let _ = tracing_subscriber::registry().with(layer).try_init();
+    // At a terminal, the model client's waits before it tries a request again are shown
+    // ([`crate::waits`]), whatever the log's level: its retry events only.
+    let waits = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        crate::waits::ModelWaits::default().with_filter(EnvFilter::new("toolmux_llm=debug"))
+    });
+    let _ = tracing_subscriber::registry().with(layer).with(waits).try_init();
 }
 
 /// Builds everything and starts every provider, with a spinner on a terminal.

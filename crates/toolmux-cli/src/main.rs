@@ -34,6 +34,7 @@ mod progress;
 mod reload;
 mod signals;
 mod terminal;
+mod waits;
 
 use anyhow::Context as _;
 use args::{AgentCommand, Cli, Command, ConfigCommand, McpCommand, OutputCommand, ToolsCommand};

@@ -1110,3 +1110,29 @@ fn an_interrupted_json_run_prints_its_report_so_far() {
         assert_eq!(report["turns"], 1, "{report}");
     }
 }
+
+/// At a terminal a wait the model API asked for (`Retry-After`) is shown as it starts,
+/// where nothing was and a long one looked like a hang.
+#[test]
+fn at_a_terminal_a_rate_limited_wait_is_shown() {
+    let server = ScriptedLlmServer::start(
+        Dialect::OpenAi,
+        vec![
+            ScriptStep::Status {
+                status: 429,
+                body: r#"{"error": {"message": "slow down"}}"#.into(),
+                retry_after: Some("2".into()),
+            },
+            ScriptStep::text("done after the wait"),
+        ],
+    );
+    let project = project(&server, "openai", "");
+    let config = std::fs::read_to_string(project.path().join("toolmux.yaml")).unwrap();
+    project.file("toolmux.yaml", &config.replace("maxRetries: 0", "maxRetries: 1"));
+    let run = project.run_at_terminal(&json!([]), &["agent", "run", "reader", "look"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let out = run.stdout.replace("\r\n", "\n");
+    assert!(out.contains("· waiting 2s for the model API (rate limited)\n"), "{out:?}");
+    assert!(out.contains("done after the wait"), "{out:?}");
+    assert_eq!(server.requests().len(), 2);
+}
