@@ -58,7 +58,9 @@ pub struct AgentHooks {
     pub subagent_stop: Vec<HookCommand>,
     /// Where the programs run (the configuration file's folder).
     pub dir: PathBuf,
-    /// Removed from reasons and context before the model or a person sees them.
+    /// The configuration's secrets (the orchestrator's), removed from reasons and context
+    /// before the model or a person sees them, and from what the model writes (the text
+    /// streamed to a run's sink, the report, the transcript) before it leaves the agent.
     pub redactor: Redactor,
     /// The output directory, where each run's folder gets its agents' transcripts
     /// (`transcript_path`); none without it.

@@ -386,7 +386,22 @@ impl Agents {
 
     /// Runs agent `name` in `ctx`, whose operation is the agent's; with `resumed` (the
     /// standing approvals and the decisions), its first session goes on with a paused run.
+    /// The report comes with the configuration's secrets redacted from what the model
+    /// wrote ([`AgentReport::redacted`]).
     async fn run_from(
+        &self,
+        name: &str,
+        task: &str,
+        ctx: &CallContext,
+        options: &RunOptions,
+        resumed: Option<(Vec<String>, &Resume)>,
+    ) -> Result<AgentReport, AgentError> {
+        let report = self.run_unredacted(name, task, ctx, options, resumed).await?;
+        Ok(report.redacted(&self.inner.definitions.hooks.redactor))
+    }
+
+    /// [`Agents::run_from`], the report as the sessions made it.
+    async fn run_unredacted(
         &self,
         name: &str,
         task: &str,

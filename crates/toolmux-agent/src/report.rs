@@ -1,9 +1,11 @@
 //! What a run of an agent ends with.
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolmux_core::ToolOutput;
 use toolmux_llm::{Message, Usage};
+use toolmux_orchestrator::Redactor;
 
 use crate::pause::PendingCall;
 
@@ -120,6 +122,40 @@ impl AgentReport {
         }
     }
 
+    /// The report with the configuration's secrets (`redactor`'s) redacted from what the
+    /// model wrote into it and everything else it carries in text: its content, JSON
+    /// content, metadata, progress, the conversation (the model's text and calls'
+    /// arguments too) and the arguments of the calls it waits on. A model may write a
+    /// secret it saw (its context, a tool's result before redaction was configured); the
+    /// report leaves to people and programs, who are not to see it.
+    pub(crate) fn redacted(mut self, redactor: &Redactor) -> Self {
+        if redactor.is_empty() {
+            return self;
+        }
+        redactor.redact_in_place(&mut self.content);
+        for value in [&mut self.content_json, &mut self.metadata, &mut self.task_status]
+            .into_iter()
+            .flatten()
+        {
+            redactor.redact_json(value);
+        }
+        if let Some(task) = &mut self.task {
+            redactor.redact_in_place(task);
+        }
+        self.transcript = std::mem::take(&mut self.transcript)
+            .into_iter()
+            .map(|message| redacted_json(message, redactor, Message::user))
+            .collect();
+        for call in &mut self.pending {
+            redactor.redact_json(&mut call.arguments);
+            redactor.redact_in_place(&mut call.reason);
+            if let Some(question) = &mut call.question {
+                redactor.redact_in_place(question);
+            }
+        }
+        self
+    }
+
     pub(crate) fn failure(agent: &str, content: String) -> Self {
         AgentReport {
             agent: agent.to_owned(),
@@ -179,6 +215,26 @@ impl AgentReport {
             .with_extra("toolCalls", json!(self.tool_calls))
             .with_extra("refusedCalls", json!(self.refused_calls))
             .with_extra("usage", json!(self.usage))
+    }
+}
+
+/// `item` with `redactor`'s secrets redacted from its strings, as written in JSON; should
+/// the redacted JSON no longer read as one (a secret standing in a tag), `fallback` of its
+/// redacted text, so that nothing goes out unredacted.
+fn redacted_json<T: Serialize + DeserializeOwned>(
+    item: T,
+    redactor: &Redactor,
+    fallback: impl FnOnce(String) -> T,
+) -> T {
+    let Ok(mut value) = serde_json::to_value(&item) else { return item };
+    let before = value.clone();
+    redactor.redact_json(&mut value);
+    if value == before {
+        return item;
+    }
+    match serde_json::from_value(value.clone()) {
+        Ok(clean) => clean,
+        Err(_) => fallback(value.to_string()),
     }
 }
 

@@ -806,17 +806,28 @@ impl Session<'_> {
         // secret); the same for the text.
         let calls: Mutex<Vec<(String, String, String)>> = Mutex::default();
         let text = Mutex::new(String::new());
+        // What of the text waits to go to the run's sink, redacted as the events are (by
+        // the configuration's secrets, the hooks' redactor holding the same): a secret
+        // the model writes across deltas is held back until it is whole.
+        let sink_pending = Mutex::new(String::new());
+        let to_sink = |more: &str, end: bool| {
+            let Some(sink) = self.on_text else { return };
+            let mut pending = sink_pending.lock().unwrap_or_else(|e| e.into_inner());
+            let clean = self.hooks.redactor.pass_on(&mut pending, more, end);
+            if !clean.is_empty() {
+                sink.send(self.name, TextDelta::Text(&clean));
+            }
+        };
         let on_delta = |delta: ModelDelta<'_>| match delta {
             ModelDelta::Text(more) => {
-                if let Some(sink) = self.on_text {
-                    sink.send(self.name, TextDelta::Text(more));
-                }
+                to_sink(more, false);
                 let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
                 self.orchestrator.agent_text(&self.ctx, self.name, &mut pending, Some(more));
             }
             ModelDelta::Restart => {
                 calls.lock().unwrap_or_else(|e| e.into_inner()).clear();
                 if let Some(sink) = self.on_text {
+                    sink_pending.lock().unwrap_or_else(|e| e.into_inner()).clear();
                     sink.send(self.name, TextDelta::Restart);
                 }
                 let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
@@ -848,6 +859,7 @@ impl Session<'_> {
         for (id, tool, pending) in calls.lock().unwrap_or_else(|e| e.into_inner()).iter_mut() {
             self.orchestrator.stream_arguments(&self.ctx, id, tool, pending, None);
         }
+        to_sink("", true);
         let mut pending = text.lock().unwrap_or_else(|e| e.into_inner());
         self.orchestrator.agent_text(&self.ctx, self.name, &mut pending, None);
         answer
@@ -1149,6 +1161,7 @@ impl Session<'_> {
                 let parsed = serde_json::from_value(c.arguments.clone()).ok()?;
                 let status = c.arguments.clone();
                 if let Some(now) = status.get("now").and_then(Value::as_str) {
+                    let now = self.hooks.redactor.redact(now);
                     self.ctx.report_progress(
                         Progress::new(0.0, None).with_message(format!("{}: {now}", self.name)),
                     );

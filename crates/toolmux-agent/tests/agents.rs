@@ -2617,17 +2617,7 @@ fn within_window(next: ScriptStep) -> ScriptStep {
 
 /// A model `m` on `server`, speaking `dialect`'s API, its prompt cache off.
 fn model_speaking(dialect: Dialect, server: &ScriptedLlmServer) -> Arc<dyn Model> {
-    let config = ModelConfig {
-        api: match dialect {
-            Dialect::OpenAi => ApiKind::Openai,
-            Dialect::Anthropic => ApiKind::Anthropic,
-        },
-        model: "test-model".into(),
-        base_url: Some(server.base_url()),
-        prompt_cache: Some(false),
-        ..ModelConfig::default()
-    };
-    toolmux_llm::connect("m", &config).unwrap()
+    toolmux_llm::connect("m", &model_speaking_config(dialect, server)).unwrap()
 }
 
 /// An agent on a model `m` served by `server`, speaking `dialect`'s API (no
@@ -3364,4 +3354,78 @@ async fn an_invalid_task_status_says_what_to_fix() {
     assert_eq!((run.status, run.task_status), (AgentStatus::Success, None));
     let (_, results) = wire_calls_and_results(Dialect::OpenAi, &requests[1]);
     assert!(results[0].1.contains("invalid status") && results[0].1.contains("in-progress"));
+}
+
+/// A configured secret, here also the model's API key: a passphrase, so that the scripted
+/// server's stream (text in words) splits it across deltas.
+const PASSPHRASE: &str = "hunter2 sk-LIVE-7f3a9c2e1b";
+
+/// What the model writes leaves the agent redacted: a secret it echoes in its text (split
+/// across streamed deltas), in a call's arguments and in its report is not in the text
+/// streamed to the run's sink, the report (content, JSON content) nor the transcript, on
+/// either API, while the conversation sent back to the model keeps it as written.
+#[tokio::test]
+async fn a_secret_the_model_writes_leaves_the_agent_redacted() {
+    for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
+        let script = vec![
+            ScriptStep::TextAndToolCalls(
+                format!("My key is {PASSPHRASE} as you see"),
+                vec![("mock__echo".into(), json!({"say": PASSPHRASE}))],
+            ),
+            ScriptStep::ToolCalls(vec![(
+                "agent__final_report".into(),
+                json!({"status": "success", "content": format!("the key: {PASSPHRASE}"),
+                    "format": "json", "content_json": {"key": PASSPHRASE}}),
+            )]),
+        ];
+        let server = ScriptedLlmServer::start(dialect, script);
+        let mut config = model_speaking_config(dialect, &server);
+        config.api_key = Some(PASSPHRASE.into());
+        let models =
+            BTreeMap::from([("m".to_owned(), toolmux_llm::connect("m", &config).unwrap())]);
+        let mut definitions = one("a", agent("m"));
+        definitions.hooks = Arc::new(toolmux_agent::AgentHooks {
+            redactor: toolmux_orchestrator::Redactor::new([PASSPHRASE.to_owned()]),
+            ..toolmux_agent::AgentHooks::default()
+        });
+        let mock: Arc<dyn ToolProvider> =
+            Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
+        let (agents, _orchestrator) = start_agents(definitions, models, vec![mock]).await;
+        let texts = Arc::new(Mutex::new(Vec::new()));
+        let sink = {
+            let texts = texts.clone();
+            TextSink::new(move |_, delta| {
+                if let TextDelta::Text(text) = delta {
+                    texts.lock().unwrap().push(text.to_owned());
+                }
+            })
+        };
+        let options = RunOptions { on_text: Some(sink), transcript: true, ..RunOptions::default() };
+        let report = agents.run_with("a", "t", &CallContext::new(), &options).await.unwrap();
+        let streamed = texts.lock().unwrap().concat();
+        assert_eq!(streamed, "My key is [redacted] as you see", "{dialect:?}");
+        let written = serde_json::to_string(&report).unwrap();
+        assert!(!written.contains("sk-LIVE") && !written.contains("hunter2"), "{written}");
+        assert_eq!(report.content, "the key: [redacted]", "{dialect:?}");
+        assert_eq!(report.content_json, Some(json!({"key": "[redacted]"})), "{dialect:?}");
+        assert!(written.contains("My key is [redacted] as you see"), "{written}");
+        // The model's own conversation is not redacted: it goes back as it was written.
+        let requests = server.requests();
+        assert!(requests[1].to_string().contains(&format!("My key is {PASSPHRASE}")));
+    }
+}
+
+/// The configuration of a model `m` on `server`, speaking `dialect`'s API, its prompt cache
+/// off.
+fn model_speaking_config(dialect: Dialect, server: &ScriptedLlmServer) -> ModelConfig {
+    ModelConfig {
+        api: match dialect {
+            Dialect::OpenAi => ApiKind::Openai,
+            Dialect::Anthropic => ApiKind::Anthropic,
+        },
+        model: "test-model".into(),
+        base_url: Some(server.base_url()),
+        prompt_cache: Some(false),
+        ..ModelConfig::default()
+    }
 }
