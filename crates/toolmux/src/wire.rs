@@ -1106,7 +1106,19 @@ mod mcp {
                     format!("mcpServers.{name}.envFile: cannot read {}: {e}", path.display()),
                 )
             })?;
-            for (key, value) in dotenv(&text) {
+            let (pairs, bad) = dotenv(&text);
+            if let Some(line) = bad {
+                return Err(ToolmuxError::config(
+                    loaded.file_of("mcpServers", name),
+                    format!(
+                        "mcpServers.{name}.envFile: {}:{line}: not a KEY=value line: an env \
+                         file holds KEY=value lines, # comments and blank lines (dotenv), not \
+                         YAML or JSON; write the line as KEY=value or start it with #",
+                        path.display()
+                    ),
+                ));
+            }
+            for (key, value) in pairs {
                 // Judged line by line as a value from the environment by its name and its
                 // value (docs/configuration.md): every line a secret read every `8080` in
                 // outputs as `[redacted]` for a `PORT=8080`.
@@ -1163,27 +1175,49 @@ mod mcp {
         let Ok(text) = read_regular(&loaded.resolve(file), FileRole::EnvFile) else {
             return Vec::new();
         };
+        // The pairs of a file with a line that is none are still secrets here: the
+        // server's own start reports the line.
         dotenv(&text)
+            .0
             .into_iter()
             .filter(|(key, value)| crate::config::is_secret_setting(key, value))
             .map(|(_, value)| value)
             .collect()
     }
 
-    fn dotenv(text: &str) -> Vec<(String, String)> {
-        text.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .filter_map(|l| l.strip_prefix("export ").unwrap_or(l).split_once('='))
-            .map(|(k, v)| {
-                let v = v.trim();
-                let unquoted = ['"', '\'']
-                    .iter()
-                    .find_map(|q| v.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
-                    .unwrap_or(v);
-                (k.trim().to_owned(), unquoted.to_owned())
-            })
-            .collect()
+    /// The `KEY=value` lines of an env file, and the number of the first line that is
+    /// none, nor blank, nor a `#` comment. Such a line was skipped without a word, so a
+    /// YAML or JSON file given as `envFile` (`KEY: value`) left the server without the
+    /// variables it holds; the line itself is never shown, as it may hold a credential.
+    fn dotenv(text: &str) -> (Vec<(String, String)>, Option<usize>) {
+        let mut pairs = Vec::new();
+        let mut bad = None;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let pair = line.strip_prefix("export ").unwrap_or(line).split_once('=');
+            let Some((key, value)) = pair.filter(|(key, _)| is_variable(key.trim())) else {
+                bad.get_or_insert(i + 1);
+                continue;
+            };
+            let value = value.trim();
+            let unquoted = ['"', '\'']
+                .iter()
+                .find_map(|q| value.strip_prefix(*q).and_then(|v| v.strip_suffix(*q)))
+                .unwrap_or(value);
+            pairs.push((key.trim().to_owned(), unquoted.to_owned()));
+        }
+        (pairs, bad)
+    }
+
+    /// A variable's name in an env file: a letter or `_`, then letters, digits, `_`, `.`
+    /// or `-`.
+    fn is_variable(name: &str) -> bool {
+        let mut chars = name.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
     }
 
     #[cfg(test)]
@@ -1284,11 +1318,39 @@ mod mcp {
 
         #[test]
         fn dotenv_lines() {
-            let parsed = dotenv("# c\nA=1\nexport B = \"two\"\n\nC='x=y'\nbad\n");
+            let (pairs, bad) = dotenv("# c\nA=1\nexport B = \"two\"\n\nC='x=y'\nbad\nD: x=1\n");
             assert_eq!(
-                parsed,
+                pairs,
                 [("A".into(), "1".into()), ("B".into(), "two".into()), ("C".into(), "x=y".into())]
             );
+            assert_eq!(bad, Some(6));
+            assert_eq!(dotenv("A=1\n\n# c\n").1, None);
+        }
+
+        /// An `envFile` in YAML or JSON is refused naming the file and the line, where its
+        /// lines were skipped and the server started without them.
+        #[test]
+        fn an_env_file_in_yaml_is_refused_naming_the_line() {
+            let dir = tempfile::tempdir().expect("temporary folder");
+            let path = dir.path().join("env.yaml");
+            std::fs::write(&path, "# settings\nLOG_LEVEL=debug\nAPI_TOKEN: sk-live-123\n")
+                .expect("written");
+            let e = with_env_file(&path).expect_err("not dotenv");
+            let message = e.to_string();
+            assert_eq!(
+                message,
+                format!(
+                    "toolmux.yaml: mcpServers.s.envFile: {}:3: not a KEY=value line: an env file \
+                     holds KEY=value lines, # comments and blank lines (dotenv), not YAML or \
+                     JSON; write the line as KEY=value or start it with #",
+                    path.display()
+                )
+            );
+            assert!(!message.contains("sk-live"), "the line's value is not shown");
+            std::fs::write(&path, "# settings\nLOG_LEVEL=debug\nexport API_TOKEN='sk-live-123'\n")
+                .expect("written");
+            let config = with_env_file(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(config.env["API_TOKEN"], "sk-live-123");
         }
     }
 }
