@@ -603,6 +603,19 @@ impl Workspace {
         Ok(self.dir.open_with(relative, &options)?.into_std())
     }
 
+    /// What `read` recorded for `path` as it is now: its content hash, or its
+    /// [`fingerprint`] when it is over `whole_max` bytes.
+    pub fn hash_or_fingerprint(&self, path: &Resolved, whole_max: u64) -> Result<Hash, FsError> {
+        let err = |e| FsError::from_io(&path.given, e);
+        let (mut file, meta) = self.open_regular(path)?;
+        if meta.len() > whole_max {
+            return fingerprint(&file, &meta).map_err(err);
+        }
+        let mut hasher = Sha256::new();
+        io::copy(&mut file, &mut hasher).map_err(err)?;
+        Ok(hasher.finalize().into())
+    }
+
     /// The SHA-256 of a file's content, streamed.
     pub fn hash_file(&self, path: &Resolved) -> Result<Hash, FsError> {
         let err = |e| FsError::from_io(&path.given, e);
@@ -798,6 +811,41 @@ fn split_parent(path: &Path) -> Option<(PathBuf, PathBuf)> {
 /// The SHA-256 of `bytes`.
 pub(crate) fn hash(bytes: &[u8]) -> Hash {
     Sha256::digest(bytes).into()
+}
+
+/// Bytes at each end of a file that [`fingerprint`] hashes.
+const FINGERPRINT_END_BYTES: u64 = 1024 * 1024;
+
+/// What stands for the content hash of a file too large to hash whole on every `read` and
+/// `write` ([`crate::tools::read::COUNT_MAX_BYTES`], or `editMaxBytes` when larger): a
+/// SHA-256 over a tag, the file's device and inode, its size, its modification and
+/// change times to the nanosecond, and its first and last MiB. A change anywhere moves
+/// the times (and the change time cannot be set back); a file replaced moves the inode.
+/// The tag keeps it from ever equalling a content hash, so a file that crossed the size
+/// between `read` and `write` reads as changed. `meta` is the file's metadata when it was
+/// opened, so that a change while it was read also reads as one. What it cannot see: a
+/// change of the same size, away from both ends, made within one tick of the kernel's
+/// coarse clock of the file's previous change and after the read.
+pub(crate) fn fingerprint(file: &std::fs::File, meta: &std::fs::Metadata) -> io::Result<Hash> {
+    use std::os::unix::fs::{FileExt as _, MetadataExt as _};
+    let mut hasher = Sha256::new();
+    hasher.update(b"toolmux-fs large file fingerprint v1\0");
+    for field in [meta.dev(), meta.ino(), meta.len()] {
+        hasher.update(field.to_le_bytes());
+    }
+    for field in [meta.mtime(), meta.mtime_nsec(), meta.ctime(), meta.ctime_nsec()] {
+        hasher.update(field.to_le_bytes());
+    }
+    let size = meta.len();
+    let head = size.min(FINGERPRINT_END_BYTES);
+    let tail_start = size.saturating_sub(FINGERPRINT_END_BYTES).max(head);
+    let mut buf = vec![0u8; FINGERPRINT_END_BYTES as usize];
+    for (start, end) in [(0, head), (tail_start, size)] {
+        let part = &mut buf[..(end - start) as usize];
+        file.read_exact_at(part, start)?;
+        hasher.update(&*part);
+    }
+    Ok(hasher.finalize().into())
 }
 
 /// A file name or path as listings show it: as it is, unless it holds a control character

@@ -7,7 +7,7 @@ use super::notebook;
 use super::text::{CrLines, Encoding, WideDecoder};
 use crate::config::FsLimits;
 use crate::error::FsError;
-use crate::workspace::{Hash, PageRepeat, ShownPage, Workspace};
+use crate::workspace::{self, Hash, PageRepeat, ShownPage, Workspace};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
@@ -25,6 +25,12 @@ const SNIFF_BYTES: usize = 8192;
 /// count is said to be partial. Counting a 2 GB file's lines for the footer took most of
 /// a minute (a debug build), and the page was the same.
 pub(crate) const COUNT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The size past which a file is read in part and recorded as read by its
+/// [`workspace::fingerprint`] rather than its content hash.
+pub(crate) fn counted_max(limits: &FsLimits) -> u64 {
+    COUNT_MAX_BYTES.max(limits.edit_max_bytes)
+}
 
 /// When a `read` stops before its end: the call cancelled (or its future dropped), or the
 /// time to reach the page spent.
@@ -116,7 +122,7 @@ fn image_type(head: &[u8]) -> Option<&'static str> {
 fn image(
     ws: &Workspace,
     run: &str,
-    path: &crate::workspace::Resolved,
+    path: &workspace::Resolved,
     canonical: std::path::PathBuf,
     size: u64,
     bytes: &mut Vec<u8>,
@@ -315,7 +321,7 @@ fn read_page(
     // Lines end where the page's first text guesses; a file that proves it wrong (a bare CR
     // file with a `\n` after the first chunk, or one whose CRs start later) is read again.
     let mut terminator = None;
-    let (page, hash) = loop {
+    let (page, hash, record) = loop {
         let (file, opened) = ws.open_regular(&path)?;
         let mut page = Page::new(first, limit, limits, terminator);
         page.start_char = start_char;
@@ -326,7 +332,7 @@ fn read_page(
         let mut reader = file.take(opened.len());
         // A file counted in full is hashed (for `edit`, `write` and "unchanged"); a
         // larger one is read only to its page, and the bytes before it are only scanned.
-        let counted_max = COUNT_MAX_BYTES.max(limits.edit_max_bytes);
+        let counted_max = counted_max(limits);
         let whole = opened.len() <= counted_max;
         let mut consumed: u64 = 0;
         let mut at_start = true;
@@ -398,13 +404,16 @@ fn read_page(
             continue;
         }
         let hash: Option<Hash> = whole.then(|| hasher.finalize().into());
-        break (page, hash);
+        // A file over the count's bytes is not hashed, read in part or not: it is
+        // recorded as read by its fingerprint, which `write` checks (`edit` refuses a
+        // file this large anyway), and its pages are always shown.
+        let record = match hash {
+            Some(hash) => hash,
+            None => workspace::fingerprint(reader.get_ref(), &opened).map_err(err)?,
+        };
+        break (page, hash, record);
     };
-    // A file over the count's bytes is not hashed, read in part or not: `edit` and
-    // `write` take it as not read, and its pages are always shown.
-    if let Some(hash) = hash {
-        ws.record_read(run, canonical.clone(), hash);
-    }
+    ws.record_read(run, canonical.clone(), record);
     let complete = !page.capped;
     let output = page.finish(&path.given)?;
     let Some(hash) = hash else { return Ok(output) };

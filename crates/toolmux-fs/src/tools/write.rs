@@ -29,7 +29,8 @@ pub struct WriteArgs {
 pub(crate) const DESCRIPTION: &str = "Write a file in the workspace, replacing its whole content. \
 Parent directories are created. The write is atomic (a temporary file renamed over the target) \
 and an existing file keeps its permissions. An existing file must have been read with `read` in \
-this run, and must not have changed since (checked by content hash): otherwise the write is \
+this run, and must not have changed since (checked by content hash; for a file over 64 MiB, by its \
+size, times, inode and first and last MiB): otherwise the write is \
 refused and you must read the file (again) first. Overwriting keeps the file's byte order mark \
 and UTF-16 or UTF-32 encoding, and content written with `\\n` gets the file's CRLF line endings when most \
 of its lines end so (CR when they all end in a bare CR). Returns the bytes and lines written and, for an overwrite, which lines \
@@ -58,7 +59,7 @@ pub(crate) fn write(
     // Held from the freshness check to the record of the new content, so that a parallel
     // `edit` or `write` of the same file checks against this one's result.
     let _lock = ws.lock_file(&path, &target)?;
-    check_existing(ws, run, &path, require_read)?;
+    check_existing(ws, limits, run, &path, require_read)?;
     let (bytes, kept) = match existing_style(ws, &path)? {
         Some(style) => style.render(&args.content),
         // A new file is written as given.
@@ -166,6 +167,7 @@ impl std::fmt::Display for Change {
 /// `require_read`) that was not read in it.
 fn check_existing(
     ws: &Workspace,
+    limits: &FsLimits,
     run: &str,
     path: &workspace::Resolved,
     require_read: bool,
@@ -186,7 +188,8 @@ fn check_existing(
         None if require_read => Err(FsError::NotRead { path: path.given.clone() }),
         None => Ok(()),
         Some(_) => {
-            let current = ws.hash_file(path)?;
+            // A file `read` only fingerprinted (too large to hash) is compared so.
+            let current = ws.hash_or_fingerprint(path, super::read::counted_max(limits))?;
             ws.check_fresh(run, path, &canonical, &current, true)
         }
     }

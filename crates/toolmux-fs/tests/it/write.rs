@@ -328,3 +328,52 @@ async fn a_path_through_a_file_names_the_file() {
     assert!(err.contains(&format!("`{}` is a file, not a folder", file.display())), "{err}");
     assert_eq!(fx.get("nn.txt"), "n\n");
 }
+
+/// A sparse file of `text` then a hole, `len` bytes in all, last modified an hour ago
+/// (a generated file from an earlier build).
+fn sparse_generated(fx: &Fixture, rel: &str, text: &str, len: u64) -> std::path::PathBuf {
+    let path = fx.put(rel, text);
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.set_len(len).unwrap();
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    file.set_modified(hour_ago).unwrap();
+    path
+}
+
+/// A file over 64 MiB that `read` showed a page of (without hashing it whole) may be
+/// overwritten by `write`, as it could before `read` stopped hashing such files: `read`
+/// records its fingerprint (size, times, inode, first and last MiB), which `write` checks.
+#[tokio::test]
+async fn a_huge_file_read_in_part_may_be_overwritten() {
+    let fx = Fixture::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    sparse_generated(&fx, "huge.gen", &text, 2 << 30);
+    let page = fx.ok("read", json!({"path": "huge.gen", "offset": 10, "limit": 2})).await;
+    assert!(page.starts_with("    10\tline 10\n    11\tline 11\n"), "{page}");
+    let out = fx.ok("write", json!({"path": "huge.gen", "content": "regenerated\n"})).await;
+    expect!["overwrote `huge.gen` (12 bytes, 1 line; its old content, over `fs.editMaxBytes` (16777216 bytes), is not kept: `undo` cannot bring it back)"]
+        .assert_eq(&out);
+    assert_eq!(fx.get("huge.gen"), "regenerated\n");
+}
+
+/// The fingerprint of a huge file sees a change far from its ends: one byte written in
+/// the middle of the hole after the read makes `write` refuse, as a changed content hash
+/// does for a small file.
+#[tokio::test]
+async fn a_huge_file_changed_in_the_middle_since_read_is_refused() {
+    use std::os::unix::fs::FileExt as _;
+    let fx = Fixture::new();
+    let text: String = (1..=3000).map(|i| format!("line {i}\n")).collect();
+    let path = sparse_generated(&fx, "huge.gen", &text, 2 << 30);
+    fx.ok("read", json!({"path": "huge.gen", "limit": 1})).await;
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(b"x", 1 << 30).unwrap();
+    drop(file);
+    expect!["`huge.gen` has been modified since it was last read (by the user, a formatter or another tool): read it again before writing to it"]
+        .assert_eq(&fx.err("write", json!({"path": "huge.gen", "content": "new\n"})).await);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 2 << 30);
+    // Read again, it may be overwritten.
+    fx.ok("read", json!({"path": "huge.gen", "limit": 1})).await;
+    fx.ok("write", json!({"path": "huge.gen", "content": "new\n"})).await;
+    assert_eq!(fx.get("huge.gen"), "new\n");
+}
