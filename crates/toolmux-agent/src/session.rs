@@ -1648,21 +1648,28 @@ pub(crate) const MODEL_FAILED: &str = "the model failed";
 struct Repeats(HashMap<String, Repeat>);
 
 /// One call's row of turns ([`Repeats`]).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 struct Repeat {
-    /// Turns in a row it was made, its result the same each time.
+    /// Turns in a row it was made, each result one already seen in the row.
     count: u32,
-    /// A hash of its last result.
-    result: Option<u64>,
-    /// Its last result differed from the one before.
+    /// Hashes of the results it got in this row of turns (at most [`MAX_SEEN_RESULTS`]):
+    /// a result that alternates between values seen before (a file's content and "unchanged
+    /// since last read") is a repeat too, where comparing with the last alone reset the
+    /// count at each change.
+    seen: Vec<u64>,
+    /// Its last result was none seen before in the row.
     changed: bool,
 }
 
+/// The most results of one call's row of turns kept to tell a new result from one seen.
+const MAX_SEEN_RESULTS: usize = 64;
+
 impl Repeats {
     /// Records a turn's `calls`; for each, the turns in a row it was made before when that
-    /// passes `max` (0: no limit), so that it is not made again. A call whose result changed
-    /// last time starts a new row (`cat f.txt` after each edit). The session's own tools
-    /// are left out (a status report or a search may well repeat).
+    /// passes `max` (0: no limit), so that it is not made again. A call whose result last
+    /// time was none it had got in the row starts a new count (`cat f.txt` after each
+    /// edit); one that came back to a result seen before counts on. The session's own
+    /// tools are left out (a status report or a search may well repeat).
     fn turn(&mut self, calls: &[ModelToolCall], max: u32) -> Vec<Option<u32>> {
         let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF, search::SEARCH];
         let mut now: HashMap<String, Repeat> = HashMap::new();
@@ -1673,8 +1680,9 @@ impl Repeats {
                     return None;
                 }
                 let key = toolmux_orchestrator::cache::cache_key(&call.name, &call.arguments);
-                let before = self.0.get(&key).copied().unwrap_or_default();
-                let count = if before.changed { 1 } else { before.count + 1 };
+                let before = self.0.remove(&key).or_else(|| now.get(&key).cloned());
+                let before = before.unwrap_or_default();
+                let count = if before.changed { 1 } else { before.count.saturating_add(1) };
                 // The same call twice in one turn counts once.
                 let entry = now.entry(key).or_insert(Repeat { count, ..before });
                 (max > 0 && entry.count > max).then_some(entry.count - 1)
@@ -1692,8 +1700,10 @@ impl Repeats {
             let Some(entry) = self.0.get_mut(&key) else { continue };
             let hash = BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default()
                 .hash_one(result);
-            entry.changed = entry.result.is_some_and(|last| last != hash);
-            entry.result = Some(hash);
+            entry.changed = !entry.seen.is_empty() && !entry.seen.contains(&hash);
+            if !entry.seen.contains(&hash) && entry.seen.len() < MAX_SEEN_RESULTS {
+                entry.seen.push(hash);
+            }
         }
     }
 }

@@ -3429,3 +3429,58 @@ fn model_speaking_config(dialect: Dialect, server: &ScriptedLlmServer) -> ModelC
         ..ModelConfig::default()
     }
 }
+
+/// A file tool whose `read` answers as a real one does a file read again unchanged: its
+/// content, then that it is unchanged since the last read, then its content again (the
+/// read tool's view of what the model holds having been cut), and so on.
+#[derive(Debug, Default)]
+struct AlternatingReader(AtomicUsize);
+
+#[async_trait]
+impl ToolProvider for AlternatingReader {
+    fn kind(&self) -> toolmux_core::ToolKind {
+        toolmux_core::ToolKind::Builtin
+    }
+
+    fn namespace(&self) -> &str {
+        "file"
+    }
+
+    async fn list_tools(&self) -> Result<Vec<ToolSpec>, toolmux_core::ToolError> {
+        Ok(vec![ToolSpec::new("read", "Reads a file", ToolSpec::any_object_schema())])
+    }
+
+    async fn call(
+        &self,
+        _name: &str,
+        _arguments: Value,
+        _ctx: &CallContext,
+    ) -> Result<toolmux_core::ToolOutput, toolmux_core::ToolError> {
+        let text = match self.0.fetch_add(1, Ordering::Relaxed) % 2 {
+            0 => "1\thello",
+            _ => "[File unchanged since last read]",
+        };
+        Ok(toolmux_core::ToolOutput::text(text))
+    }
+}
+
+/// A call whose result alternates between results it got before counts as a repeat: with
+/// `maxRepeats` 3, a read answered by its content and "unchanged" by turns runs five times
+/// (its second result starts a new count, the rest are ones seen), where each change reset
+/// the count and every read ran.
+#[tokio::test]
+async fn a_call_whose_result_alternates_is_a_repeat() {
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..10 {
+        model = model.calls(vec![("file__read", json!({"path": "a.txt"}))]);
+    }
+    let model = Arc::new(model.report("success", "read it"));
+    let config = AgentConfig { max_repeats: Some(3), max_turns: Some(30), ..agent("m") };
+    let reader = Arc::new(AlternatingReader::default());
+    let providers: Vec<Arc<dyn ToolProvider>> = vec![reader.clone()];
+    let (agents, _orchestrator) = start_agents(one("a", config), only(&model), providers).await;
+    let report = agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!(reader.0.load(Ordering::Relaxed), 5, "{report:?}");
+    let results = tool_results(&model.requests()[6]);
+    assert!(results[0].1 && results[0].0.contains("in each of your last 3 turns"), "{results:?}");
+}
