@@ -66,6 +66,16 @@ async fn hold_commands(dir: &Path) {
     panic!("the foreground command ended before the test killed its provider: {out:?}");
 }
 
+/// The child copy of the test, killed however the test ends (a failed wait included).
+struct ChildCopy(std::process::Child);
+
+impl Drop for ChildCopy {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A toolmux killed with `SIGKILL` leaves neither a foreground command nor a background
 /// task running, nor what they started (the `sleep` under `bash`).
 #[test]
@@ -76,16 +86,17 @@ fn commands_die_with_a_killed_toolmux() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "orphans::commands_die_with_a_killed_toolmux", "--nocapture"])
         .env(CHILD_VAR, dir.path())
         .spawn()
         .unwrap();
+    let mut child = ChildCopy(child);
     let background = wait_for_number(dir.path(), "background.pgid", Duration::from_secs(30));
     let foreground = wait_for_number(dir.path(), "foreground.pgid", Duration::from_secs(30));
     assert!(!live_in_group(foreground).is_empty(), "the foreground command is not running");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let left = [background, foreground].map(live_in_group);
