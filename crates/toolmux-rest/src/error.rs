@@ -10,13 +10,13 @@ type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum RestError {
     /// The OpenAPI document could not be read from its file.
-    #[error("cannot read OpenAPI document `{}`", .path.display())]
+    #[error("cannot read OpenAPI document `{}`: {message}", .path.display())]
     ReadSpec {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// Why: the OS's reason (`No such file or directory`), or what the file is when it
+        /// is no regular file, or its size when it is too large.
+        message: String,
     },
     /// The OpenAPI document could not be fetched from its URL.
     #[error("cannot fetch OpenAPI document from `{url}`: {message}")]

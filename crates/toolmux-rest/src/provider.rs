@@ -601,15 +601,77 @@ pub(crate) fn check_namespace(namespace: &str) -> Result<(), RestError> {
 
 async fn tokio_read(path: &std::path::Path) -> Result<String, RestError> {
     let path_buf = path.to_owned();
-    let read = tokio::task::spawn_blocking(move || std::fs::read_to_string(&path_buf)).await;
+    let read =
+        tokio::task::spawn_blocking(move || read_document_file(&path_buf, MAX_DOCUMENT_BYTES))
+            .await;
     match read {
         Ok(Ok(text)) => Ok(text),
-        Ok(Err(source)) => Err(RestError::ReadSpec { path: path.to_owned(), source }),
-        Err(join) => Err(RestError::ReadSpec {
-            path: path.to_owned(),
-            source: std::io::Error::other(join.to_string()),
-        }),
+        Ok(Err(message)) => Err(RestError::ReadSpec { path: path.to_owned(), message }),
+        Err(join) => Err(RestError::ReadSpec { path: path.to_owned(), message: join.to_string() }),
     }
+}
+
+/// The text of the document file at `path`, refused when it is no regular file (a FIFO
+/// would block the import until something writes to it, a device such as `/dev/zero`
+/// never ends) or larger than `max` bytes. The error says why, the OS's reason included.
+pub(crate) fn read_document_file(path: &std::path::Path, max: usize) -> Result<String, String> {
+    use std::io::Read;
+    let not_regular = |kind: std::fs::FileType| {
+        format!(
+            "it is {}, not a regular file: give the document as a file or a URL",
+            file_kind(kind)
+        )
+    };
+    let too_large = || {
+        format!(
+            "it is larger than {} MiB, the most a document may be: split it into files its \
+             `$ref`s name",
+            max >> 20
+        )
+    };
+    // Checked before opening, since opening a FIFO blocks until a writer comes.
+    let metadata = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err(not_regular(metadata.file_type()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // And again on the file opened, which may not be the one checked.
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err(not_regular(metadata.file_type()));
+    }
+    if metadata.len() > max as u64 {
+        return Err(too_large());
+    }
+    let mut bytes = Vec::new();
+    // One byte more than allowed tells a file that grew while it was read.
+    file.take(max as u64 + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() > max {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| "it is not UTF-8 text, as JSON and YAML documents are".to_owned())
+}
+
+/// What a file that is not a regular file is, for messages.
+fn file_kind(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if kind.is_char_device() {
+            return "a character device";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() { "a directory" } else { "something else" }
 }
 
 /// Largest OpenAPI document fetched, in bytes.

@@ -1,7 +1,8 @@
 //! External `$ref`s of OpenAPI documents: files beside a document read from a file, URLs
 //! of the same origin for one read from a URL, and what they may never reach (files
 //! outside the document's folder unless `refDirs` names them, local files from a URL,
-//! another origin, a URL from a file).
+//! another origin, a URL from a file), and what a document file may be (a regular file of
+//! 64 MiB at most).
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -373,4 +374,82 @@ async fn a_text_document_without_ref_dirs_says_how_to_give_its_files() {
     let out = provider.call("ping", json!({}), &CallContext::new()).await.unwrap();
     assert!(!out.is_error, "{}", out.to_text());
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// Makes a FIFO at `path` with the system's `mkfifo`.
+fn fifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .current_dir(path.parent().unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn spec_error(config: &OpenApiConfig) -> String {
+    let import = RestProvider::openapi("s", config);
+    let result = tokio::time::timeout(std::time::Duration::from_secs(20), import)
+        .await
+        .expect("the import ended within 20 s");
+    result.unwrap_err().to_string()
+}
+
+/// A `spec` file is read as a regular file of 64 MiB at most, as a URL's document is:
+/// `/dev/zero` was read until memory ran out and a FIFO held the import until something
+/// wrote to it. A missing file's error says why, as the OS does.
+#[tokio::test]
+async fn a_spec_file_is_a_regular_file_of_64_mib_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |path: &str| OpenApiConfig::from_file(path).with_base_dir(dir.path());
+    let err = spec_error(&config("/dev/zero")).await;
+    assert_eq!(
+        err,
+        "cannot read OpenAPI document `/dev/zero`: it is a character device, not a regular \
+         file: give the document as a file or a URL"
+    );
+    fifo(&dir.path().join("pipe.yaml"));
+    let err = spec_error(&config("pipe.yaml")).await;
+    assert!(err.ends_with("pipe.yaml`: it is a FIFO (named pipe), not a regular file: give the document as a file or a URL"), "{err}");
+    let large = std::fs::File::create(dir.path().join("large.yaml")).unwrap();
+    large.set_len((64 << 20) + 1).unwrap();
+    let err = spec_error(&config("large.yaml")).await;
+    assert!(err.ends_with("large.yaml`: it is larger than 64 MiB, the most a document may be: split it into files its `$ref`s name"), "{err}");
+    let err = spec_error(&config("missing.yaml")).await;
+    assert!(err.ends_with("missing.yaml`: No such file or directory (os error 2)"), "{err}");
+}
+
+/// An external file that is a FIFO leaves its operation out, where reading it held the
+/// import until something wrote to it.
+#[tokio::test]
+async fn an_external_fifo_leaves_its_operation_out() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "openapi.yaml",
+        r##"openapi: 3.0.3
+info: {title: t, version: "1"}
+servers: [{url: "http://127.0.0.1:9"}]
+paths:
+  /piped:
+    post:
+      operationId: piped
+      requestBody:
+        content:
+          application/json:
+            schema: {$ref: "./pipe.yaml#/Thing"}
+  /plain:
+    get: {operationId: plain}
+"##,
+    );
+    fifo(&dir.path().join("pipe.yaml"));
+    let config = OpenApiConfig::from_file("openapi.yaml").with_base_dir(dir.path());
+    let import = RestProvider::openapi("t", &config);
+    let provider = tokio::time::timeout(std::time::Duration::from_secs(20), import)
+        .await
+        .expect("the import ended within 20 s")
+        .unwrap();
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(names, ["plain"]);
+    let warnings = provider.warnings().join("\n");
+    assert!(warnings.contains("it is a FIFO (named pipe), not a regular file"), "{warnings}");
 }

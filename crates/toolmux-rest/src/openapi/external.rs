@@ -85,6 +85,16 @@ enum Place {
     Text,
 }
 
+/// The text of an external file of at most `left` bytes (see
+/// [`crate::provider::read_document_file`]: never a FIFO or a device).
+fn read_file(path: &Path, left: usize, too_large: fn() -> String) -> Result<String, String> {
+    let size = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if size.is_file() && size.len() > left as u64 {
+        return Err(too_large());
+    }
+    crate::provider::read_document_file(path, left).map_err(|why| format!("cannot read it: {why}"))
+}
+
 /// Bundles a document given as text ([`Origin::Text`]) at once, without a runtime.
 pub(crate) fn bundle_text(doc: &mut Document, roots: Vec<PathBuf>) {
     let origin = Origin::Text { roots };
@@ -385,24 +395,16 @@ impl Bundler<'_> {
     /// The text of an external file, within the size left.
     async fn read(&self, place: &Place) -> Result<String, String> {
         let left = MAX_BYTES.saturating_sub(self.bytes);
-        let too_large = || {
+        fn too_large() -> String {
             format!("the document's external files would be larger than {} MiB", MAX_BYTES >> 20)
-        };
+        }
         match (place, self.origin) {
-            (Place::File(path), Origin::Text { .. }) => {
-                let size = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
-                if size.len() > left as u64 {
-                    return Err(too_large());
-                }
-                std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))
-            }
+            (Place::File(path), Origin::Text { .. }) => read_file(path, left, too_large),
             (Place::File(path), _) => {
-                let size =
-                    tokio::fs::metadata(path).await.map_err(|e| format!("cannot read it: {e}"))?;
-                if size.len() > left as u64 {
-                    return Err(too_large());
-                }
-                tokio::fs::read_to_string(path).await.map_err(|e| format!("cannot read it: {e}"))
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || read_file(&path, left, too_large))
+                    .await
+                    .map_err(|e| format!("cannot read it: {e}"))?
             }
             (Place::Url(url), Origin::Url { config, .. }) => {
                 let text = crate::provider::fetch_document(url.as_str(), config)
