@@ -714,6 +714,9 @@ pub(crate) async fn serve(loaded: &Loaded, args: ServeArgs) -> anyhow::Result<u8
         affinity,
         ..ServeOptions::default()
     };
+    if let Some(max) = serve.max_sessions {
+        options.max_sessions = max.get();
+    }
     options.allowed_hosts.extend(args.allowed_hosts);
     options.allowed_hosts.extend(serve.allowed_hosts.iter().cloned());
     // Checked when the configuration was built (`Toolmux::build`); replaced on reloads.

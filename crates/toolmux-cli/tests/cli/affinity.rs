@@ -363,6 +363,23 @@ fn a_session_of_a_crashed_replica_is_not_found_promptly() {
     assert_eq!(session_records(&redis), 1, "only B's new session is recorded");
 }
 
+/// `serve.maxSessions` bounds the sessions one process holds: a new one ends the session
+/// unused the longest. (A single replica, here for the raw exchange helpers.)
+#[test]
+fn serve_max_sessions_ends_the_session_unused_the_longest() {
+    let project = Project::new();
+    project.file("toolmux.yaml", "fs: {}\nserve: {maxSessions: 1}\n");
+    let replica = Replica::start(&project);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let first = initialize(&replica.address);
+    assert_eq!(exchange(&replica.address, "POST", Some(&first), &ping).status, 200);
+    let second = initialize(&replica.address);
+    let answer = exchange(&replica.address, "POST", Some(&first), &ping);
+    assert_eq!(answer.status, 404, "{answer:?}\n{}", replica.log());
+    let answer = exchange(&replica.address, "POST", Some(&second), &ping);
+    assert_eq!(answer.status, 200, "{answer:?}");
+}
+
 /// A replica that stops (SIGTERM) removes its sessions' records on the way out.
 #[test]
 fn a_replica_that_stops_removes_its_sessions_records() {

@@ -272,6 +272,11 @@ pub struct ServeSection {
     /// localhost, ::1, the bound address and `--allowed-host`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
+    /// Over HTTP, the most MCP sessions held at once (default 2048): past it a new session
+    /// ends the one unused the longest, or, when every session has a call or stream open,
+    /// is refused with 503 and `Retry-After`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sessions: Option<std::num::NonZeroUsize>,
 }
 
 #[cfg(feature = "mcp")]
@@ -284,6 +289,7 @@ impl ServeSection {
             && self.client.is_none()
             && self.name_prefix.is_none()
             && self.allowed_hosts.is_empty()
+            && self.max_sessions.is_none()
     }
 
     /// The client profile `client` names, if any; an unknown name is an error listing the
