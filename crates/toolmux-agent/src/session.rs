@@ -429,6 +429,8 @@ impl Session<'_> {
         let mut finalizing = Finalizing::No;
         // Whether this turn was asked again after the API stopped its answer short of a turn.
         let mut stop_retried = false;
+        // Turns in a row in which a call was refused as a repeat and no other tool ran.
+        let mut repeating_turns = 0;
         let end = loop {
             if self.ctx.is_cancelled() {
                 break SessionEnd::Report(self.failed(&figures, "the run was cancelled".into()));
@@ -458,6 +460,12 @@ impl Session<'_> {
                 _ if figures.turns >= max_turns => {
                     Some(format!("the limit of {max_turns} turns is reached"))
                 }
+                // A model that keeps repeating refused calls would do so until the turn
+                // limit, a request each time.
+                _ if repeating_turns >= REPEATING_TURNS_BEFORE_REPORT => Some(format!(
+                    "your calls were refused as repeats (`maxRepeats`) in \
+                     {REPEATING_TURNS_BEFORE_REPORT} turns in a row, with no other tool run"
+                )),
                 // Time for about one more answer: the last turn, so that it reports.
                 _ if self.ctx.deadline().is_some_and(|end| {
                     figures.turns > 1 && Instant::now() + slowest.saturating_mul(2) >= end
@@ -682,6 +690,15 @@ impl Session<'_> {
                 .map(Option::is_some)
                 .chain(std::iter::repeat_n(true, too_many - made))
                 .collect();
+            let ran_other = answer.tool_calls[..made]
+                .iter()
+                .zip(&repeated)
+                .any(|(call, repeated)| repeated.is_none() && !is_own(&call.name));
+            if repeated.iter().any(Option::is_some) && !ran_other {
+                repeating_turns += 1;
+            } else {
+                repeating_turns = 0;
+            }
             repeated.resize(too_many, None);
             state.calls_besides_status =
                 answer.tool_calls[..made].iter().any(|c| c.name != TASK_STATUS);
@@ -1664,6 +1681,16 @@ struct Repeat {
 /// The most results of one call's row of turns kept to tell a new result from one seen.
 const MAX_SEEN_RESULTS: usize = 64;
 
+/// Turns in a row in which a call is refused as a repeat and no other tool runs, after
+/// which the next turn is the last and asks for the report: the model is going round.
+const REPEATING_TURNS_BEFORE_REPORT: u32 = 3;
+
+/// Whether `tool` is one of the session's own tools, which [`Repeats`] leaves out (a status
+/// report or a search may well repeat).
+fn is_own(tool: &str) -> bool {
+    [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF, search::SEARCH].contains(&tool)
+}
+
 impl Repeats {
     /// Records a turn's `calls`; for each, the turns in a row it was made before when that
     /// passes `max` (0: no limit), so that it is not made again. A call whose result last
@@ -1671,12 +1698,11 @@ impl Repeats {
     /// edit); one that came back to a result seen before counts on. The session's own
     /// tools are left out (a status report or a search may well repeat).
     fn turn(&mut self, calls: &[ModelToolCall], max: u32) -> Vec<Option<u32>> {
-        let own = [FINAL_REPORT, TASK_STATUS, BATCH, ASK_USER, HANDOFF, search::SEARCH];
         let mut now: HashMap<String, Repeat> = HashMap::new();
         let verdicts = calls
             .iter()
             .map(|call| {
-                if own.contains(&call.name.as_str()) {
+                if is_own(&call.name) {
                     return None;
                 }
                 let key = toolmux_orchestrator::cache::cache_key(&call.name, &call.arguments);

@@ -3484,3 +3484,25 @@ async fn a_call_whose_result_alternates_is_a_repeat() {
     let results = tool_results(&model.requests()[6]);
     assert!(results[0].1 && results[0].0.contains("in each of your last 3 turns"), "{results:?}");
 }
+
+/// After three turns in a row whose calls were all refused as repeats, the next turn is the
+/// last and asks for the report, where the run went on refusing until the turn limit.
+#[tokio::test]
+async fn refused_repeats_turn_after_turn_ask_for_the_report() {
+    let mut model = ScriptedModel::new("m");
+    for _ in 0..5 {
+        model = model.calls(vec![("mock__echo", json!({"a": 1}))]);
+    }
+    let model = Arc::new(model.report("partial", "going round"));
+    let config = AgentConfig { max_repeats: Some(2), max_turns: Some(25), ..agent("m") };
+    let s = setup(one("a", config), vec![model.clone()]).await;
+    let report = s.agents.run("a", "t", &CallContext::new()).await.unwrap();
+    assert_eq!((report.status, report.turns), (AgentStatus::Partial, 6));
+    assert_eq!((report.tool_calls, report.refused_calls), (2, 3));
+    assert_eq!(s.mock.calls_of("echo"), 2);
+    assert_last_turn_says(
+        &model,
+        "your calls were refused as repeats (`maxRepeats`) in 3 turns in a row, with no other \
+         tool run",
+    );
+}
