@@ -910,8 +910,14 @@ fn load_within(path: &Path) -> Result<Loaded, ToolmuxError> {
 fn a_configuration_that_is_a_fifo_is_refused_at_once() {
     let dir = tempfile::tempdir().expect("temporary folder");
     let fifo = dir.path().join("toolmux.yaml");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
-    assert!(made.success());
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
     let e = load_within(&fifo).expect_err("a FIFO is no configuration");
     assert!(e.is_config());
     expect![[r#"cannot read the configuration file toolmux.yaml: it is a FIFO (named pipe), not a regular file: give the path of a configuration file"#]]
