@@ -27,7 +27,7 @@ pub enum ModelError {
     },
     /// Still rate limited after the retries, or asked to wait longer than a request waits
     /// (see `retry_after`).
-    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempts{}: {message}", retry_note(*retry_after))]
+    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempt{}{}: {message}", if *attempts == 1 { "" } else { "s" }, retry_note(*retry_after))]
     RateLimited {
         /// The configured model name.
         model: String,
@@ -120,6 +120,11 @@ pub enum ModelError {
 fn retry_note(after: Option<Duration>) -> String {
     let cap = crate::http::MAX_RETRY_AFTER;
     match after {
+        Some(Duration::MAX) => format!(
+            "; the API asked to wait more seconds than any clock counts, longer than the {}s a \
+             request waits, so it was not asked again: try again later, or use another model",
+            cap.as_secs()
+        ),
         Some(after) if after > cap => format!(
             "; the API asked to wait {}s, longer than the {}s a request waits, so it was not \
              asked again: try again then, or use another model",

@@ -562,7 +562,10 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     }
     let value = headers.get(RETRY_AFTER).and_then(header_text)?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds >= 0.0).then(|| Duration::try_from_secs_f64(seconds).ok()).flatten();
+        // A number of seconds beyond any `Duration` (99999999999999999999999) is a wait too
+        // long like any other over the cap, not a header that says nothing.
+        return (seconds >= 0.0)
+            .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
     }
     let at = http_date(value)?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
@@ -641,7 +644,11 @@ mod tests {
             retry_after(&headers("retry-after", "86400"), now),
             Some(Duration::from_secs(86_400))
         );
-        assert_eq!(retry_after(&headers("retry-after", "1e300"), now), None);
+        assert_eq!(retry_after(&headers("retry-after", "1e300"), now), Some(Duration::MAX));
+        assert_eq!(
+            retry_after(&headers("retry-after", "99999999999999999999999"), now),
+            Some(Duration::MAX)
+        );
         assert_eq!(
             retry_after(&headers("retry-after-ms", "1500"), now),
             Some(Duration::from_millis(1500))

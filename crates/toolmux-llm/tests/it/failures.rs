@@ -480,3 +480,24 @@ async fn absurd_usage_figures_are_estimated_not_summed() {
         }
     }
 }
+
+/// A `Retry-After` of more seconds than any duration holds is a wait too long, failing at
+/// once after the one attempt (so said, singular), where it was read as no header and the
+/// request asked again with backoff.
+#[tokio::test]
+async fn a_retry_after_beyond_any_duration_fails_at_once() {
+    for dialect in DIALECTS {
+        let (server, model) = serve_with(
+            dialect,
+            vec![ScriptStep::rate_limited("99999999999999999999999"), ScriptStep::text("late")],
+            |c| c.max_retries = Some(3),
+        );
+        let error = tokio::time::timeout(Duration::from_secs(10), fail(&model, &hello()))
+            .await
+            .expect("the call fails at once");
+        let message = error.to_string();
+        assert!(message.contains("after 1 attempt;"), "{message}");
+        assert!(message.contains("not asked again"), "{message}");
+        assert_eq!(server.requests().len(), 1, "{dialect:?}");
+    }
+}
