@@ -171,7 +171,10 @@ async fn documents_load_from_files_relative_to_the_base_dir() {
     let err = RestProvider::openapi("petstore", &missing).await.unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("cannot read OpenAPI document `{}`", dir.join("yaml/nope.yaml").display())
+        format!(
+            "cannot read OpenAPI document `{}`: No such file or directory (os error 2)",
+            dir.join("yaml/nope.yaml").display()
+        )
     );
     let neither = RestProvider::openapi("petstore", &OpenApiConfig::default()).await.unwrap_err();
     assert_eq!(
