@@ -157,22 +157,7 @@ impl AnthropicModel {
         // Usage not reported, or not believably ([`usage`]), is estimated from the
         // lengths, so that budgets never take a request for free.
         match answer {
-            Ok(mut answer) if answer.usage.estimated => {
-                let received = answer.content.len()
-                    + (answer.tool_calls.iter())
-                        .map(|call| {
-                            call.id.len() + call.name.len() + call.arguments.to_string().len()
-                        })
-                        .sum::<usize>();
-                answer.usage = estimated_usage(sent, received);
-                tracing::debug!(
-                    model = %self.endpoint.name,
-                    input_tokens = answer.usage.input_tokens,
-                    output_tokens = answer.usage.output_tokens,
-                    "the API reported no usage; estimated from the lengths"
-                );
-                Ok(answer)
-            }
+            Ok(answer) => Ok(answer.with_estimated_usage(sent, &self.endpoint.name)),
             Err(mut error) => {
                 if let ModelError::ContextWindowReached { usage, .. }
                 | ModelError::Stopped { usage, .. } = &mut error
@@ -182,7 +167,6 @@ impl AnthropicModel {
                 }
                 Err(error)
             }
-            answer => answer,
         }
     }
 }

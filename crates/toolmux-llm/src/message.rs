@@ -135,6 +135,19 @@ impl ModelToolCall {
             extra_origin: None,
         }
     }
+
+    /// The arguments as the JSON text an API carries: what the model wrote when it was not
+    /// JSON (so that it reads its own mistake beside the error), else the arguments, `{}`
+    /// for none.
+    pub(crate) fn arguments_text(&self) -> String {
+        if let Some(raw) = &self.raw_arguments {
+            return raw.clone();
+        }
+        match &self.arguments {
+            Value::Null => "{}".to_owned(),
+            arguments => arguments.to_string(),
+        }
+    }
 }
 
 /// `id` if no earlier call of the answer took it (`taken`), else `{id}_2`, `{id}_3`, … the
@@ -599,6 +612,30 @@ impl ModelResponse {
             reasoning: None,
             blocks: None,
         }
+    }
+
+    /// This answer with its usage estimated ([`estimated_usage`]) from the bytes of the
+    /// request's body (`sent`) and of its text and calls (each call's id, name and
+    /// arguments), when the API reported none or none believable (`usage.estimated`):
+    /// the same estimate for every API, so that budgets never take a request for free.
+    /// `model` is the configured model's name, for the log.
+    pub(crate) fn with_estimated_usage(mut self, sent: usize, model: &str) -> ModelResponse {
+        if !self.usage.estimated {
+            return self;
+        }
+        let calls = self.tool_calls.iter();
+        let received = self.content.len()
+            + calls
+                .map(|call| call.id.len() + call.name.len() + call.arguments_text().len())
+                .sum::<usize>();
+        self.usage = estimated_usage(sent, received);
+        tracing::debug!(
+            model,
+            input_tokens = self.usage.input_tokens,
+            output_tokens = self.usage.output_tokens,
+            "the API reported no usage; estimated from the lengths"
+        );
+        self
     }
 
     /// The assistant message this answer adds to the conversation.

@@ -95,29 +95,13 @@ impl Model for OpenAiModel {
 
 impl OpenAiModel {
     /// `answer` with its usage estimated when the API reported none ([`parse`] marks it
-    /// so): a token per three bytes of the request's body and of the answer's text and
-    /// calls, on the high side for English (about four) and JSON, near the mark for code
-    /// and other scripts. Budgets count these figures; reading zero, they took the call
-    /// for free.
-    fn estimated(&self, request: &ModelRequest, mut answer: ModelResponse) -> ModelResponse {
+    /// so), as [`ModelResponse::with_estimated_usage`] does for both APIs; the request's
+    /// body is written again only then.
+    fn estimated(&self, request: &ModelRequest, answer: ModelResponse) -> ModelResponse {
         if !answer.usage.estimated {
             return answer;
         }
-        let sent = self.body(request).to_string().len();
-        let received = answer.content.len()
-            + answer
-                .tool_calls
-                .iter()
-                .map(|call| call.id.len() + call.name.len() + arguments_text(call).len())
-                .sum::<usize>();
-        answer.usage = estimated_usage(sent, received);
-        tracing::debug!(
-            model = %self.endpoint.name,
-            input_tokens = answer.usage.input_tokens,
-            output_tokens = answer.usage.output_tokens,
-            "the API reported no usage; estimated from the lengths"
-        );
-        answer
+        answer.with_estimated_usage(self.body(request).to_string().len(), &self.endpoint.name)
     }
 
     /// `error` with the usage it carries estimated, as [`OpenAiModel::estimated`] does an
@@ -477,7 +461,7 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, orig
                     .map(|call| {
                         let mut out = json!({"id": call.id, "type": "function", "function": {
                             "name": wire_name(&call.name),
-                            "arguments": arguments_text(call),
+                            "arguments": call.arguments_text(),
                         }});
                         // Back as it came: Gemini refuses a call of the history without
                         // the thought signature it gave it. To that API alone: in a
@@ -521,18 +505,6 @@ fn push_message(messages: &mut Vec<Value>, message: &Message, images: bool, orig
                 messages.push(json!({"role": "user", "content": parts}));
             }
         }
-    }
-}
-
-/// A call's arguments as the JSON string the API carries: what the model wrote when it
-/// was not JSON (so that it reads its own mistake beside the error), else the arguments.
-fn arguments_text(call: &ModelToolCall) -> String {
-    if let Some(raw) = &call.raw_arguments {
-        return raw.clone();
-    }
-    match &call.arguments {
-        Value::Null => "{}".to_owned(),
-        arguments => arguments.to_string(),
     }
 }
 

@@ -501,3 +501,38 @@ async fn a_retry_after_beyond_any_duration_fails_at_once() {
         assert_eq!(server.requests().len(), 1, "{dialect:?}");
     }
 }
+
+/// An answer without usage has its output estimated the same way on both APIs, from its
+/// text and each call's id, name and arguments as written (a call whose arguments are not
+/// JSON counts what the model wrote).
+#[tokio::test]
+async fn output_without_usage_is_estimated_alike_on_both_apis() {
+    let raw = r#"{"path": "a", oops"#;
+    for dialect in DIALECTS {
+        let answer = match dialect {
+            Dialect::OpenAi => json!({"model": "m", "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": "Reading both.", "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "fs__read", "arguments": "{\"path\":\"README.md\"}"}},
+                    {"id": "call_2", "type": "function",
+                     "function": {"name": "fs__read", "arguments": raw}}]},
+                "finish_reason": "tool_calls"}]}),
+            Dialect::Anthropic => json!({"model": "m", "stop_reason": "tool_use", "content": [
+                {"type": "text", "text": "Reading both."},
+                {"type": "tool_use", "id": "call_1", "name": "fs__read",
+                 "input": {"path": "README.md"}},
+                {"type": "tool_use", "id": "call_2", "name": "fs__read", "input": raw}]}),
+        };
+        let (_server, model) = serve(dialect, vec![ScriptStep::Raw(answer.to_string())]);
+        let answer = complete(&model, &hello()).await;
+        assert_eq!(answer.tool_calls[1].raw_arguments.as_deref(), Some(raw), "{dialect:?}");
+        let received = "Reading both.".len()
+            + "call_1fs__read{\"path\":\"README.md\"}".len()
+            + "call_2fs__read".len()
+            + raw.len();
+        let usage = answer.usage;
+        assert!(usage.estimated, "{dialect:?}: {usage:?}");
+        assert_eq!(usage.output_tokens, (received as u64).div_ceil(3), "{dialect:?}: {usage:?}");
+        assert!(usage.input_tokens > 10, "{dialect:?}: {usage:?}");
+    }
+}
