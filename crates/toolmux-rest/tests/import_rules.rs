@@ -591,3 +591,30 @@ fn a_reference_to_hash_is_its_schema_resource_and_dynamic_references_resolve() {
     assert!(node.is_valid(&json!({"value": 1, "next": {"value": 2}})));
     assert!(!node.is_valid(&json!({"value": 1, "next": {"value": "two"}})));
 }
+
+/// A path parameter the path template has no `{placeholder}` for is no argument (it was a
+/// required one, whose value was dropped when the request was made), with a warning
+/// naming the operation and the parameter; the request goes as the path says.
+#[tokio::test]
+async fn path_parameters_missing_from_the_template_are_left_out_with_a_warning() {
+    let (base, seen) = common::keeping_server().await;
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/items": {"get": {"operationId": "listItems", "parameters": [
+            {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
+            {"name": "q", "in": "query", "schema": {"type": "string"}}]}}}});
+    let provider = import(doc, &OpenApiConfig::default());
+    let warnings = provider.warnings().join("\n");
+    assert_eq!(
+        warnings,
+        "api.json: operation `GET /items` (`listItems`): path parameter `id` is left out, as \
+         the path has no `{id}` to put it in; fix the path or the parameter's `in`"
+    );
+    let schema = &provider.specs()[0].input_schema;
+    assert_eq!(schema["properties"], json!({"q": {"type": "string"}}), "{schema}");
+    assert!(schema.get("required").is_none(), "{schema}");
+    let out = provider.call("list_items", json!({"q": "x"}), &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let request = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(request.request_line(), "GET /items?q=x HTTP/1.1");
+}

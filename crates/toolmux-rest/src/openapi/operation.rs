@@ -254,6 +254,20 @@ fn build_operation(
         if name.is_empty() {
             return Err(doc.error(&format!("{param_at}/name"), "parameter without a name"));
         }
+        // A path parameter the path template has no `{placeholder}` for has nowhere to go:
+        // as a required argument the model would be asked for a value that is then
+        // dropped without a word, so it is no argument and the document's slip is said.
+        if location == Location::Path && !path_placeholders(path).contains(&name) {
+            let id = op.get("operationId").and_then(Value::as_str);
+            let which = id.map_or_else(String::new, |id| format!(" (`{id}`)"));
+            warnings.push(format!(
+                "{}: operation `{} {path}`{which}: path parameter `{name}` is left out, as the \
+                 path has no `{{{name}}}` to put it in; fix the path or the parameter's `in`",
+                doc.source_name,
+                method.to_ascii_uppercase(),
+            ));
+            continue;
+        }
         // OpenAPI: these header parameters are ignored; the client sets them.
         if location == Location::Header
             && ["accept", "content-type", "authorization"]
