@@ -13,7 +13,8 @@ pub(crate) struct PreparedRequest {
     /// The full URL, query included, already encoded.
     pub(crate) url: String,
     pub(crate) headers: Vec<(String, String)>,
-    /// Cookies as `name=value` pairs (values encoded).
+    /// Cookies as `name=value` pairs (values encoded); the pairs one exploded parameter
+    /// makes (`color=blue; color=black`) are one entry, joined by `; `.
     pub(crate) cookies: Vec<String>,
     pub(crate) body: Body,
 }
@@ -76,7 +77,7 @@ impl PreparedRequest {
 
     /// Sets cookie `name` to `value` (raw), removing any of that name.
     pub(crate) fn set_cookie(&mut self, name: &str, value: &str) {
-        self.cookies.retain(|c| cookie_name(c) != name);
+        self.remove_cookie(name);
         self.cookies.push(format!("{name}={}", encode(value)));
     }
 
@@ -84,24 +85,45 @@ impl PreparedRequest {
     /// removing any of its name.
     pub(crate) fn set_cookies(&mut self, header: &str) {
         for pair in header.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-            self.cookies.retain(|c| cookie_name(c) != cookie_name(pair));
+            self.remove_cookie(cookie_name(pair));
             self.cookies.push(pair.to_owned());
         }
     }
 
+    /// Removes the cookies named `name`, from an exploded parameter's entry too (the
+    /// entry's other pairs stay).
+    fn remove_cookie(&mut self, name: &str) {
+        for entry in &mut self.cookies {
+            if entry.split(';').any(|pair| cookie_name(pair) == name) {
+                *entry = entry
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|pair| !pair.is_empty() && cookie_name(pair) != name)
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
+        }
+        self.cookies.retain(|entry| !entry.is_empty());
+    }
+
     /// The value of the one `Cookie` header the request sends (RFC 6265 §5.4 allows one):
     /// the pairs of its `Cookie` headers, then its cookies, a cookie replacing an earlier
-    /// one of its name in its place.
+    /// one of its name in its place. The pairs of one entry of `cookies` (an exploded
+    /// array's `color=blue; color=black`) replace earlier ones together and are all kept.
     pub(crate) fn cookie_header(&self) -> Option<String> {
         let headers = self.headers.iter().filter(|(n, _)| n.eq_ignore_ascii_case("cookie"));
-        let pairs =
+        let entries =
             headers.flat_map(|(_, v)| v.split(';')).chain(self.cookies.iter().map(String::as_str));
         let mut merged: Vec<&str> = Vec::new();
-        for pair in pairs.map(str::trim).filter(|p| !p.is_empty()) {
-            match merged.iter_mut().find(|p| cookie_name(p) == cookie_name(pair)) {
-                Some(earlier) => *earlier = pair,
-                None => merged.push(pair),
-            }
+        for entry in entries {
+            let pairs: Vec<&str> =
+                entry.split(';').map(str::trim).filter(|p| !p.is_empty()).collect();
+            let replaces = |p: &&str| pairs.iter().any(|q| cookie_name(q) == cookie_name(p));
+            // In the place of the first pair they replace (none before it goes), else at
+            // the end.
+            let at = merged.iter().position(replaces).unwrap_or(merged.len());
+            merged.retain(|p| !replaces(p));
+            merged.splice(at..at, pairs.iter().copied());
         }
         (!merged.is_empty()).then(|| merged.join("; "))
     }
@@ -225,14 +247,7 @@ pub(crate) fn build(
             }
             Location::Cookie => {
                 if let Some(value) = value {
-                    cookies.push(format!(
-                        "{}={}",
-                        field.name,
-                        encode(&match field.style {
-                            Style::Json => json_text(value),
-                            _ => simple(value, field.explode),
-                        })
-                    ));
+                    cookies.push(cookie_pairs(field, value));
                 }
             }
             Location::Body => {
@@ -600,6 +615,31 @@ fn path_value(field: &Field, value: &Value) -> String {
             _ => format!(";{}={}", field.name, items().join(",")),
         },
         _ => items().join(","),
+    }
+}
+
+/// The cookie pairs of one cookie parameter, encoded, as OpenAPI's table has `form`: with
+/// `explode` (its default) an array is one pair per item (`color=blue; color=black`) and an
+/// object one per property (`R=100; G=200`), the `&` of the query's form written as the
+/// `; ` that separates cookies (RFC 6265, and OpenAPI 3.2's `cookie` style); without it,
+/// one pair holding the values with commas, which go encoded, as a cookie's value may not
+/// hold a bare comma.
+fn cookie_pairs(field: &Field, value: &Value) -> String {
+    let exploded = field.style == Style::Form && field.explode;
+    match value {
+        _ if field.style == Style::Json => format!("{}={}", field.name, encode(&json_text(value))),
+        Value::Array(items) if exploded => items
+            .iter()
+            .map(|item| format!("{}={}", field.name, encode(&value_text(item))))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Value::Object(map) if exploded => map
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(&value_text(v))))
+            .collect::<Vec<_>>()
+            .join("; "),
+        // `simple` writes an object's properties `k,v` without explode, as `form` does.
+        _ => format!("{}={}", field.name, encode(&simple(value, field.explode && !exploded))),
     }
 }
 

@@ -511,3 +511,44 @@ async fn an_operations_header_replaces_its_path_items_whatever_the_case() {
     let request = sent(&provider, &seen, json!({"x-api-version": "2"})).await;
     assert_eq!(header_lines(&request, "x-api-version"), ["x-api-version: 2"]);
 }
+
+/// Cookie parameters follow OpenAPI's serialization table for `form`, whose `explode`
+/// defaults to true: an exploded array is one cookie per item and an exploded object one
+/// per property (the query's `&` written as the `; ` between cookies), where both went as
+/// one cookie holding the encoded `a,b`; without `explode`, one cookie with the values
+/// joined by (encoded) commas. A configured cookie replaces only the pair of its name
+/// among an exploded object's.
+#[tokio::test]
+async fn exploded_cookie_parameters_are_one_cookie_per_item() {
+    let (base, seen) = keeping_server().await;
+    let cookie = |name: &str, schema: Value, explode: Option<bool>| {
+        let mut param = json!({"name": name, "in": "cookie", "schema": schema});
+        if let Some(explode) = explode {
+            param["explode"] = json!(explode);
+            param["style"] = json!("form");
+        }
+        param
+    };
+    let array = json!({"type": "array", "items": {"type": "string"}});
+    let object = json!({"type": "object", "additionalProperties": {"type": "integer"}});
+    let doc = json!({"openapi": "3.0.3", "info": {"title": "c", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/op": {"post": {"operationId": "op", "parameters": [
+            cookie("colors", array.clone(), None),
+            cookie("rgb", object.clone(), Some(true)),
+            cookie("tags", array, Some(false)),
+            cookie("pt", object, Some(false))]}}}});
+    let config = OpenApiConfig {
+        headers: [("Cookie".to_owned(), "keep=1; G=9".to_owned())].into(),
+        ..OpenApiConfig::default()
+    };
+    let provider = RestProvider::openapi_from_value("c", doc, "c.json", &config).unwrap();
+    let args = json!({"colors": ["blue", "black brown"], "rgb": {"R": 100, "G": 200},
+        "tags": ["a", "b"], "pt": {"x": 1, "y": 2}});
+    let request = sent(&provider, &seen, args).await;
+    assert_eq!(
+        header_lines(&request, "cookie"),
+        ["cookie: colors=blue; colors=black%20brown; R=100; tags=a%2Cb; pt=x%2C1%2Cy%2C2; \
+          keep=1; G=9"]
+    );
+}
