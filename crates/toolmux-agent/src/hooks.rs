@@ -45,7 +45,9 @@ pub struct HookCommand {
     pub matcher: String,
 }
 
-/// The hooks of the agents' loop (see the module documentation).
+/// The hooks of the agents' loop (see the module documentation). Their reasons, context
+/// and transcripts are redacted by the redactor of the orchestrator the agent runs on
+/// (`Orchestrator::redactor`), as everything else the agent gives out is.
 #[derive(Debug, Default)]
 pub struct AgentHooks {
     /// Before a run's first turn.
@@ -58,10 +60,6 @@ pub struct AgentHooks {
     pub subagent_stop: Vec<HookCommand>,
     /// Where the programs run (the configuration file's folder).
     pub dir: PathBuf,
-    /// The configuration's secrets (the orchestrator's), removed from reasons and context
-    /// before the model or a person sees them, and from what the model writes (the text
-    /// streamed to a run's sink, the report, the transcript) before it leaves the agent.
-    pub redactor: Redactor,
     /// The output directory, where each run's folder gets its agents' transcripts
     /// (`transcript_path`); none without it.
     pub transcripts: Option<PathBuf>,
@@ -105,6 +103,7 @@ impl AgentHooks {
     /// The input every hook gets, the conversation `messages` written to the transcript.
     async fn input(
         &self,
+        redactor: &Redactor,
         event: &str,
         agent: &str,
         ctx: &CallContext,
@@ -117,7 +116,7 @@ impl AgentHooks {
             "permission_mode": "default",
             "agent_name": agent,
         });
-        if let Some(path) = self.transcript(agent, ctx, messages).await {
+        if let Some(path) = self.transcript(redactor, agent, ctx, messages).await {
             input["transcript_path"] = json!(path.to_string_lossy());
         }
         input
@@ -127,6 +126,7 @@ impl AgentHooks {
     /// temporary file; its path, or `None` (warned of) when it cannot be written.
     async fn transcript(
         &self,
+        redactor: &Redactor,
         agent: &str,
         ctx: &CallContext,
         messages: &[Message],
@@ -141,7 +141,7 @@ impl AgentHooks {
         let path = dir.join(format!("out-transcript-{agent}-{op}.jsonl"));
         let mut text = String::new();
         for line in transcript_lines(ctx.run_id(), messages) {
-            text.push_str(&self.redactor.redact(&line.to_string()));
+            text.push_str(&redactor.redact(&line.to_string()));
             text.push('\n');
         }
         let written = write_whole(&dir, &path, text).await;
@@ -154,8 +154,8 @@ impl AgentHooks {
         }
     }
 
-    fn clean(&self, text: &str) -> String {
-        let text = self.redactor.redact(text.trim());
+    fn clean(redactor: &Redactor, text: &str) -> String {
+        let text = redactor.redact(text.trim());
         let mut end = text.len().min(TEXT_MAX);
         while !text.is_char_boundary(end) {
             end -= 1;
@@ -184,20 +184,21 @@ impl AgentHooks {
     /// that goes on).
     pub(crate) async fn session_start(
         &self,
+        redactor: &Redactor,
         source: &str,
         agent: &str,
         ctx: &CallContext,
         messages: &[Message],
     ) -> Vec<String> {
-        let mut input = self.input("SessionStart", agent, ctx, messages).await;
+        let mut input = self.input(redactor, "SessionStart", agent, ctx, messages).await;
         input["source"] = json!(source);
         let mut context = Vec::new();
         for hook in self.session_start.iter().filter(|h| matches_source(&h.matcher, source)) {
             let Some(exit) = self.run("SessionStart", hook, &input, ctx).await else { continue };
             match exit.code {
-                Some(0) => context.extend(self.context_of(&exit)),
+                Some(0) => context.extend(Self::context_of(redactor, &exit)),
                 Some(2) => {
-                    let said = self.clean(&exit.stderr);
+                    let said = Self::clean(redactor, &exit.stderr);
                     tracing::warn!(target: "toolmux::hooks", "SessionStart hook `{}`: {said}", label(&hook.command));
                 }
                 _ => warn_exit("SessionStart", hook, &exit),
@@ -209,12 +210,13 @@ impl AgentHooks {
     /// Whether `prompt` (the task) may go to the model, with what context.
     pub(crate) async fn prompt_submit(
         &self,
+        redactor: &Redactor,
         prompt: &str,
         agent: &str,
         ctx: &CallContext,
         messages: &[Message],
     ) -> Prompt {
-        let mut input = self.input("UserPromptSubmit", agent, ctx, messages).await;
+        let mut input = self.input(redactor, "UserPromptSubmit", agent, ctx, messages).await;
         input["prompt"] = json!(prompt);
         let mut context = Vec::new();
         for hook in &self.user_prompt_submit {
@@ -226,14 +228,17 @@ impl AgentHooks {
                     let answer = parse(&exit.stdout);
                     if answer.go_on == Some(false) {
                         let reason = answer.stop_reason.or(answer.reason).unwrap_or_default();
-                        return Prompt::Blocked(self.clean(&reason));
+                        return Prompt::Blocked(Self::clean(redactor, &reason));
                     }
                     if answer.decision.as_deref() == Some("block") {
-                        return Prompt::Blocked(self.clean(answer.reason.as_deref().unwrap_or("")));
+                        return Prompt::Blocked(Self::clean(
+                            redactor,
+                            answer.reason.as_deref().unwrap_or(""),
+                        ));
                     }
-                    context.extend(self.context_of(&exit));
+                    context.extend(Self::context_of(redactor, &exit));
                 }
-                Some(2) => return Prompt::Blocked(self.clean(&exit.stderr)),
+                Some(2) => return Prompt::Blocked(Self::clean(redactor, &exit.stderr)),
                 _ => warn_exit("UserPromptSubmit", hook, &exit),
             }
         }
@@ -245,6 +250,7 @@ impl AgentHooks {
     /// this run go on.
     pub(crate) async fn stop(
         &self,
+        redactor: &Redactor,
         sub: bool,
         active: bool,
         agent: &str,
@@ -253,7 +259,7 @@ impl AgentHooks {
     ) -> Option<String> {
         let (event, hooks) =
             if sub { ("SubagentStop", &self.subagent_stop) } else { ("Stop", &self.stop) };
-        let mut input = self.input(event, agent, ctx, messages).await;
+        let mut input = self.input(redactor, event, agent, ctx, messages).await;
         input["stop_hook_active"] = json!(active);
         for hook in hooks {
             let Some(exit) = self.run(event, hook, &input, ctx).await else { continue };
@@ -268,10 +274,10 @@ impl AgentHooks {
                         let reason = answer
                             .reason
                             .unwrap_or_else(|| format!("a {event} hook asks you to go on"));
-                        return Some(self.clean(&reason));
+                        return Some(Self::clean(redactor, &reason));
                     }
                 }
-                Some(2) => return Some(self.clean(&exit.stderr)),
+                Some(2) => return Some(Self::clean(redactor, &exit.stderr)),
                 _ => warn_exit(event, hook, &exit),
             }
         }
@@ -280,14 +286,14 @@ impl AgentHooks {
 
     /// The context a successful hook gave: `additionalContext` of its JSON answer, or its
     /// plain stdout.
-    fn context_of(&self, exit: &HookExit) -> Option<String> {
+    fn context_of(redactor: &Redactor, exit: &HookExit) -> Option<String> {
         let out = exit.stdout.trim();
         let text = if out.starts_with('{') {
             parse(out).hook_specific_output.and_then(|s| s.additional_context)?
         } else {
             out.to_owned()
         };
-        (!text.trim().is_empty()).then(|| self.clean(&text))
+        (!text.trim().is_empty()).then(|| Self::clean(redactor, &text))
     }
 }
 

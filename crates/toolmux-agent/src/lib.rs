@@ -396,26 +396,21 @@ impl Agents {
         options: &RunOptions,
         resumed: Option<(Vec<String>, &Resume)>,
     ) -> Result<AgentReport, AgentError> {
-        let report = self.run_unredacted(name, task, ctx, options, resumed).await?;
-        Ok(report.redacted(&self.inner.definitions.hooks.redactor))
+        let orchestrator = self.orchestrator().ok_or(AgentError::Detached)?;
+        let report = self.run_unredacted(&orchestrator, name, task, ctx, options, resumed).await?;
+        Ok(report.redacted(orchestrator.redactor()))
     }
 
-    /// [`Agents::run_from`], the report as the sessions made it.
+    /// [`Agents::run_from`] on `orchestrator`, the report as the sessions made it.
     async fn run_unredacted(
         &self,
+        orchestrator: &Orchestrator,
         name: &str,
         task: &str,
         ctx: &CallContext,
         options: &RunOptions,
         resumed: Option<(Vec<String>, &Resume)>,
     ) -> Result<AgentReport, AgentError> {
-        let orchestrator = self
-            .inner
-            .orchestrator
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .upgrade()
-            .ok_or(AgentError::Detached)?;
         let max_depth = self.inner.definitions.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
         let depth = agent_depth(ctx);
         if depth > max_depth {

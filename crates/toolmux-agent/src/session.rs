@@ -357,11 +357,22 @@ impl Session<'_> {
         let mut hook_context = Vec::new();
         if !self.hooks.is_empty() {
             let source = if self.history.is_empty() { "startup" } else { "resume" };
-            hook_context =
-                self.hooks.session_start(source, self.name, &self.ctx, self.history).await;
+            hook_context = self
+                .hooks
+                .session_start(
+                    self.orchestrator.redactor(),
+                    source,
+                    self.name,
+                    &self.ctx,
+                    self.history,
+                )
+                .await;
             let prompt = match &task {
                 Some(task) => {
-                    self.hooks.prompt_submit(task, self.name, &self.ctx, self.history).await
+                    let redactor = self.orchestrator.redactor();
+                    self.hooks
+                        .prompt_submit(redactor, task, self.name, &self.ctx, self.history)
+                        .await
                 }
                 None => Prompt::Go(Vec::new()),
             };
@@ -824,13 +835,13 @@ impl Session<'_> {
         let calls: Mutex<Vec<(String, String, String)>> = Mutex::default();
         let text = Mutex::new(String::new());
         // What of the text waits to go to the run's sink, redacted as the events are (by
-        // the configuration's secrets, the hooks' redactor holding the same): a secret
-        // the model writes across deltas is held back until it is whole.
+        // the orchestrator's redactor, the configuration's secrets): a secret the model
+        // writes across deltas is held back until it is whole.
         let sink_pending = Mutex::new(String::new());
         let to_sink = |more: &str, end: bool| {
             let Some(sink) = self.on_text else { return };
             let mut pending = sink_pending.lock().unwrap_or_else(|e| e.into_inner());
-            let clean = self.hooks.redactor.pass_on(&mut pending, more, end);
+            let clean = self.orchestrator.redactor().pass_on(&mut pending, more, end);
             if !clean.is_empty() {
                 sink.send(self.name, TextDelta::Text(&clean));
             }
@@ -1122,7 +1133,10 @@ impl Session<'_> {
         if hooks.is_empty() {
             return None;
         }
-        let reason = self.hooks.stop(self.sub, *active, self.name, &self.ctx, messages).await?;
+        let reason = self
+            .hooks
+            .stop(self.orchestrator.redactor(), self.sub, *active, self.name, &self.ctx, messages)
+            .await?;
         *active = true;
         Some(reason)
     }
@@ -1178,7 +1192,7 @@ impl Session<'_> {
                 let parsed = serde_json::from_value(c.arguments.clone()).ok()?;
                 let status = c.arguments.clone();
                 if let Some(now) = status.get("now").and_then(Value::as_str) {
-                    let now = self.hooks.redactor.redact(now);
+                    let now = self.orchestrator.redactor().redact(now);
                     self.ctx.report_progress(
                         Progress::new(0.0, None).with_message(format!("{}: {now}", self.name)),
                     );

@@ -3363,7 +3363,9 @@ const PASSPHRASE: &str = "hunter2 sk-LIVE-7f3a9c2e1b";
 /// What the model writes leaves the agent redacted: a secret it echoes in its text (split
 /// across streamed deltas), in a call's arguments and in its report is not in the text
 /// streamed to the run's sink, the report (content, JSON content) nor the transcript, on
-/// either API, while the conversation sent back to the model keeps it as written.
+/// either API, while the conversation sent back to the model keeps it as written. The
+/// secret is the orchestrator's, and the agents are built by hand with no hooks: the agent
+/// redacts with the orchestrator it runs on.
 #[tokio::test]
 async fn a_secret_the_model_writes_leaves_the_agent_redacted() {
     for dialect in [Dialect::OpenAi, Dialect::Anthropic] {
@@ -3383,14 +3385,17 @@ async fn a_secret_the_model_writes_leaves_the_agent_redacted() {
         config.api_key = Some(PASSPHRASE.into());
         let models =
             BTreeMap::from([("m".to_owned(), toolmux_llm::connect("m", &config).unwrap())]);
-        let mut definitions = one("a", agent("m"));
-        definitions.hooks = Arc::new(toolmux_agent::AgentHooks {
-            redactor: toolmux_orchestrator::Redactor::new([PASSPHRASE.to_owned()]),
-            ..toolmux_agent::AgentHooks::default()
-        });
+        let agents = Agents::new(one("a", agent("m")), models).expect("valid agents");
         let mock: Arc<dyn ToolProvider> =
             Arc::new(MockProvider::new("mock").with_tool("echo", Behavior::Echo));
-        let (agents, _orchestrator) = start_agents(definitions, models, vec![mock]).await;
+        let orchestrator = Orchestrator::builder(OrchestratorConfig::default())
+            .provider(mock)
+            .provider(agents.provider())
+            .secrets([PASSPHRASE.to_owned()])
+            .build()
+            .expect("an orchestrator");
+        agents.attach(&orchestrator);
+        assert!(orchestrator.warmup().await.is_ok());
         let texts = Arc::new(Mutex::new(Vec::new()));
         let sink = {
             let texts = texts.clone();

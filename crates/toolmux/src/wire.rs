@@ -408,7 +408,7 @@ impl Toolmux {
         #[cfg(feature = "agent")]
         let models = models(loaded)?;
         #[cfg(feature = "agent")]
-        let agents = match agents(loaded, &models, &mut config, &secrets)? {
+        let agents = match agents(loaded, &models, &mut config)? {
             Some(agents) if keep(toolmux_agent::NAMESPACE) => {
                 providers.push(agents.provider());
                 Some(agents)
@@ -916,12 +916,9 @@ fn hook_timeout(
 }
 
 /// The hooks of the agents' loop (`SessionStart`, `UserPromptSubmit`, `Stop`,
-/// `SubagentStop`).
+/// `SubagentStop`), which redact with the orchestrator's secrets as the agents do.
 #[cfg(feature = "agent")]
-fn agent_hooks(
-    loaded: &Loaded,
-    secrets: &[String],
-) -> Result<toolmux_agent::AgentHooks, ToolmuxError> {
+fn agent_hooks(loaded: &Loaded) -> Result<toolmux_agent::AgentHooks, ToolmuxError> {
     use toolmux_agent::HookCommand;
     let file = loaded.source_name();
     let section = &loaded.config.hooks;
@@ -952,7 +949,6 @@ fn agent_hooks(
         stop: commands("Stop", &section.stop)?,
         subagent_stop: commands("SubagentStop", &section.subagent_stop)?,
         dir: loaded.base_dir.clone(),
-        redactor: toolmux_orchestrator::Redactor::new(secrets.iter().cloned()),
         transcripts: Some(loaded.output_dir()),
     })
 }
@@ -1687,7 +1683,6 @@ fn agents(
     loaded: &Loaded,
     models: &Models,
     config: &mut OrchestratorConfig,
-    secrets: &[String],
 ) -> Result<Option<toolmux_agent::Agents>, ToolmuxError> {
     use toolmux_agent::{AgentDefinitions, Agents, NAMESPACE};
     let file = loaded.source_name();
@@ -1705,7 +1700,7 @@ fn agents(
         agents: section.agents.clone(),
         router: section.router.clone(),
         max_depth: section.defaults.agent_max_depth,
-        hooks: Arc::new(agent_hooks(loaded, secrets)?),
+        hooks: Arc::new(agent_hooks(loaded)?),
     };
     let agents = Agents::new(definitions, models.clone())
         .map_err(|e| ToolmuxError::config(file, e.to_string()))?;

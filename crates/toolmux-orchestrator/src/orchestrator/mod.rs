@@ -628,6 +628,13 @@ impl Orchestrator {
         &self.inner.config
     }
 
+    /// What redacts the configuration's secrets ([`OrchestratorBuilder::secrets`]) from
+    /// outputs, errors and logs, for what leaves through other ways than a call (an
+    /// agent's answers and reports), so that they are redacted as the orchestrator's own.
+    pub fn redactor(&self) -> &Redactor {
+        &self.inner.redactor
+    }
+
     /// The current registry snapshot.
     pub fn registry(&self) -> Arc<Registry> {
         self.inner.registry.read().unwrap_or_else(|e| e.into_inner()).clone()
