@@ -505,6 +505,12 @@ impl Router {
                 token.cancel();
             }
         }
+        // What is wrong with a line's form is said first, before the handshake too: a
+        // request without `jsonrpc` is told that, not to initialize.
+        if let Some(answer) = malformed(&line) {
+            self.out.send(answer);
+            return;
+        }
         if !self.opened {
             match opening(&line) {
                 Opening::Opens => self.opened = true,
@@ -514,10 +520,6 @@ impl Router {
                 }
                 Opening::Other => {}
             }
-        }
-        if let Some(answer) = malformed(&line) {
-            self.out.send(answer);
-            return;
         }
         self.send_to_rmcp(line);
     }
@@ -830,10 +832,14 @@ fn opening(line: &[u8]) -> Opening {
     }
 }
 
-/// The JSON-RPC error answering `line` when it is no message rmcp could answer rightly:
-/// a line that is not JSON (`-32700`, id `null`), or a `tools/call` request whose `params`
-/// are not an object with a string `name` and, when given, object `arguments` (`-32602`,
-/// naming what is wrong; rmcp answered both `-32601 "tools/call"`, as if the method were
+/// The JSON-RPC error answering `line` when it is no message rmcp could answer rightly, in
+/// the words `serve --http` gives a body of the same form (see [`super::malformed`]), with
+/// the request's id when it can be read (else `null`): a line that is not JSON (`-32700`),
+/// JSON that is no single message (a batch, or a member of the wrong form, named: `-32600`),
+/// an `initialize` whose `params` are not an initialize's (`-32602`, naming the field), or a
+/// `tools/call` request whose `params` are not an object with a string `name` and, when
+/// given, object `arguments` (`-32602`, naming what is wrong; rmcp answered most of these
+/// `-32600 "Invalid request"` with no id, or `-32601 "tools/call"`, as if the method were
 /// unknown). `None` for anything else, which rmcp answers.
 fn malformed(line: &[u8]) -> Option<Vec<u8>> {
     let error = |id: &serde_json::Value, code: i32, message: String| {
@@ -867,38 +873,51 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
                  line"
                     .to_owned(),
             ),
-            Err(e) => error(&serde_json::Value::Null, -32700, format!("Parse error: {e}")),
+            Err(e) => {
+                not_json(&e).and_then(|message| error(&serde_json::Value::Null, -32700, message))
+            }
         };
     }
     let peek: Peek<'_> = match serde_json::from_slice(line) {
         Ok(peek) => peek,
-        Err(e) if e.is_syntax() || e.is_eof() => {
-            return error(&serde_json::Value::Null, -32700, format!("Parse error: {e}"));
+        Err(e) => {
+            return match not_json(&e) {
+                Some(message) => error(&serde_json::Value::Null, -32700, message),
+                // JSON, but no object (a string, a number).
+                None => error(
+                    &serde_json::Value::Null,
+                    -32600,
+                    "Invalid Request: the line is no JSON-RPC message, which is an object \
+                     (`{\"jsonrpc\": \"2.0\", ...}`); send one message a line"
+                        .to_owned(),
+                ),
+            };
         }
-        Err(_) => return None,
     };
-    peek.method?;
-    let id: serde_json::Value = serde_json::from_str(peek.id?.get()).ok()?;
-    if !(id.is_string() || id.is_number()) {
-        return None;
-    }
-    // A request rmcp cannot read is answered without its id, and its client waits on:
-    // what is wrong with its form is answered here, with the id.
+    // The id, when it is one a client can be answered with (a string or an integer).
+    let id = peek
+        .id
+        .and_then(|id| serde_json::from_str::<serde_json::Value>(id.get()).ok())
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+        .unwrap_or_default();
+    // Read whole only when a member looks wrong: for its words, shared with HTTP.
     let version = peek.jsonrpc.map(RawValue::get);
-    if version != Some(r#""2.0""#)
-        && version.and_then(|v| serde_json::from_str::<String>(v).ok()).as_deref() != Some("2.0")
-    {
-        return error(&id, -32600, "Invalid Request: `jsonrpc` must be \"2.0\"".to_owned());
+    let suspect = (version != Some(r#""2.0""#)
+        && version.and_then(|v| serde_json::from_str::<String>(v).ok()).as_deref() != Some("2.0"))
+        || (peek.id.is_some() && id.is_null())
+        || peek.method.is_some_and(|method| !method.get().starts_with('"'))
+        || peek.params.is_some_and(|p| !p.get().starts_with('{') && p.get() != "null");
+    if suspect && let Some(field) = super::malformed::wrong_field(line) {
+        return error(&id, -32600, format!("Invalid Request: {field}"));
     }
-    if let Some(params) = peek.params.map(RawValue::get)
-        && !params.starts_with('{')
-        && params != "null"
+    if peek.method.map(RawValue::get) == Some(r#""initialize""#)
+        && let Some(why) = super::malformed::initialize_params(line)
     {
-        return error(
-            &id,
-            -32602,
-            format!("Invalid params: `params` must be an object, not `{params}`"),
-        );
+        return error(&id, -32602, format!("Invalid params: {why}"));
+    }
+    peek.method?;
+    if id.is_null() {
+        return None;
     }
     if peek.method.map(RawValue::get) != Some(r#""tools/call""#) {
         return None;
@@ -922,6 +941,12 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
         Some(other) => format!("`params` must be an object, not `{other}`"),
     };
     error(&id, -32602, format!("Invalid params: {problem}"))
+}
+
+/// The `-32700` message of a line serde could not read, when it is not JSON at all (as
+/// opposed to JSON of another form than the one read).
+fn not_json(e: &serde_json::Error) -> Option<String> {
+    (e.is_syntax() || e.is_eof()).then(|| format!("Parse error: the line is not JSON ({e})"))
 }
 
 /// A plain `tools/call` request, parsed in one pass: anything more than a name,

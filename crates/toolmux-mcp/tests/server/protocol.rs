@@ -9,22 +9,22 @@ use std::sync::Arc;
 use toolmux_mcp::server::ServeOptions;
 
 /// A session of the handshake revisions, made with raw requests.
-struct RawSession {
+pub(crate) struct RawSession {
     client: reqwest::Client,
     url: String,
     id: String,
 }
 
 /// What the server answered: the status and the body.
-struct Answered {
-    status: u16,
-    body: String,
+pub(crate) struct Answered {
+    pub(crate) status: u16,
+    pub(crate) body: String,
 }
 
 impl Answered {
     /// The JSON-RPC message of the body: the body itself, or the last `data:` line of an
     /// event stream.
-    fn message(&self) -> Value {
+    pub(crate) fn message(&self) -> Value {
         let json =
             self.body.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&self.body);
         serde_json::from_str(json.trim())
@@ -33,7 +33,7 @@ impl Answered {
 }
 
 impl RawSession {
-    async fn open(url: &str) -> RawSession {
+    pub(crate) async fn open(url: &str) -> RawSession {
         crate::support::install_crypto();
         let client = reqwest::Client::new();
         let initialize = json!({
@@ -65,7 +65,7 @@ impl RawSession {
     }
 
     /// A POST of `body` (sent as it is) in this session.
-    async fn post(&self, body: &str) -> Answered {
+    pub(crate) async fn post(&self, body: &str) -> Answered {
         let response = within(
             self.client
                 .post(&self.url)

@@ -693,7 +693,7 @@ async fn lines_that_are_no_message_are_answered_with_their_id() {
             panic!("no answer with id {id}: {answers:?}");
         })
     };
-    assert_eq!(of(json!(7))["error"]["code"], -32602, "{answers:?}");
+    assert_eq!(of(json!(7))["error"]["code"], -32600, "{answers:?}");
     assert_eq!(of(json!(8))["error"]["code"], -32600, "{answers:?}");
     assert_eq!(of(json!("nine"))["error"]["code"], -32600, "{answers:?}");
     let nulls: Vec<_> = answers.iter().filter(|a| a.get("id") == Some(&json!(null))).collect();
@@ -742,6 +742,48 @@ fn rmcp_path_call(id: u64, tool: &str) -> serde_json::Value {
     }})
 }
 
+/// The serve fixture's `serve_stdio` as a process of its own, with `args` after `stdio`:
+/// the process, its stdin, and its stdout a line at a time.
+fn stdio_process(
+    args: &[&str],
+) -> (tokio::process::Child, tokio::process::ChildStdin, StdoutLines) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
+        .arg("stdio")
+        .args(args)
+        .current_dir(crate::support::repo_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the fixture starts");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let lines = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    (child, stdin, lines)
+}
+
+type StdoutLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Everything left on `lines`, as JSON-RPC messages, until the process closes its stdout.
+async fn read_to_end(lines: &mut StdoutLines) -> Vec<serde_json::Value> {
+    let mut messages = Vec::new();
+    while let Some(line) = within(lines.next_line()).await.unwrap() {
+        messages.push(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")));
+    }
+    messages
+}
+
+/// A client's `initialize` request (id 0) and `notifications/initialized`, as lines.
+fn opening_lines() -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}
+    }});
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    format!("{initialize}\n{initialized}\n")
+}
+
 /// When the client closes its stream while calls run, every call is cancelled at once,
 /// whichever path it took (the direct path, or rmcp's for a call with more in `_meta`),
 /// and serving ends without waiting. (rmcp cancelled its calls only after waiting up to
@@ -774,27 +816,11 @@ async fn closing_the_input_cancels_calls_on_both_paths_at_once() {
 /// rmcp's path running (it waited 5 s for rmcp's drain).
 #[tokio::test]
 async fn the_process_exits_at_once_when_stdin_closes_during_a_call() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
-        .arg("stdio")
-        .current_dir(crate::support::repo_root())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the fixture starts");
-    let mut stdin = child.stdin.take().expect("piped stdin");
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"}
-    }});
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    use tokio::io::AsyncWriteExt;
+    let (mut child, mut stdin, mut lines) = stdio_process(&[]);
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
-    for message in [initialize, initialized, rmcp_path_call(2, "hang"), ping] {
-        within(stdin.write_all(format!("{message}\n").as_bytes())).await.unwrap();
-    }
+    let input = format!("{}{}\n{ping}\n", opening_lines(), rmcp_path_call(2, "hang"));
+    within(stdin.write_all(input.as_bytes())).await.unwrap();
     // The ping's answer comes after rmcp took the call, which then runs.
     loop {
         let line = within(lines.next_line()).await.unwrap().expect("the ping's answer");
@@ -1196,38 +1222,19 @@ async fn a_burst_of_list_changes_is_announced_once() {
 #[tokio::test]
 async fn a_last_message_without_a_newline_is_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"}
-    }});
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let last = [
         json!({"jsonrpc": "2.0", "id": 7, "method": "ping"}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}),
     ];
     for last in last {
-        let mut child =
-            tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
-                .arg("stdio")
-                .current_dir(crate::support::repo_root())
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("the fixture starts");
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let input = format!("{initialize}\n{initialized}\n{last}");
+        let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+        let input = format!("{}{last}", opening_lines());
         within(stdin.write_all(input.as_bytes())).await.unwrap();
         drop(stdin);
-        let mut output = String::new();
-        let mut stdout = child.stdout.take().expect("piped stdout");
-        within(stdout.read_to_string(&mut output)).await.unwrap();
-        let answered = output
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .any(|message| message["id"] == 7 && message.get("result").is_some());
-        assert!(answered, "{last}: {output}");
+        let output = read_to_end(&mut lines).await;
+        let answered =
+            output.iter().any(|message| message["id"] == 7 && message.get("result").is_some());
+        assert!(answered, "{last}: {output:?}");
         within(child.wait()).await.unwrap();
         // The same on async streams (`serve_io`).
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
@@ -1251,4 +1258,84 @@ async fn a_last_message_without_a_newline_is_served() {
         assert!(answered, "serve_io, {last}: {output}");
         within(server).await.unwrap().unwrap();
     }
+}
+
+/// A line of a wrong form gets over stdin the error a POST of it gets over `serve --http`:
+/// `-32600` naming the member that is wrong and what it should be, with the request's id
+/// when it can be read (rmcp answered `-32600 "Invalid request"` with id `null`, or said
+/// only that `jsonrpc` must be "2.0"); text that is not JSON `-32700`; an `initialize` whose
+/// `params` are not an initialize's `-32602`, naming the field (before the handshake it was
+/// told it lacked the stateless revision's `_meta`).
+#[tokio::test]
+async fn malformed_lines_get_the_errors_http_gives() {
+    use tokio::io::AsyncWriteExt;
+    let wrong = [
+        r#"{"id":8,"method":"ping"}"#,
+        r#"{"jsonrpc":"1.0","id":"nine","method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":10,"method":7}"#,
+        r#"{"jsonrpc":"2.0","id":11,"method":"ping","params":"x"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":{"an":"object"},"method":"ping"}"#,
+    ];
+    let server = crate::support::HttpServer::start(fixture(0), ServeOptions::default()).await;
+    let session = crate::protocol::RawSession::open(&server.url()).await;
+    let mut over_http = Vec::new();
+    for line in wrong {
+        let answered = session.post(line).await;
+        assert_eq!(answered.status, 400, "{line}: {}", answered.body);
+        over_http.push(answered.message());
+    }
+    server.stop().await;
+    let initializes = [
+        r#"{"jsonrpc":"2.0","id":"i1","method":"initialize"}"#,
+        r#"{"jsonrpc":"2.0","id":"i2","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":1,"clientInfo":{"name":"a","version":"1"}}}"#,
+    ];
+    let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+    let mut input = initializes.join("\n") + "\n" + &opening_lines();
+    input.push_str("{\"jsonrpc\":\"2.0\",\"id\":3,\n");
+    for line in wrong {
+        input.push_str(line);
+        input.push('\n');
+    }
+    input.push_str(r#"{"jsonrpc":"2.0","id":"end","method":"ping"}"#);
+    within(stdin.write_all(input.as_bytes())).await.unwrap();
+    drop(stdin);
+    let answers = read_to_end(&mut lines).await;
+    assert!(within(child.wait()).await.unwrap().success());
+    let errors: Vec<_> = answers.iter().filter(|a| a.get("error").is_some()).collect();
+    let told = |id: &str| {
+        let answer = errors.iter().find(|a| a["id"] == id).unwrap_or_else(|| panic!("{answers:?}"));
+        format!("{} {}", answer["error"]["code"], answer["error"]["message"].as_str().unwrap())
+    };
+    expect![[r#"-32602 Invalid params: `initialize` has no `params`; send `"params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": …, "version": …}}`"#]]
+        .assert_eq(&told("i1"));
+    expect!["-32602 Invalid params: `initialize`'s `params.capabilities` is 1; it is an object (`{}` for none)"]
+        .assert_eq(&told("i2"));
+    // The initialize after them opened the session.
+    assert!(answers.iter().any(|a| a["id"] == 0 && a.get("result").is_some()), "{answers:?}");
+    assert!(answers.iter().any(|a| a["id"] == "end" && a.get("result").is_some()), "{answers:?}");
+    let rest: Vec<_> =
+        errors.iter().filter(|a| !a["id"].is_string() || a["id"] == "nine").collect();
+    assert_eq!(rest.len(), wrong.len() + 1, "{answers:?}");
+    assert_eq!(rest[0]["id"], json!(null), "{answers:?}");
+    assert_eq!(rest[0]["error"]["code"], -32700, "{answers:?}");
+    let parse = rest[0]["error"]["message"].as_str().unwrap();
+    assert!(parse.starts_with("Parse error: the line is not JSON ("), "{parse}");
+    for ((line, stdio), http) in wrong.iter().zip(&rest[1..]).zip(&over_http) {
+        assert_eq!(stdio["id"], http["id"], "{line}: {stdio} against HTTP's {http}");
+        assert_eq!(stdio["error"], http["error"], "{line}: {stdio} against HTTP's {http}");
+        assert_eq!(stdio["error"]["code"], -32600, "{line}: {stdio}");
+    }
+    let named: Vec<_> = rest[1..].iter().map(|a| a["error"]["message"].as_str().unwrap()).collect();
+    expect![[r#"
+        [
+            "Invalid Request: `jsonrpc` is missing; every message has `\"jsonrpc\": \"2.0\"`",
+            "Invalid Request: `jsonrpc` is \"1.0\"; every message has `\"jsonrpc\": \"2.0\"`",
+            "Invalid Request: `method` is 7; a method is a string",
+            "Invalid Request: `params` is \"x\"; a message's params are an object (leave `params` out when there are none)",
+            "Invalid Request: `id` is 1.5; an id is a string or an integer (not null, a fraction, a number beyond 64 bits, a boolean, an object or an array)",
+            "Invalid Request: `id` is {\"an\":\"object\"}; an id is a string or an integer (not null, a fraction, a number beyond 64 bits, a boolean, an object or an array)",
+        ]
+    "#]]
+    .assert_debug_eq(&named);
 }
