@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use expect_test::{Expect, expect};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use toolmux_core::{CallContext, ToolProvider};
 use toolmux_rest::{OpenApiConfig, RestProvider};
@@ -617,4 +617,43 @@ async fn path_parameters_missing_from_the_template_are_left_out_with_a_warning()
     assert!(!out.is_error, "{}", out.to_text());
     let request = seen.lock().unwrap().last().cloned().unwrap();
     assert_eq!(request.request_line(), "GET /items?q=x HTTP/1.1");
+}
+
+/// Operations sharing an `operationId` get distinct names that depend on nothing but
+/// their own route (a hash of it), with a warning naming every route and tool;
+/// a `rename` to a name tools cannot have is sanitized with a warning saying what it
+/// became, as `x-mcp-name` and inline tools' names are.
+#[tokio::test]
+async fn duplicate_operation_ids_and_sanitized_renames_are_said() {
+    let (base, seen) = common::keeping_server().await;
+    let paths = |first: &str, second: &str| {
+        let mut paths = Map::new();
+        for path in [first, second] {
+            paths.insert(path.to_owned(), json!({"get": {"operationId": "getThing"}}));
+        }
+        paths.insert("/c".to_owned(), json!({"post": {"operationId": "makeThing"}}));
+        json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+            "servers": [{"url": base}], "paths": paths})
+    };
+    let config = OpenApiConfig {
+        rename: BTreeMap::from([("makeThing".to_owned(), "größe".to_owned())]),
+        ..OpenApiConfig::default()
+    };
+    let provider = import(paths("/a", "/b"), &config);
+    let names: Vec<String> = provider.specs().into_iter().map(|t| t.name).collect();
+    expect![[r#"["get_thing_2e0399fe", "get_thing_37e5992c", "gr__e"]"#]]
+        .assert_eq(&format!("{names:?}"));
+    expect![[r#"
+        api.json: operationId `getThing` is used by `GET /a`, `GET /b`, where OpenAPI requires each to be unique; their tools are `get_thing_2e0399fe`, `get_thing_37e5992c` (a hash of each route added), and a `rename` of `getThing` names all of them: rename them by `METHOD /path` instead
+        api.json: `rename` names `POST /c` `größe`, which became `gr__e`: a tool name is ASCII letters, digits, `_` and `-`, fits the name budget after the namespace and is distinct from the others"#]].assert_eq(&provider.warnings().join("\n"));
+    // Each name depends on its own route only: `/b`'s stays when `/a` is gone.
+    let other = import(paths("/b", "/x"), &config);
+    let again: Vec<String> = other.specs().into_iter().map(|t| t.name).collect();
+    assert_eq!(again[0], names[1]);
+    for (name, path) in [(&names[0], "/a"), (&names[1], "/b")] {
+        let out = provider.call(name, json!({}), &CallContext::new()).await.unwrap();
+        assert!(!out.is_error, "{}", out.to_text());
+        let request = seen.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(request.request_line(), format!("GET {path} HTTP/1.1"));
+    }
 }

@@ -31,6 +31,8 @@ pub(crate) fn import(
     let mut warnings = Vec::new();
     let mut operations = Vec::new();
     let mut keys = Vec::new();
+    // Beside each of `keys`: the operation's `operationId` and the name `rename` gives it.
+    let mut origins: Vec<(Option<String>, Option<String>)> = Vec::new();
     // Operations left out because their part of the document is broken, with the first
     // reason: the import fails only when nothing else was usable.
     let mut left_out: Vec<RestError> = Vec::new();
@@ -75,6 +77,12 @@ pub(crate) fn import(
                                 .push(format!("{e}; operation `{route}` gets no output schema")),
                         }
                     }
+                    let id = op.get("operationId").and_then(Value::as_str);
+                    let renamed = id
+                        .and_then(|id| config.rename.get(id))
+                        .or_else(|| config.rename.get(&route))
+                        .cloned();
+                    origins.push((id.map(str::to_owned), renamed));
                     keys.push((built.name.clone(), route));
                     operations.push(built);
                 }
@@ -104,6 +112,7 @@ pub(crate) fn import(
         *name = names::fit(namespace, name, naming::DEFAULT_BUDGET);
     }
     names::dedupe(namespace, &mut keys, naming::DEFAULT_BUDGET);
+    name_warnings(doc, &keys, &origins, &mut warnings);
     for (op, (name, _)) in operations.iter_mut().zip(keys) {
         op.name = name;
     }
@@ -118,6 +127,50 @@ pub(crate) fn import(
         ));
     }
     Ok(Imported { operations, auth, warnings })
+}
+
+/// Warnings about the tools' final names (`keys`, with their routes, beside `origins`):
+/// an `operationId` several operations share, which OpenAPI says is unique (their tools
+/// get a hash of their route each, so the names stay distinct and do not depend on the
+/// document's order), and a `rename` that did not give the name it asked for, its
+/// characters sanitized or its length cut, as `x-mcp-name` and inline tools' names are.
+fn name_warnings(
+    doc: &Document,
+    keys: &[(String, String)],
+    origins: &[(Option<String>, Option<String>)],
+    warnings: &mut Vec<String>,
+) {
+    let mut by_id: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, (id, _)) in origins.iter().enumerate() {
+        if let Some(id) = id {
+            by_id.entry(id).or_default().push(i);
+        }
+    }
+    for (id, holders) in by_id.into_iter().filter(|(_, holders)| holders.len() > 1) {
+        let list = |f: &dyn Fn(&(String, String)) -> &str| {
+            holders.iter().map(|&i| format!("`{}`", f(&keys[i]))).collect::<Vec<_>>().join(", ")
+        };
+        warnings.push(format!(
+            "{}: operationId `{id}` is used by {}, where OpenAPI requires each to be unique; \
+             their tools are {} (a hash of each route added), and a `rename` of `{id}` names \
+             all of them: rename them by `METHOD /path` instead",
+            doc.source_name,
+            list(&|(_, route)| route),
+            list(&|(name, _)| name),
+        ));
+    }
+    for ((name, route), (_, renamed)) in keys.iter().zip(origins) {
+        if let Some(asked) = renamed
+            && asked != name
+        {
+            warnings.push(format!(
+                "{}: `rename` names `{route}` `{asked}`, which became `{name}`: a tool name \
+                 is ASCII letters, digits, `_` and `-`, fits the name budget after the \
+                 namespace and is distinct from the others",
+                doc.source_name,
+            ));
+        }
+    }
 }
 
 /// The operations of a path item: `(lower-case method, operation, its pointer)`, the fixed
