@@ -216,8 +216,10 @@ impl CommandTools {
             .spawn()
             .map_err(|source| failed(self.sandbox.spawn_failed(label.clone(), source)))?;
         let mut group = MarkedGroup::new(child.id(), mark, label.clone());
-        // Dropped before `group`: released once the group is dealt with, on every way out.
-        let _guard = shell::guard::GroupGuard::watch(child.id(), &label);
+        // Released once the group is dealt with, before the leader is reaped; on an early
+        // return, dropped before `group` and `child` (which kill the group).
+        let watched = shell::guard::GroupGuard::watch(child.id(), &label);
+        let leader = shell::guard::LeaderExit::of(&child);
         let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
         input.push(b'\n');
         let stdin = child.stdin.take();
@@ -259,10 +261,12 @@ impl CommandTools {
             (out, err)
         }));
         let status = tokio::select! {
-            status = child.wait() => Some(status),
+            exited = leader.exited(&mut child) => Some(exited),
             () = tokio::time::sleep(limit) => None,
             () = ctx.cancel_token().cancelled() => {
                 group.kill_all().await;
+                // Dead and not reaped: the id is still ours (see `shell::guard`).
+                drop(watched);
                 if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
                     group.disarm();
                 }
@@ -276,12 +280,23 @@ impl CommandTools {
             pipes.ended_within(shell::EXIT_GRACE).await;
         }
         let escaped = group.kill_all().await;
+        // The group is dead and its leader not reaped, so its id is still ours: release it
+        // now, then reap.
+        drop(watched);
+        let reaped = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await;
         let Some(status) = status else {
-            if let Ok(Ok(_)) = tokio::time::timeout(shell::DRAIN_TIMEOUT, child.wait()).await {
+            if let Ok(Ok(_)) = reaped {
                 group.disarm();
             }
             return Err(ToolError::Timeout { tool: name.to_owned(), after: limit, idle: None });
         };
+        let status = status.and_then(|()| match reaped {
+            Ok(reaped) => reaped,
+            Err(_) => Err(std::io::Error::other(format!(
+                "it exited but could not be reaped within {} s",
+                shell::DRAIN_TIMEOUT.as_secs()
+            ))),
+        });
         // Reaped and its group killed: the group's id may now be another's.
         group.disarm();
         let Ok(Ok((out, err))) = tokio::time::timeout(shell::DRAIN_TIMEOUT, &mut reads.0).await

@@ -258,7 +258,9 @@ pub(crate) fn escaped_note(killed: &[u32]) -> Option<String> {
 
 /// How the command ended.
 enum End {
-    Exited(ExitStatus),
+    /// Its status once reaped (`None` only if the reaping took longer than
+    /// `DRAIN_TIMEOUT`, which an exited process never does).
+    Exited(Option<ExitStatus>),
     TimedOut,
     /// It printed more than `maxOutputBytes`.
     Flooded,
@@ -386,8 +388,10 @@ pub(crate) async fn run(
     let mut child =
         command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
     let mut group = MarkedGroup::new(child.id(), mark, label.clone());
-    // Dropped before `group`: released once the group is dealt with, on every way out.
-    let _guard = guard::GroupGuard::watch(child.id(), &label);
+    // Released once the group is dealt with, before the leader is reaped; on an early
+    // return, dropped before `group` and `child` (which kill the group).
+    let watched = guard::GroupGuard::watch(child.id(), &label);
+    let leader = guard::LeaderExit::of(&child);
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);
     let printed = Printed {
@@ -416,8 +420,8 @@ pub(crate) async fn run(
         })
     });
     let end = tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => End::Exited(status),
+        exited = leader.exited(&mut child) => match exited {
+            Ok(()) => End::Exited(None),
             Err(source) => return Err(FsError::Spawn { command: label, source }),
         },
         () = tokio::time::sleep(limit) => End::TimedOut,
@@ -429,7 +433,7 @@ pub(crate) async fn run(
     // waited for.
     if matches!(end, End::TimedOut) {
         group.terminate_group();
-        let _ = tokio::time::timeout(TERM_GRACE, child.wait()).await;
+        let _ = tokio::time::timeout(TERM_GRACE, leader.exited(&mut child)).await;
     }
     if matches!(end, End::Exited(_)) {
         readers.ended_within(EXIT_GRACE).await;
@@ -438,11 +442,16 @@ pub(crate) async fn run(
     // normal exit too, for background processes the command left behind, in its group or
     // out of it.
     let escaped = group.kill_all().await;
-    if !matches!(end, End::Exited(_)) {
-        // Reap the shell; SIGKILL makes this quick.
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
-    }
+    // The group is dead and its leader not reaped, so its id is still ours: release it
+    // now, then reap (SIGKILL makes this quick).
+    drop(watched);
+    let reaped = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
     group.disarm();
+    let end = match (end, reaped) {
+        (End::Exited(_), Ok(Ok(status))) => End::Exited(Some(status)),
+        (End::Exited(_), Ok(Err(source))) => return Err(FsError::Spawn { command: label, source }),
+        (end, _) => end,
+    };
     let elapsed = started.elapsed();
     // One wait for both pipes: a process holding them holds both.
     let drained = tokio::time::Instant::now() + DRAIN_TIMEOUT;
@@ -456,7 +465,7 @@ pub(crate) async fn run(
     let failed = match &end {
         End::Exited(status) => {
             use std::os::unix::process::ExitStatusExt;
-            match (status.code(), status.signal()) {
+            match (status.and_then(|s| s.code()), status.and_then(|s| s.signal())) {
                 (Some(code), _) => {
                     let _ = write!(text, "exit code {code}");
                     output = output.with_extra("exitCode", json!(code));

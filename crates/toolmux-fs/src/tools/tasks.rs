@@ -714,15 +714,11 @@ async fn watch(
     lifetime: Duration,
     absent: crate::sandbox::Absent,
 ) {
+    let leader = shell::guard::LeaderExit::of(&child);
     let end = tokio::select! {
-        status = child.wait() => match status {
-            Ok(status) => {
-                use std::os::unix::process::ExitStatusExt as _;
-                match (status.code(), status.signal()) {
-                    (Some(code), _) => End::Exited(code),
-                    (None, signal) => End::Signal(signal.unwrap_or(0)),
-                }
-            }
+        exited = leader.exited(&mut child) => match exited {
+            // Its code once reaped, below.
+            Ok(()) => End::Exited(0),
             Err(e) => End::Lost(e.to_string()),
         },
         () = tokio::time::sleep(lifetime) => End::TimedOut(lifetime),
@@ -732,20 +728,34 @@ async fn watch(
     if matches!(end, End::TimedOut(_)) {
         // Asked to stop first, as a foreground command that runs out of time is.
         task.signal_group(rustix::process::Signal::TERM);
-        let _ = tokio::time::timeout(shell::TERM_GRACE, child.wait()).await;
+        let _ = tokio::time::timeout(shell::TERM_GRACE, leader.exited(&mut child)).await;
     }
-    if matches!(end, End::Exited(_) | End::Signal(_)) {
+    if matches!(end, End::Exited(_)) {
         // What a process substitution copies after the shell's exit (`shell::EXIT_GRACE`).
         pipes.ended_within(shell::EXIT_GRACE).await;
     }
     task.kill_group();
     // What left the group goes too, before the pipes are drained (it may hold them).
     task.mark.sweep_on_pool(&task.label).await;
-    // The group is dead: its watchman may go.
+    // The group is dead and its leader not reaped, so its id is still ours: release it
+    // now, then reap (SIGKILL makes this quick).
     drop(task.guard.lock().unwrap_or_else(|e| e.into_inner()).take());
-    if !matches!(end, End::Exited(_) | End::Signal(_)) {
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
-    }
+    let reaped = tokio::time::timeout(DRAIN_TIMEOUT, child.wait()).await;
+    let end = match (end, reaped) {
+        (End::Exited(_), Ok(Ok(status))) => {
+            use std::os::unix::process::ExitStatusExt as _;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => End::Exited(code),
+                (None, signal) => End::Signal(signal.unwrap_or(0)),
+            }
+        }
+        (End::Exited(_), Ok(Err(e))) => End::Lost(e.to_string()),
+        (End::Exited(_), Err(_)) => End::Lost(format!(
+            "it exited but could not be reaped within {} s",
+            DRAIN_TIMEOUT.as_secs()
+        )),
+        (end, _) => end,
+    };
     for mut reader in readers {
         if tokio::time::timeout(DRAIN_TIMEOUT, &mut reader).await.is_err() {
             reader.abort();

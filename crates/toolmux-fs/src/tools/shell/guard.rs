@@ -1,76 +1,217 @@
-//! A watchman for each command's process group, so that no command outlives a toolmux
+//! One watchman for every command's process group, so that no command outlives a toolmux
 //! killed with `SIGKILL` (or crashed, or aborted), when none of its own code runs.
 //!
-//! The watchman is a tiny `sh` started beside the command, in a process group of its own
-//! (no terminal signal reaches it), reading a pipe only toolmux holds: toolmux writes a
-//! line to release it once it has dealt with the group itself, and end of file without
-//! that line means toolmux is gone, so the watchman kills the whole group.
+//! The watchman is a tiny `sh`, one per toolmux process, started at the first command, in
+//! a process group of its own (no terminal signal reaches it), reading a pipe only toolmux
+//! holds. toolmux writes `+PGID` when a command's group starts and `-PGID` once it has dealt
+//! with the group itself; end of file means toolmux is gone, and the watchman kills every
+//! group still listed. One `sh` per command cost a spawn each (and the command about 128 ms
+//! more, BENCHMARKS-fs.md); a line costs a write.
 //!
 //! `PR_SET_PDEATHSIG` on the command would not do: it fires when the *thread* that
 //! spawned the command exits (a tokio blocking-pool thread retires after ten idle
 //! seconds, which would kill commands spuriously), and it signals the one process, not
 //! its group, so the `sleep` under `bash -c` would live on.
+//!
+//! A group's id is its leader's process id, and the leader is our child: the id cannot be
+//! given to another process until we reap the leader. So a group is released (`-PGID`)
+//! after toolmux has killed it and before the leader is reaped ([`LeaderExit`] waits for
+//! the leader's exit without reaping it); the watchman therefore never holds the id of a
+//! group that could be someone else's.
 
+use std::collections::BTreeSet;
 use std::io::Write as _;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt as _;
 use std::process::Stdio;
+use std::sync::{Mutex, MutexGuard};
 
-/// The watchman's script; `$1` is the group. `read` answers non-zero at end of file
-/// without a line.
-const SCRIPT: &str = "trap '' HUP INT QUIT TERM TSTP; read -r _ || kill -s KILL -- \"-$1\"";
+/// The watchman's script. Lines are `+PGID` and `-PGID`, ids above 1 (anything else is
+/// ignored: `kill -- -1` would signal every process). `read` answers non-zero at end of
+/// file.
+const SCRIPT: &str = r#"trap '' HUP INT QUIT TERM TSTP PIPE
+g=' '
+while read -r l; do
+  i=${l#?}
+  case $i in ''|*[!0-9]*|0|1) continue ;; esac
+  case $l in
+    +*) g="$g$i " ;;
+    -*) case $g in *" $i "*) g="${g%% $i *} ${g#* $i }" ;; esac ;;
+  esac
+done
+set --
+for p in $g; do set -- "$@" "-$p"; done
+[ $# -eq 0 ] || kill -s KILL -- "$@""#;
 
-/// The watchman of one process group; dropping it releases the watchman, which then
-/// exits without killing anything.
+/// The name the watchman runs under (its `$0`), which `ps` shows.
+pub(crate) const WATCHMAN_NAME: &str = "toolmux-group-guard";
+
+/// The groups being watched and the watchman watching them, for the whole process.
+static WATCH: Mutex<Watch> = Mutex::new(Watch { watchman: None, groups: BTreeSet::new() });
+
+/// A process group listed with the watchman; dropping it releases the group (`-PGID`).
+/// Drop it once the group is dead and before its leader is reaped.
 #[derive(Debug)]
 pub(crate) struct GroupGuard {
-    /// Invariant: only this process holds the pipe's writing end (it is close-on-exec), so
-    /// the watchman reads end of file exactly when toolmux is gone or the guard dropped.
-    release: Option<std::io::PipeWriter>,
-    /// Reaped by tokio once dropped (it is not killed on drop).
-    _watchman: tokio::process::Child,
+    /// Invariant: above 1, and listed in [`WATCH`]'s `groups` while this guard lives.
+    group: i32,
+}
+
+#[derive(Debug)]
+struct Watch {
+    /// `None` until the first command, and after a watchman was found gone while no group
+    /// was left to watch.
+    watchman: Option<Watchman>,
+    /// Every group whose guard lives: what a new watchman is told.
+    groups: BTreeSet<i32>,
+}
+
+#[derive(Debug)]
+struct Watchman {
+    /// Invariant: only this process holds the pipe's writing end (it is close-on-exec, so
+    /// no command inherits it), so the watchman reads end of file exactly when toolmux is
+    /// gone. Non-blocking: a watchman that stops reading (stopped with `SIGSTOP`) is
+    /// replaced rather than blocking every command once the pipe is full.
+    lines: std::io::PipeWriter,
+    process: std::process::Child,
 }
 
 impl GroupGuard {
-    /// Starts the watchman of the group led by `leader`. Without one (no `/bin/sh`, no
-    /// processes left to start) the command runs all the same, unwatched, and the log
-    /// says so: toolmux still kills the group on every way out but `SIGKILL`.
+    /// Lists the group led by `leader` with the watchman, starting one if there is none or
+    /// the last one is gone. Without one (no `/bin/sh`, no processes left to start) the
+    /// command runs all the same, unwatched until a later command starts a watchman, and the
+    /// log says so: toolmux still kills the group on every way out but `SIGKILL`.
     pub(crate) fn watch(leader: Option<u32>, label: &str) -> Option<GroupGuard> {
-        let leader = leader.filter(|&pid| pid > 0 && i32::try_from(pid).is_ok())?;
-        match Self::start(leader) {
-            Ok(guard) => Some(guard),
-            Err(e) => {
-                tracing::warn!(
-                    command = %label,
-                    error = %e,
-                    "could not start /bin/sh to watch the command's process group: the command \
-                     would outlive toolmux if toolmux were killed with SIGKILL"
-                );
-                None
-            }
+        let group = leader.and_then(|pid| i32::try_from(pid).ok()).filter(|&pid| pid > 1)?;
+        let mut watch = lock();
+        watch.groups.insert(group);
+        if let Err(e) = watch.send(&format!("+{group}\n")) {
+            tracing::warn!(
+                command = %label,
+                error = %e,
+                "could not start /bin/sh to watch the command's process group: the command \
+                 would outlive toolmux if toolmux were killed with SIGKILL"
+            );
+        }
+        Some(GroupGuard { group })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let mut watch = lock();
+        watch.groups.remove(&self.group);
+        if let Err(e) = watch.send(&format!("-{}\n", self.group)) {
+            tracing::warn!(error = %e, "could not start /bin/sh to watch the commands' process groups");
         }
     }
+}
 
-    fn start(leader: u32) -> std::io::Result<GroupGuard> {
-        let (read, release) = std::io::pipe()?;
-        let watchman = tokio::process::Command::new("/bin/sh")
-            .args(["-c", SCRIPT, "toolmux-group-guard", &leader.to_string()])
+fn lock() -> MutexGuard<'static, Watch> {
+    // The state is a set and a handle, each change a single step: still sound after a panic.
+    WATCH.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Watch {
+    /// Writes `line` to the watchman; one found gone (the write fails with `EPIPE`: Rust's
+    /// runtime ignores `SIGPIPE`) or not reading is replaced by a new one told every group
+    /// still listed, which `line` has already been applied to. With no group left, none
+    /// is started.
+    fn send(&mut self, line: &str) -> std::io::Result<()> {
+        if let Some(watchman) = &mut self.watchman {
+            match watchman.lines.write_all(line.as_bytes()) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(error = %e, "the process groups' watchman is gone; starting another");
+                    if let Some(old) = self.watchman.take() {
+                        old.retire();
+                    }
+                }
+            }
+        }
+        if self.groups.is_empty() {
+            return Ok(());
+        }
+        let mut watchman = Watchman::start()?;
+        let all: String = self.groups.iter().map(|g| format!("+{g}\n")).collect();
+        // An empty pipe holds 64 KiB: some 8,000 groups at once.
+        if let Err(e) = watchman.lines.write_all(all.as_bytes()) {
+            watchman.retire();
+            return Err(e);
+        }
+        self.watchman = Some(watchman);
+        Ok(())
+    }
+}
+
+impl Watchman {
+    fn start() -> std::io::Result<Watchman> {
+        let (read, lines) = std::io::pipe()?;
+        let fd = OwnedFd::from(lines);
+        let flags = rustix::fs::fcntl_getfl(&fd)?;
+        rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+        let lines = std::io::PipeWriter::from(fd);
+        let process = std::process::Command::new("/bin/sh")
+            .args(["-c", SCRIPT, WATCHMAN_NAME])
             .current_dir("/")
             .env_clear()
             .stdin(Stdio::from(read))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
-            .kill_on_drop(false)
             .spawn()?;
-        Ok(GroupGuard { release: Some(release), _watchman: watchman })
+        Ok(Watchman { lines, process })
+    }
+
+    /// Ends a watchman that cannot be written to, without it killing anything (`SIGKILL`
+    /// runs no script), and reaps it.
+    fn retire(mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
     }
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        if let Some(mut release) = self.release.take() {
-            // One byte into an empty pipe does not block; a watchman already gone (killed
-            // by someone) makes this fail, which is nothing to act on.
-            let _ = release.write_all(b"\n");
+/// Waits for a command's leader to exit without reaping it (through a pidfd), so that its
+/// group's id stays ours until [`GroupGuard`] has released it. Without a pidfd (a kernel
+/// before 5.3) it falls back to `wait`, which reaps.
+#[derive(Debug)]
+pub(crate) struct LeaderExit {
+    pidfd: Option<tokio::io::unix::AsyncFd<OwnedFd>>,
+}
+
+impl LeaderExit {
+    /// For `child`, not yet reaped.
+    // Tokio's registration of a descriptor is `unsafe` (it cannot check that the descriptor
+    // stays open); an `OwnedFd` it owns does.
+    #[allow(unsafe_code)]
+    pub(crate) fn of(child: &tokio::process::Child) -> LeaderExit {
+        let pidfd = child
+            .id()
+            .and_then(|pid| rustix::process::Pid::from_raw(i32::try_from(pid).ok()?))
+            .and_then(|pid| {
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+            })
+            .filter(|_| tokio::runtime::Handle::try_current().is_ok())
+            .and_then(|fd| {
+                // SAFETY: an `OwnedFd` is open and the same descriptor for as long as the
+                // `AsyncFd` owns it; a runtime is current, so registering does not panic.
+                unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        fd,
+                        tokio::io::Interest::READABLE,
+                    )
+                }
+                .ok()
+            });
+        LeaderExit { pidfd }
+    }
+
+    /// Answers once the leader has exited; cancel-safe.
+    pub(crate) async fn exited(&self, child: &mut tokio::process::Child) -> std::io::Result<()> {
+        match &self.pidfd {
+            // Readable from the exit on (the readiness is never cleared).
+            Some(pidfd) => pidfd.readable().await.map(drop),
+            None => child.wait().await.map(drop),
         }
     }
 }
