@@ -27,7 +27,7 @@ pub enum ModelError {
     },
     /// Still rate limited after the retries, or asked to wait longer than a request waits
     /// (see `retry_after`).
-    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempt{}{}: {message}", if *attempts == 1 { "" } else { "s" }, retry_note(*retry_after))]
+    #[error("model `{model}`: rate limited (HTTP 429) after {attempts} attempt{}{}: {message}", if *attempts == 1 { "" } else { "s" }, retry_note(*retry_after, retry_at.as_deref()))]
     RateLimited {
         /// The configured model name.
         model: String,
@@ -35,6 +35,9 @@ pub enum ModelError {
         attempts: u32,
         /// When the API said to try again, if it did.
         retry_after: Option<Duration>,
+        /// The HTTP date the API said to try again at, when it gave a date rather than
+        /// seconds.
+        retry_at: Option<String>,
         /// What the API said, last time.
         message: String,
     },
@@ -117,8 +120,12 @@ pub enum ModelError {
     },
 }
 
-fn retry_note(after: Option<Duration>) -> String {
+/// What the API's `Retry-After` asked, for a message: the wait (`at`, the HTTP date it
+/// named, when it named one) and, when longer than a request waits, that it was not asked
+/// again.
+pub(crate) fn retry_note(after: Option<Duration>, at: Option<&str>) -> String {
     let cap = crate::http::MAX_RETRY_AFTER;
+    let until = at.map(|at| format!(", until {at}")).unwrap_or_default();
     match after {
         Some(Duration::MAX) => format!(
             "; the API asked to wait more seconds than any clock counts, longer than the {}s a \
@@ -126,14 +133,25 @@ fn retry_note(after: Option<Duration>) -> String {
             cap.as_secs()
         ),
         Some(after) if after > cap => format!(
-            "; the API asked to wait {}s, longer than the {}s a request waits, so it was not \
-             asked again: try again then, or use another model",
-            after.as_secs_f64(),
+            "; the API asked to wait {}s ({}{until}), longer than the {}s a request waits, so \
+             it was not asked again: try again then, or use another model",
+            after.as_secs(),
+            in_words(after),
             cap.as_secs()
         ),
         Some(after) => format!("; the API asked to wait {}s", after.as_secs_f64()),
         None => String::new(),
     }
+}
+
+/// `wait` as a person reads it: about so many minutes, hours, days or years.
+fn in_words(wait: Duration) -> String {
+    let seconds = wait.as_secs();
+    let (unit, size) = [("year", 31_557_600), ("day", 86_400), ("hour", 3600), ("minute", 60)]
+        .into_iter()
+        .find(|(_, size)| seconds >= 2 * size)
+        .unwrap_or(("second", 1));
+    format!("about {} {unit}s", (seconds + size / 2) / size)
 }
 
 /// What an API said of a request longer than the model's context window
@@ -284,6 +302,7 @@ mod tests {
             model: "m".into(),
             attempts: 3,
             retry_after: None,
+            retry_at: None,
             message: "context length".into(),
         };
         assert_eq!(rate.context_overflow(), None);

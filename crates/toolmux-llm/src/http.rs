@@ -3,7 +3,7 @@
 
 use crate::{DeltaSink, ModelDelta, ModelError, ModelResponse};
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, DATE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -114,11 +114,20 @@ pub(crate) fn url_for_messages(url: &reqwest::Url) -> String {
     shown.to_string()
 }
 
+/// How long an answer's `Retry-After` (or `retry-after-ms`) asks to wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RetryAfter {
+    /// The wait, [`Duration::MAX`] for more seconds than a duration holds.
+    wait: Duration,
+    /// The header's HTTP date, when it gave one, to say when to try again in its words.
+    date: Option<String>,
+}
+
 /// How one attempt ended, when it did not end in an answer.
 enum Failure {
     /// Worth trying again: the status (none for a transport failure), the error to report
     /// if no attempt is left, and how long the API asked to wait.
-    Retry { status: Option<u16>, error: ModelError, retry_after: Option<Duration> },
+    Retry { status: Option<u16>, error: ModelError, retry_after: Option<RetryAfter> },
     /// Final: the status (none for a transport failure) and the error.
     Fatal { status: Option<u16>, error: ModelError },
 }
@@ -235,22 +244,33 @@ impl Endpoint {
                     (status, error, retry_after)
                 }
             };
-            let too_long = retry_after.is_some_and(|after| after > MAX_RETRY_AFTER);
+            let too_long = retry_after.as_ref().is_some_and(|after| after.wait > MAX_RETRY_AFTER);
             if attempt >= self.max_retries || too_long {
                 if too_long {
-                    tracing::debug!(model = %self.name, attempt, retry_after_s = retry_after.map(|d| d.as_secs()), "the API asks to wait longer than toolmux waits; not retrying");
+                    tracing::debug!(model = %self.name, attempt, retry_after_s = retry_after.as_ref().map(|after| after.wait.as_secs()), "the API asks to wait longer than toolmux waits; not retrying");
                 }
+                let (wait, date) = match retry_after {
+                    Some(RetryAfter { wait, date }) => (Some(wait), date),
+                    None => (None, None),
+                };
                 return Err(match (status, error) {
                     (Some(429), ModelError::Api { message, .. }) => ModelError::RateLimited {
                         model: self.name.clone(),
                         attempts: attempt + 1,
-                        retry_after,
+                        retry_after: wait,
+                        retry_at: date,
                         message,
                     },
+                    // Another status the API asked to wait out too long (a 503 for a
+                    // maintenance window): said, or it reads as a failure never retried.
+                    (_, ModelError::Api { model, status, message }) if too_long => {
+                        let note = crate::error::retry_note(wait, date.as_deref());
+                        ModelError::Api { model, status, message: format!("{message}{note}") }
+                    }
                     (_, error) => error,
                 });
             }
-            let wait = retry_after.unwrap_or_else(|| backoff(attempt));
+            let wait = retry_after.map_or_else(|| backoff(attempt), |after| after.wait);
             tracing::debug!(model = %self.name, attempt, wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "retrying the model request");
             tokio::select! {
                 biased;
@@ -393,7 +413,12 @@ impl Endpoint {
 
     /// An error status as a failure: credentials refused are final, rate limits and
     /// overloaded or failing servers are worth another try, the rest is final.
-    fn status_failure(&self, code: u16, message: String, retry_after: Option<Duration>) -> Failure {
+    fn status_failure(
+        &self,
+        code: u16,
+        message: String,
+        retry_after: Option<RetryAfter>,
+    ) -> Failure {
         // A 429 for a spent quota or a billing limit is not lifted by waiting: said at once.
         let lower = message.to_ascii_lowercase();
         let spent = code == 429
@@ -551,24 +576,33 @@ fn excerpt(text: &str, max: usize) -> String {
 }
 
 /// How long the answer asks to wait: `retry-after-ms` (OpenAI's, more precise) or
-/// `Retry-After` in seconds or as an HTTP date.
-fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+/// `Retry-After` in seconds or as an HTTP date. A date is read against the answer's own
+/// `Date` (else `now`), so that a server's clock ahead of or behind this one's shifts
+/// neither; a date already past, or that is no HTTP date, asks for nothing (the usual
+/// backoff follows).
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<RetryAfter> {
+    let plain = |wait| Some(RetryAfter { wait, date: None });
     if let Some(ms) = headers.get("retry-after-ms").and_then(header_text)
         && let Ok(ms) = ms.parse::<f64>()
         && ms.is_finite()
         && ms >= 0.0
     {
-        return Duration::try_from_secs_f64(ms / 1000.0).ok();
+        return plain(Duration::try_from_secs_f64(ms / 1000.0).ok()?);
     }
     let value = headers.get(RETRY_AFTER).and_then(header_text)?;
     if let Ok(seconds) = value.parse::<f64>() {
         // A number of seconds beyond any `Duration` (99999999999999999999999) is a wait too
         // long like any other over the cap, not a header that says nothing.
-        return (seconds >= 0.0)
-            .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX));
+        return if seconds >= 0.0 {
+            plain(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+        } else {
+            None
+        };
     }
     let at = http_date(value)?;
-    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
+    let now = headers.get(DATE).and_then(header_text).and_then(http_date).unwrap_or(now);
+    let wait = at.duration_since(now).ok().filter(|wait| !wait.is_zero())?;
+    Some(RetryAfter { wait, date: Some(value.to_owned()) })
 }
 
 fn header_text(value: &HeaderValue) -> Option<&str> {
@@ -576,34 +610,43 @@ fn header_text(value: &HeaderValue) -> Option<&str> {
 }
 
 /// An HTTP date in the IMF-fixdate form every sender must use (`Sun, 06 Nov 1994 08:49:37
-/// GMT`); the obsolete forms are not worth a parser.
+/// GMT`: a two-digit day of its month, a four-digit year); the obsolete forms are not worth
+/// a parser.
 fn http_date(text: &str) -> Option<SystemTime> {
+    let digits = |text: &str, count: usize| {
+        (text.len() == count && text.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+    };
     let (_weekday, rest) = text.split_once(", ")?;
     let parts: Vec<&str> = rest.split(' ').collect();
     let [day, month, year, time, "GMT"] = parts.as_slice() else { return None };
-    let day: u64 = day.parse().ok()?;
     let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
         .iter()
         .position(|m| m == month)? as u64
         + 1;
-    let year: u64 = year.parse().ok()?;
-    let mut clock = time.split(':').map(|n| n.parse::<u64>().ok());
-    let (Some(Some(h)), Some(Some(m)), Some(Some(s)), None) =
-        (clock.next(), clock.next(), clock.next(), clock.next())
-    else {
-        return None;
+    let (day, year) = (digits(day, 2)?, digits(year, 4)?);
+    let clock: Vec<u64> = time.split(':').map(|n| digits(n, 2)).collect::<Option<_>>()?;
+    let [h, m, s] = clock[..] else { return None };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
     };
-    if !(1..=31).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
+    if !(1..=month_days).contains(&day) || year < 1970 || h > 23 || m > 59 || s > 60 {
         return None;
     }
-    // Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`).
+    // Days since 1970-01-01 of a civil date (Howard Hinnant's `days_from_civil`); with four
+    // digits to the year, nothing here can overflow.
     let (y, mo) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
     let era = y / 400;
     let year_of_era = y - era * 400;
     let day_of_year = (153 * mo + 2) / 5 + day - 1;
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
     let days = (era * 146_097 + day_of_era).checked_sub(719_468)?;
-    Some(UNIX_EPOCH + Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
+    UNIX_EPOCH.checked_add(Duration::from_secs(days * 86_400 + h * 3600 + m * 60 + s))
 }
 
 /// The wait before retry `attempt + 1`: 500 ms · 2^attempt, between half and all of it
@@ -624,49 +667,70 @@ mod tests {
     #[test]
     fn retry_after_reads_seconds_dates_and_milliseconds() {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_767); // Sun, 06 Nov 1994 08:49:27 GMT
-        let headers = |name: &'static str, value: &'static str| {
+        let headers = |pairs: &[(&'static str, &'static str)]| {
             let mut map = HeaderMap::new();
-            map.insert(name, HeaderValue::from_static(value));
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_static(value));
+            }
             map
         };
-        assert_eq!(retry_after(&headers("retry-after", "3"), now), Some(Duration::from_secs(3)));
-        assert_eq!(retry_after(&headers("retry-after", "0"), now), Some(Duration::ZERO));
+        let wait = |name, value| retry_after(&headers(&[(name, value)]), now).map(|a| a.wait);
+        assert_eq!(wait("retry-after", "3"), Some(Duration::from_secs(3)));
+        assert_eq!(wait("retry-after", "0"), Some(Duration::ZERO));
+        let date = "Sun, 06 Nov 1994 08:49:37 GMT";
         assert_eq!(
-            retry_after(&headers("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"), now),
-            Some(Duration::from_secs(10))
+            retry_after(&headers(&[("retry-after", date)]), now),
+            Some(RetryAfter { wait: Duration::from_secs(10), date: Some(date.into()) })
         );
-        // A date already past means now; a wait far off is kept as it is, for the caller.
+        // Against the answer's own clock when it gives one: its `Date` 8 s ahead of ours.
+        let ahead = [("retry-after", date), ("date", "Sun, 06 Nov 1994 08:49:35 GMT")];
         assert_eq!(
-            retry_after(&headers("retry-after", "Sat, 05 Nov 1994 08:49:37 GMT"), now),
-            Some(Duration::ZERO)
+            retry_after(&headers(&ahead), now).map(|a| a.wait),
+            Some(Duration::from_secs(2))
         );
-        assert_eq!(
-            retry_after(&headers("retry-after", "86400"), now),
-            Some(Duration::from_secs(86_400))
-        );
-        assert_eq!(retry_after(&headers("retry-after", "1e300"), now), Some(Duration::MAX));
-        assert_eq!(
-            retry_after(&headers("retry-after", "99999999999999999999999"), now),
-            Some(Duration::MAX)
-        );
-        assert_eq!(
-            retry_after(&headers("retry-after-ms", "1500"), now),
-            Some(Duration::from_millis(1500))
-        );
-        assert_eq!(retry_after(&headers("retry-after", "soon"), now), None);
-        assert_eq!(retry_after(&headers("retry-after", "-1"), now), None);
+        // A date already past, or now, asks for nothing; a wait far off is kept as it is,
+        // for the caller.
+        assert_eq!(wait("retry-after", "Sat, 05 Nov 1994 08:49:37 GMT"), None);
+        assert_eq!(wait("retry-after", "Sun, 06 Nov 1994 08:49:27 GMT"), None);
+        assert_eq!(wait("retry-after", "86400"), Some(Duration::from_secs(86_400)));
+        assert_eq!(wait("retry-after", "1e300"), Some(Duration::MAX));
+        assert_eq!(wait("retry-after", "99999999999999999999999"), Some(Duration::MAX));
+        assert_eq!(wait("retry-after-ms", "1500"), Some(Duration::from_millis(1500)));
+        assert_eq!(wait("retry-after", "soon"), None);
+        assert_eq!(wait("retry-after", "-1"), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
     }
 
     #[test]
     fn http_dates_are_read_exactly() {
-        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(UNIX_EPOCH),);
+        assert_eq!(http_date("Thu, 01 Jan 1970 00:00:00 GMT"), Some(UNIX_EPOCH));
         assert_eq!(
             http_date("Tue, 29 Feb 2028 12:00:01 GMT"),
             Some(UNIX_EPOCH + Duration::from_secs(1_835_438_401))
         );
-        assert_eq!(http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
-        assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 UTC"), None);
+        assert_eq!(
+            http_date("Fri, 31 Dec 9999 23:59:59 GMT"),
+            Some(UNIX_EPOCH + Duration::from_secs(253_402_300_799))
+        );
+        for malformed in [
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 6 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nov 94 08:49:37 GMT",
+            "Sun, 06 Nov 1994 8:49:37 GMT",
+            "Sun, 06 Nov 1994 08:49 GMT",
+            "Sun, 06 Nov 1994 08:49:37:00 GMT",
+            "Sun, 06 Nov +994 08:49:37 GMT",
+            "Thu, 29 Feb 2029 12:00:00 GMT",
+            "Thu, 31 Apr 2026 12:00:00 GMT",
+            "Thu, 00 Apr 2026 12:00:00 GMT",
+            // Years that overflowed the clock's seconds (a panic) before years had four
+            // digits.
+            "Wed, 21 Oct 300000000000 07:28:00 GMT",
+            "Wed, 21 Oct 18446744073709551615 07:28:00 GMT",
+        ] {
+            assert_eq!(http_date(malformed), None, "{malformed}");
+        }
     }
 
     #[test]

@@ -536,3 +536,92 @@ async fn output_without_usage_is_estimated_alike_on_both_apis() {
         assert!(usage.input_tokens > 10, "{dialect:?}: {usage:?}");
     }
 }
+
+/// A 429 or 503 with a `Retry-After` of this value, then an answer: the error, or the
+/// answer, and how many requests the server got.
+async fn retried_after(
+    dialect: Dialect,
+    status: u16,
+    value: &str,
+) -> (Result<ModelResponse, ModelError>, usize) {
+    let refused = ScriptStep::Status {
+        status,
+        body: api_error("try later"),
+        retry_after: Some(value.into()),
+    };
+    let (server, model) =
+        serve_with(dialect, vec![refused, ScriptStep::text("ok")], |c| c.max_retries = Some(2));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        model.complete(&hello(), &CancellationToken::new()),
+    )
+    .await
+    .expect("no wait near the date's");
+    (answer, server.requests().len())
+}
+
+/// A `Retry-After` date already past (a server's clock behind, a date copied from its
+/// documentation) is a retry after the usual backoff, never a wait of its own.
+#[tokio::test]
+async fn a_retry_after_date_in_the_past_is_retried() {
+    for dialect in DIALECTS {
+        for status in [429, 503] {
+            let (answer, requests) =
+                retried_after(dialect, status, "Wed, 21 Oct 2015 07:28:00 GMT").await;
+            let case = format!("{dialect:?} {status}");
+            assert_eq!(answer.unwrap().content, "ok", "{case}");
+            assert_eq!(requests, 2, "{case}");
+        }
+    }
+}
+
+/// A `Retry-After` date further than a request waits is refused at once, as a number of
+/// seconds that far is, saying when in words a person reads: years, not some billion
+/// seconds.
+#[tokio::test]
+async fn a_retry_after_date_far_off_fails_at_once_saying_how_far() {
+    for dialect in DIALECTS {
+        for status in [429, 503] {
+            let (answer, requests) =
+                retried_after(dialect, status, "Fri, 31 Dec 9999 23:59:59 GMT").await;
+            let case = format!("{dialect:?} {status}");
+            let error = answer.unwrap_err();
+            assert_key_absent(&error);
+            assert_eq!(requests, 1, "{case}");
+            let message = error.to_string();
+            assert!(message.contains("until Fri, 31 Dec 9999 23:59:59 GMT"), "{case}: {message}");
+            assert!(message.contains("years"), "{case}: {message}");
+            assert!(message.contains("not asked again"), "{case}: {message}");
+            if status == 429 {
+                assert!(
+                    matches!(error, ModelError::RateLimited { attempts: 1, retry_after: Some(d), .. }
+                        if d > Duration::from_secs(86_400 * 365 * 7000)),
+                    "{case}: {error:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A `Retry-After` that is neither seconds nor an HTTP date (a day past the month's end, a
+/// year of more than four digits, which once overflowed the clock, words) is read as no
+/// header: the request is asked again after the usual backoff.
+#[tokio::test]
+async fn a_malformed_retry_after_date_is_read_as_none() {
+    let malformed = [
+        "Wed, 32 Oct 2015 07:28:00 GMT",
+        "Tue, 31 Feb 2026 07:28:00 GMT",
+        "Wed, 21 Oct 300000000000 07:28:00 GMT",
+        "Wed, 21 Oct 18446744073709551615 07:28:00 GMT",
+        "Wed, 21 Oct 2015 07:28 GMT",
+        "tomorrow",
+    ];
+    for value in malformed {
+        for dialect in DIALECTS {
+            let (answer, requests) = retried_after(dialect, 429, value).await;
+            let case = format!("{dialect:?} {value}");
+            assert_eq!(answer.unwrap().content, "ok", "{case}");
+            assert_eq!(requests, 2, "{case}");
+        }
+    }
+}
