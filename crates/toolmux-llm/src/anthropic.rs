@@ -1,6 +1,6 @@
 //! Anthropic's messages API (`POST {baseUrl}/v1/messages`).
 
-use crate::http::{Assembler, Endpoint, StreamError};
+use crate::http::{Assembler, Endpoint, StreamError, error_kind_status};
 use crate::message::{
     answer_token, distinct_id, distinct_ids, estimated_usage, generated_id, reported_tokens,
     unwrapped, usage_reported, wire_name,
@@ -357,17 +357,10 @@ impl Assembler for Events {
                     Some(message) => message.to_owned(),
                     None => error.to_string(),
                 };
-                let status = match error.get("type").and_then(Value::as_str) {
-                    Some("invalid_request_error") => 400,
-                    Some("authentication_error") => 401,
-                    Some("permission_error") => 403,
-                    Some("not_found_error") => 404,
-                    Some("request_too_large") => 413,
-                    Some("rate_limit_error") => 429,
-                    Some("overloaded_error") => 529,
-                    _ => 500,
-                };
-                return Err(StreamError::Api { status, message });
+                let kind = error.get("type").and_then(Value::as_str).unwrap_or("error");
+                // A kind the API does not document is a server's failure, retried.
+                let status = error_kind_status(kind).unwrap_or(500);
+                return Err(StreamError::Api { kind: kind.to_owned(), status, message });
             }
             // `ping`, `content_block_stop`, and what later versions of the API add.
             _ => {}

@@ -51,6 +51,23 @@ pub enum ModelError {
         /// The API's own message, or an excerpt of the body.
         message: String,
     },
+    /// The API reported an error inside the stream of an answer it had begun (its HTTP
+    /// status was 200): Anthropic's `error` event, a chat completions chunk of `{"error":
+    /// …}`. It is retried as the status its kind stands for would be (`overloaded_error`
+    /// as a 529, `rate_limit_error` as a 429, `api_error` as a 500); this is the last
+    /// attempt's.
+    #[error("model `{model}`: the API reported `{kind}` inside its streamed answer: {message}")]
+    StreamFailed {
+        /// The configured model name.
+        model: String,
+        /// The error's kind as the API named it (its `type`, else its `code`), `error`
+        /// when it named none.
+        kind: String,
+        /// The HTTP status the kind stands for, which decides whether it is retried.
+        status: u16,
+        /// The API's own message.
+        message: String,
+    },
     /// The request did not reach the API or its answer did not arrive.
     #[error("model `{model}`: {message}")]
     Transport {
@@ -196,7 +213,11 @@ impl ModelError {
                 written: counted(usage.output_tokens),
             });
         }
-        let ModelError::Api { status: 400 | 413, message, .. } = self else { return None };
+        let (ModelError::Api { status: 400 | 413, message, .. }
+        | ModelError::StreamFailed { status: 400 | 413, message, .. }) = self
+        else {
+            return None;
+        };
         let lower = message.to_ascii_lowercase();
         if !OVERFLOW_WORDS.iter().any(|words| lower.contains(words)) {
             return None;
@@ -246,6 +267,9 @@ impl ModelError {
             | ModelError::Transport { .. }
             | ModelError::Timeout { .. } => true,
             ModelError::Api { status, .. } => *status >= 500 || *status == 408,
+            ModelError::StreamFailed { status, .. } => {
+                *status >= 500 || *status == 408 || *status == 429
+            }
             _ => false,
         }
     }

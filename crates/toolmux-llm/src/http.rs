@@ -71,9 +71,9 @@ pub(crate) trait Assembler: Send {
 /// An error inside a stream.
 #[derive(Debug)]
 pub(crate) enum StreamError {
-    /// The API reported an error in the stream, with the HTTP status its kind stands for
-    /// (`overloaded_error` 529, `rate_limit_error` 429, …).
-    Api { status: u16, message: String },
+    /// The API reported an error in the stream: its kind as named, the HTTP status that
+    /// kind stands for ([`error_kind_status`]) and its message.
+    Api { kind: String, status: u16, message: String },
     /// An event the API's documentation does not allow.
     Malformed(String),
 }
@@ -377,9 +377,23 @@ impl Endpoint {
                             return Ok(answer);
                         }
                     }
-                    Err(StreamError::Api { status, message }) => {
+                    Err(StreamError::Api { kind, status, message }) => {
                         let message = self.redact(&excerpt(&message, ERROR_EXCERPT_BYTES));
-                        return Err(self.status_failure(status, message, None));
+                        let retry = worth_retrying(status, &message);
+                        let kind = self.redact(&excerpt(&kind, 100));
+                        let error = ModelError::StreamFailed {
+                            model: self.name.clone(),
+                            kind,
+                            status,
+                            message,
+                        };
+                        // Not `Some(status)`: the answer's status was 200, and a rate limit
+                        // in the stream stays one said to be in the stream.
+                        return Err(if retry {
+                            Failure::Retry { status: None, error, retry_after: None }
+                        } else {
+                            Failure::Fatal { status: None, error }
+                        });
                     }
                     Err(StreamError::Malformed(message)) => {
                         return Err(Failure::Fatal {
@@ -419,12 +433,6 @@ impl Endpoint {
         message: String,
         retry_after: Option<RetryAfter>,
     ) -> Failure {
-        // A 429 for a spent quota or a billing limit is not lifted by waiting: said at once.
-        let lower = message.to_ascii_lowercase();
-        let spent = code == 429
-            && ["insufficient_quota", "exceeded your current quota", "billing", "credit balance"]
-                .iter()
-                .any(|word| lower.contains(word));
         // Nothing at that address: the URL is most of the answer (a `baseUrl` with `/v1`
         // twice, a missing deployment path).
         let message = match code {
@@ -434,19 +442,13 @@ impl Endpoint {
             ),
             _ => message,
         };
-        let error = match code {
-            401 | 403 => {
-                let error = ModelError::Auth { model: self.name.clone(), status: code, message };
-                return Failure::Fatal { status: Some(code), error };
-            }
-            _ => ModelError::Api { model: self.name.clone(), status: code, message },
-        };
-        if spent {
+        if matches!(code, 401 | 403) {
+            let error = ModelError::Auth { model: self.name.clone(), status: code, message };
             return Failure::Fatal { status: Some(code), error };
         }
-        // 408: a proxy in front of the API gave up waiting for the request (the APIs' own
-        // clients retry it too).
-        if matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529) {
+        let retry = worth_retrying(code, &message);
+        let error = ModelError::Api { model: self.name.clone(), status: code, message };
+        if retry {
             Failure::Retry { status: Some(code), error, retry_after }
         } else {
             Failure::Fatal { status: Some(code), error }
@@ -532,6 +534,41 @@ impl Endpoint {
     pub(crate) fn missing(&self, what: &str) -> ModelError {
         self.malformed(format!("missing `{what}`"))
     }
+}
+
+/// Whether an error of HTTP status `code` (or of a kind that stands for it, inside a
+/// stream) saying `message` may pass on another try: rate limits, overloaded or failing
+/// servers, and 408 (a proxy in front of the API gave up waiting for the request; the
+/// APIs' own clients retry it too). Not a 429 for a spent quota or a billing limit, which
+/// waiting does not lift: said at once.
+fn worth_retrying(code: u16, message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    let spent = code == 429
+        && ["insufficient_quota", "exceeded your current quota", "billing", "credit balance"]
+            .iter()
+            .any(|word| lower.contains(word));
+    !spent && matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529)
+}
+
+/// The HTTP status an error's kind stands for, as the APIs document their errors
+/// (Anthropic's `overloaded_error` 529, `rate_limit_error` 429, `api_error` 500; OpenAI's
+/// `server_error` 500, `rate_limit_exceeded` 429, `insufficient_quota` 429), for an error
+/// reported inside a stream, whose HTTP status was 200; `None` for a kind neither names.
+pub(crate) fn error_kind_status(kind: &str) -> Option<u16> {
+    Some(match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "insufficient_quota" => 429,
+        kind if kind.contains("rate_limit") => 429,
+        "api_error" | "server_error" => 500,
+        "timeout_error" => 504,
+        "overloaded_error" => 529,
+        _ => return None,
+    })
 }
 
 /// The API's message from an error body (`{"error": {"message": …}}` for both OpenAI and

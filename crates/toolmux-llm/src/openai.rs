@@ -1,7 +1,7 @@
 //! OpenAI-compatible chat completions (`POST {baseUrl}/chat/completions`), which OpenAI
 //! and most self-hosted servers (vLLM, llama.cpp, Ollama, LiteLLM) speak.
 
-use crate::http::{Assembler, Endpoint, StreamError};
+use crate::http::{Assembler, Endpoint, StreamError, error_kind_status};
 use crate::message::{estimated_usage, reported_tokens, unwrapped, usage_reported, wire_name};
 use crate::{
     DeltaSink, Message, Model, ModelDelta, ModelError, ModelRequest, ModelResponse, ModelToolCall,
@@ -360,27 +360,24 @@ fn merge(kept: &mut Value, more: &Value) {
     }
 }
 
-/// An error object sent inside the stream, as the status its kind stands for: a server
-/// error unless it says otherwise (a request the API refused would not have started
-/// streaming).
+/// An error object sent inside the stream, with the status its kind stands for: its
+/// numeric `code` when that is one, else its `type`'s or string `code`'s
+/// ([`error_kind_status`]), else a server error (a request the API refused would not have
+/// started streaming).
 fn stream_error(error: &Value) -> StreamError {
     let message = match error.get("message").and_then(Value::as_str) {
         Some(message) => message.to_owned(),
         None => error.to_string(),
     };
-    let kind = error.get("type").and_then(Value::as_str).unwrap_or_default();
     let code = error.get("code");
+    let named = [error.get("type"), code].into_iter().flatten().filter_map(Value::as_str);
+    let named: Vec<&str> = named.filter(|name| !name.is_empty()).collect();
+    let kind = named.first().copied().unwrap_or("error").to_owned();
     let status = match code.and_then(Value::as_u64) {
         Some(status @ 400..=599) => u16::try_from(status).unwrap_or(500),
-        _ if kind.contains("rate_limit")
-            || code.and_then(Value::as_str).is_some_and(|c| c.contains("rate_limit")) =>
-        {
-            429
-        }
-        _ if kind == "invalid_request_error" => 400,
-        _ => 500,
+        _ => named.iter().find_map(|name| error_kind_status(name)).unwrap_or(500),
     };
-    StreamError::Api { status, message }
+    StreamError::Api { kind, status, message }
 }
 
 /// The name of the output limit at `url`: OpenAI's own API has deprecated `max_tokens` and

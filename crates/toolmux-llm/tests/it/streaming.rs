@@ -211,12 +211,52 @@ async fn an_error_inside_the_stream_is_retried_or_reported_as_the_api_s() {
         let error = stream(&model, &hello(), &Recorder::default()).await.unwrap_err();
         assert_key_absent(&error);
         match &error {
-            ModelError::Api { status: 400, message, .. } => {
+            ModelError::StreamFailed { kind, status: 400, message, .. } => {
+                assert_eq!(kind, "invalid_request_error");
                 assert!(message.contains("prompt is too long"), "{message}");
             }
             other => panic!("{dialect:?}: {other:?}"),
         }
+        // Read as the refusal of a request over the context window it is.
+        assert!(error.context_overflow().is_some(), "{error:?}");
         assert_eq!(server.requests().len(), 1, "a refused request is not tried again");
+    }
+}
+
+/// An error the API reports inside a streamed answer (its HTTP status was 200: Anthropic's
+/// `event: error`, a chat completions `data:` line of `{"error": …}`) is said as such, with
+/// the API's kind and message, where it read as "HTTP 500" or "HTTP 529"; it is retried as
+/// the status its kind stands for is (overloaded, rate limited, failing servers), and
+/// not otherwise.
+#[tokio::test]
+async fn an_error_inside_the_stream_is_said_to_be_one_after_its_retries() {
+    let cases = [
+        (Dialect::Anthropic, "overloaded_error", true),
+        (Dialect::Anthropic, "rate_limit_error", true),
+        (Dialect::Anthropic, "api_error", true),
+        (Dialect::Anthropic, "timeout_error", true),
+        (Dialect::Anthropic, "billing_error", false),
+        (Dialect::Anthropic, "permission_error", false),
+        (Dialect::OpenAi, "overloaded_error", true),
+        (Dialect::OpenAi, "rate_limit_exceeded", true),
+        (Dialect::OpenAi, "server_error", true),
+        (Dialect::OpenAi, "invalid_request_error", false),
+    ];
+    for (dialect, kind, retried) in cases {
+        let failing = ScriptStep::StreamError { kind: kind.into(), message: "Overloaded".into() };
+        let (server, model) =
+            serve_with(dialect, vec![failing.clone(), failing], |c| c.max_retries = Some(1));
+        let error = stream(&model, &hello(), &Recorder::default()).await.unwrap_err();
+        assert_key_absent(&error);
+        let case = format!("{dialect:?} {kind}");
+        assert_eq!(server.requests().len(), if retried { 2 } else { 1 }, "{case}");
+        assert_eq!(error.is_transient(), retried, "{case}: {error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("`{kind}` inside its streamed answer: Overloaded")),
+            "{case}: {message}"
+        );
+        assert!(!message.contains("HTTP"), "{case}: {message}");
     }
 }
 
