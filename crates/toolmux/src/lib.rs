@@ -45,6 +45,8 @@
 
 pub mod config;
 mod error;
+#[cfg(test)]
+mod test_support;
 mod wire;
 
 pub use error::ToolmuxError;

@@ -1254,9 +1254,8 @@ mod mcp {
             assert_eq!(namespace_for("__"), "mcp");
         }
 
-        /// The configuration of server `s` whose `envFile` is `env_file`, built on a thread
-        /// of its own so that a read that blocks fails the test after 10 s instead of
-        /// hanging it.
+        /// The configuration of server `s` whose `envFile` is `env_file`, failing the test
+        /// should reading the file block.
         fn with_env_file(env_file: &Path) -> Result<toolmux_mcp::McpServerConfig, ToolmuxError> {
             let text =
                 format!("mcpServers:\n  s: {{command: x, envFile: {}}}\n", env_file.display());
@@ -1268,27 +1267,16 @@ mod mcp {
                 &|_| None,
             )
             .unwrap_or_else(|e| panic!("{e}"));
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
+            crate::test_support::within_10s("reading the env file", move || {
                 let entry = &loaded.config.mcp_servers["s"];
-                // The test may have given up waiting.
-                tx.send(server_config(&loaded, "s", entry, &mut Vec::new())).ok();
-            });
-            rx.recv_timeout(Duration::from_secs(10)).expect("the env file was read within 10 s")
+                server_config(&loaded, "s", entry, &mut Vec::new())
+            })
         }
 
         #[test]
         fn an_env_file_that_is_a_fifo_is_refused_at_once() {
             let dir = tempfile::tempdir().expect("temporary folder");
-            let fifo = dir.path().join("env.fifo");
-            rustix::fs::mknodat(
-                rustix::fs::CWD,
-                &fifo,
-                rustix::fs::FileType::Fifo,
-                rustix::fs::Mode::from_raw_mode(0o600),
-                0,
-            )
-            .expect("mkfifo");
+            let fifo = crate::test_support::fifo(dir.path(), "env.fifo");
             let e = with_env_file(&fifo).expect_err("a FIFO is no env file");
             assert_eq!(
                 e.to_string(),

@@ -134,31 +134,18 @@ fn what_kind(kind: FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::mpsc;
-    use std::time::Duration;
+    use crate::test_support::{fifo, within_10s};
 
-    /// Reads `path` on a thread of its own, so that a read that blocks fails the test
-    /// after 10 s instead of hanging it.
+    /// Reads `path` as a configuration file, failing the test should the read block.
     fn read_within(path: &Path) -> io::Result<String> {
-        let (tx, rx) = mpsc::channel();
         let path = path.to_path_buf();
-        // The test may have given up waiting.
-        std::thread::spawn(move || tx.send(read_regular(&path, FileRole::Config)).ok());
-        rx.recv_timeout(Duration::from_secs(10)).expect("the read ended within 10 s")
+        within_10s("the read", move || read_regular(&path, FileRole::Config))
     }
 
     #[test]
     fn a_fifo_is_refused_without_waiting_for_a_writer() {
         let dir = tempfile::tempdir().expect("temporary folder");
-        let fifo = dir.path().join("toolmux.yaml");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .expect("mkfifo");
+        let fifo = fifo(dir.path(), "toolmux.yaml");
         let e = read_within(&fifo).expect_err("a FIFO is no configuration");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(

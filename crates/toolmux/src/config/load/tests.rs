@@ -896,28 +896,16 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Loads the file at `path` on a thread of its own, so that a load that blocks fails the
-/// test after 10 s instead of hanging it.
+/// Loads the file at `path`, failing the test should the load block.
 fn load_within(path: &Path) -> Result<Loaded, ToolmuxError> {
-    let (tx, rx) = std::sync::mpsc::channel();
     let path = path.to_path_buf();
-    // The test may have given up waiting.
-    std::thread::spawn(move || tx.send(load(&path, "toolmux.yaml", &env)).ok());
-    rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the load ended within 10 s")
+    crate::test_support::within_10s("the load", move || load(&path, "toolmux.yaml", &env))
 }
 
 #[test]
 fn a_configuration_that_is_a_fifo_is_refused_at_once() {
     let dir = tempfile::tempdir().expect("temporary folder");
-    let fifo = dir.path().join("toolmux.yaml");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .expect("mkfifo");
+    let fifo = crate::test_support::fifo(dir.path(), "toolmux.yaml");
     let e = load_within(&fifo).expect_err("a FIFO is no configuration");
     assert!(e.is_config());
     expect![[r#"cannot read the configuration file toolmux.yaml: it is a FIFO (named pipe), not a regular file: give the path of a configuration file"#]]
