@@ -40,6 +40,31 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
     }
 }
 
+/// Starts a loopback proxy to `server`: each connection it accepts is joined to a new one
+/// to the server, and `relay` is given both (their read and write halves) to pass the bytes
+/// on as the test wants. The proxy's port.
+pub async fn proxy_to<R>(server: &RedisServer, relay: R) -> u16
+where
+    R: Fn(ConnectionHalves, ConnectionHalves) + Send + 'static,
+{
+    let listener =
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
+    let port = listener.local_addr().expect("bound").port();
+    let target = server.port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                continue;
+            };
+            relay(client.into_split(), upstream.into_split());
+        }
+    });
+    port
+}
+
+/// The read and write halves of one of a proxy's connections.
+pub type ConnectionHalves = (tokio::net::tcp::OwnedReadHalf, tokio::net::tcp::OwnedWriteHalf);
+
 /// A loopback proxy to `server` that, once armed, closes the client's connection instead
 /// of passing on the next reply (a command that ran whose answer was lost), or holds that
 /// reply back and the connection open (a command that ran whose answer is slow to come).
@@ -53,50 +78,42 @@ pub struct CuttingProxy {
 impl CuttingProxy {
     pub async fn start(server: &RedisServer) -> CuttingProxy {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener =
-            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
-        let port = listener.local_addr().expect("bound").port();
         let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (target, cut, hold) = (server.port(), armed.clone(), held.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
-                else {
-                    continue;
-                };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut upstream_read, mut upstream_write) = upstream.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
-                });
-                let (cut, hold) = (cut.clone(), hold.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match upstream_read.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                            // Dropping the write half closes the client's side.
-                            return;
-                        }
-                        if hold.swap(false, std::sync::atomic::Ordering::SeqCst) {
-                            // The reply never comes; the connection stays open until the
-                            // client closes it.
-                            let mut rest = Vec::new();
-                            let _ = upstream_read.read_to_end(&mut rest).await;
-                            drop(client_write);
-                            return;
-                        }
-                        if client_write.write_all(&buf[..n]).await.is_err() {
-                            return;
-                        }
+        let (cut, hold) = (armed.clone(), held.clone());
+        let relay = move |client: ConnectionHalves, upstream: ConnectionHalves| {
+            let ((mut client_read, mut client_write), (mut upstream_read, mut upstream_write)) =
+                (client, upstream);
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut upstream_write).await;
+            });
+            let (cut, hold) = (cut.clone(), hold.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match upstream_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        // Dropping the write half closes the client's side.
+                        return;
                     }
-                });
-            }
-        });
+                    if hold.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        // The reply never comes; the connection stays open until the
+                        // client closes it.
+                        let mut rest = Vec::new();
+                        let _ = upstream_read.read_to_end(&mut rest).await;
+                        drop(client_write);
+                        return;
+                    }
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        };
+        let port = proxy_to(server, relay).await;
         CuttingProxy { port, armed, held }
     }
 

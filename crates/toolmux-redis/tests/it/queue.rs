@@ -2,7 +2,7 @@
 //! the other, timeouts, renewed leases and the leases of a replica that vanished; within
 //! one replica, free slots taken side by side and waiters served in the order they came.
 
-use crate::{listeners, replica, within};
+use crate::{ConnectionHalves, listeners, proxy_to, replica, within};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -299,9 +299,6 @@ struct GateProxy {
 impl GateProxy {
     async fn start(server: &RedisServer, callers: usize, limit: Duration) -> GateProxy {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener =
-            tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
-        let port = listener.local_addr().expect("bound").port();
         let asked = Arc::new(AtomicUsize::new(0));
         let by_callers = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (open, opened) = tokio::sync::watch::channel(false);
@@ -315,56 +312,48 @@ impl GateProxy {
                 open.send_replace(true);
             });
         }
-        let target = server.port();
         let (count, marked) = (asked, by_callers.clone());
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let Ok(upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await
-                else {
-                    continue;
-                };
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut upstream_read, mut upstream_write) = upstream.into_split();
-                let (open, count, marked) = (open.clone(), count.clone(), marked.clone());
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    let mut counted = false;
-                    loop {
-                        let n = match client_read.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if !counted {
-                            counted = true;
-                            if count.fetch_add(1, Ordering::SeqCst) + 1 >= callers
-                                && !*open.borrow()
-                            {
-                                marked.store(true, Ordering::SeqCst);
-                                open.send_replace(true);
-                            }
-                        }
-                        if upstream_write.write_all(&buf[..n]).await.is_err() {
-                            return;
+        let relay = move |client: ConnectionHalves, upstream: ConnectionHalves| {
+            let ((mut client_read, mut client_write), (mut upstream_read, mut upstream_write)) =
+                (client, upstream);
+            let (open, count, marked) = (open.clone(), count.clone(), marked.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut counted = false;
+                loop {
+                    let n = match client_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if !counted {
+                        counted = true;
+                        if count.fetch_add(1, Ordering::SeqCst) + 1 >= callers && !*open.borrow() {
+                            marked.store(true, Ordering::SeqCst);
+                            open.send_replace(true);
                         }
                     }
-                });
-                let mut opened = opened.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        let n = match upstream_read.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => n,
-                        };
-                        if opened.wait_for(|open| *open).await.is_err()
-                            || client_write.write_all(&buf[..n]).await.is_err()
-                        {
-                            return;
-                        }
+                    if upstream_write.write_all(&buf[..n]).await.is_err() {
+                        return;
                     }
-                });
-            }
-        });
+                }
+            });
+            let mut opened = opened.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match upstream_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if opened.wait_for(|open| *open).await.is_err()
+                        || client_write.write_all(&buf[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        };
+        let port = proxy_to(server, relay).await;
         GateProxy { port, at_limit, by_callers }
     }
 
