@@ -223,12 +223,10 @@ enum Block {
     /// A text block: its text, and the block as it started (with the citations its
     /// `citations_delta`s add), which goes back to the API with a paused turn.
     Text(String, Value),
-    ToolUse {
-        id: String,
-        name: String,
-        input: String,
-        call: usize,
-    },
+    /// A call: its `input` as its `input_json_delta`s gave it, else as the block's start
+    /// gave it (`given`: some servers send it whole there, an object or its JSON text,
+    /// and no delta).
+    ToolUse { id: String, name: String, input: String, given: Option<Value>, call: usize },
     /// A block the agent does not read (thinking, a server tool's call or result, …), as it
     /// started, with what its deltas add: a server tool call's `input` (JSON in pieces,
     /// kept here until the block is whole), a thinking block's text and signature. It goes
@@ -290,7 +288,29 @@ impl Assembler for Events {
                         let call = self.calls;
                         self.calls += 1;
                         on_delta(ModelDelta::ToolCall { index: call, id: &id, name: &name });
-                        Block::ToolUse { id, name, input: String::new(), call }
+                        // Anthropic's own start says `{}` and streams the input after.
+                        let given = block.get("input").filter(|input| match input {
+                            Value::Object(members) => !members.is_empty(),
+                            Value::String(text) => !text.trim().is_empty(),
+                            _ => false,
+                        });
+                        if let Some(given) = given {
+                            let fragment = match given {
+                                Value::String(text) => text.clone(),
+                                object => object.to_string(),
+                            };
+                            on_delta(ModelDelta::ToolArguments {
+                                index: call,
+                                fragment: &fragment,
+                            });
+                        }
+                        Block::ToolUse {
+                            id,
+                            name,
+                            input: String::new(),
+                            given: given.cloned(),
+                            call,
+                        }
                     }
                     _ => Block::Other(block, String::new()),
                 };
@@ -381,9 +401,11 @@ impl Assembler for Events {
                     block["text"] = json!(text);
                     block
                 }
-                Block::ToolUse { id, name, input, .. } => {
+                Block::ToolUse { id, name, input, given, .. } => {
+                    // A string given whole is read as the object it holds, as in a
+                    // whole answer (`read_content`).
                     let input = if input.trim().is_empty() {
-                        json!({})
+                        given.clone().unwrap_or_else(|| json!({}))
                     } else {
                         serde_json::from_str(input).unwrap_or_else(|_| json!(input))
                     };

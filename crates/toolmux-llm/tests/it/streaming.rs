@@ -483,3 +483,92 @@ async fn answers_streamed_without_usage_have_it_estimated_not_zero() {
     }
     assert_eq!(*asked.lock().unwrap(), [true, false, false]);
 }
+
+/// The arguments of a call given in the other form than the API documents (Anthropic's
+/// `input` as a JSON string of the object, or whole in `content_block_start` with no
+/// `input_json_delta`; chat completions `arguments` as an object rather than its text, or
+/// its text encoded twice) are read as the object, streamed or not, and a stream hands
+/// them out as the call's arguments: a string of an object is its object, an object is
+/// taken as it is. A `content_block_start`'s `input` was dropped, the call read as `{}`.
+#[tokio::test]
+async fn arguments_in_the_other_form_are_read_as_their_object_streamed_or_not() {
+    let object = json!({"path": "a"});
+    let text = object.to_string();
+    let anthropic_whole = |input: Value| {
+        json!({"model": "m", "stop_reason": "tool_use", "content": [
+            {"type": "tool_use", "id": "t1", "name": "fs__read", "input": input}]})
+    };
+    let openai_whole = |arguments: Value| {
+        json!({"choices": [{"message": {"tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "fs__read", "arguments": arguments}}]},
+            "finish_reason": "tool_calls"}]})
+    };
+    let whole = [
+        (Dialect::Anthropic, anthropic_whole(json!(text))),
+        (Dialect::Anthropic, anthropic_whole(object.clone())),
+        (Dialect::OpenAi, openai_whole(object.clone())),
+        (Dialect::OpenAi, openai_whole(json!(json!(text).to_string()))),
+    ];
+    for (dialect, answer) in whole {
+        let (_server, model) = serve(dialect, vec![ScriptStep::Raw(answer.to_string())]);
+        let answer = complete(&model, &hello()).await;
+        assert_eq!(answer.tool_calls[0].arguments, object, "{dialect:?}");
+        assert_eq!(answer.tool_calls[0].raw_arguments, None, "{dialect:?}");
+    }
+
+    let anthropic_stream = |input: Value, deltas: &[&str]| {
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"model": "m", "content": [],
+                   "usage": {"input_tokens": 9, "output_tokens": 0}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block":
+                   {"type": "tool_use", "id": "t1", "name": "fs__read", "input": input}}),
+        ];
+        for delta in deltas {
+            events.push(json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": delta}}));
+        }
+        events.extend([
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                   "usage": {"output_tokens": 3}}),
+            json!({"type": "message_stop"}),
+        ]);
+        events
+    };
+    let openai_stream = |arguments: Value| {
+        vec![
+            json!({"model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                "id": "c", "function": {"name": "fs__read", "arguments": arguments}}]}}]}),
+            json!({"model": "m", "choices": [{"index": 0, "delta": {},
+                "finish_reason": "tool_calls"}]}),
+        ]
+    };
+    let twice = json!(text).to_string();
+    let streamed = [
+        (Dialect::Anthropic, anthropic_stream(json!(text), &[])),
+        (Dialect::Anthropic, anthropic_stream(object.clone(), &[])),
+        (Dialect::Anthropic, anthropic_stream(json!({}), &[&twice[..5], &twice[5..]])),
+        (Dialect::OpenAi, openai_stream(object.clone())),
+        (Dialect::OpenAi, openai_stream(json!(twice))),
+    ];
+    for (index, (dialect, events)) in streamed.into_iter().enumerate() {
+        let base = sse_server(events).await;
+        let base = match dialect {
+            Dialect::OpenAi => format!("{base}/v1"),
+            Dialect::Anthropic => base,
+        };
+        let model = toolmux_llm::connect("sse", &config(dialect, base)).unwrap();
+        let recorder = Recorder::default();
+        let answer = stream(&model, &hello(), &recorder).await.unwrap();
+        let case = format!("{index} {dialect:?}");
+        assert_eq!(answer.tool_calls[0].arguments, object, "{case}");
+        assert_eq!(answer.tool_calls[0].raw_arguments, None, "{case}");
+        // What the stream handed out reads as the same call.
+        let handed: Value = serde_json::from_str(&recorder.arguments(0)).unwrap();
+        let handed = match handed {
+            Value::String(text) => serde_json::from_str(&text).unwrap(),
+            handed => handed,
+        };
+        assert_eq!(handed, object, "{case}: {:?}", recorder.seen());
+    }
+}
