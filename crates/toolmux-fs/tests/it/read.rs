@@ -644,3 +644,56 @@ async fn a_read_whose_call_is_dropped_stops_reading() {
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
     assert!(closed, "the read still had the file open 10 s after its call was dropped");
 }
+
+/// Set in the child copy of the next test to the folder it works in.
+const ONE_LINE_VAR: &str = "TOOLMUX_FS_TEST_ONE_LINE_DIR";
+
+/// The peak resident memory of this process so far (`VmHWM`), in KiB.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A page whose first line is 300 MiB long (16 KiB of `x`, then a hole) shows the line's
+/// first `lineChars` characters and its full length, and the line is never held whole:
+/// the read raises the process's peak memory by less than 64 MiB. Measured in a child copy
+/// of the test, so that the other tests' memory does not count.
+#[test]
+fn a_page_with_a_300_mib_line_holds_only_what_it_shows() {
+    if let Some(dir) = std::env::var_os(ONE_LINE_VAR) {
+        let dir = std::path::PathBuf::from(dir);
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+        let fx = Fixture::new();
+        let path = sparse(&fx, "one.txt", &"x".repeat(16 * 1024), 300 << 20);
+        {
+            use std::io::Write as _;
+            let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            file.write_all(b" end\nsecond line\n").unwrap();
+        }
+        let before = peak_kib();
+        let out = runtime.block_on(fx.call("read", json!({"path": "one.txt"}))).unwrap();
+        let grown = peak_kib().saturating_sub(before);
+        std::fs::write(dir.join("grown"), grown.to_string()).unwrap();
+        std::fs::write(dir.join("answer"), out.to_text()).unwrap();
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "read::a_page_with_a_300_mib_line_holds_only_what_it_shows"])
+        .env(ONE_LINE_VAR, dir.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child copy failed: {status}");
+    let grown: u64 = std::fs::read_to_string(dir.path().join("grown")).unwrap().parse().unwrap();
+    assert!(grown < 64 * 1024, "reading the page raised peak memory by {grown} KiB");
+    let answer = std::fs::read_to_string(dir.path().join("answer")).unwrap();
+    let line = format!(
+        "     1\t{}[... {} more characters: read on with offset=1, limit=1, start_char=2000]\n",
+        "x".repeat(2000),
+        (300u64 << 20) + 4 - 2000
+    );
+    assert!(answer.starts_with(&line), "{}", &answer[..answer.len().min(3000)]);
+    assert!(answer.contains("\n     2\tsecond line\n"), "{}", &answer[2000..]);
+}
