@@ -692,3 +692,38 @@ fn a_long_chain_of_references_is_read_in_linear_time() {
     assert_eq!(schema["$defs"]["A19999"]["properties"]["next"]["$ref"], "#/$defs/A20000");
     assert!(took < std::time::Duration::from_secs(10), "took {took:?}");
 }
+
+/// A JSON-pointer `$ref` inside a schema with an `$id` (OpenAPI 3.1, JSON Schema 2020-12)
+/// is within that schema resource: `#/$defs/Leaf` is the `Leaf` of the schema's own
+/// `$defs`, where it was looked for in the document and the operation left out as a
+/// dangling reference. A pointer the resource has no place for (`#/components/...`, as
+/// most 3.1 documents write it) is still the document's.
+#[tokio::test]
+async fn pointers_inside_a_schema_with_an_id_resolve_in_that_resource() {
+    let (base, seen) = common::keeping_server().await;
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+        "servers": [{"url": base}],
+        "paths": {"/trees": {"post": {"operationId": "addTree", "requestBody": {"content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Tree"}}}}}}},
+        "components": {"schemas": {
+            "Tag": {"type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string"}}},
+            "Tree": {"$id": "https://example.com/tree", "type": "object",
+                "$defs": {"Leaf": {"type": "object", "required": ["inner"],
+                    "properties": {"inner": {"type": "integer"}}}},
+                "properties": {"leaf": {"$ref": "#/$defs/Leaf"},
+                    "tag": {"$ref": "#/components/schemas/Tag"}}}}}});
+    let provider = import(doc, &OpenApiConfig::default());
+    assert!(provider.warnings().is_empty(), "{:?}", provider.warnings());
+    let tools = provider.specs();
+    let schema = &tools[0].input_schema;
+    let validator = jsonschema::draft202012::new(schema).unwrap();
+    assert!(validator.is_valid(&json!({"leaf": {"inner": 1}, "tag": {"name": "t"}})), "{schema}");
+    assert!(!validator.is_valid(&json!({"leaf": {"inner": "x"}})), "{schema}");
+    assert!(!validator.is_valid(&json!({"tag": {}})), "{schema}");
+    let args = json!({"leaf": {"inner": 1}, "tag": {"name": "t"}});
+    let out = provider.call("add_tree", args, &CallContext::new()).await.unwrap();
+    assert!(!out.is_error, "{}", out.to_text());
+    let request = seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(request.body, br#"{"leaf":{"inner":1},"tag":{"name":"t"}}"#);
+}

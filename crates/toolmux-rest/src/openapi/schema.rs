@@ -12,7 +12,8 @@
 //! them), in responses `writeOnly` ones (a server never returns them).
 //!
 //! `$ref: '#'` is the nearest enclosing schema with an `$id` (OpenAPI 3.1), never the
-//! OpenAPI document; a plain-name fragment (`#node`) is the schema of that `$anchor` or
+//! OpenAPI document; a JSON pointer (`#/$defs/Leaf`) is within that schema too when it
+//! has the place, else in the document; a plain-name fragment (`#node`) is the schema of that `$anchor` or
 //! `$dynamicAnchor` in the same resource; `$dynamicRef` and `$recursiveRef` are resolved as
 //! such references.
 //!
@@ -366,7 +367,17 @@ impl<'d> SchemaConverter<'d> {
                 )
             })?
         } else {
-            fragment
+            // A JSON pointer is within the schema resource the reference stands in, as
+            // JSON Schema 2020-12 (OpenAPI 3.1) resolves it: `#/$defs/Leaf` inside a
+            // schema with an `$id` is that schema's `$defs`. When the resource has no
+            // such place, the pointer is taken in the whole document: most 3.1 documents
+            // in the wild give component schemas an `$id` and still write
+            // `#/components/schemas/Tag` meaning the document's, which tools and
+            // validators bundling the document resolve so.
+            self.enclosing_resource(at)
+                .map(|resource| format!("{resource}{fragment}"))
+                .filter(|inside| self.doc.root.pointer(inside).is_some())
+                .unwrap_or(fragment)
         };
         if let Some(name) = self.names.get(&pointer) {
             return Ok(format!("#/$defs/{name}"));
