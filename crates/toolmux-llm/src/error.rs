@@ -76,13 +76,16 @@ pub enum ModelError {
         /// What failed (connect, read), with the innermost cause.
         message: String,
     },
-    /// No answer within the configured timeout.
-    #[error("model `{model}`: no answer within {}s (set `timeoutMs` on the model to wait longer)", .timeout.as_secs_f64())]
+    /// No answer within the configured timeout (`timeoutMs`), or a streamed answer not
+    /// whole within the most a stream may take, ten times it ([`TimeoutKind`]).
+    #[error("model `{model}`: {}", timeout_note(*kind, *timeout))]
     Timeout {
         /// The configured model name.
         model: String,
-        /// The timeout that passed.
+        /// The wait that ran out: `timeoutMs`, or ten times it for a whole stream.
         timeout: Duration,
+        /// Which wait it was.
+        kind: TimeoutKind,
     },
     /// The answer was not what the API documents.
     #[error("model `{model}`: unexpected answer: {message}")]
@@ -135,6 +138,50 @@ pub enum ModelError {
         /// The configured model name.
         model: String,
     },
+}
+
+/// Which wait of a request ran out ([`ModelError::Timeout`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutKind {
+    /// The answer (the head of a stream, or all of a whole answer) did not come within
+    /// `timeoutMs`.
+    Answer,
+    /// A streamed answer's stream sent nothing for `timeoutMs`.
+    Idle,
+    /// A streamed answer was not whole within [`STREAM_TIMEOUT_FACTOR`] times `timeoutMs`,
+    /// the most a stream may take however steadily its parts (or a server's keep-alive
+    /// pings) come.
+    Stream,
+}
+
+/// How many times `timeoutMs` a streamed answer may take in all, its parts each coming
+/// within `timeoutMs` of the last.
+pub const STREAM_TIMEOUT_FACTOR: u32 = 10;
+
+/// A timeout in words naming the setting that governs it, `timeoutMs`, with its value in
+/// milliseconds as configured.
+fn timeout_note(kind: TimeoutKind, timeout: Duration) -> String {
+    let ms = |wait: Duration| wait.as_millis();
+    match kind {
+        TimeoutKind::Answer => format!(
+            "no answer within `timeoutMs` ({} ms): set `timeoutMs` higher on the model to wait \
+             longer",
+            ms(timeout)
+        ),
+        TimeoutKind::Idle => format!(
+            "the answer's stream sent nothing for `timeoutMs` ({} ms): set `timeoutMs` higher \
+             on the model to wait longer",
+            ms(timeout)
+        ),
+        TimeoutKind::Stream => format!(
+            "the streamed answer was not whole within {} ms, {STREAM_TIMEOUT_FACTOR} times \
+             `timeoutMs` ({} ms), the most a stream may take however steadily its parts or \
+             keep-alive pings come: set `timeoutMs` higher on the model to wait longer",
+            ms(timeout),
+            ms(timeout / STREAM_TIMEOUT_FACTOR)
+        ),
+    }
 }
 
 /// What the API's `Retry-After` asked, for a message: the wait (`at`, the HTTP date it

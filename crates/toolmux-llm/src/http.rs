@@ -1,7 +1,8 @@
 //! The HTTP exchange both clients share: one JSON POST with a timeout, cancellation,
 //! retries of what is worth retrying, bounded bodies and errors that never show the key.
 
-use crate::{DeltaSink, ModelDelta, ModelError, ModelResponse};
+use crate::error::STREAM_TIMEOUT_FACTOR;
+use crate::{DeltaSink, ModelDelta, ModelError, ModelResponse, TimeoutKind};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, DATE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use serde_json::Value;
@@ -212,9 +213,11 @@ impl Endpoint {
             // A streamed answer is timed by its parts (`read_events`): one still arriving
             // word by word is not cut at `timeoutMs`, only one that stops coming; the whole
             // of it may take ten times as long.
-            let limit = match streaming {
-                Some(_) => self.timeout.saturating_mul(10),
-                None => self.timeout,
+            let (limit, kind) = match streaming {
+                Some(_) => {
+                    (self.timeout.saturating_mul(STREAM_TIMEOUT_FACTOR), TimeoutKind::Stream)
+                }
+                None => (self.timeout, TimeoutKind::Answer),
             };
             let request = self.attempt(bytes.clone(), streaming.as_deref_mut());
             let attempted = tokio::select! {
@@ -228,7 +231,7 @@ impl Endpoint {
             // configuration allows.
             let Ok(outcome) = attempted else {
                 tracing::debug!(model = %self.name, attempt, elapsed_ms, "model request timed out");
-                return Err(ModelError::Timeout { model: self.name.clone(), timeout: limit });
+                return Err(ModelError::Timeout { model: self.name.clone(), timeout: limit, kind });
             };
             let (status, error, retry_after) = match outcome {
                 Ok((status, answer)) => {
@@ -292,7 +295,7 @@ impl Endpoint {
         // The answer's head comes within the timeout, streamed or not.
         let response = tokio::time::timeout(self.timeout, sent)
             .await
-            .map_err(|_| self.stalled())?
+            .map_err(|_| self.stalled(TimeoutKind::Answer))?
             .map_err(|e| self.transport_failure("cannot reach the API", e))?;
         let status = response.status();
         let retry_after = retry_after(response.headers(), SystemTime::now());
@@ -354,7 +357,12 @@ impl Endpoint {
                 }
                 // Nothing more for a whole timeout: a whole answer (its end seen, the
                 // stream left open) is taken; else the API stalled.
-                Err(_) => return streaming.assembler.finish().ok_or_else(|| self.stalled()),
+                Err(_) => {
+                    return streaming
+                        .assembler
+                        .finish()
+                        .ok_or_else(|| self.stalled(TimeoutKind::Idle));
+                }
             };
             let Some(chunk) = chunk else { break };
             read += chunk.len();
@@ -418,10 +426,10 @@ impl Endpoint {
 
     /// The API sent nothing for a whole timeout: final (the next try would likely wait as
     /// long).
-    fn stalled(&self) -> Failure {
+    fn stalled(&self, kind: TimeoutKind) -> Failure {
         Failure::Fatal {
             status: None,
-            error: ModelError::Timeout { model: self.name.clone(), timeout: self.timeout },
+            error: ModelError::Timeout { model: self.name.clone(), timeout: self.timeout, kind },
         }
     }
 

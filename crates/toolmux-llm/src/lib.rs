@@ -35,7 +35,7 @@ mod sampling;
 mod text_tools;
 
 pub use config::{ApiKind, ModelConfig, ToolCallFormat};
-pub use error::{ContextOverflow, ModelError};
+pub use error::{ContextOverflow, ModelError, STREAM_TIMEOUT_FACTOR, TimeoutKind};
 pub use message::{
     DeltaSink, IMAGE_MEDIA_TYPES, ImagePart, Message, ModelDelta, ModelRequest, ModelResponse,
     ModelToolCall, ProviderBlocks, Reasoning, StopReason, ToolChoice, ToolDefinition,

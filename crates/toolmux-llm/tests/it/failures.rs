@@ -241,7 +241,8 @@ async fn a_slow_answer_times_out() {
             matches!(error, ModelError::Timeout { timeout, .. } if timeout == Duration::from_millis(200)),
             "{error:?}"
         );
-        assert!(error.to_string().contains("timeoutMs"));
+        let message = error.to_string();
+        assert!(message.contains("no answer within `timeoutMs` (200 ms)"), "{message}");
         // Not tried again: the next try would wait as long.
         assert_eq!(server.requests().len(), 1);
     }

@@ -342,7 +342,80 @@ async fn a_stream_is_timed_by_the_gaps_between_its_parts() {
         let started = std::time::Instant::now();
         let error = model.complete_streaming(&hello(), &cancel, &|_| {}).await.unwrap_err();
         assert!(matches!(error, ModelError::Timeout { .. }), "{dialect:?}: {error:?}");
+        let message = error.to_string();
+        assert!(message.contains("sent nothing for `timeoutMs` (500 ms)"), "{message}");
         assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    }
+}
+
+/// A loopback server that answers every request with the head of a stream of server-sent
+/// events and then only keep-alive comments (`: ping`), one every `every`, until the client
+/// goes. Returns its base URL.
+async fn pinging_server(every: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut chunk = [0u8; 8192];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut chunk).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                let reply = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                             connection: close\r\n\r\n";
+                if socket.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+                // Ends when the client has gone and a write fails.
+                while socket.write_all(b": ping\n\n").await.is_ok() {
+                    tokio::time::sleep(every).await;
+                }
+            });
+        }
+    });
+    base
+}
+
+/// A stream kept open by keep-alive pings alone ends at ten times `timeoutMs`, and the
+/// error says so in the setting's own unit: with `timeoutMs: 200`, 2000 ms, ten times
+/// `timeoutMs` (200 ms), where it said "no answer within 2s" and named no relation to the
+/// 200 configured.
+#[tokio::test]
+async fn a_stream_of_pings_alone_ends_at_ten_times_timeout_ms_saying_so() {
+    for dialect in DIALECTS {
+        let base = pinging_server(Duration::from_millis(50)).await;
+        let base = match dialect {
+            Dialect::OpenAi => format!("{base}/v1"),
+            Dialect::Anthropic => base,
+        };
+        let mut config = config(dialect, base);
+        config.timeout_ms = Some(200);
+        let model = toolmux_llm::connect("pinged", &config).unwrap();
+        let started = std::time::Instant::now();
+        let error = tokio::time::timeout(
+            Duration::from_secs(10),
+            stream(&model, &hello(), &Recorder::default()),
+        )
+        .await
+        .expect("the stream's limit ends it")
+        .unwrap_err();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(2000), "{dialect:?}: {elapsed:?}");
+        assert!(
+            matches!(error, ModelError::Timeout { timeout, kind: toolmux_llm::TimeoutKind::Stream, .. }
+                if timeout == Duration::from_millis(2000)),
+            "{dialect:?}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("not whole within 2000 ms, 10 times `timeoutMs` (200 ms)"),
+            "{dialect:?}: {message}"
+        );
     }
 }
 
