@@ -4,7 +4,7 @@ use crate::args::{ChatArgs, ListenArgs, ResumeArgs, RunArgs};
 use crate::commands::{Interruptible, finish, print, start};
 use crate::exit;
 use std::collections::BTreeMap;
-use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::io::{IsTerminal as _, Write as _};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -190,9 +190,21 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
             return Ok(exit::CONFIG);
         }
         _ => {
-            let mut task = String::new();
-            std::io::stdin().read_to_string(&mut task)?;
-            task
+            let bytes =
+                match crate::files::read_bounded(std::io::stdin().lock(), crate::files::TASK) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        eprintln!("error: cannot read the task from stdin: {e}");
+                        return Ok(exit::CONFIG);
+                    }
+                };
+            match String::from_utf8(bytes) {
+                Ok(task) => task,
+                Err(_) => {
+                    eprintln!("error: the task on stdin is not UTF-8 text: give the task as text");
+                    return Ok(exit::CONFIG);
+                }
+            }
         }
     };
     if task.trim().is_empty() {
@@ -227,14 +239,14 @@ pub(crate) async fn run(loaded: &Loaded, args: RunArgs) -> anyhow::Result<u8> {
 /// `toolmux agent resume`: a paused run goes on with the decisions given.
 pub(crate) async fn resume(loaded: &Loaded, args: ResumeArgs) -> anyhow::Result<u8> {
     let file = &args.file;
-    let text = match std::fs::read_to_string(file) {
+    let text = match crate::files::read_regular(file, crate::files::PAUSED_RUN) {
         Ok(text) => text,
         Err(e) => {
             eprintln!("error: cannot read the paused run {}: {e}", file.display());
             return Ok(exit::CONFIG);
         }
     };
-    let paused: AgentReport = match serde_json::from_str(&text) {
+    let paused: AgentReport = match serde_json::from_slice(&text) {
         Ok(report) => report,
         Err(e) => {
             eprintln!(

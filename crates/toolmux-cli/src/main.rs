@@ -29,6 +29,7 @@ mod allocator;
 mod args;
 mod commands;
 mod events;
+mod files;
 mod mcp;
 mod progress;
 mod reload;

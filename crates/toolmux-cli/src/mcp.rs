@@ -127,7 +127,7 @@ fn provider(loaded: &Loaded, name: &str) -> anyhow::Result<McpProvider> {
 }
 
 fn kept(path: Option<&Path>) -> Option<Vec<u8>> {
-    path.and_then(|p| std::fs::read(p).ok())
+    path.and_then(|p| crate::files::read_regular(p, crate::files::TOKENS).ok())
 }
 
 pub(crate) async fn login(loaded: &Loaded, args: LoginArgs) -> anyhow::Result<u8> {

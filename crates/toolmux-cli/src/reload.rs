@@ -12,7 +12,7 @@
 //! carry over; the listening address and the serve options of the command line stay as
 //! they were started.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -330,6 +330,17 @@ impl Source {
     }
 }
 
+/// What `serve --watch` compares of a file from one look to the next: its bytes, or why it
+/// cannot be read (a FIFO or a device in its place, a file too big), which the loader then
+/// reports once; `None` while it is missing, as when an editor replaces it.
+fn snapshot(file: &Path) -> Option<Result<Vec<u8>, String>> {
+    match crate::files::read_regular(file, crate::files::CONFIG) {
+        Ok(bytes) => Some(Ok(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(e.to_string())),
+    }
+}
+
 /// Watches the files of `source` and reloads on change until `stop`; `serve_provider` makes
 /// the provider served from a Toolmux (the orchestrator, or its `--tools` view).
 pub(crate) async fn watch(
@@ -340,8 +351,7 @@ pub(crate) async fn watch(
     keys: Keys,
     stop: CancellationToken,
 ) {
-    let read_all =
-        |files: &[PathBuf]| files.iter().map(|f| std::fs::read(f).ok()).collect::<Vec<_>>();
+    let read_all = |files: &[PathBuf]| files.iter().map(|f| snapshot(f)).collect::<Vec<_>>();
     let mut source = source;
     let mut files = source.files();
     let mut seen = read_all(&files);
@@ -372,6 +382,8 @@ pub(crate) async fn watch(
         let loaded = match source.load() {
             Ok(loaded) => loaded,
             Err(e) => {
+                // With its causes: why a file cannot be read is one.
+                let e = toolmux::toolmux_core::error_report(&e);
                 eprintln!(
                     "error: {shown} changed but cannot be used: {e}; still serving the previous configuration"
                 );

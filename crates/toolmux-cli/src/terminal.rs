@@ -33,7 +33,7 @@ impl Terminal {
     /// the project before is allowed without asking.
     pub(crate) fn for_project(project_dir: &std::path::Path) -> Terminal {
         let path = project_dir.join(APPROVALS_FILE);
-        let allowed = match std::fs::read(&path) {
+        let allowed = match crate::files::read_regular(&path, crate::files::APPROVALS) {
             Ok(bytes) => match approved_in(&bytes) {
                 Ok(approved) => approved.into_iter().collect(),
                 Err(e) => {
@@ -45,7 +45,14 @@ impl Terminal {
                     Default::default()
                 }
             },
-            Err(_) => Default::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(e) => {
+                eprintln!(
+                    "warning: cannot read the approvals in {}: {e}; calls that ask are asked",
+                    path.display()
+                );
+                Default::default()
+            }
         };
         Terminal { allowed: std::sync::Mutex::new(allowed), approvals: Some(path) }
     }
@@ -54,8 +61,10 @@ impl Terminal {
     /// file); a failure is told, the call allowed all the same.
     fn save_approval(&self, key: &str) {
         let Some(path) = &self.approvals else { return };
-        let mut approved =
-            std::fs::read(path).ok().and_then(|bytes| approved_in(&bytes).ok()).unwrap_or_default();
+        let mut approved = crate::files::read_regular(path, crate::files::APPROVALS)
+            .ok()
+            .and_then(|bytes| approved_in(&bytes).ok())
+            .unwrap_or_default();
         if approved.iter().any(|a| a == key) {
             return;
         }

@@ -1136,3 +1136,47 @@ fn at_a_terminal_a_rate_limited_wait_is_shown() {
     assert!(out.contains("done after the wait"), "{out:?}");
     assert_eq!(server.requests().len(), 2);
 }
+
+/// `agent resume` of a FIFO or a device is refused at once, saying what the path is: a
+/// FIFO no one writes to held `toolmux` in `open()` for ever, deaf to Ctrl-C, and
+/// `/dev/zero` was read until memory ran out.
+#[test]
+fn a_paused_run_that_is_no_regular_file_is_refused_at_once() {
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![]);
+    let project = project(&server, "openai", "");
+    crate::fifo(&project.path().join("run.json"));
+    for (file, what) in [("run.json", "a FIFO (named pipe)"), ("/dev/zero", "a character device")] {
+        let mut command = project.command(&["agent", "resume", file]);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let run = crate::wait(command.spawn().expect("spawn toolmux"), Duration::from_secs(20));
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert_eq!(
+            run.stderr.trim_end(),
+            format!(
+                "error: cannot read the paused run {file}: it is {what}, not a regular file: \
+                 give the path of a paused run (agent run --pause-to)"
+            )
+        );
+    }
+    assert!(server.requests().is_empty());
+}
+
+/// A task piped to `agent run` is read up to 16 MiB: `/dev/zero` on stdin is refused
+/// saying so, where it was read until memory ran out. (Not run against the old code, which
+/// would have exhausted the machine's memory.)
+#[test]
+fn a_task_on_stdin_is_read_up_to_a_limit() {
+    let server = ScriptedLlmServer::start(Dialect::OpenAi, vec![]);
+    let project = project(&server, "openai", "");
+    let mut command = project.command(&["agent", "run", "reader"]);
+    let zero = std::fs::File::open("/dev/zero").expect("/dev/zero");
+    command.stdin(zero).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let run = crate::wait(command.spawn().expect("spawn toolmux"), Duration::from_secs(60));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: cannot read the task from stdin: it is over the limit of 16 MiB for a task: one \
+         that big is likely a mistake (a wrong path, or generated data)"
+    );
+    assert!(server.requests().is_empty());
+}

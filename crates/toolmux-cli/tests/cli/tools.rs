@@ -940,3 +940,22 @@ fn a_listing_at_a_terminal_fits_its_width() {
     // The name (and the column of names) whole, and 20 columns of description.
     assert_eq!(at("16", None), "cmd__price    Looks up the price…");
 }
+
+/// A FIFO in the place of the project's approvals (`.toolmux/approvals.json`), read when a
+/// call at a terminal may ask, is told and skipped: opening it waited for a writer for
+/// ever, so `tools call` at a terminal never ran (the pty driver gave up after 60 s).
+#[test]
+fn approvals_that_are_a_fifo_are_skipped_with_a_warning() {
+    let project = project();
+    crate::fifo(&project.path().join(".toolmux/approvals.json"));
+    let run = project.run_at_terminal(&serde_json::json!([]), &["tools", "call", "fs__ls", "{}"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("README.md"), "{run:?}");
+    assert!(
+        run.stdout.contains(
+            ".toolmux/approvals.json: it is a FIFO (named pipe), not a regular file: give the \
+             path of an approvals file; calls that ask are asked"
+        ),
+        "{run:?}"
+    );
+}

@@ -1,0 +1,130 @@
+//! Reading a file toolmux finds or is given outside the configuration's loading (a
+//! paused run, the project's approvals, the files `serve --watch` reads again): a regular
+//! file of bounded size, never a FIFO, a device or a folder.
+//!
+//! `open()` of a FIFO blocks until a writer comes, in a call no signal reaches, and
+//! `/dev/zero` is read until memory runs out. The facade reads configuration files by the
+//! same rule (`toolmux::config`'s `file.rs`), but keeps its reader to itself.
+
+use std::fs::{File, FileType, OpenOptions};
+use std::io::{self, Read as _};
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::Path;
+
+/// What a file is read as: its size limit and its name in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileRole {
+    /// The largest size read, in bytes.
+    pub(crate) limit: u64,
+    /// What the file should be, in messages (`a paused run`).
+    pub(crate) name: &'static str,
+}
+
+/// A configuration file, as the facade reads it (16 MiB at most).
+pub(crate) const CONFIG: FileRole =
+    FileRole { limit: 16 * 1024 * 1024, name: "a configuration file" };
+
+/// A paused run saved by `agent run --pause-to`: its transcript is in it, which a long
+/// run makes large, but never larger than what a model's context held several times over.
+pub(crate) const PAUSED_RUN: FileRole =
+    FileRole { limit: 256 * 1024 * 1024, name: "a paused run (agent run --pause-to)" };
+
+/// The project's approvals (`.toolmux/approvals.json`): a list of tool names and rules.
+pub(crate) const APPROVALS: FileRole = FileRole { limit: 1024 * 1024, name: "an approvals file" };
+
+/// A task piped to `agent run`: a prompt, which no model takes at this size.
+pub(crate) const TASK: FileRole = FileRole { limit: 16 * 1024 * 1024, name: "a task" };
+
+/// An MCP server's kept OAuth tokens, compared before and after `mcp login`.
+pub(crate) const TOKENS: FileRole = FileRole { limit: 1024 * 1024, name: "an OAuth token file" };
+
+/// The bytes of the regular file at `path` (symbolic links followed), read as `role`; an
+/// error of kind `InvalidInput` saying what the file is when it is no regular file or is
+/// over the role's size limit.
+///
+/// The type is checked before opening, so that a device is never opened, and again on the
+/// opened file, which is opened without blocking: a FIFO put in the file's place between
+/// the two is refused rather than waited on.
+pub(crate) fn read_regular(path: &Path, role: FileRole) -> io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    check(meta.file_type(), meta.len(), role)?;
+    let nonblocking = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    let file: File =
+        OpenOptions::new().read(true).custom_flags(nonblocking.bits() as i32).open(path)?;
+    let meta = file.metadata()?;
+    check(meta.file_type(), meta.len(), role)?;
+    // O_NONBLOCK changes nothing for a regular file. A file that grows while read is read
+    // up to one byte past the limit, which tells.
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    file.take(role.limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > role.limit {
+        return Err(too_big(None, role));
+    }
+    Ok(bytes)
+}
+
+/// Reads what comes on `input` (a pipe, a file) up to `role`'s limit; over it, an error of
+/// kind `InvalidInput` saying so.
+pub(crate) fn read_bounded(input: impl io::Read, role: FileRole) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    input.take(role.limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > role.limit {
+        return Err(too_big(None, role));
+    }
+    Ok(bytes)
+}
+
+fn check(kind: FileType, len: u64, role: FileRole) -> io::Result<()> {
+    if !kind.is_file() {
+        let what = what_kind(kind);
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is {what}, not a regular file: give the path of {}", role.name),
+        ));
+    }
+    if len > role.limit {
+        return Err(too_big(Some(len), role));
+    }
+    Ok(())
+}
+
+fn too_big(len: Option<u64>, role: FileRole) -> io::Error {
+    let size = match len {
+        Some(len) => format!("it is {}, over", mebibytes(len)),
+        None => "it is over".to_owned(),
+    };
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{size} the limit of {} for {}: one that big is likely a mistake \
+             (a wrong path, or generated data)",
+            mebibytes(role.limit),
+            role.name
+        ),
+    )
+}
+
+fn mebibytes(bytes: u64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if bytes.is_multiple_of(1024 * 1024) {
+        format!("{mib:.0} MiB")
+    } else {
+        format!("{mib:.1} MiB")
+    }
+}
+
+fn what_kind(kind: FileType) -> &'static str {
+    if kind.is_dir() {
+        "a folder"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
