@@ -397,7 +397,7 @@ impl Response {
             }
         } else if ok
             && self.content_type.contains("json")
-            && let Ok(value) = serde_json::from_slice::<Value>(&self.body)
+            && let Some(value) = self.json()
         {
             self.body = serde_json::to_vec(&select.apply(&value)).unwrap_or_default();
         }
@@ -405,14 +405,39 @@ impl Response {
     }
 
     /// The body as text: in the charset its content type names (`iso-8859-1`,
-    /// `Shift_JIS`; bytes invalid in it become U+FFFD), else as UTF-8; `None` when no
-    /// charset is named and the body is not UTF-8 (binary).
-    fn text(&self) -> Option<String> {
-        let named = charset_of(&self.content_type)
-            .and_then(|label| encoding_rs::Encoding::for_label(label.as_bytes()));
-        match named {
-            Some(encoding) => Some(encoding.decode(&self.body).0.into_owned()),
-            None => String::from_utf8(self.body.clone()).ok(),
+    /// `windows-1252`, `utf-16`; bytes invalid in it become U+FFFD), else in the one its
+    /// byte order mark says, else as UTF-8; `None` when none is named and the body is not
+    /// UTF-8 (binary). A charset named that no decoder knows is said after the body,
+    /// which is shown as UTF-8 as well as it goes.
+    pub(crate) fn text(&self) -> Option<String> {
+        let label = charset_of(&self.content_type);
+        let named = label.as_deref().and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()));
+        // `decode` lets a byte order mark win over the label, as browsers do.
+        if let Some(encoding) =
+            named.or_else(|| encoding_rs::Encoding::for_bom(&self.body).map(|(e, _)| e))
+        {
+            return Some(encoding.decode(&self.body).0.into_owned());
+        }
+        match (std::str::from_utf8(&self.body), label) {
+            (Ok(text), _) => Some(text.to_owned()),
+            (Err(_), Some(label)) => Some(format!(
+                "{}\n\n(the response's charset `{label}` is not one toolmux knows: the body is \
+                 shown as UTF-8, U+FFFD standing for bytes that are not)",
+                String::from_utf8_lossy(&self.body)
+            )),
+            (Err(_), None) => None,
+        }
+    }
+
+    /// The body parsed as JSON, from its text when it names a charset or starts with a
+    /// byte order mark (JSON in Latin-1 or UTF-16), else from its bytes.
+    fn json(&self) -> Option<Value> {
+        let transcoded = charset_of(&self.content_type).is_some()
+            || encoding_rs::Encoding::for_bom(&self.body).is_some();
+        if transcoded {
+            serde_json::from_str(&self.text()?).ok()
+        } else {
+            serde_json::from_slice(&self.body).ok()
         }
     }
 
@@ -448,9 +473,11 @@ impl Response {
                 ..ToolOutput::default()
             }
         } else if self.content_type.contains("json") {
-            match serde_json::from_slice::<Value>(&self.body) {
-                Ok(value) => ToolOutput::json(value),
-                Err(_) => ToolOutput::text(String::from_utf8_lossy(&self.body).into_owned()),
+            match self.json() {
+                Some(value) => ToolOutput::json(value),
+                None => ToolOutput::text(
+                    self.text().unwrap_or_else(|| String::from_utf8_lossy(&self.body).into()),
+                ),
             }
         } else {
             match self.text() {

@@ -553,7 +553,9 @@ impl RestProvider {
             // orchestrator's retries and the model can wait), not a plain failed result.
             if response.status == 429 || (response.status == 503 && response.retry_after.is_some())
             {
-                let body = String::from_utf8_lossy(&response.body);
+                let body = response
+                    .text()
+                    .unwrap_or_else(|| String::from_utf8_lossy(&response.body).into_owned());
                 let said = match body.trim() {
                     "" => String::new(),
                     text => format!(": {}", http::redacted_excerpt(text, 300, &response.secrets)),
