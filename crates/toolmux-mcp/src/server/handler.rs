@@ -508,6 +508,12 @@ impl Gateway {
         }
     }
 
+    /// How long calls may still run once a stdio client's input ended
+    /// ([`ServeOptions::end_of_input_grace`]).
+    pub(crate) fn end_of_input_grace(&self) -> Duration {
+        self.shared.options().end_of_input_grace
+    }
+
     /// Cancelled when the client is gone (see [`Gateway::closed`]); what the session's
     /// end of the direct path cancels too.
     pub(crate) fn closed(&self) -> &CancellationToken {

@@ -175,7 +175,19 @@ pub struct ServeOptions {
     /// request of a session another replica holds is forwarded to it (`None`: sessions are
     /// this server's alone, and another replica's are not found).
     pub affinity: Option<SessionAffinity>,
+    /// Over stdio (and [`serve_fds`], [`serve_io`]), how long the calls in flight when the
+    /// client's input ends may still run (each within its own timeout) before they are
+    /// cancelled: a client that writes its requests and closes its end
+    /// (`printf '...' | toolmux serve --stdio`) gets their answers, and serving ends once
+    /// they are written (default [`DEFAULT_END_OF_INPUT_GRACE`]). A client that closes its
+    /// input to shut the server down and will not wait that long sends a signal, or
+    /// `notifications/cancelled` for its calls first.
+    pub end_of_input_grace: std::time::Duration,
 }
+
+/// How long calls in flight at the end of a stdio client's input may still run, unless
+/// told otherwise ([`ServeOptions::end_of_input_grace`]).
+pub const DEFAULT_END_OF_INPUT_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The tools of key holders that are not served everything ([`ServeOptions::views`]).
 pub trait HolderViews: Send + Sync + std::fmt::Debug {
@@ -293,11 +305,14 @@ impl Default for ServeOptions {
             session_idle: std::time::Duration::from_secs(5 * 60),
             max_sessions: DEFAULT_MAX_SERVED_SESSIONS,
             affinity: None,
+            end_of_input_grace: DEFAULT_END_OF_INPUT_GRACE,
         }
     }
 }
 
-/// Serves `provider` on this process's stdin and stdout until the client closes stdin.
+/// Serves `provider` on this process's stdin and stdout until the client closes stdin and
+/// the calls then in flight are answered (or cancelled after
+/// [`ServeOptions::end_of_input_grace`]).
 ///
 /// Stdin is read by a thread of its own and a call is run on the thread whose read made it
 /// ready: started by the stdin reader, finished and answered by the reader of its

@@ -58,18 +58,21 @@ where
     let (mut router, mut rmcp) = Router::start(gateway, Output::Queue(outbox), None);
     let mut lines = Lines { reader: BufReader::new(reader), framer: Framer::default() };
     let ended = router.ended.clone();
-    let served = loop {
+    let first = loop {
         tokio::select! {
-            served = &mut rmcp => break served,
-            more = lines.read_line(&router), if router.feed.is_some() => match more {
+            served = &mut rmcp => break Some(served),
+            more = lines.read_line(&router) => match more {
                 Some(line) => router.route(line),
-                None => router.end(),
+                None => break None,
             }
         }
     };
+    let served = match first {
+        Some(served) => served,
+        None => end_of_input(router, &mut rmcp, None).await,
+    };
     // The client is gone or rmcp ended the session: calls still running are cancelled.
     ended.cancel();
-    drop(router);
     let _ = tokio::time::timeout(DRAIN_TIMEOUT, writing).await;
     served.unwrap_or_else(|e| Err(Box::new(e)))
 }
@@ -89,7 +92,7 @@ pub(super) async fn run_threaded(
     let runtime = tokio::runtime::Handle::current();
     let (router, mut rmcp) = Router::start(gateway, Output::Fd(out.clone()), Some(runtime.clone()));
     let ended = router.ended.clone();
-    let (done, read_all) = tokio::sync::oneshot::channel::<()>();
+    let (done, read_all) = tokio::sync::oneshot::channel::<Router>();
     // A second handle on the input, to end the reader's `read` when serving ends first.
     let unblock = input.try_clone().ok();
     std::thread::Builder::new()
@@ -98,8 +101,12 @@ pub(super) async fn run_threaded(
     let gone = out.gone.clone();
     let served = tokio::select! {
         served = &mut rmcp => served,
-        // The input ended and the feed is closed: rmcp finishes what it has, then ends.
-        _ = read_all => rmcp.await,
+        // The input ended: the calls in flight finish first (see `end_of_input`).
+        read = read_all => match read {
+            Ok(router) => end_of_input(router, &mut rmcp, Some(&gone)).await,
+            // The reader thread is gone without its router, and with it the feed.
+            Err(_) => rmcp.await,
+        },
         // Nothing can be written to the client any more: it went away, as at end of input.
         () = gone.cancelled() => {
             rmcp.abort();
@@ -124,7 +131,7 @@ fn read_input(
     input: std::fs::File,
     mut router: Router,
     runtime: &tokio::runtime::Handle,
-    done: tokio::sync::oneshot::Sender<()>,
+    done: tokio::sync::oneshot::Sender<Router>,
 ) {
     use std::io::BufRead;
     let _context = runtime.enter();
@@ -164,10 +171,45 @@ fn read_input(
         router.route(line);
         crate::inline::run_ready();
     }
-    router.end();
     crate::inline::run_ready();
+    // Serving goes on until the calls in flight are answered: the session ends there.
+    let _ = done.send(router);
+}
+
+/// At the end of the client's input: lets the requests in flight on either path finish
+/// and be answered, for at most the session's grace
+/// ([`super::ServeOptions::end_of_input_grace`]) or until the client's output is `gone`,
+/// then ends the session (cancelling what still runs) and waits for rmcp to finish.
+/// rmcp's feed stays open until then: closed, rmcp gives its calls 5 s and cancels them.
+async fn end_of_input(
+    mut router: Router,
+    rmcp: &mut Rmcp,
+    gone: Option<&CancellationToken>,
+) -> Result<Result<(), Failure>, tokio::task::JoinError> {
+    let grace = router.gateway.end_of_input_grace();
+    let busy = router.busy.clone();
+    let gone = async {
+        match gone {
+            Some(gone) => gone.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    let settled = tokio::select! {
+        served = &mut *rmcp => Some(served),
+        finished = tokio::time::timeout(grace, busy.idle()) => {
+            if finished.is_err() {
+                tracing::debug!(?grace, "calls still running at the end of the input are cancelled");
+            }
+            None
+        }
+        () = gone => None,
+    };
+    router.end();
     drop(router);
-    let _ = done.send(());
+    match settled {
+        Some(served) => served,
+        None => rmcp.await,
+    }
 }
 
 /// Where the session's whole lines go.
@@ -419,6 +461,87 @@ struct Router {
     unread: Arc<AtomicUsize>,
     /// On a reader thread: calls run there (see [`crate::inline`]), with this runtime.
     inline: Option<tokio::runtime::Handle>,
+    /// The requests not answered yet, on either path (see [`end_of_input`]).
+    busy: Arc<Busy>,
+}
+
+/// The requests of a session not answered yet: the direct path's calls running, and the
+/// ids of the requests handed to rmcp that it has not answered (nor the client cancelled).
+#[derive(Default)]
+struct Busy {
+    running: AtomicUsize,
+    asked: Mutex<foldhash::HashSet<String>>,
+    idle: tokio::sync::Notify,
+}
+
+impl Busy {
+    /// Counts a call on the direct path until the returned guard is dropped.
+    fn enter(self: &Arc<Self>) -> Working {
+        self.running.fetch_add(1, Ordering::SeqCst);
+        Working(self.clone())
+    }
+
+    fn asked(&self) -> std::sync::MutexGuard<'_, foldhash::HashSet<String>> {
+        self.asked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The request `line` handed to rmcp, to be answered.
+    fn ask(&self, line: &[u8]) {
+        if let Some(id) = message_id(line, true) {
+            self.asked().insert(id);
+        }
+    }
+
+    /// The request with the (JSON) id `id` is answered, or no answer is wanted.
+    fn answered(&self, id: &str) {
+        let mut asked = self.asked();
+        if asked.remove(id) && asked.is_empty() {
+            drop(asked);
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Returns once every request is answered.
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the counts are read, so a drop to none in between wakes it.
+            notified.as_mut().enable();
+            if self.running.load(Ordering::SeqCst) == 0 && self.asked().is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A call on the direct path running, until dropped.
+struct Working(Arc<Busy>);
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// The id of the message `line` as JSON text, when it has a string or integer one and is
+/// a request (`request`: it has a `method`) or a response (it has none).
+fn message_id(line: &[u8], request: bool) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Peek<'a> {
+        #[serde(borrow)]
+        id: Option<&'a RawValue>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let peek: Peek<'_> = serde_json::from_slice(line).ok()?;
+    if peek.method.is_some() != request {
+        return None;
+    }
+    let id: serde_json::Value = serde_json::from_str(peek.id?.get()).ok()?;
+    (id.is_string() || id.is_i64() || id.is_u64()).then(|| id.to_string())
 }
 
 impl Router {
@@ -429,11 +552,12 @@ impl Router {
         inline: Option<tokio::runtime::Handle>,
     ) -> (Router, Rmcp) {
         let (feed, lines_in) = mpsc::unbounded_channel();
+        let busy = Arc::new(Busy::default());
         let unread = Arc::new(AtomicUsize::new(0));
         let fed = Feed { lines: lines_in, chunk: Vec::new(), at: 0, unread: unread.clone() };
         let transport = AsyncRwTransport::new_server(
             fed,
-            OutboxWriter { out: out.clone(), partial: Vec::new() },
+            OutboxWriter { out: out.clone(), partial: Vec::new(), busy: busy.clone() },
         );
         let peer: Arc<OnceLock<Peer<RoleServer>>> = Arc::default();
         let rmcp = tokio::spawn(serve_rmcp(gateway.clone(), transport, peer.clone()));
@@ -454,13 +578,14 @@ impl Router {
             feed: Some(feed),
             unread,
             inline,
+            busy,
         };
         (router, rmcp)
     }
 
-    /// The client's stream ended (its last line, when it had no newline, was routed
-    /// before: see [`Framer::finish`]); closing the feed lets rmcp finish what it has and
-    /// then see the end.
+    /// The session ends: what still runs is cancelled, and closing the feed lets rmcp
+    /// finish what it has and then see the end. (At the end of the client's stream, once
+    /// the calls in flight are answered: see [`end_of_input`].)
     fn end(&mut self) {
         self.feed = None;
         self.ended.cancel();
@@ -504,6 +629,10 @@ impl Router {
             if let Some((_, token)) = call {
                 token.cancel();
             }
+            // MCP: a cancelled request is not answered.
+            if let Ok(id) = serde_json::to_string(&id) {
+                self.busy.answered(&id);
+            }
         }
         // What is wrong with a line's form is said first, before the handshake too: a
         // request without `jsonrpc` is told that, not to initialize.
@@ -521,6 +650,7 @@ impl Router {
                 Opening::Other => {}
             }
         }
+        self.busy.ask(&line);
         self.send_to_rmcp(line);
     }
 
@@ -570,8 +700,14 @@ impl Router {
         self.run(job);
     }
 
-    /// Runs a call's job: on this reader thread until it first waits, or on the runtime.
+    /// Runs a call's job: on this reader thread until it first waits, or on the runtime;
+    /// counted as the session's work until it ends (see [`end_of_input`]).
     fn run(&self, job: impl Future<Output = ()> + Send + 'static) {
+        let working = self.busy.enter();
+        let job = async move {
+            job.await;
+            drop(working);
+        };
         match &self.inline {
             Some(runtime) => crate::inline::spawn(runtime.clone(), job),
             None => drop(tokio::spawn(job)),
@@ -1164,6 +1300,8 @@ struct OutboxWriter {
     out: Output,
     /// The part of a line written so far.
     partial: Vec<u8>,
+    /// Told of rmcp's answers.
+    busy: Arc<Busy>,
 }
 
 impl AsyncWrite for OutboxWriter {
@@ -1184,8 +1322,13 @@ impl AsyncWrite for OutboxWriter {
                 let at = NO_ID.len() - br#""error":"#.len();
                 line.splice(at..at, br#""id":null,"#.iter().copied());
             }
+            // Told once the answer is out: the session may end as soon as it is told.
+            let answer = if this.busy.asked().is_empty() { None } else { message_id(&line, false) };
             if !this.out.send(line) {
                 return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+            }
+            if let Some(id) = answer {
+                this.busy.answered(&id);
             }
             rest = &rest[at + 1..];
         }

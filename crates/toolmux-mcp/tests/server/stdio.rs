@@ -784,15 +784,17 @@ fn opening_lines() -> String {
     format!("{initialize}\n{initialized}\n")
 }
 
-/// When the client closes its stream while calls run, every call is cancelled at once,
-/// whichever path it took (the direct path, or rmcp's for a call with more in `_meta`),
-/// and serving ends without waiting. (rmcp cancelled its calls only after waiting up to
-/// 5 s for them to answer.)
+/// When the client closes its stream while calls run that do not end, every call is
+/// cancelled once the end-of-input grace is over, whichever path it took (the direct path,
+/// or rmcp's for a call with more in `_meta`), and serving ends without waiting more.
+/// (rmcp cancelled its calls only after waiting up to 5 s for them to answer.)
 #[tokio::test]
-async fn closing_the_input_cancels_calls_on_both_paths_at_once() {
+async fn closing_the_input_cancels_calls_still_running_after_the_grace() {
     use tokio::io::AsyncWriteExt;
     let mock = Arc::new(MockProvider::new("mock").with_tool("hang", Behavior::Hang));
-    let (stream, server) = socket_pair(mock.clone(), ServeOptions::default());
+    let grace = std::time::Duration::from_millis(300);
+    let options = ServeOptions { end_of_input_grace: grace, ..ServeOptions::default() };
+    let (stream, server) = socket_pair(mock.clone(), options);
     let mut client = RawClient::new(stream);
     client.handshake().await;
     client
@@ -807,17 +809,19 @@ async fn closing_the_input_cancels_calls_on_both_paths_at_once() {
     let cancelled = closed.elapsed();
     within(server).await.unwrap().unwrap();
     let ended = closed.elapsed();
-    // Well under rmcp's 5 s drain, with room for a loaded machine.
+    // After the grace, and well under rmcp's 5 s drain, with room for a loaded machine.
+    assert!(cancelled >= grace, "calls cancelled after {cancelled:?}, within the grace");
     assert!(cancelled < std::time::Duration::from_secs(2), "calls cancelled after {cancelled:?}");
     assert!(ended < std::time::Duration::from_secs(2), "serving ended after {ended:?}");
 }
 
-/// The real `serve --stdio` process exits at once when its stdin closes with a call on
-/// rmcp's path running (it waited 5 s for rmcp's drain).
+/// The real `serve --stdio` process exits once the end-of-input grace is over when its
+/// stdin closes with a call on rmcp's path that does not end (it waited 5 s for rmcp's
+/// drain).
 #[tokio::test]
-async fn the_process_exits_at_once_when_stdin_closes_during_a_call() {
+async fn the_process_exits_after_the_grace_when_stdin_closes_during_a_hung_call() {
     use tokio::io::AsyncWriteExt;
-    let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+    let (mut child, mut stdin, mut lines) = stdio_process(&["--end-of-input-grace-ms", "300"]);
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
     let input = format!("{}{}\n{ping}\n", opening_lines(), rmcp_path_call(2, "hang"));
     within(stdin.write_all(input.as_bytes())).await.unwrap();
@@ -1338,4 +1342,39 @@ async fn malformed_lines_get_the_errors_http_gives() {
         ]
     "#]]
     .assert_debug_eq(&named);
+}
+
+/// A client that writes its requests and closes its stdin at once
+/// (`printf '...' | toolmux serve --stdio`) gets the answers of its calls, on rmcp's path
+/// (a call in the same read as the handshake, or with more in `_meta`) as on the direct
+/// one, however long they take within the grace; the process exits once they are
+/// written. They were cancelled at the end of stdin.
+#[tokio::test]
+async fn calls_in_flight_at_the_end_of_stdin_are_answered() {
+    use tokio::io::AsyncWriteExt;
+    let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+    let sleep = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "sleep_ms", "arguments": {"ms": 1500}}})
+    };
+    let mut slow_on_rmcp_s_path = rmcp_path_call(3, "sleep_ms");
+    slow_on_rmcp_s_path["params"]["arguments"] = json!({"ms": 1500});
+    let input = format!("{}{}\n", opening_lines(), sleep(1));
+    within(stdin.write_all(input.as_bytes())).await.unwrap();
+    let opened = within(lines.next_line()).await.unwrap().expect("the initialize answer");
+    assert!(opened.contains(r#""id":0"#), "{opened}");
+    let input = format!("{}\n{slow_on_rmcp_s_path}\n", sleep(2));
+    within(stdin.write_all(input.as_bytes())).await.unwrap();
+    let closed = std::time::Instant::now();
+    drop(stdin);
+    let answers = read_to_end(&mut lines).await;
+    let status = within(child.wait()).await.unwrap();
+    assert!(status.success(), "{status}");
+    for id in [1, 2, 3] {
+        let answer =
+            answers.iter().find(|a| a["id"] == id).unwrap_or_else(|| panic!("{answers:?}"));
+        assert_eq!(answer["result"]["content"][0]["text"], "slept", "{answer}");
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    assert!(closed.elapsed() >= std::time::Duration::from_millis(1400), "{:?}", closed.elapsed());
 }
