@@ -1125,12 +1125,16 @@ mod mcp {
             }
         }
         env.extend(entry.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let env_inherit = entry.env_inherit.or(loaded.config.defaults.env_inherit);
+        if entry.command.is_some() {
+            secrets.extend(inherited_secrets(env_inherit.unwrap_or_default(), &env, secrets));
+        }
         Ok(toolmux_mcp::McpServerConfig {
             transport: entry.transport,
             command: entry.command.clone(),
             args: entry.args.clone(),
             env,
-            env_inherit: entry.env_inherit.or(loaded.config.defaults.env_inherit),
+            env_inherit,
             env_passthrough: entry.env_passthrough.clone(),
             cwd: entry.cwd.as_deref().map(|c| loaded.resolve(c)),
             base_dir: Some(loaded.base_dir.clone()),
@@ -1159,6 +1163,35 @@ mod mcp {
             // exposes them.
             ..toolmux_mcp::McpServerConfig::default()
         })
+    }
+
+    /// The values of toolmux's environment a stdio server inherits by `inherit` (those
+    /// `env` does not set in its place) that are credentials by their variable's name, as
+    /// the loader judges a variable of `envPassthrough` ([`is_secret_by_name`]), and are
+    /// not among `known` yet. The loader registers only the variables the file names, so
+    /// with `envInherit: all` a server echoing `GITHUB_TOKEN` showed it as it is; `safe`
+    /// passes on names its own rule lets through though they name a credential here
+    /// (`DB_PASS`, `GH_PAT`).
+    ///
+    /// [`is_secret_by_name`]: crate::config::is_secret_by_name
+    fn inherited_secrets(
+        inherit: toolmux_mcp::EnvInherit,
+        env: &BTreeMap<String, String>,
+        known: &[String],
+    ) -> Vec<String> {
+        let mut found: Vec<String> = Vec::new();
+        for (name, value) in std::env::vars_os() {
+            let (Some(name), Some(value)) = (name.to_str(), value.to_str()) else { continue };
+            if !inherit.passes(name)
+                || env.contains_key(name)
+                || !crate::config::is_secret_by_name(name, value)
+                || known.iter().chain(&found).any(|s| s == value)
+            {
+                continue;
+            }
+            found.push(value.to_owned());
+        }
+        found
     }
 
     /// `KEY=value` lines; `#` comments, `export ` prefixes and quotes around values

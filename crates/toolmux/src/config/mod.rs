@@ -12,7 +12,7 @@ mod load;
 mod toml;
 
 #[cfg(feature = "mcp")]
-pub(crate) use env::is_secret_setting;
+pub(crate) use env::{is_secret_by_name, is_secret_setting};
 pub use layers::{
     Layer, LayerKind, Layers, MANAGED_DIR, MANAGED_FILE_NAMES, USER_FILE_NAMES, load_layered,
 };
