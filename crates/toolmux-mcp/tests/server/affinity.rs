@@ -2,15 +2,11 @@
 //! their sessions and tasks there, and a request of a task or session the other replica
 //! keeps is forwarded to it.
 
-use crate::support::{install_crypto, repo_root, within};
+use crate::support::{FixtureProcess, http_fixture, install_crypto, within};
 use serde_json::{Value, json};
 use std::io::{Read as _, Write as _};
-use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::Command;
 use toolmux_test_support::redis::RedisServer;
 
-const FIXTURE: &str = env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture");
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789ab";
 
@@ -19,35 +15,17 @@ const BOB: &str = "bob-key-0123456789ab";
 struct Replica {
     /// `http://127.0.0.1:PORT`, as it records itself.
     base: String,
-    child: tokio::process::Child,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        // Reaped by tokio in the background (`kill_on_drop`).
-        let _ = self.child.start_kill();
-    }
+    process: FixtureProcess,
 }
 
 impl Replica {
     async fn start(redis: &RedisServer, address: &str) -> Replica {
         let redis = format!("127.0.0.1:{}", redis.port());
-        let mut child = Command::new(FIXTURE)
-            .args(["http", address, "--redis", &redis, "--task-tools", "hang"])
-            .args(["--api-key", &format!("alice={ALICE}"), "--api-key", &format!("bob={BOB}")])
-            .current_dir(repo_root())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("fixture starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let line = within(lines.next_line()).await.expect("reads").expect("a listening line");
-        let url = line.strip_prefix("listening ").expect("listening line");
-        let base = url.trim_end_matches("/mcp").to_owned();
-        Replica { base, child }
+        let (alice, bob) = (format!("alice={ALICE}"), format!("bob={BOB}"));
+        let args = ["--redis", &redis, "--task-tools", "hang", "--api-key", &alice];
+        let process = http_fixture(address, &[&args[..], &["--api-key", &bob]].concat()).await;
+        let base = process.url.trim_end_matches("/mcp").to_owned();
+        Replica { base, process }
     }
 
     fn url(&self) -> String {
@@ -56,8 +34,9 @@ impl Replica {
 
     /// SIGKILL: nothing is cleaned up, its records stay in Redis.
     async fn crash(mut self) {
-        self.child.start_kill().expect("killed");
-        within(self.child.wait()).await.expect("reaped");
+        let mut child = self.process.child.0.take().expect("running");
+        child.start_kill().expect("killed");
+        within(child.wait()).await.expect("reaped");
     }
 }
 

@@ -1,11 +1,10 @@
 //! The official Python SDK client (PyPI `mcp`) against the fixture server, over stdio and
 //! streamable HTTP, with the handshake and with the stateless 2026-07-28 revision.
 
-use crate::support::{ChildGuard, TIMEOUT, peer, repo_root, within};
+use crate::support::{TIMEOUT, http_fixture, peer, repo_root};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture");
@@ -90,32 +89,9 @@ async fn python_client_over_stdio_with_2026_07_28() {
     assert_eq!(summary["max_name_len"], 64 - "mcp__toolmux__".len());
 }
 
-/// The fixture serving HTTP on 127.0.0.1 until dropped.
-struct HttpFixture {
-    url: String,
-    _child: ChildGuard,
-}
-
-async fn http_fixture() -> HttpFixture {
-    let mut child = Command::new(FIXTURE)
-        .args(["http", "127.0.0.1:0"])
-        .current_dir(repo_root())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("fixture starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let line = within(lines.next_line()).await.expect("reads").expect("a listening line");
-    let url = line.strip_prefix("listening ").expect("listening line").to_owned();
-    HttpFixture { url, _child: ChildGuard(Some(child)) }
-}
-
 #[tokio::test]
 async fn python_client_over_http_with_the_handshake() {
-    let fixture = http_fixture().await;
+    let fixture = http_fixture("127.0.0.1:0", &[]).await;
     let summary = run_client(&["--mode", "legacy", "http", &fixture.url]).await;
     check_common(&summary, 0);
     assert_eq!(summary["protocol"], "2025-11-25");
@@ -124,7 +100,7 @@ async fn python_client_over_http_with_the_handshake() {
 
 #[tokio::test]
 async fn python_client_over_http_with_2026_07_28() {
-    let fixture = http_fixture().await;
+    let fixture = http_fixture("127.0.0.1:0", &[]).await;
     let summary = run_client(&["--mode", "auto", "http", &fixture.url]).await;
     check_common(&summary, 0);
     assert_eq!(summary["protocol"], "2026-07-28");

@@ -189,6 +189,34 @@ pub fn peer(relative: &str, name: &str) -> PathBuf {
     path
 }
 
+/// The serve fixture serving HTTP at `address` (port 0: a free one) with `args` after it,
+/// as a process of its own: its `http://ADDR/mcp`, and the process, killed when dropped.
+pub async fn http_fixture(address: &str, args: &[&str]) -> FixtureProcess {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolmux-mcp-serve-fixture"))
+        .args(["http", address])
+        .args(args)
+        .current_dir(repo_root())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("fixture starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = within(lines.next_line()).await.expect("reads").expect("a listening line");
+    let url = line.strip_prefix("listening ").expect("listening line").to_owned();
+    FixtureProcess { url, child: ChildGuard(Some(child)) }
+}
+
+/// The serve fixture over HTTP (see [`http_fixture`]).
+pub struct FixtureProcess {
+    /// `http://127.0.0.1:PORT/mcp`.
+    pub url: String,
+    pub child: ChildGuard,
+}
+
 /// A child process killed and reaped when dropped.
 pub struct ChildGuard(pub Option<tokio::process::Child>);
 
