@@ -533,22 +533,48 @@ fn match_form(
         // for an `old_string` of several lines, typographic characters, then both.
         let lines = old.contains('\n');
         let typographic = old.chars().chain(text.chars()).any(|c| plain(c) != c);
-        for (loose, why) in [
-            (Loose::LINE_ENDS, "matched ignoring spaces and tabs at the ends of lines"),
+        // `old_string` in the Unicode form of the file's accents, when the file writes
+        // them one way and `old_string` the other: tried after `old_string` as given, so
+        // that accents and these readings match together.
+        let refolded = super::canonical::Form::of(text)
+            .map(|form| (form, form.apply(&old)))
+            .filter(|(_, refolded)| *refolded != *old);
+        for (loose, why, why_accents) in [
+            (
+                Loose::LINE_ENDS,
+                "matched ignoring spaces and tabs at the ends of lines",
+                "matched ignoring spaces and tabs at the ends of lines, with the file's \
+                 accents in their Unicode form (NFC or NFD), and wrote them so",
+            ),
             (
                 Loose::TYPOGRAPHIC,
                 "matched the file's typographic quotes, dashes or spaces with plain ones",
+                "matched the file's typographic quotes, dashes or spaces with plain ones and \
+                 the file's accents in their Unicode form (NFC or NFD), and wrote them so",
             ),
             (
                 Loose::BOTH,
                 "matched ignoring the ends of lines and the file's typographic quotes, dashes \
                  or spaces",
+                "matched ignoring the ends of lines and the file's typographic quotes, dashes \
+                 or spaces, with the file's accents in their Unicode form (NFC or NFD), and \
+                 wrote them so",
             ),
         ] {
             if loose.line_ends && !lines || loose.typographic && !typographic {
                 continue;
             }
-            let Some(found) = loose.find(text, &old) else { continue };
+            let (found, wanted, form) = match loose.find(text, &old) {
+                Some(found) => (found, old.to_string(), None),
+                None => {
+                    let Some((form, refolded)) = &refolded else { continue };
+                    let Some(found) = loose.find(text, refolded) else { continue };
+                    (found, refolded.clone(), Some(*form))
+                }
+            };
+            if let Some(form) = form {
+                new_given = Cow::Owned(form.apply(&new_given));
+            }
             // The replacement keeps the file's style: plain quotes and dashes written
             // where the matched text had typographic ones become those again.
             let lines_of = |text: &str| match loose.line_ends {
@@ -556,12 +582,12 @@ fn match_form(
                 false => text.to_owned(),
             };
             if loose.typographic
-                && let Some(styled) = styled_like(&lines_of(&found), &lines_of(&old), &new_given)
+                && let Some(styled) = styled_like(&lines_of(&found), &lines_of(&wanted), &new_given)
             {
                 new_given = Cow::Owned(styled);
             }
             old = Cow::Owned(found);
-            note = Some(why);
+            note = Some(if form.is_some() { why_accents } else { why });
             break;
         }
     }
@@ -828,15 +854,20 @@ fn inside_accents(text: &str, at: usize, whole: &str, old: &str, given: &str) ->
     };
     let marks: Vec<String> =
         shown.chars().filter(|&c| is_mark(c)).map(|c| format!("U+{:04X}", u32::from(c))).collect();
-    let what = match starts_inside {
-        true => "starts inside an accented character, after the letter its accent belongs to",
-        false => "stops inside an accented character, before its accent",
+    let (what, fix) = match starts_inside {
+        true => (
+            "starts inside an accented character, after the letter its accent belongs to",
+            "start old_string with the letter before the accent",
+        ),
+        false => (
+            "stops inside an accented character, before its accent",
+            "give old_string with the whole accented text",
+        ),
     };
     format!(
         "old_string was not found in `{given}` as a whole: where it occurs (line {line}, in \
          `{shown}`, written with the combining mark{} {}) it {what}, and replacing it would \
-         leave the accent on the new text; give old_string with the whole accented text as \
-         the file has it (copy it from `read`)",
+         leave the accent on the new text; {fix} as the file has it (copy it from `read`)",
         if marks.len() == 1 { "" } else { "s" },
         marks.join(" ")
     )
@@ -849,6 +880,17 @@ fn line_of(text: &str, at: usize) -> usize {
 
 /// The not-found message, pointing at the closest line.
 fn not_found(text: &str, old: &str, given: &str) -> String {
+    // An accent is edited with its letter: one at the start of `old_string` matches no
+    // whole character (the places where it follows its letter are answered by
+    // `inside_accents`).
+    if let Some(mark) = old.chars().next().filter(|&c| super::canonical::is_mark(c)) {
+        return format!(
+            "old_string was not found in `{given}`: it begins with the combining mark U+{:04X}, \
+             which belongs to the letter before it; start old_string with that letter (copy \
+             the text from `read`)",
+            u32::from(mark)
+        );
+    }
     // Found when read loosely, but at places that differ in what is read loosely (one
     // line with a trailing space, one without): which to change is not guessed.
     let places = Loose::BOTH.places(text, old);

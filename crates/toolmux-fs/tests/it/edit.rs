@@ -987,3 +987,47 @@ async fn an_edit_never_splits_a_letter_from_its_accents() {
     assert!(err.starts_with("old_string was not found in `quote.txt`; the closest line"), "{err}");
     assert_eq!(fx.get("quote.txt"), "say \u{201c}cafe\u{301}\u{201d}\n");
 }
+
+/// An `old_string` that begins with a combining mark is refused saying to start it with
+/// the letter before the mark, whatever form the file's accents are in.
+#[tokio::test]
+async fn an_old_string_beginning_with_an_accent_is_refused_saying_to_give_its_letter() {
+    let fx = Fixture::new();
+    fx.put("nfd.txt", "cafe\u{301} = 1\n");
+    fx.ok("read", json!({"path": "nfd.txt"})).await;
+    let args = json!({"path": "nfd.txt", "old_string": "\u{301} = 1", "new_string": "= 2"});
+    let err = fx.err("edit", args).await;
+    assert!(err.contains("; start old_string with the letter before the accent as"), "{err}");
+    fx.put("nfc.txt", "caf\u{e9} = 1\n");
+    fx.ok("read", json!({"path": "nfc.txt"})).await;
+    let args = json!({"path": "nfc.txt", "old_string": "\u{301} = 1", "new_string": "= 2"});
+    expect!["old_string was not found in `nfc.txt`: it begins with the combining mark U+0301, which belongs to the letter before it; start old_string with that letter (copy the text from `read`); nothing was written"]
+        .assert_eq(&fx.err("edit", args).await);
+    assert_eq!(fx.get("nfd.txt"), "cafe\u{301} = 1\n");
+    assert_eq!(fx.get("nfc.txt"), "caf\u{e9} = 1\n");
+}
+
+/// Accents in the other Unicode form match together with the typographic and line-end
+/// readings, and the replacement is written in the file's form and style, where each
+/// reading alone found nothing and the edit was refused pointing at a line that looked
+/// the same as `old_string`.
+#[tokio::test]
+async fn accents_match_together_with_typographic_quotes_and_line_ends() {
+    let fx = Fixture::new();
+    // NFD with curly quotes; `old_string` NFC with plain ones.
+    fx.put("quote.txt", "say \u{201c}cafe\u{301}\u{201d}\n");
+    fx.ok("read", json!({"path": "quote.txt"})).await;
+    let args = json!({"path": "quote.txt", "old_string": "say \"caf\u{e9}\"",
+                      "new_string": "say \"th\u{e9}\""});
+    let out = fx.ok("edit", args).await;
+    assert!(out.contains("with plain ones and the file's accents in their Unicode form"), "{out}");
+    assert_eq!(fx.get("quote.txt"), "say \u{201c}the\u{301}\u{201d}\n");
+    // NFC with trailing spaces and CRLF; `old_string` NFD with LF.
+    fx.put("lines.txt", "caf\u{e9}  \r\nnext\r\n");
+    fx.ok("read", json!({"path": "lines.txt"})).await;
+    let args = json!({"path": "lines.txt", "old_string": "cafe\u{301}\nnext",
+                      "new_string": "the\u{301}\nlast"});
+    let out = fx.ok("edit", args).await;
+    assert!(out.contains("ends of lines, with the file's accents in their Unicode form"), "{out}");
+    assert_eq!(fx.get("lines.txt"), "th\u{e9}\r\nlast\r\n");
+}
