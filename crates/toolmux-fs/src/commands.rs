@@ -215,10 +215,11 @@ impl CommandTools {
         let mut child = command
             .spawn()
             .map_err(|source| failed(self.sandbox.spawn_failed(label.clone(), source)))?;
-        let mut group = MarkedGroup::new(child.id(), mark, label.clone());
         // Released once the group is dealt with, before the leader is reaped; on an early
-        // return, dropped before `group` and `child` (which kill the group).
+        // return or a dropped future, after `group` (which kills the group) and before
+        // `child` (the leader, reaped later).
         let watched = shell::guard::GroupGuard::watch(child.id(), &label);
+        let mut group = MarkedGroup::new(child.id(), mark, label.clone());
         let leader = shell::guard::LeaderExit::of(&child);
         let mut input = serde_json::to_vec(&arguments).unwrap_or_default();
         input.push(b'\n');

@@ -387,10 +387,11 @@ pub(crate) async fn run(
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
-    let mut group = MarkedGroup::new(child.id(), mark, label.clone());
     // Released once the group is dealt with, before the leader is reaped; on an early
-    // return, dropped before `group` and `child` (which kill the group).
+    // return or a dropped future, after `group` (which kills the group) and before
+    // `child` (the leader, reaped later).
     let watched = guard::GroupGuard::watch(child.id(), &label);
+    let mut group = MarkedGroup::new(child.id(), mark, label.clone());
     let leader = guard::LeaderExit::of(&child);
     let keep = config.output_cap_chars.saturating_mul(4).max(64);
     let spill = SpillTarget::new(config);
