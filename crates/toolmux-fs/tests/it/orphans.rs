@@ -241,6 +241,12 @@ async fn one_watchman_serves_every_command() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
+    // Dead (a zombie until replaced) before the next command writes to it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !watchmen_of(me).is_empty() {
+        assert!(Instant::now() < deadline, "the killed watchman still runs after 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let out = fx.call("bash", json!({"command": "true"})).await.unwrap();
     assert!(!out.is_error, "{}", out.to_text());
     let replaced = watchmen_of(me);
