@@ -129,8 +129,8 @@ pub(crate) struct Response {
     pub(crate) unfollowed: Option<Unfollowed>,
     /// When to try again, from `Retry-After` (seconds, or an HTTP date).
     pub(crate) retry_after: Option<Duration>,
-    /// The values to redact from the body's text before it is cut for an excerpt (set by
-    /// the provider): cut first, a secret at the cut would show all but its last bytes.
+    /// The values to redact from the body's text before it is cut for an excerpt (given
+    /// by the provider): cut first, a secret at the cut would show all but its last bytes.
     pub(crate) secrets: Vec<String>,
 }
 
@@ -140,6 +140,7 @@ pub(crate) async fn send(
     request: &PreparedRequest,
     settings: HttpSettings,
     tool: &str,
+    secrets: &[String],
     ctx: &CallContext,
 ) -> Result<Response, RestError> {
     let http_error = |message: String, source: Option<reqwest::Error>| RestError::Http {
@@ -288,13 +289,13 @@ pub(crate) async fn send(
             while let Some(offset) = body[line_start..].iter().position(|&b| b == b'\n') {
                 let line = &body[line_start..line_start + offset];
                 line_start += offset + 1;
-                take_line(line, items, ctx);
+                take_line(line, items, secrets, ctx);
             }
         }
     }
     if let Some(items) = items.as_mut() {
         let rest = body[line_start..].to_vec();
-        take_line(&rest, items, ctx);
+        take_line(&rest, items, secrets, ctx);
     }
     Ok(Response {
         status: status.as_u16(),
@@ -304,7 +305,7 @@ pub(crate) async fn send(
         items,
         unfollowed,
         retry_after,
-        secrets: Vec::new(),
+        secrets: secrets.to_vec(),
     })
 }
 
@@ -332,7 +333,10 @@ fn retry_after(value: &str) -> Option<Duration> {
     Some(wait.min(Duration::from_secs(24 * 60 * 60)))
 }
 
-fn take_line(line: &[u8], items: &mut Vec<Value>, ctx: &CallContext) {
+/// Takes one NDJSON line as an item and reports it as progress, whose message (a client
+/// shows it as it comes, before any redactor sees the result) has `secrets` redacted
+/// before it is cut.
+fn take_line(line: &[u8], items: &mut Vec<Value>, secrets: &[String], ctx: &CallContext) {
     let line = line.strip_prefix(b"\x1e").unwrap_or(line);
     let text = String::from_utf8_lossy(line);
     let text = text.trim();
@@ -341,7 +345,8 @@ fn take_line(line: &[u8], items: &mut Vec<Value>, ctx: &CallContext) {
     }
     let item = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
     items.push(item);
-    ctx.report_progress(Progress::new(items.len() as f64, None).with_message(excerpt(text, 200)));
+    let message = redacted_excerpt(text, 200, secrets);
+    ctx.report_progress(Progress::new(items.len() as f64, None).with_message(message));
 }
 
 fn is_ndjson(content_type: &str) -> bool {

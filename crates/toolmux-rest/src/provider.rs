@@ -530,13 +530,15 @@ impl RestProvider {
                     request.headers.push((header.clone(), value.to_owned()));
                 }
             }
-            let mut response = http::send(&tool.client, &request, tool.settings, name, ctx).await?;
-            // Whatever this response puts into an excerpt is redacted before it is cut.
-            response.secrets = self.secrets_of(tool);
+            // Whatever this response puts into an excerpt or a progress message is
+            // redacted before it is cut.
+            let mut secrets = self.secrets_of(tool);
             if let Some(auth) = &self.auth {
-                response.secrets.extend(auth.secrets(&schemes));
-                response.secrets.extend(auth.fetched_secrets());
+                secrets.extend(auth.secrets(&schemes));
+                secrets.extend(auth.fetched_secrets());
             }
+            let mut response =
+                http::send(&tool.client, &request, tool.settings, name, &secrets, ctx).await?;
             if let Some(unfollowed) = response.unfollowed.as_mut() {
                 unfollowed.redact(&response.secrets);
             }
@@ -704,7 +706,7 @@ pub(crate) async fn fetch_document(url: &str, config: &OpenApiConfig) -> Result<
         RestError::FetchSpec { url: request::url_for_messages(url), message, source: None }
             .redacted(&secrets)
     };
-    let response = http::send(&client, &request, settings, "openapi", &CallContext::new())
+    let response = http::send(&client, &request, settings, "openapi", &[], &CallContext::new())
         .await
         .map_err(|e| match e {
             // No setting raises this limit; a file has none.

@@ -327,6 +327,40 @@ async fn ndjson_is_read_incrementally_and_reported_as_progress() {
     assert_eq!(progress[1].message.as_deref(), Some(r#"{"n":2}"#));
 }
 
+/// The progress messages of an NDJSON stream, which a client shows as they come, have
+/// the provider's secrets redacted before they are cut to 200 characters: an API echoing
+/// a key showed it, whole in a short line and its head in a long one cut across it.
+#[tokio::test]
+async fn ndjson_progress_messages_are_redacted_before_they_are_cut() {
+    let secret = "sk-live-0123456789abcdefghijklmnopqrstuv";
+    let long = format!("{{\"pad\":\"{}{secret}\"}}", "x".repeat(180));
+    let lines = format!("{{\"echo\":\"{secret}\"}}\n{long}\n");
+    let base = serve(move |_| Reply {
+        status: 200,
+        headers: vec![("Content-Type".into(), "application/x-ndjson".into())],
+        chunks: vec![(0, lines.clone().into_bytes())],
+    })
+    .await;
+    let provider =
+        inline(json!({"events": {"description": "events", "url": format!("{base}/events")}}))
+            .with_secrets([secret]);
+    let seen: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = {
+        let seen = seen.clone();
+        ProgressSink::new(move |p| seen.lock().unwrap().push(p))
+    };
+    let ctx = CallContext::new().with_progress(sink);
+    provider.call("events", json!({}), &ctx).await.unwrap();
+    let messages: Vec<String> =
+        seen.lock().unwrap().iter().filter_map(|p| p.message.clone()).collect();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0], r#"{"echo":"REDACTED"}"#);
+    assert!(messages[1].contains("REDACTED"), "{}", messages[1]);
+    for message in &messages {
+        assert!(!message.contains(&secret[..8]), "{message}");
+    }
+}
+
 #[tokio::test]
 async fn multipart_bodies_carry_files_and_fields() {
     let last: Arc<Mutex<Option<SeenRequest>>> = Arc::default();

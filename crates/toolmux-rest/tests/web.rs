@@ -186,6 +186,26 @@ async fn errors_binary_content_and_oversized_bodies_are_said_plainly() {
     );
 }
 
+/// An error page's excerpt has the provider's secrets redacted before it is cut to 600
+/// characters: cut first, the head of a secret standing across the cut went out as it was.
+#[tokio::test]
+async fn an_error_pages_excerpt_is_redacted_before_it_is_cut() {
+    let secret = "sk-live-0123456789abcdefghijklmnopqrstuv";
+    let page = format!("{}{secret} and more", "x".repeat(590));
+    let base = serve(move |request: SeenRequest| {
+        match request.request_line().split(' ').nth(1).unwrap_or_default() {
+            "/robots.txt" => text(404, "text/plain", b""),
+            _ => text(500, "text/plain", page.as_bytes()),
+        }
+    })
+    .await;
+    let web = provider(json!({"fetch": {"allowPrivate": true}})).with_secrets([secret]);
+    let error = call(&web, "fetch", json!({"url": format!("{base}/boom")})).await.unwrap_err();
+    let report = error.report();
+    assert!(report.contains(&format!("{}REDACTED", "x".repeat(590))), "{report}");
+    assert!(!report.contains(&secret[..8]), "{report}");
+}
+
 trait WithStatus {
     fn with_status(self, status: u16) -> Reply;
 }

@@ -248,10 +248,12 @@ impl Fetcher {
         self.max_length
     }
 
+    /// Fetches the URL `arguments` name; `secrets` are kept out of what an error shows.
     pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: &Value,
+        secrets: &[String],
         ctx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         let invalid = |message: String| ToolError::invalid_arguments(tool, message);
@@ -287,7 +289,7 @@ impl Fetcher {
                 })?;
                 tokio::time::sleep(wait).await;
             }
-            let page = self.get(tool, &url).await?;
+            let page = self.get(tool, &url, secrets).await?;
             // Redirected to another site: its robots.txt has a say too.
             if origin(&page.final_url) != origin(&url) {
                 self.obey_robots(tool, &page.final_url).await?;
@@ -397,7 +399,7 @@ impl Fetcher {
     }
 
     /// The response to `GET url`, its body cut at `max_bytes`.
-    async fn get(&self, tool: &str, url: &Url) -> Result<Fetched, ToolError> {
+    async fn get(&self, tool: &str, url: &Url, secrets: &[String]) -> Result<Fetched, ToolError> {
         let response = self
             .client
             .get(url.clone())
@@ -431,13 +433,16 @@ impl Fetcher {
         }
         let fetched = Fetched { url: url.clone(), final_url, content_type, body, cut };
         if status.is_client_error() || status.is_server_error() {
-            let excerpt = fetched.render(false).unwrap_or_default();
-            let excerpt: String = excerpt.chars().take(ERROR_EXCERPT).collect();
+            // Redacted before it is cut: cut first, a secret at the cut would lose its
+            // tail and go out unrecognized. The page is rendered whole anyway.
+            let page = fetched.render(false).unwrap_or_default();
+            let excerpt: String =
+                crate::secrets::scrub(&page, secrets).chars().take(ERROR_EXCERPT).collect();
             return Err(ToolError::remote(
                 tool,
                 format!(
                     "GET {} answered {status}{}",
-                    fetched.final_url,
+                    crate::secrets::scrub(fetched.final_url.as_str(), secrets),
                     if excerpt.trim().is_empty() {
                         String::new()
                     } else {

@@ -108,11 +108,25 @@ pub enum SearchProvider {
 }
 
 /// The web tools as a [`ToolProvider`] (namespace `web`).
-#[derive(Debug)]
 pub struct WebProvider {
     fetcher: Option<Arc<fetch::Fetcher>>,
     searcher: Option<Arc<search::Searcher>>,
     specs: Vec<ToolSpec>,
+    /// What a fetch's error must not show, in every form it takes on the wire: the search
+    /// service's key and the values [`WebProvider::with_secrets`] gave.
+    secrets: Arc<[String]>,
+}
+
+/// Names the tools, without the secrets the provider keeps.
+impl std::fmt::Debug for WebProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebProvider")
+            .field("fetcher", &self.fetcher)
+            .field("searcher", &self.searcher)
+            .field("specs", &self.specs.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
 }
 
 impl WebProvider {
@@ -134,7 +148,27 @@ impl WebProvider {
         if searcher.is_some() {
             specs.push(search_spec());
         }
-        Ok(WebProvider { fetcher, searcher, specs })
+        let secrets = match &config.search {
+            Some(search) => crate::secrets::forms_of([search.api_key.trim()]),
+            None => Vec::new(),
+        };
+        Ok(WebProvider { fetcher, searcher, specs, secrets: secrets.into() })
+    }
+
+    /// Values to keep out of what the tools show, such as those the loader took from the
+    /// environment: an error page echoing one has it redacted, before it is cut to its
+    /// excerpt, as [`crate::RestProvider::with_secrets`] does for REST tools.
+    pub fn with_secrets<I, S>(mut self, values: I) -> WebProvider
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut known = self.secrets.to_vec();
+        known.extend(crate::secrets::forms_of(values));
+        known.sort();
+        known.dedup();
+        self.secrets = known.into();
+        self
     }
 }
 
@@ -229,7 +263,9 @@ impl ToolProvider for WebProvider {
         let full = format!("{WEB_NAMESPACE}__{name}");
         let work = async {
             match (name, &self.fetcher, &self.searcher) {
-                ("fetch", Some(fetcher), _) => fetcher.call(&full, &arguments, ctx).await,
+                ("fetch", Some(fetcher), _) => {
+                    fetcher.call(&full, &arguments, &self.secrets, ctx).await
+                }
                 ("search", _, Some(searcher)) => searcher.call(&full, &arguments).await,
                 _ => Err(ToolError::UnknownTool {
                     name: name.to_owned(),
