@@ -37,20 +37,103 @@ impl EnvInherit {
     }
 }
 
-/// Whether an environment variable's name suggests it holds a secret, or a way to one:
-/// `SSH_AUTH_SOCK` (the ssh agent signs with the user's keys) and
-/// `DBUS_SESSION_BUS_ADDRESS` (the session bus reaches the keyring) are withheld too. The
-/// login session's own descriptions (`XDG_SESSION_TYPE`, `XDG_SESSION_DESKTOP`, …) are
-/// not secrets.
+/// Whether an environment variable's name suggests it holds a secret, or a way to one,
+/// judged by its words (split at `_`, `-` and other punctuation, digits and a lower-case
+/// letter followed by a capital), never by its text: `GITHUB_TOKEN`, `GITHUBTOKEN`,
+/// `OPENAI_API_KEY`, `APIKEY`, `apiKey`, `PGPASSWORD` are withheld, while `MONKEY`,
+/// `TOKENIZER_PATH` and `KEYBOARD_LAYOUT` hold `KEY` and `TOKEN` without naming one and are
+/// passed on. `SSH_AUTH_SOCK` (the ssh agent signs with the user's keys),
+/// `DBUS_SESSION_BUS_ADDRESS` (the session bus reaches the keyring) and
+/// `GNOME_KEYRING_CONTROL` are withheld too. The login session's own descriptions
+/// (`XDG_SESSION_TYPE`, `XDG_SESSION_DESKTOP`, …) and the working directories (`PWD`,
+/// `OLDPWD`) are not secrets.
 fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    if upper.starts_with("XDG_SESSION_") {
+    if upper.starts_with("XDG_SESSION_") || upper == "PWD" || upper == "OLDPWD" {
         return false;
     }
-    ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "AUTH", "CREDENTIAL", "COOKIE", "SESSION"]
-        .iter()
-        .any(|word| upper.contains(word))
+    words(name).any(|word| is_credential_word(&word) || word.contains("KEYRING"))
 }
+
+/// The words of a name, upper case: split at anything but a letter, and where a lower-case
+/// letter is followed by a capital (`apiKey`).
+fn words(name: &str) -> impl Iterator<Item = String> + '_ {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if !c.is_ascii_alphabetic() || (c.is_ascii_uppercase() && previous_lower) {
+            words.push(std::mem::take(&mut word));
+        }
+        previous_lower = c.is_ascii_lowercase();
+        if c.is_ascii_alphabetic() {
+            word.push(c.to_ascii_uppercase());
+        }
+    }
+    words.push(word);
+    words.into_iter().filter(|word| !word.is_empty())
+}
+
+/// A word (upper case) that names a credential: one of [`CREDENTIAL_WORDS`] or
+/// [`CREDENTIAL_COMPOUNDS`], or one ending in `TOKEN`, `SECRET`, `PASSWORD` or `PASSWD`
+/// (`GITHUBTOKEN`, `PGPASSWORD`), endings no ordinary word has. `KEY` and `PASS` count only
+/// as whole words, as so many words end in them.
+fn is_credential_word(word: &str) -> bool {
+    CREDENTIAL_WORDS.contains(&word)
+        || CREDENTIAL_COMPOUNDS.contains(&word)
+        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD"].iter().any(|end| word.ends_with(end))
+}
+
+// The two lists are the facade's (`crates/toolmux/src/config/env.rs`, `CREDENTIAL_WORDS`
+// and `CREDENTIAL_COMPOUNDS`, which judge which values to redact), copied: this crate
+// does not depend on the facade. A word added there belongs here too.
+
+/// Words that name a credential in a variable's name. `PAT` is GitHub's personal access
+/// token (`GH_PAT`); `SESSION` stays, as a session's identifier lets whoever holds it in.
+const CREDENTIAL_WORDS: [&str; 24] = [
+    "TOKEN",
+    "SECRET",
+    "SECRETS",
+    "PASSWORD",
+    "PASSWORDS",
+    "PASSWD",
+    "PASS",
+    "PASSPHRASE",
+    "PWD",
+    "PW",
+    "KEY",
+    "KEYS",
+    "AUTH",
+    "AUTHORIZATION",
+    "CREDENTIAL",
+    "CREDENTIALS",
+    "CREDS",
+    "COOKIE",
+    "COOKIES",
+    "SESSION",
+    "PRIVATE",
+    "BEARER",
+    "PAT",
+    "JWT",
+];
+
+/// Credentials' names written as one word (`OPENWEATHER_APIKEY`); those ending in `TOKEN`
+/// or `SECRET` need no entry ([`is_credential_word`]).
+const CREDENTIAL_COMPOUNDS: [&str; 13] = [
+    "APIKEY",
+    "APIKEYS",
+    "PRIVATEKEY",
+    "ACCESSKEY",
+    "SECRETKEY",
+    "AUTHKEY",
+    "SESSIONKEY",
+    "SIGNINGKEY",
+    "ENCRYPTIONKEY",
+    "MASTERKEY",
+    "SESSIONID",
+    "PASSCODE",
+    "PASSKEY",
+];
 
 /// One MCP server: how to reach it, which of its tools to offer and how long to wait.
 ///
@@ -72,10 +155,13 @@ pub struct McpServerConfig {
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Which of toolmux's own environment the program inherits (stdio): `safe` (default)
-    /// all but variables whose names look secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`,
-    /// `*KEY*`, `*AUTH*`, `*CREDENTIAL*`, `*COOKIE*`, `*SESSION*`, but not `XDG_SESSION_*`;
-    /// so `SSH_AUTH_SOCK` and `DBUS_SESSION_BUS_ADDRESS`, ways to the user's keys, are
-    /// withheld too: a server that pushes over ssh needs `envPassthrough`), `minimal` (what the
+    /// all but variables whose names have a word that names a credential (`TOKEN`, `KEY`,
+    /// `SECRET`, `PASSWORD`, `AUTH`, `SESSION`, `COOKIE`, `CREDENTIALS`, … as whole words
+    /// split at `_`, `-`, digits and case, or a word ending in `TOKEN`, `SECRET` or
+    /// `PASSWORD`, or `APIKEY`: `GITHUB_TOKEN`, `GITHUBTOKEN`, `apiKey`, but not `MONKEY`,
+    /// `TOKENIZER_PATH` or `KEYBOARD_LAYOUT`; not `XDG_SESSION_*`; so `SSH_AUTH_SOCK` and
+    /// `DBUS_SESSION_BUS_ADDRESS`, ways to the user's keys, are withheld too: a server that
+    /// pushes over ssh needs `envPassthrough`), `minimal` (what the
     /// official MCP SDKs pass: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, plus
     /// `LANG` and `TMPDIR`) or `all`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -412,6 +498,72 @@ mod tests {
         for passed in ["PATH", "HOME", "XDG_SESSION_TYPE", "XDG_SESSION_DESKTOP", "LANG"] {
             assert!(safe(passed), "{passed} was withheld");
         }
+    }
+
+    /// Names are judged by their words, as the facade judges which values to redact: a
+    /// word that only holds `KEY` or `TOKEN` is no credential's name.
+    #[test]
+    fn safe_inheritance_judges_names_by_their_words() {
+        let withheld = [
+            "GITHUBTOKEN",
+            "APIKEY",
+            "OPENWEATHER_APIKEY",
+            "apiKey",
+            "x-api-key",
+            "OPENAI_API_KEY",
+            "PGPASSWORD",
+            "MYSQL_PWD",
+            "TOKEN2",
+            "S3_SECRET",
+            "GH_PAT",
+            "GNOME_KEYRING_CONTROL",
+            "npm_config__authToken",
+        ];
+        let passed = [
+            "MONKEY",
+            "TOKENIZER_PATH",
+            "KEYBOARD_LAYOUT",
+            "BYPASS_PROXY",
+            "PASSAGE_DIR",
+            "PWD",
+            "OLDPWD",
+            "DONKEY_KONG",
+            "XDG_SESSION_CLASS",
+        ];
+        let judged: Vec<_> = withheld
+            .iter()
+            .chain(&passed)
+            .map(|name| {
+                format!("{name}: {}", if looks_secret(name) { "withheld" } else { "passed" })
+            })
+            .collect();
+        expect![[r#"
+            [
+                "GITHUBTOKEN: withheld",
+                "APIKEY: withheld",
+                "OPENWEATHER_APIKEY: withheld",
+                "apiKey: withheld",
+                "x-api-key: withheld",
+                "OPENAI_API_KEY: withheld",
+                "PGPASSWORD: withheld",
+                "MYSQL_PWD: withheld",
+                "TOKEN2: withheld",
+                "S3_SECRET: withheld",
+                "GH_PAT: withheld",
+                "GNOME_KEYRING_CONTROL: withheld",
+                "npm_config__authToken: withheld",
+                "MONKEY: passed",
+                "TOKENIZER_PATH: passed",
+                "KEYBOARD_LAYOUT: passed",
+                "BYPASS_PROXY: passed",
+                "PASSAGE_DIR: passed",
+                "PWD: passed",
+                "OLDPWD: passed",
+                "DONKEY_KONG: passed",
+                "XDG_SESSION_CLASS: passed",
+            ]
+        "#]]
+        .assert_debug_eq(&judged);
     }
     use expect_test::expect;
 

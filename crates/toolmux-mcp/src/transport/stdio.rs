@@ -919,6 +919,93 @@ mod tests {
     use super::{LineRead, read_line_capped};
     use std::io::BufReader;
 
+    /// A real server process started with `envInherit: safe` gets the variables of
+    /// toolmux's environment whose names have no credential's word, judged by words:
+    /// `MONKEY`, `TOKENIZER_PATH` and `KEYBOARD_LAYOUT` reach it (they were withheld for
+    /// holding `KEY` and `TOKEN`), `GITHUBTOKEN`, `APIKEY`, `SSH_AUTH_SOCK` and
+    /// `DBUS_SESSION_BUS_ADDRESS` do not. The test runs itself again as a child with those
+    /// variables set, as a test cannot change its own environment while other tests' threads
+    /// read it; the child starts the server, a shell writing its environment to a file.
+    #[test]
+    fn a_server_started_with_safe_inheritance_gets_what_it_may() {
+        const CHILD: &str = "TOOLMUX_TEST_ENV_OUT";
+        const NAME: &str =
+            "transport::stdio::tests::a_server_started_with_safe_inheritance_gets_what_it_may";
+        let set = [
+            ("MONKEY", "banana"),
+            ("TOKENIZER_PATH", "/models/tokenizer.json"),
+            ("KEYBOARD_LAYOUT", "us"),
+            ("XDG_SESSION_TYPE", "tty"),
+            ("GITHUBTOKEN", "ghp-secret"),
+            ("APIKEY", "sk-secret"),
+            ("SSH_AUTH_SOCK", "/run/agent.sock"),
+            ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/bus"),
+        ];
+        if let Ok(out) = std::env::var(CHILD) {
+            return start_a_server_writing_its_environment(&out);
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let out = dir.path().join("environment");
+        let status = std::process::Command::new(std::env::current_exe().expect("this test"))
+            .args(["--exact", NAME, "--test-threads=1", "--quiet"])
+            .env(CHILD, &out)
+            .envs(set)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("the test runs itself");
+        assert!(status.success(), "the child run failed: {status}");
+        let environment = std::fs::read_to_string(&out).expect("the server wrote its environment");
+        let names: Vec<_> =
+            environment.lines().filter_map(|line| line.split_once('=')).map(|(n, _)| n).collect();
+        let got: Vec<_> =
+            set.iter().map(|(name, _)| format!("{name}: {}", names.contains(name))).collect();
+        assert_eq!(
+            got,
+            [
+                "MONKEY: true",
+                "TOKENIZER_PATH: true",
+                "KEYBOARD_LAYOUT: true",
+                "XDG_SESSION_TYPE: true",
+                "GITHUBTOKEN: false",
+                "APIKEY: false",
+                "SSH_AUTH_SOCK: false",
+                "DBUS_SESSION_BUS_ADDRESS: false",
+            ]
+        );
+    }
+
+    /// The child's part: starts `sh` as a stdio server with `envInherit: safe`, writing its
+    /// environment to `out`, and waits (10 s at most) for the file.
+    fn start_a_server_writing_its_environment(out: &str) {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async {
+            let args = [
+                "-c".to_owned(),
+                r#"env > "$0.part" && mv "$0.part" "$0""#.to_owned(),
+                out.to_owned(),
+            ];
+            let command = super::StdioCommand {
+                server: "env",
+                program: "/bin/sh",
+                args: &args,
+                env: &std::collections::BTreeMap::new(),
+                inherit: crate::EnvInherit::Safe,
+                passthrough: &[],
+                cwd: std::env::temp_dir(),
+                write_timeout: std::time::Duration::from_secs(5),
+            };
+            let (_transport, _group) =
+                super::spawn(&command, &super::Fault::default()).expect("sh starts");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !std::path::Path::new(out).exists() {
+                assert!(std::time::Instant::now() < deadline, "the server wrote nothing");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+    }
+
     /// Lines are read whole up to the cap and not past it, whatever the read buffer's
     /// size; the stream's last bytes without a newline are a line.
     #[test]
