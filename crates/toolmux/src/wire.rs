@@ -1842,7 +1842,8 @@ mod rest {
             && keep(toolmux_rest::WEB_NAMESPACE)
         {
             let provider = toolmux_rest::WebProvider::new(web)
-                .map_err(|e| ToolmuxError::config(file, format!("web: {e}")))?;
+                .map_err(|e| ToolmuxError::config(file, format!("web: {e}")))?
+                .with_secrets(&loaded.secrets);
             providers.push(Arc::new(provider));
         }
         Ok(())

@@ -656,6 +656,49 @@ fn web_fetch_reads_pages_and_refuses_local_addresses_by_default() {
     assert!(unset.stderr.contains("NO_SUCH_TAVILY_KEY"), "{}", unset.stderr);
 }
 
+/// An error page's excerpt is cut after the configuration's secrets are redacted from it: a
+/// secret the cut would split, leaving too little of it for the orchestrator to recognize,
+/// goes out as `[redacted]` cut, never as its first characters.
+#[test]
+fn web_fetch_error_excerpts_hide_configured_secrets_split_by_the_cut() {
+    use std::io::{Read as _, Write as _};
+    let secret = "tok-ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    // The excerpt keeps 600 characters: 591 of padding, a space, then 8 of the secret.
+    let page = format!("<html><body><p>{} {secret} end</p></body></html>", "x".repeat(591));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let base = format!("http://{}", listener.local_addr().expect("an address"));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            if request.starts_with(b"GET /robots.txt") {
+                let none =
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+                let _ = stream.write_all(none.as_bytes());
+                continue;
+            }
+            let head = format!(
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                page.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(page.as_bytes());
+        }
+    });
+    let project = Project::new().env("WEB_TEST_SECRET", secret);
+    project.file(
+        "toolmux.yaml",
+        "web:\n  fetch: {allowPrivate: true}\nmodels:\n  m: {type: openai, model: gpt-test, baseUrl: 'http://127.0.0.1:9', apiKey: '${WEB_TEST_SECRET}'}\n",
+    );
+    let args = serde_json::json!({ "url": format!("{base}/fails") }).to_string();
+    let run = project.run(&["tools", "call", "web__fetch", &args]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("500"), "{}", run.stderr);
+    assert!(run.stderr.contains("xxxx"), "the excerpt is shown: {}", run.stderr);
+    assert!(!run.stderr.contains("tok-ABC"), "{}", run.stderr);
+}
+
 /// Through the binary, a sandboxed command cannot rewrite what runs outside the sandbox:
 /// git's configuration and hooks and toolmux's own configuration stay as they were, and a
 /// configuration file the next start would load, created where none was, is moved aside.
