@@ -585,7 +585,8 @@ pub struct McpServerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env_file: Option<PathBuf>,
     /// Which of toolmux's own environment the server inherits: `safe` (everything but
-    /// variables whose names look secret: `*TOKEN*`, `*SECRET*`, `*KEY*`, ...), `minimal`
+    /// variables whose names look secret, judged by their words: `GITHUB_TOKEN`, `API_KEY`,
+    /// `DB_PASSWORD`, but not `TOKENIZER_PATH`), `minimal`
     /// (`HOME`, `PATH` and the like, as the official MCP SDKs do) or `all`; default
     /// `defaults.envInherit`, else `safe`. `env` is always added.
     #[serde(default, skip_serializing_if = "Option::is_none")]
