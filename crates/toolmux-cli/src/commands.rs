@@ -153,6 +153,40 @@ impl std::io::Write for RedactedStderr {
     }
 }
 
+/// The fields of a log line (its message, `error=…`, `tool=…`, a span's fields) as
+/// tracing's default formats them, shown as [`for_terminal`] shows text when `escape`
+/// (stderr is a terminal): they carry what servers wrote (an MCP server's stderr lines,
+/// the errors and tool names of upstreams), whose escape sequences would otherwise act on
+/// the terminal. tracing escapes some of the message's (ESC, BEL), not a lone CR, and none
+/// of a field given by `%`.
+///
+/// Escaped here rather than in the writer: there the formatter's own colours (the level,
+/// the dimmed timestamp) and a server's `ESC[…m` are the same bytes, and letting colour
+/// through would let a server's through too (`ESC[8m` hides the rest of the line). Outside
+/// the fields everything the formatter writes is its own. Field names lose their italics.
+#[derive(Debug, Clone, Copy)]
+struct LogFields {
+    escape: bool,
+}
+
+impl<'writer> tracing_subscriber::fmt::FormatFields<'writer> for LogFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'writer>,
+        fields: R,
+    ) -> std::fmt::Result {
+        use tracing_subscriber::fmt::format::{DefaultFields, Writer};
+        if !self.escape {
+            return DefaultFields::new().format_fields(writer, fields);
+        }
+        // Formatted whole first, so that a CR before a line feed (kept) is told from a
+        // lone one (escaped) whatever pieces the formatter writes it in.
+        let mut plain = String::new();
+        DefaultFields::new().format_fields(Writer::new(&mut plain), fields)?;
+        writer.write_str(&for_terminal(&plain))
+    }
+}
+
 /// Logging to stderr: `RUST_LOG` when set, else errors only, more with each `-v`. rmcp's
 /// own log lines are left out unless asked for (`-vv` or `RUST_LOG`): it logs as an error
 /// every transport it gives up on, which toolmux reports once, in its own words.
@@ -192,6 +226,7 @@ pub(crate) fn init_tracing(verbose: u8, trace_mcp: bool) {
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let layer = tracing_subscriber::fmt::layer()
+        .fmt_fields(LogFields { escape: std::io::IsTerminal::is_terminal(&std::io::stderr()) })
         .with_writer(|| RedactedStderr)
         .with_target(verbose > 1)
         .with_ansi(colour)

@@ -91,3 +91,62 @@ fn serve_http_on_a_port_in_use_names_the_address_and_what_to_choose() {
         )
     );
 }
+
+/// With `-v` at a terminal, the log's fields show the control characters of what a server
+/// wrote as escapes, as every other line does: the `error=` of "mcp server failed to
+/// start" quoting the server's stderr carried OSC 52 (the clipboard), `ESC[2J` and a lone
+/// CR to the terminal as they came, and the `stderr:` line of `-vv` its lone CR. The
+/// formatter's own colours stay; a pipe gets the bytes.
+#[test]
+fn log_fields_at_a_terminal_show_control_characters_as_escapes() {
+    let project = Project::new();
+    project
+        .file(
+            "bad-server.sh",
+            "#!/bin/sh\nprintf 'boom \\033]52;c;aGk=\\007 clear\\033[2J cr\\rover\\n' >&2\nexit 3\n",
+        )
+        .file("toolmux.yaml", "mcpServers:\n  bad:\n    command: ./bad-server.sh\n");
+    let script = project.path().join("bad-server.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let escaped = r"boom \x1b]52;c;aGk=\x07 clear\x1b[2J cr\x0dover";
+    let run = project.run_at_terminal(&serde_json::json!([]), &["-vv", "tools", "list"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let warned = run
+        .stdout
+        .lines()
+        .find(|line| line.contains("mcp server failed to start"))
+        .unwrap_or_else(|| panic!("no log line of the failed start: {run:?}"));
+    assert!(warned.contains(escaped), "{warned:?}");
+    let logged = run.stdout.lines().find(|line| line.contains("stderr: boom"));
+    let logged = logged.unwrap_or_else(|| panic!("no log line of the server's stderr: {run:?}"));
+    assert!(logged.contains(escaped), "{logged:?}");
+    // Every escape sequence left is a colour of the formatter's (SGR: ESC [ digits m), and
+    // every CR is the terminal's before a line feed.
+    let text = run.stdout.as_str();
+    for (at, _) in text.match_indices('\x1b') {
+        let sequence = &text[at + 1..];
+        let end = sequence.find('m').unwrap_or(0);
+        let colour = sequence.starts_with('[')
+            && end > 0
+            && sequence[1..end].chars().all(|c| c.is_ascii_digit() || c == ';');
+        assert!(
+            colour,
+            "a raw escape sequence at {at}: {:?}",
+            &text[at..(at + 20).min(text.len())]
+        );
+    }
+    for (at, _) in text.match_indices('\r') {
+        assert!(
+            text[at + 1..].starts_with('\n'),
+            "a lone CR at {at}: {:?}",
+            &text[at.saturating_sub(20)..]
+        );
+    }
+    assert!(!text.contains('\x07'), "a raw BEL: {text:?}");
+
+    let piped = project.run(&["-v", "tools", "list"]);
+    assert_eq!(piped.code, 3, "{piped:?}");
+    let warned = piped.stderr.lines().find(|line| line.contains("mcp server failed to start"));
+    let warned = warned.unwrap_or_else(|| panic!("no log line of the failed start: {piped:?}"));
+    assert!(warned.contains("boom \x1b]52;c;aGk=\x07 clear\x1b[2J cr\rover"), "{warned:?}");
+}
