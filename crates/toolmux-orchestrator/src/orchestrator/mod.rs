@@ -1,6 +1,7 @@
 //! The orchestrator: providers in, one call pipeline out; prompts and resources of every
 //! provider routed through it too (`prompts`, `resources`).
 
+mod cap;
 mod completion;
 mod prompts;
 mod reach;
@@ -1482,7 +1483,10 @@ impl Orchestrator {
             None => Err(self.not_offered(name, &registry)),
             Some(entry) => {
                 let span = tracing::debug_span!("tool_call", tool = %tool, op = op.id());
-                self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await
+                match self.managed(entry, arguments, ctx, &op, &meta).instrument(span).await {
+                    Err(error) => Err(self.bounded_error(entry, error, ctx, &meta).await),
+                    done => done,
+                }
             }
         };
         let elapsed = record.finish(result.as_ref().map(Outcome::Output));
@@ -2530,8 +2534,6 @@ impl Orchestrator {
         })
     }
 
-    /// Spills or truncates an output over `toolResponseMaxBytes`. Error outputs are never
-    /// spilled (the model must see why a call failed) but are truncated when huge.
     /// Structured content over the size cap. A tool that declares no output schema loses
     /// it (its text, capped already, stays). One that does promised content conforming to
     /// its schema, which cannot be cut and keep the promise, and clients refuse a success
@@ -2584,6 +2586,9 @@ impl Orchestrator {
         output
     }
 
+    /// Spills or truncates an output over `toolResponseMaxBytes`. An error output is
+    /// stored with its head kept ([`Orchestrator::capped_error_text`]): the model must see
+    /// why the call failed.
     async fn cap_size(
         &self,
         entry: &ToolEntry,
@@ -2616,8 +2621,18 @@ impl Orchestrator {
             keep_media(&mut capped, &media);
             capped
         };
-        if output.is_error || self.inner.config.oversize == OversizeMode::Truncate {
+        if self.inner.config.oversize == OversizeMode::Truncate {
             return keep(truncate_output(output, max));
+        }
+        if output.is_error {
+            // The head of an error stays in the result: a model must see why the call
+            // failed, and a handle alone would not say.
+            let text = self.inner.redactor.redact(&output.to_text()).into_owned();
+            let bytes = text.len();
+            let text = self.capped_error_text(&entry.name, text, max, ctx, meta).await;
+            let mut capped = ToolOutput { extras: output.extras, ..ToolOutput::error(text) };
+            capped.extras.insert("capped".into(), json!({"bytes": bytes}));
+            return keep(capped);
         }
         let text = output.to_text();
         let text = self.inner.redactor.redact(&text);
@@ -2760,9 +2775,10 @@ fn one_line(text: &str) -> String {
     text.replace('\r', "\\r").replace('\n', "\\n")
 }
 
+/// `output` as one text part within `max` bytes ([`cut_within`]).
 fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
     let text = output.to_text();
-    let (out, omitted) = cut_middle(&text, max, &format!("output over {max} bytes"));
+    let (out, omitted) = cut_within(&text, max, &format!("output over {max} bytes"));
     let mut capped =
         ToolOutput { is_error: output.is_error, extras: output.extras, ..ToolOutput::text(out) };
     // `capped`, not `truncated`: tools use `truncated` for their own limits (a file tool's
@@ -2771,17 +2787,42 @@ fn truncate_output(output: ToolOutput, max: usize) -> ToolOutput {
     capped
 }
 
-/// The head and the tail of `text` with a marker saying how much was left out and why;
-/// returns the text and the bytes omitted.
+/// `text`, over `max` bytes, cut to `max` bytes with the marker: its head and tail around
+/// a marker saying how much was left out and why ([`cut_middle`]). A cap too small for the
+/// marker (under about 60 bytes) keeps the text's first `max` bytes and says nothing more:
+/// the caller's `capped` extra tells. Returns the text and the bytes omitted.
+fn cut_within(text: &str, max: usize, why: &str) -> (String, usize) {
+    // The marker is at its longest when the whole text is left out.
+    let longest = omitted_marker(text.len(), why).len();
+    match max.checked_sub(longest) {
+        Some(room) => cut_middle(text, room, why),
+        None => {
+            let head = floor_char_boundary(text, max);
+            (text[..head].to_owned(), text.len() - head)
+        }
+    }
+}
+
+/// The head and the tail of `text`, `max` bytes of them, with a marker saying how much
+/// was left out and why; returns the text and the bytes omitted.
 fn cut_middle(text: &str, max: usize, why: &str) -> (String, usize) {
     let head_len = floor_char_boundary(text, max / 2);
     let tail_start = ceil_char_boundary(text, text.len() - (max - head_len).min(text.len()));
     let omitted = tail_start.saturating_sub(head_len);
     let mut out = String::with_capacity(max + 64);
     out.push_str(&text[..head_len]);
-    out.push_str(&format!("\n[... {omitted} bytes omitted: {why} ...]\n"));
+    out.push_str(&omitted_marker(omitted, why));
     out.push_str(&text[tail_start.max(head_len)..]);
     (out, omitted)
+}
+
+fn omitted_marker(omitted: usize, why: &str) -> String {
+    format!("\n[... {omitted} {} omitted: {why} ...]\n", bytes_word(omitted))
+}
+
+/// `byte` or `bytes`, as `count` needs.
+fn bytes_word(count: usize) -> &'static str {
+    if count == 1 { "byte" } else { "bytes" }
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {
@@ -3048,10 +3089,23 @@ mod tests {
     #[test]
     fn truncation_keeps_head_and_tail_on_char_boundaries() {
         let text = format!("{}{}", "é".repeat(100), "z".repeat(100));
-        let out = truncate_output(ToolOutput::text(text), 50);
+        let out = truncate_output(ToolOutput::text(text), 150);
         let t = out.to_text();
         assert!(t.starts_with("éé"));
         assert!(t.ends_with("zz"));
-        assert!(t.contains("bytes omitted: output over 50 bytes"));
+        assert!(t.contains("bytes omitted: output over 150 bytes"));
+        assert!(t.len() <= 150, "{t}");
+    }
+
+    /// One byte left out is said so, not as "1 bytes".
+    #[test]
+    fn one_byte_omitted_is_said_in_the_singular() {
+        let text = "y".repeat(100);
+        let (out, omitted) = (1..200)
+            .map(|max| cut_within(&text, max, "why"))
+            .find(|(_, omitted)| *omitted == 1)
+            .expect("a cap that leaves one byte out");
+        assert_eq!(omitted, 1);
+        assert!(out.contains("[... 1 byte omitted: why ...]"), "{out}");
     }
 }

@@ -186,11 +186,67 @@ async fn oversize_outputs_are_spilled_and_read_back() {
     assert_eq!((page.lines, page.total_lines), (2, 100));
     assert_eq!(page.text.lines().next().unwrap().len(), 99);
     assert_eq!(call(&o, "m__small", json!({})).await.result.unwrap().len(), 100);
-    // Error outputs are never spilled: the model must see why the call failed.
+    // An error output is stored with its head kept: the model must see why the call failed.
     let r = call(&o, "m__bad", json!({})).await;
     let error = r.error.unwrap();
-    assert!(error.contains("bytes omitted: output over 1000 bytes"), "{error}");
-    assert!(error.len() < 1100);
+    assert!(error.starts_with("eeee"), "{error}");
+    assert!(error.contains("more bytes of this error message (5000 in all"), "{error}");
+    assert!(error.len() <= 1000, "{} bytes", error.len());
+    assert_eq!(o.read_output(&handle_in(&error), 0, 1).await.unwrap().text, "e".repeat(5000));
+}
+
+/// The handle a capped error's note names.
+fn handle_in(text: &str) -> String {
+    let at = text.rfind("handle `").expect("a handle") + "handle `".len();
+    text[at..].split('`').next().expect("a closing backquote").to_owned()
+}
+
+/// An orchestrator over `provider` with a 1000-byte cap, outputs stored in a fresh
+/// temporary directory and the secret `s3cr3t-value` to redact.
+async fn start_capped(
+    oversize: OversizeMode,
+    provider: Arc<MockProvider>,
+) -> toolmux_orchestrator::Orchestrator {
+    let dir = tempfile::tempdir().expect("temporary directory").keep();
+    let config = OrchestratorConfig {
+        oversize,
+        ..OrchestratorConfig::default().with_response_max_bytes(1000)
+    };
+    let o = toolmux_orchestrator::Orchestrator::builder(config)
+        .output_store(Arc::new(toolmux_orchestrator::store::DirectoryStore::new(dir)))
+        .provider(provider)
+        .secrets(["s3cr3t-value".to_owned()])
+        .build()
+        .expect("valid configuration");
+    assert!(o.warmup().await.is_ok());
+    o
+}
+
+/// An upstream error message (a JSON-RPC error turned into a remote error) is capped as an
+/// output is: stored whole with its head kept in spill mode, cut in truncate mode, its
+/// secrets redacted before either, so that no cut leaves a secret's head.
+#[tokio::test(start_paused = true)]
+async fn a_huge_error_message_is_capped_with_its_secrets_redacted() {
+    let message = "the server says: s3cr3t-value ".repeat(10_000);
+    let p = Arc::new(MockProvider::new("m").with_tool("bad", Behavior::Fail(message.clone())));
+    let o = start_capped(OversizeMode::Spill, p.clone()).await;
+    let error = call(&o, "m__bad", json!({})).await.error.unwrap();
+    assert!(error.len() <= 1000, "{} bytes: {error}", error.len());
+    assert!(error.starts_with("the server says: [redacted]"), "{error}");
+    assert!(!error.contains("s3c"), "{error}");
+    assert!(error.contains("of this error message"), "{error}");
+    let stored = o.read_output(&handle_in(&error), 0, 1).await.unwrap().text;
+    assert_eq!(stored, message.replace("s3cr3t-value", "[redacted]"));
+    // The variant, and so the error's code, stays.
+    let err = o.call_tool("m__bad", json!({}), &CallContext::new()).await.unwrap_err();
+    assert_eq!(err.code(), "remote");
+    assert!(err.report().len() <= 1000);
+
+    let o = start_capped(OversizeMode::Truncate, p).await;
+    let error = call(&o, "m__bad", json!({})).await.error.unwrap();
+    assert!(error.len() <= 1000, "{} bytes: {error}", error.len());
+    assert!(error.contains("bytes omitted: error message over"), "{error}");
+    assert!(!error.contains("s3c") && !error.contains("output__read"), "{error}");
 }
 
 /// Images (which the text cap does not count; they have a cap of their own) stay in a
@@ -331,8 +387,25 @@ async fn truncate_mode_keeps_head_and_tail() {
     let o = start(config, vec![p]).await;
     let r = call(&o, "m__big", json!({})).await;
     let text = r.result.unwrap();
-    assert!(text.contains("[... 9000 bytes omitted: output over 1000 bytes ...]"), "{text}");
+    assert!(text.contains("[... 9055 bytes omitted: output over 1000 bytes ...]"), "{text}");
+    assert!(text.len() <= 1000, "{}", text.len());
     assert_eq!(r.extras["capped"]["bytes"], 10_000);
+}
+
+/// A truncated result fits its cap with the marker; a cap too small for the marker keeps
+/// what fits and leaves the telling to the `capped` extra.
+#[tokio::test(start_paused = true)]
+async fn a_truncated_result_fits_even_a_tiny_cap() {
+    let p = Arc::new(MockProvider::new("m").with_tool("big", Behavior::Big(100)));
+    let config = OrchestratorConfig {
+        oversize: OversizeMode::Truncate,
+        ..OrchestratorConfig::default().with_response_max_bytes(10)
+    };
+    let o = start(config, vec![p]).await;
+    let r = call(&o, "m__big", json!({})).await;
+    let text = r.result.unwrap();
+    assert_eq!(text.len(), 10, "{text}");
+    assert_eq!(r.extras["capped"], json!({"bytes": 100, "omitted": 90}));
 }
 
 /// A tool's own size hint (MCP `_meta` `anthropic/maxResultSizeChars`) moves its cap, up to
@@ -361,11 +434,11 @@ async fn a_tools_size_hint_moves_its_cap_within_bounds() {
     let roomy = call(&o, "m__roomy", json!({})).await;
     assert!(roomy.extras.get("capped").is_none(), "{:?}", roomy.extras);
     let tight = call(&o, "m__tight", json!({})).await;
-    assert_eq!(tight.extras["capped"]["omitted"], 500);
+    assert_eq!(tight.extras["capped"]["omitted"], 553);
     let greedy = call(&o, "m__greedy", json!({})).await;
-    assert_eq!(greedy.extras["capped"]["omitted"], 600_000 - MAX_HINTED_RESPONSE_BYTES);
+    assert_eq!(greedy.extras["capped"]["omitted"], 600_000 - MAX_HINTED_RESPONSE_BYTES + 58);
     let configured = call(&o, "m__configured", json!({})).await;
-    assert_eq!(configured.extras["capped"]["omitted"], 8000);
+    assert_eq!(configured.extras["capped"]["omitted"], 8055);
     let listed: Vec<(String, Option<usize>)> =
         o.tools().into_iter().map(|t| (t.name, t.max_result_size)).collect();
     assert_eq!(
@@ -393,7 +466,7 @@ async fn the_cap_keeps_a_tool_s_own_truncated_extra() {
     let r = call(&o, "m__grep", json!({})).await;
     assert_eq!(r.extras["truncated"], true, "{:?}", r.extras);
     assert_eq!(r.extras["capped"]["bytes"], 5000, "{:?}", r.extras);
-    assert_eq!(r.extras["capped"]["omitted"], 4000, "{:?}", r.extras);
+    assert_eq!(r.extras["capped"]["omitted"], 4054, "{:?}", r.extras);
 }
 
 #[tokio::test(start_paused = true)]
