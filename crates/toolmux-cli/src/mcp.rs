@@ -5,6 +5,7 @@ use crate::exit;
 use futures::future::BoxFuture;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use toolmux::Toolmux;
 use toolmux::config::Loaded;
 use toolmux::toolmux_core::ToolProvider as _;
@@ -41,20 +42,29 @@ fn relay_pasted_redirects() {
                 }
                 continue;
             };
-            let sent = std::net::TcpStream::connect(("127.0.0.1", port)).and_then(|mut stream| {
-                use std::io::{Read as _, Write as _};
-                write!(
-                    stream,
-                    "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-                )?;
-                let mut answer = String::new();
-                stream.read_to_string(&mut answer).map(|_| answer)
-            });
-            if let Err(e) = sent {
+            if let Err(e) = pass_on(port, &target, PASS_ON_WAIT) {
                 eprintln!("(cannot pass the address on: {e})");
             }
         }
     });
+}
+
+/// How long passing a pasted address on may wait to connect, and then for each write and
+/// read: a port that is not the listener's may accept and never answer.
+const PASS_ON_WAIT: Duration = Duration::from_secs(10);
+
+/// Sends `GET target` to the local `port` and reads the answer, at most 64 KiB of it, each
+/// step within `wait`, so that a wrong port leaves the paste relay free for the next line.
+fn pass_on(port: u16, target: &str, wait: Duration) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = std::net::TcpStream::connect_timeout(&address, wait)?;
+    stream.set_read_timeout(Some(wait))?;
+    stream.set_write_timeout(Some(wait))?;
+    write!(stream, "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")?;
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 impl Opener for Browser {
@@ -221,4 +231,46 @@ pub(crate) fn status(loaded: &Loaded, json: bool) -> anyhow::Result<u8> {
         crate::commands::print(text.trim_end());
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read as _, Write as _};
+    use std::time::Instant;
+
+    /// A port that accepts and never answers ends the relay's wait after its bound, with
+    /// an error, rather than holding the relay (and every later paste) forever.
+    #[test]
+    fn a_silent_port_is_given_up_after_the_wait() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("an address").port();
+        let holder = std::thread::spawn(move || listener.accept().map(|(stream, _)| stream));
+        let started = Instant::now();
+        let passed = pass_on(port, "/callback?code=x", Duration::from_millis(300));
+        assert!(passed.is_err(), "{passed:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        drop(holder.join());
+    }
+
+    /// The listener's answer comes back, at most 64 KiB of it however much it sends.
+    #[test]
+    fn the_answer_is_read_up_to_its_bound() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("an address").port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("the relay connects");
+            let mut request = [0u8; 1024];
+            let read = stream.read(&mut request).expect("the request");
+            let request = String::from_utf8_lossy(&request[..read]).into_owned();
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+            let _ = stream.write_all(&vec![b'a'; 200 * 1024]);
+            request
+        });
+        let answer = pass_on(port, "/callback?code=x", Duration::from_secs(10)).expect("answer");
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{}", &answer[..40]);
+        assert_eq!(answer.len(), 64 * 1024);
+        let request = server.join().expect("the server thread");
+        assert!(request.starts_with("GET /callback?code=x HTTP/1.1\r\n"), "{request}");
+    }
 }
