@@ -108,6 +108,7 @@ mod glob;
 mod hooks;
 mod inflight;
 mod media;
+mod normalize;
 mod orchestrator;
 mod permission;
 pub mod queue;

@@ -71,21 +71,27 @@ pub(crate) fn cap_media(output: &mut ToolOutput, max: usize, tool: &str) {
     if dropped.is_empty() {
         return;
     }
-    if let Some(Value::Array(annotated)) = output.extras.get_mut("annotations") {
-        annotated.retain(|entry| {
-            entry.get("index").and_then(Value::as_u64).is_none_or(|i| !dropped.contains(&i))
-        });
-        if annotated.is_empty() {
-            output.extras.remove("annotations");
-        }
-    }
+    drop_annotations(output, &dropped);
     output
         .extras
         .insert("capped_media".into(), json!({"parts": dropped.len(), "bytes": dropped_bytes}));
 }
 
+/// Removes the `annotations` extras of the parts of `output` at `indices`, which were
+/// replaced by notes.
+pub(crate) fn drop_annotations(output: &mut ToolOutput, indices: &[u64]) {
+    if let Some(Value::Array(annotated)) = output.extras.get_mut("annotations") {
+        annotated.retain(|entry| {
+            entry.get("index").and_then(Value::as_u64).is_none_or(|i| !indices.contains(&i))
+        });
+        if annotated.is_empty() {
+            output.extras.remove("annotations");
+        }
+    }
+}
+
 /// Width and height from the header of a base64 PNG, GIF, WebP or JPEG.
-fn image_dimensions(data: &str) -> Option<(u32, u32)> {
+pub(crate) fn image_dimensions(data: &str) -> Option<(u32, u32)> {
     let head = decode_prefix(data, 64);
     let be16 =
         |b: &[u8], at: usize| Some(u32::from(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?])));

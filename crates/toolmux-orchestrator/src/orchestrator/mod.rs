@@ -1789,8 +1789,9 @@ impl Orchestrator {
         entry.settings.response_max.unwrap_or(self.inner.config.response_max_bytes)
     }
 
-    /// The output within the size caps (text, then structured content) and the run's
-    /// context budget.
+    /// The output normalized (content a model API refuses replaced, `crate::normalize`),
+    /// then within the size caps (text, then structured content) and the run's context
+    /// budget.
     async fn bounded_output(
         &self,
         entry: &ToolEntry,
@@ -1800,6 +1801,7 @@ impl Orchestrator {
     ) -> Result<ToolOutput, ToolError> {
         let mut output = output;
         self.name_links_as_listed(entry.provider.namespace(), &mut output);
+        crate::normalize::normalize(&mut output, &entry.name, entry.spec.output_schema.is_some());
         let max = self.response_max(entry);
         let output = if textual_len(&output) > max {
             self.cap_size(entry, output, ctx, meta).await

@@ -5,6 +5,7 @@ mod accounting;
 mod cache;
 mod catalog;
 mod command_hooks;
+mod content;
 mod lifecycle;
 mod limits;
 mod lookup;
