@@ -77,7 +77,10 @@ impl Orchestrator {
             audit_args: None,
             recorded: false,
         };
-        let result = self.relayed(&entry, arguments, ctx, &op, &meta, raw_max).await;
+        let result = match self.relayed(&entry, arguments, ctx, &op, &meta, raw_max).await {
+            Err(error) => Err(self.bounded_error(&entry, error, ctx, &meta).await),
+            done => done,
+        };
         let outcome = match &result {
             Ok(Relayed::Raw { json, is_error }) => Ok(Outcome::Raw { json, is_error: *is_error }),
             Ok(Relayed::Output(output)) => Ok(Outcome::Output(output)),

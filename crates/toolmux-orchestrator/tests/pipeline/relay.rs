@@ -89,6 +89,24 @@ async fn an_output_over_the_cap_is_decoded_and_capped() {
     assert_eq!(p.relayed_calls(), 1);
 }
 
+/// An error a relayed call fails with is capped as any call's is.
+#[tokio::test(start_paused = true)]
+async fn an_error_over_the_cap_is_capped() {
+    let p = Arc::new(
+        MockProvider::new("m").with_tool("fail", Behavior::Fail("E".repeat(20_000))).with_relay(),
+    );
+    let config = OrchestratorConfig {
+        oversize: OversizeMode::Truncate,
+        ..OrchestratorConfig::default().with_response_max_bytes(1000)
+    };
+    let o = start(config, vec![p.clone()]).await;
+    let error = relay(&o, "m__fail", "{}").await.expect_err("failed");
+    let report = error.report();
+    assert!(report.len() <= 1000, "{} bytes", report.len());
+    assert!(report.contains("bytes omitted: error message over"), "{report}");
+    assert_eq!(p.relayed_calls(), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_relayed_call_times_out_and_frees_its_queue_slot() {
     let p = provider();
