@@ -278,6 +278,8 @@ impl Toolmux {
             providers.push(Arc::new(tools));
         }
         #[cfg(feature = "mcp")]
+        let mut keys_of_namespaces = std::collections::BTreeMap::<String, &str>::new();
+        #[cfg(feature = "mcp")]
         for (name, entry) in &loaded.config.mcp_servers {
             let namespace = namespace_for(name);
             if entry.enabled == Some(false) || !keep(&namespace) {
@@ -288,6 +290,11 @@ impl Toolmux {
             }
             // What is said of the server names the file it is written in.
             let file = loaded.file_of("mcpServers", name);
+            // Two keys the namespace rule makes one (`my_server`, `my-server`) would
+            // otherwise meet in the orchestrator, which knows neither key.
+            if let Some(other) = keys_of_namespaces.insert(namespace.clone(), name) {
+                return Err(mcp::same_namespace(loaded, other, name, &namespace));
+            }
             if !entry.trust_annotations {
                 config.untrusted_annotations.insert(namespace.clone());
             }
@@ -1068,6 +1075,31 @@ mod mcp {
         Duration::from_millis(limit)
     }
 
+    /// The error for mcp servers `first` and `second` whose keys give the same namespace:
+    /// both keys, where each is written, and what to do.
+    pub(super) fn same_namespace(
+        loaded: &Loaded,
+        first: &str,
+        second: &str,
+        namespace: &str,
+    ) -> ToolmuxError {
+        let (first_file, second_file) =
+            (loaded.file_of("mcpServers", first), loaded.file_of("mcpServers", second));
+        let keys = if first_file == second_file {
+            format!("mcpServers `{first}` and `{second}`")
+        } else {
+            format!("mcpServers `{first}` (in {first_file}) and `{second}` (in {second_file})")
+        };
+        ToolmuxError::config(
+            second_file,
+            format!(
+                "{keys} would both name their tools `{namespace}__*` (a key is lowercased and \
+                 any other character than a letter or digit becomes `-`); rename one of the \
+                 two keys"
+            ),
+        )
+    }
+
     /// A valid namespace for a server name from a Claude Desktop or VS Code file, where
     /// names like `GitHub` or `my_server` are common: lowercase, other characters as `-`.
     pub(crate) fn namespace_for(name: &str) -> String {
@@ -1285,6 +1317,30 @@ mod mcp {
             assert_eq!(namespace_for("my_server v2"), "my-server-v2");
             assert_eq!(namespace_for("42"), "mcp-42");
             assert_eq!(namespace_for("__"), "mcp");
+        }
+
+        #[tokio::test]
+        async fn two_keys_of_one_namespace_are_named_with_the_fix() {
+            let dir = tempfile::tempdir().expect("a folder");
+            let text = "defaults: {outputDir: out}\nmcpServers:\n  my_server: {command: x}\n  \
+                        my-server: {command: x}\n  other: {command: x}\n";
+            let loaded = crate::config::load_str(
+                text,
+                crate::config::FileFormat::Yaml,
+                "toolmux.yaml",
+                dir.path(),
+                &|_| None,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let Err(error) = Toolmux::build(&loaded).await else {
+                panic!("two servers named my-server were built");
+            };
+            assert_eq!(
+                error.to_string(),
+                "toolmux.yaml: mcpServers `my-server` and `my_server` would both name their \
+                 tools `my-server__*` (a key is lowercased and any other character than a \
+                 letter or digit becomes `-`); rename one of the two keys"
+            );
         }
 
         /// The configuration of server `s` whose `envFile` is `env_file`, failing the test
