@@ -667,6 +667,47 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
         max_waiting_calls: d
             .max_calls_in_flight
             .map_or(defaults.max_waiting_calls, |max| max.saturating_mul(16)),
+/// The `aliases` section, each alias pointing at a tool: an alias of an alias (`rd2: rd`)
+/// is followed to the tool, a cycle of them is an error naming it, and so is an alias
+/// that no model API would take as a tool name.
+fn aliases(loaded: &Loaded) -> Result<std::collections::HashMap<String, String>, ToolmuxError> {
+    let aliases = &loaded.config.aliases;
+    let mut resolved = std::collections::HashMap::new();
+    for (alias, target) in aliases {
+        let file = loaded.file_of("aliases", alias);
+        let valid = (1..=64).contains(&alias.len())
+            && alias.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err(ToolmuxError::config(
+                file,
+                format!(
+                    "aliases: `{alias}` is no valid tool name: model APIs take 1 to 64 ASCII \
+                     letters, digits, `_` and `-` (^[a-zA-Z0-9_-]{{1,64}}$); rename the alias"
+                ),
+            ));
+        }
+        let mut chain = vec![alias.as_str()];
+        let mut target = target.as_str();
+        while let Some(next) = aliases.get(target) {
+            if chain.contains(&target) {
+                chain.push(target);
+                return Err(ToolmuxError::config(
+                    file,
+                    format!(
+                        "aliases: `{}` is a cycle of aliases that reaches no tool; point one of \
+                         them at a tool's full name (such as `fs__read`)",
+                        chain.join("` -> `")
+                    ),
+                ));
+            }
+            chain.push(target);
+            target = next;
+        }
+        resolved.insert(alias.clone(), target.to_owned());
+    }
+    Ok(resolved)
+}
+
         oversize: match d.oversize {
             Some(Oversize::Truncate) => OversizeMode::Truncate,
             Some(Oversize::Spill) | None => OversizeMode::Spill,
@@ -685,7 +726,7 @@ fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxErr
             deny: c.permissions.deny.clone(),
             ask: c.permissions.ask.clone(),
         },
-        aliases: c.aliases.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        aliases: aliases(loaded)?,
         deferred: c.tool_search.defer.clone(),
         ..defaults
     };
@@ -1998,5 +2039,105 @@ mod tests {
         let file = tmp.path().join("toolmux-4");
         std::fs::write(&file, "x").expect("file");
         assert!(own_private_dir(&file).is_err());
+    }
+}
+
+/// The `aliases` section through a real build: chains followed to the tool, cycles and
+/// names no model API takes refused at load.
+#[cfg(all(test, feature = "fs"))]
+mod alias_tests {
+    use super::*;
+    use crate::config::{FileFormat, load_str};
+    use toolmux_core::{CallContext, ToolCall};
+
+    fn load(yaml: &str, dir: &Path) -> Loaded {
+        load_str(yaml, FileFormat::Yaml, "toolmux.yaml", dir, &|_| None).expect("loads")
+    }
+
+    #[tokio::test]
+    async fn an_alias_of_an_alias_calls_the_tool() {
+        let dir = tempfile::tempdir().expect("a folder");
+        std::fs::write(dir.path().join("a.txt"), "hello").expect("written");
+        let yaml = "fs: {}\ndefaults: {outputDir: out}\naliases: {rd: fs__read, rd2: rd}\n";
+        let toolmux = Toolmux::build(&load(yaml, dir.path())).await.expect("built");
+        let orchestrator = toolmux.orchestrator();
+        let report = orchestrator.warmup().await;
+        assert!(report.problems.is_empty(), "{:?}", report.problems);
+        let call = ToolCall::new("rd2", serde_json::json!({"path": "a.txt"}));
+        let result = orchestrator.execute(call, &CallContext::new()).await;
+        assert!(result.ok, "{result:?}");
+        assert!(result.result.as_deref().is_some_and(|r| r.contains("hello")), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cycle_of_aliases_and_an_alias_no_model_takes_are_refused() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let cases = [
+            (
+                "{a: b, b: c, c: a}",
+                "toolmux.yaml: aliases: `a` -> `b` -> `c` -> `a` is a cycle of aliases that \
+                 reaches no tool; point one of them at a tool's full name (such as `fs__read`)",
+            ),
+            (
+                "{me: me}",
+                "toolmux.yaml: aliases: `me` -> `me` is a cycle of aliases that reaches no \
+                 tool; point one of them at a tool's full name (such as `fs__read`)",
+            ),
+            (
+                "{'a b': fs__read}",
+                "toolmux.yaml: aliases: `a b` is no valid tool name: model APIs take 1 to 64 \
+                 ASCII letters, digits, `_` and `-` (^[a-zA-Z0-9_-]{1,64}$); rename the alias",
+            ),
+            (
+                "{'': fs__read}",
+                "toolmux.yaml: aliases: `` is no valid tool name: model APIs take 1 to 64 \
+                 ASCII letters, digits, `_` and `-` (^[a-zA-Z0-9_-]{1,64}$); rename the alias",
+            ),
+        ];
+        for (aliases, expected) in cases {
+            let yaml = format!("fs: {{}}\ndefaults: {{outputDir: out}}\naliases: {aliases}\n");
+            let Err(error) = Toolmux::build(&load(&yaml, dir.path())).await else {
+                panic!("aliases {aliases} were taken");
+            };
+            assert_eq!(error.to_string(), expected);
+        }
+    }
+}
+
+/// An audit log that cannot be opened, through a real build: the error names it and the
+/// reason.
+#[cfg(test)]
+mod audit_log_tests {
+    use super::*;
+    use crate::config::{FileFormat, load_str};
+
+    #[tokio::test]
+    async fn an_audit_log_that_cannot_be_opened_is_named_with_the_reason() {
+        let dir = tempfile::tempdir().expect("a folder");
+        std::fs::write(dir.path().join("file"), "").expect("written");
+        let cases = [
+            (
+                "file/audit.jsonl",
+                "DIR/file/audit.jsonl cannot be opened to append to (make it a writable regular \
+                 file in a folder that can be made, or set defaults.auditLog to another path): \
+                 DIR/file is not a folder",
+            ),
+            (
+                "/dev/null",
+                "/dev/null cannot be opened to append to (make it a writable regular file in a \
+                 folder that can be made, or set defaults.auditLog to another path): it is a \
+                 character device, not a regular file",
+            ),
+        ];
+        for (log, expected) in cases {
+            let yaml = format!("defaults: {{outputDir: out, auditLog: {log}}}\n");
+            let loaded = load_str(&yaml, FileFormat::Yaml, "toolmux.yaml", dir.path(), &|_| None)
+                .expect("loads");
+            let Err(error) = Toolmux::build(&loaded).await else {
+                panic!("audit log {log} was opened");
+            };
+            let message = error.to_string().replace(&dir.path().display().to_string(), "DIR");
+            assert_eq!(message, format!("toolmux.yaml: audit log {expected}"));
+        }
     }
 }
