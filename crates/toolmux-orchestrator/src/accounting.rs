@@ -405,6 +405,18 @@ pub enum StatsError {
         /// What is wrong.
         message: String,
     },
+    /// The path is a FIFO, a device, a folder or a socket, which a statistics file cannot
+    /// be: reading a FIFO would wait for a writer for ever.
+    #[error(
+        "statistics file {path} is {kind}, not a regular file; no statistics are kept while it \
+         is there (remove it, or set defaults.statsFile to a regular file's path or false)"
+    )]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
     /// Another process held the file's lock for too long.
     #[error(
         "statistics file {path}: another toolmux process held its lock {lock} for {waited:?}; \
@@ -418,6 +430,20 @@ pub enum StatsError {
         /// How long this process waited.
         waited: Duration,
     },
+}
+
+/// The audit log could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "audit log {path} cannot be opened to append to (make it a writable regular file in a \
+     folder that can be made, or set defaults.auditLog to another path)"
+)]
+pub struct AuditError {
+    /// The audit log's path.
+    pub path: PathBuf,
+    /// The cause.
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// How long [`Stats::save`] waits for another process to finish saving.
@@ -647,16 +673,100 @@ impl Stats {
     }
 }
 
+/// The largest statistics file read: one of thousands of tools is a few megabytes, so a
+/// bigger one is not a statistics file (and is moved aside as any invalid one).
+const STATS_MAX_BYTES: u64 = 128 << 20;
+
 /// The statistics in `path`; `None` when there is no such file.
 fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(StatsError::Io { path: path.to_owned(), source }),
+    use std::io::Read as _;
+    let file = match open_regular(path, std::fs::OpenOptions::new().read(true)) {
+        Ok(file) => file,
+        Err(Opened::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(Opened::Io(source)) => return Err(StatsError::Io { path: path.to_owned(), source }),
+        Err(Opened::NotRegular(kind)) => {
+            return Err(StatsError::NotRegular { path: path.to_owned(), kind });
+        }
     };
+    let mut bytes = Vec::new();
+    file.take(STATS_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| StatsError::Io { path: path.to_owned(), source })?;
+    if bytes.len() as u64 > STATS_MAX_BYTES {
+        return Err(StatsError::Format {
+            path: path.to_owned(),
+            message: format!("over {} MiB, too big for a statistics file", STATS_MAX_BYTES >> 20),
+        });
+    }
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })
+}
+
+/// Why [`open_regular`] gave no file.
+#[derive(Debug)]
+pub(crate) enum Opened {
+    /// Opening failed.
+    Io(std::io::Error),
+    /// The path is this (a FIFO, a device, ...), not a regular file.
+    NotRegular(&'static str),
+}
+
+impl Opened {
+    /// The reason as an I/O error, for callers that report one.
+    pub(crate) fn into_io(self) -> std::io::Error {
+        match self {
+            Opened::Io(e) => e,
+            Opened::NotRegular(kind) => std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("it is {kind}, not a regular file"),
+            ),
+        }
+    }
+}
+
+/// Opens `path` as `options` say, refusing anything but a regular file. The open does not
+/// wait (`O_NONBLOCK`): opening a FIFO waits for its other end, for ever if none comes,
+/// and no signal interrupts it; a regular file ignores the flag.
+pub(crate) fn open_regular(
+    path: &Path,
+    options: &mut std::fs::OpenOptions,
+) -> Result<std::fs::File, Opened> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let opened = options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path);
+    let file = match opened {
+        Ok(file) => file,
+        // A FIFO without a reader refuses a writer (ENXIO): say what it is, not that.
+        Err(e) => {
+            return Err(match std::fs::metadata(path) {
+                Ok(meta) if !meta.is_file() => Opened::NotRegular(what_kind(meta.file_type())),
+                _ => Opened::Io(e),
+            });
+        }
+    };
+    let meta = file.metadata().map_err(Opened::Io)?;
+    if !meta.is_file() {
+        return Err(Opened::NotRegular(what_kind(meta.file_type())));
+    }
+    Ok(file)
+}
+
+/// What a file that is not a regular file is, in words.
+fn what_kind(kind: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if kind.is_dir() {
+        "a folder"
+    } else if kind.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// `path` with `suffix` added to its file name.
@@ -677,12 +787,10 @@ struct FileLock {
 impl FileLock {
     fn acquire(path: &Path) -> Result<FileLock, StatsError> {
         let lock = sibling(path, ".lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock)
-            .map_err(|source| StatsError::Io { path: lock.clone(), source })?;
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        let file = open_regular(&lock, &mut options)
+            .map_err(|e| StatsError::Io { path: lock.clone(), source: e.into_io() })?;
         let started = Instant::now();
         loop {
             match file.try_lock() {
@@ -752,13 +860,23 @@ pub struct AuditLog {
 }
 
 impl AuditLog {
-    /// Opens (appends to) `path`, creating its directory.
-    pub fn open(path: &Path) -> Result<AuditLog, StatsError> {
-        let io = |source| StatsError::Io { path: path.to_owned(), source };
+    /// Opens (appends to) `path`, creating its directory. Anything but a regular file (a
+    /// FIFO, whose opening would wait for a reader, a device) is refused.
+    pub fn open(path: &Path) -> Result<AuditLog, AuditError> {
+        let io = |source| AuditError { path: path.to_owned(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::create_dir_all(dir).map_err(|e| match std::fs::metadata(dir) {
+                // Said for what it is, where the OS says only "File exists".
+                Ok(meta) if !meta.is_dir() => io(std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    format!("{} is not a folder", dir.display()),
+                )),
+                _ => io(e),
+            })?;
         }
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(io)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        let file = open_regular(path, &mut options).map_err(|e| io(e.into_io()))?;
         AuditLog::to(file).map_err(io)
     }
 
@@ -1003,6 +1121,122 @@ mod tests {
         let stats = Stats::default();
         stats.load(&path).unwrap();
         assert_eq!(stats.snapshot().tools["a__b"].avg_ok_ms, 15.0);
+    }
+
+    /// A new FIFO `name` in `dir`, which nothing reads or writes: opening it without care
+    /// waits for ever.
+    fn fifo(dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        // mknodat rather than running mkfifo: tidy allows no process spawned here.
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap_or_else(|e| panic!("cannot make the FIFO {}: {e}", path.display()));
+        path
+    }
+
+    /// What `work` gives, run on a thread of its own, failing the test after 10 s should it
+    /// block (on a FIFO) instead of hanging it.
+    fn within_10s<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(work());
+        });
+        receiver.recv_timeout(Duration::from_secs(10)).expect("did not end within 10 s: blocked")
+    }
+
+    #[test]
+    fn a_fifo_as_statistics_file_is_refused_and_left_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = fifo(dir.path(), "stats.json");
+        let (loaded, saved) = within_10s({
+            let path = path.clone();
+            move || {
+                let stats = Stats::default();
+                let loaded = stats.load(&path);
+                stats.of("a__b").record(true, 1_000);
+                (loaded, stats.save(&path))
+            }
+        });
+        for result in [loaded, saved] {
+            let Err(e @ StatsError::NotRegular { .. }) = result else {
+                panic!("a FIFO is not a statistics file: {result:?}")
+            };
+            let message = e.to_string();
+            assert!(message.contains(&path.display().to_string()), "{message}");
+            assert!(message.contains("a FIFO (named pipe), not a regular file"), "{message}");
+        }
+        use std::os::unix::fs::FileTypeExt as _;
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_fifo(), "left as it is");
+        assert!(!dir.path().join("stats.json.bad").exists(), "not moved aside");
+    }
+
+    #[test]
+    fn a_fifo_as_the_lock_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        fifo(dir.path(), "stats.json.lock");
+        let saved = within_10s({
+            let path = path.clone();
+            move || {
+                let stats = Stats::default();
+                stats.of("a__b").record(true, 1_000);
+                stats.save(&path)
+            }
+        });
+        let Err(StatsError::Io { path: lock, source }) = saved else {
+            panic!("the lock cannot be taken: {saved:?}")
+        };
+        assert_eq!(lock, dir.path().join("stats.json.lock"));
+        assert_eq!(source.to_string(), "it is a FIFO (named pipe), not a regular file");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_statistics_file_over_the_cap_is_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stats.json");
+        // Sparse: no disk is spent on it.
+        std::fs::File::create(&path).unwrap().set_len(STATS_MAX_BYTES + 1).unwrap();
+        let Err(StatsError::Format { message, .. }) = Stats::default().load(&path) else {
+            panic!("too big a file is not a statistics file")
+        };
+        assert_eq!(message, "over 128 MiB, too big for a statistics file");
+    }
+
+    #[test]
+    fn an_audit_log_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = fifo(dir.path(), "audit.jsonl");
+        let opened = within_10s(move || AuditLog::open(&pipe).map(drop));
+        let Err(e) = opened else { panic!("a FIFO is no audit log") };
+        assert_eq!(e.path, dir.path().join("audit.jsonl"));
+        assert!(e.to_string().contains(&e.path.display().to_string()), "{e}");
+        assert_eq!(e.source.to_string(), "it is a FIFO (named pipe), not a regular file");
+        let Err(e) = AuditLog::open(Path::new("/dev/null")) else {
+            panic!("a device is no audit log")
+        };
+        assert_eq!(e.source.to_string(), "it is a character device, not a regular file");
+    }
+
+    #[test]
+    fn an_audit_log_that_cannot_be_made_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let path = dir.path().join("file").join("audit.jsonl");
+        let Err(e) = AuditLog::open(&path) else { panic!("its folder is a file") };
+        assert_eq!(e.path, path);
+        assert_eq!(
+            e.source.to_string(),
+            format!("{} is not a folder", path.parent().unwrap().display())
+        );
+        expect_test::expect![[r#"
+            audit log DIR/file/audit.jsonl cannot be opened to append to (make it a writable regular file in a folder that can be made, or set defaults.auditLog to another path)"#]]
+        .assert_eq(&e.to_string().replace(&dir.path().display().to_string(), "DIR"));
     }
 
     #[test]

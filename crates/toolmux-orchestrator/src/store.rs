@@ -498,7 +498,11 @@ impl OutputStore for DirectoryStore {
         // Stream the file: memory stays bounded by the page, however large the output.
         let read = tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<String>, u64)> {
             use std::io::BufRead as _;
-            let file = std::io::BufReader::new(std::fs::File::open(&io_path)?);
+            // A FIFO planted in the folder would hold this thread for ever.
+            let file =
+                crate::accounting::open_regular(&io_path, std::fs::OpenOptions::new().read(true))
+                    .map_err(crate::accounting::Opened::into_io)?;
+            let file = std::io::BufReader::new(file);
             let mut page = Vec::new();
             let mut total = 0u64;
             for line in file.lines() {
@@ -537,6 +541,28 @@ mod tests {
         assert_eq!(page, OutputPage { text: "b\nc".into(), offset: 1, lines: 2, total_lines: 4 });
         let past = store.read(&stored.handle, 10, 2).await.unwrap();
         assert_eq!(past.lines, 0);
+    }
+
+    #[tokio::test]
+    async fn a_fifo_in_place_of_an_output_is_refused_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::new(dir.path());
+        let stored = store.store("r", "t", "a").await.unwrap();
+        let path = store.path_of(&stored.handle).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(10), store.read(&stored.handle, 0, 1))
+            .await
+            .expect("the read of a FIFO did not end within 10 s");
+        let Err(StoreError::Io { source, .. }) = read else { panic!("read a FIFO: {read:?}") };
+        assert_eq!(source.to_string(), "it is a FIFO (named pipe), not a regular file");
     }
 
     /// A file under `dir` written `age` ago.

@@ -82,8 +82,8 @@ pub enum OrchestratorError {
         known: Vec<String>,
     },
     /// The audit log could not be opened.
-    #[error("audit log")]
-    Audit(#[source] crate::accounting::StatsError),
+    #[error(transparent)]
+    Audit(#[from] crate::accounting::AuditError),
     /// A provider was registered after the orchestrator was cleaned up.
     #[error(
         "the orchestrator was cleaned up; provider `{namespace}` cannot join it (build another)"
@@ -266,7 +266,7 @@ impl OrchestratorBuilder {
                 .collect(),
         };
         let audit = match &self.config.audit_log {
-            Some(path) => Some(AuditLog::open(path).map_err(OrchestratorError::Audit)?),
+            Some(path) => Some(AuditLog::open(path)?),
             None => None,
         };
         let store = self.store.unwrap_or_else(|| {
