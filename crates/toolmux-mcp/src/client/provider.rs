@@ -34,6 +34,7 @@ use crate::transport::lane::{self, Lane, RawReply};
 mod catalog;
 mod health;
 mod idle;
+mod listed;
 mod pages;
 mod tasks;
 mod urls;
@@ -495,8 +496,7 @@ impl Inner {
     async fn fetch_tools(&self, connection: &Connection) -> Result<Arc<Vec<ToolSpec>>, McpError> {
         let timeout = self.config.request_timeout();
         let listing = pages::all_pages(&self.name, "tools/list", async |params| {
-            let page = connection.peer.list_tools(params).await?;
-            Ok((page.tools, page.next_cursor))
+            listed::tools_page(&self.name, &connection.peer, params).await
         });
         let listed = match tokio::time::timeout(timeout, listing).await {
             Ok(Ok(tools)) => {
