@@ -43,6 +43,8 @@ mod catalog;
 mod context;
 mod error;
 mod file;
+#[cfg(unix)]
+pub mod group_guard;
 mod interaction;
 mod kind;
 mod mark;

@@ -18,6 +18,9 @@ use crate::walk;
 /// STYLE.md allows spawning only where a tool must (and there always with an explicit
 /// working directory). Add an entry only for such a module, with a comment saying why.
 pub(super) const SPAWN_ALLOWED: &[&str] = &[
+    // toolmux-core: the one watchman (`/bin/sh`) per toolmux process that kills the process
+    // groups of shell commands and stdio MCP servers when toolmux is killed.
+    "crates/toolmux-core/src/group_guard",
     // toolmux-fs: the shell (bash) tool runs commands in their own process group.
     "crates/toolmux-fs/src/tools/shell",
     // toolmux-mcp: the stdio transport launches MCP servers as child processes.
