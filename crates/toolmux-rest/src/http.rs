@@ -132,6 +132,10 @@ pub(crate) struct Response {
     /// The values to redact from the body's text before it is cut for an excerpt (given
     /// by the provider): cut first, a secret at the cut would show all but its last bytes.
     pub(crate) secrets: Vec<String>,
+    /// The body is UTF-8 whatever charset `content_type` names: `select` wrote its part
+    /// back as UTF-8, and decoding it again in the response's charset garbled it. The
+    /// content type is kept as the server sent it for the `contentType` extra.
+    pub(crate) reencoded: bool,
 }
 
 /// Sends `request` and reads the response within the settings' limits.
@@ -306,6 +310,7 @@ pub(crate) async fn send(
         unfollowed,
         retry_after,
         secrets: secrets.to_vec(),
+        reencoded: false,
     })
 }
 
@@ -405,16 +410,20 @@ impl Response {
             && let Some(value) = self.json()
         {
             self.body = serde_json::to_vec(&select.apply(&value)).unwrap_or_default();
+            self.reencoded = true;
         }
         self.into_output()
     }
 
-    /// The body as text: in the charset its content type names (`iso-8859-1`,
-    /// `windows-1252`, `utf-16`; bytes invalid in it become U+FFFD), else in the one its
-    /// byte order mark says, else as UTF-8; `None` when none is named and the body is not
-    /// UTF-8 (binary). A charset named that no decoder knows is said after the body,
-    /// which is shown as UTF-8 as well as it goes.
+    /// The body as text: UTF-8 once `select` re-encoded it, else in the charset its
+    /// content type names (`iso-8859-1`, `windows-1252`, `utf-16`; bytes invalid in it
+    /// become U+FFFD), else in the one its byte order mark says, else as UTF-8; `None`
+    /// when none is named and the body is not UTF-8 (binary). A charset named that no
+    /// decoder knows is said after the body, which is shown as UTF-8 as well as it goes.
     pub(crate) fn text(&self) -> Option<String> {
+        if self.reencoded {
+            return Some(String::from_utf8_lossy(&self.body).into_owned());
+        }
         let label = charset_of(&self.content_type);
         let named = label.as_deref().and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes()));
         // `decode` lets a byte order mark win over the label, as browsers do.
@@ -437,8 +446,9 @@ impl Response {
     /// The body parsed as JSON, from its text when it names a charset or starts with a
     /// byte order mark (JSON in Latin-1 or UTF-16), else from its bytes.
     fn json(&self) -> Option<Value> {
-        let transcoded = charset_of(&self.content_type).is_some()
-            || encoding_rs::Encoding::for_bom(&self.body).is_some();
+        let transcoded = !self.reencoded
+            && (charset_of(&self.content_type).is_some()
+                || encoding_rs::Encoding::for_bom(&self.body).is_some());
         if transcoded {
             serde_json::from_str(&self.text()?).ok()
         } else {

@@ -28,6 +28,11 @@ fn answer(path: &str) -> (u16, &'static str, Vec<u8>) {
         "/json" => {
             (200, "application/json; charset=iso-8859-1", b"{\"name\":\"Jos\xe9\"}".to_vec())
         }
+        "/json16" => (
+            200,
+            "application/json; charset=utf-16",
+            utf16("{\"name\":\"caf\u{e9} \u{65e5}\"}", false),
+        ),
         "/failed" => (500, "text/plain; charset=iso-8859-1", b"\xfcbel".to_vec()),
         "/unknown" => (200, "text/plain; charset=x-klingon", b"ab\xffcd".to_vec()),
         _ => (404, "text/plain", b"no".to_vec()),
@@ -45,14 +50,23 @@ async fn provider() -> RestProvider {
         }
     })
     .await;
-    let tools: serde_json::Map<String, Value> =
-        ["latin1", "cp1252", "utf16", "bom", "json", "failed", "unknown"]
+    let mut tools: serde_json::Map<String, Value> =
+        ["latin1", "cp1252", "utf16", "bom", "json", "json16", "failed", "unknown"]
             .iter()
             .map(|name| {
                 let tool = json!({"description": "A body.", "url": format!("{base}/{name}")});
                 ((*name).to_owned(), tool)
             })
             .collect();
+    for (name, path, select) in [
+        ("json_name", "json", json!("/name")),
+        ("json16_name", "json16", json!("/name")),
+        ("json16_fields", "json16", json!({"who": "/name"})),
+    ] {
+        let tool =
+            json!({"description": "A part.", "url": format!("{base}/{path}"), "select": select});
+        tools.insert(name.to_owned(), tool);
+    }
     let tools: std::collections::BTreeMap<String, RestToolConfig> =
         serde_json::from_value(Value::Object(tools)).unwrap();
     RestProvider::inline(&tools).unwrap()
@@ -88,6 +102,27 @@ async fn json_in_another_charset_is_parsed_after_decoding() {
         "{:?}",
         out.content
     );
+}
+
+/// The part `select` names of JSON in another charset is the decoded value: it was
+/// written back as UTF-8 and then decoded again in the charset the response named
+/// (`José` came back as `JosÃ©`, UTF-16 as CJK garbage).
+#[tokio::test]
+async fn a_selected_part_of_json_in_another_charset_is_decoded_once() {
+    let provider = provider().await;
+    for (name, expected) in [
+        ("json_name", json!("José")),
+        ("json16_name", json!("caf\u{e9} \u{65e5}")),
+        ("json16_fields", json!({"who": "caf\u{e9} \u{65e5}"})),
+    ] {
+        let out = provider.call(name, json!({}), &CallContext::new()).await.unwrap();
+        assert!(!out.is_error, "{name}: {}", out.to_text());
+        assert!(
+            matches!(out.content.as_slice(), [ContentPart::Json { value }] if value == &expected),
+            "{name}: {:?}",
+            out.content
+        );
+    }
 }
 
 /// A charset toolmux cannot decode is said, and the body shown as UTF-8 as well as it
