@@ -215,7 +215,10 @@ fn in_words(wait: Duration) -> String {
         .into_iter()
         .find(|(_, size)| seconds >= 2 * size)
         .unwrap_or(("second", 1));
-    format!("about {} {unit}s", (seconds + size / 2) / size)
+    // Rounded to the nearest without adding half a unit first, which overflowed for a wait
+    // near the most seconds a clock counts (`Retry-After: 18446744073700000000`).
+    let rounded = seconds / size + u64::from(seconds % size >= size - size / 2);
+    format!("about {rounded} {unit}s")
 }
 
 /// What an API said of a request longer than the model's context window
@@ -338,6 +341,16 @@ fn number_after(text: &str, words: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::{ContextOverflow, ModelError};
+
+    /// Rounded to the nearest unit, half up, up to the most seconds a `Duration` counts.
+    #[test]
+    fn a_wait_is_said_in_the_nearest_whole_units() {
+        let words = |seconds| super::in_words(std::time::Duration::from_secs(seconds));
+        assert_eq!(words(150), "about 3 minutes");
+        assert_eq!(words(149), "about 2 minutes");
+        assert_eq!(words(5 * 3600 + 1799), "about 5 hours");
+        assert_eq!(words(u64::MAX), "about 584542046091 years");
+    }
 
     fn overflow(status: u16, message: &str) -> Option<ContextOverflow> {
         let error = ModelError::Api { model: "m".into(), status, message: message.into() };

@@ -626,3 +626,83 @@ async fn a_malformed_retry_after_date_is_read_as_none() {
         }
     }
 }
+
+/// A loopback server that answers every request with `status`, an API error and the
+/// header `name: value`; the base URL to configure for `dialect` and how many requests
+/// it has had.
+async fn refusing_with(
+    dialect: Dialect,
+    status: u16,
+    name: &'static str,
+    value: &'static str,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                // The request is read to its head's end and not further: the answer is
+                // the same whatever it asks.
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let body = api_error("try later");
+                let answer = format!(
+                    "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\n\
+                     {name}: {value}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let base = match dialect {
+        Dialect::OpenAi => format!("http://{addr}/v1"),
+        Dialect::Anthropic => format!("http://{addr}"),
+    };
+    (base, requests)
+}
+
+/// A wait just short of the most seconds a clock counts (`Retry-After:
+/// 18446744073700000000`, or as many thousandths in `retry-after-ms`), on a 429 and a
+/// 503, fails at once saying it in years, where rounding it to years overflowed and the
+/// client panicked writing the message.
+#[tokio::test]
+async fn a_wait_near_the_end_of_any_clock_is_said_in_years() {
+    let headers =
+        [("retry-after", "18446744073700000000"), ("retry-after-ms", "18446744073700000000000")];
+    for dialect in DIALECTS {
+        for status in [429, 503] {
+            for (name, value) in headers {
+                let case = format!("{dialect:?} {status} {name}");
+                let (base, requests) = refusing_with(dialect, status, name, value).await;
+                let mut config = config(dialect, base);
+                config.max_retries = Some(2);
+                let model = toolmux_llm::connect("refusing", &config).unwrap();
+                let error = tokio::time::timeout(Duration::from_secs(10), fail(&model, &hello()))
+                    .await
+                    .expect("the call fails at once");
+                let message = error.to_string();
+                assert!(message.contains("years"), "{case}: {message}");
+                assert!(message.contains("not asked again"), "{case}: {message}");
+                assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 1, "{case}");
+                if status == 429 {
+                    assert!(
+                        matches!(error, ModelError::RateLimited { attempts: 1, retry_after: Some(d), .. }
+                            if d > Duration::from_secs(18_446_744_073_000_000_000)),
+                        "{case}: {error:?}"
+                    );
+                }
+            }
+        }
+    }
+}
