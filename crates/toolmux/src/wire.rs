@@ -483,7 +483,7 @@ impl Toolmux {
         let orchestrator = CommandHook::attach(orchestrator, command_hooks(loaded, &secrets)?)
             .secrets(secrets)
             .build()
-            .map_err(|e| ToolmuxError::config(file, e.to_string()))?;
+            .map_err(|e| ToolmuxError::config(file, with_causes(&e)))?;
         let stats_file = loaded.stats_file();
         // Statistics are worth keeping, not worth refusing to work over: a file that cannot
         // be read is warned of, and the counts start from nothing.
@@ -634,6 +634,22 @@ impl Toolmux {
     }
 }
 
+/// `error`'s message followed by those of its causes that it does not already hold, as
+/// `message: cause: cause`: the OS's reason an audit log cannot be opened is a cause.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = next.source();
+    }
+    message
+}
+
 /// The OpenTelemetry export `telemetry.otlp` asks for, checked; its headers' values are
 /// added to `secrets`.
 #[cfg(feature = "otel")]
@@ -651,22 +667,6 @@ fn telemetry(
     Ok(Some(settings))
 }
 
-fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxError> {
-    let c = &loaded.config;
-    let d = &c.defaults;
-    let defaults = OrchestratorConfig::default();
-    let ms = Duration::from_millis;
-    let mut config = OrchestratorConfig {
-        tool_timeout: d.tool_timeout.map_or(defaults.tool_timeout, ms),
-        response_max_bytes: d.tool_response_max_bytes.unwrap_or(defaults.response_max_bytes),
-        structured_max_bytes: d
-            .structured_response_max_bytes
-            .unwrap_or(defaults.structured_max_bytes),
-        media_max_bytes: d.media_response_max_bytes.unwrap_or(defaults.media_max_bytes),
-        max_calls_in_flight: d.max_calls_in_flight.unwrap_or(defaults.max_calls_in_flight),
-        max_waiting_calls: d
-            .max_calls_in_flight
-            .map_or(defaults.max_waiting_calls, |max| max.saturating_mul(16)),
 /// The `aliases` section, each alias pointing at a tool: an alias of an alias (`rd2: rd`)
 /// is followed to the tool, a cycle of them is an error naming it, and so is an alias
 /// that no model API would take as a tool name.
@@ -708,6 +708,22 @@ fn aliases(loaded: &Loaded) -> Result<std::collections::HashMap<String, String>,
     Ok(resolved)
 }
 
+fn orchestrator_config(loaded: &Loaded) -> Result<OrchestratorConfig, ToolmuxError> {
+    let c = &loaded.config;
+    let d = &c.defaults;
+    let defaults = OrchestratorConfig::default();
+    let ms = Duration::from_millis;
+    let mut config = OrchestratorConfig {
+        tool_timeout: d.tool_timeout.map_or(defaults.tool_timeout, ms),
+        response_max_bytes: d.tool_response_max_bytes.unwrap_or(defaults.response_max_bytes),
+        structured_max_bytes: d
+            .structured_response_max_bytes
+            .unwrap_or(defaults.structured_max_bytes),
+        media_max_bytes: d.media_response_max_bytes.unwrap_or(defaults.media_max_bytes),
+        max_calls_in_flight: d.max_calls_in_flight.unwrap_or(defaults.max_calls_in_flight),
+        max_waiting_calls: d
+            .max_calls_in_flight
+            .map_or(defaults.max_waiting_calls, |max| max.saturating_mul(16)),
         oversize: match d.oversize {
             Some(Oversize::Truncate) => OversizeMode::Truncate,
             Some(Oversize::Spill) | None => OversizeMode::Spill,
