@@ -317,8 +317,9 @@ impl ModelError {
             | ModelError::Transport { .. }
             | ModelError::Timeout { .. } => true,
             ModelError::Api { status, .. } => *status >= 500 || *status == 408,
-            ModelError::StreamFailed { status, .. } => {
-                *status >= 500 || *status == 408 || *status == 429
+            ModelError::StreamFailed { status, kind, .. } => {
+                !crate::http::spent_kind(kind)
+                    && (*status >= 500 || *status == 408 || *status == 429)
             }
             _ => false,
         }

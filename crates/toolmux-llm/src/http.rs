@@ -387,7 +387,9 @@ impl Endpoint {
                     }
                     Err(StreamError::Api { kind, status, message }) => {
                         let message = self.redact(&excerpt(&message, ERROR_EXCERPT_BYTES));
-                        let retry = worth_retrying(status, &message);
+                        // The kind decides first: a spent quota said as `insufficient_quota`
+                        // stands for a 429 too, and its message need not say so in words.
+                        let retry = !spent_kind(&kind) && worth_retrying(status, &message);
                         let kind = self.redact(&excerpt(&kind, 100));
                         let error = ModelError::StreamFailed {
                             model: self.name.clone(),
@@ -556,6 +558,13 @@ fn worth_retrying(code: u16, message: &str) -> bool {
             .iter()
             .any(|word| lower.contains(word));
     !spent && matches!(code, 408 | 429 | 500 | 502 | 503 | 504 | 520..=524 | 529)
+}
+
+/// Whether an error's kind says that a quota or a billing limit is spent (OpenAI's
+/// `insufficient_quota`, Anthropic's `billing_error`): waiting does not lift it, so it is
+/// never retried, whatever status it stands for and whatever its message says.
+pub(crate) fn spent_kind(kind: &str) -> bool {
+    kind == "insufficient_quota" || kind.contains("billing")
 }
 
 /// The HTTP status an error's kind stands for, as the APIs document their errors

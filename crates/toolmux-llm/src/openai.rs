@@ -372,7 +372,10 @@ fn stream_error(error: &Value) -> StreamError {
     let code = error.get("code");
     let named = [error.get("type"), code].into_iter().flatten().filter_map(Value::as_str);
     let named: Vec<&str> = named.filter(|name| !name.is_empty()).collect();
-    let kind = named.first().copied().unwrap_or("error").to_owned();
+    // A spent quota named anywhere is the kind (OpenAI has sent `"type": "requests"` with
+    // `"code": "insufficient_quota"`): it is what decides that the error is final.
+    let spent = named.iter().find(|name| crate::http::spent_kind(name));
+    let kind = spent.or(named.first()).copied().unwrap_or("error").to_owned();
     let status = match code.and_then(Value::as_u64) {
         Some(status @ 400..=599) => u16::try_from(status).unwrap_or(500),
         _ => named.iter().find_map(|name| error_kind_status(name)).unwrap_or(500),
@@ -684,11 +687,31 @@ fn parse_call(
 
 #[cfg(test)]
 mod tests {
-    use super::{Assembler, Chunks, limit_field};
+    use super::{Assembler, Chunks, limit_field, stream_error};
     use crate::ModelDelta;
+    use crate::http::StreamError;
     use serde_json::{Value, json};
     use std::sync::Mutex;
     use toolmux_core::sse::Event;
+
+    /// A spent quota named by the error's `code` is its kind, though its `type` comes first:
+    /// the kind decides that it is never retried.
+    #[test]
+    fn a_spent_quota_in_the_code_is_the_kind() {
+        let error = json!({"type": "requests", "code": "insufficient_quota", "message": "m"});
+        match stream_error(&error) {
+            StreamError::Api { kind, status, .. } => {
+                assert_eq!((kind.as_str(), status), ("insufficient_quota", 429));
+            }
+            other => panic!("{other:?}"),
+        }
+        match stream_error(&json!({"type": "server_error", "code": "x", "message": "m"})) {
+            StreamError::Api { kind, status, .. } => {
+                assert_eq!((kind.as_str(), status), ("server_error", 500));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     /// Folds `chunks` (each a `data:` payload) and returns the answer and the deltas seen.
     fn fold(chunks: &[Value]) -> (Option<Value>, Vec<String>) {

@@ -241,6 +241,10 @@ async fn an_error_inside_the_stream_is_said_to_be_one_after_its_retries() {
         (Dialect::OpenAi, "rate_limit_exceeded", true),
         (Dialect::OpenAi, "server_error", true),
         (Dialect::OpenAi, "invalid_request_error", false),
+        // Final by their kind, though the message ("Overloaded") holds no quota word.
+        (Dialect::OpenAi, "insufficient_quota", false),
+        (Dialect::OpenAi, "billing_hard_limit_reached", false),
+        (Dialect::Anthropic, "insufficient_quota", false),
     ];
     for (dialect, kind, retried) in cases {
         let failing = ScriptStep::StreamError { kind: kind.into(), message: "Overloaded".into() };
