@@ -215,6 +215,10 @@ pub(crate) async fn connect(
     let http_first = kind == TransportKind::Http;
     let sse_fault = Fault::default();
     let mut over_sse = false;
+    // The second handshake of `protocol: auto` has a record of its own: the first
+    // process's end, toolmux's own kill, would be told as the reason the second failed.
+    let retry_fault = Fault::default();
+    let mut retried = false;
     let mut process = None;
     // A person approving in a browser has the authorization timeout on top.
     let startup = config.startup_timeout()
@@ -231,13 +235,14 @@ pub(crate) async fn connect(
                 if let Some(mut old) = process.take() {
                     old.kill_now().await;
                 }
+                retried = true;
                 start(
                     server,
                     config,
                     kind,
                     http,
                     events,
-                    &fault,
+                    &retry_fault,
                     &mut process,
                     ProtocolMode::Legacy,
                 )
@@ -303,8 +308,10 @@ pub(crate) async fn connect(
     };
     if over_sse {
         fault = sse_fault;
+    } else if retried {
+        fault = retry_fault;
     }
-    let service = match service {
+    let mut service = match service {
         Some(Ok(service)) => service,
         Some(Err(e)) => {
             if let Some(mut process) = process {
@@ -329,6 +336,20 @@ pub(crate) async fn connect(
         }
     };
     let info = service.peer_info();
+    // MCP's version negotiation: a client that does not speak the version the server
+    // answered with disconnects.
+    if let Some(chosen) = info.as_ref().map(|i| &i.protocol_version)
+        && !ProtocolVersion::KNOWN_VERSIONS.contains(chosen)
+    {
+        let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+        if let Some(mut process) = process {
+            process.kill_now().await;
+        }
+        return Err(McpError::Handshake {
+            server: server.to_owned(),
+            source: unknown_version(chosen).into(),
+        });
+    }
     let lane = process.as_ref().map(ChildGroup::lane);
     if let Some(lane) = &lane {
         let events = events.clone();
@@ -604,7 +625,89 @@ where
 /// the chain; what is said here is the transport's own error, and for streamable HTTP what
 /// [`failure::describe`] makes of it, naming `url` (shown). A server that cannot be reached
 /// at all is a connect error, which is not retried with the other handshake.
+/// Why a server that answered with protocol version `chosen` is refused.
+fn unknown_version(chosen: &ProtocolVersion) -> String {
+    let spoken: Vec<String> =
+        ProtocolVersion::KNOWN_VERSIONS.iter().map(ToString::to_string).collect();
+    format!(
+        "the server answered with protocol version {}, which toolmux does not speak (it \
+         speaks {}); MCP has a client disconnect then: update the server, or toolmux if the \
+         version is newer",
+        shown_field(chosen.as_str()),
+        spoken.join(", ")
+    )
+}
+
+/// What a server's answer to `initialize` lacks or has wrong, when it is no
+/// `InitializeResult`: MCP requires `protocolVersion` (a string), `capabilities` and
+/// `serverInfo` (objects).
+fn malformed_initialize(answer: &serde_json::Value) -> String {
+    let expected = [
+        ("protocolVersion", "a string"),
+        ("capabilities", "an object"),
+        ("serverInfo", "an object"),
+    ];
+    let mut wrong = Vec::new();
+    for (field, kind) in expected {
+        let fits = match answer.get(field) {
+            None | Some(serde_json::Value::Null) => {
+                wrong.push(format!("has no `{field}`"));
+                continue;
+            }
+            Some(serde_json::Value::String(_)) => kind == "a string",
+            Some(serde_json::Value::Object(_)) => kind == "an object",
+            Some(_) => false,
+        };
+        if !fits {
+            wrong.push(format!("has a `{field}` that is not {kind}"));
+        }
+    }
+    if wrong.is_empty() {
+        // A field inside one of them is wrong; serde says which.
+        return match serde_json::from_value::<rmcp::model::InitializeResult>(answer.clone()) {
+            Err(e) => format!("the server's answer to initialize is malformed: {e}"),
+            Ok(_) => "the server's answer to initialize was not taken for one".to_owned(),
+        };
+    }
+    format!(
+        "the server's answer to initialize {} (MCP requires protocolVersion, capabilities and \
+         serverInfo); the server does not follow the protocol, so update or fix it",
+        wrong.join(" and ")
+    )
+}
+
+/// `text` cut to 40 characters and quoted, for a message.
+fn shown_field(text: &str) -> String {
+    format!("\"{}\"", &text[..text.floor_char_boundary(40)])
+}
+
 fn handshake_error(server: &str, url: Option<&str>, error: ClientInitializeError) -> McpError {
+    // With `protocol: auto`, the answer to `initialize` says more than that of the
+    // `server/discover` before it, which most servers do not know.
+    let error = match error {
+        ClientInitializeError::LegacyFallbackFailed { fallback, .. } => *fallback,
+        other => other,
+    };
+    // The server answered, but not with an InitializeResult.
+    if let ClientInitializeError::ExpectedInitResult(Some(answer)) = &error
+        && let Ok(answer) = serde_json::to_value(answer)
+    {
+        return McpError::Handshake {
+            server: server.to_owned(),
+            source: malformed_initialize(&answer).into(),
+        };
+    }
+    // The server refused the handshake with an error of its own.
+    if let ClientInitializeError::JsonRpcError(data) = &error
+        && !crate::transport::is_undelivered(data)
+    {
+        let message = &data.message[..data.message.floor_char_boundary(1_000)];
+        let source = format!(
+            "the server answered the handshake with an error (code {}): {message}",
+            data.code.0
+        );
+        return McpError::Handshake { server: server.to_owned(), source: source.into() };
+    }
     // A handshake request whose POST failed (legacy SSE): what happened to it, not rmcp's
     // dump of the error answer made for it.
     if let ClientInitializeError::JsonRpcError(data) = &error

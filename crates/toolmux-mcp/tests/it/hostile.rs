@@ -5,7 +5,7 @@
 use serde_json::json;
 use std::time::Duration;
 use toolmux_core::{CallContext, ToolProvider};
-use toolmux_mcp::{McpProvider, McpServerConfig, ProtocolMode};
+use toolmux_mcp::{McpProvider, McpServerConfig};
 
 use crate::support;
 
@@ -14,7 +14,6 @@ fn provider(mode: &str) -> McpProvider {
     let config =
         McpServerConfig::stdio(support::python().display().to_string(), [script, mode.into()])
             .with_base_dir(support::run_dir())
-            .with_protocol(ProtocolMode::Legacy)
             .with_startup_timeout(Duration::from_secs(10))
             .with_request_timeout(Duration::from_secs(10));
     McpProvider::new("hostile", config).unwrap()
@@ -32,4 +31,24 @@ async fn malformed_tools_are_left_out_and_the_rest_listed() {
     let out = provider.call("ok", json!({}), &CallContext::new()).await.unwrap();
     assert_eq!(out.to_text(), "ok");
     provider.shutdown().await.unwrap();
+}
+
+/// What a failed handshake is told as: the server's own error, the field its answer lacks,
+/// the protocol version it chose that toolmux does not speak. Each was `connection closed
+/// (server process signal: 9 (SIGKILL) …)`, the kill toolmux's own cleanup, or (the version)
+/// accepted.
+#[tokio::test]
+async fn a_failed_handshake_says_why() {
+    let mut told = Vec::new();
+    for mode in ["initerror", "nocaps", "noproto", "badproto"] {
+        let provider = provider(mode);
+        let error = provider.warmup().await.unwrap_err();
+        told.push(format!("{mode}: {error}"));
+        provider.shutdown().await.unwrap();
+    }
+    expect_test::expect![[r#"
+        initerror: hostile: handshake failed: the server answered the handshake with an error (code -32603): I refuse
+        nocaps: hostile: handshake failed: the server's answer to initialize has no `capabilities` (MCP requires protocolVersion, capabilities and serverInfo); the server does not follow the protocol, so update or fix it
+        noproto: hostile: handshake failed: the server's answer to initialize has no `protocolVersion` (MCP requires protocolVersion, capabilities and serverInfo); the server does not follow the protocol, so update or fix it
+        badproto: hostile: handshake failed: the server answered with protocol version "1999-01-01", which toolmux does not speak (it speaks 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28); MCP has a client disconnect then: update the server, or toolmux if the version is newer"#]].assert_eq(&told.join("\n"));
 }
