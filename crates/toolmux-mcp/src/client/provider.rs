@@ -36,6 +36,7 @@ mod health;
 mod idle;
 mod listed;
 mod pages;
+mod parts;
 mod tasks;
 mod urls;
 
@@ -773,10 +774,21 @@ impl Inner {
                     params.input_responses = responses;
                     params.request_state = state;
                 }
-                other => {
-                    let what = format!("unexpected reply to tools/call: {}", variant_name(&other));
-                    return Err(tool_error(self.protocol(&what)));
-                }
+                other => match parts::call_result(&other) {
+                    Ok((result, notes)) => {
+                        self.succeeded();
+                        for note in notes {
+                            tracing::warn!(server = %self.name, tool = name, "tools/call: {note}");
+                        }
+                        return Ok(tool_output(result));
+                    }
+                    Err(why) => {
+                        let what = format!(
+                            "the answer to tools/call of `{name}` is no tool result: {why}"
+                        );
+                        return Err(tool_error(self.protocol(&what)));
+                    }
+                },
             }
         }
         Err(tool_error(

@@ -52,3 +52,25 @@ async fn a_failed_handshake_says_why() {
         noproto: hostile: handshake failed: the server's answer to initialize has no `protocolVersion` (MCP requires protocolVersion, capabilities and serverInfo); the server does not follow the protocol, so update or fix it
         badproto: hostile: handshake failed: the server answered with protocol version "1999-01-01", which toolmux does not speak (it speaks 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25, 2026-07-28); MCP has a client disconnect then: update the server, or toolmux if the version is newer"#]].assert_eq(&told.join("\n"));
 }
+
+/// A result with a part of unknown type or a text part without text keeps its other parts,
+/// the bad one replaced by a note naming it; one that is no result says what it lacks. They
+/// failed as `unexpected reply to tools/call: a result with fields content` (or `fields `).
+#[tokio::test]
+async fn malformed_results_say_which_part_is_wrong() {
+    let provider = provider("ok");
+    let mut told = Vec::new();
+    for r in ["unknown_part", "text_without_text", "empty", "iserror_empty"] {
+        let out = provider.call("ok", json!({"r": r}), &CallContext::new()).await;
+        told.push(match out {
+            Ok(out) => format!("{r}: ok error={} {:?}", out.is_error, out.to_text()),
+            Err(e) => format!("{r}: err {e}"),
+        });
+    }
+    expect_test::expect![[r#"
+        unknown_part: ok error=false "one\ntwo\nthree\n[content[3] of the tool's result was left out: unknown type \"foo\"]"
+        text_without_text: ok error=false "[content[0] of the tool's result was left out: a text part without a `text` string]\ntail"
+        empty: err hostile: protocol error: the answer to tools/call of `ok` is no tool result: it is an empty object `{}`, without `content` (a list of parts) or `isError`; the server does not follow MCP, so check whether the call ran
+        iserror_empty: ok error=true """#]].assert_eq(&told.join("\n"));
+    provider.shutdown().await.unwrap();
+}
