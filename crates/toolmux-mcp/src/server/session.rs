@@ -650,7 +650,26 @@ impl Router {
                 Opening::Other => {}
             }
         }
-        self.busy.ask(&line);
+        // Waited for at the end of input only when rmcp can read it: a line it cannot is
+        // answered with no id (or not at all), which would hold the end for its grace.
+        match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&line) {
+            Ok(_) => self.busy.ask(&line),
+            Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+                // rmcp drops such a line unanswered: say why, as `serve --http` does.
+                let id = message_id(&line, true)
+                    .and_then(|id| serde_json::from_str(&id).ok())
+                    .unwrap_or(serde_json::Value::Null);
+                let answer = serde_json::json!({
+                    "jsonrpc": "2.0", "id": id, "error": {"code": -32700, "message": too_deep(&e)}
+                });
+                if let Ok(mut answer) = serde_json::to_vec(&answer) {
+                    answer.push(b'\n');
+                    self.out.send(answer);
+                }
+                return;
+            }
+            Err(_) => {}
+        }
         self.send_to_rmcp(line);
     }
 
@@ -1058,8 +1077,12 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
     if peek.method.map(RawValue::get) != Some(r#""tools/call""#) {
         return None;
     }
-    let params: Option<serde_json::Value> =
-        peek.params.and_then(|p| serde_json::from_str(p.get()).ok());
+    let params = match peek.params.map(|p| serde_json::from_str::<serde_json::Value>(p.get())) {
+        // Valid JSON that serde will not read whole: it nests too deep.
+        Some(Err(e)) => return error(&id, -32700, too_deep(&e)),
+        Some(Ok(params)) => Some(params),
+        None => None,
+    };
     let problem = match params.as_ref() {
         None => "`params` is missing: give `{\"name\": TOOL, \"arguments\": {...}}`".to_owned(),
         Some(serde_json::Value::Object(params)) => match params.get("name") {
@@ -1077,6 +1100,14 @@ fn malformed(line: &[u8]) -> Option<Vec<u8>> {
         Some(other) => format!("`params` must be an object, not `{other}`"),
     };
     error(&id, -32602, format!("Invalid params: {problem}"))
+}
+
+/// The `-32700` message of a line of valid JSON nesting deeper than serde reads.
+fn too_deep(e: &serde_json::Error) -> String {
+    format!(
+        "Parse error: the message nests deeper than the 128 levels of arrays and objects a \
+         message may have ({e})"
+    )
 }
 
 /// The `-32700` message of a line serde could not read, when it is not JSON at all (as

@@ -1378,3 +1378,36 @@ async fn calls_in_flight_at_the_end_of_stdin_are_answered() {
     }
     assert!(closed.elapsed() >= std::time::Duration::from_millis(1400), "{:?}", closed.elapsed());
 }
+
+/// The end of input waits only for requests that will be answered: a request rmcp cannot
+/// read (`params` not of its method, an id over `i64::MAX`) is answered without an id, and
+/// ends nothing, so the session ends at once rather than after the 30 s grace; a request
+/// nesting deeper than a message may is answered `-32700` with its id, as over HTTP, where
+/// it went unanswered.
+#[tokio::test]
+async fn requests_rmcp_cannot_read_do_not_hold_the_end_of_input() {
+    use tokio::io::AsyncWriteExt;
+    let (mut child, mut stdin, mut lines) = stdio_process(&[]);
+    let deep = format!("{}1{}", "[".repeat(1000), "]".repeat(1000));
+    let input = format!(
+        "{}{}\n{}\n{}\n{}\n",
+        opening_lines(),
+        r#"{"jsonrpc":"2.0","id":5,"method":"resources/read","params":{}}"#,
+        r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"ping"}"#,
+        format_args!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{deep}}}}}}}"#
+        ),
+        r#"{"jsonrpc":"2.0","id":"end","method":"ping"}"#,
+    );
+    within(stdin.write_all(input.as_bytes())).await.unwrap();
+    let closed = std::time::Instant::now();
+    drop(stdin);
+    let answers = read_to_end(&mut lines).await;
+    assert!(within(child.wait()).await.unwrap().success());
+    assert!(closed.elapsed() < std::time::Duration::from_secs(10), "{:?}", closed.elapsed());
+    let deep = answers.iter().find(|a| a["id"] == 7).unwrap_or_else(|| panic!("{answers:?}"));
+    assert_eq!(deep["error"]["code"], -32700, "{deep}");
+    let message = deep["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nests deeper than the 128 levels"), "{message}");
+    assert!(answers.iter().any(|a| a["id"] == "end" && a.get("result").is_some()), "{answers:?}");
+}
