@@ -18,10 +18,13 @@ use toolmux::toolmux_core::{CallContext, ToolCall};
 /// Set in the child's environment: it is the one that checks.
 const CHILD: &str = "TOOLMUX_TEST_INHERITED_ENV_CHILD";
 
-/// The child's variables: two credentials by their names and a setting.
-const VARIABLES: [(&str, &str); 3] = [
+/// The child's variables: credentials by their names (one named as one word, another
+/// the X11 cookie file) and a setting.
+const VARIABLES: [(&str, &str); 5] = [
     ("GITHUB_TOKEN", "ghp_inheritedTokenAbc123"),
     ("DB_PASS", "hunter2-inherited-pass"),
+    ("GOOGLEAPIKEY", "AIzaInheritedGoogleKey987"),
+    ("XAUTHORITY", "/run/user/1000/inherited-xauth-cookie"),
     ("PLAIN_SETTING", "a-visible-setting-value"),
 ];
 
@@ -98,14 +101,20 @@ fn check_in_child() {
             }
         };
         assert_eq!(echo("all__env", "GITHUB_TOKEN").await, "GITHUB_TOKEN=[redacted]");
+        // Credentials named as one word, which were neither redacted nor withheld.
+        assert_eq!(echo("all__env", "GOOGLEAPIKEY").await, "GOOGLEAPIKEY=[redacted]");
+        assert_eq!(echo("all__env", "XAUTHORITY").await, "XAUTHORITY=[redacted]");
+        assert_eq!(echo("safe__env", "GOOGLEAPIKEY").await, "GOOGLEAPIKEY=(not set)");
+        assert_eq!(echo("safe__env", "XAUTHORITY").await, "XAUTHORITY=(not set)");
         assert_eq!(
             echo("all__env", "PLAIN_SETTING").await,
             "PLAIN_SETTING=a-visible-setting-value"
         );
-        // `safe` withholds GITHUB_TOKEN, but passes DB_PASS on, whose name its own rule
-        // does not take for a credential's.
+        // `safe` withholds them all, judging names by the words the redaction does (it
+        // passed DB_PASS on before it did).
+        assert_eq!(echo("all__env", "DB_PASS").await, "DB_PASS=[redacted]");
         assert_eq!(echo("safe__env", "GITHUB_TOKEN").await, "GITHUB_TOKEN=(not set)");
-        assert_eq!(echo("safe__env", "DB_PASS").await, "DB_PASS=[redacted]");
+        assert_eq!(echo("safe__env", "DB_PASS").await, "DB_PASS=(not set)");
         toolmux.shutdown().await.unwrap_or_else(|e| panic!("{e}"));
     });
 }

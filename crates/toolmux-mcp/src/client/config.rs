@@ -74,19 +74,22 @@ fn words(name: &str) -> impl Iterator<Item = String> + '_ {
     words.into_iter().filter(|word| !word.is_empty())
 }
 
-/// A word (upper case) that names a credential: one of [`CREDENTIAL_WORDS`] or
-/// [`CREDENTIAL_COMPOUNDS`], or one ending in `TOKEN`, `SECRET`, `PASSWORD` or `PASSWD`
-/// (`GITHUBTOKEN`, `PGPASSWORD`), endings no ordinary word has. `KEY` and `PASS` count only
-/// as whole words, as so many words end in them.
+/// A word (upper case) that names a credential: one of [`CREDENTIAL_WORDS`], one ending
+/// in one of [`CREDENTIAL_COMPOUNDS`] (`PHPSESSIONID`, `XAUTHORITY`), or one ending in
+/// `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD` or `AUTH` (`GITHUBTOKEN`, `PGPASSWORD`,
+/// `BASICAUTH`), endings no ordinary word has, or in `KEY` unless it is one of the
+/// ordinary words of [`ORDINARY_KEY_WORDS`] (`GOOGLEAPIKEY`, `SSHKEY`, but not `MONKEY`).
+/// `PASS` counts only as a whole word, as so many words end in it.
 fn is_credential_word(word: &str) -> bool {
     CREDENTIAL_WORDS.contains(&word)
-        || CREDENTIAL_COMPOUNDS.contains(&word)
-        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD"].iter().any(|end| word.ends_with(end))
+        || CREDENTIAL_COMPOUNDS.iter().any(|compound| word.ends_with(compound))
+        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH"].iter().any(|end| word.ends_with(end))
+        || (word.ends_with("KEY") && !ORDINARY_KEY_WORDS.contains(&word))
 }
 
-// The two lists are the facade's (`crates/toolmux/src/config/env.rs`, `CREDENTIAL_WORDS`
-// and `CREDENTIAL_COMPOUNDS`, which judge which values to redact), copied: this crate
-// does not depend on the facade. A word added there belongs here too.
+// The three lists are the facade's (`crates/toolmux/src/config/env.rs`, `CREDENTIAL_WORDS`,
+// `CREDENTIAL_COMPOUNDS` and `ORDINARY_KEY_WORDS`, which judge which values to redact),
+// copied: this crate does not depend on the facade. A word added there belongs here too.
 
 /// Words that name a credential in a variable's name. `PAT` is GitHub's personal access
 /// token (`GH_PAT`); `SESSION` stays, as a session's identifier lets whoever holds it in.
@@ -117,9 +120,12 @@ const CREDENTIAL_WORDS: [&str; 24] = [
     "JWT",
 ];
 
-/// Credentials' names written as one word (`OPENWEATHER_APIKEY`); those ending in `TOKEN`
-/// or `SECRET` need no entry ([`is_credential_word`]).
-const CREDENTIAL_COMPOUNDS: [&str; 13] = [
+/// Credentials' names written as one word (`OPENWEATHER_APIKEY`), and as the end of one
+/// (`GOOGLEAPIKEY`, `PHPSESSIONID`); those ending in `TOKEN`, `SECRET`, `AUTH` or `KEY`
+/// need no entry ([`is_credential_word`]) but are kept as the facade's list has them.
+/// `XAUTHORITY` and `ICEAUTHORITY` name the X11 and ICE cookie files, which let whoever
+/// reads them into the user's display and session.
+const CREDENTIAL_COMPOUNDS: [&str; 15] = [
     "APIKEY",
     "APIKEYS",
     "PRIVATEKEY",
@@ -133,6 +139,16 @@ const CREDENTIAL_COMPOUNDS: [&str; 13] = [
     "SESSIONID",
     "PASSCODE",
     "PASSKEY",
+    "XAUTHORITY",
+    "ICEAUTHORITY",
+];
+
+/// Ordinary words that end in `KEY` and name no credential: every other word that ends
+/// in it (`SSHKEY`, `MAPBOXKEY`) is taken as one, as credentials are named so far more
+/// often than variables are named after monkeys.
+const ORDINARY_KEY_WORDS: [&str; 14] = [
+    "MONKEY", "DONKEY", "TURKEY", "HOCKEY", "JOCKEY", "WHISKEY", "LACKEY", "MALARKEY", "FLUNKEY",
+    "HOTKEY", "TURNKEY", "SMOKEY", "POKEY", "HOKEY",
 ];
 
 /// One MCP server: how to reach it, which of its tools to offer and how long to wait.
@@ -518,9 +534,28 @@ mod tests {
             "GH_PAT",
             "GNOME_KEYRING_CONTROL",
             "npm_config__authToken",
+            "GOOGLEAPIKEY",
+            "OPENAIAPIKEY",
+            "MAPBOXKEY",
+            "SSHKEY",
+            "STRIPESECRETKEY",
+            "GOOGLEAPIKEYS",
+            "PHPSESSIONID",
+            "XAUTHORITY",
+            "ICEAUTHORITY",
+            "BASICAUTH",
+            "ProxyBasicAuth",
         ];
         let passed = [
             "MONKEY",
+            "TURKEY",
+            "HOCKEY",
+            "JOCKEY",
+            "DONKEY",
+            "WHISKEY",
+            "HOTKEY",
+            "AUTHOR_NAME",
+            "KEYSPACE",
             "TOKENIZER_PATH",
             "KEYBOARD_LAYOUT",
             "BYPASS_PROXY",
@@ -552,7 +587,26 @@ mod tests {
                 "GH_PAT: withheld",
                 "GNOME_KEYRING_CONTROL: withheld",
                 "npm_config__authToken: withheld",
+                "GOOGLEAPIKEY: withheld",
+                "OPENAIAPIKEY: withheld",
+                "MAPBOXKEY: withheld",
+                "SSHKEY: withheld",
+                "STRIPESECRETKEY: withheld",
+                "GOOGLEAPIKEYS: withheld",
+                "PHPSESSIONID: withheld",
+                "XAUTHORITY: withheld",
+                "ICEAUTHORITY: withheld",
+                "BASICAUTH: withheld",
+                "ProxyBasicAuth: withheld",
                 "MONKEY: passed",
+                "TURKEY: passed",
+                "HOCKEY: passed",
+                "JOCKEY: passed",
+                "DONKEY: passed",
+                "WHISKEY: passed",
+                "HOTKEY: passed",
+                "AUTHOR_NAME: passed",
+                "KEYSPACE: passed",
                 "TOKENIZER_PATH: passed",
                 "KEYBOARD_LAYOUT: passed",
                 "BYPASS_PROXY: passed",

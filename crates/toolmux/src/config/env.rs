@@ -400,15 +400,19 @@ fn sounds_secret(name: &str) -> bool {
 }
 
 /// A word of a name (upper case, as [`words`] gives it) that names a credential: one of
-/// [`CREDENTIAL_WORDS`] or [`CREDENTIAL_COMPOUNDS`], or a word that ends in `TOKEN`,
-/// `SECRET`, `PASSWORD` or `PASSWD` (`GITHUBTOKEN`, `PGPASSWORD`), endings no ordinary word
-/// has. `KEY` and `PASS` count only as whole words, as so many words end in them.
+/// [`CREDENTIAL_WORDS`], one ending in one of [`CREDENTIAL_COMPOUNDS`] (`PHPSESSIONID`,
+/// `XAUTHORITY`), or one ending in `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD` or `AUTH`
+/// (`GITHUBTOKEN`, `PGPASSWORD`, `BASICAUTH`), endings no ordinary word has, or in `KEY`
+/// unless it is one of the ordinary words of [`ORDINARY_KEY_WORDS`] (`GOOGLEAPIKEY`,
+/// `SSHKEY`, but not `MONKEY`). `PASS` counts only as a whole word, as so many words end
+/// in it.
 fn is_credential_word(word: &str) -> bool {
     // `TOKEN2`, `KEY1`: a number after the word tells credentials apart.
     let word = word.trim_end_matches(|c: char| c.is_ascii_digit());
     CREDENTIAL_WORDS.contains(&word)
-        || CREDENTIAL_COMPOUNDS.contains(&word)
-        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD"].iter().any(|end| word.ends_with(end))
+        || CREDENTIAL_COMPOUNDS.iter().any(|compound| word.ends_with(compound))
+        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH"].iter().any(|end| word.ends_with(end))
+        || (word.ends_with("KEY") && !ORDINARY_KEY_WORDS.contains(&word))
 }
 
 /// Words that name a credential in a variable's or a key's name. `PAT` is GitHub's
@@ -441,9 +445,12 @@ const CREDENTIAL_WORDS: [&str; 24] = [
     "JWT",
 ];
 
-/// Credentials' names written as one word (`OPENWEATHER_APIKEY`, `clientsecret`); those
-/// ending in `TOKEN` or `SECRET` need no entry ([`is_credential_word`]).
-const CREDENTIAL_COMPOUNDS: [&str; 13] = [
+/// Credentials' names written as one word (`OPENWEATHER_APIKEY`, `clientsecret`), and as
+/// the end of one (`GOOGLEAPIKEY`, `PHPSESSIONID`); those ending in `TOKEN`, `SECRET`,
+/// `AUTH` or `KEY` need no entry ([`is_credential_word`]) but are kept, as the MCP client
+/// has a copy of this list. `XAUTHORITY` and `ICEAUTHORITY` name the X11 and ICE cookie
+/// files, which let whoever reads them into the user's display and session.
+const CREDENTIAL_COMPOUNDS: [&str; 15] = [
     "APIKEY",
     "APIKEYS",
     "PRIVATEKEY",
@@ -457,6 +464,17 @@ const CREDENTIAL_COMPOUNDS: [&str; 13] = [
     "SESSIONID",
     "PASSCODE",
     "PASSKEY",
+    "XAUTHORITY",
+    "ICEAUTHORITY",
+];
+
+/// Ordinary words that end in `KEY` and name no credential, as [`is_public`] lists the
+/// words that name a place: every other word that ends in it (`SSHKEY`, `MAPBOXKEY`) is
+/// taken as one, as credentials are named so far more often than variables are named
+/// after monkeys. The MCP client has a copy of this list.
+const ORDINARY_KEY_WORDS: [&str; 14] = [
+    "MONKEY", "DONKEY", "TURKEY", "HOCKEY", "JOCKEY", "WHISKEY", "LACKEY", "MALARKEY", "FLUNKEY",
+    "HOTKEY", "TURNKEY", "SMOKEY", "POKEY", "HOKEY",
 ];
 
 /// A name that says it counts or bounds something: `MAX_TOKENS`, `TOKEN_LIMIT`.
@@ -797,6 +815,16 @@ mod tests {
             "REGISTRY_AUTH",
             "SECRET_KEY_2",
             "TOKEN2",
+            "GOOGLEAPIKEY",
+            "OPENAIAPIKEY",
+            "MAPBOXKEY",
+            "SSHKEY",
+            "STRIPESECRETKEY",
+            "SSHKEY2",
+            "PHPSESSIONID",
+            "XAUTHORITY",
+            "ICEAUTHORITY",
+            "BASICAUTH",
         ] {
             assert!(sounds_secret(secret), "{secret} sounds secret");
         }
@@ -811,6 +839,11 @@ mod tests {
             "KEYSPACE",
             "COMPASS_HOME",
             "HOTKEY",
+            "TURKEY",
+            "HOCKEY",
+            "JOCKEY",
+            "DONKEY",
+            "WHISKEY",
             "maxTokens",
             "PASSENGER_ENV",
             "PATH",
