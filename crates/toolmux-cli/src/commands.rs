@@ -433,6 +433,11 @@ pub(crate) fn call_arguments(
                 "ARGS_JSON must be a JSON object, not `{other}`: give the arguments by name, \
                  such as '{{\"path\": \"README.md\"}}'"
             ),
+            Err(e) if lone_surrogate(text, &e) => bail!(
+                "ARGS_JSON is not valid JSON: {e}: a `\\uD800`-`\\uDFFF` escape is half of a \
+                 character and comes in pairs (`\\ud83d\\ude00` is one emoji); a lone one is \
+                 no Unicode character: write the character itself, or both halves"
+            ),
             Err(e) => bail!("ARGS_JSON is not valid JSON: {e}; {}", json_hint(text)),
         },
     };
@@ -453,6 +458,18 @@ pub(crate) fn call_arguments(
         arguments.insert(key.to_owned(), value);
     }
     Ok(Value::Object(arguments))
+}
+
+/// Whether serde failed on `text` at a `\uD800`-`\uDFFF` escape without its other half
+/// (serde says only "unexpected end of hex escape" or "lone leading surrogate").
+fn lone_surrogate(text: &str, e: &serde_json::Error) -> bool {
+    let message = e.to_string();
+    (message.contains("surrogate") || message.contains("hex escape"))
+        && text.to_ascii_lowercase().split("\\u").skip(1).any(|hex| {
+            hex.get(..4)
+                .and_then(|h| u16::from_str_radix(h, 16).ok())
+                .is_some_and(|unit| (0xD800..=0xDFFF).contains(&unit))
+        })
 }
 
 /// How to give the arguments that `text`, not JSON, was meant as: `key=value` words

@@ -131,6 +131,13 @@ fn invalid_arguments_json_is_a_usage_error() {
             r#"error: ARGS_JSON is not valid JSON: expected value at line 1 column 1; give one JSON object in single quotes, such as '{"path": "README.md"}', or each argument as --arg KEY=VALUE"#
         ]],
     );
+    // A lone surrogate: serde said only "unexpected end of hex escape".
+    check(
+        &[r#"{"pattern":"\ud800"}"#],
+        expect![[
+            r#"error: ARGS_JSON is not valid JSON: unexpected end of hex escape at line 1 column 19: a `\uD800`-`\uDFFF` escape is half of a character and comes in pairs (`\ud83d\ude00` is one emoji); a lone one is no Unicode character: write the character itself, or both halves"#
+        ]],
+    );
     // Several words: clap's error named the second as unexpected, and no more.
     check(
         &["pattern=TODO", "glob=*.rs"],
