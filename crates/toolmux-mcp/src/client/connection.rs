@@ -479,6 +479,9 @@ async fn start(
             let mut http_config = StreamableHttpClientTransportConfig::with_uri(url()?);
             http_config.retry_config = Arc::new(BoundedRetry);
             http_config.session_recovery_timeout = SESSION_RECOVERY_TIMEOUT;
+            // The most one message may be, as over stdio, SSE and WebSocket (rmcp's own
+            // limit is 16 MiB, under what a stdio server's result may be).
+            http_config.max_sse_event_size = stdio::MESSAGE_MAX;
             // Every request goes through `Passthrough`, which sends the headers a call
             // carries to pass on (and nothing else changes for calls without), and has the
             // tools listed again when the server renews the session.

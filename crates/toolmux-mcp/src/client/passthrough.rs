@@ -62,6 +62,53 @@ impl<C> Passthrough<C> {
     }
 }
 
+/// What rmcp's SSE reader says of an event over its limit (`SSE event exceeded the maximum
+/// size of N bytes`), the error's type being private.
+const EVENT_TOO_LARGE: &str = "exceeded the maximum size";
+
+/// The SSE stream of the answer to request `id`, where an event over `max` bytes ends it
+/// with an error answer to the request that says so: rmcp ends the stream and the request
+/// then failed as if the server had closed it, the size never told.
+fn too_large_told(
+    stream: BoxStream<'static, Result<Sse, SseError>>,
+    id: RequestId,
+    max: usize,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    use futures::StreamExt as _;
+
+    let mut ended = false;
+    stream
+        .map(move |item| match item {
+            Err(error) if error.to_string().contains(EVENT_TOO_LARGE) => {
+                let why = format!(
+                    "the server's answer came as an SSE event of over {} MiB, more than any \
+                     message may be, and was not read",
+                    max >> 20
+                );
+                let data = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": id,
+                    "error": {
+                        "code": rmcp::model::ErrorCode::INTERNAL_ERROR.0,
+                        "message": why,
+                        "data": { crate::transport::ANSWER_LOST_KEY: true },
+                    },
+                });
+                Ok(Sse { event: None, data: Some(data.to_string()), id: None, retry: None })
+            }
+            other => other,
+        })
+        // Nothing follows the event that said so.
+        .take_while(move |item| {
+            let go = !ended;
+            ended |= item.as_ref().is_ok_and(|sse| {
+                sse.data.as_deref().is_some_and(|d| d.contains(crate::transport::ANSWER_LOST_KEY))
+            });
+            std::future::ready(go)
+        })
+        .boxed()
+}
+
 /// The headers `message` carries to pass on, taken out of it.
 pub(crate) fn take(message: &mut ClientJsonRpcMessage) -> HashMap<HeaderName, HeaderValue> {
     let mut headers = HashMap::new();
@@ -191,6 +238,10 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
         custom_headers.extend(take(&mut message));
         let in_session = session_id.is_some();
         let answer = answered(&message);
+        let request = match &message {
+            JsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
         let mut retry = 0;
         loop {
             let response = self
@@ -224,6 +275,13 @@ impl<C: StreamableHttpClient + Send + Sync> StreamableHttpClient for Passthrough
                     ),
                 }
             }
+            let response = match (response, request.clone()) {
+                (Ok(StreamableHttpPostResponse::Sse(stream, session)), Some(id)) => {
+                    let stream = too_large_told(stream, id, max_sse_event_size);
+                    Ok(StreamableHttpPostResponse::Sse(stream, session))
+                }
+                (other, _) => other,
+            };
             return self.told(response, in_session);
         }
     }

@@ -24,8 +24,11 @@ enum Failure {
     Html,
     /// 200 `application/json` that is not JSON.
     NotJson,
-    /// 200 `application/json` over rmcp's 16 MiB limit.
+    /// 200 `application/json` over rmcp's 16 MiB limit of a JSON answer (fixed in rmcp,
+    /// where the limit of an SSE event is not).
     TooLarge,
+    /// 200 `text/event-stream` whose event is over the 128 MiB a message may be.
+    SseTooLarge,
 }
 
 impl Failure {
@@ -48,6 +51,10 @@ impl Failure {
             Failure::TooLarge => {
                 let body = format!("\"{}\"", "x".repeat(17 << 20));
                 ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            Failure::SseTooLarge => {
+                let body = format!("data: {}\n\n", "x".repeat(129 << 20));
+                ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
             }
         }
     }
@@ -182,4 +189,50 @@ async fn not_json_at_a_call() {
 #[tokio::test(flavor = "multi_thread")]
 async fn too_large_at_a_call() {
     check_at_call(Failure::TooLarge, expect_test::expect!["web: tools/call sent, outcome unknown: the answer from http://127.0.0.1:PORT/mcp is over 16777216 bytes, more than an answer may have; ask the tool for less; it may have run, so check its effect before calling again [other]"]).await;
+}
+
+/// An SSE event over the limit says so, naming the limit; it was told as the server
+/// closing the answer's stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sse_event_too_large_at_a_call() {
+    check_at_call(Failure::SseTooLarge, expect_test::expect!["web: tools/call sent, outcome unknown: the server's answer came as an SSE event of over 128 MiB, more than any message may be, and was not read; it may have run, so check its effect before calling again [other]"]).await;
+}
+
+/// An answer of 20 MiB, over rmcp's own 16 MiB limit, is read, over SSE as stdio reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_sse_answer_is_read() {
+    let url = big_sse_server(20 << 20).await;
+    let config = McpServerConfig::remote(TransportKind::Http, url)
+        .with_request_timeout(Duration::from_secs(20))
+        .with_startup_timeout(Duration::from_secs(10));
+    let provider = McpProvider::new("web", config).unwrap();
+    let out = provider.call("t", json!({}), &CallContext::new()).await.unwrap();
+    assert_eq!(out.to_text().len(), 20 << 20);
+    provider.shutdown().await.unwrap();
+}
+
+/// A loopback server whose `tools/call` answers with text of `size` bytes in one SSE event.
+async fn big_sse_server(size: usize) -> String {
+    let mcp = move |body: String| async move {
+        let message: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let Some(id) = message.get("id").cloned() else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let result = match message["method"].as_str().unwrap_or("") {
+            "initialize" => json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "big", "version": "1"}}),
+            "tools/list" => json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}),
+            "tools/call" => json!({"content": [{"type": "text", "text": "x".repeat(size)}]}),
+            _ => json!({}),
+        };
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        let body = format!("data: {answer}\n\n");
+        ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+    };
+    let router = axum::Router::new()
+        .route("/mcp", axum::routing::post(mcp).get(|| async { StatusCode::METHOD_NOT_ALLOWED }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    url
 }
