@@ -490,11 +490,16 @@ impl Toolmux {
         if let Some(path) = &stats_file
             && let Err(e) = orchestrator.stats().load(path)
         {
-            warnings.push(format!(
-                "{e}; statistics start from nothing (an invalid file is moved to {}.bad when \
-                 they are saved)",
-                path.display()
-            ));
+            use toolmux_orchestrator::accounting::StatsError;
+            // Only a file of another form is moved aside; one that is no regular file, or
+            // cannot be read, is left as it is.
+            let moved = match &e {
+                StatsError::Format { .. } => {
+                    format!(" (the file is moved to {}.bad when they are saved)", path.display())
+                }
+                _ => String::new(),
+            };
+            warnings.push(format!("{}; statistics start from nothing{moved}", with_causes(&e)));
         }
         #[cfg(feature = "agent")]
         if let Some(agents) = &agents {
@@ -2155,5 +2160,31 @@ mod audit_log_tests {
             let message = error.to_string().replace(&dir.path().display().to_string(), "DIR");
             assert_eq!(message, format!("toolmux.yaml: audit log {expected}"));
         }
+    }
+
+    /// A statistics file that cannot be read is a warning giving the system's reason, and
+    /// promises no `.bad` copy unless the file is of another form, which alone is moved.
+    #[tokio::test]
+    async fn a_statistics_file_that_cannot_be_read_is_warned_of_with_the_reason() {
+        let dir = tempfile::tempdir().expect("a folder");
+        std::fs::create_dir(dir.path().join("folder.json")).expect("made");
+        std::fs::write(dir.path().join("bad.json"), "not statistics").expect("written");
+        let warning = |stats: &str| {
+            let yaml = format!("defaults: {{outputDir: out, statsFile: {stats}}}\n");
+            let loaded = load_str(&yaml, FileFormat::Yaml, "toolmux.yaml", dir.path(), &|_| None)
+                .expect("loads");
+            async move {
+                let built = Toolmux::build(&loaded).await.expect("builds");
+                let warnings = built.warnings().join("\n");
+                let _ = built.shutdown().await;
+                warnings
+            }
+        };
+        let folder = warning("folder.json").await;
+        assert!(folder.contains("statistics start from nothing"), "{folder}");
+        assert!(folder.contains("directory") || folder.contains("folder,"), "{folder}");
+        assert!(!folder.contains(".bad"), "{folder}");
+        let bad = warning("bad.json").await;
+        assert!(bad.contains("bad.json.bad when they are saved"), "{bad}");
     }
 }
