@@ -64,6 +64,13 @@ pub(crate) fn describe(
         StreamableHttpError::Client(http) if http.is_timeout() => {
             said(Reach::Lost, format!("the request to {url} timed out"))
         }
+        // A redirect not followed (to another origin, or too many): the request went no
+        // further than the redirect, and the cause says why.
+        StreamableHttpError::Client(http) if http.is_redirect() => {
+            let cause = std::error::Error::source(http)
+                .map_or_else(|| "too many redirects".to_owned(), toolmux_core::error_report);
+            said(Reach::Refused, format!("{url} answered with a redirect: {cause}"))
+        }
         // reqwest's own message names the URL, query and all; its causes do not.
         StreamableHttpError::Client(http) => {
             let cause = std::error::Error::source(http)

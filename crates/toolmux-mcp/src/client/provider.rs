@@ -296,9 +296,10 @@ fn http_client(server: &str, config: &McpServerConfig) -> Result<reqwest::Client
 }
 
 /// Redirects followed: at most 10, all within the server URL's origin (scheme, host and
-/// port). A redirect to another origin is not followed and its 3xx answer ends the request:
-/// reqwest's own policy strips only `Authorization` and `Cookie` across hosts, while the
-/// configured `headers` (tokens, API keys) would go along, even from https to http.
+/// port). A redirect to another origin is not followed and fails the request naming that
+/// origin: reqwest's own policy strips only `Authorization` and `Cookie` across hosts,
+/// while the configured `headers` (tokens, API keys) would go along, even from https to
+/// http.
 fn same_origin_redirects() -> reqwest::redirect::Policy {
     const MAX_REDIRECTS: usize = 10;
     reqwest::redirect::Policy::custom(|attempt| {
@@ -309,7 +310,9 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
         });
         // `previous` starts with the first request's URL, which is no redirect.
         if leaves_origin {
-            attempt.stop()
+            // The origin only: the path and query may hold a key.
+            let origin = attempt.url().origin().ascii_serialization();
+            attempt.error(OtherOrigin(origin))
         } else if attempt.previous().len() > MAX_REDIRECTS {
             attempt.error("too many redirects")
         } else {
@@ -317,6 +320,24 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
         }
     })
 }
+
+/// Why a redirect was not followed.
+#[derive(Debug)]
+struct OtherOrigin(String);
+
+impl std::fmt::Display for OtherOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server redirected to another origin, {}, which is not followed: the \
+             configured headers and credentials would go there; if the server moved, set \
+             `url` to its new address",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for OtherOrigin {}
 
 impl Drop for Inner {
     fn drop(&mut self) {

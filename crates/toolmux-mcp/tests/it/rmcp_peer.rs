@@ -646,6 +646,9 @@ async fn http_redirects_stay_within_the_origin_and_headers_never_leave_it() {
     let away = McpProvider::new("away", config("/away")).unwrap();
     let err = away.warmup().await.unwrap_err();
     assert!(err.report().starts_with("away: "), "{}", err.report());
+    let elsewhere_origin = elsewhere_url.trim_end_matches("/mcp");
+    let report = err.report().replace(elsewhere_origin, "ELSEWHERE").replace(&base, "BASE");
+    expect_test::expect!["away: handshake failed: BASE/away answered with a redirect: the server redirected to another origin, ELSEWHERE, which is not followed: the configured headers and credentials would go there; if the server moved, set `url` to its new address"].assert_eq(&report);
     assert!(!err.report().contains("k-s3cret"), "{}", err.report());
     assert!(seen_elsewhere.lock().unwrap().is_empty(), "{:?}", seen_elsewhere.lock().unwrap());
     task.abort();
