@@ -58,13 +58,26 @@ impl Terminal {
     }
 
     /// Adds `key` to the project's approvals file (replaced whole through a temporary
-    /// file); a failure is told, the call allowed all the same.
+    /// file); a failure is told, the call allowed all the same. A file that is there but
+    /// cannot be read (over the size limit, not JSON, not readable) is left as it is, the
+    /// approval kept for this session only: written anew, it would lose every approval
+    /// it held.
     fn save_approval(&self, key: &str) {
         let Some(path) = &self.approvals else { return };
-        let mut approved = crate::files::read_regular(path, crate::files::APPROVALS)
-            .ok()
-            .and_then(|bytes| approved_in(&bytes).ok())
-            .unwrap_or_default();
+        let unreadable = |why: String| {
+            eprintln!(
+                "warning: the approval of {key} is kept for this session only, and {} is left                  as it is: {why} (fix or delete it to save approvals in the project)",
+                path.display()
+            );
+        };
+        let mut approved = match crate::files::read_regular(path, crate::files::APPROVALS) {
+            Ok(bytes) => match approved_in(&bytes) {
+                Ok(approved) => approved,
+                Err(e) => return unreadable(format!("it is not a file of approvals ({e})")),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return unreadable(format!("it cannot be read ({e})")),
+        };
         if approved.iter().any(|a| a == key) {
             return;
         }

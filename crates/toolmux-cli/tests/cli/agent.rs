@@ -756,6 +756,46 @@ fn a_tool_allowed_in_the_project_is_not_asked_for_in_the_next_process() {
     assert!(last_tool_result(&requests[3]).contains("second-run"), "{}", run.stdout);
 }
 
+/// `p` to an approval when the project's approvals file is there but cannot be read (not
+/// JSON, over its 1 MiB limit) allows the call for this session only, says so and leaves
+/// the file as it is, where it was replaced by the one new approval, losing those it held.
+#[test]
+fn an_unreadable_approvals_file_is_left_as_it_is() {
+    let earlier: Vec<String> = (0..60_000).map(|i| format!("fs__bash(echo {i:06} *)")).collect();
+    let over_the_limit = json!({"approved": earlier}).to_string();
+    assert!(over_the_limit.len() > 1024 * 1024);
+    let cases = [
+        ("not JSON", r#"{"approved": ["fs__grep",]}"#.to_owned(), "not a file of approvals"),
+        ("over the limit", over_the_limit, "over the limit of 1 MiB"),
+    ];
+    for (case, contents, why) in cases {
+        let (server, project) = chatting_with_bash(&["echo first-run"], "[fs__bash]");
+        project.file(".toolmux/approvals.json", &contents);
+        let rules = json!([
+            ["> ", "run the first"],
+            ["p: in this project too, a: always this tool] ", "p"],
+            ["> ", ""]
+        ]);
+        let run = project.run_at_terminal(&rules, &["agent", "chat", "reader"]);
+        assert_eq!(run.code, 0, "{case}: {}\n{}", run.stdout, run.stderr);
+        let transcript = run.stdout.replace("\r\n", "\n").replace('\n', " ");
+        assert!(
+            transcript.contains("the approval of fs__bash is kept for this session only"),
+            "{case}: {}",
+            run.stdout
+        );
+        assert!(transcript.contains(why), "{case}: {}", run.stdout);
+        let kept = std::fs::read_to_string(project.path().join(".toolmux/approvals.json"))
+            .expect("the approvals file");
+        assert!(
+            kept == contents,
+            "{case}: the file was rewritten: {}",
+            &kept[..kept.len().min(200)]
+        );
+        assert!(last_tool_result(&server.requests()[1]).contains("first-run"), "{case}");
+    }
+}
+
 /// A model whose API takes no tools (`toolCalls: xml`): the tools are described in its
 /// system prompt, it writes its calls as `<tool>` blocks in its text, and reads their
 /// results in `<tool_result>` blocks, through the same pipeline as any agent's calls.
