@@ -76,11 +76,7 @@ pub(crate) fn read_bounded(input: impl io::Read, role: FileRole) -> io::Result<V
 
 fn check(kind: FileType, len: u64, role: FileRole) -> io::Result<()> {
     if !kind.is_file() {
-        let what = what_kind(kind);
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("it is {what}, not a regular file: give the path of {}", role.name),
-        ));
+        return Err(not_regular(what_kind(kind), role));
     }
     if len > role.limit {
         return Err(too_big(Some(len), role));
@@ -113,8 +109,18 @@ fn mebibytes(bytes: u64) -> String {
     }
 }
 
-fn what_kind(kind: FileType) -> &'static str {
-    if kind.is_dir() {
+/// The error for a file that is no regular file: what it is, when its type says.
+fn not_regular(what: Option<&str>, role: FileRole) -> io::Error {
+    let it = match what {
+        Some(what) => format!("it is {what}, not a regular file"),
+        None => "it is not a regular file".to_owned(),
+    };
+    io::Error::new(io::ErrorKind::InvalidInput, format!("{it}: give the path of {}", role.name))
+}
+
+/// What a file that is no regular file is, in words; `None` for a type none names.
+fn what_kind(kind: FileType) -> Option<&'static str> {
+    Some(if kind.is_dir() {
         "a folder"
     } else if kind.is_fifo() {
         "a FIFO (named pipe)"
@@ -125,6 +131,35 @@ fn what_kind(kind: FileType) -> &'static str {
     } else if kind.is_socket() {
         "a socket"
     } else {
-        "not a regular file"
+        return None;
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type no word names is said once to be no regular file, where the message said
+    /// "it is not a regular file, not a regular file".
+    #[test]
+    fn a_file_of_no_named_type_is_said_once_to_be_no_regular_file() {
+        let said = |what| not_regular(what, APPROVALS).to_string();
+        assert_eq!(said(None), "it is not a regular file: give the path of an approvals file");
+        assert_eq!(
+            said(Some("a socket")),
+            "it is a socket, not a regular file: give the path of an approvals file"
+        );
+    }
+
+    /// A folder read as a file is said to be one, through the reader.
+    #[test]
+    fn a_folder_is_said_to_be_one() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let error = read_regular(dir.path(), APPROVALS).expect_err("a folder is refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert_eq!(
+            error.to_string(),
+            "it is a folder, not a regular file: give the path of an approvals file"
+        );
     }
 }
