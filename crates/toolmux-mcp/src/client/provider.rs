@@ -536,6 +536,9 @@ impl Inner {
         };
         let mut tools: Vec<ToolSpec> =
             listed.into_iter().filter(|t| self.filter.allows(&t.name)).map(tool_spec).collect();
+        for tool in &mut tools {
+            listed::fit(&self.name, tool);
+        }
         // A tool the server runs only as a task is called as one here, so to the caller it
         // takes tasks or plain calls alike.
         let flavor = tasks::Flavor::listed(connection);

@@ -74,3 +74,25 @@ async fn malformed_results_say_which_part_is_wrong() {
         iserror_empty: ok error=true """#]].assert_eq(&told.join("\n"));
     provider.shutdown().await.unwrap();
 }
+
+/// A `$ref` of an input schema that points at nothing is taken out, the rest of the schema
+/// kept; a description of a megabyte is cut to 16 KiB with a note. Both went out whole, to
+/// model APIs that refuse the first and pay for the second on every turn.
+#[tokio::test]
+async fn dangling_refs_are_taken_out_and_long_descriptions_cut() {
+    let refs_server = provider("refs");
+    let tools = refs_server.list_tools().await.unwrap();
+    let refs = tools.iter().find(|t| t.name == "refs").unwrap();
+    expect_test::expect![[r##"{"$defs":{"name":{"type":"string"}},"properties":{"a":{"description":"kept"},"b":{"$ref":"#/$defs/name"},"c":{"enum":[{"$ref":"#/not/a/schema"}],"type":"string"}},"type":"object"}"##]]
+        .assert_eq(&refs.input_schema.to_string());
+    refs_server.shutdown().await.unwrap();
+
+    let provider = provider("bigdesc");
+    let tools = provider.list_tools().await.unwrap();
+    let big = tools.iter().find(|t| t.name == "bigdesc").unwrap();
+    assert!(big.description.len() < 17 << 10, "{}", big.description.len());
+    assert!(
+        big.description.ends_with("[description cut at 16 KiB; the server's was 1048576 bytes]")
+    );
+    provider.shutdown().await.unwrap();
+}

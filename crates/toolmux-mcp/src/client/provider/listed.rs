@@ -87,6 +87,104 @@ fn tool(raw: Value) -> Result<Tool, (Option<String>, String)> {
     Ok(tool)
 }
 
+/// The longest tool description passed on, in bytes. Model APIs take descriptions of a few
+/// kilobytes (OpenAI's Assistants cap a function's at 1,024 characters, Anthropic states
+/// no limit); every tool's description goes to the model with every turn, so one of a
+/// megabyte would cost each turn that much. Client-specific limits are the server
+/// profiles' to apply.
+pub(super) const DESCRIPTION_MAX: usize = 16 << 10;
+
+/// `spec` of `server` made fit to pass on: a description over [`DESCRIPTION_MAX`] is cut
+/// with a note, and a `$ref` of its input schema that points at nothing in the schema is
+/// taken out (the property then takes any value, and the server still checks its
+/// arguments), each with a warning naming the tool. Model APIs refuse a schema with a
+/// dangling `$ref`, and one tool refused fails every request that lists it; taking the
+/// `$ref` out keeps the tool, where leaving the tool out would lose it for a fault of
+/// its documentation.
+pub(super) fn fit(server: &str, spec: &mut toolmux_core::ToolSpec) {
+    let length = spec.description.len();
+    if length > DESCRIPTION_MAX {
+        let cut = spec.description.floor_char_boundary(DESCRIPTION_MAX);
+        spec.description.truncate(cut);
+        spec.description.push_str(&format!(
+            "\n[description cut at {} KiB; the server's was {length} bytes]",
+            DESCRIPTION_MAX >> 10
+        ));
+        tracing::warn!(
+            server,
+            "tool `{}`: its description of {length} bytes is cut to {} KiB",
+            spec.name,
+            DESCRIPTION_MAX >> 10
+        );
+    }
+    if !schema_has_ref(&spec.input_schema) {
+        return;
+    }
+    let mut schema = (*spec.input_schema).clone();
+    let mut dangling = Vec::new();
+    drop_dangling_refs(&spec.input_schema, &mut schema, &mut dangling);
+    if dangling.is_empty() {
+        return;
+    }
+    tracing::warn!(
+        server,
+        "tool `{}`: its input schema's $ref {} point at nothing in the schema; they are \
+         taken out, so those values are not described",
+        spec.name,
+        dangling.iter().map(|r| format!("`{}`", shown(r))).collect::<Vec<_>>().join(", ")
+    );
+    spec.input_schema = std::sync::Arc::new(schema);
+}
+
+/// Whether `schema` holds the text `"$ref"` anywhere (cheap, before walking it).
+fn schema_has_ref(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => map.contains_key("$ref") || map.values().any(schema_has_ref),
+        Value::Array(items) => items.iter().any(schema_has_ref),
+        _ => false,
+    }
+}
+
+/// Takes out of `node` (a part of `root`) every `$ref` to a JSON pointer in the schema
+/// (`#/...`) that resolves to nothing, noting it in `dangling`. Values that are data, not
+/// schemas (`enum`, `const`, `default`, `examples`), are not walked; a `$ref` that is no
+/// string (a property named `$ref`) is none.
+fn drop_dangling_refs(root: &Value, node: &mut Value, dangling: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::String(target)) = map.get("$ref")
+                && let Some(pointer) = target.strip_prefix('#')
+                && !resolves(root, pointer)
+            {
+                dangling.push(target.clone());
+                map.remove("$ref");
+            }
+            for (key, value) in map.iter_mut() {
+                if !matches!(key.as_str(), "enum" | "const" | "default" | "examples") {
+                    drop_dangling_refs(root, value, dangling);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                drop_dangling_refs(root, item, dangling);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether the fragment `pointer` (after `#`) points at a part of `root`: empty is the
+/// root, `/a/b` a JSON pointer (percent-decoded); a plain name is an anchor, taken to
+/// resolve.
+fn resolves(root: &Value, pointer: &str) -> bool {
+    if pointer.is_empty() || !pointer.starts_with('/') {
+        return true;
+    }
+    let decoded = percent_encoding::percent_decode_str(pointer).decode_utf8_lossy();
+    root.pointer(&decoded).is_some()
+}
+
 /// What kind of JSON value `value` is, with the value when it is short.
 fn kind_of(value: &Value) -> String {
     match value {
@@ -174,6 +272,37 @@ mod tests {
             why(json!({"name": "c", "inputSchema": "hello"})),
             why(json!({"inputSchema": {}})),
         ]);
+    }
+
+    #[test]
+    fn dangling_refs_are_taken_out_and_others_kept() {
+        let schema = json!({
+            "type": "object",
+            "$defs": {"name": {"type": "string"}, "a b": {}},
+            "properties": {
+                "a": {"$ref": "#/$defs/missing", "description": "kept"},
+                "b": {"$ref": "#/$defs/name"},
+                "c": {"$ref": "#/$defs/a%20b"},
+                "d": {"enum": [{"$ref": "#/data/not/a/ref"}]},
+                "$ref": {"type": "string"},
+                "e": {"items": [{"$ref": "#/nowhere"}]},
+            },
+        });
+        let mut spec = toolmux_core::ToolSpec::new("t", "d", schema);
+        fit("s", &mut spec);
+        expect_test::expect![[r##"{"$defs":{"a b":{},"name":{"type":"string"}},"properties":{"$ref":{"type":"string"},"a":{"description":"kept"},"b":{"$ref":"#/$defs/name"},"c":{"$ref":"#/$defs/a%20b"},"d":{"enum":[{"$ref":"#/data/not/a/ref"}]},"e":{"items":[{}]}},"type":"object"}"##]]
+            .assert_eq(&spec.input_schema.to_string());
+    }
+
+    #[test]
+    fn a_long_description_is_cut_with_a_note() {
+        let mut spec = toolmux_core::ToolSpec::new("t", "é".repeat(DESCRIPTION_MAX), json!({}));
+        fit("s", &mut spec);
+        assert!(spec.description.len() < DESCRIPTION_MAX + 80, "{}", spec.description.len());
+        expect_test::expect![[r#"
+
+            [description cut at 16 KiB; the server's was 32768 bytes]"#]]
+        .assert_eq(&spec.description[DESCRIPTION_MAX..]);
     }
 
     #[test]
