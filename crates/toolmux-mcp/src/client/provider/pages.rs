@@ -37,8 +37,8 @@ where
             let shown = &next[..next.floor_char_boundary(60)];
             tracing::warn!(
                 server,
-                "{method}: the server gave the cursor `{shown}` a second time; keeping the {} \
-                 items of the {} pages read",
+                "{method}: the list is cut: the server gave the cursor `{shown}` a second \
+                 time; keeping the {} items of the {} pages read",
                 items.len(),
                 seen.len() + 1
             );
@@ -48,9 +48,83 @@ where
     }
     tracing::warn!(
         server,
-        "{method}: the server still gave a next cursor after {MAX_PAGES} pages; keeping the {} \
-         items read",
+        "{method}: the list is cut: the server still gave a next cursor after {MAX_PAGES} \
+         pages; keeping the {} items of the {MAX_PAGES} pages read",
         items.len()
     );
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A subscriber that keeps each event's fields as text.
+    #[derive(Default)]
+    struct Kept(Arc<Mutex<Vec<String>>>);
+
+    struct Fields<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={value:?} ", field.name()));
+        }
+    }
+
+    impl tracing::Subscriber for Kept {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut text = format!("{} ", event.metadata().level());
+            event.record(&mut Fields(&mut text));
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(text.trim_end().to_owned());
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// What a listing of `next` cursors (one item a page) keeps and warns.
+    fn check(next: impl Fn(usize) -> Option<String>, expect: expect_test::Expect) {
+        let kept = Kept::default();
+        let said = kept.0.clone();
+        let items = tracing::subscriber::with_default(kept, || {
+            let pages = std::cell::Cell::new(0);
+            let listing = all_pages("srv", "tools/list", |_| {
+                pages.set(pages.get() + 1);
+                std::future::ready(Ok((vec![pages.get()], next(pages.get()))))
+            });
+            futures::executor::block_on(listing).unwrap()
+        });
+        let said = said.lock().unwrap_or_else(|e| e.into_inner()).join("\n");
+        expect.assert_eq(&format!("{} items\n{said}", items.len()));
+    }
+
+    #[test]
+    fn a_cut_listing_says_so() {
+        check(
+            |_| Some("same".to_owned()),
+            expect_test::expect![[r#"
+                2 items
+                WARN message=tools/list: the list is cut: the server gave the cursor `same` a second time; keeping the 2 items of the 2 pages read server="srv""#]],
+        );
+        check(
+            |page| Some(format!("c{page}")),
+            expect_test::expect![[r#"
+            1000 items
+            WARN message=tools/list: the list is cut: the server still gave a next cursor after 1000 pages; keeping the 1000 items of the 1000 pages read server="srv""#]],
+        );
+        check(
+            |page| (page < 3).then(|| format!("c{page}")),
+            expect_test::expect![[r#"
+            3 items
+        "#]],
+        );
+    }
 }
