@@ -143,7 +143,9 @@ mod tests {
     fn an_answer_that_is_no_result_says_what_it_lacks() {
         check(
             json!({}),
-            expect_test::expect!["err it is an empty object `{}`, without `content` (a list of parts) or `isError`; the server does not follow MCP, so check whether the call ran"],
+            expect_test::expect![
+                "err it is an empty object `{}`, without `content` (a list of parts) or `isError`; the server does not follow MCP, so check whether the call ran"
+            ],
         );
         check(
             json!({"contents": []}),
