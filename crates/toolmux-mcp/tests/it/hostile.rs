@@ -96,3 +96,31 @@ async fn dangling_refs_are_taken_out_and_long_descriptions_cut() {
     );
     provider.shutdown().await.unwrap();
 }
+
+/// A listing that gets no answer within the request timeout is cancelled at the server, as
+/// rmcp's own listing did before the pages were read tool by tool.
+#[tokio::test]
+async fn a_listing_that_times_out_is_cancelled_at_the_server() {
+    let told = tempfile::tempdir().unwrap();
+    let file = told.path().join("cancelled");
+    let script = support::fixture("hostile_server.py").display().to_string();
+    let config = McpServerConfig::stdio(
+        support::python().display().to_string(),
+        [script, "silentlist".into()],
+    )
+    .with_base_dir(support::run_dir())
+    .with_env("CANCELLED_FILE", file.display().to_string())
+    .with_startup_timeout(Duration::from_secs(10))
+    .with_request_timeout(Duration::from_millis(500));
+    let provider = McpProvider::new("hostile", config).unwrap();
+    let error = provider.list_tools().await.unwrap_err();
+    assert!(error.to_string().contains("no answer to tools/list"), "{error}");
+    support::wait_for("the server to hear of the cancellation", Duration::from_secs(5), || {
+        file.exists()
+    })
+    .await;
+    let params: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(params.get("requestId").is_some(), "{params}");
+    provider.shutdown().await.unwrap();
+}

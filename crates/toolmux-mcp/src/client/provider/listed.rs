@@ -8,7 +8,7 @@
 
 use rmcp::RoleClient;
 use rmcp::model::{ClientRequest, ListToolsRequest, PaginatedRequestParams, ServerResult, Tool};
-use rmcp::service::{Peer, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use serde_json::Value;
 
 /// One page of a server's tools and its next cursor, the tools that are none left out with
@@ -23,7 +23,16 @@ pub(super) async fn tools_page(
         params,
         extensions: Default::default(),
     });
-    match peer.send_request(request).await? {
+    // As rmcp's `list_tools` does, a listing dropped before its answer (its timeout) is
+    // cancelled at the server.
+    let handle = peer.send_request_with_option(request, PeerRequestOptions::no_options()).await?;
+    let mut pending = super::Pending(Some(handle));
+    let answer = match pending.0.as_mut() {
+        Some(handle) => (&mut handle.rx).await.unwrap_or(Err(ServiceError::TransportClosed)),
+        None => Err(ServiceError::TransportClosed),
+    };
+    pending.0 = None;
+    match answer? {
         ServerResult::ListToolsResult(page) => Ok((page.tools, page.next_cursor)),
         // What matched no result rmcp knows is kept as it came.
         ServerResult::CustomResult(raw) => raw_page(server, raw.0),
