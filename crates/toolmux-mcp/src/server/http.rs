@@ -161,7 +161,9 @@ fn router_of(
 /// - An `initialize` whose `params` are not an initialize's (rmcp: `400` saying a session
 ///   id is missing) is `400` with `-32602`, naming the field.
 /// - `DELETE` of a session that is gone (rmcp: `202`) is `404`, as every other request
-///   naming it is.
+///   naming it is; of a live session it is `200` (rmcp: `202`, which the Python SDK's
+///   client logs as a failed termination: it takes `200` or `204` as ended, `405` as
+///   termination refused).
 /// - A request of a session whose rmcp worker ended (rmcp: `500`) is `404`, so that its
 ///   client starts another session.
 /// - An `initialize` refused for want of room, every session the server may hold being in
@@ -259,6 +261,10 @@ async fn explain_refusals(
     let id = || request_id(&body);
     if deleting_none && response.status().is_success() {
         return session_not_found(serde_json::Value::Null);
+    }
+    let mut response = response;
+    if method == axum::http::Method::DELETE && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
     }
     if let Some(why) = foreign_resume
         && response.status().is_success()
