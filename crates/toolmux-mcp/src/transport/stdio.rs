@@ -20,7 +20,6 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use toolmux_core::group_guard::{GroupGuard, LeaderExit};
 
 use super::lane::Lane;
 use super::{Fault, FaultKind, encode_message, parse_message};
@@ -278,12 +277,6 @@ pub(crate) fn spawn(
     detach(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| spawn_error(command, e))?;
     let pgid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
-    // Listed with the process's one watchman, so that a toolmux killed with SIGKILL leaves
-    // no server running; released by `reap` once the group is killed, before the leader is
-    // reaped (`leader` waits for its exit without reaping it), so that the watchman never
-    // holds an id that could be someone else's.
-    let watched = GroupGuard::watch(child.id(), &format!("mcp server {}", command.server));
-    let leader = LeaderExit::of(&child);
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -305,8 +298,6 @@ pub(crate) fn spawn(
     let reaping = Reaping {
         server: server.clone(),
         child,
-        leader,
-        watched,
         pgid,
         mark,
         kill: kill.clone(),
@@ -662,10 +653,6 @@ impl Transport<RoleClient> for StdioTransport {
 struct Reaping {
     server: String,
     child: Child,
-    /// Tells the leader's exit without reaping it.
-    leader: LeaderExit,
-    /// Released once the group is killed, before the leader is reaped.
-    watched: Option<GroupGuard>,
     pgid: Option<Pid>,
     /// The mark in its environment, to find what it left outside its group.
     mark: toolmux_core::ProcessMark,
@@ -797,27 +784,25 @@ async fn reap(
     fault: Fault,
     stderr_read: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let Reaping { server, mut child, leader, watched, pgid, mark, kill, stdout } = reaping;
+    let Reaping { server, mut child, pgid, mark, kill, stdout } = reaping;
     // Stopped here because its stdout ended: the connection's error says so already, and
     // the status of the signal that stopped it would only hide why.
     let mut stopped = false;
-    // The leader's exit, not yet reaped (unless there is no pidfd): its id, the group's,
-    // stays ours until the group is killed and released from the watchman below.
-    let exit = tokio::select! {
-        exit = leader.exited(&mut child) => exit,
+    let status = tokio::select! {
+        status = child.wait() => status,
         () = kill.cancelled() => {
             if let Some(pgid) = pgid {
                 let _ = kill_process_group(pgid, Signal::KILL);
             }
             let _ = child.start_kill();
-            leader.exited(&mut child).await
+            child.wait().await
         }
         () = stdout.ended.cancelled() => {
-            match tokio::time::timeout(OUTPUT_END_GRACE, leader.exited(&mut child)).await {
-                Ok(exit) => exit,
+            match tokio::time::timeout(OUTPUT_END_GRACE, child.wait()).await {
+                Ok(status) => status,
                 Err(_) => {
                     stopped = true;
-                    stop_without_output(&server, &mut child, &leader, pgid, &kill).await
+                    stop_without_output(&server, &mut child, pgid, &kill).await
                 }
             }
         }
@@ -826,11 +811,6 @@ async fn reap(
     if let Some(pgid) = pgid {
         let _ = kill_process_group(pgid, Signal::KILL);
     }
-    drop(watched);
-    let status = match exit {
-        Ok(()) => child.wait().await,
-        Err(e) => Err(e),
-    };
     mark.sweep_on_pool(&format!("mcp server {server}")).await;
     match status {
         Ok(status) => {
@@ -859,18 +839,17 @@ async fn reap(
 async fn stop_without_output(
     server: &str,
     child: &mut Child,
-    leader: &LeaderExit,
     pgid: Option<Pid>,
     kill: &CancellationToken,
-) -> std::io::Result<()> {
+) -> std::io::Result<ExitStatus> {
     tracing::warn!(server = %server, "mcp server closed its stdout but kept running; stopping it");
     if let Some(pgid) = pgid {
         let _ = kill_process_group(pgid, Signal::TERM);
     }
     tokio::select! {
-        exit = tokio::time::timeout(TERM_GRACE, leader.exited(child)) => {
-            if let Ok(exit) = exit {
-                return exit;
+        status = tokio::time::timeout(TERM_GRACE, child.wait()) => {
+            if let Ok(status) = status {
+                return status;
             }
         }
         () = kill.cancelled() => {}
@@ -879,7 +858,7 @@ async fn stop_without_output(
         let _ = kill_process_group(pgid, Signal::KILL);
     }
     let _ = child.start_kill();
-    leader.exited(child).await
+    child.wait().await
 }
 
 /// Logs the server's stderr line by line, each cut at [`STDERR_LINE_MAX`] bytes (a line

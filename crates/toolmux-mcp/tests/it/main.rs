@@ -13,7 +13,6 @@ mod hostile;
 mod http_errors;
 mod oauth_server;
 mod oauth_sse;
-mod orphans;
 mod passthrough;
 mod python;
 mod reconnect;
