@@ -136,6 +136,36 @@ pub enum ToolError {
         /// How long the call waited.
         waited: Duration,
     },
+    /// Every waiting place of a queue was taken: the call was refused at once, without
+    /// waiting. Its code is `queue_busy`, as [`ToolError::QueueBusy`]'s is.
+    #[error(
+        "`{tool}` did not run: all {waiting} places to wait for {queue} are taken; \
+         call again later, or raise {setting}"
+    )]
+    QueueFull {
+        /// The tool.
+        tool: String,
+        /// What calls wait for, in words (`one of the 2 calls \`srv\` may have in flight`).
+        queue: String,
+        /// How many calls may wait.
+        waiting: usize,
+        /// The setting that gives the waiting places, with how (`defaults.maxCallsInFlight`,
+        /// sixteen times which may wait).
+        setting: String,
+    },
+    /// The call's time ran out at a limit other than its own timeout alone: its timeout
+    /// less the time it waited for a queue slot, the run's remaining tool time
+    /// (`maxToolTimeMs`), or its caller's deadline. Its code is `timeout`, as
+    /// [`ToolError::Timeout`]'s is.
+    #[error("timeout: `{tool}` did not finish within {}: {limit}", human_duration(*.after))]
+    DeadlineExceeded {
+        /// The tool.
+        tool: String,
+        /// How long it had, waits included.
+        after: Duration,
+        /// Which limit applied and how it was reached, with the setting that gives it.
+        limit: String,
+    },
     /// The tool's (or its provider's) rate limit allows no call now.
     #[error("`{tool}` is rate limited ({limit}): call it again in {}", human_duration(*.retry_after))]
     RateLimited {
@@ -260,6 +290,8 @@ impl ToolError {
             | ToolError::Timeout { .. }
             | ToolError::Cancelled { .. }
             | ToolError::QueueBusy { .. }
+            | ToolError::QueueFull { .. }
+            | ToolError::DeadlineExceeded { .. }
             | ToolError::RateLimited { .. }
             | ToolError::QueueDeadlock { .. }
             | ToolError::BudgetExhausted { .. }
@@ -290,9 +322,9 @@ impl ToolError {
             ToolError::NotFound { .. } => "not_found",
             ToolError::Gone { .. } => "gone",
             ToolError::Denied { .. } => "denied",
-            ToolError::Timeout { .. } => "timeout",
+            ToolError::Timeout { .. } | ToolError::DeadlineExceeded { .. } => "timeout",
             ToolError::Cancelled { .. } => "cancelled",
-            ToolError::QueueBusy { .. } => "queue_busy",
+            ToolError::QueueBusy { .. } | ToolError::QueueFull { .. } => "queue_busy",
             ToolError::RateLimited { .. } => "rate_limited",
             ToolError::QueueDeadlock { .. } => "queue_deadlock",
             ToolError::BudgetExhausted { .. } => "budget_exhausted",
@@ -490,6 +522,28 @@ mod tests {
             },
             expect![
                 "queue `q` busy: no slot for `a__b` within 30s, retry later [Policy queue_busy]"
+            ],
+        );
+        check(
+            ToolError::QueueFull {
+                tool: "a__b".into(),
+                queue: "one of the 2 calls `a` may have in flight".into(),
+                waiting: 32,
+                setting: "`defaults.maxCallsInFlight` (sixteen times as many calls may wait)"
+                    .into(),
+            },
+            expect![
+                "`a__b` did not run: all 32 places to wait for one of the 2 calls `a` may have in flight are taken; call again later, or raise `defaults.maxCallsInFlight` (sixteen times as many calls may wait) [Policy queue_busy]"
+            ],
+        );
+        check(
+            ToolError::DeadlineExceeded {
+                tool: "a__b".into(),
+                after: Duration::from_millis(496),
+                limit: "the run's remaining tool time (`defaults.maxToolTimeMs`)".into(),
+            },
+            expect![
+                "timeout: `a__b` did not finish within 496ms: the run's remaining tool time (`defaults.maxToolTimeMs`) [Policy timeout]"
             ],
         );
         check(

@@ -848,8 +848,11 @@ fn failure(error: &ToolError) -> Response {
         ToolError::Denied { .. } => StatusCode::FORBIDDEN,
         ToolError::RateLimited { .. }
         | ToolError::QueueBusy { .. }
+        | ToolError::QueueFull { .. }
         | ToolError::BudgetExhausted { .. } => StatusCode::TOO_MANY_REQUESTS,
-        ToolError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        ToolError::Timeout { .. } | ToolError::DeadlineExceeded { .. } => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
         ToolError::Cancelled { .. } => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_GATEWAY,
     };

@@ -357,6 +357,76 @@ fn by_full_name(entry: &ToolEntry, error: ToolError) -> ToolError {
     }
 }
 
+/// Where a tool's timeout is set, for the errors that name it.
+const TIMEOUT_SETTING: &str =
+    "`tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`";
+
+/// A call whose timeout passed while it waited for `slot` (`a slot of queue \`q\``): the
+/// wait counts against the timeout, so it never ran.
+fn timeout_spent_waiting(entry: &ToolEntry, slot: &str) -> ToolError {
+    let timeout = entry.settings.timeout;
+    ToolError::DeadlineExceeded {
+        tool: entry.name.to_string(),
+        after: timeout,
+        limit: format!(
+            "it waited all of its timeout ({}, {TIMEOUT_SETTING}) for {slot} and did not run, \
+             as the wait counts against the timeout; call again later, or raise the timeout \
+             or the bound",
+            human(timeout)
+        ),
+    }
+}
+
+/// A call whose caller's deadline passed while it waited `waited` for `slot`.
+fn caller_deadline_passed(entry: &ToolEntry, waited: Duration, slot: &str) -> ToolError {
+    ToolError::DeadlineExceeded {
+        tool: entry.name.to_string(),
+        after: waited,
+        limit: format!(
+            "its caller's deadline passed while it waited for {slot}, so it did not run"
+        ),
+    }
+}
+
+/// What a call waits for under `maxCallsInFlight`, in words.
+fn calls_in_flight(max: usize, namespace: &str) -> String {
+    match max {
+        1 => format!("the one call `{namespace}` may have in flight"),
+        _ => format!("one of the {max} calls `{namespace}` may have in flight"),
+    }
+}
+
+/// A duration as the errors write it: `250ms`, `4s`, `1.5s`.
+fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// What bounds one provider call besides its settings: the run's tool time and the time
+/// the call waited for its slots, which its timeout counts.
+#[derive(Debug, Clone, Copy)]
+struct CallLimits {
+    /// When the run's `maxToolTimeMs` is spent, if it has one.
+    run_deadline: Option<Instant>,
+    /// How long the call waited for its queue and in-flight slots.
+    queued: Duration,
+}
+
+/// A call whose deadline passed, for [`Orchestrator::limit_reached`].
+#[derive(Debug, Clone, Copy)]
+struct TimedOut {
+    start: Instant,
+    queued: Duration,
+    deadline: Instant,
+    run_deadline: Option<Instant>,
+}
+
 /// Counts a call in the pipeline until dropped (a call future dropped halfway included).
 struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
 
@@ -2088,7 +2158,8 @@ impl Orchestrator {
             }
             None => {
                 meta.attempts.store(1, Ordering::Relaxed);
-                self.timed_call(entry, arguments, ctx, op, &generation, run_deadline).await
+                let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
+                self.timed_call(entry, arguments, ctx, op, &generation, run_deadline, queued).await
             }
         };
         drop(spent);
@@ -2214,9 +2285,12 @@ impl Orchestrator {
         }
         let waited = Instant::now();
         // A slot that comes after the caller's deadline is of no use: the wait ends there.
+        // Nor one after the call's timeout, which counts the wait (one deadline per call).
+        let timeout = entry.settings.timeout;
         let before_deadline = ctx.deadline().map(|d| d.saturating_duration_since(waited));
-        let bounded = before_deadline.is_some_and(|left| left < *wait);
-        let limit = before_deadline.map_or(*wait, |left| left.min(*wait));
+        let by_deadline = before_deadline.is_some_and(|left| left < *wait && left <= timeout);
+        let by_timeout = !by_deadline && timeout < *wait;
+        let limit = before_deadline.map_or(*wait, |left| left.min(*wait)).min(timeout);
         let priority = entry.settings.priority.saturating_add(ctx.priority());
         let slot = tokio::select! {
             slot = queue.acquire_at(limit, priority) => slot,
@@ -2225,9 +2299,12 @@ impl Orchestrator {
         };
         meta.queued_ms.store(waited.elapsed().as_millis() as u64, Ordering::Relaxed);
         let Some(slot) = slot else {
-            if bounded {
-                let tool = entry.name.to_string();
-                return Err(ToolError::Timeout { tool, after: waited.elapsed(), idle: None });
+            let slot_of = || format!("a slot of queue `{}`", queue.name());
+            if by_deadline {
+                return Err(caller_deadline_passed(entry, waited.elapsed(), &slot_of()));
+            }
+            if by_timeout {
+                return Err(timeout_spent_waiting(entry, &slot_of()));
             }
             return Err(ToolError::QueueBusy {
                 tool: entry.name.to_string(),
@@ -2272,37 +2349,39 @@ impl Orchestrator {
             return Ok(None);
         }
         let tool = || entry.name.to_string();
+        let namespace = entry.provider.namespace();
         let Some(wait) = limit.wait(max_waiting) else {
-            return Err(ToolError::QueueBusy {
+            return Err(ToolError::QueueFull {
                 tool: tool(),
-                queue: limit.name.to_string(),
-                waited: Duration::ZERO,
+                queue: calls_in_flight(max, namespace),
+                waiting: max_waiting,
+                setting: "`defaults.maxCallsInFlight` (sixteen times as many calls may wait)"
+                    .to_owned(),
             });
         };
         let waited = Instant::now();
-        // Up to the caller's deadline, else the tool's timeout: a call that waited longer
-        // would have timed out had it run.
-        let timeout = entry.settings.timeout;
+        // Up to the caller's deadline, else what is left of the tool's timeout after its
+        // wait for a queue slot: the call has one deadline, which its waits count against.
+        let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
+        let timeout_left = entry.settings.timeout.saturating_sub(queued);
         let by_deadline = ctx
             .deadline()
             .map(|d| d.saturating_duration_since(waited))
-            .filter(|left| *left < timeout);
+            .filter(|left| *left < timeout_left);
         let permit = tokio::select! {
-            permit = tokio::time::timeout(by_deadline.unwrap_or(timeout), wait) => permit.ok(),
+            permit = tokio::time::timeout(by_deadline.unwrap_or(timeout_left), wait) => permit.ok(),
             () = ctx.cancel_token().cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
             () = generation.cancelled() => return Err(ToolError::Cancelled { tool: tool() }),
         };
         meta.queued_ms.fetch_add(waited.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let slot_of =
+            || format!("{} (`defaults.maxCallsInFlight`)", calls_in_flight(max, namespace));
         match permit {
             Some(permit) => Ok(Some(crate::inflight::InFlightSlot::held(permit, op, &limit.name))),
             None if by_deadline.is_some() => {
-                Err(ToolError::Timeout { tool: tool(), after: waited.elapsed(), idle: None })
+                Err(caller_deadline_passed(entry, queued + waited.elapsed(), &slot_of()))
             }
-            None => Err(ToolError::QueueBusy {
-                tool: tool(),
-                queue: limit.name.to_string(),
-                waited: timeout,
-            }),
+            None => Err(timeout_spent_waiting(entry, &slot_of())),
         }
     }
 
@@ -2326,7 +2405,15 @@ impl Orchestrator {
             let last = attempt > policy.max_retries;
             // Only a call that may be retried keeps a copy of its arguments.
             let args = if last { arguments.take() } else { arguments.clone() }.unwrap_or_default();
-            let result = self.timed_call(entry, args, ctx, op, generation, run_deadline).await;
+            // The first attempt's timeout counts the call's wait for its slots; a retry,
+            // after a failure, gets a whole one.
+            let queued = if attempt == 1 {
+                Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed))
+            } else {
+                Duration::ZERO
+            };
+            let result =
+                self.timed_call(entry, args, ctx, op, generation, run_deadline, queued).await;
             match result {
                 Err(e)
                     if !last
@@ -2349,7 +2436,9 @@ impl Orchestrator {
     }
 
     /// The provider call, in its own cancellation scope, bounded by the timeout (reset on
-    /// progress when configured, never past the hard cap); a panic becomes an error.
+    /// progress when configured, never past the hard cap), less the `queued` time the call
+    /// waited for its slots; a panic becomes an error.
+    #[allow(clippy::too_many_arguments)]
     async fn timed_call<'c>(
         &self,
         entry: &ToolEntry,
@@ -2358,13 +2447,15 @@ impl Orchestrator {
         op: &Arc<Op>,
         generation: &CancellationToken,
         run_deadline: Option<Instant>,
+        queued: Duration,
     ) -> Result<ToolOutput, ToolError> {
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             // Stages after this one may change the output: the caller is answered by them.
             let provider_ctx = provider_ctx.into_owned().with_early_answer(None);
             entry.provider.call(&entry.original, arguments, &provider_ctx).await
         };
-        self.timed(entry, ctx, op, generation, run_deadline, false, call).await
+        let limits = CallLimits { run_deadline, queued };
+        self.timed(entry, ctx, op, generation, limits, false, call).await
     }
 
     /// Runs `call` (a provider call, given the provider's context) as
@@ -2379,7 +2470,7 @@ impl Orchestrator {
         ctx: &'c CallContext,
         op: &Arc<Op>,
         generation: &CancellationToken,
-        run_deadline: Option<Instant>,
+        limits: CallLimits,
         lean: bool,
         call: F,
     ) -> Result<T, ToolError>
@@ -2388,7 +2479,10 @@ impl Orchestrator {
         Fut: Future<Output = Result<T, ToolError>>,
     {
         let settings = &entry.settings;
+        let CallLimits { run_deadline, queued } = limits;
         let start = Instant::now();
+        // One deadline per call: its timeout runs from when it began to wait for its slots.
+        let arrived = start.checked_sub(queued).unwrap_or(start);
         let mut timeout = settings.timeout;
         if let Some(deadline) = run_deadline {
             timeout = timeout.min(deadline.saturating_duration_since(start));
@@ -2401,7 +2495,7 @@ impl Orchestrator {
                 // `maxTotalTimeMs` still holds.
                 settings.max_total_time.map_or(timeout, |max| max.min(timeout))
             };
-            let mut hard = crate::later(start, cap);
+            let mut hard = crate::later(arrived, cap);
             // Progress resets never carry a call past its caller's deadline nor its run's
             // tool time.
             for deadline in [ctx.deadline(), run_deadline].into_iter().flatten() {
@@ -2463,7 +2557,8 @@ impl Orchestrator {
                 }
             };
         }
-        let mut deadline = crate::later(start, timeout).min(hard_deadline);
+        let first_deadline = crate::later(arrived, timeout).min(hard_deadline);
+        let mut deadline = first_deadline;
         loop {
             tokio::select! {
                 biased;
@@ -2493,12 +2588,74 @@ impl Orchestrator {
                     stop();
                     // Past the first limit, progress had restarted it: the call went that
                     // long without progress (unless the hard cap came first).
-                    let restarted = deadline > crate::later(start, timeout).min(hard_deadline);
+                    let restarted = deadline > first_deadline;
                     let idle = (restarted && deadline < hard_deadline).then_some(timeout);
+                    if idle.is_none() {
+                        let ended = TimedOut { start, queued, deadline, run_deadline };
+                        if let Some(error) = self.limit_reached(entry, ctx, ended) {
+                            return Err(error);
+                        }
+                    }
                     return Err(ToolError::Timeout { tool: tool(), after: start.elapsed(), idle });
                 }
             }
         }
+    }
+
+    /// The error of a call whose deadline passed, naming the limit that set it when that
+    /// was not its own timeout alone (the run's remaining `maxToolTimeMs`, its caller's
+    /// deadline, or its timeout less its wait for a slot); `None` when it was.
+    fn limit_reached(
+        &self,
+        entry: &ToolEntry,
+        ctx: &CallContext,
+        ended: TimedOut,
+    ) -> Option<ToolError> {
+        let TimedOut { start, queued, deadline, run_deadline } = ended;
+        let timeout = entry.settings.timeout;
+        let tool = entry.name.to_string();
+        let ran = start.elapsed();
+        if let Some(run) = run_deadline.filter(|run| *run <= deadline) {
+            let max = self.inner.config.run_budget.max_tool_time.unwrap_or_default();
+            return Some(ToolError::DeadlineExceeded {
+                tool,
+                after: ran,
+                limit: format!(
+                    "the run's tool time ran out: {} of its `defaults.maxToolTimeMs` ({}) was \
+                     left when the call started, less than the tool's timeout ({}); the run's \
+                     next call fails with budget_exhausted",
+                    human(run.saturating_duration_since(start)),
+                    human(max),
+                    human(timeout)
+                ),
+            });
+        }
+        if ctx.deadline().is_some_and(|caller| caller <= deadline) {
+            return Some(ToolError::DeadlineExceeded {
+                tool,
+                after: ran + queued,
+                limit: format!(
+                    "its caller's deadline passed (it ran {}, after {} waiting for a slot)",
+                    human(ran),
+                    human(queued)
+                ),
+            });
+        }
+        let arrived = start.checked_sub(queued).unwrap_or(start);
+        if !queued.is_zero() && deadline >= crate::later(arrived, timeout) {
+            return Some(ToolError::DeadlineExceeded {
+                tool,
+                after: timeout,
+                limit: format!(
+                    "its timeout ({}, {TIMEOUT_SETTING}) counts the {} it waited for a slot \
+                     (a queue's or `defaults.maxCallsInFlight`), so it ran {}",
+                    human(timeout),
+                    human(queued),
+                    human(ran)
+                ),
+            });
+        }
+        None
     }
 
     fn progress_sink(

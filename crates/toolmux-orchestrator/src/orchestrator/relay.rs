@@ -19,6 +19,7 @@ use crate::permission::Permission;
 use crate::registry::ToolEntry;
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 use toolmux_core::{CallContext, Op, Relayed, ToolError};
 
@@ -120,13 +121,17 @@ impl Orchestrator {
         // A raw result is text blocks only, each no longer than the whole: within the
         // cap, its text is too.
         let raw_max = raw_max.min(self.response_max(entry));
+        // Its timeout counts its wait for its slots, as a call's does.
+        let queued =
+            Duration::from_millis(meta.queued_ms.load(std::sync::atomic::Ordering::Relaxed));
+        let limits = super::CallLimits { run_deadline: None, queued };
         let call = |provider_ctx: Cow<'c, CallContext>| async move {
             entry.provider.relay(&entry.original, arguments, &provider_ctx, raw_max).await
         };
         // A relaying provider stops when dropped, so unless progress is watched or sampling
         // falls back to the orchestrator's model, it gets the caller's context as it is.
         let lean = self.inner.sampler.is_none() && !entry.settings.reset_on_progress;
-        match self.timed(entry, ctx, op, &generation, None, lean, call).await? {
+        match self.timed(entry, ctx, op, &generation, limits, lean, call).await? {
             Relayed::Output(output) => {
                 Ok(Relayed::Output(self.bounded_output(entry, output, ctx, meta).await?))
             }

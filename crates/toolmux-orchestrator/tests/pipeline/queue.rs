@@ -481,7 +481,7 @@ async fn a_provider_has_a_bounded_number_of_calls_in_flight() {
     assert_eq!(p.in_flight(), 2);
     assert_eq!(agents.in_flight(), 4);
     let refused = o.call_tool("m__slow", json!({"i": 4}), &CallContext::new()).await.unwrap_err();
-    expect!["queue `calls in flight to m (at most 2, 2 waiting; defaults.maxCallsInFlight)` busy: no slot for `m__slow` within 0ms, retry later"]
+    expect!["`m__slow` did not run: all 2 places to wait for one of the 2 calls `m` may have in flight are taken; call again later, or raise `defaults.maxCallsInFlight` (sixteen times as many calls may wait)"]
         .assert_eq(&refused.to_string());
     assert_eq!(refused.code(), "queue_busy");
     for call in futures::future::join_all(calls).await {
@@ -509,4 +509,85 @@ async fn a_waiting_call_stops_at_its_deadline() {
     assert_eq!(e.code(), "timeout", "{e}");
     assert!(first.await.unwrap().ok);
     assert_eq!(p.total_calls(), 1);
+}
+
+/// A call has one deadline: the time it waits for one of its provider's slots counts
+/// against its timeout. With one slot, a 4 s timeout and 3 s calls, the second call gets
+/// what is left after its 3 s wait: a 0.5 s call finishes, a 3 s one times out 4 s after it
+/// was made, and a call that waits out its whole timeout never runs, and says why.
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_a_provider_slot_counts_against_the_timeout() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(3)))
+            .with_tool("quick", Behavior::Sleep(Duration::from_millis(500))),
+    );
+    let o = start(in_flight(1, 8).with_tool_timeout(Duration::from_secs(4)), vec![p.clone()]).await;
+    let t0 = tokio::time::Instant::now();
+    let spawn = |tool: &'static str| {
+        let o = o.clone();
+        tokio::spawn(async move {
+            let result = o.call_tool(tool, json!({}), &CallContext::new()).await;
+            (result, t0.elapsed())
+        })
+    };
+    let first = spawn("m__slow");
+    tokio::task::yield_now().await;
+    let quick = spawn("m__quick");
+    tokio::task::yield_now().await;
+    let (r, at) = first.await.unwrap();
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(at, Duration::from_secs(3));
+    let (r, at) = quick.await.unwrap();
+    assert!(r.is_ok(), "waited 3s, ran 0.5s of the 1s left: {r:?}");
+    assert_eq!(at, Duration::from_millis(3500));
+
+    let t1 = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..3).map(|_| spawn("m__slow")).collect();
+    let mut ended = Vec::new();
+    for call in calls {
+        let (r, at) = call.await.unwrap();
+        ended.push((r.map(|_| ()).map_err(|e| e.to_string()), at - (t1 - t0)));
+    }
+    let (r, at) = &ended[0];
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(*at, Duration::from_secs(3));
+    // Made at the same time as the first, it waited 3 s of its 4 s and ran 1 s.
+    assert_eq!(ended[1].1, Duration::from_secs(4));
+    expect!["timeout: `m__slow` did not finish within 4s: its timeout (4s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) counts the 3s it waited for a slot (a queue's or `defaults.maxCallsInFlight`), so it ran 1s"]
+        .assert_eq(ended[1].0.as_ref().unwrap_err());
+    // The third waited its whole timeout and never ran.
+    assert_eq!(ended[2].1, Duration::from_secs(4));
+    expect!["timeout: `m__slow` did not finish within 4s: it waited all of its timeout (4s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) for the one call `m` may have in flight (`defaults.maxCallsInFlight`) and did not run, as the wait counts against the timeout; call again later, or raise the timeout or the bound"]
+        .assert_eq(ended[2].0.as_ref().unwrap_err());
+    assert_eq!(p.calls_of("slow"), 3, "the third call never reached the provider");
+}
+
+/// The same holds for a named queue whose wait is longer than the timeout: the wait ends
+/// with the timeout, and a call that got a slot late runs for what is left of it.
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_a_queue_slot_counts_against_the_timeout() {
+    let p =
+        Arc::new(MockProvider::new("m").with_tool("slow", Behavior::Sleep(Duration::from_secs(3))));
+    let config = queued(1, Duration::from_secs(60)).with_tool_timeout(Duration::from_secs(4));
+    let o = start(config, vec![p.clone()]).await;
+    let t0 = tokio::time::Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let o = o.clone();
+            tokio::spawn(async move {
+                let result = o.call_tool("m__slow", json!({}), &CallContext::new()).await;
+                (result.map(|_| ()).map_err(|e| e.to_string()), t0.elapsed())
+            })
+        })
+        .collect();
+    let ended: Vec<_> =
+        futures::future::join_all(calls).await.into_iter().map(Result::unwrap).collect();
+    assert!(ended[0].0.is_ok(), "{ended:?}");
+    assert_eq!(ended[0].1, Duration::from_secs(3));
+    assert_eq!(ended[1].1, Duration::from_secs(4), "{ended:?}");
+    assert!(ended[1].0.as_ref().unwrap_err().contains("counts the 3s it waited for a slot"));
+    assert_eq!(ended[2].1, Duration::from_secs(4), "{ended:?}");
+    expect!["timeout: `m__slow` did not finish within 4s: it waited all of its timeout (4s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) for a slot of queue `q` and did not run, as the wait counts against the timeout; call again later, or raise the timeout or the bound"]
+        .assert_eq(ended[2].0.as_ref().unwrap_err());
 }
