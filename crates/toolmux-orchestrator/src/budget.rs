@@ -135,6 +135,15 @@ impl RunState {
     }
 }
 
+impl RunState {
+    /// Spends `tokens` whatever the budget (an output that must reach the caller), setting
+    /// the flag: the run's next output is refused.
+    pub(crate) fn spend_context_tokens(&self, tokens: u64) {
+        self.context_tokens.fetch_add(tokens, Ordering::Relaxed);
+        self.context_exceeded.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Estimated tokens of a text: a byte count divided by four, rounded up, the usual rule of
 /// thumb for English and code.
 pub fn estimate_tokens(bytes: usize) -> u64 {

@@ -388,6 +388,19 @@ fn caller_deadline_passed(entry: &ToolEntry, waited: Duration, slot: &str) -> To
     }
 }
 
+/// Whether `output` is the handle of an external call made and pending (`{"status":
+/// "pending", "callId": …}`), which the caller needs to collect the call's result.
+fn is_pending_handle(entry: &ToolEntry, output: &ToolOutput) -> bool {
+    entry.provider.kind() == ToolKind::External
+        && !output.is_error
+        && output.content.iter().any(|part| match part {
+            ContentPart::Json { value } => {
+                value["status"] == "pending" && value["callId"].is_string()
+            }
+            _ => false,
+        })
+}
+
 /// What a call waits for under `maxCallsInFlight`, in words.
 fn calls_in_flight(max: usize, namespace: &str) -> String {
     match max {
@@ -1895,6 +1908,23 @@ impl Orchestrator {
             if let Err(remaining) =
                 run.take_context_tokens(tokens, self.inner.config.context_token_budget)
             {
+                // An external call that was made and is pending: its handle is the only way
+                // to its result, so it reaches the caller whatever the budget, which it
+                // spends, and says the budget is spent for the run's next output.
+                if is_pending_handle(entry, &output) {
+                    run.spend_context_tokens(tokens);
+                    output.content.push(ContentPart::Text {
+                        text: format!(
+                            "note: the run's context budget (`defaults.contextTokenBudget`) \
+                             is spent (this answer takes about {tokens} tokens, {remaining} \
+                             were left): this pending call's handle is passed on so that its \
+                             result can be collected by its callId, but the run's next tool \
+                             output will be refused"
+                        ),
+                    });
+                    output.extras.insert("context_budget_exceeded".into(), json!(true));
+                    return Ok(output);
+                }
                 return Err(ToolError::ContextBudgetExceeded {
                     tool: entry.name.to_string(),
                     tokens,

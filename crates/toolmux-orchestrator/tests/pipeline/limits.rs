@@ -5,7 +5,9 @@ use expect_test::expect;
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmux_core::{CallContext, ContentPart, ToolCall, ToolOutput, ToolProvider, ToolSpec};
+use toolmux_core::{
+    CallContext, ContentPart, ToolCall, ToolKind, ToolOutput, ToolProvider, ToolSpec,
+};
 use toolmux_orchestrator::{
     MAX_HINTED_RESPONSE_BYTES, OrchestratorConfig, OversizeMode, RetryPolicy, RunBudgetConfig,
     ToolSettings,
@@ -485,6 +487,32 @@ async fn context_budget_refuses_outputs_and_sets_the_flag() {
     assert!(o.run_flags("r").context_budget_exceeded);
     o.set_context_budget("r", 10_000);
     assert!(o.execute(ToolCall::new("m__t", json!({})), &run).await.ok);
+}
+
+/// An external call that was made and is pending reaches its caller with its callId even
+/// past the context budget (without it the result could never be collected); it spends the
+/// budget and says so, and the run's next output is refused.
+#[tokio::test(start_paused = true)]
+async fn a_pending_handle_reaches_its_caller_past_the_context_budget() {
+    // The shape toolmux-external answers an `isAsync` call with.
+    let pending = json!({"status": "pending", "callId": "ext-7", "pendingToolCallId": "ext-7"});
+    let p = Arc::new(
+        MockProvider::new("external")
+            .with_kind(ToolKind::External)
+            .with_tool("big", Behavior::Big(400))
+            .with_tool("job", Behavior::Output(ToolOutput::json(pending.clone()))),
+    );
+    let o = start(OrchestratorConfig::default().with_context_token_budget(110), vec![p]).await;
+    let run = CallContext::new().with_run_id("r");
+    assert!(o.execute(ToolCall::new("external__big", json!({})), &run).await.ok);
+    let output = o.call_tool("external__job", json!({}), &run).await.unwrap();
+    assert_eq!(output.content[0], ContentPart::Json { value: pending });
+    let ContentPart::Text { text } = &output.content[1] else { panic!("{output:?}") };
+    expect!["note: the run's context budget (`defaults.contextTokenBudget`) is spent (this answer takes about 17 tokens, 10 were left): this pending call's handle is passed on so that its result can be collected by its callId, but the run's next tool output will be refused"]
+        .assert_eq(text);
+    assert!(o.run_flags("r").context_budget_exceeded);
+    let r = o.execute(ToolCall::new("external__big", json!({})), &run).await;
+    assert_eq!(r.conversation_text(), "(tool failed: context window budget exceeded)");
 }
 
 /// A run's budget set by its caller (an agent knows its context window) holds without any
