@@ -396,6 +396,13 @@ pub struct ToolSettings {
     pub rate_limit: Option<RateLimit>,
     /// Retries on transient errors.
     pub retry: Option<RetryPolicy>,
+    /// How long a provider that times its own calls waits for an answer to a call that
+    /// reports no progress, when no [`ToolSettings::provider_wait`] is passed to it (an MCP
+    /// server's `requestTimeoutMs`, `timeout` then being the cap on its whole call). A call
+    /// that waited for a queue slot has that much from when it began to wait, the wait
+    /// included, unless it reports progress: set it on such a provider so that queued calls
+    /// end in time.
+    pub answer_wait: Option<Duration>,
     /// How long the provider itself waits for the tool's answer, for a provider that
     /// times its own calls (an MCP server's, restarting the wait at each progress report):
     /// passed in the call's context ([`toolmux_core::CallContext::wait`]).
@@ -478,6 +485,7 @@ impl ToolSettings {
             rate_limit: self.rate_limit.or(fallback.rate_limit),
             retry: self.retry.clone().or_else(|| fallback.retry.clone()),
             provider_wait: self.provider_wait.or(fallback.provider_wait),
+            answer_wait: self.answer_wait.or(fallback.answer_wait),
             priority: self.priority.or(fallback.priority),
         }
     }

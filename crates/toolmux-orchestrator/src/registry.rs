@@ -65,6 +65,10 @@ pub(crate) struct ResolvedSettings {
     pub retry: Option<crate::config::RetryPolicy>,
     /// The provider's own wait for the answer ([`ToolSettings::provider_wait`]).
     pub provider_wait: Option<Duration>,
+    /// How long a call without progress may take, its waits for slots included: the
+    /// provider's wait for an answer ([`ToolSettings::provider_wait`], else
+    /// [`ToolSettings::answer_wait`]) when shorter than `timeout`, else `timeout`.
+    pub first_wait: Duration,
     /// The tool's size cap, when not the configuration's default: set on the tool, hinted by
     /// the tool itself (bounded), or set on its provider, in that order.
     pub response_max: Option<usize>,
@@ -383,11 +387,12 @@ impl Registry {
         let cacheable = settings.cache_force
             || spec.annotations.read_only
             || config.tools.get(name).is_some_and(|t| t.cache_ttl.is_some());
+        let timeout = settings.timeout.unwrap_or(config.tool_timeout);
         ResolvedSettings {
             queue,
             priority: settings.priority.unwrap_or(0),
             cache_ttl: settings.cache_ttl.filter(|ttl| cacheable && !ttl.is_zero()),
-            timeout: settings.timeout.unwrap_or(config.tool_timeout),
+            timeout,
             reset_on_progress: settings.reset_timeout_on_progress.unwrap_or(false),
             max_total_time: settings.max_total_time,
             // Only tools that a second run cannot harm are retried, unless the tool's own
@@ -401,6 +406,10 @@ impl Registry {
             response_max: None,
             media_max: settings.media_max_bytes,
             provider_wait: settings.provider_wait,
+            first_wait: settings
+                .provider_wait
+                .or(settings.answer_wait)
+                .map_or(timeout, |wait| wait.min(timeout)),
         }
     }
 

@@ -359,6 +359,9 @@ impl Toolmux {
                 queue: entry.queue.clone(),
                 cache_ttl: entry.cache.map(Duration::from_millis),
                 timeout: Some(mcp::call_limit(loaded, entry)),
+                // The server's wait for an answer, which its calls' waits for a slot count
+                // against: the pipeline's `timeout` above is only the cap on a whole call.
+                answer_wait: Some(Duration::from_millis(mcp::wait_ms(loaded, entry))),
                 rate_limit: rate_limit(loaded, &format!("mcpServers.{name}"), entry.rate_limit)?,
                 ..ToolSettings::default()
             };
@@ -851,6 +854,7 @@ fn tool_settings(tool: &ToolEntry) -> ToolSettings {
         rate_limit: None,
         retry: tool.retries.map(RetryPolicy::retries),
         provider_wait: None,
+        answer_wait: None,
         priority: tool.priority,
     }
 }

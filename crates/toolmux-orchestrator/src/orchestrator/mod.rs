@@ -364,7 +364,7 @@ const TIMEOUT_SETTING: &str =
 /// A call whose timeout passed while it waited for `slot` (`a slot of queue \`q\``): the
 /// wait counts against the timeout, so it never ran.
 fn timeout_spent_waiting(entry: &ToolEntry, slot: &str) -> ToolError {
-    let timeout = entry.settings.timeout;
+    let timeout = entry.settings.first_wait;
     ToolError::DeadlineExceeded {
         tool: entry.name.to_string(),
         after: timeout,
@@ -2316,7 +2316,7 @@ impl Orchestrator {
         let waited = Instant::now();
         // A slot that comes after the caller's deadline is of no use: the wait ends there.
         // Nor one after the call's timeout, which counts the wait (one deadline per call).
-        let timeout = entry.settings.timeout;
+        let timeout = entry.settings.first_wait;
         let before_deadline = ctx.deadline().map(|d| d.saturating_duration_since(waited));
         let by_deadline = before_deadline.is_some_and(|left| left < *wait && left <= timeout);
         let by_timeout = !by_deadline && timeout < *wait;
@@ -2393,7 +2393,7 @@ impl Orchestrator {
         // Up to the caller's deadline, else what is left of the tool's timeout after its
         // wait for a queue slot: the call has one deadline, which its waits count against.
         let queued = Duration::from_millis(meta.queued_ms.load(Ordering::Relaxed));
-        let timeout_left = entry.settings.timeout.saturating_sub(queued);
+        let timeout_left = entry.settings.first_wait.saturating_sub(queued);
         let by_deadline = ctx
             .deadline()
             .map(|d| d.saturating_duration_since(waited))
@@ -2510,6 +2510,13 @@ impl Orchestrator {
     {
         let settings = &entry.settings;
         let CallLimits { run_deadline, queued } = limits;
+        // A slot that came as the call's time ran out: nothing is left to run in.
+        if !queued.is_zero() && queued >= settings.first_wait {
+            return Err(timeout_spent_waiting(
+                entry,
+                "a slot (a queue's or `defaults.maxCallsInFlight`)",
+            ));
+        }
         let start = Instant::now();
         // One deadline per call: its timeout runs from when it began to wait for its slots.
         let arrived = start.checked_sub(queued).unwrap_or(start);
@@ -2537,37 +2544,44 @@ impl Orchestrator {
         let last_progress = settings.reset_on_progress.then(|| Arc::new(AtomicU64::new(0)));
         // A token of its own rather than a child of the caller's: linking a child locks the
         // parent's node on creation and on drop. The caller's cancellation is forwarded below.
-        let (provider_ctx, call_token) = if lean && settings.provider_wait.is_none() {
-            (Cow::Borrowed(ctx), None)
-        } else {
-            let call_token = CancellationToken::new();
-            let mut provider_ctx = ctx
-                .clone()
-                .with_cancel(call_token.clone())
-                .with_op(op.clone())
-                .with_deadline(hard_deadline);
-            if let Some(wait) = settings.provider_wait {
-                provider_ctx = provider_ctx.with_wait(wait);
-            }
-            if let Some(sampler) = &self.inner.sampler {
-                provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
-                    caller: ctx.handler().cloned(),
-                    sampler: sampler.clone(),
-                }));
-            }
-            let listens = self.inner.events.receiver_count() > 0;
-            if settings.reset_on_progress || listens || ctx.progress_sink().is_some() {
-                provider_ctx = provider_ctx.with_progress(self.progress_sink(
-                    entry,
-                    ctx,
-                    op,
-                    start,
-                    last_progress.as_ref(),
-                    listens,
-                ));
-            }
-            (Cow::Owned(provider_ctx), Some(call_token))
-        };
+        // A call that waited for a slot has its provider's wait for an answer (when shorter
+        // than its timeout, the cap on the whole call) from when it began to wait, unless it
+        // reports progress: watched here, as the provider's own wait starts when it sends.
+        let answer_window = (!queued.is_zero() && settings.first_wait < settings.timeout)
+            .then(|| crate::later(arrived, settings.first_wait).min(hard_deadline));
+        let last_progress = last_progress.or_else(|| answer_window.map(|_| Arc::default()));
+        let (provider_ctx, call_token) =
+            if lean && settings.provider_wait.is_none() && answer_window.is_none() {
+                (Cow::Borrowed(ctx), None)
+            } else {
+                let call_token = CancellationToken::new();
+                let mut provider_ctx = ctx
+                    .clone()
+                    .with_cancel(call_token.clone())
+                    .with_op(op.clone())
+                    .with_deadline(hard_deadline);
+                if let Some(wait) = settings.provider_wait {
+                    provider_ctx = provider_ctx.with_wait(wait);
+                }
+                if let Some(sampler) = &self.inner.sampler {
+                    provider_ctx = provider_ctx.with_handler(Arc::new(SamplingFallback {
+                        caller: ctx.handler().cloned(),
+                        sampler: sampler.clone(),
+                    }));
+                }
+                let listens = self.inner.events.receiver_count() > 0;
+                if last_progress.is_some() || listens || ctx.progress_sink().is_some() {
+                    provider_ctx = provider_ctx.with_progress(self.progress_sink(
+                        entry,
+                        ctx,
+                        op,
+                        start,
+                        last_progress.as_ref(),
+                        listens,
+                    ));
+                }
+                (Cow::Owned(provider_ctx), Some(call_token))
+            };
         let stop = || {
             if let Some(token) = &call_token {
                 token.cancel();
@@ -2588,7 +2602,8 @@ impl Orchestrator {
             };
         }
         let first_deadline = crate::later(arrived, timeout).min(hard_deadline);
-        let mut deadline = first_deadline;
+        let mut deadline =
+            answer_window.map_or(first_deadline, |window| window.min(first_deadline));
         loop {
             tokio::select! {
                 biased;
@@ -2607,7 +2622,21 @@ impl Orchestrator {
                     return Err(ToolError::Cancelled { tool: tool() });
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    if let Some(progressed) = &last_progress {
+                    if answer_window.is_some_and(|window| deadline == window && window < first_deadline) {
+                        // Progress came: the provider's own wait, restarted by it, times
+                        // the call from here, within its timeout.
+                        let progressed = last_progress.as_ref().is_some_and(|p| p.load(Ordering::Relaxed) > 0);
+                        if progressed {
+                            deadline = first_deadline;
+                            continue;
+                        }
+                        stop();
+                        let ended = TimedOut { start, queued, deadline, run_deadline };
+                        return Err(self.limit_reached(entry, ctx, ended).unwrap_or_else(|| {
+                            ToolError::Timeout { tool: tool(), after: start.elapsed(), idle: None }
+                        }));
+                    }
+                    if let Some(progressed) = &last_progress && settings.reset_on_progress {
                         let progressed = Duration::from_micros(progressed.load(Ordering::Relaxed));
                         let extended = crate::later(start + progressed, timeout).min(hard_deadline);
                         if extended > deadline {
@@ -2672,6 +2701,7 @@ impl Orchestrator {
             });
         }
         let arrived = start.checked_sub(queued).unwrap_or(start);
+        let timeout = entry.settings.first_wait;
         if !queued.is_zero() && deadline >= crate::later(arrived, timeout) {
             return Some(ToolError::DeadlineExceeded {
                 tool,
@@ -2708,7 +2738,8 @@ impl Orchestrator {
         let op_id = op.id();
         ProgressSink::new(move |progress| {
             if let Some(last) = &last {
-                last.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                // At least 1: 0 is no progress yet.
+                last.store((start.elapsed().as_micros() as u64).max(1), Ordering::Relaxed);
             }
             if let Some(events) = &events {
                 let _ = events.send(ToolEvent::ToolProgress {

@@ -591,3 +591,57 @@ async fn the_wait_for_a_queue_slot_counts_against_the_timeout() {
     expect!["timeout: `m__slow` did not finish within 4s: it waited all of its timeout (4s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) for a slot of queue `q` and did not run, as the wait counts against the timeout; call again later, or raise the timeout or the bound"]
         .assert_eq(ended[2].0.as_ref().unwrap_err());
 }
+
+/// A provider that times its own calls (an MCP server, its wait for an answer restarted by
+/// progress, under a pipeline cap ten times as long) has its wait for an answer counted
+/// from when a call began to wait for a slot: a call that waited 3 s of a 4 s wait and
+/// reports no progress ends 4 s after it was made, not at the 40 s cap; one that reports
+/// progress goes on, as its provider's wait restarts.
+#[tokio::test(start_paused = true)]
+async fn a_provider_s_wait_for_an_answer_counts_the_wait_for_a_slot() {
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_tool("slow", Behavior::Sleep(Duration::from_secs(3)))
+            .with_tool("steps", Behavior::Progress { steps: 3, interval: Duration::from_secs(1) }),
+    );
+    let settings = ToolSettings {
+        timeout: Some(Duration::from_secs(40)),
+        answer_wait: Some(Duration::from_secs(4)),
+        ..ToolSettings::default()
+    };
+    let o = start(in_flight(1, 8).with_provider_settings("m", settings), vec![p.clone()]).await;
+    let t0 = tokio::time::Instant::now();
+    let spawn = |tool: &'static str| {
+        let o = o.clone();
+        tokio::spawn(async move {
+            let result = o.call_tool(tool, json!({}), &CallContext::new()).await;
+            (result.map(|_| ()).map_err(|e| e.to_string()), t0.elapsed())
+        })
+    };
+    let first = spawn("m__slow");
+    tokio::task::yield_now().await;
+    let second = spawn("m__slow");
+    tokio::task::yield_now().await;
+    assert_eq!(first.await.unwrap(), (Ok(()), Duration::from_secs(3)));
+    let (r, at) = second.await.unwrap();
+    assert_eq!(at, Duration::from_secs(4), "{r:?}");
+    expect!["timeout: `m__slow` did not finish within 4s: its timeout (4s, `tools.NAME.timeout`, else its server's `requestTimeoutMs`, else `defaults.toolTimeout`) counts the 3s it waited for a slot (a queue's or `defaults.maxCallsInFlight`), so it ran 1s"]
+        .assert_eq(&r.unwrap_err());
+
+    let t1 = t0.elapsed();
+    let first = spawn("m__slow");
+    tokio::task::yield_now().await;
+    let steps = spawn("m__steps");
+    tokio::task::yield_now().await;
+    let starved = spawn("m__slow");
+    tokio::task::yield_now().await;
+    assert_eq!(first.await.unwrap(), (Ok(()), t1 + Duration::from_secs(3)));
+    let (r, at) = starved.await.unwrap();
+    assert_eq!(at, t1 + Duration::from_secs(4), "{r:?}");
+    assert!(r.unwrap_err().contains("it waited all of its timeout (4s"));
+    assert_eq!(
+        steps.await.unwrap(),
+        (Ok(()), t1 + Duration::from_secs(6)),
+        "progress kept it going"
+    );
+}
