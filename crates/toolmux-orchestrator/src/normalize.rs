@@ -1,5 +1,5 @@
 //! Outputs made into what clients and model APIs take, once for every provider: an image
-//! or audio part a model API would refuse (and with it the whole conversation turn) is
+//! or audio part, or an embedded resource's blob, a model API would refuse (and with it the whole conversation turn) is
 //! replaced by a text note naming what was wrong, an error result without content is
 //! given a message, and structured content that is not a JSON object (MCP requires one)
 //! is wrapped or left out.
@@ -26,6 +26,11 @@ pub(crate) fn normalize(output: &mut ToolOutput, tool: &str, has_output_schema: 
             ContentPart::Image { data, mime_type } => ("image", image_problems(data, mime_type)),
             ContentPart::Audio { data, mime_type } => {
                 ("audio", media_problems("audio", data, mime_type))
+            }
+            // An embedded resource's blob is base64 as image data is, and goes to model APIs
+            // as such (an image's or audio's by its MIME type): checked alike.
+            ContentPart::Resource { blob: Some(blob), mime_type, .. } => {
+                ("resource", blob_problems(blob, mime_type.as_deref()))
             }
             _ => continue,
         };
@@ -74,6 +79,24 @@ fn image_problems(data: &str, mime_type: &str) -> Vec<String> {
     {
         problems.push(format!(
             "its header declares {width} × {height} pixels, over {MAX_IMAGE_SIDE} a side"
+        ));
+    }
+    problems
+}
+
+/// What is wrong with an embedded resource's blob: data that is not base64, and, for an
+/// image, a header that declares a size no model API takes. An empty blob is an empty
+/// resource, which is valid.
+fn blob_problems(blob: &str, mime_type: Option<&str>) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(why) = base64_problem(blob) {
+        problems.push(format!("its blob is not base64: {why}"));
+    } else if mime_type.is_some_and(|m| m.starts_with("image/"))
+        && let Some((width, height)) = crate::media::image_dimensions(blob)
+        && width.max(height) > MAX_IMAGE_SIDE
+    {
+        problems.push(format!(
+            "its image's header declares {width} × {height} pixels, over {MAX_IMAGE_SIDE} a side"
         ));
     }
     problems

@@ -33,6 +33,8 @@ pub struct ToolEntry {
     /// is not believed (`read_only` false) unless configuration says so.
     pub spec: ToolSpec,
     pub(crate) validator: ArgumentValidator,
+    /// The tool's output schema, compiled on its first structured result.
+    pub(crate) output_validator: Option<ArgumentValidator>,
     pub(crate) permission: Permission,
     pub(crate) settings: ResolvedSettings,
     pub(crate) stats: OnceLock<Arc<crate::accounting::ToolStats>>,
@@ -325,6 +327,7 @@ impl Registry {
                 provider: listed.provider.clone(),
                 spec: spec.clone(),
                 validator: ArgumentValidator::new(spec.input_schema.clone()),
+                output_validator: spec.output_schema.clone().map(ArgumentValidator::new),
                 permission,
                 settings,
                 stats: OnceLock::new(),

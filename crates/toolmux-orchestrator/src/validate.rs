@@ -57,6 +57,18 @@ impl ArgumentValidator {
 
     /// Checks `arguments`; the error lists every violation with its JSON pointer.
     pub fn validate(&self, tool: &str, arguments: &Value) -> Result<(), ToolError> {
+        match self.violations(tool, arguments, usize::MAX) {
+            None => Ok(()),
+            Some(violations) => {
+                Err(ToolError::InvalidArguments { tool: tool.to_owned(), violations })
+            }
+        }
+    }
+
+    /// The first `max` ways `value` does not match the schema, with their JSON pointers;
+    /// `None` when it matches, or when the schema does not compile (then it is not checked,
+    /// and a warning says so once).
+    pub fn violations(&self, tool: &str, value: &Value, max: usize) -> Option<Vec<Violation>> {
         let validator = match self.validator() {
             Ok(v) => v,
             Err(e) => {
@@ -70,23 +82,24 @@ impl ArgumentValidator {
                     told.push(tool.to_owned());
                     tracing::warn!(
                         tool,
-                        "its input schema does not compile ({e}); its arguments are not checked here"
+                        "its schema does not compile ({e}); what it describes is not checked here"
                     );
                 }
-                return Ok(());
+                return None;
             }
         };
-        if validator.is_valid(arguments) {
-            return Ok(());
+        if validator.is_valid(value) {
+            return None;
         }
         let violations: Vec<Violation> = validator
-            .iter_errors(arguments)
+            .iter_errors(value)
+            .take(max)
             .map(|e| Violation {
                 pointer: e.instance_path().as_str().to_owned(),
                 message: e.to_string(),
             })
             .collect();
-        Err(ToolError::InvalidArguments { tool: tool.to_owned(), violations })
+        Some(violations)
     }
 }
 

@@ -388,6 +388,44 @@ fn caller_deadline_passed(entry: &ToolEntry, waited: Duration, slot: &str) -> To
     }
 }
 
+/// Structured content that does not match the tool's output schema is left out and the
+/// result made an error naming the mismatch: MCP has a server's structured content conform
+/// to its tool's output schema and clients check it (the official Python SDK refuses the
+/// whole result), so it would not reach them as it is. A tool's error result need not
+/// conform. Content over the size cap is gone by now, so the check is of at most that much.
+fn check_structured(entry: &ToolEntry, output: &mut ToolOutput) {
+    let (Some(validator), Some(structured)) = (&entry.output_validator, &output.structured) else {
+        return;
+    };
+    if output.is_error {
+        return;
+    }
+    let Some(violations) = validator.violations(&entry.name, structured, 3) else { return };
+    let listed: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            // A violation echoes the value: a long one is cut.
+            let text = v.to_string();
+            match text.len() > 300 {
+                true => format!("{}…", &text[..floor_char_boundary(&text, 300)]),
+                false => text,
+            }
+        })
+        .collect();
+    let text = format!(
+        "`{}` returned structured content that does not match its output schema ({}), which \
+         MCP requires of a tool that declares one; it was left out, and `{}` should be fixed",
+        entry.name,
+        listed.join("; "),
+        entry.name
+    );
+    tracing::warn!(tool = %entry.name, "{text}");
+    output.structured = None;
+    output.content.push(ContentPart::Text { text });
+    output.is_error = true;
+    output.extras.insert("invalid_structured".into(), json!({"violations": violations.len()}));
+}
+
 /// Whether `output` is the handle of an external call made and pending (`{"status":
 /// "pending", "callId": …}`), which the caller needs to collect the call's result.
 fn is_pending_handle(entry: &ToolEntry, output: &ToolOutput) -> bool {
@@ -1898,6 +1936,7 @@ impl Orchestrator {
             }
             _ => output,
         };
+        check_structured(entry, &mut output);
         // Images and audio have a cap of their own: the text cap does not count them. What
         // is left out is not stored, as the output store keeps text.
         let media_max = entry.settings.media_max.unwrap_or(self.inner.config.media_max_bytes);

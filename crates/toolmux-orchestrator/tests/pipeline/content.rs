@@ -100,3 +100,78 @@ async fn structured_content_that_is_no_object_is_wrapped_or_left_out() {
     assert_eq!(untyped.structured, Some(json!({"result": [1, 2, 3]})));
     assert_eq!(texts(&untyped), "s");
 }
+
+/// Structured content that is an object but does not match the tool's output schema is
+/// left out with a note naming the mismatches and the result made an error, as MCP has it
+/// conform and clients check it; matching content passes, and a tool's error result need
+/// not match.
+#[tokio::test(start_paused = true)]
+async fn structured_content_that_does_not_match_the_output_schema_is_left_out() {
+    let schema = json!({"type": "object", "required": ["temperature"],
+        "properties": {"temperature": {"type": "number"}, "unit": {"enum": ["C", "F"]}}});
+    let spec = |name: &str| {
+        ToolSpec::new(name, name, json!({"type": "object"})).with_output_schema(schema.clone())
+    };
+    let structured = |value| ToolOutput { structured: Some(value), ..ToolOutput::text("s") };
+    let wrong = structured(json!({"temperature": "warm", "unit": "K"}));
+    let failed = ToolOutput { is_error: true, ..wrong.clone() };
+    let p = Arc::new(
+        MockProvider::new("m")
+            .with_spec(spec("wrong"), Behavior::Output(wrong))
+            .with_spec(spec("right"), Behavior::Output(structured(json!({"temperature": 21.5}))))
+            .with_spec(spec("failed"), Behavior::Output(failed)),
+    );
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    let wrong = output_of(&o, "m__wrong").await;
+    assert!(wrong.is_error && wrong.structured.is_none(), "{wrong:?}");
+    expect![[r#"
+        s
+        `m__wrong` returned structured content that does not match its output schema (at /temperature: "warm" is not of type "number"; at /unit: "K" is not one of "C" or "F"), which MCP requires of a tool that declares one; it was left out, and `m__wrong` should be fixed"#]]
+    .assert_eq(&texts(&wrong));
+    assert_eq!(wrong.extras["invalid_structured"], json!({"violations": 2}));
+    let right = output_of(&o, "m__right").await;
+    assert!(!right.is_error);
+    assert_eq!(right.structured, Some(json!({"temperature": 21.5})));
+    let failed = output_of(&o, "m__failed").await;
+    assert!(failed.is_error && failed.structured.is_some(), "{failed:?}");
+}
+
+/// An embedded resource's blob is checked as image data is: one that is not base64, or an
+/// image whose header declares an absurd size, becomes a note; a valid blob, an empty one
+/// and a text resource pass.
+#[tokio::test(start_paused = true)]
+async fn embedded_resource_blobs_are_checked_as_image_data_is() {
+    let resource = |blob: &str, mime: &str| ContentPart::Resource {
+        uri: "file:///x".into(),
+        mime_type: Some(mime.into()),
+        text: None,
+        blob: Some(blob.into()),
+    };
+    let text = ContentPart::Resource {
+        uri: "file:///notes.txt".into(),
+        mime_type: Some("text/plain".into()),
+        text: Some("notes".into()),
+        blob: None,
+    };
+    let output = ToolOutput {
+        content: vec![
+            resource("!!!notbase64$$$", "application/pdf"),
+            resource(HUGE_PNG, "image/png"),
+            resource(PNG_800X600, "image/png"),
+            resource("", "application/octet-stream"),
+            text.clone(),
+        ],
+        ..ToolOutput::default()
+    };
+    let p = Arc::new(MockProvider::new("m").with_tool("files", Behavior::Output(output)));
+    let o = start(OrchestratorConfig::default(), vec![p]).await;
+    let out = output_of(&o, "m__files").await;
+    expect![[r#"
+        [resource left out: its blob is not base64: `!` at byte 0 is no base64 character; model APIs refuse such a part, so `m__files` should be fixed to send a valid one]
+        [resource left out: its image's header declares 2147483647 × 2147483647 pixels, over 100000 a side; model APIs refuse such a part, so `m__files` should be fixed to send a valid one]
+        Resource { uri: "file:///x", mime_type: Some("image/png"), text: None, blob: Some("iVBORw0KGgoAAAANSUhEUgAAAyAAAAJYCAIAAAA=") }
+        Resource { uri: "file:///x", mime_type: Some("application/octet-stream"), text: None, blob: Some("") }
+        Resource { uri: "file:///notes.txt", mime_type: Some("text/plain"), text: Some("notes"), blob: None }"#]]
+    .assert_eq(&texts(&out));
+    assert_eq!(out.extras["invalid_media"], json!({"parts": 2}));
+}
