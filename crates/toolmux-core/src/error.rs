@@ -126,8 +126,9 @@ pub enum ToolError {
         /// The tool.
         tool: String,
     },
-    /// No queue slot became free within the wait timeout.
-    #[error("queue `{queue}` busy: no slot for `{tool}` within {}, retry later", human_duration(*.waited))]
+    /// No queue slot became free within the wait timeout, or (`waited` zero) the queue
+    /// took no more calls.
+    #[error("queue `{queue}` busy: {}", busy_note(.tool, *.waited))]
     QueueBusy {
         /// The tool.
         tool: String,
@@ -418,6 +419,16 @@ fn join_violations(violations: &[Violation]) -> String {
     parts.join("; ")
 }
 
+/// What a busy queue's message says: the wait that ended, or, for a call refused without
+/// waiting, that it was full.
+fn busy_note(tool: &str, waited: Duration) -> String {
+    if waited.is_zero() {
+        format!("it is full and takes no more calls, so `{tool}` did not run; retry later")
+    } else {
+        format!("no slot for `{tool}` within {}, retry later", human_duration(waited))
+    }
+}
+
 /// Formats a duration for people: `250ms`, `30s`, `1.5s`, `2m`.
 /// What a timeout's message adds when the limit was one without progress.
 fn idle_note(idle: Option<Duration>) -> String {
@@ -522,6 +533,16 @@ mod tests {
             },
             expect![
                 "queue `q` busy: no slot for `a__b` within 30s, retry later [Policy queue_busy]"
+            ],
+        );
+        check(
+            ToolError::QueueBusy {
+                tool: "external__job".into(),
+                queue: "external results".into(),
+                waited: Duration::ZERO,
+            },
+            expect![
+                "queue `external results` busy: it is full and takes no more calls, so `external__job` did not run; retry later [Policy queue_busy]"
             ],
         );
         check(
