@@ -433,7 +433,7 @@ impl FsProvider {
         if how.background {
             shell::check_allowed(&self.config.bash, &program)?;
             self.sandbox.find_user_paths(&program.label()).await?;
-            return self.background(tool, program, &dir, &how, ctx);
+            return self.background(tool, program, &dir, &how, ctx).await;
         }
         if how.tty {
             return Err(FsError::InvalidArguments {
@@ -454,7 +454,7 @@ impl FsProvider {
         self.shell(tool, program, &dir, how.timeout, ctx).await
     }
 
-    fn background(
+    async fn background(
         &self,
         tool: Tool,
         program: shell::Program,
@@ -477,7 +477,7 @@ impl FsProvider {
             keep_stdin: how.keep_stdin,
             tty: how.tty,
         };
-        self.tasks.start(start, program)
+        self.tasks.start(start, program).await
     }
 
     async fn shell(

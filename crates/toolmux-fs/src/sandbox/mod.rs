@@ -488,8 +488,10 @@ impl Sandbox {
 
     /// Which of the embedding program's files beneath a writable root are missing now,
     /// before a command starts: a command that creates one (a `toolmux.yaml` the next
-    /// start would load) has it moved aside when it ends ([`Absent::move_planted`]).
-    pub(crate) fn absent(&self) -> Absent {
+    /// start would load) has it moved aside when it ends ([`Absent::move_planted`]); so
+    /// does one that makes a `.git` anywhere beneath the root, found by walking the tree
+    /// before and after it.
+    pub(crate) async fn absent(&self) -> Absent {
         let Plan::Enforce(policy) = &self.plan else { return Absent::default() };
         let missing = policy
             .watched
@@ -497,7 +499,17 @@ impl Sandbox {
             .filter(|p| std::fs::symlink_metadata(p).is_err())
             .cloned()
             .collect();
-        Absent { missing, root: policy.root.clone() }
+        // Only where the root's own `.git` is watched (`protectPaths` and the root
+        // writable): the same holds for one made anywhere beneath it.
+        let root = policy.root.clone();
+        let repositories = if policy.watched.contains(&root.join(".git")) {
+            let walked = root.clone();
+            // A walk of a large tree takes tens of milliseconds: off the runtime's threads.
+            tokio::task::spawn_blocking(move || Repositories::before(&walked)).await.ok()
+        } else {
+            None
+        };
+        Absent { missing, root, repositories }
     }
 
     /// The sentence about the sandbox for the tool descriptions.
@@ -565,11 +577,65 @@ impl Sandbox {
     }
 }
 
-/// The embedding program's files that were missing when a command started.
+/// The embedding program's files that were missing when a command started, and the
+/// repositories beneath the root then.
 #[derive(Debug, Default)]
 pub(crate) struct Absent {
     missing: Vec<PathBuf>,
     root: PathBuf,
+    /// `None` where commands may make repositories (`protectPaths: false`, a root not
+    /// writable).
+    repositories: Option<Repositories>,
+}
+
+/// How long one walk for the `.git` entries beneath the root may take: on a tree of
+/// 100,000 files in 10,000 folders one took about 90 ms (a debug build; see
+/// [`git_entries`]).
+const REPOSITORY_WALK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The `.git` entries (folders or files) beneath the root before a command started, to
+/// tell those it made when it ends: a repository made in a subfolder (`git init -q sub`,
+/// then `git -C sub config core.fsmonitor CMD`) runs its settings and hooks outside the
+/// sandbox at the user's next `git status` there, as one at the root would.
+#[derive(Debug)]
+struct Repositories {
+    before: std::collections::HashSet<PathBuf>,
+    /// Whether the walk saw the whole tree (else what it did not reach is judged by
+    /// change time: see [`Repositories::made`]).
+    complete: bool,
+    started: std::time::SystemTime,
+}
+
+impl Repositories {
+    fn before(root: &Path) -> Repositories {
+        // Change times are kept by the kernel: no command can set one back, so whatever
+        // the command makes, moves or copies in has one no earlier than this.
+        let started = std::time::SystemTime::now();
+        let (found, complete) = git_entries(root, REPOSITORY_WALK);
+        Repositories { before: found.into_iter().collect(), complete, started }
+    }
+
+    /// The `.git` entries beneath `root` now that were not there before: those the walk
+    /// before saw are the user's; where it did not see the whole tree, one it did not see
+    /// counts as made only when it changed since the command started. And whether the walk
+    /// now saw the whole tree.
+    fn made(&self, root: &Path) -> (Vec<PathBuf>, bool) {
+        let (now, complete) = git_entries(root, REPOSITORY_WALK);
+        let changed = |path: &Path| {
+            use std::os::unix::fs::MetadataExt as _;
+            std::fs::symlink_metadata(path).is_ok_and(|m| {
+                let ctime = std::time::UNIX_EPOCH
+                    + std::time::Duration::new(m.ctime().max(0) as u64, m.ctime_nsec() as u32);
+                // Coarse file system clocks round down: a second's slack.
+                ctime + std::time::Duration::from_secs(1) >= self.started
+            })
+        };
+        let made = now
+            .into_iter()
+            .filter(|p| !self.before.contains(p) && (self.complete || changed(p)))
+            .collect();
+        (made, complete)
+    }
 }
 
 impl Absent {
@@ -577,42 +643,35 @@ impl Absent {
     /// `NAME.rejected.N` when that is taken): toolmux's configuration is the user's to
     /// write, and one planted by a command would run what it says at the next start. The
     /// note for the command's result, when there was any.
-    pub(crate) fn move_planted(self) -> Option<String> {
+    pub(crate) async fn move_planted(self) -> Option<String> {
+        // Walks the tree: off the runtime's threads.
+        tokio::task::spawn_blocking(move || self.move_planted_now()).await.unwrap_or_else(|e| {
+            tracing::warn!("looking for what a command created failed: {e}");
+            None
+        })
+    }
+
+    fn move_planted_now(self) -> Option<String> {
         let mut moved = Vec::new();
         for path in self.missing.iter().filter(|p| std::fs::symlink_metadata(p).is_ok()) {
-            let shown = path.strip_prefix(&self.root).unwrap_or(path).display().to_string();
-            let Some(name) = path.file_name() else { continue };
-            let free = (1..100).map(|n| {
-                let mut aside = name.to_os_string();
-                aside.push(if n == 1 { ".rejected".to_owned() } else { format!(".rejected.{n}") });
-                path.with_file_name(aside)
-            });
-            let Some(aside) = free.into_iter().find(|p| std::fs::symlink_metadata(p).is_err())
-            else {
-                // Every name taken (by the command, likely): what it made goes instead.
-                let removed = match std::fs::symlink_metadata(path) {
-                    Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-                    _ => std::fs::remove_file(path),
-                };
-                tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside, so it was removed: {removed:?}");
-                moved.push(match removed {
-                    Ok(()) => format!("`{shown}` (removed: no name was free to move it to)"),
-                    Err(e) => format!("`{shown}` (neither moved nor removed: {e})"),
-                });
-                continue;
-            };
-            match std::fs::rename(path, &aside) {
-                Ok(()) => {
-                    tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; moved aside");
-                    let aside =
-                        aside.strip_prefix(&self.root).unwrap_or(&aside).display().to_string();
-                    moved.push(format!("`{shown}` (moved to `{aside}`)"));
-                }
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "a command created a protected file, which could not be moved aside: {e}");
-                    moved.push(format!("`{shown}` (not moved: {e})"));
-                }
+            moved.extend(move_aside(path, &self.root));
+        }
+        // The root's own `.git`, if the command made it, is gone by now.
+        let mut cut = false;
+        if let Some(repositories) = &self.repositories {
+            let (made, complete) = repositories.made(&self.root);
+            cut = !complete;
+            for path in made {
+                moved.extend(move_aside(&path, &self.root));
             }
+        }
+        if cut {
+            tracing::warn!(
+                root = %self.root.display(),
+                "the walk for repositories a command made beneath the workspace root took \
+                 longer than {} s and was cut: one made past where it reached stays",
+                REPOSITORY_WALK.as_secs()
+            );
         }
         (!moved.is_empty()).then(|| {
             format!(
@@ -623,6 +682,70 @@ impl Absent {
             )
         })
     }
+}
+
+/// Moves `path` (beneath `root`, where it is shown relative to) aside to `NAME.rejected`,
+/// or `NAME.rejected.N` when that is taken, else removes it; what was done, for the note.
+fn move_aside(path: &Path, root: &Path) -> Option<String> {
+    let shown = path.strip_prefix(root).unwrap_or(path).display().to_string();
+    let name = path.file_name()?;
+    let free = (1..100).map(|n| {
+        let mut aside = name.to_os_string();
+        aside.push(if n == 1 { ".rejected".to_owned() } else { format!(".rejected.{n}") });
+        path.with_file_name(aside)
+    });
+    let Some(aside) = free.into_iter().find(|p| std::fs::symlink_metadata(p).is_err()) else {
+        // Every name taken (by the command, likely): what it made goes instead.
+        let removed = match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+            _ => std::fs::remove_file(path),
+        };
+        tracing::warn!(path = %path.display(), "a command created a protected file; no name was free to move it aside, so it was removed: {removed:?}");
+        return Some(match removed {
+            Ok(()) => format!("`{shown}` (removed: no name was free to move it to)"),
+            Err(e) => format!("`{shown}` (neither moved nor removed: {e})"),
+        });
+    };
+    Some(match std::fs::rename(path, &aside) {
+        Ok(()) => {
+            tracing::warn!(path = %path.display(), aside = %aside.display(), "a command created a protected file; moved aside");
+            let aside = aside.strip_prefix(root).unwrap_or(&aside).display().to_string();
+            format!("`{shown}` (moved to `{aside}`)")
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "a command created a protected file, which could not be moved aside: {e}");
+            format!("`{shown}` (not moved: {e})")
+        }
+    })
+}
+
+/// The `.git` entries (folders, files or symlinks) beneath `root`, its own aside, and
+/// whether the walk saw the whole tree within `limit`. Symlinks and `.git` folders are not
+/// looked into; ignored folders are (a clone is often ignored by the repository around it).
+/// The walk reads every folder: no cheaper test finds a new entry soundly, since it changes
+/// only its own folder's times, not those above.
+fn git_entries(root: &Path, limit: std::time::Duration) -> (Vec<PathBuf>, bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let mut found = Vec::new();
+    let mut folders = vec![root.to_path_buf()];
+    let mut looked = 0usize;
+    while let Some(dir) = folders.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            looked += 1;
+            if looked.is_multiple_of(1024) && std::time::Instant::now() > deadline {
+                return (found, false);
+            }
+            if entry.file_name() == ".git" {
+                if dir != root {
+                    found.push(entry.path());
+                }
+            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                folders.push(entry.path());
+            }
+        }
+    }
+    (found, true)
 }
 
 /// The directories of the submodules `root/.gitmodules` lists (those beneath the root).
@@ -660,7 +783,7 @@ const REPOSITORY_ENTRIES: usize = 20_000;
 /// [`REPOSITORY_ENTRIES`] entries, so that the shallowest are found first and a large tree
 /// costs the start no more than that; ignored folders are looked into too (a clone is often
 /// ignored by the repository around it), a `.git` or a symlink is not. A repository a command
-/// makes later is the agent's own and stays writable to it.
+/// makes later is moved aside when it ends ([`Absent::move_planted`]).
 fn nested_repositories(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut level = vec![root.to_path_buf()];

@@ -383,7 +383,7 @@ pub(crate) async fn run(
     let label = program.label();
     let mark = ProcessMark::new();
     let mut command = command(config, sandbox, root, tool, &program, None, &mark)?;
-    let absent = sandbox.absent();
+    let absent = sandbox.absent().await;
     let started = Instant::now();
     let mut child =
         command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
@@ -512,7 +512,7 @@ pub(crate) async fn run(
         text.push_str(&note);
         output = output.with_extra("escapedKilled", json!(escaped.len()));
     }
-    if let Some(note) = absent.move_planted() {
+    if let Some(note) = absent.move_planted().await {
         text.push('\n');
         text.push_str(&note);
     }

@@ -352,7 +352,11 @@ impl Tasks {
     }
 
     /// Starts `program` in the background for the call `start` describes.
-    pub(crate) fn start(&self, start: Start<'_>, program: Program) -> Result<ToolOutput, FsError> {
+    pub(crate) async fn start(
+        &self,
+        start: Start<'_>,
+        program: Program,
+    ) -> Result<ToolOutput, FsError> {
         let Start { config, sandbox, root, tool, namespace, lifetime, run, keep_stdin, tty } =
             start;
         let keep_stdin = keep_stdin || tty;
@@ -375,7 +379,7 @@ impl Tasks {
         if keep_stdin && pty.is_none() {
             command.stdin(std::process::Stdio::piped());
         }
-        let absent = sandbox.absent();
+        let absent = sandbox.absent().await;
         let mut child =
             command.spawn().map_err(|source| sandbox.spawn_failed(label.clone(), source))?;
         // The parent's copies of the terminal's slave side go with the command, so that
@@ -763,7 +767,7 @@ async fn watch(
     }
     // Its input closes with it (a write now fails at once, not after a timeout).
     *task.stdin.lock().await = None;
-    let planted = absent.move_planted();
+    let planted = absent.move_planted().await;
     let mut state = task.lock();
     state.planted = planted;
     state.end = Some((end, task.started.elapsed()));

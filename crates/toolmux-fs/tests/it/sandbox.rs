@@ -597,6 +597,76 @@ async fn a_repository_a_command_makes_is_moved_aside() {
     assert!(root.join(".git").is_dir());
 }
 
+/// A repository a command makes anywhere beneath the root (`git init -q sub`), or a
+/// `.git` file it writes, is moved aside when it ends, as one at the root is: its
+/// `core.fsmonitor` ran at the user's next `git status` there, outside the sandbox. The
+/// user's own repositories, even those too deep to be kept read-only, stay.
+#[tokio::test]
+async fn a_repository_a_command_makes_beneath_the_root_is_moved_aside() {
+    let kernel = kernel(Kernel::NoNetwork).await;
+    let root_dir = unsandboxed_dir();
+    let root = std::fs::canonicalize(root_dir.path()).unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+    };
+    assert!(git(&root, &["init", "-q"]).status.success());
+    // Deeper than the repositories kept read-only are looked for.
+    let deep = root.join("a/b/c/d/e/f");
+    std::fs::create_dir_all(&deep).unwrap();
+    assert!(git(&deep, &["init", "-q"]).status.success());
+    let bash = BashConfig { sandbox: SandboxConfig::default(), ..BashConfig::default() };
+    let config = FsConfig::new(&root)
+        .with_permissions([Permission::Read, Permission::Execute])
+        .with_bash(bash);
+    let fs = FsProvider::new(config).unwrap();
+    if kernel == Kernel::None {
+        return;
+    }
+    let marker = root_dir.path().join("fsmonitor-ran");
+    let command = format!(
+        "export GIT_CONFIG_GLOBAL=/dev/null; git init -q sub && git -C sub config core.fsmonitor \
+         'touch {}; false' && mkdir -p x/y && cd x/y && git init -q && cd ../.. && mkdir w && \
+         echo 'gitdir: /tmp/elsewhere' > w/.git && echo x >> a/b/c/d/e/f/.git/description && \
+         echo made",
+        marker.display()
+    );
+    let out = fs.call("bash", json!({"command": command}), &CallContext::new()).await.unwrap();
+    let text = out.to_text();
+    assert!(text.contains("made"), "{text}");
+    for made in ["sub/.git", "x/y/.git", "w/.git"] {
+        let note = format!("`{made}` (moved to `{made}.rejected`)");
+        assert!(text.contains(&note), "{note}: {text}");
+        assert!(!root.join(made).exists(), "{made}");
+        assert!(root.join(format!("{made}.rejected")).exists(), "{made}");
+    }
+    assert!(root.join(".git").is_dir() && deep.join(".git/config").is_file(), "{text}");
+    assert!(!text.contains("a/b/c"), "{text}");
+    // The user's `git status` there runs nothing of the command's.
+    git(&root.join("sub"), &["status"]);
+    assert!(!marker.exists(), "core.fsmonitor ran");
+    // A background task's, when it ends.
+    let args = json!({"command": "git init -q later", "run_in_background": true});
+    let started = fs.call("bash", args, &CallContext::new()).await.unwrap();
+    let id = started.extras["taskId"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    for _ in 0..50 {
+        let args = json!({"task_id": id, "block_ms": 200});
+        let out = fs.call("task_output", args, &CallContext::new()).await.unwrap();
+        text = out.to_text();
+        if out.extras["running"] == false {
+            break;
+        }
+    }
+    assert!(text.contains("`later/.git` (moved to `later/.git.rejected`)"), "{text}");
+    assert!(!root.join("later/.git").exists());
+}
+
 /// A repository beneath the root that is no submodule (a clone in `vendor/`, or
 /// repositories side by side under a root that is none) has its `.git` kept read-only to
 /// commands as the root's is: its hooks and settings would run outside the sandbox at the
