@@ -41,6 +41,7 @@
 
 mod catalog;
 mod context;
+pub mod credential;
 mod error;
 mod file;
 #[cfg(unix)]

@@ -38,8 +38,8 @@ impl EnvInherit {
 }
 
 /// Whether an environment variable's name suggests it holds a secret, or a way to one,
-/// judged by its words (split at `_`, `-` and other punctuation, digits and a lower-case
-/// letter followed by a capital), never by its text: `GITHUB_TOKEN`, `GITHUBTOKEN`,
+/// judged by its words as [`toolmux_core::credential::is_credential_name`] judges them
+/// (the facade's reading of which values to redact): `GITHUB_TOKEN`, `GITHUBTOKEN`,
 /// `OPENAI_API_KEY`, `APIKEY`, `apiKey`, `PGPASSWORD` are withheld, while `MONKEY`,
 /// `TOKENIZER_PATH` and `KEYBOARD_LAYOUT` hold `KEY` and `TOKEN` without naming one and are
 /// passed on. `SSH_AUTH_SOCK` (the ssh agent signs with the user's keys),
@@ -48,108 +48,13 @@ impl EnvInherit {
 /// (`XDG_SESSION_TYPE`, `XDG_SESSION_DESKTOP`, …) and the working directories (`PWD`,
 /// `OLDPWD`) are not secrets.
 fn looks_secret(name: &str) -> bool {
+    use toolmux_core::credential::{is_credential_word, words};
     let upper = name.to_ascii_uppercase();
     if upper.starts_with("XDG_SESSION_") || upper == "PWD" || upper == "OLDPWD" {
         return false;
     }
     words(name).any(|word| is_credential_word(&word) || word.contains("KEYRING"))
 }
-
-/// The words of a name, upper case: split at anything but a letter, and where a lower-case
-/// letter is followed by a capital (`apiKey`).
-fn words(name: &str) -> impl Iterator<Item = String> + '_ {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut previous_lower = false;
-    for c in name.chars() {
-        if !c.is_ascii_alphabetic() || (c.is_ascii_uppercase() && previous_lower) {
-            words.push(std::mem::take(&mut word));
-        }
-        previous_lower = c.is_ascii_lowercase();
-        if c.is_ascii_alphabetic() {
-            word.push(c.to_ascii_uppercase());
-        }
-    }
-    words.push(word);
-    words.into_iter().filter(|word| !word.is_empty())
-}
-
-/// A word (upper case) that names a credential: one of [`CREDENTIAL_WORDS`], one ending
-/// in one of [`CREDENTIAL_COMPOUNDS`] (`PHPSESSIONID`, `XAUTHORITY`), or one ending in
-/// `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD` or `AUTH` (`GITHUBTOKEN`, `PGPASSWORD`,
-/// `BASICAUTH`), endings no ordinary word has, or in `KEY` unless it is one of the
-/// ordinary words of [`ORDINARY_KEY_WORDS`] (`GOOGLEAPIKEY`, `SSHKEY`, but not `MONKEY`).
-/// `PASS` counts only as a whole word, as so many words end in it.
-fn is_credential_word(word: &str) -> bool {
-    CREDENTIAL_WORDS.contains(&word)
-        || CREDENTIAL_COMPOUNDS.iter().any(|compound| word.ends_with(compound))
-        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH"].iter().any(|end| word.ends_with(end))
-        || (word.ends_with("KEY") && !ORDINARY_KEY_WORDS.contains(&word))
-}
-
-// The three lists are the facade's (`crates/toolmux/src/config/env.rs`, `CREDENTIAL_WORDS`,
-// `CREDENTIAL_COMPOUNDS` and `ORDINARY_KEY_WORDS`, which judge which values to redact),
-// copied: this crate does not depend on the facade. A word added there belongs here too.
-
-/// Words that name a credential in a variable's name. `PAT` is GitHub's personal access
-/// token (`GH_PAT`); `SESSION` stays, as a session's identifier lets whoever holds it in.
-const CREDENTIAL_WORDS: [&str; 24] = [
-    "TOKEN",
-    "SECRET",
-    "SECRETS",
-    "PASSWORD",
-    "PASSWORDS",
-    "PASSWD",
-    "PASS",
-    "PASSPHRASE",
-    "PWD",
-    "PW",
-    "KEY",
-    "KEYS",
-    "AUTH",
-    "AUTHORIZATION",
-    "CREDENTIAL",
-    "CREDENTIALS",
-    "CREDS",
-    "COOKIE",
-    "COOKIES",
-    "SESSION",
-    "PRIVATE",
-    "BEARER",
-    "PAT",
-    "JWT",
-];
-
-/// Credentials' names written as one word (`OPENWEATHER_APIKEY`), and as the end of one
-/// (`GOOGLEAPIKEY`, `PHPSESSIONID`); those ending in `TOKEN`, `SECRET`, `AUTH` or `KEY`
-/// need no entry ([`is_credential_word`]) but are kept as the facade's list has them.
-/// `XAUTHORITY` and `ICEAUTHORITY` name the X11 and ICE cookie files, which let whoever
-/// reads them into the user's display and session.
-const CREDENTIAL_COMPOUNDS: [&str; 15] = [
-    "APIKEY",
-    "APIKEYS",
-    "PRIVATEKEY",
-    "ACCESSKEY",
-    "SECRETKEY",
-    "AUTHKEY",
-    "SESSIONKEY",
-    "SIGNINGKEY",
-    "ENCRYPTIONKEY",
-    "MASTERKEY",
-    "SESSIONID",
-    "PASSCODE",
-    "PASSKEY",
-    "XAUTHORITY",
-    "ICEAUTHORITY",
-];
-
-/// Ordinary words that end in `KEY` and name no credential: every other word that ends
-/// in it (`SSHKEY`, `MAPBOXKEY`) is taken as one, as credentials are named so far more
-/// often than variables are named after monkeys.
-const ORDINARY_KEY_WORDS: [&str; 14] = [
-    "MONKEY", "DONKEY", "TURKEY", "HOCKEY", "JOCKEY", "WHISKEY", "LACKEY", "MALARKEY", "FLUNKEY",
-    "HOTKEY", "TURNKEY", "SMOKEY", "POKEY", "HOKEY",
-];
 
 /// One MCP server: how to reach it, which of its tools to offer and how long to wait.
 ///
@@ -170,16 +75,28 @@ pub struct McpServerConfig {
     /// Environment variables added to the program's environment (stdio).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Which of toolmux's own environment the program inherits (stdio): `safe` (default)
-    /// all but variables whose names have a word that names a credential (`TOKEN`, `KEY`,
-    /// `SECRET`, `PASSWORD`, `AUTH`, `SESSION`, `COOKIE`, `CREDENTIALS`, … as whole words
-    /// split at `_`, `-`, digits and case, or a word ending in `TOKEN`, `SECRET` or
-    /// `PASSWORD`, or `APIKEY`: `GITHUB_TOKEN`, `GITHUBTOKEN`, `apiKey`, but not `MONKEY`,
-    /// `TOKENIZER_PATH` or `KEYBOARD_LAYOUT`; not `XDG_SESSION_*`; so `SSH_AUTH_SOCK` and
-    /// `DBUS_SESSION_BUS_ADDRESS`, ways to the user's keys, are withheld too: a server that
-    /// pushes over ssh needs `envPassthrough`), `minimal` (what the
-    /// official MCP SDKs pass: `HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`, plus
-    /// `LANG` and `TMPDIR`) or `all`.
+    /// Which of toolmux's own environment the program inherits (stdio):
+    /// - `safe` (default): every variable but those whose names have a word that names a
+    ///   credential ([`toolmux_core::credential::is_credential_name`]; words split at `_`,
+    ///   `-`, digits and case): `TOKEN`, `KEY`, `SECRET`, `PASSWORD`, `PASS`, `PWD`, `AUTH`,
+    ///   `SESSION`, `COOKIE`, `CREDENTIALS`, `PAT`, … as whole words, a word ending in
+    ///   `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD`, `AUTH`, `APIKEY`, `SESSIONID` or
+    ///   `XAUTHORITY`, or in `KEY` but for ordinary words (`MONKEY`, `HOTKEY`), and a word
+    ///   holding `KEYRING`. So `GITHUB_TOKEN`, `GITHUBTOKEN`, `apiKey`, `SSHKEY` and
+    ///   `XAUTHORITY` are withheld, and so are `SSH_AUTH_SOCK`, `DBUS_SESSION_BUS_ADDRESS`
+    ///   and `GNOME_KEYRING_CONTROL`, ways to the user's keys (a server that pushes over
+    ///   ssh needs `envPassthrough`); `MONKEY`, `TOKENIZER_PATH`, `KEYBOARD_LAYOUT`,
+    ///   `XDG_SESSION_*`, `PWD` and `OLDPWD` are passed on;
+    /// - `minimal`: what the official MCP SDKs pass: `HOME`, `LOGNAME`, `PATH`, `SHELL`,
+    ///   `TERM`, `USER`, plus `LANG` and `TMPDIR`;
+    /// - `all`: everything.
+    ///
+    /// Whichever it is, the value of an inherited variable (or one of `envPassthrough`)
+    /// whose name names a credential is registered as a secret by the configuration loader,
+    /// as `env`'s values are, and redacted wherever text leaves toolmux (outputs, errors,
+    /// logs): with `all`, a server echoing `GITHUB_TOKEN` shows `[redacted]`. A count
+    /// (`MAX_TOKENS=4096`), a variable describing the machine (`HOME`, `XDG_*`) and an
+    /// empty value are not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub env_inherit: Option<EnvInherit>,
     /// Variables inherited whatever `envInherit` says (`GITHUB_TOKEN`, say).

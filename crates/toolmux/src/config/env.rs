@@ -13,6 +13,7 @@
 //! alike.
 
 use serde_json::Value;
+use toolmux_core::credential;
 
 /// Looks an environment variable up: the process environment in the binary, a map in
 /// tests.
@@ -391,91 +392,15 @@ pub(crate) fn is_secret_by_name(name: &str, value: &str) -> bool {
 }
 
 /// A name with a word that sounds like a credential: `GITHUB_TOKEN`, `OPENAI_API_KEY`,
-/// `apiKey`, `X-Api-Key`, `PGPASSWORD`. Its words ([`words`]) are compared, never its
-/// text: `BYPASS`, `MONKEY`, `KEYBOARD_LAYOUT`, `PASSAGE_DIR` and `TOKENIZER_PATH` hold
-/// `PASS`, `KEY` and `TOKEN` without naming one, and their values are ordinary words and
-/// paths that redaction would cut out of every output.
+/// `apiKey`, `X-Api-Key`, `PGPASSWORD`, judged by its words
+/// ([`toolmux_core::credential::is_credential_name`], as the MCP client judges what a
+/// stdio server inherits), never its text: `BYPASS`, `MONKEY`, `KEYBOARD_LAYOUT`,
+/// `PASSAGE_DIR` and `TOKENIZER_PATH` hold `PASS`, `KEY` and `TOKEN` without naming one,
+/// and their values are ordinary words and paths that redaction would cut out of every
+/// output.
 fn sounds_secret(name: &str) -> bool {
-    words(name).any(|word| is_credential_word(&word))
+    credential::is_credential_name(name)
 }
-
-/// A word of a name (upper case, as [`words`] gives it) that names a credential: one of
-/// [`CREDENTIAL_WORDS`], one ending in one of [`CREDENTIAL_COMPOUNDS`] (`PHPSESSIONID`,
-/// `XAUTHORITY`), or one ending in `TOKEN`, `SECRET`, `PASSWORD`, `PASSWD` or `AUTH`
-/// (`GITHUBTOKEN`, `PGPASSWORD`, `BASICAUTH`), endings no ordinary word has, or in `KEY`
-/// unless it is one of the ordinary words of [`ORDINARY_KEY_WORDS`] (`GOOGLEAPIKEY`,
-/// `SSHKEY`, but not `MONKEY`). `PASS` counts only as a whole word, as so many words end
-/// in it.
-fn is_credential_word(word: &str) -> bool {
-    // `TOKEN2`, `KEY1`: a number after the word tells credentials apart.
-    let word = word.trim_end_matches(|c: char| c.is_ascii_digit());
-    CREDENTIAL_WORDS.contains(&word)
-        || CREDENTIAL_COMPOUNDS.iter().any(|compound| word.ends_with(compound))
-        || ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "AUTH"].iter().any(|end| word.ends_with(end))
-        || (word.ends_with("KEY") && !ORDINARY_KEY_WORDS.contains(&word))
-}
-
-/// Words that name a credential in a variable's or a key's name. `PAT` is GitHub's
-/// personal access token (`GH_PAT`): as a whole word it names nothing else in a variable.
-/// `SESSION` stays, as a session's identifier lets whoever holds it in.
-const CREDENTIAL_WORDS: [&str; 24] = [
-    "TOKEN",
-    "SECRET",
-    "SECRETS",
-    "PASSWORD",
-    "PASSWORDS",
-    "PASSWD",
-    "PASS",
-    "PASSPHRASE",
-    "PWD",
-    "PW",
-    "KEY",
-    "KEYS",
-    "AUTH",
-    "AUTHORIZATION",
-    "CREDENTIAL",
-    "CREDENTIALS",
-    "CREDS",
-    "COOKIE",
-    "COOKIES",
-    "SESSION",
-    "PRIVATE",
-    "BEARER",
-    "PAT",
-    "JWT",
-];
-
-/// Credentials' names written as one word (`OPENWEATHER_APIKEY`, `clientsecret`), and as
-/// the end of one (`GOOGLEAPIKEY`, `PHPSESSIONID`); those ending in `TOKEN`, `SECRET`,
-/// `AUTH` or `KEY` need no entry ([`is_credential_word`]) but are kept, as the MCP client
-/// has a copy of this list. `XAUTHORITY` and `ICEAUTHORITY` name the X11 and ICE cookie
-/// files, which let whoever reads them into the user's display and session.
-const CREDENTIAL_COMPOUNDS: [&str; 15] = [
-    "APIKEY",
-    "APIKEYS",
-    "PRIVATEKEY",
-    "ACCESSKEY",
-    "SECRETKEY",
-    "AUTHKEY",
-    "SESSIONKEY",
-    "SIGNINGKEY",
-    "ENCRYPTIONKEY",
-    "MASTERKEY",
-    "SESSIONID",
-    "PASSCODE",
-    "PASSKEY",
-    "XAUTHORITY",
-    "ICEAUTHORITY",
-];
-
-/// Ordinary words that end in `KEY` and name no credential, as [`is_public`] lists the
-/// words that name a place: every other word that ends in it (`SSHKEY`, `MAPBOXKEY`) is
-/// taken as one, as credentials are named so far more often than variables are named
-/// after monkeys. The MCP client has a copy of this list.
-const ORDINARY_KEY_WORDS: [&str; 14] = [
-    "MONKEY", "DONKEY", "TURKEY", "HOCKEY", "JOCKEY", "WHISKEY", "LACKEY", "MALARKEY", "FLUNKEY",
-    "HOTKEY", "TURNKEY", "SMOKEY", "POKEY", "HOKEY",
-];
 
 /// A name that says it counts or bounds something: `MAX_TOKENS`, `TOKEN_LIMIT`.
 fn names_a_count(name: &str) -> bool {
@@ -504,33 +429,11 @@ fn is_plain(value: &str) -> bool {
         || (std::path::Path::new(value).is_absolute() && std::path::Path::new(value).exists())
 }
 
-/// The words of a configuration key or of a flag, upper case: `apiKey` and `x-api-key`
-/// are `API`, `KEY`; `GITHUB_TOKEN` is `GITHUB`, `TOKEN`.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut previous_lower = false;
-    for c in text.chars() {
-        if !c.is_ascii_alphanumeric() {
-            words.push(std::mem::take(&mut word));
-            previous_lower = false;
-            continue;
-        }
-        if c.is_ascii_uppercase() && previous_lower {
-            words.push(std::mem::take(&mut word));
-        }
-        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        word.push(c.to_ascii_uppercase());
-    }
-    words.push(word);
-    words.into_iter().filter(|w| !w.is_empty())
-}
-
 /// A key, a flag or a word that names a credential: `token`, `apiKey`, `clientSecret`,
 /// `Authorization`, `--api-key`, `Bearer`, `Basic`. `maxTokens` is a count, not one; the
 /// words are those of [`sounds_secret`], and `Basic` (an `Authorization` scheme).
 fn names_a_credential(text: &str) -> bool {
-    words(text).any(|word| is_credential_word(&word) || word == "BASIC")
+    credential::words(text).any(|word| credential::is_credential_word(&word) || word == "BASIC")
 }
 
 /// Whether a string at `path` carries credentials: under `headers`, `env` or
@@ -783,73 +686,15 @@ mod tests {
         );
     }
 
-    /// A name sounds secret by its words (split at `_`, `-`, `.` and case changes) or a
-    /// credential's name written as one word, never by a part of a word.
+    /// A name sounds secret by its words, as `toolmux_core::credential` splits them (its
+    /// tests hold the names): digits split words, so `S3PWD`'s short value is a secret as
+    /// `S3_PWD`'s is.
     #[test]
     fn secret_names_by_their_words() {
-        for secret in [
-            "API_KEY",
-            "apiKey",
-            "X-Api-Key",
-            "GITHUB_TOKEN",
-            "GH_PAT",
-            "DB_PASSWORD",
-            "dbPw",
-            "MYSQL_PWD",
-            "PGPASSWORD",
-            "AWS_SECRET_ACCESS_KEY",
-            "AWS_SESSION_TOKEN",
-            "OPENAI_API_KEY",
-            "OPENWEATHER_APIKEY",
-            "SESSION_COOKIE",
-            "BEARER",
-            "GPG_PASSPHRASE",
-            "clientSecret",
-            "AZURE_CLIENTSECRET",
-            "SLACK_AUTHTOKEN",
-            "githubtoken",
-            "DEPLOY_PRIVATEKEY",
-            "aws.accessKey",
-            "JWT",
-            "GOOGLE_APPLICATION_CREDENTIALS",
-            "REGISTRY_AUTH",
-            "SECRET_KEY_2",
-            "TOKEN2",
-            "GOOGLEAPIKEY",
-            "OPENAIAPIKEY",
-            "MAPBOXKEY",
-            "SSHKEY",
-            "STRIPESECRETKEY",
-            "SSHKEY2",
-            "PHPSESSIONID",
-            "XAUTHORITY",
-            "ICEAUTHORITY",
-            "BASICAUTH",
-        ] {
-            assert!(sounds_secret(secret), "{secret} sounds secret");
-        }
-        for plain in [
-            "BYPASS",
-            "MONKEY",
-            "KEYBOARD_LAYOUT",
-            "PASSAGE_DIR",
-            "TOKENIZER_PATH",
-            "AUTHOR_NAME",
-            "OLDPWD",
-            "KEYSPACE",
-            "COMPASS_HOME",
-            "HOTKEY",
-            "TURKEY",
-            "HOCKEY",
-            "JOCKEY",
-            "DONKEY",
-            "WHISKEY",
-            "maxTokens",
-            "PASSENGER_ENV",
-            "PATH",
-        ] {
-            assert!(!sounds_secret(plain), "{plain} does not sound secret");
-        }
+        assert!(sounds_secret("GITHUB_TOKEN") && sounds_secret("S3PWD"));
+        assert!(!sounds_secret("TOKENIZER_PATH"));
+        assert!(is_secret("S3PWD", "pw-1", false));
+        assert!(!is_secret("MONKEY", "pw-1", false));
     }
 
     /// Values of names that only hold a credential's word inside another word are
@@ -876,6 +721,7 @@ mod tests {
             "--password",
             "GITHUB_PAT_TOKEN",
             "accessToken",
+            "--s3pwd",
         ] {
             assert!(names_a_credential(credential), "{credential}");
         }
