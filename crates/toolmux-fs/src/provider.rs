@@ -193,6 +193,7 @@ impl FsProvider {
             .map(|p| crate::sandbox::ServerPath {
                 path: crate::protect::resolve_ambient(&workspace.root().join(&p.path)),
                 hidden: !p.kind.readable(),
+                folder: p.kind == ProtectedKind::OutputDir,
             })
             .collect();
         let sandbox = Sandbox::new(&config.bash.sandbox, workspace.root(), &protected)?

@@ -126,8 +126,10 @@ pub(crate) struct Policy {
     /// Paths beneath the writable roots made read-only (those that exist when a command
     /// starts): `.git` and the protected paths.
     pub(crate) read_only: Vec<PathBuf>,
-    /// Paths beneath the root hidden from commands: those the file tools may not read.
+    /// Paths hidden from commands: those the file tools may not read.
     pub(crate) hidden: Vec<PathBuf>,
+    /// Those of them to make where missing before a command starts ([`ServerPath::folder`]).
+    pub(crate) folders: Vec<PathBuf>,
     /// The embedding program's files beneath a writable root that a command must not
     /// create where they are missing (no mount can keep a missing path), with the root
     /// they are shown relative to: see [`Sandbox::absent`].
@@ -151,6 +153,11 @@ pub(crate) struct ServerPath {
     pub(crate) path: PathBuf,
     /// Not to be read either (the file tools may not): hidden, not only read-only.
     pub(crate) hidden: bool,
+    /// A hidden folder toolmux makes only when it first writes there (the output
+    /// directory): made (mode 0700) before a command starts where it is
+    /// missing, so that it is covered from the first command on, and no command can put a
+    /// folder or a symlink of its own there first for toolmux to write into.
+    pub(crate) folder: bool,
 }
 
 impl Sandbox {
@@ -316,6 +323,7 @@ impl Sandbox {
                     scoped: 0,
                     read_only: Vec::new(),
                     hidden: Vec::new(),
+                    folders: Vec::new(),
                     watched: Vec::new(),
                     root: root.to_path_buf(),
                     hide_sockets: false,
@@ -380,9 +388,12 @@ impl Sandbox {
                     .chain(protected.iter().filter(|p| !p.hidden).map(|p| p.path.clone()));
                 let read_only: Vec<PathBuf> =
                     candidates.filter(|p| beneath_writable(p) && seen.insert(p.clone())).collect();
+                // Wherever they are: the default output directory is in `/tmp`, which
+                // commands may write, and a command that could rewrite a stored output
+                // would change what `toolmux output show` gives the model.
                 let hidden: Vec<PathBuf> = protected
                     .iter()
-                    .filter(|p| p.hidden && p.path.starts_with(root) && p.path != root)
+                    .filter(|p| p.hidden && p.path.is_absolute() && !root.starts_with(&p.path))
                     .map(|p| p.path.clone())
                     .collect();
                 let wanted = !read_only.is_empty() || !hidden.is_empty();
@@ -430,7 +441,8 @@ impl Sandbox {
         }
         if !hidden.is_empty() {
             description.push_str(
-                " The server's audit log, stored outputs and spaces folder look empty to it.",
+                " The server's audit log, stored outputs (other toolmux runs' output folders in \
+                 /tmp too) and spaces folder look empty to it.",
             );
         }
         if scoped != 0 {
@@ -447,6 +459,11 @@ impl Sandbox {
             deny_tcp: !config.network && abi >= ABI_NETWORK,
             deny_sockets: sockets,
             scoped,
+            folders: protected
+                .iter()
+                .filter(|p| p.hidden && p.folder && hidden.contains(&p.path))
+                .map(|p| p.path.clone())
+                .collect(),
             read_only,
             hidden,
             watched,
@@ -552,6 +569,16 @@ impl Sandbox {
                 let filter = policy.deny_sockets.then(seccomp::Filter::network);
                 // The user's lines' paths join the server's own (found before the command).
                 let user = self.matched.lock().unwrap_or_else(|e| e.into_inner()).1.clone();
+                for folder in &policy.folders {
+                    if std::fs::symlink_metadata(folder).is_err() {
+                        use std::os::unix::fs::DirBuilderExt as _;
+                        let made =
+                            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(folder);
+                        if let Err(e) = made {
+                            tracing::warn!(folder = %folder.display(), "a folder of toolmux's to hide from commands could not be made: {e}");
+                        }
+                    }
+                }
                 let joined = |own: &[PathBuf], theirs: &[PathBuf]| -> Vec<PathBuf> {
                     own.iter().chain(theirs).cloned().collect()
                 };
@@ -564,7 +591,12 @@ impl Sandbox {
                         let writable = policy.writable.as_deref().unwrap_or_default();
                         let cwd = command.as_std().get_current_dir();
                         let read_only = joined(&policy.read_only, &user.read_only);
-                        let hidden = joined(&policy.hidden, &user.hidden);
+                        let mut hidden = joined(&policy.hidden, &user.hidden);
+                        // Views can be made here only where the kernel allowed them when
+                        // the sandbox was made (the server's own paths asked for them).
+                        if !policy.hidden.is_empty() {
+                            hidden.extend(other_runs(&policy.root));
+                        }
                         let sockets =
                             if policy.hide_sockets { mounts::bound_sockets() } else { Vec::new() };
                         mounts::ReadOnlyViews::prepare(&read_only, &hidden, &sockets, writable, cwd)
@@ -748,6 +780,33 @@ fn git_entries(root: &Path, limit: std::time::Duration) -> (Vec<PathBuf>, bool) 
     (found, true)
 }
 
+/// The output directories other toolmux runs keep in the temporary directories by default
+/// (`toolmux-` and eight hex digits, the hash of their project's folder), hidden from
+/// commands as this run's is: a command could otherwise read or rewrite other projects'
+/// stored outputs. Read at each command (one folder listing each), those holding `root`
+/// aside. This user's spill directory (`toolmux-fs-UID`) does not match: commands read
+/// the full outputs saved there.
+fn other_runs(root: &Path) -> Vec<PathBuf> {
+    let mut temporary: Vec<PathBuf> = TEMPORARY.iter().map(PathBuf::from).collect();
+    temporary.push(std::env::temp_dir());
+    temporary.dedup();
+    let is_output_dir = |name: &std::ffi::OsStr| {
+        name.to_str().and_then(|n| n.strip_prefix("toolmux-")).is_some_and(|hash| {
+            hash.len() == 8
+                && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    };
+    temporary
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flat_map(|entries| entries.filter_map(Result::ok))
+        .filter(|entry| is_output_dir(&entry.file_name()))
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.path())
+        .filter(|path| !root.starts_with(path))
+        .collect()
+}
+
 /// The directories of the submodules `root/.gitmodules` lists (those beneath the root).
 /// Their `.git` is a file naming their git directory inside `root/.git`: a command that
 /// could rewrite it could point git at hooks of its own.
@@ -905,7 +964,8 @@ mod tests {
     fn git_and_the_protected_paths_beneath_a_writable_root_are_kept_read_only_or_hidden() {
         let landlock = || Ok(6);
         let seccomp = || Ok(());
-        let kept = |path: &str, hidden| ServerPath { path: PathBuf::from(path), hidden };
+        let kept =
+            |path: &str, hidden| ServerPath { path: PathBuf::from(path), hidden, folder: false };
         let protected = [
             kept("/srv/toolmux.yaml", false),
             kept("/etc/toolmux.yaml", false),
@@ -927,10 +987,10 @@ mod tests {
             assert_eq!(said, !policy.read_only.is_empty());
             (policy.read_only, policy.hidden)
         };
-        let hidden = vec![PathBuf::from("/srv/out")];
+        // Hidden wherever they are: the default output directory is in `/tmp`.
+        let hidden = vec![PathBuf::from("/srv/out"), PathBuf::from("/var/audit.jsonl")];
         let expected = vec![PathBuf::from("/srv/.git"), PathBuf::from("/srv/toolmux.yaml")];
-        // What lies outside every writable root needs nothing; what is hidden, only
-        // beneath the root.
+        // What lies outside every writable root needs no read-only view.
         assert_eq!(read_only(SandboxConfig::default(), Ok(())), (expected, hidden.clone()));
         // No user namespaces: nothing, and the description does not promise it.
         let refused = Err("no user namespaces here".to_owned());
@@ -946,7 +1006,8 @@ mod tests {
     #[test]
     fn with_the_network_off_bound_unix_sockets_are_covered_where_views_can_be_made() {
         let asked = std::cell::Cell::new(0);
-        let protected = [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false }];
+        let protected =
+            [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false, folder: false }];
         let covered = |config: SandboxConfig, views: Result<(), String>| {
             let probe = || {
                 asked.set(asked.get() + 1);
@@ -978,7 +1039,8 @@ mod tests {
 
     #[test]
     fn a_command_refused_on_entering_the_sandbox_is_told_what_to_switch_off() {
-        let protected = [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false }];
+        let protected =
+            [ServerPath { path: PathBuf::from("/srv/toolmux.yaml"), hidden: false, folder: false }];
         let sandbox = Sandbox::for_kernel(
             &SandboxConfig::default(),
             Path::new("/srv"),

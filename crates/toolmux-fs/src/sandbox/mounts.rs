@@ -168,13 +168,23 @@ impl ReadOnlyViews {
                     let flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | kept;
                     mount(None, path, None, flags)?;
                 }
+                // One removed since it was found (another run's output directory in `/tmp`,
+                // gone with its run) has nothing left to hide.
                 ViewKind::HiddenDirectory => {
                     let flags =
                         libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-                    mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags)?;
+                    match mount(Some(c"tmpfs"), path, Some(c"tmpfs"), flags) {
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                        done => done?,
+                    }
                 }
                 // Writes go nowhere; reads find nothing.
-                ViewKind::HiddenFile => mount(Some(c"/dev/null"), path, None, libc::MS_BIND)?,
+                ViewKind::HiddenFile => {
+                    match mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                        done => done?,
+                    }
+                }
                 ViewKind::HiddenSocket => {
                     match mount(Some(c"/dev/null"), path, None, libc::MS_BIND) {
                         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EACCES)) => {
