@@ -4,12 +4,11 @@
 //!
 //! `open()` of a FIFO blocks until a writer comes, in a call no signal reaches, and
 //! `/dev/zero` is read until memory runs out. The facade reads configuration files by the
-//! same rule (`toolmux::config`'s `file.rs`), but keeps its reader to itself.
+//! same rule, through the same reader (`toolmux_core::regular`).
 
-use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read as _};
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::Path;
+use toolmux::toolmux_core::regular::{self, RegularError};
 
 /// What a file is read as: its size limit and its name in messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,23 +43,13 @@ pub(crate) const TOKENS: FileRole = FileRole { limit: 1024 * 1024, name: "an OAu
 ///
 /// The type is checked before opening, so that a device is never opened, and again on the
 /// opened file, which is opened without blocking: a FIFO put in the file's place between
-/// the two is refused rather than waited on.
+/// the two is refused rather than waited on ([`regular::read_regular`]).
 pub(crate) fn read_regular(path: &Path, role: FileRole) -> io::Result<Vec<u8>> {
-    let meta = std::fs::metadata(path)?;
-    check(meta.file_type(), meta.len(), role)?;
-    let nonblocking = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
-    let file: File =
-        OpenOptions::new().read(true).custom_flags(nonblocking.bits() as i32).open(path)?;
-    let meta = file.metadata()?;
-    check(meta.file_type(), meta.len(), role)?;
-    // O_NONBLOCK changes nothing for a regular file. A file that grows while read is read
-    // up to one byte past the limit, which tells.
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(role.limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > role.limit {
-        return Err(too_big(None, role));
-    }
-    Ok(bytes)
+    regular::read_regular(path, role.limit).map_err(|e| match e {
+        RegularError::NotRegular(what) => not_regular(what, role),
+        RegularError::TooBig { len, .. } => too_big(len, role),
+        e => e.into_io(),
+    })
 }
 
 /// Reads what comes on `input` (a pipe, a file) up to `role`'s limit; over it, an error of
@@ -72,16 +61,6 @@ pub(crate) fn read_bounded(input: impl io::Read, role: FileRole) -> io::Result<V
         return Err(too_big(None, role));
     }
     Ok(bytes)
-}
-
-fn check(kind: FileType, len: u64, role: FileRole) -> io::Result<()> {
-    if !kind.is_file() {
-        return Err(not_regular(what_kind(kind), role));
-    }
-    if len > role.limit {
-        return Err(too_big(Some(len), role));
-    }
-    Ok(())
 }
 
 fn too_big(len: Option<u64>, role: FileRole) -> io::Error {
@@ -116,23 +95,6 @@ fn not_regular(what: Option<&str>, role: FileRole) -> io::Error {
         None => "it is not a regular file".to_owned(),
     };
     io::Error::new(io::ErrorKind::InvalidInput, format!("{it}: give the path of {}", role.name))
-}
-
-/// What a file that is no regular file is, in words; `None` for a type none names.
-fn what_kind(kind: FileType) -> Option<&'static str> {
-    Some(if kind.is_dir() {
-        "a folder"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        return None;
-    })
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ mod mark;
 pub mod naming;
 mod output;
 mod provider;
+#[cfg(unix)]
+pub mod regular;
 mod result;
 pub mod schema;
 mod spec;

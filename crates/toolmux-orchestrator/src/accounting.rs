@@ -679,95 +679,37 @@ const STATS_MAX_BYTES: u64 = 128 << 20;
 
 /// The statistics in `path`; `None` when there is no such file.
 fn read_snapshot(path: &Path) -> Result<Option<StatsSnapshot>, StatsError> {
-    use std::io::Read as _;
-    let file = match open_regular(path, std::fs::OpenOptions::new().read(true)) {
-        Ok(file) => file,
+    let bytes = match toolmux_core::regular::read_regular(path, STATS_MAX_BYTES) {
+        Ok(bytes) => bytes,
         Err(Opened::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(Opened::Io(source)) => return Err(StatsError::Io { path: path.to_owned(), source }),
         Err(Opened::NotRegular(kind)) => {
+            let kind = kind.unwrap_or("of a type no word names");
             return Err(StatsError::NotRegular { path: path.to_owned(), kind });
         }
+        Err(Opened::TooBig { .. }) => {
+            return Err(StatsError::Format {
+                path: path.to_owned(),
+                message: format!(
+                    "over {} MiB, too big for a statistics file",
+                    STATS_MAX_BYTES >> 20
+                ),
+            });
+        }
+        Err(e) => return Err(StatsError::Io { path: path.to_owned(), source: e.into_io() }),
     };
-    let mut bytes = Vec::new();
-    file.take(STATS_MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| StatsError::Io { path: path.to_owned(), source })?;
-    if bytes.len() as u64 > STATS_MAX_BYTES {
-        return Err(StatsError::Format {
-            path: path.to_owned(),
-            message: format!("over {} MiB, too big for a statistics file", STATS_MAX_BYTES >> 20),
-        });
-    }
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|e| StatsError::Format { path: path.to_owned(), message: e.to_string() })
 }
 
-/// Why [`open_regular`] gave no file.
-#[derive(Debug)]
-pub(crate) enum Opened {
-    /// Opening failed.
-    Io(std::io::Error),
-    /// The path is this (a FIFO, a device, ...), not a regular file.
-    NotRegular(&'static str),
-}
+/// Why [`open_regular`] gave no file: opening failed, or the path is no regular file
+/// (a FIFO, a device, ...), which `into_io` words as `it is a FIFO (named pipe), not a
+/// regular file`.
+pub(crate) type Opened = toolmux_core::regular::RegularError;
 
-impl Opened {
-    /// The reason as an I/O error, for callers that report one.
-    pub(crate) fn into_io(self) -> std::io::Error {
-        match self {
-            Opened::Io(e) => e,
-            Opened::NotRegular(kind) => std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("it is {kind}, not a regular file"),
-            ),
-        }
-    }
-}
-
-/// Opens `path` as `options` say, refusing anything but a regular file. The open does not
-/// wait (`O_NONBLOCK`): opening a FIFO waits for its other end, for ever if none comes,
-/// and no signal interrupts it; a regular file ignores the flag.
-pub(crate) fn open_regular(
-    path: &Path,
-    options: &mut std::fs::OpenOptions,
-) -> Result<std::fs::File, Opened> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let opened = options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32).open(path);
-    let file = match opened {
-        Ok(file) => file,
-        // A FIFO without a reader refuses a writer (ENXIO): say what it is, not that.
-        Err(e) => {
-            return Err(match std::fs::metadata(path) {
-                Ok(meta) if !meta.is_file() => Opened::NotRegular(what_kind(meta.file_type())),
-                _ => Opened::Io(e),
-            });
-        }
-    };
-    let meta = file.metadata().map_err(Opened::Io)?;
-    if !meta.is_file() {
-        return Err(Opened::NotRegular(what_kind(meta.file_type())));
-    }
-    Ok(file)
-}
-
-/// What a file that is not a regular file is, in words.
-fn what_kind(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    if kind.is_dir() {
-        "a folder"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
+/// Opens `path` as `options` say, refusing anything but a regular file, without waiting
+/// (`O_NONBLOCK`): opening a FIFO waits for its other end, for ever if none comes.
+pub(crate) use toolmux_core::regular::open_regular;
 
 /// `path` with `suffix` added to its file name.
 fn sibling(path: &Path, suffix: &str) -> PathBuf {

@@ -6,10 +6,9 @@
 //! `/dev/zero` would have been read until memory ran out. And a configuration is parsed
 //! whole into a tree about fifty times its size, so a 100 MB file took 5.4 GB.
 
-use std::fs::{File, FileType, OpenOptions};
-use std::io::{self, Read as _};
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::io;
 use std::path::Path;
+use toolmux_core::regular::{self, RegularError};
 
 /// The largest configuration file read: 16 MiB. Hand-written configurations are a few
 /// kilobytes; one this big is a wrong path or generated data, and parsing it would take
@@ -56,38 +55,18 @@ impl FileRole {
 ///
 /// The type is checked before opening, so that a device is never opened, and again on
 /// the opened file, which is opened without blocking: a FIFO put in the file's place
-/// between the two is refused rather than waited on.
+/// between the two is refused rather than waited on ([`regular::read_regular`]).
 pub(crate) fn read_regular(path: &Path, role: FileRole) -> io::Result<String> {
-    let meta = std::fs::metadata(path)?;
-    check(meta.file_type(), meta.len(), role)?;
-    let nonblocking = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
-    let file: File =
-        OpenOptions::new().read(true).custom_flags(nonblocking.bits() as i32).open(path)?;
-    let meta = file.metadata()?;
-    check(meta.file_type(), meta.len(), role)?;
-    // O_NONBLOCK changes nothing for a regular file. A file that grows while read is read
-    // up to one byte past the limit, which tells.
-    let limit = role.limit();
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_big(None, role));
-    }
-    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-}
-
-fn check(kind: FileType, len: u64, role: FileRole) -> io::Result<()> {
-    if !kind.is_file() {
-        let what = what_kind(kind);
-        return Err(io::Error::new(
+    let bytes = regular::read_regular(path, role.limit()).map_err(|e| match e {
+        // `it is a FIFO (named pipe), not a regular file`.
+        e @ RegularError::NotRegular(_) => io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("it is {what}, not a regular file: give the path of {}", role.name()),
-        ));
-    }
-    if len > role.limit() {
-        return Err(too_big(Some(len), role));
-    }
-    Ok(())
+            format!("{e}: give the path of {}", role.name()),
+        ),
+        RegularError::TooBig { len, .. } => too_big(len, role),
+        e => e.into_io(),
+    })?;
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 fn too_big(len: Option<u64>, role: FileRole) -> io::Error {
@@ -115,26 +94,11 @@ fn mebibytes(bytes: u64) -> String {
     }
 }
 
-fn what_kind(kind: FileType) -> &'static str {
-    if kind.is_dir() {
-        "a folder"
-    } else if kind.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::test_support::{fifo, within_10s};
+    use std::fs::File;
 
     /// Reads `path` as a configuration file, failing the test should the read block.
     fn read_within(path: &Path) -> io::Result<String> {
