@@ -4,15 +4,16 @@ use super::Budget;
 use crate::config::FsLimits;
 use crate::error::FsError;
 use crate::workspace::Workspace;
+use cap_std::fs::Dir;
 use ignore::WalkState;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 use toolmux_core::ToolOutput;
 
 /// Arguments of `glob`.
@@ -112,6 +113,43 @@ fn relative_pattern(
     Ok(relative.join("/"))
 }
 
+/// A walker thread's check that a file it found lies beneath the root, with the folder it
+/// checked last kept open: a folder's files come one after another.
+#[derive(Debug, Default)]
+struct Confirm {
+    /// The folder (relative to the root) and its handle, `None` when it cannot be opened
+    /// beneath the root (a symlink to outside in its place now).
+    folder: Option<(PathBuf, Option<Dir>)>,
+}
+
+impl Confirm {
+    /// The modification time of `found` (absolute, from the walker) when the same name,
+    /// looked up through the root's handle with no symlink followed at its end, is a
+    /// regular file with the inode the walker listed (`ino`); `None` otherwise.
+    fn modified(&mut self, ws: &Workspace, found: &Path, ino: Option<u64>) -> Option<SystemTime> {
+        let relative = found.strip_prefix(ws.root()).ok()?;
+        let (parent, name) = (relative.parent()?, relative.file_name()?);
+        if self.folder.as_ref().is_none_or(|(open, _)| open != parent) {
+            let dir = match parent.as_os_str().is_empty() {
+                true => ws.dir().try_clone().ok(),
+                false => ws.dir().open_dir(parent).ok(),
+            };
+            self.folder = Some((parent.to_path_buf(), dir));
+        }
+        let dir = self.folder.as_ref()?.1.as_ref()?;
+        let stat = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let regular =
+            rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::RegularFile;
+        if !regular || ino.is_some_and(|ino| ino != stat.st_ino) {
+            return None;
+        }
+        let since_epoch = u64::try_from(stat.st_mtime)
+            .ok()
+            .map(|seconds| Duration::new(seconds, u32::try_from(stat.st_mtime_nsec).unwrap_or(0)));
+        Some(since_epoch.map_or(SystemTime::UNIX_EPOCH, |d| SystemTime::UNIX_EPOCH + d))
+    }
+}
+
 /// Runs `glob`; blocking.
 pub(crate) fn glob(
     ws: &Workspace,
@@ -143,6 +181,7 @@ pub(crate) fn glob(
     }
     walk.build_parallel().run(|| {
         let (start, matcher, found, cancelled) = (&start, &matcher, &found, cancelled);
+        let mut confirm = Confirm::default();
         Box::new(move |entry| {
             if cancelled.load(Ordering::Relaxed) || budget.spent() {
                 return WalkState::Quit;
@@ -154,15 +193,17 @@ pub(crate) fn glob(
             let Ok(relative) = entry.path().strip_prefix(start) else {
                 return WalkState::Continue;
             };
-            if matcher.is_match(relative) {
-                let modified = entry
-                    .metadata()
-                    .ok()
-                    .and_then(|m| m.modified().ok())
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
-                let shown = ws.display(entry.path());
-                found.lock().unwrap_or_else(|e| e.into_inner()).push((modified, shown));
+            if !matcher.is_match(relative) {
+                return WalkState::Continue;
             }
+            // The walker lists folders by path: one swapped for a symlink to a folder
+            // outside while it walks is listed too. Only a name that is, through the
+            // root's handle, the very file the walker listed is shown.
+            let Some(modified) = confirm.modified(ws, entry.path(), entry.ino()) else {
+                return WalkState::Continue;
+            };
+            let shown = ws.display(entry.path());
+            found.lock().unwrap_or_else(|e| e.into_inner()).push((modified, shown));
             WalkState::Continue
         })
     });

@@ -291,3 +291,62 @@ async fn a_hard_link_to_a_file_outside_is_read_but_never_written_through() {
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
 }
+
+/// A folder swapped for a symlink to a folder outside while `glob` walks (`mv -T d d.real &&
+/// ln -s OUTSIDE d`, and back, in a loop): no name from outside is ever returned. The walker
+/// lists folders by path, so a listing can come from outside; each name found is looked up
+/// again through the root's handle before it is shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glob_lists_nothing_outside_while_a_folder_is_swapped_for_a_symlink() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fx = Fixture::new();
+    let outside = fx.outside().join("elsewhere");
+    std::fs::create_dir(&outside).unwrap();
+    for i in 0..300 {
+        std::fs::write(outside.join(format!("s-outside-{i}.txt")), "x").unwrap();
+    }
+    for d in 0..20 {
+        for i in 0..100 {
+            fx.put(&format!("tree/d{d:03}/s{i}.txt"), "x");
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps: Vec<_> = ["tree/d005", "tree/d010", "tree/d015"]
+        .into_iter()
+        .map(|dir| {
+            let (stop, dir, outside) = (stop.clone(), fx.root().join(dir), outside.clone());
+            std::thread::spawn(move || {
+                let real = dir.with_extension("real");
+                let mut swapped = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    std::fs::rename(&dir, &real).unwrap();
+                    symlink(&outside, &dir).unwrap();
+                    std::fs::remove_file(&dir).unwrap();
+                    std::fs::rename(&real, &dir).unwrap();
+                    swapped += 1;
+                }
+                swapped
+            })
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let mut runs = 0;
+    let mut listed = 0;
+    while started.elapsed() < std::time::Duration::from_secs(4) {
+        let args = json!({"pattern": "tree/**/s*.txt", "limit": 100_000, "sort": "path"});
+        let text = fx.ok("glob", args).await;
+        let leaked: Vec<&str> = text.lines().filter(|l| l.contains("outside")).collect();
+        if !leaked.is_empty() {
+            stop.store(true, Ordering::Relaxed);
+            panic!("run {runs}: {} names from outside, such as {:?}", leaked.len(), &leaked[..1]);
+        }
+        listed += text.lines().count();
+        runs += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swapped: u64 = swaps.into_iter().map(|s| s.join().unwrap()).sum();
+    assert!(swapped > 100 && runs > 3, "{swapped} swaps, {runs} runs");
+    // The folders not swapped are always listed whole.
+    assert!(listed >= runs * 1700, "{listed} names in {runs} runs");
+}
